@@ -1,0 +1,99 @@
+# ragged build. `make run` embeds sample sentences with the default model; `make test` runs every test.
+# Everything under src/ is compiled automatically: new .c files need no Makefile edit.
+#   build/        release build (with CUDA when nvcc is found; CUDA=0 disables)
+#   build/asan/   AddressSanitizer + UBSan build, CPU backend only
+SHELL := /bin/bash
+CC ?= gcc
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA ?= $(if $(NVCC),1,0)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+PYTHON ?= python3
+
+CSRC := $(shell find src -name '*.c' | sort)
+CUSRC := $(shell find src/ops/cuda -name '*.cu' 2>/dev/null | sort)
+TOOLSRC := tools/ragged.c
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+
+WARN := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g -fPIC -fopenmp -Iinclude -Isrc $(WARN) \
+	$(shell pkg-config --cflags json-c 2>/dev/null)
+LIBS := -lopenblas -lutf8proc -ljson-c -lsqlite3 -lmicrohttpd -lm -lpthread -fopenmp
+
+CUDA_ARCHS := sm_80,sm_90,sm_90a
+NVCC_GENCODE := -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
+	-gencode=arch=compute_90a,code=sm_90a
+NVCCFLAGS := -O3 -std=c++17 -Iinclude -Isrc -Xcompiler -fPIC -lineinfo $(NVCC_GENCODE) \
+	-DRG_WITH_CUDA
+
+REL_CFLAGS := $(BASE_CFLAGS) -O2
+ASAN_CFLAGS := $(BASE_CFLAGS) -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
+	-fno-sanitize-recover=undefined
+ASAN_LDFLAGS := -fsanitize=address,undefined
+
+ifeq ($(CUDA),1)
+REL_CFLAGS += -DRG_WITH_CUDA -DRG_CUDA_ARCHS='"$(CUDA_ARCHS)"'
+REL_CUOBJ := $(patsubst src/%.cu,build/obj/%.cu.o,$(CUSRC))
+REL_LIBS := $(LIBS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+else
+REL_CUOBJ :=
+REL_LIBS := $(LIBS)
+endif
+
+REL_OBJ := $(patsubst src/%.c,build/obj/%.o,$(CSRC)) $(REL_CUOBJ)
+ASAN_OBJ := $(patsubst src/%.c,build/asan/obj/%.o,$(CSRC))
+UNIT_BIN := $(patsubst tests/unit/%.c,build/tests/%,$(UNIT_SRC))
+ASAN_UNIT_BIN := $(patsubst tests/unit/%.c,build/asan/tests/%,$(UNIT_SRC))
+
+.PHONY: all asan deps run test test-unit test-py clean gpu-test
+all: build/ragged build/libragged.so $(UNIT_BIN)
+asan: build/asan/ragged build/asan/libragged.so $(ASAN_UNIT_BIN)
+
+deps:
+	@bash scripts/install-deps.sh
+
+build/obj/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(REL_CFLAGS) -MMD -MP -c $< -o $@
+build/obj/%.cu.o: src/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+build/asan/obj/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ASAN_CFLAGS) -MMD -MP -c $< -o $@
+
+build/libragged.a: $(REL_OBJ)
+	@mkdir -p build; rm -f $@; ar rcs $@ $^
+build/libragged.so: $(REL_OBJ)
+	$(CC) -shared -o $@ $^ $(REL_LIBS)
+build/ragged: $(TOOLSRC) build/libragged.a
+	$(CC) $(REL_CFLAGS) -o $@ $(TOOLSRC) build/libragged.a $(REL_LIBS)
+build/tests/%: tests/unit/%.c build/libragged.a
+	@mkdir -p build/tests
+	$(CC) $(REL_CFLAGS) -Itests/unit -o $@ $< build/libragged.a $(REL_LIBS) -lcmocka
+
+build/asan/libragged.a: $(ASAN_OBJ)
+	@mkdir -p build/asan; rm -f $@; ar rcs $@ $^
+build/asan/libragged.so: $(ASAN_OBJ)
+	$(CC) -shared $(ASAN_LDFLAGS) -o $@ $^ $(LIBS)
+build/asan/ragged: $(TOOLSRC) build/asan/libragged.a
+	$(CC) $(ASAN_CFLAGS) -o $@ $(TOOLSRC) build/asan/libragged.a $(LIBS) $(ASAN_LDFLAGS)
+build/asan/tests/%: tests/unit/%.c build/asan/libragged.a
+	@mkdir -p build/asan/tests
+	$(CC) $(ASAN_CFLAGS) -Itests/unit -o $@ $< build/asan/libragged.a $(LIBS) -lcmocka $(ASAN_LDFLAGS)
+
+run: deps all
+	@bash scripts/run-demo.sh
+
+test: deps
+	$(MAKE) all
+	$(MAKE) CUDA=0 asan
+	@bash scripts/run-tests.sh
+
+# On a GPU machine: build with CUDA and run the CUDA parity tests (writes bench/results/).
+gpu-test: all
+	@bash tests/gpu/run.sh
+
+clean:
+	rm -rf build
+
+-include $(shell find build -name '*.d' 2>/dev/null)

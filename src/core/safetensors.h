@@ -1,0 +1,52 @@
+/* Validating, mmap-based reader for Hugging Face safetensors files (single file or sharded with
+ * model.safetensors.index.json).
+ *
+ * Format: 8-byte little-endian header length N, N bytes of JSON header
+ * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {...}},
+ * then the data region. Everything is validated at open time, before any tensor is used:
+ *   - N bounded (<= 100 MiB) and 8 + N <= file size; header is valid UTF-8 JSON object;
+ *   - dtype one of F32/F16/BF16 (others -> RG_ERR_UNSUPPORTED naming tensor and dtype);
+ *   - shape entries non-negative, product * element size == end - begin (no overflow);
+ *   - 0 <= begin <= end <= data size; ranges of different tensors do not overlap.
+ * Errors carry a message naming the file and the offending tensor. */
+#ifndef RG_CORE_SAFETENSORS_H
+#define RG_CORE_SAFETENSORS_H
+#include <stddef.h>
+#include <stdint.h>
+#include "ragged.h"
+
+#define RG_ST_MAX_DIMS 8
+
+typedef struct rg_st_tensor {
+	char *name;                      /* owned by the rg_st */
+	rg_dtype dtype;                  /* F32 / F16 / BF16 */
+	int ndim;
+	int64_t shape[RG_ST_MAX_DIMS];
+	const void *data;                /* points into the read-only mapping */
+	size_t nbytes;
+} rg_st_tensor;
+
+typedef struct rg_st rg_st;
+
+/* Open one .safetensors file. *out owned by caller, free with rg_st_free. */
+rg_status rg_st_open_file(const char *path, rg_st **out);
+
+/* Open a model directory: model.safetensors if present, else model.safetensors.index.json and every
+ * shard it names (each validated; a tensor named in the index must be in the shard the index says). */
+rg_status rg_st_open_dir(const char *dir, rg_st **out);
+
+/* Lookup by exact name; NULL when absent. */
+const rg_st_tensor *rg_st_find(const rg_st *st, const char *name);
+
+size_t rg_st_count(const rg_st *st);
+const rg_st_tensor *rg_st_at(const rg_st *st, size_t i);
+
+/* Convert a tensor's elements to float32 into dst (numel floats, caller-owned). */
+void rg_st_to_f32(const rg_st_tensor *t, float *dst);
+
+/* Number of elements (product of shape). */
+size_t rg_st_numel(const rg_st_tensor *t);
+
+/* Unmaps and frees. Accepts NULL. */
+void rg_st_free(rg_st *st);
+#endif

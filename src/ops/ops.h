@@ -1,0 +1,89 @@
+/* Operations of a BERT-family encoder on a packed (padding-free) batch, one entry point per
+ * operation, dispatched to a backend (CPU reference in src/ops/cpu, CUDA in src/ops/cuda).
+ *
+ * Conventions for every op:
+ *  - all tensor pointers live in the backend's memory (host memory for CPU, device memory for CUDA),
+ *    allocated with rg_backend_alloc; row-major;
+ *  - "act" tensors (activations, GEMM weights, embedding tables) have the backend's compute dtype
+ *    `dt` (F32 on CPU; F32/F16/BF16 on CUDA); "f32" tensors (biases, LayerNorm gamma/beta, pooled
+ *    output) are always float32; index tensors are int32;
+ *  - every reduction (dot products, softmax, LayerNorm statistics) accumulates in float32;
+ *  - ops are asynchronous on CUDA (one stream per backend); rg_backend_sync waits.
+ * Every CUDA op has a CPU twin with the same arguments, and tests compare the two.
+ * This header includes no CUDA header. */
+#ifndef RG_OPS_H
+#define RG_OPS_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "ragged.h"
+#include "model/config.h"
+
+typedef struct rg_backend rg_backend;
+
+/* Create a backend. CUDA: RG_ERR_UNSUPPORTED when built without CUDA or no device is present.
+ * dt: compute dtype; CPU accepts only F32 (else RG_ERR_UNSUPPORTED). */
+rg_status rg_backend_init(rg_device dev, int device_index, rg_dtype dt, rg_backend **out);
+void rg_backend_free(rg_backend *be); /* accepts NULL */
+rg_device rg_backend_device(const rg_backend *be);
+rg_dtype rg_backend_dtype(const rg_backend *be);
+size_t rg_dtype_size(rg_dtype dt);
+
+/* Backend memory. alloc returns RG_ERR_OOM on failure; dealloc accepts NULL. */
+rg_status rg_backend_alloc(rg_backend *be, size_t bytes, void **ptr);
+void rg_backend_dealloc(rg_backend *be, void *ptr);
+/* Host <-> backend copies of raw bytes (synchronous w.r.t. the host buffer). */
+rg_status rg_backend_upload(rg_backend *be, void *dst, const void *src_host, size_t bytes);
+rg_status rg_backend_download(rg_backend *be, void *dst_host, const void *src, size_t bytes);
+/* Upload n float32 values converting to the backend dtype dt (for weights / tables). */
+rg_status rg_backend_upload_f32_as(rg_backend *be, void *dst, const float *src_host, size_t n,
+				   rg_dtype dt);
+rg_status rg_backend_sync(rg_backend *be);
+/* Bytes in use / total on the device (CUDA: cudaMemGetInfo); CPU: process RSS and MemTotal. */
+rg_status rg_backend_mem_info(rg_backend *be, size_t *used, size_t *total);
+
+/* Embeddings + LayerNorm (BERT): out[t] = LN(word[tokens[t]] + pos[positions[t]] + type[0]).
+ * tokens, positions: (n_tokens) int32; word: (vocab, H) act; pos: (max_pos, H) act;
+ * type0: (H) act (row 0 of token_type_embeddings); gamma, beta: (H) f32; out: (n_tokens, H) act.
+ * Indices must already be validated by the caller (0 <= token < vocab, 0 <= position < max_pos). */
+rg_status rg_op_embed_layernorm(rg_backend *be, const int32_t *tokens, const int32_t *positions,
+				int n_tokens, const void *word, const void *pos, const void *type0,
+				const float *gamma, const float *beta, float eps, int H, void *out);
+
+/* out (M, N) act = A (M, K) act x W^T, W (N, K) act (the torch.nn.Linear layout).
+ * CPU: OpenBLAS sgemm; CUDA: cuBLASLt with fp32 accumulation. */
+rg_status rg_op_gemm(rg_backend *be, const void *A, const void *W, void *out, int M, int N, int K);
+
+/* In place x (M, N) act = act_fn(x + bias), bias (N) f32. gelu = exact erf form, gelu_new = tanh form. */
+rg_status rg_op_bias_act(rg_backend *be, void *x, const float *bias, int M, int N, rg_act act);
+
+/* out (M, N) act = LN(x + bias + residual) * gamma + beta, row-wise over N, statistics in f32.
+ * x, residual: (M, N) act; bias, gamma, beta: (N) f32. out may alias residual or x
+ * (fused add-bias + LayerNorm, ByteTransformer sec. III-C). */
+rg_status rg_op_bias_residual_layernorm(rg_backend *be, const void *x, const float *bias,
+					const void *residual, const float *gamma, const float *beta,
+					float eps, int M, int N, void *out);
+
+/* Variable-length multi-head self-attention over packed sequences (no padded token computed).
+ * qkv: (n_tokens, 3*H) act, columns [Q | K | V], head h uses columns h*head_dim..(h+1)*head_dim-1
+ * of each block; out: (n_tokens, H) act, H = num_heads * head_dim.
+ * cu_seqlens: (n_seq+1) int32 in backend memory, cu_seqlens_h: the same on the host;
+ * max_seqlen: longest sequence. Token i of sequence s attends to every token of s, softmax(QK^T*scale).
+ * seg: NULL, or (n_tokens) int32 segment ids for masked modes: query i sees key j only when
+ * seg[i] == seg[j] and seg[j] >= 0 (block-diagonal ConcatBatching mask, TCB sec. 4; -1 marks padding);
+ * a query with no visible key gets zeros. */
+rg_status rg_op_attention(rg_backend *be, const void *qkv, const int32_t *cu_seqlens,
+			  const int32_t *cu_seqlens_h, int n_seq, int max_seqlen, int num_heads,
+			  int head_dim, float scale, const int32_t *seg, void *out);
+
+/* Pool each sequence of x (n_tokens, H) act into out (n_seq, H) f32 using cu_seqlens (n_seq+1,
+ * backend memory): MEAN over its tokens, CLS = its first token, MAX elementwise; then L2-normalize
+ * each row when normalize (a zero row stays zero). */
+rg_status rg_op_pool(rg_backend *be, const void *x, const int32_t *cu_seqlens, int n_seq, int H,
+		     rg_pooling mode, bool normalize, float *out);
+
+/* Row gather: dst[i] = src[idx[i]] for i < n_dst; src (n_src, H) act, idx (n_dst) int32 (backend
+ * memory), dst (n_dst, H) act. Used to bring padded / concatenated rows back to packed order. */
+rg_status rg_op_gather_rows(rg_backend *be, const void *src, const int32_t *idx, int n_dst, int H,
+			    void *dst);
+#endif

@@ -1,0 +1,141 @@
+"""ctypes binding to build/libragged.so for the Python test-suite (set RAGGED_LIB to override)."""
+import ctypes
+import os
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LIB_PATH = os.environ.get("RAGGED_LIB", os.path.join(ROOT, "build", "libragged.so"))
+BIN_PATH = os.environ.get("RAGGED_BIN", os.path.join(ROOT, "build", "ragged"))
+
+RG_OK = 0
+DEVICE = {"cpu": 0, "cuda": 1}
+DTYPE = {"fp32": 0, "fp16": 1, "bf16": 2}
+
+_lib = None
+
+
+class ModelParams(ctypes.Structure):
+    _fields_ = [("device", ctypes.c_int), ("device_index", ctypes.c_int),
+                ("dtype", ctypes.c_int), ("max_batch_tokens", ctypes.c_int)]
+
+
+class Layout(ctypes.Structure):
+    _fields_ = [("mode", ctypes.c_int), ("n_rows", ctypes.c_int), ("row_len", ctypes.c_int),
+                ("slot_len", ctypes.c_int), ("req_row", ctypes.POINTER(ctypes.c_int32)),
+                ("req_offset", ctypes.POINTER(ctypes.c_int32))]
+
+
+def lib():
+    global _lib
+    if _lib is None:
+        l = ctypes.CDLL(LIB_PATH)
+        l.rg_last_error.restype = ctypes.c_char_p
+        l.rg_status_name.restype = ctypes.c_char_p
+        l.rg_model_load.restype = ctypes.c_void_p
+        l.rg_model_load.argtypes = [ctypes.c_char_p, ctypes.POINTER(ModelParams),
+                                    ctypes.POINTER(ctypes.c_int)]
+        l.rg_model_free.argtypes = [ctypes.c_void_p]
+        l.rg_model_tokenize.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+                                        ctypes.c_bool, ctypes.POINTER(ctypes.c_void_p),
+                                        ctypes.POINTER(ctypes.c_size_t)]
+        l.rg_model_embed.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_int, ctypes.c_void_p]
+        l.rg_model_embed_layout.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                            ctypes.c_int, ctypes.POINTER(Layout), ctypes.c_void_p]
+        l.rg_tokenizer_load.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+        l.rg_tokenizer_free.argtypes = [ctypes.c_void_p]
+        l.rg_tokenizer_encode.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+                                          ctypes.POINTER(ctypes.c_void_p),
+                                          ctypes.POINTER(ctypes.c_size_t)]
+        l.free.argtypes = [ctypes.c_void_p] if hasattr(l, "free") else None
+        _lib = l
+    return _lib
+
+
+class RaggedError(Exception):
+    def __init__(self, status, message):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def _err(st):
+    l = lib()
+    return RaggedError(l.rg_status_name(st).decode(), l.rg_last_error().decode(errors="replace"))
+
+
+_libc = ctypes.CDLL(None)
+_libc.free.argtypes = [ctypes.c_void_p]
+
+
+class Tokenizer:
+    def __init__(self, model_dir):
+        self._h = ctypes.c_void_p()
+        st = lib().rg_tokenizer_load(model_dir.encode(), ctypes.byref(self._h))
+        if st != RG_OK:
+            raise _err(st)
+
+    def encode(self, text):
+        data = text.encode("utf-8", errors="surrogatepass") if isinstance(text, str) else text
+        ids = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        st = lib().rg_tokenizer_encode(self._h, data, len(data), ctypes.byref(ids), ctypes.byref(n))
+        if st != RG_OK:
+            raise _err(st)
+        out = np.ctypeslib.as_array(ctypes.cast(ids, ctypes.POINTER(ctypes.c_int32)), (n.value,)).tolist() if n.value else []
+        _libc.free(ids)
+        return out
+
+    def close(self):
+        if self._h:
+            lib().rg_tokenizer_free(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __del__(self):
+        self.close()
+
+
+class Model:
+    """A loaded ragged model. device 'cpu'|'cuda', dtype 'fp32'|'fp16'|'bf16'."""
+
+    def __init__(self, model_dir, device="cpu", dtype="fp32", max_batch_tokens=16384):
+        p = ModelParams(DEVICE[device], 0, DTYPE[dtype], max_batch_tokens)
+        st = ctypes.c_int(0)
+        self._h = lib().rg_model_load(model_dir.encode(), ctypes.byref(p), ctypes.byref(st))
+        if not self._h:
+            raise _err(st.value)
+
+    def tokenize(self, text, truncate=False):
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        ids = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        st = lib().rg_model_tokenize(self._h, data, len(data), truncate, ctypes.byref(ids), ctypes.byref(n))
+        if st != RG_OK:
+            raise _err(st)
+        out = np.ctypeslib.as_array(ctypes.cast(ids, ctypes.POINTER(ctypes.c_int32)), (n.value,)).tolist() if n.value else []
+        _libc.free(ids)
+        return out
+
+    def embed_ids(self, seqs, hidden_size, layout=None):
+        """seqs: list of lists of token ids -> (n_seq, hidden_size) float32 array."""
+        tokens = np.ascontiguousarray(np.concatenate([np.asarray(s, np.int32) for s in seqs]) if seqs else np.zeros(0, np.int32), dtype=np.int32)
+        cu = np.zeros(len(seqs) + 1, np.int32)
+        cu[1:] = np.cumsum([len(s) for s in seqs])
+        out = np.full((max(len(seqs), 1), hidden_size), np.nan, np.float32)
+        if layout is None:
+            st = lib().rg_model_embed(self._h, tokens.ctypes.data, cu.ctypes.data, len(seqs), out.ctypes.data)
+        else:
+            st = lib().rg_model_embed_layout(self._h, tokens.ctypes.data, cu.ctypes.data, len(seqs),
+                                             ctypes.byref(layout), out.ctypes.data)
+        if st != RG_OK:
+            raise _err(st)
+        return out[:len(seqs)]
+
+    def close(self):
+        if self._h:
+            lib().rg_model_free(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
