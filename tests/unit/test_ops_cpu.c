@@ -1,0 +1,418 @@
+/* CPU reference kernels (src/ops/cpu/ops_cpu.c) against naive double-precision loops written
+ * here, on ragged shapes ({1}, {7,3}, {128,1,64,33}, ...). Outputs carry guard rows filled with a
+ * sentinel that must survive; comparisons are written so that NaN fails. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ops/cpu/ops_cpu.h"
+#include "ops/ops.h"
+
+#define GUARD 64              /* guard floats after every output */
+#define SENTINEL (-12345.25f) /* must be left untouched by every op */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static float *rand_buf(size_t n, float scale)
+{
+	float *p = malloc(n * sizeof(float));
+	assert_non_null(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = frand() * scale;
+	return p;
+}
+
+/* Output buffer of n floats, prefilled with NaN, followed by GUARD sentinels. */
+static float *out_buf(size_t n)
+{
+	float *p = malloc((n + GUARD) * sizeof(float));
+	assert_non_null(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = NAN;
+	for (size_t i = 0; i < GUARD; i++)
+		p[n + i] = SENTINEL;
+	return p;
+}
+
+static bool close_to(double got, double ref, double atol, double rtol)
+{
+	return fabs(got - ref) <= atol + rtol * fabs(ref); /* false for NaN */
+}
+
+/* Compares n values and the guard region; reports the first mismatch. */
+static void check(const char *what, const float *got, const double *ref, size_t n, double atol,
+		  double rtol)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!close_to(got[i], ref[i], atol, rtol)) {
+			fail_msg("%s: element %zu got %.9g want %.9g", what, i, got[i], ref[i]);
+		}
+	}
+	for (size_t i = 0; i < GUARD; i++)
+		if (got[n + i] != SENTINEL)
+			fail_msg("%s: guard %zu overwritten (%g)", what, i, got[n + i]);
+}
+
+static void ref_ln(double *v, const float *g, const float *b, double eps, int n)
+{
+	double mean = 0, var = 0;
+	for (int i = 0; i < n; i++)
+		mean += v[i];
+	mean /= n;
+	for (int i = 0; i < n; i++)
+		var += (v[i] - mean) * (v[i] - mean);
+	var /= n;
+	for (int i = 0; i < n; i++)
+		v[i] = (v[i] - mean) / sqrt(var + eps) * g[i] + b[i];
+}
+
+static void test_compare_rejects_nan(void **state)
+{
+	(void)state;
+	assert_false(close_to(NAN, 1.0, 1e-3, 1e-3));
+	assert_false(close_to(1.0, NAN, 1e-3, 1e-3));
+	assert_false(close_to(INFINITY, 1.0, 1e-3, 1e-3));
+	assert_true(close_to(1.0 + 1e-7, 1.0, 0, 1e-6));
+}
+
+static void test_embed_layernorm(void **state)
+{
+	const int vocab = 53, max_pos = 41, H = 37, ns[] = {1, 7, 230};
+	float *word = rand_buf((size_t)vocab * H, 1), *pos = rand_buf((size_t)max_pos * H, 1);
+	float *type0 = rand_buf(H, 1), *g = rand_buf(H, 1), *b = rand_buf(H, 1);
+	(void)state;
+
+	for (size_t c = 0; c < sizeof(ns) / sizeof(ns[0]); c++) {
+		int n = ns[c];
+		int32_t *tok = malloc(n * sizeof(int32_t)), *ps = malloc(n * sizeof(int32_t));
+		float *out = out_buf((size_t)n * H);
+		double *ref = malloc((size_t)n * H * sizeof(double));
+
+		for (int t = 0; t < n; t++) {
+			tok[t] = (t * 31 + 7) % vocab;
+			ps[t] = t % max_pos;
+			if (t == n - 1)
+				tok[t] = vocab - 1, ps[t] = max_pos - 1; /* last rows of the tables */
+		}
+		assert_int_equal(rg_cpu_embed_layernorm(tok, ps, n, word, pos, type0, g, b, 1e-12f, H,
+							out),
+				 RG_OK);
+		for (int t = 0; t < n; t++) {
+			double *r = ref + (size_t)t * H;
+			for (int i = 0; i < H; i++)
+				r[i] = (double)word[(size_t)tok[t] * H + i] +
+				       pos[(size_t)ps[t] * H + i] + type0[i];
+			ref_ln(r, g, b, 1e-12, H);
+		}
+		check("embed_layernorm", out, ref, (size_t)n * H, 1e-5, 1e-4);
+		free(tok), free(ps), free(out), free(ref);
+	}
+	free(word), free(pos), free(type0), free(g), free(b);
+}
+
+static void test_gemm(void **state)
+{
+	const int Ms[] = {1, 7, 128, 229}, Ns[] = {1, 33, 96}, Ks[] = {1, 17, 64};
+	(void)state;
+
+	for (size_t a = 0; a < 4; a++)
+		for (size_t bn = 0; bn < 3; bn++)
+			for (size_t c = 0; c < 3; c++) {
+				int M = Ms[a], N = Ns[bn], K = Ks[c];
+				float *A = rand_buf((size_t)M * K, 1), *W = rand_buf((size_t)N * K, 1);
+				float *out = out_buf((size_t)M * N);
+				double *ref = malloc((size_t)M * N * sizeof(double));
+
+				for (int i = 0; i < M; i++)
+					for (int j = 0; j < N; j++) {
+						double s = 0;
+						for (int k = 0; k < K; k++)
+							s += (double)A[(size_t)i * K + k] *
+							     W[(size_t)j * K + k];
+						ref[(size_t)i * N + j] = s;
+					}
+				assert_int_equal(rg_cpu_gemm(A, W, out, M, N, K), RG_OK);
+				check("gemm", out, ref, (size_t)M * N, 1e-5, 1e-5);
+				free(A), free(W), free(out), free(ref);
+			}
+}
+
+static double ref_act(double v, rg_act act)
+{
+	switch (act) {
+	case RG_ACT_NONE: return v;
+	case RG_ACT_GELU: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
+	case RG_ACT_GELU_NEW:
+		return 0.5 * v * (1 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+	case RG_ACT_RELU: return v > 0 ? v : 0;
+	}
+	return NAN;
+}
+
+static void test_bias_act(void **state)
+{
+	const rg_act acts[] = {RG_ACT_NONE, RG_ACT_GELU, RG_ACT_GELU_NEW, RG_ACT_RELU};
+	const char *names[] = {"bias", "bias+gelu", "bias+gelu_new", "bias+relu"};
+	const int M = 131, N = 45;
+	(void)state;
+
+	for (size_t a = 0; a < 4; a++) {
+		float *x = rand_buf((size_t)M * N, 4), *bias = rand_buf(N, 1);
+		float *buf = out_buf((size_t)M * N);
+		double *ref = malloc((size_t)M * N * sizeof(double));
+
+		memcpy(buf, x, (size_t)M * N * sizeof(float));
+		for (int i = 0; i < M; i++)
+			for (int j = 0; j < N; j++)
+				ref[(size_t)i * N + j] =
+					ref_act((double)x[(size_t)i * N + j] + bias[j], acts[a]);
+		assert_int_equal(rg_cpu_bias_act(buf, bias, M, N, acts[a]), RG_OK);
+		check(names[a], buf, ref, (size_t)M * N, 1e-6, 1e-5);
+		free(x), free(bias), free(buf), free(ref);
+	}
+}
+
+/* alias: 0 = separate out, 1 = out aliases residual, 2 = out aliases x. */
+static void run_brln(int M, int N, int alias)
+{
+	float *x = rand_buf((size_t)M * N, 2), *res = rand_buf((size_t)M * N, 2);
+	float *bias = rand_buf(N, 1), *g = rand_buf(N, 1), *b = rand_buf(N, 1);
+	float *xb = out_buf((size_t)M * N), *rb = out_buf((size_t)M * N), *ob = out_buf((size_t)M * N);
+	double *ref = malloc((size_t)M * N * sizeof(double));
+	float *out = alias == 1 ? rb : alias == 2 ? xb : ob;
+
+	memcpy(xb, x, (size_t)M * N * sizeof(float));
+	memcpy(rb, res, (size_t)M * N * sizeof(float));
+	for (int i = 0; i < M; i++) {
+		double *r = ref + (size_t)i * N;
+		for (int j = 0; j < N; j++)
+			r[j] = (double)x[(size_t)i * N + j] + bias[j] + res[(size_t)i * N + j];
+		ref_ln(r, g, b, 1e-5, N);
+	}
+	assert_int_equal(rg_cpu_bias_residual_layernorm(xb, bias, rb, g, b, 1e-5f, M, N, out), RG_OK);
+	check("bias_residual_layernorm", out, ref, (size_t)M * N, 1e-5, 1e-4);
+	free(x), free(res), free(bias), free(g), free(b), free(xb), free(rb), free(ob), free(ref);
+}
+
+static void test_bias_residual_layernorm(void **state)
+{
+	(void)state;
+	for (int alias = 0; alias < 3; alias++) {
+		run_brln(1, 1, alias); /* N = 1: output is beta */
+		run_brln(7, 33, alias);
+		run_brln(130, 384, alias);
+	}
+}
+
+/* Naive attention in double over a packed batch with an optional seg mask. */
+static void ref_attention(const float *qkv, const int32_t *cu, int n_seq, int nh, int hd,
+			  double scale, const int32_t *seg, double *out)
+{
+	const int H = nh * hd;
+	for (int s = 0; s < n_seq; s++) {
+		int t0 = cu[s], L = cu[s + 1] - t0;
+		double *sc = malloc((size_t)(L ? L : 1) * sizeof(double));
+		for (int h = 0; h < nh; h++)
+			for (int i = 0; i < L; i++) {
+				const float *q = qkv + (size_t)(t0 + i) * 3 * H + h * hd;
+				double mx = -INFINITY, sum = 0;
+				double *o = out + (size_t)(t0 + i) * H + h * hd;
+				for (int d = 0; d < hd; d++)
+					o[d] = 0;
+				for (int j = 0; j < L; j++) {
+					const float *k = qkv + (size_t)(t0 + j) * 3 * H + H + h * hd;
+					bool vis = !seg || (seg[t0 + j] >= 0 &&
+							    seg[t0 + j] == seg[t0 + i]);
+					double v = 0;
+					for (int d = 0; d < hd; d++)
+						v += (double)q[d] * k[d];
+					sc[j] = vis ? v * scale : -INFINITY;
+					if (sc[j] > mx)
+						mx = sc[j];
+				}
+				if (mx == -INFINITY)
+					continue;
+				for (int j = 0; j < L; j++) {
+					sc[j] = sc[j] == -INFINITY ? 0 : exp(sc[j] - mx);
+					sum += sc[j];
+				}
+				for (int j = 0; j < L; j++) {
+					const float *v = qkv + (size_t)(t0 + j) * 3 * H + 2 * H + h * hd;
+					for (int d = 0; d < hd; d++)
+						o[d] += sc[j] / sum * v[d];
+				}
+			}
+		free(sc);
+	}
+}
+
+static void run_attention(const int *lens, int n_seq, int nh, int hd, const int32_t *seg)
+{
+	const int H = nh * hd;
+	int32_t *cu = malloc((n_seq + 1) * sizeof(int32_t));
+	int max_len = 0, n;
+	float *qkv, *out;
+	double *ref;
+	float scale = 1.f / sqrtf((float)hd);
+
+	cu[0] = 0;
+	for (int s = 0; s < n_seq; s++) {
+		cu[s + 1] = cu[s] + lens[s];
+		if (lens[s] > max_len)
+			max_len = lens[s];
+	}
+	n = cu[n_seq];
+	qkv = rand_buf((size_t)n * 3 * H, 2);
+	out = out_buf((size_t)n * H);
+	ref = malloc((size_t)n * H * sizeof(double));
+	ref_attention(qkv, cu, n_seq, nh, hd, scale, seg, ref);
+	assert_int_equal(rg_cpu_attention(qkv, cu, n_seq, max_len, nh, hd, scale, seg, out), RG_OK);
+	check("attention", out, ref, (size_t)n * H, 1e-5, 1e-4);
+	free(cu), free(qkv), free(out), free(ref);
+}
+
+static void test_attention_packed(void **state)
+{
+	const int l1[] = {1}, l2[] = {7, 3}, l3[] = {128, 1, 64, 33}, l4[] = {2, 1, 200, 5};
+	(void)state;
+	run_attention(l1, 1, 2, 8, NULL);
+	run_attention(l2, 2, 3, 16, NULL);
+	run_attention(l3, 4, 4, 8, NULL);
+	run_attention(l3, 4, 12, 32, NULL);
+	run_attention(l4, 4, 1, 5, NULL);
+}
+
+static void test_attention_seg_mask(void **state)
+{
+	/* Two rows of 16: row 0 holds requests 0 (5 tokens) and 1 (9 tokens) then 2 padding;
+	 * row 1 holds request 2 (3 tokens) then 13 padding (queries there must give zeros). */
+	const int lens[] = {16, 16};
+	int32_t seg[32];
+	(void)state;
+	for (int i = 0; i < 32; i++)
+		seg[i] = i < 5 ? 0 : i < 14 ? 1 : i < 16 ? -1 : i < 19 ? 2 : -1;
+	run_attention(lens, 2, 2, 8, seg);
+	run_attention(lens, 2, 4, 4, seg);
+}
+
+static void test_attention_rejects_bad_lengths(void **state)
+{
+	const int32_t cu[] = {0, 5, 3};
+	float qkv[5 * 6] = {0}, out[5 * 2];
+	(void)state;
+	assert_int_equal(rg_cpu_attention(qkv, cu, 2, 5, 1, 2, 1.f, NULL, out),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_cpu_attention(qkv, cu, 1, 4, 1, 2, 1.f, NULL, out),
+			 RG_ERR_INVALID_INPUT);
+}
+
+static void test_pool(void **state)
+{
+	const int lens[] = {1, 7, 3, 128, 1, 64, 33}, n_seq = 7, H = 29;
+	const rg_pooling modes[] = {RG_POOL_MEAN, RG_POOL_CLS, RG_POOL_MAX};
+	int32_t cu[8];
+	float *x;
+	(void)state;
+
+	cu[0] = 0;
+	for (int s = 0; s < n_seq; s++)
+		cu[s + 1] = cu[s] + lens[s];
+	x = rand_buf((size_t)cu[n_seq] * H, 3);
+	/* sequence 4 (one token) is all zeros: normalize must leave it zero, not NaN */
+	memset(x + (size_t)cu[4] * H, 0, (size_t)H * sizeof(float));
+	for (int m = 0; m < 3; m++)
+		for (int norm = 0; norm < 2; norm++) {
+			float *out = out_buf((size_t)n_seq * H);
+			double *ref = malloc((size_t)n_seq * H * sizeof(double));
+			for (int s = 0; s < n_seq; s++) {
+				double *r = ref + (size_t)s * H, ss = 0;
+				for (int i = 0; i < H; i++) {
+					double acc = modes[m] == RG_POOL_MAX ? -INFINITY : 0;
+					int end = modes[m] == RG_POOL_CLS ? cu[s] + 1 : cu[s + 1];
+					for (int t = cu[s]; t < end; t++) {
+						double v = x[(size_t)t * H + i];
+						acc = modes[m] == RG_POOL_MAX ? fmax(acc, v) : acc + v;
+					}
+					r[i] = modes[m] == RG_POOL_MEAN ? acc / lens[s] : acc;
+					ss += r[i] * r[i];
+				}
+				if (norm)
+					for (int i = 0; i < H; i++)
+						r[i] /= fmax(sqrt(ss), 1e-12);
+			}
+			assert_int_equal(rg_cpu_pool(x, cu, n_seq, H, modes[m], norm, out), RG_OK);
+			check("pool", out, ref, (size_t)n_seq * H, 1e-6, 1e-5);
+			free(out), free(ref);
+		}
+	free(x);
+}
+
+static void test_gather_rows(void **state)
+{
+	const int n_src = 50, H = 19, n_dst = 23;
+	float *src = rand_buf((size_t)n_src * H, 1), *dst = out_buf((size_t)n_dst * H);
+	int32_t idx[23];
+	double ref[23 * 19];
+	(void)state;
+	for (int i = 0; i < n_dst; i++)
+		idx[i] = (i * 17 + 3) % n_src;
+	idx[0] = n_src - 1;
+	for (int i = 0; i < n_dst; i++)
+		for (int j = 0; j < H; j++)
+			ref[i * H + j] = src[(size_t)idx[i] * H + j];
+	assert_int_equal(rg_cpu_gather_rows(src, idx, n_dst, H, dst), RG_OK);
+	check("gather_rows", dst, ref, (size_t)n_dst * H, 0, 0);
+	free(src), free(dst);
+}
+
+/* The rg_op_* dispatch on a CPU backend reaches the same kernels. */
+static void test_dispatch_cpu_backend(void **state)
+{
+	rg_backend *be = NULL;
+	const int M = 9, N = 5, K = 4;
+	float *A = rand_buf((size_t)M * K, 1), *W = rand_buf((size_t)N * K, 1);
+	float *o1 = out_buf((size_t)M * N), *o2 = out_buf((size_t)M * N);
+	(void)state;
+	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
+	assert_int_equal(rg_op_gemm(be, A, W, o1, M, N, K), RG_OK);
+	assert_int_equal(rg_cpu_gemm(A, W, o2, M, N, K), RG_OK);
+	assert_memory_equal(o1, o2, (size_t)(M * N + GUARD) * sizeof(float));
+	rg_backend_free(be);
+	be = NULL;
+	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F16, &be), RG_ERR_UNSUPPORTED);
+	assert_null(be);
+	free(A), free(W), free(o1), free(o2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_compare_rejects_nan),
+		cmocka_unit_test(test_embed_layernorm),
+		cmocka_unit_test(test_gemm),
+		cmocka_unit_test(test_bias_act),
+		cmocka_unit_test(test_bias_residual_layernorm),
+		cmocka_unit_test(test_attention_packed),
+		cmocka_unit_test(test_attention_seg_mask),
+		cmocka_unit_test(test_attention_rejects_bad_lengths),
+		cmocka_unit_test(test_pool),
+		cmocka_unit_test(test_gather_rows),
+		cmocka_unit_test(test_dispatch_cpu_backend),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
