@@ -1,5 +1,4 @@
 /* Backend objects and the rg_op_* dispatch to the CPU reference or the CUDA kernels. */
-#define _GNU_SOURCE
 #include "ops/ops.h"
 
 #include <stdio.h>

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# `make run`: embed a few sample sentences with the default model (all-MiniLM-L6-v2) and print them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cat > build/demo.txt <<'TXT'
+The cat sits on the mat.
+A kitten is resting on a rug.
+Stock markets fell sharply on Monday.
+Padding-free batching serves short and long requests together.
+TXT
+echo "$ build/ragged info"
+build/ragged info
+echo "$ build/ragged embed --input build/demo.txt --output build/demo.jsonl"
+build/ragged embed --input build/demo.txt --output build/demo.jsonl
+python3 - <<'PY'
+import json
+texts = open("build/demo.txt").read().splitlines()
+embs = [json.loads(l) for l in open("build/demo.jsonl")]
+for t, e in zip(texts, embs):
+    print(f"{t!r:70} dim={len(e)} [{', '.join(f'{x:+.4f}' for x in e[:6])}, ...]")
+print("cosine similarity:")
+for i, a in enumerate(embs):
+    print("  " + " ".join(f"{sum(x*y for x, y in zip(a, b)):.3f}" for b in embs))
+PY
