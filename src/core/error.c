@@ -47,6 +47,6 @@ rg_status rg_error_wrap(rg_status st, const char *fmt, ...)
 	vsnprintf(prefix, sizeof(prefix), fmt, ap);
 	va_end(ap);
 	memcpy(old, rg_errmsg, sizeof(old));
-	snprintf(rg_errmsg, sizeof(rg_errmsg), "%s: %s", prefix, old);
+	snprintf(rg_errmsg, sizeof(rg_errmsg), "%.200s: %.300s", prefix, old);
 	return st;
 }

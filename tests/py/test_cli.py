@@ -1,0 +1,179 @@
+"""The `ragged` command: embed/tokenize/info output against independent references (HF tokenizers,
+the float64 NumPy BERT in ref_bert.py), and one clear stderr line + non-zero exit for every error."""
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from ragged_ctypes import BIN_PATH
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _env():
+    env = dict(os.environ)
+    # Under the ASan pass the interpreter preloads the runtime; the CLI is instrumented itself and
+    # gets full leak checking.
+    env.pop("LD_PRELOAD", None)
+    env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=1"
+    return env
+
+
+def ragged(*args, stdin=b"", check=False):
+    p = subprocess.run([BIN_PATH, *args], input=stdin, capture_output=True, env=_env(), timeout=300)
+    if check:
+        assert p.returncode == 0, p.stderr.decode(errors="replace")
+    return p
+
+
+def one_error_line(p):
+    assert p.returncode != 0
+    lines = p.stderr.decode(errors="replace").strip().splitlines()
+    assert len(lines) == 1, lines
+    assert p.stdout == b"", "no partial output on error"
+    return lines[0]
+
+
+SENTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "ragged packs variable-length requests without padding.",
+    "Café au lait, naïve résumé — déjà vu!",
+    "一个句子。",
+    "",
+    "a",
+    "Short.",
+    "Machine learning models need careful evaluation on real data sets and real workloads, "
+    "not only on synthetic benchmarks.",
+]
+
+
+@pytest.fixture(scope="module")
+def hf_tok(minilm_dir):
+    tokenizers = pytest.importorskip("tokenizers")
+    t = tokenizers.Tokenizer.from_file(os.path.join(minilm_dir, "tokenizer.json"))
+    t.no_truncation()
+    t.no_padding()
+    return t
+
+
+def test_tokenize_matches_hf(minilm_dir, hf_tok):
+    p = ragged("tokenize", "--model", minilm_dir, stdin="\n".join(SENTS).encode() + b"\n", check=True)
+    got = [json.loads(l) for l in p.stdout.decode().splitlines()]
+    assert len(got) == len(SENTS)
+    for s, ids in zip(SENTS, got):
+        assert ids == hf_tok.encode(s).ids, s
+
+
+def test_embed_default_model_matches_float64_reference(minilm_dir, hf_tok):
+    from ref_bert import RefBert
+    # no --model: the default model must be found on its own
+    p = ragged("embed", "--device", "cpu", stdin="\n".join(SENTS).encode(), check=True)
+    got = np.array([json.loads(l) for l in p.stdout.decode().splitlines()])
+    assert got.shape == (len(SENTS), 384)
+    ref = RefBert(minilm_dir)
+    want = ref.embed([hf_tok.encode(s).ids for s in SENTS])
+    for g, w in zip(got, want):
+        cos = float(g @ w / (np.linalg.norm(g) * np.linalg.norm(w)))
+        assert cos >= 0.99999, cos
+        assert np.max(np.abs(g - w)) <= 1e-5 * np.max(np.abs(w)) + 1e-6
+
+
+def test_small_batches_equal_one_batch(minilm_dir):
+    text = "\n".join(SENTS * 3).encode()
+    one = ragged("embed", "--model", minilm_dir, "--device", "cpu", stdin=text, check=True)
+    many = ragged("embed", "--model", minilm_dir, "--device", "cpu", "--max-batch-tokens", "40",
+                  stdin=text, check=True)
+    a = np.array([json.loads(l) for l in one.stdout.decode().splitlines()])
+    b = np.array([json.loads(l) for l in many.stdout.decode().splitlines()])
+    assert a.shape == b.shape == (len(SENTS) * 3, 384)
+    assert np.max(np.abs(a - b)) <= 1e-6 * np.max(np.abs(a))
+
+
+def test_input_output_files(minilm_dir, tmp_path):
+    inp = tmp_path / "in.txt"
+    out = tmp_path / "out.jsonl"
+    inp.write_text("hello world\r\nsecond line\n")
+    ragged("embed", "--model", minilm_dir, "--device", "cpu", "--input", str(inp), "--output", str(out),
+           check=True)
+    rows = [json.loads(l) for l in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(len(r) == 384 for r in rows)
+    # "\r\n" line ends are the same text as "\n"
+    p = ragged("embed", "--model", minilm_dir, "--device", "cpu", stdin=b"hello world\n", check=True)
+    assert np.allclose(json.loads(p.stdout), rows[0], rtol=0, atol=1e-7)
+
+
+def test_info(minilm_dir):
+    p = ragged("info", check=True)
+    info = json.loads(p.stdout)
+    assert info["version"]
+    assert isinstance(info["build"]["cuda"], bool)
+    assert os.path.realpath(info["model_dir"]) == os.path.realpath(minilm_dir)
+    m = info["model"]
+    assert (m["hidden_size"], m["num_hidden_layers"], m["num_attention_heads"]) == (384, 6, 12)
+    assert m["pooling"] == "mean" and m["normalize"] is True
+    assert m["max_position_embeddings"] == 512
+
+
+def test_too_long_needs_truncate(minilm_dir):
+    long_text = ("word " * 600).encode() + b"\n"
+    line = one_error_line(ragged("embed", "--model", minilm_dir, "--device", "cpu",
+                                 stdin=b"ok\n" + long_text))
+    assert "line 2" in line and "512" in line
+    p = ragged("embed", "--model", minilm_dir, "--device", "cpu", "--truncate", stdin=b"ok\n" + long_text,
+               check=True)
+    assert len(p.stdout.decode().splitlines()) == 2
+    t = ragged("tokenize", "--model", minilm_dir, "--truncate", stdin=long_text, check=True)
+    ids = json.loads(t.stdout)
+    assert len(ids) == 512 and ids[0] == 101 and ids[-1] == 102
+
+
+def test_invalid_utf8_names_line(minilm_dir):
+    line = one_error_line(ragged("embed", "--model", minilm_dir, "--device", "cpu",
+                                 stdin=b"fine\nalso fine\nbad \xff\xfe here\n"))
+    assert "line 3" in line and "UTF-8" in line.upper().replace("UTF8", "UTF-8")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["embed", "--bogus"], "unknown option"),
+    (["embed", "--device", "tpu"], "--device"),
+    (["embed", "--dtype", "fp8"], "--dtype"),
+    (["embed", "--max-batch-tokens", "0"], "--max-batch-tokens"),
+    (["embed", "--max-batch-tokens", "12x"], "--max-batch-tokens"),
+    (["embed", "--model"], "needs a value"),
+    (["frobnicate"], "unknown command"),
+])
+def test_usage_errors(args, needle):
+    p = ragged(*args, stdin=b"hi\n")
+    assert p.returncode == 2
+    assert needle in one_error_line(p)
+
+
+def test_missing_model_dir(tmp_path):
+    line = one_error_line(ragged("embed", "--model", str(tmp_path / "nope"), stdin=b"hi\n"))
+    assert "nope" in line
+
+
+def test_empty_input(minilm_dir):
+    assert "empty input" in one_error_line(ragged("embed", "--model", minilm_dir, "--device", "cpu", stdin=b""))
+
+
+def test_fp16_on_cpu_refused(minilm_dir):
+    line = one_error_line(ragged("embed", "--model", minilm_dir, "--device", "cpu", "--dtype", "fp16",
+                                 stdin=b"hi\n"))
+    assert "fp16" in line or "fp32" in line
+
+
+def test_unwritable_output(minilm_dir, tmp_path):
+    p = ragged("embed", "--model", minilm_dir, "--device", "cpu", "--output", str(tmp_path / "no" / "x"),
+               stdin=b"hi\n")
+    assert p.returncode != 0 and len(p.stderr.decode().strip().splitlines()) == 1
+
+
+def test_cuda_request_without_gpu(minilm_dir):
+    p = ragged("info")
+    if json.loads(p.stdout)["build"]["cuda_devices"] > 0:
+        pytest.skip("a GPU is present: this checks the no-GPU path")
+    line = one_error_line(ragged("embed", "--model", minilm_dir, "--device", "cuda", stdin=b"hi\n"))
+    assert "cuda" in line.lower() or "gpu" in line.lower()
