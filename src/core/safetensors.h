@@ -7,8 +7,19 @@
  *   - N bounded (<= 100 MiB) and 8 + N <= file size; header is valid UTF-8 JSON object;
  *   - dtype one of F32/F16/BF16 (others -> RG_ERR_UNSUPPORTED naming tensor and dtype);
  *   - shape entries non-negative, product * element size == end - begin (no overflow);
- *   - 0 <= begin <= end <= data size; ranges of different tensors do not overlap.
- * Errors carry a message naming the file and the offending tensor. */
+ *   - 0 <= begin <= end <= data size; ranges of different tensors do not overlap;
+ *   - no tensor name twice (in one header, or across shards).
+ * Exception: integer buffers named "position_ids" / "token_type_ids" (or ending in
+ * ".position_ids" / ".token_type_ids"; older transformers versions save BertEmbeddings'
+ * position_ids as I64) are validated like every tensor, then left out of the table: rg_st_find
+ * returns NULL for them and rg_st_count does not count them.
+ * Errors carry a message naming the file and the offending tensor:
+ *   RG_ERR_IO      file or shard missing / unreadable / not a regular file / not mappable;
+ *   RG_ERR_FORMAT  anything malformed (lengths, JSON, shapes, offsets, overlap, duplicates, index);
+ *   RG_ERR_UNSUPPORTED  unsupported or unknown dtype, more than RG_ST_MAX_DIMS dimensions;
+ *   RG_ERR_OOM.
+ * Tensor data is only as aligned as the writer made it (writers pad the header to 8 bytes, so
+ * F32 data is normally 4-byte aligned); rg_st_to_f32 works for any alignment. */
 #ifndef RG_CORE_SAFETENSORS_H
 #define RG_CORE_SAFETENSORS_H
 #include <stddef.h>
@@ -41,7 +52,8 @@ const rg_st_tensor *rg_st_find(const rg_st *st, const char *name);
 size_t rg_st_count(const rg_st *st);
 const rg_st_tensor *rg_st_at(const rg_st *st, size_t i);
 
-/* Convert a tensor's elements to float32 into dst (numel floats, caller-owned). */
+/* Convert a tensor's elements to float32 into dst (numel floats, caller-owned). Exact: F16 as
+ * IEEE 754 binary16 (subnormals, +-inf, NaN kept), BF16 as the top 16 bits of a binary32. */
 void rg_st_to_f32(const rg_st_tensor *t, float *dst);
 
 /* Number of elements (product of shape). */
