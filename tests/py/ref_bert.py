@@ -1,0 +1,168 @@
+"""Independent float64 NumPy BERT encoder + sentence-transformers pooling, the reference the C
+runtime is tested against. It shares no code with ragged: it reads the Hugging Face directory
+itself (config.json, modules.json, 1_Pooling/config.json, model.safetensors via safetensors.numpy;
+BF16 tensors, which NumPy cannot represent, through a few lines of header parsing) and takes token
+ids as input (tokenization is tested separately against HF `tokenizers`).
+
+Math (HF transformers BertModel, eval mode):
+  x = LN(word[id] + pos[position] + type[0])
+  per layer: q,k,v = x Wq^T + bq, ...; per sequence and head softmax(q k^T / sqrt(d)) v;
+             x = LN(ctx Wo^T + bo + x); x = LN(act(x W1^T + b1) W2^T + b2 + x)
+  pooling: mean over tokens / CLS / elementwise max; optional L2 normalize (x / max(|x|, 1e-12)).
+"""
+import json
+import math
+import os
+import struct
+
+import numpy as np
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def gelu_new(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def relu(x):
+    return np.maximum(x, 0.0)
+
+
+ACTS = {"gelu": gelu, "gelu_new": gelu_new, "relu": relu}
+
+
+def read_safetensors(path):
+    """name -> float64 array for every F32/F16/BF16 tensor of one .safetensors file."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, d in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = d["data_offsets"]
+        raw = data[b:e]
+        if d["dtype"] == "BF16":
+            a = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        elif d["dtype"] in ("F32", "F16"):
+            continue  # read below through safetensors.numpy
+        else:
+            continue  # position_ids (I64) and the like are not weights
+        out[name] = a.reshape(d["shape"]).astype(np.float64)
+    from safetensors import safe_open
+    with safe_open(path, framework="np") as f:
+        for name in f.keys():
+            if header[name]["dtype"] in ("F32", "F16"):
+                out[name] = f.get_tensor(name).astype(np.float64)
+    return out
+
+
+def load_weights(model_dir):
+    p = os.path.join(model_dir, "model.safetensors")
+    if os.path.exists(p):
+        w = read_safetensors(p)
+    else:
+        with open(os.path.join(model_dir, "model.safetensors.index.json")) as f:
+            index = json.load(f)
+        w = {}
+        for shard in sorted(set(index["weight_map"].values())):
+            w.update(read_safetensors(os.path.join(model_dir, shard)))
+    # accept "bert." prefixes and the old gamma/beta names
+    norm = {}
+    for k, v in w.items():
+        if k.startswith("bert."):
+            k = k[len("bert."):]
+        k = k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        norm[k] = v
+    return norm
+
+
+def load_pooling(model_dir):
+    """(mode, normalize) from modules.json / 1_Pooling; ('mean', False) without them."""
+    mp = os.path.join(model_dir, "modules.json")
+    if not os.path.exists(mp):
+        return "mean", False
+    with open(mp) as f:
+        modules = json.load(f)
+    mode, normalize = "mean", False
+    for mod in modules:
+        t = mod.get("type", "")
+        if t.endswith("Normalize"):
+            normalize = True
+        elif t.endswith("Pooling"):
+            with open(os.path.join(model_dir, mod["path"], "config.json")) as f:
+                pc = json.load(f)
+            if pc.get("pooling_mode_cls_token"):
+                mode = "cls"
+            elif pc.get("pooling_mode_max_tokens"):
+                mode = "max"
+            else:
+                mode = "mean"
+    return mode, normalize
+
+
+def layer_norm(x, g, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * g + b
+
+
+class RefBert:
+    def __init__(self, model_dir):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            self.cfg = json.load(f)
+        self.w = load_weights(model_dir)
+        self.pooling, self.normalize = load_pooling(model_dir)
+        self.H = self.cfg["hidden_size"]
+        self.nh = self.cfg["num_attention_heads"]
+        self.eps = self.cfg.get("layer_norm_eps", 1e-12)
+        self.act = ACTS[self.cfg.get("hidden_act", "gelu")]
+
+    def encode(self, ids):
+        """Token ids of one sequence -> (len, H) float64 last hidden state."""
+        w, H, nh = self.w, self.H, self.nh
+        d = H // nh
+        ids = np.asarray(ids, np.int64)
+        L = len(ids)
+        x = (w["embeddings.word_embeddings.weight"][ids]
+             + w["embeddings.position_embeddings.weight"][np.arange(L)]
+             + w["embeddings.token_type_embeddings.weight"][0])
+        x = layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
+        for i in range(self.cfg["num_hidden_layers"]):
+            p = f"encoder.layer.{i}."
+            lin = lambda t, n: t @ w[p + n + ".weight"].T + w[p + n + ".bias"]  # noqa: E731
+            q = lin(x, "attention.self.query").reshape(L, nh, d).transpose(1, 0, 2)
+            k = lin(x, "attention.self.key").reshape(L, nh, d).transpose(1, 0, 2)
+            v = lin(x, "attention.self.value").reshape(L, nh, d).transpose(1, 0, 2)
+            s = q @ k.transpose(0, 2, 1) / math.sqrt(d)
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            ctx = (s @ v).transpose(1, 0, 2).reshape(L, H)
+            x = layer_norm(lin(ctx, "attention.output.dense") + x,
+                           w[p + "attention.output.LayerNorm.weight"],
+                           w[p + "attention.output.LayerNorm.bias"], self.eps)
+            h = self.act(lin(x, "intermediate.dense"))
+            x = layer_norm(lin(h, "output.dense") + x, w[p + "output.LayerNorm.weight"],
+                           w[p + "output.LayerNorm.bias"], self.eps)
+        return x
+
+    def embed(self, ids):
+        """Token ids of one sequence -> (H,) float64 pooled (and normalized) embedding."""
+        x = self.encode(ids)
+        if self.pooling == "cls":
+            e = x[0]
+        elif self.pooling == "max":
+            e = x.max(0)
+        else:
+            e = x.mean(0)
+        if self.normalize:
+            e = e / max(np.linalg.norm(e), 1e-12)
+        return e
+
+    def embed_batch(self, seqs):
+        return np.stack([self.embed(s) for s in seqs])
