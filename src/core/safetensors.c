@@ -356,7 +356,7 @@ static rg_status st_add_tensor(rg_st *st, size_t file_idx, const char *name, jso
 	bool skip = false;
 	uint64_t begin, end, nbytes;
 	int64_t shape[RG_ST_MAX_DIMS];
-	rg_st_entry *e;
+	rg_st_entry *e = NULL;
 	rg_status s;
 
 	if (!json_object_is_type(desc, json_type_object))
@@ -710,7 +710,7 @@ static bool shard_name_ok(const char *s)
 static rg_status st_open_index(rg_st *st, const char *dir, const char *index_path)
 {
 	char *buf = NULL, *shard_path = NULL;
-	size_t len;
+	size_t len = 0;
 	json_object *root = NULL, *wm;
 	const char **shards = NULL;
 	size_t n_shards = 0;

@@ -1,0 +1,447 @@
+/* Hugging Face config.json (BERT) and sentence-transformers modules.json / Pooling config.
+ * See config.h for the contract. Key names and defaults follow transformers' BertConfig
+ * (transformers/models/bert/configuration_bert.py) and sentence-transformers' Pooling module. */
+#include "model/config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "core/error.h"
+
+#define RG_CFG_MAX_FILE ((off_t)16 << 20) /* config files are a few KiB; refuse absurd ones */
+#define RG_CFG_MAX_DIM (1 << 20)          /* "sane" upper bound on every size */
+
+const char *rg_act_name(rg_act a)
+{
+	switch (a) {
+	case RG_ACT_NONE: return "none";
+	case RG_ACT_GELU: return "gelu";
+	case RG_ACT_GELU_NEW: return "gelu_new";
+	case RG_ACT_RELU: return "relu";
+	}
+	return "unknown";
+}
+
+/* Read and parse a JSON file. RG_ERR_IO when missing/unreadable, RG_ERR_FORMAT when not JSON
+ * (trailing non-whitespace counts as not JSON). *out owned by the caller (json_object_put). */
+static rg_status cfg_read_json(const char *path, json_object **out)
+{
+	struct stat sb;
+	json_tokener *tok = NULL;
+	json_object *obj = NULL;
+	enum json_tokener_error jerr;
+	char *buf = NULL;
+	size_t got = 0, end;
+	rg_status s = RG_OK;
+	int fd;
+
+	*out = NULL;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return rg_errorf(RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		s = rg_errorf(RG_ERR_IO, "%s: not a readable regular file", path);
+		goto out_close;
+	}
+	if (sb.st_size > RG_CFG_MAX_FILE) {
+		s = rg_errorf(RG_ERR_FORMAT, "%s: %lld bytes, over the %lld-byte limit", path,
+			      (long long)sb.st_size, (long long)RG_CFG_MAX_FILE);
+		goto out_close;
+	}
+	buf = malloc((size_t)sb.st_size + 1);
+	if (!buf) {
+		s = rg_errorf(RG_ERR_OOM, "%s: out of memory", path);
+		goto out_close;
+	}
+	while (got < (size_t)sb.st_size) {
+		ssize_t r = read(fd, buf + got, (size_t)sb.st_size - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			s = rg_errorf(RG_ERR_IO, "%s: read failed: %s", path,
+				      r < 0 ? strerror(errno) : "file shrank");
+			goto out_free_buf;
+		}
+		got += (size_t)r;
+	}
+	buf[got] = '\0';
+	if (memchr(buf, '\0', got)) {
+		s = rg_errorf(RG_ERR_FORMAT, "%s: not valid JSON: contains a NUL byte", path);
+		goto out_free_buf;
+	}
+	tok = json_tokener_new();
+	if (!tok) {
+		s = rg_errorf(RG_ERR_OOM, "%s: out of memory", path);
+		goto out_free_buf;
+	}
+	json_tokener_set_flags(tok, JSON_TOKENER_VALIDATE_UTF8);
+	obj = json_tokener_parse_ex(tok, buf, (int)got);
+	jerr = json_tokener_get_error(tok);
+	end = json_tokener_get_parse_end(tok);
+	if (!obj || jerr != json_tokener_success) {
+		s = rg_errorf(RG_ERR_FORMAT, "%s: not valid JSON: %s at byte %zu", path,
+			      jerr == json_tokener_continue ? "unexpected end"
+							    : json_tokener_error_desc(jerr),
+			      end);
+		goto out_put_obj;
+	}
+	for (size_t i = end; i < got; i++) {
+		char c = buf[i];
+		if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+			s = rg_errorf(RG_ERR_FORMAT, "%s: not valid JSON: trailing data at byte %zu",
+				      path, i);
+			goto out_put_obj;
+		}
+	}
+	*out = obj;
+	obj = NULL;
+out_put_obj:
+	json_object_put(obj);
+	json_tokener_free(tok);
+out_free_buf:
+	free(buf);
+out_close:
+	close(fd);
+	return s;
+}
+
+static char *path_join(const char *a, const char *b)
+{
+	size_t n = strlen(a) + strlen(b) + 2;
+	char *p = malloc(n);
+	if (p)
+		snprintf(p, n, "%s/%s", a, b);
+	return p;
+}
+
+/* Integer key in [lo, hi]. Missing or null: *v = def when !required, else RG_ERR_FORMAT.
+ * Wrong JSON type (string "384", 384.0, true): RG_ERR_FORMAT naming the key. */
+static rg_status cfg_int(const char *path, json_object *root, const char *key, bool required,
+			 int def, int64_t lo, int64_t hi, int *v)
+{
+	json_object *o;
+	int64_t x;
+
+	if (!json_object_object_get_ex(root, key, &o) || !o) {
+		if (required)
+			return rg_errorf(RG_ERR_FORMAT, "%s: required key \"%s\" is missing", path,
+					 key);
+		*v = def;
+		return RG_OK;
+	}
+	if (!json_object_is_type(o, json_type_int))
+		return rg_errorf(RG_ERR_FORMAT, "%s: \"%s\" must be an integer, got %s %s", path, key,
+				 json_type_to_name(json_object_get_type(o)),
+				 json_object_to_json_string(o));
+	x = json_object_get_int64(o);
+	if (x < lo || x > hi)
+		return rg_errorf(RG_ERR_FORMAT, "%s: \"%s\" = %s out of range [%lld, %lld]", path, key,
+				 json_object_to_json_string(o), (long long)lo, (long long)hi);
+	*v = (int)x;
+	return RG_OK;
+}
+
+/* String key; missing or null gives def (NULL def means required). */
+static rg_status cfg_str(const char *path, json_object *root, const char *key, const char *def,
+			 const char **v)
+{
+	json_object *o;
+
+	if (!json_object_object_get_ex(root, key, &o) || !o) {
+		if (!def)
+			return rg_errorf(RG_ERR_FORMAT, "%s: required key \"%s\" is missing", path,
+					 key);
+		*v = def;
+		return RG_OK;
+	}
+	if (!json_object_is_type(o, json_type_string))
+		return rg_errorf(RG_ERR_FORMAT, "%s: \"%s\" must be a string, got %s %s", path, key,
+				 json_type_to_name(json_object_get_type(o)),
+				 json_object_to_json_string(o));
+	*v = json_object_get_string(o);
+	return RG_OK;
+}
+
+rg_status rg_bert_config_load(const char *dir, rg_bert_config *cfg)
+{
+	char *path;
+	json_object *root = NULL, *o;
+	const char *str;
+	rg_status s;
+
+	memset(cfg, 0, sizeof(*cfg));
+	path = path_join(dir, "config.json");
+	if (!path)
+		return rg_errorf(RG_ERR_OOM, "%s: out of memory", dir);
+	s = cfg_read_json(path, &root);
+	if (s != RG_OK)
+		goto out_free_path;
+	if (!json_object_is_type(root, json_type_object)) {
+		s = rg_errorf(RG_ERR_FORMAT, "%s: top level is JSON %s, not an object", path,
+			      json_type_to_name(json_object_get_type(root)));
+		goto out_put_root;
+	}
+
+	if ((s = cfg_str(path, root, "model_type", NULL, &str)) != RG_OK)
+		goto out_put_root;
+	if (strcmp(str, "bert")) {
+		s = rg_errorf(RG_ERR_UNSUPPORTED,
+			      "%s: model_type \"%s\" is not supported (only \"bert\")", path, str);
+		goto out_put_root;
+	}
+	snprintf(cfg->model_type, sizeof(cfg->model_type), "%s", str);
+
+	if ((s = cfg_int(path, root, "vocab_size", true, 0, 1, RG_CFG_MAX_DIM - 1,
+			 &cfg->vocab_size)) != RG_OK ||
+	    (s = cfg_int(path, root, "hidden_size", true, 0, 1, RG_CFG_MAX_DIM - 1,
+			 &cfg->hidden_size)) != RG_OK ||
+	    (s = cfg_int(path, root, "num_attention_heads", true, 0, 1, RG_CFG_MAX_DIM - 1,
+			 &cfg->num_attention_heads)) != RG_OK ||
+	    (s = cfg_int(path, root, "num_hidden_layers", true, 0, 1, RG_CFG_MAX_DIM - 1,
+			 &cfg->num_hidden_layers)) != RG_OK ||
+	    (s = cfg_int(path, root, "intermediate_size", true, 0, 1, RG_CFG_MAX_DIM - 1,
+			 &cfg->intermediate_size)) != RG_OK ||
+	    (s = cfg_int(path, root, "max_position_embeddings", true, 0, 1, RG_CFG_MAX_DIM - 1,
+			 &cfg->max_position_embeddings)) != RG_OK ||
+	    (s = cfg_int(path, root, "type_vocab_size", false, 2, 1, RG_CFG_MAX_DIM - 1,
+			 &cfg->type_vocab_size)) != RG_OK ||
+	    (s = cfg_int(path, root, "pad_token_id", false, 0, 0, cfg->vocab_size - 1,
+			 &cfg->pad_token_id)) != RG_OK)
+		goto out_put_root;
+	if (cfg->hidden_size % cfg->num_attention_heads != 0) {
+		s = rg_errorf(RG_ERR_FORMAT,
+			      "%s: hidden_size %d is not divisible by num_attention_heads %d", path,
+			      cfg->hidden_size, cfg->num_attention_heads);
+		goto out_put_root;
+	}
+
+	if ((s = cfg_str(path, root, "hidden_act", "gelu", &str)) != RG_OK)
+		goto out_put_root;
+	if (!strcmp(str, "gelu")) {
+		cfg->hidden_act = RG_ACT_GELU;
+	} else if (!strcmp(str, "gelu_new") || !strcmp(str, "gelu_pytorch_tanh")) {
+		/* both are the tanh approximation (transformers.activations) */
+		cfg->hidden_act = RG_ACT_GELU_NEW;
+	} else if (!strcmp(str, "relu")) {
+		cfg->hidden_act = RG_ACT_RELU;
+	} else {
+		s = rg_errorf(RG_ERR_UNSUPPORTED,
+			      "%s: hidden_act \"%s\" is not supported (gelu, gelu_new, "
+			      "gelu_pytorch_tanh, relu)",
+			      path, str);
+		goto out_put_root;
+	}
+
+	if ((s = cfg_str(path, root, "position_embedding_type", "absolute", &str)) != RG_OK)
+		goto out_put_root;
+	if (strcmp(str, "absolute")) {
+		s = rg_errorf(RG_ERR_UNSUPPORTED,
+			      "%s: position_embedding_type \"%s\" is not supported (only "
+			      "\"absolute\")",
+			      path, str);
+		goto out_put_root;
+	}
+
+	cfg->layer_norm_eps = 1e-12;
+	if (json_object_object_get_ex(root, "layer_norm_eps", &o) && o) {
+		if (!json_object_is_type(o, json_type_double) &&
+		    !json_object_is_type(o, json_type_int)) {
+			s = rg_errorf(RG_ERR_FORMAT, "%s: \"layer_norm_eps\" must be a number, got %s %s",
+				      path, json_type_to_name(json_object_get_type(o)),
+				      json_object_to_json_string(o));
+			goto out_put_root;
+		}
+		cfg->layer_norm_eps = json_object_get_double(o);
+		/* written so that NaN fails too */
+		if (!(cfg->layer_norm_eps > 0.0 && cfg->layer_norm_eps < 1.0)) {
+			s = rg_errorf(RG_ERR_FORMAT, "%s: \"layer_norm_eps\" = %s must be in (0, 1)",
+				      path, json_object_to_json_string(o));
+			goto out_put_root;
+		}
+	}
+	s = RG_OK;
+out_put_root:
+	json_object_put(root);
+out_free_path:
+	free(path);
+	return s;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+	return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* A module path must stay inside the model directory: relative, no ".." component. */
+static bool module_path_ok(const char *p)
+{
+	const char *c = p;
+
+	if (p[0] == '/')
+		return false;
+	while (*c) {
+		size_t n = strcspn(c, "/");
+		if (n == 2 && c[0] == '.' && c[1] == '.')
+			return false;
+		c += n;
+		if (*c == '/')
+			c++;
+	}
+	return true;
+}
+
+/* <dir>/<module>/config.json of a sentence-transformers Pooling module. */
+static rg_status pooling_mode_load(const char *dir, const char *module, rg_pooling *mode)
+{
+	char *mdir, *path;
+	json_object *root = NULL;
+	int n_true = 0;
+	rg_status s;
+
+	mdir = path_join(dir, module);
+	path = mdir ? path_join(mdir, "config.json") : NULL;
+	free(mdir);
+	if (!path)
+		return rg_errorf(RG_ERR_OOM, "%s: out of memory", dir);
+	s = cfg_read_json(path, &root);
+	if (s != RG_OK)
+		goto out_free_path;
+	if (!json_object_is_type(root, json_type_object)) {
+		s = rg_errorf(RG_ERR_FORMAT, "%s: top level is JSON %s, not an object", path,
+			      json_type_to_name(json_object_get_type(root)));
+		goto out_put_root;
+	}
+	json_object_object_foreach(root, key, val) {
+		bool on;
+		if (strncmp(key, "pooling_mode_", 13))
+			continue;
+		if (!json_object_is_type(val, json_type_boolean)) {
+			s = rg_errorf(RG_ERR_FORMAT, "%s: \"%s\" must be a boolean, got %s", path, key,
+				      json_object_to_json_string(val));
+			goto out_put_root;
+		}
+		on = json_object_get_boolean(val);
+		if (!on)
+			continue;
+		if (!strcmp(key, "pooling_mode_mean_tokens")) {
+			*mode = RG_POOL_MEAN;
+		} else if (!strcmp(key, "pooling_mode_cls_token")) {
+			*mode = RG_POOL_CLS;
+		} else if (!strcmp(key, "pooling_mode_max_tokens")) {
+			*mode = RG_POOL_MAX;
+		} else {
+			/* mean_sqrt_len_tokens, weightedmean_tokens, lasttoken, anything newer */
+			s = rg_errorf(RG_ERR_UNSUPPORTED,
+				      "%s: %s is not supported (mean_tokens, cls_token, max_tokens "
+				      "only)",
+				      path, key);
+			goto out_put_root;
+		}
+		n_true++;
+	}
+	if (n_true != 1) {
+		s = rg_errorf(RG_ERR_FORMAT,
+			      "%s: exactly one of pooling_mode_mean_tokens / pooling_mode_cls_token / "
+			      "pooling_mode_max_tokens must be true (%d are)",
+			      path, n_true);
+		goto out_put_root;
+	}
+	s = RG_OK;
+out_put_root:
+	json_object_put(root);
+out_free_path:
+	free(path);
+	return s;
+}
+
+rg_status rg_pooling_config_load(const char *dir, rg_pooling *mode, bool *normalize)
+{
+	char *path;
+	json_object *root = NULL;
+	struct stat sb;
+	const char *pool_path = NULL;
+	size_t n;
+	rg_status s = RG_OK;
+
+	*mode = RG_POOL_MEAN;
+	*normalize = false;
+	path = path_join(dir, "modules.json");
+	if (!path)
+		return rg_errorf(RG_ERR_OOM, "%s: out of memory", dir);
+	if (stat(path, &sb) != 0 && errno == ENOENT) {
+		struct stat db;
+		/* no sentence-transformers extras: defaults, as long as the directory exists */
+		if (stat(dir, &db) != 0 || !S_ISDIR(db.st_mode))
+			s = rg_errorf(RG_ERR_IO, "%s: not a directory", dir);
+		goto out_free_path;
+	}
+	s = cfg_read_json(path, &root);
+	if (s != RG_OK)
+		goto out_free_path;
+	if (!json_object_is_type(root, json_type_array)) {
+		s = rg_errorf(RG_ERR_FORMAT, "%s: top level is JSON %s, not an array", path,
+			      json_type_to_name(json_object_get_type(root)));
+		goto out_put_root;
+	}
+	n = json_object_array_length(root);
+	for (size_t i = 0; i < n; i++) {
+		json_object *m = json_object_array_get_idx(root, i), *jt, *jp;
+		const char *type, *mpath;
+		if (!json_object_is_type(m, json_type_object) ||
+		    !json_object_object_get_ex(m, "type", &jt) ||
+		    !json_object_is_type(jt, json_type_string) ||
+		    !json_object_object_get_ex(m, "path", &jp) ||
+		    !json_object_is_type(jp, json_type_string)) {
+			s = rg_errorf(RG_ERR_FORMAT,
+				      "%s: module %zu must be an object with string \"type\" and "
+				      "\"path\"",
+				      path, i);
+			goto out_put_root;
+		}
+		type = json_object_get_string(jt);
+		mpath = json_object_get_string(jp);
+		if (!module_path_ok(mpath)) {
+			s = rg_errorf(RG_ERR_FORMAT,
+				      "%s: module %zu path \"%s\" leaves the model directory", path, i,
+				      mpath);
+			goto out_put_root;
+		}
+		if (ends_with(type, "models.Transformer")) {
+			continue;
+		} else if (ends_with(type, "models.Pooling")) {
+			if (pool_path) {
+				s = rg_errorf(RG_ERR_FORMAT, "%s: more than one Pooling module", path);
+				goto out_put_root;
+			}
+			pool_path = mpath;
+		} else if (ends_with(type, "models.Normalize")) {
+			*normalize = true;
+		} else {
+			/* a Dense or other module would change the embedding: refuse rather than
+			 * silently return something else */
+			s = rg_errorf(RG_ERR_UNSUPPORTED,
+				      "%s: module type \"%s\" is not supported (Transformer, Pooling, "
+				      "Normalize)",
+				      path, type);
+			goto out_put_root;
+		}
+	}
+	if (pool_path)
+		s = pooling_mode_load(dir, pool_path, mode);
+	if (s != RG_OK)
+		*normalize = false;
+out_put_root:
+	json_object_put(root);
+out_free_path:
+	free(path);
+	return s;
+}

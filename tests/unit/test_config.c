@@ -1,0 +1,468 @@
+/* Unit tests for config.json / modules.json parsing (src/model/config.c). Every refusal asserts
+ * the status and that the message names the culprit key (and value where there is one). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "model/config.h"
+
+static char g_root[] = "/tmp/rg_cfg_test_XXXXXX";
+static int g_case;
+static char g_dir[256];
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb; (void)flag; (void)ftw;
+	return remove(p);
+}
+
+static int group_setup(void **state)
+{
+	(void)state;
+	return mkdtemp(g_root) ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	return nftw(g_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int case_setup(void **state)
+{
+	(void)state;
+	snprintf(g_dir, sizeof(g_dir), "%s/c%d", g_root, g_case++);
+	return mkdir(g_dir, 0700);
+}
+
+static void write_file(const char *name, const char *text)
+{
+	char p[512];
+	FILE *f;
+	snprintf(p, sizeof(p), "%s/%s", g_dir, name);
+	f = fopen(p, "wb");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static void make_subdir(const char *name)
+{
+	char p[512];
+	snprintf(p, sizeof(p), "%s/%s", g_dir, name);
+	assert_int_equal(mkdir(p, 0700), 0);
+}
+
+/* The all-MiniLM-L6-v2 config, with key `key` replaced by raw JSON `val` (NULL: key removed). */
+static const char *const k_base[][2] = {
+	{"_name_or_path", "\"nreimers/MiniLM-L6-H384-uncased\""},
+	{"architectures", "[\"BertModel\"]"},
+	{"attention_probs_dropout_prob", "0.1"},
+	{"hidden_act", "\"gelu\""},
+	{"hidden_size", "384"},
+	{"intermediate_size", "1536"},
+	{"layer_norm_eps", "1e-12"},
+	{"max_position_embeddings", "512"},
+	{"model_type", "\"bert\""},
+	{"num_attention_heads", "12"},
+	{"num_hidden_layers", "6"},
+	{"pad_token_id", "0"},
+	{"position_embedding_type", "\"absolute\""},
+	{"type_vocab_size", "2"},
+	{"vocab_size", "30522"},
+};
+
+static void write_config2(const char *k1, const char *v1, const char *k2, const char *v2)
+{
+	char buf[4096];
+	size_t n = 0;
+	bool first = true;
+	n += (size_t)snprintf(buf + n, sizeof(buf) - n, "{\n");
+	for (size_t i = 0; i < sizeof(k_base) / sizeof(k_base[0]); i++) {
+		const char *v = k_base[i][1];
+		if (k1 && !strcmp(k_base[i][0], k1))
+			v = v1;
+		if (k2 && !strcmp(k_base[i][0], k2))
+			v = v2;
+		if (!v)
+			continue;
+		n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s  \"%s\": %s", first ? "" : ",\n",
+				      k_base[i][0], v);
+		first = false;
+	}
+	snprintf(buf + n, sizeof(buf) - n, "\n}\n");
+	write_file("config.json", buf);
+}
+
+static void write_config(const char *key, const char *val)
+{
+	write_config2(key, val, NULL, NULL);
+}
+
+static void expect_msg(const char *needle)
+{
+	if (!strstr(rg_last_error(), needle))
+		fail_msg("message '%s' does not contain '%s'", rg_last_error(), needle);
+}
+
+/* Load config.json and expect status want with every needle in the message. */
+static void expect_cfg_fail(rg_status want, ...)
+{
+	rg_bert_config cfg;
+	rg_status s;
+	va_list ap;
+	const char *needle;
+
+	rg_error_clear();
+	s = rg_bert_config_load(g_dir, &cfg);
+	if (s != want)
+		fail_msg("status %s, want %s; message: %s", rg_status_name(s), rg_status_name(want),
+			 rg_last_error());
+	va_start(ap, want);
+	while ((needle = va_arg(ap, const char *)) != NULL)
+		expect_msg(needle);
+	va_end(ap);
+}
+
+static void expect_pool_fail(rg_status want, ...)
+{
+	rg_pooling mode;
+	bool norm;
+	rg_status s;
+	va_list ap;
+	const char *needle;
+
+	rg_error_clear();
+	s = rg_pooling_config_load(g_dir, &mode, &norm);
+	if (s != want)
+		fail_msg("status %s, want %s; message: %s", rg_status_name(s), rg_status_name(want),
+			 rg_last_error());
+	va_start(ap, want);
+	while ((needle = va_arg(ap, const char *)) != NULL)
+		expect_msg(needle);
+	va_end(ap);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static void test_valid_config(void **state)
+{
+	rg_bert_config cfg;
+	(void)state;
+	write_config(NULL, NULL);
+	assert_int_equal(rg_bert_config_load(g_dir, &cfg), RG_OK);
+	assert_string_equal(cfg.model_type, "bert");
+	assert_int_equal(cfg.vocab_size, 30522);
+	assert_int_equal(cfg.hidden_size, 384);
+	assert_int_equal(cfg.num_attention_heads, 12);
+	assert_int_equal(cfg.num_hidden_layers, 6);
+	assert_int_equal(cfg.intermediate_size, 1536);
+	assert_int_equal(cfg.max_position_embeddings, 512);
+	assert_int_equal(cfg.type_vocab_size, 2);
+	assert_int_equal(cfg.pad_token_id, 0);
+	assert_int_equal(cfg.hidden_act, RG_ACT_GELU);
+	assert_true(cfg.layer_norm_eps == 1e-12);
+	assert_string_equal(rg_act_name(cfg.hidden_act), "gelu");
+}
+
+static void test_optional_defaults(void **state)
+{
+	rg_bert_config cfg;
+	(void)state;
+	/* drop every optional key: HF BertConfig defaults apply */
+	write_file("config.json",
+		   "{\"model_type\":\"bert\",\"vocab_size\":100,\"hidden_size\":64,"
+		   "\"num_attention_heads\":4,\"num_hidden_layers\":2,\"intermediate_size\":128,"
+		   "\"max_position_embeddings\":32,\"pad_token_id\":null}");
+	assert_int_equal(rg_bert_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(cfg.type_vocab_size, 2);
+	assert_int_equal(cfg.pad_token_id, 0);
+	assert_int_equal(cfg.hidden_act, RG_ACT_GELU);
+	assert_true(cfg.layer_norm_eps == 1e-12);
+	/* other values of the optional keys */
+	write_config2("layer_norm_eps", "1e-05", "type_vocab_size", "1");
+	assert_int_equal(rg_bert_config_load(g_dir, &cfg), RG_OK);
+	assert_true(cfg.layer_norm_eps == 1e-5);
+	assert_int_equal(cfg.type_vocab_size, 1);
+}
+
+static void test_activations(void **state)
+{
+	rg_bert_config cfg;
+	(void)state;
+	write_config("hidden_act", "\"gelu_new\"");
+	assert_int_equal(rg_bert_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(cfg.hidden_act, RG_ACT_GELU_NEW);
+	assert_string_equal(rg_act_name(cfg.hidden_act), "gelu_new");
+	write_config("hidden_act", "\"gelu_pytorch_tanh\"");
+	assert_int_equal(rg_bert_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(cfg.hidden_act, RG_ACT_GELU_NEW);
+	write_config("hidden_act", "\"relu\"");
+	assert_int_equal(rg_bert_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(cfg.hidden_act, RG_ACT_RELU);
+	assert_string_equal(rg_act_name(cfg.hidden_act), "relu");
+	write_config("hidden_act", "\"swish\"");
+	expect_cfg_fail(RG_ERR_UNSUPPORTED, "hidden_act", "swish", NULL);
+	write_config("hidden_act", "\"GELU\"");
+	expect_cfg_fail(RG_ERR_UNSUPPORTED, "hidden_act", "GELU", NULL);
+	write_config("hidden_act", "5");
+	expect_cfg_fail(RG_ERR_FORMAT, "hidden_act", "string", NULL);
+}
+
+static void test_missing_keys(void **state)
+{
+	static const char *const required[] = {"model_type",        "vocab_size",
+					       "hidden_size",       "num_attention_heads",
+					       "num_hidden_layers", "intermediate_size",
+					       "max_position_embeddings"};
+	(void)state;
+	for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
+		char want[128];
+		write_config(required[i], NULL);
+		snprintf(want, sizeof(want), "\"%s\" is missing", required[i]);
+		expect_cfg_fail(RG_ERR_FORMAT, "config.json", want, NULL);
+	}
+	/* null counts as missing for a required key */
+	write_config("hidden_size", "null");
+	expect_cfg_fail(RG_ERR_FORMAT, "hidden_size", NULL);
+}
+
+static void test_wrong_types(void **state)
+{
+	(void)state;
+	write_config("hidden_size", "\"384\"");
+	expect_cfg_fail(RG_ERR_FORMAT, "config.json", "\"hidden_size\"", "integer", "\"384\"",
+			NULL);
+	write_config("num_attention_heads", "12.0");
+	expect_cfg_fail(RG_ERR_FORMAT, "num_attention_heads", "integer", NULL);
+	write_config("vocab_size", "true");
+	expect_cfg_fail(RG_ERR_FORMAT, "vocab_size", "integer", NULL);
+	write_config("num_hidden_layers", "[6]");
+	expect_cfg_fail(RG_ERR_FORMAT, "num_hidden_layers", NULL);
+	write_config("model_type", "3");
+	expect_cfg_fail(RG_ERR_FORMAT, "model_type", "string", NULL);
+	write_config("layer_norm_eps", "\"1e-12\"");
+	expect_cfg_fail(RG_ERR_FORMAT, "layer_norm_eps", "number", NULL);
+	write_config("position_embedding_type", "{}");
+	expect_cfg_fail(RG_ERR_FORMAT, "position_embedding_type", NULL);
+	write_config("type_vocab_size", "\"2\"");
+	expect_cfg_fail(RG_ERR_FORMAT, "type_vocab_size", NULL);
+}
+
+static void test_unsupported_model_type(void **state)
+{
+	(void)state;
+	write_config("model_type", "\"roberta\"");
+	expect_cfg_fail(RG_ERR_UNSUPPORTED, "model_type", "roberta", NULL);
+	write_config("model_type", "\"gpt2\"");
+	expect_cfg_fail(RG_ERR_UNSUPPORTED, "model_type", "gpt2", NULL);
+	write_config("position_embedding_type", "\"relative_key\"");
+	expect_cfg_fail(RG_ERR_UNSUPPORTED, "position_embedding_type", "relative_key", NULL);
+}
+
+static void test_bad_sizes(void **state)
+{
+	(void)state;
+	write_config2("hidden_size", "384", "num_attention_heads", "10");
+	expect_cfg_fail(RG_ERR_FORMAT, "hidden_size 384", "num_attention_heads 10", "divisible",
+			NULL);
+	write_config("hidden_size", "0");
+	expect_cfg_fail(RG_ERR_FORMAT, "hidden_size", "out of range", NULL);
+	write_config("num_hidden_layers", "-1");
+	expect_cfg_fail(RG_ERR_FORMAT, "num_hidden_layers", "-1", NULL);
+	write_config("intermediate_size", "1048576");
+	expect_cfg_fail(RG_ERR_FORMAT, "intermediate_size", "1048576", NULL);
+	write_config("vocab_size", "99999999999999999999");
+	expect_cfg_fail(RG_ERR_FORMAT, "vocab_size", NULL);
+	write_config("max_position_embeddings", "0");
+	expect_cfg_fail(RG_ERR_FORMAT, "max_position_embeddings", NULL);
+	write_config("pad_token_id", "30522");
+	expect_cfg_fail(RG_ERR_FORMAT, "pad_token_id", NULL);
+	write_config("layer_norm_eps", "0");
+	expect_cfg_fail(RG_ERR_FORMAT, "layer_norm_eps", NULL);
+	write_config("layer_norm_eps", "-1e-12");
+	expect_cfg_fail(RG_ERR_FORMAT, "layer_norm_eps", NULL);
+}
+
+static void test_bad_files(void **state)
+{
+	rg_bert_config cfg;
+	(void)state;
+	expect_cfg_fail(RG_ERR_IO, "config.json", NULL);
+	write_file("config.json", "{\"model_type\": \"bert\",");
+	expect_cfg_fail(RG_ERR_FORMAT, "config.json", "not valid JSON", NULL);
+	write_file("config.json", "[1, 2]");
+	expect_cfg_fail(RG_ERR_FORMAT, "config.json", "not an object", NULL);
+	write_file("config.json", "{} {}");
+	expect_cfg_fail(RG_ERR_FORMAT, "config.json", "trailing", NULL);
+	write_file("config.json", "");
+	expect_cfg_fail(RG_ERR_FORMAT, "config.json", NULL);
+	assert_int_equal(rg_bert_config_load("/nonexistent/rg_dir", &cfg), RG_ERR_IO);
+	expect_msg("/nonexistent/rg_dir/config.json");
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static void write_modules(bool with_normalize)
+{
+	char buf[1024];
+	snprintf(buf, sizeof(buf),
+		 "[{\"idx\":0,\"name\":\"0\",\"path\":\"\","
+		 "\"type\":\"sentence_transformers.models.Transformer\"},"
+		 "{\"idx\":1,\"name\":\"1\",\"path\":\"1_Pooling\","
+		 "\"type\":\"sentence_transformers.models.Pooling\"}%s]",
+		 with_normalize ? ",{\"idx\":2,\"name\":\"2\",\"path\":\"2_Normalize\","
+				  "\"type\":\"sentence_transformers.models.Normalize\"}"
+				: "");
+	write_file("modules.json", buf);
+}
+
+static void write_pooling(const char *mean, const char *cls, const char *max, const char *extra)
+{
+	char buf[1024];
+	snprintf(buf, sizeof(buf),
+		 "{\"word_embedding_dimension\": 384, \"pooling_mode_cls_token\": %s,"
+		 " \"pooling_mode_mean_tokens\": %s, \"pooling_mode_max_tokens\": %s,"
+		 " \"pooling_mode_mean_sqrt_len_tokens\": false%s}",
+		 cls, mean, max, extra ? extra : "");
+	write_file("1_Pooling/config.json", buf);
+}
+
+static void test_pooling_modes(void **state)
+{
+	rg_pooling mode;
+	bool norm;
+	(void)state;
+	make_subdir("1_Pooling");
+	write_modules(true);
+	write_pooling("true", "false", "false", NULL);
+	assert_int_equal(rg_pooling_config_load(g_dir, &mode, &norm), RG_OK);
+	assert_int_equal(mode, RG_POOL_MEAN);
+	assert_true(norm);
+
+	write_modules(false);
+	write_pooling("false", "true", "false", NULL);
+	assert_int_equal(rg_pooling_config_load(g_dir, &mode, &norm), RG_OK);
+	assert_int_equal(mode, RG_POOL_CLS);
+	assert_false(norm);
+
+	write_pooling("false", "false", "true", NULL);
+	assert_int_equal(rg_pooling_config_load(g_dir, &mode, &norm), RG_OK);
+	assert_int_equal(mode, RG_POOL_MAX);
+	assert_false(norm);
+}
+
+static void test_pooling_defaults(void **state)
+{
+	rg_pooling mode = RG_POOL_MAX;
+	bool norm = true;
+	(void)state;
+	/* no modules.json: mean pooling, no normalization */
+	assert_int_equal(rg_pooling_config_load(g_dir, &mode, &norm), RG_OK);
+	assert_int_equal(mode, RG_POOL_MEAN);
+	assert_false(norm);
+	/* Normalize without a Pooling module */
+	write_file("modules.json", "[{\"path\":\"2_Normalize\","
+				   "\"type\":\"sentence_transformers.models.Normalize\"}]");
+	assert_int_equal(rg_pooling_config_load(g_dir, &mode, &norm), RG_OK);
+	assert_int_equal(mode, RG_POOL_MEAN);
+	assert_true(norm);
+	/* a missing directory is an I/O error, not "no extras" */
+	assert_int_equal(rg_pooling_config_load("/nonexistent/rg_dir", &mode, &norm), RG_ERR_IO);
+	expect_msg("/nonexistent/rg_dir");
+}
+
+static void test_pooling_unsupported(void **state)
+{
+	(void)state;
+	make_subdir("1_Pooling");
+	write_modules(true);
+	write_pooling("false", "false", "false", ", \"pooling_mode_weightedmean_tokens\": true");
+	expect_pool_fail(RG_ERR_UNSUPPORTED, "1_Pooling/config.json",
+			 "pooling_mode_weightedmean_tokens", NULL);
+	write_file("1_Pooling/config.json",
+		   "{\"pooling_mode_mean_tokens\": false, \"pooling_mode_mean_sqrt_len_tokens\": true}");
+	expect_pool_fail(RG_ERR_UNSUPPORTED, "pooling_mode_mean_sqrt_len_tokens", NULL);
+	write_pooling("false", "false", "false", ", \"pooling_mode_lasttoken\": true");
+	expect_pool_fail(RG_ERR_UNSUPPORTED, "pooling_mode_lasttoken", NULL);
+	/* a Dense module would change the output: refused, named */
+	write_file("modules.json", "[{\"path\":\"2_Dense\","
+				   "\"type\":\"sentence_transformers.models.Dense\"}]");
+	expect_pool_fail(RG_ERR_UNSUPPORTED, "sentence_transformers.models.Dense", NULL);
+}
+
+static void test_pooling_malformed(void **state)
+{
+	(void)state;
+	make_subdir("1_Pooling");
+	write_modules(false);
+	/* none true / two true */
+	write_pooling("false", "false", "false", NULL);
+	expect_pool_fail(RG_ERR_FORMAT, "1_Pooling/config.json", "exactly one", NULL);
+	write_pooling("true", "true", "false", NULL);
+	expect_pool_fail(RG_ERR_FORMAT, "exactly one", "(2 are)", NULL);
+	/* wrong type */
+	write_pooling("1", "false", "false", NULL);
+	expect_pool_fail(RG_ERR_FORMAT, "pooling_mode_mean_tokens", "boolean", NULL);
+	/* pooling config not JSON */
+	write_file("1_Pooling/config.json", "{pooling");
+	expect_pool_fail(RG_ERR_FORMAT, "1_Pooling/config.json", "not valid JSON", NULL);
+	/* modules.json not JSON / not an array / entry without path */
+	write_file("modules.json", "[{\"path\": ");
+	expect_pool_fail(RG_ERR_FORMAT, "modules.json", "not valid JSON", NULL);
+	write_file("modules.json", "{\"path\": \"1_Pooling\"}");
+	expect_pool_fail(RG_ERR_FORMAT, "modules.json", "not an array", NULL);
+	write_file("modules.json", "[{\"type\": \"sentence_transformers.models.Pooling\"}]");
+	expect_pool_fail(RG_ERR_FORMAT, "modules.json", "module 0", NULL);
+	write_file("modules.json", "[{\"path\": 1, \"type\": \"x.models.Pooling\"}]");
+	expect_pool_fail(RG_ERR_FORMAT, "modules.json", "module 0", NULL);
+}
+
+static void test_pooling_path_escape(void **state)
+{
+	(void)state;
+	write_file("modules.json", "[{\"path\":\"../1_Pooling\","
+				   "\"type\":\"sentence_transformers.models.Pooling\"}]");
+	expect_pool_fail(RG_ERR_FORMAT, "modules.json", "../1_Pooling", NULL);
+	write_file("modules.json", "[{\"path\":\"a/../../etc\","
+				   "\"type\":\"sentence_transformers.models.Pooling\"}]");
+	expect_pool_fail(RG_ERR_FORMAT, "a/../../etc", NULL);
+	write_file("modules.json", "[{\"path\":\"/etc\","
+				   "\"type\":\"sentence_transformers.models.Pooling\"}]");
+	expect_pool_fail(RG_ERR_FORMAT, "/etc", NULL);
+	/* Pooling module whose config.json is missing */
+	write_file("modules.json", "[{\"path\":\"1_Pooling\","
+				   "\"type\":\"sentence_transformers.models.Pooling\"}]");
+	expect_pool_fail(RG_ERR_IO, "1_Pooling/config.json", NULL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_valid_config, case_setup),
+		cmocka_unit_test_setup(test_optional_defaults, case_setup),
+		cmocka_unit_test_setup(test_activations, case_setup),
+		cmocka_unit_test_setup(test_missing_keys, case_setup),
+		cmocka_unit_test_setup(test_wrong_types, case_setup),
+		cmocka_unit_test_setup(test_unsupported_model_type, case_setup),
+		cmocka_unit_test_setup(test_bad_sizes, case_setup),
+		cmocka_unit_test_setup(test_bad_files, case_setup),
+		cmocka_unit_test_setup(test_pooling_modes, case_setup),
+		cmocka_unit_test_setup(test_pooling_defaults, case_setup),
+		cmocka_unit_test_setup(test_pooling_unsupported, case_setup),
+		cmocka_unit_test_setup(test_pooling_malformed, case_setup),
+		cmocka_unit_test_setup(test_pooling_path_escape, case_setup),
+	};
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
