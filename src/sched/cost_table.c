@@ -183,25 +183,33 @@ static void locate(const int *g, int n, int x, int *i0, int *i1, double *w)
 	*w = (double)(x - g[lo]) / (double)(g[hi] - g[lo]);
 }
 
-double rg_cost_table_get(const rg_cost_table *t, int len, int batch)
+/* Bilinear interpolation (or extrapolation) of the grid at (len, batch). */
+static double interp(const rg_cost_table *t, int len, int batch)
 {
 	int l0, l1, b0, b1;
 	double wl, wb;
 
-	if (!t || len < 1 || batch < 1 || !rg_cost_table_complete(t))
-		return NAN;
 	locate(t->lens, t->n_lens, len, &l0, &l1, &wl);
 	locate(t->batches, t->n_batches, batch, &b0, &b1, &wb);
 	const double *m = t->ms;
 	size_t nb = (size_t)t->n_batches;
 	double f00 = m[l0 * nb + b0], f01 = m[l0 * nb + b1];
 	double f10 = m[l1 * nb + b0], f11 = m[l1 * nb + b1];
-	double v = (1 - wl) * ((1 - wb) * f00 + wb * f01) + wl * ((1 - wb) * f10 + wb * f11);
-	/* Extrapolating past the grid never predicts less than the largest corner measured. */
-	if (len > t->lens[t->n_lens - 1] || batch > t->batches[t->n_batches - 1]) {
-		double floor_v = m[(size_t)l1 * nb + (size_t)b1];
-		if (v < floor_v)
-			v = floor_v;
+	return (1 - wl) * ((1 - wb) * f00 + wb * f01) + wl * ((1 - wb) * f10 + wb * f11);
+}
+
+double rg_cost_table_get(const rg_cost_table *t, int len, int batch)
+{
+	if (!t || len < 1 || batch < 1 || !rg_cost_table_complete(t))
+		return NAN;
+	double v = interp(t, len, batch);
+	/* Extrapolating past the grid never predicts less than the value at the grid's edge. */
+	int last_len = t->lens[t->n_lens - 1], last_batch = t->batches[t->n_batches - 1];
+	if (len > last_len || batch > last_batch) {
+		double edge = interp(t, len < last_len ? len : last_len,
+				     batch < last_batch ? batch : last_batch);
+		if (v < edge)
+			v = edge;
 	}
 	return v;
 }
