@@ -1,0 +1,253 @@
+/* Variable-length multi-head self-attention over packed sequences (cu_seqlens), with the optional
+ * segment mask of ConcatBatching (TCB sec. 4). Semantics: src/ops/ops.h, rg_op_attention.
+ *
+ * Algorithm: FlashAttention-style tiling with an online softmax (Dao et al., FlashAttention,
+ * sec. 3.1; the varlen grid of FlashAttention-2 / ByteTransformer's fused MHA): no score matrix is
+ * ever stored, so any sequence length works in O(tile) shared memory.
+ *  - grid (n_seq, num_heads, ceil(max_seqlen / 32)); one CTA (4 warps) owns 32 queries of one head
+ *    of one sequence; CTAs past the end of a shorter sequence exit at once, so only real tokens
+ *    are computed (padding-free).
+ *  - the CTA stages its Q tile (pre-multiplied by scale * log2(e), so exp2 gives e^x) and then,
+ *    tile by tile, 32 keys and values of the same sequence and head in shared memory as float32.
+ *  - each warp owns 8 queries; for one query, lane j scores key j of the tile (a dot product of
+ *    head_dim terms; K rows are padded by one float so the 32 lanes hit 32 banks), the warp takes
+ *    the tile's max, rescales its running sum and accumulator (online softmax, in f32), and adds
+ *    p_j * V_j with p_j broadcast by shuffles; lane l accumulates output dims l, l+32, l+64, l+96.
+ *  - masked keys (past the sequence, or seg mismatch / seg < 0) score -inf; a query that never sees
+ *    a key keeps l = 0 and writes zeros.
+ * head_dim: any value 1..128 (NCH = ceil(head_dim / 32) output dims per lane). CUDA cores, f32. */
+#include "ops/cuda/common.cuh"
+
+#define RG_ATT_WARPS 4
+#define RG_ATT_QPW 8                               /* queries per warp */
+#define RG_ATT_BQ (RG_ATT_WARPS * RG_ATT_QPW)      /* queries per CTA */
+#define RG_ATT_BK 32                               /* keys per tile (= lanes) */
+#define RG_ATT_MAX_D 128
+
+static size_t attn_smem_bytes(int D)
+{
+	return sizeof(float) * ((size_t)RG_ATT_BQ * D + (size_t)RG_ATT_BK * (D + 1) +
+				(size_t)RG_ATT_BK * D) + sizeof(int) * (RG_ATT_BQ + RG_ATT_BK);
+}
+
+template <typename T, int NCH>
+__global__ void __launch_bounds__(RG_ATT_WARPS * 32, 4)
+attention_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqlens,
+		 const int32_t *__restrict__ seg, int max_seqlen, int num_heads, int D, float qscale,
+		 T *__restrict__ out, int *flag)
+{
+	extern __shared__ float sm[];
+	float *Qs = sm;                                  /* [BQ][D]   */
+	float *Ks = Qs + RG_ATT_BQ * D;                  /* [BK][D+1] */
+	float *Vs = Ks + RG_ATT_BK * (D + 1);            /* [BK][D]   */
+	int *segq = (int *)(Vs + RG_ATT_BK * D);         /* [BQ]      */
+	int *segk = segq + RG_ATT_BQ;                    /* [BK]      */
+
+	const int s = blockIdx.x, h = blockIdx.y, q0 = blockIdx.z * RG_ATT_BQ;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int H = num_heads * D;
+	const size_t ld = (size_t)3 * H;
+	const int t0 = cu_seqlens[s], L = cu_seqlens[s + 1] - t0;
+
+	if (L < 0 || L > max_seqlen) {
+		/* Only the host-unchecked device copy of cu_seqlens can get here. */
+		if (tid == 0 && h == 0 && blockIdx.z == 0)
+			atomicOr(flag, RG_CUDA_FLAG_BAD_SEQLEN);
+		if (L < 0)
+			return;
+	}
+	if (q0 >= L)
+		return;
+	const int nq = min(RG_ATT_BQ, L - q0);
+	const T *base = qkv + (size_t)t0 * ld + (size_t)h * D; /* Q of token 0, head h */
+
+	for (int e = tid; e < RG_ATT_BQ * D; e += blockDim.x) {
+		int r = e / D, col = e - r * D;
+		Qs[e] = r < nq ? rg_to_f(base[(size_t)(q0 + r) * ld + col]) * qscale : 0.f;
+	}
+	for (int r = tid; r < RG_ATT_BQ; r += blockDim.x)
+		segq[r] = seg ? (r < nq ? seg[t0 + q0 + r] : -1) : 0;
+
+	float m[RG_ATT_QPW], l[RG_ATT_QPW], acc[RG_ATT_QPW][NCH];
+#pragma unroll
+	for (int i = 0; i < RG_ATT_QPW; i++) {
+		m[i] = -INFINITY;
+		l[i] = 0.f;
+#pragma unroll
+		for (int c = 0; c < NCH; c++)
+			acc[i][c] = 0.f;
+	}
+
+	for (int k0 = 0; k0 < L; k0 += RG_ATT_BK) {
+		__syncthreads(); /* the previous tile is consumed (and Qs/segq are written) */
+		for (int e = tid; e < RG_ATT_BK * D; e += blockDim.x) {
+			int r = e / D, col = e - r * D;
+			float kv = 0.f, vv = 0.f;
+			if (k0 + r < L) {
+				const T *row = base + (size_t)(k0 + r) * ld + col;
+				kv = rg_to_f(row[H]);
+				vv = rg_to_f(row[2 * H]);
+			}
+			Ks[r * (D + 1) + col] = kv;
+			Vs[r * D + col] = vv;
+		}
+		for (int r = tid; r < RG_ATT_BK; r += blockDim.x)
+			segk[r] = seg ? (k0 + r < L ? seg[t0 + k0 + r] : -1) : 0;
+		__syncthreads();
+
+		const bool in_seq = k0 + lane < L;
+#pragma unroll
+		for (int i = 0; i < RG_ATT_QPW; i++) {
+			const int qr = warp * RG_ATT_QPW + i;
+			if (qr >= nq)
+				break; /* warp-uniform */
+			const bool vis = in_seq && (!seg || (segk[lane] >= 0 && segk[lane] == segq[qr]));
+			float sc = -INFINITY;
+			if (vis) {
+				const float *q = Qs + qr * D, *k = Ks + lane * (D + 1);
+				float dot = 0.f;
+#pragma unroll 8
+				for (int d = 0; d < D; d++)
+					dot = fmaf(q[d], k[d], dot);
+				sc = dot;
+			}
+			const float m_new = fmaxf(m[i], rg_warp_max(sc));
+			if (m_new == -INFINITY)
+				continue; /* nothing visible so far for this query (warp-uniform) */
+			const float p = vis ? exp2f(sc - m_new) : 0.f;
+			const float corr = exp2f(m[i] - m_new); /* 0 when m[i] = -inf */
+			l[i] = l[i] * corr + rg_warp_sum(p);
+			m[i] = m_new;
+#pragma unroll
+			for (int c = 0; c < NCH; c++)
+				acc[i][c] *= corr;
+#pragma unroll 4
+			for (int j = 0; j < RG_ATT_BK; j++) {
+				const float pj = __shfl_sync(0xffffffffu, p, j);
+				const float *v = Vs + j * D;
+#pragma unroll
+				for (int c = 0; c < NCH; c++) {
+					const int d = lane + 32 * c;
+					if (d < D)
+						acc[i][c] = fmaf(pj, v[d], acc[i][c]);
+				}
+			}
+		}
+	}
+
+#pragma unroll
+	for (int i = 0; i < RG_ATT_QPW; i++) {
+		const int qr = warp * RG_ATT_QPW + i;
+		if (qr >= nq)
+			break;
+		const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+		T *o = out + (size_t)(t0 + q0 + qr) * H + (size_t)h * D;
+#pragma unroll
+		for (int c = 0; c < NCH; c++) {
+			const int d = lane + 32 * c;
+			if (d < D)
+				o[d] = rg_from_f<T>(acc[i][c] * inv);
+		}
+	}
+}
+
+/* Raise the dynamic shared-memory limit of one instantiation when it needs more than 48 KiB
+ * (head_dim > ~120). Done once per context and instantiation. */
+template <typename T, int NCH>
+static rg_status attn_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
+			     const int32_t *seg, int n_seq, int max_seqlen, int num_heads, int D,
+			     float qscale, void *out)
+{
+	size_t smem = attn_smem_bytes(D);
+	dim3 grid(n_seq, num_heads, (max_seqlen + RG_ATT_BQ - 1) / RG_ATT_BQ);
+
+	if (smem > 48 * 1024 && !(c->attn_smem_set & (1 << bit))) {
+		if ((int)smem > c->max_smem_optin)
+			return rg_errorf(RG_ERR_UNSUPPORTED, "attention: head_dim %d needs %zu bytes of "
+					 "shared memory, device allows %d", D, smem,
+					 c->max_smem_optin);
+		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_kernel<T, NCH>,
+					   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+					   "cudaFuncSetAttribute(attention)");
+		if (st != RG_OK)
+			return st;
+		c->attn_smem_set |= 1 << bit;
+	}
+	attention_kernel<T, NCH><<<grid, RG_ATT_WARPS * 32, smem, c->stream>>>(
+		(const T *)qkv, cu_seqlens, seg, max_seqlen, num_heads, D, qscale, (T *)out,
+		c->flag_d);
+	return rg_cuda_launch_check("attention_kernel");
+}
+
+template <typename T>
+static rg_status attn_dispatch_nch(rg_cuda_ctx *c, int dtbit, const void *qkv,
+				   const int32_t *cu_seqlens, const int32_t *seg, int n_seq,
+				   int max_seqlen, int num_heads, int D, float qscale, void *out)
+{
+	switch ((D + 31) / 32) {
+	case 1:
+		return attn_launch<T, 1>(c, dtbit * 4 + 0, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+					 num_heads, D, qscale, out);
+	case 2:
+		return attn_launch<T, 2>(c, dtbit * 4 + 1, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+					 num_heads, D, qscale, out);
+	case 3:
+		return attn_launch<T, 3>(c, dtbit * 4 + 2, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+					 num_heads, D, qscale, out);
+	default:
+		return attn_launch<T, 4>(c, dtbit * 4 + 3, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+					 num_heads, D, qscale, out);
+	}
+}
+
+extern "C" rg_status rg_cuda_attention(void *ctx, rg_dtype dt, const void *qkv,
+				       const int32_t *cu_seqlens, const int32_t *cu_seqlens_h,
+				       int n_seq, int max_seqlen, int num_heads, int head_dim,
+				       float scale, const int32_t *seg, void *out)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	const float qscale = scale * 1.4426950408889634f; /* log2(e): softmax through exp2 */
+	rg_status st;
+
+	if (n_seq < 0 || max_seqlen < 0 || num_heads <= 0 || head_dim <= 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "attention: bad shape n_seq=%d max_seqlen=%d heads=%d head_dim=%d",
+				 n_seq, max_seqlen, num_heads, head_dim);
+	if (head_dim > RG_ATT_MAX_D)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "attention: head_dim %d > %d is not supported on "
+				 "CUDA", head_dim, RG_ATT_MAX_D);
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "attention: unknown dtype %d", (int)dt);
+	if (num_heads > 65535 || (max_seqlen + RG_ATT_BQ - 1) / RG_ATT_BQ > 65535)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "attention: %d heads / max_seqlen %d exceed the "
+				 "launch grid", num_heads, max_seqlen);
+	if (cu_seqlens_h) {
+		if (n_seq > 0 && cu_seqlens_h[0] != 0)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "attention: cu_seqlens[0] = %d, not 0",
+					 cu_seqlens_h[0]);
+		for (int s = 0; s < n_seq; s++) {
+			int L = cu_seqlens_h[s + 1] - cu_seqlens_h[s];
+			if (L < 0 || L > max_seqlen)
+				return rg_errorf(RG_ERR_INVALID_INPUT, "attention: sequence %d has "
+						 "length %d (max_seqlen %d)", s, L, max_seqlen);
+		}
+	}
+	if (n_seq == 0 || max_seqlen == 0)
+		return RG_OK;
+	st = rg_cuda_enter(c);
+	if (st != RG_OK)
+		return st;
+	switch (dt) {
+	case RG_DTYPE_F32:
+		return attn_dispatch_nch<float>(c, 0, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+						num_heads, head_dim, qscale, out);
+	case RG_DTYPE_F16:
+		return attn_dispatch_nch<__half>(c, 1, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+						 num_heads, head_dim, qscale, out);
+	case RG_DTYPE_BF16:
+		return attn_dispatch_nch<__nv_bfloat16>(c, 2, qkv, cu_seqlens, seg, n_seq,
+							max_seqlen, num_heads, head_dim, qscale,
+							out);
+	}
+	return rg_errorf(RG_ERR_UNSUPPORTED, "attention: unknown dtype %d", (int)dt);
+}

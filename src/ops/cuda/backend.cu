@@ -1,0 +1,260 @@
+/* CUDA backend context and memory: device selection, the one stream, the cuBLASLt handle and its
+ * 32 MiB workspace (allocated once), the device error flag, allocations and host<->device copies. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cuda/common.cuh"
+
+extern "C" int rg_cuda_count_devices(void)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	return n;
+}
+
+/* Create the context for device `device_index` computing in `dt` (F32, F16 or BF16).
+ * Errors: RG_ERR_UNSUPPORTED (no such device, compute capability < 8.0, bad dtype),
+ * RG_ERR_OOM (workspace), RG_ERR_CUDA. On error nothing is left allocated. Free with
+ * rg_cuda_backend_free. */
+extern "C" rg_status rg_cuda_backend_init(int device_index, rg_dtype dt, void **out)
+{
+	rg_cuda_ctx *c;
+	cudaDeviceProp prop;
+	int n = rg_cuda_count_devices();
+	rg_status st;
+
+	*out = NULL;
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "CUDA backend: unknown dtype %d", (int)dt);
+	if (n <= 0)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "no CUDA device is available");
+	if (device_index < 0 || device_index >= n)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "CUDA device %d does not exist (%d present)",
+				 device_index, n);
+	st = rg_cuda_err(cudaGetDeviceProperties(&prop, device_index), "cudaGetDeviceProperties");
+	if (st != RG_OK)
+		return st;
+	if (prop.major < 8)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "CUDA device %d (%s) has compute capability %d.%d; ragged is built "
+				 "for sm_80 and newer", device_index, prop.name, prop.major, prop.minor);
+	c = (rg_cuda_ctx *)calloc(1, sizeof(*c));
+	if (!c)
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	c->device = device_index;
+	c->dt = dt;
+	st = rg_cuda_err(cudaSetDevice(device_index), "cudaSetDevice");
+	if (st != RG_OK)
+		goto out_free_ctx;
+	st = rg_cuda_err(cudaDeviceGetAttribute(&c->max_smem_optin,
+						cudaDevAttrMaxSharedMemoryPerBlockOptin,
+						device_index), "cudaDeviceGetAttribute");
+	if (st != RG_OK)
+		goto out_free_ctx;
+	st = rg_cuda_err(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
+			 "cudaStreamCreate");
+	if (st != RG_OK)
+		goto out_free_ctx;
+	if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
+		st = rg_errorf(RG_ERR_CUDA, "cublasLtCreate failed");
+		goto out_free_stream;
+	}
+	if (cudaMalloc(&c->workspace_d, RG_CUDA_WORKSPACE_BYTES) != cudaSuccess) {
+		(void)cudaGetLastError();
+		st = rg_errorf(RG_ERR_OOM, "cannot allocate the 32 MiB cuBLASLt workspace on device %d",
+			       device_index);
+		goto out_free_lt;
+	}
+	if (cudaMalloc(&c->flag_d, sizeof(int)) != cudaSuccess) {
+		(void)cudaGetLastError();
+		st = rg_errorf(RG_ERR_OOM, "cannot allocate the device error flag");
+		goto out_free_ws;
+	}
+	st = rg_cuda_err(cudaMemset(c->flag_d, 0, sizeof(int)), "cudaMemset(flag)");
+	if (st != RG_OK)
+		goto out_free_flag;
+	*out = c;
+	return RG_OK;
+
+out_free_flag:
+	cudaFree(c->flag_d);
+out_free_ws:
+	cudaFree(c->workspace_d);
+out_free_lt:
+	cublasLtDestroy(c->lt);
+out_free_stream:
+	cudaStreamDestroy(c->stream);
+out_free_ctx:
+	free(c);
+	(void)cudaGetLastError();
+	return st;
+}
+
+/* Defined in gemm.cu: destroys the cached cuBLASLt descriptors. */
+void rg_cuda_gemm_cache_free(rg_cuda_ctx *c);
+
+extern "C" void rg_cuda_backend_free(void *ctx)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	if (!c)
+		return;
+	cudaSetDevice(c->device);
+	cudaStreamSynchronize(c->stream);
+	rg_cuda_gemm_cache_free(c);
+	cudaFree(c->flag_d);
+	cudaFree(c->workspace_d);
+	cublasLtDestroy(c->lt);
+	cudaStreamDestroy(c->stream);
+	(void)cudaGetLastError();
+	free(c);
+}
+
+/* cudaMalloc; RG_ERR_OOM (with the size and the free memory) when the device is full. */
+extern "C" rg_status rg_cuda_alloc(void *ctx, size_t bytes, void **ptr)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	cudaError_t e;
+	rg_status st;
+
+	*ptr = NULL;
+	st = rg_cuda_enter(c);
+	if (st != RG_OK)
+		return st;
+	e = cudaMalloc(ptr, bytes ? bytes : 1);
+	if (e == cudaSuccess)
+		return RG_OK;
+	(void)cudaGetLastError();
+	*ptr = NULL;
+	if (e == cudaErrorMemoryAllocation) {
+		size_t fr = 0, tot = 0;
+		cudaMemGetInfo(&fr, &tot);
+		(void)cudaGetLastError();
+		return rg_errorf(RG_ERR_OOM, "cannot allocate %zu bytes on CUDA device %d (%zu of %zu "
+				 "bytes free)", bytes, c->device, fr, tot);
+	}
+	return rg_errorf(RG_ERR_CUDA, "cudaMalloc(%zu): %s", bytes, cudaGetErrorString(e));
+}
+
+extern "C" void rg_cuda_dealloc(void *ctx, void *ptr)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	if (!ptr)
+		return;
+	cudaSetDevice(c->device);
+	/* cudaFree synchronizes the device, so kernels still reading ptr finish first. */
+	cudaFree(ptr);
+	(void)cudaGetLastError();
+}
+
+/* Copies run on the backend's stream (so they are ordered after queued kernels) and return once
+ * the copy has finished. */
+extern "C" rg_status rg_cuda_upload(void *ctx, void *dst, const void *src_host, size_t bytes)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	rg_status st = rg_cuda_enter(c);
+	if (st != RG_OK || bytes == 0)
+		return st;
+	st = rg_cuda_err(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, c->stream),
+			 "cudaMemcpyAsync(host to device)");
+	if (st != RG_OK)
+		return st;
+	return rg_cuda_err(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize after upload");
+}
+
+extern "C" rg_status rg_cuda_download(void *ctx, void *dst_host, const void *src, size_t bytes)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	rg_status st = rg_cuda_enter(c);
+	if (st != RG_OK || bytes == 0)
+		return st;
+	st = rg_cuda_err(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, c->stream),
+			 "cudaMemcpyAsync(device to host)");
+	if (st != RG_OK)
+		return st;
+	return rg_cuda_err(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize after download");
+}
+
+/* Upload n float32 values as dt: converted on the host (round to nearest even) in chunks of 1M
+ * values through one bounded staging buffer, then copied. */
+extern "C" rg_status rg_cuda_upload_f32_as(void *ctx, void *dst, const float *src_host, size_t n,
+					   rg_dtype dt)
+{
+	const size_t chunk = (size_t)1 << 20;
+	uint16_t *stage;
+	rg_status st = RG_OK;
+
+	if (dt == RG_DTYPE_F32)
+		return rg_cuda_upload(ctx, dst, src_host, n * sizeof(float));
+	if (dt != RG_DTYPE_F16 && dt != RG_DTYPE_BF16)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "upload_f32_as: unknown dtype %d", (int)dt);
+	if (n == 0)
+		return RG_OK;
+	stage = (uint16_t *)malloc((n < chunk ? n : chunk) * sizeof(uint16_t));
+	if (!stage)
+		return rg_errorf(RG_ERR_OOM, "out of host memory (upload staging buffer)");
+	for (size_t off = 0; off < n && st == RG_OK; off += chunk) {
+		size_t m = n - off < chunk ? n - off : chunk;
+		if (dt == RG_DTYPE_F16) {
+			for (size_t i = 0; i < m; i++) {
+				__half h = __float2half_rn(src_host[off + i]);
+				memcpy(&stage[i], &h, 2);
+			}
+		} else {
+			for (size_t i = 0; i < m; i++) {
+				__nv_bfloat16 b = __float2bfloat16_rn(src_host[off + i]);
+				memcpy(&stage[i], &b, 2);
+			}
+		}
+		st = rg_cuda_upload(ctx, (uint16_t *)dst + off, stage, m * sizeof(uint16_t));
+	}
+	free(stage);
+	return st;
+}
+
+/* Wait for every queued op, then read and clear the device error flag: a kernel that met
+ * inconsistent indices reports it here as RG_ERR_INVALID_INPUT. */
+extern "C" rg_status rg_cuda_sync(void *ctx)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	int flag = 0;
+	rg_status st = rg_cuda_enter(c);
+	if (st != RG_OK)
+		return st;
+	st = rg_cuda_err(cudaMemcpyAsync(&flag, c->flag_d, sizeof(int), cudaMemcpyDeviceToHost,
+					 c->stream), "cudaMemcpyAsync(error flag)");
+	if (st != RG_OK)
+		return st;
+	st = rg_cuda_err(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+	if (st != RG_OK)
+		return st;
+	if (flag == 0)
+		return RG_OK;
+	st = rg_cuda_err(cudaMemsetAsync(c->flag_d, 0, sizeof(int), c->stream), "cudaMemset(flag)");
+	if (st != RG_OK)
+		return st;
+	if (flag & RG_CUDA_FLAG_BAD_INDEX)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "a CUDA kernel saw a negative row index");
+	return rg_errorf(RG_ERR_INVALID_INPUT, "a CUDA kernel saw a sequence longer than max_seqlen "
+			 "or a decreasing cu_seqlens");
+}
+
+extern "C" rg_status rg_cuda_mem_info(void *ctx, size_t *used, size_t *total)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	size_t fr = 0, tot = 0;
+	rg_status st = rg_cuda_enter(c);
+
+	*used = 0;
+	*total = 0;
+	if (st != RG_OK)
+		return st;
+	st = rg_cuda_err(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
+	if (st != RG_OK)
+		return st;
+	*used = tot - fr;
+	*total = tot;
+	return RG_OK;
+}

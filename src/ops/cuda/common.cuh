@@ -1,0 +1,134 @@
+/* Shared internals of the CUDA backend: the backend context, error plumbing, dtype helpers and
+ * block reductions. Included only by the .cu files of src/ops/cuda (never by C code).
+ *
+ * Error policy (STYLE.md rule 5): nothing here exits or aborts. Every CUDA/cuBLASLt failure becomes
+ * RG_ERR_CUDA (RG_ERR_OOM for allocations) with the failing call and cudaGetErrorString in
+ * rg_last_error(); every kernel launch is followed by cudaGetLastError (rg_cuda_launch_check). */
+#ifndef RG_OPS_CUDA_COMMON_CUH
+#define RG_OPS_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "core/error.h"
+#include "ops/cuda/ops_cuda.h"
+}
+
+/* One cached cuBLASLt plan: descriptors + the heuristic's algorithm for one problem. */
+struct rg_cuda_gemm_plan {
+	bool used;
+	int M, N, K;
+	rg_dtype dt;
+	int align;                        /* min pointer alignment (bytes) the plan was chosen for */
+	cublasLtMatmulDesc_t op;
+	cublasLtMatrixLayout_t a, b, c;   /* a: W as (K,N) col-major, b: A as (K,M), c: out as (N,M) */
+	cublasLtMatmulAlgo_t algo;
+	unsigned long long last_use;
+};
+
+#define RG_CUDA_GEMM_CACHE 64
+#define RG_CUDA_WORKSPACE_BYTES (32u << 20)
+
+/* Error-flag bits set by kernels that detect inconsistent inputs (read and cleared by sync). */
+enum {
+	RG_CUDA_FLAG_BAD_INDEX = 1,   /* gather/embed saw a negative row index */
+	RG_CUDA_FLAG_BAD_SEQLEN = 2,  /* attention/pool saw a sequence longer than max_seqlen or
+				       * cu_seqlens not monotone on the device */
+};
+
+/* The backend context behind the opaque `void *ctx` of ops_cuda.h. */
+struct rg_cuda_ctx {
+	int device;
+	rg_dtype dt;
+	cudaStream_t stream;               /* every op runs on this one stream */
+	cublasLtHandle_t lt;
+	void *workspace_d;                 /* RG_CUDA_WORKSPACE_BYTES, for cuBLASLt */
+	int *flag_d;                       /* (1) int32, RG_CUDA_FLAG_* bits */
+	int max_smem_optin;                /* cudaDevAttrMaxSharedMemoryPerBlockOptin */
+	int attn_smem_set;                 /* bitmask of attention instantiations with raised smem */
+	rg_cuda_gemm_plan plans[RG_CUDA_GEMM_CACHE];
+	unsigned long long gemm_clock;
+};
+
+/* Turn a cudaError_t into RG_ERR_CUDA (clearing the non-sticky last error). */
+static inline rg_status rg_cuda_err(cudaError_t e, const char *what)
+{
+	if (e == cudaSuccess)
+		return RG_OK;
+	(void)cudaGetLastError();
+	return rg_errorf(RG_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* Call after every kernel launch: reports configuration / launch errors as RG_ERR_CUDA. */
+static inline rg_status rg_cuda_launch_check(const char *kernel)
+{
+	cudaError_t e = cudaGetLastError();
+	if (e == cudaSuccess)
+		return RG_OK;
+	return rg_errorf(RG_ERR_CUDA, "launch of %s failed: %s", kernel, cudaGetErrorString(e));
+}
+
+/* Make ctx's device current (cheap when it already is; needed when several devices share a thread). */
+static inline rg_status rg_cuda_enter(rg_cuda_ctx *c)
+{
+	return rg_cuda_err(cudaSetDevice(c->device), "cudaSetDevice");
+}
+
+/* ---- dtype helpers: load as float, store from float (round to nearest even) ---- */
+__device__ __forceinline__ float rg_to_f(float x) { return x; }
+__device__ __forceinline__ float rg_to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float rg_to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T rg_from_f(float x);
+template <> __device__ __forceinline__ float rg_from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half rg_from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 rg_from_f<__nv_bfloat16>(float x)
+{
+	return __float2bfloat16_rn(x);
+}
+
+/* ---- reductions ---- */
+__device__ __forceinline__ float rg_warp_sum(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+__device__ __forceinline__ float rg_warp_max(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+/* Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+ * scratch: __shared__ float[32]. Contains __syncthreads: call from all threads. */
+__device__ __forceinline__ float rg_block_sum(float v, float *scratch)
+{
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+	v = rg_warp_sum(v);
+	__syncthreads(); /* scratch may still be read by a previous call */
+	if (lane == 0)
+		scratch[warp] = v;
+	__syncthreads();
+	v = lane < nwarps ? scratch[lane] : 0.f;
+	return rg_warp_sum(v);
+}
+
+/* Dispatch a templated launcher over the compute dtype: F(float), F(__half), F(__nv_bfloat16). */
+#define RG_CUDA_DISPATCH_DT(dt, LAUNCH)                                                          \
+	((dt) == RG_DTYPE_F32   ? LAUNCH(float)                                                  \
+	 : (dt) == RG_DTYPE_F16 ? LAUNCH(__half)                                                 \
+				: LAUNCH(__nv_bfloat16))
+
+static inline bool rg_cuda_dt_valid(rg_dtype dt)
+{
+	return dt == RG_DTYPE_F32 || dt == RG_DTYPE_F16 || dt == RG_DTYPE_BF16;
+}
+
+#endif

@@ -1,0 +1,175 @@
+/* Memory-bound CUDA ops: bias + activation (in place), row gather, and sequence pooling
+ * (mean / CLS / max + optional L2 normalization, output f32). All math in float32. */
+#include "ops/cuda/common.cuh"
+
+#define RG_EW_THREADS 256
+
+/* GELU (exact, erf form), GELU-new (tanh form, GPT-2), ReLU or identity. Same constants as the CPU
+ * reference (src/ops/cpu/ops_cpu.c). */
+__device__ __forceinline__ float act_apply(float v, rg_act act)
+{
+	switch (act) {
+	case RG_ACT_NONE:
+		return v;
+	case RG_ACT_GELU:
+		return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
+	case RG_ACT_GELU_NEW:
+		return 0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+	case RG_ACT_RELU:
+		return v > 0.f ? v : 0.f;
+	}
+	return v;
+}
+
+/* One CTA per row (rows in grid.x, up to 2^31-1), threads over the N columns, so the bias index
+ * needs no division. */
+template <typename T>
+__global__ void bias_act_kernel(T *__restrict__ x, const float *__restrict__ bias, int N, rg_act act)
+{
+	T *row = x + (size_t)blockIdx.x * N;
+	for (int i = threadIdx.x; i < N; i += blockDim.x)
+		row[i] = rg_from_f<T>(act_apply(rg_to_f(row[i]) + bias[i], act));
+}
+
+extern "C" rg_status rg_cuda_bias_act(void *ctx, rg_dtype dt, void *x, const float *bias, int M,
+				      int N, rg_act act)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	rg_status st;
+
+	if (M < 0 || N <= 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "bias_act: bad shape M=%d N=%d", M, N);
+	if (act != RG_ACT_NONE && act != RG_ACT_GELU && act != RG_ACT_GELU_NEW && act != RG_ACT_RELU)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "bias_act: unknown activation %d", (int)act);
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "bias_act: unknown dtype %d", (int)dt);
+	if (M == 0)
+		return RG_OK;
+	st = rg_cuda_enter(c);
+	if (st != RG_OK)
+		return st;
+#define LAUNCH(T)                                                                                \
+	(bias_act_kernel<T><<<M, RG_EW_THREADS, 0, c->stream>>>((T *)x, bias, N, act), 0)
+	RG_CUDA_DISPATCH_DT(dt, LAUNCH);
+#undef LAUNCH
+	return rg_cuda_launch_check("bias_act_kernel");
+}
+
+/* dst[i] = src[idx[i]]: one CTA per destination row. A negative index zeroes the row and sets the
+ * error flag (the caller validates indices; this only keeps a bad one from reading out of bounds
+ * below src). */
+template <typename T>
+__global__ void gather_rows_kernel(const T *__restrict__ src, const int32_t *__restrict__ idx, int H,
+				   T *__restrict__ dst, int *flag)
+{
+	int r = idx[blockIdx.x];
+	T *d = dst + (size_t)blockIdx.x * H;
+
+	if (r < 0) {
+		if (threadIdx.x == 0)
+			atomicOr(flag, RG_CUDA_FLAG_BAD_INDEX);
+		for (int i = threadIdx.x; i < H; i += blockDim.x)
+			d[i] = rg_from_f<T>(0.f);
+		return;
+	}
+	for (int i = threadIdx.x; i < H; i += blockDim.x)
+		d[i] = src[(size_t)r * H + i];
+}
+
+extern "C" rg_status rg_cuda_gather_rows(void *ctx, rg_dtype dt, const void *src, const int32_t *idx,
+					 int n_dst, int H, void *dst)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	rg_status st;
+
+	if (n_dst < 0 || H <= 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "gather_rows: bad shape n_dst=%d H=%d", n_dst, H);
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "gather_rows: unknown dtype %d", (int)dt);
+	if (n_dst == 0)
+		return RG_OK;
+	st = rg_cuda_enter(c);
+	if (st != RG_OK)
+		return st;
+#define LAUNCH(T)                                                                                \
+	(gather_rows_kernel<T><<<n_dst, 128, 0, c->stream>>>((const T *)src, idx, H, (T *)dst,     \
+							       c->flag_d),                         \
+	 0)
+	RG_CUDA_DISPATCH_DT(dt, LAUNCH);
+#undef LAUNCH
+	return rg_cuda_launch_check("gather_rows_kernel");
+}
+
+/* One CTA per sequence; each thread owns columns i = threadIdx.x + k*blockDim.x and reduces them
+ * over the sequence's tokens (coalesced row reads), writes the pooled value, then (normalize) the
+ * block reduces the squared norm and each thread rescales the columns it wrote:
+ * x / max(||x||_2, 1e-12), as torch.nn.functional.normalize. An empty sequence (caller error; the
+ * CPU twin refuses it) gives a zero row and sets the error flag. */
+template <typename T>
+__global__ void pool_kernel(const T *__restrict__ x, const int32_t *__restrict__ cu_seqlens, int H,
+			    rg_pooling mode, bool normalize, float *__restrict__ out, int *flag)
+{
+	__shared__ float scratch[32];
+	int s = blockIdx.x;
+	int t0 = cu_seqlens[s], L = cu_seqlens[s + 1] - t0;
+	float *o = out + (size_t)s * H;
+	float ss = 0.f, inv;
+
+	if (L < 1 && threadIdx.x == 0)
+		atomicOr(flag, RG_CUDA_FLAG_BAD_SEQLEN);
+	for (int i = threadIdx.x; i < H; i += blockDim.x) {
+		const T *xc = x + (size_t)t0 * H + i;
+		float v = 0.f;
+
+		if (L >= 1) {
+			switch (mode) {
+			case RG_POOL_MEAN:
+				for (int t = 0; t < L; t++)
+					v += rg_to_f(xc[(size_t)t * H]);
+				v /= (float)L;
+				break;
+			case RG_POOL_CLS:
+				v = rg_to_f(xc[0]);
+				break;
+			case RG_POOL_MAX:
+				v = rg_to_f(xc[0]);
+				for (int t = 1; t < L; t++)
+					v = fmaxf(v, rg_to_f(xc[(size_t)t * H]));
+				break;
+			}
+		}
+		o[i] = v;
+		ss += v * v;
+	}
+	if (!normalize)
+		return; /* uniform across the block: no thread skips a barrier */
+	inv = 1.f / fmaxf(sqrtf(rg_block_sum(ss, scratch)), 1e-12f);
+	for (int i = threadIdx.x; i < H; i += blockDim.x)
+		o[i] *= inv;
+}
+
+extern "C" rg_status rg_cuda_pool(void *ctx, rg_dtype dt, const void *x, const int32_t *cu_seqlens,
+				  int n_seq, int H, rg_pooling mode, bool normalize, float *out)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	rg_status st;
+
+	if (n_seq < 0 || H <= 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "pool: bad shape n_seq=%d H=%d", n_seq, H);
+	if (mode != RG_POOL_MEAN && mode != RG_POOL_CLS && mode != RG_POOL_MAX)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "pool: unknown pooling mode %d", (int)mode);
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "pool: unknown dtype %d", (int)dt);
+	if (n_seq == 0)
+		return RG_OK;
+	st = rg_cuda_enter(c);
+	if (st != RG_OK)
+		return st;
+#define LAUNCH(T)                                                                                \
+	(pool_kernel<T><<<n_seq, 128, 0, c->stream>>>((const T *)x, cu_seqlens, H, mode, normalize, \
+						       out, c->flag_d),                            \
+	 0)
+	RG_CUDA_DISPATCH_DT(dt, LAUNCH);
+#undef LAUNCH
+	return rg_cuda_launch_check("pool_kernel");
+}
