@@ -24,4 +24,14 @@ rg_status rg_tokenizer_encode(const rg_tokenizer *t, const char *text, size_t le
 int32_t rg_tokenizer_cls_id(const rg_tokenizer *t);
 int32_t rg_tokenizer_sep_id(const rg_tokenizer *t);
 int32_t rg_tokenizer_vocab_size(const rg_tokenizer *t);
+
+/* Test hooks (used by tests/py/test_tokenizer.py to compare with HF component by component).
+ * rg_tokenizer_normalize: text through the normalizer only; *out is malloc'd UTF-8 of *out_len
+ * bytes (NUL-terminated). rg_tokenizer_pretokenize: text (taken as already normalized) through the
+ * pre-tokenizer only; *out holds the words, each followed by a NUL, *out_len bytes in all.
+ * Both return RG_ERR_INVALID_UTF8 for bad input; caller frees *out. */
+rg_status rg_tokenizer_normalize(const rg_tokenizer *t, const char *text, size_t len, char **out,
+				 size_t *out_len);
+rg_status rg_tokenizer_pretokenize(const rg_tokenizer *t, const char *text, size_t len, char **out,
+				   size_t *out_len);
 #endif

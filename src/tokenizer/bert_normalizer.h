@@ -1,0 +1,42 @@
+/* Internal to src/tokenizer/: BERT text normalization and pre-tokenization on code points,
+ * matching HF `tokenizers` BertNormalizer and BertPreTokenizer (tokenizers 0.2x, Rust). */
+#ifndef RG_TOKENIZER_BERT_NORMALIZER_H
+#define RG_TOKENIZER_BERT_NORMALIZER_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "ragged.h"
+
+/* A growable array of code points; grows geometrically, freed with rg_cpvec_free. */
+typedef struct rg_cpvec {
+	uint32_t *v;
+	size_t n, cap;
+} rg_cpvec;
+
+rg_status rg_cpvec_reserve(rg_cpvec *a, size_t cap);
+void rg_cpvec_free(rg_cpvec *a);
+
+typedef struct rg_bert_norm {
+	bool enabled;              /* false: identity (normalizer null in tokenizer.json) */
+	bool clean_text;           /* drop \0, U+FFFD, Cc/Cf/Co (not \t\n\r); whitespace -> ' ' */
+	bool handle_chinese_chars; /* ' ' around CJK ideographs */
+	bool strip_accents;        /* NFD then drop Mn (already resolved: null -> lowercase) */
+	bool lowercase;            /* Rust char::to_lowercase per char */
+} rg_bert_norm;
+
+/* Decode len bytes of strict UTF-8 (no overlongs, surrogates or > U+10FFFF) and append the code
+ * points to out. RG_ERR_INVALID_UTF8 names the byte offset (base + local offset) of the first bad
+ * sequence. */
+rg_status rg_utf8_decode(const char *s, size_t len, size_t base, rg_cpvec *out);
+
+/* Append the UTF-8 encoding of c to buf (at least 4 bytes free); returns bytes written. */
+size_t rg_utf8_put(uint32_t c, char *buf);
+
+/* Normalize in[0..n) into out (cleared first), using tmp as scratch. Never fails except OOM. */
+rg_status rg_bert_normalize(const rg_bert_norm *cfg, const uint32_t *in, size_t n, rg_cpvec *out,
+			    rg_cpvec *tmp);
+
+/* Character classes as HF's BertPreTokenizer sees them. */
+bool rg_bert_is_whitespace(uint32_t c); /* Rust char::is_whitespace */
+bool rg_bert_is_punct(uint32_t c);      /* ASCII punctuation or Unicode P* */
+#endif
