@@ -1,0 +1,193 @@
+/* Prometheus metrics of `ragged serve`. See metrics.h. */
+#include "server/metrics.h"
+
+#include <string.h>
+
+static const int codes[RG_METRICS_N_CODES] = { 200, 400, 404, 405, 413, 422, 429, 500, 503, 504,
+					       0 /* other */, -1 };
+
+static void hist_init(rg_hist *h, const double *le, int n)
+{
+	memset(h, 0, sizeof(*h));
+	h->n = n;
+	memcpy(h->le, le, (size_t)n * sizeof(double));
+}
+
+static void hist_observe(rg_hist *h, double v)
+{
+	int i = 0;
+
+	if (v < 0)
+		return;
+	while (i < h->n && v > h->le[i])
+		i++;
+	h->count[i]++;
+	h->sum += v;
+	h->total++;
+}
+
+void rg_metrics_init(rg_metrics *m)
+{
+	static const double ms[] = { 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000,
+				     10000, 30000 };
+	static const double bs[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512 };
+	static const double bt[] = { 16, 64, 256, 1024, 4096, 16384, 65536 };
+
+	memset(m, 0, sizeof(*m));
+	pthread_mutex_init(&m->mu, NULL);
+	hist_init(&m->queue_ms, ms, 15);
+	hist_init(&m->inference_ms, ms, 15);
+	hist_init(&m->total_ms, ms, 15);
+	hist_init(&m->batch_size, bs, 10);
+	hist_init(&m->batch_tokens, bt, 7);
+}
+
+void rg_metrics_destroy(rg_metrics *m)
+{
+	pthread_mutex_destroy(&m->mu);
+}
+
+static int code_index(int status)
+{
+	for (int i = 0; i < RG_METRICS_N_CODES - 2; i++)
+		if (codes[i] == status)
+			return i;
+	return RG_METRICS_N_CODES - 2;
+}
+
+void rg_metrics_request(rg_metrics *m, rg_route route, int status, double queue_ms,
+			double inference_ms, double total_ms)
+{
+	if ((int)route < 0 || route >= RG_ROUTE_COUNT)
+		route = RG_ROUTE_OTHER;
+	pthread_mutex_lock(&m->mu);
+	m->requests[route][code_index(status)]++;
+	if (route == RG_ROUTE_EMBED || route == RG_ROUTE_OPENAI) {
+		hist_observe(&m->queue_ms, queue_ms);
+		hist_observe(&m->inference_ms, inference_ms);
+		hist_observe(&m->total_ms, total_ms);
+	}
+	pthread_mutex_unlock(&m->mu);
+}
+
+void rg_metrics_batch(rg_metrics *m, int n, int real_tokens, int computed_tokens, bool ok)
+{
+	pthread_mutex_lock(&m->mu);
+	if (ok) {
+		m->batches++;
+		hist_observe(&m->batch_size, n);
+		hist_observe(&m->batch_tokens, computed_tokens);
+		m->real_tokens += (uint64_t)real_tokens;
+		m->computed_tokens += (uint64_t)computed_tokens;
+	} else {
+		m->batch_failures++;
+	}
+	pthread_mutex_unlock(&m->mu);
+}
+
+void rg_metrics_cache(rg_metrics *m, uint64_t hits, uint64_t misses)
+{
+	pthread_mutex_lock(&m->mu);
+	m->cache_hits += hits;
+	m->cache_misses += misses;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void rg_metrics_dropped(rg_metrics *m, uint64_t n)
+{
+	pthread_mutex_lock(&m->mu);
+	m->dropped_disconnected += n;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void rg_metrics_expired(rg_metrics *m, uint64_t n)
+{
+	pthread_mutex_lock(&m->mu);
+	m->expired += n;
+	pthread_mutex_unlock(&m->mu);
+}
+
+static void render_hist(rg_sbuf *o, const char *name, const char *help, const rg_hist *h)
+{
+	uint64_t cum = 0;
+
+	rg_sbuf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	for (int i = 0; i < h->n; i++) {
+		cum += h->count[i];
+		rg_sbuf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i],
+			       (unsigned long long)cum);
+	}
+	cum += h->count[h->n];
+	rg_sbuf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+	rg_sbuf_printf(o, "%s_sum %.6f\n%s_count %llu\n", name, h->sum, name,
+		       (unsigned long long)h->total);
+}
+
+static void render_counter(rg_sbuf *o, const char *name, const char *help, uint64_t v)
+{
+	rg_sbuf_printf(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+		       (unsigned long long)v);
+}
+
+void rg_metrics_render(rg_metrics *m, rg_sbuf *o, int queue_depth, size_t mem_used,
+		       size_t mem_total, size_t cache_entries)
+{
+	rg_metrics s;
+
+	/* Copy under the lock, format outside it. */
+	pthread_mutex_lock(&m->mu);
+	memcpy(&s, m, sizeof(s));
+	pthread_mutex_unlock(&m->mu);
+
+	rg_sbuf_puts(o, "# HELP ragged_requests_total HTTP requests answered, by route and status "
+			"code.\n# TYPE ragged_requests_total counter\n");
+	for (int r = 0; r < RG_ROUTE_COUNT; r++)
+		for (int c = 0; c < RG_METRICS_N_CODES - 1; c++)
+			if (s.requests[r][c] || (c == 0 && r < RG_ROUTE_OTHER)) {
+				if (codes[c])
+					rg_sbuf_printf(o, "ragged_requests_total{route=\"%s\","
+						       "code=\"%d\"} %llu\n", rg_route_name(r),
+						       codes[c], (unsigned long long)s.requests[r][c]);
+				else
+					rg_sbuf_printf(o, "ragged_requests_total{route=\"%s\","
+						       "code=\"other\"} %llu\n", rg_route_name(r),
+						       (unsigned long long)s.requests[r][c]);
+			}
+	render_hist(o, "ragged_queue_time_ms", "Time requests waited in the queue (ms).",
+		    &s.queue_ms);
+	render_hist(o, "ragged_inference_time_ms", "Model time of the batches of a request (ms).",
+		    &s.inference_ms);
+	render_hist(o, "ragged_total_time_ms", "Time from request to response (ms).", &s.total_ms);
+	render_hist(o, "ragged_batch_size", "Sequences per executed batch.", &s.batch_size);
+	render_hist(o, "ragged_batch_tokens", "Computed tokens (padding included) per batch.",
+		    &s.batch_tokens);
+	render_counter(o, "ragged_batches_total", "Batches executed.", s.batches);
+	render_counter(o, "ragged_batch_failures_total", "Batches the model failed.",
+		       s.batch_failures);
+	render_counter(o, "ragged_real_tokens_total", "Tokens of requests computed.", s.real_tokens);
+	render_counter(o, "ragged_computed_tokens_total", "Tokens computed, padding included.",
+		       s.computed_tokens);
+	rg_sbuf_printf(o, "# HELP ragged_padding_efficiency Real tokens / computed tokens.\n"
+			  "# TYPE ragged_padding_efficiency gauge\nragged_padding_efficiency %.6f\n",
+		       s.computed_tokens ? (double)s.real_tokens / (double)s.computed_tokens : 1.0);
+	rg_sbuf_printf(o, "# HELP ragged_queue_depth Sequences waiting.\n"
+			  "# TYPE ragged_queue_depth gauge\nragged_queue_depth %d\n", queue_depth);
+	render_counter(o, "ragged_cache_hits_total", "Inputs answered from the response cache.",
+		       s.cache_hits);
+	render_counter(o, "ragged_cache_misses_total", "Inputs not found in the response cache.",
+		       s.cache_misses);
+	rg_sbuf_printf(o, "# HELP ragged_cache_entries Entries in the in-memory cache.\n"
+			  "# TYPE ragged_cache_entries gauge\nragged_cache_entries %zu\n",
+		       cache_entries);
+	render_counter(o, "ragged_dropped_disconnected_total",
+		       "Queued requests dropped because the client disconnected.",
+		       s.dropped_disconnected);
+	render_counter(o, "ragged_expired_total", "Requests whose deadline passed in the queue.",
+		       s.expired);
+	rg_sbuf_printf(o, "# HELP ragged_device_memory_used_bytes Memory in use on the model's "
+			  "device (RSS on CPU).\n# TYPE ragged_device_memory_used_bytes gauge\n"
+			  "ragged_device_memory_used_bytes %zu\n", mem_used);
+	rg_sbuf_printf(o, "# HELP ragged_device_memory_total_bytes Memory of the model's device.\n"
+			  "# TYPE ragged_device_memory_total_bytes gauge\n"
+			  "ragged_device_memory_total_bytes %zu\n", mem_total);
+}

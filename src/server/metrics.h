@@ -1,0 +1,49 @@
+/* Prometheus metrics of `ragged serve`: counters and fixed-bucket histograms behind one mutex,
+ * rendered in the Prometheus text exposition format (version 0.0.4). Thread-safe. */
+#ifndef RG_SERVER_METRICS_H
+#define RG_SERVER_METRICS_H
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "server/request.h"
+
+#define RG_HIST_MAX_BUCKETS 20
+
+typedef struct rg_hist {
+	int n;                                 /* finite bucket bounds */
+	double le[RG_HIST_MAX_BUCKETS];        /* (n) upper bounds, increasing */
+	uint64_t count[RG_HIST_MAX_BUCKETS + 1]; /* (n + 1) per-bucket (not cumulative); last = +Inf */
+	double sum;
+	uint64_t total;
+} rg_hist;
+
+#define RG_METRICS_N_CODES 12
+
+typedef struct rg_metrics {
+	pthread_mutex_t mu;
+	uint64_t requests[RG_ROUTE_COUNT][RG_METRICS_N_CODES]; /* by route and status code */
+	rg_hist queue_ms, inference_ms, total_ms;             /* per answered request, ms */
+	rg_hist batch_size, batch_tokens;                     /* per executed batch */
+	uint64_t batches, batch_failures;
+	uint64_t real_tokens, computed_tokens;                /* padding efficiency = real/computed */
+	uint64_t cache_hits, cache_misses;
+	uint64_t dropped_disconnected, expired;
+} rg_metrics;
+
+void rg_metrics_init(rg_metrics *m);
+void rg_metrics_destroy(rg_metrics *m);
+
+/* One answered HTTP request. Latencies in ms; negative values are not observed. */
+void rg_metrics_request(rg_metrics *m, rg_route route, int status, double queue_ms,
+			double inference_ms, double total_ms);
+/* One executed batch: n requests, real (sum of lengths) and computed (padding included) tokens. */
+void rg_metrics_batch(rg_metrics *m, int n, int real_tokens, int computed_tokens, bool ok);
+void rg_metrics_cache(rg_metrics *m, uint64_t hits, uint64_t misses);
+void rg_metrics_dropped(rg_metrics *m, uint64_t n);
+void rg_metrics_expired(rg_metrics *m, uint64_t n);
+
+/* Append the exposition text. queue_depth: sequences waiting; mem_used/mem_total: bytes of device
+ * (or host RSS on CPU) memory, 0 when unknown. */
+void rg_metrics_render(rg_metrics *m, rg_sbuf *out, int queue_depth, size_t mem_used,
+		       size_t mem_total, size_t cache_entries);
+#endif

@@ -1,0 +1,452 @@
+/* JSON request parsing and response formatting for `ragged serve`. See request.h. */
+#include "server/request.h"
+
+#include <json-c/json.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *rg_route_name(rg_route r)
+{
+	switch (r) {
+	case RG_ROUTE_EMBED: return "embed";
+	case RG_ROUTE_OPENAI: return "v1_embeddings";
+	case RG_ROUTE_TOKENIZE: return "tokenize";
+	case RG_ROUTE_HEALTH: return "health";
+	case RG_ROUTE_INFO: return "info";
+	case RG_ROUTE_METRICS: return "metrics";
+	case RG_ROUTE_OTHER: return "other";
+	case RG_ROUTE_COUNT: break;
+	}
+	return "other";
+}
+
+bool rg_utf8_valid(const char *str, size_t len)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	size_t i = 0;
+
+	while (i < len) {
+		unsigned c = s[i];
+		size_t need;
+		unsigned cp, min;
+
+		if (c < 0x80) {
+			i++;
+			continue;
+		} else if ((c & 0xE0) == 0xC0) {
+			need = 1; cp = c & 0x1F; min = 0x80;
+		} else if ((c & 0xF0) == 0xE0) {
+			need = 2; cp = c & 0x0F; min = 0x800;
+		} else if ((c & 0xF8) == 0xF0) {
+			need = 3; cp = c & 0x07; min = 0x10000;
+		} else {
+			return false;
+		}
+		if (len - i <= need)
+			return false;
+		for (size_t k = 1; k <= need; k++) {
+			if ((s[i + k] & 0xC0) != 0x80)
+				return false;
+			cp = (cp << 6) | (s[i + k] & 0x3F);
+		}
+		if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+			return false;
+		i += need + 1;
+	}
+	return true;
+}
+
+static rg_status req_fail(rg_req_error *err, int http, const char *type, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static rg_status req_fail(rg_req_error *err, int http, const char *type, const char *fmt, ...)
+{
+	va_list ap;
+
+	err->http_status = http;
+	err->type = type;
+	va_start(ap, fmt);
+	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	va_end(ap);
+	return http == 500 ? RG_ERR_OOM : RG_ERR_INVALID_INPUT;
+}
+
+static rg_status copy_text(json_object *s, rg_req_input *in, size_t idx, rg_req_error *err)
+{
+	const char *p = json_object_get_string(s);
+	size_t n = (size_t)json_object_get_string_len(s);
+
+	if (n == 0)
+		return req_fail(err, 400, "validation", "input %zu is an empty string", idx);
+	if (!rg_utf8_valid(p, n))
+		return req_fail(err, 400, "validation", "input %zu is not valid UTF-8", idx);
+	in->text = malloc(n + 1);
+	if (!in->text)
+		return req_fail(err, 500, "backend", "out of memory");
+	memcpy(in->text, p, n);
+	in->text[n] = '\0';
+	in->len = n;
+	return RG_OK;
+}
+
+/* A JSON array of integers -> token ids; every element must be an int in [0, vocab). */
+static rg_status copy_ids(json_object *arr, rg_req_input *in, size_t idx, const rg_req_limits *lim,
+			  rg_req_error *err)
+{
+	size_t n = json_object_array_length(arr);
+
+	if (n == 0)
+		return req_fail(err, 400, "validation", "input %zu is an empty token array", idx);
+	in->ids = malloc(n * sizeof(int32_t));
+	if (!in->ids)
+		return req_fail(err, 500, "backend", "out of memory");
+	in->n_ids = n;
+	for (size_t k = 0; k < n; k++) {
+		json_object *v = json_object_array_get_idx(arr, k);
+		int64_t id;
+
+		if (!json_object_is_type(v, json_type_int))
+			return req_fail(err, 400, "validation",
+					"input %zu: token %zu is not an integer", idx, k);
+		id = json_object_get_int64(v);
+		if (id < 0 || id >= lim->vocab_size)
+			return req_fail(err, 400, "validation",
+					"input %zu: token id %lld out of range [0, %d)", idx,
+					(long long)id, lim->vocab_size);
+		in->ids[k] = (int32_t)id;
+	}
+	return RG_OK;
+}
+
+static rg_status get_bool(json_object *root, const char *key, bool *dst, rg_req_error *err)
+{
+	json_object *v;
+
+	if (!json_object_object_get_ex(root, key, &v) || json_object_is_type(v, json_type_null))
+		return RG_OK;
+	if (!json_object_is_type(v, json_type_boolean))
+		return req_fail(err, 400, "validation", "\"%s\" must be a boolean", key);
+	*dst = json_object_get_boolean(v);
+	return RG_OK;
+}
+
+/* Fill r->inputs from the "inputs"/"input" value. */
+static rg_status parse_inputs(json_object *v, const char *key, bool allow_ids,
+			      const rg_req_limits *lim, rg_request *r, rg_req_error *err)
+{
+	rg_status st;
+	size_t n;
+
+	if (json_object_is_type(v, json_type_string)) {
+		r->inputs = calloc(1, sizeof(*r->inputs));
+		if (!r->inputs)
+			return req_fail(err, 500, "backend", "out of memory");
+		r->n_inputs = 1;
+		return copy_text(v, &r->inputs[0], 0, err);
+	}
+	if (!json_object_is_type(v, json_type_array))
+		return req_fail(err, 400, "validation", "\"%s\" must be a string or an array%s", key,
+				allow_ids ? " of strings or token ids" : " of strings");
+	n = json_object_array_length(v);
+	if (n == 0)
+		return req_fail(err, 400, "validation", "\"%s\" is an empty array", key);
+	/* [int, int, ...]: one token-id input (OpenAI). */
+	if (allow_ids && json_object_is_type(json_object_array_get_idx(v, 0), json_type_int)) {
+		r->inputs = calloc(1, sizeof(*r->inputs));
+		if (!r->inputs)
+			return req_fail(err, 500, "backend", "out of memory");
+		r->n_inputs = 1;
+		return copy_ids(v, &r->inputs[0], 0, lim, err);
+	}
+	if (n > lim->max_inputs)
+		return req_fail(err, 413, "payload_too_large",
+				"%zu inputs, more than the limit of %zu per request", n,
+				lim->max_inputs);
+	r->inputs = calloc(n, sizeof(*r->inputs));
+	if (!r->inputs)
+		return req_fail(err, 500, "backend", "out of memory");
+	r->n_inputs = n;
+	for (size_t i = 0; i < n; i++) {
+		json_object *e = json_object_array_get_idx(v, i);
+
+		if (json_object_is_type(e, json_type_string))
+			st = copy_text(e, &r->inputs[i], i, err);
+		else if (allow_ids && json_object_is_type(e, json_type_array))
+			st = copy_ids(e, &r->inputs[i], i, lim, err);
+		else
+			st = req_fail(err, 400, "validation", "input %zu must be a %s", i,
+				      allow_ids ? "string or an array of token ids" : "string");
+		if (st != RG_OK)
+			return st;
+	}
+	return RG_OK;
+}
+
+rg_status rg_request_parse(rg_route route, const char *body, size_t len, const rg_req_limits *lim,
+			   rg_request *out, rg_req_error *err)
+{
+	json_tokener *tok;
+	json_object *root = NULL, *v;
+	enum json_tokener_error jerr;
+	rg_status st = RG_OK;
+	bool openai = route == RG_ROUTE_OPENAI;
+
+	memset(out, 0, sizeof(*out));
+	out->route = route;
+	out->normalize = true;
+	err->http_status = 0;
+	err->type = "";
+	err->msg[0] = '\0';
+	if (route != RG_ROUTE_EMBED && route != RG_ROUTE_OPENAI && route != RG_ROUTE_TOKENIZE)
+		return req_fail(err, 400, "validation", "route takes no JSON body");
+	if (len == 0)
+		return req_fail(err, 400, "validation", "empty body; expected a JSON object");
+	if (len > (size_t)INT32_MAX)
+		return req_fail(err, 413, "payload_too_large", "body too large");
+	tok = json_tokener_new_ex(lim->max_depth > 0 ? lim->max_depth : 32);
+	if (!tok)
+		return req_fail(err, 500, "backend", "out of memory");
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+	root = json_tokener_parse_ex(tok, body, (int)len);
+	jerr = json_tokener_get_error(tok);
+	if (!root || jerr != json_tokener_success) {
+		st = req_fail(err, 400, "validation", "malformed JSON: %s",
+			      jerr == json_tokener_continue ? "unexpected end of input"
+							    : json_tokener_error_desc(jerr));
+		goto out_free;
+	}
+	/* Only whitespace may follow the value. */
+	for (size_t i = json_tokener_get_parse_end(tok); i < len; i++) {
+		char c = body[i];
+
+		if (c != ' ' && c != '\t' && c != '\r' && c != '\n') {
+			st = req_fail(err, 400, "validation", "malformed JSON: trailing data");
+			goto out_free;
+		}
+	}
+	if (!json_object_is_type(root, json_type_object)) {
+		st = req_fail(err, 400, "validation", "body must be a JSON object");
+		goto out_free;
+	}
+	if (!json_object_object_get_ex(root, openai ? "input" : "inputs", &v)) {
+		st = req_fail(err, 400, "validation", "missing \"%s\"", openai ? "input" : "inputs");
+		goto out_free;
+	}
+	st = parse_inputs(v, openai ? "input" : "inputs", openai, lim, out, err);
+	if (st != RG_OK)
+		goto out_free;
+	if ((st = get_bool(root, "normalize", &out->normalize, err)) != RG_OK)
+		goto out_free;
+	if ((st = get_bool(root, "truncate", &out->truncate, err)) != RG_OK)
+		goto out_free;
+	if (openai) {
+		if (json_object_object_get_ex(root, "model", &v) &&
+		    !json_object_is_type(v, json_type_null)) {
+			if (!json_object_is_type(v, json_type_string)) {
+				st = req_fail(err, 400, "validation", "\"model\" must be a string");
+				goto out_free;
+			}
+			if (!rg_utf8_valid(json_object_get_string(v),
+					   (size_t)json_object_get_string_len(v))) {
+				st = req_fail(err, 400, "validation", "\"model\" is not valid UTF-8");
+				goto out_free;
+			}
+			out->model = strndup(json_object_get_string(v),
+					     (size_t)json_object_get_string_len(v));
+			if (!out->model) {
+				st = req_fail(err, 500, "backend", "out of memory");
+				goto out_free;
+			}
+		}
+		if (json_object_object_get_ex(root, "encoding_format", &v) &&
+		    !json_object_is_type(v, json_type_null)) {
+			const char *f = json_object_get_string(v);
+
+			if (!json_object_is_type(v, json_type_string) ||
+			    (strcmp(f, "float") != 0 && strcmp(f, "base64") != 0)) {
+				st = req_fail(err, 400, "validation",
+					      "\"encoding_format\" must be \"float\" or \"base64\"");
+				goto out_free;
+			}
+			out->base64 = strcmp(f, "base64") == 0;
+		}
+		if (json_object_object_get_ex(root, "dimensions", &v) &&
+		    !json_object_is_type(v, json_type_null)) {
+			st = req_fail(err, 400, "validation", "\"dimensions\" is not supported");
+			goto out_free;
+		}
+	}
+out_free:
+	if (st != RG_OK)
+		rg_request_free(out);
+	json_object_put(root);
+	json_tokener_free(tok);
+	return st;
+}
+
+void rg_request_free(rg_request *r)
+{
+	for (size_t i = 0; r->inputs && i < r->n_inputs; i++) {
+		free(r->inputs[i].text);
+		free(r->inputs[i].ids);
+	}
+	free(r->inputs);
+	free(r->model);
+	memset(r, 0, sizeof(*r));
+}
+
+/* ---- response buffer ---------------------------------------------------------------------- */
+
+void rg_sbuf_init(rg_sbuf *b)
+{
+	memset(b, 0, sizeof(*b));
+}
+
+void rg_sbuf_free(rg_sbuf *b)
+{
+	free(b->data);
+	memset(b, 0, sizeof(*b));
+}
+
+static bool sbuf_reserve(rg_sbuf *b, size_t extra)
+{
+	size_t cap;
+	char *p;
+
+	if (b->oom)
+		return false;
+	if (b->len + extra + 1 <= b->cap)
+		return true;
+	cap = b->cap ? b->cap : 256;
+	while (cap < b->len + extra + 1)
+		cap *= 2;
+	p = realloc(b->data, cap);
+	if (!p) {
+		b->oom = true;
+		return false;
+	}
+	b->data = p;
+	b->cap = cap;
+	return true;
+}
+
+void rg_sbuf_put(rg_sbuf *b, const char *s, size_t n)
+{
+	if (!sbuf_reserve(b, n))
+		return;
+	memcpy(b->data + b->len, s, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+}
+
+void rg_sbuf_puts(rg_sbuf *b, const char *s)
+{
+	rg_sbuf_put(b, s, strlen(s));
+}
+
+void rg_sbuf_printf(rg_sbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0 || !sbuf_reserve(b, (size_t)n))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	b->len += (size_t)n;
+}
+
+void rg_sbuf_json_str(rg_sbuf *b, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	rg_sbuf_put(b, "\"", 1);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		char esc[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
+
+		if (c == '"' || c == '\\') {
+			char e[2] = { '\\', (char)c };
+			rg_sbuf_put(b, e, 2);
+		} else if (c < 0x20) {
+			rg_sbuf_put(b, esc, 6);
+		} else {
+			rg_sbuf_put(b, (const char *)&s[i], 1);
+		}
+	}
+	rg_sbuf_put(b, "\"", 1);
+}
+
+void rg_sbuf_float(rg_sbuf *b, float v)
+{
+	char tmp[32];
+	int n;
+
+	if (!isfinite(v)) {
+		rg_sbuf_put(b, "null", 4);
+		return;
+	}
+	n = snprintf(tmp, sizeof(tmp), "%.9g", (double)v);
+	rg_sbuf_put(b, tmp, (size_t)n);
+}
+
+void rg_sbuf_float_array(rg_sbuf *b, const float *v, size_t n)
+{
+	/* 16 bytes per float is enough for "%.9g" plus the comma: reserve once. */
+	if (!sbuf_reserve(b, n * 17 + 2))
+		return;
+	rg_sbuf_put(b, "[", 1);
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			rg_sbuf_put(b, ",", 1);
+		rg_sbuf_float(b, v[i]);
+	}
+	rg_sbuf_put(b, "]", 1);
+}
+
+void rg_sbuf_base64(rg_sbuf *b, const void *data, size_t n)
+{
+	static const char tab[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	const unsigned char *p = data;
+	size_t i;
+
+	if (!sbuf_reserve(b, (n + 2) / 3 * 4))
+		return;
+	for (i = 0; i + 3 <= n; i += 3) {
+		unsigned v = (unsigned)p[i] << 16 | (unsigned)p[i + 1] << 8 | p[i + 2];
+		char o[4] = { tab[v >> 18], tab[(v >> 12) & 63], tab[(v >> 6) & 63], tab[v & 63] };
+		rg_sbuf_put(b, o, 4);
+	}
+	if (n - i == 1) {
+		unsigned v = (unsigned)p[i] << 16;
+		char o[4] = { tab[v >> 18], tab[(v >> 12) & 63], '=', '=' };
+		rg_sbuf_put(b, o, 4);
+	} else if (n - i == 2) {
+		unsigned v = (unsigned)p[i] << 16 | (unsigned)p[i + 1] << 8;
+		char o[4] = { tab[v >> 18], tab[(v >> 12) & 63], tab[(v >> 6) & 63], '=' };
+		rg_sbuf_put(b, o, 4);
+	}
+}
+
+void rg_sbuf_error(rg_sbuf *b, const char *msg, const char *type)
+{
+	size_t n = strlen(msg);
+
+	rg_sbuf_puts(b, "{\"error\":");
+	/* Messages may quote client bytes; never emit invalid UTF-8 in JSON. */
+	if (rg_utf8_valid(msg, n))
+		rg_sbuf_json_str(b, msg, n);
+	else
+		rg_sbuf_json_str(b, "(message not valid UTF-8)", 25);
+	rg_sbuf_puts(b, ",\"error_type\":");
+	rg_sbuf_json_str(b, type, strlen(type));
+	rg_sbuf_puts(b, "}");
+}

@@ -1,0 +1,99 @@
+/* JSON request parsing and response formatting for `ragged serve` (pure functions, no I/O).
+ *
+ * Parsing is factored out of the HTTP layer so that it can be fuzzed on its own
+ * (tests/fuzz/fuzz_request.c): every byte string either parses into an rg_request or yields an
+ * rg_req_error with the HTTP status to answer; nothing else can happen.
+ */
+#ifndef RG_SERVER_REQUEST_H
+#define RG_SERVER_REQUEST_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "ragged.h"
+
+typedef enum rg_route {
+	RG_ROUTE_EMBED = 0,   /* POST /embed          (TEI shape) */
+	RG_ROUTE_OPENAI,      /* POST /v1/embeddings  (OpenAI shape) */
+	RG_ROUTE_TOKENIZE,    /* POST /tokenize */
+	RG_ROUTE_HEALTH,      /* GET /health */
+	RG_ROUTE_INFO,        /* GET /info */
+	RG_ROUTE_METRICS,     /* GET /metrics */
+	RG_ROUTE_OTHER,       /* anything else (404) */
+	RG_ROUTE_COUNT,
+} rg_route;
+
+/* Name used in metrics labels ("embed", "v1_embeddings", ...). */
+const char *rg_route_name(rg_route r);
+
+/* One input of a request: either a text (text != NULL) or a token-id array (ids != NULL). */
+typedef struct rg_req_input {
+	char *text;     /* (len + 1) bytes, valid UTF-8, NUL-terminated copy (may hold inner NULs) */
+	size_t len;     /* bytes of text, not counting the terminator */
+	int32_t *ids;   /* (n_ids) token ids in [0, vocab_size), used as is (no [CLS]/[SEP] added) */
+	size_t n_ids;
+} rg_req_input;
+
+typedef struct rg_request {
+	rg_route route;
+	rg_req_input *inputs;  /* (n_inputs), n_inputs >= 1 */
+	size_t n_inputs;
+	bool normalize;        /* default true: L2-normalize the output (see server.c for semantics) */
+	bool truncate;         /* default false: cut over-long inputs instead of answering 422 */
+	bool base64;           /* OpenAI encoding_format "base64" */
+	char *model;           /* OpenAI "model" string (echoed), NULL when absent */
+} rg_request;
+
+typedef struct rg_req_limits {
+	size_t max_inputs;     /* more inputs -> 413 */
+	int vocab_size;        /* token ids must be in [0, vocab_size) */
+	int max_depth;         /* JSON nesting limit (json-c tokener depth) */
+} rg_req_limits;
+
+typedef struct rg_req_error {
+	int http_status;       /* 400, 413 */
+	const char *type;      /* "validation", "payload_too_large" (static strings) */
+	char msg[256];
+} rg_req_error;
+
+/* Parse a JSON body for route EMBED, OPENAI or TOKENIZE.
+ * EMBED/TOKENIZE: {"inputs": str | [str], "normalize": bool, "truncate": bool}.
+ * OPENAI: {"input": str | [str] | [int] | [[int]], "model": str, "encoding_format": "float"|"base64",
+ *          "normalize": bool, "truncate": bool, "user": str, "dimensions": (rejected)}.
+ * Unknown keys are ignored (clients send extras such as "user"); known keys with a wrong type are a
+ * 400. Texts must be valid UTF-8 (after JSON unescaping); empty strings, empty arrays and empty
+ * token arrays are a 400; more than lim->max_inputs inputs is a 413.
+ * On RG_OK *out owns copies of everything (free with rg_request_free); the body is not retained.
+ * On error returns RG_ERR_INVALID_INPUT (or RG_ERR_OOM) and fills *err; *out is left empty. */
+rg_status rg_request_parse(rg_route route, const char *body, size_t len, const rg_req_limits *lim,
+			   rg_request *out, rg_req_error *err);
+
+/* Free everything rg_request_parse allocated; leaves *r zeroed. Accepts a zeroed request. */
+void rg_request_free(rg_request *r);
+
+/* True when s[0..len) is well-formed UTF-8 (RFC 3629: no overlongs, no surrogates, <= U+10FFFF). */
+bool rg_utf8_valid(const char *s, size_t len);
+
+/* Growable byte buffer for response bodies. data is malloc'd, owned by the buffer until taken. */
+typedef struct rg_sbuf {
+	char *data;
+	size_t len, cap;
+	bool oom;       /* set once an append failed; later appends are no-ops */
+} rg_sbuf;
+
+void rg_sbuf_init(rg_sbuf *b);
+void rg_sbuf_free(rg_sbuf *b);
+void rg_sbuf_put(rg_sbuf *b, const char *s, size_t n);
+void rg_sbuf_puts(rg_sbuf *b, const char *s);
+void rg_sbuf_printf(rg_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* JSON string literal with escapes (input must be valid UTF-8). */
+void rg_sbuf_json_str(rg_sbuf *b, const char *s, size_t n);
+/* Shortest "%.9g" float (round-trips float32); non-finite values are written as null. */
+void rg_sbuf_float(rg_sbuf *b, float v);
+/* JSON array of n floats: [a,b,...]. */
+void rg_sbuf_float_array(rg_sbuf *b, const float *v, size_t n);
+/* Standard base64 (RFC 4648, with padding) of n bytes. */
+void rg_sbuf_base64(rg_sbuf *b, const void *data, size_t n);
+/* {"error": msg, "error_type": type} */
+void rg_sbuf_error(rg_sbuf *b, const char *msg, const char *type);
+
+#endif
