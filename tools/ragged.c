@@ -22,8 +22,10 @@
 
 #define EXIT_USAGE 2
 
-/* Provided by src/server (serve.h) and src/loadgen (loadgen.h); weak while those land. */
-int rg_serve_main(int argc, char **argv) __attribute__((weak));
+/* Provided by src/server (serve.h) and src/loadgen (loadgen.h); weak while those land.
+ * rg_serve_main is a strong reference: a weak undefined symbol does not pull server.o out of
+ * libragged.a, so `serve` would never be linked in. */
+int rg_serve_main(int argc, char **argv);
 int rg_loadgen_main(int argc, char **argv) __attribute__((weak));
 
 typedef struct cli_opts {
@@ -490,7 +492,7 @@ int main(int argc, char **argv)
 		return cmd_embed_or_tokenize(argc - 1, argv + 1, false);
 	if (!strcmp(argv[1], "info"))
 		return cmd_info(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "serve") && rg_serve_main)
+	if (!strcmp(argv[1], "serve"))
 		return rg_serve_main(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "loadgen") && rg_loadgen_main)
 		return rg_loadgen_main(argc - 1, argv + 1);
