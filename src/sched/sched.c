@@ -593,7 +593,8 @@ static void pick_slotted_das(rg_sched *s, const sched_item *c, int n, rg_sched_b
  * reordering delay it warns about). Lazy strategy: unless the queue holds max_batch_requests
  * candidates, wait while (now - oldest arrival) + state[N] < latency_budget/2 (state[N]: the
  * estimated time to run every queued request), and wake at the time that sum reaches half the
- * budget. Returns true when a batch was emitted, false when waiting (then *wake set). */
+ * budget (1e-9 ms slack, so a call at exactly *wake runs). Returns true when a batch was
+ * emitted, false when waiting (then *wake set). */
 static bool pick_dp(rg_sched *s, const sched_item *c, int n, double now_ms,
 		    const rg_sched_req *queue, rg_sched_batch *out, double *wake)
 {
@@ -629,7 +630,7 @@ static bool pick_dp(rg_sched *s, const sched_item *c, int n, double now_ms,
 	}
 	double a0 = queue[c[oldest].qi].arrival_ms;
 	if (p->lazy && n < p->max_batch_requests &&
-	    (now_ms - a0) + state[n] < p->latency_budget_ms / 2) {
+	    (now_ms - a0) + state[n] < p->latency_budget_ms / 2 - 1e-9) {
 		*wake = a0 + p->latency_budget_ms / 2 - state[n];
 		return false;
 	}
