@@ -26,7 +26,7 @@
  * rg_serve_main is a strong reference: a weak undefined symbol does not pull server.o out of
  * libragged.a, so `serve` would never be linked in. */
 int rg_serve_main(int argc, char **argv);
-int rg_loadgen_main(int argc, char **argv) __attribute__((weak));
+int rg_loadgen_main(int argc, char **argv); /* strong for the same reason */
 
 typedef struct cli_opts {
 	const char *model;
@@ -494,7 +494,7 @@ int main(int argc, char **argv)
 		return cmd_info(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "serve"))
 		return rg_serve_main(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "loadgen") && rg_loadgen_main)
+	if (!strcmp(argv[1], "loadgen"))
 		return rg_loadgen_main(argc - 1, argv + 1);
 	fprintf(stderr, "ragged: unknown command '%s' (see ragged --help)\n", argv[1]);
 	return EXIT_USAGE;
