@@ -92,7 +92,10 @@ rg_sched_params rg_sched_params_default(rg_sched_kind kind);
  * Request i of the batch is queue[queue_idx[i]] of the queue passed to rg_sched_pick; it sits in
  * row req_row[i] starting at token req_offset[i] of that row (PACKED: row 0, offsets back to
  * back). The caller builds tokens/cu_seqlens in the order i = 0..n-1 and passes &layout to
- * rg_model_embed_layout; layout.req_row/req_offset point into this struct. */
+ * rg_model_embed_layout; layout.req_row/req_offset point into this struct.
+ * layout.n_rows counts only the rows used (<= params n_rows); CONCAT/SLOTTED keep row_len = L;
+ * SLOTTED_DAS chooses slot_len = m per batch (TCB Algorithm 2) and computes rows of
+ * floor(L/m)*m tokens, so its layout.row_len can be below params row_len. */
 typedef struct rg_sched_batch {
 	int n;               /* requests in the batch; 0 = nothing to run now */
 	int cap;             /* capacity of the arrays */
