@@ -178,6 +178,14 @@ rg_status rg_bert_config_load(const char *dir, rg_bert_config *cfg)
 	rg_status s;
 
 	memset(cfg, 0, sizeof(*cfg));
+	{
+		struct stat sb;
+		/* say "no such directory" rather than "no config.json in it" */
+		if (stat(dir, &sb) != 0)
+			return rg_errorf(RG_ERR_IO, "model directory %s: %s", dir, strerror(errno));
+		if (!S_ISDIR(sb.st_mode))
+			return rg_errorf(RG_ERR_IO, "model directory %s: not a directory", dir);
+	}
 	path = path_join(dir, "config.json");
 	if (!path)
 		return rg_errorf(RG_ERR_OOM, "%s: out of memory", dir);

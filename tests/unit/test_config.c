@@ -309,7 +309,15 @@ static void test_bad_files(void **state)
 	write_file("config.json", "");
 	expect_cfg_fail(RG_ERR_FORMAT, "config.json", NULL);
 	assert_int_equal(rg_bert_config_load("/nonexistent/rg_dir", &cfg), RG_ERR_IO);
-	expect_msg("/nonexistent/rg_dir/config.json");
+	expect_msg("model directory /nonexistent/rg_dir");
+	expect_msg("No such file");
+	write_file("plain", "x");
+	{
+		char p[512];
+		snprintf(p, sizeof(p), "%s/plain", g_dir);
+		assert_int_equal(rg_bert_config_load(p, &cfg), RG_ERR_IO);
+		expect_msg("not a directory");
+	}
 }
 
 /* ---------------------------------------------------------------------------------------------- */
