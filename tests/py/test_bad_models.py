@@ -220,7 +220,8 @@ CASES = {
 def bad_dirs(minilm_dir, tmp_path_factory):
     """name -> corrupted model directory (built once, shared by the ctypes and CLI tests)."""
     root = tmp_path_factory.mktemp("bad_models")
-    return {name: make(minilm_dir, str(root / name)) for name, (make, _, _) in CASES.items()}
+    yield {name: make(minilm_dir, str(root / name)) for name, (make, _, _) in CASES.items()}
+    shutil.rmtree(root, ignore_errors=True)  # ~600 MB of rewritten weights; pytest keeps tmp dirs
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,6 +238,8 @@ def test_header_roundtrip_copy_loads(minilm_dir, tmp_path):
     rewrite_header(minilm_dir, d, lambda hdr: None)
     m = rc.Model(d)
     assert m.tokenize("hello")[-1] == 102  # [SEP]
+    del m
+    shutil.rmtree(d)
 
 
 # --------------------------------------------------------------------------------------------
