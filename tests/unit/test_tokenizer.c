@@ -1,0 +1,355 @@
+/* Unit tests for the BERT WordPiece tokenizer (src/tokenizer/) on a tiny hand-written vocabulary.
+ * Every expected id list below was worked out by hand from the vocabulary in TINY_JSON and the
+ * WordPiece rules (greedy longest match first, "##" continuation, unmatched piece or a word longer
+ * than max_input_chars_per_word -> one [UNK]). HF parity on real data is in tests/py. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+enum { PAD, UNK, CLS, SEP, MASK, UN, UNA, FF, AFF, ABLE, A_CONT, HELLO, COMMA, BANG, CAF, E_CONT,
+       CAFE, X, X_CONT, ZHE, ZHE_CONT, N_VOCAB };
+
+static const char *VOCAB[N_VOCAB] = {
+	"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "una", "##ff", "##aff", "##able", "##a",
+	"hello", ",", "!", "caf", "##e", "cafe", "x", "##x", "\xd0\xb6" /* ж */, "##\xd0\xb6",
+};
+
+static char g_root[] = "/tmp/rg_tok_test_XXXXXX";
+static int g_case;
+static char g_dir[256];
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb; (void)flag; (void)ftw;
+	return remove(p);
+}
+
+static int group_setup(void **state)
+{
+	(void)state;
+	return mkdtemp(g_root) ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	return nftw(g_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int case_setup(void **state)
+{
+	(void)state;
+	snprintf(g_dir, sizeof(g_dir), "%s/c%d", g_root, g_case++);
+	return mkdir(g_dir, 0700);
+}
+
+static void write_file(const char *name, const char *text)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", g_dir, name);
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* tokenizer.json with the tiny vocab; model_extra / normalizer are spliced in. */
+static void write_tiny_json(const char *model_type, int max_chars, const char *normalizer)
+{
+	char buf[8192];
+	int n = snprintf(buf, sizeof(buf), "{\"version\": \"1.0\", \"added_tokens\": [");
+	for (int i = PAD; i <= MASK; i++)
+		n += snprintf(buf + n, sizeof(buf) - n,
+			      "%s{\"id\": %d, \"content\": \"%s\", \"special\": true, "
+			      "\"normalized\": false, \"lstrip\": false, \"rstrip\": false, "
+			      "\"single_word\": false}", i ? ", " : "", i, VOCAB[i]);
+	n += snprintf(buf + n, sizeof(buf) - n,
+		      "], \"normalizer\": %s, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}, "
+		      "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": ["
+		      "{\"SpecialToken\": {\"id\": \"[CLS]\", \"type_id\": 0}}, "
+		      "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, "
+		      "{\"SpecialToken\": {\"id\": \"[SEP]\", \"type_id\": 0}}], \"pair\": [], "
+		      "\"special_tokens\": {\"[CLS]\": {\"id\": \"[CLS]\", \"ids\": [%d], "
+		      "\"tokens\": [\"[CLS]\"]}, \"[SEP]\": {\"id\": \"[SEP]\", \"ids\": [%d], "
+		      "\"tokens\": [\"[SEP]\"]}}}, "
+		      "\"model\": {\"type\": \"%s\", \"unk_token\": \"[UNK]\", "
+		      "\"continuing_subword_prefix\": \"##\", \"max_input_chars_per_word\": %d, "
+		      "\"vocab\": {", normalizer, CLS, SEP, model_type, max_chars);
+	for (int i = 0; i < N_VOCAB; i++)
+		n += snprintf(buf + n, sizeof(buf) - n, "%s\"%s\": %d", i ? ", " : "", VOCAB[i], i);
+	snprintf(buf + n, sizeof(buf) - n, "}}}");
+	write_file("tokenizer.json", buf);
+}
+
+static const char *BERT_NORM = "{\"type\": \"BertNormalizer\", \"clean_text\": true, "
+			       "\"handle_chinese_chars\": true, \"strip_accents\": null, "
+			       "\"lowercase\": true}";
+
+static rg_tokenizer *load_ok(void)
+{
+	rg_tokenizer *t = NULL;
+	rg_status st = rg_tokenizer_load(g_dir, &t);
+	if (st != RG_OK)
+		fail_msg("load: %s: %s", rg_status_name(st), rg_last_error());
+	return t;
+}
+
+/* Encode text and compare with want[0..n_want). */
+static void check(const rg_tokenizer *t, const char *text, const int32_t *want, size_t n_want)
+{
+	int32_t *ids = NULL;
+	size_t n = 0;
+	rg_status st = rg_tokenizer_encode(t, text, strlen(text), &ids, &n);
+	if (st != RG_OK)
+		fail_msg("encode \"%s\": %s: %s", text, rg_status_name(st), rg_last_error());
+	assert_non_null(ids);
+	if (n != n_want)
+		fail_msg("\"%s\": %zu ids, want %zu", text, n, n_want);
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] != want[i])
+			fail_msg("\"%s\": id %zu is %d, want %d", text, i, ids[i], want[i]);
+	free(ids);
+}
+
+#define CHECK(t, text, ...)                                                                     \
+	do {                                                                                    \
+		const int32_t w_[] = { __VA_ARGS__ };                                           \
+		check(t, text, w_, sizeof(w_) / sizeof(w_[0]));                                  \
+	} while (0)
+
+static void test_greedy_longest_match(void **state)
+{
+	(void)state;
+	write_tiny_json("WordPiece", 100, BERT_NORM);
+	rg_tokenizer *t = load_ok();
+	/* "una" beats "un"; then "##ff" (no "##ffable"), then "##able" */
+	CHECK(t, "unaffable", CLS, UNA, FF, ABLE, SEP);
+	CHECK(t, "una", CLS, UNA, SEP);
+	CHECK(t, "unx", CLS, UN, X_CONT, SEP);
+	CHECK(t, "cafe caf", CLS, CAFE, CAF, SEP);
+	CHECK(t, "cafee", CLS, CAFE, E_CONT, SEP);
+	/* lowercase + strip accents (strip_accents null follows lowercase) */
+	CHECK(t, "Caf\xc3\xa9 HELLO", CLS, CAFE, HELLO, SEP);
+	/* punctuation is isolated, whitespace removed */
+	CHECK(t, "hello,hello!", CLS, HELLO, COMMA, HELLO, BANG, SEP);
+	CHECK(t, " \t hello \xe3\x80\x80 ! ", CLS, HELLO, BANG, SEP);
+	/* control / zero-width chars are dropped by clean_text */
+	CHECK(t, "hel\xe2\x80\x8blo\x07", CLS, HELLO, SEP);
+	rg_tokenizer_free(t);
+}
+
+static void test_unk_rules(void **state)
+{
+	(void)state;
+	write_tiny_json("WordPiece", 5, BERT_NORM);
+	rg_tokenizer *t = load_ok();
+	/* a piece with no match turns the whole word into one [UNK], earlier pieces dropped */
+	CHECK(t, "unxz", CLS, UNK, SEP);
+	CHECK(t, "zun", CLS, UNK, SEP);
+	CHECK(t, "hello world", CLS, HELLO, UNK, SEP);
+	/* max_input_chars_per_word = 5 counts chars, not bytes */
+	CHECK(t, "xxxxx", CLS, X, X_CONT, X_CONT, X_CONT, X_CONT, SEP);
+	CHECK(t, "xxxxxx", CLS, UNK, SEP);
+	CHECK(t, "\xd0\xb6\xd0\xb6\xd0\xb6\xd0\xb6\xd0\xb6", CLS, ZHE, ZHE_CONT, ZHE_CONT, ZHE_CONT,
+	      ZHE_CONT, SEP);
+	CHECK(t, "\xd0\x96\xd0\xb6\xd0\xb6\xd0\xb6\xd0\xb6\xd0\xb6", CLS, UNK, SEP); /* Жжжжжж */
+	/* special tokens in the text resolve to their ids, before normalization */
+	CHECK(t, "un[SEP]un", CLS, UN, SEP, UN, SEP);
+	/* "[mask]" is not special once lowercase: "[", "mask", "]" are three unknown words */
+	CHECK(t, "[MASK][mask]", CLS, MASK, UNK, UNK, UNK, SEP);
+	rg_tokenizer_free(t);
+}
+
+static void test_empty_and_ids(void **state)
+{
+	(void)state;
+	write_tiny_json("WordPiece", 100, BERT_NORM);
+	rg_tokenizer *t = load_ok();
+	CHECK(t, "", CLS, SEP);
+	CHECK(t, "   \xef\xbb\xbf ", CLS, SEP);
+	int32_t *ids = NULL;
+	size_t n = 99;
+	assert_int_equal(rg_tokenizer_encode(t, NULL, 0, &ids, &n), RG_OK);
+	assert_int_equal(n, 2);
+	free(ids);
+	assert_int_equal(rg_tokenizer_cls_id(t), CLS);
+	assert_int_equal(rg_tokenizer_sep_id(t), SEP);
+	assert_int_equal(rg_tokenizer_vocab_size(t), N_VOCAB);
+	rg_tokenizer_free(t);
+}
+
+static void expect_bad_utf8(const rg_tokenizer *t, const char *text, size_t len, size_t offset)
+{
+	int32_t *ids = (int32_t *)0x1;
+	size_t n = 7;
+	char want[64];
+	assert_int_equal(rg_tokenizer_encode(t, text, len, &ids, &n), RG_ERR_INVALID_UTF8);
+	assert_null(ids);
+	assert_int_equal(n, 0);
+	snprintf(want, sizeof(want), "offset %zu ", offset);
+	if (!strstr(rg_last_error(), want))
+		fail_msg("message \"%s\" lacks \"%s\"", rg_last_error(), want);
+}
+
+static void test_invalid_utf8(void **state)
+{
+	(void)state;
+	write_tiny_json("WordPiece", 100, BERT_NORM);
+	rg_tokenizer *t = load_ok();
+	expect_bad_utf8(t, "ab\xff" "c", 4, 2);
+	expect_bad_utf8(t, "hello \xc3", 7, 6);             /* truncated at the end */
+	expect_bad_utf8(t, "\xc0\x80", 2, 0);                /* overlong NUL */
+	expect_bad_utf8(t, "x\xe0\x80\x80", 4, 1);           /* overlong 3-byte */
+	expect_bad_utf8(t, "un\xed\xa0\x80", 5, 2);          /* UTF-16 surrogate */
+	expect_bad_utf8(t, "\xf4\x90\x80\x80", 4, 0);        /* > U+10FFFF */
+	expect_bad_utf8(t, "caf\xc3\xa9 \x80", 7, 6);        /* stray continuation byte */
+	expect_bad_utf8(t, "[SEP]\xfe", 6, 5);               /* after a special token */
+	/* an embedded NUL is valid UTF-8 (and dropped by clean_text) */
+	CHECK(t, "", CLS, SEP);
+	const int32_t w[] = { CLS, HELLO, SEP };
+	int32_t *ids;
+	size_t n;
+	assert_int_equal(rg_tokenizer_encode(t, "hel\0lo", 6, &ids, &n), RG_OK);
+	assert_int_equal(n, 3);
+	assert_memory_equal(ids, w, sizeof(w));
+	free(ids);
+	rg_tokenizer_free(t);
+}
+
+static void expect_load_error(rg_status want, const char *needle)
+{
+	rg_tokenizer *t = (rg_tokenizer *)0x1;
+	rg_status st = rg_tokenizer_load(g_dir, &t);
+	if (st != want)
+		fail_msg("load gave %s (%s), want %s", rg_status_name(st), rg_last_error(),
+			 rg_status_name(want));
+	assert_null(t);
+	if (needle && !strstr(rg_last_error(), needle))
+		fail_msg("message \"%s\" lacks \"%s\"", rg_last_error(), needle);
+}
+
+static void test_load_errors(void **state)
+{
+	(void)state;
+	expect_load_error(RG_ERR_IO, "vocab.txt"); /* empty directory */
+	write_file("tokenizer.json", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0,");
+	expect_load_error(RG_ERR_FORMAT, "tokenizer.json");
+	write_file("tokenizer.json", "[1, 2, 3]");
+	expect_load_error(RG_ERR_UNSUPPORTED, "model type");
+	write_tiny_json("BPE", 100, BERT_NORM);
+	expect_load_error(RG_ERR_UNSUPPORTED, "BPE");
+	write_tiny_json("WordPiece", 100, "{\"type\": \"NFKC\"}");
+	expect_load_error(RG_ERR_UNSUPPORTED, "NFKC");
+	write_tiny_json("WordPiece", 100, "{\"type\": \"BertNormalizer\", \"lowercase\": 3}");
+	expect_load_error(RG_ERR_FORMAT, "lowercase");
+}
+
+static void test_missing_dir(void **state)
+{
+	(void)state;
+	rg_tokenizer *t = NULL;
+	assert_int_equal(rg_tokenizer_load("/nonexistent/rg_tok_dir", &t), RG_ERR_IO);
+	assert_null(t);
+}
+
+static void test_vocab_txt_fallback(void **state)
+{
+	(void)state;
+	char buf[1024] = "";
+	for (int i = 0; i < N_VOCAB; i++) {
+		strcat(buf, VOCAB[i]);
+		strcat(buf, i == HELLO ? " \r\n" : "\n"); /* trailing whitespace is trimmed */
+	}
+	write_file("vocab.txt", buf);
+	write_file("tokenizer_config.json", "{\"do_lower_case\": false}");
+	rg_tokenizer *t = load_ok();
+	CHECK(t, "hello Hello", CLS, HELLO, UNK, SEP);
+	CHECK(t, "cafe caf\xc3\xa9", CLS, CAFE, UNK, SEP); /* cased: accents kept */
+	CHECK(t, "[CLS]", CLS, CLS, SEP);
+	assert_int_equal(rg_tokenizer_vocab_size(t), N_VOCAB);
+	rg_tokenizer_free(t);
+
+	write_file("tokenizer_config.json", "{\"do_lower_case\": true}");
+	t = load_ok();
+	CHECK(t, "HELLO Caf\xc3\xa9", CLS, HELLO, CAFE, SEP);
+	rg_tokenizer_free(t);
+
+	write_file("tokenizer_config.json", "{\"do_lower_case\": tru");
+	expect_load_error(RG_ERR_FORMAT, "tokenizer_config.json");
+}
+
+struct thread_arg {
+	const rg_tokenizer *t;
+	int bad;
+};
+
+static void *encode_loop(void *p)
+{
+	struct thread_arg *a = p;
+	static const char *texts[] = { "unaffable hello", "Caf\xc3\xa9, xxx!", "unxz \xd0\xb6\xd0\xb6" };
+	static const int32_t want[3][8] = { { CLS, UNA, FF, ABLE, HELLO, SEP },
+					    { CLS, CAFE, COMMA, X, X_CONT, X_CONT, BANG, SEP },
+					    { CLS, UNK, ZHE, ZHE_CONT, SEP } };
+	static const size_t nw[3] = { 6, 8, 5 };
+	for (int it = 0; it < 2000; it++) {
+		int k = it % 3;
+		int32_t *ids;
+		size_t n;
+		if (rg_tokenizer_encode(a->t, texts[k], strlen(texts[k]), &ids, &n) != RG_OK ||
+		    n != nw[k]) {
+			a->bad++;
+			continue;
+		}
+		for (size_t i = 0; i < n; i++)
+			if (ids[i] != want[k][i])
+				a->bad++;
+		free(ids);
+	}
+	return NULL;
+}
+
+static void test_threads(void **state)
+{
+	(void)state;
+	write_tiny_json("WordPiece", 100, BERT_NORM);
+	rg_tokenizer *t = load_ok();
+	pthread_t th[4];
+	struct thread_arg args[4];
+	for (int i = 0; i < 4; i++) {
+		args[i] = (struct thread_arg){ t, 0 };
+		assert_int_equal(pthread_create(&th[i], NULL, encode_loop, &args[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(args[i].bad, 0);
+	}
+	rg_tokenizer_free(t);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_greedy_longest_match, case_setup),
+		cmocka_unit_test_setup(test_unk_rules, case_setup),
+		cmocka_unit_test_setup(test_empty_and_ids, case_setup),
+		cmocka_unit_test_setup(test_invalid_utf8, case_setup),
+		cmocka_unit_test_setup(test_load_errors, case_setup),
+		cmocka_unit_test(test_missing_dir),
+		cmocka_unit_test_setup(test_vocab_txt_fallback, case_setup),
+		cmocka_unit_test_setup(test_threads, case_setup),
+	};
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
