@@ -1275,7 +1275,8 @@ struct lg_stats {
 	long n_measured, n_sent, n_ok, n_fail, n_retried;
 	long status_count[600];
 	long err_count[LG_ERR_COUNT];
-	double window_s, offered_rps, achieved_rps, throughput_rps, tokens_per_s, elapsed_s;
+	double window_s, offered_rps, achieved_rps, throughput_rps, completion_rps, tokens_per_s;
+	double elapsed_s;
 	double lat_mean, lat_min, lat_p50, lat_p90, lat_p99, lat_max;
 	double lag_mean, lag_max;
 	double hdr_mean[LG_HDR_N];
@@ -1364,13 +1365,33 @@ static int lg_stats_compute(struct lg_run *run, struct lg_stats *s, int64_t end_
 	s->achieved_rps = s->n_sent > 1 && last_send > win0
 				  ? (double)s->n_sent / ((double)(last_send - win0) / 1e9)
 				  : (double)s->n_sent / s->window_s;
-	/* Throughput: successes over the span from window start to the last measured completion
-	 * (at least the window itself, so an idle tail does not inflate it). */
+	/* completion_rps: measured successes over the span from window start to the last measured
+	 * completion (at least the window). throughput_rps, with --duration: 2xx responses of ANY
+	 * request (warm-up included) that completed inside the window, over the window: the
+	 * steady-state serving rate, which neither the drain tail after the window (latency) nor
+	 * the backlog of an overloaded server distorts. With --requests there is no steady window
+	 * and throughput_rps = completion_rps. */
 	double span = last_done > win0 ? (double)(last_done - win0) / 1e9 : s->window_s;
 	if (span < s->window_s)
 		span = s->window_s;
-	s->throughput_rps = (double)s->n_ok / span;
+	s->completion_rps = (double)s->n_ok / span;
+	s->throughput_rps = s->completion_rps;
 	s->tokens_per_s = (double)s->tokens_ok / span;
+	if (o->duration_s > 0) {
+		int64_t win1 = win0 + (int64_t)(o->duration_s * 1e9);
+		long n_in = 0, tok_in = 0;
+		for (long i = 0; i < run->n_reqs; i++) {
+			const struct lg_req *r = &run->reqs[i];
+			if (r->err == LG_ERR_NONE && r->status >= 200 && r->status <= 299 &&
+			    r->done_ns >= win0 && r->done_ns < win1) {
+				n_in++;
+				tok_in += o->dist.kind == LG_DIST_FILE
+						  ? (long)strlen(o->dist.lines[r->len]) : r->len;
+			}
+		}
+		s->throughput_rps = (double)n_in / o->duration_s;
+		s->tokens_per_s = (double)tok_in / o->duration_s;
+	}
 	s->utility_per_s = s->utility / span;
 	s->elapsed_s = (double)end_ns / 1e9;
 	s->len_mean = s->n_measured ? len_sum / (double)s->n_measured : 0;
@@ -1461,6 +1482,8 @@ static int lg_write_json(const struct lg_run *run, const struct lg_stats *s, con
 	lg_json_num(f, s->achieved_rps);
 	fprintf(f, ",\n  \"throughput_rps\": ");
 	lg_json_num(f, s->throughput_rps);
+	fprintf(f, ",\n  \"completion_rps\": ");
+	lg_json_num(f, s->completion_rps);
 	fprintf(f, ",\n  \"tokens_per_s\": ");
 	lg_json_num(f, s->tokens_per_s);
 	fprintf(f, ",\n  \"latency_ms\": {\"mean\": ");
@@ -1527,9 +1550,10 @@ static void lg_print_table(const struct lg_run *run, const struct lg_stats *s)
 	       "requests", s->n_measured, s->n_sent, s->n_ok, s->n_fail, s->n_retried,
 	       run->n_reqs - s->n_measured);
 	printf("  %-11s offered %.2f/s  achieved %.2f/s  throughput %.2f/s  %.0f %s/s"
-	       "  (window %.2f s, elapsed %.2f s)\n", "rate", s->offered_rps, s->achieved_rps,
-	       s->throughput_rps, s->tokens_per_s,
-	       o->dist.kind == LG_DIST_FILE ? "bytes" : "tokens", s->window_s, s->elapsed_s);
+	       "  completions %.2f/s  (window %.2f s, elapsed %.2f s)\n", "rate", s->offered_rps,
+	       s->achieved_rps, s->throughput_rps, s->tokens_per_s,
+	       o->dist.kind == LG_DIST_FILE ? "bytes" : "tokens", s->completion_rps, s->window_s,
+	       s->elapsed_s);
 	printf("  %-11s p50 %.2f  p90 %.2f  p99 %.2f  max %.2f  mean %.2f\n", "latency ms",
 	       s->lat_p50, s->lat_p90, s->lat_p99, s->lat_max, s->lat_mean);
 	printf("  %-11s queue %.2f  inference %.2f  total %.2f  batch %.2f  (mean, from headers)\n",

@@ -94,7 +94,10 @@ class Stub:
                     self.wfile.flush()
                     self.wfile.write(payload)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 1024  # listen backlog: bursts of connects must not be dropped
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -267,6 +270,22 @@ def test_open_loop_charges_client_queueing(tmp_path):
     assert res["latency_ms"]["max"] >= 0.9 * (n * delay * 1e3 - 1000)
     assert res["send_lag_ms"]["max"] >= 0.9 * ((n - 1) * delay * 1e3 - 1000)
     assert res["throughput_rps"] <= 1.0 / delay * 1.1
+
+
+def test_throughput_is_in_window_rate_not_drain_tail(tmp_path):
+    # 0.5 s service, 1 s window after 1 s warm-up: in steady state ~rate responses complete per
+    # second of the window. Dividing the measured successes by the span up to the last one
+    # (completion_rps) would include the 0.5 s drain tail and read ~rate / 1.5.
+    rate = 200.0
+    with Stub(delay_s=0.5) as stub:
+        res, _ = loadgen(tmp_path, "--url", stub.url, "--rate", str(rate), "--duration", "1",
+                         "--warmup", "1", "--connections", "400", "--seed", "2")
+        n_stub = len(stub.records)
+    assert n_stub == res["requests"]["scheduled"] + res["requests"]["warmup"]
+    assert res["requests"]["ok"] == res["requests"]["scheduled"]
+    assert 0.75 * rate <= res["throughput_rps"] <= 1.25 * rate
+    assert res["completion_rps"] < 0.8 * res["offered_rps"]
+    assert res["latency_ms"]["min"] >= 500
 
 
 def test_transport_errors_counted(tmp_path):
