@@ -17,7 +17,10 @@ import struct
 
 import numpy as np
 
-_erf = np.vectorize(math.erf, otypes=[np.float64])
+try:  # scipy is optional: its erf is float64-accurate and much faster than math.erf per element
+    from scipy.special import erf as _erf
+except ImportError:  # pragma: no cover
+    _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
 def gelu(x):

@@ -1,0 +1,495 @@
+"""The BERT runtime (rg_model_* in src/model/bert.c) against the independent float64 NumPy model
+in ref_bert.py: tiny random-weight configs and the real all-MiniLM-L6-v2, ragged batch shapes,
+length limits, batch invariance, the padded / concat / slotted layouts, input errors (the model
+must keep working after each) and load-time validation. Device and dtype come from
+RAGGED_TEST_DEVICE / RAGGED_TEST_DTYPE; the tolerance metric is documented in conftest.py."""
+import ctypes
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import ragged_ctypes as rc
+from conftest import ASAN, DEVICE, DTYPE, assert_embeddings_close, row_cosine, row_rel_err
+from ref_bert import RefBert
+
+TINY = ["h32_gelu", "h64_relu_norm", "h48_gelunew_cls", "h128_max_norm", "short_pos64",
+        "prefixed", "f16", "bf16"]
+# batch invariance / layout equivalence: same math, different batch composition (fp32 CPU)
+INVARIANCE_TOL = 1e-6 if (DEVICE == "cpu" and DTYPE == "fp32") else None
+
+
+class ModelInfo(ctypes.Structure):
+    _fields_ = [("model_dir", ctypes.c_char_p), ("model_type", ctypes.c_char_p),
+                ("vocab_size", ctypes.c_int), ("hidden_size", ctypes.c_int),
+                ("num_attention_heads", ctypes.c_int), ("num_hidden_layers", ctypes.c_int),
+                ("intermediate_size", ctypes.c_int), ("max_position_embeddings", ctypes.c_int),
+                ("type_vocab_size", ctypes.c_int), ("hidden_act", ctypes.c_char_p),
+                ("layer_norm_eps", ctypes.c_double), ("pooling", ctypes.c_int),
+                ("normalize", ctypes.c_bool), ("device", ctypes.c_int), ("dtype", ctypes.c_int),
+                ("max_batch_tokens", ctypes.c_int)]
+
+
+def _lib():
+    l = rc.lib()
+    l.rg_model_get_info.restype = ctypes.POINTER(ModelInfo)
+    l.rg_model_get_info.argtypes = [ctypes.c_void_p]
+    l.rg_model_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                  ctypes.POINTER(ctypes.c_size_t)]
+    return l
+
+
+def load(path, max_batch_tokens=16384):
+    return rc.Model(path, device=DEVICE, dtype=DTYPE, max_batch_tokens=max_batch_tokens)
+
+
+def info(model):
+    return _lib().rg_model_get_info(model._h).contents
+
+
+def random_seqs(rng, lens, vocab=30522):
+    """[CLS] random ids [SEP] for each length (length 1: just [CLS])."""
+    out = []
+    for n in lens:
+        s = rng.integers(999, vocab, size=n).tolist()
+        s[0] = 101
+        if n > 1:
+            s[-1] = 102
+        out.append(s)
+    return out
+
+
+def embed_raw(model, tokens, cu, n_seq, H, layout=None, extra_rows=1):
+    """Call the C API directly with an output buffer that has NaN guard rows after n_seq rows.
+    Returns (status, out[:n_seq], guard)."""
+    tokens = np.ascontiguousarray(tokens, np.int32)
+    cu = np.ascontiguousarray(cu, np.int32)
+    out = np.full((max(n_seq, 0) + extra_rows, H), np.nan, np.float32)
+    if layout is None:
+        st = rc.lib().rg_model_embed(model._h, tokens.ctypes.data, cu.ctypes.data, n_seq,
+                                     out.ctypes.data)
+    else:
+        st = rc.lib().rg_model_embed_layout(model._h, tokens.ctypes.data, cu.ctypes.data, n_seq,
+                                            ctypes.byref(layout), out.ctypes.data)
+    return st, out[:max(n_seq, 0)], out[max(n_seq, 0):]
+
+
+def status_name(st):
+    return rc.lib().rg_status_name(st).decode()
+
+
+def last_error():
+    return rc.lib().rg_last_error().decode(errors="replace")
+
+
+# ------------------------------------------------------------------ fixtures
+
+@pytest.fixture(scope="module")
+def tiny_models(tiny_dirs):
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = (load(tiny_dirs[name]), RefBert(tiny_dirs[name]))
+        return cache[name]
+    yield get
+    for m, _ in cache.values():
+        m.close()
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_dir):
+    m = load(minilm_dir)
+    yield m, RefBert(minilm_dir)
+    m.close()
+
+
+# ------------------------------------------------------------------ parity
+
+@pytest.mark.parametrize("name", TINY)
+def test_tiny_parity_ragged_shapes(tiny_models, name):
+    model, ref = tiny_models(name)
+    H = ref.H
+    max_pos = ref.cfg["max_position_embeddings"]
+    rng = np.random.default_rng(hash(name) % 2**32)
+    for lens in ([1], [7, 3], [128, 1, 64, 33], [max_pos, max_pos, 1, 2]):
+        lens = [min(n, max_pos) for n in lens]
+        seqs = random_seqs(rng, lens)
+        got = model.embed_ids(seqs, H)
+        assert_embeddings_close(got, ref.embed_batch(seqs), f"{name} lens={lens}")
+
+
+def test_tiny_info_matches_config(tiny_models, tiny_dirs):
+    model, ref = tiny_models("h48_gelunew_cls")
+    i = info(model)
+    cfg = ref.cfg
+    assert i.model_type == b"bert"
+    assert (i.vocab_size, i.hidden_size, i.num_attention_heads, i.num_hidden_layers,
+            i.intermediate_size, i.max_position_embeddings) == (
+        cfg["vocab_size"], cfg["hidden_size"], cfg["num_attention_heads"],
+        cfg["num_hidden_layers"], cfg["intermediate_size"], cfg["max_position_embeddings"])
+    assert i.hidden_act == b"gelu_new"
+    assert i.pooling == 1 and not i.normalize  # CLS
+    assert os.path.samefile(i.model_dir.decode(), tiny_dirs["h48_gelunew_cls"])
+    assert i.max_batch_tokens == 16384
+    model2, _ = tiny_models("h128_max_norm")
+    assert info(model2).pooling == 2 and info(model2).normalize
+
+
+def test_minilm_parity_random_ids(minilm):
+    model, ref = minilm
+    rng = np.random.default_rng(7)
+    for lens in ([1], [7, 3], [128, 1, 64, 33]):
+        seqs = random_seqs(rng, lens)
+        assert_embeddings_close(model.embed_ids(seqs, 384), ref.embed_batch(seqs),
+                                f"MiniLM lens={lens}")
+
+
+def test_minilm_parity_max_length(minilm):
+    model, ref = minilm
+    seqs = random_seqs(np.random.default_rng(8), [512, 2])
+    assert_embeddings_close(model.embed_ids(seqs, 384), ref.embed_batch(seqs), "MiniLM 512")
+
+
+@pytest.mark.slow
+def test_minilm_real_sentences(minilm, minilm_dir, sentences):
+    """>= 200 real sentences tokenized by HF tokenizers, several ragged batches, cosine >= 0.99999
+    (fp32) against float64."""
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer.from_file(os.path.join(minilm_dir, "tokenizer.json"))
+    tok.no_padding()
+    tok.enable_truncation(512)
+    model, ref = minilm
+    sents = sentences[:240]
+    assert len(sents) >= 200
+    ids = [e.ids for e in tok.encode_batch(sents)]
+    got = np.concatenate([model.embed_ids(ids[i:i + 64], 384) for i in range(0, len(ids), 64)])
+    want = ref.embed_batch(ids)
+    cos = row_cosine(got, want)
+    if DTYPE == "fp32":
+        assert cos.min() >= 0.99999, f"sentence {int(np.argmin(cos))}: cosine {cos.min():.7f}"
+    assert_embeddings_close(got, want, "MiniLM sentences")
+    # sanity of the reference semantics: paraphrases closer than unrelated text
+    a, b, c = (tok.encode(s).ids for s in ("A man is eating food.", "A man is eating a piece of bread.",
+                                            "The new movie is awesome."))
+    e = model.embed_ids([a, b, c], 384)
+    assert e[0] @ e[1] > e[0] @ e[2] + 0.2
+
+
+def test_minilm_tokenize_matches_hf_and_embeds(minilm, minilm_dir):
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer.from_file(os.path.join(minilm_dir, "tokenizer.json"))
+    tok.no_padding()
+    tok.no_truncation()
+    model, ref = minilm
+    texts = ["Hello world!", "ragged packs variable-length requests without padding.", "a"]
+    ids = [model.tokenize(t) for t in texts]
+    assert ids == [tok.encode(t).ids for t in texts]
+    assert_embeddings_close(model.embed_ids(ids, 384), ref.embed_batch(ids), "tokenized text")
+
+
+# ------------------------------------------------------------------ limits and truncation
+
+def test_max_length_and_one_past(tiny_models):
+    model, ref = tiny_models("short_pos64")
+    H = ref.H
+    rng = np.random.default_rng(3)
+    seqs = random_seqs(rng, [64, 64, 1, 2])
+    assert_embeddings_close(model.embed_ids(seqs, H), ref.embed_batch(seqs), "max length")
+    for lens, bad in (([65], 0), ([3, 65, 2], 1)):
+        seqs = random_seqs(rng, lens)
+        with pytest.raises(rc.RaggedError) as e:
+            model.embed_ids(seqs, H)
+        assert e.value.status == "RG_ERR_TOO_LONG"
+        assert f"sequence {bad}" in e.value.message and "65" in e.value.message
+        assert "64" in e.value.message
+    # still works afterwards
+    seqs = random_seqs(rng, [5, 9])
+    assert_embeddings_close(model.embed_ids(seqs, H), ref.embed_batch(seqs), "after TOO_LONG")
+
+
+def test_batch_over_max_batch_tokens(tiny_dirs):
+    d = tiny_dirs["short_pos64"]
+    model = load(d, max_batch_tokens=100)
+    ref = RefBert(d)
+    rng = np.random.default_rng(4)
+    ok = random_seqs(rng, [64, 36])
+    assert_embeddings_close(model.embed_ids(ok, ref.H), ref.embed_batch(ok), "exactly max_batch_tokens")
+    with pytest.raises(rc.RaggedError) as e:
+        model.embed_ids(random_seqs(rng, [64, 37]), ref.H)
+    assert e.value.status == "RG_ERR_TOO_LONG" and "100" in e.value.message
+    assert info(model).max_batch_tokens == 100
+    model.close()
+
+
+def test_tokenize_truncation(tiny_models, minilm_dir):
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer.from_file(os.path.join(minilm_dir, "tokenizer.json"))
+    tok.no_padding()
+    tok.no_truncation()
+    model, ref = tiny_models("short_pos64")
+    text = " ".join(f"word{i} apple" for i in range(80))
+    full = tok.encode(text).ids
+    assert len(full) > 64
+    with pytest.raises(rc.RaggedError) as e:
+        model.tokenize(text)
+    assert e.value.status == "RG_ERR_TOO_LONG"
+    assert str(len(full)) in e.value.message and "64" in e.value.message
+    ids = model.tokenize(text, truncate=True)
+    assert len(ids) == 64 and ids[-1] == 102 and ids[:63] == full[:63]
+    # HF's own truncation agrees
+    tok.enable_truncation(64)
+    assert ids == tok.encode(text).ids
+    # a short text is not changed either way
+    short = model.tokenize("hello there")
+    assert short == model.tokenize("hello there", truncate=True) == tok.encode("hello there").ids
+    assert_embeddings_close(model.embed_ids([ids], ref.H), ref.embed_batch([ids]), "truncated")
+
+
+# ------------------------------------------------------------------ batch invariance
+
+@pytest.mark.parametrize("name", ["h64_relu_norm", "h48_gelunew_cls", "h128_max_norm"])
+def test_batch_invariance(tiny_models, name):
+    model, ref = tiny_models(name)
+    rng = np.random.default_rng(11)
+    seqs = random_seqs(rng, [17, 1, 128, 5, 64, 33, 2])
+    alone = np.concatenate([model.embed_ids([s], ref.H) for s in seqs])
+    mixed = model.embed_ids(seqs, ref.H)
+    rev = model.embed_ids(seqs[::-1], ref.H)[::-1]
+    if INVARIANCE_TOL is not None:
+        assert row_rel_err(mixed, alone).max() <= INVARIANCE_TOL
+        assert row_rel_err(rev, alone).max() <= INVARIANCE_TOL
+    else:
+        assert_embeddings_close(mixed, ref.embed_batch(seqs), "mixed")
+        assert_embeddings_close(alone, ref.embed_batch(seqs), "alone")
+
+
+def test_minilm_batch_invariance(minilm):
+    model, ref = minilm
+    seqs = random_seqs(np.random.default_rng(12), [40, 3, 100, 1, 77])
+    alone = np.concatenate([model.embed_ids([s], 384) for s in seqs])
+    mixed = model.embed_ids(seqs, 384)
+    if INVARIANCE_TOL is not None:
+        assert row_rel_err(mixed, alone).max() <= INVARIANCE_TOL
+    assert_embeddings_close(mixed, ref.embed_batch(seqs), "MiniLM mixed")
+
+
+# ------------------------------------------------------------------ layouts
+
+def make_layout(mode, n_rows, row_len, rows, offsets, slot_len=0):
+    rows = np.ascontiguousarray(rows, np.int32)
+    offs = np.ascontiguousarray(offsets, np.int32)
+    lay = rc.Layout(mode, n_rows, row_len, slot_len,
+                    rows.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                    offs.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)))
+    lay._keep = (rows, offs)
+    return lay
+
+
+LENS = [7, 3, 30, 1, 12, 20, 5, 16]
+
+
+def layouts(lens):
+    """PADDED (one request per row), CONCAT (first-fit into rows of 32, with an empty row) and
+    SLOTTED (slots of 32 in rows of 128) placements of lens."""
+    out = {}
+    n = len(lens)
+    out["padded"] = make_layout(1, n + 1, max(lens), list(range(n)), [0] * n)
+    rows, offs, fill = [], [], []
+    for L in lens:
+        for r, f in enumerate(fill):
+            if f + L <= 32:
+                rows.append(r), offs.append(f)
+                fill[r] += L
+                break
+        else:
+            rows.append(len(fill)), offs.append(0)
+            fill.append(L)
+    out["concat"] = make_layout(2, len(fill) + 1, 32, rows, offs)
+    rows, offs, slot_fill = [], [], []  # per slot fill; slots numbered across rows
+    for L in lens:
+        for s, f in enumerate(slot_fill):
+            if f + L <= 32:
+                rows.append(s // 4), offs.append((s % 4) * 32 + f)
+                slot_fill[s] += L
+                break
+        else:
+            s = len(slot_fill)
+            rows.append(s // 4), offs.append((s % 4) * 32)
+            slot_fill.append(L)
+    out["slotted"] = make_layout(3, (len(slot_fill) + 3) // 4, 128, rows, offs, slot_len=32)
+    return out
+
+
+@pytest.mark.parametrize("name", ["h32_gelu", "h64_relu_norm", "h48_gelunew_cls"])
+def test_layouts_equal_packed(tiny_models, name):
+    model, ref = tiny_models(name)
+    seqs = random_seqs(np.random.default_rng(21), LENS)
+    packed = model.embed_ids(seqs, ref.H)
+    want = ref.embed_batch(seqs)
+    assert_embeddings_close(packed, want, "packed")
+    packed_mode = make_layout(0, 0, 0, [0] * len(seqs), [0] * len(seqs))
+    assert np.array_equal(model.embed_ids(seqs, ref.H, layout=packed_mode), packed)
+    for mode, lay in layouts(LENS).items():
+        got = model.embed_ids(seqs, ref.H, layout=lay)
+        assert_embeddings_close(got, want, mode)
+        if INVARIANCE_TOL is not None:
+            err = row_rel_err(got, packed).max()
+            assert err <= INVARIANCE_TOL, f"{mode} vs packed: {err:.3g}"
+
+
+def test_minilm_layouts_equal_packed(minilm):
+    model, ref = minilm
+    seqs = random_seqs(np.random.default_rng(22), LENS)
+    want = ref.embed_batch(seqs)
+    for mode, lay in layouts(LENS).items():
+        assert_embeddings_close(model.embed_ids(seqs, 384, layout=lay), want, f"MiniLM {mode}")
+
+
+def test_layout_errors(tiny_models):
+    model, ref = tiny_models("short_pos64")
+    H = ref.H
+    seqs = random_seqs(np.random.default_rng(23), [5, 4])
+    bad = {
+        "overlap": make_layout(2, 1, 16, [0, 0], [0, 3]),
+        "leaves row": make_layout(2, 2, 16, [0, 1], [0, 13]),
+        "row out of range": make_layout(2, 2, 16, [0, 2], [0, 0]),
+        "negative offset": make_layout(2, 2, 16, [0, 1], [0, -1]),
+        "crosses slot": make_layout(3, 1, 16, [0, 0], [0, 6], slot_len=8),
+        "slot does not divide": make_layout(3, 1, 16, [0, 0], [0, 8], slot_len=5),
+        "padded shares row": make_layout(1, 2, 16, [0, 0], [0, 8]),
+        "zero rows": make_layout(2, 0, 16, [0, 0], [0, 8]),
+        "unknown mode": make_layout(9, 1, 16, [0, 0], [0, 8]),
+    }
+    for what, lay in bad.items():
+        with pytest.raises(rc.RaggedError) as e:
+            model.embed_ids(seqs, H, layout=lay)
+        assert e.value.status == "RG_ERR_INVALID_INPUT", what
+    for lay in (make_layout(2, 2, 65, [0, 1], [0, 0]),   # row longer than max_position_embeddings
+                make_layout(2, 300, 64, [0, 1], [0, 0])):  # 19200 tokens > max_batch_tokens
+        with pytest.raises(rc.RaggedError) as e:
+            model.embed_ids(seqs, H, layout=lay)
+        assert e.value.status == "RG_ERR_TOO_LONG"
+    # the model still works
+    assert_embeddings_close(model.embed_ids(seqs, H, layout=make_layout(2, 1, 16, [0, 0], [0, 5])),
+                            ref.embed_batch(seqs), "after layout errors")
+
+
+# ------------------------------------------------------------------ bad input, guards
+
+def test_bad_input_then_model_still_works(tiny_models):
+    model, ref = tiny_models("h32_gelu")
+    H = ref.H
+    seqs = random_seqs(np.random.default_rng(31), [6, 4])
+    toks = np.concatenate([np.asarray(s, np.int32) for s in seqs])
+    cases = [
+        ("cu[0] != 0", toks, [1, 6, 10], 2),
+        ("decreasing", toks, [0, 6, 4], 2),
+        ("zero length", toks, [0, 6, 6], 2),
+        ("negative length", toks, [0, -1, 10], 2),
+        ("n_seq 0", toks, [0], 0),
+        ("n_seq -1", toks, [0], -1),
+        ("id == vocab", np.r_[toks[:-1], 30522], [0, 6, 10], 2),
+        ("id < 0", np.r_[-1, toks[1:]], [0, 6, 10], 2),
+    ]
+    want = ref.embed_batch(seqs)
+    for what, t, cu, n in cases:
+        st, _, _ = embed_raw(model, t, cu, n, H)
+        assert status_name(st) == "RG_ERR_INVALID_INPUT", what
+        assert last_error(), what
+        assert_embeddings_close(model.embed_ids(seqs, H), want, f"after {what}")
+    st, _, _ = embed_raw(model, np.r_[toks[:-1], 30522], [0, 6, 10], 2, H)
+    assert "30522" in last_error() and "token 9" in last_error()
+
+
+def test_output_guard_rows_untouched(tiny_models):
+    model, ref = tiny_models("h64_relu_norm")
+    seqs = random_seqs(np.random.default_rng(32), [9, 1, 20])
+    toks = np.concatenate([np.asarray(s, np.int32) for s in seqs])
+    cu = np.r_[0, np.cumsum([len(s) for s in seqs])]
+    st, out, guard = embed_raw(model, toks, cu, 3, ref.H, extra_rows=2)
+    assert st == rc.RG_OK
+    assert np.isfinite(out).all(), "every output value written"
+    assert np.isnan(guard).all(), "nothing written past n_seq rows"
+    assert_embeddings_close(out, ref.embed_batch(seqs), "guarded")
+    for mode, lay in layouts([9, 1, 20]).items():
+        st, out, guard = embed_raw(model, toks, cu, 3, ref.H, layout=lay, extra_rows=2)
+        assert st == rc.RG_OK and np.isfinite(out).all() and np.isnan(guard).all(), mode
+
+
+def test_memory_report(tiny_models):
+    model, _ = tiny_models("h32_gelu")
+    used, total = ctypes.c_size_t(), ctypes.c_size_t()
+    assert _lib().rg_model_memory(model._h, ctypes.byref(used), ctypes.byref(total)) == rc.RG_OK
+    assert 0 < used.value <= total.value
+
+
+# ------------------------------------------------------------------ load-time validation
+
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return str(dst)
+
+
+def _rewrite_weights(d, fn):
+    from safetensors.numpy import load_file, save_file
+    p = os.path.join(d, "model.safetensors")
+    w = fn(load_file(p))
+    save_file(w, p)
+
+
+def _load_err(d):
+    with pytest.raises(rc.RaggedError) as e:
+        load(d)
+    return e.value
+
+
+def test_load_missing_tensor(tiny_dirs, tmp_path):
+    d = _copy(tiny_dirs["h32_gelu"], tmp_path / "m")
+    _rewrite_weights(d, lambda w: {k: v for k, v in w.items()
+                                   if k != "encoder.layer.0.intermediate.dense.bias"})
+    e = _load_err(d)
+    assert e.status == "RG_ERR_FORMAT"
+    assert "encoder.layer.0.intermediate.dense.bias" in e.message
+
+
+def test_load_wrong_shape(tiny_dirs, tmp_path):
+    d = _copy(tiny_dirs["h32_gelu"], tmp_path / "m")
+    k = "encoder.layer.0.attention.self.key.weight"
+    _rewrite_weights(d, lambda w: {**w, k: np.zeros((32, 31), np.float32)})
+    e = _load_err(d)
+    assert e.status == "RG_ERR_FORMAT"
+    assert k in e.message and "32, 31" in e.message and "32, 32" in e.message
+
+
+def test_load_vocab_smaller_than_tokenizer(tiny_dirs, tmp_path):
+    d = _copy(tiny_dirs["h32_gelu"], tmp_path / "m")
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["vocab_size"] = 1000
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    k = "embeddings.word_embeddings.weight"
+    _rewrite_weights(d, lambda w: {**w, k: w[k][:1000].copy()})
+    e = _load_err(d)
+    assert e.status == "RG_ERR_FORMAT" and "1000" in e.message and "30522" in e.message
+
+
+def test_load_missing_dir(tmp_path):
+    e = _load_err(str(tmp_path / "nope"))
+    assert e.status == "RG_ERR_IO"
+
+
+def test_load_bad_max_batch_tokens(tiny_dirs):
+    with pytest.raises(rc.RaggedError) as e:
+        load(tiny_dirs["h32_gelu"], max_batch_tokens=0)
+    assert e.value.status == "RG_ERR_INVALID_INPUT"
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="CPU-only refusal")
+def test_cpu_refuses_low_precision(tiny_dirs):
+    with pytest.raises(rc.RaggedError) as e:
+        rc.Model(tiny_dirs["h32_gelu"], device="cpu", dtype="fp16")
+    assert e.value.status == "RG_ERR_UNSUPPORTED"
