@@ -113,8 +113,20 @@ size_t rg_utf8_put(uint32_t c, char *buf)
 bool rg_bert_is_whitespace(uint32_t c)
 {
 	switch (c) {
-	case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0:
-	case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+	case 0x09:
+	case 0x0A:
+	case 0x0B:
+	case 0x0C:
+	case 0x0D:
+	case 0x20:
+	case 0x85:
+	case 0xA0:
+	case 0x1680:
+	case 0x2028:
+	case 0x2029:
+	case 0x202F:
+	case 0x205F:
+	case 0x3000:
 		return true;
 	default:
 		return c >= 0x2000 && c <= 0x200A;
@@ -203,8 +215,8 @@ static rg_status nfd(const uint32_t *in, size_t n, rg_cpvec *out)
 		utf8proc_ssize_t k = 1;
 		d[0] = (utf8proc_int32_t)in[i];
 		if (in[i] >= 0xC0 && !IN_TABLE(nfd_keep, in[i]))
-			k = utf8proc_decompose_char((utf8proc_int32_t)in[i], d, 32, UTF8PROC_DECOMPOSE,
-						    &bc);
+			k = utf8proc_decompose_char((utf8proc_int32_t)in[i], d, 32,
+						    UTF8PROC_DECOMPOSE, &bc);
 		if (k < 0 || k > 32) {
 			d[0] = (utf8proc_int32_t)in[i];
 			k = 1;

@@ -17,11 +17,11 @@ rg_status rg_cpvec_reserve(rg_cpvec *a, size_t cap);
 void rg_cpvec_free(rg_cpvec *a);
 
 typedef struct rg_bert_norm {
-	bool enabled;              /* false: identity (normalizer null in tokenizer.json) */
-	bool clean_text;           /* drop \0, U+FFFD, Cc/Cf/Co (not \t\n\r); whitespace -> ' ' */
+	bool enabled;		   /* false: identity (normalizer null in tokenizer.json) */
+	bool clean_text;	   /* drop \0, U+FFFD, Cc/Cf/Co (not \t\n\r); whitespace -> ' ' */
 	bool handle_chinese_chars; /* ' ' around CJK ideographs */
-	bool strip_accents;        /* NFD then drop Mn (already resolved: null -> lowercase) */
-	bool lowercase;            /* Rust char::to_lowercase per char */
+	bool strip_accents;	   /* NFD then drop Mn (already resolved: null -> lowercase) */
+	bool lowercase;		   /* Rust char::to_lowercase per char */
 } rg_bert_norm;
 
 /* Decode len bytes of strict UTF-8 (no overlongs, surrogates or > U+10FFFF) and append the code
@@ -38,5 +38,5 @@ rg_status rg_bert_normalize(const rg_bert_norm *cfg, const uint32_t *in, size_t 
 
 /* Character classes as HF's BertPreTokenizer sees them. */
 bool rg_bert_is_whitespace(uint32_t c); /* Rust char::is_whitespace */
-bool rg_bert_is_punct(uint32_t c);      /* ASCII punctuation or Unicode P* */
+bool rg_bert_is_punct(uint32_t c);	/* ASCII punctuation or Unicode P* */
 #endif

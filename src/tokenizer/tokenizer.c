@@ -37,7 +37,7 @@ typedef struct rg_strmap {
 	char *arena;
 	size_t arena_n, arena_cap;
 	uint32_t *slots; /* index into ents + 1; 0 = empty */
-	size_t mask;     /* n_slots - 1, n_slots a power of two */
+	size_t mask;	 /* n_slots - 1, n_slots a power of two */
 	uint32_t max_len;
 } rg_strmap;
 
@@ -103,7 +103,8 @@ static rg_status strmap_put(rg_strmap *m, const char *s, size_t n, int32_t id)
 			if (!e)
 				break;
 			rg_strmap_ent *en = &m->ents[e - 1];
-			if (en->hash == h && en->len == n && memcmp(m->arena + en->off, s, n) == 0) {
+			if (en->hash == h && en->len == n &&
+			    memcmp(m->arena + en->off, s, n) == 0) {
 				en->id = id;
 				return RG_OK;
 			}
@@ -159,12 +160,12 @@ typedef struct rg_added_token {
 
 struct rg_tokenizer {
 	rg_strmap words; /* full vocab */
-	rg_strmap cont;  /* vocab entries that start with the prefix, prefix removed */
+	rg_strmap cont;	 /* vocab entries that start with the prefix, prefix removed */
 	char prefix[64];
 	int32_t unk_id;
 	int max_chars; /* max_input_chars_per_word */
 	rg_bert_norm norm;
-	bool pretok;   /* BertPreTokenizer (false: pre_tokenizer null, one word per piece) */
+	bool pretok; /* BertPreTokenizer (false: pre_tokenizer null, one word per piece) */
 	rg_added_token *added;
 	size_t n_added;
 	bool has_raw_added, has_norm_added;
@@ -185,12 +186,18 @@ void rg_tokenizer_free(rg_tokenizer *t)
 	free(t);
 }
 
-int32_t rg_tokenizer_cls_id(const rg_tokenizer *t) { return t->n_pre ? t->pre_ids[0] : -1; }
+int32_t rg_tokenizer_cls_id(const rg_tokenizer *t)
+{
+	return t->n_pre ? t->pre_ids[0] : -1;
+}
 int32_t rg_tokenizer_sep_id(const rg_tokenizer *t)
 {
 	return t->n_post ? t->post_ids[t->n_post - 1] : -1;
 }
-int32_t rg_tokenizer_vocab_size(const rg_tokenizer *t) { return t->max_id + 1; }
+int32_t rg_tokenizer_vocab_size(const rg_tokenizer *t)
+{
+	return t->max_id + 1;
+}
 
 static rg_status vocab_add(rg_tokenizer *t, const char *s, size_t n, int32_t id)
 {
@@ -271,7 +278,8 @@ static rg_status parse_json_file(const char *path, json_object **out)
 static json_object *jget(json_object *o, const char *key)
 {
 	json_object *v = NULL;
-	if (!o || !json_object_is_type(o, json_type_object) || !json_object_object_get_ex(o, key, &v))
+	if (!o || !json_object_is_type(o, json_type_object) ||
+	    !json_object_object_get_ex(o, key, &v))
 		return NULL;
 	return v;
 }
@@ -299,8 +307,9 @@ static const char *jtype(json_object *o)
 static rg_status set_prefix(rg_tokenizer *t, const char *p, const char *where)
 {
 	if (strlen(p) >= sizeof(t->prefix))
-		return rg_errorf(RG_ERR_UNSUPPORTED, "%s: continuing_subword_prefix longer than %zu bytes",
-				 where, sizeof(t->prefix) - 1);
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "%s: continuing_subword_prefix longer than %zu bytes", where,
+				 sizeof(t->prefix) - 1);
 	strcpy(t->prefix, p);
 	return RG_OK;
 }
@@ -309,8 +318,8 @@ static rg_status finish_unk(rg_tokenizer *t, const char *unk, const char *where)
 {
 	t->unk_id = strmap_get(&t->words, unk, strlen(unk));
 	if (t->unk_id < 0)
-		return rg_errorf(RG_ERR_FORMAT, "%s: unk_token \"%s\" is not in the vocabulary", where,
-				 unk);
+		return rg_errorf(RG_ERR_FORMAT, "%s: unk_token \"%s\" is not in the vocabulary",
+				 where, unk);
 	return RG_OK;
 }
 
@@ -386,13 +395,20 @@ static rg_status template_ids(json_object *special, json_object *item, int32_t *
 	json_object *spec = name ? jget(special, name) : NULL;
 	json_object *arr = jget(spec, "ids");
 	if (!arr || !json_object_is_type(arr, json_type_array))
-		return rg_errorf(RG_ERR_FORMAT, "%s: post_processor special token \"%s\" has no ids",
-				 path, name ? name : "?");
+		return rg_errorf(RG_ERR_FORMAT,
+				 "%s: post_processor special token \"%s\" has no ids", path,
+				 name ? name : "?");
 	for (size_t i = 0; i < json_object_array_length(arr); i++) {
 		if (*n >= 4)
 			return rg_errorf(RG_ERR_UNSUPPORTED,
 					 "%s: post_processor template adds more than 4 ids", path);
-		ids[(*n)++] = json_object_get_int(json_object_array_get_idx(arr, i));
+		json_object *v = json_object_array_get_idx(arr, i);
+		if (!json_object_is_type(v, json_type_int) || json_object_get_int(v) < 0)
+			return rg_errorf(RG_ERR_FORMAT,
+					 "%s: post_processor special token \"%s\" has "
+					 "a bad id",
+					 path, name);
+		ids[(*n)++] = json_object_get_int(v);
 	}
 	return RG_OK;
 }
@@ -404,16 +420,27 @@ static rg_status load_post_processor(rg_tokenizer *t, json_object *pp, const cha
 	const char *ty = jtype(pp);
 	if (ty && strcmp(ty, "BertProcessing") == 0) {
 		json_object *cls = jget(pp, "cls"), *sep = jget(pp, "sep");
-		if (!cls || !sep || json_object_array_length(cls) != 2 ||
-		    json_object_array_length(sep) != 2)
-			return rg_errorf(RG_ERR_FORMAT, "%s: BertProcessing needs cls and sep", path);
-		t->pre_ids[t->n_pre++] = json_object_get_int(json_object_array_get_idx(cls, 1));
-		t->post_ids[t->n_post++] = json_object_get_int(json_object_array_get_idx(sep, 1));
+		if (!cls || !sep || !json_object_is_type(cls, json_type_array) ||
+		    !json_object_is_type(sep, json_type_array) ||
+		    json_object_array_length(cls) != 2 || json_object_array_length(sep) != 2)
+			return rg_errorf(RG_ERR_FORMAT, "%s: BertProcessing needs cls and sep",
+					 path);
+		json_object *ci = json_object_array_get_idx(cls, 1),
+			    *si = json_object_array_get_idx(sep, 1);
+		if (!json_object_is_type(ci, json_type_int) ||
+		    !json_object_is_type(si, json_type_int) || json_object_get_int(ci) < 0 ||
+		    json_object_get_int(si) < 0)
+			return rg_errorf(RG_ERR_FORMAT, "%s: BertProcessing ids must be ints >= 0",
+					 path);
+		t->pre_ids[t->n_pre++] = json_object_get_int(ci);
+		t->post_ids[t->n_post++] = json_object_get_int(si);
 		return RG_OK;
 	}
 	if (!ty || strcmp(ty, "TemplateProcessing") != 0)
-		return rg_errorf(RG_ERR_UNSUPPORTED, "%s: post_processor type \"%s\" is not supported "
-				 "(BertProcessing, TemplateProcessing)", path, ty ? ty : "?");
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "%s: post_processor type \"%s\" is not supported "
+				 "(BertProcessing, TemplateProcessing)",
+				 path, ty ? ty : "?");
 	json_object *single = jget(pp, "single"), *special = jget(pp, "special_tokens");
 	if (!single || !json_object_is_type(single, json_type_array))
 		return rg_errorf(RG_ERR_FORMAT, "%s: TemplateProcessing without \"single\"", path);
@@ -426,13 +453,16 @@ static rg_status load_post_processor(rg_tokenizer *t, json_object *pp, const cha
 			const char *sid = json_object_get_string(jget(seq, "id"));
 			if (seen_a || !sid || strcmp(sid, "A") != 0)
 				return rg_errorf(RG_ERR_UNSUPPORTED,
-						 "%s: single template must hold sequence A once", path);
+						 "%s: single template must hold sequence A once",
+						 path);
 			seen_a = true;
 		} else if (!seen_a) {
-			if ((st = template_ids(special, item, t->pre_ids, &t->n_pre, path)) != RG_OK)
+			if ((st = template_ids(special, item, t->pre_ids, &t->n_pre, path)) !=
+			    RG_OK)
 				return st;
 		} else {
-			if ((st = template_ids(special, item, t->post_ids, &t->n_post, path)) != RG_OK)
+			if ((st = template_ids(special, item, t->post_ids, &t->n_post, path)) !=
+			    RG_OK)
 				return st;
 		}
 	}
@@ -451,13 +481,17 @@ static rg_status load_tokenizer_json(rg_tokenizer *t, const char *path)
 	json_object *model = jget(root, "model");
 	const char *mty = jtype(model);
 	if (!mty || strcmp(mty, "WordPiece") != 0) {
-		st = rg_errorf(RG_ERR_UNSUPPORTED, "%s: model type \"%s\" is not supported (WordPiece)",
-			       path, mty ? mty : "?");
+		st = rg_errorf(RG_ERR_UNSUPPORTED,
+			       "%s: model type \"%s\" is not supported (WordPiece)", path,
+			       mty ? mty : "?");
 		goto out;
 	}
 	json_object *pfx = jget(model, "continuing_subword_prefix");
-	if ((st = set_prefix(t, pfx && json_object_is_type(pfx, json_type_string)
-					? json_object_get_string(pfx) : "##", path)) != RG_OK)
+	if ((st = set_prefix(t,
+			     pfx && json_object_is_type(pfx, json_type_string)
+				     ? json_object_get_string(pfx)
+				     : "##",
+			     path)) != RG_OK)
 		goto out;
 	json_object *mc = jget(model, "max_input_chars_per_word");
 	t->max_chars = mc && json_object_is_type(mc, json_type_int) ? json_object_get_int(mc) : 100;
@@ -471,24 +505,30 @@ static rg_status load_tokenizer_json(rg_tokenizer *t, const char *path)
 	{
 		if (!json_object_is_type(val, json_type_int) || json_object_get_int64(val) < 0 ||
 		    json_object_get_int64(val) > INT32_MAX) {
-			st = rg_errorf(RG_ERR_FORMAT, "%s: vocab id of \"%s\" is not a valid id", path,
-				       key);
+			st = rg_errorf(RG_ERR_FORMAT, "%s: vocab id of \"%s\" is not a valid id",
+				       path, key);
 			goto out;
 		}
-		if ((st = vocab_add(t, key, strlen(key), (int32_t)json_object_get_int(val))) != RG_OK)
+		if ((st = vocab_add(t, key, strlen(key), (int32_t)json_object_get_int(val))) !=
+		    RG_OK)
 			goto out;
 	}
 	json_object *unk = jget(model, "unk_token");
-	if ((st = finish_unk(t, unk && json_object_is_type(unk, json_type_string)
-					? json_object_get_string(unk) : "[UNK]", path)) != RG_OK)
+	if ((st = finish_unk(t,
+			     unk && json_object_is_type(unk, json_type_string)
+				     ? json_object_get_string(unk)
+				     : "[UNK]",
+			     path)) != RG_OK)
 		goto out;
 
 	json_object *nz = jget(root, "normalizer");
 	if (nz && !json_object_is_type(nz, json_type_null)) {
 		const char *nty = jtype(nz);
 		if (!nty || strcmp(nty, "BertNormalizer") != 0) {
-			st = rg_errorf(RG_ERR_UNSUPPORTED, "%s: normalizer type \"%s\" is not supported "
-				       "(BertNormalizer)", path, nty ? nty : "?");
+			st = rg_errorf(RG_ERR_UNSUPPORTED,
+				       "%s: normalizer type \"%s\" is not supported "
+				       "(BertNormalizer)",
+				       path, nty ? nty : "?");
 			goto out;
 		}
 		t->norm.enabled = true;
@@ -504,8 +544,10 @@ static rg_status load_tokenizer_json(rg_tokenizer *t, const char *path)
 	if (pt && !json_object_is_type(pt, json_type_null)) {
 		const char *pty = jtype(pt);
 		if (!pty || strcmp(pty, "BertPreTokenizer") != 0) {
-			st = rg_errorf(RG_ERR_UNSUPPORTED, "%s: pre_tokenizer type \"%s\" is not "
-				       "supported (BertPreTokenizer)", path, pty ? pty : "?");
+			st = rg_errorf(RG_ERR_UNSUPPORTED,
+				       "%s: pre_tokenizer type \"%s\" is not "
+				       "supported (BertPreTokenizer)",
+				       path, pty ? pty : "?");
 			goto out;
 		}
 		t->pretok = true;
@@ -520,9 +562,12 @@ static rg_status load_tokenizer_json(rg_tokenizer *t, const char *path)
 			json_object *c = jget(a, "content"), *id = jget(a, "id");
 			bool special, normalized, lstrip, rstrip, single;
 			if (!c || !json_object_is_type(c, json_type_string) || !id ||
-			    !json_object_is_type(id, json_type_int) || json_object_get_int(id) < 0) {
-				st = rg_errorf(RG_ERR_FORMAT, "%s: added_tokens[%zu] needs content "
-					       "and id", path, i);
+			    !json_object_is_type(id, json_type_int) ||
+			    json_object_get_int(id) < 0) {
+				st = rg_errorf(RG_ERR_FORMAT,
+					       "%s: added_tokens[%zu] needs content "
+					       "and id",
+					       path, i);
 				goto out;
 			}
 			if ((st = jbool(a, "special", false, &special, path)) != RG_OK ||
@@ -573,8 +618,8 @@ static rg_status load_vocab_txt(rg_tokenizer *t, const char *dir, const char *vp
 	if ((st = jbool(cfg, "do_lower_case", true, &t->norm.lowercase, cpath)) != RG_OK ||
 	    (st = jbool(cfg, "strip_accents", t->norm.lowercase, &t->norm.strip_accents, cpath)) !=
 		    RG_OK ||
-	    (st = jbool(cfg, "tokenize_chinese_chars", true, &t->norm.handle_chinese_chars, cpath)) !=
-		    RG_OK)
+	    (st = jbool(cfg, "tokenize_chinese_chars", true, &t->norm.handle_chinese_chars,
+			cpath)) != RG_OK)
 		goto out;
 	if ((st = set_prefix(t, "##", vpath)) != RG_OK)
 		goto out;
@@ -600,7 +645,8 @@ static rg_status load_vocab_txt(rg_tokenizer *t, const char *dir, const char *vp
 		size_t next = e < len ? e + 1 : len;
 		/* trim trailing whitespace (ASCII and the Unicode White_Space chars) */
 		for (;;) {
-			if (e > i && (data[e - 1] == ' ' || (data[e - 1] >= 9 && data[e - 1] <= 13))) {
+			if (e > i &&
+			    (data[e - 1] == ' ' || (data[e - 1] >= 9 && data[e - 1] <= 13))) {
 				e--;
 				continue;
 			}
@@ -610,8 +656,8 @@ static rg_status load_vocab_txt(rg_tokenizer *t, const char *dir, const char *vp
 			if (b > i && b < e) {
 				b--;
 				rg_cpvec one = { 0 };
-				if (rg_utf8_decode(data + b, e - b, 0, &one) == RG_OK && one.n == 1 &&
-				    rg_bert_is_whitespace(one.v[0])) {
+				if (rg_utf8_decode(data + b, e - b, 0, &one) == RG_OK &&
+				    one.n == 1 && rg_bert_is_whitespace(one.v[0])) {
 					rg_cpvec_free(&one);
 					e = b;
 					continue;
@@ -627,21 +673,22 @@ static rg_status load_vocab_txt(rg_tokenizer *t, const char *dir, const char *vp
 	if ((st = finish_unk(t, cfg_token(cfg, "unk_token", "[UNK]"), vpath)) != RG_OK)
 		goto out;
 	const char *specials[5] = {
-		cfg_token(cfg, "unk_token", "[UNK]"), cfg_token(cfg, "sep_token", "[SEP]"),
-		cfg_token(cfg, "cls_token", "[CLS]"), cfg_token(cfg, "pad_token", "[PAD]"),
+		cfg_token(cfg, "unk_token", "[UNK]"),	cfg_token(cfg, "sep_token", "[SEP]"),
+		cfg_token(cfg, "cls_token", "[CLS]"),	cfg_token(cfg, "pad_token", "[PAD]"),
 		cfg_token(cfg, "mask_token", "[MASK]"),
 	};
 	for (int i = 0; i < 5; i++) {
 		int32_t id = strmap_get(&t->words, specials[i], strlen(specials[i]));
-		if (id >= 0 && (st = add_added(t, specials[i], id, false, false, false, false)) !=
-				       RG_OK)
+		if (id >= 0 &&
+		    (st = add_added(t, specials[i], id, false, false, false, false)) != RG_OK)
 			goto out;
 	}
 	int32_t cls = strmap_get(&t->words, specials[2], strlen(specials[2]));
 	int32_t sep = strmap_get(&t->words, specials[1], strlen(specials[1]));
 	if (cls < 0 || sep < 0) {
-		st = rg_errorf(RG_ERR_FORMAT, "%s: cls_token \"%s\" or sep_token \"%s\" not in vocab",
-			       vpath, specials[2], specials[1]);
+		st = rg_errorf(RG_ERR_FORMAT,
+			       "%s: cls_token \"%s\" or sep_token \"%s\" not in vocab", vpath,
+			       specials[2], specials[1]);
 		goto out;
 	}
 	t->pre_ids[t->n_pre++] = cls;
@@ -672,8 +719,10 @@ rg_status rg_tokenizer_load(const char *dir, rg_tokenizer **out)
 		snprintf(path, sizeof(path), "%s/vocab.txt", dir);
 		f = fopen(path, "rb");
 		if (!f) {
-			st = rg_errorf(RG_ERR_IO, "%s: neither tokenizer.json nor vocab.txt can be "
-				       "opened: %s", dir, strerror(errno));
+			st = rg_errorf(RG_ERR_IO,
+				       "%s: neither tokenizer.json nor vocab.txt can be "
+				       "opened: %s",
+				       dir, strerror(errno));
 			goto fail;
 		}
 		fclose(f);
@@ -683,6 +732,10 @@ rg_status rg_tokenizer_load(const char *dir, rg_tokenizer **out)
 		goto fail;
 	if ((st = normalize_added(t)) != RG_OK)
 		goto fail;
+	for (int i = 0; i < t->n_pre; i++)
+		t->max_id = t->pre_ids[i] > t->max_id ? t->pre_ids[i] : t->max_id;
+	for (int i = 0; i < t->n_post; i++)
+		t->max_id = t->post_ids[i] > t->max_id ? t->post_ids[i] : t->max_id;
 	*out = t;
 	return RG_OK;
 fail:
@@ -741,7 +794,8 @@ static inline uint32_t utf8_get(const unsigned char *p)
 	if (p[0] < 0xE0)
 		return ((uint32_t)(p[0] & 0x1F) << 6) | (p[1] & 0x3F);
 	if (p[0] < 0xF0)
-		return ((uint32_t)(p[0] & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
+		return ((uint32_t)(p[0] & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) |
+		       (p[2] & 0x3F);
 	return ((uint32_t)(p[0] & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) |
 	       ((uint32_t)(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
 }
@@ -907,7 +961,8 @@ static rg_status split_added(const rg_tokenizer *t, rg_enc_ctx *c, bool normaliz
 			}
 		}
 		if (at->rstrip) {
-			while (stop < n && rg_bert_is_whitespace(utf8_get((const unsigned char *)s + stop)))
+			while (stop < n &&
+			       rg_bert_is_whitespace(utf8_get((const unsigned char *)s + stop)))
 				stop += utf8_len((unsigned char)s[stop]);
 			from = stop;
 		}
@@ -930,8 +985,7 @@ static rg_status norm_gap(const rg_tokenizer *t, rg_enc_ctx *c, const char *s, s
 
 /* A raw piece between raw added tokens: decode, normalize, re-encode to UTF-8, split on
  * normalized added tokens, pre-tokenize and WordPiece. */
-static rg_status raw_gap(const rg_tokenizer *t, rg_enc_ctx *c, const char *s, size_t n,
-			 size_t base)
+static rg_status raw_gap(const rg_tokenizer *t, rg_enc_ctx *c, const char *s, size_t n, size_t base)
 {
 	rg_status st;
 	c->raw.n = 0;

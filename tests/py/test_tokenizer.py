@@ -138,6 +138,11 @@ def test_added_tokens(tmp_path, minilm_dir):
     hf = hf_from_file(os.path.join(minilm_dir, "tokenizer.json"))
     hf.add_tokens([tk.AddedToken("Łódź city", normalized=True), tk.AddedToken("xyzzy", normalized=True),
                    tk.AddedToken("<raw>", normalized=False), tk.AddedToken("naïve", normalized=False)])
+    hf.add_tokens([tk.AddedToken("<l>", lstrip=True, normalized=False),
+                   tk.AddedToken("<r>", rstrip=True, normalized=False),
+                   tk.AddedToken("<lr>", lstrip=True, rstrip=True, normalized=False),
+                   tk.AddedToken("sw", single_word=True, normalized=False),
+                   tk.AddedToken("nsw", single_word=True, normalized=True)])
     hf.add_special_tokens([tk.AddedToken("<special>", special=True, normalized=False)])
     d = tmp_path / "added"
     d.mkdir()
@@ -146,7 +151,9 @@ def test_added_tokens(tmp_path, minilm_dir):
     rt = ragged_tokenizer(d)
     texts = ["I live in ŁÓDŹ CITY and łódź city", "xyzzyxyzzy plugh XYZZY", "a<raw>b <raw> <RAW>",
              "NAÏVE naïve naive", "<special><special>x<special", "[CLS] hello [SEP] world [MASK]",
-             "no added tokens here", "", "<raw>", "Łódź  city", "xyz zy"]
+             "no added tokens here", "", "<raw>", "Łódź  city", "xyz zy",
+             "a <l> b", "a   <l>b", "  <l>", "x <r>   y", "x<r>y", "a <lr>  b <lr><lr> c",
+             "sw sw swsw a-sw-b _sw sw_ éswé", "nsw NSW Nsw xnsw", "a\u3000<l>\u00a0b", "q <r><l> z"]
     assert_parity(rt, hf, texts, "added tokens")
 
 

@@ -19,12 +19,37 @@
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 
-enum { PAD, UNK, CLS, SEP, MASK, UN, UNA, FF, AFF, ABLE, A_CONT, HELLO, COMMA, BANG, CAF, E_CONT,
-       CAFE, X, X_CONT, ZHE, ZHE_CONT, N_VOCAB };
+enum {
+	PAD,
+	UNK,
+	CLS,
+	SEP,
+	MASK,
+	UN,
+	UNA,
+	FF,
+	AFF,
+	ABLE,
+	A_CONT,
+	HELLO,
+	COMMA,
+	BANG,
+	CAF,
+	E_CONT,
+	CAFE,
+	X,
+	X_CONT,
+	ZHE,
+	ZHE_CONT,
+	N_VOCAB
+};
 
 static const char *VOCAB[N_VOCAB] = {
-	"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "una", "##ff", "##aff", "##able", "##a",
-	"hello", ",", "!", "caf", "##e", "cafe", "x", "##x", "\xd0\xb6" /* ж */, "##\xd0\xb6",
+	"[PAD]",      "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+	"un",	      "una",   "##ff",	"##aff", "##able",
+	"##a",	      "hello", ",",	"!",	 "caf",
+	"##e",	      "cafe",  "x",	"##x",	 "\xd0\xb6" /* ж */,
+	"##\xd0\xb6",
 };
 
 static char g_root[] = "/tmp/rg_tok_test_XXXXXX";
@@ -33,7 +58,9 @@ static char g_dir[256];
 
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
-	(void)sb; (void)flag; (void)ftw;
+	(void)sb;
+	(void)flag;
+	(void)ftw;
 	return remove(p);
 }
 
@@ -75,7 +102,8 @@ static void write_tiny_json(const char *model_type, int max_chars, const char *n
 		n += snprintf(buf + n, sizeof(buf) - n,
 			      "%s{\"id\": %d, \"content\": \"%s\", \"special\": true, "
 			      "\"normalized\": false, \"lstrip\": false, \"rstrip\": false, "
-			      "\"single_word\": false}", i ? ", " : "", i, VOCAB[i]);
+			      "\"single_word\": false}",
+			      i ? ", " : "", i, VOCAB[i]);
 	n += snprintf(buf + n, sizeof(buf) - n,
 		      "], \"normalizer\": %s, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}, "
 		      "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": ["
@@ -87,7 +115,8 @@ static void write_tiny_json(const char *model_type, int max_chars, const char *n
 		      "\"tokens\": [\"[SEP]\"]}}}, "
 		      "\"model\": {\"type\": \"%s\", \"unk_token\": \"[UNK]\", "
 		      "\"continuing_subword_prefix\": \"##\", \"max_input_chars_per_word\": %d, "
-		      "\"vocab\": {", normalizer, CLS, SEP, model_type, max_chars);
+		      "\"vocab\": {",
+		      normalizer, CLS, SEP, model_type, max_chars);
 	for (int i = 0; i < N_VOCAB; i++)
 		n += snprintf(buf + n, sizeof(buf) - n, "%s\"%s\": %d", i ? ", " : "", VOCAB[i], i);
 	snprintf(buf + n, sizeof(buf) - n, "}}}");
@@ -124,10 +153,10 @@ static void check(const rg_tokenizer *t, const char *text, const int32_t *want, 
 	free(ids);
 }
 
-#define CHECK(t, text, ...)                                                                     \
-	do {                                                                                    \
-		const int32_t w_[] = { __VA_ARGS__ };                                           \
-		check(t, text, w_, sizeof(w_) / sizeof(w_[0]));                                  \
+#define CHECK(t, text, ...)                                                                        \
+	do {                                                                                       \
+		const int32_t w_[] = { __VA_ARGS__ };                                              \
+		check(t, text, w_, sizeof(w_) / sizeof(w_[0]));                                    \
 	} while (0)
 
 static void test_greedy_longest_match(void **state)
@@ -165,7 +194,8 @@ static void test_unk_rules(void **state)
 	CHECK(t, "xxxxxx", CLS, UNK, SEP);
 	CHECK(t, "\xd0\xb6\xd0\xb6\xd0\xb6\xd0\xb6\xd0\xb6", CLS, ZHE, ZHE_CONT, ZHE_CONT, ZHE_CONT,
 	      ZHE_CONT, SEP);
-	CHECK(t, "\xd0\x96\xd0\xb6\xd0\xb6\xd0\xb6\xd0\xb6\xd0\xb6", CLS, UNK, SEP); /* Жжжжжж */
+	/* Жжжжжж */
+	CHECK(t, "\xd0\x96\xd0\xb6\xd0\xb6\xd0\xb6\xd0\xb6\xd0\xb6", CLS, UNK, SEP);
 	/* special tokens in the text resolve to their ids, before normalization */
 	CHECK(t, "un[SEP]un", CLS, UN, SEP, UN, SEP);
 	/* "[mask]" is not special once lowercase: "[", "mask", "]" are three unknown words */
@@ -209,14 +239,17 @@ static void test_invalid_utf8(void **state)
 	(void)state;
 	write_tiny_json("WordPiece", 100, BERT_NORM);
 	rg_tokenizer *t = load_ok();
-	expect_bad_utf8(t, "ab\xff" "c", 4, 2);
-	expect_bad_utf8(t, "hello \xc3", 7, 6);             /* truncated at the end */
-	expect_bad_utf8(t, "\xc0\x80", 2, 0);                /* overlong NUL */
-	expect_bad_utf8(t, "x\xe0\x80\x80", 4, 1);           /* overlong 3-byte */
-	expect_bad_utf8(t, "un\xed\xa0\x80", 5, 2);          /* UTF-16 surrogate */
-	expect_bad_utf8(t, "\xf4\x90\x80\x80", 4, 0);        /* > U+10FFFF */
-	expect_bad_utf8(t, "caf\xc3\xa9 \x80", 7, 6);        /* stray continuation byte */
-	expect_bad_utf8(t, "[SEP]\xfe", 6, 5);               /* after a special token */
+	expect_bad_utf8(t,
+			"ab\xff"
+			"c",
+			4, 2);
+	expect_bad_utf8(t, "hello \xc3", 7, 6);	      /* truncated at the end */
+	expect_bad_utf8(t, "\xc0\x80", 2, 0);	      /* overlong NUL */
+	expect_bad_utf8(t, "x\xe0\x80\x80", 4, 1);    /* overlong 3-byte */
+	expect_bad_utf8(t, "un\xed\xa0\x80", 5, 2);   /* UTF-16 surrogate */
+	expect_bad_utf8(t, "\xf4\x90\x80\x80", 4, 0); /* > U+10FFFF */
+	expect_bad_utf8(t, "caf\xc3\xa9 \x80", 7, 6); /* stray continuation byte */
+	expect_bad_utf8(t, "[SEP]\xfe", 6, 5);	      /* after a special token */
 	/* an embedded NUL is valid UTF-8 (and dropped by clean_text) */
 	CHECK(t, "", CLS, SEP);
 	const int32_t w[] = { CLS, HELLO, SEP };
@@ -299,7 +332,8 @@ struct thread_arg {
 static void *encode_loop(void *p)
 {
 	struct thread_arg *a = p;
-	static const char *texts[] = { "unaffable hello", "Caf\xc3\xa9, xxx!", "unxz \xd0\xb6\xd0\xb6" };
+	static const char *texts[] = { "unaffable hello", "Caf\xc3\xa9, xxx!",
+				       "unxz \xd0\xb6\xd0\xb6" };
 	static const int32_t want[3][8] = { { CLS, UNA, FF, ABLE, HELLO, SEP },
 					    { CLS, CAFE, COMMA, X, X_CONT, X_CONT, BANG, SEP },
 					    { CLS, UNK, ZHE, ZHE_CONT, SEP } };
