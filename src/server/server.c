@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -80,6 +81,7 @@ typedef struct rg_server {
 	int max_len;             /* longest sequence accepted (model and scheduler) */
 	atomic_bool ready;
 	atomic_bool stopping;
+	atomic_int n_suspended;  /* connections suspended and not yet answered */
 	int port;
 } rg_server;
 
@@ -93,6 +95,7 @@ typedef struct conn_ctx {
 	rg_sbuf body;
 	bool too_big;
 	bool suspended;          /* queued in the engine (or resuming to report a submit error) */
+	atomic_bool released;    /* the engine made its last access (job_done ran / submit failed) */
 	int submit_status;       /* HTTP status to answer after a failed submit, 0 when none */
 	char submit_err[256];
 	rg_request req;
@@ -323,6 +326,7 @@ static void job_done(rg_job *job)
 	conn_ctx *c = job->owner;
 
 	/* Last touch of the job by the engine: after this, an HTTP thread owns c again. */
+	atomic_store(&c->released, true);
 	MHD_resume_connection(c->conn);
 }
 
@@ -385,12 +389,14 @@ static enum MHD_Result handle_embed(conn_ctx *c)
 	c->job.owner = c;
 	/* Suspend before submitting: the worker may finish the job (and resume) at once. */
 	c->suspended = true;
+	atomic_fetch_add(&s->n_suspended, 1);
 	MHD_suspend_connection(c->conn);
 	st = rg_engine_submit(s->engine, &c->job);
 	if (st != RG_OK) {
 		c->submit_status = st == RG_ERR_BUSY ? (atomic_load(&s->stopping) ? 503 : 429)
 			: st == RG_ERR_TOO_LONG ? 422 : 500;
 		snprintf(c->submit_err, sizeof(c->submit_err), "%s", rg_last_error());
+		atomic_store(&c->released, true);
 		MHD_resume_connection(c->conn);
 	}
 	return MHD_YES;
@@ -402,6 +408,7 @@ static enum MHD_Result finish_job(conn_ctx *c)
 	rg_job *j = &c->job;
 
 	c->suspended = false;
+	atomic_fetch_sub(&c->srv->n_suspended, 1);
 	if (c->submit_status) {
 		int st = c->submit_status;
 
@@ -516,7 +523,7 @@ static rg_route route_of(const char *url)
 	return RG_ROUTE_OTHER;
 }
 
-static enum MHD_Result dispatch(conn_ctx *c, const char *method)
+static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method)
 {
 	rg_server *s = c->srv;
 	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
@@ -526,7 +533,9 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *method)
 	rg_status st;
 
 	if (c->route == RG_ROUTE_OTHER)
-		return send_error(c, 404, "not_found", "no route %s", "(see /info)");
+		return send_error(c, 404, "not_found",
+				  "no route %.200s (routes: /embed /v1/embeddings /tokenize /health "
+				  "/info /metrics)", url);
 	if ((body_route && !c->post) || (!body_route && !get))
 		return send_error(c, 405, "method_not_allowed", "method %s not allowed on %s",
 				  method, rg_route_name(c->route));
@@ -574,6 +583,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		c->t0 = rg_now_ms();
 		c->route = route_of(url);
 		c->post = !strcmp(method, "POST");
+		atomic_init(&c->released, false);
 		rg_sbuf_init(&c->body);
 		*con_cls = c;
 		cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
@@ -603,7 +613,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	}
 	if (c->body.oom)
 		return send_error(c, 500, "backend", "out of memory reading the body");
-	return dispatch(c, method);
+	return dispatch(c, url, method);
 }
 
 static void free_ctx(conn_ctx *c)
@@ -627,13 +637,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 	if (!c)
 		return;
-	if (c->suspended) {
+	if (c->suspended && !atomic_load(&c->released)) {
 		/* Cannot happen: MHD never completes a suspended connection, and the engine is
-		 * stopped (every job resumed) before the daemon. Leak rather than free memory the
+		 * stopped (every job released) before the daemon. Leak rather than free memory the
 		 * engine may still hold. */
 		fprintf(stderr, "ragged serve: BUG: connection completed while queued\n");
 		return;
 	}
+	/* Suspended but released: resumed at shutdown and closed before it could answer. */
 	free_ctx(c);
 	*con_cls = NULL;
 }
@@ -659,7 +670,8 @@ static void usage(FILE *f)
 		"  --request-timeout-ms N    deadline of a queued request; passed -> 504 (30000)\n"
 		"  --cache-entries N         in-memory response cache entries, 0 disables (10000)\n"
 		"  --cache-db FILE           back the cache with SQLite (WAL) in FILE (default off)\n"
-		"  --cost-table FILE         SQLite file holding the DP scheduler's cost table\n"
+		"  --cost-table FILE         SQLite file holding the DP scheduler's cost table (dp\n"
+		"                            measures it at start-up when missing: slow on CPU)\n"
 		"  --rows N                  B: rows of the concat/slotted/das schedulers\n"
 		"  --row-len N               L: tokens per row (default min(512, max positions))\n"
 		"  --slot-len N              slot length of the slotted scheduler (128)\n"
@@ -1135,6 +1147,7 @@ int rg_serve_main(int argc, char **argv)
 	rg_metrics_init(&s->metrics);
 	atomic_init(&s->ready, false);
 	atomic_init(&s->stopping, false);
+	atomic_init(&s->n_suspended, 0);
 	/* Listen first so /health answers 503 while the model loads. */
 	d = start_daemon(s);
 	if (!d)
@@ -1172,6 +1185,12 @@ out_stop:
 	/* Order: refuse new work, answer what is queued (503), stop HTTP, then free the rest. */
 	atomic_store(&s->stopping, true);
 	rg_engine_stop(s->engine);
+	/* Give the connections resumed by the stop a moment to send their 503s. */
+	for (int i = 0; i < 200 && atomic_load(&s->n_suspended) > 0; i++) {
+		struct timespec ts = { 0, 5 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+	}
 	MHD_stop_daemon(d);
 	rg_engine_free(s->engine);
 	rg_cache_free(s->cache);

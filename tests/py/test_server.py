@@ -495,8 +495,8 @@ def test_sigterm_with_queued_requests(tiny_dir):
     s.stop()  # asserts exit status 0 (and no leak under ASan)
     for t in ths:
         t.join()
-    codes = sorted(r[0] for r in res if r[0] is not None)
-    assert set(codes) <= {200, 503}, codes
+    codes = sorted(r[0] for r in res)
+    assert set(codes) <= {200, 503}, res  # every queued client gets an answer
     assert 503 in codes
 
 
@@ -655,7 +655,9 @@ def test_rss_flat_over_100k_requests(tiny_dir):
         assert answered >= total
         growth = rss1 - rss0
         print(f"{total} requests in {elapsed:.1f}s, RSS {rss0} -> {rss1} kB")
-        assert growth < 8 * 1024, f"RSS grew {growth} kB over {total - warm} requests"
+        if not ASAN:  # ASan's allocator quarantine grows RSS by design; the leak check at
+            # exit (stop() asserts the status) is what covers the ASan build
+            assert growth < 8 * 1024, f"RSS grew {growth} kB over {total - warm} requests"
         assert elapsed < 150
     finally:
         s.stop()
