@@ -79,7 +79,7 @@ gcc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wshadow -Iinclude -Isrc -o buil
 record "build test_ops_cuda" $?
 
 step "soak: 10,000 random ragged batches, fp16 (alone on the GPU: it reads device-wide memory)"
-timeout 200 python3 tests/gpu/soak.py "$MODEL" --dtype fp16 --batches 10000 --json "$OUT/soak.json"
+timeout 150 python3 tests/gpu/soak.py "$MODEL" --dtype fp16 --batches 10000 --json "$OUT/soak.json"
 record "soak fp16" $?
 
 step "model tests on CUDA (fp32, fp16, bf16 in parallel) + op parity + compute-sanitizer"
@@ -87,8 +87,8 @@ XD=""
 python3 -c 'import xdist' 2>/dev/null && XD="-n 4"
 declare -A PYPID
 for dt in fp32 fp16 bf16; do
-	RAGGED_TEST_DEVICE=cuda RAGGED_TEST_DTYPE=$dt OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-		timeout 330 python3 -m pytest -q -rfE -p no:cacheprovider $XD --durations=5 \
+	RAGGED_TEST_DEVICE=cuda RAGGED_TEST_DTYPE=$dt OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 \
+		timeout 300 python3 -m pytest -q -rfE -p no:cacheprovider $XD --durations=5 \
 		tests/py/test_model.py >"$OUT/pytest_$dt.log" 2>&1 &
 	PYPID[$dt]=$!
 done
