@@ -36,7 +36,7 @@ nvidia-smi -L
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 "$NVCC" --version | tail -2
-echo "commit: $(git rev-parse HEAD 2>/dev/null || cat "$CARRY/COMMIT" 2>/dev/null || echo unknown)"
+echo "commit: $(git rev-parse --verify -q HEAD 2>/dev/null || cat "$CARRY/COMMIT" 2>/dev/null || echo unknown)"
 echo "date: $(date -u +%FT%TZ)  cpus: $J  python: $(python3 --version 2>&1)"
 
 step "dependencies"
@@ -93,27 +93,41 @@ for dt in fp32 fp16 bf16; do
 	PYPID[$dt]=$!
 done
 
-timeout 240 build/test_ops_cuda --json "$OUT/test_ops_cuda.json"
-record "test_ops_cuda (fp32/fp16/bf16)" $?
-
 {
 	shuf -n 40 --random-source=<(yes) <(cat /usr/share/games/fortunes/* 2>/dev/null | tr -s '\n%' '\n' | grep -E '.{20,200}') >/tmp/sents.txt
-	echo "--- memcheck: test_ops_cuda --quick"
-	timeout 200 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 \
-		build/test_ops_cuda --quick | tail -40
+	# the op test's own table and [ok] lines are dropped: only the sanitizer's report is kept
+	echo "--- memcheck (leak check): test_ops_cuda --quick --skip-oom"
+	OMP_NUM_THREADS=4 timeout 120 compute-sanitizer --tool memcheck --leak-check full \
+		--print-limit 30 --error-exitcode 9 build/test_ops_cuda --quick --skip-oom 2>&1 |
+		grep -v '^| \|^  \[ok\]\|^$' | head -150
 	echo "status ${PIPESTATUS[0]}"
-	echo "--- racecheck: test_ops_cuda --quick --dtype fp16"
-	timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 build/test_ops_cuda \
-		--quick --dtype fp16 | tail -15
+	echo "--- racecheck: test_ops_cuda --quick --skip-oom --dtype fp16"
+	OMP_NUM_THREADS=4 timeout 80 compute-sanitizer --tool racecheck --racecheck-report all \
+		--print-limit 30 --error-exitcode 9 build/test_ops_cuda --quick --skip-oom \
+		--dtype fp16 2>&1 | grep -v '^| \|^  \[ok\]\|^$' | head -150
 	echo "status ${PIPESTATUS[0]}"
+	for k in attention_kernel layernorm_kernel pool_kernel; do
+		echo "--- racecheck, $k only (kns=$k): test_ops_cuda --quick --skip-oom --dtype bf16"
+		OMP_NUM_THREADS=4 timeout 60 compute-sanitizer --tool racecheck --kernel-name kns=$k \
+			--error-exitcode 9 build/test_ops_cuda --quick --skip-oom --dtype bf16 2>&1 |
+			grep -v '^| \|^  \[ok\]\|^$' | head -30
+		echo "status ${PIPESTATUS[0]}"
+	done
 	echo "--- memcheck: ragged embed, MiniLM, $(wc -l </tmp/sents.txt) sentences, fp16 and fp32"
 	for dt in fp16 fp32; do
-		timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 build/ragged embed \
+		timeout 50 compute-sanitizer --tool memcheck --error-exitcode 9 build/ragged embed \
 			--model "$MODEL" --device cuda --dtype $dt --input /tmp/sents.txt \
 			--output /tmp/emb_$dt.jsonl 2>&1 | tail -8
 		echo "status ${PIPESTATUS[0]} lines $(wc -l </tmp/emb_$dt.jsonl 2>/dev/null)"
 	done
-} >"$OUT/sanitizer.log" 2>&1
+} >"$OUT/sanitizer.log" 2>&1 &
+SANPID=$!
+
+OMP_NUM_THREADS=4 timeout 180 build/test_ops_cuda --json "$OUT/test_ops_cuda.json"
+record "test_ops_cuda (fp32/fp16/bf16)" $?
+
+wait $SANPID
+echo "compute-sanitizer:"
 grep -E "^---|^status|ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log"
 bad=$(grep -c '^status [^0]' "$OUT/sanitizer.log")
 record "compute-sanitizer" "$bad"
