@@ -172,6 +172,9 @@ class Server:
             return None
 
     def stop(self):
+        """Idempotent: SIGTERM the session, SIGKILL after 15 s; returns the exit status."""
+        if self.logf.closed:
+            return self.proc.returncode
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -365,7 +368,7 @@ def parse_args(argv):
                     help="small CPU run: 6 schedulers, 2 dists, 2 s steps, 240 s budget")
     ap.add_argument("--per-rate-s", type=float, default=None, help="measured seconds per rate")
     ap.add_argument("--warmup-s", type=float, default=None, help="unmeasured seconds per rate")
-    ap.add_argument("--min-requests", type=int, default=24,
+    ap.add_argument("--min-requests", type=int, default=16,
                     help="stretch a step so at least this many requests arrive (max 4x)")
     ap.add_argument("--start-rate", type=float, default=None, help="first offered rate, req/s")
     ap.add_argument("--factor", type=float, default=2.0, help="geometric rate step")
@@ -399,7 +402,7 @@ def parse_args(argv):
     a.per_rate_s = a.per_rate_s if a.per_rate_s is not None else (2.0 if q else 3.0)
     a.warmup_s = a.warmup_s if a.warmup_s is not None else (0.5 if q else 1.0)
     a.start_rate = a.start_rate if a.start_rate is not None else \
-        (2.0 if a.device == "cpu" else 50.0)
+        (4.0 if a.device == "cpu" else 50.0)
     a.min_p99_limit_ms = a.min_p99_limit_ms if a.min_p99_limit_ms is not None else \
         (2000.0 if a.device == "cpu" else 200.0)
     a.timeout_ms = a.timeout_ms if a.timeout_ms is not None else \
@@ -409,8 +412,15 @@ def parse_args(argv):
     return a
 
 
+def _terminate(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv=None):
     args = parse_args(argv)
+    # The servers run in their own sessions: turn SIGTERM into an exception so the `finally`
+    # below stops the one that is up instead of leaving it behind.
+    signal.signal(signal.SIGTERM, _terminate)
     if not os.access(args.ragged, os.X_OK):
         sys.exit(f"sweep: {args.ragged} not found: run `make all` first")
     args.model, model_name = resolve_model(args.model)
@@ -473,21 +483,26 @@ def main(argv=None):
         log_path = os.path.join(log_dir, f"serve_{sched}.log")
         t0 = time.monotonic()
         server = Server(args, sched, port, log_path)
-        ok = server.wait_healthy(args.start_timeout_s)
-        startup_s.append(time.monotonic() - t0)
-        if not ok:
-            rc = server.stop()
-            tail = open(log_path, errors="replace").read().strip().splitlines()[-3:]
-            log(f"{sched}: server did not become healthy (rc {rc}): {' | '.join(tail)}")
-            for d in args.dists:
-                doc["runs"].append({"scheduler": sched, "dist": d, "steps": [],
-                                    "saturation": None, "error": "server failed to start",
-                                    "server_log": os.path.relpath(log_path, args.out_dir)})
-            done_pairs += len(args.dists)
-            save()
-            continue
-        log(f"{sched}: up in {startup_s[-1]:.1f} s on port {port}")
         try:
+            # Start-up (model load, the dp scheduler's cost-table warm-up) counts against the
+            # budget.
+            ok = server.wait_healthy(min(args.start_timeout_s, max(5.0, budget.left())))
+            startup_s.append(time.monotonic() - t0)
+            if not ok:
+                exited = server.proc.poll()
+                why = (f"server failed to start (exit {exited})" if exited is not None else
+                       f"server not healthy after {startup_s[-1]:.0f} s")
+                server.stop()
+                tail = open(log_path, errors="replace").read().strip().splitlines()[-3:]
+                log(f"{sched}: {why}: {' | '.join(tail)}")
+                for d in args.dists:
+                    doc["runs"].append({"scheduler": sched, "dist": d, "steps": [],
+                                        "saturation": None, "error": why,
+                                        "server_log": os.path.relpath(log_path, args.out_dir)})
+                done_pairs += len(args.dists)
+                save()
+                continue
+            log(f"{sched}: up in {startup_s[-1]:.1f} s on port {port}")
             for d in args.dists:
                 pairs_left = n_pairs - done_pairs
                 servers_left = len(args.schedulers) - args.schedulers.index(sched) - 1
@@ -526,4 +541,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as e:
+        print(f"sweep: interrupted ({e}); partial results were saved", file=sys.stderr)
+        sys.exit(130)
