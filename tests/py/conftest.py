@@ -21,6 +21,10 @@ import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The library's OpenMP threads share this process with NumPy's BLAS threads (the float64
+# reference): spinning OpenMP workers would steal the cores NumPy needs. Must be set before the
+# library (and so libgomp) is loaded.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
