@@ -55,9 +55,10 @@ def main(argv=None):
             sat = r["saturation"]["throughput_rps"] if r.get("saturation") else None
             label = r["scheduler"] + (f" (sat {sat:.0f}/s)" if sat else "")
             ax1.plot(off, thr, marker=m, color=c, label=label)
+            # In offered-rate order: past saturation the curve bends back (throughput stalls or
+            # drops while latency climbs), as in the papers' figures.
             pts = [(s["throughput_rps"], s["latency_ms"]["p99"], s["latency_ms"]["p50"])
                    for s in st if s["latency_ms"]["p99"] is not None]
-            pts.sort()
             if pts:
                 ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker=m, color=c,
                          label=r["scheduler"])
@@ -75,10 +76,11 @@ def main(argv=None):
         ax2.grid(alpha=0.3, which="both")
         ax2.legend(fontsize=7)
         spec = meta.get("dist_specs", {}).get(dname, dname)
-        gpu = "; ".join(meta.get("gpus") or []) or "no GPU"
+        hw = f"GPU {'; '.join(meta['gpus'])}; host CPU {meta['cpu']}" if meta.get("gpus") \
+            else f"CPU {meta['cpu']} ({meta.get('cpu_count', '?')} cores)"
         fig.suptitle(f"ragged serving, {meta['model_name']}, lengths {spec} tokens, "
-                     f"{meta['device']} {meta['dtype']}\n{meta['device_name']} ({gpu}); "
-                     f"CPU {meta['cpu']}; commit {meta['commit']}; {meta['date']}", fontsize=9)
+                     f"{meta['device']} {meta['dtype']}\n{hw}; commit {meta['commit']}; "
+                     f"{meta['date']}", fontsize=9)
         fig.tight_layout(rect=(0, 0, 1, 0.9))
         out = f"{prefix}_{dname}.png"
         fig.savefig(out, dpi=110)

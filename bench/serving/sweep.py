@@ -4,10 +4,13 @@
 For each scheduler: start `ragged serve` (own session, log to a file), wait for /health, and for
 each length distribution sweep the offered Poisson rate geometrically with `ragged loadgen`
 until the server saturates, then stop the server. A rate step is "saturated" when
-  - achieved throughput < --sat-ratio x offered rate (requests pile up in the queue), or
   - p99 latency > the p99 limit (--p99-limit-ms, default max(--min-p99-limit-ms, 10 x the
-    p50 of the first step of that sweep)), or
-  - throughput grew less than 5% over the best earlier step (it stopped growing).
+    lowest p50 of that sweep)), or
+  - achieved throughput < 0.7 x the offered rate, or
+  - with queueing visible (p50 > 2 x the lowest p50): throughput < --sat-ratio x offered, or
+    throughput grew less than 5% over the best lower-rate step (it stopped growing).
+Rates go up by --fast-factor while nothing queues, by --factor otherwise, and the knee is then
+bisected geometrically down to --factor resolution.
 The saturation throughput is the best successful-responses/s over the sweep (TurboTransformers
 PPoPP'21 sec. 6.3 "critical point"; TCB ICPP'22 sec. 6.2.1). The distributions are the papers':
 uniform 2-100 and 5-500 tokens (TurboTransformers Fig. 15/16), normal(20, 20) clipped to 3-100
@@ -21,7 +24,7 @@ Writes into --out-dir (default bench/results):
   serving_<device>_<stamp>.json   every loadgen result + metadata (GPU/CPU, commit, date, model)
   serving_<device>_<stamp>.md     saturation table (scheduler x distribution) and per-rate detail
   serving_<device>_<stamp>_<dist>.png  plots by tools/plot_serving.py (when matplotlib exists)
-  logs/serving_<device>_<stamp>/  server logs
+  server logs and /metrics snapshots in build/serving_logs/serving_<device>_<stamp>/
 
 Examples:
   python3 bench/serving/sweep.py --quick                       # small CPU run, default model
@@ -30,6 +33,7 @@ Examples:
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import re
@@ -216,18 +220,27 @@ def run_loadgen(args, url, rate, dist_spec, tmp_json):
     return res
 
 
-def saturated(step, best, limit_ms, sat_ratio, n_prev):
-    """Reason string when this step is at/after saturation, else None."""
+def saturated(step, best_lower, n_lower, limit_ms, sat_ratio, base_p50):
+    """Reason string when this step is at/after saturation, else None.
+
+    A few seconds of Poisson arrivals give counts with ~20% noise at low rates, so the soft
+    criteria (throughput short of the offered rate, throughput no longer growing) also need
+    queueing to be visible: p50 above twice the lowest p50 of the sweep (base_p50)."""
     thr, off = step["throughput_rps"], step["offered_rps"]
-    p99 = step["latency_ms"]["p99"]
+    p50, p99 = step["latency_ms"]["p50"], step["latency_ms"]["p99"]
     if p99 is None or step["requests"]["ok"] == 0:
         return "no successful response"
     if p99 > limit_ms:
         return f"p99 {p99:.0f} ms > limit {limit_ms:.0f} ms"
-    if thr < sat_ratio * off:
-        return f"throughput {thr:.1f}/s < {sat_ratio:g} x offered {off:.1f}/s"
-    if n_prev and thr < 1.05 * best:
-        return f"throughput {thr:.1f}/s stopped growing (best {best:.1f}/s)"
+    if thr < 0.7 * off:
+        return f"throughput {thr:.1f}/s < 0.7 x offered {off:.1f}/s"
+    queueing = p50 > 2.0 * base_p50
+    if queueing and thr < sat_ratio * off:
+        return (f"throughput {thr:.1f}/s < {sat_ratio:g} x offered {off:.1f}/s,"
+                f" p50 x{p50 / base_p50:.1f}")
+    if queueing and n_lower and thr < 1.05 * best_lower:
+        return (f"throughput {thr:.1f}/s stopped growing (best {best_lower:.1f}/s),"
+                f" p50 x{p50 / base_p50:.1f}")
     return None
 
 
@@ -244,19 +257,26 @@ class Budget:
 
 
 def sweep_pair(args, server, sched, dname, start_rate, pair_budget_s, budget, tmp_json):
-    """Rate sweep of one (scheduler, distribution) pair. Returns the run record."""
+    """Rate sweep of one (scheduler, distribution) pair. Returns the run record.
+
+    Going up, the rate grows by --fast-factor while the server shows no queueing at all and by
+    --factor otherwise; once a saturated rate is found, the knee is bisected geometrically
+    between the highest unsaturated and the lowest saturated rate until they are within
+    --factor. Saturated at the start rate: step down by --fast-factor (at most twice)."""
     dist = DISTS[dname]
     t_pair = time.monotonic()
-    steps, limit, reason = [], args.p99_limit_ms, None
+    steps, reason = [], None
+    lo_ok, hi_sat, n_down = None, None, 0
     step_cost = step_duration(args, start_rate) + args.warmup_s + 1.0
-    rate, probed_down = start_rate, False
+    rate = start_rate
+    fmt = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
     while True:
         spent = time.monotonic() - t_pair
         if steps and (spent + step_cost > pair_budget_s or budget.left() < step_cost):
-            reason = reason or "time budget"
+            reason = (reason + "; " if reason else "") + "time budget"
             break
         if len(steps) >= args.max_steps:
-            reason = reason or "max steps"
+            reason = (reason + "; " if reason else "") + "max steps"
             break
         try:
             st = run_loadgen(args, server.url, rate, dist, tmp_json)
@@ -264,36 +284,45 @@ def sweep_pair(args, server, sched, dname, start_rate, pair_budget_s, budget, tm
             log(f"  {sched} {dname} rate {rate:.3g}: {e}")
             reason = f"loadgen error: {e}"
             break
-        # Next step: same drain overhead as this one, duration for the next rate.
-        step_cost = st["step_wall_s"] - step_duration(args, rate) + \
-            step_duration(args, rate * args.factor)
         steps.append(st)
         lat = st["latency_ms"]
-        if limit is None:
-            p50 = lat["p50"] if lat["p50"] is not None else 0.0
-            limit = max(args.min_p99_limit_ms, 10.0 * p50)
-        lower = [s["throughput_rps"] for s in steps[:-1] if s["rate_target"] < rate]
-        r = saturated(st, max(lower, default=0.0), limit, args.sat_ratio, len(lower))
-        fmt = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
-        log(f"  {sched:12s} {dname:7s} rate {rate:8.3g}  thr {st['throughput_rps']:8.2f}/s"
+        base_p50 = min((x["latency_ms"]["p50"] for x in steps
+                        if x["latency_ms"]["p50"] is not None), default=0.0)
+        limit = args.p99_limit_ms if args.p99_limit_ms is not None else \
+            max(args.min_p99_limit_ms, 10.0 * base_p50)
+        lower = [x["throughput_rps"] for x in steps[:-1] if x["rate_target"] < rate]
+        r = saturated(st, max(lower, default=0.0), len(lower), limit, args.sat_ratio, base_p50)
+        st["saturated"] = r
+        log(f"  {sched:12s} {dname:7s} rate {rate:8.4g}  thr {st['throughput_rps']:8.2f}/s"
             f"  p50 {fmt(lat['p50'])}  p99 {fmt(lat['p99'])} ms"
             f"  batch {fmt(st['server']['batch_size_mean'])}"
             f"  fail {st['requests']['failed']}" + (f"  -> {r}" if r else ""))
+        prev = rate
         if r:
-            reason = r
-            # Saturated at the very first rate: add one lower point so the curve has a knee.
-            if len(steps) == 1 and not probed_down and start_rate / args.factor ** 2 >= 0.05:
-                probed_down = True
-                rate = start_rate / args.factor ** 2
-                continue
-            break
-        rate *= args.factor
-        if probed_down and rate >= start_rate * 0.999:
-            break
+            reason = reason or r
+            hi_sat = rate if hi_sat is None else min(hi_sat, rate)
+        else:
+            lo_ok = rate if lo_ok is None else max(lo_ok, rate)
+        if hi_sat is None:
+            idle = (lat["p50"] is not None and lat["p50"] <= 1.3 * base_p50 and
+                    st["throughput_rps"] >= 0.95 * st["offered_rps"] and
+                    lat["p99"] <= limit / 4)
+            rate *= args.fast_factor if idle else args.factor
+        elif lo_ok is None:
+            n_down += 1
+            rate = hi_sat / args.fast_factor ** n_down
+            if n_down > 2 or rate < 0.05:
+                break
+        else:
+            if hi_sat / lo_ok <= args.factor * 1.001:
+                break
+            rate = math.sqrt(lo_ok * hi_sat)
+        # Next step: same drain overhead as this one, duration for the next rate.
+        step_cost = st["step_wall_s"] - step_duration(args, prev) + step_duration(args, rate)
     steps.sort(key=lambda s: s["rate_target"])
     sat = max(steps, key=lambda s: s["throughput_rps"]) if steps else None
     return {
-        "scheduler": sched, "dist": dname, "dist_spec": dist, "p99_limit_ms": limit,
+        "scheduler": sched, "dist": dname, "dist_spec": dist,
         "stop_reason": reason, "wall_s": time.monotonic() - t_pair,
         "saturation": None if sat is None else {
             "throughput_rps": sat["throughput_rps"], "rate": sat["rate_target"],
@@ -371,7 +400,10 @@ def parse_args(argv):
     ap.add_argument("--min-requests", type=int, default=16,
                     help="stretch a step so at least this many requests arrive (max 4x)")
     ap.add_argument("--start-rate", type=float, default=None, help="first offered rate, req/s")
-    ap.add_argument("--factor", type=float, default=2.0, help="geometric rate step")
+    ap.add_argument("--factor", type=float, default=2.0,
+                    help="geometric rate step near saturation (and the knee resolution)")
+    ap.add_argument("--fast-factor", type=float, default=4.0,
+                    help="rate step while the server shows no queueing")
     ap.add_argument("--max-steps", type=int, default=8)
     ap.add_argument("--sat-ratio", type=float, default=0.9)
     ap.add_argument("--p99-limit-ms", type=float, default=None)
@@ -386,11 +418,14 @@ def parse_args(argv):
                     help="extra `ragged serve` arguments (repeatable, split on spaces)")
     ap.add_argument("--ragged", default=os.path.join(ROOT, "build", "ragged"))
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--log-root", default=os.path.join(ROOT, "build", "serving_logs"),
+                    help="server logs and /metrics snapshots go to LOG_ROOT/<run name>/")
     ap.add_argument("--tag", default="", help="appended to the output names")
     ap.add_argument("--no-plot", action="store_true")
     a = ap.parse_args(argv)
     q = a.quick
-    a.schedulers = a.schedulers.split(",") if a.schedulers else (QUICK_SCHEDULERS if q else SCHEDULERS)
+    a.schedulers = a.schedulers.split(",") if a.schedulers else \
+        (QUICK_SCHEDULERS if q else SCHEDULERS)
     a.dists = a.dists.split(",") if a.dists else (QUICK_DISTS if q else list(DISTS))
     for s in a.schedulers:
         if s not in SCHEDULERS:
@@ -407,8 +442,8 @@ def parse_args(argv):
         (2000.0 if a.device == "cpu" else 200.0)
     a.timeout_ms = a.timeout_ms if a.timeout_ms is not None else \
         (10000 if a.device == "cpu" else 5000)
-    if a.factor <= 1.0:
-        ap.error("--factor must be > 1")
+    if a.factor <= 1.0 or a.fast_factor < a.factor:
+        ap.error("need 1 < --factor <= --fast-factor")
     return a
 
 
@@ -434,7 +469,7 @@ def main(argv=None):
     stamp = now.strftime("%Y%m%d-%H%M") + (f"-{slug(args.tag)}" if args.tag else "")
     base = f"serving_{dev_slug}_{stamp}"
     os.makedirs(args.out_dir, exist_ok=True)
-    log_dir = os.path.join(args.out_dir, "logs", base)
+    log_dir = os.path.join(args.log_root, base)
     os.makedirs(log_dir, exist_ok=True)
     tmp_json = os.path.join(log_dir, ".loadgen_step.json")
     with open(os.path.join(args.model, "config.json")) as f:
@@ -451,9 +486,10 @@ def main(argv=None):
         "schedulers": args.schedulers, "dists": args.dists,
         "dist_specs": {d: DISTS[d] for d in args.dists},
         "budget_s": args.budget_s, "per_rate_s": args.per_rate_s, "warmup_s": args.warmup_s,
-        "min_requests": args.min_requests, "connections": args.connections, "factor": args.factor, "sat_ratio": args.sat_ratio,
+        "min_requests": args.min_requests, "connections": args.connections,
+        "fast_factor": args.fast_factor, "factor": args.factor, "sat_ratio": args.sat_ratio,
         "timeout_ms": args.timeout_ms, "seed": args.seed, "serve_args": args.serve_arg,
-        "quick": args.quick,
+        "quick": args.quick, "log_dir": log_dir,
     }
     doc = {"meta": meta, "runs": []}
     json_path = os.path.join(args.out_dir, base + ".json")
@@ -498,7 +534,7 @@ def main(argv=None):
                 for d in args.dists:
                     doc["runs"].append({"scheduler": sched, "dist": d, "steps": [],
                                         "saturation": None, "error": why,
-                                        "server_log": os.path.relpath(log_path, args.out_dir)})
+                                        "server_log": log_path})
                 done_pairs += len(args.dists)
                 save()
                 continue
@@ -512,7 +548,7 @@ def main(argv=None):
                 if d in known_sat:
                     start = max(start, known_sat[d] / 8.0)
                 run = sweep_pair(args, server, sched, d, start, pair_budget, budget, tmp_json)
-                run["server_log"] = os.path.relpath(log_path, args.out_dir)
+                run["server_log"] = log_path
                 run["server_startup_s"] = startup_s[-1]
                 if run["saturation"]:
                     known_sat[d] = max(known_sat.get(d, 0.0),
