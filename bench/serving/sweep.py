@@ -7,7 +7,7 @@ until the server saturates, then stop the server. A rate step is "saturated" whe
   - p99 latency > the p99 limit (--p99-limit-ms, default max(--min-p99-limit-ms, 10 x the
     lowest p50 of that sweep)), or
   - achieved throughput < 0.7 x the offered rate, or
-  - with queueing visible (p50 > 2 x the lowest p50): throughput < --sat-ratio x offered, or
+  - with queueing visible (p50 > 3 x the lowest p50): throughput < --sat-ratio x offered, or
     throughput grew less than 5% over the best lower-rate step (it stopped growing).
 Rates go up by --fast-factor while nothing queues, by --factor otherwise, and the knee is then
 bisected geometrically down to --factor resolution.
@@ -225,7 +225,7 @@ def saturated(step, best_lower, n_lower, limit_ms, sat_ratio, base_p50):
 
     A few seconds of Poisson arrivals give counts with ~20% noise at low rates, so the soft
     criteria (throughput short of the offered rate, throughput no longer growing) also need
-    queueing to be visible: p50 above twice the lowest p50 of the sweep (base_p50)."""
+    queueing to be visible: p50 above 3x the lowest p50 of the sweep (base_p50)."""
     thr, off = step["throughput_rps"], step["offered_rps"]
     p50, p99 = step["latency_ms"]["p50"], step["latency_ms"]["p99"]
     if p99 is None or step["requests"]["ok"] == 0:
@@ -234,7 +234,7 @@ def saturated(step, best_lower, n_lower, limit_ms, sat_ratio, base_p50):
         return f"p99 {p99:.0f} ms > limit {limit_ms:.0f} ms"
     if thr < 0.7 * off:
         return f"throughput {thr:.1f}/s < 0.7 x offered {off:.1f}/s"
-    queueing = p50 > 2.0 * base_p50
+    queueing = p50 > 3.0 * base_p50
     if queueing and thr < sat_ratio * off:
         return (f"throughput {thr:.1f}/s < {sat_ratio:g} x offered {off:.1f}/s,"
                 f" p50 x{p50 / base_p50:.1f}")
@@ -339,7 +339,9 @@ def write_markdown(path, doc):
     L = [f"# ragged serving benchmark: {m['device_name']}", "",
          f"- date {m['date']}, commit `{m['commit']}`",
          f"- model {m['model_name']} (`{m['model']}`), device {m['device']}, dtype {m['dtype']}",
-         f"- host CPU: {m['cpu']}" + (f"; GPU: {'; '.join(m['gpus'])}" if m["gpus"] else ""),
+         f"- host CPU: {m['cpu']} ({m.get('cpu_count')} cores, load average at start "
+         f"{', '.join(f'{x:.1f}' for x in m.get('loadavg_at_start', []))})"
+         + (f"; GPU: {'; '.join(m['gpus'])}" if m["gpus"] else ""),
          f"- loadgen: Poisson arrivals, {m['per_rate_s']} s per rate (longer at low rates, >= "
          f"{m.get('min_requests', 0)} requests; +{m['warmup_s']} s warm-up),"
          f" {m['connections']} connections, open loop (latency from the scheduled send time),"
@@ -479,6 +481,7 @@ def main(argv=None):
         "commit": git_commit(), "device": args.device, "dtype": args.dtype,
         "device_name": device_name, "gpus": gpus, "cpu": cpu_name(),
         "cpu_count": os.cpu_count(), "host": platform.node(),
+        "loadavg_at_start": list(os.getloadavg()),
         "model": args.model, "model_name": model_name,
         "model_config": {k: model_cfg.get(k) for k in (
             "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
