@@ -749,10 +749,23 @@ static int lg_build_request(struct lg_run *run, struct lg_conn *c, long i)
 		}
 		rc |= lg_buf_add(b, "\"]", 2);
 	} else {
+		/* Hand-formatted ids: at thousands of requests/s of 500 tokens, snprintf per id
+		 * would cost the client a good part of a core. */
 		rc |= lg_buf_addf(b, "[[%d", LG_CLS_ID);
-		for (int k = 0; k < r->len - 2; k++)
-			rc |= lg_buf_addf(b, ", %ld",
-					  lg_rng_range(&rng, LG_TOKEN_ID_LO, LG_TOKEN_ID_HI - 1));
+		rc |= lg_buf_reserve(b, (size_t)(r->len > 2 ? r->len - 2 : 0) * 8);
+		for (int k = 0; !rc && k < r->len - 2; k++) {
+			long id = lg_rng_range(&rng, LG_TOKEN_ID_LO, LG_TOKEN_ID_HI - 1);
+			char tmp[8];
+			int nd = 0;
+			do {
+				tmp[nd++] = (char)('0' + id % 10);
+				id /= 10;
+			} while (id);
+			b->p[b->len++] = ',';
+			b->p[b->len++] = ' ';
+			while (nd)
+				b->p[b->len++] = tmp[--nd];
+		}
 		rc |= lg_buf_addf(b, ", %d]]", LG_SEP_ID);
 	}
 	if (o->deadline_ms >= 0)
