@@ -456,8 +456,11 @@ def parse_args(argv):
         if d not in DISTS:
             ap.error(f"unknown dist {d} (one of {', '.join(DISTS)})")
     a.budget_s = a.budget_s if a.budget_s is not None else (240.0 if q else 480.0)
-    a.per_rate_s = a.per_rate_s if a.per_rate_s is not None else (2.0 if q else 3.0)
-    a.warmup_s = a.warmup_s if a.warmup_s is not None else (0.5 if q else 1.0)
+    # GPU rates are hundreds to thousands of req/s: 2 s windows already hold >= 1000 requests.
+    a.per_rate_s = a.per_rate_s if a.per_rate_s is not None else \
+        (2.0 if q or a.device == "cuda" else 3.0)
+    a.warmup_s = a.warmup_s if a.warmup_s is not None else \
+        (0.5 if q or a.device == "cuda" else 1.0)
     a.start_rate = a.start_rate if a.start_rate is not None else \
         (4.0 if a.device == "cpu" else 50.0)
     a.min_p99_limit_ms = a.min_p99_limit_ms if a.min_p99_limit_ms is not None else \
@@ -582,9 +585,12 @@ def main(argv=None):
                 servers_left = len(args.schedulers) - args.schedulers.index(sched) - 1
                 reserve = servers_left * (sum(startup_s) / len(startup_s) + 2.0)
                 pair_budget = max(0.0, budget.left() - reserve) / max(1, pairs_left)
+                # Start a quarter of the best capacity seen on this distribution: below the
+                # knee of most schedulers, two fast steps from it; a worse scheduler saturates
+                # at once and the sweep steps down.
                 start = args.start_rate
                 if d in known_sat:
-                    start = max(start, known_sat[d] / 8.0)
+                    start = max(start, known_sat[d] / 4.0)
                 run = sweep_pair(args, server, sched, d, start, pair_budget, budget, tmp_json)
                 run["server_log"] = log_path
                 run["server_startup_s"] = startup_s[-1]
