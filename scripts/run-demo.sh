@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# `make run`: embed a few sample sentences with the default model (all-MiniLM-L6-v2) and print them.
+# `make run`: embed a few sample sentences with the default model (all-MiniLM-L6-v2) and print them,
+# then serve the model over HTTP (GPU when one is present, else CPU) until Ctrl-C.
+# RAGGED_PORT (default 8080) and RAGGED_HOST (default 127.0.0.1) choose the address; RAGGED_NO_SERVE=1
+# stops after the embeddings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cat > build/demo.txt <<'TXT'
@@ -22,3 +25,15 @@ print("cosine similarity:")
 for i, a in enumerate(embs):
     print("  " + " ".join(f"{sum(x*y for x, y in zip(a, b)):.3f}" for b in embs))
 PY
+
+[ "${RAGGED_NO_SERVE:-0}" = 1 ] && exit 0
+HOST=${RAGGED_HOST:-127.0.0.1}
+PORT=${RAGGED_PORT:-8080}
+cat <<TXT
+
+Starting the server on http://$HOST:$PORT (Ctrl-C stops it). Example requests:
+  curl -s http://$HOST:$PORT/embed -H 'Content-Type: application/json' -d '{"inputs": ["The cat sits on the mat."]}'
+  curl -s http://$HOST:$PORT/v1/embeddings -H 'Content-Type: application/json' -d '{"input": ["hello", "world"], "model": "all-MiniLM-L6-v2"}'
+  curl -s http://$HOST:$PORT/metrics
+TXT
+exec build/ragged serve --host "$HOST" --port "$PORT"
