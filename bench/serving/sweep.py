@@ -68,8 +68,15 @@ def git_commit():
                            capture_output=True, text=True, timeout=10).stdout.strip()
         dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
-        return c + ("-dirty" if dirty else "") if c else "unknown"
+        if c:
+            return c + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
+        pass
+    # A GPU machine gets the tree without .git: the commit travels in .gpu_carry/COMMIT.
+    try:
+        with open(os.path.join(ROOT, ".gpu_carry", "COMMIT")) as f:
+            return f.read().strip()[:12] or "unknown"
+    except OSError:
         return "unknown"
 
 
