@@ -81,12 +81,14 @@ build/asan/tests/%: tests/unit/%.c build/asan/libragged.a
 	@mkdir -p build/asan/tests
 	$(CC) $(ASAN_CFLAGS) -Itests/unit -o $@ $< build/asan/libragged.a $(LIBS) -lcmocka $(ASAN_LDFLAGS)
 
-run: deps all
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+run: deps
+	$(MAKE) -j$(NPROC) all
 	@bash scripts/run-demo.sh
 
 test: deps
-	$(MAKE) all
-	$(MAKE) CUDA=0 asan
+	$(MAKE) -j$(NPROC) all
+	$(MAKE) -j$(NPROC) CUDA=0 asan
 	@bash scripts/run-tests.sh
 
 # On a GPU machine: build with CUDA and run the CUDA parity tests (writes bench/results/).

@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
 # Runs every test: C unit tests (release and ASan+UBSan builds), then the Python suites against the
 # release build and, for the CLI/model/tokenizer/server paths, against the ASan build.
-# Prints a closing line "N passed, N failed".
+# Prints a closing line "N passed, N failed" counting individual test cases (cmocka and pytest);
+# a suite that fails without reporting a failed case (a crash) counts as one failed test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 pass=0; fail=0; failed=()
+LOG=$(mktemp)
+trap 'rm -f "$LOG"' EXIT
+
+count() { # count PATTERN: sum of the numbers before PATTERN in the suite's log
+	grep -oE "[0-9]+ $1" "$LOG" | awk '{s += $1} END {print s + 0}'
+}
 
 run() { # name, command...
 	local name=$1; shift
 	echo "=== $name"
-	if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); failed+=("$name"); fi
+	"$@" 2>&1 | tee "$LOG"
+	local st=${PIPESTATUS[0]}
+	local p f
+	# cmocka: "[  PASSED  ] N test(s)." / "[  FAILED  ] N test(s), listed below:"
+	p=$(( $(grep -oE '\[  PASSED  \] [0-9]+' "$LOG" | awk '{s += $NF} END {print s + 0}') + $(count passed) ))
+	f=$(( $(grep -oE '\[  FAILED  \] [0-9]+' "$LOG" | awk '{s += $NF} END {print s + 0}') + $(count failed) + $(count error) ))
+	[ "$st" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+	[ "$st" -eq 0 ] && [ "$p" -eq 0 ] && p=1 # a suite with no case counts (the fuzzer) is one test
+	pass=$((pass + p)); fail=$((fail + f))
+	[ "$st" -eq 0 ] || failed+=("$name")
 }
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}
@@ -34,7 +50,10 @@ run "pytest (asan+ubsan)" env RAGGED_LIB=build/asan/libragged.so RAGGED_BIN=buil
 	RAGGED_ASAN=1 LD_PRELOAD="$ASAN_RT $UBSAN_RT" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 	$PY -m pytest -q -p no:cacheprovider -m "not slow" tests/py
 
+# The server's request parser under libFuzzer + ASan/UBSan, bounded in time.
+run "fuzz request parser (${RAGGED_FUZZ_SECONDS:-30} s)" bash tests/fuzz/run_fuzz.sh "${RAGGED_FUZZ_SECONDS:-30}"
+
 echo
 [ ${#failed[@]} -gt 0 ] && printf 'FAILED: %s\n' "${failed[@]}"
 echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+[ "$fail" -eq 0 ] && [ ${#failed[@]} -eq 0 ]

@@ -17,16 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loadgen/loadgen.h"
 #include "model/config.h"
 #include "ragged.h"
+#include "server/serve.h"
 
 #define EXIT_USAGE 2
-
-/* Provided by src/server (serve.h) and src/loadgen (loadgen.h); weak while those land.
- * rg_serve_main is a strong reference: a weak undefined symbol does not pull server.o out of
- * libragged.a, so `serve` would never be linked in. */
-int rg_serve_main(int argc, char **argv);
-int rg_loadgen_main(int argc, char **argv); /* strong for the same reason */
 
 typedef struct cli_opts {
 	const char *model;
