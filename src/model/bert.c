@@ -481,8 +481,10 @@ rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, boo
 				 "(max_position_embeddings); shorten it or enable truncation",
 				 n, limit);
 	}
-	/* keep [CLS] + the first limit-2 wordpieces, end with [SEP] like HF truncation */
-	(*ids)[limit - 1] = rg_tokenizer_sep_id(m->tok);
+	/* keep [CLS] + the first limit-2 wordpieces, end with [SEP] like HF truncation; a tokenizer
+	 * without the [CLS] ... [SEP] template (sep id -1) is simply cut */
+	if (rg_tokenizer_sep_id(m->tok) >= 0)
+		(*ids)[limit - 1] = rg_tokenizer_sep_id(m->tok);
 	*n_ids = limit;
 	return RG_OK;
 }
