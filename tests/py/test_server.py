@@ -217,12 +217,27 @@ def test_bad_embed_bodies(srv, body, status):
     good_request_works(srv)
 
 
-def test_lone_surrogate_escapes_become_replacement_chars(srv):
-    # json-c decodes an unpaired \\uD800 escape as U+FFFD; the server documents and keeps that.
-    st, a = srv.post_json("/embed", b'{"inputs": "caf\\ud800 au lait"}')
-    st2, b = srv.post_json("/embed", {"inputs": "caf\ufffd au lait"})
-    assert st == st2 == 200
-    assert a == b
+@pytest.mark.parametrize("body", [
+    b'{"inputs": "caf\\ud800 au lait"}',        # lone high surrogate
+    b'{"inputs": "caf\\udc00"}',                # lone low surrogate
+    b'{"inputs": ["ok", "\\ud83d\\u0041"]}',     # high followed by a non-surrogate escape
+    b'{"inputs": "\\ud83d"}',                    # high at the end of the string
+])
+def test_unpaired_surrogate_escapes_are_rejected(srv, body):
+    # json-c would decode them as U+FFFD; the text the client meant is not Unicode (serde_json,
+    # and so TEI, refuses them too).
+    st, out = srv.post_json("/embed", body)
+    assert st == 400 and "surrogate" in out["error"], out
+    good_request_works(srv)
+
+
+def test_paired_surrogates_and_escaped_backslash_accepted(srv):
+    st, a = srv.post_json("/embed", b'{"inputs": "smile \\ud83d\\ude00"}')
+    st2, b = srv.post_json("/embed", {"inputs": "smile \U0001F600"})
+    assert st == st2 == 200 and a == b
+    # an escaped backslash followed by "ud800" is plain text, not an escape
+    st, _ = srv.post_json("/embed", b'{"inputs": "path \\\\ud800"}')
+    assert st == 200
 
 
 @pytest.mark.parametrize("body", [
