@@ -1,6 +1,7 @@
 /* CUDA op parity test: every rg_op_* on a CUDA backend against the CPU reference backend
  * (src/ops/cpu, itself tested against double loops in tests/unit/test_ops_cpu.c), for fp32, fp16
- * and bf16, on ragged batches (lengths {1}, {7,3}, {128,1,64,33}, {512,512,1,2}).
+ * and bf16, on ragged batches (lengths {1}, {7,3}, {128,1,64,33}, {512,512,1,2}; attention also on
+ * {500,65,63,130,1,257}, lengths off the 64-key tile of the tensor-core kernel).
  *
  * Method (STYLE.md rule 6, device/METHOD.md): fresh random inputs for every case; low-precision
  * inputs are made on the GPU with rg_backend_upload_f32_as and read back, so the CPU reference
@@ -596,11 +597,13 @@ static void write_json(const char *path)
 int main(int argc, char **argv)
 {
 	static const int l1[] = { 1 }, l2[] = { 7, 3 }, l3[] = { 128, 1, 64, 33 },
-			 l4[] = { 512, 512, 1, 2 };
+			 l4[] = { 512, 512, 1, 2 }, l5[] = { 500, 65, 63, 130, 1, 257 };
 	const int *lens[] = { l1, l2, l3, l4 };
 	const int nl[] = { 1, 2, 4, 4 };
 	static const rg_dtype dts[] = { RG_DTYPE_F32, RG_DTYPE_F16, RG_DTYPE_BF16 };
 	static const int att[][2] = { { 12, 32 }, { 6, 64 }, { 3, 128 }, { 5, 40 }, { 4, 8 } };
+	static const int att_long[][2] = { { 12, 32 }, { 12, 64 }, { 3, 128 }, { 5, 40 }, { 2, 16 },
+					   { 1, 64 } };
 	static const int gemms[][2] = { { 1152, 384 }, { 1536, 384 }, { 384, 1536 }, { 37, 29 } };
 	const char *json = NULL, *only_dt = NULL;
 	int n_sets = 4;
@@ -651,6 +654,13 @@ int main(int argc, char **argv)
 					test_pool(dt, &b, (rg_pooling)m, nz);
 			test_gather(dt, &b);
 		}
+		/* attention alone on long ragged lengths that are not multiples of the 64-key
+		 * tile of the tensor-core kernel (several tiles, partial last tiles), incl.
+		 * BERT-base's 12 heads x 64 */
+		const batch b5 = make_batch(l5, 6);
+		for (int a = 0; a < 6 && n_sets == 4; a++)
+			for (int sg = 0; sg < 2; sg++)
+				test_attention(dt, &b5, att_long[a][0], att_long[a][1], sg);
 		test_attention_batch_invariance(dt);
 		if (only_dt || di == 0)
 			test_errors();

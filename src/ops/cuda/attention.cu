@@ -15,7 +15,10 @@
  *    p_j * V_j with p_j broadcast by shuffles; lane l accumulates output dims l, l+32, l+64, l+96.
  *  - masked keys (past the sequence, or seg mismatch / seg < 0) score -inf; a query that never sees
  *    a key keeps l = 0 and writes zeros.
- * head_dim: any value 1..128 (NCH = ceil(head_dim / 32) output dims per lane). CUDA cores, f32. */
+ * head_dim: any value 1..128 (NCH = ceil(head_dim / 32) output dims per lane). CUDA cores, f32.
+ * fp16/bf16 with head_dim 32, 64 or 128 (16-byte aligned buffers) go to the tensor-core kernel of
+ * attention_tc.cu instead; this kernel serves fp32 and the other head_dims. */
+#include "ops/cuda/attention_tc.cuh"
 #include "ops/cuda/common.cuh"
 
 #define RG_ATT_WARPS 4
@@ -237,6 +240,10 @@ extern "C" rg_status rg_cuda_attention(void *ctx, rg_dtype dt, const void *qkv,
 	st = rg_cuda_enter(c);
 	if (st != RG_OK)
 		return st;
+	/* fp16/bf16 with head_dim 32/64/128: the tensor-core kernel (attention_tc.cu) */
+	if (rg_cuda_attention_tc_ok(dt, head_dim, qkv, out))
+		return rg_cuda_attention_tc(c, dt, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+					    num_heads, head_dim, qscale, out);
 	switch (dt) {
 	case RG_DTYPE_F32:
 		return attn_dispatch_nch<float>(c, 0, qkv, cu_seqlens, seg, n_seq, max_seqlen,

@@ -1,0 +1,391 @@
+/* Tensor-core fused variable-length multi-head attention for fp16 / bf16 activations (the fast path
+ * of rg_op_attention on CUDA; semantics: src/ops/ops.h, rg_op_attention, incl. the seg mask).
+ *
+ * Algorithm: FlashAttention-2 (Dao, 2023: online softmax, one CTA per query tile, warps split the
+ * queries so no inter-warp reduction is needed) over packed sequences without padding, the fused
+ * MHA of ByteTransformer (Zhai et al., IPDPS'23, sec. III-E): only the real tokens of each sequence
+ * are read, scored and written.
+ *  - grid (n_seq, num_heads, ceil(max_seqlen / 64)); one CTA of 4 warps owns 64 queries of one
+ *    head of one sequence (CTAs past the end of a shorter sequence exit at once); warp w owns query
+ *    rows 16w..16w+15 of the tile.
+ *  - the Q tile and, tile by tile, 64 keys and values of the same sequence and head are copied to
+ *    shared memory with 16-byte cp.async (rows past the sequence zero-filled), K/V double buffered:
+ *    tile t+1 is in flight while tile t is computed. Rows are padded by 16 bytes so the ldmatrix
+ *    row addresses of one 8x8 matrix hit distinct banks.
+ *  - S = Q K^T with mma.sync.m16n8k16 (fp16/bf16 inputs, fp32 accumulators; Q fragments stay in
+ *    registers for the whole CTA, K fragments by ldmatrix); scores scaled by scale*log2(e) in fp32;
+ *    masked keys (past the sequence, seg mismatch, seg < 0) get -inf; online softmax in fp32 (row
+ *    max over the 4 lanes of a quad by shuffles, rescale of the running sum and accumulator);
+ *    P = exp2(S - m) rounded to the input dtype straight from the accumulator registers into
+ *    A-fragments (the C layout of two n8 tiles is the A layout of one k16 step), O += P V with
+ *    V fragments by ldmatrix.trans. The running sum l adds the rounded P, so numerator and
+ *    denominator use the same weights.
+ *  - end: O / l (a row that never saw a key has l = 0 and writes zeros), stored in the act dtype.
+ * Registers (head_dim 128, the largest): 64 accumulator + 32 Q-fragment + 32 score floats per thread.
+ * Shared memory: (64 + 4 * 64) * (head_dim + 8) * 2 bytes + 512 (about 46 KiB at head_dim 64). */
+#include "ops/cuda/attention_tc.cuh"
+
+#define TC_WARPS 4
+#define TC_BQ 64 /* queries per CTA (16 per warp) */
+#define TC_BK 64 /* keys per shared-memory tile */
+
+/* ---- PTX wrappers ---- */
+__device__ __forceinline__ uint32_t tc_smem_addr(const void *p)
+{
+	return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16-byte global -> shared copy; when !valid nothing is read and the 16 bytes are zero-filled. */
+__device__ __forceinline__ void tc_cp16(void *dst, const void *src, bool valid)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tc_smem_addr(dst)),
+		     "l"(src), "r"(valid ? 16 : 0)
+		     : "memory");
+}
+
+__device__ __forceinline__ void tc_cp_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N> __device__ __forceinline__ void tc_cp_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void tc_ldsm_x4(uint32_t r[4], const void *p)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(tc_smem_addr(p)));
+}
+
+__device__ __forceinline__ void tc_ldsm_x4_t(uint32_t r[4], const void *p)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(tc_smem_addr(p)));
+}
+
+/* c (16x8 f32) += a (16x16) * b (16x8), a row-major, b column-major. */
+template <typename T> __device__ __forceinline__ void tc_mma(float c[4], const uint32_t a[4],
+							       uint32_t b0, uint32_t b1);
+
+template <> __device__ __forceinline__ void tc_mma<__half>(float c[4], const uint32_t a[4],
+							    uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+		     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <> __device__ __forceinline__ void tc_mma<__nv_bfloat16>(float c[4], const uint32_t a[4],
+								   uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+		     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Round (x, y) to the dtype as one packed register (x in the low half); *sum += the rounded values. */
+template <typename T> __device__ __forceinline__ uint32_t tc_pack(float x, float y, float *sum);
+
+template <> __device__ __forceinline__ uint32_t tc_pack<__half>(float x, float y, float *sum)
+{
+	__half2 h = __floats2half2_rn(x, y);
+	float2 f = __half22float2(h);
+	*sum += f.x + f.y;
+	return *(uint32_t *)&h;
+}
+
+template <> __device__ __forceinline__ uint32_t tc_pack<__nv_bfloat16>(float x, float y, float *sum)
+{
+	__nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+	float2 f = __bfloat1622float2(h);
+	*sum += f.x + f.y;
+	return *(uint32_t *)&h;
+}
+
+template <typename T> __device__ __forceinline__ void tc_store2(T *p, float x, float y);
+
+template <> __device__ __forceinline__ void tc_store2<__half>(__half *p, float x, float y)
+{
+	*(__half2 *)p = __floats2half2_rn(x, y);
+}
+
+template <> __device__ __forceinline__ void tc_store2<__nv_bfloat16>(__nv_bfloat16 *p, float x,
+								      float y)
+{
+	*(__nv_bfloat162 *)p = __floats2bfloat162_rn(x, y);
+}
+
+static size_t tc_smem_bytes(int D)
+{
+	return (size_t)(TC_BQ + 4 * TC_BK) * (D + 8) * 2 + 2 * TC_BK * sizeof(int);
+}
+
+/* Issue the cp.async copies of keys/values k0..k0+63 (zero rows past L) into buffer buf and the
+ * segment ids of those keys (-1 past L) into segk; all threads of the CTA call it. */
+template <typename T, int D>
+__device__ __forceinline__ void tc_load_kv(const T *base, size_t ld, int H, int k0, int L,
+					   T *Kb, T *Vb, const int32_t *segs, int *segk)
+{
+	constexpr int LDS = D + 8, CPR = D / 8;
+	for (int e = threadIdx.x; e < TC_BK * CPR; e += TC_WARPS * 32) {
+		const int r = e / CPR, c = (e % CPR) * 8;
+		const bool v = k0 + r < L;
+		const T *row = base + (size_t)(v ? k0 + r : 0) * ld + c;
+		tc_cp16(Kb + r * LDS + c, row + H, v);
+		tc_cp16(Vb + r * LDS + c, row + 2 * H, v);
+	}
+	if (segs)
+		for (int r = threadIdx.x; r < TC_BK; r += TC_WARPS * 32)
+			segk[r] = k0 + r < L ? segs[k0 + r] : -1;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(TC_WARPS * 32, 2)
+attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqlens,
+		    const int32_t *__restrict__ seg, int max_seqlen, int num_heads, float qscale,
+		    T *__restrict__ out, int *flag)
+{
+	constexpr int LDS = D + 8;    /* shared row stride, elements */
+	constexpr int CPR = D / 8;    /* 16-byte chunks per row */
+	constexpr int KD = D / 16;    /* k16 steps over head_dim (S = Q K^T) */
+	constexpr int ND = D / 8;     /* n8 tiles over head_dim (O = P V) */
+	constexpr int NK = TC_BK / 8; /* n8 tiles over the keys of a tile */
+	extern __shared__ __align__(16) unsigned char tc_sm[];
+	T *Qs = (T *)tc_sm;                          /* [BQ][LDS] */
+	T *Ks = Qs + TC_BQ * LDS;                    /* [2][BK][LDS] */
+	T *Vs = Ks + 2 * TC_BK * LDS;                /* [2][BK][LDS] */
+	int *segk = (int *)(Vs + 2 * TC_BK * LDS);   /* [2][BK] */
+
+	const int s = blockIdx.x, h = blockIdx.y, q0 = blockIdx.z * TC_BQ;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int g = lane >> 2, tig = lane & 3; /* mma fragment row group, thread in group */
+	const int H = num_heads * D;
+	const size_t ld = (size_t)3 * H;
+	const int t0 = cu_seqlens[s], L = cu_seqlens[s + 1] - t0;
+
+	if (L < 0 || L > max_seqlen) {
+		/* Only the host-unchecked device copy of cu_seqlens can get here. */
+		if (tid == 0 && h == 0 && blockIdx.z == 0)
+			atomicOr(flag, RG_CUDA_FLAG_BAD_SEQLEN);
+		if (L < 0)
+			return;
+	}
+	if (q0 >= L)
+		return;
+	const int nq = min(TC_BQ, L - q0);
+	const T *base = qkv + (size_t)t0 * ld + (size_t)h * D; /* Q of token 0, head h */
+	const int32_t *segs = seg ? seg + t0 : NULL;
+
+	/* group 0: the Q tile and K/V tile 0 */
+	for (int e = tid; e < TC_BQ * CPR; e += TC_WARPS * 32) {
+		const int r = e / CPR, c = (e % CPR) * 8;
+		const bool v = r < nq;
+		tc_cp16(Qs + r * LDS + c, base + (size_t)(v ? q0 + r : 0) * ld + c, v);
+	}
+	tc_load_kv<T, D>(base, ld, H, 0, L, Ks, Vs, segs, segk);
+	tc_cp_commit();
+
+	/* this thread's two query rows: warp*16 + g and + 8 (tile-relative) */
+	const int qr0 = warp * 16 + g;
+	int sq[2] = { 0, 0 };
+	if (segs) {
+		sq[0] = qr0 < nq ? segs[q0 + qr0] : -1;
+		sq[1] = qr0 + 8 < nq ? segs[q0 + qr0 + 8] : -1;
+	}
+	const bool active = warp * 16 < nq; /* warp-uniform: the warp has a real query row */
+
+	uint32_t qf[KD][4];
+	float o[ND][4];
+	float m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.f, 0.f };
+#pragma unroll
+	for (int j = 0; j < ND; j++)
+		o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+
+	const int ntiles = (L + TC_BK - 1) / TC_BK;
+	for (int t = 0; t < ntiles; t++) {
+		const int buf = t & 1, k0 = t * TC_BK;
+		if (t + 1 < ntiles) {
+			/* buffer buf^1 was released by the barrier at the end of iteration t-1 */
+			tc_load_kv<T, D>(base, ld, H, k0 + TC_BK, L, Ks + (buf ^ 1) * TC_BK * LDS,
+					 Vs + (buf ^ 1) * TC_BK * LDS, segs,
+					 segk + (buf ^ 1) * TC_BK);
+			tc_cp_commit();
+			tc_cp_wait<1>();
+		} else {
+			tc_cp_wait<0>();
+		}
+		__syncthreads(); /* tile t (and Q, segk) visible to every warp */
+
+		if (active) {
+			const T *Kb = Ks + buf * TC_BK * LDS, *Vb = Vs + buf * TC_BK * LDS;
+			const int *sk = segk + buf * TC_BK;
+			if (t == 0) {
+#pragma unroll
+				for (int kk = 0; kk < KD; kk++)
+					tc_ldsm_x4(qf[kk], Qs + (warp * 16 + (lane & 15)) * LDS +
+								   kk * 16 + (lane >> 4) * 8);
+			}
+			/* S = Q K^T: 16 queries x 64 keys per warp */
+			float sc[NK][4];
+#pragma unroll
+			for (int j = 0; j < NK; j++)
+				sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+#pragma unroll
+			for (int kk = 0; kk < KD; kk++) {
+#pragma unroll
+				for (int nn = 0; nn < NK / 2; nn++) {
+					uint32_t b[4];
+					tc_ldsm_x4(b, Kb + (nn * 16 + (lane >> 4) * 8 + (lane & 7)) * LDS +
+							      kk * 16 + ((lane >> 3) & 1) * 8);
+					tc_mma<T>(sc[2 * nn], qf[kk], b[0], b[1]);
+					tc_mma<T>(sc[2 * nn + 1], qf[kk], b[2], b[3]);
+				}
+			}
+			/* scale, mask, tile row max */
+			float tmax[2] = { -INFINITY, -INFINITY };
+#pragma unroll
+			for (int j = 0; j < NK; j++) {
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					const int kc = j * 8 + tig * 2 + (e & 1); /* key in tile */
+					bool vis = k0 + kc < L;
+					if (segs) {
+						const int sv = sk[kc];
+						vis = vis && sv >= 0 && sv == sq[e >> 1];
+					}
+					const float v = vis ? sc[j][e] * qscale : -INFINITY;
+					sc[j][e] = v;
+					tmax[e >> 1] = fmaxf(tmax[e >> 1], v);
+				}
+			}
+			float msub[2];
+#pragma unroll
+			for (int r = 0; r < 2; r++) {
+				tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+				tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+				const float mnew = fmaxf(m[r], tmax[r]);
+				msub[r] = mnew == -INFINITY ? 0.f : mnew; /* nothing visible yet */
+				const float corr = exp2f(m[r] - msub[r]);  /* 0 when m[r] = -inf */
+				m[r] = mnew;
+				l[r] *= corr;
+#pragma unroll
+				for (int j = 0; j < ND; j++) {
+					o[j][2 * r] *= corr;
+					o[j][2 * r + 1] *= corr;
+				}
+			}
+			/* O += P V, 16 keys (one k16 step) at a time */
+#pragma unroll
+			for (int kk = 0; kk < TC_BK / 16; kk++) {
+				uint32_t a[4];
+				const float *s0 = sc[2 * kk], *s1 = sc[2 * kk + 1];
+				a[0] = tc_pack<T>(exp2f(s0[0] - msub[0]), exp2f(s0[1] - msub[0]), &l[0]);
+				a[1] = tc_pack<T>(exp2f(s0[2] - msub[1]), exp2f(s0[3] - msub[1]), &l[1]);
+				a[2] = tc_pack<T>(exp2f(s1[0] - msub[0]), exp2f(s1[1] - msub[0]), &l[0]);
+				a[3] = tc_pack<T>(exp2f(s1[2] - msub[1]), exp2f(s1[3] - msub[1]), &l[1]);
+#pragma unroll
+				for (int dd = 0; dd < ND / 2; dd++) {
+					uint32_t b[4];
+					tc_ldsm_x4_t(b, Vb + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) *
+								 LDS + dd * 16 + (lane >> 4) * 8);
+					tc_mma<T>(o[2 * dd], a, b[0], b[1]);
+					tc_mma<T>(o[2 * dd + 1], a, b[2], b[3]);
+				}
+			}
+		}
+		__syncthreads(); /* every warp is done with buffer buf before it is refilled */
+	}
+
+	if (!active)
+		return;
+	T *ob = out + (size_t)t0 * H + (size_t)h * D;
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		float lt = l[r];
+		lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+		lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+		const float inv = lt > 0.f ? 1.f / lt : 0.f;
+		const int qr = qr0 + 8 * r;
+		if (qr < nq) {
+			T *orow = ob + (size_t)(q0 + qr) * H + tig * 2;
+#pragma unroll
+			for (int j = 0; j < ND; j++)
+				tc_store2<T>(orow + j * 8, o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+		}
+	}
+}
+
+bool rg_cuda_attention_tc_ok(rg_dtype dt, int head_dim, const void *qkv, const void *out)
+{
+	if (dt != RG_DTYPE_F16 && dt != RG_DTYPE_BF16)
+		return false;
+	if (head_dim != 32 && head_dim != 64 && head_dim != 128)
+		return false;
+	/* 16-byte cp.async of every row: base pointers aligned (row strides 3H and H are multiples of
+	 * 8 elements for these head_dims) */
+	return ((uintptr_t)qkv % 16) == 0 && ((uintptr_t)out % 16) == 0;
+}
+
+template <typename T, int D>
+static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
+			   const int32_t *seg, int n_seq, int max_seqlen, int num_heads, float qscale,
+			   void *out)
+{
+	const size_t smem = tc_smem_bytes(D);
+	dim3 grid(n_seq, num_heads, (max_seqlen + TC_BQ - 1) / TC_BQ);
+
+	if (smem > 48 * 1024 && !(c->attn_smem_set & (1 << bit))) {
+		if ((int)smem > c->max_smem_optin)
+			return rg_errorf(RG_ERR_UNSUPPORTED, "attention: head_dim %d needs %zu bytes of "
+					 "shared memory, device allows %d", D, smem,
+					 c->max_smem_optin);
+		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_tc_kernel<T, D>,
+					   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+					   "cudaFuncSetAttribute(attention_tc)");
+		if (st != RG_OK)
+			return st;
+		c->attn_smem_set |= 1 << bit;
+	}
+	attention_tc_kernel<T, D><<<grid, TC_WARPS * 32, smem, c->stream>>>(
+		(const T *)qkv, cu_seqlens, seg, max_seqlen, num_heads, qscale, (T *)out, c->flag_d);
+	return rg_cuda_launch_check("attention_tc_kernel");
+}
+
+template <typename T>
+static rg_status tc_dispatch_d(rg_cuda_ctx *c, int bit0, const void *qkv,
+			       const int32_t *cu_seqlens, const int32_t *seg, int n_seq,
+			       int max_seqlen, int num_heads, int head_dim, float qscale, void *out)
+{
+	switch (head_dim) {
+	case 32:
+		return tc_launch<T, 32>(c, bit0 + 0, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+					num_heads, qscale, out);
+	case 64:
+		return tc_launch<T, 64>(c, bit0 + 1, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+					num_heads, qscale, out);
+	case 128:
+		return tc_launch<T, 128>(c, bit0 + 2, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+					 num_heads, qscale, out);
+	}
+	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: head_dim %d", head_dim);
+}
+
+rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
+			       const int32_t *cu_seqlens, const int32_t *seg, int n_seq,
+			       int max_seqlen, int num_heads, int head_dim, float qscale, void *out)
+{
+	/* bits 16.. of attn_smem_set (attention.cu uses bits 0..11) */
+	if (dt == RG_DTYPE_F16)
+		return tc_dispatch_d<__half>(c, 16, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+					     num_heads, head_dim, qscale, out);
+	if (dt == RG_DTYPE_BF16)
+		return tc_dispatch_d<__nv_bfloat16>(c, 19, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+						    num_heads, head_dim, qscale, out);
+	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: dtype %d", (int)dt);
+}
