@@ -19,6 +19,7 @@
 #include <json-c/json.h>
 
 #include "core/error.h"
+#include "core/file.h"
 
 #define RG_ST_MAX_HEADER ((uint64_t)100 << 20) /* 100 MiB, the limit the Rust reference uses */
 #define RG_ST_MAX_INDEX ((off_t)64 << 20)      /* model.safetensors.index.json size limit */
@@ -654,52 +655,6 @@ static char *path_join(const char *dir, const char *name)
 	return p;
 }
 
-/* Read a whole (small) file into a NUL-terminated buffer. */
-static rg_status read_small_file(const char *path, off_t limit, char **buf, size_t *len)
-{
-	struct stat sb;
-	rg_status s = RG_OK;
-	size_t got = 0;
-	int fd;
-
-	*buf = NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return rg_errorf(RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		s = rg_errorf(RG_ERR_IO, "%s: not a readable regular file", path);
-		goto out_close;
-	}
-	if (sb.st_size > limit) {
-		s = rg_errorf(RG_ERR_FORMAT, "%s: %lld bytes, over the %lld-byte limit", path,
-			      (long long)sb.st_size, (long long)limit);
-		goto out_close;
-	}
-	*buf = malloc((size_t)sb.st_size + 1);
-	if (!*buf) {
-		s = rg_errorf(RG_ERR_OOM, "%s: out of memory", path);
-		goto out_close;
-	}
-	while (got < (size_t)sb.st_size) {
-		ssize_t r = read(fd, *buf + got, (size_t)sb.st_size - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			s = rg_errorf(RG_ERR_IO, "%s: read failed: %s", path,
-				      r < 0 ? strerror(errno) : "file shrank");
-			free(*buf);
-			*buf = NULL;
-			goto out_close;
-		}
-		got += (size_t)r;
-	}
-	(*buf)[got] = '\0';
-	*len = got;
-out_close:
-	close(fd);
-	return s;
-}
-
 static bool shard_name_ok(const char *s)
 {
 	return s[0] != '\0' && !strchr(s, '/') && !strstr(s, "..");
@@ -716,7 +671,7 @@ static rg_status st_open_index(rg_st *st, const char *dir, const char *index_pat
 	size_t n_shards = 0;
 	rg_status s;
 
-	s = read_small_file(index_path, RG_ST_MAX_INDEX, &buf, &len);
+	s = rg_file_read(index_path, RG_ST_MAX_INDEX, &buf, &len);
 	if (s != RG_OK)
 		return s;
 	s = st_parse_json(index_path, "index", buf, len, 0, &root);

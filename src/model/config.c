@@ -4,17 +4,16 @@
 #include "model/config.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <json-c/json.h>
 
 #include "core/error.h"
+#include "core/file.h"
 
 #define RG_CFG_MAX_FILE ((off_t)16 << 20) /* config files are a few KiB; refuse absurd ones */
 #define RG_CFG_MAX_DIM (1 << 20)          /* "sane" upper bound on every size */
@@ -34,45 +33,16 @@ const char *rg_act_name(rg_act a)
  * (trailing non-whitespace counts as not JSON). *out owned by the caller (json_object_put). */
 static rg_status cfg_read_json(const char *path, json_object **out)
 {
-	struct stat sb;
 	json_tokener *tok = NULL;
 	json_object *obj = NULL;
 	enum json_tokener_error jerr;
 	char *buf = NULL;
 	size_t got = 0, end;
-	rg_status s = RG_OK;
-	int fd;
+	rg_status s;
 
 	*out = NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return rg_errorf(RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		s = rg_errorf(RG_ERR_IO, "%s: not a readable regular file", path);
-		goto out_close;
-	}
-	if (sb.st_size > RG_CFG_MAX_FILE) {
-		s = rg_errorf(RG_ERR_FORMAT, "%s: %lld bytes, over the %lld-byte limit", path,
-			      (long long)sb.st_size, (long long)RG_CFG_MAX_FILE);
-		goto out_close;
-	}
-	buf = malloc((size_t)sb.st_size + 1);
-	if (!buf) {
-		s = rg_errorf(RG_ERR_OOM, "%s: out of memory", path);
-		goto out_close;
-	}
-	while (got < (size_t)sb.st_size) {
-		ssize_t r = read(fd, buf + got, (size_t)sb.st_size - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			s = rg_errorf(RG_ERR_IO, "%s: read failed: %s", path,
-				      r < 0 ? strerror(errno) : "file shrank");
-			goto out_free_buf;
-		}
-		got += (size_t)r;
-	}
-	buf[got] = '\0';
+	if ((s = rg_file_read(path, RG_CFG_MAX_FILE, &buf, &got)) != RG_OK)
+		return s;
 	if (memchr(buf, '\0', got)) {
 		s = rg_errorf(RG_ERR_FORMAT, "%s: not valid JSON: contains a NUL byte", path);
 		goto out_free_buf;
@@ -108,8 +78,6 @@ out_put_obj:
 	json_tokener_free(tok);
 out_free_buf:
 	free(buf);
-out_close:
-	close(fd);
 	return s;
 }
 
