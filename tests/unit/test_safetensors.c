@@ -19,36 +19,8 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 
-static char g_root[] = "/tmp/rg_st_test_XXXXXX";
-static int g_case;
-
-/* Each test gets a fresh subdirectory so files never leak between cases. */
-static char g_dir[256];
-
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb; (void)flag; (void)ftw;
-	return remove(p);
-}
-
-static int group_setup(void **state)
-{
-	(void)state;
-	return mkdtemp(g_root) ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	return nftw(g_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static int case_setup(void **state)
-{
-	(void)state;
-	snprintf(g_dir, sizeof(g_dir), "%s/c%d", g_root, g_case++);
-	return mkdir(g_dir, 0700);
-}
+#define RG_TMP_PREFIX "rg_st_test"
+#include "test_tmpdir.h"
 
 static void path_in(char *buf, size_t n, const char *name)
 {
