@@ -54,23 +54,8 @@ COS_MIN = {"fp32": 0.99999, "fp16": 0.999, "bf16": 0.99}
 POOL_NAMES = {0: "mean", 1: "cls", 2: "max"}
 
 
-class ModelInfo(ctypes.Structure):
-    """include/ragged.h rg_model_info."""
-    _fields_ = [("model_dir", ctypes.c_char_p), ("model_type", ctypes.c_char_p),
-                ("vocab_size", ctypes.c_int), ("hidden_size", ctypes.c_int),
-                ("num_attention_heads", ctypes.c_int), ("num_hidden_layers", ctypes.c_int),
-                ("intermediate_size", ctypes.c_int), ("max_position_embeddings", ctypes.c_int),
-                ("type_vocab_size", ctypes.c_int), ("hidden_act", ctypes.c_char_p),
-                ("layer_norm_eps", ctypes.c_double), ("pooling", ctypes.c_int),
-                ("normalize", ctypes.c_bool), ("device", ctypes.c_int), ("dtype", ctypes.c_int),
-                ("max_batch_tokens", ctypes.c_int)]
-
-
 def ragged_info(model):
-    l = rc.lib()
-    l.rg_model_get_info.restype = ctypes.POINTER(ModelInfo)
-    l.rg_model_get_info.argtypes = [ctypes.c_void_p]
-    i = l.rg_model_get_info(model._h).contents
+    i = model.info()
     return {"hidden_size": i.hidden_size, "layers": i.num_hidden_layers,
             "heads": i.num_attention_heads, "vocab_size": i.vocab_size,
             "max_position_embeddings": i.max_position_embeddings,
@@ -79,13 +64,10 @@ def ragged_info(model):
 
 
 def ragged_memory(model):
-    l = rc.lib()
-    l.rg_model_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                  ctypes.POINTER(ctypes.c_size_t)]
-    used, total = ctypes.c_size_t(), ctypes.c_size_t()
-    if l.rg_model_memory(model._h, ctypes.byref(used), ctypes.byref(total)) != rc.RG_OK:
+    try:
+        return model.memory()
+    except rc.RaggedError:
         return None, None
-    return used.value, total.value
 
 
 def log(*a):

@@ -2,7 +2,7 @@
 # GPU verification of the CUDA backend, in one go (one device call): build, op parity
 # (tests/gpu/test_ops_cuda), the model-level pytest suite on CUDA for fp32/fp16/bf16,
 # compute-sanitizer (memcheck + racecheck on the ops, memcheck on a model run) and a 10,000-batch
-# memory soak (tests/gpu/soak.py). Results go to $OUT (default build/gpu_results), at most 8 files:
+# memory soak (bench/soak.py). Results go to $OUT (default build/gpu_results), at most 8 files:
 #   run.log  build.log  test_ops_cuda.json  sanitizer.log  pytest_fp32.log  pytest_fp16.log
 #   pytest_bf16.log  soak.json
 #
@@ -57,7 +57,7 @@ gcc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wshadow -Iinclude -Isrc -o buil
 record "build test_ops_cuda" $?
 
 step "soak: 10,000 random ragged batches, fp16 (alone on the GPU: it reads device-wide memory)"
-timeout 150 python3 tests/gpu/soak.py "$MODEL" --dtype fp16 --batches 10000 --json "$OUT/soak.json"
+timeout 150 python3 bench/soak.py "$MODEL" --device cuda --dtype fp16 --batches 10000 --json "$OUT/soak.json"
 record "soak fp16" $?
 
 step "model tests on CUDA (fp32, fp16, bf16 in parallel) + op parity + compute-sanitizer"

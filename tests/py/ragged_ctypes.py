@@ -20,6 +20,18 @@ class ModelParams(ctypes.Structure):
                 ("dtype", ctypes.c_int), ("max_batch_tokens", ctypes.c_int)]
 
 
+class ModelInfo(ctypes.Structure):
+    """include/ragged.h rg_model_info."""
+    _fields_ = [("model_dir", ctypes.c_char_p), ("model_type", ctypes.c_char_p),
+                ("vocab_size", ctypes.c_int), ("hidden_size", ctypes.c_int),
+                ("num_attention_heads", ctypes.c_int), ("num_hidden_layers", ctypes.c_int),
+                ("intermediate_size", ctypes.c_int), ("max_position_embeddings", ctypes.c_int),
+                ("type_vocab_size", ctypes.c_int), ("hidden_act", ctypes.c_char_p),
+                ("layer_norm_eps", ctypes.c_double), ("pooling", ctypes.c_int),
+                ("normalize", ctypes.c_bool), ("device", ctypes.c_int), ("dtype", ctypes.c_int),
+                ("max_batch_tokens", ctypes.c_int)]
+
+
 class Layout(ctypes.Structure):
     _fields_ = [("mode", ctypes.c_int), ("n_rows", ctypes.c_int), ("row_len", ctypes.c_int),
                 ("slot_len", ctypes.c_int), ("req_row", ctypes.POINTER(ctypes.c_int32)),
@@ -43,6 +55,10 @@ def lib():
                                      ctypes.c_int, ctypes.c_void_p]
         l.rg_model_embed_layout.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                             ctypes.c_int, ctypes.POINTER(Layout), ctypes.c_void_p]
+        l.rg_model_get_info.restype = ctypes.POINTER(ModelInfo)
+        l.rg_model_get_info.argtypes = [ctypes.c_void_p]
+        l.rg_model_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                      ctypes.POINTER(ctypes.c_size_t)]
         l.rg_tokenizer_load.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
         l.rg_tokenizer_free.argtypes = [ctypes.c_void_p]
         l.rg_tokenizer_encode.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
@@ -131,6 +147,18 @@ class Model:
         if st != RG_OK:
             raise _err(st)
         return out[:len(seqs)]
+
+    def info(self):
+        """The model's rg_model_info (a ModelInfo, valid while the model lives)."""
+        return lib().rg_model_get_info(self._h).contents
+
+    def memory(self):
+        """(used, total) bytes from rg_model_memory: device memory on CUDA, RSS / MemTotal on CPU."""
+        used, total = ctypes.c_size_t(), ctypes.c_size_t()
+        st = lib().rg_model_memory(self._h, ctypes.byref(used), ctypes.byref(total))
+        if st != RG_OK:
+            raise _err(st)
+        return used.value, total.value
 
     def close(self):
         if self._h:

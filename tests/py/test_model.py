@@ -21,32 +21,12 @@ TINY = ["h32_gelu", "h64_relu_norm", "h48_gelunew_cls", "h128_max_norm", "short_
 INVARIANCE_TOL = 1e-6 if (DEVICE == "cpu" and DTYPE == "fp32") else None
 
 
-class ModelInfo(ctypes.Structure):
-    _fields_ = [("model_dir", ctypes.c_char_p), ("model_type", ctypes.c_char_p),
-                ("vocab_size", ctypes.c_int), ("hidden_size", ctypes.c_int),
-                ("num_attention_heads", ctypes.c_int), ("num_hidden_layers", ctypes.c_int),
-                ("intermediate_size", ctypes.c_int), ("max_position_embeddings", ctypes.c_int),
-                ("type_vocab_size", ctypes.c_int), ("hidden_act", ctypes.c_char_p),
-                ("layer_norm_eps", ctypes.c_double), ("pooling", ctypes.c_int),
-                ("normalize", ctypes.c_bool), ("device", ctypes.c_int), ("dtype", ctypes.c_int),
-                ("max_batch_tokens", ctypes.c_int)]
-
-
-def _lib():
-    l = rc.lib()
-    l.rg_model_get_info.restype = ctypes.POINTER(ModelInfo)
-    l.rg_model_get_info.argtypes = [ctypes.c_void_p]
-    l.rg_model_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                  ctypes.POINTER(ctypes.c_size_t)]
-    return l
-
-
 def load(path, max_batch_tokens=16384):
     return rc.Model(path, device=DEVICE, dtype=DTYPE, max_batch_tokens=max_batch_tokens)
 
 
 def info(model):
-    return _lib().rg_model_get_info(model._h).contents
+    return model.info()
 
 
 def random_seqs(rng, lens, vocab=30522):
@@ -421,9 +401,8 @@ def test_output_guard_rows_untouched(tiny_models):
 
 def test_memory_report(tiny_models):
     model, _ = tiny_models("h32_gelu")
-    used, total = ctypes.c_size_t(), ctypes.c_size_t()
-    assert _lib().rg_model_memory(model._h, ctypes.byref(used), ctypes.byref(total)) == rc.RG_OK
-    assert 0 < used.value <= total.value
+    used, total = model.memory()
+    assert 0 < used <= total
 
 
 # ------------------------------------------------------------------ load-time validation
