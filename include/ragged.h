@@ -46,7 +46,14 @@ const char *rg_last_error(void);
 typedef enum rg_device { RG_DEVICE_CPU = 0, RG_DEVICE_CUDA = 1 } rg_device;
 
 /* Storage / compute dtypes. F32 everywhere; F16 and BF16 on CUDA (fp32 accumulation). */
-typedef enum rg_dtype { RG_DTYPE_F32 = 0, RG_DTYPE_F16 = 1, RG_DTYPE_BF16 = 2 } rg_dtype;
+/* RG_DTYPE_AUTO (a load parameter only; rg_model_info reports the resolved dtype): fp32 on the CPU;
+ * on CUDA fp16, or bf16 when the checkpoint is bf16 (as TEI chooses). */
+typedef enum rg_dtype {
+	RG_DTYPE_F32 = 0,
+	RG_DTYPE_F16 = 1,
+	RG_DTYPE_BF16 = 2,
+	RG_DTYPE_AUTO = 3,
+} rg_dtype;
 
 typedef enum rg_pooling { RG_POOL_MEAN = 0, RG_POOL_CLS = 1, RG_POOL_MAX = 2 } rg_pooling;
 
@@ -60,11 +67,11 @@ int rg_cuda_device_count(void);
 typedef struct rg_model_params {
 	rg_device device;     /* RG_DEVICE_CPU by default */
 	int device_index;     /* CUDA ordinal */
-	rg_dtype dtype;       /* RG_DTYPE_F32 by default; F16/BF16 only on CUDA */
+	rg_dtype dtype;       /* RG_DTYPE_AUTO by default (fp32 on CPU, fp16/bf16 on CUDA) */
 	int max_batch_tokens; /* activation arena is sized for this many tokens (default 16384) */
 } rg_model_params;
 
-/* Defaults: CPU, fp32, 16384 tokens. */
+/* Defaults: CPU, RG_DTYPE_AUTO, 16384 tokens. */
 rg_model_params rg_model_params_default(void);
 
 typedef struct rg_model_info {

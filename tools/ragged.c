@@ -48,7 +48,8 @@ static void usage(FILE *f)
 		"options (embed, tokenize, info):\n"
 		"  --model DIR            Hugging Face model directory (default: all-MiniLM-L6-v2)\n"
 		"  --device cpu|cuda      (default: cuda when a GPU is present, else cpu)\n"
-		"  --dtype fp32|fp16|bf16 compute dtype (fp16/bf16 need cuda; default fp32)\n"
+		"  --dtype fp32|fp16|bf16 compute dtype (fp16/bf16 need cuda; default: fp32 on cpu, fp16 on\n"
+		"                         cuda, bf16 for a bf16 checkpoint)\n"
 		"  --max-batch-tokens N   tokens packed per batch (default 16384)\n"
 		"  --truncate             cut texts longer than max_position_embeddings\n"
 		"  --input FILE           read texts from FILE (default stdin)\n"
@@ -64,7 +65,7 @@ static int fail(const char *what)
 static int parse_opts(int argc, char **argv, cli_opts *o)
 {
 	o->device = RG_DEVICE_CPU;
-	o->dtype = RG_DTYPE_F32;
+	o->dtype = RG_DTYPE_AUTO;
 	o->max_batch_tokens = 16384;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -354,7 +355,7 @@ static int cmd_embed_or_tokenize(int argc, char **argv, bool embed)
 		return rc;
 	p = rg_model_params_default();
 	p.device = embed ? o.device : RG_DEVICE_CPU;
-	p.dtype = embed ? o.dtype : RG_DTYPE_F32;
+	p.dtype = embed ? o.dtype : RG_DTYPE_AUTO;
 	p.max_batch_tokens = o.max_batch_tokens;
 	if ((rc = open_io(&o, &in, &out)) != 0)
 		return rc;
@@ -400,6 +401,7 @@ static const char *dtype_name(rg_dtype d)
 	case RG_DTYPE_F32: return "fp32";
 	case RG_DTYPE_F16: return "fp16";
 	case RG_DTYPE_BF16: return "bf16";
+	case RG_DTYPE_AUTO: return "auto";
 	}
 	return "?";
 }

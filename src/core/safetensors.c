@@ -144,6 +144,8 @@ void rg_st_to_f32(const rg_st_tensor *t, float *dst)
 			dst[i] = rg_half_to_float(h);
 		}
 		break;
+	case RG_DTYPE_AUTO: /* never a tensor dtype */
+		break;
 	case RG_DTYPE_BF16:
 		for (size_t i = 0; i < n; i++) {
 			uint16_t h;

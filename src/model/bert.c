@@ -2,14 +2,28 @@
  *
  * Load: config.json + pooling extras + tokenizer + safetensors, every weight checked against the
  * config, Q/K/V fused into one (3H, H) projection, converted to f32 on the host and copied once to
- * the backend in its compute dtype (biases and LayerNorm parameters stay f32); the mapping is
- * released after the upload. One activation arena sized for max_batch_tokens is allocated at load:
- * nothing is allocated per batch.
+ * the backend in its compute dtype (GEMM weights and biases; LayerNorm parameters stay f32); the
+ * mapping is released after the upload. One activation arena is allocated at load, its size planned
+ * for max_batch_tokens with TurboTransformers' Algorithm 1 (src/core/mem_plan.h: greedy by size over
+ * the tensors' lifetimes in one layer, 6 rows of H per token instead of 12 with one buffer per
+ * tensor); nothing is allocated per batch.
  *
  * Embed (packed, ByteTransformer sec. III-D): per layer
- *   qkv = h Wqkv^T + bqkv; ctx = varlen attention(qkv); t = ctx Wo^T;
- *   h = LN(t + bo + h); u = act(h W1^T + b1); t = u W2^T; h = LN(t + b2 + h);
- * then pool per sequence (+ L2 normalize). The layout modes (TCB sec. 4 baselines) run the same
+ *   qkv = h Wqkv^T + bqkv (bias in the GEMM epilogue); ctx = varlen attention(qkv);
+ *   t = ctx Wo^T + bo (epilogue); h = LN(t + h); u = act(h W1^T + b1) (bias + GELU epilogue);
+ *   t = u W2^T + b2 (epilogue); h = LN(t + h);
+ * then pool per sequence (+ L2 normalize).
+ *
+ * CUDA graphs: a packed batch of n tokens and s sequences runs in the bucket (T_b, S_b, L_b) that
+ * rounds n, s and the longest length up (rg_bucket below); the bucket's whole forward -- the copy of
+ * the staged ids, positions and cu_seqlens into device memory, the encoder, the pooling and the copy
+ * of the pooled rows to pinned host memory -- is captured once into a CUDA graph and replayed for
+ * every later batch of that bucket. Tokens n..T_b are padding ([PAD], position 0) that belong to no
+ * sequence: attention never reads them and pooling never sums them; sequences s..S_b have length 0
+ * and pool to zero rows that are not returned. One synchronisation per batch. The first batch of a
+ * bucket runs the same op sequence eagerly (so cuBLASLt autotunes its GEMM shapes outside the
+ * capture), then the graph is captured; at most RG_GRAPH_CACHE graphs are kept, least recently used
+ * first out. RAGGED_CUDA_GRAPHS=0 disables them. The layout modes (TCB sec. 4 baselines) run the same
  * encoder over rows with padding and a block-diagonal seg mask, then gather each request's rows
  * back into packed order before pooling. Only src/ops/ops.h is used, so every backend works. */
 #include <limits.h>
@@ -19,23 +33,47 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/mem_plan.h"
 #include "core/safetensors.h"
 #include "model/config.h"
 #include "ops/ops.h"
 #include "tokenizer/tokenizer.h"
 
+/* Tensors of the activation arena, planned together (rg_arena_plan). */
+enum {
+	RG_A_HIDDEN,   /* (T, H) act: the residual stream */
+	RG_A_QKV,      /* (T, 3H) act */
+	RG_A_CTX,      /* (T, H) act: attention output */
+	RG_A_ATTN_OUT, /* (T, H) act: output projection before LN1 */
+	RG_A_INTER,    /* (T, I) act */
+	RG_A_FFN_OUT,  /* (T, H) act: FFN down projection before LN2 */
+	RG_A_GATHERED, /* (T, H) act: layout modes, rows back in packed order */
+	RG_A_POOLED,   /* (S, H) f32 */
+	RG_ARENA_N
+};
+
+#define RG_GRAPH_CACHE 48    /* graphs kept per model */
+#define RG_GRAPH_MAX_SEQ 1024 /* larger batches run eagerly (pinned output rows) */
+
+/* One captured bucket. */
+typedef struct rg_bucket_graph {
+	int T, S, L;             /* bucket: tokens, sequences, longest sequence */
+	rg_graph *g;             /* NULL: slot free */
+	unsigned long long last_use;
+} rg_bucket_graph;
+
 /* Per layer weights in backend memory. act: compute dtype; f32: float32. */
 typedef struct rg_bert_layer {
 	void *qkv_w;    /* (3H, H) act: rows [Wq; Wk; Wv] */
-	float *qkv_b;   /* (3H) f32 */
+	void *qkv_b;    /* (3H) act (GEMM epilogue bias) */
 	void *o_w;      /* (H, H) act */
-	float *o_b;     /* (H) f32 */
+	void *o_b;      /* (H) act */
 	float *ln1_g;   /* (H) f32 */
 	float *ln1_b;   /* (H) f32 */
 	void *ff1_w;    /* (I, H) act */
-	float *ff1_b;   /* (I) f32 */
+	void *ff1_b;    /* (I) act */
 	void *ff2_w;    /* (H, I) act */
-	float *ff2_b;   /* (H) f32 */
+	void *ff2_b;    /* (H) act */
 	float *ln2_g;   /* (H) f32 */
 	float *ln2_b;   /* (H) f32 */
 } rg_bert_layer;
@@ -56,22 +94,25 @@ struct rg_model {
 	float *emb_g, *emb_b;    /* (H) f32 */
 	rg_bert_layer *layers;   /* (num_hidden_layers) */
 
-	/* activation arena, T = max_batch_tokens rows */
+	/* activation arena, T = max_batch_tokens rows: one backend buffer, tensors at planned offsets */
 	int max_tokens;
-	void *hidden;            /* (T, H) act: the residual stream */
-	void *tmp;               /* (T, H) act: GEMM outputs before the fused LN; gathered rows */
-	void *ctx;               /* (T, H) act: attention output */
-	void *qkv;               /* (T, 3H) act */
-	void *inter;             /* (T, I) act */
-	int32_t *tokens_d;       /* (T) */
-	int32_t *positions_d;    /* (T) */
+	void *arena_d;           /* arena_bytes */
+	size_t arena_bytes;      /* rg_mem_plan for T tokens and T sequences */
+	size_t arena_naive;      /* one buffer per tensor (the layout before the planner) */
+	rg_mem_tensor plan_max[RG_ARENA_N]; /* offsets for T: valid for any smaller batch too */
+	int32_t *ids_d;          /* (3T+1) int32: [tokens (n)][positions (n)][cu (s+1)] of a batch */
+	int32_t *ids_h;          /* (3T+1) pinned staging of ids_d */
+	float *out_h;            /* (RG_GRAPH_MAX_SEQ, H) pinned f32: pooled rows */
 	int32_t *seg_d;          /* (T) segment ids for masked layouts */
 	int32_t *idx_d;          /* (T) packed token -> row-major slot for the gather */
-	int32_t *cu_attn_d;      /* (T+1) attention sequences (requests, rows or slots) */
-	int32_t *cu_pool_d;      /* (T+1) requests */
-	float *pooled_d;         /* (T, H) f32 */
-	/* host staging of the index buffers */
+	int32_t *cu_pool_d;      /* (T+1) requests (layout modes) */
+	/* host staging of the layout modes' index buffers */
 	int32_t *tokens_h, *positions_h, *seg_h, *idx_h, *cu_attn_h; /* (T), cu: (T+1) */
+	/* CUDA graphs per bucket (LRU) */
+	bool graphs;             /* backend has graphs and RAGGED_CUDA_GRAPHS != 0 */
+	rg_bucket_graph graph_cache[RG_GRAPH_CACHE];
+	unsigned long long graph_clock;
+	long long graph_captures; /* graphs captured so far (tests read it through the env report) */
 };
 
 rg_model_params rg_model_params_default(void)
@@ -80,7 +121,7 @@ rg_model_params rg_model_params_default(void)
 
 	p.device = RG_DEVICE_CPU;
 	p.device_index = 0;
-	p.dtype = RG_DTYPE_F32;
+	p.dtype = RG_DTYPE_AUTO;
 	p.max_batch_tokens = 16384;
 	return p;
 }
@@ -185,7 +226,7 @@ static rg_status load_layer(rg_model *m, const rg_st *st, int l, float *scratch)
 			return s;
 		rg_st_to_f32(t, scratch + (size_t)i * H);
 	}
-	if ((s = upload(m, scratch, (size_t)(3 * H), false, (void **)&L->qkv_b)) != RG_OK)
+	if ((s = upload(m, scratch, (size_t)(3 * H), true, &L->qkv_b)) != RG_OK)
 		return s;
 
 	struct {
@@ -195,15 +236,15 @@ static rg_status load_layer(rg_model *m, const rg_st *st, int l, float *scratch)
 		void **dst;
 	} spec[] = {
 		{"attention.output.dense.weight", NULL, H, H, true, &L->o_w},
-		{"attention.output.dense.bias", NULL, H, -1, false, (void **)&L->o_b},
+		{"attention.output.dense.bias", NULL, H, -1, true, &L->o_b},
 		{"attention.output.LayerNorm.weight", "attention.output.LayerNorm.gamma", H, -1, false,
 		 (void **)&L->ln1_g},
 		{"attention.output.LayerNorm.bias", "attention.output.LayerNorm.beta", H, -1, false,
 		 (void **)&L->ln1_b},
 		{"intermediate.dense.weight", NULL, I, H, true, &L->ff1_w},
-		{"intermediate.dense.bias", NULL, I, -1, false, (void **)&L->ff1_b},
+		{"intermediate.dense.bias", NULL, I, -1, true, &L->ff1_b},
 		{"output.dense.weight", NULL, H, I, true, &L->ff2_w},
-		{"output.dense.bias", NULL, H, -1, false, (void **)&L->ff2_b},
+		{"output.dense.bias", NULL, H, -1, true, &L->ff2_b},
 		{"output.LayerNorm.weight", "output.LayerNorm.gamma", H, -1, false,
 		 (void **)&L->ln2_g},
 		{"output.LayerNorm.bias", "output.LayerNorm.beta", H, -1, false, (void **)&L->ln2_b},
@@ -275,32 +316,77 @@ out_free_scratch:
 
 /* ---------------------------------------------------------------- arena */
 
+/* Plan the arena for T token rows and S sequences (TurboTransformers Algorithm 1, sec. 4.2). Op
+ * indices of one layer: 0 embed, 1 QKV GEMM, 2 attention, 3 output GEMM, 4 LN1, 5 FFN up, 6 FFN
+ * down, 7 LN2, 8 gather (layout modes), 9 pool, 10 download. Every layer has the same lifetimes,
+ * so the plan of one layer serves all of them. */
+static rg_status arena_plan(const rg_model *m, size_t T, size_t S, rg_mem_tensor t[RG_ARENA_N],
+			    size_t *total)
+{
+	const size_t H = (size_t)m->cfg.hidden_size, I = (size_t)m->cfg.intermediate_size;
+	const size_t e = m->esz;
+	const rg_mem_tensor spec[RG_ARENA_N] = {
+		[RG_A_HIDDEN] = {"hidden", T * H * e, 0, 9, 0},
+		[RG_A_QKV] = {"qkv", T * 3 * H * e, 1, 2, 0},
+		[RG_A_CTX] = {"ctx", T * H * e, 2, 3, 0},
+		[RG_A_ATTN_OUT] = {"attn_out", T * H * e, 3, 4, 0},
+		[RG_A_INTER] = {"inter", T * I * e, 5, 6, 0},
+		[RG_A_FFN_OUT] = {"ffn_out", T * H * e, 6, 7, 0},
+		[RG_A_GATHERED] = {"gathered", T * H * e, 8, 9, 0},
+		[RG_A_POOLED] = {"pooled", S * H * sizeof(float), 9, 10, 0},
+	};
+
+	memcpy(t, spec, sizeof(spec));
+	return rg_mem_plan(t, RG_ARENA_N, 256, total);
+}
+
+/* Pointers of the arena tensors for a batch of T rows and S sequences: the batch's own plan when it
+ * fits the arena (tensors packed closer, better L2 reuse for small batches), else the plan made at
+ * load for max_batch_tokens, whose regions hold any smaller batch. */
+static rg_status arena_ptrs(const rg_model *m, int T, int S, void *p[RG_ARENA_N])
+{
+	rg_mem_tensor t[RG_ARENA_N];
+	size_t total = 0;
+	const rg_mem_tensor *use = m->plan_max;
+
+	if (arena_plan(m, (size_t)T, (size_t)S, t, &total) == RG_OK && total <= m->arena_bytes)
+		use = t;
+	for (int i = 0; i < RG_ARENA_N; i++)
+		p[i] = (char *)m->arena_d + use[i].offset;
+	return RG_OK;
+}
+
 static rg_status alloc_arena(rg_model *m)
 {
 	const size_t T = (size_t)m->max_tokens, H = (size_t)m->cfg.hidden_size;
-	const size_t I = (size_t)m->cfg.intermediate_size, e = m->esz;
+	const size_t nout = (T < RG_GRAPH_MAX_SEQ ? T : RG_GRAPH_MAX_SEQ) * H * sizeof(float);
 	struct {
 		void **p;
 		size_t bytes;
 	} dev[] = {
-		{&m->hidden, T * H * e},
-		{&m->tmp, T * H * e},
-		{&m->ctx, T * H * e},
-		{&m->qkv, T * 3 * H * e},
-		{&m->inter, T * I * e},
-		{(void **)&m->tokens_d, T * 4},
-		{(void **)&m->positions_d, T * 4},
+		{(void **)&m->ids_d, (3 * T + 1) * 4},
 		{(void **)&m->seg_d, T * 4},
 		{(void **)&m->idx_d, T * 4},
-		{(void **)&m->cu_attn_d, (T + 1) * 4},
 		{(void **)&m->cu_pool_d, (T + 1) * 4},
-		{(void **)&m->pooled_d, T * H * 4},
 	};
 	rg_status s;
 
+	s = arena_plan(m, T, T, m->plan_max, &m->arena_bytes);
+	if (s != RG_OK)
+		return rg_error_wrap(s, "activation arena plan for %d tokens", m->max_tokens);
+	m->arena_naive = rg_mem_plan_naive(m->plan_max, RG_ARENA_N, 256);
+	if ((s = rg_backend_alloc(m->be, m->arena_bytes, &m->arena_d)) != RG_OK)
+		return rg_error_wrap(s, "activation arena for %d tokens", m->max_tokens);
+	/* stale rows of an earlier batch are what padding tokens read: start from zeros, never from
+	 * uninitialised memory */
+	if ((s = rg_backend_zero(m->be, m->arena_d, m->arena_bytes)) != RG_OK)
+		return s;
 	for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
 		if ((s = rg_backend_alloc(m->be, dev[i].bytes, dev[i].p)) != RG_OK)
 			return rg_error_wrap(s, "activation arena for %d tokens", m->max_tokens);
+	if ((s = rg_backend_host_alloc(m->be, (3 * T + 1) * 4, (void **)&m->ids_h)) != RG_OK ||
+	    (s = rg_backend_host_alloc(m->be, nout, (void **)&m->out_h)) != RG_OK)
+		return rg_error_wrap(s, "pinned staging for %d tokens", m->max_tokens);
 	m->tokens_h = malloc(T * 4);
 	m->positions_h = malloc(T * 4);
 	m->seg_h = malloc(T * 4);
@@ -320,12 +406,15 @@ void rg_model_free(rg_model *m)
 		return;
 	if (m->be) {
 		rg_backend *be = m->be;
-		void *dev[] = {m->word, m->pos, m->type0, m->emb_g, m->emb_b, m->hidden, m->tmp,
-			       m->ctx, m->qkv, m->inter, m->tokens_d, m->positions_d, m->seg_d,
-			       m->idx_d, m->cu_attn_d, m->cu_pool_d, m->pooled_d};
+		void *dev[] = {m->word, m->pos, m->type0, m->emb_g, m->emb_b, m->arena_d, m->ids_d,
+			       m->seg_d, m->idx_d, m->cu_pool_d};
 
+		for (int i = 0; i < RG_GRAPH_CACHE; i++)
+			rg_backend_graph_free(be, m->graph_cache[i].g);
 		for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
 			rg_backend_dealloc(be, dev[i]);
+		rg_backend_host_free(be, m->ids_h);
+		rg_backend_host_free(be, m->out_h);
 		for (int l = 0; m->layers && l < m->cfg.num_hidden_layers; l++) {
 			rg_bert_layer *L = &m->layers[l];
 			void *lw[] = {L->qkv_w, L->qkv_b, L->o_w, L->o_b, L->ln1_g, L->ln1_b,
@@ -345,6 +434,22 @@ void rg_model_free(rg_model *m)
 	free(m->dir);
 	free(m->act_name);
 	free(m);
+}
+
+/* RG_DTYPE_AUTO: fp32 on the CPU; on CUDA fp16, or bf16 when the checkpoint stores its word
+ * embeddings in bf16 (as TEI does: a bf16 checkpoint may overflow fp16). */
+static rg_dtype resolve_dtype(const rg_model_params *p, const rg_st *w)
+{
+	const rg_st_tensor *t;
+
+	if (p->dtype != RG_DTYPE_AUTO)
+		return p->dtype;
+	if (p->device != RG_DEVICE_CUDA)
+		return RG_DTYPE_F32;
+	t = rg_st_find(w, "embeddings.word_embeddings.weight");
+	if (!t)
+		t = rg_st_find(w, "bert.embeddings.word_embeddings.weight");
+	return t && t->dtype == RG_DTYPE_BF16 ? RG_DTYPE_BF16 : RG_DTYPE_F16;
 }
 
 rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_status *st)
@@ -391,16 +496,24 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 			      m->dir, (int)rg_tokenizer_vocab_size(m->tok), m->cfg.vocab_size);
 		goto out_free_model;
 	}
-	if ((s = rg_backend_init(p.device, p.device_index, p.dtype, &m->be)) != RG_OK)
+	if ((s = rg_st_open_dir(dir, &w)) != RG_OK)
 		goto out_free_model;
+	p.dtype = resolve_dtype(&p, w);
+	if ((s = rg_backend_init(p.device, p.device_index, p.dtype, &m->be)) != RG_OK) {
+		rg_st_free(w);
+		goto out_free_model;
+	}
 	m->esz = rg_dtype_size(p.dtype);
+	{
+		const char *x = getenv("RAGGED_EXACT_GELU");
+		rg_backend_set_exact_gelu(m->be, x && x[0] == '1');
+	}
 	m->layers = calloc((size_t)m->cfg.num_hidden_layers, sizeof(*m->layers));
 	if (!m->layers) {
+		rg_st_free(w);
 		s = rg_errorf(RG_ERR_OOM, "out of host memory");
 		goto out_free_model;
 	}
-	if ((s = rg_st_open_dir(dir, &w)) != RG_OK)
-		goto out_free_model;
 	s = load_weights(m, w);
 	rg_st_free(w); /* weights now live on the backend */
 	if (s != RG_OK)
@@ -409,6 +522,10 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 		goto out_free_model;
 	if ((s = rg_backend_sync(m->be)) != RG_OK)
 		goto out_free_model;
+	{
+		const char *g = getenv("RAGGED_CUDA_GRAPHS");
+		m->graphs = rg_backend_has_graphs(m->be) && !(g && g[0] == '0');
+	}
 
 	m->act_name = strdup(rg_act_name(m->cfg.hidden_act));
 	if (!m->act_name) {
@@ -535,56 +652,234 @@ static rg_status validate_batch(const rg_model *m, const int32_t *tokens, const 
 	return RG_OK;
 }
 
-/* Run the embeddings and every encoder layer over n rows already staged in tokens_d /
- * positions_d; attention sequences from cu_attn (n_att sequences, longest max_len), optional seg.
- * Result in m->hidden. */
-static rg_status run_encoder(rg_model *m, int n, int n_att, int max_len, const int32_t *seg_d)
+/* Device pointers of one forward pass. */
+typedef struct rg_fwd {
+	void *a[RG_ARENA_N];             /* arena tensors (arena_ptrs) */
+	const int32_t *tokens, *positions; /* (n) */
+	const int32_t *cu;               /* (n_att + 1) attention sequences */
+	const int32_t *cu_h;             /* the same on the host (validation), or NULL */
+	const int32_t *seg;              /* (n) or NULL */
+} rg_fwd;
+
+/* Run the embeddings and every encoder layer over n rows; attention sequences from f->cu (n_att
+ * sequences, longest max_len), optional seg. Result in f->a[RG_A_HIDDEN]. Only ops: also what a
+ * graph captures. */
+static rg_status run_encoder(rg_model *m, const rg_fwd *f, int n, int n_att, int max_len)
 {
 	const rg_bert_config *c = &m->cfg;
 	const int H = c->hidden_size, I = c->intermediate_size, nh = c->num_attention_heads;
 	const int hd = H / nh;
 	const float eps = (float)c->layer_norm_eps, scale = 1.f / sqrtf((float)hd);
+	void *hidden = f->a[RG_A_HIDDEN], *qkv = f->a[RG_A_QKV], *ctx = f->a[RG_A_CTX];
+	void *attn_out = f->a[RG_A_ATTN_OUT], *inter = f->a[RG_A_INTER];
+	void *ffn_out = f->a[RG_A_FFN_OUT];
 	rg_backend *be = m->be;
 	rg_status s;
 
-	s = rg_op_embed_layernorm(be, m->tokens_d, m->positions_d, n, m->word, m->pos, m->type0,
-				  m->emb_g, m->emb_b, eps, H, m->hidden);
+	s = rg_op_embed_layernorm(be, f->tokens, f->positions, n, m->word, m->pos, m->type0,
+				  m->emb_g, m->emb_b, eps, H, hidden);
 	if (s != RG_OK)
 		return s;
 	for (int l = 0; l < c->num_hidden_layers; l++) {
 		const rg_bert_layer *L = &m->layers[l];
 
-		if ((s = rg_op_gemm(be, m->hidden, L->qkv_w, m->qkv, n, 3 * H, H)) != RG_OK ||
-		    (s = rg_op_bias_act(be, m->qkv, L->qkv_b, n, 3 * H, RG_ACT_NONE)) != RG_OK ||
-		    (s = rg_op_attention(be, m->qkv, m->cu_attn_d, m->cu_attn_h, n_att, max_len, nh,
-					 hd, scale, seg_d, m->ctx)) != RG_OK ||
-		    (s = rg_op_gemm(be, m->ctx, L->o_w, m->tmp, n, H, H)) != RG_OK ||
-		    (s = rg_op_bias_residual_layernorm(be, m->tmp, L->o_b, m->hidden, L->ln1_g,
-						       L->ln1_b, eps, n, H, m->hidden)) != RG_OK ||
-		    (s = rg_op_gemm(be, m->hidden, L->ff1_w, m->inter, n, I, H)) != RG_OK ||
-		    (s = rg_op_bias_act(be, m->inter, L->ff1_b, n, I, c->hidden_act)) != RG_OK ||
-		    (s = rg_op_gemm(be, m->inter, L->ff2_w, m->tmp, n, H, I)) != RG_OK ||
-		    (s = rg_op_bias_residual_layernorm(be, m->tmp, L->ff2_b, m->hidden, L->ln2_g,
-						       L->ln2_b, eps, n, H, m->hidden)) != RG_OK)
+		if ((s = rg_op_gemm_bias_act(be, hidden, L->qkv_w, L->qkv_b, qkv, n, 3 * H, H,
+					     RG_ACT_NONE)) != RG_OK ||
+		    (s = rg_op_attention(be, qkv, f->cu, f->cu_h, n_att, max_len, nh, hd, scale,
+					 f->seg, ctx)) != RG_OK ||
+		    (s = rg_op_gemm_bias_act(be, ctx, L->o_w, L->o_b, attn_out, n, H, H,
+					     RG_ACT_NONE)) != RG_OK ||
+		    (s = rg_op_bias_residual_layernorm(be, attn_out, NULL, hidden, L->ln1_g,
+						       L->ln1_b, eps, n, H, hidden)) != RG_OK ||
+		    (s = rg_op_gemm_bias_act(be, hidden, L->ff1_w, L->ff1_b, inter, n, I, H,
+					     c->hidden_act)) != RG_OK ||
+		    (s = rg_op_gemm_bias_act(be, inter, L->ff2_w, L->ff2_b, ffn_out, n, H, I,
+					     RG_ACT_NONE)) != RG_OK ||
+		    (s = rg_op_bias_residual_layernorm(be, ffn_out, NULL, hidden, L->ln2_g,
+						       L->ln2_b, eps, n, H, hidden)) != RG_OK)
 			return rg_error_wrap(s, "layer %d", l);
 	}
 	return RG_OK;
 }
 
-/* Pool x (rows in packed order) per request and copy (n_seq, H) f32 to out. */
-static rg_status pool_and_download(rg_model *m, const void *x, const int32_t *cu, int n_seq,
-				   float *out)
+/* Bucket of a packed batch (CUDA graphs): tokens rounded up to 16 (<= 256), 128 (<= 2048), 512
+ * (<= 16384), else 2048 -- at most ~6% padding past 256 tokens --, capped at max_batch_tokens;
+ * sequences to the next power of two; the longest length to the next power of two >= 64 (it only
+ * sizes the attention grid, whose CTAs past a sequence's end exit at once), capped at
+ * max_position_embeddings. */
+static void bucket_of(const rg_model *m, int n, int n_seq, int max_len, int *T, int *S, int *L)
+{
+	int q = n <= 256 ? 16 : n <= 2048 ? 128 : n <= 16384 ? 512 : 2048;
+	int t = (n + q - 1) / q * q, sq = 1, l = 64;
+
+	*T = t < m->max_tokens ? t : m->max_tokens;
+	while (sq < n_seq)
+		sq *= 2;
+	*S = sq;
+	while (l < max_len)
+		l *= 2;
+	*L = l < m->cfg.max_position_embeddings ? l : m->cfg.max_position_embeddings;
+	if (*L < max_len)
+		*L = max_len;
+}
+
+/* The whole packed forward of one bucket as backend ops (what a graph captures): copy the staged
+ * ids_h ([tokens T][positions T][cu S+1]) to the device, encode T rows as S sequences, pool S rows
+ * and copy them to out_h. */
+static rg_status forward_packed(rg_model *m, int T, int S, int L, const int32_t *cu_h)
 {
 	const int H = m->cfg.hidden_size;
+	rg_fwd f = {0};
 	rg_status s;
 
-	if ((s = rg_backend_upload(m->be, m->cu_pool_d, cu, (size_t)(n_seq + 1) * 4)) != RG_OK)
+	arena_ptrs(m, T, S, f.a);
+	f.tokens = m->ids_d;
+	f.positions = m->ids_d + T;
+	f.cu = m->ids_d + 2 * T;
+	f.cu_h = cu_h;
+	if ((s = rg_backend_upload_async(m->be, m->ids_d, m->ids_h, (size_t)(2 * T + S + 1) * 4)) !=
+		    RG_OK ||
+	    (s = run_encoder(m, &f, T, S, L)) != RG_OK)
 		return s;
-	s = rg_op_pool(m->be, x, m->cu_pool_d, n_seq, H, m->info.pooling, m->info.normalize,
-		       m->pooled_d);
+	s = rg_op_pool(m->be, f.a[RG_A_HIDDEN], f.cu, S, H, m->info.pooling, m->info.normalize,
+		       f.a[RG_A_POOLED]);
 	if (s != RG_OK)
 		return s;
-	if ((s = rg_backend_download(m->be, out, m->pooled_d, (size_t)n_seq * H * 4)) != RG_OK)
+	return rg_backend_download_async(m->be, m->out_h, f.a[RG_A_POOLED],
+					 (size_t)S * H * sizeof(float));
+}
+
+/* Stage a validated packed batch into ids_h as bucket (T, S): padding tokens [PAD] at position 0
+ * after the n real ones, padding sequences of length 0 after the n_seq real ones. */
+static void stage_packed(rg_model *m, const int32_t *tokens, const int32_t *cu, int n, int n_seq,
+			 int T, int S)
+{
+	int32_t *tk = m->ids_h, *ps = m->ids_h + T, *cs = m->ids_h + 2 * T;
+	int32_t pad = m->cfg.pad_token_id;
+
+	if (pad < 0 || pad >= m->cfg.vocab_size)
+		pad = 0;
+	memcpy(tk, tokens, (size_t)n * 4);
+	for (int q = 0; q < n_seq; q++)
+		for (int t = cu[q]; t < cu[q + 1]; t++)
+			ps[t] = t - cu[q];
+	for (int t = n; t < T; t++) {
+		tk[t] = pad;
+		ps[t] = 0;
+	}
+	memcpy(cs, cu, (size_t)(n_seq + 1) * 4);
+	for (int q = n_seq + 1; q <= S; q++)
+		cs[q] = n;
+}
+
+/* The cached graph of bucket (T, S, L), or NULL. */
+static rg_bucket_graph *graph_find(rg_model *m, int T, int S, int L)
+{
+	for (int i = 0; i < RG_GRAPH_CACHE; i++) {
+		rg_bucket_graph *b = &m->graph_cache[i];
+		if (b->g && b->T == T && b->S == S && b->L == L) {
+			b->last_use = ++m->graph_clock;
+			return b;
+		}
+	}
+	return NULL;
+}
+
+/* Capture bucket (T, S, L) into a free or the least recently used slot. ids_h must hold a staged
+ * batch of that bucket (the capture records pointers, not values). */
+static rg_status graph_capture(rg_model *m, int T, int S, int L)
+{
+	rg_bucket_graph *victim = &m->graph_cache[0];
+	rg_graph *g = NULL;
+	rg_status s, s2;
+
+	for (int i = 0; i < RG_GRAPH_CACHE; i++) {
+		rg_bucket_graph *b = &m->graph_cache[i];
+		if (!b->g) {
+			victim = b;
+			break;
+		}
+		if (b->last_use < victim->last_use)
+			victim = b;
+	}
+	if ((s = rg_backend_capture_begin(m->be)) != RG_OK)
+		return s;
+	s = forward_packed(m, T, S, L, NULL);
+	s2 = rg_backend_capture_end(m->be, &g);
+	if (s == RG_OK)
+		s = s2;
+	if (s != RG_OK) {
+		rg_backend_graph_free(m->be, g);
+		return s;
+	}
+	rg_backend_graph_free(m->be, victim->g);
+	victim->g = g;
+	victim->T = T;
+	victim->S = S;
+	victim->L = L;
+	victim->last_use = ++m->graph_clock;
+	m->graph_captures++;
+	return RG_OK;
+}
+
+/* Packed batch through a bucket and its graph (one H2D copy, one graph launch, one D2H copy, one
+ * synchronisation). A bucket seen for the first time runs eagerly, then is captured. */
+static rg_status embed_bucketed(rg_model *m, const int32_t *tokens, const int32_t *cu, int n,
+				int n_seq, int max_len, float *out)
+{
+	const int H = m->cfg.hidden_size;
+	int T, S, L;
+	rg_bucket_graph *b;
+	rg_status s;
+
+	bucket_of(m, n, n_seq, max_len, &T, &S, &L);
+	stage_packed(m, tokens, cu, n, n_seq, T, S);
+	b = m->graphs ? graph_find(m, T, S, L) : NULL;
+	if (b)
+		s = rg_backend_graph_launch(m->be, b->g);
+	else
+		s = forward_packed(m, T, S, L, m->ids_h + 2 * T);
+	if (s == RG_OK)
+		s = rg_backend_sync(m->be);
+	if (s != RG_OK)
+		return s;
+	memcpy(out, m->out_h, (size_t)n_seq * H * sizeof(float));
+	if (!b && m->graphs) {
+		s = graph_capture(m, T, S, L);
+		if (s != RG_OK) {
+			/* the batch is answered; later batches run eagerly */
+			fprintf(stderr, "ragged: CUDA graph capture failed, continuing without graphs: "
+				"%s\n", rg_last_error());
+			m->graphs = false;
+		}
+	}
+	return RG_OK;
+}
+
+/* Packed batch without buckets (CPU, or more sequences than the pinned output holds): the real
+ * shapes, ids through the staging buffer, pooled rows straight into out. */
+static rg_status embed_eager(rg_model *m, const int32_t *tokens, const int32_t *cu, int n,
+			     int n_seq, int max_len, float *out)
+{
+	const int H = m->cfg.hidden_size;
+	rg_fwd f = {0};
+	rg_status s;
+
+	stage_packed(m, tokens, cu, n, n_seq, n, n_seq);
+	arena_ptrs(m, n, n_seq, f.a);
+	f.tokens = m->ids_d;
+	f.positions = m->ids_d + n;
+	f.cu = m->ids_d + 2 * n;
+	f.cu_h = m->ids_h + 2 * n;
+	if ((s = rg_backend_upload_async(m->be, m->ids_d, m->ids_h, (size_t)(2 * n + n_seq + 1) * 4)) !=
+		    RG_OK ||
+	    (s = run_encoder(m, &f, n, n_seq, max_len)) != RG_OK)
+		return s;
+	s = rg_op_pool(m->be, f.a[RG_A_HIDDEN], f.cu, n_seq, H, m->info.pooling, m->info.normalize,
+		       f.a[RG_A_POOLED]);
+	if (s != RG_OK)
+		return s;
+	if ((s = rg_backend_download(m->be, out, f.a[RG_A_POOLED], (size_t)n_seq * H * 4)) != RG_OK)
 		return s;
 	return rg_backend_sync(m->be);
 }
@@ -599,18 +894,9 @@ rg_status rg_model_embed(rg_model *m, const int32_t *tokens, const int32_t *cu_s
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_embed: NULL argument");
 	if ((s = validate_batch(m, tokens, cu_seqlens, n_seq, &n, &max_len)) != RG_OK)
 		return s;
-	for (int q = 0; q < n_seq; q++)
-		for (int t = cu_seqlens[q]; t < cu_seqlens[q + 1]; t++)
-			m->positions_h[t] = t - cu_seqlens[q];
-	memcpy(m->cu_attn_h, cu_seqlens, (size_t)(n_seq + 1) * 4);
-	if ((s = rg_backend_upload(m->be, m->tokens_d, tokens, (size_t)n * 4)) != RG_OK ||
-	    (s = rg_backend_upload(m->be, m->positions_d, m->positions_h, (size_t)n * 4)) != RG_OK ||
-	    (s = rg_backend_upload(m->be, m->cu_attn_d, cu_seqlens, (size_t)(n_seq + 1) * 4)) !=
-		    RG_OK)
-		return s;
-	if ((s = run_encoder(m, n, n_seq, max_len, NULL)) != RG_OK)
-		return s;
-	return pool_and_download(m, m->hidden, cu_seqlens, n_seq, out);
+	if (rg_backend_device(m->be) == RG_DEVICE_CUDA && n_seq <= RG_GRAPH_MAX_SEQ)
+		return embed_bucketed(m, tokens, cu_seqlens, n, n_seq, max_len, out);
+	return embed_eager(m, tokens, cu_seqlens, n, n_seq, max_len, out);
 }
 
 /* Check a PADDED / CONCAT / SLOTTED layout and stage its rows: tokens (pad id in gaps),
@@ -701,6 +987,7 @@ rg_status rg_model_embed_layout(rg_model *m, const int32_t *tokens, const int32_
 				int n_seq, const rg_layout *layout, float *out)
 {
 	int n_packed = 0, max_len = 0, n_rows_tokens = 0, n_att = 0, att_len = 0;
+	rg_fwd f = {0};
 	rg_status s;
 
 	if (!layout || layout->mode == RG_EXEC_PACKED)
@@ -715,19 +1002,35 @@ rg_status rg_model_embed_layout(rg_model *m, const int32_t *tokens, const int32_
 	s = stage_layout(m, tokens, cu_seqlens, n_seq, layout, &n_rows_tokens, &n_att, &att_len);
 	if (s != RG_OK)
 		return s;
-	if ((s = rg_backend_upload(m->be, m->tokens_d, m->tokens_h, (size_t)n_rows_tokens * 4)) !=
-		    RG_OK ||
-	    (s = rg_backend_upload(m->be, m->positions_d, m->positions_h,
-				   (size_t)n_rows_tokens * 4)) != RG_OK ||
+	/* the same kernels as the packed path (issue 6: a fair scheduler comparison), run eagerly */
+	memcpy(m->ids_h, m->tokens_h, (size_t)n_rows_tokens * 4);
+	memcpy(m->ids_h + n_rows_tokens, m->positions_h, (size_t)n_rows_tokens * 4);
+	memcpy(m->ids_h + 2 * n_rows_tokens, m->cu_attn_h, (size_t)(n_att + 1) * 4);
+	arena_ptrs(m, n_rows_tokens, n_seq, f.a);
+	f.tokens = m->ids_d;
+	f.positions = m->ids_d + n_rows_tokens;
+	f.cu = m->ids_d + 2 * n_rows_tokens;
+	f.cu_h = m->cu_attn_h;
+	f.seg = m->seg_d;
+	if ((s = rg_backend_upload_async(m->be, m->ids_d, m->ids_h,
+					 (size_t)(2 * n_rows_tokens + n_att + 1) * 4)) != RG_OK ||
 	    (s = rg_backend_upload(m->be, m->seg_d, m->seg_h, (size_t)n_rows_tokens * 4)) != RG_OK ||
 	    (s = rg_backend_upload(m->be, m->idx_d, m->idx_h, (size_t)n_packed * 4)) != RG_OK ||
-	    (s = rg_backend_upload(m->be, m->cu_attn_d, m->cu_attn_h, (size_t)(n_att + 1) * 4)) !=
+	    (s = rg_backend_upload(m->be, m->cu_pool_d, cu_seqlens, (size_t)(n_seq + 1) * 4)) !=
 		    RG_OK)
 		return s;
-	if ((s = run_encoder(m, n_rows_tokens, n_att, att_len, m->seg_d)) != RG_OK)
+	if ((s = run_encoder(m, &f, n_rows_tokens, n_att, att_len)) != RG_OK)
 		return s;
-	s = rg_op_gather_rows(m->be, m->hidden, m->idx_d, n_packed, m->cfg.hidden_size, m->tmp);
+	s = rg_op_gather_rows(m->be, f.a[RG_A_HIDDEN], m->idx_d, n_packed, m->cfg.hidden_size,
+			      f.a[RG_A_GATHERED]);
 	if (s != RG_OK)
 		return s;
-	return pool_and_download(m, m->tmp, cu_seqlens, n_seq, out);
+	s = rg_op_pool(m->be, f.a[RG_A_GATHERED], m->cu_pool_d, n_seq, m->cfg.hidden_size,
+		       m->info.pooling, m->info.normalize, f.a[RG_A_POOLED]);
+	if (s != RG_OK)
+		return s;
+	if ((s = rg_backend_download(m->be, out, f.a[RG_A_POOLED],
+				     (size_t)n_seq * m->cfg.hidden_size * 4)) != RG_OK)
+		return s;
+	return rg_backend_sync(m->be);
 }

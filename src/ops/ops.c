@@ -23,6 +23,7 @@ size_t rg_dtype_size(rg_dtype dt)
 	case RG_DTYPE_F32: return 4;
 	case RG_DTYPE_F16: return 2;
 	case RG_DTYPE_BF16: return 2;
+	case RG_DTYPE_AUTO: return 0;
 	}
 	return 0;
 }
@@ -166,6 +167,119 @@ rg_status rg_backend_upload_f32_as(rg_backend *be, void *dst, const float *src_h
 	return RG_OK;
 }
 
+rg_status rg_backend_zero(rg_backend *be, void *ptr, size_t bytes)
+{
+#ifdef RG_WITH_CUDA
+	if (RG_IS_CUDA(be))
+		return rg_cuda_zero(be->cuda, ptr, bytes);
+#endif
+	(void)be;
+	memset(ptr, 0, bytes);
+	return RG_OK;
+}
+
+rg_status rg_backend_host_alloc(rg_backend *be, size_t bytes, void **ptr)
+{
+#ifdef RG_WITH_CUDA
+	if (RG_IS_CUDA(be))
+		return rg_cuda_host_alloc(be->cuda, bytes, ptr);
+#endif
+	*ptr = malloc(bytes ? bytes : 1);
+	if (!*ptr)
+		return rg_errorf(RG_ERR_OOM, "cannot allocate %zu bytes of host memory", bytes);
+	return RG_OK;
+}
+
+void rg_backend_host_free(rg_backend *be, void *ptr)
+{
+#ifdef RG_WITH_CUDA
+	if (RG_IS_CUDA(be)) {
+		rg_cuda_host_free(be->cuda, ptr);
+		return;
+	}
+#endif
+	(void)be;
+	free(ptr);
+}
+
+rg_status rg_backend_upload_async(rg_backend *be, void *dst, const void *src_pinned, size_t bytes)
+{
+#ifdef RG_WITH_CUDA
+	if (RG_IS_CUDA(be))
+		return rg_cuda_upload_async(be->cuda, dst, src_pinned, bytes);
+#endif
+	(void)be;
+	memcpy(dst, src_pinned, bytes);
+	return RG_OK;
+}
+
+rg_status rg_backend_download_async(rg_backend *be, void *dst_pinned, const void *src, size_t bytes)
+{
+#ifdef RG_WITH_CUDA
+	if (RG_IS_CUDA(be))
+		return rg_cuda_download_async(be->cuda, dst_pinned, src, bytes);
+#endif
+	(void)be;
+	memcpy(dst_pinned, src, bytes);
+	return RG_OK;
+}
+
+bool rg_backend_has_graphs(const rg_backend *be)
+{
+	return RG_IS_CUDA(be);
+}
+
+rg_status rg_backend_capture_begin(rg_backend *be)
+{
+#ifdef RG_WITH_CUDA
+	if (RG_IS_CUDA(be))
+		return rg_cuda_capture_begin(be->cuda);
+#endif
+	(void)be;
+	return rg_errorf(RG_ERR_UNSUPPORTED, "the CPU backend has no graphs");
+}
+
+rg_status rg_backend_capture_end(rg_backend *be, rg_graph **out)
+{
+	*out = NULL;
+#ifdef RG_WITH_CUDA
+	if (RG_IS_CUDA(be))
+		return rg_cuda_capture_end(be->cuda, (void **)out);
+#endif
+	(void)be;
+	return rg_errorf(RG_ERR_UNSUPPORTED, "the CPU backend has no graphs");
+}
+
+rg_status rg_backend_graph_launch(rg_backend *be, rg_graph *g)
+{
+#ifdef RG_WITH_CUDA
+	if (RG_IS_CUDA(be) && g)
+		return rg_cuda_graph_launch(be->cuda, g);
+#endif
+	(void)be;
+	return rg_errorf(RG_ERR_UNSUPPORTED, "no graph to launch on this backend");
+}
+
+void rg_backend_graph_free(rg_backend *be, rg_graph *g)
+{
+#ifdef RG_WITH_CUDA
+	if (RG_IS_CUDA(be) && g)
+		rg_cuda_graph_free(be->cuda, g);
+#endif
+	(void)be;
+	(void)g;
+}
+
+void rg_backend_set_exact_gelu(rg_backend *be, bool exact)
+{
+#ifdef RG_WITH_CUDA
+	if (RG_IS_CUDA(be))
+		rg_cuda_set_exact_gelu(be->cuda, exact);
+#endif
+	(void)be;
+	(void)exact;
+}
+
 rg_status rg_backend_sync(rg_backend *be)
 {
 #ifdef RG_WITH_CUDA
@@ -236,6 +350,17 @@ rg_status rg_op_gemm(rg_backend *be, const void *A, const void *W, void *out, in
 #endif
 	(void)be;
 	return rg_cpu_gemm(A, W, out, M, N, K);
+}
+
+rg_status rg_op_gemm_bias_act(rg_backend *be, const void *A, const void *W, const void *bias,
+			      void *out, int M, int N, int K, rg_act act)
+{
+#ifdef RG_WITH_CUDA
+	if (RG_IS_CUDA(be))
+		return rg_cuda_gemm_bias_act(be->cuda, be->dt, A, W, bias, out, M, N, K, act);
+#endif
+	(void)be;
+	return rg_cpu_gemm_bias_act(A, W, bias, out, M, N, K, act);
 }
 
 rg_status rg_op_bias_act(rg_backend *be, void *x, const float *bias, int M, int N, rg_act act)

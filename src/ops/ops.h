@@ -39,6 +39,38 @@ rg_status rg_backend_download(rg_backend *be, void *dst_host, const void *src, s
 rg_status rg_backend_upload_f32_as(rg_backend *be, void *dst, const float *src_host, size_t n,
 				   rg_dtype dt);
 rg_status rg_backend_sync(rg_backend *be);
+/* Set bytes of backend memory to zero (CUDA: asynchronous on the stream). */
+rg_status rg_backend_zero(rg_backend *be, void *ptr, size_t bytes);
+
+/* Pinned (page-locked) host memory for staging: CUDA cudaHostAlloc, CPU malloc. RG_ERR_OOM on
+ * failure; host_free accepts NULL. The only host memory the async copies and graphs may use. */
+rg_status rg_backend_host_alloc(rg_backend *be, size_t bytes, void **ptr);
+void rg_backend_host_free(rg_backend *be, void *ptr);
+/* Asynchronous copies on the backend's stream between pinned host memory (host_alloc) and backend
+ * memory: ordered with the ops, finished at the next rg_backend_sync, and allowed while capturing
+ * a graph (CPU: plain memcpy). */
+rg_status rg_backend_upload_async(rg_backend *be, void *dst, const void *src_pinned, size_t bytes);
+rg_status rg_backend_download_async(rg_backend *be, void *dst_pinned, const void *src, size_t bytes);
+
+/* Graphs of ops (CUDA graphs; TurboTransformers and every serving system replay one launch per
+ * shape instead of ~100 kernel launches). Between capture_begin and capture_end every op, async
+ * copy and rg_op_* call on this backend is recorded instead of run; pointers and shapes are frozen,
+ * so whatever changes per batch must live in backend buffers written before the launch.
+ * capture_end instantiates the graph (*out, owned by the caller, freed with graph_free) and, on
+ * any failure during the capture, returns that error with *out = NULL and the backend back in
+ * normal mode. graph_launch runs it asynchronously (rg_backend_sync waits).
+ * CPU: capture_begin returns RG_ERR_UNSUPPORTED. Not thread-safe: one capture per backend. */
+typedef struct rg_graph rg_graph;
+rg_status rg_backend_capture_begin(rg_backend *be);
+rg_status rg_backend_capture_end(rg_backend *be, rg_graph **out);
+rg_status rg_backend_graph_launch(rg_backend *be, rg_graph *g);
+void rg_backend_graph_free(rg_backend *be, rg_graph *g); /* accepts NULL */
+/* True when the backend supports graphs (CUDA). */
+bool rg_backend_has_graphs(const rg_backend *be);
+/* GELU in fused GEMM epilogues on reduced-precision backends: false (default) lets fp16/bf16 use
+ * cuBLASLt's tanh-form GELU epilogue for exact-GELU models (its error is below fp16/bf16 rounding,
+ * see bench/results); true forces the exact erf form (one extra pass). No effect on CPU or fp32. */
+void rg_backend_set_exact_gelu(rg_backend *be, bool exact);
 /* Bytes in use / total on the device (CUDA: cudaMemGetInfo); CPU: process RSS and MemTotal. */
 rg_status rg_backend_mem_info(rg_backend *be, size_t *used, size_t *total);
 
@@ -54,11 +86,23 @@ rg_status rg_op_embed_layernorm(rg_backend *be, const int32_t *tokens, const int
  * CPU: OpenBLAS sgemm; CUDA: cuBLASLt with fp32 accumulation. */
 rg_status rg_op_gemm(rg_backend *be, const void *A, const void *W, void *out, int M, int N, int K);
 
-/* In place x (M, N) act = act_fn(x + bias), bias (N) f32. gelu = exact erf form, gelu_new = tanh form. */
+/* Fused GEMM + epilogue (ByteTransformer sec. III-C/D: bias and activation applied in the GEMM's
+ * epilogue instead of a separate pass over the output):
+ * out (M, N) act = act_fn(A (M, K) x W^T + bias), W (N, K) act, bias (N) act or NULL (no bias).
+ * CUDA: one cuBLASLt matmul with the BIAS / GELU_BIAS / RELU_BIAS epilogue (GELU_NEW is exactly
+ * cuBLASLt's tanh form); exact GELU (erf) uses the tanh epilogue in fp16/bf16 unless
+ * rg_backend_set_exact_gelu, else the BIAS epilogue and one in-place exact pass. CPU: sgemm + one
+ * pass. act RG_ACT_NONE with bias NULL is rg_op_gemm. */
+rg_status rg_op_gemm_bias_act(rg_backend *be, const void *A, const void *W, const void *bias,
+			      void *out, int M, int N, int K, rg_act act);
+
+/* In place x (M, N) act = act_fn(x + bias), bias (N) f32 or NULL. gelu = exact erf form, gelu_new = tanh form. */
 rg_status rg_op_bias_act(rg_backend *be, void *x, const float *bias, int M, int N, rg_act act);
 
 /* out (M, N) act = LN(x + bias + residual) * gamma + beta, row-wise over N, statistics in f32.
- * x, residual: (M, N) act; bias, gamma, beta: (N) f32. out may alias residual or x
+ * x, residual: (M, N) act; bias (N) f32 or NULL (already added by a GEMM epilogue); gamma, beta:
+ * (N) f32. CUDA: one warp per row for N <= 2048 (16-byte accesses, E[x] and E[x^2] reduced
+ * together, TurboTransformers sec. 4.1.2). out may alias residual or x
  * (fused add-bias + LayerNorm, ByteTransformer sec. III-C). */
 rg_status rg_op_bias_residual_layernorm(rg_backend *be, const void *x, const float *bias,
 					const void *residual, const float *gamma, const float *beta,
@@ -78,7 +122,9 @@ rg_status rg_op_attention(rg_backend *be, const void *qkv, const int32_t *cu_seq
 
 /* Pool each sequence of x (n_tokens, H) act into out (n_seq, H) f32 using cu_seqlens (n_seq+1,
  * backend memory): MEAN over its tokens, CLS = its first token, MAX elementwise; then L2-normalize
- * each row when normalize (a zero row stays zero). */
+ * each row when normalize (a zero row stays zero). A sequence of length 0 (the padding sequences
+ * of a graph bucket) pools to a zero row; a negative length is an error (CUDA: device flag).
+ * CUDA: one CTA per sequence, threads over tokens and 16-byte column groups. */
 rg_status rg_op_pool(rg_backend *be, const void *x, const int32_t *cu_seqlens, int n_seq, int H,
 		     rg_pooling mode, bool normalize, float *out);
 

@@ -446,6 +446,7 @@ static const char *dtype_name(rg_dtype d)
 	case RG_DTYPE_F32: return "fp32";
 	case RG_DTYPE_F16: return "fp16";
 	case RG_DTYPE_BF16: return "bf16";
+	case RG_DTYPE_AUTO: return "auto";
 	}
 	return "?";
 }
@@ -659,7 +660,8 @@ static void usage(FILE *f)
 		"  --host ADDR               listen address (default 127.0.0.1)\n"
 		"  --port N                  listen port, 0 = any free port (default 8080)\n"
 		"  --device cpu|cuda         (default cuda when a GPU is present, else cpu)\n"
-		"  --dtype fp32|fp16|bf16    compute dtype (default fp32)\n"
+		"  --dtype fp32|fp16|bf16    compute dtype (default: fp32 on cpu; fp16 on cuda, bf16 for\n"
+		"                            a bf16 checkpoint)\n"
 		"  --scheduler NAME          nobatch|naive|token|dp|concat|slotted|das|slotted-das|\n"
 		"                            fcfs|sjf|edf (default token)\n"
 		"  --max-batch-tokens N      computed tokens per batch, padding included (16384)\n"
@@ -730,7 +732,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
 	memset(o, 0, sizeof(*o));
 	o->host = "127.0.0.1";
 	o->port = 8080;
-	o->dtype = RG_DTYPE_F32;
+	o->dtype = RG_DTYPE_AUTO;
 	o->scheduler = "token";
 	o->max_batch_tokens = 16384;
 	o->max_batch_requests = 256;
@@ -1162,6 +1164,7 @@ int rg_serve_main(int argc, char **argv)
 		goto out_stop;
 	}
 	s->info = rg_model_get_info(s->model);
+	s->o.dtype = s->info->dtype; /* RG_DTYPE_AUTO resolved by the load */
 	s->lim.max_inputs = (size_t)s->o.max_inputs;
 	s->lim.vocab_size = s->info->vocab_size;
 	s->lim.max_depth = 32;

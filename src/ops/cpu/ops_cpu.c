@@ -102,9 +102,19 @@ rg_status rg_cpu_bias_act(float *x, const float *bias, int M, int N, rg_act act)
 		int i;
 
 		for (i = 0; i < N; i++)
-			row[i] = act_apply(row[i] + bias[i], act);
+			row[i] = act_apply(row[i] + (bias ? bias[i] : 0.f), act);
 	}
 	return RG_OK;
+}
+
+rg_status rg_cpu_gemm_bias_act(const float *A, const float *W, const float *bias, float *out,
+			       int M, int N, int K, rg_act act)
+{
+	rg_status st = rg_cpu_gemm(A, W, out, M, N, K);
+
+	if (st != RG_OK || (!bias && act == RG_ACT_NONE))
+		return st;
+	return rg_cpu_bias_act(out, bias, M, N, act);
 }
 
 rg_status rg_cpu_bias_residual_layernorm(const float *x, const float *bias, const float *residual,
@@ -126,7 +136,7 @@ rg_status rg_cpu_bias_residual_layernorm(const float *x, const float *bias, cons
 		int i;
 
 		for (i = 0; i < N; i++)
-			o[i] = xr[i] + bias[i] + rr[i];
+			o[i] = xr[i] + (bias ? bias[i] : 0.f) + rr[i];
 		ln_row(o, gamma, beta, eps, N, o);
 	}
 	return RG_OK;
@@ -242,8 +252,9 @@ rg_status rg_cpu_pool(const float *x, const int32_t *cu_seqlens, int n_seq, int 
 	if (mode != RG_POOL_MEAN && mode != RG_POOL_CLS && mode != RG_POOL_MAX)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "pool: unknown pooling mode %d", (int)mode);
 	for (s = 0; s < n_seq; s++)
-		if (cu_seqlens[s + 1] - cu_seqlens[s] < 1)
-			return rg_errorf(RG_ERR_INVALID_INPUT, "pool: sequence %d is empty", s);
+		if (cu_seqlens[s + 1] - cu_seqlens[s] < 0)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "pool: sequence %d has a negative length",
+					 s);
 #pragma omp parallel for schedule(static)
 	for (s = 0; s < n_seq; s++) {
 		const int t0 = cu_seqlens[s], L = cu_seqlens[s + 1] - t0;
@@ -251,6 +262,11 @@ rg_status rg_cpu_pool(const float *x, const int32_t *cu_seqlens, int n_seq, int 
 		float *o = out + (size_t)s * H;
 		int i, t;
 
+		if (L == 0) {
+			/* a padding sequence (graph bucket): zero row */
+			memset(o, 0, (size_t)H * sizeof(float));
+			continue;
+		}
 		switch (mode) {
 		case RG_POOL_MEAN:
 			for (i = 0; i < H; i++)

@@ -11,6 +11,8 @@ rg_status rg_cpu_embed_layernorm(const int32_t *tokens, const int32_t *positions
 				 const float *word, const float *pos, const float *type0,
 				 const float *gamma, const float *beta, float eps, int H, float *out);
 rg_status rg_cpu_gemm(const float *A, const float *W, float *out, int M, int N, int K);
+rg_status rg_cpu_gemm_bias_act(const float *A, const float *W, const float *bias, float *out,
+			       int M, int N, int K, rg_act act);
 rg_status rg_cpu_bias_act(float *x, const float *bias, int M, int N, rg_act act);
 rg_status rg_cpu_bias_residual_layernorm(const float *x, const float *bias, const float *residual,
 					 const float *gamma, const float *beta, float eps, int M,

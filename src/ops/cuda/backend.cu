@@ -76,6 +76,15 @@ extern "C" rg_status rg_cuda_backend_init(int device_index, rg_dtype dt, void **
 	st = rg_cuda_err(cudaMemset(c->flag_d, 0, sizeof(int)), "cudaMemset(flag)");
 	if (st != RG_OK)
 		goto out_free_flag;
+	if (cudaHostAlloc((void **)&c->flag_h, sizeof(int), cudaHostAllocDefault) != cudaSuccess) {
+		(void)cudaGetLastError();
+		st = rg_errorf(RG_ERR_OOM, "cannot allocate the pinned error flag");
+		goto out_free_flag;
+	}
+	{
+		const char *v = getenv("RAGGED_GEMM_AUTOTUNE");
+		c->autotune = !(v && v[0] == '0');
+	}
 	*out = c;
 	return RG_OK;
 
@@ -104,6 +113,7 @@ extern "C" void rg_cuda_backend_free(void *ctx)
 	cudaSetDevice(c->device);
 	cudaStreamSynchronize(c->stream);
 	rg_cuda_gemm_cache_free(c);
+	cudaFreeHost(c->flag_h);
 	cudaFree(c->flag_d);
 	cudaFree(c->workspace_d);
 	cublasLtDestroy(c->lt);
@@ -223,13 +233,16 @@ extern "C" rg_status rg_cuda_sync(void *ctx)
 	rg_status st = rg_cuda_enter(c);
 	if (st != RG_OK)
 		return st;
-	st = rg_cuda_err(cudaMemcpyAsync(&flag, c->flag_d, sizeof(int), cudaMemcpyDeviceToHost,
+	if (c->capturing)
+		return rg_errorf(RG_ERR_INTERNAL, "rg_backend_sync called while capturing a graph");
+	st = rg_cuda_err(cudaMemcpyAsync(c->flag_h, c->flag_d, sizeof(int), cudaMemcpyDeviceToHost,
 					 c->stream), "cudaMemcpyAsync(error flag)");
 	if (st != RG_OK)
 		return st;
 	st = rg_cuda_err(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
 	if (st != RG_OK)
 		return st;
+	flag = *c->flag_h;
 	if (flag == 0)
 		return RG_OK;
 	st = rg_cuda_err(cudaMemsetAsync(c->flag_d, 0, sizeof(int), c->stream), "cudaMemset(flag)");
@@ -257,4 +270,134 @@ extern "C" rg_status rg_cuda_mem_info(void *ctx, size_t *used, size_t *total)
 	*used = tot - fr;
 	*total = tot;
 	return RG_OK;
+}
+
+/* ---------------------------------------------------------------- pinned memory, async copies */
+
+extern "C" rg_status rg_cuda_zero(void *ctx, void *ptr, size_t bytes)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	rg_status st = rg_cuda_enter(c);
+	if (st != RG_OK || bytes == 0)
+		return st;
+	return rg_cuda_err(cudaMemsetAsync(ptr, 0, bytes, c->stream), "cudaMemsetAsync");
+}
+
+extern "C" rg_status rg_cuda_host_alloc(void *ctx, size_t bytes, void **ptr)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	rg_status st = rg_cuda_enter(c);
+
+	*ptr = NULL;
+	if (st != RG_OK)
+		return st;
+	if (cudaHostAlloc(ptr, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+		(void)cudaGetLastError();
+		*ptr = NULL;
+		return rg_errorf(RG_ERR_OOM, "cannot allocate %zu bytes of pinned host memory", bytes);
+	}
+	return RG_OK;
+}
+
+extern "C" void rg_cuda_host_free(void *ctx, void *ptr)
+{
+	(void)ctx;
+	if (ptr)
+		cudaFreeHost(ptr);
+	(void)cudaGetLastError();
+}
+
+extern "C" rg_status rg_cuda_upload_async(void *ctx, void *dst, const void *src_pinned, size_t bytes)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	if (bytes == 0)
+		return RG_OK;
+	return rg_cuda_err(cudaMemcpyAsync(dst, src_pinned, bytes, cudaMemcpyHostToDevice, c->stream),
+			   "cudaMemcpyAsync(host to device, async)");
+}
+
+extern "C" rg_status rg_cuda_download_async(void *ctx, void *dst_pinned, const void *src,
+					    size_t bytes)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	if (bytes == 0)
+		return RG_OK;
+	return rg_cuda_err(cudaMemcpyAsync(dst_pinned, src, bytes, cudaMemcpyDeviceToHost, c->stream),
+			   "cudaMemcpyAsync(device to host, async)");
+}
+
+/* ---------------------------------------------------------------- graphs */
+
+/* Thread-local capture: only this thread's calls are recorded, and another thread's unrelated
+ * CUDA calls (the server's other workers) do not invalidate the capture. */
+extern "C" rg_status rg_cuda_capture_begin(void *ctx)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	rg_status st = rg_cuda_enter(c);
+
+	if (st != RG_OK)
+		return st;
+	if (c->capturing)
+		return rg_errorf(RG_ERR_INTERNAL, "graph capture already in progress");
+	st = rg_cuda_err(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal),
+			 "cudaStreamBeginCapture");
+	if (st == RG_OK)
+		c->capturing = true;
+	return st;
+}
+
+extern "C" rg_status rg_cuda_capture_end(void *ctx, void **graph_exec)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	cudaGraph_t g = NULL;
+	cudaGraphExec_t ge = NULL;
+	cudaError_t e;
+	rg_status st;
+
+	*graph_exec = NULL;
+	if (!c->capturing)
+		return rg_errorf(RG_ERR_INTERNAL, "capture_end without capture_begin");
+	c->capturing = false;
+	e = cudaStreamEndCapture(c->stream, &g);
+	if (e != cudaSuccess) {
+		if (g)
+			cudaGraphDestroy(g);
+		return rg_cuda_err(e, "cudaStreamEndCapture");
+	}
+	st = rg_cuda_err(cudaGraphInstantiate(&ge, g, 0), "cudaGraphInstantiate");
+	cudaGraphDestroy(g);
+	if (st != RG_OK)
+		return st;
+	/* upload once now so the first launch does not pay for it */
+	st = rg_cuda_err(cudaGraphUpload(ge, c->stream), "cudaGraphUpload");
+	if (st != RG_OK) {
+		cudaGraphExecDestroy(ge);
+		return st;
+	}
+	*graph_exec = ge;
+	return RG_OK;
+}
+
+extern "C" rg_status rg_cuda_graph_launch(void *ctx, void *graph_exec)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	rg_status st = rg_cuda_enter(c);
+
+	if (st != RG_OK)
+		return st;
+	return rg_cuda_err(cudaGraphLaunch((cudaGraphExec_t)graph_exec, c->stream),
+			   "cudaGraphLaunch");
+}
+
+extern "C" void rg_cuda_graph_free(void *ctx, void *graph_exec)
+{
+	(void)ctx;
+	if (graph_exec)
+		cudaGraphExecDestroy((cudaGraphExec_t)graph_exec);
+	(void)cudaGetLastError();
+}
+
+extern "C" void rg_cuda_set_exact_gelu(void *ctx, bool exact)
+{
+	((rg_cuda_ctx *)ctx)->exact_gelu = exact;
 }

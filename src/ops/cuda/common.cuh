@@ -24,6 +24,7 @@ struct rg_cuda_gemm_plan {
 	int M, N, K;
 	rg_dtype dt;
 	int align;                        /* min pointer alignment (bytes) the plan was chosen for */
+	int epi;                          /* cublasLtEpilogue_t of the plan */
 	cublasLtMatmulDesc_t op;
 	cublasLtMatrixLayout_t a, b, c;   /* a: W as (K,N) col-major, b: A as (K,M), c: out as (N,M) */
 	cublasLtMatmulAlgo_t algo;
@@ -52,6 +53,10 @@ struct rg_cuda_ctx {
 	int attn_smem_set;                 /* bitmask of attention instantiations with raised smem */
 	rg_cuda_gemm_plan plans[RG_CUDA_GEMM_CACHE];
 	unsigned long long gemm_clock;
+	bool autotune;                     /* time the heuristic's top algorithms per new plan */
+	bool exact_gelu;                   /* never use the tanh GELU epilogue for exact GELU */
+	bool capturing;                    /* between capture_begin and capture_end */
+	int *flag_h;                       /* (1) pinned copy of flag_d, read by sync */
 };
 
 /* Turn a cudaError_t into RG_ERR_CUDA (clearing the non-sticky last error). */
@@ -89,6 +94,56 @@ template <> __device__ __forceinline__ __half rg_from_f<__half>(float x) { retur
 template <> __device__ __forceinline__ __nv_bfloat16 rg_from_f<__nv_bfloat16>(float x)
 {
 	return __float2bfloat16_rn(x);
+}
+
+/* ---- vector access: VEC consecutive elements as one 16/8/4-byte load or store ---- */
+template <int BYTES> struct rg_raw;
+template <> struct rg_raw<16> { typedef uint4 type; };
+template <> struct rg_raw<8> { typedef uint2 type; };
+template <> struct rg_raw<4> { typedef uint32_t type; };
+template <> struct rg_raw<2> { typedef uint16_t type; };
+
+/* f[0..VEC) = p[0..VEC) as float; p aligned to sizeof(T) * VEC. */
+template <typename T, int VEC>
+__device__ __forceinline__ void rg_load_vec(const T *p, float (&f)[VEC])
+{
+	typedef typename rg_raw<sizeof(T) * VEC>::type R;
+	union { R r; T e[VEC]; } u;
+	u.r = *(const R *)p;
+#pragma unroll
+	for (int i = 0; i < VEC; i++)
+		f[i] = rg_to_f(u.e[i]);
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void rg_store_vec(T *p, const float (&f)[VEC])
+{
+	typedef typename rg_raw<sizeof(T) * VEC>::type R;
+	union { R r; T e[VEC]; } u;
+#pragma unroll
+	for (int i = 0; i < VEC; i++)
+		u.e[i] = rg_from_f<T>(f[i]);
+	*(R *)p = u.r;
+}
+
+/* f32 vectors (biases, gamma, beta): VEC floats, VEC a multiple of 4 -> 16-byte loads. */
+template <int VEC>
+__device__ __forceinline__ void rg_load_f32(const float *p, float (&f)[VEC])
+{
+	if constexpr (VEC % 4 == 0) {
+#pragma unroll
+		for (int i = 0; i < VEC; i += 4) {
+			float4 v = *(const float4 *)(p + i);
+			f[i] = v.x;
+			f[i + 1] = v.y;
+			f[i + 2] = v.z;
+			f[i + 3] = v.w;
+		}
+	} else {
+#pragma unroll
+		for (int i = 0; i < VEC; i++)
+			f[i] = p[i];
+	}
 }
 
 /* ---- reductions ---- */

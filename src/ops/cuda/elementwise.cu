@@ -28,7 +28,7 @@ __global__ void bias_act_kernel(T *__restrict__ x, const float *__restrict__ bia
 {
 	T *row = x + (size_t)blockIdx.x * N;
 	for (int i = threadIdx.x; i < N; i += blockDim.x)
-		row[i] = rg_from_f<T>(act_apply(rg_to_f(row[i]) + bias[i], act));
+		row[i] = rg_from_f<T>(act_apply(rg_to_f(row[i]) + (bias ? bias[i] : 0.f), act));
 }
 
 extern "C" rg_status rg_cuda_bias_act(void *ctx, rg_dtype dt, void *x, const float *bias, int M,
@@ -100,51 +100,73 @@ extern "C" rg_status rg_cuda_gather_rows(void *ctx, rg_dtype dt, const void *src
 	return rg_cuda_launch_check("gather_rows_kernel");
 }
 
-/* One CTA per sequence; each thread owns columns i = threadIdx.x + k*blockDim.x and reduces them
- * over the sequence's tokens (coalesced row reads), writes the pooled value, then (normalize) the
- * block reduces the squared norm and each thread rescales the columns it wrote:
- * x / max(||x||_2, 1e-12), as torch.nn.functional.normalize. An empty sequence (caller error; the
- * CPU twin refuses it) gives a zero row and sets the error flag. */
-template <typename T>
-__global__ void pool_kernel(const T *__restrict__ x, const int32_t *__restrict__ cu_seqlens, int H,
-			    rg_pooling mode, bool normalize, float *__restrict__ out, int *flag)
+/* One CTA per sequence, parallel over tokens and hidden units (the old kernel walked each column's
+ * tokens serially with 128 threads: 0.96 ms for 128 sequences of 5-500 tokens). Threads form
+ * cg = H / VEC column groups (16-byte loads) times tg = max(1, blockDim / cg) token groups; token
+ * group g reduces tokens g, g + tg, ... of its columns in registers (sum for MEAN, max for MAX, only
+ * token 0 for CLS), writes its partial row to shared memory (tg * H floats <= blockDim * VEC), and
+ * after one barrier each thread reduces the tg partials of its columns, writes the pooled value and
+ * (normalize) the block reduces the squared norm: x / max(||x||_2, 1e-12), as
+ * torch.nn.functional.normalize. A zero-length sequence (a graph bucket's padding) gives a zero row;
+ * a negative length sets the error flag and gives a zero row. Bytes: each token row read once. */
+#define RG_POOL_THREADS 256
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(RG_POOL_THREADS)
+pool_kernel(const T *__restrict__ x, const int32_t *__restrict__ cu_seqlens, int H, rg_pooling mode,
+	    bool normalize, float *__restrict__ out, int *flag)
 {
+	extern __shared__ float part[]; /* [tg][H] */
 	__shared__ float scratch[32];
-	int s = blockIdx.x;
-	int t0 = cu_seqlens[s], L = cu_seqlens[s + 1] - t0;
+	const int s = blockIdx.x, tid = threadIdx.x;
+	const int t0 = cu_seqlens[s];
+	int L = cu_seqlens[s + 1] - t0;
+	const int cg = H / VEC, tg = max(1, (int)blockDim.x / cg);
 	float *o = out + (size_t)s * H;
-	float ss = 0.f, inv;
+	float ss = 0.f;
 
-	if (L < 1 && threadIdx.x == 0)
-		atomicOr(flag, RG_CUDA_FLAG_BAD_SEQLEN);
-	for (int i = threadIdx.x; i < H; i += blockDim.x) {
-		const T *xc = x + (size_t)t0 * H + i;
+	if (L < 0) {
+		if (tid == 0)
+			atomicOr(flag, RG_CUDA_FLAG_BAD_SEQLEN);
+		L = 0;
+	}
+	const int Lr = mode == RG_POOL_CLS ? min(L, 1) : L; /* tokens reduced */
+	const int ng = min(tg, Lr);                          /* token groups with a token */
+	for (int e = tid; e < cg * tg; e += blockDim.x) {
+		const int c = e % cg, g = e / cg;
+		float acc[VEC], v[VEC];
+#pragma unroll
+		for (int i = 0; i < VEC; i++)
+			acc[i] = mode == RG_POOL_MAX ? -INFINITY : 0.f;
+		const T *xc = x + (size_t)t0 * H + (size_t)c * VEC;
+#pragma unroll 4
+		for (int t = g; t < Lr; t += tg) {
+			rg_load_vec<T, VEC>(xc + (size_t)t * H, v);
+#pragma unroll
+			for (int i = 0; i < VEC; i++)
+				acc[i] = mode == RG_POOL_MAX ? fmaxf(acc[i], v[i]) : acc[i] + v[i];
+		}
+#pragma unroll
+		for (int i = 0; i < VEC; i++)
+			part[g * H + c * VEC + i] = acc[i];
+	}
+	__syncthreads();
+	for (int i = tid; i < H; i += blockDim.x) {
 		float v = 0.f;
-
-		if (L >= 1) {
-			switch (mode) {
-			case RG_POOL_MEAN:
-				for (int t = 0; t < L; t++)
-					v += rg_to_f(xc[(size_t)t * H]);
+		if (ng > 0) {
+			v = part[i];
+			for (int g = 1; g < ng; g++)
+				v = mode == RG_POOL_MAX ? fmaxf(v, part[g * H + i]) : v + part[g * H + i];
+			if (mode == RG_POOL_MEAN)
 				v /= (float)L;
-				break;
-			case RG_POOL_CLS:
-				v = rg_to_f(xc[0]);
-				break;
-			case RG_POOL_MAX:
-				v = rg_to_f(xc[0]);
-				for (int t = 1; t < L; t++)
-					v = fmaxf(v, rg_to_f(xc[(size_t)t * H]));
-				break;
-			}
 		}
 		o[i] = v;
 		ss += v * v;
 	}
 	if (!normalize)
 		return; /* uniform across the block: no thread skips a barrier */
-	inv = 1.f / fmaxf(sqrtf(rg_block_sum(ss, scratch)), 1e-12f);
-	for (int i = threadIdx.x; i < H; i += blockDim.x)
+	const float inv = 1.f / fmaxf(sqrtf(rg_block_sum(ss, scratch)), 1e-12f);
+	for (int i = tid; i < H; i += blockDim.x)
 		o[i] *= inv;
 }
 
@@ -165,11 +187,26 @@ extern "C" rg_status rg_cuda_pool(void *ctx, rg_dtype dt, const void *x, const i
 	st = rg_cuda_enter(c);
 	if (st != RG_OK)
 		return st;
-#define LAUNCH(T)                                                                                \
-	(pool_kernel<T><<<n_seq, 128, 0, c->stream>>>((const T *)x, cu_seqlens, H, mode, normalize, \
-						       out, c->flag_d),                            \
-	 0)
-	RG_CUDA_DISPATCH_DT(dt, LAUNCH);
-#undef LAUNCH
+	{
+		/* 16-byte column groups when H and x allow it, else one element per thread */
+		const int esz = dt == RG_DTYPE_F32 ? 4 : 2, vec16 = 16 / esz;
+		const bool v16 = H % vec16 == 0 && (uintptr_t)x % 16 == 0;
+		const int vec = v16 ? vec16 : 1, cg = H / vec;
+		const int tg = cg >= RG_POOL_THREADS ? 1 : RG_POOL_THREADS / cg;
+		const size_t smem = (size_t)tg * H * sizeof(float);
+		if (smem > 48 * 1024)
+			return rg_errorf(RG_ERR_UNSUPPORTED, "pool: hidden size %d is too large", H);
+#define LAUNCH_P(T, V)                                                                            \
+	pool_kernel<T, V><<<n_seq, RG_POOL_THREADS, smem, c->stream>>>((const T *)x, cu_seqlens, H, \
+								       mode, normalize, out,       \
+								       c->flag_d)
+		if (dt == RG_DTYPE_F32)
+			v16 ? LAUNCH_P(float, 4) : LAUNCH_P(float, 1);
+		else if (dt == RG_DTYPE_F16)
+			v16 ? LAUNCH_P(__half, 8) : LAUNCH_P(__half, 1);
+		else
+			v16 ? LAUNCH_P(__nv_bfloat16, 8) : LAUNCH_P(__nv_bfloat16, 1);
+#undef LAUNCH_P
+	}
 	return rg_cuda_launch_check("pool_kernel");
 }

@@ -8,8 +8,19 @@
  * Compute: CUBLAS_COMPUTE_32F with fp32 scale for every dtype (no TF32: fp32 results match a CPU
  * sgemm to ~1e-6 relative); F16/BF16 use half/bf16 A, B, C and accumulate in fp32.
  *
- * Plans (descriptors + heuristic algorithm) are cached per (M, N, K, dtype, pointer alignment) in
- * a 64-entry table with least-recently-used replacement; a hit does no allocation of any kind. */
+ * Epilogues (ByteTransformer sec. III-C/D): bias (BIAS), bias + GELU (GELU_BIAS, cuBLASLt's tanh
+ * form), bias + ReLU (RELU_BIAS) are applied by the GEMM kernel itself as it writes D, so the
+ * output is written once and no separate bias / activation pass reads it again. In the column-major
+ * view D is (N, M): the bias vector (N) is along D's rows, as cuBLASLt broadcasts it. cuBLASLt wants
+ * the bias in D's dtype (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), so callers pass act-dtype biases.
+ *
+ * Plans (descriptors + algorithm) are cached per (M, N, K, dtype, pointer alignment, epilogue) in
+ * a 64-entry table with least-recently-used replacement; a hit does no allocation of any kind.
+ * A new plan asks the heuristic for its 8 best algorithms and, outside graph capture, times each on
+ * the call's own operands (2 runs, best of 3 timed) and keeps the fastest: the heuristic's first
+ * choice is often not the fastest for the skinny M of small batches. RAGGED_GEMM_AUTOTUNE=0 keeps the
+ * heuristic's first choice. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/cuda/common.cuh"
@@ -48,18 +59,14 @@ static rg_status lt_fail(cublasStatus_t s, const char *what)
 	return rg_errorf(RG_ERR_CUDA, "%s failed: cuBLAS status %d", what, (int)s);
 }
 
-/* Build descriptors for one problem and ask the heuristic for its best algorithm. */
+/* Build descriptors for one problem. */
 static rg_status plan_create(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, rg_dtype dt, int M, int N, int K,
-			     int align)
+			     int align, int epi)
 {
 	cudaDataType_t ty = dt == RG_DTYPE_F32 ? CUDA_R_32F : dt == RG_DTYPE_F16 ? CUDA_R_16F
 										   : CUDA_R_16BF;
 	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-	cublasLtMatmulPreference_t pref = NULL;
-	cublasLtMatmulHeuristicResult_t res;
-	size_t ws = RG_CUDA_WORKSPACE_BYTES;
-	uint32_t al = (uint32_t)align;
-	int found = 0;
+	cublasLtEpilogue_t e = (cublasLtEpilogue_t)epi;
 	cublasStatus_t s;
 	rg_status st = RG_OK;
 
@@ -70,6 +77,7 @@ static rg_status plan_create(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, rg_dtype dt, 
 	p->K = K;
 	p->dt = dt;
 	p->align = align;
+	p->epi = epi;
 	s = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
 	if (s != CUBLAS_STATUS_SUCCESS) {
 		st = lt_fail(s, "cublasLtMatmulDescCreate");
@@ -77,6 +85,11 @@ static rg_status plan_create(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, rg_dtype dt, 
 	}
 	cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
 	cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+	s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e));
+	if (s != CUBLAS_STATUS_SUCCESS) {
+		st = lt_fail(s, "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+		goto out_destroy;
+	}
 	s = cublasLtMatrixLayoutCreate(&p->a, ty, K, N, K);
 	if (s == CUBLAS_STATUS_SUCCESS)
 		s = cublasLtMatrixLayoutCreate(&p->b, ty, K, M, K);
@@ -86,11 +99,44 @@ static rg_status plan_create(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, rg_dtype dt, 
 		st = lt_fail(s, "cublasLtMatrixLayoutCreate");
 		goto out_destroy;
 	}
+	return RG_OK;
+
+out_destroy:
+	plan_destroy(p);
+	return st;
+}
+
+static cublasStatus_t plan_run(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, const cublasLtMatmulAlgo_t *algo,
+			       const void *A, const void *W, const void *bias, void *out)
+{
+	const float alpha = 1.f, beta = 0.f;
+
+	if (bias)
+		cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+					       sizeof(bias));
+	return cublasLtMatmul(c->lt, p->op, &alpha, W, p->a, A, p->b, &beta, out, p->c, out, p->c,
+			      algo, c->workspace_d, RG_CUDA_WORKSPACE_BYTES, c->stream);
+}
+
+/* Ask the heuristic for up to 8 algorithms; outside capture, time them on the call's operands and
+ * keep the fastest (a failing candidate is skipped). */
+static rg_status plan_choose(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, const void *A, const void *W,
+			     const void *bias, void *out)
+{
+	enum { NALGO = 8, REPS = 3 };
+	cublasLtMatmulPreference_t pref = NULL;
+	cublasLtMatmulHeuristicResult_t res[NALGO];
+	size_t ws = RG_CUDA_WORKSPACE_BYTES;
+	uint32_t al = (uint32_t)p->align;
+	cudaEvent_t ev[2] = {NULL, NULL};
+	float best = 0.f;
+	bool have = false;
+	int found = 0, pick = 0;
+	cublasStatus_t s;
+
 	s = cublasLtMatmulPreferenceCreate(&pref);
-	if (s != CUBLAS_STATUS_SUCCESS) {
-		st = lt_fail(s, "cublasLtMatmulPreferenceCreate");
-		goto out_destroy;
-	}
+	if (s != CUBLAS_STATUS_SUCCESS)
+		return lt_fail(s, "cublasLtMatmulPreferenceCreate");
 	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
 					     sizeof(ws));
 	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al,
@@ -101,24 +147,62 @@ static rg_status plan_create(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, rg_dtype dt, 
 					     sizeof(al));
 	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al,
 					     sizeof(al));
-	s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
+	if (bias)
+		cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+					       sizeof(bias));
+	s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->c, p->c, pref, NALGO, res,
+					   &found);
 	cublasLtMatmulPreferenceDestroy(pref);
-	if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
-		st = rg_errorf(RG_ERR_CUDA, "cuBLASLt found no algorithm for GEMM M=%d N=%d K=%d "
-			       "dtype=%d align=%d (status %d)", M, N, K, (int)dt, align, (int)s);
-		goto out_destroy;
+	if (s != CUBLAS_STATUS_SUCCESS || found == 0)
+		return rg_errorf(RG_ERR_CUDA, "cuBLASLt found no algorithm for GEMM M=%d N=%d K=%d "
+				 "dtype=%d align=%d epilogue=%d (status %d)", p->M, p->N, p->K,
+				 (int)p->dt, p->align, p->epi, (int)s);
+	p->algo = res[0].algo;
+	if (found == 1 || c->capturing || !c->autotune)
+		return RG_OK;
+	if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
+		(void)cudaGetLastError();
+		goto out_destroy_events; /* keep the heuristic's choice */
 	}
-	p->algo = res.algo;
-	return RG_OK;
+	for (int i = 0; i < found; i++) {
+		float ms = 0.f, t;
+		bool ok = true;
 
-out_destroy:
-	plan_destroy(p);
-	return st;
+		for (int r = 0; r < 2 + REPS && ok; r++) {
+			if (r >= 2)
+				cudaEventRecord(ev[0], c->stream);
+			ok = plan_run(c, p, &res[i].algo, A, W, bias, out) == CUBLAS_STATUS_SUCCESS;
+			if (r >= 2 && ok) {
+				cudaEventRecord(ev[1], c->stream);
+				ok = cudaEventSynchronize(ev[1]) == cudaSuccess &&
+				     cudaEventElapsedTime(&t, ev[0], ev[1]) == cudaSuccess;
+				if (ok && (r == 2 || t < ms))
+					ms = t;
+			}
+		}
+		if (!ok) {
+			(void)cudaGetLastError();
+			continue;
+		}
+		if (!have || ms < best) {
+			have = true;
+			best = ms;
+			pick = i;
+		}
+	}
+	p->algo = res[pick].algo;
+out_destroy_events:
+	if (ev[0])
+		cudaEventDestroy(ev[0]);
+	if (ev[1])
+		cudaEventDestroy(ev[1]);
+	return RG_OK;
 }
 
 /* Find or build the plan; the least recently used slot is recycled when the table is full. */
-static rg_status plan_get(rg_cuda_ctx *c, rg_dtype dt, int M, int N, int K, int align,
-			  rg_cuda_gemm_plan **out)
+static rg_status plan_get(rg_cuda_ctx *c, rg_dtype dt, int M, int N, int K, int align, int epi,
+			  const void *A, const void *W, const void *bias, void *out,
+			  rg_cuda_gemm_plan **res)
 {
 	rg_cuda_gemm_plan *victim = &c->plans[0];
 	rg_status st;
@@ -126,29 +210,54 @@ static rg_status plan_get(rg_cuda_ctx *c, rg_dtype dt, int M, int N, int K, int 
 	for (int i = 0; i < RG_CUDA_GEMM_CACHE; i++) {
 		rg_cuda_gemm_plan *p = &c->plans[i];
 		if (p->used && p->M == M && p->N == N && p->K == K && p->dt == dt &&
-		    p->align == align) {
+		    p->align == align && p->epi == epi) {
 			p->last_use = ++c->gemm_clock;
-			*out = p;
+			*res = p;
 			return RG_OK;
 		}
 		if (!p->used || (victim->used && p->last_use < victim->last_use))
 			victim = p;
 	}
 	plan_destroy(victim);
-	st = plan_create(c, victim, dt, M, N, K, align);
-	if (st != RG_OK)
+	st = plan_create(c, victim, dt, M, N, K, align, epi);
+	if (st == RG_OK)
+		st = plan_choose(c, victim, A, W, bias, out);
+	if (st != RG_OK) {
+		plan_destroy(victim);
 		return st;
+	}
 	victim->last_use = ++c->gemm_clock;
-	*out = victim;
+	*res = victim;
 	return RG_OK;
 }
 
-extern "C" rg_status rg_cuda_gemm(void *ctx, rg_dtype dt, const void *A, const void *W, void *out,
-				  int M, int N, int K)
+/* The epilogue for (bias, act) on dtype dt, and whether an exact-GELU pass must follow. */
+static int choose_epilogue(const rg_cuda_ctx *c, rg_dtype dt, bool has_bias, rg_act act,
+			   bool *gelu_pass)
 {
-	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
-	const float alpha = 1.f, beta = 0.f;
+	*gelu_pass = false;
+	switch (act) {
+	case RG_ACT_NONE:
+		return has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+	case RG_ACT_RELU:
+		return has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+	case RG_ACT_GELU_NEW:
+		return has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+	case RG_ACT_GELU:
+		if (dt != RG_DTYPE_F32 && !c->exact_gelu)
+			return has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+		*gelu_pass = true;
+		return has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+	}
+	return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+static rg_status gemm_run(rg_cuda_ctx *c, rg_dtype dt, const void *A, const void *W,
+			  const void *bias, void *out, int M, int N, int K, rg_act act)
+{
 	rg_cuda_gemm_plan *p;
+	bool gelu_pass;
+	int epi;
 	cublasStatus_t s;
 	rg_status st;
 
@@ -156,18 +265,36 @@ extern "C" rg_status rg_cuda_gemm(void *ctx, rg_dtype dt, const void *A, const v
 		return rg_errorf(RG_ERR_INVALID_INPUT, "gemm: bad shape M=%d N=%d K=%d", M, N, K);
 	if (!rg_cuda_dt_valid(dt))
 		return rg_errorf(RG_ERR_UNSUPPORTED, "gemm: unknown dtype %d", (int)dt);
+	if (act != RG_ACT_NONE && act != RG_ACT_GELU && act != RG_ACT_GELU_NEW && act != RG_ACT_RELU)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "gemm: unknown activation %d", (int)act);
 	if (M == 0)
 		return RG_OK;
 	st = rg_cuda_enter(c);
 	if (st != RG_OK)
 		return st;
-	st = plan_get(c, dt, M, N, K, ptr_alignment(A, W, out), &p);
+	epi = choose_epilogue(c, dt, bias != NULL, act, &gelu_pass);
+	st = plan_get(c, dt, M, N, K, ptr_alignment(A, W, out), epi, A, W, bias, out, &p);
 	if (st != RG_OK)
 		return st;
-	s = cublasLtMatmul(c->lt, p->op, &alpha, W, p->a, A, p->b, &beta, out, p->c, out, p->c,
-			   &p->algo, c->workspace_d, RG_CUDA_WORKSPACE_BYTES, c->stream);
+	s = plan_run(c, p, &p->algo, A, W, bias, out);
 	if (s != CUBLAS_STATUS_SUCCESS)
-		return rg_errorf(RG_ERR_CUDA, "cublasLtMatmul M=%d N=%d K=%d failed: cuBLAS status %d",
-				 M, N, K, (int)s);
-	return rg_cuda_launch_check("cublasLtMatmul");
+		return rg_errorf(RG_ERR_CUDA, "cublasLtMatmul M=%d N=%d K=%d epilogue %d failed: "
+				 "cuBLAS status %d", M, N, K, epi, (int)s);
+	st = rg_cuda_launch_check("cublasLtMatmul");
+	if (st != RG_OK || !gelu_pass)
+		return st;
+	return rg_cuda_bias_act(c, dt, out, NULL, M, N, RG_ACT_GELU);
+}
+
+extern "C" rg_status rg_cuda_gemm(void *ctx, rg_dtype dt, const void *A, const void *W, void *out,
+				  int M, int N, int K)
+{
+	return gemm_run((rg_cuda_ctx *)ctx, dt, A, W, NULL, out, M, N, K, RG_ACT_NONE);
+}
+
+extern "C" rg_status rg_cuda_gemm_bias_act(void *ctx, rg_dtype dt, const void *A, const void *W,
+					   const void *bias, void *out, int M, int N, int K,
+					   rg_act act)
+{
+	return gemm_run((rg_cuda_ctx *)ctx, dt, A, W, bias, out, M, N, K, act);
 }

@@ -30,6 +30,18 @@ rg_status rg_cuda_embed_layernorm(void *ctx, rg_dtype dt, const int32_t *tokens,
 				  const float *beta, float eps, int H, void *out);
 rg_status rg_cuda_gemm(void *ctx, rg_dtype dt, const void *A, const void *W, void *out, int M, int N,
 		       int K);
+rg_status rg_cuda_gemm_bias_act(void *ctx, rg_dtype dt, const void *A, const void *W,
+				const void *bias, void *out, int M, int N, int K, rg_act act);
+rg_status rg_cuda_zero(void *ctx, void *ptr, size_t bytes);
+rg_status rg_cuda_host_alloc(void *ctx, size_t bytes, void **ptr);
+void rg_cuda_host_free(void *ctx, void *ptr);
+rg_status rg_cuda_upload_async(void *ctx, void *dst, const void *src_pinned, size_t bytes);
+rg_status rg_cuda_download_async(void *ctx, void *dst_pinned, const void *src, size_t bytes);
+rg_status rg_cuda_capture_begin(void *ctx);
+rg_status rg_cuda_capture_end(void *ctx, void **graph_exec);
+rg_status rg_cuda_graph_launch(void *ctx, void *graph_exec);
+void rg_cuda_graph_free(void *ctx, void *graph_exec);
+void rg_cuda_set_exact_gelu(void *ctx, bool exact);
 rg_status rg_cuda_bias_act(void *ctx, rg_dtype dt, void *x, const float *bias, int M, int N,
 			   rg_act act);
 rg_status rg_cuda_bias_residual_layernorm(void *ctx, rg_dtype dt, const void *x, const float *bias,
