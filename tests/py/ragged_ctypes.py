@@ -10,7 +10,7 @@ BIN_PATH = os.environ.get("RAGGED_BIN", os.path.join(ROOT, "build", "ragged"))
 
 RG_OK = 0
 DEVICE = {"cpu": 0, "cuda": 1}
-DTYPE = {"fp32": 0, "fp16": 1, "bf16": 2}
+DTYPE = {"fp32": 0, "fp16": 1, "bf16": 2, "auto": 3}
 
 _lib = None
 
@@ -59,6 +59,9 @@ def lib():
         l.rg_model_get_info.argtypes = [ctypes.c_void_p]
         l.rg_model_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
                                       ctypes.POINTER(ctypes.c_size_t)]
+        l.rg_model_arena_bytes.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                           ctypes.POINTER(ctypes.c_size_t),
+                                           ctypes.POINTER(ctypes.c_size_t)]
         l.rg_tokenizer_load.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
         l.rg_tokenizer_free.argtypes = [ctypes.c_void_p]
         l.rg_tokenizer_encode.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
@@ -102,6 +105,15 @@ class Tokenizer:
         out = np.ctypeslib.as_array(ctypes.cast(ids, ctypes.POINTER(ctypes.c_int32)), (n.value,)).tolist() if n.value else []
         _libc.free(ids)
         return out
+
+    def arena_bytes(self, n_tokens, n_seq):
+        """(planned, naive) activation bytes for a batch (rg_model_arena_bytes)."""
+        planned, naive = ctypes.c_size_t(), ctypes.c_size_t()
+        st = lib().rg_model_arena_bytes(self._h, n_tokens, n_seq, ctypes.byref(planned),
+                                        ctypes.byref(naive))
+        if st != RG_OK:
+            raise _err(st)
+        return planned.value, naive.value
 
     def close(self):
         if self._h:
@@ -159,6 +171,15 @@ class Model:
         if st != RG_OK:
             raise _err(st)
         return used.value, total.value
+
+    def arena_bytes(self, n_tokens, n_seq):
+        """(planned, naive) activation bytes for a batch (rg_model_arena_bytes)."""
+        planned, naive = ctypes.c_size_t(), ctypes.c_size_t()
+        st = lib().rg_model_arena_bytes(self._h, n_tokens, n_seq, ctypes.byref(planned),
+                                        ctypes.byref(naive))
+        if st != RG_OK:
+            raise _err(st)
+        return planned.value, naive.value
 
     def close(self):
         if self._h:

@@ -405,6 +405,62 @@ def test_memory_report(tiny_models):
     assert 0 < used <= total
 
 
+def _arena_lower_bound(T, S, H, I, e):
+    """Largest sum of simultaneously live activations over the ops of one layer (what any plan
+    needs): lifetimes as documented in bert.c (op 0 embed .. 10 download)."""
+    rnd = lambda b: (b + 255) // 256 * 256  # noqa: E731 - the plan's alignment
+    sizes = {"hidden": (T * H * e, 0, 9), "qkv": (T * 3 * H * e, 1, 2), "ctx": (T * H * e, 2, 3),
+             "attn_out": (T * H * e, 3, 4), "inter": (T * I * e, 5, 6),
+             "ffn_out": (T * H * e, 6, 7), "gathered": (T * H * e, 8, 9),
+             "pooled": (S * H * 4, 9, 10)}
+    return max(sum(rnd(b) for b, f, l in sizes.values() if f <= op <= l) for op in range(11))
+
+
+def test_arena_plan_bytes(tiny_models, minilm):
+    """The activation arena planned with TurboTransformers' Algorithm 1 (rg_mem_plan) over the
+    lifetimes of one layer: never below the peak of simultaneously live tensors, exactly that peak
+    for BERT's shapes (intermediate = 4H: hidden + FFN intermediate + FFN output = 6H per token),
+    and well under one buffer per tensor."""
+    e = {"fp32": 4, "fp16": 2, "bf16": 2}[DTYPE]
+    cases = [(tiny_models("h32_gelu"), False), (minilm, True)]
+    for (model, ref), exact in cases:
+        H, I = ref.H, ref.cfg["intermediate_size"]
+        for T, S in ((1, 1), (7, 3), (1000, 10), (16384, 16384)):
+            planned, naive = model.arena_bytes(T, S)
+            lb = _arena_lower_bound(T, S, H, I, e)
+            assert lb <= planned <= (lb if exact else 1.25 * lb), (H, T, S, planned, lb)
+            assert planned < naive
+        with pytest.raises(rc.RaggedError):
+            model.arena_bytes(0, 1)
+        with pytest.raises(rc.RaggedError):
+            model.arena_bytes(16385, 1)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs exist only on the CUDA backend")
+def test_graph_replay_matches_eager_and_reference(tiny_dirs, monkeypatch):
+    """A bucket's first batch runs eagerly and is then captured; later batches of the same bucket
+    replay the graph with new ids, lengths and sequence counts written into its buffers. Replays
+    must equal a model without graphs (same kernels, eager) bitwise, and the float64 reference."""
+    name = "h64_relu_norm"
+    ref = RefBert(tiny_dirs[name])
+    graphed = load(tiny_dirs[name])
+    monkeypatch.setenv("RAGGED_CUDA_GRAPHS", "0")
+    eager = load(tiny_dirs[name])
+    try:
+        rng = np.random.default_rng(11)
+        # 3 batches in one bucket (<= 64 tokens -> T=64 bucket at 16-token steps: 49..64 tokens,
+        # 3..4 sequences -> S=4, longest <= 64 -> L=64), then a different bucket, then back
+        shapes = [[20, 20, 10, 4], [30, 20, 9], [1, 50, 3, 10], [100, 7], [25, 25, 12]]
+        for lens in shapes:
+            seqs = random_seqs(rng, lens)
+            a, b = graphed.embed_ids(seqs, ref.H), eager.embed_ids(seqs, ref.H)
+            assert np.array_equal(a, b), f"graph replay differs from eager for lens {lens}"
+            assert_embeddings_close(a, ref.embed_batch(seqs), f"graphed lens={lens}")
+    finally:
+        graphed.close()
+        eager.close()
+
+
 # ------------------------------------------------------------------ load-time validation
 
 def _copy(src, dst):
