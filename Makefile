@@ -98,4 +98,10 @@ gpu-test: all
 clean:
 	rm -rf build
 
+# Kernel benchmark (bench/kernels/README.md); not part of `all`.
+ifeq ($(CUDA),1)
+build/bench_ops: bench/kernels/bench_ops.c build/libragged.a
+	$(CC) $(REL_CFLAGS) -isystem $(CUDA_HOME)/include -o $@ $< build/libragged.a $(REL_LIBS)
+endif
+
 -include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,511 @@
+#!/usr/bin/env python3
+"""Attention kernel alone: ragged's rg_op_attention vs torch.nn.attention.varlen.varlen_attn
+(FlashAttention varlen) on the same packed QKV, in one process.
+
+Both read the same (T, 3H) tensor (columns [Q | K | V], head h at columns h*D..(h+1)*D-1 of each
+block; varlen_attn gets strided (T, heads, D) views of it) and cu_seqlens (int32, device); ragged
+writes (T, H) through build/libragged.so's internal symbols (ctypes, torch tensors' data_ptr()
+as device pointers: same process, same CUDA context; ragged runs on its own stream, so every
+hand-over is bracketed by torch.cuda.synchronize() / rg_backend_sync).
+
+Timing: 20 calls captured in one graph per side (ragged: rg_backend_capture_begin/_end on its own
+stream; torch: torch.cuda.CUDAGraph), replayed R times; host wall clock around launch + sync,
+divided by 20; median over the replays. If this libragged.so has no capture API (or capture fails)
+ragged's 20 calls are launched directly (noted). Reported per cell: us per call, TFLOP/s
+(4 * H * sum L^2 per call: QK^T and PV, 2 * L^2 * head_dim each per head), effective GB/s
+(the minimum traffic: QKV read once + output written once), next to the device's dense GEMM rate
+and copy bandwidth measured at the start of the same run; ratio = varlen us / ragged us (> 1:
+ragged faster). Agreement: max abs difference and min per-row cosine of each side vs a float32
+reference (torch SDPA per sequence on the same inputs upcast to fp32); a side below
+0.9999 (fp16) / 0.999 (bf16) is flagged (exit status 1 after the results are written).
+
+Shapes: BERT-base (12 heads x 64) and MiniLM (12 heads x 32); fp16 and bf16; lengths uniform
+[1,32], [1,64], [1,128], [1,512], [5,500]; batch 1, 8, 32, 128 (one seeded batch per cell).
+Output, rewritten after every cell: OUT_DIR/attn_<gpu-slug>_<YYYYMMDD-HHMM>.json and .md
+
+Usage:  python3 bench/peer/attn_bench.py [--budget-s 90] [--out-dir DIR]
+CPU smoke test (ragged's CPU fp32 kernel vs per-sequence SDPA; no graphs; timings meaningless):
+        python3 bench/peer/attn_bench.py --device cpu --quick --out-dir /tmp/x
+"""
+import argparse
+import ctypes
+import datetime
+import inspect
+import math
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_graphed as bg  # noqa: E402  (workloads, ceilings, output helpers)
+from bench_graphed import rc  # noqa: E402
+
+SHAPES = {"bert-base": (12, 64), "minilm": (12, 32)}
+DISTS = {"u1_32": (1, 32), "u1_64": (1, 64), "u1_128": (1, 128), "u1_512": (1, 512),
+         "u5_500": (5, 500)}
+COS_MIN = {"fp16": 0.9999, "bf16": 0.999, "fp32": 0.99999}
+CALLS = 20
+
+
+def log(*a):
+    bg.log(*a)
+
+
+# ------------------------------------------------------------------ ragged through ctypes
+
+class RaggedOps:
+    """rg_backend_* and rg_op_attention from libragged.so (internal symbols, exported)."""
+
+    def __init__(self, device, dtype):
+        l = rc.lib()
+        self.l = l
+        vp, i32 = ctypes.c_void_p, ctypes.c_int
+        l.rg_backend_init.argtypes = [i32, i32, i32, ctypes.POINTER(vp)]
+        l.rg_backend_init.restype = i32
+        l.rg_backend_free.argtypes = [vp]
+        l.rg_backend_free.restype = None
+        l.rg_backend_sync.argtypes = [vp]
+        l.rg_backend_sync.restype = i32
+        l.rg_op_attention.argtypes = [vp, vp, vp, vp, i32, i32, i32, i32, ctypes.c_float, vp, vp]
+        l.rg_op_attention.restype = i32
+        self.has_capture = all(hasattr(l, s) for s in (
+            "rg_backend_capture_begin", "rg_backend_capture_end", "rg_backend_graph_launch",
+            "rg_backend_graph_free"))
+        if self.has_capture:
+            l.rg_backend_capture_begin.argtypes = [vp]
+            l.rg_backend_capture_begin.restype = i32
+            l.rg_backend_capture_end.argtypes = [vp, ctypes.POINTER(vp)]
+            l.rg_backend_capture_end.restype = i32
+            l.rg_backend_graph_launch.argtypes = [vp, vp]
+            l.rg_backend_graph_launch.restype = i32
+            l.rg_backend_graph_free.argtypes = [vp, vp]
+            l.rg_backend_graph_free.restype = None
+        self.be = vp()
+        self.check(l.rg_backend_init(rc.DEVICE[device], 0, rc.DTYPE[dtype],
+                                     ctypes.byref(self.be)), "rg_backend_init")
+
+    def check(self, st, what):
+        if st != rc.RG_OK:
+            raise RuntimeError(f"{what}: {self.l.rg_status_name(st).decode()}: "
+                               f"{self.l.rg_last_error().decode(errors='replace')}")
+
+    def attention(self, qkv_ptr, cu_d_ptr, cu_h_ptr, n_seq, max_len, heads, D, scale, out_ptr):
+        self.check(self.l.rg_op_attention(self.be, qkv_ptr, cu_d_ptr, cu_h_ptr, n_seq, max_len,
+                                          heads, D, scale, None, out_ptr), "rg_op_attention")
+
+    def sync(self):
+        self.check(self.l.rg_backend_sync(self.be), "rg_backend_sync")
+
+    def capture(self, fn):
+        """Graph of fn()'s ops on ragged's stream, or raises."""
+        self.check(self.l.rg_backend_capture_begin(self.be), "rg_backend_capture_begin")
+        err = None
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001  (end the capture before re-raising)
+            err = e
+        g = ctypes.c_void_p()
+        st = self.l.rg_backend_capture_end(self.be, ctypes.byref(g))
+        if err is not None:
+            if g:
+                self.l.rg_backend_graph_free(self.be, g)
+            raise err
+        self.check(st, "rg_backend_capture_end")
+        return g
+
+    def launch(self, g):
+        self.check(self.l.rg_backend_graph_launch(self.be, g), "rg_backend_graph_launch")
+
+    def graph_free(self, g):
+        if g:
+            self.l.rg_backend_graph_free(self.be, g)
+
+    def close(self):
+        if self.be:
+            self.l.rg_backend_free(self.be)
+            self.be = ctypes.c_void_p()
+
+
+# ------------------------------------------------------------------ helpers
+
+def cell_lengths(dist, bs, seed):
+    lo, hi = DISTS[dist]
+    rng = np.random.default_rng([seed, list(DISTS).index(dist), bs])
+    return rng.integers(lo, hi + 1, size=bs).astype(np.int64)
+
+
+def attn_flops(H, lens):
+    return bg.attention_flops(H, lens)
+
+
+def attn_bytes(T, H, elem):
+    return float(T) * (3 * H + H) * elem
+
+
+def render_md(res):
+    m = res["meta"]
+    c = res.get("ceilings", {})
+    g = c.get("gemm_tflops", {})
+    lines = [f"# Attention kernel: ragged rg_op_attention vs {m.get('peer_attention')}, "
+             f"{m['device_name']}", "",
+             f"- date: {m['date']}  commit: `{m['commit']}`  driver: {m['driver']}  torch: "
+             f"{m['torch']}  budget: {m['budget_s']} s{'  (quick)' if m['quick'] else ''}",
+             f"- ceilings (this run): copy {bg.fmt(c.get('copy_gbps'), '.0f')} GB/s (read + "
+             "write); dense GEMM " + ", ".join(f"{k} {bg.fmt(v, '.0f')} TFLOP/s"
+                                               for k, v in g.items()),
+             f"- us = median per call over graph replays of {CALLS} calls (ragged graphed: "
+             f"{m.get('ragged_graphed')}); TFLOP/s = 4*H*sum(L^2) / time; GB/s = (QKV read + "
+             "output written) / time; % GEMM = TFLOP/s / dense GEMM rate; ratio = varlen us / "
+             "ragged us (> 1: ragged faster); err = max abs / min row cosine vs fp32 SDPA",
+             ""]
+    if m["device"] != "cuda":
+        lines.insert(2, "- **CPU smoke test**: ragged's CPU kernel vs per-sequence SDPA, fp32, "
+                        "no graphs; the timings mean nothing")
+    for run in res["runs"]:
+        lines.append(f"## {run['shape']} ({run['heads']} heads x {run['head_dim']}) {run['dtype']}")
+        lines.append("")
+        lines.append("| cell | T | max L | ragged us | varlen us | ratio | ragged TFLOP/s | "
+                     "varlen TFLOP/s | % GEMM r / v | ragged GB/s | varlen GB/s | "
+                     "ragged err | varlen err |")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+        for cc in run["cells"]:
+            name = f"{cc['dist']} b{cc['batch']}"
+            if cc.get("error"):
+                lines.append(f"| {name} | {cc.get('T', '')} | | error: {cc['error'][:90]} "
+                             "| | | | | | | | | |")
+                continue
+            r, v = cc["ragged"], cc["varlen"]
+            flag_r = "" if r["pass"] else " **FLAG**"
+            flag_v = "" if v["pass"] else " **FLAG**"
+            lines.append(
+                f"| {name} | {cc['T']} | {cc['max_len']} | {r['us']:.1f} | {v['us']:.1f} | "
+                f"{cc['ratio']:.2f}x | {r['tflops']:.1f} | {v['tflops']:.1f} | "
+                f"{bg.fmt(r.get('gemm_pct'), '.0f')} / {bg.fmt(v.get('gemm_pct'), '.0f')} | "
+                f"{r['gbps']:.0f} | {v['gbps']:.0f} | {r['max_abs']:.1e} / "
+                f"{r['min_cos']:.6f}{flag_r} | {v['max_abs']:.1e} / {v['min_cos']:.6f}{flag_v} |")
+        lines.append("")
+    if res.get("notes"):
+        lines.append("Notes: " + "; ".join(res["notes"]))
+        lines.append("")
+    if res.get("failures"):
+        lines.append("**Flagged:** " + "; ".join(res["failures"]))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def rows_check(out, ref):
+    o = out.detach().float().reshape(ref.shape[0], -1).cpu().numpy().astype(np.float64)
+    r = ref.reshape(ref.shape[0], -1).cpu().numpy().astype(np.float64)
+    return float(np.max(np.abs(o - r))) if o.size else 0.0, bg.min_cos(o, r) if o.size else 1.0
+
+
+# ------------------------------------------------------------------ main
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--dtypes", default="fp16,bf16")
+    ap.add_argument("--dists", default=",".join(DISTS))
+    ap.add_argument("--batches", default="1,8,32,128")
+    ap.add_argument("--budget-s", type=float, default=90.0)
+    ap.add_argument("--min-reps", type=int, default=5)
+    ap.add_argument("--max-reps", type=int, default=100)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out-dir", default=os.environ.get("OUT", os.path.join(bg.ROOT, "build",
+                                                                             "peer")))
+    ap.add_argument("--tag", default=None)
+    ap.add_argument("--seed", type=int, default=20261122)
+    a = ap.parse_args(argv)
+    t_start = time.monotonic()
+    if a.quick:
+        if a.batches == "1,8,32,128":
+            a.batches = "1,8"
+        if a.dists == ",".join(DISTS):
+            a.dists = "u1_32,u5_500"
+        a.min_reps = a.max_reps = 3
+        a.budget_s = min(a.budget_s, 30.0)
+
+    import torch
+    import torch.nn.functional as F
+    cuda = a.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        sys.exit("torch sees no CUDA device")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    shapes = [s for s in a.shapes.split(",") if s]
+    dtypes = [d for d in a.dtypes.split(",") if d]
+    notes = []
+    if not cuda:
+        if dtypes != ["fp32"]:
+            notes.append(f"CPU smoke test: dtypes {dtypes} replaced by fp32")
+        dtypes = ["fp32"]
+    dists = [d for d in a.dists.split(",") if d]
+    for d in dists:
+        if d not in DISTS:
+            sys.exit(f"--dists: unknown {d}")
+    bss = [int(x) for x in a.batches.split(",")]
+
+    dev_name = torch.cuda.get_device_name(0) if cuda else (platform.machine() or "cpu")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    tag = a.tag or f"{bg.slug(dev_name) if cuda else 'cpu-smoke'}_{now:%Y%m%d-%H%M}"
+    os.makedirs(a.out_dir, exist_ok=True)
+    base = os.path.join(a.out_dir, f"attn_{tag}")
+
+    varlen, varlen_kw, peer_name = None, {}, "per-sequence SDPA (CPU smoke test)"
+    if cuda:
+        try:
+            from torch.nn.attention.varlen import varlen_attn as varlen
+            sig = inspect.signature(varlen)
+            peer_name = "torch.nn.attention.varlen.varlen_attn"
+            varlen_kw = {"scale": None} if "scale" in sig.parameters else {}
+            notes.append(f"varlen_attn signature: {sig}")
+        except ImportError as e:
+            notes.append(f"varlen_attn unavailable ({e}): aten._flash_attention_forward used")
+            peer_name = "torch.ops.aten._flash_attention_forward (varlen_attn unavailable)"
+            log("NOTE: " + notes[-1])
+
+    res = {"meta": {
+        "date": now.isoformat(timespec="seconds"), "commit": bg.commit_id(), "device": a.device,
+        "device_name": dev_name, "driver": bg.gpu_driver() if cuda else "-",
+        "torch": torch.__version__, "torch_cuda": torch.version.cuda, "budget_s": a.budget_s,
+        "quick": a.quick, "seed": a.seed, "calls_per_graph": CALLS, "cos_min": COS_MIN,
+        "peer_attention": peer_name, "ragged_graphed": None,
+        "argv": sys.argv[1:] if argv is None else argv,
+    }, "ceilings": {}, "runs": [], "notes": notes, "failures": []}
+    log(f"device {dev_name}; torch {torch.__version__}; out {base}.json/.md")
+    if not cuda:
+        log("CPU SMOKE TEST: ragged CPU kernel vs per-sequence SDPA, fp32, no graphs")
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    n_total = len(shapes) * len(dtypes) * len(dists) * len(bss)
+    n_done = 0
+    with torch.no_grad():
+        res["ceilings"] = bg.measure_ceilings(torch, a.device,
+                                              [d for d in ("fp16", "bf16") if cuda] or ["fp32"],
+                                              a.quick)
+        c = res["ceilings"]
+        log(f"ceilings: copy {c['copy_gbps']:.0f} GB/s; GEMM " + ", ".join(
+            f"{k} {v:.1f} TFLOP/s" for k, v in c["gemm_tflops"].items()))
+        bg.write_results(res, base, render_md)
+        for dt in dtypes:
+            tdt = bg.torch_dtype(torch, dt)
+            elem = torch.tensor([], dtype=tdt).element_size()
+            ops = RaggedOps(a.device, dt)
+            graphed = cuda and ops.has_capture
+            if cuda and not ops.has_capture:
+                notes.append("this libragged.so has no rg_backend_capture_* : ragged's 20 calls "
+                             "are launched directly (launch overhead included)")
+                log("NOTE: " + notes[-1])
+            for shape in shapes:
+                heads, D = SHAPES[shape]
+                H = heads * D
+                scale = 1.0 / math.sqrt(D)
+                run = {"shape": shape, "heads": heads, "head_dim": D, "dtype": dt, "cells": []}
+                res["runs"].append(run)
+                for dist in dists:
+                    for bs in bss:
+                        t_cell = time.monotonic()
+                        lens = cell_lengths(dist, bs, a.seed)
+                        cu_h = np.zeros(bs + 1, np.int32)
+                        cu_h[1:] = np.cumsum(lens)
+                        T, max_len = int(cu_h[-1]), int(lens.max())
+                        cc = {"dist": dist, "batch": bs, "T": T, "max_len": max_len,
+                              "sum_sq": int(np.sum(lens * lens))}
+                        try:
+                            cc.update(run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw,
+                                               dt, tdt, elem, heads, D, H, scale, lens, cu_h,
+                                               res["ceilings"]["gemm_tflops"].get(dt),
+                                               res["ceilings"]["copy_gbps"], t_start, t_cell,
+                                               n_total - n_done, notes))
+                            if graphed and not cc.get("ragged_graphed", True):
+                                res["meta"]["ragged_graphed"] = False
+                            elif res["meta"]["ragged_graphed"] is None:
+                                res["meta"]["ragged_graphed"] = cc.get("ragged_graphed", False)
+                            for side in ("ragged", "varlen"):
+                                if not cc[side]["pass"]:
+                                    res["failures"].append(
+                                        f"{shape} {dt} {dist} b{bs} {side}: min cos "
+                                        f"{cc[side]['min_cos']:.6f} < {COS_MIN[dt]}")
+                        except Exception as e:  # noqa: BLE001
+                            cc["error"] = f"{type(e).__name__}: {e}"
+                            res["failures"].append(f"{shape} {dt} {dist} b{bs}: {cc['error']}")
+                            log(f"ERROR {shape} {dt} {dist} b{bs}: {cc['error']}")
+                            sync()
+                        n_done += 1
+                        if not cc.get("error"):
+                            log(f"[{n_done}/{n_total}] {shape} {dt} {dist} b{bs}: T {T}, ragged "
+                                f"{cc['ragged']['us']:.1f} us ({cc['ragged']['tflops']:.1f} "
+                                f"TFLOP/s), varlen {cc['varlen']['us']:.1f} us "
+                                f"({cc['varlen']['tflops']:.1f} TFLOP/s), {cc['ratio']:.2f}x; "
+                                f"cos {cc['ragged']['min_cos']:.6f}/"
+                                f"{cc['varlen']['min_cos']:.6f}, reps {cc['reps']}")
+                        run["cells"].append(cc)
+                        res["meta"]["wall_s"] = time.monotonic() - t_start
+                        bg.write_results(res, base, render_md)
+            ops.close()
+    res["meta"]["wall_s"] = time.monotonic() - t_start
+    bg.write_results(res, base, render_md)
+    print()
+    print(render_md(res), flush=True)
+    log(f"wrote {base}.json and .md ({res['meta']['wall_s']:.0f} s)")
+    if res["failures"]:
+        log("FLAGGED: " + "; ".join(res["failures"]))
+        return 1
+    return 0
+
+
+def run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw, dt, tdt, elem, heads, D, H,
+             scale, lens, cu_h, gemm_rate, copy_gbps, t_start, t_cell, cells_left, notes):
+    dev = a.device
+    T, n, max_len = int(cu_h[-1]), len(lens), int(lens.max())
+    g = torch.Generator(device=dev).manual_seed(int(T * 131 + n))
+    qkv = torch.randn(T, 3 * H, generator=g, device=dev).to(tdt).contiguous()
+    cu_d = torch.from_numpy(cu_h).to(dev)
+    out_r = torch.full((T, H), float("nan"), device=dev, dtype=tdt)
+    q, k, v = qkv.view(T, 3, heads, D).unbind(1)
+    cu_h_ptr = cu_h.ctypes.data
+
+    def ragged_call():
+        ops.attention(qkv.data_ptr(), cu_d.data_ptr(), cu_h_ptr, n, max_len, heads, D, scale,
+                      out_r.data_ptr())
+
+    if varlen is not None:
+        kw = {"scale": scale} if "scale" in varlen_kw else {}
+
+        def peer_call():
+            return varlen(q, k, v, cu_d, cu_d, max_len, max_len, **kw)
+    elif cuda:
+        def peer_call():
+            return torch.ops.aten._flash_attention_forward(q, k, v, cu_d, cu_d, max_len, max_len,
+                                                           0.0, False, False)[0]
+    else:
+        def peer_call():
+            o = torch.empty(T, heads, D, dtype=tdt)
+            for s in range(n):
+                lo, hi = int(cu_h[s]), int(cu_h[s + 1])
+                o[lo:hi] = F.scaled_dot_product_attention(
+                    q[lo:hi].transpose(0, 1), k[lo:hi].transpose(0, 1), v[lo:hi].transpose(0, 1),
+                    scale=scale).transpose(0, 1)
+            return o
+
+    # correctness: fp32 SDPA per sequence on the same (rounded) inputs
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
+    ragged_call()
+    ops.sync()
+    out_v = peer_call()
+    sync()
+    ref = torch.empty(T, heads, D, dtype=torch.float32, device=dev)
+    qf, kf, vf = q.float(), k.float(), v.float()
+    for s in range(n):
+        lo, hi = int(cu_h[s]), int(cu_h[s + 1])
+        ref[lo:hi] = F.scaled_dot_product_attention(
+            qf[lo:hi].transpose(0, 1), kf[lo:hi].transpose(0, 1), vf[lo:hi].transpose(0, 1),
+            scale=scale).transpose(0, 1)
+    sync()
+    c = {"ragged": {}, "varlen": {}}
+    for side, o in (("ragged", out_r), ("varlen", out_v)):
+        mabs, mcos = rows_check(o, ref)
+        c[side].update(max_abs=mabs, min_cos=mcos, graphed=False)
+        c[side]["pass"] = bool(mcos >= COS_MIN[dt])  # NaN fails
+    c["max_abs_ragged_varlen"] = rows_check(out_r, out_v.float())[0]
+    del ref, qf, kf, vf
+
+    # graphs of CALLS calls per side
+    r_graph, t_graph = None, None
+    c["ragged_graphed"] = False
+    if graphed:
+        try:
+            r_graph = ops.capture(lambda: [ragged_call() for _ in range(CALLS)])
+            c["ragged_graphed"] = True
+        except Exception as e:  # noqa: BLE001
+            msg = f"ragged capture failed ({e}); direct launches timed"
+            if msg not in notes:
+                notes.append(msg)
+            r_graph = None
+    keep = []
+    if cuda:
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(2):
+                    peer_call()
+            torch.cuda.current_stream().wait_stream(s)
+            sync()
+            t_graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(t_graph):
+                for _ in range(CALLS):
+                    keep.append(peer_call())
+        except Exception as e:  # noqa: BLE001
+            msg = f"torch capture failed ({e}); direct calls timed"
+            if msg not in notes:
+                notes.append(msg)
+            t_graph = None
+            sync()
+    c["varlen_graphed"] = c["varlen"]["graphed"] = t_graph is not None
+    c["ragged"]["graphed"] = r_graph is not None
+
+    def run_ragged():
+        sync()
+        t0 = time.perf_counter()
+        if r_graph is not None:
+            ops.launch(r_graph)
+        else:
+            for _ in range(CALLS):
+                ragged_call()
+        ops.sync()
+        return (time.perf_counter() - t0) / CALLS * 1e6
+
+    def run_varlen():
+        sync()
+        t0 = time.perf_counter()
+        if t_graph is not None:
+            t_graph.replay()
+        else:
+            for _ in range(CALLS):
+                peer_call()
+        sync()
+        return (time.perf_counter() - t0) / CALLS * 1e6
+
+    est = {"ragged": min(run_ragged() for _ in range(2)), "varlen": min(run_varlen()
+                                                                         for _ in range(2))}
+    left = a.budget_s - (time.monotonic() - t_start)
+    avail = max(left, 0.0) / max(cells_left, 1) - (time.monotonic() - t_cell)
+    reps = int(avail / max((est["ragged"] + est["varlen"]) * CALLS / 1e6, 1e-7))
+    reps = max(a.min_reps, min(a.max_reps, reps))
+    ts = {"ragged": [], "varlen": []}
+    for i in range(reps):
+        for side in (("ragged", "varlen") if i % 2 == 0 else ("varlen", "ragged")):
+            ts[side].append(run_ragged() if side == "ragged" else run_varlen())
+    fl = attn_flops(H, lens)
+    by = attn_bytes(T, H, elem)
+    for side in ("ragged", "varlen"):
+        us = float(np.median(ts[side]))
+        d = c[side]
+        d.update(us=us, p90_us=bg.pct(ts[side], 90), min_us=float(np.min(ts[side])),
+                 tflops=fl / (us / 1e6) / 1e12, gbps=by / (us / 1e6) / 1e9)
+        if gemm_rate:
+            d["gemm_pct"] = 100.0 * d["tflops"] / gemm_rate
+        if copy_gbps:
+            d["copy_pct"] = 100.0 * d["gbps"] / copy_gbps
+    c["ratio"] = c["varlen"]["us"] / c["ragged"]["us"]
+    c["reps"] = reps
+    c["flops"] = fl
+    c["bytes_min"] = by
+    if r_graph is not None:
+        ops.sync()
+        ops.graph_free(r_graph)
+    del t_graph, keep
+    return c
+
+
+if __name__ == "__main__":
+    sys.exit(main())
