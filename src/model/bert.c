@@ -15,9 +15,9 @@
  * then pool per sequence (+ L2 normalize).
  *
  * CUDA graphs: a packed batch of n tokens and s sequences runs in the bucket (T_b, S_b, L_b) that
- * rounds n, s and the longest length up (rg_bucket below); the bucket's whole forward -- the copy of
- * the staged ids, positions and cu_seqlens into device memory, the encoder, the pooling and the copy
- * of the pooled rows to pinned host memory -- is captured once into a CUDA graph and replayed for
+ * rounds n, s and the longest length up (bucket_of below); the bucket's whole forward -- the copy of
+ * the staged ids, positions and cu_seqlens into device memory, the encoder, and the pooling, which
+ * writes the pooled rows straight into pinned, mapped host memory -- is captured once into a CUDA graph and replayed for
  * every later batch of that bucket. Tokens n..T_b are padding ([PAD], position 0) that belong to no
  * sequence: attention never reads them and pooling never sums them; sequences s..S_b have length 0
  * and pool to zero rows that are not returned. One synchronisation per batch. The first batch of a
@@ -743,7 +743,7 @@ static void bucket_of(const rg_model *m, int n, int n_seq, int max_len, int *T, 
 
 /* The whole packed forward of one bucket as backend ops (what a graph captures): copy the staged
  * ids_h ([tokens T][positions T][cu S+1]) to the device, encode T rows as S sequences, pool S rows
- * and copy them to out_h. */
+ * into out_h (host memory the device writes through the mapping on CUDA). */
 static rg_status forward_packed(rg_model *m, int T, int S, int L, const int32_t *cu_h)
 {
 	const int H = m->cfg.hidden_size;
@@ -759,12 +759,9 @@ static rg_status forward_packed(rg_model *m, int T, int S, int L, const int32_t 
 		    RG_OK ||
 	    (s = run_encoder(m, &f, T, S, L)) != RG_OK)
 		return s;
-	s = rg_op_pool(m->be, f.a[RG_A_HIDDEN], f.cu, S, H, m->info.pooling, m->info.normalize,
-		       f.a[RG_A_POOLED]);
-	if (s != RG_OK)
-		return s;
-	return rg_backend_download_async(m->be, m->out_h, f.a[RG_A_POOLED],
-					 (size_t)S * H * sizeof(float));
+	/* pooled rows straight into the pinned (mapped) host buffer: no copy node after the pool */
+	return rg_op_pool(m->be, f.a[RG_A_HIDDEN], f.cu, S, H, m->info.pooling, m->info.normalize,
+			  m->out_h);
 }
 
 /* Stage a validated packed batch into ids_h as bucket (T, S): padding tokens [PAD] at position 0

@@ -14,8 +14,22 @@
 struct rg_backend {
 	rg_device dev;
 	rg_dtype dt;
-	void *cuda; /* CUDA context, NULL on CPU */
+	void *cuda;           /* CUDA context, NULL on CPU */
+	bool capturing;       /* between capture_begin and capture_end */
+	rg_status capture_st; /* first op error while capturing (RG_OK: none) */
+	char capture_msg[256];
 };
+
+/* While capturing, remember the first failing op: capture_end reports it even when the failure
+ * happened on the host before anything reached the stream. */
+static rg_status note(rg_backend *be, rg_status st)
+{
+	if (st != RG_OK && be->capturing && be->capture_st == RG_OK) {
+		be->capture_st = st;
+		snprintf(be->capture_msg, sizeof(be->capture_msg), "%s", rg_last_error());
+	}
+	return st;
+}
 
 size_t rg_dtype_size(rg_dtype dt)
 {
@@ -171,7 +185,7 @@ rg_status rg_backend_zero(rg_backend *be, void *ptr, size_t bytes)
 {
 #ifdef RG_WITH_CUDA
 	if (RG_IS_CUDA(be))
-		return rg_cuda_zero(be->cuda, ptr, bytes);
+		return note(be, rg_cuda_zero(be->cuda, ptr, bytes));
 #endif
 	(void)be;
 	memset(ptr, 0, bytes);
@@ -206,7 +220,7 @@ rg_status rg_backend_upload_async(rg_backend *be, void *dst, const void *src_pin
 {
 #ifdef RG_WITH_CUDA
 	if (RG_IS_CUDA(be))
-		return rg_cuda_upload_async(be->cuda, dst, src_pinned, bytes);
+		return note(be, rg_cuda_upload_async(be->cuda, dst, src_pinned, bytes));
 #endif
 	(void)be;
 	memcpy(dst, src_pinned, bytes);
@@ -217,7 +231,7 @@ rg_status rg_backend_download_async(rg_backend *be, void *dst_pinned, const void
 {
 #ifdef RG_WITH_CUDA
 	if (RG_IS_CUDA(be))
-		return rg_cuda_download_async(be->cuda, dst_pinned, src, bytes);
+		return note(be, rg_cuda_download_async(be->cuda, dst_pinned, src, bytes));
 #endif
 	(void)be;
 	memcpy(dst_pinned, src, bytes);
@@ -232,8 +246,14 @@ bool rg_backend_has_graphs(const rg_backend *be)
 rg_status rg_backend_capture_begin(rg_backend *be)
 {
 #ifdef RG_WITH_CUDA
-	if (RG_IS_CUDA(be))
-		return rg_cuda_capture_begin(be->cuda);
+	if (RG_IS_CUDA(be)) {
+		rg_status st = rg_cuda_capture_begin(be->cuda);
+		if (st == RG_OK) {
+			be->capturing = true;
+			be->capture_st = RG_OK;
+		}
+		return st;
+	}
 #endif
 	(void)be;
 	return rg_errorf(RG_ERR_UNSUPPORTED, "the CPU backend has no graphs");
@@ -243,8 +263,19 @@ rg_status rg_backend_capture_end(rg_backend *be, rg_graph **out)
 {
 	*out = NULL;
 #ifdef RG_WITH_CUDA
-	if (RG_IS_CUDA(be))
-		return rg_cuda_capture_end(be->cuda, (void **)out);
+	if (RG_IS_CUDA(be)) {
+		rg_status st = rg_cuda_capture_end(be->cuda, (void **)out);
+		bool failed = be->capture_st != RG_OK;
+
+		be->capturing = false;
+		if (!failed)
+			return st;
+		if (*out)
+			rg_cuda_graph_free(be->cuda, *out);
+		*out = NULL;
+		return rg_errorf(be->capture_st, "an op failed during graph capture: %s",
+				 be->capture_msg);
+	}
 #endif
 	(void)be;
 	return rg_errorf(RG_ERR_UNSUPPORTED, "the CPU backend has no graphs");
@@ -334,8 +365,8 @@ rg_status rg_op_embed_layernorm(rg_backend *be, const int32_t *tokens, const int
 {
 #ifdef RG_WITH_CUDA
 	if (RG_IS_CUDA(be))
-		return rg_cuda_embed_layernorm(be->cuda, be->dt, tokens, positions, n_tokens, word,
-					       pos, type0, gamma, beta, eps, H, out);
+		return note(be, rg_cuda_embed_layernorm(be->cuda, be->dt, tokens, positions, n_tokens, word,
+					       pos, type0, gamma, beta, eps, H, out));
 #endif
 	(void)be;
 	return rg_cpu_embed_layernorm(tokens, positions, n_tokens, word, pos, type0, gamma, beta, eps,
@@ -346,7 +377,7 @@ rg_status rg_op_gemm(rg_backend *be, const void *A, const void *W, void *out, in
 {
 #ifdef RG_WITH_CUDA
 	if (RG_IS_CUDA(be))
-		return rg_cuda_gemm(be->cuda, be->dt, A, W, out, M, N, K);
+		return note(be, rg_cuda_gemm(be->cuda, be->dt, A, W, out, M, N, K));
 #endif
 	(void)be;
 	return rg_cpu_gemm(A, W, out, M, N, K);
@@ -357,7 +388,7 @@ rg_status rg_op_gemm_bias_act(rg_backend *be, const void *A, const void *W, cons
 {
 #ifdef RG_WITH_CUDA
 	if (RG_IS_CUDA(be))
-		return rg_cuda_gemm_bias_act(be->cuda, be->dt, A, W, bias, out, M, N, K, act);
+		return note(be, rg_cuda_gemm_bias_act(be->cuda, be->dt, A, W, bias, out, M, N, K, act));
 #endif
 	(void)be;
 	return rg_cpu_gemm_bias_act(A, W, bias, out, M, N, K, act);
@@ -367,7 +398,7 @@ rg_status rg_op_bias_act(rg_backend *be, void *x, const float *bias, int M, int 
 {
 #ifdef RG_WITH_CUDA
 	if (RG_IS_CUDA(be))
-		return rg_cuda_bias_act(be->cuda, be->dt, x, bias, M, N, act);
+		return note(be, rg_cuda_bias_act(be->cuda, be->dt, x, bias, M, N, act));
 #endif
 	(void)be;
 	return rg_cpu_bias_act(x, bias, M, N, act);
@@ -379,8 +410,8 @@ rg_status rg_op_bias_residual_layernorm(rg_backend *be, const void *x, const flo
 {
 #ifdef RG_WITH_CUDA
 	if (RG_IS_CUDA(be))
-		return rg_cuda_bias_residual_layernorm(be->cuda, be->dt, x, bias, residual, gamma,
-						       beta, eps, M, N, out);
+		return note(be, rg_cuda_bias_residual_layernorm(be->cuda, be->dt, x, bias, residual, gamma,
+						       beta, eps, M, N, out));
 #endif
 	(void)be;
 	return rg_cpu_bias_residual_layernorm(x, bias, residual, gamma, beta, eps, M, N, out);
@@ -392,8 +423,8 @@ rg_status rg_op_attention(rg_backend *be, const void *qkv, const int32_t *cu_seq
 {
 #ifdef RG_WITH_CUDA
 	if (RG_IS_CUDA(be))
-		return rg_cuda_attention(be->cuda, be->dt, qkv, cu_seqlens, cu_seqlens_h, n_seq,
-					 max_seqlen, num_heads, head_dim, scale, seg, out);
+		return note(be, rg_cuda_attention(be->cuda, be->dt, qkv, cu_seqlens, cu_seqlens_h, n_seq,
+					 max_seqlen, num_heads, head_dim, scale, seg, out));
 #endif
 	(void)be;
 	(void)cu_seqlens_h;
@@ -406,7 +437,7 @@ rg_status rg_op_pool(rg_backend *be, const void *x, const int32_t *cu_seqlens, i
 {
 #ifdef RG_WITH_CUDA
 	if (RG_IS_CUDA(be))
-		return rg_cuda_pool(be->cuda, be->dt, x, cu_seqlens, n_seq, H, mode, normalize, out);
+		return note(be, rg_cuda_pool(be->cuda, be->dt, x, cu_seqlens, n_seq, H, mode, normalize, out));
 #endif
 	(void)be;
 	return rg_cpu_pool(x, cu_seqlens, n_seq, H, mode, normalize, out);
@@ -417,7 +448,7 @@ rg_status rg_op_gather_rows(rg_backend *be, const void *src, const int32_t *idx,
 {
 #ifdef RG_WITH_CUDA
 	if (RG_IS_CUDA(be))
-		return rg_cuda_gather_rows(be->cuda, be->dt, src, idx, n_dst, H, dst);
+		return note(be, rg_cuda_gather_rows(be->cuda, be->dt, src, idx, n_dst, H, dst));
 #endif
 	(void)be;
 	return rg_cpu_gather_rows(src, idx, n_dst, H, dst);

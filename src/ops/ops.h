@@ -42,8 +42,10 @@ rg_status rg_backend_sync(rg_backend *be);
 /* Set bytes of backend memory to zero (CUDA: asynchronous on the stream). */
 rg_status rg_backend_zero(rg_backend *be, void *ptr, size_t bytes);
 
-/* Pinned (page-locked) host memory for staging: CUDA cudaHostAlloc, CPU malloc. RG_ERR_OOM on
- * failure; host_free accepts NULL. The only host memory the async copies and graphs may use. */
+/* Pinned (page-locked) host memory for staging: CUDA cudaHostAlloc (mapped: with unified
+ * addressing an op may also read or write it directly through the same pointer, e.g. a pooled
+ * result written straight to the host), CPU malloc. RG_ERR_OOM on failure; host_free accepts
+ * NULL. The only host memory the async copies and graphs may use. */
 rg_status rg_backend_host_alloc(rg_backend *be, size_t bytes, void **ptr);
 void rg_backend_host_free(rg_backend *be, void *ptr);
 /* Asynchronous copies on the backend's stream between pinned host memory (host_alloc) and backend
@@ -88,7 +90,8 @@ rg_status rg_op_gemm(rg_backend *be, const void *A, const void *W, void *out, in
 
 /* Fused GEMM + epilogue (ByteTransformer sec. III-C/D: bias and activation applied in the GEMM's
  * epilogue instead of a separate pass over the output):
- * out (M, N) act = act_fn(A (M, K) x W^T + bias), W (N, K) act, bias (N) act or NULL (no bias).
+ * out (M, N) act = act_fn(A (M, K) x W^T + bias), W (N, K) act, bias (N) act or NULL (no bias);
+ * CUDA wants the bias 16-byte aligned (RG_ERR_INVALID_INPUT otherwise; backend allocations are).
  * CUDA: one cuBLASLt matmul with the BIAS / GELU_BIAS / RELU_BIAS epilogue (GELU_NEW is exactly
  * cuBLASLt's tanh form); exact GELU (erf) uses the tanh epilogue in fp16/bf16 unless
  * rg_backend_set_exact_gelu, else the BIAS epilogue and one in-place exact pass. CPU: sgemm + one
@@ -101,7 +104,7 @@ rg_status rg_op_bias_act(rg_backend *be, void *x, const float *bias, int M, int 
 
 /* out (M, N) act = LN(x + bias + residual) * gamma + beta, row-wise over N, statistics in f32.
  * x, residual: (M, N) act; bias (N) f32 or NULL (already added by a GEMM epilogue); gamma, beta:
- * (N) f32. CUDA: one warp per row for N <= 2048 (16-byte accesses, E[x] and E[x^2] reduced
+ * (N) f32. CUDA: one warp per row for N = 32 * 8 * k <= 2048 in fp16/bf16, <= 1024 in fp32 (16- or 8-byte accesses, E[x] and E[x^2] reduced
  * together, TurboTransformers sec. 4.1.2). out may alias residual or x
  * (fused add-bias + LayerNorm, ByteTransformer sec. III-C). */
 rg_status rg_op_bias_residual_layernorm(rg_backend *be, const void *x, const float *bias,

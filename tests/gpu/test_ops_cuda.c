@@ -11,15 +11,35 @@
  * Also checks error paths (OOM, unsupported head_dim, bad cu_seqlens, the device error flag) and
  * that a sequence computed alone equals the same sequence inside a batch (bitwise, on the GPU).
  *
- * Usage: test_ops_cuda [--json FILE] [--quick] [--dtype fp32|fp16|bf16] [--skip-oom] [--no-gemm]. --quick
- * drops the {512,512,1,2} set (for compute-sanitizer runs); --dtype runs one dtype; --skip-oom
- * leaves out the deliberate 1 PiB allocation (which compute-sanitizer counts as an API error);
- * --no-gemm leaves out the cuBLASLt GEMMs, so that racecheck sees only ragged's own kernels
- * (it reports WAR hazards inside cuBLASLt's sm90 "nvjet" kernels, which are not ours to fix).
- * Prints one table row per (op, dtype) with the worst errors
- * over all length sets; exits 1 if any check failed, 77 when no CUDA device is present.
+ * Coverage of the fused / fast paths:
+ *  - gemm_bias_act: the model's shapes (N = 3H, H, I with H 384 and 768, K = H or I) for every
+ *    act with an act-dtype bias and with bias NULL, M from the ragged batches plus 64 and 333;
+ *    exact GELU twice: with the default (fp16/bf16: cuBLASLt's tanh-form epilogue, compared with
+ *    the exact CPU GELU at the dtype's tolerance in its own row "gemm_bias_gelu(tanh-epilogue)")
+ *    and with rg_backend_set_exact_gelu (row "gemm_bias_act gelu(erf)");
+ *  - residual LayerNorm with and without bias, out separate / = residual / = x, for N = 384, 768,
+ *    1024 (warp-per-row kernel) and 100, 2312 (block kernel); embeddings LayerNorm for H = 384,
+ *    768 (warp) and 99 (block);
+ *  - pool for H = 384, 768 (16-byte column groups) and 99 (one element per thread), including
+ *    zero-length sequences inside and at the end of a batch (zero rows, no error flag) and
+ *    500-token sequences;
+ *  - graphs: embed LN -> GEMM + bias -> residual LN (out = residual) -> pool -> async download to
+ *    pinned memory, captured once and replayed on two different input sets written into the same
+ *    buffers (each replay equals the CPU reference of its own inputs); capture error paths.
+ * Rows are named by op and shape/variant; a failing element prints the case (lengths, N, alias).
+ *
+ * Usage: test_ops_cuda [--json FILE] [--quick] [--dtype fp32|fp16|bf16] [--skip-oom] [--no-gemm].
+ * --quick drops the {512,512,1,2} set and most fused-GEMM cases (H = 384 on 1 and 226 rows only),
+ * for compute-sanitizer runs; --dtype runs one dtype; --skip-oom leaves out the deliberate 1 PiB
+ * allocation and the deliberate illegal call during a graph capture (compute-sanitizer counts both
+ * as API errors); --no-gemm leaves out the cuBLASLt GEMMs (in the captured graph too, whose GEMM
+ * output is then an uploaded input), so that racecheck sees only ragged's own kernels (it reports
+ * WAR hazards inside cuBLASLt's sm90 "nvjet" kernels, which are not ours to fix).
+ * Prints one table row per (op, dtype) with the worst errors over all length sets; exits 1 if any
+ * check failed, 77 when no CUDA device is present.
  * Build: see tests/gpu/run.sh (links build/libragged.a and the CUDA libraries). */
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +50,7 @@
 
 #define GUARD 256       /* guard bytes on each side of every GPU output */
 #define GUARD_BYTE 0x5A
-#define MAX_ROWS 128
+#define MAX_ROWS 256
 
 /* ---- results table ---- */
 typedef struct row {
@@ -49,6 +69,7 @@ typedef struct row {
 static row g_rows[MAX_ROWS];
 static int g_nrows;
 static int g_fail;
+static char g_case[128]; /* the current case (lengths, variant), printed with a failing element */
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 
 static const char *dt_name(rg_dtype dt)
@@ -71,6 +92,21 @@ static row *get_row(const char *op, rg_dtype dt)
 	r->dt = dt;
 	return r;
 }
+
+/* Describe the current case for failure messages; compare() clears it. */
+static void set_case(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void set_case(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(g_case, sizeof(g_case), fmt, ap);
+	va_end(ap);
+}
+
+/* Count a failed check that is not an element comparison (an op or a sync returned an error,
+ * a zero row was not zero) in the row (op, dt). */
+static void row_fail(const char *op, rg_dtype dt, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* ---- random numbers (xorshift64*), uniform in [lo, hi) ---- */
 static double urand(void)
@@ -122,6 +158,7 @@ typedef struct gbuf {
 } gbuf;
 
 static rg_backend *g_gpu, *g_cpu;
+static rg_dtype g_dt; /* the GPU backend's dtype */
 
 static void die_st(rg_status st, const char *what)
 {
@@ -173,20 +210,27 @@ static void gfree(gbuf *b)
 	b->base = NULL;
 }
 
-/* GPU tensor of n act values drawn in [lo, hi), stored as dt; *host gets the values exactly as
- * stored (rounded), for the CPU reference. Caller frees both. */
-static gbuf gact_rand(rg_dtype dt, size_t n, float lo, float hi, float **host)
+/* Fill the first n act values of the GPU buffer dst with values drawn in [lo, hi), stored as dt;
+ * returns them exactly as stored (rounded), for the CPU reference (caller frees). */
+static float *gact_fill(rg_dtype dt, void *dst, size_t n, float lo, float hi)
 {
 	float *f = malloc(n * sizeof(float));
 	void *raw = malloc(n * 4);
 	for (size_t i = 0; i < n; i++)
 		f[i] = frand(lo, hi);
-	gbuf b = galloc(n * rg_dtype_size(dt));
-	CK(rg_backend_upload_f32_as(g_gpu, b.p, f, n, dt));
-	CK(rg_backend_download(g_gpu, raw, b.p, n * rg_dtype_size(dt)));
+	CK(rg_backend_upload_f32_as(g_gpu, dst, f, n, dt));
+	CK(rg_backend_download(g_gpu, raw, dst, n * rg_dtype_size(dt)));
 	decode(dt, raw, f, n);
 	free(raw);
-	*host = f;
+	return f;
+}
+
+/* GPU tensor of n act values drawn in [lo, hi), stored as dt; *host gets the values exactly as
+ * stored (rounded), for the CPU reference. Caller frees both. */
+static gbuf gact_rand(rg_dtype dt, size_t n, float lo, float hi, float **host)
+{
+	gbuf b = galloc(n * rg_dtype_size(dt));
+	*host = gact_fill(dt, b.p, n, lo, hi);
 	return b;
 }
 
@@ -240,8 +284,8 @@ static void compare(const char *op, rg_dtype dt, const float *got, const float *
 		double tol = atol + rtol * fabs(f);
 		if (!(d <= tol)) {
 			if (bad < 3)
-				fprintf(stderr, "  %s %s: element %zu got %.8g ref %.8g\n", op,
-					dt_name(dt), i, g, f);
+				fprintf(stderr, "  %s %s: element %zu got %.8g ref %.8g [%s]\n", op,
+					dt_name(dt), i, g, f, g_case);
 			bad++;
 		}
 		if (isnan(d)) {
@@ -258,8 +302,37 @@ static void compare(const char *op, rg_dtype dt, const float *got, const float *
 		r->den += f * f;
 	}
 	r->bad += bad;
+	if (guard_bad)
+		fprintf(stderr, "  %s %s: %d guard bytes overwritten [%s]\n", op, dt_name(dt),
+			guard_bad, g_case);
 	if (bad || guard_bad)
 		g_fail = 1;
+	g_case[0] = 0;
+}
+
+static void row_fail(const char *op, rg_dtype dt, const char *fmt, ...)
+{
+	row *r = get_row(op, dt);
+	va_list ap;
+
+	r->bad++;
+	g_fail = 1;
+	fprintf(stderr, "  %s %s: ", op, dt_name(dt));
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, " [%s]\n", g_case);
+}
+
+/* True when a GPU op returned RG_OK; otherwise the failure is counted in the row (op, dt) (the
+ * test goes on: one broken path must not hide the others). */
+static int op_ok(rg_status st, const char *op, rg_dtype dt, const char *call)
+{
+	if (st == RG_OK)
+		return 1;
+	row_fail(op, dt, "%s returned %s: %s", call, rg_status_name(st), rg_last_error());
+	get_row(op, dt)->cases++;
+	return 0;
 }
 
 /* Output tolerances: the GPU output is rounded to dt (half an ulp: 2^-11 fp16, 2^-8 bf16), the
@@ -272,6 +345,7 @@ static void tol_for(rg_dtype dt, double *atol, double *rtol)
 	case RG_DTYPE_F32: *atol = 2e-5; *rtol = 1e-4; return;
 	case RG_DTYPE_F16: *atol = 1e-3; *rtol = 2e-3; return;
 	case RG_DTYPE_BF16: *atol = 8e-3; *rtol = 1.6e-2; return;
+	case RG_DTYPE_AUTO: return; /* a load parameter, never a backend's dtype */
 	}
 }
 
@@ -279,27 +353,39 @@ static void tol_for(rg_dtype dt, double *atol, double *rtol)
 typedef struct batch {
 	int n_seq, n_tok, max_len;
 	int32_t cu[8];
+	char name[64]; /* "lens {7,3}" */
 } batch;
 
+/* n <= 7 sequences; lengths may be 0 (the padding sequences of a graph bucket). */
 static batch make_batch(const int *lens, int n)
 {
 	batch b = { .n_seq = n };
+	size_t k;
+
 	b.cu[0] = 0;
+	k = (size_t)snprintf(b.name, sizeof(b.name), "lens {");
 	for (int i = 0; i < n; i++) {
 		b.cu[i + 1] = b.cu[i] + lens[i];
 		if (lens[i] > b.max_len)
 			b.max_len = lens[i];
+		if (k < sizeof(b.name))
+			k += (size_t)snprintf(b.name + k, sizeof(b.name) - k, "%s%d", i ? "," : "",
+					      lens[i]);
 	}
+	if (k < sizeof(b.name))
+		snprintf(b.name + k, sizeof(b.name) - k, "}");
 	b.n_tok = b.cu[n];
 	return b;
 }
 
 /* ---- op tests ---- */
-static void test_embed_ln(rg_dtype dt, const batch *b)
+/* H = 32 * VEC * nv (384, 768) takes the warp-per-row kernel, other H (99) the block kernel. */
+static void test_embed_ln(rg_dtype dt, const batch *b, int H)
 {
-	const int H = 384, vocab = 1000, max_pos = 512, T = b->n_tok;
+	const int vocab = 1000, max_pos = 512, T = b->n_tok;
 	float *word, *pos, *type0;
 	double a, r;
+	char name[48];
 	int32_t *tok = malloc(T * 4), *ps = malloc(T * 4);
 	float *gam = frand_host(H, 0.5f, 1.5f), *bet = frand_host(H, -0.5f, 0.5f);
 
@@ -320,8 +406,10 @@ static void test_embed_ln(rg_dtype dt, const batch *b)
 	float *ref = nan_host((size_t)T * H);
 	CK(rg_op_embed_layernorm(g_cpu, tok, ps, T, word, pos, type0, gam, bet, 1e-12f, H, ref));
 	float *got = gread(&go, dt, (size_t)T * H);
+	snprintf(name, sizeof(name), "embed_layernorm H=%d", H);
+	set_case("%s", b->name);
 	/* LN outputs reach ~3-4: scale atol with them */
-	compare("embed_layernorm", dt, got, ref, (size_t)T * H, 2 * a, r, gguard_check(&go));
+	compare(name, dt, got, ref, (size_t)T * H, 2 * a, r, gguard_check(&go));
 	free(got);
 	free(ref);
 	gfree(&go); gfree(&gw); gfree(&gp); gfree(&gt); gfree(&gtok); gfree(&gps); gfree(&gg);
@@ -346,9 +434,75 @@ static void test_gemm(rg_dtype dt, const batch *b, int N, int K)
 	CK(rg_op_gemm(g_cpu, A, W, ref, M, N, K));
 	float *got = gread(&go, dt, (size_t)M * N);
 	snprintf(name, sizeof(name), "gemm N=%d K=%d", N, K);
+	set_case("%s", b->name);
 	compare(name, dt, got, ref, (size_t)M * N, a, r, gguard_check(&go));
 	free(got); free(ref); free(A); free(W);
 	gfree(&ga); gfree(&gw); gfree(&go);
+}
+
+/* out (M, N) = act(A W^T + bias) with bias (N) in the act dtype or NULL. exact: run with
+ * rg_backend_set_exact_gelu(true). Exact GELU without it on fp16/bf16 is cuBLASLt's tanh-form
+ * epilogue: compared with the exact CPU GELU at the dtype's tolerance, in a row of its own. */
+static void test_gemm_bias_act(rg_dtype dt, int M, int N, int K, rg_act act, int with_bias,
+			       int exact)
+{
+	const float ws = 1.f / sqrtf((float)K);
+	const int tanh_epi = act == RG_ACT_GELU && dt != RG_DTYPE_F32 && !exact;
+	float *A, *W, *bias = NULL;
+	double a, r;
+	char name[48];
+	rg_status st;
+
+	tol_for(dt, &a, &r);
+	if (tanh_epi)
+		snprintf(name, sizeof(name), "%s", with_bias ? "gemm_bias_gelu(tanh-epilogue)"
+							     : "gemm_gelu(tanh-epilogue) nobias");
+	else
+		snprintf(name, sizeof(name), "%s %s%s", with_bias ? "gemm_bias_act" : "gemm_act",
+			 act == RG_ACT_GELU ? "gelu(erf)" : rg_act_name(act),
+			 with_bias ? "" : " nobias");
+	set_case("M=%d N=%d K=%d%s", M, N, K, exact ? " exact_gelu" : "");
+	gbuf ga = gact_rand(dt, (size_t)M * K, -1, 1, &A);
+	gbuf gw = gact_rand(dt, (size_t)N * K, -ws * 1.7f, ws * 1.7f, &W);
+	/* the bias is act dtype (cuBLASLt's epilogue wants D's type), read back for the reference */
+	gbuf gb = with_bias ? gact_rand(dt, (size_t)N, -1, 1, &bias) : (gbuf){ 0 };
+	gbuf go = galloc((size_t)M * N * rg_dtype_size(dt));
+	rg_backend_set_exact_gelu(g_gpu, exact != 0);
+	st = rg_op_gemm_bias_act(g_gpu, ga.p, gw.p, with_bias ? gb.p : NULL, go.p, M, N, K, act);
+	rg_backend_set_exact_gelu(g_gpu, false);
+	if (op_ok(st, name, dt, "rg_op_gemm_bias_act")) {
+		float *ref = nan_host((size_t)M * N);
+		CK(rg_op_gemm_bias_act(g_cpu, A, W, bias, ref, M, N, K, act));
+		float *got = gread(&go, dt, (size_t)M * N);
+		compare(name, dt, got, ref, (size_t)M * N, a, r, gguard_check(&go));
+		free(got);
+		free(ref);
+	}
+	g_case[0] = 0;
+	free(A); free(W); free(bias);
+	gfree(&ga); gfree(&gw); gfree(&go);
+	if (with_bias)
+		gfree(&gb);
+}
+
+/* The model's GEMMs for hidden size H (I = 4H) on M rows: QKV (3H, H), attention output (H, H)
+ * and FFN2 (H, I) with bias; FFN1 (I, H) with bias and every activation, exact GELU both ways;
+ * with_nobias adds the same without bias (bias NULL). */
+static void test_gemm_bias_act_model(rg_dtype dt, int M, int H, int with_nobias)
+{
+	const int I = 4 * H;
+	static const rg_act acts[] = { RG_ACT_RELU, RG_ACT_GELU_NEW, RG_ACT_GELU };
+
+	test_gemm_bias_act(dt, M, 3 * H, H, RG_ACT_NONE, 1, 0);
+	test_gemm_bias_act(dt, M, H, H, RG_ACT_NONE, 1, 0);
+	test_gemm_bias_act(dt, M, H, I, RG_ACT_NONE, 1, 0);
+	for (int bi = 1; bi >= (with_nobias ? 0 : 1); bi--) {
+		if (!bi)
+			test_gemm_bias_act(dt, M, H, H, RG_ACT_NONE, 0, 0);
+		for (int k = 0; k < 3; k++)
+			test_gemm_bias_act(dt, M, I, H, acts[k], bi, 0);
+		test_gemm_bias_act(dt, M, I, H, RG_ACT_GELU, bi, 1);
+	}
 }
 
 static void test_bias_act(rg_dtype dt, const batch *b, rg_act act)
@@ -365,34 +519,50 @@ static void test_bias_act(rg_dtype dt, const batch *b, rg_act act)
 	CK(rg_op_bias_act(g_cpu, x, bias, M, N, act));
 	float *got = gread(&gx, dt, (size_t)M * N);
 	snprintf(name, sizeof(name), "bias_act %s", rg_act_name(act));
+	set_case("%s", b->name);
 	compare(name, dt, got, x, (size_t)M * N, a, r, gguard_check(&gx));
 	free(got); free(x); free(bias);
 	gfree(&gx); gfree(&gb);
 }
 
-/* alias: 0 separate out, 1 out = residual, 2 out = x. */
-static void test_bias_res_ln(rg_dtype dt, const batch *b, int alias)
+/* N = 32 * VEC * nv (384, 768, 1024) takes the warp-per-row kernel, other N (100, 2312) the block
+ * kernel. with_bias 0 passes bias NULL (the model's case: the bias came with the GEMM epilogue).
+ * alias: 0 separate out, 1 out = residual (the model's case), 2 out = x. */
+static void test_bias_res_ln(rg_dtype dt, const batch *b, int N, int with_bias, int alias)
 {
-	const int M = b->n_tok, N = 384;
-	float *x, *res, *bias = frand_host(N, -1, 1), *gam = frand_host(N, 0.5f, 1.5f),
-			*bet = frand_host(N, -0.5f, 0.5f);
+	const int M = b->n_tok;
+	float *x, *res, *bias = with_bias ? frand_host(N, -1, 1) : NULL,
+			*gam = frand_host(N, 0.5f, 1.5f), *bet = frand_host(N, -0.5f, 0.5f);
 	double a, r;
-	static const char *names[] = { "bias_res_ln", "bias_res_ln out=res", "bias_res_ln out=x" };
+	char name[48];
+	static const char *an[] = { "out separate", "out=res", "out=x" };
+	rg_status st;
 
 	tol_for(dt, &a, &r);
+	snprintf(name, sizeof(name), "%s N=%d%s", with_bias ? "bias_res_ln" : "res_ln", N,
+		 with_bias ? "" : " nobias");
+	set_case("%s %s", b->name, an[alias]);
 	gbuf gx = gact_rand(dt, (size_t)M * N, -2, 2, &x);
 	gbuf gr = gact_rand(dt, (size_t)M * N, -2, 2, &res);
-	gbuf gb = graw(bias, N * 4), gg = graw(gam, N * 4), gbe = graw(bet, N * 4);
+	gbuf gb = with_bias ? graw(bias, N * 4) : (gbuf){ 0 };
+	gbuf gg = graw(gam, N * 4), gbe = graw(bet, N * 4);
 	gbuf go = alias ? (gbuf){ 0 } : galloc((size_t)M * N * rg_dtype_size(dt));
 	gbuf *out = alias == 0 ? &go : alias == 1 ? &gr : &gx;
-	float *ref = nan_host((size_t)M * N);
-	CK(rg_op_bias_residual_layernorm(g_gpu, gx.p, gb.p, gr.p, gg.p, gbe.p, 1e-12f, M, N,
-					 out->p));
-	CK(rg_op_bias_residual_layernorm(g_cpu, x, bias, res, gam, bet, 1e-12f, M, N, ref));
-	float *got = gread(out, dt, (size_t)M * N);
-	compare(names[alias], dt, got, ref, (size_t)M * N, 2 * a, r, gguard_check(out));
-	free(got); free(ref); free(x); free(res); free(bias); free(gam); free(bet);
-	gfree(&gx); gfree(&gr); gfree(&gb); gfree(&gg); gfree(&gbe);
+	st = rg_op_bias_residual_layernorm(g_gpu, gx.p, with_bias ? gb.p : NULL, gr.p, gg.p, gbe.p,
+					   1e-12f, M, N, out->p);
+	if (op_ok(st, name, dt, "rg_op_bias_residual_layernorm")) {
+		float *ref = nan_host((size_t)M * N);
+		CK(rg_op_bias_residual_layernorm(g_cpu, x, bias, res, gam, bet, 1e-12f, M, N, ref));
+		float *got = gread(out, dt, (size_t)M * N);
+		compare(name, dt, got, ref, (size_t)M * N, 2 * a, r, gguard_check(out));
+		free(got);
+		free(ref);
+	}
+	g_case[0] = 0;
+	free(x); free(res); free(bias); free(gam); free(bet);
+	gfree(&gx); gfree(&gr); gfree(&gg); gfree(&gbe);
+	if (with_bias)
+		gfree(&gb);
 	if (!alias)
 		gfree(&go);
 }
@@ -438,6 +608,7 @@ static void test_attention(rg_dtype dt, const batch *b, int heads, int D, int wi
 			   ref));
 	float *got = gread(&go, dt, (size_t)T * H);
 	snprintf(name, sizeof(name), "attention %dx%d%s", heads, D, seg ? " seg" : "");
+	set_case("%s", b->name);
 	compare(name, dt, got, ref, (size_t)T * H, a, r, gguard_check(&go));
 	free(got); free(ref); free(qkv); free(seg);
 	gfree(&gq); gfree(&gcu); gfree(&go);
@@ -445,24 +616,48 @@ static void test_attention(rg_dtype dt, const batch *b, int heads, int D, int wi
 		gfree(&gs);
 }
 
-static void test_pool(rg_dtype dt, const batch *b, rg_pooling mode, bool norm)
+/* H a multiple of 16 bytes of elements (384, 768) takes the 16-byte column groups, other H (99)
+ * one element per thread. Sequences of length 0 must give zero rows (exactly) and leave the
+ * device error flag clear: rg_backend_sync returns RG_OK. */
+static void test_pool(rg_dtype dt, const batch *b, int H, rg_pooling mode, bool norm)
 {
-	const int H = 384, T = b->n_tok;
+	const int T = b->n_tok;
 	float *x;
 	static const char *mn[] = { "mean", "cls", "max" };
 	char name[48];
+	rg_status st;
 
+	snprintf(name, sizeof(name), "pool %s%s H=%d", mn[mode], norm ? " +l2" : "", H);
+	set_case("%s", b->name);
 	gbuf gx = gact_rand(dt, (size_t)T * H, -2, 2, &x);
 	gbuf gcu = graw(b->cu, (b->n_seq + 1) * 4);
 	gbuf go = galloc((size_t)b->n_seq * H * 4);
-	CK(rg_op_pool(g_gpu, gx.p, gcu.p, b->n_seq, H, mode, norm, go.p));
-	float *ref = nan_host((size_t)b->n_seq * H);
-	CK(rg_op_pool(g_cpu, x, b->cu, b->n_seq, H, mode, norm, ref));
-	float *got = gread(&go, RG_DTYPE_F32, (size_t)b->n_seq * H);
-	snprintf(name, sizeof(name), "pool %s%s", mn[mode], norm ? " +l2" : "");
-	/* the pooled output is float32 for every dtype: f32 tolerance */
-	compare(name, dt, got, ref, (size_t)b->n_seq * H, 1e-6, 1e-5, gguard_check(&go));
-	free(got); free(ref); free(x);
+	st = rg_op_pool(g_gpu, gx.p, gcu.p, b->n_seq, H, mode, norm, go.p);
+	if (op_ok(st, name, dt, "rg_op_pool")) {
+		st = rg_backend_sync(g_gpu);
+		if (st != RG_OK)
+			row_fail(name, dt, "rg_backend_sync after pool returned %s: %s",
+				 rg_status_name(st), rg_last_error());
+		float *ref = nan_host((size_t)b->n_seq * H);
+		CK(rg_op_pool(g_cpu, x, b->cu, b->n_seq, H, mode, norm, ref));
+		float *got = gread(&go, RG_DTYPE_F32, (size_t)b->n_seq * H);
+		for (int s = 0; s < b->n_seq; s++) {
+			long nz = 0;
+			if (b->cu[s + 1] != b->cu[s])
+				continue;
+			for (int i = 0; i < H; i++)
+				nz += got[(size_t)s * H + i] != 0.f;
+			if (nz)
+				row_fail(name, dt, "sequence %d has length 0 but %ld nonzero outputs",
+					 s, nz);
+		}
+		/* the pooled output is float32 for every dtype: f32 tolerance */
+		compare(name, dt, got, ref, (size_t)b->n_seq * H, 1e-6, 1e-5, gguard_check(&go));
+		free(got);
+		free(ref);
+	}
+	g_case[0] = 0;
+	free(x);
 	gfree(&gx); gfree(&gcu); gfree(&go);
 }
 
@@ -486,6 +681,7 @@ static void test_gather(rg_dtype dt, const batch *b)
 	float *ref = nan_host((size_t)T * H);
 	CK(rg_op_gather_rows(g_cpu, src, idx, T, H, ref));
 	float *got = gread(&go, dt, (size_t)T * H);
+	set_case("%s", b->name);
 	compare("gather_rows (exact)", dt, got, ref, (size_t)T * H, 0, 0, gguard_check(&go));
 	free(got); free(ref); free(src); free(idx);
 	gfree(&gs); gfree(&gi); gfree(&go);
@@ -528,7 +724,7 @@ static void test_attention_batch_invariance(rg_dtype dt)
 }
 
 /* ---- error paths ---- */
-static int g_err_checks, g_err_fail, g_skip_oom, g_no_gemm;
+static int g_err_checks, g_err_fail, g_skip_oom, g_no_gemm, g_quick;
 
 static void expect(int ok, const char *what)
 {
@@ -568,6 +764,345 @@ static void test_errors(void)
 	st = rg_backend_sync(g_gpu);
 	expect(st == RG_OK, "the flag is cleared: next sync OK");
 	gfree(&q); gfree(&o); gfree(&gcu); gfree(&gi);
+
+	/* pool: a negative length is flagged on the device and pools to a zero row */
+	{
+		const int H = 64;
+		int32_t pcu[3] = { 0, 5, 3 };
+		float *x, got[2 * 64];
+		int nz = 0;
+		gbuf gx = gact_rand(g_dt, 5 * H, -1, 1, &x), gpc = graw(pcu, 12),
+		     gpo = galloc(2 * H * 4);
+		st = rg_op_pool(g_gpu, gx.p, gpc.p, 2, H, RG_POOL_MEAN, true, gpo.p);
+		expect(st == RG_OK, "pool with a negative length launches (the kernel flags it)");
+		st = rg_backend_sync(g_gpu);
+		expect(st == RG_ERR_INVALID_INPUT, "sync after a negative length -> INVALID_INPUT");
+		CK(rg_backend_download(g_gpu, got, gpo.p, sizeof(got)));
+		for (int i = 0; i < H; i++)
+			nz += got[H + i] != 0.f;
+		expect(nz == 0 && rg_backend_sync(g_gpu) == RG_OK,
+		       "the negative-length sequence pools to a zero row; next sync OK");
+		free(x);
+		gfree(&gx); gfree(&gpc); gfree(&gpo);
+	}
+}
+
+/* ---- graphs ---- */
+
+/* The captured chain: embeddings + LN -> GEMM + bias (H x H) -> residual LN written over the
+ * residual (as the model does) -> MEAN + L2 pool -> async download to pinned memory. The device
+ * buffers are fixed; each input set is written into them before a launch. */
+enum { GR_H = 384, GR_T = 40, GR_S = 5, GR_V = 300, GR_P = 64 };
+
+typedef struct graph_bufs {
+	gbuf tok, pos, cu, word, posemb, type0, g1, b1, w, bias, g2, b2, u, h, pooled;
+	float *out_h; /* (GR_S * GR_H + GUARD floats) pinned: pooled rows then a sentinel guard */
+} graph_bufs;
+
+typedef struct graph_in { /* one input set, as the GPU holds it (rounded to dt) */
+	int32_t tok[GR_T], pos[GR_T], cu[GR_S + 1];
+	float *word, *posemb, *type0, *g1, *b1, *w, *bias, *g2, *b2, *u;
+} graph_in;
+
+#define GR_SENTINEL (-12345.25f)
+
+static void graph_in_free(graph_in *in)
+{
+	free(in->word); free(in->posemb); free(in->type0); free(in->g1); free(in->b1);
+	free(in->w); free(in->bias); free(in->g2); free(in->b2); free(in->u);
+	memset(in, 0, sizeof(*in));
+}
+
+/* Write input set `set` (fresh random values, lengths of its own with zero-length sequences as a
+ * graph bucket pads them; tokens past cu[S] are padding at position 0) into the buffers. */
+static void graph_fill(rg_dtype dt, graph_bufs *gb, graph_in *in, int set)
+{
+	static const int32_t cus[2][GR_S + 1] = { { 0, 12, 12, 30, 37, 37 },
+						   { 0, 9, 20, 33, 33, 33 } };
+	const float ws = 1.7f / sqrtf((float)GR_H);
+
+	graph_in_free(in);
+	memcpy(in->cu, cus[set], sizeof(in->cu));
+	for (int t = 0; t < GR_T; t++) {
+		in->tok[t] = irand(GR_V);
+		in->pos[t] = 0;
+	}
+	for (int s = 0; s < GR_S; s++)
+		for (int t = in->cu[s]; t < in->cu[s + 1]; t++)
+			in->pos[t] = t - in->cu[s];
+	CK(rg_backend_upload(g_gpu, gb->tok.p, in->tok, sizeof(in->tok)));
+	CK(rg_backend_upload(g_gpu, gb->pos.p, in->pos, sizeof(in->pos)));
+	CK(rg_backend_upload(g_gpu, gb->cu.p, in->cu, sizeof(in->cu)));
+	in->word = gact_fill(dt, gb->word.p, (size_t)GR_V * GR_H, -1, 1);
+	in->posemb = gact_fill(dt, gb->posemb.p, (size_t)GR_P * GR_H, -1, 1);
+	in->type0 = gact_fill(dt, gb->type0.p, GR_H, -1, 1);
+	in->w = gact_fill(dt, gb->w.p, (size_t)GR_H * GR_H, -ws, ws);
+	in->bias = gact_fill(dt, gb->bias.p, GR_H, -1, 1);
+	/* u is the GEMM's output, or an input under --no-gemm */
+	in->u = gact_fill(dt, gb->u.p, (size_t)GR_T * GR_H, -2, 2);
+	in->g1 = frand_host(GR_H, 0.5f, 1.5f);
+	in->b1 = frand_host(GR_H, -0.5f, 0.5f);
+	in->g2 = frand_host(GR_H, 0.5f, 1.5f);
+	in->b2 = frand_host(GR_H, -0.5f, 0.5f);
+	CK(rg_backend_upload(g_gpu, gb->g1.p, in->g1, GR_H * 4));
+	CK(rg_backend_upload(g_gpu, gb->b1.p, in->b1, GR_H * 4));
+	CK(rg_backend_upload(g_gpu, gb->g2.p, in->g2, GR_H * 4));
+	CK(rg_backend_upload(g_gpu, gb->b2.p, in->b2, GR_H * 4));
+}
+
+/* The chain on the GPU (eager, or recorded while capturing); stops at the first error. */
+static rg_status graph_chain_gpu(graph_bufs *gb)
+{
+	rg_status st;
+
+	st = rg_op_embed_layernorm(g_gpu, gb->tok.p, gb->pos.p, GR_T, gb->word.p, gb->posemb.p,
+				   gb->type0.p, gb->g1.p, gb->b1.p, 1e-12f, GR_H, gb->h.p);
+	if (st == RG_OK && !g_no_gemm)
+		st = rg_op_gemm_bias_act(g_gpu, gb->h.p, gb->w.p, gb->bias.p, gb->u.p, GR_T, GR_H,
+					 GR_H, RG_ACT_NONE);
+	if (st == RG_OK)
+		st = rg_op_bias_residual_layernorm(g_gpu, gb->u.p, NULL, gb->h.p, gb->g2.p,
+						   gb->b2.p, 1e-12f, GR_T, GR_H, gb->h.p);
+	if (st == RG_OK)
+		st = rg_op_pool(g_gpu, gb->h.p, gb->cu.p, GR_S, GR_H, RG_POOL_MEAN, true,
+				gb->pooled.p);
+	if (st == RG_OK)
+		st = rg_backend_download_async(g_gpu, gb->out_h, gb->pooled.p,
+					       (size_t)GR_S * GR_H * sizeof(float));
+	return st;
+}
+
+/* The same chain on the CPU backend: (GR_S, GR_H) pooled rows, caller frees. */
+static float *graph_chain_cpu(const graph_in *in)
+{
+	float *h = nan_host((size_t)GR_T * GR_H), *u = in->u, *pooled = nan_host(GR_S * GR_H);
+
+	CK(rg_op_embed_layernorm(g_cpu, in->tok, in->pos, GR_T, in->word, in->posemb, in->type0,
+				 in->g1, in->b1, 1e-12f, GR_H, h));
+	if (!g_no_gemm) {
+		u = nan_host((size_t)GR_T * GR_H);
+		CK(rg_op_gemm_bias_act(g_cpu, h, in->w, in->bias, u, GR_T, GR_H, GR_H,
+				       RG_ACT_NONE));
+	}
+	CK(rg_op_bias_residual_layernorm(g_cpu, u, NULL, h, in->g2, in->b2, 1e-12f, GR_T, GR_H, h));
+	CK(rg_op_pool(g_cpu, h, in->cu, GR_S, GR_H, RG_POOL_MEAN, true, pooled));
+	if (u != in->u)
+		free(u);
+	free(h);
+	return pooled;
+}
+
+/* Set the payload of a GPU buffer to 0xFF bytes (NaN in every dtype). */
+static void gpoison(const gbuf *b)
+{
+	unsigned char *h = malloc(b->bytes);
+	memset(h, 0xFF, b->bytes);
+	CK(rg_backend_upload(g_gpu, b->p, h, b->bytes));
+	free(h);
+}
+
+/* Poison the pinned output and every buffer the chain writes (NaN), so that a stage that did
+ * not run leaves NaN rather than the previous run's values; reset the pinned guard. */
+static void graph_poison(graph_bufs *gb)
+{
+	memset(gb->out_h, 0xFF, (size_t)GR_S * GR_H * sizeof(float));
+	for (int i = 0; i < GUARD; i++)
+		gb->out_h[GR_S * GR_H + i] = GR_SENTINEL;
+	gpoison(&gb->h);
+	gpoison(&gb->pooled);
+	if (!g_no_gemm)
+		gpoison(&gb->u); /* else u is an input */
+}
+
+/* Compare the pinned output with the CPU chain on `in`; the pinned guard and the device
+ * buffer's guards must be intact. The chain's intermediates are rounded to dt on the GPU only,
+ * and the pooled rows are L2-normalized (elements ~0.05): the dtype's tolerance covers it. */
+static void graph_check(const char *op, rg_dtype dt, graph_bufs *gb, const graph_in *in)
+{
+	double a, r;
+	int guard = gguard_check(&gb->pooled) + gguard_check(&gb->h);
+	float *ref = graph_chain_cpu(in);
+
+	tol_for(dt, &a, &r);
+	for (int i = 0; i < GUARD; i++)
+		guard += gb->out_h[GR_S * GR_H + i] != GR_SENTINEL;
+	for (int s = 0; s < GR_S; s++)
+		for (int i = 0; in->cu[s + 1] == in->cu[s] && i < GR_H; i++)
+			if (gb->out_h[s * GR_H + i] != 0.f) {
+				row_fail(op, dt, "zero-length sequence %d: element %d is %g", s, i,
+					 gb->out_h[s * GR_H + i]);
+				break;
+			}
+	compare(op, dt, gb->out_h, ref, (size_t)GR_S * GR_H, a, r, guard);
+	free(ref);
+}
+
+/* Eager run, capture, then two replays on two input sets written into the same buffers: each
+ * replay must equal the CPU reference of its own inputs (replays read the buffers, they do not
+ * reuse values seen at capture time). */
+static void test_graph(rg_dtype dt)
+{
+	const char *op_e = "graph chain eager", *op_g = "graph chain replay";
+	const size_t es = rg_dtype_size(dt);
+	graph_bufs gb;
+	graph_in in;
+	rg_graph *g = NULL;
+	rg_status st, st2;
+	void *vp = NULL;
+
+	memset(&in, 0, sizeof(in));
+	gb.tok = galloc(GR_T * 4);
+	gb.pos = galloc(GR_T * 4);
+	gb.cu = galloc((GR_S + 1) * 4);
+	gb.word = galloc((size_t)GR_V * GR_H * es);
+	gb.posemb = galloc((size_t)GR_P * GR_H * es);
+	gb.type0 = galloc(GR_H * es);
+	gb.g1 = galloc(GR_H * 4);
+	gb.b1 = galloc(GR_H * 4);
+	gb.w = galloc((size_t)GR_H * GR_H * es);
+	gb.bias = galloc(GR_H * es);
+	gb.g2 = galloc(GR_H * 4);
+	gb.b2 = galloc(GR_H * 4);
+	gb.u = galloc((size_t)GR_T * GR_H * es);
+	gb.h = galloc((size_t)GR_T * GR_H * es);
+	gb.pooled = galloc((size_t)GR_S * GR_H * 4);
+	CK(rg_backend_host_alloc(g_gpu, ((size_t)GR_S * GR_H + GUARD) * sizeof(float), &vp));
+	gb.out_h = vp;
+
+	/* eager first, as the model runs a new bucket (and so the GEMM plan is autotuned) */
+	graph_fill(dt, &gb, &in, 0);
+	graph_poison(&gb);
+	set_case("eager, input set 0");
+	st = graph_chain_gpu(&gb);
+	if (op_ok(st, op_e, dt, "eager chain")) {
+		CK(rg_backend_sync(g_gpu));
+		set_case("eager, input set 0");
+		graph_check(op_e, dt, &gb, &in);
+	}
+
+	set_case("capture");
+	st = rg_backend_capture_begin(g_gpu);
+	if (!op_ok(st, op_g, dt, "rg_backend_capture_begin"))
+		goto out_free;
+	st = graph_chain_gpu(&gb);
+	st2 = rg_backend_capture_end(g_gpu, &g);
+	if (!op_ok(st, op_g, dt, "chain while capturing") ||
+	    !op_ok(st2, op_g, dt, "rg_backend_capture_end"))
+		goto out_free;
+	if (!g) {
+		set_case("capture");
+		row_fail(op_g, dt, "capture_end returned RG_OK and no graph");
+		goto out_free;
+	}
+	for (int set = 0; set < 2; set++) {
+		if (set == 1)
+			graph_fill(dt, &gb, &in, 1); /* new values in the same buffers */
+		graph_poison(&gb);
+		st = rg_backend_graph_launch(g_gpu, g);
+		if (st == RG_OK)
+			st = rg_backend_sync(g_gpu);
+		set_case("replay %d, input set %d", set + 1, set);
+		if (!op_ok(st, op_g, dt, "graph launch + sync"))
+			break;
+		set_case("replay %d, input set %d", set + 1, set);
+		graph_check(op_g, dt, &gb, &in);
+	}
+
+out_free:
+	g_case[0] = 0;
+	rg_backend_graph_free(g_gpu, g);
+	rg_backend_host_free(g_gpu, gb.out_h);
+	graph_in_free(&in);
+	gfree(&gb.tok); gfree(&gb.pos); gfree(&gb.cu); gfree(&gb.word); gfree(&gb.posemb);
+	gfree(&gb.type0); gfree(&gb.g1); gfree(&gb.b1); gfree(&gb.w); gfree(&gb.bias);
+	gfree(&gb.g2); gfree(&gb.b2); gfree(&gb.u); gfree(&gb.h); gfree(&gb.pooled);
+}
+
+/* All elements of the (4, 64) act buffer x equal v (exactly representable). */
+static int all_equal(const gbuf *x, float v)
+{
+	float *got = gread(x, g_dt, 4 * 64);
+	int ok = 1;
+	for (int i = 0; i < 4 * 64; i++)
+		ok &= got[i] == v;
+	free(got);
+	return ok;
+}
+
+/* Capture error paths: the CPU backend has no graphs; misuse is refused without entering
+ * capture; an op that fails while capturing makes capture_end fail (ops.h: "on any failure during
+ * the capture, returns that error with *out = NULL and the backend back in normal mode"), and the
+ * backend then runs ops eagerly again, the recorded ones never having run. */
+static void test_graph_errors(void)
+{
+	rg_graph *g = (rg_graph *)&g; /* non-NULL: capture_end must reset it */
+	float zeros[4 * 64] = { 0 }, ones[64];
+	rg_status st;
+	int n_runs = 0;
+
+	printf("graph capture error paths:\n");
+	for (int i = 0; i < 64; i++)
+		ones[i] = 1.f;
+	expect(!rg_backend_has_graphs(g_cpu) && rg_backend_has_graphs(g_gpu),
+	       "has_graphs: false on CPU, true on CUDA");
+	st = rg_backend_capture_begin(g_cpu);
+	expect(st == RG_ERR_UNSUPPORTED, "capture_begin on the CPU backend -> RG_ERR_UNSUPPORTED");
+	st = rg_backend_capture_end(g_cpu, &g);
+	expect(st == RG_ERR_UNSUPPORTED && g == NULL,
+	       "capture_end on the CPU backend -> RG_ERR_UNSUPPORTED, no graph");
+	g = (rg_graph *)&g;
+	st = rg_backend_capture_end(g_gpu, &g);
+	expect(st != RG_OK && g == NULL, "capture_end without capture_begin -> error, no graph");
+
+	gbuf x = galloc(4 * 64 * rg_dtype_size(g_dt)), bias = graw(ones, sizeof(ones));
+	CK(rg_backend_upload_f32_as(g_gpu, x.p, zeros, 4 * 64, g_dt));
+
+	/* an op refused on the host (gemm M < 0 is rejected before any CUDA call) */
+	st = rg_backend_capture_begin(g_gpu);
+	expect(st == RG_OK, "capture_begin on CUDA");
+	expect(rg_backend_capture_begin(g_gpu) != RG_OK,
+	       "a second capture_begin while capturing -> error");
+	st = rg_backend_sync(g_gpu);
+	expect(st == RG_ERR_INTERNAL, "sync while capturing -> RG_ERR_INTERNAL");
+	st = rg_op_bias_act(g_gpu, x.p, bias.p, 4, 64, RG_ACT_NONE);
+	expect(st == RG_OK, "bias_act while capturing is recorded");
+	st = rg_op_gemm_bias_act(g_gpu, x.p, x.p, NULL, x.p, -1, 64, 64, RG_ACT_NONE);
+	expect(st == RG_ERR_INVALID_INPUT, "gemm_bias_act M = -1 while capturing -> INVALID_INPUT");
+	g = (rg_graph *)&g;
+	st = rg_backend_capture_end(g_gpu, &g);
+	expect(st != RG_OK && g == NULL,
+	       "capture_end after an op failed while capturing -> error, no graph (ops.h)");
+	if (st == RG_OK)
+		rg_backend_graph_free(g_gpu, g); /* never launched */
+	st = rg_op_bias_act(g_gpu, x.p, bias.p, 4, 64, RG_ACT_NONE);
+	n_runs++;
+	expect(st == RG_OK && rg_backend_sync(g_gpu) == RG_OK && all_equal(&x, (float)n_runs),
+	       "after it: eager op + sync OK, and the recorded op never ran");
+
+	/* a CUDA call that is illegal while capturing (a synchronous copy: cudaStreamSynchronize
+	 * on the capturing stream) invalidates the capture; compute-sanitizer reports the API
+	 * error, hence --skip-oom leaves it out */
+	if (!g_skip_oom) {
+		unsigned char xr[4 * 64 * 4];
+		/* x's own bytes: x is unchanged whether or not the copy would have run */
+		CK(rg_backend_download(g_gpu, xr, x.p, 4 * 64 * rg_dtype_size(g_dt)));
+		st = rg_backend_capture_begin(g_gpu);
+		expect(st == RG_OK, "capture_begin on CUDA (again)");
+		st = rg_backend_upload(g_gpu, x.p, xr, 4 * 64 * rg_dtype_size(g_dt));
+		expect(st != RG_OK, "synchronous upload while capturing -> error");
+		g = (rg_graph *)&g;
+		st = rg_backend_capture_end(g_gpu, &g);
+		expect(st != RG_OK && g == NULL,
+		       "capture_end after an invalidated capture -> error, no graph");
+		if (st == RG_OK)
+			rg_backend_graph_free(g_gpu, g);
+		st = rg_op_bias_act(g_gpu, x.p, bias.p, 4, 64, RG_ACT_NONE);
+		n_runs++;
+		expect(st == RG_OK && rg_backend_sync(g_gpu) == RG_OK &&
+			       all_equal(&x, (float)n_runs),
+		       "after it: eager op + sync OK on the same backend");
+	}
+	gfree(&x); gfree(&bias);
 }
 
 static void write_json(const char *path)
@@ -598,13 +1133,23 @@ int main(int argc, char **argv)
 {
 	static const int l1[] = { 1 }, l2[] = { 7, 3 }, l3[] = { 128, 1, 64, 33 },
 			 l4[] = { 512, 512, 1, 2 }, l5[] = { 500, 65, 63, 130, 1, 257 };
+	/* pool: zero-length sequences inside and at the end of a batch (cu {0,5,5,9,9}, ...), and
+	 * 500-token sequences */
+	static const int z1[] = { 5, 0, 4, 0 }, z2[] = { 0, 3, 0, 0 },
+			 z3[] = { 500, 0, 257, 0, 1, 0 };
 	const int *lens[] = { l1, l2, l3, l4 };
 	const int nl[] = { 1, 2, 4, 4 };
+	const int *zlens[] = { z1, z2, z3 };
+	const int nz[] = { 4, 4, 6 };
 	static const rg_dtype dts[] = { RG_DTYPE_F32, RG_DTYPE_F16, RG_DTYPE_BF16 };
 	static const int att[][2] = { { 12, 32 }, { 6, 64 }, { 3, 128 }, { 5, 40 }, { 4, 8 } };
 	static const int att_long[][2] = { { 12, 32 }, { 12, 64 }, { 3, 128 }, { 5, 40 }, { 2, 16 },
 					   { 1, 64 } };
 	static const int gemms[][2] = { { 1152, 384 }, { 1536, 384 }, { 384, 1536 }, { 37, 29 } };
+	/* LayerNorm row lengths: warp-per-row kernel (384, 768, 1024), block kernel (100, 2312) */
+	static const int ln_n[] = { 384, 768, 1024, 100, 2304 + 8 };
+	/* hidden sizes: 16-byte paths (384, 768), scalar / block paths (99) */
+	static const int hs[] = { 384, 768, 99 };
 	const char *json = NULL, *only_dt = NULL;
 	int n_sets = 4;
 	rg_status st;
@@ -616,6 +1161,7 @@ int main(int argc, char **argv)
 			only_dt = argv[++i];
 		} else if (strcmp(argv[i], "--quick") == 0) {
 			n_sets = 3;
+			g_quick = 1;
 		} else if (strcmp(argv[i], "--skip-oom") == 0) {
 			g_skip_oom = 1;
 		} else if (strcmp(argv[i], "--no-gemm") == 0) {
@@ -637,22 +1183,49 @@ int main(int argc, char **argv)
 		st = rg_backend_init(RG_DEVICE_CUDA, 0, dt, &g_gpu);
 		if (st != RG_OK)
 			die_st(st, "rg_backend_init(cuda)");
+		g_dt = dt;
 		for (int li = 0; li < n_sets; li++) {
 			batch b = make_batch(lens[li], nl[li]);
-			test_embed_ln(dt, &b);
+			for (int h = 0; h < 3; h++)
+				test_embed_ln(dt, &b, hs[h]);
 			for (int g = 0; g < 4 && !g_no_gemm; g++)
 				test_gemm(dt, &b, gemms[g][0], gemms[g][1]);
+			/* the model's fused GEMMs on this batch's tokens; bias NULL on H 384
+			 * (--quick: H 384 on 1 and 226 rows, for memcheck's time) */
+			for (int h = 0; h < (g_quick ? 1 : 2) && !g_no_gemm &&
+					!(g_quick && li == 1);
+			     h++)
+				test_gemm_bias_act_model(dt, b.n_tok, hs[h], h == 0);
 			for (int a = 0; a < 4; a++)
 				test_bias_act(dt, &b, (rg_act)a);
-			for (int al = 0; al < 3; al++)
-				test_bias_res_ln(dt, &b, al);
+			for (int n = 0; n < 5; n++)
+				for (int bi = 0; bi < 2; bi++)
+					for (int al = 0; al < 3; al++)
+						test_bias_res_ln(dt, &b, ln_n[n], bi, al);
 			for (int a = 0; a < 5; a++)
 				for (int sg = 0; sg < 2; sg++)
 					test_attention(dt, &b, att[a][0], att[a][1], sg);
-			for (int m = 0; m < 3; m++)
-				for (int nz = 0; nz < 2; nz++)
-					test_pool(dt, &b, (rg_pooling)m, nz);
+			for (int h = 0; h < 3; h++)
+				for (int m = 0; m < 3; m++)
+					for (int nm = 0; nm < 2; nm++)
+						test_pool(dt, &b, hs[h], (rg_pooling)m, nm);
 			test_gather(dt, &b);
+		}
+		/* GEMM rows that are a multiple of 8 and not (the batches above give 1, 10, 226,
+		 * 1026), bias and GELU epilogues */
+		for (int k = 0; k < 2 && !g_no_gemm && !g_quick; k++) {
+			const int M = k ? 333 : 64;
+			test_gemm_bias_act(dt, M, 1152, 384, RG_ACT_NONE, 1, 0);
+			test_gemm_bias_act(dt, M, 1536, 384, RG_ACT_GELU, 1, 0);
+			test_gemm_bias_act(dt, M, 1536, 384, RG_ACT_GELU, 1, 1);
+			test_gemm_bias_act(dt, M, 1536, 384, RG_ACT_GELU_NEW, 0, 0);
+		}
+		for (int zi = 0; zi < 3; zi++) {
+			batch b = make_batch(zlens[zi], nz[zi]);
+			for (int h = 0; h < 3; h++)
+				for (int m = 0; m < 3; m++)
+					for (int nm = 0; nm < 2; nm++)
+						test_pool(dt, &b, hs[h], (rg_pooling)m, nm);
 		}
 		/* attention alone on long ragged lengths that are not multiples of the 64-key
 		 * tile of the tensor-core kernel (several tiles, partial last tiles), incl.
@@ -662,8 +1235,11 @@ int main(int argc, char **argv)
 			for (int sg = 0; sg < 2; sg++)
 				test_attention(dt, &b5, att_long[a][0], att_long[a][1], sg);
 		test_attention_batch_invariance(dt);
-		if (only_dt || di == 0)
+		test_graph(dt);
+		if (only_dt || di == 0) {
 			test_errors();
+			test_graph_errors();
+		}
 		rg_backend_free(g_gpu);
 		g_gpu = NULL;
 	}

@@ -187,11 +187,69 @@ static void test_bias_act(void **state)
 	}
 }
 
-/* alias: 0 = separate out, 1 = out aliases residual, 2 = out aliases x. */
-static void run_brln(int M, int N, int alias)
+/* out = act(A W^T + bias) against a double loop, for every act, with a bias and with bias NULL
+ * (act NONE without bias is the plain GEMM). */
+static void test_gemm_bias_act(void **state)
+{
+	const rg_act acts[] = {RG_ACT_NONE, RG_ACT_GELU, RG_ACT_GELU_NEW, RG_ACT_RELU};
+	const int shapes[][3] = {{1, 33, 17}, {7, 96, 64}, {130, 45, 29}, {229, 1, 1}};
+	char what[96];
+	(void)state;
+
+	for (size_t a = 0; a < 4; a++)
+		for (int with_bias = 0; with_bias < 2; with_bias++)
+			for (size_t c = 0; c < 4; c++) {
+				const int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];
+				float *A = rand_buf((size_t)M * K, 1), *W = rand_buf((size_t)N * K, 1);
+				float *bias = with_bias ? rand_buf(N, 1) : NULL;
+				float *out = out_buf((size_t)M * N);
+				double *ref = malloc((size_t)M * N * sizeof(double));
+
+				for (int i = 0; i < M; i++)
+					for (int j = 0; j < N; j++) {
+						double s = bias ? bias[j] : 0;
+						for (int k = 0; k < K; k++)
+							s += (double)A[(size_t)i * K + k] *
+							     W[(size_t)j * K + k];
+						ref[(size_t)i * N + j] = ref_act(s, acts[a]);
+					}
+				assert_int_equal(
+					rg_cpu_gemm_bias_act(A, W, bias, out, M, N, K, acts[a]), RG_OK);
+				snprintf(what, sizeof(what), "gemm_bias_act %s%s M=%d N=%d K=%d",
+					 rg_act_name(acts[a]), bias ? "+bias" : " (bias NULL)", M, N,
+					 K);
+				check(what, out, ref, (size_t)M * N, 1e-5, 1e-5);
+				free(A), free(W), free(bias), free(out), free(ref);
+			}
+}
+
+static void test_gemm_bias_act_edges(void **state)
+{
+	float A[4 * 3] = {0}, W[2 * 3] = {0}, bias[2] = {1, 2};
+	float *out = out_buf(4 * 2);
+	(void)state;
+
+	/* M = 0: nothing written */
+	assert_int_equal(rg_cpu_gemm_bias_act(A, W, bias, out, 0, 2, 3, RG_ACT_GELU), RG_OK);
+	for (int i = 0; i < 4 * 2; i++)
+		assert_true(isnan(out[i]));
+	assert_int_equal(rg_cpu_gemm_bias_act(A, W, bias, out, -1, 2, 3, RG_ACT_NONE),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_cpu_gemm_bias_act(A, W, bias, out, 4, 0, 3, RG_ACT_NONE),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_cpu_gemm_bias_act(A, W, bias, out, 4, 2, 0, RG_ACT_NONE),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_cpu_gemm_bias_act(A, W, bias, out, 4, 2, 3, (rg_act)99),
+			 RG_ERR_UNSUPPORTED);
+	free(out);
+}
+
+/* alias: 0 = separate out, 1 = out aliases residual, 2 = out aliases x. with_bias 0: bias NULL
+ * (the model's case: the GEMM epilogue added it). */
+static void run_brln(int M, int N, int alias, int with_bias)
 {
 	float *x = rand_buf((size_t)M * N, 2), *res = rand_buf((size_t)M * N, 2);
-	float *bias = rand_buf(N, 1), *g = rand_buf(N, 1), *b = rand_buf(N, 1);
+	float *bias = with_bias ? rand_buf(N, 1) : NULL, *g = rand_buf(N, 1), *b = rand_buf(N, 1);
 	float *xb = out_buf((size_t)M * N), *rb = out_buf((size_t)M * N), *ob = out_buf((size_t)M * N);
 	double *ref = malloc((size_t)M * N * sizeof(double));
 	float *out = alias == 1 ? rb : alias == 2 ? xb : ob;
@@ -201,7 +259,8 @@ static void run_brln(int M, int N, int alias)
 	for (int i = 0; i < M; i++) {
 		double *r = ref + (size_t)i * N;
 		for (int j = 0; j < N; j++)
-			r[j] = (double)x[(size_t)i * N + j] + bias[j] + res[(size_t)i * N + j];
+			r[j] = (double)x[(size_t)i * N + j] + (bias ? bias[j] : 0) +
+			       res[(size_t)i * N + j];
 		ref_ln(r, g, b, 1e-5, N);
 	}
 	assert_int_equal(rg_cpu_bias_residual_layernorm(xb, bias, rb, g, b, 1e-5f, M, N, out), RG_OK);
@@ -212,11 +271,13 @@ static void run_brln(int M, int N, int alias)
 static void test_bias_residual_layernorm(void **state)
 {
 	(void)state;
-	for (int alias = 0; alias < 3; alias++) {
-		run_brln(1, 1, alias); /* N = 1: output is beta */
-		run_brln(7, 33, alias);
-		run_brln(130, 384, alias);
-	}
+	for (int alias = 0; alias < 3; alias++)
+		for (int with_bias = 0; with_bias < 2; with_bias++) {
+			run_brln(1, 1, alias, with_bias); /* N = 1: output is beta */
+			run_brln(7, 33, alias, with_bias);
+			run_brln(130, 384, alias, with_bias);
+			run_brln(3, 768, alias, with_bias);
+		}
 }
 
 /* Naive attention in double over a packed batch with an optional seg mask. */
@@ -321,45 +382,91 @@ static void test_attention_rejects_bad_lengths(void **state)
 			 RG_ERR_INVALID_INPUT);
 }
 
+/* Pooled rows in double: MEAN / CLS / MAX over each sequence, then L2 normalization; a sequence of
+ * length 0 gives a zero row. */
+static void ref_pool(const float *x, const int32_t *cu, int n_seq, int H, rg_pooling mode, int norm,
+		     double *ref)
+{
+	for (int s = 0; s < n_seq; s++) {
+		const int L = cu[s + 1] - cu[s];
+		double *r = ref + (size_t)s * H, ss = 0;
+		for (int i = 0; i < H; i++) {
+			double acc = mode == RG_POOL_MAX ? -INFINITY : 0;
+			int end = mode == RG_POOL_CLS ? cu[s] + 1 : cu[s + 1];
+			if (L == 0) {
+				r[i] = 0;
+				continue;
+			}
+			for (int t = cu[s]; t < end; t++) {
+				double v = x[(size_t)t * H + i];
+				acc = mode == RG_POOL_MAX ? fmax(acc, v) : acc + v;
+			}
+			r[i] = mode == RG_POOL_MEAN ? acc / L : acc;
+			ss += r[i] * r[i];
+		}
+		if (norm)
+			for (int i = 0; i < H; i++)
+				r[i] /= fmax(sqrt(ss), 1e-12);
+	}
+}
+
+static void run_pool(const int32_t *cu, int n_seq, int H, const char *what)
+{
+	const rg_pooling modes[] = {RG_POOL_MEAN, RG_POOL_CLS, RG_POOL_MAX};
+	float *x = rand_buf((size_t)(cu[n_seq] ? cu[n_seq] : 1) * H, 3);
+
+	for (int s = 0; s < n_seq; s++)
+		if (cu[s + 1] - cu[s] == 1) /* one token of zeros: normalize leaves it zero */
+			memset(x + (size_t)cu[s] * H, 0, (size_t)H * sizeof(float));
+	for (int m = 0; m < 3; m++)
+		for (int norm = 0; norm < 2; norm++) {
+			float *out = out_buf((size_t)n_seq * H);
+			double *ref = malloc((size_t)n_seq * H * sizeof(double));
+			ref_pool(x, cu, n_seq, H, modes[m], norm, ref);
+			assert_int_equal(rg_cpu_pool(x, cu, n_seq, H, modes[m], norm, out), RG_OK);
+			check(what, out, ref, (size_t)n_seq * H, 1e-6, 1e-5);
+			/* zero-length sequences: exactly zero (not -0 from a sum, not NaN) */
+			for (int s = 0; s < n_seq; s++)
+				for (int i = 0; cu[s + 1] == cu[s] && i < H; i++)
+					if (out[(size_t)s * H + i] != 0.f ||
+					    signbit(out[(size_t)s * H + i]))
+						fail_msg("%s: sequence %d has length 0, element %d "
+							 "= %g", what, s, i, out[(size_t)s * H + i]);
+			free(out), free(ref);
+		}
+	free(x);
+}
+
 static void test_pool(void **state)
 {
-	const int lens[] = {1, 7, 3, 128, 1, 64, 33}, n_seq = 7, H = 29;
-	const rg_pooling modes[] = {RG_POOL_MEAN, RG_POOL_CLS, RG_POOL_MAX};
+	const int lens[] = {1, 7, 3, 128, 1, 64, 33}, n_seq = 7;
 	int32_t cu[8];
-	float *x;
 	(void)state;
 
 	cu[0] = 0;
 	for (int s = 0; s < n_seq; s++)
 		cu[s + 1] = cu[s] + lens[s];
-	x = rand_buf((size_t)cu[n_seq] * H, 3);
-	/* sequence 4 (one token) is all zeros: normalize must leave it zero, not NaN */
-	memset(x + (size_t)cu[4] * H, 0, (size_t)H * sizeof(float));
+	run_pool(cu, n_seq, 29, "pool");
+}
+
+/* Zero-length sequences (the padding sequences of a CUDA graph bucket) pool to zero rows; a
+ * negative length is refused. */
+static void test_pool_zero_length(void **state)
+{
+	const int32_t inside[] = {0, 5, 5, 9, 9};         /* lengths 5, 0, 4, 0 */
+	const int32_t leading[] = {0, 0, 3, 3, 3};        /* lengths 0, 3, 0, 0 */
+	const int32_t all_empty[] = {0, 0, 0};            /* no token at all */
+	const int32_t negative[] = {0, 5, 3};             /* lengths 5, -2 */
+	float x[5 * 16] = {0}, *out = out_buf(2 * 16);
+	(void)state;
+
+	run_pool(inside, 4, 29, "pool, zero-length inside and at the end");
+	run_pool(leading, 4, 16, "pool, zero-length first and last");
+	run_pool(all_empty, 2, 8, "pool, every sequence empty");
 	for (int m = 0; m < 3; m++)
-		for (int norm = 0; norm < 2; norm++) {
-			float *out = out_buf((size_t)n_seq * H);
-			double *ref = malloc((size_t)n_seq * H * sizeof(double));
-			for (int s = 0; s < n_seq; s++) {
-				double *r = ref + (size_t)s * H, ss = 0;
-				for (int i = 0; i < H; i++) {
-					double acc = modes[m] == RG_POOL_MAX ? -INFINITY : 0;
-					int end = modes[m] == RG_POOL_CLS ? cu[s] + 1 : cu[s + 1];
-					for (int t = cu[s]; t < end; t++) {
-						double v = x[(size_t)t * H + i];
-						acc = modes[m] == RG_POOL_MAX ? fmax(acc, v) : acc + v;
-					}
-					r[i] = modes[m] == RG_POOL_MEAN ? acc / lens[s] : acc;
-					ss += r[i] * r[i];
-				}
-				if (norm)
-					for (int i = 0; i < H; i++)
-						r[i] /= fmax(sqrt(ss), 1e-12);
-			}
-			assert_int_equal(rg_cpu_pool(x, cu, n_seq, H, modes[m], norm, out), RG_OK);
-			check("pool", out, ref, (size_t)n_seq * H, 1e-6, 1e-5);
-			free(out), free(ref);
-		}
-	free(x);
+		assert_int_equal(rg_cpu_pool(x, negative, 2, 16, (rg_pooling)m, true, out),
+				 RG_ERR_INVALID_INPUT);
+	free(out);
 }
 
 static void test_gather_rows(void **state)
@@ -399,6 +506,54 @@ static void test_dispatch_cpu_backend(void **state)
 	free(A), free(W), free(o1), free(o2);
 }
 
+/* The CPU backend's side of the graph / pinned-memory API: no graphs; pinned memory and async
+ * copies are plain host memory and memcpy; set_exact_gelu changes nothing. */
+static void test_cpu_backend_graph_api(void **state)
+{
+	rg_backend *be = NULL;
+	rg_graph *g = (rg_graph *)&g;
+	void *h = NULL, *d = NULL;
+	float src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, back[8] = {0};
+	const int M = 5, N = 7, K = 3;
+	float *A = rand_buf((size_t)M * K, 1), *W = rand_buf((size_t)N * K, 1);
+	float *bias = rand_buf(N, 1);
+	float *o1 = out_buf((size_t)M * N), *o2 = out_buf((size_t)M * N);
+	(void)state;
+
+	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
+	assert_false(rg_backend_has_graphs(be));
+	assert_int_equal(rg_backend_capture_begin(be), RG_ERR_UNSUPPORTED);
+	assert_int_equal(rg_backend_capture_end(be, &g), RG_ERR_UNSUPPORTED);
+	assert_null(g);
+	assert_int_equal(rg_backend_graph_launch(be, NULL), RG_ERR_UNSUPPORTED);
+	rg_backend_graph_free(be, NULL);
+
+	assert_int_equal(rg_backend_host_alloc(be, sizeof(src), &h), RG_OK);
+	assert_int_equal(rg_backend_alloc(be, sizeof(src), &d), RG_OK);
+	memcpy(h, src, sizeof(src));
+	assert_int_equal(rg_backend_upload_async(be, d, h, sizeof(src)), RG_OK);
+	memset(h, 0, sizeof(src));
+	assert_int_equal(rg_backend_download_async(be, h, d, sizeof(src)), RG_OK);
+	assert_int_equal(rg_backend_sync(be), RG_OK);
+	assert_memory_equal(h, src, sizeof(src));
+	assert_int_equal(rg_backend_zero(be, d, 4 * sizeof(float)), RG_OK);
+	assert_int_equal(rg_backend_download(be, back, d, sizeof(back)), RG_OK);
+	for (int i = 0; i < 8; i++)
+		assert_true(back[i] == (i < 4 ? 0.f : src[i]));
+	rg_backend_dealloc(be, d);
+	rg_backend_host_free(be, h);
+	rg_backend_host_free(be, NULL);
+
+	/* the dispatch reaches rg_cpu_gemm_bias_act; the exact-GELU switch is a no-op on the CPU */
+	rg_backend_set_exact_gelu(be, true);
+	assert_int_equal(rg_op_gemm_bias_act(be, A, W, bias, o1, M, N, K, RG_ACT_GELU), RG_OK);
+	rg_backend_set_exact_gelu(be, false);
+	assert_int_equal(rg_cpu_gemm_bias_act(A, W, bias, o2, M, N, K, RG_ACT_GELU), RG_OK);
+	assert_memory_equal(o1, o2, (size_t)(M * N + GUARD) * sizeof(float));
+	rg_backend_free(be);
+	free(A), free(W), free(bias), free(o1), free(o2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -406,13 +561,17 @@ int main(void)
 		cmocka_unit_test(test_embed_layernorm),
 		cmocka_unit_test(test_gemm),
 		cmocka_unit_test(test_bias_act),
+		cmocka_unit_test(test_gemm_bias_act),
+		cmocka_unit_test(test_gemm_bias_act_edges),
 		cmocka_unit_test(test_bias_residual_layernorm),
 		cmocka_unit_test(test_attention_packed),
 		cmocka_unit_test(test_attention_seg_mask),
 		cmocka_unit_test(test_attention_rejects_bad_lengths),
 		cmocka_unit_test(test_pool),
+		cmocka_unit_test(test_pool_zero_length),
 		cmocka_unit_test(test_gather_rows),
 		cmocka_unit_test(test_dispatch_cpu_backend),
+		cmocka_unit_test(test_cpu_backend_graph_api),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -291,7 +291,8 @@ extern "C" rg_status rg_cuda_host_alloc(void *ctx, size_t bytes, void **ptr)
 	*ptr = NULL;
 	if (st != RG_OK)
 		return st;
-	if (cudaHostAlloc(ptr, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+	/* mapped: kernels may read and write it through the same pointer (UVA) */
+	if (cudaHostAlloc(ptr, bytes ? bytes : 1, cudaHostAllocMapped) != cudaSuccess) {
 		(void)cudaGetLastError();
 		*ptr = NULL;
 		return rg_errorf(RG_ERR_OOM, "cannot allocate %zu bytes of pinned host memory", bytes);

@@ -100,28 +100,33 @@ extern "C" rg_status rg_cuda_gather_rows(void *ctx, rg_dtype dt, const void *src
 	return rg_cuda_launch_check("gather_rows_kernel");
 }
 
-/* One CTA per sequence, parallel over tokens and hidden units (the old kernel walked each column's
- * tokens serially with 128 threads: 0.96 ms for 128 sequences of 5-500 tokens). Threads form
- * cg = H / VEC column groups (16-byte loads) times tg = max(1, blockDim / cg) token groups; token
- * group g reduces tokens g, g + tg, ... of its columns in registers (sum for MEAN, max for MAX, only
- * token 0 for CLS), writes its partial row to shared memory (tg * H floats <= blockDim * VEC), and
- * after one barrier each thread reduces the tg partials of its columns, writes the pooled value and
- * (normalize) the block reduces the squared norm: x / max(||x||_2, 1e-12), as
- * torch.nn.functional.normalize. A zero-length sequence (a graph bucket's padding) gives a zero row;
- * a negative length sets the error flag and gives a zero row. Bytes: each token row read once. */
-#define RG_POOL_THREADS 256
+/* One CTA of 1024 threads per sequence, parallel over tokens and hidden units (the old kernel
+ * walked each column's tokens serially with 128 threads: 0.96 ms for 128 sequences of 5-500
+ * tokens). Threads form cg = H / VEC column groups (16-byte loads) times tg = 1024 / cg token groups;
+ * token group g reduces tokens g, g + tg, ... of its columns in registers, RG_POOL_BATCH loads in
+ * flight before the first use (sum for MEAN, max for MAX, only token 0 for CLS), writes its partial
+ * row to shared memory (tg * H floats <= 1024 * VEC), and after one barrier each thread reduces the
+ * tg partials of its columns. The pooled row is kept in shared memory until the block has reduced
+ * its squared norm (normalize: x / max(||x||_2, 1e-12), as torch.nn.functional.normalize), then
+ * written once: `out` may be pinned host memory mapped into the device (the graph path writes the
+ * result straight to the host), which is written and never read. A zero-length sequence (a graph
+ * bucket's padding) gives a zero row; a negative length sets the error flag and gives a zero row.
+ * Bytes: each token row read once, each output row written once. */
+#define RG_POOL_THREADS 1024
+#define RG_POOL_BATCH 4
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(RG_POOL_THREADS)
 pool_kernel(const T *__restrict__ x, const int32_t *__restrict__ cu_seqlens, int H, rg_pooling mode,
 	    bool normalize, float *__restrict__ out, int *flag)
 {
-	extern __shared__ float part[]; /* [tg][H] */
+	extern __shared__ float part[]; /* [tg][H]; row [H] after the reduction */
 	__shared__ float scratch[32];
 	const int s = blockIdx.x, tid = threadIdx.x;
 	const int t0 = cu_seqlens[s];
 	int L = cu_seqlens[s + 1] - t0;
 	const int cg = H / VEC, tg = max(1, (int)blockDim.x / cg);
+	const bool is_max = mode == RG_POOL_MAX;
 	float *o = out + (size_t)s * H;
 	float ss = 0.f;
 
@@ -134,40 +139,60 @@ pool_kernel(const T *__restrict__ x, const int32_t *__restrict__ cu_seqlens, int
 	const int ng = min(tg, Lr);                          /* token groups with a token */
 	for (int e = tid; e < cg * tg; e += blockDim.x) {
 		const int c = e % cg, g = e / cg;
-		float acc[VEC], v[VEC];
+		float acc[VEC];
 #pragma unroll
 		for (int i = 0; i < VEC; i++)
-			acc[i] = mode == RG_POOL_MAX ? -INFINITY : 0.f;
+			acc[i] = is_max ? -INFINITY : 0.f;
 		const T *xc = x + (size_t)t0 * H + (size_t)c * VEC;
-#pragma unroll 4
-		for (int t = g; t < Lr; t += tg) {
+		int t = g;
+		for (; t + (RG_POOL_BATCH - 1) * tg < Lr; t += RG_POOL_BATCH * tg) {
+			float v[RG_POOL_BATCH][VEC];
+#pragma unroll
+			for (int b = 0; b < RG_POOL_BATCH; b++)
+				rg_load_vec<T, VEC>(xc + (size_t)(t + b * tg) * H, v[b]);
+#pragma unroll
+			for (int b = 0; b < RG_POOL_BATCH; b++)
+#pragma unroll
+				for (int i = 0; i < VEC; i++)
+					acc[i] = is_max ? fmaxf(acc[i], v[b][i]) : acc[i] + v[b][i];
+		}
+		for (; t < Lr; t += tg) {
+			float v[VEC];
 			rg_load_vec<T, VEC>(xc + (size_t)t * H, v);
 #pragma unroll
 			for (int i = 0; i < VEC; i++)
-				acc[i] = mode == RG_POOL_MAX ? fmaxf(acc[i], v[i]) : acc[i] + v[i];
+				acc[i] = is_max ? fmaxf(acc[i], v[i]) : acc[i] + v[i];
 		}
 #pragma unroll
 		for (int i = 0; i < VEC; i++)
 			part[g * H + c * VEC + i] = acc[i];
 	}
 	__syncthreads();
-	for (int i = tid; i < H; i += blockDim.x) {
+	/* reduce the token groups; thread i keeps column i (and i + blockDim...) in registers */
+	float keep[4];
+	int nk = 0;
+	for (int i = tid; i < H; i += blockDim.x, nk++) {
 		float v = 0.f;
 		if (ng > 0) {
 			v = part[i];
 			for (int g = 1; g < ng; g++)
-				v = mode == RG_POOL_MAX ? fmaxf(v, part[g * H + i]) : v + part[g * H + i];
+				v = is_max ? fmaxf(v, part[g * H + i]) : v + part[g * H + i];
 			if (mode == RG_POOL_MEAN)
 				v /= (float)L;
 		}
-		o[i] = v;
+		if (nk < 4)
+			keep[nk] = v;
 		ss += v * v;
 	}
-	if (!normalize)
-		return; /* uniform across the block: no thread skips a barrier */
-	const float inv = 1.f / fmaxf(sqrtf(rg_block_sum(ss, scratch)), 1e-12f);
+	__syncthreads(); /* every partial is read: part[0..H) becomes the pooled row */
+	nk = 0;
+	for (int i = tid; i < H; i += blockDim.x, nk++)
+		if (nk < 4)
+			part[i] = keep[nk];
+	/* (at most 4 columns per thread: the launcher refuses H > 4 * RG_POOL_THREADS) */
+	const float inv = normalize ? 1.f / fmaxf(sqrtf(rg_block_sum(ss, scratch)), 1e-12f) : 1.f;
 	for (int i = tid; i < H; i += blockDim.x)
-		o[i] *= inv;
+		o[i] = part[i] * inv;
 }
 
 extern "C" rg_status rg_cuda_pool(void *ctx, rg_dtype dt, const void *x, const int32_t *cu_seqlens,
@@ -194,7 +219,7 @@ extern "C" rg_status rg_cuda_pool(void *ctx, rg_dtype dt, const void *x, const i
 		const int vec = v16 ? vec16 : 1, cg = H / vec;
 		const int tg = cg >= RG_POOL_THREADS ? 1 : RG_POOL_THREADS / cg;
 		const size_t smem = (size_t)tg * H * sizeof(float);
-		if (smem > 48 * 1024)
+		if (smem > 44 * 1024 || H > 4 * RG_POOL_THREADS)
 			return rg_errorf(RG_ERR_UNSUPPORTED, "pool: hidden size %d is too large", H);
 #define LAUNCH_P(T, V)                                                                            \
 	pool_kernel<T, V><<<n_seq, RG_POOL_THREADS, smem, c->stream>>>((const T *)x, cu_seqlens, H, \

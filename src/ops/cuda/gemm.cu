@@ -16,7 +16,7 @@
  *
  * Plans (descriptors + algorithm) are cached per (M, N, K, dtype, pointer alignment, epilogue) in
  * a 64-entry table with least-recently-used replacement; a hit does no allocation of any kind.
- * A new plan asks the heuristic for its 8 best algorithms and, outside graph capture, times each on
+ * A new plan asks the heuristic for its 16 best algorithms and, outside graph capture, times each on
  * the call's own operands (2 runs, best of 3 timed) and keeps the fastest: the heuristic's first
  * choice is often not the fastest for the skinny M of small batches. RAGGED_GEMM_AUTOTUNE=0 keeps the
  * heuristic's first choice. */
@@ -118,12 +118,12 @@ static cublasStatus_t plan_run(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, const cubla
 			      algo, c->workspace_d, RG_CUDA_WORKSPACE_BYTES, c->stream);
 }
 
-/* Ask the heuristic for up to 8 algorithms; outside capture, time them on the call's operands and
+/* Ask the heuristic for up to 16 algorithms; outside capture, time them on the call's operands and
  * keep the fastest (a failing candidate is skipped). */
 static rg_status plan_choose(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, const void *A, const void *W,
 			     const void *bias, void *out)
 {
-	enum { NALGO = 8, REPS = 3 };
+	enum { NALGO = 16, REPS = 3 };
 	cublasLtMatmulPreference_t pref = NULL;
 	cublasLtMatmulHeuristicResult_t res[NALGO];
 	size_t ws = RG_CUDA_WORKSPACE_BYTES;
@@ -267,6 +267,9 @@ static rg_status gemm_run(rg_cuda_ctx *c, rg_dtype dt, const void *A, const void
 		return rg_errorf(RG_ERR_UNSUPPORTED, "gemm: unknown dtype %d", (int)dt);
 	if (act != RG_ACT_NONE && act != RG_ACT_GELU && act != RG_ACT_GELU_NEW && act != RG_ACT_RELU)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "gemm: unknown activation %d", (int)act);
+	if (bias && (uintptr_t)bias % 16 != 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "gemm_bias_act: the bias must be 16-byte aligned "
+				 "(cuBLASLt epilogue)");
 	if (M == 0)
 		return RG_OK;
 	st = rg_cuda_enter(c);

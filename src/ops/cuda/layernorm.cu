@@ -19,7 +19,7 @@
 #include "ops/cuda/common.cuh"
 
 #define RG_LN_THREADS 128
-#define RG_LN_MAX_H (48 * 1024 / 4) /* shared-memory row buffer without opt-in */
+#define RG_LN_MAX_H (46 * 1024 / 4) /* shared-memory row buffer (+ static scratch) without opt-in */
 
 /* Mean and 1/sqrt(var + eps) of row[0..H) (shared memory); all threads get both. */
 __device__ __forceinline__ void ln_stats(const float *row, int H, float eps, float *scratch,
@@ -118,6 +118,34 @@ __device__ __forceinline__ void ln_warp_stats(float (&v)[RG_LN_MAX_NV][VEC], int
 	*rstd = rsqrtf(fmaxf(q / (float)n - ms * ms, 0.f) + eps);
 }
 
+/* Normalise this lane's share v of a row and store it: gamma and beta are loaded before the
+ * reduction so their latency overlaps the shuffles. */
+template <typename T, int VEC>
+__device__ __forceinline__ void ln_warp_apply(float (&v)[RG_LN_MAX_NV][VEC], int nv, int n, float eps,
+					      const float *__restrict__ gamma,
+					      const float *__restrict__ beta, T *row_out)
+{
+	const int lane = threadIdx.x & 31;
+	float g[RG_LN_MAX_NV][VEC], b[RG_LN_MAX_NV][VEC], mean, rstd;
+#pragma unroll
+	for (int j = 0; j < RG_LN_MAX_NV; j++) {
+		if (j < nv) {
+			rg_load_f32<VEC>(gamma + (j * 32 + lane) * VEC, g[j]);
+			rg_load_f32<VEC>(beta + (j * 32 + lane) * VEC, b[j]);
+		}
+	}
+	ln_warp_stats<VEC>(v, nv, n, eps, &mean, &rstd);
+#pragma unroll
+	for (int j = 0; j < RG_LN_MAX_NV; j++) {
+		if (j < nv) {
+#pragma unroll
+			for (int i = 0; i < VEC; i++)
+				v[j][i] = (v[j][i] - mean) * rstd * g[j][i] + b[j][i];
+			rg_store_vec<T, VEC>(row_out + (j * 32 + lane) * VEC, v[j]);
+		}
+	}
+}
+
 /* out = LN(x + bias + residual) * gamma + beta, one warp per row, N = 32 * VEC * nv. */
 template <typename T, int VEC>
 __global__ void __launch_bounds__(RG_LN_WARPS * 32)
@@ -127,7 +155,7 @@ residual_layernorm_warp_kernel(const T *x, const float *__restrict__ bias, const
 {
 	const int row = blockIdx.x * RG_LN_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
 	const int N = 32 * VEC * nv;
-	float v[RG_LN_MAX_NV][VEC], mean, rstd;
+	float v[RG_LN_MAX_NV][VEC];
 
 	if (row >= M)
 		return;
@@ -151,20 +179,7 @@ residual_layernorm_warp_kernel(const T *x, const float *__restrict__ bias, const
 			}
 		}
 	}
-	ln_warp_stats<VEC>(v, nv, N, eps, &mean, &rstd);
-#pragma unroll
-	for (int j = 0; j < RG_LN_MAX_NV; j++) {
-		if (j < nv) {
-			const int col = (j * 32 + lane) * VEC;
-			float g[VEC], b[VEC];
-			rg_load_f32<VEC>(gamma + col, g);
-			rg_load_f32<VEC>(beta + col, b);
-#pragma unroll
-			for (int i = 0; i < VEC; i++)
-				v[j][i] = (v[j][i] - mean) * rstd * g[i] + b[i];
-			rg_store_vec<T, VEC>(out + base + col, v[j]);
-		}
-	}
+	ln_warp_apply<T, VEC>(v, nv, N, eps, gamma, beta, out + base);
 }
 
 /* Embeddings + LayerNorm, one warp per token: LN(word[tok] + pos[p] + type0). */
@@ -178,7 +193,7 @@ embed_layernorm_warp_kernel(const int32_t *__restrict__ tokens, const int32_t *_
 {
 	const int row = blockIdx.x * RG_LN_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
 	const int H = 32 * VEC * nv;
-	float v[RG_LN_MAX_NV][VEC], mean, rstd;
+	float v[RG_LN_MAX_NV][VEC];
 
 	if (row >= M)
 		return;
@@ -208,36 +223,26 @@ embed_layernorm_warp_kernel(const int32_t *__restrict__ tokens, const int32_t *_
 				v[j][i] += a[i] + b[i];
 		}
 	}
-	ln_warp_stats<VEC>(v, nv, H, eps, &mean, &rstd);
-#pragma unroll
-	for (int j = 0; j < RG_LN_MAX_NV; j++) {
-		if (j < nv) {
-			const int col = (j * 32 + lane) * VEC;
-			float g[VEC], b[VEC];
-			rg_load_f32<VEC>(gamma + col, g);
-			rg_load_f32<VEC>(beta + col, b);
-#pragma unroll
-			for (int i = 0; i < VEC; i++)
-				v[j][i] = (v[j][i] - mean) * rstd * g[i] + b[i];
-			rg_store_vec<T, VEC>(out + (size_t)row * H + col, v[j]);
-		}
-	}
+	ln_warp_apply<T, VEC>(v, nv, H, eps, gamma, beta, out + (size_t)row * H);
 }
 
 /* Vector width (elements) for the warp kernels: 16 bytes when N allows it, else 8 bytes; 0 when
  * N is not 32 * VEC * nv with nv <= 8 or a pointer is not aligned to the vector. */
-static int ln_warp_vec(int esz, int N, const void *const *ptrs, int nptr)
+static int ln_warp_vec(int esz, int N, const void *const *ptrs, int nptr, const void *const *f32,
+		       int nf32)
 {
-	uintptr_t a = 0;
+	uintptr_t a = 0, af = 0;
 	for (int i = 0; i < nptr; i++)
 		a |= (uintptr_t)ptrs[i];
+	for (int i = 0; i < nf32; i++)
+		af |= (uintptr_t)f32[i];
 	for (int bytes = 16; bytes >= 8; bytes /= 2) {
 		const int vec = bytes / esz;
 		/* f32 vectors (gamma/beta/bias) need 16 bytes for vec >= 4: always true for the
 		 * cudaMalloc'ed parameters; the act pointers are checked here */
 		if (vec < 2 || N % (32 * vec) != 0 || N / (32 * vec) > RG_LN_MAX_NV)
 			continue;
-		if (a % (uintptr_t)bytes != 0)
+		if (a % (uintptr_t)bytes != 0 || af % (uintptr_t)(vec >= 4 ? 16 : 4) != 0)
 			continue;
 		return vec;
 	}
@@ -267,8 +272,8 @@ extern "C" rg_status rg_cuda_embed_layernorm(void *ctx, rg_dtype dt, const int32
 	if (st != RG_OK)
 		return st;
 	{
-		const void *ptrs[5] = {word, pos, type0, out, gamma};
-		const int esz = (dt == RG_DTYPE_F32 ? 4 : 2), vec = ln_warp_vec(esz, H, ptrs, 5);
+		const void *ptrs[4] = {word, pos, type0, out}, *f32[2] = {gamma, beta};
+		const int esz = (dt == RG_DTYPE_F32 ? 4 : 2), vec = ln_warp_vec(esz, H, ptrs, 4, f32, 2);
 		const unsigned grid = (unsigned)((n_tokens + RG_LN_WARPS - 1) / RG_LN_WARPS);
 		if (vec) {
 			const int nv = H / (32 * vec);
@@ -326,8 +331,9 @@ extern "C" rg_status rg_cuda_bias_residual_layernorm(void *ctx, rg_dtype dt, con
 	if (st != RG_OK)
 		return st;
 	{
-		const void *ptrs[5] = {x, residual, out, gamma, bias ? (const void *)bias : gamma};
-		const int esz = (dt == RG_DTYPE_F32 ? 4 : 2), vec = ln_warp_vec(esz, N, ptrs, 5);
+		const void *ptrs[3] = {x, residual, out};
+		const void *f32[3] = {gamma, beta, bias ? (const void *)bias : gamma};
+		const int esz = (dt == RG_DTYPE_F32 ? 4 : 2), vec = ln_warp_vec(esz, N, ptrs, 3, f32, 3);
 		const unsigned grid = (unsigned)((M + RG_LN_WARPS - 1) / RG_LN_WARPS);
 		if (vec) {
 			const int nv = N / (32 * vec);
