@@ -40,7 +40,8 @@ left() { echo $((LIMIT - (SECONDS - T0))); }
 
 echo "=== $(date +%T) machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
-RAGGED_COMMIT=$(git rev-parse --verify -q HEAD 2>/dev/null || cat "$CARRY/COMMIT" 2>/dev/null || echo unknown)
+# the carry's COMMIT first: the device's copy of the tree may hold a stale .git
+RAGGED_COMMIT=$(cat "$CARRY/COMMIT" 2>/dev/null || git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)
 export RAGGED_COMMIT
 echo "commit: $RAGGED_COMMIT"
 echo "cpus: $(nproc)  python: $(python3 --version 2>&1)  limit: ${LIMIT} s"

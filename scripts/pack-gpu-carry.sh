@@ -133,7 +133,7 @@ echo "model_f16 from $SRC"
 # --- 3. fortunes, COMMIT
 [ -d /usr/share/games/fortunes ] || die "/usr/share/games/fortunes missing (fortunes, fortunes-min)"
 tar -C /usr/share/games/fortunes -cf - . | xz -9 -T0 >"$STAGE/carry/fortunes.tar.xz"
-git rev-parse HEAD >"$STAGE/carry/COMMIT"
+{ git rev-parse HEAD | tr -d '\n'; git diff --quiet HEAD -- . ':!.gpu_carry' || printf '+dirty'; echo; } >"$STAGE/carry/COMMIT"
 if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
 	echo "note: the working tree has uncommitted changes; COMMIT names HEAD $(cat "$STAGE/carry/COMMIT")"
 fi

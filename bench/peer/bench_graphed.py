@@ -152,6 +152,10 @@ def slug(s):
 
 
 def commit_id():
+    # the carry's COMMIT first: the GPU machine's copy of the tree may hold a stale .git
+    p = os.path.join(ROOT, ".gpu_carry", "COMMIT")
+    if os.path.exists(p):
+        return open(p).read().strip()
     try:
         r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--verify", "-q", "HEAD"],
                            capture_output=True, text=True, timeout=10)

@@ -5,18 +5,20 @@
  * queries so no inter-warp reduction is needed) over packed sequences without padding, the fused
  * MHA of ByteTransformer (Zhai et al., IPDPS'23, sec. III-E): only the real tokens of each sequence
  * are read, scored and written.
- *  - grid (n_seq, num_heads, ceil(max_seqlen / 64)); one CTA of 4 warps owns 64 queries of one
- *    head of one sequence (CTAs past the end of a shorter sequence exit at once); warp w owns query
- *    rows 16w..16w+15 of the tile.
+ *  - grid (n_seq, num_heads, ceil(max_seqlen / BQ)); one CTA of 4 warps owns BQ = 64 * MT queries
+ *    of one head of one sequence (CTAs past the end of a shorter sequence exit at once); warp w owns
+ *    MT m16 tiles of query rows; MT = 2 (128-query tiles, FlashAttention-2's) for head_dim <= 64
+ *    and sequences over 64 tokens, so each K/V fragment loaded from shared memory feeds two mma.
  *  - the Q tile and, tile by tile, 64 keys and values of the same sequence and head are copied to
  *    shared memory with 16-byte cp.async (rows past the sequence zero-filled), K/V double buffered:
  *    tile t+1 is in flight while tile t is computed. Rows are padded by 16 bytes so the ldmatrix
  *    row addresses of one 8x8 matrix hit distinct banks.
  *  - S = Q K^T with mma.sync.m16n8k16 (fp16/bf16 inputs, fp32 accumulators; Q fragments stay in
- *    registers for the whole CTA, K fragments by ldmatrix); scores scaled by scale*log2(e) in fp32;
- *    masked keys (past the sequence, seg mismatch, seg < 0) get -inf; online softmax in fp32 (row
- *    max over the 4 lanes of a quad by shuffles, rescale of the running sum and accumulator);
- *    P = exp2(S - m) rounded to the input dtype straight from the accumulator registers into
+ *    registers for the whole CTA, K fragments by ldmatrix); masked keys (past the sequence, seg
+ *    mismatch, seg < 0; checked only in a tile that reaches past the sequence or under a seg mask)
+ *    get -inf; online softmax in fp32 on the raw scores (row max over the 4 lanes of a quad by
+ *    shuffles, rescale of the running sum and accumulator), the scale * log2(e) folded into one
+ *    FMA before exp2 as FlashAttention-2 does: P = exp2(S * qscale - m * qscale) rounded to the input dtype straight from the accumulator registers into
  *    A-fragments (the C layout of two n8 tiles is the A layout of one k16 step), O += P V with
  *    V fragments by ldmatrix.trans. The running sum l adds the rounded P, so numerator and
  *    denominator use the same weights.
@@ -26,7 +28,6 @@
 #include "ops/cuda/attention_tc.cuh"
 
 #define TC_WARPS 4
-#define TC_BQ 64 /* queries per CTA (16 per warp) */
 #define TC_BK 64 /* keys per shared-memory tile */
 
 /* ---- PTX wrappers ---- */
@@ -121,9 +122,10 @@ template <> __device__ __forceinline__ void tc_store2<__nv_bfloat16>(__nv_bfloat
 	*(__nv_bfloat162 *)p = __floats2bfloat162_rn(x, y);
 }
 
-static size_t tc_smem_bytes(int D)
+/* Shared memory of one CTA: the Q tile (BQ rows), K and V double buffered (BK rows each), segs. */
+static size_t tc_smem_bytes(int D, int MT)
 {
-	return (size_t)(TC_BQ + 4 * TC_BK) * (D + 8) * 2 + 2 * TC_BK * sizeof(int);
+	return (size_t)(TC_WARPS * 16 * MT + 4 * TC_BK) * (D + 8) * 2 + 2 * TC_BK * sizeof(int);
 }
 
 /* Issue the cp.async copies of keys/values k0..k0+63 (zero rows past L) into buffer buf and the
@@ -145,7 +147,10 @@ __device__ __forceinline__ void tc_load_kv(const T *base, size_t ld, int H, int 
 			segk[r] = k0 + r < L ? segs[k0 + r] : -1;
 }
 
-template <typename T, int D>
+/* MT: m16 query tiles per warp (BQ = 64 * MT queries per CTA). Each K / V fragment read from shared
+ * memory with ldmatrix feeds MT mma instructions, so MT = 2 halves the shared-memory traffic per
+ * FLOP (as FlashAttention-2's 128-query tiles do); MT = 1 wastes less on short sequences. */
+template <typename T, int D, int MT>
 __global__ void __launch_bounds__(TC_WARPS * 32, 2)
 attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqlens,
 		    const int32_t *__restrict__ seg, int max_seqlen, int num_heads, float qscale,
@@ -156,13 +161,14 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 	constexpr int KD = D / 16;    /* k16 steps over head_dim (S = Q K^T) */
 	constexpr int ND = D / 8;     /* n8 tiles over head_dim (O = P V) */
 	constexpr int NK = TC_BK / 8; /* n8 tiles over the keys of a tile */
+	constexpr int BQ = TC_WARPS * 16 * MT;
 	extern __shared__ __align__(16) unsigned char tc_sm[];
 	T *Qs = (T *)tc_sm;                          /* [BQ][LDS] */
-	T *Ks = Qs + TC_BQ * LDS;                    /* [2][BK][LDS] */
+	T *Ks = Qs + BQ * LDS;                       /* [2][BK][LDS] */
 	T *Vs = Ks + 2 * TC_BK * LDS;                /* [2][BK][LDS] */
 	int *segk = (int *)(Vs + 2 * TC_BK * LDS);   /* [2][BK] */
 
-	const int s = blockIdx.x, h = blockIdx.y, q0 = blockIdx.z * TC_BQ;
+	const int s = blockIdx.x, h = blockIdx.y, q0 = blockIdx.z * BQ;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int g = lane >> 2, tig = lane & 3; /* mma fragment row group, thread in group */
 	const int H = num_heads * D;
@@ -178,12 +184,12 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 	}
 	if (q0 >= L)
 		return;
-	const int nq = min(TC_BQ, L - q0);
+	const int nq = min(BQ, L - q0);
 	const T *base = qkv + (size_t)t0 * ld + (size_t)h * D; /* Q of token 0, head h */
 	const int32_t *segs = seg ? seg + t0 : NULL;
 
 	/* group 0: the Q tile and K/V tile 0 */
-	for (int e = tid; e < TC_BQ * CPR; e += TC_WARPS * 32) {
+	for (int e = tid; e < BQ * CPR; e += TC_WARPS * 32) {
 		const int r = e / CPR, c = (e % CPR) * 8;
 		const bool v = r < nq;
 		tc_cp16(Qs + r * LDS + c, base + (size_t)(v ? q0 + r : 0) * ld + c, v);
@@ -191,21 +197,28 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 	tc_load_kv<T, D>(base, ld, H, 0, L, Ks, Vs, segs, segk);
 	tc_cp_commit();
 
-	/* this thread's two query rows: warp*16 + g and + 8 (tile-relative) */
-	const int qr0 = warp * 16 + g;
-	int sq[2] = { 0, 0 };
-	if (segs) {
-		sq[0] = qr0 < nq ? segs[q0 + qr0] : -1;
-		sq[1] = qr0 + 8 < nq ? segs[q0 + qr0 + 8] : -1;
-	}
-	const bool active = warp * 16 < nq; /* warp-uniform: the warp has a real query row */
-
-	uint32_t qf[KD][4];
-	float o[ND][4];
-	float m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.f, 0.f };
+	/* this thread's query rows: warp*16*MT + mt*16 + g and + 8 (tile-relative) */
+	const int qw = warp * 16 * MT;
+	int sq[MT][2];
 #pragma unroll
-	for (int j = 0; j < ND; j++)
-		o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+	for (int mt = 0; mt < MT; mt++) {
+		const int r0 = qw + mt * 16 + g;
+		sq[mt][0] = segs ? (r0 < nq ? segs[q0 + r0] : -1) : 0;
+		sq[mt][1] = segs ? (r0 + 8 < nq ? segs[q0 + r0 + 8] : -1) : 0;
+	}
+	const bool active = qw < nq; /* warp-uniform: the warp has a real query row */
+
+	uint32_t qf[MT][KD][4];
+	float o[MT][ND][4];
+	float m[MT][2], l[MT][2];
+#pragma unroll
+	for (int mt = 0; mt < MT; mt++) {
+		m[mt][0] = m[mt][1] = -INFINITY;
+		l[mt][0] = l[mt][1] = 0.f;
+#pragma unroll
+		for (int j = 0; j < ND; j++)
+			o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
+	}
 
 	const int ntiles = (L + TC_BK - 1) / TC_BK;
 	for (int t = 0; t < ntiles; t++) {
@@ -227,15 +240,20 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 			const int *sk = segk + buf * TC_BK;
 			if (t == 0) {
 #pragma unroll
-				for (int kk = 0; kk < KD; kk++)
-					tc_ldsm_x4(qf[kk], Qs + (warp * 16 + (lane & 15)) * LDS +
+				for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+					for (int kk = 0; kk < KD; kk++)
+						tc_ldsm_x4(qf[mt][kk],
+							   Qs + (qw + mt * 16 + (lane & 15)) * LDS +
 								   kk * 16 + (lane >> 4) * 8);
 			}
-			/* S = Q K^T: 16 queries x 64 keys per warp */
-			float sc[NK][4];
+			/* S = Q K^T (raw scores; the scale is folded into exp2 below) */
+			float sc[MT][NK][4];
 #pragma unroll
-			for (int j = 0; j < NK; j++)
-				sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+			for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+				for (int j = 0; j < NK; j++)
+					sc[mt][j][0] = sc[mt][j][1] = sc[mt][j][2] = sc[mt][j][3] = 0.f;
 #pragma unroll
 			for (int kk = 0; kk < KD; kk++) {
 #pragma unroll
@@ -243,59 +261,82 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 					uint32_t b[4];
 					tc_ldsm_x4(b, Kb + (nn * 16 + (lane >> 4) * 8 + (lane & 7)) * LDS +
 							      kk * 16 + ((lane >> 3) & 1) * 8);
-					tc_mma<T>(sc[2 * nn], qf[kk], b[0], b[1]);
-					tc_mma<T>(sc[2 * nn + 1], qf[kk], b[2], b[3]);
-				}
-			}
-			/* scale, mask, tile row max */
-			float tmax[2] = { -INFINITY, -INFINITY };
 #pragma unroll
-			for (int j = 0; j < NK; j++) {
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					const int kc = j * 8 + tig * 2 + (e & 1); /* key in tile */
-					bool vis = k0 + kc < L;
-					if (segs) {
-						const int sv = sk[kc];
-						vis = vis && sv >= 0 && sv == sq[e >> 1];
+					for (int mt = 0; mt < MT; mt++) {
+						tc_mma<T>(sc[mt][2 * nn], qf[mt][kk], b[0], b[1]);
+						tc_mma<T>(sc[mt][2 * nn + 1], qf[mt][kk], b[2], b[3]);
 					}
-					const float v = vis ? sc[j][e] * qscale : -INFINITY;
-					sc[j][e] = v;
-					tmax[e >> 1] = fmaxf(tmax[e >> 1], v);
 				}
 			}
-			float msub[2];
+			/* mask (only a tile that reaches past L, or a seg mask, needs it), tile row max */
+			const bool full = k0 + TC_BK <= L && !segs; /* warp-uniform */
+			float msub[MT][2];
 #pragma unroll
-			for (int r = 0; r < 2; r++) {
-				tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
-				tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
-				const float mnew = fmaxf(m[r], tmax[r]);
-				msub[r] = mnew == -INFINITY ? 0.f : mnew; /* nothing visible yet */
-				const float corr = exp2f(m[r] - msub[r]);  /* 0 when m[r] = -inf */
-				m[r] = mnew;
-				l[r] *= corr;
+			for (int mt = 0; mt < MT; mt++) {
+				float tmax[2] = { -INFINITY, -INFINITY };
 #pragma unroll
-				for (int j = 0; j < ND; j++) {
-					o[j][2 * r] *= corr;
-					o[j][2 * r + 1] *= corr;
+				for (int j = 0; j < NK; j++) {
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						if (!full) {
+							const int kc = j * 8 + tig * 2 + (e & 1);
+							bool vis = k0 + kc < L;
+							if (segs) {
+								const int sv = sk[kc];
+								vis = vis && sv >= 0 && sv == sq[mt][e >> 1];
+							}
+							if (!vis)
+								sc[mt][j][e] = -INFINITY;
+						}
+						tmax[e >> 1] = fmaxf(tmax[e >> 1], sc[mt][j][e]);
+					}
+				}
+#pragma unroll
+				for (int r = 0; r < 2; r++) {
+					tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+					tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+					/* m: running max of the raw scores; msub: it in exp2 units */
+					const float mnew = fmaxf(m[mt][r], tmax[r]);
+					msub[mt][r] = mnew == -INFINITY ? 0.f : mnew * qscale;
+					const float corr = exp2f(m[mt][r] == -INFINITY
+									 ? -INFINITY
+									 : m[mt][r] * qscale - msub[mt][r]);
+					m[mt][r] = mnew;
+					l[mt][r] *= corr;
+#pragma unroll
+					for (int j = 0; j < ND; j++) {
+						o[mt][j][2 * r] *= corr;
+						o[mt][j][2 * r + 1] *= corr;
+					}
 				}
 			}
-			/* O += P V, 16 keys (one k16 step) at a time */
+			/* O += P V, 16 keys (one k16 step) at a time; P = exp2(S * qscale - msub) */
 #pragma unroll
 			for (int kk = 0; kk < TC_BK / 16; kk++) {
-				uint32_t a[4];
-				const float *s0 = sc[2 * kk], *s1 = sc[2 * kk + 1];
-				a[0] = tc_pack<T>(exp2f(s0[0] - msub[0]), exp2f(s0[1] - msub[0]), &l[0]);
-				a[1] = tc_pack<T>(exp2f(s0[2] - msub[1]), exp2f(s0[3] - msub[1]), &l[1]);
-				a[2] = tc_pack<T>(exp2f(s1[0] - msub[0]), exp2f(s1[1] - msub[0]), &l[0]);
-				a[3] = tc_pack<T>(exp2f(s1[2] - msub[1]), exp2f(s1[3] - msub[1]), &l[1]);
+				uint32_t a[MT][4];
+#pragma unroll
+				for (int mt = 0; mt < MT; mt++) {
+					const float *s0 = sc[mt][2 * kk], *s1 = sc[mt][2 * kk + 1];
+					const float m0 = msub[mt][0], m1 = msub[mt][1];
+					a[mt][0] = tc_pack<T>(exp2f(fmaf(s0[0], qscale, -m0)),
+							      exp2f(fmaf(s0[1], qscale, -m0)), &l[mt][0]);
+					a[mt][1] = tc_pack<T>(exp2f(fmaf(s0[2], qscale, -m1)),
+							      exp2f(fmaf(s0[3], qscale, -m1)), &l[mt][1]);
+					a[mt][2] = tc_pack<T>(exp2f(fmaf(s1[0], qscale, -m0)),
+							      exp2f(fmaf(s1[1], qscale, -m0)), &l[mt][0]);
+					a[mt][3] = tc_pack<T>(exp2f(fmaf(s1[2], qscale, -m1)),
+							      exp2f(fmaf(s1[3], qscale, -m1)), &l[mt][1]);
+				}
 #pragma unroll
 				for (int dd = 0; dd < ND / 2; dd++) {
 					uint32_t b[4];
 					tc_ldsm_x4_t(b, Vb + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) *
 								 LDS + dd * 16 + (lane >> 4) * 8);
-					tc_mma<T>(o[2 * dd], a, b[0], b[1]);
-					tc_mma<T>(o[2 * dd + 1], a, b[2], b[3]);
+#pragma unroll
+					for (int mt = 0; mt < MT; mt++) {
+						tc_mma<T>(o[mt][2 * dd], a[mt], b[0], b[1]);
+						tc_mma<T>(o[mt][2 * dd + 1], a[mt], b[2], b[3]);
+					}
 				}
 			}
 		}
@@ -306,17 +347,21 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 		return;
 	T *ob = out + (size_t)t0 * H + (size_t)h * D;
 #pragma unroll
-	for (int r = 0; r < 2; r++) {
-		float lt = l[r];
-		lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-		lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-		const float inv = lt > 0.f ? 1.f / lt : 0.f;
-		const int qr = qr0 + 8 * r;
-		if (qr < nq) {
-			T *orow = ob + (size_t)(q0 + qr) * H + tig * 2;
+	for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-			for (int j = 0; j < ND; j++)
-				tc_store2<T>(orow + j * 8, o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+		for (int r = 0; r < 2; r++) {
+			float lt = l[mt][r];
+			lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+			lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+			const float inv = lt > 0.f ? 1.f / lt : 0.f;
+			const int qr = qw + mt * 16 + g + 8 * r;
+			if (qr < nq) {
+				T *orow = ob + (size_t)(q0 + qr) * H + tig * 2;
+#pragma unroll
+				for (int j = 0; j < ND; j++)
+					tc_store2<T>(orow + j * 8, o[mt][j][2 * r] * inv,
+						     o[mt][j][2 * r + 1] * inv);
+			}
 		}
 	}
 }
@@ -332,46 +377,55 @@ bool rg_cuda_attention_tc_ok(rg_dtype dt, int head_dim, const void *qkv, const v
 	return ((uintptr_t)qkv % 16) == 0 && ((uintptr_t)out % 16) == 0;
 }
 
-template <typename T, int D>
+template <typename T, int D, int MT>
 static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
 			   const int32_t *seg, int n_seq, int max_seqlen, int num_heads, float qscale,
 			   void *out)
 {
-	const size_t smem = tc_smem_bytes(D);
-	dim3 grid(n_seq, num_heads, (max_seqlen + TC_BQ - 1) / TC_BQ);
+	constexpr int BQ = TC_WARPS * 16 * MT;
+	const size_t smem = tc_smem_bytes(D, MT);
+	dim3 grid(n_seq, num_heads, (max_seqlen + BQ - 1) / BQ);
 
 	if (smem > 48 * 1024 && !(c->attn_smem_set & (1 << bit))) {
 		if ((int)smem > c->max_smem_optin)
 			return rg_errorf(RG_ERR_UNSUPPORTED, "attention: head_dim %d needs %zu bytes of "
 					 "shared memory, device allows %d", D, smem,
 					 c->max_smem_optin);
-		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_tc_kernel<T, D>,
+		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_tc_kernel<T, D, MT>,
 					   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
 					   "cudaFuncSetAttribute(attention_tc)");
 		if (st != RG_OK)
 			return st;
 		c->attn_smem_set |= 1 << bit;
 	}
-	attention_tc_kernel<T, D><<<grid, TC_WARPS * 32, smem, c->stream>>>(
+	attention_tc_kernel<T, D, MT><<<grid, TC_WARPS * 32, smem, c->stream>>>(
 		(const T *)qkv, cu_seqlens, seg, max_seqlen, num_heads, qscale, (T *)out, c->flag_d);
 	return rg_cuda_launch_check("attention_tc_kernel");
 }
 
+/* Query tiles of 128 (MT = 2) for head_dim <= 64 once sequences are longer than 64 tokens; 64
+ * otherwise (head_dim 128 with MT = 2 would spill registers). */
 template <typename T>
 static rg_status tc_dispatch_d(rg_cuda_ctx *c, int bit0, const void *qkv,
 			       const int32_t *cu_seqlens, const int32_t *seg, int n_seq,
 			       int max_seqlen, int num_heads, int head_dim, float qscale, void *out)
 {
+	const bool wide = max_seqlen > 64;
+
 	switch (head_dim) {
 	case 32:
-		return tc_launch<T, 32>(c, bit0 + 0, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-					num_heads, qscale, out);
+		return wide ? tc_launch<T, 32, 2>(c, bit0 + 3, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+						  num_heads, qscale, out)
+			    : tc_launch<T, 32, 1>(c, bit0 + 0, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+						  num_heads, qscale, out);
 	case 64:
-		return tc_launch<T, 64>(c, bit0 + 1, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-					num_heads, qscale, out);
+		return wide ? tc_launch<T, 64, 2>(c, bit0 + 4, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+						  num_heads, qscale, out)
+			    : tc_launch<T, 64, 1>(c, bit0 + 1, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+						  num_heads, qscale, out);
 	case 128:
-		return tc_launch<T, 128>(c, bit0 + 2, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-					 num_heads, qscale, out);
+		return tc_launch<T, 128, 1>(c, bit0 + 2, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+					    num_heads, qscale, out);
 	}
 	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: head_dim %d", head_dim);
 }
@@ -380,12 +434,12 @@ rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
 			       const int32_t *cu_seqlens, const int32_t *seg, int n_seq,
 			       int max_seqlen, int num_heads, int head_dim, float qscale, void *out)
 {
-	/* bits 16.. of attn_smem_set (attention.cu uses bits 0..11) */
+	/* bits 16..27 of attn_smem_set (attention.cu uses bits 0..11) */
 	if (dt == RG_DTYPE_F16)
 		return tc_dispatch_d<__half>(c, 16, qkv, cu_seqlens, seg, n_seq, max_seqlen,
 					     num_heads, head_dim, qscale, out);
 	if (dt == RG_DTYPE_BF16)
-		return tc_dispatch_d<__nv_bfloat16>(c, 19, qkv, cu_seqlens, seg, n_seq, max_seqlen,
+		return tc_dispatch_d<__nv_bfloat16>(c, 22, qkv, cu_seqlens, seg, n_seq, max_seqlen,
 						    num_heads, head_dim, qscale, out);
 	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: dtype %d", (int)dt);
 }
