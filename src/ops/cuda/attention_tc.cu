@@ -20,8 +20,8 @@
  *    shuffles, rescale of the running sum and accumulator), the scale * log2(e) folded into one
  *    FMA before exp2 as FlashAttention-2 does: P = exp2(S * qscale - m * qscale) rounded to the input dtype straight from the accumulator registers into
  *    A-fragments (the C layout of two n8 tiles is the A layout of one k16 step), O += P V with
- *    V fragments by ldmatrix.trans. The running sum l adds the rounded P, so numerator and
- *    denominator use the same weights.
+ *    V fragments by ldmatrix.trans. The running sum l adds P in fp32 before rounding, as
+ *    FlashAttention-2 does.
  *  - end: O / l (a row that never saw a key has l = 0 and writes zeros), stored in the act dtype.
  * Registers (head_dim 128, the largest): 64 accumulator + 32 Q-fragment + 32 score floats per thread.
  * Shared memory: (64 + 4 * 64) * (head_dim + 8) * 2 bytes + 512 (about 46 KiB at head_dim 64). */
@@ -90,22 +90,30 @@ template <> __device__ __forceinline__ void tc_mma<__nv_bfloat16>(float c[4], co
 		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Round (x, y) to the dtype as one packed register (x in the low half); *sum += the rounded values. */
+/* 2^x on the SFU (ex2.approx.ftz: relative error ~2^-22, -inf -> +0), what exp2f becomes under
+ * --use_fast_math, without exp2f's extra range handling. */
+__device__ __forceinline__ float tc_exp2(float x)
+{
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+	return y;
+}
+
+/* Round (x, y) to the dtype as one packed register (x in the low half); *sum += x + y (fp32, as
+ * FlashAttention-2 sums the unrounded probabilities). */
 template <typename T> __device__ __forceinline__ uint32_t tc_pack(float x, float y, float *sum);
 
 template <> __device__ __forceinline__ uint32_t tc_pack<__half>(float x, float y, float *sum)
 {
 	__half2 h = __floats2half2_rn(x, y);
-	float2 f = __half22float2(h);
-	*sum += f.x + f.y;
+	*sum += x + y;
 	return *(uint32_t *)&h;
 }
 
 template <> __device__ __forceinline__ uint32_t tc_pack<__nv_bfloat16>(float x, float y, float *sum)
 {
 	__nv_bfloat162 h = __floats2bfloat162_rn(x, y);
-	float2 f = __bfloat1622float2(h);
-	*sum += f.x + f.y;
+	*sum += x + y;
 	return *(uint32_t *)&h;
 }
 
@@ -298,7 +306,7 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 					/* m: running max of the raw scores; msub: it in exp2 units */
 					const float mnew = fmaxf(m[mt][r], tmax[r]);
 					msub[mt][r] = mnew == -INFINITY ? 0.f : mnew * qscale;
-					const float corr = exp2f(m[mt][r] == -INFINITY
+					const float corr = tc_exp2(m[mt][r] == -INFINITY
 									 ? -INFINITY
 									 : m[mt][r] * qscale - msub[mt][r]);
 					m[mt][r] = mnew;
@@ -318,14 +326,14 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 				for (int mt = 0; mt < MT; mt++) {
 					const float *s0 = sc[mt][2 * kk], *s1 = sc[mt][2 * kk + 1];
 					const float m0 = msub[mt][0], m1 = msub[mt][1];
-					a[mt][0] = tc_pack<T>(exp2f(fmaf(s0[0], qscale, -m0)),
-							      exp2f(fmaf(s0[1], qscale, -m0)), &l[mt][0]);
-					a[mt][1] = tc_pack<T>(exp2f(fmaf(s0[2], qscale, -m1)),
-							      exp2f(fmaf(s0[3], qscale, -m1)), &l[mt][1]);
-					a[mt][2] = tc_pack<T>(exp2f(fmaf(s1[0], qscale, -m0)),
-							      exp2f(fmaf(s1[1], qscale, -m0)), &l[mt][0]);
-					a[mt][3] = tc_pack<T>(exp2f(fmaf(s1[2], qscale, -m1)),
-							      exp2f(fmaf(s1[3], qscale, -m1)), &l[mt][1]);
+					a[mt][0] = tc_pack<T>(tc_exp2(fmaf(s0[0], qscale, -m0)),
+							      tc_exp2(fmaf(s0[1], qscale, -m0)), &l[mt][0]);
+					a[mt][1] = tc_pack<T>(tc_exp2(fmaf(s0[2], qscale, -m1)),
+							      tc_exp2(fmaf(s0[3], qscale, -m1)), &l[mt][1]);
+					a[mt][2] = tc_pack<T>(tc_exp2(fmaf(s1[0], qscale, -m0)),
+							      tc_exp2(fmaf(s1[1], qscale, -m0)), &l[mt][0]);
+					a[mt][3] = tc_pack<T>(tc_exp2(fmaf(s1[2], qscale, -m1)),
+							      tc_exp2(fmaf(s1[3], qscale, -m1)), &l[mt][1]);
 				}
 #pragma unroll
 				for (int dd = 0; dd < ND / 2; dd++) {
@@ -403,14 +411,16 @@ static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32
 	return rg_cuda_launch_check("attention_tc_kernel");
 }
 
-/* Query tiles of 128 (MT = 2) for head_dim <= 64 once sequences are longer than 64 tokens; 64
- * otherwise (head_dim 128 with MT = 2 would spill registers). */
+/* Query tiles of 128 (MT = 2) for head_dim <= 64 when the grid still has >= 8 CTAs per SM of 64-query
+ * tiles (so halving it keeps every SM busy) and sequences are longer than 64 tokens; 64 otherwise
+ * (few or short sequences: more CTAs, less waste; head_dim 128 with MT = 2 would spill registers). */
 template <typename T>
 static rg_status tc_dispatch_d(rg_cuda_ctx *c, int bit0, const void *qkv,
 			       const int32_t *cu_seqlens, const int32_t *seg, int n_seq,
 			       int max_seqlen, int num_heads, int head_dim, float qscale, void *out)
 {
-	const bool wide = max_seqlen > 64;
+	const long tiles64 = (long)n_seq * num_heads * ((max_seqlen + 63) / 64);
+	const bool wide = max_seqlen > 64 && tiles64 >= 8L * c->num_sms;
 
 	switch (head_dim) {
 	case 32:

@@ -46,6 +46,7 @@ extern "C" rg_status rg_cuda_backend_init(int device_index, rg_dtype dt, void **
 		return rg_errorf(RG_ERR_OOM, "out of host memory");
 	c->device = device_index;
 	c->dt = dt;
+	c->num_sms = prop.multiProcessorCount;
 	st = rg_cuda_err(cudaSetDevice(device_index), "cudaSetDevice");
 	if (st != RG_OK)
 		goto out_free_ctx;

@@ -50,6 +50,7 @@ struct rg_cuda_ctx {
 	void *workspace_d;                 /* RG_CUDA_WORKSPACE_BYTES, for cuBLASLt */
 	int *flag_d;                       /* (1) int32, RG_CUDA_FLAG_* bits */
 	int max_smem_optin;                /* cudaDevAttrMaxSharedMemoryPerBlockOptin */
+	int num_sms;                       /* multiprocessors */
 	int attn_smem_set;                 /* bitmask of attention instantiations with raised smem */
 	rg_cuda_gemm_plan plans[RG_CUDA_GEMM_CACHE];
 	unsigned long long gemm_clock;

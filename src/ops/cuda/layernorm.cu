@@ -8,8 +8,8 @@
  * of a row happens before the barrier that precedes the first write, so `out` may alias the inputs.
  * Bytes: reads 2-3 rows + 3 f32 vectors, writes one row: memory-bound.
  *
- * Fast path (rows of N = 32 * VEC * nv elements, nv <= 8, VEC elements = 16 or 8 bytes): one warp per
- * row, each lane holding nv vectors of VEC elements in registers (16-byte loads and stores), and
+ * Fast path (rows of N = 32 * VEC * NV elements, NV in {1,2,3,4,6,8} at compile time, VEC elements =
+ * 16 or 8 bytes): one warp per row, each lane holding NV vectors of VEC elements in registers (16-byte loads and stores), and
  * the row's sum and sum of squares reduced together in one shuffle tree (TurboTransformers sec.
  * 4.1.2: one reduction instead of two). The sums are of x - K with K the row's first element (the
  * shifted-data form), so var = E[(x-K)^2] - E[x-K]^2 does not cancel when |mean| >> std. The row
@@ -90,22 +90,20 @@ __global__ void bias_residual_layernorm_kernel(const T *x, const float *__restri
 #define RG_LN_WARPS 8 /* rows per CTA in the warp-per-row kernels */
 #define RG_LN_MAX_NV 8
 
-/* Mean and rstd of the nv*VEC values v of this lane's share of a row of n elements. */
-template <int VEC>
-__device__ __forceinline__ void ln_warp_stats(float (&v)[RG_LN_MAX_NV][VEC], int nv, int n,
-					      float eps, float *mean, float *rstd)
+/* Mean and rstd of the NV*VEC values v of this lane's share of a row of n elements. */
+template <int VEC, int NV>
+__device__ __forceinline__ void ln_warp_stats(float (&v)[NV][VEC], int n, float eps, float *mean,
+					      float *rstd)
 {
 	const float k = __shfl_sync(0xffffffffu, v[0][0], 0);
 	float s = 0.f, q = 0.f;
 #pragma unroll
-	for (int j = 0; j < RG_LN_MAX_NV; j++) {
-		if (j < nv) {
+	for (int j = 0; j < NV; j++) {
 #pragma unroll
-			for (int i = 0; i < VEC; i++) {
-				const float d = v[j][i] - k;
-				s += d;
-				q += d * d;
-			}
+		for (int i = 0; i < VEC; i++) {
+			const float d = v[j][i] - k;
+			s += d;
+			q += d * d;
 		}
 	}
 #pragma unroll
@@ -120,80 +118,74 @@ __device__ __forceinline__ void ln_warp_stats(float (&v)[RG_LN_MAX_NV][VEC], int
 
 /* Normalise this lane's share v of a row and store it: gamma and beta are loaded before the
  * reduction so their latency overlaps the shuffles. */
-template <typename T, int VEC>
-__device__ __forceinline__ void ln_warp_apply(float (&v)[RG_LN_MAX_NV][VEC], int nv, int n, float eps,
+template <typename T, int VEC, int NV>
+__device__ __forceinline__ void ln_warp_apply(float (&v)[NV][VEC], float eps,
 					      const float *__restrict__ gamma,
 					      const float *__restrict__ beta, T *row_out)
 {
 	const int lane = threadIdx.x & 31;
-	float g[RG_LN_MAX_NV][VEC], b[RG_LN_MAX_NV][VEC], mean, rstd;
+	float g[NV][VEC], b[NV][VEC], mean, rstd;
 #pragma unroll
-	for (int j = 0; j < RG_LN_MAX_NV; j++) {
-		if (j < nv) {
-			rg_load_f32<VEC>(gamma + (j * 32 + lane) * VEC, g[j]);
-			rg_load_f32<VEC>(beta + (j * 32 + lane) * VEC, b[j]);
-		}
+	for (int j = 0; j < NV; j++) {
+		rg_load_f32<VEC>(gamma + (j * 32 + lane) * VEC, g[j]);
+		rg_load_f32<VEC>(beta + (j * 32 + lane) * VEC, b[j]);
 	}
-	ln_warp_stats<VEC>(v, nv, n, eps, &mean, &rstd);
+	ln_warp_stats<VEC, NV>(v, 32 * VEC * NV, eps, &mean, &rstd);
 #pragma unroll
-	for (int j = 0; j < RG_LN_MAX_NV; j++) {
-		if (j < nv) {
+	for (int j = 0; j < NV; j++) {
 #pragma unroll
-			for (int i = 0; i < VEC; i++)
-				v[j][i] = (v[j][i] - mean) * rstd * g[j][i] + b[j][i];
-			rg_store_vec<T, VEC>(row_out + (j * 32 + lane) * VEC, v[j]);
-		}
+		for (int i = 0; i < VEC; i++)
+			v[j][i] = (v[j][i] - mean) * rstd * g[j][i] + b[j][i];
+		rg_store_vec<T, VEC>(row_out + (j * 32 + lane) * VEC, v[j]);
 	}
 }
 
-/* out = LN(x + bias + residual) * gamma + beta, one warp per row, N = 32 * VEC * nv. */
-template <typename T, int VEC>
+/* out = LN(x + bias + residual) * gamma + beta, one warp per row, N = 32 * VEC * NV. */
+template <typename T, int VEC, int NV>
 __global__ void __launch_bounds__(RG_LN_WARPS * 32)
 residual_layernorm_warp_kernel(const T *x, const float *__restrict__ bias, const T *residual,
 			       const float *__restrict__ gamma, const float *__restrict__ beta,
-			       float eps, int M, int nv, T *out)
+			       float eps, int M, T *out)
 {
+	constexpr int N = 32 * VEC * NV;
 	const int row = blockIdx.x * RG_LN_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-	const int N = 32 * VEC * nv;
-	float v[RG_LN_MAX_NV][VEC];
+	float v[NV][VEC];
 
 	if (row >= M)
 		return;
 	const size_t base = (size_t)row * N;
 #pragma unroll
-	for (int j = 0; j < RG_LN_MAX_NV; j++) {
-		if (j < nv) {
-			const int col = (j * 32 + lane) * VEC;
-			float r[VEC];
-			rg_load_vec<T, VEC>(x + base + col, v[j]);
-			rg_load_vec<T, VEC>(residual + base + col, r);
+	for (int j = 0; j < NV; j++) {
+		const int col = (j * 32 + lane) * VEC;
+		float r[VEC];
+		rg_load_vec<T, VEC>(x + base + col, v[j]);
+		rg_load_vec<T, VEC>(residual + base + col, r);
+#pragma unroll
+		for (int i = 0; i < VEC; i++)
+			v[j][i] += r[i];
+		if (bias) {
+			float b[VEC];
+			rg_load_f32<VEC>(bias + col, b);
 #pragma unroll
 			for (int i = 0; i < VEC; i++)
-				v[j][i] += r[i];
-			if (bias) {
-				float b[VEC];
-				rg_load_f32<VEC>(bias + col, b);
-#pragma unroll
-				for (int i = 0; i < VEC; i++)
-					v[j][i] += b[i];
-			}
+				v[j][i] += b[i];
 		}
 	}
-	ln_warp_apply<T, VEC>(v, nv, N, eps, gamma, beta, out + base);
+	ln_warp_apply<T, VEC, NV>(v, eps, gamma, beta, out + base);
 }
 
 /* Embeddings + LayerNorm, one warp per token: LN(word[tok] + pos[p] + type0). */
-template <typename T, int VEC>
+template <typename T, int VEC, int NV>
 __global__ void __launch_bounds__(RG_LN_WARPS * 32)
 embed_layernorm_warp_kernel(const int32_t *__restrict__ tokens, const int32_t *__restrict__ positions,
 			    const T *__restrict__ word, const T *__restrict__ pos,
 			    const T *__restrict__ type0, const float *__restrict__ gamma,
-			    const float *__restrict__ beta, float eps, int M, int nv,
-			    T *__restrict__ out, int *flag)
+			    const float *__restrict__ beta, float eps, int M, T *__restrict__ out,
+			    int *flag)
 {
+	constexpr int H = 32 * VEC * NV;
 	const int row = blockIdx.x * RG_LN_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-	const int H = 32 * VEC * nv;
-	float v[RG_LN_MAX_NV][VEC];
+	float v[NV][VEC];
 
 	if (row >= M)
 		return;
@@ -206,25 +198,35 @@ embed_layernorm_warp_kernel(const int32_t *__restrict__ tokens, const int32_t *_
 			z[i] = 0.f;
 		if (lane == 0)
 			atomicOr(flag, RG_CUDA_FLAG_BAD_INDEX);
-		for (int j = 0; j < nv; j++)
+#pragma unroll
+		for (int j = 0; j < NV; j++)
 			rg_store_vec<T, VEC>(out + (size_t)row * H + (j * 32 + lane) * VEC, z);
 		return;
 	}
 #pragma unroll
-	for (int j = 0; j < RG_LN_MAX_NV; j++) {
-		if (j < nv) {
-			const int col = (j * 32 + lane) * VEC;
-			float a[VEC], b[VEC];
-			rg_load_vec<T, VEC>(word + (size_t)tok * H + col, v[j]);
-			rg_load_vec<T, VEC>(pos + (size_t)p * H + col, a);
-			rg_load_vec<T, VEC>(type0 + col, b);
+	for (int j = 0; j < NV; j++) {
+		const int col = (j * 32 + lane) * VEC;
+		float a[VEC], b[VEC];
+		rg_load_vec<T, VEC>(word + (size_t)tok * H + col, v[j]);
+		rg_load_vec<T, VEC>(pos + (size_t)p * H + col, a);
+		rg_load_vec<T, VEC>(type0 + col, b);
 #pragma unroll
-			for (int i = 0; i < VEC; i++)
-				v[j][i] += a[i] + b[i];
-		}
+		for (int i = 0; i < VEC; i++)
+			v[j][i] += a[i] + b[i];
 	}
-	ln_warp_apply<T, VEC>(v, nv, H, eps, gamma, beta, out + (size_t)row * H);
+	ln_warp_apply<T, VEC, NV>(v, eps, gamma, beta, out + (size_t)row * H);
 }
+
+/* Dispatch a launch macro over the compile-time row share NV = N / (32 * VEC) in {1,2,3,4,6,8}. */
+#define RG_LN_NV_DISPATCH(nv, LAUNCH_NV)                                                         \
+	switch (nv) {                                                                             \
+	case 1: LAUNCH_NV(1); break;                                                              \
+	case 2: LAUNCH_NV(2); break;                                                              \
+	case 3: LAUNCH_NV(3); break;                                                              \
+	case 4: LAUNCH_NV(4); break;                                                              \
+	case 6: LAUNCH_NV(6); break;                                                              \
+	case 8: LAUNCH_NV(8); break;                                                              \
+	}
 
 /* Vector width (elements) for the warp kernels: 16 bytes when N allows it, else 8 bytes; 0 when
  * N is not 32 * VEC * nv with nv <= 8 or a pointer is not aligned to the vector. */
@@ -240,7 +242,8 @@ static int ln_warp_vec(int esz, int N, const void *const *ptrs, int nptr, const 
 		const int vec = bytes / esz;
 		/* f32 vectors (gamma/beta/bias) need 16 bytes for vec >= 4: always true for the
 		 * cudaMalloc'ed parameters; the act pointers are checked here */
-		if (vec < 2 || N % (32 * vec) != 0 || N / (32 * vec) > RG_LN_MAX_NV)
+		const int nv = N / (32 * vec);
+		if (vec < 2 || N % (32 * vec) != 0 || nv > RG_LN_MAX_NV || nv == 5 || nv == 7)
 			continue;
 		if (a % (uintptr_t)bytes != 0 || af % (uintptr_t)(vec >= 4 ? 16 : 4) != 0)
 			continue;
@@ -277,10 +280,16 @@ extern "C" rg_status rg_cuda_embed_layernorm(void *ctx, rg_dtype dt, const int32
 		const unsigned grid = (unsigned)((n_tokens + RG_LN_WARPS - 1) / RG_LN_WARPS);
 		if (vec) {
 			const int nv = H / (32 * vec);
-#define LAUNCH_W(T, V)                                                                            \
-	embed_layernorm_warp_kernel<T, V><<<grid, RG_LN_WARPS * 32, 0, c->stream>>>(               \
+#define LAUNCH_NV(NV)                                                                             \
+	embed_layernorm_warp_kernel<T, V, NV><<<grid, RG_LN_WARPS * 32, 0, c->stream>>>(           \
 		tokens, positions, (const T *)word, (const T *)pos, (const T *)type0, gamma, beta,  \
-		eps, n_tokens, nv, (T *)out, c->flag_d)
+		eps, n_tokens, (T *)out, c->flag_d)
+#define LAUNCH_W(TT, VV)                                                                          \
+	do {                                                                                      \
+		typedef TT T;                                                                     \
+		constexpr int V = VV;                                                             \
+		RG_LN_NV_DISPATCH(nv, LAUNCH_NV)                                                  \
+	} while (0)
 			if (dt == RG_DTYPE_F32 && vec == 4)
 				LAUNCH_W(float, 4);
 			else if (dt == RG_DTYPE_F32)
@@ -294,6 +303,7 @@ extern "C" rg_status rg_cuda_embed_layernorm(void *ctx, rg_dtype dt, const int32
 			else
 				LAUNCH_W(__nv_bfloat16, 4);
 #undef LAUNCH_W
+#undef LAUNCH_NV
 			return rg_cuda_launch_check("embed_layernorm_warp_kernel");
 		}
 	}
@@ -337,9 +347,15 @@ extern "C" rg_status rg_cuda_bias_residual_layernorm(void *ctx, rg_dtype dt, con
 		const unsigned grid = (unsigned)((M + RG_LN_WARPS - 1) / RG_LN_WARPS);
 		if (vec) {
 			const int nv = N / (32 * vec);
-#define LAUNCH_W(T, V)                                                                            \
-	residual_layernorm_warp_kernel<T, V><<<grid, RG_LN_WARPS * 32, 0, c->stream>>>(            \
-		(const T *)x, bias, (const T *)residual, gamma, beta, eps, M, nv, (T *)out)
+#define LAUNCH_NV(NV)                                                                             \
+	residual_layernorm_warp_kernel<T, V, NV><<<grid, RG_LN_WARPS * 32, 0, c->stream>>>(        \
+		(const T *)x, bias, (const T *)residual, gamma, beta, eps, M, (T *)out)
+#define LAUNCH_W(TT, VV)                                                                          \
+	do {                                                                                      \
+		typedef TT T;                                                                     \
+		constexpr int V = VV;                                                             \
+		RG_LN_NV_DISPATCH(nv, LAUNCH_NV)                                                  \
+	} while (0)
 			if (dt == RG_DTYPE_F32 && vec == 4)
 				LAUNCH_W(float, 4);
 			else if (dt == RG_DTYPE_F32)
@@ -353,6 +369,7 @@ extern "C" rg_status rg_cuda_bias_residual_layernorm(void *ctx, rg_dtype dt, con
 			else
 				LAUNCH_W(__nv_bfloat16, 4);
 #undef LAUNCH_W
+#undef LAUNCH_NV
 			return rg_cuda_launch_check("residual_layernorm_warp_kernel");
 		}
 	}
