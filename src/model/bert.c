@@ -720,14 +720,15 @@ static rg_status run_encoder(rg_model *m, const rg_fwd *f, int n, int n_att, int
 	return RG_OK;
 }
 
-/* Bucket of a packed batch (CUDA graphs): tokens rounded up to 16 (<= 256), 128 (<= 2048), 512
- * (<= 16384), else 2048 -- at most ~6% padding past 256 tokens --, capped at max_batch_tokens;
+/* Bucket of a packed batch (CUDA graphs): tokens rounded up to 16 (<= 256), 64 (<= 4096), 256
+ * (<= 16384), else 1024 -- at most ~6% padding past 256 tokens, ~3% past 2048 --, capped at
+ * max_batch_tokens;
  * sequences to the next power of two; the longest length to the next power of two >= 64 (it only
  * sizes the attention grid, whose CTAs past a sequence's end exit at once), capped at
  * max_position_embeddings. */
 static void bucket_of(const rg_model *m, int n, int n_seq, int max_len, int *T, int *S, int *L)
 {
-	int q = n <= 256 ? 16 : n <= 2048 ? 128 : n <= 16384 ? 512 : 2048;
+	int q = n <= 256 ? 16 : n <= 4096 ? 64 : n <= 16384 ? 256 : 1024;
 	int t = (n + q - 1) / q * q, sq = 1, l = 64;
 
 	*T = t < m->max_tokens ? t : m->max_tokens;
