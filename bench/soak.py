@@ -90,8 +90,11 @@ def main():
     dev_growth = (max(c["device_used"] for c in checkpoints) - first["device_used"]
                   if a.device == "cuda" else 0)
     ok = rss_growth <= RSS_SLACK and dev_growth <= DEV_SLACK and drift == 0.0
-    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    # the carry's COMMIT first: the GPU machine's copy of the tree may hold a stale .git
+    carry = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".gpu_carry", "COMMIT")
+    commit = (open(carry).read().strip() if os.path.exists(carry) else
+              subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True).stdout.strip())
     res = dict(what="memory soak", model_dir=model_dir, device=a.device, dtype=a.dtype,
                commit=commit, date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                batches=a.batches, max_seqs=a.max_seqs, max_len=a.max_len, tokens=n_tok,

@@ -63,6 +63,10 @@ def log(msg):
 
 
 def git_commit():
+    # the carry's COMMIT first: the GPU machine's copy of the tree may hold a stale .git
+    carry = os.path.join(ROOT, ".gpu_carry", "COMMIT")
+    if os.path.exists(carry):
+        return open(carry).read().strip()[:12]
     try:
         c = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"],
                            capture_output=True, text=True, timeout=10).stdout.strip()
