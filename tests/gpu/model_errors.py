@@ -5,7 +5,9 @@ tiny random-weight config, in each dtype: min per-row cosine and max relative er
 numbers (issue 2: "record the measured errors").
 
 usage: python3 tests/gpu/model_errors.py MODEL_DIR --device cuda --json OUT [--sentences 200]
-Exit 1 when a threshold is missed (fp32 rel err > 1e-4 on cuda / 1e-5 on cpu; cosine < 0.999)."""
+Exit 1 when a threshold is missed (fp32 rel err > 1e-4 on cuda / 1e-5 on cpu; cosine < 0.9999 in
+fp16, < 0.999 in bf16: issue 6's bars). RAGGED_EXACT_GELU=1 in the environment measures the exact
+(erf) GELU pass instead of cuBLASLt's tanh-form epilogue; the JSON records which ran."""
 import argparse
 import json
 import os
@@ -73,10 +75,13 @@ def main():
                 m.close()
     lim32 = 1e-4 if a.device == "cuda" else 1e-5
     for r in rows:
-        r["pass"] = (r["max_rel_err"] <= lim32) if r["dtype"] == "fp32" else (r["min_cosine"] >= 0.999)
+        bar = {"fp16": 0.9999, "bf16": 0.999}
+        r["pass"] = (r["max_rel_err"] <= lim32) if r["dtype"] == "fp32" else (
+            r["min_cosine"] >= bar[r["dtype"]])
         ok &= r["pass"]
     with open(a.json, "w") as f:
-        json.dump({"device": a.device, "rows": rows, "pass": ok}, f, indent=1)
+        json.dump({"device": a.device, "exact_gelu": os.environ.get("RAGGED_EXACT_GELU") == "1",
+                   "rows": rows, "pass": ok}, f, indent=1)
     print(f"{'model':28} {'workload':26} {'dtype':5} {'min cosine':>12} {'max rel err':>12}")
     for r in rows:
         print(f"{r['model']:28} {r['workload']:26} {r['dtype']:5} {r['min_cosine']:12.9f} "
