@@ -106,15 +106,6 @@ class Tokenizer:
         _libc.free(ids)
         return out
 
-    def arena_bytes(self, n_tokens, n_seq):
-        """(planned, naive) activation bytes for a batch (rg_model_arena_bytes)."""
-        planned, naive = ctypes.c_size_t(), ctypes.c_size_t()
-        st = lib().rg_model_arena_bytes(self._h, n_tokens, n_seq, ctypes.byref(planned),
-                                        ctypes.byref(naive))
-        if st != RG_OK:
-            raise _err(st)
-        return planned.value, naive.value
-
     def close(self):
         if self._h:
             lib().rg_tokenizer_free(self._h)

@@ -228,6 +228,31 @@ embed_layernorm_warp_kernel(const int32_t *__restrict__ tokens, const int32_t *_
 	case 8: LAUNCH_NV(8); break;                                                              \
 	}
 
+/* Instantiate LAUNCH_NV(NV) for T, V (typedef / constexpr in scope) and the runtime nv. */
+#define RG_LN_LAUNCH_W(TT, VV)                                                                    \
+	do {                                                                                      \
+		typedef TT T;                                                                     \
+		constexpr int V = VV;                                                             \
+		RG_LN_NV_DISPATCH(nv, LAUNCH_NV)                                                  \
+	} while (0)
+
+/* The (dtype, vector width) pairs of the warp kernels: fp32 4 or 2, fp16/bf16 8 or 4 elements. */
+#define RG_LN_DT_VEC_DISPATCH(dt, vec, LAUNCH_W)                                                  \
+	do {                                                                                      \
+		if ((dt) == RG_DTYPE_F32 && (vec) == 4)                                           \
+			LAUNCH_W(float, 4);                                                       \
+		else if ((dt) == RG_DTYPE_F32)                                                    \
+			LAUNCH_W(float, 2);                                                       \
+		else if ((dt) == RG_DTYPE_F16 && (vec) == 8)                                      \
+			LAUNCH_W(__half, 8);                                                      \
+		else if ((dt) == RG_DTYPE_F16)                                                    \
+			LAUNCH_W(__half, 4);                                                      \
+		else if ((vec) == 8)                                                              \
+			LAUNCH_W(__nv_bfloat16, 8);                                               \
+		else                                                                              \
+			LAUNCH_W(__nv_bfloat16, 4);                                               \
+	} while (0)
+
 /* Vector width (elements) for the warp kernels: 16 bytes when N allows it, else 8 bytes; 0 when
  * N is not 32 * VEC * nv with nv <= 8 or a pointer is not aligned to the vector. */
 static int ln_warp_vec(int esz, int N, const void *const *ptrs, int nptr, const void *const *f32,
@@ -284,25 +309,7 @@ extern "C" rg_status rg_cuda_embed_layernorm(void *ctx, rg_dtype dt, const int32
 	embed_layernorm_warp_kernel<T, V, NV><<<grid, RG_LN_WARPS * 32, 0, c->stream>>>(           \
 		tokens, positions, (const T *)word, (const T *)pos, (const T *)type0, gamma, beta,  \
 		eps, n_tokens, (T *)out, c->flag_d)
-#define LAUNCH_W(TT, VV)                                                                          \
-	do {                                                                                      \
-		typedef TT T;                                                                     \
-		constexpr int V = VV;                                                             \
-		RG_LN_NV_DISPATCH(nv, LAUNCH_NV)                                                  \
-	} while (0)
-			if (dt == RG_DTYPE_F32 && vec == 4)
-				LAUNCH_W(float, 4);
-			else if (dt == RG_DTYPE_F32)
-				LAUNCH_W(float, 2);
-			else if (dt == RG_DTYPE_F16 && vec == 8)
-				LAUNCH_W(__half, 8);
-			else if (dt == RG_DTYPE_F16)
-				LAUNCH_W(__half, 4);
-			else if (vec == 8)
-				LAUNCH_W(__nv_bfloat16, 8);
-			else
-				LAUNCH_W(__nv_bfloat16, 4);
-#undef LAUNCH_W
+			RG_LN_DT_VEC_DISPATCH(dt, vec, RG_LN_LAUNCH_W);
 #undef LAUNCH_NV
 			return rg_cuda_launch_check("embed_layernorm_warp_kernel");
 		}
@@ -350,25 +357,7 @@ extern "C" rg_status rg_cuda_bias_residual_layernorm(void *ctx, rg_dtype dt, con
 #define LAUNCH_NV(NV)                                                                             \
 	residual_layernorm_warp_kernel<T, V, NV><<<grid, RG_LN_WARPS * 32, 0, c->stream>>>(        \
 		(const T *)x, bias, (const T *)residual, gamma, beta, eps, M, (T *)out)
-#define LAUNCH_W(TT, VV)                                                                          \
-	do {                                                                                      \
-		typedef TT T;                                                                     \
-		constexpr int V = VV;                                                             \
-		RG_LN_NV_DISPATCH(nv, LAUNCH_NV)                                                  \
-	} while (0)
-			if (dt == RG_DTYPE_F32 && vec == 4)
-				LAUNCH_W(float, 4);
-			else if (dt == RG_DTYPE_F32)
-				LAUNCH_W(float, 2);
-			else if (dt == RG_DTYPE_F16 && vec == 8)
-				LAUNCH_W(__half, 8);
-			else if (dt == RG_DTYPE_F16)
-				LAUNCH_W(__half, 4);
-			else if (vec == 8)
-				LAUNCH_W(__nv_bfloat16, 8);
-			else
-				LAUNCH_W(__nv_bfloat16, 4);
-#undef LAUNCH_W
+			RG_LN_DT_VEC_DISPATCH(dt, vec, RG_LN_LAUNCH_W);
 #undef LAUNCH_NV
 			return rg_cuda_launch_check("residual_layernorm_warp_kernel");
 		}
