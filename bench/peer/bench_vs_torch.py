@@ -148,38 +148,8 @@ class TorchSide:
 
 # ---------------------------------------------------------------- helpers
 
-def row_cos(a, b):
-    a = a.astype(np.float64)
-    b = b.astype(np.float64)
-    num = (a * b).sum(1)
-    den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return num / np.maximum(den, 1e-300)
-
-
-def pct(xs, q):
-    return float(np.percentile(np.asarray(xs), q))
-
-
-def slug(s):
-    s = s.lower().replace("nvidia", "").strip()
-    out = "".join(c if c.isalnum() else "-" for c in s)
-    while "--" in out:
-        out = out.replace("--", "-")
-    return out.strip("-") or "gpu"
-
-
-def commit_id():
-    p = os.path.join(ROOT, ".gpu_carry", "COMMIT")
-    try:
-        r = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
-                           text=True, timeout=10)
-        if r.returncode == 0 and r.stdout.strip():
-            return r.stdout.strip()
-    except Exception:
-        pass
-    if os.path.exists(p):
-        return open(p).read().strip()
-    return "unknown"
+# shared with the graphed side-by-side benchmark
+from bench_graphed import commit_id, pct, row_cos, slug  # noqa: E402,F401
 
 
 def fmt_mib(b):

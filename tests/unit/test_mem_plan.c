@@ -22,20 +22,9 @@
 #define MAX_T 30
 #define MAX_OPS 24
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
+#include "test_rng.h"
 
-static uint64_t next_u64(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
-
-static int irand(int lo, int hi) /* uniform in [lo, hi] */
-{
-	return lo + (int)(next_u64() % (uint64_t)(hi - lo + 1));
-}
+#define RNG_SEED 0x9E3779B97F4A7C15ull
 
 static size_t rup(size_t b, size_t align)
 {
@@ -283,6 +272,7 @@ static void test_bad_args(void **state)
 
 int main(void)
 {
+	rng = RNG_SEED;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_random_valid),
 		cmocka_unit_test(test_checker_rejects),

@@ -23,20 +23,9 @@
 #include "sched/cost_table.h"
 #include "sched/sched.h"
 
-static uint64_t rng = 0x243F6A8885A308D3ull;
+#include "test_rng.h"
 
-static uint64_t next_u64(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
-
-static int irand(int lo, int hi) /* uniform in [lo, hi] */
-{
-	return lo + (int)(next_u64() % (uint64_t)(hi - lo + 1));
-}
+#define RNG_SEED 0x243F6A8885A308D3ull
 
 static double drand(void) /* uniform in [0, 1) */
 {
@@ -798,6 +787,7 @@ static void test_simulation_all_policies(void **state)
 
 int main(void)
 {
+	rng = RNG_SEED;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kind_names),
 		cmocka_unit_test(test_params_validation),
