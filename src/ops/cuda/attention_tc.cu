@@ -181,6 +181,7 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 	const int g = lane >> 2, tig = lane & 3; /* mma fragment row group, thread in group */
 	const int H = num_heads * D;
 	const size_t ld = (size_t)3 * H;
+	rg_pdl_wait(); /* qkv comes from the GEMM just before (programmatic launch) */
 	const int t0 = cu_seqlens[s], L = cu_seqlens[s + 1] - t0;
 
 	if (L < 0 || L > max_seqlen) {
@@ -406,8 +407,8 @@ static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32
 			return st;
 		c->attn_smem_set |= 1 << bit;
 	}
-	attention_tc_kernel<T, D, MT><<<grid, TC_WARPS * 32, smem, c->stream>>>(
-		(const T *)qkv, cu_seqlens, seg, max_seqlen, num_heads, qscale, (T *)out, c->flag_d);
+	rg_launch(c, attention_tc_kernel<T, D, MT>, grid, TC_WARPS * 32, smem, (const T *)qkv,
+		  cu_seqlens, seg, max_seqlen, num_heads, qscale, (T *)out, c->flag_d);
 	return rg_cuda_launch_check("attention_tc_kernel");
 }
 

@@ -83,8 +83,9 @@ extern "C" rg_status rg_cuda_backend_init(int device_index, rg_dtype dt, void **
 		goto out_free_flag;
 	}
 	{
-		const char *v = getenv("RAGGED_GEMM_AUTOTUNE");
+		const char *v = getenv("RAGGED_GEMM_AUTOTUNE"), *p = getenv("RAGGED_PDL");
 		c->autotune = !(v && v[0] == '0');
+		c->pdl = prop.major >= 9 && !(p && p[0] == '0');
 	}
 	*out = c;
 	return RG_OK;

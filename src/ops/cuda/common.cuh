@@ -51,6 +51,7 @@ struct rg_cuda_ctx {
 	int *flag_d;                       /* (1) int32, RG_CUDA_FLAG_* bits */
 	int max_smem_optin;                /* cudaDevAttrMaxSharedMemoryPerBlockOptin */
 	int num_sms;                       /* multiprocessors */
+	bool pdl;                          /* programmatic dependent launch (sm_90+, RAGGED_PDL) */
 	int attn_smem_set;                 /* bitmask of attention instantiations with raised smem */
 	rg_cuda_gemm_plan plans[RG_CUDA_GEMM_CACHE];
 	unsigned long long gemm_clock;
@@ -145,6 +146,40 @@ __device__ __forceinline__ void rg_load_f32(const float *p, float (&f)[VEC])
 		for (int i = 0; i < VEC; i++)
 			f[i] = p[i];
 	}
+}
+
+/* ---- programmatic dependent launch (Hopper) ----
+ * ragged's hot kernels (LayerNorms, attention, pooling) always follow another kernel (a GEMM) in
+ * the stream. Launched with cudaLaunchAttributeProgrammaticStreamSerialization (rg_launch), such
+ * a kernel may be scheduled while its predecessor is still finishing, and waits with
+ * griddepcontrol.wait -- before its first read of anything the predecessor wrote -- for the
+ * predecessor's completion and memory flush. This hides the launch gap between dependent kernels,
+ * which dominates small batches in a CUDA graph. Before sm_90 the wait compiles to nothing and
+ * rg_launch launches normally. */
+__device__ __forceinline__ void rg_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* Launch kernel k on c->stream, with the programmatic-serialization attribute when c->pdl. */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t rg_launch(const rg_cuda_ctx *c, void (*k)(KArgs...), dim3 grid,
+				    dim3 block, size_t smem, Args... args)
+{
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute attr[1];
+
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = c->stream;
+	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	attr[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.attrs = attr;
+	cfg.numAttrs = c->pdl ? 1 : 0;
+	return cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
 }
 
 /* ---- reductions ---- */

@@ -123,6 +123,7 @@ pool_kernel(const T *__restrict__ x, const int32_t *__restrict__ cu_seqlens, int
 	extern __shared__ float part[]; /* [tg][H]; row [H] after the reduction */
 	__shared__ float scratch[32];
 	const int s = blockIdx.x, tid = threadIdx.x;
+	rg_pdl_wait();
 	const int t0 = cu_seqlens[s];
 	int L = cu_seqlens[s + 1] - t0;
 	const int cg = H / VEC, tg = max(1, (int)blockDim.x / cg);
@@ -222,9 +223,8 @@ extern "C" rg_status rg_cuda_pool(void *ctx, rg_dtype dt, const void *x, const i
 		if (smem > 44 * 1024 || H > 4 * RG_POOL_THREADS)
 			return rg_errorf(RG_ERR_UNSUPPORTED, "pool: hidden size %d is too large", H);
 #define LAUNCH_P(T, V)                                                                            \
-	pool_kernel<T, V><<<n_seq, RG_POOL_THREADS, smem, c->stream>>>((const T *)x, cu_seqlens, H, \
-								       mode, normalize, out,       \
-								       c->flag_d)
+	rg_launch(c, pool_kernel<T, V>, n_seq, RG_POOL_THREADS, smem, (const T *)x, cu_seqlens, H,  \
+		  mode, normalize, out, c->flag_d)
 		if (dt == RG_DTYPE_F32)
 			v16 ? LAUNCH_P(float, 4) : LAUNCH_P(float, 1);
 		else if (dt == RG_DTYPE_F16)

@@ -151,6 +151,7 @@ residual_layernorm_warp_kernel(const T *x, const float *__restrict__ bias, const
 	const int row = blockIdx.x * RG_LN_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
 	float v[NV][VEC];
 
+	rg_pdl_wait();
 	if (row >= M)
 		return;
 	const size_t base = (size_t)row * N;
@@ -187,6 +188,7 @@ embed_layernorm_warp_kernel(const int32_t *__restrict__ tokens, const int32_t *_
 	const int row = blockIdx.x * RG_LN_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
 	float v[NV][VEC];
 
+	rg_pdl_wait();
 	if (row >= M)
 		return;
 	const int tok = tokens[row], p = positions[row];
@@ -306,9 +308,9 @@ extern "C" rg_status rg_cuda_embed_layernorm(void *ctx, rg_dtype dt, const int32
 		if (vec) {
 			const int nv = H / (32 * vec);
 #define LAUNCH_NV(NV)                                                                             \
-	embed_layernorm_warp_kernel<T, V, NV><<<grid, RG_LN_WARPS * 32, 0, c->stream>>>(           \
-		tokens, positions, (const T *)word, (const T *)pos, (const T *)type0, gamma, beta,  \
-		eps, n_tokens, (T *)out, c->flag_d)
+	rg_launch(c, embed_layernorm_warp_kernel<T, V, NV>, grid, RG_LN_WARPS * 32, 0, tokens,      \
+		  positions, (const T *)word, (const T *)pos, (const T *)type0, gamma, beta, eps,   \
+		  n_tokens, (T *)out, c->flag_d)
 			RG_LN_DT_VEC_DISPATCH(dt, vec, RG_LN_LAUNCH_W);
 #undef LAUNCH_NV
 			return rg_cuda_launch_check("embed_layernorm_warp_kernel");
@@ -355,8 +357,8 @@ extern "C" rg_status rg_cuda_bias_residual_layernorm(void *ctx, rg_dtype dt, con
 		if (vec) {
 			const int nv = N / (32 * vec);
 #define LAUNCH_NV(NV)                                                                             \
-	residual_layernorm_warp_kernel<T, V, NV><<<grid, RG_LN_WARPS * 32, 0, c->stream>>>(        \
-		(const T *)x, bias, (const T *)residual, gamma, beta, eps, M, (T *)out)
+	rg_launch(c, residual_layernorm_warp_kernel<T, V, NV>, grid, RG_LN_WARPS * 32, 0,          \
+		  (const T *)x, bias, (const T *)residual, gamma, beta, eps, M, (T *)out)
 			RG_LN_DT_VEC_DISPATCH(dt, vec, RG_LN_LAUNCH_W);
 #undef LAUNCH_NV
 			return rg_cuda_launch_check("residual_layernorm_warp_kernel");
