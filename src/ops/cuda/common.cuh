@@ -51,7 +51,7 @@ struct rg_cuda_ctx {
 	int *flag_d;                       /* (1) int32, RG_CUDA_FLAG_* bits */
 	int max_smem_optin;                /* cudaDevAttrMaxSharedMemoryPerBlockOptin */
 	int num_sms;                       /* multiprocessors */
-	bool pdl;                          /* programmatic dependent launch (sm_90+, RAGGED_PDL) */
+	bool pdl;                          /* programmatic dependent launch (sm_90+, RAGGED_PDL=1) */
 	int attn_smem_set;                 /* bitmask of attention instantiations with raised smem */
 	rg_cuda_gemm_plan plans[RG_CUDA_GEMM_CACHE];
 	unsigned long long gemm_clock;
@@ -155,7 +155,9 @@ __device__ __forceinline__ void rg_load_f32(const float *p, float (&f)[VEC])
  * griddepcontrol.wait -- before its first read of anything the predecessor wrote -- for the
  * predecessor's completion and memory flush. This hides the launch gap between dependent kernels,
  * which dominates small batches in a CUDA graph. Before sm_90 the wait compiles to nothing and
- * rg_launch launches normally. */
+ * rg_launch launches normally. Opt-in (RAGGED_PDL=1): on an H200 it changed no cell by more than
+ * the noise (bench/results/peer_graphed_h200_20261122-1725-pdl[01].md), because the gaps that
+ * remain follow the cuBLASLt GEMMs, whose launches ragged does not control. */
 __device__ __forceinline__ void rg_pdl_wait(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
