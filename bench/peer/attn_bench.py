@@ -188,13 +188,7 @@ def render_md(res):
                 f"{r['gbps']:.0f} | {v['gbps']:.0f} | {r['max_abs']:.1e} / "
                 f"{r['min_cos']:.6f}{flag_r} | {v['max_abs']:.1e} / {v['min_cos']:.6f}{flag_v} |")
         lines.append("")
-    if res.get("notes"):
-        lines.append("Notes: " + "; ".join(res["notes"]))
-        lines.append("")
-    if res.get("failures"):
-        lines.append("**Flagged:** " + "; ".join(res["failures"]))
-        lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + bg.md_notes(res, "Flagged"))
 
 
 def rows_check(out, ref):

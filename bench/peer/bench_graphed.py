@@ -213,6 +213,16 @@ def fmt(x, spec, dash="-"):
     return format(x, spec)
 
 
+def md_notes(res, failures_label):
+    """The closing lines of a results file: its notes and its flagged cells, if any."""
+    out = []
+    if res.get("notes"):
+        out += ["Notes: " + "; ".join(res["notes"]), ""]
+    if res.get("failures"):
+        out += [f"**{failures_label}:** " + "; ".join(res["failures"]), ""]
+    return out
+
+
 def render_md(res):
     m = res["meta"]
     c = res.get("ceilings", {})
@@ -279,13 +289,7 @@ def render_md(res):
                 f"{fmt(cc.get('peer_act_peak_bytes') and cc['peer_act_peak_bytes'] / 2**20, '.0f')}"
                 f" | {r['reps']} |")
         lines.append("")
-    if res.get("notes"):
-        lines.append("Notes: " + "; ".join(res["notes"]))
-        lines.append("")
-    if res.get("failures"):
-        lines.append("**Flagged cells:** " + "; ".join(res["failures"]))
-        lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + md_notes(res, "Flagged cells"))
 
 
 def write_results(res, base, render=render_md):

@@ -149,7 +149,7 @@ class TorchSide:
 # ---------------------------------------------------------------- helpers
 
 # shared with the graphed side-by-side benchmark
-from bench_graphed import commit_id, pct, row_cos, slug  # noqa: E402,F401
+from bench_graphed import commit_id, md_notes, pct, row_cos, slug  # noqa: E402,F401
 
 
 def fmt_mib(b):
@@ -201,10 +201,7 @@ def render_md(res):
                 f"{fmt_mib(c.get('torch_peak_alloc_bytes'))} | {cos} | "
                 f"{t['reps']}/{r['reps']} |")
         lines.append("")
-    if res.get("failures"):
-        lines.append("**Correctness failures:** " + "; ".join(res["failures"]))
-        lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + md_notes({"failures": res.get("failures")}, "Correctness failures"))
 
 
 def write_results(res, json_path, md_path):
