@@ -723,7 +723,8 @@ static rg_status run_encoder(rg_model *m, const rg_fwd *f, int n, int n_att, int
 /* Bucket of a packed batch (CUDA graphs): tokens rounded up to 16 (<= 256), 64 (<= 4096), 256
  * (<= 16384), else 1024 -- at most ~6% padding past 256 tokens, ~3% past 2048 --, capped at
  * max_batch_tokens;
- * sequences to the next power of two; the longest length to the next power of two >= 64 (it only
+ * sequences to the next power of two (capped at max_batch_tokens, which n_seq never exceeds);
+ * the longest length to the next power of two >= 64 (it only
  * sizes the attention grid, whose CTAs past a sequence's end exit at once), capped at
  * max_position_embeddings. */
 static void bucket_of(const rg_model *m, int n, int n_seq, int max_len, int *T, int *S, int *L)
@@ -734,7 +735,8 @@ static void bucket_of(const rg_model *m, int n, int n_seq, int max_len, int *T, 
 	*T = t < m->max_tokens ? t : m->max_tokens;
 	while (sq < n_seq)
 		sq *= 2;
-	*S = sq;
+	/* never more rows than the staging and pinned output buffers hold (max_batch_tokens) */
+	*S = sq < m->max_tokens ? sq : m->max_tokens;
 	while (l < max_len)
 		l *= 2;
 	*L = l < m->cfg.max_position_embeddings ? l : m->cfg.max_position_embeddings;

@@ -190,6 +190,22 @@ def test_max_length_and_one_past(tiny_models):
     assert_embeddings_close(model.embed_ids(seqs, H), ref.embed_batch(seqs), "after TOO_LONG")
 
 
+def test_small_max_batch_tokens_many_sequences(tiny_dirs):
+    """max_batch_tokens that is not a power of two, filled with one-token sequences: the CUDA
+    bucket of 9 sequences must not round past the 10 rows the staging buffers hold."""
+    name = "h32_gelu"
+    ref = RefBert(tiny_dirs[name])
+    m = load(tiny_dirs[name], max_batch_tokens=10)
+    try:
+        rng = np.random.default_rng(5)
+        for lens in ([1] * 9, [1] * 10, [2, 1, 1, 1, 1, 1, 1, 1, 1], [3, 7]):
+            seqs = random_seqs(rng, lens)
+            assert_embeddings_close(m.embed_ids(seqs, ref.H), ref.embed_batch(seqs),
+                                    f"max_batch_tokens=10 lens={lens}")
+    finally:
+        m.close()
+
+
 def test_batch_over_max_batch_tokens(tiny_dirs):
     d = tiny_dirs["short_pos64"]
     model = load(d, max_batch_tokens=100)
