@@ -344,15 +344,7 @@ def main(argv=None):
                         res["meta"]["wall_s"] = time.monotonic() - t_start
                         bg.write_results(res, base, render_md)
             ops.close()
-    res["meta"]["wall_s"] = time.monotonic() - t_start
-    bg.write_results(res, base, render_md)
-    print()
-    print(render_md(res), flush=True)
-    log(f"wrote {base}.json and .md ({res['meta']['wall_s']:.0f} s)")
-    if res["failures"]:
-        log("FLAGGED: " + "; ".join(res["failures"]))
-        return 1
-    return 0
+    return bg.finish(res, base, render_md, t_start)
 
 
 def run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw, dt, tdt, elem, heads, D, H,

@@ -223,6 +223,19 @@ def md_notes(res, failures_label):
     return out
 
 
+def finish(res, base, render, t_start):
+    """Write the final results, print the table, and return the exit status (1: a cell flagged)."""
+    res["meta"]["wall_s"] = time.monotonic() - t_start
+    write_results(res, base, render)
+    print()
+    print(render(res), flush=True)
+    log(f"wrote {base}.json and .md ({res['meta']['wall_s']:.0f} s)")
+    if res["failures"]:
+        log("FLAGGED: " + "; ".join(res["failures"]))
+        return 1
+    return 0
+
+
 def render_md(res):
     m = res["meta"]
     c = res.get("ceilings", {})
@@ -922,15 +935,7 @@ def main(argv=None):
                 if cuda:
                     torch.cuda.empty_cache()
 
-    res["meta"]["wall_s"] = time.monotonic() - t_start
-    write_results(res, base)
-    print()
-    print(render_md(res), flush=True)
-    log(f"wrote {base}.json and .md ({res['meta']['wall_s']:.0f} s)")
-    if res["failures"]:
-        log("FLAGGED: " + "; ".join(res["failures"]))
-        return 1
-    return 0
+    return finish(res, base, render_md, t_start)
 
 
 def run_cell(torch, a, cuda, rg, peer, batches, refs, dist, bs, dt, info, rate, mrate, t_start,
