@@ -34,6 +34,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 for t in build/tests/test_*; do
 	[ -x "$t" ] && run "unit $(basename "$t")" "$t"
 done
+run "vector asm (kern_avx512.o, kern_avx2.o)" bash scripts/check-vector-asm.sh build/obj/ops/cpu
 for t in build/asan/tests/test_*; do
 	[ -x "$t" ] && run "unit-asan $(basename "$t")" "$t"
 done

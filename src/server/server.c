@@ -1087,39 +1087,6 @@ static struct MHD_Daemon *start_daemon(rg_server *s)
 	return d;
 }
 
-/* OpenMP's default wait policy keeps a team's threads spinning after every parallel region; in a
- * server that idles between batches this steals the cores from the HTTP threads and from the
- * next batch (observed: 0.05 ms batches taking 100+ ms on a 2-core host). libgomp reads
- * OMP_WAIT_POLICY only at load time, so when it is unset and we are the `ragged` executable,
- * re-exec ourselves once with OMP_WAIT_POLICY=PASSIVE. Returns only when no re-exec happened. */
-static void maybe_reexec_passive(int argc, char **argv)
-{
-	char exe[4096], **av;
-	ssize_t n;
-	const char *base;
-
-	if (getenv("OMP_WAIT_POLICY"))
-		return;
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
-		return;
-	exe[n] = '\0';
-	base = strrchr(exe, '/');
-	base = base ? base + 1 : exe;
-	if (strcmp(base, "ragged") != 0)
-		return;
-	av = calloc((size_t)argc + 2, sizeof(*av));
-	if (!av)
-		return;
-	av[0] = exe;
-	for (int i = 0; i < argc; i++)
-		av[i + 1] = argv[i];
-	setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-	fflush(NULL);
-	execv(exe, av);
-	free(av); /* exec failed: go on with the default policy */
-}
-
 int rg_serve_main(int argc, char **argv)
 {
 	rg_server *s;
@@ -1130,7 +1097,6 @@ int rg_serve_main(int argc, char **argv)
 	int rc, sig;
 	struct rlimit rl;
 
-	maybe_reexec_passive(argc, argv);
 	s = calloc(1, sizeof(*s));
 	if (!s) {
 		fprintf(stderr, "ragged serve: out of memory\n");

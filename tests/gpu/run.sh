@@ -52,7 +52,7 @@ record build $st
 cuobjdump --list-elf build/libragged.so | grep -o 'sm_[0-9]*a\?' | sort | uniq -c
 gcc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wshadow -Iinclude -Isrc -o build/test_ops_cuda \
 	tests/gpu/test_ops_cuda.c build/libragged.a -lopenblas -lutf8proc -ljson-c -lsqlite3 \
-	-lmicrohttpd -lm -lpthread -fopenmp -L"$(dirname "$(dirname "$NVCC")")/lib64" \
+	-lmicrohttpd -lm -lpthread -L"$(dirname "$(dirname "$NVCC")")/lib64" \
 	-Wl,-rpath,"$(dirname "$(dirname "$NVCC")")/lib64" -lcublasLt -lcublas -lcudart -lstdc++
 record "build test_ops_cuda" $?
 
@@ -65,7 +65,7 @@ XD=""
 python3 -c 'import xdist' 2>/dev/null && XD="-n 4"
 declare -A PYPID
 for dt in fp32 fp16 bf16; do
-	RAGGED_TEST_DEVICE=cuda RAGGED_TEST_DTYPE=$dt OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 \
+	RAGGED_TEST_DEVICE=cuda RAGGED_TEST_DTYPE=$dt RAGGED_NUM_THREADS=2 \
 		timeout 300 python3 -m pytest -q -rfE -p no:cacheprovider $XD --durations=5 \
 		tests/py/test_model.py >"$OUT/pytest_$dt.log" 2>&1 &
 	PYPID[$dt]=$!
@@ -75,21 +75,21 @@ done
 	shuf -n 40 --random-source=<(yes) <(cat /usr/share/games/fortunes/* 2>/dev/null | tr -s '\n%' '\n' | grep -E '.{20,200}') >/tmp/sents.txt
 	# the op test's own table and [ok] lines are dropped: only the sanitizer's report is kept
 	echo "--- memcheck (leak check): test_ops_cuda --quick --skip-oom"
-	OMP_NUM_THREADS=4 timeout 120 compute-sanitizer --tool memcheck --leak-check full \
+	RAGGED_NUM_THREADS=4 timeout 120 compute-sanitizer --tool memcheck --leak-check full \
 		--print-limit 30 --error-exitcode 9 build/test_ops_cuda --quick --skip-oom 2>&1 |
 		grep -v '^| \|^  \[ok\]\|^$' | head -150
 	echo "status ${PIPESTATUS[0]}"
 	# racecheck/synccheck/initcheck on ragged's own kernels (cuBLASLt left out: --no-gemm)
 	for tool in racecheck synccheck initcheck; do
 		echo "--- $tool: test_ops_cuda --quick --skip-oom --no-gemm (fp32, fp16, bf16)"
-		OMP_NUM_THREADS=4 timeout 100 compute-sanitizer --tool $tool --print-limit 30 \
+		RAGGED_NUM_THREADS=4 timeout 100 compute-sanitizer --tool $tool --print-limit 30 \
 			--error-exitcode 9 build/test_ops_cuda --quick --skip-oom --no-gemm 2>&1 |
 			grep -v '^| \|^  \[ok\]\|^$' | head -80
 		echo "status ${PIPESTATUS[0]}"
 	done
 	# informational: racecheck over the GEMMs too; hazards are counted per kernel name
 	echo "--- (info) racecheck incl. cuBLASLt: test_ops_cuda --quick --skip-oom --dtype fp16"
-	OMP_NUM_THREADS=4 timeout 80 compute-sanitizer --tool racecheck --print-limit 100000 \
+	RAGGED_NUM_THREADS=4 timeout 80 compute-sanitizer --tool racecheck --print-limit 100000 \
 		build/test_ops_cuda --quick --skip-oom --dtype fp16 2>&1 |
 		grep -oE 'Potential [A-Z]+ hazard|Thread \([0-9,]+\) at [A-Za-z0-9_]+|RACECHECK SUMMARY.*' |
 		sed -E 's/Thread \([0-9,]+\) at /kernel /' | sort | uniq -c | sort -rn | head -20
@@ -104,7 +104,7 @@ done
 } >"$OUT/sanitizer.log" 2>&1 &
 SANPID=$!
 
-OMP_NUM_THREADS=4 timeout 180 build/test_ops_cuda --json "$OUT/test_ops_cuda.json"
+RAGGED_NUM_THREADS=4 timeout 180 build/test_ops_cuda --json "$OUT/test_ops_cuda.json"
 record "test_ops_cuda (fp32/fp16/bf16)" $?
 
 wait $SANPID

@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# The library's OpenMP threads share this process with NumPy's BLAS threads (the float64
-# reference): spinning OpenMP workers would steal the cores NumPy needs. Must be set before the
-# library (and so libgomp) is loaded.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The library's pool threads share this process with NumPy's BLAS threads (the float64
+# reference): after each op they spin for RAGGED_SPIN_US before sleeping, time NumPy's threads
+# need on a 2-core machine. Read when the pool starts (first CPU op).
+os.environ.setdefault("RAGGED_SPIN_US", "20")
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 

@@ -103,6 +103,28 @@ def test_startup_line_health_info(srv, tiny_dir):
     assert info["version"]
 
 
+def _cpu_ticks(pid):
+    """utime + stime of every thread of pid, in clock ticks (/proc/pid/stat fields 14, 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def test_idle_server_sleeps(srv):
+    """After a burst of requests the CPU pool's workers spin for RAGGED_SPIN_US at most, then
+    sleep: an idle server must leave the cores to others (the OpenMP build spun, and was
+    re-executed with OMP_WAIT_POLICY=PASSIVE to stop it)."""
+    for i in range(20):
+        st, _ = srv.post_json("/embed", {"inputs": [f"warm the pool {i}", "and again"]})
+        assert st == 200
+    time.sleep(0.3)
+    hz = os.sysconf("SC_CLK_TCK")
+    t0 = _cpu_ticks(srv.pid)
+    time.sleep(2.0)
+    used_s = (_cpu_ticks(srv.pid) - t0) / hz
+    assert used_s < 0.2, f"idle server used {used_s:.2f} CPU-s in 2 s"
+
+
 def test_tokenize_matches_hf(srv, hf_tok):
     st, out = srv.post_json("/tokenize", {"inputs": TEXTS})
     assert st == 200

@@ -356,6 +356,15 @@ static void test_attention_packed(void **state)
 	run_attention(l3, 4, 4, 8, NULL);
 	run_attention(l3, 4, 12, 32, NULL);
 	run_attention(l4, 4, 1, 5, NULL);
+	/* vector paths: head_dim 32/64 (AVX-512 and AVX2 tables), 40 (generic table only), query
+	 * blocks of long sequences (> 160 tokens split into 128-row tasks), a 500-token row */
+	{
+		const int l5[] = {161, 3, 500, 17, 64, 1};
+
+		run_attention(l5, 6, 2, 64, NULL);
+		run_attention(l5, 6, 3, 32, NULL);
+		run_attention(l5, 6, 1, 40, NULL);
+	}
 }
 
 static void test_attention_seg_mask(void **state)
@@ -369,6 +378,8 @@ static void test_attention_seg_mask(void **state)
 		seg[i] = i < 5 ? 0 : i < 14 ? 1 : i < 16 ? -1 : i < 19 ? 2 : -1;
 	run_attention(lens, 2, 2, 8, seg);
 	run_attention(lens, 2, 4, 4, seg);
+	run_attention(lens, 2, 2, 32, seg);
+	run_attention(lens, 2, 1, 64, seg);
 }
 
 static void test_attention_rejects_bad_lengths(void **state)
@@ -573,5 +584,17 @@ int main(void)
 		cmocka_unit_test(test_dispatch_cpu_backend),
 		cmocka_unit_test(test_cpu_backend_graph_api),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	static const char *const isas[] = {"avx512", "avx2", "generic"};
+	int failed = 0;
+
+	/* every kernel table this CPU runs, against the same float64 references */
+	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
+		if (rg_cpu_force_isa(isas[i]) != RG_OK) {
+			printf("[ ISA      ] %s: not run by this CPU, not tested here\n", isas[i]);
+			continue;
+		}
+		printf("[ ISA      ] %s\n", rg_cpu_isa());
+		failed += cmocka_run_group_tests(tests, NULL, NULL);
+	}
+	return failed;
 }

@@ -1,144 +1,270 @@
-/* CPU reference kernels for the BERT encoder ops (float32, OpenMP, OpenBLAS sgemm).
+/* CPU kernels for the BERT encoder ops (float32): ragged's thread pool (core/threadpool.h) runs
+ * every op; GEMMs are tiles of single-threaded OpenBLAS sgemm, each followed by its bias and
+ * activation while the tile is in cache; LayerNorm, activations, pooling and attention are the
+ * vectorised bodies of kern.h, chosen at run time for the CPU (AVX-512, AVX2 or baseline).
  *
  * Each function has exactly the semantics documented for its rg_op_* twin in src/ops/ops.h; the
  * CUDA kernels are tested against these. Reductions accumulate in float32 as the contract says
  * (the float64 NumPy model in tests/py/ref_bert.py is the independent check of these kernels).
- * Pointers are host memory; sizes are elements; no function allocates except rg_cpu_attention,
- * which takes one max_seqlen-sized scratch row per thread. */
+ * Pointers are host memory; sizes are elements. rg_cpu_attention allocates one scratch block per
+ * pool thread for the call; nothing else allocates. */
 #include "ops/cpu/ops_cpu.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/threadpool.h"
+#include "ops/cpu/cpu_kern.h"
 
-/* LayerNorm of one row v (n) in place into out: (v - mean) / sqrt(var + eps) * gamma + beta,
- * biased variance, two-pass statistics in float32. v and out may alias. */
-static void ln_row(const float *v, const float *gamma, const float *beta, float eps, int n,
-		   float *out)
+static const rg_cpu_kern *g_kern;
+static pthread_once_t g_kern_once = PTHREAD_ONCE_INIT;
+
+static void kern_init(void)
 {
-	float mean = 0.f, var = 0.f, rstd;
-	int i;
+	const char *want = getenv("RAGGED_CPU_ISA");
+	const rg_cpu_kern *best = &rg_cpu_kern_generic;
 
-	for (i = 0; i < n; i++)
-		mean += v[i];
-	mean /= (float)n;
-	for (i = 0; i < n; i++) {
-		float d = v[i] - mean;
-		var += d * d;
-	}
-	var /= (float)n;
-	rstd = 1.f / sqrtf(var + eps);
-	for (i = 0; i < n; i++)
-		out[i] = (v[i] - mean) * rstd * gamma[i] + beta[i];
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		best = &rg_cpu_kern_avx2;
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+	    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw"))
+		best = &rg_cpu_kern_avx512;
+#endif
+	/* a narrower table on request (never a wider one than the CPU runs) */
+	if (want && strcmp(want, "generic") == 0)
+		best = &rg_cpu_kern_generic;
+	else if (want && strcmp(want, "avx2") == 0 && best == &rg_cpu_kern_avx512)
+		best = &rg_cpu_kern_avx2;
+	g_kern = best;
+}
+
+const rg_cpu_kern *rg_cpu_kern_select(void)
+{
+	pthread_once(&g_kern_once, kern_init);
+	return g_kern;
+}
+
+rg_status rg_cpu_force_isa(const char *isa)
+{
+	const rg_cpu_kern *best;
+
+	pthread_once(&g_kern_once, kern_init);
+	best = g_kern;
+	if (!isa)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "cpu isa: NULL");
+	if (strcmp(isa, "generic") == 0)
+		g_kern = &rg_cpu_kern_generic;
+	else if (strcmp(isa, "avx2") == 0 && best != &rg_cpu_kern_generic)
+		g_kern = &rg_cpu_kern_avx2;
+	else if (strcmp(isa, "avx512") == 0 && best == &rg_cpu_kern_avx512)
+		g_kern = &rg_cpu_kern_avx512;
+	else if (strcmp(isa, best->isa) != 0)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "cpu isa %s: not run by this CPU (best: %s)", isa,
+				 best->isa);
+	return RG_OK;
+}
+
+const char *rg_cpu_isa(void)
+{
+	return rg_cpu_kern_select()->isa;
+}
+
+int rg_cpu_num_threads(void)
+{
+	return rg_threadpool_size(rg_threadpool_global());
+}
+
+/* Rows per task for the row-parallel ops: enough rows that a task outweighs its dispatch
+ * (about 8 K floats), few enough that every thread gets some. */
+static int rows_per_task(int M, int N)
+{
+	int T = rg_threadpool_size(rg_threadpool_global());
+	int r = (8192 + N - 1) / N;
+	int per = (M + T - 1) / T;
+
+	if (r > per)
+		r = per;
+	return r < 1 ? 1 : r;
+}
+
+struct embed_job {
+	const int32_t *tokens, *positions;
+	const float *word, *pos, *type0, *gamma, *beta;
+	float eps;
+	int n, H, rows;
+	float *out;
+};
+
+static void embed_task(void *ctx, int task, int thread)
+{
+	const struct embed_job *j = ctx;
+	const rg_cpu_kern *k = rg_cpu_kern_select();
+	int t1 = (task + 1) * j->rows < j->n ? (task + 1) * j->rows : j->n;
+
+	for (int t = task * j->rows; t < t1; t++)
+		k->add_ln_row(j->word + (size_t)j->tokens[t] * j->H,
+			      j->pos + (size_t)j->positions[t] * j->H, j->type0, j->gamma, j->beta,
+			      j->eps, j->H, j->out + (size_t)t * j->H);
 }
 
 rg_status rg_cpu_embed_layernorm(const int32_t *tokens, const int32_t *positions, int n_tokens,
 				 const float *word, const float *pos, const float *type0,
 				 const float *gamma, const float *beta, float eps, int H, float *out)
 {
-	int t;
+	struct embed_job j = {tokens, positions, word, pos, type0, gamma, beta, eps, n_tokens, H,
+			      0, out};
 
 	if (n_tokens < 0 || H <= 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "embed_layernorm: bad shape n_tokens=%d H=%d",
 				 n_tokens, H);
-#pragma omp parallel for schedule(static)
-	for (t = 0; t < n_tokens; t++) {
-		const float *w = word + (size_t)tokens[t] * H;
-		const float *p = pos + (size_t)positions[t] * H;
-		float *o = out + (size_t)t * H;
-		int i;
+	if (n_tokens == 0)
+		return RG_OK;
+	j.rows = rows_per_task(n_tokens, H);
+	rg_threadpool_run(rg_threadpool_global(), (n_tokens + j.rows - 1) / j.rows, embed_task, &j);
+	return RG_OK;
+}
 
-		for (i = 0; i < H; i++)
-			o[i] = w[i] + p[i] + type0[i];
-		ln_row(o, gamma, beta, eps, H, o);
+struct gemm_job {
+	const float *A, *W, *bias;
+	float *out;
+	int M, N, K, mb, nb, n_nt;
+	rg_act act;
+};
+
+static void gemm_task(void *ctx, int task, int thread)
+{
+	const struct gemm_job *j = ctx;
+	const int m0 = task / j->n_nt * j->mb, n0 = task % j->n_nt * j->nb;
+	const int rows = j->M - m0 < j->mb ? j->M - m0 : j->mb;
+	const int cols = j->N - n0 < j->nb ? j->N - n0 : j->nb;
+	float *o = j->out + (size_t)m0 * j->N + n0;
+
+	/* o (rows, cols) = A[m0:] (rows, K) * W[n0:]^T, W stored (N, K) row-major */
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, j->K, 1.f,
+		    j->A + (size_t)m0 * j->K, j->K, j->W + (size_t)n0 * j->K, j->K, 0.f, o, j->N);
+	if (j->bias || j->act != RG_ACT_NONE)
+		rg_cpu_kern_select()->bias_act_rows(o, (size_t)j->N, j->bias ? j->bias + n0 : NULL,
+						    rows, cols, j->act);
+}
+
+/* Tile the (M, N) output for T threads: whole rows of 256-row blocks while that gives every
+ * thread two tiles, else narrower column blocks (>= 64 columns, multiples of 16), then shorter
+ * row blocks (>= 16 rows). */
+static void gemm_tiles(int M, int N, int T, int *mb, int *nb)
+{
+	int m = M < 256 ? M : 256, n = N;
+
+	while ((long)((M + m - 1) / m) * ((N + n - 1) / n) < 2L * T) {
+		if (n >= 128)
+			n = (n / 2 + 15) / 16 * 16;
+		else if (m > 16)
+			m = (m + 1) / 2;
+		else
+			break;
 	}
+	*mb = m;
+	*nb = n;
+}
+
+static rg_status gemm_run(const float *A, const float *W, const float *bias, float *out, int M,
+			  int N, int K, rg_act act)
+{
+	rg_threadpool *pool = rg_threadpool_global();
+	struct gemm_job j = {A, W, bias, out, M, N, K, 0, 0, 0, act};
+	int n_mt;
+
+	if (M < 0 || N <= 0 || K <= 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "gemm: bad shape M=%d N=%d K=%d", M, N, K);
+	if (act != RG_ACT_NONE && act != RG_ACT_GELU && act != RG_ACT_GELU_NEW &&
+	    act != RG_ACT_RELU)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "gemm_bias_act: unknown activation %d", (int)act);
+	if (M == 0)
+		return RG_OK;
+	gemm_tiles(M, N, rg_threadpool_size(pool), &j.mb, &j.nb);
+	n_mt = (M + j.mb - 1) / j.mb;
+	j.n_nt = (N + j.nb - 1) / j.nb;
+	rg_threadpool_run(pool, n_mt * j.n_nt, gemm_task, &j);
 	return RG_OK;
 }
 
 rg_status rg_cpu_gemm(const float *A, const float *W, float *out, int M, int N, int K)
 {
-	if (M < 0 || N <= 0 || K <= 0)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "gemm: bad shape M=%d N=%d K=%d", M, N, K);
-	if (M == 0)
-		return RG_OK;
-	/* out (M,N) = A (M,K) * W^T, W stored (N,K) row-major (torch.nn.Linear). */
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.f, A, K, W, K, 0.f, out, N);
-	return RG_OK;
+	return gemm_run(A, W, NULL, out, M, N, K, RG_ACT_NONE);
 }
 
-static inline float act_apply(float v, rg_act act)
+rg_status rg_cpu_gemm_bias_act(const float *A, const float *W, const float *bias, float *out,
+			       int M, int N, int K, rg_act act)
 {
-	switch (act) {
-	case RG_ACT_NONE:
-		return v;
-	case RG_ACT_GELU:
-		/* exact GELU (Hendrycks & Gimpel): x * Phi(x) */
-		return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
-	case RG_ACT_GELU_NEW:
-		/* tanh approximation used by GPT-2 / "gelu_new" */
-		return 0.5f * v *
-		       (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-	case RG_ACT_RELU:
-		return v > 0.f ? v : 0.f;
-	}
-	return v;
+	return gemm_run(A, W, bias, out, M, N, K, act);
+}
+
+struct rows_job {
+	float *x;
+	const float *bias, *residual, *gamma, *beta;
+	float eps;
+	int M, N, rows;
+	rg_act act;
+	float *out;
+};
+
+static void bias_act_task(void *ctx, int task, int thread)
+{
+	const struct rows_job *j = ctx;
+	int r0 = task * j->rows, n = j->M - r0 < j->rows ? j->M - r0 : j->rows;
+
+	rg_cpu_kern_select()->bias_act_rows(j->x + (size_t)r0 * j->N, (size_t)j->N, j->bias, n, j->N,
+					    j->act);
 }
 
 rg_status rg_cpu_bias_act(float *x, const float *bias, int M, int N, rg_act act)
 {
-	int r;
+	struct rows_job j = {.x = x, .bias = bias, .M = M, .N = N, .act = act};
 
 	if (M < 0 || N <= 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "bias_act: bad shape M=%d N=%d", M, N);
 	if (act != RG_ACT_NONE && act != RG_ACT_GELU && act != RG_ACT_GELU_NEW &&
 	    act != RG_ACT_RELU)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "bias_act: unknown activation %d", (int)act);
-#pragma omp parallel for schedule(static)
-	for (r = 0; r < M; r++) {
-		float *row = x + (size_t)r * N;
-		int i;
-
-		for (i = 0; i < N; i++)
-			row[i] = act_apply(row[i] + (bias ? bias[i] : 0.f), act);
-	}
+	if (M == 0)
+		return RG_OK;
+	j.rows = rows_per_task(M, N);
+	rg_threadpool_run(rg_threadpool_global(), (M + j.rows - 1) / j.rows, bias_act_task, &j);
 	return RG_OK;
 }
 
-rg_status rg_cpu_gemm_bias_act(const float *A, const float *W, const float *bias, float *out,
-			       int M, int N, int K, rg_act act)
+static void residual_ln_task(void *ctx, int task, int thread)
 {
-	rg_status st = rg_cpu_gemm(A, W, out, M, N, K);
+	const struct rows_job *j = ctx;
+	const rg_cpu_kern *k = rg_cpu_kern_select();
+	int r1 = (task + 1) * j->rows < j->M ? (task + 1) * j->rows : j->M;
 
-	if (st != RG_OK || (!bias && act == RG_ACT_NONE))
-		return st;
-	return rg_cpu_bias_act(out, bias, M, N, act);
+	for (int r = task * j->rows; r < r1; r++)
+		k->add_ln_row(j->x + (size_t)r * j->N, j->bias, j->residual + (size_t)r * j->N,
+			      j->gamma, j->beta, j->eps, j->N, j->out + (size_t)r * j->N);
 }
 
 rg_status rg_cpu_bias_residual_layernorm(const float *x, const float *bias, const float *residual,
 					 const float *gamma, const float *beta, float eps, int M,
 					 int N, float *out)
 {
-	int r;
+	/* out may alias x or residual: each row is summed completely into out before it is
+	 * normalized in place, and rows are independent. */
+	struct rows_job j = {(float *)x, bias, residual, gamma, beta, eps, M, N, 0, RG_ACT_NONE,
+			     out};
 
 	if (M < 0 || N <= 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "bias_residual_layernorm: bad shape M=%d N=%d",
 				 M, N);
-	/* out may alias x or residual: each row is read completely into out before it is
-	 * normalized in place, and rows are independent. */
-#pragma omp parallel for schedule(static)
-	for (r = 0; r < M; r++) {
-		const float *xr = x + (size_t)r * N;
-		const float *rr = residual + (size_t)r * N;
-		float *o = out + (size_t)r * N;
-		int i;
-
-		for (i = 0; i < N; i++)
-			o[i] = xr[i] + (bias ? bias[i] : 0.f) + rr[i];
-		ln_row(o, gamma, beta, eps, N, o);
-	}
+	if (M == 0)
+		return RG_OK;
+	j.rows = rows_per_task(M, N);
+	rg_threadpool_run(rg_threadpool_global(), (M + j.rows - 1) / j.rows, residual_ln_task, &j);
 	return RG_OK;
 }
 
@@ -188,12 +314,74 @@ static void attn_row(const float *q, const float *k0, const float *v0, size_t ld
 	}
 }
 
+/* Query rows per attention task: whole sequences up to 160 tokens, else blocks of 128 rows
+ * (each task packs its sequence's Kᵀ once, so blocks must not be too short). */
+#define RG_ATTN_QBLOCK 128
+
+struct attn_job {
+	const float *qkv;
+	const int32_t *cu_seqlens, *seg;
+	const int *blk_prefix; /* (n_seq + 1): query blocks before each sequence */
+	int n_seq, num_heads, head_dim, H;
+	float scale;
+	const rg_cpu_kern *k; /* NULL: the scalar rows */
+	float *scratch;	      /* one block of scratch_floats per pool thread */
+	size_t scratch_floats;
+	float *out;
+};
+
+static int seq_qblock(int L)
+{
+	return L <= 160 ? L : RG_ATTN_QBLOCK;
+}
+
+static void attn_task(void *ctx, int task, int thread)
+{
+	const struct attn_job *j = ctx;
+	const int g = task / j->num_heads, h = task % j->num_heads;
+	const size_t ld = (size_t)3 * j->H;
+	int lo = 0, hi = j->n_seq, s, t0, L, qb, q0, q1;
+	const float *base;
+	float *sc = j->scratch + (size_t)thread * j->scratch_floats;
+
+	/* the sequence whose query blocks hold global block g: blk_prefix[s] <= g < [s + 1] */
+	while (hi - lo > 1) {
+		int mid = (lo + hi) / 2;
+
+		if (j->blk_prefix[mid] <= g)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	s = lo;
+	t0 = j->cu_seqlens[s];
+	L = j->cu_seqlens[s + 1] - t0;
+	qb = seq_qblock(L);
+	q0 = (g - j->blk_prefix[s]) * qb;
+	q1 = q0 + qb < L ? q0 + qb : L;
+	base = j->qkv + (size_t)t0 * ld + (size_t)h * j->head_dim;
+	if (j->k) {
+		j->k->attn_rows(base, base + j->H, base + 2 * j->H, ld, L, q0, q1, j->head_dim,
+				j->scale, j->seg ? j->seg + t0 : NULL,
+				j->out + (size_t)t0 * j->H + (size_t)h * j->head_dim, (size_t)j->H,
+				sc);
+		return;
+	}
+	for (int i = q0; i < q1; i++)
+		attn_row(base + (size_t)i * ld, base + j->H, base + 2 * j->H, ld, L, j->head_dim,
+			 j->scale, j->seg ? j->seg + t0 : NULL, i, sc,
+			 j->out + (size_t)(t0 + i) * j->H + (size_t)h * j->head_dim);
+}
+
 rg_status rg_cpu_attention(const float *qkv, const int32_t *cu_seqlens, int n_seq, int max_seqlen,
 			   int num_heads, int head_dim, float scale, const int32_t *seg, float *out)
 {
-	const int H = num_heads * head_dim;
-	const size_t ld = (size_t)3 * H;
-	int s, oom = 0;
+	rg_threadpool *pool = rg_threadpool_global();
+	const rg_cpu_kern *k = rg_cpu_kern_select();
+	struct attn_job j = {qkv, cu_seqlens, seg, NULL, n_seq, num_heads, head_dim,
+			     num_heads * head_dim, scale, NULL, NULL, 0, out};
+	int *prefix;
+	int s, T = rg_threadpool_size(pool);
 
 	if (n_seq < 0 || max_seqlen < 0 || num_heads <= 0 || head_dim <= 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT,
@@ -209,42 +397,61 @@ rg_status rg_cpu_attention(const float *qkv, const int32_t *cu_seqlens, int n_se
 	if (n_seq == 0 || max_seqlen == 0)
 		return RG_OK;
 
-	/* Work items are (sequence, head, query row); rows of a (seq, head) are contiguous so a
-	 * thread's K/V working set stays in cache. Scratch: one score row per thread. */
-#pragma omp parallel reduction(| : oom)
-	{
-		float *sc = malloc((size_t)max_seqlen * sizeof(float));
-		int ss;
-
-		if (!sc)
-			oom = 1;
-#pragma omp for schedule(dynamic, 1) collapse(2)
-		for (ss = 0; ss < n_seq; ss++) {
-			for (int h = 0; h < num_heads; h++) {
-				const int t0 = cu_seqlens[ss];
-				const int L = cu_seqlens[ss + 1] - t0;
-				const float *base = qkv + (size_t)t0 * ld + (size_t)h * head_dim;
-				const int32_t *sg = seg ? seg + t0 : NULL;
-
-				if (!sc)
-					continue;
-				for (int i = 0; i < L; i++)
-					attn_row(base + (size_t)i * ld, base + H, base + 2 * H, ld, L,
-						 head_dim, scale, sg, i, sc,
-						 out + (size_t)(t0 + i) * H + (size_t)h * head_dim);
-			}
-		}
-		free(sc);
+	/* the widest kernel table whose vector width divides head_dim, else scalar rows */
+	if (head_dim % k->vw != 0)
+		k = head_dim % rg_cpu_kern_generic.vw == 0 ? &rg_cpu_kern_generic : NULL;
+	j.k = k;
+	j.scratch_floats = k ? rg_cpu_attn_scratch_floats(max_seqlen, head_dim)
+			     : (size_t)max_seqlen + 16;
+	j.scratch_floats = (j.scratch_floats + 15) / 16 * 16; /* 64-byte blocks */
+	prefix = malloc(((size_t)n_seq + 1) * sizeof(*prefix));
+	j.scratch = aligned_alloc(64, (size_t)T * j.scratch_floats * sizeof(float));
+	if (!prefix || !j.scratch) {
+		free(prefix);
+		free(j.scratch);
+		return rg_errorf(RG_ERR_OOM, "attention: cannot allocate %zu floats of scratch",
+				 (size_t)T * j.scratch_floats);
 	}
-	if (oom)
-		return rg_errorf(RG_ERR_OOM, "attention: cannot allocate %d floats of scratch",
-				 max_seqlen);
+	prefix[0] = 0;
+	for (s = 0; s < n_seq; s++) {
+		int L = cu_seqlens[s + 1] - cu_seqlens[s];
+
+		prefix[s + 1] = prefix[s] + (L == 0 ? 0 : (L + seq_qblock(L) - 1) / seq_qblock(L));
+	}
+	j.blk_prefix = prefix;
+	rg_threadpool_run(pool, prefix[n_seq] * num_heads, attn_task, &j);
+	free(prefix);
+	free(j.scratch);
 	return RG_OK;
+}
+
+struct pool_job {
+	const float *x;
+	const int32_t *cu_seqlens;
+	int H;
+	rg_pooling mode;
+	bool normalize;
+	float *out;
+};
+
+static void pool_task(void *ctx, int s, int thread)
+{
+	const struct pool_job *j = ctx;
+	const int t0 = j->cu_seqlens[s], L = j->cu_seqlens[s + 1] - t0;
+	float *o = j->out + (size_t)s * j->H;
+
+	if (L == 0) {
+		/* a padding sequence (graph bucket): zero row */
+		memset(o, 0, (size_t)j->H * sizeof(float));
+		return;
+	}
+	rg_cpu_kern_select()->pool_seq(j->x + (size_t)t0 * j->H, L, j->H, j->mode, j->normalize, o);
 }
 
 rg_status rg_cpu_pool(const float *x, const int32_t *cu_seqlens, int n_seq, int H, rg_pooling mode,
 		      bool normalize, float *out)
 {
+	struct pool_job j = {x, cu_seqlens, H, mode, normalize, out};
 	int s;
 
 	if (n_seq < 0 || H <= 0)
@@ -255,61 +462,37 @@ rg_status rg_cpu_pool(const float *x, const int32_t *cu_seqlens, int n_seq, int 
 		if (cu_seqlens[s + 1] - cu_seqlens[s] < 0)
 			return rg_errorf(RG_ERR_INVALID_INPUT, "pool: sequence %d has a negative length",
 					 s);
-#pragma omp parallel for schedule(static)
-	for (s = 0; s < n_seq; s++) {
-		const int t0 = cu_seqlens[s], L = cu_seqlens[s + 1] - t0;
-		const float *xs = x + (size_t)t0 * H;
-		float *o = out + (size_t)s * H;
-		int i, t;
-
-		if (L == 0) {
-			/* a padding sequence (graph bucket): zero row */
-			memset(o, 0, (size_t)H * sizeof(float));
-			continue;
-		}
-		switch (mode) {
-		case RG_POOL_MEAN:
-			for (i = 0; i < H; i++)
-				o[i] = 0.f;
-			for (t = 0; t < L; t++)
-				for (i = 0; i < H; i++)
-					o[i] += xs[(size_t)t * H + i];
-			for (i = 0; i < H; i++)
-				o[i] /= (float)L;
-			break;
-		case RG_POOL_CLS:
-			memcpy(o, xs, (size_t)H * sizeof(float));
-			break;
-		case RG_POOL_MAX:
-			memcpy(o, xs, (size_t)H * sizeof(float));
-			for (t = 1; t < L; t++)
-				for (i = 0; i < H; i++)
-					if (xs[(size_t)t * H + i] > o[i])
-						o[i] = xs[(size_t)t * H + i];
-			break;
-		}
-		if (normalize) {
-			/* torch.nn.functional.normalize: x / max(||x||_2, 1e-12) */
-			float ss = 0.f, inv;
-
-			for (i = 0; i < H; i++)
-				ss += o[i] * o[i];
-			inv = 1.f / fmaxf(sqrtf(ss), 1e-12f);
-			for (i = 0; i < H; i++)
-				o[i] *= inv;
-		}
-	}
+	rg_threadpool_run(rg_threadpool_global(), n_seq, pool_task, &j);
 	return RG_OK;
+}
+
+struct gather_job {
+	const float *src;
+	const int32_t *idx;
+	int H;
+	float *dst;
+};
+
+static void gather_task(void *ctx, int i, int thread)
+{
+	const struct gather_job *j = ctx;
+
+	memcpy(j->dst + (size_t)i * j->H, j->src + (size_t)j->idx[i] * j->H,
+	       (size_t)j->H * sizeof(float));
 }
 
 rg_status rg_cpu_gather_rows(const float *src, const int32_t *idx, int n_dst, int H, float *dst)
 {
-	int i;
+	struct gather_job j = {src, idx, H, dst};
 
 	if (n_dst < 0 || H <= 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "gather_rows: bad shape n_dst=%d H=%d", n_dst, H);
-#pragma omp parallel for schedule(static)
-	for (i = 0; i < n_dst; i++)
-		memcpy(dst + (size_t)i * H, src + (size_t)idx[i] * H, (size_t)H * sizeof(float));
+	/* a copy at memory speed: one thread keeps up unless the batch is large */
+	if ((size_t)n_dst * (size_t)H < ((size_t)1 << 20)) {
+		for (int i = 0; i < n_dst; i++)
+			gather_task(&j, i, 0);
+		return RG_OK;
+	}
+	rg_threadpool_run(rg_threadpool_global(), n_dst, gather_task, &j);
 	return RG_OK;
 }

@@ -1,5 +1,6 @@
-/* CPU reference kernels (C11, OpenBLAS sgemm, OpenMP), float32 only. Same arguments and
- * semantics as the rg_op_* entry points in src/ops/ops.h, minus the backend. */
+/* CPU kernels (C11, single-threaded OpenBLAS sgemm tiles and vectorised bodies on ragged's thread
+ * pool), float32 only. Same arguments and semantics as the rg_op_* entry points in
+ * src/ops/ops.h, minus the backend. */
 #ifndef RG_OPS_CPU_H
 #define RG_OPS_CPU_H
 #include <stdbool.h>
@@ -22,4 +23,14 @@ rg_status rg_cpu_attention(const float *qkv, const int32_t *cu_seqlens, int n_se
 rg_status rg_cpu_pool(const float *x, const int32_t *cu_seqlens, int n_seq, int H, rg_pooling mode,
 		      bool normalize, float *out);
 rg_status rg_cpu_gather_rows(const float *src, const int32_t *idx, int n_dst, int H, float *dst);
+/* Name of the kernel table in use ("avx512", "avx2", "generic"): chosen from cpuid, narrowed
+ * by RAGGED_CPU_ISA. Static string. */
+const char *rg_cpu_isa(void);
+/* Tests only: switch every later CPU op to the kernel table `isa` ("avx512", "avx2",
+ * "generic"). RG_ERR_UNSUPPORTED when this CPU cannot run it. Not thread-safe against running
+ * ops. */
+rg_status rg_cpu_force_isa(const char *isa);
+/* Threads of the process-wide CPU pool, the caller included (RAGGED_NUM_THREADS, else the CPUs
+ * this process may use). */
+int rg_cpu_num_threads(void);
 #endif

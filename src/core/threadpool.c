@@ -1,0 +1,308 @@
+/* ragged's CPU thread pool (see threadpool.h): persistent workers, a generation counter they
+ * wait on (bounded spin, then futex), an atomic task counter for dynamic scheduling, and a
+ * completion count the caller spins on. One run at a time per pool (a mutex serialises callers);
+ * nested runs execute inline. */
+#include "core/threadpool.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+#define RG_POOL_MAX_THREADS 256
+#define RG_POOL_DEFAULT_SPIN_US 100
+
+struct rg_threadpool {
+	int n_threads; /* caller + workers */
+	int spin_us;
+	pthread_t *workers;
+	int n_started;
+	pthread_mutex_t run_lock; /* one run at a time */
+
+	/* the current job, written by the caller before gen is bumped (release) */
+	rg_threadpool_fn fn;
+	void *ctx;
+	int n_tasks;
+	_Atomic int next;	   /* next task index to hand out */
+	_Atomic unsigned gen;	   /* bumped once per job; workers wait for it to change */
+	_Atomic int done;	   /* workers that finished the current job */
+	_Atomic int sleepers;	   /* workers in (or about to enter) futex_wait */
+	_Atomic int stop;
+};
+
+static _Thread_local int tls_in_pool; /* this thread is executing a pool task */
+
+static void futex_wait(_Atomic unsigned *addr, unsigned val)
+{
+	syscall(SYS_futex, (unsigned *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic unsigned *addr)
+{
+	syscall(SYS_futex, (unsigned *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static double now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* Hand out tasks until none is left. */
+static void drain(rg_threadpool *p, int thread)
+{
+	for (;;) {
+		int t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+
+		if (t >= p->n_tasks)
+			return;
+		p->fn(p->ctx, t, thread);
+	}
+}
+
+struct worker_arg {
+	rg_threadpool *pool;
+	int thread;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker_arg *wa = arg;
+	rg_threadpool *p = wa->pool;
+	const int thread = wa->thread;
+	/* gen was 0 when the pool was created: a run that starts before this thread does is seen */
+	unsigned seen = 0;
+
+	free(wa);
+	tls_in_pool = 1;
+	for (;;) {
+		unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
+
+		if (g == seen) {
+			/* bounded spin, then sleep until the generation changes */
+			double t0 = now_us();
+			int k = 0;
+
+			while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
+				cpu_relax();
+				if ((++k & 255) == 0 && now_us() - t0 > (double)p->spin_us) {
+					/* seq_cst pairs with the caller's gen bump + sleepers
+					 * load: either it sees us and wakes us, or the futex
+					 * sees the new generation and returns at once */
+					atomic_fetch_add(&p->sleepers, 1);
+					futex_wait(&p->gen, seen);
+					atomic_fetch_sub(&p->sleepers, 1);
+					t0 = now_us();
+				}
+			}
+		}
+		seen = g;
+		if (atomic_load_explicit(&p->stop, memory_order_acquire))
+			return NULL;
+		drain(p, thread);
+		atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+	}
+}
+
+static int cgroup_quota_cpus(void)
+{
+	FILE *f;
+	long long quota = -1, period = 0;
+	char buf[128];
+
+	/* cgroup v2: "max 100000" or "200000 100000" */
+	f = fopen("/sys/fs/cgroup/cpu.max", "r");
+	if (f) {
+		if (fgets(buf, sizeof(buf), f) && strncmp(buf, "max", 3) != 0)
+			sscanf(buf, "%lld %lld", &quota, &period);
+		fclose(f);
+	} else {
+		f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r");
+		if (f) {
+			if (fscanf(f, "%lld", &quota) != 1)
+				quota = -1;
+			fclose(f);
+		}
+		f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r");
+		if (f) {
+			if (fscanf(f, "%lld", &period) != 1)
+				period = 0;
+			fclose(f);
+		}
+	}
+	if (quota <= 0 || period <= 0)
+		return 0;
+	return (int)((quota + period - 1) / period);
+}
+
+int rg_cpu_usable_count(void)
+{
+	cpu_set_t set;
+	int n = 0, q;
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		n = CPU_COUNT(&set);
+	if (n <= 0) {
+		long c = sysconf(_SC_NPROCESSORS_ONLN);
+		n = c > 0 ? (int)c : 1;
+	}
+	q = cgroup_quota_cpus();
+	if (q > 0 && q < n)
+		n = q;
+	return n < 1 ? 1 : n;
+}
+
+rg_threadpool *rg_threadpool_create(int n_threads, int spin_us, rg_status *st)
+{
+	rg_threadpool *p;
+	rg_status dummy;
+
+	if (!st)
+		st = &dummy;
+	if (n_threads <= 0)
+		n_threads = rg_cpu_usable_count();
+	if (n_threads > RG_POOL_MAX_THREADS)
+		n_threads = RG_POOL_MAX_THREADS;
+	if (spin_us < 0) {
+		const char *e = getenv("RAGGED_SPIN_US");
+
+		spin_us = e && *e ? atoi(e) : RG_POOL_DEFAULT_SPIN_US;
+		if (spin_us < 0)
+			spin_us = 0;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p || !(p->workers = calloc((size_t)n_threads, sizeof(pthread_t)))) {
+		free(p);
+		*st = rg_errorf(RG_ERR_OOM, "thread pool: out of memory");
+		return NULL;
+	}
+	p->n_threads = n_threads;
+	p->spin_us = spin_us;
+	pthread_mutex_init(&p->run_lock, NULL);
+	for (int i = 1; i < n_threads; i++) {
+		struct worker_arg *wa = malloc(sizeof(*wa));
+		int rc;
+
+		if (!wa) {
+			*st = rg_errorf(RG_ERR_OOM, "thread pool: out of memory");
+			goto out_free;
+		}
+		wa->pool = p;
+		wa->thread = i;
+		rc = pthread_create(&p->workers[i - 1], NULL, worker_main, wa);
+		if (rc != 0) {
+			free(wa);
+			*st = rg_errorf(RG_ERR_INTERNAL, "thread pool: cannot start thread %d of %d: %s",
+					i, n_threads, strerror(rc));
+			goto out_free;
+		}
+		p->n_started++;
+	}
+	*st = RG_OK;
+	return p;
+out_free:
+	rg_threadpool_free(p);
+	return NULL;
+}
+
+void rg_threadpool_free(rg_threadpool *p)
+{
+	if (!p)
+		return;
+	atomic_store_explicit(&p->stop, 1, memory_order_release);
+	atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+	futex_wake_all(&p->gen);
+	for (int i = 0; i < p->n_started; i++)
+		pthread_join(p->workers[i], NULL);
+	pthread_mutex_destroy(&p->run_lock);
+	free(p->workers);
+	free(p);
+}
+
+int rg_threadpool_size(const rg_threadpool *p)
+{
+	return p ? p->n_started + 1 : 1;
+}
+
+static void run_inline(int n_tasks, rg_threadpool_fn fn, void *ctx)
+{
+	for (int t = 0; t < n_tasks; t++)
+		fn(ctx, t, 0);
+}
+
+void rg_threadpool_run(rg_threadpool *p, int n_tasks, rg_threadpool_fn fn, void *ctx)
+{
+	int n_workers;
+
+	if (n_tasks <= 0)
+		return;
+	if (!p || p->n_started == 0 || n_tasks == 1 || tls_in_pool) {
+		run_inline(n_tasks, fn, ctx);
+		return;
+	}
+	n_workers = p->n_started;
+	pthread_mutex_lock(&p->run_lock);
+	p->fn = fn;
+	p->ctx = ctx;
+	p->n_tasks = n_tasks;
+	atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+	atomic_fetch_add(&p->gen, 1);
+	/* a worker that is still spinning sees the new generation itself */
+	if (atomic_load(&p->sleepers) > 0)
+		futex_wake_all(&p->gen);
+	tls_in_pool = 1;
+	drain(p, 0);
+	tls_in_pool = 0;
+	/* the stragglers are finishing their last task: spin, then yield the core (on an
+	 * oversubscribed machine a descheduled worker needs it more than we do) */
+	for (int k = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n_workers; k++) {
+		if (k < 4096)
+			cpu_relax();
+		else
+			sched_yield();
+	}
+	pthread_mutex_unlock(&p->run_lock);
+}
+
+static rg_threadpool *g_pool;
+static rg_threadpool g_inline_pool = {.n_threads = 1};
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void global_init(void)
+{
+	const char *e = getenv("RAGGED_NUM_THREADS");
+	int n = e && *e ? atoi(e) : 0;
+	rg_status st;
+
+	/* The BLAS runs inside our tasks, one call per tile: it must not start threads of its own. */
+	openblas_set_num_threads(1);
+	/* Never freed: a thread may still be inside a run when the process exits. */
+	g_pool = rg_threadpool_create(n, -1, &st);
+}
+
+rg_threadpool *rg_threadpool_global(void)
+{
+	pthread_once(&g_once, global_init);
+	return g_pool ? g_pool : &g_inline_pool;
+}

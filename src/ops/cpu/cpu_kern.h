@@ -1,0 +1,63 @@
+/* The table of vectorised CPU kernel bodies (kern.h), one per instruction set, and the run-time
+ * choice between them. Internal to src/ops/cpu/. */
+#ifndef RG_OPS_CPU_KERN_H
+#define RG_OPS_CPU_KERN_H
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ragged.h"
+#include "model/config.h"
+
+typedef struct rg_cpu_kern {
+	const char *isa; /* "avx512", "avx2" or "generic" */
+	int vw;		 /* float32 lanes per vector */
+	/* x (rows, cols), row stride ldx, in place: act(x + bias); bias (cols) or NULL */
+	void (*bias_act_rows)(float *x, size_t ldx, const float *bias, int rows, int cols,
+			      rg_act act);
+	/* out (n) = LayerNorm(a + b + c) with gamma, beta (n); b, c may be NULL; out may alias a
+	 * or c */
+	void (*add_ln_row)(const float *a, const float *b, const float *c, const float *gamma,
+			   const float *beta, float eps, int n, float *out);
+	/* o (H) = pool of L >= 1 rows of x (row stride H), then L2-normalised when asked */
+	void (*pool_seq)(const float *x, int L, int H, rg_pooling mode, bool normalize, float *o);
+	/* query rows [q0, q1) of one (sequence, head); head_dim % vw == 0; scratch of
+	 * rg_cpu_attn_scratch_floats(L, head_dim) floats */
+	void (*attn_rows)(const float *q, const float *k, const float *v, size_t ld, int L, int q0,
+			  int q1, int head_dim, float scale, const int32_t *seg, float *out,
+			  size_t ldo, float *scratch);
+} rg_cpu_kern;
+
+extern const rg_cpu_kern rg_cpu_kern_avx512, rg_cpu_kern_avx2, rg_cpu_kern_generic;
+
+/* The widest table this CPU runs (cpuid), unless RAGGED_CPU_ISA=avx512|avx2|generic asks for
+ * a narrower one (tests use it to check every table against the same reference). Never NULL. */
+const rg_cpu_kern *rg_cpu_kern_select(void);
+
+/* Scratch floats attn_rows needs for a sequence of length L (any vw up to 16). */
+static inline size_t rg_cpu_attn_scratch_floats(int L, int head_dim)
+{
+	size_t Lp = ((size_t)L + 15) / 16 * 16;
+
+	return (size_t)head_dim * Lp + 4 * Lp + 4 * (size_t)head_dim + 16;
+}
+
+/* One activation on one float, the scalar definition the vector bodies approximate. */
+static inline float rg_cpu_act_scalar(float v, rg_act act)
+{
+	switch (act) {
+	case RG_ACT_NONE:
+		return v;
+	case RG_ACT_GELU:
+		/* exact GELU (Hendrycks & Gimpel): x * Phi(x) */
+		return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
+	case RG_ACT_GELU_NEW:
+		/* tanh approximation used by GPT-2 / "gelu_new" */
+		return 0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+	case RG_ACT_RELU:
+		return v > 0.f ? v : 0.f;
+	}
+	return v;
+}
+#endif

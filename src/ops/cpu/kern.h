@@ -1,0 +1,375 @@
+/* Vectorised CPU kernel bodies, written once with GCC vector extensions and compiled once per
+ * instruction set: kern_avx512.c, kern_avx2.c and kern_generic.c each set RG_VW (floats per
+ * vector) and RG_ISA, switch the target with `#pragma GCC target`, and include this file, which
+ * defines the table `rg_cpu_kern_<RG_ISA>`. ops_cpu.c picks a table at run time from cpuid
+ * (cpu_kern.h). Every body has the float32 semantics of its rg_cpu_* caller in ops_cpu.c;
+ * reductions run in lanes and are summed in a fixed order, so results are deterministic for a
+ * given instruction set. No function here allocates or checks shapes: ops_cpu.c does both. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/cpu/cpu_kern.h"
+
+#define VW RG_VW
+#define RG_CAT2(a, b) a##b
+#define RG_CAT(a, b) RG_CAT2(a, b)
+#define KNAME(n) RG_CAT(n##_, RG_ISA)
+
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+typedef float vf_u __attribute__((vector_size(VW * 4), aligned(4), may_alias));
+
+static inline vf vld(const float *p)
+{
+	return *(const vf_u *)p;
+}
+
+static inline void vst(float *p, vf v)
+{
+	*(vf_u *)p = v;
+}
+
+/* every lane x (not (vf){0} + x, which turns -0.f into +0.f) */
+static inline vf vbc(float x)
+{
+	vf v;
+
+	for (int i = 0; i < VW; i++)
+		v[i] = x;
+	return v;
+}
+
+/* m ? a : b, m a lane mask of all ones or zeros */
+static inline vf vsel(vi m, vf a, vf b)
+{
+	return (vf)(((vi)a & m) | ((vi)b & ~m));
+}
+
+static inline vf vmax(vf a, vf b)
+{
+	return vsel(a > b, a, b);
+}
+
+static inline float hsum(vf v)
+{
+	float s = 0.f;
+
+	for (int i = 0; i < VW; i++)
+		s += v[i];
+	return s;
+}
+
+static inline float hmax(vf v)
+{
+	float m = v[0];
+
+	for (int i = 1; i < VW; i++)
+		m = v[i] > m ? v[i] : m;
+	return m;
+}
+
+/* e^x, Cephes expf: x = n ln2 + r with |r| <= ln2/2, a degree-6 polynomial for e^r, 2^n put in
+ * the exponent bits. Relative error about 2 ulp on [-87.3, 88.7]; below -87.3 (and -inf) gives
+ * exactly 0, above 88.7 the value at 88.7. */
+static inline vf vexp(vf x)
+{
+	const vi keep = x >= vbc(-87.3f);
+	vf xc = vmax(vsel(x < vbc(88.7f), x, vbc(88.7f)), vbc(-87.3f));
+	const vf magic = vbc(12582912.f); /* 1.5 * 2^23: adding rounds to an integer */
+	vf n = (xc * vbc(1.44269504088896341f) + magic) - magic;
+	vf r = xc - n * vbc(0.693359375f) - n * vbc(-2.12194440e-4f);
+	vf r2 = r * r;
+	vf p = vbc(1.9875691500E-4f);
+	vi e;
+
+	p = p * r + vbc(1.3981999507E-3f);
+	p = p * r + vbc(8.3334519073E-3f);
+	p = p * r + vbc(4.1665795894E-2f);
+	p = p * r + vbc(1.6666665459E-1f);
+	p = p * r + vbc(5.0000001201E-1f);
+	p = p * r2 + r + vbc(1.f);
+	e = (__builtin_convertvector(n, vi) + 127) << 23;
+	return (vf)((vi)(p * (vf)e) & keep);
+}
+
+/* erf(x), Abramowitz & Stegun 7.1.26 (max absolute error 1.5e-7) on |x|, sign restored. */
+static inline vf verf(vf x)
+{
+	const vi sign = (vi)x & (vi)vbc(-0.f);
+	vf a = (vf)((vi)x & ~(vi)vbc(-0.f));
+	vf t = vbc(1.f) / (vbc(1.f) + vbc(0.3275911f) * a);
+	vf y = vbc(1.061405429f);
+
+	y = y * t + vbc(-1.453152027f);
+	y = y * t + vbc(1.421413741f);
+	y = y * t + vbc(-0.284496736f);
+	y = y * t + vbc(0.254829592f);
+	y = vbc(1.f) - y * t * vexp(-a * a);
+	return (vf)((vi)y | sign);
+}
+
+static inline vf vact(vf v, rg_act act)
+{
+	switch (act) {
+	case RG_ACT_NONE:
+		return v;
+	case RG_ACT_GELU:
+		return vbc(0.5f) * v * (vbc(1.f) + verf(v * vbc(0.70710678118654752f)));
+	case RG_ACT_GELU_NEW: {
+		/* tanh(u) = 1 - 2 / (e^{2u} + 1) */
+		vf u = vbc(0.79788456080286536f) * (v + vbc(0.044715f) * v * v * v);
+		vf th = vbc(1.f) - vbc(2.f) / (vexp(vbc(2.f) * u) + vbc(1.f));
+
+		return vbc(0.5f) * v * (vbc(1.f) + th);
+	}
+	case RG_ACT_RELU:
+		return vmax(v, vbc(0.f));
+	}
+	return v;
+}
+
+/* x (rows, cols) with row stride ldx, in place: act(x + bias); bias (cols) or NULL. */
+static void KNAME(bias_act_rows)(float *x, size_t ldx, const float *bias, int rows, int cols,
+				 rg_act act)
+{
+	for (int r = 0; r < rows; r++) {
+		float *row = x + (size_t)r * ldx;
+		int i = 0;
+
+		for (; i + VW <= cols; i += VW) {
+			vf v = vld(row + i);
+
+			if (bias)
+				v += vld(bias + i);
+			vst(row + i, vact(v, act));
+		}
+		for (; i < cols; i++)
+			row[i] = rg_cpu_act_scalar(row[i] + (bias ? bias[i] : 0.f), act);
+	}
+}
+
+/* LayerNorm of the row v = a + b + c (b, c may be NULL) into out (may alias a or c):
+ * two-pass mean and biased variance in float32, then (v - mean) * rstd * gamma + beta. */
+static void KNAME(add_ln_row)(const float *a, const float *b, const float *c, const float *gamma,
+			      const float *beta, float eps, int n, float *out)
+{
+	vf acc = vbc(0.f);
+	float mean, var, rstd, s = 0.f;
+	int i = 0;
+
+	for (; i + VW <= n; i += VW) {
+		vf v = vld(a + i);
+
+		if (b)
+			v += vld(b + i);
+		if (c)
+			v += vld(c + i);
+		vst(out + i, v);
+		acc += v;
+	}
+	for (; i < n; i++) {
+		out[i] = a[i] + (b ? b[i] : 0.f) + (c ? c[i] : 0.f);
+		s += out[i];
+	}
+	mean = (hsum(acc) + s) / (float)n;
+	acc = vbc(0.f);
+	s = 0.f;
+	for (i = 0; i + VW <= n; i += VW) {
+		vf d = vld(out + i) - vbc(mean);
+		acc += d * d;
+	}
+	for (; i < n; i++)
+		s += (out[i] - mean) * (out[i] - mean);
+	var = (hsum(acc) + s) / (float)n;
+	rstd = 1.f / sqrtf(var + eps);
+	for (i = 0; i + VW <= n; i += VW)
+		vst(out + i, (vld(out + i) - vbc(mean)) * vbc(rstd) * vld(gamma + i) + vld(beta + i));
+	for (; i < n; i++)
+		out[i] = (out[i] - mean) * rstd * gamma[i] + beta[i];
+}
+
+/* Pool L >= 1 rows of x (row stride H) into o (H): mean, first row or max; then L2-normalise
+ * when asked (x / max(||x||, 1e-12), torch.nn.functional.normalize). */
+static void KNAME(pool_seq)(const float *x, int L, int H, rg_pooling mode, bool normalize,
+			    float *o)
+{
+	int i;
+
+	for (i = 0; i < H; i++)
+		o[i] = x[i];
+	if (mode == RG_POOL_MEAN || mode == RG_POOL_MAX) {
+		for (int t = 1; t < L; t++) {
+			const float *xr = x + (size_t)t * H;
+
+			for (i = 0; i + VW <= H; i += VW)
+				vst(o + i, mode == RG_POOL_MEAN ? vld(o + i) + vld(xr + i)
+								: vmax(vld(o + i), vld(xr + i)));
+			for (; i < H; i++)
+				o[i] = mode == RG_POOL_MEAN ? o[i] + xr[i] : fmaxf(o[i], xr[i]);
+		}
+		if (mode == RG_POOL_MEAN)
+			for (i = 0; i < H; i++)
+				o[i] /= (float)L;
+	}
+	if (normalize) {
+		vf acc = vbc(0.f);
+		float ss = 0.f, inv;
+
+		for (i = 0; i + VW <= H; i += VW)
+			acc += vld(o + i) * vld(o + i);
+		for (; i < H; i++)
+			ss += o[i] * o[i];
+		inv = 1.f / fmaxf(sqrtf(hsum(acc) + ss), 1e-12f);
+		for (i = 0; i < H; i++)
+			o[i] *= inv;
+	}
+}
+
+/* Attention for query rows [q0, q1) of one (sequence, head) of length L: q, k, v point at the
+ * head's columns of the sequence's first token, rows ld floats apart; out likewise with row
+ * stride ldo. seg: (L) segment ids of the sequence's tokens or NULL (see rg_op_attention).
+ * head_dim must be a multiple of VW. scratch: rg_cpu_attn_scratch_floats(L, head_dim) floats.
+ *
+ * Kᵀ is packed once per call into (head_dim, Lp) so QKᵀ is an outer-product loop over head_dim
+ * (4 query rows x 2 vectors of keys in registers); the row softmax is vectorised (vexp); PV
+ * accumulates 4 rows x 2 vectors of head_dim in registers. */
+static void KNAME(attn_rows)(const float *q, const float *k, const float *v, size_t ld, int L,
+			     int q0, int q1, int hd, float scale, const int32_t *seg, float *out,
+			     size_t ldo, float *scratch)
+{
+	const int Lp = (L + VW - 1) / VW * VW;
+	float *Kt = scratch;			   /* (hd, Lp) */
+	float *S = Kt + (size_t)hd * Lp;	   /* (4, Lp) */
+	float *qb = S + (size_t)4 * Lp;		   /* (4, hd) */
+	float inv[4];
+
+	for (int j = 0; j < L; j++)
+		for (int d = 0; d < hd; d++)
+			Kt[(size_t)d * Lp + j] = k[(size_t)j * ld + d];
+	for (int d = 0; d < hd; d++)
+		for (int j = L; j < Lp; j++)
+			Kt[(size_t)d * Lp + j] = 0.f;
+
+	for (int r0 = q0; r0 < q1; r0 += 4) {
+		const int nr = q1 - r0 < 4 ? q1 - r0 : 4;
+		int j;
+
+		for (int r = 0; r < 4; r++)
+			for (int d = 0; d < hd; d++)
+				qb[r * hd + d] = r < nr ? q[(size_t)(r0 + r) * ld + d] * scale : 0.f;
+
+		/* S = (scale q) Kᵀ */
+		for (j = 0; j + 2 * VW <= Lp; j += 2 * VW) {
+			vf a00 = vbc(0.f), a01 = a00, a10 = a00, a11 = a00;
+			vf a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+
+			for (int d = 0; d < hd; d++) {
+				const vf k0 = vld(Kt + (size_t)d * Lp + j);
+				const vf k1 = vld(Kt + (size_t)d * Lp + j + VW);
+				const vf b0 = vbc(qb[d]), b1 = vbc(qb[hd + d]);
+				const vf b2 = vbc(qb[2 * hd + d]), b3 = vbc(qb[3 * hd + d]);
+
+				a00 += b0 * k0, a01 += b0 * k1;
+				a10 += b1 * k0, a11 += b1 * k1;
+				a20 += b2 * k0, a21 += b2 * k1;
+				a30 += b3 * k0, a31 += b3 * k1;
+			}
+			vst(S + j, a00), vst(S + j + VW, a01);
+			vst(S + Lp + j, a10), vst(S + Lp + j + VW, a11);
+			vst(S + 2 * Lp + j, a20), vst(S + 2 * Lp + j + VW, a21);
+			vst(S + 3 * Lp + j, a30), vst(S + 3 * Lp + j + VW, a31);
+		}
+		for (; j < Lp; j += VW) {
+			vf a0 = vbc(0.f), a1 = a0, a2 = a0, a3 = a0;
+
+			for (int d = 0; d < hd; d++) {
+				const vf k0 = vld(Kt + (size_t)d * Lp + j);
+
+				a0 += vbc(qb[d]) * k0;
+				a1 += vbc(qb[hd + d]) * k0;
+				a2 += vbc(qb[2 * hd + d]) * k0;
+				a3 += vbc(qb[3 * hd + d]) * k0;
+			}
+			vst(S + j, a0), vst(S + Lp + j, a1);
+			vst(S + 2 * Lp + j, a2), vst(S + 3 * Lp + j, a3);
+		}
+
+		/* mask, row softmax */
+		for (int r = 0; r < nr; r++) {
+			float *s = S + (size_t)r * Lp;
+			vf m = vbc(-INFINITY), sum = vbc(0.f);
+			float mx;
+
+			for (j = L; j < Lp; j++)
+				s[j] = -INFINITY;
+			if (seg) {
+				const int32_t me = seg[r0 + r];
+
+				for (j = 0; j < L; j++)
+					if (seg[j] < 0 || seg[j] != me)
+						s[j] = -INFINITY;
+			}
+			for (j = 0; j < Lp; j += VW)
+				m = vmax(m, vld(s + j));
+			mx = hmax(m);
+			if (mx == -INFINITY) {
+				inv[r] = 0.f; /* no visible key: a zero row, as ops.h says */
+				for (j = 0; j < Lp; j++)
+					s[j] = 0.f;
+				continue;
+			}
+			for (j = 0; j < Lp; j += VW) {
+				vf e = vexp(vld(s + j) - vbc(mx));
+
+				vst(s + j, e);
+				sum += e;
+			}
+			inv[r] = 1.f / hsum(sum);
+		}
+		for (int r = nr; r < 4; r++)
+			for (j = 0; j < L; j++)
+				S[(size_t)r * Lp + j] = 0.f;
+
+		/* O = P V, normalised */
+		for (int c = 0; c < hd; c += VW) {
+			const int two = c + 2 * VW <= hd;
+			vf o00 = vbc(0.f), o01 = o00, o10 = o00, o11 = o00;
+			vf o20 = o00, o21 = o00, o30 = o00, o31 = o00;
+
+			for (j = 0; j < L; j++) {
+				const float *vr = v + (size_t)j * ld + c;
+				const vf v0 = vld(vr), v1 = two ? vld(vr + VW) : vbc(0.f);
+				const vf p0 = vbc(S[j]), p1 = vbc(S[Lp + j]);
+				const vf p2 = vbc(S[2 * Lp + j]), p3 = vbc(S[3 * Lp + j]);
+
+				o00 += p0 * v0, o01 += p0 * v1;
+				o10 += p1 * v0, o11 += p1 * v1;
+				o20 += p2 * v0, o21 += p2 * v1;
+				o30 += p3 * v0, o31 += p3 * v1;
+			}
+			{
+				vf acc[4][2] = {{o00, o01}, {o10, o11}, {o20, o21}, {o30, o31}};
+
+				for (int r = 0; r < nr; r++) {
+					float *orow = out + (size_t)(r0 + r) * ldo + c;
+
+					vst(orow, acc[r][0] * vbc(inv[r]));
+					if (two)
+						vst(orow + VW, acc[r][1] * vbc(inv[r]));
+				}
+			}
+			if (two)
+				c += VW;
+		}
+	}
+}
+
+const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
+	.isa = RG_ISA_NAME,
+	.vw = VW,
+	.bias_act_rows = KNAME(bias_act_rows),
+	.add_ln_row = KNAME(add_ln_row),
+	.pool_seq = KNAME(pool_seq),
+	.attn_rows = KNAME(attn_rows),
+};
