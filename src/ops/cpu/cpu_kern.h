@@ -22,11 +22,9 @@ typedef struct rg_cpu_kern {
 			   const float *beta, float eps, int n, float *out);
 	/* o (H) = pool of L >= 1 rows of x (row stride H), then L2-normalised when asked */
 	void (*pool_seq)(const float *x, int L, int H, rg_pooling mode, bool normalize, float *o);
-	/* query rows [q0, q1) of one (sequence, head); head_dim % vw == 0; scratch of
-	 * rg_cpu_attn_scratch_floats(L, head_dim) floats */
-	void (*attn_rows)(const float *q, const float *k, const float *v, size_t ld, int L, int q0,
-			  int q1, int head_dim, float scale, const int32_t *seg, float *out,
-			  size_t ldo, float *scratch);
+	/* attention probabilities in place: s (Lp, a multiple of vw) = softmax of keys [0, L)
+	 * (masked past L and, with seg, outside segment me); all zeros when no key is visible */
+	void (*softmax_row)(float *s, int L, int Lp, const int32_t *seg, int32_t me);
 } rg_cpu_kern;
 
 extern const rg_cpu_kern rg_cpu_kern_avx512, rg_cpu_kern_avx2, rg_cpu_kern_generic;
@@ -34,14 +32,6 @@ extern const rg_cpu_kern rg_cpu_kern_avx512, rg_cpu_kern_avx2, rg_cpu_kern_gener
 /* The widest table this CPU runs (cpuid), unless RAGGED_CPU_ISA=avx512|avx2|generic asks for
  * a narrower one (tests use it to check every table against the same reference). Never NULL. */
 const rg_cpu_kern *rg_cpu_kern_select(void);
-
-/* Scratch floats attn_rows needs for a sequence of length L (any vw up to 16). */
-static inline size_t rg_cpu_attn_scratch_floats(int L, int head_dim)
-{
-	size_t Lp = ((size_t)L + 15) / 16 * 16;
-
-	return (size_t)head_dim * Lp + 4 * Lp + 4 * (size_t)head_dim + 16;
-}
 
 /* One activation on one float, the scalar definition the vector bodies approximate. */
 static inline float rg_cpu_act_scalar(float v, rg_act act)

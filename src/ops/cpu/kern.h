@@ -226,143 +226,38 @@ static void KNAME(pool_seq)(const float *x, int L, int H, rg_pooling mode, bool 
 	}
 }
 
-/* Attention for query rows [q0, q1) of one (sequence, head) of length L: q, k, v point at the
- * head's columns of the sequence's first token, rows ld floats apart; out likewise with row
- * stride ldo. seg: (L) segment ids of the sequence's tokens or NULL (see rg_op_attention).
- * head_dim must be a multiple of VW. scratch: rg_cpu_attn_scratch_floats(L, head_dim) floats.
- *
- * Kᵀ is packed once per call into (head_dim, Lp) so QKᵀ is an outer-product loop over head_dim
- * (4 query rows x 2 vectors of keys in registers); the row softmax is vectorised (vexp); PV
- * accumulates 4 rows x 2 vectors of head_dim in registers. */
-static void KNAME(attn_rows)(const float *q, const float *k, const float *v, size_t ld, int L,
-			     int q0, int q1, int hd, float scale, const int32_t *seg, float *out,
-			     size_t ldo, float *scratch)
+/* Row softmax in place for attention probabilities: s (Lp floats, Lp a multiple of VW) holds
+ * the scores of keys [0, L); keys past L and, with seg, keys whose segment differs from `me` or
+ * is negative get probability 0. A row with no visible key becomes zeros. */
+static void KNAME(softmax_row)(float *s, int L, int Lp, const int32_t *seg, int32_t me)
 {
-	const int Lp = (L + VW - 1) / VW * VW;
-	float *Kt = scratch;			   /* (hd, Lp) */
-	float *S = Kt + (size_t)hd * Lp;	   /* (4, Lp) */
-	float *qb = S + (size_t)4 * Lp;		   /* (4, hd) */
-	float inv[4];
+	vf m = vbc(-INFINITY), sum = vbc(0.f);
+	float mx, inv;
+	int j;
 
-	for (int j = 0; j < L; j++)
-		for (int d = 0; d < hd; d++)
-			Kt[(size_t)d * Lp + j] = k[(size_t)j * ld + d];
-	for (int d = 0; d < hd; d++)
-		for (int j = L; j < Lp; j++)
-			Kt[(size_t)d * Lp + j] = 0.f;
-
-	for (int r0 = q0; r0 < q1; r0 += 4) {
-		const int nr = q1 - r0 < 4 ? q1 - r0 : 4;
-		int j;
-
-		for (int r = 0; r < 4; r++)
-			for (int d = 0; d < hd; d++)
-				qb[r * hd + d] = r < nr ? q[(size_t)(r0 + r) * ld + d] * scale : 0.f;
-
-		/* S = (scale q) Kᵀ */
-		for (j = 0; j + 2 * VW <= Lp; j += 2 * VW) {
-			vf a00 = vbc(0.f), a01 = a00, a10 = a00, a11 = a00;
-			vf a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-
-			for (int d = 0; d < hd; d++) {
-				const vf k0 = vld(Kt + (size_t)d * Lp + j);
-				const vf k1 = vld(Kt + (size_t)d * Lp + j + VW);
-				const vf b0 = vbc(qb[d]), b1 = vbc(qb[hd + d]);
-				const vf b2 = vbc(qb[2 * hd + d]), b3 = vbc(qb[3 * hd + d]);
-
-				a00 += b0 * k0, a01 += b0 * k1;
-				a10 += b1 * k0, a11 += b1 * k1;
-				a20 += b2 * k0, a21 += b2 * k1;
-				a30 += b3 * k0, a31 += b3 * k1;
-			}
-			vst(S + j, a00), vst(S + j + VW, a01);
-			vst(S + Lp + j, a10), vst(S + Lp + j + VW, a11);
-			vst(S + 2 * Lp + j, a20), vst(S + 2 * Lp + j + VW, a21);
-			vst(S + 3 * Lp + j, a30), vst(S + 3 * Lp + j + VW, a31);
-		}
-		for (; j < Lp; j += VW) {
-			vf a0 = vbc(0.f), a1 = a0, a2 = a0, a3 = a0;
-
-			for (int d = 0; d < hd; d++) {
-				const vf k0 = vld(Kt + (size_t)d * Lp + j);
-
-				a0 += vbc(qb[d]) * k0;
-				a1 += vbc(qb[hd + d]) * k0;
-				a2 += vbc(qb[2 * hd + d]) * k0;
-				a3 += vbc(qb[3 * hd + d]) * k0;
-			}
-			vst(S + j, a0), vst(S + Lp + j, a1);
-			vst(S + 2 * Lp + j, a2), vst(S + 3 * Lp + j, a3);
-		}
-
-		/* mask, row softmax */
-		for (int r = 0; r < nr; r++) {
-			float *s = S + (size_t)r * Lp;
-			vf m = vbc(-INFINITY), sum = vbc(0.f);
-			float mx;
-
-			for (j = L; j < Lp; j++)
+	for (j = L; j < Lp; j++)
+		s[j] = -INFINITY;
+	if (seg)
+		for (j = 0; j < L; j++)
+			if (seg[j] < 0 || seg[j] != me)
 				s[j] = -INFINITY;
-			if (seg) {
-				const int32_t me = seg[r0 + r];
-
-				for (j = 0; j < L; j++)
-					if (seg[j] < 0 || seg[j] != me)
-						s[j] = -INFINITY;
-			}
-			for (j = 0; j < Lp; j += VW)
-				m = vmax(m, vld(s + j));
-			mx = hmax(m);
-			if (mx == -INFINITY) {
-				inv[r] = 0.f; /* no visible key: a zero row, as ops.h says */
-				for (j = 0; j < Lp; j++)
-					s[j] = 0.f;
-				continue;
-			}
-			for (j = 0; j < Lp; j += VW) {
-				vf e = vexp(vld(s + j) - vbc(mx));
-
-				vst(s + j, e);
-				sum += e;
-			}
-			inv[r] = 1.f / hsum(sum);
-		}
-		for (int r = nr; r < 4; r++)
-			for (j = 0; j < L; j++)
-				S[(size_t)r * Lp + j] = 0.f;
-
-		/* O = P V, normalised */
-		for (int c = 0; c < hd; c += VW) {
-			const int two = c + 2 * VW <= hd;
-			vf o00 = vbc(0.f), o01 = o00, o10 = o00, o11 = o00;
-			vf o20 = o00, o21 = o00, o30 = o00, o31 = o00;
-
-			for (j = 0; j < L; j++) {
-				const float *vr = v + (size_t)j * ld + c;
-				const vf v0 = vld(vr), v1 = two ? vld(vr + VW) : vbc(0.f);
-				const vf p0 = vbc(S[j]), p1 = vbc(S[Lp + j]);
-				const vf p2 = vbc(S[2 * Lp + j]), p3 = vbc(S[3 * Lp + j]);
-
-				o00 += p0 * v0, o01 += p0 * v1;
-				o10 += p1 * v0, o11 += p1 * v1;
-				o20 += p2 * v0, o21 += p2 * v1;
-				o30 += p3 * v0, o31 += p3 * v1;
-			}
-			{
-				vf acc[4][2] = {{o00, o01}, {o10, o11}, {o20, o21}, {o30, o31}};
-
-				for (int r = 0; r < nr; r++) {
-					float *orow = out + (size_t)(r0 + r) * ldo + c;
-
-					vst(orow, acc[r][0] * vbc(inv[r]));
-					if (two)
-						vst(orow + VW, acc[r][1] * vbc(inv[r]));
-				}
-			}
-			if (two)
-				c += VW;
-		}
+	for (j = 0; j < Lp; j += VW)
+		m = vmax(m, vld(s + j));
+	mx = hmax(m);
+	if (mx == -INFINITY) {
+		for (j = 0; j < Lp; j++)
+			s[j] = 0.f;
+		return;
 	}
+	for (j = 0; j < Lp; j += VW) {
+		vf e = vexp(vld(s + j) - vbc(mx));
+
+		vst(s + j, e);
+		sum += e;
+	}
+	inv = 1.f / hsum(sum);
+	for (j = 0; j < Lp; j += VW)
+		vst(s + j, vld(s + j) * vbc(inv));
 }
 
 const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
@@ -371,5 +266,5 @@ const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.bias_act_rows = KNAME(bias_act_rows),
 	.add_ln_row = KNAME(add_ln_row),
 	.pool_seq = KNAME(pool_seq),
-	.attn_rows = KNAME(attn_rows),
+	.softmax_row = KNAME(softmax_row),
 };
