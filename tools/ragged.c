@@ -16,9 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "loadgen/loadgen.h"
 #include "model/config.h"
+#include "ops/cpu/ops_cpu.h"
 #include "ragged.h"
 #include "server/serve.h"
 
@@ -473,8 +475,30 @@ static int cmd_info(int argc, char **argv)
 	return 0;
 }
 
+/* Debian 12's OpenBLAS (0.3.21) does not recognise some AVX-512 CPUs (Sapphire Rapids) and runs
+ * its SSE kernels there, 6x slower per core. It reads OPENBLAS_CORETYPE only at load time, so when
+ * the variable is unset and the kernels are the wrong ones, re-execute once with it set. */
+static void maybe_fix_blas_coretype(char **argv)
+{
+	const char *fix;
+
+	if (getenv("OPENBLAS_CORETYPE") || getenv("RAGGED_NO_REEXEC"))
+		return;
+	fix = rg_cpu_blas_coretype_fix();
+	if (!fix)
+		return;
+	fprintf(stderr, "ragged: OpenBLAS chose its %s kernels on this %s CPU; restarting with "
+		"OPENBLAS_CORETYPE=%s\n", rg_cpu_blas_core(), rg_cpu_isa(), fix);
+	setenv("OPENBLAS_CORETYPE", fix, 1);
+	setenv("RAGGED_NO_REEXEC", "1", 1);
+	fflush(NULL);
+	execv("/proc/self/exe", argv);
+	/* exec failed: go on with the slow kernels */
+}
+
 int main(int argc, char **argv)
 {
+	maybe_fix_blas_coretype(argv);
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
 	    !strcmp(argv[1], "help")) {
 		usage(argc < 2 ? stderr : stdout);

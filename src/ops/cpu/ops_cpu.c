@@ -14,8 +14,10 @@
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/error.h"
 #include "core/threadpool.h"
@@ -45,6 +47,20 @@ static void kern_init(void)
 	g_kern = best;
 }
 
+static pthread_once_t g_warn_once = PTHREAD_ONCE_INIT;
+
+/* Once per process, at the first GEMM: say so when OpenBLAS runs pre-AVX2 kernels here. */
+static void blas_warn(void)
+{
+	const char *fix = rg_cpu_blas_coretype_fix();
+
+	if (fix && !getenv("OPENBLAS_CORETYPE"))
+		fprintf(stderr,
+			"ragged: warning: OpenBLAS runs its %s kernels on this %s CPU (several times "
+			"slower); set OPENBLAS_CORETYPE=%s before the process starts\n",
+			rg_cpu_blas_core(), rg_cpu_isa(), fix);
+}
+
 const rg_cpu_kern *rg_cpu_kern_select(void)
 {
 	pthread_once(&g_kern_once, kern_init);
@@ -69,6 +85,40 @@ rg_status rg_cpu_force_isa(const char *isa)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "cpu isa %s: not run by this CPU (best: %s)", isa,
 				 best->isa);
 	return RG_OK;
+}
+
+/* OpenBLAS core names whose sgemm kernels use neither AVX2 nor AVX-512 */
+static bool blas_core_is_pre_avx2(const char *core)
+{
+	static const char *const old[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
+					  "Atom", "Sandybridge", "Bulldozer", "Piledriver",
+					  "Steamroller", "Excavator", "Barcelona", "Opteron",
+					  "Katmai", "Coppermine", "Northwood", "Banias", "Unknown"};
+
+	for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++)
+		if (strcasecmp(core, old[i]) == 0)
+			return true;
+	return false;
+}
+
+const char *rg_cpu_blas_core(void)
+{
+	const char *c = openblas_get_corename();
+
+	return c ? c : "unknown";
+}
+
+const char *rg_cpu_blas_coretype_fix(void)
+{
+	const rg_cpu_kern *k = rg_cpu_kern_select();
+
+	if (!blas_core_is_pre_avx2(rg_cpu_blas_core()))
+		return NULL;
+	if (strcmp(k->isa, "avx512") == 0)
+		return "SkylakeX";
+	if (strcmp(k->isa, "avx2") == 0)
+		return "Haswell";
+	return NULL;
 }
 
 const char *rg_cpu_isa(void)
@@ -187,6 +237,7 @@ static rg_status gemm_run(const float *A, const float *W, const float *bias, flo
 		return rg_errorf(RG_ERR_UNSUPPORTED, "gemm_bias_act: unknown activation %d", (int)act);
 	if (M == 0)
 		return RG_OK;
+	pthread_once(&g_warn_once, blas_warn);
 	gemm_tiles(M, N, rg_threadpool_size(pool), &j.mb, &j.nb);
 	n_mt = (M + j.mb - 1) / j.mb;
 	j.n_nt = (N + j.nb - 1) / j.nb;

@@ -26,6 +26,15 @@ rg_status rg_cpu_gather_rows(const float *src, const int32_t *idx, int n_dst, in
 /* Name of the kernel table in use ("avx512", "avx2", "generic"): chosen from cpuid, narrowed
  * by RAGGED_CPU_ISA. Static string. */
 const char *rg_cpu_isa(void);
+/* OpenBLAS's kernel family for this CPU (openblas_get_corename(): "SkylakeX", "Haswell",
+ * "Prescott"...). Static string. */
+const char *rg_cpu_blas_core(void);
+/* When the linked OpenBLAS runs pre-AVX2 kernels on a CPU that has AVX2 or AVX-512 (Debian 12's
+ * OpenBLAS 0.3.21 does not know Sapphire Rapids and falls back to its SSE "Prescott" kernels, 6x
+ * slower per core), the OPENBLAS_CORETYPE value that fixes it ("SkylakeX" or "Haswell"); else
+ * NULL. OpenBLAS reads that variable only when it is loaded, so only a new process can use it
+ * (tools/ragged.c re-executes itself once). */
+const char *rg_cpu_blas_coretype_fix(void);
 /* Tests only: switch every later CPU op to the kernel table `isa` ("avx512", "avx2",
  * "generic"). RG_ERR_UNSUPPORTED when this CPU cannot run it. Not thread-safe against running
  * ops. */
