@@ -628,10 +628,13 @@ class RaggedRunner:
         self._out = {}
 
     def __call__(self, batch):
-        out = self._out.get(id(batch))
-        if out is None:
-            out = np.empty((batch.n, self.H), np.float32)
-            self._out[id(batch)] = out
+        # keyed by id(batch) with the batch kept alive beside its output: a freed batch's id can
+        # be reused by a larger one, which would then be written past a too-small array
+        kept = self._out.get(id(batch))
+        if kept is None or kept[0] is not batch:
+            kept = (batch, np.empty((batch.n, self.H), np.float32))
+            self._out[id(batch)] = kept
+        out = kept[1]
         st = self.lib.rg_model_embed(self.model._h, batch.ids.ctypes.data, batch.cu.ctypes.data,
                                      batch.n, out.ctypes.data)
         if st != rc.RG_OK:

@@ -204,13 +204,24 @@ static void gemm_task(void *ctx, int task, int thread)
 						    rows, cols, j->act);
 }
 
-/* Tile the (M, N) output for T threads: whole rows of 256-row blocks while that gives every
- * thread two tiles, else narrower column blocks (>= 64 columns, multiples of 16), then shorter
- * row blocks (>= 16 rows). */
+/* Tile the (M, N) output for T threads.
+ * - M <= 256 (a few sentences: the weights dominate): whole rows, N cut into T column blocks
+ *   (multiples of 8), so every weight row is packed by exactly one tile and the tiles are even;
+ *   row blocks are halved only when N has too few columns for T blocks.
+ * - Larger M: 256-row blocks, then narrower column blocks (>= 64 columns, multiples of 16)
+ *   until every thread has two tiles, then shorter row blocks (>= 16 rows). */
 static void gemm_tiles(int M, int N, int T, int *mb, int *nb)
 {
 	int m = M < 256 ? M : 256, n = N;
 
+	if (M <= 256) {
+		n = ((N + T - 1) / T + 7) / 8 * 8;
+		while ((long)((M + m - 1) / m) * ((N + n - 1) / n) < T && m > 16)
+			m = (m + 1) / 2;
+		*mb = m;
+		*nb = n;
+		return;
+	}
 	while ((long)((M + m - 1) / m) * ((N + n - 1) / n) < 2L * T) {
 		if (n >= 128)
 			n = (n / 2 + 15) / 16 * 16;
