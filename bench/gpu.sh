@@ -41,7 +41,7 @@ left() { echo $((LIMIT - (SECONDS - T0))); }
 echo "=== $(date +%T) machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
 # the carry's COMMIT first: the device's copy of the tree may hold a stale .git
-RAGGED_COMMIT=$(cat "$CARRY/COMMIT" 2>/dev/null || git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)
+RAGGED_COMMIT=$(bash scripts/commit-id.sh "$ROOT")
 export RAGGED_COMMIT
 echo "commit: $RAGGED_COMMIT"
 echo "cpus: $(nproc)  python: $(python3 --version 2>&1)  limit: ${LIMIT} s"

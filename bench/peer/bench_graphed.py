@@ -152,20 +152,15 @@ def slug(s):
 
 
 def commit_id():
-    # the carry's COMMIT first: the GPU machine's copy of the tree may hold a stale .git
-    p = os.path.join(ROOT, ".gpu_carry", "COMMIT")
-    if os.path.exists(p):
-        return open(p).read().strip()
+    """The commit results name: scripts/commit-id.sh (the carry's COMMIT on a GPU machine, this
+    checkout's HEAD when it descends from a stale carry)."""
     try:
-        r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--verify", "-q", "HEAD"],
-                           capture_output=True, text=True, timeout=10)
+        r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "commit-id.sh"), ROOT],
+                           capture_output=True, text=True, timeout=20)
         if r.returncode == 0 and r.stdout.strip():
             return r.stdout.strip()
     except Exception:
         pass
-    p = os.path.join(ROOT, ".gpu_carry", "COMMIT")
-    if os.path.exists(p):
-        return open(p).read().strip()
     return "unknown"
 
 

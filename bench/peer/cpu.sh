@@ -19,7 +19,7 @@ LOGDIR=${OUT:-$ROOT/build/peer_cpu}
 RESDIR=${OUT:-$ROOT/bench/results}
 mkdir -p "$LOGDIR" "$RESDIR"
 exec > >(tee -a "$LOGDIR/run.log") 2>&1
-COMMIT=$(cat "$CARRY/COMMIT" 2>/dev/null || git rev-parse --verify -q HEAD 2>/dev/null)
+COMMIT=$(bash scripts/commit-id.sh "$ROOT")
 echo "commit: ${COMMIT:-unknown}"
 echo "cpu:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-); nproc $(nproc); limit ${LIMIT} s"
 if [ -d "$CARRY" ]; then

@@ -17,7 +17,7 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 export PATH=$PATH:/usr/local/cuda/bin
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
-echo "commit: $(cat "$CARRY/COMMIT" 2>/dev/null || git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)"
+echo "commit: $(bash scripts/commit-id.sh "$ROOT")"
 source tests/gpu/setup-env.sh
 echo "=== $(date +%T) build (make all)"
 timeout 200 make -j"$(nproc)" all >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }

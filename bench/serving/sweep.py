@@ -63,25 +63,17 @@ def log(msg):
 
 
 def git_commit():
-    # the carry's COMMIT first: the GPU machine's copy of the tree may hold a stale .git
-    carry = os.path.join(ROOT, ".gpu_carry", "COMMIT")
-    if os.path.exists(carry):
-        return open(carry).read().strip()[:12]
+    """The commit results name, 12 hex digits (+ "+dirty"): scripts/commit-id.sh (the carry's
+    COMMIT on a GPU machine, this checkout's HEAD when it descends from a stale carry)."""
     try:
-        c = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"],
-                           capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        if c:
-            return c + ("-dirty" if dirty else "")
+        c = subprocess.run(["bash", os.path.join(ROOT, "scripts", "commit-id.sh"), ROOT],
+                           capture_output=True, text=True, timeout=20).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        pass
-    # A GPU machine gets the tree without .git: the commit travels in .gpu_carry/COMMIT.
-    try:
-        with open(os.path.join(ROOT, ".gpu_carry", "COMMIT")) as f:
-            return f.read().strip()[:12] or "unknown"
-    except OSError:
+        c = ""
+    if not c or c == "unknown":
         return "unknown"
+    h, _, rest = c.partition("+")
+    return h[:12] + ("+" + rest if rest else "")
 
 
 def cpu_name():

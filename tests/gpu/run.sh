@@ -36,7 +36,7 @@ nvidia-smi -L
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 "$NVCC" --version | tail -2
-echo "commit: $(cat "$CARRY/COMMIT" 2>/dev/null || git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)"
+echo "commit: $(bash scripts/commit-id.sh "$ROOT")"
 echo "date: $(date -u +%FT%TZ)  cpus: $J  python: $(python3 --version 2>&1)"
 
 step "dependencies"
