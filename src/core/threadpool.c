@@ -24,7 +24,6 @@
 #define RG_POOL_DEFAULT_SPIN_US 100
 
 struct rg_threadpool {
-	int n_threads; /* caller + workers */
 	int spin_us;
 	pthread_t *workers;
 	int n_started;
@@ -196,7 +195,6 @@ rg_threadpool *rg_threadpool_create(int n_threads, int spin_us, rg_status *st)
 		*st = rg_errorf(RG_ERR_OOM, "thread pool: out of memory");
 		return NULL;
 	}
-	p->n_threads = n_threads;
 	p->spin_us = spin_us;
 	pthread_mutex_init(&p->run_lock, NULL);
 	for (int i = 1; i < n_threads; i++) {
@@ -286,7 +284,7 @@ void rg_threadpool_run(rg_threadpool *p, int n_tasks, rg_threadpool_fn fn, void 
 }
 
 static rg_threadpool *g_pool;
-static rg_threadpool g_inline_pool = {.n_threads = 1};
+static rg_threadpool g_inline_pool; /* no workers: every run inline */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void global_init(void)

@@ -23,28 +23,38 @@
 #include "core/threadpool.h"
 #include "ops/cpu/cpu_kern.h"
 
+/* The kernel tables, narrowest first; g_best indexes the widest this CPU runs. */
+static const rg_cpu_kern *const g_tables[] = {&rg_cpu_kern_generic, &rg_cpu_kern_avx2,
+					       &rg_cpu_kern_avx512};
+static int g_best;
 static const rg_cpu_kern *g_kern;
 static pthread_once_t g_kern_once = PTHREAD_ONCE_INIT;
 
+/* The table named isa if this CPU runs it (it is no wider than g_best), else NULL. */
+static const rg_cpu_kern *table_named(const char *isa)
+{
+	for (int i = 0; isa && i <= g_best; i++)
+		if (strcmp(g_tables[i]->isa, isa) == 0)
+			return g_tables[i];
+	return NULL;
+}
+
 static void kern_init(void)
 {
-	const char *want = getenv("RAGGED_CPU_ISA");
-	const rg_cpu_kern *best = &rg_cpu_kern_generic;
+	const rg_cpu_kern *want;
 
+	g_best = 0;
 #if defined(__x86_64__) || defined(__i386__)
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-		best = &rg_cpu_kern_avx2;
+		g_best = 1;
 	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
 	    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw"))
-		best = &rg_cpu_kern_avx512;
+		g_best = 2;
 #endif
 	/* a narrower table on request (never a wider one than the CPU runs) */
-	if (want && strcmp(want, "generic") == 0)
-		best = &rg_cpu_kern_generic;
-	else if (want && strcmp(want, "avx2") == 0 && best == &rg_cpu_kern_avx512)
-		best = &rg_cpu_kern_avx2;
-	g_kern = best;
+	want = table_named(getenv("RAGGED_CPU_ISA"));
+	g_kern = want ? want : g_tables[g_best];
 }
 
 static pthread_once_t g_warn_once = PTHREAD_ONCE_INIT;
@@ -69,21 +79,14 @@ const rg_cpu_kern *rg_cpu_kern_select(void)
 
 rg_status rg_cpu_force_isa(const char *isa)
 {
-	const rg_cpu_kern *best;
+	const rg_cpu_kern *t;
 
 	pthread_once(&g_kern_once, kern_init);
-	best = g_kern;
-	if (!isa)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "cpu isa: NULL");
-	if (strcmp(isa, "generic") == 0)
-		g_kern = &rg_cpu_kern_generic;
-	else if (strcmp(isa, "avx2") == 0 && best != &rg_cpu_kern_generic)
-		g_kern = &rg_cpu_kern_avx2;
-	else if (strcmp(isa, "avx512") == 0 && best == &rg_cpu_kern_avx512)
-		g_kern = &rg_cpu_kern_avx512;
-	else if (strcmp(isa, best->isa) != 0)
-		return rg_errorf(RG_ERR_UNSUPPORTED, "cpu isa %s: not run by this CPU (best: %s)", isa,
-				 best->isa);
+	t = table_named(isa);
+	if (!t)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "cpu isa %s: not run by this CPU (best: %s)",
+				 isa ? isa : "(null)", g_tables[g_best]->isa);
+	g_kern = t;
 	return RG_OK;
 }
 
