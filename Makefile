@@ -3,6 +3,7 @@
 #   build/        release build (with CUDA when nvcc is found; CUDA=0 disables)
 #   build/asan/   AddressSanitizer + UBSan build, CPU backend only
 SHELL := /bin/bash
+comma := ,
 CC ?= gcc
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA ?= $(if $(NVCC),1,0)
@@ -18,6 +19,14 @@ WARN := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g -fPIC -fopenmp-simd -Iinclude -Isrc $(WARN) \
 	$(shell pkg-config --cflags json-c 2>/dev/null)
 LIBS := -lopenblas -lutf8proc -ljson-c -lsqlite3 -lmicrohttpd -lm -lpthread
+# oneDNN (Debian libdnnl-dev) runs the CPU linear layers when its header is found (DNNL=0: off,
+# OpenBLAS alone); DNNL_INC / DNNL_LIB point at a copy elsewhere (the device carry).
+DNNL_INC ?= /usr/include
+DNNL ?= $(if $(wildcard $(DNNL_INC)/oneapi/dnnl/dnnl.h),1,0)
+ifeq ($(DNNL),1)
+BASE_CFLAGS += -DRG_WITH_DNNL $(if $(filter /usr/include,$(DNNL_INC)),,-isystem $(DNNL_INC))
+LIBS := $(if $(DNNL_LIB),-L$(DNNL_LIB) -Wl$(comma)-rpath$(comma)$(DNNL_LIB)) -ldnnl -lgomp $(LIBS)
+endif
 
 CUDA_ARCHS := sm_80,sm_90,sm_90a
 NVCC_GENCODE := -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \

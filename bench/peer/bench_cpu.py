@@ -54,6 +54,7 @@ Usage:
   bench/peer/cpu.sh wraps it (dependencies, build, random BERT-base, time limit).
 """
 import argparse
+import ctypes
 import datetime
 import hashlib
 import importlib.metadata
@@ -253,6 +254,11 @@ class RaggedSide:
                                      ("RAGGED_NUM_THREADS", "OMP_NUM_THREADS",
                                       "OPENBLAS_NUM_THREADS")},
                      "openblas": openblas_meta(loaded_openblas())}
+        lib = self.runner.lib
+        for f in ("rg_cpu_gemm_lib", "rg_cpu_isa"):
+            if hasattr(lib, f):  # builds from before oneDNN have no rg_cpu_gemm_lib
+                getattr(lib, f).restype = ctypes.c_char_p
+                self.meta[f[3:]] = getattr(lib, f)().decode()
         if (self.runner.info["pooling"], self.runner.info["normalize"]) != (pooling, normalize):
             self.meta["pooling_mismatch"] = (f"rg_model_get_info {self.runner.info['pooling']}/"
                                              f"{self.runner.info['normalize']} vs "
@@ -882,6 +888,11 @@ def render_md(res):
                   "the hardware's (compare NumPy's); OPENBLAS_CORETYPE=SkylakeX (or Haswell) "
                   "in the environment overrides the detection.", ""]
 
+    kernels = sorted({f"{rm.get('cpu_gemm_lib', 'openblas (tiles)')}, vector kernels "
+                      f"{rm.get('cpu_isa', '-')}" for run in res["runs"]
+                      for rm in [run.get("runtimes", {}).get("ragged") or {}] if rm})
+    if kernels:
+        lines += [f"ragged's linear layers: {'; '.join(kernels)}", ""]
     lines += ["## Targets", ""]
     for run in res["runs"]:
         for cc in run["cells"]:

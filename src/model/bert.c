@@ -259,6 +259,12 @@ static rg_status load_layer(rg_model *m, const rg_st *st, int l, float *scratch)
 			return s;
 	}
 #undef LNAME
+	/* the four GEMM weights, stored the way the backend's GEMM reads them fastest */
+	if ((s = rg_op_prepare_weight(m->be, L->qkv_w, (int)(3 * H), (int)H)) != RG_OK ||
+	    (s = rg_op_prepare_weight(m->be, L->o_w, (int)H, (int)H)) != RG_OK ||
+	    (s = rg_op_prepare_weight(m->be, L->ff1_w, (int)I, (int)H)) != RG_OK ||
+	    (s = rg_op_prepare_weight(m->be, L->ff2_w, (int)H, (int)I)) != RG_OK)
+		return s;
 	return RG_OK;
 }
 

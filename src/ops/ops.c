@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "ops/cpu/gemm_dnnl.h"
 #include "ops/cpu/ops_cpu.h"
 #ifdef RG_WITH_CUDA
 #include "ops/cuda/ops_cuda.h"
@@ -142,6 +143,7 @@ void rg_backend_dealloc(rg_backend *be, void *ptr)
 	}
 #endif
 	(void)be;
+	rg_dnnl_release(ptr); /* a prepared weight's registry entry dies with its memory */
 	free(ptr);
 }
 
@@ -381,6 +383,18 @@ rg_status rg_op_gemm(rg_backend *be, const void *A, const void *W, void *out, in
 #endif
 	(void)be;
 	return rg_cpu_gemm(A, W, out, M, N, K);
+}
+
+rg_status rg_op_prepare_weight(rg_backend *be, void *W, int N, int K)
+{
+	if (!W || N <= 0 || K <= 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "prepare_weight: bad shape N=%d K=%d", N, K);
+#ifdef RG_WITH_CUDA
+	if (RG_IS_CUDA(be))
+		return RG_OK;
+#endif
+	(void)be;
+	return rg_dnnl_prepare(W, N, K);
 }
 
 rg_status rg_op_gemm_bias_act(rg_backend *be, const void *A, const void *W, const void *bias,

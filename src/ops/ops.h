@@ -85,8 +85,17 @@ rg_status rg_op_embed_layernorm(rg_backend *be, const int32_t *tokens, const int
 				const float *gamma, const float *beta, float eps, int H, void *out);
 
 /* out (M, N) act = A (M, K) act x W^T, W (N, K) act (the torch.nn.Linear layout).
- * CPU: OpenBLAS sgemm; CUDA: cuBLASLt with fp32 accumulation. */
+ * CPU: oneDNN matmul tiles for a prepared W (rg_op_prepare_weight), else OpenBLAS sgemm tiles;
+ * CUDA: cuBLASLt with fp32 accumulation. */
 rg_status rg_op_gemm(rg_backend *be, const void *A, const void *W, void *out, int M, int N, int K);
+
+/* Declare W (N, K) act, backend memory, a constant weight of rg_op_gemm / rg_op_gemm_bias_act,
+ * so the backend may store it the way its GEMM reads fastest. CPU with oneDNN: reordered in place
+ * into oneDNN's blocked layout (src/ops/cpu/gemm_dnnl.h), after which W's bytes are no longer
+ * row-major and W may only be passed to those GEMMs (with the same N, K) and rg_backend_dealloc;
+ * CPU without oneDNN, CUDA: no change. Call once per weight, after its upload.
+ * Errors: RG_ERR_INVALID_INPUT (bad shape, already prepared), RG_ERR_OOM, RG_ERR_INTERNAL. */
+rg_status rg_op_prepare_weight(rg_backend *be, void *W, int N, int K);
 
 /* Fused GEMM + epilogue (ByteTransformer sec. III-C/D: bias and activation applied in the GEMM's
  * epilogue instead of a separate pass over the output):

@@ -14,6 +14,8 @@ if [ -f "$CARRY/deps.tar.xz" ] && [ ! -f /usr/include/json-c/json.h ]; then
 	export C_INCLUDE_PATH=$D/include:$D/include/json-c
 	export LIBRARY_PATH=$D/lib:$D/lib_extra
 	export LD_LIBRARY_PATH=/tmp/rgdeps/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+	# oneDNN when the carry has it (CARRY_DNNL=1): the Makefile looks for its header there
+	[ -f "$D/include/oneapi/dnnl/dnnl.h" ] && export DNNL_INC=$D/include
 fi
 if [ ! -d /usr/share/games/fortunes ] && [ -f "$CARRY/fortunes.tar.xz" ]; then
 	mkdir -p /usr/share/games/fortunes && tar -C /usr/share/games/fortunes -xJf "$CARRY/fortunes.tar.xz"

@@ -1,6 +1,9 @@
 """The CPU backend's process-level choices, each checked in a fresh subprocess (they are made
 once per process): the thread-pool size (RAGGED_NUM_THREADS, the affinity mask), the kernel
-table (RAGGED_CPU_ISA) and the OpenBLAS kernel-family check behind OPENBLAS_CORETYPE."""
+table (RAGGED_CPU_ISA), the GEMM library (RAGGED_CPU_GEMM: oneDNN on prepared weights, or
+OpenBLAS), and the OpenBLAS kernel-family check behind OPENBLAS_CORETYPE. The GEMM library and
+the pool size change how every linear layer is tiled, so the model is checked against the float64
+reference under each."""
 import os
 import shutil
 import subprocess
@@ -13,11 +16,12 @@ from ragged_ctypes import LIB_PATH
 PROBE = r"""
 import ctypes, sys
 l = ctypes.CDLL(sys.argv[1])
-for f in ("rg_cpu_isa", "rg_cpu_blas_core", "rg_cpu_blas_coretype_fix"):
+for f in ("rg_cpu_isa", "rg_cpu_blas_core", "rg_cpu_blas_coretype_fix", "rg_cpu_gemm_lib"):
     getattr(l, f).restype = ctypes.c_char_p
 fix = l.rg_cpu_blas_coretype_fix()
 print(l.rg_cpu_num_threads(), l.rg_cpu_isa().decode(), l.rg_cpu_blas_core().decode(),
       fix.decode() if fix else "-")
+print(l.rg_cpu_gemm_lib().decode())
 """
 
 
@@ -29,7 +33,9 @@ def probe(env_extra, prefix=()):
     out = subprocess.run([*prefix, sys.executable, "-c", PROBE, LIB_PATH], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    n, isa, core, fix = out.stdout.split()
+    first, gemm = out.stdout.splitlines()[:2]
+    n, isa, core, fix = first.split()
+    probe.gemm = gemm
     return int(n), isa, core, fix
 
 
@@ -56,3 +62,56 @@ def test_blas_coretype_check():
     n, isa, core, fix = probe({"OPENBLAS_CORETYPE": "Prescott"})
     assert core.lower() == "prescott"
     assert fix == {"avx512": "SkylakeX", "avx2": "Haswell", "generic": "-"}[isa]
+
+
+def built_with_onednn():
+    """The library links oneDNN (it names libdnnl among its needed libraries)."""
+    with open(LIB_PATH, "rb") as f:
+        return b"libdnnl.so" in f.read()
+
+
+def test_gemm_lib_env():
+    """oneDNN runs the prepared (model) weights when the build has it; RAGGED_CPU_GEMM=openblas
+    turns it off."""
+    probe({})
+    if built_with_onednn():
+        assert probe.gemm.startswith("onednn "), probe.gemm
+    else:
+        assert probe.gemm == "openblas"
+    probe({"RAGGED_CPU_GEMM": "openblas"})
+    assert probe.gemm == "openblas"
+
+
+PARITY = r"""
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import ragged_ctypes as rc
+from conftest import assert_embeddings_close
+from ref_bert import RefBert
+from test_model import random_seqs
+for d, lens in ((sys.argv[2], [1, 12, 15, 16, 17, 64, 100, 300]), (sys.argv[3], [7, 3, 128, 1])):
+    m = rc.Model(d, device="cpu", dtype="fp32", max_batch_tokens=4096)
+    ref = RefBert(d)
+    rng = np.random.default_rng(11)
+    for n in ([lens[0]], lens[:4], lens):  # M = 1 ... 600 rows: every tile kind
+        seqs = random_seqs(rng, n)
+        assert_embeddings_close(m.embed_ids(seqs, ref.H), ref.embed_batch(seqs), f"{d} {n}")
+    m.close()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("env", [{"RAGGED_NUM_THREADS": "7"}, {"RAGGED_NUM_THREADS": "16"},
+                                 {"RAGGED_NUM_THREADS": "3", "RAGGED_CPU_GEMM": "openblas"}],
+                         ids=["7-threads", "16-threads", "openblas"])
+def test_model_parity_per_gemm_tiling(env, minilm_dir, tiny_dirs):
+    """MiniLM and a tiny model (N not a multiple of oneDNN's 64-column block) against the float64
+    reference with other pool sizes (other tilings) and with each GEMM library."""
+    e = dict(os.environ)
+    e.pop("OPENBLAS_CORETYPE", None)
+    e.update(env)
+    out = subprocess.run([sys.executable, "-c", PARITY, os.path.dirname(os.path.abspath(__file__)),
+                          minilm_dir, tiny_dirs["h48_gelunew_cls"]], env=e,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr

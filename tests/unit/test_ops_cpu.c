@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "ops/cpu/gemm_dnnl.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ops/ops.h"
 
@@ -221,6 +222,66 @@ static void test_gemm_bias_act(void **state)
 				check(what, out, ref, (size_t)M * N, 1e-5, 1e-5);
 				free(A), free(W), free(bias), free(out), free(ref);
 			}
+}
+
+/* Prepared weights (rg_op_prepare_weight: oneDNN's blocked layout when this build has oneDNN):
+ * every tile kind (M below, at and past 16 and 256 rows; N a multiple of the 64-column block and
+ * not; K a multiple of 16 and not) against a double loop, for every activation, with and without
+ * a bias; then the registry's contract (prepared once, shape checked, forgotten at dealloc). */
+static void test_gemm_prepared(void **state)
+{
+	const rg_act acts[] = {RG_ACT_NONE, RG_ACT_GELU, RG_ACT_GELU_NEW, RG_ACT_RELU};
+	const int Ms[] = {1, 12, 15, 16, 17, 64, 100, 256, 257, 600};
+	const int NK[][2] = {{192, 64}, {100, 48}, {64, 40}};
+	rg_backend *be;
+	char what[128];
+	(void)state;
+
+	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
+	for (size_t s = 0; s < sizeof(NK) / sizeof(NK[0]); s++) {
+		const int N = NK[s][0], K = NK[s][1];
+		float *W0 = rand_buf((size_t)N * K, 1), *W, *bias = rand_buf(N, 1);
+
+		assert_int_equal(rg_backend_alloc(be, (size_t)N * K * sizeof(float), (void **)&W),
+				 RG_OK);
+		memcpy(W, W0, (size_t)N * K * sizeof(float));
+		assert_int_equal(rg_op_prepare_weight(be, W, N, K), RG_OK);
+		if (rg_dnnl_enabled()) {
+			assert_non_null(rg_dnnl_find(W));
+			/* once only; and the wrong shape is refused, never run on blocked bytes */
+			assert_int_equal(rg_op_prepare_weight(be, W, N, K), RG_ERR_INVALID_INPUT);
+			float *A = rand_buf((size_t)4 * K, 1), *o = out_buf((size_t)4 * N);
+			assert_int_equal(rg_op_gemm(be, A, W, o, 4, N, K - 1), RG_ERR_INVALID_INPUT);
+			free(A), free(o);
+		}
+		for (size_t m = 0; m < sizeof(Ms) / sizeof(Ms[0]); m++)
+			for (size_t a = 0; a < 4; a++) {
+				const int M = Ms[m];
+				const float *b = (a + m) % 2 ? bias : NULL;
+				float *A = rand_buf((size_t)M * K, 1), *out = out_buf((size_t)M * N);
+				double *ref = malloc((size_t)M * N * sizeof(double));
+
+				for (int i = 0; i < M; i++)
+					for (int j = 0; j < N; j++) {
+						double acc = b ? b[j] : 0;
+						for (int k = 0; k < K; k++)
+							acc += (double)A[(size_t)i * K + k] *
+							       W0[(size_t)j * K + k];
+						ref[(size_t)i * N + j] = ref_act(acc, acts[a]);
+					}
+				assert_int_equal(rg_op_gemm_bias_act(be, A, W, b, out, M, N, K, acts[a]),
+						 RG_OK);
+				snprintf(what, sizeof(what), "prepared (%s) %s%s M=%d N=%d K=%d",
+					 rg_cpu_gemm_lib(), rg_act_name(acts[a]), b ? "+bias" : "", M,
+					 N, K);
+				check(what, out, ref, (size_t)M * N, 1e-5, 1e-5);
+				free(A), free(out), free(ref);
+			}
+		rg_backend_dealloc(be, W);
+		assert_null(rg_dnnl_find(W)); /* forgotten with its memory */
+		free(W0), free(bias);
+	}
+	rg_backend_free(be);
 }
 
 static void test_gemm_bias_act_edges(void **state)
@@ -574,6 +635,7 @@ int main(void)
 		cmocka_unit_test(test_bias_act),
 		cmocka_unit_test(test_gemm_bias_act),
 		cmocka_unit_test(test_gemm_bias_act_edges),
+		cmocka_unit_test(test_gemm_prepared),
 		cmocka_unit_test(test_bias_residual_layernorm),
 		cmocka_unit_test(test_attention_packed),
 		cmocka_unit_test(test_attention_seg_mask),

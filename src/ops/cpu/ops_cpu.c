@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/threadpool.h"
 #include "ops/cpu/cpu_kern.h"
+#include "ops/cpu/gemm_dnnl.h"
 
 /* The kernel tables, narrowest first; g_best indexes the widest this CPU runs. */
 static const rg_cpu_kern *const g_tables[] = {&rg_cpu_kern_generic, &rg_cpu_kern_avx2,
@@ -127,6 +128,11 @@ const char *rg_cpu_blas_coretype_fix(void)
 const char *rg_cpu_isa(void)
 {
 	return rg_cpu_kern_select()->isa;
+}
+
+const char *rg_cpu_gemm_lib(void)
+{
+	return rg_dnnl_describe();
 }
 
 int rg_cpu_num_threads(void)
@@ -242,6 +248,7 @@ static rg_status gemm_run(const float *A, const float *W, const float *bias, flo
 {
 	rg_threadpool *pool = rg_threadpool_global();
 	struct gemm_job j = {A, W, bias, out, M, N, K, 0, 0, 0, act};
+	const rg_dnnl_weight *dw;
 	int n_mt;
 
 	if (M < 0 || N <= 0 || K <= 0)
@@ -251,6 +258,9 @@ static rg_status gemm_run(const float *A, const float *W, const float *bias, flo
 		return rg_errorf(RG_ERR_UNSUPPORTED, "gemm_bias_act: unknown activation %d", (int)act);
 	if (M == 0)
 		return RG_OK;
+	dw = rg_dnnl_find(W);
+	if (dw)
+		return rg_dnnl_gemm(dw, A, bias, out, M, N, K, act);
 	pthread_once(&g_warn_once, blas_warn);
 	gemm_tiles(M, N, rg_threadpool_size(pool), &j.mb, &j.nb);
 	n_mt = (M + j.mb - 1) / j.mb;

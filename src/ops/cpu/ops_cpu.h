@@ -39,6 +39,10 @@ const char *rg_cpu_blas_coretype_fix(void);
  * "generic"). RG_ERR_UNSUPPORTED when this CPU cannot run it. Not thread-safe against running
  * ops. */
 rg_status rg_cpu_force_isa(const char *isa);
+/* The library that runs GEMMs on prepared weights (rg_op_prepare_weight): "onednn 2.6.3
+ * (avx512_core_amx)" or "openblas" (no oneDNN in this build, RAGGED_CPU_GEMM=openblas, or oneDNN
+ * failed to start). Unprepared weights always use OpenBLAS. Static string. */
+const char *rg_cpu_gemm_lib(void);
 /* Threads of the process-wide CPU pool, the caller included (RAGGED_NUM_THREADS, else the CPUs
  * this process may use). */
 int rg_cpu_num_threads(void);

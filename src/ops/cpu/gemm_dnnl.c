@@ -1,0 +1,696 @@
+/* oneDNN matmul for the CPU linear layers: see gemm_dnnl.h for the why and the contract.
+ *
+ * Layout facts this file relies on (oneDNN 2.6, checked at prepare time, never assumed):
+ * - a matmul primitive created with weights in format "any" reports the blocked layout its
+ *   kernels want; for fp32 on AVX-512 that is BA16a64b, i.e. (N/64, K/16, 16, 64) with the
+ *   64-column blocks outermost, so the columns [n0, n0 + nb) with n0 and nb multiples of 64 are
+ *   one contiguous sub-array with the same strides: a tile's weights are a pointer offset;
+ * - the brgemm kernels accept only dense src/dst, so a tile narrower than N writes a per-thread
+ *   buffer that is copied into the output rows (at most 256 x nb floats, in L2);
+ * - primitives take a fixed M: a tile of r rows runs the primitive for r & ~15 rows, then the one
+ *   for r & 15 rows, so a weight shape needs at most 31 primitives over the process's life. */
+#include "ops/cpu/gemm_dnnl.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/threadpool.h"
+
+#ifndef RG_WITH_DNNL
+
+bool rg_dnnl_enabled(void)
+{
+	return false;
+}
+
+const char *rg_dnnl_describe(void)
+{
+	return "openblas";
+}
+
+rg_status rg_dnnl_prepare(float *W, int N, int K)
+{
+	(void)W;
+	(void)N;
+	(void)K;
+	return RG_OK;
+}
+
+void rg_dnnl_release(const float *W)
+{
+	(void)W;
+}
+
+const rg_dnnl_weight *rg_dnnl_find(const float *W)
+{
+	(void)W;
+	return NULL;
+}
+
+rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bias, float *out,
+		       int M, int N, int K, rg_act act)
+{
+	return rg_errorf(RG_ERR_UNSUPPORTED, "gemm: this build has no oneDNN");
+}
+
+#else
+
+#include <oneapi/dnnl/dnnl.h>
+
+/* libgomp (libdnnl's OpenMP runtime): the calling thread's team size for oneDNN's parallel
+ * regions. Declared here rather than through <omp.h> so the build needs no -fopenmp. */
+extern void omp_set_num_threads(int n);
+
+#define ROW_BLOCK 256 /* rows per tile when M > ROW_BLOCK; a multiple of 16 */
+
+struct rg_dnnl_weight {
+	const float *key;        /* the caller's W */
+	float *data;             /* the blocked weights: W itself, or owned when `owned` */
+	bool owned;
+	int N, K;
+	int bn;                  /* columns per block of the layout (64; 1 for a plain one) */
+	dnnl_dim_t n_stride;     /* elements from one column block to the next */
+	dnnl_memory_desc_t md;   /* the whole (K, N) weights in the blocked layout */
+};
+
+/* One cached primitive: M rows x nb columns of one weight layout, with its epilogue. */
+typedef struct {
+	dnnl_memory_desc_t wmd, src_md, dst_md, bias_md, scratch_md;
+	int m, K, nb;
+	rg_act act;
+	bool bias;
+	dnnl_primitive_t prim;
+	size_t scratch;
+} prim_entry;
+
+static struct {
+	bool ok;                 /* library initialised and enabled */
+	char describe[96];
+	dnnl_engine_t engine;
+	pthread_key_t tls;
+	pthread_mutex_t lock;    /* guards weights[] and prims[] */
+	rg_dnnl_weight **weights;
+	int n_weights, cap_weights;
+	prim_entry **prims;
+	int n_prims, cap_prims;
+} g = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* Per OS thread: its stream, scratchpad and bounce buffer (freed when the thread exits). */
+typedef struct {
+	dnnl_stream_t stream;
+	void *scratch;
+	size_t scratch_n;
+	float *bounce;
+	size_t bounce_n;
+} thread_state;
+
+static void thread_state_free(void *p)
+{
+	thread_state *t = p;
+
+	if (!t)
+		return;
+	if (t->stream)
+		dnnl_stream_destroy(t->stream);
+	free(t->scratch);
+	free(t->bounce);
+	free(t);
+}
+
+static const char *isa_name(dnnl_cpu_isa_t isa)
+{
+	switch (isa) {
+	case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+	case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+	case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+	case dnnl_cpu_isa_avx512_core: return "avx512_core";
+	case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+	case dnnl_cpu_isa_avx2: return "avx2";
+	default: return "older";
+	}
+}
+
+static void lib_init(void)
+{
+	const char *want = getenv("RAGGED_CPU_GEMM");
+	const dnnl_version_t *v = dnnl_version();
+
+	snprintf(g.describe, sizeof(g.describe), "openblas");
+	if (want && strcmp(want, "openblas") == 0)
+		return;
+	if (want && *want && strcmp(want, "onednn") != 0)
+		fprintf(stderr, "ragged: warning: RAGGED_CPU_GEMM=%s: expected onednn or openblas; "
+			"using onednn\n", want);
+	if (dnnl_engine_create(&g.engine, dnnl_cpu, 0) != dnnl_success) {
+		fprintf(stderr, "ragged: warning: oneDNN engine unavailable; GEMMs use OpenBLAS\n");
+		return;
+	}
+	if (pthread_key_create(&g.tls, thread_state_free) != 0)
+		return;
+	snprintf(g.describe, sizeof(g.describe), "onednn %d.%d.%d (%s)", v->major, v->minor,
+		 v->patch, isa_name(dnnl_get_effective_cpu_isa()));
+	g.ok = true;
+}
+
+bool rg_dnnl_enabled(void)
+{
+	pthread_once(&g_once, lib_init);
+	return g.ok;
+}
+
+const char *rg_dnnl_describe(void)
+{
+	pthread_once(&g_once, lib_init);
+	return g.describe;
+}
+
+/* This thread's state, created on first use; oneDNN's team on this thread set to one thread
+ * (ragged's pool is the parallelism). NULL on OOM. */
+static thread_state *thread_get(void)
+{
+	thread_state *t = pthread_getspecific(g.tls);
+
+	if (t)
+		return t;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	if (dnnl_stream_create(&t->stream, g.engine, dnnl_stream_default_flags) != dnnl_success ||
+	    pthread_setspecific(g.tls, t) != 0) {
+		thread_state_free(t);
+		return NULL;
+	}
+	omp_set_num_threads(1);
+	return t;
+}
+
+/* Grow *buf to n bytes. */
+static bool ensure(void **buf, size_t *have, size_t n)
+{
+	void *p;
+
+	if (n <= *have)
+		return true;
+	p = aligned_alloc(64, (n + 63) / 64 * 64);
+	if (!p)
+		return false;
+	free(*buf);
+	*buf = p;
+	*have = n;
+	return true;
+}
+
+static dnnl_alg_kind_t act_alg(rg_act act)
+{
+	switch (act) {
+	case RG_ACT_GELU: return dnnl_eltwise_gelu_erf;
+	case RG_ACT_GELU_NEW: return dnnl_eltwise_gelu_tanh;
+	case RG_ACT_RELU: return dnnl_eltwise_relu;
+	case RG_ACT_NONE: return dnnl_alg_kind_undef;
+	}
+	return dnnl_alg_kind_undef;
+}
+
+/* The weights sub-layout of columns [n0, n0 + nb): the parent's strides, nb columns. */
+static dnnl_memory_desc_t sub_md(const rg_dnnl_weight *w, int nb)
+{
+	dnnl_memory_desc_t md = w->md;
+
+	md.dims[1] = nb;
+	md.padded_dims[1] = (nb + w->bn - 1) / w->bn * w->bn;
+	return md;
+}
+
+/* Create a primitive for m x nb with weights layout wmd. *impl receives the implementation
+ * name. Caller holds nothing; returns NULL with the reason in err. */
+static prim_entry *prim_create(const dnnl_memory_desc_t *wmd, int m, int K, int nb, rg_act act,
+			       bool bias, bool any_weights, const char **impl, char *err, size_t n)
+{
+	prim_entry *e = calloc(1, sizeof(*e));
+	dnnl_matmul_desc_t mm;
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_post_ops_t po = NULL;
+	dnnl_primitive_desc_t pd = NULL;
+	const dnnl_dims_t sd = {m, K}, dd = {m, nb}, bd = {1, nb}, wd = {K, nb};
+	dnnl_alg_kind_t alg = act_alg(act);
+	bool ok = false;
+
+	if (!e) {
+		snprintf(err, n, "out of memory");
+		return NULL;
+	}
+	e->m = m;
+	e->K = K;
+	e->nb = nb;
+	e->act = act;
+	e->bias = bias;
+	if (any_weights)
+		dnnl_memory_desc_init_by_tag(&e->wmd, 2, wd, dnnl_f32, dnnl_format_tag_any);
+	else
+		e->wmd = *wmd;
+	dnnl_memory_desc_init_by_tag(&e->src_md, 2, sd, dnnl_f32, dnnl_ab);
+	dnnl_memory_desc_init_by_tag(&e->dst_md, 2, dd, dnnl_f32, dnnl_ab);
+	dnnl_memory_desc_init_by_tag(&e->bias_md, 2, bd, dnnl_f32, dnnl_ab);
+	if (dnnl_matmul_desc_init(&mm, &e->src_md, &e->wmd, bias ? &e->bias_md : NULL,
+				  &e->dst_md) != dnnl_success ||
+	    dnnl_primitive_attr_create(&attr) != dnnl_success ||
+	    dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) !=
+		    dnnl_success) {
+		snprintf(err, n, "oneDNN matmul descriptor (%d x %d x %d) rejected", m, nb, K);
+		goto out;
+	}
+	if (alg != dnnl_alg_kind_undef &&
+	    (dnnl_post_ops_create(&po) != dnnl_success ||
+	     dnnl_post_ops_append_eltwise(po, 1.f, alg, 0.f, 0.f) != dnnl_success ||
+	     dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success)) {
+		snprintf(err, n, "oneDNN post-op for activation %d rejected", (int)act);
+		goto out;
+	}
+	if (dnnl_primitive_desc_create(&pd, &mm, attr, g.engine, NULL) != dnnl_success) {
+		snprintf(err, n, "no oneDNN matmul for %d x %d x %d in this layout", m, nb, K);
+		goto out;
+	}
+	dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, impl);
+	if (any_weights)
+		e->wmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+	e->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+	e->scratch = dnnl_memory_desc_get_size(&e->scratch_md);
+	if (dnnl_primitive_create(&e->prim, pd) != dnnl_success) {
+		snprintf(err, n, "oneDNN primitive_create (%d x %d x %d) failed", m, nb, K);
+		goto out;
+	}
+	ok = true;
+out:
+	if (pd)
+		dnnl_primitive_desc_destroy(pd);
+	if (po)
+		dnnl_post_ops_destroy(po);
+	if (attr)
+		dnnl_primitive_attr_destroy(attr);
+	if (!ok) {
+		free(e);
+		return NULL;
+	}
+	return e;
+}
+
+/* The cached primitive for (layout of w, m rows, nb columns, act, bias); created on a miss.
+ * NULL with the reason in rg_last_error(). */
+static prim_entry *prim_get(const rg_dnnl_weight *w, int m, int nb, rg_act act, bool bias)
+{
+	dnnl_memory_desc_t wmd = sub_md(w, nb);
+	prim_entry *e = NULL;
+	const char *impl = "?";
+	char err[160];
+
+	pthread_mutex_lock(&g.lock);
+	for (int i = 0; i < g.n_prims; i++) {
+		prim_entry *c = g.prims[i];
+
+		if (c->m == m && c->nb == nb && c->K == w->K && c->act == act && c->bias == bias &&
+		    dnnl_memory_desc_equal(&c->wmd, &wmd)) {
+			e = c;
+			break;
+		}
+	}
+	if (e)
+		goto out_unlock;
+	if (g.n_prims == g.cap_prims) {
+		int cap = g.cap_prims ? 2 * g.cap_prims : 64;
+		prim_entry **p = realloc(g.prims, (size_t)cap * sizeof(*p));
+
+		if (!p) {
+			rg_errorf(RG_ERR_OOM, "gemm: cannot grow the oneDNN primitive cache");
+			goto out_unlock;
+		}
+		g.prims = p;
+		g.cap_prims = cap;
+	}
+	e = prim_create(&wmd, m, w->K, nb, act, bias, false, &impl, err, sizeof(err));
+	if (!e) {
+		rg_errorf(RG_ERR_INTERNAL, "gemm: %s", err);
+		goto out_unlock;
+	}
+	g.prims[g.n_prims++] = e;
+out_unlock:
+	pthread_mutex_unlock(&g.lock);
+	return e;
+}
+
+static int find_index(const float *W)
+{
+	for (int i = 0; i < g.n_weights; i++)
+		if (g.weights[i]->key == W)
+			return i;
+	return -1;
+}
+
+const rg_dnnl_weight *rg_dnnl_find(const float *W)
+{
+	const rg_dnnl_weight *w = NULL;
+	int i;
+
+	if (!W || !rg_dnnl_enabled())
+		return NULL;
+	pthread_mutex_lock(&g.lock);
+	i = find_index(W);
+	if (i >= 0)
+		w = g.weights[i];
+	pthread_mutex_unlock(&g.lock);
+	return w;
+}
+
+/* Run one reorder from src_md/src to dst_md/dst on this thread. */
+static bool reorder(const dnnl_memory_desc_t *src_md, void *src, const dnnl_memory_desc_t *dst_md,
+		    void *dst)
+{
+	dnnl_primitive_desc_t rpd = NULL;
+	dnnl_primitive_t rp = NULL;
+	dnnl_memory_t ms = NULL, md = NULL;
+	thread_state *t = thread_get();
+	bool ok = t &&
+		  dnnl_memory_create(&ms, src_md, g.engine, src) == dnnl_success &&
+		  dnnl_memory_create(&md, dst_md, g.engine, dst) == dnnl_success &&
+		  dnnl_reorder_primitive_desc_create(&rpd, src_md, g.engine, dst_md, g.engine,
+						     NULL) == dnnl_success &&
+		  dnnl_primitive_create(&rp, rpd) == dnnl_success;
+
+	if (ok) {
+		dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
+
+		ok = dnnl_primitive_execute(rp, t->stream, 2, args) == dnnl_success &&
+		     dnnl_stream_wait(t->stream) == dnnl_success;
+	}
+	if (rp)
+		dnnl_primitive_destroy(rp);
+	if (rpd)
+		dnnl_primitive_desc_destroy(rpd);
+	if (md)
+		dnnl_memory_destroy(md);
+	if (ms)
+		dnnl_memory_destroy(ms);
+	return ok;
+}
+
+/* Blocked layouts we can cut into column tiles: dims (K, N), the N blocks (if any) outermost. */
+static bool layout_usable(const dnnl_memory_desc_t *md, int *bn, dnnl_dim_t *n_stride)
+{
+	const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+	int kb = 1;
+
+	if (md->format_kind != dnnl_blocked || md->ndims != 2 || md->offset0 != 0)
+		return false;
+	*bn = 1;
+	for (int i = 0; i < b->inner_nblks; i++) {
+		if (b->inner_idxs[i] == 1)
+			*bn *= (int)b->inner_blks[i];
+		else
+			kb *= (int)b->inner_blks[i];
+	}
+	*n_stride = b->strides[1];
+	/* plain, any strides: column n0 starts n0 * strides[1] in; blocked: N blocks outermost */
+	if (b->inner_nblks == 0)
+		return true;
+	return *bn > 1 && b->strides[1] >= b->strides[0] * (md->padded_dims[0] / kb);
+}
+
+rg_status rg_dnnl_prepare(float *W, int N, int K)
+{
+	rg_dnnl_weight *w;
+	prim_entry *probe;
+	dnnl_memory_desc_t user_md;
+	const dnnl_dims_t wd = {K, N}, ws = {1, K}; /* W (N, K) row-major read as (K, N) */
+	const char *impl = "?";
+	char err[160];
+	size_t bytes;
+	void *tmp = NULL;
+	rg_status st = RG_OK;
+
+	if (!W || N <= 0 || K <= 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "gemm weight: bad shape N=%d K=%d", N, K);
+	if (!rg_dnnl_enabled())
+		return RG_OK;
+	if (rg_dnnl_find(W))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "gemm weight %p is already prepared",
+				 (const void *)W);
+	/* the layout the kernels want for a 16-row tile over all N */
+	probe = prim_create(NULL, 16, K, N, RG_ACT_NONE, true, true, &impl, err, sizeof(err));
+	if (!probe)
+		return RG_OK; /* oneDNN cannot run this shape: OpenBLAS will */
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		st = rg_errorf(RG_ERR_OOM, "gemm weight: out of memory");
+		goto out_free_probe;
+	}
+	w->key = W;
+	w->N = N;
+	w->K = K;
+	w->md = probe->wmd;
+	if (strncmp(impl, "ref", 3) == 0 || !layout_usable(&w->md, &w->bn, &w->n_stride)) {
+		free(w); /* reference kernels or an unknown layout: keep OpenBLAS */
+		goto out_free_probe;
+	}
+	dnnl_memory_desc_init_by_strides(&user_md, 2, wd, dnnl_f32, ws);
+	bytes = dnnl_memory_desc_get_size(&w->md);
+	if (bytes == (size_t)N * K * sizeof(float)) {
+		/* same size: reorder through a temporary copy back into W */
+		tmp = malloc(bytes);
+		if (!tmp) {
+			st = rg_errorf(RG_ERR_OOM, "gemm weight: cannot allocate %zu bytes", bytes);
+			goto out_free_w;
+		}
+		memcpy(tmp, W, bytes);
+		w->data = W;
+		if (!reorder(&user_md, tmp, &w->md, W)) {
+			memcpy(W, tmp, bytes);
+			st = rg_errorf(RG_ERR_INTERNAL, "gemm weight: oneDNN reorder failed");
+			goto out_free_w;
+		}
+	} else {
+		w->data = aligned_alloc(64, (bytes + 63) / 64 * 64);
+		w->owned = true;
+		if (!w->data) {
+			st = rg_errorf(RG_ERR_OOM, "gemm weight: cannot allocate %zu bytes", bytes);
+			goto out_free_w;
+		}
+		memset(w->data, 0, bytes); /* the padding columns */
+		if (!reorder(&user_md, W, &w->md, w->data)) {
+			st = rg_errorf(RG_ERR_INTERNAL, "gemm weight: oneDNN reorder failed");
+			goto out_free_w;
+		}
+	}
+	pthread_mutex_lock(&g.lock);
+	if (g.n_weights == g.cap_weights) {
+		int cap = g.cap_weights ? 2 * g.cap_weights : 64;
+		rg_dnnl_weight **p = realloc(g.weights, (size_t)cap * sizeof(*p));
+
+		if (!p) {
+			pthread_mutex_unlock(&g.lock);
+			st = rg_errorf(RG_ERR_OOM, "gemm weight: cannot grow the registry");
+			if (!w->owned)
+				memcpy(W, tmp, bytes);
+			goto out_free_w;
+		}
+		g.weights = p;
+		g.cap_weights = cap;
+	}
+	g.weights[g.n_weights++] = w;
+	pthread_mutex_unlock(&g.lock);
+	w = NULL;
+out_free_w:
+	if (w) {
+		if (w->owned)
+			free(w->data);
+		free(w);
+	}
+out_free_probe:
+	free(tmp);
+	dnnl_primitive_destroy(probe->prim);
+	free(probe);
+	return st;
+}
+
+void rg_dnnl_release(const float *W)
+{
+	rg_dnnl_weight *w = NULL;
+	int i;
+
+	if (!W || !rg_dnnl_enabled())
+		return;
+	pthread_mutex_lock(&g.lock);
+	i = find_index(W);
+	if (i >= 0) {
+		w = g.weights[i];
+		g.weights[i] = g.weights[--g.n_weights];
+	}
+	pthread_mutex_unlock(&g.lock);
+	if (w && w->owned)
+		free(w->data);
+	free(w);
+}
+
+/* The (M, N) output in tiles of mb rows x nb columns (nb a multiple of the layout's block). */
+static void tiles(int M, int N, int bn, int T, int *mb, int *nb)
+{
+	int m = M < ROW_BLOCK ? M : ROW_BLOCK, n = N, align = bn > 16 ? bn : 16;
+	int blocks = (N + bn - 1) / bn;
+
+	if (bn == 1)
+		align = 16;
+	if (M <= ROW_BLOCK) {
+		/* whole rows; the columns in at most T even runs of blocks */
+		int per = (blocks + T - 1) / T;
+
+		n = per * bn < N ? per * bn : N;
+		if (bn == 1)
+			n = ((N + T - 1) / T + 15) / 16 * 16;
+		if (n > N)
+			n = N;
+		while ((long)((M + m - 1) / m) * ((N + n - 1) / n) < T && m > 16)
+			m = (m / 2 + 15) / 16 * 16;
+		*mb = m;
+		*nb = n;
+		return;
+	}
+	while ((long)((M + m - 1) / m) * ((N + n - 1) / n) < 2L * T) {
+		if (n >= 2 * align)
+			n = (n / 2 + align - 1) / align * align;
+		else if (m > 16)
+			m = (m / 2 + 15) / 16 * 16;
+		else
+			break;
+	}
+	*mb = m;
+	*nb = n;
+}
+
+struct job {
+	const rg_dnnl_weight *w;
+	const float *A, *bias;
+	float *out;
+	int M, N, K, mb, nb, n_nt;
+	/* [last row tile][last column tile][0: rows & ~15, 1: rows & 15] */
+	prim_entry *prim[2][2][2];
+	volatile int failed;
+};
+
+/* Run e on rows [r0, r0 + e->m) of A, columns [n0, n0 + e->nb), writing dst (dense e->m x nb). */
+static bool exec_chunk(const struct job *j, thread_state *t, const prim_entry *e, int r0, int n0,
+		       float *dst)
+{
+	dnnl_memory_t src = NULL, wei = NULL, bias = NULL, out = NULL, scr = NULL;
+	const rg_dnnl_weight *w = j->w;
+	float *wp = w->data + (size_t)(n0 / w->bn) * (size_t)w->n_stride;
+	dnnl_exec_arg_t args[5];
+	int n = 0;
+	bool ok;
+
+	if (!ensure(&t->scratch, &t->scratch_n, e->scratch))
+		return false;
+	ok = dnnl_memory_create(&src, &e->src_md, g.engine, (void *)(j->A + (size_t)r0 * j->K)) ==
+		     dnnl_success &&
+	     dnnl_memory_create(&wei, &e->wmd, g.engine, wp) == dnnl_success &&
+	     dnnl_memory_create(&out, &e->dst_md, g.engine, dst) == dnnl_success &&
+	     dnnl_memory_create(&scr, &e->scratch_md, g.engine, t->scratch) == dnnl_success &&
+	     (!e->bias || dnnl_memory_create(&bias, &e->bias_md, g.engine,
+					     (void *)(j->bias + n0)) == dnnl_success);
+	if (ok) {
+		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, src};
+		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, wei};
+		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, out};
+		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, scr};
+		if (bias)
+			args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bias};
+		ok = dnnl_primitive_execute(e->prim, t->stream, n, args) == dnnl_success;
+	}
+	if (src)
+		dnnl_memory_destroy(src);
+	if (wei)
+		dnnl_memory_destroy(wei);
+	if (out)
+		dnnl_memory_destroy(out);
+	if (scr)
+		dnnl_memory_destroy(scr);
+	if (bias)
+		dnnl_memory_destroy(bias);
+	return ok;
+}
+
+static void task(void *ctx, int ti, int thread)
+{
+	struct job *j = ctx;
+	const int mt = ti / j->n_nt, nt = ti % j->n_nt;
+	const int m0 = mt * j->mb, n0 = nt * j->nb;
+	const int rows = j->M - m0 < j->mb ? j->M - m0 : j->mb;
+	const int cols = j->N - n0 < j->nb ? j->N - n0 : j->nb;
+	const bool last_m = rows != j->mb, last_n = cols != j->nb;
+	thread_state *t = thread_get();
+	int r = m0;
+
+	if (!t || (cols < j->N &&
+		   !ensure((void **)&t->bounce, &t->bounce_n, (size_t)rows * cols * sizeof(float)))) {
+		j->failed = 1;
+		return;
+	}
+	for (int c = 0; c < 2; c++) {
+		const prim_entry *e = j->prim[last_m][last_n][c];
+		float *dst;
+
+		if (!e)
+			continue;
+		dst = cols < j->N ? t->bounce + (size_t)(r - m0) * cols : j->out + (size_t)r * j->N;
+		if (!exec_chunk(j, t, e, r, n0, dst)) {
+			j->failed = 1;
+			return;
+		}
+		r += e->m;
+	}
+	if (cols < j->N)
+		for (int i = 0; i < rows; i++)
+			memcpy(j->out + (size_t)(m0 + i) * j->N + n0, t->bounce + (size_t)i * cols,
+			       (size_t)cols * sizeof(float));
+}
+
+rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bias, float *out,
+		       int M, int N, int K, rg_act act)
+{
+	rg_threadpool *pool = rg_threadpool_global();
+	struct job j = {.w = w, .A = A, .bias = bias, .out = out, .M = M, .N = w->N, .K = w->K};
+	int n_mt;
+
+	if (M < 0 || N != w->N || K != w->K)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "gemm: shape M=%d N=%d K=%d, but the prepared "
+				 "weight is N=%d K=%d", M, N, K, w->N, w->K);
+	if (M == 0)
+		return RG_OK;
+	tiles(M, j.N, w->bn, rg_threadpool_size(pool), &j.mb, &j.nb);
+	n_mt = (M + j.mb - 1) / j.mb;
+	j.n_nt = (j.N + j.nb - 1) / j.nb;
+	for (int lm = 0; lm < 2; lm++) {
+		int rows = lm ? M - (n_mt - 1) * j.mb : j.mb;
+
+		if (lm && rows == j.mb)
+			continue;
+		for (int ln = 0; ln < 2; ln++) {
+			int cols = ln ? j.N - (j.n_nt - 1) * j.nb : j.nb;
+			int part[2] = {rows & ~15, rows & 15};
+
+			if (ln && cols == j.nb)
+				continue;
+			for (int c = 0; c < 2; c++)
+				if (part[c] && !(j.prim[lm][ln][c] = prim_get(w, part[c], cols, act,
+									       bias != NULL)))
+					return RG_ERR_INTERNAL;
+		}
+	}
+	rg_threadpool_run(pool, n_mt * j.n_nt, task, &j);
+	if (j.failed)
+		return rg_errorf(RG_ERR_INTERNAL, "gemm: oneDNN matmul execution failed (M=%d N=%d "
+				 "K=%d)", M, j.N, j.K);
+	return RG_OK;
+}
+#endif

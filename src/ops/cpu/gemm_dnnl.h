@@ -1,0 +1,54 @@
+/* The CPU linear layers through oneDNN matmul (Debian libdnnl 2.6): weights reordered once, at
+ * load, into the blocked layout the library's AVX-512/AMX "brgemm" kernels read, and bias +
+ * activation run as the matmul's post-op while the tile is in registers.
+ *
+ * Why: every small-M OpenBLAS call packs its whole weight panel again; measured on the 2-core
+ * Zen 5 and the 16-core Sapphire Rapids, oneDNN with pre-reordered weights is the fastest library
+ * on every BERT layer shape (bench/results/gemm_libs_cpu_20261122.md: 1.7x at M = 64 and up to
+ * 3.7x at M = 12 per layer against the OpenBLAS tiles).
+ *
+ * Threads: oneDNN is run single-threaded (its OpenMP team is set to 1 on every ragged pool
+ * thread), one primitive per output tile, so ragged's pool stays the only set of math threads
+ * (issue 7). Compiled to stubs that report "unavailable" without RG_WITH_DNNL. */
+#ifndef RG_OPS_CPU_GEMM_DNNL_H
+#define RG_OPS_CPU_GEMM_DNNL_H
+#include <stdbool.h>
+#include "ragged.h"
+#include "model/config.h"
+
+/* A weight matrix prepared for oneDNN. Opaque; owned by the registry in gemm_dnnl.c. */
+typedef struct rg_dnnl_weight rg_dnnl_weight;
+
+/* True when this build links oneDNN, the library initialised, its kernels for this CPU are not
+ * the reference ones, and RAGGED_CPU_GEMM is not "openblas". */
+bool rg_dnnl_enabled(void);
+
+/* "onednn <version> (<isa>)" or "openblas": the library that runs registered linear layers. */
+const char *rg_dnnl_describe(void);
+
+/* Prepare W (N, K) float32 row-major (PyTorch's nn.Linear layout) for rg_dnnl_gemm: reorder it
+ * into oneDNN's blocked layout, in place when that layout is the same size (N a multiple of the
+ * kernel's 64-column block), else into a buffer the registry owns. After RG_OK, W's bytes are
+ * no longer row-major: only rg_dnnl_find / rg_dnnl_gemm may read them until rg_dnnl_release.
+ * When oneDNN is not enabled, or offers only reference kernels for this shape, W is left
+ * untouched and the call returns RG_OK without registering (the OpenBLAS path runs it).
+ * Errors: RG_ERR_INVALID_INPUT (bad shape, W already registered), RG_ERR_OOM. */
+rg_status rg_dnnl_prepare(float *W, int N, int K);
+
+/* Forget W: frees what rg_dnnl_prepare allocated. W's bytes stay in the blocked layout.
+ * Unknown or NULL W: no-op. */
+void rg_dnnl_release(const float *W);
+
+/* The prepared weight registered for W, or NULL. Thread-safe. */
+const rg_dnnl_weight *rg_dnnl_find(const float *W);
+
+/* out (M, N) = A (M, K) * W^T [+ bias (N)], then act, float32 row-major, on ragged's thread pool.
+ * Tiles: whole rows and 64-aligned column blocks, one per thread, for M <= 256; 256-row blocks
+ * otherwise. Each tile runs one cached primitive for its largest multiple of 16 rows and one for
+ * the remainder (at most 31 primitives per weight shape, created on first use, 0.3 ms each).
+ * N, K must be the ones W was prepared with (RG_ERR_INVALID_INPUT otherwise: its bytes are not
+ * row-major any more, so no other path can run it).
+ * Errors: RG_ERR_INTERNAL when oneDNN fails (message names the call). */
+rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bias, float *out,
+		       int M, int N, int K, rg_act act);
+#endif
