@@ -533,32 +533,54 @@ void rg_dnnl_release(const float *W)
 	free(w);
 }
 
-/* The (M, N) output in tiles of mb rows x nb columns (nb a multiple of the layout's block). */
+/* Rows of weight traffic a tile costs on top of its own rows, in the tile cost model below: a
+ * tile reads its ncols x K weights once however few rows it has. */
+#define TILE_WEIGHT_ROWS 16
+
+/* The (M, N) output in tiles of mb rows x nb columns for T threads (nb a multiple of the
+ * layout's block; align for a plain layout).
+ * - M <= ROW_BLOCK (a few sentences: weight traffic matters): the (mb, nb) whose busiest thread
+ *   does the least, counting ceil(tiles / T) tiles of nb * (mb + TILE_WEIGHT_ROWS) each; mb is M
+ *   or a multiple of 16. Measured on BERT-base shapes at 16 threads this keeps whole rows where
+ *   halving them only moved the imbalance (e.g. 12 column tiles of 64 rather than 24 of half
+ *   the rows for N = 768).
+ * - Larger M: ROW_BLOCK-row blocks, then narrower column blocks (>= 2 blocks of the layout)
+ *   until every thread has two tiles, then shorter row blocks (>= 16 rows). */
 static void tiles(int M, int N, int bn, int T, int *mb, int *nb)
 {
-	int m = M < ROW_BLOCK ? M : ROW_BLOCK, n = N, align = bn > 16 ? bn : 16;
-	int blocks = (N + bn - 1) / bn;
+	const int unit = bn > 1 ? bn : 16;
+	const int blocks = (N + unit - 1) / unit;
+	int m = M < ROW_BLOCK ? M : ROW_BLOCK, n = N;
 
-	if (bn == 1)
-		align = 16;
 	if (M <= ROW_BLOCK) {
-		/* whole rows; the columns in at most T even runs of blocks */
-		int per = (blocks + T - 1) / T;
+		long best = -1;
 
-		n = per * bn < N ? per * bn : N;
-		if (bn == 1)
-			n = ((N + T - 1) / T + 15) / 16 * 16;
-		if (n > N)
-			n = N;
-		while ((long)((M + m - 1) / m) * ((N + n - 1) / n) < T && m > 16)
-			m = (m / 2 + 15) / 16 * 16;
+		for (int k = 1; k <= blocks; k++) {
+			const int cols = k * unit < N ? k * unit : N;
+			const long n_nt = (N + cols - 1) / cols;
+
+			if (k > 1 && (k - 1) * unit >= N)
+				break;
+			for (int r = M; r > 0; r = r == M ? (M - 1) / 16 * 16 : r - 16) {
+				const long tiles_n = (M + r - 1) / r * n_nt;
+				const long cost = (tiles_n + T - 1) / T * cols * (r + TILE_WEIGHT_ROWS);
+
+				if (best < 0 || cost < best ||
+				    (cost == best && tiles_n < (long)((M + m - 1) / m) *
+								   ((N + n - 1) / n))) {
+					best = cost;
+					m = r;
+					n = cols;
+				}
+			}
+		}
 		*mb = m;
 		*nb = n;
 		return;
 	}
 	while ((long)((M + m - 1) / m) * ((N + n - 1) / n) < 2L * T) {
-		if (n >= 2 * align)
-			n = (n / 2 + align - 1) / align * align;
+		if (n >= 2 * unit)
+			n = (n / 2 + unit - 1) / unit * unit;
 		else if (m > 16)
 			m = (m / 2 + 15) / 16 * 16;
 		else
@@ -568,13 +590,27 @@ static void tiles(int M, int N, int bn, int T, int *mb, int *nb)
 	*nb = n;
 }
 
+/* Columns per call when a tile's rows take two primitives (r & ~15, then r & 15): both calls
+ * read the same weights, so the tile goes through them in column slices whose weights stay in
+ * L2 for the second call (about 1 MiB of weights per slice). */
+static int l2_cols(int K, int unit)
+{
+	int c = (int)((1u << 20) / ((unsigned)K * sizeof(float))) / unit * unit;
+
+	return c < unit ? unit : c;
+}
+
+#define MAX_WIDTHS 4
+
 struct job {
 	const rg_dnnl_weight *w;
 	const float *A, *bias;
 	float *out;
 	int M, N, K, mb, nb, n_nt;
-	/* [last row tile][last column tile][0: rows & ~15, 1: rows & 15] */
-	prim_entry *prim[2][2][2];
+	int slice[2];                  /* columns per call: [last row tile] */
+	int widths[MAX_WIDTHS], n_widths; /* every call's column count */
+	/* [last row tile][0: rows & ~15, 1: rows & 15][index into widths] */
+	prim_entry *prim[2][2][MAX_WIDTHS];
 	volatile int failed;
 };
 
@@ -620,6 +656,14 @@ static bool exec_chunk(const struct job *j, thread_state *t, const prim_entry *e
 	return ok;
 }
 
+static int width_index(const struct job *j, int cols)
+{
+	for (int i = 0; i < j->n_widths; i++)
+		if (j->widths[i] == cols)
+			return i;
+	return -1;
+}
+
 static void task(void *ctx, int ti, int thread)
 {
 	struct job *j = ctx;
@@ -627,32 +671,45 @@ static void task(void *ctx, int ti, int thread)
 	const int m0 = mt * j->mb, n0 = nt * j->nb;
 	const int rows = j->M - m0 < j->mb ? j->M - m0 : j->mb;
 	const int cols = j->N - n0 < j->nb ? j->N - n0 : j->nb;
-	const bool last_m = rows != j->mb, last_n = cols != j->nb;
+	const int lm = rows != j->mb, slice = j->slice[lm];
 	thread_state *t = thread_get();
-	int r = m0;
 
-	if (!t || (cols < j->N &&
-		   !ensure((void **)&t->bounce, &t->bounce_n, (size_t)rows * cols * sizeof(float)))) {
+	if (!t || (slice < j->N && !ensure((void **)&t->bounce, &t->bounce_n,
+					   (size_t)rows * slice * sizeof(float)))) {
 		j->failed = 1;
 		return;
 	}
-	for (int c = 0; c < 2; c++) {
-		const prim_entry *e = j->prim[last_m][last_n][c];
-		float *dst;
+	for (int c0 = n0; c0 < n0 + cols; c0 += slice) {
+		const int w = n0 + cols - c0 < slice ? n0 + cols - c0 : slice;
+		const int wi = width_index(j, w);
+		const bool direct = w == j->N; /* whole rows: write the output in place */
+		int r = m0;
 
-		if (!e)
-			continue;
-		dst = cols < j->N ? t->bounce + (size_t)(r - m0) * cols : j->out + (size_t)r * j->N;
-		if (!exec_chunk(j, t, e, r, n0, dst)) {
-			j->failed = 1;
-			return;
+		for (int c = 0; c < 2; c++) {
+			const prim_entry *e = wi < 0 ? NULL : j->prim[lm][c][wi];
+
+			if ((c == 0 ? rows & ~15 : rows & 15) == 0)
+				continue;
+			if (!e || !exec_chunk(j, t, e, r, c0,
+					      direct ? j->out + (size_t)r * j->N
+						     : t->bounce + (size_t)(r - m0) * w)) {
+				j->failed = 1;
+				return;
+			}
+			r += e->m;
 		}
-		r += e->m;
+		if (!direct)
+			for (int i = 0; i < rows; i++)
+				memcpy(j->out + (size_t)(m0 + i) * j->N + c0,
+				       t->bounce + (size_t)i * w, (size_t)w * sizeof(float));
 	}
-	if (cols < j->N)
-		for (int i = 0; i < rows; i++)
-			memcpy(j->out + (size_t)(m0 + i) * j->N + n0, t->bounce + (size_t)i * cols,
-			       (size_t)cols * sizeof(float));
+}
+
+/* Add cols to the job's width set (at most MAX_WIDTHS distinct values by construction). */
+static void add_width(struct job *j, int cols)
+{
+	if (width_index(j, cols) < 0 && j->n_widths < MAX_WIDTHS)
+		j->widths[j->n_widths++] = cols;
 }
 
 rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bias, float *out,
@@ -670,22 +727,43 @@ rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bia
 	tiles(M, j.N, w->bn, rg_threadpool_size(pool), &j.mb, &j.nb);
 	n_mt = (M + j.mb - 1) / j.mb;
 	j.n_nt = (j.N + j.nb - 1) / j.nb;
+	/* the column counts of every call: tile widths, cut into L2 slices when two row chunks */
 	for (int lm = 0; lm < 2; lm++) {
-		int rows = lm ? M - (n_mt - 1) * j.mb : j.mb;
+		const int rows = lm ? M - (n_mt - 1) * j.mb : j.mb;
+		const int last = j.N - (j.n_nt - 1) * j.nb;
 
-		if (lm && rows == j.mb)
-			continue;
-		for (int ln = 0; ln < 2; ln++) {
-			int cols = ln ? j.N - (j.n_nt - 1) * j.nb : j.nb;
-			int part[2] = {rows & ~15, rows & 15};
+		j.slice[lm] = j.nb;
+		if ((rows & 15) && (rows & ~15)) {
+			int sl = l2_cols(j.K, w->bn > 1 ? w->bn : 16);
 
-			if (ln && cols == j.nb)
-				continue;
-			for (int c = 0; c < 2; c++)
-				if (part[c] && !(j.prim[lm][ln][c] = prim_get(w, part[c], cols, act,
-									       bias != NULL)))
-					return RG_ERR_INTERNAL;
+			j.slice[lm] = sl < j.nb ? sl : j.nb;
 		}
+		if (lm && rows == j.mb) {
+			j.slice[1] = j.slice[0];
+			continue;
+		}
+		for (int tw = 0; tw < 2; tw++) {
+			const int width = tw ? last : j.nb, sl = j.slice[lm];
+
+			if (width >= sl)
+				add_width(&j, sl);
+			if (width % sl)
+				add_width(&j, width % sl);
+		}
+	}
+	for (int lm = 0; lm < 2; lm++) {
+		const int rows = lm ? M - (n_mt - 1) * j.mb : j.mb;
+		const int part[2] = {rows & ~15, rows & 15};
+
+		if (lm && rows == j.mb) {
+			memcpy(j.prim[1], j.prim[0], sizeof(j.prim[0]));
+			continue;
+		}
+		for (int c = 0; c < 2; c++)
+			for (int wi = 0; part[c] && wi < j.n_widths; wi++)
+				if (!(j.prim[lm][c][wi] = prim_get(w, part[c], j.widths[wi], act,
+								   bias != NULL)))
+					return RG_ERR_INTERNAL;
 	}
 	rg_threadpool_run(pool, n_mt * j.n_nt, task, &j);
 	if (j.failed)
