@@ -533,17 +533,13 @@ void rg_dnnl_release(const float *W)
 	free(w);
 }
 
-/* Rows of weight traffic a tile costs on top of its own rows, in the tile cost model below: a
- * tile reads its ncols x K weights once however few rows it has. */
-#define TILE_WEIGHT_ROWS 16
-
 /* The (M, N) output in tiles of mb rows x nb columns for T threads (nb a multiple of the
- * layout's block; align for a plain layout).
- * - M <= ROW_BLOCK (a few sentences: weight traffic matters): the (mb, nb) whose busiest thread
- *   does the least, counting ceil(tiles / T) tiles of nb * (mb + TILE_WEIGHT_ROWS) each; mb is M
- *   or a multiple of 16. Measured on BERT-base shapes at 16 threads this keeps whole rows where
- *   halving them only moved the imbalance (e.g. 12 column tiles of 64 rather than 24 of half
- *   the rows for N = 768).
+ * layout's column block, or of 16 for a plain layout).
+ * - M <= ROW_BLOCK (a few sentences): whole rows, the columns in at most T even runs of blocks;
+ *   rows halved (multiples of 16) until there are T tiles. Measured on the 16-core Xeon
+ *   (bench/results/cpu_speed_20261122.md): a cost model that kept whole rows and left threads
+ *   idle (12 tiles of 64 rows rather than 24 of 32 for BERT-base's N = 768 at M = 64) was 10%
+ *   slower at best and far noisier, so every thread gets a tile.
  * - Larger M: ROW_BLOCK-row blocks, then narrower column blocks (>= 2 blocks of the layout)
  *   until every thread has two tiles, then shorter row blocks (>= 16 rows). */
 static void tiles(int M, int N, int bn, int T, int *mb, int *nb)
@@ -553,27 +549,11 @@ static void tiles(int M, int N, int bn, int T, int *mb, int *nb)
 	int m = M < ROW_BLOCK ? M : ROW_BLOCK, n = N;
 
 	if (M <= ROW_BLOCK) {
-		long best = -1;
+		const int per = (blocks + T - 1) / T;
 
-		for (int k = 1; k <= blocks; k++) {
-			const int cols = k * unit < N ? k * unit : N;
-			const long n_nt = (N + cols - 1) / cols;
-
-			if (k > 1 && (k - 1) * unit >= N)
-				break;
-			for (int r = M; r > 0; r = r == M ? (M - 1) / 16 * 16 : r - 16) {
-				const long tiles_n = (M + r - 1) / r * n_nt;
-				const long cost = (tiles_n + T - 1) / T * cols * (r + TILE_WEIGHT_ROWS);
-
-				if (best < 0 || cost < best ||
-				    (cost == best && tiles_n < (long)((M + m - 1) / m) *
-								   ((N + n - 1) / n))) {
-					best = cost;
-					m = r;
-					n = cols;
-				}
-			}
-		}
+		n = per * unit < N ? per * unit : N;
+		while ((long)((M + m - 1) / m) * ((N + n - 1) / n) < T && m > 16)
+			m = (m / 2 + 15) / 16 * 16;
 		*mb = m;
 		*nb = n;
 		return;
