@@ -10,15 +10,22 @@ CUDA ?= $(if $(NVCC),1,0)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 PYTHON ?= python3
 
-CSRC := $(shell find src -name '*.c' | sort)
+# libragged is the library only (core, tokenizer, ops, model, sched); the server and the load
+# generator are application code, linked with tools/ragged.c into the ragged binary.
+LIB_DIRS := src/core src/tokenizer src/ops src/model src/sched
+APP_DIRS := src/server src/loadgen
+CSRC := $(shell find $(LIB_DIRS) -name '*.c' | sort)
+APP_CSRC := $(shell find $(APP_DIRS) -name '*.c' | sort)
 CUSRC := $(shell find src/ops/cuda -name '*.cu' 2>/dev/null | sort)
 TOOLSRC := tools/ragged.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
 WARN := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
-BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g -fPIC -fopenmp-simd -Iinclude -Isrc $(WARN) \
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g -fPIC -fopenmp-simd -fvisibility=hidden -Iinclude -Isrc \
+	$(WARN) \
 	$(shell pkg-config --cflags json-c 2>/dev/null)
-LIBS := -lopenblas -lutf8proc -ljson-c -lsqlite3 -lmicrohttpd -lm -lpthread
+LIBS := -lopenblas -lutf8proc -ljson-c -lm -lpthread
+APP_LIBS := -lsqlite3 -lmicrohttpd
 # oneDNN (Debian libdnnl-dev) runs the CPU linear layers when its header is found (DNNL=0: off,
 # OpenBLAS alone); DNNL_INC / DNNL_LIB point at a copy elsewhere (the device carry).
 DNNL_INC ?= /usr/include
@@ -31,7 +38,8 @@ endif
 CUDA_ARCHS := sm_80,sm_90,sm_90a
 NVCC_GENCODE := -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
 	-gencode=arch=compute_90a,code=sm_90a
-NVCCFLAGS := -O3 -std=c++17 -Iinclude -Isrc -Xcompiler -fPIC -lineinfo $(NVCC_GENCODE) \
+NVCCFLAGS := -O3 -std=c++17 -Iinclude -Isrc -Xcompiler -fPIC,-fvisibility=hidden -lineinfo \
+	$(NVCC_GENCODE) \
 	-DRG_WITH_CUDA
 
 REL_CFLAGS := $(BASE_CFLAGS) -O2
@@ -50,12 +58,14 @@ endif
 
 REL_OBJ := $(patsubst src/%.c,build/obj/%.o,$(CSRC)) $(REL_CUOBJ)
 ASAN_OBJ := $(patsubst src/%.c,build/asan/obj/%.o,$(CSRC))
+REL_APP_OBJ := $(patsubst src/%.c,build/obj/%.o,$(APP_CSRC))
+ASAN_APP_OBJ := $(patsubst src/%.c,build/asan/obj/%.o,$(APP_CSRC))
 UNIT_BIN := $(patsubst tests/unit/%.c,build/tests/%,$(UNIT_SRC))
 ASAN_UNIT_BIN := $(patsubst tests/unit/%.c,build/asan/tests/%,$(UNIT_SRC))
 
 .PHONY: all asan deps run test test-unit test-py clean gpu-test
-all: build/ragged build/libragged.so $(UNIT_BIN)
-asan: build/asan/ragged build/asan/libragged.so $(ASAN_UNIT_BIN)
+all: build/ragged build/libragged.so build/libragged_internal.so $(UNIT_BIN)
+asan: build/asan/ragged build/asan/libragged.so build/asan/libragged_internal.so $(ASAN_UNIT_BIN)
 
 deps:
 	@bash scripts/install-deps.sh
@@ -75,25 +85,42 @@ build/asan/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN_CFLAGS) $(EXTRA_CFLAGS) -MMD -MP -c $< -o $@
 
+# The public library exports what include/ragged.h marks RG_API, nothing else: its version
+# script is generated from those declarations. libragged_internal.so is the same objects with
+# the RG_TEST_API functions (src/core/export.h) exported too, for the ctypes test-suite.
+build/ragged.map: include/ragged.h
+	@mkdir -p build
+	{ echo '{ global:'; awk '/^RG_API/ { l = $$0; if (l !~ /\(/) { getline nx; l = l " " nx } \
+	  if (match(l, /rg_[a-z0-9_]+\(/)) print "  " substr(l, RSTART, RLENGTH - 1) ";" }' $<; \
+	  echo 'local: *; };'; } > $@
+
 build/libragged.a: $(REL_OBJ)
 	@mkdir -p build; rm -f $@; ar rcs $@ $^
-build/libragged.so: $(REL_OBJ)
+build/libragged.so: $(REL_OBJ) build/ragged.map
+	$(CC) -shared -Wl,--version-script=build/ragged.map -o $@ $(REL_OBJ) $(REL_LIBS)
+build/libragged_internal.so: $(REL_OBJ)
 	$(CC) -shared -o $@ $^ $(REL_LIBS)
-build/ragged: $(TOOLSRC) build/libragged.a
-	$(CC) $(REL_CFLAGS) -o $@ $(TOOLSRC) build/libragged.a $(REL_LIBS)
-build/tests/%: tests/unit/%.c build/libragged.a
+build/ragged: $(TOOLSRC) $(REL_APP_OBJ) build/libragged.a
+	$(CC) $(REL_CFLAGS) -o $@ $(TOOLSRC) $(REL_APP_OBJ) build/libragged.a $(REL_LIBS) $(APP_LIBS)
+# unit tests see the application modules too (the server's cost store, the request parser)
+build/tests/%: tests/unit/%.c build/libragged.a $(REL_APP_OBJ)
 	@mkdir -p build/tests
-	$(CC) $(REL_CFLAGS) -Itests/unit -o $@ $< build/libragged.a $(REL_LIBS) -lcmocka
+	$(CC) $(REL_CFLAGS) -Itests/unit -o $@ $< $(REL_APP_OBJ) build/libragged.a $(REL_LIBS) \
+		$(APP_LIBS) -lcmocka
 
 build/asan/libragged.a: $(ASAN_OBJ)
 	@mkdir -p build/asan; rm -f $@; ar rcs $@ $^
-build/asan/libragged.so: $(ASAN_OBJ)
+build/asan/libragged.so: $(ASAN_OBJ) build/ragged.map
+	$(CC) -shared -Wl,--version-script=build/ragged.map $(ASAN_LDFLAGS) -o $@ $(ASAN_OBJ) $(LIBS)
+build/asan/libragged_internal.so: $(ASAN_OBJ)
 	$(CC) -shared $(ASAN_LDFLAGS) -o $@ $^ $(LIBS)
-build/asan/ragged: $(TOOLSRC) build/asan/libragged.a
-	$(CC) $(ASAN_CFLAGS) -o $@ $(TOOLSRC) build/asan/libragged.a $(LIBS) $(ASAN_LDFLAGS)
-build/asan/tests/%: tests/unit/%.c build/asan/libragged.a
+build/asan/ragged: $(TOOLSRC) $(ASAN_APP_OBJ) build/asan/libragged.a
+	$(CC) $(ASAN_CFLAGS) -o $@ $(TOOLSRC) $(ASAN_APP_OBJ) build/asan/libragged.a $(LIBS) \
+		$(APP_LIBS) $(ASAN_LDFLAGS)
+build/asan/tests/%: tests/unit/%.c build/asan/libragged.a $(ASAN_APP_OBJ)
 	@mkdir -p build/asan/tests
-	$(CC) $(ASAN_CFLAGS) -Itests/unit -o $@ $< build/asan/libragged.a $(LIBS) -lcmocka $(ASAN_LDFLAGS)
+	$(CC) $(ASAN_CFLAGS) -Itests/unit -o $@ $< $(ASAN_APP_OBJ) build/asan/libragged.a $(LIBS) \
+		$(APP_LIBS) -lcmocka $(ASAN_LDFLAGS)
 
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 run: deps

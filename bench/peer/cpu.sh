@@ -66,8 +66,8 @@ if [ -n "$missing" ]; then
 	python3 -m pip install -q $missing || echo "pip install failed (no network?): going on"
 fi
 
-echo "=== $(date +%T) build (make CUDA=0 build/libragged.so build/ragged: the CPU backend only)"
-if ! timeout $((LIMIT / 2)) make -j"$(nproc)" CUDA=0 build/libragged.so build/ragged \
+echo "=== $(date +%T) build (make CUDA=0 build/libragged_internal.so build/ragged: the CPU backend only)"
+if ! timeout $((LIMIT / 2)) make -j"$(nproc)" CUDA=0 build/libragged_internal.so build/ragged \
 	>"$LOGDIR/build.log" 2>&1; then
 	tail -20 "$LOGDIR/build.log"
 	exit 1

@@ -13,6 +13,7 @@
  * This header includes no CUDA header. */
 #ifndef RG_OPS_H
 #define RG_OPS_H
+#include "core/export.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,8 +24,9 @@ typedef struct rg_backend rg_backend;
 
 /* Create a backend. CUDA: RG_ERR_UNSUPPORTED when built without CUDA or no device is present.
  * dt: compute dtype; CPU accepts only F32 (else RG_ERR_UNSUPPORTED). */
+RG_TEST_API
 rg_status rg_backend_init(rg_device dev, int device_index, rg_dtype dt, rg_backend **out);
-void rg_backend_free(rg_backend *be); /* accepts NULL */
+RG_TEST_API void rg_backend_free(rg_backend *be); /* accepts NULL */
 rg_device rg_backend_device(const rg_backend *be);
 rg_dtype rg_backend_dtype(const rg_backend *be);
 size_t rg_dtype_size(rg_dtype dt);
@@ -38,7 +40,7 @@ rg_status rg_backend_download(rg_backend *be, void *dst_host, const void *src, s
 /* Upload n float32 values converting to the backend dtype dt (for weights / tables). */
 rg_status rg_backend_upload_f32_as(rg_backend *be, void *dst, const float *src_host, size_t n,
 				   rg_dtype dt);
-rg_status rg_backend_sync(rg_backend *be);
+RG_TEST_API rg_status rg_backend_sync(rg_backend *be);
 /* Set bytes of backend memory to zero (CUDA: asynchronous on the stream). */
 rg_status rg_backend_zero(rg_backend *be, void *ptr, size_t bytes);
 
@@ -63,10 +65,10 @@ rg_status rg_backend_download_async(rg_backend *be, void *dst_pinned, const void
  * normal mode. graph_launch runs it asynchronously (rg_backend_sync waits).
  * CPU: capture_begin returns RG_ERR_UNSUPPORTED. Not thread-safe: one capture per backend. */
 typedef struct rg_graph rg_graph;
-rg_status rg_backend_capture_begin(rg_backend *be);
-rg_status rg_backend_capture_end(rg_backend *be, rg_graph **out);
-rg_status rg_backend_graph_launch(rg_backend *be, rg_graph *g);
-void rg_backend_graph_free(rg_backend *be, rg_graph *g); /* accepts NULL */
+RG_TEST_API rg_status rg_backend_capture_begin(rg_backend *be);
+RG_TEST_API rg_status rg_backend_capture_end(rg_backend *be, rg_graph **out);
+RG_TEST_API rg_status rg_backend_graph_launch(rg_backend *be, rg_graph *g);
+RG_TEST_API void rg_backend_graph_free(rg_backend *be, rg_graph *g); /* accepts NULL */
 /* True when the backend supports graphs (CUDA). */
 bool rg_backend_has_graphs(const rg_backend *be);
 /* GELU in fused GEMM epilogues on reduced-precision backends: false (default) lets fp16/bf16 use
@@ -128,6 +130,7 @@ rg_status rg_op_bias_residual_layernorm(rg_backend *be, const void *x, const flo
  * seg: NULL, or (n_tokens) int32 segment ids for masked modes: query i sees key j only when
  * seg[i] == seg[j] and seg[j] >= 0 (block-diagonal ConcatBatching mask, TCB sec. 4; -1 marks padding);
  * a query with no visible key gets zeros. */
+RG_TEST_API
 rg_status rg_op_attention(rg_backend *be, const void *qkv, const int32_t *cu_seqlens,
 			  const int32_t *cu_seqlens_h, int n_seq, int max_seqlen, int num_heads,
 			  int head_dim, float scale, const int32_t *seg, void *out);

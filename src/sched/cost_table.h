@@ -66,16 +66,4 @@ double rg_cost_table_get(const rg_cost_table *t, int len, int batch);
 rg_status rg_cost_table_warmup(rg_cost_table *t, double (*measure)(void *ctx, int len, int batch),
 			       void *ctx);
 
-/* Persist a complete table into the SQLite database at db_path (created when missing), replacing
- * any table stored under the same key. Table: rg_cost(model_id, device, dtype, mode, len, batch,
- * ms, PRIMARY KEY(model_id, device, dtype, mode, len, batch)).
- * Errors: RG_ERR_INVALID_INPUT (incomplete table, bad key), RG_ERR_IO (SQLite failure). */
-rg_status rg_cost_table_save(const rg_cost_table *t, const char *db_path, const rg_cost_key *key);
-
-/* Load the table stored under key. The grid is the set of distinct lengths and batch sizes stored;
- * every (len, batch) pair of that grid must be present.
- * Returns NULL with *st = RG_ERR_IO when the database cannot be opened or holds no table under the
- * key (the caller then warms up), RG_ERR_FORMAT when the stored grid has holes or bad values. */
-rg_cost_table *rg_cost_table_load(const char *db_path, const rg_cost_key *key, rg_status *st);
-
 #endif

@@ -40,6 +40,7 @@
 
 #include "core/error.h"
 #include "sched/cost_table.h"
+#include "server/cost_store.h"
 #include "sched/sched.h"
 #include "server/cache.h"
 #include "server/engine.h"
@@ -960,7 +961,7 @@ static rg_status cost_table_setup(rg_server *s, int max_len)
 	rg_status st;
 
 	if (s->o.cost_table) {
-		s->cost = rg_cost_table_load(s->o.cost_table, &key, &st);
+		s->cost = rg_cost_store_load(s->o.cost_table, &key, &st);
 		if (s->cost && rg_cost_table_complete(s->cost))
 			return RG_OK;
 		rg_cost_table_free(s->cost);
@@ -979,7 +980,7 @@ static rg_status cost_table_setup(rg_server *s, int max_len)
 	free(m.out);
 	if (st != RG_OK)
 		return st;
-	if (s->o.cost_table && (st = rg_cost_table_save(s->cost, s->o.cost_table, &key)) != RG_OK)
+	if (s->o.cost_table && (st = rg_cost_store_save(s->cost, s->o.cost_table, &key)) != RG_OK)
 		fprintf(stderr, "ragged serve: warning: cannot save the cost table: %s\n",
 			rg_last_error());
 	return RG_OK;

@@ -2,6 +2,7 @@
  * (BertNormalizer + BertPreTokenizer + WordPiece + TemplateProcessing [CLS] A [SEP]). */
 #ifndef RG_TOKENIZER_H
 #define RG_TOKENIZER_H
+#include "core/export.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,10 +23,10 @@ typedef struct rg_tokenizer rg_tokenizer;
  * the message), RG_ERR_OOM. On success *out is owned by the caller (free with rg_tokenizer_free);
  * on failure *out = NULL. The tokenizer is read-only after load: concurrent rg_tokenizer_encode
  * calls are safe. */
-rg_status rg_tokenizer_load(const char *dir, rg_tokenizer **out);
+RG_TEST_API rg_status rg_tokenizer_load(const char *dir, rg_tokenizer **out);
 
 /* Frees everything the tokenizer owns. Accepts NULL. */
-void rg_tokenizer_free(rg_tokenizer *t);
+RG_TEST_API void rg_tokenizer_free(rg_tokenizer *t);
 
 /* Encode text (len bytes of UTF-8, not necessarily NUL-terminated; NULL allowed when len == 0) as
  * HF `tokenizers` Tokenizer.encode(text).ids does with truncation and padding off: added tokens
@@ -36,6 +37,7 @@ void rg_tokenizer_free(rg_tokenizer *t);
  * [SEP]. Errors: RG_ERR_INVALID_UTF8 (message names the byte offset of the first invalid sequence:
  * overlong forms, surrogates and code points > U+10FFFF are invalid), RG_ERR_INVALID_INPUT (NULL
  * arguments), RG_ERR_OOM; then *ids = NULL and *n_ids = 0. No truncation here. */
+RG_TEST_API
 rg_status rg_tokenizer_encode(const rg_tokenizer *t, const char *text, size_t len, int32_t **ids,
 			      size_t *n_ids);
 
@@ -51,8 +53,10 @@ int32_t rg_tokenizer_vocab_size(const rg_tokenizer *t);
  * bytes (NUL-terminated). rg_tokenizer_pretokenize: text (taken as already normalized) through the
  * pre-tokenizer only; *out holds the words, each followed by a NUL, *out_len bytes in all.
  * Both return RG_ERR_INVALID_UTF8 for bad input; caller frees *out. */
+RG_TEST_API
 rg_status rg_tokenizer_normalize(const rg_tokenizer *t, const char *text, size_t len, char **out,
 				 size_t *out_len);
+RG_TEST_API
 rg_status rg_tokenizer_pretokenize(const rg_tokenizer *t, const char *text, size_t len, char **out,
 				   size_t *out_len);
 #endif

@@ -1,11 +1,18 @@
-"""ctypes binding to build/libragged.so for the Python test-suite (set RAGGED_LIB to override)."""
+"""ctypes binding for the Python test-suite.
+
+RAGGED_LIB names the public library under test (default build/libragged.so). The suite loads its
+sibling libragged_internal.so: the same objects, with the internal functions the tests call
+(tokenizer, CPU probes, single ops; RG_TEST_API in src/core/export.h) exported as well.
+test_public_api.py checks the public library itself: its export list and an embedding through
+it alone."""
 import ctypes
 import os
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LIB_PATH = os.environ.get("RAGGED_LIB", os.path.join(ROOT, "build", "libragged.so"))
+PUBLIC_LIB_PATH = os.environ.get("RAGGED_LIB", os.path.join(ROOT, "build", "libragged.so"))
+LIB_PATH = os.path.join(os.path.dirname(PUBLIC_LIB_PATH), "libragged_internal.so")
 BIN_PATH = os.environ.get("RAGGED_BIN", os.path.join(ROOT, "build", "ragged"))
 
 RG_OK = 0

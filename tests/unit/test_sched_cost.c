@@ -16,6 +16,7 @@
 #include <sqlite3.h>
 
 #include "sched/cost_table.h"
+#include "server/cost_store.h"
 
 static const int LENS[] = {8, 16, 64, 128, 512};
 static const int BATCHES[] = {1, 2, 4, 16};
@@ -235,21 +236,21 @@ static void test_sqlite_round_trip(void **state)
 	rg_status st;
 
 	/* Nothing there yet. */
-	assert_null(rg_cost_table_load(path, &ka, &st));
+	assert_null(rg_cost_store_load(path, &ka, &st));
 	assert_int_equal(st, RG_ERR_IO);
 
 	rg_cost_table *a = filled_table(1.0), *b = filled_table(3.0);
-	assert_int_equal(rg_cost_table_save(a, path, &ka), RG_OK);
-	assert_int_equal(rg_cost_table_save(b, path, &kb), RG_OK);
+	assert_int_equal(rg_cost_store_save(a, path, &ka), RG_OK);
+	assert_int_equal(rg_cost_store_save(b, path, &kb), RG_OK);
 
-	rg_cost_table *la = rg_cost_table_load(path, &ka, &st);
+	rg_cost_table *la = rg_cost_store_load(path, &ka, &st);
 	assert_non_null(la);
 	assert_int_equal(st, RG_OK);
 	assert_same(a, la);
-	rg_cost_table *lb = rg_cost_table_load(path, &kb, &st);
+	rg_cost_table *lb = rg_cost_store_load(path, &kb, &st);
 	assert_non_null(lb);
 	assert_same(b, lb);
-	assert_null(rg_cost_table_load(path, &kmissing, &st));
+	assert_null(rg_cost_store_load(path, &kmissing, &st));
 	assert_int_equal(st, RG_ERR_IO);
 	rg_cost_table_free(la);
 	rg_cost_table_free(lb);
@@ -260,21 +261,21 @@ static void test_sqlite_round_trip(void **state)
 	for (int li = 0; li < 2; li++)
 		for (int bi = 0; bi < 3; bi++)
 			rg_cost_table_set(c, li, bi, 0.125 * (li + 1) * (bi + 2));
-	assert_int_equal(rg_cost_table_save(c, path, &ka), RG_OK);
-	la = rg_cost_table_load(path, &ka, &st);
+	assert_int_equal(rg_cost_store_save(c, path, &ka), RG_OK);
+	la = rg_cost_store_load(path, &ka, &st);
 	assert_non_null(la);
 	assert_same(c, la);
 	rg_cost_table_free(la);
-	lb = rg_cost_table_load(path, &kb, &st); /* the other key is untouched */
+	lb = rg_cost_store_load(path, &kb, &st); /* the other key is untouched */
 	assert_non_null(lb);
 	assert_same(b, lb);
 	rg_cost_table_free(lb);
 
 	/* An incomplete table cannot be saved; a bad key is refused. */
 	rg_cost_table *inc = rg_cost_table_create(LENS, NL, BATCHES, NB, NULL);
-	assert_int_equal(rg_cost_table_save(inc, path, &ka), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_cost_store_save(inc, path, &ka), RG_ERR_INVALID_INPUT);
 	rg_cost_key empty = {"", "cpu", "f32", "padded"};
-	assert_int_equal(rg_cost_table_save(a, path, &empty), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_cost_store_save(a, path, &empty), RG_ERR_INVALID_INPUT);
 	rg_cost_table_free(inc);
 
 	/* A hole written behind our back is a format error, not a silent NaN. */
@@ -283,7 +284,7 @@ static void test_sqlite_round_trip(void **state)
 	assert_int_equal(sqlite3_exec(db, "DELETE FROM rg_cost WHERE mode='concat' AND len=64 "
 				      "AND batch=4", NULL, NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
-	assert_null(rg_cost_table_load(path, &kb, &st));
+	assert_null(rg_cost_store_load(path, &kb, &st));
 	assert_int_equal(st, RG_ERR_FORMAT);
 
 	rg_cost_table_free(a);
@@ -291,7 +292,7 @@ static void test_sqlite_round_trip(void **state)
 	rg_cost_table_free(c);
 	unlink(path);
 
-	assert_null(rg_cost_table_load("/nonexistent/dir/x.db", &ka, &st));
+	assert_null(rg_cost_store_load("/nonexistent/dir/x.db", &ka, &st));
 	assert_int_equal(st, RG_ERR_IO);
 }
 

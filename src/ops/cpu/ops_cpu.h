@@ -3,6 +3,7 @@
  * src/ops/ops.h, minus the backend. */
 #ifndef RG_OPS_CPU_H
 #define RG_OPS_CPU_H
+#include "core/export.h"
 #include <stdbool.h>
 #include <stdint.h>
 #include "ragged.h"
@@ -25,16 +26,16 @@ rg_status rg_cpu_pool(const float *x, const int32_t *cu_seqlens, int n_seq, int 
 rg_status rg_cpu_gather_rows(const float *src, const int32_t *idx, int n_dst, int H, float *dst);
 /* Name of the kernel table in use ("avx512", "avx2", "generic"): chosen from cpuid, narrowed
  * by RAGGED_CPU_ISA. Static string. */
-const char *rg_cpu_isa(void);
+RG_TEST_API const char *rg_cpu_isa(void);
 /* OpenBLAS's kernel family for this CPU (openblas_get_corename(): "SkylakeX", "Haswell",
  * "Prescott"...). Static string. */
-const char *rg_cpu_blas_core(void);
+RG_TEST_API const char *rg_cpu_blas_core(void);
 /* When the linked OpenBLAS runs pre-AVX2 kernels on a CPU that has AVX2 or AVX-512 (Debian 12's
  * OpenBLAS 0.3.21 does not know Sapphire Rapids and falls back to its SSE "Prescott" kernels, 6x
  * slower per core), the OPENBLAS_CORETYPE value that fixes it ("SkylakeX" or "Haswell"); else
  * NULL. OpenBLAS reads that variable only when it is loaded, so only a new process can use it
  * (tools/ragged.c re-executes itself once). */
-const char *rg_cpu_blas_coretype_fix(void);
+RG_TEST_API const char *rg_cpu_blas_coretype_fix(void);
 /* Tests only: switch every later CPU op to the kernel table `isa` ("avx512", "avx2",
  * "generic"). RG_ERR_UNSUPPORTED when this CPU cannot run it. Not thread-safe against running
  * ops. */
@@ -42,8 +43,8 @@ rg_status rg_cpu_force_isa(const char *isa);
 /* The library that runs GEMMs on prepared weights (rg_op_prepare_weight): "onednn 2.6.3
  * (avx512_core_amx)" or "openblas" (no oneDNN in this build, RAGGED_CPU_GEMM=openblas, or oneDNN
  * failed to start). Unprepared weights always use OpenBLAS. Static string. */
-const char *rg_cpu_gemm_lib(void);
+RG_TEST_API const char *rg_cpu_gemm_lib(void);
 /* Threads of the process-wide CPU pool, the caller included (RAGGED_NUM_THREADS, else the CPUs
  * this process may use). */
-int rg_cpu_num_threads(void);
+RG_TEST_API int rg_cpu_num_threads(void);
 #endif
