@@ -113,7 +113,7 @@ rg_sched_params rg_sched_params_default(rg_sched_kind kind)
 	rg_sched_params p = {
 		.kind = kind,
 		.max_batch_tokens = 16384,
-		.max_batch_requests = 64,
+		.max_batch_requests = 256,
 		.n_rows = 32,
 		.row_len = 512,
 		.slot_len = 128,

@@ -744,22 +744,24 @@ static int default_http_threads(void)
 static int parse_opts(int argc, char **argv, serve_opts *o)
 {
 	bool device_set = false;
+	/* the scheduler's defaults are the server's: one place (src/sched/sched.c) */
+	const rg_sched_params sd = rg_sched_params_default(RG_SCHED_TOKEN);
 
 	memset(o, 0, sizeof(*o));
 	o->host = "127.0.0.1";
 	o->port = 8080;
 	o->dtype = RG_DTYPE_AUTO;
 	o->scheduler = "token";
-	o->max_batch_tokens = 16384;
-	o->max_batch_requests = 256;
+	o->max_batch_tokens = sd.max_batch_tokens;
+	o->max_batch_requests = sd.max_batch_requests;
 	o->max_queue = 1024;
 	o->max_inputs = 512;
 	o->max_body_bytes = 2u << 20;
 	o->request_timeout_ms = 30000;
 	o->cache_entries = 10000;
 	o->slot_len = 0;
-	o->eta = 0.5;
-	o->latency_budget_ms = 100;
+	o->eta = sd.eta;
+	o->latency_budget_ms = sd.latency_budget_ms;
 	o->http_threads = default_http_threads();
 	o->connection_timeout_s = 10;
 	o->max_connections = 4096;
