@@ -41,6 +41,7 @@
 #include "core/error.h"
 #include "sched/cost_table.h"
 #include "server/cost_store.h"
+#include "server/http_status.h"
 #include "sched/sched.h"
 #include "server/cache.h"
 #include "server/engine.h"
@@ -98,7 +99,7 @@ typedef struct conn_ctx {
 	bool too_big;
 	bool suspended;          /* queued in the engine (or resuming to report a submit error) */
 	atomic_bool released;    /* the engine made its last access (job_done ran / submit failed) */
-	int submit_status;       /* HTTP status to answer after a failed submit, 0 when none */
+	rg_http_error submit_error; /* the answer after a failed submit; code 0 when none */
 	char submit_err[256];
 	rg_request req;
 	int32_t **ids;           /* (n_inputs) token ids per input; owned unless it is req's */
@@ -281,29 +282,18 @@ static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
 		} else {
 			st = rg_model_tokenize(s->model, in->text, in->len, c->req.truncate, &c->ids[i],
 					       &c->n_ids[i]);
-			switch (st) {
-			case RG_OK:
-				break;
-			case RG_ERR_INVALID_UTF8:
-			case RG_ERR_INVALID_INPUT:
-				*ret = send_error(c, 400, "validation", "input %zu: %s", i,
-						  rg_last_error());
-				return 400;
-			case RG_ERR_TOO_LONG:
-				*ret = send_error(c, 422, "validation",
-						  "input %zu: %s (set \"truncate\": true)", i,
-						  rg_last_error());
-				return 422;
-			case RG_ERR_IO:
-			case RG_ERR_FORMAT:
-			case RG_ERR_UNSUPPORTED:
-			case RG_ERR_OOM:
-			case RG_ERR_CUDA:
-			case RG_ERR_BUSY:
-			case RG_ERR_INTERNAL:
-				*ret = send_error(c, 500, "backend", "tokenizer: %s: %s",
-						  rg_status_name(st), rg_last_error());
-				return 500;
+			if (st != RG_OK) {
+				rg_http_error he = rg_http_error_for(st, false);
+
+				if (he.code == 500)
+					*ret = send_error(c, he.code, he.type, "tokenizer: %s: %s",
+							  rg_status_name(st), rg_last_error());
+				else
+					*ret = send_error(c, he.code, he.type, "input %zu: %s%s", i,
+							  rg_last_error(),
+							  st == RG_ERR_TOO_LONG ? " (set \"truncate\": true)"
+										: "");
+				return he.code;
 			}
 			if (c->n_ids[i] == 0) {
 				*ret = send_error(c, 400, "validation",
@@ -395,8 +385,7 @@ static enum MHD_Result handle_embed(conn_ctx *c)
 	MHD_suspend_connection(c->conn);
 	st = rg_engine_submit(s->engine, &c->job);
 	if (st != RG_OK) {
-		c->submit_status = st == RG_ERR_BUSY ? (atomic_load(&s->stopping) ? 503 : 429)
-			: st == RG_ERR_TOO_LONG ? 422 : 500;
+		c->submit_error = rg_http_error_for(st, atomic_load(&s->stopping));
 		snprintf(c->submit_err, sizeof(c->submit_err), "%s", rg_last_error());
 		atomic_store(&c->released, true);
 		MHD_resume_connection(c->conn);
@@ -411,12 +400,9 @@ static enum MHD_Result finish_job(conn_ctx *c)
 
 	c->suspended = false;
 	atomic_fetch_sub(&c->srv->n_suspended, 1);
-	if (c->submit_status) {
-		int st = c->submit_status;
-
-		return send_error(c, st, st == 429 ? "overloaded" : st == 503 ? "unhealthy" :
-				  st == 422 ? "validation" : "backend", "%s", c->submit_err);
-	}
+	if (c->submit_error.code)
+		return send_error(c, c->submit_error.code, c->submit_error.type, "%s",
+				  c->submit_err);
 	switch (j->state) {
 	case RG_JOB_DONE:
 		return answer_embeddings(c, j->queue_ms, j->inference_ms, j->batch_size);
