@@ -18,17 +18,6 @@
 #define RG_CFG_MAX_FILE ((off_t)16 << 20) /* config files are a few KiB; refuse absurd ones */
 #define RG_CFG_MAX_DIM (1 << 20)          /* "sane" upper bound on every size */
 
-const char *rg_act_name(rg_act a)
-{
-	switch (a) {
-	case RG_ACT_NONE: return "none";
-	case RG_ACT_GELU: return "gelu";
-	case RG_ACT_GELU_NEW: return "gelu_new";
-	case RG_ACT_RELU: return "relu";
-	}
-	return "unknown";
-}
-
 /* Read and parse a JSON file. RG_ERR_IO when missing/unreadable, RG_ERR_FORMAT when not JSON
  * (trailing non-whitespace counts as not JSON). *out owned by the caller (json_object_put). */
 static rg_status cfg_read_json(const char *path, json_object **out)

@@ -2,9 +2,8 @@
 #ifndef RG_MODEL_CONFIG_H
 #define RG_MODEL_CONFIG_H
 #include <stdbool.h>
+#include "ops/act.h"
 #include "ragged.h"
-
-typedef enum rg_act { RG_ACT_NONE = 0, RG_ACT_GELU, RG_ACT_GELU_NEW, RG_ACT_RELU } rg_act;
 
 typedef struct rg_bert_config {
 	char model_type[32];          /* "bert" */
@@ -34,5 +33,4 @@ rg_status rg_bert_config_load(const char *dir, rg_bert_config *cfg);
  * RG_ERR_UNSUPPORTED naming the key. */
 rg_status rg_pooling_config_load(const char *dir, rg_pooling *mode, bool *normalize);
 
-const char *rg_act_name(rg_act a);
 #endif

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ragged.h"
-#include "model/config.h"
+#include "ops/act.h"
 
 typedef struct rg_backend rg_backend;
 

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "ragged.h"
-#include "model/config.h"
+#include "ops/act.h"
 
 typedef struct rg_cpu_kern {
 	const char *isa; /* "avx512", "avx2" or "generic" */
@@ -33,21 +33,4 @@ extern const rg_cpu_kern rg_cpu_kern_avx512, rg_cpu_kern_avx2, rg_cpu_kern_gener
  * a narrower one (tests use it to check every table against the same reference). Never NULL. */
 const rg_cpu_kern *rg_cpu_kern_select(void);
 
-/* One activation on one float, the scalar definition the vector bodies approximate. */
-static inline float rg_cpu_act_scalar(float v, rg_act act)
-{
-	switch (act) {
-	case RG_ACT_NONE:
-		return v;
-	case RG_ACT_GELU:
-		/* exact GELU (Hendrycks & Gimpel): x * Phi(x) */
-		return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
-	case RG_ACT_GELU_NEW:
-		/* tanh approximation used by GPT-2 / "gelu_new" */
-		return 0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-	case RG_ACT_RELU:
-		return v > 0.f ? v : 0.f;
-	}
-	return v;
-}
 #endif

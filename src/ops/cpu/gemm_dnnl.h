@@ -14,7 +14,7 @@
 #define RG_OPS_CPU_GEMM_DNNL_H
 #include <stdbool.h>
 #include "ragged.h"
-#include "model/config.h"
+#include "ops/act.h"
 
 /* A weight matrix prepared for oneDNN. Opaque; owned by the registry in gemm_dnnl.c. */
 typedef struct rg_dnnl_weight rg_dnnl_weight;

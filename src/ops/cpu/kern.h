@@ -145,7 +145,7 @@ static void KNAME(bias_act_rows)(float *x, size_t ldx, const float *bias, int ro
 			vst(row + i, vact(v, act));
 		}
 		for (; i < cols; i++)
-			row[i] = rg_cpu_act_scalar(row[i] + (bias ? bias[i] : 0.f), act);
+			row[i] = rg_act_apply(row[i] + (bias ? bias[i] : 0.f), act);
 	}
 }
 

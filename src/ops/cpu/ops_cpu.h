@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "ragged.h"
-#include "model/config.h"
+#include "ops/act.h"
 
 rg_status rg_cpu_embed_layernorm(const int32_t *tokens, const int32_t *positions, int n_tokens,
 				 const float *word, const float *pos, const float *type0,

@@ -4,23 +4,6 @@
 
 #define RG_EW_THREADS 256
 
-/* GELU (exact, erf form), GELU-new (tanh form, GPT-2), ReLU or identity. Same constants as the CPU
- * reference (src/ops/cpu/ops_cpu.c). */
-__device__ __forceinline__ float act_apply(float v, rg_act act)
-{
-	switch (act) {
-	case RG_ACT_NONE:
-		return v;
-	case RG_ACT_GELU:
-		return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
-	case RG_ACT_GELU_NEW:
-		return 0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-	case RG_ACT_RELU:
-		return v > 0.f ? v : 0.f;
-	}
-	return v;
-}
-
 /* One CTA per row (rows in grid.x, up to 2^31-1), threads over the N columns, so the bias index
  * needs no division. */
 template <typename T>
@@ -28,7 +11,7 @@ __global__ void bias_act_kernel(T *__restrict__ x, const float *__restrict__ bia
 {
 	T *row = x + (size_t)blockIdx.x * N;
 	for (int i = threadIdx.x; i < N; i += blockDim.x)
-		row[i] = rg_from_f<T>(act_apply(rg_to_f(row[i]) + (bias ? bias[i] : 0.f), act));
+		row[i] = rg_from_f<T>(rg_act_apply(rg_to_f(row[i]) + (bias ? bias[i] : 0.f), act));
 }
 
 extern "C" rg_status rg_cuda_bias_act(void *ctx, rg_dtype dt, void *x, const float *bias, int M,

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ragged.h"
-#include "model/config.h"
+#include "ops/act.h"
 
 #ifdef __cplusplus
 extern "C" {
