@@ -65,6 +65,17 @@ typedef enum rg_dtype {
 
 typedef enum rg_pooling { RG_POOL_MEAN = 0, RG_POOL_CLS = 1, RG_POOL_MAX = 2 } rg_pooling;
 
+/* The names of devices, dtypes and pooling modes used on the command line, in /info and in JSON:
+ * "cpu" / "cuda"; "fp32" / "fp16" / "bf16" / "auto"; "mean" / "cls" / "max". Static strings,
+ * never NULL ("?" for a value outside the enum). */
+RG_API const char *rg_device_name(rg_device d);
+RG_API const char *rg_dtype_name(rg_dtype d);
+RG_API const char *rg_pooling_name(rg_pooling p);
+/* Parse those names (exact, lower case). RG_ERR_INVALID_INPUT with a message naming the value
+ * and the accepted ones; *out untouched then. */
+RG_API rg_status rg_device_parse(const char *s, rg_device *out);
+RG_API rg_status rg_dtype_parse(const char *s, rg_dtype *out);
+
 /* Build features: true when this library was compiled with the CUDA backend. */
 RG_API bool rg_build_has_cuda(void);
 /* Comma-separated GPU architectures compiled in ("sm_80,sm_90,sm_90a"), "" without CUDA. */

@@ -102,26 +102,16 @@ static int parse_opts(int argc, char **argv, cli_opts *o)
 		} else if (!strcmp(a, "--output")) {
 			o->output = v;
 		} else if (!strcmp(a, "--device")) {
-			if (!strcmp(v, "cpu")) {
-				o->device = RG_DEVICE_CPU;
-			} else if (!strcmp(v, "cuda")) {
-				o->device = RG_DEVICE_CUDA;
-			} else {
+			if (rg_device_parse(v, &o->device) != RG_OK) {
 				fprintf(stderr, "ragged %s: --device must be cpu or cuda, not '%s'\n",
 					argv[0], v);
 				return EXIT_USAGE;
 			}
 			o->device_set = true;
 		} else if (!strcmp(a, "--dtype")) {
-			if (!strcmp(v, "fp32")) {
-				o->dtype = RG_DTYPE_F32;
-			} else if (!strcmp(v, "fp16")) {
-				o->dtype = RG_DTYPE_F16;
-			} else if (!strcmp(v, "bf16")) {
-				o->dtype = RG_DTYPE_BF16;
-			} else {
+			if (rg_dtype_parse(v, &o->dtype) != RG_OK) {
 				fprintf(stderr,
-					"ragged %s: --dtype must be fp32, fp16 or bf16, not '%s'\n",
+					"ragged %s: --dtype must be fp32, fp16, bf16 or auto, not '%s'\n",
 					argv[0], v);
 				return EXIT_USAGE;
 			}
@@ -397,17 +387,6 @@ out_close:
 	return close_io(in, out, rc);
 }
 
-static const char *dtype_name(rg_dtype d)
-{
-	switch (d) {
-	case RG_DTYPE_F32: return "fp32";
-	case RG_DTYPE_F16: return "fp16";
-	case RG_DTYPE_BF16: return "bf16";
-	case RG_DTYPE_AUTO: return "auto";
-	}
-	return "?";
-}
-
 static int cmd_info(int argc, char **argv)
 {
 	cli_opts o = {0};
@@ -443,7 +422,7 @@ static int cmd_info(int argc, char **argv)
 	json_object_object_add(build, "cuda_archs", archs);
 	json_object_object_add(build, "cuda_devices", json_object_new_int(rg_cuda_device_count()));
 	json_object_object_add(build, "default_device",
-			       json_object_new_string(o.device == RG_DEVICE_CUDA ? "cuda" : "cpu"));
+			       json_object_new_string(rg_device_name(o.device)));
 	json_object_object_add(root, "build", build);
 	json_object_object_add(root, "model_dir", json_object_new_string(dir));
 	model = json_object_new_object();
@@ -463,11 +442,9 @@ static int cmd_info(int argc, char **argv)
 			       json_object_new_string(rg_act_name(cfg.hidden_act)));
 	json_object_object_add(model, "layer_norm_eps", json_object_new_double(cfg.layer_norm_eps));
 	json_object_object_add(model, "pooling",
-			       json_object_new_string(pool == RG_POOL_MEAN  ? "mean"
-						      : pool == RG_POOL_CLS ? "cls"
-									    : "max"));
+			       json_object_new_string(rg_pooling_name(pool)));
 	json_object_object_add(model, "normalize", json_object_new_boolean(norm));
-	json_object_object_add(model, "dtype", json_object_new_string(dtype_name(o.dtype)));
+	json_object_object_add(model, "dtype", json_object_new_string(rg_dtype_name(o.dtype)));
 	json_object_object_add(root, "model", model);
 	puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
 							  JSON_C_TO_STRING_NOSLASHESCAPE));

@@ -423,32 +423,6 @@ static enum MHD_Result finish_job(conn_ctx *c)
 
 /* ---- other routes ----------------------------------------------------------------------- */
 
-static const char *device_name(rg_device d)
-{
-	return d == RG_DEVICE_CUDA ? "cuda" : "cpu";
-}
-
-static const char *dtype_name(rg_dtype d)
-{
-	switch (d) {
-	case RG_DTYPE_F32: return "fp32";
-	case RG_DTYPE_F16: return "fp16";
-	case RG_DTYPE_BF16: return "bf16";
-	case RG_DTYPE_AUTO: return "auto";
-	}
-	return "?";
-}
-
-static const char *pooling_name(rg_pooling p)
-{
-	switch (p) {
-	case RG_POOL_MEAN: return "mean";
-	case RG_POOL_CLS: return "cls";
-	case RG_POOL_MAX: return "max";
-	}
-	return "?";
-}
-
 static enum MHD_Result handle_info(conn_ctx *c)
 {
 	rg_server *s = c->srv;
@@ -470,8 +444,8 @@ static enum MHD_Result handle_info(conn_ctx *c)
 		       i->model_type, i->vocab_size, i->hidden_size, i->num_attention_heads,
 		       i->num_hidden_layers, i->intermediate_size, i->max_position_embeddings,
 		       i->type_vocab_size, i->hidden_act, i->layer_norm_eps,
-		       pooling_name(i->pooling), i->normalize ? "true" : "false",
-		       device_name(i->device), dtype_name(i->dtype), rg_sched_kind_name(s->kind),
+		       rg_pooling_name(i->pooling), i->normalize ? "true" : "false",
+		       rg_device_name(i->device), rg_dtype_name(i->dtype), rg_sched_kind_name(s->kind),
 		       s->o.max_batch_tokens, s->o.max_batch_requests, s->o.max_queue,
 		       s->o.max_inputs, s->o.max_body_bytes, s->max_len, s->o.request_timeout_ms,
 		       s->o.cache_entries, rg_build_has_cuda() ? "true" : "false");
@@ -798,21 +772,11 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
 			if (!parse_int(v, 0, 65535, &o->port))
 				return bad_value(name, v);
 		} else if (!strcmp(name, "--device")) {
-			if (!strcmp(v, "cpu"))
-				o->device = RG_DEVICE_CPU;
-			else if (!strcmp(v, "cuda"))
-				o->device = RG_DEVICE_CUDA;
-			else
+			if (rg_device_parse(v, &o->device) != RG_OK)
 				return bad_value(name, v);
 			device_set = true;
 		} else if (!strcmp(name, "--dtype")) {
-			if (!strcmp(v, "fp32"))
-				o->dtype = RG_DTYPE_F32;
-			else if (!strcmp(v, "fp16"))
-				o->dtype = RG_DTYPE_F16;
-			else if (!strcmp(v, "bf16"))
-				o->dtype = RG_DTYPE_BF16;
-			else
+			if (rg_dtype_parse(v, &o->dtype) != RG_OK)
 				return bad_value(name, v);
 		} else if (!strcmp(name, "--scheduler")) {
 			rg_sched_kind k;
@@ -942,7 +906,7 @@ static double measure_padded(void *arg, int len, int batch)
 
 static rg_status cost_table_setup(rg_server *s, int max_len)
 {
-	rg_cost_key key = { s->info->model_dir, device_name(s->o.device), dtype_name(s->o.dtype),
+	rg_cost_key key = { s->info->model_dir, rg_device_name(s->o.device), rg_dtype_name(s->o.dtype),
 			    "padded" };
 	measure_ctx m = { s->model, s->o.max_batch_tokens, s->info->vocab_size, NULL, NULL, NULL,
 			  NULL, NULL };
@@ -1011,8 +975,8 @@ static rg_status setup_engine(rg_server *s)
 		sp.cost = s->cost;
 	}
 	if (s->o.cache_entries > 0) {
-		snprintf(tag, sizeof(tag), "%s|%s|%s", i->model_dir, device_name(i->device),
-			 dtype_name(i->dtype));
+		snprintf(tag, sizeof(tag), "%s|%s|%s", i->model_dir, rg_device_name(i->device),
+			 rg_dtype_name(i->dtype));
 		s->cache = rg_cache_create((size_t)s->o.cache_entries, i->hidden_size, tag,
 					   s->o.cache_db, &st);
 		if (!s->cache)
@@ -1145,7 +1109,7 @@ int rg_serve_main(int argc, char **argv)
 	}
 	atomic_store(&s->ready, true);
 	printf("ragged serving %s on http://%s:%d (%s, %s, %s)\n", s->o.model, s->o.host, s->port,
-	       device_name(s->o.device), dtype_name(s->o.dtype), rg_sched_kind_name(s->kind));
+	       rg_device_name(s->o.device), rg_dtype_name(s->o.dtype), rg_sched_kind_name(s->kind));
 	fflush(stdout);
 
 	do {
