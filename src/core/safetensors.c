@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/json.h"
 
 #define RG_ST_MAX_HEADER ((uint64_t)100 << 20) /* 100 MiB, the limit the Rust reference uses */
 #define RG_ST_MAX_INDEX ((off_t)64 << 20)      /* model.safetensors.index.json size limit */
@@ -253,51 +254,6 @@ static rg_status st_find_duplicate_key(const char *js, size_t len, size_t n_pars
 out_free_keys:
 	free(keys);
 	return st;
-}
-
-/* Parse exactly len bytes of JSON; only whitespace may follow the value. */
-static rg_status st_parse_json(const char *path, const char *what, const char *js, size_t len,
-			       int flags, json_object **out)
-{
-	json_tokener *tok;
-	json_object *obj;
-	enum json_tokener_error jerr;
-	size_t end;
-
-	*out = NULL;
-	if (len > INT_MAX)
-		return rg_errorf(RG_ERR_FORMAT, "%s: %s too large", path, what);
-	if (memchr(js, '\0', len))
-		return rg_errorf(RG_ERR_FORMAT, "%s: %s contains a NUL byte", path, what);
-	tok = json_tokener_new();
-	if (!tok)
-		return rg_errorf(RG_ERR_OOM, "%s: out of memory", path);
-	json_tokener_set_flags(tok, flags);
-	obj = json_tokener_parse_ex(tok, js, (int)len);
-	jerr = json_tokener_get_error(tok);
-	end = json_tokener_get_parse_end(tok);
-	if (!obj && jerr == json_tokener_continue) {
-		json_tokener_free(tok);
-		return rg_errorf(RG_ERR_FORMAT, "%s: %s is not valid JSON: unexpected end", path, what);
-	}
-	if (!obj || jerr != json_tokener_success) {
-		rg_status st = rg_errorf(RG_ERR_FORMAT, "%s: %s is not valid JSON: %s at byte %zu",
-					 path, what, json_tokener_error_desc(jerr), end);
-		json_object_put(obj);
-		json_tokener_free(tok);
-		return st;
-	}
-	json_tokener_free(tok);
-	for (size_t i = end; i < len; i++) {
-		if (!is_json_ws(js[i])) {
-			json_object_put(obj);
-			return rg_errorf(RG_ERR_FORMAT,
-					 "%s: %s is not valid JSON: trailing data at byte %zu", path,
-					 what, i);
-		}
-	}
-	*out = obj;
-	return RG_OK;
 }
 
 /* Every dtype of the safetensors format; only the first three are usable weights. */
@@ -552,8 +508,8 @@ static rg_status st_load_file(rg_st *st, const char *path)
 	f->data = (const uint8_t *)f->map + 8 + hlen;
 	f->data_len = f->map_len - 8 - (size_t)hlen;
 
-	s = st_parse_json(path, "header", (const char *)f->map + 8, (size_t)hlen,
-			  JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8, &hdr);
+	s = rg_json_parse((const char *)f->map + 8, (size_t)hlen,
+			  JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8, path, "header", &hdr);
 	if (s != RG_OK)
 		return s;
 	if (!json_object_is_type(hdr, json_type_object)) {
@@ -648,15 +604,6 @@ rg_status rg_st_open_file(const char *path, rg_st **out)
 	return RG_OK;
 }
 
-static char *path_join(const char *dir, const char *name)
-{
-	size_t n = strlen(dir) + strlen(name) + 2;
-	char *p = malloc(n);
-	if (p)
-		snprintf(p, n, "%s/%s", dir, name);
-	return p;
-}
-
 static bool shard_name_ok(const char *s)
 {
 	return s[0] != '\0' && !strchr(s, '/') && !strstr(s, "..");
@@ -676,7 +623,7 @@ static rg_status st_open_index(rg_st *st, const char *dir, const char *index_pat
 	s = rg_file_read(index_path, RG_ST_MAX_INDEX, &buf, &len);
 	if (s != RG_OK)
 		return s;
-	s = st_parse_json(index_path, "index", buf, len, 0, &root);
+	s = rg_json_parse(buf, len, 0, index_path, "index", &root);
 	if (s != RG_OK)
 		goto out_free_buf;
 	if (!json_object_is_type(root, json_type_object) ||
@@ -717,7 +664,7 @@ static rg_status st_open_index(rg_st *st, const char *dir, const char *index_pat
 			shards[n_shards++] = fname;
 	}
 	for (size_t i = 0; i < n_shards; i++) {
-		shard_path = path_join(dir, shards[i]);
+		shard_path = rg_path_join(dir, shards[i]);
 		if (!shard_path) {
 			s = rg_errorf(RG_ERR_OOM, "%s: out of memory", index_path);
 			goto out_free_shards;
@@ -768,8 +715,8 @@ rg_status rg_st_open_dir(const char *dir, rg_st **out)
 	rg_status s;
 
 	*out = NULL;
-	single = path_join(dir, "model.safetensors");
-	index = path_join(dir, "model.safetensors.index.json");
+	single = rg_path_join(dir, "model.safetensors");
+	index = rg_path_join(dir, "model.safetensors.index.json");
 	if (!single || !index) {
 		s = rg_errorf(RG_ERR_OOM, "%s: out of memory", dir);
 		goto out_free_paths;

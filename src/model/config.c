@@ -13,71 +13,11 @@
 #include <json-c/json.h>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/file.h"
 
 #define RG_CFG_MAX_FILE ((off_t)16 << 20) /* config files are a few KiB; refuse absurd ones */
 #define RG_CFG_MAX_DIM (1 << 20)          /* "sane" upper bound on every size */
-
-/* Read and parse a JSON file. RG_ERR_IO when missing/unreadable, RG_ERR_FORMAT when not JSON
- * (trailing non-whitespace counts as not JSON). *out owned by the caller (json_object_put). */
-static rg_status cfg_read_json(const char *path, json_object **out)
-{
-	json_tokener *tok = NULL;
-	json_object *obj = NULL;
-	enum json_tokener_error jerr;
-	char *buf = NULL;
-	size_t got = 0, end;
-	rg_status s;
-
-	*out = NULL;
-	if ((s = rg_file_read(path, RG_CFG_MAX_FILE, &buf, &got)) != RG_OK)
-		return s;
-	if (memchr(buf, '\0', got)) {
-		s = rg_errorf(RG_ERR_FORMAT, "%s: not valid JSON: contains a NUL byte", path);
-		goto out_free_buf;
-	}
-	tok = json_tokener_new();
-	if (!tok) {
-		s = rg_errorf(RG_ERR_OOM, "%s: out of memory", path);
-		goto out_free_buf;
-	}
-	json_tokener_set_flags(tok, JSON_TOKENER_VALIDATE_UTF8);
-	obj = json_tokener_parse_ex(tok, buf, (int)got);
-	jerr = json_tokener_get_error(tok);
-	end = json_tokener_get_parse_end(tok);
-	if (!obj || jerr != json_tokener_success) {
-		s = rg_errorf(RG_ERR_FORMAT, "%s: not valid JSON: %s at byte %zu", path,
-			      jerr == json_tokener_continue ? "unexpected end"
-							    : json_tokener_error_desc(jerr),
-			      end);
-		goto out_put_obj;
-	}
-	for (size_t i = end; i < got; i++) {
-		char c = buf[i];
-		if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
-			s = rg_errorf(RG_ERR_FORMAT, "%s: not valid JSON: trailing data at byte %zu",
-				      path, i);
-			goto out_put_obj;
-		}
-	}
-	*out = obj;
-	obj = NULL;
-out_put_obj:
-	json_object_put(obj);
-	json_tokener_free(tok);
-out_free_buf:
-	free(buf);
-	return s;
-}
-
-static char *path_join(const char *a, const char *b)
-{
-	size_t n = strlen(a) + strlen(b) + 2;
-	char *p = malloc(n);
-	if (p)
-		snprintf(p, n, "%s/%s", a, b);
-	return p;
-}
 
 /* Integer key in [lo, hi]. Missing or null: *v = def when !required, else RG_ERR_FORMAT.
  * Wrong JSON type (string "384", 384.0, true): RG_ERR_FORMAT naming the key. */
@@ -143,10 +83,10 @@ rg_status rg_bert_config_load(const char *dir, rg_bert_config *cfg)
 		if (!S_ISDIR(sb.st_mode))
 			return rg_errorf(RG_ERR_IO, "model directory %s: not a directory", dir);
 	}
-	path = path_join(dir, "config.json");
+	path = rg_path_join(dir, "config.json");
 	if (!path)
 		return rg_errorf(RG_ERR_OOM, "%s: out of memory", dir);
-	s = cfg_read_json(path, &root);
+	s = rg_json_read_file(path, RG_CFG_MAX_FILE, &root);
 	if (s != RG_OK)
 		goto out_free_path;
 	if (!json_object_is_type(root, json_type_object)) {
@@ -272,12 +212,12 @@ static rg_status pooling_mode_load(const char *dir, const char *module, rg_pooli
 	int n_true = 0;
 	rg_status s;
 
-	mdir = path_join(dir, module);
-	path = mdir ? path_join(mdir, "config.json") : NULL;
+	mdir = rg_path_join(dir, module);
+	path = mdir ? rg_path_join(mdir, "config.json") : NULL;
 	free(mdir);
 	if (!path)
 		return rg_errorf(RG_ERR_OOM, "%s: out of memory", dir);
-	s = cfg_read_json(path, &root);
+	s = rg_json_read_file(path, RG_CFG_MAX_FILE, &root);
 	if (s != RG_OK)
 		goto out_free_path;
 	if (!json_object_is_type(root, json_type_object)) {
@@ -339,7 +279,7 @@ rg_status rg_pooling_config_load(const char *dir, rg_pooling *mode, bool *normal
 
 	*mode = RG_POOL_MEAN;
 	*normalize = false;
-	path = path_join(dir, "modules.json");
+	path = rg_path_join(dir, "modules.json");
 	if (!path)
 		return rg_errorf(RG_ERR_OOM, "%s: out of memory", dir);
 	if (stat(path, &sb) != 0 && errno == ENOENT) {
@@ -349,7 +289,7 @@ rg_status rg_pooling_config_load(const char *dir, rg_pooling *mode, bool *normal
 			s = rg_errorf(RG_ERR_IO, "%s: not a directory", dir);
 		goto out_free_path;
 	}
-	s = cfg_read_json(path, &root);
+	s = rg_json_read_file(path, RG_CFG_MAX_FILE, &root);
 	if (s != RG_OK)
 		goto out_free_path;
 	if (!json_object_is_type(root, json_type_array)) {

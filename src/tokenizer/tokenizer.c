@@ -21,7 +21,12 @@
 #include <utf8proc.h>
 
 #include "core/error.h"
+#include "core/file.h"
+#include "core/json.h"
 #include "tokenizer/bert_normalizer.h"
+
+/* tokenizer.json of the large multilingual vocabularies is 17-30 MB; refuse absurd files */
+#define RG_TOK_MAX_FILE ((off_t)512 << 20)
 
 /* ---- open-addressing string -> id map ---------------------------------------------------- */
 
@@ -209,69 +214,6 @@ static rg_status vocab_add(rg_tokenizer *t, const char *s, size_t n, int32_t id)
 		st = strmap_put(&t->cont, s + pl, n - pl, id);
 	if (id > t->max_id)
 		t->max_id = id;
-	return st;
-}
-
-/* Read a whole file; RG_ERR_IO when it cannot be opened or read. *data is NUL-terminated. */
-static rg_status read_file(const char *path, char **data, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return rg_errorf(RG_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-	char *buf = NULL;
-	size_t n = 0, cap = 0;
-	for (;;) {
-		if (cap - n < 65536) {
-			cap = cap ? 2 * cap : 1 << 20;
-			char *nb = realloc(buf, cap + 1);
-			if (!nb) {
-				free(buf);
-				fclose(f);
-				return rg_errorf(RG_ERR_OOM, "out of memory reading %s", path);
-			}
-			buf = nb;
-		}
-		size_t k = fread(buf + n, 1, cap - n, f);
-		n += k;
-		if (k == 0)
-			break;
-	}
-	if (ferror(f)) {
-		free(buf);
-		fclose(f);
-		return rg_errorf(RG_ERR_IO, "cannot read %s", path);
-	}
-	fclose(f);
-	buf[n] = '\0';
-	*data = buf;
-	*len = n;
-	return RG_OK;
-}
-
-static rg_status parse_json_file(const char *path, json_object **out)
-{
-	char *data;
-	size_t len;
-	rg_status st = read_file(path, &data, &len);
-	if (st != RG_OK)
-		return st;
-	json_tokener *tok = json_tokener_new_ex(JSON_TOKENER_DEFAULT_DEPTH);
-	if (!tok) {
-		free(data);
-		return rg_errorf(RG_ERR_OOM, "out of memory parsing %s", path);
-	}
-	json_object *j = json_tokener_parse_ex(tok, data, (int)len);
-	enum json_tokener_error jerr = json_tokener_get_error(tok);
-	if (!j || jerr != json_tokener_success) {
-		st = rg_errorf(RG_ERR_FORMAT, "%s: malformed JSON: %s", path,
-			       jerr == json_tokener_continue ? "unexpected end of input"
-							     : json_tokener_error_desc(jerr));
-		json_object_put(j);
-		j = NULL;
-	}
-	json_tokener_free(tok);
-	free(data);
-	*out = j;
 	return st;
 }
 
@@ -474,7 +416,7 @@ static rg_status load_post_processor(rg_tokenizer *t, json_object *pp, const cha
 static rg_status load_tokenizer_json(rg_tokenizer *t, const char *path)
 {
 	json_object *root = NULL;
-	rg_status st = parse_json_file(path, &root);
+	rg_status st = rg_json_read_file(path, RG_TOK_MAX_FILE, &root);
 	if (st != RG_OK)
 		return st;
 
@@ -608,7 +550,7 @@ static rg_status load_vocab_txt(rg_tokenizer *t, const char *dir, const char *vp
 	FILE *probe = fopen(cpath, "rb");
 	if (probe) {
 		fclose(probe);
-		if ((st = parse_json_file(cpath, &cfg)) != RG_OK)
+		if ((st = rg_json_read_file(cpath, RG_TOK_MAX_FILE, &cfg)) != RG_OK)
 			return st;
 	}
 	t->norm.enabled = true;
@@ -624,7 +566,7 @@ static rg_status load_vocab_txt(rg_tokenizer *t, const char *dir, const char *vp
 	if ((st = set_prefix(t, "##", vpath)) != RG_OK)
 		goto out;
 
-	if ((st = read_file(vpath, &data, &len)) != RG_OK)
+	if ((st = rg_file_read(vpath, RG_TOK_MAX_FILE, &data, &len)) != RG_OK)
 		goto out;
 	rg_cpvec chk = { 0 };
 	st = rg_utf8_decode(data, len, 0, &chk);
