@@ -23,42 +23,6 @@ const char *rg_route_name(rg_route r)
 	return "other";
 }
 
-bool rg_utf8_valid(const char *str, size_t len)
-{
-	const unsigned char *s = (const unsigned char *)str;
-	size_t i = 0;
-
-	while (i < len) {
-		unsigned c = s[i];
-		size_t need;
-		unsigned cp, min;
-
-		if (c < 0x80) {
-			i++;
-			continue;
-		} else if ((c & 0xE0) == 0xC0) {
-			need = 1; cp = c & 0x1F; min = 0x80;
-		} else if ((c & 0xF0) == 0xE0) {
-			need = 2; cp = c & 0x0F; min = 0x800;
-		} else if ((c & 0xF8) == 0xF0) {
-			need = 3; cp = c & 0x07; min = 0x10000;
-		} else {
-			return false;
-		}
-		if (len - i <= need)
-			return false;
-		for (size_t k = 1; k <= need; k++) {
-			if ((s[i + k] & 0xC0) != 0x80)
-				return false;
-			cp = (cp << 6) | (s[i + k] & 0x3F);
-		}
-		if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-			return false;
-		i += need + 1;
-	}
-	return true;
-}
-
 static rg_status req_fail(rg_req_error *err, int http, const char *type, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "core/utf8.h"
 #include "ragged.h"
 
 typedef enum rg_route {
@@ -70,8 +71,6 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 /* Free everything rg_request_parse allocated; leaves *r zeroed. Accepts a zeroed request. */
 void rg_request_free(rg_request *r);
 
-/* True when s[0..len) is well-formed UTF-8 (RFC 3629: no overlongs, no surrogates, <= U+10FFFF). */
-bool rg_utf8_valid(const char *s, size_t len);
 
 /* Growable byte buffer for response bodies. data is malloc'd, owned by the buffer until taken. */
 typedef struct rg_sbuf {

@@ -44,70 +44,19 @@ void rg_cpvec_free(rg_cpvec *a)
 
 rg_status rg_utf8_decode(const char *s, size_t len, size_t base, rg_cpvec *out)
 {
-	const unsigned char *p = (const unsigned char *)s;
 	rg_status st = rg_cpvec_reserve(out, out->n + len);
+	uint32_t c;
+
 	if (st != RG_OK)
 		return st;
-	size_t i = 0;
-	while (i < len) {
-		uint32_t b0 = p[i], c;
-		size_t k;
-		if (b0 < 0x80) {
-			out->v[out->n++] = b0;
-			i++;
-			continue;
-		} else if (b0 >= 0xC2 && b0 <= 0xDF) {
-			k = 1;
-			c = b0 & 0x1F;
-		} else if (b0 >= 0xE0 && b0 <= 0xEF) {
-			k = 2;
-			c = b0 & 0x0F;
-		} else if (b0 >= 0xF0 && b0 <= 0xF4) {
-			k = 3;
-			c = b0 & 0x07;
-		} else {
-			goto bad;
-		}
-		for (size_t j = 1; j <= k; j++) {
-			if (i + j >= len || (p[i + j] & 0xC0) != 0x80)
-				goto bad;
-			c = (c << 6) | (p[i + j] & 0x3F);
-		}
-		if ((k == 2 && c < 0x800) || (k == 3 && (c < 0x10000 || c > 0x10FFFF)) ||
-		    (c >= 0xD800 && c <= 0xDFFF))
-			goto bad;
+	for (size_t i = 0, k; i < len; i += k) {
+		if ((k = rg_utf8_next(s, len, i, &c)) == 0)
+			return rg_errorf(RG_ERR_INVALID_UTF8,
+					 "invalid UTF-8 at byte offset %zu (byte 0x%02x)", base + i,
+					 (unsigned char)s[i]);
 		out->v[out->n++] = c;
-		i += k + 1;
 	}
 	return RG_OK;
-bad:
-	return rg_errorf(RG_ERR_INVALID_UTF8, "invalid UTF-8 at byte offset %zu (byte 0x%02x)",
-			 base + i, p[i]);
-}
-
-size_t rg_utf8_put(uint32_t c, char *buf)
-{
-	unsigned char *b = (unsigned char *)buf;
-	if (c < 0x80) {
-		b[0] = (unsigned char)c;
-		return 1;
-	}
-	if (c < 0x800) {
-		b[0] = (unsigned char)(0xC0 | (c >> 6));
-		b[1] = (unsigned char)(0x80 | (c & 0x3F));
-		return 2;
-	}
-	if (c < 0x10000) {
-		b[0] = (unsigned char)(0xE0 | (c >> 12));
-		b[1] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
-		b[2] = (unsigned char)(0x80 | (c & 0x3F));
-		return 3;
-	}
-	b[0] = (unsigned char)(0xF0 | (c >> 18));
-	b[1] = (unsigned char)(0x80 | ((c >> 12) & 0x3F));
-	b[2] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
-	b[3] = (unsigned char)(0x80 | (c & 0x3F));
-	return 4;
 }
 
 bool rg_bert_is_whitespace(uint32_t c)

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "core/utf8.h"
 #include "ragged.h"
 
 /* A growable array of code points; grows geometrically, freed with rg_cpvec_free. */
@@ -29,8 +30,6 @@ typedef struct rg_bert_norm {
  * sequence. */
 rg_status rg_utf8_decode(const char *s, size_t len, size_t base, rg_cpvec *out);
 
-/* Append the UTF-8 encoding of c to buf (at least 4 bytes free); returns bytes written. */
-size_t rg_utf8_put(uint32_t c, char *buf);
 
 /* Normalize in[0..n) into out (cleared first), using tmp as scratch. Never fails except OOM. */
 rg_status rg_bert_normalize(const rg_bert_norm *cfg, const uint32_t *in, size_t n, rg_cpvec *out,

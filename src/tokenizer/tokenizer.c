@@ -724,24 +724,6 @@ static void ctx_free(rg_enc_ctx *c)
 	free(c->ids.v);
 }
 
-static inline size_t utf8_len(unsigned char b)
-{
-	return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-}
-
-static inline uint32_t utf8_get(const unsigned char *p)
-{
-	if (p[0] < 0x80)
-		return p[0];
-	if (p[0] < 0xE0)
-		return ((uint32_t)(p[0] & 0x1F) << 6) | (p[1] & 0x3F);
-	if (p[0] < 0xF0)
-		return ((uint32_t)(p[0] & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) |
-		       (p[2] & 0x3F);
-	return ((uint32_t)(p[0] & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) |
-	       ((uint32_t)(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
-}
-
 /* WordPiece on one word w[0..n) (valid UTF-8, n > 0). */
 static rg_status wordpiece(const rg_tokenizer *t, const char *w, size_t n, rg_idvec *ids)
 {
@@ -813,8 +795,8 @@ static rg_status pretokenize(const rg_tokenizer *t, rg_enc_ctx *c, const char *s
 		return emit_word(t, c, s, n);
 	size_t ws = 0; /* start of the current word */
 	for (size_t i = 0; i < n;) {
-		size_t k = utf8_len((unsigned char)s[i]);
-		uint32_t cp = utf8_get((const unsigned char *)s + i);
+		size_t k = rg_utf8_len_valid((unsigned char)s[i]);
+		uint32_t cp = rg_utf8_get_valid((const unsigned char *)s + i);
 		bool white = rg_bert_is_whitespace(cp);
 		if (white || rg_bert_is_punct(cp)) {
 			if ((st = emit_word(t, c, s + ws, i - ws)) != RG_OK)
@@ -885,10 +867,10 @@ static rg_status split_added(const rg_tokenizer *t, rg_enc_ctx *c, bool normaliz
 				size_t b = start - 1;
 				while (b > 0 && ((unsigned char)s[b] & 0xC0) == 0x80)
 					b--;
-				left_ok = !is_word_char(utf8_get((const unsigned char *)s + b));
+				left_ok = !is_word_char(rg_utf8_get_valid((const unsigned char *)s + b));
 			}
 			if (stop < n)
-				right_ok = !is_word_char(utf8_get((const unsigned char *)s + stop));
+				right_ok = !is_word_char(rg_utf8_get_valid((const unsigned char *)s + stop));
 			if (!left_ok || !right_ok)
 				continue;
 		}
@@ -897,15 +879,15 @@ static rg_status split_added(const rg_tokenizer *t, rg_enc_ctx *c, bool normaliz
 				size_t b = start - 1;
 				while (b > done && ((unsigned char)s[b] & 0xC0) == 0x80)
 					b--;
-				if (!rg_bert_is_whitespace(utf8_get((const unsigned char *)s + b)))
+				if (!rg_bert_is_whitespace(rg_utf8_get_valid((const unsigned char *)s + b)))
 					break;
 				start = b;
 			}
 		}
 		if (at->rstrip) {
 			while (stop < n &&
-			       rg_bert_is_whitespace(utf8_get((const unsigned char *)s + stop)))
-				stop += utf8_len((unsigned char)s[stop]);
+			       rg_bert_is_whitespace(rg_utf8_get_valid((const unsigned char *)s + stop)))
+				stop += rg_utf8_len_valid((unsigned char)s[stop]);
 			from = stop;
 		}
 		if (start > done && (st = gap(t, c, s + done, start - done, base + done)) != RG_OK)
