@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/buf.h"
+
 #define LG_MAX_REQUESTS 20000000L	/* schedule size cap (memory: ~64 B per request) */
 #define LG_MAX_RESPONSE (64u << 20)	/* a response larger than this is a parse error */
 #define LG_TOKEN_ID_LO 1000		/* random token ids are uniform in [LO, HI) */
@@ -121,11 +123,6 @@ struct lg_conn {
 };
 
 /* Growable byte buffer for request bodies. */
-struct lg_buf {
-	char *p;
-	size_t len, cap;
-};
-
 struct lg_run {
 	struct lg_opts *o;
 	struct addrinfo *ai;
@@ -140,7 +137,7 @@ struct lg_run {
 	int tfd;		/* timerfd armed at the next arrival (sub-ms wakeups) */
 	int n_busy;
 	int64_t t0_abs;		/* CLOCK_MONOTONIC ns at run start */
-	struct lg_buf body;
+	rg_buf body;
 	bool oom;
 };
 
@@ -630,76 +627,6 @@ static int lg_schedule(struct lg_run *run)
 
 /* ---- request bodies ---- */
 
-static int lg_buf_reserve(struct lg_buf *b, size_t extra)
-{
-	if (b->len + extra + 1 <= b->cap)
-		return 0;
-	size_t cap = b->cap ? b->cap : 4096;
-	while (cap < b->len + extra + 1)
-		cap *= 2;
-	char *p = realloc(b->p, cap);
-	if (!p)
-		return -1;
-	b->p = p;
-	b->cap = cap;
-	return 0;
-}
-
-static int lg_buf_add(struct lg_buf *b, const char *s, size_t n)
-{
-	if (lg_buf_reserve(b, n))
-		return -1;
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-	return 0;
-}
-
-static int lg_buf_addf(struct lg_buf *b, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static int lg_buf_addf(struct lg_buf *b, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (lg_buf_reserve(b, 64))
-		return -1;
-	va_start(ap, fmt);
-	n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return -1;
-	if ((size_t)n >= b->cap - b->len) {
-		if (lg_buf_reserve(b, (size_t)n))
-			return -1;
-		va_start(ap, fmt);
-		vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-		va_end(ap);
-	}
-	b->len += (size_t)n;
-	return 0;
-}
-
-/* Append s as a JSON string literal (quotes included). */
-static int lg_buf_add_json_str(struct lg_buf *b, const char *s)
-{
-	if (lg_buf_add(b, "\"", 1))
-		return -1;
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		int rc;
-		if (*p == '"' || *p == '\\') {
-			char e[2] = {'\\', (char)*p};
-			rc = lg_buf_add(b, e, 2);
-		} else if (*p < 0x20) {
-			rc = lg_buf_addf(b, "\\u%04x", *p);
-		} else {
-			rc = lg_buf_add(b, (const char *)p, 1);
-		}
-		if (rc)
-			return -1;
-	}
-	return lg_buf_add(b, "\"", 1);
-}
 
 /* English words that are one wordpiece each in the BERT uncased vocabulary, so "n words" is
  * n tokens after [CLS]/[SEP] are added. */
@@ -720,40 +647,39 @@ static const char *const lg_words[] = {
 static int lg_build_request(struct lg_run *run, struct lg_conn *c, long i)
 {
 	struct lg_opts *o = run->o;
-	struct lg_buf *b = &run->body;
+	rg_buf *b = &run->body;
 	const struct lg_req *r = &run->reqs[i];
 	struct lg_rng rng;
 	uint64_t s = o->seed * 0x100000001b3ULL ^ (uint64_t)i;
 	const char *key = strcmp(o->route, "/embed") ? "input" : "inputs";
-	int rc = 0;
 
 	lg_rng_seed(&rng, lg_splitmix64(&s));
 	b->len = 0;
-	rc |= lg_buf_addf(b, "{\"%s\": ", key);
+	rg_buf_printf(b, "{\"%s\": ", key);
 	if (o->dist.kind == LG_DIST_FILE) {
 		if (!strcmp(key, "inputs"))
-			rc |= lg_buf_add(b, "[", 1);
-		rc |= lg_buf_add_json_str(b, o->dist.lines[r->len]);
+			rg_buf_put(b, "[", 1);
+		rg_buf_json_str(b, o->dist.lines[r->len], strlen(o->dist.lines[r->len]));
 		if (!strcmp(key, "inputs"))
-			rc |= lg_buf_add(b, "]", 1);
+			rg_buf_put(b, "]", 1);
 	} else if (o->text) {
 		/* n words + [CLS] + [SEP]; an empty text is not a useful request, so at least 1. */
 		int n_words = r->len - 2 > 0 ? r->len - 2 : 1;
-		rc |= lg_buf_add(b, "[\"", 2);
+		rg_buf_put(b, "[\"", 2);
 		for (int k = 0; k < n_words; k++) {
 			const char *w = lg_words[lg_rng_next(&rng) %
 						 (sizeof(lg_words) / sizeof(lg_words[0]))];
 			if (k)
-				rc |= lg_buf_add(b, " ", 1);
-			rc |= lg_buf_add(b, w, strlen(w));
+				rg_buf_put(b, " ", 1);
+			rg_buf_put(b, w, strlen(w));
 		}
-		rc |= lg_buf_add(b, "\"]", 2);
+		rg_buf_put(b, "\"]", 2);
 	} else {
 		/* Hand-formatted ids: at thousands of requests/s of 500 tokens, snprintf per id
 		 * would cost the client a good part of a core. */
-		rc |= lg_buf_addf(b, "[[%d", LG_CLS_ID);
-		rc |= lg_buf_reserve(b, (size_t)(r->len > 2 ? r->len - 2 : 0) * 8);
-		for (int k = 0; !rc && k < r->len - 2; k++) {
+		rg_buf_printf(b, "[[%d", LG_CLS_ID);
+		bool room = rg_buf_reserve(b, (size_t)(r->len > 2 ? r->len - 2 : 0) * 8);
+		for (int k = 0; room && k < r->len - 2; k++) {
 			long id = lg_rng_range(&rng, LG_TOKEN_ID_LO, LG_TOKEN_ID_HI - 1);
 			char tmp[8];
 			int nd = 0;
@@ -761,17 +687,19 @@ static int lg_build_request(struct lg_run *run, struct lg_conn *c, long i)
 				tmp[nd++] = (char)('0' + id % 10);
 				id /= 10;
 			} while (id);
-			b->p[b->len++] = ',';
-			b->p[b->len++] = ' ';
+			b->data[b->len++] = ',';
+			b->data[b->len++] = ' ';
 			while (nd)
-				b->p[b->len++] = tmp[--nd];
+				b->data[b->len++] = tmp[--nd];
 		}
-		rc |= lg_buf_addf(b, ", %d]]", LG_SEP_ID);
+		if (room)
+			b->data[b->len] = '\0';
+		rg_buf_printf(b, ", %d]]", LG_SEP_ID);
 	}
 	if (o->deadline_ms >= 0)
-		rc |= lg_buf_addf(b, ", \"deadline_ms\": %d", o->deadline_ms);
-	rc |= lg_buf_add(b, "}", 1);
-	if (rc)
+		rg_buf_printf(b, ", \"deadline_ms\": %d", o->deadline_ms);
+	rg_buf_put(b, "}", 1);
+	if (b->oom)
 		return -1;
 
 	char head[1024];
@@ -790,7 +718,7 @@ static int lg_build_request(struct lg_run *run, struct lg_conn *c, long i)
 		c->wcap = need;
 	}
 	memcpy(c->wbuf, head, (size_t)hn);
-	memcpy(c->wbuf + hn, b->p, b->len);
+	memcpy(c->wbuf + hn, b->data, b->len);
 	c->wlen = need;
 	c->woff = 0;
 	return 0;
@@ -1438,16 +1366,15 @@ static void lg_json_num(FILE *f, double x)
 
 static void lg_json_str(FILE *f, const char *s)
 {
-	fputc('"', f);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			fprintf(f, "\\%c", *p);
-		else if (*p < 0x20)
-			fprintf(f, "\\u%04x", *p);
-		else
-			fputc(*p, f);
-	}
-	fputc('"', f);
+	rg_buf b;
+
+	rg_buf_init(&b);
+	rg_buf_json_str(&b, s, strlen(s));
+	if (b.oom)
+		fputs("null", f);
+	else
+		fwrite(b.data, 1, b.len, f);
+	rg_buf_free(&b);
 }
 
 static int lg_write_json(const struct lg_run *run, const struct lg_stats *s, const char *path)
@@ -1678,7 +1605,7 @@ out_free_run:
 	free(run.free_conns);
 	free(run.pending);
 	free(run.reqs);
-	free(run.body.p);
+	rg_buf_free(&run.body);
 	if (run.ai)
 		freeaddrinfo(run.ai);
 out_free_opts:

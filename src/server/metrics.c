@@ -107,29 +107,29 @@ void rg_metrics_expired(rg_metrics *m, uint64_t n)
 	pthread_mutex_unlock(&m->mu);
 }
 
-static void render_hist(rg_sbuf *o, const char *name, const char *help, const rg_hist *h)
+static void render_hist(rg_buf *o, const char *name, const char *help, const rg_hist *h)
 {
 	uint64_t cum = 0;
 
-	rg_sbuf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	rg_buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
 	for (int i = 0; i < h->n; i++) {
 		cum += h->count[i];
-		rg_sbuf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i],
+		rg_buf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i],
 			       (unsigned long long)cum);
 	}
 	cum += h->count[h->n];
-	rg_sbuf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
-	rg_sbuf_printf(o, "%s_sum %.6f\n%s_count %llu\n", name, h->sum, name,
+	rg_buf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+	rg_buf_printf(o, "%s_sum %.6f\n%s_count %llu\n", name, h->sum, name,
 		       (unsigned long long)h->total);
 }
 
-static void render_counter(rg_sbuf *o, const char *name, const char *help, uint64_t v)
+static void render_counter(rg_buf *o, const char *name, const char *help, uint64_t v)
 {
-	rg_sbuf_printf(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+	rg_buf_printf(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
 		       (unsigned long long)v);
 }
 
-void rg_metrics_render(rg_metrics *m, rg_sbuf *o, int queue_depth, size_t mem_used,
+void rg_metrics_render(rg_metrics *m, rg_buf *o, int queue_depth, size_t mem_used,
 		       size_t mem_total, size_t cache_entries)
 {
 	rg_metrics s;
@@ -139,17 +139,17 @@ void rg_metrics_render(rg_metrics *m, rg_sbuf *o, int queue_depth, size_t mem_us
 	memcpy(&s, m, sizeof(s));
 	pthread_mutex_unlock(&m->mu);
 
-	rg_sbuf_puts(o, "# HELP ragged_requests_total HTTP requests answered, by route and status "
+	rg_buf_puts(o, "# HELP ragged_requests_total HTTP requests answered, by route and status "
 			"code.\n# TYPE ragged_requests_total counter\n");
 	for (int r = 0; r < RG_ROUTE_COUNT; r++)
 		for (int c = 0; c < RG_METRICS_N_CODES - 1; c++)
 			if (s.requests[r][c] || (c == 0 && r < RG_ROUTE_OTHER)) {
 				if (codes[c])
-					rg_sbuf_printf(o, "ragged_requests_total{route=\"%s\","
+					rg_buf_printf(o, "ragged_requests_total{route=\"%s\","
 						       "code=\"%d\"} %llu\n", rg_route_name(r),
 						       codes[c], (unsigned long long)s.requests[r][c]);
 				else
-					rg_sbuf_printf(o, "ragged_requests_total{route=\"%s\","
+					rg_buf_printf(o, "ragged_requests_total{route=\"%s\","
 						       "code=\"other\"} %llu\n", rg_route_name(r),
 						       (unsigned long long)s.requests[r][c]);
 			}
@@ -167,16 +167,16 @@ void rg_metrics_render(rg_metrics *m, rg_sbuf *o, int queue_depth, size_t mem_us
 	render_counter(o, "ragged_real_tokens_total", "Tokens of requests computed.", s.real_tokens);
 	render_counter(o, "ragged_computed_tokens_total", "Tokens computed, padding included.",
 		       s.computed_tokens);
-	rg_sbuf_printf(o, "# HELP ragged_padding_efficiency Real tokens / computed tokens.\n"
+	rg_buf_printf(o, "# HELP ragged_padding_efficiency Real tokens / computed tokens.\n"
 			  "# TYPE ragged_padding_efficiency gauge\nragged_padding_efficiency %.6f\n",
 		       s.computed_tokens ? (double)s.real_tokens / (double)s.computed_tokens : 1.0);
-	rg_sbuf_printf(o, "# HELP ragged_queue_depth Sequences waiting.\n"
+	rg_buf_printf(o, "# HELP ragged_queue_depth Sequences waiting.\n"
 			  "# TYPE ragged_queue_depth gauge\nragged_queue_depth %d\n", queue_depth);
 	render_counter(o, "ragged_cache_hits_total", "Inputs answered from the response cache.",
 		       s.cache_hits);
 	render_counter(o, "ragged_cache_misses_total", "Inputs not found in the response cache.",
 		       s.cache_misses);
-	rg_sbuf_printf(o, "# HELP ragged_cache_entries Entries in the in-memory cache.\n"
+	rg_buf_printf(o, "# HELP ragged_cache_entries Entries in the in-memory cache.\n"
 			  "# TYPE ragged_cache_entries gauge\nragged_cache_entries %zu\n",
 		       cache_entries);
 	render_counter(o, "ragged_dropped_disconnected_total",
@@ -184,10 +184,10 @@ void rg_metrics_render(rg_metrics *m, rg_sbuf *o, int queue_depth, size_t mem_us
 		       s.dropped_disconnected);
 	render_counter(o, "ragged_expired_total", "Requests whose deadline passed in the queue.",
 		       s.expired);
-	rg_sbuf_printf(o, "# HELP ragged_device_memory_used_bytes Memory in use on the model's "
+	rg_buf_printf(o, "# HELP ragged_device_memory_used_bytes Memory in use on the model's "
 			  "device (RSS on CPU).\n# TYPE ragged_device_memory_used_bytes gauge\n"
 			  "ragged_device_memory_used_bytes %zu\n", mem_used);
-	rg_sbuf_printf(o, "# HELP ragged_device_memory_total_bytes Memory of the model's device.\n"
+	rg_buf_printf(o, "# HELP ragged_device_memory_total_bytes Memory of the model's device.\n"
 			  "# TYPE ragged_device_memory_total_bytes gauge\n"
 			  "ragged_device_memory_total_bytes %zu\n", mem_total);
 }

@@ -44,6 +44,6 @@ void rg_metrics_expired(rg_metrics *m, uint64_t n);
 
 /* Append the exposition text. queue_depth: sequences waiting; mem_used/mem_total: bytes of device
  * (or host RSS on CPU) memory, 0 when unknown. */
-void rg_metrics_render(rg_metrics *m, rg_sbuf *out, int queue_depth, size_t mem_used,
+void rg_metrics_render(rg_metrics *m, rg_buf *out, int queue_depth, size_t mem_used,
 		       size_t mem_total, size_t cache_entries);
 #endif

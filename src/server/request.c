@@ -336,153 +336,17 @@ void rg_request_free(rg_request *r)
 
 /* ---- response buffer ---------------------------------------------------------------------- */
 
-void rg_sbuf_init(rg_sbuf *b)
-{
-	memset(b, 0, sizeof(*b));
-}
-
-void rg_sbuf_free(rg_sbuf *b)
-{
-	free(b->data);
-	memset(b, 0, sizeof(*b));
-}
-
-static bool sbuf_reserve(rg_sbuf *b, size_t extra)
-{
-	size_t cap;
-	char *p;
-
-	if (b->oom)
-		return false;
-	if (b->len + extra + 1 <= b->cap)
-		return true;
-	cap = b->cap ? b->cap : 256;
-	while (cap < b->len + extra + 1)
-		cap *= 2;
-	p = realloc(b->data, cap);
-	if (!p) {
-		b->oom = true;
-		return false;
-	}
-	b->data = p;
-	b->cap = cap;
-	return true;
-}
-
-void rg_sbuf_put(rg_sbuf *b, const char *s, size_t n)
-{
-	if (!sbuf_reserve(b, n))
-		return;
-	memcpy(b->data + b->len, s, n);
-	b->len += n;
-	b->data[b->len] = '\0';
-}
-
-void rg_sbuf_puts(rg_sbuf *b, const char *s)
-{
-	rg_sbuf_put(b, s, strlen(s));
-}
-
-void rg_sbuf_printf(rg_sbuf *b, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	if (n < 0 || !sbuf_reserve(b, (size_t)n))
-		return;
-	va_start(ap, fmt);
-	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-	va_end(ap);
-	b->len += (size_t)n;
-}
-
-void rg_sbuf_json_str(rg_sbuf *b, const char *s, size_t n)
-{
-	static const char hex[] = "0123456789abcdef";
-
-	rg_sbuf_put(b, "\"", 1);
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		char esc[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
-
-		if (c == '"' || c == '\\') {
-			char e[2] = { '\\', (char)c };
-			rg_sbuf_put(b, e, 2);
-		} else if (c < 0x20) {
-			rg_sbuf_put(b, esc, 6);
-		} else {
-			rg_sbuf_put(b, (const char *)&s[i], 1);
-		}
-	}
-	rg_sbuf_put(b, "\"", 1);
-}
-
-void rg_sbuf_float(rg_sbuf *b, float v)
-{
-	char tmp[32];
-	int n;
-
-	if (!isfinite(v)) {
-		rg_sbuf_put(b, "null", 4);
-		return;
-	}
-	n = snprintf(tmp, sizeof(tmp), "%.9g", (double)v);
-	rg_sbuf_put(b, tmp, (size_t)n);
-}
-
-void rg_sbuf_float_array(rg_sbuf *b, const float *v, size_t n)
-{
-	/* 16 bytes per float is enough for "%.9g" plus the comma: reserve once. */
-	if (!sbuf_reserve(b, n * 17 + 2))
-		return;
-	rg_sbuf_put(b, "[", 1);
-	for (size_t i = 0; i < n; i++) {
-		if (i)
-			rg_sbuf_put(b, ",", 1);
-		rg_sbuf_float(b, v[i]);
-	}
-	rg_sbuf_put(b, "]", 1);
-}
-
-void rg_sbuf_base64(rg_sbuf *b, const void *data, size_t n)
-{
-	static const char tab[] =
-		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	const unsigned char *p = data;
-	size_t i;
-
-	if (!sbuf_reserve(b, (n + 2) / 3 * 4))
-		return;
-	for (i = 0; i + 3 <= n; i += 3) {
-		unsigned v = (unsigned)p[i] << 16 | (unsigned)p[i + 1] << 8 | p[i + 2];
-		char o[4] = { tab[v >> 18], tab[(v >> 12) & 63], tab[(v >> 6) & 63], tab[v & 63] };
-		rg_sbuf_put(b, o, 4);
-	}
-	if (n - i == 1) {
-		unsigned v = (unsigned)p[i] << 16;
-		char o[4] = { tab[v >> 18], tab[(v >> 12) & 63], '=', '=' };
-		rg_sbuf_put(b, o, 4);
-	} else if (n - i == 2) {
-		unsigned v = (unsigned)p[i] << 16 | (unsigned)p[i + 1] << 8;
-		char o[4] = { tab[v >> 18], tab[(v >> 12) & 63], tab[(v >> 6) & 63], '=' };
-		rg_sbuf_put(b, o, 4);
-	}
-}
-
-void rg_sbuf_error(rg_sbuf *b, const char *msg, const char *type)
+void rg_json_error_body(rg_buf *b, const char *msg, const char *type)
 {
 	size_t n = strlen(msg);
 
-	rg_sbuf_puts(b, "{\"error\":");
+	rg_buf_puts(b, "{\"error\":");
 	/* Messages may quote client bytes; never emit invalid UTF-8 in JSON. */
 	if (rg_utf8_valid(msg, n))
-		rg_sbuf_json_str(b, msg, n);
+		rg_buf_json_str(b, msg, n);
 	else
-		rg_sbuf_json_str(b, "(message not valid UTF-8)", 25);
-	rg_sbuf_puts(b, ",\"error_type\":");
-	rg_sbuf_json_str(b, type, strlen(type));
-	rg_sbuf_puts(b, "}");
+		rg_buf_json_str(b, "(message not valid UTF-8)", 25);
+	rg_buf_puts(b, ",\"error_type\":");
+	rg_buf_json_str(b, type, strlen(type));
+	rg_buf_puts(b, "}");
 }

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "core/buf.h"
 #include "core/utf8.h"
 #include "ragged.h"
 
@@ -72,27 +73,7 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 void rg_request_free(rg_request *r);
 
 
-/* Growable byte buffer for response bodies. data is malloc'd, owned by the buffer until taken. */
-typedef struct rg_sbuf {
-	char *data;
-	size_t len, cap;
-	bool oom;       /* set once an append failed; later appends are no-ops */
-} rg_sbuf;
-
-void rg_sbuf_init(rg_sbuf *b);
-void rg_sbuf_free(rg_sbuf *b);
-void rg_sbuf_put(rg_sbuf *b, const char *s, size_t n);
-void rg_sbuf_puts(rg_sbuf *b, const char *s);
-void rg_sbuf_printf(rg_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* JSON string literal with escapes (input must be valid UTF-8). */
-void rg_sbuf_json_str(rg_sbuf *b, const char *s, size_t n);
-/* Shortest "%.9g" float (round-trips float32); non-finite values are written as null. */
-void rg_sbuf_float(rg_sbuf *b, float v);
-/* JSON array of n floats: [a,b,...]. */
-void rg_sbuf_float_array(rg_sbuf *b, const float *v, size_t n);
-/* Standard base64 (RFC 4648, with padding) of n bytes. */
-void rg_sbuf_base64(rg_sbuf *b, const void *data, size_t n);
 /* {"error": msg, "error_type": type} */
-void rg_sbuf_error(rg_sbuf *b, const char *msg, const char *type);
+void rg_json_error_body(rg_buf *b, const char *msg, const char *type);
 
 #endif

@@ -95,7 +95,7 @@ typedef struct conn_ctx {
 	rg_route route;
 	bool post;
 	double t0;               /* first call (headers received), rg_now_ms() */
-	rg_sbuf body;
+	rg_buf body;
 	bool too_big;
 	bool suspended;          /* queued in the engine (or resuming to report a submit error) */
 	atomic_bool released;    /* the engine made its last access (job_done ran / submit failed) */
@@ -112,7 +112,7 @@ typedef struct conn_ctx {
 
 /* ---- responses -------------------------------------------------------------------------- */
 
-static enum MHD_Result send_response(conn_ctx *c, int status, rg_sbuf *body, const char *ctype,
+static enum MHD_Result send_response(conn_ctx *c, int status, rg_buf *body, const char *ctype,
 				     double queue_ms, double infer_ms, int batch_size)
 {
 	struct MHD_Response *r;
@@ -121,20 +121,20 @@ static enum MHD_Result send_response(conn_ctx *c, int status, rg_sbuf *body, con
 	double total = rg_now_ms() - c->t0;
 
 	if (body->oom) {
-		rg_sbuf_free(body);
+		rg_buf_free(body);
 		status = 500;
-		rg_sbuf_error(body, "out of memory building the response", "backend");
+		rg_json_error_body(body, "out of memory building the response", "backend");
 		ctype = "application/json";
 	}
 	r = MHD_create_response_from_buffer_with_free_callback(body->len,
 							       body->data ? body->data : (char *)"",
 							       body->data ? free : NULL);
 	if (!r) {
-		rg_sbuf_free(body);
+		rg_buf_free(body);
 		return MHD_NO;
 	}
 	body->data = NULL; /* owned by the response now */
-	rg_sbuf_free(body);
+	rg_buf_free(body);
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
 	snprintf(v, sizeof(v), "%.3f", queue_ms);
 	MHD_add_response_header(r, "x-queue-time", v);
@@ -160,7 +160,7 @@ static enum MHD_Result send_error(conn_ctx *c, int status, const char *type, con
 static enum MHD_Result send_error(conn_ctx *c, int status, const char *type, const char *fmt, ...)
 {
 	char msg[512];
-	rg_sbuf b;
+	rg_buf b;
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -169,8 +169,8 @@ static enum MHD_Result send_error(conn_ctx *c, int status, const char *type, con
 	if (status == 500)
 		fprintf(stderr, "ragged serve: internal error on %s: %s\n", rg_route_name(c->route),
 			msg);
-	rg_sbuf_init(&b);
-	rg_sbuf_error(&b, msg, type);
+	rg_buf_init(&b);
+	rg_json_error_body(&b, msg, type);
 	return send_response(c, status, &b, "application/json", 0, 0, 0);
 }
 
@@ -189,10 +189,10 @@ static void l2_normalize(float *v, int n)
 		v[i] = (float)(v[i] / ss);
 }
 
-static void put_vector(rg_sbuf *b, const float *v, int n, bool base64)
+static void put_vector(rg_buf *b, const float *v, int n, bool base64)
 {
 	if (!base64) {
-		rg_sbuf_float_array(b, v, (size_t)n);
+		rg_buf_float_array(b, v, (size_t)n);
 		return;
 	}
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -203,14 +203,14 @@ static void put_vector(rg_sbuf *b, const float *v, int n, bool base64)
 			memcpy(&tmp[i], &v[i], 4);
 			tmp[i] = __builtin_bswap32(tmp[i]);
 		}
-		rg_sbuf_put(b, "\"", 1);
-		rg_sbuf_base64(b, tmp, (size_t)n * 4);
-		rg_sbuf_put(b, "\"", 1);
+		rg_buf_put(b, "\"", 1);
+		rg_buf_base64(b, tmp, (size_t)n * 4);
+		rg_buf_put(b, "\"", 1);
 	}
 #else
-	rg_sbuf_put(b, "\"", 1);
-	rg_sbuf_base64(b, v, (size_t)n * 4);
-	rg_sbuf_put(b, "\"", 1);
+	rg_buf_put(b, "\"", 1);
+	rg_buf_base64(b, v, (size_t)n * 4);
+	rg_buf_put(b, "\"", 1);
 #endif
 }
 
@@ -219,33 +219,33 @@ static enum MHD_Result answer_embeddings(conn_ctx *c, double queue_ms, double in
 {
 	rg_server *s = c->srv;
 	int h = s->info->hidden_size;
-	rg_sbuf b;
+	rg_buf b;
 
 	if (c->req.normalize && !s->info->normalize)
 		for (size_t i = 0; i < c->req.n_inputs; i++)
 			l2_normalize(c->emb + i * (size_t)h, h);
-	rg_sbuf_init(&b);
+	rg_buf_init(&b);
 	if (c->route == RG_ROUTE_EMBED) {
-		rg_sbuf_put(&b, "[", 1);
+		rg_buf_put(&b, "[", 1);
 		for (size_t i = 0; i < c->req.n_inputs; i++) {
 			if (i)
-				rg_sbuf_put(&b, ",", 1);
-			rg_sbuf_float_array(&b, c->emb + i * (size_t)h, (size_t)h);
+				rg_buf_put(&b, ",", 1);
+			rg_buf_float_array(&b, c->emb + i * (size_t)h, (size_t)h);
 		}
-		rg_sbuf_put(&b, "]", 1);
+		rg_buf_put(&b, "]", 1);
 	} else {
 		const char *model = c->req.model ? c->req.model : s->o.model;
 
-		rg_sbuf_puts(&b, "{\"object\":\"list\",\"data\":[");
+		rg_buf_puts(&b, "{\"object\":\"list\",\"data\":[");
 		for (size_t i = 0; i < c->req.n_inputs; i++) {
-			rg_sbuf_printf(&b, "%s{\"object\":\"embedding\",\"index\":%zu,\"embedding\":",
+			rg_buf_printf(&b, "%s{\"object\":\"embedding\",\"index\":%zu,\"embedding\":",
 				       i ? "," : "", i);
 			put_vector(&b, c->emb + i * (size_t)h, h, c->req.base64);
-			rg_sbuf_put(&b, "}", 1);
+			rg_buf_put(&b, "}", 1);
 		}
-		rg_sbuf_puts(&b, "],\"model\":");
-		rg_sbuf_json_str(&b, model, strlen(model));
-		rg_sbuf_printf(&b, ",\"usage\":{\"prompt_tokens\":%zu,\"total_tokens\":%zu}}",
+		rg_buf_puts(&b, "],\"model\":");
+		rg_buf_json_str(&b, model, strlen(model));
+		rg_buf_printf(&b, ",\"usage\":{\"prompt_tokens\":%zu,\"total_tokens\":%zu}}",
 			       c->prompt_tokens, c->prompt_tokens);
 	}
 	return send_response(c, 200, &b, "application/json", queue_ms, infer_ms, bs);
@@ -325,19 +325,19 @@ static void job_done(rg_job *job)
 static enum MHD_Result handle_tokenize(conn_ctx *c)
 {
 	enum MHD_Result ret;
-	rg_sbuf b;
+	rg_buf b;
 
 	if (tokenize_inputs(c, &ret))
 		return ret;
-	rg_sbuf_init(&b);
-	rg_sbuf_put(&b, "[", 1);
+	rg_buf_init(&b);
+	rg_buf_put(&b, "[", 1);
 	for (size_t i = 0; i < c->req.n_inputs; i++) {
-		rg_sbuf_put(&b, i ? ",[" : "[", i ? 2 : 1);
+		rg_buf_put(&b, i ? ",[" : "[", i ? 2 : 1);
 		for (size_t k = 0; k < c->n_ids[i]; k++)
-			rg_sbuf_printf(&b, k ? ",%d" : "%d", c->ids[i][k]);
-		rg_sbuf_put(&b, "]", 1);
+			rg_buf_printf(&b, k ? ",%d" : "%d", c->ids[i][k]);
+		rg_buf_put(&b, "]", 1);
 	}
-	rg_sbuf_put(&b, "]", 1);
+	rg_buf_put(&b, "]", 1);
 	return send_response(c, 200, &b, "application/json", 0, 0, 0);
 }
 
@@ -427,12 +427,12 @@ static enum MHD_Result handle_info(conn_ctx *c)
 {
 	rg_server *s = c->srv;
 	const rg_model_info *i = s->info;
-	rg_sbuf b;
+	rg_buf b;
 
-	rg_sbuf_init(&b);
-	rg_sbuf_puts(&b, "{\"version\":\"" RAGGED_VERSION "\",\"model_id\":");
-	rg_sbuf_json_str(&b, i->model_dir, strlen(i->model_dir));
-	rg_sbuf_printf(&b, ",\"model_type\":\"%s\",\"vocab_size\":%d,\"hidden_size\":%d,"
+	rg_buf_init(&b);
+	rg_buf_puts(&b, "{\"version\":\"" RAGGED_VERSION "\",\"model_id\":");
+	rg_buf_json_str(&b, i->model_dir, strlen(i->model_dir));
+	rg_buf_printf(&b, ",\"model_type\":\"%s\",\"vocab_size\":%d,\"hidden_size\":%d,"
 		       "\"num_attention_heads\":%d,\"num_hidden_layers\":%d,"
 		       "\"intermediate_size\":%d,\"max_position_embeddings\":%d,"
 		       "\"type_vocab_size\":%d,\"hidden_act\":\"%s\",\"layer_norm_eps\":%g,"
@@ -456,12 +456,12 @@ static enum MHD_Result handle_metrics(conn_ctx *c)
 {
 	rg_server *s = c->srv;
 	size_t used = 0, total = 0;
-	rg_sbuf b;
+	rg_buf b;
 	bool ready = atomic_load(&s->ready);
 
 	if (ready && rg_model_memory(s->model, &used, &total) != RG_OK)
 		used = total = 0;
-	rg_sbuf_init(&b);
+	rg_buf_init(&b);
 	rg_metrics_render(&s->metrics, &b, ready ? rg_engine_queue_depth(s->engine) : 0, used,
 			  total, ready && s->cache ? rg_cache_size(s->cache) : 0);
 	return send_response(c, 200, &b, "text/plain; version=0.0.4; charset=utf-8", 0, 0, 0);
@@ -511,16 +511,16 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
 		return send_error(c, 503, "unhealthy", "model is %s",
 				  atomic_load(&s->stopping) ? "shutting down" : "loading");
 	if (c->route == RG_ROUTE_HEALTH) {
-		rg_sbuf b;
+		rg_buf b;
 
-		rg_sbuf_init(&b);
-		rg_sbuf_puts(&b, "{\"status\":\"ok\"}");
+		rg_buf_init(&b);
+		rg_buf_puts(&b, "{\"status\":\"ok\"}");
 		return send_response(c, 200, &b, "application/json", 0, 0, 0);
 	}
 	if (c->route == RG_ROUTE_INFO)
 		return handle_info(c);
 	st = rg_request_parse(c->route, c->body.data, c->body.len, &s->lim, &c->req, &err);
-	rg_sbuf_free(&c->body);
+	rg_buf_free(&c->body);
 	if (st != RG_OK)
 		return send_error(c, err.http_status, err.type, "%s", err.msg);
 	if (c->route == RG_ROUTE_TOKENIZE)
@@ -547,7 +547,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		c->route = route_of(url);
 		c->post = !strcmp(method, "POST");
 		atomic_init(&c->released, false);
-		rg_sbuf_init(&c->body);
+		rg_buf_init(&c->body);
 		*con_cls = c;
 		cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 						 MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -566,9 +566,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		if (!c->too_big) {
 			if (c->body.len + *upload_data_size > s->o.max_body_bytes) {
 				c->too_big = true; /* discard the rest of the body */
-				rg_sbuf_free(&c->body);
+				rg_buf_free(&c->body);
 			} else {
-				rg_sbuf_put(&c->body, upload_data, *upload_data_size);
+				rg_buf_put(&c->body, upload_data, *upload_data_size);
 			}
 		}
 		*upload_data_size = 0;
@@ -589,7 +589,7 @@ static void free_ctx(conn_ctx *c)
 	free(c->emb);
 	free(c->seqs);
 	rg_request_free(&c->req);
-	rg_sbuf_free(&c->body);
+	rg_buf_free(&c->body);
 	free(c);
 }
 

@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	/* The formatters must take what the parser accepted. */
 	{
-		rg_sbuf b;
+		rg_buf b;
 		float v[4] = { 1.5f, -0.0f, 3e-38f, 1e30f };
 		char *msg = malloc(size);
 
@@ -63,18 +63,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			return 0;
 		memcpy(msg, data + 1, size - 1);
 		msg[size - 1] = '\0';
-		rg_sbuf_init(&b);
+		rg_buf_init(&b);
 		for (size_t i = 0; i < req.n_inputs; i++)
 			if (req.inputs[i].text)
-				rg_sbuf_json_str(&b, req.inputs[i].text, req.inputs[i].len);
+				rg_buf_json_str(&b, req.inputs[i].text, req.inputs[i].len);
 		if (req.model)
-			rg_sbuf_json_str(&b, req.model, strlen(req.model));
-		rg_sbuf_float_array(&b, v, 4);
-		rg_sbuf_base64(&b, data, size);
-		rg_sbuf_error(&b, msg, "validation"); /* arbitrary bytes: must stay valid JSON */
+			rg_buf_json_str(&b, req.model, strlen(req.model));
+		rg_buf_float_array(&b, v, 4);
+		rg_buf_base64(&b, data, size);
+		rg_json_error_body(&b, msg, "validation"); /* arbitrary bytes: must stay valid JSON */
 		if (b.oom || !rg_utf8_valid(b.data, b.len))
 			abort();
-		rg_sbuf_free(&b);
+		rg_buf_free(&b);
 		free(msg);
 	}
 	rg_request_free(&req);

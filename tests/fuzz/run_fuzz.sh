@@ -11,7 +11,7 @@ OUT=build/fuzz
 mkdir -p "$OUT/corpus_request"
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Iinclude -Isrc $(pkg-config --cflags json-c) \
-	tests/fuzz/fuzz_request.c src/server/request.c src/core/utf8.c -o "$OUT/fuzz_request" $(pkg-config --libs json-c)
+	tests/fuzz/fuzz_request.c src/server/request.c src/core/utf8.c src/core/buf.c -o "$OUT/fuzz_request" $(pkg-config --libs json-c)
 # Seeds: route byte (0 embed, 1 openai, 2 tokenize, +4k varies max_inputs) + body.
 seed() { printf "$1" > "$OUT/corpus_request/$2"; }
 seed '\x00{"inputs": "hello world"}' s1
