@@ -10,12 +10,12 @@ CUDA ?= $(if $(NVCC),1,0)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 PYTHON ?= python3
 
-# libragged is the library only (core, tokenizer, ops, model, sched); the server and the load
-# generator are application code, linked with tools/ragged.c into the ragged binary.
+# libragged is the library only (core, tokenizer, ops, model, sched); the server (src/server) and
+# the load generator (tools/loadgen, beside the CLI) are application code, linked with
+# tools/ragged.c into the ragged binary.
 LIB_DIRS := src/core src/tokenizer src/ops src/model src/sched
-APP_DIRS := src/server src/loadgen
 CSRC := $(shell find $(LIB_DIRS) -name '*.c' | sort)
-APP_CSRC := $(shell find $(APP_DIRS) -name '*.c' | sort)
+APP_CSRC := $(shell find src/server tools/loadgen -name '*.c' | sort)
 CUSRC := $(shell find src/ops/cuda -name '*.cu' 2>/dev/null | sort)
 TOOLSRC := tools/ragged.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -58,8 +58,9 @@ endif
 
 REL_OBJ := $(patsubst src/%.c,build/obj/%.o,$(CSRC)) $(REL_CUOBJ)
 ASAN_OBJ := $(patsubst src/%.c,build/asan/obj/%.o,$(CSRC))
-REL_APP_OBJ := $(patsubst src/%.c,build/obj/%.o,$(APP_CSRC))
-ASAN_APP_OBJ := $(patsubst src/%.c,build/asan/obj/%.o,$(APP_CSRC))
+REL_APP_OBJ := $(patsubst tools/%.c,build/obj/tools/%.o,$(patsubst src/%.c,build/obj/%.o,$(APP_CSRC)))
+ASAN_APP_OBJ := $(patsubst tools/%.c,build/asan/obj/tools/%.o,\
+	$(patsubst src/%.c,build/asan/obj/%.o,$(APP_CSRC)))
 UNIT_BIN := $(patsubst tests/unit/%.c,build/tests/%,$(UNIT_SRC))
 ASAN_UNIT_BIN := $(patsubst tests/unit/%.c,build/asan/tests/%,$(UNIT_SRC))
 
@@ -84,6 +85,12 @@ build/obj/%.cu.o: src/%.cu
 build/asan/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN_CFLAGS) $(EXTRA_CFLAGS) -MMD -MP -c $< -o $@
+build/obj/tools/%.o: tools/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(REL_CFLAGS) -Itools -MMD -MP -c $< -o $@
+build/asan/obj/tools/%.o: tools/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ASAN_CFLAGS) -Itools -MMD -MP -c $< -o $@
 
 # The public library exports what include/ragged.h marks RG_API, nothing else: its version
 # script is generated from those declarations. libragged_internal.so is the same objects with
@@ -101,7 +108,8 @@ build/libragged.so: $(REL_OBJ) build/ragged.map
 build/libragged_internal.so: $(REL_OBJ)
 	$(CC) -shared -o $@ $^ $(REL_LIBS)
 build/ragged: $(TOOLSRC) $(REL_APP_OBJ) build/libragged.a
-	$(CC) $(REL_CFLAGS) -o $@ $(TOOLSRC) $(REL_APP_OBJ) build/libragged.a $(REL_LIBS) $(APP_LIBS)
+	$(CC) $(REL_CFLAGS) -Itools -o $@ $(TOOLSRC) $(REL_APP_OBJ) build/libragged.a $(REL_LIBS) \
+		$(APP_LIBS)
 # unit tests see the application modules too (the server's cost store, the request parser)
 build/tests/%: tests/unit/%.c build/libragged.a $(REL_APP_OBJ)
 	@mkdir -p build/tests
@@ -115,7 +123,7 @@ build/asan/libragged.so: $(ASAN_OBJ) build/ragged.map
 build/asan/libragged_internal.so: $(ASAN_OBJ)
 	$(CC) -shared $(ASAN_LDFLAGS) -o $@ $^ $(LIBS)
 build/asan/ragged: $(TOOLSRC) $(ASAN_APP_OBJ) build/asan/libragged.a
-	$(CC) $(ASAN_CFLAGS) -o $@ $(TOOLSRC) $(ASAN_APP_OBJ) build/asan/libragged.a $(LIBS) \
+	$(CC) $(ASAN_CFLAGS) -Itools -o $@ $(TOOLSRC) $(ASAN_APP_OBJ) build/asan/libragged.a $(LIBS) \
 		$(APP_LIBS) $(ASAN_LDFLAGS)
 build/asan/tests/%: tests/unit/%.c build/asan/libragged.a $(ASAN_APP_OBJ)
 	@mkdir -p build/asan/tests
