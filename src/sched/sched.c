@@ -127,6 +127,24 @@ rg_sched_params rg_sched_params_default(rg_sched_kind kind)
 	return p;
 }
 
+void rg_sched_params_derive(rg_sched_params *p, int max_position_embeddings)
+{
+	const int slot_default = 128;
+
+	if (p->row_len <= 0)
+		p->row_len = max_position_embeddings < 512 ? max_position_embeddings : 512;
+	if (p->row_len > p->max_batch_tokens)
+		p->row_len = p->max_batch_tokens;
+	if (p->n_rows <= 0)
+		p->n_rows = p->max_batch_tokens / p->row_len > 0 ? p->max_batch_tokens / p->row_len : 1;
+	if (p->slot_len <= 0) {
+		p->slot_len = slot_default < p->row_len ? slot_default : p->row_len;
+		if (p->row_len % p->slot_len)
+			p->slot_len = p->row_len;
+	}
+	p->q = 1.0 - p->eta;
+}
+
 rg_status rg_sched_batch_init(rg_sched_batch *b, int cap)
 {
 	if (!b)

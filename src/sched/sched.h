@@ -84,9 +84,16 @@ typedef struct rg_sched_params {
 	bool das_packed;        /* DAS: one row of max_batch_tokens, PACKED layout */
 } rg_sched_params;
 
-/* Defaults for a kind: max_batch_tokens 16384, max_batch_requests 64, n_rows 32, row_len 512,
+/* Defaults for a kind: max_batch_tokens 16384, max_batch_requests 256, n_rows 32, row_len 512,
  * slot_len 128, eta = q = 0.5, hungry, latency budget 100 ms, no cost table, das_packed false. */
 rg_sched_params rg_sched_params_default(rg_sched_kind kind);
+
+/* Fill the fields that depend on the model and the batch budget, for a server's choices left at
+ * 0: row_len <= 0 -> min(max_position_embeddings, 512) (TCB sec. 4: a row holds one sequence of
+ * the longest length); row_len is then capped at max_batch_tokens; n_rows <= 0 ->
+ * max_batch_tokens / row_len (>= 1); slot_len <= 0 -> min(128, row_len), or row_len when that
+ * does not divide it; q = 1 - eta. Fields already set are kept. */
+void rg_sched_params_derive(rg_sched_params *p, int max_position_embeddings);
 
 /* A chosen batch. Storage is allocated once by rg_sched_batch_init for `cap` requests and reused.
  * Request i of the batch is queue[queue_idx[i]] of the queue passed to rg_sched_pick; it sits in

@@ -950,21 +950,11 @@ static rg_status setup_engine(rg_server *s)
 
 	sp.max_batch_tokens = s->o.max_batch_tokens;
 	sp.max_batch_requests = s->o.max_batch_requests;
-	sp.row_len = s->o.row_len ? s->o.row_len
-		: (i->max_position_embeddings < 512 ? i->max_position_embeddings : 512);
-	if (sp.row_len > s->o.max_batch_tokens)
-		sp.row_len = s->o.max_batch_tokens;
-	sp.n_rows = s->o.rows ? s->o.rows : (s->o.max_batch_tokens / sp.row_len > 0
-					     ? s->o.max_batch_tokens / sp.row_len : 1);
-	if (s->o.slot_len) {
-		sp.slot_len = s->o.slot_len;
-	} else {
-		sp.slot_len = sp.slot_len < sp.row_len ? sp.slot_len : sp.row_len;
-		if (sp.row_len % sp.slot_len)
-			sp.slot_len = sp.row_len;
-	}
+	sp.row_len = s->o.row_len; /* 0: derived from the model */
+	sp.n_rows = s->o.rows;
+	sp.slot_len = s->o.slot_len;
 	sp.eta = s->o.eta;
-	sp.q = 1.0 - s->o.eta;
+	rg_sched_params_derive(&sp, i->max_position_embeddings);
 	sp.lazy = s->o.lazy;
 	sp.latency_budget_ms = s->o.latency_budget_ms;
 	sp.das_packed = s->o.das_packed;

@@ -785,12 +785,47 @@ static void test_simulation_all_policies(void **state)
 	rg_cost_table_free(t);
 }
 
+/* The server's derivation of row/slot geometry from the model (rg_sched_params_derive). */
+static void test_params_derive(void **state)
+{
+	rg_sched_params p = rg_sched_params_default(RG_SCHED_SLOTTED);
+	(void)state;
+
+	p.row_len = p.n_rows = p.slot_len = 0;
+	p.max_batch_tokens = 16384;
+	p.eta = 0.3;
+	rg_sched_params_derive(&p, 512);
+	assert_int_equal(p.row_len, 512);
+	assert_int_equal(p.n_rows, 32);
+	assert_int_equal(p.slot_len, 128);
+	assert_true(p.q > 0.69 && p.q < 0.71);
+	/* a short model: rows of its length; a slot that does not divide the row becomes the row */
+	p.row_len = p.n_rows = p.slot_len = 0;
+	rg_sched_params_derive(&p, 200);
+	assert_int_equal(p.row_len, 200);
+	assert_int_equal(p.n_rows, 16384 / 200);
+	assert_int_equal(p.slot_len, 200);
+	/* a small budget caps the row; values already set are kept */
+	p.row_len = 0;
+	p.n_rows = 3;
+	p.slot_len = 64;
+	p.max_batch_tokens = 100;
+	rg_sched_params_derive(&p, 512);
+	assert_int_equal(p.row_len, 100);
+	assert_int_equal(p.n_rows, 3);
+	assert_int_equal(p.slot_len, 64);
+	rg_status st = RG_OK;
+	assert_null(rg_sched_create(&p, &st)); /* a set slot_len must divide the row: 64 vs 100 */
+	assert_int_equal(st, RG_ERR_INVALID_INPUT);
+}
+
 int main(void)
 {
 	rng = RNG_SEED;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kind_names),
 		cmocka_unit_test(test_params_validation),
+		cmocka_unit_test(test_params_derive),
 		cmocka_unit_test(test_pick_errors_and_empty),
 		cmocka_unit_test(test_packed_policies),
 		cmocka_unit_test(test_naive),
