@@ -42,37 +42,17 @@
 #include "sched/cost_table.h"
 #include "server/cost_store.h"
 #include "server/http_status.h"
+#include "server/options.h"
 #include "sched/sched.h"
 #include "server/cache.h"
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "server/request.h"
 
-#define EXIT_USAGE 2
-
-typedef struct serve_opts {
-	char model[4096];
-	const char *host;
-	int port;
-	rg_device device;
-	rg_dtype dtype;
-	const char *scheduler;
-	int max_batch_tokens, max_batch_requests, max_queue, max_inputs;
-	size_t max_body_bytes;
-	int request_timeout_ms;
-	int cache_entries;
-	const char *cache_db;
-	const char *cost_table;
-	int rows, row_len, slot_len; /* 0 = derive from the model */
-	double eta, latency_budget_ms;
-	bool lazy, das_packed;
-	int http_threads, connection_timeout_s, max_connections;
-	size_t connection_memory;
-	double batch_delay_ms;
-} serve_opts;
+#define EXIT_USAGE RG_SERVE_EXIT_USAGE
 
 typedef struct rg_server {
-	serve_opts o;
+	rg_serve_opts o;
 	rg_model *model;
 	const rg_model_info *info;
 	rg_engine *engine;
@@ -614,247 +594,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 /* ---- options ---------------------------------------------------------------------------- */
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: ragged serve [options]\n"
-		"  --model DIR               model directory (default: all-MiniLM-L6-v2)\n"
-		"  --host ADDR               listen address (default 127.0.0.1)\n"
-		"  --port N                  listen port, 0 = any free port (default 8080)\n"
-		"  --device cpu|cuda         (default cuda when a GPU is present, else cpu)\n"
-		"  --dtype fp32|fp16|bf16    compute dtype (default: fp32 on cpu; fp16 on cuda, bf16 for\n"
-		"                            a bf16 checkpoint)\n"
-		"  --scheduler NAME          nobatch|naive|token|dp|concat|slotted|das|slotted-das|\n"
-		"                            fcfs|sjf|edf (default token)\n"
-		"  --max-batch-tokens N      computed tokens per batch, padding included (16384)\n"
-		"  --max-batch-requests N    sequences per batch (256)\n"
-		"  --max-queue N             sequences waiting at most; more -> 429 (1024)\n"
-		"  --max-inputs N            inputs per request; more -> 413 (512)\n"
-		"  --max-body-bytes N        request body limit; more -> 413 (2097152)\n"
-		"  --request-timeout-ms N    deadline of a queued request; passed -> 504 (30000)\n"
-		"  --cache-entries N         in-memory response cache entries, 0 disables (10000)\n"
-		"  --cache-db FILE           back the cache with SQLite (WAL) in FILE (default off)\n"
-		"  --cost-table FILE         SQLite file holding the DP scheduler's cost table (dp\n"
-		"                            measures it at start-up when missing: slow on CPU)\n"
-		"  --rows N                  B: rows of the concat/slotted/das schedulers\n"
-		"  --row-len N               L: tokens per row (default min(512, max positions))\n"
-		"  --slot-len N              slot length of the slotted scheduler (128)\n"
-		"  --eta X                   DAS eta in (0,1), q = 1 - eta (0.5)\n"
-		"  --lazy                    DP: lazy instead of hungry batching\n"
-		"  --latency-budget-ms X     DP lazy: latency budget (100)\n"
-		"  --das-packed              DAS: one packed row of max-batch-tokens\n"
-		"  --http-threads N          HTTP thread pool size (usable CPUs - 2, in [4, 32])\n"
-		"  --connection-timeout-s N  idle / slow-client connection timeout (10)\n"
-		"  --max-connections N       concurrent connections (4096)\n"
-		"  --connection-memory N     per-connection header memory, bytes (65536)\n"
-		"  --batch-delay-ms X        testing: sleep before each batch (0)\n");
-}
-
-static int bad_value(const char *opt, const char *v)
-{
-	fprintf(stderr, "ragged serve: bad value for %s: '%s'\n", opt, v ? v : "(missing)");
-	return EXIT_USAGE;
-}
-
-static bool parse_int(const char *v, long lo, long hi, int *out)
-{
-	char *end;
-	long x;
-
-	if (!v || !*v)
-		return false;
-	errno = 0;
-	x = strtol(v, &end, 10);
-	if (errno || *end || x < lo || x > hi)
-		return false;
-	*out = (int)x;
-	return true;
-}
-
-static bool parse_double(const char *v, double lo, double hi, double *out)
-{
-	char *end;
-	double x;
-
-	if (!v || !*v)
-		return false;
-	errno = 0;
-	x = strtod(v, &end);
-	if (errno || *end || !(x >= lo && x <= hi))
-		return false;
-	*out = x;
-	return true;
-}
-
-/* Returns -1 to go on, else an exit code. */
-/* HTTP threads by default: the CPUs this process may run on (sched_getaffinity) less two for the
- * engine worker and the system, between 4 and 32. Four threads formatting 768-float JSON bodies
- * capped an H100 at ~7,000 requests/s on a 16-core host (bench/results/serving_*-token-http12). */
-static int default_http_threads(void)
-{
-	cpu_set_t set;
-	int n = 0;
-
-	if (sched_getaffinity(0, sizeof(set), &set) == 0)
-		n = CPU_COUNT(&set);
-	n -= 2;
-	return n < 4 ? 4 : n > 32 ? 32 : n;
-}
-
-static int parse_opts(int argc, char **argv, serve_opts *o)
-{
-	bool device_set = false;
-	/* the scheduler's defaults are the server's: one place (src/sched/sched.c) */
-	const rg_sched_params sd = rg_sched_params_default(RG_SCHED_TOKEN);
-
-	memset(o, 0, sizeof(*o));
-	o->host = "127.0.0.1";
-	o->port = 8080;
-	o->dtype = RG_DTYPE_AUTO;
-	o->scheduler = "token";
-	o->max_batch_tokens = sd.max_batch_tokens;
-	o->max_batch_requests = sd.max_batch_requests;
-	o->max_queue = 1024;
-	o->max_inputs = 512;
-	o->max_body_bytes = 2u << 20;
-	o->request_timeout_ms = 30000;
-	o->cache_entries = 10000;
-	o->slot_len = 0;
-	o->eta = sd.eta;
-	o->latency_budget_ms = sd.latency_budget_ms;
-	o->http_threads = default_http_threads();
-	o->connection_timeout_s = 10;
-	o->max_connections = 4096;
-	o->connection_memory = 65536;
-
-	for (int i = 1; i < argc; i++) {
-		char *a = argv[i], *eq, name[64];
-		const char *v = NULL;
-		int iv;
-
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage(stdout);
-			return 0;
-		}
-		if (strncmp(a, "--", 2) != 0) {
-			fprintf(stderr, "ragged serve: unexpected argument '%s'\n", a);
-			return EXIT_USAGE;
-		}
-		eq = strchr(a, '=');
-		snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
-		if (!strcmp(name, "--lazy") || !strcmp(name, "--das-packed")) {
-			if (eq) {
-				fprintf(stderr, "ragged serve: %s takes no value\n", name);
-				return EXIT_USAGE;
-			}
-			if (!strcmp(name, "--lazy"))
-				o->lazy = true;
-			else
-				o->das_packed = true;
-			continue;
-		}
-		if (eq)
-			v = eq + 1;
-		else if (i + 1 < argc)
-			v = argv[++i];
-		if (!v)
-			return bad_value(name, NULL);
-
-		if (!strcmp(name, "--model")) {
-			if (!*v || strlen(v) >= sizeof(o->model))
-				return bad_value(name, v);
-			snprintf(o->model, sizeof(o->model), "%s", v);
-		} else if (!strcmp(name, "--host")) {
-			if (!*v)
-				return bad_value(name, v);
-			o->host = v;
-		} else if (!strcmp(name, "--port")) {
-			if (!parse_int(v, 0, 65535, &o->port))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--device")) {
-			if (rg_device_parse(v, &o->device) != RG_OK)
-				return bad_value(name, v);
-			device_set = true;
-		} else if (!strcmp(name, "--dtype")) {
-			if (rg_dtype_parse(v, &o->dtype) != RG_OK)
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--scheduler")) {
-			rg_sched_kind k;
-
-			if (rg_sched_kind_parse(v, &k) != RG_OK)
-				return bad_value(name, v);
-			o->scheduler = v;
-		} else if (!strcmp(name, "--max-batch-tokens")) {
-			if (!parse_int(v, 1, 1 << 24, &o->max_batch_tokens))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--max-batch-requests")) {
-			if (!parse_int(v, 1, 1 << 16, &o->max_batch_requests))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--max-queue")) {
-			if (!parse_int(v, 1, 1 << 24, &o->max_queue))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--max-inputs")) {
-			if (!parse_int(v, 1, 1 << 20, &o->max_inputs))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--max-body-bytes")) {
-			if (!parse_int(v, 1, 1 << 30, &iv))
-				return bad_value(name, v);
-			o->max_body_bytes = (size_t)iv;
-		} else if (!strcmp(name, "--request-timeout-ms")) {
-			if (!parse_int(v, 1, 1 << 30, &o->request_timeout_ms))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--cache-entries")) {
-			if (!parse_int(v, 0, 1 << 26, &o->cache_entries))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--cache-db")) {
-			if (!*v)
-				return bad_value(name, v);
-			o->cache_db = v;
-		} else if (!strcmp(name, "--cost-table")) {
-			if (!*v)
-				return bad_value(name, v);
-			o->cost_table = v;
-		} else if (!strcmp(name, "--rows")) {
-			if (!parse_int(v, 1, 1 << 16, &o->rows))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--row-len")) {
-			if (!parse_int(v, 1, 1 << 20, &o->row_len))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--slot-len")) {
-			if (!parse_int(v, 1, 1 << 20, &o->slot_len))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--eta")) {
-			if (!parse_double(v, 1e-9, 1 - 1e-9, &o->eta))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--latency-budget-ms")) {
-			if (!parse_double(v, 1e-3, 1e9, &o->latency_budget_ms))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--http-threads")) {
-			if (!parse_int(v, 1, 256, &o->http_threads))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--connection-timeout-s")) {
-			if (!parse_int(v, 1, 86400, &o->connection_timeout_s))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--max-connections")) {
-			if (!parse_int(v, 1, 1 << 20, &o->max_connections))
-				return bad_value(name, v);
-		} else if (!strcmp(name, "--connection-memory")) {
-			if (!parse_int(v, 4096, 1 << 26, &iv))
-				return bad_value(name, v);
-			o->connection_memory = (size_t)iv;
-		} else if (!strcmp(name, "--batch-delay-ms")) {
-			if (!parse_double(v, 0, 60000, &o->batch_delay_ms))
-				return bad_value(name, v);
-		} else {
-			fprintf(stderr, "ragged serve: unknown option '%s' (see --help)\n", name);
-			return EXIT_USAGE;
-		}
-	}
-	if (!device_set)
-		o->device = rg_cuda_device_count() > 0 ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
-	return -1;
-}
-
 /* ---- DP cost table ---------------------------------------------------------------------- */
 
 typedef struct measure_ctx {
@@ -1045,7 +784,7 @@ int rg_serve_main(int argc, char **argv)
 		fprintf(stderr, "ragged serve: out of memory\n");
 		return 1;
 	}
-	rc = parse_opts(argc, argv, &s->o);
+	rc = rg_serve_opts_parse(argc, argv, &s->o);
 	if (rc >= 0)
 		goto out_free;
 	rc = 1;

@@ -1,0 +1,300 @@
+/* The `ragged serve` option table; see options.h. */
+#include "server/options.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/sched.h"
+
+typedef enum {
+	OPT_INT,    /* int in [lo, hi] */
+	OPT_SIZE,   /* size_t in [lo, hi] */
+	OPT_DOUBLE, /* double in [lo, hi] */
+	OPT_STR,    /* const char *, non-empty, points into argv */
+	OPT_PATH,   /* char[4096] copy, non-empty */
+	OPT_FLAG,   /* bool set to true; takes no value */
+	OPT_DEVICE, /* rg_device (rg_device_parse); sets device_set */
+	OPT_DTYPE,  /* rg_dtype (rg_dtype_parse) */
+	OPT_SCHED,  /* const char * naming an rg_sched_kind */
+} opt_kind;
+
+typedef struct {
+	const char *name, *metavar;
+	opt_kind kind;
+	size_t off;
+	double lo, hi;
+	const char *dflt; /* parsed into the field by rg_serve_opts_default; NULL: set in code */
+	const char *help;
+} opt_spec;
+
+#define F(field) offsetof(rg_serve_opts, field)
+
+static const opt_spec g_opts[] = {
+	{"--model", "DIR", OPT_PATH, F(model), 0, 0, NULL,
+	 "model directory (default: all-MiniLM-L6-v2)"},
+	{"--host", "ADDR", OPT_STR, F(host), 0, 0, "127.0.0.1", "listen address"},
+	{"--port", "N", OPT_INT, F(port), 0, 65535, "8080", "listen port, 0 = any free port"},
+	{"--device", "cpu|cuda", OPT_DEVICE, F(device), 0, 0, NULL,
+	 "(default cuda when a GPU is present, else cpu)"},
+	{"--dtype", "fp32|fp16|bf16|auto", OPT_DTYPE, F(dtype), 0, 0, "auto",
+	 "compute dtype; auto: fp32 on cpu, fp16 on cuda (bf16 for a bf16 checkpoint)"},
+	{"--scheduler", "NAME", OPT_SCHED, F(scheduler), 0, 0, "token",
+	 "nobatch|naive|token|dp|concat|slotted|das|slotted-das|fcfs|sjf|edf"},
+	{"--max-batch-tokens", "N", OPT_INT, F(max_batch_tokens), 1, 1 << 24, NULL,
+	 "computed tokens per batch, padding included"},
+	{"--max-batch-requests", "N", OPT_INT, F(max_batch_requests), 1, 1 << 16, NULL,
+	 "sequences per batch"},
+	{"--max-queue", "N", OPT_INT, F(max_queue), 1, 1 << 24, "1024",
+	 "sequences waiting at most; more -> 429"},
+	{"--max-inputs", "N", OPT_INT, F(max_inputs), 1, 1 << 20, "512",
+	 "inputs per request; more -> 413"},
+	{"--max-body-bytes", "N", OPT_SIZE, F(max_body_bytes), 1, 1 << 30, "2097152",
+	 "request body limit; more -> 413"},
+	{"--request-timeout-ms", "N", OPT_INT, F(request_timeout_ms), 1, 1 << 30, "30000",
+	 "deadline of a queued request; passed -> 504"},
+	{"--cache-entries", "N", OPT_INT, F(cache_entries), 0, 1 << 26, "10000",
+	 "in-memory response cache entries, 0 disables"},
+	{"--cache-db", "FILE", OPT_STR, F(cache_db), 0, 0, NULL,
+	 "back the cache with SQLite (WAL) in FILE (default off)"},
+	{"--cost-table", "FILE", OPT_STR, F(cost_table), 0, 0, NULL,
+	 "SQLite file of the DP scheduler's cost table (measured at start-up when missing)"},
+	{"--rows", "N", OPT_INT, F(rows), 1, 1 << 16, NULL,
+	 "B: rows of the concat/slotted/das schedulers (default max-batch-tokens / row-len)"},
+	{"--row-len", "N", OPT_INT, F(row_len), 1, 1 << 20, NULL,
+	 "L: tokens per row (default min(512, max positions))"},
+	{"--slot-len", "N", OPT_INT, F(slot_len), 1, 1 << 20, NULL,
+	 "slot length of the slotted scheduler (default 128)"},
+	{"--eta", "X", OPT_DOUBLE, F(eta), 1e-9, 1 - 1e-9, NULL, "DAS eta in (0,1), q = 1 - eta"},
+	{"--lazy", NULL, OPT_FLAG, F(lazy), 0, 0, NULL, "DP: lazy instead of hungry batching"},
+	{"--latency-budget-ms", "X", OPT_DOUBLE, F(latency_budget_ms), 1e-3, 1e9, NULL,
+	 "DP lazy: latency budget"},
+	{"--das-packed", NULL, OPT_FLAG, F(das_packed), 0, 0, NULL,
+	 "DAS: one packed row of max-batch-tokens"},
+	{"--http-threads", "N", OPT_INT, F(http_threads), 1, 256, NULL,
+	 "HTTP thread pool size (default usable CPUs - 2, in [4, 32])"},
+	{"--connection-timeout-s", "N", OPT_INT, F(connection_timeout_s), 1, 86400, "10",
+	 "idle / slow-client connection timeout"},
+	{"--max-connections", "N", OPT_INT, F(max_connections), 1, 1 << 20, "4096",
+	 "concurrent connections"},
+	{"--connection-memory", "N", OPT_SIZE, F(connection_memory), 4096, 1 << 26, "65536",
+	 "per-connection header memory, bytes"},
+	{"--batch-delay-ms", "X", OPT_DOUBLE, F(batch_delay_ms), 0, 60000, "0",
+	 "testing: sleep before each batch"},
+};
+#undef F
+
+#define N_OPTS (sizeof(g_opts) / sizeof(g_opts[0]))
+
+static bool parse_long(const char *v, double lo, double hi, long *out)
+{
+	char *end;
+	long x;
+
+	if (!v || !*v)
+		return false;
+	errno = 0;
+	x = strtol(v, &end, 10);
+	if (errno || *end || x < lo || x > hi)
+		return false;
+	*out = x;
+	return true;
+}
+
+static bool parse_double(const char *v, double lo, double hi, double *out)
+{
+	char *end;
+	double x;
+
+	if (!v || !*v)
+		return false;
+	errno = 0;
+	x = strtod(v, &end);
+	if (errno || *end || !(x >= lo && x <= hi))
+		return false;
+	*out = x;
+	return true;
+}
+
+/* Store v into the field of spec; false when v is not a valid value for it. */
+static bool set_value(const opt_spec *s, const char *v, rg_serve_opts *o)
+{
+	char *field = (char *)o + s->off;
+	rg_sched_kind k;
+	long l;
+
+	switch (s->kind) {
+	case OPT_INT:
+		if (!parse_long(v, s->lo, s->hi, &l))
+			return false;
+		*(int *)field = (int)l;
+		return true;
+	case OPT_SIZE:
+		if (!parse_long(v, s->lo, s->hi, &l))
+			return false;
+		*(size_t *)field = (size_t)l;
+		return true;
+	case OPT_DOUBLE:
+		return parse_double(v, s->lo, s->hi, (double *)field);
+	case OPT_STR:
+		if (!v || !*v)
+			return false;
+		*(const char **)field = v;
+		return true;
+	case OPT_PATH:
+		if (!v || !*v || strlen(v) >= sizeof(o->model))
+			return false;
+		snprintf(field, sizeof(o->model), "%s", v);
+		return true;
+	case OPT_FLAG:
+		*(bool *)field = true;
+		return true;
+	case OPT_DEVICE:
+		if (!v || rg_device_parse(v, (rg_device *)field) != RG_OK)
+			return false;
+		o->device_set = true;
+		return true;
+	case OPT_DTYPE:
+		return v && rg_dtype_parse(v, (rg_dtype *)field) == RG_OK;
+	case OPT_SCHED:
+		if (!v || rg_sched_kind_parse(v, &k) != RG_OK)
+			return false;
+		*(const char **)field = v;
+		return true;
+	}
+	return false;
+}
+
+/* HTTP threads by default: the CPUs this process may run on (sched_getaffinity) less two for the
+ * engine worker and the system, between 4 and 32. Four threads formatting 768-float JSON bodies
+ * capped an H100 at ~7,000 requests/s on a 16-core host (bench/results/serving_*-token-http12). */
+static int default_http_threads(void)
+{
+	cpu_set_t set;
+	int n = 0;
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		n = CPU_COUNT(&set);
+	n -= 2;
+	return n < 4 ? 4 : n > 32 ? 32 : n;
+}
+
+void rg_serve_opts_default(rg_serve_opts *o)
+{
+	const rg_sched_params sd = rg_sched_params_default(RG_SCHED_TOKEN);
+
+	memset(o, 0, sizeof(*o));
+	for (size_t i = 0; i < N_OPTS; i++)
+		if (g_opts[i].dflt)
+			(void)set_value(&g_opts[i], g_opts[i].dflt, o);
+	/* the scheduler's defaults are the server's: one place (src/sched/sched.c) */
+	o->max_batch_tokens = sd.max_batch_tokens;
+	o->max_batch_requests = sd.max_batch_requests;
+	o->eta = sd.eta;
+	o->latency_budget_ms = sd.latency_budget_ms;
+	o->http_threads = default_http_threads();
+	o->device = RG_DEVICE_CPU;
+	o->device_set = false;
+}
+
+/* The default of spec as help text, "" when none. */
+static void default_text(const opt_spec *s, const rg_serve_opts *d, char *buf, size_t n)
+{
+	const char *field = (const char *)d + s->off;
+
+	buf[0] = '\0';
+	if (s->dflt) {
+		snprintf(buf, n, " (%s)", s->dflt);
+		return;
+	}
+	switch (s->kind) {
+	case OPT_INT:
+		if (*(const int *)field)
+			snprintf(buf, n, " (%d)", *(const int *)field);
+		return;
+	case OPT_DOUBLE:
+		snprintf(buf, n, " (%g)", *(const double *)field);
+		return;
+	case OPT_SIZE:
+	case OPT_STR:
+	case OPT_PATH:
+	case OPT_FLAG:
+	case OPT_DEVICE:
+	case OPT_DTYPE:
+	case OPT_SCHED:
+		return;
+	}
+}
+
+void rg_serve_usage(FILE *f)
+{
+	rg_serve_opts d;
+
+	rg_serve_opts_default(&d);
+	fprintf(f, "usage: ragged serve [options]\n");
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const opt_spec *s = &g_opts[i];
+		char left[64], dflt[64];
+
+		snprintf(left, sizeof(left), "%s%s%s", s->name, s->metavar ? " " : "",
+			 s->metavar ? s->metavar : "");
+		default_text(s, &d, dflt, sizeof(dflt));
+		if (s->off == offsetof(rg_serve_opts, http_threads))
+			dflt[0] = '\0'; /* machine-dependent: the help line says how */
+		fprintf(f, "  %-26s %s%s\n", left, s->help, dflt);
+	}
+}
+
+static int bad_value(const char *opt, const char *v)
+{
+	fprintf(stderr, "ragged serve: bad value for %s: '%s'\n", opt, v ? v : "(missing)");
+	return RG_SERVE_EXIT_USAGE;
+}
+
+int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
+{
+	rg_serve_opts_default(o);
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *eq, *v = NULL;
+		const opt_spec *s = NULL;
+		size_t len;
+
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			rg_serve_usage(stdout);
+			return 0;
+		}
+		if (strncmp(a, "--", 2) != 0) {
+			fprintf(stderr, "ragged serve: unexpected argument '%s'\n", a);
+			return RG_SERVE_EXIT_USAGE;
+		}
+		eq = strchr(a, '=');
+		len = eq ? (size_t)(eq - a) : strlen(a);
+		for (size_t k = 0; k < N_OPTS && !s; k++)
+			if (strlen(g_opts[k].name) == len && !strncmp(a, g_opts[k].name, len))
+				s = &g_opts[k];
+		if (!s) {
+			fprintf(stderr, "ragged serve: unknown option '%.*s' (see --help)\n", (int)len,
+				a);
+			return RG_SERVE_EXIT_USAGE;
+		}
+		if (s->kind == OPT_FLAG) {
+			if (eq) {
+				fprintf(stderr, "ragged serve: %s takes no value\n", s->name);
+				return RG_SERVE_EXIT_USAGE;
+			}
+			(void)set_value(s, NULL, o);
+			continue;
+		}
+		if (eq)
+			v = eq + 1;
+		else if (i + 1 < argc)
+			v = argv[++i];
+		if (!v || !set_value(s, v, o))
+			return bad_value(s->name, v);
+	}
+	if (!o->device_set)
+		o->device = rg_cuda_device_count() > 0 ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
+	return -1;
+}
