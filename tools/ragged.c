@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "loadgen/loadgen.h"
-#include "model/config.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ragged.h"
 #include "server/serve.h"
@@ -387,24 +386,29 @@ out_close:
 	return close_io(in, out, rc);
 }
 
+/* `ragged info`: the build, and the model as the library loads it (public API only). */
 static int cmd_info(int argc, char **argv)
 {
 	cli_opts o = {0};
 	char dir[4096];
-	rg_bert_config cfg;
-	rg_pooling pool;
-	bool norm;
+	rg_model_params p = rg_model_params_default();
+	const rg_model_info *i;
 	json_object *root, *build, *archs, *model;
+	rg_model *m;
+	rg_status st;
 	int rc;
 
 	if ((rc = parse_opts(argc, argv, &o)) != 0)
 		return rc;
 	if ((rc = resolve_model(&o, dir, sizeof(dir))) != 0)
 		return rc;
-	if (rg_bert_config_load(dir, &cfg) != RG_OK)
-		return fail("cannot read model config");
-	if (rg_pooling_config_load(dir, &pool, &norm) != RG_OK)
-		return fail("cannot read pooling config");
+	p.device = o.device;
+	p.dtype = o.dtype;
+	p.max_batch_tokens = 512; /* only the weights are wanted: a small activation arena */
+	m = rg_model_load(dir, &p, &st);
+	if (!m)
+		return fail("cannot load the model");
+	i = rg_model_get_info(m);
 
 	root = json_object_new_object();
 	json_object_object_add(root, "version", json_object_new_string(RAGGED_VERSION));
@@ -424,31 +428,31 @@ static int cmd_info(int argc, char **argv)
 	json_object_object_add(build, "default_device",
 			       json_object_new_string(rg_device_name(o.device)));
 	json_object_object_add(root, "build", build);
-	json_object_object_add(root, "model_dir", json_object_new_string(dir));
+	json_object_object_add(root, "model_dir", json_object_new_string(i->model_dir));
 	model = json_object_new_object();
-	json_object_object_add(model, "model_type", json_object_new_string(cfg.model_type));
-	json_object_object_add(model, "vocab_size", json_object_new_int(cfg.vocab_size));
-	json_object_object_add(model, "hidden_size", json_object_new_int(cfg.hidden_size));
+	json_object_object_add(model, "model_type", json_object_new_string(i->model_type));
+	json_object_object_add(model, "vocab_size", json_object_new_int(i->vocab_size));
+	json_object_object_add(model, "hidden_size", json_object_new_int(i->hidden_size));
 	json_object_object_add(model, "num_attention_heads",
-			       json_object_new_int(cfg.num_attention_heads));
+			       json_object_new_int(i->num_attention_heads));
 	json_object_object_add(model, "num_hidden_layers",
-			       json_object_new_int(cfg.num_hidden_layers));
+			       json_object_new_int(i->num_hidden_layers));
 	json_object_object_add(model, "intermediate_size",
-			       json_object_new_int(cfg.intermediate_size));
+			       json_object_new_int(i->intermediate_size));
 	json_object_object_add(model, "max_position_embeddings",
-			       json_object_new_int(cfg.max_position_embeddings));
-	json_object_object_add(model, "type_vocab_size", json_object_new_int(cfg.type_vocab_size));
-	json_object_object_add(model, "hidden_act",
-			       json_object_new_string(rg_act_name(cfg.hidden_act)));
-	json_object_object_add(model, "layer_norm_eps", json_object_new_double(cfg.layer_norm_eps));
-	json_object_object_add(model, "pooling",
-			       json_object_new_string(rg_pooling_name(pool)));
-	json_object_object_add(model, "normalize", json_object_new_boolean(norm));
-	json_object_object_add(model, "dtype", json_object_new_string(rg_dtype_name(o.dtype)));
+			       json_object_new_int(i->max_position_embeddings));
+	json_object_object_add(model, "type_vocab_size", json_object_new_int(i->type_vocab_size));
+	json_object_object_add(model, "hidden_act", json_object_new_string(i->hidden_act));
+	json_object_object_add(model, "layer_norm_eps", json_object_new_double(i->layer_norm_eps));
+	json_object_object_add(model, "pooling", json_object_new_string(rg_pooling_name(i->pooling)));
+	json_object_object_add(model, "normalize", json_object_new_boolean(i->normalize));
+	json_object_object_add(model, "device", json_object_new_string(rg_device_name(i->device)));
+	json_object_object_add(model, "dtype", json_object_new_string(rg_dtype_name(i->dtype)));
 	json_object_object_add(root, "model", model);
 	puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
 							  JSON_C_TO_STRING_NOSLASHESCAPE));
 	json_object_put(root);
+	rg_model_free(m);
 	return 0;
 }
 

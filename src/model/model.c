@@ -1,0 +1,828 @@
+/* The public model API (include/ragged.h, rg_model_*) over any architecture of src/model/:
+ * loading (config, pooling, tokenizer, dtype, backend), batch validation, the activation arena
+ * and its plan, the packed / bucketed / graph-captured / layout execution paths and the pooling
+ * head. An architecture (model.h: rg_arch, e.g. bert.c) only loads its weights and runs its
+ * encoder over an arena; everything else is here and shared.
+ *
+ * Load: config.json + pooling extras + tokenizer + safetensors, every weight checked against the
+ * config, Q/K/V fused into one (3H, H) projection, converted to f32 on the host and copied once to
+ * the backend in its compute dtype (GEMM weights and biases; LayerNorm parameters stay f32); the
+ * mapping is released after the upload. One activation arena is allocated at load, its size planned
+ * for max_batch_tokens with TurboTransformers' Algorithm 1 (src/core/mem_plan.h: greedy by size over
+ * the tensors' lifetimes in one layer, 6 rows of H per token instead of 12 with one buffer per
+ * tensor); nothing is allocated per batch.
+ *
+ * Embed (packed, ByteTransformer sec. III-D): per layer
+ *   qkv = h Wqkv^T + bqkv (bias in the GEMM epilogue); ctx = varlen attention(qkv);
+ *   t = ctx Wo^T + bo (epilogue); h = LN(t + h); u = act(h W1^T + b1) (bias + GELU epilogue);
+ *   t = u W2^T + b2 (epilogue); h = LN(t + h);
+ * then pool per sequence (+ L2 normalize).
+ *
+ * CUDA graphs: a packed batch of n tokens and s sequences runs in the bucket (T_b, S_b, L_b) that
+ * rounds n, s and the longest length up (bucket_of below); the bucket's whole forward -- the copy of
+ * the staged ids, positions and cu_seqlens into device memory, the encoder, and the pooling, which
+ * writes the pooled rows straight into pinned, mapped host memory -- is captured once into a CUDA graph and replayed for
+ * every later batch of that bucket. Tokens n..T_b are padding ([PAD], position 0) that belong to no
+ * sequence: attention never reads them and pooling never sums them; sequences s..S_b have length 0
+ * and pool to zero rows that are not returned. One synchronisation per batch. The first batch of a
+ * bucket runs the same op sequence eagerly (so cuBLASLt autotunes its GEMM shapes outside the
+ * capture), then the graph is captured; at most RG_GRAPH_CACHE graphs are kept, least recently used
+ * first out. RAGGED_CUDA_GRAPHS=0 disables them. The layout modes (TCB sec. 4 baselines) run the same
+ * encoder over rows with padding and a block-diagonal seg mask, then gather each request's rows
+ * back into packed order before pooling. Only src/ops/ops.h is used, so every backend works. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/mem_plan.h"
+#include "core/safetensors.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "ops/ops.h"
+#include "tokenizer/tokenizer.h"
+
+rg_model_params rg_model_params_default(void)
+{
+	rg_model_params p;
+
+	p.device = RG_DEVICE_CPU;
+	p.device_index = 0;
+	p.dtype = RG_DTYPE_AUTO;
+	p.max_batch_tokens = 16384;
+	return p;
+}
+
+/* ---------------------------------------------------------------- weights */
+
+static void shape_str(const int64_t *shape, int ndim, char *buf, size_t n)
+{
+	size_t off = 0;
+
+	off += (size_t)snprintf(buf + off, n - off, "[");
+	for (int i = 0; i < ndim && off < n; i++)
+		off += (size_t)snprintf(buf + off, n - off, "%s%lld", i ? ", " : "",
+					(long long)shape[i]);
+	if (off < n)
+		snprintf(buf + off, n - off, "]");
+}
+
+/* Find `name` as is or with the "bert." prefix (also alt, the old gamma/beta LayerNorm names,
+ * when not NULL) and check its shape is (d0) or (d0, d1) (d1 < 0: 1-D). */
+rg_status rg_model_find_tensor(const rg_st *st, const char *name, const char *alt, int64_t d0,
+			     int64_t d1, const rg_st_tensor **out)
+{
+	const char *names[2] = {name, alt};
+	const rg_st_tensor *t = NULL;
+	char buf[256], want[64], got[128];
+	int64_t exp[2] = {d0, d1};
+	int ndim = d1 < 0 ? 1 : 2;
+
+	for (int i = 0; i < 2 && !t; i++) {
+		if (!names[i])
+			continue;
+		t = rg_st_find(st, names[i]);
+		if (!t) {
+			snprintf(buf, sizeof(buf), "bert.%s", names[i]);
+			t = rg_st_find(st, buf);
+		}
+	}
+	*out = NULL;
+	if (!t)
+		return rg_errorf(RG_ERR_FORMAT, "model.safetensors: missing tensor %s (or bert.%s)",
+				 name, name);
+	shape_str(exp, ndim, want, sizeof(want));
+	shape_str(t->shape, t->ndim, got, sizeof(got));
+	if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1))
+		return rg_errorf(RG_ERR_FORMAT, "tensor %s has shape %s, config.json implies %s",
+				 t->name, got, want);
+	*out = t;
+	return RG_OK;
+}
+
+/* Allocate backend memory for n elements and fill it from the host f32 buffer, either in the
+ * compute dtype (as_act) or as raw f32. */
+rg_status rg_model_upload(rg_model *m, const float *src, size_t n, bool as_act, void **dst)
+{
+	rg_backend *be = m->be;
+	rg_status st;
+
+	st = rg_backend_alloc(be, n * (as_act ? m->esz : sizeof(float)), dst);
+	if (st != RG_OK)
+		return st;
+	if (as_act)
+		return rg_backend_upload_f32_as(be, *dst, src, n, rg_backend_dtype(be));
+	return rg_backend_upload(be, *dst, src, n * sizeof(float));
+}
+
+/* Look up, check, convert and upload one tensor. scratch holds >= numel floats. */
+rg_status rg_model_load_tensor(rg_model *m, const rg_st *st, const char *name, const char *alt,
+			     int64_t d0, int64_t d1, bool as_act, float *scratch, void **dst)
+{
+	const rg_st_tensor *t;
+	rg_status s = rg_model_find_tensor(st, name, alt, d0, d1, &t);
+
+	if (s != RG_OK)
+		return s;
+	rg_st_to_f32(t, scratch);
+	return rg_model_upload(m, scratch, rg_st_numel(t), as_act, dst);
+}
+
+
+
+/* ---------------------------------------------------------------- arena */
+
+/* Plan the arena for T token rows and S sequences (TurboTransformers Algorithm 1, sec. 4.2). Op
+ * indices of one layer: 0 embed, 1 QKV GEMM, 2 attention, 3 output GEMM, 4 LN1, 5 FFN up, 6 FFN
+ * down, 7 LN2, 8 gather (layout modes), 9 pool, 10 download. Every layer has the same lifetimes,
+ * so the plan of one layer serves all of them. */
+static rg_status arena_plan(const rg_model *m, size_t T, size_t S, rg_mem_tensor t[RG_ARENA_N],
+			    size_t *total)
+{
+	const size_t H = (size_t)m->cfg.hidden_size, I = (size_t)m->cfg.intermediate_size;
+	const size_t e = m->esz;
+	const rg_mem_tensor spec[RG_ARENA_N] = {
+		[RG_A_HIDDEN] = {"hidden", T * H * e, 0, 9, 0},
+		[RG_A_QKV] = {"qkv", T * 3 * H * e, 1, 2, 0},
+		[RG_A_CTX] = {"ctx", T * H * e, 2, 3, 0},
+		[RG_A_ATTN_OUT] = {"attn_out", T * H * e, 3, 4, 0},
+		[RG_A_INTER] = {"inter", T * I * e, 5, 6, 0},
+		[RG_A_FFN_OUT] = {"ffn_out", T * H * e, 6, 7, 0},
+		[RG_A_GATHERED] = {"gathered", T * H * e, 8, 9, 0},
+		[RG_A_POOLED] = {"pooled", S * H * sizeof(float), 9, 10, 0},
+	};
+
+	memcpy(t, spec, sizeof(spec));
+	return rg_mem_plan(t, RG_ARENA_N, 256, total);
+}
+
+/* Pointers of the arena tensors for a batch of T rows and S sequences: the batch's own plan when it
+ * fits the arena (tensors packed closer, better L2 reuse for small batches), else the plan made at
+ * load for max_batch_tokens, whose regions hold any smaller batch. */
+static rg_status arena_ptrs(const rg_model *m, int T, int S, void *p[RG_ARENA_N])
+{
+	rg_mem_tensor t[RG_ARENA_N];
+	size_t total = 0;
+	const rg_mem_tensor *use = m->plan_max;
+
+	if (arena_plan(m, (size_t)T, (size_t)S, t, &total) == RG_OK && total <= m->arena_bytes)
+		use = t;
+	for (int i = 0; i < RG_ARENA_N; i++)
+		p[i] = (char *)m->arena_d + use[i].offset;
+	return RG_OK;
+}
+
+static rg_status alloc_arena(rg_model *m)
+{
+	const size_t T = (size_t)m->max_tokens, H = (size_t)m->cfg.hidden_size;
+	const size_t nout = (T < RG_GRAPH_MAX_SEQ ? T : RG_GRAPH_MAX_SEQ) * H * sizeof(float);
+	struct {
+		void **p;
+		size_t bytes;
+	} dev[] = {
+		{(void **)&m->ids_d, (3 * T + 1) * 4},
+		{(void **)&m->seg_d, T * 4},
+		{(void **)&m->idx_d, T * 4},
+		{(void **)&m->cu_pool_d, (T + 1) * 4},
+	};
+	rg_status s;
+
+	s = arena_plan(m, T, T, m->plan_max, &m->arena_bytes);
+	if (s != RG_OK)
+		return rg_error_wrap(s, "activation arena plan for %d tokens", m->max_tokens);
+	m->arena_naive = rg_mem_plan_naive(m->plan_max, RG_ARENA_N, 256);
+	if ((s = rg_backend_alloc(m->be, m->arena_bytes, &m->arena_d)) != RG_OK)
+		return rg_error_wrap(s, "activation arena for %d tokens", m->max_tokens);
+	/* stale rows of an earlier batch are what padding tokens read: start from zeros, never from
+	 * uninitialised memory */
+	if ((s = rg_backend_zero(m->be, m->arena_d, m->arena_bytes)) != RG_OK)
+		return s;
+	for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+		if ((s = rg_backend_alloc(m->be, dev[i].bytes, dev[i].p)) != RG_OK)
+			return rg_error_wrap(s, "activation arena for %d tokens", m->max_tokens);
+	if ((s = rg_backend_host_alloc(m->be, (3 * T + 1) * 4, (void **)&m->ids_h)) != RG_OK ||
+	    (s = rg_backend_host_alloc(m->be, nout, (void **)&m->out_h)) != RG_OK)
+		return rg_error_wrap(s, "pinned staging for %d tokens", m->max_tokens);
+	m->tokens_h = malloc(T * 4);
+	m->positions_h = malloc(T * 4);
+	m->seg_h = malloc(T * 4);
+	m->idx_h = malloc(T * 4);
+	m->cu_attn_h = malloc((T + 1) * 4);
+	if (!m->tokens_h || !m->positions_h || !m->seg_h || !m->idx_h || !m->cu_attn_h)
+		return rg_errorf(RG_ERR_OOM, "cannot allocate host staging for %d tokens",
+				 m->max_tokens);
+	return RG_OK;
+}
+
+/* ---------------------------------------------------------------- load / free */
+
+void rg_model_free(rg_model *m)
+{
+	if (!m)
+		return;
+	if (m->be) {
+		rg_backend *be = m->be;
+		void *dev[] = {m->arena_d, m->ids_d, m->seg_d, m->idx_d, m->cu_pool_d};
+
+		for (int i = 0; i < RG_GRAPH_CACHE; i++)
+			rg_backend_graph_free(be, m->graph_cache[i].g);
+		for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+			rg_backend_dealloc(be, dev[i]);
+		rg_backend_host_free(be, m->ids_h);
+		rg_backend_host_free(be, m->out_h);
+		if (m->arch && m->weights)
+			m->arch->free_weights(m);
+		rg_backend_free(be);
+	}
+	rg_tokenizer_free(m->tok);
+	free(m->tokens_h);
+	free(m->positions_h);
+	free(m->seg_h);
+	free(m->idx_h);
+	free(m->cu_attn_h);
+	free(m->dir);
+	free(m->act_name);
+	free(m);
+}
+
+/* RG_DTYPE_AUTO: fp32 on the CPU; on CUDA fp16, or bf16 when the checkpoint stores its word
+ * embeddings in bf16 (as TEI does: a bf16 checkpoint may overflow fp16). */
+static rg_dtype resolve_dtype(const rg_model_params *p, const rg_st *w)
+{
+	const rg_st_tensor *t;
+
+	if (p->dtype != RG_DTYPE_AUTO)
+		return p->dtype;
+	if (p->device != RG_DEVICE_CUDA)
+		return RG_DTYPE_F32;
+	t = rg_st_find(w, "embeddings.word_embeddings.weight");
+	if (!t)
+		t = rg_st_find(w, "bert.embeddings.word_embeddings.weight");
+	return t && t->dtype == RG_DTYPE_BF16 ? RG_DTYPE_BF16 : RG_DTYPE_F16;
+}
+
+rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_status *st)
+{
+	rg_model_params p = params ? *params : rg_model_params_default();
+	rg_model *m = NULL;
+	rg_st *w = NULL;
+	rg_pooling pooling = RG_POOL_MEAN;
+	bool normalize = false;
+	rg_status s;
+
+	if (!dir) {
+		s = rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_load: dir is NULL");
+		goto out;
+	}
+	/* bound the arena so every size computation below stays far from overflow */
+	if (p.max_batch_tokens < 1 || p.max_batch_tokens > (1 << 24)) {
+		s = rg_errorf(RG_ERR_INVALID_INPUT, "max_batch_tokens must be in [1, %d], got %d",
+			      1 << 24, p.max_batch_tokens);
+		goto out;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		s = rg_errorf(RG_ERR_OOM, "out of host memory");
+		goto out;
+	}
+	m->max_tokens = p.max_batch_tokens;
+	m->dir = realpath(dir, NULL);
+	if (!m->dir)
+		m->dir = strdup(dir);
+	if (!m->dir) {
+		s = rg_errorf(RG_ERR_OOM, "out of host memory");
+		goto out_free_model;
+	}
+	if ((s = rg_bert_config_load(dir, &m->cfg)) != RG_OK)
+		goto out_free_model;
+	if ((s = rg_pooling_config_load(dir, &pooling, &normalize)) != RG_OK)
+		goto out_free_model;
+	if ((s = rg_tokenizer_load(dir, &m->tok)) != RG_OK)
+		goto out_free_model;
+	if (rg_tokenizer_vocab_size(m->tok) > m->cfg.vocab_size) {
+		s = rg_errorf(RG_ERR_FORMAT,
+			      "%s: tokenizer has %d tokens but config.json vocab_size is %d",
+			      m->dir, (int)rg_tokenizer_vocab_size(m->tok), m->cfg.vocab_size);
+		goto out_free_model;
+	}
+	if ((s = rg_st_open_dir(dir, &w)) != RG_OK)
+		goto out_free_model;
+	p.dtype = resolve_dtype(&p, w);
+	if ((s = rg_backend_init(p.device, p.device_index, p.dtype, &m->be)) != RG_OK) {
+		rg_st_free(w);
+		goto out_free_model;
+	}
+	m->esz = rg_dtype_size(p.dtype);
+	{
+		const char *x = getenv("RAGGED_EXACT_GELU");
+		rg_backend_set_exact_gelu(m->be, x && x[0] == '1');
+	}
+	m->arch = rg_arch_find(m->cfg.model_type);
+	if (!m->arch) {
+		rg_st_free(w);
+		s = rg_errorf(RG_ERR_UNSUPPORTED, "%s: model_type '%s' is not supported", m->dir,
+			      m->cfg.model_type);
+		goto out_free_model;
+	}
+	s = m->arch->load_weights(m, w);
+	rg_st_free(w); /* weights now live on the backend */
+	if (s != RG_OK)
+		goto out_free_model;
+	if ((s = alloc_arena(m)) != RG_OK)
+		goto out_free_model;
+	if ((s = rg_backend_sync(m->be)) != RG_OK)
+		goto out_free_model;
+	{
+		const char *g = getenv("RAGGED_CUDA_GRAPHS");
+		m->graphs = rg_backend_has_graphs(m->be) && !(g && g[0] == '0');
+	}
+
+	m->act_name = strdup(rg_act_name(m->cfg.hidden_act));
+	if (!m->act_name) {
+		s = rg_errorf(RG_ERR_OOM, "out of host memory");
+		goto out_free_model;
+	}
+	m->info.model_dir = m->dir;
+	m->info.model_type = m->arch->model_type;
+	m->info.vocab_size = m->cfg.vocab_size;
+	m->info.hidden_size = m->cfg.hidden_size;
+	m->info.num_attention_heads = m->cfg.num_attention_heads;
+	m->info.num_hidden_layers = m->cfg.num_hidden_layers;
+	m->info.intermediate_size = m->cfg.intermediate_size;
+	m->info.max_position_embeddings = m->cfg.max_position_embeddings;
+	m->info.type_vocab_size = m->cfg.type_vocab_size;
+	m->info.hidden_act = m->act_name;
+	m->info.layer_norm_eps = m->cfg.layer_norm_eps;
+	m->info.pooling = pooling;
+	m->info.normalize = normalize;
+	m->info.device = p.device;
+	m->info.dtype = p.dtype;
+	m->info.max_batch_tokens = p.max_batch_tokens;
+	if (st)
+		*st = RG_OK;
+	return m;
+
+out_free_model:
+	rg_model_free(m);
+out:
+	if (st)
+		*st = s;
+	return NULL;
+}
+
+const rg_model_info *rg_model_get_info(const rg_model *m)
+{
+	return m ? &m->info : NULL;
+}
+
+rg_status rg_model_memory(const rg_model *m, size_t *used, size_t *total)
+{
+	if (!m || !used || !total)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_memory: NULL argument");
+	return rg_backend_mem_info(m->be, used, total);
+}
+
+rg_status rg_model_arena_bytes(const rg_model *m, int n_tokens, int n_seq, size_t *planned,
+			       size_t *naive)
+{
+	rg_mem_tensor t[RG_ARENA_N];
+	rg_status s;
+
+	if (!m || !planned || !naive)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_arena_bytes: NULL argument");
+	if (n_tokens < 1 || n_tokens > m->max_tokens || n_seq < 1 || n_seq > n_tokens)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_arena_bytes: %d tokens in %d sequences "
+				 "is outside [1, max_batch_tokens %d]", n_tokens, n_seq,
+				 m->max_tokens);
+	if ((s = arena_plan(m, (size_t)n_tokens, (size_t)n_seq, t, planned)) != RG_OK)
+		return s;
+	*naive = rg_mem_plan_naive(t, RG_ARENA_N, 256);
+	return RG_OK;
+}
+
+rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, bool truncate,
+			    int32_t **ids, size_t *n_ids)
+{
+	size_t limit;
+	rg_status s;
+
+	if (!m || !ids || !n_ids || (!text && len))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_tokenize: NULL argument");
+	limit = (size_t)m->cfg.max_position_embeddings;
+	*ids = NULL;
+	*n_ids = 0;
+	if ((s = rg_tokenizer_encode(m->tok, text ? text : "", len, ids, n_ids)) != RG_OK)
+		return s;
+	if (*n_ids <= limit)
+		return RG_OK;
+	if (!truncate) {
+		size_t n = *n_ids;
+
+		free(*ids);
+		*ids = NULL;
+		*n_ids = 0;
+		return rg_errorf(RG_ERR_TOO_LONG,
+				 "text is %zu tokens, over the model's limit of %zu "
+				 "(max_position_embeddings); shorten it or enable truncation",
+				 n, limit);
+	}
+	/* keep [CLS] + the first limit-2 wordpieces, end with [SEP] like HF truncation; a tokenizer
+	 * without the [CLS] ... [SEP] template (sep id -1) is simply cut */
+	if (rg_tokenizer_sep_id(m->tok) >= 0)
+		(*ids)[limit - 1] = rg_tokenizer_sep_id(m->tok);
+	*n_ids = limit;
+	return RG_OK;
+}
+
+/* ---------------------------------------------------------------- embed */
+
+/* Checks a packed batch; returns the total token count in *n_tokens and the longest length. */
+static rg_status validate_batch(const rg_model *m, const int32_t *tokens, const int32_t *cu,
+				int n_seq, int *n_tokens, int *max_len)
+{
+	const int max_pos = m->cfg.max_position_embeddings, vocab = m->cfg.vocab_size;
+	int64_t total;
+
+	if (n_seq < 1)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "a batch needs at least one sequence (n_seq=%d)",
+				 n_seq);
+	if (!tokens || !cu)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "tokens and cu_seqlens must not be NULL");
+	if (cu[0] != 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "cu_seqlens[0] must be 0, got %d", cu[0]);
+	*max_len = 0;
+	for (int s = 0; s < n_seq; s++) {
+		int64_t len = (int64_t)cu[s + 1] - cu[s];
+
+		if (len < 1)
+			return rg_errorf(RG_ERR_INVALID_INPUT,
+					 "cu_seqlens is not increasing: sequence %d has length %lld",
+					 s, (long long)len);
+		if (len > max_pos)
+			return rg_errorf(RG_ERR_TOO_LONG,
+					 "sequence %d has %lld tokens, over the model's limit of %d "
+					 "(max_position_embeddings)",
+					 s, (long long)len, max_pos);
+		if (len > *max_len)
+			*max_len = (int)len;
+		if (cu[s + 1] > m->max_tokens)
+			return rg_errorf(RG_ERR_TOO_LONG,
+					 "batch of %d sequences has %d+ tokens, over max_batch_tokens %d",
+					 n_seq, cu[s + 1], m->max_tokens);
+	}
+	total = cu[n_seq];
+	for (int64_t t = 0; t < total; t++)
+		if (tokens[t] < 0 || tokens[t] >= vocab)
+			return rg_errorf(RG_ERR_INVALID_INPUT,
+					 "token %lld has id %d, outside the vocabulary [0, %d)",
+					 (long long)t, tokens[t], vocab);
+	*n_tokens = (int)total;
+	return RG_OK;
+}
+
+/* Device pointers of one forward pass. */
+
+/* Bucket of a packed batch (CUDA graphs): tokens rounded up to 16 (<= 256), 64 (<= 4096), 256
+ * (<= 16384), else 1024 -- at most ~6% padding past 256 tokens, ~3% past 2048 --, capped at
+ * max_batch_tokens;
+ * sequences to the next power of two (capped at max_batch_tokens, which n_seq never exceeds);
+ * the longest length to the next power of two >= 64 (it only
+ * sizes the attention grid, whose CTAs past a sequence's end exit at once), capped at
+ * max_position_embeddings. */
+static void bucket_of(const rg_model *m, int n, int n_seq, int max_len, int *T, int *S, int *L)
+{
+	int q = n <= 256 ? 16 : n <= 4096 ? 64 : n <= 16384 ? 256 : 1024;
+	int t = (n + q - 1) / q * q, sq = 1, l = 64;
+
+	*T = t < m->max_tokens ? t : m->max_tokens;
+	while (sq < n_seq)
+		sq *= 2;
+	/* never more rows than the staging and pinned output buffers hold (max_batch_tokens) */
+	*S = sq < m->max_tokens ? sq : m->max_tokens;
+	while (l < max_len)
+		l *= 2;
+	*L = l < m->cfg.max_position_embeddings ? l : m->cfg.max_position_embeddings;
+	if (*L < max_len)
+		*L = max_len;
+}
+
+/* The whole packed forward of one bucket as backend ops (what a graph captures): copy the staged
+ * ids_h ([tokens T][positions T][cu S+1]) to the device, encode T rows as S sequences, pool S rows
+ * into out_h (host memory the device writes through the mapping on CUDA). */
+static rg_status forward_packed(rg_model *m, int T, int S, int L, const int32_t *cu_h)
+{
+	const int H = m->cfg.hidden_size;
+	rg_fwd f = {0};
+	rg_status s;
+
+	arena_ptrs(m, T, S, f.a);
+	f.tokens = m->ids_d;
+	f.positions = m->ids_d + T;
+	f.cu = m->ids_d + 2 * T;
+	f.cu_h = cu_h;
+	if ((s = rg_backend_upload_async(m->be, m->ids_d, m->ids_h, (size_t)(2 * T + S + 1) * 4)) !=
+		    RG_OK ||
+	    (s = m->arch->encode(m, &f, T, S, L)) != RG_OK)
+		return s;
+	/* pooled rows straight into the pinned (mapped) host buffer: no copy node after the pool */
+	return rg_op_pool(m->be, f.a[RG_A_HIDDEN], f.cu, S, H, m->info.pooling, m->info.normalize,
+			  m->out_h);
+}
+
+/* Stage a validated packed batch into ids_h as bucket (T, S): padding tokens [PAD] at position 0
+ * after the n real ones, padding sequences of length 0 after the n_seq real ones. */
+static void stage_packed(rg_model *m, const int32_t *tokens, const int32_t *cu, int n, int n_seq,
+			 int T, int S)
+{
+	int32_t *tk = m->ids_h, *ps = m->ids_h + T, *cs = m->ids_h + 2 * T;
+	int32_t pad = m->cfg.pad_token_id;
+
+	if (pad < 0 || pad >= m->cfg.vocab_size)
+		pad = 0;
+	memcpy(tk, tokens, (size_t)n * 4);
+	for (int q = 0; q < n_seq; q++)
+		for (int t = cu[q]; t < cu[q + 1]; t++)
+			ps[t] = t - cu[q];
+	for (int t = n; t < T; t++) {
+		tk[t] = pad;
+		ps[t] = 0;
+	}
+	memcpy(cs, cu, (size_t)(n_seq + 1) * 4);
+	for (int q = n_seq + 1; q <= S; q++)
+		cs[q] = n;
+}
+
+/* The cached graph of bucket (T, S, L), or NULL. */
+static rg_bucket_graph *graph_find(rg_model *m, int T, int S, int L)
+{
+	for (int i = 0; i < RG_GRAPH_CACHE; i++) {
+		rg_bucket_graph *b = &m->graph_cache[i];
+		if (b->g && b->T == T && b->S == S && b->L == L) {
+			b->last_use = ++m->graph_clock;
+			return b;
+		}
+	}
+	return NULL;
+}
+
+/* Capture bucket (T, S, L) into a free or the least recently used slot. ids_h must hold a staged
+ * batch of that bucket (the capture records pointers, not values). */
+static rg_status graph_capture(rg_model *m, int T, int S, int L)
+{
+	rg_bucket_graph *victim = &m->graph_cache[0];
+	rg_graph *g = NULL;
+	rg_status s, s2;
+
+	for (int i = 0; i < RG_GRAPH_CACHE; i++) {
+		rg_bucket_graph *b = &m->graph_cache[i];
+		if (!b->g) {
+			victim = b;
+			break;
+		}
+		if (b->last_use < victim->last_use)
+			victim = b;
+	}
+	if ((s = rg_backend_capture_begin(m->be)) != RG_OK)
+		return s;
+	s = forward_packed(m, T, S, L, NULL);
+	s2 = rg_backend_capture_end(m->be, &g);
+	if (s == RG_OK)
+		s = s2;
+	if (s != RG_OK) {
+		rg_backend_graph_free(m->be, g);
+		return s;
+	}
+	rg_backend_graph_free(m->be, victim->g);
+	victim->g = g;
+	victim->T = T;
+	victim->S = S;
+	victim->L = L;
+	victim->last_use = ++m->graph_clock;
+	m->graph_captures++;
+	return RG_OK;
+}
+
+/* Packed batch through a bucket and its graph (one H2D copy, one graph launch, one D2H copy, one
+ * synchronisation). A bucket seen for the first time runs eagerly, then is captured. */
+static rg_status embed_bucketed(rg_model *m, const int32_t *tokens, const int32_t *cu, int n,
+				int n_seq, int max_len, float *out)
+{
+	const int H = m->cfg.hidden_size;
+	int T, S, L;
+	rg_bucket_graph *b;
+	rg_status s;
+
+	bucket_of(m, n, n_seq, max_len, &T, &S, &L);
+	stage_packed(m, tokens, cu, n, n_seq, T, S);
+	b = m->graphs ? graph_find(m, T, S, L) : NULL;
+	if (b)
+		s = rg_backend_graph_launch(m->be, b->g);
+	else
+		s = forward_packed(m, T, S, L, m->ids_h + 2 * T);
+	if (s == RG_OK)
+		s = rg_backend_sync(m->be);
+	if (s != RG_OK)
+		return s;
+	memcpy(out, m->out_h, (size_t)n_seq * H * sizeof(float));
+	if (!b && m->graphs) {
+		s = graph_capture(m, T, S, L);
+		if (s != RG_OK) {
+			/* the batch is answered; later batches run eagerly */
+			fprintf(stderr, "ragged: CUDA graph capture failed, continuing without graphs: "
+				"%s\n", rg_last_error());
+			m->graphs = false;
+		}
+	}
+	return RG_OK;
+}
+
+/* Packed batch without buckets (CPU, or more sequences than the pinned output holds): the real
+ * shapes, ids through the staging buffer, pooled rows straight into out. */
+static rg_status embed_eager(rg_model *m, const int32_t *tokens, const int32_t *cu, int n,
+			     int n_seq, int max_len, float *out)
+{
+	const int H = m->cfg.hidden_size;
+	rg_fwd f = {0};
+	rg_status s;
+
+	stage_packed(m, tokens, cu, n, n_seq, n, n_seq);
+	arena_ptrs(m, n, n_seq, f.a);
+	f.tokens = m->ids_d;
+	f.positions = m->ids_d + n;
+	f.cu = m->ids_d + 2 * n;
+	f.cu_h = m->ids_h + 2 * n;
+	if ((s = rg_backend_upload_async(m->be, m->ids_d, m->ids_h, (size_t)(2 * n + n_seq + 1) * 4)) !=
+		    RG_OK ||
+	    (s = m->arch->encode(m, &f, n, n_seq, max_len)) != RG_OK)
+		return s;
+	s = rg_op_pool(m->be, f.a[RG_A_HIDDEN], f.cu, n_seq, H, m->info.pooling, m->info.normalize,
+		       f.a[RG_A_POOLED]);
+	if (s != RG_OK)
+		return s;
+	if ((s = rg_backend_download(m->be, out, f.a[RG_A_POOLED], (size_t)n_seq * H * 4)) != RG_OK)
+		return s;
+	return rg_backend_sync(m->be);
+}
+
+rg_status rg_model_embed(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens, int n_seq,
+			 float *out)
+{
+	int n = 0, max_len = 0;
+	rg_status s;
+
+	if (!m || !out)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_embed: NULL argument");
+	if ((s = validate_batch(m, tokens, cu_seqlens, n_seq, &n, &max_len)) != RG_OK)
+		return s;
+	if (rg_backend_device(m->be) == RG_DEVICE_CUDA && n_seq <= RG_GRAPH_MAX_SEQ)
+		return embed_bucketed(m, tokens, cu_seqlens, n, n_seq, max_len, out);
+	return embed_eager(m, tokens, cu_seqlens, n, n_seq, max_len, out);
+}
+
+/* Check a PADDED / CONCAT / SLOTTED layout and stage its rows: tokens (pad id in gaps),
+ * positions restarting per request, seg (request index, -1 for padding), the gather index and
+ * the attention cu_seqlens (rows, or slots). */
+static rg_status stage_layout(rg_model *m, const int32_t *tokens, const int32_t *cu, int n_seq,
+			      const rg_layout *lay, int *n_rows_tokens, int *n_att, int *att_len)
+{
+	const int max_pos = m->cfg.max_position_embeddings;
+	int32_t pad = m->cfg.pad_token_id;
+	int64_t total;
+	int seg_len;
+
+	if (lay->n_rows < 1 || lay->row_len < 1)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "layout needs n_rows >= 1 and row_len >= 1 "
+				 "(got %d, %d)", lay->n_rows, lay->row_len);
+	if (lay->row_len > max_pos)
+		return rg_errorf(RG_ERR_TOO_LONG, "layout row_len %d is over max_position_embeddings %d",
+				 lay->row_len, max_pos);
+	total = (int64_t)lay->n_rows * lay->row_len;
+	if (total > m->max_tokens)
+		return rg_errorf(RG_ERR_TOO_LONG,
+				 "layout of %d rows x %d tokens = %lld is over max_batch_tokens %d",
+				 lay->n_rows, lay->row_len, (long long)total, m->max_tokens);
+	if (!lay->req_row || !lay->req_offset)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "layout req_row / req_offset must not be NULL");
+	seg_len = lay->row_len;
+	if (lay->mode == RG_EXEC_SLOTTED) {
+		if (lay->slot_len < 1 || lay->row_len % lay->slot_len != 0)
+			return rg_errorf(RG_ERR_INVALID_INPUT,
+					 "slot_len %d must be >= 1 and divide row_len %d",
+					 lay->slot_len, lay->row_len);
+		seg_len = lay->slot_len;
+	}
+	if (pad < 0 || pad >= m->cfg.vocab_size)
+		pad = 0;
+	for (int64_t i = 0; i < total; i++) {
+		m->tokens_h[i] = pad;
+		m->positions_h[i] = 0;
+		m->seg_h[i] = -1;
+	}
+	for (int q = 0; q < n_seq; q++) {
+		const int len = cu[q + 1] - cu[q], row = lay->req_row[q], off = lay->req_offset[q];
+		int32_t *sg;
+
+		if (row < 0 || row >= lay->n_rows || off < 0 || off > lay->row_len - len)
+			return rg_errorf(RG_ERR_INVALID_INPUT,
+					 "request %d (%d tokens at row %d offset %d) leaves its row "
+					 "(%d rows of %d tokens)",
+					 q, len, row, off, lay->n_rows, lay->row_len);
+		if (lay->mode == RG_EXEC_SLOTTED && off / seg_len != (off + len - 1) / seg_len)
+			return rg_errorf(RG_ERR_INVALID_INPUT,
+					 "request %d (%d tokens at offset %d) crosses a slot boundary "
+					 "(slot_len %d)",
+					 q, len, off, seg_len);
+		sg = m->seg_h + (size_t)row * lay->row_len + off;
+		if (lay->mode == RG_EXEC_PADDED) {
+			/* one request per row: any other request in the row is an overlap */
+			for (int k = 0; k < lay->row_len; k++)
+				if (m->seg_h[(size_t)row * lay->row_len + k] >= 0)
+					return rg_errorf(RG_ERR_INVALID_INPUT,
+							 "PADDED layout: requests %d and %d share row %d",
+							 m->seg_h[(size_t)row * lay->row_len + k], q,
+							 row);
+		}
+		for (int k = 0; k < len; k++) {
+			size_t slot = (size_t)row * lay->row_len + off + k;
+
+			if (sg[k] >= 0)
+				return rg_errorf(RG_ERR_INVALID_INPUT,
+						 "requests %d and %d overlap at row %d token %d",
+						 sg[k], q, row, off + k);
+			sg[k] = q;
+			m->tokens_h[slot] = tokens[cu[q] + k];
+			m->positions_h[slot] = k;
+			m->idx_h[cu[q] + k] = (int32_t)slot;
+		}
+	}
+	*n_att = (int)(total / seg_len);
+	for (int i = 0; i <= *n_att; i++)
+		m->cu_attn_h[i] = i * seg_len;
+	*att_len = seg_len;
+	*n_rows_tokens = (int)total;
+	return RG_OK;
+}
+
+rg_status rg_model_embed_layout(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens,
+				int n_seq, const rg_layout *layout, float *out)
+{
+	int n_packed = 0, max_len = 0, n_rows_tokens = 0, n_att = 0, att_len = 0;
+	rg_fwd f = {0};
+	rg_status s;
+
+	if (!layout || layout->mode == RG_EXEC_PACKED)
+		return rg_model_embed(m, tokens, cu_seqlens, n_seq, out);
+	if (!m || !out)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_embed_layout: NULL argument");
+	if (layout->mode != RG_EXEC_PADDED && layout->mode != RG_EXEC_CONCAT &&
+	    layout->mode != RG_EXEC_SLOTTED)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "unknown execution mode %d", (int)layout->mode);
+	if ((s = validate_batch(m, tokens, cu_seqlens, n_seq, &n_packed, &max_len)) != RG_OK)
+		return s;
+	s = stage_layout(m, tokens, cu_seqlens, n_seq, layout, &n_rows_tokens, &n_att, &att_len);
+	if (s != RG_OK)
+		return s;
+	/* the same kernels as the packed path (issue 6: a fair scheduler comparison), run eagerly */
+	memcpy(m->ids_h, m->tokens_h, (size_t)n_rows_tokens * 4);
+	memcpy(m->ids_h + n_rows_tokens, m->positions_h, (size_t)n_rows_tokens * 4);
+	memcpy(m->ids_h + 2 * n_rows_tokens, m->cu_attn_h, (size_t)(n_att + 1) * 4);
+	arena_ptrs(m, n_rows_tokens, n_seq, f.a);
+	f.tokens = m->ids_d;
+	f.positions = m->ids_d + n_rows_tokens;
+	f.cu = m->ids_d + 2 * n_rows_tokens;
+	f.cu_h = m->cu_attn_h;
+	f.seg = m->seg_d;
+	if ((s = rg_backend_upload_async(m->be, m->ids_d, m->ids_h,
+					 (size_t)(2 * n_rows_tokens + n_att + 1) * 4)) != RG_OK ||
+	    (s = rg_backend_upload(m->be, m->seg_d, m->seg_h, (size_t)n_rows_tokens * 4)) != RG_OK ||
+	    (s = rg_backend_upload(m->be, m->idx_d, m->idx_h, (size_t)n_packed * 4)) != RG_OK ||
+	    (s = rg_backend_upload(m->be, m->cu_pool_d, cu_seqlens, (size_t)(n_seq + 1) * 4)) !=
+		    RG_OK)
+		return s;
+	if ((s = m->arch->encode(m, &f, n_rows_tokens, n_att, att_len)) != RG_OK)
+		return s;
+	s = rg_op_gather_rows(m->be, f.a[RG_A_HIDDEN], m->idx_d, n_packed, m->cfg.hidden_size,
+			      f.a[RG_A_GATHERED]);
+	if (s != RG_OK)
+		return s;
+	s = rg_op_pool(m->be, f.a[RG_A_GATHERED], m->cu_pool_d, n_seq, m->cfg.hidden_size,
+		       m->info.pooling, m->info.normalize, f.a[RG_A_POOLED]);
+	if (s != RG_OK)
+		return s;
+	if ((s = rg_backend_download(m->be, out, f.a[RG_A_POOLED],
+				     (size_t)n_seq * m->cfg.hidden_size * 4)) != RG_OK)
+		return s;
+	return rg_backend_sync(m->be);
+}
+
+const rg_arch *rg_arch_find(const char *model_type)
+{
+	static const rg_arch *const all[] = {&rg_arch_bert};
+
+	for (size_t i = 0; model_type && i < sizeof(all) / sizeof(all[0]); i++)
+		if (strcmp(all[i]->model_type, model_type) == 0)
+			return all[i];
+	return NULL;
+}

@@ -1,0 +1,114 @@
+/* Internal interface between the model runtime (model.c: the public rg_model_* API, arena,
+ * execution paths, pooling) and the architectures (bert.c, ...): the model struct, the arena
+ * tensors, one forward's pointers, and the hooks an architecture provides (rg_arch), as
+ * llama.cpp's per-model files provide theirs. */
+#ifndef RG_MODEL_MODEL_H
+#define RG_MODEL_MODEL_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/mem_plan.h"
+#include "core/safetensors.h"
+#include "model/config.h"
+#include "ops/ops.h"
+#include "ragged.h"
+#include "tokenizer/tokenizer.h"
+
+/* Tensors of the activation arena, planned together (rg_arena_plan). */
+enum {
+	RG_A_HIDDEN,   /* (T, H) act: the residual stream */
+	RG_A_QKV,      /* (T, 3H) act */
+	RG_A_CTX,      /* (T, H) act: attention output */
+	RG_A_ATTN_OUT, /* (T, H) act: output projection before LN1 */
+	RG_A_INTER,    /* (T, I) act */
+	RG_A_FFN_OUT,  /* (T, H) act: FFN down projection before LN2 */
+	RG_A_GATHERED, /* (T, H) act: layout modes, rows back in packed order */
+	RG_A_POOLED,   /* (S, H) f32 */
+	RG_ARENA_N
+};
+
+#define RG_GRAPH_CACHE 48    /* graphs kept per model */
+#define RG_GRAPH_MAX_SEQ 1024 /* larger batches run eagerly (pinned output rows) */
+
+/* One captured bucket. */
+typedef struct rg_bucket_graph {
+	int T, S, L;             /* bucket: tokens, sequences, longest sequence */
+	rg_graph *g;             /* NULL: slot free */
+	unsigned long long last_use;
+} rg_bucket_graph;
+
+
+struct rg_model {
+	rg_model_info info;
+	char *dir;               /* resolved model directory */
+	char *act_name;          /* hidden_act as text */
+	rg_bert_config cfg;
+	rg_tokenizer *tok;
+	rg_backend *be;
+	size_t esz;              /* bytes per act element */
+
+	/* the architecture's weights, owned by it (arch->free_weights) */
+	const struct rg_arch *arch;
+	void *weights;
+
+	/* activation arena, T = max_batch_tokens rows: one backend buffer, tensors at planned offsets */
+	int max_tokens;
+	void *arena_d;           /* arena_bytes */
+	size_t arena_bytes;      /* rg_mem_plan for T tokens and T sequences */
+	size_t arena_naive;      /* one buffer per tensor (the layout before the planner) */
+	rg_mem_tensor plan_max[RG_ARENA_N]; /* offsets for T: valid for any smaller batch too */
+	int32_t *ids_d;          /* (3T+1) int32: [tokens (n)][positions (n)][cu (s+1)] of a batch */
+	int32_t *ids_h;          /* (3T+1) pinned staging of ids_d */
+	float *out_h;            /* (RG_GRAPH_MAX_SEQ, H) pinned f32: pooled rows */
+	int32_t *seg_d;          /* (T) segment ids for masked layouts */
+	int32_t *idx_d;          /* (T) packed token -> row-major slot for the gather */
+	int32_t *cu_pool_d;      /* (T+1) requests (layout modes) */
+	/* host staging of the layout modes' index buffers */
+	int32_t *tokens_h, *positions_h, *seg_h, *idx_h, *cu_attn_h; /* (T), cu: (T+1) */
+	/* CUDA graphs per bucket (LRU) */
+	bool graphs;             /* backend has graphs and RAGGED_CUDA_GRAPHS != 0 */
+	rg_bucket_graph graph_cache[RG_GRAPH_CACHE];
+	unsigned long long graph_clock;
+	long long graph_captures; /* graphs captured so far (tests read it through the env report) */
+};
+
+typedef struct rg_fwd {
+	void *a[RG_ARENA_N];             /* arena tensors (arena_ptrs) */
+	const int32_t *tokens, *positions; /* (n) */
+	const int32_t *cu;               /* (n_att + 1) attention sequences */
+	const int32_t *cu_h;             /* the same on the host (validation), or NULL */
+	const int32_t *seg;              /* (n) or NULL */
+} rg_fwd;
+
+/* An architecture: what differs between encoder families. */
+typedef struct rg_arch {
+	const char *model_type; /* config.json model_type it serves ("bert") */
+	/* Load and check every weight from st into m->weights (backend memory, compute dtype).
+	 * m->cfg, m->be and m->esz are set. Errors name the tensor. */
+	rg_status (*load_weights)(rg_model *m, const rg_st *st);
+	/* Embeddings and every layer over n rows as backend ops only (a CUDA graph may capture
+	 * them): attention sequences f->cu (n_att of them, longest max_len), optional f->seg; the
+	 * result in f->a[RG_A_HIDDEN]. */
+	rg_status (*encode)(rg_model *m, const rg_fwd *f, int n, int n_att, int max_len);
+	/* Free m->weights (backend memory through rg_backend_dealloc). */
+	void (*free_weights)(rg_model *m);
+} rg_arch;
+
+/* The architecture serving model_type, or NULL. */
+const rg_arch *rg_arch_find(const char *model_type);
+
+extern const rg_arch rg_arch_bert;
+
+/* Weight-loading helpers for the architectures (model.c). */
+/* Look up name (or alt) in st and check its shape is (d0) (d1 = -1) or (d0, d1); RG_ERR_FORMAT
+ * naming the tensor otherwise. */
+rg_status rg_model_find_tensor(const rg_st *st, const char *name, const char *alt, int64_t d0,
+			       int64_t d1, const rg_st_tensor **out);
+/* Allocate backend memory for n values and fill it from host f32 src, in the compute dtype
+ * (as_act) or as f32. */
+rg_status rg_model_upload(rg_model *m, const float *src, size_t n, bool as_act, void **dst);
+/* rg_model_find_tensor, convert to f32 in scratch (>= numel floats), rg_model_upload. */
+rg_status rg_model_load_tensor(rg_model *m, const rg_st *st, const char *name, const char *alt,
+			       int64_t d0, int64_t d1, bool as_act, float *scratch, void **dst);
+#endif
