@@ -40,7 +40,6 @@
 
 #include "core/error.h"
 #include "sched/cost_table.h"
-#include "server/cost_store.h"
 #include "server/http_status.h"
 #include "server/options.h"
 #include "sched/sched.h"
@@ -48,6 +47,7 @@
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "server/request.h"
+#include "server/warmup.h"
 
 #define EXIT_USAGE RG_SERVE_EXIT_USAGE
 
@@ -592,91 +592,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	*con_cls = NULL;
 }
 
-/* ---- options ---------------------------------------------------------------------------- */
-
-/* ---- DP cost table ---------------------------------------------------------------------- */
-
-typedef struct measure_ctx {
-	rg_model *model;
-	int max_tokens, vocab;
-	int32_t *tokens, *cu, *rows, *offs;
-	float *out;
-} measure_ctx;
-
-/* Latency (ms, best of 3 after a warm-up run) of a PADDED batch of `batch` rows of `len` tokens.
- * Batches over the token budget are measured at the largest size that fits and scaled. */
-static double measure_padded(void *arg, int len, int batch)
-{
-	measure_ctx *m = arg;
-	int b = batch, h = rg_model_get_info(m->model)->hidden_size;
-	double best = INFINITY, scale;
-
-	if ((long)b * len > m->max_tokens)
-		b = m->max_tokens / len > 0 ? m->max_tokens / len : 1;
-	scale = (double)batch / b;
-	m->tokens = realloc(m->tokens, (size_t)b * len * sizeof(int32_t));
-	m->cu = realloc(m->cu, ((size_t)b + 1) * sizeof(int32_t));
-	m->rows = realloc(m->rows, (size_t)b * sizeof(int32_t));
-	m->offs = realloc(m->offs, (size_t)b * sizeof(int32_t));
-	m->out = realloc(m->out, (size_t)b * h * sizeof(float));
-	if (!m->tokens || !m->cu || !m->rows || !m->offs || !m->out)
-		return -1;
-	for (long i = 0; i < (long)b * len; i++)
-		m->tokens[i] = (int32_t)(100 + i % 1000) % m->vocab;
-	for (int i = 0; i <= b; i++)
-		m->cu[i] = i * len;
-	for (int i = 0; i < b; i++) {
-		m->rows[i] = i;
-		m->offs[i] = 0;
-	}
-	rg_layout lay = { RG_EXEC_PADDED, b, len, 0, m->rows, m->offs };
-
-	for (int rep = 0; rep < 4; rep++) {
-		double t0 = rg_now_ms(), ms;
-
-		if (rg_model_embed_layout(m->model, m->tokens, m->cu, b, &lay, m->out) != RG_OK)
-			return -1;
-		ms = rg_now_ms() - t0;
-		if (rep > 0 && ms < best)
-			best = ms;
-	}
-	return best * scale;
-}
-
-static rg_status cost_table_setup(rg_server *s, int max_len)
-{
-	rg_cost_key key = { s->info->model_dir, rg_device_name(s->o.device), rg_dtype_name(s->o.dtype),
-			    "padded" };
-	measure_ctx m = { s->model, s->o.max_batch_tokens, s->info->vocab_size, NULL, NULL, NULL,
-			  NULL, NULL };
-	rg_status st;
-
-	if (s->o.cost_table) {
-		s->cost = rg_cost_store_load(s->o.cost_table, &key, &st);
-		if (s->cost && rg_cost_table_complete(s->cost))
-			return RG_OK;
-		rg_cost_table_free(s->cost);
-		s->cost = NULL;
-	}
-	s->cost = rg_cost_table_create_default(max_len, s->o.max_batch_requests, &st);
-	if (!s->cost)
-		return st;
-	fprintf(stderr, "ragged serve: measuring the DP cost table (%d x %d cells)...\n",
-		rg_cost_table_n_lens(s->cost), rg_cost_table_n_batches(s->cost));
-	st = rg_cost_table_warmup(s->cost, measure_padded, &m);
-	free(m.tokens);
-	free(m.cu);
-	free(m.rows);
-	free(m.offs);
-	free(m.out);
-	if (st != RG_OK)
-		return st;
-	if (s->o.cost_table && (st = rg_cost_store_save(s->cost, s->o.cost_table, &key)) != RG_OK)
-		fprintf(stderr, "ragged serve: warning: cannot save the cost table: %s\n",
-			rg_last_error());
-	return RG_OK;
-}
-
 /* ---- main ------------------------------------------------------------------------------- */
 
 static rg_status setup_engine(rg_server *s)
@@ -698,7 +613,9 @@ static rg_status setup_engine(rg_server *s)
 	sp.latency_budget_ms = s->o.latency_budget_ms;
 	sp.das_packed = s->o.das_packed;
 	if (s->kind == RG_SCHED_DP) {
-		st = cost_table_setup(s, i->max_position_embeddings);
+		st = rg_cost_warmup(s->model, s->o.cost_table, rg_device_name(s->o.device),
+				    rg_dtype_name(s->o.dtype), i->max_position_embeddings,
+				    s->o.max_batch_tokens, s->o.max_batch_requests, &s->cost);
 		if (st != RG_OK)
 			return rg_error_wrap(st, "DP cost table");
 		sp.cost = s->cost;
