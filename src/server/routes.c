@@ -1,0 +1,535 @@
+/* `ragged serve`'s routes and per-connection life cycle; the request flow is described in
+ * server.c. */
+#include "server/server_internal.h"
+
+
+#include <errno.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <sched.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "sched/cost_table.h"
+#include "server/http_status.h"
+#include "server/options.h"
+#include "sched/sched.h"
+#include "server/cache.h"
+#include "server/engine.h"
+#include "server/metrics.h"
+#include "server/request.h"
+#include "server/warmup.h"
+
+/* ---- responses -------------------------------------------------------------------------- */
+
+static enum MHD_Result send_response(conn_ctx *c, int status, rg_buf *body, const char *ctype,
+				     double queue_ms, double infer_ms, int batch_size)
+{
+	struct MHD_Response *r;
+	enum MHD_Result ret;
+	char v[64];
+	double total = rg_now_ms() - c->t0;
+
+	if (body->oom) {
+		rg_buf_free(body);
+		status = 500;
+		rg_json_error_body(body, "out of memory building the response", "backend");
+		ctype = "application/json";
+	}
+	r = MHD_create_response_from_buffer_with_free_callback(body->len,
+							       body->data ? body->data : (char *)"",
+							       body->data ? free : NULL);
+	if (!r) {
+		rg_buf_free(body);
+		return MHD_NO;
+	}
+	body->data = NULL; /* owned by the response now */
+	rg_buf_free(body);
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+	snprintf(v, sizeof(v), "%.3f", queue_ms);
+	MHD_add_response_header(r, "x-queue-time", v);
+	snprintf(v, sizeof(v), "%.3f", infer_ms);
+	MHD_add_response_header(r, "x-inference-time", v);
+	snprintf(v, sizeof(v), "%.3f", total);
+	MHD_add_response_header(r, "x-total-time", v);
+	snprintf(v, sizeof(v), "%d", batch_size);
+	MHD_add_response_header(r, "x-batch-size", v);
+	if (status == 405)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW,
+					c->route == RG_ROUTE_EMBED || c->route == RG_ROUTE_OPENAI ||
+					c->route == RG_ROUTE_TOKENIZE ? "POST" : "GET, HEAD");
+	ret = MHD_queue_response(c->conn, (unsigned)status, r);
+	MHD_destroy_response(r);
+	rg_metrics_request(&c->srv->metrics, c->route, status, queue_ms, infer_ms, total);
+	return ret;
+}
+
+static enum MHD_Result send_error(conn_ctx *c, int status, const char *type, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static enum MHD_Result send_error(conn_ctx *c, int status, const char *type, const char *fmt, ...)
+{
+	char msg[512];
+	rg_buf b;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (status == 500)
+		fprintf(stderr, "ragged serve: internal error on %s: %s\n", rg_route_name(c->route),
+			msg);
+	rg_buf_init(&b);
+	rg_json_error_body(&b, msg, type);
+	return send_response(c, status, &b, "application/json", 0, 0, 0);
+}
+
+/* ---- embedding routes ------------------------------------------------------------------- */
+
+static void l2_normalize(float *v, int n)
+{
+	double ss = 0;
+
+	for (int i = 0; i < n; i++)
+		ss += (double)v[i] * v[i];
+	ss = sqrt(ss);
+	if (ss < 1e-12)
+		ss = 1e-12;
+	for (int i = 0; i < n; i++)
+		v[i] = (float)(v[i] / ss);
+}
+
+static void put_vector(rg_buf *b, const float *v, int n, bool base64)
+{
+	if (!base64) {
+		rg_buf_float_array(b, v, (size_t)n);
+		return;
+	}
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	{
+		uint32_t tmp[n];
+
+		for (int i = 0; i < n; i++) {
+			memcpy(&tmp[i], &v[i], 4);
+			tmp[i] = __builtin_bswap32(tmp[i]);
+		}
+		rg_buf_put(b, "\"", 1);
+		rg_buf_base64(b, tmp, (size_t)n * 4);
+		rg_buf_put(b, "\"", 1);
+	}
+#else
+	rg_buf_put(b, "\"", 1);
+	rg_buf_base64(b, v, (size_t)n * 4);
+	rg_buf_put(b, "\"", 1);
+#endif
+}
+
+/* Build the 200 answer from c->emb (every input present). */
+static enum MHD_Result answer_embeddings(conn_ctx *c, double queue_ms, double infer_ms, int bs)
+{
+	rg_server *s = c->srv;
+	int h = s->info->hidden_size;
+	rg_buf b;
+
+	if (c->req.normalize && !s->info->normalize)
+		for (size_t i = 0; i < c->req.n_inputs; i++)
+			l2_normalize(c->emb + i * (size_t)h, h);
+	rg_buf_init(&b);
+	if (c->route == RG_ROUTE_EMBED) {
+		rg_buf_put(&b, "[", 1);
+		for (size_t i = 0; i < c->req.n_inputs; i++) {
+			if (i)
+				rg_buf_put(&b, ",", 1);
+			rg_buf_float_array(&b, c->emb + i * (size_t)h, (size_t)h);
+		}
+		rg_buf_put(&b, "]", 1);
+	} else {
+		const char *model = c->req.model ? c->req.model : s->o.model;
+
+		rg_buf_puts(&b, "{\"object\":\"list\",\"data\":[");
+		for (size_t i = 0; i < c->req.n_inputs; i++) {
+			rg_buf_printf(&b, "%s{\"object\":\"embedding\",\"index\":%zu,\"embedding\":",
+				       i ? "," : "", i);
+			put_vector(&b, c->emb + i * (size_t)h, h, c->req.base64);
+			rg_buf_put(&b, "}", 1);
+		}
+		rg_buf_puts(&b, "],\"model\":");
+		rg_buf_json_str(&b, model, strlen(model));
+		rg_buf_printf(&b, ",\"usage\":{\"prompt_tokens\":%zu,\"total_tokens\":%zu}}",
+			       c->prompt_tokens, c->prompt_tokens);
+	}
+	return send_response(c, 200, &b, "application/json", queue_ms, infer_ms, bs);
+}
+
+/* Tokenize every input into c->ids (texts) or adopt the given ids (OpenAI token arrays).
+ * Returns 0 or the HTTP error status already sent (then the caller returns ret). */
+static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
+{
+	rg_server *s = c->srv;
+	size_t n = c->req.n_inputs;
+	int max_pos = s->info->max_position_embeddings;
+
+	c->ids = calloc(n, sizeof(*c->ids));
+	c->n_ids = calloc(n, sizeof(*c->n_ids));
+	if (!c->ids || !c->n_ids) {
+		*ret = send_error(c, 500, "backend", "out of memory");
+		return 500;
+	}
+	for (size_t i = 0; i < n; i++) {
+		rg_req_input *in = &c->req.inputs[i];
+		rg_status st;
+
+		if (in->ids) {
+			if (in->n_ids > (size_t)max_pos && !c->req.truncate) {
+				*ret = send_error(c, 422, "validation",
+						  "input %zu has %zu tokens, more than the model's "
+						  "maximum of %d (set \"truncate\": true)", i,
+						  in->n_ids, max_pos);
+				return 422;
+			}
+			c->ids[i] = in->ids; /* borrowed from req; see free_ctx */
+			c->n_ids[i] = in->n_ids > (size_t)max_pos ? (size_t)max_pos : in->n_ids;
+		} else {
+			st = rg_model_tokenize(s->model, in->text, in->len, c->req.truncate, &c->ids[i],
+					       &c->n_ids[i]);
+			if (st != RG_OK) {
+				rg_http_error he = rg_http_error_for(st, false);
+
+				if (he.code == 500)
+					*ret = send_error(c, he.code, he.type, "tokenizer: %s: %s",
+							  rg_status_name(st), rg_last_error());
+				else
+					*ret = send_error(c, he.code, he.type, "input %zu: %s%s", i,
+							  rg_last_error(),
+							  st == RG_ERR_TOO_LONG ? " (set \"truncate\": true)"
+										: "");
+				return he.code;
+			}
+			if (c->n_ids[i] == 0) {
+				*ret = send_error(c, 400, "validation",
+						  "input %zu tokenizes to nothing", i);
+				return 400;
+			}
+		}
+		if (c->route != RG_ROUTE_TOKENIZE && c->n_ids[i] > (size_t)s->max_len) {
+			*ret = send_error(c, 422, "validation",
+					  "input %zu has %zu tokens, more than the %d the %s "
+					  "scheduler can place", i, c->n_ids[i], s->max_len,
+					  rg_sched_kind_name(s->kind));
+			return 422;
+		}
+		c->prompt_tokens += c->n_ids[i];
+	}
+	return 0;
+}
+
+static void job_done(rg_job *job)
+{
+	conn_ctx *c = job->owner;
+
+	/* Last touch of the job by the engine: after this, an HTTP thread owns c again. */
+	atomic_store(&c->released, true);
+	MHD_resume_connection(c->conn);
+}
+
+static enum MHD_Result handle_tokenize(conn_ctx *c)
+{
+	enum MHD_Result ret;
+	rg_buf b;
+
+	if (tokenize_inputs(c, &ret))
+		return ret;
+	rg_buf_init(&b);
+	rg_buf_put(&b, "[", 1);
+	for (size_t i = 0; i < c->req.n_inputs; i++) {
+		rg_buf_put(&b, i ? ",[" : "[", i ? 2 : 1);
+		for (size_t k = 0; k < c->n_ids[i]; k++)
+			rg_buf_printf(&b, k ? ",%d" : "%d", c->ids[i][k]);
+		rg_buf_put(&b, "]", 1);
+	}
+	rg_buf_put(&b, "]", 1);
+	return send_response(c, 200, &b, "application/json", 0, 0, 0);
+}
+
+static enum MHD_Result handle_embed(conn_ctx *c)
+{
+	rg_server *s = c->srv;
+	int h = s->info->hidden_size;
+	size_t n = c->req.n_inputs, n_miss = 0;
+	enum MHD_Result ret;
+	const union MHD_ConnectionInfo *ci;
+	rg_status st;
+
+	if (tokenize_inputs(c, &ret))
+		return ret;
+	c->emb = malloc(n * (size_t)h * sizeof(float));
+	c->seqs = calloc(n, sizeof(*c->seqs));
+	if (!c->emb || !c->seqs)
+		return send_error(c, 500, "backend", "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		float *dst = c->emb + i * (size_t)h;
+
+		if (s->cache && rg_cache_get(s->cache, c->ids[i], c->n_ids[i], dst))
+			continue;
+		c->seqs[n_miss].ids = c->ids[i];
+		c->seqs[n_miss].len = (int)c->n_ids[i];
+		c->seqs[n_miss].out = dst;
+		n_miss++;
+	}
+	if (s->cache)
+		rg_metrics_cache(&s->metrics, n - n_miss, n_miss);
+	if (n_miss == 0)
+		return answer_embeddings(c, 0, 0, 0);
+
+	c->job.seqs = c->seqs;
+	c->job.n_seqs = (int)n_miss;
+	c->job.arrival_ms = c->t0;
+	c->job.deadline_ms = c->t0 + s->o.request_timeout_ms;
+	ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	c->job.client_fd = ci ? ci->connect_fd : -1;
+	c->job.done = job_done;
+	c->job.owner = c;
+	/* Suspend before submitting: the worker may finish the job (and resume) at once. */
+	c->suspended = true;
+	atomic_fetch_add(&s->n_suspended, 1);
+	MHD_suspend_connection(c->conn);
+	st = rg_engine_submit(s->engine, &c->job);
+	if (st != RG_OK) {
+		c->submit_error = rg_http_error_for(st, atomic_load(&s->stopping));
+		snprintf(c->submit_err, sizeof(c->submit_err), "%s", rg_last_error());
+		atomic_store(&c->released, true);
+		MHD_resume_connection(c->conn);
+	}
+	return MHD_YES;
+}
+
+/* Called when a suspended connection is resumed: answer from the job's outcome. */
+static enum MHD_Result finish_job(conn_ctx *c)
+{
+	rg_job *j = &c->job;
+
+	c->suspended = false;
+	atomic_fetch_sub(&c->srv->n_suspended, 1);
+	if (c->submit_error.code)
+		return send_error(c, c->submit_error.code, c->submit_error.type, "%s",
+				  c->submit_err);
+	switch (j->state) {
+	case RG_JOB_DONE:
+		return answer_embeddings(c, j->queue_ms, j->inference_ms, j->batch_size);
+	case RG_JOB_FAILED:
+		return send_error(c, 500, "backend", "%s", j->err);
+	case RG_JOB_EXPIRED:
+		return send_error(c, 504, "timeout",
+				  "deadline of %d ms passed before the request could run",
+				  c->srv->o.request_timeout_ms);
+	case RG_JOB_SHUTDOWN:
+		return send_error(c, 503, "unhealthy", "server is shutting down");
+	case RG_JOB_DROPPED:
+	case RG_JOB_QUEUED:
+		break;
+	}
+	return MHD_NO; /* client gone: close without answering */
+}
+
+/* ---- other routes ----------------------------------------------------------------------- */
+
+static enum MHD_Result handle_info(conn_ctx *c)
+{
+	rg_server *s = c->srv;
+	const rg_model_info *i = s->info;
+	rg_buf b;
+
+	rg_buf_init(&b);
+	rg_buf_puts(&b, "{\"version\":\"" RAGGED_VERSION "\",\"model_id\":");
+	rg_buf_json_str(&b, i->model_dir, strlen(i->model_dir));
+	rg_buf_printf(&b, ",\"model_type\":\"%s\",\"vocab_size\":%d,\"hidden_size\":%d,"
+		       "\"num_attention_heads\":%d,\"num_hidden_layers\":%d,"
+		       "\"intermediate_size\":%d,\"max_position_embeddings\":%d,"
+		       "\"type_vocab_size\":%d,\"hidden_act\":\"%s\",\"layer_norm_eps\":%g,"
+		       "\"pooling\":\"%s\",\"normalize\":%s,\"device\":\"%s\",\"dtype\":\"%s\","
+		       "\"scheduler\":\"%s\",\"max_batch_tokens\":%d,\"max_batch_requests\":%d,"
+		       "\"max_queue\":%d,\"max_inputs\":%d,\"max_body_bytes\":%zu,"
+		       "\"max_input_length\":%d,\"request_timeout_ms\":%d,\"cache_entries\":%d,"
+		       "\"build_cuda\":%s}",
+		       i->model_type, i->vocab_size, i->hidden_size, i->num_attention_heads,
+		       i->num_hidden_layers, i->intermediate_size, i->max_position_embeddings,
+		       i->type_vocab_size, i->hidden_act, i->layer_norm_eps,
+		       rg_pooling_name(i->pooling), i->normalize ? "true" : "false",
+		       rg_device_name(i->device), rg_dtype_name(i->dtype), rg_sched_kind_name(s->kind),
+		       s->o.max_batch_tokens, s->o.max_batch_requests, s->o.max_queue,
+		       s->o.max_inputs, s->o.max_body_bytes, s->max_len, s->o.request_timeout_ms,
+		       s->o.cache_entries, rg_build_has_cuda() ? "true" : "false");
+	return send_response(c, 200, &b, "application/json", 0, 0, 0);
+}
+
+static enum MHD_Result handle_metrics(conn_ctx *c)
+{
+	rg_server *s = c->srv;
+	size_t used = 0, total = 0;
+	rg_buf b;
+	bool ready = atomic_load(&s->ready);
+
+	if (ready && rg_model_memory(s->model, &used, &total) != RG_OK)
+		used = total = 0;
+	rg_buf_init(&b);
+	rg_metrics_render(&s->metrics, &b, ready ? rg_engine_queue_depth(s->engine) : 0, used,
+			  total, ready && s->cache ? rg_cache_size(s->cache) : 0);
+	return send_response(c, 200, &b, "text/plain; version=0.0.4; charset=utf-8", 0, 0, 0);
+}
+
+/* ---- MHD callbacks ---------------------------------------------------------------------- */
+
+static rg_route route_of(const char *url)
+{
+	if (!strcmp(url, "/embed"))
+		return RG_ROUTE_EMBED;
+	if (!strcmp(url, "/v1/embeddings") || !strcmp(url, "/embeddings"))
+		return RG_ROUTE_OPENAI;
+	if (!strcmp(url, "/tokenize"))
+		return RG_ROUTE_TOKENIZE;
+	if (!strcmp(url, "/health"))
+		return RG_ROUTE_HEALTH;
+	if (!strcmp(url, "/info"))
+		return RG_ROUTE_INFO;
+	if (!strcmp(url, "/metrics"))
+		return RG_ROUTE_METRICS;
+	return RG_ROUTE_OTHER;
+}
+
+static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method)
+{
+	rg_server *s = c->srv;
+	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+	bool body_route = c->route == RG_ROUTE_EMBED || c->route == RG_ROUTE_OPENAI ||
+			  c->route == RG_ROUTE_TOKENIZE;
+	rg_req_error err;
+	rg_status st;
+
+	if (c->route == RG_ROUTE_OTHER)
+		return send_error(c, 404, "not_found",
+				  "no route %.200s (routes: /embed /v1/embeddings /tokenize /health "
+				  "/info /metrics)", url);
+	if ((body_route && !c->post) || (!body_route && !get))
+		return send_error(c, 405, "method_not_allowed", "method %s not allowed on %s",
+				  method, rg_route_name(c->route));
+	if (c->too_big)
+		return send_error(c, 413, "payload_too_large", "body larger than %zu bytes",
+				  s->o.max_body_bytes);
+	if (c->route == RG_ROUTE_METRICS)
+		return handle_metrics(c);
+	if (!atomic_load(&s->ready) || atomic_load(&s->stopping))
+		return send_error(c, 503, "unhealthy", "model is %s",
+				  atomic_load(&s->stopping) ? "shutting down" : "loading");
+	if (c->route == RG_ROUTE_HEALTH) {
+		rg_buf b;
+
+		rg_buf_init(&b);
+		rg_buf_puts(&b, "{\"status\":\"ok\"}");
+		return send_response(c, 200, &b, "application/json", 0, 0, 0);
+	}
+	if (c->route == RG_ROUTE_INFO)
+		return handle_info(c);
+	st = rg_request_parse(c->route, c->body.data, c->body.len, &s->lim, &c->req, &err);
+	rg_buf_free(&c->body);
+	if (st != RG_OK)
+		return send_error(c, err.http_status, err.type, "%s", err.msg);
+	if (c->route == RG_ROUTE_TOKENIZE)
+		return handle_tokenize(c);
+	return handle_embed(c);
+}
+
+enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, const char *url,
+				     const char *method, const char *version,
+				     const char *upload_data, size_t *upload_data_size,
+				     void **con_cls)
+{
+	rg_server *s = cls;
+	conn_ctx *c = *con_cls;
+
+	if (!c) {
+		const char *cl;
+
+		c = calloc(1, sizeof(*c));
+		if (!c)
+			return MHD_NO;
+		c->srv = s;
+		c->conn = conn;
+		c->t0 = rg_now_ms();
+		c->route = route_of(url);
+		c->post = !strcmp(method, "POST");
+		atomic_init(&c->released, false);
+		rg_buf_init(&c->body);
+		*con_cls = c;
+		cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+						 MHD_HTTP_HEADER_CONTENT_LENGTH);
+		if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes) {
+			/* Answer before reading the body; MHD closes the connection afterwards. */
+			c->too_big = true;
+			return send_error(c, 413, "payload_too_large",
+					  "body of %s bytes is larger than %zu bytes", cl,
+					  s->o.max_body_bytes);
+		}
+		return MHD_YES;
+	}
+	if (c->suspended)
+		return finish_job(c);
+	if (*upload_data_size) {
+		if (!c->too_big) {
+			if (c->body.len + *upload_data_size > s->o.max_body_bytes) {
+				c->too_big = true; /* discard the rest of the body */
+				rg_buf_free(&c->body);
+			} else {
+				rg_buf_put(&c->body, upload_data, *upload_data_size);
+			}
+		}
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (c->body.oom)
+		return send_error(c, 500, "backend", "out of memory reading the body");
+	return dispatch(c, url, method);
+}
+
+static void free_ctx(conn_ctx *c)
+{
+	for (size_t i = 0; c->ids && i < c->req.n_inputs; i++)
+		if (c->ids[i] != c->req.inputs[i].ids)
+			free(c->ids[i]);
+	free(c->ids);
+	free(c->n_ids);
+	free(c->emb);
+	free(c->seqs);
+	rg_request_free(&c->req);
+	rg_buf_free(&c->body);
+	free(c);
+}
+
+void rg_server_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+			    enum MHD_RequestTerminationCode toe)
+{
+	conn_ctx *c = *con_cls;
+
+	if (!c)
+		return;
+	if (c->suspended && !atomic_load(&c->released)) {
+		/* Cannot happen: MHD never completes a suspended connection, and the engine is
+		 * stopped (every job released) before the daemon. Leak rather than free memory the
+		 * engine may still hold. */
+		fprintf(stderr, "ragged serve: BUG: connection completed while queued\n");
+		return;
+	}
+	/* Suspended but released: resumed at shutdown and closed before it could answer. */
+	free_ctx(c);
+	*con_cls = NULL;
+}
+

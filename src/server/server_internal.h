@@ -1,0 +1,69 @@
+/* What the server's modules share (server.c: start-up and shutdown; routes.c: the HTTP routes and
+ * the per-connection life cycle): the server and per-connection state. Not a public header. */
+#ifndef RG_SERVER_INTERNAL_H
+#define RG_SERVER_INTERNAL_H
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "ragged.h"
+#include "core/buf.h"
+#include "sched/cost_table.h"
+#include "sched/sched.h"
+#include "server/cache.h"
+#include "server/engine.h"
+#include "server/http_status.h"
+#include "server/metrics.h"
+#include "server/options.h"
+#include "server/request.h"
+
+#define EXIT_USAGE RG_SERVE_EXIT_USAGE
+
+typedef struct rg_server {
+	rg_serve_opts o;
+	rg_model *model;
+	const rg_model_info *info;
+	rg_engine *engine;
+	rg_cache *cache;
+	rg_cost_table *cost;
+	rg_metrics metrics;
+	rg_sched_kind kind;
+	rg_req_limits lim;
+	int max_len;             /* longest sequence accepted (model and scheduler) */
+	atomic_bool ready;
+	atomic_bool stopping;
+	atomic_int n_suspended;  /* connections suspended and not yet answered */
+	int port;
+} rg_server;
+
+/* Per-connection (per HTTP request) state, MHD's *con_cls. */
+typedef struct conn_ctx {
+	rg_server *srv;
+	struct MHD_Connection *conn;
+	rg_route route;
+	bool post;
+	double t0;               /* first call (headers received), rg_now_ms() */
+	rg_buf body;
+	bool too_big;
+	bool suspended;          /* queued in the engine (or resuming to report a submit error) */
+	atomic_bool released;    /* the engine made its last access (job_done ran / submit failed) */
+	rg_http_error submit_error; /* the answer after a failed submit; code 0 when none */
+	char submit_err[256];
+	rg_request req;
+	int32_t **ids;           /* (n_inputs) token ids per input; owned unless it is req's */
+	size_t *n_ids;           /* (n_inputs) */
+	float *emb;              /* (n_inputs, hidden) output vectors */
+	rg_job_seq *seqs;        /* (n_inputs) uncached inputs */
+	rg_job job;
+	size_t prompt_tokens;
+} conn_ctx;
+
+/* MHD's access handler (MHD_start_daemon's dh; cls is the rg_server) and its
+ * MHD_OPTION_NOTIFY_COMPLETED callback, which frees the per-connection state. */
+enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, const char *url,
+				     const char *method, const char *version,
+				     const char *upload_data, size_t *upload_data_size,
+				     void **con_cls);
+void rg_server_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+			    enum MHD_RequestTerminationCode toe);
+#endif
