@@ -528,10 +528,16 @@ def test_sigterm_with_queued_requests(tiny_dir):
            for i in range(3)]
     for t in ths:
         t.start()
-    time.sleep(0.15)
+    # stop only once all three are in: one running (400 ms), two queued. A fixed sleep raced the
+    # clients' connects under ASan (a client that connects after the stop gets no HTTP answer).
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and s.metrics()["ragged_queue_depth"] < 2:
+        time.sleep(0.01)
+    assert s.metrics()["ragged_queue_depth"] >= 2
     s.stop()  # asserts exit status 0 (and no leak under ASan)
     for t in ths:
         t.join()
+    assert all(r is not None and r[0] is not None for r in res), res
     codes = sorted(r[0] for r in res)
     assert set(codes) <= {200, 503}, res  # every queued client gets an answer
     assert 503 in codes
