@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/vec.h"
 
 static bool key_ok(const rg_cost_key *k)
 {
@@ -117,7 +118,8 @@ rg_cost_table *rg_cost_store_load(const char *db_path, const rg_cost_key *key, r
 	rg_status s = RG_OK;
 	int *rl = NULL, *rb = NULL, *lens = NULL, *batches = NULL;
 	double *rms = NULL;
-	int n = 0, cap = 0;
+	int n = 0;
+	size_t cap_l = 0, cap_b = 0, cap_m = 0;
 
 	if (!db_path || !key_ok(key)) {
 		s = rg_errorf(RG_ERR_INVALID_INPUT, "cost table load: NULL path or bad key");
@@ -144,22 +146,11 @@ rg_cost_table *rg_cost_store_load(const char *db_path, const rg_cost_key *key, r
 				      sqlite3_errmsg(db));
 			goto out;
 		}
-		if (n == cap) {
-			int nc = cap ? cap * 2 : 64;
-			int *nl = realloc(rl, sizeof(int) * (size_t)nc);
-			if (nl)
-				rl = nl;
-			int *nbt = realloc(rb, sizeof(int) * (size_t)nc);
-			if (nbt)
-				rb = nbt;
-			double *nm = realloc(rms, sizeof(double) * (size_t)nc);
-			if (nm)
-				rms = nm;
-			if (!nl || !nbt || !nm) {
-				s = rg_errorf(RG_ERR_OOM, "cost table load: out of memory");
-				goto out;
-			}
-			cap = nc;
+		if (!rg_vec_reserve((void **)&rl, &cap_l, (size_t)n + 1, sizeof(*rl), 64) ||
+		    !rg_vec_reserve((void **)&rb, &cap_b, (size_t)n + 1, sizeof(*rb), 64) ||
+		    !rg_vec_reserve((void **)&rms, &cap_m, (size_t)n + 1, sizeof(*rms), 64)) {
+			s = rg_errorf(RG_ERR_OOM, "cost table load: out of memory");
+			goto out;
 		}
 		rl[n] = sqlite3_column_int(sel, 0);
 		rb[n] = sqlite3_column_int(sel, 1);

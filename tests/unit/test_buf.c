@@ -1,4 +1,5 @@
-/* The one byte buffer and its JSON writers (src/core/buf.c), against hand-written expected text:
+/* The one byte buffer and its JSON writers (src/core/buf.c), and the array growth rule
+ * (src/core/vec.c), against hand-written expected text:
  * escapes, float round trips, base64 (RFC 4648 test vectors), direct writes after a reserve. */
 #include <math.h>
 #include <setjmp.h>
@@ -11,6 +12,7 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
+#include "core/vec.h"
 
 static void test_json_writers(void **state)
 {
@@ -69,12 +71,36 @@ static void test_reserve_then_direct_writes(void **state)
 	rg_buf_free(&b);
 }
 
+static void test_vec_reserve(void **state)
+{
+	int *a = NULL;
+	size_t cap = 0;
+	(void)state;
+
+	assert_true(rg_vec_reserve((void **)&a, &cap, 1, sizeof(*a), 4));
+	assert_int_equal(cap, 4);
+	for (int i = 0; i < 1000; i++) {
+		assert_true(rg_vec_reserve((void **)&a, &cap, (size_t)i + 1, sizeof(*a), 4));
+		a[i] = i;
+	}
+	assert_int_equal(cap, 1024); /* doubling from 4 */
+	for (int i = 0; i < 1000; i++)
+		assert_int_equal(a[i], i);
+	/* an impossible size fails and leaves the array as it was */
+	int *keep = a;
+	assert_false(rg_vec_reserve((void **)&a, &cap, SIZE_MAX / 2, sizeof(*a), 4));
+	assert_ptr_equal(a, keep);
+	assert_int_equal(cap, 1024);
+	free(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_json_writers),
 		cmocka_unit_test(test_base64_vectors),
 		cmocka_unit_test(test_reserve_then_direct_writes),
+		cmocka_unit_test(test_vec_reserve),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "core/buf.h"
+#include "core/vec.h"
 
 #define LG_MAX_REQUESTS 20000000L	/* schedule size cap (memory: ~64 B per request) */
 #define LG_MAX_RESPONSE (64u << 20)	/* a response larger than this is a parse error */
@@ -256,7 +257,8 @@ static int lg_parse_long(const char *s, long *out)
 static int lg_dist_load_file(struct lg_dist *d, const char *path)
 {
 	FILE *f = fopen(path, "rb");
-	long size, cap = 0;
+	long size;
+	size_t cap = 0;
 
 	if (!f) {
 		fprintf(stderr, "loadgen: cannot open %s: %s\n", path, strerror(errno));
@@ -281,13 +283,9 @@ static int lg_dist_load_file(struct lg_dist *d, const char *path)
 			line[--n] = '\0';
 		if (!n)
 			continue;
-		if (d->n_lines == cap) {
-			cap = cap ? 2 * cap : 256;
-			char **nl = realloc(d->lines, (size_t)cap * sizeof(*nl));
-			if (!nl)
-				goto out_io;
-			d->lines = nl;
-		}
+		if (!rg_vec_reserve((void **)&d->lines, &cap, (size_t)d->n_lines + 1,
+				    sizeof(*d->lines), 256))
+			goto out_io;
 		d->lines[d->n_lines++] = line;
 	}
 	if (!d->n_lines) {
@@ -592,7 +590,8 @@ static int lg_schedule(struct lg_run *run)
 	struct lg_opts *o = run->o;
 	struct lg_rng rng;
 	double t = 0.0, warm_end = o->warmup_s, end = o->warmup_s + o->duration_s;
-	long cap = 1024, n = 0, n_measured = 0;
+	size_t cap = 1024;
+	long n = 0, n_measured = 0;
 
 	lg_rng_seed(&rng, o->seed);
 	run->reqs = malloc((size_t)cap * sizeof(*run->reqs));
@@ -603,15 +602,10 @@ static int lg_schedule(struct lg_run *run)
 		bool measured = t >= warm_end;
 		if (o->n_requests ? n_measured >= o->n_requests : t >= end)
 			break;
-		if (n == cap) {
-			if (cap >= LG_MAX_REQUESTS)
-				return -1;
-			cap *= 2;
-			struct lg_req *nr = realloc(run->reqs, (size_t)cap * sizeof(*nr));
-			if (!nr)
-				return -1;
-			run->reqs = nr;
-		}
+		if (n >= LG_MAX_REQUESTS ||
+		    !rg_vec_reserve((void **)&run->reqs, &cap, (size_t)n + 1, sizeof(*run->reqs),
+				    1024))
+			return -1;
 		struct lg_req *r = &run->reqs[n++];
 		memset(r, 0, sizeof(*r));
 		r->sched_ns = (int64_t)(t * 1e9);

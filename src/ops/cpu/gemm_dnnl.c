@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "core/vec.h"
 
 #ifndef RG_WITH_DNNL
 
@@ -93,9 +94,11 @@ static struct {
 	pthread_key_t tls;
 	pthread_mutex_t lock;    /* guards weights[] and prims[] */
 	rg_dnnl_weight **weights;
-	int n_weights, cap_weights;
+	int n_weights;
+	size_t cap_weights;
 	prim_entry **prims;
-	int n_prims, cap_prims;
+	int n_prims;
+	size_t cap_prims;
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -319,16 +322,11 @@ static prim_entry *prim_get(const rg_dnnl_weight *w, int m, int nb, rg_act act, 
 	}
 	if (e)
 		goto out_unlock;
-	if (g.n_prims == g.cap_prims) {
-		int cap = g.cap_prims ? 2 * g.cap_prims : 64;
-		prim_entry **p = realloc(g.prims, (size_t)cap * sizeof(*p));
-
-		if (!p) {
-			rg_errorf(RG_ERR_OOM, "gemm: cannot grow the oneDNN primitive cache");
-			goto out_unlock;
-		}
-		g.prims = p;
-		g.cap_prims = cap;
+	if (!rg_vec_reserve((void **)&g.prims, &g.cap_prims, (size_t)g.n_prims + 1,
+			    sizeof(*g.prims), 64)) {
+		rg_errorf(RG_ERR_OOM, "gemm: cannot grow the oneDNN primitive cache");
+		e = NULL;
+		goto out_unlock;
 	}
 	e = prim_create(&wmd, m, w->K, nb, act, bias, false, &impl, err, sizeof(err));
 	if (!e) {
@@ -484,19 +482,13 @@ rg_status rg_dnnl_prepare(float *W, int N, int K)
 		}
 	}
 	pthread_mutex_lock(&g.lock);
-	if (g.n_weights == g.cap_weights) {
-		int cap = g.cap_weights ? 2 * g.cap_weights : 64;
-		rg_dnnl_weight **p = realloc(g.weights, (size_t)cap * sizeof(*p));
-
-		if (!p) {
-			pthread_mutex_unlock(&g.lock);
-			st = rg_errorf(RG_ERR_OOM, "gemm weight: cannot grow the registry");
-			if (!w->owned)
-				memcpy(W, tmp, bytes);
-			goto out_free_w;
-		}
-		g.weights = p;
-		g.cap_weights = cap;
+	if (!rg_vec_reserve((void **)&g.weights, &g.cap_weights, (size_t)g.n_weights + 1,
+			    sizeof(*g.weights), 64)) {
+		pthread_mutex_unlock(&g.lock);
+		st = rg_errorf(RG_ERR_OOM, "gemm weight: cannot grow the registry");
+		if (!w->owned)
+			memcpy(W, tmp, bytes);
+		goto out_free_w;
 	}
 	g.weights[g.n_weights++] = w;
 	pthread_mutex_unlock(&g.lock);
