@@ -151,6 +151,10 @@ clean:
 ifeq ($(CUDA),1)
 build/bench_ops: bench/kernels/bench_ops.c build/libragged.a
 	$(CC) $(REL_CFLAGS) -isystem $(CUDA_HOME)/include -o $@ $< build/libragged.a $(REL_LIBS)
+# The CUDA op-parity test that tests/gpu/run.sh runs: linked with the library's own flags, so it
+# follows whatever the build links (oneDNN when found, the CUDA libraries of CUDA_HOME).
+build/test_ops_cuda: tests/gpu/test_ops_cuda.c build/libragged.a
+	$(CC) $(REL_CFLAGS) -o $@ $< build/libragged.a $(REL_LIBS)
 endif
 
 -include $(shell find build -name '*.d' 2>/dev/null)

@@ -50,10 +50,7 @@ tail -5 "$OUT/build.log"
 record build $st
 [ $st -eq 0 ] || { echo "build failed: see build.log"; exit 1; }
 cuobjdump --list-elf build/libragged.so | grep -o 'sm_[0-9]*a\?' | sort | uniq -c
-gcc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wshadow -Iinclude -Isrc -o build/test_ops_cuda \
-	tests/gpu/test_ops_cuda.c build/libragged.a -lopenblas -lutf8proc -ljson-c -lsqlite3 \
-	-lmicrohttpd -lm -lpthread -L"$(dirname "$(dirname "$NVCC")")/lib64" \
-	-Wl,-rpath,"$(dirname "$(dirname "$NVCC")")/lib64" -lcublasLt -lcublas -lcudart -lstdc++
+make -j"$J" build/test_ops_cuda >>"$OUT/build.log" 2>&1
 record "build test_ops_cuda" $?
 
 step "soak: 10,000 random ragged batches, fp16 (alone on the GPU: it reads device-wide memory)"
