@@ -21,6 +21,8 @@ $PY -c 'import numpy' 2>/dev/null || pyneed+=(numpy)
 $PY -c 'import tokenizers' 2>/dev/null || pyneed+=(tokenizers)
 $PY -c 'import safetensors' 2>/dev/null || pyneed+=(safetensors)
 $PY -c 'import pytest' 2>/dev/null || pyneed+=(pytest)
+# scipy: the float64 reference's erf (exact GELU), vectorised; NumPy alone has none.
+$PY -c 'import scipy.special' 2>/dev/null || pyneed+=(scipy)
 if [ ${#pyneed[@]} -gt 0 ]; then
 	echo "install-deps: pip install ${pyneed[*]}"
 	$PY -m pip install -q "${pyneed[@]}" 2>/dev/null || $PY -m pip install -q --break-system-packages "${pyneed[@]}"

@@ -67,7 +67,7 @@ def hf_tok(tiny_dir):
 @pytest.fixture(scope="module")
 def srv(tiny_dir):
     s = Server(tiny_dir, "--max-inputs", 64, "--max-body-bytes", 65536,
-               "--connection-timeout-s", 2)
+               "--connection-timeout-s", 1)
     yield s
     s.stop()
 
@@ -361,7 +361,7 @@ def test_wrong_content_length(srv):
     raw = (b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n" + body)
     out = raw_exchange(srv.port, raw, timeout=3.0)
     assert status_of(out) == 400
-    # Longer than the body: the server waits, then the connection times out (2 s) and closes.
+    # Longer than the body: the server waits, then the connection times out (1 s) and closes.
     raw = (b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n" + body)
     t0 = time.monotonic()
     out = raw_exchange(srv.port, raw, timeout=15.0)
@@ -379,7 +379,7 @@ def test_slow_client_does_not_block_others(srv):
     assert time.monotonic() - t0 < 5
     s.settimeout(15)
     try:
-        got = s.recv(100)  # the server drops the idle connection after --connection-timeout-s 2
+        got = s.recv(100)  # the server drops the idle connection after --connection-timeout-s 1
     except ConnectionResetError:
         got = b""
     assert got == b"" or status_of(got) in (400, 408)
