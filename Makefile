@@ -64,6 +64,19 @@ ASAN_APP_OBJ := $(patsubst tools/%.c,build/asan/obj/tools/%.o,\
 UNIT_BIN := $(patsubst tests/unit/%.c,build/tests/%,$(UNIT_SRC))
 ASAN_UNIT_BIN := $(patsubst tests/unit/%.c,build/asan/tests/%,$(UNIT_SRC))
 
+# The release build remembers its configuration in build/config: when CUDA or DNNL changes (a
+# CUDA=0 build after a CUDA one, or the reverse), every release object and library is rebuilt
+# instead of a CPU-only binary linking the CUDA objects left in libragged.a. Goals that build
+# only the ASan tree (always CPU-only) leave it alone.
+BUILD_CONFIG := CUDA=$(CUDA) DNNL=$(DNNL) DNNL_INC=$(DNNL_INC)
+ifneq ($(filter-out asan deps clean,$(or $(MAKECMDGOALS),all)),)
+$(shell mkdir -p build && { echo '$(BUILD_CONFIG)' | cmp -s - build/config || \
+	echo '$(BUILD_CONFIG)' > build/config; })
+endif
+.DEFAULT_GOAL := all
+build/config:
+	@mkdir -p build; echo '$(BUILD_CONFIG)' > $@
+
 .PHONY: all asan deps run test test-unit test-py clean gpu-test
 all: build/ragged build/libragged.so build/libragged_internal.so $(UNIT_BIN)
 asan: build/asan/ragged build/asan/libragged.so build/asan/libragged_internal.so $(ASAN_UNIT_BIN)
@@ -76,16 +89,16 @@ deps:
 KERN_CFLAGS := -O3 -ffp-contract=fast
 build/obj/ops/cpu/kern_%.o build/asan/obj/ops/cpu/kern_%.o: EXTRA_CFLAGS := $(KERN_CFLAGS)
 
-build/obj/%.o: src/%.c
+build/obj/%.o: src/%.c build/config
 	@mkdir -p $(dir $@)
 	$(CC) $(REL_CFLAGS) $(EXTRA_CFLAGS) -MMD -MP -c $< -o $@
-build/obj/%.cu.o: src/%.cu
+build/obj/%.cu.o: src/%.cu build/config
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 build/asan/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN_CFLAGS) $(EXTRA_CFLAGS) -MMD -MP -c $< -o $@
-build/obj/tools/%.o: tools/%.c
+build/obj/tools/%.o: tools/%.c build/config
 	@mkdir -p $(dir $@)
 	$(CC) $(REL_CFLAGS) -Itools -MMD -MP -c $< -o $@
 build/asan/obj/tools/%.o: tools/%.c
@@ -101,12 +114,12 @@ build/ragged.map: include/ragged.h
 	  if (match(l, /rg_[a-z0-9_]+\(/)) print "  " substr(l, RSTART, RLENGTH - 1) ";" }' $<; \
 	  echo 'local: *; };'; } > $@
 
-build/libragged.a: $(REL_OBJ)
-	@mkdir -p build; rm -f $@; ar rcs $@ $^
-build/libragged.so: $(REL_OBJ) build/ragged.map
+build/libragged.a: $(REL_OBJ) build/config
+	@mkdir -p build; rm -f $@; ar rcs $@ $(REL_OBJ)
+build/libragged.so: $(REL_OBJ) build/ragged.map build/config
 	$(CC) -shared -Wl,--version-script=build/ragged.map -o $@ $(REL_OBJ) $(REL_LIBS)
-build/libragged_internal.so: $(REL_OBJ)
-	$(CC) -shared -o $@ $^ $(REL_LIBS)
+build/libragged_internal.so: $(REL_OBJ) build/config
+	$(CC) -shared -o $@ $(REL_OBJ) $(REL_LIBS)
 build/ragged: $(TOOLSRC) $(REL_APP_OBJ) build/libragged.a
 	$(CC) $(REL_CFLAGS) -Itools -o $@ $(TOOLSRC) $(REL_APP_OBJ) build/libragged.a $(REL_LIBS) \
 		$(APP_LIBS)

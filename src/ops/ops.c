@@ -21,6 +21,7 @@ struct rg_backend {
 	char capture_msg[256];
 };
 
+#ifdef RG_WITH_CUDA
 /* While capturing, remember the first failing op: capture_end reports it even when the failure
  * happened on the host before anything reached the stream. */
 static rg_status note(rg_backend *be, rg_status st)
@@ -31,6 +32,7 @@ static rg_status note(rg_backend *be, rg_status st)
 	}
 	return st;
 }
+#endif
 
 size_t rg_dtype_size(rg_dtype dt)
 {

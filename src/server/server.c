@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <math.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <sched.h>
 #include <netdb.h>
 #include <signal.h>
@@ -144,6 +145,15 @@ static struct MHD_Daemon *start_daemon(rg_server *s)
 	return d;
 }
 
+static pthread_t g_main_thread; /* the thread that sigwaits for SIGINT/SIGTERM */
+
+/* SIGINT/SIGTERM delivered to a thread that does not block them: make it pending on the main
+ * thread, whose sigwait takes it (pthread_kill is async-signal-safe). */
+static void forward_stop_signal(int sig)
+{
+	pthread_kill(g_main_thread, sig);
+}
+
 int rg_serve_main(int argc, char **argv)
 {
 	rg_server *s;
@@ -177,7 +187,21 @@ int rg_serve_main(int argc, char **argv)
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
-	/* Block the stop signals in every thread; the main thread waits for them with sigwait. */
+	/* Block the stop signals in every thread we start; the main thread waits for them with
+	 * sigwait. Threads that libraries started before main (OpenBLAS's pool, for one) do not
+	 * block them, and the kernel may hand a process-directed SIGTERM to such a thread: the
+	 * handler forwards it to the main thread instead of the default action killing the
+	 * process (which made a clean stop exit by signal 15 now and then). */
+	g_main_thread = pthread_self();
+	{
+		struct sigaction sa;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = forward_stop_signal;
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+	}
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);
