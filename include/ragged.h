@@ -34,7 +34,7 @@ typedef enum rg_status {
 	RG_OK = 0,
 	RG_ERR_INVALID_INPUT, /* bad argument or bad client data (malformed text, bad cu_seqlens) */
 	RG_ERR_INVALID_UTF8,  /* text is not valid UTF-8 */
-	RG_ERR_TOO_LONG,      /* sequence longer than max_position_embeddings, or batch over budget */
+	RG_ERR_TOO_LONG,      /* sequence longer than max_seq_len, or batch over budget */
 	RG_ERR_IO,            /* file missing, unreadable, or not mappable */
 	RG_ERR_FORMAT,        /* file present but malformed (safetensors, json, vocab) */
 	RG_ERR_UNSUPPORTED,   /* valid but not supported (model_type, hidden_act, dtype, device) */
@@ -95,7 +95,7 @@ RG_API rg_model_params rg_model_params_default(void);
 
 typedef struct rg_model_info {
 	const char *model_dir;   /* resolved directory, owned by the model */
-	const char *model_type;  /* "bert" */
+	const char *model_type;  /* config.json model_type: "bert", "roberta", "xlm-roberta", ... */
 	int vocab_size;
 	int hidden_size;
 	int num_attention_heads;
@@ -110,6 +110,8 @@ typedef struct rg_model_info {
 	rg_device device;
 	rg_dtype dtype;
 	int max_batch_tokens;
+	int max_seq_len;         /* longest sequence in tokens: max_position_embeddings less the
+				  * family's first position id (RoBERTa: padding_idx + 1) */
 } rg_model_info;
 
 typedef struct rg_model rg_model;
@@ -130,8 +132,8 @@ RG_API const rg_model_info *rg_model_get_info(const rg_model *m);
 
 /* Tokenize one UTF-8 text as the HF tokenizer does, with the [CLS] ... [SEP] template.
  * text: len bytes, not necessarily NUL-terminated. On success *ids is malloc'd (caller frees) and
- * holds *n_ids ids. If the result is longer than max_position_embeddings: with truncate, it is cut to
- * max_position_embeddings ids ending in [SEP]; without, RG_ERR_TOO_LONG. Invalid UTF-8 gives
+ * holds *n_ids ids. If the result is longer than max_seq_len (rg_model_info): with truncate, it is
+ * cut to max_seq_len ids ending in [SEP]; without, RG_ERR_TOO_LONG. Invalid UTF-8 gives
  * RG_ERR_INVALID_UTF8. */
 RG_API
 rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, bool truncate,
@@ -139,11 +141,11 @@ rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, boo
 
 /* Encode a packed batch and pool each sequence (padding-free, ByteTransformer sec. III-D).
  * tokens: (cu_seqlens[n_seq]) int32 host; cu_seqlens: (n_seq+1) int32 host, cu_seqlens[0] = 0,
- * non-decreasing, every length in [1, max_position_embeddings]; total tokens <= max_batch_tokens.
+ * non-decreasing, every length in [1, max_seq_len]; total tokens <= max_batch_tokens.
  * out: (n_seq, hidden_size) float32 host, caller-owned; pooled as the model's pooling says and
  * L2-normalized when the model has a Normalize module.
  * Errors: RG_ERR_INVALID_INPUT (bad cu_seqlens, token id out of vocab, n_seq < 1),
- * RG_ERR_TOO_LONG (a length over max_position_embeddings or batch over max_batch_tokens),
+ * RG_ERR_TOO_LONG (a length over max_seq_len or batch over max_batch_tokens),
  * RG_ERR_CUDA. The model is reusable after any error. Not thread-safe per model. */
 RG_API
 rg_status rg_model_embed(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens, int n_seq,
@@ -168,7 +170,7 @@ typedef enum rg_exec_mode {
 typedef struct rg_layout {
 	rg_exec_mode mode;
 	int n_rows;               /* PADDED/CONCAT/SLOTTED: rows computed (n_rows * row_len tokens) */
-	int row_len;              /* tokens per row, <= max_position_embeddings */
+	int row_len;              /* tokens per row, <= max_seq_len */
 	int slot_len;             /* SLOTTED only: row_len % slot_len == 0 */
 	const int32_t *req_row;   /* (n_seq) row of each request */
 	const int32_t *req_offset;/* (n_seq) first token of each request within its row */

@@ -52,7 +52,7 @@ static void usage(FILE *f)
 		"  --dtype fp32|fp16|bf16 compute dtype (fp16/bf16 need cuda; default: fp32 on cpu, fp16 on\n"
 		"                         cuda, bf16 for a bf16 checkpoint)\n"
 		"  --max-batch-tokens N   tokens packed per batch (default 16384)\n"
-		"  --truncate             cut texts longer than max_position_embeddings\n"
+		"  --truncate             cut texts longer than the model's max_seq_len\n"
 		"  --input FILE           read texts from FILE (default stdin)\n"
 		"  --output FILE          write results to FILE (default stdout)\n");
 }
@@ -441,6 +441,7 @@ static int cmd_info(int argc, char **argv)
 			       json_object_new_int(i->intermediate_size));
 	json_object_object_add(model, "max_position_embeddings",
 			       json_object_new_int(i->max_position_embeddings));
+	json_object_object_add(model, "max_seq_len", json_object_new_int(i->max_seq_len));
 	json_object_object_add(model, "type_vocab_size", json_object_new_int(i->type_vocab_size));
 	json_object_object_add(model, "hidden_act", json_object_new_string(i->hidden_act));
 	json_object_object_add(model, "layer_norm_eps", json_object_new_double(i->layer_norm_eps));

@@ -1,5 +1,8 @@
-/* BERT (model_type "bert"): its weights and its encoder, the rg_arch hooks of model.h; the
- * runtime around them (arena, execution paths, pooling) is model.c.
+/* The BERT-shaped encoders: BERT, RoBERTa, XLM-RoBERTa and DistilBERT share one layer (post-LN
+ * self-attention and GELU FFN) and differ in weight names, token types and positions. Their
+ * weights and encoder are the rg_arch hooks of model.h; the runtime around them (arena,
+ * execution paths, pooling) is model.c. RoBERTa's position offset (padding_idx + 1) is applied
+ * where model.c stages the positions (config.h, position_offset).
  *
  * Weights: every tensor checked against config.json, Q/K/V fused into one (3H, H) projection,
  * converted to f32 on the host and uploaded once in the compute dtype (GEMM weights and biases;
@@ -50,19 +53,59 @@ static rg_bert_weights *bw(const rg_model *m)
 	return m->weights;
 }
 
+/* Where a family keeps each weight of a layer (without the base model prefix, which
+ * rg_model_find_tensor strips, and without ".weight"/".bias"). */
+typedef struct rg_bert_names {
+	const char *layer;   /* printf format of a layer's prefix */
+	const char *qkv[3];  /* query, key, value projections */
+	const char *o;       /* attention output projection */
+	const char *ln1;     /* LayerNorm after attention */
+	const char *ff1;     /* FFN up */
+	const char *ff2;     /* FFN down */
+	const char *ln2;     /* LayerNorm after the FFN */
+} rg_bert_names;
+
+/* transformers' BertLayer / RobertaLayer / XLMRobertaLayer */
+static const rg_bert_names BERT_NAMES = {
+	"encoder.layer.%d.",
+	{"attention.self.query", "attention.self.key", "attention.self.value"},
+	"attention.output.dense", "attention.output.LayerNorm",
+	"intermediate.dense", "output.dense", "output.LayerNorm",
+};
+/* transformers' DistilBERT TransformerBlock */
+static const rg_bert_names DISTILBERT_NAMES = {
+	"transformer.layer.%d.",
+	{"attention.q_lin", "attention.k_lin", "attention.v_lin"},
+	"attention.out_lin", "sa_layer_norm",
+	"ffn.lin1", "ffn.lin2", "output_layer_norm",
+};
+
+static const rg_bert_names *names_of(const rg_model *m)
+{
+	return strcmp(m->cfg.model_type, "distilbert") ? &BERT_NAMES : &DISTILBERT_NAMES;
+}
+
+/* Name of one tensor of layer l: the family's layer prefix, the module, the suffix. */
+static void layer_name(char *buf, size_t n, const rg_bert_names *nm, int l, const char *module,
+		       const char *suffix)
+{
+	int k = snprintf(buf, n, nm->layer, l);
+
+	snprintf(buf + k, n - (size_t)k, "%s.%s", module, suffix);
+}
+
 static rg_status load_layer(rg_model *m, const rg_st *st, int l, float *scratch)
 {
 	const int64_t H = m->cfg.hidden_size, I = m->cfg.intermediate_size;
+	const rg_bert_names *nm = names_of(m);
 	rg_bert_layer *L = &bw(m)->layers[l];
-	static const char *qkv[3] = {"query", "key", "value"};
-	char n1[160], n2[160];
+	char n1[192], n2[192];
 	const rg_st_tensor *t;
 	rg_status s;
 
-#define LNAME(buf, suffix) snprintf(buf, sizeof(buf), "encoder.layer.%d.%s", l, suffix)
 	/* fused QKV: weights stacked row-wise into scratch, then biases */
 	for (int i = 0; i < 3; i++) {
-		snprintf(n1, sizeof(n1), "encoder.layer.%d.attention.self.%s.weight", l, qkv[i]);
+		layer_name(n1, sizeof(n1), nm, l, nm->qkv[i], "weight");
 		if ((s = rg_model_find_tensor(st, n1, NULL, H, H, &t)) != RG_OK)
 			return s;
 		rg_st_to_f32(t, scratch + (size_t)i * H * H);
@@ -70,7 +113,7 @@ static rg_status load_layer(rg_model *m, const rg_st *st, int l, float *scratch)
 	if ((s = rg_model_upload(m, scratch, (size_t)(3 * H * H), true, &L->qkv_w)) != RG_OK)
 		return s;
 	for (int i = 0; i < 3; i++) {
-		snprintf(n1, sizeof(n1), "encoder.layer.%d.attention.self.%s.bias", l, qkv[i]);
+		layer_name(n1, sizeof(n1), nm, l, nm->qkv[i], "bias");
 		if ((s = rg_model_find_tensor(st, n1, NULL, H, -1, &t)) != RG_OK)
 			return s;
 		rg_st_to_f32(t, scratch + (size_t)i * H);
@@ -79,35 +122,31 @@ static rg_status load_layer(rg_model *m, const rg_st *st, int l, float *scratch)
 		return s;
 
 	struct {
-		const char *name, *alt;
+		const char *module, *suffix, *alt; /* alt: the old TF-converted LayerNorm names */
 		int64_t d0, d1;
 		bool act;
 		void **dst;
 	} spec[] = {
-		{"attention.output.dense.weight", NULL, H, H, true, &L->o_w},
-		{"attention.output.dense.bias", NULL, H, -1, true, &L->o_b},
-		{"attention.output.LayerNorm.weight", "attention.output.LayerNorm.gamma", H, -1, false,
-		 (void **)&L->ln1_g},
-		{"attention.output.LayerNorm.bias", "attention.output.LayerNorm.beta", H, -1, false,
-		 (void **)&L->ln1_b},
-		{"intermediate.dense.weight", NULL, I, H, true, &L->ff1_w},
-		{"intermediate.dense.bias", NULL, I, -1, true, &L->ff1_b},
-		{"output.dense.weight", NULL, H, I, true, &L->ff2_w},
-		{"output.dense.bias", NULL, H, -1, true, &L->ff2_b},
-		{"output.LayerNorm.weight", "output.LayerNorm.gamma", H, -1, false,
-		 (void **)&L->ln2_g},
-		{"output.LayerNorm.bias", "output.LayerNorm.beta", H, -1, false, (void **)&L->ln2_b},
+		{nm->o, "weight", NULL, H, H, true, &L->o_w},
+		{nm->o, "bias", NULL, H, -1, true, &L->o_b},
+		{nm->ln1, "weight", "gamma", H, -1, false, (void **)&L->ln1_g},
+		{nm->ln1, "bias", "beta", H, -1, false, (void **)&L->ln1_b},
+		{nm->ff1, "weight", NULL, I, H, true, &L->ff1_w},
+		{nm->ff1, "bias", NULL, I, -1, true, &L->ff1_b},
+		{nm->ff2, "weight", NULL, H, I, true, &L->ff2_w},
+		{nm->ff2, "bias", NULL, H, -1, true, &L->ff2_b},
+		{nm->ln2, "weight", "gamma", H, -1, false, (void **)&L->ln2_g},
+		{nm->ln2, "bias", "beta", H, -1, false, (void **)&L->ln2_b},
 	};
 	for (size_t i = 0; i < sizeof(spec) / sizeof(spec[0]); i++) {
-		LNAME(n1, spec[i].name);
+		layer_name(n1, sizeof(n1), nm, l, spec[i].module, spec[i].suffix);
 		if (spec[i].alt)
-			LNAME(n2, spec[i].alt);
+			layer_name(n2, sizeof(n2), nm, l, spec[i].module, spec[i].alt);
 		s = rg_model_load_tensor(m, st, n1, spec[i].alt ? n2 : NULL, spec[i].d0, spec[i].d1,
 				spec[i].act, scratch, spec[i].dst);
 		if (s != RG_OK)
 			return s;
 	}
-#undef LNAME
 	/* the four GEMM weights, stored the way the backend's GEMM reads them fastest */
 	if ((s = rg_op_prepare_weight(m->be, L->qkv_w, (int)(3 * H), (int)H)) != RG_OK ||
 	    (s = rg_op_prepare_weight(m->be, L->o_w, (int)H, (int)H)) != RG_OK ||
@@ -119,7 +158,7 @@ static rg_status load_layer(rg_model *m, const rg_st *st, int l, float *scratch)
 
 static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 {
-	const rg_bert_config *c = &m->cfg;
+	const rg_encoder_config *c = &m->cfg;
 	const int64_t H = c->hidden_size, I = c->intermediate_size;
 	size_t need = (size_t)(3 * H * H), n;
 	const rg_st_tensor *tt;
@@ -151,12 +190,16 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 			c->max_position_embeddings, H, true, scratch, &bw(m)->pos);
 	if (s != RG_OK)
 		goto out_free_scratch;
-	s = rg_model_find_tensor(st, "embeddings.token_type_embeddings.weight", NULL, c->type_vocab_size, H,
-			&tt);
-	if (s != RG_OK)
-		goto out_free_scratch;
-	/* only row 0 is used: every token has token_type_id 0 for single-text embedding */
-	rg_st_to_f32(tt, scratch);
+	if (c->type_vocab_size > 0) {
+		s = rg_model_find_tensor(st, "embeddings.token_type_embeddings.weight", NULL,
+					 c->type_vocab_size, H, &tt);
+		if (s != RG_OK)
+			goto out_free_scratch;
+		/* only row 0 is used: every token has token_type_id 0 for single-text embedding */
+		rg_st_to_f32(tt, scratch);
+	} else {
+		memset(scratch, 0, (size_t)H * sizeof(float)); /* a family without token types */
+	}
 	if ((s = rg_model_upload(m, scratch, (size_t)H, true, &bw(m)->type0)) != RG_OK)
 		goto out_free_scratch;
 	s = rg_model_load_tensor(m, st, "embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma", H, -1,
@@ -180,7 +223,7 @@ out_free_scratch:
  * graph captures. */
 static rg_status bert_encode(rg_model *m, const rg_fwd *f, int n, int n_att, int max_len)
 {
-	const rg_bert_config *c = &m->cfg;
+	const rg_encoder_config *c = &m->cfg;
 	const int H = c->hidden_size, I = c->intermediate_size, nh = c->num_attention_heads;
 	const int hd = H / nh;
 	const float eps = (float)c->layer_norm_eps, scale = 1.f / sqrtf((float)hd);
@@ -237,8 +280,27 @@ static void bert_free_weights(rg_model *m)
 	m->weights = NULL;
 }
 
+/* One arch per model_type; the hooks are the same, the names differ (names_of). */
 const rg_arch rg_arch_bert = {
 	.model_type = "bert",
+	.load_weights = bert_load_weights,
+	.encode = bert_encode,
+	.free_weights = bert_free_weights,
+};
+const rg_arch rg_arch_roberta = {
+	.model_type = "roberta",
+	.load_weights = bert_load_weights,
+	.encode = bert_encode,
+	.free_weights = bert_free_weights,
+};
+const rg_arch rg_arch_xlm_roberta = {
+	.model_type = "xlm-roberta",
+	.load_weights = bert_load_weights,
+	.encode = bert_encode,
+	.free_weights = bert_free_weights,
+};
+const rg_arch rg_arch_distilbert = {
+	.model_type = "distilbert",
 	.load_weights = bert_load_weights,
 	.encode = bert_encode,
 	.free_weights = bert_free_weights,

@@ -67,10 +67,80 @@ static rg_status cfg_str(const char *path, json_object *root, const char *key, c
 	return RG_OK;
 }
 
-rg_status rg_bert_config_load(const char *dir, rg_bert_config *cfg)
+/* Boolean key; missing or null gives def; another JSON type is RG_ERR_FORMAT naming the key. */
+static rg_status cfg_bool(const char *path, json_object *root, const char *key, bool def, bool *v)
+{
+	json_object *o;
+
+	*v = def;
+	if (!json_object_object_get_ex(root, key, &o) || !o)
+		return RG_OK;
+	if (!json_object_is_type(o, json_type_boolean))
+		return rg_errorf(RG_ERR_FORMAT, "%s: \"%s\" must be true or false, got %s", path, key,
+				 json_object_to_json_string(o));
+	*v = json_object_get_boolean(o);
+	return RG_OK;
+}
+
+/* What the families' config.json files call the same things (transformers' *Config classes;
+ * DistilBertConfig maps hidden_size -> dim, num_attention_heads -> n_heads, num_hidden_layers ->
+ * n_layers, and calls the FFN width hidden_dim and the activation "activation"). */
+typedef struct rg_family_keys {
+	const char *model_type;
+	const char *hidden_size, *num_attention_heads, *num_hidden_layers, *intermediate_size;
+	const char *hidden_act;
+	bool token_types;       /* has token_type_embeddings (type_vocab_size) */
+	bool roberta_positions; /* positions from padding_idx + 1 (RobertaEmbeddings) */
+} rg_family_keys;
+
+static const rg_family_keys FAMILIES[] = {
+	{"bert", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+	 "hidden_act", true, false},
+	{"roberta", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+	 "hidden_act", true, true},
+	{"xlm-roberta", "hidden_size", "num_attention_heads", "num_hidden_layers",
+	 "intermediate_size", "hidden_act", true, true},
+	{"distilbert", "dim", "n_heads", "n_layers", "hidden_dim", "activation", false, false},
+};
+#define SUPPORTED_TYPES "bert, roberta, xlm-roberta, distilbert"
+
+/* Options of these families that change the math and that ragged does not implement: a
+ * checkpoint that sets one is refused, naming it, rather than run with wrong numbers. */
+static rg_status refuse_options(const char *path, json_object *root)
+{
+	static const struct {
+		const char *key, *why;
+	} refused[] = {
+		{"is_decoder", "causal self-attention; ragged's encoders attend both ways"},
+		{"add_cross_attention", "encoder-decoder attention"},
+		{"sinusoidal_pos_embds", "fixed sinusoidal positions; learned ones only"},
+	};
+	const char *str;
+	rg_status s;
+	bool on;
+
+	if ((s = cfg_str(path, root, "position_embedding_type", "absolute", &str)) != RG_OK)
+		return s;
+	if (strcmp(str, "absolute"))
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "%s: position_embedding_type \"%s\" is not supported (only "
+				 "\"absolute\")",
+				 path, str);
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		if ((s = cfg_bool(path, root, refused[i].key, false, &on)) != RG_OK)
+			return s;
+		if (on)
+			return rg_errorf(RG_ERR_UNSUPPORTED, "%s: %s = true is not supported (%s)",
+					 path, refused[i].key, refused[i].why);
+	}
+	return RG_OK;
+}
+
+rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
 {
 	char *path;
 	json_object *root = NULL, *o;
+	const rg_family_keys *fam = NULL;
 	const char *str;
 	rg_status s;
 
@@ -97,29 +167,51 @@ rg_status rg_bert_config_load(const char *dir, rg_bert_config *cfg)
 
 	if ((s = cfg_str(path, root, "model_type", NULL, &str)) != RG_OK)
 		goto out_put_root;
-	if (strcmp(str, "bert")) {
+	for (size_t i = 0; i < sizeof(FAMILIES) / sizeof(FAMILIES[0]) && !fam; i++)
+		if (!strcmp(str, FAMILIES[i].model_type))
+			fam = &FAMILIES[i];
+	if (!fam) {
 		s = rg_errorf(RG_ERR_UNSUPPORTED,
-			      "%s: model_type \"%s\" is not supported (only \"bert\")", path, str);
+			      "%s: model_type \"%s\" is not supported (%s)", path, str,
+			      SUPPORTED_TYPES);
 		goto out_put_root;
 	}
 	snprintf(cfg->model_type, sizeof(cfg->model_type), "%s", str);
 
 	if ((s = cfg_int(path, root, "vocab_size", true, 0, 1, RG_CFG_MAX_DIM - 1,
 			 &cfg->vocab_size)) != RG_OK ||
-	    (s = cfg_int(path, root, "hidden_size", true, 0, 1, RG_CFG_MAX_DIM - 1,
+	    (s = cfg_int(path, root, fam->hidden_size, true, 0, 1, RG_CFG_MAX_DIM - 1,
 			 &cfg->hidden_size)) != RG_OK ||
-	    (s = cfg_int(path, root, "num_attention_heads", true, 0, 1, RG_CFG_MAX_DIM - 1,
+	    (s = cfg_int(path, root, fam->num_attention_heads, true, 0, 1, RG_CFG_MAX_DIM - 1,
 			 &cfg->num_attention_heads)) != RG_OK ||
-	    (s = cfg_int(path, root, "num_hidden_layers", true, 0, 1, RG_CFG_MAX_DIM - 1,
+	    (s = cfg_int(path, root, fam->num_hidden_layers, true, 0, 1, RG_CFG_MAX_DIM - 1,
 			 &cfg->num_hidden_layers)) != RG_OK ||
-	    (s = cfg_int(path, root, "intermediate_size", true, 0, 1, RG_CFG_MAX_DIM - 1,
+	    (s = cfg_int(path, root, fam->intermediate_size, true, 0, 1, RG_CFG_MAX_DIM - 1,
 			 &cfg->intermediate_size)) != RG_OK ||
 	    (s = cfg_int(path, root, "max_position_embeddings", true, 0, 1, RG_CFG_MAX_DIM - 1,
 			 &cfg->max_position_embeddings)) != RG_OK ||
-	    (s = cfg_int(path, root, "type_vocab_size", false, 2, 1, RG_CFG_MAX_DIM - 1,
-			 &cfg->type_vocab_size)) != RG_OK ||
 	    (s = cfg_int(path, root, "pad_token_id", false, 0, 0, cfg->vocab_size - 1,
 			 &cfg->pad_token_id)) != RG_OK)
+		goto out_put_root;
+	if (fam->token_types) {
+		if ((s = cfg_int(path, root, "type_vocab_size", false, 2, 1, RG_CFG_MAX_DIM - 1,
+				 &cfg->type_vocab_size)) != RG_OK)
+			goto out_put_root;
+	} else {
+		cfg->type_vocab_size = 0; /* no token type embeddings */
+	}
+	if (fam->roberta_positions) {
+		/* RobertaEmbeddings: positions count from padding_idx + 1 (padding_idx = pad_token_id) */
+		cfg->position_offset = cfg->pad_token_id + 1;
+		if (cfg->position_offset >= cfg->max_position_embeddings) {
+			s = rg_errorf(RG_ERR_FORMAT,
+				      "%s: pad_token_id %d leaves no position below "
+				      "max_position_embeddings %d",
+				      path, cfg->pad_token_id, cfg->max_position_embeddings);
+			goto out_put_root;
+		}
+	}
+	if ((s = refuse_options(path, root)) != RG_OK)
 		goto out_put_root;
 	if (cfg->hidden_size % cfg->num_attention_heads != 0) {
 		s = rg_errorf(RG_ERR_FORMAT,
@@ -128,7 +220,7 @@ rg_status rg_bert_config_load(const char *dir, rg_bert_config *cfg)
 		goto out_put_root;
 	}
 
-	if ((s = cfg_str(path, root, "hidden_act", "gelu", &str)) != RG_OK)
+	if ((s = cfg_str(path, root, fam->hidden_act, "gelu", &str)) != RG_OK)
 		goto out_put_root;
 	if (!strcmp(str, "gelu")) {
 		cfg->hidden_act = RG_ACT_GELU;
@@ -139,19 +231,9 @@ rg_status rg_bert_config_load(const char *dir, rg_bert_config *cfg)
 		cfg->hidden_act = RG_ACT_RELU;
 	} else {
 		s = rg_errorf(RG_ERR_UNSUPPORTED,
-			      "%s: hidden_act \"%s\" is not supported (gelu, gelu_new, "
+			      "%s: %s \"%s\" is not supported (gelu, gelu_new, "
 			      "gelu_pytorch_tanh, relu)",
-			      path, str);
-		goto out_put_root;
-	}
-
-	if ((s = cfg_str(path, root, "position_embedding_type", "absolute", &str)) != RG_OK)
-		goto out_put_root;
-	if (strcmp(str, "absolute")) {
-		s = rg_errorf(RG_ERR_UNSUPPORTED,
-			      "%s: position_embedding_type \"%s\" is not supported (only "
-			      "\"absolute\")",
-			      path, str);
+			      path, fam->hidden_act, str);
 		goto out_put_root;
 	}
 

@@ -5,27 +5,33 @@
 #include "ops/act.h"
 #include "ragged.h"
 
-typedef struct rg_bert_config {
-	char model_type[32];          /* "bert" */
+typedef struct rg_encoder_config {
+	char model_type[32];          /* "bert", "roberta", "xlm-roberta", "distilbert" */
 	int vocab_size;
 	int hidden_size;
 	int num_attention_heads;
 	int num_hidden_layers;
 	int intermediate_size;
 	int max_position_embeddings;
-	int type_vocab_size;
+	int type_vocab_size;          /* 0: the family has no token type embeddings */
 	int pad_token_id;
+	int position_offset;          /* first position id: padding_idx + 1 for RoBERTa, else 0 */
 	rg_act hidden_act;
 	double layer_norm_eps;
-} rg_bert_config;
+} rg_encoder_config;
 
-/* Parse <dir>/config.json. Required keys: model_type ("bert"), vocab_size, hidden_size,
- * num_attention_heads, num_hidden_layers, intermediate_size, max_position_embeddings.
- * Optional with HF defaults: type_vocab_size (2), layer_norm_eps (1e-12), pad_token_id (0),
- * hidden_act ("gelu"; also "gelu_new", "relu"), position_embedding_type ("absolute" only).
- * Refuses (RG_ERR_UNSUPPORTED / RG_ERR_FORMAT) with a message naming the key: unknown model_type or
- * hidden_act, non-positive sizes, hidden_size not divisible by num_attention_heads, wrong JSON types. */
-rg_status rg_bert_config_load(const char *dir, rg_bert_config *cfg);
+/* Parse <dir>/config.json of an encoder family. model_type "bert", "roberta" and "xlm-roberta"
+ * (BertConfig / RobertaConfig keys), or "distilbert" (DistilBertConfig: dim, n_heads, n_layers,
+ * hidden_dim, activation; no token types). Required: model_type, vocab_size, the four sizes,
+ * max_position_embeddings. Optional with HF defaults: type_vocab_size (2), layer_norm_eps
+ * (1e-12), pad_token_id (0), hidden_act ("gelu"; also "gelu_new", "gelu_pytorch_tanh", "relu").
+ * RoBERTa-style families get position_offset = pad_token_id + 1 (RobertaEmbeddings counts
+ * positions from padding_idx + 1). Refuses (RG_ERR_UNSUPPORTED / RG_ERR_FORMAT) with a message
+ * naming the key: unknown model_type or activation, options that change the math and are not
+ * implemented (position_embedding_type other than "absolute", is_decoder, add_cross_attention,
+ * sinusoidal_pos_embds), non-positive sizes, hidden_size not divisible by the head count, wrong
+ * JSON types. */
+rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg);
 
 /* sentence-transformers extras: modules.json naming a Pooling module (its path/config.json:
  * pooling_mode_mean_tokens / cls_token / max_tokens) and a Normalize module. Without modules.json:

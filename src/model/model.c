@@ -80,19 +80,21 @@ rg_status rg_model_find_tensor(const rg_st *st, const char *name, const char *al
 	int64_t exp[2] = {d0, d1};
 	int ndim = d1 < 0 ? 1 : 2;
 
+	/* "" first: a base model's own names; then the base-model prefixes of task checkpoints */
+	static const char *const prefixes[] = {"", "bert.", "roberta.", "distilbert."};
+
 	for (int i = 0; i < 2 && !t; i++) {
-		if (!names[i])
-			continue;
-		t = rg_st_find(st, names[i]);
-		if (!t) {
-			snprintf(buf, sizeof(buf), "bert.%s", names[i]);
+		for (size_t p = 0; names[i] && !t && p < sizeof(prefixes) / sizeof(prefixes[0]); p++) {
+			snprintf(buf, sizeof(buf), "%s%s", prefixes[p], names[i]);
 			t = rg_st_find(st, buf);
 		}
 	}
 	*out = NULL;
 	if (!t)
-		return rg_errorf(RG_ERR_FORMAT, "model.safetensors: missing tensor %s (or bert.%s)",
-				 name, name);
+		return rg_errorf(RG_ERR_FORMAT,
+				 "model.safetensors: missing tensor %s (also looked under the "
+				 "prefixes bert., roberta., distilbert.)",
+				 name);
 	shape_str(exp, ndim, want, sizeof(want));
 	shape_str(t->shape, t->ndim, got, sizeof(got));
 	if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1))
@@ -295,7 +297,7 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 		s = rg_errorf(RG_ERR_OOM, "out of host memory");
 		goto out_free_model;
 	}
-	if ((s = rg_bert_config_load(dir, &m->cfg)) != RG_OK)
+	if ((s = rg_encoder_config_load(dir, &m->cfg)) != RG_OK)
 		goto out_free_model;
 	if ((s = rg_pooling_config_load(dir, &pooling, &normalize)) != RG_OK)
 		goto out_free_model;
@@ -360,6 +362,7 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 	m->info.device = p.device;
 	m->info.dtype = p.dtype;
 	m->info.max_batch_tokens = p.max_batch_tokens;
+	m->info.max_seq_len = m->cfg.max_position_embeddings - m->cfg.position_offset;
 	if (st)
 		*st = RG_OK;
 	return m;
@@ -410,7 +413,7 @@ rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, boo
 
 	if (!m || !ids || !n_ids || (!text && len))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_tokenize: NULL argument");
-	limit = (size_t)m->cfg.max_position_embeddings;
+	limit = (size_t)m->info.max_seq_len;
 	*ids = NULL;
 	*n_ids = 0;
 	if ((s = rg_tokenizer_encode(m->tok, text ? text : "", len, ids, n_ids)) != RG_OK)
@@ -425,7 +428,7 @@ rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, boo
 		*n_ids = 0;
 		return rg_errorf(RG_ERR_TOO_LONG,
 				 "text is %zu tokens, over the model's limit of %zu "
-				 "(max_position_embeddings); shorten it or enable truncation",
+				 "(max_seq_len); shorten it or enable truncation",
 				 n, limit);
 	}
 	/* keep [CLS] + the first limit-2 wordpieces, end with [SEP] like HF truncation; a tokenizer
@@ -442,7 +445,7 @@ rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, boo
 static rg_status validate_batch(const rg_model *m, const int32_t *tokens, const int32_t *cu,
 				int n_seq, int *n_tokens, int *max_len)
 {
-	const int max_pos = m->cfg.max_position_embeddings, vocab = m->cfg.vocab_size;
+	const int max_pos = m->info.max_seq_len, vocab = m->cfg.vocab_size;
 	int64_t total;
 
 	if (n_seq < 1)
@@ -463,7 +466,7 @@ static rg_status validate_batch(const rg_model *m, const int32_t *tokens, const 
 		if (len > max_pos)
 			return rg_errorf(RG_ERR_TOO_LONG,
 					 "sequence %d has %lld tokens, over the model's limit of %d "
-					 "(max_position_embeddings)",
+					 "(max_seq_len)",
 					 s, (long long)len, max_pos);
 		if (len > *max_len)
 			*max_len = (int)len;
@@ -503,7 +506,7 @@ static void bucket_of(const rg_model *m, int n, int n_seq, int max_len, int *T, 
 	*S = sq < m->max_tokens ? sq : m->max_tokens;
 	while (l < max_len)
 		l *= 2;
-	*L = l < m->cfg.max_position_embeddings ? l : m->cfg.max_position_embeddings;
+	*L = l < m->info.max_seq_len ? l : m->info.max_seq_len;
 	if (*L < max_len)
 		*L = max_len;
 }
@@ -531,23 +534,46 @@ static rg_status forward_packed(rg_model *m, int T, int S, int L, const int32_t 
 			  m->out_h);
 }
 
-/* Stage a validated packed batch into ids_h as bucket (T, S): padding tokens [PAD] at position 0
- * after the n real ones, padding sequences of length 0 after the n_seq real ones. */
+/* The id that fills padding slots: pad_token_id when it is a valid id, else 0. */
+static int32_t pad_id(const rg_model *m)
+{
+	int32_t pad = m->cfg.pad_token_id;
+
+	return pad < 0 || pad >= m->cfg.vocab_size ? 0 : pad;
+}
+
+/* Position ids of one sequence of len tokens. BERT and DistilBERT: 0, 1, ... RoBERTa-style
+ * families (position_offset = padding_idx + 1): padding_idx + 1, + 2, ... counting only the
+ * tokens that are not padding_idx, which themselves sit at padding_idx (transformers'
+ * create_position_ids_from_input_ids). */
+static void seq_positions(const rg_model *m, const int32_t *tokens, int len, int32_t *pos)
+{
+	const int off = m->cfg.position_offset;
+	int k = 0;
+
+	if (!off) {
+		for (int t = 0; t < len; t++)
+			pos[t] = t;
+		return;
+	}
+	for (int t = 0; t < len; t++)
+		pos[t] = tokens[t] == m->cfg.pad_token_id ? off - 1 : off + k++;
+}
+
+/* Stage a validated packed batch into ids_h as bucket (T, S): padding tokens (pad id) at the
+ * first position after the n real ones, padding sequences of length 0 after the n_seq real
+ * ones. */
 static void stage_packed(rg_model *m, const int32_t *tokens, const int32_t *cu, int n, int n_seq,
 			 int T, int S)
 {
 	int32_t *tk = m->ids_h, *ps = m->ids_h + T, *cs = m->ids_h + 2 * T;
-	int32_t pad = m->cfg.pad_token_id;
 
-	if (pad < 0 || pad >= m->cfg.vocab_size)
-		pad = 0;
 	memcpy(tk, tokens, (size_t)n * 4);
 	for (int q = 0; q < n_seq; q++)
-		for (int t = cu[q]; t < cu[q + 1]; t++)
-			ps[t] = t - cu[q];
+		seq_positions(m, tokens + cu[q], cu[q + 1] - cu[q], ps + cu[q]);
 	for (int t = n; t < T; t++) {
-		tk[t] = pad;
-		ps[t] = 0;
+		tk[t] = pad_id(m);
+		ps[t] = m->cfg.position_offset;
 	}
 	memcpy(cs, cu, (size_t)(n_seq + 1) * 4);
 	for (int q = n_seq + 1; q <= S; q++)
@@ -687,8 +713,7 @@ rg_status rg_model_embed(rg_model *m, const int32_t *tokens, const int32_t *cu_s
 static rg_status stage_layout(rg_model *m, const int32_t *tokens, const int32_t *cu, int n_seq,
 			      const rg_layout *lay, int *n_rows_tokens, int *n_att, int *att_len)
 {
-	const int max_pos = m->cfg.max_position_embeddings;
-	int32_t pad = m->cfg.pad_token_id;
+	const int max_pos = m->info.max_seq_len;
 	int64_t total;
 	int seg_len;
 
@@ -696,7 +721,7 @@ static rg_status stage_layout(rg_model *m, const int32_t *tokens, const int32_t 
 		return rg_errorf(RG_ERR_INVALID_INPUT, "layout needs n_rows >= 1 and row_len >= 1 "
 				 "(got %d, %d)", lay->n_rows, lay->row_len);
 	if (lay->row_len > max_pos)
-		return rg_errorf(RG_ERR_TOO_LONG, "layout row_len %d is over max_position_embeddings %d",
+		return rg_errorf(RG_ERR_TOO_LONG, "layout row_len %d is over max_seq_len %d",
 				 lay->row_len, max_pos);
 	total = (int64_t)lay->n_rows * lay->row_len;
 	if (total > m->max_tokens)
@@ -713,11 +738,9 @@ static rg_status stage_layout(rg_model *m, const int32_t *tokens, const int32_t 
 					 lay->slot_len, lay->row_len);
 		seg_len = lay->slot_len;
 	}
-	if (pad < 0 || pad >= m->cfg.vocab_size)
-		pad = 0;
 	for (int64_t i = 0; i < total; i++) {
-		m->tokens_h[i] = pad;
-		m->positions_h[i] = 0;
+		m->tokens_h[i] = pad_id(m);
+		m->positions_h[i] = m->cfg.position_offset;
 		m->seg_h[i] = -1;
 	}
 	for (int q = 0; q < n_seq; q++) {
@@ -753,9 +776,9 @@ static rg_status stage_layout(rg_model *m, const int32_t *tokens, const int32_t 
 						 sg[k], q, row, off + k);
 			sg[k] = q;
 			m->tokens_h[slot] = tokens[cu[q] + k];
-			m->positions_h[slot] = k;
 			m->idx_h[cu[q] + k] = (int32_t)slot;
 		}
+		seq_positions(m, tokens + cu[q], len, m->positions_h + (size_t)row * lay->row_len + off);
 	}
 	*n_att = (int)(total / seg_len);
 	for (int i = 0; i <= *n_att; i++)
@@ -819,7 +842,8 @@ rg_status rg_model_embed_layout(rg_model *m, const int32_t *tokens, const int32_
 
 const rg_arch *rg_arch_find(const char *model_type)
 {
-	static const rg_arch *const all[] = {&rg_arch_bert};
+	static const rg_arch *const all[] = {&rg_arch_bert, &rg_arch_roberta, &rg_arch_xlm_roberta,
+					     &rg_arch_distilbert};
 
 	for (size_t i = 0; model_type && i < sizeof(all) / sizeof(all[0]); i++)
 		if (strcmp(all[i]->model_type, model_type) == 0)

@@ -177,7 +177,7 @@ static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
 {
 	rg_server *s = c->srv;
 	size_t n = c->req.n_inputs;
-	int max_pos = s->info->max_position_embeddings;
+	int max_pos = s->info->max_seq_len;
 
 	c->ids = calloc(n, sizeof(*c->ids));
 	c->n_ids = calloc(n, sizeof(*c->n_ids));
@@ -354,7 +354,7 @@ static enum MHD_Result handle_info(conn_ctx *c)
 	rg_buf_json_str(&b, i->model_dir, strlen(i->model_dir));
 	rg_buf_printf(&b, ",\"model_type\":\"%s\",\"vocab_size\":%d,\"hidden_size\":%d,"
 		       "\"num_attention_heads\":%d,\"num_hidden_layers\":%d,"
-		       "\"intermediate_size\":%d,\"max_position_embeddings\":%d,"
+		       "\"intermediate_size\":%d,\"max_position_embeddings\":%d,\"max_seq_len\":%d,"
 		       "\"type_vocab_size\":%d,\"hidden_act\":\"%s\",\"layer_norm_eps\":%g,"
 		       "\"pooling\":\"%s\",\"normalize\":%s,\"device\":\"%s\",\"dtype\":\"%s\","
 		       "\"scheduler\":\"%s\",\"max_batch_tokens\":%d,\"max_batch_requests\":%d,"
@@ -363,7 +363,7 @@ static enum MHD_Result handle_info(conn_ctx *c)
 		       "\"build_cuda\":%s}",
 		       i->model_type, i->vocab_size, i->hidden_size, i->num_attention_heads,
 		       i->num_hidden_layers, i->intermediate_size, i->max_position_embeddings,
-		       i->type_vocab_size, i->hidden_act, i->layer_norm_eps,
+		       i->max_seq_len, i->type_vocab_size, i->hidden_act, i->layer_norm_eps,
 		       rg_pooling_name(i->pooling), i->normalize ? "true" : "false",
 		       rg_device_name(i->device), rg_dtype_name(i->dtype), rg_sched_kind_name(s->kind),
 		       s->o.max_batch_tokens, s->o.max_batch_requests, s->o.max_queue,

@@ -67,13 +67,13 @@ static rg_status setup_engine(rg_server *s)
 	sp.n_rows = s->o.rows;
 	sp.slot_len = s->o.slot_len;
 	sp.eta = s->o.eta;
-	rg_sched_params_derive(&sp, i->max_position_embeddings);
+	rg_sched_params_derive(&sp, i->max_seq_len);
 	sp.lazy = s->o.lazy;
 	sp.latency_budget_ms = s->o.latency_budget_ms;
 	sp.das_packed = s->o.das_packed;
 	if (s->kind == RG_SCHED_DP) {
 		st = rg_cost_warmup(s->model, s->o.cost_table, rg_device_name(s->o.device),
-				    rg_dtype_name(s->o.dtype), i->max_position_embeddings,
+				    rg_dtype_name(s->o.dtype), i->max_seq_len,
 				    s->o.max_batch_tokens, s->o.max_batch_requests, &s->cost);
 		if (st != RG_OK)
 			return rg_error_wrap(st, "DP cost table");
@@ -98,8 +98,8 @@ static rg_status setup_engine(rg_server *s)
 	if (!s->engine)
 		return st;
 	s->max_len = rg_engine_max_len(s->engine);
-	if (s->max_len > i->max_position_embeddings)
-		s->max_len = i->max_position_embeddings;
+	if (s->max_len > i->max_seq_len)
+		s->max_len = i->max_seq_len;
 	return RG_OK;
 }
 

@@ -34,7 +34,57 @@ CONFIGS = {
                      prefix="bert.", old_ln=True, extras=True),
     "f16": dict(H=64, heads=4, layers=2, inter=128, act="gelu", pooling="mean", dtype="F16"),
     "bf16": dict(H=64, heads=4, layers=2, inter=128, act="gelu", pooling="mean", dtype="BF16"),
+    # other families (weights named as transformers names them; tokenizer: MiniLM's WordPiece,
+    # the tests feed ids). RoBERTa: positions from pad_token_id + 1, one token type.
+    "roberta": dict(family="roberta", H=48, heads=4, layers=2, inter=96, act="gelu",
+                    pooling="mean", max_pos=130, pad=1),
+    "xlmr_prefixed": dict(family="xlm-roberta", H=32, heads=2, layers=2, inter=64, act="gelu",
+                          pooling="cls", normalize=True, max_pos=66, pad=1, prefix="roberta.",
+                          extras=True),
+    "distilbert": dict(family="distilbert", H=64, heads=4, layers=3, inter=128, act="gelu",
+                       pooling="mean", max_pos=128, prefix="distilbert."),
 }
+
+# transformers' DistilBERT names for the BERT names that _weights writes
+DISTILBERT_NAMES = {
+    "encoder.layer.": "transformer.layer.",
+    ".attention.self.query.": ".attention.q_lin.", ".attention.self.key.": ".attention.k_lin.",
+    ".attention.self.value.": ".attention.v_lin.", ".attention.output.dense.": ".attention.out_lin.",
+    ".attention.output.LayerNorm.": ".sa_layer_norm.", ".intermediate.dense.": ".ffn.lin1.",
+    ".output.dense.": ".ffn.lin2.", ".output.LayerNorm.": ".output_layer_norm.",
+}
+
+
+def _family_names(w, family):
+    if family != "distilbert":
+        return w
+    out = {}
+    for k, v in w.items():
+        if k.startswith("embeddings.token_type_embeddings"):
+            continue  # DistilBERT has no token types
+        for a, b in DISTILBERT_NAMES.items():
+            k = k.replace(a, b)
+        out[k] = v
+    return out
+
+
+def _config(spec):
+    family = spec.get("family", "bert")
+    base = {"vocab_size": VOCAB, "max_position_embeddings": spec.get("max_pos", 128),
+            "pad_token_id": spec.get("pad", 0)}
+    if family == "distilbert":
+        return {"architectures": ["DistilBertModel"], "model_type": "distilbert", **base,
+                "dim": spec["H"], "n_heads": spec["heads"], "n_layers": spec["layers"],
+                "hidden_dim": spec["inter"], "activation": spec["act"],
+                "sinusoidal_pos_embds": False, "dropout": 0.1, "attention_dropout": 0.1}
+    arch = {"bert": "BertModel", "roberta": "RobertaModel",
+            "xlm-roberta": "XLMRobertaModel"}[family]
+    return {"architectures": [arch], "model_type": family, **base,
+            "hidden_size": spec["H"], "num_attention_heads": spec["heads"],
+            "num_hidden_layers": spec["layers"], "intermediate_size": spec["inter"],
+            "type_vocab_size": 2 if family == "bert" else 1,
+            "hidden_act": spec["act"], "layer_norm_eps": 1e-12 if family == "bert" else 1e-5,
+            "position_embedding_type": "absolute"}
 
 
 def _weights(spec, rng):
@@ -46,7 +96,8 @@ def _weights(spec, rng):
     w = {
         "embeddings.word_embeddings.weight": n(VOCAB, H),
         "embeddings.position_embeddings.weight": n(max_pos, H),
-        "embeddings.token_type_embeddings.weight": n(2, H),
+        "embeddings.token_type_embeddings.weight": n(2 if spec.get("family", "bert") == "bert"
+                                                     else 1, H),
         f"embeddings.LayerNorm.{ln}": 1.0 + n(H, s=0.1),
         f"embeddings.LayerNorm.{lb}": n(H, s=0.1),
     }
@@ -63,6 +114,7 @@ def _weights(spec, rng):
     if spec.get("extras"):
         w["pooler.dense.weight"] = n(H, H)
         w["pooler.dense.bias"] = n(H)
+    w = _family_names(w, spec.get("family", "bert"))
     w = {spec.get("prefix", "") + k: v for k, v in w.items()}
     if spec.get("extras"):
         w[spec.get("prefix", "") + "embeddings.position_ids"] = np.arange(max_pos, dtype=np.int64)[None]
@@ -96,14 +148,7 @@ def make_tiny(out_dir, spec, minilm_dir, seed=0):
     """Write one model directory described by spec (see CONFIGS) and return its path."""
     os.makedirs(out_dir, exist_ok=True)
     rng = np.random.default_rng(seed)
-    cfg = {
-        "architectures": ["BertModel"], "model_type": "bert", "vocab_size": VOCAB,
-        "hidden_size": spec["H"], "num_attention_heads": spec["heads"],
-        "num_hidden_layers": spec["layers"], "intermediate_size": spec["inter"],
-        "max_position_embeddings": spec.get("max_pos", 128), "type_vocab_size": 2,
-        "hidden_act": spec["act"], "layer_norm_eps": 1e-12, "pad_token_id": 0,
-        "position_embedding_type": "absolute",
-    }
+    cfg = _config(spec)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     w = _weights(spec, rng)

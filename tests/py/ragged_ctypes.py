@@ -36,7 +36,7 @@ class ModelInfo(ctypes.Structure):
                 ("type_vocab_size", ctypes.c_int), ("hidden_act", ctypes.c_char_p),
                 ("layer_norm_eps", ctypes.c_double), ("pooling", ctypes.c_int),
                 ("normalize", ctypes.c_bool), ("device", ctypes.c_int), ("dtype", ctypes.c_int),
-                ("max_batch_tokens", ctypes.c_int)]
+                ("max_batch_tokens", ctypes.c_int), ("max_seq_len", ctypes.c_int)]
 
 
 class Layout(ctypes.Structure):

@@ -1,11 +1,13 @@
-"""Independent float64 NumPy BERT encoder + sentence-transformers pooling, the reference the C
-runtime is tested against. It shares no code with ragged: it reads the Hugging Face directory
+"""Independent float64 NumPy BERT-family encoder (BERT, RoBERTa, XLM-RoBERTa, DistilBERT) +
+sentence-transformers pooling, the reference the C runtime is tested against. It shares no code with ragged: it reads the Hugging Face directory
 itself (config.json, modules.json, 1_Pooling/config.json, model.safetensors via safetensors.numpy;
 BF16 tensors, which NumPy cannot represent, through a few lines of header parsing) and takes token
 ids as input (tokenization is tested separately against HF `tokenizers`).
 
-Math (HF transformers BertModel, eval mode):
-  x = LN(word[id] + pos[position] + type[0])
+Math (HF transformers BertModel / RobertaModel / DistilBertModel, eval mode):
+  x = LN(word[id] + pos[position] + type[0])   (DistilBERT: no type term)
+  position: 0, 1, ... per sequence; RoBERTa / XLM-R: padding_idx + 1 + (count of non-pad tokens
+            before it), a pad token itself at padding_idx (create_position_ids_from_input_ids)
   per layer: q,k,v = x Wq^T + bq, ...; per sequence and head softmax(q k^T / sqrt(d)) v;
              x = LN(ctx Wo^T + bo + x); x = LN(act(x W1^T + b1) W2^T + b2 + x)
   pooling: mean over tokens / CLS / elementwise max; optional L2 normalize (x / max(|x|, 1e-12)).
@@ -75,14 +77,27 @@ def load_weights(model_dir):
         w = {}
         for shard in sorted(set(index["weight_map"].values())):
             w.update(read_safetensors(os.path.join(model_dir, shard)))
-    # accept "bert." prefixes and the old gamma/beta names
+    # accept base-model prefixes, the old gamma/beta names, and DistilBERT's names
     norm = {}
     for k, v in w.items():
-        if k.startswith("bert."):
-            k = k[len("bert."):]
+        for pre in ("bert.", "roberta.", "distilbert."):
+            if k.startswith(pre):
+                k = k[len(pre):]
         k = k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        for a, b in DISTILBERT_TO_BERT:
+            k = k.replace(a, b)
         norm[k] = v
     return norm
+
+
+# transformers' DistilBERT names -> BERT names (order matters: the layer prefix first)
+DISTILBERT_TO_BERT = [
+    ("transformer.layer.", "encoder.layer."), (".attention.q_lin.", ".attention.self.query."),
+    (".attention.k_lin.", ".attention.self.key."), (".attention.v_lin.", ".attention.self.value."),
+    (".attention.out_lin.", ".attention.output.dense."),
+    (".sa_layer_norm.", ".attention.output.LayerNorm."), (".ffn.lin1.", ".intermediate.dense."),
+    (".ffn.lin2.", ".output.dense."), (".output_layer_norm.", ".output.LayerNorm."),
+]
 
 
 def load_pooling(model_dir):
@@ -121,10 +136,32 @@ class RefBert:
             self.cfg = json.load(f)
         self.w = load_weights(model_dir)
         self.pooling, self.normalize = load_pooling(model_dir)
-        self.H = self.cfg["hidden_size"]
-        self.nh = self.cfg["num_attention_heads"]
-        self.eps = self.cfg.get("layer_norm_eps", 1e-12)
-        self.act = ACTS[self.cfg.get("hidden_act", "gelu")]
+        c = self.cfg
+        self.family = c["model_type"]
+        if self.family == "distilbert":  # DistilBertConfig's own key names; LayerNorm eps 1e-12
+            c.update(hidden_size=c["dim"], num_attention_heads=c["n_heads"],
+                     num_hidden_layers=c["n_layers"], intermediate_size=c["hidden_dim"],
+                     hidden_act=c.get("activation", "gelu"))
+        else:
+            assert self.family in ("bert", "roberta", "xlm-roberta"), self.family
+        self.H = c["hidden_size"]
+        self.nh = c["num_attention_heads"]
+        self.eps = c.get("layer_norm_eps", 1e-12)
+        self.act = ACTS[c.get("hidden_act", "gelu")]
+        self.pad = c.get("pad_token_id", 0)
+        # RoBERTa-style positions count from padding_idx + 1
+        self.pos_offset = self.pad + 1 if self.family in ("roberta", "xlm-roberta") else 0
+        self.max_seq_len = c["max_position_embeddings"] - self.pos_offset
+        H = self.H
+        self.type0 = (self.w["embeddings.token_type_embeddings.weight"][0]
+                      if "embeddings.token_type_embeddings.weight" in self.w else np.zeros(H))
+
+    def positions(self, ids):
+        """Position ids of one sequence (see the module docstring)."""
+        if not self.pos_offset:
+            return np.arange(len(ids))
+        mask = (ids != self.pad).astype(np.int64)
+        return np.cumsum(mask) * mask + self.pad
 
     def encode_packed(self, seqs):
         """Token ids of several sequences -> list of (len_i, H) float64 last hidden states.
@@ -138,10 +175,10 @@ class RefBert:
         lens = [len(s) for s in seqs]
         bounds = np.cumsum([0] + lens)
         ids = np.concatenate(seqs) if seqs else np.zeros(0, np.int64)
-        pos = np.concatenate([np.arange(L) for L in lens]) if seqs else np.zeros(0, np.int64)
+        pos = np.concatenate([self.positions(s) for s in seqs]) if seqs else np.zeros(0, np.int64)
         x = (w["embeddings.word_embeddings.weight"][ids]
              + w["embeddings.position_embeddings.weight"][pos]
-             + w["embeddings.token_type_embeddings.weight"][0])
+             + self.type0)
         x = layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
         for i in range(self.cfg["num_hidden_layers"]):
             p = f"encoder.layer.{i}."

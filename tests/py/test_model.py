@@ -17,6 +17,7 @@ from ref_bert import RefBert
 
 TINY = ["h32_gelu", "h64_relu_norm", "h48_gelunew_cls", "h128_max_norm", "short_pos64",
         "prefixed", "f16", "bf16"]
+FAMILIES = ["roberta", "xlmr_prefixed", "distilbert"]  # make_tiny configs of the other families
 # batch invariance / layout equivalence: same math, different batch composition (fp32 CPU)
 INVARIANCE_TOL = 1e-6 if (DEVICE == "cpu" and DTYPE == "fp32") else None
 
@@ -88,11 +89,11 @@ def minilm(minilm_dir):
 
 # ------------------------------------------------------------------ parity
 
-@pytest.mark.parametrize("name", TINY)
+@pytest.mark.parametrize("name", TINY + FAMILIES)
 def test_tiny_parity_ragged_shapes(tiny_models, name):
     model, ref = tiny_models(name)
     H = ref.H
-    max_pos = ref.cfg["max_position_embeddings"]
+    max_pos = ref.max_seq_len
     rng = np.random.default_rng(hash(name) % 2**32)
     for lens in ([1], [7, 3], [128, 1, 64, 33], [max_pos, max_pos, 1, 2]):
         lens = [min(n, max_pos) for n in lens]
@@ -168,6 +169,46 @@ def test_minilm_tokenize_matches_hf_and_embeds(minilm, minilm_dir):
     ids = [model.tokenize(t) for t in texts]
     assert ids == [tok.encode(t).ids for t in texts]
     assert_embeddings_close(model.embed_ids(ids, 384), ref.embed_batch(ids), "tokenized text")
+
+
+# ------------------------------------------------------------------ families
+
+@pytest.mark.parametrize("name", ["roberta", "xlmr_prefixed"])
+def test_roberta_positions(tiny_models, name):
+    """RoBERTa-style positions: the first token sits at padding_idx + 1, the longest sequence is
+    max_position_embeddings - padding_idx - 1 tokens, and a pad id inside a sequence takes
+    position padding_idx without advancing the others (transformers'
+    create_position_ids_from_input_ids), in the packed path and in every layout."""
+    model, ref = tiny_models(name)
+    i = info(model)
+    assert i.max_seq_len == ref.cfg["max_position_embeddings"] - ref.cfg["pad_token_id"] - 1
+    assert i.model_type.decode() == ref.cfg["model_type"]
+    rng = np.random.default_rng(5)
+    seqs = random_seqs(rng, [9, 3, i.max_seq_len, 16])
+    seqs[0][3] = seqs[0][5] = ref.pad
+    seqs[3][1] = ref.pad
+    want = ref.embed_batch(seqs)
+    assert_embeddings_close(model.embed_ids(seqs, ref.H), want, f"{name} pad inside")
+    # the rule matters: the same ids with plain 0, 1, ... positions are far off
+    assert not np.allclose(want[0], ref.embed_batch([[t if t != ref.pad else 999
+                                                      for t in seqs[0]]])[0], atol=1e-3)
+    lays = layouts([9, 3, 16], slotted_row=64)
+    short = [seqs[0], seqs[1], seqs[3]]
+    for mode, lay in lays.items():
+        assert_embeddings_close(model.embed_ids(short, ref.H, layout=lay),
+                                ref.embed_batch(short), f"{name} {mode}")
+    with pytest.raises(rc.RaggedError) as e:
+        model.embed_ids(random_seqs(rng, [i.max_seq_len + 1]), ref.H)
+    assert e.value.status == "RG_ERR_TOO_LONG" and str(i.max_seq_len) in e.value.message
+
+
+def test_distilbert_info(tiny_models):
+    model, ref = tiny_models("distilbert")
+    i = info(model)
+    assert i.model_type == b"distilbert"
+    assert (i.hidden_size, i.num_attention_heads, i.num_hidden_layers, i.intermediate_size) == (
+        ref.cfg["dim"], ref.cfg["n_heads"], ref.cfg["n_layers"], ref.cfg["hidden_dim"])
+    assert i.type_vocab_size == 0 and i.max_seq_len == ref.cfg["max_position_embeddings"]
 
 
 # ------------------------------------------------------------------ limits and truncation
@@ -246,7 +287,8 @@ def test_tokenize_truncation(tiny_models, minilm_dir):
 
 # ------------------------------------------------------------------ batch invariance
 
-@pytest.mark.parametrize("name", ["h64_relu_norm", "h48_gelunew_cls", "h128_max_norm"])
+@pytest.mark.parametrize("name", ["h64_relu_norm", "h48_gelunew_cls", "h128_max_norm", "roberta",
+                                  "distilbert"])
 def test_batch_invariance(tiny_models, name):
     model, ref = tiny_models(name)
     rng = np.random.default_rng(11)
@@ -287,9 +329,10 @@ def make_layout(mode, n_rows, row_len, rows, offsets, slot_len=0):
 LENS = [7, 3, 30, 1, 12, 20, 5, 16]
 
 
-def layouts(lens):
+def layouts(lens, slotted_row=128):
     """PADDED (one request per row), CONCAT (first-fit into rows of 32, with an empty row) and
-    SLOTTED (slots of 32 in rows of 128) placements of lens."""
+    SLOTTED (slots of 32 in rows of slotted_row) placements of lens."""
+    per_row = slotted_row // 32
     out = {}
     n = len(lens)
     out["padded"] = make_layout(1, n + 1, max(lens), list(range(n)), [0] * n)
@@ -308,18 +351,19 @@ def layouts(lens):
     for L in lens:
         for s, f in enumerate(slot_fill):
             if f + L <= 32:
-                rows.append(s // 4), offs.append((s % 4) * 32 + f)
+                rows.append(s // per_row), offs.append((s % per_row) * 32 + f)
                 slot_fill[s] += L
                 break
         else:
             s = len(slot_fill)
-            rows.append(s // 4), offs.append((s % 4) * 32)
+            rows.append(s // per_row), offs.append((s % per_row) * 32)
             slot_fill.append(L)
-    out["slotted"] = make_layout(3, (len(slot_fill) + 3) // 4, 128, rows, offs, slot_len=32)
+    out["slotted"] = make_layout(3, (len(slot_fill) + per_row - 1) // per_row, slotted_row, rows,
+                                 offs, slot_len=32)
     return out
 
 
-@pytest.mark.parametrize("name", ["h32_gelu", "h64_relu_norm", "h48_gelunew_cls"])
+@pytest.mark.parametrize("name", ["h32_gelu", "h64_relu_norm", "h48_gelunew_cls"] + FAMILIES)
 def test_layouts_equal_packed(tiny_models, name):
     model, ref = tiny_models(name)
     seqs = random_seqs(np.random.default_rng(21), LENS)
@@ -328,7 +372,7 @@ def test_layouts_equal_packed(tiny_models, name):
     assert_embeddings_close(packed, want, "packed")
     packed_mode = make_layout(0, 0, 0, [0] * len(seqs), [0] * len(seqs))
     assert np.array_equal(model.embed_ids(seqs, ref.H, layout=packed_mode), packed)
-    for mode, lay in layouts(LENS).items():
+    for mode, lay in layouts(LENS, slotted_row=min(128, ref.max_seq_len)).items():
         got = model.embed_ids(seqs, ref.H, layout=lay)
         assert_embeddings_close(got, want, mode)
         if INVARIANCE_TOL is not None:

@@ -93,13 +93,13 @@ static void expect_msg(const char *needle)
 /* Load config.json and expect status want with every needle in the message. */
 static void expect_cfg_fail(rg_status want, ...)
 {
-	rg_bert_config cfg;
+	rg_encoder_config cfg;
 	rg_status s;
 	va_list ap;
 	const char *needle;
 
 	rg_error_clear();
-	s = rg_bert_config_load(g_dir, &cfg);
+	s = rg_encoder_config_load(g_dir, &cfg);
 	if (s != want)
 		fail_msg("status %s, want %s; message: %s", rg_status_name(s), rg_status_name(want),
 			 rg_last_error());
@@ -132,10 +132,10 @@ static void expect_pool_fail(rg_status want, ...)
 
 static void test_valid_config(void **state)
 {
-	rg_bert_config cfg;
+	rg_encoder_config cfg;
 	(void)state;
 	write_config(NULL, NULL);
-	assert_int_equal(rg_bert_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
 	assert_string_equal(cfg.model_type, "bert");
 	assert_int_equal(cfg.vocab_size, 30522);
 	assert_int_equal(cfg.hidden_size, 384);
@@ -152,38 +152,38 @@ static void test_valid_config(void **state)
 
 static void test_optional_defaults(void **state)
 {
-	rg_bert_config cfg;
+	rg_encoder_config cfg;
 	(void)state;
 	/* drop every optional key: HF BertConfig defaults apply */
 	write_file("config.json",
 		   "{\"model_type\":\"bert\",\"vocab_size\":100,\"hidden_size\":64,"
 		   "\"num_attention_heads\":4,\"num_hidden_layers\":2,\"intermediate_size\":128,"
 		   "\"max_position_embeddings\":32,\"pad_token_id\":null}");
-	assert_int_equal(rg_bert_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
 	assert_int_equal(cfg.type_vocab_size, 2);
 	assert_int_equal(cfg.pad_token_id, 0);
 	assert_int_equal(cfg.hidden_act, RG_ACT_GELU);
 	assert_true(cfg.layer_norm_eps == 1e-12);
 	/* other values of the optional keys */
 	write_config2("layer_norm_eps", "1e-05", "type_vocab_size", "1");
-	assert_int_equal(rg_bert_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
 	assert_true(cfg.layer_norm_eps == 1e-5);
 	assert_int_equal(cfg.type_vocab_size, 1);
 }
 
 static void test_activations(void **state)
 {
-	rg_bert_config cfg;
+	rg_encoder_config cfg;
 	(void)state;
 	write_config("hidden_act", "\"gelu_new\"");
-	assert_int_equal(rg_bert_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
 	assert_int_equal(cfg.hidden_act, RG_ACT_GELU_NEW);
 	assert_string_equal(rg_act_name(cfg.hidden_act), "gelu_new");
 	write_config("hidden_act", "\"gelu_pytorch_tanh\"");
-	assert_int_equal(rg_bert_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
 	assert_int_equal(cfg.hidden_act, RG_ACT_GELU_NEW);
 	write_config("hidden_act", "\"relu\"");
-	assert_int_equal(rg_bert_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
 	assert_int_equal(cfg.hidden_act, RG_ACT_RELU);
 	assert_string_equal(rg_act_name(cfg.hidden_act), "relu");
 	write_config("hidden_act", "\"swish\"");
@@ -237,12 +237,77 @@ static void test_wrong_types(void **state)
 static void test_unsupported_model_type(void **state)
 {
 	(void)state;
-	write_config("model_type", "\"roberta\"");
-	expect_cfg_fail(RG_ERR_UNSUPPORTED, "model_type", "roberta", NULL);
+	write_config("model_type", "\"deberta-v2\"");
+	expect_cfg_fail(RG_ERR_UNSUPPORTED, "model_type", "deberta-v2", NULL);
 	write_config("model_type", "\"gpt2\"");
 	expect_cfg_fail(RG_ERR_UNSUPPORTED, "model_type", "gpt2", NULL);
 	write_config("position_embedding_type", "\"relative_key\"");
 	expect_cfg_fail(RG_ERR_UNSUPPORTED, "position_embedding_type", "relative_key", NULL);
+}
+
+/* RoBERTa / XLM-R: BERT's keys, positions from pad_token_id + 1. */
+static void test_roberta_family(void **state)
+{
+	rg_encoder_config cfg;
+	(void)state;
+	write_config2("model_type", "\"xlm-roberta\"", "pad_token_id", "1");
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
+	assert_string_equal(cfg.model_type, "xlm-roberta");
+	assert_int_equal(cfg.position_offset, 2);
+	assert_int_equal(cfg.type_vocab_size, 2);
+	write_config2("model_type", "\"roberta\"", "pad_token_id", "511");
+	expect_cfg_fail(RG_ERR_FORMAT, "pad_token_id 511", "max_position_embeddings 512", NULL);
+	write_config("model_type", "\"bert\"");
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(cfg.position_offset, 0);
+}
+
+/* DistilBERT: its own key names, no token types; its options that ragged does not implement. */
+static void test_distilbert_family(void **state)
+{
+	rg_encoder_config cfg;
+	(void)state;
+	write_file("config.json",
+		   "{\"model_type\":\"distilbert\",\"vocab_size\":30522,\"dim\":768,\"n_heads\":12,"
+		   "\"n_layers\":6,\"hidden_dim\":3072,\"activation\":\"gelu\","
+		   "\"max_position_embeddings\":512,\"sinusoidal_pos_embds\":false,\"pad_token_id\":0}");
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(cfg.hidden_size, 768);
+	assert_int_equal(cfg.num_attention_heads, 12);
+	assert_int_equal(cfg.num_hidden_layers, 6);
+	assert_int_equal(cfg.intermediate_size, 3072);
+	assert_int_equal(cfg.type_vocab_size, 0);
+	assert_int_equal(cfg.position_offset, 0);
+	assert_true(fabs(cfg.layer_norm_eps - 1e-12) < 1e-20);
+	write_file("config.json",
+		   "{\"model_type\":\"distilbert\",\"vocab_size\":30522,\"dim\":768,\"n_heads\":12,"
+		   "\"n_layers\":6,\"hidden_dim\":3072,\"activation\":\"silu\","
+		   "\"max_position_embeddings\":512}");
+	expect_cfg_fail(RG_ERR_UNSUPPORTED, "activation", "silu", NULL);
+	write_file("config.json",
+		   "{\"model_type\":\"distilbert\",\"vocab_size\":30522,\"dim\":768,\"n_heads\":12,"
+		   "\"n_layers\":6,\"hidden_dim\":3072,\"max_position_embeddings\":512,"
+		   "\"sinusoidal_pos_embds\":true}");
+	expect_cfg_fail(RG_ERR_UNSUPPORTED, "sinusoidal_pos_embds", NULL);
+	/* BERT's key names do not stand in for DistilBERT's */
+	write_file("config.json",
+		   "{\"model_type\":\"distilbert\",\"vocab_size\":30522,\"hidden_size\":768,"
+		   "\"n_heads\":12,\"n_layers\":6,\"hidden_dim\":3072,\"max_position_embeddings\":512}");
+	expect_cfg_fail(RG_ERR_FORMAT, "\"dim\"", "missing", NULL);
+}
+
+/* Options that change the math and are not implemented are refused by name. */
+static void test_refused_options(void **state)
+{
+	(void)state;
+	write_config("architectures", "[\"BertModel\"], \"is_decoder\": true");
+	expect_cfg_fail(RG_ERR_UNSUPPORTED, "is_decoder", NULL);
+	write_config("architectures", "[\"BertModel\"], \"add_cross_attention\": true");
+	expect_cfg_fail(RG_ERR_UNSUPPORTED, "add_cross_attention", NULL);
+	write_config("architectures", "[\"BertModel\"], \"is_decoder\": \"false\"");
+	expect_cfg_fail(RG_ERR_FORMAT, "is_decoder", "true or false", NULL);
+	write_config("architectures", "[\"BertModel\"], \"is_decoder\": false");
+	expect_cfg_fail(RG_OK, NULL);
 }
 
 static void test_bad_sizes(void **state)
@@ -271,7 +336,7 @@ static void test_bad_sizes(void **state)
 
 static void test_bad_files(void **state)
 {
-	rg_bert_config cfg;
+	rg_encoder_config cfg;
 	(void)state;
 	expect_cfg_fail(RG_ERR_IO, "config.json", NULL);
 	write_file("config.json", "{\"model_type\": \"bert\",");
@@ -282,14 +347,14 @@ static void test_bad_files(void **state)
 	expect_cfg_fail(RG_ERR_FORMAT, "config.json", "trailing", NULL);
 	write_file("config.json", "");
 	expect_cfg_fail(RG_ERR_FORMAT, "config.json", NULL);
-	assert_int_equal(rg_bert_config_load("/nonexistent/rg_dir", &cfg), RG_ERR_IO);
+	assert_int_equal(rg_encoder_config_load("/nonexistent/rg_dir", &cfg), RG_ERR_IO);
 	expect_msg("model directory /nonexistent/rg_dir");
 	expect_msg("No such file");
 	write_file("plain", "x");
 	{
 		char p[512];
 		snprintf(p, sizeof(p), "%s/plain", g_dir);
-		assert_int_equal(rg_bert_config_load(p, &cfg), RG_ERR_IO);
+		assert_int_equal(rg_encoder_config_load(p, &cfg), RG_ERR_IO);
 		expect_msg("not a directory");
 	}
 }
@@ -438,6 +503,9 @@ int main(void)
 		cmocka_unit_test_setup(test_missing_keys, case_setup),
 		cmocka_unit_test_setup(test_wrong_types, case_setup),
 		cmocka_unit_test_setup(test_unsupported_model_type, case_setup),
+		cmocka_unit_test_setup(test_roberta_family, case_setup),
+		cmocka_unit_test_setup(test_distilbert_family, case_setup),
+		cmocka_unit_test_setup(test_refused_options, case_setup),
 		cmocka_unit_test_setup(test_bad_sizes, case_setup),
 		cmocka_unit_test_setup(test_bad_files, case_setup),
 		cmocka_unit_test_setup(test_pooling_modes, case_setup),
