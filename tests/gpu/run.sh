@@ -2,9 +2,9 @@
 # GPU verification of the CUDA backend, in one go (one device call): build, op parity
 # (tests/gpu/test_ops_cuda), the model-level pytest suite on CUDA for fp32/fp16/bf16,
 # compute-sanitizer (memcheck + racecheck on the ops, memcheck on a model run) and a 10,000-batch
-# memory soak (bench/soak.py). Results go to $OUT (default build/gpu_results), at most 8 files:
+# memory soak (bench/soak.py). Results go to $OUT (default build/gpu_results), at most 9 files:
 #   run.log  build.log  test_ops_cuda.json  sanitizer.log  pytest_fp32.log  pytest_fp16.log
-#   pytest_bf16.log  soak.json
+#   pytest_bf16.log  soak.json  families.json
 #
 # On a machine without ragged's build dependencies or the model (the lent GPU machines have no
 # network), the git-ignored folder .gpu_carry/ supplies them:
@@ -117,6 +117,11 @@ for dt in fp32 fp16 bf16; do
 	grep -E "^FAILED|^ERROR" "$OUT/pytest_$dt.log" | head -20
 	record "pytest test_model.py $dt" $st
 done
+
+step "encoder families at their public sizes: HF float64 vs reference, ragged CPU and CUDA"
+RAGGED_NUM_THREADS=8 timeout 300 python3 tests/gpu/families.py --minilm "$MODEL" \
+	--out "$OUT/families.json"
+record "families (families.json)" $?
 
 step "summary"
 if [ ${#FAILED[@]} -eq 0 ]; then echo "ALL STAGES PASSED"; exit 0; fi

@@ -70,7 +70,7 @@ def _family_names(w, family):
 
 def _config(spec):
     family = spec.get("family", "bert")
-    base = {"vocab_size": VOCAB, "max_position_embeddings": spec.get("max_pos", 128),
+    base = {"vocab_size": spec.get("vocab", VOCAB), "max_position_embeddings": spec.get("max_pos", 128),
             "pad_token_id": spec.get("pad", 0)}
     if family == "distilbert":
         return {"architectures": ["DistilBertModel"], "model_type": "distilbert", **base,
@@ -94,7 +94,7 @@ def _weights(spec, rng):
     ln = "gamma" if spec.get("old_ln") else "weight"
     lb = "beta" if spec.get("old_ln") else "bias"
     w = {
-        "embeddings.word_embeddings.weight": n(VOCAB, H),
+        "embeddings.word_embeddings.weight": n(spec.get("vocab", VOCAB), H),
         "embeddings.position_embeddings.weight": n(max_pos, H),
         "embeddings.token_type_embeddings.weight": n(2 if spec.get("family", "bert") == "bert"
                                                      else 1, H),
