@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "tokenizer/hf_unicode_tables.h"
+#include "tokenizer/hf_unicode_tables_ext.h"
 
 rg_status rg_cpvec_reserve(rg_cpvec *a, size_t cap)
 {
@@ -153,8 +154,26 @@ static uint8_t ccc(uint32_t c)
 	return (uint8_t)utf8proc_get_property((utf8proc_int32_t)c)->combining_class;
 }
 
-/* Canonical decomposition of in into out, with canonical ordering of combining marks. */
-static rg_status nfd(const uint32_t *in, size_t n, rg_cpvec *out)
+bool rg_hf_is_letter(uint32_t c)
+{
+	if (c < 0x80)
+		return (c | 0x20) >= 'a' && (c | 0x20) <= 'z';
+	return IN_TABLE(hf_letter, c);
+}
+
+bool rg_hf_is_number(uint32_t c)
+{
+	if (c < 0x80)
+		return c >= '0' && c <= '9';
+	return IN_TABLE(hf_number, c);
+}
+
+bool rg_hf_is_mark(uint32_t c)
+{
+	return c >= 0x300 && IN_TABLE(hf_mark, c);
+}
+
+rg_status rg_unicode_decompose(const uint32_t *in, size_t n, bool compat, rg_cpvec *out)
 {
 	rg_status st;
 	out->n = 0;
@@ -163,9 +182,12 @@ static rg_status nfd(const uint32_t *in, size_t n, rg_cpvec *out)
 		int bc = 0;
 		utf8proc_ssize_t k = 1;
 		d[0] = (utf8proc_int32_t)in[i];
-		if (in[i] >= 0xC0 && !IN_TABLE(nfd_keep, in[i]))
+		if (in[i] >= 0xA0 && !IN_TABLE(nfd_keep, in[i]) &&
+		    !(compat && IN_TABLE(nfk_keep, in[i])))
 			k = utf8proc_decompose_char((utf8proc_int32_t)in[i], d, 32,
-						    UTF8PROC_DECOMPOSE, &bc);
+						    compat ? UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT
+							   : UTF8PROC_DECOMPOSE,
+						    &bc);
 		if (k < 0 || k > 32) {
 			d[0] = (utf8proc_int32_t)in[i];
 			k = 1;
@@ -229,7 +251,7 @@ rg_status rg_bert_normalize(const rg_bert_norm *cfg, const uint32_t *in, size_t 
 	const uint32_t *src = tmp->v;
 	size_t m = tmp->n;
 	if (cfg->strip_accents) {
-		if ((st = nfd(tmp->v, tmp->n, out)) != RG_OK)
+		if ((st = rg_unicode_decompose(tmp->v, tmp->n, false, out)) != RG_OK)
 			return st;
 		size_t w = 0;
 		for (size_t i = 0; i < out->n; i++)

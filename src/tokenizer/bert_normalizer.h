@@ -38,4 +38,14 @@ rg_status rg_bert_normalize(const rg_bert_norm *cfg, const uint32_t *in, size_t 
 /* Character classes as HF's BertPreTokenizer sees them. */
 bool rg_bert_is_whitespace(uint32_t c); /* Rust char::is_whitespace */
 bool rg_bert_is_punct(uint32_t c);	/* ASCII punctuation or Unicode P* */
+
+/* Classes of HF's other components (tables generated from HF: hf_unicode_tables_ext.h). */
+bool rg_hf_is_letter(uint32_t c); /* \p{L} of the GPT-2 regex (Oniguruma) */
+bool rg_hf_is_number(uint32_t c); /* \p{N} of the GPT-2 regex */
+bool rg_hf_is_mark(uint32_t c);	  /* dropped by the StripAccents normalizer */
+
+/* Canonical (compat: compatibility) decomposition of in[0..n) into out (cleared first), with the
+ * canonical ordering of combining marks: HF's NFD / NFKD, whose Unicode data is older than
+ * utf8proc's (the code points it leaves alone are kept). */
+rg_status rg_unicode_decompose(const uint32_t *in, size_t n, bool compat, rg_cpvec *out);
 #endif

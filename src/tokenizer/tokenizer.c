@@ -1,13 +1,15 @@
-/* BERT WordPiece tokenizer: loading (tokenizer.json, or vocab.txt + tokenizer_config.json) and
- * encoding, with the semantics of HF `tokenizers` (Rust):
+/* Tokenizer loading (tokenizer.json, or vocab.txt + tokenizer_config.json) and encoding, with the
+ * semantics of HF `tokenizers` (Rust); this file holds the pipeline, added tokens, the
+ * post-processor and WordPiece, and dispatches to the other components (tok_internal.h):
  *   1. added tokens with normalized=false are split out of the raw text (leftmost-longest);
- *   2. each remaining piece goes through BertNormalizer (bert_normalizer.c), then added tokens with
+ *   2. each remaining piece goes through the normalizer (normalizers.c), then added tokens with
  *      normalized=true are split out of the normalized text;
- *   3. BertPreTokenizer: split on whitespace (removed) and on punctuation (isolated);
- *   4. WordPiece (Schuster & Nakajima 2012; Wu et al. 2016 GNMT sec. 4.1 as implemented by BERT):
- *      greedy longest-match-first, continuation pieces prefixed by "##"; a word of more than
- *      max_input_chars_per_word chars, or any piece without a match, becomes the single [UNK];
- *   5. the post-processor template adds [CLS] ... [SEP].
+ *   3. the pre-tokenizer splits each piece into words (pretokenizers.c);
+ *   4. the model turns each word into ids: WordPiece (Schuster & Nakajima 2012; Wu et al. 2016
+ *      GNMT sec. 4.1 as implemented by BERT: greedy longest-match-first, continuation pieces
+ *      prefixed by "##"; a word of more than max_input_chars_per_word chars, or any piece without
+ *      a match, becomes the single [UNK]), BPE (bpe.c) or Unigram (unigram.c);
+ *   5. the post-processor adds its ids around them ([CLS] ... [SEP], <s> ... </s>).
  * The tokenizer is read-only after load, so concurrent rg_tokenizer_encode calls are safe; every
  * call uses its own scratch buffers.
  */
@@ -24,135 +26,10 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "tokenizer/bert_normalizer.h"
+#include "tokenizer/tok_internal.h"
 
 /* tokenizer.json of the large multilingual vocabularies is 17-30 MB; refuse absurd files */
 #define RG_TOK_MAX_FILE ((off_t)512 << 20)
-
-/* ---- open-addressing string -> id map ---------------------------------------------------- */
-
-typedef struct rg_strmap_ent {
-	uint32_t off, len; /* key bytes in the arena */
-	int32_t id;
-	uint32_t hash;
-} rg_strmap_ent;
-
-typedef struct rg_strmap {
-	rg_strmap_ent *ents;
-	size_t n_ents, cap_ents;
-	char *arena;
-	size_t arena_n, arena_cap;
-	uint32_t *slots; /* index into ents + 1; 0 = empty */
-	size_t mask;	 /* n_slots - 1, n_slots a power of two */
-	uint32_t max_len;
-} rg_strmap;
-
-static uint32_t hash_bytes(const char *s, size_t n)
-{
-	uint64_t h = 1469598103934665603ull; /* FNV-1a 64 */
-	for (size_t i = 0; i < n; i++) {
-		h ^= (unsigned char)s[i];
-		h *= 1099511628211ull;
-	}
-	return (uint32_t)(h ^ (h >> 32));
-}
-
-static void strmap_free(rg_strmap *m)
-{
-	free(m->ents);
-	free(m->arena);
-	free(m->slots);
-	memset(m, 0, sizeof(*m));
-}
-
-static rg_status strmap_rehash(rg_strmap *m, size_t n_slots)
-{
-	uint32_t *s = calloc(n_slots, sizeof(*s));
-	if (!s)
-		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (hash table)");
-	for (size_t e = 0; e < m->n_ents; e++) {
-		size_t i = m->ents[e].hash & (n_slots - 1);
-		while (s[i])
-			i = (i + 1) & (n_slots - 1);
-		s[i] = (uint32_t)(e + 1);
-	}
-	free(m->slots);
-	m->slots = s;
-	m->mask = n_slots - 1;
-	return RG_OK;
-}
-
-/* Look up key s[0..n); returns the id or -1. */
-static int32_t strmap_get(const rg_strmap *m, const char *s, size_t n)
-{
-	if (!m->slots || n > m->max_len)
-		return -1;
-	uint32_t h = hash_bytes(s, n);
-	for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
-		uint32_t e = m->slots[i];
-		if (!e)
-			return -1;
-		const rg_strmap_ent *en = &m->ents[e - 1];
-		if (en->hash == h && en->len == n && memcmp(m->arena + en->off, s, n) == 0)
-			return en->id;
-	}
-}
-
-/* Insert or overwrite (the last insert of a key wins, as a Rust HashMap::insert does). */
-static rg_status strmap_put(rg_strmap *m, const char *s, size_t n, int32_t id)
-{
-	rg_status st;
-	uint32_t h = hash_bytes(s, n);
-	if (m->slots) {
-		for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
-			uint32_t e = m->slots[i];
-			if (!e)
-				break;
-			rg_strmap_ent *en = &m->ents[e - 1];
-			if (en->hash == h && en->len == n &&
-			    memcmp(m->arena + en->off, s, n) == 0) {
-				en->id = id;
-				return RG_OK;
-			}
-		}
-	}
-	if (n > UINT32_MAX / 2 || m->n_ents >= UINT32_MAX / 4)
-		return rg_errorf(RG_ERR_FORMAT, "tokenizer: vocabulary too large");
-	if (m->n_ents == m->cap_ents) {
-		size_t nc = m->cap_ents ? 2 * m->cap_ents : 1024;
-		rg_strmap_ent *ne = realloc(m->ents, nc * sizeof(*ne));
-		if (!ne)
-			return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (vocab)");
-		m->ents = ne;
-		m->cap_ents = nc;
-	}
-	if (m->arena_n + n + 1 > m->arena_cap) {
-		size_t nc = m->arena_cap ? 2 * m->arena_cap : 16384;
-		while (nc < m->arena_n + n + 1)
-			nc *= 2;
-		char *na = realloc(m->arena, nc);
-		if (!na)
-			return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (vocab)");
-		m->arena = na;
-		m->arena_cap = nc;
-	}
-	memcpy(m->arena + m->arena_n, s, n);
-	m->arena[m->arena_n + n] = '\0';
-	m->ents[m->n_ents] = (rg_strmap_ent){ (uint32_t)m->arena_n, (uint32_t)n, id, h };
-	m->arena_n += n + 1;
-	m->n_ents++;
-	if (n > m->max_len)
-		m->max_len = (uint32_t)n;
-	if (!m->slots || 2 * m->n_ents > m->mask + 1) {
-		if ((st = strmap_rehash(m, m->slots ? 2 * (m->mask + 1) : 2048)) != RG_OK)
-			return st;
-	} else {
-		size_t i = h & m->mask;
-		while (m->slots[i])
-			i = (i + 1) & m->mask;
-		m->slots[i] = (uint32_t)m->n_ents;
-	}
-	return RG_OK;
-}
 
 /* ---- tokenizer ----------------------------------------------------------------------------- */
 
@@ -163,14 +40,24 @@ typedef struct rg_added_token {
 	bool normalized, lstrip, rstrip, single_word;
 } rg_added_token;
 
+typedef enum rg_tok_model {
+	RG_TOK_WORDPIECE,
+	RG_TOK_BPE,
+	RG_TOK_UNIGRAM,
+} rg_tok_model;
+
 struct rg_tokenizer {
+	rg_tok_model model;
+	/* WordPiece */
 	rg_strmap words; /* full vocab */
 	rg_strmap cont;	 /* vocab entries that start with the prefix, prefix removed */
 	char prefix[64];
 	int32_t unk_id;
 	int max_chars; /* max_input_chars_per_word */
-	rg_bert_norm norm;
-	bool pretok; /* BertPreTokenizer (false: pre_tokenizer null, one word per piece) */
+	rg_bpe *bpe;	 /* BPE */
+	rg_unigram *uni; /* Unigram */
+	rg_normalizer *nz; /* NULL: identity */
+	rg_pretok *pt;	   /* NULL: one word per piece */
 	rg_added_token *added;
 	size_t n_added;
 	bool has_raw_added, has_norm_added;
@@ -183,8 +70,12 @@ void rg_tokenizer_free(rg_tokenizer *t)
 {
 	if (!t)
 		return;
-	strmap_free(&t->words);
-	strmap_free(&t->cont);
+	rg_strmap_free(&t->words);
+	rg_strmap_free(&t->cont);
+	rg_bpe_free(t->bpe);
+	rg_unigram_free(t->uni);
+	rg_normalizer_free(t->nz);
+	rg_pretok_free(t->pt);
 	for (size_t i = 0; i < t->n_added; i++)
 		free(t->added[i].content);
 	free(t->added);
@@ -206,44 +97,15 @@ int32_t rg_tokenizer_vocab_size(const rg_tokenizer *t)
 
 static rg_status vocab_add(rg_tokenizer *t, const char *s, size_t n, int32_t id)
 {
-	rg_status st = strmap_put(&t->words, s, n, id);
+	rg_status st = rg_strmap_put(&t->words, s, n, id);
 	if (st != RG_OK)
 		return st;
 	size_t pl = strlen(t->prefix);
 	if (n >= pl && memcmp(s, t->prefix, pl) == 0)
-		st = strmap_put(&t->cont, s + pl, n - pl, id);
+		st = rg_strmap_put(&t->cont, s + pl, n - pl, id);
 	if (id > t->max_id)
 		t->max_id = id;
 	return st;
-}
-
-static json_object *jget(json_object *o, const char *key)
-{
-	json_object *v = NULL;
-	if (!o || !json_object_is_type(o, json_type_object) ||
-	    !json_object_object_get_ex(o, key, &v))
-		return NULL;
-	return v;
-}
-
-/* Boolean field: absent or null -> dflt; non-boolean -> RG_ERR_FORMAT. */
-static rg_status jbool(json_object *o, const char *key, bool dflt, bool *out, const char *where)
-{
-	json_object *v = jget(o, key);
-	if (!v || json_object_is_type(v, json_type_null)) {
-		*out = dflt;
-		return RG_OK;
-	}
-	if (!json_object_is_type(v, json_type_boolean))
-		return rg_errorf(RG_ERR_FORMAT, "%s: \"%s\" must be a boolean", where, key);
-	*out = json_object_get_boolean(v);
-	return RG_OK;
-}
-
-static const char *jtype(json_object *o)
-{
-	json_object *ty = jget(o, "type");
-	return ty && json_object_is_type(ty, json_type_string) ? json_object_get_string(ty) : NULL;
 }
 
 static rg_status set_prefix(rg_tokenizer *t, const char *p, const char *where)
@@ -258,7 +120,7 @@ static rg_status set_prefix(rg_tokenizer *t, const char *p, const char *where)
 
 static rg_status finish_unk(rg_tokenizer *t, const char *unk, const char *where)
 {
-	t->unk_id = strmap_get(&t->words, unk, strlen(unk));
+	t->unk_id = rg_strmap_get(&t->words, unk, strlen(unk));
 	if (t->unk_id < 0)
 		return rg_errorf(RG_ERR_FORMAT, "%s: unk_token \"%s\" is not in the vocabulary",
 				 where, unk);
@@ -295,47 +157,43 @@ static rg_status add_added(rg_tokenizer *t, const char *content, int32_t id, boo
 static rg_status normalize_added(rg_tokenizer *t)
 {
 	rg_status st = RG_OK;
-	rg_cpvec a = { 0 }, b = { 0 }, c = { 0 };
+	rg_norm_scratch sc = { 0 };
+	rg_buf b;
+	rg_buf_init(&b);
 	for (size_t i = 0; i < t->n_added; i++) {
 		rg_added_token *at = &t->added[i];
 		if (!at->normalized) {
 			t->has_raw_added = true;
 			continue;
 		}
-		a.n = 0;
-		if ((st = rg_utf8_decode(at->content, at->len, 0, &a)) != RG_OK)
+		if ((st = rg_normalizer_apply(t->nz, at->content, at->len, &b, &sc)) != RG_OK)
 			goto out;
-		if ((st = rg_bert_normalize(&t->norm, a.v, a.n, &b, &c)) != RG_OK)
-			goto out;
-		char *s = malloc(4 * b.n + 1);
+		char *s = malloc(b.len + 1);
 		if (!s) {
 			st = rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (added tokens)");
 			goto out;
 		}
-		size_t k = 0;
-		for (size_t j = 0; j < b.n; j++)
-			k += rg_utf8_put(b.v[j], s + k);
-		s[k] = '\0';
+		memcpy(s, b.data, b.len);
+		s[b.len] = '\0';
 		free(at->content);
 		at->content = s;
-		at->len = k;
-		if (k)
+		at->len = b.len;
+		if (b.len)
 			t->has_norm_added = true;
 	}
 out:
-	rg_cpvec_free(&a);
-	rg_cpvec_free(&b);
-	rg_cpvec_free(&c);
+	rg_buf_free(&b);
+	rg_norm_scratch_free(&sc);
 	return st;
 }
 
 static rg_status template_ids(json_object *special, json_object *item, int32_t *ids, int *n,
 			      const char *path)
 {
-	json_object *st_ = jget(item, "SpecialToken");
-	const char *name = st_ ? json_object_get_string(jget(st_, "id")) : NULL;
-	json_object *spec = name ? jget(special, name) : NULL;
-	json_object *arr = jget(spec, "ids");
+	json_object *st_ = rg_tok_jget(item, "SpecialToken");
+	const char *name = st_ ? json_object_get_string(rg_tok_jget(st_, "id")) : NULL;
+	json_object *spec = name ? rg_tok_jget(special, name) : NULL;
+	json_object *arr = rg_tok_jget(spec, "ids");
 	if (!arr || !json_object_is_type(arr, json_type_array))
 		return rg_errorf(RG_ERR_FORMAT,
 				 "%s: post_processor special token \"%s\" has no ids", path,
@@ -355,25 +213,52 @@ static rg_status template_ids(json_object *special, json_object *item, int32_t *
 	return RG_OK;
 }
 
-static rg_status load_post_processor(rg_tokenizer *t, json_object *pp, const char *path)
+/* post_processor: BertProcessing / RobertaProcessing (cls A sep), TemplateProcessing (its single
+ * template), ByteLevel (offsets only: no ids), or a Sequence of them of which at most one adds
+ * ids. */
+static rg_status load_post_processor(rg_tokenizer *t, json_object *pp, const char *path, int depth)
 {
-	if (!pp || json_object_is_type(pp, json_type_null))
+	rg_status st;
+	if (rg_tok_jnull(pp))
 		return RG_OK;
-	const char *ty = jtype(pp);
-	if (ty && strcmp(ty, "BertProcessing") == 0) {
-		json_object *cls = jget(pp, "cls"), *sep = jget(pp, "sep");
+	const char *ty = rg_tok_jtype(pp);
+	if (ty && strcmp(ty, "Sequence") == 0) {
+		json_object *arr = rg_tok_jget(pp, "processors");
+		if (!arr || !json_object_is_type(arr, json_type_array))
+			return rg_errorf(RG_ERR_FORMAT, "%s: Sequence post_processor needs "
+							"\"processors\"",
+					 path);
+		if (depth > 4)
+			return rg_errorf(RG_ERR_UNSUPPORTED, "%s: post_processor Sequence nested "
+							     "too deep",
+					 path);
+		for (size_t i = 0; i < json_object_array_length(arr); i++) {
+			int had = t->n_pre + t->n_post;
+			if ((st = load_post_processor(t, json_object_array_get_idx(arr, i), path,
+						      depth + 1)) != RG_OK)
+				return st;
+			if (had && t->n_pre + t->n_post > had)
+				return rg_errorf(RG_ERR_UNSUPPORTED,
+						 "%s: post_processor Sequence with more than one "
+						 "processor adding tokens",
+						 path);
+		}
+		return RG_OK;
+	}
+	if (ty && strcmp(ty, "ByteLevel") == 0)
+		return RG_OK; /* trims offsets; ids unchanged */
+	if (ty && (strcmp(ty, "BertProcessing") == 0 || strcmp(ty, "RobertaProcessing") == 0)) {
+		json_object *cls = rg_tok_jget(pp, "cls"), *sep = rg_tok_jget(pp, "sep");
 		if (!cls || !sep || !json_object_is_type(cls, json_type_array) ||
 		    !json_object_is_type(sep, json_type_array) ||
 		    json_object_array_length(cls) != 2 || json_object_array_length(sep) != 2)
-			return rg_errorf(RG_ERR_FORMAT, "%s: BertProcessing needs cls and sep",
-					 path);
+			return rg_errorf(RG_ERR_FORMAT, "%s: %s needs cls and sep", path, ty);
 		json_object *ci = json_object_array_get_idx(cls, 1),
 			    *si = json_object_array_get_idx(sep, 1);
 		if (!json_object_is_type(ci, json_type_int) ||
 		    !json_object_is_type(si, json_type_int) || json_object_get_int(ci) < 0 ||
 		    json_object_get_int(si) < 0)
-			return rg_errorf(RG_ERR_FORMAT, "%s: BertProcessing ids must be ints >= 0",
-					 path);
+			return rg_errorf(RG_ERR_FORMAT, "%s: %s ids must be ints >= 0", path, ty);
 		t->pre_ids[t->n_pre++] = json_object_get_int(ci);
 		t->post_ids[t->n_post++] = json_object_get_int(si);
 		return RG_OK;
@@ -381,18 +266,18 @@ static rg_status load_post_processor(rg_tokenizer *t, json_object *pp, const cha
 	if (!ty || strcmp(ty, "TemplateProcessing") != 0)
 		return rg_errorf(RG_ERR_UNSUPPORTED,
 				 "%s: post_processor type \"%s\" is not supported "
-				 "(BertProcessing, TemplateProcessing)",
+				 "(BertProcessing, RobertaProcessing, TemplateProcessing, ByteLevel, "
+				 "Sequence)",
 				 path, ty ? ty : "?");
-	json_object *single = jget(pp, "single"), *special = jget(pp, "special_tokens");
+	json_object *single = rg_tok_jget(pp, "single"), *special = rg_tok_jget(pp, "special_tokens");
 	if (!single || !json_object_is_type(single, json_type_array))
 		return rg_errorf(RG_ERR_FORMAT, "%s: TemplateProcessing without \"single\"", path);
 	bool seen_a = false;
 	for (size_t i = 0; i < json_object_array_length(single); i++) {
 		json_object *item = json_object_array_get_idx(single, i);
-		json_object *seq = jget(item, "Sequence");
-		rg_status st;
+		json_object *seq = rg_tok_jget(item, "Sequence");
 		if (seq) {
-			const char *sid = json_object_get_string(jget(seq, "id"));
+			const char *sid = json_object_get_string(rg_tok_jget(seq, "id"));
 			if (seen_a || !sid || strcmp(sid, "A") != 0)
 				return rg_errorf(RG_ERR_UNSUPPORTED,
 						 "%s: single template must hold sequence A once",
@@ -413,35 +298,25 @@ static rg_status load_post_processor(rg_tokenizer *t, json_object *pp, const cha
 	return RG_OK;
 }
 
-static rg_status load_tokenizer_json(rg_tokenizer *t, const char *path)
+/* model of type WordPiece: vocab, unk_token, continuing_subword_prefix,
+ * max_input_chars_per_word. */
+static rg_status load_wordpiece(rg_tokenizer *t, json_object *model, const char *path)
 {
-	json_object *root = NULL;
-	rg_status st = rg_json_read_file(path, RG_TOK_MAX_FILE, &root);
-	if (st != RG_OK)
-		return st;
-
-	json_object *model = jget(root, "model");
-	const char *mty = jtype(model);
-	if (!mty || strcmp(mty, "WordPiece") != 0) {
-		st = rg_errorf(RG_ERR_UNSUPPORTED,
-			       "%s: model type \"%s\" is not supported (WordPiece)", path,
-			       mty ? mty : "?");
-		goto out;
-	}
-	json_object *pfx = jget(model, "continuing_subword_prefix");
+	rg_status st;
+	json_object *pfx = rg_tok_jget(model, "continuing_subword_prefix");
 	if ((st = set_prefix(t,
 			     pfx && json_object_is_type(pfx, json_type_string)
 				     ? json_object_get_string(pfx)
 				     : "##",
 			     path)) != RG_OK)
-		goto out;
-	json_object *mc = jget(model, "max_input_chars_per_word");
+		return st;
+	json_object *mc = rg_tok_jget(model, "max_input_chars_per_word");
 	t->max_chars = mc && json_object_is_type(mc, json_type_int) ? json_object_get_int(mc) : 100;
 
-	json_object *vocab = jget(model, "vocab");
+	json_object *vocab = rg_tok_jget(model, "vocab");
 	if (!vocab || !json_object_is_type(vocab, json_type_object)) {
 		st = rg_errorf(RG_ERR_FORMAT, "%s: model.vocab must be an object", path);
-		goto out;
+		return st;
 	}
 	json_object_object_foreach(vocab, key, val)
 	{
@@ -449,59 +324,71 @@ static rg_status load_tokenizer_json(rg_tokenizer *t, const char *path)
 		    json_object_get_int64(val) > INT32_MAX) {
 			st = rg_errorf(RG_ERR_FORMAT, "%s: vocab id of \"%s\" is not a valid id",
 				       path, key);
-			goto out;
+			return st;
 		}
 		if ((st = vocab_add(t, key, strlen(key), (int32_t)json_object_get_int(val))) !=
 		    RG_OK)
-			goto out;
+			return st;
 	}
-	json_object *unk = jget(model, "unk_token");
+	json_object *unk = rg_tok_jget(model, "unk_token");
 	if ((st = finish_unk(t,
 			     unk && json_object_is_type(unk, json_type_string)
 				     ? json_object_get_string(unk)
 				     : "[UNK]",
 			     path)) != RG_OK)
+		return st;
+
+	return RG_OK;
+}
+
+static rg_status load_tokenizer_json(rg_tokenizer *t, const char *path)
+{
+	json_object *root = NULL;
+	rg_status st = rg_json_read_file(path, RG_TOK_MAX_FILE, &root);
+	if (st != RG_OK)
+		return st;
+
+	json_object *model = rg_tok_jget(root, "model");
+	const char *mty = rg_tok_jtype(model);
+	if (mty && strcmp(mty, "WordPiece") == 0) {
+		t->model = RG_TOK_WORDPIECE;
+		st = load_wordpiece(t, model, path);
+	} else if (mty && strcmp(mty, "BPE") == 0) {
+		t->model = RG_TOK_BPE;
+		if ((st = rg_bpe_load(model, path, &t->bpe)) == RG_OK)
+			t->max_id = rg_bpe_max_id(t->bpe);
+	} else if (mty && strcmp(mty, "Unigram") == 0) {
+		t->model = RG_TOK_UNIGRAM;
+		if ((st = rg_unigram_load(model, path, &t->uni)) == RG_OK)
+			t->max_id = rg_unigram_max_id(t->uni);
+	} else {
+		st = rg_errorf(RG_ERR_UNSUPPORTED,
+			       "%s: model type \"%s\" is not supported (WordPiece, BPE, Unigram)",
+			       path, mty ? mty : "?");
+	}
+	if (st != RG_OK)
+		goto out;
+	if ((st = rg_normalizer_load(rg_tok_jget(root, "normalizer"), path, &t->nz)) != RG_OK ||
+	    (st = rg_pretok_load(rg_tok_jget(root, "pre_tokenizer"), path, &t->pt)) != RG_OK)
+		goto out;
+	/* HF decides "first" on the original offset of the normalized piece, which follows the
+	 * normalizer's alignment bookkeeping; ragged tracks no alignments, so only without a
+	 * normalizer is the offset exact */
+	if (t->nz && rg_pretok_prepends_first(t->pt)) {
+		st = rg_errorf(RG_ERR_UNSUPPORTED,
+			       "%s: Metaspace prepend_scheme \"first\" with a normalizer is not "
+			       "supported",
+			       path);
+		goto out;
+	}
+	if ((st = load_post_processor(t, rg_tok_jget(root, "post_processor"), path, 0)) != RG_OK)
 		goto out;
 
-	json_object *nz = jget(root, "normalizer");
-	if (nz && !json_object_is_type(nz, json_type_null)) {
-		const char *nty = jtype(nz);
-		if (!nty || strcmp(nty, "BertNormalizer") != 0) {
-			st = rg_errorf(RG_ERR_UNSUPPORTED,
-				       "%s: normalizer type \"%s\" is not supported "
-				       "(BertNormalizer)",
-				       path, nty ? nty : "?");
-			goto out;
-		}
-		t->norm.enabled = true;
-		if ((st = jbool(nz, "clean_text", true, &t->norm.clean_text, path)) != RG_OK ||
-		    (st = jbool(nz, "handle_chinese_chars", true, &t->norm.handle_chinese_chars,
-				path)) != RG_OK ||
-		    (st = jbool(nz, "lowercase", true, &t->norm.lowercase, path)) != RG_OK ||
-		    (st = jbool(nz, "strip_accents", t->norm.lowercase, &t->norm.strip_accents,
-				path)) != RG_OK)
-			goto out;
-	}
-	json_object *pt = jget(root, "pre_tokenizer");
-	if (pt && !json_object_is_type(pt, json_type_null)) {
-		const char *pty = jtype(pt);
-		if (!pty || strcmp(pty, "BertPreTokenizer") != 0) {
-			st = rg_errorf(RG_ERR_UNSUPPORTED,
-				       "%s: pre_tokenizer type \"%s\" is not "
-				       "supported (BertPreTokenizer)",
-				       path, pty ? pty : "?");
-			goto out;
-		}
-		t->pretok = true;
-	}
-	if ((st = load_post_processor(t, jget(root, "post_processor"), path)) != RG_OK)
-		goto out;
-
-	json_object *added = jget(root, "added_tokens");
+	json_object *added = rg_tok_jget(root, "added_tokens");
 	if (added && json_object_is_type(added, json_type_array)) {
 		for (size_t i = 0; i < json_object_array_length(added); i++) {
 			json_object *a = json_object_array_get_idx(added, i);
-			json_object *c = jget(a, "content"), *id = jget(a, "id");
+			json_object *c = rg_tok_jget(a, "content"), *id = rg_tok_jget(a, "id");
 			bool special, normalized, lstrip, rstrip, single;
 			if (!c || !json_object_is_type(c, json_type_string) || !id ||
 			    !json_object_is_type(id, json_type_int) ||
@@ -512,11 +399,11 @@ static rg_status load_tokenizer_json(rg_tokenizer *t, const char *path)
 					       path, i);
 				goto out;
 			}
-			if ((st = jbool(a, "special", false, &special, path)) != RG_OK ||
-			    (st = jbool(a, "normalized", !special, &normalized, path)) != RG_OK ||
-			    (st = jbool(a, "lstrip", false, &lstrip, path)) != RG_OK ||
-			    (st = jbool(a, "rstrip", false, &rstrip, path)) != RG_OK ||
-			    (st = jbool(a, "single_word", false, &single, path)) != RG_OK)
+			if ((st = rg_tok_jbool(a, "special", false, &special, path)) != RG_OK ||
+			    (st = rg_tok_jbool(a, "normalized", !special, &normalized, path)) != RG_OK ||
+			    (st = rg_tok_jbool(a, "lstrip", false, &lstrip, path)) != RG_OK ||
+			    (st = rg_tok_jbool(a, "rstrip", false, &rstrip, path)) != RG_OK ||
+			    (st = rg_tok_jbool(a, "single_word", false, &single, path)) != RG_OK)
 				goto out;
 			if ((st = add_added(t, json_object_get_string(c), json_object_get_int(id),
 					    normalized, lstrip, rstrip, single)) != RG_OK)
@@ -531,9 +418,9 @@ out:
 /* Token names in tokenizer_config.json are strings or {"content": ...} objects. */
 static const char *cfg_token(json_object *cfg, const char *key, const char *dflt)
 {
-	json_object *v = jget(cfg, key);
+	json_object *v = rg_tok_jget(cfg, key);
 	if (v && json_object_is_type(v, json_type_object))
-		v = jget(v, "content");
+		v = rg_tok_jget(v, "content");
 	return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : dflt;
 }
 
@@ -541,7 +428,7 @@ static const char *cfg_token(json_object *cfg, const char *key, const char *dflt
 static rg_status load_vocab_txt(rg_tokenizer *t, const char *dir, const char *vpath)
 {
 	char cpath[4096];
-	json_object *cfg = NULL;
+	json_object *cfg = NULL, *pipe = NULL;
 	char *data = NULL;
 	size_t len;
 	rg_status st;
@@ -553,15 +440,22 @@ static rg_status load_vocab_txt(rg_tokenizer *t, const char *dir, const char *vp
 		if ((st = rg_json_read_file(cpath, RG_TOK_MAX_FILE, &cfg)) != RG_OK)
 			return st;
 	}
-	t->norm.enabled = true;
-	t->norm.clean_text = true;
-	t->pretok = true;
 	t->max_chars = 100;
-	if ((st = jbool(cfg, "do_lower_case", true, &t->norm.lowercase, cpath)) != RG_OK ||
-	    (st = jbool(cfg, "strip_accents", t->norm.lowercase, &t->norm.strip_accents, cpath)) !=
-		    RG_OK ||
-	    (st = jbool(cfg, "tokenize_chinese_chars", true, &t->norm.handle_chinese_chars,
-			cpath)) != RG_OK)
+	bool lower, strip, chinese;
+	if ((st = rg_tok_jbool(cfg, "do_lower_case", true, &lower, cpath)) != RG_OK ||
+	    (st = rg_tok_jbool(cfg, "strip_accents", lower, &strip, cpath)) != RG_OK ||
+	    (st = rg_tok_jbool(cfg, "tokenize_chinese_chars", true, &chinese, cpath)) != RG_OK)
+		goto out;
+	/* the BertNormalizer + BertPreTokenizer that BertTokenizerFast's converter writes */
+	char spec[256];
+	snprintf(spec, sizeof(spec),
+		 "{\"normalizer\": {\"type\": \"BertNormalizer\", \"clean_text\": true, "
+		 "\"handle_chinese_chars\": %s, \"strip_accents\": %s, \"lowercase\": %s}, "
+		 "\"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}}",
+		 chinese ? "true" : "false", strip ? "true" : "false", lower ? "true" : "false");
+	if ((st = rg_json_parse(spec, strlen(spec), 0, vpath, NULL, &pipe)) != RG_OK ||
+	    (st = rg_normalizer_load(rg_tok_jget(pipe, "normalizer"), vpath, &t->nz)) != RG_OK ||
+	    (st = rg_pretok_load(rg_tok_jget(pipe, "pre_tokenizer"), vpath, &t->pt)) != RG_OK)
 		goto out;
 	if ((st = set_prefix(t, "##", vpath)) != RG_OK)
 		goto out;
@@ -620,13 +514,13 @@ static rg_status load_vocab_txt(rg_tokenizer *t, const char *dir, const char *vp
 		cfg_token(cfg, "mask_token", "[MASK]"),
 	};
 	for (int i = 0; i < 5; i++) {
-		int32_t id = strmap_get(&t->words, specials[i], strlen(specials[i]));
+		int32_t id = rg_strmap_get(&t->words, specials[i], strlen(specials[i]));
 		if (id >= 0 &&
 		    (st = add_added(t, specials[i], id, false, false, false, false)) != RG_OK)
 			goto out;
 	}
-	int32_t cls = strmap_get(&t->words, specials[2], strlen(specials[2]));
-	int32_t sep = strmap_get(&t->words, specials[1], strlen(specials[1]));
+	int32_t cls = rg_strmap_get(&t->words, specials[2], strlen(specials[2]));
+	int32_t sep = rg_strmap_get(&t->words, specials[1], strlen(specials[1]));
 	if (cls < 0 || sep < 0) {
 		st = rg_errorf(RG_ERR_FORMAT,
 			       "%s: cls_token \"%s\" or sep_token \"%s\" not in vocab", vpath,
@@ -638,6 +532,7 @@ static rg_status load_vocab_txt(rg_tokenizer *t, const char *dir, const char *vp
 out:
 	free(data);
 	json_object_put(cfg);
+	json_object_put(pipe);
 	return st;
 }
 
@@ -687,40 +582,28 @@ fail:
 
 /* ---- encoding ------------------------------------------------------------------------------ */
 
-typedef struct rg_idvec {
-	int32_t *v;
-	size_t n, cap;
-} rg_idvec;
-
-static rg_status id_push(rg_idvec *a, int32_t id)
-{
-	if (a->n == a->cap) {
-		size_t nc = a->cap ? 2 * a->cap : 64;
-		int32_t *v = realloc(a->v, nc * sizeof(*v));
-		if (!v)
-			return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (ids)");
-		a->v = v;
-		a->cap = nc;
-	}
-	a->v[a->n++] = id;
-	return RG_OK;
-}
-
+/* One encode call's scratch: every buffer is owned by the call, none by the tokenizer. */
 typedef struct rg_enc_ctx {
-	rg_cpvec raw, norm, tmp;
-	char *nb; /* normalized piece as UTF-8 */
-	size_t nb_cap;
+	const rg_tokenizer *t;
+	rg_cpvec raw;  /* validation */
+	rg_buf norm;   /* the normalized piece being tokenized */
+	bool raw_start; /* that piece comes from the raw piece at offset 0 of the text */
+	rg_norm_scratch nsc;
+	rg_pretok_scratch psc;
+	rg_bpe_scratch bsc;
+	rg_uni_scratch usc;
 	rg_idvec ids;
-	char **words; /* pretokenize output mode (test hook): NULL in encode */
-	size_t *words_len, words_cap;
+	rg_buf *words; /* pretokenize test hook: collect the words (each NUL-ended), no ids */
 } rg_enc_ctx;
 
 static void ctx_free(rg_enc_ctx *c)
 {
 	rg_cpvec_free(&c->raw);
-	rg_cpvec_free(&c->norm);
-	rg_cpvec_free(&c->tmp);
-	free(c->nb);
+	rg_buf_free(&c->norm);
+	rg_norm_scratch_free(&c->nsc);
+	rg_pretok_scratch_free(&c->psc);
+	rg_bpe_scratch_free(&c->bsc);
+	rg_uni_scratch_free(&c->usc);
 	free(c->ids.v);
 }
 
@@ -731,7 +614,7 @@ static rg_status wordpiece(const rg_tokenizer *t, const char *w, size_t n, rg_id
 	for (size_t i = 0; i < n; i++)
 		nchars += ((unsigned char)w[i] & 0xC0) != 0x80;
 	if (nchars > (size_t)(t->max_chars < 0 ? 0 : t->max_chars))
-		return id_push(ids, t->unk_id);
+		return rg_idvec_push(ids, t->unk_id);
 	size_t mark = ids->n, start = 0;
 	rg_status st;
 	while (start < n) {
@@ -744,7 +627,7 @@ static rg_status wordpiece(const rg_tokenizer *t, const char *w, size_t n, rg_id
 		}
 		int32_t id = -1;
 		while (end > start) {
-			id = strmap_get(m, w + start, end - start);
+			id = rg_strmap_get(m, w + start, end - start);
 			if (id >= 0)
 				break;
 			end--;
@@ -753,61 +636,33 @@ static rg_status wordpiece(const rg_tokenizer *t, const char *w, size_t n, rg_id
 		}
 		if (id < 0) {
 			ids->n = mark;
-			return id_push(ids, t->unk_id);
+			return rg_idvec_push(ids, t->unk_id);
 		}
-		if ((st = id_push(ids, id)) != RG_OK)
+		if ((st = rg_idvec_push(ids, id)) != RG_OK)
 			return st;
 		start = end;
 	}
 	return RG_OK;
 }
 
-static rg_status emit_word(const rg_tokenizer *t, rg_enc_ctx *c, const char *w, size_t n)
+/* A word from the pre-tokenizer: to the model (or, in the test hook, to the word list). */
+static rg_status emit_word(void *ctx, const char *w, size_t n)
 {
-	if (n == 0)
-		return RG_OK;
+	rg_enc_ctx *c = ctx;
 	if (c->words) {
-		/* test hook: collect the word, NUL-terminated */
-		size_t need = c->words_len[0] + n + 1;
-		if (need > c->words_cap) {
-			size_t nc = c->words_cap ? 2 * c->words_cap : 256;
-			while (nc < need)
-				nc *= 2;
-			char *nw = realloc(*c->words, nc);
-			if (!nw)
-				return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
-			*c->words = nw;
-			c->words_cap = nc;
-		}
-		memcpy(*c->words + c->words_len[0], w, n);
-		(*c->words)[c->words_len[0] + n] = '\0';
-		c->words_len[0] += n + 1;
-		return RG_OK;
+		rg_buf_put(c->words, w, n);
+		rg_buf_put(c->words, "", 1);
+		return c->words->oom ? rg_errorf(RG_ERR_OOM, "tokenizer: out of memory") : RG_OK;
 	}
-	return wordpiece(t, w, n, &c->ids);
-}
-
-/* BertPreTokenizer on s[0..n) (valid UTF-8), then WordPiece on every word. */
-static rg_status pretokenize(const rg_tokenizer *t, rg_enc_ctx *c, const char *s, size_t n)
-{
-	rg_status st;
-	if (!t->pretok)
-		return emit_word(t, c, s, n);
-	size_t ws = 0; /* start of the current word */
-	for (size_t i = 0; i < n;) {
-		size_t k = rg_utf8_len_valid((unsigned char)s[i]);
-		uint32_t cp = rg_utf8_get_valid((const unsigned char *)s + i);
-		bool white = rg_bert_is_whitespace(cp);
-		if (white || rg_bert_is_punct(cp)) {
-			if ((st = emit_word(t, c, s + ws, i - ws)) != RG_OK)
-				return st;
-			if (!white && (st = emit_word(t, c, s + i, k)) != RG_OK)
-				return st;
-			ws = i + k;
-		}
-		i += k;
+	switch (c->t->model) {
+	case RG_TOK_WORDPIECE:
+		return wordpiece(c->t, w, n, &c->ids);
+	case RG_TOK_BPE:
+		return rg_bpe_encode(c->t->bpe, w, n, &c->bsc, &c->ids);
+	case RG_TOK_UNIGRAM:
+		return rg_unigram_encode(c->t->uni, w, n, &c->usc, &c->ids);
 	}
-	return emit_word(t, c, s + ws, n - ws);
+	return RG_OK;
 }
 
 /* Leftmost-longest search for an added token (normalized or raw set) in s[from..n).
@@ -892,7 +747,7 @@ static rg_status split_added(const rg_tokenizer *t, rg_enc_ctx *c, bool normaliz
 		}
 		if (start > done && (st = gap(t, c, s + done, start - done, base + done)) != RG_OK)
 			return st;
-		if ((st = id_push(&c->ids, at->id)) != RG_OK)
+		if ((st = rg_idvec_push(&c->ids, at->id)) != RG_OK)
 			return st;
 		done = stop;
 	}
@@ -904,31 +759,18 @@ static rg_status split_added(const rg_tokenizer *t, rg_enc_ctx *c, bool normaliz
 static rg_status norm_gap(const rg_tokenizer *t, rg_enc_ctx *c, const char *s, size_t n,
 			  size_t base)
 {
-	return pretokenize(t, c, s, n);
+	return rg_pretok_apply(t->pt, s, n, c->raw_start && base == 0, &c->psc, emit_word, c);
 }
 
-/* A raw piece between raw added tokens: decode, normalize, re-encode to UTF-8, split on
- * normalized added tokens, pre-tokenize and WordPiece. */
+/* A raw piece between raw added tokens: normalize, split on normalized added tokens,
+ * pre-tokenize and run the model on every word. */
 static rg_status raw_gap(const rg_tokenizer *t, rg_enc_ctx *c, const char *s, size_t n, size_t base)
 {
 	rg_status st;
-	c->raw.n = 0;
-	if ((st = rg_utf8_decode(s, n, base, &c->raw)) != RG_OK)
+	if ((st = rg_normalizer_apply(t->nz, s, n, &c->norm, &c->nsc)) != RG_OK)
 		return st;
-	if ((st = rg_bert_normalize(&t->norm, c->raw.v, c->raw.n, &c->norm, &c->tmp)) != RG_OK)
-		return st;
-	size_t need = 4 * c->norm.n + 1;
-	if (need > c->nb_cap) {
-		char *nb = realloc(c->nb, need);
-		if (!nb)
-			return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
-		c->nb = nb;
-		c->nb_cap = need;
-	}
-	size_t k = 0;
-	for (size_t i = 0; i < c->norm.n; i++)
-		k += rg_utf8_put(c->norm.v[i], c->nb + k);
-	return split_added(t, c, true, c->nb, k, 0, norm_gap);
+	c->raw_start = base == 0;
+	return split_added(t, c, true, c->norm.data ? c->norm.data : "", c->norm.len, 0, norm_gap);
 }
 
 /* Validate all of text first so the reported offset is the first bad byte of the whole text. */
@@ -942,7 +784,7 @@ static rg_status validate(rg_enc_ctx *c, const char *text, size_t len)
 rg_status rg_tokenizer_encode(const rg_tokenizer *t, const char *text, size_t len, int32_t **ids,
 			      size_t *n_ids)
 {
-	rg_enc_ctx c = { 0 };
+	rg_enc_ctx c = { .t = t };
 	rg_status st;
 	*ids = NULL;
 	*n_ids = 0;
@@ -953,16 +795,16 @@ rg_status rg_tokenizer_encode(const rg_tokenizer *t, const char *text, size_t le
 	if ((st = validate(&c, text, len)) != RG_OK)
 		goto out;
 	for (int i = 0; i < t->n_pre; i++)
-		if ((st = id_push(&c.ids, t->pre_ids[i])) != RG_OK)
+		if ((st = rg_idvec_push(&c.ids, t->pre_ids[i])) != RG_OK)
 			goto out;
 	if ((st = split_added(t, &c, false, text, len, 0, raw_gap)) != RG_OK)
 		goto out;
 	for (int i = 0; i < t->n_post; i++)
-		if ((st = id_push(&c.ids, t->post_ids[i])) != RG_OK)
+		if ((st = rg_idvec_push(&c.ids, t->post_ids[i])) != RG_OK)
 			goto out;
 	if (c.ids.n == 0) {
 		/* malloc(0) may return NULL; keep *ids non-NULL on success */
-		if ((st = id_push(&c.ids, 0)) != RG_OK)
+		if ((st = rg_idvec_push(&c.ids, 0)) != RG_OK)
 			goto out;
 		c.ids.n = 0;
 	}
@@ -974,29 +816,28 @@ out:
 	return st;
 }
 
+/* The malloc'd, NUL-terminated copy of b (never NULL on RG_OK). */
+static rg_status take_buf(rg_buf *b, char **out, size_t *out_len)
+{
+	if (!rg_buf_reserve(b, 0))
+		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
+	b->data[b->len] = '\0';
+	*out = b->data;
+	*out_len = b->len;
+	rg_buf_init(b);
+	return RG_OK;
+}
+
 rg_status rg_tokenizer_normalize(const rg_tokenizer *t, const char *text, size_t len, char **out,
 				 size_t *out_len)
 {
-	rg_enc_ctx c = { 0 };
+	rg_enc_ctx c = { .t = t };
 	rg_status st;
 	*out = NULL;
 	*out_len = 0;
-	if ((st = rg_utf8_decode(text, len, 0, &c.raw)) != RG_OK)
-		goto done;
-	if ((st = rg_bert_normalize(&t->norm, c.raw.v, c.raw.n, &c.norm, &c.tmp)) != RG_OK)
-		goto done;
-	char *s = malloc(4 * c.norm.n + 1);
-	if (!s) {
-		st = rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
-		goto done;
-	}
-	size_t k = 0;
-	for (size_t i = 0; i < c.norm.n; i++)
-		k += rg_utf8_put(c.norm.v[i], s + k);
-	s[k] = '\0';
-	*out = s;
-	*out_len = k;
-done:
+	if ((st = validate(&c, text, len)) == RG_OK &&
+	    (st = rg_normalizer_apply(t->nz, text, len, &c.norm, &c.nsc)) == RG_OK)
+		st = take_buf(&c.norm, out, out_len);
 	ctx_free(&c);
 	return st;
 }
@@ -1004,24 +845,17 @@ done:
 rg_status rg_tokenizer_pretokenize(const rg_tokenizer *t, const char *text, size_t len, char **out,
 				   size_t *out_len)
 {
-	rg_enc_ctx c = { 0 };
-	char *words = NULL;
-	size_t words_len = 0;
+	rg_enc_ctx c = { .t = t };
+	rg_buf words;
 	rg_status st;
 	*out = NULL;
 	*out_len = 0;
+	rg_buf_init(&words);
 	c.words = &words;
-	c.words_len = &words_len;
-	if ((st = validate(&c, text, len)) != RG_OK)
-		goto done;
-	st = pretokenize(t, &c, text, len);
-	if (st == RG_OK) {
-		*out = words;
-		*out_len = words_len;
-		words = NULL;
-	}
-done:
-	free(words);
+	if ((st = validate(&c, text, len)) == RG_OK &&
+	    (st = rg_pretok_apply(t->pt, text, len, true, &c.psc, emit_word, &c)) == RG_OK)
+		st = take_buf(&words, out, out_len);
+	rg_buf_free(&words);
 	ctx_free(&c);
 	return st;
 }

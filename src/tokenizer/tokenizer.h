@@ -1,5 +1,8 @@
-/* BERT WordPiece tokenizer, byte-for-byte compatible with HF `tokenizers`
- * (BertNormalizer + BertPreTokenizer + WordPiece + TemplateProcessing [CLS] A [SEP]). */
+/* Tokenizers of Hugging Face encoder families, id for id compatible with HF `tokenizers`
+ * (Tokenizer.from_file(...).encode(text).ids, truncation and padding off). Three models:
+ *   WordPiece (BERT, MiniLM, MPNet; Wu et al. 2016 sec. 4.1 / Devlin et al. 2019),
+ *   byte-level BPE (RoBERTa, GPT-2; Sennrich et al. 2016, Radford et al. 2019),
+ *   Unigram (XLM-RoBERTa, ALBERT, multilingual E5; Kudo 2018, SentencePiece). */
 #ifndef RG_TOKENIZER_H
 #define RG_TOKENIZER_H
 #include "core/export.h"
@@ -10,19 +13,33 @@
 
 typedef struct rg_tokenizer rg_tokenizer;
 
-/* Load from <dir>/tokenizer.json (model type WordPiece, normalizer BertNormalizer or null,
- * pre_tokenizer BertPreTokenizer or null, post_processor TemplateProcessing, BertProcessing or
- * null, added_tokens with their lstrip/rstrip/single_word/normalized flags), else from
- * <dir>/vocab.txt (one token per line, id = line index, trailing whitespace trimmed, a repeated
- * token keeps its last index) plus the optional <dir>/tokenizer_config.json (do_lower_case = true,
+/* Load from <dir>/tokenizer.json, else from <dir>/vocab.txt (WordPiece only, below).
+ * tokenizer.json, an unmodified HF file:
+ *   model: WordPiece (vocab object, unk_token, continuing_subword_prefix,
+ *     max_input_chars_per_word); BPE (vocab object, merges as "a b" strings or ["a", "b"] pairs,
+ *     unk_token, fuse_unk, continuing_subword_prefix, end_of_word_suffix, ignore_merges; dropout
+ *     must be null or 0 and byte_fallback false); Unigram (vocab as [piece, score] pairs, id =
+ *     index; unk_id must be set; byte_fallback false);
+ *   normalizer: null, BertNormalizer, or Sequence of Precompiled (SentencePiece
+ *     precompiled_charsmap, base64), Replace (String pattern; Regex only "<char>{n,}" / "<char>+"),
+ *     Strip, StripAccents, Lowercase, NFC, NFD, NFKC, NFKD, BertNormalizer;
+ *   pre_tokenizer: null, BertPreTokenizer, ByteLevel (add_prefix_space, use_regex: the GPT-2
+ *     regex), Metaspace (replacement, prepend_scheme always / first / never or the older
+ *     add_prefix_space, split; "first" only without a normalizer), WhitespaceSplit, or a Sequence;
+ *   post_processor: null, TemplateProcessing (its single template), BertProcessing,
+ *     RobertaProcessing, ByteLevel (no ids), or a Sequence of them with one adding ids;
+ *   added_tokens with their lstrip/rstrip/single_word/normalized flags; decoder ignored.
+ * vocab.txt: one token per line, id = line index, trailing whitespace trimmed, a repeated token
+ * keeps its last index, plus the optional <dir>/tokenizer_config.json (do_lower_case = true,
  * strip_accents = null -> follows do_lower_case, tokenize_chinese_chars = true; [UNK] [SEP] [CLS]
  * [PAD] [MASK] or the *_token names given there become special added tokens), as transformers'
- * BertTokenizerFast does. Errors: RG_ERR_IO (neither file can be opened), RG_ERR_FORMAT (malformed
- * JSON, wrong field types, unk_token not in the vocabulary, vocab.txt not UTF-8),
- * RG_ERR_UNSUPPORTED (any other model / normalizer / pre_tokenizer / post_processor type, named in
- * the message), RG_ERR_OOM. On success *out is owned by the caller (free with rg_tokenizer_free);
- * on failure *out = NULL. The tokenizer is read-only after load: concurrent rg_tokenizer_encode
- * calls are safe. */
+ * BertTokenizerFast does. Errors: RG_ERR_IO (neither file can be opened), RG_ERR_FORMAT
+ * (malformed JSON, wrong field types, unk_token not in the vocabulary, a merge whose tokens or
+ * result are not in the vocabulary, bad base64 or a truncated precompiled_charsmap, vocab.txt not
+ * UTF-8), RG_ERR_UNSUPPORTED (any other model / normalizer / pre_tokenizer / post_processor type or
+ * option, named in the message), RG_ERR_OOM. On success *out is owned by the caller (free with
+ * rg_tokenizer_free); on failure *out = NULL. The tokenizer is read-only after load (no caches):
+ * concurrent rg_tokenizer_encode calls are safe. */
 RG_TEST_API rg_status rg_tokenizer_load(const char *dir, rg_tokenizer **out);
 
 /* Frees everything the tokenizer owns. Accepts NULL. */
@@ -30,28 +47,32 @@ RG_TEST_API void rg_tokenizer_free(rg_tokenizer *t);
 
 /* Encode text (len bytes of UTF-8, not necessarily NUL-terminated; NULL allowed when len == 0) as
  * HF `tokenizers` Tokenizer.encode(text).ids does with truncation and padding off: added tokens
- * split out, BertNormalizer, BertPreTokenizer, WordPiece (greedy longest match first, "##"
- * continuations, [UNK] for a word of more than max_input_chars_per_word chars or with an unmatched
- * piece; Wu et al. 2016 sec. 4.1 / Devlin et al. 2019), then the template ([CLS] A [SEP]). On
- * success *ids is malloc'd (caller frees; never NULL) and holds *n_ids int32 ids; "" gives [CLS]
- * [SEP]. Errors: RG_ERR_INVALID_UTF8 (message names the byte offset of the first invalid sequence:
+ * split out, the normalizer, the pre-tokenizer, the model on every word, then the post-processor's
+ * ids around them. WordPiece: greedy longest match first, "##" continuations, [UNK] for a word of
+ * more than max_input_chars_per_word chars or with an unmatched piece. BPE: the word's chars
+ * (byte-level: its bytes' GPT-2 stand-ins) merged lowest rank first. Unigram: the Viterbi
+ * segmentation maximising the sum of piece scores, a char without a piece scoring min - 10,
+ * consecutive unknown chars fused into one unk. On success *ids is malloc'd (caller frees; never
+ * NULL) and holds *n_ids int32 ids; "" gives only the template's ids ([CLS] [SEP], <s> </s>).
+ * Errors: RG_ERR_INVALID_UTF8 (message names the byte offset of the first invalid sequence:
  * overlong forms, surrogates and code points > U+10FFFF are invalid), RG_ERR_INVALID_INPUT (NULL
  * arguments), RG_ERR_OOM; then *ids = NULL and *n_ids = 0. No truncation here. */
 RG_TEST_API
 rg_status rg_tokenizer_encode(const rg_tokenizer *t, const char *text, size_t len, int32_t **ids,
 			      size_t *n_ids);
 
-/* First id the template puts before the text ([CLS]) / last id after it ([SEP]); -1 when the
- * post-processor adds none. */
-int32_t rg_tokenizer_cls_id(const rg_tokenizer *t);
-int32_t rg_tokenizer_sep_id(const rg_tokenizer *t);
+/* First id the post-processor puts before the text ([CLS], <s>) / last id after it ([SEP],
+ * </s>); -1 when it adds none. */
+RG_TEST_API int32_t rg_tokenizer_cls_id(const rg_tokenizer *t);
+RG_TEST_API int32_t rg_tokenizer_sep_id(const rg_tokenizer *t);
 /* 1 + the largest id the tokenizer can emit (vocabulary, added tokens, template). */
-int32_t rg_tokenizer_vocab_size(const rg_tokenizer *t);
+RG_TEST_API int32_t rg_tokenizer_vocab_size(const rg_tokenizer *t);
 
 /* Test hooks (used by tests/py/test_tokenizer.py to compare with HF component by component).
  * rg_tokenizer_normalize: text through the normalizer only; *out is malloc'd UTF-8 of *out_len
  * bytes (NUL-terminated). rg_tokenizer_pretokenize: text (taken as already normalized) through the
- * pre-tokenizer only; *out holds the words, each followed by a NUL, *out_len bytes in all.
+ * pre-tokenizer only; *out holds the words (ByteLevel: as byte stand-ins, Metaspace: with the
+ * replacement char), each followed by a NUL, *out_len bytes in all.
  * Both return RG_ERR_INVALID_UTF8 for bad input; caller frees *out. */
 RG_TEST_API
 rg_status rg_tokenizer_normalize(const rg_tokenizer *t, const char *text, size_t len, char **out,

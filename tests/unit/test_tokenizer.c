@@ -254,10 +254,10 @@ static void test_load_errors(void **state)
 	expect_load_error(RG_ERR_FORMAT, "tokenizer.json");
 	write_file("tokenizer.json", "[1, 2, 3]");
 	expect_load_error(RG_ERR_UNSUPPORTED, "model type");
-	write_tiny_json("BPE", 100, BERT_NORM);
-	expect_load_error(RG_ERR_UNSUPPORTED, "BPE");
-	write_tiny_json("WordPiece", 100, "{\"type\": \"NFKC\"}");
-	expect_load_error(RG_ERR_UNSUPPORTED, "NFKC");
+	write_tiny_json("WordLevel", 100, BERT_NORM);
+	expect_load_error(RG_ERR_UNSUPPORTED, "WordLevel");
+	write_tiny_json("WordPiece", 100, "{\"type\": \"Nmt\"}");
+	expect_load_error(RG_ERR_UNSUPPORTED, "Nmt");
 	write_tiny_json("WordPiece", 100, "{\"type\": \"BertNormalizer\", \"lowercase\": 3}");
 	expect_load_error(RG_ERR_FORMAT, "lowercase");
 }
@@ -294,6 +294,117 @@ static void test_vocab_txt_fallback(void **state)
 
 	write_file("tokenizer_config.json", "{\"do_lower_case\": tru");
 	expect_load_error(RG_ERR_FORMAT, "tokenizer_config.json");
+}
+
+/* A byte-level BPE tokenizer.json: vocab a b ab Ġ, merges given verbatim, model_extra spliced in. */
+static void write_bpe_json(const char *merges, const char *model_extra, const char *normalizer)
+{
+	char buf[2048];
+	snprintf(buf, sizeof(buf),
+		 "{\"normalizer\": %s, \"pre_tokenizer\": {\"type\": \"ByteLevel\", "
+		 "\"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}, "
+		 "\"post_processor\": {\"type\": \"RobertaProcessing\", \"sep\": [\"</s>\", 1], "
+		 "\"cls\": [\"<s>\", 0]}, \"model\": {\"type\": \"BPE\", %s \"vocab\": "
+		 "{\"<s>\": 0, \"</s>\": 1, \"a\": 2, \"b\": 3, \"ab\": 4, \"\xc4\xa0\": 5, "
+		 "\"\xc4\xa0" "a\": 6}, \"merges\": %s}}",
+		 normalizer, model_extra, merges);
+	write_file("tokenizer.json", buf);
+}
+
+static void test_bpe_encode(void **state)
+{
+	(void)state;
+	/* "ab" merges before "Ġa" (rank 0 < 1); chars outside the vocab are dropped (no unk) */
+	write_bpe_json("[\"a b\", \"\xc4\xa0 a\"]", "", "null");
+	rg_tokenizer *t = load_ok();
+	CHECK(t, "ab", 0, 4, 1);
+	CHECK(t, "ab a", 0, 4, 6, 1);
+	CHECK(t, "aab b", 0, 2, 4, 5, 3, 1);
+	CHECK(t, "", 0, 1);
+	CHECK(t, "zab", 0, 4, 1);
+	expect_bad_utf8(t, "ab\xff", 3, 2);
+	expect_bad_utf8(t, "a\xe2\x82", 3, 1);
+	assert_int_equal(rg_tokenizer_cls_id(t), 0);
+	assert_int_equal(rg_tokenizer_sep_id(t), 1);
+	assert_int_equal(rg_tokenizer_vocab_size(t), 7);
+	rg_tokenizer_free(t);
+	/* the same merges as pairs */
+	write_bpe_json("[[\"a\", \"b\"], [\"\xc4\xa0\", \"a\"]]", "", "null");
+	t = load_ok();
+	CHECK(t, "ab a", 0, 4, 6, 1);
+	rg_tokenizer_free(t);
+}
+
+static void test_bpe_load_errors(void **state)
+{
+	(void)state;
+	write_bpe_json("[\"a b c\"]", "", "null");
+	expect_load_error(RG_ERR_FORMAT, "merges[0]");
+	write_bpe_json("[\"ab\"]", "", "null");
+	expect_load_error(RG_ERR_FORMAT, "merges[0]");
+	write_bpe_json("[\"a q\"]", "", "null");
+	expect_load_error(RG_ERR_FORMAT, "\"q\"");
+	write_bpe_json("[\"b a\"]", "", "null"); /* "ba" is not in the vocabulary */
+	expect_load_error(RG_ERR_FORMAT, "merged token");
+	write_bpe_json("[[\"a\", \"b\"], \"a b\"]", "", "null");
+	expect_load_error(RG_ERR_FORMAT, "mix");
+	write_bpe_json("[7]", "", "null");
+	expect_load_error(RG_ERR_FORMAT, "merges[0]");
+	write_bpe_json("{}", "", "null");
+	expect_load_error(RG_ERR_FORMAT, "merges");
+	write_bpe_json("[]", "\"dropout\": 0.1,", "null");
+	expect_load_error(RG_ERR_UNSUPPORTED, "dropout");
+	write_bpe_json("[]", "\"byte_fallback\": true,", "null");
+	expect_load_error(RG_ERR_UNSUPPORTED, "byte_fallback");
+	write_bpe_json("[]", "\"unk_token\": \"<unk>\",", "null");
+	expect_load_error(RG_ERR_FORMAT, "unk_token");
+	/* precompiled_charsmap: not base64, truncated base64, a trie longer than the blob */
+	write_bpe_json("[]", "", "{\"type\": \"Precompiled\", \"precompiled_charsmap\": \"@@@@\"}");
+	expect_load_error(RG_ERR_FORMAT, "base64");
+	write_bpe_json("[]", "", "{\"type\": \"Precompiled\", \"precompiled_charsmap\": \"AAAAAA\"}");
+	expect_load_error(RG_ERR_FORMAT, "base64");
+	write_bpe_json("[]", "", "{\"type\": \"Precompiled\", \"precompiled_charsmap\": \"AAA=\"}");
+	expect_load_error(RG_ERR_FORMAT, "truncated");
+	write_bpe_json("[]", "",
+		       "{\"type\": \"Precompiled\", \"precompiled_charsmap\": \"EAAAAAAAAAA=\"}");
+	expect_load_error(RG_ERR_FORMAT, "truncated");
+	write_bpe_json("[]", "", "{\"type\": \"Replace\", \"pattern\": {\"Regex\": \"a|b\"}, "
+				 "\"content\": \"\"}");
+	expect_load_error(RG_ERR_UNSUPPORTED, "Regex");
+	write_file("tokenizer.json", "{\"model\": {\"type\": \"Nonesuch\"}}");
+	expect_load_error(RG_ERR_UNSUPPORTED, "Nonesuch");
+}
+
+/* Unigram: pieces and scores chosen so that Viterbi, not greediness, decides. */
+static void test_unigram(void **state)
+{
+	(void)state;
+	write_file("tokenizer.json",
+		   "{\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Metaspace\", "
+		   "\"replacement\": \"\xe2\x96\x81\", \"prepend_scheme\": \"always\", \"split\": true}, "
+		   "\"post_processor\": null, \"model\": {\"type\": \"Unigram\", \"unk_id\": 0, "
+		   "\"vocab\": [[\"<unk>\", 0.0], [\"\xe2\x96\x81\", -1.0], [\"a\", -2.0], [\"b\", -2.0], "
+		   "[\"ab\", -5.0], [\"\xe2\x96\x81" "a\", -1.5], [\"abb\", -3.0]]}}");
+	rg_tokenizer *t = load_ok();
+	/* "▁abb": ▁a + b + b = -5.5 loses to ▁ + abb = -4.0 */
+	CHECK(t, "abb", 1, 6);
+	/* "▁ab": ▁a + b = -3.5 beats ▁ + ab = -6.0 */
+	CHECK(t, "ab", 5, 3);
+	/* unknown chars (unk score = -5 - 10) fuse into one <unk> */
+	CHECK(t, "zzq", 1, 0);
+	CHECK(t, "azzb", 5, 0, 3);
+	CHECK(t, "", );
+	expect_bad_utf8(t, "a\xc0\x80", 3, 1);
+	rg_tokenizer_free(t);
+	write_file("tokenizer.json",
+		   "{\"model\": {\"type\": \"Unigram\", \"unk_id\": null, \"vocab\": [[\"a\", 0.0]]}}");
+	expect_load_error(RG_ERR_UNSUPPORTED, "unk_id");
+	write_file("tokenizer.json",
+		   "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 3, \"vocab\": [[\"a\", 0.0]]}}");
+	expect_load_error(RG_ERR_FORMAT, "unk_id");
+	write_file("tokenizer.json",
+		   "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"a\"]]}}");
+	expect_load_error(RG_ERR_FORMAT, "vocab[0]");
 }
 
 struct thread_arg {
@@ -356,6 +467,9 @@ int main(void)
 		cmocka_unit_test(test_missing_dir),
 		cmocka_unit_test_setup(test_vocab_txt_fallback, case_setup),
 		cmocka_unit_test_setup(test_threads, case_setup),
+		cmocka_unit_test_setup(test_bpe_encode, case_setup),
+		cmocka_unit_test_setup(test_bpe_load_errors, case_setup),
+		cmocka_unit_test_setup(test_unigram, case_setup),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
