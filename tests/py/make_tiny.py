@@ -43,7 +43,12 @@ CONFIGS = {
                           extras=True),
     "distilbert": dict(family="distilbert", H=64, heads=4, layers=3, inter=128, act="gelu",
                        pooling="mean", max_pos=128, prefix="distilbert."),
+    # XLM-R with a real SentencePiece-style Unigram tokenizer.json (tests/fixtures/tokenizers)
+    "xlmr_unigram": dict(family="xlm-roberta", H=32, heads=4, layers=2, inter=64, act="gelu",
+                         pooling="mean", normalize=True, max_pos=42, pad=1, vocab=3002,
+                         tokenizer="spm-xlmr-style"),
 }
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tokenizers")
 
 # transformers' DistilBERT names for the BERT names that _weights writes
 DISTILBERT_NAMES = {
@@ -160,10 +165,13 @@ def make_tiny(out_dir, spec, minilm_dir, seed=0):
         if dt == "F16":
             w = {k: (v.astype(np.float16) if v.dtype == np.float32 else v) for k, v in w.items()}
         save_file(w, path)
-    for fn in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
-        src = os.path.join(minilm_dir, fn)
-        if os.path.exists(src):
-            shutil.copy(src, out_dir)
+    if spec.get("tokenizer"):
+        shutil.copy(os.path.join(FIXTURES, spec["tokenizer"], "tokenizer.json"), out_dir)
+    else:
+        for fn in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+            src = os.path.join(minilm_dir, fn)
+            if os.path.exists(src):
+                shutil.copy(src, out_dir)
     if spec.get("pooling"):
         modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]

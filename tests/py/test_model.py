@@ -202,6 +202,30 @@ def test_roberta_positions(tiny_models, name):
     assert e.value.status == "RG_ERR_TOO_LONG" and str(i.max_seq_len) in e.value.message
 
 
+def test_xlmr_text_end_to_end(tiny_models, tiny_dirs, sentences):
+    """An XLM-R model whose tokenizer.json is SentencePiece Unigram (Precompiled charsmap,
+    Metaspace, <s> A </s>): ragged's ids equal HF tokenizers', the embeddings of the texts equal
+    the float64 reference's, and truncation keeps <s> ... </s> within max_seq_len."""
+    tokenizers = pytest.importorskip("tokenizers")
+    model, ref = tiny_models("xlmr_unigram")
+    hf = tokenizers.Tokenizer.from_file(os.path.join(tiny_dirs["xlmr_unigram"], "tokenizer.json"))
+    hf.no_padding()
+    hf.no_truncation()
+    texts = [t for t in sentences[:80] if len(hf.encode(t).ids) <= ref.max_seq_len]
+    texts += ["Ünïcödé tëxt, 全角文字 and emoji 🙂", "", "a"]
+    ids = [model.tokenize(t) for t in texts]
+    assert ids == [hf.encode(t).ids for t in texts]
+    assert all(s[0] == 0 and s[-1] == 2 for s in ids)  # <s> ... </s>
+    assert_embeddings_close(model.embed_ids(ids, ref.H), ref.embed_batch(ids), "xlmr texts")
+    long = " ".join(sentences[:20])
+    cut = model.tokenize(long, truncate=True)
+    assert len(cut) == ref.max_seq_len and cut[0] == 0 and cut[-1] == 2
+    assert cut[:-1] == hf.encode(long).ids[:ref.max_seq_len - 1]
+    with pytest.raises(rc.RaggedError) as e:
+        model.tokenize(long)
+    assert e.value.status == "RG_ERR_TOO_LONG"
+
+
 def test_distilbert_info(tiny_models):
     model, ref = tiny_models("distilbert")
     i = info(model)
