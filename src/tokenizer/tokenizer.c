@@ -63,8 +63,52 @@ struct rg_tokenizer {
 	bool has_raw_added, has_norm_added;
 	int32_t pre_ids[4], post_ids[4];
 	int n_pre, n_post;
+	/* the pair template: items in order; id >= 0 a special token, RG_TOK_SEQ_A / _B a
+	 * sequence; type: its token type id. n_pair == 0: A then B, types 0 and 1 (no
+	 * post-processor). */
+	struct {
+		int32_t id;
+		int type;
+	} pair[12];
+	int n_pair;
 	int32_t max_id;
 };
+
+#define RG_TOK_SEQ_A (-1)
+#define RG_TOK_SEQ_B (-2)
+
+/* Append one pair-template item. */
+static rg_status pair_push(rg_tokenizer *t, int32_t id, int type, const char *path)
+{
+	if (t->n_pair >= (int)(sizeof(t->pair) / sizeof(t->pair[0])))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "%s: pair template has more than %zu items",
+				 path, sizeof(t->pair) / sizeof(t->pair[0]));
+	if (type < 0 || type > 15)
+		return rg_errorf(RG_ERR_FORMAT, "%s: pair template type_id %d out of [0, 15]",
+				 path, type);
+	t->pair[t->n_pair].id = id;
+	t->pair[t->n_pair].type = type;
+	t->n_pair++;
+	return RG_OK;
+}
+
+/* BertProcessing's pair: cls A:0 sep:0 B:1 sep:1. RobertaProcessing's: cls A sep sep B sep, all
+ * type 0 (transformers' RobertaTokenizer). */
+static rg_status pair_bert_roberta(rg_tokenizer *t, int32_t cls, int32_t sep, bool roberta,
+				   const char *path)
+{
+	rg_status st;
+	const int tb = roberta ? 0 : 1;
+
+	if ((st = pair_push(t, cls, 0, path)) != RG_OK ||
+	    (st = pair_push(t, RG_TOK_SEQ_A, 0, path)) != RG_OK ||
+	    (st = pair_push(t, sep, 0, path)) != RG_OK ||
+	    (roberta && (st = pair_push(t, sep, 0, path)) != RG_OK) ||
+	    (st = pair_push(t, RG_TOK_SEQ_B, tb, path)) != RG_OK ||
+	    (st = pair_push(t, sep, tb, path)) != RG_OK)
+		return st;
+	return RG_OK;
+}
 
 void rg_tokenizer_free(rg_tokenizer *t)
 {
@@ -213,6 +257,49 @@ static rg_status template_ids(json_object *special, json_object *item, int32_t *
 	return RG_OK;
 }
 
+/* TemplateProcessing's "pair": special tokens and sequences A and B once each, with type ids. */
+static rg_status load_pair_template(rg_tokenizer *t, json_object *pair, json_object *special,
+				    const char *path)
+{
+	bool seen[2] = {false, false};
+	rg_status st;
+
+	if (!pair || !json_object_is_type(pair, json_type_array))
+		return rg_errorf(RG_ERR_FORMAT, "%s: TemplateProcessing without \"pair\"", path);
+	for (size_t i = 0; i < json_object_array_length(pair); i++) {
+		json_object *item = json_object_array_get_idx(pair, i);
+		json_object *seq = rg_tok_jget(item, "Sequence");
+		json_object *tok = seq ? seq : rg_tok_jget(item, "SpecialToken");
+		json_object *tid = rg_tok_jget(tok, "type_id");
+		int type = tid && json_object_is_type(tid, json_type_int) ? json_object_get_int(tid)
+									    : 0;
+		if (seq) {
+			const char *sid = json_object_get_string(rg_tok_jget(seq, "id"));
+			int k = sid && !strcmp(sid, "A") ? 0 : sid && !strcmp(sid, "B") ? 1 : -1;
+
+			if (k < 0 || seen[k])
+				return rg_errorf(RG_ERR_UNSUPPORTED,
+						 "%s: pair template must hold sequences A and B "
+						 "once each",
+						 path);
+			seen[k] = true;
+			st = pair_push(t, k ? RG_TOK_SEQ_B : RG_TOK_SEQ_A, type, path);
+		} else {
+			int32_t ids[4];
+			int n = 0;
+
+			st = template_ids(special, item, ids, &n, path);
+			for (int j = 0; st == RG_OK && j < n; j++)
+				st = pair_push(t, ids[j], type, path);
+		}
+		if (st != RG_OK)
+			return st;
+	}
+	if (!seen[0] || !seen[1])
+		return rg_errorf(RG_ERR_FORMAT, "%s: pair template lacks sequence A or B", path);
+	return RG_OK;
+}
+
 /* post_processor: BertProcessing / RobertaProcessing (cls A sep), TemplateProcessing (its single
  * template), ByteLevel (offsets only: no ids), or a Sequence of them of which at most one adds
  * ids. */
@@ -261,7 +348,8 @@ static rg_status load_post_processor(rg_tokenizer *t, json_object *pp, const cha
 			return rg_errorf(RG_ERR_FORMAT, "%s: %s ids must be ints >= 0", path, ty);
 		t->pre_ids[t->n_pre++] = json_object_get_int(ci);
 		t->post_ids[t->n_post++] = json_object_get_int(si);
-		return RG_OK;
+		return pair_bert_roberta(t, json_object_get_int(ci), json_object_get_int(si),
+					 strcmp(ty, "RobertaProcessing") == 0, path);
 	}
 	if (!ty || strcmp(ty, "TemplateProcessing") != 0)
 		return rg_errorf(RG_ERR_UNSUPPORTED,
@@ -295,7 +383,7 @@ static rg_status load_post_processor(rg_tokenizer *t, json_object *pp, const cha
 	}
 	if (!seen_a)
 		return rg_errorf(RG_ERR_FORMAT, "%s: single template has no sequence A", path);
-	return RG_OK;
+	return load_pair_template(t, rg_tok_jget(pp, "pair"), special, path);
 }
 
 /* model of type WordPiece: vocab, unk_token, continuing_subword_prefix,
@@ -529,6 +617,7 @@ static rg_status load_vocab_txt(rg_tokenizer *t, const char *dir, const char *vp
 	}
 	t->pre_ids[t->n_pre++] = cls;
 	t->post_ids[t->n_post++] = sep;
+	st = pair_bert_roberta(t, cls, sep, false, vpath);
 out:
 	free(data);
 	json_object_put(cfg);
@@ -813,6 +902,96 @@ rg_status rg_tokenizer_encode(const rg_tokenizer *t, const char *text, size_t le
 	c.ids.v = NULL;
 out:
 	ctx_free(&c);
+	return st;
+}
+
+/* One text through added-token splitting and the model, without the template. */
+static rg_status encode_raw(const rg_tokenizer *t, rg_enc_ctx *c, const char *text, size_t len)
+{
+	rg_status st;
+
+	if (!text && len)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "tokenizer: NULL argument");
+	if (!text)
+		text = "";
+	if ((st = validate(c, text, len)) != RG_OK)
+		return st;
+	return split_added(t, c, false, text, len, 0, raw_gap);
+}
+
+rg_status rg_tokenizer_encode_pair(const rg_tokenizer *t, const char *a, size_t a_len,
+				   const char *b, size_t b_len, size_t max_len, int32_t **ids,
+				   int32_t **types, size_t *n_ids, bool *truncated)
+{
+	rg_enc_ctx ca = { .t = t }, cb = { .t = t };
+	size_t n_special = 0, na, nb, n = 0;
+	int32_t *out = NULL, *ty = NULL;
+	rg_status st;
+
+	*ids = NULL;
+	*types = NULL;
+	*n_ids = 0;
+	*truncated = false;
+	if (!t)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "tokenizer: NULL argument");
+	if ((st = encode_raw(t, &ca, a, a_len)) != RG_OK ||
+	    (st = encode_raw(t, &cb, b, b_len)) != RG_OK)
+		goto out;
+	for (int i = 0; i < t->n_pair; i++)
+		n_special += t->pair[i].id >= 0;
+	na = ca.ids.n;
+	nb = cb.ids.n;
+	if (max_len && na + nb + n_special > max_len) {
+		/* longest first: drop the last token of the longer text (B on a tie) */
+		if (n_special >= max_len) {
+			st = rg_errorf(RG_ERR_TOO_LONG, "pair template alone is %zu tokens, over %zu",
+				       n_special, max_len);
+			goto out;
+		}
+		while (na + nb + n_special > max_len) {
+			if (na > nb)
+				na--;
+			else
+				nb--;
+		}
+		*truncated = true;
+	}
+	out = malloc((na + nb + n_special + 1) * sizeof(*out));
+	ty = malloc((na + nb + n_special + 1) * sizeof(*ty));
+	if (!out || !ty) {
+		st = rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
+		goto out;
+	}
+	if (t->n_pair == 0) { /* no post-processor: A:0 B:1 */
+		for (size_t i = 0; i < na; i++, n++) {
+			out[n] = ca.ids.v[i];
+			ty[n] = 0;
+		}
+		for (size_t i = 0; i < nb; i++, n++) {
+			out[n] = cb.ids.v[i];
+			ty[n] = 1;
+		}
+	}
+	for (int i = 0; i < t->n_pair; i++) {
+		const int32_t *src = t->pair[i].id == RG_TOK_SEQ_A ? ca.ids.v
+				     : t->pair[i].id == RG_TOK_SEQ_B ? cb.ids.v : &t->pair[i].id;
+		size_t k = t->pair[i].id == RG_TOK_SEQ_A ? na : t->pair[i].id == RG_TOK_SEQ_B ? nb : 1;
+
+		for (size_t j = 0; j < k; j++, n++) {
+			out[n] = src[j];
+			ty[n] = t->pair[i].type;
+		}
+	}
+	*ids = out;
+	*types = ty;
+	*n_ids = n;
+	out = ty = NULL;
+	st = RG_OK;
+out:
+	free(out);
+	free(ty);
+	ctx_free(&ca);
+	ctx_free(&cb);
 	return st;
 }
 

@@ -61,6 +61,20 @@ RG_TEST_API
 rg_status rg_tokenizer_encode(const rg_tokenizer *t, const char *text, size_t len, int32_t **ids,
 			      size_t *n_ids);
 
+/* Encode a text pair (a, b) as Tokenizer.encode(a, b) does: both texts through added tokens,
+ * normalizer, pre-tokenizer and model, then the post-processor's pair template
+ * (TemplateProcessing "pair"; BertProcessing: [CLS] A [SEP] B [SEP] with token types 0 for
+ * [CLS] A [SEP] and 1 for B [SEP]; RobertaProcessing: <s> A </s></s> B </s>, all type 0;
+ * without a post-processor A then B, types 0 and 1). max_len > 0: when longer, tokens are
+ * dropped from the end of the longer text (B on a tie) until the whole fits (HF's
+ * longest_first) and *truncated is set; RG_ERR_TOO_LONG if the template alone does not fit.
+ * On success *ids and *types are malloc'd (caller frees both; never NULL) with *n_ids int32
+ * each. Errors as rg_tokenizer_encode (the message names the offending text's byte offset). */
+RG_TEST_API
+rg_status rg_tokenizer_encode_pair(const rg_tokenizer *t, const char *a, size_t a_len,
+				   const char *b, size_t b_len, size_t max_len, int32_t **ids,
+				   int32_t **types, size_t *n_ids, bool *truncated);
+
 /* First id the post-processor puts before the text ([CLS], <s>) / last id after it ([SEP],
  * </s>); -1 when it adds none. */
 RG_TEST_API int32_t rg_tokenizer_cls_id(const rg_tokenizer *t);

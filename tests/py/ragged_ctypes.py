@@ -113,6 +113,26 @@ class Tokenizer:
         _libc.free(ids)
         return out
 
+    def encode_pair(self, a, b, max_len=0):
+        """(ids, token type ids, truncated) of the pair (a, b)."""
+        da, db = (x.encode("utf-8", errors="surrogatepass") if isinstance(x, str) else x
+                  for x in (a, b))
+        ids, types = ctypes.c_void_p(), ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        trunc = ctypes.c_bool()
+        st = lib().rg_tokenizer_encode_pair(self._h, da, len(da), db, len(db),
+                                            ctypes.c_size_t(max_len), ctypes.byref(ids),
+                                            ctypes.byref(types), ctypes.byref(n),
+                                            ctypes.byref(trunc))
+        if st != RG_OK:
+            raise _err(st)
+        out = []
+        for p in (ids, types):
+            out.append(np.ctypeslib.as_array(ctypes.cast(p, ctypes.POINTER(ctypes.c_int32)),
+                                             (n.value,)).tolist() if n.value else [])
+            _libc.free(p)
+        return out[0], out[1], trunc.value
+
     def close(self):
         if self._h:
             lib().rg_tokenizer_free(self._h)

@@ -429,3 +429,44 @@ if __name__ == "__main__":
         print("wrote", os.path.normpath(path))
     else:
         sys.exit(pytest.main([__file__, "-q"]))
+
+
+PAIR_FIXTURES = ["all-mpnet-base-v2", "spm-xlmr-style", "spm-albert-style"]
+
+
+@pytest.mark.parametrize("which", ["minilm", "minilm-vocab-txt"] + PAIR_FIXTURES)
+def test_pair_encode_matches_hf(which, minilm_dir, texts, tmp_path):
+    """Text pairs (cross-encoders): ids and token type ids equal HF Tokenizer.encode(a, b) for
+    BertProcessing / TemplateProcessing (BERT, ALBERT, XLM-R) and RobertaProcessing (MPNet)
+    templates, and for a vocab.txt-only BERT tokenizer; longest-first truncation keeps the
+    template and cuts the longer text first."""
+    tokenizers = pytest.importorskip("tokenizers")
+    fx = os.path.join(os.path.dirname(HERE), "fixtures", "tokenizers")
+    d = {"minilm": minilm_dir, "minilm-vocab-txt": None}.get(which, os.path.join(fx, which))
+    hf = tokenizers.Tokenizer.from_file(os.path.join(d or minilm_dir, "tokenizer.json"))
+    hf.no_padding()
+    hf.no_truncation()
+    if which == "minilm-vocab-txt":
+        d = str(tmp_path)
+        for fn in ("vocab.txt", "tokenizer_config.json"):
+            if os.path.exists(os.path.join(minilm_dir, fn)):
+                shutil.copy(os.path.join(minilm_dir, fn), d)
+    rt = ragged_tokenizer(d)
+    pairs = list(zip(texts[:40], texts[40:80])) + [("", ""), ("a", ""), ("", "b c"),
+                                                    ("Ünïcödé 全角", "emoji 🙂 [SEP] <s>")]
+    for a, b in pairs:
+        e = hf.encode(a, b)
+        ids, types, trunc = rt.encode_pair(a, b)
+        assert (ids, types) == (e.ids, e.type_ids), (a, b)
+        assert not trunc
+    a, b = " ".join(texts[:6]), texts[6]
+    full, _, _ = rt.encode_pair(a, b)
+    ids, types, trunc = rt.encode_pair(a, b, max_len=32)
+    hf.enable_truncation(32, strategy="longest_first")
+    e = hf.encode(a, b)
+    assert trunc and len(ids) == 32 < len(full)
+    assert (ids, types) == (e.ids, e.type_ids)
+    with pytest.raises(Exception):
+        rt.encode_pair("x", "y", max_len=2)
+    with pytest.raises(Exception):
+        rt.encode_pair(b"\xff", "y")
