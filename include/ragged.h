@@ -112,6 +112,13 @@ typedef struct rg_model_info {
 	int max_batch_tokens;
 	int max_seq_len;         /* longest sequence in tokens: max_position_embeddings less the
 				  * family's first position id (RoBERTa: padding_idx + 1) */
+	/* What one sequence produces (config.json "architectures"): an embedding (base models,
+	 * num_labels = 0, output_dim = hidden_size) or a sequence classifier's raw scores
+	 * (*ForSequenceClassification: cross-encoders / rerankers, output_dim = num_labels). */
+	int num_labels;
+	const char *const *labels; /* (num_labels) id2label names; owned by the model */
+	bool multi_label;        /* problem_type multi_label_classification (sigmoid per label) */
+	int output_dim;          /* floats per sequence that rg_model_run writes */
 } rg_model_info;
 
 typedef struct rg_model rg_model;
@@ -182,6 +189,39 @@ typedef struct rg_layout {
 RG_API
 rg_status rg_model_embed_layout(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens,
 				int n_seq, const rg_layout *layout, float *out);
+
+/* One batch for rg_model_run. */
+typedef struct rg_model_batch {
+	const int32_t *tokens;      /* (cu_seqlens[n_seq]) int32 host */
+	const int32_t *token_types; /* (cu_seqlens[n_seq]) int32 host, each < max(1,
+				     * type_vocab_size); NULL: all 0 (what single texts use) */
+	const int32_t *cu_seqlens;  /* (n_seq + 1) int32 host, as for rg_model_embed */
+	int n_seq;
+	const rg_layout *layout;    /* NULL or mode PACKED: packed; else as rg_model_embed_layout */
+} rg_model_batch;
+
+/* Run the model on a batch: the encoder, then per sequence what the model's head produces
+ * (rg_model_info.output_dim floats into out, (n_seq, output_dim) float32 host, caller-owned):
+ * the pooled (and normalized) embedding, or for a *ForSequenceClassification model the
+ * classifier's raw scores (logits, id2label order) from its first token: BERT pooler (dense +
+ * tanh) then classifier; RoBERTa / XLM-R classifier.dense + tanh then out_proj; DistilBERT
+ * pre_classifier + ReLU then classifier (transformers' heads, eval mode). The classifier head
+ * runs on the host in float32 (2 * n_seq * H * (H + num_labels) FLOPs, ~0.1% of the encoder).
+ * token_types carry sentence-pair segments (rg_model_tokenize_pair); they are added to the
+ * embeddings as token_type_embeddings[type] (families without token types accept only 0).
+ * Errors as rg_model_embed / rg_model_embed_layout, and RG_ERR_INVALID_INPUT for a token type
+ * out of range. rg_model_embed and rg_model_embed_layout are this with token_types NULL. */
+RG_API rg_status rg_model_run(rg_model *m, const rg_model_batch *b, float *out);
+
+/* Tokenize a text pair (query, passage) as the HF tokenizer's pair template does ([CLS] A [SEP]
+ * B [SEP] with token types 0 / 1 for BERT, <s> A </s></s> B </s> for RoBERTa-style tokenizers).
+ * Longer than max_seq_len: with truncate, tokens are dropped from the end of the longer text
+ * first (HF longest_first); without, RG_ERR_TOO_LONG. On success *ids and *types are malloc'd
+ * (caller frees both) with *n_ids int32 each. Invalid UTF-8: RG_ERR_INVALID_UTF8. */
+RG_API
+rg_status rg_model_tokenize_pair(const rg_model *m, const char *a, size_t a_len, const char *b,
+				 size_t b_len, bool truncate, int32_t **ids, int32_t **types,
+				 size_t *n_ids);
 
 /* Device memory in use by this process on the model's device (bytes), and total; CPU reports RSS. */
 RG_API rg_status rg_model_memory(const rg_model *m, size_t *used, size_t *total);

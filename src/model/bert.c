@@ -161,14 +161,14 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 	const rg_encoder_config *c = &m->cfg;
 	const int64_t H = c->hidden_size, I = c->intermediate_size;
 	size_t need = (size_t)(3 * H * H), n;
-	const rg_st_tensor *tt;
+	const rg_st_tensor *tt = NULL;
 	float *scratch;
 	rg_status s;
 
 	/* host conversion buffer: the largest tensor we convert */
 	n = (size_t)c->vocab_size * H;
 	need = n > need ? n : need;
-	n = (size_t)c->max_position_embeddings * H;
+	n = (size_t)c->max_position_embeddings * H * (c->type_vocab_size > 1 ? c->type_vocab_size : 1);
 	need = n > need ? n : need;
 	n = (size_t)I * H;
 	need = n > need ? n : need;
@@ -186,16 +186,47 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 			scratch, &bw(m)->word);
 	if (s != RG_OK)
 		goto out_free_scratch;
-	s = rg_model_load_tensor(m, st, "embeddings.position_embeddings.weight", NULL,
-			c->max_position_embeddings, H, true, scratch, &bw(m)->pos);
-	if (s != RG_OK)
-		goto out_free_scratch;
-	if (c->type_vocab_size > 0) {
-		s = rg_model_find_tensor(st, "embeddings.token_type_embeddings.weight", NULL,
-					 c->type_vocab_size, H, &tt);
+	/* The position table, one block of max_position_embeddings rows per token type: block k is
+	 * position + (token_type_embeddings[k] - token_type_embeddings[0]), and the embedding op
+	 * adds token_type_embeddings[0] to every token, so a token of type k at position p reads
+	 * row p + k * max_position_embeddings (model.c stages it) and type 0 is unchanged. Sentence
+	 * pairs get their token types without a second gather in the kernel. */
+	{
+		const int64_t P = c->max_position_embeddings, nt = c->type_vocab_size;
+		const rg_st_tensor *pt;
+
+		if ((s = rg_model_find_tensor(st, "embeddings.position_embeddings.weight", NULL, P, H,
+					      &pt)) != RG_OK)
+			goto out_free_scratch;
+		rg_st_to_f32(pt, scratch);
+		if (nt > 0) {
+			s = rg_model_find_tensor(st, "embeddings.token_type_embeddings.weight", NULL,
+						 nt, H, &tt);
+			if (s != RG_OK)
+				goto out_free_scratch;
+		}
+		if (nt > 1) {
+			float *types = malloc((size_t)(nt * H) * sizeof(float));
+
+			if (!types) {
+				s = rg_errorf(RG_ERR_OOM, "out of host memory");
+				goto out_free_scratch;
+			}
+			rg_st_to_f32(tt, types);
+			for (int64_t k = 1; k < nt; k++)
+				for (int64_t p = 0; p < P; p++)
+					for (int64_t i = 0; i < H; i++)
+						scratch[(k * P + p) * H + i] =
+							scratch[p * H + i] + (types[k * H + i] - types[i]);
+			free(types);
+		}
+		s = rg_model_upload(m, scratch, (size_t)(P * H * (nt > 1 ? nt : 1)), true,
+				    &bw(m)->pos);
 		if (s != RG_OK)
 			goto out_free_scratch;
-		/* only row 0 is used: every token has token_type_id 0 for single-text embedding */
+	}
+	if (c->type_vocab_size > 0) {
+		/* row 0, added to every token */
 		rg_st_to_f32(tt, scratch);
 	} else {
 		memset(scratch, 0, (size_t)H * sizeof(float)); /* a family without token types */
@@ -280,28 +311,60 @@ static void bert_free_weights(rg_model *m)
 	m->weights = NULL;
 }
 
+/* The *ForSequenceClassification head (host f32, model.h rg_cls_head). transformers' names:
+ * BERT bert.pooler.dense (tanh) + classifier; RoBERTa / XLM-R classifier.dense (tanh) +
+ * classifier.out_proj; DistilBERT pre_classifier (ReLU) + classifier. */
+static rg_status bert_load_head(rg_model *m, const rg_st *st)
+{
+	const int64_t H = m->cfg.hidden_size, L = m->head_cfg.num_labels;
+	const char *t = m->cfg.model_type;
+	const bool roberta = !strcmp(t, "roberta") || !strcmp(t, "xlm-roberta");
+	const bool distil = !strcmp(t, "distilbert");
+	const char *dense = roberta ? "classifier.dense" : distil ? "pre_classifier" : "pooler.dense";
+	const char *out = roberta ? "classifier.out_proj" : "classifier";
+	char n1[96];
+	rg_status s;
+
+	m->head.relu = distil;
+	snprintf(n1, sizeof(n1), "%s.weight", dense);
+	if ((s = rg_model_host_tensor(st, n1, H, H, &m->head.w1)) != RG_OK)
+		return s;
+	snprintf(n1, sizeof(n1), "%s.bias", dense);
+	if ((s = rg_model_host_tensor(st, n1, H, -1, &m->head.b1)) != RG_OK)
+		return s;
+	snprintf(n1, sizeof(n1), "%s.weight", out);
+	if ((s = rg_model_host_tensor(st, n1, L, H, &m->head.w2)) != RG_OK)
+		return s;
+	snprintf(n1, sizeof(n1), "%s.bias", out);
+	return rg_model_host_tensor(st, n1, L, -1, &m->head.b2);
+}
+
 /* One arch per model_type; the hooks are the same, the names differ (names_of). */
 const rg_arch rg_arch_bert = {
 	.model_type = "bert",
 	.load_weights = bert_load_weights,
 	.encode = bert_encode,
 	.free_weights = bert_free_weights,
+	.load_head = bert_load_head,
 };
 const rg_arch rg_arch_roberta = {
 	.model_type = "roberta",
 	.load_weights = bert_load_weights,
 	.encode = bert_encode,
 	.free_weights = bert_free_weights,
+	.load_head = bert_load_head,
 };
 const rg_arch rg_arch_xlm_roberta = {
 	.model_type = "xlm-roberta",
 	.load_weights = bert_load_weights,
 	.encode = bert_encode,
 	.free_weights = bert_free_weights,
+	.load_head = bert_load_head,
 };
 const rg_arch rg_arch_distilbert = {
 	.model_type = "distilbert",
 	.load_weights = bert_load_weights,
 	.encode = bert_encode,
 	.free_weights = bert_free_weights,
+	.load_head = bert_load_head,
 };

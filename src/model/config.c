@@ -432,3 +432,121 @@ out_free_path:
 	free(path);
 	return s;
 }
+
+void rg_head_config_free(rg_head_config *h)
+{
+	for (int i = 0; h->labels && i < h->num_labels; i++)
+		free(h->labels[i]);
+	free(h->labels);
+	memset(h, 0, sizeof(*h));
+}
+
+/* id2label: an object of "0".."n-1" -> name; every id once. */
+static rg_status read_labels(const char *path, json_object *id2label, rg_head_config *h)
+{
+	int n = json_object_object_length(id2label);
+
+	if (n < 1 || n > 65536)
+		return rg_errorf(RG_ERR_FORMAT, "%s: \"id2label\" has %d entries (1 .. 65536)", path,
+				 n);
+	h->labels = calloc((size_t)n, sizeof(*h->labels));
+	if (!h->labels)
+		return rg_errorf(RG_ERR_OOM, "%s: out of memory", path);
+	h->num_labels = n;
+	json_object_object_foreach(id2label, key, val)
+	{
+		char *end;
+		long id = strtol(key, &end, 10);
+
+		if (!*key || *end || id < 0 || id >= n || h->labels[id] ||
+		    !json_object_is_type(val, json_type_string))
+			return rg_errorf(RG_ERR_FORMAT,
+					 "%s: \"id2label\" must map the ids 0..%d once each to "
+					 "names; bad entry \"%s\"",
+					 path, n - 1, key);
+		h->labels[id] = strdup(json_object_get_string(val));
+		if (!h->labels[id])
+			return rg_errorf(RG_ERR_OOM, "%s: out of memory", path);
+	}
+	return RG_OK;
+}
+
+rg_status rg_head_config_load(const char *dir, rg_head_config *h)
+{
+	/* heads whose output is not one vector per sequence, or that ragged does not compute */
+	static const char *const refused[] = {"ForTokenClassification", "ForQuestionAnswering",
+					      "ForMultipleChoice", "ForCausalLM",
+					      "ForNextSentencePrediction", "LMHeadModel"};
+	json_object *root = NULL, *o;
+	const char *arch = NULL, *str;
+	char *path;
+	rg_status s;
+
+	memset(h, 0, sizeof(*h));
+	path = rg_path_join(dir, "config.json");
+	if (!path)
+		return rg_errorf(RG_ERR_OOM, "%s: out of memory", dir);
+	if ((s = rg_json_read_file(path, RG_CFG_MAX_FILE, &root)) != RG_OK)
+		goto out_free_path;
+	if (json_object_object_get_ex(root, "architectures", &o) && o) {
+		if (!json_object_is_type(o, json_type_array) ||
+		    (json_object_array_length(o) > 0 &&
+		     !json_object_is_type(json_object_array_get_idx(o, 0), json_type_string))) {
+			s = rg_errorf(RG_ERR_FORMAT, "%s: \"architectures\" must be a list of names",
+				      path);
+			goto out_put_root;
+		}
+		if (json_object_array_length(o) > 0)
+			arch = json_object_get_string(json_object_array_get_idx(o, 0));
+	}
+	for (size_t i = 0; arch && i < sizeof(refused) / sizeof(refused[0]); i++)
+		if (ends_with(arch, refused[i])) {
+			s = rg_errorf(RG_ERR_UNSUPPORTED,
+				      "%s: architecture %s is not supported (ragged runs encoders, "
+				      "pooled embeddings and *ForSequenceClassification heads)",
+				      path, arch);
+			goto out_put_root;
+		}
+	s = RG_OK;
+	if (!arch || !ends_with(arch, "ForSequenceClassification"))
+		goto out_put_root;
+	h->classifier = true;
+	if (json_object_object_get_ex(root, "id2label", &o) && o) {
+		if (!json_object_is_type(o, json_type_object)) {
+			s = rg_errorf(RG_ERR_FORMAT, "%s: \"id2label\" must be an object", path);
+			goto out_put_root;
+		}
+		if ((s = read_labels(path, o, h)) != RG_OK)
+			goto out_put_root;
+	} else {
+		int n;
+
+		if ((s = cfg_int(path, root, "num_labels", false, 2, 1, 65536, &n)) != RG_OK)
+			goto out_put_root;
+		h->labels = calloc((size_t)n, sizeof(*h->labels));
+		if (!h->labels) {
+			s = rg_errorf(RG_ERR_OOM, "%s: out of memory", path);
+			goto out_put_root;
+		}
+		h->num_labels = n;
+		for (int i = 0; i < n; i++) {
+			char name[32];
+
+			snprintf(name, sizeof(name), "LABEL_%d", i);
+			if (!(h->labels[i] = strdup(name))) {
+				s = rg_errorf(RG_ERR_OOM, "%s: out of memory", path);
+				goto out_put_root;
+			}
+		}
+	}
+	if ((s = cfg_str(path, root, "problem_type", "", &str)) != RG_OK)
+		goto out_put_root;
+	h->multi_label = !strcmp(str, "multi_label_classification");
+out_put_root:
+	if (s != RG_OK)
+		rg_head_config_free(h);
+	json_object_put(root);
+out_free_path:
+	free(path);
+	return s;
+}

@@ -33,6 +33,24 @@ typedef struct rg_encoder_config {
  * JSON types. */
 rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg);
 
+/* The task head named by config.json "architectures" (first entry). *ForSequenceClassification
+ * (cross-encoders, classifiers): classifier = true, labels from id2label (ids 0..n-1, all present;
+ * without id2label, num_labels or 2 as transformers defaults, named LABEL_i), multi_label from
+ * problem_type "multi_label_classification". Base models, *ForMaskedLM and *ForPreTraining:
+ * classifier = false (the encoder's pooled output is the embedding). Heads ragged does not run
+ * (*ForTokenClassification, *ForQuestionAnswering, *ForMultipleChoice, *ForCausalLM, ...):
+ * RG_ERR_UNSUPPORTED naming the architecture. Errors name the key; on success *h owns its labels
+ * (rg_head_config_free). */
+typedef struct rg_head_config {
+	bool classifier;
+	int num_labels;          /* >= 1 when classifier */
+	char **labels;           /* (num_labels) label names in id order */
+	bool multi_label;        /* problem_type "multi_label_classification": sigmoid per label */
+} rg_head_config;
+
+rg_status rg_head_config_load(const char *dir, rg_head_config *h);
+void rg_head_config_free(rg_head_config *h);
+
 /* sentence-transformers extras: modules.json naming a Pooling module (its path/config.json:
  * pooling_mode_mean_tokens / cls_token / max_tokens) and a Normalize module. Without modules.json:
  * MEAN, normalize=false. Unsupported pooling modes (mean_sqrt_len, weightedmean, lasttoken) ->

@@ -134,6 +134,21 @@ rg_status rg_model_load_tensor(rg_model *m, const rg_st *st, const char *name, c
 
 
 
+rg_status rg_model_host_tensor(const rg_st *st, const char *name, int64_t d0, int64_t d1,
+			       float **dst)
+{
+	const rg_st_tensor *t;
+	rg_status s = rg_model_find_tensor(st, name, NULL, d0, d1, &t);
+
+	if (s != RG_OK)
+		return s;
+	*dst = malloc(rg_st_numel(t) * sizeof(float));
+	if (!*dst)
+		return rg_errorf(RG_ERR_OOM, "out of host memory for %s", name);
+	rg_st_to_f32(t, *dst);
+	return RG_OK;
+}
+
 /* ---------------------------------------------------------------- arena */
 
 /* Plan the arena for T token rows and S sequences (TurboTransformers Algorithm 1, sec. 4.2). Op
@@ -239,6 +254,13 @@ void rg_model_free(rg_model *m)
 		rg_backend_free(be);
 	}
 	rg_tokenizer_free(m->tok);
+	free(m->head.w1);
+	free(m->head.b1);
+	free(m->head.w2);
+	free(m->head.b2);
+	free(m->head_in);
+	free(m->head_mid);
+	rg_head_config_free(&m->head_cfg);
 	free(m->tokens_h);
 	free(m->positions_h);
 	free(m->seg_h);
@@ -301,6 +323,12 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 		goto out_free_model;
 	if ((s = rg_pooling_config_load(dir, &pooling, &normalize)) != RG_OK)
 		goto out_free_model;
+	if ((s = rg_head_config_load(dir, &m->head_cfg)) != RG_OK)
+		goto out_free_model;
+	if (m->head_cfg.classifier) { /* the head reads the first token's hidden state */
+		pooling = RG_POOL_CLS;
+		normalize = false;
+	}
 	if ((s = rg_tokenizer_load(dir, &m->tok)) != RG_OK)
 		goto out_free_model;
 	if (rg_tokenizer_vocab_size(m->tok) > m->cfg.vocab_size) {
@@ -329,9 +357,24 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 		goto out_free_model;
 	}
 	s = m->arch->load_weights(m, w);
+	if (s == RG_OK && m->head_cfg.classifier)
+		s = m->arch->load_head ? m->arch->load_head(m, w)
+				       : rg_errorf(RG_ERR_UNSUPPORTED,
+						   "%s: no sequence classification head for %s",
+						   m->dir, m->cfg.model_type);
 	rg_st_free(w); /* weights now live on the backend */
 	if (s != RG_OK)
 		goto out_free_model;
+	if (m->head_cfg.classifier) {
+		size_t n = (size_t)p.max_batch_tokens * m->cfg.hidden_size;
+
+		m->head_in = malloc(n * sizeof(float));
+		m->head_mid = malloc(n * sizeof(float));
+		if (!m->head_in || !m->head_mid) {
+			s = rg_errorf(RG_ERR_OOM, "cannot allocate the classifier's host buffers");
+			goto out_free_model;
+		}
+	}
 	if ((s = alloc_arena(m)) != RG_OK)
 		goto out_free_model;
 	if ((s = rg_backend_sync(m->be)) != RG_OK)
@@ -363,6 +406,10 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 	m->info.dtype = p.dtype;
 	m->info.max_batch_tokens = p.max_batch_tokens;
 	m->info.max_seq_len = m->cfg.max_position_embeddings - m->cfg.position_offset;
+	m->info.num_labels = m->head_cfg.classifier ? m->head_cfg.num_labels : 0;
+	m->info.labels = (const char *const *)m->head_cfg.labels;
+	m->info.multi_label = m->head_cfg.multi_label;
+	m->info.output_dim = m->info.num_labels ? m->info.num_labels : m->cfg.hidden_size;
 	if (st)
 		*st = RG_OK;
 	return m;
@@ -446,6 +493,7 @@ static rg_status validate_batch(const rg_model *m, const int32_t *tokens, const 
 				int n_seq, int *n_tokens, int *max_len)
 {
 	const int max_pos = m->info.max_seq_len, vocab = m->cfg.vocab_size;
+	const int n_types = m->cfg.type_vocab_size > 1 ? m->cfg.type_vocab_size : 1;
 	int64_t total;
 
 	if (n_seq < 1)
@@ -481,6 +529,12 @@ static rg_status validate_batch(const rg_model *m, const int32_t *tokens, const 
 			return rg_errorf(RG_ERR_INVALID_INPUT,
 					 "token %lld has id %d, outside the vocabulary [0, %d)",
 					 (long long)t, tokens[t], vocab);
+	for (int64_t t = 0; m->batch_types && t < total; t++)
+		if (m->batch_types[t] < 0 || m->batch_types[t] >= n_types)
+			return rg_errorf(RG_ERR_INVALID_INPUT,
+					 "token %lld has token type %d, outside [0, %d) "
+					 "(type_vocab_size)",
+					 (long long)t, m->batch_types[t], n_types);
 	*n_tokens = (int)total;
 	return RG_OK;
 }
@@ -546,7 +600,8 @@ static int32_t pad_id(const rg_model *m)
  * families (position_offset = padding_idx + 1): padding_idx + 1, + 2, ... counting only the
  * tokens that are not padding_idx, which themselves sit at padding_idx (transformers'
  * create_position_ids_from_input_ids). */
-static void seq_positions(const rg_model *m, const int32_t *tokens, int len, int32_t *pos)
+static void seq_positions(const rg_model *m, const int32_t *tokens, const int32_t *types, int len,
+			  int32_t *pos)
 {
 	const int off = m->cfg.position_offset;
 	int k = 0;
@@ -554,10 +609,14 @@ static void seq_positions(const rg_model *m, const int32_t *tokens, int len, int
 	if (!off) {
 		for (int t = 0; t < len; t++)
 			pos[t] = t;
-		return;
+	} else {
+		for (int t = 0; t < len; t++)
+			pos[t] = tokens[t] == m->cfg.pad_token_id ? off - 1 : off + k++;
 	}
-	for (int t = 0; t < len; t++)
-		pos[t] = tokens[t] == m->cfg.pad_token_id ? off - 1 : off + k++;
+	/* token type k > 0: the k-th block of the position table, which the architecture stores
+	 * as position + (token_type_embeddings[k] - token_type_embeddings[0]) */
+	for (int t = 0; types && t < len; t++)
+		pos[t] += types[t] * m->cfg.max_position_embeddings;
 }
 
 /* Stage a validated packed batch into ids_h as bucket (T, S): padding tokens (pad id) at the
@@ -570,7 +629,8 @@ static void stage_packed(rg_model *m, const int32_t *tokens, const int32_t *cu, 
 
 	memcpy(tk, tokens, (size_t)n * 4);
 	for (int q = 0; q < n_seq; q++)
-		seq_positions(m, tokens + cu[q], cu[q + 1] - cu[q], ps + cu[q]);
+		seq_positions(m, tokens + cu[q], m->batch_types ? m->batch_types + cu[q] : NULL,
+			      cu[q + 1] - cu[q], ps + cu[q]);
 	for (int t = n; t < T; t++) {
 		tk[t] = pad_id(m);
 		ps[t] = m->cfg.position_offset;
@@ -692,14 +752,13 @@ static rg_status embed_eager(rg_model *m, const int32_t *tokens, const int32_t *
 	return rg_backend_sync(m->be);
 }
 
-rg_status rg_model_embed(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens, int n_seq,
-			 float *out)
+/* The packed path: encoder and pooling, (n_seq, H) into out. */
+static rg_status run_packed(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens, int n_seq,
+			    float *out)
 {
 	int n = 0, max_len = 0;
 	rg_status s;
 
-	if (!m || !out)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_embed: NULL argument");
 	if ((s = validate_batch(m, tokens, cu_seqlens, n_seq, &n, &max_len)) != RG_OK)
 		return s;
 	if (rg_backend_device(m->be) == RG_DEVICE_CUDA && n_seq <= RG_GRAPH_MAX_SEQ)
@@ -778,7 +837,8 @@ static rg_status stage_layout(rg_model *m, const int32_t *tokens, const int32_t 
 			m->tokens_h[slot] = tokens[cu[q] + k];
 			m->idx_h[cu[q] + k] = (int32_t)slot;
 		}
-		seq_positions(m, tokens + cu[q], len, m->positions_h + (size_t)row * lay->row_len + off);
+		seq_positions(m, tokens + cu[q], m->batch_types ? m->batch_types + cu[q] : NULL, len,
+			      m->positions_h + (size_t)row * lay->row_len + off);
 	}
 	*n_att = (int)(total / seg_len);
 	for (int i = 0; i <= *n_att; i++)
@@ -788,20 +848,14 @@ static rg_status stage_layout(rg_model *m, const int32_t *tokens, const int32_t 
 	return RG_OK;
 }
 
-rg_status rg_model_embed_layout(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens,
-				int n_seq, const rg_layout *layout, float *out)
+/* The padded / concat / slotted paths: encoder and pooling, (n_seq, H) into out. */
+static rg_status run_layout(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens,
+			    int n_seq, const rg_layout *layout, float *out)
 {
 	int n_packed = 0, max_len = 0, n_rows_tokens = 0, n_att = 0, att_len = 0;
 	rg_fwd f = {0};
 	rg_status s;
 
-	if (!layout || layout->mode == RG_EXEC_PACKED)
-		return rg_model_embed(m, tokens, cu_seqlens, n_seq, out);
-	if (!m || !out)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_embed_layout: NULL argument");
-	if (layout->mode != RG_EXEC_PADDED && layout->mode != RG_EXEC_CONCAT &&
-	    layout->mode != RG_EXEC_SLOTTED)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "unknown execution mode %d", (int)layout->mode);
 	if ((s = validate_batch(m, tokens, cu_seqlens, n_seq, &n_packed, &max_len)) != RG_OK)
 		return s;
 	s = stage_layout(m, tokens, cu_seqlens, n_seq, layout, &n_rows_tokens, &n_att, &att_len);
@@ -838,6 +892,72 @@ rg_status rg_model_embed_layout(rg_model *m, const int32_t *tokens, const int32_
 				     (size_t)n_seq * m->cfg.hidden_size * 4)) != RG_OK)
 		return s;
 	return rg_backend_sync(m->be);
+}
+
+rg_status rg_model_run(rg_model *m, const rg_model_batch *b, float *out)
+{
+	float *dst;
+	rg_status s;
+
+	if (!m || !b || !out)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_run: NULL argument");
+	if (b->layout && b->layout->mode != RG_EXEC_PACKED && b->layout->mode != RG_EXEC_PADDED &&
+	    b->layout->mode != RG_EXEC_CONCAT && b->layout->mode != RG_EXEC_SLOTTED)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "unknown execution mode %d",
+				 (int)b->layout->mode);
+	dst = m->head_cfg.classifier ? m->head_in : out;
+	m->batch_types = b->token_types;
+	if (!b->layout || b->layout->mode == RG_EXEC_PACKED)
+		s = run_packed(m, b->tokens, b->cu_seqlens, b->n_seq, dst);
+	else
+		s = run_layout(m, b->tokens, b->cu_seqlens, b->n_seq, b->layout, dst);
+	m->batch_types = NULL;
+	if (s == RG_OK && m->head_cfg.classifier)
+		rg_cls_head_apply(&m->head, m->cfg.hidden_size, m->head_cfg.num_labels, b->n_seq,
+				  m->head_in, m->head_mid, out);
+	return s;
+}
+
+rg_status rg_model_embed(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens, int n_seq,
+			 float *out)
+{
+	rg_model_batch b = {tokens, NULL, cu_seqlens, n_seq, NULL};
+
+	return rg_model_run(m, &b, out);
+}
+
+rg_status rg_model_embed_layout(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens,
+				int n_seq, const rg_layout *layout, float *out)
+{
+	rg_model_batch b = {tokens, NULL, cu_seqlens, n_seq, layout};
+
+	return rg_model_run(m, &b, out);
+}
+
+rg_status rg_model_tokenize_pair(const rg_model *m, const char *a, size_t a_len, const char *b,
+				 size_t b_len, bool truncate, int32_t **ids, int32_t **types,
+				 size_t *n_ids)
+{
+	size_t limit;
+	bool cut;
+	rg_status s;
+
+	if (!m || !ids || !types || !n_ids || (!a && a_len) || (!b && b_len))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_tokenize_pair: NULL argument");
+	limit = (size_t)m->info.max_seq_len;
+	s = rg_tokenizer_encode_pair(m->tok, a, a_len, b, b_len, truncate ? limit : 0, ids, types,
+				     n_ids, &cut);
+	if (s != RG_OK || *n_ids <= limit)
+		return s;
+	s = rg_errorf(RG_ERR_TOO_LONG,
+		      "text pair is %zu tokens, over the model's limit of %zu (max_seq_len); "
+		      "shorten it or enable truncation",
+		      *n_ids, limit);
+	free(*ids);
+	free(*types);
+	*ids = *types = NULL;
+	*n_ids = 0;
+	return s;
 }
 
 const rg_arch *rg_arch_find(const char *model_type)

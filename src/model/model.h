@@ -39,11 +39,30 @@ typedef struct rg_bucket_graph {
 } rg_bucket_graph;
 
 
+/* A sequence classifier's head, on the host in float32: out = W2 act(W1 x + b1) + b2 of the
+ * first token's last hidden state x. */
+typedef struct rg_cls_head {
+	float *w1, *b1;          /* (H, H), (H): BERT pooler.dense / RoBERTa classifier.dense /
+				  * DistilBERT pre_classifier */
+	bool relu;               /* act: ReLU (DistilBERT), else tanh */
+	float *w2, *b2;          /* (num_labels, H), (num_labels) */
+} rg_cls_head;
+
+/* out (n, num_labels) = W2 act(W1 x + b1) + b2 for x (n, H), all f32 host; mid: (n, H) scratch.
+ * Two single-threaded sgemm calls (src/model/head.c). */
+void rg_cls_head_apply(const rg_cls_head *h, int H, int num_labels, int n, const float *x,
+		       float *mid, float *out);
+
 struct rg_model {
 	rg_model_info info;
 	char *dir;               /* resolved model directory */
 	char *act_name;          /* hidden_act as text */
 	rg_encoder_config cfg;
+	rg_head_config head_cfg;  /* classifier or not, labels */
+	rg_cls_head head;         /* classifiers only */
+	float *head_in;           /* (max_tokens, H) f32 host: pooled first tokens (classifiers) */
+	float *head_mid;          /* (max_tokens, H) f32 host: after the dense layer */
+	const int32_t *batch_types; /* token types of the batch being staged (rg_model_run), or NULL */
 	rg_tokenizer *tok;
 	rg_backend *be;
 	size_t esz;              /* bytes per act element */
@@ -93,6 +112,8 @@ typedef struct rg_arch {
 	rg_status (*encode)(rg_model *m, const rg_fwd *f, int n, int n_att, int max_len);
 	/* Free m->weights (backend memory through rg_backend_dealloc). */
 	void (*free_weights)(rg_model *m);
+	/* Classifiers: load m->head (host f32; freed by model.c). m->head_cfg is set. */
+	rg_status (*load_head)(rg_model *m, const rg_st *st);
 } rg_arch;
 
 /* The architecture serving model_type, or NULL. */
@@ -109,6 +130,9 @@ rg_status rg_model_find_tensor(const rg_st *st, const char *name, const char *al
 /* Allocate backend memory for n values and fill it from host f32 src, in the compute dtype
  * (as_act) or as f32. */
 rg_status rg_model_upload(rg_model *m, const float *src, size_t n, bool as_act, void **dst);
+/* rg_model_find_tensor, then a malloc'd f32 host copy in *dst (caller frees). */
+rg_status rg_model_host_tensor(const rg_st *st, const char *name, int64_t d0, int64_t d1,
+			       float **dst);
 /* rg_model_find_tensor, convert to f32 in scratch (>= numel floats), rg_model_upload. */
 rg_status rg_model_load_tensor(rg_model *m, const rg_st *st, const char *name, const char *alt,
 			       int64_t d0, int64_t d1, bool as_act, float *scratch, void **dst);

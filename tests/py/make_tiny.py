@@ -47,6 +47,15 @@ CONFIGS = {
     "xlmr_unigram": dict(family="xlm-roberta", H=32, heads=4, layers=2, inter=64, act="gelu",
                          pooling="mean", normalize=True, max_pos=42, pad=1, vocab=3002,
                          tokenizer="spm-xlmr-style"),
+    # *ForSequenceClassification heads: a BERT cross-encoder (one label, pooler + classifier,
+    # "bert." prefix), a RoBERTa classifier (3 labels), a DistilBERT classifier (2 labels)
+    "bert_rerank": dict(H=32, heads=2, layers=2, inter=64, act="gelu", prefix="bert.",
+                        labels=["LABEL_0"]),
+    "roberta_cls3": dict(family="roberta", H=48, heads=4, layers=2, inter=96, act="gelu",
+                         max_pos=130, pad=1, prefix="roberta.",
+                         labels=["negative", "neutral", "positive"]),
+    "distilbert_cls2": dict(family="distilbert", H=32, heads=2, layers=2, inter=64, act="gelu",
+                            max_pos=128, prefix="distilbert.", labels=["NO", "YES"]),
 }
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tokenizers")
 
@@ -78,12 +87,18 @@ def _config(spec):
     base = {"vocab_size": spec.get("vocab", VOCAB), "max_position_embeddings": spec.get("max_pos", 128),
             "pad_token_id": spec.get("pad", 0)}
     if family == "distilbert":
-        return {"architectures": ["DistilBertModel"], "model_type": "distilbert", **base,
+        arch = "DistilBertForSequenceClassification" if spec.get("labels") else "DistilBertModel"
+        if spec.get("labels"):
+            base["id2label"] = {str(i): l for i, l in enumerate(spec["labels"])}
+        return {"architectures": [arch], "model_type": "distilbert", **base,
                 "dim": spec["H"], "n_heads": spec["heads"], "n_layers": spec["layers"],
                 "hidden_dim": spec["inter"], "activation": spec["act"],
                 "sinusoidal_pos_embds": False, "dropout": 0.1, "attention_dropout": 0.1}
     arch = {"bert": "BertModel", "roberta": "RobertaModel",
             "xlm-roberta": "XLMRobertaModel"}[family]
+    if spec.get("labels"):
+        arch = arch.replace("Model", "ForSequenceClassification")
+        base["id2label"] = {str(i): l for i, l in enumerate(spec["labels"])}
     return {"architectures": [arch], "model_type": family, **base,
             "hidden_size": spec["H"], "num_attention_heads": spec["heads"],
             "num_hidden_layers": spec["layers"], "intermediate_size": spec["inter"],
@@ -121,6 +136,16 @@ def _weights(spec, rng):
         w["pooler.dense.bias"] = n(H)
     w = _family_names(w, spec.get("family", "bert"))
     w = {spec.get("prefix", "") + k: v for k, v in w.items()}
+    if spec.get("labels"):  # the classifier head, named as transformers names it
+        fam, nl = spec.get("family", "bert"), len(spec["labels"])
+        dense, out = {"roberta": ("classifier.dense", "classifier.out_proj"),
+                      "xlm-roberta": ("classifier.dense", "classifier.out_proj"),
+                      "distilbert": ("pre_classifier", "classifier")}.get(
+            fam, (spec.get("prefix", "") + "pooler.dense", "classifier"))
+        w[dense + ".weight"] = n(H, H, s=1.0 / np.sqrt(H))
+        w[dense + ".bias"] = n(H, s=0.1)
+        w[out + ".weight"] = n(nl, H, s=1.0 / np.sqrt(H))
+        w[out + ".bias"] = n(nl, s=0.1)
     if spec.get("extras"):
         w[spec.get("prefix", "") + "embeddings.position_ids"] = np.arange(max_pos, dtype=np.int64)[None]
     return w

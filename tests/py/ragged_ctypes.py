@@ -36,7 +36,16 @@ class ModelInfo(ctypes.Structure):
                 ("type_vocab_size", ctypes.c_int), ("hidden_act", ctypes.c_char_p),
                 ("layer_norm_eps", ctypes.c_double), ("pooling", ctypes.c_int),
                 ("normalize", ctypes.c_bool), ("device", ctypes.c_int), ("dtype", ctypes.c_int),
-                ("max_batch_tokens", ctypes.c_int), ("max_seq_len", ctypes.c_int)]
+                ("max_batch_tokens", ctypes.c_int), ("max_seq_len", ctypes.c_int),
+                ("num_labels", ctypes.c_int), ("labels", ctypes.POINTER(ctypes.c_char_p)),
+                ("multi_label", ctypes.c_bool), ("output_dim", ctypes.c_int)]
+
+
+class ModelBatch(ctypes.Structure):
+    """include/ragged.h rg_model_batch."""
+    _fields_ = [("tokens", ctypes.c_void_p), ("token_types", ctypes.c_void_p),
+                ("cu_seqlens", ctypes.c_void_p), ("n_seq", ctypes.c_int),
+                ("layout", ctypes.c_void_p)]
 
 
 class Layout(ctypes.Structure):
@@ -62,6 +71,15 @@ def lib():
                                      ctypes.c_int, ctypes.c_void_p]
         l.rg_model_embed_layout.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                             ctypes.c_int, ctypes.POINTER(Layout), ctypes.c_void_p]
+        l.rg_model_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(ModelBatch), ctypes.c_void_p]
+        l.rg_model_tokenize_pair.argtypes = [
+            ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t,
+            ctypes.c_bool, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_size_t)]
+        l.rg_tokenizer_encode_pair.argtypes = [
+            ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t,
+            ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_bool)]
         l.rg_model_get_info.restype = ctypes.POINTER(ModelInfo)
         l.rg_model_get_info.argtypes = [ctypes.c_void_p]
         l.rg_model_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
@@ -162,6 +180,38 @@ class Model:
         out = np.ctypeslib.as_array(ctypes.cast(ids, ctypes.POINTER(ctypes.c_int32)), (n.value,)).tolist() if n.value else []
         _libc.free(ids)
         return out
+
+    def run(self, seqs, types=None, layout=None):
+        """rg_model_run: (n_seq, output_dim) float32 (embeddings, or a classifier's scores)."""
+        dim = self.info().output_dim
+        tokens = np.ascontiguousarray(np.concatenate([np.asarray(s, np.int32) for s in seqs]),
+                                      dtype=np.int32)
+        tt = (np.ascontiguousarray(np.concatenate([np.asarray(t, np.int32) for t in types]),
+                                   dtype=np.int32) if types is not None else None)
+        cu = np.zeros(len(seqs) + 1, np.int32)
+        cu[1:] = np.cumsum([len(s) for s in seqs])
+        out = np.full((max(len(seqs), 1), dim), np.nan, np.float32)
+        b = ModelBatch(tokens.ctypes.data, tt.ctypes.data if tt is not None else None,
+                       cu.ctypes.data, len(seqs),
+                       ctypes.addressof(layout) if layout is not None else None)
+        st = lib().rg_model_run(self._h, ctypes.byref(b), out.ctypes.data)
+        if st != RG_OK:
+            raise _err(st)
+        return out[:len(seqs)]
+
+    def tokenize_pair(self, a, b, truncate=False):
+        da, db = (x.encode("utf-8") if isinstance(x, str) else x for x in (a, b))
+        ids, types, n = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_size_t()
+        st = lib().rg_model_tokenize_pair(self._h, da, len(da), db, len(db), truncate,
+                                          ctypes.byref(ids), ctypes.byref(types), ctypes.byref(n))
+        if st != RG_OK:
+            raise _err(st)
+        out = []
+        for p in (ids, types):
+            out.append(np.ctypeslib.as_array(ctypes.cast(p, ctypes.POINTER(ctypes.c_int32)),
+                                             (n.value,)).tolist() if n.value else [])
+            _libc.free(p)
+        return out[0], out[1]
 
     def embed_ids(self, seqs, hidden_size, layout=None):
         """seqs: list of lists of token ids -> (n_seq, hidden_size) float32 array."""

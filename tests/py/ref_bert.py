@@ -153,8 +153,20 @@ class RefBert:
         self.pos_offset = self.pad + 1 if self.family in ("roberta", "xlm-roberta") else 0
         self.max_seq_len = c["max_position_embeddings"] - self.pos_offset
         H = self.H
-        self.type0 = (self.w["embeddings.token_type_embeddings.weight"][0]
-                      if "embeddings.token_type_embeddings.weight" in self.w else np.zeros(H))
+        self.types = self.w.get("embeddings.token_type_embeddings.weight", np.zeros((1, H)))
+        arch = (c.get("architectures") or [""])[0]
+        self.classifier = arch.endswith("ForSequenceClassification")
+        if self.classifier:  # transformers' heads, eval mode
+            w = self.w
+            if self.family in ("roberta", "xlm-roberta"):
+                self.head = (w["classifier.dense.weight"], w["classifier.dense.bias"], np.tanh,
+                             w["classifier.out_proj.weight"], w["classifier.out_proj.bias"])
+            elif self.family == "distilbert":
+                self.head = (w["pre_classifier.weight"], w["pre_classifier.bias"], relu,
+                             w["classifier.weight"], w["classifier.bias"])
+            else:
+                self.head = (w["pooler.dense.weight"], w["pooler.dense.bias"], np.tanh,
+                             w["classifier.weight"], w["classifier.bias"])
 
     def positions(self, ids):
         """Position ids of one sequence (see the module docstring)."""
@@ -163,7 +175,7 @@ class RefBert:
         mask = (ids != self.pad).astype(np.int64)
         return np.cumsum(mask) * mask + self.pad
 
-    def encode_packed(self, seqs):
+    def encode_packed(self, seqs, types=None):
         """Token ids of several sequences -> list of (len_i, H) float64 last hidden states.
 
         The linear layers, LayerNorms and activations run once over all tokens concatenated
@@ -176,9 +188,11 @@ class RefBert:
         bounds = np.cumsum([0] + lens)
         ids = np.concatenate(seqs) if seqs else np.zeros(0, np.int64)
         pos = np.concatenate([self.positions(s) for s in seqs]) if seqs else np.zeros(0, np.int64)
+        tt = (np.concatenate([np.asarray(t, np.int64) for t in types]) if types is not None
+              else np.zeros(len(ids), np.int64))
         x = (w["embeddings.word_embeddings.weight"][ids]
              + w["embeddings.position_embeddings.weight"][pos]
-             + self.type0)
+             + self.types[tt])
         x = layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
         for i in range(self.cfg["num_hidden_layers"]):
             p = f"encoder.layer.{i}."
@@ -222,8 +236,13 @@ class RefBert:
         """Token ids of one sequence -> (H,) float64 pooled (and normalized) embedding."""
         return self.pool(self.encode(ids))
 
-    def embed_batch(self, seqs):
-        """Token ids of several sequences -> (n, H) float64 embeddings (one packed pass)."""
+    def embed_batch(self, seqs, types=None):
+        """Token ids (and token type ids) of several sequences -> (n, H) float64 embeddings, or
+        for a *ForSequenceClassification model (n, num_labels) raw scores (one packed pass)."""
         if not len(seqs):
             return np.zeros((0, self.H))
-        return np.stack([self.pool(x) for x in self.encode_packed(seqs)])
+        xs = self.encode_packed(seqs, types)
+        if self.classifier:
+            w1, b1, act, w2, b2 = self.head
+            return np.stack([act(x[0] @ w1.T + b1) @ w2.T + b2 for x in xs])
+        return np.stack([self.pool(x) for x in xs])

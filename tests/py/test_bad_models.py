@@ -209,6 +209,14 @@ CASES = {
     "model_type_deberta": (_config(model_type="deberta-v2"), "RG_ERR_UNSUPPORTED",
                            ["model_type", "deberta-v2"]),
     "is_decoder": (_config(is_decoder=True), "RG_ERR_UNSUPPORTED", ["config.json", "is_decoder"]),
+    "token_classification": (_config(architectures=["BertForTokenClassification"]),
+                             "RG_ERR_UNSUPPORTED", ["BertForTokenClassification"]),
+    # a classifier config without its head's weights
+    "classifier_no_head": (_config(architectures=["BertForSequenceClassification"],
+                                   id2label={"0": "LABEL_0"}), "RG_ERR_FORMAT",
+                           ["missing tensor", "classifier.weight"]),
+    "id2label_gap": (_config(architectures=["BertForSequenceClassification"],
+                             id2label={"0": "a", "2": "b"}), "RG_ERR_FORMAT", ["id2label"]),
     # a DistilBERT config over BERT weights: the weight names do not match
     "distilbert_names": (_config(model_type="distilbert", dim=384, n_heads=12, n_layers=6,
                                  hidden_dim=1536), "RG_ERR_FORMAT",

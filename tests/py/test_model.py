@@ -226,6 +226,71 @@ def test_xlmr_text_end_to_end(tiny_models, tiny_dirs, sentences):
     assert e.value.status == "RG_ERR_TOO_LONG"
 
 
+CLASSIFIERS = ["bert_rerank", "roberta_cls3", "distilbert_cls2"]
+
+
+@pytest.mark.parametrize("name", CLASSIFIERS)
+def test_classifier_scores(tiny_models, name):
+    """*ForSequenceClassification: raw scores (n_seq, num_labels) equal the float64 reference's
+    head (BERT pooler + tanh, RoBERTa classifier.dense + tanh, DistilBERT pre_classifier + ReLU)
+    on ragged shapes, packed and in every layout, with id2label in info."""
+    model, ref = tiny_models(name)
+    i = info(model)
+    nl = len(ref.cfg["id2label"])
+    assert (i.num_labels, i.output_dim) == (nl, nl)
+    assert [i.labels[k].decode() for k in range(nl)] == [ref.cfg["id2label"][str(k)]
+                                                         for k in range(nl)]
+    rng = np.random.default_rng(9)
+    for lens in ([1], [7, 3], [ref.max_seq_len, 1, 64, 33]):
+        seqs = random_seqs(rng, lens)
+        assert_embeddings_close(model.run(seqs), ref.embed_batch(seqs), f"{name} {lens}")
+    seqs = random_seqs(rng, LENS)
+    want = ref.embed_batch(seqs)
+    for mode, lay in layouts(LENS).items():
+        assert_embeddings_close(model.run(seqs, layout=lay), want, f"{name} {mode}")
+    # rg_model_embed is the same run
+    assert np.array_equal(model.embed_ids(seqs, nl), model.run(seqs))
+
+
+def test_token_types_pairs(tiny_models, tiny_dirs):
+    """Sentence pairs: token type ids reach the embeddings (BERT: token_type_embeddings[1] for
+    segment B), packed and in every layout; rg_model_tokenize_pair equals HF's pair encoding;
+    a type outside type_vocab_size is refused, and RoBERTa (one type) accepts only 0."""
+    tokenizers = pytest.importorskip("tokenizers")
+    model, ref = tiny_models("bert_rerank")
+    hf = tokenizers.Tokenizer.from_file(os.path.join(tiny_dirs["bert_rerank"], "tokenizer.json"))
+    hf.no_padding()
+    hf.no_truncation()
+    pairs = [("what is ragged?", "ragged packs variable-length requests without padding."),
+             ("a", "b"), ("query", "")]
+    seqs, types = [], []
+    for a, b in pairs:
+        ids, ty = model.tokenize_pair(a, b)
+        e = hf.encode(a, b)
+        assert (ids, ty) == (e.ids, e.type_ids)
+        seqs.append(ids)
+        types.append(ty)
+    want = ref.embed_batch(seqs, types)
+    assert_embeddings_close(model.run(seqs, types), want, "pairs")
+    assert not np.allclose(want, ref.embed_batch(seqs), atol=1e-3)  # the types matter
+    lens = [len(s) for s in seqs]
+    for mode, lay in layouts(lens).items():
+        assert_embeddings_close(model.run(seqs, types, layout=lay), want, f"pairs {mode}")
+    long = " ".join(["word"] * 200)
+    ids, ty = model.tokenize_pair("short query", long, truncate=True)
+    assert len(ids) == ref.max_seq_len and ty[-1] == 1
+    with pytest.raises(rc.RaggedError) as e:
+        model.tokenize_pair("short query", long)
+    assert e.value.status == "RG_ERR_TOO_LONG"
+    with pytest.raises(rc.RaggedError) as e:
+        model.run([seqs[1]], [[0, 0, 2, 1, 1][:len(seqs[1])]])
+    assert e.value.status == "RG_ERR_INVALID_INPUT" and "type_vocab_size" in e.value.message
+    rob, _ = tiny_models("roberta")
+    with pytest.raises(rc.RaggedError) as e:
+        rob.run([[0, 1000, 2]], [[0, 1, 0]])
+    assert e.value.status == "RG_ERR_INVALID_INPUT"
+
+
 def test_distilbert_info(tiny_models):
     model, ref = tiny_models("distilbert")
     i = info(model)
