@@ -71,6 +71,7 @@ struct rg_tokenizer {
 		int type;
 	} pair[12];
 	int n_pair;
+	bool no_pair; /* TemplateProcessing with an empty or absent "pair": pairs are refused */
 	int32_t max_id;
 };
 
@@ -264,8 +265,14 @@ static rg_status load_pair_template(rg_tokenizer *t, json_object *pair, json_obj
 	bool seen[2] = {false, false};
 	rg_status st;
 
-	if (!pair || !json_object_is_type(pair, json_type_array))
-		return rg_errorf(RG_ERR_FORMAT, "%s: TemplateProcessing without \"pair\"", path);
+	if (!pair || (json_object_is_type(pair, json_type_array) &&
+		      json_object_array_length(pair) == 0)) {
+		t->no_pair = true; /* single texts only */
+		return RG_OK;
+	}
+	if (!json_object_is_type(pair, json_type_array))
+		return rg_errorf(RG_ERR_FORMAT, "%s: TemplateProcessing \"pair\" must be a list",
+				 path);
 	for (size_t i = 0; i < json_object_array_length(pair); i++) {
 		json_object *item = json_object_array_get_idx(pair, i);
 		json_object *seq = rg_tok_jget(item, "Sequence");
@@ -934,6 +941,10 @@ rg_status rg_tokenizer_encode_pair(const rg_tokenizer *t, const char *a, size_t 
 	*truncated = false;
 	if (!t)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "tokenizer: NULL argument");
+	if (t->no_pair)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "tokenizer: the post_processor has no pair template (single texts "
+				 "only)");
 	if ((st = encode_raw(t, &ca, a, a_len)) != RG_OK ||
 	    (st = encode_raw(t, &cb, b, b_len)) != RG_OK)
 		goto out;

@@ -190,6 +190,16 @@ static void test_empty_and_ids(void **state)
 	assert_int_equal(rg_tokenizer_cls_id(t), CLS);
 	assert_int_equal(rg_tokenizer_sep_id(t), SEP);
 	assert_int_equal(rg_tokenizer_vocab_size(t), N_VOCAB);
+	{ /* "pair": [] in the template: pairs are refused, nothing is returned */
+		int32_t *pi = (int32_t *)0x1, *pt = (int32_t *)0x1;
+		bool cut = true;
+
+		assert_int_equal(rg_tokenizer_encode_pair(t, "a", 1, "b", 1, 0, &pi, &pt, &n, &cut),
+				 RG_ERR_UNSUPPORTED);
+		assert_null(pi);
+		assert_null(pt);
+		assert_int_equal(n, 0);
+	}
 	rg_tokenizer_free(t);
 }
 
