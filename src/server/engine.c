@@ -1,4 +1,4 @@
-/* Engine worker of `ragged serve`: bounded queue -> scheduler -> rg_model_embed_layout.
+/* Engine worker of `ragged serve`: bounded queue -> scheduler -> rg_model_run.
  * See engine.h for the job contract. */
 #include "server/engine.h"
 
@@ -15,7 +15,7 @@
 
 struct rg_engine {
 	rg_model *model;
-	int hidden;
+	int hidden;             /* floats per sequence: rg_model_info.output_dim */
 	rg_engine_params p;
 	rg_sched *sched;
 	rg_sched_batch batch;
@@ -37,6 +37,7 @@ struct rg_engine {
 
 	/* Worker-only state. */
 	int32_t *tokens;       /* (max_batch_tokens) packed ids of the batch */
+	int32_t *types;        /* (max_batch_tokens) packed token types of the batch */
 	int32_t *cu;           /* (batch cap + 1) */
 	float *out;            /* (batch cap, hidden) */
 	rg_job **b_job;        /* (batch cap) */
@@ -150,20 +151,29 @@ static void run_batch(rg_engine *e)
 	rg_status st;
 	int n = b->n;
 
+	bool typed = false;
+	rg_model_batch mb;
+
 	e->cu[0] = 0;
 	for (int i = 0; i < n; i++) {
 		const rg_job_seq *s = &e->b_job[i]->seqs[e->b_seq[i]];
 
 		memcpy(e->tokens + e->cu[i], s->ids, (size_t)s->len * sizeof(int32_t));
+		if (s->types)
+			memcpy(e->types + e->cu[i], s->types, (size_t)s->len * sizeof(int32_t));
+		else
+			memset(e->types + e->cu[i], 0, (size_t)s->len * sizeof(int32_t));
+		typed |= s->types != NULL;
 		e->cu[i + 1] = e->cu[i] + s->len;
 	}
+	mb = (rg_model_batch){e->tokens, typed ? e->types : NULL, e->cu, n, &b->layout};
 	if (e->p.batch_delay_ms > 0) {
 		struct timespec ts = { (time_t)(e->p.batch_delay_ms / 1e3),
 				       (long)(fmod(e->p.batch_delay_ms, 1e3) * 1e6) };
 		nanosleep(&ts, NULL);
 	}
 	t0 = rg_now_ms();
-	st = rg_model_embed_layout(e->model, e->tokens, e->cu, n, &b->layout, e->out);
+	st = rg_model_run(e->model, &mb, e->out);
 	ms = rg_now_ms() - t0;
 	rg_metrics_batch(e->p.metrics, n, b->real_tokens, b->computed_tokens, st == RG_OK);
 	e->batch_gen++;
@@ -183,7 +193,7 @@ static void run_batch(rg_engine *e)
 			continue;
 		}
 		memcpy(s->out, e->out + (size_t)i * e->hidden, (size_t)e->hidden * sizeof(float));
-		if (e->p.cache)
+		if (e->p.cache && !s->types)
 			rg_cache_put(e->p.cache, s->ids, (size_t)s->len, s->out);
 		if (job->batch_size < n)
 			job->batch_size = n;
@@ -276,7 +286,7 @@ rg_engine *rg_engine_create(rg_model *model, const rg_engine_params *p, rg_statu
 		goto out;
 	}
 	e->model = model;
-	e->hidden = rg_model_get_info(model)->hidden_size;
+	e->hidden = rg_model_get_info(model)->output_dim;
 	e->p = *p;
 	if (e->p.disconnect_poll_ms <= 0)
 		e->p.disconnect_poll_ms = 10;
@@ -297,12 +307,14 @@ rg_engine *rg_engine_create(rg_model *model, const rg_engine_params *p, rg_statu
 	e->q_seq = calloc((size_t)e->cap_q, sizeof(*e->q_seq));
 	e->q_take = calloc((size_t)e->cap_q, sizeof(*e->q_take));
 	e->tokens = malloc((size_t)p->sched.max_batch_tokens * sizeof(int32_t));
+	e->types = malloc((size_t)p->sched.max_batch_tokens * sizeof(int32_t));
 	e->cu = malloc(((size_t)bcap + 1) * sizeof(int32_t));
 	e->out = malloc((size_t)bcap * (size_t)e->hidden * sizeof(float));
 	e->b_job = calloc((size_t)bcap, sizeof(*e->b_job));
 	e->b_seq = calloc((size_t)bcap, sizeof(*e->b_seq));
 	e->finished = calloc((size_t)e->cap_q + (size_t)bcap, sizeof(*e->finished));
-	if (!e->q_req || !e->q_job || !e->q_seq || !e->q_take || !e->tokens || !e->cu || !e->out ||
+	if (!e->q_req || !e->q_job || !e->q_seq || !e->q_take || !e->tokens || !e->types || !e->cu ||
+	    !e->out ||
 	    !e->b_job || !e->b_seq || !e->finished) {
 		s = rg_errorf(RG_ERR_OOM, "engine: out of memory");
 		goto out_free;
@@ -365,6 +377,7 @@ void rg_engine_free(rg_engine *e)
 	free(e->q_seq);
 	free(e->q_take);
 	free(e->tokens);
+	free(e->types);
 	free(e->cu);
 	free(e->out);
 	free(e->b_job);

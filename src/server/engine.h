@@ -30,8 +30,10 @@ typedef enum rg_job_state {
 
 typedef struct rg_job_seq {
 	const int32_t *ids;   /* (len) token ids, borrowed from the job's owner */
+	const int32_t *types; /* (len) token type ids (sentence pairs), borrowed; NULL: all 0 */
 	int len;              /* >= 1 */
-	float *out;           /* (hidden_size) float32 destination, owner's memory */
+	float *out;           /* (output_dim) float32 destination, owner's memory: the model's
+			       * embedding or classifier scores (rg_model_info.output_dim) */
 } rg_job_seq;
 
 typedef struct rg_job rg_job;

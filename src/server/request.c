@@ -14,6 +14,8 @@ const char *rg_route_name(rg_route r)
 	case RG_ROUTE_EMBED: return "embed";
 	case RG_ROUTE_OPENAI: return "v1_embeddings";
 	case RG_ROUTE_TOKENIZE: return "tokenize";
+	case RG_ROUTE_PREDICT: return "predict";
+	case RG_ROUTE_RERANK: return "rerank";
 	case RG_ROUTE_HEALTH: return "health";
 	case RG_ROUTE_INFO: return "info";
 	case RG_ROUTE_METRICS: return "metrics";
@@ -149,6 +151,108 @@ static rg_status parse_inputs(json_object *v, const char *key, bool allow_ids,
 	return RG_OK;
 }
 
+/* A JSON string into (*dst, *len): non-empty, valid UTF-8, a NUL-terminated copy. */
+static rg_status copy_str(json_object *s, char **dst, size_t *len, const char *what, size_t idx,
+			  rg_req_error *err)
+{
+	rg_req_input tmp = {0};
+	rg_status st;
+
+	if (!json_object_is_type(s, json_type_string))
+		return req_fail(err, 400, "validation", "%s %zu must be a string", what, idx);
+	if ((st = copy_text(s, &tmp, idx, err)) != RG_OK)
+		return st;
+	*dst = tmp.text;
+	*len = tmp.len;
+	return RG_OK;
+}
+
+/* One /predict input: a string, or a list of one string or of two (a pair). */
+static rg_status predict_input(json_object *v, rg_req_input *in, size_t idx, rg_req_error *err)
+{
+	size_t n;
+	rg_status st;
+
+	if (json_object_is_type(v, json_type_string))
+		return copy_text(v, in, idx, err);
+	n = json_object_is_type(v, json_type_array) ? json_object_array_length(v) : 0;
+	if (n < 1 || n > 2)
+		return req_fail(err, 400, "validation",
+				"input %zu must be a string or a list of one or two strings", idx);
+	if ((st = copy_str(json_object_array_get_idx(v, 0), &in->text, &in->len, "input", idx,
+			   err)) != RG_OK)
+		return st;
+	if (n == 2)
+		return copy_str(json_object_array_get_idx(v, 1), &in->text_b, &in->len_b, "input",
+				idx, err);
+	return RG_OK;
+}
+
+/* Fill r->inputs from /predict's "inputs". */
+static rg_status parse_predict(json_object *v, const rg_req_limits *lim, rg_request *r,
+			       rg_req_error *err)
+{
+	size_t n = json_object_is_type(v, json_type_array) ? json_object_array_length(v) : 0;
+	bool batch = n > 0 && json_object_is_type(json_object_array_get_idx(v, 0), json_type_array);
+
+	if (!batch)
+		n = 1;
+	if (n > lim->max_inputs)
+		return req_fail(err, 413, "payload_too_large",
+				"%zu inputs, more than the limit of %zu per request", n,
+				lim->max_inputs);
+	r->inputs = calloc(n, sizeof(*r->inputs));
+	if (!r->inputs)
+		return req_fail(err, 500, "backend", "out of memory");
+	r->n_inputs = n;
+	r->batch = batch;
+	if (!batch)
+		return predict_input(v, &r->inputs[0], 0, err);
+	for (size_t i = 0; i < n; i++) {
+		rg_status st = predict_input(json_object_array_get_idx(v, i), &r->inputs[i], i, err);
+
+		if (st != RG_OK)
+			return st;
+	}
+	return RG_OK;
+}
+
+/* Fill r->inputs from /rerank's "query" and "texts": the pairs (query, text_i). */
+static rg_status parse_rerank(json_object *root, const rg_req_limits *lim, rg_request *r,
+			      rg_req_error *err)
+{
+	json_object *q, *texts;
+	size_t n;
+	rg_status st;
+
+	if (!json_object_object_get_ex(root, "query", &q))
+		return req_fail(err, 400, "validation", "missing \"query\"");
+	if (!json_object_object_get_ex(root, "texts", &texts))
+		return req_fail(err, 400, "validation", "missing \"texts\"");
+	if (!json_object_is_type(texts, json_type_array) ||
+	    (n = json_object_array_length(texts)) == 0)
+		return req_fail(err, 400, "validation", "\"texts\" must be a non-empty array");
+	if (n > lim->max_inputs)
+		return req_fail(err, 413, "payload_too_large",
+				"%zu texts, more than the limit of %zu per request", n,
+				lim->max_inputs);
+	r->inputs = calloc(n, sizeof(*r->inputs));
+	if (!r->inputs)
+		return req_fail(err, 500, "backend", "out of memory");
+	r->n_inputs = n;
+	for (size_t i = 0; i < n; i++) {
+		rg_req_input *in = &r->inputs[i];
+
+		if (!json_object_is_type(q, json_type_string))
+			return req_fail(err, 400, "validation", "\"query\" must be a string");
+		if ((st = copy_str(q, &in->text, &in->len, "query", 0, err)) != RG_OK ||
+		    (st = copy_str(json_object_array_get_idx(texts, i), &in->text_b, &in->len_b,
+				   "text", i, err)) != RG_OK)
+			return st;
+	}
+	return RG_OK;
+}
+
 static int hex4(const char *p, size_t avail)
 {
 	int v = 0;
@@ -233,7 +337,8 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 	err->http_status = 0;
 	err->type = "";
 	err->msg[0] = '\0';
-	if (route != RG_ROUTE_EMBED && route != RG_ROUTE_OPENAI && route != RG_ROUTE_TOKENIZE)
+	if (route != RG_ROUTE_EMBED && route != RG_ROUTE_OPENAI && route != RG_ROUTE_TOKENIZE &&
+	    route != RG_ROUTE_PREDICT && route != RG_ROUTE_RERANK)
 		return req_fail(err, 400, "validation", "route takes no JSON body");
 	if (len == 0)
 		return req_fail(err, 400, "validation", "empty body; expected a JSON object");
@@ -267,12 +372,19 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 		st = req_fail(err, 400, "validation", "body must be a JSON object");
 		goto out_free;
 	}
-	if (!json_object_object_get_ex(root, openai ? "input" : "inputs", &v)) {
+	if (route == RG_ROUTE_RERANK) {
+		st = parse_rerank(root, lim, out, err);
+	} else if (!json_object_object_get_ex(root, openai ? "input" : "inputs", &v)) {
 		st = req_fail(err, 400, "validation", "missing \"%s\"", openai ? "input" : "inputs");
-		goto out_free;
+	} else if (route == RG_ROUTE_PREDICT) {
+		st = parse_predict(v, lim, out, err);
+	} else {
+		st = parse_inputs(v, openai ? "input" : "inputs", openai, lim, out, err);
 	}
-	st = parse_inputs(v, openai ? "input" : "inputs", openai, lim, out, err);
 	if (st != RG_OK)
+		goto out_free;
+	if ((st = get_bool(root, "raw_scores", &out->raw_scores, err)) != RG_OK ||
+	    (st = get_bool(root, "return_text", &out->return_text, err)) != RG_OK)
 		goto out_free;
 	if ((st = get_bool(root, "normalize", &out->normalize, err)) != RG_OK)
 		goto out_free;
@@ -327,6 +439,7 @@ void rg_request_free(rg_request *r)
 {
 	for (size_t i = 0; r->inputs && i < r->n_inputs; i++) {
 		free(r->inputs[i].text);
+		free(r->inputs[i].text_b);
 		free(r->inputs[i].ids);
 	}
 	free(r->inputs);

@@ -17,6 +17,8 @@ typedef enum rg_route {
 	RG_ROUTE_EMBED = 0,   /* POST /embed          (TEI shape) */
 	RG_ROUTE_OPENAI,      /* POST /v1/embeddings  (OpenAI shape) */
 	RG_ROUTE_TOKENIZE,    /* POST /tokenize */
+	RG_ROUTE_PREDICT,     /* POST /predict        (TEI shape: sequence classification) */
+	RG_ROUTE_RERANK,      /* POST /rerank         (TEI shape: cross-encoder scores) */
 	RG_ROUTE_HEALTH,      /* GET /health */
 	RG_ROUTE_INFO,        /* GET /info */
 	RG_ROUTE_METRICS,     /* GET /metrics */
@@ -33,6 +35,8 @@ typedef struct rg_req_input {
 	size_t len;     /* bytes of text, not counting the terminator */
 	int32_t *ids;   /* (n_ids) token ids in [0, vocab_size), used as is (no [CLS]/[SEP] added) */
 	size_t n_ids;
+	char *text_b;   /* second text of a pair (/predict pairs, /rerank), or NULL; as text */
+	size_t len_b;
 } rg_req_input;
 
 typedef struct rg_request {
@@ -43,6 +47,9 @@ typedef struct rg_request {
 	bool truncate;         /* default false: cut over-long inputs instead of answering 422 */
 	bool base64;           /* OpenAI encoding_format "base64" */
 	char *model;           /* OpenAI "model" string (echoed), NULL when absent */
+	bool raw_scores;       /* /predict, /rerank: logits instead of softmax / sigmoid */
+	bool return_text;      /* /rerank: echo each text */
+	bool batch;            /* /predict: inputs was a list of inputs (answer a list of lists) */
 } rg_request;
 
 typedef struct rg_req_limits {
@@ -57,7 +64,12 @@ typedef struct rg_req_error {
 	char msg[256];
 } rg_req_error;
 
-/* Parse a JSON body for route EMBED, OPENAI or TOKENIZE.
+/* Parse a JSON body for route EMBED, OPENAI, TOKENIZE, PREDICT or RERANK.
+ * PREDICT (TEI): {"inputs": str | [str] | [str, str] | [[str] | [str, str], ...], "raw_scores":
+ *          bool, "truncate": bool}: a string or a list of one or two strings is one input (two:
+ *          a sentence pair); a list of such lists is a batch (batch = true).
+ * RERANK (TEI): {"query": str, "texts": [str], "raw_scores": bool, "return_text": bool,
+ *          "truncate": bool}: one input per text, the pair (query, text).
  * EMBED/TOKENIZE: {"inputs": str | [str], "normalize": bool, "truncate": bool}.
  * OPENAI: {"input": str | [str] | [int] | [[int]], "model": str, "encoding_format": "float"|"base64",
  *          "normalize": bool, "truncate": bool, "user": str, "dimensions": (rejected)}.

@@ -32,6 +32,13 @@
 
 /* ---- responses -------------------------------------------------------------------------- */
 
+/* Routes that take a JSON body (POST). */
+static bool body_route(rg_route r)
+{
+	return r == RG_ROUTE_EMBED || r == RG_ROUTE_OPENAI || r == RG_ROUTE_TOKENIZE ||
+	       r == RG_ROUTE_PREDICT || r == RG_ROUTE_RERANK;
+}
+
 static enum MHD_Result send_response(conn_ctx *c, int status, rg_buf *body, const char *ctype,
 				     double queue_ms, double infer_ms, int batch_size)
 {
@@ -66,8 +73,7 @@ static enum MHD_Result send_response(conn_ctx *c, int status, rg_buf *body, cons
 	MHD_add_response_header(r, "x-batch-size", v);
 	if (status == 405)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW,
-					c->route == RG_ROUTE_EMBED || c->route == RG_ROUTE_OPENAI ||
-					c->route == RG_ROUTE_TOKENIZE ? "POST" : "GET, HEAD");
+					body_route(c->route) ? "POST" : "GET, HEAD");
 	ret = MHD_queue_response(c->conn, (unsigned)status, r);
 	MHD_destroy_response(r);
 	rg_metrics_request(&c->srv->metrics, c->route, status, queue_ms, infer_ms, total);
@@ -171,6 +177,103 @@ static enum MHD_Result answer_embeddings(conn_ctx *c, double queue_ms, double in
 	return send_response(c, 200, &b, "application/json", queue_ms, infer_ms, bs);
 }
 
+/* One input's scores from its logits (num_labels of them) as TEI reports them: raw, or
+ * sigmoid (one label, or multi-label) / softmax (several labels), in place. */
+static void to_scores(float *v, int n, bool raw, bool multi_label)
+{
+	double mx = v[0], sum = 0;
+
+	if (raw)
+		return;
+	if (n == 1 || multi_label) {
+		for (int i = 0; i < n; i++)
+			v[i] = (float)(1.0 / (1.0 + exp(-(double)v[i])));
+		return;
+	}
+	for (int i = 1; i < n; i++)
+		mx = v[i] > mx ? v[i] : mx;
+	for (int i = 0; i < n; i++)
+		sum += exp((double)v[i] - mx);
+	for (int i = 0; i < n; i++)
+		v[i] = (float)(exp((double)v[i] - mx) / sum);
+}
+
+/* Indices 0..n-1 ordered by score, highest first (ties: lower index first). */
+static void order_by_score(const float *score, size_t stride, size_t n, size_t *idx)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t k = i;
+
+		while (k > 0 && score[idx[k - 1] * stride] < score[i * stride]) {
+			idx[k] = idx[k - 1];
+			k--;
+		}
+		idx[k] = i;
+	}
+}
+
+/* /predict: per input [{"score": s, "label": name}, ...] by score, highest first; one input
+ * answers its list, a batch a list of lists. /rerank: [{"index": i, "score": s[, "text": t]}]
+ * by score, highest first. */
+static enum MHD_Result answer_scores(conn_ctx *c, double queue_ms, double infer_ms, int bs)
+{
+	const rg_model_info *info = c->srv->info;
+	const int L = info->num_labels;
+	size_t n = c->req.n_inputs, cap = n > (size_t)L ? n : (size_t)L;
+	size_t *idx = malloc(cap * sizeof(*idx));
+	rg_buf b;
+
+	if (!idx)
+		return send_error(c, 500, "backend", "out of memory");
+	for (size_t i = 0; i < n; i++)
+		to_scores(c->emb + i * (size_t)L, L, c->req.raw_scores, info->multi_label);
+	rg_buf_init(&b);
+	if (c->route == RG_ROUTE_RERANK) {
+		order_by_score(c->emb, 1, n, idx);
+		rg_buf_put(&b, "[", 1);
+		for (size_t k = 0; k < n; k++) {
+			const rg_req_input *in = &c->req.inputs[idx[k]];
+
+			rg_buf_printf(&b, "%s{\"index\":%zu,\"score\":", k ? "," : "", idx[k]);
+			rg_buf_float(&b, c->emb[idx[k]]);
+			if (c->req.return_text) {
+				rg_buf_puts(&b, ",\"text\":");
+				rg_buf_json_str(&b, in->text_b, in->len_b);
+			}
+			rg_buf_put(&b, "}", 1);
+		}
+		rg_buf_put(&b, "]", 1);
+	} else {
+		if (c->req.batch)
+			rg_buf_put(&b, "[", 1);
+		for (size_t i = 0; i < n; i++) {
+			const float *v = c->emb + i * (size_t)L;
+
+			order_by_score(v, 1, (size_t)L, idx);
+			rg_buf_puts(&b, i ? ",[" : "[");
+			for (int k = 0; k < L; k++) {
+				rg_buf_puts(&b, k ? ",{\"score\":" : "{\"score\":");
+				rg_buf_float(&b, v[idx[k]]);
+				rg_buf_puts(&b, ",\"label\":");
+				rg_buf_json_str(&b, info->labels[idx[k]], strlen(info->labels[idx[k]]));
+				rg_buf_put(&b, "}", 1);
+			}
+			rg_buf_put(&b, "]", 1);
+		}
+		if (c->req.batch)
+			rg_buf_put(&b, "]", 1);
+	}
+	free(idx);
+	return send_response(c, 200, &b, "application/json", queue_ms, infer_ms, bs);
+}
+
+static enum MHD_Result answer(conn_ctx *c, double queue_ms, double infer_ms, int bs)
+{
+	if (c->route == RG_ROUTE_PREDICT || c->route == RG_ROUTE_RERANK)
+		return answer_scores(c, queue_ms, infer_ms, bs);
+	return answer_embeddings(c, queue_ms, infer_ms, bs);
+}
+
 /* Tokenize every input into c->ids (texts) or adopt the given ids (OpenAI token arrays).
  * Returns 0 or the HTTP error status already sent (then the caller returns ret). */
 static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
@@ -181,7 +284,8 @@ static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
 
 	c->ids = calloc(n, sizeof(*c->ids));
 	c->n_ids = calloc(n, sizeof(*c->n_ids));
-	if (!c->ids || !c->n_ids) {
+	c->types = calloc(n, sizeof(*c->types));
+	if (!c->ids || !c->n_ids || !c->types) {
 		*ret = send_error(c, 500, "backend", "out of memory");
 		return 500;
 	}
@@ -200,8 +304,13 @@ static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
 			c->ids[i] = in->ids; /* borrowed from req; see free_ctx */
 			c->n_ids[i] = in->n_ids > (size_t)max_pos ? (size_t)max_pos : in->n_ids;
 		} else {
-			st = rg_model_tokenize(s->model, in->text, in->len, c->req.truncate, &c->ids[i],
-					       &c->n_ids[i]);
+			st = in->text_b ? rg_model_tokenize_pair(s->model, in->text, in->len,
+								 in->text_b, in->len_b,
+								 c->req.truncate, &c->ids[i],
+								 &c->types[i], &c->n_ids[i])
+					: rg_model_tokenize(s->model, in->text, in->len,
+							    c->req.truncate, &c->ids[i],
+							    &c->n_ids[i]);
 			if (st != RG_OK) {
 				rg_http_error he = rg_http_error_for(st, false);
 
@@ -264,7 +373,7 @@ static enum MHD_Result handle_tokenize(conn_ctx *c)
 static enum MHD_Result handle_embed(conn_ctx *c)
 {
 	rg_server *s = c->srv;
-	int h = s->info->hidden_size;
+	int h = s->info->output_dim;
 	size_t n = c->req.n_inputs, n_miss = 0;
 	enum MHD_Result ret;
 	const union MHD_ConnectionInfo *ci;
@@ -279,9 +388,10 @@ static enum MHD_Result handle_embed(conn_ctx *c)
 	for (size_t i = 0; i < n; i++) {
 		float *dst = c->emb + i * (size_t)h;
 
-		if (s->cache && rg_cache_get(s->cache, c->ids[i], c->n_ids[i], dst))
+		if (s->cache && !c->types[i] && rg_cache_get(s->cache, c->ids[i], c->n_ids[i], dst))
 			continue;
 		c->seqs[n_miss].ids = c->ids[i];
+		c->seqs[n_miss].types = c->types[i];
 		c->seqs[n_miss].len = (int)c->n_ids[i];
 		c->seqs[n_miss].out = dst;
 		n_miss++;
@@ -289,7 +399,7 @@ static enum MHD_Result handle_embed(conn_ctx *c)
 	if (s->cache)
 		rg_metrics_cache(&s->metrics, n - n_miss, n_miss);
 	if (n_miss == 0)
-		return answer_embeddings(c, 0, 0, 0);
+		return answer(c, 0, 0, 0);
 
 	c->job.seqs = c->seqs;
 	c->job.n_seqs = (int)n_miss;
@@ -325,7 +435,7 @@ static enum MHD_Result finish_job(conn_ctx *c)
 				  c->submit_err);
 	switch (j->state) {
 	case RG_JOB_DONE:
-		return answer_embeddings(c, j->queue_ms, j->inference_ms, j->batch_size);
+		return answer(c, j->queue_ms, j->inference_ms, j->batch_size);
 	case RG_JOB_FAILED:
 		return send_error(c, 500, "backend", "%s", j->err);
 	case RG_JOB_EXPIRED:
@@ -360,7 +470,7 @@ static enum MHD_Result handle_info(conn_ctx *c)
 		       "\"scheduler\":\"%s\",\"max_batch_tokens\":%d,\"max_batch_requests\":%d,"
 		       "\"max_queue\":%d,\"max_inputs\":%d,\"max_body_bytes\":%zu,"
 		       "\"max_input_length\":%d,\"request_timeout_ms\":%d,\"cache_entries\":%d,"
-		       "\"build_cuda\":%s}",
+		       "\"build_cuda\":%s,\"model_kind\":\"%s\",\"num_labels\":%d,\"labels\":[",
 		       i->model_type, i->vocab_size, i->hidden_size, i->num_attention_heads,
 		       i->num_hidden_layers, i->intermediate_size, i->max_position_embeddings,
 		       i->max_seq_len, i->type_vocab_size, i->hidden_act, i->layer_norm_eps,
@@ -368,7 +478,14 @@ static enum MHD_Result handle_info(conn_ctx *c)
 		       rg_device_name(i->device), rg_dtype_name(i->dtype), rg_sched_kind_name(s->kind),
 		       s->o.max_batch_tokens, s->o.max_batch_requests, s->o.max_queue,
 		       s->o.max_inputs, s->o.max_body_bytes, s->max_len, s->o.request_timeout_ms,
-		       s->o.cache_entries, rg_build_has_cuda() ? "true" : "false");
+		       s->o.cache_entries, rg_build_has_cuda() ? "true" : "false",
+		       !i->num_labels ? "embedding" : i->num_labels == 1 ? "reranker" : "classifier",
+		       i->num_labels);
+	for (int k = 0; k < i->num_labels; k++) {
+		rg_buf_puts(&b, k ? "," : "");
+		rg_buf_json_str(&b, i->labels[k], strlen(i->labels[k]));
+	}
+	rg_buf_puts(&b, "]}");
 	return send_response(c, 200, &b, "application/json", 0, 0, 0);
 }
 
@@ -397,6 +514,10 @@ static rg_route route_of(const char *url)
 		return RG_ROUTE_OPENAI;
 	if (!strcmp(url, "/tokenize"))
 		return RG_ROUTE_TOKENIZE;
+	if (!strcmp(url, "/predict"))
+		return RG_ROUTE_PREDICT;
+	if (!strcmp(url, "/rerank"))
+		return RG_ROUTE_RERANK;
 	if (!strcmp(url, "/health"))
 		return RG_ROUTE_HEALTH;
 	if (!strcmp(url, "/info"))
@@ -410,16 +531,15 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
 {
 	rg_server *s = c->srv;
 	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-	bool body_route = c->route == RG_ROUTE_EMBED || c->route == RG_ROUTE_OPENAI ||
-			  c->route == RG_ROUTE_TOKENIZE;
+	bool post_route = body_route(c->route);
 	rg_req_error err;
 	rg_status st;
 
 	if (c->route == RG_ROUTE_OTHER)
 		return send_error(c, 404, "not_found",
-				  "no route %.200s (routes: /embed /v1/embeddings /tokenize /health "
-				  "/info /metrics)", url);
-	if ((body_route && !c->post) || (!body_route && !get))
+				  "no route %.200s (routes: /embed /v1/embeddings /predict /rerank "
+				  "/tokenize /health /info /metrics)", url);
+	if ((post_route && !c->post) || (!post_route && !get))
 		return send_error(c, 405, "method_not_allowed", "method %s not allowed on %s",
 				  method, rg_route_name(c->route));
 	if (c->too_big)
@@ -445,6 +565,22 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
 		return send_error(c, err.http_status, err.type, "%s", err.msg);
 	if (c->route == RG_ROUTE_TOKENIZE)
 		return handle_tokenize(c);
+	/* what the model computes decides which routes it serves (TEI: an embedding model has no
+	 * /predict, a classifier no /embed; /rerank needs a single-score cross-encoder) */
+	if ((c->route == RG_ROUTE_PREDICT || c->route == RG_ROUTE_RERANK) && !s->info->num_labels)
+		return send_error(c, 400, "validation",
+				  "%s needs a sequence classification model; %s is an embedding "
+				  "model (use /embed or /v1/embeddings)",
+				  rg_route_name(c->route), s->o.model);
+	if (c->route == RG_ROUTE_RERANK && s->info->num_labels != 1)
+		return send_error(c, 400, "validation",
+				  "rerank needs a cross-encoder with one score; this classifier has "
+				  "%d labels (use /predict)",
+				  s->info->num_labels);
+	if ((c->route == RG_ROUTE_EMBED || c->route == RG_ROUTE_OPENAI) && s->info->num_labels)
+		return send_error(c, 400, "validation",
+				  "%s is a sequence classification model; use /predict%s", s->o.model,
+				  s->info->num_labels == 1 ? " or /rerank" : "");
 	return handle_embed(c);
 }
 
@@ -507,6 +643,9 @@ static void free_ctx(conn_ctx *c)
 			free(c->ids[i]);
 	free(c->ids);
 	free(c->n_ids);
+	for (size_t i = 0; c->types && i < c->req.n_inputs; i++)
+		free(c->types[i]);
+	free(c->types);
 	free(c->emb);
 	free(c->seqs);
 	rg_request_free(&c->req);

@@ -82,7 +82,7 @@ static rg_status setup_engine(rg_server *s)
 	if (s->o.cache_entries > 0) {
 		snprintf(tag, sizeof(tag), "%s|%s|%s", i->model_dir, rg_device_name(i->device),
 			 rg_dtype_name(i->dtype));
-		s->cache = rg_cache_create((size_t)s->o.cache_entries, i->hidden_size, tag,
+		s->cache = rg_cache_create((size_t)s->o.cache_entries, i->output_dim, tag,
 					   s->o.cache_db, &st);
 		if (!s->cache)
 			return st;

@@ -52,7 +52,8 @@ typedef struct conn_ctx {
 	rg_request req;
 	int32_t **ids;           /* (n_inputs) token ids per input; owned unless it is req's */
 	size_t *n_ids;           /* (n_inputs) */
-	float *emb;              /* (n_inputs, hidden) output vectors */
+	int32_t **types;         /* (n_inputs) token types of pair inputs (owned), NULL entries else */
+	float *emb;              /* (n_inputs, output_dim) model outputs (embeddings or scores) */
 	rg_job_seq *seqs;        /* (n_inputs) uncached inputs */
 	rg_job job;
 	size_t prompt_tokens;

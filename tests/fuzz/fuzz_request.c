@@ -1,5 +1,6 @@
 /* libFuzzer target for the JSON request parser of `ragged serve` (src/server/request.c).
- * The first input byte picks the route (embed / v1/embeddings / tokenize) and the limits; the rest
+ * The first input byte picks the route (embed / v1/embeddings / tokenize / predict / rerank) and
+ * the limits; the rest
  * is the body. Checks the parser's contract on every input: RG_OK leaves a well-formed request
  * (n_inputs in [1, max_inputs] for arrays, every text valid UTF-8 and non-empty, every id in
  * range), an error leaves a zeroed request and a 400/413/500 status with a message; and the
@@ -12,7 +13,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const rg_route routes[3] = { RG_ROUTE_EMBED, RG_ROUTE_OPENAI, RG_ROUTE_TOKENIZE };
+	static const rg_route routes[5] = { RG_ROUTE_EMBED, RG_ROUTE_OPENAI, RG_ROUTE_TOKENIZE,
+					    RG_ROUTE_PREDICT, RG_ROUTE_RERANK };
 	rg_req_limits lim = { 8, 30522, 16 };
 	rg_request req;
 	rg_req_error err;
@@ -21,8 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 1)
 		return 0;
-	route = routes[data[0] % 3];
-	lim.max_inputs = 1 + (data[0] >> 2) % 16;
+	route = routes[data[0] % 5];
+	lim.max_inputs = 1 + (data[0] >> 3) % 16;
 	st = rg_request_parse(route, (const char *)data + 1, size - 1, &lim, &req, &err);
 	if (st != RG_OK) {
 		if (req.inputs || req.n_inputs || req.model)
@@ -42,6 +44,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		if (in->text && (in->len == 0 || !rg_utf8_valid(in->text, in->len) ||
 				 in->text[in->len] != '\0'))
+			abort();
+		if (in->text_b && (route != RG_ROUTE_PREDICT && route != RG_ROUTE_RERANK))
+			abort();
+		if (route == RG_ROUTE_RERANK && !in->text_b)
+			abort();
+		if (in->text_b && (in->len_b == 0 || !rg_utf8_valid(in->text_b, in->len_b) ||
+				   in->text_b[in->len_b] != '\0'))
 			abort();
 		if (in->ids) {
 			if (route != RG_ROUTE_OPENAI || in->n_ids == 0)

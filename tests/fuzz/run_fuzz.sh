@@ -12,7 +12,8 @@ mkdir -p "$OUT/corpus_request"
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Iinclude -Isrc $(pkg-config --cflags json-c) \
 	tests/fuzz/fuzz_request.c src/server/request.c src/core/utf8.c src/core/buf.c -o "$OUT/fuzz_request" $(pkg-config --libs json-c)
-# Seeds: route byte (0 embed, 1 openai, 2 tokenize, +4k varies max_inputs) + body.
+# Seeds: route byte (0 embed, 1 openai, 2 tokenize, 3 predict, 4 rerank; +8k varies max_inputs)
+# + body.
 seed() { printf "$1" > "$OUT/corpus_request/$2"; }
 seed '\x00{"inputs": "hello world"}' s1
 seed '\x00{"inputs": ["a", "b\\u00e9", "\\ud83d\\ude00"], "normalize": false, "truncate": true}' s2
@@ -20,5 +21,8 @@ seed '\x01{"input": [[101, 7592, 102], [101, 102]], "model": "m", "encoding_form
 seed '\x01{"input": [101, 2088, 102]}' s4
 seed '\x02{"inputs": "tokenize me"}' s5
 seed '\x01{"input": "x", "encoding_format": "float", "user": "u", "dimensions": null}' s6
+seed '\x03{"inputs": [["a", "b"], ["c"]], "raw_scores": true}' s7
+seed '\x03{"inputs": ["text", "pair"], "truncate": true}' s8
+seed '\x04{"query": "q", "texts": ["a", "b\\u00e9"], "return_text": true}' s9
 exec "$OUT/fuzz_request" -max_total_time="$SECS" -max_len=4096 -timeout=5 \
 	-artifact_prefix="$OUT/" "$OUT/corpus_request"

@@ -52,7 +52,8 @@ CONFIGS = {
     "bert_rerank": dict(H=32, heads=2, layers=2, inter=64, act="gelu", prefix="bert.",
                         labels=["LABEL_0"]),
     "roberta_cls3": dict(family="roberta", H=48, heads=4, layers=2, inter=96, act="gelu",
-                         max_pos=130, pad=1, prefix="roberta.",
+                         max_pos=130, pad=1, prefix="roberta.", vocab=30527,
+                         tokenizer="all-mpnet-base-v2",  # <s> A </s></s> B </s>, types 0
                          labels=["negative", "neutral", "positive"]),
     "distilbert_cls2": dict(family="distilbert", H=32, heads=2, layers=2, inter=64, act="gelu",
                             max_pos=128, prefix="distilbert.", labels=["NO", "YES"]),

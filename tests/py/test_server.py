@@ -765,3 +765,135 @@ def test_real_minilm(minilm_dir, sentences):
         assert e[0] @ e[1] > e[0] @ e[2] + 0.2
     finally:
         s.stop()
+
+
+# ---- /predict and /rerank (sequence classification, cross-encoders) ----------------------------
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, np.float64)))
+
+
+def _softmax(x):
+    x = np.asarray(x, np.float64)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def cls_dirs(tmp_path_factory):
+    import make_tiny
+    root = str(tmp_path_factory.mktemp("srv_cls"))
+    return make_tiny.build_all(root, make_tiny.minilm_dir(), ["bert_rerank", "roberta_cls3"])
+
+
+def test_rerank_scores_order_and_errors(cls_dirs):
+    """/rerank (TEI shape): one score per text, sigmoid of the cross-encoder's logit on the pair
+    (query, text) with BERT token types, equal to the float64 reference; results sorted by
+    score; return_text and raw_scores; concurrent requests batched together stay correct; bad
+    bodies get a 4xx and the server keeps serving; /embed on a classifier is a 400."""
+    from ref_bert import RefBert
+    d = cls_dirs["bert_rerank"]
+    ref = RefBert(d)
+    hf = hf_tokenizer(d)
+    query = "how do packed transformers avoid padding?"
+    texts = ["ragged packs variable-length requests without padding.", "bananas are yellow",
+             "padding wastes GPU time on short sentences", "a", "the cu_seqlens prefix sum " * 8]
+    encs = [hf.encode(query, t) for t in texts]
+    want = ref.embed_batch([e.ids for e in encs], [e.type_ids for e in encs])[:, 0]
+    s = Server(d, "--batch-delay-ms", 20, "--max-inputs", 64)
+    try:
+        st, out = s.post_json("/rerank", {"query": query, "texts": texts, "return_text": True})
+        assert st == 200, out
+        assert [r["index"] for r in out] == list(np.argsort(-_sigmoid(want), kind="stable"))
+        for r in out:
+            assert abs(r["score"] - _sigmoid(want[r["index"]])) <= 1e-5
+            assert r["text"] == texts[r["index"]]
+        st, raw = s.post_json("/rerank", {"query": query, "texts": texts, "raw_scores": True})
+        assert st == 200 and all("text" not in r for r in raw)
+        for r in raw:
+            assert abs(r["score"] - want[r["index"]]) <= 1e-4 * max(1.0, abs(want[r["index"]]))
+        # concurrent requests share batches (the 20 ms batch delay gathers them)
+        res = [None] * 6
+
+        def one(k):
+            res[k] = s.post("/rerank", {"query": query, "texts": texts[k % 5:] + texts[:k % 5]})
+        th = [threading.Thread(target=one, args=(k,)) for k in range(6)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        sizes = []
+        for k, (st, h, body) in enumerate(res):
+            assert st == 200
+            sizes.append(int(h["x-batch-size"]))
+            rot = texts[k % 5:] + texts[:k % 5]
+            for r in json.loads(body):
+                assert r["score"] == pytest.approx(_sigmoid(want[texts.index(rot[r["index"]])]),
+                                                   abs=1e-5)
+        assert max(sizes) > len(texts), sizes
+        for body, what in (({"texts": texts}, "query"), ({"query": query}, "texts"),
+                           ({"query": query, "texts": []}, "texts"),
+                           ({"query": query, "texts": "x"}, "texts"),
+                           ({"query": 3, "texts": ["a"]}, "query"),
+                           ({"query": query, "texts": ["ok", ""]}, "empty"),
+                           ({"query": query, "texts": ["a"], "raw_scores": "yes"}, "raw_scores")):
+            st, out = s.post_json("/rerank", body)
+            assert st == 400 and what in out["error"], (body, out)
+        st, out = s.post_json("/rerank", {"query": query, "texts": ["t"] * 100})
+        assert st == 413
+        st, out = s.post_json("/rerank", {"query": "word " * 300, "texts": ["x"]})
+        assert st == 422 and "truncate" in out["error"]
+        st, out = s.post_json("/rerank", {"query": "word " * 300, "texts": ["x"], "truncate": True})
+        assert st == 200 and len(out) == 1
+        st, out = s.post_json("/embed", {"inputs": "hello"})
+        assert st == 400 and "/predict" in out["error"]
+        st, info = s.request("GET", "/info")[::2]
+        info = json.loads(info)
+        assert (info["model_kind"], info["num_labels"], info["labels"]) == ("reranker", 1,
+                                                                          ["LABEL_0"])
+    finally:
+        s.stop()
+
+
+def test_predict_labels_pairs_batches(cls_dirs, srv):
+    """/predict (TEI shape): a text, a pair, or a batch of them; softmax over the labels equals
+    the float64 reference's, each answer sorted by score with id2label names; raw_scores gives
+    the logits; /rerank on a 3-label classifier and /predict on an embedding model are 400s."""
+    from ref_bert import RefBert
+    d = cls_dirs["roberta_cls3"]
+    ref = RefBert(d)
+    hf = hf_tokenizer(d)
+    labels = ["negative", "neutral", "positive"]
+    a, b = "the service was quick", "and the answers were right"
+    want_a = ref.embed_batch([hf.encode(a).ids])[0]
+    ep = hf.encode(a, b)
+    want_ab = ref.embed_batch([ep.ids], [ep.type_ids])[0]
+    s = Server(d)
+    try:
+        st, out = s.post_json("/predict", {"inputs": a})
+        assert st == 200
+        assert [r["label"] for r in out] == [labels[i] for i in np.argsort(-want_a, kind="stable")]
+        got = {r["label"]: r["score"] for r in out}
+        np.testing.assert_allclose([got[l] for l in labels], _softmax(want_a), atol=1e-5)
+        st, out = s.post_json("/predict", {"inputs": [a, b], "raw_scores": True})
+        assert st == 200
+        got = {r["label"]: r["score"] for r in out}
+        np.testing.assert_allclose([got[l] for l in labels], want_ab, rtol=1e-4, atol=1e-5)
+        st, out = s.post_json("/predict", {"inputs": [[a], [a, b], [b]]})
+        assert st == 200 and len(out) == 3 and all(len(x) == 3 for x in out)
+        for x, w in zip(out, (want_a, want_ab, ref.embed_batch([hf.encode(b).ids])[0])):
+            got = {r["label"]: r["score"] for r in x}
+            np.testing.assert_allclose([got[l] for l in labels], _softmax(w), atol=1e-5)
+            assert [r["score"] for r in x] == sorted((r["score"] for r in x), reverse=True)
+        for body in ({"inputs": [a, b, a]}, {"inputs": [[a, b, a]]}, {"inputs": []},
+                     {"inputs": [[]]}, {"inputs": 5}, {"inputs": [[a, 5]]}):
+            st, out = s.post_json("/predict", body)
+            assert st == 400, (body, out)
+        st, out = s.post_json("/rerank", {"query": a, "texts": [b]})
+        assert st == 400 and "3 labels" in out["error"]
+    finally:
+        s.stop()
+    st, out = srv.post_json("/predict", {"inputs": "hello"})
+    assert st == 400 and "embedding model" in out["error"]
+    st, out = srv.post_json("/rerank", {"query": "q", "texts": ["t"]})
+    assert st == 400
