@@ -39,13 +39,14 @@ typedef struct rg_bert_layer {
 	float *ln2_b;   /* (H) f32 */
 } rg_bert_layer;
 
-/* Every BERT weight in backend memory. */
+/* Every BERT weight in backend memory. E = embedding_size (= H but for ALBERT). */
 typedef struct rg_bert_weights {
-	void *word;              /* (vocab, H) act */
-	void *pos;               /* (max_pos, H) act */
-	void *type0;             /* (H) act, token_type_embeddings row 0 */
-	float *emb_g, *emb_b;    /* (H) f32 */
-	rg_bert_layer *layers;   /* (num_hidden_layers) */
+	void *word;              /* (vocab, E) act */
+	void *pos;               /* (type blocks * max_pos, E) act (see bert_load_weights) */
+	void *type0;             /* (E) act, token_type_embeddings row 0 */
+	float *emb_g, *emb_b;    /* (E) f32 */
+	void *map_w, *map_b;     /* ALBERT: (H, E), (H) act, embedding_hidden_mapping_in; else NULL */
+	rg_bert_layer *layers;   /* (num_hidden_layers); ALBERT: every entry is layer 0's weights */
 } rg_bert_weights;
 
 static rg_bert_weights *bw(const rg_model *m)
@@ -72,6 +73,13 @@ static const rg_bert_names BERT_NAMES = {
 	"attention.output.dense", "attention.output.LayerNorm",
 	"intermediate.dense", "output.dense", "output.LayerNorm",
 };
+/* transformers' AlbertLayer (one group of one layer, shared by every layer) */
+static const rg_bert_names ALBERT_NAMES = {
+	"encoder.albert_layer_groups.0.albert_layers.0.",
+	{"attention.query", "attention.key", "attention.value"},
+	"attention.dense", "attention.LayerNorm",
+	"ffn", "ffn_output", "full_layer_layer_norm",
+};
 /* transformers' DistilBERT TransformerBlock */
 static const rg_bert_names DISTILBERT_NAMES = {
 	"transformer.layer.%d.",
@@ -82,14 +90,18 @@ static const rg_bert_names DISTILBERT_NAMES = {
 
 static const rg_bert_names *names_of(const rg_model *m)
 {
-	return strcmp(m->cfg.model_type, "distilbert") ? &BERT_NAMES : &DISTILBERT_NAMES;
+	if (!strcmp(m->cfg.model_type, "distilbert"))
+		return &DISTILBERT_NAMES;
+	return strcmp(m->cfg.model_type, "albert") ? &BERT_NAMES : &ALBERT_NAMES;
 }
 
 /* Name of one tensor of layer l: the family's layer prefix, the module, the suffix. */
 static void layer_name(char *buf, size_t n, const rg_bert_names *nm, int l, const char *module,
 		       const char *suffix)
 {
-	int k = snprintf(buf, n, nm->layer, l);
+	/* ALBERT's shared layer has no layer number in its names */
+	int k = strstr(nm->layer, "%d") ? snprintf(buf, n, nm->layer, l) : snprintf(buf, n, "%s",
+										    nm->layer);
 
 	snprintf(buf + k, n - (size_t)k, "%s.%s", module, suffix);
 }
@@ -159,16 +171,16 @@ static rg_status load_layer(rg_model *m, const rg_st *st, int l, float *scratch)
 static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 {
 	const rg_encoder_config *c = &m->cfg;
-	const int64_t H = c->hidden_size, I = c->intermediate_size;
+	const int64_t H = c->hidden_size, I = c->intermediate_size, E = c->embedding_size;
 	size_t need = (size_t)(3 * H * H), n;
 	const rg_st_tensor *tt = NULL;
 	float *scratch;
 	rg_status s;
 
 	/* host conversion buffer: the largest tensor we convert */
-	n = (size_t)c->vocab_size * H;
+	n = (size_t)c->vocab_size * E;
 	need = n > need ? n : need;
-	n = (size_t)c->max_position_embeddings * H * (c->type_vocab_size > 1 ? c->type_vocab_size : 1);
+	n = (size_t)c->max_position_embeddings * E * (c->type_vocab_size > 1 ? c->type_vocab_size : 1);
 	need = n > need ? n : need;
 	n = (size_t)I * H;
 	need = n > need ? n : need;
@@ -182,7 +194,7 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 	if (!scratch)
 		return rg_errorf(RG_ERR_OOM, "cannot allocate %zu floats to convert weights", need);
 
-	s = rg_model_load_tensor(m, st, "embeddings.word_embeddings.weight", NULL, c->vocab_size, H, true,
+	s = rg_model_load_tensor(m, st, "embeddings.word_embeddings.weight", NULL, c->vocab_size, E, true,
 			scratch, &bw(m)->word);
 	if (s != RG_OK)
 		goto out_free_scratch;
@@ -195,18 +207,18 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 		const int64_t P = c->max_position_embeddings, nt = c->type_vocab_size;
 		const rg_st_tensor *pt;
 
-		if ((s = rg_model_find_tensor(st, "embeddings.position_embeddings.weight", NULL, P, H,
+		if ((s = rg_model_find_tensor(st, "embeddings.position_embeddings.weight", NULL, P, E,
 					      &pt)) != RG_OK)
 			goto out_free_scratch;
 		rg_st_to_f32(pt, scratch);
 		if (nt > 0) {
 			s = rg_model_find_tensor(st, "embeddings.token_type_embeddings.weight", NULL,
-						 nt, H, &tt);
+						 nt, E, &tt);
 			if (s != RG_OK)
 				goto out_free_scratch;
 		}
 		if (nt > 1) {
-			float *types = malloc((size_t)(nt * H) * sizeof(float));
+			float *types = malloc((size_t)(nt * E) * sizeof(float));
 
 			if (!types) {
 				s = rg_errorf(RG_ERR_OOM, "out of host memory");
@@ -215,12 +227,12 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 			rg_st_to_f32(tt, types);
 			for (int64_t k = 1; k < nt; k++)
 				for (int64_t p = 0; p < P; p++)
-					for (int64_t i = 0; i < H; i++)
-						scratch[(k * P + p) * H + i] =
-							scratch[p * H + i] + (types[k * H + i] - types[i]);
+					for (int64_t i = 0; i < E; i++)
+						scratch[(k * P + p) * E + i] =
+							scratch[p * E + i] + (types[k * E + i] - types[i]);
 			free(types);
 		}
-		s = rg_model_upload(m, scratch, (size_t)(P * H * (nt > 1 ? nt : 1)), true,
+		s = rg_model_upload(m, scratch, (size_t)(P * E * (nt > 1 ? nt : 1)), true,
 				    &bw(m)->pos);
 		if (s != RG_OK)
 			goto out_free_scratch;
@@ -229,21 +241,34 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 		/* row 0, added to every token */
 		rg_st_to_f32(tt, scratch);
 	} else {
-		memset(scratch, 0, (size_t)H * sizeof(float)); /* a family without token types */
+		memset(scratch, 0, (size_t)E * sizeof(float)); /* a family without token types */
 	}
-	if ((s = rg_model_upload(m, scratch, (size_t)H, true, &bw(m)->type0)) != RG_OK)
+	if ((s = rg_model_upload(m, scratch, (size_t)E, true, &bw(m)->type0)) != RG_OK)
 		goto out_free_scratch;
-	s = rg_model_load_tensor(m, st, "embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma", H, -1,
+	s = rg_model_load_tensor(m, st, "embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma", E, -1,
 			false, scratch, (void **)&bw(m)->emb_g);
 	if (s != RG_OK)
 		goto out_free_scratch;
-	s = rg_model_load_tensor(m, st, "embeddings.LayerNorm.bias", "embeddings.LayerNorm.beta", H, -1,
+	s = rg_model_load_tensor(m, st, "embeddings.LayerNorm.bias", "embeddings.LayerNorm.beta", E, -1,
 			false, scratch, (void **)&bw(m)->emb_b);
 	if (s != RG_OK)
 		goto out_free_scratch;
-	for (int l = 0; l < c->num_hidden_layers; l++)
+	if (c->shared_layers) { /* ALBERT: the E -> H mapping */
+		s = rg_model_load_tensor(m, st, "encoder.embedding_hidden_mapping_in.weight", NULL, H,
+					 E, true, scratch, &bw(m)->map_w);
+		if (s == RG_OK)
+			s = rg_model_load_tensor(m, st, "encoder.embedding_hidden_mapping_in.bias",
+						 NULL, H, -1, true, scratch, &bw(m)->map_b);
+		if (s == RG_OK)
+			s = rg_op_prepare_weight(m->be, bw(m)->map_w, (int)H, (int)E);
+		if (s != RG_OK)
+			goto out_free_scratch;
+	}
+	for (int l = 0; l < (c->shared_layers ? 1 : c->num_hidden_layers); l++)
 		if ((s = load_layer(m, st, l, scratch)) != RG_OK)
 			goto out_free_scratch;
+	for (int l = 1; c->shared_layers && l < c->num_hidden_layers; l++)
+		bw(m)->layers[l] = bw(m)->layers[0]; /* the same weights (freed once) */
 out_free_scratch:
 	free(scratch);
 	return s;
@@ -265,8 +290,18 @@ static rg_status bert_encode(rg_model *m, const rg_fwd *f, int n, int n_att, int
 	rg_backend *be = m->be;
 	rg_status s;
 
-	s = rg_op_embed_layernorm(be, f->tokens, f->positions, n, w->word, w->pos, w->type0,
-				  w->emb_g, w->emb_b, eps, H, hidden);
+	if (w->map_w) {
+		/* ALBERT: LN(embeddings) in E dims into the FFN buffer (free until the FFN), then
+		 * hidden = that W_map^T + b_map */
+		s = rg_op_embed_layernorm(be, f->tokens, f->positions, n, w->word, w->pos, w->type0,
+					  w->emb_g, w->emb_b, eps, c->embedding_size, inter);
+		if (s == RG_OK)
+			s = rg_op_gemm_bias_act(be, inter, w->map_w, w->map_b, hidden, n, H,
+						c->embedding_size, RG_ACT_NONE);
+	} else {
+		s = rg_op_embed_layernorm(be, f->tokens, f->positions, n, w->word, w->pos, w->type0,
+					  w->emb_g, w->emb_b, eps, H, hidden);
+	}
 	if (s != RG_OK)
 		return s;
 	for (int l = 0; l < c->num_hidden_layers; l++) {
@@ -294,11 +329,11 @@ static rg_status bert_encode(rg_model *m, const rg_fwd *f, int n, int n_att, int
 static void bert_free_weights(rg_model *m)
 {
 	rg_bert_weights *w = bw(m);
-	void *emb[] = {w->word, w->pos, w->type0, w->emb_g, w->emb_b};
+	void *emb[] = {w->word, w->pos, w->type0, w->emb_g, w->emb_b, w->map_w, w->map_b};
 
 	for (size_t i = 0; i < sizeof(emb) / sizeof(emb[0]); i++)
 		rg_backend_dealloc(m->be, emb[i]);
-	for (int l = 0; w->layers && l < m->cfg.num_hidden_layers; l++) {
+	for (int l = 0; w->layers && l < (m->cfg.shared_layers ? 1 : m->cfg.num_hidden_layers); l++) {
 		rg_bert_layer *L = &w->layers[l];
 		void *lw[] = {L->qkv_w, L->qkv_b, L->o_w, L->o_b, L->ln1_g, L->ln1_b,
 			      L->ff1_w, L->ff1_b, L->ff2_w, L->ff2_b, L->ln2_g, L->ln2_b};
@@ -356,6 +391,13 @@ const rg_arch rg_arch_roberta = {
 };
 const rg_arch rg_arch_xlm_roberta = {
 	.model_type = "xlm-roberta",
+	.load_weights = bert_load_weights,
+	.encode = bert_encode,
+	.free_weights = bert_free_weights,
+	.load_head = bert_load_head,
+};
+const rg_arch rg_arch_albert = {
+	.model_type = "albert",
 	.load_weights = bert_load_weights,
 	.encode = bert_encode,
 	.free_weights = bert_free_weights,

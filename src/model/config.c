@@ -101,8 +101,10 @@ static const rg_family_keys FAMILIES[] = {
 	{"xlm-roberta", "hidden_size", "num_attention_heads", "num_hidden_layers",
 	 "intermediate_size", "hidden_act", true, true},
 	{"distilbert", "dim", "n_heads", "n_layers", "hidden_dim", "activation", false, false},
+	{"albert", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+	 "hidden_act", true, false},
 };
-#define SUPPORTED_TYPES "bert, roberta, xlm-roberta, distilbert"
+#define SUPPORTED_TYPES "bert, roberta, xlm-roberta, distilbert, albert"
 
 /* Options of these families that change the math and that ragged does not implement: a
  * checkpoint that sets one is refused, naming it, rather than run with wrong numbers. */
@@ -213,6 +215,19 @@ rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
 	}
 	if ((s = refuse_options(path, root)) != RG_OK)
 		goto out_put_root;
+	cfg->embedding_size = cfg->hidden_size;
+	if (!strcmp(fam->model_type, "albert")) {
+		int groups, inner;
+
+		/* factorised embeddings (E -> H) and one layer group shared by every layer; other
+		 * groupings exist in no released checkpoint and are refused by name */
+		if ((s = cfg_int(path, root, "embedding_size", false, 128, 1, cfg->intermediate_size,
+				 &cfg->embedding_size)) != RG_OK ||
+		    (s = cfg_int(path, root, "num_hidden_groups", false, 1, 1, 1, &groups)) != RG_OK ||
+		    (s = cfg_int(path, root, "inner_group_num", false, 1, 1, 1, &inner)) != RG_OK)
+			goto out_put_root;
+		cfg->shared_layers = true;
+	}
 	if (cfg->hidden_size % cfg->num_attention_heads != 0) {
 		s = rg_errorf(RG_ERR_FORMAT,
 			      "%s: hidden_size %d is not divisible by num_attention_heads %d", path,
@@ -220,7 +235,9 @@ rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
 		goto out_put_root;
 	}
 
-	if ((s = cfg_str(path, root, fam->hidden_act, "gelu", &str)) != RG_OK)
+	/* AlbertConfig's default activation is the tanh form */
+	if ((s = cfg_str(path, root, fam->hidden_act,
+			 strcmp(fam->model_type, "albert") ? "gelu" : "gelu_new", &str)) != RG_OK)
 		goto out_put_root;
 	if (!strcmp(str, "gelu")) {
 		cfg->hidden_act = RG_ACT_GELU;

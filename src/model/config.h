@@ -16,13 +16,18 @@ typedef struct rg_encoder_config {
 	int type_vocab_size;          /* 0: the family has no token type embeddings */
 	int pad_token_id;
 	int position_offset;          /* first position id: padding_idx + 1 for RoBERTa, else 0 */
+	int embedding_size;           /* E: width of the embedding tables (ALBERT: < hidden_size,
+				       * mapped up by a linear layer); hidden_size elsewhere */
+	bool shared_layers;           /* ALBERT: one layer's weights serve every layer */
 	rg_act hidden_act;
 	double layer_norm_eps;
 } rg_encoder_config;
 
 /* Parse <dir>/config.json of an encoder family. model_type "bert", "roberta" and "xlm-roberta"
  * (BertConfig / RobertaConfig keys), or "distilbert" (DistilBertConfig: dim, n_heads, n_layers,
- * hidden_dim, activation; no token types). Required: model_type, vocab_size, the four sizes,
+ * hidden_dim, activation; no token types), or "albert" (AlbertConfig: embedding_size (128, at
+ * most intermediate_size), num_hidden_groups and inner_group_num must be 1, hidden_act defaults to
+ * "gelu_new"). Required: model_type, vocab_size, the four sizes,
  * max_position_embeddings. Optional with HF defaults: type_vocab_size (2), layer_norm_eps
  * (1e-12), pad_token_id (0), hidden_act ("gelu"; also "gelu_new", "gelu_pytorch_tanh", "relu").
  * RoBERTa-style families get position_offset = pad_token_id + 1 (RobertaEmbeddings counts

@@ -81,7 +81,7 @@ rg_status rg_model_find_tensor(const rg_st *st, const char *name, const char *al
 	int ndim = d1 < 0 ? 1 : 2;
 
 	/* "" first: a base model's own names; then the base-model prefixes of task checkpoints */
-	static const char *const prefixes[] = {"", "bert.", "roberta.", "distilbert."};
+	static const char *const prefixes[] = {"", "bert.", "roberta.", "distilbert.", "albert."};
 
 	for (int i = 0; i < 2 && !t; i++) {
 		for (size_t p = 0; names[i] && !t && p < sizeof(prefixes) / sizeof(prefixes[0]); p++) {
@@ -93,7 +93,7 @@ rg_status rg_model_find_tensor(const rg_st *st, const char *name, const char *al
 	if (!t)
 		return rg_errorf(RG_ERR_FORMAT,
 				 "model.safetensors: missing tensor %s (also looked under the "
-				 "prefixes bert., roberta., distilbert.)",
+				 "prefixes bert., roberta., distilbert., albert.)",
 				 name);
 	shape_str(exp, ndim, want, sizeof(want));
 	shape_str(t->shape, t->ndim, got, sizeof(got));
@@ -963,7 +963,7 @@ rg_status rg_model_tokenize_pair(const rg_model *m, const char *a, size_t a_len,
 const rg_arch *rg_arch_find(const char *model_type)
 {
 	static const rg_arch *const all[] = {&rg_arch_bert, &rg_arch_roberta, &rg_arch_xlm_roberta,
-					     &rg_arch_distilbert};
+					     &rg_arch_distilbert, &rg_arch_albert};
 
 	for (size_t i = 0; model_type && i < sizeof(all) / sizeof(all[0]); i++)
 		if (strcmp(all[i]->model_type, model_type) == 0)

@@ -119,7 +119,8 @@ typedef struct rg_arch {
 /* The architecture serving model_type, or NULL. */
 const rg_arch *rg_arch_find(const char *model_type);
 
-extern const rg_arch rg_arch_bert, rg_arch_roberta, rg_arch_xlm_roberta, rg_arch_distilbert;
+extern const rg_arch rg_arch_bert, rg_arch_roberta, rg_arch_xlm_roberta, rg_arch_distilbert,
+	rg_arch_albert;
 
 /* Weight-loading helpers for the architectures (model.c). */
 /* Look up name (or alt) in st, as it is or under a base-model prefix ("bert.", "roberta.",

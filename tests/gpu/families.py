@@ -38,10 +38,18 @@ PUBLIC = {
                                     act="gelu", pooling="mean", max_pos=512, vocab=30522),
     "bert-base-uncased": dict(H=768, heads=12, layers=12, inter=3072, act="gelu",
                               pooling="mean", max_pos=512),
+    "albert-base-v2": dict(family="albert", H=768, E=128, heads=12, layers=12, inter=3072,
+                           act="gelu_new", pooling="mean", max_pos=512, vocab=30000,
+                           tokenizer="spm-albert-style"),
+    # a cross-encoder (BertForSequenceClassification, one score) at ms-marco-MiniLM-L-6 size
+    "ms-marco-MiniLM-L-6-v2": dict(H=384, heads=12, layers=6, inter=1536, act="gelu",
+                                   max_pos=512, prefix="bert.", labels=["LABEL_0"]),
 }
 LENS = [1, 7, 3, 128, 33, 64, 2, 17]
 TOL = {"cpu_fp32_rel": 1e-5, "cuda_fp32_rel": 1e-4, "fp16_cos": 0.9999, "bf16_cos": 0.999,
-       "hf_rel": 1e-9}
+       "hf_rel": 1e-9,
+       # classifiers' logits (one score: a cosine says nothing): max |diff| / max(1, |logit|)
+       "fp16_logit": 1e-2, "bf16_logit": 5e-2}
 
 
 def seqs_for(ref, rng):
@@ -57,29 +65,43 @@ def seqs_for(ref, rng):
     return out
 
 
+def types_for(ref, seqs):
+    """Sentence-pair token types (second half type 1) where the family has two types."""
+    if ref.cfg.get("type_vocab_size", 0) < 2:
+        return None
+    return [[0] * (len(s) // 2) + [1] * (len(s) - len(s) // 2) for s in seqs]
+
+
 def row_stats(got, want):
     got = np.asarray(got, np.float64)
     cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
     rel = np.abs(got - want).max(1) / np.abs(want).max(1)
+    scaled = np.abs(got - want).max() / max(1.0, np.abs(want).max())
     return {"min_cos": float(np.nanmin(cos)) if np.isfinite(cos).all() else float("nan"),
-            "max_rel": float(rel.max()) if np.isfinite(rel).all() else float("nan")}
+            "max_rel": float(rel.max()) if np.isfinite(rel).all() else float("nan"),
+            "max_scaled_abs": float(scaled) if np.isfinite(scaled) else float("nan")}
 
 
 def hf_embed(d, seqs, ref):
-    """HF transformers in float64 on the CPU, one sequence at a time, pooled as ref pools."""
+    """HF transformers in float64 on the CPU, one sequence at a time, pooled as ref pools (a
+    classifier: its logits)."""
     import torch
-    from transformers import AutoModel
+    from transformers import AutoModel, AutoModelForSequenceClassification
     torch.set_num_threads(max(1, os.cpu_count() - 2))
+    cls = AutoModelForSequenceClassification if ref.classifier else AutoModel
     try:
-        m = AutoModel.from_pretrained(d, dtype=torch.float64, attn_implementation="eager")
+        m = cls.from_pretrained(d, dtype=torch.float64, attn_implementation="eager")
     except TypeError:  # transformers < 4.56 names it torch_dtype
-        m = AutoModel.from_pretrained(d, torch_dtype=torch.float64, attn_implementation="eager")
+        m = cls.from_pretrained(d, torch_dtype=torch.float64, attn_implementation="eager")
     m = m.eval()
     out = []
+    types = types_for(ref, seqs)
     with torch.inference_mode():
-        for s in seqs:
-            h = m(input_ids=torch.tensor([s])).last_hidden_state[0].numpy()
-            out.append(ref.pool(h))
+        for k, s in enumerate(seqs):
+            kw = {"token_type_ids": torch.tensor([types[k]])} if types else {}
+            o = m(input_ids=torch.tensor([s]), **kw)
+            out.append(o.logits[0].numpy() if ref.classifier
+                       else ref.pool(o.last_hidden_state[0].numpy()))
     return np.stack(out)
 
 
@@ -94,10 +116,10 @@ def ragged_embed(d, seqs, ref, device, dtype, layout_sets, graphs=True):
         else:
             os.environ["RAGGED_CUDA_GRAPHS"] = env_before
     try:
-        res = {"packed": m.embed_ids(seqs, ref.H)}
+        res = {"packed": m.run(seqs, types_for(ref, seqs))}
         short = [s for s in seqs if len(s) <= 32]  # layouts(): rows of 32
         for mode, lay in layout_sets.items():
-            res[mode] = (m.embed_ids(short, ref.H, layout=lay), short)
+            res[mode] = (m.run(short, types_for(ref, short), layout=lay), short)
         return res
     finally:
         m.close()
@@ -122,7 +144,7 @@ def main():
         d = make_tiny.make_tiny(os.path.join(a.work, name), spec, a.minilm, seed=500 + i)
         ref = RefBert(d)
         seqs = seqs_for(ref, np.random.default_rng(i))
-        want = ref.embed_batch(seqs)
+        want = ref.embed_batch(seqs, types_for(ref, seqs))
         r = {"config": {k: v for k, v in spec.items()}, "max_seq_len": ref.max_seq_len,
              "checks": {}}
         if not a.no_hf:
@@ -133,7 +155,7 @@ def main():
                 st = {"error": repr(e)[:300], "pass": False}
             r["checks"]["hf_float64_vs_ref"] = st
         short = [s for s in seqs if len(s) <= 32]  # layouts(): rows of 32
-        want_short = ref.embed_batch(short)
+        want_short = ref.embed_batch(short, types_for(ref, short))
         lays = layouts([len(s) for s in short])
         devs = a.devices.split(",")
         runs = ([("cpu", "fp32", True)] if "cpu" in devs else []) + \
@@ -152,6 +174,8 @@ def main():
                 st = row_stats(got, w)
                 if dt == "fp32":
                     st["pass"] = st["max_rel"] <= TOL[f"{dev}_fp32_rel"]
+                elif ref.classifier:
+                    st["pass"] = st["max_scaled_abs"] <= TOL[f"{dt}_logit"]
                 else:
                     st["pass"] = st["min_cos"] >= TOL[f"{dt}_cos"]
                 r["checks"][f"{key}_{mode}"] = st

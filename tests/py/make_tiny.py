@@ -43,6 +43,10 @@ CONFIGS = {
                           extras=True),
     "distilbert": dict(family="distilbert", H=64, heads=4, layers=3, inter=128, act="gelu",
                        pooling="mean", max_pos=128, prefix="distilbert."),
+    # ALBERT: embeddings of width 16 mapped to 48, one layer's weights run 3 times; its
+    # SentencePiece-style tokenizer.json (tests/fixtures/tokenizers)
+    "albert": dict(family="albert", H=48, E=16, heads=4, layers=3, inter=96, act="gelu_new",
+                   pooling="mean", max_pos=64, vocab=2500, tokenizer="spm-albert-style"),
     # XLM-R with a real SentencePiece-style Unigram tokenizer.json (tests/fixtures/tokenizers)
     "xlmr_unigram": dict(family="xlm-roberta", H=32, heads=4, layers=2, inter=64, act="gelu",
                          pooling="mean", normalize=True, max_pos=42, pad=1, vocab=3002,
@@ -71,6 +75,15 @@ DISTILBERT_NAMES = {
 
 
 def _family_names(w, family):
+    if family == "albert":
+        return {k.replace("encoder.layer.0.", "encoder.albert_layer_groups.0.albert_layers.0.")
+                 .replace(".attention.self.", ".attention.")
+                 .replace(".attention.output.dense.", ".attention.dense.")
+                 .replace(".attention.output.LayerNorm.", ".attention.LayerNorm.")
+                 .replace(".intermediate.dense.", ".ffn.")
+                 .replace(".output.dense.", ".ffn_output.")
+                 .replace(".output.LayerNorm.", ".full_layer_layer_norm."): v
+                for k, v in w.items()}
     if family != "distilbert":
         return w
     out = {}
@@ -96,16 +109,18 @@ def _config(spec):
                 "hidden_dim": spec["inter"], "activation": spec["act"],
                 "sinusoidal_pos_embds": False, "dropout": 0.1, "attention_dropout": 0.1}
     arch = {"bert": "BertModel", "roberta": "RobertaModel",
-            "xlm-roberta": "XLMRobertaModel"}[family]
+            "xlm-roberta": "XLMRobertaModel", "albert": "AlbertModel"}[family]
     if spec.get("labels"):
         arch = arch.replace("Model", "ForSequenceClassification")
         base["id2label"] = {str(i): l for i, l in enumerate(spec["labels"])}
     return {"architectures": [arch], "model_type": family, **base,
             "hidden_size": spec["H"], "num_attention_heads": spec["heads"],
             "num_hidden_layers": spec["layers"], "intermediate_size": spec["inter"],
-            "type_vocab_size": 2 if family == "bert" else 1,
+            "type_vocab_size": 2 if family in ("bert", "albert") else 1,
             "hidden_act": spec["act"], "layer_norm_eps": 1e-12 if family == "bert" else 1e-5,
-            "position_embedding_type": "absolute"}
+            "position_embedding_type": "absolute",
+            **({"embedding_size": spec["E"], "num_hidden_groups": 1, "inner_group_num": 1}
+               if family == "albert" else {})}
 
 
 def _weights(spec, rng):
@@ -114,14 +129,19 @@ def _weights(spec, rng):
     n = lambda *shape, s=1.0: (rng.standard_normal(shape) * s).astype(np.float32)  # noqa: E731
     ln = "gamma" if spec.get("old_ln") else "weight"
     lb = "beta" if spec.get("old_ln") else "bias"
+    fam = spec.get("family", "bert")
+    E = spec.get("E", H)  # ALBERT's embedding_size
     w = {
-        "embeddings.word_embeddings.weight": n(spec.get("vocab", VOCAB), H),
-        "embeddings.position_embeddings.weight": n(max_pos, H),
-        "embeddings.token_type_embeddings.weight": n(2 if spec.get("family", "bert") == "bert"
-                                                     else 1, H),
-        f"embeddings.LayerNorm.{ln}": 1.0 + n(H, s=0.1),
-        f"embeddings.LayerNorm.{lb}": n(H, s=0.1),
+        "embeddings.word_embeddings.weight": n(spec.get("vocab", VOCAB), E),
+        "embeddings.position_embeddings.weight": n(max_pos, E),
+        "embeddings.token_type_embeddings.weight": n(2 if fam in ("bert", "albert") else 1, E),
+        f"embeddings.LayerNorm.{ln}": 1.0 + n(E, s=0.1),
+        f"embeddings.LayerNorm.{lb}": n(E, s=0.1),
     }
+    if fam == "albert":  # one shared layer, and the E -> H mapping
+        L = 1
+        w["encoder.embedding_hidden_mapping_in.weight"] = n(H, E, s=1.0 / np.sqrt(E))
+        w["encoder.embedding_hidden_mapping_in.bias"] = n(H, s=0.1)
     for i in range(L):
         p = f"encoder.layer.{i}."
         for name, (o, k) in {"attention.self.query": (H, H), "attention.self.key": (H, H),

@@ -80,14 +80,42 @@ def load_weights(model_dir):
     # accept base-model prefixes, the old gamma/beta names, and DistilBERT's names
     norm = {}
     for k, v in w.items():
-        for pre in ("bert.", "roberta.", "distilbert."):
+        for pre in ("bert.", "roberta.", "distilbert.", "albert."):
             if k.startswith(pre):
                 k = k[len(pre):]
         k = k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
         for a, b in DISTILBERT_TO_BERT:
             k = k.replace(a, b)
         norm[k] = v
+    if "encoder.embedding_hidden_mapping_in.weight" in norm:  # ALBERT: one shared layer
+        shared = {k: v for k, v in norm.items()
+                  if k.startswith("encoder.albert_layer_groups.0.albert_layers.0.")}
+        n_layers = _albert_layers(model_dir)
+        for k, v in shared.items():
+            base = k[len("encoder.albert_layer_groups.0.albert_layers.0."):]
+            for a, b in ALBERT_TO_BERT:
+                if base.startswith(a):
+                    base = b + base[len(a):]
+                    break
+            for i in range(n_layers):
+                norm[f"encoder.layer.{i}.{base}"] = v
     return norm
+
+
+def _albert_layers(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        c = json.load(f)
+    assert c.get("num_hidden_groups", 1) == 1 and c.get("inner_group_num", 1) == 1
+    return c["num_hidden_layers"]
+
+
+# transformers' AlbertLayer names -> BERT names
+ALBERT_TO_BERT = [
+    ("attention.query.", "attention.self.query."), ("attention.key.", "attention.self.key."),
+    ("attention.value.", "attention.self.value."), ("attention.dense.", "attention.output.dense."),
+    ("attention.LayerNorm.", "attention.output.LayerNorm."), ("ffn_output.", "output.dense."),
+    ("ffn.", "intermediate.dense."), ("full_layer_layer_norm.", "output.LayerNorm."),
+]
 
 
 # transformers' DistilBERT names -> BERT names (order matters: the layer prefix first)
@@ -143,11 +171,11 @@ class RefBert:
                      num_hidden_layers=c["n_layers"], intermediate_size=c["hidden_dim"],
                      hidden_act=c.get("activation", "gelu"))
         else:
-            assert self.family in ("bert", "roberta", "xlm-roberta"), self.family
+            assert self.family in ("bert", "roberta", "xlm-roberta", "albert"), self.family
         self.H = c["hidden_size"]
         self.nh = c["num_attention_heads"]
         self.eps = c.get("layer_norm_eps", 1e-12)
-        self.act = ACTS[c.get("hidden_act", "gelu")]
+        self.act = ACTS[c.get("hidden_act", "gelu_new" if self.family == "albert" else "gelu")]
         self.pad = c.get("pad_token_id", 0)
         # RoBERTa-style positions count from padding_idx + 1
         self.pos_offset = self.pad + 1 if self.family in ("roberta", "xlm-roberta") else 0
@@ -194,6 +222,9 @@ class RefBert:
              + w["embeddings.position_embeddings.weight"][pos]
              + self.types[tt])
         x = layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
+        if "encoder.embedding_hidden_mapping_in.weight" in w:  # ALBERT: E -> H
+            x = (x @ w["encoder.embedding_hidden_mapping_in.weight"].T
+                 + w["encoder.embedding_hidden_mapping_in.bias"])
         for i in range(self.cfg["num_hidden_layers"]):
             p = f"encoder.layer.{i}."
             lin = lambda t, n: t @ w[p + n + ".weight"].T + w[p + n + ".bias"]  # noqa: E731

@@ -226,6 +226,36 @@ def test_xlmr_text_end_to_end(tiny_models, tiny_dirs, sentences):
     assert e.value.status == "RG_ERR_TOO_LONG"
 
 
+def test_albert(tiny_models, tiny_dirs, sentences):
+    """ALBERT: factorised embeddings (E = 16 mapped to H = 48) and one layer's weights run
+    num_hidden_layers (3) times, from its SentencePiece tokenizer.json: ids equal HF's, the
+    embeddings equal the float64 reference's on texts, pairs (token types) and ragged random
+    shapes up to max_seq_len, packed and in every layout."""
+    tokenizers = pytest.importorskip("tokenizers")
+    model, ref = tiny_models("albert")
+    i = info(model)
+    assert (i.model_type, i.hidden_size, i.num_hidden_layers) == (b"albert", 48, 3)
+    hf = tokenizers.Tokenizer.from_file(os.path.join(tiny_dirs["albert"], "tokenizer.json"))
+    hf.no_padding()
+    hf.no_truncation()
+    texts = [t for t in sentences[:60] if len(hf.encode(t).ids) <= i.max_seq_len]
+    ids = [model.tokenize(t) for t in texts]
+    assert ids == [hf.encode(t).ids for t in texts]
+    assert_embeddings_close(model.embed_ids(ids, 48), ref.embed_batch(ids), "albert texts")
+    e = hf.encode(texts[0], texts[1])
+    pid, pty = model.tokenize_pair(texts[0], texts[1])
+    assert (pid, pty) == (e.ids, e.type_ids)
+    assert_embeddings_close(model.run([pid], [pty]), ref.embed_batch([pid], [pty]), "pair")
+    rng = np.random.default_rng(4)
+    for lens in ([1], [7, 3], [i.max_seq_len, 1, 33]):
+        seqs = random_seqs(rng, lens, vocab=2500)
+        assert_embeddings_close(model.embed_ids(seqs, 48), ref.embed_batch(seqs), f"{lens}")
+    seqs = random_seqs(rng, LENS, vocab=2500)
+    for mode, lay in layouts(LENS, slotted_row=64).items():
+        assert_embeddings_close(model.embed_ids(seqs, 48, layout=lay), ref.embed_batch(seqs),
+                                mode)
+
+
 CLASSIFIERS = ["bert_rerank", "roberta_cls3", "distilbert_cls2"]
 
 

@@ -296,6 +296,28 @@ static void test_distilbert_family(void **state)
 	expect_cfg_fail(RG_ERR_FORMAT, "\"dim\"", "missing", NULL);
 }
 
+/* ALBERT: embedding_size (default 128, at most intermediate_size), one shared layer group. */
+static void test_albert_family(void **state)
+{
+	rg_encoder_config cfg;
+	(void)state;
+	write_config2("model_type", "\"albert\"", "hidden_act", NULL);
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(cfg.embedding_size, 128);
+	assert_true(cfg.shared_layers);
+	assert_int_equal(cfg.hidden_act, RG_ACT_GELU_NEW); /* AlbertConfig's default */
+	write_config2("model_type", "\"albert\"", "architectures",
+		      "[\"AlbertModel\"], \"num_hidden_groups\": 2");
+	expect_cfg_fail(RG_ERR_FORMAT, "num_hidden_groups", NULL);
+	write_config2("model_type", "\"albert\"", "architectures",
+		      "[\"AlbertModel\"], \"embedding_size\": 4096");
+	expect_cfg_fail(RG_ERR_FORMAT, "embedding_size", NULL);
+	write_config(NULL, NULL);
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(cfg.embedding_size, cfg.hidden_size);
+	assert_false(cfg.shared_layers);
+}
+
 /* Options that change the math and are not implemented are refused by name. */
 static void test_refused_options(void **state)
 {
@@ -506,6 +528,7 @@ int main(void)
 		cmocka_unit_test_setup(test_roberta_family, case_setup),
 		cmocka_unit_test_setup(test_distilbert_family, case_setup),
 		cmocka_unit_test_setup(test_refused_options, case_setup),
+		cmocka_unit_test_setup(test_albert_family, case_setup),
 		cmocka_unit_test_setup(test_bad_sizes, case_setup),
 		cmocka_unit_test_setup(test_bad_files, case_setup),
 		cmocka_unit_test_setup(test_pooling_modes, case_setup),
