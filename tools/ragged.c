@@ -277,7 +277,7 @@ static int embed_batches(rg_model *m, int32_t **ids, const size_t *n, size_t n_t
 			 FILE *out)
 {
 	const rg_model_info *info = rg_model_get_info(m);
-	int H = info->hidden_size;
+	int H = info->output_dim; /* an embedding, or a classifier's raw scores */
 	int32_t *tokens = malloc((size_t)max_tokens * sizeof(*tokens));
 	int32_t *cu = malloc(((size_t)max_tokens + 1) * sizeof(*cu));
 	float *emb = malloc((size_t)max_tokens * (size_t)H * sizeof(*emb));
@@ -433,6 +433,8 @@ static int cmd_info(int argc, char **argv)
 	json_object_object_add(model, "model_type", json_object_new_string(i->model_type));
 	json_object_object_add(model, "vocab_size", json_object_new_int(i->vocab_size));
 	json_object_object_add(model, "hidden_size", json_object_new_int(i->hidden_size));
+	json_object_object_add(model, "output_dim", json_object_new_int(i->output_dim));
+	json_object_object_add(model, "num_labels", json_object_new_int(i->num_labels));
 	json_object_object_add(model, "num_attention_heads",
 			       json_object_new_int(i->num_attention_heads));
 	json_object_object_add(model, "num_hidden_layers",

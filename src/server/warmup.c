@@ -23,7 +23,7 @@ typedef struct measure_ctx {
 static double measure_padded(void *arg, int len, int batch)
 {
 	measure_ctx *m = arg;
-	int b = batch, h = rg_model_get_info(m->model)->hidden_size;
+	int b = batch, h = rg_model_get_info(m->model)->output_dim;
 	double best = INFINITY, scale;
 
 	if ((long)b * len > m->max_tokens)

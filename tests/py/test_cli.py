@@ -178,3 +178,23 @@ def test_cuda_request_without_gpu(minilm_dir):
         pytest.skip("a GPU is present: this checks the no-GPU path")
     line = one_error_line(ragged("embed", "--model", minilm_dir, "--device", "cuda", stdin=b"hi\n"))
     assert "cuda" in line.lower() or "gpu" in line.lower()
+
+
+def test_embed_classifier_writes_scores(tiny_dirs):
+    """`ragged embed` on a *ForSequenceClassification model writes each text's raw scores
+    (num_labels floats), equal to the float64 reference's head; `ragged info` reports them."""
+    import tokenizers
+    from ref_bert import RefBert
+    d = tiny_dirs["roberta_cls3"]
+    texts = ["the service was quick", "and the answers were right"]
+    p = ragged("embed", "--model", d, "--device", "cpu", stdin="\n".join(texts).encode(),
+               check=True)
+    got = np.array([json.loads(l) for l in p.stdout.decode().splitlines()])
+    hf = tokenizers.Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    hf.no_padding()  # the MPNet tokenizer.json it carries pads to 128
+    hf.no_truncation()
+    want = RefBert(d).embed_batch([hf.encode(t).ids for t in texts])
+    assert got.shape == (2, 3)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    info = json.loads(ragged("info", "--model", d, check=True).stdout)
+    assert (info["model"]["num_labels"], info["model"]["output_dim"]) == (3, 3)
