@@ -244,7 +244,7 @@ static rg_status bert_encode(rg_model *m, const rg_fwd *f, int n, int n_att, int
 		if ((s = rg_op_gemm_bias_act(be, hidden, L->qkv_w, L->qkv_b, qkv, n, 3 * H, H,
 					     RG_ACT_NONE)) != RG_OK ||
 		    (s = rg_op_attention(be, qkv, f->cu, f->cu_h, n_att, max_len, nh, hd, scale,
-					 f->seg, ctx)) != RG_OK ||
+					 f->seg, NULL, 0, ctx)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(be, ctx, L->o_w, L->o_b, attn_out, n, H, H,
 					     RG_ACT_NONE)) != RG_OK ||
 		    (s = rg_op_bias_residual_layernorm(be, attn_out, NULL, hidden, L->ln1_g,

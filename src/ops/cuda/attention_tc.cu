@@ -22,6 +22,10 @@
  *    A-fragments (the C layout of two n8 tiles is the A layout of one k16 step), O += P V with
  *    V fragments by ldmatrix.trans. The running sum l adds P in fp32 before rounding, as
  *    FlashAttention-2 does.
+ *  - a relative position bias (MPNet; NULL for the other families, a uniform branch) is added to
+ *    the raw scores right after S = Q K^T, before the mask, as rel_bias[h][clamp(key - query)] /
+ *    scale, so that the scale folded into exp2 turns it back into + bias: each thread reads the
+ *    table entries of its own fragment elements through the read-only cache.
  *  - end: O / l (a row that never saw a key has l = 0 and writes zeros), stored in the act dtype.
  * Registers (head_dim 128, the largest): 64 accumulator + 32 Q-fragment + 32 score floats per thread.
  * Shared memory: (64 + 4 * 64) * (head_dim + 8) * 2 bytes + 512 (about 46 KiB at head_dim 64). */
@@ -161,7 +165,8 @@ __device__ __forceinline__ void tc_load_kv(const T *base, size_t ld, int H, int 
 template <typename T, int D, int MT>
 __global__ void __launch_bounds__(TC_WARPS * 32, 2)
 attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqlens,
-		    const int32_t *__restrict__ seg, int max_seqlen, int num_heads, float qscale,
+		    const int32_t *__restrict__ seg, const float *__restrict__ rel_bias,
+		    int rel_max, int max_seqlen, int num_heads, float qscale, float inv_scale,
 		    T *__restrict__ out, int *flag)
 {
 	constexpr int LDS = D + 8;    /* shared row stride, elements */
@@ -196,6 +201,8 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 	const int nq = min(BQ, L - q0);
 	const T *base = qkv + (size_t)t0 * ld + (size_t)h * D; /* Q of token 0, head h */
 	const int32_t *segs = seg ? seg + t0 : NULL;
+	/* this head's bias table centred on distance 0, or NULL */
+	const float *rel_h = rel_bias ? rel_bias + (size_t)h * (2 * rel_max + 1) + rel_max : NULL;
 
 	/* group 0: the Q tile and K/V tile 0 */
 	for (int e = tid; e < BQ * CPR; e += TC_WARPS * 32) {
@@ -276,6 +283,23 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 						tc_mma<T>(sc[mt][2 * nn + 1], qf[mt][kk], b[2], b[3]);
 					}
 				}
+			}
+			/* relative position bias of (query row, key column) of each fragment element:
+			 * row qw + mt*16 + g (+ 8 for e >= 2), key column j*8 + tig*2 + (e & 1) */
+			if (rel_h) {
+#pragma unroll
+				for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+					for (int j = 0; j < NK; j++)
+#pragma unroll
+						for (int e = 0; e < 4; e++) {
+							const int qi = q0 + qw + mt * 16 + g + 8 * (e >> 1);
+							const int kj = k0 + j * 8 + tig * 2 + (e & 1);
+							const int dist =
+								min(max(kj - qi, -rel_max), rel_max);
+							sc[mt][j][e] = fmaf(__ldg(rel_h + dist), inv_scale,
+									    sc[mt][j][e]);
+						}
 			}
 			/* mask (only a tile that reaches past L, or a seg mask, needs it), tile row max */
 			const bool full = k0 + TC_BK <= L && !segs; /* warp-uniform */
@@ -388,8 +412,8 @@ bool rg_cuda_attention_tc_ok(rg_dtype dt, int head_dim, const void *qkv, const v
 
 template <typename T, int D, int MT>
 static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
-			   const int32_t *seg, int n_seq, int max_seqlen, int num_heads, float qscale,
-			   void *out)
+			   const int32_t *seg, const float *rel_bias, int rel_max, int n_seq,
+			   int max_seqlen, int num_heads, float qscale, float inv_scale, void *out)
 {
 	constexpr int BQ = TC_WARPS * 16 * MT;
 	const size_t smem = tc_smem_bytes(D, MT);
@@ -408,7 +432,8 @@ static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32
 		c->attn_smem_set |= 1 << bit;
 	}
 	rg_launch(c, attention_tc_kernel<T, D, MT>, grid, TC_WARPS * 32, smem, (const T *)qkv,
-		  cu_seqlens, seg, max_seqlen, num_heads, qscale, (T *)out, c->flag_d);
+		  cu_seqlens, seg, rel_bias, rel_max, max_seqlen, num_heads, qscale, inv_scale, (T *)out,
+		  c->flag_d);
 	return rg_cuda_launch_check("attention_tc_kernel");
 }
 
@@ -417,40 +442,48 @@ static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32
  * (few or short sequences: more CTAs, less waste; head_dim 128 with MT = 2 would spill registers). */
 template <typename T>
 static rg_status tc_dispatch_d(rg_cuda_ctx *c, int bit0, const void *qkv,
-			       const int32_t *cu_seqlens, const int32_t *seg, int n_seq,
-			       int max_seqlen, int num_heads, int head_dim, float qscale, void *out)
+			       const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
+			       int rel_max, int n_seq, int max_seqlen, int num_heads, int head_dim,
+			       float qscale, float inv_scale, void *out)
 {
 	const long tiles64 = (long)n_seq * num_heads * ((max_seqlen + 63) / 64);
 	const bool wide = max_seqlen > 64 && tiles64 >= 8L * c->num_sms;
 
 	switch (head_dim) {
 	case 32:
-		return wide ? tc_launch<T, 32, 2>(c, bit0 + 3, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-						  num_heads, qscale, out)
-			    : tc_launch<T, 32, 1>(c, bit0 + 0, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-						  num_heads, qscale, out);
+		return wide ? tc_launch<T, 32, 2>(c, bit0 + 3, qkv, cu_seqlens, seg, rel_bias,
+						  rel_max, n_seq, max_seqlen, num_heads, qscale,
+						  inv_scale, out)
+			    : tc_launch<T, 32, 1>(c, bit0 + 0, qkv, cu_seqlens, seg, rel_bias,
+						  rel_max, n_seq, max_seqlen, num_heads, qscale,
+						  inv_scale, out);
 	case 64:
-		return wide ? tc_launch<T, 64, 2>(c, bit0 + 4, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-						  num_heads, qscale, out)
-			    : tc_launch<T, 64, 1>(c, bit0 + 1, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-						  num_heads, qscale, out);
+		return wide ? tc_launch<T, 64, 2>(c, bit0 + 4, qkv, cu_seqlens, seg, rel_bias,
+						  rel_max, n_seq, max_seqlen, num_heads, qscale,
+						  inv_scale, out)
+			    : tc_launch<T, 64, 1>(c, bit0 + 1, qkv, cu_seqlens, seg, rel_bias,
+						  rel_max, n_seq, max_seqlen, num_heads, qscale,
+						  inv_scale, out);
 	case 128:
-		return tc_launch<T, 128, 1>(c, bit0 + 2, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-					    num_heads, qscale, out);
+		return tc_launch<T, 128, 1>(c, bit0 + 2, qkv, cu_seqlens, seg, rel_bias, rel_max,
+					    n_seq, max_seqlen, num_heads, qscale, inv_scale, out);
 	}
 	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: head_dim %d", head_dim);
 }
 
 rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
-			       const int32_t *cu_seqlens, const int32_t *seg, int n_seq,
-			       int max_seqlen, int num_heads, int head_dim, float qscale, void *out)
+			       const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
+			       int rel_max, int n_seq, int max_seqlen, int num_heads, int head_dim,
+			       float qscale, float inv_scale, void *out)
 {
 	/* bits 16..27 of attn_smem_set (attention.cu uses bits 0..11) */
 	if (dt == RG_DTYPE_F16)
-		return tc_dispatch_d<__half>(c, 16, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-					     num_heads, head_dim, qscale, out);
+		return tc_dispatch_d<__half>(c, 16, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
+					     max_seqlen, num_heads, head_dim, qscale, inv_scale,
+					     out);
 	if (dt == RG_DTYPE_BF16)
-		return tc_dispatch_d<__nv_bfloat16>(c, 22, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-						    num_heads, head_dim, qscale, out);
+		return tc_dispatch_d<__nv_bfloat16>(c, 22, qkv, cu_seqlens, seg, rel_bias, rel_max,
+						    n_seq, max_seqlen, num_heads, head_dim, qscale,
+						    inv_scale, out);
 	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: dtype %d", (int)dt);
 }
