@@ -15,9 +15,9 @@
  *    p_j * V_j with p_j broadcast by shuffles; lane l accumulates output dims l, l+32, l+64, l+96.
  *  - masked keys (past the sequence, or seg mismatch / seg < 0) score -inf; a query that never sees
  *    a key keeps l = 0 and writes zeros.
- *  - with a relative position bias (MPNet), lane j adds log2(e) * rel_bias[h][clamp(key - query)]
- *    (read through the read-only cache: the table is a few KiB) to its score; without one the
- *    score is the dot product as before (the branch is uniform over the grid).
+ *  - with a relative position bias (MPNet; REL = true), lane j adds log2(e) *
+ *    rel_bias[h][clamp(key - query)] (read through the read-only cache: the table is a few KiB)
+ *    to its score; REL = false, the instantiation the other families run, has no bias code.
  * head_dim: any value 1..128 (NCH = ceil(head_dim / 32) output dims per lane). CUDA cores, f32.
  * fp16/bf16 with head_dim 32, 64 or 128 (16-byte aligned buffers) go to the tensor-core kernel of
  * attention_tc.cu instead; this kernel serves fp32 and the other head_dims. */
@@ -37,7 +37,7 @@ static size_t attn_smem_bytes(int D)
 				(size_t)RG_ATT_BK * D) + sizeof(int) * (RG_ATT_BQ + RG_ATT_BK);
 }
 
-template <typename T, int NCH>
+template <typename T, int NCH, bool REL>
 __global__ void __launch_bounds__(RG_ATT_WARPS * 32, 4)
 attention_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqlens,
 		 const int32_t *__restrict__ seg, const float *__restrict__ rel_bias, int rel_max,
@@ -67,8 +67,8 @@ attention_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqle
 		return;
 	const int nq = min(RG_ATT_BQ, L - q0);
 	const T *base = qkv + (size_t)t0 * ld + (size_t)h * D; /* Q of token 0, head h */
-	/* this head's bias table centred on distance 0, or NULL */
-	const float *rel_h = rel_bias ? rel_bias + (size_t)h * (2 * rel_max + 1) + rel_max : NULL;
+	/* REL: this head's bias table centred on distance 0 */
+	const float *rel_h = REL ? rel_bias + (size_t)h * (2 * rel_max + 1) + rel_max : NULL;
 
 	for (int e = tid; e < RG_ATT_BQ * D; e += blockDim.x) {
 		int r = e / D, col = e - r * D;
@@ -119,7 +119,7 @@ attention_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqle
 				for (int d = 0; d < D; d++)
 					dot = fmaf(q[d], k[d], dot);
 				sc = dot;
-				if (rel_h) {
+				if (REL) {
 					const int dist = min(max(k0 + lane - (q0 + qr), -rel_max),
 							     rel_max);
 					sc = fmaf(__ldg(rel_h + dist), RG_ATT_LOG2E, dot);
@@ -166,8 +166,8 @@ attention_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqle
 }
 
 /* Raise the dynamic shared-memory limit of one instantiation when it needs more than 48 KiB
- * (head_dim > ~120). Done once per context and instantiation. */
-template <typename T, int NCH>
+ * (head_dim > ~120). Done once per context and instantiation (bit: 0..23 of attn_smem_set). */
+template <typename T, int NCH, bool REL>
 static rg_status attn_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
 			     const int32_t *seg, const float *rel_bias, int rel_max, int n_seq,
 			     int max_seqlen, int num_heads, int D, float qscale, void *out)
@@ -175,22 +175,36 @@ static rg_status attn_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int
 	size_t smem = attn_smem_bytes(D);
 	dim3 grid(n_seq, num_heads, (max_seqlen + RG_ATT_BQ - 1) / RG_ATT_BQ);
 
-	if (smem > 48 * 1024 && !(c->attn_smem_set & (1 << bit))) {
+	if (smem > 48 * 1024 && !(c->attn_smem_set & (1ull << bit))) {
 		if ((int)smem > c->max_smem_optin)
 			return rg_errorf(RG_ERR_UNSUPPORTED, "attention: head_dim %d needs %zu bytes of "
 					 "shared memory, device allows %d", D, smem,
 					 c->max_smem_optin);
-		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_kernel<T, NCH>,
+		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_kernel<T, NCH, REL>,
 					   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
 					   "cudaFuncSetAttribute(attention)");
 		if (st != RG_OK)
 			return st;
-		c->attn_smem_set |= 1 << bit;
+		c->attn_smem_set |= 1ull << bit;
 	}
-	attention_kernel<T, NCH><<<grid, RG_ATT_WARPS * 32, smem, c->stream>>>(
+	attention_kernel<T, NCH, REL><<<grid, RG_ATT_WARPS * 32, smem, c->stream>>>(
 		(const T *)qkv, cu_seqlens, seg, rel_bias, rel_max, max_seqlen, num_heads, D, qscale,
 		(T *)out, c->flag_d);
 	return rg_cuda_launch_check("attention_kernel");
+}
+
+/* The instantiation with the bias code only when there is a table (its smem bits 12 higher). */
+template <typename T, int NCH>
+static rg_status attn_launch_rel(rg_cuda_ctx *c, int bit, const void *qkv,
+				 const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
+				 int rel_max, int n_seq, int max_seqlen, int num_heads, int D,
+				 float qscale, void *out)
+{
+	if (rel_bias)
+		return attn_launch<T, NCH, true>(c, bit + 12, qkv, cu_seqlens, seg, rel_bias, rel_max,
+						 n_seq, max_seqlen, num_heads, D, qscale, out);
+	return attn_launch<T, NCH, false>(c, bit, qkv, cu_seqlens, seg, NULL, 0, n_seq, max_seqlen,
+					  num_heads, D, qscale, out);
 }
 
 template <typename T>
@@ -201,16 +215,16 @@ static rg_status attn_dispatch_nch(rg_cuda_ctx *c, int dtbit, const void *qkv,
 {
 	switch ((D + 31) / 32) {
 	case 1:
-		return attn_launch<T, 1>(c, dtbit * 4 + 0, qkv, cu_seqlens, seg, rel_bias, rel_max,
+		return attn_launch_rel<T, 1>(c, dtbit * 4 + 0, qkv, cu_seqlens, seg, rel_bias, rel_max,
 					 n_seq, max_seqlen, num_heads, D, qscale, out);
 	case 2:
-		return attn_launch<T, 2>(c, dtbit * 4 + 1, qkv, cu_seqlens, seg, rel_bias, rel_max,
+		return attn_launch_rel<T, 2>(c, dtbit * 4 + 1, qkv, cu_seqlens, seg, rel_bias, rel_max,
 					 n_seq, max_seqlen, num_heads, D, qscale, out);
 	case 3:
-		return attn_launch<T, 3>(c, dtbit * 4 + 2, qkv, cu_seqlens, seg, rel_bias, rel_max,
+		return attn_launch_rel<T, 3>(c, dtbit * 4 + 2, qkv, cu_seqlens, seg, rel_bias, rel_max,
 					 n_seq, max_seqlen, num_heads, D, qscale, out);
 	default:
-		return attn_launch<T, 4>(c, dtbit * 4 + 3, qkv, cu_seqlens, seg, rel_bias, rel_max,
+		return attn_launch_rel<T, 4>(c, dtbit * 4 + 3, qkv, cu_seqlens, seg, rel_bias, rel_max,
 					 n_seq, max_seqlen, num_heads, D, qscale, out);
 	}
 }

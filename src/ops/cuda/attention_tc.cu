@@ -22,10 +22,11 @@
  *    A-fragments (the C layout of two n8 tiles is the A layout of one k16 step), O += P V with
  *    V fragments by ldmatrix.trans. The running sum l adds P in fp32 before rounding, as
  *    FlashAttention-2 does.
- *  - a relative position bias (MPNet; NULL for the other families, a uniform branch) is added to
- *    the raw scores right after S = Q K^T, before the mask, as rel_bias[h][clamp(key - query)] /
- *    scale, so that the scale folded into exp2 turns it back into + bias: each thread reads the
- *    table entries of its own fragment elements through the read-only cache.
+ *  - a relative position bias (MPNet; REL = true) is added to the raw scores right after
+ *    S = Q K^T, before the mask, as rel_bias[h][clamp(key - query)] / scale, so that the scale
+ *    folded into exp2 turns it back into + bias: each thread reads the table entries of its own
+ *    fragment elements through the read-only cache. REL = false, the instantiation the other
+ *    families run, has no bias code (its registers, and so its speed, are as before).
  *  - end: O / l (a row that never saw a key has l = 0 and writes zeros), stored in the act dtype.
  * Registers (head_dim 128, the largest): 64 accumulator + 32 Q-fragment + 32 score floats per thread.
  * Shared memory: (64 + 4 * 64) * (head_dim + 8) * 2 bytes + 512 (about 46 KiB at head_dim 64). */
@@ -162,7 +163,7 @@ __device__ __forceinline__ void tc_load_kv(const T *base, size_t ld, int H, int 
 /* MT: m16 query tiles per warp (BQ = 64 * MT queries per CTA). Each K / V fragment read from shared
  * memory with ldmatrix feeds MT mma instructions, so MT = 2 halves the shared-memory traffic per
  * FLOP (as FlashAttention-2's 128-query tiles do); MT = 1 wastes less on short sequences. */
-template <typename T, int D, int MT>
+template <typename T, int D, int MT, bool REL>
 __global__ void __launch_bounds__(TC_WARPS * 32, 2)
 attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqlens,
 		    const int32_t *__restrict__ seg, const float *__restrict__ rel_bias,
@@ -201,8 +202,8 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 	const int nq = min(BQ, L - q0);
 	const T *base = qkv + (size_t)t0 * ld + (size_t)h * D; /* Q of token 0, head h */
 	const int32_t *segs = seg ? seg + t0 : NULL;
-	/* this head's bias table centred on distance 0, or NULL */
-	const float *rel_h = rel_bias ? rel_bias + (size_t)h * (2 * rel_max + 1) + rel_max : NULL;
+	/* REL: this head's bias table centred on distance 0 */
+	const float *rel_h = REL ? rel_bias + (size_t)h * (2 * rel_max + 1) + rel_max : NULL;
 
 	/* group 0: the Q tile and K/V tile 0 */
 	for (int e = tid; e < BQ * CPR; e += TC_WARPS * 32) {
@@ -286,7 +287,7 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 			}
 			/* relative position bias of (query row, key column) of each fragment element:
 			 * row qw + mt*16 + g (+ 8 for e >= 2), key column j*8 + tig*2 + (e & 1) */
-			if (rel_h) {
+			if (REL) {
 #pragma unroll
 				for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -410,8 +411,8 @@ bool rg_cuda_attention_tc_ok(rg_dtype dt, int head_dim, const void *qkv, const v
 	return ((uintptr_t)qkv % 16) == 0 && ((uintptr_t)out % 16) == 0;
 }
 
-template <typename T, int D, int MT>
-static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
+template <typename T, int D, int MT, bool REL>
+static rg_status tc_launch_k(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
 			   const int32_t *seg, const float *rel_bias, int rel_max, int n_seq,
 			   int max_seqlen, int num_heads, float qscale, float inv_scale, void *out)
 {
@@ -419,22 +420,36 @@ static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32
 	const size_t smem = tc_smem_bytes(D, MT);
 	dim3 grid(n_seq, num_heads, (max_seqlen + BQ - 1) / BQ);
 
-	if (smem > 48 * 1024 && !(c->attn_smem_set & (1 << bit))) {
+	if (smem > 48 * 1024 && !(c->attn_smem_set & (1ull << bit))) {
 		if ((int)smem > c->max_smem_optin)
 			return rg_errorf(RG_ERR_UNSUPPORTED, "attention: head_dim %d needs %zu bytes of "
 					 "shared memory, device allows %d", D, smem,
 					 c->max_smem_optin);
-		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_tc_kernel<T, D, MT>,
+		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_tc_kernel<T, D, MT, REL>,
 					   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
 					   "cudaFuncSetAttribute(attention_tc)");
 		if (st != RG_OK)
 			return st;
-		c->attn_smem_set |= 1 << bit;
+		c->attn_smem_set |= 1ull << bit;
 	}
-	rg_launch(c, attention_tc_kernel<T, D, MT>, grid, TC_WARPS * 32, smem, (const T *)qkv,
+	rg_launch(c, attention_tc_kernel<T, D, MT, REL>, grid, TC_WARPS * 32, smem, (const T *)qkv,
 		  cu_seqlens, seg, rel_bias, rel_max, max_seqlen, num_heads, qscale, inv_scale, (T *)out,
 		  c->flag_d);
 	return rg_cuda_launch_check("attention_tc_kernel");
+}
+
+/* The instantiation with the bias code only when there is a table (its smem bits 10 higher). */
+template <typename T, int D, int MT>
+static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
+			   const int32_t *seg, const float *rel_bias, int rel_max, int n_seq,
+			   int max_seqlen, int num_heads, float qscale, float inv_scale, void *out)
+{
+	if (rel_bias)
+		return tc_launch_k<T, D, MT, true>(c, bit + 10, qkv, cu_seqlens, seg, rel_bias,
+						   rel_max, n_seq, max_seqlen, num_heads, qscale,
+						   inv_scale, out);
+	return tc_launch_k<T, D, MT, false>(c, bit, qkv, cu_seqlens, seg, NULL, 0, n_seq,
+					    max_seqlen, num_heads, qscale, inv_scale, out);
 }
 
 /* Query tiles of 128 (MT = 2) for head_dim <= 64 when the grid still has >= 8 CTAs per SM of 64-query
@@ -476,13 +491,14 @@ rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
 			       int rel_max, int n_seq, int max_seqlen, int num_heads, int head_dim,
 			       float qscale, float inv_scale, void *out)
 {
-	/* bits 16..27 of attn_smem_set (attention.cu uses bits 0..11) */
+	/* bits 24..43 of attn_smem_set (attention.cu uses bits 0..23): 24 + {0..4} fp16, 29 +
+	 * {0..4} bf16, + 10 with a bias table */
 	if (dt == RG_DTYPE_F16)
-		return tc_dispatch_d<__half>(c, 16, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
+		return tc_dispatch_d<__half>(c, 24, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
 					     max_seqlen, num_heads, head_dim, qscale, inv_scale,
 					     out);
 	if (dt == RG_DTYPE_BF16)
-		return tc_dispatch_d<__nv_bfloat16>(c, 22, qkv, cu_seqlens, seg, rel_bias, rel_max,
+		return tc_dispatch_d<__nv_bfloat16>(c, 29, qkv, cu_seqlens, seg, rel_bias, rel_max,
 						    n_seq, max_seqlen, num_heads, head_dim, qscale,
 						    inv_scale, out);
 	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: dtype %d", (int)dt);
