@@ -452,6 +452,20 @@ static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32
 					    max_seqlen, num_heads, qscale, inv_scale, out);
 }
 
+/* 128-query tiles (MT = 2, smem bit bit2) when wide, else 64 (MT = 1, bit1). */
+template <typename T, int D>
+static rg_status tc_launch_mt(rg_cuda_ctx *c, bool wide, int bit1, int bit2, const void *qkv,
+			      const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
+			      int rel_max, int n_seq, int max_seqlen, int num_heads, float qscale,
+			      float inv_scale, void *out)
+{
+	if (wide)
+		return tc_launch<T, D, 2>(c, bit2, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
+					  max_seqlen, num_heads, qscale, inv_scale, out);
+	return tc_launch<T, D, 1>(c, bit1, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
+				  max_seqlen, num_heads, qscale, inv_scale, out);
+}
+
 /* Query tiles of 128 (MT = 2) for head_dim <= 64 when the grid still has >= 8 CTAs per SM of 64-query
  * tiles (so halving it keeps every SM busy) and sequences are longer than 64 tokens; 64 otherwise
  * (few or short sequences: more CTAs, less waste; head_dim 128 with MT = 2 would spill registers). */
@@ -466,19 +480,13 @@ static rg_status tc_dispatch_d(rg_cuda_ctx *c, int bit0, const void *qkv,
 
 	switch (head_dim) {
 	case 32:
-		return wide ? tc_launch<T, 32, 2>(c, bit0 + 3, qkv, cu_seqlens, seg, rel_bias,
-						  rel_max, n_seq, max_seqlen, num_heads, qscale,
-						  inv_scale, out)
-			    : tc_launch<T, 32, 1>(c, bit0 + 0, qkv, cu_seqlens, seg, rel_bias,
-						  rel_max, n_seq, max_seqlen, num_heads, qscale,
-						  inv_scale, out);
+		return tc_launch_mt<T, 32>(c, wide, bit0 + 0, bit0 + 3, qkv, cu_seqlens, seg,
+					   rel_bias, rel_max, n_seq, max_seqlen, num_heads, qscale,
+					   inv_scale, out);
 	case 64:
-		return wide ? tc_launch<T, 64, 2>(c, bit0 + 4, qkv, cu_seqlens, seg, rel_bias,
-						  rel_max, n_seq, max_seqlen, num_heads, qscale,
-						  inv_scale, out)
-			    : tc_launch<T, 64, 1>(c, bit0 + 1, qkv, cu_seqlens, seg, rel_bias,
-						  rel_max, n_seq, max_seqlen, num_heads, qscale,
-						  inv_scale, out);
+		return tc_launch_mt<T, 64>(c, wide, bit0 + 1, bit0 + 4, qkv, cu_seqlens, seg,
+					   rel_bias, rel_max, n_seq, max_seqlen, num_heads, qscale,
+					   inv_scale, out);
 	case 128:
 		return tc_launch<T, 128, 1>(c, bit0 + 2, qkv, cu_seqlens, seg, rel_bias, rel_max,
 					    n_seq, max_seqlen, num_heads, qscale, inv_scale, out);
