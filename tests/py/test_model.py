@@ -1,5 +1,6 @@
 """The BERT runtime (rg_model_* in src/model/bert.c) against the independent float64 NumPy model
-in ref_bert.py: tiny random-weight configs and the real all-MiniLM-L6-v2, ragged batch shapes,
+in ref_bert.py: tiny random-weight configs, the real all-MiniLM-L6-v2 and (slow) the real
+all-mpnet-base-v2, ragged batch shapes,
 length limits, batch invariance, the padded / concat / slotted layouts, input errors (the model
 must keep working after each) and load-time validation. Device and dtype come from
 RAGGED_TEST_DEVICE / RAGGED_TEST_DTYPE; the tolerance metric is documented in conftest.py."""
@@ -88,6 +89,52 @@ def minilm(minilm_dir):
     m.close()
 
 
+def mpnet_dir():
+    """The real all-mpnet-base-v2: RAGGED_MPNET_DIR, else where scripts/fetch-mpnet.sh puts it."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.environ.get("RAGGED_MPNET_DIR") or os.path.join(cache, "ragged", "all-mpnet-base-v2")
+
+
+def _bert_processing_view(src, dst):
+    """dst: src's files (symlinks) with tokenizer.json's RobertaProcessing written as the
+    BertProcessing that adds the same ids to a single sequence (<s> A </s>), without the
+    tokenizer.json's fixed padding / truncation to 128."""
+    os.makedirs(dst, exist_ok=True)
+    for name in os.listdir(src):
+        if name != "tokenizer.json":
+            os.symlink(os.path.join(src, name), os.path.join(dst, name))
+    with open(os.path.join(src, "tokenizer.json")) as f:
+        tj = json.load(f)
+    pp = tj["post_processor"]
+    assert pp["type"] == "RobertaProcessing", pp
+    tj["post_processor"] = {"type": "BertProcessing", "cls": pp["cls"], "sep": pp["sep"]}
+    tj["padding"] = tj["truncation"] = None
+    with open(os.path.join(dst, "tokenizer.json"), "w") as f:
+        json.dump(tj, f)
+    return str(dst)
+
+
+@pytest.fixture(scope="module")
+def mpnet(tmp_path_factory):
+    """(model, reference, directory) of the real all-mpnet-base-v2. Absent: the test fails (it
+    runs in the release pass; fetch it with scripts/fetch-mpnet.sh). The tests feed token ids
+    from HF tokenizers; while ragged's own tokenizer refuses the model's RobertaProcessing
+    post-processor, the model is loaded from a view of the same files whose tokenizer.json says
+    BertProcessing instead (the same ids for one sequence), which embed_ids never reads."""
+    d = mpnet_dir()
+    if not os.path.exists(os.path.join(d, "model.safetensors")):
+        pytest.fail(f"all-mpnet-base-v2 not found in {d}: run scripts/fetch-mpnet.sh "
+                    "(or set RAGGED_MPNET_DIR to a directory holding it)")
+    try:
+        m = load(d)
+    except rc.RaggedError as e:
+        if "RobertaProcessing" not in e.message:
+            raise
+        m = load(_bert_processing_view(d, tmp_path_factory.mktemp("mpnet_view") / "m"))
+    yield m, RefBert(d), d
+    m.close()
+
+
 # ------------------------------------------------------------------ parity
 
 @pytest.mark.parametrize("name", TINY + FAMILIES)
@@ -158,6 +205,47 @@ def test_minilm_real_sentences(minilm, minilm_dir, sentences):
                                             "The new movie is awesome."))
     e = model.embed_ids([a, b, c], 384)
     assert e[0] @ e[1] > e[0] @ e[2] + 0.2
+
+
+@pytest.mark.slow
+def test_mpnet_real_sentences(mpnet, sentences):
+    """The real all-mpnet-base-v2 on 50 real sentences tokenized by HF tokenizers with the
+    model's own tokenizer.json (WordPiece + RobertaProcessing: <s> ... </s>), plus one of 512
+    tokens (the longest; distances far past the buckets' 128), in ragged batches and in the
+    concat layout, against the float64 reference: cosine >= 0.99999 and max row-relative error
+    <= 1e-5 in fp32; paraphrases closer than unrelated text."""
+    tokenizers = pytest.importorskip("tokenizers")
+    model, ref, d = mpnet
+    i = info(model)
+    assert i.model_type == b"mpnet" and i.hidden_size == 768 and i.max_seq_len == 512
+    assert i.pooling == 0 and i.normalize  # MEAN, Normalize
+    tok = tokenizers.Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    tok.no_padding()
+    tok.no_truncation()
+    sents = sentences[:50]
+    ids = [e.ids for e in tok.encode_batch(sents)]
+    assert all(s[0] == 0 and s[-1] == 2 for s in ids)
+    long_ids = tok.encode(" ".join(sentences[50:120])).ids
+    assert len(long_ids) > 512
+    ids.append(long_ids[:511] + [2])
+    got = np.concatenate([model.embed_ids(ids[k:k + 16], 768) for k in range(0, len(ids), 16)])
+    want = ref.embed_batch(ids)
+    cos, rel = row_cosine(got, want), row_rel_err(got, want)
+    if DTYPE == "fp32":
+        assert cos.min() >= 0.99999, f"sentence {int(np.argmin(cos))}: cosine {cos.min():.7f}"
+        if DEVICE == "cpu":
+            assert rel.max() <= 1e-5, f"sentence {int(np.argmax(rel))}: rel err {rel.max():.3g}"
+    assert_embeddings_close(got, want, "all-mpnet-base-v2 sentences")
+    short = [s for s in ids if len(s) <= 32][:8]
+    assert len(short) >= 3
+    lay = layouts([len(s) for s in short])["concat"]
+    assert_embeddings_close(model.embed_ids(short, 768, layout=lay), ref.embed_batch(short),
+                            "all-mpnet-base-v2 concat")
+    a, b, c = (tok.encode(s).ids for s in ("A man is eating food.",
+                                            "A man is eating a piece of bread.",
+                                            "The new movie is awesome."))
+    e = model.embed_ids([a, b, c], 768)
+    assert e[0] @ e[1] > e[0] @ e[2] + 0.3, (e[0] @ e[1], e[0] @ e[2])
 
 
 def test_minilm_tokenize_matches_hf_and_embeds(minilm, minilm_dir):
