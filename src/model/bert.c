@@ -1,8 +1,17 @@
-/* The BERT-shaped encoders: BERT, RoBERTa, XLM-RoBERTa and DistilBERT share one layer (post-LN
- * self-attention and GELU FFN) and differ in weight names, token types and positions. Their
- * weights and encoder are the rg_arch hooks of model.h; the runtime around them (arena,
- * execution paths, pooling) is model.c. RoBERTa's position offset (padding_idx + 1) is applied
+/* The BERT-shaped encoders: BERT, RoBERTa, XLM-RoBERTa, DistilBERT and MPNet share one layer
+ * (post-LN self-attention and GELU FFN) and differ in weight names, token types and positions;
+ * MPNet adds a relative position bias to every layer's attention scores. Their weights and
+ * encoder are the rg_arch hooks of model.h; the runtime around them (arena, execution paths,
+ * pooling) is model.c. RoBERTa's (and MPNet's) position offset (padding_idx + 1) is applied
  * where model.c stages the positions (config.h, position_offset).
+ *
+ * MPNet (transformers' MPNetModel): encoder.relative_attention_bias (num_buckets, heads), shared
+ * by every layer, is looked up by the T5-style bidirectional bucket of key - query
+ * (MPNetEncoder.relative_position_bucket: 32 buckets, max_distance 128) and added to the scaled
+ * scores before the softmax. The bucket depends only on the distance and saturates at 128, so
+ * the load expands the table once per head over distances [-128, 128] and the fused varlen
+ * attention indexes it by the clamped distance of two tokens of one sequence
+ * (rg_op_attention's rel_bias).
  *
  * Weights: every tensor checked against config.json, Q/K/V fused into one (3H, H) projection,
  * converted to f32 on the host and uploaded once in the compute dtype (GEMM weights and biases;
@@ -10,7 +19,8 @@
  * backend's GEMM (rg_op_prepare_weight).
  *
  * Embed (packed, ByteTransformer sec. III-D): per layer
- *   qkv = h Wqkv^T + bqkv (bias in the GEMM epilogue); ctx = varlen attention(qkv);
+ *   qkv = h Wqkv^T + bqkv (bias in the GEMM epilogue); ctx = varlen attention(qkv) (+ MPNet's
+ *   relative position bias on the scores);
  *   t = ctx Wo^T + bo (epilogue); h = LN(t + h); u = act(h W1^T + b1) (bias + GELU epilogue);
  *   t = u W2^T + b2 (epilogue); h = LN(t + h);
  * then pool per sequence (+ L2 normalize).
@@ -46,8 +56,14 @@ typedef struct rg_bert_weights {
 	void *type0;             /* (E) act, token_type_embeddings row 0 */
 	float *emb_g, *emb_b;    /* (E) f32 */
 	void *map_w, *map_b;     /* ALBERT: (H, E), (H) act, embedding_hidden_mapping_in; else NULL */
+	float *rel_bias;         /* MPNet: (heads, 2 RG_MPNET_MAX_DISTANCE + 1) f32 bias per
+				  * distance key - query; NULL for the other families */
 	rg_bert_layer *layers;   /* (num_hidden_layers); ALBERT: every entry is layer 0's weights */
 } rg_bert_weights;
+
+/* transformers' MPNetEncoder.compute_position_bias: relative_position_bucket's defaults */
+#define RG_MPNET_BUCKETS 32
+#define RG_MPNET_MAX_DISTANCE 128
 
 static rg_bert_weights *bw(const rg_model *m)
 {
@@ -80,6 +96,13 @@ static const rg_bert_names ALBERT_NAMES = {
 	"attention.dense", "attention.LayerNorm",
 	"ffn", "ffn_output", "full_layer_layer_norm",
 };
+/* transformers' MPNetLayer */
+static const rg_bert_names MPNET_NAMES = {
+	"encoder.layer.%d.",
+	{"attention.attn.q", "attention.attn.k", "attention.attn.v"},
+	"attention.attn.o", "attention.LayerNorm",
+	"intermediate.dense", "output.dense", "output.LayerNorm",
+};
 /* transformers' DistilBERT TransformerBlock */
 static const rg_bert_names DISTILBERT_NAMES = {
 	"transformer.layer.%d.",
@@ -92,7 +115,56 @@ static const rg_bert_names *names_of(const rg_model *m)
 {
 	if (!strcmp(m->cfg.model_type, "distilbert"))
 		return &DISTILBERT_NAMES;
-	return strcmp(m->cfg.model_type, "albert") ? &BERT_NAMES : &ALBERT_NAMES;
+	if (!strcmp(m->cfg.model_type, "albert"))
+		return &ALBERT_NAMES;
+	if (!strcmp(m->cfg.model_type, "mpnet"))
+		return &MPNET_NAMES;
+	return &BERT_NAMES;
+}
+
+/* transformers' MPNetEncoder.relative_position_bucket(key - query, num_buckets = 32,
+ * max_distance = 128): T5's bidirectional buckets. Half the buckets for keys after the query; in
+ * each half, distances below a quarter of the buckets (8) exactly, then logarithmically up to
+ * max_distance, which and anything past it share the half's last bucket. */
+static int mpnet_bucket(int rel)
+{
+	const int half = RG_MPNET_BUCKETS / 2, max_exact = half / 2;
+	int n = -rel, ret = 0, large;
+
+	if (n < 0) {
+		ret = half;
+		n = -n;
+	}
+	if (n < max_exact)
+		return ret + n;
+	large = max_exact + (int)(log((double)n / max_exact) /
+				  log((double)RG_MPNET_MAX_DISTANCE / max_exact) *
+				  (half - max_exact));
+	return ret + (large < half - 1 ? large : half - 1);
+}
+
+/* The MPNet bias table: per head, tab[h][R + d] = relative_attention_bias[bucket(d)][h] for
+ * distances d = key - query in [-R, R], R = RG_MPNET_MAX_DISTANCE, uploaded as f32. */
+static rg_status load_rel_bias(rg_model *m, const rg_st *st, float *scratch)
+{
+	const int nh = m->cfg.num_attention_heads, R = RG_MPNET_MAX_DISTANCE;
+	const int nb = m->cfg.relative_attention_num_buckets;
+	const size_t w = 2 * (size_t)R + 1;
+	float *tab = scratch + (size_t)nb * nh; /* after the (nb, nh) weight */
+	const rg_st_tensor *t;
+	rg_status s;
+
+	s = rg_model_find_tensor(st, "encoder.relative_attention_bias.weight", NULL, nb, nh, &t);
+	if (s != RG_OK)
+		return s;
+	rg_st_to_f32(t, scratch);
+	for (int d = -R; d <= R; d++) {
+		const int b = mpnet_bucket(d);
+
+		for (int h = 0; h < nh; h++)
+			tab[(size_t)h * w + (size_t)(R + d)] = scratch[(size_t)b * nh + h];
+	}
+	return rg_model_upload(m, tab, (size_t)nh * w, false, (void **)&bw(m)->rel_bias);
 }
 
 /* Name of one tensor of layer l: the family's layer prefix, the module, the suffix. */
@@ -184,6 +256,12 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 	need = n > need ? n : need;
 	n = (size_t)I * H;
 	need = n > need ? n : need;
+	/* MPNet's bias: the (buckets, heads) weight and the (heads, 2R + 1) table after it */
+	if (c->relative_attention_num_buckets > 0) {
+		n = (size_t)c->num_attention_heads *
+		    (c->relative_attention_num_buckets + 2 * RG_MPNET_MAX_DISTANCE + 1);
+		need = n > need ? n : need;
+	}
 	m->weights = calloc(1, sizeof(rg_bert_weights));
 	if (!m->weights)
 		return rg_errorf(RG_ERR_OOM, "out of host memory");
@@ -264,6 +342,8 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 		if (s != RG_OK)
 			goto out_free_scratch;
 	}
+	if (c->relative_attention_num_buckets > 0 && (s = load_rel_bias(m, st, scratch)) != RG_OK)
+		goto out_free_scratch;
 	for (int l = 0; l < (c->shared_layers ? 1 : c->num_hidden_layers); l++)
 		if ((s = load_layer(m, st, l, scratch)) != RG_OK)
 			goto out_free_scratch;
@@ -310,7 +390,8 @@ static rg_status bert_encode(rg_model *m, const rg_fwd *f, int n, int n_att, int
 		if ((s = rg_op_gemm_bias_act(be, hidden, L->qkv_w, L->qkv_b, qkv, n, 3 * H, H,
 					     RG_ACT_NONE)) != RG_OK ||
 		    (s = rg_op_attention(be, qkv, f->cu, f->cu_h, n_att, max_len, nh, hd, scale,
-					 f->seg, ctx)) != RG_OK ||
+					 f->seg, w->rel_bias, RG_MPNET_MAX_DISTANCE,
+					 ctx)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(be, ctx, L->o_w, L->o_b, attn_out, n, H, H,
 					     RG_ACT_NONE)) != RG_OK ||
 		    (s = rg_op_bias_residual_layernorm(be, attn_out, NULL, hidden, L->ln1_g,
@@ -329,7 +410,8 @@ static rg_status bert_encode(rg_model *m, const rg_fwd *f, int n, int n_att, int
 static void bert_free_weights(rg_model *m)
 {
 	rg_bert_weights *w = bw(m);
-	void *emb[] = {w->word, w->pos, w->type0, w->emb_g, w->emb_b, w->map_w, w->map_b};
+	void *emb[] = {w->word,	 w->pos,   w->type0, w->emb_g,
+		       w->emb_b, w->map_w, w->map_b, w->rel_bias};
 
 	for (size_t i = 0; i < sizeof(emb) / sizeof(emb[0]); i++)
 		rg_backend_dealloc(m->be, emb[i]);
@@ -347,13 +429,14 @@ static void bert_free_weights(rg_model *m)
 }
 
 /* The *ForSequenceClassification head (host f32, model.h rg_cls_head). transformers' names:
- * BERT bert.pooler.dense (tanh) + classifier; RoBERTa / XLM-R classifier.dense (tanh) +
- * classifier.out_proj; DistilBERT pre_classifier (ReLU) + classifier. */
+ * BERT and ALBERT pooler.dense (tanh) + classifier; RoBERTa / XLM-R / MPNet classifier.dense
+ * (tanh) + classifier.out_proj; DistilBERT pre_classifier (ReLU) + classifier. */
 static rg_status bert_load_head(rg_model *m, const rg_st *st)
 {
 	const int64_t H = m->cfg.hidden_size, L = m->head_cfg.num_labels;
 	const char *t = m->cfg.model_type;
-	const bool roberta = !strcmp(t, "roberta") || !strcmp(t, "xlm-roberta");
+	/* MPNetForSequenceClassification's head is RoBERTa's */
+	const bool roberta = !strcmp(t, "roberta") || !strcmp(t, "xlm-roberta") || !strcmp(t, "mpnet");
 	const bool distil = !strcmp(t, "distilbert");
 	const char *dense = roberta ? "classifier.dense" : distil ? "pre_classifier" : "pooler.dense";
 	const char *out = roberta ? "classifier.out_proj" : "classifier";
@@ -405,6 +488,13 @@ const rg_arch rg_arch_albert = {
 };
 const rg_arch rg_arch_distilbert = {
 	.model_type = "distilbert",
+	.load_weights = bert_load_weights,
+	.encode = bert_encode,
+	.free_weights = bert_free_weights,
+	.load_head = bert_load_head,
+};
+const rg_arch rg_arch_mpnet = {
+	.model_type = "mpnet",
 	.load_weights = bert_load_weights,
 	.encode = bert_encode,
 	.free_weights = bert_free_weights,

@@ -91,20 +91,26 @@ typedef struct rg_family_keys {
 	const char *hidden_act;
 	bool token_types;       /* has token_type_embeddings (type_vocab_size) */
 	bool roberta_positions; /* positions from padding_idx + 1 (RobertaEmbeddings) */
+	int padding_idx;        /* with roberta_positions: fixed padding_idx, -1: pad_token_id */
+	bool rel_bias;          /* relative position bias (relative_attention_num_buckets) */
 } rg_family_keys;
 
 static const rg_family_keys FAMILIES[] = {
 	{"bert", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-	 "hidden_act", true, false},
+	 "hidden_act", true, false, -1, false},
 	{"roberta", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-	 "hidden_act", true, true},
+	 "hidden_act", true, true, -1, false},
 	{"xlm-roberta", "hidden_size", "num_attention_heads", "num_hidden_layers",
-	 "intermediate_size", "hidden_act", true, true},
-	{"distilbert", "dim", "n_heads", "n_layers", "hidden_dim", "activation", false, false},
+	 "intermediate_size", "hidden_act", true, true, -1, false},
+	{"distilbert", "dim", "n_heads", "n_layers", "hidden_dim", "activation", false, false, -1,
+	 false},
 	{"albert", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-	 "hidden_act", true, false},
+	 "hidden_act", true, false, -1, false},
+	/* MPNetEmbeddings sets padding_idx = 1 whatever pad_token_id is */
+	{"mpnet", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+	 "hidden_act", false, true, 1, true},
 };
-#define SUPPORTED_TYPES "bert, roberta, xlm-roberta, distilbert, albert"
+#define SUPPORTED_TYPES "bert, roberta, xlm-roberta, distilbert, albert, mpnet"
 
 /* Options of these families that change the math and that ragged does not implement: a
  * checkpoint that sets one is refused, naming it, rather than run with wrong numbers. */
@@ -203,13 +209,30 @@ rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
 		cfg->type_vocab_size = 0; /* no token type embeddings */
 	}
 	if (fam->roberta_positions) {
-		/* RobertaEmbeddings: positions count from padding_idx + 1 (padding_idx = pad_token_id) */
-		cfg->position_offset = cfg->pad_token_id + 1;
+		/* RobertaEmbeddings: positions count from padding_idx + 1 (padding_idx =
+		 * pad_token_id; MPNetEmbeddings: 1) */
+		cfg->padding_idx = fam->padding_idx >= 0 ? fam->padding_idx : cfg->pad_token_id;
+		cfg->position_offset = cfg->padding_idx + 1;
 		if (cfg->position_offset >= cfg->max_position_embeddings) {
 			s = rg_errorf(RG_ERR_FORMAT,
-				      "%s: pad_token_id %d leaves no position below "
+				      "%s: %s %d leaves no position below "
 				      "max_position_embeddings %d",
-				      path, cfg->pad_token_id, cfg->max_position_embeddings);
+				      path, fam->padding_idx >= 0 ? "padding_idx" : "pad_token_id",
+				      cfg->padding_idx, cfg->max_position_embeddings);
+			goto out_put_root;
+		}
+	}
+	if (fam->rel_bias) {
+		/* MPNetEncoder.compute_position_bias buckets with its default num_buckets = 32
+		 * whatever the config says: a smaller table would be indexed past its end */
+		if ((s = cfg_int(path, root, "relative_attention_num_buckets", false, 32, 1,
+				 RG_CFG_MAX_DIM - 1, &cfg->relative_attention_num_buckets)) != RG_OK)
+			goto out_put_root;
+		if (cfg->relative_attention_num_buckets < 32) {
+			s = rg_errorf(RG_ERR_FORMAT,
+				      "%s: relative_attention_num_buckets %d < 32 (transformers' "
+				      "MPNet always looks up 32 buckets)",
+				      path, cfg->relative_attention_num_buckets);
 			goto out_put_root;
 		}
 	}

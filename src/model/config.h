@@ -6,7 +6,7 @@
 #include "ragged.h"
 
 typedef struct rg_encoder_config {
-	char model_type[32];          /* "bert", "roberta", "xlm-roberta", "distilbert" */
+	char model_type[32];          /* "bert", "roberta", "xlm-roberta", "distilbert", "mpnet" */
 	int vocab_size;
 	int hidden_size;
 	int num_attention_heads;
@@ -15,23 +15,31 @@ typedef struct rg_encoder_config {
 	int max_position_embeddings;
 	int type_vocab_size;          /* 0: the family has no token type embeddings */
 	int pad_token_id;
+	int padding_idx;              /* RoBERTa-style positions: the token id they skip
+				       * (pad_token_id; MPNet: 1, fixed in MPNetEmbeddings) */
 	int position_offset;          /* first position id: padding_idx + 1 for RoBERTa, else 0 */
 	int embedding_size;           /* E: width of the embedding tables (ALBERT: < hidden_size,
 				       * mapped up by a linear layer); hidden_size elsewhere */
 	bool shared_layers;           /* ALBERT: one layer's weights serve every layer */
+	int relative_attention_num_buckets; /* MPNet: rows of the shared relative position bias
+					     * (>= 32); 0: the family has none */
 	rg_act hidden_act;
 	double layer_norm_eps;
 } rg_encoder_config;
 
 /* Parse <dir>/config.json of an encoder family. model_type "bert", "roberta" and "xlm-roberta"
- * (BertConfig / RobertaConfig keys), or "distilbert" (DistilBertConfig: dim, n_heads, n_layers,
- * hidden_dim, activation; no token types), or "albert" (AlbertConfig: embedding_size (128, at
- * most intermediate_size), num_hidden_groups and inner_group_num must be 1, hidden_act defaults to
- * "gelu_new"). Required: model_type, vocab_size, the four sizes,
+ * (BertConfig / RobertaConfig keys), "distilbert" (DistilBertConfig: dim, n_heads, n_layers,
+ * hidden_dim, activation; no token types), "albert" (AlbertConfig: embedding_size (128, at most
+ * intermediate_size), num_hidden_groups and inner_group_num must be 1, hidden_act defaults to
+ * "gelu_new"), or "mpnet" (MPNetConfig: BERT's keys, no token types, RoBERTa-style positions from
+ * padding_idx 1, relative_attention_num_buckets (32), which must be >= 32 because transformers'
+ * MPNetEncoder always computes 32 buckets (compute_position_bias's default), whatever the config
+ * says). Required: model_type, vocab_size, the four sizes,
  * max_position_embeddings. Optional with HF defaults: type_vocab_size (2), layer_norm_eps
  * (1e-12), pad_token_id (0), hidden_act ("gelu"; also "gelu_new", "gelu_pytorch_tanh", "relu").
- * RoBERTa-style families get position_offset = pad_token_id + 1 (RobertaEmbeddings counts
- * positions from padding_idx + 1). Refuses (RG_ERR_UNSUPPORTED / RG_ERR_FORMAT) with a message
+ * RoBERTa-style families get position_offset = padding_idx + 1 (RobertaEmbeddings counts
+ * positions from padding_idx + 1; padding_idx = pad_token_id, MPNet's is 1). Refuses
+ * (RG_ERR_UNSUPPORTED / RG_ERR_FORMAT) with a message
  * naming the key: unknown model_type or activation, options that change the math and are not
  * implemented (position_embedding_type other than "absolute", is_decoder, add_cross_attention,
  * sinusoidal_pos_embds), non-positive sizes, hidden_size not divisible by the head count, wrong

@@ -69,7 +69,7 @@ static void shape_str(const int64_t *shape, int ndim, char *buf, size_t n)
 		snprintf(buf + off, n - off, "]");
 }
 
-/* Find `name` as is or with the "bert." prefix (also alt, the old gamma/beta LayerNorm names,
+/* Find `name` as is or under a base-model prefix (also alt, the old gamma/beta LayerNorm names,
  * when not NULL) and check its shape is (d0) or (d0, d1) (d1 < 0: 1-D). */
 rg_status rg_model_find_tensor(const rg_st *st, const char *name, const char *alt, int64_t d0,
 			     int64_t d1, const rg_st_tensor **out)
@@ -81,7 +81,8 @@ rg_status rg_model_find_tensor(const rg_st *st, const char *name, const char *al
 	int ndim = d1 < 0 ? 1 : 2;
 
 	/* "" first: a base model's own names; then the base-model prefixes of task checkpoints */
-	static const char *const prefixes[] = {"", "bert.", "roberta.", "distilbert.", "albert."};
+	static const char *const prefixes[] = {"", "bert.", "roberta.", "distilbert.", "albert.",
+					       "mpnet."};
 
 	for (int i = 0; i < 2 && !t; i++) {
 		for (size_t p = 0; names[i] && !t && p < sizeof(prefixes) / sizeof(prefixes[0]); p++) {
@@ -93,7 +94,7 @@ rg_status rg_model_find_tensor(const rg_st *st, const char *name, const char *al
 	if (!t)
 		return rg_errorf(RG_ERR_FORMAT,
 				 "model.safetensors: missing tensor %s (also looked under the "
-				 "prefixes bert., roberta., distilbert., albert.)",
+				 "prefixes bert., roberta., distilbert., albert., mpnet.)",
 				 name);
 	shape_str(exp, ndim, want, sizeof(want));
 	shape_str(t->shape, t->ndim, got, sizeof(got));
@@ -611,7 +612,7 @@ static void seq_positions(const rg_model *m, const int32_t *tokens, const int32_
 			pos[t] = t;
 	} else {
 		for (int t = 0; t < len; t++)
-			pos[t] = tokens[t] == m->cfg.pad_token_id ? off - 1 : off + k++;
+			pos[t] = tokens[t] == m->cfg.padding_idx ? off - 1 : off + k++;
 	}
 	/* token type k > 0: the k-th block of the position table, which the architecture stores
 	 * as position + (token_type_embeddings[k] - token_type_embeddings[0]) */
@@ -963,7 +964,7 @@ rg_status rg_model_tokenize_pair(const rg_model *m, const char *a, size_t a_len,
 const rg_arch *rg_arch_find(const char *model_type)
 {
 	static const rg_arch *const all[] = {&rg_arch_bert, &rg_arch_roberta, &rg_arch_xlm_roberta,
-					     &rg_arch_distilbert, &rg_arch_albert};
+					     &rg_arch_distilbert, &rg_arch_albert, &rg_arch_mpnet};
 
 	for (size_t i = 0; model_type && i < sizeof(all) / sizeof(all[0]); i++)
 		if (strcmp(all[i]->model_type, model_type) == 0)

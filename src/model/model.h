@@ -120,12 +120,12 @@ typedef struct rg_arch {
 const rg_arch *rg_arch_find(const char *model_type);
 
 extern const rg_arch rg_arch_bert, rg_arch_roberta, rg_arch_xlm_roberta, rg_arch_distilbert,
-	rg_arch_albert;
+	rg_arch_albert, rg_arch_mpnet;
 
 /* Weight-loading helpers for the architectures (model.c). */
 /* Look up name (or alt) in st, as it is or under a base-model prefix ("bert.", "roberta.",
- * "distilbert.": the layout of *For* task checkpoints), and check its shape is (d0) (d1 = -1)
- * or (d0, d1); RG_ERR_FORMAT naming the tensor otherwise. */
+ * "distilbert.", "mpnet.": the layout of *For* task checkpoints), and check its shape is (d0)
+ * (d1 = -1) or (d0, d1); RG_ERR_FORMAT naming the tensor otherwise. */
 rg_status rg_model_find_tensor(const rg_st *st, const char *name, const char *alt, int64_t d0,
 			       int64_t d1, const rg_st_tensor **out);
 /* Allocate backend memory for n values and fill it from host f32 src, in the compute dtype

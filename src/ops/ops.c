@@ -435,17 +435,19 @@ rg_status rg_op_bias_residual_layernorm(rg_backend *be, const void *x, const flo
 
 rg_status rg_op_attention(rg_backend *be, const void *qkv, const int32_t *cu_seqlens,
 			  const int32_t *cu_seqlens_h, int n_seq, int max_seqlen, int num_heads,
-			  int head_dim, float scale, const int32_t *seg, void *out)
+			  int head_dim, float scale, const int32_t *seg, const float *rel_bias,
+			  int rel_max, void *out)
 {
 #ifdef RG_WITH_CUDA
 	if (RG_IS_CUDA(be))
 		return note(be, rg_cuda_attention(be->cuda, be->dt, qkv, cu_seqlens, cu_seqlens_h, n_seq,
-					 max_seqlen, num_heads, head_dim, scale, seg, out));
+					 max_seqlen, num_heads, head_dim, scale, seg, rel_bias,
+					 rel_max, out));
 #endif
 	(void)be;
 	(void)cu_seqlens_h;
 	return rg_cpu_attention(qkv, cu_seqlens, n_seq, max_seqlen, num_heads, head_dim, scale, seg,
-				out);
+				rel_bias, rel_max, out);
 }
 
 rg_status rg_op_pool(rg_backend *be, const void *x, const int32_t *cu_seqlens, int n_seq, int H,

@@ -129,11 +129,20 @@ rg_status rg_op_bias_residual_layernorm(rg_backend *be, const void *x, const flo
  * max_seqlen: longest sequence. Token i of sequence s attends to every token of s, softmax(QK^T*scale).
  * seg: NULL, or (n_tokens) int32 segment ids for masked modes: query i sees key j only when
  * seg[i] == seg[j] and seg[j] >= 0 (block-diagonal ConcatBatching mask, TCB sec. 4; -1 marks padding);
- * a query with no visible key gets zeros. */
+ * a query with no visible key gets zeros.
+ * rel_bias: NULL (BERT, RoBERTa, ...: nothing is added and nothing is read), or a relative
+ * position bias (MPNet, T5-style buckets): (num_heads, 2*rel_max + 1) f32 in backend memory, added
+ * to the scaled score of query i and key j of one attention sequence (i, j its token indices, so
+ * positions relative within the sequence, as MPNet's compute_position_bias counts them):
+ *   score(i, j) = scale * q_i.k_j + rel_bias[h * (2*rel_max + 1) + rel_max + clamp(j - i, -rel_max, rel_max)]
+ * Distances past rel_max share the table's end values (exact for a bucket function that
+ * saturates by then; MPNet's does at max_distance 128). rel_max >= 0, ignored when rel_bias is
+ * NULL; RG_ERR_INVALID_INPUT otherwise. */
 RG_TEST_API
 rg_status rg_op_attention(rg_backend *be, const void *qkv, const int32_t *cu_seqlens,
 			  const int32_t *cu_seqlens_h, int n_seq, int max_seqlen, int num_heads,
-			  int head_dim, float scale, const int32_t *seg, void *out);
+			  int head_dim, float scale, const int32_t *seg, const float *rel_bias,
+			  int rel_max, void *out);
 
 /* Pool each sequence of x (n_tokens, H) act into out (n_seq, H) f32 using cu_seqlens (n_seq+1,
  * backend memory): MEAN over its tokens, CLS = its first token, MAX elementwise; then L2-normalize

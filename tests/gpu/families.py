@@ -1,10 +1,11 @@
 """Encoder families at their public sizes, on the GPU machine (tests/gpu/run.sh runs it).
 
 For each family (random weights, the public config's sizes: roberta-base, xlm-roberta-base,
-distilbert-base-uncased, bert-base-uncased), three checks:
+distilbert-base-uncased, bert-base-uncased, mpnet-base as in all-mpnet-base-v2), three checks:
   1. the float64 NumPy reference (tests/py/ref_bert.py) against Hugging Face transformers run in
      float64 on the CPU: the reference's family semantics (weight names, positions from
-     padding_idx + 1 with pad ids inside a sequence, no token types) are HF's;
+     padding_idx + 1 with pad ids inside a sequence, no token types, MPNet's relative position
+     bias over sequences up to 512 tokens, past its 128-distance buckets) are HF's;
   2. ragged on the CPU, fp32, against the reference: max row-relative error <= 1e-5;
   3. ragged on CUDA in fp32 (rel <= 1e-4), fp16 (cosine >= 0.9999) and bf16 (cosine >= 0.999),
      with CUDA graphs (bucketed) and without (eager), packed and in the padded / concat / slotted
@@ -44,6 +45,10 @@ PUBLIC = {
     # a cross-encoder (BertForSequenceClassification, one score) at ms-marco-MiniLM-L-6 size
     "ms-marco-MiniLM-L-6-v2": dict(H=384, heads=12, layers=6, inter=1536, act="gelu",
                                    max_pos=512, prefix="bert.", labels=["LABEL_0"]),
+    # microsoft/mpnet-base's sizes (sentence-transformers/all-mpnet-base-v2: mean + normalize)
+    "mpnet-base": dict(family="mpnet", H=768, heads=12, layers=12, inter=3072, act="gelu",
+                       pooling="mean", normalize=True, max_pos=514, pad=1, vocab=30527,
+                       buckets=32),
 }
 LENS = [1, 7, 3, 128, 33, 64, 2, 17]
 TOL = {"cpu_fp32_rel": 1e-5, "cuda_fp32_rel": 1e-4, "fp16_cos": 0.9999, "bf16_cos": 0.999,

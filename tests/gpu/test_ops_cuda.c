@@ -582,14 +582,20 @@ static void make_seg(const batch *b, int32_t *seg)
 	}
 }
 
-static void test_attention(rg_dtype dt, const batch *b, int heads, int D, int with_seg)
+/* rel_max < 0: no relative position bias; else a random (heads, 2 rel_max + 1) table (MPNet's),
+ * the same on both backends, so the CUDA kernels' indexing by clamped key - query distance is
+ * checked against the CPU twin: the CUDA-core kernel (fp32, other head_dims) and the tensor-core
+ * kernel (fp16/bf16 with head_dim 32/64/128, both query-tile widths). */
+static void test_attention(rg_dtype dt, const batch *b, int heads, int D, int with_seg,
+			   int rel_max)
 {
 	const int H = heads * D, T = b->n_tok;
 	const float scale = 1.f / sqrtf((float)D);
-	float *qkv;
+	const size_t nrb = rel_max >= 0 ? (size_t)heads * (2 * rel_max + 1) : 0;
+	float *qkv, *rb = nrb ? frand_host(nrb, -2, 2) : NULL;
 	int32_t *seg = with_seg ? malloc(T * 4) : NULL;
 	double a, r;
-	char name[48];
+	char name[64];
 
 	tol_for(dt, &a, &r);
 	/* |q.k| * scale reaches a few units: peaked softmax, so the online rescaling matters */
@@ -600,20 +606,26 @@ static void test_attention(rg_dtype dt, const batch *b, int heads, int D, int wi
 		make_seg(b, seg);
 		gs = graw(seg, T * 4);
 	}
+	gbuf grb = { 0 };
+	if (rb)
+		grb = graw(rb, nrb * 4);
 	gbuf go = galloc((size_t)T * H * rg_dtype_size(dt));
 	CK(rg_op_attention(g_gpu, gq.p, gcu.p, b->cu, b->n_seq, b->max_len, heads, D, scale,
-			   seg ? gs.p : NULL, go.p));
+			   seg ? gs.p : NULL, rb ? grb.p : NULL, rel_max, go.p));
 	float *ref = nan_host((size_t)T * H);
 	CK(rg_op_attention(g_cpu, qkv, b->cu, b->cu, b->n_seq, b->max_len, heads, D, scale, seg,
-			   ref));
+			   rb, rel_max, ref));
 	float *got = gread(&go, dt, (size_t)T * H);
-	snprintf(name, sizeof(name), "attention %dx%d%s", heads, D, seg ? " seg" : "");
-	set_case("%s", b->name);
+	snprintf(name, sizeof(name), "attention %dx%d%s%s", heads, D, seg ? " seg" : "",
+		 rb ? " relbias" : "");
+	set_case("%s rel_max %d", b->name, rel_max);
 	compare(name, dt, got, ref, (size_t)T * H, a, r, gguard_check(&go));
-	free(got); free(ref); free(qkv); free(seg);
+	free(got); free(ref); free(qkv); free(seg); free(rb);
 	gfree(&gq); gfree(&gcu); gfree(&go);
 	if (with_seg)
 		gfree(&gs);
+	if (nrb)
+		gfree(&grb);
 }
 
 /* H a multiple of 16 bytes of elements (384, 768) takes the 16-byte column groups, other H (99)
@@ -702,9 +714,10 @@ static void test_attention_batch_invariance(rg_dtype dt)
 	gbuf gq = gact_rand(dt, (size_t)b.n_tok * 3 * H, -2, 2, &qkv);
 	gbuf gcu = graw(b.cu, 5 * 4), gcu1 = graw(cu1, 8);
 	gbuf go = galloc((size_t)b.n_tok * H * es), go1 = galloc((size_t)L * H * es);
-	CK(rg_op_attention(g_gpu, gq.p, gcu.p, b.cu, 4, b.max_len, heads, D, 0.17f, NULL, go.p));
+	CK(rg_op_attention(g_gpu, gq.p, gcu.p, b.cu, 4, b.max_len, heads, D, 0.17f, NULL, NULL, 0,
+			   go.p));
 	CK(rg_op_attention(g_gpu, (char *)gq.p + (size_t)t0 * 3 * H * es, gcu1.p, cu1, 1, L, heads,
-			   D, 0.17f, NULL, go1.p));
+			   D, 0.17f, NULL, NULL, 0, go1.p));
 	CK(rg_backend_sync(g_gpu));
 	unsigned char *h = malloc((size_t)L * H * es), *h1 = malloc((size_t)L * H * es);
 	CK(rg_backend_download(g_gpu, h, (char *)go.p + (size_t)t0 * H * es, (size_t)L * H * es));
@@ -752,10 +765,13 @@ static void test_errors(void)
 	st = rg_backend_mem_info(g_gpu, &used, &total);
 	expect(st == RG_OK && used > 0 && total >= used, "mem_info after OOM reports used <= total");
 	gbuf q = galloc(30 * 3 * 256 * 2), o = galloc(30 * 256 * 2), gcu = graw(cu, 12);
-	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 20, 1, 256, 0.1f, NULL, o.p);
+	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 20, 1, 256, 0.1f, NULL, NULL, 0, o.p);
 	expect(st == RG_ERR_UNSUPPORTED, "attention head_dim 256 -> RG_ERR_UNSUPPORTED");
-	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 10, 4, 64, 0.1f, NULL, o.p);
+	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 10, 4, 64, 0.1f, NULL, NULL, 0, o.p);
 	expect(st == RG_ERR_INVALID_INPUT, "attention length 20 > max_seqlen 10 -> INVALID_INPUT");
+	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 20, 4, 64, 0.1f, NULL, (const float *)o.p,
+			     -1, o.p);
+	expect(st == RG_ERR_INVALID_INPUT, "attention bias table with rel_max -1 -> INVALID_INPUT");
 	gbuf gi = graw(&neg, 4);
 	st = rg_op_gather_rows(g_gpu, q.p, gi.p, 1, 64, o.p);
 	expect(st == RG_OK, "gather with index -1 launches (the kernel reports through the flag)");
@@ -1202,9 +1218,13 @@ int main(int argc, char **argv)
 				for (int bi = 0; bi < 2; bi++)
 					for (int al = 0; al < 3; al++)
 						test_bias_res_ln(dt, &b, ln_n[n], bi, al);
+			/* relative position bias: rel_max 128 (MPNet's, past most lengths) and 5
+			 * (most keys clamped to the table's ends) */
 			for (int a = 0; a < 5; a++)
 				for (int sg = 0; sg < 2; sg++)
-					test_attention(dt, &b, att[a][0], att[a][1], sg);
+					for (int rb = 0; rb < 3; rb++)
+						test_attention(dt, &b, att[a][0], att[a][1], sg,
+							       rb == 0 ? -1 : rb == 1 ? 128 : 5);
 			for (int h = 0; h < 3; h++)
 				for (int m = 0; m < 3; m++)
 					for (int nm = 0; nm < 2; nm++)
@@ -1233,7 +1253,9 @@ int main(int argc, char **argv)
 		const batch b5 = make_batch(l5, 6);
 		for (int a = 0; a < 6 && n_sets == 4; a++)
 			for (int sg = 0; sg < 2; sg++)
-				test_attention(dt, &b5, att_long[a][0], att_long[a][1], sg);
+				for (int rb = 0; rb < 2; rb++)
+					test_attention(dt, &b5, att_long[a][0], att_long[a][1], sg,
+						       rb ? 128 : -1);
 		test_attention_batch_invariance(dt);
 		test_graph(dt);
 		if (only_dt || di == 0) {

@@ -61,6 +61,14 @@ CONFIGS = {
                          labels=["negative", "neutral", "positive"]),
     "distilbert_cls2": dict(family="distilbert", H=32, heads=2, layers=2, inter=64, act="gelu",
                             max_pos=128, prefix="distilbert.", labels=["NO", "YES"]),
+    # MPNet: RoBERTa positions from padding_idx 1, no token types, a relative position bias
+    # shared by the layers; sequences up to 256 tokens reach past max_distance 128. The prefixed
+    # variant has more bias rows than the 32 buckets transformers looks up (the rest unused).
+    "mpnet": dict(family="mpnet", H=48, heads=4, layers=2, inter=96, act="gelu", pooling="mean",
+                  normalize=True, max_pos=258, pad=1),
+    "mpnet_prefixed": dict(family="mpnet", H=32, heads=2, layers=2, inter=64, act="gelu",
+                           pooling="cls", max_pos=130, pad=1, prefix="mpnet.", extras=True,
+                           buckets=40),
 }
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tokenizers")
 
@@ -74,6 +82,14 @@ DISTILBERT_NAMES = {
 }
 
 
+# transformers' MPNet names for the BERT names that _weights writes
+MPNET_NAMES = {
+    ".attention.self.query.": ".attention.attn.q.", ".attention.self.key.": ".attention.attn.k.",
+    ".attention.self.value.": ".attention.attn.v.", ".attention.output.dense.": ".attention.attn.o.",
+    ".attention.output.LayerNorm.": ".attention.LayerNorm.",
+}
+
+
 def _family_names(w, family):
     if family == "albert":
         return {k.replace("encoder.layer.0.", "encoder.albert_layer_groups.0.albert_layers.0.")
@@ -84,13 +100,14 @@ def _family_names(w, family):
                  .replace(".output.dense.", ".ffn_output.")
                  .replace(".output.LayerNorm.", ".full_layer_layer_norm."): v
                 for k, v in w.items()}
-    if family != "distilbert":
+    names = {"distilbert": DISTILBERT_NAMES, "mpnet": MPNET_NAMES}.get(family)
+    if names is None:
         return w
     out = {}
     for k, v in w.items():
         if k.startswith("embeddings.token_type_embeddings"):
-            continue  # DistilBERT has no token types
-        for a, b in DISTILBERT_NAMES.items():
+            continue  # DistilBERT and MPNet have no token types
+        for a, b in names.items():
             k = k.replace(a, b)
         out[k] = v
     return out
@@ -108,6 +125,12 @@ def _config(spec):
                 "dim": spec["H"], "n_heads": spec["heads"], "n_layers": spec["layers"],
                 "hidden_dim": spec["inter"], "activation": spec["act"],
                 "sinusoidal_pos_embds": False, "dropout": 0.1, "attention_dropout": 0.1}
+    if family == "mpnet":
+        return {"architectures": ["MPNetModel"], "model_type": "mpnet", **base,
+                "hidden_size": spec["H"], "num_attention_heads": spec["heads"],
+                "num_hidden_layers": spec["layers"], "intermediate_size": spec["inter"],
+                "hidden_act": spec["act"], "layer_norm_eps": 1e-5, "bos_token_id": 0,
+                "eos_token_id": 2, "relative_attention_num_buckets": spec.get("buckets", 32)}
     arch = {"bert": "BertModel", "roberta": "RobertaModel",
             "xlm-roberta": "XLMRobertaModel", "albert": "AlbertModel"}[family]
     if spec.get("labels"):
@@ -152,6 +175,9 @@ def _weights(spec, rng):
         for name in ("attention.output.LayerNorm", "output.LayerNorm"):
             w[p + name + f".{ln}"] = 1.0 + n(H, s=0.1)
             w[p + name + f".{lb}"] = n(H, s=0.1)
+    if spec.get("family") == "mpnet":
+        # O(1) biases, as large as the scores, so the positions they encode change the result
+        w["encoder.relative_attention_bias.weight"] = n(spec.get("buckets", 32), spec["heads"])
     if spec.get("extras"):
         w["pooler.dense.weight"] = n(H, H)
         w["pooler.dense.bias"] = n(H)

@@ -1,15 +1,18 @@
-"""Independent float64 NumPy BERT-family encoder (BERT, RoBERTa, XLM-RoBERTa, DistilBERT) +
+"""Independent float64 NumPy BERT-family encoder (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, MPNet) +
 sentence-transformers pooling, the reference the C runtime is tested against. It shares no code with ragged: it reads the Hugging Face directory
 itself (config.json, modules.json, 1_Pooling/config.json, model.safetensors via safetensors.numpy;
 BF16 tensors, which NumPy cannot represent, through a few lines of header parsing) and takes token
 ids as input (tokenization is tested separately against HF `tokenizers`).
 
-Math (HF transformers BertModel / RobertaModel / DistilBertModel, eval mode):
-  x = LN(word[id] + pos[position] + type[0])   (DistilBERT: no type term)
-  position: 0, 1, ... per sequence; RoBERTa / XLM-R: padding_idx + 1 + (count of non-pad tokens
-            before it), a pad token itself at padding_idx (create_position_ids_from_input_ids)
-  per layer: q,k,v = x Wq^T + bq, ...; per sequence and head softmax(q k^T / sqrt(d)) v;
+Math (HF transformers BertModel / RobertaModel / DistilBertModel / MPNetModel, eval mode):
+  x = LN(word[id] + pos[position] + type[0])   (DistilBERT, MPNet: no type term)
+  position: 0, 1, ... per sequence; RoBERTa / XLM-R / MPNet: padding_idx + 1 + (count of non-pad
+            tokens before it), a pad token itself at padding_idx (create_position_ids_from_input_ids;
+            padding_idx = pad_token_id, MPNet's is always 1)
+  per layer: q,k,v = x Wq^T + bq, ...; per sequence and head softmax(q k^T / sqrt(d) + B) v;
              x = LN(ctx Wo^T + bo + x); x = LN(act(x W1^T + b1) W2^T + b2 + x)
+  B: 0, or MPNet's relative position bias B[h, i, j] = relative_attention_bias[bucket(j - i), h]
+     (mpnet_bucket below), the same in every layer
   pooling: mean over tokens / CLS / elementwise max; optional L2 normalize (x / max(|x|, 1e-12)).
 """
 import json
@@ -77,14 +80,14 @@ def load_weights(model_dir):
         w = {}
         for shard in sorted(set(index["weight_map"].values())):
             w.update(read_safetensors(os.path.join(model_dir, shard)))
-    # accept base-model prefixes, the old gamma/beta names, and DistilBERT's names
+    # accept base-model prefixes, the old gamma/beta names, and DistilBERT's and MPNet's names
     norm = {}
     for k, v in w.items():
-        for pre in ("bert.", "roberta.", "distilbert.", "albert."):
+        for pre in ("bert.", "roberta.", "distilbert.", "albert.", "mpnet."):
             if k.startswith(pre):
                 k = k[len(pre):]
         k = k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
-        for a, b in DISTILBERT_TO_BERT:
+        for a, b in DISTILBERT_TO_BERT + MPNET_TO_BERT:
             k = k.replace(a, b)
         norm[k] = v
     if "encoder.embedding_hidden_mapping_in.weight" in norm:  # ALBERT: one shared layer
@@ -126,6 +129,30 @@ DISTILBERT_TO_BERT = [
     (".sa_layer_norm.", ".attention.output.LayerNorm."), (".ffn.lin1.", ".intermediate.dense."),
     (".ffn.lin2.", ".output.dense."), (".output_layer_norm.", ".output.LayerNorm."),
 ]
+
+
+# transformers' MPNet names -> BERT names (MPNetAttention keeps its LayerNorm beside attn)
+MPNET_TO_BERT = [
+    (".attention.attn.q.", ".attention.self.query."), (".attention.attn.k.", ".attention.self.key."),
+    (".attention.attn.v.", ".attention.self.value."),
+    (".attention.attn.o.", ".attention.output.dense."),
+    (".attention.LayerNorm.", ".attention.output.LayerNorm."),
+]
+
+
+def mpnet_bucket(rel, num_buckets=32, max_distance=128):
+    """T5's bidirectional relative position bucket of rel = key position - query position, as
+    MPNetEncoder.relative_position_bucket defines it: half of the buckets for keys after the query;
+    within a half, distances below half/2 get their own bucket, larger ones a logarithmic one up
+    to max_distance, and the half's last bucket from there on. Vectorised over rel (int array)."""
+    rel = np.asarray(rel, np.int64)
+    half = num_buckets // 2
+    exact = half // 2
+    n = np.abs(rel)
+    side = np.where(rel > 0, half, 0)
+    log_ratio = np.log(np.maximum(n, 1) / exact) / math.log(max_distance / exact)
+    large = np.minimum(exact + np.floor(log_ratio * (half - exact)).astype(np.int64), half - 1)
+    return side + np.where(n < exact, n, large)
 
 
 def load_pooling(model_dir):
@@ -171,14 +198,20 @@ class RefBert:
                      num_hidden_layers=c["n_layers"], intermediate_size=c["hidden_dim"],
                      hidden_act=c.get("activation", "gelu"))
         else:
-            assert self.family in ("bert", "roberta", "xlm-roberta", "albert"), self.family
+            assert self.family in ("bert", "roberta", "xlm-roberta", "albert", "mpnet"), \
+                self.family
         self.H = c["hidden_size"]
         self.nh = c["num_attention_heads"]
         self.eps = c.get("layer_norm_eps", 1e-12)
         self.act = ACTS[c.get("hidden_act", "gelu_new" if self.family == "albert" else "gelu")]
-        self.pad = c.get("pad_token_id", 0)
+        # padding_idx: pad_token_id; MPNetEmbeddings fixes it to 1
+        self.pad = 1 if self.family == "mpnet" else c.get("pad_token_id", 0)
         # RoBERTa-style positions count from padding_idx + 1
-        self.pos_offset = self.pad + 1 if self.family in ("roberta", "xlm-roberta") else 0
+        self.pos_offset = self.pad + 1 if self.family in ("roberta", "xlm-roberta", "mpnet") else 0
+        # MPNet: (num_buckets, heads) relative position bias; compute_position_bias always looks
+        # up 32 buckets whatever relative_attention_num_buckets says
+        self.rel_bias = self.w.get("encoder.relative_attention_bias.weight")
+        self._bias_cache = {}
         self.max_seq_len = c["max_position_embeddings"] - self.pos_offset
         H = self.H
         self.types = self.w.get("embeddings.token_type_embeddings.weight", np.zeros((1, H)))
@@ -186,7 +219,7 @@ class RefBert:
         self.classifier = arch.endswith("ForSequenceClassification")
         if self.classifier:  # transformers' heads, eval mode
             w = self.w
-            if self.family in ("roberta", "xlm-roberta"):
+            if self.family in ("roberta", "xlm-roberta", "mpnet"):  # MPNet: RoBERTa's head
                 self.head = (w["classifier.dense.weight"], w["classifier.dense.bias"], np.tanh,
                              w["classifier.out_proj.weight"], w["classifier.out_proj.bias"])
             elif self.family == "distilbert":
@@ -202,6 +235,16 @@ class RefBert:
             return np.arange(len(ids))
         mask = (ids != self.pad).astype(np.int64)
         return np.cumsum(mask) * mask + self.pad
+
+    def position_bias(self, L):
+        """(heads, L, L) bias added to the scaled scores of a sequence of L tokens (0: none)."""
+        if self.rel_bias is None:
+            return 0.0
+        if L not in self._bias_cache:
+            i = np.arange(L)
+            buckets = mpnet_bucket(i[None, :] - i[:, None])  # [query, key] -> bucket(key - query)
+            self._bias_cache[L] = self.rel_bias[buckets].transpose(2, 0, 1)
+        return self._bias_cache[L]
 
     def encode_packed(self, seqs, types=None):
         """Token ids of several sequences -> list of (len_i, H) float64 last hidden states.
@@ -235,7 +278,7 @@ class RefBert:
             for b0, b1 in zip(bounds[:-1], bounds[1:]):
                 L = b1 - b0
                 qs, ks, vs = (t[b0:b1].reshape(L, nh, d).transpose(1, 0, 2) for t in (q, k, v))
-                s = qs @ ks.transpose(0, 2, 1) / math.sqrt(d)
+                s = qs @ ks.transpose(0, 2, 1) / math.sqrt(d) + self.position_bias(L)
                 s = np.exp(s - s.max(-1, keepdims=True))
                 s /= s.sum(-1, keepdims=True)
                 ctx[b0:b1] = (s @ vs).transpose(1, 0, 2).reshape(L, H)

@@ -1,5 +1,6 @@
 """The BERT runtime (rg_model_* in src/model/bert.c) against the independent float64 NumPy model
-in ref_bert.py: tiny random-weight configs and the real all-MiniLM-L6-v2, ragged batch shapes,
+in ref_bert.py: tiny random-weight configs, the real all-MiniLM-L6-v2 and (slow) the real
+all-mpnet-base-v2, ragged batch shapes,
 length limits, batch invariance, the padded / concat / slotted layouts, input errors (the model
 must keep working after each) and load-time validation. Device and dtype come from
 RAGGED_TEST_DEVICE / RAGGED_TEST_DTYPE; the tolerance metric is documented in conftest.py."""
@@ -17,7 +18,8 @@ from ref_bert import RefBert
 
 TINY = ["h32_gelu", "h64_relu_norm", "h48_gelunew_cls", "h128_max_norm", "short_pos64",
         "prefixed", "f16", "bf16"]
-FAMILIES = ["roberta", "xlmr_prefixed", "distilbert"]  # make_tiny configs of the other families
+FAMILIES = ["roberta", "xlmr_prefixed", "distilbert", "mpnet",
+            "mpnet_prefixed"]  # make_tiny configs of the other families
 # batch invariance / layout equivalence: same math, different batch composition (fp32 CPU)
 INVARIANCE_TOL = 1e-6 if (DEVICE == "cpu" and DTYPE == "fp32") else None
 
@@ -84,6 +86,52 @@ def tiny_models(tiny_dirs):
 def minilm(minilm_dir):
     m = load(minilm_dir)
     yield m, RefBert(minilm_dir)
+    m.close()
+
+
+def mpnet_dir():
+    """The real all-mpnet-base-v2: RAGGED_MPNET_DIR, else where scripts/fetch-mpnet.sh puts it."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.environ.get("RAGGED_MPNET_DIR") or os.path.join(cache, "ragged", "all-mpnet-base-v2")
+
+
+def _bert_processing_view(src, dst):
+    """dst: src's files (symlinks) with tokenizer.json's RobertaProcessing written as the
+    BertProcessing that adds the same ids to a single sequence (<s> A </s>), without the
+    tokenizer.json's fixed padding / truncation to 128."""
+    os.makedirs(dst, exist_ok=True)
+    for name in os.listdir(src):
+        if name != "tokenizer.json":
+            os.symlink(os.path.join(src, name), os.path.join(dst, name))
+    with open(os.path.join(src, "tokenizer.json")) as f:
+        tj = json.load(f)
+    pp = tj["post_processor"]
+    assert pp["type"] == "RobertaProcessing", pp
+    tj["post_processor"] = {"type": "BertProcessing", "cls": pp["cls"], "sep": pp["sep"]}
+    tj["padding"] = tj["truncation"] = None
+    with open(os.path.join(dst, "tokenizer.json"), "w") as f:
+        json.dump(tj, f)
+    return str(dst)
+
+
+@pytest.fixture(scope="module")
+def mpnet(tmp_path_factory):
+    """(model, reference, directory) of the real all-mpnet-base-v2. Absent: the test fails (it
+    runs in the release pass; fetch it with scripts/fetch-mpnet.sh). The tests feed token ids
+    from HF tokenizers; while ragged's own tokenizer refuses the model's RobertaProcessing
+    post-processor, the model is loaded from a view of the same files whose tokenizer.json says
+    BertProcessing instead (the same ids for one sequence), which embed_ids never reads."""
+    d = mpnet_dir()
+    if not os.path.exists(os.path.join(d, "model.safetensors")):
+        pytest.fail(f"all-mpnet-base-v2 not found in {d}: run scripts/fetch-mpnet.sh "
+                    "(or set RAGGED_MPNET_DIR to a directory holding it)")
+    try:
+        m = load(d)
+    except rc.RaggedError as e:
+        if "RobertaProcessing" not in e.message:
+            raise
+        m = load(_bert_processing_view(d, tmp_path_factory.mktemp("mpnet_view") / "m"))
+    yield m, RefBert(d), d
     m.close()
 
 
@@ -159,6 +207,47 @@ def test_minilm_real_sentences(minilm, minilm_dir, sentences):
     assert e[0] @ e[1] > e[0] @ e[2] + 0.2
 
 
+@pytest.mark.slow
+def test_mpnet_real_sentences(mpnet, sentences):
+    """The real all-mpnet-base-v2 on 50 real sentences tokenized by HF tokenizers with the
+    model's own tokenizer.json (WordPiece + RobertaProcessing: <s> ... </s>), plus one of 512
+    tokens (the longest; distances far past the buckets' 128), in ragged batches and in the
+    concat layout, against the float64 reference: cosine >= 0.99999 and max row-relative error
+    <= 1e-5 in fp32; paraphrases closer than unrelated text."""
+    tokenizers = pytest.importorskip("tokenizers")
+    model, ref, d = mpnet
+    i = info(model)
+    assert i.model_type == b"mpnet" and i.hidden_size == 768 and i.max_seq_len == 512
+    assert i.pooling == 0 and i.normalize  # MEAN, Normalize
+    tok = tokenizers.Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    tok.no_padding()
+    tok.no_truncation()
+    sents = sentences[:50]
+    ids = [e.ids for e in tok.encode_batch(sents)]
+    assert all(s[0] == 0 and s[-1] == 2 for s in ids)
+    long_ids = tok.encode(" ".join(sentences[50:120])).ids
+    assert len(long_ids) > 512
+    ids.append(long_ids[:511] + [2])
+    got = np.concatenate([model.embed_ids(ids[k:k + 16], 768) for k in range(0, len(ids), 16)])
+    want = ref.embed_batch(ids)
+    cos, rel = row_cosine(got, want), row_rel_err(got, want)
+    if DTYPE == "fp32":
+        assert cos.min() >= 0.99999, f"sentence {int(np.argmin(cos))}: cosine {cos.min():.7f}"
+        if DEVICE == "cpu":
+            assert rel.max() <= 1e-5, f"sentence {int(np.argmax(rel))}: rel err {rel.max():.3g}"
+    assert_embeddings_close(got, want, "all-mpnet-base-v2 sentences")
+    short = [s for s in ids if len(s) <= 32][:8]
+    assert len(short) >= 3
+    lay = layouts([len(s) for s in short])["concat"]
+    assert_embeddings_close(model.embed_ids(short, 768, layout=lay), ref.embed_batch(short),
+                            "all-mpnet-base-v2 concat")
+    a, b, c = (tok.encode(s).ids for s in ("A man is eating food.",
+                                            "A man is eating a piece of bread.",
+                                            "The new movie is awesome."))
+    e = model.embed_ids([a, b, c], 768)
+    assert e[0] @ e[1] > e[0] @ e[2] + 0.3, (e[0] @ e[1], e[0] @ e[2])
+
+
 def test_minilm_tokenize_matches_hf_and_embeds(minilm, minilm_dir):
     tokenizers = pytest.importorskip("tokenizers")
     tok = tokenizers.Tokenizer.from_file(os.path.join(minilm_dir, "tokenizer.json"))
@@ -173,7 +262,7 @@ def test_minilm_tokenize_matches_hf_and_embeds(minilm, minilm_dir):
 
 # ------------------------------------------------------------------ families
 
-@pytest.mark.parametrize("name", ["roberta", "xlmr_prefixed"])
+@pytest.mark.parametrize("name", ["roberta", "xlmr_prefixed", "mpnet"])
 def test_roberta_positions(tiny_models, name):
     """RoBERTa-style positions: the first token sits at padding_idx + 1, the longest sequence is
     max_position_embeddings - padding_idx - 1 tokens, and a pad id inside a sequence takes
@@ -330,6 +419,90 @@ def test_distilbert_info(tiny_models):
     assert i.type_vocab_size == 0 and i.max_seq_len == ref.cfg["max_position_embeddings"]
 
 
+def test_mpnet_bucket_reference():
+    """The reference's bucket function (ref_bert.mpnet_bucket, key - query): hand-checked values
+    of T5's bidirectional buckets at every boundary (8 exact distances per side, then
+    logarithmic to 128, where they saturate), and transformers' own function when it is
+    installed."""
+    from ref_bert import mpnet_bucket
+    known = {0: 0, -1: 1, -7: 7, -8: 8, -11: 8, -12: 9, -15: 9, -16: 10, -22: 10, -23: 11,
+             -32: 12, -45: 12, -46: 13, -64: 14, -90: 14, -91: 15, -128: 15, -5000: 15,
+             1: 17, 7: 23, 8: 24, 16: 26, 64: 30, 91: 31, 5000: 31}
+    got = {r: int(mpnet_bucket(r)) for r in known}
+    assert got == known
+    try:
+        import torch
+        from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
+    except ImportError:
+        return  # the hand-checked values above stand alone
+    rel = np.arange(-3000, 3001)
+    hf = MPNetEncoder.relative_position_bucket(torch.tensor(rel)).numpy()
+    assert np.array_equal(mpnet_bucket(rel), hf)
+
+
+@pytest.mark.parametrize("name", ["mpnet", "mpnet_prefixed"])
+def test_mpnet_relative_bias_matters(tiny_models, tiny_dirs, tmp_path, name):
+    """MPNet's relative position bias reaches the scores of every layer: with the bias table
+    zeroed the reference changes by far more than the tolerance, and ragged follows it both
+    ways (so the bias is neither ignored nor applied where it does not belong), in the packed
+    path and the concat layout (distances within a request, not within a row)."""
+    model, ref = tiny_models(name)
+    i = info(model)
+    assert i.model_type == b"mpnet" and i.type_vocab_size == 0
+    assert i.max_seq_len == ref.cfg["max_position_embeddings"] - 2
+    rng = np.random.default_rng(41)
+    seqs = random_seqs(rng, [9, 1, 30, min(200, i.max_seq_len), 3])
+    want = ref.embed_batch(seqs)
+    assert_embeddings_close(model.embed_ids(seqs, ref.H), want, f"{name} with bias")
+    short = [s for s in seqs if len(s) <= 32]
+    concat = layouts([len(s) for s in short])["concat"]
+    assert_embeddings_close(model.embed_ids(short, ref.H, layout=concat), ref.embed_batch(short),
+                            f"{name} concat")
+    d = _copy(tiny_dirs[name], tmp_path / "zero")
+    _rewrite_weights(d, lambda w: {k: (np.zeros_like(v) if k.endswith(
+        "relative_attention_bias.weight") else v) for k, v in w.items()})
+    ref0 = RefBert(d)
+    assert not ref0.rel_bias.any()
+    want0 = ref0.embed_batch(seqs)
+    # a single token attends only to itself: no bias can change it; every longer one changes
+    err = row_rel_err(want0, want)
+    assert err[1] < 1e-12 and np.delete(err, 1).min() > 1e-3, err
+    m0 = load(d)
+    try:
+        assert_embeddings_close(m0.embed_ids(seqs, ref.H), want0, f"{name} zero bias")
+        assert_embeddings_close(m0.embed_ids(short, ref.H, layout=concat),
+                                ref0.embed_batch(short), f"{name} zero bias concat")
+    finally:
+        m0.close()
+
+
+def test_mpnet_padding_idx_is_one(tiny_dirs, tmp_path):
+    """MPNetEmbeddings fixes padding_idx = 1: positions skip token id 1 even when config.json's
+    pad_token_id says otherwise; and a config with fewer than the 32 bias rows transformers
+    looks up, or a checkpoint without the bias, is refused by name."""
+    d = _copy(tiny_dirs["mpnet"], tmp_path / "pad0")
+    cfg = _edit_config(d, pad_token_id=0)
+    ref = RefBert(d)
+    assert ref.pad == 1
+    m = load(d)
+    try:
+        seqs = random_seqs(np.random.default_rng(43), [12, 40])
+        seqs[0][3] = seqs[1][5] = 1
+        seqs[1][7] = 0
+        assert_embeddings_close(m.embed_ids(seqs, ref.H), ref.embed_batch(seqs), "pad_token_id 0")
+        assert info(m).max_seq_len == cfg["max_position_embeddings"] - 2
+    finally:
+        m.close()
+    _edit_config(d, relative_attention_num_buckets=16)
+    e = _load_err(d)
+    assert e.status == "RG_ERR_FORMAT" and "relative_attention_num_buckets 16" in e.message
+    d2 = _copy(tiny_dirs["mpnet"], tmp_path / "nobias")
+    _rewrite_weights(d2, lambda w: {k: v for k, v in w.items()
+                                    if not k.endswith("relative_attention_bias.weight")})
+    e = _load_err(d2)
+    assert e.status == "RG_ERR_FORMAT" and "encoder.relative_attention_bias.weight" in e.message
+
+
 # ------------------------------------------------------------------ limits and truncation
 
 def test_max_length_and_one_past(tiny_models):
@@ -407,7 +580,7 @@ def test_tokenize_truncation(tiny_models, minilm_dir):
 # ------------------------------------------------------------------ batch invariance
 
 @pytest.mark.parametrize("name", ["h64_relu_norm", "h48_gelunew_cls", "h128_max_norm", "roberta",
-                                  "distilbert"])
+                                  "distilbert", "mpnet"])
 def test_batch_invariance(tiny_models, name):
     model, ref = tiny_models(name)
     rng = np.random.default_rng(11)
@@ -654,6 +827,16 @@ def _copy(src, dst):
     return str(dst)
 
 
+def _edit_config(d, **keys):
+    """Set keys in d/config.json; returns the new config."""
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.update(keys)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return cfg
+
+
 def _rewrite_weights(d, fn):
     from safetensors.numpy import load_file, save_file
     p = os.path.join(d, "model.safetensors")
@@ -687,11 +870,7 @@ def test_load_wrong_shape(tiny_dirs, tmp_path):
 
 def test_load_vocab_smaller_than_tokenizer(tiny_dirs, tmp_path):
     d = _copy(tiny_dirs["h32_gelu"], tmp_path / "m")
-    with open(os.path.join(d, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["vocab_size"] = 1000
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f)
+    _edit_config(d, vocab_size=1000)
     k = "embeddings.word_embeddings.weight"
     _rewrite_weights(d, lambda w: {**w, k: w[k][:1000].copy()})
     e = _load_err(d)

@@ -318,6 +318,49 @@ static void test_albert_family(void **state)
 	assert_false(cfg.shared_layers);
 }
 
+/* MPNet: BERT's keys without token types, positions from padding_idx 1 whatever pad_token_id
+ * says (MPNetEmbeddings), relative_attention_num_buckets 32 by default and never below the 32
+ * buckets transformers looks up. */
+static void test_mpnet_family(void **state)
+{
+	static const char *const fmt =
+		"{\"model_type\":\"mpnet\",\"vocab_size\":30527,\"hidden_size\":768,"
+		"\"num_attention_heads\":12,\"num_hidden_layers\":12,\"intermediate_size\":3072,"
+		"\"hidden_act\":\"gelu\",\"max_position_embeddings\":%d,\"layer_norm_eps\":1e-05,"
+		"\"pad_token_id\":%d%s}";
+	rg_encoder_config cfg;
+	char buf[512];
+	(void)state;
+	snprintf(buf, sizeof(buf), fmt, 514, 1, "");
+	write_file("config.json", buf);
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
+	assert_string_equal(cfg.model_type, "mpnet");
+	assert_int_equal(cfg.relative_attention_num_buckets, 32);
+	assert_int_equal(cfg.padding_idx, 1);
+	assert_int_equal(cfg.position_offset, 2);
+	assert_int_equal(cfg.type_vocab_size, 0);
+	assert_true(fabs(cfg.layer_norm_eps - 1e-5) < 1e-20);
+	snprintf(buf, sizeof(buf), fmt, 514, 0, ",\"relative_attention_num_buckets\":48");
+	write_file("config.json", buf);
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(cfg.relative_attention_num_buckets, 48);
+	assert_int_equal(cfg.padding_idx, 1);
+	assert_int_equal(cfg.position_offset, 2);
+	snprintf(buf, sizeof(buf), fmt, 514, 1, ",\"relative_attention_num_buckets\":16");
+	write_file("config.json", buf);
+	expect_cfg_fail(RG_ERR_FORMAT, "relative_attention_num_buckets 16", "32", NULL);
+	snprintf(buf, sizeof(buf), fmt, 514, 1, ",\"relative_attention_num_buckets\":\"32\"");
+	write_file("config.json", buf);
+	expect_cfg_fail(RG_ERR_FORMAT, "relative_attention_num_buckets", "integer", NULL);
+	snprintf(buf, sizeof(buf), fmt, 2, 1, "");
+	write_file("config.json", buf);
+	expect_cfg_fail(RG_ERR_FORMAT, "padding_idx 1", "max_position_embeddings 2", NULL);
+	/* the other families have no bias */
+	write_config("model_type", "\"bert\"");
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
+	assert_int_equal(cfg.relative_attention_num_buckets, 0);
+}
+
 /* Options that change the math and are not implemented are refused by name. */
 static void test_refused_options(void **state)
 {
@@ -527,6 +570,7 @@ int main(void)
 		cmocka_unit_test_setup(test_unsupported_model_type, case_setup),
 		cmocka_unit_test_setup(test_roberta_family, case_setup),
 		cmocka_unit_test_setup(test_distilbert_family, case_setup),
+		cmocka_unit_test_setup(test_mpnet_family, case_setup),
 		cmocka_unit_test_setup(test_refused_options, case_setup),
 		cmocka_unit_test_setup(test_albert_family, case_setup),
 		cmocka_unit_test_setup(test_bad_sizes, case_setup),

@@ -341,9 +341,10 @@ static void test_bias_residual_layernorm(void **state)
 		}
 }
 
-/* Naive attention in double over a packed batch with an optional seg mask. */
+/* Naive attention in double over a packed batch with an optional seg mask and an optional
+ * relative position bias rb (nh, 2R+1): + rb[h][R + clamp(j - i, -R, R)] on the scaled score. */
 static void ref_attention(const float *qkv, const int32_t *cu, int n_seq, int nh, int hd,
-			  double scale, const int32_t *seg, double *out)
+			  double scale, const int32_t *seg, const float *rb, int R, double *out)
 {
 	const int H = nh * hd;
 	for (int s = 0; s < n_seq; s++) {
@@ -363,7 +364,14 @@ static void ref_attention(const float *qkv, const int32_t *cu, int n_seq, int nh
 					double v = 0;
 					for (int d = 0; d < hd; d++)
 						v += (double)q[d] * k[d];
-					sc[j] = vis ? v * scale : -INFINITY;
+					if (rb) {
+						int dist = j - i;
+						dist = dist < -R ? -R : dist > R ? R : dist;
+						v = v * scale + rb[h * (2 * R + 1) + R + dist];
+					} else {
+						v *= scale;
+					}
+					sc[j] = vis ? v : -INFINITY;
 					if (sc[j] > mx)
 						mx = sc[j];
 				}
@@ -383,9 +391,12 @@ static void ref_attention(const float *qkv, const int32_t *cu, int n_seq, int nh
 	}
 }
 
-static void run_attention(const int *lens, int n_seq, int nh, int hd, const int32_t *seg)
+/* rel_max < 0: no relative position bias; else a random table (nh, 2 rel_max + 1). */
+static void run_attention_bias(const int *lens, int n_seq, int nh, int hd, const int32_t *seg,
+			       int rel_max)
 {
 	const int H = nh * hd;
+	float *rb = rel_max >= 0 ? rand_buf((size_t)nh * (2 * rel_max + 1), 3) : NULL;
 	int32_t *cu = malloc((n_seq + 1) * sizeof(int32_t));
 	int max_len = 0, n;
 	float *qkv, *out;
@@ -402,10 +413,17 @@ static void run_attention(const int *lens, int n_seq, int nh, int hd, const int3
 	qkv = rand_buf((size_t)n * 3 * H, 2);
 	out = out_buf((size_t)n * H);
 	ref = malloc((size_t)n * H * sizeof(double));
-	ref_attention(qkv, cu, n_seq, nh, hd, scale, seg, ref);
-	assert_int_equal(rg_cpu_attention(qkv, cu, n_seq, max_len, nh, hd, scale, seg, out), RG_OK);
-	check("attention", out, ref, (size_t)n * H, 1e-5, 1e-4);
-	free(cu), free(qkv), free(out), free(ref);
+	ref_attention(qkv, cu, n_seq, nh, hd, scale, seg, rb, rel_max, ref);
+	assert_int_equal(rg_cpu_attention(qkv, cu, n_seq, max_len, nh, hd, scale, seg, rb, rel_max,
+					  out),
+			 RG_OK);
+	check(rb ? "attention + rel bias" : "attention", out, ref, (size_t)n * H, 1e-5, 1e-4);
+	free(cu), free(qkv), free(out), free(ref), free(rb);
+}
+
+static void run_attention(const int *lens, int n_seq, int nh, int hd, const int32_t *seg)
+{
+	run_attention_bias(lens, n_seq, nh, hd, seg, -1);
 }
 
 static void test_attention_packed(void **state)
@@ -443,15 +461,56 @@ static void test_attention_seg_mask(void **state)
 	run_attention(lens, 2, 1, 64, seg);
 }
 
+/* MPNet's relative position bias: distances inside the table (rel_max past the longest sequence),
+ * clamped ones (rel_max 0 and 5: every far key shares the end values), single-token sequences,
+ * query blocks of long sequences (> 160 tokens: q0 > 0 in a task), and with a seg mask. */
+static void test_attention_rel_bias(void **state)
+{
+	const int l1[] = {1}, l2[] = {7, 3}, l3[] = {128, 1, 64, 33}, l5[] = {161, 3, 500, 17, 1};
+	const int lens[] = {16, 16};
+	int32_t seg[32];
+	(void)state;
+	run_attention_bias(l1, 1, 2, 8, NULL, 0);
+	run_attention_bias(l2, 2, 3, 16, NULL, 8);
+	run_attention_bias(l3, 4, 4, 8, NULL, 200);
+	run_attention_bias(l3, 4, 12, 32, NULL, 5);
+	run_attention_bias(l3, 4, 2, 16, NULL, 0);
+	run_attention_bias(l5, 5, 2, 64, NULL, 128);
+	run_attention_bias(l5, 5, 1, 40, NULL, 7);
+	for (int i = 0; i < 32; i++)
+		seg[i] = i < 5 ? 0 : i < 14 ? 1 : i < 16 ? -1 : i < 19 ? 2 : -1;
+	run_attention_bias(lens, 2, 2, 8, seg, 3);
+	run_attention_bias(lens, 2, 4, 32, seg, 40);
+}
+
+/* A zero table changes nothing (bit for bit: s + 0.f == s), so NULL and a table of zeros are
+ * the same attention, and the families without a bias are untouched. */
+static void test_attention_zero_bias_is_none(void **state)
+{
+	const int nh = 3, hd = 16, H = nh * hd, R = 64;
+	const int32_t cu[] = {0, 37, 38, 238}; /* lengths 37, 1, 200 */
+	float *qkv = rand_buf((size_t)238 * 3 * H, 2), *a = out_buf((size_t)238 * H),
+	      *b = out_buf((size_t)238 * H), *zero = calloc((size_t)nh * (2 * R + 1), sizeof(float));
+	(void)state;
+	assert_int_equal(rg_cpu_attention(qkv, cu, 3, 200, nh, hd, 0.25f, NULL, NULL, 0, a), RG_OK);
+	assert_int_equal(rg_cpu_attention(qkv, cu, 3, 200, nh, hd, 0.25f, NULL, zero, R, b), RG_OK);
+	assert_memory_equal(a, b, (size_t)238 * H * sizeof(float));
+	free(qkv), free(a), free(b), free(zero);
+}
+
 static void test_attention_rejects_bad_lengths(void **state)
 {
-	const int32_t cu[] = {0, 5, 3};
-	float qkv[5 * 6] = {0}, out[5 * 2];
+	const int32_t cu[] = {0, 5, 3}, cu1[] = {0, 5};
+	float qkv[5 * 6] = {0}, out[5 * 2], rb[3] = {0};
 	(void)state;
-	assert_int_equal(rg_cpu_attention(qkv, cu, 2, 5, 1, 2, 1.f, NULL, out),
+	assert_int_equal(rg_cpu_attention(qkv, cu, 2, 5, 1, 2, 1.f, NULL, NULL, 0, out),
 			 RG_ERR_INVALID_INPUT);
-	assert_int_equal(rg_cpu_attention(qkv, cu, 1, 4, 1, 2, 1.f, NULL, out),
+	assert_int_equal(rg_cpu_attention(qkv, cu, 1, 4, 1, 2, 1.f, NULL, NULL, 0, out),
 			 RG_ERR_INVALID_INPUT);
+	/* a bias table needs rel_max >= 0; without one rel_max is ignored */
+	assert_int_equal(rg_cpu_attention(qkv, cu1, 1, 5, 1, 2, 1.f, NULL, rb, -1, out),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_cpu_attention(qkv, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, -1, out), RG_OK);
 }
 
 /* Pooled rows in double: MEAN / CLS / MAX over each sequence, then L2 normalization; a sequence of
@@ -639,6 +698,8 @@ int main(void)
 		cmocka_unit_test(test_bias_residual_layernorm),
 		cmocka_unit_test(test_attention_packed),
 		cmocka_unit_test(test_attention_seg_mask),
+		cmocka_unit_test(test_attention_rel_bias),
+		cmocka_unit_test(test_attention_zero_bias_is_none),
 		cmocka_unit_test(test_attention_rejects_bad_lengths),
 		cmocka_unit_test(test_pool),
 		cmocka_unit_test(test_pool_zero_length),

@@ -2,7 +2,8 @@
  * every op; GEMMs are tiles of single-threaded OpenBLAS sgemm, each followed by its bias and
  * activation while the tile is in cache; LayerNorm, activations, pooling and attention are the
  * vectorised bodies of kern.h, chosen at run time for the CPU (AVX-512, AVX2 or baseline);
- * attention is two sgemm calls per (query block, head) around a vectorised row softmax.
+ * attention is two sgemm calls per (query block, head) around a vectorised row softmax (after
+ * the optional relative position bias is added to the scores).
  *
  * Each function has exactly the semantics documented for its rg_op_* twin in src/ops/ops.h; the
  * CUDA kernels are tested against these. Reductions accumulate in float32 as the contract says
@@ -352,6 +353,8 @@ rg_status rg_cpu_bias_residual_layernorm(const float *x, const float *bias, cons
 struct attn_job {
 	const float *qkv;
 	const int32_t *cu_seqlens, *seg;
+	const float *rel_bias; /* (num_heads, 2 rel_max + 1) or NULL */
+	int rel_max;
 	const int *blk_prefix; /* (n_seq + 1): query blocks before each sequence */
 	int n_seq, num_heads, head_dim, H;
 	float scale;
@@ -363,6 +366,23 @@ struct attn_job {
 static int seq_qblock(int L)
 {
 	return L <= RG_ATTN_WHOLE ? L : RG_ATTN_QBLOCK;
+}
+
+/* Add the relative position bias to the scores sc (nq rows of stride Lp, keys [0, L)) of queries
+ * q0.. of one sequence: tb is the head's table centred on distance 0 (tb[d], d in [-R, R]). An
+ * O(L^2) pass beside the O(L^2 head_dim) GEMMs. */
+static void add_rel_bias(float *sc, int nq, int L, int Lp, int q0, const float *tb, int R)
+{
+	for (int i = 0; i < nq; i++) {
+		float *row = sc + (size_t)i * Lp;
+		const int qi = q0 + i;
+
+		for (int c = 0; c < L; c++) {
+			const int d = c - qi;
+
+			row[c] += tb[d < -R ? -R : d > R ? R : d];
+		}
+	}
 }
 
 /* One (query block, head): S = (scale Q) Kᵀ and O = P V as two single-threaded sgemm calls on the
@@ -400,6 +420,9 @@ static void attn_task(void *ctx, int task, int thread)
 	sg = j->seg ? j->seg + t0 : NULL;
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, L, j->head_dim, j->scale,
 		    base + (size_t)q0 * ld, (int)ld, base + j->H, (int)ld, 0.f, sc, Lp);
+	if (j->rel_bias)
+		add_rel_bias(sc, nq, L, Lp, q0,
+			     j->rel_bias + (size_t)h * (2 * j->rel_max + 1) + j->rel_max, j->rel_max);
 	for (int i = 0; i < nq; i++)
 		k->softmax_row(sc + (size_t)i * Lp, L, Lp, sg, sg ? sg[q0 + i] : 0);
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, j->head_dim, L, 1.f, sc, Lp,
@@ -408,11 +431,12 @@ static void attn_task(void *ctx, int task, int thread)
 }
 
 rg_status rg_cpu_attention(const float *qkv, const int32_t *cu_seqlens, int n_seq, int max_seqlen,
-			   int num_heads, int head_dim, float scale, const int32_t *seg, float *out)
+			   int num_heads, int head_dim, float scale, const int32_t *seg,
+			   const float *rel_bias, int rel_max, float *out)
 {
 	rg_threadpool *pool = rg_threadpool_global();
-	struct attn_job j = {qkv, cu_seqlens, seg, NULL, n_seq, num_heads, head_dim,
-			     num_heads * head_dim, scale, NULL, 0, out};
+	struct attn_job j = {qkv, cu_seqlens, seg, rel_bias, rel_max, NULL, n_seq, num_heads,
+			     head_dim, num_heads * head_dim, scale, NULL, 0, out};
 	size_t Lp = ((size_t)max_seqlen + 15) / 16 * 16;
 	int *prefix;
 	int s, T = rg_threadpool_size(pool);
@@ -421,6 +445,8 @@ rg_status rg_cpu_attention(const float *qkv, const int32_t *cu_seqlens, int n_se
 		return rg_errorf(RG_ERR_INVALID_INPUT,
 				 "attention: bad shape n_seq=%d max_seqlen=%d heads=%d head_dim=%d",
 				 n_seq, max_seqlen, num_heads, head_dim);
+	if (rel_bias && rel_max < 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "attention: rel_max %d < 0", rel_max);
 	for (s = 0; s < n_seq; s++) {
 		int L = cu_seqlens[s + 1] - cu_seqlens[s];
 		if (L < 0 || L > max_seqlen)

@@ -20,7 +20,8 @@ rg_status rg_cpu_bias_residual_layernorm(const float *x, const float *bias, cons
 					 const float *gamma, const float *beta, float eps, int M,
 					 int N, float *out);
 rg_status rg_cpu_attention(const float *qkv, const int32_t *cu_seqlens, int n_seq, int max_seqlen,
-			   int num_heads, int head_dim, float scale, const int32_t *seg, float *out);
+			   int num_heads, int head_dim, float scale, const int32_t *seg,
+			   const float *rel_bias, int rel_max, float *out);
 rg_status rg_cpu_pool(const float *x, const int32_t *cu_seqlens, int n_seq, int H, rg_pooling mode,
 		      bool normalize, float *out);
 rg_status rg_cpu_gather_rows(const float *src, const int32_t *idx, int n_dst, int H, float *dst);

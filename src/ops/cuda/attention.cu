@@ -15,6 +15,9 @@
  *    p_j * V_j with p_j broadcast by shuffles; lane l accumulates output dims l, l+32, l+64, l+96.
  *  - masked keys (past the sequence, or seg mismatch / seg < 0) score -inf; a query that never sees
  *    a key keeps l = 0 and writes zeros.
+ *  - with a relative position bias (MPNet; REL = true), lane j adds log2(e) *
+ *    rel_bias[h][clamp(key - query)] (read through the read-only cache: the table is a few KiB)
+ *    to its score; REL = false, the instantiation the other families run, has no bias code.
  * head_dim: any value 1..128 (NCH = ceil(head_dim / 32) output dims per lane). CUDA cores, f32.
  * fp16/bf16 with head_dim 32, 64 or 128 (16-byte aligned buffers) go to the tensor-core kernel of
  * attention_tc.cu instead; this kernel serves fp32 and the other head_dims. */
@@ -26,6 +29,7 @@
 #define RG_ATT_BQ (RG_ATT_WARPS * RG_ATT_QPW)      /* queries per CTA */
 #define RG_ATT_BK 32                               /* keys per tile (= lanes) */
 #define RG_ATT_MAX_D 128
+#define RG_ATT_LOG2E 1.4426950408889634f           /* softmax through exp2 */
 
 static size_t attn_smem_bytes(int D)
 {
@@ -33,11 +37,11 @@ static size_t attn_smem_bytes(int D)
 				(size_t)RG_ATT_BK * D) + sizeof(int) * (RG_ATT_BQ + RG_ATT_BK);
 }
 
-template <typename T, int NCH>
+template <typename T, int NCH, bool REL>
 __global__ void __launch_bounds__(RG_ATT_WARPS * 32, 4)
 attention_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqlens,
-		 const int32_t *__restrict__ seg, int max_seqlen, int num_heads, int D, float qscale,
-		 T *__restrict__ out, int *flag)
+		 const int32_t *__restrict__ seg, const float *__restrict__ rel_bias, int rel_max,
+		 int max_seqlen, int num_heads, int D, float qscale, T *__restrict__ out, int *flag)
 {
 	extern __shared__ float sm[];
 	float *Qs = sm;                                  /* [BQ][D]   */
@@ -63,6 +67,8 @@ attention_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqle
 		return;
 	const int nq = min(RG_ATT_BQ, L - q0);
 	const T *base = qkv + (size_t)t0 * ld + (size_t)h * D; /* Q of token 0, head h */
+	/* REL: this head's bias table centred on distance 0 */
+	const float *rel_h = REL ? rel_bias + (size_t)h * (2 * rel_max + 1) + rel_max : NULL;
 
 	for (int e = tid; e < RG_ATT_BQ * D; e += blockDim.x) {
 		int r = e / D, col = e - r * D;
@@ -113,6 +119,11 @@ attention_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqle
 				for (int d = 0; d < D; d++)
 					dot = fmaf(q[d], k[d], dot);
 				sc = dot;
+				if (REL) {
+					const int dist = min(max(k0 + lane - (q0 + qr), -rel_max),
+							     rel_max);
+					sc = fmaf(__ldg(rel_h + dist), RG_ATT_LOG2E, dot);
+				}
 			}
 			const float m_new = fmaxf(m[i], rg_warp_max(sc));
 			if (m_new == -INFINITY)
@@ -155,61 +166,77 @@ attention_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqle
 }
 
 /* Raise the dynamic shared-memory limit of one instantiation when it needs more than 48 KiB
- * (head_dim > ~120). Done once per context and instantiation. */
-template <typename T, int NCH>
+ * (head_dim > ~120). Done once per context and instantiation (bit: 0..23 of attn_smem_set). */
+template <typename T, int NCH, bool REL>
 static rg_status attn_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
-			     const int32_t *seg, int n_seq, int max_seqlen, int num_heads, int D,
-			     float qscale, void *out)
+			     const int32_t *seg, const float *rel_bias, int rel_max, int n_seq,
+			     int max_seqlen, int num_heads, int D, float qscale, void *out)
 {
 	size_t smem = attn_smem_bytes(D);
 	dim3 grid(n_seq, num_heads, (max_seqlen + RG_ATT_BQ - 1) / RG_ATT_BQ);
 
-	if (smem > 48 * 1024 && !(c->attn_smem_set & (1 << bit))) {
+	if (smem > 48 * 1024 && !(c->attn_smem_set & (1ull << bit))) {
 		if ((int)smem > c->max_smem_optin)
 			return rg_errorf(RG_ERR_UNSUPPORTED, "attention: head_dim %d needs %zu bytes of "
 					 "shared memory, device allows %d", D, smem,
 					 c->max_smem_optin);
-		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_kernel<T, NCH>,
+		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_kernel<T, NCH, REL>,
 					   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
 					   "cudaFuncSetAttribute(attention)");
 		if (st != RG_OK)
 			return st;
-		c->attn_smem_set |= 1 << bit;
+		c->attn_smem_set |= 1ull << bit;
 	}
-	attention_kernel<T, NCH><<<grid, RG_ATT_WARPS * 32, smem, c->stream>>>(
-		(const T *)qkv, cu_seqlens, seg, max_seqlen, num_heads, D, qscale, (T *)out,
-		c->flag_d);
+	attention_kernel<T, NCH, REL><<<grid, RG_ATT_WARPS * 32, smem, c->stream>>>(
+		(const T *)qkv, cu_seqlens, seg, rel_bias, rel_max, max_seqlen, num_heads, D, qscale,
+		(T *)out, c->flag_d);
 	return rg_cuda_launch_check("attention_kernel");
+}
+
+/* The instantiation with the bias code only when there is a table (its smem bits 12 higher). */
+template <typename T, int NCH>
+static rg_status attn_launch_rel(rg_cuda_ctx *c, int bit, const void *qkv,
+				 const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
+				 int rel_max, int n_seq, int max_seqlen, int num_heads, int D,
+				 float qscale, void *out)
+{
+	if (rel_bias)
+		return attn_launch<T, NCH, true>(c, bit + 12, qkv, cu_seqlens, seg, rel_bias, rel_max,
+						 n_seq, max_seqlen, num_heads, D, qscale, out);
+	return attn_launch<T, NCH, false>(c, bit, qkv, cu_seqlens, seg, NULL, 0, n_seq, max_seqlen,
+					  num_heads, D, qscale, out);
 }
 
 template <typename T>
 static rg_status attn_dispatch_nch(rg_cuda_ctx *c, int dtbit, const void *qkv,
-				   const int32_t *cu_seqlens, const int32_t *seg, int n_seq,
-				   int max_seqlen, int num_heads, int D, float qscale, void *out)
+				   const int32_t *cu_seqlens, const int32_t *seg,
+				   const float *rel_bias, int rel_max, int n_seq, int max_seqlen,
+				   int num_heads, int D, float qscale, void *out)
 {
 	switch ((D + 31) / 32) {
 	case 1:
-		return attn_launch<T, 1>(c, dtbit * 4 + 0, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-					 num_heads, D, qscale, out);
+		return attn_launch_rel<T, 1>(c, dtbit * 4 + 0, qkv, cu_seqlens, seg, rel_bias, rel_max,
+					 n_seq, max_seqlen, num_heads, D, qscale, out);
 	case 2:
-		return attn_launch<T, 2>(c, dtbit * 4 + 1, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-					 num_heads, D, qscale, out);
+		return attn_launch_rel<T, 2>(c, dtbit * 4 + 1, qkv, cu_seqlens, seg, rel_bias, rel_max,
+					 n_seq, max_seqlen, num_heads, D, qscale, out);
 	case 3:
-		return attn_launch<T, 3>(c, dtbit * 4 + 2, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-					 num_heads, D, qscale, out);
+		return attn_launch_rel<T, 3>(c, dtbit * 4 + 2, qkv, cu_seqlens, seg, rel_bias, rel_max,
+					 n_seq, max_seqlen, num_heads, D, qscale, out);
 	default:
-		return attn_launch<T, 4>(c, dtbit * 4 + 3, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-					 num_heads, D, qscale, out);
+		return attn_launch_rel<T, 4>(c, dtbit * 4 + 3, qkv, cu_seqlens, seg, rel_bias, rel_max,
+					 n_seq, max_seqlen, num_heads, D, qscale, out);
 	}
 }
 
 extern "C" rg_status rg_cuda_attention(void *ctx, rg_dtype dt, const void *qkv,
 				       const int32_t *cu_seqlens, const int32_t *cu_seqlens_h,
 				       int n_seq, int max_seqlen, int num_heads, int head_dim,
-				       float scale, const int32_t *seg, void *out)
+				       float scale, const int32_t *seg, const float *rel_bias,
+				       int rel_max, void *out)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
-	const float qscale = scale * 1.4426950408889634f; /* log2(e): softmax through exp2 */
+	const float qscale = scale * RG_ATT_LOG2E; /* softmax through exp2 */
 	rg_status st;
 
 	if (n_seq < 0 || max_seqlen < 0 || num_heads <= 0 || head_dim <= 0)
@@ -219,6 +246,8 @@ extern "C" rg_status rg_cuda_attention(void *ctx, rg_dtype dt, const void *qkv,
 	if (head_dim > RG_ATT_MAX_D)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "attention: head_dim %d > %d is not supported on "
 				 "CUDA", head_dim, RG_ATT_MAX_D);
+	if (rel_bias && rel_max < 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "attention: rel_max %d < 0", rel_max);
 	if (!rg_cuda_dt_valid(dt))
 		return rg_errorf(RG_ERR_UNSUPPORTED, "attention: unknown dtype %d", (int)dt);
 	if (num_heads > 65535 || (max_seqlen + RG_ATT_BQ - 1) / RG_ATT_BQ > 65535)
@@ -240,21 +269,23 @@ extern "C" rg_status rg_cuda_attention(void *ctx, rg_dtype dt, const void *qkv,
 	st = rg_cuda_enter(c);
 	if (st != RG_OK)
 		return st;
-	/* fp16/bf16 with head_dim 32/64/128: the tensor-core kernel (attention_tc.cu) */
-	if (rg_cuda_attention_tc_ok(dt, head_dim, qkv, out))
-		return rg_cuda_attention_tc(c, dt, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-					    num_heads, head_dim, qscale, out);
+	/* fp16/bf16 with head_dim 32/64/128: the tensor-core kernel (attention_tc.cu), which adds
+	 * the bias to the raw scores, in units of 1/scale (so a bias needs scale != 0) */
+	if (rg_cuda_attention_tc_ok(dt, head_dim, qkv, out) && (!rel_bias || scale != 0.f))
+		return rg_cuda_attention_tc(c, dt, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
+					    max_seqlen, num_heads, head_dim, qscale,
+					    rel_bias ? 1.f / scale : 0.f, out);
 	switch (dt) {
 	case RG_DTYPE_F32:
-		return attn_dispatch_nch<float>(c, 0, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-						num_heads, head_dim, qscale, out);
+		return attn_dispatch_nch<float>(c, 0, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
+						max_seqlen, num_heads, head_dim, qscale, out);
 	case RG_DTYPE_F16:
-		return attn_dispatch_nch<__half>(c, 1, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-						 num_heads, head_dim, qscale, out);
+		return attn_dispatch_nch<__half>(c, 1, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
+						 max_seqlen, num_heads, head_dim, qscale, out);
 	case RG_DTYPE_BF16:
-		return attn_dispatch_nch<__nv_bfloat16>(c, 2, qkv, cu_seqlens, seg, n_seq,
-							max_seqlen, num_heads, head_dim, qscale,
-							out);
+		return attn_dispatch_nch<__nv_bfloat16>(c, 2, qkv, cu_seqlens, seg, rel_bias,
+							rel_max, n_seq, max_seqlen, num_heads,
+							head_dim, qscale, out);
 	}
 	return rg_errorf(RG_ERR_UNSUPPORTED, "attention: unknown dtype %d", (int)dt);
 }

@@ -22,6 +22,11 @@
  *    A-fragments (the C layout of two n8 tiles is the A layout of one k16 step), O += P V with
  *    V fragments by ldmatrix.trans. The running sum l adds P in fp32 before rounding, as
  *    FlashAttention-2 does.
+ *  - a relative position bias (MPNet; REL = true) is added to the raw scores right after
+ *    S = Q K^T, before the mask, as rel_bias[h][clamp(key - query)] / scale, so that the scale
+ *    folded into exp2 turns it back into + bias: each thread reads the table entries of its own
+ *    fragment elements through the read-only cache. REL = false, the instantiation the other
+ *    families run, has no bias code (its registers, and so its speed, are as before).
  *  - end: O / l (a row that never saw a key has l = 0 and writes zeros), stored in the act dtype.
  * Registers (head_dim 128, the largest): 64 accumulator + 32 Q-fragment + 32 score floats per thread.
  * Shared memory: (64 + 4 * 64) * (head_dim + 8) * 2 bytes + 512 (about 46 KiB at head_dim 64). */
@@ -158,10 +163,11 @@ __device__ __forceinline__ void tc_load_kv(const T *base, size_t ld, int H, int 
 /* MT: m16 query tiles per warp (BQ = 64 * MT queries per CTA). Each K / V fragment read from shared
  * memory with ldmatrix feeds MT mma instructions, so MT = 2 halves the shared-memory traffic per
  * FLOP (as FlashAttention-2's 128-query tiles do); MT = 1 wastes less on short sequences. */
-template <typename T, int D, int MT>
+template <typename T, int D, int MT, bool REL>
 __global__ void __launch_bounds__(TC_WARPS * 32, 2)
 attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqlens,
-		    const int32_t *__restrict__ seg, int max_seqlen, int num_heads, float qscale,
+		    const int32_t *__restrict__ seg, const float *__restrict__ rel_bias,
+		    int rel_max, int max_seqlen, int num_heads, float qscale, float inv_scale,
 		    T *__restrict__ out, int *flag)
 {
 	constexpr int LDS = D + 8;    /* shared row stride, elements */
@@ -196,6 +202,8 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 	const int nq = min(BQ, L - q0);
 	const T *base = qkv + (size_t)t0 * ld + (size_t)h * D; /* Q of token 0, head h */
 	const int32_t *segs = seg ? seg + t0 : NULL;
+	/* REL: this head's bias table centred on distance 0 */
+	const float *rel_h = REL ? rel_bias + (size_t)h * (2 * rel_max + 1) + rel_max : NULL;
 
 	/* group 0: the Q tile and K/V tile 0 */
 	for (int e = tid; e < BQ * CPR; e += TC_WARPS * 32) {
@@ -276,6 +284,23 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 						tc_mma<T>(sc[mt][2 * nn + 1], qf[mt][kk], b[2], b[3]);
 					}
 				}
+			}
+			/* relative position bias of (query row, key column) of each fragment element:
+			 * row qw + mt*16 + g (+ 8 for e >= 2), key column j*8 + tig*2 + (e & 1) */
+			if (REL) {
+#pragma unroll
+				for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+					for (int j = 0; j < NK; j++)
+#pragma unroll
+						for (int e = 0; e < 4; e++) {
+							const int qi = q0 + qw + mt * 16 + g + 8 * (e >> 1);
+							const int kj = k0 + j * 8 + tig * 2 + (e & 1);
+							const int dist =
+								min(max(kj - qi, -rel_max), rel_max);
+							sc[mt][j][e] = fmaf(__ldg(rel_h + dist), inv_scale,
+									    sc[mt][j][e]);
+						}
 			}
 			/* mask (only a tile that reaches past L, or a seg mask, needs it), tile row max */
 			const bool full = k0 + TC_BK <= L && !segs; /* warp-uniform */
@@ -386,30 +411,59 @@ bool rg_cuda_attention_tc_ok(rg_dtype dt, int head_dim, const void *qkv, const v
 	return ((uintptr_t)qkv % 16) == 0 && ((uintptr_t)out % 16) == 0;
 }
 
-template <typename T, int D, int MT>
-static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
-			   const int32_t *seg, int n_seq, int max_seqlen, int num_heads, float qscale,
-			   void *out)
+template <typename T, int D, int MT, bool REL>
+static rg_status tc_launch_k(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
+			   const int32_t *seg, const float *rel_bias, int rel_max, int n_seq,
+			   int max_seqlen, int num_heads, float qscale, float inv_scale, void *out)
 {
 	constexpr int BQ = TC_WARPS * 16 * MT;
 	const size_t smem = tc_smem_bytes(D, MT);
 	dim3 grid(n_seq, num_heads, (max_seqlen + BQ - 1) / BQ);
 
-	if (smem > 48 * 1024 && !(c->attn_smem_set & (1 << bit))) {
+	if (smem > 48 * 1024 && !(c->attn_smem_set & (1ull << bit))) {
 		if ((int)smem > c->max_smem_optin)
 			return rg_errorf(RG_ERR_UNSUPPORTED, "attention: head_dim %d needs %zu bytes of "
 					 "shared memory, device allows %d", D, smem,
 					 c->max_smem_optin);
-		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_tc_kernel<T, D, MT>,
+		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_tc_kernel<T, D, MT, REL>,
 					   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
 					   "cudaFuncSetAttribute(attention_tc)");
 		if (st != RG_OK)
 			return st;
-		c->attn_smem_set |= 1 << bit;
+		c->attn_smem_set |= 1ull << bit;
 	}
-	rg_launch(c, attention_tc_kernel<T, D, MT>, grid, TC_WARPS * 32, smem, (const T *)qkv,
-		  cu_seqlens, seg, max_seqlen, num_heads, qscale, (T *)out, c->flag_d);
+	rg_launch(c, attention_tc_kernel<T, D, MT, REL>, grid, TC_WARPS * 32, smem, (const T *)qkv,
+		  cu_seqlens, seg, rel_bias, rel_max, max_seqlen, num_heads, qscale, inv_scale, (T *)out,
+		  c->flag_d);
 	return rg_cuda_launch_check("attention_tc_kernel");
+}
+
+/* The instantiation with the bias code only when there is a table (its smem bits 10 higher). */
+template <typename T, int D, int MT>
+static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
+			   const int32_t *seg, const float *rel_bias, int rel_max, int n_seq,
+			   int max_seqlen, int num_heads, float qscale, float inv_scale, void *out)
+{
+	if (rel_bias)
+		return tc_launch_k<T, D, MT, true>(c, bit + 10, qkv, cu_seqlens, seg, rel_bias,
+						   rel_max, n_seq, max_seqlen, num_heads, qscale,
+						   inv_scale, out);
+	return tc_launch_k<T, D, MT, false>(c, bit, qkv, cu_seqlens, seg, NULL, 0, n_seq,
+					    max_seqlen, num_heads, qscale, inv_scale, out);
+}
+
+/* 128-query tiles (MT = 2, smem bit bit2) when wide, else 64 (MT = 1, bit1). */
+template <typename T, int D>
+static rg_status tc_launch_mt(rg_cuda_ctx *c, bool wide, int bit1, int bit2, const void *qkv,
+			      const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
+			      int rel_max, int n_seq, int max_seqlen, int num_heads, float qscale,
+			      float inv_scale, void *out)
+{
+	if (wide)
+		return tc_launch<T, D, 2>(c, bit2, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
+					  max_seqlen, num_heads, qscale, inv_scale, out);
+	return tc_launch<T, D, 1>(c, bit1, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
+				  max_seqlen, num_heads, qscale, inv_scale, out);
 }
 
 /* Query tiles of 128 (MT = 2) for head_dim <= 64 when the grid still has >= 8 CTAs per SM of 64-query
@@ -417,40 +471,43 @@ static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32
  * (few or short sequences: more CTAs, less waste; head_dim 128 with MT = 2 would spill registers). */
 template <typename T>
 static rg_status tc_dispatch_d(rg_cuda_ctx *c, int bit0, const void *qkv,
-			       const int32_t *cu_seqlens, const int32_t *seg, int n_seq,
-			       int max_seqlen, int num_heads, int head_dim, float qscale, void *out)
+			       const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
+			       int rel_max, int n_seq, int max_seqlen, int num_heads, int head_dim,
+			       float qscale, float inv_scale, void *out)
 {
 	const long tiles64 = (long)n_seq * num_heads * ((max_seqlen + 63) / 64);
 	const bool wide = max_seqlen > 64 && tiles64 >= 8L * c->num_sms;
 
 	switch (head_dim) {
 	case 32:
-		return wide ? tc_launch<T, 32, 2>(c, bit0 + 3, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-						  num_heads, qscale, out)
-			    : tc_launch<T, 32, 1>(c, bit0 + 0, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-						  num_heads, qscale, out);
+		return tc_launch_mt<T, 32>(c, wide, bit0 + 0, bit0 + 3, qkv, cu_seqlens, seg,
+					   rel_bias, rel_max, n_seq, max_seqlen, num_heads, qscale,
+					   inv_scale, out);
 	case 64:
-		return wide ? tc_launch<T, 64, 2>(c, bit0 + 4, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-						  num_heads, qscale, out)
-			    : tc_launch<T, 64, 1>(c, bit0 + 1, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-						  num_heads, qscale, out);
+		return tc_launch_mt<T, 64>(c, wide, bit0 + 1, bit0 + 4, qkv, cu_seqlens, seg,
+					   rel_bias, rel_max, n_seq, max_seqlen, num_heads, qscale,
+					   inv_scale, out);
 	case 128:
-		return tc_launch<T, 128, 1>(c, bit0 + 2, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-					    num_heads, qscale, out);
+		return tc_launch<T, 128, 1>(c, bit0 + 2, qkv, cu_seqlens, seg, rel_bias, rel_max,
+					    n_seq, max_seqlen, num_heads, qscale, inv_scale, out);
 	}
 	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: head_dim %d", head_dim);
 }
 
 rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
-			       const int32_t *cu_seqlens, const int32_t *seg, int n_seq,
-			       int max_seqlen, int num_heads, int head_dim, float qscale, void *out)
+			       const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
+			       int rel_max, int n_seq, int max_seqlen, int num_heads, int head_dim,
+			       float qscale, float inv_scale, void *out)
 {
-	/* bits 16..27 of attn_smem_set (attention.cu uses bits 0..11) */
+	/* bits 24..43 of attn_smem_set (attention.cu uses bits 0..23): 24 + {0..4} fp16, 29 +
+	 * {0..4} bf16, + 10 with a bias table */
 	if (dt == RG_DTYPE_F16)
-		return tc_dispatch_d<__half>(c, 16, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-					     num_heads, head_dim, qscale, out);
+		return tc_dispatch_d<__half>(c, 24, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
+					     max_seqlen, num_heads, head_dim, qscale, inv_scale,
+					     out);
 	if (dt == RG_DTYPE_BF16)
-		return tc_dispatch_d<__nv_bfloat16>(c, 22, qkv, cu_seqlens, seg, n_seq, max_seqlen,
-						    num_heads, head_dim, qscale, out);
+		return tc_dispatch_d<__nv_bfloat16>(c, 29, qkv, cu_seqlens, seg, rel_bias, rel_max,
+						    n_seq, max_seqlen, num_heads, head_dim, qscale,
+						    inv_scale, out);
 	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: dtype %d", (int)dt);
 }

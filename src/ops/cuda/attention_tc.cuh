@@ -10,11 +10,14 @@
 bool rg_cuda_attention_tc_ok(rg_dtype dt, int head_dim, const void *qkv, const void *out);
 
 /* Same contract as rg_op_attention (src/ops/ops.h) for problems accepted by rg_cuda_attention_tc_ok;
- * the caller (rg_cuda_attention) has already validated the shapes and host cu_seqlens and made the
- * device current. qscale = scale * log2(e). Launches on c->stream; RG_ERR_CUDA on launch failure,
- * RG_ERR_UNSUPPORTED when the device lacks the shared memory (head_dim 128 needs ~86 KiB). */
+ * the caller (rg_cuda_attention) has already validated the shapes, host cu_seqlens and rel_max and
+ * made the device current. qscale = scale * log2(e); inv_scale = 1 / scale (the relative position
+ * bias is added to the raw scores as rel_bias * inv_scale; unused when rel_bias is NULL). Launches
+ * on c->stream; RG_ERR_CUDA on launch failure, RG_ERR_UNSUPPORTED when the device lacks the
+ * shared memory (head_dim 128 needs ~86 KiB). */
 rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
-			       const int32_t *cu_seqlens, const int32_t *seg, int n_seq,
-			       int max_seqlen, int num_heads, int head_dim, float qscale, void *out);
+			       const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
+			       int rel_max, int n_seq, int max_seqlen, int num_heads, int head_dim,
+			       float qscale, float inv_scale, void *out);
 
 #endif

@@ -52,7 +52,7 @@ struct rg_cuda_ctx {
 	int max_smem_optin;                /* cudaDevAttrMaxSharedMemoryPerBlockOptin */
 	int num_sms;                       /* multiprocessors */
 	bool pdl;                          /* programmatic dependent launch (sm_90+, RAGGED_PDL=1) */
-	int attn_smem_set;                 /* bitmask of attention instantiations with raised smem */
+	unsigned long long attn_smem_set;  /* bitmask of attention instantiations with raised smem */
 	rg_cuda_gemm_plan plans[RG_CUDA_GEMM_CACHE];
 	unsigned long long gemm_clock;
 	bool autotune;                     /* time the heuristic's top algorithms per new plan */

@@ -49,7 +49,8 @@ rg_status rg_cuda_bias_residual_layernorm(void *ctx, rg_dtype dt, const void *x,
 					  const float *beta, float eps, int M, int N, void *out);
 rg_status rg_cuda_attention(void *ctx, rg_dtype dt, const void *qkv, const int32_t *cu_seqlens,
 			    const int32_t *cu_seqlens_h, int n_seq, int max_seqlen, int num_heads,
-			    int head_dim, float scale, const int32_t *seg, void *out);
+			    int head_dim, float scale, const int32_t *seg, const float *rel_bias,
+			    int rel_max, void *out);
 rg_status rg_cuda_pool(void *ctx, rg_dtype dt, const void *x, const int32_t *cu_seqlens, int n_seq,
 		       int H, rg_pooling mode, bool normalize, float *out);
 rg_status rg_cuda_gather_rows(void *ctx, rg_dtype dt, const void *src, const int32_t *idx, int n_dst,
