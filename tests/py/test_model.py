@@ -95,42 +95,15 @@ def mpnet_dir():
     return os.environ.get("RAGGED_MPNET_DIR") or os.path.join(cache, "ragged", "all-mpnet-base-v2")
 
 
-def _bert_processing_view(src, dst):
-    """dst: src's files (symlinks) with tokenizer.json's RobertaProcessing written as the
-    BertProcessing that adds the same ids to a single sequence (<s> A </s>), without the
-    tokenizer.json's fixed padding / truncation to 128."""
-    os.makedirs(dst, exist_ok=True)
-    for name in os.listdir(src):
-        if name != "tokenizer.json":
-            os.symlink(os.path.join(src, name), os.path.join(dst, name))
-    with open(os.path.join(src, "tokenizer.json")) as f:
-        tj = json.load(f)
-    pp = tj["post_processor"]
-    assert pp["type"] == "RobertaProcessing", pp
-    tj["post_processor"] = {"type": "BertProcessing", "cls": pp["cls"], "sep": pp["sep"]}
-    tj["padding"] = tj["truncation"] = None
-    with open(os.path.join(dst, "tokenizer.json"), "w") as f:
-        json.dump(tj, f)
-    return str(dst)
-
-
 @pytest.fixture(scope="module")
-def mpnet(tmp_path_factory):
-    """(model, reference, directory) of the real all-mpnet-base-v2. Absent: the test fails (it
-    runs in the release pass; fetch it with scripts/fetch-mpnet.sh). The tests feed token ids
-    from HF tokenizers; while ragged's own tokenizer refuses the model's RobertaProcessing
-    post-processor, the model is loaded from a view of the same files whose tokenizer.json says
-    BertProcessing instead (the same ids for one sequence), which embed_ids never reads."""
+def mpnet():
+    """(model, reference, directory) of the real all-mpnet-base-v2, loaded as shipped. Absent:
+    the test fails (it runs in the release pass; fetch it with scripts/fetch-mpnet.sh)."""
     d = mpnet_dir()
     if not os.path.exists(os.path.join(d, "model.safetensors")):
         pytest.fail(f"all-mpnet-base-v2 not found in {d}: run scripts/fetch-mpnet.sh "
                     "(or set RAGGED_MPNET_DIR to a directory holding it)")
-    try:
-        m = load(d)
-    except rc.RaggedError as e:
-        if "RobertaProcessing" not in e.message:
-            raise
-        m = load(_bert_processing_view(d, tmp_path_factory.mktemp("mpnet_view") / "m"))
+    m = load(d)
     yield m, RefBert(d), d
     m.close()
 
@@ -225,6 +198,7 @@ def test_mpnet_real_sentences(mpnet, sentences):
     sents = sentences[:50]
     ids = [e.ids for e in tok.encode_batch(sents)]
     assert all(s[0] == 0 and s[-1] == 2 for s in ids)
+    assert [model.tokenize(t) for t in sents] == ids  # ragged's own tokenizer, as shipped
     long_ids = tok.encode(" ".join(sentences[50:120])).ids
     assert len(long_ids) > 512
     ids.append(long_ids[:511] + [2])
