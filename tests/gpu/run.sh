@@ -63,7 +63,7 @@ python3 -c 'import xdist' 2>/dev/null && XD="-n 4"
 declare -A PYPID
 for dt in fp32 fp16 bf16; do
 	RAGGED_TEST_DEVICE=cuda RAGGED_TEST_DTYPE=$dt RAGGED_NUM_THREADS=2 \
-		timeout 300 python3 -m pytest -q -rfE -p no:cacheprovider $XD --durations=5 \
+		timeout 300 python3 -m pytest -q -rfE -p no:cacheprovider $XD --durations=5 -m "not slow" \
 		tests/py/test_model.py >"$OUT/pytest_$dt.log" 2>&1 &
 	PYPID[$dt]=$!
 done
