@@ -284,24 +284,40 @@ static void test_gemm_prepared(void **state)
 	rg_backend_free(be);
 }
 
+/* Shapes are checked once, in ops.c (rg_op_*), for every backend. */
 static void test_gemm_bias_act_edges(void **state)
 {
 	float A[4 * 3] = {0}, W[2 * 3] = {0}, bias[2] = {1, 2};
 	float *out = out_buf(4 * 2);
+	rg_backend *be;
 	(void)state;
 
+	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
 	/* M = 0: nothing written */
-	assert_int_equal(rg_cpu_gemm_bias_act(A, W, bias, out, 0, 2, 3, RG_ACT_GELU), RG_OK);
+	assert_int_equal(rg_op_gemm_bias_act(be, A, W, bias, out, 0, 2, 3, RG_ACT_GELU), RG_OK);
 	for (int i = 0; i < 4 * 2; i++)
 		assert_true(isnan(out[i]));
-	assert_int_equal(rg_cpu_gemm_bias_act(A, W, bias, out, -1, 2, 3, RG_ACT_NONE),
+	assert_int_equal(rg_op_gemm_bias_act(be, A, W, bias, out, -1, 2, 3, RG_ACT_NONE),
 			 RG_ERR_INVALID_INPUT);
-	assert_int_equal(rg_cpu_gemm_bias_act(A, W, bias, out, 4, 0, 3, RG_ACT_NONE),
+	assert_int_equal(rg_op_gemm_bias_act(be, A, W, bias, out, 4, 0, 3, RG_ACT_NONE),
 			 RG_ERR_INVALID_INPUT);
-	assert_int_equal(rg_cpu_gemm_bias_act(A, W, bias, out, 4, 2, 0, RG_ACT_NONE),
+	assert_int_equal(rg_op_gemm_bias_act(be, A, W, bias, out, 4, 2, 0, RG_ACT_NONE),
 			 RG_ERR_INVALID_INPUT);
-	assert_int_equal(rg_cpu_gemm_bias_act(A, W, bias, out, 4, 2, 3, (rg_act)99),
+	assert_int_equal(rg_op_gemm_bias_act(be, A, W, bias, out, 4, 2, 3, (rg_act)99),
 			 RG_ERR_UNSUPPORTED);
+	assert_int_equal(rg_op_bias_act(be, out, bias, 4, 2, (rg_act)99), RG_ERR_UNSUPPORTED);
+	assert_int_equal(rg_op_bias_act(be, out, bias, -1, 2, RG_ACT_NONE), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_op_bias_residual_layernorm(be, out, NULL, out, bias, bias, 1e-5f, 4, 0,
+						       out),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_op_embed_layernorm(be, NULL, NULL, -1, A, A, A, bias, bias, 1e-5f, 2, out),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_op_gather_rows(be, A, NULL, 2, 0, out), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_op_pool(be, A, NULL, 1, 2, (rg_pooling)7, false, out),
+			 RG_ERR_UNSUPPORTED);
+	assert_int_equal(rg_op_pool(be, A, NULL, -1, 2, RG_POOL_MEAN, false, out),
+			 RG_ERR_INVALID_INPUT);
+	rg_backend_free(be);
 	free(out);
 }
 
@@ -503,14 +519,23 @@ static void test_attention_rejects_bad_lengths(void **state)
 	const int32_t cu[] = {0, 5, 3}, cu1[] = {0, 5};
 	float qkv[5 * 6] = {0}, out[5 * 2], rb[3] = {0};
 	(void)state;
+	rg_backend *be;
+
+	/* data: a length that is negative or over max_seqlen (the backend reads cu_seqlens) */
 	assert_int_equal(rg_cpu_attention(qkv, cu, 2, 5, 1, 2, 1.f, NULL, NULL, 0, out),
 			 RG_ERR_INVALID_INPUT);
 	assert_int_equal(rg_cpu_attention(qkv, cu, 1, 4, 1, 2, 1.f, NULL, NULL, 0, out),
 			 RG_ERR_INVALID_INPUT);
-	/* a bias table needs rel_max >= 0; without one rel_max is ignored */
-	assert_int_equal(rg_cpu_attention(qkv, cu1, 1, 5, 1, 2, 1.f, NULL, rb, -1, out),
+	/* arguments (checked by rg_op_attention): a bias table needs rel_max >= 0; without one
+	 * rel_max is ignored */
+	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
+	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, rb, -1, out),
 			 RG_ERR_INVALID_INPUT);
-	assert_int_equal(rg_cpu_attention(qkv, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, -1, out), RG_OK);
+	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, -1, out),
+			 RG_OK);
+	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 0, 2, 1.f, NULL, NULL, 0, out),
+			 RG_ERR_INVALID_INPUT);
+	rg_backend_free(be);
 }
 
 /* Pooled rows in double: MEAN / CLS / MAX over each sequence, then L2 normalization; a sequence of

@@ -1,6 +1,7 @@
 /* CPU kernels (C11, single-threaded OpenBLAS sgemm tiles and vectorised bodies on ragged's thread
  * pool), float32 only. Same arguments and semantics as the rg_op_* entry points in
- * src/ops/ops.h, minus the backend. */
+ * src/ops/ops.h, minus the backend; the shapes are checked there (rg_op_*), not here: these
+ * check only the data they read (cu_seqlens). The backend table is backend_cpu.c. */
 #ifndef RG_OPS_CPU_H
 #define RG_OPS_CPU_H
 #include "core/export.h"

@@ -229,7 +229,7 @@ static rg_status attn_dispatch_nch(rg_cuda_ctx *c, int dtbit, const void *qkv,
 	}
 }
 
-extern "C" rg_status rg_cuda_attention(void *ctx, rg_dtype dt, const void *qkv,
+extern "C" rg_status rg_cuda_attention(rg_cuda_ctx *ctx, rg_dtype dt, const void *qkv,
 				       const int32_t *cu_seqlens, const int32_t *cu_seqlens_h,
 				       int n_seq, int max_seqlen, int num_heads, int head_dim,
 				       float scale, const int32_t *seg, const float *rel_bias,
@@ -239,15 +239,9 @@ extern "C" rg_status rg_cuda_attention(void *ctx, rg_dtype dt, const void *qkv,
 	const float qscale = scale * RG_ATT_LOG2E; /* softmax through exp2 */
 	rg_status st;
 
-	if (n_seq < 0 || max_seqlen < 0 || num_heads <= 0 || head_dim <= 0)
-		return rg_errorf(RG_ERR_INVALID_INPUT,
-				 "attention: bad shape n_seq=%d max_seqlen=%d heads=%d head_dim=%d",
-				 n_seq, max_seqlen, num_heads, head_dim);
 	if (head_dim > RG_ATT_MAX_D)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "attention: head_dim %d > %d is not supported on "
 				 "CUDA", head_dim, RG_ATT_MAX_D);
-	if (rel_bias && rel_max < 0)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "attention: rel_max %d < 0", rel_max);
 	if (!rg_cuda_dt_valid(dt))
 		return rg_errorf(RG_ERR_UNSUPPORTED, "attention: unknown dtype %d", (int)dt);
 	if (num_heads > 65535 || (max_seqlen + RG_ATT_BQ - 1) / RG_ATT_BQ > 65535)

@@ -19,7 +19,7 @@ extern "C" int rg_cuda_count_devices(void)
  * Errors: RG_ERR_UNSUPPORTED (no such device, compute capability < 8.0, bad dtype),
  * RG_ERR_OOM (workspace), RG_ERR_CUDA. On error nothing is left allocated. Free with
  * rg_cuda_backend_free. */
-extern "C" rg_status rg_cuda_backend_init(int device_index, rg_dtype dt, void **out)
+extern "C" rg_status rg_cuda_backend_init(int device_index, rg_dtype dt, rg_cuda_ctx **out)
 {
 	rg_cuda_ctx *c;
 	cudaDeviceProp prop;
@@ -108,7 +108,7 @@ out_free_ctx:
 /* Defined in gemm.cu: destroys the cached cuBLASLt descriptors. */
 void rg_cuda_gemm_cache_free(rg_cuda_ctx *c);
 
-extern "C" void rg_cuda_backend_free(void *ctx)
+extern "C" void rg_cuda_backend_free(rg_cuda_ctx *ctx)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	if (!c)
@@ -126,7 +126,7 @@ extern "C" void rg_cuda_backend_free(void *ctx)
 }
 
 /* cudaMalloc; RG_ERR_OOM (with the size and the free memory) when the device is full. */
-extern "C" rg_status rg_cuda_alloc(void *ctx, size_t bytes, void **ptr)
+extern "C" rg_status rg_cuda_alloc(rg_cuda_ctx *ctx, size_t bytes, void **ptr)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	cudaError_t e;
@@ -151,7 +151,7 @@ extern "C" rg_status rg_cuda_alloc(void *ctx, size_t bytes, void **ptr)
 	return rg_errorf(RG_ERR_CUDA, "cudaMalloc(%zu): %s", bytes, cudaGetErrorString(e));
 }
 
-extern "C" void rg_cuda_dealloc(void *ctx, void *ptr)
+extern "C" void rg_cuda_dealloc(rg_cuda_ctx *ctx, void *ptr)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	if (!ptr)
@@ -164,7 +164,7 @@ extern "C" void rg_cuda_dealloc(void *ctx, void *ptr)
 
 /* Copies run on the backend's stream (so they are ordered after queued kernels) and return once
  * the copy has finished. */
-extern "C" rg_status rg_cuda_upload(void *ctx, void *dst, const void *src_host, size_t bytes)
+extern "C" rg_status rg_cuda_upload(rg_cuda_ctx *ctx, void *dst, const void *src_host, size_t bytes)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	rg_status st = rg_cuda_enter(c);
@@ -177,7 +177,7 @@ extern "C" rg_status rg_cuda_upload(void *ctx, void *dst, const void *src_host, 
 	return rg_cuda_err(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize after upload");
 }
 
-extern "C" rg_status rg_cuda_download(void *ctx, void *dst_host, const void *src, size_t bytes)
+extern "C" rg_status rg_cuda_download(rg_cuda_ctx *ctx, void *dst_host, const void *src, size_t bytes)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	rg_status st = rg_cuda_enter(c);
@@ -192,7 +192,7 @@ extern "C" rg_status rg_cuda_download(void *ctx, void *dst_host, const void *src
 
 /* Upload n float32 values as dt: converted on the host (round to nearest even) in chunks of 1M
  * values through one bounded staging buffer, then copied. */
-extern "C" rg_status rg_cuda_upload_f32_as(void *ctx, void *dst, const float *src_host, size_t n,
+extern "C" rg_status rg_cuda_upload_f32_as(rg_cuda_ctx *ctx, void *dst, const float *src_host, size_t n,
 					   rg_dtype dt)
 {
 	const size_t chunk = (size_t)1 << 20;
@@ -229,7 +229,7 @@ extern "C" rg_status rg_cuda_upload_f32_as(void *ctx, void *dst, const float *sr
 
 /* Wait for every queued op, then read and clear the device error flag: a kernel that met
  * inconsistent indices reports it here as RG_ERR_INVALID_INPUT. */
-extern "C" rg_status rg_cuda_sync(void *ctx)
+extern "C" rg_status rg_cuda_sync(rg_cuda_ctx *ctx)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	int flag = 0;
@@ -257,7 +257,7 @@ extern "C" rg_status rg_cuda_sync(void *ctx)
 			 "or a decreasing cu_seqlens");
 }
 
-extern "C" rg_status rg_cuda_mem_info(void *ctx, size_t *used, size_t *total)
+extern "C" rg_status rg_cuda_mem_info(rg_cuda_ctx *ctx, size_t *used, size_t *total)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	size_t fr = 0, tot = 0;
@@ -277,7 +277,7 @@ extern "C" rg_status rg_cuda_mem_info(void *ctx, size_t *used, size_t *total)
 
 /* ---------------------------------------------------------------- pinned memory, async copies */
 
-extern "C" rg_status rg_cuda_zero(void *ctx, void *ptr, size_t bytes)
+extern "C" rg_status rg_cuda_zero(rg_cuda_ctx *ctx, void *ptr, size_t bytes)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	rg_status st = rg_cuda_enter(c);
@@ -286,7 +286,7 @@ extern "C" rg_status rg_cuda_zero(void *ctx, void *ptr, size_t bytes)
 	return rg_cuda_err(cudaMemsetAsync(ptr, 0, bytes, c->stream), "cudaMemsetAsync");
 }
 
-extern "C" rg_status rg_cuda_host_alloc(void *ctx, size_t bytes, void **ptr)
+extern "C" rg_status rg_cuda_host_alloc(rg_cuda_ctx *ctx, size_t bytes, void **ptr)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	rg_status st = rg_cuda_enter(c);
@@ -303,7 +303,7 @@ extern "C" rg_status rg_cuda_host_alloc(void *ctx, size_t bytes, void **ptr)
 	return RG_OK;
 }
 
-extern "C" void rg_cuda_host_free(void *ctx, void *ptr)
+extern "C" void rg_cuda_host_free(rg_cuda_ctx *ctx, void *ptr)
 {
 	(void)ctx;
 	if (ptr)
@@ -311,7 +311,7 @@ extern "C" void rg_cuda_host_free(void *ctx, void *ptr)
 	(void)cudaGetLastError();
 }
 
-extern "C" rg_status rg_cuda_upload_async(void *ctx, void *dst, const void *src_pinned, size_t bytes)
+extern "C" rg_status rg_cuda_upload_async(rg_cuda_ctx *ctx, void *dst, const void *src_pinned, size_t bytes)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	if (bytes == 0)
@@ -320,7 +320,7 @@ extern "C" rg_status rg_cuda_upload_async(void *ctx, void *dst, const void *src_
 			   "cudaMemcpyAsync(host to device, async)");
 }
 
-extern "C" rg_status rg_cuda_download_async(void *ctx, void *dst_pinned, const void *src,
+extern "C" rg_status rg_cuda_download_async(rg_cuda_ctx *ctx, void *dst_pinned, const void *src,
 					    size_t bytes)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
@@ -334,7 +334,7 @@ extern "C" rg_status rg_cuda_download_async(void *ctx, void *dst_pinned, const v
 
 /* Thread-local capture: only this thread's calls are recorded, and another thread's unrelated
  * CUDA calls (the server's other workers) do not invalidate the capture. */
-extern "C" rg_status rg_cuda_capture_begin(void *ctx)
+extern "C" rg_status rg_cuda_capture_begin(rg_cuda_ctx *ctx)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	rg_status st = rg_cuda_enter(c);
@@ -350,7 +350,7 @@ extern "C" rg_status rg_cuda_capture_begin(void *ctx)
 	return st;
 }
 
-extern "C" rg_status rg_cuda_capture_end(void *ctx, void **graph_exec)
+extern "C" rg_status rg_cuda_capture_end(rg_cuda_ctx *ctx, void **graph_exec)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	cudaGraph_t g = NULL;
@@ -382,7 +382,7 @@ extern "C" rg_status rg_cuda_capture_end(void *ctx, void **graph_exec)
 	return RG_OK;
 }
 
-extern "C" rg_status rg_cuda_graph_launch(void *ctx, void *graph_exec)
+extern "C" rg_status rg_cuda_graph_launch(rg_cuda_ctx *ctx, void *graph_exec)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	rg_status st = rg_cuda_enter(c);
@@ -393,7 +393,7 @@ extern "C" rg_status rg_cuda_graph_launch(void *ctx, void *graph_exec)
 			   "cudaGraphLaunch");
 }
 
-extern "C" void rg_cuda_graph_free(void *ctx, void *graph_exec)
+extern "C" void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph_exec)
 {
 	(void)ctx;
 	if (graph_exec)
@@ -401,7 +401,62 @@ extern "C" void rg_cuda_graph_free(void *ctx, void *graph_exec)
 	(void)cudaGetLastError();
 }
 
-extern "C" void rg_cuda_set_exact_gelu(void *ctx, bool exact)
+extern "C" void rg_cuda_set_exact_gelu(rg_cuda_ctx *ctx, bool exact)
 {
 	((rg_cuda_ctx *)ctx)->exact_gelu = exact;
+}
+
+/* The table ops.c dispatches through (src/ops/backend.h); the CUDA entry points themselves are
+ * spread over backend.cu, gemm.cu, layernorm.cu, elementwise.cu and attention.cu. */
+static rg_backend_ops make_cuda_ops(void)
+{
+	rg_backend_ops t;
+
+	memset(&t, 0, sizeof(t));
+	t.name = "cuda";
+	t.free = rg_cuda_backend_free;
+	t.alloc = rg_cuda_alloc;
+	t.dealloc = rg_cuda_dealloc;
+	t.upload = rg_cuda_upload;
+	t.download = rg_cuda_download;
+	t.upload_f32_as = rg_cuda_upload_f32_as;
+	t.zero = rg_cuda_zero;
+	t.host_alloc = rg_cuda_host_alloc;
+	t.host_free = rg_cuda_host_free;
+	t.upload_async = rg_cuda_upload_async;
+	t.download_async = rg_cuda_download_async;
+	t.sync = rg_cuda_sync;
+	t.mem_info = rg_cuda_mem_info;
+	t.capture_begin = rg_cuda_capture_begin;
+	t.capture_end = rg_cuda_capture_end;
+	t.graph_launch = rg_cuda_graph_launch;
+	t.graph_free = rg_cuda_graph_free;
+	t.set_exact_gelu = rg_cuda_set_exact_gelu;
+	t.embed_layernorm = rg_cuda_embed_layernorm;
+	t.gemm = rg_cuda_gemm;
+	t.prepare_weight = rg_cuda_prepare_weight;
+	t.gemm_bias_act = rg_cuda_gemm_bias_act;
+	t.bias_act = rg_cuda_bias_act;
+	t.bias_residual_layernorm = rg_cuda_bias_residual_layernorm;
+	t.attention = rg_cuda_attention;
+	t.pool = rg_cuda_pool;
+	t.gather_rows = rg_cuda_gather_rows;
+	return t;
+}
+
+/* cuBLASLt reads W as it is: nothing to prepare. */
+extern "C" rg_status rg_cuda_prepare_weight(rg_cuda_ctx *ctx, void *W, int N, int K)
+{
+	(void)ctx;
+	(void)W;
+	(void)N;
+	(void)K;
+	return RG_OK;
+}
+
+extern "C" const rg_backend_ops *rg_cuda_backend_ops(void)
+{
+	static const rg_backend_ops table = make_cuda_ops(); /* thread-safe static init */
+
+	return &table;
 }

@@ -41,8 +41,8 @@ enum {
 				       * cu_seqlens not monotone on the device */
 };
 
-/* The backend context behind the opaque `void *ctx` of ops_cuda.h. */
-struct rg_cuda_ctx {
+/* The backend context behind the opaque rg_cuda_ctx (= struct rg_backend_ctx) of ops_cuda.h. */
+struct rg_backend_ctx {
 	int device;
 	rg_dtype dt;
 	cudaStream_t stream;               /* every op runs on this one stream */

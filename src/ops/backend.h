@@ -1,0 +1,80 @@
+/* The interface between src/ops/ops.c and a backend: one table of functions per backend (CPU,
+ * CUDA), so that each rg_op_* validates its arguments once and dispatches through the table
+ * instead of an #ifdef per op (as ggml-backend does). Internal to src/ops.
+ *
+ * Every op entry has the arguments and semantics of its rg_op_* twin in ops.h, after ops.c has
+ * checked the shapes (sizes >= 0 or > 0, known activations and pooling modes, rel_max): a backend
+ * checks only what depends on data it reads (cu_seqlens monotone, lengths within max_seqlen,
+ * which the CPU sees on the host and CUDA flags on the device), and what it cannot do
+ * (RG_ERR_UNSUPPORTED: a hidden size its kernels do not cover). Tensors live in the backend's
+ * memory; dt is the compute dtype (always F32 on the CPU). */
+#ifndef RG_OPS_BACKEND_H
+#define RG_OPS_BACKEND_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/act.h"
+#include "ragged.h"
+
+/* A backend's own state: the CUDA backend's device, stream, cuBLASLt handle, workspace and plan
+ * cache (src/ops/cuda/common.cuh); the CPU backend has none (NULL). */
+typedef struct rg_backend_ctx rg_backend_ctx;
+
+typedef struct rg_backend_ops {
+	const char *name; /* "cpu", "cuda" */
+	void (*free)(rg_backend_ctx *c);
+
+	/* memory; host_alloc gives pinned memory on CUDA, plain malloc on the CPU */
+	rg_status (*alloc)(rg_backend_ctx *c, size_t bytes, void **ptr);
+	void (*dealloc)(rg_backend_ctx *c, void *ptr);
+	rg_status (*upload)(rg_backend_ctx *c, void *dst, const void *src_host, size_t bytes);
+	rg_status (*download)(rg_backend_ctx *c, void *dst_host, const void *src, size_t bytes);
+	rg_status (*upload_f32_as)(rg_backend_ctx *c, void *dst, const float *src_host, size_t n,
+				   rg_dtype dt);
+	rg_status (*zero)(rg_backend_ctx *c, void *ptr, size_t bytes);
+	rg_status (*host_alloc)(rg_backend_ctx *c, size_t bytes, void **ptr);
+	void (*host_free)(rg_backend_ctx *c, void *ptr);
+	rg_status (*upload_async)(rg_backend_ctx *c, void *dst, const void *src_pinned, size_t bytes);
+	rg_status (*download_async)(rg_backend_ctx *c, void *dst_pinned, const void *src,
+				    size_t bytes);
+	rg_status (*sync)(rg_backend_ctx *c);
+	rg_status (*mem_info)(rg_backend_ctx *c, size_t *used, size_t *total);
+
+	/* graphs (CUDA graphs); NULL where the backend has none */
+	rg_status (*capture_begin)(rg_backend_ctx *c);
+	rg_status (*capture_end)(rg_backend_ctx *c, void **graph);
+	rg_status (*graph_launch)(rg_backend_ctx *c, void *graph);
+	void (*graph_free)(rg_backend_ctx *c, void *graph);
+	void (*set_exact_gelu)(rg_backend_ctx *c, bool exact); /* NULL: no effect */
+
+	/* ops (ops.h) */
+	rg_status (*embed_layernorm)(rg_backend_ctx *c, rg_dtype dt, const int32_t *tokens,
+				     const int32_t *positions, int n_tokens, const void *word,
+				     const void *pos, const void *type0, const float *gamma,
+				     const float *beta, float eps, int H, void *out);
+	rg_status (*gemm)(rg_backend_ctx *c, rg_dtype dt, const void *A, const void *W, void *out,
+			  int M, int N, int K);
+	rg_status (*prepare_weight)(rg_backend_ctx *c, void *W, int N, int K);
+	rg_status (*gemm_bias_act)(rg_backend_ctx *c, rg_dtype dt, const void *A, const void *W,
+				   const void *bias, void *out, int M, int N, int K, rg_act act);
+	rg_status (*bias_act)(rg_backend_ctx *c, rg_dtype dt, void *x, const float *bias, int M,
+			      int N, rg_act act);
+	rg_status (*bias_residual_layernorm)(rg_backend_ctx *c, rg_dtype dt, const void *x,
+					     const float *bias, const void *residual,
+					     const float *gamma, const float *beta, float eps, int M,
+					     int N, void *out);
+	rg_status (*attention)(rg_backend_ctx *c, rg_dtype dt, const void *qkv,
+			       const int32_t *cu_seqlens, const int32_t *cu_seqlens_h, int n_seq,
+			       int max_seqlen, int num_heads, int head_dim, float scale,
+			       const int32_t *seg, const float *rel_bias, int rel_max, void *out);
+	rg_status (*pool)(rg_backend_ctx *c, rg_dtype dt, const void *x, const int32_t *cu_seqlens,
+			  int n_seq, int H, rg_pooling mode, bool normalize, float *out);
+	rg_status (*gather_rows)(rg_backend_ctx *c, rg_dtype dt, const void *src, const int32_t *idx,
+				 int n_dst, int H, void *dst);
+} rg_backend_ops;
+
+/* The CPU backend (src/ops/cpu/backend_cpu.c). */
+extern const rg_backend_ops rg_cpu_backend_ops;
+
+#endif

@@ -1,0 +1,203 @@
+/* The CPU backend's table (src/ops/backend.h): host memory, and the float32 kernels of
+ * ops_cpu.c and gemm_dnnl.c. It has no context (c is NULL) and computes in fp32 only (ops.c
+ * refuses other dtypes when the backend is created). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "ops/backend.h"
+#include "ops/cpu/gemm_dnnl.h"
+#include "ops/cpu/ops_cpu.h"
+
+static void cpu_free(rg_backend_ctx *c)
+{
+	(void)c;
+}
+
+static rg_status cpu_alloc(rg_backend_ctx *c, size_t bytes, void **ptr)
+{
+	(void)c;
+	*ptr = malloc(bytes ? bytes : 1);
+	if (!*ptr)
+		return rg_errorf(RG_ERR_OOM, "cannot allocate %zu bytes of host memory", bytes);
+	return RG_OK;
+}
+
+static void cpu_dealloc(rg_backend_ctx *c, void *ptr)
+{
+	(void)c;
+	rg_dnnl_release(ptr); /* a prepared weight's registry entry dies with its memory */
+	free(ptr);
+}
+
+static void cpu_host_free(rg_backend_ctx *c, void *ptr)
+{
+	(void)c;
+	free(ptr);
+}
+
+/* upload, download and their async forms: host memory on both sides */
+static rg_status cpu_copy(rg_backend_ctx *c, void *dst, const void *src, size_t bytes)
+{
+	(void)c;
+	memcpy(dst, src, bytes);
+	return RG_OK;
+}
+
+static rg_status cpu_upload_f32_as(rg_backend_ctx *c, void *dst, const float *src_host, size_t n,
+				   rg_dtype dt)
+{
+	(void)c;
+	if (dt != RG_DTYPE_F32)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "CPU backend stores fp32 only");
+	memcpy(dst, src_host, n * sizeof(float));
+	return RG_OK;
+}
+
+static rg_status cpu_zero(rg_backend_ctx *c, void *ptr, size_t bytes)
+{
+	(void)c;
+	memset(ptr, 0, bytes);
+	return RG_OK;
+}
+
+static rg_status cpu_sync(rg_backend_ctx *c)
+{
+	(void)c;
+	return RG_OK;
+}
+
+/* Resident set size and MemTotal from /proc (Linux). */
+static rg_status cpu_mem_info(rg_backend_ctx *c, size_t *used, size_t *total)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	long pages = 0, rss = 0;
+	char line[256];
+
+	(void)c;
+	*used = 0;
+	*total = 0;
+	if (f) {
+		if (fscanf(f, "%ld %ld", &pages, &rss) == 2)
+			*used = (size_t)rss * 4096u;
+		fclose(f);
+	}
+	f = fopen("/proc/meminfo", "r");
+	if (f) {
+		while (fgets(line, sizeof(line), f)) {
+			unsigned long kb;
+			if (sscanf(line, "MemTotal: %lu kB", &kb) == 1) {
+				*total = (size_t)kb * 1024u;
+				break;
+			}
+		}
+		fclose(f);
+	}
+	return RG_OK;
+}
+
+static rg_status cpu_embed_layernorm(rg_backend_ctx *c, rg_dtype dt, const int32_t *tokens,
+				     const int32_t *positions, int n_tokens, const void *word,
+				     const void *pos, const void *type0, const float *gamma,
+				     const float *beta, float eps, int H, void *out)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_embed_layernorm(tokens, positions, n_tokens, word, pos, type0, gamma, beta, eps,
+				      H, out);
+}
+
+static rg_status cpu_gemm(rg_backend_ctx *c, rg_dtype dt, const void *A, const void *W, void *out,
+			  int M, int N, int K)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_gemm(A, W, out, M, N, K);
+}
+
+static rg_status cpu_prepare_weight(rg_backend_ctx *c, void *W, int N, int K)
+{
+	(void)c;
+	return rg_dnnl_prepare(W, N, K);
+}
+
+static rg_status cpu_gemm_bias_act(rg_backend_ctx *c, rg_dtype dt, const void *A, const void *W,
+				   const void *bias, void *out, int M, int N, int K, rg_act act)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_gemm_bias_act(A, W, bias, out, M, N, K, act);
+}
+
+static rg_status cpu_bias_act(rg_backend_ctx *c, rg_dtype dt, void *x, const float *bias, int M,
+			      int N, rg_act act)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_bias_act(x, bias, M, N, act);
+}
+
+static rg_status cpu_bias_residual_layernorm(rg_backend_ctx *c, rg_dtype dt, const void *x,
+					     const float *bias, const void *residual,
+					     const float *gamma, const float *beta, float eps, int M,
+					     int N, void *out)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_bias_residual_layernorm(x, bias, residual, gamma, beta, eps, M, N, out);
+}
+
+static rg_status cpu_attention(rg_backend_ctx *c, rg_dtype dt, const void *qkv,
+			       const int32_t *cu_seqlens, const int32_t *cu_seqlens_h, int n_seq,
+			       int max_seqlen, int num_heads, int head_dim, float scale,
+			       const int32_t *seg, const float *rel_bias, int rel_max, void *out)
+{
+	(void)c;
+	(void)dt;
+	(void)cu_seqlens_h; /* cu_seqlens is host memory already */
+	return rg_cpu_attention(qkv, cu_seqlens, n_seq, max_seqlen, num_heads, head_dim, scale, seg,
+				rel_bias, rel_max, out);
+}
+
+static rg_status cpu_pool(rg_backend_ctx *c, rg_dtype dt, const void *x, const int32_t *cu_seqlens,
+			  int n_seq, int H, rg_pooling mode, bool normalize, float *out)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_pool(x, cu_seqlens, n_seq, H, mode, normalize, out);
+}
+
+static rg_status cpu_gather_rows(rg_backend_ctx *c, rg_dtype dt, const void *src, const int32_t *idx,
+				 int n_dst, int H, void *dst)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_gather_rows(src, idx, n_dst, H, dst);
+}
+
+const rg_backend_ops rg_cpu_backend_ops = {
+	.name = "cpu",
+	.free = cpu_free,
+	.alloc = cpu_alloc,
+	.dealloc = cpu_dealloc,
+	.upload = cpu_copy,
+	.download = cpu_copy,
+	.upload_f32_as = cpu_upload_f32_as,
+	.zero = cpu_zero,
+	.host_alloc = cpu_alloc,
+	.host_free = cpu_host_free,
+	.upload_async = cpu_copy,
+	.download_async = cpu_copy,
+	.sync = cpu_sync,
+	.mem_info = cpu_mem_info,
+	.embed_layernorm = cpu_embed_layernorm,
+	.gemm = cpu_gemm,
+	.prepare_weight = cpu_prepare_weight,
+	.gemm_bias_act = cpu_gemm_bias_act,
+	.bias_act = cpu_bias_act,
+	.bias_residual_layernorm = cpu_bias_residual_layernorm,
+	.attention = cpu_attention,
+	.pool = cpu_pool,
+	.gather_rows = cpu_gather_rows,
+};
