@@ -611,10 +611,10 @@ static void test_attention(rg_dtype dt, const batch *b, int heads, int D, int wi
 		grb = graw(rb, nrb * 4);
 	gbuf go = galloc((size_t)T * H * rg_dtype_size(dt));
 	CK(rg_op_attention(g_gpu, gq.p, gcu.p, b->cu, b->n_seq, b->max_len, heads, D, scale,
-			   seg ? gs.p : NULL, rb ? grb.p : NULL, rel_max, go.p));
+			   seg ? gs.p : NULL, rb ? grb.p : NULL, rel_max, NULL, go.p));
 	float *ref = nan_host((size_t)T * H);
 	CK(rg_op_attention(g_cpu, qkv, b->cu, b->cu, b->n_seq, b->max_len, heads, D, scale, seg,
-			   rb, rel_max, ref));
+			   rb, rel_max, NULL, ref));
 	float *got = gread(&go, dt, (size_t)T * H);
 	snprintf(name, sizeof(name), "attention %dx%d%s%s", heads, D, seg ? " seg" : "",
 		 rb ? " relbias" : "");
@@ -715,9 +715,9 @@ static void test_attention_batch_invariance(rg_dtype dt)
 	gbuf gcu = graw(b.cu, 5 * 4), gcu1 = graw(cu1, 8);
 	gbuf go = galloc((size_t)b.n_tok * H * es), go1 = galloc((size_t)L * H * es);
 	CK(rg_op_attention(g_gpu, gq.p, gcu.p, b.cu, 4, b.max_len, heads, D, 0.17f, NULL, NULL, 0,
-			   go.p));
+			   NULL, go.p));
 	CK(rg_op_attention(g_gpu, (char *)gq.p + (size_t)t0 * 3 * H * es, gcu1.p, cu1, 1, L, heads,
-			   D, 0.17f, NULL, NULL, 0, go1.p));
+			   D, 0.17f, NULL, NULL, 0, NULL, go1.p));
 	CK(rg_backend_sync(g_gpu));
 	unsigned char *h = malloc((size_t)L * H * es), *h1 = malloc((size_t)L * H * es);
 	CK(rg_backend_download(g_gpu, h, (char *)go.p + (size_t)t0 * H * es, (size_t)L * H * es));
@@ -765,12 +765,12 @@ static void test_errors(void)
 	st = rg_backend_mem_info(g_gpu, &used, &total);
 	expect(st == RG_OK && used > 0 && total >= used, "mem_info after OOM reports used <= total");
 	gbuf q = galloc(30 * 3 * 256 * 2), o = galloc(30 * 256 * 2), gcu = graw(cu, 12);
-	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 20, 1, 256, 0.1f, NULL, NULL, 0, o.p);
+	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 20, 1, 256, 0.1f, NULL, NULL, 0, NULL, o.p);
 	expect(st == RG_ERR_UNSUPPORTED, "attention head_dim 256 -> RG_ERR_UNSUPPORTED");
-	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 10, 4, 64, 0.1f, NULL, NULL, 0, o.p);
+	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 10, 4, 64, 0.1f, NULL, NULL, 0, NULL, o.p);
 	expect(st == RG_ERR_INVALID_INPUT, "attention length 20 > max_seqlen 10 -> INVALID_INPUT");
 	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 20, 4, 64, 0.1f, NULL, (const float *)o.p,
-			     -1, o.p);
+			     -1, NULL, o.p);
 	expect(st == RG_ERR_INVALID_INPUT, "attention bias table with rel_max -1 -> INVALID_INPUT");
 	gbuf gi = graw(&neg, 4);
 	st = rg_op_gather_rows(g_gpu, q.p, gi.p, 1, 64, o.p);
