@@ -628,6 +628,63 @@ static void test_attention(rg_dtype dt, const batch *b, int heads, int D, int wi
 		gfree(&grb);
 }
 
+/* DeBERTa's disentangled terms: rg_op_rel_tables (c2p from Q and pos_key, p2c from K and
+ * pos_query) and rg_op_attention with them, CUDA against the CPU twin on the same rounded inputs;
+ * which: 1 c2p, 2 p2c, 3 both. idx: a window of W / 2 each side of distance 0 clamped to the
+ * table, over distances up to R (R < the longest sequence: clamped distances too). The
+ * attention always runs the CUDA-core kernel (DIS instantiation), also in fp16/bf16. */
+static void test_attention_disent(rg_dtype dt, const batch *b, int heads, int D, int W, int R,
+				  int which)
+{
+	const int H = heads * D, T = b->n_tok;
+	const size_t ntab = (size_t)T * heads * W;
+	const float scale = 1.f / sqrtf((float)(D * 3));
+	int32_t *idx = malloc((2 * (size_t)R + 1) * 4);
+	float *qkv, *pk, *pq;
+	double a, r;
+	char name[80];
+
+	for (int d = -R; d <= R; d++) {
+		int e = d + W / 2;
+		idx[R + d] = e < 0 ? 0 : e > W - 1 ? W - 1 : e;
+	}
+	tol_for(dt, &a, &r);
+	gbuf gq = gact_rand(dt, (size_t)T * 3 * H, -2, 2, &qkv);
+	gbuf gpk = gact_rand(dt, (size_t)W * H, -1, 1, &pk);
+	gbuf gpq = gact_rand(dt, (size_t)W * H, -1, 1, &pq);
+	gbuf gi = graw(idx, (2 * (size_t)R + 1) * 4);
+	gbuf gcu = graw(b->cu, (b->n_seq + 1) * 4);
+	gbuf gc = galloc(ntab * rg_dtype_size(dt)), gp = galloc(ntab * rg_dtype_size(dt));
+	gbuf go = galloc((size_t)T * H * rg_dtype_size(dt));
+	float *c2p = nan_host(ntab), *p2c = nan_host(ntab), *ref = nan_host((size_t)T * H);
+	const rg_attn_disent gdis = {which & 1 ? gc.p : NULL, which & 2 ? gp.p : NULL, gi.p, W, R};
+	const rg_attn_disent cdis = {which & 1 ? c2p : NULL, which & 2 ? p2c : NULL, idx, W, R};
+
+	CK(rg_op_rel_tables(g_gpu, gq.p, T, heads, D, which & 1 ? gpk.p : NULL,
+			    which & 2 ? gpq.p : NULL, W, scale, gc.p, gp.p));
+	CK(rg_op_attention(g_gpu, gq.p, gcu.p, b->cu, b->n_seq, b->max_len, heads, D, scale, NULL,
+			   NULL, 0, &gdis, go.p));
+	CK(rg_op_rel_tables(g_cpu, qkv, T, heads, D, which & 1 ? pk : NULL, which & 2 ? pq : NULL,
+			    W, scale, c2p, p2c));
+	CK(rg_op_attention(g_cpu, qkv, b->cu, b->cu, b->n_seq, b->max_len, heads, D, scale, NULL,
+			   NULL, 0, &cdis, ref));
+	set_case("%s W %d R %d which %d", b->name, W, R, which);
+	for (int k = 0; k < 2; k++) {
+		if (!(which & (1 << k)))
+			continue;
+		float *got = gread(k ? &gp : &gc, dt, ntab);
+		snprintf(name, sizeof(name), "rel_tables %dx%d %s", heads, D, k ? "p2c" : "c2p");
+		compare(name, dt, got, k ? p2c : c2p, ntab, a, r, gguard_check(k ? &gp : &gc));
+		free(got);
+	}
+	float *got = gread(&go, dt, (size_t)T * H);
+	snprintf(name, sizeof(name), "attention %dx%d disentangled", heads, D);
+	compare(name, dt, got, ref, (size_t)T * H, a, r, gguard_check(&go));
+	free(got); free(ref); free(c2p); free(p2c); free(qkv); free(pk); free(pq); free(idx);
+	gfree(&gq); gfree(&gpk); gfree(&gpq); gfree(&gi); gfree(&gcu); gfree(&gc); gfree(&gp);
+	gfree(&go);
+}
+
 /* H a multiple of 16 bytes of elements (384, 768) takes the 16-byte column groups, other H (99)
  * one element per thread. Sequences of length 0 must give zero rows (exactly) and leave the
  * device error flag clear: rg_backend_sync returns RG_OK. */
@@ -1225,6 +1282,13 @@ int main(int argc, char **argv)
 					for (int rb = 0; rb < 3; rb++)
 						test_attention(dt, &b, att[a][0], att[a][1], sg,
 							       rb == 0 ? -1 : rb == 1 ? 128 : 5);
+			/* DeBERTa's c2p / p2c: v3's width 512 with every distance in the
+			 * window, and width 16 with most distances clamped; each term alone */
+			for (int a = 0; a < 5; a++)
+				for (int w = 0; w < 3; w++)
+					test_attention_disent(dt, &b, att[a][0], att[a][1],
+							      w ? 16 : 512, w ? 40 : 512,
+							      w == 2 ? 1 + (a & 1) : 3);
 			for (int h = 0; h < 3; h++)
 				for (int m = 0; m < 3; m++)
 					for (int nm = 0; nm < 2; nm++)
