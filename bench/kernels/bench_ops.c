@@ -513,7 +513,7 @@ static rg_status call_attention(const op_case *c, int s)
 	void *const *t = c->set[s];
 	return rg_op_attention(c->d->be, t[0], c->shared[0], c->cu_h, c->n_seq, c->max_seqlen,
 			       c->m->heads, c->m->head_dim, 1.0f / sqrtf((float)c->m->head_dim),
-			       NULL, NULL, 0, t[1]);
+			       NULL, NULL, 0, NULL, t[1]);
 }
 
 /* out (T, H) = softmax(Q K^T / sqrt(d)) V per sequence and head, qkv (T, 3H).

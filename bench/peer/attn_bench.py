@@ -71,7 +71,7 @@ class RaggedOps:
         l.rg_backend_sync.argtypes = [vp]
         l.rg_backend_sync.restype = i32
         l.rg_op_attention.argtypes = [vp, vp, vp, vp, i32, i32, i32, i32, ctypes.c_float, vp, vp,
-                                      i32, vp]
+                                      i32, vp, vp]
         l.rg_op_attention.restype = i32
         self.has_capture = all(hasattr(l, s) for s in (
             "rg_backend_capture_begin", "rg_backend_capture_end", "rg_backend_graph_launch",
@@ -96,7 +96,7 @@ class RaggedOps:
 
     def attention(self, qkv_ptr, cu_d_ptr, cu_h_ptr, n_seq, max_len, heads, D, scale, out_ptr):
         self.check(self.l.rg_op_attention(self.be, qkv_ptr, cu_d_ptr, cu_h_ptr, n_seq, max_len,
-                                          heads, D, scale, None, None, 0, out_ptr),
+                                          heads, D, scale, None, None, 0, None, out_ptr),
                    "rg_op_attention")
 
     def sync(self):

@@ -47,6 +47,9 @@ typedef struct rg_bert_layer {
 	void *ff2_b;    /* (H) act */
 	float *ln2_g;   /* (H) f32 */
 	float *ln2_b;   /* (H) f32 */
+	void *pos_key;   /* DeBERTa c2p: (2 att_span, H) act, K projection of the relative
+			  * embeddings; else NULL */
+	void *pos_query; /* DeBERTa p2c: (2 att_span, H) act, Q projection; else NULL */
 } rg_bert_layer;
 
 /* Every BERT weight in backend memory. E = embedding_size (= H but for ALBERT). */
@@ -58,6 +61,8 @@ typedef struct rg_bert_weights {
 	void *map_w, *map_b;     /* ALBERT: (H, E), (H) act, embedding_hidden_mapping_in; else NULL */
 	float *rel_bias;         /* MPNet: (heads, 2 RG_MPNET_MAX_DISTANCE + 1) f32 bias per
 				  * distance key - query; NULL for the other families */
+	int32_t *dis_idx;        /* DeBERTa: (2 max_position_embeddings + 1) int32, the c2p / p2c
+				  * column of each distance query - key (rg_attn_disent.idx) */
 	rg_bert_layer *layers;   /* (num_hidden_layers); ALBERT: every entry is layer 0's weights */
 } rg_bert_weights;
 
@@ -96,6 +101,13 @@ static const rg_bert_names ALBERT_NAMES = {
 	"attention.dense", "attention.LayerNorm",
 	"ffn", "ffn_output", "full_layer_layer_norm",
 };
+/* transformers' DebertaV2Layer */
+static const rg_bert_names DEBERTA_NAMES = {
+	"encoder.layer.%d.",
+	{"attention.self.query_proj", "attention.self.key_proj", "attention.self.value_proj"},
+	"attention.output.dense", "attention.output.LayerNorm",
+	"intermediate.dense", "output.dense", "output.LayerNorm",
+};
 /* transformers' MPNetLayer */
 static const rg_bert_names MPNET_NAMES = {
 	"encoder.layer.%d.",
@@ -119,6 +131,8 @@ static const rg_bert_names *names_of(const rg_model *m)
 		return &ALBERT_NAMES;
 	if (!strcmp(m->cfg.model_type, "mpnet"))
 		return &MPNET_NAMES;
+	if (!strcmp(m->cfg.model_type, "deberta-v2"))
+		return &DEBERTA_NAMES;
 	return &BERT_NAMES;
 }
 
@@ -176,6 +190,130 @@ static void layer_name(char *buf, size_t n, const rg_bert_names *nm, int l, cons
 										    nm->layer);
 
 	snprintf(buf + k, n - (size_t)k, "%s.%s", module, suffix);
+}
+
+/* transformers' make_log_bucket_position(rel, bucket_size, max_position) for one distance
+ * rel = query - key: exact within bucket_size / 2, then logarithmic up to max_position, odd in
+ * rel. Computed in double; on the ranges the tests cover (bucket sizes 4..256, max_position
+ * 32..1024, |rel| <= 2000) it equals torch's float32 arithmetic (ref_bert.py checks its own
+ * float64 twin of this function against transformers'). */
+static int deberta_bucket(int rel, int bucket_size, int max_position)
+{
+	const int mid = bucket_size / 2, sign = (rel > 0) - (rel < 0);
+	const int abs_pos = rel < mid && rel > -mid ? mid - 1 : abs(rel);
+	double log_pos;
+
+	if (abs_pos <= mid)
+		return rel;
+	log_pos = ceil(log((double)abs_pos / mid) / log((double)(max_position - 1) / mid) *
+		       (mid - 1)) + mid;
+	return (int)log_pos * sign;
+}
+
+/* DeBERTa's index table over distances d = query - key in [-R, R], R = max_position_embeddings
+ * (no sequence is longer): idx[R + d] = clamp(bucket(d) + att_span, 0, 2 att_span - 1), the
+ * column of the c2p / p2c tables that transformers' disentangled_attention_bias gathers
+ * (buckets only when position_buckets > 0, as build_relative_position). */
+static rg_status load_dis_idx(rg_model *m)
+{
+	const rg_encoder_config *c = &m->cfg;
+	const int R = c->max_position_embeddings, span = c->att_span;
+	int32_t *idx = malloc((2 * (size_t)R + 1) * sizeof(int32_t));
+	rg_status s;
+
+	if (!idx)
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	for (int d = -R; d <= R; d++) {
+		int r = c->position_buckets > 0 ?
+				deberta_bucket(d, c->position_buckets, c->max_relative_positions) : d;
+
+		r += span;
+		idx[R + d] = r < 0 ? 0 : r > 2 * span - 1 ? 2 * span - 1 : r;
+	}
+	s = rg_backend_alloc(m->be, (2 * (size_t)R + 1) * sizeof(int32_t),
+			     (void **)&bw(m)->dis_idx);
+	if (s == RG_OK)
+		s = rg_backend_upload(m->be, bw(m)->dis_idx, idx,
+				      (2 * (size_t)R + 1) * sizeof(int32_t));
+	free(idx);
+	return s;
+}
+
+/* DeBERTa's relative embeddings as every layer sees them: encoder.rel_embeddings.weight (2
+ * att_span, H), through encoder.LayerNorm when norm_rel_ebd is "layer_norm" (f64 statistics).
+ * *rel: malloc'd (2 att_span, H) f32 host, the caller frees. */
+static rg_status load_rel_embeddings(rg_model *m, const rg_st *st, float **rel)
+{
+	const rg_encoder_config *c = &m->cfg;
+	const int64_t W = 2 * (int64_t)c->att_span, H = c->hidden_size;
+	float *g = NULL, *b = NULL;
+	rg_status s;
+
+	if ((s = rg_model_host_tensor(st, "encoder.rel_embeddings.weight", W, H, rel)) != RG_OK)
+		return s;
+	if (!c->norm_rel_ebd)
+		return RG_OK;
+	if ((s = rg_model_host_tensor(st, "encoder.LayerNorm.weight", H, -1, &g)) != RG_OK ||
+	    (s = rg_model_host_tensor(st, "encoder.LayerNorm.bias", H, -1, &b)) != RG_OK)
+		goto out_free;
+	for (int64_t w = 0; w < W; w++) {
+		float *x = *rel + w * H;
+		double mean = 0, var = 0;
+
+		for (int64_t i = 0; i < H; i++)
+			mean += x[i];
+		mean /= (double)H;
+		for (int64_t i = 0; i < H; i++)
+			var += (x[i] - mean) * (x[i] - mean);
+		var /= (double)H;
+		for (int64_t i = 0; i < H; i++)
+			x[i] = (float)((x[i] - mean) / sqrt(var + c->layer_norm_eps) * g[i] + b[i]);
+	}
+out_free:
+	free(g);
+	free(b);
+	if (s != RG_OK) {
+		free(*rel);
+		*rel = NULL;
+	}
+	return s;
+}
+
+/* One DeBERTa layer's projected relative embeddings (share_att_key: the layer's own query_proj
+ * and key_proj): pos_key = rel Wk^T + bk for c2p, pos_query = rel Wq^T + bq for p2c, (2
+ * att_span, H) each, computed once at load (they depend on weights only) and uploaded in the
+ * compute dtype. out: (2 att_span, H) f32 host scratch. */
+static rg_status load_pos_proj(rg_model *m, const rg_st *st, int l, const float *rel, float *out)
+{
+	const rg_encoder_config *c = &m->cfg;
+	const int W = 2 * c->att_span, H = c->hidden_size;
+	const rg_bert_names *nm = names_of(m);
+	rg_bert_layer *L = &bw(m)->layers[l];
+	rg_status s = RG_OK;
+
+	for (int k = 0; k < 2 && s == RG_OK; k++) {
+		/* k = 0: c2p through key_proj; k = 1: p2c through query_proj */
+		const char *proj = k == 0 ? nm->qkv[1] : nm->qkv[0];
+		float *w = NULL, *b = NULL;
+		char n1[192];
+
+		if (!(k == 0 ? c->c2p : c->p2c))
+			continue;
+		layer_name(n1, sizeof(n1), nm, l, proj, "weight");
+		s = rg_model_host_tensor(st, n1, H, H, &w);
+		if (s == RG_OK) {
+			layer_name(n1, sizeof(n1), nm, l, proj, "bias");
+			s = rg_model_host_tensor(st, n1, H, -1, &b);
+		}
+		if (s == RG_OK) {
+			rg_host_linear(rel, W, H, w, b, H, out);
+			s = rg_model_upload(m, out, (size_t)W * H, true,
+					    k == 0 ? &L->pos_key : &L->pos_query);
+		}
+		free(w);
+		free(b);
+	}
+	return s;
 }
 
 static rg_status load_layer(rg_model *m, const rg_st *st, int l, float *scratch)
@@ -256,6 +394,8 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 	need = n > need ? n : need;
 	n = (size_t)I * H;
 	need = n > need ? n : need;
+	n = 2 * (size_t)c->att_span * H; /* DeBERTa: one projected relative table */
+	need = n > need ? n : need;
 	/* MPNet's bias: the (buckets, heads) weight and the (heads, 2R + 1) table after it */
 	if (c->relative_attention_num_buckets > 0) {
 		n = (size_t)c->num_attention_heads *
@@ -285,10 +425,16 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 		const int64_t P = c->max_position_embeddings, nt = c->type_vocab_size;
 		const rg_st_tensor *pt;
 
-		if ((s = rg_model_find_tensor(st, "embeddings.position_embeddings.weight", NULL, P, E,
-					      &pt)) != RG_OK)
-			goto out_free_scratch;
-		rg_st_to_f32(pt, scratch);
+		/* DeBERTa-v3 (position_biased_input false) has no absolute positions: a zero table */
+		if (!c->position_biased_input) {
+			memset(scratch, 0, (size_t)(P * E) * sizeof(float));
+		} else {
+			s = rg_model_find_tensor(st, "embeddings.position_embeddings.weight", NULL, P,
+						 E, &pt);
+			if (s != RG_OK)
+				goto out_free_scratch;
+			rg_st_to_f32(pt, scratch);
+		}
 		if (nt > 0) {
 			s = rg_model_find_tensor(st, "embeddings.token_type_embeddings.weight", NULL,
 						 nt, E, &tt);
@@ -347,6 +493,18 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 	for (int l = 0; l < (c->shared_layers ? 1 : c->num_hidden_layers); l++)
 		if ((s = load_layer(m, st, l, scratch)) != RG_OK)
 			goto out_free_scratch;
+	if (c->relative_attention && (c->c2p || c->p2c)) {
+		float *rel = NULL;
+
+		if ((s = load_dis_idx(m)) != RG_OK ||
+		    (s = load_rel_embeddings(m, st, &rel)) != RG_OK)
+			goto out_free_scratch;
+		for (int l = 0; l < c->num_hidden_layers && s == RG_OK; l++)
+			s = load_pos_proj(m, st, l, rel, scratch);
+		free(rel);
+		if (s != RG_OK)
+			goto out_free_scratch;
+	}
 	for (int l = 1; c->shared_layers && l < c->num_hidden_layers; l++)
 		bw(m)->layers[l] = bw(m)->layers[0]; /* the same weights (freed once) */
 out_free_scratch:
@@ -362,7 +520,17 @@ static rg_status bert_encode(rg_model *m, const rg_fwd *f, int n, int n_att, int
 	const rg_encoder_config *c = &m->cfg;
 	const int H = c->hidden_size, I = c->intermediate_size, nh = c->num_attention_heads;
 	const int hd = H / nh;
-	const float eps = (float)c->layer_norm_eps, scale = 1.f / sqrtf((float)hd);
+	/* DeBERTa: sqrt(head_dim * (1 + |pos_att_type|)), even without relative_attention */
+	const float eps = (float)c->layer_norm_eps,
+		    scale = 1.f / sqrtf((float)(hd * (1 + (int)c->c2p + (int)c->p2c)));
+	const bool dis_on = c->relative_attention && (c->c2p || c->p2c);
+	const rg_attn_disent dis = {
+		.c2p = c->c2p ? f->a[RG_A_C2P] : NULL,
+		.p2c = c->p2c ? f->a[RG_A_P2C] : NULL,
+		.idx = bw(m)->dis_idx,
+		.width = 2 * c->att_span,
+		.R = c->max_position_embeddings,
+	};
 	void *hidden = f->a[RG_A_HIDDEN], *qkv = f->a[RG_A_QKV], *ctx = f->a[RG_A_CTX];
 	void *attn_out = f->a[RG_A_ATTN_OUT], *inter = f->a[RG_A_INTER];
 	void *ffn_out = f->a[RG_A_FFN_OUT];
@@ -389,9 +557,12 @@ static rg_status bert_encode(rg_model *m, const rg_fwd *f, int n, int n_att, int
 
 		if ((s = rg_op_gemm_bias_act(be, hidden, L->qkv_w, L->qkv_b, qkv, n, 3 * H, H,
 					     RG_ACT_NONE)) != RG_OK ||
+		    (dis_on && (s = rg_op_rel_tables(be, qkv, n, nh, hd, L->pos_key, L->pos_query,
+						     dis.width, scale, f->a[RG_A_C2P],
+						     f->a[RG_A_P2C])) != RG_OK) ||
 		    (s = rg_op_attention(be, qkv, f->cu, f->cu_h, n_att, max_len, nh, hd, scale,
 					 f->seg, w->rel_bias, RG_MPNET_MAX_DISTANCE,
-					 ctx)) != RG_OK ||
+					 dis_on ? &dis : NULL, ctx)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(be, ctx, L->o_w, L->o_b, attn_out, n, H, H,
 					     RG_ACT_NONE)) != RG_OK ||
 		    (s = rg_op_bias_residual_layernorm(be, attn_out, NULL, hidden, L->ln1_g,
@@ -411,14 +582,15 @@ static void bert_free_weights(rg_model *m)
 {
 	rg_bert_weights *w = bw(m);
 	void *emb[] = {w->word,	 w->pos,   w->type0, w->emb_g,
-		       w->emb_b, w->map_w, w->map_b, w->rel_bias};
+		       w->emb_b, w->map_w, w->map_b, w->rel_bias, w->dis_idx};
 
 	for (size_t i = 0; i < sizeof(emb) / sizeof(emb[0]); i++)
 		rg_backend_dealloc(m->be, emb[i]);
 	for (int l = 0; w->layers && l < (m->cfg.shared_layers ? 1 : m->cfg.num_hidden_layers); l++) {
 		rg_bert_layer *L = &w->layers[l];
 		void *lw[] = {L->qkv_w, L->qkv_b, L->o_w, L->o_b, L->ln1_g, L->ln1_b,
-			      L->ff1_w, L->ff1_b, L->ff2_w, L->ff2_b, L->ln2_g, L->ln2_b};
+			      L->ff1_w, L->ff1_b, L->ff2_w, L->ff2_b, L->ln2_g, L->ln2_b,
+			      L->pos_key, L->pos_query};
 
 		for (size_t i = 0; i < sizeof(lw) / sizeof(lw[0]); i++)
 			rg_backend_dealloc(m->be, lw[i]);
@@ -438,6 +610,13 @@ static rg_status bert_load_head(rg_model *m, const rg_st *st)
 	/* MPNetForSequenceClassification's head is RoBERTa's */
 	const bool roberta = !strcmp(t, "roberta") || !strcmp(t, "xlm-roberta") || !strcmp(t, "mpnet");
 	const bool distil = !strcmp(t, "distilbert");
+
+	/* DebertaV2ForSequenceClassification: ContextPooler (pooler.dense + pooler_hidden_act,
+	 * GELU) then classifier; the host head has tanh and ReLU only */
+	if (!strcmp(t, "deberta-v2"))
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "DebertaV2ForSequenceClassification is not supported yet (its "
+				 "ContextPooler's activation is GELU); the base model is");
 	const char *dense = roberta ? "classifier.dense" : distil ? "pre_classifier" : "pooler.dense";
 	const char *out = roberta ? "classifier.out_proj" : "classifier";
 	char n1[96];
@@ -495,6 +674,13 @@ const rg_arch rg_arch_distilbert = {
 };
 const rg_arch rg_arch_mpnet = {
 	.model_type = "mpnet",
+	.load_weights = bert_load_weights,
+	.encode = bert_encode,
+	.free_weights = bert_free_weights,
+	.load_head = bert_load_head,
+};
+const rg_arch rg_arch_deberta_v2 = {
+	.model_type = "deberta-v2",
 	.load_weights = bert_load_weights,
 	.encode = bert_encode,
 	.free_weights = bert_free_weights,

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include <json-c/json.h>
@@ -93,24 +94,27 @@ typedef struct rg_family_keys {
 	bool roberta_positions; /* positions from padding_idx + 1 (RobertaEmbeddings) */
 	int padding_idx;        /* with roberta_positions: fixed padding_idx, -1: pad_token_id */
 	bool rel_bias;          /* relative position bias (relative_attention_num_buckets) */
+	bool deberta;           /* DebertaV2Config: disentangled attention keys */
 } rg_family_keys;
 
 static const rg_family_keys FAMILIES[] = {
 	{"bert", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-	 "hidden_act", true, false, -1, false},
+	 "hidden_act", true, false, -1, false, false},
 	{"roberta", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-	 "hidden_act", true, true, -1, false},
+	 "hidden_act", true, true, -1, false, false},
 	{"xlm-roberta", "hidden_size", "num_attention_heads", "num_hidden_layers",
-	 "intermediate_size", "hidden_act", true, true, -1, false},
+	 "intermediate_size", "hidden_act", true, true, -1, false, false},
 	{"distilbert", "dim", "n_heads", "n_layers", "hidden_dim", "activation", false, false, -1,
-	 false},
+	 false, false},
 	{"albert", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-	 "hidden_act", true, false, -1, false},
+	 "hidden_act", true, false, -1, false, false},
 	/* MPNetEmbeddings sets padding_idx = 1 whatever pad_token_id is */
 	{"mpnet", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-	 "hidden_act", false, true, 1, true},
+	 "hidden_act", false, true, 1, true, false},
+	{"deberta-v2", "hidden_size", "num_attention_heads", "num_hidden_layers",
+	 "intermediate_size", "hidden_act", true, false, -1, false, true},
 };
-#define SUPPORTED_TYPES "bert, roberta, xlm-roberta, distilbert, albert, mpnet"
+#define SUPPORTED_TYPES "bert, roberta, xlm-roberta, distilbert, albert, mpnet, deberta-v2"
 
 /* Options of these families that change the math and that ragged does not implement: a
  * checkpoint that sets one is refused, naming it, rather than run with wrong numbers. */
@@ -140,6 +144,120 @@ static rg_status refuse_options(const char *path, json_object *root)
 		if (on)
 			return rg_errorf(RG_ERR_UNSUPPORTED, "%s: %s = true is not supported (%s)",
 					 path, refused[i].key, refused[i].why);
+	}
+	return RG_OK;
+}
+
+/* DebertaV2Config's attention keys (transformers' DisentangledSelfAttention, DebertaV2Encoder,
+ * DebertaV2Embeddings read them with these defaults); cfg's sizes are read. What ragged does not
+ * compute is refused by name. */
+static rg_status deberta_keys(const char *path, json_object *root, rg_encoder_config *cfg)
+{
+	json_object *o;
+	const char *str;
+	bool share;
+	int v;
+	rg_status s;
+
+	if ((s = cfg_bool(path, root, "position_biased_input", true,
+			  &cfg->position_biased_input)) != RG_OK ||
+	    (s = cfg_bool(path, root, "relative_attention", false, &cfg->relative_attention)) !=
+		    RG_OK ||
+	    (s = cfg_bool(path, root, "share_att_key", false, &share)) != RG_OK ||
+	    (s = cfg_int(path, root, "position_buckets", false, -1, INT_MIN, RG_CFG_MAX_DIM - 1,
+			 &cfg->position_buckets)) != RG_OK ||
+	    (s = cfg_int(path, root, "max_relative_positions", false, -1, INT_MIN,
+			 RG_CFG_MAX_DIM - 1, &cfg->max_relative_positions)) != RG_OK ||
+	    (s = cfg_int(path, root, "conv_kernel_size", false, 0, INT_MIN, INT_MAX, &v)) != RG_OK)
+		return s;
+	if (v > 0)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "%s: conv_kernel_size %d is not supported (DeBERTa's ConvLayer after "
+				 "the first layer)",
+				 path, v);
+	if ((s = cfg_int(path, root, "embedding_size", false, cfg->hidden_size, 1,
+			 RG_CFG_MAX_DIM - 1, &v)) != RG_OK)
+		return s;
+	if (v != cfg->hidden_size)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "%s: embedding_size %d != hidden_size %d is not supported (embed_proj)",
+				 path, v, cfg->hidden_size);
+	if (json_object_object_get_ex(root, "attention_head_size", &o) && o) {
+		if ((s = cfg_int(path, root, "attention_head_size", true, 0, 1, RG_CFG_MAX_DIM - 1,
+				 &v)) != RG_OK)
+			return s;
+		if ((long long)v * cfg->num_attention_heads != cfg->hidden_size)
+			return rg_errorf(RG_ERR_UNSUPPORTED,
+					 "%s: attention_head_size %d is not supported (only "
+					 "hidden_size / num_attention_heads)",
+					 path, v);
+	}
+	/* pos_att_type: a list, or a string split at '|' (DebertaV2Config) */
+	if (json_object_object_get_ex(root, "pos_att_type", &o) && o) {
+		const bool is_str = json_object_is_type(o, json_type_string);
+		const size_t n = is_str ? 1 : json_object_is_type(o, json_type_array) ?
+					      json_object_array_length(o) : 0;
+
+		if (!is_str && !json_object_is_type(o, json_type_array))
+			return rg_errorf(RG_ERR_FORMAT,
+					 "%s: \"pos_att_type\" must be a list or a string, got %s",
+					 path, json_object_to_json_string(o));
+		for (size_t i = 0; i < n; i++) {
+			json_object *e = is_str ? o : json_object_array_get_idx(o, i);
+			const char *p;
+
+			if (!json_object_is_type(e, json_type_string))
+				return rg_errorf(RG_ERR_FORMAT,
+						 "%s: \"pos_att_type\" entries must be strings", path);
+			for (p = json_object_get_string(e); *p;) {
+				size_t k = is_str ? strcspn(p, "|") : strlen(p), a = 0, b = k;
+
+				while (a < b && p[a] == ' ')
+					a++;
+				while (b > a && p[b - 1] == ' ')
+					b--;
+				if (b - a == 3 && !strncasecmp(p + a, "c2p", 3))
+					cfg->c2p = true;
+				else if (b - a == 3 && !strncasecmp(p + a, "p2c", 3))
+					cfg->p2c = true;
+				else if (b > a || !is_str)
+					return rg_errorf(RG_ERR_UNSUPPORTED,
+							 "%s: pos_att_type \"%.*s\" is not supported "
+							 "(c2p, p2c)",
+							 path, (int)(b - a), p + a);
+				p += k;
+				if (*p == '|')
+					p++;
+			}
+		}
+	}
+	if (cfg->max_relative_positions < 1)
+		cfg->max_relative_positions = cfg->max_position_embeddings;
+	cfg->att_span = cfg->position_buckets > 0 ? cfg->position_buckets :
+						    cfg->max_relative_positions;
+	if (cfg->relative_attention && (cfg->c2p || cfg->p2c) && !share)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "%s: share_att_key = false is not supported (separate "
+				 "pos_key_proj / pos_query_proj)",
+				 path);
+	if ((s = cfg_str(path, root, "norm_rel_ebd", "none", &str)) != RG_OK)
+		return s;
+	for (const char *p = str; *p;) {
+		size_t k = strcspn(p, "|"), a = 0, b = k;
+
+		while (a < b && p[a] == ' ')
+			a++;
+		while (b > a && p[b - 1] == ' ')
+			b--;
+		if (b - a == 10 && !strncasecmp(p + a, "layer_norm", 10))
+			cfg->norm_rel_ebd = true;
+		else if (!(b - a == 4 && !strncasecmp(p + a, "none", 4)))
+			return rg_errorf(RG_ERR_UNSUPPORTED,
+					 "%s: norm_rel_ebd \"%s\" is not supported (layer_norm, none)",
+					 path, str);
+		p += k;
+		if (*p == '|')
+			p++;
 	}
 	return RG_OK;
 }
@@ -202,7 +320,9 @@ rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
 			 &cfg->pad_token_id)) != RG_OK)
 		goto out_put_root;
 	if (fam->token_types) {
-		if ((s = cfg_int(path, root, "type_vocab_size", false, 2, 1, RG_CFG_MAX_DIM - 1,
+		/* DebertaV2Config: type_vocab_size 0 (none) by default */
+		if ((s = cfg_int(path, root, "type_vocab_size", false, fam->deberta ? 0 : 2,
+				 fam->deberta ? 0 : 1, RG_CFG_MAX_DIM - 1,
 				 &cfg->type_vocab_size)) != RG_OK)
 			goto out_put_root;
 	} else {
@@ -239,6 +359,9 @@ rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
 	if ((s = refuse_options(path, root)) != RG_OK)
 		goto out_put_root;
 	cfg->embedding_size = cfg->hidden_size;
+	cfg->position_biased_input = true;
+	if (fam->deberta && (s = deberta_keys(path, root, cfg)) != RG_OK)
+		goto out_put_root;
 	if (!strcmp(fam->model_type, "albert")) {
 		int groups, inner;
 
@@ -277,7 +400,7 @@ rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
 		goto out_put_root;
 	}
 
-	cfg->layer_norm_eps = 1e-12;
+	cfg->layer_norm_eps = fam->deberta ? 1e-7 : 1e-12; /* DebertaV2Config's default */
 	if (json_object_object_get_ex(root, "layer_norm_eps", &o) && o) {
 		if (!json_object_is_type(o, json_type_double) &&
 		    !json_object_is_type(o, json_type_int)) {

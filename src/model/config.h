@@ -6,7 +6,8 @@
 #include "ragged.h"
 
 typedef struct rg_encoder_config {
-	char model_type[32];          /* "bert", "roberta", "xlm-roberta", "distilbert", "mpnet" */
+	char model_type[32];          /* "bert", "roberta", "xlm-roberta", "distilbert", "mpnet",
+				       * "albert", "deberta-v2" */
 	int vocab_size;
 	int hidden_size;
 	int num_attention_heads;
@@ -23,6 +24,17 @@ typedef struct rg_encoder_config {
 	bool shared_layers;           /* ALBERT: one layer's weights serve every layer */
 	int relative_attention_num_buckets; /* MPNet: rows of the shared relative position bias
 					     * (>= 32); 0: the family has none */
+	bool position_biased_input;   /* absolute position embeddings are added (false: DeBERTa-v3,
+				       * which has none) */
+	/* DeBERTa-v2 (DebertaV2Config): disentangled attention */
+	bool relative_attention;      /* c2p / p2c terms on the scores */
+	bool c2p, p2c;                /* pos_att_type members (they also widen the scale) */
+	int position_buckets;         /* > 0: log buckets (make_log_bucket_position); else none */
+	int max_relative_positions;   /* resolved: < 1 in config.json -> max_position_embeddings */
+	int att_span;                 /* position_buckets if > 0, else max_relative_positions;
+				       * rel_embeddings has 2 att_span rows */
+	bool norm_rel_ebd;            /* norm_rel_ebd "layer_norm": rel_embeddings through
+				       * encoder.LayerNorm */
 	rg_act hidden_act;
 	double layer_norm_eps;
 } rg_encoder_config;
@@ -34,7 +46,12 @@ typedef struct rg_encoder_config {
  * "gelu_new"), or "mpnet" (MPNetConfig: BERT's keys, no token types, RoBERTa-style positions from
  * padding_idx 1, relative_attention_num_buckets (32), which must be >= 32 because transformers'
  * MPNetEncoder always computes 32 buckets (compute_position_bias's default), whatever the config
- * says). Required: model_type, vocab_size, the four sizes,
+ * says), or "deberta-v2" (DebertaV2Config, DeBERTa-v2/v3: BERT's keys, type_vocab_size 0 and
+ * layer_norm_eps 1e-7 by default, position_biased_input, relative_attention, position_buckets,
+ * max_relative_positions, pos_att_type (a subset of c2p, p2c, as a list or "p2c|c2p"),
+ * share_att_key (must be true with relative terms), norm_rel_ebd ("layer_norm" or "none");
+ * refused by name: conv_kernel_size > 0, embedding_size != hidden_size, attention_head_size !=
+ * hidden / heads, other pos_att_type members). Required: model_type, vocab_size, the four sizes,
  * max_position_embeddings. Optional with HF defaults: type_vocab_size (2), layer_norm_eps
  * (1e-12), pad_token_id (0), hidden_act ("gelu"; also "gelu_new", "gelu_pytorch_tanh", "relu").
  * RoBERTa-style families get position_offset = padding_idx + 1 (RobertaEmbeddings counts

@@ -29,3 +29,15 @@ void rg_cls_head_apply(const rg_cls_head *h, int H, int num_labels, int n, const
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, L, H, 1.f, mid, H, h->w2, H, 1.f,
 		    out, L);
 }
+
+void rg_host_linear(const float *x, int n, int K, const float *W, const float *b, int N,
+		    float *out)
+{
+	for (int i = 0; i < n; i++) {
+		if (b)
+			memcpy(out + (size_t)i * N, b, (size_t)N * sizeof(float));
+		else
+			memset(out + (size_t)i * N, 0, (size_t)N * sizeof(float));
+	}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, N, K, 1.f, x, K, W, K, 1.f, out, N);
+}

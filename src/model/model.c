@@ -82,7 +82,7 @@ rg_status rg_model_find_tensor(const rg_st *st, const char *name, const char *al
 
 	/* "" first: a base model's own names; then the base-model prefixes of task checkpoints */
 	static const char *const prefixes[] = {"", "bert.", "roberta.", "distilbert.", "albert.",
-					       "mpnet."};
+					       "mpnet.", "deberta."};
 
 	for (int i = 0; i < 2 && !t; i++) {
 		for (size_t p = 0; names[i] && !t && p < sizeof(prefixes) / sizeof(prefixes[0]); p++) {
@@ -161,6 +161,11 @@ static rg_status arena_plan(const rg_model *m, size_t T, size_t S, rg_mem_tensor
 {
 	const size_t H = (size_t)m->cfg.hidden_size, I = (size_t)m->cfg.intermediate_size;
 	const size_t e = m->esz;
+	/* DeBERTa's relative tables live from the QKV GEMM (after which rg_op_rel_tables fills
+	 * them) to the attention */
+	const rg_encoder_config *c = &m->cfg;
+	const size_t rel = c->relative_attention ?
+				   T * (size_t)c->num_attention_heads * 2 * (size_t)c->att_span * e : 0;
 	const rg_mem_tensor spec[RG_ARENA_N] = {
 		[RG_A_HIDDEN] = {"hidden", T * H * e, 0, 9, 0},
 		[RG_A_QKV] = {"qkv", T * 3 * H * e, 1, 2, 0},
@@ -170,6 +175,8 @@ static rg_status arena_plan(const rg_model *m, size_t T, size_t S, rg_mem_tensor
 		[RG_A_FFN_OUT] = {"ffn_out", T * H * e, 6, 7, 0},
 		[RG_A_GATHERED] = {"gathered", T * H * e, 8, 9, 0},
 		[RG_A_POOLED] = {"pooled", S * H * sizeof(float), 9, 10, 0},
+		[RG_A_C2P] = {"c2p", c->c2p ? rel : 0, 1, 2, 0},
+		[RG_A_P2C] = {"p2c", c->p2c ? rel : 0, 1, 2, 0},
 	};
 
 	memcpy(t, spec, sizeof(spec));
@@ -964,7 +971,8 @@ rg_status rg_model_tokenize_pair(const rg_model *m, const char *a, size_t a_len,
 const rg_arch *rg_arch_find(const char *model_type)
 {
 	static const rg_arch *const all[] = {&rg_arch_bert, &rg_arch_roberta, &rg_arch_xlm_roberta,
-					     &rg_arch_distilbert, &rg_arch_albert, &rg_arch_mpnet};
+					     &rg_arch_distilbert, &rg_arch_albert, &rg_arch_mpnet,
+					     &rg_arch_deberta_v2};
 
 	for (size_t i = 0; model_type && i < sizeof(all) / sizeof(all[0]); i++)
 		if (strcmp(all[i]->model_type, model_type) == 0)

@@ -25,6 +25,8 @@ enum {
 	RG_A_FFN_OUT,  /* (T, H) act: FFN down projection before LN2 */
 	RG_A_GATHERED, /* (T, H) act: layout modes, rows back in packed order */
 	RG_A_POOLED,   /* (S, H) f32 */
+	RG_A_C2P,      /* (T, heads, 2 att_span) act: DeBERTa's c2p table; 0 bytes elsewhere */
+	RG_A_P2C,      /* (T, heads, 2 att_span) act: DeBERTa's p2c table; 0 bytes elsewhere */
 	RG_ARENA_N
 };
 
@@ -50,6 +52,10 @@ typedef struct rg_cls_head {
 
 /* out (n, num_labels) = W2 act(W1 x + b1) + b2 for x (n, H), all f32 host; mid: (n, H) scratch.
  * Two single-threaded sgemm calls (src/model/head.c). */
+/* out (n, N) = x (n, K) W^T + b, W (N, K), b (N) or NULL, all f32 host: one sgemm
+ * (src/model/head.c). */
+void rg_host_linear(const float *x, int n, int K, const float *W, const float *b, int N,
+		    float *out);
 void rg_cls_head_apply(const rg_cls_head *h, int H, int num_labels, int n, const float *x,
 		       float *mid, float *out);
 
@@ -120,7 +126,7 @@ typedef struct rg_arch {
 const rg_arch *rg_arch_find(const char *model_type);
 
 extern const rg_arch rg_arch_bert, rg_arch_roberta, rg_arch_xlm_roberta, rg_arch_distilbert,
-	rg_arch_albert, rg_arch_mpnet;
+	rg_arch_albert, rg_arch_mpnet, rg_arch_deberta_v2;
 
 /* Weight-loading helpers for the architectures (model.c). */
 /* Look up name (or alt) in st, as it is or under a base-model prefix ("bert.", "roberta.",

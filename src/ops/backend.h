@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "ops/act.h"
+#include "ops/ops.h"
 #include "ragged.h"
 
 /* A backend's own state: the CUDA backend's device, stream, cuBLASLt handle, workspace and plan
@@ -67,7 +68,12 @@ typedef struct rg_backend_ops {
 	rg_status (*attention)(rg_backend_ctx *c, rg_dtype dt, const void *qkv,
 			       const int32_t *cu_seqlens, const int32_t *cu_seqlens_h, int n_seq,
 			       int max_seqlen, int num_heads, int head_dim, float scale,
-			       const int32_t *seg, const float *rel_bias, int rel_max, void *out);
+			       const int32_t *seg, const float *rel_bias, int rel_max,
+			       const rg_attn_disent *dis, void *out);
+	rg_status (*rel_tables)(rg_backend_ctx *c, rg_dtype dt, const void *qkv, int n_tokens,
+				int num_heads, int head_dim, const void *pos_key,
+				const void *pos_query, int width, float scale, void *c2p,
+				void *p2c);
 	rg_status (*pool)(rg_backend_ctx *c, rg_dtype dt, const void *x, const int32_t *cu_seqlens,
 			  int n_seq, int H, rg_pooling mode, bool normalize, float *out);
 	rg_status (*gather_rows)(rg_backend_ctx *c, rg_dtype dt, const void *src, const int32_t *idx,

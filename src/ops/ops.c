@@ -318,7 +318,7 @@ rg_status rg_op_bias_residual_layernorm(rg_backend *be, const void *x, const flo
 rg_status rg_op_attention(rg_backend *be, const void *qkv, const int32_t *cu_seqlens,
 			  const int32_t *cu_seqlens_h, int n_seq, int max_seqlen, int num_heads,
 			  int head_dim, float scale, const int32_t *seg, const float *rel_bias,
-			  int rel_max, void *out)
+			  int rel_max, const rg_attn_disent *dis, void *out)
 {
 	if (n_seq < 0 || max_seqlen < 0 || num_heads <= 0 || head_dim <= 0)
 		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
@@ -327,11 +327,35 @@ rg_status rg_op_attention(rg_backend *be, const void *qkv, const int32_t *cu_seq
 					  n_seq, max_seqlen, num_heads, head_dim));
 	if (rel_bias && rel_max < 0)
 		return note(be, rg_errorf(RG_ERR_INVALID_INPUT, "attention: rel_max %d < 0", rel_max));
+	if (dis && (rel_bias || dis->width <= 0 || dis->R < 0 || !dis->idx ||
+		    (!dis->c2p && !dis->p2c)))
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "attention: disentangled terms need width > 0 (%d), R >= 0 "
+					  "(%d), an index table, a c2p or p2c table and no rel_bias",
+					  dis->width, dis->R));
 	if (n_seq == 0)
 		return RG_OK;
 	return note(be, be->ops->attention(be->ctx, be->dt, qkv, cu_seqlens, cu_seqlens_h, n_seq,
 					   max_seqlen, num_heads, head_dim, scale, seg, rel_bias,
-					   rel_max, out));
+					   rel_max, dis, out));
+}
+
+rg_status rg_op_rel_tables(rg_backend *be, const void *qkv, int n_tokens, int num_heads,
+			   int head_dim, const void *pos_key, const void *pos_query, int width,
+			   float scale, void *c2p, void *p2c)
+{
+	if (n_tokens < 0 || num_heads <= 0 || head_dim <= 0 || width <= 0)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "rel_tables: bad shape n_tokens=%d heads=%d head_dim=%d "
+					  "width=%d",
+					  n_tokens, num_heads, head_dim, width));
+	if ((pos_key && !c2p) || (pos_query && !p2c))
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "rel_tables: a projected table without its output"));
+	if (n_tokens == 0 || (!pos_key && !pos_query))
+		return RG_OK;
+	return note(be, be->ops->rel_tables(be->ctx, be->dt, qkv, n_tokens, num_heads, head_dim,
+					    pos_key, pos_query, width, scale, c2p, p2c));
 }
 
 rg_status rg_op_pool(rg_backend *be, const void *x, const int32_t *cu_seqlens, int n_seq, int H,

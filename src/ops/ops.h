@@ -137,12 +137,42 @@ rg_status rg_op_bias_residual_layernorm(rg_backend *be, const void *x, const flo
  *   score(i, j) = scale * q_i.k_j + rel_bias[h * (2*rel_max + 1) + rel_max + clamp(j - i, -rel_max, rel_max)]
  * Distances past rel_max share the table's end values (exact for a bucket function that
  * saturates by then; MPNet's does at max_distance 128). rel_max >= 0, ignored when rel_bias is
- * NULL; RG_ERR_INVALID_INPUT otherwise. */
+ * NULL; RG_ERR_INVALID_INPUT otherwise.
+ * dis: NULL (every family but DeBERTa: nothing more is read), or DeBERTa-v2's disentangled
+ * terms (transformers' DisentangledSelfAttention.disentangled_attention_bias), added to the
+ * scaled score of query i and key j (token indices within their attention sequence, rows t0 + i
+ * and t0 + j of the packed batch) with e = idx[R + clamp(i - j, -R, R)]:
+ *   score(i, j) += c2p[t0 + i][h][e] + p2c[t0 + j][h][e]
+ * (c2p: content to position, the query's row; p2c: position to content, the key's row; either may
+ * be NULL). transformers gathers p2c at -bucket(j - i), which is bucket(i - j) because its bucket
+ * function is odd, so one index table serves both. rel_bias and dis are not both given.
+ * CUDA: with dis the CUDA-core kernel runs in every dtype (the tensor-core kernel has no
+ * disentangled terms yet). */
+typedef struct rg_attn_disent {
+	const void *c2p;    /* (n_tokens, num_heads, width) act, already times scale; or NULL */
+	const void *p2c;    /* (n_tokens, num_heads, width) act, already times scale; or NULL */
+	const int32_t *idx; /* (2 R + 1) int32 in backend memory, values in [0, width) */
+	int width;          /* > 0: 2 * att_span */
+	int R;              /* >= 0: distances past R share the ends of idx */
+} rg_attn_disent;
+
 RG_TEST_API
 rg_status rg_op_attention(rg_backend *be, const void *qkv, const int32_t *cu_seqlens,
 			  const int32_t *cu_seqlens_h, int n_seq, int max_seqlen, int num_heads,
 			  int head_dim, float scale, const int32_t *seg, const float *rel_bias,
-			  int rel_max, void *out);
+			  int rel_max, const rg_attn_disent *dis, void *out);
+
+/* DeBERTa's per-token relative tables for rg_op_attention's dis, from the packed qkv (n_tokens,
+ * 3H) act of rg_op_attention and a layer's projected relative embeddings pos_key, pos_query
+ * (width, H) act (K / Q projections of LayerNorm(rel_embeddings), share_att_key):
+ *   c2p[t][h][w] = scale * Q[t, head h] . pos_key[w, head h columns]
+ *   p2c[t][h][w] = scale * K[t, head h] . pos_query[w, head h columns]
+ * c2p, p2c: (n_tokens, num_heads, width) act; a NULL pos_* skips its table. One GEMM per head
+ * (CPU: sgemm tiles on the strided rows; CUDA: a shared-memory tiled kernel, f32 accumulation). */
+RG_TEST_API
+rg_status rg_op_rel_tables(rg_backend *be, const void *qkv, int n_tokens, int num_heads,
+			   int head_dim, const void *pos_key, const void *pos_query, int width,
+			   float scale, void *c2p, void *p2c);
 
 /* Pool each sequence of x (n_tokens, H) act into out (n_seq, H) f32 using cu_seqlens (n_seq+1,
  * backend memory): MEAN over its tokens, CLS = its first token, MAX elementwise; then L2-normalize

@@ -49,6 +49,11 @@ PUBLIC = {
     "mpnet-base": dict(family="mpnet", H=768, heads=12, layers=12, inter=3072, act="gelu",
                        pooling="mean", normalize=True, max_pos=514, pad=1, vocab=30527,
                        buckets=32),
+    # microsoft/deberta-v3-base's sizes: no absolute positions, no token types, 256 log
+    # position buckets over 512 positions, c2p + p2c through the shared key/query projections
+    "deberta-v3-base": dict(family="deberta-v2", H=768, heads=12, layers=12, inter=3072,
+                            act="gelu", pooling="mean", max_pos=512, vocab=128100,
+                            position_buckets=256, pos_att_type=["p2c", "c2p"]),
 }
 LENS = [1, 7, 3, 128, 33, 64, 2, 17]
 TOL = {"cpu_fp32_rel": 1e-5, "cuda_fp32_rel": 1e-4, "fp16_cos": 0.9999, "bf16_cos": 0.999,

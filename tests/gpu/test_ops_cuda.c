@@ -611,10 +611,10 @@ static void test_attention(rg_dtype dt, const batch *b, int heads, int D, int wi
 		grb = graw(rb, nrb * 4);
 	gbuf go = galloc((size_t)T * H * rg_dtype_size(dt));
 	CK(rg_op_attention(g_gpu, gq.p, gcu.p, b->cu, b->n_seq, b->max_len, heads, D, scale,
-			   seg ? gs.p : NULL, rb ? grb.p : NULL, rel_max, go.p));
+			   seg ? gs.p : NULL, rb ? grb.p : NULL, rel_max, NULL, go.p));
 	float *ref = nan_host((size_t)T * H);
 	CK(rg_op_attention(g_cpu, qkv, b->cu, b->cu, b->n_seq, b->max_len, heads, D, scale, seg,
-			   rb, rel_max, ref));
+			   rb, rel_max, NULL, ref));
 	float *got = gread(&go, dt, (size_t)T * H);
 	snprintf(name, sizeof(name), "attention %dx%d%s%s", heads, D, seg ? " seg" : "",
 		 rb ? " relbias" : "");
@@ -626,6 +626,63 @@ static void test_attention(rg_dtype dt, const batch *b, int heads, int D, int wi
 		gfree(&gs);
 	if (nrb)
 		gfree(&grb);
+}
+
+/* DeBERTa's disentangled terms: rg_op_rel_tables (c2p from Q and pos_key, p2c from K and
+ * pos_query) and rg_op_attention with them, CUDA against the CPU twin on the same rounded inputs;
+ * which: 1 c2p, 2 p2c, 3 both. idx: a window of W / 2 each side of distance 0 clamped to the
+ * table, over distances up to R (R < the longest sequence: clamped distances too). The
+ * attention always runs the CUDA-core kernel (DIS instantiation), also in fp16/bf16. */
+static void test_attention_disent(rg_dtype dt, const batch *b, int heads, int D, int W, int R,
+				  int which)
+{
+	const int H = heads * D, T = b->n_tok;
+	const size_t ntab = (size_t)T * heads * W;
+	const float scale = 1.f / sqrtf((float)(D * 3));
+	int32_t *idx = malloc((2 * (size_t)R + 1) * 4);
+	float *qkv, *pk, *pq;
+	double a, r;
+	char name[80];
+
+	for (int d = -R; d <= R; d++) {
+		int e = d + W / 2;
+		idx[R + d] = e < 0 ? 0 : e > W - 1 ? W - 1 : e;
+	}
+	tol_for(dt, &a, &r);
+	gbuf gq = gact_rand(dt, (size_t)T * 3 * H, -2, 2, &qkv);
+	gbuf gpk = gact_rand(dt, (size_t)W * H, -1, 1, &pk);
+	gbuf gpq = gact_rand(dt, (size_t)W * H, -1, 1, &pq);
+	gbuf gi = graw(idx, (2 * (size_t)R + 1) * 4);
+	gbuf gcu = graw(b->cu, (b->n_seq + 1) * 4);
+	gbuf gc = galloc(ntab * rg_dtype_size(dt)), gp = galloc(ntab * rg_dtype_size(dt));
+	gbuf go = galloc((size_t)T * H * rg_dtype_size(dt));
+	float *c2p = nan_host(ntab), *p2c = nan_host(ntab), *ref = nan_host((size_t)T * H);
+	const rg_attn_disent gdis = {which & 1 ? gc.p : NULL, which & 2 ? gp.p : NULL, gi.p, W, R};
+	const rg_attn_disent cdis = {which & 1 ? c2p : NULL, which & 2 ? p2c : NULL, idx, W, R};
+
+	CK(rg_op_rel_tables(g_gpu, gq.p, T, heads, D, which & 1 ? gpk.p : NULL,
+			    which & 2 ? gpq.p : NULL, W, scale, gc.p, gp.p));
+	CK(rg_op_attention(g_gpu, gq.p, gcu.p, b->cu, b->n_seq, b->max_len, heads, D, scale, NULL,
+			   NULL, 0, &gdis, go.p));
+	CK(rg_op_rel_tables(g_cpu, qkv, T, heads, D, which & 1 ? pk : NULL, which & 2 ? pq : NULL,
+			    W, scale, c2p, p2c));
+	CK(rg_op_attention(g_cpu, qkv, b->cu, b->cu, b->n_seq, b->max_len, heads, D, scale, NULL,
+			   NULL, 0, &cdis, ref));
+	set_case("%s W %d R %d which %d", b->name, W, R, which);
+	for (int k = 0; k < 2; k++) {
+		if (!(which & (1 << k)))
+			continue;
+		float *got = gread(k ? &gp : &gc, dt, ntab);
+		snprintf(name, sizeof(name), "rel_tables %dx%d %s", heads, D, k ? "p2c" : "c2p");
+		compare(name, dt, got, k ? p2c : c2p, ntab, a, r, gguard_check(k ? &gp : &gc));
+		free(got);
+	}
+	float *got = gread(&go, dt, (size_t)T * H);
+	snprintf(name, sizeof(name), "attention %dx%d disentangled", heads, D);
+	compare(name, dt, got, ref, (size_t)T * H, a, r, gguard_check(&go));
+	free(got); free(ref); free(c2p); free(p2c); free(qkv); free(pk); free(pq); free(idx);
+	gfree(&gq); gfree(&gpk); gfree(&gpq); gfree(&gi); gfree(&gcu); gfree(&gc); gfree(&gp);
+	gfree(&go);
 }
 
 /* H a multiple of 16 bytes of elements (384, 768) takes the 16-byte column groups, other H (99)
@@ -715,9 +772,9 @@ static void test_attention_batch_invariance(rg_dtype dt)
 	gbuf gcu = graw(b.cu, 5 * 4), gcu1 = graw(cu1, 8);
 	gbuf go = galloc((size_t)b.n_tok * H * es), go1 = galloc((size_t)L * H * es);
 	CK(rg_op_attention(g_gpu, gq.p, gcu.p, b.cu, 4, b.max_len, heads, D, 0.17f, NULL, NULL, 0,
-			   go.p));
+			   NULL, go.p));
 	CK(rg_op_attention(g_gpu, (char *)gq.p + (size_t)t0 * 3 * H * es, gcu1.p, cu1, 1, L, heads,
-			   D, 0.17f, NULL, NULL, 0, go1.p));
+			   D, 0.17f, NULL, NULL, 0, NULL, go1.p));
 	CK(rg_backend_sync(g_gpu));
 	unsigned char *h = malloc((size_t)L * H * es), *h1 = malloc((size_t)L * H * es);
 	CK(rg_backend_download(g_gpu, h, (char *)go.p + (size_t)t0 * H * es, (size_t)L * H * es));
@@ -765,12 +822,12 @@ static void test_errors(void)
 	st = rg_backend_mem_info(g_gpu, &used, &total);
 	expect(st == RG_OK && used > 0 && total >= used, "mem_info after OOM reports used <= total");
 	gbuf q = galloc(30 * 3 * 256 * 2), o = galloc(30 * 256 * 2), gcu = graw(cu, 12);
-	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 20, 1, 256, 0.1f, NULL, NULL, 0, o.p);
+	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 20, 1, 256, 0.1f, NULL, NULL, 0, NULL, o.p);
 	expect(st == RG_ERR_UNSUPPORTED, "attention head_dim 256 -> RG_ERR_UNSUPPORTED");
-	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 10, 4, 64, 0.1f, NULL, NULL, 0, o.p);
+	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 10, 4, 64, 0.1f, NULL, NULL, 0, NULL, o.p);
 	expect(st == RG_ERR_INVALID_INPUT, "attention length 20 > max_seqlen 10 -> INVALID_INPUT");
 	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 20, 4, 64, 0.1f, NULL, (const float *)o.p,
-			     -1, o.p);
+			     -1, NULL, o.p);
 	expect(st == RG_ERR_INVALID_INPUT, "attention bias table with rel_max -1 -> INVALID_INPUT");
 	gbuf gi = graw(&neg, 4);
 	st = rg_op_gather_rows(g_gpu, q.p, gi.p, 1, 64, o.p);
@@ -1225,6 +1282,13 @@ int main(int argc, char **argv)
 					for (int rb = 0; rb < 3; rb++)
 						test_attention(dt, &b, att[a][0], att[a][1], sg,
 							       rb == 0 ? -1 : rb == 1 ? 128 : 5);
+			/* DeBERTa's c2p / p2c: v3's width 512 with every distance in the
+			 * window, and width 16 with most distances clamped; each term alone */
+			for (int a = 0; a < 5; a++)
+				for (int w = 0; w < 3; w++)
+					test_attention_disent(dt, &b, att[a][0], att[a][1],
+							      w ? 16 : 512, w ? 40 : 512,
+							      w == 2 ? 1 + (a & 1) : 3);
 			for (int h = 0; h < 3; h++)
 				for (int m = 0; m < 3; m++)
 					for (int nm = 0; nm < 2; nm++)

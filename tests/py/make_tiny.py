@@ -69,6 +69,25 @@ CONFIGS = {
     "mpnet_prefixed": dict(family="mpnet", H=32, heads=2, layers=2, inter=64, act="gelu",
                            pooling="cls", max_pos=130, pad=1, prefix="mpnet.", extras=True,
                            buckets=40),
+    # DeBERTa-v3 style: no absolute positions, no token types, log-bucketed relative positions
+    # (position_buckets 8: distances past 4 share log buckets, clamped at the table's ends for
+    # sequences up to 64 tokens), c2p and p2c through the layer's own key/query projections of
+    # LayerNorm(rel_embeddings)
+    "deberta": dict(family="deberta-v2", H=48, heads=4, layers=2, inter=96, act="gelu",
+                    pooling="mean", normalize=True, max_pos=64, position_buckets=8,
+                    pos_att_type=["p2c", "c2p"]),
+    # DeBERTa-v2 style: absolute positions added (position_biased_input), two token types, no
+    # buckets (distances clamped at max_relative_positions 12), pos_att_type as a string,
+    # rel_embeddings used as they are, "deberta." names
+    "deberta_v2abs": dict(family="deberta-v2", H=32, heads=2, layers=2, inter=64, act="gelu",
+                          pooling="cls", max_pos=64, position_buckets=-1, max_rel=12,
+                          pos_att_type="c2p|p2c", position_biased_input=True, types=2,
+                          norm_rel_ebd="none", prefix="deberta."),
+}
+DEBERTA_NAMES = {
+    ".attention.self.query.": ".attention.self.query_proj.",
+    ".attention.self.key.": ".attention.self.key_proj.",
+    ".attention.self.value.": ".attention.self.value_proj.",
 }
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tokenizers")
 
@@ -90,6 +109,19 @@ MPNET_NAMES = {
 }
 
 
+def _rename(k, names):
+    for a, b in names.items():
+        k = k.replace(a, b)
+    return k
+
+
+def deberta_span(spec):
+    """att_span of a DeBERTa spec: position_buckets if > 0, else max_relative_positions."""
+    b = spec.get("position_buckets", 256)
+    return b if b > 0 else (spec.get("max_rel", -1) if spec.get("max_rel", -1) >= 1
+                            else spec.get("max_pos", 128))
+
+
 def _family_names(w, family):
     if family == "albert":
         return {k.replace("encoder.layer.0.", "encoder.albert_layer_groups.0.albert_layers.0.")
@@ -100,6 +132,8 @@ def _family_names(w, family):
                  .replace(".output.dense.", ".ffn_output.")
                  .replace(".output.LayerNorm.", ".full_layer_layer_norm."): v
                 for k, v in w.items()}
+    if family == "deberta-v2":
+        return {_rename(k, DEBERTA_NAMES): v for k, v in w.items()}
     names = {"distilbert": DISTILBERT_NAMES, "mpnet": MPNET_NAMES}.get(family)
     if names is None:
         return w
@@ -131,6 +165,19 @@ def _config(spec):
                 "num_hidden_layers": spec["layers"], "intermediate_size": spec["inter"],
                 "hidden_act": spec["act"], "layer_norm_eps": 1e-5, "bos_token_id": 0,
                 "eos_token_id": 2, "relative_attention_num_buckets": spec.get("buckets", 32)}
+    if family == "deberta-v2":  # DebertaV2Config's keys, v3's values unless the spec says
+        return {"architectures": ["DebertaV2Model"], "model_type": "deberta-v2", **base,
+                "hidden_size": spec["H"], "num_attention_heads": spec["heads"],
+                "num_hidden_layers": spec["layers"], "intermediate_size": spec["inter"],
+                "hidden_act": spec["act"], "layer_norm_eps": 1e-7,
+                "type_vocab_size": spec.get("types", 0),
+                "position_biased_input": spec.get("position_biased_input", False),
+                "relative_attention": True, "position_buckets": spec.get("position_buckets", 256),
+                "max_relative_positions": spec.get("max_rel", -1),
+                "pos_att_type": spec.get("pos_att_type", ["p2c", "c2p"]), "share_att_key": True,
+                "norm_rel_ebd": spec.get("norm_rel_ebd", "layer_norm"),
+                "pooler_hidden_size": spec["H"], "pooler_hidden_act": "gelu",
+                "pooler_dropout": 0}
     arch = {"bert": "BertModel", "roberta": "RobertaModel",
             "xlm-roberta": "XLMRobertaModel", "albert": "AlbertModel"}[family]
     if spec.get("labels"):
@@ -175,6 +222,17 @@ def _weights(spec, rng):
         for name in ("attention.output.LayerNorm", "output.LayerNorm"):
             w[p + name + f".{ln}"] = 1.0 + n(H, s=0.1)
             w[p + name + f".{lb}"] = n(H, s=0.1)
+    if fam == "deberta-v2":
+        if not spec.get("position_biased_input"):
+            del w["embeddings.position_embeddings.weight"]
+        if spec.get("types", 0) > 0:
+            w["embeddings.token_type_embeddings.weight"] = n(spec["types"], E)
+        else:
+            del w["embeddings.token_type_embeddings.weight"]
+        w["encoder.rel_embeddings.weight"] = n(2 * deberta_span(spec), H)
+        if spec.get("norm_rel_ebd", "layer_norm") == "layer_norm":
+            w["encoder.LayerNorm.weight"] = 1.0 + n(H, s=0.1)
+            w["encoder.LayerNorm.bias"] = n(H, s=0.1)
     if spec.get("family") == "mpnet":
         # O(1) biases, as large as the scores, so the positions they encode change the result
         w["encoder.relative_attention_bias.weight"] = n(spec.get("buckets", 32), spec["heads"])

@@ -83,11 +83,11 @@ def load_weights(model_dir):
     # accept base-model prefixes, the old gamma/beta names, and DistilBERT's and MPNet's names
     norm = {}
     for k, v in w.items():
-        for pre in ("bert.", "roberta.", "distilbert.", "albert.", "mpnet."):
+        for pre in ("bert.", "roberta.", "distilbert.", "albert.", "mpnet.", "deberta."):
             if k.startswith(pre):
                 k = k[len(pre):]
         k = k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
-        for a, b in DISTILBERT_TO_BERT + MPNET_TO_BERT:
+        for a, b in DISTILBERT_TO_BERT + MPNET_TO_BERT + DEBERTA_TO_BERT:
             k = k.replace(a, b)
         norm[k] = v
     if "encoder.embedding_hidden_mapping_in.weight" in norm:  # ALBERT: one shared layer
@@ -155,6 +155,25 @@ def mpnet_bucket(rel, num_buckets=32, max_distance=128):
     return side + np.where(n < exact, n, large)
 
 
+# transformers' DeBERTa-v2 names -> BERT names
+DEBERTA_TO_BERT = [
+    (".attention.self.query_proj.", ".attention.self.query."),
+    (".attention.self.key_proj.", ".attention.self.key."),
+    (".attention.self.value_proj.", ".attention.self.value."),
+]
+
+
+def deberta_log_bucket(rel, bucket_size, max_position):
+    """DeBERTa-v2's make_log_bucket_position in float64 NumPy: distances within bucket_size / 2
+    as they are, then ceil(log(|rel| / mid) / log((max_position - 1) / mid) * (mid - 1)) + mid
+    with rel's sign."""
+    rel = np.asarray(rel, np.int64)
+    mid = bucket_size // 2
+    abs_pos = np.where((rel < mid) & (rel > -mid), mid - 1, np.abs(rel))
+    log_pos = np.ceil(np.log(abs_pos / mid) / np.log((max_position - 1) / mid) * (mid - 1)) + mid
+    return np.where(abs_pos <= mid, rel, log_pos * np.sign(rel)).astype(np.int64)
+
+
 def load_pooling(model_dir):
     """(mode, normalize) from modules.json / 1_Pooling; ('mean', False) without them."""
     mp = os.path.join(model_dir, "modules.json")
@@ -198,8 +217,8 @@ class RefBert:
                      num_hidden_layers=c["n_layers"], intermediate_size=c["hidden_dim"],
                      hidden_act=c.get("activation", "gelu"))
         else:
-            assert self.family in ("bert", "roberta", "xlm-roberta", "albert", "mpnet"), \
-                self.family
+            assert self.family in ("bert", "roberta", "xlm-roberta", "albert", "mpnet",
+                                   "deberta-v2"), self.family
         self.H = c["hidden_size"]
         self.nh = c["num_attention_heads"]
         self.eps = c.get("layer_norm_eps", 1e-12)
@@ -213,6 +232,26 @@ class RefBert:
         self.rel_bias = self.w.get("encoder.relative_attention_bias.weight")
         self._bias_cache = {}
         self.max_seq_len = c["max_position_embeddings"] - self.pos_offset
+        # DeBERTa-v2: disentangled attention (DisentangledSelfAttention); the scale counts
+        # pos_att_type's members even without relative_attention
+        self.deberta = self.family == "deberta-v2"
+        if self.deberta:
+            self.eps = c.get("layer_norm_eps", 1e-7)
+            pat = c.get("pos_att_type") or []
+            if isinstance(pat, str):
+                pat = [x.strip() for x in pat.lower().split("|")]
+            self.pos_att_type = pat
+            self.rel_on = c.get("relative_attention", False)
+            self.buckets = c.get("position_buckets", -1)
+            mr = c.get("max_relative_positions", -1)
+            self.max_rel = mr if mr >= 1 else c["max_position_embeddings"]
+            self.span = self.buckets if self.buckets > 0 else self.max_rel
+            rel = self.w.get("encoder.rel_embeddings.weight")
+            if rel is not None and "layer_norm" in c.get("norm_rel_ebd", "none"):
+                rel = layer_norm(rel, self.w["encoder.LayerNorm.weight"],
+                                 self.w["encoder.LayerNorm.bias"], self.eps)
+            self.rel_emb = rel
+            self.disable = set()  # tests: {"c2p"} / {"p2c"} leave a term out
         H = self.H
         self.types = self.w.get("embeddings.token_type_embeddings.weight", np.zeros((1, H)))
         arch = (c.get("architectures") or [""])[0]
@@ -246,6 +285,45 @@ class RefBert:
             self._bias_cache[L] = self.rel_bias[buckets].transpose(2, 0, 1)
         return self._bias_cache[L]
 
+    def deberta_rel_pos(self, L):
+        """build_relative_position: (L, L) query - key, log-bucketed when position_buckets > 0."""
+        i = np.arange(L)
+        r = i[:, None] - i[None, :]
+        if self.buckets > 0 and self.max_rel > 0:
+            r = deberta_log_bucket(r, self.buckets, self.max_rel)
+        return r
+
+    def deberta_scale(self):
+        """scaled_size_sqrt: sqrt(head_dim * (1 + |pos_att_type|)), computed by transformers in
+        float32 and then cast (so the float64 reference uses the same rounded value)."""
+        d = self.H // self.nh
+        f = 1 + sum(t in self.pos_att_type for t in ("c2p", "p2c"))
+        return float(np.sqrt(np.float32(d * f), dtype=np.float32))
+
+    def deberta_bias(self, qs, ks, p, L):
+        """disentangled_attention_bias for one sequence: qs, ks (heads, L, d) -> (heads, L, L),
+        written with transformers' gathers and transposes."""
+        w, nh, span = self.w, self.nh, self.span
+        if not self.rel_on:
+            return 0.0
+        d = self.H // nh
+        scale = self.deberta_scale()
+        rel = self.rel_emb[: 2 * span]
+        proj = lambda n: (rel @ w[p + n + ".weight"].T + w[p + n + ".bias"]).reshape(  # noqa: E731
+            2 * span, nh, d).transpose(1, 0, 2)
+        r = self.deberta_rel_pos(L)
+        score = 0.0
+        if "c2p" in self.pos_att_type and "c2p" not in self.disable:
+            c2p = qs @ proj("attention.self.key").transpose(0, 2, 1)   # (heads, L, 2 span)
+            pos = np.clip(r + span, 0, 2 * span - 1)
+            score = score + np.take_along_axis(c2p, np.broadcast_to(pos, (nh, L, L)), -1) / scale
+        if "p2c" in self.pos_att_type and "p2c" not in self.disable:
+            p2c = ks @ proj("attention.self.query").transpose(0, 2, 1)  # (heads, L, 2 span)
+            pos = np.clip(-r + span, 0, 2 * span - 1)
+            g = np.take_along_axis(p2c, np.broadcast_to(pos, (nh, L, L)), -1)
+            score = score + g.transpose(0, 2, 1) / scale
+        return score
+
     def encode_packed(self, seqs, types=None):
         """Token ids of several sequences -> list of (len_i, H) float64 last hidden states.
 
@@ -261,9 +339,10 @@ class RefBert:
         pos = np.concatenate([self.positions(s) for s in seqs]) if seqs else np.zeros(0, np.int64)
         tt = (np.concatenate([np.asarray(t, np.int64) for t in types]) if types is not None
               else np.zeros(len(ids), np.int64))
-        x = (w["embeddings.word_embeddings.weight"][ids]
-             + w["embeddings.position_embeddings.weight"][pos]
-             + self.types[tt])
+        x = w["embeddings.word_embeddings.weight"][ids] + self.types[tt]
+        if "embeddings.position_embeddings.weight" in w and (  # DeBERTa-v3: none
+                not self.deberta or self.cfg.get("position_biased_input", True)):
+            x = x + w["embeddings.position_embeddings.weight"][pos]
         x = layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
         if "encoder.embedding_hidden_mapping_in.weight" in w:  # ALBERT: E -> H
             x = (x @ w["encoder.embedding_hidden_mapping_in.weight"].T
@@ -278,7 +357,11 @@ class RefBert:
             for b0, b1 in zip(bounds[:-1], bounds[1:]):
                 L = b1 - b0
                 qs, ks, vs = (t[b0:b1].reshape(L, nh, d).transpose(1, 0, 2) for t in (q, k, v))
-                s = qs @ ks.transpose(0, 2, 1) / math.sqrt(d) + self.position_bias(L)
+                if self.deberta:
+                    s = (qs @ ks.transpose(0, 2, 1) / self.deberta_scale()
+                         + self.deberta_bias(qs, ks, p, L))
+                else:
+                    s = qs @ ks.transpose(0, 2, 1) / math.sqrt(d) + self.position_bias(L)
                 s = np.exp(s - s.max(-1, keepdims=True))
                 s /= s.sum(-1, keepdims=True)
                 ctx[b0:b1] = (s @ vs).transpose(1, 0, 2).reshape(L, H)

@@ -19,7 +19,7 @@ from ref_bert import RefBert
 TINY = ["h32_gelu", "h64_relu_norm", "h48_gelunew_cls", "h128_max_norm", "short_pos64",
         "prefixed", "f16", "bf16"]
 FAMILIES = ["roberta", "xlmr_prefixed", "distilbert", "mpnet",
-            "mpnet_prefixed"]  # make_tiny configs of the other families
+            "mpnet_prefixed", "deberta", "deberta_v2abs"]  # make_tiny configs of the other families
 # batch invariance / layout equivalence: same math, different batch composition (fp32 CPU)
 INVARIANCE_TOL = 1e-6 if (DEVICE == "cpu" and DTYPE == "fp32") else None
 
@@ -554,11 +554,11 @@ def test_tokenize_truncation(tiny_models, minilm_dir):
 # ------------------------------------------------------------------ batch invariance
 
 @pytest.mark.parametrize("name", ["h64_relu_norm", "h48_gelunew_cls", "h128_max_norm", "roberta",
-                                  "distilbert", "mpnet"])
+                                  "distilbert", "mpnet", "deberta", "deberta_v2abs"])
 def test_batch_invariance(tiny_models, name):
     model, ref = tiny_models(name)
     rng = np.random.default_rng(11)
-    seqs = random_seqs(rng, [17, 1, 128, 5, 64, 33, 2])
+    seqs = random_seqs(rng, [min(n, ref.max_seq_len) for n in [17, 1, 128, 5, 64, 33, 2]])
     alone = np.concatenate([model.embed_ids([s], ref.H) for s in seqs])
     mixed = model.embed_ids(seqs, ref.H)
     rev = model.embed_ids(seqs[::-1], ref.H)[::-1]
@@ -867,3 +867,95 @@ def test_cpu_refuses_low_precision(tiny_dirs):
     with pytest.raises(rc.RaggedError) as e:
         rc.Model(tiny_dirs["h32_gelu"], device="cpu", dtype="fp16")
     assert e.value.status == "RG_ERR_UNSUPPORTED"
+
+
+# ------------------------------------------------------------------ DeBERTa-v2
+
+def test_deberta_bucket_reference():
+    """The reference's make_log_bucket_position twin (float64 NumPy) equals transformers' (torch
+    float32 arithmetic) on every distance up to 3000, for v3's sizes and the tiny models'."""
+    from ref_bert import deberta_log_bucket
+    assert deberta_log_bucket(np.array([0, 3, -3, 4, -4, 5, 63, -63]), 8, 64).tolist() == \
+        [0, 3, -3, 4, -4, 5, 7, -7]
+    try:
+        import torch
+        from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+    except ImportError:
+        return
+    rel = np.arange(-3000, 3001)
+    for b, mp in [(256, 512), (8, 64), (16, 128), (256, 1024), (6, 40)]:
+        hf = make_log_bucket_position(torch.tensor(rel), b, mp).long().numpy()
+        assert np.array_equal(deberta_log_bucket(rel, b, mp), hf), (b, mp)
+
+
+@pytest.mark.parametrize("name", ["deberta", "deberta_v2abs"])
+def test_deberta_reference_matches_transformers(tiny_dirs, name):
+    """ref_bert's DeBERTa equals transformers' DebertaV2Model in float64 (last hidden states,
+    sequences alone, lengths up to the model's maximum so the buckets saturate); runs only where
+    torch and transformers import."""
+    try:
+        import torch
+        from transformers import DebertaV2Model
+    except ImportError:
+        pytest.skip("torch / transformers not installed")
+    d = tiny_dirs[name]
+    ref = RefBert(d)
+    hf = DebertaV2Model.from_pretrained(d, torch_dtype=torch.float64).eval()
+    rng = np.random.default_rng(5)
+    worst = 0.0
+    for n in (1, 2, 9, 33, ref.max_seq_len):
+        ids = random_seqs(rng, [n])[0]
+        tt = [0] * (n // 2) + [1] * (n - n // 2) if ref.cfg.get("type_vocab_size", 0) > 1 else None
+        with torch.no_grad():
+            kw = {"token_type_ids": torch.tensor([tt])} if tt else {}
+            want = hf(torch.tensor([ids]), **kw).last_hidden_state[0].numpy()
+        got = ref.encode_packed([ids], [tt] if tt else None)[0]
+        worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
+    assert worst < 1e-12, worst
+
+
+@pytest.mark.parametrize("name", ["deberta", "deberta_v2abs"])
+def test_deberta_c2p_and_p2c_matter(tiny_models, tiny_dirs, name):
+    """Each disentangled term reaches the scores: leaving c2p or p2c out of the reference moves
+    every multi-token embedding by far more than the tolerance (a one-token sequence keeps its
+    row: it attends to itself only); ragged follows the full reference, packed and concat."""
+    model, ref = tiny_models(name)
+    assert info(model).model_type == b"deberta-v2"
+    rng = np.random.default_rng(47)
+    seqs = random_seqs(rng, [9, 1, 30, ref.max_seq_len, 3])
+    want = ref.embed_batch(seqs)
+    assert_embeddings_close(model.embed_ids(seqs, ref.H), want, f"{name} packed")
+    short = [s for s in seqs if len(s) <= 32]
+    concat = layouts([len(s) for s in short])["concat"]
+    assert_embeddings_close(model.embed_ids(short, ref.H, layout=concat), ref.embed_batch(short),
+                            f"{name} concat")
+    for term in ("c2p", "p2c"):
+        ref.disable = {term}
+        try:
+            err = row_rel_err(ref.embed_batch(seqs), want)
+        finally:
+            ref.disable = set()
+        assert err[1] < 1e-12 and np.delete(err, 1).min() > 1e-3, (term, err)
+
+
+def test_deberta_refusals(tiny_dirs, tmp_path):
+    """What ragged does not compute is refused at load, by name."""
+    cases = [({"pos_att_type": ["c2p", "p2p"]}, "RG_ERR_UNSUPPORTED", "p2p"),
+             ({"pos_att_type": "c2p|p2p"}, "RG_ERR_UNSUPPORTED", "p2p"),
+             ({"share_att_key": False}, "RG_ERR_UNSUPPORTED", "share_att_key"),
+             ({"conv_kernel_size": 3}, "RG_ERR_UNSUPPORTED", "conv_kernel_size"),
+             ({"embedding_size": 32}, "RG_ERR_UNSUPPORTED", "embedding_size"),
+             ({"attention_head_size": 8}, "RG_ERR_UNSUPPORTED", "attention_head_size"),
+             ({"norm_rel_ebd": "batch_norm"}, "RG_ERR_UNSUPPORTED", "norm_rel_ebd"),
+             ({"architectures": ["DebertaV2ForSequenceClassification"]}, "RG_ERR_UNSUPPORTED",
+              "DebertaV2ForSequenceClassification")]
+    for i, (edit, status, word) in enumerate(cases):
+        d = _copy(tiny_dirs["deberta"], tmp_path / f"c{i}")
+        _edit_config(d, **edit)
+        e = _load_err(d)
+        assert e.status == status and word in e.message, (edit, e.status, e.message)
+    d = _copy(tiny_dirs["deberta"], tmp_path / "norel")
+    _rewrite_weights(d, lambda w: {k: v for k, v in w.items()
+                                   if not k.endswith("rel_embeddings.weight")})
+    e = _load_err(d)
+    assert e.status == "RG_ERR_FORMAT" and "encoder.rel_embeddings.weight" in e.message

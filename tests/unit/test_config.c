@@ -237,8 +237,8 @@ static void test_wrong_types(void **state)
 static void test_unsupported_model_type(void **state)
 {
 	(void)state;
-	write_config("model_type", "\"deberta-v2\"");
-	expect_cfg_fail(RG_ERR_UNSUPPORTED, "model_type", "deberta-v2", NULL);
+	write_config("model_type", "\"deberta\"");
+	expect_cfg_fail(RG_ERR_UNSUPPORTED, "model_type", "deberta", NULL);
 	write_config("model_type", "\"gpt2\"");
 	expect_cfg_fail(RG_ERR_UNSUPPORTED, "model_type", "gpt2", NULL);
 	write_config("position_embedding_type", "\"relative_key\"");
@@ -359,6 +359,70 @@ static void test_mpnet_family(void **state)
 	write_config("model_type", "\"bert\"");
 	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
 	assert_int_equal(cfg.relative_attention_num_buckets, 0);
+}
+
+/* DeBERTa-v2/v3 (DebertaV2Config): v3-base's keys parse, defaults follow transformers, and what
+ * ragged does not compute is refused by name. */
+static void test_deberta_family(void **state)
+{
+	static const char *const fmt =
+		"{\"model_type\":\"deberta-v2\",\"vocab_size\":128100,\"hidden_size\":768,"
+		"\"num_attention_heads\":12,\"num_hidden_layers\":12,\"intermediate_size\":3072,"
+		"\"hidden_act\":\"gelu\",\"max_position_embeddings\":512%s}";
+	static const char *const v3 =
+		",\"relative_attention\":true,\"position_buckets\":256,\"max_relative_positions\":-1,"
+		"\"pos_att_type\":[\"p2c\",\"c2p\"],\"share_att_key\":true,\"norm_rel_ebd\":"
+		"\"layer_norm\",\"position_biased_input\":false,\"type_vocab_size\":0,"
+		"\"layer_norm_eps\":1e-7";
+	static const struct {
+		const char *extra, *word;
+	} refused[] = {
+		{",\"pos_att_type\":[\"c2p\",\"p2p\"]", "p2p"},
+		{",\"pos_att_type\":\"p2c|p2p\"", "p2p"},
+		{",\"share_att_key\":false", "share_att_key"},
+		{",\"conv_kernel_size\":3", "conv_kernel_size"},
+		{",\"embedding_size\":128", "embedding_size"},
+		{",\"attention_head_size\":32", "attention_head_size"},
+		{",\"norm_rel_ebd\":\"layer_norm|other\"", "norm_rel_ebd"},
+	};
+	rg_encoder_config cfg;
+	char buf[1024], extra[512];
+	(void)state;
+
+	snprintf(buf, sizeof(buf), fmt, v3);
+	write_file("config.json", buf);
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
+	assert_string_equal(cfg.model_type, "deberta-v2");
+	assert_true(cfg.relative_attention && cfg.c2p && cfg.p2c && cfg.norm_rel_ebd);
+	assert_false(cfg.position_biased_input);
+	assert_int_equal(cfg.position_buckets, 256);
+	assert_int_equal(cfg.max_relative_positions, 512);
+	assert_int_equal(cfg.att_span, 256);
+	assert_int_equal(cfg.type_vocab_size, 0);
+	assert_int_equal(cfg.position_offset, 0);
+	assert_true(fabs(cfg.layer_norm_eps - 1e-7) < 1e-20);
+	/* DebertaV2Config's defaults: absolute positions, no relative terms, eps 1e-7; a string
+	 * pos_att_type; no buckets: att_span = max_relative_positions */
+	snprintf(buf, sizeof(buf), fmt,
+		 ",\"relative_attention\":true,\"pos_att_type\":\"C2P | p2c\",\"share_att_key\":true,"
+		 "\"max_relative_positions\":64,\"type_vocab_size\":2");
+	write_file("config.json", buf);
+	assert_int_equal(rg_encoder_config_load(g_dir, &cfg), RG_OK);
+	assert_true(cfg.position_biased_input && cfg.c2p && cfg.p2c && !cfg.norm_rel_ebd);
+	assert_int_equal(cfg.position_buckets, -1);
+	assert_int_equal(cfg.att_span, 64);
+	assert_int_equal(cfg.type_vocab_size, 2);
+	assert_true(fabs(cfg.layer_norm_eps - 1e-7) < 1e-20);
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		snprintf(extra, sizeof(extra), "%s%s", v3, refused[i].extra);
+		snprintf(buf, sizeof(buf), fmt, extra);
+		write_file("config.json", buf);
+		expect_cfg_fail(RG_ERR_UNSUPPORTED, refused[i].word, NULL, NULL);
+	}
+	snprintf(extra, sizeof(extra), "%s,\"pos_att_type\":3", v3);
+	snprintf(buf, sizeof(buf), fmt, extra);
+	write_file("config.json", buf);
+	expect_cfg_fail(RG_ERR_FORMAT, "pos_att_type", NULL, NULL);
 }
 
 /* Options that change the math and are not implemented are refused by name. */
@@ -571,6 +635,7 @@ int main(void)
 		cmocka_unit_test_setup(test_roberta_family, case_setup),
 		cmocka_unit_test_setup(test_distilbert_family, case_setup),
 		cmocka_unit_test_setup(test_mpnet_family, case_setup),
+		cmocka_unit_test_setup(test_deberta_family, case_setup),
 		cmocka_unit_test_setup(test_refused_options, case_setup),
 		cmocka_unit_test_setup(test_albert_family, case_setup),
 		cmocka_unit_test_setup(test_bad_sizes, case_setup),

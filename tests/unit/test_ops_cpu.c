@@ -431,7 +431,7 @@ static void run_attention_bias(const int *lens, int n_seq, int nh, int hd, const
 	ref = malloc((size_t)n * H * sizeof(double));
 	ref_attention(qkv, cu, n_seq, nh, hd, scale, seg, rb, rel_max, ref);
 	assert_int_equal(rg_cpu_attention(qkv, cu, n_seq, max_len, nh, hd, scale, seg, rb, rel_max,
-					  out),
+					  NULL, out),
 			 RG_OK);
 	check(rb ? "attention + rel bias" : "attention", out, ref, (size_t)n * H, 1e-5, 1e-4);
 	free(cu), free(qkv), free(out), free(ref), free(rb);
@@ -508,8 +508,8 @@ static void test_attention_zero_bias_is_none(void **state)
 	float *qkv = rand_buf((size_t)238 * 3 * H, 2), *a = out_buf((size_t)238 * H),
 	      *b = out_buf((size_t)238 * H), *zero = calloc((size_t)nh * (2 * R + 1), sizeof(float));
 	(void)state;
-	assert_int_equal(rg_cpu_attention(qkv, cu, 3, 200, nh, hd, 0.25f, NULL, NULL, 0, a), RG_OK);
-	assert_int_equal(rg_cpu_attention(qkv, cu, 3, 200, nh, hd, 0.25f, NULL, zero, R, b), RG_OK);
+	assert_int_equal(rg_cpu_attention(qkv, cu, 3, 200, nh, hd, 0.25f, NULL, NULL, 0, NULL, a), RG_OK);
+	assert_int_equal(rg_cpu_attention(qkv, cu, 3, 200, nh, hd, 0.25f, NULL, zero, R, NULL, b), RG_OK);
 	assert_memory_equal(a, b, (size_t)238 * H * sizeof(float));
 	free(qkv), free(a), free(b), free(zero);
 }
@@ -522,19 +522,163 @@ static void test_attention_rejects_bad_lengths(void **state)
 	rg_backend *be;
 
 	/* data: a length that is negative or over max_seqlen (the backend reads cu_seqlens) */
-	assert_int_equal(rg_cpu_attention(qkv, cu, 2, 5, 1, 2, 1.f, NULL, NULL, 0, out),
+	assert_int_equal(rg_cpu_attention(qkv, cu, 2, 5, 1, 2, 1.f, NULL, NULL, 0, NULL, out),
 			 RG_ERR_INVALID_INPUT);
-	assert_int_equal(rg_cpu_attention(qkv, cu, 1, 4, 1, 2, 1.f, NULL, NULL, 0, out),
+	assert_int_equal(rg_cpu_attention(qkv, cu, 1, 4, 1, 2, 1.f, NULL, NULL, 0, NULL, out),
 			 RG_ERR_INVALID_INPUT);
 	/* arguments (checked by rg_op_attention): a bias table needs rel_max >= 0; without one
 	 * rel_max is ignored */
 	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
-	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, rb, -1, out),
+	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, rb, -1, NULL, out),
 			 RG_ERR_INVALID_INPUT);
-	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, -1, out),
+	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, -1, NULL, out),
 			 RG_OK);
-	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 0, 2, 1.f, NULL, NULL, 0, out),
+	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 0, 2, 1.f, NULL, NULL, 0, NULL, out),
 			 RG_ERR_INVALID_INPUT);
+	rg_backend_free(be);
+}
+
+/* DeBERTa's disentangled attention in double straight from its definition: for query i and key j
+ * of one sequence (rows t0 + i, t0 + j), e = idx[R + clamp(i - j)],
+ *   score = scale (q_i.k_j + q_i.pos_key[e] + k_j.pos_query[e])   (a NULL pos_* adds nothing)
+ * then softmax and P V. pos_key, pos_query: (W, H). */
+static void ref_disent(const float *qkv, const int32_t *cu, int n_seq, int nh, int hd, float scale,
+		       const float *pk, const float *pq, const int32_t *idx, int R, double *out)
+{
+	const int H = nh * hd;
+
+	for (int s = 0; s < n_seq; s++) {
+		const int t0 = cu[s], L = cu[s + 1] - cu[s];
+		double *sc = malloc((size_t)(L ? L : 1) * sizeof(double));
+
+		for (int h = 0; h < nh; h++)
+			for (int i = 0; i < L; i++) {
+				const float *q = qkv + (size_t)(t0 + i) * 3 * H + h * hd;
+				double mx = -INFINITY, sum = 0;
+				double *o = out + (size_t)(t0 + i) * H + h * hd;
+
+				for (int j = 0; j < L; j++) {
+					const float *k = qkv + (size_t)(t0 + j) * 3 * H + H + h * hd;
+					int dist = i - j;
+					dist = dist < -R ? -R : dist > R ? R : dist;
+					const int e = idx[R + dist];
+					double v = 0;
+					for (int d = 0; d < hd; d++) {
+						v += (double)q[d] * k[d];
+						if (pk)
+							v += (double)q[d] * pk[(size_t)e * H + h * hd + d];
+						if (pq)
+							v += (double)k[d] * pq[(size_t)e * H + h * hd + d];
+					}
+					sc[j] = v * scale;
+					if (sc[j] > mx)
+						mx = sc[j];
+				}
+				for (int d = 0; d < hd; d++)
+					o[d] = 0;
+				for (int j = 0; j < L; j++) {
+					sc[j] = exp(sc[j] - mx);
+					sum += sc[j];
+				}
+				for (int j = 0; j < L; j++) {
+					const float *v = qkv + (size_t)(t0 + j) * 3 * H + 2 * H + h * hd;
+					for (int d = 0; d < hd; d++)
+						o[d] += sc[j] / sum * v[d];
+				}
+			}
+		free(sc);
+	}
+}
+
+/* rg_cpu_rel_tables + rg_cpu_attention with dis against ref_disent. which: 1 c2p, 2 p2c, 3 both.
+ * idx: DeBERTa-like (a clamped window of W / 2 each side) of distances up to R. */
+static void run_disent(const int *lens, int n_seq, int nh, int hd, int W, int R, int which)
+{
+	const int H = nh * hd;
+	int32_t *cu = malloc((n_seq + 1) * sizeof(int32_t)), *idx = malloc((2 * R + 1) * 4);
+	int max_len = 0, n;
+	const float scale = 1.f / sqrtf((float)(hd * 3));
+	float *pk = rand_buf((size_t)W * H, 2), *pq = rand_buf((size_t)W * H, 2);
+	float *qkv, *out, *c2p, *p2c;
+	double *ref;
+	rg_attn_disent dis;
+
+	cu[0] = 0;
+	for (int s = 0; s < n_seq; s++) {
+		cu[s + 1] = cu[s] + lens[s];
+		if (lens[s] > max_len)
+			max_len = lens[s];
+	}
+	for (int d = -R; d <= R; d++) {
+		int e = d + W / 2;
+		idx[R + d] = e < 0 ? 0 : e > W - 1 ? W - 1 : e;
+	}
+	n = cu[n_seq];
+	qkv = rand_buf((size_t)n * 3 * H, 2);
+	out = out_buf((size_t)n * H);
+	c2p = out_buf((size_t)n * nh * W);
+	p2c = out_buf((size_t)n * nh * W);
+	ref = malloc((size_t)n * H * sizeof(double));
+	ref_disent(qkv, cu, n_seq, nh, hd, scale, which & 1 ? pk : NULL, which & 2 ? pq : NULL, idx,
+		   R, ref);
+	assert_int_equal(rg_cpu_rel_tables(qkv, n, nh, hd, which & 1 ? pk : NULL,
+					   which & 2 ? pq : NULL, W, scale, c2p, p2c),
+			 RG_OK);
+	dis = (rg_attn_disent){which & 1 ? c2p : NULL, which & 2 ? p2c : NULL, idx, W, R};
+	assert_int_equal(rg_cpu_attention(qkv, cu, n_seq, max_len, nh, hd, scale, NULL, NULL, 0,
+					  &dis, out),
+			 RG_OK);
+	check("attention + disentangled", out, ref, (size_t)n * H, 1e-5, 1e-4);
+	free(cu), free(idx), free(pk), free(pq), free(qkv), free(out), free(c2p), free(p2c);
+	free(ref);
+}
+
+static void test_attention_disentangled(void **state)
+{
+	(void)state;
+	const int a[] = {1}, b[] = {7, 3}, c[] = {128, 1, 64, 33}, d[] = {300, 2, 170};
+
+	for (int which = 1; which <= 3; which++) {
+		run_disent(a, 1, 2, 8, 16, 64, which);
+		run_disent(b, 2, 3, 5, 4, 16, which);       /* clamped past distance 2 */
+		run_disent(c, 4, 4, 16, 512, 512, which);   /* v3-like width, nothing clamped */
+		run_disent(d, 3, 2, 32, 16, 300, which);    /* query blocks of long sequences */
+	}
+}
+
+/* rg_op_attention / rg_op_rel_tables arguments for the disentangled terms. */
+static void test_attention_disentangled_args(void **state)
+{
+	const int32_t cu1[] = {0, 5}, idx[3] = {0, 1, 1};
+	float qkv[5 * 6] = {0}, out[5 * 2], rb[3] = {0}, tab[5 * 2] = {0}, pk[2 * 2] = {0};
+	rg_attn_disent dis = {tab, NULL, idx, 2, 1};
+	rg_backend *be;
+	(void)state;
+
+	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
+	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, 0, &dis,
+					 out),
+			 RG_OK);
+	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, rb, 1, &dis,
+					 out),
+			 RG_ERR_INVALID_INPUT); /* not both */
+	dis.width = 0;
+	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, 0, &dis,
+					 out),
+			 RG_ERR_INVALID_INPUT);
+	dis = (rg_attn_disent){NULL, NULL, idx, 2, 1};
+	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, 0, &dis,
+					 out),
+			 RG_ERR_INVALID_INPUT); /* no table */
+	dis = (rg_attn_disent){tab, NULL, idx, 2, -1};
+	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, 0, &dis,
+					 out),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_op_rel_tables(be, qkv, 5, 1, 2, pk, NULL, 2, 1.f, NULL, NULL),
+			 RG_ERR_INVALID_INPUT); /* pos_key without c2p */
+	assert_int_equal(rg_op_rel_tables(be, qkv, 5, 1, 2, pk, NULL, 0, 1.f, tab, NULL),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_op_rel_tables(be, qkv, 5, 1, 2, pk, NULL, 2, 1.f, tab, NULL), RG_OK);
 	rg_backend_free(be);
 }
 
@@ -726,6 +870,8 @@ int main(void)
 		cmocka_unit_test(test_attention_rel_bias),
 		cmocka_unit_test(test_attention_zero_bias_is_none),
 		cmocka_unit_test(test_attention_rejects_bad_lengths),
+		cmocka_unit_test(test_attention_disentangled),
+		cmocka_unit_test(test_attention_disentangled_args),
 		cmocka_unit_test(test_pool),
 		cmocka_unit_test(test_pool_zero_length),
 		cmocka_unit_test(test_gather_rows),

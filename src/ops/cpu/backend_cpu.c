@@ -151,13 +151,24 @@ static rg_status cpu_bias_residual_layernorm(rg_backend_ctx *c, rg_dtype dt, con
 static rg_status cpu_attention(rg_backend_ctx *c, rg_dtype dt, const void *qkv,
 			       const int32_t *cu_seqlens, const int32_t *cu_seqlens_h, int n_seq,
 			       int max_seqlen, int num_heads, int head_dim, float scale,
-			       const int32_t *seg, const float *rel_bias, int rel_max, void *out)
+			       const int32_t *seg, const float *rel_bias, int rel_max,
+			       const rg_attn_disent *dis, void *out)
 {
 	(void)c;
 	(void)dt;
 	(void)cu_seqlens_h; /* cu_seqlens is host memory already */
 	return rg_cpu_attention(qkv, cu_seqlens, n_seq, max_seqlen, num_heads, head_dim, scale, seg,
-				rel_bias, rel_max, out);
+				rel_bias, rel_max, dis, out);
+}
+
+static rg_status cpu_rel_tables(rg_backend_ctx *c, rg_dtype dt, const void *qkv, int n_tokens,
+				int num_heads, int head_dim, const void *pos_key,
+				const void *pos_query, int width, float scale, void *c2p, void *p2c)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_rel_tables(qkv, n_tokens, num_heads, head_dim, pos_key, pos_query, width,
+				 scale, c2p, p2c);
 }
 
 static rg_status cpu_pool(rg_backend_ctx *c, rg_dtype dt, const void *x, const int32_t *cu_seqlens,
@@ -198,6 +209,7 @@ const rg_backend_ops rg_cpu_backend_ops = {
 	.bias_act = cpu_bias_act,
 	.bias_residual_layernorm = cpu_bias_residual_layernorm,
 	.attention = cpu_attention,
+	.rel_tables = cpu_rel_tables,
 	.pool = cpu_pool,
 	.gather_rows = cpu_gather_rows,
 };

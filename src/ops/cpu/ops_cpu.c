@@ -339,6 +339,7 @@ struct attn_job {
 	const int32_t *cu_seqlens, *seg;
 	const float *rel_bias; /* (num_heads, 2 rel_max + 1) or NULL */
 	int rel_max;
+	const rg_attn_disent *dis; /* DeBERTa's c2p / p2c tables, or NULL */
 	const int *blk_prefix; /* (n_seq + 1): query blocks before each sequence */
 	int n_seq, num_heads, head_dim, H;
 	float scale;
@@ -365,6 +366,33 @@ static void add_rel_bias(float *sc, int nq, int L, int Lp, int q0, const float *
 			const int d = c - qi;
 
 			row[c] += tb[d < -R ? -R : d > R ? R : d];
+		}
+	}
+}
+
+/* Add DeBERTa's disentangled terms (rg_op_attention's dis) to the scores sc (nq rows of stride
+ * Lp, keys [0, L)) of queries q0.. of one sequence starting at packed row t0, head h: the query's
+ * c2p row and each key's p2c row, read at the index of the clamped distance query - key. */
+static void add_disent(float *sc, int nq, int L, int Lp, int q0, int t0, int h, int num_heads,
+		       const rg_attn_disent *d)
+{
+	const size_t ld = (size_t)num_heads * d->width;
+	const float *c2p = d->c2p, *p2c = d->p2c;
+	const int32_t *idx = d->idx + d->R; /* idx[dist], dist in [-R, R] */
+	const int R = d->R;
+
+	for (int i = 0; i < nq; i++) {
+		float *row = sc + (size_t)i * Lp;
+		const int qi = q0 + i;
+		const float *cq = c2p ? c2p + (size_t)(t0 + qi) * ld + (size_t)h * d->width : NULL;
+
+		for (int c = 0; c < L; c++) {
+			const int dist = qi - c, e = idx[dist < -R ? -R : dist > R ? R : dist];
+			float b = cq ? cq[e] : 0.f;
+
+			if (p2c)
+				b += p2c[(size_t)(t0 + c) * ld + (size_t)h * d->width + e];
+			row[c] += b;
 		}
 	}
 }
@@ -407,6 +435,8 @@ static void attn_task(void *ctx, int task, int thread)
 	if (j->rel_bias)
 		add_rel_bias(sc, nq, L, Lp, q0,
 			     j->rel_bias + (size_t)h * (2 * j->rel_max + 1) + j->rel_max, j->rel_max);
+	if (j->dis)
+		add_disent(sc, nq, L, Lp, q0, t0, h, j->num_heads, j->dis);
 	for (int i = 0; i < nq; i++)
 		k->softmax_row(sc + (size_t)i * Lp, L, Lp, sg, sg ? sg[q0 + i] : 0);
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, j->head_dim, L, 1.f, sc, Lp,
@@ -416,10 +446,11 @@ static void attn_task(void *ctx, int task, int thread)
 
 rg_status rg_cpu_attention(const float *qkv, const int32_t *cu_seqlens, int n_seq, int max_seqlen,
 			   int num_heads, int head_dim, float scale, const int32_t *seg,
-			   const float *rel_bias, int rel_max, float *out)
+			   const float *rel_bias, int rel_max, const rg_attn_disent *dis,
+			   float *out)
 {
 	rg_threadpool *pool = rg_threadpool_global();
-	struct attn_job j = {qkv, cu_seqlens, seg, rel_bias, rel_max, NULL, n_seq, num_heads,
+	struct attn_job j = {qkv, cu_seqlens, seg, rel_bias, rel_max, dis, NULL, n_seq, num_heads,
 			     head_dim, num_heads * head_dim, scale, NULL, 0, out};
 	size_t Lp = ((size_t)max_seqlen + 15) / 16 * 16;
 	int *prefix;
@@ -456,6 +487,50 @@ rg_status rg_cpu_attention(const float *qkv, const int32_t *cu_seqlens, int n_se
 	rg_threadpool_run(pool, prefix[n_seq] * num_heads, attn_task, &j);
 	free(prefix);
 	free(j.scratch);
+	return RG_OK;
+}
+
+/* rg_op_rel_tables: one task per (head, block of 256 tokens), each one or two single-threaded
+ * sgemm calls on the strided rows of qkv (Q at column h * head_dim, K at H + h * head_dim) and
+ * the head's columns of pos_key / pos_query, written with row stride num_heads * width. */
+#define RG_REL_TOKENS 256
+
+struct rel_job {
+	const float *qkv, *pos_key, *pos_query;
+	int n_tokens, num_heads, head_dim, width;
+	float scale;
+	float *c2p, *p2c;
+};
+
+static void rel_task(void *ctx, int task, int thread)
+{
+	const struct rel_job *j = ctx;
+	const int h = task % j->num_heads, t0 = task / j->num_heads * RG_REL_TOKENS;
+	const int n = j->n_tokens - t0 < RG_REL_TOKENS ? j->n_tokens - t0 : RG_REL_TOKENS;
+	const int H = j->num_heads * j->head_dim, ldo = j->num_heads * j->width;
+	const float *q = j->qkv + (size_t)t0 * 3 * H + (size_t)h * j->head_dim;
+	const size_t o = (size_t)t0 * ldo + (size_t)h * j->width;
+
+	(void)thread;
+	if (j->pos_key)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, j->width, j->head_dim,
+			    j->scale, q, 3 * H, j->pos_key + (size_t)h * j->head_dim, H, 0.f,
+			    j->c2p + o, ldo);
+	if (j->pos_query)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, j->width, j->head_dim,
+			    j->scale, q + H, 3 * H, j->pos_query + (size_t)h * j->head_dim, H, 0.f,
+			    j->p2c + o, ldo);
+}
+
+rg_status rg_cpu_rel_tables(const float *qkv, int n_tokens, int num_heads, int head_dim,
+			    const float *pos_key, const float *pos_query, int width, float scale,
+			    float *c2p, float *p2c)
+{
+	struct rel_job j = {qkv,	pos_key, pos_query, n_tokens, num_heads,
+			    head_dim, width,   scale,	    c2p,      p2c};
+	const int blocks = (n_tokens + RG_REL_TOKENS - 1) / RG_REL_TOKENS;
+
+	rg_threadpool_run(rg_threadpool_global(), blocks * num_heads, rel_task, &j);
 	return RG_OK;
 }
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include "ragged.h"
 #include "ops/act.h"
+#include "ops/ops.h"
 
 rg_status rg_cpu_embed_layernorm(const int32_t *tokens, const int32_t *positions, int n_tokens,
 				 const float *word, const float *pos, const float *type0,
@@ -22,7 +23,11 @@ rg_status rg_cpu_bias_residual_layernorm(const float *x, const float *bias, cons
 					 int N, float *out);
 rg_status rg_cpu_attention(const float *qkv, const int32_t *cu_seqlens, int n_seq, int max_seqlen,
 			   int num_heads, int head_dim, float scale, const int32_t *seg,
-			   const float *rel_bias, int rel_max, float *out);
+			   const float *rel_bias, int rel_max, const rg_attn_disent *dis,
+			   float *out);
+rg_status rg_cpu_rel_tables(const float *qkv, int n_tokens, int num_heads, int head_dim,
+			    const float *pos_key, const float *pos_query, int width, float scale,
+			    float *c2p, float *p2c);
 rg_status rg_cpu_pool(const float *x, const int32_t *cu_seqlens, int n_seq, int H, rg_pooling mode,
 		      bool normalize, float *out);
 rg_status rg_cpu_gather_rows(const float *src, const int32_t *idx, int n_dst, int H, float *dst);

@@ -18,6 +18,10 @@
  *  - with a relative position bias (MPNet; REL = true), lane j adds log2(e) *
  *    rel_bias[h][clamp(key - query)] (read through the read-only cache: the table is a few KiB)
  *    to its score; REL = false, the instantiation the other families run, has no bias code.
+ *  - with DeBERTa's disentangled terms (DIS = true), lane j adds log2(e) * (c2p[query row][h][e]
+ *    + p2c[key row][h][e]), e = idx[clamp(query - key)], to its score (the tables are per token,
+ *    read through the cache); DIS = true also serves fp16/bf16 (the tensor-core kernel has no
+ *    such terms yet).
  * head_dim: any value 1..128 (NCH = ceil(head_dim / 32) output dims per lane). CUDA cores, f32.
  * fp16/bf16 with head_dim 32, 64 or 128 (16-byte aligned buffers) go to the tensor-core kernel of
  * attention_tc.cu instead; this kernel serves fp32 and the other head_dims. */
@@ -37,11 +41,12 @@ static size_t attn_smem_bytes(int D)
 				(size_t)RG_ATT_BK * D) + sizeof(int) * (RG_ATT_BQ + RG_ATT_BK);
 }
 
-template <typename T, int NCH, bool REL>
+template <typename T, int NCH, bool REL, bool DIS>
 __global__ void __launch_bounds__(RG_ATT_WARPS * 32, 4)
 attention_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqlens,
 		 const int32_t *__restrict__ seg, const float *__restrict__ rel_bias, int rel_max,
-		 int max_seqlen, int num_heads, int D, float qscale, T *__restrict__ out, int *flag)
+		 rg_attn_disent dis, int max_seqlen, int num_heads, int D, float qscale,
+		 T *__restrict__ out, int *flag)
 {
 	extern __shared__ float sm[];
 	float *Qs = sm;                                  /* [BQ][D]   */
@@ -124,6 +129,22 @@ attention_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqle
 							     rel_max);
 					sc = fmaf(__ldg(rel_h + dist), RG_ATT_LOG2E, dot);
 				}
+				if (DIS) {
+					/* distance query - key; rows of the packed batch */
+					const int dist = min(max(q0 + qr - (k0 + lane), -dis.R), dis.R);
+					const int e = __ldg(dis.idx + dis.R + dist);
+					const size_t ldt = (size_t)num_heads * dis.width;
+					const size_t col = (size_t)h * dis.width + e;
+					float b = 0.f;
+
+					if (dis.c2p)
+						b = rg_to_f(((const T *)dis.c2p)[(size_t)(t0 + q0 + qr) *
+										 ldt + col]);
+					if (dis.p2c)
+						b += rg_to_f(((const T *)dis.p2c)[(size_t)(t0 + k0 + lane) *
+										  ldt + col]);
+					sc = fmaf(b, RG_ATT_LOG2E, sc);
+				}
 			}
 			const float m_new = fmaxf(m[i], rg_warp_max(sc));
 			if (m_new == -INFINITY)
@@ -167,10 +188,11 @@ attention_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqle
 
 /* Raise the dynamic shared-memory limit of one instantiation when it needs more than 48 KiB
  * (head_dim > ~120). Done once per context and instantiation (bit: 0..23 of attn_smem_set). */
-template <typename T, int NCH, bool REL>
+template <typename T, int NCH, bool REL, bool DIS>
 static rg_status attn_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
-			     const int32_t *seg, const float *rel_bias, int rel_max, int n_seq,
-			     int max_seqlen, int num_heads, int D, float qscale, void *out)
+			     const int32_t *seg, const float *rel_bias, int rel_max,
+			     const rg_attn_disent &dis, int n_seq, int max_seqlen, int num_heads, int D,
+			     float qscale, void *out)
 {
 	size_t smem = attn_smem_bytes(D);
 	dim3 grid(n_seq, num_heads, (max_seqlen + RG_ATT_BQ - 1) / RG_ATT_BQ);
@@ -180,52 +202,62 @@ static rg_status attn_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int
 			return rg_errorf(RG_ERR_UNSUPPORTED, "attention: head_dim %d needs %zu bytes of "
 					 "shared memory, device allows %d", D, smem,
 					 c->max_smem_optin);
-		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_kernel<T, NCH, REL>,
+		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_kernel<T, NCH, REL, DIS>,
 					   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
 					   "cudaFuncSetAttribute(attention)");
 		if (st != RG_OK)
 			return st;
 		c->attn_smem_set |= 1ull << bit;
 	}
-	attention_kernel<T, NCH, REL><<<grid, RG_ATT_WARPS * 32, smem, c->stream>>>(
-		(const T *)qkv, cu_seqlens, seg, rel_bias, rel_max, max_seqlen, num_heads, D, qscale,
-		(T *)out, c->flag_d);
+	attention_kernel<T, NCH, REL, DIS><<<grid, RG_ATT_WARPS * 32, smem, c->stream>>>(
+		(const T *)qkv, cu_seqlens, seg, rel_bias, rel_max, dis, max_seqlen, num_heads, D,
+		qscale, (T *)out, c->flag_d);
 	return rg_cuda_launch_check("attention_kernel");
 }
 
-/* The instantiation with the bias code only when there is a table (its smem bits 12 higher). */
+/* The instantiation with the bias code only when there is a table (its smem bits 12 higher), the
+ * one with the disentangled terms only when there are some (bits 44..55: the tensor-core kernel
+ * has 24..43). */
 template <typename T, int NCH>
 static rg_status attn_launch_rel(rg_cuda_ctx *c, int bit, const void *qkv,
 				 const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
-				 int rel_max, int n_seq, int max_seqlen, int num_heads, int D,
-				 float qscale, void *out)
+				 int rel_max, const rg_attn_disent *dis, int n_seq, int max_seqlen,
+				 int num_heads, int D, float qscale, void *out)
 {
+	const rg_attn_disent none = {NULL, NULL, NULL, 0, 0};
+
+	if (dis)
+		return attn_launch<T, NCH, false, true>(c, bit + 44, qkv, cu_seqlens, seg, NULL, 0,
+							*dis, n_seq, max_seqlen, num_heads, D,
+							qscale, out);
 	if (rel_bias)
-		return attn_launch<T, NCH, true>(c, bit + 12, qkv, cu_seqlens, seg, rel_bias, rel_max,
-						 n_seq, max_seqlen, num_heads, D, qscale, out);
-	return attn_launch<T, NCH, false>(c, bit, qkv, cu_seqlens, seg, NULL, 0, n_seq, max_seqlen,
-					  num_heads, D, qscale, out);
+		return attn_launch<T, NCH, true, false>(c, bit + 12, qkv, cu_seqlens, seg, rel_bias,
+							rel_max, none, n_seq, max_seqlen,
+							num_heads, D, qscale, out);
+	return attn_launch<T, NCH, false, false>(c, bit, qkv, cu_seqlens, seg, NULL, 0, none, n_seq,
+						 max_seqlen, num_heads, D, qscale, out);
 }
 
 template <typename T>
 static rg_status attn_dispatch_nch(rg_cuda_ctx *c, int dtbit, const void *qkv,
 				   const int32_t *cu_seqlens, const int32_t *seg,
-				   const float *rel_bias, int rel_max, int n_seq, int max_seqlen,
-				   int num_heads, int D, float qscale, void *out)
+				   const float *rel_bias, int rel_max, const rg_attn_disent *dis,
+				   int n_seq, int max_seqlen, int num_heads, int D, float qscale,
+				   void *out)
 {
 	switch ((D + 31) / 32) {
 	case 1:
 		return attn_launch_rel<T, 1>(c, dtbit * 4 + 0, qkv, cu_seqlens, seg, rel_bias, rel_max,
-					 n_seq, max_seqlen, num_heads, D, qscale, out);
+					 dis, n_seq, max_seqlen, num_heads, D, qscale, out);
 	case 2:
 		return attn_launch_rel<T, 2>(c, dtbit * 4 + 1, qkv, cu_seqlens, seg, rel_bias, rel_max,
-					 n_seq, max_seqlen, num_heads, D, qscale, out);
+					 dis, n_seq, max_seqlen, num_heads, D, qscale, out);
 	case 3:
 		return attn_launch_rel<T, 3>(c, dtbit * 4 + 2, qkv, cu_seqlens, seg, rel_bias, rel_max,
-					 n_seq, max_seqlen, num_heads, D, qscale, out);
+					 dis, n_seq, max_seqlen, num_heads, D, qscale, out);
 	default:
 		return attn_launch_rel<T, 4>(c, dtbit * 4 + 3, qkv, cu_seqlens, seg, rel_bias, rel_max,
-					 n_seq, max_seqlen, num_heads, D, qscale, out);
+					 dis, n_seq, max_seqlen, num_heads, D, qscale, out);
 	}
 }
 
@@ -233,7 +265,7 @@ extern "C" rg_status rg_cuda_attention(rg_cuda_ctx *ctx, rg_dtype dt, const void
 				       const int32_t *cu_seqlens, const int32_t *cu_seqlens_h,
 				       int n_seq, int max_seqlen, int num_heads, int head_dim,
 				       float scale, const int32_t *seg, const float *rel_bias,
-				       int rel_max, void *out)
+				       int rel_max, const rg_attn_disent *dis, void *out)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	const float qscale = scale * RG_ATT_LOG2E; /* softmax through exp2 */
@@ -265,21 +297,125 @@ extern "C" rg_status rg_cuda_attention(rg_cuda_ctx *ctx, rg_dtype dt, const void
 		return st;
 	/* fp16/bf16 with head_dim 32/64/128: the tensor-core kernel (attention_tc.cu), which adds
 	 * the bias to the raw scores, in units of 1/scale (so a bias needs scale != 0) */
-	if (rg_cuda_attention_tc_ok(dt, head_dim, qkv, out) && (!rel_bias || scale != 0.f))
+	if (!dis && rg_cuda_attention_tc_ok(dt, head_dim, qkv, out) && (!rel_bias || scale != 0.f))
 		return rg_cuda_attention_tc(c, dt, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
 					    max_seqlen, num_heads, head_dim, qscale,
 					    rel_bias ? 1.f / scale : 0.f, out);
 	switch (dt) {
 	case RG_DTYPE_F32:
-		return attn_dispatch_nch<float>(c, 0, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
+		return attn_dispatch_nch<float>(c, 0, qkv, cu_seqlens, seg, rel_bias, rel_max, dis,
+						n_seq,
 						max_seqlen, num_heads, head_dim, qscale, out);
 	case RG_DTYPE_F16:
-		return attn_dispatch_nch<__half>(c, 1, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
+		return attn_dispatch_nch<__half>(c, 1, qkv, cu_seqlens, seg, rel_bias, rel_max, dis,
+						 n_seq,
 						 max_seqlen, num_heads, head_dim, qscale, out);
 	case RG_DTYPE_BF16:
 		return attn_dispatch_nch<__nv_bfloat16>(c, 2, qkv, cu_seqlens, seg, rel_bias,
-							rel_max, n_seq, max_seqlen, num_heads,
+							rel_max, dis, n_seq, max_seqlen, num_heads,
 							head_dim, qscale, out);
 	}
 	return rg_errorf(RG_ERR_UNSUPPORTED, "attention: unknown dtype %d", (int)dt);
+}
+
+/* rg_op_rel_tables: out[t][h][w] = scale * X[t, head h] . P[w, head h columns] for X = Q (koff 0,
+ * P = pos_key) or K (koff H, P = pos_query). A CTA owns 32 tokens x 32 table columns of one head:
+ * both 32 x head_dim tiles staged as f32 in shared memory (rows padded by one float), 256 threads
+ * with 4 outputs each, f32 accumulation. 2 n_tokens width head_dim FLOPs per table, about a
+ * 1/(3 heads) share of the layer's QKV GEMM at width 2 * 256, head_dim 64. */
+#define RG_REL_BT 32
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+rel_tables_kernel(const T *__restrict__ qkv, const T *__restrict__ pos, int koff, int n_tokens,
+		  int num_heads, int D, int width, float scale, T *__restrict__ out)
+{
+	extern __shared__ float sm[];
+	float *Xs = sm;                         /* [32][D+1] */
+	float *Ps = Xs + RG_REL_BT * (D + 1);   /* [32][D+1] */
+	const int t0 = blockIdx.x * RG_REL_BT, h = blockIdx.y, w0 = blockIdx.z * RG_REL_BT;
+	const int H = num_heads * D, tid = threadIdx.x;
+
+	for (int e = tid; e < RG_REL_BT * D; e += blockDim.x) {
+		const int r = e / D, col = e - r * D;
+		Xs[r * (D + 1) + col] = t0 + r < n_tokens ?
+			rg_to_f(qkv[(size_t)(t0 + r) * 3 * H + koff + (size_t)h * D + col]) : 0.f;
+		Ps[r * (D + 1) + col] = w0 + r < width ?
+			rg_to_f(pos[(size_t)(w0 + r) * H + (size_t)h * D + col]) : 0.f;
+	}
+	__syncthreads();
+	const int r = tid >> 3, c0 = tid & 7;
+	float acc[4] = {0.f, 0.f, 0.f, 0.f};
+
+	for (int d = 0; d < D; d++) {
+		const float x = Xs[r * (D + 1) + d];
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			acc[k] = fmaf(x, Ps[(c0 + 8 * k) * (D + 1) + d], acc[k]);
+	}
+	if (t0 + r >= n_tokens)
+		return;
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const int w = w0 + c0 + 8 * k;
+		if (w < width)
+			out[(size_t)(t0 + r) * num_heads * width + (size_t)h * width + w] =
+				rg_from_f<T>(acc[k] * scale);
+	}
+}
+
+template <typename T>
+static rg_status rel_tables_launch(rg_cuda_ctx *c, const void *qkv, int n_tokens, int num_heads,
+				   int D, const void *pos_key, const void *pos_query, int width,
+				   float scale, void *c2p, void *p2c)
+{
+	const size_t smem = sizeof(float) * 2 * RG_REL_BT * (size_t)(D + 1);
+	dim3 grid((n_tokens + RG_REL_BT - 1) / RG_REL_BT, num_heads,
+		  (width + RG_REL_BT - 1) / RG_REL_BT);
+	rg_status st = RG_OK;
+
+	if (pos_key) {
+		rel_tables_kernel<T><<<grid, 256, smem, c->stream>>>(
+			(const T *)qkv, (const T *)pos_key, 0, n_tokens, num_heads, D, width, scale,
+			(T *)c2p);
+		st = rg_cuda_launch_check("rel_tables_kernel");
+	}
+	if (st == RG_OK && pos_query) {
+		rel_tables_kernel<T><<<grid, 256, smem, c->stream>>>(
+			(const T *)qkv, (const T *)pos_query, num_heads * D, n_tokens, num_heads, D,
+			width, scale, (T *)p2c);
+		st = rg_cuda_launch_check("rel_tables_kernel");
+	}
+	return st;
+}
+
+extern "C" rg_status rg_cuda_rel_tables(rg_cuda_ctx *ctx, rg_dtype dt, const void *qkv,
+					int n_tokens, int num_heads, int head_dim,
+					const void *pos_key, const void *pos_query, int width,
+					float scale, void *c2p, void *p2c)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	rg_status st;
+
+	if (head_dim > RG_ATT_MAX_D)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "rel_tables: head_dim %d > %d is not supported "
+				 "on CUDA", head_dim, RG_ATT_MAX_D);
+	if (num_heads > 65535 || (width + RG_REL_BT - 1) / RG_REL_BT > 65535)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "rel_tables: %d heads / width %d exceed the "
+				 "launch grid", num_heads, width);
+	if ((st = rg_cuda_enter(c)) != RG_OK)
+		return st;
+	switch (dt) {
+	case RG_DTYPE_F32:
+		return rel_tables_launch<float>(c, qkv, n_tokens, num_heads, head_dim, pos_key,
+						pos_query, width, scale, c2p, p2c);
+	case RG_DTYPE_F16:
+		return rel_tables_launch<__half>(c, qkv, n_tokens, num_heads, head_dim, pos_key,
+						 pos_query, width, scale, c2p, p2c);
+	case RG_DTYPE_BF16:
+		return rel_tables_launch<__nv_bfloat16>(c, qkv, n_tokens, num_heads, head_dim,
+							pos_key, pos_query, width, scale, c2p,
+							p2c);
+	}
+	return rg_errorf(RG_ERR_UNSUPPORTED, "rel_tables: unknown dtype %d", (int)dt);
 }

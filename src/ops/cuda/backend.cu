@@ -439,6 +439,7 @@ static rg_backend_ops make_cuda_ops(void)
 	t.bias_act = rg_cuda_bias_act;
 	t.bias_residual_layernorm = rg_cuda_bias_residual_layernorm;
 	t.attention = rg_cuda_attention;
+	t.rel_tables = rg_cuda_rel_tables;
 	t.pool = rg_cuda_pool;
 	t.gather_rows = rg_cuda_gather_rows;
 	return t;

@@ -58,7 +58,10 @@ rg_status rg_cuda_bias_residual_layernorm(rg_cuda_ctx *ctx, rg_dtype dt, const v
 rg_status rg_cuda_attention(rg_cuda_ctx *ctx, rg_dtype dt, const void *qkv, const int32_t *cu_seqlens,
 			    const int32_t *cu_seqlens_h, int n_seq, int max_seqlen, int num_heads,
 			    int head_dim, float scale, const int32_t *seg, const float *rel_bias,
-			    int rel_max, void *out);
+			    int rel_max, const rg_attn_disent *dis, void *out);
+rg_status rg_cuda_rel_tables(rg_cuda_ctx *ctx, rg_dtype dt, const void *qkv, int n_tokens,
+			     int num_heads, int head_dim, const void *pos_key, const void *pos_query,
+			     int width, float scale, void *c2p, void *p2c);
 rg_status rg_cuda_pool(rg_cuda_ctx *ctx, rg_dtype dt, const void *x, const int32_t *cu_seqlens, int n_seq,
 		       int H, rg_pooling mode, bool normalize, float *out);
 rg_status rg_cuda_gather_rows(rg_cuda_ctx *ctx, rg_dtype dt, const void *src, const int32_t *idx, int n_dst,
