@@ -602,7 +602,8 @@ static void bert_free_weights(rg_model *m)
 
 /* The *ForSequenceClassification head (host f32, model.h rg_cls_head). transformers' names:
  * BERT and ALBERT pooler.dense (tanh) + classifier; RoBERTa / XLM-R / MPNet classifier.dense
- * (tanh) + classifier.out_proj; DistilBERT pre_classifier (ReLU) + classifier. */
+ * (tanh) + classifier.out_proj; DistilBERT pre_classifier (ReLU) + classifier; DeBERTa-v2/v3
+ * pooler.dense (pooler_hidden_act, GELU) + classifier. */
 static rg_status bert_load_head(rg_model *m, const rg_st *st)
 {
 	const int64_t H = m->cfg.hidden_size, L = m->head_cfg.num_labels;
@@ -612,17 +613,13 @@ static rg_status bert_load_head(rg_model *m, const rg_st *st)
 	const bool distil = !strcmp(t, "distilbert");
 
 	/* DebertaV2ForSequenceClassification: ContextPooler (pooler.dense + pooler_hidden_act,
-	 * GELU) then classifier; the host head has tanh and ReLU only */
-	if (!strcmp(t, "deberta-v2"))
-		return rg_errorf(RG_ERR_UNSUPPORTED,
-				 "DebertaV2ForSequenceClassification is not supported yet (its "
-				 "ContextPooler's activation is GELU); the base model is");
+	 * GELU by default) then classifier, both at the top level of the checkpoint */
 	const char *dense = roberta ? "classifier.dense" : distil ? "pre_classifier" : "pooler.dense";
 	const char *out = roberta ? "classifier.out_proj" : "classifier";
 	char n1[96];
 	rg_status s;
 
-	m->head.relu = distil;
+	m->head.act = distil ? RG_HEAD_RELU : m->head_cfg.pooler_gelu ? RG_HEAD_GELU : RG_HEAD_TANH;
 	snprintf(n1, sizeof(n1), "%s.weight", dense);
 	if ((s = rg_model_host_tensor(st, n1, H, H, &m->head.w1)) != RG_OK)
 		return s;

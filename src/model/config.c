@@ -705,6 +705,32 @@ rg_status rg_head_config_load(const char *dir, rg_head_config *h)
 	if ((s = cfg_str(path, root, "problem_type", "", &str)) != RG_OK)
 		goto out_put_root;
 	h->multi_label = !strcmp(str, "multi_label_classification");
+	if (!strcmp(arch, "DebertaV2ForSequenceClassification")) {
+		/* ContextPooler: pooler_hidden_size must be hidden_size, its act gelu or tanh */
+		int hs, ps;
+
+		if ((s = cfg_str(path, root, "pooler_hidden_act", "gelu", &str)) != RG_OK)
+			goto out_put_root;
+		if (strcmp(str, "gelu") && strcmp(str, "tanh")) {
+			s = rg_errorf(RG_ERR_UNSUPPORTED,
+				      "%s: pooler_hidden_act \"%s\" is not supported (gelu, tanh)", path,
+				      str);
+			goto out_put_root;
+		}
+		h->pooler_gelu = !strcmp(str, "gelu");
+		if ((s = cfg_int(path, root, "hidden_size", true, 0, 1, RG_CFG_MAX_DIM - 1, &hs)) !=
+			    RG_OK ||
+		    (s = cfg_int(path, root, "pooler_hidden_size", false, hs, 1, RG_CFG_MAX_DIM - 1,
+				 &ps)) != RG_OK)
+			goto out_put_root;
+		if (ps != hs) {
+			s = rg_errorf(RG_ERR_UNSUPPORTED,
+				      "%s: pooler_hidden_size %d differs from hidden_size %d (not "
+				      "supported)",
+				      path, ps, hs);
+			goto out_put_root;
+		}
+	}
 out_put_root:
 	if (s != RG_OK)
 		rg_head_config_free(h);

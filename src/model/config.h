@@ -76,6 +76,7 @@ typedef struct rg_head_config {
 	int num_labels;          /* >= 1 when classifier */
 	char **labels;           /* (num_labels) label names in id order */
 	bool multi_label;        /* problem_type "multi_label_classification": sigmoid per label */
+	bool pooler_gelu;        /* DeBERTa: pooler_hidden_act "gelu" (its default); else tanh */
 } rg_head_config;
 
 rg_status rg_head_config_load(const char *dir, rg_head_config *h);

@@ -23,7 +23,9 @@ void rg_cls_head_apply(const rg_cls_head *h, int H, int num_labels, int n, const
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, H, H, 1.f, x, H, h->w1, H, 1.f, mid,
 		    H);
 	for (size_t i = 0; i < (size_t)n * H; i++)
-		mid[i] = h->relu ? (mid[i] > 0.f ? mid[i] : 0.f) : tanhf(mid[i]);
+		mid[i] = h->act == RG_HEAD_RELU	 ? (mid[i] > 0.f ? mid[i] : 0.f)
+			 : h->act == RG_HEAD_GELU ? 0.5f * mid[i] * (1.f + erff(mid[i] * 0.70710678f))
+						  : tanhf(mid[i]);
 	for (int i = 0; i < n; i++)
 		memcpy(out + (size_t)i * L, h->b2, (size_t)L * sizeof(float));
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, L, H, 1.f, mid, H, h->w2, H, 1.f,

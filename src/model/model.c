@@ -94,7 +94,7 @@ rg_status rg_model_find_tensor(const rg_st *st, const char *name, const char *al
 	if (!t)
 		return rg_errorf(RG_ERR_FORMAT,
 				 "model.safetensors: missing tensor %s (also looked under the "
-				 "prefixes bert., roberta., distilbert., albert., mpnet.)",
+				 "prefixes bert., roberta., distilbert., albert., mpnet., deberta.)",
 				 name);
 	shape_str(exp, ndim, want, sizeof(want));
 	shape_str(t->shape, t->ndim, got, sizeof(got));

@@ -46,7 +46,8 @@ typedef struct rg_bucket_graph {
 typedef struct rg_cls_head {
 	float *w1, *b1;          /* (H, H), (H): BERT pooler.dense / RoBERTa classifier.dense /
 				  * DistilBERT pre_classifier */
-	bool relu;               /* act: ReLU (DistilBERT), else tanh */
+	enum { RG_HEAD_TANH, RG_HEAD_RELU, RG_HEAD_GELU } act; /* tanh (BERT, RoBERTa), ReLU
+				  * (DistilBERT), exact GELU (DeBERTa's ContextPooler) */
 	float *w2, *b2;          /* (num_labels, H), (num_labels) */
 } rg_cls_head;
 

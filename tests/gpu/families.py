@@ -54,6 +54,11 @@ PUBLIC = {
     "deberta-v3-base": dict(family="deberta-v2", H=768, heads=12, layers=12, inter=3072,
                             act="gelu", pooling="mean", max_pos=512, vocab=128100,
                             position_buckets=256, pos_att_type=["p2c", "c2p"]),
+    # a DeBERTa-v3 cross-encoder (mxbai-rerank-base-v1 is one: DebertaV2ForSequenceClassification,
+    # ContextPooler with GELU, one score) at a 6-layer size
+    "deberta-v3-reranker": dict(family="deberta-v2", H=768, heads=12, layers=6, inter=3072,
+                                act="gelu", max_pos=512, vocab=128100, position_buckets=256,
+                                prefix="deberta.", labels=["LABEL_0"]),
 }
 LENS = [1, 7, 3, 128, 33, 64, 2, 17]
 TOL = {"cpu_fp32_rel": 1e-5, "cuda_fp32_rel": 1e-4, "fp16_cos": 0.9999, "bf16_cos": 0.999,

@@ -76,6 +76,10 @@ CONFIGS = {
     "deberta": dict(family="deberta-v2", H=48, heads=4, layers=2, inter=96, act="gelu",
                     pooling="mean", normalize=True, max_pos=64, position_buckets=8,
                     pos_att_type=["p2c", "c2p"]),
+    # a DeBERTa-v3 cross-encoder (ContextPooler with GELU, one score), "deberta." prefix
+    "deberta_rerank": dict(family="deberta-v2", H=32, heads=2, layers=2, inter=64, act="gelu",
+                           max_pos=64, position_buckets=8, prefix="deberta.",
+                           labels=["LABEL_0"]),
     # DeBERTa-v2 style: absolute positions added (position_biased_input), two token types, no
     # buckets (distances clamped at max_relative_positions 12), pos_att_type as a string,
     # rel_embeddings used as they are, "deberta." names
@@ -166,7 +170,10 @@ def _config(spec):
                 "hidden_act": spec["act"], "layer_norm_eps": 1e-5, "bos_token_id": 0,
                 "eos_token_id": 2, "relative_attention_num_buckets": spec.get("buckets", 32)}
     if family == "deberta-v2":  # DebertaV2Config's keys, v3's values unless the spec says
-        return {"architectures": ["DebertaV2Model"], "model_type": "deberta-v2", **base,
+        arch = "DebertaV2ForSequenceClassification" if spec.get("labels") else "DebertaV2Model"
+        if spec.get("labels"):
+            base["id2label"] = {str(i): l for i, l in enumerate(spec["labels"])}
+        return {"architectures": [arch], "model_type": "deberta-v2", **base,
                 "hidden_size": spec["H"], "num_attention_heads": spec["heads"],
                 "num_hidden_layers": spec["layers"], "intermediate_size": spec["inter"],
                 "hidden_act": spec["act"], "layer_norm_eps": 1e-7,
@@ -245,7 +252,9 @@ def _weights(spec, rng):
         fam, nl = spec.get("family", "bert"), len(spec["labels"])
         dense, out = {"roberta": ("classifier.dense", "classifier.out_proj"),
                       "xlm-roberta": ("classifier.dense", "classifier.out_proj"),
-                      "distilbert": ("pre_classifier", "classifier")}.get(
+                      "distilbert": ("pre_classifier", "classifier"),
+                      # DebertaV2ForSequenceClassification: ContextPooler at the top level
+                      "deberta-v2": ("pooler.dense", "classifier")}.get(
             fam, (spec.get("prefix", "") + "pooler.dense", "classifier"))
         w[dense + ".weight"] = n(H, H, s=1.0 / np.sqrt(H))
         w[dense + ".bias"] = n(H, s=0.1)

@@ -264,8 +264,11 @@ class RefBert:
             elif self.family == "distilbert":
                 self.head = (w["pre_classifier.weight"], w["pre_classifier.bias"], relu,
                              w["classifier.weight"], w["classifier.bias"])
-            else:
-                self.head = (w["pooler.dense.weight"], w["pooler.dense.bias"], np.tanh,
+            else:  # BERT, ALBERT; DeBERTa's ContextPooler with pooler_hidden_act (gelu)
+                act = np.tanh
+                if self.deberta and c.get("pooler_hidden_act", "gelu") == "gelu":
+                    act = gelu
+                self.head = (w["pooler.dense.weight"], w["pooler.dense.bias"], act,
                              w["classifier.weight"], w["classifier.bias"])
 
     def positions(self, ids):
