@@ -79,7 +79,7 @@ done
 	# racecheck/synccheck/initcheck on ragged's own kernels (cuBLASLt left out: --no-gemm)
 	for tool in racecheck synccheck initcheck; do
 		echo "--- $tool: test_ops_cuda --quick --skip-oom --no-gemm (fp32, fp16, bf16)"
-		RAGGED_NUM_THREADS=4 timeout 100 compute-sanitizer --tool $tool --print-limit 30 \
+		RAGGED_NUM_THREADS=4 timeout 120 compute-sanitizer --tool $tool --print-limit 30 \
 			--error-exitcode 9 build/test_ops_cuda --quick --skip-oom --no-gemm 2>&1 |
 			grep -v '^| \|^  \[ok\]\|^$' | head -80
 		echo "status ${PIPESTATUS[0]}"
