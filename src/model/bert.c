@@ -634,52 +634,18 @@ static rg_status bert_load_head(rg_model *m, const rg_st *st)
 }
 
 /* One arch per model_type; the hooks are the same, the names differ (names_of). */
-const rg_arch rg_arch_bert = {
-	.model_type = "bert",
-	.load_weights = bert_load_weights,
-	.encode = bert_encode,
-	.free_weights = bert_free_weights,
-	.load_head = bert_load_head,
-};
-const rg_arch rg_arch_roberta = {
-	.model_type = "roberta",
-	.load_weights = bert_load_weights,
-	.encode = bert_encode,
-	.free_weights = bert_free_weights,
-	.load_head = bert_load_head,
-};
-const rg_arch rg_arch_xlm_roberta = {
-	.model_type = "xlm-roberta",
-	.load_weights = bert_load_weights,
-	.encode = bert_encode,
-	.free_weights = bert_free_weights,
-	.load_head = bert_load_head,
-};
-const rg_arch rg_arch_albert = {
-	.model_type = "albert",
-	.load_weights = bert_load_weights,
-	.encode = bert_encode,
-	.free_weights = bert_free_weights,
-	.load_head = bert_load_head,
-};
-const rg_arch rg_arch_distilbert = {
-	.model_type = "distilbert",
-	.load_weights = bert_load_weights,
-	.encode = bert_encode,
-	.free_weights = bert_free_weights,
-	.load_head = bert_load_head,
-};
-const rg_arch rg_arch_mpnet = {
-	.model_type = "mpnet",
-	.load_weights = bert_load_weights,
-	.encode = bert_encode,
-	.free_weights = bert_free_weights,
-	.load_head = bert_load_head,
-};
-const rg_arch rg_arch_deberta_v2 = {
-	.model_type = "deberta-v2",
-	.load_weights = bert_load_weights,
-	.encode = bert_encode,
-	.free_weights = bert_free_weights,
-	.load_head = bert_load_head,
-};
+#define RG_BERT_FAMILY_ARCH(var, type)                                                            \
+	const rg_arch var = {                                                                     \
+		.model_type = type,                                                               \
+		.load_weights = bert_load_weights,                                                \
+		.encode = bert_encode,                                                            \
+		.free_weights = bert_free_weights,                                                \
+		.load_head = bert_load_head,                                                      \
+	}
+RG_BERT_FAMILY_ARCH(rg_arch_bert, "bert");
+RG_BERT_FAMILY_ARCH(rg_arch_roberta, "roberta");
+RG_BERT_FAMILY_ARCH(rg_arch_xlm_roberta, "xlm-roberta");
+RG_BERT_FAMILY_ARCH(rg_arch_albert, "albert");
+RG_BERT_FAMILY_ARCH(rg_arch_distilbert, "distilbert");
+RG_BERT_FAMILY_ARCH(rg_arch_mpnet, "mpnet");
+RG_BERT_FAMILY_ARCH(rg_arch_deberta_v2, "deberta-v2");

@@ -99,6 +99,21 @@ static rg_status get_bool(json_object *root, const char *key, bool *dst, rg_req_
 	return RG_OK;
 }
 
+/* r->inputs for n inputs: 413 past lim->max_inputs (what: "inputs", "texts"). */
+static rg_status alloc_inputs(rg_request *r, size_t n, const rg_req_limits *lim, const char *what,
+			      rg_req_error *err)
+{
+	if (n > lim->max_inputs)
+		return req_fail(err, 413, "payload_too_large",
+				"%zu %s, more than the limit of %zu per request", n, what,
+				lim->max_inputs);
+	r->inputs = calloc(n, sizeof(*r->inputs));
+	if (!r->inputs)
+		return req_fail(err, 500, "backend", "out of memory");
+	r->n_inputs = n;
+	return RG_OK;
+}
+
 /* Fill r->inputs from the "inputs"/"input" value. */
 static rg_status parse_inputs(json_object *v, const char *key, bool allow_ids,
 			      const rg_req_limits *lim, rg_request *r, rg_req_error *err)
@@ -127,14 +142,8 @@ static rg_status parse_inputs(json_object *v, const char *key, bool allow_ids,
 		r->n_inputs = 1;
 		return copy_ids(v, &r->inputs[0], 0, lim, err);
 	}
-	if (n > lim->max_inputs)
-		return req_fail(err, 413, "payload_too_large",
-				"%zu inputs, more than the limit of %zu per request", n,
-				lim->max_inputs);
-	r->inputs = calloc(n, sizeof(*r->inputs));
-	if (!r->inputs)
-		return req_fail(err, 500, "backend", "out of memory");
-	r->n_inputs = n;
+	if ((st = alloc_inputs(r, n, lim, "inputs", err)) != RG_OK)
+		return st;
 	for (size_t i = 0; i < n; i++) {
 		json_object *e = json_object_array_get_idx(v, i);
 
@@ -194,23 +203,17 @@ static rg_status parse_predict(json_object *v, const rg_req_limits *lim, rg_requ
 {
 	size_t n = json_object_is_type(v, json_type_array) ? json_object_array_length(v) : 0;
 	bool batch = n > 0 && json_object_is_type(json_object_array_get_idx(v, 0), json_type_array);
+	rg_status st;
 
 	if (!batch)
 		n = 1;
-	if (n > lim->max_inputs)
-		return req_fail(err, 413, "payload_too_large",
-				"%zu inputs, more than the limit of %zu per request", n,
-				lim->max_inputs);
-	r->inputs = calloc(n, sizeof(*r->inputs));
-	if (!r->inputs)
-		return req_fail(err, 500, "backend", "out of memory");
-	r->n_inputs = n;
+	if ((st = alloc_inputs(r, n, lim, "inputs", err)) != RG_OK)
+		return st;
 	r->batch = batch;
 	if (!batch)
 		return predict_input(v, &r->inputs[0], 0, err);
 	for (size_t i = 0; i < n; i++) {
-		rg_status st = predict_input(json_object_array_get_idx(v, i), &r->inputs[i], i, err);
-
+		st = predict_input(json_object_array_get_idx(v, i), &r->inputs[i], i, err);
 		if (st != RG_OK)
 			return st;
 	}
@@ -232,14 +235,8 @@ static rg_status parse_rerank(json_object *root, const rg_req_limits *lim, rg_re
 	if (!json_object_is_type(texts, json_type_array) ||
 	    (n = json_object_array_length(texts)) == 0)
 		return req_fail(err, 400, "validation", "\"texts\" must be a non-empty array");
-	if (n > lim->max_inputs)
-		return req_fail(err, 413, "payload_too_large",
-				"%zu texts, more than the limit of %zu per request", n,
-				lim->max_inputs);
-	r->inputs = calloc(n, sizeof(*r->inputs));
-	if (!r->inputs)
-		return req_fail(err, 500, "backend", "out of memory");
-	r->n_inputs = n;
+	if ((st = alloc_inputs(r, n, lim, "texts", err)) != RG_OK)
+		return st;
 	for (size_t i = 0; i < n; i++) {
 		rg_req_input *in = &r->inputs[i];
 
