@@ -497,7 +497,8 @@ rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, boo
 /* ---------------------------------------------------------------- embed */
 
 /* Checks a packed batch; returns the total token count in *n_tokens and the longest length. */
-static rg_status validate_batch(const rg_model *m, const int32_t *tokens, const int32_t *cu,
+static rg_status validate_batch(const rg_model *m, const int32_t *tokens, const int32_t *types,
+				const int32_t *cu,
 				int n_seq, int *n_tokens, int *max_len)
 {
 	const int max_pos = m->info.max_seq_len, vocab = m->cfg.vocab_size;
@@ -537,12 +538,12 @@ static rg_status validate_batch(const rg_model *m, const int32_t *tokens, const 
 			return rg_errorf(RG_ERR_INVALID_INPUT,
 					 "token %lld has id %d, outside the vocabulary [0, %d)",
 					 (long long)t, tokens[t], vocab);
-	for (int64_t t = 0; m->batch_types && t < total; t++)
-		if (m->batch_types[t] < 0 || m->batch_types[t] >= n_types)
+	for (int64_t t = 0; types && t < total; t++)
+		if (types[t] < 0 || types[t] >= n_types)
 			return rg_errorf(RG_ERR_INVALID_INPUT,
 					 "token %lld has token type %d, outside [0, %d) "
 					 "(type_vocab_size)",
-					 (long long)t, m->batch_types[t], n_types);
+					 (long long)t, types[t], n_types);
 	*n_tokens = (int)total;
 	return RG_OK;
 }
@@ -630,15 +631,16 @@ static void seq_positions(const rg_model *m, const int32_t *tokens, const int32_
 /* Stage a validated packed batch into ids_h as bucket (T, S): padding tokens (pad id) at the
  * first position after the n real ones, padding sequences of length 0 after the n_seq real
  * ones. */
-static void stage_packed(rg_model *m, const int32_t *tokens, const int32_t *cu, int n, int n_seq,
+static void stage_packed(rg_model *m, const int32_t *tokens, const int32_t *types, const int32_t *cu,
+			 int n, int n_seq,
 			 int T, int S)
 {
 	int32_t *tk = m->ids_h, *ps = m->ids_h + T, *cs = m->ids_h + 2 * T;
 
 	memcpy(tk, tokens, (size_t)n * 4);
 	for (int q = 0; q < n_seq; q++)
-		seq_positions(m, tokens + cu[q], m->batch_types ? m->batch_types + cu[q] : NULL,
-			      cu[q + 1] - cu[q], ps + cu[q]);
+		seq_positions(m, tokens + cu[q], types ? types + cu[q] : NULL, cu[q + 1] - cu[q],
+			      ps + cu[q]);
 	for (int t = n; t < T; t++) {
 		tk[t] = pad_id(m);
 		ps[t] = m->cfg.position_offset;
@@ -700,7 +702,8 @@ static rg_status graph_capture(rg_model *m, int T, int S, int L)
 
 /* Packed batch through a bucket and its graph (one H2D copy, one graph launch, one D2H copy, one
  * synchronisation). A bucket seen for the first time runs eagerly, then is captured. */
-static rg_status embed_bucketed(rg_model *m, const int32_t *tokens, const int32_t *cu, int n,
+static rg_status embed_bucketed(rg_model *m, const int32_t *tokens, const int32_t *types,
+				const int32_t *cu, int n,
 				int n_seq, int max_len, float *out)
 {
 	const int H = m->cfg.hidden_size;
@@ -709,7 +712,7 @@ static rg_status embed_bucketed(rg_model *m, const int32_t *tokens, const int32_
 	rg_status s;
 
 	bucket_of(m, n, n_seq, max_len, &T, &S, &L);
-	stage_packed(m, tokens, cu, n, n_seq, T, S);
+	stage_packed(m, tokens, types, cu, n, n_seq, T, S);
 	b = m->graphs ? graph_find(m, T, S, L) : NULL;
 	if (b)
 		s = rg_backend_graph_launch(m->be, b->g);
@@ -734,14 +737,15 @@ static rg_status embed_bucketed(rg_model *m, const int32_t *tokens, const int32_
 
 /* Packed batch without buckets (CPU, or more sequences than the pinned output holds): the real
  * shapes, ids through the staging buffer, pooled rows straight into out. */
-static rg_status embed_eager(rg_model *m, const int32_t *tokens, const int32_t *cu, int n,
+static rg_status embed_eager(rg_model *m, const int32_t *tokens, const int32_t *types,
+			     const int32_t *cu, int n,
 			     int n_seq, int max_len, float *out)
 {
 	const int H = m->cfg.hidden_size;
 	rg_fwd f = {0};
 	rg_status s;
 
-	stage_packed(m, tokens, cu, n, n_seq, n, n_seq);
+	stage_packed(m, tokens, types, cu, n, n_seq, n, n_seq);
 	arena_ptrs(m, n, n_seq, f.a);
 	f.tokens = m->ids_d;
 	f.positions = m->ids_d + n;
@@ -761,23 +765,25 @@ static rg_status embed_eager(rg_model *m, const int32_t *tokens, const int32_t *
 }
 
 /* The packed path: encoder and pooling, (n_seq, H) into out. */
-static rg_status run_packed(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens, int n_seq,
+static rg_status run_packed(rg_model *m, const int32_t *tokens, const int32_t *types,
+			    const int32_t *cu_seqlens, int n_seq,
 			    float *out)
 {
 	int n = 0, max_len = 0;
 	rg_status s;
 
-	if ((s = validate_batch(m, tokens, cu_seqlens, n_seq, &n, &max_len)) != RG_OK)
+	if ((s = validate_batch(m, tokens, types, cu_seqlens, n_seq, &n, &max_len)) != RG_OK)
 		return s;
 	if (rg_backend_device(m->be) == RG_DEVICE_CUDA && n_seq <= RG_GRAPH_MAX_SEQ)
-		return embed_bucketed(m, tokens, cu_seqlens, n, n_seq, max_len, out);
-	return embed_eager(m, tokens, cu_seqlens, n, n_seq, max_len, out);
+		return embed_bucketed(m, tokens, types, cu_seqlens, n, n_seq, max_len, out);
+	return embed_eager(m, tokens, types, cu_seqlens, n, n_seq, max_len, out);
 }
 
 /* Check a PADDED / CONCAT / SLOTTED layout and stage its rows: tokens (pad id in gaps),
  * positions restarting per request, seg (request index, -1 for padding), the gather index and
  * the attention cu_seqlens (rows, or slots). */
-static rg_status stage_layout(rg_model *m, const int32_t *tokens, const int32_t *cu, int n_seq,
+static rg_status stage_layout(rg_model *m, const int32_t *tokens, const int32_t *types,
+			      const int32_t *cu, int n_seq,
 			      const rg_layout *lay, int *n_rows_tokens, int *n_att, int *att_len)
 {
 	const int max_pos = m->info.max_seq_len;
@@ -845,7 +851,7 @@ static rg_status stage_layout(rg_model *m, const int32_t *tokens, const int32_t 
 			m->tokens_h[slot] = tokens[cu[q] + k];
 			m->idx_h[cu[q] + k] = (int32_t)slot;
 		}
-		seq_positions(m, tokens + cu[q], m->batch_types ? m->batch_types + cu[q] : NULL, len,
+		seq_positions(m, tokens + cu[q], types ? types + cu[q] : NULL, len,
 			      m->positions_h + (size_t)row * lay->row_len + off);
 	}
 	*n_att = (int)(total / seg_len);
@@ -857,16 +863,18 @@ static rg_status stage_layout(rg_model *m, const int32_t *tokens, const int32_t 
 }
 
 /* The padded / concat / slotted paths: encoder and pooling, (n_seq, H) into out. */
-static rg_status run_layout(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens,
+static rg_status run_layout(rg_model *m, const int32_t *tokens, const int32_t *types,
+			    const int32_t *cu_seqlens,
 			    int n_seq, const rg_layout *layout, float *out)
 {
 	int n_packed = 0, max_len = 0, n_rows_tokens = 0, n_att = 0, att_len = 0;
 	rg_fwd f = {0};
 	rg_status s;
 
-	if ((s = validate_batch(m, tokens, cu_seqlens, n_seq, &n_packed, &max_len)) != RG_OK)
+	if ((s = validate_batch(m, tokens, types, cu_seqlens, n_seq, &n_packed, &max_len)) != RG_OK)
 		return s;
-	s = stage_layout(m, tokens, cu_seqlens, n_seq, layout, &n_rows_tokens, &n_att, &att_len);
+	s = stage_layout(m, tokens, types, cu_seqlens, n_seq, layout, &n_rows_tokens, &n_att,
+			 &att_len);
 	if (s != RG_OK)
 		return s;
 	/* the same kernels as the packed path (issue 6: a fair scheduler comparison), run eagerly */
@@ -914,12 +922,11 @@ rg_status rg_model_run(rg_model *m, const rg_model_batch *b, float *out)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "unknown execution mode %d",
 				 (int)b->layout->mode);
 	dst = m->head_cfg.classifier ? m->head_in : out;
-	m->batch_types = b->token_types;
 	if (!b->layout || b->layout->mode == RG_EXEC_PACKED)
-		s = run_packed(m, b->tokens, b->cu_seqlens, b->n_seq, dst);
+		s = run_packed(m, b->tokens, b->token_types, b->cu_seqlens, b->n_seq, dst);
 	else
-		s = run_layout(m, b->tokens, b->cu_seqlens, b->n_seq, b->layout, dst);
-	m->batch_types = NULL;
+		s = run_layout(m, b->tokens, b->token_types, b->cu_seqlens, b->n_seq, b->layout,
+			       dst);
 	if (s == RG_OK && m->head_cfg.classifier)
 		rg_cls_head_apply(&m->head, m->cfg.hidden_size, m->head_cfg.num_labels, b->n_seq,
 				  m->head_in, m->head_mid, out);

@@ -69,7 +69,6 @@ struct rg_model {
 	rg_cls_head head;         /* classifiers only */
 	float *head_in;           /* (max_tokens, H) f32 host: pooled first tokens (classifiers) */
 	float *head_mid;          /* (max_tokens, H) f32 host: after the dense layer */
-	const int32_t *batch_types; /* token types of the batch being staged (rg_model_run), or NULL */
 	rg_tokenizer *tok;
 	rg_backend *be;
 	size_t esz;              /* bytes per act element */
