@@ -159,12 +159,17 @@ static void run_batch(rg_engine *e)
 		const rg_job_seq *s = &e->b_job[i]->seqs[e->b_seq[i]];
 
 		memcpy(e->tokens + e->cu[i], s->ids, (size_t)s->len * sizeof(int32_t));
+		typed |= s->types != NULL;
+		e->cu[i + 1] = e->cu[i] + s->len;
+	}
+	/* token types only for a batch that holds a sentence pair (type 0 for its single texts) */
+	for (int i = 0; typed && i < n; i++) {
+		const rg_job_seq *s = &e->b_job[i]->seqs[e->b_seq[i]];
+
 		if (s->types)
 			memcpy(e->types + e->cu[i], s->types, (size_t)s->len * sizeof(int32_t));
 		else
 			memset(e->types + e->cu[i], 0, (size_t)s->len * sizeof(int32_t));
-		typed |= s->types != NULL;
-		e->cu[i + 1] = e->cu[i] + s->len;
 	}
 	mb = (rg_model_batch){e->tokens, typed ? e->types : NULL, e->cu, n, &b->layout};
 	if (e->p.batch_delay_ms > 0) {

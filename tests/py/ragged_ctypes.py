@@ -113,6 +113,14 @@ _libc = ctypes.CDLL(None)
 _libc.free.argtypes = [ctypes.c_void_p]
 
 
+def _take_ids(p, n):
+    """The n int32 values at the malloc'd pointer p (a c_void_p) as a list; frees p."""
+    out = (np.ctypeslib.as_array(ctypes.cast(p, ctypes.POINTER(ctypes.c_int32)), (n,)).tolist()
+           if n else [])
+    _libc.free(p)
+    return out
+
+
 class Tokenizer:
     def __init__(self, model_dir):
         self._h = ctypes.c_void_p()
@@ -127,9 +135,7 @@ class Tokenizer:
         st = lib().rg_tokenizer_encode(self._h, data, len(data), ctypes.byref(ids), ctypes.byref(n))
         if st != RG_OK:
             raise _err(st)
-        out = np.ctypeslib.as_array(ctypes.cast(ids, ctypes.POINTER(ctypes.c_int32)), (n.value,)).tolist() if n.value else []
-        _libc.free(ids)
-        return out
+        return _take_ids(ids, n.value)
 
     def encode_pair(self, a, b, max_len=0):
         """(ids, token type ids, truncated) of the pair (a, b)."""
@@ -144,12 +150,7 @@ class Tokenizer:
                                             ctypes.byref(trunc))
         if st != RG_OK:
             raise _err(st)
-        out = []
-        for p in (ids, types):
-            out.append(np.ctypeslib.as_array(ctypes.cast(p, ctypes.POINTER(ctypes.c_int32)),
-                                             (n.value,)).tolist() if n.value else [])
-            _libc.free(p)
-        return out[0], out[1], trunc.value
+        return _take_ids(ids, n.value), _take_ids(types, n.value), trunc.value
 
     def close(self):
         if self._h:
@@ -177,9 +178,7 @@ class Model:
         st = lib().rg_model_tokenize(self._h, data, len(data), truncate, ctypes.byref(ids), ctypes.byref(n))
         if st != RG_OK:
             raise _err(st)
-        out = np.ctypeslib.as_array(ctypes.cast(ids, ctypes.POINTER(ctypes.c_int32)), (n.value,)).tolist() if n.value else []
-        _libc.free(ids)
-        return out
+        return _take_ids(ids, n.value)
 
     def run(self, seqs, types=None, layout=None):
         """rg_model_run: (n_seq, output_dim) float32 (embeddings, or a classifier's scores)."""
@@ -206,12 +205,7 @@ class Model:
                                           ctypes.byref(ids), ctypes.byref(types), ctypes.byref(n))
         if st != RG_OK:
             raise _err(st)
-        out = []
-        for p in (ids, types):
-            out.append(np.ctypeslib.as_array(ctypes.cast(p, ctypes.POINTER(ctypes.c_int32)),
-                                             (n.value,)).tolist() if n.value else [])
-            _libc.free(p)
-        return out[0], out[1]
+        return _take_ids(ids, n.value), _take_ids(types, n.value)
 
     def embed_ids(self, seqs, hidden_size, layout=None):
         """seqs: list of lists of token ids -> (n_seq, hidden_size) float32 array."""

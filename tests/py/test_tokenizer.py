@@ -329,6 +329,37 @@ def test_load_errors(tmp_path):
 
 # ---- table generator ---------------------------------------------------------------------------
 
+def code_point_ranges(xs):
+    """Sorted code points -> inclusive [first, last] runs."""
+    out = []
+    for c in xs:
+        if out and out[-1][1] == c - 1:
+            out[-1][1] = c
+        else:
+            out.append([c, c])
+    return out
+
+
+def c_range_tables(head, tables):
+    """A generated C header: head (comment, guard and includes, as lines), then one
+    `static const uint32_t name[][2]` array of ranges per (name, ranges), then #endif."""
+    out = list(head)
+    for name, rs in tables:
+        out.append("static const uint32_t %s[][2] = {" % name)
+        line = ""
+        for a, b in rs:
+            item = "{ 0x%X, 0x%X }," % (a, b)
+            if line and len(line) + 1 + len(item) > 92:
+                out.append("\t" + line)
+                line = ""
+            line = (line + " " + item) if line else item
+        if line:
+            out.append("\t" + line)
+        out += ["};", ""]
+    out.append("#endif")
+    return "\n".join(out) + "\n"
+
+
 def gen_unicode_tables():
     """Observe, code point by code point, which categories HF's BERT components use, and where
     HF's NFD / lowercasing differ from utf8proc's; returns the tables of hf_unicode_tables.h."""
@@ -377,14 +408,7 @@ def gen_unicode_tables():
             else:
                 errors.append(c)
 
-    def ranges(xs):
-        out = []
-        for c in xs:
-            if out and out[-1][1] == c - 1:
-                out[-1][1] = c
-            else:
-                out.append([c, c])
-        return out
+    ranges = code_point_ranges
     return {"hf_other": ranges(other), "hf_punct": ranges(punct), "hf_mn": ranges(mn),
             "nfd_keep": ranges(nfd_keep), "lower_extra": lower, "errors": errors}
 
@@ -402,20 +426,8 @@ def tables_header(r):
            " * Ranges are inclusive and sorted. */",
            "#ifndef RG_TOKENIZER_HF_UNICODE_TABLES_H", "#define RG_TOKENIZER_HF_UNICODE_TABLES_H",
            "#include <stdint.h>", ""]
-    for name in ("hf_other", "hf_punct", "hf_mn", "nfd_keep", "lower_extra"):
-        out.append("static const uint32_t %s[][2] = {" % name)
-        line = ""
-        for a, b in r[name]:
-            item = "{ 0x%X, 0x%X }," % (a, b)
-            if line and len(line) + 1 + len(item) > 92:
-                out.append("\t" + line)
-                line = ""
-            line = (line + " " + item) if line else item
-        if line:
-            out.append("\t" + line)
-        out += ["};", ""]
-    out.append("#endif")
-    return "\n".join(out) + "\n"
+    return c_range_tables(out, [(n, r[n]) for n in ("hf_other", "hf_punct", "hf_mn", "nfd_keep",
+                                                       "lower_extra")])
 
 
 if __name__ == "__main__":
