@@ -80,6 +80,8 @@ from bench_graphed import (Batch, commit_id, fmt, make_batch, md_notes, model_fl
 
 RUNTIMES = ("ragged", "torch", "ort")
 COS_MIN = 0.99999            # fp32 vs fp32
+DTYPE = "fp32"               # --dtype: bf16 runs ragged and torch in bf16, ORT stays fp32
+REF = "torch"                # the runtime the accuracy columns compare against (ort for bf16)
 RATIO_TARGET = {"torch": 1.5, "ort": 1.0}
 LATENCY_TARGET_MS = {16: 3.0, 2: 10.0}   # one <= 64-token sentence, MiniLM, on N cores
 FIRST_THREADS_FRACTION = 0.75   # of the budget, for the first thread count when there are more
@@ -248,7 +250,7 @@ def os_threads():
 class RaggedSide:
     def __init__(self, model_dir, threads, max_tokens, pooling, normalize):
         from bench_graphed import RaggedRunner
-        self.runner = RaggedRunner(model_dir, "cpu", "fp32", max_tokens)
+        self.runner = RaggedRunner(model_dir, "cpu", DTYPE, max_tokens)
         self.meta = {"info": self.runner.info,
                      "env_threads": {k: os.environ.get(k) for k in
                                      ("RAGGED_NUM_THREADS", "OMP_NUM_THREADS",
@@ -280,6 +282,8 @@ class TorchSide:
         if li.get("missing_keys") or li.get("mismatched_keys"):
             raise RuntimeError(f"HF load of {model_dir}: missing {li.get('missing_keys')} "
                                f"mismatched {li.get('mismatched_keys')}")
+        if DTYPE == "bf16":  # the whole model in bf16: oneDNN's AMX / AVX512-BF16 matmuls
+            m = m.to(torch.bfloat16)
         self.torch, self.model = torch, m.eval()
         self.pooling, self.normalize = pooling, normalize
         par = [ln.strip() for ln in torch.__config__.parallel_info().splitlines()
@@ -306,7 +310,7 @@ class TorchSide:
                 p = h.masked_fill(mask_t.unsqueeze(-1) == 0, float("-inf")).max(1).values
             if self.normalize:
                 p = torch.nn.functional.normalize(p, p=2, dim=1)
-            return p.numpy()
+            return p.float().numpy()
 
 
 def np_pool(h, mask, pooling, normalize):
@@ -788,11 +792,12 @@ def resolve_models(spec):
 
 def accuracy(vec_dir, name, threads, cell_id, k, other):
     """min cosine, max abs and max relative error (per row max|a-b| / max|b|) of `other`
-    against torch over the cell's batches; None when a side is missing."""
+    against REF (torch fp32; ORT fp32 in a bf16 run) over the cell's batches; None when a side
+    is missing."""
     cos, mabs, mrel = [], [], []
     for ki in range(k):
         pa = os.path.join(vec_dir, f"{other}_{name}_{threads}_{cell_id}_{ki}.npy")
-        pt = os.path.join(vec_dir, f"torch_{name}_{threads}_{cell_id}_{ki}.npy")
+        pt = os.path.join(vec_dir, f"{REF}_{name}_{threads}_{cell_id}_{ki}.npy")
         if not (os.path.exists(pa) and os.path.exists(pt)):
             continue
         a, t = np.load(pa).astype(np.float64), np.load(pt).astype(np.float64)
@@ -846,7 +851,12 @@ def render_md(res):
              f"{'  (quick)' if m['quick'] else ''}"
              + "".join(f"  {k}={v}" for k, v in m.get("env", {}).items()
                        if k not in ("RAGGED_LIB", "RAGGED_MODEL_DIR")),
-             f"- each runtime in its own process, one at a time; fp32; K = {m['k']} batches per "
+             f"- each runtime in its own process, one at a time; "
+             + ("fp32" if m.get("dtype", "fp32") == "fp32" else
+                "**bf16**: ragged with bf16 GEMMs (f32 activations), torch with the whole "
+                "model in bf16, ONNX Runtime fp32 (no bf16 CPU kernels); accuracy columns are "
+                "against ORT fp32, cos target 0.999")
+             + f"; K = {m['k']} batches per "
              f"cell, ids [101, random, 102], seed {m['seed']}; ms = mean over the K batches of "
              "each batch's median (packed ids in numpy in, pooled float32 out; torch/ort times "
              "include padding and pooling); ragged/torch = torch ms / ragged ms (target >= 1.5), "
@@ -918,7 +928,7 @@ def render_md(res):
                              f"of {len(rs)} cells, geomean {geomean(rs):.2f}, min {min(rs):.2f}")
     lines += ["", "## Cells", "",
               "| model | threads | batch x lengths | tokens | padded | ragged ms | torch ms | "
-              "ort ms | ragged/torch | ragged/ort | cos ragged | cos ort | rel ragged | "
+              "ort ms | ragged/torch | ragged/ort | cos ragged | cos " + ("ort" if REF == "torch" else "torch") + " | rel ragged | "
               "ragged GFLOP/s | % sgemm | reps r/t/o |",
               "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---|"]
     for run in res["runs"]:
@@ -933,7 +943,8 @@ def render_md(res):
                 if x.get("error"):
                     return "err"
                 return fmt(x.get("ms"), ".2f") + ("*" if x.get("reduced") else "")
-            acc_r, acc_o = cc.get("acc_ragged") or {}, cc.get("acc_ort") or {}
+            acc_r = cc.get("acc_ragged") or {}
+            acc_o = cc.get("acc_ort" if REF == "torch" else "acc_torch") or {}
 
             def cos(acc):
                 s = fmt(acc.get("min_cos"), ".7f")
@@ -994,7 +1005,7 @@ class Parent:
         self.res = {"meta": {
             "date": now.isoformat(timespec="seconds"), "commit": commit_id(), "device": "cpu",
             "host": self.host, "versions": versions(), "budget_s": a.budget_s,
-            "quick": a.quick, "k": a.k, "seed": a.seed, "min_reps": a.min_reps,
+            "quick": a.quick, "dtype": a.dtype, "k": a.k, "seed": a.seed, "min_reps": a.min_reps,
             "max_reps": a.max_reps, "threads": self.threads, "argv": sys.argv[1:],
             "cells": [{k: c[k] for k in ("id", "lengths", "batch")} for c in self.cells],
             "models": {n: d for n, d in self.models}, "onnx": {}, "children": [],
@@ -1007,7 +1018,8 @@ class Parent:
 
     def child_args(self, kind, n):
         return ["--child", kind, "--work", self.tmp, "--threads-n", str(n),
-                "--k", str(self.a.k)] + (["--quick"] if self.a.quick else [])
+                "--k", str(self.a.k), "--dtype", self.a.dtype] + (["--quick"] if self.a.quick
+                                                                 else [])
 
     def time_left(self):
         return self.deadline - time.time()
@@ -1114,7 +1126,7 @@ class Parent:
             elif tag == "CELL":
                 cc = cells_by_id[obj["cell"]]
                 cc[rt] = {k: v for k, v in obj.items() if k != "cell"}
-                for other in ("ragged", "ort"):
+                for other in ("ragged", "ort" if REF == "torch" else "torch"):
                     acc = accuracy(self.vec_dir, name, n, cc["cell"], a.k, other)
                     if acc:
                         cc[f"acc_{other}"] = acc
@@ -1209,6 +1221,9 @@ def main(argv=None):
     ap.add_argument("--latency-len", type=int, default=64,
                     help="adds a cell of one sentence of this many tokens (0: none)")
     ap.add_argument("--runtimes", default=",".join(RUNTIMES))
+    ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"),
+                    help="bf16: ragged's bf16 GEMMs and torch's bf16 model (ORT stays fp32 and "
+                         "becomes the accuracy reference)")
     ap.add_argument("--budget-s", type=float, default=480.0,
                     help="wall-clock target for the whole run, export and ceilings included")
     ap.add_argument("--k", type=int, default=3, help="batches per cell")
@@ -1232,6 +1247,9 @@ def main(argv=None):
     ap.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--threads-n", type=int, dest="threads_n", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    global DTYPE, REF, COS_MIN
+    if a.dtype == "bf16":
+        DTYPE, REF, COS_MIN = "bf16", "ort", 0.999
     if a.child:
         a.threads = a.threads_n
         return child_main(a)

@@ -352,7 +352,7 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 		rg_st_free(w);
 		goto out_free_model;
 	}
-	m->esz = rg_dtype_size(p.dtype);
+	m->esz = rg_dtype_size(rg_backend_dtype(m->be)); /* bf16 on the CPU stores f32 */
 	{
 		const char *x = getenv("RAGGED_EXACT_GELU");
 		rg_backend_set_exact_gelu(m->be, x && x[0] == '1');

@@ -56,7 +56,7 @@ typedef struct rg_backend_ops {
 				     const float *beta, float eps, int H, void *out);
 	rg_status (*gemm)(rg_backend_ctx *c, rg_dtype dt, const void *A, const void *W, void *out,
 			  int M, int N, int K);
-	rg_status (*prepare_weight)(rg_backend_ctx *c, void *W, int N, int K);
+	rg_status (*prepare_weight)(rg_backend_ctx *c, rg_dtype dt, void *W, int N, int K);
 	rg_status (*gemm_bias_act)(rg_backend_ctx *c, rg_dtype dt, const void *A, const void *W,
 				   const void *bias, void *out, int M, int N, int K, rg_act act);
 	rg_status (*bias_act)(rg_backend_ctx *c, rg_dtype dt, void *x, const float *bias, int M,

@@ -8,13 +8,16 @@
 
 #include "core/error.h"
 #include "ops/backend.h"
+#include "ops/cpu/gemm_dnnl.h"
+#include "ops/cpu/ops_cpu.h"
 #ifdef RG_WITH_CUDA
 #include "ops/cuda/ops_cuda.h"
 #endif
 
 struct rg_backend {
 	rg_device dev;
-	rg_dtype dt;
+	rg_dtype dt;               /* activations and weights as stored */
+	rg_dtype gemm_dt;          /* prepared GEMM weights: dt, or bf16 over f32 storage on the CPU */
 	const rg_backend_ops *ops; /* rg_cpu_backend_ops or the CUDA table */
 	rg_backend_ctx *ctx;       /* the backend's own state; NULL on the CPU */
 	bool capturing;            /* between capture_begin and capture_end */
@@ -82,9 +85,14 @@ rg_status rg_backend_init(rg_device dev, int device_index, rg_dtype dt, rg_backe
 	rg_backend *be;
 
 	*out = NULL;
-	if (dev == RG_DEVICE_CPU && dt != RG_DTYPE_F32)
+	if (dev == RG_DEVICE_CPU && dt == RG_DTYPE_F16)
 		return rg_errorf(RG_ERR_UNSUPPORTED,
-				 "the CPU backend computes in fp32 only; fp16/bf16 need --device cuda");
+				 "the CPU backend has no fp16; use fp32, bf16 (on AVX512-BF16 or AMX "
+				 "CPUs) or --device cuda");
+	if (dev == RG_DEVICE_CPU && dt == RG_DTYPE_BF16 && !rg_dnnl_bf16_supported())
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "bf16 on the CPU needs oneDNN and a CPU with AVX512-BF16 or AMX "
+				 "(GEMMs here: %s); use fp32", rg_cpu_gemm_lib());
 #ifndef RG_WITH_CUDA
 	if (dev == RG_DEVICE_CUDA)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "this build of ragged has no CUDA backend");
@@ -94,6 +102,9 @@ rg_status rg_backend_init(rg_device dev, int device_index, rg_dtype dt, rg_backe
 		return rg_errorf(RG_ERR_OOM, "out of host memory");
 	be->dev = dev;
 	be->dt = dt;
+	be->gemm_dt = dt;
+	if (dev == RG_DEVICE_CPU)
+		be->dt = RG_DTYPE_F32; /* bf16 on the CPU: f32 activations, bf16 GEMMs */
 	be->ops = &rg_cpu_backend_ops;
 #ifdef RG_WITH_CUDA
 	if (dev == RG_DEVICE_CUDA) {
@@ -280,7 +291,7 @@ rg_status rg_op_prepare_weight(rg_backend *be, void *W, int N, int K)
 {
 	if (!W || N <= 0 || K <= 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "prepare_weight: bad shape N=%d K=%d", N, K);
-	return be->ops->prepare_weight(be->ctx, W, N, K);
+	return be->ops->prepare_weight(be->ctx, be->gemm_dt, W, N, K);
 }
 
 rg_status rg_op_gemm_bias_act(rg_backend *be, const void *A, const void *W, const void *bias,

@@ -23,12 +23,14 @@
 typedef struct rg_backend rg_backend;
 
 /* Create a backend. CUDA: RG_ERR_UNSUPPORTED when built without CUDA or no device is present.
- * dt: compute dtype; CPU accepts only F32 (else RG_ERR_UNSUPPORTED). */
+ * dt: compute dtype. CPU: F32, or BF16 where rg_dnnl_bf16_supported() (activations stay f32,
+ * rg_backend_dtype reports F32, and the prepared GEMM weights are bf16); F16 and an unsupported
+ * BF16 are RG_ERR_UNSUPPORTED. */
 RG_TEST_API
 rg_status rg_backend_init(rg_device dev, int device_index, rg_dtype dt, rg_backend **out);
 RG_TEST_API void rg_backend_free(rg_backend *be); /* accepts NULL */
 rg_device rg_backend_device(const rg_backend *be);
-rg_dtype rg_backend_dtype(const rg_backend *be);
+rg_dtype rg_backend_dtype(const rg_backend *be); /* the dtype activations are stored in */
 size_t rg_dtype_size(rg_dtype dt);
 
 /* Backend memory. alloc returns RG_ERR_OOM on failure; dealloc accepts NULL. */
@@ -95,8 +97,11 @@ rg_status rg_op_gemm(rg_backend *be, const void *A, const void *W, void *out, in
  * so the backend may store it the way its GEMM reads fastest. CPU with oneDNN: reordered in place
  * into oneDNN's blocked layout (src/ops/cpu/gemm_dnnl.h), after which W's bytes are no longer
  * row-major and W may only be passed to those GEMMs (with the same N, K) and rg_backend_dealloc;
+ * CPU backend created for bf16: a bf16 copy in oneDNN's layout (W untouched), and the GEMMs on it
+ * round A to bf16 and accumulate in f32 (PyTorch CPU autocast's precision).
  * CPU without oneDNN, CUDA: no change. Call once per weight, after its upload.
- * Errors: RG_ERR_INVALID_INPUT (bad shape, already prepared), RG_ERR_OOM, RG_ERR_INTERNAL. */
+ * Errors: RG_ERR_INVALID_INPUT (bad shape, already prepared), RG_ERR_OOM, RG_ERR_INTERNAL,
+ * RG_ERR_UNSUPPORTED (bf16 without a native bf16 kernel for this shape). */
 rg_status rg_op_prepare_weight(rg_backend *be, void *W, int N, int K);
 
 /* Fused GEMM + epilogue (ByteTransformer sec. III-C/D: bias and activation applied in the GEMM's

@@ -284,6 +284,79 @@ static void test_gemm_prepared(void **state)
 	rg_backend_free(be);
 }
 
+/* The bf16 value nearest x (ties to even), computed from its binary expansion; the reference for
+ * the bf16 GEMMs, independent of the library's conversion. */
+static double bf16_round(float x)
+{
+	int e;
+	double m = frexp((double)x, &e); /* x = m 2^e, 0.5 <= |m| < 1 */
+
+	return ldexp(nearbyint(ldexp(m, 8)), e - 8); /* 8 significant bits, FE_TONEAREST */
+}
+
+/* bf16 GEMMs on the CPU (backend created for bf16, PyTorch autocast's precision): A and W rounded
+ * to bf16, f32 accumulation, bias and activation in f32. Checked against a double loop over the
+ * rounded operands, so a GEMM that ran in f32 (or rounded otherwise) fails; W stays row-major
+ * f32. Where the CPU has no native bf16 (no AVX512-BF16/AMX, or no oneDNN), the backend must
+ * refuse bf16 by name instead. fp16 is refused on every CPU. */
+static void test_gemm_prepared_bf16(void **state)
+{
+	const rg_act acts[] = {RG_ACT_NONE, RG_ACT_GELU, RG_ACT_RELU};
+	const int Ms[] = {1, 15, 16, 17, 100, 257};
+	const int NK[][2] = {{192, 64}, {100, 48}, {64, 40}};
+	rg_backend *be;
+	char what[128];
+	(void)state;
+
+	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F16, &be), RG_ERR_UNSUPPORTED);
+	if (!rg_dnnl_bf16_supported()) {
+		assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_BF16, &be),
+				 RG_ERR_UNSUPPORTED);
+		assert_non_null(strstr(rg_last_error(), "AVX512-BF16"));
+		return;
+	}
+	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_BF16, &be), RG_OK);
+	assert_int_equal(rg_backend_dtype(be), RG_DTYPE_F32); /* activations stay f32 */
+	for (size_t s = 0; s < sizeof(NK) / sizeof(NK[0]); s++) {
+		const int N = NK[s][0], K = NK[s][1];
+		float *W0 = rand_buf((size_t)N * K, 1), *W, *bias = rand_buf(N, 1);
+
+		assert_int_equal(rg_backend_alloc(be, (size_t)N * K * sizeof(float), (void **)&W),
+				 RG_OK);
+		memcpy(W, W0, (size_t)N * K * sizeof(float));
+		assert_int_equal(rg_op_prepare_weight(be, W, N, K), RG_OK);
+		assert_non_null(rg_dnnl_find(W));
+		assert_memory_equal(W, W0, (size_t)N * K * sizeof(float)); /* a copy was made */
+		for (size_t m = 0; m < sizeof(Ms) / sizeof(Ms[0]); m++)
+			for (size_t a = 0; a < sizeof(acts) / sizeof(acts[0]); a++) {
+				const int M = Ms[m];
+				const float *b = (a + m) % 2 ? bias : NULL;
+				float *A = rand_buf((size_t)M * K, 1), *out = out_buf((size_t)M * N);
+				double *ref = malloc((size_t)M * N * sizeof(double));
+
+				for (int i = 0; i < M; i++)
+					for (int j = 0; j < N; j++) {
+						double acc = b ? b[j] : 0;
+						for (int k = 0; k < K; k++)
+							acc += bf16_round(A[(size_t)i * K + k]) *
+							       bf16_round(W0[(size_t)j * K + k]);
+						ref[(size_t)i * N + j] = ref_act(acc, acts[a]);
+					}
+				assert_int_equal(rg_op_gemm_bias_act(be, A, W, b, out, M, N, K, acts[a]),
+						 RG_OK);
+				snprintf(what, sizeof(what), "prepared bf16 (%s) %s%s M=%d N=%d K=%d",
+					 rg_cpu_gemm_lib(), rg_act_name(acts[a]), b ? "+bias" : "", M,
+					 N, K);
+				check(what, out, ref, (size_t)M * N, 1e-5, 1e-5);
+				free(A), free(out), free(ref);
+			}
+		rg_backend_dealloc(be, W);
+		assert_null(rg_dnnl_find(W));
+		free(W0), free(bias);
+	}
+	rg_backend_free(be);
+}
+
 /* Shapes are checked once, in ops.c (rg_op_*), for every backend. */
 static void test_gemm_bias_act_edges(void **state)
 {
@@ -864,6 +937,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_bias_act),
 		cmocka_unit_test(test_gemm_bias_act_edges),
 		cmocka_unit_test(test_gemm_prepared),
+		cmocka_unit_test(test_gemm_prepared_bf16),
 		cmocka_unit_test(test_bias_residual_layernorm),
 		cmocka_unit_test(test_attention_packed),
 		cmocka_unit_test(test_attention_seg_mask),

@@ -116,10 +116,10 @@ static rg_status cpu_gemm(rg_backend_ctx *c, rg_dtype dt, const void *A, const v
 	return rg_cpu_gemm(A, W, out, M, N, K);
 }
 
-static rg_status cpu_prepare_weight(rg_backend_ctx *c, void *W, int N, int K)
+static rg_status cpu_prepare_weight(rg_backend_ctx *c, rg_dtype dt, void *W, int N, int K)
 {
 	(void)c;
-	return rg_dnnl_prepare(W, N, K);
+	return rg_dnnl_prepare(W, N, K, dt);
 }
 
 static rg_status cpu_gemm_bias_act(rg_backend_ctx *c, rg_dtype dt, const void *A, const void *W,

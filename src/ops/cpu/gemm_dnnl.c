@@ -12,6 +12,7 @@
 #include "ops/cpu/gemm_dnnl.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,11 +33,18 @@ const char *rg_dnnl_describe(void)
 	return "openblas";
 }
 
-rg_status rg_dnnl_prepare(float *W, int N, int K)
+bool rg_dnnl_bf16_supported(void)
+{
+	return false;
+}
+
+rg_status rg_dnnl_prepare(float *W, int N, int K, rg_dtype dt)
 {
 	(void)W;
 	(void)N;
 	(void)K;
+	if (dt != RG_DTYPE_F32)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "gemm: bf16 weights need oneDNN");
 	return RG_OK;
 }
 
@@ -69,15 +77,17 @@ extern void omp_set_num_threads(int n);
 
 struct rg_dnnl_weight {
 	const float *key;        /* the caller's W */
-	float *data;             /* the blocked weights: W itself, or owned when `owned` */
+	void *data;              /* the blocked weights: W itself, or owned when `owned` */
 	bool owned;
+	bool bf16;               /* data holds bf16 (the activations are rounded to bf16 per call) */
 	int N, K;
 	int bn;                  /* columns per block of the layout (64; 1 for a plain one) */
 	dnnl_dim_t n_stride;     /* elements from one column block to the next */
 	dnnl_memory_desc_t md;   /* the whole (K, N) weights in the blocked layout */
 };
 
-/* One cached primitive: M rows x nb columns of one weight layout, with its epilogue. */
+/* One cached primitive: M rows x nb columns of one weight layout (f32 or bf16 weights and
+ * source, f32 bias and destination), with its epilogue. */
 typedef struct {
 	dnnl_memory_desc_t wmd, src_md, dst_md, bias_md, scratch_md;
 	int m, K, nb;
@@ -109,6 +119,8 @@ typedef struct {
 	size_t scratch_n;
 	float *bounce;
 	size_t bounce_n;
+	uint16_t *a16;           /* the calling thread's bf16 copy of A (bf16 weights only) */
+	size_t a16_n;
 } thread_state;
 
 static void thread_state_free(void *p)
@@ -121,6 +133,7 @@ static void thread_state_free(void *p)
 		dnnl_stream_destroy(t->stream);
 	free(t->scratch);
 	free(t->bounce);
+	free(t->a16);
 	free(t);
 }
 
@@ -169,6 +182,13 @@ const char *rg_dnnl_describe(void)
 {
 	pthread_once(&g_once, lib_init);
 	return g.describe;
+}
+
+bool rg_dnnl_bf16_supported(void)
+{
+	const unsigned bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+
+	return rg_dnnl_enabled() && ((unsigned)dnnl_get_effective_cpu_isa() & bf16) == bf16;
 }
 
 /* This thread's state, created on first use; oneDNN's team on this thread set to one thread
@@ -231,8 +251,10 @@ static dnnl_memory_desc_t sub_md(const rg_dnnl_weight *w, int nb)
 /* Create a primitive for m x nb with weights layout wmd. *impl receives the implementation
  * name. Caller holds nothing; returns NULL with the reason in err. */
 static prim_entry *prim_create(const dnnl_memory_desc_t *wmd, int m, int K, int nb, rg_act act,
-			       bool bias, bool any_weights, const char **impl, char *err, size_t n)
+			       bool bias, bool bf16, bool any_weights, const char **impl, char *err,
+			       size_t n)
 {
+	const dnnl_data_type_t in_dt = bf16 ? dnnl_bf16 : dnnl_f32;
 	prim_entry *e = calloc(1, sizeof(*e));
 	dnnl_matmul_desc_t mm;
 	dnnl_primitive_attr_t attr = NULL;
@@ -252,10 +274,10 @@ static prim_entry *prim_create(const dnnl_memory_desc_t *wmd, int m, int K, int 
 	e->act = act;
 	e->bias = bias;
 	if (any_weights)
-		dnnl_memory_desc_init_by_tag(&e->wmd, 2, wd, dnnl_f32, dnnl_format_tag_any);
+		dnnl_memory_desc_init_by_tag(&e->wmd, 2, wd, in_dt, dnnl_format_tag_any);
 	else
 		e->wmd = *wmd;
-	dnnl_memory_desc_init_by_tag(&e->src_md, 2, sd, dnnl_f32, dnnl_ab);
+	dnnl_memory_desc_init_by_tag(&e->src_md, 2, sd, in_dt, dnnl_ab);
 	dnnl_memory_desc_init_by_tag(&e->dst_md, 2, dd, dnnl_f32, dnnl_ab);
 	dnnl_memory_desc_init_by_tag(&e->bias_md, 2, bd, dnnl_f32, dnnl_ab);
 	if (dnnl_matmul_desc_init(&mm, &e->src_md, &e->wmd, bias ? &e->bias_md : NULL,
@@ -328,7 +350,7 @@ static prim_entry *prim_get(const rg_dnnl_weight *w, int m, int nb, rg_act act, 
 		e = NULL;
 		goto out_unlock;
 	}
-	e = prim_create(&wmd, m, w->K, nb, act, bias, false, &impl, err, sizeof(err));
+	e = prim_create(&wmd, m, w->K, nb, act, bias, w->bf16, false, &impl, err, sizeof(err));
 	if (!e) {
 		rg_errorf(RG_ERR_INTERNAL, "gemm: %s", err);
 		goto out_unlock;
@@ -416,12 +438,13 @@ static bool layout_usable(const dnnl_memory_desc_t *md, int *bn, dnnl_dim_t *n_s
 	return *bn > 1 && b->strides[1] >= b->strides[0] * (md->padded_dims[0] / kb);
 }
 
-rg_status rg_dnnl_prepare(float *W, int N, int K)
+rg_status rg_dnnl_prepare(float *W, int N, int K, rg_dtype dt)
 {
 	rg_dnnl_weight *w;
 	prim_entry *probe;
 	dnnl_memory_desc_t user_md;
 	const dnnl_dims_t wd = {K, N}, ws = {1, K}; /* W (N, K) row-major read as (K, N) */
+	const bool bf16 = dt == RG_DTYPE_BF16;
 	const char *impl = "?";
 	char err[160];
 	size_t bytes;
@@ -430,15 +453,23 @@ rg_status rg_dnnl_prepare(float *W, int N, int K)
 
 	if (!W || N <= 0 || K <= 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "gemm weight: bad shape N=%d K=%d", N, K);
+	if (dt != RG_DTYPE_F32 && !bf16)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "gemm weight: the CPU GEMMs run fp32 or bf16");
+	if (bf16 && !rg_dnnl_bf16_supported())
+		return rg_errorf(RG_ERR_UNSUPPORTED, "gemm weight: bf16 needs oneDNN on a CPU with "
+				 "AVX512-BF16 or AMX (%s)", rg_dnnl_describe());
 	if (!rg_dnnl_enabled())
 		return RG_OK;
 	if (rg_dnnl_find(W))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "gemm weight %p is already prepared",
 				 (const void *)W);
 	/* the layout the kernels want for a 16-row tile over all N */
-	probe = prim_create(NULL, 16, K, N, RG_ACT_NONE, true, true, &impl, err, sizeof(err));
-	if (!probe)
+	probe = prim_create(NULL, 16, K, N, RG_ACT_NONE, true, bf16, true, &impl, err, sizeof(err));
+	if (!probe) {
+		if (bf16)
+			return rg_errorf(RG_ERR_UNSUPPORTED, "gemm weight: %s", err);
 		return RG_OK; /* oneDNN cannot run this shape: OpenBLAS will */
+	}
 	w = calloc(1, sizeof(*w));
 	if (!w) {
 		st = rg_errorf(RG_ERR_OOM, "gemm weight: out of memory");
@@ -447,14 +478,19 @@ rg_status rg_dnnl_prepare(float *W, int N, int K)
 	w->key = W;
 	w->N = N;
 	w->K = K;
+	w->bf16 = bf16;
 	w->md = probe->wmd;
 	if (strncmp(impl, "ref", 3) == 0 || !layout_usable(&w->md, &w->bn, &w->n_stride)) {
-		free(w); /* reference kernels or an unknown layout: keep OpenBLAS */
+		free(w); /* reference kernels or an unknown layout: keep OpenBLAS (fp32) */
+		w = NULL;
+		if (bf16)
+			st = rg_errorf(RG_ERR_UNSUPPORTED, "gemm weight: oneDNN offers no fast bf16 "
+				       "kernel for N=%d K=%d (%s)", N, K, impl);
 		goto out_free_probe;
 	}
 	dnnl_memory_desc_init_by_strides(&user_md, 2, wd, dnnl_f32, ws);
 	bytes = dnnl_memory_desc_get_size(&w->md);
-	if (bytes == (size_t)N * K * sizeof(float)) {
+	if (!bf16 && bytes == (size_t)N * K * sizeof(float)) {
 		/* same size: reorder through a temporary copy back into W */
 		tmp = malloc(bytes);
 		if (!tmp) {
@@ -469,6 +505,8 @@ rg_status rg_dnnl_prepare(float *W, int N, int K)
 			goto out_free_w;
 		}
 	} else {
+		/* a padded layout, or bf16 (the reorder rounds to nearest even): a buffer of our
+		 * own; W stays row-major f32 */
 		w->data = aligned_alloc(64, (bytes + 63) / 64 * 64);
 		w->owned = true;
 		if (!w->data) {
@@ -576,7 +614,9 @@ static int l2_cols(int K, int unit)
 
 struct job {
 	const rg_dnnl_weight *w;
-	const float *A, *bias;
+	const void *A;                 /* (M, K): f32, or bf16 for bf16 weights */
+	size_t a_esz;
+	const float *bias;
 	float *out;
 	int M, N, K, mb, nb, n_nt;
 	int slice[2];                  /* columns per call: [last row tile] */
@@ -592,14 +632,16 @@ static bool exec_chunk(const struct job *j, thread_state *t, const prim_entry *e
 {
 	dnnl_memory_t src = NULL, wei = NULL, bias = NULL, out = NULL, scr = NULL;
 	const rg_dnnl_weight *w = j->w;
-	float *wp = w->data + (size_t)(n0 / w->bn) * (size_t)w->n_stride;
+	char *wp = (char *)w->data +
+		   (size_t)(n0 / w->bn) * (size_t)w->n_stride * (w->bf16 ? 2u : 4u);
 	dnnl_exec_arg_t args[5];
 	int n = 0;
 	bool ok;
 
 	if (!ensure(&t->scratch, &t->scratch_n, e->scratch))
 		return false;
-	ok = dnnl_memory_create(&src, &e->src_md, g.engine, (void *)(j->A + (size_t)r0 * j->K)) ==
+	ok = dnnl_memory_create(&src, &e->src_md, g.engine,
+				(char *)j->A + (size_t)r0 * j->K * j->a_esz) ==
 		     dnnl_success &&
 	     dnnl_memory_create(&wei, &e->wmd, g.engine, wp) == dnnl_success &&
 	     dnnl_memory_create(&out, &e->dst_md, g.engine, dst) == dnnl_success &&
@@ -684,11 +726,54 @@ static void add_width(struct job *j, int cols)
 		j->widths[j->n_widths++] = cols;
 }
 
+/* f32 -> bf16, round to nearest even (a NaN stays a NaN: its quiet bit is set). */
+static inline uint16_t to_bf16(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40u);
+	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+struct cvt_job {
+	const float *src;
+	uint16_t *dst;
+	size_t n, chunk;
+};
+
+static void cvt_task(void *ctx, int ti, int thread)
+{
+	const struct cvt_job *c = ctx;
+	const size_t a = (size_t)ti * c->chunk, b = a + c->chunk < c->n ? a + c->chunk : c->n;
+
+	(void)thread;
+	for (size_t i = a; i < b; i++)
+		c->dst[i] = to_bf16(c->src[i]);
+}
+
+/* A (M, K) f32 rounded to bf16 into the calling thread's buffer, converted on the pool. NULL
+ * on OOM. */
+static const uint16_t *a_to_bf16(rg_threadpool *pool, const float *A, int M, int K)
+{
+	thread_state *t = thread_get();
+	const size_t n = (size_t)M * K;
+	struct cvt_job c = {.src = A, .n = n, .chunk = 16384};
+
+	if (!t || !ensure((void **)&t->a16, &t->a16_n, n * sizeof(uint16_t)))
+		return NULL;
+	c.dst = t->a16;
+	rg_threadpool_run(pool, (int)((n + c.chunk - 1) / c.chunk), cvt_task, &c);
+	return t->a16;
+}
+
 rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bias, float *out,
 		       int M, int N, int K, rg_act act)
 {
 	rg_threadpool *pool = rg_threadpool_global();
-	struct job j = {.w = w, .A = A, .bias = bias, .out = out, .M = M, .N = w->N, .K = w->K};
+	struct job j = {.w = w, .A = A, .a_esz = sizeof(float), .bias = bias, .out = out, .M = M,
+			.N = w->N, .K = w->K};
 	int n_mt;
 
 	if (M < 0 || N != w->N || K != w->K)
@@ -696,6 +781,13 @@ rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bia
 				 "weight is N=%d K=%d", M, N, K, w->N, w->K);
 	if (M == 0)
 		return RG_OK;
+	if (w->bf16) {
+		if (!(j.A = a_to_bf16(pool, A, M, K)))
+			return rg_errorf(RG_ERR_OOM, "gemm: cannot allocate the bf16 copy of A "
+					 "(%d x %d)", M, K);
+		j.a_esz = sizeof(uint16_t);
+	}
+
 	tiles(M, j.N, w->bn, rg_threadpool_size(pool), &j.mb, &j.nb);
 	n_mt = (M + j.mb - 1) / j.mb;
 	j.n_nt = (j.N + j.nb - 1) / j.nb;

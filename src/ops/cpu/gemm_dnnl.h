@@ -26,14 +26,25 @@ bool rg_dnnl_enabled(void);
 /* "onednn <version> (<isa>)" or "openblas": the library that runs registered linear layers. */
 const char *rg_dnnl_describe(void);
 
-/* Prepare W (N, K) float32 row-major (PyTorch's nn.Linear layout) for rg_dnnl_gemm: reorder it
- * into oneDNN's blocked layout, in place when that layout is the same size (N a multiple of the
- * kernel's 64-column block), else into a buffer the registry owns. After RG_OK, W's bytes are
- * no longer row-major: only rg_dnnl_find / rg_dnnl_gemm may read them until rg_dnnl_release.
- * When oneDNN is not enabled, or offers only reference kernels for this shape, W is left
- * untouched and the call returns RG_OK without registering (the OpenBLAS path runs it).
- * Errors: RG_ERR_INVALID_INPUT (bad shape, W already registered), RG_ERR_OOM. */
-rg_status rg_dnnl_prepare(float *W, int N, int K);
+/* True when oneDNN is enabled and the CPU has AVX512-BF16 (Zen 4/5, Cooper Lake) or AMX
+ * (Sapphire Rapids and later): the ISAs whose bf16 matmul kernels are native. */
+bool rg_dnnl_bf16_supported(void);
+
+/* Prepare W (N, K) float32 row-major (PyTorch's nn.Linear layout) for rg_dnnl_gemm, with weights
+ * of dtype dt (RG_DTYPE_F32 or RG_DTYPE_BF16):
+ * - f32: reorder it into oneDNN's blocked layout, in place when that layout is the same size (N
+ *   a multiple of the kernel's 64-column block), else into a buffer the registry owns. After
+ *   RG_OK, W's bytes are no longer row-major: only rg_dnnl_find / rg_dnnl_gemm may read them
+ *   until rg_dnnl_release. When oneDNN is not enabled, or offers only reference kernels for this
+ *   shape, W is left untouched and the call returns RG_OK without registering (OpenBLAS runs
+ *   it).
+ * - bf16: W rounded to nearest even into a blocked bf16 buffer the registry owns (N*K*2 bytes
+ *   plus padding); W itself is left untouched. Every rg_dnnl_gemm on it rounds A to bf16 and
+ *   accumulates in f32 (bias and activation in f32): the "autocast" mixed precision of PyTorch
+ *   on the CPU, run by AMX tiles or AVX512-BF16 dot products.
+ * Errors: RG_ERR_INVALID_INPUT (bad shape, W already registered), RG_ERR_OOM, RG_ERR_UNSUPPORTED
+ * (bf16 without rg_dnnl_bf16_supported(), or no native bf16 kernel for this shape). */
+rg_status rg_dnnl_prepare(float *W, int N, int K, rg_dtype dt);
 
 /* Forget W: frees what rg_dnnl_prepare allocated. W's bytes stay in the blocked layout.
  * Unknown or NULL W: no-op. */
@@ -46,6 +57,8 @@ const rg_dnnl_weight *rg_dnnl_find(const float *W);
  * Tiles: whole rows and 64-aligned column blocks, one per thread, for M <= 256; 256-row blocks
  * otherwise. Each tile runs one cached primitive for its largest multiple of 16 rows and one for
  * the remainder (at most 31 primitives per weight shape, created on first use, 0.3 ms each).
+ * With bf16 weights, A is first rounded to bf16 into a buffer of the calling thread (M*K*2
+ * bytes, kept for the next call), on the pool.
  * N, K must be the ones W was prepared with (RG_ERR_INVALID_INPUT otherwise: its bytes are not
  * row-major any more, so no other path can run it).
  * Errors: RG_ERR_INTERNAL when oneDNN fails (message names the call). */

@@ -446,9 +446,10 @@ static rg_backend_ops make_cuda_ops(void)
 }
 
 /* cuBLASLt reads W as it is: nothing to prepare. */
-extern "C" rg_status rg_cuda_prepare_weight(rg_cuda_ctx *ctx, void *W, int N, int K)
+extern "C" rg_status rg_cuda_prepare_weight(rg_cuda_ctx *ctx, rg_dtype dt, void *W, int N, int K)
 {
 	(void)ctx;
+	(void)dt;
 	(void)W;
 	(void)N;
 	(void)K;

@@ -37,7 +37,7 @@ rg_status rg_cuda_embed_layernorm(rg_cuda_ctx *ctx, rg_dtype dt, const int32_t *
 				  const float *beta, float eps, int H, void *out);
 rg_status rg_cuda_gemm(rg_cuda_ctx *ctx, rg_dtype dt, const void *A, const void *W, void *out, int M, int N,
 		       int K);
-rg_status rg_cuda_prepare_weight(rg_cuda_ctx *ctx, void *W, int N, int K);
+rg_status rg_cuda_prepare_weight(rg_cuda_ctx *ctx, rg_dtype dt, void *W, int N, int K);
 rg_status rg_cuda_gemm_bias_act(rg_cuda_ctx *ctx, rg_dtype dt, const void *A, const void *W,
 				const void *bias, void *out, int M, int N, int K, rg_act act);
 rg_status rg_cuda_zero(rg_cuda_ctx *ctx, void *ptr, size_t bytes);
