@@ -118,3 +118,55 @@ def test_model_parity_per_gemm_tiling(env, minilm_dir, tiny_dirs):
                           minilm_dir, tiny_dirs["h48_gelunew_cls"]], env=e,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
+
+
+BF16 = r"""
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import ragged_ctypes as rc
+from conftest import assert_embeddings_close, row_cosine
+from ref_bert import RefBert
+from test_model import random_seqs
+rng = np.random.default_rng(5)
+for d in sys.argv[2:]:
+    try:
+        m = rc.Model(d, device="cpu", dtype="bf16", max_batch_tokens=4096)
+    except rc.RaggedError as e:
+        print("refused:", e)
+        sys.exit(3)
+    ref = RefBert(d)
+    f32 = rc.Model(d, device="cpu", dtype="fp32", max_batch_tokens=4096)
+    L = m.info().max_seq_len
+    for n in ([1], [12, 17, 64], [5, 100, 300, 1, 33]):
+        seqs = random_seqs(rng, [min(x, L) for x in n])
+        want = ref.embed_batch(seqs)
+        got = m.embed_ids(seqs, ref.H)
+        assert_embeddings_close(got, want, f"{d} {n} bf16", dtype="bf16")
+        # bf16 really ran: not the fp32 answer, and closer to it than the 0.999 bar demands
+        c32 = f32.embed_ids(seqs, ref.H)
+        assert np.abs(got - c32).max() > 1e-5, f"{d} {n}: bf16 output equals fp32"
+        assert row_cosine(got, want).min() >= 0.9999, (d, n, row_cosine(got, want).min())
+    m.close()
+    f32.close()
+print("ok")
+"""
+
+
+def test_model_bf16(minilm_dir, tiny_dirs):
+    """--dtype bf16 on the CPU (oneDNN bf16 GEMMs, f32 activations) against the float64 reference
+    at the GPU's low-precision bar (cosine >= 0.999; it reaches 0.9999) on MiniLM and tiny models
+    of other families; where the CPU has no AVX512-BF16/AMX (or no oneDNN), bf16 must be refused
+    with the reason, and the probe must say so."""
+    e = dict(os.environ)
+    e.pop("OPENBLAS_CORETYPE", None)
+    e["RAGGED_NUM_THREADS"] = "2"
+    out = subprocess.run([sys.executable, "-c", BF16, os.path.dirname(os.path.abspath(__file__)),
+                          minilm_dir, tiny_dirs["h48_gelunew_cls"], tiny_dirs["deberta"],
+                          tiny_dirs["mpnet"]], env=e, capture_output=True, text=True, timeout=300)
+    flags = open("/proc/cpuinfo").read().split()
+    native = ("avx512_bf16" in flags or "amx_bf16" in flags) and built_with_onednn()
+    if native:
+        assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
+    else:
+        assert out.returncode == 3 and "AVX512-BF16" in out.stdout, out.stdout + out.stderr

@@ -1,6 +1,7 @@
 /* CPU reference kernels (src/ops/cpu/ops_cpu.c) against naive double-precision loops written
  * here, on ragged shapes ({1}, {7,3}, {128,1,64,33}, ...). Outputs carry guard rows filled with a
  * sentinel that must survive; comparisons are written so that NaN fails. */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "ops/cpu/cpu_kern.h"
 #include "ops/cpu/gemm_dnnl.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ops/ops.h"
@@ -292,6 +294,55 @@ static double bf16_round(float x)
 	double m = frexp((double)x, &e); /* x = m 2^e, 0.5 <= |m| < 1 */
 
 	return ldexp(nearbyint(ldexp(m, 8)), e - 8); /* 8 significant bits, FE_TONEAREST */
+}
+
+/* The bf16 GEMMs' input conversion of this kernel table: nearest even on normal numbers of every
+ * magnitude (against bf16_round), exact ties to even, overflow to infinity, infinities and signed
+ * zeros kept, a NaN kept a NaN (never rounded into an infinity). Lengths not a multiple of the
+ * vector width run the scalar tail too. */
+static void test_f32_to_bf16(void **state)
+{
+	const rg_cpu_kern *k = rg_cpu_kern_select();
+	enum { N = 1000 };
+	float x[N];
+	uint16_t got[N];
+	uint32_t u;
+	(void)state;
+
+	for (int i = 0; i < N; i++)
+		x[i] = ldexpf((float)rand() / RAND_MAX + 0.5f, rand() % 200 - 100) *
+		       (i % 2 ? -1.f : 1.f);
+	x[0] = 1.f + ldexpf(1.f, -8);      /* tie: down to 1 (even) */
+	x[1] = 1.f + 3.f * ldexpf(1.f, -8); /* tie: up to 1 + 2^-6 (even) */
+	x[2] = -0.f;
+	x[3] = INFINITY;
+	x[4] = -INFINITY;
+	u = 0x7f800001u; /* a signalling NaN whose payload would round into the exponent */
+	memcpy(&x[5], &u, 4);
+	u = 0xffffffffu;
+	memcpy(&x[6], &u, 4);
+	x[7] = FLT_MAX; /* rounds past the largest bf16: infinity */
+	for (int n = N; n >= N - 17; n -= 17) {
+		memset(got, 0, sizeof(got));
+		k->f32_to_bf16(x, got, (size_t)n);
+		for (int i = 0; i < n; i++) {
+			float back, want;
+			uint32_t b = (uint32_t)got[i] << 16;
+
+			memcpy(&back, &b, 4);
+			if (isnan(x[i])) {
+				assert_true(isnan(back));
+				continue;
+			}
+			want = (float)bf16_round(x[i]);
+			if (memcmp(&back, &want, 4) != 0)
+				fail_msg("%s: f32_to_bf16(%a) = %a, want %a (i=%d n=%d)", k->isa,
+					 (double)x[i], (double)back, (double)want, i, n);
+		}
+		assert_int_equal(got[n < N ? n : N - 1] == 0, n < N); /* nothing past n written */
+	}
+	assert_int_equal(got[0], 0x3f80);
+	assert_int_equal(got[1], 0x3f81 + 1);
 }
 
 /* bf16 GEMMs on the CPU (backend created for bf16, PyTorch autocast's precision): A and W rounded
@@ -938,6 +989,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_bias_act_edges),
 		cmocka_unit_test(test_gemm_prepared),
 		cmocka_unit_test(test_gemm_prepared_bf16),
+		cmocka_unit_test(test_f32_to_bf16),
 		cmocka_unit_test(test_bias_residual_layernorm),
 		cmocka_unit_test(test_attention_packed),
 		cmocka_unit_test(test_attention_seg_mask),

@@ -25,6 +25,8 @@ typedef struct rg_cpu_kern {
 	/* attention probabilities in place: s (Lp, a multiple of vw) = softmax of keys [0, L)
 	 * (masked past L and, with seg, outside segment me); all zeros when no key is visible */
 	void (*softmax_row)(float *s, int L, int Lp, const int32_t *seg, int32_t me);
+	/* out (n) = x (n) rounded to bf16, nearest even (NaN stays NaN): the bf16 GEMMs' input */
+	void (*f32_to_bf16)(const float *x, uint16_t *out, size_t n);
 } rg_cpu_kern;
 
 extern const rg_cpu_kern rg_cpu_kern_avx512, rg_cpu_kern_avx2, rg_cpu_kern_generic;

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/threadpool.h"
 #include "core/vec.h"
+#include "ops/cpu/cpu_kern.h"
 
 #ifndef RG_WITH_DNNL
 
@@ -726,18 +727,8 @@ static void add_width(struct job *j, int cols)
 		j->widths[j->n_widths++] = cols;
 }
 
-/* f32 -> bf16, round to nearest even (a NaN stays a NaN: its quiet bit is set). */
-static inline uint16_t to_bf16(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, sizeof(u));
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40u);
-	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 struct cvt_job {
+	const rg_cpu_kern *k;
 	const float *src;
 	uint16_t *dst;
 	size_t n, chunk;
@@ -749,8 +740,7 @@ static void cvt_task(void *ctx, int ti, int thread)
 	const size_t a = (size_t)ti * c->chunk, b = a + c->chunk < c->n ? a + c->chunk : c->n;
 
 	(void)thread;
-	for (size_t i = a; i < b; i++)
-		c->dst[i] = to_bf16(c->src[i]);
+	c->k->f32_to_bf16(c->src + a, c->dst + a, b - a);
 }
 
 /* A (M, K) f32 rounded to bf16 into the calling thread's buffer, converted on the pool. NULL
@@ -759,7 +749,7 @@ static const uint16_t *a_to_bf16(rg_threadpool *pool, const float *A, int M, int
 {
 	thread_state *t = thread_get();
 	const size_t n = (size_t)M * K;
-	struct cvt_job c = {.src = A, .n = n, .chunk = 16384};
+	struct cvt_job c = {.k = rg_cpu_kern_select(), .src = A, .n = n, .chunk = 16384};
 
 	if (!t || !ensure((void **)&t->a16, &t->a16_n, n * sizeof(uint16_t)))
 		return NULL;

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ops/cpu/cpu_kern.h"
 
@@ -260,6 +261,38 @@ static void KNAME(softmax_row)(float *s, int L, int Lp, const int32_t *seg, int3
 		vst(s + j, vld(s + j) * vbc(inv));
 }
 
+/* f32 -> bf16 with round to nearest even; a NaN stays a NaN (quiet bit set). Vector body, then a
+ * scalar tail with the same formula. */
+static inline uint32_t bf16_bits(uint32_t u)
+{
+	const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+
+	return (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r;
+}
+
+static void KNAME(f32_to_bf16)(const float *x, uint16_t *out, size_t n)
+{
+	typedef uint32_t vu __attribute__((vector_size(VW * 4)));
+	typedef uint32_t vu_u __attribute__((vector_size(VW * 4), aligned(4), may_alias));
+	size_t i = 0;
+
+	for (; i + VW <= n; i += VW) {
+		const vu u = *(const vu_u *)(x + i);
+		const vu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+		const vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);
+		const vu v = (((u >> 16) | 0x40u) & nan) | (r & ~nan);
+
+		for (int k = 0; k < VW; k++)
+			out[i + (size_t)k] = (uint16_t)v[k];
+	}
+	for (; i < n; i++) {
+		uint32_t u;
+
+		memcpy(&u, x + i, sizeof(u));
+		out[i] = (uint16_t)bf16_bits(u);
+	}
+}
+
 const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.isa = RG_ISA_NAME,
 	.vw = VW,
@@ -267,4 +300,5 @@ const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.add_ln_row = KNAME(add_ln_row),
 	.pool_seq = KNAME(pool_seq),
 	.softmax_row = KNAME(softmax_row),
+	.f32_to_bf16 = KNAME(f32_to_bf16),
 };
