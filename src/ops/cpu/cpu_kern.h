@@ -27,6 +27,14 @@ typedef struct rg_cpu_kern {
 	void (*softmax_row)(float *s, int L, int Lp, const int32_t *seg, int32_t me);
 	/* out (n) = x (n) rounded to bf16, nearest even (NaN stays NaN): the bf16 GEMMs' input */
 	void (*f32_to_bf16)(const float *x, uint16_t *out, size_t n);
+	/* attention scores S (nq, Lp) = scale * Q (nq, hd; row stride ldq) K (L, hd; stride ldk)^T,
+	 * columns past L zero; kt is scratch of hd * Lp floats; Lp a multiple of vw */
+	void (*attn_qk)(const float *Q, size_t ldq, const float *K, size_t ldk, int nq, int L,
+			int Lp, int hd, float scale, float *kt, float *S);
+	/* O (nq, hd; row stride ldo) = P (nq, keys [0, L); row stride Lp) V (L, hd; stride ldv);
+	 * hd a multiple of vw */
+	void (*attn_pv)(const float *P, int Lp, const float *V, size_t ldv, int nq, int L, int hd,
+			float *O, size_t ldo);
 } rg_cpu_kern;
 
 extern const rg_cpu_kern rg_cpu_kern_avx512, rg_cpu_kern_avx2, rg_cpu_kern_generic;

@@ -261,6 +261,140 @@ static void KNAME(softmax_row)(float *s, int L, int Lp, const int32_t *seg, int3
 		vst(s + j, vld(s + j) * vbc(inv));
 }
 
+/* ---- attention's two small GEMMs per (query block, head) ---------------------------------
+ * Register tiles of AR query rows x up to 4 vectors, kept in registers over the whole reduction
+ * (head_dim for the scores, the keys for the output): AR x 4 accumulators (16 of AVX-512's 32
+ * registers; 8 of AVX2's 16). Replaces two OpenBLAS calls whose packing cost more than the
+ * arithmetic at these shapes (e.g. 126 x 126 x 32). */
+#define AR (VW == 16 ? 4 : 2)
+#define AI static inline __attribute__((always_inline))
+
+/* every lane x, as one broadcast (x - +0 is x for every x, -0 and NaN included; vbc's lane loop
+ * becomes masked inserts in these unrolled tiles) */
+AI vf vsplat(float x)
+{
+	return x - (vf){0};
+}
+
+/* s (R, C vectors) = scale * q (R rows, stride ldq) . kt (hd rows of stride Lp) */
+AI void qk_tile(const float *q, size_t ldq, const float *kt, int Lp, int hd, vf sv, float *s,
+		const int R, const int C)
+{
+	vf acc[4][4];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			acc[r][c] = (vf){0};
+	for (int d = 0; d < hd; d++) {
+		vf kv[4];
+
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			kv[c] = vld(kt + (size_t)d * Lp + c * VW);
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			const vf qv = vsplat(q[(size_t)r * ldq + d]);
+
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++)
+				acc[r][c] += qv * kv[c];
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			vst(s + (size_t)r * Lp + c * VW, acc[r][c] * sv);
+}
+
+AI void qk_rows(const float *q, size_t ldq, const float *kt, int Lp, int hd, vf sv, float *s,
+		const int R)
+{
+	int j = 0;
+
+	for (; j + 4 * VW <= Lp; j += 4 * VW)
+		qk_tile(q, ldq, kt + j, Lp, hd, sv, s + j, R, 4);
+	for (; j < Lp; j += VW)
+		qk_tile(q, ldq, kt + j, Lp, hd, sv, s + j, R, 1);
+}
+
+static void KNAME(attn_qk)(const float *Q, size_t ldq, const float *K, size_t ldk, int nq, int L,
+			   int Lp, int hd, float scale, float *kt, float *S)
+{
+	const vf sv = vbc(scale);
+	int i = 0;
+
+	for (int j = 0; j < L; j++) /* kt (hd, Lp) = K^T; zero keys past L */
+		for (int d = 0; d < hd; d++)
+			kt[(size_t)d * Lp + j] = K[(size_t)j * ldk + d];
+	for (int d = 0; d < hd; d++)
+		for (int j = L; j < Lp; j++)
+			kt[(size_t)d * Lp + j] = 0.f;
+	for (; i + AR <= nq; i += AR)
+		qk_rows(Q + (size_t)i * ldq, ldq, kt, Lp, hd, sv, S + (size_t)i * Lp, AR);
+	for (; i < nq; i++)
+		qk_rows(Q + (size_t)i * ldq, ldq, kt, Lp, hd, sv, S + (size_t)i * Lp, 1);
+}
+
+/* o (R rows, C vectors) = p (R rows of stride Lp, keys [0, L)) . v (L rows, stride ldv) */
+AI void pv_tile(const float *p, int Lp, const float *v, size_t ldv, int L, float *o, size_t ldo,
+		const int R, const int C)
+{
+	vf acc[4][4];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			acc[r][c] = (vf){0};
+	for (int j = 0; j < L; j++) {
+		vf vv[4];
+
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			vv[c] = vld(v + (size_t)j * ldv + c * VW);
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			const vf pr = vsplat(p[(size_t)r * Lp + j]);
+
+#pragma GCC unroll 4
+			for (int c = 0; c < C; c++)
+				acc[r][c] += pr * vv[c];
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < C; c++)
+			vst(o + (size_t)r * ldo + c * VW, acc[r][c]);
+}
+
+AI void pv_rows(const float *p, int Lp, const float *v, size_t ldv, int L, int hd, float *o,
+		size_t ldo, const int R)
+{
+	int c = 0;
+
+	for (; c + 4 * VW <= hd; c += 4 * VW)
+		pv_tile(p, Lp, v + c, ldv, L, o + c, ldo, R, 4);
+	for (; c + 2 * VW <= hd; c += 2 * VW)
+		pv_tile(p, Lp, v + c, ldv, L, o + c, ldo, R, 2);
+	for (; c < hd; c += VW)
+		pv_tile(p, Lp, v + c, ldv, L, o + c, ldo, R, 1);
+}
+
+static void KNAME(attn_pv)(const float *P, int Lp, const float *V, size_t ldv, int nq, int L,
+			   int hd, float *O, size_t ldo)
+{
+	int i = 0;
+
+	for (; i + AR <= nq; i += AR)
+		pv_rows(P + (size_t)i * Lp, Lp, V, ldv, L, hd, O + (size_t)i * ldo, ldo, AR);
+	for (; i < nq; i++)
+		pv_rows(P + (size_t)i * Lp, Lp, V, ldv, L, hd, O + (size_t)i * ldo, ldo, 1);
+}
+
 /* f32 -> bf16 with round to nearest even; a NaN stays a NaN (quiet bit set). Vector body, then a
  * scalar tail with the same formula. */
 static inline uint32_t bf16_bits(uint32_t u)
@@ -301,4 +435,6 @@ const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.pool_seq = KNAME(pool_seq),
 	.softmax_row = KNAME(softmax_row),
 	.f32_to_bf16 = KNAME(f32_to_bf16),
+	.attn_qk = KNAME(attn_qk),
+	.attn_pv = KNAME(attn_pv),
 };

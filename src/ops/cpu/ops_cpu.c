@@ -430,8 +430,8 @@ static void attn_task(void *ctx, int task, int thread)
 	nq = q0 + qb < L ? qb : L - q0;
 	base = j->qkv + (size_t)t0 * ld + (size_t)h * j->head_dim;
 	sg = j->seg ? j->seg + t0 : NULL;
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, L, j->head_dim, j->scale,
-		    base + (size_t)q0 * ld, (int)ld, base + j->H, (int)ld, 0.f, sc, Lp);
+	k->attn_qk(base + (size_t)q0 * ld, ld, base + j->H, ld, nq, L, Lp, j->head_dim, j->scale,
+		   sc + (size_t)RG_ATTN_WHOLE * Lp, sc);
 	if (j->rel_bias)
 		add_rel_bias(sc, nq, L, Lp, q0,
 			     j->rel_bias + (size_t)h * (2 * j->rel_max + 1) + j->rel_max, j->rel_max);
@@ -439,9 +439,13 @@ static void attn_task(void *ctx, int task, int thread)
 		add_disent(sc, nq, L, Lp, q0, t0, h, j->num_heads, j->dis);
 	for (int i = 0; i < nq; i++)
 		k->softmax_row(sc + (size_t)i * Lp, L, Lp, sg, sg ? sg[q0 + i] : 0);
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, j->head_dim, L, 1.f, sc, Lp,
-		    base + 2 * j->H, (int)ld, 0.f,
-		    j->out + (size_t)(t0 + q0) * j->H + (size_t)h * j->head_dim, j->H);
+	if (j->head_dim % k->vw == 0)
+		k->attn_pv(sc, Lp, base + 2 * j->H, ld, nq, L, j->head_dim,
+			   j->out + (size_t)(t0 + q0) * j->H + (size_t)h * j->head_dim, j->H);
+	else
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, j->head_dim, L, 1.f, sc,
+			    Lp, base + 2 * j->H, (int)ld, 0.f,
+			    j->out + (size_t)(t0 + q0) * j->H + (size_t)h * j->head_dim, j->H);
 }
 
 rg_status rg_cpu_attention(const float *qkv, const int32_t *cu_seqlens, int n_seq, int max_seqlen,
@@ -467,7 +471,8 @@ rg_status rg_cpu_attention(const float *qkv, const int32_t *cu_seqlens, int n_se
 		return RG_OK;
 
 	/* scores of the largest task, rounded to 64-byte blocks */
-	j.scratch_floats = (size_t)(max_seqlen < RG_ATTN_WHOLE ? max_seqlen : RG_ATTN_WHOLE) * Lp;
+	/* per thread: the scores of the largest task, then K^T (head_dim, Lp) at RG_ATTN_WHOLE rows */
+	j.scratch_floats = ((size_t)RG_ATTN_WHOLE + head_dim) * Lp;
 	j.scratch_floats = (j.scratch_floats + 15) / 16 * 16;
 	prefix = malloc(((size_t)n_seq + 1) * sizeof(*prefix));
 	j.scratch = aligned_alloc(64, (size_t)T * j.scratch_floats * sizeof(float));
