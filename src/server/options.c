@@ -1,11 +1,13 @@
 /* The `ragged serve` option table; see options.h. */
 #include "server/options.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "sched/sched.h"
 
@@ -83,6 +85,19 @@ static const opt_spec g_opts[] = {
 	 "per-connection header memory, bytes"},
 	{"--batch-delay-ms", "X", OPT_DOUBLE, F(batch_delay_ms), 0, 60000, "0",
 	 "testing: sleep before each batch"},
+	{"--api-key", "KEY", OPT_STR, F(api_key), 0, 0, NULL,
+	 "require Authorization: Bearer KEY on every route but /health (prefer the variable: "
+	 "the command line is visible to ps)"},
+	{"--cors-allow-origin", "LIST", OPT_STR, F(cors_allow_origin), 0, 0, NULL,
+	 "origins (comma-separated, or *) allowed cross-origin requests (default none)"},
+	{"--request-read-timeout-s", "N", OPT_INT, F(request_read_timeout_s), 1, 86400, "30",
+	 "deadline for receiving a request's headers and body; passed -> connection closed"},
+	{"--max-connections-per-ip", "N", OPT_INT, F(max_connections_per_ip), 0, 1 << 20, "0",
+	 "concurrent connections per client address, 0 = no limit"},
+	{"--max-buffered-bytes", "N", OPT_SIZE, F(max_buffered_bytes), 1, 1LL << 40, "268435456",
+	 "request body bytes held by all connections together; more -> 503"},
+	{"--max-discard-bytes", "N", OPT_SIZE, F(max_discard_bytes), 0, 1LL << 40, "67108864",
+	 "a refused body up to N bytes is read and dropped so the client gets the answer"},
 };
 #undef F
 
@@ -228,22 +243,35 @@ static void default_text(const opt_spec *s, const rg_serve_opts *d, char *buf, s
 	}
 }
 
+/* The environment variable of an option: "--max-queue" -> "RAGGED_MAX_QUEUE". */
+static void env_name(const opt_spec *s, char *buf, size_t n)
+{
+	size_t k = (size_t)snprintf(buf, n, "RAGGED_");
+
+	for (const char *p = s->name + 2; *p && k + 1 < n; p++)
+		buf[k++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+	buf[k] = '\0';
+}
+
 void rg_serve_usage(FILE *f)
 {
 	rg_serve_opts d;
 
 	rg_serve_opts_default(&d);
-	fprintf(f, "usage: ragged serve [options]\n");
+	fprintf(f, "usage: ragged serve [options]\n"
+		   "Each option can also be set by the environment variable named after it in\n"
+		   "[brackets]; the command line wins over the environment.\n");
 	for (size_t i = 0; i < N_OPTS; i++) {
 		const opt_spec *s = &g_opts[i];
-		char left[64], dflt[64];
+		char left[64], dflt[64], env[64];
 
 		snprintf(left, sizeof(left), "%s%s%s", s->name, s->metavar ? " " : "",
 			 s->metavar ? s->metavar : "");
 		default_text(s, &d, dflt, sizeof(dflt));
 		if (s->off == offsetof(rg_serve_opts, http_threads))
 			dflt[0] = '\0'; /* machine-dependent: the help line says how */
-		fprintf(f, "  %-26s %s%s\n", left, s->help, dflt);
+		env_name(s, env, sizeof(env));
+		fprintf(f, "  %-26s %s%s [%s]\n", left, s->help, dflt, env);
 	}
 }
 
@@ -253,18 +281,77 @@ static int bad_value(const char *opt, const char *v)
 	return RG_SERVE_EXIT_USAGE;
 }
 
+/* A flag's value in the environment: 1/true/yes/on or 0/false/no/off, any case. */
+static bool parse_env_flag(const char *v, bool *out)
+{
+	static const char *const on[] = {"1", "true", "yes", "on"};
+	static const char *const off[] = {"0", "false", "no", "off"};
+
+	for (size_t i = 0; i < 4; i++) {
+		if (!strcasecmp(v, on[i]) || !strcasecmp(v, off[i])) {
+			*out = !strcasecmp(v, on[i]);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Every option whose variable is set, in table order; -1 or RG_SERVE_EXIT_USAGE after a message
+ * naming the variable. An empty value is an error (RAGGED_API_KEY= must not mean "no key"
+ * by accident); unset the variable instead. */
+static int apply_env(rg_serve_opts *o)
+{
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const opt_spec *s = &g_opts[i];
+		const char *v;
+		char name[64];
+		bool on;
+
+		env_name(s, name, sizeof(name));
+		v = getenv(name);
+		if (!v)
+			continue;
+		if (s->kind == OPT_FLAG) {
+			if (!parse_env_flag(v, &on))
+				return bad_value(name, v);
+			*(bool *)((char *)o + s->off) = on;
+		} else if (!set_value(s, v, o)) {
+			return bad_value(name, v);
+		}
+	}
+	return -1;
+}
+
+/* Combinations no single option can refuse. */
+static int check_combinations(const rg_serve_opts *o)
+{
+	if (o->max_buffered_bytes < o->max_body_bytes) {
+		fprintf(stderr, "ragged serve: --max-buffered-bytes (%zu) is below --max-body-bytes "
+				"(%zu): a body of the allowed size could never be buffered\n",
+			o->max_buffered_bytes, o->max_body_bytes);
+		return RG_SERVE_EXIT_USAGE;
+	}
+	return -1;
+}
+
 int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 {
+	int rc;
+
 	rg_serve_opts_default(o);
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			rg_serve_usage(stdout);
+			return 0;
+		}
+	}
+	if ((rc = apply_env(o)) >= 0)
+		return rc;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *eq, *v = NULL;
 		const opt_spec *s = NULL;
 		size_t len;
 
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			rg_serve_usage(stdout);
-			return 0;
-		}
 		if (strncmp(a, "--", 2) != 0) {
 			fprintf(stderr, "ragged serve: unexpected argument '%s'\n", a);
 			return RG_SERVE_EXIT_USAGE;
@@ -294,6 +381,8 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 		if (!v || !set_value(s, v, o))
 			return bad_value(s->name, v);
 	}
+	if ((rc = check_combinations(o)) >= 0)
+		return rc;
 	if (!o->device_set)
 		o->device = rg_cuda_device_count() > 0 ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
 	return -1;

@@ -1,6 +1,8 @@
 /* `ragged serve` options: one table (src/server/options.c) gives each option its name, type,
- * range, default and help line; the parser, the defaults and `--help` all read it, so a default
- * is written once. The scheduler's own defaults come from rg_sched_params_default (sched/). */
+ * range, default and help line; the parser, the environment, the defaults and `--help` all read
+ * it, so a default is written once. Each option --foo-bar can also be set by the environment
+ * variable RAGGED_FOO_BAR (as TEI reads PORT, MODEL_ID, ...); the command line wins. The
+ * scheduler's own defaults come from rg_sched_params_default (sched/). */
 #ifndef RG_SERVER_OPTIONS_H
 #define RG_SERVER_OPTIONS_H
 #include <stdbool.h>
@@ -30,14 +32,23 @@ typedef struct rg_serve_opts {
 	int http_threads, connection_timeout_s, max_connections;
 	size_t connection_memory;
 	double batch_delay_ms;
+	const char *api_key;           /* NULL: no authentication */
+	const char *cors_allow_origin; /* NULL: no CORS headers; "*" or "a,b,..." */
+	int request_read_timeout_s;    /* headers + body of one request */
+	int max_connections_per_ip;    /* 0 = no limit */
+	size_t max_buffered_bytes;     /* request bodies held by all connections */
+	size_t max_discard_bytes;      /* refused bodies read and dropped up to this size */
 } rg_serve_opts;
 
 /* Fill o with every default. */
 void rg_serve_opts_default(rg_serve_opts *o);
 
-/* Parse argv[1..argc) (argv[0] is "serve") into o, after the defaults. --name VALUE and
- * --name=VALUE; flags take no value. Strings point into argv. Returns -1 to go on, 0 after
- * --help (printed on stdout), RG_SERVE_EXIT_USAGE after a one-line message on stderr. */
+/* Parse into o: the defaults, then the RAGGED_* variables of the environment, then argv[1..argc)
+ * (argv[0] is "serve"). --name VALUE and --name=VALUE; flags take no value on the command line
+ * and 1/true/yes/on or 0/false/no/off in the environment. Strings point into argv or the
+ * environment. Returns -1 to go on, 0 after --help (printed on stdout), RG_SERVE_EXIT_USAGE after
+ * a one-line message on stderr naming the option or variable (a bad or empty value, an unknown
+ * option, --max-buffered-bytes below --max-body-bytes). */
 int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o);
 
 /* The help text, generated from the table. */

@@ -4,6 +4,7 @@
 
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <microhttpd.h>
 #include <sched.h>
@@ -25,7 +26,9 @@
 #include "server/options.h"
 #include "sched/sched.h"
 #include "server/cache.h"
+#include "server/conn_watch.h"
 #include "server/engine.h"
+#include "server/http_guard.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/warmup.h"
@@ -37,6 +40,26 @@ static bool body_route(rg_route r)
 {
 	return r == RG_ROUTE_EMBED || r == RG_ROUTE_OPENAI || r == RG_ROUTE_TOKENIZE ||
 	       r == RG_ROUTE_PREDICT || r == RG_ROUTE_RERANK;
+}
+
+/* The headers the connection's guards ask for (see server.c, "Hardening"). */
+static void add_guard_headers(conn_ctx *c, struct MHD_Response *r, int status)
+{
+	char v[32];
+
+	if (c->close_after)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+	if (c->retry_after_s > 0) {
+		snprintf(v, sizeof(v), "%d", c->retry_after_s);
+		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
+	}
+	if (status == 401)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	if (c->cors_origin)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN,
+					c->cors_origin);
+	if (c->srv->o.cors_allow_origin) /* the answer depends on Origin: tell caches */
+		MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, "Origin");
 }
 
 static enum MHD_Result send_response(conn_ctx *c, int status, rg_buf *body, const char *ctype,
@@ -74,6 +97,8 @@ static enum MHD_Result send_response(conn_ctx *c, int status, rg_buf *body, cons
 	if (status == 405)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW,
 					body_route(c->route) ? "POST" : "GET, HEAD");
+	add_guard_headers(c, r, status);
+	rg_conn_watch_busy(c->srv->watch, rg_conn_watch_of(c->conn));
 	ret = MHD_queue_response(c->conn, (unsigned)status, r);
 	MHD_destroy_response(r);
 	rg_metrics_request(&c->srv->metrics, c->route, status, queue_ms, infer_ms, total);
@@ -506,6 +531,15 @@ static enum MHD_Result handle_metrics(conn_ctx *c)
 
 /* ---- MHD callbacks ---------------------------------------------------------------------- */
 
+/* Give back the request's share of the buffered-bytes budget and its body. */
+static void release_body(conn_ctx *c)
+{
+	if (c->reserved)
+		atomic_fetch_sub(&c->srv->buffered, c->reserved);
+	c->reserved = 0;
+	rg_buf_free(&c->body);
+}
+
 static rg_route route_of(const char *url)
 {
 	if (!strcmp(url, "/embed"))
@@ -542,9 +576,6 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
 	if ((post_route && !c->post) || (!post_route && !get))
 		return send_error(c, 405, "method_not_allowed", "method %s not allowed on %s",
 				  method, rg_route_name(c->route));
-	if (c->too_big)
-		return send_error(c, 413, "payload_too_large", "body larger than %zu bytes",
-				  s->o.max_body_bytes);
 	if (c->route == RG_ROUTE_METRICS)
 		return handle_metrics(c);
 	if (!atomic_load(&s->ready) || atomic_load(&s->stopping))
@@ -560,7 +591,7 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
 	if (c->route == RG_ROUTE_INFO)
 		return handle_info(c);
 	st = rg_request_parse(c->route, c->body.data, c->body.len, &s->lim, &c->req, &err);
-	rg_buf_free(&c->body);
+	release_body(c);
 	if (st != RG_OK)
 		return send_error(c, err.http_status, err.type, "%s", err.msg);
 	if (c->route == RG_ROUTE_TOKENIZE)
@@ -584,6 +615,182 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
 	return handle_embed(c);
 }
 
+/* ---- before the body: framing, CORS, authentication, media type, size --------------------- */
+
+/* Take n bytes of the server's --max-buffered-bytes budget; false when they do not fit. */
+static bool reserve_body(conn_ctx *c, size_t n)
+{
+	rg_server *s = c->srv;
+	size_t cur = atomic_load(&s->buffered);
+
+	do {
+		if (n > s->o.max_buffered_bytes || cur > s->o.max_buffered_bytes - n)
+			return false;
+	} while (!atomic_compare_exchange_weak(&s->buffered, &cur, cur + n));
+	c->reserved += n;
+	return true;
+}
+
+/* Record the answer to a request refused before its body was read. A client writing the whole
+ * body before it reads (urllib, requests) gets a reset instead of the answer when the server
+ * closes with the body unread; so the body is read and dropped (up to --max-discard-bytes) and
+ * the answer sent at its end, on a connection that stays open. */
+static void refuse_later(conn_ctx *c, int status, const char *type, const char *msg)
+{
+	release_body(c);
+	c->refused = status;
+	c->refused_type = type;
+	snprintf(c->refused_msg, sizeof(c->refused_msg), "%s", msg);
+	if (status == 503)
+		c->retry_after_s = 1;
+}
+
+/* Refuse at the headers: answer now when nothing (or a 100-continue) is pending, or the body is
+ * longer than we would read; else read and drop the body first (refuse_later). */
+static enum MHD_Result refuse(conn_ctx *c, int status, const char *type, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static enum MHD_Result refuse(conn_ctx *c, int status, const char *type, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+	bool chunked = c->content_length == ULLONG_MAX &&
+		       MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
+						   MHD_HTTP_HEADER_TRANSFER_ENCODING);
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	refuse_later(c, status, type, msg);
+	if ((c->content_length == ULLONG_MAX && !chunked) || c->content_length == 0 ||
+	    c->expect_continue || (c->content_length != ULLONG_MAX &&
+				   c->content_length > c->srv->o.max_discard_bytes))
+		return send_error(c, status, type, "%s", msg);
+	return MHD_YES;
+}
+
+static enum MHD_Result walk_header(void *cls, enum MHD_ValueKind kind, const char *key,
+				   const char *value)
+{
+	rg_framing_add(cls, key, value);
+	return MHD_YES;
+}
+
+/* A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method, Fetch standard
+ * sec. 3.2.2) under --cors-allow-origin: 204 with the Access-Control-Allow-* headers for an
+ * allowed origin, 403 otherwise. The headers a page asks for are allowed (the origin is what is
+ * checked); credentials are not (the API key travels in Authorization, set by the page). */
+static enum MHD_Result answer_preflight(conn_ctx *c)
+{
+	const char *hdrs = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
+						      MHD_HTTP_HEADER_ACCESS_CONTROL_REQUEST_HEADERS);
+	struct MHD_Response *r;
+	enum MHD_Result ret;
+
+	if (!c->cors_origin)
+		return send_error(c, 403, "forbidden", "origin not allowed by --cors-allow-origin");
+	r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	if (!r)
+		return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_METHODS,
+				"GET, HEAD, POST");
+	MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_HEADERS,
+				hdrs && *hdrs ? hdrs : "Authorization, Content-Type");
+	MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_MAX_AGE, "600");
+	add_guard_headers(c, r, 204);
+	rg_conn_watch_busy(c->srv->watch, rg_conn_watch_of(c->conn));
+	ret = MHD_queue_response(c->conn, 204, r);
+	MHD_destroy_response(r);
+	rg_metrics_request(&c->srv->metrics, c->route, 204, 0, 0, rg_now_ms() - c->t0);
+	return ret;
+}
+
+/* The first call, headers complete, nothing of the body read yet. In order: framing (400/501,
+ * then the connection closes: RFC 9112 sec. 6.3), a CORS preflight, the API key (401), and for
+ * a POST to a JSON route the media type (415), the size (413) and the buffered-bytes budget
+ * (503). 404/405 come at the end (dispatch). */
+static enum MHD_Result on_headers(conn_ctx *c, const char *method, const char *version)
+{
+	rg_server *s = c->srv;
+	rg_framing f;
+	const char *ct, *origin;
+	char msg[160];
+	int st;
+
+	rg_framing_init(&f);
+	MHD_get_connection_values(c->conn, MHD_HEADER_KIND, walk_header, &f);
+	c->content_length = f.n_content_length && !f.content_length_bad ? f.content_length
+									 : ULLONG_MAX;
+	c->expect_continue = f.expect_continue;
+	st = rg_framing_check(&f, version && !strcmp(version, MHD_HTTP_VERSION_1_0), msg,
+			      sizeof(msg));
+	if (st) {
+		c->close_after = true;
+		return send_error(c, st, "validation", "%s", msg);
+	}
+	origin = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN);
+	c->cors_origin = rg_cors_allow(s->o.cors_allow_origin, origin);
+	if (s->o.cors_allow_origin && !strcmp(method, MHD_HTTP_METHOD_OPTIONS) && origin &&
+	    MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
+					MHD_HTTP_HEADER_ACCESS_CONTROL_REQUEST_METHOD))
+		return answer_preflight(c);
+	if (s->o.api_key && c->route != RG_ROUTE_HEALTH &&
+	    !rg_bearer_matches(MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
+							  MHD_HTTP_HEADER_AUTHORIZATION),
+			       s->o.api_key))
+		return refuse(c, 401, "unauthorized",
+			      "missing or wrong API key (send Authorization: Bearer KEY)");
+	if (c->content_length != ULLONG_MAX && c->content_length > s->o.max_body_bytes)
+		return refuse(c, 413, "payload_too_large", "body of %llu bytes is larger than %zu bytes",
+			      c->content_length, s->o.max_body_bytes);
+	if (!c->wants_body)
+		return MHD_YES;
+	ct = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+	if (!rg_content_type_is_json(ct))
+		return refuse(c, 415, "unsupported_media_type",
+			      "Content-Type %.80s is not JSON (send Content-Type: application/json; "
+			      "curl: -H 'Content-Type: application/json')", ct);
+	if (c->content_length != ULLONG_MAX && c->content_length > 0) {
+		if (!reserve_body(c, (size_t)c->content_length))
+			return refuse(c, 503, "overloaded",
+				      "request bodies being received fill --max-buffered-bytes; "
+				      "retry later");
+		c->reserved_all = true;
+		rg_buf_reserve(&c->body, (size_t)c->content_length);
+	}
+	return MHD_YES;
+}
+
+/* One fragment of the body: buffered (a JSON route), counted and dropped (any other route, or a
+ * refused request), or past a limit (413, 503 with the rest dropped; past --max-discard-bytes
+ * of dropping, the connection is closed without an answer). */
+static enum MHD_Result on_body(conn_ctx *c, const char *data, size_t n)
+{
+	rg_server *s = c->srv;
+
+	if (c->refused) {
+		c->discarded += n;
+		return c->discarded > s->o.max_discard_bytes ? MHD_NO : MHD_YES;
+	}
+	if (c->received + n > s->o.max_body_bytes) {
+		char msg[96];
+
+		snprintf(msg, sizeof(msg), "body larger than %zu bytes", s->o.max_body_bytes);
+		refuse_later(c, 413, "payload_too_large", msg);
+		return on_body(c, data, n);
+	}
+	c->received += n;
+	if (!c->wants_body)
+		return MHD_YES;
+	if (!c->reserved_all && !reserve_body(c, n)) {
+		refuse_later(c, 503, "overloaded",
+			     "request bodies being received fill --max-buffered-bytes; retry later");
+		return MHD_YES;
+	}
+	rg_buf_put(&c->body, data, n);
+	return MHD_YES;
+}
+
 enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				     const char *method, const char *version,
 				     const char *upload_data, size_t *upload_data_size,
@@ -593,8 +800,6 @@ enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, con
 	conn_ctx *c = *con_cls;
 
 	if (!c) {
-		const char *cl;
-
 		c = calloc(1, sizeof(*c));
 		if (!c)
 			return MHD_NO;
@@ -603,34 +808,24 @@ enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, con
 		c->t0 = rg_now_ms();
 		c->route = route_of(url);
 		c->post = !strcmp(method, "POST");
+		c->wants_body = c->post && body_route(c->route);
 		atomic_init(&c->released, false);
 		rg_buf_init(&c->body);
 		*con_cls = c;
-		cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-						 MHD_HTTP_HEADER_CONTENT_LENGTH);
-		if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes) {
-			/* Answer before reading the body; MHD closes the connection afterwards. */
-			c->too_big = true;
-			return send_error(c, 413, "payload_too_large",
-					  "body of %s bytes is larger than %zu bytes", cl,
-					  s->o.max_body_bytes);
-		}
-		return MHD_YES;
+		return on_headers(c, method, version);
 	}
 	if (c->suspended)
 		return finish_job(c);
 	if (*upload_data_size) {
-		if (!c->too_big) {
-			if (c->body.len + *upload_data_size > s->o.max_body_bytes) {
-				c->too_big = true; /* discard the rest of the body */
-				rg_buf_free(&c->body);
-			} else {
-				rg_buf_put(&c->body, upload_data, *upload_data_size);
-			}
-		}
+		size_t n = *upload_data_size;
+
 		*upload_data_size = 0;
-		return MHD_YES;
+		return on_body(c, upload_data, n);
 	}
+	/* the request has arrived in full */
+	rg_conn_watch_busy(s->watch, rg_conn_watch_of(conn));
+	if (c->refused)
+		return send_error(c, c->refused, c->refused_type, "%s", c->refused_msg);
 	if (c->body.oom)
 		return send_error(c, 500, "backend", "out of memory reading the body");
 	return dispatch(c, url, method);
@@ -649,15 +844,18 @@ static void free_ctx(conn_ctx *c)
 	free(c->emb);
 	free(c->seqs);
 	rg_request_free(&c->req);
-	rg_buf_free(&c->body);
+	release_body(c);
 	free(c);
 }
 
 void rg_server_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			    enum MHD_RequestTerminationCode toe)
 {
+	rg_server *s = cls;
 	conn_ctx *c = *con_cls;
 
+	/* the next request on this connection has its own read deadline */
+	rg_conn_watch_idle(s->watch, rg_conn_watch_of(conn));
 	if (!c)
 		return;
 	if (c->suspended && !atomic_load(&c->released)) {

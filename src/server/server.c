@@ -2,9 +2,10 @@
  * per model (engine.c), a response cache (cache.c) and Prometheus metrics (metrics.c).
  *
  * Request flow for POST /embed and /v1/embeddings:
- *   1. MHD calls on_request once with the headers: a Content-Length over --max-body-bytes is
- *      answered 413 at once (the body is never read); then once per body fragment (accumulated up
- *      to the limit, discarded beyond it) and once more at the end.
+ *   1. MHD calls on_request once with the headers (on_headers: framing, CORS, API key, media
+ *      type, a Content-Length over --max-body-bytes, the buffered-bytes budget; see "Hardening"
+ *      below); then once per body fragment (on_body: accumulated up to the limit, dropped
+ *      beyond it or after a refusal) and once more at the end.
  *   2. At the end, on the HTTP thread: parse JSON (request.c), tokenize every text (bad UTF-8 ->
  *      400, too long without truncate -> 422), look each input up in the cache.
  *   3. All inputs cached: answer now. Otherwise suspend the connection, queue the missing inputs
@@ -14,6 +15,24 @@
  *      is never completed while suspended (MHD keeps it), so the engine's borrowed pointer stays
  *      valid until job_done; the engine watches the sockets of queued jobs and drops the jobs of
  *      clients that went away (metric ragged_dropped_disconnected_total).
+ *
+ * Hardening (issue 9; src/server/http_guard.c, conn_watch.c, routes.c on_headers/on_body):
+ *   - framing: two different Content-Length values, Content-Length with Transfer-Encoding, a
+ *     header name with whitespace before the colon, a transfer coding other than chunked: 400
+ *     (501) and the connection is closed (RFC 9112 sec. 6.3); libmicrohttpd 0.9.75 takes the
+ *     first Content-Length and keeps "Content-Length " as another field name by itself;
+ *   - --api-key: every route but /health needs Authorization: Bearer KEY (401 with
+ *     WWW-Authenticate: Bearer); --cors-allow-origin answers preflights and marks answers to
+ *     allowed origins; a POST body whose Content-Type is not JSON gets 415;
+ *   - --request-read-timeout-s: headers and body of one request must arrive within it (the idle
+ *     timeout restarts on every byte); --max-connections-per-ip (MHD's per-IP limit);
+ *     --max-buffered-bytes: bodies being received share one budget, a body that does not fit
+ *     gets 503 with Retry-After;
+ *   - a request refused before its body was read (401, 413, 415, 503) has the body read and
+ *     dropped, up to --max-discard-bytes, and then the answer, so that clients that write the
+ *     whole body before reading (urllib, requests) see the status instead of a reset; with
+ *     Expect: 100-continue or a longer Content-Length the answer goes at once and the connection
+ *     closes.
  *
  * Normalization: the model applies its own pooling and, when it has a sentence-transformers
  * Normalize module, L2 normalization. "normalize": true (default) on a model without Normalize
@@ -46,6 +65,7 @@
 #include "server/options.h"
 #include "sched/sched.h"
 #include "server/cache.h"
+#include "server/conn_watch.h"
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "server/request.h"
@@ -133,6 +153,8 @@ static struct MHD_Daemon *start_daemon(rg_server *s)
 			     MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->o.connection_memory,
 			     MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
 			     MHD_OPTION_NOTIFY_COMPLETED, rg_server_on_completed, s,
+			     MHD_OPTION_NOTIFY_CONNECTION, rg_conn_watch_notify, s->watch,
+			     MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->o.max_connections_per_ip,
 			     MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!d) {
@@ -212,10 +234,16 @@ int rg_serve_main(int argc, char **argv)
 	atomic_init(&s->ready, false);
 	atomic_init(&s->stopping, false);
 	atomic_init(&s->n_suspended, 0);
+	atomic_init(&s->buffered, 0);
+	s->watch = rg_conn_watch_create(s->o.request_read_timeout_s, &st);
+	if (!s->watch) {
+		fprintf(stderr, "ragged serve: %s\n", rg_last_error());
+		goto out_metrics;
+	}
 	/* Listen first so /health answers 503 while the model loads. */
 	d = start_daemon(s);
 	if (!d)
-		goto out_metrics;
+		goto out_watch;
 	mp.device = s->o.device;
 	mp.dtype = s->o.dtype;
 	mp.max_batch_tokens = s->o.max_batch_tokens;
@@ -261,6 +289,8 @@ out_stop:
 	rg_cache_free(s->cache);
 	rg_cost_table_free(s->cost);
 	rg_model_free(s->model);
+out_watch:
+	rg_conn_watch_free(s->watch);
 out_metrics:
 	rg_metrics_destroy(&s->metrics);
 out_free:

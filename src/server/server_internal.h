@@ -34,6 +34,8 @@ typedef struct rg_server {
 	atomic_bool stopping;
 	atomic_int n_suspended;  /* connections suspended and not yet answered */
 	int port;
+	atomic_size_t buffered;  /* request body bytes held by all connections (--max-buffered-bytes) */
+	struct rg_conn_watch *watch; /* the request read deadline (conn_watch.c) */
 } rg_server;
 
 /* Per-connection (per HTTP request) state, MHD's *con_cls. */
@@ -44,7 +46,19 @@ typedef struct conn_ctx {
 	bool post;
 	double t0;               /* first call (headers received), rg_now_ms() */
 	rg_buf body;
-	bool too_big;
+	bool wants_body;         /* a POST to a route that reads JSON: buffered, else dropped */
+	size_t received;         /* body bytes received so far */
+	size_t reserved;         /* bytes of srv->buffered this request holds */
+	bool reserved_all;       /* reserved by Content-Length before the body came */
+	unsigned long long content_length; /* -1 (ULLONG_MAX): none or chunked */
+	bool expect_continue;    /* Expect: 100-continue: refusals go out before the body */
+	int refused;             /* status decided before the body was read in full; 0: none */
+	const char *refused_type;
+	char refused_msg[256];
+	size_t discarded;        /* body bytes read and dropped after the refusal */
+	bool close_after;        /* broken framing: answer with Connection: close */
+	int retry_after_s;       /* > 0: answer with Retry-After */
+	const char *cors_origin; /* Access-Control-Allow-Origin of the answer; NULL: none */
 	bool suspended;          /* queued in the engine (or resuming to report a submit error) */
 	atomic_bool released;    /* the engine made its last access (job_done ran / submit failed) */
 	rg_http_error submit_error; /* the answer after a failed submit; code 0 when none */

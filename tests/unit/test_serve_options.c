@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -84,7 +85,7 @@ static void test_usage_errors(void **state)
 
 static void test_help_lists_every_option(void **state)
 {
-	char buf[8192] = {0};
+	char buf[16384] = {0};
 	FILE *f = fmemopen(buf, sizeof(buf) - 1, "w");
 	(void)state;
 
@@ -92,7 +93,10 @@ static void test_help_lists_every_option(void **state)
 	rg_serve_usage(f);
 	fclose(f);
 	for (const char *o = "--model --port --scheduler --max-batch-requests --das-packed "
-			     "--batch-delay-ms";
+			     "--batch-delay-ms --api-key --cors-allow-origin "
+			     "--request-read-timeout-s --max-connections-per-ip "
+			     "--max-buffered-bytes --max-discard-bytes [RAGGED_PORT] "
+			     "[RAGGED_MAX_BATCH_REQUESTS] [RAGGED_API_KEY] [RAGGED_DAS_PACKED]";
 	     *o;) {
 		char name[64];
 		int n = 0;
@@ -107,6 +111,121 @@ static void test_help_lists_every_option(void **state)
 	assert_non_null(strstr(buf, "sequences per batch (256)"));
 }
 
+/* Every option is read from RAGGED_<NAME>; the command line wins; a bad value names the
+ * variable. */
+static void test_environment(void **state)
+{
+	const char *args[] = {"--port", "9000", "--max-queue=7"};
+	char err[512] = {0};
+	FILE *f, *saved;
+	rg_serve_opts o;
+	(void)state;
+
+	setenv("RAGGED_PORT", "1234", 1);
+	setenv("RAGGED_HOST", "0.0.0.0", 1);
+	setenv("RAGGED_MAX_QUEUE", "99", 1);
+	setenv("RAGGED_API_KEY", "s3cret", 1);
+	setenv("RAGGED_CORS_ALLOW_ORIGIN", "*", 1);
+	setenv("RAGGED_LAZY", "true", 1);
+	setenv("RAGGED_DAS_PACKED", "0", 1);
+	setenv("RAGGED_ETA", "0.5", 1);
+	setenv("RAGGED_MAX_BUFFERED_BYTES", "4194304", 1);
+	setenv("RAGGED_REQUEST_READ_TIMEOUT_S", "3", 1);
+	setenv("RAGGED_MAX_CONNECTIONS_PER_IP", "16", 1);
+	setenv("RAGGED_DEVICE", "cpu", 1);
+	assert_int_equal(parse(&o, 0, NULL), -1);
+	assert_int_equal(o.port, 1234);
+	assert_string_equal(o.host, "0.0.0.0");
+	assert_int_equal(o.max_queue, 99);
+	assert_string_equal(o.api_key, "s3cret");
+	assert_string_equal(o.cors_allow_origin, "*");
+	assert_true(o.lazy);
+	assert_false(o.das_packed);
+	assert_true(o.eta == 0.5);
+	assert_int_equal(o.max_buffered_bytes, 4194304);
+	assert_int_equal(o.request_read_timeout_s, 3);
+	assert_int_equal(o.max_connections_per_ip, 16);
+	assert_true(o.device_set && o.device == RG_DEVICE_CPU);
+
+	/* the command line wins, in both spellings */
+	assert_int_equal(parse(&o, 3, args), -1);
+	assert_int_equal(o.port, 9000);
+	assert_int_equal(o.max_queue, 7);
+	assert_string_equal(o.host, "0.0.0.0");
+
+	/* a bad value, an empty one and a bad flag word: exit 2, the message names the variable */
+	for (int k = 0; k < 3; k++) {
+		static const char *const var[] = {"RAGGED_MAX_QUEUE", "RAGGED_API_KEY",
+						  "RAGGED_LAZY"};
+		static const char *const val[] = {"lots", "", "maybe"};
+
+		setenv(var[k], val[k], 1);
+		memset(err, 0, sizeof(err));
+		f = fmemopen(err, sizeof(err) - 1, "w");
+		assert_non_null(f);
+		saved = stderr;
+		stderr = f;
+		assert_int_equal(parse(&o, 0, NULL), RG_SERVE_EXIT_USAGE);
+		stderr = saved;
+		fclose(f);
+		if (!strstr(err, var[k]))
+			fail_msg("the message '%s' does not name %s", err, var[k]);
+		unsetenv(var[k]);
+	}
+	/* a bad variable is not hidden by a good command line value of another option, and
+	 * --help still prints */
+	setenv("RAGGED_PORT", "x", 1);
+	assert_int_equal(parse(&o, 3, args), RG_SERVE_EXIT_USAGE);
+	{
+		const char *help[] = {"--help"};
+
+		saved = stdout;
+		stdout = fopen("/dev/null", "w");
+		assert_int_equal(parse(&o, 1, help), 0);
+		fclose(stdout);
+		stdout = saved;
+	}
+	for (const char *v = "RAGGED_PORT RAGGED_HOST RAGGED_MAX_QUEUE RAGGED_API_KEY "
+			     "RAGGED_CORS_ALLOW_ORIGIN RAGGED_LAZY RAGGED_DAS_PACKED RAGGED_ETA "
+			     "RAGGED_MAX_BUFFERED_BYTES RAGGED_REQUEST_READ_TIMEOUT_S "
+			     "RAGGED_MAX_CONNECTIONS_PER_IP RAGGED_DEVICE";
+	     *v;) {
+		char name[64];
+		int n = 0;
+
+		sscanf(v, "%63s%n", name, &n);
+		v += n;
+		while (*v == ' ')
+			v++;
+		unsetenv(name);
+	}
+	assert_int_equal(parse(&o, 0, NULL), -1);
+	assert_int_equal(o.port, 8080);
+	assert_null(o.api_key);
+}
+
+/* The hardening options' defaults, and a buffer budget below one body is refused. */
+static void test_hardening_options(void **state)
+{
+	const char *bad[] = {"--max-body-bytes", "1000", "--max-buffered-bytes", "999"};
+	const char *ok[] = {"--max-body-bytes", "1000", "--max-buffered-bytes", "1000",
+			    "--api-key", "k", "--cors-allow-origin", "http://a.example,http://b"};
+	rg_serve_opts o;
+	(void)state;
+
+	assert_int_equal(parse(&o, 0, NULL), -1);
+	assert_null(o.api_key);
+	assert_null(o.cors_allow_origin);
+	assert_int_equal(o.request_read_timeout_s, 30);
+	assert_int_equal(o.max_connections_per_ip, 0);
+	assert_int_equal(o.max_buffered_bytes, 268435456);
+	assert_int_equal(o.max_discard_bytes, 67108864);
+	assert_int_equal(parse(&o, 4, bad), RG_SERVE_EXIT_USAGE);
+	assert_int_equal(parse(&o, 8, ok), -1);
+	assert_string_equal(o.api_key, "k");
+	assert_string_equal(o.cors_allow_origin, "http://a.example,http://b");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -114,6 +233,8 @@ int main(void)
 		cmocka_unit_test(test_values_and_flags),
 		cmocka_unit_test(test_usage_errors),
 		cmocka_unit_test(test_help_lists_every_option),
+		cmocka_unit_test(test_environment),
+		cmocka_unit_test(test_hardening_options),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
