@@ -346,7 +346,22 @@ struct attn_job {
 	float *scratch; /* one block of scratch_floats per pool thread: the scores */
 	size_t scratch_floats;
 	float *out;
+	bool blas;      /* RAGGED_CPU_ATTN=openblas: both products through OpenBLAS */
 };
+
+/* RAGGED_CPU_ATTN=openblas runs attention's two products as OpenBLAS calls instead of the kernel
+ * table's register tiles (for comparisons; read once). */
+static bool attn_use_blas(void)
+{
+	static int v = -1;
+
+	if (v < 0) {
+		const char *e = getenv("RAGGED_CPU_ATTN");
+
+		v = e && strcmp(e, "openblas") == 0;
+	}
+	return v == 1;
+}
 
 static int seq_qblock(int L)
 {
@@ -430,8 +445,12 @@ static void attn_task(void *ctx, int task, int thread)
 	nq = q0 + qb < L ? qb : L - q0;
 	base = j->qkv + (size_t)t0 * ld + (size_t)h * j->head_dim;
 	sg = j->seg ? j->seg + t0 : NULL;
-	k->attn_qk(base + (size_t)q0 * ld, ld, base + j->H, ld, nq, L, Lp, j->head_dim, j->scale,
-		   sc + (size_t)RG_ATTN_WHOLE * Lp, sc);
+	if (j->blas)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, L, j->head_dim, j->scale,
+			    base + (size_t)q0 * ld, (int)ld, base + j->H, (int)ld, 0.f, sc, Lp);
+	else
+		k->attn_qk(base + (size_t)q0 * ld, ld, base + j->H, ld, nq, L, Lp, j->head_dim,
+			   j->scale, sc + (size_t)RG_ATTN_WHOLE * Lp, sc);
 	if (j->rel_bias)
 		add_rel_bias(sc, nq, L, Lp, q0,
 			     j->rel_bias + (size_t)h * (2 * j->rel_max + 1) + j->rel_max, j->rel_max);
@@ -439,7 +458,7 @@ static void attn_task(void *ctx, int task, int thread)
 		add_disent(sc, nq, L, Lp, q0, t0, h, j->num_heads, j->dis);
 	for (int i = 0; i < nq; i++)
 		k->softmax_row(sc + (size_t)i * Lp, L, Lp, sg, sg ? sg[q0 + i] : 0);
-	if (j->head_dim % k->vw == 0)
+	if (!j->blas && j->head_dim % k->vw == 0)
 		k->attn_pv(sc, Lp, base + 2 * j->H, ld, nq, L, j->head_dim,
 			   j->out + (size_t)(t0 + q0) * j->H + (size_t)h * j->head_dim, j->H);
 	else
@@ -455,7 +474,7 @@ rg_status rg_cpu_attention(const float *qkv, const int32_t *cu_seqlens, int n_se
 {
 	rg_threadpool *pool = rg_threadpool_global();
 	struct attn_job j = {qkv, cu_seqlens, seg, rel_bias, rel_max, dis, NULL, n_seq, num_heads,
-			     head_dim, num_heads * head_dim, scale, NULL, 0, out};
+			     head_dim, num_heads * head_dim, scale, NULL, 0, out, false};
 	size_t Lp = ((size_t)max_seqlen + 15) / 16 * 16;
 	int *prefix;
 	int s, T = rg_threadpool_size(pool);
@@ -489,6 +508,7 @@ rg_status rg_cpu_attention(const float *qkv, const int32_t *cu_seqlens, int n_se
 		prefix[s + 1] = prefix[s] + (L == 0 ? 0 : (L + seq_qblock(L) - 1) / seq_qblock(L));
 	}
 	j.blk_prefix = prefix;
+	j.blas = attn_use_blas();
 	rg_threadpool_run(pool, prefix[n_seq] * num_heads, attn_task, &j);
 	free(prefix);
 	free(j.scratch);
