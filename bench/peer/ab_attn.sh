@@ -1,9 +1,15 @@
-# A/B on the device: attention through the kernel tiles vs OpenBLAS, ragged only, 1 thread
-cd "$1"
-TIME_LIMIT_S=150 bash bench/peer/cpu.sh --threads 1 --batches 1 --runtimes ragged --tag ab_kernel_1 > $OUT/k1.log 2>&1
-RAGGED_CPU_ATTN=openblas TIME_LIMIT_S=100 bash bench/peer/cpu.sh --threads 1 --batches 1 --runtimes ragged --tag ab_openblas_1 > $OUT/o1.log 2>&1
-TIME_LIMIT_S=100 bash bench/peer/cpu.sh --threads 1 --batches 1 --runtimes ragged --tag ab_kernel_2 > $OUT/k2.log 2>&1
-RAGGED_CPU_ATTN=openblas TIME_LIMIT_S=100 bash bench/peer/cpu.sh --threads 1 --batches 1 --runtimes ragged --tag ab_openblas_2 > $OUT/o2.log 2>&1
-RAGGED_CPU_ATTN=openblas TIME_LIMIT_S=100 bash bench/peer/cpu.sh --threads 1 --batches 1 --dtype bf16 --runtimes ragged --tag ab_openblas_bf16 > $OUT/o3.log 2>&1
-TIME_LIMIT_S=100 bash bench/peer/cpu.sh --threads 1 --batches 1 --dtype bf16 --runtimes ragged --tag ab_kernel_bf16 > $OUT/k3.log 2>&1
-for f in $OUT/peer_cpu_ab_*.md; do echo "== $f"; grep "^| minilm\|^| bert" $f | cut -d'|' -f2,4,7; done
+#!/usr/bin/env bash
+# A/B on one host, in one device call: the CPU attention through the kernel tiles (default) vs
+# RAGGED_CPU_ATTN=openblas, 1 thread, single sentences, fp32 and bf16; torch runs as the
+# accuracy reference (its times are a drift check between the runs). Usage: ab_attn.sh REPO
+cd "$1" || exit 1
+for dt in fp32 bf16; do
+	for a in kernel openblas; do
+		RAGGED_CPU_ATTN=$a TIME_LIMIT_S=135 bash bench/peer/cpu.sh --threads 1 --batches 1 \
+			--dtype $dt --runtimes ragged,torch --tag "ab_${dt}_$a" >"$OUT/$dt-$a.log" 2>&1
+	done
+done
+for f in "$OUT"/peer_cpu_ab_*.md; do
+	echo "== $f"
+	grep "^| minilm\|^| bert" "$f" | cut -d'|' -f2,4,7,8
+done
