@@ -34,6 +34,8 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 for t in build/tests/test_*; do
 	[ -x "$t" ] && run "unit $(basename "$t")" "$t"
 done
+# the attention tiles at every head_dim (by default they run from head_dim 64 up)
+run "unit test_ops_cpu, RAGGED_CPU_ATTN=tiles" env RAGGED_CPU_ATTN=tiles build/tests/test_ops_cpu
 run "vector asm (kern_avx512.o, kern_avx2.o)" bash scripts/check-vector-asm.sh build/obj/ops/cpu
 for t in build/asan/tests/test_*; do
 	[ -x "$t" ] && run "unit-asan $(basename "$t")" "$t"

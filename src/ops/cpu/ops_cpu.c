@@ -346,21 +346,28 @@ struct attn_job {
 	float *scratch; /* one block of scratch_floats per pool thread: the scores */
 	size_t scratch_floats;
 	float *out;
-	bool blas;      /* RAGGED_CPU_ATTN=openblas: both products through OpenBLAS */
+	bool blas;      /* both products through OpenBLAS (see attn_use_blas) */
 };
 
-/* RAGGED_CPU_ATTN=openblas runs attention's two products as OpenBLAS calls instead of the kernel
- * table's register tiles (for comparisons; read once). */
-static bool attn_use_blas(void)
+/* The kernel tiles from this head_dim up: the A/B on the 16-core Sapphire Rapids
+ * (bench/results/cpu_speed_20261122.md, 2026-11-23) had them 1.1-2x faster than the OpenBLAS
+ * pair at head_dim 64 (BERT-base, fp32 and bf16) and slower at 32 (MiniLM), where a 32-long
+ * reduction leaves the tiles' stores and the K^T packing uncovered. */
+#define RG_ATTN_TILES_MIN_HD 64
+
+/* Attention's two products through OpenBLAS rather than the kernel table's register tiles: below
+ * RG_ATTN_TILES_MIN_HD, or always with RAGGED_CPU_ATTN=openblas (RAGGED_CPU_ATTN=tiles: always
+ * the tiles; the environment is read once, for A/B comparisons). */
+static bool attn_use_blas(int head_dim)
 {
 	static int v = -1;
 
 	if (v < 0) {
 		const char *e = getenv("RAGGED_CPU_ATTN");
 
-		v = e && strcmp(e, "openblas") == 0;
+		v = !e ? 0 : strcmp(e, "openblas") == 0 ? 1 : strcmp(e, "tiles") == 0 ? 2 : 0;
 	}
-	return v == 1;
+	return v == 1 || (v == 0 && head_dim < RG_ATTN_TILES_MIN_HD);
 }
 
 static int seq_qblock(int L)
@@ -508,7 +515,7 @@ rg_status rg_cpu_attention(const float *qkv, const int32_t *cu_seqlens, int n_se
 		prefix[s + 1] = prefix[s] + (L == 0 ? 0 : (L + seq_qblock(L) - 1) / seq_qblock(L));
 	}
 	j.blk_prefix = prefix;
-	j.blas = attn_use_blas();
+	j.blas = attn_use_blas(head_dim);
 	rg_threadpool_run(pool, prefix[n_seq] * num_heads, attn_task, &j);
 	free(prefix);
 	free(j.scratch);
