@@ -30,6 +30,11 @@ typedef struct rg_serve_opts {
 	int http_threads, connection_timeout_s, max_connections;
 	size_t connection_memory;
 	double batch_delay_ms;
+	double max_batch_ms;          /* time budget of a batch, 0: none */
+	int max_client_batch_tokens;  /* tokens per request */
+	const char *admission;        /* "time" or "count" */
+	int shutdown_timeout_s;       /* drain at SIGTERM */
+	double token_delay_us;        /* testing */
 } rg_serve_opts;
 
 /* Fill o with every default. */

@@ -48,6 +48,7 @@ typedef struct conn_ctx {
 	bool suspended;          /* queued in the engine (or resuming to report a submit error) */
 	atomic_bool released;    /* the engine made its last access (job_done ran / submit failed) */
 	rg_http_error submit_error; /* the answer after a failed submit; code 0 when none */
+	int retry_after_s;       /* Retry-After of a 429/503 answer (at least 1 is sent) */
 	char submit_err[256];
 	rg_request req;
 	int32_t **ids;           /* (n_inputs) token ids per input; owned unless it is req's */
