@@ -311,11 +311,12 @@ void rg_sched_free(rg_sched *s)
 
 const rg_sched_params *rg_sched_get_params(const rg_sched *s) { return s ? &s->p : NULL; }
 
-rg_status rg_sched_set_cost_model(rg_sched *s, const rg_cost_model *m)
+rg_status rg_sched_set_time_budget(rg_sched *s, double max_batch_ms, const rg_cost_model *m)
 {
-	if (!s || !rg_cost_model_valid(m))
-		return rg_errorf(RG_ERR_INVALID_INPUT, "scheduler: cost model coefficients must be "
-				 "finite and >= 0");
+	if (!s || !rg_cost_model_valid(m) || !(max_batch_ms >= 0 && isfinite(max_batch_ms)))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "scheduler: the time budget must be >= 0 and "
+				 "the cost model's coefficients finite and >= 0");
+	s->p.max_batch_ms = max_batch_ms;
 	s->p.cost_model = *m;
 	return RG_OK;
 }

@@ -143,9 +143,10 @@ rg_sched *rg_sched_create(const rg_sched_params *p, rg_status *st);
 void rg_sched_free(rg_sched *s); /* accepts NULL */
 const rg_sched_params *rg_sched_get_params(const rg_sched *s);
 
-/* Replace the cost model (the server refines its estimate as batches run). RG_ERR_INVALID_INPUT
- * when a coefficient is negative or not finite (the model is then unchanged). */
-rg_status rg_sched_set_cost_model(rg_sched *s, const rg_cost_model *m);
+/* Replace the time budget and the cost model (the server refines its estimate as batches run).
+ * RG_ERR_INVALID_INPUT when max_batch_ms is negative or a coefficient is negative or not finite
+ * (nothing is changed then). */
+rg_status rg_sched_set_time_budget(rg_sched *s, double max_batch_ms, const rg_cost_model *m);
 
 /* Longest request (tokens) this scheduler can ever place: max_batch_tokens for the packed and
  * padded policies, row_len for CONCAT/DAS/SLOTTED_DAS, slot_len for SLOTTED. */

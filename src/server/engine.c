@@ -94,6 +94,15 @@ static double piece_ms(const rg_engine *e, const rg_cost_model *m, int len)
 	return e->pad_ratio * (m->token_ms * len + m->pair_ms * (double)len * len);
 }
 
+/* The time budget of a batch: --max-batch-ms, but at least 10 times a batch's fixed cost, so
+ * that cost stays under a tenth of the time (on a CPU it can be ~20 ms); 0: none. */
+static double budget_ms(const rg_engine *e, const rg_cost_model *m)
+{
+	double b = e->p.sched.max_batch_ms;
+
+	return b > 0 ? fmax(b, 10 * m->batch_ms) : 0;
+}
+
 /* Estimated time (ms) to run n_seqs sequences of `tokens` tokens and `pairs` attention pairs in
  * all: their pieces plus the fixed cost of the batches they need (by tokens, requests and the
  * time budget; one per sequence without batching). */
@@ -101,15 +110,15 @@ static double work_ms(const rg_engine *e, double tokens, double pairs, int n_seq
 {
 	const rg_sched_params *sp = &e->p.sched;
 	rg_cost_model m = model_now(e);
-	double marg, nb = 1;
+	double marg, nb = 1, budget = budget_ms(e, &m);
 
 	if (n_seqs <= 0)
 		return 0;
 	marg = e->pad_ratio * (m.token_ms * tokens + m.pair_ms * pairs);
 	nb = fmax(nb, ceil(e->pad_ratio * tokens / sp->max_batch_tokens));
 	nb = fmax(nb, ceil((double)n_seqs / sp->max_batch_requests));
-	if (sp->max_batch_ms > m.batch_ms)
-		nb = fmax(nb, ceil(marg / (sp->max_batch_ms - m.batch_ms)));
+	if (budget > m.batch_ms)
+		nb = fmax(nb, ceil(marg / (budget - m.batch_ms)));
 	if (sp->kind == RG_SCHED_NOBATCH)
 		nb = n_seqs;
 	return marg + nb * m.batch_ms;
@@ -139,7 +148,7 @@ static void learn(rg_engine *e, const rg_sched_batch *b, double model_ms)
 		e->pad_ratio = fmax(1, e->comp_w / e->real_w);
 	}
 	m = model_now(e);
-	(void)rg_sched_set_cost_model(e->sched, &m);
+	(void)rg_sched_set_time_budget(e->sched, budget_ms(e, &m), &m);
 }
 
 /* End a queued job (worker thread, lock held or worker-only): record it for done(). */
@@ -617,7 +626,7 @@ rg_engine *rg_engine_create(rg_model *model, const rg_engine_params *p, rg_statu
 	{
 		rg_cost_model m = model_now(e);
 
-		(void)rg_sched_set_cost_model(e->sched, &m);
+		(void)rg_sched_set_time_budget(e->sched, budget_ms(e, &m), &m);
 	}
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_condattr_init(&ca);
@@ -694,6 +703,18 @@ rg_cost_model rg_engine_cost_model(rg_engine *e)
 	return m;
 }
 
+double rg_engine_time_budget_ms(rg_engine *e)
+{
+	rg_cost_model m;
+	double b;
+
+	pthread_mutex_lock(&e->mu);
+	m = model_now(e);
+	b = budget_ms(e, &m);
+	pthread_mutex_unlock(&e->mu);
+	return b;
+}
+
 void rg_engine_free(rg_engine *e)
 {
 	if (!e)
@@ -766,11 +787,12 @@ static rg_job_refusal admit_by_time(rg_engine *e, rg_job *job, double tokens, do
 {
 	double now = rg_now_ms(), slack = job->deadline_ms - now, total, margin = 0;
 	double timeout = job->deadline_ms - job->arrival_ms;
+	rg_cost_model m = model_now(e);
 
 	if (job->est_ms > slack)
 		return RG_JOB_TOO_MUCH;
 	if (e->n_q > 0 || e->busy_until > 0)
-		margin = fmin(e->p.sched.max_batch_ms, 0.1 * timeout);
+		margin = fmin(budget_ms(e, &m), 0.1 * timeout);
 	for (int i = 0; i < e->n_q; i++)
 		slack = fmin(slack, e->q_req[i].deadline_ms - now);
 	total = busy_left(e, now) +

@@ -14,7 +14,7 @@
  *
  * Pieces and fairness. Each seq of a job is a piece that the scheduler places on its own, so a
  * request's inputs may run in several batches (the job is DONE when its last piece is), and a
- * batch is bounded by a time budget (rg_sched_params.max_batch_ms) as well as by tokens. The
+ * batch is bounded by a time budget (rg_engine_time_budget_ms) as well as by tokens. The
  * queue is kept in virtual-clock order (Zhang, SIGCOMM'90): a job's first piece is stamped with
  * the job's arrival time and each next piece with the previous stamp plus the previous piece's
  * estimated time, as if the job had the device to itself. The scheduler sees the stamps as
@@ -136,6 +136,9 @@ bool rg_engine_idle(rg_engine *e);
 
 /* The current batch latency model (fitted, rescaled by measurements, test delays included). */
 rg_cost_model rg_engine_cost_model(rg_engine *e);
+/* The time budget batches are held to now: p->sched.max_batch_ms, but at least 10 times the
+ * fixed cost of a batch by the model (so that cost stays under a tenth); 0: none. */
+double rg_engine_time_budget_ms(rg_engine *e);
 
 /* Stop the worker (the running batch finishes) and end every queued job with SHUTDOWN (done
  * called). Later submits fail with RG_ERR_BUSY; the engine stays valid until rg_engine_free.

@@ -54,7 +54,7 @@ static const opt_spec g_opts[] = {
 	{"--max-client-batch-tokens", "N", OPT_INT, F(max_client_batch_tokens), 1, 1 << 30,
 	 "131072", "tokens per request, all inputs together; more -> 413"},
 	{"--max-batch-ms", "X", OPT_DOUBLE, F(max_batch_ms), 0, 1e7, "100",
-	 "time budget of one batch (measured estimate), 0 = none"},
+	 "time budget of a batch (estimate; >= 10x its fixed cost), 0 = none"},
 	{"--admission", "time|count", OPT_STR, F(admission), 0, 0, "time",
 	 "time: 429 what cannot meet its deadline; count: --max-queue only"},
 	{"--max-body-bytes", "N", OPT_SIZE, F(max_body_bytes), 1, 1 << 30, "2097152",

@@ -290,6 +290,14 @@ int rg_serve_main(int argc, char **argv)
 		rc = st == RG_ERR_INVALID_INPUT ? EXIT_USAGE : 1;
 		goto out_stop;
 	}
+	{
+		rg_cost_model cm = rg_engine_cost_model(s->engine);
+
+		fprintf(stderr, "ragged serve: batch time estimate %.3g ms + %.3g ms/token + %.3g "
+			"ms/attention pair (%s), time budget %.3g ms, admission by %s\n",
+			cm.batch_ms, cm.token_ms, cm.pair_ms, s->cost ? "cost table" : "measured",
+			rg_engine_time_budget_ms(s->engine), s->o.admission);
+	}
 	atomic_store(&s->ready, true);
 	printf("ragged serving %s on http://%s:%d (%s, %s, %s)\n", s->o.model, s->o.host, s->port,
 	       rg_device_name(s->o.device), rg_dtype_name(s->o.dtype), rg_sched_kind_name(s->kind));

@@ -749,7 +749,7 @@ static void test_time_budget_dp(void **state)
 	rg_cost_table_free(t);
 }
 
-/* Bad budgets and models are refused; set_cost_model validates. */
+/* Bad budgets and models are refused; set_time_budget validates. */
 static void test_time_budget_params(void **state)
 {
 	(void)state;
@@ -766,10 +766,13 @@ static void test_time_budget_params(void **state)
 	p.cost_model.token_ms = 0.1;
 	rg_sched *s = make(&p);
 	rg_cost_model bad = {1, INFINITY, 0}, good = {2, 0.5, 0};
-	assert_int_equal(rg_sched_set_cost_model(s, &bad), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_sched_set_time_budget(s, 7, &bad), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_sched_set_time_budget(s, -1, &good), RG_ERR_INVALID_INPUT);
 	assert_true(rg_sched_get_params(s)->cost_model.token_ms == 0.1);
-	assert_int_equal(rg_sched_set_cost_model(s, &good), RG_OK);
+	assert_true(rg_sched_get_params(s)->max_batch_ms == 5);
+	assert_int_equal(rg_sched_set_time_budget(s, 7, &good), RG_OK);
 	assert_true(rg_sched_get_params(s)->cost_model.token_ms == 0.5);
+	assert_true(rg_sched_get_params(s)->max_batch_ms == 7);
 	rg_sched_free(s);
 }
 
