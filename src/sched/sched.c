@@ -123,6 +123,8 @@ rg_sched_params rg_sched_params_default(rg_sched_kind kind)
 		.latency_budget_ms = 100.0,
 		.cost = NULL,
 		.das_packed = false,
+		.max_batch_ms = 0,
+		.cost_model = {0, 0, 0},
 	};
 	return p;
 }
@@ -219,6 +221,10 @@ static rg_status check_params(const rg_sched_params *p)
 	if (p->lazy && p->kind != RG_SCHED_DP)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "scheduler %s: lazy applies to dp only",
 				 rg_sched_kind_name(p->kind));
+	if (!(p->max_batch_ms >= 0 && isfinite(p->max_batch_ms)) ||
+	    !rg_cost_model_valid(&p->cost_model))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "scheduler: max_batch_ms %g must be >= 0 and "
+				 "the cost model's coefficients finite and >= 0", p->max_batch_ms);
 	if (p->lazy && !(p->latency_budget_ms > 0 && isfinite(p->latency_budget_ms)))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "scheduler dp lazy: latency budget %g ms must "
 				 "be > 0", p->latency_budget_ms);
@@ -305,6 +311,16 @@ void rg_sched_free(rg_sched *s)
 
 const rg_sched_params *rg_sched_get_params(const rg_sched *s) { return s ? &s->p : NULL; }
 
+rg_status rg_sched_set_time_budget(rg_sched *s, double max_batch_ms, const rg_cost_model *m)
+{
+	if (!s || !rg_cost_model_valid(m) || !(max_batch_ms >= 0 && isfinite(max_batch_ms)))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "scheduler: the time budget must be >= 0 and "
+				 "the cost model's coefficients finite and >= 0");
+	s->p.max_batch_ms = max_batch_ms;
+	s->p.cost_model = *m;
+	return RG_OK;
+}
+
 int rg_sched_max_len(const rg_sched *s) { return s ? s->max_len : 0; }
 
 static rg_status grow(rg_sched *s, int n)
@@ -355,7 +371,27 @@ static void emit(rg_sched_batch *out, int qi, int len, int row, int off)
 	out->req_row[out->n] = row;
 	out->req_offset[out->n] = off;
 	out->real_tokens += len;
+	out->attn_pairs += (double)len * len; /* PACKED; other modes set it from the layout */
 	out->n++;
+}
+
+/* True when a batch of `tokens` computed tokens and `pairs` attention pairs is over the time
+ * budget by the cost model's estimate (never without a budget). */
+static bool over_budget(const rg_sched *s, double tokens, double pairs)
+{
+	return s->p.max_batch_ms > 0 &&
+	       rg_cost_model_ms(&s->p.cost_model, tokens, pairs) > s->p.max_batch_ms;
+}
+
+/* Rows (of row_tokens computed tokens and row_pairs attention pairs each) that fit the time
+ * budget: n_rows at most, 1 at least. */
+static int rows_in_budget(const rg_sched *s, int n_rows, double row_tokens, double row_pairs)
+{
+	int r = n_rows;
+
+	while (r > 1 && over_budget(s, r * row_tokens, r * row_pairs))
+		r--;
+	return r;
 }
 
 /* PACKED: candidates in `items` order, greedily while they fit the token budget. With
@@ -366,7 +402,10 @@ static void pick_packed(rg_sched *s, const sched_item *items, int n, bool stop_a
 {
 	int used = 0;
 	for (int i = 0; i < n && out->n < s->p.max_batch_requests; i++) {
-		if (used + items[i].len > s->p.max_batch_tokens) {
+		double len = items[i].len;
+
+		if (used + items[i].len > s->p.max_batch_tokens ||
+		    (out->n > 0 && over_budget(s, used + len, out->attn_pairs + len * len))) {
 			if (stop_at_first_misfit)
 				break;
 			continue;
@@ -385,7 +424,9 @@ static void pick_naive(rg_sched *s, const sched_item *items, int n, rg_sched_bat
 	int maxlen = 0;
 	for (int i = 0; i < n && out->n < s->p.max_batch_requests; i++) {
 		int ml = items[i].len > maxlen ? items[i].len : maxlen;
-		if ((long long)(out->n + 1) * ml > s->p.max_batch_tokens)
+		double rows = out->n + 1;
+		if ((long long)(out->n + 1) * ml > s->p.max_batch_tokens ||
+		    (out->n > 0 && over_budget(s, rows * ml, rows * ml * (double)ml)))
 			break;
 		maxlen = ml;
 		emit(out, items[i].qi, items[i].len, out->n, 0);
@@ -403,7 +444,9 @@ static void pick_concat(rg_sched *s, const sched_item *items, int n, rg_sched_ba
 	bool slotted = p->kind == RG_SCHED_SLOTTED;
 	int seg = slotted ? p->slot_len : p->row_len;
 	int per_row = p->row_len / seg;
-	int n_seg = p->n_rows * per_row, rows_used = 0;
+	/* attention of a row: the whole row (CONCAT), each slot (SLOTTED) */
+	int rows = rows_in_budget(s, p->n_rows, p->row_len, (double)p->row_len * seg);
+	int n_seg = rows * per_row, rows_used = 0;
 
 	memset(s->fill, 0, sizeof(int) * (size_t)n_seg);
 	for (int i = 0; i < n && out->n < p->max_batch_requests; i++) {
@@ -534,13 +577,32 @@ static int run_das(rg_sched *s, const sched_item *c, int n, int B, int L, int *n
 	return rows;
 }
 
+/* DAS packed: the row's tokens T within the time budget, bounding its pairs by T * (longest
+ * candidate); at least the longest candidate (so every candidate fits), at most max_batch_tokens. */
+static int packed_tokens_in_budget(const rg_sched *s, const sched_item *c, int n)
+{
+	const rg_cost_model *m = &s->p.cost_model;
+	double maxc = 1, per_token, t;
+
+	for (int i = 0; i < n; i++)
+		maxc = c[i].len > maxc ? c[i].len : maxc;
+	if (s->p.max_batch_ms <= 0)
+		return s->p.max_batch_tokens;
+	per_token = m->token_ms + m->pair_ms * maxc;
+	t = per_token > 0 ? (s->p.max_batch_ms - m->batch_ms) / per_token : s->p.max_batch_tokens;
+	if (!(t >= maxc))
+		t = maxc;
+	return t > s->p.max_batch_tokens ? s->p.max_batch_tokens : (int)t;
+}
+
 /* DAS output: CONCAT rows of row_len (requests back to back in each row, in the order put), or
  * with das_packed a single PACKED row of max_batch_tokens. */
 static void pick_das(rg_sched *s, const sched_item *c, int n, rg_sched_batch *out)
 {
 	const rg_sched_params *p = &s->p;
-	int B = p->das_packed ? 1 : p->n_rows;
-	int L = p->das_packed ? p->max_batch_tokens : p->row_len;
+	int B = p->das_packed ? 1 : rows_in_budget(s, p->n_rows, p->row_len,
+						   (double)p->row_len * p->row_len);
+	int L = p->das_packed ? packed_tokens_in_budget(s, c, n) : p->row_len;
 	int nd = 0, rows = run_das(s, c, n, B, L, &nd);
 	int off = 0, cur_row = 0;
 
@@ -554,6 +616,15 @@ static void pick_das(rg_sched *s, const sched_item *c, int n, rg_sched_batch *ou
 		off += c[d->ci].len;
 	}
 	if (p->das_packed) {
+		/* L bounded the row by the longest candidate's pairs; when that one alone is over
+		 * the budget, drop the last put (lowest priority) until the rest fits */
+		while (out->n > 1 && over_budget(s, out->real_tokens, out->attn_pairs)) {
+			double len = c[s->das[out->n - 1].ci].len;
+
+			out->n--;
+			out->real_tokens -= (int)len;
+			out->attn_pairs -= len * len;
+		}
 		out->layout.mode = RG_EXEC_PACKED;
 		out->computed_tokens = out->real_tokens;
 	} else {
@@ -571,7 +642,9 @@ static void pick_das(rg_sched *s, const sched_item *c, int n, rg_sched_batch *ou
 static void pick_slotted_das(rg_sched *s, const sched_item *c, int n, rg_sched_batch *out)
 {
 	const rg_sched_params *p = &s->p;
-	int nd = 0, rows = run_das(s, c, n, p->n_rows, p->row_len, &nd);
+	/* a slot is at most a row: row_len^2 pairs per row bounds the estimate */
+	int B = rows_in_budget(s, p->n_rows, p->row_len, (double)p->row_len * p->row_len);
+	int nd = 0, rows = run_das(s, c, n, B, p->row_len, &nd);
 	int m = 1, rows_used = 0;
 
 	for (int i = 0; i < nd; i++)
@@ -632,7 +705,10 @@ static bool pick_dp(rg_sched *s, const sched_item *c, int n, double now_ms,
 		for (int g = 1; g <= i && g <= p->max_batch_requests; g++) {
 			if ((long long)g * len > p->max_batch_tokens)
 				break;
-			double cst = state[i - g] + rg_cost_table_get(p->cost, len, g);
+			double t = rg_cost_table_get(p->cost, len, g);
+			if (g > 1 && p->max_batch_ms > 0 && t > p->max_batch_ms)
+				continue; /* over the time budget (the table need not grow with g) */
+			double cst = state[i - g] + t;
 			if (cst < state[i]) {
 				state[i] = cst;
 				start[i] = i - g;
@@ -687,6 +763,7 @@ rg_status rg_sched_pick(rg_sched *s, const rg_sched_req *queue, int n_queue, dou
 	out->n = 0;
 	out->real_tokens = 0;
 	out->computed_tokens = 0;
+	out->attn_pairs = 0;
 	out->est_ms = NAN;
 	out->layout = (rg_layout){.mode = rg_sched_kind_mode(s->p.kind, s->p.das_packed),
 				  .req_row = out->req_row, .req_offset = out->req_offset};
@@ -755,6 +832,22 @@ rg_status rg_sched_pick(rg_sched *s, const rg_sched_req *queue, int n_queue, dou
 				 rg_sched_kind_name(s->p.kind), n);
 	if (out->layout.mode != RG_EXEC_PACKED)
 		out->computed_tokens = out->layout.n_rows * out->layout.row_len;
+	switch (out->layout.mode) {
+	case RG_EXEC_PACKED:
+		break; /* summed by emit */
+	case RG_EXEC_PADDED:
+	case RG_EXEC_CONCAT:
+		out->attn_pairs = (double)out->layout.n_rows * out->layout.row_len *
+				  out->layout.row_len;
+		break;
+	case RG_EXEC_SLOTTED:
+		out->attn_pairs = (double)out->layout.n_rows * out->layout.row_len *
+				  out->layout.slot_len;
+		break;
+	}
+	if (s->p.kind != RG_SCHED_DP)
+		out->est_ms = rg_cost_model_ms(&s->p.cost_model, out->computed_tokens,
+					       out->attn_pairs);
 	if (out->computed_tokens > s->p.max_batch_tokens || out->n > s->p.max_batch_requests)
 		return rg_errorf(RG_ERR_INTERNAL, "sched pick: %s exceeded the batch budget (%d "
 				 "tokens, %d requests)", rg_sched_kind_name(s->p.kind),

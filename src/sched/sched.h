@@ -29,13 +29,19 @@
  *  - a request longer than rg_sched_max_len() is never picked: the caller must reject it at
  *    admission (413), or it stays queued until its deadline;
  *  - a batch never holds more than max_batch_requests requests nor computes more than
- *    max_batch_tokens tokens (padding included: batch.computed_tokens).
+ *    max_batch_tokens tokens (padding included: batch.computed_tokens);
+ *  - with max_batch_ms > 0, a batch's estimated latency stays within max_batch_ms (the time
+ *    budget: a long queue runs as several short batches, so a request that arrives meanwhile
+ *    waits one short batch, not one long one). The estimate is cost_model's (cost_model.h) for
+ *    every policy but DP, which reads its cost table. A batch of one request (row policies: of
+ *    one row) may exceed it: a sequence cannot be split.
  * Not thread-safe: one scheduler belongs to one thread. */
 #ifndef RG_SCHED_SCHED_H
 #define RG_SCHED_SCHED_H
 #include <stdbool.h>
 #include <stdint.h>
 #include "ragged.h"
+#include "sched/cost_model.h"
 #include "sched/cost_table.h"
 
 typedef enum rg_sched_kind {
@@ -82,10 +88,14 @@ typedef struct rg_sched_params {
 	double latency_budget_ms; /* DP lazy: the latency constraint (> 0) */
 	const rg_cost_table *cost; /* DP: required, complete, mode PADDED; borrowed, must outlive s */
 	bool das_packed;        /* DAS: one row of max_batch_tokens, PACKED layout */
+	double max_batch_ms;    /* time budget of one batch by estimate, ms; 0: none */
+	rg_cost_model cost_model; /* batch latency estimate of the time budget and of
+				   * batch.est_ms (every policy but DP); all zero: none */
 } rg_sched_params;
 
 /* Defaults for a kind: max_batch_tokens 16384, max_batch_requests 256, n_rows 32, row_len 512,
- * slot_len 128, eta = q = 0.5, hungry, latency budget 100 ms, no cost table, das_packed false. */
+ * slot_len 128, eta = q = 0.5, hungry, latency budget 100 ms, no cost table, das_packed false,
+ * no time budget (max_batch_ms 0) and an all-zero cost model. */
 rg_sched_params rg_sched_params_default(rg_sched_kind kind);
 
 /* Fill the fields that depend on the model and the batch budget, for a server's choices left at
@@ -112,7 +122,10 @@ typedef struct rg_sched_batch {
 	rg_layout layout;    /* mode, n_rows, row_len, slot_len, req_row, req_offset */
 	int real_tokens;     /* sum of the requests' lengths */
 	int computed_tokens; /* tokens the runtime computes: PACKED real_tokens, else n_rows*row_len */
-	double est_ms;       /* DP: cost-table estimate of this batch; NaN for other policies */
+	double attn_pairs;   /* query-key pairs attention computes (cost_model.h): PACKED the sum of
+			      * len^2, PADDED/CONCAT n_rows*row_len^2, SLOTTED n_rows*row_len*slot_len */
+	double est_ms;       /* estimated latency: DP the cost table's, other policies the cost
+			      * model's (0 with an all-zero model) */
 } rg_sched_batch;
 
 /* Allocate storage for cap >= 1 requests (use params.max_batch_requests). RG_ERR_OOM,
@@ -129,6 +142,11 @@ typedef struct rg_sched rg_sched;
 rg_sched *rg_sched_create(const rg_sched_params *p, rg_status *st);
 void rg_sched_free(rg_sched *s); /* accepts NULL */
 const rg_sched_params *rg_sched_get_params(const rg_sched *s);
+
+/* Replace the time budget and the cost model (the server refines its estimate as batches run).
+ * RG_ERR_INVALID_INPUT when max_batch_ms is negative or a coefficient is negative or not finite
+ * (nothing is changed then). */
+rg_status rg_sched_set_time_budget(rg_sched *s, double max_batch_ms, const rg_cost_model *m);
 
 /* Longest request (tokens) this scheduler can ever place: max_batch_tokens for the packed and
  * padded policies, row_len for CONCAT/DAS/SLOTTED_DAS, slot_len for SLOTTED. */

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -27,13 +28,32 @@ struct rg_engine {
 	pthread_cond_t cv;
 	bool stop;
 
-	/* Queue of sequences in arrival order (guarded by mu). Entry i is seq q_seq[i] of q_job[i]. */
+	/* Queue of sequences in stamp order (virtual clock, see engine.h; guarded by mu). Entry i
+	 * is seq q_seq[i] of q_job[i]; q_req[i].arrival_ms is its stamp. */
 	int n_q, cap_q;
 	rg_sched_req *q_req;   /* (cap_q) what the scheduler sees */
 	rg_job **q_job;        /* (cap_q) */
 	int *q_seq;            /* (cap_q) */
 	bool *q_take;          /* (cap_q) scratch: picked this round */
 	uint64_t next_id;
+	double q_tokens, q_pairs; /* sums of len and len^2 over the queue */
+	/* scratch (cap_q) for reordering the queue at a drain */
+	rg_sched_req *s_req;
+	rg_job **s_job;
+	int *s_seq;
+	int *s_perm;
+
+	/* Time estimates (guarded by mu). */
+	rg_cost_model fit;     /* fitted at create: the device's compute */
+	double scale;          /* measured / fitted time of recent batches */
+	double meas_w, est_w;  /* exponentially weighted sums behind scale */
+	double pad_ratio;      /* computed / real tokens of recent batches (>= 1) */
+	double real_w, comp_w; /* sums behind pad_ratio */
+	double busy_until;     /* estimated end of the running batch; 0: none runs */
+
+	/* Drain (guarded by mu). */
+	bool draining;
+	double drain_end;
 
 	/* Worker-only state. */
 	int32_t *tokens;       /* (max_batch_tokens) packed ids of the batch */
@@ -56,6 +76,81 @@ double rg_now_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+/* ---- time estimates (lock held) ---------------------------------------------------------- */
+
+/* The model the estimates use: the fitted one rescaled by measurements, plus the test delays
+ * (a simulated slow device). */
+static rg_cost_model model_now(const rg_engine *e)
+{
+	return (rg_cost_model){e->fit.batch_ms * e->scale + e->p.batch_delay_ms,
+			       e->fit.token_ms * e->scale + e->p.token_delay_us * 1e-3,
+			       e->fit.pair_ms * e->scale};
+}
+
+/* Estimated time (ms) of one sequence of len tokens inside a batch, without the batch's fixed
+ * cost: what it adds to the batch. */
+static double piece_ms(const rg_engine *e, const rg_cost_model *m, int len)
+{
+	return e->pad_ratio * (m->token_ms * len + m->pair_ms * (double)len * len);
+}
+
+/* The time budget of a batch: --max-batch-ms, but at least 10 times a batch's fixed cost, so
+ * that cost stays under a tenth of the time (on a CPU it can be ~20 ms); 0: none. */
+static double budget_ms(const rg_engine *e, const rg_cost_model *m)
+{
+	double b = e->p.sched.max_batch_ms;
+
+	return b > 0 ? fmax(b, 10 * m->batch_ms) : 0;
+}
+
+/* Estimated time (ms) to run n_seqs sequences of `tokens` tokens and `pairs` attention pairs in
+ * all: their pieces plus the fixed cost of the batches they need (by tokens, requests and the
+ * time budget; one per sequence without batching). */
+static double work_ms(const rg_engine *e, double tokens, double pairs, int n_seqs)
+{
+	const rg_sched_params *sp = &e->p.sched;
+	rg_cost_model m = model_now(e);
+	double marg, nb = 1, budget = budget_ms(e, &m);
+
+	if (n_seqs <= 0)
+		return 0;
+	marg = e->pad_ratio * (m.token_ms * tokens + m.pair_ms * pairs);
+	nb = fmax(nb, ceil(e->pad_ratio * tokens / sp->max_batch_tokens));
+	nb = fmax(nb, ceil((double)n_seqs / sp->max_batch_requests));
+	if (budget > m.batch_ms)
+		nb = fmax(nb, ceil(marg / (budget - m.batch_ms)));
+	if (sp->kind == RG_SCHED_NOBATCH)
+		nb = n_seqs;
+	return marg + nb * m.batch_ms;
+}
+
+/* Time (ms) the running batch still needs by estimate. */
+static double busy_left(const rg_engine *e, double now)
+{
+	return e->busy_until > now ? e->busy_until - now : 0;
+}
+
+/* A batch ran: refine the scale (measured / fitted) and the padding ratio, with exponential
+ * forgetting (weight 0.9 per batch: about the last ten batches, long batches weigh more). */
+static void learn(rg_engine *e, const rg_sched_batch *b, double model_ms)
+{
+	double est = rg_cost_model_ms(&e->fit, b->computed_tokens, b->attn_pairs);
+	rg_cost_model m;
+
+	if (est > 0 && model_ms >= 0 && isfinite(model_ms)) {
+		e->meas_w = 0.9 * e->meas_w + model_ms;
+		e->est_w = 0.9 * e->est_w + est;
+		e->scale = fmin(10, fmax(0.1, e->meas_w / e->est_w));
+	}
+	if (b->real_tokens > 0) {
+		e->real_w = 0.9 * e->real_w + b->real_tokens;
+		e->comp_w = 0.9 * e->comp_w + b->computed_tokens;
+		e->pad_ratio = fmax(1, e->comp_w / e->real_w);
+	}
+	m = model_now(e);
+	(void)rg_sched_set_time_budget(e->sched, budget_ms(e, &m), &m);
+}
+
 /* End a queued job (worker thread, lock held or worker-only): record it for done(). */
 static void job_finish(rg_engine *e, rg_job *job, rg_job_state st)
 {
@@ -71,8 +166,13 @@ static void queue_compact(rg_engine *e)
 	int w = 0;
 
 	for (int i = 0; i < e->n_q; i++) {
-		if (e->q_take[i] || e->q_job[i]->state != RG_JOB_QUEUED)
+		if (e->q_take[i] || e->q_job[i]->state != RG_JOB_QUEUED) {
+			double len = e->q_req[i].len;
+
+			e->q_tokens -= len;
+			e->q_pairs -= len * len;
 			continue;
+		}
 		e->q_req[w] = e->q_req[i];
 		e->q_job[w] = e->q_job[i];
 		e->q_seq[w] = e->q_seq[i];
@@ -80,6 +180,8 @@ static void queue_compact(rg_engine *e)
 		w++;
 	}
 	e->n_q = w;
+	if (w == 0)
+		e->q_tokens = e->q_pairs = 0; /* no drift from the running sums */
 }
 
 /* Call done() on every finished job (lock NOT held: done may resume an HTTP connection). */
@@ -143,11 +245,12 @@ static void queue_sweep(rg_engine *e, double now)
 	}
 }
 
-/* Run the batch e->batch whose entries are e->b_job/b_seq (worker thread, lock NOT held). */
-static void run_batch(rg_engine *e)
+/* Run the batch e->batch whose entries are e->b_job/b_seq (worker thread, lock NOT held).
+ * *model_ms: the model's time (the test delays not included). */
+static void run_batch(rg_engine *e, double *model_ms)
 {
 	rg_sched_batch *b = &e->batch;
-	double t0, ms;
+	double t0, ms, delay;
 	rg_status st;
 	int n = b->n;
 
@@ -172,14 +275,17 @@ static void run_batch(rg_engine *e)
 			memset(e->types + e->cu[i], 0, (size_t)s->len * sizeof(int32_t));
 	}
 	mb = (rg_model_batch){e->tokens, typed ? e->types : NULL, e->cu, n, &b->layout};
-	if (e->p.batch_delay_ms > 0) {
-		struct timespec ts = { (time_t)(e->p.batch_delay_ms / 1e3),
-				       (long)(fmod(e->p.batch_delay_ms, 1e3) * 1e6) };
-		nanosleep(&ts, NULL);
+	delay = e->p.batch_delay_ms + e->p.token_delay_us * 1e-3 * b->computed_tokens;
+	if (delay > 0) {
+		struct timespec ts = { (time_t)(delay / 1e3), (long)(fmod(delay, 1e3) * 1e6) };
+
+		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+			;
 	}
 	t0 = rg_now_ms();
 	st = rg_model_run(e->model, &mb, e->out);
 	ms = rg_now_ms() - t0;
+	*model_ms = ms;
 	rg_metrics_batch(e->p.metrics, n, b->real_tokens, b->computed_tokens, st == RG_OK);
 	e->batch_gen++;
 	if (st != RG_OK)
@@ -211,16 +317,116 @@ static void run_batch(rg_engine *e)
 	}
 }
 
+/* End every queued job with st (lock held). */
+static void finish_all(rg_engine *e, rg_job_state st)
+{
+	for (int i = 0; i < e->n_q; i++)
+		job_finish(e, e->q_job[i], st);
+	queue_compact(e);
+}
+
+/* Jobs by drain_at. */
+static int cmp_job_left(const void *a, const void *b)
+{
+	const rg_job *x = *(rg_job *const *)a, *y = *(rg_job *const *)b;
+
+	return (x->drain_at > y->drain_at) - (x->drain_at < y->drain_at);
+}
+
+/* Queue positions by their job's drain_at, then job, then the seq's place in its job. */
+static int cmp_perm(const void *a, const void *b, void *arg)
+{
+	const rg_engine *e = arg;
+	int i = *(const int *)a, j = *(const int *)b;
+	const rg_job *x = e->q_job[i], *y = e->q_job[j];
+
+	if (x->drain_at != y->drain_at)
+		return x->drain_at < y->drain_at ? -1 : 1;
+	if (x != y)
+		return (uintptr_t)x < (uintptr_t)y ? -1 : 1;
+	return (e->q_seq[i] > e->q_seq[j]) - (e->q_seq[i] < e->q_seq[j]);
+}
+
+/* Drain (lock held): past the end, end every queued job SHUTDOWN. Else order the queued jobs
+ * by their remaining work, shortest first (the order that completes the most of them), keep
+ * those estimated to finish by the end, end the others SHUTDOWN, and restamp the queue in that
+ * order (stamps in the past, so a lazy policy does not wait). */
+static void drain_plan(rg_engine *e, double now)
+{
+	rg_job **jobs = e->s_job;
+	int n_jobs = 0, cut = 0;
+	double ct = 0, cp = 0, start = now + busy_left(e, now);
+	int cs = 0;
+
+	if (now >= e->drain_end) {
+		finish_all(e, RG_JOB_SHUTDOWN);
+		return;
+	}
+	for (int i = 0; i < e->n_q; i++) {
+		rg_job *j = e->q_job[i];
+
+		j->left_tokens = j->left_pairs = 0;
+		j->left_seqs = 0;
+	}
+	for (int i = 0; i < e->n_q; i++) {
+		rg_job *j = e->q_job[i];
+		double len = e->q_req[i].len;
+
+		if (j->left_seqs++ == 0)
+			jobs[n_jobs++] = j;
+		j->left_tokens += len;
+		j->left_pairs += len * len;
+	}
+	for (int k = 0; k < n_jobs; k++) /* sort key: the job's own remaining work */
+		jobs[k]->drain_at = work_ms(e, jobs[k]->left_tokens, jobs[k]->left_pairs,
+					     jobs[k]->left_seqs);
+	qsort(jobs, (size_t)n_jobs, sizeof(*jobs), cmp_job_left);
+	for (int k = 0; k < n_jobs; k++) {
+		rg_job *j = jobs[k];
+		double end = start + work_ms(e, ct + j->left_tokens, cp + j->left_pairs,
+					     cs + j->left_seqs);
+
+		if (end > e->drain_end) {
+			job_finish(e, j, RG_JOB_SHUTDOWN);
+			cut++;
+			continue;
+		}
+		ct += j->left_tokens;
+		cp += j->left_pairs;
+		cs += j->left_seqs;
+		j->drain_at = end;
+	}
+	if (cut)
+		queue_compact(e);
+	for (int i = 0; i < e->n_q; i++)
+		e->s_perm[i] = i;
+	qsort_r(e->s_perm, (size_t)e->n_q, sizeof(int), cmp_perm, e);
+	for (int k = 0; k < e->n_q; k++) {
+		int i = e->s_perm[k];
+
+		e->s_req[k] = e->q_req[i];
+		e->s_req[k].arrival_ms = now - e->p.sched.latency_budget_ms - 1 + k * 1e-6;
+		e->s_job[k] = e->q_job[i];
+		e->s_seq[k] = e->q_seq[i];
+	}
+	memcpy(e->q_req, e->s_req, sizeof(*e->q_req) * (size_t)e->n_q);
+	memcpy(e->q_job, e->s_job, sizeof(*e->q_job) * (size_t)e->n_q);
+	memcpy(e->q_seq, e->s_seq, sizeof(*e->q_seq) * (size_t)e->n_q);
+}
+
 static void *worker_main(void *arg)
 {
 	rg_engine *e = arg;
 
 	pthread_mutex_lock(&e->mu);
 	while (!e->stop) {
-		double now = rg_now_ms(), wake = INFINITY;
+		double now = rg_now_ms(), wake = INFINITY, model_ms = -1;
+		rg_cost_model m;
 		rg_status st;
 
 		queue_sweep(e, now);
+		if (e->draining)
+			drain_plan(e, now);
 		if (e->n_finished) {
 			pthread_mutex_unlock(&e->mu);
 			flush_finished(e);
@@ -236,20 +442,31 @@ static void *worker_main(void *arg)
 			/* A scheduler error is a broken invariant: fail what is queued, keep serving. */
 			fprintf(stderr, "ragged serve: scheduler: %s: %s\n", rg_status_name(st),
 				rg_last_error());
-			for (int i = 0; i < e->n_q; i++) {
+			for (int i = 0; i < e->n_q; i++)
 				snprintf(e->q_job[i]->err, sizeof(e->q_job[i]->err), "scheduler: %s",
 					 rg_status_name(st));
-				job_finish(e, e->q_job[i], RG_JOB_FAILED);
-			}
-			queue_compact(e);
+			finish_all(e, RG_JOB_FAILED);
 			continue;
 		}
 		if (e->batch.n == 0) {
 			double until = fmin(wake, now + e->p.disconnect_poll_ms);
-			double secs = until / 1e3;
-			struct timespec ts = { (time_t)secs, (long)((secs - floor(secs)) * 1e9) };
+			double secs;
+			struct timespec ts;
 
+			if (e->draining)
+				until = fmin(until, e->drain_end);
+			secs = until / 1e3;
+			ts = (struct timespec){ (time_t)secs, (long)((secs - floor(secs)) * 1e9) };
 			pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+			continue;
+		}
+		m = model_now(e);
+		e->busy_until = now + rg_cost_model_ms(&m, e->batch.computed_tokens,
+						       e->batch.attn_pairs);
+		if (e->draining && e->busy_until > e->drain_end) {
+			/* the next batch would pass the drain's end: nothing more fits */
+			e->busy_until = 0;
+			finish_all(e, RG_JOB_SHUTDOWN);
 			continue;
 		}
 		for (int i = 0; i < e->batch.n; i++) {
@@ -267,9 +484,11 @@ static void *worker_main(void *arg)
 		queue_compact(e);
 		pthread_mutex_unlock(&e->mu);
 
-		run_batch(e);
+		run_batch(e, &model_ms);
 
 		pthread_mutex_lock(&e->mu);
+		e->busy_until = 0;
+		learn(e, &e->batch, model_ms);
 		queue_compact(e); /* failed jobs may still have queued seqs */
 		pthread_mutex_unlock(&e->mu);
 		flush_finished(e);
@@ -277,6 +496,79 @@ static void *worker_main(void *arg)
 	}
 	pthread_mutex_unlock(&e->mu);
 	return NULL;
+}
+
+/* Latency (ms) of one packed batch of n sequences of len tokens, best of reps; -1 on a model
+ * error. Before the worker starts (the model is the engine's alone). */
+static double measure_packed(rg_engine *e, int n, int len, int reps)
+{
+	int vocab = rg_model_get_info(e->model)->vocab_size;
+	rg_model_batch mb = {e->tokens, NULL, e->cu, n, NULL};
+	double best = INFINITY;
+
+	e->cu[0] = 0;
+	for (int i = 0; i < n; i++)
+		e->cu[i + 1] = e->cu[i] + len;
+	for (int t = 0; t < n * len; t++)
+		e->tokens[t] = (int32_t)((100 + t % 1000) % vocab);
+	for (int r = 0; r < reps; r++) {
+		double t0 = rg_now_ms();
+
+		if (rg_model_run(e->model, &mb, e->out) != RG_OK)
+			return -1;
+		best = fmin(best, rg_now_ms() - t0);
+	}
+	return best;
+}
+
+/* Fit e->fit: from the DP cost table when there is one, else to packed batches measured now
+ * (after one warm-up run): 1 x 16 tokens, 1 x L, L/16 x 16 (same tokens as 1 x L, 1/16 of its
+ * attention pairs) and k x L (k <= 4), L = min(256, max_seq_len, max_batch_tokens), best of 2. */
+static void fit_cost_model(rg_engine *e)
+{
+	const rg_sched_params *sp = &e->p.sched;
+	int L = rg_model_get_info(e->model)->max_seq_len, n_pts = 0;
+	int pts[4][2];
+	double tok[4], pairs[4], ms[4];
+
+	if (sp->cost) {
+		if (rg_cost_model_from_table(sp->cost, &e->fit) != RG_OK)
+			fprintf(stderr, "ragged serve: warning: no time estimates: %s\n",
+				rg_last_error());
+		return;
+	}
+	L = L < 256 ? L : 256;
+	L = L < sp->max_batch_tokens ? L : sp->max_batch_tokens;
+	if (L < 1)
+		return;
+	{
+		int s16 = L < 16 ? L : 16, k = sp->max_batch_tokens / L, many = L / s16;
+
+		k = k < 4 ? k : 4;
+		k = k < sp->max_batch_requests ? k : sp->max_batch_requests;
+		many = many < sp->max_batch_requests ? many : sp->max_batch_requests;
+		pts[n_pts][0] = 1, pts[n_pts++][1] = s16;
+		pts[n_pts][0] = 1, pts[n_pts++][1] = L;
+		if (many > 1)
+			pts[n_pts][0] = many, pts[n_pts++][1] = s16;
+		if (k > 1)
+			pts[n_pts][0] = k, pts[n_pts++][1] = L;
+	}
+	if (measure_packed(e, 1, L, 1) < 0)
+		goto out_warn;
+	for (int i = 0; i < n_pts; i++) {
+		ms[i] = measure_packed(e, pts[i][0], pts[i][1], 2);
+		if (ms[i] < 0)
+			goto out_warn;
+		tok[i] = (double)pts[i][0] * pts[i][1];
+		pairs[i] = (double)pts[i][0] * pts[i][1] * pts[i][1];
+	}
+	if (rg_cost_model_fit(tok, pairs, ms, n_pts, &e->fit) == RG_OK)
+		return;
+out_warn:
+	fprintf(stderr, "ragged serve: warning: cannot measure batch times (%s); no time "
+		"estimates\n", rg_last_error());
+	e->fit = (rg_cost_model){0, 0, 0};
 }
 
 rg_engine *rg_engine_create(rg_model *model, const rg_engine_params *p, rg_status *st)
@@ -311,6 +603,10 @@ rg_engine *rg_engine_create(rg_model *model, const rg_engine_params *p, rg_statu
 	e->q_job = calloc((size_t)e->cap_q, sizeof(*e->q_job));
 	e->q_seq = calloc((size_t)e->cap_q, sizeof(*e->q_seq));
 	e->q_take = calloc((size_t)e->cap_q, sizeof(*e->q_take));
+	e->s_req = calloc((size_t)e->cap_q, sizeof(*e->s_req));
+	e->s_job = calloc((size_t)e->cap_q, sizeof(*e->s_job));
+	e->s_seq = calloc((size_t)e->cap_q, sizeof(*e->s_seq));
+	e->s_perm = calloc((size_t)e->cap_q, sizeof(*e->s_perm));
 	e->tokens = malloc((size_t)p->sched.max_batch_tokens * sizeof(int32_t));
 	e->types = malloc((size_t)p->sched.max_batch_tokens * sizeof(int32_t));
 	e->cu = malloc(((size_t)bcap + 1) * sizeof(int32_t));
@@ -319,10 +615,18 @@ rg_engine *rg_engine_create(rg_model *model, const rg_engine_params *p, rg_statu
 	e->b_seq = calloc((size_t)bcap, sizeof(*e->b_seq));
 	e->finished = calloc((size_t)e->cap_q + (size_t)bcap, sizeof(*e->finished));
 	if (!e->q_req || !e->q_job || !e->q_seq || !e->q_take || !e->tokens || !e->types || !e->cu ||
-	    !e->out ||
-	    !e->b_job || !e->b_seq || !e->finished) {
+	    !e->out || !e->b_job || !e->b_seq || !e->finished || !e->s_req || !e->s_job ||
+	    !e->s_seq || !e->s_perm) {
 		s = rg_errorf(RG_ERR_OOM, "engine: out of memory");
 		goto out_free;
+	}
+	e->scale = 1;
+	e->pad_ratio = 1;
+	fit_cost_model(e);
+	{
+		rg_cost_model m = model_now(e);
+
+		(void)rg_sched_set_time_budget(e->sched, budget_ms(e, &m), &m);
 	}
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_condattr_init(&ca);
@@ -359,11 +663,56 @@ void rg_engine_stop(rg_engine *e)
 	e->joined = true;
 	/* The worker is gone and submit refuses (stop is set): end what is still queued. */
 	pthread_mutex_lock(&e->mu);
-	for (int i = 0; i < e->n_q; i++)
-		job_finish(e, e->q_job[i], RG_JOB_SHUTDOWN);
-	e->n_q = 0;
+	finish_all(e, RG_JOB_SHUTDOWN);
 	pthread_mutex_unlock(&e->mu);
 	flush_finished(e);
+}
+
+void rg_engine_drain(rg_engine *e, double end_ms)
+{
+	if (!e || !e->started)
+		return;
+	pthread_mutex_lock(&e->mu);
+	if (!e->draining || end_ms < e->drain_end)
+		e->drain_end = end_ms;
+	e->draining = true;
+	pthread_cond_signal(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+}
+
+bool rg_engine_idle(rg_engine *e)
+{
+	bool idle;
+
+	if (!e || !e->started)
+		return true;
+	pthread_mutex_lock(&e->mu);
+	/* jobs ended but not yet told (done) are told before the worker can stop */
+	idle = e->n_q == 0 && e->busy_until == 0;
+	pthread_mutex_unlock(&e->mu);
+	return idle;
+}
+
+rg_cost_model rg_engine_cost_model(rg_engine *e)
+{
+	rg_cost_model m;
+
+	pthread_mutex_lock(&e->mu);
+	m = model_now(e);
+	pthread_mutex_unlock(&e->mu);
+	return m;
+}
+
+double rg_engine_time_budget_ms(rg_engine *e)
+{
+	rg_cost_model m;
+	double b;
+
+	pthread_mutex_lock(&e->mu);
+	m = model_now(e);
+	b = budget_ms(e, &m);
+	pthread_mutex_unlock(&e->mu);
+	return b;
 }
 
 void rg_engine_free(rg_engine *e)
@@ -381,6 +730,10 @@ void rg_engine_free(rg_engine *e)
 	free(e->q_job);
 	free(e->q_seq);
 	free(e->q_take);
+	free(e->s_req);
+	free(e->s_job);
+	free(e->s_seq);
+	free(e->s_perm);
 	free(e->tokens);
 	free(e->types);
 	free(e->cu);
@@ -391,10 +744,72 @@ void rg_engine_free(rg_engine *e)
 	free(e);
 }
 
+/* Queue the seqs of job (lock held, room checked): stamp them on the virtual clock (the job's
+ * arrival, then + each piece's estimated time) and merge them into the stamp-ordered queue. */
+static void queue_insert(rg_engine *e, rg_job *job)
+{
+	rg_cost_model m = model_now(e);
+	double stamp = job->arrival_ms;
+	int n = job->n_seqs, i = e->n_q - 1, w = e->n_q + n - 1;
+
+	for (int k = 0; k < n; k++) {
+		int len = job->seqs[k].len;
+
+		e->s_req[k] = (rg_sched_req){e->next_id++, len, stamp, job->deadline_ms};
+		stamp += piece_ms(e, &m, len);
+		e->q_tokens += len;
+		e->q_pairs += (double)len * len;
+	}
+	for (int k = n - 1; k >= 0; w--) { /* merge from the back; equal stamps: queued first */
+		if (i >= 0 && e->q_req[i].arrival_ms > e->s_req[k].arrival_ms) {
+			e->q_req[w] = e->q_req[i];
+			e->q_job[w] = e->q_job[i];
+			e->q_seq[w] = e->q_seq[i];
+			e->q_take[w] = false;
+			i--;
+		} else {
+			e->q_req[w] = e->s_req[k];
+			e->q_job[w] = job;
+			e->q_seq[w] = k;
+			e->q_take[w] = false;
+			k--;
+		}
+	}
+	e->n_q += n;
+}
+
+/* Admission by time (lock held): RG_JOB_ADMITTED, or why not with job->retry_after_ms. The
+ * queued work, the running batch and this job's own work must end within the least slack of
+ * this job and every queued one (the engine is work-conserving: everything queued is done by
+ * then, whatever the order), less a margin for the estimates' error when others are queued
+ * (one time budget, at most a tenth of the request timeout). */
+static rg_job_refusal admit_by_time(rg_engine *e, rg_job *job, double tokens, double pairs)
+{
+	double now = rg_now_ms(), slack = job->deadline_ms - now, total, margin = 0;
+	double timeout = job->deadline_ms - job->arrival_ms;
+	rg_cost_model m = model_now(e);
+
+	if (job->est_ms > slack)
+		return RG_JOB_TOO_MUCH;
+	if (e->n_q > 0 || e->busy_until > 0)
+		margin = fmin(budget_ms(e, &m), 0.1 * timeout);
+	for (int i = 0; i < e->n_q; i++)
+		slack = fmin(slack, e->q_req[i].deadline_ms - now);
+	total = busy_left(e, now) +
+		work_ms(e, e->q_tokens + tokens, e->q_pairs + pairs, e->n_q + job->n_seqs);
+	if (total + margin <= slack)
+		return RG_JOB_ADMITTED;
+	job->retry_after_ms = fmax(0, total + margin - timeout);
+	return RG_JOB_NO_TIME;
+}
+
 rg_status rg_engine_submit(rg_engine *e, rg_job *job)
 {
 	rg_status st = RG_OK;
+	double tokens = 0, pairs = 0;
 
+	job->refusal = RG_JOB_ADMITTED;
+	job->est_ms = job->retry_after_ms = 0;
 	if (job->n_seqs < 1)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "job without sequences");
 	for (int i = 0; i < job->n_seqs; i++) {
@@ -404,6 +819,8 @@ rg_status rg_engine_submit(rg_engine *e, rg_job *job)
 			return rg_errorf(RG_ERR_TOO_LONG,
 					 "input %d has %d tokens, more than the %d the scheduler "
 					 "can place", i, job->seqs[i].len, e->max_len);
+		tokens += job->seqs[i].len;
+		pairs += (double)job->seqs[i].len * job->seqs[i].len;
 	}
 	job->state = RG_JOB_QUEUED;
 	job->err[0] = '\0';
@@ -413,23 +830,41 @@ rg_status rg_engine_submit(rg_engine *e, rg_job *job)
 	job->picked = false;
 	job->poll_gen = job->batch_gen = 0;
 	pthread_mutex_lock(&e->mu);
-	if (e->stop || e->n_q + job->n_seqs > e->cap_q) {
+	job->est_ms = work_ms(e, tokens, pairs, job->n_seqs);
+	if (e->stop || e->draining) {
+		job->refusal = RG_JOB_STOPPING;
+		st = rg_errorf(RG_ERR_BUSY, "server is shutting down");
+		goto out_unlock;
+	}
+	if (e->n_q + job->n_seqs > e->cap_q) {
+		job->refusal = RG_JOB_QUEUE_FULL;
+		/* room for n_seqs more: about that share of the queued work */
+		job->retry_after_ms = (busy_left(e, rg_now_ms()) +
+				       work_ms(e, e->q_tokens, e->q_pairs, e->n_q)) *
+				      fmin(1, (double)(e->n_q + job->n_seqs - e->cap_q) / e->n_q);
 		st = rg_errorf(RG_ERR_BUSY, "queue full (%d sequences waiting, limit %d)", e->n_q,
 			       e->cap_q);
 		goto out_unlock;
 	}
-	for (int i = 0; i < job->n_seqs; i++) {
-		rg_sched_req *r = &e->q_req[e->n_q];
-
-		r->id = e->next_id++;
-		r->len = job->seqs[i].len;
-		r->arrival_ms = job->arrival_ms;
-		r->deadline_ms = job->deadline_ms;
-		e->q_job[e->n_q] = job;
-		e->q_seq[e->n_q] = i;
-		e->q_take[e->n_q] = false;
-		e->n_q++;
+	if (e->p.admit_by_time) {
+		job->refusal = admit_by_time(e, job, tokens, pairs);
+		if (job->refusal == RG_JOB_TOO_MUCH) {
+			st = rg_errorf(RG_ERR_BUSY, "%d inputs of %.0f tokens need about %.0f ms, "
+				       "more than the request timeout of %.0f ms allows: send fewer "
+				       "or shorter inputs per request", job->n_seqs, tokens,
+				       job->est_ms, job->deadline_ms - job->arrival_ms);
+			goto out_unlock;
+		}
+		if (job->refusal == RG_JOB_NO_TIME) {
+			st = rg_errorf(RG_ERR_BUSY, "overloaded: the queued work (about %.0f ms) would "
+				       "not end before a deadline; retry in %.1f s",
+				       busy_left(e, rg_now_ms()) +
+				       work_ms(e, e->q_tokens, e->q_pairs, e->n_q),
+				       ceil(job->retry_after_ms / 1e3));
+			goto out_unlock;
+		}
 	}
+	queue_insert(e, job);
 	pthread_cond_signal(&e->cv);
 out_unlock:
 	pthread_mutex_unlock(&e->mu);

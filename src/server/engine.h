@@ -6,10 +6,33 @@
  *   submit  -> QUEUED: the engine borrows the job (and its seqs) until it calls job->done.
  *   the worker either computes every seq (DONE), or ends the job early: FAILED (model error),
  *   EXPIRED (deadline passed before all of its seqs ran), DROPPED (client socket closed while
- *   queued), SHUTDOWN (engine freed while queued). In every case job->done(job) is called exactly
- *   once, from the worker thread (or from rg_engine_free), after the engine's last access to the
- *   job: the callback may free it. The engine never touches a job after done.
- * Only the worker thread mutates a queued job, so there is no per-job lock. */
+ *   queued), SHUTDOWN (engine stopped, or drained past its time, while queued). In every case
+ *   job->done(job) is called exactly once, from the worker thread (or from rg_engine_stop), after
+ *   the engine's last access to the job: the callback may free it. The engine never touches a job
+ *   after done.
+ * Only the worker thread mutates a queued job, so there is no per-job lock.
+ *
+ * Pieces and fairness. Each seq of a job is a piece that the scheduler places on its own, so a
+ * request's inputs may run in several batches (the job is DONE when its last piece is), and a
+ * batch is bounded by a time budget (rg_engine_time_budget_ms) as well as by tokens. The
+ * queue is kept in virtual-clock order (Zhang, SIGCOMM'90): a job's first piece is stamped with
+ * the job's arrival time and each next piece with the previous stamp plus the previous piece's
+ * estimated time, as if the job had the device to itself. The scheduler sees the stamps as
+ * arrival times, so a short request that arrives while a long one is being served is placed
+ * between the long one's pieces instead of after all of them, and a long request still advances
+ * at least as fast as stamps fall behind the clock (no starvation). Deadlines and disconnected
+ * clients are checked before every batch, so an expired job stops after the piece in flight.
+ *
+ * Time estimates. A batch latency model (sched/cost_model.h) is fitted at create to a few packed
+ * batches measured on the model (or to the DP cost table when there is one) and is kept honest
+ * by the measured time of every batch (a smoothed measured/estimated ratio). It sets the time
+ * budget of batches, the stamps above, and, with admit_by_time, admission: a job is refused when
+ * the estimated time of the queued work plus its own would pass its deadline or the deadline of
+ * a queued job (429 with the time until it would fit), or when its own work alone would (413).
+ *
+ * Drain (rg_engine_drain): new jobs are refused; queued jobs run shortest remaining work first,
+ * those that are not estimated to finish by the drain's end are ended SHUTDOWN at once, and what
+ * is left at the end (a long job may be cut between its pieces) too. */
 #ifndef RG_SERVER_ENGINE_H
 #define RG_SERVER_ENGINE_H
 #include <stdbool.h>
@@ -27,6 +50,15 @@ typedef enum rg_job_state {
 	RG_JOB_DROPPED,
 	RG_JOB_SHUTDOWN,
 } rg_job_state;
+
+/* Why rg_engine_submit refused a job (RG_ERR_BUSY). */
+typedef enum rg_job_refusal {
+	RG_JOB_ADMITTED = 0,
+	RG_JOB_QUEUE_FULL,   /* max_queue sequences waiting (429) */
+	RG_JOB_NO_TIME,      /* the queued work and its own would pass a deadline (429) */
+	RG_JOB_TOO_MUCH,     /* its own work alone is estimated past its deadline (413) */
+	RG_JOB_STOPPING,     /* the engine is draining or stopped (503) */
+} rg_job_refusal;
 
 typedef struct rg_job_seq {
 	const int32_t *ids;   /* (len) token ids, borrowed from the job's owner */
@@ -52,17 +84,28 @@ struct rg_job {
 	double queue_ms;      /* arrival -> first seq picked */
 	double inference_ms;  /* sum of the model times of the batches holding its seqs */
 	int batch_size;       /* largest batch that held one of its seqs */
+	rg_job_refusal refusal; /* submit refused (RG_ERR_BUSY): why */
+	double est_ms;        /* submit: estimated time of its own work, ms */
+	double retry_after_ms; /* refused for time (or queue full): estimated wait until it would
+				* fit, ms; 0 when unknown */
 	/* engine-private bookkeeping */
 	int n_pending;        /* seqs not yet computed */
 	bool picked;
 	uint64_t poll_gen;    /* last disconnect-poll round that checked this job */
 	uint64_t batch_gen;   /* last batch whose time was added to inference_ms */
+	double left_tokens, left_pairs; /* drain: its queued work (tokens, attention pairs) */
+	int left_seqs;
+	double drain_at;      /* drain: sort key (own remaining work), then estimated end */
 };
 
 typedef struct rg_engine_params {
-	rg_sched_params sched;  /* policy and batch limits (cost table borrowed) */
+	rg_sched_params sched;  /* policy and batch limits (cost table borrowed); the engine sets
+				 * sched.cost_model itself, sched.max_batch_ms is the time budget */
 	int max_queue;          /* sequences queued at most; more -> RG_ERR_BUSY */
+	bool admit_by_time;     /* refuse what cannot meet its deadline by estimate (see above) */
 	double batch_delay_ms;  /* testing: sleep before each batch (simulates a slow device) */
+	double token_delay_us;  /* testing: and this per computed token; both are part of every
+				 * estimate, as a slow device's time would be */
 	double disconnect_poll_ms; /* how often queued clients' sockets are checked (default 10) */
 	rg_cache *cache;        /* computed vectors are put here (NULL: none); borrowed */
 	rg_metrics *metrics;    /* borrowed, required */
@@ -73,10 +116,29 @@ typedef struct rg_engine rg_engine;
 /* Monotonic clock in milliseconds. */
 double rg_now_ms(void);
 
-/* Create the engine and start its worker thread. The model and everything in p are borrowed and
- * must outlive the engine; the model must not be used by anyone else while the engine runs.
+/* Create the engine, fit its batch latency model (a few packed batches run on the model, about
+ * 3 x (16 + 2 x 256 + 4 x 256) tokens; from the cost table instead when p->sched.cost is set) and
+ * start its worker thread. The model and everything in p are borrowed and must outlive the
+ * engine; the model must not be used by anyone else while the engine runs. A model error while
+ * measuring only warns (stderr): the estimates are then 0 and admission counts sequences only.
  * NULL + *st on RG_ERR_INVALID_INPUT (bad scheduler params: rg_last_error()), RG_ERR_OOM. */
 rg_engine *rg_engine_create(rg_model *model, const rg_engine_params *p, rg_status *st);
+
+/* Drain: refuse new jobs (RG_JOB_STOPPING), serve the queued ones shortest remaining work first
+ * while they are estimated to finish by end_ms (rg_now_ms clock), end the others SHUTDOWN at
+ * once and whatever is left at end_ms (a batch is not started when its estimate passes end_ms).
+ * Returns at once; rg_engine_idle tells when the queue is empty. A later call may only move
+ * end_ms earlier. Then call rg_engine_stop. */
+void rg_engine_drain(rg_engine *e, double end_ms);
+
+/* True when no job is queued and no batch runs. Thread-safe. */
+bool rg_engine_idle(rg_engine *e);
+
+/* The current batch latency model (fitted, rescaled by measurements, test delays included). */
+rg_cost_model rg_engine_cost_model(rg_engine *e);
+/* The time budget batches are held to now: p->sched.max_batch_ms, but at least 10 times the
+ * fixed cost of a batch by the model (so that cost stays under a tenth); 0: none. */
+double rg_engine_time_budget_ms(rg_engine *e);
 
 /* Stop the worker (the running batch finishes) and end every queued job with SHUTDOWN (done
  * called). Later submits fail with RG_ERR_BUSY; the engine stays valid until rg_engine_free.
@@ -86,10 +148,12 @@ void rg_engine_stop(rg_engine *e);
 /* rg_engine_stop, then free. Accepts NULL. */
 void rg_engine_free(rg_engine *e);
 
-/* Queue every seq of job. Errors (job untouched, done NOT called): RG_ERR_BUSY when the queue
- * cannot take job->n_seqs more sequences or the engine is stopping, RG_ERR_TOO_LONG when a seq is
- * longer than the scheduler can ever place (rg_sched_max_len), RG_ERR_INVALID_INPUT (n_seqs < 1,
- * len < 1). Thread-safe. */
+/* Queue every seq of job. Sets job->est_ms. Errors (done NOT called; the job's refusal,
+ * est_ms and retry_after_ms are set, nothing else): RG_ERR_BUSY when refused (job->refusal: the
+ * queue cannot take job->n_seqs more sequences, with admit_by_time the job cannot meet its
+ * deadline, or the engine is draining or stopped), RG_ERR_TOO_LONG when a seq is longer than the
+ * scheduler can ever place (rg_sched_max_len), RG_ERR_INVALID_INPUT (n_seqs < 1, len < 1).
+ * Thread-safe. */
 rg_status rg_engine_submit(rg_engine *e, rg_job *job);
 
 /* Sequences waiting. Thread-safe. */

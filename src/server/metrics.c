@@ -35,9 +35,11 @@ void rg_metrics_init(rg_metrics *m)
 
 	memset(m, 0, sizeof(*m));
 	pthread_mutex_init(&m->mu, NULL);
-	hist_init(&m->queue_ms, ms, 15);
-	hist_init(&m->inference_ms, ms, 15);
-	hist_init(&m->total_ms, ms, 15);
+	for (int k = 0; k < RG_METRICS_N_CLASSES; k++) {
+		hist_init(&m->queue_ms[k], ms, 15);
+		hist_init(&m->inference_ms[k], ms, 15);
+		hist_init(&m->total_ms[k], ms, 15);
+	}
 	hist_init(&m->batch_size, bs, 10);
 	hist_init(&m->batch_tokens, bt, 7);
 }
@@ -60,12 +62,15 @@ void rg_metrics_request(rg_metrics *m, rg_route route, int status, double queue_
 {
 	if ((int)route < 0 || route >= RG_ROUTE_COUNT)
 		route = RG_ROUTE_OTHER;
+	int k = status / 100 == 2 ? 0 : status / 100 == 4 ? 1 : status / 100 == 5 ? 2 : -1;
+
 	pthread_mutex_lock(&m->mu);
 	m->requests[route][code_index(status)]++;
-	if (route == RG_ROUTE_EMBED || route == RG_ROUTE_OPENAI) {
-		hist_observe(&m->queue_ms, queue_ms);
-		hist_observe(&m->inference_ms, inference_ms);
-		hist_observe(&m->total_ms, total_ms);
+	if (k >= 0 && (route == RG_ROUTE_EMBED || route == RG_ROUTE_OPENAI ||
+		       route == RG_ROUTE_PREDICT || route == RG_ROUTE_RERANK)) {
+		hist_observe(&m->queue_ms[k], queue_ms);
+		hist_observe(&m->inference_ms[k], inference_ms);
+		hist_observe(&m->total_ms[k], total_ms);
 	}
 	pthread_mutex_unlock(&m->mu);
 }
@@ -107,20 +112,44 @@ void rg_metrics_expired(rg_metrics *m, uint64_t n)
 	pthread_mutex_unlock(&m->mu);
 }
 
-static void render_hist(rg_buf *o, const char *name, const char *help, const rg_hist *h)
+/* One histogram series; label: "" or `key="value",` (written before le). */
+static void render_series(rg_buf *o, const char *name, const char *label, const rg_hist *h)
 {
 	uint64_t cum = 0;
+	size_t ll = strlen(label);
 
-	rg_buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
 	for (int i = 0; i < h->n; i++) {
 		cum += h->count[i];
-		rg_buf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i],
+		rg_buf_printf(o, "%s_bucket{%sle=\"%g\"} %llu\n", name, label, h->le[i],
 			       (unsigned long long)cum);
 	}
 	cum += h->count[h->n];
-	rg_buf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
-	rg_buf_printf(o, "%s_sum %.6f\n%s_count %llu\n", name, h->sum, name,
-		       (unsigned long long)h->total);
+	rg_buf_printf(o, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, label, (unsigned long long)cum);
+	/* _sum and _count carry the label without its trailing comma */
+	if (ll)
+		rg_buf_printf(o, "%s_sum{%.*s} %.6f\n%s_count{%.*s} %llu\n", name, (int)ll - 1,
+			       label, h->sum, name, (int)ll - 1, label,
+			       (unsigned long long)h->total);
+	else
+		rg_buf_printf(o, "%s_sum %.6f\n%s_count %llu\n", name, h->sum, name,
+			       (unsigned long long)h->total);
+}
+
+static void render_hist(rg_buf *o, const char *name, const char *help, const rg_hist *h)
+{
+	rg_buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	render_series(o, name, "", h);
+}
+
+/* A histogram per status class, label class="2xx" / "4xx" / "5xx". */
+static void render_hist_classes(rg_buf *o, const char *name, const char *help, const rg_hist *h)
+{
+	static const char *const label[RG_METRICS_N_CLASSES] = {
+		"class=\"2xx\",", "class=\"4xx\",", "class=\"5xx\","};
+
+	rg_buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	for (int k = 0; k < RG_METRICS_N_CLASSES; k++)
+		render_series(o, name, label[k], &h[k]);
 }
 
 static void render_counter(rg_buf *o, const char *name, const char *help, uint64_t v)
@@ -153,11 +182,12 @@ void rg_metrics_render(rg_metrics *m, rg_buf *o, int queue_depth, size_t mem_use
 						       "code=\"other\"} %llu\n", rg_route_name(r),
 						       (unsigned long long)s.requests[r][c]);
 			}
-	render_hist(o, "ragged_queue_time_ms", "Time requests waited in the queue (ms).",
-		    &s.queue_ms);
-	render_hist(o, "ragged_inference_time_ms", "Model time of the batches of a request (ms).",
-		    &s.inference_ms);
-	render_hist(o, "ragged_total_time_ms", "Time from request to response (ms).", &s.total_ms);
+	render_hist_classes(o, "ragged_queue_time_ms", "Time requests of the model routes waited "
+			    "in the queue (ms), by status class.", s.queue_ms);
+	render_hist_classes(o, "ragged_inference_time_ms", "Model time of the batches of a request "
+			    "(ms), by status class.", s.inference_ms);
+	render_hist_classes(o, "ragged_total_time_ms", "Time from request to response (ms), by "
+			    "status class.", s.total_ms);
 	render_hist(o, "ragged_batch_size", "Sequences per executed batch.", &s.batch_size);
 	render_hist(o, "ragged_batch_tokens", "Computed tokens (padding included) per batch.",
 		    &s.batch_tokens);

@@ -18,11 +18,15 @@ typedef struct rg_hist {
 } rg_hist;
 
 #define RG_METRICS_N_CODES 12
+#define RG_METRICS_N_CLASSES 3 /* status classes of the latency histograms: 2xx, 4xx, 5xx */
 
 typedef struct rg_metrics {
 	pthread_mutex_t mu;
 	uint64_t requests[RG_ROUTE_COUNT][RG_METRICS_N_CODES]; /* by route and status code */
-	rg_hist queue_ms, inference_ms, total_ms;             /* per answered request, ms */
+	/* per answered request of a model route (embed, v1_embeddings, predict, rerank), ms, by
+	 * status class (a 429 answered at once must not pull the 2xx latencies down) */
+	rg_hist queue_ms[RG_METRICS_N_CLASSES], inference_ms[RG_METRICS_N_CLASSES],
+		total_ms[RG_METRICS_N_CLASSES];
 	rg_hist batch_size, batch_tokens;                     /* per executed batch */
 	uint64_t batches, batch_failures;
 	uint64_t real_tokens, computed_tokens;                /* padding efficiency = real/computed */
@@ -33,7 +37,8 @@ typedef struct rg_metrics {
 void rg_metrics_init(rg_metrics *m);
 void rg_metrics_destroy(rg_metrics *m);
 
-/* One answered HTTP request. Latencies in ms; negative values are not observed. */
+/* One answered HTTP request. Latencies in ms, observed for the model routes by status class
+ * (label class="2xx" / "4xx" / "5xx"); negative values are not observed. */
 void rg_metrics_request(rg_metrics *m, rg_route route, int status, double queue_ms,
 			double inference_ms, double total_ms);
 /* One executed batch: n requests, real (sum of lengths) and computed (padding included) tokens. */

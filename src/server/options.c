@@ -53,10 +53,18 @@ static const opt_spec g_opts[] = {
 	 "sequences waiting at most; more -> 429"},
 	{"--max-inputs", "N", OPT_INT, F(max_inputs), 1, 1 << 20, "512",
 	 "inputs per request; more -> 413"},
+	{"--max-client-batch-tokens", "N", OPT_INT, F(max_client_batch_tokens), 1, 1 << 30,
+	 "131072", "tokens per request, all inputs together; more -> 413"},
+	{"--max-batch-ms", "X", OPT_DOUBLE, F(max_batch_ms), 0, 1e7, "100",
+	 "time budget of a batch (estimate; >= 10x its fixed cost), 0 = none"},
+	{"--admission", "time|count", OPT_STR, F(admission), 0, 0, "time",
+	 "time: 429 what cannot meet its deadline; count: --max-queue only"},
 	{"--max-body-bytes", "N", OPT_SIZE, F(max_body_bytes), 1, 1 << 30, "2097152",
 	 "request body limit; more -> 413"},
 	{"--request-timeout-ms", "N", OPT_INT, F(request_timeout_ms), 1, 1 << 30, "30000",
 	 "deadline of a queued request; passed -> 504"},
+	{"--shutdown-timeout-s", "N", OPT_INT, F(shutdown_timeout_s), 0, 3600, "25",
+	 "SIGTERM: stop accepting, serve what fits in N s, 503 the rest"},
 	{"--cache-entries", "N", OPT_INT, F(cache_entries), 0, 1 << 26, "10000",
 	 "in-memory response cache entries, 0 disables"},
 	{"--cache-db", "FILE", OPT_STR, F(cache_db), 0, 0, NULL,
@@ -98,6 +106,8 @@ static const opt_spec g_opts[] = {
 	 "request body bytes held by all connections together; more -> 503"},
 	{"--max-discard-bytes", "N", OPT_SIZE, F(max_discard_bytes), 0, 1LL << 40, "67108864",
 	 "a refused body up to N bytes is read and dropped so the client gets the answer"},
+	{"--token-delay-us", "X", OPT_DOUBLE, F(token_delay_us), 0, 1e6, "0",
+	 "testing: and this per computed token (a slow device)"},
 };
 #undef F
 
@@ -381,6 +391,8 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 		if (!v || !set_value(s, v, o))
 			return bad_value(s->name, v);
 	}
+	if (strcmp(o->admission, "time") && strcmp(o->admission, "count"))
+		return bad_value("--admission", o->admission);
 	if ((rc = check_combinations(o)) >= 0)
 		return rc;
 	if (!o->device_set)

@@ -38,6 +38,11 @@ typedef struct rg_serve_opts {
 	int max_connections_per_ip;    /* 0 = no limit */
 	size_t max_buffered_bytes;     /* request bodies held by all connections */
 	size_t max_discard_bytes;      /* refused bodies read and dropped up to this size */
+	double max_batch_ms;          /* time budget of a batch, 0: none */
+	int max_client_batch_tokens;  /* tokens per request */
+	const char *admission;        /* "time" or "count" */
+	int shutdown_timeout_s;       /* drain at SIGTERM */
+	double token_delay_us;        /* testing */
 } rg_serve_opts;
 
 /* Fill o with every default. */

@@ -49,8 +49,8 @@ static void add_guard_headers(conn_ctx *c, struct MHD_Response *r, int status)
 
 	if (c->close_after)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-	if (c->retry_after_s > 0) {
-		snprintf(v, sizeof(v), "%d", c->retry_after_s);
+	if (c->retry_after_s > 0 || status == 429 || status == 503) {
+		snprintf(v, sizeof(v), "%d", c->retry_after_s > 0 ? c->retry_after_s : 1);
 		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
 	}
 	if (status == 401)
@@ -395,6 +395,29 @@ static enum MHD_Result handle_tokenize(conn_ctx *c)
 	return send_response(c, 200, &b, "application/json", 0, 0, 0);
 }
 
+/* The answer to a refused submit (and its Retry-After): the queue is full or the request
+ * cannot meet its deadline by estimate (429, retry when the queued work leaves room), it alone
+ * needs more than the timeout (413), the server is stopping (503). */
+static rg_http_error submit_error_for(conn_ctx *c, rg_status st)
+{
+	const rg_job *j = &c->job;
+
+	switch (j->refusal) {
+	case RG_JOB_QUEUE_FULL:
+	case RG_JOB_NO_TIME:
+		c->retry_after_s = (int)fmin(3600, fmax(1, ceil(j->retry_after_ms / 1e3)));
+		return (rg_http_error){429, "overloaded"};
+	case RG_JOB_TOO_MUCH:
+		return (rg_http_error){413, "payload_too_large"};
+	case RG_JOB_STOPPING:
+		c->retry_after_s = 1;
+		return (rg_http_error){503, "unhealthy"};
+	case RG_JOB_ADMITTED:
+		break;
+	}
+	return rg_http_error_for(st, atomic_load(&c->srv->stopping));
+}
+
 static enum MHD_Result handle_embed(conn_ctx *c)
 {
 	rg_server *s = c->srv;
@@ -406,6 +429,11 @@ static enum MHD_Result handle_embed(conn_ctx *c)
 
 	if (tokenize_inputs(c, &ret))
 		return ret;
+	if (c->prompt_tokens > (size_t)s->o.max_client_batch_tokens)
+		return send_error(c, 413, "payload_too_large",
+				  "%zu inputs of %zu tokens in all, more than the %d tokens a request "
+				  "may hold (--max-client-batch-tokens): send fewer inputs per request",
+				  n, c->prompt_tokens, s->o.max_client_batch_tokens);
 	c->emb = malloc(n * (size_t)h * sizeof(float));
 	c->seqs = calloc(n, sizeof(*c->seqs));
 	if (!c->emb || !c->seqs)
@@ -440,7 +468,7 @@ static enum MHD_Result handle_embed(conn_ctx *c)
 	MHD_suspend_connection(c->conn);
 	st = rg_engine_submit(s->engine, &c->job);
 	if (st != RG_OK) {
-		c->submit_error = rg_http_error_for(st, atomic_load(&s->stopping));
+		c->submit_error = submit_error_for(c, st);
 		snprintf(c->submit_err, sizeof(c->submit_err), "%s", rg_last_error());
 		atomic_store(&c->released, true);
 		MHD_resume_connection(c->conn);
@@ -465,7 +493,7 @@ static enum MHD_Result finish_job(conn_ctx *c)
 		return send_error(c, 500, "backend", "%s", j->err);
 	case RG_JOB_EXPIRED:
 		return send_error(c, 504, "timeout",
-				  "deadline of %d ms passed before the request could run",
+				  "deadline of %d ms passed before the request could finish",
 				  c->srv->o.request_timeout_ms);
 	case RG_JOB_SHUTDOWN:
 		return send_error(c, 503, "unhealthy", "server is shutting down");

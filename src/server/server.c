@@ -107,10 +107,13 @@ static rg_status setup_engine(rg_server *s)
 		if (!s->cache)
 			return st;
 	}
+	sp.max_batch_ms = s->o.max_batch_ms;
 	memset(&ep, 0, sizeof(ep));
 	ep.sched = sp;
 	ep.max_queue = s->o.max_queue;
+	ep.admit_by_time = !strcmp(s->o.admission, "time");
 	ep.batch_delay_ms = s->o.batch_delay_ms;
+	ep.token_delay_us = s->o.token_delay_us;
 	ep.disconnect_poll_ms = 10;
 	ep.cache = s->cache;
 	ep.metrics = &s->metrics;
@@ -165,6 +168,58 @@ static struct MHD_Daemon *start_daemon(rg_server *s)
 	di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = di ? di->port : s->o.port;
 	return d;
+}
+
+/* Wait until every suspended connection has been answered (their jobs ended), until end_ms. */
+static void wait_answered(rg_server *s, double end_ms)
+{
+	while (atomic_load(&s->n_suspended) > 0 && rg_now_ms() < end_ms) {
+		struct timespec ts = { 0, 5 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* Graceful stop after the first SIGTERM/SIGINT, within --shutdown-timeout-s T:
+ *  1. stop accepting: the listening socket is closed (a load balancer's next connection goes to
+ *     another replica); requests on open connections, /health included, get 503 + Retry-After;
+ *  2. drain the engine until T less a reserve for answering (min(1 s, T/4)): queued requests
+ *     run shortest first while they are estimated to fit, the others get 503 at once, and what
+ *     is left at the end (a large request can be cut between its batches) too;
+ *  3. stop the engine (the batch in flight, bounded by --max-batch-ms, ends), wait for the
+ *     answers to go out, stop HTTP. A second signal skips to 3.
+ * Frees the daemon. */
+static void drain(rg_server *s, struct MHD_Daemon *d, const sigset_t *sigs, int sig)
+{
+	double t0 = rg_now_ms(), total = s->o.shutdown_timeout_s * 1e3;
+	double reserve = fmin(1000, total / 4), end = t0 + total - reserve;
+	MHD_socket lsock;
+
+	fprintf(stderr, "ragged serve: signal %d, draining (up to %d s)\n", sig,
+		s->o.shutdown_timeout_s);
+	atomic_store(&s->stopping, true);
+	/* MHD stops polling the socket; shutting it down makes the kernel refuse new connections
+	 * now instead of queueing them unaccepted (it is closed after MHD_stop_daemon) */
+	lsock = MHD_quiesce_daemon(d);
+	if (lsock != MHD_INVALID_SOCKET)
+		shutdown(lsock, SHUT_RDWR);
+	rg_engine_drain(s->engine, end);
+	while (!rg_engine_idle(s->engine) && rg_now_ms() < end) {
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
+
+		if (sigtimedwait(sigs, NULL, &ts) > 0) {
+			fprintf(stderr, "ragged serve: second signal, stopping now\n");
+			break;
+		}
+	}
+	rg_engine_stop(s->engine);
+	wait_answered(s, fmax(t0 + total, rg_now_ms() + 250));
+	/* the last answers are queued; let the HTTP threads write them before closing */
+	nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+	MHD_stop_daemon(d);
+	if (lsock != MHD_INVALID_SOCKET)
+		close(lsock);
+	fprintf(stderr, "ragged serve: stopped after %.0f ms\n", rg_now_ms() - t0);
 }
 
 static pthread_t g_main_thread; /* the thread that sigwaits for SIGINT/SIGTERM */
@@ -263,6 +318,14 @@ int rg_serve_main(int argc, char **argv)
 		rc = st == RG_ERR_INVALID_INPUT ? EXIT_USAGE : 1;
 		goto out_stop;
 	}
+	{
+		rg_cost_model cm = rg_engine_cost_model(s->engine);
+
+		fprintf(stderr, "ragged serve: batch time estimate %.3g ms + %.3g ms/token + %.3g "
+			"ms/attention pair (%s), time budget %.3g ms, admission by %s\n",
+			cm.batch_ms, cm.token_ms, cm.pair_ms, s->cost ? "cost table" : "measured",
+			rg_engine_time_budget_ms(s->engine), s->o.admission);
+	}
 	atomic_store(&s->ready, true);
 	printf("ragged serving %s on http://%s:%d (%s, %s, %s)\n", s->o.model, s->o.host, s->port,
 	       rg_device_name(s->o.device), rg_dtype_name(s->o.dtype), rg_sched_kind_name(s->kind));
@@ -272,19 +335,16 @@ int rg_serve_main(int argc, char **argv)
 		if (sigwait(&sigs, &sig) != 0)
 			sig = SIGTERM;
 	} while (sig != SIGINT && sig != SIGTERM);
-	fprintf(stderr, "ragged serve: signal %d, stopping\n", sig);
 	rc = 0;
+	drain(s, d, &sigs, sig);
+	d = NULL;
 out_stop:
 	/* Order: refuse new work, answer what is queued (503), stop HTTP, then free the rest. */
 	atomic_store(&s->stopping, true);
 	rg_engine_stop(s->engine);
-	/* Give the connections resumed by the stop a moment to send their 503s. */
-	for (int i = 0; i < 200 && atomic_load(&s->n_suspended) > 0; i++) {
-		struct timespec ts = { 0, 5 * 1000 * 1000 };
-
-		nanosleep(&ts, NULL);
-	}
-	MHD_stop_daemon(d);
+	wait_answered(s, rg_now_ms() + 1000);
+	if (d)
+		MHD_stop_daemon(d);
 	rg_engine_free(s->engine);
 	rg_cache_free(s->cache);
 	rg_cost_table_free(s->cost);

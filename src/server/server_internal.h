@@ -57,7 +57,7 @@ typedef struct conn_ctx {
 	char refused_msg[256];
 	size_t discarded;        /* body bytes read and dropped after the refusal */
 	bool close_after;        /* broken framing: answer with Connection: close */
-	int retry_after_s;       /* > 0: answer with Retry-After */
+	int retry_after_s;       /* Retry-After of the answer; a 429/503 sends at least 1 */
 	const char *cors_origin; /* Access-Control-Allow-Origin of the answer; NULL: none */
 	bool suspended;          /* queued in the engine (or resuming to report a submit error) */
 	atomic_bool released;    /* the engine made its last access (job_done ran / submit failed) */

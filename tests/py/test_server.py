@@ -466,12 +466,14 @@ def test_queue_full_429_and_deadline_504(tiny_dir):
         assert set(codes) <= {200, 429}
         err = [json.loads(r[2]) for r in res if r[0] == 429][0]
         assert err["error_type"] == "overloaded"
+        assert all(int(r[1]["retry-after"]) >= 1 for r in res if r[0] == 429)
         m = s.metrics()
         assert m['ragged_requests_total{route="embed",code="429"}'] == codes.count(429)
     finally:
         s.stop()
+    # admitted by count only (by time, each of these needs 400 ms > 150 ms: 413 at once)
     s = Server(tiny_dir, "--scheduler", "nobatch", "--request-timeout-ms", 150,
-               "--batch-delay-ms", 400, "--cache-entries", 0)
+               "--batch-delay-ms", 400, "--cache-entries", 0, "--admission", "count")
     try:
         res = [None] * 3
         ths = [threading.Thread(target=_post_in_thread, args=(s, {"inputs": f"d {i}"}, res, i))
@@ -547,7 +549,9 @@ def test_sigterm_to_a_library_thread_stops_cleanly(tiny_dir):
 
 
 def test_sigterm_with_queued_requests(tiny_dir):
-    s = Server(tiny_dir, "--scheduler", "nobatch", "--batch-delay-ms", 400, "--cache-entries", 0)
+    # no drain time: what is queued gets 503 at once (the drain: test_server_overload.py)
+    s = Server(tiny_dir, "--scheduler", "nobatch", "--batch-delay-ms", 400, "--cache-entries", 0,
+               "--shutdown-timeout-s", 0)
     res = [None] * 3
     ths = [threading.Thread(target=_post_in_thread, args=(s, {"inputs": f"sig {i}"}, res, i))
            for i in range(3)]

@@ -8,7 +8,11 @@
  *  - ConcatBatching, slotted, naive, token, FCFS/SJF/EDF, nobatch: hand-worked cases.
  *  - Every policy: a long random simulation (arrivals, expiry, picks, removal) checking that the
  *    layout is valid (no overlap, inside rows/slots, within budgets), that no request is lost,
- *    duplicated or answered twice, and that expired requests are never picked. */
+ *    duplicated or answered twice, and that expired requests are never picked; once more with a
+ *    time budget (max_batch_ms), checking every batch's estimate against it.
+ *  - The time budget on hand cases (packed, naive, concat, DP) and the cost model's fit
+ *    (cost_model.c): exact coefficients back from noise-free data, non-negative least squares
+ *    against a dense grid search, and the fit of a cost table. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include "sched/cost_model.h"
 #include "sched/cost_table.h"
 #include "sched/sched.h"
 
@@ -643,6 +648,217 @@ static void test_dp_lazy(void **state)
 	rg_cost_table_free(t);
 }
 
+/* ---- time budget (max_batch_ms) ---- */
+
+/* A batch's estimate is within the budget unless it holds one request (row policies: one row). */
+static void check_time_budget(const rg_sched_params *p, const rg_sched_batch *b)
+{
+	bool rows = b->layout.mode == RG_EXEC_CONCAT || b->layout.mode == RG_EXEC_SLOTTED;
+	double est = p->kind == RG_SCHED_DP ? b->est_ms
+		: rg_cost_model_ms(&p->cost_model, b->computed_tokens, b->attn_pairs);
+
+	if (b->n == 0)
+		return;
+	if (p->kind != RG_SCHED_DP && !(fabs(b->est_ms - est) <= 1e-9 * (1 + est)))
+		fail_msg("%s: est_ms %g, model says %g", rg_sched_kind_name(p->kind), b->est_ms,
+			 est);
+	if (p->max_batch_ms <= 0 || b->n == 1 || (rows && b->layout.n_rows == 1))
+		return;
+	if (!(est <= p->max_batch_ms * (1 + 1e-12)))
+		fail_msg("%s: batch of %d (%d tokens, %g pairs) estimated %g ms, budget %g ms",
+			 rg_sched_kind_name(p->kind), b->n, b->computed_tokens, b->attn_pairs, est,
+			 p->max_batch_ms);
+}
+
+/* Model 1 ms + 0.1 ms/token (no attention term), budget 10 ms: at most 90 tokens per batch.
+ *  token: 50, 30 (80 tokens, 9 ms); 20 would make 100 tokens, 11 ms: stop          -> {0, 1}
+ *  fcfs: 50, 30, skips 20, takes 5 (85 tokens, 9.5 ms)                          -> {0, 1, 3}
+ *  without the budget: token takes all four (105 tokens)
+ *  a request alone over the budget (200 tokens, 21 ms) still runs, alone          -> {0}
+ *  naive (padded): rows of the longest, 2 rows of 50 = 100 tokens = 11 ms        -> {0}
+ *   lens 30, 20, 25: 3 rows of 30 = 90 tokens = 10 ms                            -> {0, 1, 2}
+ *  concat, rows of 40 tokens: 2 rows = 9 ms, 3 rows = 13 ms -> 2 of the 4 rows used;
+ *   lens 30, 20, 25, 10: r0 row 0, r1 row 1, r2 fits nowhere, r3 row 0 [30, 40)  -> {0, 1, 3}
+ *  pairs: model 0 + 0.01 ms/pair, budget 10 ms = 1000 pairs: packed 30 (900),
+ *   then 10 (1000): full; 5 would be 1025                                        -> {0, 1} */
+static void test_time_budget_hand_cases(void **state)
+{
+	(void)state;
+	rg_sched_params p = rg_sched_params_default(RG_SCHED_TOKEN);
+	p.max_batch_ms = 10;
+	p.cost_model = (rg_cost_model){1, 0.1, 0};
+	int lens[] = {50, 30, 20, 5};
+	expect_pick(&p, lens, NULL, 4, 0, 2, (int[]){0, 1}, NULL, (int[]){0, 50});
+	p.kind = RG_SCHED_FCFS;
+	expect_pick(&p, lens, NULL, 4, 0, 3, (int[]){0, 1, 3}, NULL, NULL);
+	p.kind = RG_SCHED_TOKEN;
+	p.max_batch_ms = 0;
+	expect_pick(&p, lens, NULL, 4, 0, 4, (int[]){0, 1, 2, 3}, NULL, NULL);
+	p.max_batch_ms = 10;
+	expect_pick(&p, (int[]){200, 1}, NULL, 2, 0, 1, (int[]){0}, NULL, NULL);
+
+	p.kind = RG_SCHED_NAIVE;
+	expect_pick(&p, lens, NULL, 4, 0, 1, (int[]){0}, NULL, NULL);
+	expect_pick(&p, (int[]){30, 20, 25, 10}, NULL, 4, 0, 3, (int[]){0, 1, 2}, NULL, NULL);
+
+	p = rg_sched_params_default(RG_SCHED_CONCAT);
+	p.n_rows = 4;
+	p.row_len = 40;
+	p.max_batch_tokens = 160;
+	p.max_batch_ms = 10;
+	p.cost_model = (rg_cost_model){1, 0.1, 0};
+	expect_pick(&p, (int[]){30, 20, 25, 10}, NULL, 4, 0, 3, (int[]){0, 1, 3},
+		    (int[]){0, 1, 0}, (int[]){0, 0, 30});
+
+	p = rg_sched_params_default(RG_SCHED_TOKEN);
+	p.max_batch_ms = 10;
+	p.cost_model = (rg_cost_model){0, 0, 0.01};
+	expect_pick(&p, (int[]){30, 10, 5}, NULL, 3, 0, 2, (int[]){0, 1}, NULL, NULL);
+}
+
+/* DP under a budget: T(len, b) = 2 + 0.01 * len * b (lazy_table), four requests of 100 tokens,
+ * T(100, b) = 2 + b. Without a budget the optimum is one batch of 4 (6 ms). With 5 ms, groups
+ * of 4 are out (6 > 5): the optimum is 3 + 1 or 2 + 2 (8 ms), so the first batch holds 2 or 3
+ * and its estimate is within 5 ms. */
+static rg_cost_table *lazy_table(void);
+static void test_time_budget_dp(void **state)
+{
+	(void)state;
+	rg_cost_table *t = lazy_table();
+	rg_sched_params p = rg_sched_params_default(RG_SCHED_DP);
+	p.cost = t;
+	p.max_batch_requests = 8;
+	rg_sched *s;
+	rg_sched_batch b;
+	rg_sched_req q[4];
+	double wake;
+	assert_int_equal(rg_sched_batch_init(&b, 8), RG_OK);
+	fill_queue(q, 4, (int[]){100, 100, 100, 100}, NULL);
+	s = make(&p);
+	assert_int_equal(rg_sched_pick(s, q, 4, 10, &b, &wake), RG_OK);
+	assert_int_equal(b.n, 4);
+	rg_sched_free(s);
+	p.max_batch_ms = 5;
+	s = make(&p);
+	assert_int_equal(rg_sched_pick(s, q, 4, 10, &b, &wake), RG_OK);
+	assert_true(b.n >= 1 && b.n <= 3);
+	assert_true(b.est_ms <= 5 + 1e-9);
+	check_time_budget(&p, &b);
+	rg_sched_free(s);
+	rg_sched_batch_free(&b);
+	rg_cost_table_free(t);
+}
+
+/* Bad budgets and models are refused; set_time_budget validates. */
+static void test_time_budget_params(void **state)
+{
+	(void)state;
+	rg_sched_params p = rg_sched_params_default(RG_SCHED_TOKEN);
+	rg_status st = RG_OK;
+	p.max_batch_ms = -1;
+	assert_null(rg_sched_create(&p, &st));
+	assert_int_equal(st, RG_ERR_INVALID_INPUT);
+	p.max_batch_ms = 5;
+	p.cost_model.token_ms = -0.1;
+	assert_null(rg_sched_create(&p, &st));
+	p.cost_model.token_ms = NAN;
+	assert_null(rg_sched_create(&p, &st));
+	p.cost_model.token_ms = 0.1;
+	rg_sched *s = make(&p);
+	rg_cost_model bad = {1, INFINITY, 0}, good = {2, 0.5, 0};
+	assert_int_equal(rg_sched_set_time_budget(s, 7, &bad), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_sched_set_time_budget(s, -1, &good), RG_ERR_INVALID_INPUT);
+	assert_true(rg_sched_get_params(s)->cost_model.token_ms == 0.1);
+	assert_true(rg_sched_get_params(s)->max_batch_ms == 5);
+	assert_int_equal(rg_sched_set_time_budget(s, 7, &good), RG_OK);
+	assert_true(rg_sched_get_params(s)->cost_model.token_ms == 0.5);
+	assert_true(rg_sched_get_params(s)->max_batch_ms == 7);
+	rg_sched_free(s);
+}
+
+/* ---- cost model fit ---- */
+
+static double sse_of(const rg_cost_model *m, const double *t, const double *pr, const double *y,
+		     int n)
+{
+	double e = 0;
+	for (int i = 0; i < n; i++) {
+		double d = rg_cost_model_ms(m, t[i], pr[i]) - y[i];
+		e += d * d;
+	}
+	return e;
+}
+
+static void test_cost_model_fit(void **state)
+{
+	(void)state;
+	double t[64], pr[64], y[64];
+	rg_cost_model m;
+
+	/* noise-free data of a known model, batches of 1-32 sequences of 1-512 tokens */
+	for (int trial = 0; trial < 50; trial++) {
+		rg_cost_model truth = {drand() * 5, drand() * 0.01, drand() * 1e-5};
+		if (trial % 5 == 1)
+			truth.pair_ms = 0; /* a coefficient at the bound */
+		if (trial % 5 == 2)
+			truth.batch_ms = 0;
+		for (int i = 0; i < 40; i++) {
+			double b = irand(1, 32), len = irand(1, 512);
+			t[i] = b * len;
+			pr[i] = b * len * len;
+			y[i] = rg_cost_model_ms(&truth, t[i], pr[i]);
+		}
+		assert_int_equal(rg_cost_model_fit(t, pr, y, 40, &m), RG_OK);
+		if (!(fabs(m.batch_ms - truth.batch_ms) <= 1e-6 * (1 + truth.batch_ms) &&
+		      fabs(m.token_ms - truth.token_ms) <= 1e-6 * (1e-3 + truth.token_ms) &&
+		      fabs(m.pair_ms - truth.pair_ms) <= 1e-6 * (1e-6 + truth.pair_ms)))
+			fail_msg("trial %d: fit %g %g %g, truth %g %g %g", trial, m.batch_ms,
+				 m.token_ms, m.pair_ms, truth.batch_ms, truth.token_ms,
+				 truth.pair_ms);
+	}
+	/* data that an unconstrained fit would give a negative slope: the NNLS optimum is at
+	 * least as good as every point of a grid over the non-negative coefficients */
+	for (int trial = 0; trial < 20; trial++) {
+		for (int i = 0; i < 12; i++) {
+			t[i] = irand(1, 2000);
+			pr[i] = t[i] * irand(1, 300);
+			y[i] = fmax(0, 20 - 0.004 * t[i] + (drand() - 0.5) * 3);
+		}
+		assert_int_equal(rg_cost_model_fit(t, pr, y, 12, &m), RG_OK);
+		assert_true(rg_cost_model_valid(&m));
+		double best = sse_of(&m, t, pr, y, 12);
+		for (int a = 0; a <= 40; a++)
+			for (int bb = 0; bb <= 20; bb++)
+				for (int c = 0; c <= 20; c++) {
+					rg_cost_model g = {a * 0.75, bb * 2e-4, c * 2e-7};
+					assert_true(best <= sse_of(&g, t, pr, y, 12) * (1 + 1e-9) +
+						    1e-9);
+				}
+	}
+	/* one measurement, and bad input */
+	t[0] = 100;
+	pr[0] = 1e4;
+	y[0] = 3;
+	assert_int_equal(rg_cost_model_fit(t, pr, y, 1, &m), RG_OK);
+	assert_true(fabs(rg_cost_model_ms(&m, 100, 1e4) - 3) <= 1e-9);
+	assert_int_equal(rg_cost_model_fit(t, pr, y, 0, &m), RG_ERR_INVALID_INPUT);
+	y[0] = -1;
+	assert_int_equal(rg_cost_model_fit(t, pr, y, 1, &m), RG_ERR_INVALID_INPUT);
+	y[0] = NAN;
+	assert_int_equal(rg_cost_model_fit(t, pr, y, 1, &m), RG_ERR_INVALID_INPUT);
+
+	/* a cost table T(len, b) = 2 + 0.01 len b: tokens b*len, so 2 ms + 0.01 ms/token */
+	rg_cost_table *tab = lazy_table();
+	assert_int_equal(rg_cost_model_from_table(tab, &m), RG_OK);
+	assert_true(fabs(m.batch_ms - 2) < 1e-6 && fabs(m.token_ms - 0.01) < 1e-9 &&
+		    fabs(m.pair_ms) < 1e-12);
+	rg_cost_table_free(tab);
+	int lens[] = {8, 16};
+	tab = rg_cost_table_create(lens, 2, (int[]){1}, 1, NULL);
+	assert_int_equal(rg_cost_model_from_table(tab, &m), RG_ERR_INVALID_INPUT); /* unmeasured */
+	rg_cost_table_free(tab);
+}
+
 /* ---- long random simulation, every policy ---- */
 
 enum { ST_PENDING, ST_QUEUED, ST_SERVED, ST_EXPIRED, ST_REJECTED };
@@ -700,6 +916,7 @@ static void simulate(const rg_sched_params *p, int n_req)
 		double wake = -1;
 		assert_int_equal(rg_sched_pick(s, q, nq, pick_now, &b, &wake), RG_OK);
 		validate(s, q, nq, pick_now, &b);
+		check_time_budget(p, &b);
 		if (b.n > 0) {
 			assert_true(wake == pick_now);
 			char *gone = calloc((size_t)nq, 1);
@@ -734,7 +951,7 @@ static void simulate(const rg_sched_params *p, int n_req)
 		double nt = pickable && wake < na ? wake : na;
 		if (isinf(nt)) {
 			nt = pick_now + 1; /* let the remaining ones expire */
-			assert_true(nq > 0);
+			assert_true(nq > 0 || done == n_req); /* the last ones may expire above */
 		}
 		now = nt > now ? nt : now;
 	}
@@ -781,6 +998,19 @@ static void test_simulation_all_policies(void **state)
 			}
 			simulate(&p, 3000);
 		}
+		/* the time budget: the simulation's own clock (0.2 ms + 0.004 ms per computed
+		 * token) as the model, 1 ms per batch: about 200 of the 512 tokens */
+		rg_sched_params p = rg_sched_params_default((rg_sched_kind)k);
+		p.max_batch_tokens = 512;
+		p.max_batch_requests = 16;
+		p.n_rows = 4;
+		p.row_len = 128;
+		p.slot_len = 32;
+		p.cost = t;
+		p.das_packed = k == RG_SCHED_DAS;
+		p.max_batch_ms = k == RG_SCHED_DP ? 4 : 1;
+		p.cost_model = (rg_cost_model){0.2, 0.004, 1e-6};
+		simulate(&p, 3000);
 	}
 	rg_cost_table_free(t);
 }
@@ -835,6 +1065,10 @@ int main(void)
 		cmocka_unit_test(test_dp_matches_brute_force),
 		cmocka_unit_test(test_dp_lazy),
 		cmocka_unit_test(test_simulation_all_policies),
+		cmocka_unit_test(test_time_budget_hand_cases),
+		cmocka_unit_test(test_time_budget_dp),
+		cmocka_unit_test(test_time_budget_params),
+		cmocka_unit_test(test_cost_model_fit),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -44,16 +44,27 @@ static void test_defaults(void **state)
 	assert_false(o.lazy);
 	assert_true(o.http_threads >= 4 && o.http_threads <= 32);
 	assert_string_equal(o.model, "");
+	assert_true(o.max_batch_ms == 100);
+	assert_int_equal(o.max_client_batch_tokens, 131072);
+	assert_string_equal(o.admission, "time");
+	assert_int_equal(o.shutdown_timeout_s, 25);
+	assert_true(o.token_delay_us == 0);
 }
 
 static void test_values_and_flags(void **state)
 {
 	const char *args[] = {"--port=0", "--device", "cpu", "--dtype=bf16", "--lazy",
-			      "--eta", "0.25", "--max-body-bytes", "1024", "--model", "/m"};
+			      "--eta", "0.25", "--max-body-bytes", "1024", "--model", "/m",
+			      "--admission=count", "--max-batch-ms", "0", "--shutdown-timeout-s=0",
+			      "--max-client-batch-tokens", "7"};
 	rg_serve_opts o;
 	(void)state;
 
-	assert_int_equal(parse(&o, 11, args), -1);
+	assert_int_equal(parse(&o, 17, args), -1);
+	assert_string_equal(o.admission, "count");
+	assert_true(o.max_batch_ms == 0);
+	assert_int_equal(o.shutdown_timeout_s, 0);
+	assert_int_equal(o.max_client_batch_tokens, 7);
 	assert_int_equal(o.port, 0);
 	assert_int_equal(o.device, RG_DEVICE_CPU);
 	assert_true(o.device_set);
@@ -71,6 +82,8 @@ static void test_usage_errors(void **state)
 		{"--eta", "1"},           {"--lazy=1", NULL},  {"--scheduler", "magic"},
 		{"--max-queue", "0"},     {"stray", NULL},     {"--max-batch-tokens", NULL},
 		{"--cache-entries", "-1"}, {"--host", ""},
+		{"--admission", "queue"}, {"--max-batch-ms", "-1"}, {"--shutdown-timeout-s", "-1"},
+		{"--max-client-batch-tokens", "0"},
 	};
 	rg_serve_opts o;
 	(void)state;
@@ -95,8 +108,10 @@ static void test_help_lists_every_option(void **state)
 	for (const char *o = "--model --port --scheduler --max-batch-requests --das-packed "
 			     "--batch-delay-ms --api-key --cors-allow-origin "
 			     "--request-read-timeout-s --max-connections-per-ip "
-			     "--max-buffered-bytes --max-discard-bytes [RAGGED_PORT] "
-			     "[RAGGED_MAX_BATCH_REQUESTS] [RAGGED_API_KEY] [RAGGED_DAS_PACKED]";
+			     "--max-buffered-bytes --max-discard-bytes --max-batch-ms "
+			     "--max-client-batch-tokens --admission --shutdown-timeout-s "
+			     "--token-delay-us [RAGGED_PORT] [RAGGED_MAX_BATCH_REQUESTS] [RAGGED_API_KEY] "
+			     "[RAGGED_DAS_PACKED] [RAGGED_SHUTDOWN_TIMEOUT_S]";
 	     *o;) {
 		char name[64];
 		int n = 0;
