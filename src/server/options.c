@@ -275,8 +275,8 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 			if (strlen(g_opts[k].name) == len && !strncmp(a, g_opts[k].name, len))
 				s = &g_opts[k];
 		if (!s) {
-			fprintf(stderr, "ragged serve: unknown option '%.*s' (see --help)\n", (int)len,
-				a);
+			fprintf(stderr, "ragged serve: unknown option '%.*s'\n", (int)len, a);
+			rg_serve_usage(stderr);
 			return RG_SERVE_EXIT_USAGE;
 		}
 		if (s->kind == OPT_FLAG) {
