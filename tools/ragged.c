@@ -207,7 +207,7 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 			}
 		} else {
 			v = len != strlen(a) ? a + len + 1 : i + 1 < argc ? argv[++i] : NULL;
-			if (!v) {
+			if (!v || !*v) {
 				fprintf(stderr, "ragged %s: option %s needs a value (%s)\n", c->name,
 					fl->name, fl->metavar);
 				return EXIT_USAGE;

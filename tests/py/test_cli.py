@@ -142,6 +142,8 @@ def test_invalid_utf8_names_line(minilm_dir):
     (["embed", "--max-batch-tokens", "0"], "--max-batch-tokens"),
     (["embed", "--max-batch-tokens", "12x"], "--max-batch-tokens"),
     (["embed", "--model"], "needs a value"),
+    (["embed", "--model="], "needs a value"),
+    (["tokenize", "--output", ""], "needs a value"),
     (["embed", "--format", "csv"], "--format"),
     (["embed", "--truncate=yes"], "takes no value"),
 ])
