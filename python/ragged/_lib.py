@@ -124,8 +124,10 @@ def library_path():
     return _path
 
 
-# free() of the C library the ids came from: the process's malloc, which libragged uses
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+# free() as the process resolves it, the one matching the malloc libragged calls (include/ragged.h:
+# "caller frees"): the global symbol, not libc's own by handle, which differs when a malloc is
+# interposed (LD_PRELOAD of a sanitizer runtime, jemalloc, tcmalloc)
+_libc = ctypes.CDLL(None)
 _libc.free.argtypes = [ctypes.c_void_p]
 _libc.free.restype = None
 
