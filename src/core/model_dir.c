@@ -75,21 +75,21 @@ typedef struct prefix_list {
 static void prefix_add(prefix_list *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void prefix_add(prefix_list *l, const char *fmt, ...)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX], real[PATH_MAX];
 	va_list ap;
 	int len;
 
 	va_start(ap, fmt);
 	len = vsnprintf(path, sizeof(path), fmt, ap);
 	va_end(ap);
-	if (len <= 0 || len >= (int)sizeof(path) || l->n == MAX_PREFIXES)
+	/* canonical, so that /usr/bin/.. and /usr are searched (and named) once */
+	if (len <= 0 || len >= (int)sizeof(path) || l->n == MAX_PREFIXES || !realpath(path, real) ||
+	    !is_dir(real))
 		return;
-	while (len > 1 && path[len - 1] == '/')
-		path[--len] = '\0';
 	for (int i = 0; i < l->n; i++)
-		if (!strcmp(l->p[i], path))
+		if (!strcmp(l->p[i], real))
 			return;
-	if (is_dir(path) && (l->p[l->n] = strdup(path)))
+	if ((l->p[l->n] = strdup(real)))
 		l->n++;
 }
 
