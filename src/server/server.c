@@ -182,7 +182,7 @@ int rg_serve_main(int argc, char **argv)
 	/* --model: a directory or a Hugging Face id in the local cache; s->o.model keeps the name
 	 * given (responses name the model by it), the default model by its directory */
 	if (rg_model_dir_resolve(s->o.model, model_dir, sizeof(model_dir)) != RG_OK) {
-		fprintf(stderr, "ragged serve: %s\n", rg_last_error());
+		fprintf(stderr, "ragged serve: cannot load model: %s\n", rg_last_error());
 		goto out_free;
 	}
 	if (!s->o.model[0])
