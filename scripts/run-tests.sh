@@ -56,6 +56,18 @@ run "pytest (asan+ubsan)" env RAGGED_LIB=build/asan/libragged.so RAGGED_BIN=buil
 # The server's request parser under libFuzzer + ASan/UBSan, bounded in time.
 run "fuzz request parser (${RAGGED_FUZZ_SECONDS:-30} s)" bash tests/fuzz/run_fuzz.sh "${RAGGED_FUZZ_SECONDS:-30}"
 
+# The container images: built and started where a Docker daemon answers (scripts/docker-test.sh);
+# elsewhere the step is skipped with its reason and counts neither as passed nor as failed.
+if [ "${RAGGED_SKIP_DOCKER:-0}" = 1 ]; then
+	echo "=== docker build: skipped (RAGGED_SKIP_DOCKER=1); not counted"
+elif ! command -v docker >/dev/null 2>&1; then
+	echo "=== docker build: skipped (docker is not installed); not counted"
+elif ! timeout 30 docker info >/dev/null 2>&1; then
+	echo "=== docker build: skipped (no Docker daemon answers: docker info fails); not counted"
+else
+	run "docker build + health (Dockerfile)" bash scripts/docker-test.sh
+fi
+
 echo
 [ ${#failed[@]} -gt 0 ] && printf 'FAILED: %s\n' "${failed[@]}"
 echo "$pass passed, $fail failed"

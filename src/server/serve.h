@@ -6,6 +6,7 @@
 /* Entry point of the `serve` subcommand. argv[0] is "serve"; options as `ragged serve --help`
  * prints. Runs until SIGINT/SIGTERM, then stops gracefully (queued requests are answered 503,
  * everything is freed). Returns the process exit code: 0 after a clean stop, 2 for a usage error
- * (one line on stderr), 1 when the model or the listening socket cannot be set up. */
+ * (one line on stderr, followed by the usage for an unknown option), 1 when the model or the
+ * listening socket cannot be set up. */
 int rg_serve_main(int argc, char **argv);
 #endif

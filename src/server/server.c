@@ -236,6 +236,7 @@ int rg_serve_main(int argc, char **argv)
 	rg_server *s;
 	struct MHD_Daemon *d = NULL;
 	rg_model_params mp = rg_model_params_default();
+	char model_dir[sizeof(s->o.model)];
 	sigset_t sigs;
 	rg_status st;
 	int rc, sig;
@@ -255,10 +256,14 @@ int rg_serve_main(int argc, char **argv)
 		rc = EXIT_USAGE;
 		goto out_free;
 	}
-	if (!s->o.model[0] && rg_default_model_dir(s->o.model, sizeof(s->o.model)) != RG_OK) {
-		fprintf(stderr, "ragged serve: %s\n", rg_last_error());
+	/* --model: a directory or a Hugging Face id in the local cache; s->o.model keeps the name
+	 * given (responses name the model by it), the default model by its directory */
+	if (rg_model_dir_resolve(s->o.model, model_dir, sizeof(model_dir)) != RG_OK) {
+		fprintf(stderr, "ragged serve: cannot load model: %s\n", rg_last_error());
 		goto out_free;
 	}
+	if (!s->o.model[0])
+		snprintf(s->o.model, sizeof(s->o.model), "%s", model_dir);
 	/* Many concurrent clients need many descriptors. */
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
@@ -302,7 +307,7 @@ int rg_serve_main(int argc, char **argv)
 	mp.device = s->o.device;
 	mp.dtype = s->o.dtype;
 	mp.max_batch_tokens = s->o.max_batch_tokens;
-	s->model = rg_model_load(s->o.model, &mp, &st);
+	s->model = rg_model_load(model_dir, &mp, &st);
 	if (!s->model) {
 		fprintf(stderr, "ragged serve: cannot load model %s: %s: %s\n", s->o.model,
 			rg_status_name(st), rg_last_error());

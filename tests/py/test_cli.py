@@ -137,18 +137,59 @@ def test_invalid_utf8_names_line(minilm_dir):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["embed", "--bogus"], "unknown option"),
     (["embed", "--device", "tpu"], "--device"),
     (["embed", "--dtype", "fp8"], "--dtype"),
     (["embed", "--max-batch-tokens", "0"], "--max-batch-tokens"),
     (["embed", "--max-batch-tokens", "12x"], "--max-batch-tokens"),
     (["embed", "--model"], "needs a value"),
-    (["frobnicate"], "unknown command"),
+    (["embed", "--model="], "needs a value"),
+    (["tokenize", "--output", ""], "needs a value"),
+    (["embed", "--format", "csv"], "--format"),
+    (["embed", "--truncate=yes"], "takes no value"),
 ])
 def test_usage_errors(args, needle):
     p = ragged(*args, stdin=b"hi\n")
     assert p.returncode == 2
     assert needle in one_error_line(p)
+
+
+@pytest.mark.parametrize("args,needle,usage", [
+    (["embed", "--bogus"], "unknown option '--bogus'", "usage: ragged embed"),
+    (["tokenize", "--format", "npy"], "unknown option '--format'", "usage: ragged tokenize"),
+    (["info", "--input", "x"], "unknown option '--input'", "usage: ragged info"),
+    (["serve", "--bogus"], "unknown option '--bogus'", "usage: ragged serve"),
+    (["frobnicate"], "unknown command", "usage: ragged <command>"),
+])
+def test_unknown_option_prints_the_command_usage(args, needle, usage):
+    """An option the command does not take: one line naming it, then that command's usage on
+    stderr, exit status 2, nothing on stdout."""
+    p = ragged(*args, stdin=b"hi\n")
+    assert p.returncode == 2
+    assert p.stdout == b""
+    lines = p.stderr.decode().splitlines()
+    assert needle in lines[0]
+    assert lines[1] == usage or lines[1].startswith(usage + " ")
+
+
+def test_command_help():
+    """`ragged CMD --help` (and `ragged help CMD`) prints that command's own options on stdout."""
+    own = {"embed": ["--format", "--progress", "--max-batch-tokens", "--model"],
+           "tokenize": ["--truncate", "--output", "--model"],
+           "info": ["--model", "--device"],
+           "serve": ["--port", "--max-queue"],
+           "loadgen": ["--rate", "--url"]}
+    for cmd, flags in own.items():
+        p = ragged(cmd, "--help")
+        assert p.returncode == 0, (cmd, p.stderr)
+        out = p.stdout.decode()
+        assert out.splitlines()[0].startswith(f"usage: ragged {cmd} "), out
+        for f in flags:
+            assert f in out, (cmd, f)
+        if cmd in ("tokenize", "info"):
+            assert "--format" not in out and "--progress" not in out, (cmd, out)
+        h = ragged("help", cmd)
+        assert h.returncode == 0 and h.stdout == p.stdout, cmd
+    assert ragged("embed", "-h").stdout == ragged("embed", "--help").stdout
 
 
 def test_missing_model_dir(tmp_path):

@@ -1,0 +1,136 @@
+"""Locating and binding libragged.so (the public C API of include/ragged.h) with ctypes.
+
+Where the library comes from, first found wins:
+  1. $RAGGED_LIB (a path): an explicit choice, e.g. the ASan build under test;
+  2. libragged.so inside this package (copied there by the build, python/setup.py);
+  3. build/libragged.so of the repository this package sits in (an editable install);
+  4. the dynamic linker's search (LD_LIBRARY_PATH, the ldconfig cache: ctypes.util.find_library);
+  5. <sys.prefix>/lib, /usr/local/lib (`make install`'s default), /usr/lib.
+"""
+import ctypes
+import ctypes.util
+import os
+import sys
+import threading
+
+PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+RG_OK = 0
+
+
+class ModelParams(ctypes.Structure):
+    """rg_model_params."""
+    _fields_ = [("device", ctypes.c_int), ("device_index", ctypes.c_int),
+                ("dtype", ctypes.c_int), ("max_batch_tokens", ctypes.c_int)]
+
+
+class ModelInfo(ctypes.Structure):
+    """rg_model_info (field order and types as in include/ragged.h)."""
+    _fields_ = [("model_dir", ctypes.c_char_p), ("model_type", ctypes.c_char_p),
+                ("vocab_size", ctypes.c_int), ("hidden_size", ctypes.c_int),
+                ("num_attention_heads", ctypes.c_int), ("num_hidden_layers", ctypes.c_int),
+                ("intermediate_size", ctypes.c_int), ("max_position_embeddings", ctypes.c_int),
+                ("type_vocab_size", ctypes.c_int), ("hidden_act", ctypes.c_char_p),
+                ("layer_norm_eps", ctypes.c_double), ("pooling", ctypes.c_int),
+                ("normalize", ctypes.c_bool), ("device", ctypes.c_int), ("dtype", ctypes.c_int),
+                ("max_batch_tokens", ctypes.c_int), ("max_seq_len", ctypes.c_int),
+                ("num_labels", ctypes.c_int), ("labels", ctypes.POINTER(ctypes.c_char_p)),
+                ("multi_label", ctypes.c_bool), ("output_dim", ctypes.c_int)]
+
+
+_lock = threading.Lock()
+_lib = None
+_path = None
+
+
+def _candidates():
+    env = os.environ.get("RAGGED_LIB")
+    if env:
+        yield env
+        return
+    yield os.path.join(PKG_DIR, "libragged.so")
+    yield os.path.normpath(os.path.join(PKG_DIR, "..", "..", "build", "libragged.so"))
+    found = ctypes.util.find_library("ragged")
+    if found:
+        yield found
+    for d in (os.path.join(sys.prefix, "lib"), "/usr/local/lib", "/usr/lib"):
+        yield os.path.join(d, "libragged.so")
+
+
+def _bind(l):
+    c_int, c_size_t, c_void_p, c_char_p = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, \
+        ctypes.c_char_p
+    l.rg_last_error.restype = c_char_p
+    l.rg_last_error.argtypes = []
+    l.rg_status_name.restype = c_char_p
+    l.rg_status_name.argtypes = [c_int]
+    l.rg_model_params_default.restype = ModelParams
+    l.rg_model_params_default.argtypes = []
+    l.rg_device_parse.argtypes = [c_char_p, ctypes.POINTER(c_int)]
+    l.rg_dtype_parse.argtypes = [c_char_p, ctypes.POINTER(c_int)]
+    l.rg_device_name.restype = c_char_p
+    l.rg_device_name.argtypes = [c_int]
+    l.rg_dtype_name.restype = c_char_p
+    l.rg_dtype_name.argtypes = [c_int]
+    l.rg_pooling_name.restype = c_char_p
+    l.rg_pooling_name.argtypes = [c_int]
+    l.rg_cuda_device_count.restype = c_int
+    l.rg_cuda_device_count.argtypes = []
+    l.rg_build_has_cuda.restype = ctypes.c_bool
+    l.rg_build_has_cuda.argtypes = []
+    l.rg_model_dir_resolve.argtypes = [c_char_p, c_char_p, c_size_t]
+    l.rg_model_load.restype = c_void_p
+    l.rg_model_load.argtypes = [c_char_p, ctypes.POINTER(ModelParams), ctypes.POINTER(c_int)]
+    l.rg_model_free.restype = None
+    l.rg_model_free.argtypes = [c_void_p]
+    l.rg_model_get_info.restype = ctypes.POINTER(ModelInfo)
+    l.rg_model_get_info.argtypes = [c_void_p]
+    l.rg_model_tokenize.argtypes = [c_void_p, c_char_p, c_size_t, ctypes.c_bool,
+                                    ctypes.POINTER(c_void_p), ctypes.POINTER(c_size_t)]
+    l.rg_model_embed.argtypes = [c_void_p, c_void_p, c_void_p, c_int, c_void_p]
+    # the rest return rg_status: ctypes' default restype, int
+
+
+def lib():
+    """The loaded library (bound once per process). OSError naming every place tried when none
+    loads."""
+    global _lib, _path
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for cand in _candidates():
+            # a bare name (find_library) is for the dynamic linker to find; a path must exist
+            if os.sep in cand and not os.path.isfile(cand):
+                tried.append(f"{cand} (missing)")
+                continue
+            try:
+                l = ctypes.CDLL(cand)
+                getattr(l, "rg_model_dir_resolve")
+            except (OSError, AttributeError) as e:
+                tried.append(f"{cand} ({e})")
+                continue
+            _bind(l)
+            _lib, _path = l, cand
+            return l
+        raise OSError("libragged.so not found; tried: " + "; ".join(tried) +
+                      ". Build it (make) and reinstall this package, install it (make install), "
+                      "or set RAGGED_LIB=/path/to/libragged.so")
+
+
+def library_path():
+    """The path (or name) of the libragged.so this process uses; loads it."""
+    lib()
+    return _path
+
+
+# free() as the process resolves it, the one matching the malloc libragged calls (include/ragged.h:
+# "caller frees"): the global symbol, not libc's own by handle, which differs when a malloc is
+# interposed (LD_PRELOAD of a sanitizer runtime, jemalloc, tcmalloc)
+_libc = ctypes.CDLL(None)
+_libc.free.argtypes = [ctypes.c_void_p]
+_libc.free.restype = None
+
+
+def c_free(p):
+    _libc.free(p)
