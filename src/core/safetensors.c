@@ -107,7 +107,7 @@ void rg_st_free(rg_st *st)
 }
 
 /* IEEE 754 binary16 -> binary32, exact for every input (subnormals, +-0, +-inf, NaN payloads). */
-static float rg_half_to_float(uint16_t h)
+float rg_half_to_float(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h >> 15) << 31;
 	uint32_t exp = (h >> 10) & 0x1f;

@@ -55,6 +55,8 @@ const rg_st_tensor *rg_st_at(const rg_st *st, size_t i);
 /* Convert a tensor's elements to float32 into dst (numel floats, caller-owned). Exact: F16 as
  * IEEE 754 binary16 (subnormals, +-inf, NaN kept), BF16 as the top 16 bits of a binary32. */
 void rg_st_to_f32(const rg_st_tensor *t, float *dst);
+/* IEEE 754 binary16 -> binary32, exact for every input. */
+float rg_half_to_float(uint16_t h);
 
 /* Number of elements (product of shape). */
 size_t rg_st_numel(const rg_st_tensor *t);
