@@ -33,7 +33,10 @@ typedef struct rg_job_seq {
 	const int32_t *types; /* (len) token type ids (sentence pairs), borrowed; NULL: all 0 */
 	int len;              /* >= 1 */
 	float *out;           /* (output_dim) float32 destination, owner's memory: the model's
-			       * embedding or classifier scores (rg_model_info.output_dim) */
+			       * raw pooled embedding (no Normalize: the owner normalizes per
+			       * request) or classifier scores (rg_model_info.output_dim) */
+	float *hidden_out;    /* (len, hidden_size) float32 or NULL: every token's last hidden
+			       * state (TEI /embed_all), owner's memory */
 } rg_job_seq;
 
 typedef struct rg_job rg_job;

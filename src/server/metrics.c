@@ -62,7 +62,8 @@ void rg_metrics_request(rg_metrics *m, rg_route route, int status, double queue_
 		route = RG_ROUTE_OTHER;
 	pthread_mutex_lock(&m->mu);
 	m->requests[route][code_index(status)]++;
-	if (route == RG_ROUTE_EMBED || route == RG_ROUTE_OPENAI) {
+	if (route == RG_ROUTE_EMBED || route == RG_ROUTE_OPENAI || route == RG_ROUTE_EMBED_ALL ||
+	    route == RG_ROUTE_SIMILARITY) {
 		hist_observe(&m->queue_ms, queue_ms);
 		hist_observe(&m->inference_ms, inference_ms);
 		hist_observe(&m->total_ms, total_ms);
