@@ -1473,9 +1473,11 @@ static rg_status sl_new(rg_strlist *l)
 	return RG_OK;
 }
 
-/* Append bytes to the last string. */
+/* Append bytes to the last string (s may be NULL when n is 0). */
 static void sl_put(rg_strlist *l, const char *s, size_t n)
 {
+	if (!n)
+		return;
 	rg_buf_put(&l->data, s, n);
 	l->len[l->n - 1] += n;
 }
@@ -1753,7 +1755,8 @@ rg_status rg_tokenizer_decode(const rg_tokenizer *t, const int32_t *ids, size_t 
 	for (size_t i = 0; i < l[cur].n; i++) {
 		if (i && !t->has_decoder)
 			rg_buf_put(&res, " ", 1);
-		rg_buf_put(&res, l[cur].data.data + l[cur].off[i], l[cur].len[i]);
+		if (l[cur].len[i])
+			rg_buf_put(&res, l[cur].data.data + l[cur].off[i], l[cur].len[i]);
 	}
 	if (l[0].data.oom || res.oom || !rg_buf_reserve(&res, 0)) {
 		st = rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (decode)");
