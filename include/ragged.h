@@ -215,8 +215,9 @@ RG_API rg_status rg_model_run(rg_model *m, const rg_model_batch *b, float *out);
 
 /* Tokenize a text pair (query, passage) as the HF tokenizer's pair template does ([CLS] A [SEP]
  * B [SEP] with token types 0 / 1 for BERT, <s> A </s></s> B </s> for RoBERTa-style tokenizers).
- * Longer than max_seq_len: with truncate, tokens are dropped from the end of the longer text
- * first (HF longest_first); without, RG_ERR_TOO_LONG. On success *ids and *types are malloc'd
+ * Longer than max_seq_len: with truncate, tokens are dropped from the ends of the texts as HF's
+ * longest_first does (the shorter keeps its length when the longer can take the rest, else each
+ * gets half); without, RG_ERR_TOO_LONG. On success *ids and *types are malloc'd
  * (caller frees both) with *n_ids int32 each. Invalid UTF-8: RG_ERR_INVALID_UTF8. */
 RG_API
 rg_status rg_model_tokenize_pair(const rg_model *m, const char *a, size_t a_len, const char *b,

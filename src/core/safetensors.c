@@ -128,6 +128,25 @@ float rg_half_to_float(uint16_t h)
 	return f;
 }
 
+void rg_widen16_tail(void *buf, size_t n, rg_dtype dt)
+{
+	const unsigned char *src = (const unsigned char *)buf + 2 * n;
+	float *dst = buf;
+
+	for (size_t i = 0; i < n; i++) {
+		uint16_t h;
+		uint32_t bits;
+
+		memcpy(&h, src + 2 * i, 2);
+		if (dt == RG_DTYPE_BF16) {
+			bits = (uint32_t)h << 16;
+			memcpy(&dst[i], &bits, sizeof(bits));
+		} else {
+			dst[i] = rg_half_to_float(h);
+		}
+	}
+}
+
 void rg_st_to_f32(const rg_st_tensor *t, float *dst)
 {
 	size_t n = rg_st_numel(t);

@@ -654,31 +654,18 @@ static rg_status forward_packed(rg_model *m, int T, int S, int L, const int32_t 
 }
 
 /* The first n rows of x (n, H) act (backend memory) into dst (n, H) f32 host, for
- * rg_run_options.hidden_out. A 16-bit act is downloaded into the second half of dst and widened
- * front to back in place: element i's source (bytes 2nH + 2i) is read before its 4 bytes (4i)
- * are written, and those never reach a later source. */
+ * rg_run_options.hidden_out: a 16-bit act is downloaded into the second half of dst and widened
+ * in place (rg_widen16_tail), so no staging buffer is needed. */
 static rg_status hidden_to_host(rg_model *m, const void *x, int n, float *dst)
 {
 	const size_t cnt = (size_t)n * (size_t)m->cfg.hidden_size;
-	const unsigned char *src = (const unsigned char *)dst + 2 * cnt;
 	rg_status s;
 
 	if (m->esz == sizeof(float))
 		return rg_backend_download(m->be, dst, x, cnt * sizeof(float));
 	if ((s = rg_backend_download(m->be, (unsigned char *)dst + 2 * cnt, x, cnt * 2)) != RG_OK)
 		return s;
-	for (size_t i = 0; i < cnt; i++) {
-		uint16_t h;
-		uint32_t bits;
-
-		memcpy(&h, src + 2 * i, 2);
-		if (m->info.dtype == RG_DTYPE_BF16) {
-			bits = (uint32_t)h << 16;
-			memcpy(&dst[i], &bits, sizeof(bits));
-		} else {
-			dst[i] = rg_half_to_float(h);
-		}
-	}
+	rg_widen16_tail(dst, cnt, m->info.dtype);
 	return RG_OK;
 }
 

@@ -1,5 +1,5 @@
 /* Engine of `ragged serve`: one worker thread per model (device) that owns a bounded queue of
- * sequences, asks a scheduler (src/sched) for the next batch, runs rg_model_embed_layout on it and
+ * sequences, asks a scheduler (src/sched) for the next batch, runs rg_model_run_ex on it and
  * hands each vector back to the job that queued it.
  *
  * A job is one HTTP request's uncached inputs. Lifecycle (the engine's side of the contract):

@@ -1338,13 +1338,23 @@ rg_status rg_tokenizer_encode_ex(const rg_tokenizer *t, const char *a, size_t a_
 		if (!pair) {
 			na = p->max_len - n_special;
 		} else {
-			/* longest first: shorten the longer text (B on a tie) */
-			while (na + nb + n_special > p->max_len) {
-				if (na > nb)
-					na--;
-				else
-					nb--;
+			/* HF's longest_first (utils/truncation.rs): the shorter text keeps its length
+			 * when the longer can take the rest of the budget, else each gets half (the
+			 * odd token to the longer, B on a tie) */
+			size_t budget = p->max_len - n_special, n1 = na, n2 = nb;
+			bool swap = n1 > n2;
+
+			if (swap) {
+				n1 = nb;
+				n2 = na;
 			}
+			n2 = n1 > budget ? n1 : (n1 > budget - n1 ? n1 : budget - n1);
+			if (n1 + n2 > budget) {
+				n1 = budget / 2;
+				n2 = n1 + budget % 2;
+			}
+			na = swap ? (n2 < na ? n2 : na) : (n1 < na ? n1 : na);
+			nb = swap ? (n1 < nb ? n1 : nb) : (n2 < nb ? n2 : nb);
 		}
 		/* left: keep the last tokens of each text */
 		a0 = left ? ca.ids.n - na : 0;

@@ -66,8 +66,9 @@ rg_status rg_tokenizer_encode(const rg_tokenizer *t, const char *text, size_t le
  * (TemplateProcessing "pair"; BertProcessing: [CLS] A [SEP] B [SEP] with token types 0 for
  * [CLS] A [SEP] and 1 for B [SEP]; RobertaProcessing: <s> A </s></s> B </s>, all type 0;
  * without a post-processor A then B, types 0 and 1). max_len > 0: when longer, tokens are
- * dropped from the end of the longer text (B on a tie) until the whole fits (HF's
- * longest_first) and *truncated is set; RG_ERR_TOO_LONG if the template alone does not fit.
+ * dropped from the ends of the texts as HF's longest_first does (the shorter text keeps its
+ * length when the longer can take the rest, else each gets half, the odd token to the longer)
+ * and *truncated is set; RG_ERR_TOO_LONG if the template alone does not fit.
  * On success *ids and *types are malloc'd (caller frees both; never NULL) with *n_ids int32
  * each. Errors as rg_tokenizer_encode (the message names the offending text's byte offset). */
 RG_TEST_API
@@ -78,7 +79,7 @@ rg_status rg_tokenizer_encode_pair(const rg_tokenizer *t, const char *a, size_t 
 /* Options of rg_tokenizer_encode_ex. */
 typedef struct rg_tok_params {
 	rg_truncation truncation; /* with max_len > 0: drop content tokens (HF truncation, the
-				   * template's tokens kept; pairs: longest first, B on a tie) */
+				   * template's tokens kept; pairs: HF's longest_first) */
 	size_t max_len;           /* limit in tokens, the template's included; 0: none */
 	bool add_special_tokens;  /* the post-processor's template ([CLS] ... [SEP]) */
 	bool offsets;             /* fill start / stop (alignment bookkeeping through the

@@ -653,6 +653,26 @@ def test_lib_run_ex_raw_and_hidden(tmp_path_factory, name):
         model.close()
 
 
+def test_lib_widen16_in_place():
+    """The CUDA per-token path downloads fp16 / bf16 rows into the second half of the f32
+    output and widens them in place (rg_widen16_tail): every value, subnormals, inf and NaN
+    included, equals NumPy's conversion."""
+    lib = _lib()
+    lib.rg_widen16_tail.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    rng = np.random.default_rng(3)
+    bits = np.concatenate([np.arange(65536, dtype=np.uint16),
+                           rng.integers(0, 65536, 1001).astype(np.uint16)])
+    for dt, want in ((1, bits.view(np.float16).astype(np.float32)),
+                     (2, (bits.astype(np.uint32) << 16).view(np.float32))):
+        n = len(bits)
+        buf = np.zeros(n, np.float32)
+        buf.view(np.uint16)[n:] = bits
+        lib.rg_widen16_tail(buf.ctypes.data, n, dt)
+        assert np.array_equal(buf.view(np.uint32)[~np.isnan(want)],
+                              want.view(np.uint32)[~np.isnan(want)]), dt
+        assert np.isnan(buf[np.isnan(want)]).all()
+
+
 def _tokenizer_dirs(tmp_path_factory, minilm_dir):
     fx = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "tokenizers")
     dirs = {"minilm (WordPiece, BertNormalizer)": minilm_dir,
@@ -783,4 +803,31 @@ def test_lib_offsets_decode_truncation_match_hf(tok_dirs):
                         assert got == hf.encode(t, add_special_tokens=special).ids, \
                             (what, side, ml, special, t)
         hf.no_truncation()
+        rt.close()
+
+
+def test_lib_pair_truncation_matches_hf(minilm_dir):
+    """Sentence pairs (/predict, /rerank) truncated as HF's longest_first does, on both sides."""
+    from tokenizers import Tokenizer
+    rt = rc.Tokenizer(minilm_dir)
+    texts = ["one two three four five six seven eight", "alpha beta", "x " * 14, "single"]
+    try:
+        for a in texts:
+            for b in texts:
+                for side, code in (("right", 1), ("left", 2)):
+                    for ml in (6, 9, 12, 20):
+                        hf = Tokenizer.from_file(os.path.join(minilm_dir, "tokenizer.json"))
+                        hf.no_padding()
+                        hf.enable_truncation(max_length=ml, direction=side)
+                        e = Encoding()
+                        p = TokParams(code, ml, True, False)
+                        st = _lib().rg_tokenizer_encode_ex(rt._h, a.encode(), len(a), b.encode(),
+                                                           len(b), ctypes.byref(p),
+                                                           ctypes.byref(e))
+                        assert st == 0, rc._err(st)
+                        got = ([e.ids[k] for k in range(e.n)], [e.types[k] for k in range(e.n)])
+                        _lib().rg_encoding_free(ctypes.byref(e))
+                        h = hf.encode(a, b)
+                        assert got == (h.ids, h.type_ids), (a, b, side, ml)
+    finally:
         rt.close()
