@@ -215,13 +215,82 @@ RG_API rg_status rg_model_run(rg_model *m, const rg_model_batch *b, float *out);
 
 /* Tokenize a text pair (query, passage) as the HF tokenizer's pair template does ([CLS] A [SEP]
  * B [SEP] with token types 0 / 1 for BERT, <s> A </s></s> B </s> for RoBERTa-style tokenizers).
- * Longer than max_seq_len: with truncate, tokens are dropped from the end of the longer text
- * first (HF longest_first); without, RG_ERR_TOO_LONG. On success *ids and *types are malloc'd
+ * Longer than max_seq_len: with truncate, tokens are dropped from the ends of the texts as HF's
+ * longest_first does (the shorter keeps its length when the longer can take the rest, else each
+ * gets half); without, RG_ERR_TOO_LONG. On success *ids and *types are malloc'd
  * (caller frees both) with *n_ids int32 each. Invalid UTF-8: RG_ERR_INVALID_UTF8. */
 RG_API
 rg_status rg_model_tokenize_pair(const rg_model *m, const char *a, size_t a_len, const char *b,
 				 size_t b_len, bool truncate, int32_t **ids, int32_t **types,
 				 size_t *n_ids);
+
+/* Options of rg_model_run_ex (zero-initialised: rg_model_run's behaviour). */
+typedef struct rg_run_options {
+	bool raw;          /* true: skip the model's Normalize module, out holds the raw pooled
+			    * vectors (the caller normalizes per request; classifiers unaffected) */
+	float *hidden_out; /* (cu_seqlens[n_seq], hidden_size) float32 host, caller-owned, or NULL:
+			    * the encoder's last hidden state of every token in packed order, no
+			    * pooling (TEI /embed_all). Layout modes give the same rows. */
+} rg_run_options;
+
+/* rg_model_run with options (opt NULL: none). Errors as rg_model_run. */
+RG_API rg_status rg_model_run_ex(rg_model *m, const rg_model_batch *b, const rg_run_options *opt,
+				 float *out);
+
+/* Truncation of an over-long text (HF truncation_side). */
+typedef enum rg_truncation {
+	RG_TRUNCATE_NONE = 0,  /* no truncation */
+	RG_TRUNCATE_RIGHT = 1, /* keep the first tokens */
+	RG_TRUNCATE_LEFT = 2,  /* keep the last tokens */
+} rg_truncation;
+
+typedef struct rg_encode_params {
+	rg_truncation truncation; /* longer than max_length: NONE -> RG_ERR_TOO_LONG; RIGHT / LEFT
+				   * drop content tokens, the template's tokens ([CLS] ... [SEP])
+				   * stay (HF truncation; pairs: longest first) */
+	size_t max_length;        /* tokens, the template's included; 0: the model's max_seq_len;
+				   * SIZE_MAX: no limit */
+	bool add_special_tokens;  /* the template's tokens ([CLS] ... [SEP]) */
+	bool offsets;             /* fill start / stop */
+} rg_encode_params;
+
+/* Defaults: RG_TRUNCATE_NONE, max_length 0 (max_seq_len), add_special_tokens, no offsets. */
+RG_API rg_encode_params rg_encode_params_default(void);
+
+/* A tokenized text (or pair). Free with rg_encoding_free. */
+typedef struct rg_encoding {
+	size_t n;         /* tokens */
+	int32_t *ids;     /* (n) token ids */
+	int32_t *types;   /* (n) token type ids (pairs: the template's segments) */
+	uint8_t *special; /* (n) 1 for the template's tokens (HF's special_tokens_mask: an added
+			   * token found in the text is not in it) */
+	uint32_t *start;  /* (n) offsets only: first byte of the token in its text (template
+			   * tokens: 0) */
+	uint32_t *stop;   /* (n) offsets only: one past its last byte (HF's offsets, in bytes) */
+	bool truncated;   /* tokens were dropped */
+} rg_encoding;
+
+/* Tokenize text a (len a_len), or the pair (a, b) when b != NULL, as the HF tokenizer does
+ * (Tokenizer.encode with add_special_tokens, truncation side and max_length; offsets in bytes).
+ * Errors: RG_ERR_INVALID_UTF8, RG_ERR_TOO_LONG (longer than max_length without truncation, or
+ * the template alone over it), RG_ERR_UNSUPPORTED (a pair on a single-text tokenizer),
+ * RG_ERR_INVALID_INPUT, RG_ERR_OOM; *out is empty then. */
+RG_API rg_status rg_model_encode(const rg_model *m, const char *a, size_t a_len, const char *b,
+				 size_t b_len, const rg_encode_params *p, rg_encoding *out);
+/* Frees what an encoding holds and zeroes it. Accepts NULL and a zeroed encoding. */
+RG_API void rg_encoding_free(rg_encoding *e);
+
+/* Decode token ids to text as HF Tokenizer.decode(ids, skip_special_tokens) does (the
+ * tokenizer.json decoder: WordPiece "##" joining, byte-level BPE, Metaspace / SentencePiece...).
+ * On success *text is malloc'd, NUL-terminated UTF-8 of *len bytes (caller frees).
+ * RG_ERR_INVALID_INPUT for an id outside [0, vocab_size); RG_ERR_UNSUPPORTED for a decoder type
+ * ragged does not implement (named); RG_ERR_OOM. */
+RG_API rg_status rg_model_decode(const rg_model *m, const int32_t *ids, size_t n,
+				 bool skip_special_tokens, char **text, size_t *len);
+
+/* The vocabulary string of token id ("[CLS]", "##ing", a byte-level BPE stand-in form), *len bytes, not
+ * NUL-terminated, owned by the model; NULL when the id has none. */
+RG_API const char *rg_model_token(const rg_model *m, int32_t id, size_t *len);
 
 /* Device memory in use by this process on the model's device (bytes), and total; CPU reports RSS. */
 RG_API rg_status rg_model_memory(const rg_model *m, size_t *used, size_t *total);

@@ -107,7 +107,7 @@ void rg_st_free(rg_st *st)
 }
 
 /* IEEE 754 binary16 -> binary32, exact for every input (subnormals, +-0, +-inf, NaN payloads). */
-static float rg_half_to_float(uint16_t h)
+float rg_half_to_float(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h >> 15) << 31;
 	uint32_t exp = (h >> 10) & 0x1f;
@@ -126,6 +126,25 @@ static float rg_half_to_float(uint16_t h)
 		bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
 	memcpy(&f, &bits, sizeof(f));
 	return f;
+}
+
+void rg_widen16_tail(void *buf, size_t n, rg_dtype dt)
+{
+	const unsigned char *src = (const unsigned char *)buf + 2 * n;
+	float *dst = buf;
+
+	for (size_t i = 0; i < n; i++) {
+		uint16_t h;
+		uint32_t bits;
+
+		memcpy(&h, src + 2 * i, 2);
+		if (dt == RG_DTYPE_BF16) {
+			bits = (uint32_t)h << 16;
+			memcpy(&dst[i], &bits, sizeof(bits));
+		} else {
+			dst[i] = rg_half_to_float(h);
+		}
+	}
 }
 
 void rg_st_to_f32(const rg_st_tensor *t, float *dst)

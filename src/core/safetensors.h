@@ -24,6 +24,7 @@
 #define RG_CORE_SAFETENSORS_H
 #include <stddef.h>
 #include <stdint.h>
+#include "core/export.h"
 #include "ragged.h"
 
 #define RG_ST_MAX_DIMS 8
@@ -55,6 +56,12 @@ const rg_st_tensor *rg_st_at(const rg_st *st, size_t i);
 /* Convert a tensor's elements to float32 into dst (numel floats, caller-owned). Exact: F16 as
  * IEEE 754 binary16 (subnormals, +-inf, NaN kept), BF16 as the top 16 bits of a binary32. */
 void rg_st_to_f32(const rg_st_tensor *t, float *dst);
+/* IEEE 754 binary16 -> binary32, exact for every input. */
+float rg_half_to_float(uint16_t h);
+/* Widen n 16-bit floats (dt F16 or BF16) that sit in the second half of buf (bytes [2n, 4n) of
+ * a 4n-byte buffer, e.g. downloaded there) into n float32 at its start, in place: element i's
+ * source is read before its 4 bytes (4i) are written, and those never reach a later source. */
+RG_TEST_API void rg_widen16_tail(void *buf, size_t n, rg_dtype dt);
 
 /* Number of elements (product of shape). */
 size_t rg_st_numel(const rg_st_tensor *t);

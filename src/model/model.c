@@ -460,37 +460,93 @@ rg_status rg_model_arena_bytes(const rg_model *m, int n_tokens, int n_seq, size_
 	return RG_OK;
 }
 
+rg_encode_params rg_encode_params_default(void)
+{
+	rg_encode_params p;
+
+	p.truncation = RG_TRUNCATE_NONE;
+	p.max_length = 0;
+	p.add_special_tokens = true;
+	p.offsets = false;
+	return p;
+}
+
+rg_status rg_model_encode(const rg_model *m, const char *a, size_t a_len, const char *b,
+			  size_t b_len, const rg_encode_params *p, rg_encoding *out)
+{
+	rg_encode_params d = rg_encode_params_default();
+	rg_tok_params tp;
+	size_t limit;
+	rg_status s;
+
+	if (out)
+		memset(out, 0, sizeof(*out));
+	if (!m || !out || (!a && a_len) || (!b && b_len))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_encode: NULL argument");
+	if (p)
+		d = *p;
+	if (d.truncation != RG_TRUNCATE_NONE && d.truncation != RG_TRUNCATE_RIGHT &&
+	    d.truncation != RG_TRUNCATE_LEFT)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "unknown truncation %d", (int)d.truncation);
+	limit = d.max_length == 0 ? (size_t)m->info.max_seq_len
+		: d.max_length == SIZE_MAX ? 0 : d.max_length;
+	tp.truncation = d.truncation;
+	tp.max_len = limit;
+	tp.add_special_tokens = d.add_special_tokens;
+	tp.offsets = d.offsets;
+	s = rg_tokenizer_encode_ex(m->tok, a ? a : "", a_len, b, b_len, &tp, out);
+	if (s != RG_OK || !limit || out->n <= limit)
+		return s;
+	s = rg_errorf(RG_ERR_TOO_LONG,
+		      "%s is %zu tokens, over the %s limit of %zu%s; shorten it or enable "
+		      "truncation",
+		      b ? "text pair" : "text", out->n, d.max_length ? "requested" : "model's",
+		      limit, d.max_length ? "" : " (max_seq_len)");
+	rg_encoding_free(out);
+	return s;
+}
+
+rg_status rg_model_decode(const rg_model *m, const int32_t *ids, size_t n, bool skip_special_tokens,
+			  char **text, size_t *len)
+{
+	if (!m || !text || !len || (!ids && n))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_decode: NULL argument");
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= m->info.vocab_size)
+			return rg_errorf(RG_ERR_INVALID_INPUT,
+					 "token id %d at %zu is outside the vocabulary [0, %d)",
+					 ids[i], i, m->info.vocab_size);
+	return rg_tokenizer_decode(m->tok, ids, n, skip_special_tokens, text, len);
+}
+
+const char *rg_model_token(const rg_model *m, int32_t id, size_t *len)
+{
+	if (!m) {
+		if (len)
+			*len = 0;
+		return NULL;
+	}
+	return rg_tokenizer_id_to_token(m->tok, id, len);
+}
+
 rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, bool truncate,
 			    int32_t **ids, size_t *n_ids)
 {
-	size_t limit;
+	rg_encode_params p = rg_encode_params_default();
+	rg_encoding e;
 	rg_status s;
 
 	if (!m || !ids || !n_ids || (!text && len))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_tokenize: NULL argument");
-	limit = (size_t)m->info.max_seq_len;
 	*ids = NULL;
 	*n_ids = 0;
-	if ((s = rg_tokenizer_encode(m->tok, text ? text : "", len, ids, n_ids)) != RG_OK)
+	p.truncation = truncate ? RG_TRUNCATE_RIGHT : RG_TRUNCATE_NONE;
+	if ((s = rg_model_encode(m, text, len, NULL, 0, &p, &e)) != RG_OK)
 		return s;
-	if (*n_ids <= limit)
-		return RG_OK;
-	if (!truncate) {
-		size_t n = *n_ids;
-
-		free(*ids);
-		*ids = NULL;
-		*n_ids = 0;
-		return rg_errorf(RG_ERR_TOO_LONG,
-				 "text is %zu tokens, over the model's limit of %zu "
-				 "(max_seq_len); shorten it or enable truncation",
-				 n, limit);
-	}
-	/* keep [CLS] + the first limit-2 wordpieces, end with [SEP] like HF truncation; a tokenizer
-	 * without the [CLS] ... [SEP] template (sep id -1) is simply cut */
-	if (rg_tokenizer_sep_id(m->tok) >= 0)
-		(*ids)[limit - 1] = rg_tokenizer_sep_id(m->tok);
-	*n_ids = limit;
+	*ids = e.ids; /* never NULL on success */
+	*n_ids = e.n;
+	e.ids = NULL;
+	rg_encoding_free(&e);
 	return RG_OK;
 }
 
@@ -592,9 +648,43 @@ static rg_status forward_packed(rg_model *m, int T, int S, int L, const int32_t 
 		    RG_OK ||
 	    (s = m->arch->encode(m, &f, T, S, L)) != RG_OK)
 		return s;
-	/* pooled rows straight into the pinned (mapped) host buffer: no copy node after the pool */
-	return rg_op_pool(m->be, f.a[RG_A_HIDDEN], f.cu, S, H, m->info.pooling, m->info.normalize,
-			  m->out_h);
+	/* pooled rows straight into the pinned (mapped) host buffer: no copy node after the pool;
+	 * raw (rg_model_run_ex normalizes on the host when asked, so one graph serves both) */
+	return rg_op_pool(m->be, f.a[RG_A_HIDDEN], f.cu, S, H, m->info.pooling, false, m->out_h);
+}
+
+/* The first n rows of x (n, H) act (backend memory) into dst (n, H) f32 host, for
+ * rg_run_options.hidden_out: a 16-bit act is downloaded into the second half of dst and widened
+ * in place (rg_widen16_tail), so no staging buffer is needed. */
+static rg_status hidden_to_host(rg_model *m, const void *x, int n, float *dst)
+{
+	const size_t cnt = (size_t)n * (size_t)m->cfg.hidden_size;
+	rg_status s;
+
+	if (m->esz == sizeof(float))
+		return rg_backend_download(m->be, dst, x, cnt * sizeof(float));
+	if ((s = rg_backend_download(m->be, (unsigned char *)dst + 2 * cnt, x, cnt * 2)) != RG_OK)
+		return s;
+	rg_widen16_tail(dst, cnt, m->info.dtype);
+	return RG_OK;
+}
+
+/* L2-normalize each of the n rows of v (n, H) in place, as sentence-transformers' Normalize
+ * (F.normalize: x / max(||x||, 1e-12)); sums in double. */
+static void l2_normalize_rows(float *v, int n, int H)
+{
+	for (int r = 0; r < n; r++) {
+		float *x = v + (size_t)r * H;
+		double ss = 0;
+
+		for (int i = 0; i < H; i++)
+			ss += (double)x[i] * x[i];
+		ss = sqrt(ss);
+		if (ss < 1e-12)
+			ss = 1e-12;
+		for (int i = 0; i < H; i++)
+			x[i] = (float)(x[i] / ss);
+	}
 }
 
 /* The id that fills padding slots: pad_token_id when it is a valid id, else 0. */
@@ -704,7 +794,7 @@ static rg_status graph_capture(rg_model *m, int T, int S, int L)
  * synchronisation). A bucket seen for the first time runs eagerly, then is captured. */
 static rg_status embed_bucketed(rg_model *m, const int32_t *tokens, const int32_t *types,
 				const int32_t *cu, int n,
-				int n_seq, int max_len, float *out)
+				int n_seq, int max_len, float *out, float *hidden_out)
 {
 	const int H = m->cfg.hidden_size;
 	int T, S, L;
@@ -723,6 +813,15 @@ static rg_status embed_bucketed(rg_model *m, const int32_t *tokens, const int32_
 	if (s != RG_OK)
 		return s;
 	memcpy(out, m->out_h, (size_t)n_seq * H * sizeof(float));
+	if (hidden_out) {
+		/* the bucket's hidden rows (the graph's arena pointers: arena_ptrs of (T, S)); the
+		 * first n are the batch's tokens */
+		void *a[RG_ARENA_N];
+
+		arena_ptrs(m, T, S, a);
+		if ((s = hidden_to_host(m, a[RG_A_HIDDEN], n, hidden_out)) != RG_OK)
+			return s;
+	}
 	if (!b && m->graphs) {
 		s = graph_capture(m, T, S, L);
 		if (s != RG_OK) {
@@ -739,7 +838,7 @@ static rg_status embed_bucketed(rg_model *m, const int32_t *tokens, const int32_
  * shapes, ids through the staging buffer, pooled rows straight into out. */
 static rg_status embed_eager(rg_model *m, const int32_t *tokens, const int32_t *types,
 			     const int32_t *cu, int n,
-			     int n_seq, int max_len, float *out)
+			     int n_seq, int max_len, float *out, float *hidden_out)
 {
 	const int H = m->cfg.hidden_size;
 	rg_fwd f = {0};
@@ -755,11 +854,13 @@ static rg_status embed_eager(rg_model *m, const int32_t *tokens, const int32_t *
 		    RG_OK ||
 	    (s = m->arch->encode(m, &f, n, n_seq, max_len)) != RG_OK)
 		return s;
-	s = rg_op_pool(m->be, f.a[RG_A_HIDDEN], f.cu, n_seq, H, m->info.pooling, m->info.normalize,
+	s = rg_op_pool(m->be, f.a[RG_A_HIDDEN], f.cu, n_seq, H, m->info.pooling, false,
 		       f.a[RG_A_POOLED]);
 	if (s != RG_OK)
 		return s;
 	if ((s = rg_backend_download(m->be, out, f.a[RG_A_POOLED], (size_t)n_seq * H * 4)) != RG_OK)
+		return s;
+	if (hidden_out && (s = hidden_to_host(m, f.a[RG_A_HIDDEN], n, hidden_out)) != RG_OK)
 		return s;
 	return rg_backend_sync(m->be);
 }
@@ -767,7 +868,7 @@ static rg_status embed_eager(rg_model *m, const int32_t *tokens, const int32_t *
 /* The packed path: encoder and pooling, (n_seq, H) into out. */
 static rg_status run_packed(rg_model *m, const int32_t *tokens, const int32_t *types,
 			    const int32_t *cu_seqlens, int n_seq,
-			    float *out)
+			    float *out, float *hidden_out)
 {
 	int n = 0, max_len = 0;
 	rg_status s;
@@ -775,8 +876,9 @@ static rg_status run_packed(rg_model *m, const int32_t *tokens, const int32_t *t
 	if ((s = validate_batch(m, tokens, types, cu_seqlens, n_seq, &n, &max_len)) != RG_OK)
 		return s;
 	if (rg_backend_device(m->be) == RG_DEVICE_CUDA && n_seq <= RG_GRAPH_MAX_SEQ)
-		return embed_bucketed(m, tokens, types, cu_seqlens, n, n_seq, max_len, out);
-	return embed_eager(m, tokens, types, cu_seqlens, n, n_seq, max_len, out);
+		return embed_bucketed(m, tokens, types, cu_seqlens, n, n_seq, max_len, out,
+				      hidden_out);
+	return embed_eager(m, tokens, types, cu_seqlens, n, n_seq, max_len, out, hidden_out);
 }
 
 /* Check a PADDED / CONCAT / SLOTTED layout and stage its rows: tokens (pad id in gaps),
@@ -865,7 +967,7 @@ static rg_status stage_layout(rg_model *m, const int32_t *tokens, const int32_t 
 /* The padded / concat / slotted paths: encoder and pooling, (n_seq, H) into out. */
 static rg_status run_layout(rg_model *m, const int32_t *tokens, const int32_t *types,
 			    const int32_t *cu_seqlens,
-			    int n_seq, const rg_layout *layout, float *out)
+			    int n_seq, const rg_layout *layout, float *out, float *hidden_out)
 {
 	int n_packed = 0, max_len = 0, n_rows_tokens = 0, n_att = 0, att_len = 0;
 	rg_fwd f = {0};
@@ -901,18 +1003,30 @@ static rg_status run_layout(rg_model *m, const int32_t *tokens, const int32_t *t
 	if (s != RG_OK)
 		return s;
 	s = rg_op_pool(m->be, f.a[RG_A_GATHERED], m->cu_pool_d, n_seq, m->cfg.hidden_size,
-		       m->info.pooling, m->info.normalize, f.a[RG_A_POOLED]);
+		       m->info.pooling, false, f.a[RG_A_POOLED]);
 	if (s != RG_OK)
 		return s;
 	if ((s = rg_backend_download(m->be, out, f.a[RG_A_POOLED],
 				     (size_t)n_seq * m->cfg.hidden_size * 4)) != RG_OK)
+		return s;
+	/* the gathered rows are the tokens in packed order */
+	if (hidden_out &&
+	    (s = hidden_to_host(m, f.a[RG_A_GATHERED], n_packed, hidden_out)) != RG_OK)
 		return s;
 	return rg_backend_sync(m->be);
 }
 
 rg_status rg_model_run(rg_model *m, const rg_model_batch *b, float *out)
 {
-	float *dst;
+	return rg_model_run_ex(m, b, NULL, out);
+}
+
+/* The pooling never normalizes on the device (one graph per bucket whatever the options); the
+ * model's Normalize module runs here, on the host, unless opt->raw. */
+rg_status rg_model_run_ex(rg_model *m, const rg_model_batch *b, const rg_run_options *opt,
+			  float *out)
+{
+	float *dst, *hidden_out = opt ? opt->hidden_out : NULL;
 	rg_status s;
 
 	if (!m || !b || !out)
@@ -923,13 +1037,16 @@ rg_status rg_model_run(rg_model *m, const rg_model_batch *b, float *out)
 				 (int)b->layout->mode);
 	dst = m->head_cfg.classifier ? m->head_in : out;
 	if (!b->layout || b->layout->mode == RG_EXEC_PACKED)
-		s = run_packed(m, b->tokens, b->token_types, b->cu_seqlens, b->n_seq, dst);
+		s = run_packed(m, b->tokens, b->token_types, b->cu_seqlens, b->n_seq, dst,
+			       hidden_out);
 	else
 		s = run_layout(m, b->tokens, b->token_types, b->cu_seqlens, b->n_seq, b->layout,
-			       dst);
+			       dst, hidden_out);
 	if (s == RG_OK && m->head_cfg.classifier)
 		rg_cls_head_apply(&m->head, m->cfg.hidden_size, m->head_cfg.num_labels, b->n_seq,
 				  m->head_in, m->head_mid, out);
+	else if (s == RG_OK && m->info.normalize && !(opt && opt->raw))
+		l2_normalize_rows(out, b->n_seq, m->cfg.hidden_size);
 	return s;
 }
 
@@ -953,26 +1070,23 @@ rg_status rg_model_tokenize_pair(const rg_model *m, const char *a, size_t a_len,
 				 size_t b_len, bool truncate, int32_t **ids, int32_t **types,
 				 size_t *n_ids)
 {
-	size_t limit;
-	bool cut;
+	rg_encode_params p = rg_encode_params_default();
+	rg_encoding e;
 	rg_status s;
 
 	if (!m || !ids || !types || !n_ids || (!a && a_len) || (!b && b_len))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_tokenize_pair: NULL argument");
-	limit = (size_t)m->info.max_seq_len;
-	s = rg_tokenizer_encode_pair(m->tok, a, a_len, b, b_len, truncate ? limit : 0, ids, types,
-				     n_ids, &cut);
-	if (s != RG_OK || *n_ids <= limit)
-		return s;
-	s = rg_errorf(RG_ERR_TOO_LONG,
-		      "text pair is %zu tokens, over the model's limit of %zu (max_seq_len); "
-		      "shorten it or enable truncation",
-		      *n_ids, limit);
-	free(*ids);
-	free(*types);
 	*ids = *types = NULL;
 	*n_ids = 0;
-	return s;
+	p.truncation = truncate ? RG_TRUNCATE_RIGHT : RG_TRUNCATE_NONE;
+	if ((s = rg_model_encode(m, a, a_len, b ? b : "", b_len, &p, &e)) != RG_OK)
+		return s;
+	*ids = e.ids;
+	*types = e.types;
+	*n_ids = e.n;
+	e.ids = e.types = NULL;
+	rg_encoding_free(&e);
+	return RG_OK;
 }
 
 const rg_arch *rg_arch_find(const char *model_type)

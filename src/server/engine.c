@@ -62,6 +62,10 @@ struct rg_engine {
 	float *out;            /* (batch cap, hidden) */
 	rg_job **b_job;        /* (batch cap) */
 	int *b_seq;            /* (batch cap) */
+	float *hid;            /* (hid_cap) per-token hidden states of a batch that asked for
+			        * them (/embed_all); allocated at the first such batch */
+	size_t hid_cap;
+	int hidden_size;
 	rg_job **finished;     /* (cap_q + batch cap) jobs to call done on, each once */
 	int n_finished;
 	double last_poll_ms;
@@ -254,8 +258,9 @@ static void run_batch(rg_engine *e, double *model_ms)
 	rg_status st;
 	int n = b->n;
 
-	bool typed = false;
+	bool typed = false, want_hidden = false;
 	rg_model_batch mb;
+	rg_run_options ro = {.raw = true, .hidden_out = NULL};
 
 	e->cu[0] = 0;
 	for (int i = 0; i < n; i++) {
@@ -263,7 +268,23 @@ static void run_batch(rg_engine *e, double *model_ms)
 
 		memcpy(e->tokens + e->cu[i], s->ids, (size_t)s->len * sizeof(int32_t));
 		typed |= s->types != NULL;
+		want_hidden |= s->hidden_out != NULL;
 		e->cu[i + 1] = e->cu[i] + s->len;
+	}
+	/* per-token outputs for a batch holding an /embed_all sequence: (tokens, hidden) floats,
+	 * grown once to what such batches need (at most max_batch_tokens rows) */
+	if (want_hidden) {
+		size_t need = (size_t)e->cu[n] * (size_t)e->hidden_size;
+
+		if (need > e->hid_cap) {
+			float *h = realloc(e->hid, need * sizeof(float));
+
+			if (h) {
+				e->hid = h;
+				e->hid_cap = need;
+			}
+		}
+		ro.hidden_out = need <= e->hid_cap ? e->hid : NULL;
 	}
 	/* token types only for a batch that holds a sentence pair (type 0 for its single texts) */
 	for (int i = 0; typed && i < n; i++) {
@@ -283,7 +304,11 @@ static void run_batch(rg_engine *e, double *model_ms)
 			;
 	}
 	t0 = rg_now_ms();
-	st = rg_model_run(e->model, &mb, e->out);
+	if (want_hidden && !ro.hidden_out)
+		st = rg_errorf(RG_ERR_OOM, "no memory for the per-token outputs of %d tokens",
+			       e->cu[n]);
+	else
+		st = rg_model_run_ex(e->model, &mb, &ro, e->out);
 	ms = rg_now_ms() - t0;
 	*model_ms = ms;
 	rg_metrics_batch(e->p.metrics, n, b->real_tokens, b->computed_tokens, st == RG_OK);
@@ -304,6 +329,9 @@ static void run_batch(rg_engine *e, double *model_ms)
 			continue;
 		}
 		memcpy(s->out, e->out + (size_t)i * e->hidden, (size_t)e->hidden * sizeof(float));
+		if (s->hidden_out)
+			memcpy(s->hidden_out, e->hid + (size_t)e->cu[i] * e->hidden_size,
+			       (size_t)s->len * e->hidden_size * sizeof(float));
 		if (e->p.cache && !s->types)
 			rg_cache_put(e->p.cache, s->ids, (size_t)s->len, s->out);
 		if (job->batch_size < n)
@@ -584,6 +612,7 @@ rg_engine *rg_engine_create(rg_model *model, const rg_engine_params *p, rg_statu
 	}
 	e->model = model;
 	e->hidden = rg_model_get_info(model)->output_dim;
+	e->hidden_size = rg_model_get_info(model)->hidden_size;
 	e->p = *p;
 	if (e->p.disconnect_poll_ms <= 0)
 		e->p.disconnect_poll_ms = 10;
@@ -738,6 +767,7 @@ void rg_engine_free(rg_engine *e)
 	free(e->types);
 	free(e->cu);
 	free(e->out);
+	free(e->hid);
 	free(e->b_job);
 	free(e->b_seq);
 	free(e->finished);

@@ -1,5 +1,5 @@
 /* Engine of `ragged serve`: one worker thread per model (device) that owns a bounded queue of
- * sequences, asks a scheduler (src/sched) for the next batch, runs rg_model_embed_layout on it and
+ * sequences, asks a scheduler (src/sched) for the next batch, runs rg_model_run_ex on it and
  * hands each vector back to the job that queued it.
  *
  * A job is one HTTP request's uncached inputs. Lifecycle (the engine's side of the contract):
@@ -65,7 +65,10 @@ typedef struct rg_job_seq {
 	const int32_t *types; /* (len) token type ids (sentence pairs), borrowed; NULL: all 0 */
 	int len;              /* >= 1 */
 	float *out;           /* (output_dim) float32 destination, owner's memory: the model's
-			       * embedding or classifier scores (rg_model_info.output_dim) */
+			       * raw pooled embedding (no Normalize: the owner normalizes per
+			       * request) or classifier scores (rg_model_info.output_dim) */
+	float *hidden_out;    /* (len, hidden_size) float32 or NULL: every token's last hidden
+			       * state (TEI /embed_all), owner's memory */
 } rg_job_seq;
 
 typedef struct rg_job rg_job;

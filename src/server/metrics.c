@@ -67,7 +67,8 @@ void rg_metrics_request(rg_metrics *m, rg_route route, int status, double queue_
 	pthread_mutex_lock(&m->mu);
 	m->requests[route][code_index(status)]++;
 	if (k >= 0 && (route == RG_ROUTE_EMBED || route == RG_ROUTE_OPENAI ||
-		       route == RG_ROUTE_PREDICT || route == RG_ROUTE_RERANK)) {
+		       route == RG_ROUTE_PREDICT || route == RG_ROUTE_RERANK ||
+		       route == RG_ROUTE_EMBED_ALL || route == RG_ROUTE_SIMILARITY)) {
 		hist_observe(&m->queue_ms[k], queue_ms);
 		hist_observe(&m->inference_ms[k], inference_ms);
 		hist_observe(&m->total_ms[k], total_ms);

@@ -19,6 +19,11 @@ const char *rg_route_name(rg_route r)
 	case RG_ROUTE_HEALTH: return "health";
 	case RG_ROUTE_INFO: return "info";
 	case RG_ROUTE_METRICS: return "metrics";
+	case RG_ROUTE_EMBED_ALL: return "embed_all";
+	case RG_ROUTE_SIMILARITY: return "similarity";
+	case RG_ROUTE_DECODE: return "decode";
+	case RG_ROUTE_MODELS: return "v1_models";
+	case RG_ROUTE_OPENAPI: return "openapi";
 	case RG_ROUTE_OTHER: return "other";
 	case RG_ROUTE_COUNT: break;
 	}
@@ -34,6 +39,24 @@ static rg_status req_fail(rg_req_error *err, int http, const char *type, const c
 
 	err->http_status = http;
 	err->type = type;
+	va_start(ap, fmt);
+	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	va_end(ap);
+	return http == 500 ? RG_ERR_OOM : RG_ERR_INVALID_INPUT;
+}
+
+/* req_fail naming the offending field (OpenAI's "param"). */
+static rg_status req_failp(rg_req_error *err, const char *param, int http, const char *type,
+			   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static rg_status req_failp(rg_req_error *err, const char *param, int http, const char *type,
+			   const char *fmt, ...)
+{
+	va_list ap;
+
+	err->http_status = http;
+	err->type = type;
+	snprintf(err->param, sizeof(err->param), "%s", param);
 	va_start(ap, fmt);
 	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
 	va_end(ap);
@@ -58,15 +81,16 @@ static rg_status copy_text(json_object *s, rg_req_input *in, size_t idx, rg_req_
 	return RG_OK;
 }
 
-/* A JSON array of integers -> token ids; every element must be an int in [0, vocab). */
-static rg_status copy_ids(json_object *arr, rg_req_input *in, size_t idx, const rg_req_limits *lim,
-			  rg_req_error *err)
+/* A JSON array of integers -> token ids; every element must be an int in [0, vocab). Empty
+ * arrays only with allow_empty (/decode). */
+static rg_status copy_ids_ex(json_object *arr, rg_req_input *in, size_t idx,
+			     const rg_req_limits *lim, bool allow_empty, rg_req_error *err)
 {
 	size_t n = json_object_array_length(arr);
 
-	if (n == 0)
+	if (n == 0 && !allow_empty)
 		return req_fail(err, 400, "validation", "input %zu is an empty token array", idx);
-	in->ids = malloc(n * sizeof(int32_t));
+	in->ids = malloc((n ? n : 1) * sizeof(int32_t));
 	if (!in->ids)
 		return req_fail(err, 500, "backend", "out of memory");
 	in->n_ids = n;
@@ -87,6 +111,15 @@ static rg_status copy_ids(json_object *arr, rg_req_input *in, size_t idx, const 
 	return RG_OK;
 }
 
+static rg_status copy_ids(json_object *arr, rg_req_input *in, size_t idx, const rg_req_limits *lim,
+			  rg_req_error *err)
+{
+	return copy_ids_ex(arr, in, idx, lim, false, err);
+}
+
+static rg_status alloc_inputs(rg_request *r, size_t n, const rg_req_limits *lim, const char *what,
+			      rg_req_error *err);
+
 static rg_status get_bool(json_object *root, const char *key, bool *dst, rg_req_error *err)
 {
 	json_object *v;
@@ -94,8 +127,183 @@ static rg_status get_bool(json_object *root, const char *key, bool *dst, rg_req_
 	if (!json_object_object_get_ex(root, key, &v) || json_object_is_type(v, json_type_null))
 		return RG_OK;
 	if (!json_object_is_type(v, json_type_boolean))
-		return req_fail(err, 400, "validation", "\"%s\" must be a boolean", key);
+		return req_failp(err, key, 400, "validation", "\"%s\" must be a boolean", key);
 	*dst = json_object_get_boolean(v);
+	return RG_OK;
+}
+
+/* "truncation_direction": "left" / "right", in either case as TEI accepts them. */
+static rg_status get_direction(json_object *root, bool *left, rg_req_error *err)
+{
+	const char *k = "truncation_direction", *d;
+	json_object *v;
+
+	if (!json_object_object_get_ex(root, k, &v) || json_object_is_type(v, json_type_null))
+		return RG_OK;
+	d = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+	if (d && (!strcmp(d, "left") || !strcmp(d, "Left")))
+		*left = true;
+	else if (d && (!strcmp(d, "right") || !strcmp(d, "Right")))
+		*left = false;
+	else
+		return req_failp(err, k, 400, "validation",
+				 "\"%s\" must be \"left\" or \"right\"", k);
+	return RG_OK;
+}
+
+/* "prompt_name": a non-empty UTF-8 string (resolved by the server), or null. */
+static rg_status get_prompt_name(json_object *root, char **dst, rg_req_error *err)
+{
+	const char *k = "prompt_name";
+	json_object *v;
+	size_t n;
+
+	if (!json_object_object_get_ex(root, k, &v) || json_object_is_type(v, json_type_null))
+		return RG_OK;
+	n = json_object_is_type(v, json_type_string) ? (size_t)json_object_get_string_len(v) : 0;
+	if (!n || n > 256 || !rg_utf8_valid(json_object_get_string(v), n) ||
+	    memchr(json_object_get_string(v), '\0', n))
+		return req_failp(err, k, 400, "validation",
+				 "\"%s\" must be a non-empty string of at most 256 bytes", k);
+	free(*dst);
+	if (!(*dst = strndup(json_object_get_string(v), n)))
+		return req_fail(err, 500, "backend", "out of memory");
+	return RG_OK;
+}
+
+/* "dimensions": an integer >= 1 (the server checks it against the model's output size), null. */
+static rg_status get_dimensions(json_object *root, int *dst, rg_req_error *err)
+{
+	const char *k = "dimensions";
+	json_object *v;
+	int64_t d;
+
+	if (!json_object_object_get_ex(root, k, &v) || json_object_is_type(v, json_type_null))
+		return RG_OK;
+	if (!json_object_is_type(v, json_type_int))
+		return req_failp(err, k, 400, "validation", "\"%s\" must be an integer", k);
+	d = json_object_get_int64(v);
+	if (d < 1 || d > INT32_MAX)
+		return req_failp(err, k, 400, "validation",
+				 "\"%s\" must be at least 1, got %lld", k, (long long)d);
+	*dst = (int)d;
+	return RG_OK;
+}
+
+/* "encoding_format": "float" | "base64" (base64 only where allowed: /v1/embeddings). */
+static rg_status get_encoding(json_object *root, bool allow_base64, bool *base64,
+			      rg_req_error *err)
+{
+	const char *k = "encoding_format", *f;
+	json_object *v;
+
+	if (!json_object_object_get_ex(root, k, &v) || json_object_is_type(v, json_type_null))
+		return RG_OK;
+	f = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
+	if (!strcmp(f, "float")) {
+		*base64 = false;
+		return RG_OK;
+	}
+	if (!strcmp(f, "base64") && allow_base64) {
+		*base64 = true;
+		return RG_OK;
+	}
+	if (!strcmp(f, "base64"))
+		return req_failp(err, k, 400, "validation",
+				 "\"%s\": \"base64\" is answered on /v1/embeddings; this route "
+				 "answers JSON floats", k);
+	return req_failp(err, k, 400, "validation", "\"%s\" must be \"float\"%s", k,
+			 allow_base64 ? " or \"base64\"" : "");
+}
+
+/* Refuse a field the route cannot honour (it is not silently ignored). */
+static rg_status refuse_field(json_object *root, const char *key, const char *why,
+			      rg_req_error *err)
+{
+	json_object *v;
+
+	if (json_object_object_get_ex(root, key, &v) && !json_object_is_type(v, json_type_null))
+		return req_failp(err, key, 400, "validation", "\"%s\" is not supported here: %s",
+				 key, why);
+	return RG_OK;
+}
+
+/* /decode's "ids": [int] (one input) or [[int], ...]; empty arrays decode to "". */
+static rg_status parse_decode(json_object *root, const rg_req_limits *lim, rg_request *r,
+			      rg_req_error *err)
+{
+	json_object *v;
+	size_t n;
+	rg_status st;
+
+	if (!json_object_object_get_ex(root, "ids", &v))
+		return req_failp(err, "ids", 400, "validation", "missing \"ids\"");
+	if (!json_object_is_type(v, json_type_array))
+		return req_failp(err, "ids", 400, "validation",
+				 "\"ids\" must be an array of token ids or of arrays of them");
+	n = json_object_array_length(v);
+	if (n == 0 || !json_object_is_type(json_object_array_get_idx(v, 0), json_type_array)) {
+		if ((st = alloc_inputs(r, 1, lim, "inputs", err)) != RG_OK)
+			return st;
+		st = copy_ids_ex(v, &r->inputs[0], 0, lim, true, err);
+	} else {
+		if ((st = alloc_inputs(r, n, lim, "inputs", err)) != RG_OK)
+			return st;
+		r->batch = true;
+		for (size_t i = 0; i < n && st == RG_OK; i++) {
+			json_object *e = json_object_array_get_idx(v, i);
+
+			st = json_object_is_type(e, json_type_array)
+				     ? copy_ids_ex(e, &r->inputs[i], i, lim, true, err)
+				     : req_fail(err, 400, "validation",
+						"input %zu must be an array of token ids", i);
+		}
+	}
+	if (st != RG_OK && !err->param[0])
+		snprintf(err->param, sizeof(err->param), "ids");
+	return st;
+}
+
+/* /similarity: {"inputs": {"source_sentence", "sentences"}, "parameters": {...} | null}; the
+ * parameters are read into r by the caller. */
+static rg_status parse_similarity(json_object *root, const rg_req_limits *lim, rg_request *r,
+				  rg_req_error *err)
+{
+	json_object *in, *src, *sents;
+	size_t n;
+	rg_status st;
+
+	if (!json_object_object_get_ex(root, "inputs", &in) ||
+	    !json_object_is_type(in, json_type_object))
+		return req_failp(err, "inputs", 400, "validation",
+				 "\"inputs\" must be {\"source_sentence\": str, \"sentences\": "
+				 "[str]}");
+	if (!json_object_object_get_ex(in, "source_sentence", &src) ||
+	    !json_object_is_type(src, json_type_string))
+		return req_failp(err, "inputs.source_sentence", 400, "validation",
+				 "\"inputs.source_sentence\" must be a string");
+	if (!json_object_object_get_ex(in, "sentences", &sents) ||
+	    !json_object_is_type(sents, json_type_array) ||
+	    (n = json_object_array_length(sents)) == 0)
+		return req_failp(err, "inputs.sentences", 400, "validation",
+				 "\"inputs.sentences\" must be a non-empty array of strings");
+	if ((st = alloc_inputs(r, n + 1, lim, "inputs (source sentence included)", err)) != RG_OK)
+		return st;
+	if ((st = copy_text(src, &r->inputs[0], 0, err)) != RG_OK) {
+		snprintf(err->param, sizeof(err->param), "inputs.source_sentence");
+		return st;
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_object *e = json_object_array_get_idx(sents, i);
+
+		st = json_object_is_type(e, json_type_string)
+			     ? copy_text(e, &r->inputs[i + 1], i + 1, err)
+			     : req_fail(err, 400, "validation", "sentence %zu must be a string", i);
+		if (st != RG_OK) {
+			snprintf(err->param, sizeof(err->param), "inputs.sentences");
+			return st;
+		}
+	}
 	return RG_OK;
 }
 
@@ -318,6 +526,81 @@ static long find_unpaired_surrogate(const char *b, size_t len)
 	return -1;
 }
 
+/* The optional fields of every route, read after the inputs; TEI ignores unknown fields, and so
+ * does ragged (OpenAI's "user" among them). */
+static rg_status parse_options(rg_route route, json_object *root, rg_request *out,
+			       rg_req_error *err)
+{
+	bool openai = route == RG_ROUTE_OPENAI;
+	rg_status st;
+	json_object *v, *params = root;
+
+	if (route == RG_ROUTE_SIMILARITY) {
+		/* TEI: the options sit in "parameters" (null or absent: defaults) */
+		if (json_object_object_get_ex(root, "parameters", &params) &&
+		    !json_object_is_type(params, json_type_null) &&
+		    !json_object_is_type(params, json_type_object))
+			return req_failp(err, "parameters", 400, "validation",
+					 "\"parameters\" must be an object");
+		if (!params || json_object_is_type(params, json_type_null))
+			return RG_OK;
+		if ((st = get_bool(params, "truncate", &out->truncate, err)) != RG_OK ||
+		    (st = get_direction(params, &out->truncate_left, err)) != RG_OK ||
+		    (st = get_prompt_name(params, &out->prompt_name, err)) != RG_OK)
+			return st;
+		return RG_OK;
+	}
+	if (route == RG_ROUTE_DECODE)
+		return get_bool(root, "skip_special_tokens", &out->skip_special_tokens, err);
+	if ((st = get_bool(root, "raw_scores", &out->raw_scores, err)) != RG_OK ||
+	    (st = get_bool(root, "return_text", &out->return_text, err)) != RG_OK ||
+	    (st = get_bool(root, "truncate", &out->truncate, err)) != RG_OK ||
+	    (st = get_direction(root, &out->truncate_left, err)) != RG_OK)
+		return st;
+	if (route == RG_ROUTE_EMBED_ALL) {
+		if ((st = refuse_field(root, "normalize", "/embed_all returns the raw last hidden "
+				       "states", err)) != RG_OK ||
+		    (st = refuse_field(root, "dimensions", "/embed_all returns every hidden "
+				       "dimension", err)) != RG_OK ||
+		    (st = get_encoding(root, false, &out->base64, err)) != RG_OK)
+			return st;
+	}
+	if (route == RG_ROUTE_EMBED || route == RG_ROUTE_OPENAI || route == RG_ROUTE_TOKENIZE ||
+	    route == RG_ROUTE_EMBED_ALL) {
+		if ((st = get_prompt_name(root, &out->prompt_name, err)) != RG_OK)
+			return st;
+	}
+	if (route == RG_ROUTE_TOKENIZE &&
+	    (st = get_bool(root, "add_special_tokens", &out->add_special_tokens, err)) != RG_OK)
+		return st;
+	if (route == RG_ROUTE_EMBED || openai || route == RG_ROUTE_TOKENIZE ||
+	    route == RG_ROUTE_PREDICT || route == RG_ROUTE_RERANK) {
+		if ((st = get_bool(root, "normalize", &out->normalize, err)) != RG_OK)
+			return st;
+	}
+	if (route == RG_ROUTE_EMBED || openai) {
+		if ((st = get_dimensions(root, &out->dimensions, err)) != RG_OK ||
+		    (st = get_encoding(root, openai, &out->base64, err)) != RG_OK)
+			return st;
+	}
+	if (!openai)
+		return RG_OK;
+	if (json_object_object_get_ex(root, "model", &v) && !json_object_is_type(v, json_type_null)) {
+		if (!json_object_is_type(v, json_type_string))
+			return req_failp(err, "model", 400, "validation", "\"model\" must be a string");
+		if (!rg_utf8_valid(json_object_get_string(v), (size_t)json_object_get_string_len(v)))
+			return req_failp(err, "model", 400, "validation",
+					 "\"model\" is not valid UTF-8");
+		out->model = strndup(json_object_get_string(v), (size_t)json_object_get_string_len(v));
+		if (!out->model)
+			return req_fail(err, 500, "backend", "out of memory");
+	}
+	if (json_object_object_get_ex(root, "user", &v) && !json_object_is_type(v, json_type_null) &&
+	    !json_object_is_type(v, json_type_string))
+		return req_failp(err, "user", 400, "validation", "\"user\" must be a string");
+	return RG_OK;
+}
+
 rg_status rg_request_parse(rg_route route, const char *body, size_t len, const rg_req_limits *lim,
 			   rg_request *out, rg_req_error *err)
 {
@@ -327,15 +610,20 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 	enum json_tokener_error jerr;
 	rg_status st = RG_OK;
 	bool openai = route == RG_ROUTE_OPENAI;
+	const char *key = openai ? "input" : "inputs";
 
 	memset(out, 0, sizeof(*out));
 	out->route = route;
 	out->normalize = true;
+	out->add_special_tokens = true;
+	out->skip_special_tokens = true;
 	err->http_status = 0;
 	err->type = "";
 	err->msg[0] = '\0';
+	err->param[0] = '\0';
 	if (route != RG_ROUTE_EMBED && route != RG_ROUTE_OPENAI && route != RG_ROUTE_TOKENIZE &&
-	    route != RG_ROUTE_PREDICT && route != RG_ROUTE_RERANK)
+	    route != RG_ROUTE_PREDICT && route != RG_ROUTE_RERANK && route != RG_ROUTE_EMBED_ALL &&
+	    route != RG_ROUTE_SIMILARITY && route != RG_ROUTE_DECODE)
 		return req_fail(err, 400, "validation", "route takes no JSON body");
 	if (len == 0)
 		return req_fail(err, 400, "validation", "empty body; expected a JSON object");
@@ -371,59 +659,21 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 	}
 	if (route == RG_ROUTE_RERANK) {
 		st = parse_rerank(root, lim, out, err);
-	} else if (!json_object_object_get_ex(root, openai ? "input" : "inputs", &v)) {
-		st = req_fail(err, 400, "validation", "missing \"%s\"", openai ? "input" : "inputs");
+	} else if (route == RG_ROUTE_DECODE) {
+		st = parse_decode(root, lim, out, err);
+	} else if (route == RG_ROUTE_SIMILARITY) {
+		st = parse_similarity(root, lim, out, err);
+	} else if (!json_object_object_get_ex(root, key, &v)) {
+		st = req_failp(err, key, 400, "validation", "missing \"%s\"", key);
 	} else if (route == RG_ROUTE_PREDICT) {
 		st = parse_predict(v, lim, out, err);
 	} else {
-		st = parse_inputs(v, openai ? "input" : "inputs", openai, lim, out, err);
+		st = parse_inputs(v, key, openai, lim, out, err);
 	}
-	if (st != RG_OK)
-		goto out_free;
-	if ((st = get_bool(root, "raw_scores", &out->raw_scores, err)) != RG_OK ||
-	    (st = get_bool(root, "return_text", &out->return_text, err)) != RG_OK)
-		goto out_free;
-	if ((st = get_bool(root, "normalize", &out->normalize, err)) != RG_OK)
-		goto out_free;
-	if ((st = get_bool(root, "truncate", &out->truncate, err)) != RG_OK)
-		goto out_free;
-	if (openai) {
-		if (json_object_object_get_ex(root, "model", &v) &&
-		    !json_object_is_type(v, json_type_null)) {
-			if (!json_object_is_type(v, json_type_string)) {
-				st = req_fail(err, 400, "validation", "\"model\" must be a string");
-				goto out_free;
-			}
-			if (!rg_utf8_valid(json_object_get_string(v),
-					   (size_t)json_object_get_string_len(v))) {
-				st = req_fail(err, 400, "validation", "\"model\" is not valid UTF-8");
-				goto out_free;
-			}
-			out->model = strndup(json_object_get_string(v),
-					     (size_t)json_object_get_string_len(v));
-			if (!out->model) {
-				st = req_fail(err, 500, "backend", "out of memory");
-				goto out_free;
-			}
-		}
-		if (json_object_object_get_ex(root, "encoding_format", &v) &&
-		    !json_object_is_type(v, json_type_null)) {
-			const char *f = json_object_get_string(v);
-
-			if (!json_object_is_type(v, json_type_string) ||
-			    (strcmp(f, "float") != 0 && strcmp(f, "base64") != 0)) {
-				st = req_fail(err, 400, "validation",
-					      "\"encoding_format\" must be \"float\" or \"base64\"");
-				goto out_free;
-			}
-			out->base64 = strcmp(f, "base64") == 0;
-		}
-		if (json_object_object_get_ex(root, "dimensions", &v) &&
-		    !json_object_is_type(v, json_type_null)) {
-			st = req_fail(err, 400, "validation", "\"dimensions\" is not supported");
-			goto out_free;
-		}
-	}
+	if (st != RG_OK && !err->param[0] && route != RG_ROUTE_RERANK)
+		snprintf(err->param, sizeof(err->param), "%s", key);
+	if (st == RG_OK)
+		st = parse_options(route, root, out, err);
 out_free:
 	if (st != RG_OK)
 		rg_request_free(out);
@@ -441,6 +691,7 @@ void rg_request_free(rg_request *r)
 	}
 	free(r->inputs);
 	free(r->model);
+	free(r->prompt_name);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -459,4 +710,32 @@ void rg_json_error_body(rg_buf *b, const char *msg, const char *type)
 	rg_buf_puts(b, ",\"error_type\":");
 	rg_buf_json_str(b, type, strlen(type));
 	rg_buf_puts(b, "}");
+}
+
+/* A JSON string, or null for NULL / "" (and for invalid UTF-8, which JSON cannot carry). */
+static void json_str_or_null(rg_buf *b, const char *s)
+{
+	if (s && *s && rg_utf8_valid(s, strlen(s)))
+		rg_buf_json_str(b, s, strlen(s));
+	else
+		rg_buf_puts(b, "null");
+}
+
+void rg_json_openai_error_body(rg_buf *b, const char *msg, const char *type, const char *param,
+			       const char *code)
+{
+	size_t n = strlen(msg);
+
+	rg_buf_puts(b, "{\"error\":{\"message\":");
+	if (rg_utf8_valid(msg, n))
+		rg_buf_json_str(b, msg, n);
+	else
+		rg_buf_json_str(b, "(message not valid UTF-8)", 25);
+	rg_buf_puts(b, ",\"type\":");
+	rg_buf_json_str(b, type, strlen(type));
+	rg_buf_puts(b, ",\"param\":");
+	json_str_or_null(b, param);
+	rg_buf_puts(b, ",\"code\":");
+	json_str_or_null(b, code);
+	rg_buf_puts(b, "}}");
 }

@@ -14,14 +14,19 @@
 #include "ragged.h"
 
 typedef enum rg_route {
-	RG_ROUTE_EMBED = 0,   /* POST /embed          (TEI shape) */
+	RG_ROUTE_EMBED = 0,   /* POST /embed, / and /invocations (TEI shape) */
 	RG_ROUTE_OPENAI,      /* POST /v1/embeddings  (OpenAI shape) */
-	RG_ROUTE_TOKENIZE,    /* POST /tokenize */
+	RG_ROUTE_TOKENIZE,    /* POST /tokenize       (TEI: token objects) */
 	RG_ROUTE_PREDICT,     /* POST /predict        (TEI shape: sequence classification) */
 	RG_ROUTE_RERANK,      /* POST /rerank         (TEI shape: cross-encoder scores) */
-	RG_ROUTE_HEALTH,      /* GET /health */
+	RG_ROUTE_HEALTH,      /* GET /health (and GET /, as TEI) */
 	RG_ROUTE_INFO,        /* GET /info */
 	RG_ROUTE_METRICS,     /* GET /metrics */
+	RG_ROUTE_EMBED_ALL,   /* POST /embed_all      (TEI: per-token vectors) */
+	RG_ROUTE_SIMILARITY,  /* POST /similarity     (TEI: cosine similarities) */
+	RG_ROUTE_DECODE,      /* POST /decode         (TEI: ids -> text) */
+	RG_ROUTE_MODELS,      /* GET /v1/models       (OpenAI list) */
+	RG_ROUTE_OPENAPI,     /* GET /openapi.json */
 	RG_ROUTE_OTHER,       /* anything else (404) */
 	RG_ROUTE_COUNT,
 } rg_route;
@@ -41,15 +46,21 @@ typedef struct rg_req_input {
 
 typedef struct rg_request {
 	rg_route route;
-	rg_req_input *inputs;  /* (n_inputs), n_inputs >= 1 */
+	rg_req_input *inputs;  /* (n_inputs), n_inputs >= 1; /similarity: the source sentence
+				* first, then the sentences; /decode: id arrays (may be empty) */
 	size_t n_inputs;
 	bool normalize;        /* default true: L2-normalize the output (see server.c for semantics) */
 	bool truncate;         /* default false: cut over-long inputs instead of answering 422 */
+	bool truncate_left;    /* "truncation_direction": "left" / "Left" (default right) */
+	char *prompt_name;     /* "prompt_name" (TEI; /similarity: parameters.prompt_name), or NULL */
+	int dimensions;        /* "dimensions" (Matryoshka truncation), 0 when absent */
 	bool base64;           /* OpenAI encoding_format "base64" */
 	char *model;           /* OpenAI "model" string (echoed), NULL when absent */
 	bool raw_scores;       /* /predict, /rerank: logits instead of softmax / sigmoid */
 	bool return_text;      /* /rerank: echo each text */
 	bool batch;            /* /predict: inputs was a list of inputs (answer a list of lists) */
+	bool add_special_tokens;  /* /tokenize, default true */
+	bool skip_special_tokens; /* /decode, default true */
 } rg_request;
 
 typedef struct rg_req_limits {
@@ -62,9 +73,21 @@ typedef struct rg_req_error {
 	int http_status;       /* 400, 413 */
 	const char *type;      /* "validation", "payload_too_large" (static strings) */
 	char msg[256];
+	char param[64];        /* the offending field ("input", "dimensions"...), "" when none
+				* (OpenAI's error "param") */
 } rg_req_error;
 
-/* Parse a JSON body for route EMBED, OPENAI, TOKENIZE, PREDICT or RERANK.
+/* Parse a JSON body for route EMBED, OPENAI, TOKENIZE, PREDICT, RERANK, EMBED_ALL, SIMILARITY or
+ * DECODE. Common fields where the route has them (TEI): "truncate": bool, "truncation_direction":
+ * "left" | "right" (or "Left" / "Right"), "prompt_name": str (a name; the server resolves it).
+ * EMBED adds "normalize": bool, "dimensions": int >= 1 (the server checks the upper bound), and
+ * "encoding_format": "float" only ("base64" is /v1/embeddings'). EMBED_ALL refuses "normalize"
+ * and "dimensions" (its vectors are neither). TOKENIZE adds "add_special_tokens": bool.
+ * SIMILARITY (TEI): {"inputs": {"source_sentence": str, "sentences": [str]}, "parameters":
+ *          {"truncate", "truncation_direction", "prompt_name"} | null}.
+ * DECODE (TEI): {"ids": [int] | [[int], ...], "skip_special_tokens": bool}; [int] is one input;
+ *          id arrays may be empty; batch = true for a list of lists.
+ * The routes below as before; on error err->param names the offending field when there is one.
  * PREDICT (TEI): {"inputs": str | [str] | [str, str] | [[str] | [str, str], ...], "raw_scores":
  *          bool, "truncate": bool}: a string or a list of one or two strings is one input (two:
  *          a sentence pair); a list of such lists is a batch (batch = true).
@@ -85,7 +108,11 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 void rg_request_free(rg_request *r);
 
 
-/* {"error": msg, "error_type": type} */
+/* {"error": msg, "error_type": type} (TEI) */
 void rg_json_error_body(rg_buf *b, const char *msg, const char *type);
+/* {"error": {"message": msg, "type": type, "param": param | null, "code": code | null}}
+ * (OpenAI; param / code NULL or "" -> null). */
+void rg_json_openai_error_body(rg_buf *b, const char *msg, const char *type, const char *param,
+			       const char *code);
 
 #endif

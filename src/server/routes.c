@@ -39,7 +39,8 @@
 static bool body_route(rg_route r)
 {
 	return r == RG_ROUTE_EMBED || r == RG_ROUTE_OPENAI || r == RG_ROUTE_TOKENIZE ||
-	       r == RG_ROUTE_PREDICT || r == RG_ROUTE_RERANK;
+	       r == RG_ROUTE_PREDICT || r == RG_ROUTE_RERANK || r == RG_ROUTE_EMBED_ALL ||
+	       r == RG_ROUTE_SIMILARITY || r == RG_ROUTE_DECODE;
 }
 
 /* The headers the connection's guards ask for (see server.c, "Hardening"). */
@@ -105,24 +106,68 @@ static enum MHD_Result send_response(conn_ctx *c, int status, rg_buf *body, cons
 	return ret;
 }
 
+enum MHD_Result rg_conn_send(conn_ctx *c, int status, rg_buf *body, const char *ctype,
+			     double queue_ms, double infer_ms, int batch_size)
+{
+	return send_response(c, status, body, ctype, queue_ms, infer_ms, batch_size);
+}
+
+/* OpenAI's error "type" for an HTTP status. */
+static const char *openai_error_type(int status)
+{
+	if (status == 401)
+		return "authentication_error";
+	if (status == 429)
+		return "rate_limit_error";
+	if (status >= 500)
+		return "server_error";
+	return "invalid_request_error";
+}
+
+/* The error answer in TEI's shape, or OpenAI's on /v1 routes (type from the status, param the
+ * offending field, code ragged's error type). */
+static enum MHD_Result send_verror(conn_ctx *c, int status, const char *type, const char *param,
+				   const char *fmt, va_list ap)
+{
+	char msg[512];
+	rg_buf b;
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (status == 500)
+		fprintf(stderr, "ragged serve: internal error on %s: %s\n", rg_route_name(c->route),
+			msg);
+	rg_buf_init(&b);
+	if (c->openai)
+		rg_json_openai_error_body(&b, msg, openai_error_type(status), param, type);
+	else
+		rg_json_error_body(&b, msg, type);
+	return send_response(c, status, &b, "application/json", 0, 0, 0);
+}
+
+enum MHD_Result rg_conn_error(conn_ctx *c, int status, const char *type, const char *param,
+			      const char *fmt, ...)
+{
+	enum MHD_Result ret;
+	va_list ap;
+
+	va_start(ap, fmt);
+	ret = send_verror(c, status, type, param, fmt, ap);
+	va_end(ap);
+	return ret;
+}
+
 static enum MHD_Result send_error(conn_ctx *c, int status, const char *type, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
 static enum MHD_Result send_error(conn_ctx *c, int status, const char *type, const char *fmt, ...)
 {
-	char msg[512];
-	rg_buf b;
+	enum MHD_Result ret;
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	ret = send_verror(c, status, type, NULL, fmt, ap);
 	va_end(ap);
-	if (status == 500)
-		fprintf(stderr, "ragged serve: internal error on %s: %s\n", rg_route_name(c->route),
-			msg);
-	rg_buf_init(&b);
-	rg_json_error_body(&b, msg, type);
-	return send_response(c, status, &b, "application/json", 0, 0, 0);
+	return ret;
 }
 
 /* ---- embedding routes ------------------------------------------------------------------- */
@@ -165,33 +210,35 @@ static void put_vector(rg_buf *b, const float *v, int n, bool base64)
 #endif
 }
 
-/* Build the 200 answer from c->emb (every input present). */
+/* Build the 200 answer from c->emb (every input present): the model's raw pooled vectors (the
+ * engine and the cache keep them raw), cut to the first "dimensions" components (Matryoshka)
+ * and L2-normalized when "normalize" (default true; TEI's order: truncate, then normalize). */
 static enum MHD_Result answer_embeddings(conn_ctx *c, double queue_ms, double infer_ms, int bs)
 {
 	rg_server *s = c->srv;
-	int h = s->info->hidden_size;
+	int h = s->info->hidden_size, d = c->req.dimensions ? c->req.dimensions : h;
 	rg_buf b;
 
-	if (c->req.normalize && !s->info->normalize)
+	if (c->req.normalize)
 		for (size_t i = 0; i < c->req.n_inputs; i++)
-			l2_normalize(c->emb + i * (size_t)h, h);
+			l2_normalize(c->emb + i * (size_t)h, d);
 	rg_buf_init(&b);
 	if (c->route == RG_ROUTE_EMBED) {
 		rg_buf_put(&b, "[", 1);
 		for (size_t i = 0; i < c->req.n_inputs; i++) {
 			if (i)
 				rg_buf_put(&b, ",", 1);
-			rg_buf_float_array(&b, c->emb + i * (size_t)h, (size_t)h);
+			rg_buf_float_array(&b, c->emb + i * (size_t)h, (size_t)d);
 		}
 		rg_buf_put(&b, "]", 1);
 	} else {
-		const char *model = c->req.model ? c->req.model : s->o.model;
+		const char *model = c->req.model ? c->req.model : s->model_name;
 
 		rg_buf_puts(&b, "{\"object\":\"list\",\"data\":[");
 		for (size_t i = 0; i < c->req.n_inputs; i++) {
 			rg_buf_printf(&b, "%s{\"object\":\"embedding\",\"index\":%zu,\"embedding\":",
 				       i ? "," : "", i);
-			put_vector(&b, c->emb + i * (size_t)h, h, c->req.base64);
+			put_vector(&b, c->emb + i * (size_t)h, d, c->req.base64);
 			rg_buf_put(&b, "}", 1);
 		}
 		rg_buf_puts(&b, "],\"model\":");
@@ -296,46 +343,86 @@ static enum MHD_Result answer(conn_ctx *c, double queue_ms, double infer_ms, int
 {
 	if (c->route == RG_ROUTE_PREDICT || c->route == RG_ROUTE_RERANK)
 		return answer_scores(c, queue_ms, infer_ms, bs);
+	if (c->route == RG_ROUTE_EMBED_ALL)
+		return rg_answer_embed_all(c, queue_ms, infer_ms, bs);
+	if (c->route == RG_ROUTE_SIMILARITY)
+		return rg_answer_similarity(c, queue_ms, infer_ms, bs);
 	return answer_embeddings(c, queue_ms, infer_ms, bs);
 }
 
-/* Tokenize every input into c->ids (texts) or adopt the given ids (OpenAI token arrays).
+/* Tokenize every input into c->ids (texts, the request's prompt prepended first; truncation
+ * side as asked) or adopt the given ids (OpenAI token arrays). /tokenize keeps the encodings
+ * (with offsets) in c->encs instead and has no length limit unless "truncate" is set.
  * Returns 0 or the HTTP error status already sent (then the caller returns ret). */
 static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
 {
 	rg_server *s = c->srv;
 	size_t n = c->req.n_inputs;
 	int max_pos = s->info->max_seq_len;
+	bool tok_route = c->route == RG_ROUTE_TOKENIZE;
+	const char *prompt = NULL;
+	rg_encode_params ep = rg_encode_params_default();
 
+	if (rg_request_prompt(c, &prompt, ret))
+		return 400;
 	c->ids = calloc(n, sizeof(*c->ids));
 	c->n_ids = calloc(n, sizeof(*c->n_ids));
 	c->types = calloc(n, sizeof(*c->types));
-	if (!c->ids || !c->n_ids || !c->types) {
+	c->texts = calloc(n, sizeof(*c->texts));
+	c->text_lens = calloc(n, sizeof(*c->text_lens));
+	c->encs = tok_route ? calloc(n, sizeof(*c->encs)) : NULL;
+	if (!c->ids || !c->n_ids || !c->types || !c->texts || !c->text_lens ||
+	    (tok_route && !c->encs)) {
 		*ret = send_error(c, 500, "backend", "out of memory");
 		return 500;
 	}
+	ep.truncation = !c->req.truncate ? RG_TRUNCATE_NONE
+		      : c->req.truncate_left ? RG_TRUNCATE_LEFT : RG_TRUNCATE_RIGHT;
+	if (tok_route) {
+		ep.offsets = true;
+		ep.add_special_tokens = c->req.add_special_tokens;
+		if (!c->req.truncate)
+			ep.max_length = SIZE_MAX;
+	}
 	for (size_t i = 0; i < n; i++) {
 		rg_req_input *in = &c->req.inputs[i];
+		rg_encoding e;
 		rg_status st;
 
 		if (in->ids) {
 			if (in->n_ids > (size_t)max_pos && !c->req.truncate) {
-				*ret = send_error(c, 422, "validation",
-						  "input %zu has %zu tokens, more than the model's "
-						  "maximum of %d (set \"truncate\": true)", i,
-						  in->n_ids, max_pos);
+				*ret = rg_conn_error(c, 422, "validation", "input",
+						     "input %zu has %zu tokens, more than the model's "
+						     "maximum of %d (set \"truncate\": true)", i,
+						     in->n_ids, max_pos);
 				return 422;
+			}
+			if (in->n_ids > (size_t)max_pos && c->req.truncate_left) {
+				/* keep the last ids (the array is the request's own) */
+				memmove(in->ids, in->ids + (in->n_ids - (size_t)max_pos),
+					(size_t)max_pos * sizeof(*in->ids));
+				in->n_ids = (size_t)max_pos;
 			}
 			c->ids[i] = in->ids; /* borrowed from req; see free_ctx */
 			c->n_ids[i] = in->n_ids > (size_t)max_pos ? (size_t)max_pos : in->n_ids;
 		} else {
-			st = in->text_b ? rg_model_tokenize_pair(s->model, in->text, in->len,
-								 in->text_b, in->len_b,
-								 c->req.truncate, &c->ids[i],
-								 &c->types[i], &c->n_ids[i])
-					: rg_model_tokenize(s->model, in->text, in->len,
-							    c->req.truncate, &c->ids[i],
-							    &c->n_ids[i]);
+			const char *text = in->text;
+			size_t len = in->len;
+
+			if (prompt && !in->text_b) {
+				size_t pl = strlen(prompt);
+
+				if (!(c->texts[i] = malloc(pl + len + 1))) {
+					*ret = send_error(c, 500, "backend", "out of memory");
+					return 500;
+				}
+				memcpy(c->texts[i], prompt, pl);
+				memcpy(c->texts[i] + pl, in->text, len + 1);
+				c->text_lens[i] = pl + len;
+				text = c->texts[i];
+				len = pl + len;
+			}
+			st = rg_model_encode(s->model, text, len, in->text_b, in->len_b, &ep, &e);
 			if (st != RG_OK) {
 				rg_http_error he = rg_http_error_for(st, false);
 
@@ -343,23 +430,37 @@ static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
 					*ret = send_error(c, he.code, he.type, "tokenizer: %s: %s",
 							  rg_status_name(st), rg_last_error());
 				else
-					*ret = send_error(c, he.code, he.type, "input %zu: %s%s", i,
-							  rg_last_error(),
-							  st == RG_ERR_TOO_LONG ? " (set \"truncate\": true)"
-										: "");
+					*ret = rg_conn_error(c, he.code, he.type, "input",
+							     "input %zu: %s%s", i, rg_last_error(),
+							     st == RG_ERR_TOO_LONG
+								     ? " (set \"truncate\": true)"
+								     : "");
 				return he.code;
 			}
-			if (c->n_ids[i] == 0) {
-				*ret = send_error(c, 400, "validation",
-						  "input %zu tokenizes to nothing", i);
+			c->n_ids[i] = e.n;
+			if (tok_route) {
+				c->encs[i] = e; /* owns the ids; c->ids[i] stays NULL */
+			} else {
+				c->ids[i] = e.ids;
+				if (in->text_b)
+					c->types[i] = e.types;
+				else
+					free(e.types);
+				free(e.special);
+				free(e.start);
+				free(e.stop);
+			}
+			if (e.n == 0 && !tok_route) {
+				*ret = rg_conn_error(c, 400, "validation", "input",
+						     "input %zu tokenizes to nothing", i);
 				return 400;
 			}
 		}
-		if (c->route != RG_ROUTE_TOKENIZE && c->n_ids[i] > (size_t)s->max_len) {
-			*ret = send_error(c, 422, "validation",
-					  "input %zu has %zu tokens, more than the %d the %s "
-					  "scheduler can place", i, c->n_ids[i], s->max_len,
-					  rg_sched_kind_name(s->kind));
+		if (!tok_route && c->n_ids[i] > (size_t)s->max_len) {
+			*ret = rg_conn_error(c, 422, "validation", "input",
+					     "input %zu has %zu tokens, more than the %d the %s "
+					     "scheduler can place", i, c->n_ids[i], s->max_len,
+					     rg_sched_kind_name(s->kind));
 			return 422;
 		}
 		c->prompt_tokens += c->n_ids[i];
@@ -379,20 +480,10 @@ static void job_done(rg_job *job)
 static enum MHD_Result handle_tokenize(conn_ctx *c)
 {
 	enum MHD_Result ret;
-	rg_buf b;
 
 	if (tokenize_inputs(c, &ret))
 		return ret;
-	rg_buf_init(&b);
-	rg_buf_put(&b, "[", 1);
-	for (size_t i = 0; i < c->req.n_inputs; i++) {
-		rg_buf_put(&b, i ? ",[" : "[", i ? 2 : 1);
-		for (size_t k = 0; k < c->n_ids[i]; k++)
-			rg_buf_printf(&b, k ? ",%d" : "%d", c->ids[i][k]);
-		rg_buf_put(&b, "]", 1);
-	}
-	rg_buf_put(&b, "]", 1);
-	return send_response(c, 200, &b, "application/json", 0, 0, 0);
+	return rg_answer_tokenize(c);
 }
 
 /* The answer to a refused submit (and its Retry-After): the queue is full or the request
@@ -423,6 +514,7 @@ static enum MHD_Result handle_embed(conn_ctx *c)
 	rg_server *s = c->srv;
 	int h = s->info->output_dim;
 	size_t n = c->req.n_inputs, n_miss = 0;
+	bool all_tokens = c->route == RG_ROUTE_EMBED_ALL;
 	enum MHD_Result ret;
 	const union MHD_ConnectionInfo *ci;
 	rg_status st;
@@ -438,15 +530,27 @@ static enum MHD_Result handle_embed(conn_ctx *c)
 	c->seqs = calloc(n, sizeof(*c->seqs));
 	if (!c->emb || !c->seqs)
 		return send_error(c, 500, "backend", "out of memory");
-	for (size_t i = 0; i < n; i++) {
+	if (all_tokens) {
+		/* /embed_all: every token's vector, (sum of lengths, hidden_size) */
+		size_t rows = c->prompt_tokens;
+
+		c->hidden = malloc((rows ? rows : 1) * (size_t)s->info->hidden_size * sizeof(float));
+		if (!c->hidden)
+			return send_error(c, 500, "backend", "out of memory for %zu token vectors",
+					  rows);
+	}
+	for (size_t i = 0, row = 0; i < n; row += c->n_ids[i], i++) {
 		float *dst = c->emb + i * (size_t)h;
 
-		if (s->cache && !c->types[i] && rg_cache_get(s->cache, c->ids[i], c->n_ids[i], dst))
+		if (!all_tokens && s->cache && !c->types[i] &&
+		    rg_cache_get(s->cache, c->ids[i], c->n_ids[i], dst))
 			continue;
 		c->seqs[n_miss].ids = c->ids[i];
 		c->seqs[n_miss].types = c->types[i];
 		c->seqs[n_miss].len = (int)c->n_ids[i];
 		c->seqs[n_miss].out = dst;
+		c->seqs[n_miss].hidden_out =
+			all_tokens ? c->hidden + row * (size_t)s->info->hidden_size : NULL;
 		n_miss++;
 	}
 	if (s->cache)
@@ -506,42 +610,6 @@ static enum MHD_Result finish_job(conn_ctx *c)
 
 /* ---- other routes ----------------------------------------------------------------------- */
 
-static enum MHD_Result handle_info(conn_ctx *c)
-{
-	rg_server *s = c->srv;
-	const rg_model_info *i = s->info;
-	rg_buf b;
-
-	rg_buf_init(&b);
-	rg_buf_puts(&b, "{\"version\":\"" RAGGED_VERSION "\",\"model_id\":");
-	rg_buf_json_str(&b, i->model_dir, strlen(i->model_dir));
-	rg_buf_printf(&b, ",\"model_type\":\"%s\",\"vocab_size\":%d,\"hidden_size\":%d,"
-		       "\"num_attention_heads\":%d,\"num_hidden_layers\":%d,"
-		       "\"intermediate_size\":%d,\"max_position_embeddings\":%d,\"max_seq_len\":%d,"
-		       "\"type_vocab_size\":%d,\"hidden_act\":\"%s\",\"layer_norm_eps\":%g,"
-		       "\"pooling\":\"%s\",\"normalize\":%s,\"device\":\"%s\",\"dtype\":\"%s\","
-		       "\"scheduler\":\"%s\",\"max_batch_tokens\":%d,\"max_batch_requests\":%d,"
-		       "\"max_queue\":%d,\"max_inputs\":%d,\"max_body_bytes\":%zu,"
-		       "\"max_input_length\":%d,\"request_timeout_ms\":%d,\"cache_entries\":%d,"
-		       "\"build_cuda\":%s,\"model_kind\":\"%s\",\"num_labels\":%d,\"labels\":[",
-		       i->model_type, i->vocab_size, i->hidden_size, i->num_attention_heads,
-		       i->num_hidden_layers, i->intermediate_size, i->max_position_embeddings,
-		       i->max_seq_len, i->type_vocab_size, i->hidden_act, i->layer_norm_eps,
-		       rg_pooling_name(i->pooling), i->normalize ? "true" : "false",
-		       rg_device_name(i->device), rg_dtype_name(i->dtype), rg_sched_kind_name(s->kind),
-		       s->o.max_batch_tokens, s->o.max_batch_requests, s->o.max_queue,
-		       s->o.max_inputs, s->o.max_body_bytes, s->max_len, s->o.request_timeout_ms,
-		       s->o.cache_entries, rg_build_has_cuda() ? "true" : "false",
-		       !i->num_labels ? "embedding" : i->num_labels == 1 ? "reranker" : "classifier",
-		       i->num_labels);
-	for (int k = 0; k < i->num_labels; k++) {
-		rg_buf_puts(&b, k ? "," : "");
-		rg_buf_json_str(&b, i->labels[k], strlen(i->labels[k]));
-	}
-	rg_buf_puts(&b, "]}");
-	return send_response(c, 200, &b, "application/json", 0, 0, 0);
-}
-
 static enum MHD_Result handle_metrics(conn_ctx *c)
 {
 	rg_server *s = c->srv;
@@ -568,24 +636,37 @@ static void release_body(conn_ctx *c)
 	rg_buf_free(&c->body);
 }
 
-static rg_route route_of(const char *url)
+static rg_route route_of(const char *url, const char *method)
 {
-	if (!strcmp(url, "/embed"))
-		return RG_ROUTE_EMBED;
-	if (!strcmp(url, "/v1/embeddings") || !strcmp(url, "/embeddings"))
-		return RG_ROUTE_OPENAI;
-	if (!strcmp(url, "/tokenize"))
-		return RG_ROUTE_TOKENIZE;
-	if (!strcmp(url, "/predict"))
-		return RG_ROUTE_PREDICT;
-	if (!strcmp(url, "/rerank"))
-		return RG_ROUTE_RERANK;
-	if (!strcmp(url, "/health"))
-		return RG_ROUTE_HEALTH;
-	if (!strcmp(url, "/info"))
-		return RG_ROUTE_INFO;
-	if (!strcmp(url, "/metrics"))
-		return RG_ROUTE_METRICS;
+	static const struct {
+		const char *url;
+		rg_route route;
+	} table[] = {
+		{"/embed", RG_ROUTE_EMBED},
+		{"/invocations", RG_ROUTE_EMBED}, /* TEI / SageMaker */
+		{"/v1/embeddings", RG_ROUTE_OPENAI},
+		{"/embeddings", RG_ROUTE_OPENAI},
+		{"/tokenize", RG_ROUTE_TOKENIZE},
+		{"/decode", RG_ROUTE_DECODE},
+		{"/embed_all", RG_ROUTE_EMBED_ALL},
+		{"/similarity", RG_ROUTE_SIMILARITY},
+		{"/predict", RG_ROUTE_PREDICT},
+		{"/rerank", RG_ROUTE_RERANK},
+		{"/health", RG_ROUTE_HEALTH},
+		{"/info", RG_ROUTE_INFO},
+		{"/metrics", RG_ROUTE_METRICS},
+		{"/v1/models", RG_ROUTE_MODELS},
+		{"/openapi.json", RG_ROUTE_OPENAPI},
+	};
+
+	/* TEI: POST / embeds (huggingface_hub's InferenceClient(url).feature_extraction posts
+	 * there), GET / is a health check */
+	if (!strcmp(url, "/"))
+		return !strcmp(method, "GET") || !strcmp(method, "HEAD") ? RG_ROUTE_HEALTH
+									 : RG_ROUTE_EMBED;
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+		if (!strcmp(url, table[i].url))
+			return table[i].route;
 	return RG_ROUTE_OTHER;
 }
 
@@ -599,8 +680,9 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
 
 	if (c->route == RG_ROUTE_OTHER)
 		return send_error(c, 404, "not_found",
-				  "no route %.200s (routes: /embed /v1/embeddings /predict /rerank "
-				  "/tokenize /health /info /metrics)", url);
+				  "no route %.200s (routes: / /embed /embed_all /v1/embeddings "
+				  "/similarity /predict /rerank /tokenize /decode /health /info "
+				  "/metrics /v1/models /openapi.json)", url);
 	if ((post_route && !c->post) || (!post_route && !get))
 		return send_error(c, 405, "method_not_allowed", "method %s not allowed on %s",
 				  method, rg_route_name(c->route));
@@ -617,13 +699,23 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
 		return send_response(c, 200, &b, "application/json", 0, 0, 0);
 	}
 	if (c->route == RG_ROUTE_INFO)
-		return handle_info(c);
+		return rg_answer_info(c);
+	if (c->route == RG_ROUTE_MODELS)
+		return rg_answer_models(c);
+	if (c->route == RG_ROUTE_OPENAPI)
+		return rg_answer_openapi(c);
 	st = rg_request_parse(c->route, c->body.data, c->body.len, &s->lim, &c->req, &err);
 	release_body(c);
 	if (st != RG_OK)
-		return send_error(c, err.http_status, err.type, "%s", err.msg);
+		return rg_conn_error(c, err.http_status, err.type, err.param, "%s", err.msg);
 	if (c->route == RG_ROUTE_TOKENIZE)
 		return handle_tokenize(c);
+	if (c->route == RG_ROUTE_DECODE)
+		return rg_answer_decode(c);
+	if (c->req.dimensions > s->info->output_dim)
+		return rg_conn_error(c, 400, "validation", "dimensions",
+				     "\"dimensions\" is %d, more than the model's %d output dimensions",
+				     c->req.dimensions, s->info->output_dim);
 	/* what the model computes decides which routes it serves (TEI: an embedding model has no
 	 * /predict, a classifier no /embed; /rerank needs a single-score cross-encoder) */
 	if ((c->route == RG_ROUTE_PREDICT || c->route == RG_ROUTE_RERANK) && !s->info->num_labels)
@@ -636,7 +728,9 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
 				  "rerank needs a cross-encoder with one score; this classifier has "
 				  "%d labels (use /predict)",
 				  s->info->num_labels);
-	if ((c->route == RG_ROUTE_EMBED || c->route == RG_ROUTE_OPENAI) && s->info->num_labels)
+	if ((c->route == RG_ROUTE_EMBED || c->route == RG_ROUTE_OPENAI ||
+	     c->route == RG_ROUTE_EMBED_ALL || c->route == RG_ROUTE_SIMILARITY) &&
+	    s->info->num_labels)
 		return send_error(c, 400, "validation",
 				  "%s is a sequence classification model; use /predict%s", s->o.model,
 				  s->info->num_labels == 1 ? " or /rerank" : "");
@@ -834,9 +928,10 @@ enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, con
 		c->srv = s;
 		c->conn = conn;
 		c->t0 = rg_now_ms();
-		c->route = route_of(url);
+		c->route = route_of(url, method);
 		c->post = !strcmp(method, "POST");
 		c->wants_body = c->post && body_route(c->route);
+		c->openai = !strncmp(url, "/v1/", 4) || c->route == RG_ROUTE_OPENAI;
 		atomic_init(&c->released, false);
 		rg_buf_init(&c->body);
 		*con_cls = c;
@@ -869,6 +964,14 @@ static void free_ctx(conn_ctx *c)
 	for (size_t i = 0; c->types && i < c->req.n_inputs; i++)
 		free(c->types[i]);
 	free(c->types);
+	for (size_t i = 0; c->texts && i < c->req.n_inputs; i++)
+		free(c->texts[i]);
+	free(c->texts);
+	free(c->text_lens);
+	for (size_t i = 0; c->encs && i < c->req.n_inputs; i++)
+		rg_encoding_free(&c->encs[i]);
+	free(c->encs);
+	free(c->hidden);
 	free(c->emb);
 	free(c->seqs);
 	rg_request_free(&c->req);

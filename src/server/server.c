@@ -34,10 +34,10 @@
  *     Expect: 100-continue or a longer Content-Length the answer goes at once and the connection
  *     closes.
  *
- * Normalization: the model applies its own pooling and, when it has a sentence-transformers
- * Normalize module, L2 normalization. "normalize": true (default) on a model without Normalize
- * makes the server L2-normalize; "normalize": false returns the model's output as is (so on a
- * model with Normalize the output is still unit length).
+ * Normalization is the request's choice, as in TEI: the engine computes raw pooled vectors (the
+ * model's pooling, its Normalize module skipped) and the cache keeps them raw; "normalize": true
+ * (default) L2-normalizes on the way out, false returns the pooled vector as is. "dimensions"
+ * cuts to the first d components before that (Matryoshka).
  */
 #include "server/serve.h"
 #include "server/server_internal.h"
@@ -100,7 +100,9 @@ static rg_status setup_engine(rg_server *s)
 		sp.cost = s->cost;
 	}
 	if (s->o.cache_entries > 0) {
-		snprintf(tag, sizeof(tag), "%s|%s|%s", i->model_dir, rg_device_name(i->device),
+		/* "raw": the entries are raw pooled vectors (normalized per request on the way
+		 * out); a database written when they were stored normalized is not reused */
+		snprintf(tag, sizeof(tag), "%s|%s|%s|raw", i->model_dir, rg_device_name(i->device),
 			 rg_dtype_name(i->dtype));
 		s->cache = rg_cache_create((size_t)s->o.cache_entries, i->output_dim, tag,
 					   s->o.cache_db, &st);
@@ -247,6 +249,7 @@ int rg_serve_main(int argc, char **argv)
 		fprintf(stderr, "ragged serve: out of memory\n");
 		return 1;
 	}
+	s->prompts.dflt = -1;
 	rc = rg_serve_opts_parse(argc, argv, &s->o);
 	if (rc >= 0)
 		goto out_free;
@@ -315,6 +318,12 @@ int rg_serve_main(int argc, char **argv)
 	}
 	s->info = rg_model_get_info(s->model);
 	s->o.dtype = s->info->dtype; /* RG_DTYPE_AUTO resolved by the load */
+	rg_model_name(s->o.model, s->info->model_dir, s->model_name, sizeof(s->model_name));
+	s->created_s = (long long)time(NULL);
+	if ((st = rg_prompts_load(s->info->model_dir, &s->prompts)) != RG_OK) {
+		fprintf(stderr, "ragged serve: %s: %s\n", rg_status_name(st), rg_last_error());
+		goto out_stop;
+	}
 	s->lim.max_inputs = (size_t)s->o.max_inputs;
 	s->lim.vocab_size = s->info->vocab_size;
 	s->lim.max_depth = 32;
@@ -354,6 +363,7 @@ out_stop:
 	rg_cache_free(s->cache);
 	rg_cost_table_free(s->cost);
 	rg_model_free(s->model);
+	rg_prompts_free(&s->prompts);
 out_watch:
 	rg_conn_watch_free(s->watch);
 out_metrics:

@@ -15,6 +15,7 @@
 #include "server/http_status.h"
 #include "server/metrics.h"
 #include "server/options.h"
+#include "server/prompts.h"
 #include "server/request.h"
 
 #define EXIT_USAGE RG_SERVE_EXIT_USAGE
@@ -36,6 +37,10 @@ typedef struct rg_server {
 	int port;
 	atomic_size_t buffered;  /* request body bytes held by all connections (--max-buffered-bytes) */
 	struct rg_conn_watch *watch; /* the request read deadline (conn_watch.c) */
+	char model_name[256];    /* /info model_id, /v1/models id: the HF id when known, else the
+				  * directory's name (rg_model_name) */
+	rg_prompts prompts;      /* config_sentence_transformers.json prompts */
+	long long created_s;     /* start time, Unix seconds (/v1/models "created") */
 } rg_server;
 
 /* Per-connection (per HTTP request) state, MHD's *con_cls. */
@@ -71,7 +76,38 @@ typedef struct conn_ctx {
 	rg_job_seq *seqs;        /* (n_inputs) uncached inputs */
 	rg_job job;
 	size_t prompt_tokens;
+	bool openai;             /* OpenAI error shape: /v1/... and the OpenAI route */
+	float *hidden;           /* /embed_all: (sum of n_ids, hidden_size) per-token outputs */
+	char **texts;            /* (n_inputs) prompted texts (owned), NULL entries when unprompted */
+	size_t *text_lens;       /* (n_inputs) */
+	rg_encoding *encs;       /* (n_inputs) /tokenize: the encodings (owned) */
 } conn_ctx;
+
+/* Answer c with body (taken over) and the content type; the one place answers are queued (adds
+ * the timing headers, Allow on 405 and Retry-After on 429 / 503, counts the metrics). */
+enum MHD_Result rg_conn_send(conn_ctx *c, int status, rg_buf *body, const char *ctype,
+			     double queue_ms, double infer_ms, int batch_size);
+/* An error answer: TEI's {"error", "error_type"}, or OpenAI's {"error": {"message", "type",
+ * "param", "code"}} when c->openai. param: the offending request field or NULL. */
+enum MHD_Result rg_conn_error(conn_ctx *c, int status, const char *type, const char *param,
+			      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* routes_compat.c: TEI's and OpenAI's other routes and shapes. */
+/* The served model's name: the Hugging Face id when the model argument is one or the directory
+ * sits in a hub cache (models--org--name/snapshots/...), else the directory's base name. */
+void rg_model_name(const char *arg, const char *dir, char *out, size_t n);
+/* The prompt text a request asks for (its prompt_name, else the file's default), NULL for none;
+ * *ret set and true when an unknown name was answered 400. */
+bool rg_request_prompt(conn_ctx *c, const char **prompt, enum MHD_Result *ret);
+enum MHD_Result rg_answer_tokenize(conn_ctx *c);
+enum MHD_Result rg_answer_decode(conn_ctx *c);
+enum MHD_Result rg_answer_embed_all(conn_ctx *c, double queue_ms, double infer_ms, int bs);
+enum MHD_Result rg_answer_similarity(conn_ctx *c, double queue_ms, double infer_ms, int bs);
+enum MHD_Result rg_answer_info(conn_ctx *c);
+enum MHD_Result rg_answer_models(conn_ctx *c);
+enum MHD_Result rg_answer_openapi(conn_ctx *c);
+/* openapi.c: the OpenAPI 3 document of every route (static JSON). */
+const char *rg_openapi_json(void);
 
 /* MHD's access handler (MHD_start_daemon's dh; cls is the rg_server) and its
  * MHD_OPTION_NOTIFY_COMPLETED callback, which frees the per-connection state. */

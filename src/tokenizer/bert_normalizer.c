@@ -173,10 +173,34 @@ bool rg_hf_is_mark(uint32_t c)
 	return c >= 0x300 && IN_TABLE(hf_mark, c);
 }
 
+/* Room for n spans in v (tok_util.c's rg_spanvec_reserve, without its dependency). */
+static rg_status sp_reserve(rg_spanvec *v, size_t n)
+{
+	if (n <= v->cap)
+		return RG_OK;
+	size_t nc = v->cap ? v->cap : 64;
+	while (nc < n)
+		nc *= 2;
+	rg_span *p = realloc(v->v, nc * sizeof(*p));
+	if (!p)
+		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (offsets)");
+	v->v = p;
+	v->cap = nc;
+	return RG_OK;
+}
+
 rg_status rg_unicode_decompose(const uint32_t *in, size_t n, bool compat, rg_cpvec *out)
+{
+	return rg_unicode_decompose_al(in, NULL, n, compat, out, NULL);
+}
+
+rg_status rg_unicode_decompose_al(const uint32_t *in, const rg_span *in_sp, size_t n, bool compat,
+				  rg_cpvec *out, rg_spanvec *out_sp)
 {
 	rg_status st;
 	out->n = 0;
+	if (out_sp)
+		out_sp->n = 0;
 	for (size_t i = 0; i < n; i++) {
 		utf8proc_int32_t d[32];
 		int bc = 0;
@@ -194,12 +218,18 @@ rg_status rg_unicode_decompose(const uint32_t *in, size_t n, bool compat, rg_cpv
 		}
 		if ((st = rg_cpvec_reserve(out, out->n + (size_t)k)) != RG_OK)
 			return st;
-		for (utf8proc_ssize_t j = 0; j < k; j++)
+		if (out_sp && (st = sp_reserve(out_sp, out->n + (size_t)k)) != RG_OK)
+			return st;
+		for (utf8proc_ssize_t j = 0; j < k; j++) {
+			if (out_sp)
+				out_sp->v[out_sp->n++] = in_sp[i];
 			out->v[out->n++] = (uint32_t)d[j];
+		}
 	}
 	/* Stable insertion sort of every run of non-starters by combining class. */
 	for (size_t i = 1; i < out->n; i++) {
 		uint32_t c = out->v[i];
+		rg_span sp = out_sp ? out_sp->v[i] : (rg_span){0, 0};
 		uint8_t cc = ccc(c);
 		if (cc == 0)
 			continue;
@@ -209,9 +239,62 @@ rg_status rg_unicode_decompose(const uint32_t *in, size_t n, bool compat, rg_cpv
 			if (pc == 0 || pc <= cc)
 				break;
 			out->v[j] = out->v[j - 1];
+			if (out_sp)
+				out_sp->v[j] = out_sp->v[j - 1];
 			j--;
 		}
 		out->v[j] = c;
+		if (out_sp)
+			out_sp->v[j] = sp;
+	}
+	return RG_OK;
+}
+
+/* The canonical composite of (a, b), or 0: utf8proc's composition of the pair (Hangul included),
+ * refusing composition exclusions (NFC never holds them). */
+static uint32_t compose_pair(uint32_t a, uint32_t b)
+{
+	utf8proc_int32_t buf[2] = {(utf8proc_int32_t)a, (utf8proc_int32_t)b};
+	utf8proc_ssize_t m = utf8proc_normalize_utf32(buf, 2, UTF8PROC_COMPOSE);
+
+	if (m != 1 || utf8proc_get_property(buf[0])->comp_exclusion)
+		return 0;
+	return (uint32_t)buf[0];
+}
+
+rg_status rg_unicode_compose_al(const uint32_t *in, const rg_span *in_sp, size_t n, rg_cpvec *out,
+				rg_spanvec *out_sp)
+{
+	rg_status st;
+	size_t starter = SIZE_MAX; /* index in out of the last starter */
+	int last_cc = -1;          /* class of the last char kept after the starter; 0: adjacent */
+
+	out->n = 0;
+	if (out_sp)
+		out_sp->n = 0;
+	if ((st = rg_cpvec_reserve(out, n)) != RG_OK ||
+	    (out_sp && (st = sp_reserve(out_sp, n)) != RG_OK))
+		return st;
+	/* Unicode's canonical composition: a char composes with the last starter unless a char
+	 * between them is a starter or has a class >= its own (blocked) */
+	for (size_t i = 0; i < n; i++) {
+		uint32_t c = in[i], comp;
+		int cc = ccc(c);
+
+		if (starter != SIZE_MAX && (last_cc == 0 || last_cc < cc) &&
+		    (comp = compose_pair(out->v[starter], c)) != 0) {
+			out->v[starter] = comp;
+			continue;
+		}
+		if (cc == 0) {
+			starter = out->n;
+			last_cc = 0;
+		} else {
+			last_cc = cc;
+		}
+		if (out_sp)
+			out_sp->v[out->n] = in_sp[i];
+		out->v[out->n++] = c;
 	}
 	return RG_OK;
 }
@@ -219,21 +302,38 @@ rg_status rg_unicode_decompose(const uint32_t *in, size_t n, bool compat, rg_cpv
 rg_status rg_bert_normalize(const rg_bert_norm *cfg, const uint32_t *in, size_t n, rg_cpvec *out,
 			    rg_cpvec *tmp)
 {
+	return rg_bert_normalize_al(cfg, in, NULL, n, out, NULL, tmp, NULL);
+}
+
+rg_status rg_bert_normalize_al(const rg_bert_norm *cfg, const uint32_t *in, const rg_span *in_sp,
+			       size_t n, rg_cpvec *out, rg_spanvec *out_sp, rg_cpvec *tmp,
+			       rg_spanvec *tmp_sp)
+{
 	rg_status st;
+	bool al = in_sp && out_sp && tmp_sp;
 	out->n = 0;
+	if (al)
+		out_sp->n = tmp_sp->n = 0;
 	if (!cfg->enabled) {
-		if ((st = rg_cpvec_reserve(out, n)) != RG_OK)
+		if ((st = rg_cpvec_reserve(out, n)) != RG_OK ||
+		    (al && (st = sp_reserve(out_sp, n)) != RG_OK))
 			return st;
 		memcpy(out->v, in, n * sizeof(*in));
+		if (al)
+			memcpy(out_sp->v, in_sp, n * sizeof(*in_sp));
 		out->n = n;
+		if (al)
+			out_sp->n = n;
 		return RG_OK;
 	}
 	/* clean_text + chinese chars into tmp (at most 3 code points per input). */
 	tmp->n = 0;
-	if ((st = rg_cpvec_reserve(tmp, 3 * n)) != RG_OK)
+	if ((st = rg_cpvec_reserve(tmp, 3 * n)) != RG_OK ||
+	    (al && (st = sp_reserve(tmp_sp, 3 * n)) != RG_OK))
 		return st;
 	for (size_t i = 0; i < n; i++) {
 		uint32_t c = in[i];
+		size_t k0 = tmp->n;
 		if (cfg->clean_text) {
 			if (c == 0 || c == 0xFFFD || is_other(c))
 				continue;
@@ -247,31 +347,51 @@ rg_status rg_bert_normalize(const rg_bert_norm *cfg, const uint32_t *in, size_t 
 		} else {
 			tmp->v[tmp->n++] = c;
 		}
+		for (size_t k = k0; al && k < tmp->n; k++)
+			tmp_sp->v[k] = in_sp[i];
 	}
+	if (al)
+		tmp_sp->n = tmp->n;
 	const uint32_t *src = tmp->v;
+	const rg_span *src_sp = al ? tmp_sp->v : NULL;
 	size_t m = tmp->n;
 	if (cfg->strip_accents) {
-		if ((st = rg_unicode_decompose(tmp->v, tmp->n, false, out)) != RG_OK)
+		if ((st = rg_unicode_decompose_al(tmp->v, src_sp, tmp->n, false, out,
+						  al ? out_sp : NULL)) != RG_OK)
 			return st;
 		size_t w = 0;
-		for (size_t i = 0; i < out->n; i++)
-			if (!is_mn(out->v[i]))
-				out->v[w++] = out->v[i];
+		for (size_t i = 0; i < out->n; i++) {
+			if (is_mn(out->v[i]))
+				continue;
+			if (al)
+				out_sp->v[w] = out_sp->v[i];
+			out->v[w++] = out->v[i];
+		}
 		out->n = w;
+		if (al)
+			out_sp->n = w;
 		if (!cfg->lowercase)
 			return RG_OK;
 		/* lowercase from out into tmp, then swap roles */
 		rg_cpvec t = *tmp;
 		*tmp = *out;
 		*out = t;
+		if (al) {
+			rg_spanvec ts = *tmp_sp;
+			*tmp_sp = *out_sp;
+			*out_sp = ts;
+		}
 		src = tmp->v;
+		src_sp = al ? tmp_sp->v : NULL;
 		m = tmp->n;
 	}
 	out->n = 0;
-	if ((st = rg_cpvec_reserve(out, 2 * m)) != RG_OK)
+	if ((st = rg_cpvec_reserve(out, 2 * m)) != RG_OK ||
+	    (al && (st = sp_reserve(out_sp, 2 * m)) != RG_OK))
 		return st;
 	for (size_t i = 0; i < m; i++) {
 		uint32_t c = src[i];
+		size_t k0 = out->n;
 		if (!cfg->lowercase) {
 			out->v[out->n++] = c;
 		} else if (c == 0x130) {
@@ -280,6 +400,10 @@ rg_status rg_bert_normalize(const rg_bert_norm *cfg, const uint32_t *in, size_t 
 		} else {
 			out->v[out->n++] = to_lower1(c);
 		}
+		for (size_t k = k0; al && k < out->n; k++)
+			out_sp->v[k] = src_sp[i];
 	}
+	if (al)
+		out_sp->n = out->n;
 	return RG_OK;
 }

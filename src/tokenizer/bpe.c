@@ -99,6 +99,11 @@ int32_t rg_bpe_max_id(const rg_bpe *b)
 	return b->max_id;
 }
 
+const rg_strmap *rg_bpe_vocab(const rg_bpe *b)
+{
+	return &b->vocab;
+}
+
 /* Optional string field: absent / null -> NULL; other non-strings -> RG_ERR_FORMAT. */
 static rg_status opt_string(json_object *m, const char *key, char **out, size_t *len,
 			    const char *path)
@@ -395,7 +400,7 @@ rg_status rg_bpe_encode(const rg_bpe *b, const char *w, size_t n, rg_bpe_scratch
 	rg_status st;
 	int32_t id;
 	if (b->ignore_merges && (id = rg_strmap_get(&b->vocab, w, n)) >= 0)
-		return rg_idvec_push(ids, id);
+		return rg_idvec_push_len(ids, id, (uint32_t)n);
 
 	/* HF merge_word: the word's chars (with prefix / suffix) as symbols */
 	int32_t unk_len = 0; /* pending unk of unk_len bytes; 0 none */
@@ -443,7 +448,7 @@ rg_status rg_bpe_encode(const rg_bpe *b, const char *w, size_t n, rg_bpe_scratch
 	if ((st = merge_all(b, sc)) != RG_OK)
 		return st;
 	for (size_t i = 0; i < sc->n_sym; i++)
-		if (sc->sym[i].len && (st = rg_idvec_push(ids, sc->sym[i].c)) != RG_OK)
+		if (sc->sym[i].len && (st = rg_idvec_push_len(ids, sc->sym[i].c, sc->sym[i].len)) != RG_OK)
 			return st;
 	return RG_OK;
 }

@@ -52,9 +52,16 @@ struct rg_normalizer {
 void rg_norm_scratch_free(rg_norm_scratch *s)
 {
 	rg_buf_free(&s->tmp);
+	rg_buf_free(&s->ubuf);
 	rg_cpvec_free(&s->a);
 	rg_cpvec_free(&s->b);
 	rg_cpvec_free(&s->c);
+	rg_spanvec_free(&s->tal);
+	rg_spanvec_free(&s->ual);
+	rg_spanvec_free(&s->sp_a);
+	rg_spanvec_free(&s->sp_b);
+	rg_spanvec_free(&s->sp_c);
+	rg_chgvec_free(&s->chg);
 }
 
 void rg_normalizer_free(rg_normalizer *nz)
@@ -388,6 +395,219 @@ rg_status rg_normalizer_apply(const rg_normalizer *nz, const char *s, size_t len
 			dst->data[0] = '\0';
 		in = dst->data;
 		n = dst->len;
+	}
+	return RG_OK;
+}
+
+/* ---- aligned mode (offsets) ------------------------------------------------------------------ */
+
+/* in[0..n) with byte spans in_al -> code points into cps and one span per code point into sps. */
+static rg_status to_cps_al(const char *in, size_t n, const rg_span *in_al, rg_cpvec *cps,
+			   rg_spanvec *sps)
+{
+	rg_status st;
+
+	cps->n = 0;
+	sps->n = 0;
+	if ((st = rg_cpvec_reserve(cps, n)) != RG_OK || (st = rg_spanvec_reserve(sps, n)) != RG_OK)
+		return st;
+	for (size_t i = 0; i < n;) {
+		cps->v[cps->n++] = rg_utf8_get_valid((const unsigned char *)in + i);
+		sps->v[sps->n++] = in_al[i];
+		i += rg_utf8_len_valid((unsigned char)in[i]);
+	}
+	return RG_OK;
+}
+
+/* Code points with their spans -> UTF-8 into out and one span per byte into out_al (cleared). */
+static rg_status put_cps_al(rg_buf *out, rg_spanvec *out_al, const uint32_t *v, const rg_span *sp,
+			    size_t m)
+{
+	rg_status st;
+
+	out->len = 0;
+	out_al->n = 0;
+	if (!rg_buf_reserve(out, 4 * m))
+		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (normalizer)");
+	if ((st = rg_spanvec_reserve(out_al, 4 * m)) != RG_OK)
+		return st;
+	for (size_t i = 0; i < m; i++) {
+		size_t k = rg_utf8_put(v[i], out->data + out->len);
+
+		out->len += k;
+		for (size_t j = 0; j < k; j++)
+			out_al->v[out_al->n++] = sp[i];
+	}
+	out->data[out->len] = '\0';
+	return RG_OK;
+}
+
+/* Append bytes s[0..k) to out, each with span sp (a whole replacement string gets one span). */
+static rg_status put_span(rg_buf *out, rg_spanvec *out_al, const char *s, size_t k, rg_span sp)
+{
+	rg_status st;
+
+	rg_buf_put(out, s, k);
+	if ((st = rg_spanvec_reserve(out_al, out_al->n + k)) != RG_OK)
+		return st;
+	for (size_t j = 0; j < k; j++)
+		out_al->v[out_al->n++] = sp;
+	return out->oom ? rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (normalizer)") : RG_OK;
+}
+
+/* Copy in[a..b) with its spans. */
+static rg_status put_copy(rg_buf *out, rg_spanvec *out_al, const char *in, const rg_span *in_al,
+			  size_t a, size_t b)
+{
+	rg_status st;
+
+	rg_buf_put(out, in + a, b - a);
+	if ((st = rg_spanvec_reserve(out_al, out_al->n + (b - a))) != RG_OK)
+		return st;
+	memcpy(out_al->v + out_al->n, in_al + a, (b - a) * sizeof(*in_al));
+	out_al->n += b - a;
+	return out->oom ? rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (normalizer)") : RG_OK;
+}
+
+/* One step in aligned mode: in[0..n) with spans in_al -> out / out_al (cleared first). The
+ * spans follow HF's NormalizedString: Replace gives its content the span of the last byte
+ * matched; Strip and StripAccents keep the spans of what they keep; Precompiled goes through
+ * HF's transformation list (rg_precompiled_changes); the code point steps (BertNormalizer,
+ * Lowercase, NFD, NFKD, NFC, NFKC) give every output char the span of the char it comes from. */
+static rg_status apply_step_al(const rg_norm_step *s, const char *in, size_t n,
+			       const rg_span *in_al, rg_buf *out, rg_spanvec *out_al,
+			       rg_norm_scratch *sc)
+{
+	rg_status st = RG_OK;
+
+	out->len = 0;
+	out_al->n = 0;
+	switch (s->kind) {
+	case RG_NORM_PRECOMPILED: {
+		bool modified = false;
+
+		sc->chg.n = 0;
+		if ((st = rg_precompiled_changes(s->pc, in, n, &sc->chg, &modified)) != RG_OK)
+			return st;
+		if (!modified)
+			return put_copy(out, out_al, in, in_al, 0, n);
+		return rg_align_transform(in, n, in_al, &sc->chg, 0, out, out_al);
+	}
+	case RG_NORM_REPLACE:
+		for (size_t i = 0; i < n && st == RG_OK;) {
+			const char *m = memmem(in + i, n - i, s->pat, s->pat_len);
+			size_t at = m ? (size_t)(m - in) : n;
+			st = put_copy(out, out_al, in, in_al, i, at);
+			if (!m || st != RG_OK)
+				break;
+			st = put_span(out, out_al, s->content, s->content_len,
+				      in_al[at + s->pat_len - 1]);
+			i = at + s->pat_len;
+		}
+		break;
+	case RG_NORM_REPLACE_RUN:
+		for (size_t i = 0; i < n && st == RG_OK;) {
+			size_t j = i, run = 0;
+			while (j < n && rg_utf8_get_valid((const unsigned char *)in + j) == s->run_cp) {
+				j += rg_utf8_len_valid((unsigned char)in[j]);
+				run++;
+			}
+			if (run >= s->run_min) {
+				st = put_span(out, out_al, s->content, s->content_len, in_al[j - 1]);
+			} else if (run) {
+				st = put_copy(out, out_al, in, in_al, i, j);
+			} else {
+				j = i + rg_utf8_len_valid((unsigned char)in[i]);
+				st = put_copy(out, out_al, in, in_al, i, j);
+			}
+			i = j;
+		}
+		break;
+	case RG_NORM_STRIP: {
+		size_t a = 0, b = n;
+		while (s->left && a < b && is_ws_at(in + a))
+			a += rg_utf8_len_valid((unsigned char)in[a]);
+		while (s->right && b > a) {
+			size_t p = b - 1;
+			while (p > a && ((unsigned char)in[p] & 0xC0) == 0x80)
+				p--;
+			if (!is_ws_at(in + p))
+				break;
+			b = p;
+		}
+		st = put_copy(out, out_al, in, in_al, a, b);
+		break;
+	}
+	case RG_NORM_STRIP_ACCENTS:
+		for (size_t i = 0; i < n && st == RG_OK;) {
+			size_t k = rg_utf8_len_valid((unsigned char)in[i]);
+			if (!rg_hf_is_mark(rg_utf8_get_valid((const unsigned char *)in + i)))
+				st = put_copy(out, out_al, in, in_al, i, i + k);
+			i += k;
+		}
+		break;
+	case RG_NORM_BERT:
+	case RG_NORM_LOWERCASE:
+		if ((st = to_cps_al(in, n, in_al, &sc->a, &sc->sp_a)) != RG_OK ||
+		    (st = rg_bert_normalize_al(&s->bert, sc->a.v, sc->sp_a.v, sc->a.n, &sc->b, &sc->sp_b,
+					       &sc->c, &sc->sp_c)) != RG_OK)
+			return st;
+		return put_cps_al(out, out_al, sc->b.v, sc->sp_b.v, sc->b.n);
+	case RG_NORM_NFC:
+	case RG_NORM_NFD:
+	case RG_NORM_NFKC:
+	case RG_NORM_NFKD: {
+		bool compat = s->kind == RG_NORM_NFKC || s->kind == RG_NORM_NFKD;
+		if ((st = to_cps_al(in, n, in_al, &sc->a, &sc->sp_a)) != RG_OK ||
+		    (st = rg_unicode_decompose_al(sc->a.v, sc->sp_a.v, sc->a.n, compat, &sc->b,
+						  &sc->sp_b)) != RG_OK)
+			return st;
+		if (s->kind == RG_NORM_NFD || s->kind == RG_NORM_NFKD)
+			return put_cps_al(out, out_al, sc->b.v, sc->sp_b.v, sc->b.n);
+		if ((st = rg_unicode_compose_al(sc->b.v, sc->sp_b.v, sc->b.n, &sc->c, &sc->sp_c)) !=
+		    RG_OK)
+			return st;
+		return put_cps_al(out, out_al, sc->c.v, sc->sp_c.v, sc->c.n);
+	}
+	}
+	if (st == RG_OK && out->oom)
+		st = rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (normalizer)");
+	if (st == RG_OK && rg_buf_reserve(out, 0))
+		out->data[out->len] = '\0';
+	return st;
+}
+
+rg_status rg_normalizer_apply_al(const rg_normalizer *nz, const char *s, size_t len,
+				 const rg_span *in_al, rg_buf *out, rg_spanvec *out_al,
+				 rg_norm_scratch *sc)
+{
+	rg_status st;
+
+	out->len = 0;
+	out_al->n = 0;
+	if (!nz || !nz->n_steps) {
+		if ((st = put_copy(out, out_al, s, in_al, 0, len)) != RG_OK)
+			return st;
+		if (!rg_buf_reserve(out, 0))
+			return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
+		out->data[out->len] = '\0';
+		return RG_OK;
+	}
+	/* ping-pong between (out, out_al) and (sc->ubuf, sc->ual) so that the last step writes out */
+	rg_buf *bufs[2] = { out, &sc->ubuf };
+	rg_spanvec *als[2] = { out_al, &sc->ual };
+	const char *in = s;
+	const rg_span *ial = in_al;
+	size_t n = len;
+	for (size_t i = 0; i < nz->n_steps; i++) {
+		size_t k = (nz->n_steps - 1 - i) % 2;
+		if ((st = apply_step_al(&nz->steps[i], in, n, ial, bufs[k], als[k], sc)) != RG_OK)
+			return st;
+		if (!bufs[k]->data && rg_buf_reserve(bufs[k], 0))
+			bufs[k]->data[0] = '\0';
+		in = bufs[k]->data;
+		ial = als[k]->v;
+		n = bufs[k]->len;
 	}
 	return RG_OK;
 }

@@ -225,3 +225,83 @@ void rg_precompiled_apply(const rg_precompiled *p, const char *s, size_t len, rg
 		g = e;
 	}
 }
+
+/* HF normalizers/precompiled.rs replace(): the new part's chars with change 0; a longer part
+ * marks its last (new - old) chars as inserted (+1); a shorter one adds (new - old) to the last
+ * change of the list, which is an earlier char's when the new part is empty (and nothing at all
+ * when the list is still empty: HF's alignments then shift, and so do ours). */
+static rg_status change_replace(rg_chgvec *ch, const char *old, size_t old_len, const char *rep,
+				size_t rep_len)
+{
+	long n_old = 0, n_new = 0, diff;
+	rg_status st;
+
+	for (size_t i = 0; i < old_len; i += rg_utf8_len_valid((unsigned char)old[i]))
+		n_old++;
+	for (size_t i = 0; i < rep_len;) {
+		uint32_t cp;
+		size_t k = rg_utf8_next(rep, rep_len, i, &cp);
+
+		if (!k) { /* a malformed rule string: HF keeps valid UTF-8 only */
+			i++;
+			continue;
+		}
+		if ((st = rg_chgvec_push(ch, cp, 0)) != RG_OK)
+			return st;
+		n_new++;
+		i += k;
+	}
+	diff = n_new - n_old;
+	if (diff > 0) {
+		for (long k = 0; k < diff && (size_t)k < ch->n; k++)
+			ch->v[ch->n - 1 - (size_t)k].change = 1;
+	} else if (diff < 0 && ch->n) {
+		ch->v[ch->n - 1].change += (int32_t)diff;
+	}
+	return RG_OK;
+}
+
+rg_status rg_precompiled_changes(const rg_precompiled *p, const char *s, size_t len, rg_chgvec *ch,
+				 bool *modified)
+{
+	utf8proc_int32_t state = 0;
+	const char *rep;
+	size_t rep_len;
+	rg_status st;
+
+	*modified = false;
+	for (size_t g = 0; g < len;) {
+		/* the extended grapheme cluster s[g..e), as rg_precompiled_apply walks it */
+		size_t e = g + rg_utf8_len_valid((unsigned char)s[g]);
+		uint32_t prev = rg_utf8_get_valid((const unsigned char *)s + g);
+		while (e < len) {
+			uint32_t c = rg_utf8_get_valid((const unsigned char *)s + e);
+			if (utf8proc_grapheme_break_stateful((utf8proc_int32_t)prev,
+							     (utf8proc_int32_t)c, &state))
+				break;
+			prev = c;
+			e += rg_utf8_len_valid((unsigned char)s[e]);
+		}
+		if (e - g < 6 && lookup(p, s + g, e - g, &rep, &rep_len)) {
+			*modified = true;
+			if ((st = change_replace(ch, s + g, e - g, rep, rep_len)) != RG_OK)
+				return st;
+		} else {
+			for (size_t i = g; i < e;) {
+				size_t k = rg_utf8_len_valid((unsigned char)s[i]);
+				if (lookup(p, s + i, k, &rep, &rep_len)) {
+					*modified = true;
+					st = change_replace(ch, s + i, k, rep, rep_len);
+				} else {
+					st = rg_chgvec_push(ch, rg_utf8_get_valid((const unsigned char *)s + i),
+							    0);
+				}
+				if (st != RG_OK)
+					return st;
+				i += k;
+			}
+		}
+		g = e;
+	}
+	return RG_OK;
+}

@@ -54,6 +54,8 @@ void rg_pretok_scratch_free(rg_pretok_scratch *s)
 	for (int i = 0; i < RG_PRETOK_MAX_DEPTH; i++) {
 		rg_buf_free(&s->lvl[i]);
 		rg_buf_free(&s->aux[i]);
+		rg_spanvec_free(&s->lal[i]);
+		rg_spanvec_free(&s->aal[i]);
 	}
 }
 
@@ -64,14 +66,14 @@ void rg_pretok_free(rg_pretok *p)
 
 /* GPT-2 bytes_to_unicode: printable Latin-1 bytes stand for themselves, the others (controls,
  * space, 0x7F-0xA0, 0xAD) map to U+0100 + n in byte order. */
-static void init_byte_map(rg_pretok *p)
+void rg_byte_level_map(char map[256][3])
 {
 	uint32_t n = 0;
 	for (int b = 0; b < 256; b++) {
 		bool self = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
 		uint32_t cp = self ? (uint32_t)b : 256 + n++;
-		size_t k = rg_utf8_put(cp, p->byte_map[b]);
-		p->byte_map[b][k] = '\0';
+		size_t k = rg_utf8_put(cp, map[b]);
+		map[b][k] = '\0';
 	}
 }
 
@@ -174,7 +176,7 @@ rg_status rg_pretok_load(json_object *j, const char *path, rg_pretok **out)
 	rg_pretok *p = calloc(1, sizeof(*p));
 	if (!p)
 		return rg_errorf(RG_ERR_OOM, "%s: out of memory (pre_tokenizer)", path);
-	init_byte_map(p);
+	rg_byte_level_map(p->byte_map);
 	if ((st = load_step(p, j, path, 0)) != RG_OK) {
 		rg_pretok_free(p);
 		return st;
@@ -247,12 +249,18 @@ static size_t gpt2_match(const char *s, size_t n, size_t i)
 /* ---- application ---- */
 
 static rg_status run(const rg_pretok *p, size_t lvl, const char *s, size_t n, bool at_start,
-		     rg_pretok_scratch *sc, rg_word_fn emit, void *ctx);
+		     const rg_span *al, rg_pretok_scratch *sc, rg_word_fn emit, void *ctx);
+
+/* The spans of s[from..) when spans are carried (al != NULL), else NULL. */
+static const rg_span *at(const rg_span *al, size_t from)
+{
+	return al ? al + from : NULL;
+}
 
 /* Split s[0..n) on whitespace (removed) and, when punct, on punctuation (isolated). */
 static rg_status split_chars(const rg_pretok *p, size_t lvl, const char *s, size_t n,
-			     bool at_start, bool punct, rg_pretok_scratch *sc, rg_word_fn emit,
-			     void *ctx)
+			     bool at_start, bool punct, const rg_span *al, rg_pretok_scratch *sc,
+			     rg_word_fn emit, void *ctx)
 {
 	rg_status st;
 	size_t ws = 0;
@@ -261,24 +269,40 @@ static rg_status split_chars(const rg_pretok *p, size_t lvl, const char *s, size
 		uint32_t cp = rg_utf8_get_valid((const unsigned char *)s + i);
 		bool white = rg_bert_is_whitespace(cp);
 		if (white || (punct && rg_bert_is_punct(cp))) {
-			if ((st = run(p, lvl + 1, s + ws, i - ws, at_start && ws == 0, sc, emit,
-				      ctx)) != RG_OK)
+			if ((st = run(p, lvl + 1, s + ws, i - ws, at_start && ws == 0, at(al, ws), sc,
+				      emit, ctx)) != RG_OK)
 				return st;
-			if (!white && (st = run(p, lvl + 1, s + i, k, at_start && i == 0, sc, emit,
-						ctx)) != RG_OK)
+			if (!white && (st = run(p, lvl + 1, s + i, k, at_start && i == 0, at(al, i), sc,
+						emit, ctx)) != RG_OK)
 				return st;
 			ws = i + k;
 		}
 		i += k;
 	}
-	return run(p, lvl + 1, s + ws, n - ws, at_start && ws == 0, sc, emit, ctx);
+	return run(p, lvl + 1, s + ws, n - ws, at_start && ws == 0, at(al, ws), sc, emit, ctx);
 }
 
+/* Append k copies of span sp to v (aligned mode). */
+static rg_status put_spans(rg_spanvec *v, rg_span sp, size_t k)
+{
+	rg_status st;
+
+	if ((st = rg_spanvec_reserve(v, v->n + k)) != RG_OK)
+		return st;
+	for (size_t j = 0; j < k; j++)
+		v->v[v->n++] = sp;
+	return RG_OK;
+}
+
+/* Spans: HF prepends the space with the span of the piece's first char, and every stand-in
+ * takes the span of the byte it stands for. */
 static rg_status byte_level(const rg_pretok *p, size_t lvl, const char *s, size_t n,
-			    bool at_start, rg_pretok_scratch *sc, rg_word_fn emit, void *ctx)
+			    bool at_start, const rg_span *al, rg_pretok_scratch *sc, rg_word_fn emit,
+			    void *ctx)
 {
 	const rg_pretok_step *stp = &p->steps[lvl];
 	rg_buf *aux = &sc->aux[lvl], *out = &sc->lvl[lvl];
+	rg_spanvec *aal = &sc->aal[lvl], *oal = &sc->lal[lvl];
 	rg_status st;
 	if (stp->add_prefix_space && (n == 0 || s[0] != ' ')) {
 		aux->len = 0;
@@ -286,84 +310,114 @@ static rg_status byte_level(const rg_pretok *p, size_t lvl, const char *s, size_
 		rg_buf_put(aux, s, n);
 		if (aux->oom)
 			return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
+		if (al) {
+			aal->n = 0;
+			if ((st = put_spans(aal, n ? al[0] : (rg_span){0, 0}, 1)) != RG_OK ||
+			    (st = rg_spanvec_reserve(aal, n + 1)) != RG_OK)
+				return st;
+			memcpy(aal->v + 1, al, n * sizeof(*al));
+			aal->n = n + 1;
+			al = aal->v;
+		}
 		s = aux->data;
 		n = aux->len;
 	}
 	for (size_t i = 0; i < n;) {
 		size_t e = stp->use_regex ? gpt2_match(s, n, i) : n;
 		out->len = 0;
-		if (!rg_buf_reserve(out, 2 * (e - i)))
+		oal->n = 0;
+		if (!rg_buf_reserve(out, 2 * (e - i)) ||
+		    (al && rg_spanvec_reserve(oal, 2 * (e - i)) != RG_OK))
 			return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
 		for (size_t k = i; k < e; k++) {
 			const char *m = p->byte_map[(unsigned char)s[k]];
 			out->data[out->len++] = m[0];
 			if (m[1])
 				out->data[out->len++] = m[1];
+			for (size_t j = 0; al && j < (m[1] ? 2u : 1u); j++)
+				oal->v[oal->n++] = al[k];
 		}
-		if ((st = run(p, lvl + 1, out->data, out->len, at_start && i == 0, sc, emit, ctx)) !=
-		    RG_OK)
+		if ((st = run(p, lvl + 1, out->data, out->len, at_start && i == 0, al ? oal->v : NULL,
+			      sc, emit, ctx)) != RG_OK)
 			return st;
 		i = e;
 	}
 	return RG_OK;
 }
 
+/* Spans: HF's replace gives the replacement the span of the space, prepend the span of the
+ * piece's first char. */
 static rg_status metaspace(const rg_pretok *p, size_t lvl, const char *s, size_t n, bool at_start,
-			   rg_pretok_scratch *sc, rg_word_fn emit, void *ctx)
+			   const rg_span *al, rg_pretok_scratch *sc, rg_word_fn emit, void *ctx)
 {
 	const rg_pretok_step *stp = &p->steps[lvl];
 	rg_buf *aux = &sc->aux[lvl], *out = &sc->lvl[lvl];
+	rg_spanvec *aal = &sc->aal[lvl], *oal = &sc->lal[lvl];
 	rg_status st;
 	aux->len = 0;
+	aal->n = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (s[i] == ' ')
 			rg_buf_put(aux, stp->rep_utf8, stp->rep_len);
 		else
 			rg_buf_put(aux, s + i, 1);
+		if (al && (st = put_spans(aal, al[i], s[i] == ' ' ? stp->rep_len : 1)) != RG_OK)
+			return st;
 	}
 	bool starts = aux->len >= stp->rep_len &&
 		      memcmp(aux->data, stp->rep_utf8, stp->rep_len) == 0;
 	out->len = 0;
+	oal->n = 0;
 	if (!starts &&
-	    (stp->prepend == RG_PREPEND_ALWAYS || (stp->prepend == RG_PREPEND_FIRST && at_start)))
+	    (stp->prepend == RG_PREPEND_ALWAYS || (stp->prepend == RG_PREPEND_FIRST && at_start))) {
 		rg_buf_put(out, stp->rep_utf8, stp->rep_len);
+		if (al && (st = put_spans(oal, n ? al[0] : (rg_span){0, 0}, stp->rep_len)) != RG_OK)
+			return st;
+	}
 	rg_buf_put(out, aux->data, aux->len);
 	if (aux->oom || out->oom)
 		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
+	if (al) {
+		if ((st = rg_spanvec_reserve(oal, oal->n + aal->n)) != RG_OK)
+			return st;
+		memcpy(oal->v + oal->n, aal->v, aal->n * sizeof(*aal->v));
+		oal->n += aal->n;
+	}
 	const char *t = out->data;
+	const rg_span *tal = al ? oal->v : NULL;
 	size_t m = out->len;
 	if (!stp->split)
-		return run(p, lvl + 1, t, m, at_start, sc, emit, ctx);
+		return run(p, lvl + 1, t, m, at_start, tal, sc, emit, ctx);
 	/* MergedWithNext: a piece ends before every replacement char */
 	size_t ps = 0;
 	for (size_t i = 0; i < m;) {
 		if (i > ps && m - i >= stp->rep_len && memcmp(t + i, stp->rep_utf8, stp->rep_len) == 0) {
-			if ((st = run(p, lvl + 1, t + ps, i - ps, at_start && ps == 0, sc, emit, ctx)) !=
-			    RG_OK)
+			if ((st = run(p, lvl + 1, t + ps, i - ps, at_start && ps == 0, at(tal, ps), sc,
+				      emit, ctx)) != RG_OK)
 				return st;
 			ps = i;
 		}
 		i = next_char(t, i);
 	}
-	return run(p, lvl + 1, t + ps, m - ps, at_start && ps == 0, sc, emit, ctx);
+	return run(p, lvl + 1, t + ps, m - ps, at_start && ps == 0, at(tal, ps), sc, emit, ctx);
 }
 
 static rg_status run(const rg_pretok *p, size_t lvl, const char *s, size_t n, bool at_start,
-		     rg_pretok_scratch *sc, rg_word_fn emit, void *ctx)
+		     const rg_span *al, rg_pretok_scratch *sc, rg_word_fn emit, void *ctx)
 {
 	if (n == 0)
 		return RG_OK;
 	if (lvl == p->n_steps)
-		return emit(ctx, s, n);
+		return emit(ctx, s, n, al);
 	switch (p->steps[lvl].kind) {
 	case RG_PRETOK_BERT:
-		return split_chars(p, lvl, s, n, at_start, true, sc, emit, ctx);
+		return split_chars(p, lvl, s, n, at_start, true, al, sc, emit, ctx);
 	case RG_PRETOK_WHITESPACE_SPLIT:
-		return split_chars(p, lvl, s, n, at_start, false, sc, emit, ctx);
+		return split_chars(p, lvl, s, n, at_start, false, al, sc, emit, ctx);
 	case RG_PRETOK_BYTE_LEVEL:
-		return byte_level(p, lvl, s, n, at_start, sc, emit, ctx);
+		return byte_level(p, lvl, s, n, at_start, al, sc, emit, ctx);
 	case RG_PRETOK_METASPACE:
-		return metaspace(p, lvl, s, n, at_start, sc, emit, ctx);
+		return metaspace(p, lvl, s, n, at_start, al, sc, emit, ctx);
 	}
 	return RG_OK;
 }
@@ -377,9 +431,9 @@ bool rg_pretok_prepends_first(const rg_pretok *p)
 }
 
 rg_status rg_pretok_apply(const rg_pretok *p, const char *s, size_t len, bool at_start,
-			  rg_pretok_scratch *sc, rg_word_fn emit, void *ctx)
+			  const rg_span *al, rg_pretok_scratch *sc, rg_word_fn emit, void *ctx)
 {
 	if (!p)
-		return len ? emit(ctx, s, len) : RG_OK;
-	return run(p, 0, s, len, at_start, sc, emit, ctx);
+		return len ? emit(ctx, s, len, al) : RG_OK;
+	return run(p, 0, s, len, at_start, al, sc, emit, ctx);
 }

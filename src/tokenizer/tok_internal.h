@@ -54,9 +54,52 @@ rg_status rg_strmap_put(rg_strmap *m, const char *s, size_t n, int32_t id);
 typedef struct rg_idvec {
 	int32_t *v;
 	size_t n, cap;
+	uint32_t *len; /* (n) with_len only: bytes of the word each id covers (HF Token offsets) */
+	size_t cap_len;
+	bool with_len;
 } rg_idvec;
 
-rg_status rg_idvec_push(rg_idvec *a, int32_t id);
+/* Append id; with_len: the model says how many bytes of its word the id covers (the word's
+ * tokens cover it left to right, as HF's models report offsets: cumulative lengths). */
+rg_status rg_idvec_push_len(rg_idvec *a, int32_t id, uint32_t len);
+static inline rg_status rg_idvec_push(rg_idvec *a, int32_t id)
+{
+	return rg_idvec_push_len(a, id, 0);
+}
+void rg_idvec_free(rg_idvec *a);
+
+/* ---- alignments (token offsets) ---- */
+
+/* rg_span (bert_normalizer.h): per byte of a derived string (normalized text, a pre-tokenized
+ * word) the bytes of the original text it comes from, HF NormalizedString's alignments. Every
+ * byte of one char carries the same span. */
+/* Make room for n spans (v->n unchanged); RG_ERR_OOM. */
+rg_status rg_spanvec_reserve(rg_spanvec *v, size_t n);
+void rg_spanvec_free(rg_spanvec *v);
+/* Append the span of every byte of s[0..n) (valid UTF-8) when s is the original text at byte
+ * offset base: each byte gets its char's range. */
+rg_status rg_spanvec_identity(rg_spanvec *v, const char *s, size_t n, size_t base);
+
+/* One char of a transformation, as HF NormalizedString::transform takes it: change 0 replaces
+ * the next input char (and takes its span), -k replaces it and removes the k chars after it,
+ * +1 inserts a char (with the span of the input byte before the current position). */
+typedef struct rg_change {
+	uint32_t cp;
+	int32_t change;
+} rg_change;
+
+typedef struct rg_chgvec {
+	rg_change *v;
+	size_t n, cap;
+} rg_chgvec;
+
+rg_status rg_chgvec_push(rg_chgvec *v, uint32_t cp, int32_t change);
+void rg_chgvec_free(rg_chgvec *v);
+
+/* HF NormalizedString::transform over the whole of in[0..n) (spans in_al, n of them): the chars
+ * of ch, skipping `initial` input chars first, into out / out_al (cleared first). */
+rg_status rg_align_transform(const char *in, size_t n, const rg_span *in_al, const rg_chgvec *ch,
+			     size_t initial, rg_buf *out, rg_spanvec *out_al);
 
 /* ---- normalizers (normalizers.c, precompiled.c) ---- */
 
@@ -66,6 +109,11 @@ typedef struct rg_normalizer rg_normalizer;
 typedef struct rg_norm_scratch {
 	rg_buf tmp;
 	rg_cpvec a, b, c;
+	/* aligned mode: the other ping-pong text and its spans, per-code-point spans of a, b, c,
+	 * one transformation list */
+	rg_buf ubuf;
+	rg_spanvec tal, ual, sp_a, sp_b, sp_c;
+	rg_chgvec chg;
 } rg_norm_scratch;
 
 void rg_norm_scratch_free(rg_norm_scratch *s);
@@ -78,6 +126,12 @@ void rg_normalizer_free(rg_normalizer *n);
 /* Normalize s[0..len) (valid UTF-8) into out (cleared first; valid UTF-8). nz NULL: copy. */
 rg_status rg_normalizer_apply(const rg_normalizer *nz, const char *s, size_t len, rg_buf *out,
 			      rg_norm_scratch *sc);
+/* As rg_normalizer_apply, keeping alignments as HF does: in_al (len spans) are the input bytes'
+ * original spans, *out_al gets one span per output byte (cleared first). The text is the same as
+ * rg_normalizer_apply's. */
+rg_status rg_normalizer_apply_al(const rg_normalizer *nz, const char *s, size_t len,
+				 const rg_span *in_al, rg_buf *out, rg_spanvec *out_al,
+				 rg_norm_scratch *sc);
 
 /* SentencePiece precompiled_charsmap (precompiled.c). blob: the decoded bytes. */
 typedef struct rg_precompiled rg_precompiled;
@@ -85,6 +139,10 @@ rg_status rg_precompiled_load(const char *b64, const char *path, rg_precompiled 
 void rg_precompiled_free(rg_precompiled *p);
 /* HF `tokenizers` Precompiled::normalize of s[0..len) (valid UTF-8), appended to out. */
 void rg_precompiled_apply(const rg_precompiled *p, const char *s, size_t len, rg_buf *out);
+/* The same as HF's transformation list (for alignments): appended to ch; *modified false when
+ * no rule applied (HF then leaves the string, and its alignments, alone). */
+rg_status rg_precompiled_changes(const rg_precompiled *p, const char *s, size_t len, rg_chgvec *ch,
+				 bool *modified);
 
 /* ---- pre-tokenizers (pretokenizers.c) ---- */
 
@@ -94,12 +152,14 @@ typedef struct rg_pretok rg_pretok;
 typedef struct rg_pretok_scratch {
 	rg_buf lvl[RG_PRETOK_MAX_DEPTH]; /* the output of the step at that depth */
 	rg_buf aux[RG_PRETOK_MAX_DEPTH]; /* its intermediate text (ByteLevel's prefixed piece) */
+	rg_spanvec lal[RG_PRETOK_MAX_DEPTH], aal[RG_PRETOK_MAX_DEPTH]; /* their spans (aligned) */
 } rg_pretok_scratch;
 
 void rg_pretok_scratch_free(rg_pretok_scratch *s);
 
-/* Called once per word the pre-tokenizer emits (n > 0, valid UTF-8). */
-typedef rg_status (*rg_word_fn)(void *ctx, const char *w, size_t n);
+/* Called once per word the pre-tokenizer emits (n > 0, valid UTF-8); al: the span of each of
+ * its bytes (n of them) when the caller gave spans, else NULL. */
+typedef rg_status (*rg_word_fn)(void *ctx, const char *w, size_t n, const rg_span *al);
 
 /* j: tokenizer.json "pre_tokenizer" (NULL / null: none, *out = NULL: the whole piece is one
  * word). Supported: BertPreTokenizer, ByteLevel, Metaspace, WhitespaceSplit, Sequence. */
@@ -109,8 +169,12 @@ void rg_pretok_free(rg_pretok *p);
  * offset 0 of the original text (Metaspace prepend_scheme "first"). */
 /* True when a Metaspace step uses prepend_scheme "first" (it needs original offsets). */
 bool rg_pretok_prepends_first(const rg_pretok *p);
+/* al: the spans of s's bytes (len of them) to carry into the words, or NULL. */
 rg_status rg_pretok_apply(const rg_pretok *p, const char *s, size_t len, bool at_start,
-			  rg_pretok_scratch *sc, rg_word_fn emit, void *ctx);
+			  const rg_span *al, rg_pretok_scratch *sc, rg_word_fn emit, void *ctx);
+/* GPT-2 bytes_to_unicode: each byte's printable stand-in as UTF-8 (1-2 bytes, NUL-ended); the
+ * ByteLevel pre-tokenizer's map, which its decoder inverts. */
+void rg_byte_level_map(char map[256][3]);
 
 /* ---- models ---- */
 
@@ -141,6 +205,8 @@ void rg_bpe_scratch_free(rg_bpe_scratch *s);
 rg_status rg_bpe_load(json_object *model, const char *path, rg_bpe **out);
 void rg_bpe_free(rg_bpe *b);
 int32_t rg_bpe_max_id(const rg_bpe *b);
+/* The vocabulary (token -> id), for id -> token tables. */
+const rg_strmap *rg_bpe_vocab(const rg_bpe *b);
 /* Appends the ids of word w[0..n) (valid UTF-8, n > 0) to ids. */
 rg_status rg_bpe_encode(const rg_bpe *b, const char *w, size_t n, rg_bpe_scratch *sc,
 			rg_idvec *ids);
@@ -165,6 +231,7 @@ void rg_uni_scratch_free(rg_uni_scratch *s);
 rg_status rg_unigram_load(json_object *model, const char *path, rg_unigram **out);
 void rg_unigram_free(rg_unigram *u);
 int32_t rg_unigram_max_id(const rg_unigram *u);
+const rg_strmap *rg_unigram_pieces(const rg_unigram *u);
 rg_status rg_unigram_encode(const rg_unigram *u, const char *w, size_t n, rg_uni_scratch *sc,
 			    rg_idvec *ids);
 #endif

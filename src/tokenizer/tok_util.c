@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "core/vec.h"
 
 static uint32_t hash_bytes(const char *s, size_t n)
@@ -150,10 +151,115 @@ const char *rg_tok_jtype(json_object *o)
 	return ty && json_object_is_type(ty, json_type_string) ? json_object_get_string(ty) : NULL;
 }
 
-rg_status rg_idvec_push(rg_idvec *a, int32_t id)
+rg_status rg_idvec_push_len(rg_idvec *a, int32_t id, uint32_t len)
 {
 	if (a->n == a->cap && !rg_vec_reserve((void **)&a->v, &a->cap, a->n + 1, sizeof(*a->v), 64))
 		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (ids)");
+	if (a->with_len && a->n == a->cap_len &&
+	    !rg_vec_reserve((void **)&a->len, &a->cap_len, a->n + 1, sizeof(*a->len), 64))
+		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (ids)");
+	if (a->with_len)
+		a->len[a->n] = len;
 	a->v[a->n++] = id;
+	return RG_OK;
+}
+
+void rg_idvec_free(rg_idvec *a)
+{
+	free(a->v);
+	free(a->len);
+	a->v = NULL;
+	a->len = NULL;
+	a->n = a->cap = a->cap_len = 0;
+}
+
+/* ---- alignments ---- */
+
+rg_status rg_spanvec_reserve(rg_spanvec *v, size_t n)
+{
+	if (!rg_vec_reserve((void **)&v->v, &v->cap, n ? n : 1, sizeof(*v->v), 64))
+		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (offsets)");
+	return RG_OK;
+}
+
+void rg_spanvec_free(rg_spanvec *v)
+{
+	free(v->v);
+	v->v = NULL;
+	v->n = v->cap = 0;
+}
+
+rg_status rg_spanvec_identity(rg_spanvec *v, const char *s, size_t n, size_t base)
+{
+	rg_status st;
+
+	if ((st = rg_spanvec_reserve(v, v->n + n)) != RG_OK)
+		return st;
+	for (size_t i = 0; i < n;) {
+		size_t k = rg_utf8_len_valid((unsigned char)s[i]);
+
+		for (size_t j = 0; j < k; j++)
+			v->v[v->n++] = (rg_span){(uint32_t)(base + i), (uint32_t)(base + i + k)};
+		i += k;
+	}
+	return RG_OK;
+}
+
+rg_status rg_chgvec_push(rg_chgvec *v, uint32_t cp, int32_t change)
+{
+	if (v->n == v->cap &&
+	    !rg_vec_reserve((void **)&v->v, &v->cap, v->n + 1, sizeof(*v->v), 64))
+		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (offsets)");
+	v->v[v->n++] = (rg_change){cp, change};
+	return RG_OK;
+}
+
+void rg_chgvec_free(rg_chgvec *v)
+{
+	free(v->v);
+	v->v = NULL;
+	v->n = v->cap = 0;
+}
+
+/* A port of HF NormalizedString::transform_range over the whole string: `offset` walks the input
+ * bytes; a replacing char takes the span at offset and moves past the char it replaces and the
+ * -change chars after it, an inserted one takes the span of the byte before offset ((0, 0) at the
+ * very start). Input chars the list does not reach are dropped. */
+rg_status rg_align_transform(const char *in, size_t n, const rg_span *in_al, const rg_chgvec *ch,
+			     size_t initial, rg_buf *out, rg_spanvec *out_al)
+{
+	size_t off = 0;
+	rg_status st;
+
+	out->len = 0;
+	out_al->n = 0;
+	for (size_t k = 0; k < initial && off < n; k++)
+		off += rg_utf8_len_valid((unsigned char)in[off]);
+	if (!rg_buf_reserve(out, 4 * ch->n) || (st = rg_spanvec_reserve(out_al, 4 * ch->n)) != RG_OK)
+		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (offsets)");
+	for (size_t i = 0; i < ch->n; i++) {
+		const rg_change *c = &ch->v[i];
+		rg_span sp = {0, 0};
+		size_t k;
+
+		if (c->change > 0) {
+			if (off >= 1)
+				sp = in_al[off - 1 < n ? off - 1 : n - 1];
+		} else {
+			if (off < n) {
+				sp = in_al[off];
+				off += rg_utf8_len_valid((unsigned char)in[off]);
+			} else if (n) {
+				sp = in_al[n - 1]; /* HF would panic; keep the last span */
+			}
+			for (int32_t r = 0; r < -c->change && off < n; r++)
+				off += rg_utf8_len_valid((unsigned char)in[off]);
+		}
+		k = rg_utf8_put(c->cp, out->data + out->len);
+		out->len += k;
+		for (size_t j = 0; j < k; j++)
+			out_al->v[out_al->n++] = sp;
+	}
+	out->data[out->len] = '\0';
 	return RG_OK;
 }

@@ -15,6 +15,7 @@
  */
 #include "tokenizer/tokenizer.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <json.h>
 #include <stdio.h>
@@ -36,9 +37,35 @@
 typedef struct rg_added_token {
 	char *content; /* UTF-8; normalized tokens hold their normalized form */
 	size_t len;
+	char *text;    /* the content as written in the file (what decoding gives back) */
 	int32_t id;
 	bool normalized, lstrip, rstrip, single_word;
+	bool special;  /* HF special: in the special-tokens mask, skipped by decode when asked */
 } rg_added_token;
+
+/* The tokenizer.json "decoder" (HF decoders/), a flat list of steps (Sequence flattened), each
+ * Vec<String> -> Vec<String>; the strings are then concatenated. */
+typedef enum rg_dec_kind {
+	RG_DEC_WORDPIECE,     /* prefix, cleanup */
+	RG_DEC_BYTE_LEVEL,    /* stand-ins back to bytes, then lossy UTF-8 */
+	RG_DEC_METASPACE,     /* replacement -> ' ', dropped in the first token unless "never" */
+	RG_DEC_BPE,           /* suffix -> ' ' (the last token: "") */
+	RG_DEC_REPLACE,       /* String pattern -> content */
+	RG_DEC_BYTE_FALLBACK, /* <0xHH> tokens -> bytes */
+	RG_DEC_FUSE,          /* join */
+	RG_DEC_STRIP,         /* content char, start / stop counts */
+} rg_dec_kind;
+
+typedef struct rg_dec_step {
+	rg_dec_kind kind;
+	char *a, *b;        /* WORDPIECE: prefix; BPE: suffix; REPLACE: pattern, content */
+	bool cleanup;       /* WORDPIECE */
+	uint32_t rep;       /* METASPACE: replacement; STRIP: content */
+	bool prepend_never; /* METASPACE */
+	int start, stop;    /* STRIP */
+} rg_dec_step;
+
+#define RG_DEC_MAX_STEPS 16
 
 typedef enum rg_tok_model {
 	RG_TOK_WORDPIECE,
@@ -73,6 +100,20 @@ struct rg_tokenizer {
 	int n_pair;
 	bool no_pair; /* TemplateProcessing with an empty or absent "pair": pairs are refused */
 	int32_t max_id;
+	/* offsets: ByteLevel / RobertaProcessing trim_offsets, and its add_prefix_space */
+	bool trim_offsets, trim_prefix_space;
+	/* decoding */
+	rg_dec_step dec[RG_DEC_MAX_STEPS];
+	int n_dec;
+	bool has_decoder;      /* false: tokens joined with ' ' (HF without a decoder) */
+	char dec_error[160];   /* non-empty: the decoder is not supported (decode refuses) */
+	char byte_map[256][3]; /* ByteLevel stand-ins */
+	/* id -> token: (max_id + 1) entries, the added token's text or the model's piece (NULL when
+	 * the id has none); special: HF special added tokens */
+	const char **id_str;
+	uint32_t *id_len;
+	uint8_t *id_special;
+	size_t n_id; /* entries of the table: max_id + 1, at most 2^24 */
 };
 
 #define RG_TOK_SEQ_A (-1)
@@ -121,9 +162,18 @@ void rg_tokenizer_free(rg_tokenizer *t)
 	rg_unigram_free(t->uni);
 	rg_normalizer_free(t->nz);
 	rg_pretok_free(t->pt);
-	for (size_t i = 0; i < t->n_added; i++)
+	for (size_t i = 0; i < t->n_added; i++) {
 		free(t->added[i].content);
+		free(t->added[i].text);
+	}
 	free(t->added);
+	for (int i = 0; i < t->n_dec; i++) {
+		free(t->dec[i].a);
+		free(t->dec[i].b);
+	}
+	free(t->id_str);
+	free(t->id_len);
+	free(t->id_special);
 	free(t);
 }
 
@@ -173,7 +223,7 @@ static rg_status finish_unk(rg_tokenizer *t, const char *unk, const char *where)
 }
 
 static rg_status add_added(rg_tokenizer *t, const char *content, int32_t id, bool normalized,
-			   bool lstrip, bool rstrip, bool single_word)
+			   bool lstrip, bool rstrip, bool single_word, bool special)
 {
 	size_t len = strlen(content);
 	if (len == 0)
@@ -184,10 +234,15 @@ static rg_status add_added(rg_tokenizer *t, const char *content, int32_t id, boo
 	t->added = na;
 	rg_added_token *a = &t->added[t->n_added];
 	a->content = strdup(content);
-	if (!a->content)
+	a->text = strdup(content);
+	if (!a->content || !a->text) {
+		free(a->content);
+		free(a->text);
 		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (added tokens)");
+	}
 	a->len = len;
 	a->id = id;
+	a->special = special;
 	a->normalized = normalized;
 	a->lstrip = lstrip;
 	a->rstrip = rstrip;
@@ -307,6 +362,23 @@ static rg_status load_pair_template(rg_tokenizer *t, json_object *pair, json_obj
 	return RG_OK;
 }
 
+/* ByteLevel / RobertaProcessing offsets trimming: trim_offsets (default dflt) and add_prefix_space
+ * (default true). */
+static rg_status trim_options(rg_tokenizer *t, json_object *pp, bool dflt, const char *path)
+{
+	bool trim, aps;
+	rg_status st;
+
+	if ((st = rg_tok_jbool(pp, "trim_offsets", dflt, &trim, path)) != RG_OK ||
+	    (st = rg_tok_jbool(pp, "add_prefix_space", true, &aps, path)) != RG_OK)
+		return st;
+	if (trim) {
+		t->trim_offsets = true;
+		t->trim_prefix_space = aps;
+	}
+	return RG_OK;
+}
+
 /* post_processor: BertProcessing / RobertaProcessing (cls A sep), TemplateProcessing (its single
  * template), ByteLevel (offsets only: no ids), or a Sequence of them of which at most one adds
  * ids. */
@@ -339,8 +411,8 @@ static rg_status load_post_processor(rg_tokenizer *t, json_object *pp, const cha
 		}
 		return RG_OK;
 	}
-	if (ty && strcmp(ty, "ByteLevel") == 0)
-		return RG_OK; /* trims offsets; ids unchanged */
+	if (ty && strcmp(ty, "ByteLevel") == 0) /* trims offsets; ids unchanged */
+		return trim_options(t, pp, true, path);
 	if (ty && (strcmp(ty, "BertProcessing") == 0 || strcmp(ty, "RobertaProcessing") == 0)) {
 		json_object *cls = rg_tok_jget(pp, "cls"), *sep = rg_tok_jget(pp, "sep");
 		if (!cls || !sep || !json_object_is_type(cls, json_type_array) ||
@@ -355,6 +427,9 @@ static rg_status load_post_processor(rg_tokenizer *t, json_object *pp, const cha
 			return rg_errorf(RG_ERR_FORMAT, "%s: %s ids must be ints >= 0", path, ty);
 		t->pre_ids[t->n_pre++] = json_object_get_int(ci);
 		t->post_ids[t->n_post++] = json_object_get_int(si);
+		if (strcmp(ty, "RobertaProcessing") == 0 &&
+		    (st = trim_options(t, pp, true, path)) != RG_OK)
+			return st;
 		return pair_bert_roberta(t, json_object_get_int(ci), json_object_get_int(si),
 					 strcmp(ty, "RobertaProcessing") == 0, path);
 	}
@@ -436,6 +511,169 @@ static rg_status load_wordpiece(rg_tokenizer *t, json_object *model, const char 
 	return RG_OK;
 }
 
+/* A decoder step's string field, or NULL (absent / not a string). */
+static const char *dec_str(json_object *o, const char *key)
+{
+	json_object *v = rg_tok_jget(o, key);
+	return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+}
+
+/* The one char of a string field (Metaspace replacement, Strip content), or false. */
+static bool dec_char(json_object *o, const char *key, uint32_t *cp)
+{
+	const char *v = dec_str(o, key);
+	size_t n = v ? strlen(v) : 0;
+	return n && rg_utf8_next(v, n, 0, cp) == n;
+}
+
+/* Record why decoding is not available; the tokenizer still loads (encoding does not need it). */
+static rg_status dec_refuse(rg_tokenizer *t, const char *path, const char *what)
+{
+	if (!t->dec_error[0])
+		snprintf(t->dec_error, sizeof(t->dec_error), "%s: decoder %s is not supported",
+			 path, what);
+	return RG_OK;
+}
+
+/* tokenizer.json "decoder": WordPiece, ByteLevel, Metaspace, BPEDecoder, Replace (String
+ * pattern), ByteFallback, Fuse, Strip, or a Sequence of them. Anything else leaves dec_error set:
+ * rg_tokenizer_decode refuses then, loading does not. Only RG_ERR_OOM fails. */
+static rg_status load_decoder(rg_tokenizer *t, json_object *d, const char *path, int depth)
+{
+	const char *ty = rg_tok_jtype(d);
+	rg_dec_step *s;
+
+	if (rg_tok_jnull(d))
+		return RG_OK;
+	t->has_decoder = true;
+	if (!ty)
+		return dec_refuse(t, path, "without a type");
+	if (strcmp(ty, "Sequence") == 0) {
+		json_object *arr = rg_tok_jget(d, "decoders");
+		rg_status st;
+
+		if (!arr || !json_object_is_type(arr, json_type_array) || depth > 4)
+			return dec_refuse(t, path, "Sequence (malformed or nested too deep)");
+		for (size_t i = 0; i < json_object_array_length(arr); i++)
+			if ((st = load_decoder(t, json_object_array_get_idx(arr, i), path,
+					       depth + 1)) != RG_OK)
+				return st;
+		return RG_OK;
+	}
+	if (t->n_dec == RG_DEC_MAX_STEPS)
+		return dec_refuse(t, path, "Sequence (too many steps)");
+	s = &t->dec[t->n_dec];
+	memset(s, 0, sizeof(*s));
+	if (strcmp(ty, "WordPiece") == 0) {
+		const char *pfx = dec_str(d, "prefix");
+		json_object *cl = rg_tok_jget(d, "cleanup");
+
+		s->kind = RG_DEC_WORDPIECE;
+		s->a = strdup(pfx ? pfx : "##");
+		s->cleanup = !cl || !json_object_is_type(cl, json_type_boolean) ||
+			     json_object_get_boolean(cl);
+	} else if (strcmp(ty, "ByteLevel") == 0) {
+		s->kind = RG_DEC_BYTE_LEVEL;
+	} else if (strcmp(ty, "Metaspace") == 0) {
+		const char *ps = dec_str(d, "prepend_scheme");
+		json_object *aps = rg_tok_jget(d, "add_prefix_space");
+
+		s->kind = RG_DEC_METASPACE;
+		if (!dec_char(d, "replacement", &s->rep))
+			return dec_refuse(t, path, "Metaspace without a one-char replacement");
+		s->prepend_never = (ps && strcmp(ps, "never") == 0) ||
+				   (!ps && aps && json_object_is_type(aps, json_type_boolean) &&
+				    !json_object_get_boolean(aps));
+	} else if (strcmp(ty, "BPEDecoder") == 0) {
+		const char *sfx = dec_str(d, "suffix");
+
+		s->kind = RG_DEC_BPE;
+		s->a = strdup(sfx ? sfx : "</w>");
+	} else if (strcmp(ty, "Replace") == 0) {
+		const char *pat = dec_str(rg_tok_jget(d, "pattern"), "String");
+		const char *content = dec_str(d, "content");
+
+		if (!pat || !*pat || !content)
+			return dec_refuse(t, path, "Replace other than a String pattern");
+		s->kind = RG_DEC_REPLACE;
+		s->a = strdup(pat);
+		s->b = strdup(content);
+		if (s->a && !s->b) {
+			free(s->a);
+			s->a = NULL;
+		}
+	} else if (strcmp(ty, "ByteFallback") == 0) {
+		s->kind = RG_DEC_BYTE_FALLBACK;
+	} else if (strcmp(ty, "Fuse") == 0) {
+		s->kind = RG_DEC_FUSE;
+	} else if (strcmp(ty, "Strip") == 0) {
+		json_object *a = rg_tok_jget(d, "start"), *b = rg_tok_jget(d, "stop");
+
+		s->kind = RG_DEC_STRIP;
+		if (!dec_char(d, "content", &s->rep) || !json_object_is_type(a, json_type_int) ||
+		    !json_object_is_type(b, json_type_int) || json_object_get_int(a) < 0 ||
+		    json_object_get_int(b) < 0)
+			return dec_refuse(t, path, "Strip (malformed)");
+		s->start = json_object_get_int(a);
+		s->stop = json_object_get_int(b);
+	} else {
+		char what[96];
+
+		snprintf(what, sizeof(what), "type \"%.40s\"", ty);
+		return dec_refuse(t, path, what);
+	}
+	if ((s->kind == RG_DEC_WORDPIECE || s->kind == RG_DEC_BPE || s->kind == RG_DEC_REPLACE) &&
+	    !s->a)
+		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (decoder)");
+	t->n_dec++;
+	return RG_OK;
+}
+
+/* id -> token table: the added tokens' texts first (HF: the added vocabulary, then the model),
+ * then the model's vocabulary. Built once after load. */
+static rg_status build_id_table(rg_tokenizer *t)
+{
+	/* ids past 2^24 (no real vocabulary has them) get no string rather than a huge table */
+	size_t n = (size_t)t->max_id + 1 < ((size_t)1 << 24) ? (size_t)t->max_id + 1 : (size_t)1 << 24;
+	const rg_strmap *maps[2] = {NULL, NULL};
+
+	t->id_str = calloc(n ? n : 1, sizeof(*t->id_str));
+	t->id_len = calloc(n ? n : 1, sizeof(*t->id_len));
+	t->id_special = calloc(n ? n : 1, 1);
+	if (!t->id_str || !t->id_len || !t->id_special)
+		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (id table)");
+	t->n_id = n;
+	switch (t->model) {
+	case RG_TOK_WORDPIECE:
+		maps[0] = &t->words;
+		break;
+	case RG_TOK_BPE:
+		maps[0] = rg_bpe_vocab(t->bpe);
+		break;
+	case RG_TOK_UNIGRAM:
+		maps[0] = rg_unigram_pieces(t->uni);
+		break;
+	}
+	for (size_t e = 0; maps[0] && e < maps[0]->n_ents; e++) {
+		const rg_strmap_ent *en = &maps[0]->ents[e];
+
+		if (en->id >= 0 && (size_t)en->id < n) {
+			t->id_str[en->id] = maps[0]->arena + en->off;
+			t->id_len[en->id] = en->len;
+		}
+	}
+	for (size_t i = 0; i < t->n_added; i++) {
+		const rg_added_token *a = &t->added[i];
+
+		if (a->id < 0 || (size_t)a->id >= n)
+			continue;
+		t->id_str[a->id] = a->text;
+		t->id_len[a->id] = (uint32_t)strlen(a->text);
+		t->id_special[a->id] = a->special;
+	}
+	return RG_OK;
+}
+
 static rg_status load_tokenizer_json(rg_tokenizer *t, const char *path)
 {
 	json_object *root = NULL;
@@ -476,7 +714,8 @@ static rg_status load_tokenizer_json(rg_tokenizer *t, const char *path)
 			       path);
 		goto out;
 	}
-	if ((st = load_post_processor(t, rg_tok_jget(root, "post_processor"), path, 0)) != RG_OK)
+	if ((st = load_post_processor(t, rg_tok_jget(root, "post_processor"), path, 0)) != RG_OK ||
+	    (st = load_decoder(t, rg_tok_jget(root, "decoder"), path, 0)) != RG_OK)
 		goto out;
 
 	json_object *added = rg_tok_jget(root, "added_tokens");
@@ -501,7 +740,7 @@ static rg_status load_tokenizer_json(rg_tokenizer *t, const char *path)
 			    (st = rg_tok_jbool(a, "single_word", false, &single, path)) != RG_OK)
 				goto out;
 			if ((st = add_added(t, json_object_get_string(c), json_object_get_int(id),
-					    normalized, lstrip, rstrip, single)) != RG_OK)
+					    normalized, lstrip, rstrip, single, special)) != RG_OK)
 				goto out;
 		}
 	}
@@ -611,7 +850,7 @@ static rg_status load_vocab_txt(rg_tokenizer *t, const char *dir, const char *vp
 	for (int i = 0; i < 5; i++) {
 		int32_t id = rg_strmap_get(&t->words, specials[i], strlen(specials[i]));
 		if (id >= 0 &&
-		    (st = add_added(t, specials[i], id, false, false, false, false)) != RG_OK)
+		    (st = add_added(t, specials[i], id, false, false, false, false, true)) != RG_OK)
 			goto out;
 	}
 	int32_t cls = rg_strmap_get(&t->words, specials[2], strlen(specials[2]));
@@ -624,6 +863,14 @@ static rg_status load_vocab_txt(rg_tokenizer *t, const char *dir, const char *vp
 	}
 	t->pre_ids[t->n_pre++] = cls;
 	t->post_ids[t->n_post++] = sep;
+	/* BertTokenizerFast's decoder */
+	t->has_decoder = true;
+	t->dec[0] = (rg_dec_step){.kind = RG_DEC_WORDPIECE, .a = strdup("##"), .cleanup = true};
+	if (!t->dec[0].a) {
+		st = rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
+		goto out;
+	}
+	t->n_dec = 1;
 	st = pair_bert_roberta(t, cls, sep, false, vpath);
 out:
 	free(data);
@@ -669,6 +916,9 @@ rg_status rg_tokenizer_load(const char *dir, rg_tokenizer **out)
 		t->max_id = t->pre_ids[i] > t->max_id ? t->pre_ids[i] : t->max_id;
 	for (int i = 0; i < t->n_post; i++)
 		t->max_id = t->post_ids[i] > t->max_id ? t->post_ids[i] : t->max_id;
+	rg_byte_level_map(t->byte_map);
+	if ((st = build_id_table(t)) != RG_OK)
+		goto fail;
 	*out = t;
 	return RG_OK;
 fail:
@@ -690,6 +940,13 @@ typedef struct rg_enc_ctx {
 	rg_uni_scratch usc;
 	rg_idvec ids;
 	rg_buf *words; /* pretokenize test hook: collect the words (each NUL-ended), no ids */
+	/* offsets mode (ids.with_len): each id's span in the text, and the spans of the raw piece
+	 * and of norm (HF's alignments) */
+	bool offsets;
+	rg_spanvec sp, raw_al, norm_al;
+	rg_spanvec ws; /* (ids.n) added tokens: {leading, trailing} space chars of the text they
+			* matched (HF's token value, which trim_offsets reads); model tokens:
+			* {UINT32_MAX, 0}, their vocabulary string is read instead */
 } rg_enc_ctx;
 
 static void ctx_free(rg_enc_ctx *c)
@@ -700,7 +957,69 @@ static void ctx_free(rg_enc_ctx *c)
 	rg_pretok_scratch_free(&c->psc);
 	rg_bpe_scratch_free(&c->bsc);
 	rg_uni_scratch_free(&c->usc);
-	free(c->ids.v);
+	rg_idvec_free(&c->ids);
+	rg_spanvec_free(&c->sp);
+	rg_spanvec_free(&c->raw_al);
+	rg_spanvec_free(&c->norm_al);
+	rg_spanvec_free(&c->ws);
+}
+
+/* Leading and trailing chars of s[0..n) that are spaces to ByteLevel's trim_offsets: its
+ * stand-in U+0120 or Rust whitespace (a string of spaces counts them both ways, as HF does). */
+static void space_counts(const char *s, size_t n, uint32_t *lead, uint32_t *trail)
+{
+	size_t nch = 0;
+
+	*lead = *trail = 0;
+	for (size_t k = 0; k < n; k += rg_utf8_len_valid((unsigned char)s[k]))
+		nch++;
+	for (size_t k = 0; k < n; k += rg_utf8_len_valid((unsigned char)s[k])) {
+		uint32_t cp = rg_utf8_get_valid((const unsigned char *)s + k);
+		if (cp != 0x120 && !rg_bert_is_whitespace(cp))
+			break;
+		(*lead)++;
+	}
+	for (size_t k = n; k > 0 && *trail < nch;) {
+		size_t b = k - 1;
+		while (b > 0 && ((unsigned char)s[b] & 0xC0) == 0x80)
+			b--;
+		uint32_t cp = rg_utf8_get_valid((const unsigned char *)s + b);
+		if (cp != 0x120 && !rg_bert_is_whitespace(cp))
+			break;
+		(*trail)++;
+		k = b;
+	}
+}
+
+/* Offsets mode: the spans of the ids the model (or an added token) appended from index `from`.
+ * Model tokens cover their word's bytes left to right (cumulative lengths, as HF's models report
+ * offsets; al: the word's n byte spans); sp_added, when not NULL, is an added token's span and
+ * ws_added its space counts. */
+static rg_status track_ids(rg_enc_ctx *c, size_t from, const rg_span *al, size_t n,
+			   const rg_span *sp_added, rg_span ws_added)
+{
+	size_t pos = 0;
+	rg_status st;
+
+	if (!c->offsets)
+		return RG_OK;
+	if ((st = rg_spanvec_reserve(&c->sp, c->ids.n)) != RG_OK ||
+	    (st = rg_spanvec_reserve(&c->ws, c->ids.n)) != RG_OK)
+		return st;
+	for (size_t k = from; k < c->ids.n; k++) {
+		size_t a = pos, b = pos + c->ids.len[k];
+
+		c->ws.v[c->ws.n++] = sp_added ? ws_added : (rg_span){UINT32_MAX, 0};
+		if (sp_added) {
+			c->sp.v[c->sp.n++] = *sp_added;
+			continue;
+		}
+		a = a < n ? a : n ? n - 1 : 0;
+		b = b > a ? (b <= n ? b : n) : a + 1;
+		c->sp.v[c->sp.n++] = n ? (rg_span){al[a].a, al[b - 1].b} : (rg_span){0, 0};
+		pos += c->ids.len[k];
+	}
+	return RG_OK;
 }
 
 /* WordPiece on one word w[0..n) (valid UTF-8, n > 0). */
@@ -710,7 +1029,7 @@ static rg_status wordpiece(const rg_tokenizer *t, const char *w, size_t n, rg_id
 	for (size_t i = 0; i < n; i++)
 		nchars += ((unsigned char)w[i] & 0xC0) != 0x80;
 	if (nchars > (size_t)(t->max_chars < 0 ? 0 : t->max_chars))
-		return rg_idvec_push(ids, t->unk_id);
+		return rg_idvec_push_len(ids, t->unk_id, (uint32_t)n);
 	size_t mark = ids->n, start = 0;
 	rg_status st;
 	while (start < n) {
@@ -732,9 +1051,9 @@ static rg_status wordpiece(const rg_tokenizer *t, const char *w, size_t n, rg_id
 		}
 		if (id < 0) {
 			ids->n = mark;
-			return rg_idvec_push(ids, t->unk_id);
+			return rg_idvec_push_len(ids, t->unk_id, (uint32_t)n);
 		}
-		if ((st = rg_idvec_push(ids, id)) != RG_OK)
+		if ((st = rg_idvec_push_len(ids, id, (uint32_t)(end - start))) != RG_OK)
 			return st;
 		start = end;
 	}
@@ -742,9 +1061,12 @@ static rg_status wordpiece(const rg_tokenizer *t, const char *w, size_t n, rg_id
 }
 
 /* A word from the pre-tokenizer: to the model (or, in the test hook, to the word list). */
-static rg_status emit_word(void *ctx, const char *w, size_t n)
+static rg_status emit_word(void *ctx, const char *w, size_t n, const rg_span *al)
 {
 	rg_enc_ctx *c = ctx;
+	size_t from = c->ids.n;
+	rg_status st = RG_OK;
+
 	if (c->words) {
 		rg_buf_put(c->words, w, n);
 		rg_buf_put(c->words, "", 1);
@@ -752,13 +1074,18 @@ static rg_status emit_word(void *ctx, const char *w, size_t n)
 	}
 	switch (c->t->model) {
 	case RG_TOK_WORDPIECE:
-		return wordpiece(c->t, w, n, &c->ids);
+		st = wordpiece(c->t, w, n, &c->ids);
+		break;
 	case RG_TOK_BPE:
-		return rg_bpe_encode(c->t->bpe, w, n, &c->bsc, &c->ids);
+		st = rg_bpe_encode(c->t->bpe, w, n, &c->bsc, &c->ids);
+		break;
 	case RG_TOK_UNIGRAM:
-		return rg_unigram_encode(c->t->uni, w, n, &c->usc, &c->ids);
+		st = rg_unigram_encode(c->t->uni, w, n, &c->usc, &c->ids);
+		break;
 	}
-	return RG_OK;
+	if (st != RG_OK)
+		return st;
+	return track_ids(c, from, al, n, NULL, (rg_span){0, 0});
 }
 
 /* Leftmost-longest search for an added token (normalized or raw set) in s[from..n).
@@ -799,7 +1126,8 @@ typedef rg_status (*piece_fn)(const rg_tokenizer *t, rg_enc_ctx *c, const char *
 			      size_t base);
 
 /* Split s[0..n) on added tokens of one kind (HF AddedVocabulary::find_matches): gaps go to gap(),
- * matches become their id. */
+ * matches become their id. s sits at offset base of the text (raw) or of c->norm (normalized);
+ * a match's span covers what it took, stripped whitespace included (HF's split offsets). */
 static rg_status split_added(const rg_tokenizer *t, rg_enc_ctx *c, bool normalized, const char *s,
 			     size_t n, size_t base, piece_fn gap)
 {
@@ -811,6 +1139,7 @@ static rg_status split_added(const rg_tokenizer *t, rg_enc_ctx *c, bool normaliz
 	while ((a = find_added(t, normalized, s, n, from, &pos)) >= 0) {
 		const rg_added_token *at = &t->added[a];
 		size_t start = pos, stop = pos + at->len;
+		rg_span sp = {0, 0}, ws = {0, 0};
 		from = stop;
 		if (at->single_word) {
 			bool left_ok = true, right_ok = true;
@@ -843,7 +1172,14 @@ static rg_status split_added(const rg_tokenizer *t, rg_enc_ctx *c, bool normaliz
 		}
 		if (start > done && (st = gap(t, c, s + done, start - done, base + done)) != RG_OK)
 			return st;
-		if ((st = rg_idvec_push(&c->ids, at->id)) != RG_OK)
+		if (c->offsets) {
+			sp = normalized ? (rg_span){c->norm_al.v[base + start].a,
+						    c->norm_al.v[base + stop - 1].b}
+					: (rg_span){(uint32_t)(base + start), (uint32_t)(base + stop)};
+			space_counts(s + start, stop - start, &ws.a, &ws.b);
+		}
+		if ((st = rg_idvec_push_len(&c->ids, at->id, 0)) != RG_OK ||
+		    (st = track_ids(c, c->ids.n - 1, NULL, 0, &sp, ws)) != RG_OK)
 			return st;
 		done = stop;
 	}
@@ -855,7 +1191,8 @@ static rg_status split_added(const rg_tokenizer *t, rg_enc_ctx *c, bool normaliz
 static rg_status norm_gap(const rg_tokenizer *t, rg_enc_ctx *c, const char *s, size_t n,
 			  size_t base)
 {
-	return rg_pretok_apply(t->pt, s, n, c->raw_start && base == 0, &c->psc, emit_word, c);
+	return rg_pretok_apply(t->pt, s, n, c->raw_start && base == 0,
+			       c->offsets ? c->norm_al.v + base : NULL, &c->psc, emit_word, c);
 }
 
 /* A raw piece between raw added tokens: normalize, split on normalized added tokens,
@@ -863,8 +1200,15 @@ static rg_status norm_gap(const rg_tokenizer *t, rg_enc_ctx *c, const char *s, s
 static rg_status raw_gap(const rg_tokenizer *t, rg_enc_ctx *c, const char *s, size_t n, size_t base)
 {
 	rg_status st;
-	if ((st = rg_normalizer_apply(t->nz, s, n, &c->norm, &c->nsc)) != RG_OK)
+	if (c->offsets) {
+		c->raw_al.n = 0;
+		if ((st = rg_spanvec_identity(&c->raw_al, s, n, base)) != RG_OK ||
+		    (st = rg_normalizer_apply_al(t->nz, s, n, c->raw_al.v, &c->norm, &c->norm_al,
+						 &c->nsc)) != RG_OK)
+			return st;
+	} else if ((st = rg_normalizer_apply(t->nz, s, n, &c->norm, &c->nsc)) != RG_OK) {
 		return st;
+	}
 	c->raw_start = base == 0;
 	return split_added(t, c, true, c->norm.data ? c->norm.data : "", c->norm.len, 0, norm_gap);
 }
@@ -877,41 +1221,6 @@ static rg_status validate(rg_enc_ctx *c, const char *text, size_t len)
 	return st;
 }
 
-rg_status rg_tokenizer_encode(const rg_tokenizer *t, const char *text, size_t len, int32_t **ids,
-			      size_t *n_ids)
-{
-	rg_enc_ctx c = { .t = t };
-	rg_status st;
-	*ids = NULL;
-	*n_ids = 0;
-	if (!t || (!text && len))
-		return rg_errorf(RG_ERR_INVALID_INPUT, "tokenizer: NULL argument");
-	if (!text)
-		text = "";
-	if ((st = validate(&c, text, len)) != RG_OK)
-		goto out;
-	for (int i = 0; i < t->n_pre; i++)
-		if ((st = rg_idvec_push(&c.ids, t->pre_ids[i])) != RG_OK)
-			goto out;
-	if ((st = split_added(t, &c, false, text, len, 0, raw_gap)) != RG_OK)
-		goto out;
-	for (int i = 0; i < t->n_post; i++)
-		if ((st = rg_idvec_push(&c.ids, t->post_ids[i])) != RG_OK)
-			goto out;
-	if (c.ids.n == 0) {
-		/* malloc(0) may return NULL; keep *ids non-NULL on success */
-		if ((st = rg_idvec_push(&c.ids, 0)) != RG_OK)
-			goto out;
-		c.ids.n = 0;
-	}
-	*ids = c.ids.v;
-	*n_ids = c.ids.n;
-	c.ids.v = NULL;
-out:
-	ctx_free(&c);
-	return st;
-}
-
 /* One text through added-token splitting and the model, without the template. */
 static rg_status encode_raw(const rg_tokenizer *t, rg_enc_ctx *c, const char *text, size_t len)
 {
@@ -921,89 +1230,571 @@ static rg_status encode_raw(const rg_tokenizer *t, rg_enc_ctx *c, const char *te
 		return rg_errorf(RG_ERR_INVALID_INPUT, "tokenizer: NULL argument");
 	if (!text)
 		text = "";
+	c->ids.with_len = c->offsets;
 	if ((st = validate(c, text, len)) != RG_OK)
 		return st;
 	return split_added(t, c, false, text, len, 0, raw_gap);
+}
+
+/* HF's ByteLevel process_offsets (ByteLevel / RobertaProcessing trim_offsets), on byte offsets as
+ * the Rust library applies it: a token whose value starts or ends with spaces (lead / trail
+ * chars) loses that many bytes from its offsets, except the single space add_prefix_space put
+ * in front of the first token. i: the token's index in its text's encoding. */
+static void trim_span(const rg_tokenizer *t, uint32_t lead, uint32_t trail, size_t i, rg_span *sp)
+{
+	if (lead) {
+		if ((i == 0 || sp->a == 0) && t->trim_prefix_space && lead == 1)
+			lead = 0;
+		sp->a = sp->a + lead < sp->b ? sp->a + lead : sp->b;
+	}
+	if (trail && sp->b >= trail)
+		sp->b = sp->b - trail > sp->a ? sp->b - trail : sp->a;
+}
+
+void rg_encoding_free(rg_encoding *e)
+{
+	if (!e)
+		return;
+	free(e->ids);
+	free(e->types);
+	free(e->special);
+	free(e->start);
+	free(e->stop);
+	memset(e, 0, sizeof(*e));
+}
+
+/* Append one token to out (room made by the caller). */
+static void put_tok(rg_encoding *out, int32_t id, int type, bool special, const rg_span *sp)
+{
+	size_t k = out->n++;
+
+	out->ids[k] = id;
+	out->types[k] = type;
+	out->special[k] = special;
+	if (out->start) {
+		out->start[k] = sp ? sp->a : 0;
+		out->stop[k] = sp ? sp->b : 0;
+	}
+}
+
+/* Append tokens [from, to) of a text's context. */
+static void put_text(const rg_tokenizer *t, rg_encoding *out, rg_enc_ctx *c, size_t from,
+		     size_t to, int type)
+{
+	for (size_t k = from; k < to; k++) {
+		rg_span sp = {0, 0};
+
+		if (out->start) {
+			sp = c->sp.v[k];
+			if (t->trim_offsets) {
+				rg_span ws = c->ws.v[k];
+				size_t len = 0;
+				const char *tok = rg_tokenizer_id_to_token(t, c->ids.v[k], &len);
+
+				if (ws.a == UINT32_MAX)
+					space_counts(tok ? tok : "", len, &ws.a, &ws.b);
+				trim_span(t, ws.a, ws.b, k - from, &sp);
+			}
+		}
+		put_tok(out, c->ids.v[k], type, false, &sp);
+	}
+}
+
+rg_status rg_tokenizer_encode_ex(const rg_tokenizer *t, const char *a, size_t a_len, const char *b,
+				 size_t b_len, const rg_tok_params *p, rg_encoding *out)
+{
+	rg_enc_ctx ca = { .t = t }, cb = { .t = t };
+	bool pair = b != NULL, special = p->add_special_tokens;
+	size_t n_special = 0, na, nb, a0 = 0, b0 = 0, cap;
+	rg_status st;
+
+	memset(out, 0, sizeof(*out));
+	if (!t || (!a && a_len))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "tokenizer: NULL argument");
+	if (pair && t->no_pair)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "tokenizer: the post_processor has no pair template (single texts "
+				 "only)");
+	ca.offsets = cb.offsets = p->offsets;
+	if ((st = encode_raw(t, &ca, a, a_len)) != RG_OK ||
+	    (pair && (st = encode_raw(t, &cb, b, b_len)) != RG_OK))
+		goto out;
+	if (special) {
+		if (!pair)
+			n_special = (size_t)(t->n_pre + t->n_post);
+		for (int i = 0; pair && i < t->n_pair; i++)
+			n_special += t->pair[i].id >= 0;
+	}
+	na = ca.ids.n;
+	nb = cb.ids.n;
+	if (p->truncation != RG_TRUNCATE_NONE && p->max_len && na + nb + n_special > p->max_len) {
+		bool left = p->truncation == RG_TRUNCATE_LEFT;
+
+		if (n_special >= p->max_len) {
+			st = rg_errorf(RG_ERR_TOO_LONG, "%s template alone is %zu tokens, over %zu",
+				       pair ? "pair" : "the", n_special, p->max_len);
+			goto out;
+		}
+		if (!pair) {
+			na = p->max_len - n_special;
+		} else {
+			/* HF's longest_first (utils/truncation.rs): the shorter text keeps its length
+			 * when the longer can take the rest of the budget, else each gets half (the
+			 * odd token to the longer, B on a tie) */
+			size_t budget = p->max_len - n_special, n1 = na, n2 = nb;
+			bool swap = n1 > n2;
+
+			if (swap) {
+				n1 = nb;
+				n2 = na;
+			}
+			n2 = n1 > budget ? n1 : (n1 > budget - n1 ? n1 : budget - n1);
+			if (n1 + n2 > budget) {
+				n1 = budget / 2;
+				n2 = n1 + budget % 2;
+			}
+			na = swap ? (n2 < na ? n2 : na) : (n1 < na ? n1 : na);
+			nb = swap ? (n1 < nb ? n1 : nb) : (n2 < nb ? n2 : nb);
+		}
+		/* left: keep the last tokens of each text */
+		a0 = left ? ca.ids.n - na : 0;
+		b0 = left ? cb.ids.n - nb : 0;
+		out->truncated = true;
+	}
+	cap = na + nb + n_special + 1;
+	out->ids = malloc(cap * sizeof(*out->ids));
+	out->types = malloc(cap * sizeof(*out->types));
+	out->special = malloc(cap);
+	if (p->offsets) {
+		out->start = malloc(cap * sizeof(*out->start));
+		out->stop = malloc(cap * sizeof(*out->stop));
+	}
+	if (!out->ids || !out->types || !out->special ||
+	    (p->offsets && (!out->start || !out->stop))) {
+		st = rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
+		goto out;
+	}
+	if (!pair) {
+		for (int i = 0; special && i < t->n_pre; i++)
+			put_tok(out, t->pre_ids[i], 0, true, NULL);
+		put_text(t, out, &ca, a0, a0 + na, 0);
+		for (int i = 0; special && i < t->n_post; i++)
+			put_tok(out, t->post_ids[i], 0, true, NULL);
+	} else if (!special || t->n_pair == 0) { /* no template: A:0 B:1 */
+		put_text(t, out, &ca, a0, a0 + na, 0);
+		put_text(t, out, &cb, b0, b0 + nb, 1);
+	} else {
+		for (int i = 0; i < t->n_pair; i++) {
+			if (t->pair[i].id == RG_TOK_SEQ_A)
+				put_text(t, out, &ca, a0, a0 + na, t->pair[i].type);
+			else if (t->pair[i].id == RG_TOK_SEQ_B)
+				put_text(t, out, &cb, b0, b0 + nb, t->pair[i].type);
+			else
+				put_tok(out, t->pair[i].id, t->pair[i].type, true, NULL);
+		}
+	}
+	st = RG_OK;
+out:
+	if (st != RG_OK)
+		rg_encoding_free(out);
+	ctx_free(&ca);
+	ctx_free(&cb);
+	return st;
+}
+
+rg_status rg_tokenizer_encode(const rg_tokenizer *t, const char *text, size_t len, int32_t **ids,
+			      size_t *n_ids)
+{
+	rg_tok_params p = { RG_TRUNCATE_NONE, 0, true, false };
+	rg_encoding e;
+	rg_status st;
+
+	*ids = NULL;
+	*n_ids = 0;
+	if ((st = rg_tokenizer_encode_ex(t, text, len, NULL, 0, &p, &e)) != RG_OK)
+		return st;
+	*ids = e.ids; /* never NULL: allocated with room for one more */
+	*n_ids = e.n;
+	e.ids = NULL;
+	rg_encoding_free(&e);
+	return RG_OK;
 }
 
 rg_status rg_tokenizer_encode_pair(const rg_tokenizer *t, const char *a, size_t a_len,
 				   const char *b, size_t b_len, size_t max_len, int32_t **ids,
 				   int32_t **types, size_t *n_ids, bool *truncated)
 {
-	rg_enc_ctx ca = { .t = t }, cb = { .t = t };
-	size_t n_special = 0, na, nb, n = 0;
-	int32_t *out = NULL, *ty = NULL;
+	rg_tok_params p = { max_len ? RG_TRUNCATE_RIGHT : RG_TRUNCATE_NONE, max_len, true, false };
+	rg_encoding e;
 	rg_status st;
 
 	*ids = NULL;
 	*types = NULL;
 	*n_ids = 0;
 	*truncated = false;
-	if (!t)
+	if (!t || (!b && b_len))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "tokenizer: NULL argument");
-	if (t->no_pair)
-		return rg_errorf(RG_ERR_UNSUPPORTED,
-				 "tokenizer: the post_processor has no pair template (single texts "
-				 "only)");
-	if ((st = encode_raw(t, &ca, a, a_len)) != RG_OK ||
-	    (st = encode_raw(t, &cb, b, b_len)) != RG_OK)
-		goto out;
-	for (int i = 0; i < t->n_pair; i++)
-		n_special += t->pair[i].id >= 0;
-	na = ca.ids.n;
-	nb = cb.ids.n;
-	if (max_len && na + nb + n_special > max_len) {
-		/* longest first: drop the last token of the longer text (B on a tie) */
-		if (n_special >= max_len) {
-			st = rg_errorf(RG_ERR_TOO_LONG, "pair template alone is %zu tokens, over %zu",
-				       n_special, max_len);
-			goto out;
-		}
-		while (na + nb + n_special > max_len) {
-			if (na > nb)
-				na--;
-			else
-				nb--;
-		}
-		*truncated = true;
-	}
-	out = malloc((na + nb + n_special + 1) * sizeof(*out));
-	ty = malloc((na + nb + n_special + 1) * sizeof(*ty));
-	if (!out || !ty) {
-		st = rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
-		goto out;
-	}
-	if (t->n_pair == 0) { /* no post-processor: A:0 B:1 */
-		for (size_t i = 0; i < na; i++, n++) {
-			out[n] = ca.ids.v[i];
-			ty[n] = 0;
-		}
-		for (size_t i = 0; i < nb; i++, n++) {
-			out[n] = cb.ids.v[i];
-			ty[n] = 1;
-		}
-	}
-	for (int i = 0; i < t->n_pair; i++) {
-		const int32_t *src = t->pair[i].id == RG_TOK_SEQ_A ? ca.ids.v
-				     : t->pair[i].id == RG_TOK_SEQ_B ? cb.ids.v : &t->pair[i].id;
-		size_t k = t->pair[i].id == RG_TOK_SEQ_A ? na : t->pair[i].id == RG_TOK_SEQ_B ? nb : 1;
+	if ((st = rg_tokenizer_encode_ex(t, a, a_len, b ? b : "", b_len, &p, &e)) != RG_OK)
+		return st;
+	*ids = e.ids;
+	*types = e.types;
+	*n_ids = e.n;
+	*truncated = e.truncated;
+	e.ids = e.types = NULL;
+	rg_encoding_free(&e);
+	return RG_OK;
+}
 
-		for (size_t j = 0; j < k; j++, n++) {
-			out[n] = src[j];
-			ty[n] = t->pair[i].type;
-		}
+/* ---- decoding ------------------------------------------------------------------------------ */
+
+/* A list of strings in one arena: string i is data[off[i] .. off[i] + len[i]). */
+typedef struct rg_strlist {
+	rg_buf data;
+	size_t *off, *len;
+	size_t n, cap;
+} rg_strlist;
+
+static void sl_free(rg_strlist *l)
+{
+	rg_buf_free(&l->data);
+	free(l->off);
+	free(l->len);
+	memset(l, 0, sizeof(*l));
+}
+
+/* Start a new string (later appends go to it). */
+static rg_status sl_new(rg_strlist *l)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 16;
+		size_t *o = realloc(l->off, cap * sizeof(*o));
+		if (!o)
+			return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (decode)");
+		l->off = o;
+		size_t *n = realloc(l->len, cap * sizeof(*n));
+		if (!n)
+			return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (decode)");
+		l->len = n;
+		l->cap = cap;
 	}
-	*ids = out;
-	*types = ty;
-	*n_ids = n;
-	out = ty = NULL;
-	st = RG_OK;
+	l->off[l->n] = l->data.len;
+	l->len[l->n] = 0;
+	l->n++;
+	return RG_OK;
+}
+
+/* Append bytes to the last string (s may be NULL when n is 0). */
+static void sl_put(rg_strlist *l, const char *s, size_t n)
+{
+	if (!n)
+		return;
+	rg_buf_put(&l->data, s, n);
+	l->len[l->n - 1] += n;
+}
+
+static void sl_put_cp(rg_strlist *l, uint32_t cp)
+{
+	char u[4];
+	sl_put(l, u, rg_utf8_put(cp, u));
+}
+
+/* s[0..n) with every non-overlapping pat replaced by rep, appended to the last string. */
+static void sl_put_replaced(rg_strlist *l, const char *s, size_t n, const char *pat, size_t pl,
+			    const char *rep, size_t rl)
+{
+	for (size_t i = 0; i < n;) {
+		const char *m = pl ? memmem(s + i, n - i, pat, pl) : NULL;
+		size_t at = m ? (size_t)(m - s) : n;
+		sl_put(l, s + i, at - i);
+		if (!m)
+			break;
+		sl_put(l, rep, rl);
+		i = at + pl;
+	}
+}
+
+/* Bytes as Rust's String::from_utf8_lossy: each maximal invalid subsequence becomes U+FFFD. */
+static void put_lossy(rg_strlist *l, const unsigned char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		unsigned char b = s[i];
+		size_t w, j;
+		unsigned char lo = 0x80, hi = 0xBF;
+
+		if (b < 0x80) {
+			sl_put(l, (const char *)s + i, 1);
+			i++;
+			continue;
+		}
+		if (b >= 0xC2 && b <= 0xDF)
+			w = 2;
+		else if (b >= 0xE0 && b <= 0xEF)
+			w = 3, lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
+		else if (b >= 0xF0 && b <= 0xF4)
+			w = 4, lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
+		else
+			w = 0;
+		j = i + 1;
+		if (w && j < n && s[j] >= lo && s[j] <= hi) {
+			j++;
+			while (j < i + w && j < n && s[j] >= 0x80 && s[j] <= 0xBF)
+				j++;
+		}
+		if (w && j == i + w) {
+			sl_put(l, (const char *)s + i, w);
+		} else {
+			sl_put_cp(l, 0xFFFD);
+		}
+		i = j;
+	}
+}
+
+static const char *const wp_cleanup[][2] = {
+	{" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+	{" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
+};
+
+/* One decoder step: in -> out (cleared first). */
+static rg_status dec_step(const rg_tokenizer *t, const rg_dec_step *d, const rg_strlist *in,
+			  rg_strlist *out, rg_buf *tmp, rg_buf *tmp2)
+{
+	rg_status st;
+
+	out->n = 0;
+	out->data.len = 0;
+	switch (d->kind) {
+	case RG_DEC_WORDPIECE: {
+		size_t pl = strlen(d->a);
+		for (size_t i = 0; i < in->n; i++) {
+			const char *s = in->data.data + in->off[i];
+			size_t n = in->len[i];
+			tmp->len = 0;
+			if (i && n >= pl && memcmp(s, d->a, pl) == 0) {
+				rg_buf_put(tmp, s + pl, n - pl);
+			} else {
+				if (i)
+					rg_buf_put(tmp, " ", 1);
+				rg_buf_put(tmp, s, n);
+			}
+			for (size_t k = 0; d->cleanup && k < sizeof(wp_cleanup) / sizeof(wp_cleanup[0]);
+			     k++) {
+				/* replace into tmp2, then swap */
+				tmp2->len = 0;
+				for (size_t j = 0; j < tmp->len;) {
+					const char *m = memmem(tmp->data + j, tmp->len - j, wp_cleanup[k][0],
+							       strlen(wp_cleanup[k][0]));
+					size_t at = m ? (size_t)(m - tmp->data) : tmp->len;
+					rg_buf_put(tmp2, tmp->data + j, at - j);
+					if (!m)
+						break;
+					rg_buf_puts(tmp2, wp_cleanup[k][1]);
+					j = at + strlen(wp_cleanup[k][0]);
+				}
+				rg_buf sw = *tmp;
+				*tmp = *tmp2;
+				*tmp2 = sw;
+			}
+			if ((st = sl_new(out)) != RG_OK)
+				return st;
+			sl_put(out, tmp->data ? tmp->data : "", tmp->len);
+		}
+		break;
+	}
+	case RG_DEC_BYTE_LEVEL: {
+		int16_t inv[0x200];
+		for (size_t k = 0; k < 0x200; k++)
+			inv[k] = -1;
+		for (int bt = 0; bt < 256; bt++)
+			inv[rg_utf8_get_valid((const unsigned char *)t->byte_map[bt])] = (int16_t)bt;
+		tmp->len = 0;
+		for (size_t i = 0; i < in->n; i++) {
+			const char *s = in->data.data + in->off[i];
+			size_t n = in->len[i], mark = tmp->len;
+			bool all = true;
+			for (size_t k = 0; k < n; k += rg_utf8_len_valid((unsigned char)s[k])) {
+				uint32_t cp = rg_utf8_get_valid((const unsigned char *)s + k);
+				char bt;
+				if (cp >= 0x200 || inv[cp] < 0) {
+					all = false;
+					break;
+				}
+				bt = (char)inv[cp];
+				rg_buf_put(tmp, &bt, 1);
+			}
+			if (!all) { /* a token that is not all stand-ins: its own bytes */
+				tmp->len = mark;
+				rg_buf_put(tmp, s, n);
+			}
+		}
+		if ((st = sl_new(out)) != RG_OK)
+			return st;
+		put_lossy(out, (const unsigned char *)(tmp->data ? tmp->data : ""), tmp->len);
+		break;
+	}
+	case RG_DEC_METASPACE:
+		for (size_t i = 0; i < in->n; i++) {
+			const char *s = in->data.data + in->off[i];
+			size_t n = in->len[i];
+			if ((st = sl_new(out)) != RG_OK)
+				return st;
+			for (size_t k = 0; k < n;) {
+				size_t kk = rg_utf8_len_valid((unsigned char)s[k]);
+				uint32_t cp = rg_utf8_get_valid((const unsigned char *)s + k);
+				if (cp != d->rep)
+					sl_put(out, s + k, kk);
+				else if (i != 0 || d->prepend_never)
+					sl_put(out, " ", 1);
+				k += kk;
+			}
+		}
+		break;
+	case RG_DEC_BPE:
+	case RG_DEC_REPLACE:
+		for (size_t i = 0; i < in->n; i++) {
+			const char *rep = d->kind == RG_DEC_BPE ? (i + 1 == in->n ? "" : " ") : d->b;
+			if ((st = sl_new(out)) != RG_OK)
+				return st;
+			sl_put_replaced(out, in->data.data + in->off[i], in->len[i], d->a, strlen(d->a),
+					rep, strlen(rep));
+		}
+		break;
+	case RG_DEC_BYTE_FALLBACK: {
+		tmp->len = 0; /* pending <0xHH> bytes */
+		for (size_t i = 0; i <= in->n; i++) {
+			const char *s = i < in->n ? in->data.data + in->off[i] : NULL;
+			size_t n = i < in->n ? in->len[i] : 0;
+			unsigned v = 0;
+			bool byte = s && n == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' &&
+				    sscanf(s + 3, "%2x", &v) == 1 && isxdigit((unsigned char)s[3]) &&
+				    isxdigit((unsigned char)s[4]);
+			if (byte) {
+				char bt = (char)v;
+				rg_buf_put(tmp, &bt, 1);
+				continue;
+			}
+			if (tmp->len) {
+				if ((st = sl_new(out)) != RG_OK)
+					return st;
+				if (rg_utf8_valid(tmp->data, tmp->len)) {
+					sl_put(out, tmp->data, tmp->len);
+				} else {
+					for (size_t k = 0; k < tmp->len; k++) {
+						if (k && (st = sl_new(out)) != RG_OK)
+							return st;
+						sl_put_cp(out, 0xFFFD);
+					}
+				}
+				tmp->len = 0;
+			}
+			if (s) {
+				if ((st = sl_new(out)) != RG_OK)
+					return st;
+				sl_put(out, s, n);
+			}
+		}
+		break;
+	}
+	case RG_DEC_FUSE:
+		if ((st = sl_new(out)) != RG_OK)
+			return st;
+		for (size_t i = 0; i < in->n; i++)
+			sl_put(out, in->data.data + in->off[i], in->len[i]);
+		break;
+	case RG_DEC_STRIP:
+		for (size_t i = 0; i < in->n; i++) {
+			const char *s = in->data.data + in->off[i];
+			size_t n = in->len[i], a = 0, b = n;
+			if ((st = sl_new(out)) != RG_OK)
+				return st;
+			for (int k = 0; k < d->start && a < n; k++) {
+				if (rg_utf8_get_valid((const unsigned char *)s + a) != d->rep)
+					break;
+				a += rg_utf8_len_valid((unsigned char)s[a]);
+			}
+			for (int k = 0; k < d->stop && b > a; k++) {
+				size_t p = b - 1;
+				while (p > 0 && ((unsigned char)s[p] & 0xC0) == 0x80)
+					p--;
+				if (rg_utf8_get_valid((const unsigned char *)s + p) != d->rep)
+					break;
+				b = p;
+			}
+			sl_put(out, s + a, b - a);
+		}
+		break;
+	}
+	if (out->data.oom || tmp->oom || tmp2->oom)
+		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (decode)");
+	return RG_OK;
+}
+
+rg_status rg_tokenizer_decode(const rg_tokenizer *t, const int32_t *ids, size_t n,
+			      bool skip_special, char **text, size_t *len)
+{
+	rg_strlist l[2];
+	rg_buf tmp, tmp2, res;
+	int cur = 0;
+	rg_status st = RG_OK;
+
+	*text = NULL;
+	*len = 0;
+	memset(l, 0, sizeof(l));
+	if (!t || (!ids && n))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "tokenizer: NULL argument");
+	if (t->dec_error[0])
+		return rg_errorf(RG_ERR_UNSUPPORTED, "%s", t->dec_error);
+	rg_buf_init(&tmp);
+	rg_buf_init(&tmp2);
+	rg_buf_init(&res);
+	/* HF Tokenizer::decode: the token of every id (ids without one are left out), special
+	 * added tokens skipped when asked */
+	for (size_t i = 0; i < n; i++) {
+		int32_t id = ids[i];
+		if (id < 0 || (size_t)id >= t->n_id || !t->id_str[id] ||
+		    (skip_special && t->id_special[id]))
+			continue;
+		if ((st = sl_new(&l[0])) != RG_OK)
+			goto out;
+		sl_put(&l[0], t->id_str[id], t->id_len[id]);
+	}
+	for (int k = 0; k < t->n_dec; k++) {
+		if ((st = dec_step(t, &t->dec[k], &l[cur], &l[1 - cur], &tmp, &tmp2)) != RG_OK)
+			goto out;
+		cur = 1 - cur;
+	}
+	for (size_t i = 0; i < l[cur].n; i++) {
+		if (i && !t->has_decoder)
+			rg_buf_put(&res, " ", 1);
+		if (l[cur].len[i])
+			rg_buf_put(&res, l[cur].data.data + l[cur].off[i], l[cur].len[i]);
+	}
+	if (l[0].data.oom || res.oom || !rg_buf_reserve(&res, 0)) {
+		st = rg_errorf(RG_ERR_OOM, "tokenizer: out of memory (decode)");
+		goto out;
+	}
+	res.data[res.len] = '\0';
+	*text = res.data;
+	*len = res.len;
+	rg_buf_init(&res);
 out:
-	free(out);
-	free(ty);
-	ctx_free(&ca);
-	ctx_free(&cb);
+	rg_buf_free(&res);
+	rg_buf_free(&tmp);
+	rg_buf_free(&tmp2);
+	sl_free(&l[0]);
+	sl_free(&l[1]);
 	return st;
+}
+
+const char *rg_tokenizer_id_to_token(const rg_tokenizer *t, int32_t id, size_t *len)
+{
+	if (!t || id < 0 || (size_t)id >= t->n_id || !t->id_str[id]) {
+		if (len)
+			*len = 0;
+		return NULL;
+	}
+	if (len)
+		*len = t->id_len[id];
+	return t->id_str[id];
 }
 
 /* The malloc'd, NUL-terminated copy of b (never NULL on RG_OK). */
@@ -1043,7 +1834,7 @@ rg_status rg_tokenizer_pretokenize(const rg_tokenizer *t, const char *text, size
 	rg_buf_init(&words);
 	c.words = &words;
 	if ((st = validate(&c, text, len)) == RG_OK &&
-	    (st = rg_pretok_apply(t->pt, text, len, true, &c.psc, emit_word, &c)) == RG_OK)
+	    (st = rg_pretok_apply(t->pt, text, len, true, NULL, &c.psc, emit_word, &c)) == RG_OK)
 		st = take_buf(&words, out, out_len);
 	rg_buf_free(&words);
 	ctx_free(&c);

@@ -66,14 +66,51 @@ rg_status rg_tokenizer_encode(const rg_tokenizer *t, const char *text, size_t le
  * (TemplateProcessing "pair"; BertProcessing: [CLS] A [SEP] B [SEP] with token types 0 for
  * [CLS] A [SEP] and 1 for B [SEP]; RobertaProcessing: <s> A </s></s> B </s>, all type 0;
  * without a post-processor A then B, types 0 and 1). max_len > 0: when longer, tokens are
- * dropped from the end of the longer text (B on a tie) until the whole fits (HF's
- * longest_first) and *truncated is set; RG_ERR_TOO_LONG if the template alone does not fit.
+ * dropped from the ends of the texts as HF's longest_first does (the shorter text keeps its
+ * length when the longer can take the rest, else each gets half, the odd token to the longer)
+ * and *truncated is set; RG_ERR_TOO_LONG if the template alone does not fit.
  * On success *ids and *types are malloc'd (caller frees both; never NULL) with *n_ids int32
  * each. Errors as rg_tokenizer_encode (the message names the offending text's byte offset). */
 RG_TEST_API
 rg_status rg_tokenizer_encode_pair(const rg_tokenizer *t, const char *a, size_t a_len,
 				   const char *b, size_t b_len, size_t max_len, int32_t **ids,
 				   int32_t **types, size_t *n_ids, bool *truncated);
+
+/* Options of rg_tokenizer_encode_ex. */
+typedef struct rg_tok_params {
+	rg_truncation truncation; /* with max_len > 0: drop content tokens (HF truncation, the
+				   * template's tokens kept; pairs: HF's longest_first) */
+	size_t max_len;           /* limit in tokens, the template's included; 0: none */
+	bool add_special_tokens;  /* the post-processor's template ([CLS] ... [SEP]) */
+	bool offsets;             /* fill start / stop (alignment bookkeeping through the
+				   * normalizer and pre-tokenizer, as HF keeps it) */
+} rg_tok_params;
+
+/* Encode a text, or a pair when b != NULL, as HF Tokenizer.encode(a[, b], add_special_tokens)
+ * does with truncation (max_length, direction) and no padding. *out (zeroed first) gets n tokens:
+ * ids, token types, HF's special-tokens mask (the template's tokens; an added token found in the
+ * text is not in it) and, with
+ * p->offsets, byte offsets [start, stop) into the token's own text (HF's offsets, in bytes
+ * rather than chars; template tokens (0, 0); ByteLevel / RobertaProcessing trim_offsets
+ * applied). out->truncated when tokens were dropped. Errors as rg_tokenizer_encode_pair; on error
+ * *out is empty. Free with rg_encoding_free. */
+RG_TEST_API
+rg_status rg_tokenizer_encode_ex(const rg_tokenizer *t, const char *a, size_t a_len, const char *b,
+				 size_t b_len, const rg_tok_params *p, rg_encoding *out);
+
+/* Decode ids to text as HF Tokenizer.decode(ids, skip_special_tokens) does: each id's token (an
+ * added token's text, else the model's piece; ids without one are left out), special added
+ * tokens left out when skip_special, then the tokenizer.json decoder (WordPiece, ByteLevel,
+ * Metaspace, BPEDecoder, Replace, ByteFallback, Fuse, Strip, Sequence), or the tokens joined by
+ * spaces without one. On success *text is malloc'd, NUL-terminated (caller frees), *len bytes.
+ * RG_ERR_UNSUPPORTED when the file's decoder is not one of those (named), RG_ERR_OOM. */
+RG_TEST_API
+rg_status rg_tokenizer_decode(const rg_tokenizer *t, const int32_t *ids, size_t n,
+			      bool skip_special, char **text, size_t *len);
+
+/* The token string of id (an added token's text, else the model's piece), *len bytes, not
+ * NUL-terminated; NULL when the id has none. Owned by the tokenizer. */
+RG_TEST_API const char *rg_tokenizer_id_to_token(const rg_tokenizer *t, int32_t id, size_t *len);
 
 /* First id the post-processor puts before the text ([CLS], <s>) / last id after it ([SEP],
  * </s>); -1 when it adds none. */

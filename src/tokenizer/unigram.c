@@ -111,6 +111,11 @@ int32_t rg_unigram_max_id(const rg_unigram *u)
 	return (int32_t)u->n_pieces - 1;
 }
 
+const rg_strmap *rg_unigram_pieces(const rg_unigram *u)
+{
+	return &u->pieces;
+}
+
 rg_status rg_unigram_load(json_object *model, const char *path, rg_unigram **out)
 {
 	rg_status st;
@@ -187,7 +192,7 @@ static rg_status push_unk(const rg_unigram *u, const char *w, uint32_t a, uint32
 			  rg_idvec *ids)
 {
 	int32_t id = rg_strmap_get(&u->pieces, w + a, b - a);
-	return rg_idvec_push(ids, id >= 0 ? id : u->unk_id);
+	return rg_idvec_push_len(ids, id >= 0 ? id : u->unk_id, b - a);
 }
 
 rg_status rg_unigram_encode(const rg_unigram *u, const char *w, size_t n, rg_uni_scratch *sc,
@@ -249,7 +254,7 @@ rg_status rg_unigram_encode(const rg_unigram *u, const char *w, size_t n, rg_uni
 			    (st = push_unk(u, w, unk_from, prev, ids)) != RG_OK)
 				return st;
 			unk_from = UINT32_MAX;
-			if ((st = rg_idvec_push(ids, id)) != RG_OK)
+			if ((st = rg_idvec_push_len(ids, id, end - prev)) != RG_OK)
 				return st;
 		}
 		prev = end;

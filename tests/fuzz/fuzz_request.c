@@ -1,6 +1,6 @@
 /* libFuzzer target for the JSON request parser of `ragged serve` (src/server/request.c).
- * The first input byte picks the route (embed / v1/embeddings / tokenize / predict / rerank) and
- * the limits; the rest
+ * The first input byte picks the route (embed / v1/embeddings / tokenize / predict / rerank /
+ * embed_all / similarity / decode) and the limits; the rest
  * is the body. Checks the parser's contract on every input: RG_OK leaves a well-formed request
  * (n_inputs in [1, max_inputs] for arrays, every text valid UTF-8 and non-empty, every id in
  * range), an error leaves a zeroed request and a 400/413/500 status with a message; and the
@@ -13,8 +13,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const rg_route routes[5] = { RG_ROUTE_EMBED, RG_ROUTE_OPENAI, RG_ROUTE_TOKENIZE,
-					    RG_ROUTE_PREDICT, RG_ROUTE_RERANK };
+	static const rg_route routes[8] = { RG_ROUTE_EMBED,	 RG_ROUTE_OPENAI, RG_ROUTE_TOKENIZE,
+					    RG_ROUTE_PREDICT,	 RG_ROUTE_RERANK, RG_ROUTE_EMBED_ALL,
+					    RG_ROUTE_SIMILARITY, RG_ROUTE_DECODE };
 	rg_req_limits lim = { 8, 30522, 16 };
 	rg_request req;
 	rg_req_error err;
@@ -23,11 +24,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 1)
 		return 0;
-	route = routes[data[0] % 5];
+	route = routes[data[0] % 8];
 	lim.max_inputs = 1 + (data[0] >> 3) % 16;
 	st = rg_request_parse(route, (const char *)data + 1, size - 1, &lim, &req, &err);
 	if (st != RG_OK) {
-		if (req.inputs || req.n_inputs || req.model)
+		if (req.inputs || req.n_inputs || req.model || req.prompt_name)
 			abort();
 		if (err.http_status != 400 && err.http_status != 413 && err.http_status != 500)
 			abort();
@@ -42,6 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		if (!in->text == !in->ids) /* exactly one of them */
 			abort();
+		if (route == RG_ROUTE_DECODE && !in->ids)
+			abort();
 		if (in->text && (in->len == 0 || !rg_utf8_valid(in->text, in->len) ||
 				 in->text[in->len] != '\0'))
 			abort();
@@ -53,7 +56,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				   in->text_b[in->len_b] != '\0'))
 			abort();
 		if (in->ids) {
-			if (route != RG_ROUTE_OPENAI || in->n_ids == 0)
+			/* token arrays: OpenAI's (non-empty) and /decode's (possibly empty) */
+			if ((route != RG_ROUTE_OPENAI && route != RG_ROUTE_DECODE) ||
+			    (route == RG_ROUTE_OPENAI && in->n_ids == 0))
 				abort();
 			for (size_t k = 0; k < in->n_ids; k++)
 				if (in->ids[k] < 0 || in->ids[k] >= lim.vocab_size)
@@ -61,6 +66,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 	}
 	if (req.n_inputs > lim.max_inputs && req.n_inputs != 1) /* one [int] array is one input */
+		abort();
+	if (route == RG_ROUTE_SIMILARITY && req.n_inputs < 2) /* the source and a sentence */
+		abort();
+	if (req.dimensions < 0 || (req.dimensions && route != RG_ROUTE_EMBED &&
+				   route != RG_ROUTE_OPENAI))
+		abort();
+	if (req.prompt_name && (!req.prompt_name[0] ||
+				!rg_utf8_valid(req.prompt_name, strlen(req.prompt_name))))
 		abort();
 	/* The formatters must take what the parser accepted. */
 	{
@@ -81,6 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		rg_buf_float_array(&b, v, 4);
 		rg_buf_base64(&b, data, size);
 		rg_json_error_body(&b, msg, "validation"); /* arbitrary bytes: must stay valid JSON */
+		rg_json_openai_error_body(&b, msg, "invalid_request_error", msg, "validation");
 		if (b.oom || !rg_utf8_valid(b.data, b.len))
 			abort();
 		rg_buf_free(&b);

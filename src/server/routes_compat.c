@@ -1,0 +1,353 @@
+/* `ragged serve`'s TEI and OpenAI compatibility routes and shapes (the request flow is in
+ * routes.c): /tokenize's token objects, /decode, /embed_all's per-token vectors, /similarity's
+ * cosines, /info, GET /v1/models, /openapi.json, the served model's name and the prompts of
+ * config_sentence_transformers.json. Shapes follow text-embeddings-inference's router
+ * (router/src/http/types.rs) and OpenAI's API reference. */
+#include "server/server_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/utf8.h"
+#include "sched/sched.h"
+
+/* ---- the model's name ---------------------------------------------------------------------- */
+
+void rg_model_name(const char *arg, const char *dir, char *out, size_t n)
+{
+	struct stat sb;
+	const char *p, *slash;
+	size_t len;
+
+	out[0] = '\0';
+	/* an HF id given as the model ("org/name", not a directory here) */
+	slash = arg ? strchr(arg, '/') : NULL;
+	if (arg && slash && arg[0] != '/' && arg[0] != '.' && !strchr(slash + 1, '/') &&
+	    slash[1] && !strchr(arg, ' ') && stat(arg, &sb) != 0) {
+		snprintf(out, n, "%s", arg);
+		return;
+	}
+	/* a hub cache snapshot: .../models--org--name/snapshots/<revision> */
+	if (dir && (p = strstr(dir, "models--")) != NULL) {
+		const char *end = strchr(p, '/'), *sep;
+		char id[256];
+
+		len = end ? (size_t)(end - p) - 8 : strlen(p) - 8;
+		if (len > 0 && len < sizeof(id)) {
+			memcpy(id, p + 8, len);
+			id[len] = '\0';
+			if ((sep = strstr(id, "--")) != NULL) {
+				snprintf(out, n, "%.*s/%s", (int)(sep - id), id, sep + 2);
+				return;
+			}
+		}
+	}
+	/* the directory's base name */
+	p = dir ? dir : arg ? arg : "";
+	len = strlen(p);
+	while (len > 1 && p[len - 1] == '/')
+		len--;
+	slash = NULL;
+	for (size_t i = 0; i < len; i++)
+		if (p[i] == '/')
+			slash = p + i;
+	if (slash) {
+		len -= (size_t)(slash + 1 - p);
+		p = slash + 1;
+	}
+	snprintf(out, n, "%.*s", (int)len, len ? p : "model");
+}
+
+/* ---- prompts -------------------------------------------------------------------------------- */
+
+bool rg_request_prompt(conn_ctx *c, const char **prompt, enum MHD_Result *ret)
+{
+	const rg_prompts *p = &c->srv->prompts;
+	int k;
+
+	*prompt = NULL;
+	if (!c->req.prompt_name) {
+		if (p->dflt >= 0)
+			*prompt = p->texts[p->dflt];
+		return false;
+	}
+	if ((k = rg_prompts_find(p, c->req.prompt_name)) >= 0) {
+		*prompt = p->texts[k];
+		return false;
+	}
+	if (!p->n) {
+		*ret = rg_conn_error(c, 400, "validation", "prompt_name",
+				     "\"prompt_name\" \"%.100s\": the model has no prompts "
+				     "(config_sentence_transformers.json)",
+				     c->req.prompt_name);
+	} else {
+		char names[256];
+		size_t w = 0;
+
+		names[0] = '\0';
+		for (size_t i = 0; i < p->n && w + 4 < sizeof(names); i++)
+			w += (size_t)snprintf(names + w, sizeof(names) - w, "%s%s", i ? ", " : "",
+					      p->names[i]);
+		*ret = rg_conn_error(c, 400, "validation", "prompt_name",
+				     "\"prompt_name\" \"%.100s\" is not one of the model's prompts "
+				     "(%s)",
+				     c->req.prompt_name, names);
+	}
+	return true;
+}
+
+/* ---- /tokenize -------------------------------------------------------------------------------- */
+
+/* s[0..n) as a JSON string, invalid UTF-8 replaced by U+FFFD (an offset may fall inside a char,
+ * as TEI's text slices do; they are made with from_utf8_lossy). */
+static void json_str_lossy(rg_buf *b, const char *s, size_t n)
+{
+	rg_buf t;
+
+	if (rg_utf8_valid(s, n)) {
+		rg_buf_json_str(b, s, n);
+		return;
+	}
+	rg_buf_init(&t);
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		size_t k = rg_utf8_next(s, n, i, &cp);
+
+		if (k) {
+			rg_buf_put(&t, s + i, k);
+			i += k;
+		} else {
+			rg_buf_puts(&t, "\xEF\xBF\xBD");
+			i++;
+			while (i < n && ((unsigned char)s[i] & 0xC0) == 0x80)
+				i++;
+		}
+	}
+	rg_buf_json_str(b, t.data ? t.data : "", t.len);
+	if (t.oom)
+		b->oom = true;
+	rg_buf_free(&t);
+}
+
+/* TEI's SimpleToken per token: {"id", "text", "special", "start", "stop"}; a special token's
+ * text is its vocabulary string and its offsets null, another's text is the slice of the input
+ * (the prompted input when a prompt applies) between its byte offsets. Always a list per input. */
+enum MHD_Result rg_answer_tokenize(conn_ctx *c)
+{
+	rg_buf b;
+
+	rg_buf_init(&b);
+	rg_buf_put(&b, "[", 1);
+	for (size_t i = 0; i < c->req.n_inputs; i++) {
+		const rg_encoding *e = &c->encs[i];
+		const char *text = c->texts[i] ? c->texts[i] : c->req.inputs[i].text;
+		size_t len = c->texts[i] ? c->text_lens[i] : c->req.inputs[i].len;
+
+		rg_buf_puts(&b, i ? ",[" : "[");
+		for (size_t k = 0; k < e->n; k++) {
+			rg_buf_printf(&b, "%s{\"id\":%d,\"text\":", k ? "," : "", e->ids[k]);
+			if (e->special[k]) {
+				size_t tl = 0;
+				const char *tok = rg_model_token(c->srv->model, e->ids[k], &tl);
+
+				json_str_lossy(&b, tok ? tok : "", tl);
+				rg_buf_puts(&b, ",\"special\":true,\"start\":null,\"stop\":null}");
+			} else {
+				size_t a = e->start[k] < len ? e->start[k] : len;
+				size_t z = e->stop[k] < len ? e->stop[k] : len;
+
+				json_str_lossy(&b, text + a, z > a ? z - a : 0);
+				rg_buf_printf(&b, ",\"special\":false,\"start\":%u,\"stop\":%u}",
+					       e->start[k], e->stop[k]);
+			}
+		}
+		rg_buf_put(&b, "]", 1);
+	}
+	rg_buf_put(&b, "]", 1);
+	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
+}
+
+/* ---- /decode ---------------------------------------------------------------------------------- */
+
+/* TEI: a list of strings, one per id array. */
+enum MHD_Result rg_answer_decode(conn_ctx *c)
+{
+	rg_buf b;
+
+	rg_buf_init(&b);
+	rg_buf_put(&b, "[", 1);
+	for (size_t i = 0; i < c->req.n_inputs; i++) {
+		const rg_req_input *in = &c->req.inputs[i];
+		char *text = NULL;
+		size_t len = 0;
+		rg_status st = rg_model_decode(c->srv->model, in->ids, in->n_ids,
+					       c->req.skip_special_tokens, &text, &len);
+
+		if (st != RG_OK) {
+			rg_buf_free(&b);
+			if (st == RG_ERR_UNSUPPORTED)
+				return rg_conn_error(c, 501, "not_implemented", NULL, "%s",
+						     rg_last_error());
+			if (st == RG_ERR_INVALID_INPUT)
+				return rg_conn_error(c, 400, "validation", "ids", "%s",
+						     rg_last_error());
+			return rg_conn_error(c, 500, "backend", NULL, "decode: %s: %s",
+					     rg_status_name(st), rg_last_error());
+		}
+		if (i)
+			rg_buf_put(&b, ",", 1);
+		json_str_lossy(&b, text, len);
+		free(text);
+	}
+	rg_buf_put(&b, "]", 1);
+	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
+}
+
+/* ---- /embed_all, /similarity ------------------------------------------------------------------ */
+
+/* TEI: [[[float] per token] per input], the encoder's last hidden states, no pooling. */
+enum MHD_Result rg_answer_embed_all(conn_ctx *c, double queue_ms, double infer_ms, int bs)
+{
+	const size_t H = (size_t)c->srv->info->hidden_size;
+	const float *v = c->hidden;
+	rg_buf b;
+
+	rg_buf_init(&b);
+	rg_buf_put(&b, "[", 1);
+	for (size_t i = 0; i < c->req.n_inputs; i++) {
+		rg_buf_puts(&b, i ? ",[" : "[");
+		for (size_t k = 0; k < c->n_ids[i]; k++, v += H) {
+			if (k)
+				rg_buf_put(&b, ",", 1);
+			rg_buf_float_array(&b, v, H);
+		}
+		rg_buf_put(&b, "]", 1);
+	}
+	rg_buf_put(&b, "]", 1);
+	return rg_conn_send(c, 200, &b, "application/json", queue_ms, infer_ms, bs);
+}
+
+/* TEI: the cosine similarity of the source sentence's embedding (input 0) with each sentence's,
+ * from the raw pooled vectors (TEI embeds with normalize false; cosine ignores scale). A zero
+ * vector has similarity 0. */
+enum MHD_Result rg_answer_similarity(conn_ctx *c, double queue_ms, double infer_ms, int bs)
+{
+	const size_t H = (size_t)c->srv->info->hidden_size;
+	const float *src = c->emb;
+	double ns = 0;
+	rg_buf b;
+
+	for (size_t k = 0; k < H; k++)
+		ns += (double)src[k] * src[k];
+	rg_buf_init(&b);
+	rg_buf_put(&b, "[", 1);
+	for (size_t i = 1; i < c->req.n_inputs; i++) {
+		const float *v = c->emb + i * H;
+		double dot = 0, nv = 0;
+
+		for (size_t k = 0; k < H; k++) {
+			dot += (double)src[k] * v[k];
+			nv += (double)v[k] * v[k];
+		}
+		if (i > 1)
+			rg_buf_put(&b, ",", 1);
+		rg_buf_float(&b, ns > 0 && nv > 0 ? (float)(dot / sqrt(ns * nv)) : 0.0f);
+	}
+	rg_buf_put(&b, "]", 1);
+	return rg_conn_send(c, 200, &b, "application/json", queue_ms, infer_ms, bs);
+}
+
+/* ---- /info, /v1/models, /openapi.json --------------------------------------------------------- */
+
+/* TEI's model_dtype names. */
+static const char *tei_dtype(rg_dtype d)
+{
+	switch (d) {
+	case RG_DTYPE_F32: return "float32";
+	case RG_DTYPE_F16: return "float16";
+	case RG_DTYPE_BF16: return "bfloat16";
+	case RG_DTYPE_AUTO: break;
+	}
+	return "auto";
+}
+
+/* TEI's Info fields (model_id as a name, model_dtype, max_client_batch_size, max_input_length,
+ * auto_truncate, version, served_model_name, max_batch_tokens...) and ragged's own. */
+enum MHD_Result rg_answer_info(conn_ctx *c)
+{
+	rg_server *s = c->srv;
+	const rg_model_info *i = s->info;
+	rg_buf b;
+
+	rg_buf_init(&b);
+	rg_buf_puts(&b, "{\"version\":\"" RAGGED_VERSION "\",\"model_id\":");
+	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
+	rg_buf_puts(&b, ",\"served_model_name\":");
+	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
+	rg_buf_puts(&b, ",\"model_dir\":");
+	json_str_lossy(&b, i->model_dir, strlen(i->model_dir));
+	rg_buf_printf(&b, ",\"model_dtype\":\"%s\",\"max_client_batch_size\":%d,"
+		       "\"auto_truncate\":false,\"prompts\":[",
+		       tei_dtype(i->dtype), s->o.max_inputs);
+	for (size_t k = 0; k < s->prompts.n; k++) {
+		rg_buf_puts(&b, k ? "," : "");
+		rg_buf_json_str(&b, s->prompts.names[k], strlen(s->prompts.names[k]));
+	}
+	rg_buf_puts(&b, "],\"default_prompt_name\":");
+	if (s->prompts.dflt >= 0)
+		rg_buf_json_str(&b, s->prompts.names[s->prompts.dflt],
+				strlen(s->prompts.names[s->prompts.dflt]));
+	else
+		rg_buf_puts(&b, "null");
+	rg_buf_printf(&b, ",\"model_type\":\"%s\",\"vocab_size\":%d,\"hidden_size\":%d,"
+		       "\"num_attention_heads\":%d,\"num_hidden_layers\":%d,"
+		       "\"intermediate_size\":%d,\"max_position_embeddings\":%d,\"max_seq_len\":%d,"
+		       "\"type_vocab_size\":%d,\"hidden_act\":\"%s\",\"layer_norm_eps\":%g,"
+		       "\"pooling\":\"%s\",\"normalize\":%s,\"device\":\"%s\",\"dtype\":\"%s\","
+		       "\"scheduler\":\"%s\",\"max_batch_tokens\":%d,\"max_batch_requests\":%d,"
+		       "\"max_queue\":%d,\"max_inputs\":%d,\"max_body_bytes\":%zu,"
+		       "\"max_input_length\":%d,\"request_timeout_ms\":%d,\"cache_entries\":%d,"
+		       "\"build_cuda\":%s,\"model_kind\":\"%s\",\"num_labels\":%d,\"labels\":[",
+		       i->model_type, i->vocab_size, i->hidden_size, i->num_attention_heads,
+		       i->num_hidden_layers, i->intermediate_size, i->max_position_embeddings,
+		       i->max_seq_len, i->type_vocab_size, i->hidden_act, i->layer_norm_eps,
+		       rg_pooling_name(i->pooling), i->normalize ? "true" : "false",
+		       rg_device_name(i->device), rg_dtype_name(i->dtype), rg_sched_kind_name(s->kind),
+		       s->o.max_batch_tokens, s->o.max_batch_requests, s->o.max_queue,
+		       s->o.max_inputs, s->o.max_body_bytes, s->max_len, s->o.request_timeout_ms,
+		       s->o.cache_entries, rg_build_has_cuda() ? "true" : "false",
+		       !i->num_labels ? "embedding" : i->num_labels == 1 ? "reranker" : "classifier",
+		       i->num_labels);
+	for (int k = 0; k < i->num_labels; k++) {
+		rg_buf_puts(&b, k ? "," : "");
+		rg_buf_json_str(&b, i->labels[k], strlen(i->labels[k]));
+	}
+	rg_buf_puts(&b, "]}");
+	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
+}
+
+/* OpenAI's model list: the one model served. */
+enum MHD_Result rg_answer_models(conn_ctx *c)
+{
+	rg_server *s = c->srv;
+	rg_buf b;
+
+	rg_buf_init(&b);
+	rg_buf_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
+	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
+	rg_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"ragged\"}]}",
+		       s->created_s);
+	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
+}
+
+enum MHD_Result rg_answer_openapi(conn_ctx *c)
+{
+	rg_buf b;
+
+	rg_buf_init(&b);
+	rg_buf_puts(&b, rg_openapi_json());
+	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
+}
