@@ -233,7 +233,8 @@ def test_retry_after_on_429_and_503(tiny_dir):
         assert all("retry-after" not in r[1] for r in res if r[0] == 200)
     finally:
         s.stop()
-    s = Server(tiny_dir, "--scheduler", "nobatch", "--batch-delay-ms", 400, "--cache-entries", 0)
+    s = Server(tiny_dir, "--scheduler", "nobatch", "--batch-delay-ms", 400, "--cache-entries", 0,
+               "--shutdown-timeout-s", 0)  # no drain: the queued requests get 503
     res = [None] * 3
     ths = [threading.Thread(target=_post_in_thread,
                             args=(s, "/v1/embeddings", {"input": f"sig {i}"}, res, i))
