@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU verification of the CUDA backend, in one go (one device call): build, op parity
-# (tests/gpu/test_ops_cuda), the model-level pytest suite on CUDA for fp32/fp16/bf16,
+# (tests/gpu/test_ops_cuda), the model-level pytest suite on CUDA for fp32/fp16/bf16 (with the
+# raw pooled vectors and per-token hidden states of rg_model_run_ex),
 # compute-sanitizer (memcheck + racecheck on the ops, memcheck on a model run) and a 10,000-batch
 # memory soak (bench/soak.py). Results go to $OUT (default build/gpu_results), at most 9 files:
 #   run.log  build.log  test_ops_cuda.json  sanitizer.log  pytest_fp32.log  pytest_fp16.log
@@ -64,7 +65,8 @@ declare -A PYPID
 for dt in fp32 fp16 bf16; do
 	RAGGED_TEST_DEVICE=cuda RAGGED_TEST_DTYPE=$dt RAGGED_NUM_THREADS=2 \
 		timeout 300 python3 -m pytest -q -rfE -p no:cacheprovider $XD --durations=5 -m "not slow" \
-		tests/py/test_model.py >"$OUT/pytest_$dt.log" 2>&1 &
+		tests/py/test_model.py tests/py/test_server_compat.py::test_lib_run_ex_raw_and_hidden \
+		>"$OUT/pytest_$dt.log" 2>&1 &
 	PYPID[$dt]=$!
 done
 
