@@ -996,7 +996,11 @@ void rg_server_on_completed(void *cls, struct MHD_Connection *conn, void **con_c
 		fprintf(stderr, "ragged serve: BUG: connection completed while queued\n");
 		return;
 	}
-	/* Suspended but released: resumed at shutdown and closed before it could answer. */
+	/* Suspended but released: resumed (its job ended: dropped for a closed socket, or at
+	 * shutdown) and closed before it could answer; finish_job never ran, so it no longer counts
+	 * as waiting for an answer (else a drain would wait for it until its time is up). */
+	if (c->suspended)
+		atomic_fetch_sub(&s->n_suspended, 1);
 	free_ctx(c);
 	*con_cls = NULL;
 }
