@@ -276,3 +276,28 @@ def test_replica_stopped_mid_load_loses_nothing(tiny_dir, tmp_path):
     late = [i for i, _, _, t in load.done if t > t_a_gone + 0.05]
     assert len(late) >= 40 and all(rows[str(i)][1][-1] == addr_b for i in late)
     print(f"{n} requests, A {a_ok}, B {b_ok}, retried {len(retried)}: {retried[:5]}")
+
+
+def test_conf_numbers_follow_serve_defaults():
+    """The shipped config's limits against `ragged serve --help`'s defaults: client_max_body_size
+    = --max-body-bytes, proxy_read_timeout above --request-timeout-ms (ragged's 504 comes first),
+    the upstream keepalive_timeout below --connection-timeout-s (nginx drops an idle connection
+    before the replica does), and retries on connection errors and 503 only."""
+    from test_deploy import serve_defaults
+    d = serve_defaults()
+    with open(CONF) as f:
+        conf = f.read()
+
+    def value(key):
+        m = re.findall(rf"^\s*{key} ([^;]+);", conf, re.M)
+        assert len(m) == 1, (key, m)
+        return m[0]
+
+    def seconds(v):
+        return int(v[:-1]) if v.endswith("s") else int(v)
+    body = value("client_max_body_size")
+    assert body.endswith("m") and int(body[:-1]) << 20 == int(d["RAGGED_MAX_BODY_BYTES"])
+    assert seconds(value("proxy_read_timeout")) * 1000 > int(d["RAGGED_REQUEST_TIMEOUT_MS"])
+    assert seconds(value("keepalive_timeout")) < int(d["RAGGED_CONNECTION_TIMEOUT_S"])
+    assert value("proxy_next_upstream").split() == ["error", "timeout", "http_503",
+                                                    "non_idempotent"]
