@@ -114,6 +114,22 @@ void rg_metrics_expired(rg_metrics *m, uint64_t n)
 }
 
 /* One histogram series; label: "" or `key="value",` (written before le). */
+void rg_metrics_answered(rg_metrics *m, uint64_t *total, uint64_t *ok)
+{
+	uint64_t t = 0, k = 0;
+
+	pthread_mutex_lock(&m->mu);
+	for (int r = 0; r < RG_ROUTE_COUNT; r++)
+		for (int c = 0; c < RG_METRICS_N_CODES; c++) {
+			t += m->requests[r][c];
+			if (codes[c] == 200)
+				k += m->requests[r][c];
+		}
+	pthread_mutex_unlock(&m->mu);
+	*total = t;
+	*ok = k;
+}
+
 static void render_series(rg_buf *o, const char *name, const char *label, const rg_hist *h)
 {
 	uint64_t cum = 0;

@@ -46,6 +46,8 @@ void rg_metrics_batch(rg_metrics *m, int n, int real_tokens, int computed_tokens
 void rg_metrics_cache(rg_metrics *m, uint64_t hits, uint64_t misses);
 void rg_metrics_dropped(rg_metrics *m, uint64_t n);
 void rg_metrics_expired(rg_metrics *m, uint64_t n);
+/* Requests answered so far, over every route: *total all of them, *ok those answered 200. */
+void rg_metrics_answered(rg_metrics *m, uint64_t *total, uint64_t *ok);
 
 /* Append the exposition text. queue_depth: sequences waiting; mem_used/mem_total: bytes of device
  * (or host RSS on CPU) memory, 0 when unknown. */

@@ -359,6 +359,15 @@ out_stop:
 	wait_answered(s, rg_now_ms() + 1000);
 	if (d)
 		MHD_stop_daemon(d);
+	if (rc == 0) {
+		/* every answer is counted now: the last word for an operator (or a test behind a load
+		 * balancer) on what this replica served */
+		uint64_t total, ok;
+
+		rg_metrics_answered(&s->metrics, &total, &ok);
+		fprintf(stderr, "ragged serve: answered %llu requests, %llu of them 200\n",
+			(unsigned long long)total, (unsigned long long)ok);
+	}
 	rg_engine_free(s->engine);
 	rg_cache_free(s->cache);
 	rg_cost_table_free(s->cost);

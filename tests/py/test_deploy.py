@@ -286,3 +286,48 @@ def test_systemd_exec_start_serves(tmp_path, tiny_dirs):
         p.send_signal(signal.SIGTERM)
         rc_ = p.wait(60)
     assert rc_ == 0, p.stderr.read().decode()[-2000:]
+
+
+def serve_defaults():
+    """-> {RAGGED_* variable: default text} from `ragged serve --help`."""
+    out = subprocess.run([rc.BIN_PATH, "serve", "--help"], capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    opts = {}
+    for ln in text.splitlines():
+        m = re.search(r"\[(RAGGED_\w+)\]$", ln)
+        if m:
+            d = re.search(r"\(([^()]*)\) \[RAGGED_\w+\]$", ln)
+            opts[m.group(1)] = d.group(1) if d else None
+    assert "RAGGED_SHUTDOWN_TIMEOUT_S" in opts, text
+    return opts
+
+
+def test_kubernetes_manifest():
+    """deploy/kubernetes/ragged.yaml: every RAGGED_* variable is a serve option; startup,
+    readiness and liveness probes GET /health on the port the image's ENTRYPOINT serves; a preStop
+    sleep; terminationGracePeriodSeconds above the preStop sleep plus the drain
+    (RAGGED_SHUTDOWN_TIMEOUT_S); resources set; the Service targets the same port."""
+    import yaml
+    with open(os.path.join(ROOT, "deploy", "kubernetes", "ragged.yaml")) as f:
+        docs = {d["kind"]: d for d in yaml.safe_load_all(f)}
+    opts = serve_defaults()
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    unknown = [k for k in env if k not in opts]
+    assert not unknown, f"not `ragged serve` variables: {unknown}"
+    entry = next(a for i, a in read_dockerfile("Dockerfile") if i == "ENTRYPOINT")
+    words = json.loads(entry)
+    port = int(words[words.index("--port") + 1])
+    named = {p["name"]: p["containerPort"] for p in c["ports"]}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        get = c[probe]["httpGet"]
+        assert get["path"] == "/health", probe
+        assert named.get(get["port"], get["port"]) == port, probe
+    cmd = c["lifecycle"]["preStop"]["exec"]["command"]
+    assert cmd[0] == "sleep"
+    drain = int(env.get("RAGGED_SHUTDOWN_TIMEOUT_S") or opts["RAGGED_SHUTDOWN_TIMEOUT_S"])
+    assert pod["terminationGracePeriodSeconds"] > int(cmd[1]) + drain
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
+    svc_port = docs["Service"]["spec"]["ports"][0]["targetPort"]
+    assert named.get(svc_port, svc_port) == port
