@@ -457,7 +457,8 @@ def _post_in_thread(s, body, results, i, path="/embed"):
 
 def test_queue_full_429_and_deadline_504(tiny_dir):
     # nobatch + 300 ms per batch: one runs, two wait; the rest find the queue full.
-    s = Server(tiny_dir, "--scheduler", "nobatch", "--max-queue", 2, "--batch-delay-ms", 300,
+    s = Server(tiny_dir, "--scheduler", "nobatch", "--max-queue", 2, "--max-inputs", 2,
+               "--batch-delay-ms", 300,
                "--cache-entries", 0)
     try:
         res = [None] * 8
