@@ -93,7 +93,19 @@ static rg_status setup_engine(rg_server *s)
 	sp.latency_budget_ms = s->o.latency_budget_ms;
 	sp.das_packed = s->o.das_packed;
 	if (s->kind == RG_SCHED_DP) {
-		st = rg_cost_warmup(s->model, s->o.cost_table, rg_device_name(s->o.device),
+		/* without --cost-table, the table is kept per user, keyed by the model's
+		 * fingerprint, device and dtype: a second start with the same model skips the
+		 * measurement (minutes on a small CPU) */
+		char user_db[4200], model_id[80];
+		const char *db = s->o.cost_table;
+
+		if (!db && rg_cost_user_db(user_db, sizeof(user_db)) == RG_OK)
+			db = user_db;
+		else if (!db)
+			fprintf(stderr, "ragged serve: warning: %s; the measured DP cost table is not "
+				"kept\n", rg_last_error());
+		snprintf(model_id, sizeof(model_id), "sha256:%s", s->fingerprint);
+		st = rg_cost_warmup(s->model, db, model_id, rg_device_name(s->o.device),
 				    rg_dtype_name(s->o.dtype), i->max_seq_len,
 				    s->o.max_batch_tokens, s->o.max_batch_requests, &s->cost);
 		if (st != RG_OK)

@@ -588,10 +588,13 @@ def test_sigterm_with_queued_requests(tiny_dir):
     ("slotted-das", ["--rows", 4]), ("fcfs", []), ("sjf", []), ("edf", []),
     ("dp", ["--max-batch-requests", 8, "--max-batch-tokens", 1024]),
 ])
-def test_every_scheduler_gives_the_same_embeddings(tiny_dir, lib_model, hf_tok, sched, extra):
+def test_every_scheduler_gives_the_same_embeddings(tiny_dir, lib_model, hf_tok, sched, extra,
+                                                  tmp_path):
     texts = ["short", "a somewhat longer sentence with more tokens in it", "x y z",
              " ".join(["long"] * 25), "medium length text here"] * 2
-    s = Server(tiny_dir, "--scheduler", sched, "--cache-entries", 0, *extra)
+    # dp keeps its measured cost table in $XDG_CACHE_HOME/ragged: a fresh one per test
+    s = Server(tiny_dir, "--scheduler", sched, "--cache-entries", 0, *extra,
+               env={"XDG_CACHE_HOME": str(tmp_path)})
     try:
         res = [None] * len(texts)
         ths = [threading.Thread(target=_post_in_thread,

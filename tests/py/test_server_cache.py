@@ -160,3 +160,44 @@ def test_corrupt_database_set_aside(tiny_dir, tmp_path):
     with open(aside[0], "rb") as f:
         assert f.read() == garbage  # kept for inspection, untouched
     assert db_rows(db) == 2  # a fresh database took its place
+
+
+def test_dp_cost_table_kept_per_user(tiny_dir, tmp_path):
+    """serve --scheduler dp without --cost-table measures once, keeps the table under
+    $XDG_CACHE_HOME/ragged keyed by the model's fingerprint, and the next start reuses it; a
+    model changed in place is measured again."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    d = str(tmp_path / "model")
+    shutil.copytree(tiny_dir, d)
+    args = ["--scheduler", "dp", "--max-batch-requests", 8, "--max-batch-tokens", 1024,
+            "--cache-entries", 0]
+
+    def start():
+        t0 = time.monotonic()
+        s = Server(d, *args, env=env)
+        try:
+            got, _ = embed_raw(s, TEXTS[:2])
+            np.testing.assert_allclose(got, lib_vectors(d, TEXTS[:2]), rtol=1e-5, atol=1e-6)
+        finally:
+            s.stop()
+        return time.monotonic() - t0, s.stderr()
+
+    _, err1 = start()
+    assert "measuring the DP cost table" in err1, err1
+    db = tmp_path / "xdg" / "ragged" / "cost-tables.sqlite"
+    assert db.exists()
+    con = sqlite3.connect(str(db))
+    ids = {r[0] for r in con.execute("SELECT DISTINCT model_id FROM rg_cost")}
+    con.close()
+    assert len(ids) == 1 and next(iter(ids)).startswith("sha256:"), ids
+    _, err2 = start()
+    assert "measuring" not in err2 and "DP cost table loaded from" in err2, err2
+    # other weights in place: another fingerprint, measured again, both tables kept
+    other = make_tiny.make_tiny(str(tmp_path / "other"), make_tiny.CONFIGS["h32_gelu"],
+                                make_tiny.minilm_dir(), seed=777)
+    shutil.copy(os.path.join(other, "model.safetensors"), os.path.join(d, "model.safetensors"))
+    _, err3 = start()
+    assert "measuring the DP cost table" in err3, err3
+    con = sqlite3.connect(str(db))
+    assert con.execute("SELECT count(DISTINCT model_id) FROM rg_cost").fetchone()[0] == 2
+    con.close()
