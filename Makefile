@@ -25,7 +25,7 @@ BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g -fPIC -fopenmp-simd -fvisibility=hidden
 	$(WARN) \
 	$(shell pkg-config --cflags json-c 2>/dev/null)
 LIBS := -lopenblas -lutf8proc -ljson-c -lm -lpthread
-APP_LIBS := -lsqlite3 -lmicrohttpd
+APP_LIBS := -lsqlite3 -lmicrohttpd -lcrypto
 # oneDNN (Debian libdnnl-dev) runs the CPU linear layers when its header is found (DNNL=0: off,
 # OpenBLAS alone); DNNL_INC / DNNL_LIB point at a copy elsewhere (the device carry).
 DNNL_INC ?= /usr/include

@@ -4,8 +4,8 @@
 # from PyPI. Idempotent and quiet when everything is already present.
 set -euo pipefail
 APT_PKGS="build-essential pkg-config libopenblas-dev libutf8proc-dev libjson-c-dev libmicrohttpd-dev
-libsqlite3-dev libcmocka-dev libdnnl-dev fortunes-min fortunes python3 python3-pip curl clang libclang-rt-dev
-nginx"
+libsqlite3-dev libssl-dev libcmocka-dev libdnnl-dev fortunes-min fortunes python3 python3-pip curl clang
+libclang-rt-dev nginx"
 missing=()
 for p in $APT_PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,6 +11,35 @@
 
 #include "core/error.h"
 
+int rg_file_open_regular(const char *path, struct stat *sb)
+{
+	int fd;
+
+	/* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer (forever);
+	 * on a regular file the flag changes nothing, and it is cleared anyway */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0) {
+		rg_errorf(RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, sb) != 0) {
+		rg_errorf(RG_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+		goto out_close;
+	}
+	if (!S_ISREG(sb->st_mode)) {
+		rg_errorf(RG_ERR_IO, "%s: not a regular file (a FIFO, device or directory)", path);
+		goto out_close;
+	}
+	if (fcntl(fd, F_SETFL, 0) != 0) {
+		rg_errorf(RG_ERR_IO, "%s: fcntl: %s", path, strerror(errno));
+		goto out_close;
+	}
+	return fd;
+out_close:
+	close(fd);
+	return -1;
+}
+
 rg_status rg_file_read(const char *path, off_t limit, char **buf, size_t *len)
 {
 	struct stat sb;
@@ -19,13 +48,9 @@ rg_status rg_file_read(const char *path, off_t limit, char **buf, size_t *len)
 	int fd;
 
 	*buf = NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = rg_file_open_regular(path, &sb);
 	if (fd < 0)
-		return rg_errorf(RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		s = rg_errorf(RG_ERR_IO, "%s: not a readable regular file", path);
-		goto out_close;
-	}
+		return RG_ERR_IO;
 	if (sb.st_size > limit) {
 		s = rg_errorf(RG_ERR_FORMAT, "%s: %lld bytes, over the %lld-byte limit", path,
 			      (long long)sb.st_size, (long long)limit);

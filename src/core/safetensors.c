@@ -1,8 +1,8 @@
-/* Validating, mmap-based safetensors reader (single file or sharded). See safetensors.h for the
+/* Validating safetensors reader (pread into memory) (single file or sharded). See safetensors.h for the
  * contract. Format reference: https://github.com/huggingface/safetensors (README, "Format").
  *
  * Every check happens in rg_st_open_file / rg_st_open_dir, before a single tensor is handed out:
- * a reader that trusts the header can be made to read outside the mapping by a lying offset. */
+ * a reader that trusts the header can be made to read outside the file by a lying offset. */
 #include "core/safetensors.h"
 
 #include <errno.h>
@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,8 +26,8 @@
 
 typedef struct rg_st_file {
 	char *path;          /* as opened, for messages */
-	int fd;
-	void *map;           /* whole file, PROT_READ */
+	int fd;              /* open while the file is read, -1 after */
+	void *map;           /* (map_len) bytes: the whole file, read with pread (owned) */
 	size_t map_len;
 	const uint8_t *data; /* start of the data region inside map */
 	size_t data_len;
@@ -96,8 +95,7 @@ void rg_st_free(rg_st *st)
 		free(st->skipped[i].t.name);
 	free(st->skipped);
 	for (size_t i = 0; i < st->n_files; i++) {
-		if (st->files[i].map)
-			munmap(st->files[i].map, st->files[i].map_len);
+		free(st->files[i].map);
 		if (st->files[i].fd >= 0)
 			close(st->files[i].fd);
 		free(st->files[i].path);
@@ -468,7 +466,29 @@ static rg_status st_check_overlap(rg_st *st, size_t first)
 	return s;
 }
 
-/* Map one file, validate its header and append its tensors to st. */
+/* Read n bytes from offset 0 of fd into buf with pread. A short read (the file shrank since
+ * fstat: truncated while being loaded) is RG_ERR_IO naming the path and both sizes. */
+static rg_status st_read_all(int fd, void *buf, size_t n, const char *path)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return rg_errorf(RG_ERR_IO, "%s: read failed at byte %zu: %s", path, got,
+					 strerror(errno));
+		if (r == 0)
+			return rg_errorf(RG_ERR_IO, "%s: file shrank to %zu of %zu bytes while being "
+					 "read (truncated during load?)", path, got, n);
+		got += (size_t)r;
+	}
+	return RG_OK;
+}
+
+/* Read one file, validate its header and append its tensors to st. */
 static rg_status st_load_file(rg_st *st, const char *path)
 {
 	rg_st_file *files, *f;
@@ -491,23 +511,31 @@ static rg_status st_load_file(rg_st *st, const char *path)
 	if (!f->path)
 		return rg_errorf(RG_ERR_OOM, "%s: out of memory", path);
 
-	f->fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* The file is read into memory with pread, not mapped: a mapping turns a file truncated
+	 * or rewritten while it is in use (a model being replaced in place, a full disk) into
+	 * SIGBUS at whatever instruction touches the lost page, which no caller can handle. Read
+	 * into a private copy, a shrinking file is a short read and a clean RG_ERR_IO, and nothing
+	 * after this function touches the file. The copy lives only until the weights are
+	 * converted (rg_st_free after rg_model_load), and a non-regular path (a FIFO) is refused
+	 * before any read that could block. */
+	f->fd = rg_file_open_regular(path, &sb);
 	if (f->fd < 0)
-		return rg_errorf(RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-	if (fstat(f->fd, &sb) != 0)
-		return rg_errorf(RG_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-	if (!S_ISREG(sb.st_mode))
-		return rg_errorf(RG_ERR_IO, "%s: not a regular file", path);
+		return RG_ERR_IO;
 	if (sb.st_size < 8)
 		return rg_errorf(RG_ERR_FORMAT,
 				 "%s: file is %lld bytes, too short for the 8-byte header length",
 				 path, (long long)sb.st_size);
+	if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX - 64)
+		return rg_errorf(RG_ERR_FORMAT, "%s: file too large", path);
 	f->map_len = (size_t)sb.st_size;
-	f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, f->fd, 0);
-	if (f->map == MAP_FAILED) {
-		f->map = NULL;
-		return rg_errorf(RG_ERR_IO, "%s: cannot mmap: %s", path, strerror(errno));
-	}
+	/* 64-byte aligned, as a mapping's page alignment made the data region before */
+	f->map = aligned_alloc(64, (f->map_len + 63) & ~(size_t)63);
+	if (!f->map)
+		return rg_errorf(RG_ERR_OOM, "%s: out of memory for %zu bytes", path, f->map_len);
+	if ((s = st_read_all(f->fd, f->map, f->map_len, path)) != RG_OK)
+		return s;
+	close(f->fd);
+	f->fd = -1;
 
 	hlen = 0;
 	for (int i = 7; i >= 0; i--)

@@ -1,9 +1,11 @@
-/* Validating, mmap-based reader for Hugging Face safetensors files (single file or sharded with
+/* Validating reader for Hugging Face safetensors files (single file or sharded with
  * model.safetensors.index.json).
  *
  * Format: 8-byte little-endian header length N, N bytes of JSON header
  * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {...}},
- * then the data region. Everything is validated at open time, before any tensor is used:
+ * then the data region. Each file is read whole into memory with pread (not mapped: a file
+ * truncated while in use would be SIGBUS under a mapping, here it is a short read and RG_ERR_IO);
+ * the copy is freed with the rg_st. Everything is validated at open time, before any tensor is used:
  *   - N bounded (<= 100 MiB) and 8 + N <= file size; header is valid UTF-8 JSON object;
  *   - dtype one of F32/F16/BF16 (others -> RG_ERR_UNSUPPORTED naming tensor and dtype);
  *   - shape entries non-negative, product * element size == end - begin (no overflow);
@@ -14,7 +16,8 @@
  * position_ids as I64) are validated like every tensor, then left out of the table: rg_st_find
  * returns NULL for them and rg_st_count does not count them.
  * Errors carry a message naming the file and the offending tensor:
- *   RG_ERR_IO      file or shard missing / unreadable / not a regular file / not mappable;
+ *   RG_ERR_IO      file or shard missing / unreadable / not a regular file (a FIFO is refused
+ *                  without blocking) / shrank while read;
  *   RG_ERR_FORMAT  anything malformed (lengths, JSON, shapes, offsets, overlap, duplicates, index);
  *   RG_ERR_UNSUPPORTED  unsupported or unknown dtype, more than RG_ST_MAX_DIMS dimensions;
  *   RG_ERR_OOM.
@@ -34,7 +37,7 @@ typedef struct rg_st_tensor {
 	rg_dtype dtype;                  /* F32 / F16 / BF16 */
 	int ndim;
 	int64_t shape[RG_ST_MAX_DIMS];
-	const void *data;                /* points into the read-only mapping */
+	const void *data;                /* points into the rg_st's copy of the file */
 	size_t nbytes;
 } rg_st_tensor;
 
@@ -66,6 +69,6 @@ RG_TEST_API void rg_widen16_tail(void *buf, size_t n, rg_dtype dt);
 /* Number of elements (product of shape). */
 size_t rg_st_numel(const rg_st_tensor *t);
 
-/* Unmaps and frees. Accepts NULL. */
+/* Frees the tables and the file copies. Accepts NULL. */
 void rg_st_free(rg_st *st);
 #endif

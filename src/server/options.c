@@ -341,6 +341,15 @@ static int check_combinations(const rg_serve_opts *o)
 			o->max_buffered_bytes, o->max_body_bytes);
 		return RG_SERVE_EXIT_USAGE;
 	}
+	/* admission counts sequences against --max-queue: a request of more inputs than the
+	 * queue holds could never be admitted and would get 429 forever */
+	if (o->max_inputs > o->max_queue) {
+		fprintf(stderr, "ragged serve: --max-inputs (%d) is above --max-queue (%d): a request "
+				"of more than %d inputs could never be queued and would get 429 "
+				"forever; lower --max-inputs or raise --max-queue\n",
+			o->max_inputs, o->max_queue, o->max_queue);
+		return RG_SERVE_EXIT_USAGE;
+	}
 	return -1;
 }
 

@@ -67,6 +67,7 @@
 #include "server/cache.h"
 #include "server/conn_watch.h"
 #include "server/engine.h"
+#include "server/fingerprint.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/warmup.h"
@@ -92,7 +93,19 @@ static rg_status setup_engine(rg_server *s)
 	sp.latency_budget_ms = s->o.latency_budget_ms;
 	sp.das_packed = s->o.das_packed;
 	if (s->kind == RG_SCHED_DP) {
-		st = rg_cost_warmup(s->model, s->o.cost_table, rg_device_name(s->o.device),
+		/* without --cost-table, the table is kept per user, keyed by the model's
+		 * fingerprint, device and dtype: a second start with the same model skips the
+		 * measurement (minutes on a small CPU) */
+		char user_db[4200], model_id[80];
+		const char *db = s->o.cost_table;
+
+		if (!db && rg_cost_user_db(user_db, sizeof(user_db)) == RG_OK)
+			db = user_db;
+		else if (!db)
+			fprintf(stderr, "ragged serve: warning: %s; the measured DP cost table is not "
+				"kept\n", rg_last_error());
+		snprintf(model_id, sizeof(model_id), "sha256:%s", s->fingerprint);
+		st = rg_cost_warmup(s->model, db, model_id, rg_device_name(s->o.device),
 				    rg_dtype_name(s->o.dtype), i->max_seq_len,
 				    s->o.max_batch_tokens, s->o.max_batch_requests, &s->cost);
 		if (st != RG_OK)
@@ -100,10 +113,12 @@ static rg_status setup_engine(rg_server *s)
 		sp.cost = s->cost;
 	}
 	if (s->o.cache_entries > 0) {
-		/* "raw": the entries are raw pooled vectors (normalized per request on the way
-		 * out); a database written when they were stored normalized is not reused */
-		snprintf(tag, sizeof(tag), "%s|%s|%s|raw", i->model_dir, rg_device_name(i->device),
-			 rg_dtype_name(i->dtype));
+		/* keyed by what decides the vectors, never the path: the model's bytes
+		 * (fingerprint.h), device, dtype and pooling. "raw": the entries are raw pooled
+		 * vectors (normalized per request on the way out) */
+		snprintf(tag, sizeof(tag), "sha256:%s|%s|%s|%s|raw", s->fingerprint,
+			 rg_device_name(i->device), rg_dtype_name(i->dtype),
+			 rg_pooling_name(i->pooling));
 		s->cache = rg_cache_create((size_t)s->o.cache_entries, i->output_dim, tag,
 					   s->o.cache_db, &st);
 		if (!s->cache)
@@ -323,6 +338,17 @@ int rg_serve_main(int argc, char **argv)
 	if ((st = rg_prompts_load(s->info->model_dir, &s->prompts)) != RG_OK) {
 		fprintf(stderr, "ragged serve: %s: %s\n", rg_status_name(st), rg_last_error());
 		goto out_stop;
+	}
+	if (s->o.cache_db || s->kind == RG_SCHED_DP) {
+		double t0 = rg_now_ms();
+
+		if ((st = rg_model_fingerprint(s->info->model_dir, s->fingerprint)) != RG_OK) {
+			fprintf(stderr, "ragged serve: %s: %s\n", rg_status_name(st),
+				rg_last_error());
+			goto out_stop;
+		}
+		fprintf(stderr, "ragged serve: model fingerprint sha256:%.16s... (%.0f ms)\n",
+			s->fingerprint, rg_now_ms() - t0);
 	}
 	s->lim.max_inputs = (size_t)s->o.max_inputs;
 	s->lim.vocab_size = s->info->vocab_size;

@@ -37,6 +37,7 @@ typedef struct rg_server {
 	int port;
 	atomic_size_t buffered;  /* request body bytes held by all connections (--max-buffered-bytes) */
 	struct rg_conn_watch *watch; /* the request read deadline (conn_watch.c) */
+	char fingerprint[65];    /* rg_model_fingerprint hex; "" unless --cache-db or --scheduler dp */
 	char model_name[256];    /* /info model_id, /v1/models id: the HF id when known, else the
 				  * directory's name (rg_model_name) */
 	rg_prompts prompts;      /* config_sentence_transformers.json prompts */

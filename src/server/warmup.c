@@ -3,9 +3,12 @@
  * SQLite store when a complete table is there, else measured on the loaded model and saved. */
 #include "server/warmup.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "server/cost_store.h"
@@ -58,12 +61,13 @@ static double measure_padded(void *arg, int len, int batch)
 	return best * scale;
 }
 
-rg_status rg_cost_warmup(rg_model *model, const char *db_path, const char *device,
+rg_status rg_cost_warmup(rg_model *model, const char *db_path, const char *model_id,
+			 const char *device,
 			 const char *dtype, int max_len, int max_batch_tokens, int max_batch_requests,
 			 rg_cost_table **out)
 {
 	const rg_model_info *info = rg_model_get_info(model);
-	rg_cost_key key = {info->model_dir, device, dtype, "padded"};
+	rg_cost_key key = {model_id, device, dtype, "padded"};
 	measure_ctx m = {model, max_batch_tokens, info->vocab_size, NULL, NULL, NULL, NULL, NULL};
 	rg_cost_table *t;
 	rg_status st;
@@ -72,6 +76,7 @@ rg_status rg_cost_warmup(rg_model *model, const char *db_path, const char *devic
 	if (db_path) {
 		t = rg_cost_store_load(db_path, &key, &st);
 		if (t && rg_cost_table_complete(t)) {
+			fprintf(stderr, "ragged serve: DP cost table loaded from %s\n", db_path);
 			*out = t;
 			return RG_OK;
 		}
@@ -96,5 +101,39 @@ rg_status rg_cost_warmup(rg_model *model, const char *db_path, const char *devic
 		fprintf(stderr, "ragged serve: warning: cannot save the cost table: %s\n",
 			rg_last_error());
 	*out = t;
+	return RG_OK;
+}
+
+/* mkdir that accepts an existing directory. */
+static bool mkdir_ok(const char *path)
+{
+	struct stat sb;
+
+	if (mkdir(path, 0700) == 0)
+		return true;
+	return errno == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+rg_status rg_cost_user_db(char *buf, size_t n)
+{
+	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+	char dir[4096];
+
+	if (xdg && xdg[0] == '/') {
+		snprintf(dir, sizeof(dir), "%s", xdg);
+	} else if (home && home[0]) {
+		snprintf(dir, sizeof(dir), "%s/.cache", home);
+	} else {
+		return rg_errorf(RG_ERR_IO, "cost table cache: neither XDG_CACHE_HOME nor HOME is set");
+	}
+	if (!mkdir_ok(dir))
+		return rg_errorf(RG_ERR_IO, "cost table cache: cannot create %s: %s", dir,
+				 strerror(errno));
+	strncat(dir, "/ragged", sizeof(dir) - strlen(dir) - 1);
+	if (!mkdir_ok(dir))
+		return rg_errorf(RG_ERR_IO, "cost table cache: cannot create %s: %s", dir,
+				 strerror(errno));
+	if ((size_t)snprintf(buf, n, "%s/cost-tables.sqlite", dir) >= n)
+		return rg_errorf(RG_ERR_IO, "cost table cache: path too long");
 	return RG_OK;
 }

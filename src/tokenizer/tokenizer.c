@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <utf8proc.h>
 
 #include "core/error.h"
@@ -768,9 +769,8 @@ static rg_status load_vocab_txt(rg_tokenizer *t, const char *dir, const char *vp
 	rg_status st;
 
 	snprintf(cpath, sizeof(cpath), "%s/tokenizer_config.json", dir);
-	FILE *probe = fopen(cpath, "rb");
-	if (probe) {
-		fclose(probe);
+	struct stat sb;
+	if (stat(cpath, &sb) == 0) { /* present: must load (a FIFO is refused, not waited on) */
 		if ((st = rg_json_read_file(cpath, RG_TOK_MAX_FILE, &cfg)) != RG_OK)
 			return st;
 	}
@@ -891,21 +891,23 @@ rg_status rg_tokenizer_load(const char *dir, rg_tokenizer **out)
 		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
 	t->max_id = -1;
 	snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
-	FILE *f = fopen(path, "rb");
-	if (f) {
-		fclose(f);
+	/* probe with stat, never by opening: a FIFO in a model directory must not hang the load
+	 * (rg_file_read refuses anything but a regular file) */
+	struct stat sb;
+	if (stat(path, &sb) == 0) {
 		st = load_tokenizer_json(t, path);
 	} else {
 		snprintf(path, sizeof(path), "%s/vocab.txt", dir);
-		f = fopen(path, "rb");
-		if (!f) {
+		if (stat(path, &sb) != 0) {
 			st = rg_errorf(RG_ERR_IO,
 				       "%s: neither tokenizer.json nor vocab.txt can be "
 				       "opened: %s",
 				       dir, strerror(errno));
 			goto fail;
 		}
-		fclose(f);
+		/* a different tokenizer than the model may have been saved with: say so */
+		fprintf(stderr, "ragged: %s has no tokenizer.json; building a WordPiece tokenizer "
+			"from vocab.txt and tokenizer_config.json\n", dir);
 		st = load_vocab_txt(t, dir, path);
 	}
 	if (st != RG_OK)

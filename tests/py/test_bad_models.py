@@ -114,6 +114,17 @@ def _no_tokenizer(src, dst):
     return d
 
 
+def _fifo(name):
+    """name (e.g. config.json) replaced by a FIFO with no writer: opening it for reading would
+    block forever; the load must refuse it at once."""
+    def make(src, dst):
+        d = copy_model(src, dst)
+        os.remove(os.path.join(d, name))
+        os.mkfifo(os.path.join(d, name))
+        return d
+    return make
+
+
 def _truncated(src, dst):
     d = copy_model(src, dst, weights=None)
     s = os.path.join(src, "model.safetensors")
@@ -188,6 +199,14 @@ CASES = {
     "no_config": (_remove("config.json"), "RG_ERR_IO", ["config.json"]),
     "no_weights": (_remove("model.safetensors"), "RG_ERR_IO", ["model.safetensors"]),
     "no_tokenizer": (_no_tokenizer, "RG_ERR_IO", ["tokenizer.json", "vocab.txt"]),
+    "fifo_config": (_fifo("config.json"), "RG_ERR_IO", ["config.json", "not a regular file"]),
+    "fifo_tokenizer": (_fifo("tokenizer.json"), "RG_ERR_IO",
+                       ["tokenizer.json", "not a regular file"]),
+    "fifo_weights": (_fifo("model.safetensors"), "RG_ERR_IO",
+                     ["model.safetensors", "not a regular file"]),
+    "fifo_pooling": (_fifo(os.path.join("1_Pooling", "config.json")), "RG_ERR_IO",
+                     ["1_Pooling/config.json", "not a regular file"]),
+    "fifo_modules": (_fifo("modules.json"), "RG_ERR_IO", ["modules.json", "not a regular file"]),
     "truncated": (_truncated, "RG_ERR_FORMAT", ["model.safetensors", "exceed data size"]),
     "header_len_past_eof": (_lying_header(0), "RG_ERR_FORMAT",
                             ["model.safetensors", "header length"]),
@@ -253,6 +272,19 @@ def test_header_roundtrip_copy_loads(minilm_dir, tmp_path):
     assert m.tokenize("hello")[-1] == 102  # [SEP]
     del m
     shutil.rmtree(d)
+
+
+def test_missing_tokenizer_json_says_so(minilm_dir, tmp_path):
+    """Without tokenizer.json the tokenizer is built from vocab.txt: the load works and says so
+    in one stderr line (it used to fall back silently)."""
+    d = copy_model(minilm_dir, str(tmp_path / "vocab_only"))
+    os.remove(os.path.join(d, "tokenizer.json"))
+    p = subprocess.run([BIN_PATH, "embed", "--model", d], input=b"hello world\n",
+                       capture_output=True, env=cli_env(), timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "no tokenizer.json" in lines[0] and "vocab.txt" in lines[0], lines
+    assert len(json.loads(p.stdout.splitlines()[0])) == 384
 
 
 # --------------------------------------------------------------------------------------------

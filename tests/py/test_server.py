@@ -457,7 +457,8 @@ def _post_in_thread(s, body, results, i, path="/embed"):
 
 def test_queue_full_429_and_deadline_504(tiny_dir):
     # nobatch + 300 ms per batch: one runs, two wait; the rest find the queue full.
-    s = Server(tiny_dir, "--scheduler", "nobatch", "--max-queue", 2, "--batch-delay-ms", 300,
+    s = Server(tiny_dir, "--scheduler", "nobatch", "--max-queue", 2, "--max-inputs", 2,
+               "--batch-delay-ms", 300,
                "--cache-entries", 0)
     try:
         res = [None] * 8
@@ -593,10 +594,13 @@ def test_sigterm_with_queued_requests(tiny_dir):
     ("slotted-das", ["--rows", 4]), ("fcfs", []), ("sjf", []), ("edf", []),
     ("dp", ["--max-batch-requests", 8, "--max-batch-tokens", 1024]),
 ])
-def test_every_scheduler_gives_the_same_embeddings(tiny_dir, lib_model, hf_tok, sched, extra):
+def test_every_scheduler_gives_the_same_embeddings(tiny_dir, lib_model, hf_tok, sched, extra,
+                                                  tmp_path):
     texts = ["short", "a somewhat longer sentence with more tokens in it", "x y z",
              " ".join(["long"] * 25), "medium length text here"] * 2
-    s = Server(tiny_dir, "--scheduler", sched, "--cache-entries", 0, *extra)
+    # dp keeps its measured cost table in $XDG_CACHE_HOME/ragged: a fresh one per test
+    s = Server(tiny_dir, "--scheduler", sched, "--cache-entries", 0, *extra,
+               env={"XDG_CACHE_HOME": str(tmp_path)})
     try:
         res = [None] * len(texts)
         ths = [threading.Thread(target=_post_in_thread,
@@ -647,13 +651,14 @@ def test_cache_hits_partial_batches_and_sqlite(tiny_dir, tmp_path, lib_model, hf
         assert s.metrics()["ragged_cache_entries"] <= 3
     finally:
         s.stop()
-    s = Server(tiny_dir, "--cache-entries", 3, "--cache-db", db)  # restart: served from SQLite
+    # restart: served from SQLite, which was pruned to --cache-entries (3) rows
+    s = Server(tiny_dir, "--cache-entries", 3, "--cache-db", db)
     try:
         st, h, body = s.post("/embed", {"inputs": TEXTS, "normalize": False})
-        assert st == 200 and int(h["x-batch-size"]) == 0
+        assert st == 200 and int(h["x-batch-size"]) == len(TEXTS) - 3
         np.testing.assert_allclose(np.array(json.loads(body)), ref, rtol=1e-5, atol=1e-6)
         m = s.metrics()
-        assert m["ragged_cache_hits_total"] == len(TEXTS) and m["ragged_batches_total"] == 0
+        assert m["ragged_cache_hits_total"] == 3 and m["ragged_batches_total"] == 1
     finally:
         s.stop()
 

@@ -208,7 +208,8 @@ def _post_in_thread(s, path, body, results, i):
 def test_retry_after_on_429_and_503(tiny_dir):
     """Queue full (429) and shutting down with requests queued (503): both carry Retry-After, in
     OpenAI's error shape on /v1 and TEI's elsewhere."""
-    s = Server(tiny_dir, "--scheduler", "nobatch", "--max-queue", 2, "--batch-delay-ms", 300,
+    s = Server(tiny_dir, "--scheduler", "nobatch", "--max-queue", 2, "--max-inputs", 2,
+               "--batch-delay-ms", 300,
                "--cache-entries", 0)
     try:
         res = [None] * 8

@@ -139,6 +139,7 @@ static void test_environment(void **state)
 	setenv("RAGGED_PORT", "1234", 1);
 	setenv("RAGGED_HOST", "0.0.0.0", 1);
 	setenv("RAGGED_MAX_QUEUE", "99", 1);
+	setenv("RAGGED_MAX_INPUTS", "5", 1); /* <= every --max-queue below */
 	setenv("RAGGED_API_KEY", "s3cret", 1);
 	setenv("RAGGED_CORS_ALLOW_ORIGIN", "*", 1);
 	setenv("RAGGED_LAZY", "true", 1);
@@ -203,7 +204,7 @@ static void test_environment(void **state)
 	for (const char *v = "RAGGED_PORT RAGGED_HOST RAGGED_MAX_QUEUE RAGGED_API_KEY "
 			     "RAGGED_CORS_ALLOW_ORIGIN RAGGED_LAZY RAGGED_DAS_PACKED RAGGED_ETA "
 			     "RAGGED_MAX_BUFFERED_BYTES RAGGED_REQUEST_READ_TIMEOUT_S "
-			     "RAGGED_MAX_CONNECTIONS_PER_IP RAGGED_DEVICE";
+			     "RAGGED_MAX_CONNECTIONS_PER_IP RAGGED_DEVICE RAGGED_MAX_INPUTS";
 	     *v;) {
 		char name[64];
 		int n = 0;
@@ -241,6 +242,33 @@ static void test_hardening_options(void **state)
 	assert_string_equal(o.cors_allow_origin, "http://a.example,http://b");
 }
 
+/* --max-inputs above --max-queue is refused at start with a message naming both (a request of
+ * more inputs than the queue holds would get 429 forever); equal is accepted. */
+static void test_max_inputs_above_queue(void **state)
+{
+	const char *bad[] = {"--max-queue", "100", "--max-inputs", "101"};
+	const char *bad_default[] = {"--max-queue", "511"}; /* --max-inputs defaults to 512 */
+	const char *ok[] = {"--max-queue", "100", "--max-inputs", "100"};
+	char err[512] = {0};
+	FILE *f, *saved;
+	rg_serve_opts o;
+	(void)state;
+
+	f = fmemopen(err, sizeof(err) - 1, "w");
+	assert_non_null(f);
+	saved = stderr;
+	stderr = f;
+	assert_int_equal(parse(&o, 4, bad), RG_SERVE_EXIT_USAGE);
+	stderr = saved;
+	fclose(f);
+	if (!strstr(err, "--max-inputs (101)") || !strstr(err, "--max-queue (100)"))
+		fail_msg("the message '%s' does not name both options", err);
+	assert_int_equal(parse(&o, 2, bad_default), RG_SERVE_EXIT_USAGE);
+	assert_int_equal(parse(&o, 4, ok), -1);
+	assert_int_equal(o.max_inputs, 100);
+	assert_int_equal(o.max_queue, 100);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -250,6 +278,7 @@ int main(void)
 		cmocka_unit_test(test_help_lists_every_option),
 		cmocka_unit_test(test_environment),
 		cmocka_unit_test(test_hardening_options),
+		cmocka_unit_test(test_max_inputs_above_queue),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
