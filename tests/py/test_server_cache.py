@@ -118,7 +118,8 @@ def test_locked_database_does_not_stall_inference(tiny_dir, tmp_path):
     s = Server(tiny_dir, "--cache-entries", 1000, "--cache-db", db)
     try:
         embed_raw(s, ["warm up"])
-        con = sqlite3.connect(db, timeout=0, isolation_level=None)
+        # the server's writer may be storing "warm up" right now: wait for it, then hold the lock
+        con = sqlite3.connect(db, timeout=10, isolation_level=None)
         con.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
         con.execute("DELETE FROM rg_embed_cache")
         try:
