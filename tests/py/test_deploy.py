@@ -101,6 +101,10 @@ def needed_packages(binary):
         if lib not in where:
             continue  # the dynamic loader itself
         real = os.path.realpath(where[lib])
+        if re.match(r"/usr/local/cuda[^/]*/", real) or lib.startswith(("libcuda", "libcublas")):
+            # the CUDA toolkit's runtime (a CUDA=1 build, as in CI): the CUDA image's base image
+            # has it; the CPU image builds without it (no nvcc there)
+            continue
         for cand in (real, real.replace("/usr/lib/", "/lib/", 1)):
             p = subprocess.run(["dpkg", "-S", cand], capture_output=True, text=True)
             if p.returncode == 0:

@@ -9,6 +9,7 @@ The venv is made with --system-site-packages (numpy comes from the test interpre
 --no-index, so nothing is downloaded. The scripts run in the venv's interpreter with RAGGED_LIB as
 the suite sets it (the ASan library in the ASan pass), except the bundling check."""
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -39,9 +40,17 @@ def venv(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", d],
                    check=True, env=_clean_env(), timeout=120)
     py = d / "bin" / "python"
+    # build from a copy: setuptools builds in place (python/build), and the release and ASan
+    # passes of make test run side by side; the copy bundles the checkout's library as
+    # `pip install ./python` would (setup.py: ../build/libragged.so)
+    src = d.parent / "src"
+    shutil.copytree(os.path.join(ROOT, "python"), src,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    lib = os.path.join(ROOT, "build", "libragged.so")
     p = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                        "--no-index", "--disable-pip-version-check", "./python"], cwd=ROOT,
-                       capture_output=True, text=True, env=_clean_env(), timeout=300)
+                        "--no-index", "--disable-pip-version-check", str(src)], cwd=d.parent,
+                       capture_output=True, text=True, timeout=300,
+                       env=_clean_env(RAGGED_BUNDLE_LIB=lib if os.path.isfile(lib) else ""))
     assert p.returncode == 0, p.stdout + p.stderr
     return py
 
