@@ -482,9 +482,9 @@ static void switch_to_dp(rg_engine *e, const rg_cost_table *t)
 		e->cells_total);
 }
 
-/* The queue is empty: measure one cell of the pending cost table (lock held on entry and exit,
- * released while the model runs). The test delays apply to a cell as to a batch (a simulated
- * slow device), outside its measured time. */
+/* The queue is empty: one run of the pending cost table's measurement (lock held on entry and
+ * exit, released while the model runs). The batch test delay applies to a run as to a batch (a
+ * simulated slow device), outside its measured time. */
 static void measure_cell(rg_engine *e)
 {
 	rg_cost_measure *c = e->measure;

@@ -37,9 +37,10 @@
  * Background DP measurement (rg_engine_params.measure). The DP scheduler needs a measured cost
  * table (minutes on a small CPU). Without a stored one, the engine starts with the TOKEN
  * scheduler (same limits, so the longest accepted input does not change) and answers requests
- * at once, while its worker measures the table one cell at a time (warmup.h rg_cost_measure)
- * whenever its queue is empty: the model stays the worker's alone, and a request that arrives
- * meanwhile waits at most one cell (a few padded batches). After the last cell the table is
+ * at once, while its worker measures the table one run at a time (warmup.h rg_cost_measure:
+ * 4 runs of a padded batch per cell) whenever its queue is empty: the model stays the worker's
+ * alone, and a request that arrives meanwhile waits at most one run (one padded batch of at most
+ * max_batch_tokens tokens; the test delays apply to it as to a batch). After the last cell the table is
  * saved (the next start loads it) and, between two batches under the engine lock, the worker
  * swaps in a DP scheduler on that table and refits its batch latency model from it
  * (rg_cost_model_from_table, as a start with a stored table does). Cells run only on an idle

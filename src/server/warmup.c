@@ -22,50 +22,47 @@ typedef struct measure_ctx {
 	float *out;
 } measure_ctx;
 
-/* Latency (ms, best of 3 after a warm-up run) of a PADDED batch of `batch` rows of `len` tokens.
- * Batches over the token budget are measured at the largest size that fits and scaled. */
-static double measure_padded(void *arg, int len, int batch)
+/* One run of a PADDED batch of `batch` rows of `len` tokens: its latency in ms, scaled when the
+ * batch is over the token budget (then measured at the largest size that fits). rep 0 prepares
+ * the batch, later reps reuse it. -1 on a model error or no memory. */
+static double measure_padded(measure_ctx *m, int len, int batch, int rep)
 {
-	measure_ctx *m = arg;
 	int b = batch, h = rg_model_get_info(m->model)->output_dim;
-	double best = INFINITY, scale;
+	double t0;
 
 	if ((long)b * len > m->max_tokens)
 		b = m->max_tokens / len > 0 ? m->max_tokens / len : 1;
-	scale = (double)batch / b;
-	m->tokens = realloc(m->tokens, (size_t)b * len * sizeof(int32_t));
-	m->cu = realloc(m->cu, ((size_t)b + 1) * sizeof(int32_t));
-	m->rows = realloc(m->rows, (size_t)b * sizeof(int32_t));
-	m->offs = realloc(m->offs, (size_t)b * sizeof(int32_t));
-	m->out = realloc(m->out, (size_t)b * h * sizeof(float));
-	if (!m->tokens || !m->cu || !m->rows || !m->offs || !m->out)
-		return -1;
-	for (long i = 0; i < (long)b * len; i++)
-		m->tokens[i] = (int32_t)(100 + i % 1000) % m->vocab;
-	for (int i = 0; i <= b; i++)
-		m->cu[i] = i * len;
-	for (int i = 0; i < b; i++) {
-		m->rows[i] = i;
-		m->offs[i] = 0;
+	if (rep == 0) {
+		m->tokens = realloc(m->tokens, (size_t)b * len * sizeof(int32_t));
+		m->cu = realloc(m->cu, ((size_t)b + 1) * sizeof(int32_t));
+		m->rows = realloc(m->rows, (size_t)b * sizeof(int32_t));
+		m->offs = realloc(m->offs, (size_t)b * sizeof(int32_t));
+		m->out = realloc(m->out, (size_t)b * h * sizeof(float));
+		if (!m->tokens || !m->cu || !m->rows || !m->offs || !m->out)
+			return -1;
+		for (long i = 0; i < (long)b * len; i++)
+			m->tokens[i] = (int32_t)(100 + i % 1000) % m->vocab;
+		for (int i = 0; i <= b; i++)
+			m->cu[i] = i * len;
+		for (int i = 0; i < b; i++) {
+			m->rows[i] = i;
+			m->offs[i] = 0;
+		}
 	}
 	rg_layout lay = { RG_EXEC_PADDED, b, len, 0, m->rows, m->offs };
 
-	for (int rep = 0; rep < 4; rep++) {
-		double t0 = rg_now_ms(), ms;
-
-		if (rg_model_embed_layout(m->model, m->tokens, m->cu, b, &lay, m->out) != RG_OK)
-			return -1;
-		ms = rg_now_ms() - t0;
-		if (rep > 0 && ms < best)
-			best = ms;
-	}
-	return best * scale;
+	t0 = rg_now_ms();
+	if (rg_model_embed_layout(m->model, m->tokens, m->cu, b, &lay, m->out) != RG_OK)
+		return -1;
+	return (rg_now_ms() - t0) * ((double)batch / b);
 }
 
 struct rg_cost_measure {
 	measure_ctx m;
 	rg_cost_table *t;
 	int next, total;       /* cells measured, cells in the grid (row-major: len, then batch) */
+	int rep;               /* runs of cell `next` done: a warm-up run, then best of 3 */
+	double best;           /* best time of cell `next` so far, ms */
 	char *db_path;         /* NULL: not stored */
 	char *model_id, *device, *dtype;
 };
@@ -135,7 +132,7 @@ rg_status rg_cost_measure_step(rg_cost_measure *c)
 	len = rg_cost_table_len_at(c->t, li);
 	batch = rg_cost_table_batch_at(c->t, bi);
 	rg_error_clear();
-	ms = measure_padded(&c->m, len, batch);
+	ms = measure_padded(&c->m, len, batch, c->rep);
 	if (!isfinite(ms) || ms < 0) {
 		if (rg_last_error()[0])
 			return rg_error_wrap(RG_ERR_INTERNAL, "cost table len=%d batch=%d", len,
@@ -143,7 +140,14 @@ rg_status rg_cost_measure_step(rg_cost_measure *c)
 		return rg_errorf(RG_ERR_INTERNAL, "cost table len=%d batch=%d: out of memory",
 				 len, batch);
 	}
-	if ((st = rg_cost_table_set(c->t, li, bi, ms)) != RG_OK)
+	if (c->rep == 0)
+		c->best = INFINITY;
+	else if (ms < c->best)
+		c->best = ms;
+	if (++c->rep < 4)
+		return RG_OK;
+	c->rep = 0;
+	if ((st = rg_cost_table_set(c->t, li, bi, c->best)) != RG_OK)
 		return st;
 	if (++c->next < c->total)
 		return RG_OK;

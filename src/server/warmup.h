@@ -15,7 +15,7 @@ rg_cost_table *rg_cost_load_stored(const char *db_path, const char *model_id, co
  * it with requests (engine.h "Background DP measurement"). A cell is a PADDED batch of `batch`
  * rows of `len` tokens (at most max_batch_tokens tokens: larger cells are measured at the
  * largest size that fits and scaled), best of 3 runs after a warm-up run; cells run in
- * increasing (len, batch) order. Not thread-safe: the thread that owns the model steps it. */
+ * increasing (len, batch) order, one run per step. Not thread-safe: the thread that owns the model steps it. */
 typedef struct rg_cost_measure rg_cost_measure;
 
 /* Plan the grid of rg_cost_table_create_default(max_len, max_batch_requests). The strings are
@@ -26,8 +26,9 @@ rg_cost_measure *rg_cost_measure_create(rg_model *model, const char *db_path,
 					const char *dtype, int max_len, int max_batch_tokens,
 					int max_batch_requests, rg_status *st);
 
-/* Measure the next cell (no-op when complete). After the last one, the table is saved into
- * db_path (a failed save only warns). RG_ERR_INTERNAL (wrapping the model's error) or
+/* One run of the next cell (no-op when complete): a cell takes 4 steps, a warm-up run and 3
+ * timed ones (best of 3), so one step is one padded batch of at most max_batch_tokens tokens.
+ * After the last cell, the table is saved into db_path (a failed save only warns). RG_ERR_INTERNAL (wrapping the model's error) or
  * RG_ERR_OOM when a cell cannot be measured; the measurement cannot go on then. */
 rg_status rg_cost_measure_step(rg_cost_measure *c);
 
