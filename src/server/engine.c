@@ -485,7 +485,7 @@ static void switch_to_dp(rg_engine *e, const rg_cost_table *t)
 /* The queue is empty: one run of the pending cost table's measurement (lock held on entry and
  * exit, released while the model runs). The batch test delay applies to a run as to a batch (a
  * simulated slow device), outside its measured time. */
-static void measure_cell(rg_engine *e)
+static void measure_run(rg_engine *e)
 {
 	rg_cost_measure *c = e->measure;
 	double delay = e->p.batch_delay_ms;
@@ -535,7 +535,7 @@ static void *worker_main(void *arg)
 		}
 		if (e->n_q == 0) {
 			if (e->measure && !e->draining)
-				measure_cell(e);
+				measure_run(e);
 			else
 				pthread_cond_wait(&e->cv, &e->mu);
 			continue;

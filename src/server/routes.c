@@ -633,6 +633,8 @@ static enum MHD_Result handle_metrics(conn_ctx *c)
 			      "measured at this start (of ragged_dp_cost_cells_total).\n"
 			      "# TYPE ragged_dp_cost_cells_measured gauge\n"
 			      "ragged_dp_cost_cells_measured %d\n"
+			      "# HELP ragged_dp_cost_cells_total Cells of the DP cost table to "
+			      "measure at this start (0: it was loaded).\n"
 			      "# TYPE ragged_dp_cost_cells_total gauge\n"
 			      "ragged_dp_cost_cells_total %d\n"
 			      "# HELP ragged_dp_scheduler_active 1 when the dp scheduler is in use, 0 "
