@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "server/warmup.h"
 
 struct rg_engine {
 	rg_model *model;
@@ -50,6 +51,12 @@ struct rg_engine {
 	double pad_ratio;      /* computed / real tokens of recent batches (>= 1) */
 	double real_w, comp_w; /* sums behind pad_ratio */
 	double busy_until;     /* estimated end of the running batch; 0: none runs */
+
+	/* Background DP measurement (guarded by mu; see engine.h). */
+	rg_cost_measure *measure; /* p.measure until the table is in use or measuring failed */
+	int cells_done, cells_total;
+	bool measure_failed;
+	rg_sched_kind kind;    /* the policy e->sched runs now */
 
 	/* Drain (guarded by mu). */
 	bool draining;
@@ -442,6 +449,71 @@ static void drain_plan(rg_engine *e, double now)
 	memcpy(e->q_seq, e->s_seq, sizeof(*e->q_seq) * (size_t)e->n_q);
 }
 
+/* The measurement is complete (lock held): switch to the DP scheduler on its table and refit
+ * the batch latency model from the table. On a scheduler error, warn and stay on the token
+ * scheduler. */
+static void switch_to_dp(rg_engine *e, const rg_cost_table *t)
+{
+	rg_sched_params sp = e->p.sched;
+	rg_sched *dp;
+	rg_cost_model fit, m;
+	rg_status st;
+
+	sp.cost = t;
+	dp = rg_sched_create(&sp, &st);
+	if (!dp) {
+		fprintf(stderr, "ragged serve: warning: cannot switch to the dp scheduler: %s\n",
+			rg_last_error());
+		e->measure_failed = true;
+		return;
+	}
+	rg_sched_free(e->sched);
+	e->sched = dp;
+	e->kind = RG_SCHED_DP;
+	e->p.sched.cost = t;
+	if (rg_cost_model_from_table(t, &fit) == RG_OK) {
+		e->fit = fit;
+		e->scale = 1;
+		e->meas_w = e->est_w = 0;
+	}
+	m = model_now(e);
+	(void)rg_sched_set_time_budget(e->sched, budget_ms(e, &m), &m);
+	fprintf(stderr, "ragged serve: scheduler switched to dp (cost table of %d cells)\n",
+		e->cells_total);
+}
+
+/* The queue is empty: one run of the pending cost table's measurement (lock held on entry and
+ * exit, released while the model runs). The batch test delay applies to a run as to a batch (a
+ * simulated slow device), outside its measured time. */
+static void measure_run(rg_engine *e)
+{
+	rg_cost_measure *c = e->measure;
+	double delay = e->p.batch_delay_ms;
+	rg_status st;
+
+	pthread_mutex_unlock(&e->mu);
+	if (delay > 0) {
+		struct timespec ts = { (time_t)(delay / 1e3), (long)(fmod(delay, 1e3) * 1e6) };
+
+		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+			;
+	}
+	st = rg_cost_measure_step(c);
+	pthread_mutex_lock(&e->mu);
+	e->cells_done = rg_cost_measure_done(c);
+	if (st != RG_OK) {
+		fprintf(stderr, "ragged serve: warning: DP cost table measurement failed (%s: %s); "
+			"staying on the token scheduler\n", rg_status_name(st), rg_last_error());
+		e->measure = NULL;
+		e->measure_failed = true;
+		return;
+	}
+	if (rg_cost_measure_table(c)) {
+		e->measure = NULL;
+		switch_to_dp(e, rg_cost_measure_table(c));
+	}
+}
+
 static void *worker_main(void *arg)
 {
 	rg_engine *e = arg;
@@ -462,7 +534,10 @@ static void *worker_main(void *arg)
 			continue;
 		}
 		if (e->n_q == 0) {
-			pthread_cond_wait(&e->cv, &e->mu);
+			if (e->measure && !e->draining)
+				measure_run(e);
+			else
+				pthread_cond_wait(&e->cv, &e->mu);
 			continue;
 		}
 		st = rg_sched_pick(e->sched, e->q_req, e->n_q, now, &e->batch, &wake);
@@ -620,7 +695,26 @@ rg_engine *rg_engine_create(rg_model *model, const rg_engine_params *p, rg_statu
 		s = rg_errorf(RG_ERR_INVALID_INPUT, "engine: max_queue must be >= 1");
 		goto out_free;
 	}
-	e->sched = rg_sched_create(&p->sched, &s);
+	e->kind = p->sched.kind;
+	if (p->measure) {
+		/* serve with the token scheduler until the DP table is measured */
+		rg_sched_params tp = p->sched;
+
+		if (p->sched.kind != RG_SCHED_DP || p->sched.cost) {
+			s = rg_errorf(RG_ERR_INVALID_INPUT, "engine: a background measurement needs "
+				      "the dp scheduler without a cost table");
+			goto out_free;
+		}
+		tp.kind = RG_SCHED_TOKEN;
+		tp.lazy = false;
+		e->kind = RG_SCHED_TOKEN;
+		e->measure = p->measure;
+		e->cells_done = rg_cost_measure_done(p->measure);
+		e->cells_total = rg_cost_measure_total(p->measure);
+		e->sched = rg_sched_create(&tp, &s);
+	} else {
+		e->sched = rg_sched_create(&p->sched, &s);
+	}
 	if (!e->sched)
 		goto out_free;
 	bcap = p->sched.max_batch_requests;
@@ -899,6 +993,22 @@ rg_status rg_engine_submit(rg_engine *e, rg_job *job)
 out_unlock:
 	pthread_mutex_unlock(&e->mu);
 	return st;
+}
+
+void rg_engine_sched_state(rg_engine *e, char *buf, size_t n, int *done, int *total)
+{
+	pthread_mutex_lock(&e->mu);
+	if (e->measure)
+		snprintf(buf, n, "token (dp measuring %d/%d)", e->cells_done, e->cells_total);
+	else if (e->measure_failed)
+		snprintf(buf, n, "token (dp measurement failed)");
+	else
+		snprintf(buf, n, "%s", rg_sched_kind_name(e->kind));
+	if (done)
+		*done = e->cells_done;
+	if (total)
+		*total = e->cells_total;
+	pthread_mutex_unlock(&e->mu);
 }
 
 int rg_engine_queue_depth(rg_engine *e)

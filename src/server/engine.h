@@ -32,10 +32,24 @@
  *
  * Drain (rg_engine_drain): new jobs are refused; queued jobs run shortest remaining work first,
  * those that are not estimated to finish by the drain's end are ended SHUTDOWN at once, and what
- * is left at the end (a long job may be cut between its pieces) too. */
+ * is left at the end (a long job may be cut between its pieces) too.
+ *
+ * Background DP measurement (rg_engine_params.measure). The DP scheduler needs a measured cost
+ * table (minutes on a small CPU). Without a stored one, the engine starts with the TOKEN
+ * scheduler (same limits, so the longest accepted input does not change) and answers requests
+ * at once, while its worker measures the table one run at a time (warmup.h rg_cost_measure:
+ * 4 runs of a padded batch per cell) whenever its queue is empty: the model stays the worker's
+ * alone, and a request that arrives meanwhile waits at most one run (one padded batch of at most
+ * max_batch_tokens tokens; the test delays apply to it as to a batch). After the last cell the table is
+ * saved (the next start loads it) and, between two batches under the engine lock, the worker
+ * swaps in a DP scheduler on that table and refits its batch latency model from it
+ * (rg_cost_model_from_table, as a start with a stored table does). Cells run only on an idle
+ * queue, so under sustained load the switch waits for a pause; a failed cell leaves the
+ * engine on TOKEN for good (a warning on stderr). rg_engine_sched_state reports the state. */
 #ifndef RG_SERVER_ENGINE_H
 #define RG_SERVER_ENGINE_H
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "ragged.h"
 #include "sched/sched.h"
@@ -112,6 +126,9 @@ typedef struct rg_engine_params {
 	double disconnect_poll_ms; /* how often queued clients' sockets are checked (default 10) */
 	rg_cache *cache;        /* computed vectors are put here (NULL: none); borrowed */
 	rg_metrics *metrics;    /* borrowed, required */
+	struct rg_cost_measure *measure; /* NULL, or the DP table to measure in the background
+				 * (see above; sched.kind must be DP and sched.cost NULL); borrowed,
+				 * must outlive the engine: its table becomes the scheduler's */
 } rg_engine_params;
 
 typedef struct rg_engine rg_engine;
@@ -158,6 +175,12 @@ void rg_engine_free(rg_engine *e);
  * scheduler can ever place (rg_sched_max_len), RG_ERR_INVALID_INPUT (n_seqs < 1, len < 1).
  * Thread-safe. */
 rg_status rg_engine_submit(rg_engine *e, rg_job *job);
+
+/* The scheduler in use, for /info and /metrics: its name ("dp", "token", ...), or while the DP
+ * table is measured "token (dp measuring DONE/TOTAL)", or "token (dp measurement failed)".
+ * Writes at most n bytes into buf; *done / *total (each may be NULL): cells of the background
+ * measurement measured / in all (0 / 0 without one). Thread-safe. */
+void rg_engine_sched_state(rg_engine *e, char *buf, size_t n, int *done, int *total);
 
 /* Sequences waiting. Thread-safe. */
 int rg_engine_queue_depth(rg_engine *e);

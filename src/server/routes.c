@@ -622,6 +622,27 @@ static enum MHD_Result handle_metrics(conn_ctx *c)
 	rg_buf_init(&b);
 	rg_metrics_render(&s->metrics, &b, ready ? rg_engine_queue_depth(s->engine) : 0, used,
 			  total, ready && s->cache ? rg_cache_size(s->cache) : 0);
+	if (ready && s->kind == RG_SCHED_DP) {
+		/* the background DP measurement (engine.h): cells done / in all, and whether the
+		 * dp scheduler is in use yet */
+		char sched[64];
+		int done, total_cells;
+
+		rg_engine_sched_state(s->engine, sched, sizeof(sched), &done, &total_cells);
+		rg_buf_printf(&b, "# HELP ragged_dp_cost_cells_measured Cells of the DP cost table "
+			      "measured at this start (of ragged_dp_cost_cells_total).\n"
+			      "# TYPE ragged_dp_cost_cells_measured gauge\n"
+			      "ragged_dp_cost_cells_measured %d\n"
+			      "# HELP ragged_dp_cost_cells_total Cells of the DP cost table to "
+			      "measure at this start (0: it was loaded).\n"
+			      "# TYPE ragged_dp_cost_cells_total gauge\n"
+			      "ragged_dp_cost_cells_total %d\n"
+			      "# HELP ragged_dp_scheduler_active 1 when the dp scheduler is in use, 0 "
+			      "while the token scheduler serves.\n"
+			      "# TYPE ragged_dp_scheduler_active gauge\n"
+			      "ragged_dp_scheduler_active %d\n",
+			      done, total_cells, !strcmp(sched, "dp"));
+	}
 	return send_response(c, 200, &b, "text/plain; version=0.0.4; charset=utf-8", 0, 0, 0);
 }
 

@@ -280,8 +280,11 @@ enum MHD_Result rg_answer_info(conn_ctx *c)
 {
 	rg_server *s = c->srv;
 	const rg_model_info *i = s->info;
+	char sched[64];
 	rg_buf b;
 
+	/* "dp", or "token (dp measuring 12/40)" while the DP cost table is measured */
+	rg_engine_sched_state(s->engine, sched, sizeof(sched), NULL, NULL);
 	rg_buf_init(&b);
 	rg_buf_puts(&b, "{\"version\":\"" RAGGED_VERSION "\",\"model_id\":");
 	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
@@ -315,7 +318,7 @@ enum MHD_Result rg_answer_info(conn_ctx *c)
 		       i->num_hidden_layers, i->intermediate_size, i->max_position_embeddings,
 		       i->max_seq_len, i->type_vocab_size, i->hidden_act, i->layer_norm_eps,
 		       rg_pooling_name(i->pooling), i->normalize ? "true" : "false",
-		       rg_device_name(i->device), rg_dtype_name(i->dtype), rg_sched_kind_name(s->kind),
+		       rg_device_name(i->device), rg_dtype_name(i->dtype), sched,
 		       s->o.max_batch_tokens, s->o.max_batch_requests, s->o.max_queue,
 		       s->o.max_inputs, s->o.max_body_bytes, s->max_len, s->o.request_timeout_ms,
 		       s->o.cache_entries, rg_build_has_cuda() ? "true" : "false",

@@ -105,12 +105,25 @@ static rg_status setup_engine(rg_server *s)
 			fprintf(stderr, "ragged serve: warning: %s; the measured DP cost table is not "
 				"kept\n", rg_last_error());
 		snprintf(model_id, sizeof(model_id), "sha256:%s", s->fingerprint);
-		st = rg_cost_warmup(s->model, db, model_id, rg_device_name(s->o.device),
-				    rg_dtype_name(s->o.dtype), i->max_seq_len,
-				    s->o.max_batch_tokens, s->o.max_batch_requests, &s->cost);
-		if (st != RG_OK)
-			return rg_error_wrap(st, "DP cost table");
-		sp.cost = s->cost;
+		s->cost = rg_cost_load_stored(db, model_id, rg_device_name(s->o.device),
+					      rg_dtype_name(s->o.dtype));
+		if (s->cost) {
+			fprintf(stderr, "ragged serve: DP cost table loaded from %s\n", db);
+			sp.cost = s->cost;
+		} else {
+			/* measured by the engine's worker while the token scheduler serves
+			 * (engine.h "Background DP measurement") */
+			s->measure = rg_cost_measure_create(s->model, db, model_id,
+							    rg_device_name(s->o.device),
+							    rg_dtype_name(s->o.dtype),
+							    i->max_seq_len, s->o.max_batch_tokens,
+							    s->o.max_batch_requests, &st);
+			if (!s->measure)
+				return rg_error_wrap(st, "DP cost table");
+			fprintf(stderr, "ragged serve: measuring the DP cost table (%d cells) in "
+				"the background, serving with the token scheduler meanwhile\n",
+				rg_cost_measure_total(s->measure));
+		}
 	}
 	if (s->o.cache_entries > 0) {
 		/* keyed by what decides the vectors, never the path: the model's bytes
@@ -134,6 +147,7 @@ static rg_status setup_engine(rg_server *s)
 	ep.disconnect_poll_ms = 10;
 	ep.cache = s->cache;
 	ep.metrics = &s->metrics;
+	ep.measure = s->measure;
 	s->engine = rg_engine_create(s->model, &ep, &st);
 	if (!s->engine)
 		return st;
@@ -397,6 +411,7 @@ out_stop:
 	rg_engine_free(s->engine);
 	rg_cache_free(s->cache);
 	rg_cost_table_free(s->cost);
+	rg_cost_measure_free(s->measure); /* after the engine: its scheduler may hold the table */
 	rg_model_free(s->model);
 	rg_prompts_free(&s->prompts);
 out_watch:

@@ -26,7 +26,9 @@ typedef struct rg_server {
 	const rg_model_info *info;
 	rg_engine *engine;
 	rg_cache *cache;
-	rg_cost_table *cost;
+	rg_cost_table *cost;     /* DP: the stored table loaded at start, else NULL */
+	struct rg_cost_measure *measure; /* DP without a stored table: measured in the
+				  * background by the engine (warmup.h); freed after it */
 	rg_metrics metrics;
 	rg_sched_kind kind;
 	rg_req_limits lim;

@@ -602,6 +602,11 @@ def test_every_scheduler_gives_the_same_embeddings(tiny_dir, lib_model, hf_tok, 
     s = Server(tiny_dir, "--scheduler", sched, "--cache-entries", 0, *extra,
                env={"XDG_CACHE_HOME": str(tmp_path)})
     try:
+        # a first dp start serves with token while its table is measured: wait for dp
+        t_end = time.monotonic() + 60
+        while json.loads(s.request("GET", "/info")[2])["scheduler"] != sched:
+            assert time.monotonic() < t_end, s.stderr()
+            time.sleep(0.05)
         res = [None] * len(texts)
         ths = [threading.Thread(target=_post_in_thread,
                                 args=(s, {"inputs": t, "normalize": False}, res, i))

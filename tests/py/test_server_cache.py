@@ -8,6 +8,7 @@
 - a corrupt database file is moved aside with a warning, and the server starts.
 """
 import glob
+import json
 import os
 import shutil
 import sqlite3
@@ -179,6 +180,11 @@ def test_dp_cost_table_kept_per_user(tiny_dir, tmp_path):
         try:
             got, _ = embed_raw(s, TEXTS[:2])
             np.testing.assert_allclose(got, lib_vectors(d, TEXTS[:2]), rtol=1e-5, atol=1e-6)
+            # the table is measured in the background and stored before the switch to dp
+            t_end = time.monotonic() + 60
+            while json.loads(s.request("GET", "/info")[2])["scheduler"] != "dp":
+                assert time.monotonic() < t_end, s.stderr()
+                time.sleep(0.05)
         finally:
             s.stop()
         return time.monotonic() - t0, s.stderr()
