@@ -530,9 +530,10 @@ def test_disconnect_while_queued_is_dropped(tiny_dir):
         # nothing is queued or unanswered: the drain ends at once. A dropped connection that MHD
         # closed without calling the handler again used to stay counted as waiting for its
         # answer, and the drain waited its whole --shutdown-timeout-s (25 s) for it.
+        # (15 s: well under the 25 s of the bug, above an ASan exit's leak scan on a loaded machine)
         t0 = time.monotonic()
         s.stop()
-        assert time.monotonic() - t0 < 5, s.stderr()[-500:]
+        assert time.monotonic() - t0 < 15, s.stderr()[-500:]
     finally:
         s.stop()
 
