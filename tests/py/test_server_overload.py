@@ -94,8 +94,10 @@ def test_large_request_is_split_and_short_ones_interleave(tiny_dir):
             assert r.ms < 400, f"short request took {r.ms:.0f} ms while the large one ran"
             assert r.t1 < big.t1, "a short request sent during the large one finished after it"
         m = s.metrics()
-        # one piece (and the short ones) per batch: >= 16 batches, none over 256 tokens
-        assert m["ragged_batches_total"] >= 16
+        # about one piece (and the short ones) per batch, none over 256 tokens: >= 16 batches on a
+        # quiet machine; >= 8 asserted, since a slow start-up measurement (ASan on a loaded
+        # machine) raises the budget's floor (10x the fixed cost) to two pieces. Unsplit: 1 batch
+        assert m["ragged_batches_total"] >= 8
         assert m['ragged_batch_tokens_bucket{le="256"}'] == m["ragged_batch_tokens_count"]
         # the pieces computed in 16 batches give what the library gives in one
         st, toks = s.post_json("/tokenize", {"inputs": [LONG]})
