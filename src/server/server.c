@@ -41,6 +41,7 @@
  */
 #include "server/serve.h"
 #include "server/server_internal.h"
+#include "core/model_dir.h"
 
 #include <errno.h>
 #include <math.h>
@@ -347,7 +348,7 @@ int rg_serve_main(int argc, char **argv)
 	}
 	s->info = rg_model_get_info(s->model);
 	s->o.dtype = s->info->dtype; /* RG_DTYPE_AUTO resolved by the load */
-	rg_model_name(s->o.model, s->info->model_dir, s->model_name, sizeof(s->model_name));
+	rg_model_id(s->o.model, s->info->model_dir, s->model_name, sizeof(s->model_name));
 	s->created_s = (long long)time(NULL);
 	if ((st = rg_prompts_load(s->info->model_dir, &s->prompts)) != RG_OK) {
 		fprintf(stderr, "ragged serve: %s: %s\n", rg_status_name(st), rg_last_error());

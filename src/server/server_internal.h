@@ -41,7 +41,7 @@ typedef struct rg_server {
 	struct rg_conn_watch *watch; /* the request read deadline (conn_watch.c) */
 	char fingerprint[65];    /* rg_model_fingerprint hex; "" unless --cache-db or --scheduler dp */
 	char model_name[256];    /* /info model_id, /v1/models id: the HF id when known, else the
-				  * directory's name (rg_model_name) */
+				  * directory's name (rg_model_id) */
 	rg_prompts prompts;      /* config_sentence_transformers.json prompts */
 	long long created_s;     /* start time, Unix seconds (/v1/models "created") */
 } rg_server;
@@ -96,9 +96,6 @@ enum MHD_Result rg_conn_error(conn_ctx *c, int status, const char *type, const c
 			      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* routes_compat.c: TEI's and OpenAI's other routes and shapes. */
-/* The served model's name: the Hugging Face id when the model argument is one or the directory
- * sits in a hub cache (models--org--name/snapshots/...), else the directory's base name. */
-void rg_model_name(const char *arg, const char *dir, char *out, size_t n);
 /* The prompt text a request asks for (its prompt_name, else the file's default), NULL for none;
  * *ret set and true when an unknown name was answered 400. */
 bool rg_request_prompt(conn_ctx *c, const char **prompt, enum MHD_Result *ret);
