@@ -226,6 +226,51 @@ static void test_gemm_bias_act(void **state)
 			}
 }
 
+/* The bf16 value nearest x (ties to even), computed from its binary expansion; the reference for
+ * the bf16 GEMMs, independent of the library's conversion. */
+static double bf16_round(float x)
+{
+	int e;
+	double m = frexp((double)x, &e); /* x = m 2^e, 0.5 <= |m| < 1 */
+
+	return ldexp(nearbyint(ldexp(m, 8)), e - 8); /* 8 significant bits, FE_TONEAREST */
+}
+
+/* act(A W^T + bias) through the prepared W (W0: its row-major f32 values) for every M of Ms and
+ * every act, a bias on every other case, against a double loop over the operands as `round`
+ * gives them (NULL: as they are; bf16_round for a bf16 backend), within 1e-5. */
+static void check_prepared(rg_backend *be, const float *W0, const float *W, const float *bias,
+			   int N, int K, const int *Ms, size_t nM, const rg_act *acts, size_t nA,
+			   double (*round)(float))
+{
+	char what[128];
+
+	for (size_t m = 0; m < nM; m++)
+		for (size_t a = 0; a < nA; a++) {
+			const int M = Ms[m];
+			const float *b = (a + m) % 2 ? bias : NULL;
+			float *A = rand_buf((size_t)M * K, 1), *out = out_buf((size_t)M * N);
+			double *ref = malloc((size_t)M * N * sizeof(double));
+
+			for (int i = 0; i < M; i++)
+				for (int j = 0; j < N; j++) {
+					double acc = b ? b[j] : 0;
+					for (int k = 0; k < K; k++) {
+						const float x = A[(size_t)i * K + k], w = W0[(size_t)j * K + k];
+
+						acc += round ? round(x) * round(w) : (double)x * w;
+					}
+					ref[(size_t)i * N + j] = ref_act(acc, acts[a]);
+				}
+			assert_int_equal(rg_op_gemm_bias_act(be, A, W, b, out, M, N, K, acts[a]), RG_OK);
+			snprintf(what, sizeof(what), "prepared%s (%s) %s%s M=%d N=%d K=%d",
+				 round ? " bf16" : "", rg_cpu_gemm_lib(), rg_act_name(acts[a]),
+				 b ? "+bias" : "", M, N, K);
+			check(what, out, ref, (size_t)M * N, 1e-5, 1e-5);
+			free(A), free(out), free(ref);
+		}
+}
+
 /* Prepared weights (rg_op_prepare_weight: oneDNN's blocked layout when this build has oneDNN):
  * every tile kind (M below, at and past 16 and 256 rows; N a multiple of the 64-column block and
  * not; K a multiple of 16 and not) against a double loop, for every activation, with and without
@@ -236,7 +281,6 @@ static void test_gemm_prepared(void **state)
 	const int Ms[] = {1, 12, 15, 16, 17, 64, 100, 256, 257, 600};
 	const int NK[][2] = {{192, 64}, {100, 48}, {64, 40}};
 	rg_backend *be;
-	char what[128];
 	(void)state;
 
 	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
@@ -256,44 +300,12 @@ static void test_gemm_prepared(void **state)
 			assert_int_equal(rg_op_gemm(be, A, W, o, 4, N, K - 1), RG_ERR_INVALID_INPUT);
 			free(A), free(o);
 		}
-		for (size_t m = 0; m < sizeof(Ms) / sizeof(Ms[0]); m++)
-			for (size_t a = 0; a < 4; a++) {
-				const int M = Ms[m];
-				const float *b = (a + m) % 2 ? bias : NULL;
-				float *A = rand_buf((size_t)M * K, 1), *out = out_buf((size_t)M * N);
-				double *ref = malloc((size_t)M * N * sizeof(double));
-
-				for (int i = 0; i < M; i++)
-					for (int j = 0; j < N; j++) {
-						double acc = b ? b[j] : 0;
-						for (int k = 0; k < K; k++)
-							acc += (double)A[(size_t)i * K + k] *
-							       W0[(size_t)j * K + k];
-						ref[(size_t)i * N + j] = ref_act(acc, acts[a]);
-					}
-				assert_int_equal(rg_op_gemm_bias_act(be, A, W, b, out, M, N, K, acts[a]),
-						 RG_OK);
-				snprintf(what, sizeof(what), "prepared (%s) %s%s M=%d N=%d K=%d",
-					 rg_cpu_gemm_lib(), rg_act_name(acts[a]), b ? "+bias" : "", M,
-					 N, K);
-				check(what, out, ref, (size_t)M * N, 1e-5, 1e-5);
-				free(A), free(out), free(ref);
-			}
+		check_prepared(be, W0, W, bias, N, K, Ms, sizeof(Ms) / sizeof(Ms[0]), acts, 4, NULL);
 		rg_backend_dealloc(be, W);
 		assert_null(rg_dnnl_find(W)); /* forgotten with its memory */
 		free(W0), free(bias);
 	}
 	rg_backend_free(be);
-}
-
-/* The bf16 value nearest x (ties to even), computed from its binary expansion; the reference for
- * the bf16 GEMMs, independent of the library's conversion. */
-static double bf16_round(float x)
-{
-	int e;
-	double m = frexp((double)x, &e); /* x = m 2^e, 0.5 <= |m| < 1 */
-
-	return ldexp(nearbyint(ldexp(m, 8)), e - 8); /* 8 significant bits, FE_TONEAREST */
 }
 
 /* The bf16 GEMMs' input conversion of this kernel table: nearest even on normal numbers of every
@@ -356,7 +368,6 @@ static void test_gemm_prepared_bf16(void **state)
 	const int Ms[] = {1, 15, 16, 17, 100, 257};
 	const int NK[][2] = {{192, 64}, {100, 48}, {64, 40}};
 	rg_backend *be;
-	char what[128];
 	(void)state;
 
 	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F16, &be), RG_ERR_UNSUPPORTED);
@@ -378,29 +389,8 @@ static void test_gemm_prepared_bf16(void **state)
 		assert_int_equal(rg_op_prepare_weight(be, W, N, K), RG_OK);
 		assert_non_null(rg_dnnl_find(W));
 		assert_memory_equal(W, W0, (size_t)N * K * sizeof(float)); /* a copy was made */
-		for (size_t m = 0; m < sizeof(Ms) / sizeof(Ms[0]); m++)
-			for (size_t a = 0; a < sizeof(acts) / sizeof(acts[0]); a++) {
-				const int M = Ms[m];
-				const float *b = (a + m) % 2 ? bias : NULL;
-				float *A = rand_buf((size_t)M * K, 1), *out = out_buf((size_t)M * N);
-				double *ref = malloc((size_t)M * N * sizeof(double));
-
-				for (int i = 0; i < M; i++)
-					for (int j = 0; j < N; j++) {
-						double acc = b ? b[j] : 0;
-						for (int k = 0; k < K; k++)
-							acc += bf16_round(A[(size_t)i * K + k]) *
-							       bf16_round(W0[(size_t)j * K + k]);
-						ref[(size_t)i * N + j] = ref_act(acc, acts[a]);
-					}
-				assert_int_equal(rg_op_gemm_bias_act(be, A, W, b, out, M, N, K, acts[a]),
-						 RG_OK);
-				snprintf(what, sizeof(what), "prepared bf16 (%s) %s%s M=%d N=%d K=%d",
-					 rg_cpu_gemm_lib(), rg_act_name(acts[a]), b ? "+bias" : "", M,
-					 N, K);
-				check(what, out, ref, (size_t)M * N, 1e-5, 1e-5);
-				free(A), free(out), free(ref);
-			}
+		check_prepared(be, W0, W, bias, N, K, Ms, sizeof(Ms) / sizeof(Ms[0]), acts,
+			       sizeof(acts) / sizeof(acts[0]), bf16_round);
 		rg_backend_dealloc(be, W);
 		assert_null(rg_dnnl_find(W));
 		free(W0), free(bias);
