@@ -15,15 +15,39 @@
 #include "core/error.h"
 #include "server/warmup.h"
 
-struct rg_engine {
+/* One device's worker: its model, its thread and what one batch needs (see engine.h). */
+typedef struct rg_worker {
+	rg_engine *e;
 	rg_model *model;
+	int index;             /* position in the engine's model list (the metrics' device label) */
+	pthread_t thread;
+	bool started;
+	rg_sched_batch batch;  /* the batch it picked (written under the engine lock) */
+	double busy_until;     /* estimated end of its running batch; 0: none runs (guarded) */
+
+	/* Worker-only state. */
+	uint64_t gen;          /* engine-wide number of its running batch */
+	int32_t *tokens;       /* (max_batch_tokens) packed ids of the batch */
+	int32_t *types;        /* (max_batch_tokens) packed token types of the batch */
+	int32_t *cu;           /* (batch cap + 1) */
+	float *out;            /* (batch cap, hidden) */
+	rg_job **b_job;        /* (batch cap) */
+	int *b_seq;            /* (batch cap) */
+	float *hid;            /* (hid_cap) per-token hidden states of a batch that asked for
+			        * them (/embed_all); allocated at the first such batch */
+	size_t hid_cap;
+	char err[256];         /* the model's error message of the last batch */
+} rg_worker;
+
+struct rg_engine {
 	int hidden;             /* floats per sequence: rg_model_info.output_dim */
+	int hidden_size;
 	rg_engine_params p;
 	rg_sched *sched;
-	rg_sched_batch batch;
 	int max_len;
 
-	pthread_t thread;
+	rg_worker *w;           /* (n_w) one per model */
+	int n_w;
 	bool started, joined;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -45,12 +69,11 @@ struct rg_engine {
 	int *s_perm;
 
 	/* Time estimates (guarded by mu). */
-	rg_cost_model fit;     /* fitted at create: the device's compute */
+	rg_cost_model fit;     /* fitted at create: one device's compute */
 	double scale;          /* measured / fitted time of recent batches */
 	double meas_w, est_w;  /* exponentially weighted sums behind scale */
 	double pad_ratio;      /* computed / real tokens of recent batches (>= 1) */
 	double real_w, comp_w; /* sums behind pad_ratio */
-	double busy_until;     /* estimated end of the running batch; 0: none runs */
 
 	/* Background DP measurement (guarded by mu; see engine.h). */
 	rg_cost_measure *measure; /* p.measure until the table is in use or measuring failed */
@@ -62,19 +85,8 @@ struct rg_engine {
 	bool draining;
 	double drain_end;
 
-	/* Worker-only state. */
-	int32_t *tokens;       /* (max_batch_tokens) packed ids of the batch */
-	int32_t *types;        /* (max_batch_tokens) packed token types of the batch */
-	int32_t *cu;           /* (batch cap + 1) */
-	float *out;            /* (batch cap, hidden) */
-	rg_job **b_job;        /* (batch cap) */
-	int *b_seq;            /* (batch cap) */
-	float *hid;            /* (hid_cap) per-token hidden states of a batch that asked for
-			        * them (/embed_all); allocated at the first such batch */
-	size_t hid_cap;
-	int hidden_size;
-	rg_job **finished;     /* (cap_q + batch cap) jobs to call done on, each once */
-	int n_finished;
+	/* Guarded by mu. */
+	rg_job *told;          /* ended jobs waiting for their done() (linked by next_told) */
 	double last_poll_ms;
 	uint64_t poll_gen, batch_gen;
 };
@@ -135,10 +147,25 @@ static double work_ms(const rg_engine *e, double tokens, double pairs, int n_seq
 	return marg + nb * m.batch_ms;
 }
 
-/* Time (ms) the running batch still needs by estimate. */
-static double busy_left(const rg_engine *e, double now)
+/* True while some worker runs a batch (lock held). */
+static bool any_busy(const rg_engine *e)
 {
-	return e->busy_until > now ? e->busy_until - now : 0;
+	for (int i = 0; i < e->n_w; i++)
+		if (e->w[i].busy_until > 0)
+			return true;
+	return false;
+}
+
+/* Estimated time (ms) until the running batches and then `tokens` tokens, `pairs` attention
+ * pairs in n_seqs queued sequences are done, on every device together (lock held): the work,
+ * split evenly over the devices (the queue is shared; each takes the next batch when free). */
+static double eta_ms(const rg_engine *e, double now, double tokens, double pairs, int n_seqs)
+{
+	double busy = 0;
+
+	for (int i = 0; i < e->n_w; i++)
+		busy += e->w[i].busy_until > now ? e->w[i].busy_until - now : 0;
+	return (busy + work_ms(e, tokens, pairs, n_seqs)) / e->n_w;
 }
 
 /* A batch ran: refine the scale (measured / fitted) and the padding ratio, with exponential
@@ -162,13 +189,24 @@ static void learn(rg_engine *e, const rg_sched_batch *b, double model_ms)
 	(void)rg_sched_set_time_budget(e->sched, budget_ms(e, &m), &m);
 }
 
-/* End a queued job (worker thread, lock held or worker-only): record it for done(). */
+/* Tell an ended job (lock held): queue it for its done() once none of its seqs is in a running
+ * batch (the batch still writes its outputs), exactly once. */
+static void tell_when_idle(rg_engine *e, rg_job *job)
+{
+	if (job->state == RG_JOB_QUEUED || job->n_running > 0 || job->told)
+		return;
+	job->told = true;
+	job->next_told = e->told;
+	e->told = job;
+}
+
+/* End a queued job with st (lock held); no-op for a job already ended. */
 static void job_finish(rg_engine *e, rg_job *job, rg_job_state st)
 {
 	if (job->state != RG_JOB_QUEUED)
 		return;
 	job->state = st;
-	e->finished[e->n_finished++] = job;
+	tell_when_idle(e, job);
 }
 
 /* Drop queue entries that were picked or whose job has ended (lock held). Keeps arrival order. */
@@ -195,15 +233,21 @@ static void queue_compact(rg_engine *e)
 		e->q_tokens = e->q_pairs = 0; /* no drift from the running sums */
 }
 
-/* Call done() on every finished job (lock NOT held: done may resume an HTTP connection). */
-static void flush_finished(rg_engine *e)
+/* Call done() on every told job (lock held on entry and exit, released around the calls: done
+ * may resume an HTTP connection and free the job). */
+static void flush_told(rg_engine *e)
 {
-	for (int i = 0; i < e->n_finished; i++) {
-		rg_job *job = e->finished[i];
+	rg_job *job = e->told;
+
+	e->told = NULL;
+	pthread_mutex_unlock(&e->mu);
+	while (job) {
+		rg_job *next = job->next_told;
 
 		job->done(job); /* last touch */
+		job = next;
 	}
-	e->n_finished = 0;
+	pthread_mutex_lock(&e->mu);
 }
 
 /* True when the peer closed (or reset) the connection: a read would return EOF or an error.
@@ -256,12 +300,15 @@ static void queue_sweep(rg_engine *e, double now)
 	}
 }
 
-/* Run the batch e->batch whose entries are e->b_job/b_seq (worker thread, lock NOT held).
- * *model_ms: the model's time (the test delays not included). */
-static void run_batch(rg_engine *e, double *model_ms)
+/* Run the batch w->batch whose entries are w->b_job/b_seq (worker thread, lock NOT held) and
+ * write each seq's vector to its owner (the jobs stay alive: none is told while it has a seq in
+ * a running batch). *model_ms: the model's time (the test delays not included). The per-job
+ * bookkeeping is settle_batch's, under the lock. */
+static rg_status run_batch(rg_worker *w, double *model_ms)
 {
-	rg_sched_batch *b = &e->batch;
-	double t0, ms, delay;
+	rg_engine *e = w->e;
+	rg_sched_batch *b = &w->batch;
+	double t0, delay;
 	rg_status st;
 	int n = b->n;
 
@@ -269,40 +316,40 @@ static void run_batch(rg_engine *e, double *model_ms)
 	rg_model_batch mb;
 	rg_run_options ro = {.raw = true, .hidden_out = NULL};
 
-	e->cu[0] = 0;
+	w->cu[0] = 0;
 	for (int i = 0; i < n; i++) {
-		const rg_job_seq *s = &e->b_job[i]->seqs[e->b_seq[i]];
+		const rg_job_seq *s = &w->b_job[i]->seqs[w->b_seq[i]];
 
-		memcpy(e->tokens + e->cu[i], s->ids, (size_t)s->len * sizeof(int32_t));
+		memcpy(w->tokens + w->cu[i], s->ids, (size_t)s->len * sizeof(int32_t));
 		typed |= s->types != NULL;
 		want_hidden |= s->hidden_out != NULL;
-		e->cu[i + 1] = e->cu[i] + s->len;
+		w->cu[i + 1] = w->cu[i] + s->len;
 	}
 	/* per-token outputs for a batch holding an /embed_all sequence: (tokens, hidden) floats,
 	 * grown once to what such batches need (at most max_batch_tokens rows) */
 	if (want_hidden) {
-		size_t need = (size_t)e->cu[n] * (size_t)e->hidden_size;
+		size_t need = (size_t)w->cu[n] * (size_t)e->hidden_size;
 
-		if (need > e->hid_cap) {
-			float *h = realloc(e->hid, need * sizeof(float));
+		if (need > w->hid_cap) {
+			float *h = realloc(w->hid, need * sizeof(float));
 
 			if (h) {
-				e->hid = h;
-				e->hid_cap = need;
+				w->hid = h;
+				w->hid_cap = need;
 			}
 		}
-		ro.hidden_out = need <= e->hid_cap ? e->hid : NULL;
+		ro.hidden_out = need <= w->hid_cap ? w->hid : NULL;
 	}
 	/* token types only for a batch that holds a sentence pair (type 0 for its single texts) */
 	for (int i = 0; typed && i < n; i++) {
-		const rg_job_seq *s = &e->b_job[i]->seqs[e->b_seq[i]];
+		const rg_job_seq *s = &w->b_job[i]->seqs[w->b_seq[i]];
 
 		if (s->types)
-			memcpy(e->types + e->cu[i], s->types, (size_t)s->len * sizeof(int32_t));
+			memcpy(w->types + w->cu[i], s->types, (size_t)s->len * sizeof(int32_t));
 		else
-			memset(e->types + e->cu[i], 0, (size_t)s->len * sizeof(int32_t));
+			memset(w->types + w->cu[i], 0, (size_t)s->len * sizeof(int32_t));
 	}
-	mb = (rg_model_batch){e->tokens, typed ? e->types : NULL, e->cu, n, &b->layout};
+	mb = (rg_model_batch){w->tokens, typed ? w->types : NULL, w->cu, n, &b->layout};
 	delay = e->p.batch_delay_ms + e->p.token_delay_us * 1e-3 * b->computed_tokens;
 	if (delay > 0) {
 		struct timespec ts = { (time_t)(delay / 1e3), (long)(fmod(delay, 1e3) * 1e6) };
@@ -313,42 +360,55 @@ static void run_batch(rg_engine *e, double *model_ms)
 	t0 = rg_now_ms();
 	if (want_hidden && !ro.hidden_out)
 		st = rg_errorf(RG_ERR_OOM, "no memory for the per-token outputs of %d tokens",
-			       e->cu[n]);
+			       w->cu[n]);
 	else
-		st = rg_model_run_ex(e->model, &mb, &ro, e->out);
-	ms = rg_now_ms() - t0;
-	*model_ms = ms;
-	rg_metrics_batch(e->p.metrics, n, b->real_tokens, b->computed_tokens, st == RG_OK);
-	e->batch_gen++;
-	if (st != RG_OK)
-		fprintf(stderr, "ragged serve: batch of %d failed: %s: %s\n", n, rg_status_name(st),
-			rg_last_error());
+		st = rg_model_run_ex(w->model, &mb, &ro, w->out);
+	*model_ms = rg_now_ms() - t0;
+	rg_metrics_batch(e->p.metrics, w->index, n, b->real_tokens, b->computed_tokens,
+			 st == RG_OK);
+	if (st != RG_OK) {
+		snprintf(w->err, sizeof(w->err), "%s: %s", rg_status_name(st), rg_last_error());
+		fprintf(stderr, "ragged serve: batch of %d failed: %s\n", n, w->err);
+		return st;
+	}
 	for (int i = 0; i < n; i++) {
-		rg_job *job = e->b_job[i];
-		const rg_job_seq *s = &job->seqs[e->b_seq[i]];
+		const rg_job_seq *s = &w->b_job[i]->seqs[w->b_seq[i]];
 
-		if (job->state != RG_JOB_QUEUED)
-			continue;
-		if (st != RG_OK) {
-			snprintf(job->err, sizeof(job->err), "model: %s: %s", rg_status_name(st),
-				 rg_last_error());
-			job_finish(e, job, RG_JOB_FAILED);
-			continue;
-		}
-		memcpy(s->out, e->out + (size_t)i * e->hidden, (size_t)e->hidden * sizeof(float));
+		memcpy(s->out, w->out + (size_t)i * e->hidden, (size_t)e->hidden * sizeof(float));
 		if (s->hidden_out)
-			memcpy(s->hidden_out, e->hid + (size_t)e->cu[i] * e->hidden_size,
+			memcpy(s->hidden_out, w->hid + (size_t)w->cu[i] * e->hidden_size,
 			       (size_t)s->len * e->hidden_size * sizeof(float));
 		if (e->p.cache && !s->types)
 			rg_cache_put(e->p.cache, s->ids, (size_t)s->len, s->out);
-		if (job->batch_size < n)
-			job->batch_size = n;
-		if (job->batch_gen != e->batch_gen) { /* count this batch's time once per job */
-			job->batch_gen = e->batch_gen;
-			job->inference_ms += ms;
+	}
+	return RG_OK;
+}
+
+/* The batch of w ended with st after model_ms (lock held): count each seq done (or fail its job),
+ * and tell the jobs that ended meanwhile and have no other seq running. */
+static void settle_batch(rg_worker *w, rg_status st, double model_ms)
+{
+	rg_engine *e = w->e;
+	int n = w->batch.n;
+
+	for (int i = 0; i < n; i++) {
+		rg_job *job = w->b_job[i];
+
+		job->n_running--;
+		if (job->state == RG_JOB_QUEUED && st != RG_OK) {
+			snprintf(job->err, sizeof(job->err), "model: %.240s", w->err);
+			job_finish(e, job, RG_JOB_FAILED);
+		} else if (job->state == RG_JOB_QUEUED) {
+			if (job->batch_size < n)
+				job->batch_size = n;
+			if (job->batch_gen != w->gen) { /* count this batch's time once per job */
+				job->batch_gen = w->gen;
+				job->inference_ms += model_ms;
+			}
+			if (--job->n_pending == 0)
+				job_finish(e, job, RG_JOB_DONE);
 		}
-		if (--job->n_pending == 0)
-			job_finish(e, job, RG_JOB_DONE);
+		tell_when_idle(e, job);
 	}
 }
 
@@ -390,7 +450,7 @@ static void drain_plan(rg_engine *e, double now)
 {
 	rg_job **jobs = e->s_job;
 	int n_jobs = 0, cut = 0;
-	double ct = 0, cp = 0, start = now + busy_left(e, now);
+	double ct = 0, cp = 0;
 	int cs = 0;
 
 	if (now >= e->drain_end) {
@@ -418,8 +478,8 @@ static void drain_plan(rg_engine *e, double now)
 	qsort(jobs, (size_t)n_jobs, sizeof(*jobs), cmp_job_left);
 	for (int k = 0; k < n_jobs; k++) {
 		rg_job *j = jobs[k];
-		double end = start + work_ms(e, ct + j->left_tokens, cp + j->left_pairs,
-					     cs + j->left_seqs);
+		double end = now + eta_ms(e, now, ct + j->left_tokens, cp + j->left_pairs,
+					  cs + j->left_seqs);
 
 		if (end > e->drain_end) {
 			job_finish(e, j, RG_JOB_SHUTDOWN);
@@ -516,7 +576,8 @@ static void measure_run(rg_engine *e)
 
 static void *worker_main(void *arg)
 {
-	rg_engine *e = arg;
+	rg_worker *w = arg;
+	rg_engine *e = w->e;
 
 	pthread_mutex_lock(&e->mu);
 	while (!e->stop) {
@@ -527,20 +588,19 @@ static void *worker_main(void *arg)
 		queue_sweep(e, now);
 		if (e->draining)
 			drain_plan(e, now);
-		if (e->n_finished) {
-			pthread_mutex_unlock(&e->mu);
-			flush_finished(e);
-			pthread_mutex_lock(&e->mu);
+		if (e->told) {
+			flush_told(e);
 			continue;
 		}
 		if (e->n_q == 0) {
-			if (e->measure && !e->draining)
+			/* the cost table is measured on the first device (its model is the measure's) */
+			if (e->measure && !e->draining && w->index == 0)
 				measure_run(e);
 			else
 				pthread_cond_wait(&e->cv, &e->mu);
 			continue;
 		}
-		st = rg_sched_pick(e->sched, e->q_req, e->n_q, now, &e->batch, &wake);
+		st = rg_sched_pick(e->sched, e->q_req, e->n_q, now, &w->batch, &wake);
 		if (st != RG_OK) {
 			/* A scheduler error is a broken invariant: fail what is queued, keep serving. */
 			fprintf(stderr, "ragged serve: scheduler: %s: %s\n", rg_status_name(st),
@@ -551,7 +611,7 @@ static void *worker_main(void *arg)
 			finish_all(e, RG_JOB_FAILED);
 			continue;
 		}
-		if (e->batch.n == 0) {
+		if (w->batch.n == 0) {
 			double until = fmin(wake, now + e->p.disconnect_poll_ms);
 			double secs;
 			struct timespec ts;
@@ -564,60 +624,62 @@ static void *worker_main(void *arg)
 			continue;
 		}
 		m = model_now(e);
-		e->busy_until = now + rg_cost_model_ms(&m, e->batch.computed_tokens,
-						       e->batch.attn_pairs);
-		if (e->draining && e->busy_until > e->drain_end) {
+		w->busy_until = now + rg_cost_model_ms(&m, w->batch.computed_tokens,
+						       w->batch.attn_pairs);
+		if (e->draining && w->busy_until > e->drain_end) {
 			/* the next batch would pass the drain's end: nothing more fits */
-			e->busy_until = 0;
+			w->busy_until = 0;
 			finish_all(e, RG_JOB_SHUTDOWN);
 			continue;
 		}
-		for (int i = 0; i < e->batch.n; i++) {
-			int qi = e->batch.queue_idx[i];
+		for (int i = 0; i < w->batch.n; i++) {
+			int qi = w->batch.queue_idx[i];
 			rg_job *job = e->q_job[qi];
 
-			e->b_job[i] = job;
-			e->b_seq[i] = e->q_seq[qi];
+			w->b_job[i] = job;
+			w->b_seq[i] = e->q_seq[qi];
 			e->q_take[qi] = true;
+			job->n_running++;
 			if (!job->picked) {
 				job->picked = true;
 				job->queue_ms = now - job->arrival_ms;
 			}
 		}
+		w->gen = ++e->batch_gen;
 		queue_compact(e);
+		if (e->n_q > 0 && e->n_w > 1)
+			pthread_cond_signal(&e->cv); /* an idle device may take what is left */
 		pthread_mutex_unlock(&e->mu);
 
-		run_batch(e, &model_ms);
+		st = run_batch(w, &model_ms);
 
 		pthread_mutex_lock(&e->mu);
-		e->busy_until = 0;
-		learn(e, &e->batch, model_ms);
+		w->busy_until = 0;
+		learn(e, &w->batch, model_ms);
+		settle_batch(w, st, model_ms);
 		queue_compact(e); /* failed jobs may still have queued seqs */
-		pthread_mutex_unlock(&e->mu);
-		flush_finished(e);
-		pthread_mutex_lock(&e->mu);
 	}
 	pthread_mutex_unlock(&e->mu);
 	return NULL;
 }
 
-/* Latency (ms) of one packed batch of n sequences of len tokens, best of reps; -1 on a model
- * error. Before the worker starts (the model is the engine's alone). */
-static double measure_packed(rg_engine *e, int n, int len, int reps)
+/* Latency (ms) of one packed batch of n sequences of len tokens on w's model, best of reps; -1
+ * on a model error. Before the workers start (the model is the engine's alone). */
+static double measure_packed(rg_worker *w, int n, int len, int reps)
 {
-	int vocab = rg_model_get_info(e->model)->vocab_size;
-	rg_model_batch mb = {e->tokens, NULL, e->cu, n, NULL};
+	int vocab = rg_model_get_info(w->model)->vocab_size;
+	rg_model_batch mb = {w->tokens, NULL, w->cu, n, NULL};
 	double best = INFINITY;
 
-	e->cu[0] = 0;
+	w->cu[0] = 0;
 	for (int i = 0; i < n; i++)
-		e->cu[i + 1] = e->cu[i] + len;
+		w->cu[i + 1] = w->cu[i] + len;
 	for (int t = 0; t < n * len; t++)
-		e->tokens[t] = (int32_t)((100 + t % 1000) % vocab);
+		w->tokens[t] = (int32_t)((100 + t % 1000) % vocab);
 	for (int r = 0; r < reps; r++) {
 		double t0 = rg_now_ms();
 
-		if (rg_model_run(e->model, &mb, e->out) != RG_OK)
+		if (rg_model_run(w->model, &mb, w->out) != RG_OK)
 			return -1;
 		best = fmin(best, rg_now_ms() - t0);
 	}
@@ -626,11 +688,13 @@ static double measure_packed(rg_engine *e, int n, int len, int reps)
 
 /* Fit e->fit: from the DP cost table when there is one, else to packed batches measured now
  * (after one warm-up run): 1 x 16 tokens, 1 x L, L/16 x 16 (same tokens as 1 x L, 1/16 of its
- * attention pairs) and k x L (k <= 4), L = min(256, max_seq_len, max_batch_tokens), best of 2. */
+ * attention pairs) and k x L (k <= 4), L = min(256, max_seq_len, max_batch_tokens), best of 2;
+ * on the first device (the devices are taken to be alike). */
 static void fit_cost_model(rg_engine *e)
 {
 	const rg_sched_params *sp = &e->p.sched;
-	int L = rg_model_get_info(e->model)->max_seq_len, n_pts = 0;
+	rg_worker *w = &e->w[0];
+	int L = rg_model_get_info(w->model)->max_seq_len, n_pts = 0;
 	int pts[4][2];
 	double tok[4], pairs[4], ms[4];
 
@@ -657,10 +721,10 @@ static void fit_cost_model(rg_engine *e)
 		if (k > 1)
 			pts[n_pts][0] = k, pts[n_pts++][1] = L;
 	}
-	if (measure_packed(e, 1, L, 1) < 0)
+	if (measure_packed(w, 1, L, 1) < 0)
 		goto out_warn;
 	for (int i = 0; i < n_pts; i++) {
-		ms[i] = measure_packed(e, pts[i][0], pts[i][1], 2);
+		ms[i] = measure_packed(w, pts[i][0], pts[i][1], 2);
 		if (ms[i] < 0)
 			goto out_warn;
 		tok[i] = (double)pts[i][0] * pts[i][1];
@@ -674,20 +738,69 @@ out_warn:
 	e->fit = (rg_cost_model){0, 0, 0};
 }
 
-rg_engine *rg_engine_create(rg_model *model, const rg_engine_params *p, rg_status *st)
+/* Allocate w's batch buffers for the model of engine e. */
+static rg_status worker_init(rg_engine *e, rg_worker *w, rg_model *model, int index)
+{
+	int bcap = e->p.sched.max_batch_requests;
+	rg_status s;
+
+	w->e = e;
+	w->model = model;
+	w->index = index;
+	if ((s = rg_sched_batch_init(&w->batch, bcap)) != RG_OK)
+		return s;
+	w->tokens = malloc((size_t)e->p.sched.max_batch_tokens * sizeof(int32_t));
+	w->types = malloc((size_t)e->p.sched.max_batch_tokens * sizeof(int32_t));
+	w->cu = malloc(((size_t)bcap + 1) * sizeof(int32_t));
+	w->out = malloc((size_t)bcap * (size_t)e->hidden * sizeof(float));
+	w->b_job = calloc((size_t)bcap, sizeof(*w->b_job));
+	w->b_seq = calloc((size_t)bcap, sizeof(*w->b_seq));
+	if (!w->tokens || !w->types || !w->cu || !w->out || !w->b_job || !w->b_seq)
+		return rg_errorf(RG_ERR_OOM, "engine: out of memory");
+	return RG_OK;
+}
+
+static void worker_free(rg_worker *w)
+{
+	rg_sched_batch_free(&w->batch);
+	free(w->tokens);
+	free(w->types);
+	free(w->cu);
+	free(w->out);
+	free(w->hid);
+	free(w->b_job);
+	free(w->b_seq);
+}
+
+rg_engine *rg_engine_create(rg_model *const *models, int n_models, const rg_engine_params *p,
+			    rg_status *st)
 {
 	rg_engine *e = calloc(1, sizeof(*e));
 	rg_status s;
 	pthread_condattr_t ca;
-	int bcap;
+	const rg_model_info *i0;
 
 	if (!e) {
 		s = rg_errorf(RG_ERR_OOM, "engine: out of memory");
 		goto out;
 	}
-	e->model = model;
-	e->hidden = rg_model_get_info(model)->output_dim;
-	e->hidden_size = rg_model_get_info(model)->hidden_size;
+	if (n_models < 1 || !models) {
+		s = rg_errorf(RG_ERR_INVALID_INPUT, "engine: no model");
+		goto out_free;
+	}
+	i0 = rg_model_get_info(models[0]);
+	for (int i = 1; i < n_models; i++) {
+		const rg_model_info *mi = rg_model_get_info(models[i]);
+
+		if (mi->output_dim != i0->output_dim || mi->hidden_size != i0->hidden_size ||
+		    mi->max_seq_len != i0->max_seq_len) {
+			s = rg_errorf(RG_ERR_INVALID_INPUT, "engine: model %d is not model 0's "
+				      "(output_dim, hidden_size or max_seq_len differ)", i);
+			goto out_free;
+		}
+	}
+	e->hidden = i0->output_dim;
+	e->hidden_size = i0->hidden_size;
 	e->p = *p;
 	if (e->p.disconnect_poll_ms <= 0)
 		e->p.disconnect_poll_ms = 10;
@@ -717,9 +830,6 @@ rg_engine *rg_engine_create(rg_model *model, const rg_engine_params *p, rg_statu
 	}
 	if (!e->sched)
 		goto out_free;
-	bcap = p->sched.max_batch_requests;
-	if ((s = rg_sched_batch_init(&e->batch, bcap)) != RG_OK)
-		goto out_free;
 	e->max_len = rg_sched_max_len(e->sched);
 	e->cap_q = p->max_queue;
 	e->q_req = calloc((size_t)e->cap_q, sizeof(*e->q_req));
@@ -730,19 +840,16 @@ rg_engine *rg_engine_create(rg_model *model, const rg_engine_params *p, rg_statu
 	e->s_job = calloc((size_t)e->cap_q, sizeof(*e->s_job));
 	e->s_seq = calloc((size_t)e->cap_q, sizeof(*e->s_seq));
 	e->s_perm = calloc((size_t)e->cap_q, sizeof(*e->s_perm));
-	e->tokens = malloc((size_t)p->sched.max_batch_tokens * sizeof(int32_t));
-	e->types = malloc((size_t)p->sched.max_batch_tokens * sizeof(int32_t));
-	e->cu = malloc(((size_t)bcap + 1) * sizeof(int32_t));
-	e->out = malloc((size_t)bcap * (size_t)e->hidden * sizeof(float));
-	e->b_job = calloc((size_t)bcap, sizeof(*e->b_job));
-	e->b_seq = calloc((size_t)bcap, sizeof(*e->b_seq));
-	e->finished = calloc((size_t)e->cap_q + (size_t)bcap, sizeof(*e->finished));
-	if (!e->q_req || !e->q_job || !e->q_seq || !e->q_take || !e->tokens || !e->types || !e->cu ||
-	    !e->out || !e->b_job || !e->b_seq || !e->finished || !e->s_req || !e->s_job ||
-	    !e->s_seq || !e->s_perm) {
+	e->w = calloc((size_t)n_models, sizeof(*e->w));
+	if (!e->q_req || !e->q_job || !e->q_seq || !e->q_take || !e->s_req || !e->s_job ||
+	    !e->s_seq || !e->s_perm || !e->w) {
 		s = rg_errorf(RG_ERR_OOM, "engine: out of memory");
 		goto out_free;
 	}
+	e->n_w = n_models;
+	for (int i = 0; i < n_models; i++)
+		if ((s = worker_init(e, &e->w[i], models[i], i)) != RG_OK)
+			goto out_free;
 	e->scale = 1;
 	e->pad_ratio = 1;
 	fit_cost_model(e);
@@ -756,13 +863,14 @@ rg_engine *rg_engine_create(rg_model *model, const rg_engine_params *p, rg_statu
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&e->cv, &ca);
 	pthread_condattr_destroy(&ca);
-	if (pthread_create(&e->thread, NULL, worker_main, e) != 0) {
-		s = rg_errorf(RG_ERR_OOM, "engine: cannot start the worker thread");
-		pthread_cond_destroy(&e->cv);
-		pthread_mutex_destroy(&e->mu);
-		goto out_free;
-	}
 	e->started = true;
+	for (int i = 0; i < n_models; i++) {
+		if (pthread_create(&e->w[i].thread, NULL, worker_main, &e->w[i]) != 0) {
+			s = rg_errorf(RG_ERR_OOM, "engine: cannot start worker thread %d", i);
+			goto out_free; /* rg_engine_free stops the ones started */
+		}
+		e->w[i].started = true;
+	}
 	if (st)
 		*st = RG_OK;
 	return e;
@@ -780,15 +888,18 @@ void rg_engine_stop(rg_engine *e)
 		return;
 	pthread_mutex_lock(&e->mu);
 	e->stop = true;
-	pthread_cond_signal(&e->cv);
+	pthread_cond_broadcast(&e->cv);
 	pthread_mutex_unlock(&e->mu);
-	pthread_join(e->thread, NULL);
+	for (int i = 0; i < e->n_w; i++)
+		if (e->w[i].started)
+			pthread_join(e->w[i].thread, NULL);
 	e->joined = true;
-	/* The worker is gone and submit refuses (stop is set): end what is still queued. */
+	/* The workers are gone (no batch runs) and submit refuses (stop is set): end what is still
+	 * queued and tell every ended job. */
 	pthread_mutex_lock(&e->mu);
 	finish_all(e, RG_JOB_SHUTDOWN);
+	flush_told(e);
 	pthread_mutex_unlock(&e->mu);
-	flush_finished(e);
 }
 
 void rg_engine_drain(rg_engine *e, double end_ms)
@@ -799,7 +910,7 @@ void rg_engine_drain(rg_engine *e, double end_ms)
 	if (!e->draining || end_ms < e->drain_end)
 		e->drain_end = end_ms;
 	e->draining = true;
-	pthread_cond_signal(&e->cv);
+	pthread_cond_broadcast(&e->cv);
 	pthread_mutex_unlock(&e->mu);
 }
 
@@ -810,8 +921,8 @@ bool rg_engine_idle(rg_engine *e)
 	if (!e || !e->started)
 		return true;
 	pthread_mutex_lock(&e->mu);
-	/* jobs ended but not yet told (done) are told before the worker can stop */
-	idle = e->n_q == 0 && e->busy_until == 0;
+	/* jobs ended but not yet told (done) are told before a worker can stop */
+	idle = e->n_q == 0 && !any_busy(e);
 	pthread_mutex_unlock(&e->mu);
 	return idle;
 }
@@ -848,7 +959,9 @@ void rg_engine_free(rg_engine *e)
 		pthread_mutex_destroy(&e->mu);
 	}
 	rg_sched_free(e->sched);
-	rg_sched_batch_free(&e->batch);
+	for (int i = 0; e->w && i < e->n_w; i++)
+		worker_free(&e->w[i]);
+	free(e->w);
 	free(e->q_req);
 	free(e->q_job);
 	free(e->q_seq);
@@ -857,14 +970,6 @@ void rg_engine_free(rg_engine *e)
 	free(e->s_job);
 	free(e->s_seq);
 	free(e->s_perm);
-	free(e->tokens);
-	free(e->types);
-	free(e->cu);
-	free(e->out);
-	free(e->hid);
-	free(e->b_job);
-	free(e->b_seq);
-	free(e->finished);
 	free(e);
 }
 
@@ -915,12 +1020,11 @@ static rg_job_refusal admit_by_time(rg_engine *e, rg_job *job, double tokens, do
 
 	if (job->est_ms > slack)
 		return RG_JOB_TOO_MUCH;
-	if (e->n_q > 0 || e->busy_until > 0)
+	if (e->n_q > 0 || any_busy(e))
 		margin = fmin(budget_ms(e, &m), 0.1 * timeout);
 	for (int i = 0; i < e->n_q; i++)
 		slack = fmin(slack, e->q_req[i].deadline_ms - now);
-	total = busy_left(e, now) +
-		work_ms(e, e->q_tokens + tokens, e->q_pairs + pairs, e->n_q + job->n_seqs);
+	total = eta_ms(e, now, e->q_tokens + tokens, e->q_pairs + pairs, e->n_q + job->n_seqs);
 	if (total + margin <= slack)
 		return RG_JOB_ADMITTED;
 	job->retry_after_ms = fmax(0, total + margin - timeout);
@@ -951,6 +1055,9 @@ rg_status rg_engine_submit(rg_engine *e, rg_job *job)
 	job->queue_ms = job->inference_ms = 0;
 	job->batch_size = 0;
 	job->n_pending = job->n_seqs;
+	job->n_running = 0;
+	job->told = false;
+	job->next_told = NULL;
 	job->picked = false;
 	job->poll_gen = job->batch_gen = 0;
 	pthread_mutex_lock(&e->mu);
@@ -963,8 +1070,7 @@ rg_status rg_engine_submit(rg_engine *e, rg_job *job)
 	if (e->n_q + job->n_seqs > e->cap_q) {
 		job->refusal = RG_JOB_QUEUE_FULL;
 		/* room for n_seqs more: about that share of the queued work */
-		job->retry_after_ms = (busy_left(e, rg_now_ms()) +
-				       work_ms(e, e->q_tokens, e->q_pairs, e->n_q)) *
+		job->retry_after_ms = eta_ms(e, rg_now_ms(), e->q_tokens, e->q_pairs, e->n_q) *
 				      fmin(1, (double)(e->n_q + job->n_seqs - e->cap_q) / e->n_q);
 		st = rg_errorf(RG_ERR_BUSY, "queue full (%d sequences waiting, limit %d)", e->n_q,
 			       e->cap_q);
@@ -982,8 +1088,7 @@ rg_status rg_engine_submit(rg_engine *e, rg_job *job)
 		if (job->refusal == RG_JOB_NO_TIME) {
 			st = rg_errorf(RG_ERR_BUSY, "overloaded: the queued work (about %.0f ms) would "
 				       "not end before a deadline; retry in %.1f s",
-				       busy_left(e, rg_now_ms()) +
-				       work_ms(e, e->q_tokens, e->q_pairs, e->n_q),
+				       eta_ms(e, rg_now_ms(), e->q_tokens, e->q_pairs, e->n_q),
 				       ceil(job->retry_after_ms / 1e3));
 			goto out_unlock;
 		}

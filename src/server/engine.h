@@ -1,16 +1,21 @@
-/* Engine of `ragged serve`: one worker thread per model (device) that owns a bounded queue of
- * sequences, asks a scheduler (src/sched) for the next batch, runs rg_model_run_ex on it and
- * hands each vector back to the job that queued it.
+/* Engine of `ragged serve`: one bounded queue of sequences (the admission queue) and one worker
+ * thread per model, one model per device (`--devices 0,1`). A worker that is free asks the
+ * scheduler (src/sched) for the next batch from the shared queue, runs rg_model_run_ex on it on
+ * its device and hands each vector back to the job that queued it; with several devices, batches
+ * run on all of them at once and the pieces of one request may run on different devices.
  *
  * A job is one HTTP request's uncached inputs. Lifecycle (the engine's side of the contract):
  *   submit  -> QUEUED: the engine borrows the job (and its seqs) until it calls job->done.
- *   the worker either computes every seq (DONE), or ends the job early: FAILED (model error),
+ *   the workers either compute every seq (DONE), or ends the job early: FAILED (model error),
  *   EXPIRED (deadline passed before all of its seqs ran), DROPPED (client socket closed while
  *   queued), SHUTDOWN (engine stopped, or drained past its time, while queued). In every case
- *   job->done(job) is called exactly once, from the worker thread (or from rg_engine_stop), after
+ *   job->done(job) is called exactly once, from a worker thread (or from rg_engine_stop), after
  *   the engine's last access to the job: the callback may free it. The engine never touches a job
  *   after done.
- * Only the worker thread mutates a queued job, so there is no per-job lock.
+ * Every change to a queued job is made under the engine lock, by whichever worker. A job ended
+ * early (expired, dropped, failed, shut down) while some of its seqs run on another device is
+ * told (done) only when the last of those batches returns: its outputs are written outside the
+ * lock, into the owner's memory, which must stay alive until then.
  *
  * Pieces and fairness. Each seq of a job is a piece that the scheduler places on its own, so a
  * request's inputs may run in several batches (the job is DONE when its last piece is), and a
@@ -37,11 +42,11 @@
  * Background DP measurement (rg_engine_params.measure). The DP scheduler needs a measured cost
  * table (minutes on a small CPU). Without a stored one, the engine starts with the TOKEN
  * scheduler (same limits, so the longest accepted input does not change) and answers requests
- * at once, while its worker measures the table one run at a time (warmup.h rg_cost_measure:
- * 4 runs of a padded batch per cell) whenever its queue is empty: the model stays the worker's
- * alone, and a request that arrives meanwhile waits at most one run (one padded batch of at most
- * max_batch_tokens tokens; the test delays apply to it as to a batch). After the last cell the table is
- * saved (the next start loads it) and, between two batches under the engine lock, the worker
+ * at once, while the first device's worker measures the table one run at a time (warmup.h
+ * rg_cost_measure: 4 runs of a padded batch per cell) whenever the queue is empty: the model
+ * stays the worker's alone, and a request that arrives meanwhile waits at most one run (one
+ * padded batch of at most max_batch_tokens tokens; the test delays apply to it as to a batch),
+ * or none while another device is free. After the last cell the table is saved (the next start loads it) and, between two batches under the engine lock, the worker
  * swaps in a DP scheduler on that table and refits its batch latency model from it
  * (rg_cost_model_from_table, as a start with a stored table does). Cells run only on an idle
  * queue, so under sustained load the switch waits for a pause; a failed cell leaves the
@@ -107,6 +112,9 @@ struct rg_job {
 				* fit, ms; 0 when unknown */
 	/* engine-private bookkeeping */
 	int n_pending;        /* seqs not yet computed */
+	int n_running;        /* seqs in batches running now (on any device) */
+	bool told;            /* ended and queued for done() */
+	rg_job *next_told;    /* the engine's list of jobs waiting for done() */
 	bool picked;
 	uint64_t poll_gen;    /* last disconnect-poll round that checked this job */
 	uint64_t batch_gen;   /* last batch whose time was added to inference_ms */
@@ -136,13 +144,18 @@ typedef struct rg_engine rg_engine;
 /* Monotonic clock in milliseconds. */
 double rg_now_ms(void);
 
-/* Create the engine, fit its batch latency model (a few packed batches run on the model, about
- * 3 x (16 + 2 x 256 + 4 x 256) tokens; from the cost table instead when p->sched.cost is set) and
- * start its worker thread. The model and everything in p are borrowed and must outlive the
- * engine; the model must not be used by anyone else while the engine runs. A model error while
- * measuring only warns (stderr): the estimates are then 0 and admission counts sequences only.
- * NULL + *st on RG_ERR_INVALID_INPUT (bad scheduler params: rg_last_error()), RG_ERR_OOM. */
-rg_engine *rg_engine_create(rg_model *model, const rg_engine_params *p, rg_status *st);
+/* Create the engine over models[0..n_models) (one per device, the same checkpoint and dtype:
+ * output_dim, hidden_size and max_seq_len must agree), fit its batch latency model on models[0]
+ * (a few packed batches, about 3 x (16 + 2 x 256 + 4 x 256) tokens; from the cost table instead
+ * when p->sched.cost is set; the devices are taken to be alike) and start one worker thread per
+ * model. The time estimates (admission, drain, Retry-After) divide the queued work evenly over the
+ * devices. The models and everything in p are borrowed and must outlive the engine; a model must
+ * not be used by anyone else while the engine runs (a background DP measurement runs on
+ * models[0], by its worker). A model error while measuring only warns (stderr): the estimates are
+ * then 0 and admission counts sequences only. NULL + *st on RG_ERR_INVALID_INPUT (no model,
+ * models that differ, bad scheduler params: rg_last_error()), RG_ERR_OOM. */
+rg_engine *rg_engine_create(rg_model *const *models, int n_models, const rg_engine_params *p,
+			    rg_status *st);
 
 /* Drain: refuse new jobs (RG_JOB_STOPPING), serve the queued ones shortest remaining work first
  * while they are estimated to finish by end_ms (rg_now_ms clock), end the others SHUTDOWN at

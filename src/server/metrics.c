@@ -1,6 +1,7 @@
 /* Prometheus metrics of `ragged serve`. See metrics.h. */
 #include "server/metrics.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const int codes[RG_METRICS_N_CODES] = { 200, 400, 404, 405, 413, 422, 429, 500, 503, 504,
@@ -76,9 +77,23 @@ void rg_metrics_request(rg_metrics *m, rg_route route, int status, double queue_
 	pthread_mutex_unlock(&m->mu);
 }
 
-void rg_metrics_batch(rg_metrics *m, int n, int real_tokens, int computed_tokens, bool ok)
+void rg_metrics_set_devices(rg_metrics *m, const char *const *names, int n)
 {
 	pthread_mutex_lock(&m->mu);
+	m->n_devices = n < RG_METRICS_MAX_DEVICES ? n : RG_METRICS_MAX_DEVICES;
+	for (int i = 0; i < m->n_devices; i++)
+		snprintf(m->device[i], sizeof(m->device[i]), "%s", names[i]);
+	pthread_mutex_unlock(&m->mu);
+}
+
+void rg_metrics_batch(rg_metrics *m, int device, int n, int real_tokens, int computed_tokens,
+		      bool ok)
+{
+	pthread_mutex_lock(&m->mu);
+	if (ok && device >= 0 && device < m->n_devices) {
+		m->device_batches[device]++;
+		m->device_tokens[device] += (uint64_t)real_tokens;
+	}
 	if (ok) {
 		m->batches++;
 		hist_observe(&m->batch_size, n);
@@ -211,6 +226,18 @@ void rg_metrics_render(rg_metrics *m, rg_buf *o, int queue_depth, size_t mem_use
 	render_counter(o, "ragged_batches_total", "Batches executed.", s.batches);
 	render_counter(o, "ragged_batch_failures_total", "Batches the model failed.",
 		       s.batch_failures);
+	if (s.n_devices) {
+		rg_buf_puts(o, "# HELP ragged_device_batches_total Batches executed, by device.\n"
+				"# TYPE ragged_device_batches_total counter\n");
+		for (int i = 0; i < s.n_devices; i++)
+			rg_buf_printf(o, "ragged_device_batches_total{device=\"%s\"} %llu\n",
+				       s.device[i], (unsigned long long)s.device_batches[i]);
+		rg_buf_puts(o, "# HELP ragged_device_tokens_total Tokens of requests computed, by "
+				"device.\n# TYPE ragged_device_tokens_total counter\n");
+		for (int i = 0; i < s.n_devices; i++)
+			rg_buf_printf(o, "ragged_device_tokens_total{device=\"%s\"} %llu\n",
+				       s.device[i], (unsigned long long)s.device_tokens[i]);
+	}
 	render_counter(o, "ragged_real_tokens_total", "Tokens of requests computed.", s.real_tokens);
 	render_counter(o, "ragged_computed_tokens_total", "Tokens computed, padding included.",
 		       s.computed_tokens);
@@ -232,9 +259,10 @@ void rg_metrics_render(rg_metrics *m, rg_buf *o, int queue_depth, size_t mem_use
 	render_counter(o, "ragged_expired_total", "Requests whose deadline passed in the queue.",
 		       s.expired);
 	rg_buf_printf(o, "# HELP ragged_device_memory_used_bytes Memory in use on the model's "
-			  "device (RSS on CPU).\n# TYPE ragged_device_memory_used_bytes gauge\n"
+			  "devices, summed (RSS on CPU).\n# TYPE ragged_device_memory_used_bytes gauge\n"
 			  "ragged_device_memory_used_bytes %zu\n", mem_used);
-	rg_buf_printf(o, "# HELP ragged_device_memory_total_bytes Memory of the model's device.\n"
+	rg_buf_printf(o, "# HELP ragged_device_memory_total_bytes Memory of the model's devices, "
+			  "summed.\n"
 			  "# TYPE ragged_device_memory_total_bytes gauge\n"
 			  "ragged_device_memory_total_bytes %zu\n", mem_total);
 }

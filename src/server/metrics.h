@@ -19,6 +19,7 @@ typedef struct rg_hist {
 
 #define RG_METRICS_N_CODES 12
 #define RG_METRICS_N_CLASSES 3 /* status classes of the latency histograms: 2xx, 4xx, 5xx */
+#define RG_METRICS_MAX_DEVICES 16 /* devices one server runs on (--devices) */
 
 typedef struct rg_metrics {
 	pthread_mutex_t mu;
@@ -32,6 +33,10 @@ typedef struct rg_metrics {
 	uint64_t real_tokens, computed_tokens;                /* padding efficiency = real/computed */
 	uint64_t cache_hits, cache_misses;
 	uint64_t dropped_disconnected, expired;
+	int n_devices;                                        /* 0: no per-device counters */
+	char device[RG_METRICS_MAX_DEVICES][16];              /* label values: "cuda:1", "cpu" */
+	uint64_t device_batches[RG_METRICS_MAX_DEVICES];      /* batches run, by device */
+	uint64_t device_tokens[RG_METRICS_MAX_DEVICES];       /* real tokens computed, by device */
 } rg_metrics;
 
 void rg_metrics_init(rg_metrics *m);
@@ -41,8 +46,13 @@ void rg_metrics_destroy(rg_metrics *m);
  * (label class="2xx" / "4xx" / "5xx"); negative values are not observed. */
 void rg_metrics_request(rg_metrics *m, rg_route route, int status, double queue_ms,
 			double inference_ms, double total_ms);
-/* One executed batch: n requests, real (sum of lengths) and computed (padding included) tokens. */
-void rg_metrics_batch(rg_metrics *m, int n, int real_tokens, int computed_tokens, bool ok);
+/* Name the devices of the per-device counters (label values, e.g. "cuda:1"), in the engine's
+ * model order; at most RG_METRICS_MAX_DEVICES (more are not counted). Before serving. */
+void rg_metrics_set_devices(rg_metrics *m, const char *const *names, int n);
+/* One executed batch on the device at `device` (the engine's model index): n requests, real (sum
+ * of lengths) and computed (padding included) tokens. */
+void rg_metrics_batch(rg_metrics *m, int device, int n, int real_tokens, int computed_tokens,
+		      bool ok);
 void rg_metrics_cache(rg_metrics *m, uint64_t hits, uint64_t misses);
 void rg_metrics_dropped(rg_metrics *m, uint64_t n);
 void rg_metrics_expired(rg_metrics *m, uint64_t n);

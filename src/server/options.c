@@ -19,6 +19,7 @@ typedef enum {
 	OPT_PATH,   /* char[4096] copy, non-empty */
 	OPT_FLAG,   /* bool set to true; takes no value */
 	OPT_DEVICE, /* rg_device (rg_device_parse); sets device_set */
+	OPT_DEVLIST, /* devices/n_devices: distinct CUDA ordinals, comma-separated */
 	OPT_DTYPE,  /* rg_dtype (rg_dtype_parse) */
 	OPT_SCHED,  /* const char * naming an rg_sched_kind */
 } opt_kind;
@@ -41,6 +42,9 @@ static const opt_spec g_opts[] = {
 	{"--port", "N", OPT_INT, F(port), 0, 65535, "8080", "listen port, 0 = any free port"},
 	{"--device", "cpu|cuda", OPT_DEVICE, F(device), 0, 0, NULL,
 	 "(default cuda when a GPU is present, else cpu)"},
+	{"--devices", "LIST", OPT_DEVLIST, F(devices), 0, 0, NULL,
+	 "CUDA devices to serve on, e.g. 0,1: one model and engine worker on each, one queue "
+	 "(implies --device cuda)"},
 	{"--dtype", "fp32|fp16|bf16|auto", OPT_DTYPE, F(dtype), 0, 0, "auto",
 	 "compute dtype; auto: fp32 on cpu, fp16 on cuda (bf16 for a bf16 checkpoint)"},
 	{"--scheduler", "NAME", OPT_SCHED, F(scheduler), 0, 0, "token",
@@ -108,6 +112,8 @@ static const opt_spec g_opts[] = {
 	 "a refused body up to N bytes is read and dropped so the client gets the answer"},
 	{"--token-delay-us", "X", OPT_DOUBLE, F(token_delay_us), 0, 1e6, "0",
 	 "testing: and this per computed token (a slow device)"},
+	{"--cpu-replicas", "N", OPT_INT, F(cpu_replicas), 1, RG_SERVE_MAX_DEVICES, "1",
+	 "testing: N CPU models behind the one queue, as --devices runs GPUs"},
 };
 #undef F
 
@@ -140,6 +146,36 @@ static bool parse_double(const char *v, double lo, double hi, double *out)
 	if (errno || *end || !(x >= lo && x <= hi))
 		return false;
 	*out = x;
+	return true;
+}
+
+/* "0,1,3" -> o->devices / n_devices: at most RG_SERVE_MAX_DEVICES distinct ordinals in
+ * [0, 255]; false on anything else. */
+static bool parse_devices(const char *v, rg_serve_opts *o)
+{
+	int n = 0;
+
+	if (!v || !*v)
+		return false;
+	for (const char *p = v;;) {
+		char *end;
+		long x;
+
+		errno = 0;
+		x = strtol(p, &end, 10);
+		if (end == p || errno || x < 0 || x > 255 || n == RG_SERVE_MAX_DEVICES)
+			return false;
+		for (int i = 0; i < n; i++)
+			if (o->devices[i] == (int)x)
+				return false;
+		o->devices[n++] = (int)x;
+		if (!*end)
+			break;
+		if (*end != ',')
+			return false;
+		p = end + 1;
+	}
+	o->n_devices = n;
 	return true;
 }
 
@@ -181,6 +217,8 @@ static bool set_value(const opt_spec *s, const char *v, rg_serve_opts *o)
 			return false;
 		o->device_set = true;
 		return true;
+	case OPT_DEVLIST:
+		return parse_devices(v, o);
 	case OPT_DTYPE:
 		return v && rg_dtype_parse(v, (rg_dtype *)field) == RG_OK;
 	case OPT_SCHED:
@@ -247,6 +285,7 @@ static void default_text(const opt_spec *s, const rg_serve_opts *d, char *buf, s
 	case OPT_PATH:
 	case OPT_FLAG:
 	case OPT_DEVICE:
+	case OPT_DEVLIST:
 	case OPT_DTYPE:
 	case OPT_SCHED:
 		return;
@@ -350,6 +389,17 @@ static int check_combinations(const rg_serve_opts *o)
 			o->max_inputs, o->max_queue, o->max_queue);
 		return RG_SERVE_EXIT_USAGE;
 	}
+	/* --devices names GPUs: a CPU server has none (--cpu-replicas is the CPU's test stand-in) */
+	if (o->n_devices && o->device_set && o->device != RG_DEVICE_CUDA) {
+		fprintf(stderr, "ragged serve: --devices names CUDA devices; it cannot go with "
+				"--device %s\n", rg_device_name(o->device));
+		return RG_SERVE_EXIT_USAGE;
+	}
+	if (o->cpu_replicas > 1 && (!o->device_set || o->device != RG_DEVICE_CPU)) {
+		fprintf(stderr, "ragged serve: --cpu-replicas needs --device cpu (it runs CPU "
+				"models); --devices serves several GPUs\n");
+		return RG_SERVE_EXIT_USAGE;
+	}
 	return -1;
 }
 
@@ -404,7 +454,9 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 		return bad_value("--admission", o->admission);
 	if ((rc = check_combinations(o)) >= 0)
 		return rc;
-	if (!o->device_set)
+	if (o->n_devices)
+		o->device = RG_DEVICE_CUDA;
+	else if (!o->device_set)
 		o->device = rg_cuda_device_count() > 0 ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
 	return -1;
 }

@@ -11,6 +11,7 @@
 #include "ragged.h"
 
 #define RG_SERVE_EXIT_USAGE 2
+#define RG_SERVE_MAX_DEVICES 16
 
 typedef struct rg_serve_opts {
 	char model[4096];
@@ -18,6 +19,9 @@ typedef struct rg_serve_opts {
 	int port;
 	rg_device device;
 	bool device_set; /* --device given; else cuda when a GPU is present */
+	int devices[RG_SERVE_MAX_DEVICES]; /* --devices: CUDA ordinals, one engine worker each */
+	int n_devices;   /* 0: --devices not given (one device: ordinal 0, or the CPU) */
+	int cpu_replicas; /* testing: CPU model replicas behind the one queue (1: none) */
 	rg_dtype dtype;
 	const char *scheduler;
 	int max_batch_tokens, max_batch_requests, max_queue, max_inputs;

@@ -617,8 +617,17 @@ static enum MHD_Result handle_metrics(conn_ctx *c)
 	rg_buf b;
 	bool ready = atomic_load(&s->ready);
 
-	if (ready && rg_model_memory(s->model, &used, &total) != RG_OK)
-		used = total = 0;
+	/* every GPU's memory together; on the CPU the process's RSS, counted once */
+	for (int i = 0; ready && i < (s->info->device == RG_DEVICE_CUDA ? s->n_models : 1); i++) {
+		size_t u, t;
+
+		if (rg_model_memory(s->models[i], &u, &t) != RG_OK) {
+			used = total = 0;
+			break;
+		}
+		used += u;
+		total += t;
+	}
 	rg_buf_init(&b);
 	rg_metrics_render(&s->metrics, &b, ready ? rg_engine_queue_depth(s->engine) : 0, used,
 			  total, ready && s->cache ? rg_cache_size(s->cache) : 0);

@@ -281,6 +281,9 @@ enum MHD_Result rg_answer_info(conn_ctx *c)
 		rg_buf_puts(&b, k ? "," : "");
 		rg_buf_json_str(&b, i->labels[k], strlen(i->labels[k]));
 	}
+	rg_buf_puts(&b, "],\"devices\":[");
+	for (int k = 0; k < s->n_models; k++)
+		rg_buf_printf(&b, "%s\"%s\"", k ? "," : "", s->device_names[k]);
 	rg_buf_puts(&b, "]}");
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
 }

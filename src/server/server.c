@@ -149,12 +149,53 @@ static rg_status setup_engine(rg_server *s)
 	ep.cache = s->cache;
 	ep.metrics = &s->metrics;
 	ep.measure = s->measure;
-	s->engine = rg_engine_create(s->model, &ep, &st);
+	s->engine = rg_engine_create(s->models, s->n_models, &ep, &st);
 	if (!s->engine)
 		return st;
 	s->max_len = rg_engine_max_len(s->engine);
 	if (s->max_len > i->max_seq_len)
 		s->max_len = i->max_seq_len;
+	return RG_OK;
+}
+
+/* One model per device into s->models (--devices: each CUDA ordinal; --cpu-replicas: that many
+ * CPU copies; else the one device), s->model = the first, and the devices' names for /info and
+ * the metrics. A load error is printed (naming the device) and returned. */
+static rg_status load_models(rg_server *s, const char *model_dir)
+{
+	rg_model_params mp = rg_model_params_default();
+	int n = s->o.n_devices ? s->o.n_devices : s->o.cpu_replicas > 1 ? s->o.cpu_replicas : 1;
+	const char *names[RG_SERVE_MAX_DEVICES];
+	double t0 = rg_now_ms();
+	rg_status st = RG_OK;
+
+	mp.device = s->o.device;
+	mp.dtype = s->o.dtype;
+	mp.max_batch_tokens = s->o.max_batch_tokens;
+	for (int i = 0; i < n; i++) {
+		mp.device_index = s->o.n_devices ? s->o.devices[i] : 0;
+		if (mp.device == RG_DEVICE_CUDA)
+			snprintf(s->device_names[i], sizeof(s->device_names[i]), "cuda:%d",
+				 mp.device_index);
+		else if (n > 1)
+			snprintf(s->device_names[i], sizeof(s->device_names[i]), "cpu:%d", i);
+		else
+			snprintf(s->device_names[i], sizeof(s->device_names[i]), "cpu");
+		names[i] = s->device_names[i];
+		s->models[i] = rg_model_load(model_dir, &mp, &st);
+		if (!s->models[i]) {
+			fprintf(stderr, "ragged serve: cannot load model %s on %s: %s: %s\n",
+				s->o.model, s->device_names[i], rg_status_name(st), rg_last_error());
+			return st;
+		}
+		s->n_models = i + 1;
+		mp.dtype = rg_model_get_info(s->models[0])->dtype; /* every copy as the first */
+	}
+	s->model = s->models[0];
+	rg_metrics_set_devices(&s->metrics, names, n);
+	if (n > 1)
+		fprintf(stderr, "ragged serve: model loaded on %d devices in %.0f ms\n", n,
+			rg_now_ms() - t0);
 	return RG_OK;
 }
 
@@ -267,7 +308,6 @@ int rg_serve_main(int argc, char **argv)
 {
 	rg_server *s;
 	struct MHD_Daemon *d = NULL;
-	rg_model_params mp = rg_model_params_default();
 	char model_dir[sizeof(s->o.model)];
 	sigset_t sigs;
 	rg_status st;
@@ -337,15 +377,8 @@ int rg_serve_main(int argc, char **argv)
 	d = start_daemon(s);
 	if (!d)
 		goto out_watch;
-	mp.device = s->o.device;
-	mp.dtype = s->o.dtype;
-	mp.max_batch_tokens = s->o.max_batch_tokens;
-	s->model = rg_model_load(model_dir, &mp, &st);
-	if (!s->model) {
-		fprintf(stderr, "ragged serve: cannot load model %s: %s: %s\n", s->o.model,
-			rg_status_name(st), rg_last_error());
+	if ((st = load_models(s, model_dir)) != RG_OK)
 		goto out_stop;
-	}
 	s->info = rg_model_get_info(s->model);
 	s->o.dtype = s->info->dtype; /* RG_DTYPE_AUTO resolved by the load */
 	rg_model_id(s->o.model, s->info->model_dir, s->model_name, sizeof(s->model_name));
@@ -413,7 +446,8 @@ out_stop:
 	rg_cache_free(s->cache);
 	rg_cost_table_free(s->cost);
 	rg_cost_measure_free(s->measure); /* after the engine: its scheduler may hold the table */
-	rg_model_free(s->model);
+	for (int i = 0; i < s->n_models; i++)
+		rg_model_free(s->models[i]);
 	rg_prompts_free(&s->prompts);
 out_watch:
 	rg_conn_watch_free(s->watch);

@@ -22,7 +22,10 @@
 
 typedef struct rg_server {
 	rg_serve_opts o;
-	rg_model *model;
+	rg_model *model;         /* models[0]: /info, tokenizers, the DP measurement */
+	rg_model *models[RG_SERVE_MAX_DEVICES]; /* (n_models) one per device, the engine's */
+	int n_models;
+	char device_names[RG_SERVE_MAX_DEVICES][16]; /* (n_models) "cuda:1", "cpu:0": /info, metrics */
 	const rg_model_info *info;
 	rg_engine *engine;
 	rg_cache *cache;
