@@ -100,11 +100,11 @@ def reference(model, sents, cpu):
     return np.array(out)
 
 
-def loadgen(bin_path, port, n, log_json):
+def loadgen(bin_path, port, n, log_json, dist="uniform:5:250"):
     """n requests offered at once (rate far above capacity): a saturated server; the result's
     completion_rps is n / the time to answer them."""
     cmd = [bin_path, "loadgen", "--url", f"http://127.0.0.1:{port}", "--route", "/v1/embeddings",
-           "--rate", "1000000", "--requests", str(n), "--dist", "uniform:5:250",
+           "--rate", "1000000", "--requests", str(n), "--dist", dist,
            "--connections", "256", "--timeout-ms", "60000", "--json", log_json, "--quiet"]
     subprocess.run(cmd, check=True, timeout=300)
     with open(log_json) as f:
@@ -119,6 +119,7 @@ def main():
     ap.add_argument("--devices", default="0,1")
     ap.add_argument("--dtype", default="fp16")
     ap.add_argument("--requests", type=int, default=30000)
+    ap.add_argument("--dist", default="uniform:5:250")
     ap.add_argument("--cpu", type=int, default=0)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -167,7 +168,7 @@ def main():
         p, port = start(a.bin, a.model, args + common,
                         os.path.join(a.out, f"server_{label}.log"))
         try:
-            r = loadgen(a.bin, port, a.requests, os.path.join(a.out, f"loadgen_{label}.json"))
+            r = loadgen(a.bin, port, a.requests, os.path.join(a.out, f"loadgen_{label}.json"), a.dist)
             mm = metrics(port)
         finally:
             stop(p)
