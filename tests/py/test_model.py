@@ -402,6 +402,7 @@ def test_distilbert_info(tiny_models):
     assert i.type_vocab_size == 0 and i.max_seq_len == ref.cfg["max_position_embeddings"]
 
 
+@pytest.mark.slow  # pure Python (no ragged code): importing torch under the ASan preload takes 10 s
 def test_mpnet_bucket_reference():
     """The reference's bucket function (ref_bert.mpnet_bucket, key - query): hand-checked values
     of T5's bidirectional buckets at every boundary (8 exact distances per side, then

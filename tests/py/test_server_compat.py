@@ -813,14 +813,19 @@ def test_lib_pair_truncation_matches_hf(minilm_dir):
     from tokenizers import Tokenizer
     rt = rc.Tokenizer(minilm_dir)
     texts = ["one two three four five six seven eight", "alpha beta", "x " * 14, "single"]
+    hfs = {}
+    for side in ("right", "left"):
+        for ml in (6, 9, 12, 20):
+            hf = Tokenizer.from_file(os.path.join(minilm_dir, "tokenizer.json"))
+            hf.no_padding()
+            hf.enable_truncation(max_length=ml, direction=side)
+            hfs[side, ml] = hf
     try:
         for a in texts:
             for b in texts:
                 for side, code in (("right", 1), ("left", 2)):
                     for ml in (6, 9, 12, 20):
-                        hf = Tokenizer.from_file(os.path.join(minilm_dir, "tokenizer.json"))
-                        hf.no_padding()
-                        hf.enable_truncation(max_length=ml, direction=side)
+                        hf = hfs[side, ml]
                         e = Encoding()
                         p = TokParams(code, ml, True, False)
                         st = _lib().rg_tokenizer_encode_ex(rt._h, a.encode(), len(a), b.encode(),
