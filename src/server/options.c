@@ -42,9 +42,9 @@ static const opt_spec g_opts[] = {
 	{"--port", "N", OPT_INT, F(port), 0, 65535, "8080", "listen port, 0 = any free port"},
 	{"--device", "cpu|cuda", OPT_DEVICE, F(device), 0, 0, NULL,
 	 "(default cuda when a GPU is present, else cpu)"},
-	{"--devices", "LIST", OPT_DEVLIST, F(devices), 0, 0, NULL,
-	 "CUDA devices to serve on, e.g. 0,1: one model and engine worker on each, one queue "
-	 "(implies --device cuda)"},
+	{"--devices", "LIST|all", OPT_DEVLIST, F(devices), 0, 0, NULL,
+	 "CUDA devices to serve on, e.g. 0,1, or all visible ones: one model and engine worker "
+	 "on each, one queue (implies --device cuda; default: device 0 alone)"},
 	{"--dtype", "fp32|fp16|bf16|auto", OPT_DTYPE, F(dtype), 0, 0, "auto",
 	 "compute dtype; auto: fp32 on cpu, fp16 on cuda (bf16 for a bf16 checkpoint)"},
 	{"--scheduler", "NAME", OPT_SCHED, F(scheduler), 0, 0, "token",
@@ -150,13 +150,19 @@ static bool parse_double(const char *v, double lo, double hi, double *out)
 }
 
 /* "0,1,3" -> o->devices / n_devices: at most RG_SERVE_MAX_DEVICES distinct ordinals in
- * [0, 255]; false on anything else. */
+ * [0, 255]; "all" -> devices_all (every visible device, counted after parsing); false on
+ * anything else. */
 static bool parse_devices(const char *v, rg_serve_opts *o)
 {
 	int n = 0;
 
 	if (!v || !*v)
 		return false;
+	o->devices_all = !strcmp(v, "all");
+	if (o->devices_all) {
+		o->n_devices = 0;
+		return true;
+	}
 	for (const char *p = v;;) {
 		char *end;
 		long x;
@@ -390,7 +396,7 @@ static int check_combinations(const rg_serve_opts *o)
 		return RG_SERVE_EXIT_USAGE;
 	}
 	/* --devices names GPUs: a CPU server has none (--cpu-replicas is the CPU's test stand-in) */
-	if (o->n_devices && o->device_set && o->device != RG_DEVICE_CUDA) {
+	if ((o->n_devices || o->devices_all) && o->device_set && o->device != RG_DEVICE_CUDA) {
 		fprintf(stderr, "ragged serve: --devices names CUDA devices; it cannot go with "
 				"--device %s\n", rg_device_name(o->device));
 		return RG_SERVE_EXIT_USAGE;
@@ -454,6 +460,18 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 		return bad_value("--admission", o->admission);
 	if ((rc = check_combinations(o)) >= 0)
 		return rc;
+	if (o->devices_all) {
+		int n = rg_cuda_device_count();
+
+		if (n < 1) {
+			fprintf(stderr, "ragged serve: --devices all: no CUDA device is visible%s\n",
+				rg_build_has_cuda() ? "" : " (this build has no CUDA)");
+			return RG_SERVE_EXIT_USAGE;
+		}
+		o->n_devices = n < RG_SERVE_MAX_DEVICES ? n : RG_SERVE_MAX_DEVICES;
+		for (int i = 0; i < o->n_devices; i++)
+			o->devices[i] = i;
+	}
 	if (o->n_devices)
 		o->device = RG_DEVICE_CUDA;
 	else if (!o->device_set)

@@ -21,6 +21,7 @@ typedef struct rg_serve_opts {
 	bool device_set; /* --device given; else cuda when a GPU is present */
 	int devices[RG_SERVE_MAX_DEVICES]; /* --devices: CUDA ordinals, one engine worker each */
 	int n_devices;   /* 0: --devices not given (one device: ordinal 0, or the CPU) */
+	bool devices_all; /* --devices all: every visible CUDA device (resolved by the parser) */
 	int cpu_replicas; /* testing: CPU model replicas behind the one queue (1: none) */
 	rg_dtype dtype;
 	const char *scheduler;
