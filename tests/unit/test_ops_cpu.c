@@ -278,7 +278,7 @@ static void check_prepared(rg_backend *be, const float *W0, const float *W, cons
 static void test_gemm_prepared(void **state)
 {
 	const rg_act acts[] = {RG_ACT_NONE, RG_ACT_GELU, RG_ACT_GELU_NEW, RG_ACT_RELU};
-	const int Ms[] = {1, 12, 15, 16, 17, 64, 100, 256, 257, 600};
+	const int Ms[] = {1, 12, 15, 16, 17, 30, 63, 64, 65, 100, 256, 257, 600};
 	const int NK[][2] = {{192, 64}, {100, 48}, {64, 40}};
 	rg_backend *be;
 	(void)state;
@@ -365,7 +365,7 @@ static void test_f32_to_bf16(void **state)
 static void test_gemm_prepared_bf16(void **state)
 {
 	const rg_act acts[] = {RG_ACT_NONE, RG_ACT_GELU, RG_ACT_RELU};
-	const int Ms[] = {1, 15, 16, 17, 100, 257};
+	const int Ms[] = {1, 15, 16, 17, 30, 63, 100, 257};
 	const int NK[][2] = {{192, 64}, {100, 48}, {64, 40}};
 	rg_backend *be;
 	(void)state;
