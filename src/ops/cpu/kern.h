@@ -276,9 +276,11 @@ AI vf vsplat(float x)
 	return x - (vf){0};
 }
 
-/* s (R, C vectors) = scale * q (R rows, stride ldq) . kt (hd rows of stride Lp) */
-AI void qk_tile(const float *q, size_t ldq, const float *kt, int Lp, int hd, vf sv, float *s,
-		const int R, const int C)
+/* o (R rows of stride ldo, C vectors) = scale * a (R rows of stride lda, columns [0, K)) .
+ * b (K rows of stride ldb, C vectors): the register tile of both attention products (QK^T
+ * against the transposed keys, PV against the values) */
+AI void mm_tile(const float *a, size_t lda, const float *b, size_t ldb, int K, vf sv, float *o,
+		size_t ldo, const int R, const int C)
 {
 	vf acc[4][4];
 
@@ -287,26 +289,26 @@ AI void qk_tile(const float *q, size_t ldq, const float *kt, int Lp, int hd, vf 
 #pragma GCC unroll 4
 		for (int c = 0; c < C; c++)
 			acc[r][c] = (vf){0};
-	for (int d = 0; d < hd; d++) {
-		vf kv[4];
+	for (int k = 0; k < K; k++) {
+		vf bv[4];
 
 #pragma GCC unroll 4
 		for (int c = 0; c < C; c++)
-			kv[c] = vld(kt + (size_t)d * Lp + c * VW);
+			bv[c] = vld(b + (size_t)k * ldb + c * VW);
 #pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {
-			const vf qv = vsplat(q[(size_t)r * ldq + d]);
+			const vf av = vsplat(a[(size_t)r * lda + k]);
 
 #pragma GCC unroll 4
 			for (int c = 0; c < C; c++)
-				acc[r][c] += qv * kv[c];
+				acc[r][c] += av * bv[c];
 		}
 	}
 #pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
 		for (int c = 0; c < C; c++)
-			vst(s + (size_t)r * Lp + c * VW, acc[r][c] * sv);
+			vst(o + (size_t)r * ldo + c * VW, acc[r][c] * sv);
 }
 
 AI void qk_rows(const float *q, size_t ldq, const float *kt, int Lp, int hd, vf sv, float *s,
@@ -315,9 +317,9 @@ AI void qk_rows(const float *q, size_t ldq, const float *kt, int Lp, int hd, vf 
 	int j = 0;
 
 	for (; j + 4 * VW <= Lp; j += 4 * VW)
-		qk_tile(q, ldq, kt + j, Lp, hd, sv, s + j, R, 4);
+		mm_tile(q, ldq, kt + j, (size_t)Lp, hd, sv, s + j, (size_t)Lp, R, 4);
 	for (; j < Lp; j += VW)
-		qk_tile(q, ldq, kt + j, Lp, hd, sv, s + j, R, 1);
+		mm_tile(q, ldq, kt + j, (size_t)Lp, hd, sv, s + j, (size_t)Lp, R, 1);
 }
 
 static void KNAME(attn_qk)(const float *Q, size_t ldq, const float *K, size_t ldk, int nq, int L,
@@ -338,50 +340,18 @@ static void KNAME(attn_qk)(const float *Q, size_t ldq, const float *K, size_t ld
 		qk_rows(Q + (size_t)i * ldq, ldq, kt, Lp, hd, sv, S + (size_t)i * Lp, 1);
 }
 
-/* o (R rows, C vectors) = p (R rows of stride Lp, keys [0, L)) . v (L rows, stride ldv) */
-AI void pv_tile(const float *p, int Lp, const float *v, size_t ldv, int L, float *o, size_t ldo,
-		const int R, const int C)
-{
-	vf acc[4][4];
-
-#pragma GCC unroll 4
-	for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-		for (int c = 0; c < C; c++)
-			acc[r][c] = (vf){0};
-	for (int j = 0; j < L; j++) {
-		vf vv[4];
-
-#pragma GCC unroll 4
-		for (int c = 0; c < C; c++)
-			vv[c] = vld(v + (size_t)j * ldv + c * VW);
-#pragma GCC unroll 4
-		for (int r = 0; r < R; r++) {
-			const vf pr = vsplat(p[(size_t)r * Lp + j]);
-
-#pragma GCC unroll 4
-			for (int c = 0; c < C; c++)
-				acc[r][c] += pr * vv[c];
-		}
-	}
-#pragma GCC unroll 4
-	for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-		for (int c = 0; c < C; c++)
-			vst(o + (size_t)r * ldo + c * VW, acc[r][c]);
-}
-
 AI void pv_rows(const float *p, int Lp, const float *v, size_t ldv, int L, int hd, float *o,
 		size_t ldo, const int R)
 {
+	const vf one = vsplat(1.f); /* acc * 1 is acc, bit for bit */
 	int c = 0;
 
 	for (; c + 4 * VW <= hd; c += 4 * VW)
-		pv_tile(p, Lp, v + c, ldv, L, o + c, ldo, R, 4);
+		mm_tile(p, (size_t)Lp, v + c, ldv, L, one, o + c, ldo, R, 4);
 	for (; c + 2 * VW <= hd; c += 2 * VW)
-		pv_tile(p, Lp, v + c, ldv, L, o + c, ldo, R, 2);
+		mm_tile(p, (size_t)Lp, v + c, ldv, L, one, o + c, ldo, R, 2);
 	for (; c < hd; c += VW)
-		pv_tile(p, Lp, v + c, ldv, L, o + c, ldo, R, 1);
+		mm_tile(p, (size_t)Lp, v + c, ldv, L, one, o + c, ldo, R, 1);
 }
 
 static void KNAME(attn_pv)(const float *P, int Lp, const float *V, size_t ldv, int nq, int L,
