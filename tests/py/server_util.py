@@ -25,6 +25,16 @@ def server_env():
     return env
 
 
+def hf_tokenizer(model_dir, path=None):
+    """The HF reference tokenizer of model_dir (or the tokenizer.json at path), without the padding
+    and truncation that tokenizer.json may enable."""
+    from tokenizers import Tokenizer
+    t = Tokenizer.from_file(path or os.path.join(model_dir, "tokenizer.json"))
+    t.no_padding()
+    t.no_truncation()
+    return t
+
+
 def tiny_model(root, name="h32_gelu"):
     """A tiny random BERT directory from make_tiny.py (MiniLM tokenizer, 30522-token vocab)."""
     import make_tiny

@@ -17,8 +17,8 @@ import pytest
 
 from conftest import assert_embeddings_close, read_fortunes
 from ragged_ctypes import BIN_PATH, Model
-from server_util import (ASAN, Server, http_request_bytes, raw_exchange, read_http_response,
-                         server_env, status_of, tiny_model)
+from server_util import (ASAN, Server, hf_tokenizer, http_request_bytes, raw_exchange,
+                         read_http_response, server_env, status_of, tiny_model)
 
 H_TINY = 32
 TEXTS = ["Hello world!", "The quick brown fox jumps over the lazy dog.",
@@ -48,15 +48,6 @@ def lib_model(tiny_dir):
 def ref64(tiny_dir):
     from ref_bert import RefBert
     return RefBert(tiny_dir)
-
-
-def hf_tokenizer(model_dir):
-    """The HF reference tokenizer, without the padding/truncation tokenizer.json enables."""
-    from tokenizers import Tokenizer
-    t = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
-    t.no_padding()
-    t.no_truncation()
-    return t
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ import ctypes
 import json
 import os
 import shutil
-import signal
 import threading
 import time
 
@@ -27,7 +26,7 @@ import pytest
 import corpus
 import ragged_ctypes as rc
 from conftest import ASAN, DEVICE, DTYPE, assert_embeddings_close
-from server_util import Server, tiny_model
+from server_util import Server, hf_tokenizer, tiny_model
 
 H = 32
 PROMPTS = {"query": "query: ", "passage": "passage: ", "empty": ""}
@@ -71,14 +70,6 @@ def srv(tiny_dir):
 def ref64(tiny_dir):
     from ref_bert import RefBert
     return RefBert(tiny_dir)
-
-
-def hf_tokenizer(model_dir, path=None):
-    from tokenizers import Tokenizer
-    t = Tokenizer.from_file(path or os.path.join(model_dir, "tokenizer.json"))
-    t.no_padding()
-    t.no_truncation()
-    return t
 
 
 @pytest.fixture(scope="module")

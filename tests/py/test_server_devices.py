@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 from ragged_ctypes import Model
-from server_util import ASAN, BIN_PATH, Server, http_request_bytes, server_env, status_of, \
-    tiny_model
+from server_util import ASAN, BIN_PATH, Server, hf_tokenizer, http_request_bytes, server_env, \
+    status_of, tiny_model
 
 DELAY = ["--token-delay-us", 500, "--cache-entries", 0, "--device", "cpu"]
 LONG = " ".join(["hello"] * 118)   # 120 tokens with [CLS] and [SEP]: a 60 ms piece
@@ -46,11 +46,7 @@ def lib_model(tiny_dir):
 
 @pytest.fixture(scope="module")
 def hf_tok(tiny_dir):
-    from tokenizers import Tokenizer
-    t = Tokenizer.from_file(f"{tiny_dir}/tokenizer.json")
-    t.no_padding()
-    t.no_truncation()
-    return t
+    return hf_tokenizer(tiny_dir)
 
 
 @pytest.fixture(scope="module")
