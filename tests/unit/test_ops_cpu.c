@@ -236,6 +236,18 @@ static double bf16_round(float x)
 	return ldexp(nearbyint(ldexp(m, 8)), e - 8); /* 8 significant bits, FE_TONEAREST */
 }
 
+/* A backend copy of the (N, K) weights W0, prepared (rg_op_prepare_weight); free it with
+ * rg_backend_dealloc. */
+static float *prepared_copy(rg_backend *be, const float *W0, int N, int K)
+{
+	float *W;
+
+	assert_int_equal(rg_backend_alloc(be, (size_t)N * K * sizeof(float), (void **)&W), RG_OK);
+	memcpy(W, W0, (size_t)N * K * sizeof(float));
+	assert_int_equal(rg_op_prepare_weight(be, W, N, K), RG_OK);
+	return W;
+}
+
 /* act(A W^T + bias) through the prepared W (W0: its row-major f32 values) for every M of Ms and
  * every act, a bias on every other case, against a double loop over the operands as `round`
  * gives them (NULL: as they are; bf16_round for a bf16 backend), within 1e-5. */
@@ -286,12 +298,9 @@ static void test_gemm_prepared(void **state)
 	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
 	for (size_t s = 0; s < sizeof(NK) / sizeof(NK[0]); s++) {
 		const int N = NK[s][0], K = NK[s][1];
-		float *W0 = rand_buf((size_t)N * K, 1), *W, *bias = rand_buf(N, 1);
+		float *W0 = rand_buf((size_t)N * K, 1), *bias = rand_buf(N, 1);
+		float *W = prepared_copy(be, W0, N, K);
 
-		assert_int_equal(rg_backend_alloc(be, (size_t)N * K * sizeof(float), (void **)&W),
-				 RG_OK);
-		memcpy(W, W0, (size_t)N * K * sizeof(float));
-		assert_int_equal(rg_op_prepare_weight(be, W, N, K), RG_OK);
 		if (rg_dnnl_enabled()) {
 			assert_non_null(rg_dnnl_find(W));
 			/* once only; and the wrong shape is refused, never run on blocked bytes */
@@ -381,12 +390,9 @@ static void test_gemm_prepared_bf16(void **state)
 	assert_int_equal(rg_backend_dtype(be), RG_DTYPE_F32); /* activations stay f32 */
 	for (size_t s = 0; s < sizeof(NK) / sizeof(NK[0]); s++) {
 		const int N = NK[s][0], K = NK[s][1];
-		float *W0 = rand_buf((size_t)N * K, 1), *W, *bias = rand_buf(N, 1);
+		float *W0 = rand_buf((size_t)N * K, 1), *bias = rand_buf(N, 1);
+		float *W = prepared_copy(be, W0, N, K);
 
-		assert_int_equal(rg_backend_alloc(be, (size_t)N * K * sizeof(float), (void **)&W),
-				 RG_OK);
-		memcpy(W, W0, (size_t)N * K * sizeof(float));
-		assert_int_equal(rg_op_prepare_weight(be, W, N, K), RG_OK);
 		assert_non_null(rg_dnnl_find(W));
 		assert_memory_equal(W, W0, (size_t)N * K * sizeof(float)); /* a copy was made */
 		check_prepared(be, W0, W, bias, N, K, Ms, sizeof(Ms) / sizeof(Ms[0]), acts,
