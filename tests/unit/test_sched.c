@@ -968,19 +968,28 @@ static void simulate(const rg_sched_params *p, int n_req)
 	rg_sched_free(s);
 }
 
+/* The simulation's limits for policy k on the cost table t: 512 tokens and 16 requests a batch,
+ * 4 rows of 128 tokens, 32-token slots. */
+static rg_sched_params sim_params(rg_sched_kind k, const rg_cost_table *t)
+{
+	rg_sched_params p = rg_sched_params_default(k);
+
+	p.max_batch_tokens = 512;
+	p.max_batch_requests = 16;
+	p.n_rows = 4;
+	p.row_len = 128;
+	p.slot_len = 32;
+	p.cost = t;
+	return p;
+}
+
 static void test_simulation_all_policies(void **state)
 {
 	(void)state;
 	rg_cost_table *t = lazy_table();
 	for (int k = 0; k < RG_SCHED_N_KINDS; k++) {
 		for (int variant = 0; variant < 2; variant++) {
-			rg_sched_params p = rg_sched_params_default((rg_sched_kind)k);
-			p.max_batch_tokens = 512;
-			p.max_batch_requests = 16;
-			p.n_rows = 4;
-			p.row_len = 128;
-			p.slot_len = 32;
-			p.cost = t;
+			rg_sched_params p = sim_params((rg_sched_kind)k, t);
 			if (variant == 1) {
 				if (k == RG_SCHED_DP) {
 					p.lazy = true;
@@ -1000,13 +1009,7 @@ static void test_simulation_all_policies(void **state)
 		}
 		/* the time budget: the simulation's own clock (0.2 ms + 0.004 ms per computed
 		 * token) as the model, 1 ms per batch: about 200 of the 512 tokens */
-		rg_sched_params p = rg_sched_params_default((rg_sched_kind)k);
-		p.max_batch_tokens = 512;
-		p.max_batch_requests = 16;
-		p.n_rows = 4;
-		p.row_len = 128;
-		p.slot_len = 32;
-		p.cost = t;
+		rg_sched_params p = sim_params((rg_sched_kind)k, t);
 		p.das_packed = k == RG_SCHED_DAS;
 		p.max_batch_ms = k == RG_SCHED_DP ? 4 : 1;
 		p.cost_model = (rg_cost_model){0.2, 0.004, 1e-6};
