@@ -96,9 +96,22 @@ static void test_usage_errors(void **state)
 	}
 }
 
+/* The space-separated word at p into name (at most 63 bytes); the rest of the list, or NULL at
+ * its end. */
+static const char *next_word(const char *p, char name[64])
+{
+	int n = 0;
+
+	while (*p == ' ')
+		p++;
+	if (!*p || sscanf(p, "%63s%n", name, &n) != 1)
+		return NULL;
+	return p + n;
+}
+
 static void test_help_lists_every_option(void **state)
 {
-	char buf[16384] = {0};
+	char buf[16384] = {0}, name[64];
 	FILE *f = fmemopen(buf, sizeof(buf) - 1, "w");
 	(void)state;
 
@@ -110,19 +123,12 @@ static void test_help_lists_every_option(void **state)
 			     "--request-read-timeout-s --max-connections-per-ip "
 			     "--max-buffered-bytes --max-discard-bytes --max-batch-ms "
 			     "--max-client-batch-tokens --admission --shutdown-timeout-s "
-			     "--token-delay-us [RAGGED_PORT] [RAGGED_MAX_BATCH_REQUESTS] [RAGGED_API_KEY] "
-			     "[RAGGED_DAS_PACKED] [RAGGED_SHUTDOWN_TIMEOUT_S]";
-	     *o;) {
-		char name[64];
-		int n = 0;
-
-		sscanf(o, "%63s%n", name, &n);
-		o += n;
-		while (*o == ' ')
-			o++;
+			     "--token-delay-us --devices --cpu-replicas [RAGGED_PORT] "
+			     "[RAGGED_MAX_BATCH_REQUESTS] [RAGGED_API_KEY] [RAGGED_DAS_PACKED] "
+			     "[RAGGED_SHUTDOWN_TIMEOUT_S] [RAGGED_DEVICES]";
+	     (o = next_word(o, name));)
 		if (!strstr(buf, name))
 			fail_msg("--help lacks %s", name);
-	}
 	assert_non_null(strstr(buf, "sequences per batch (256)"));
 }
 
@@ -131,7 +137,7 @@ static void test_help_lists_every_option(void **state)
 static void test_environment(void **state)
 {
 	const char *args[] = {"--port", "9000", "--max-queue=7"};
-	char err[512] = {0};
+	char err[512] = {0}, name[64];
 	FILE *f, *saved;
 	rg_serve_opts o;
 	(void)state;
@@ -205,16 +211,8 @@ static void test_environment(void **state)
 			     "RAGGED_CORS_ALLOW_ORIGIN RAGGED_LAZY RAGGED_DAS_PACKED RAGGED_ETA "
 			     "RAGGED_MAX_BUFFERED_BYTES RAGGED_REQUEST_READ_TIMEOUT_S "
 			     "RAGGED_MAX_CONNECTIONS_PER_IP RAGGED_DEVICE RAGGED_MAX_INPUTS";
-	     *v;) {
-		char name[64];
-		int n = 0;
-
-		sscanf(v, "%63s%n", name, &n);
-		v += n;
-		while (*v == ' ')
-			v++;
+	     (v = next_word(v, name));)
 		unsetenv(name);
-	}
 	assert_int_equal(parse(&o, 0, NULL), -1);
 	assert_int_equal(o.port, 8080);
 	assert_null(o.api_key);
