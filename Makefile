@@ -195,7 +195,10 @@ uninstall:
 		$(DESTDIR)$(LIBDIR)/libragged.a $(DESTDIR)$(INCLUDEDIR)/ragged.h \
 		$(DESTDIR)$(PKGCONFIGDIR)/ragged.pc
 
-# Kernel benchmark (bench/kernels/README.md); not part of `all`.
+# Kernel benchmarks (bench/kernels/README.md); not part of `all`.
+# One sentence on the CPU backend: whole model against its linear layers alone.
+build/bench_cpu_single: bench/kernels/cpu_single.c build/libragged.a
+	$(CC) $(REL_CFLAGS) -o $@ $< build/libragged.a $(REL_LIBS)
 ifeq ($(CUDA),1)
 build/bench_ops: bench/kernels/bench_ops.c build/libragged.a
 	$(CC) $(REL_CFLAGS) -isystem $(CUDA_HOME)/include -o $@ $< build/libragged.a $(REL_LIBS)

@@ -851,7 +851,10 @@ def render_md(res):
              f"{'  (quick)' if m['quick'] else ''}"
              + "".join(f"  {k}={v}" for k, v in m.get("env", {}).items()
                        if k not in ("RAGGED_LIB", "RAGGED_MODEL_DIR")),
-             f"- each runtime in its own process, one at a time; "
+             f"- each runtime in its own process, one at a time"
+             + (f", interleaved in {m['rounds']} rounds (ragged, torch, ort, ragged, ...: a "
+                "fresh process per round; ms = median over the rounds)"
+                if m.get("rounds", 1) > 1 else "") + "; "
              + ("fp32" if m.get("dtype", "fp32") == "fp32" else
                 "**bf16**: ragged with bf16 GEMMs (f32 activations), torch with the whole "
                 "model in bf16, ONNX Runtime fp32 (no bf16 CPU kernels); accuracy columns are "
@@ -960,7 +963,43 @@ def render_md(res):
                 f"{fmt(g and ceil and 100.0 * g / ceil, '.0f')} | "
                 + "/".join(str(sides[s].get("reps_per_batch", "-")) for s in RUNTIMES) + " |")
     lines.append("")
+    if res["meta"].get("rounds", 1) > 1:
+        lines += ["## Rounds", "", "Each round's ms per runtime, in the order run, and the "
+                  "paired ratios (peer ms / ragged ms of the same round): the spread is the "
+                  "host's drift between processes.", "",
+                  "| model | threads | batch x lengths | ragged ms | torch ms | ort ms | "
+                  "ragged/torch per round | ragged/ort per round |",
+                  "|---|---:|---|---|---|---|---|---|"]
+        for run in res["runs"]:
+            for cc in run["cells"]:
+                def rl(key, f=".2f"):
+                    v = cc.get(key)
+                    return " ".join(fmt(x, f) for x in v) if v else "-"
+                lines.append(f"| {run['model']} | {run['threads']} | {cc['batch']} x "
+                             f"{cc['lengths']} | "
+                             + " | ".join(" ".join(fmt(x, ".2f") for x in
+                                                   (cc.get(s) or {}).get("round_ms", []))
+                                          or "-" for s in RUNTIMES)
+                             + f" | {rl('ratio_torch_rounds')} | {rl('ratio_ort_rounds')} |")
+        lines.append("")
     return "\n".join(lines + md_notes(res, "Flagged"))
+
+
+def combine_rounds(cc, rt, x):
+    """The runtime's result for a cell after one more round: x is this round's. With one round,
+    x itself. Else ms and p90 are medians over the rounds measured so far (round_ms keeps each
+    round's ms, in order), tokens/s and GFLOP/s follow the median ms, repetitions add up."""
+    hist = cc.setdefault("rounds", {}).setdefault(rt, [])
+    if x.get("skipped") or x.get("error") or "ms" not in x:
+        return cc.get(rt) if hist else x
+    hist.append(x)
+    if len(hist) == 1:
+        return dict(x, round_ms=[x["ms"]])
+    ms = float(np.median([h["ms"] for h in hist]))
+    return dict(x, ms=ms, p90_ms=float(np.median([h["p90_ms"] for h in hist])),
+                tokens_per_s=x["tokens_per_s"] * x["ms"] / ms, gflops=x["gflops"] * x["ms"] / ms,
+                reps_per_batch=sum(h["reps_per_batch"] for h in hist),
+                reduced=any(h.get("reduced") for h in hist), round_ms=[h["ms"] for h in hist])
 
 
 class Parent:
@@ -1006,7 +1045,7 @@ class Parent:
         self.res = {"meta": {
             "date": now.isoformat(timespec="seconds"), "commit": commit_id(), "device": "cpu",
             "host": self.host, "versions": versions(), "budget_s": a.budget_s,
-            "quick": a.quick, "dtype": a.dtype, "k": a.k, "seed": a.seed, "min_reps": a.min_reps,
+            "quick": a.quick, "dtype": a.dtype, "k": a.k, "rounds": a.rounds, "seed": a.seed, "min_reps": a.min_reps,
             "max_reps": a.max_reps, "threads": self.threads, "argv": sys.argv[1:],
             "cells": [{k: c[k] for k in ("id", "lengths", "batch")} for c in self.cells],
             "models": {n: d for n, d in self.models}, "onnx": {}, "children": [],
@@ -1107,18 +1146,24 @@ class Parent:
             left = self.time_left() - 3
             share = left * w / sum(g[2] for g in groups[gi:])
             g_end = time.time() + share
-            for ri, rt in enumerate(rts):
-                rt_share = max(share / len(rts), (g_end - time.time()) / (len(rts) - ri))
-                self.run_runtime(run, rt, min(rt_share, self.time_left() - 3))
+            slots = [(r, rt) for r in range(self.a.rounds) for rt in rts]
+            for si, (r, rt) in enumerate(slots):
+                rt_share = max(share / len(slots), (g_end - time.time()) / (len(slots) - si))
+                self.run_runtime(run, rt, min(rt_share, self.time_left() - 3), r)
 
-    def run_runtime(self, run, rt, share):
+    def run_runtime(self, run, rt, share, rnd=0):
         a, name, n = self.a, run["model"], run["threads"]
+        if share < 3 and rnd > 0:
+            self.res["notes"].append(f"{name} {n}t {rt}: round {rnd + 1} not run, budget spent")
+            return
         if share < 3:
             run["runtimes"][rt] = {"skipped": f"budget ({self.time_left():.0f} s left)"}
             self.res["notes"].append(f"{name} {n}t {rt}: not run, budget spent")
             self.save()
             return
-        log(f"{name}, {n} thread(s), {rt}: {share:.0f} s of {self.time_left():.0f} s left")
+        log(f"{name}, {n} thread(s), {rt}"
+            + (f", round {rnd + 1} of {a.rounds}" if a.rounds > 1 else "")
+            + f": {share:.0f} s of {self.time_left():.0f} s left")
         cells_by_id = {cc["cell"]: cc for cc in run["cells"]}
 
         def on_msg(tag, obj):
@@ -1126,7 +1171,7 @@ class Parent:
                 run["runtimes"][rt] = obj
             elif tag == "CELL":
                 cc = cells_by_id[obj["cell"]]
-                cc[rt] = {k: v for k, v in obj.items() if k != "cell"}
+                cc[rt] = combine_rounds(cc, rt, {k: v for k, v in obj.items() if k != "cell"})
                 for other in ("ragged", "ort" if REF == "torch" else "torch"):
                     acc = accuracy(self.vec_dir, name, n, cc["cell"], a.k, other)
                     if acc:
@@ -1135,6 +1180,10 @@ class Parent:
                     r, p = cc.get("ragged") or {}, cc.get(peer) or {}
                     if r.get("ms") and p.get("ms"):
                         cc[f"ratio_{peer}"] = p["ms"] / r["ms"]
+                    pairs = [pm / rm for rm, pm in zip(r.get("round_ms", []),
+                                                        p.get("round_ms", []))]
+                    if len(pairs) > 1:
+                        cc[f"ratio_{peer}_rounds"] = pairs
                 x = cc[rt]
                 log(f"  {name} {n}t {rt} {obj['cell']}: "
                     + (x.get("skipped") or f"{x['ms']:.2f} ms (p90 {x['p90_ms']:.2f}), "
@@ -1228,6 +1277,11 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=480.0,
                     help="wall-clock target for the whole run, export and ceilings included")
     ap.add_argument("--k", type=int, default=3, help="batches per cell")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="interleave the runtimes R times per (model, threads) group "
+                         "(ragged, torch, ort, ragged, ...), each round a fresh process with "
+                         "1/R of the runtime's share; cell ms = median over the rounds, so "
+                         "that drift of the host between processes moves all sides alike")
     ap.add_argument("--min-reps", type=int, default=3, help="timed repetitions per batch")
     ap.add_argument("--max-reps", type=int, default=50)
     ap.add_argument("--seed", type=int, default=20261122)

@@ -3,6 +3,8 @@
 # process, in one call: Python dependencies (installed here only, and only when absent), the
 # build, a random-weight BERT-base, then the benchmark under a hard time limit.
 #   OUT=... TIME_LIMIT_S=540 bench/peer/cpu.sh [extra bench_cpu.py args, e.g. --threads 1]
+#   SINGLE_FLOOR=1 SINGLE_FLOOR_ARGS="--tokens 30,64,130 --rounds 3" bench/peer/cpu.sh ...: also
+#   bench/peer/single_floor.py first (one sentence: each runtime's GEMMs against its forward)
 # On a lent GPU machine (no network; carry .gpu_carry): tests/gpu/setup-env.sh supplies the build
 # dependencies and the MiniLM copy (random MiniLM-shaped weights when the carry has none).
 # Results: peer_cpu_<N>core-<cpu>_<date>.json/.md in $OUT (else bench/results/); run.log and
@@ -68,7 +70,7 @@ fi
 
 echo "=== $(date +%T) build (make CUDA=0 build/libragged_internal.so build/ragged: the CPU backend only)"
 if ! timeout $((LIMIT / 2)) make -j"$(nproc)" CUDA=0 build/libragged_internal.so build/ragged \
-	>"$LOGDIR/build.log" 2>&1; then
+	build/bench_cpu_single >"$LOGDIR/build.log" 2>&1; then
 	tail -20 "$LOGDIR/build.log"
 	exit 1
 fi
@@ -77,6 +79,15 @@ BB=build/models/bert-base-random
 if [ ! -f "$BB/model.safetensors" ] || [ ! -f "$BB/1_Pooling/config.json" ]; then
 	echo "=== $(date +%T) random BERT-base -> $BB"
 	python3 bench/serving/make_bert_base.py "$BB" --vocab-from "$VOCAB" || exit 1
+fi
+
+# SINGLE_FLOOR=1: first bench/peer/single_floor.py (each runtime's GEMMs against its whole
+# forward for one sentence, ragged and torch interleaved in rounds), args from SINGLE_FLOOR_ARGS
+if [ "${SINGLE_FLOOR:-0}" = 1 ]; then
+	echo "=== $(date +%T) single_floor ${SINGLE_FLOOR_ARGS:-}"
+	timeout -k 5 $(((LIMIT - (SECONDS - T0)) / 2)) python3 bench/peer/single_floor.py \
+		--model "minilm=$MODEL" --model "bert-base=$BB" --out-dir "$RESDIR" \
+		${SINGLE_FLOOR_ARGS:-} || echo "single_floor failed or timed out: going on"
 fi
 
 LEFT=$((LIMIT - (SECONDS - T0)))
