@@ -13,8 +13,12 @@
  * pooling) and the per-call overheads cost. bench/peer/single_floor.py runs this beside the same
  * split for PyTorch, in rounds, to bound what any runtime built on these GEMMs can reach.
  *
+ * Then each op kind alone over every layer (ops_ms): the four linear layers, attention of the
+ * one sequence (rg_op_attention on the QKV output) and the two residual LayerNorms, each the
+ * median over --budget / 3 seconds.
  * Output: one JSON object per T on stdout:
- *   {"T":64,"model_ms":..,"gemm_ms":..,"gemm_gflops":..,"model_gflops":..,"layers":6,...}
+ *   {"T":64,"model_ms":..,"gemm_ms":..,"gemm_gflops":..,"model_gflops":..,"layers":6,...,
+ *    "ops_ms":{"qkv":..,"out":..,"up_gelu":..,"down":..,"attention":..,"layernorm":..}}
  * GFLOP/s count the linear layers' 2*T*(4H^2 + 2HI) per layer (model_gflops adds attention's
  * 4*H*T^2). Exit status 0, 1 on a load or run failure, 2 on a bad command line.
  * Usage: make build/bench_cpu_single && RAGGED_NUM_THREADS=1 build/bench_cpu_single DIR
@@ -94,6 +98,7 @@ struct gemm_run {
 	struct layer *L;
 	int n_layers, T, H, I;
 	float *x, *qkv, *up, *y;
+	float *gamma, *beta;
 };
 
 static int gemms_once(void *ctx)
@@ -113,6 +118,58 @@ static int gemms_once(void *ctx)
 			return 1;
 	}
 	return 0;
+}
+
+/* One op kind of the forward, alone, for every layer: which is 0..3 the linear layers (QKV,
+ * output, FFN up with GELU, FFN down), 4 attention on the sequence, 5 the two residual
+ * LayerNorms of a layer. */
+struct op_run {
+	struct gemm_run *g;
+	int which, n_heads;
+	int32_t cu[2];
+	float *gamma, *beta;
+};
+
+static int op_once(void *ctx)
+{
+	const struct op_run *o = ctx;
+	const struct gemm_run *g = o->g;
+	const int T = g->T, H = g->H, I = g->I, hd = H / o->n_heads;
+	rg_status s = RG_OK;
+
+	for (int l = 0; l < g->n_layers && s == RG_OK; l++) {
+		const struct layer *L = &g->L[l];
+
+		switch (o->which) {
+		case 0:
+			s = rg_op_gemm_bias_act(g->be, g->x, L->qkv, L->b_qkv, g->qkv, T, 3 * H, H,
+						RG_ACT_NONE);
+			break;
+		case 1:
+			s = rg_op_gemm_bias_act(g->be, g->y, L->o, L->b_o, g->x, T, H, H, RG_ACT_NONE);
+			break;
+		case 2:
+			s = rg_op_gemm_bias_act(g->be, g->x, L->up, L->b_up, g->up, T, I, H,
+						RG_ACT_GELU);
+			break;
+		case 3:
+			s = rg_op_gemm_bias_act(g->be, g->up, L->down, L->b_down, g->y, T, H, I,
+						RG_ACT_NONE);
+			break;
+		case 4:
+			s = rg_op_attention(g->be, g->qkv, o->cu, o->cu, 1, T, o->n_heads, hd,
+					    1.f / sqrtf((float)hd), NULL, NULL, 0, NULL, g->y);
+			break;
+		default:
+			s = rg_op_bias_residual_layernorm(g->be, g->y, L->b_o, g->x, o->gamma,
+							  o->beta, 1e-12f, T, H, g->y);
+			if (s == RG_OK)
+				s = rg_op_bias_residual_layernorm(g->be, g->y, L->b_down, g->x,
+								  o->gamma, o->beta, 1e-12f, T, H,
+								  g->y);
+		}
+	}
+	return s != RG_OK;
 }
 
 static float *rand_buf(size_t n, float scale, unsigned *seed)
@@ -215,7 +272,9 @@ int main(int argc, char **argv)
 	g.y = calloc((size_t)max_t * H, sizeof(float));
 	int32_t *ids = malloc((size_t)max_t * sizeof(int32_t));
 	float *out = malloc((size_t)info->output_dim * sizeof(float));
-	if (!g.x || !g.qkv || !g.up || !g.y || !ids || !out)
+	g.gamma = rand_buf((size_t)H, 1.f, &seed);
+	g.beta = rand_buf((size_t)H, 1.f, &seed);
+	if (!g.x || !g.qkv || !g.up || !g.y || !g.gamma || !g.beta || !ids || !out)
 		return 1;
 
 	for (int ti = 0; ti < n_t; ti++) {
@@ -238,13 +297,31 @@ int main(int argc, char **argv)
 			rc = 1;
 			continue;
 		}
+		static const char *const op_names[6] = {"qkv", "out", "up_gelu", "down",
+							 "attention", "layernorm"};
+		double op_ms[6];
+		struct op_run o = {&g, 0, info->num_attention_heads, {0, T}, g.gamma, g.beta};
+
+		for (int k = 0; k < 6 && rc == 0; k++) {
+			o.which = k;
+			op_ms[k] = 1e3 * median_s(op_once, &o, budget / 3);
+			if (op_ms[k] < 0) {
+				fprintf(stderr, "T=%d %s: %s\n", T, op_names[k], rg_last_error());
+				rc = 1;
+			}
+		}
+		if (rc)
+			continue;
 		const double lin = (double)n_layers * 2.0 * T * (4.0 * H * H + 2.0 * H * I);
 		const double attn = (double)n_layers * 4.0 * H * (double)T * T;
 		printf("{\"T\":%d,\"model_ms\":%.4f,\"gemm_ms\":%.4f,\"gemm_gflops\":%.2f,"
 		       "\"model_gflops\":%.2f,\"layers\":%d,\"hidden_size\":%d,"
-		       "\"intermediate_size\":%d}\n",
+		       "\"intermediate_size\":%d,\"ops_ms\":{",
 		       T, tm * 1e3, tg * 1e3, lin / tg * 1e-9, (lin + attn) / tm * 1e-9, n_layers, H,
 		       I);
+		for (int k = 0; k < 6; k++)
+			printf("%s\"%s\":%.4f", k ? "," : "", op_names[k], op_ms[k]);
+		printf("}}\n");
 		fflush(stdout);
 	}
 	for (int l = 0; l < n_layers; l++) {
@@ -252,7 +329,8 @@ int main(int argc, char **argv)
 		rg_backend_dealloc(be, L[l].up), rg_backend_dealloc(be, L[l].down);
 		free(L[l].b_qkv), free(L[l].b_o), free(L[l].b_up), free(L[l].b_down);
 	}
-	free(L), free(g.x), free(g.qkv), free(g.up), free(g.y), free(ids), free(out);
+	free(L), free(g.x), free(g.qkv), free(g.up), free(g.y), free(g.gamma), free(g.beta);
+	free(ids), free(out);
 	rg_backend_free(be);
 	rg_model_free(m);
 	return rc;
