@@ -79,6 +79,7 @@ from bench_graphed import (Batch, commit_id, fmt, make_batch, md_notes, model_fl
                            pct, row_cos, slug, st_pooling, write_results)
 
 RUNTIMES = ("ragged", "torch", "ort")
+MIN_SLOT_S = 25.0  # with --rounds: the least one runtime's round gets (load + warm-up + cells)
 COS_MIN = 0.99999            # fp32 vs fp32
 DTYPE = "fp32"               # --dtype: bf16 runs ragged and torch in bf16, ORT stays fp32
 REF = "torch"                # the runtime the accuracy columns compare against (ort for bf16)
@@ -1148,7 +1149,10 @@ class Parent:
             g_end = time.time() + share
             slots = [(r, rt) for r in range(self.a.rounds) for rt in rts]
             for si, (r, rt) in enumerate(slots):
-                rt_share = max(share / len(slots), (g_end - time.time()) / (len(slots) - si))
+                # a round's process spends seconds importing and loading (torch: about 10 s
+                # on the lent Xeon) before its first cell: never less than MIN_SLOT_S
+                rt_share = max(share / len(slots), (g_end - time.time()) / (len(slots) - si),
+                               MIN_SLOT_S if self.a.rounds > 1 else 0.0)
                 self.run_runtime(run, rt, min(rt_share, self.time_left() - 3), r)
 
     def run_runtime(self, run, rt, share, rnd=0):

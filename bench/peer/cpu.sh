@@ -82,12 +82,15 @@ if [ ! -f "$BB/model.safetensors" ] || [ ! -f "$BB/1_Pooling/config.json" ]; the
 fi
 
 # SINGLE_FLOOR=1: first bench/peer/single_floor.py (each runtime's GEMMs against its whole
-# forward for one sentence, ragged and torch interleaved in rounds), args from SINGLE_FLOOR_ARGS
+# forward for one sentence, the runtimes interleaved in rounds), args from SINGLE_FLOOR_ARGS,
+# at most SINGLE_FLOOR_S seconds (default: half the time left); SINGLE_FLOOR_ONLY=1 stops there
 if [ "${SINGLE_FLOOR:-0}" = 1 ]; then
 	echo "=== $(date +%T) single_floor ${SINGLE_FLOOR_ARGS:-}"
-	timeout -k 5 $(((LIMIT - (SECONDS - T0)) / 2)) python3 bench/peer/single_floor.py \
+	timeout -k 5 "${SINGLE_FLOOR_S:-$(((LIMIT - (SECONDS - T0)) / 2))}" \
+		python3 bench/peer/single_floor.py \
 		--model "minilm=$MODEL" --model "bert-base=$BB" --out-dir "$RESDIR" \
 		${SINGLE_FLOOR_ARGS:-} || echo "single_floor failed or timed out: going on"
+	[ "${SINGLE_FLOOR_ONLY:-0}" = 1 ] && exit 0
 fi
 
 LEFT=$((LIMIT - (SECONDS - T0)))
