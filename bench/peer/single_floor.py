@@ -36,6 +36,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TARGET = 1.5
 
 
+def median_ms(fn, budget_s):
+    """Median ms of fn() over repetitions filling budget_s (at least 5), after 3 warm-ups."""
+    for _ in range(3):
+        fn()
+    ts, end = [], time.perf_counter() + budget_s
+    while len(ts) < 5 or time.perf_counter() < end:
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e3
+
+
 def torch_child(a):
     import torch
     import torch.nn.functional as F
@@ -50,16 +62,6 @@ def torch_child(a):
                for m in (layer.attention.self.query, layer.attention.self.key,
                          layer.attention.self.value, layer.attention.output.dense,
                          layer.intermediate.dense, layer.output.dense)]
-
-    def median_ms(fn):
-        for _ in range(3):
-            fn()
-        ts, end = [], time.perf_counter() + a.budget
-        while len(ts) < 5 or time.perf_counter() < end:
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts) * 1e3
 
     with torch.inference_mode():
         for T in a.tokens:
@@ -77,7 +79,8 @@ def torch_child(a):
             def gemms():
                 for w, b in linears:
                     F.linear(x[w.shape[1]], w, b)
-            print(json.dumps({"T": T, "model_ms": median_ms(whole), "gemm_ms": median_ms(gemms),
+            print(json.dumps({"T": T, "model_ms": median_ms(whole, a.budget),
+                              "gemm_ms": median_ms(gemms, a.budget),
                               "torch": torch.__version__,
                               "blas": "mkl" if torch.backends.mkl.is_available() else "other",
                               "mkldnn": torch.backends.mkldnn.is_available()}), flush=True)
@@ -115,14 +118,7 @@ def ort_child(a):
             h = sess.run(["last_hidden_state"], feed)[0]
             v = h.mean(1)
             return v / np.linalg.norm(v, axis=-1, keepdims=True)
-        for _ in range(3):
-            whole()
-        ts, end = [], time.perf_counter() + a.budget
-        while len(ts) < 5 or time.perf_counter() < end:
-            t0 = time.perf_counter()
-            whole()
-            ts.append(time.perf_counter() - t0)
-        model_ms = statistics.median(ts) * 1e3
+        model_ms = median_ms(whole, a.budget)
         ps = session(True)
         n_prof = 20
         for _ in range(3 + n_prof):
