@@ -1046,7 +1046,8 @@ class Parent:
         self.res = {"meta": {
             "date": now.isoformat(timespec="seconds"), "commit": commit_id(), "device": "cpu",
             "host": self.host, "versions": versions(), "budget_s": a.budget_s,
-            "quick": a.quick, "dtype": a.dtype, "k": a.k, "rounds": a.rounds, "seed": a.seed, "min_reps": a.min_reps,
+            "quick": a.quick, "dtype": a.dtype, "k": a.k, "rounds": a.rounds, "seed": a.seed,
+            "min_reps": a.min_reps,
             "max_reps": a.max_reps, "threads": self.threads, "argv": sys.argv[1:],
             "cells": [{k: c[k] for k in ("id", "lengths", "batch")} for c in self.cells],
             "models": {n: d for n, d in self.models}, "onnx": {}, "children": [],

@@ -33,6 +33,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_cpu  # noqa: E402  (its ONNX export, host description and commit id)
 TARGET = 1.5
 
 
@@ -151,8 +153,6 @@ def ort_child(a):
 
 def export_onnx(a, name, d):
     """bench_cpu.py's ONNX export (cached in --onnx-cache, shared with bench_cpu.py), or None."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import bench_cpu
     os.makedirs(a.onnx_cache, exist_ok=True)
     path = bench_cpu.onnx_path_for(a.onnx_cache, name, d)
     if not os.path.exists(path):
@@ -181,21 +181,6 @@ def run_side(side, a, name, d, onnx=None):
     if p.returncode != 0 or len(rows) != len(a.tokens):
         raise SystemExit(f"{side} {name}: exit {p.returncode}\n{p.stderr[-2000:]}")
     return rows
-
-
-def host_cpu():
-    for ln in open("/proc/cpuinfo"):
-        if ln.startswith("model name"):
-            return ln.split(":", 1)[1].strip()
-    return "unknown"
-
-
-def commit():
-    try:
-        return subprocess.run(["bash", os.path.join(ROOT, "scripts", "commit-id.sh"), ROOT],
-                              capture_output=True, text=True).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 def render(res):
@@ -291,8 +276,9 @@ def main():
     if a.child == "ort":
         return ort_child(a)
     now = datetime.datetime.now(datetime.timezone.utc)
-    res = {"meta": {"date": now.isoformat(timespec="seconds"), "commit": commit(),
-                    "cpu": host_cpu(), "threads": a.threads, "rounds": a.rounds,
+    res = {"meta": {"date": now.isoformat(timespec="seconds"), "commit": bench_cpu.commit_id(),
+                    "cpu": bench_cpu.host_info()["cpu_model"], "threads": a.threads,
+                    "rounds": a.rounds,
                     "budget_s": a.budget}, "results": {}}
     tag = a.tag or f"{now:%Y%m%d-%H%M}"
     base = os.path.join(a.out_dir, f"single_floor_{tag}")
