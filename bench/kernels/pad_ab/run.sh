@@ -4,23 +4,14 @@
 # (A: r & ~15 then r & 15 rows) against every tile in one call over zero-padded rows (P:
 # pad_tiles.patch), built from the same tree, alternating 4 times, bench_cpu_single at 1 thread
 # (pinned to CPU 5) and 16 threads. JSON lines on stdout. Not landed: P was slower.
-ROOT=$(cd "$(dirname "$0")/../../.." && pwd); CARRY=$ROOT/.gpu_carry; cd "$ROOT"
-source tests/gpu/setup-env.sh >/dev/null
-O=${OUT:-/tmp}
-make -j16 CUDA=0 build/bench_cpu_single >$O/build.log 2>&1 || { tail $O/build.log; exit 1; }
-cp build/bench_cpu_single bench/kernels/pad_ab/bcs_A
+source "$(dirname "$0")/../ab_common.sh" # ROOT (cwd), CARRY, O, ab_build, ab_models, ab_rounds
+ab_build bench/kernels/pad_ab A
 cp src/ops/cpu/gemm_dnnl.c /tmp/gemm_dnnl_orig.c
 patch -s -o /tmp/gemm_dnnl_pad.c src/ops/cpu/gemm_dnnl.c bench/kernels/pad_ab/pad_tiles.patch || exit 1
 cp /tmp/gemm_dnnl_pad.c src/ops/cpu/gemm_dnnl.c
-make -j16 CUDA=0 build/bench_cpu_single >>$O/build.log 2>&1 || { tail $O/build.log; exit 1; }
-cp build/bench_cpu_single bench/kernels/pad_ab/bcs_P
+ab_build bench/kernels/pad_ab P
 cp /tmp/gemm_dnnl_orig.c src/ops/cpu/gemm_dnnl.c
-V=build/models/vocab-synthetic; mkdir -p $V
-python3 -c 'import sys
-t = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-sys.stdout.write("\n".join(t + [f"w{i}" for i in range(30522 - len(t))]) + "\n")' >$V/vocab.txt
-python3 bench/serving/make_bert_base.py build/models/minilm-random --arch minilm --vocab-from $V >/dev/null || exit 1
-python3 bench/serving/make_bert_base.py build/models/bert-base-random --vocab-from $V >/dev/null || exit 1
+ab_models
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-); commit $(cat .gpu_carry/COMMIT)"
 for i in 1 2 3 4; do
 	for v in A P; do

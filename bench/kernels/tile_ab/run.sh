@@ -6,42 +6,22 @@
 # splits) with three weight-stream rates B (bytes/ns per core: 10, 25, 60). All four are built
 # from the same tree and alternated, ROUNDS times; bench_cpu_single at THREADS (16) threads.
 # JSON lines on stdout. Not landed: the planner was slower (0.79x at BERT-base, 130 tokens).
-ROOT=$(cd "$(dirname "$0")/../../.." && pwd); CARRY=$ROOT/.gpu_carry; cd "$ROOT"
+source "$(dirname "$0")/../ab_common.sh" # ROOT (cwd), CARRY, O, ab_build, ab_models, ab_rounds
 AB=bench/kernels/tile_ab # (not D: setup-env.sh sets D)
-source tests/gpu/setup-env.sh >/dev/null
-O=${OUT:-/tmp}
 ROUNDS=${ROUNDS:-3}
-build() { # variant: build bench_cpu_single into $AB/bcs_<variant>
-	make -j16 CUDA=0 build/bench_cpu_single >>$O/build.log 2>&1 || { tail $O/build.log; exit 1; }
-	cp build/bench_cpu_single $AB/bcs_$1
-}
-build O
+ab_build $AB O
 cp src/ops/cpu/gemm_dnnl.c /tmp/gemm_dnnl_orig.c
 git apply $AB/tile_planner.patch 2>/dev/null || patch -s -p1 <$AB/tile_planner.patch || exit 1
 cp src/ops/cpu/gemm_tiles.c /tmp/gemm_tiles_new.c
 for b in 10 25 60; do
 	sed "s/^#define RG_GEMM_TILE_WBYTES_NS .*/#define RG_GEMM_TILE_WBYTES_NS $b.0/" /tmp/gemm_tiles_new.c >src/ops/cpu/gemm_tiles.c
-	build B$b
+	ab_build $AB B$b
 done
 # back to the tree as it came
 cp /tmp/gemm_dnnl_orig.c src/ops/cpu/gemm_dnnl.c
 rm -f src/ops/cpu/gemm_tiles.[ch] tests/unit/test_gemm_tiles.c
 git checkout -- scripts/run-tests.sh 2>/dev/null || patch -s -R -p1 --include=scripts/run-tests.sh <$AB/tile_planner.patch
 cmp -s $AB/bcs_O $AB/bcs_B25 && { echo "O and B25 are one binary: no A/B" >&2; exit 1; }
-V=build/models/vocab-synthetic; mkdir -p $V
-python3 -c 'import sys
-t = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-sys.stdout.write("\n".join(t + [f"w{i}" for i in range(30522 - len(t))]) + "\n")' >$V/vocab.txt
-python3 bench/serving/make_bert_base.py build/models/minilm-random --arch minilm --vocab-from $V >/dev/null || exit 1
-python3 bench/serving/make_bert_base.py build/models/bert-base-random --vocab-from $V >/dev/null || exit 1
+ab_models
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-); commit $(cat .gpu_carry/COMMIT 2>/dev/null)" >&2
-for i in $(seq $ROUNDS); do
-	for v in O B10 B25 B60; do
-		for m in minilm bert-base; do
-			for t in ${THREADS:-16}; do
-				RAGGED_NUM_THREADS=$t OMP_NUM_THREADS=1 $AB/bcs_$v build/models/$m-random --tokens 30,64,130,163,250 --budget 0.25 |
-					sed "s/^/{\"v\":\"$v\",\"m\":\"$m\",\"threads\":$t,\"round\":$i,\"r\":/; s/}\$/}}/"
-			done
-		done
-	done
-done
+ab_rounds $AB "$ROUNDS" "O B10 B25 B60" "${THREADS:-16}" 30,64,130,163,250
