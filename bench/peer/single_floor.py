@@ -183,6 +183,11 @@ def run_side(side, a, name, d, onnx=None):
     return rows
 
 
+NO_ORT = ("ONNX Runtime was not run here (--no-ort, or its export failed), so this file compares "
+          "ragged with PyTorch alone. bench_cpu.py's peer runs (peer_cpu_*.md) and a "
+          "single_floor run without --no-ort put ragged beside both PyTorch and ONNX Runtime.")
+
+
 def render(res):
     m = res["meta"]
     out = [f"# One sentence on the CPU: each runtime's GEMMs against its whole forward, "
@@ -230,6 +235,8 @@ def render(res):
                     f"{r['gflop'] / r['ragged_gemm_ms']:.0f} / {r['gflop'] / r['ort_gemm_ms']:.0f} "
                     f"| {r['ragged_model_ms'] - r['ragged_gemm_ms']:.2f} | "
                     f"{r['ort_model_ms'] - r['ort_gemm_ms']:.2f} |")
+    else:
+        out += ["", NO_ORT]
     out += ["", "Each op kind alone, ms per sentence over all layers (medians over the rounds; "
             "ragged: bench_cpu_single's ops; ort: profiled kernel time per op type):", ""]
     for name, rows in res["results"].items():
