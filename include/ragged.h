@@ -329,6 +329,36 @@ RG_API rg_status rg_default_model_dir(char *buf, size_t buflen);
  * RG_ERR_FORMAT for a refs/main without a commit hash. Nothing is downloaded. */
 RG_API rg_status rg_model_dir_resolve(const char *model, char *buf, size_t buflen);
 
+/* ---------------------------------------------------------------------------------------------
+ * Decoders: the step API (issue 19). The contract between a scheduler (rg_generate, the server's
+ * iteration-level engine) and the model runner, as vLLM's scheduler output and TEI's Batch are.
+ *
+ * The KV cache lives in fixed-size blocks (PagedAttention, Kwon et al. SOSP'23): block b holds
+ * block_size consecutive positions of one sequence, for every layer and KV head. Which blocks a
+ * sequence owns is the caller's bookkeeping (src/kv/); the runner only reads block tables and
+ * writes the slots it is told to. Slot s = block * block_size + offset.
+ *
+ * One step runs a mixed batch: prefill chunks (several new tokens of a sequence) and decode tokens
+ * (one new token) together, packed without padding. Sequence i's new tokens are rows
+ * cu_seqlens_q[i] .. cu_seqlens_q[i+1]-1 and sit at positions context_lens[i] - n_new_i ..
+ * context_lens[i] - 1; token j of sequence i attends (causally) to every cached position of i
+ * and to its own new tokens up to itself. All arrays are host memory, owned by the caller, and
+ * only read during the call. */
+typedef struct rg_step_batch {
+	int n_tokens;                /* new tokens in this step, all sequences together, >= 1 */
+	const int32_t *tokens;       /* (n_tokens) token ids, 0 <= id < vocab_size */
+	const int32_t *positions;    /* (n_tokens) absolute 0-based position of each new token */
+	int n_seq;                   /* sequences in this step, >= 1 */
+	const int32_t *cu_seqlens_q; /* (n_seq + 1) prefix sums of new tokens per sequence */
+	const int32_t *context_lens; /* (n_seq) tokens in the KV cache after this step (cached + new) */
+	int max_blocks_per_seq;      /* row stride of block_tables */
+	const int32_t *block_tables; /* (n_seq, max_blocks_per_seq) physical block ids, row-major;
+				      * entries past ceil(context_lens[i] / block_size) are ignored */
+	const int32_t *slot_mapping; /* (n_tokens) KV slot each new token's K and V are written to */
+	int n_logits;                /* rows whose logits are wanted, >= 0 */
+	const int32_t *logits_rows;  /* (n_logits) indices into the n_tokens new tokens */
+} rg_step_batch;
+
 #ifdef __cplusplus
 }
 #endif
