@@ -833,6 +833,28 @@ rg_status rg_gguf_get_i64(const rg_gguf *g, const char *key, int64_t *out)
 		       "an integer (int64)", out);
 }
 
+rg_status rg_gguf_get_u64(const rg_gguf *g, const char *key, uint64_t *out)
+{
+	const gg_kv *kv;
+	int64_t sv = 0;
+	uint64_t uv = 0;
+	int k;
+	rg_status s;
+
+	if ((s = kv_get(g, key, &kv)) != RG_OK)
+		return s;
+	if (kv->type == RG_GGUF_VT_ARRAY || kv->type == RG_GGUF_VT_STRING)
+		return kv_type_err(g, key, kv, "an integer (uint64)");
+	k = int_decode(g->buf + kv->val, kv->type, &sv, &uv);
+	if (k < 0)
+		return kv_type_err(g, key, kv, "an integer (uint64)");
+	if (k == 0 && sv < 0)
+		return rg_errorf(RG_ERR_FORMAT, "%s: metadata key '%s' = %lld does not fit uint64",
+				 g->path, key, (long long)sv);
+	*out = k == 1 ? uv : (uint64_t)sv;
+	return RG_OK;
+}
+
 /* f32 or f64 element at p as float. */
 static bool float_decode(const uint8_t *p, uint32_t vt, float *out)
 {

@@ -116,6 +116,7 @@ RG_TEST_API rg_status rg_gguf_get_type(const rg_gguf *g, const char *key, uint32
 /* Any integer type whose value fits (u8..u64, i8..i64); bool is not an integer. */
 RG_TEST_API rg_status rg_gguf_get_u32(const rg_gguf *g, const char *key, uint32_t *out);
 RG_TEST_API rg_status rg_gguf_get_i64(const rg_gguf *g, const char *key, int64_t *out);
+RG_TEST_API rg_status rg_gguf_get_u64(const rg_gguf *g, const char *key, uint64_t *out);
 /* f32, or f64 rounded to nearest float. */
 RG_TEST_API rg_status rg_gguf_get_f32(const rg_gguf *g, const char *key, float *out);
 RG_TEST_API rg_status rg_gguf_get_bool(const rg_gguf *g, const char *key, bool *out);
