@@ -198,8 +198,9 @@ def _check_metadata(g, reader):
         assert got == want, k
 
 
-def _check_tensors(g, reader):
-    """Names, shapes (ne = numpy shape reversed), types, bytes and bit-identical dequantization."""
+def _check_tensors(g, reader, dequant=lambda name: True):
+    """Names, shapes (ne = numpy shape reversed), types, bytes and bit-identical dequantization
+    (of the tensors dequant(name) selects)."""
     ts = g.tensors()
     assert len(ts) == len(reader.tensors)
     for t, rt in zip(ts, reader.tensors):
@@ -211,6 +212,8 @@ def _check_tensors(g, reader):
         assert ctypes.string_at(t.data, t.nbytes) == rt.data.tobytes(), rt.name
         found = g.l.rg_gguf_find(g.h, rt.name.encode())
         assert found and ctypes.addressof(found.contents) == ctypes.addressof(t)
+        if not dequant(rt.name):
+            continue
         got = g.to_f32(t)
         ref = gguf.quants.dequantize(rt.data, rt.tensor_type).astype(np.float32).ravel()
         assert got.shape == ref.shape, rt.name
@@ -482,7 +485,11 @@ def test_smollm2_tensors_bit_identical(smollm2):
     path, reader = smollm2
     g = Gguf(path)
     assert g.l.rg_gguf_n_tensors(g.h) == 272
-    _check_tensors(g, reader)
+    # every tensor; under ASan (several times slower) the embedding and layer 0, which hold
+    # every type of the file (Q8_0, Q4_1, F32)
+    asan = os.environ.get("RAGGED_ASAN") == "1"
+    _check_tensors(g, reader, lambda n: not asan or not n.startswith("blk.") or
+                   n.startswith("blk.0."))
     t = g.l.rg_gguf_find(g.h, b"token_embd.weight").contents
     assert list(t.ne) == [576, 49152, 1, 1] and t.type == QT.Q8_0
 
