@@ -672,6 +672,7 @@ rg_status rg_gguf_open(const char *path, rg_gguf **out)
 {
 	struct stat sb;
 	rg_gguf *g;
+	void *mem;
 	int fd;
 	rg_status s;
 
@@ -699,11 +700,12 @@ rg_status rg_gguf_open(const char *path, rg_gguf **out)
 		goto out_close_fd;
 	}
 	g->len = (size_t)sb.st_size;
-	g->buf = aligned_alloc(64, (g->len + 64) & ~(size_t)63);
-	if (!g->buf) {
+	/* exactly len bytes (not rounded up), so a sanitizer sees any read past the file */
+	if (posix_memalign(&mem, 64, g->len ? g->len : 1)) {
 		s = rg_errorf(RG_ERR_OOM, "%s: out of memory for %zu bytes", path, g->len);
 		goto out_close_fd;
 	}
+	g->buf = mem;
 	if ((s = gg_read_all(fd, g->buf, g->len, path)) != RG_OK)
 		goto out_close_fd;
 	close(fd);
