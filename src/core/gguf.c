@@ -265,12 +265,16 @@ static rg_status strs_push(rg_gguf *g, const void *p, size_t len, size_t *off)
 	return RG_OK;
 }
 
-/* Set r->what to "<kind> <i> ('<name>')", the name cut to GG_NAME_SHOWN bytes. */
+/* Set r->what to "<kind> <i> ('<name>')", the name cut to GG_NAME_SHOWN bytes and its control
+ * bytes shown as '?' (messages end up in logs and HTTP replies). */
 static void rd_what_named(gg_rd *r, const char *kind, uint64_t i, const uint8_t *name, size_t len)
 {
 	int shown = len > GG_NAME_SHOWN ? GG_NAME_SHOWN : (int)len;
 	snprintf(r->what, sizeof(r->what), "%s %llu ('%.*s%s')", kind, (unsigned long long)i, shown,
 		 (const char *)name, len > GG_NAME_SHOWN ? "..." : "");
+	for (char *c = r->what; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
 }
 
 /* One metadata entry. */

@@ -547,6 +547,10 @@ static void test_bad_values(void **state)
 	gb_zeros(&b, 12);
 	EXPECT_FAIL(&b, RG_ERR_FORMAT, "'k'", "bool value is 2");
 	gb_header(&b, 3, 0, 1);
+	gb_str(&b, "line\nbreak");
+	gb_u32(&b, 77);
+	EXPECT_FAIL(&b, RG_ERR_FORMAT, "'line?break'", "unknown value type 77");
+	gb_header(&b, 3, 0, 1);
 	gb_strn(&b, "a\0b", 3);
 	gb_u32(&b, RG_GGUF_VT_UINT8);
 	gb_u8(&b, 0);
