@@ -567,13 +567,25 @@ rg_sampler *rg_sampler_init_no_repeat_ngram(int n, const int32_t *prompt, int n_
 typedef struct param_ctx {
 	float f;
 	int k;
+	float *vals;      /* top-k scratch: (cap) logits, allocated on first use and kept */
+	int32_t *idx;     /* (2 * cap) */
+	int cap;
 } param_ctx;
 
-static void param_free(rg_sampler *s) { free(s->ctx); }
+static void param_free(rg_sampler *s)
+{
+	param_ctx *c = s->ctx;
+
+	if (c) {
+		free(c->vals);
+		free(c->idx);
+		free(c);
+	}
+}
 
 static rg_sampler *param_new(const rg_sampler_i *iface, float f, int k)
 {
-	param_ctx *c = malloc(sizeof(*c));
+	param_ctx *c = calloc(1, sizeof(*c));
 	rg_sampler *out;
 
 	if (!c)
@@ -606,38 +618,40 @@ static rg_status temp_apply(rg_sampler *s, rg_token_array *cur, rg_rng *rng)
 
 static const char *topk_name(const rg_sampler *s) { (void)s; return "top-k"; }
 
-/* keep logits >= the k-th largest, found by the hierarchical top-k (gen/topk.h) */
+/* keep logits >= the k-th largest, found by the hierarchical top-k (gen/topk.h); the scratch
+ * lives in the sampler, allocated at the first call (one per sequence, not per step) */
 static rg_status topk_apply(rg_sampler *s, rg_token_array *cur, rg_rng *rng)
 {
-	int k = ((param_ctx *)s->ctx)->k;
-	float *v;
-	int32_t *ix;
+	param_ctx *c = s->ctx;
+	int k = c->k, n = cur->size, m = 0;
 	float kth;
-	int m = 0;
 	rg_status st;
 	(void)rng;
 
-	if (k <= 0 || k >= cur->size)
+	if (k <= 0 || k >= n)
 		return RG_OK;
-	v = malloc((size_t)cur->size * sizeof(float));
-	ix = malloc((size_t)cur->size * sizeof(int32_t) * 2);
-	if (!v || !ix) {
-		st = rg_errorf(RG_ERR_OOM, "top-k: out of memory");
-		goto out_free;
+	if (n > c->cap) {
+		float *v = realloc(c->vals, (size_t)n * sizeof(float));
+		int32_t *ix;
+
+		if (!v)
+			return rg_errorf(RG_ERR_OOM, "top-k: out of memory");
+		c->vals = v;
+		if (!(ix = realloc(c->idx, (size_t)n * 2 * sizeof(int32_t))))
+			return rg_errorf(RG_ERR_OOM, "top-k: out of memory");
+		c->idx = ix;
+		c->cap = n;
 	}
-	for (int i = 0; i < cur->size; i++)
-		v[i] = cur->data[i].logit;
-	if ((st = rg_topk_hier(v, cur->size, k, ix, NULL, ix + cur->size, NULL)) != RG_OK)
-		goto out_free;
-	kth = v[ix[k - 1]];
-	for (int i = 0; i < cur->size; i++)
+	for (int i = 0; i < n; i++)
+		c->vals[i] = cur->data[i].logit;
+	if ((st = rg_topk_hier(c->vals, n, k, c->idx, NULL, c->idx + n, NULL)) != RG_OK)
+		return st;
+	kth = c->vals[c->idx[k - 1]];
+	for (int i = 0; i < n; i++)
 		if (cur->data[i].logit >= kth)
 			cur->data[m++] = cur->data[i];
 	cur->size = m; /* order kept: still by id or by logit */
-out_free:
-	free(v);
-	free(ix);
-	return st;
+	return RG_OK;
 }
 
 static const char *topp_name(const rg_sampler *s) { (void)s; return "top-p"; }

@@ -720,3 +720,55 @@ def test_blocks_return_after_errors(mode):
     small = Pool(10, 2)
     run(ToyRunner(V, block_size=2), PROMPTS, params(**kw), small, expect=RG_ERR_BUSY)
     assert small.used() == 0
+
+
+@pytest.mark.parametrize("beams", [False, True])
+def test_streaming_callback_and_stop_strings(beams):
+    """on_token sees every returned token in order; a stop string cuts the text before it."""
+    V = 26
+    seen = {}
+
+    def on_token(ctx, seq, tok, lp):
+        seen.setdefault(seq, []).append((tok, lp))
+        return RG_OK
+
+    def detok(ctx, ids, n, text_p, len_p):
+        s = bytes(ord("a") + ids[i] % 26 for i in range(n))
+        buf = rc._libc.malloc(n + 1)
+        ctypes.memmove(buf, s + b"\0", n + 1)
+        text_p[0] = buf
+        len_p[0] = n
+        return RG_OK
+
+    rc._libc.malloc.restype = ctypes.c_void_p
+    rc._libc.malloc.argtypes = [ctypes.c_size_t]
+    cb, dt = TOKEN_FN(on_token), DETOK_FN(detok)
+    kw = dict(num_beams=3, n=2) if beams else dict(n=2, do_sample=True, seed=4)
+    p = params(max_tokens=10, **kw)
+    p.on_token, p.detokenize = cb, dt
+    toy, pool = ToyRunner(V), Pool(256, 4)
+    out = run(toy, PROMPTS[:3], p, pool)
+    for k, o in enumerate(out):
+        assert [t for t, _ in seen[k]] == o["ids"]
+        np.testing.assert_array_equal([lp for _, lp in seen[k]], np.float32(o["logprobs"]))
+    if beams:
+        return
+    # a stop string made of the 4th and 5th letters of the first sample: generation stops there
+    full = "".join(chr(ord("a") + t % 26) for t in out[0]["ids"])
+    stop = full[3:5]
+    cut = full.index(stop)
+    arr = (ctypes.c_char_p * 1)(stop.encode())
+    p.stop, p.n_stop = ctypes.cast(arr, ctypes.POINTER(ctypes.c_char_p)), 1
+    l = glib()
+    a = [(ctypes.c_int32 * len(PROMPTS[0]))(*PROMPTS[0])]
+    ptrs = (I32P * 1)(ctypes.cast(a[0], I32P))
+    lens = (ctypes.c_int * 1)(len(PROMPTS[0]))
+    res = ctypes.POINTER(GenResult)()
+    assert l.rg_gen_run(ctypes.byref(toy.runner), pool.p, ptrs, lens, 1, ctypes.byref(p),
+                        ctypes.byref(res)) == RG_OK
+    s0 = res.contents.seqs[0]
+    assert FINISH[s0.finish] == "stop"
+    assert s0.text == full[:cut].encode() and s0.text_len == cut
+    assert [s0.ids[i] for i in range(s0.n_ids)] == out[0]["ids"][:cut + 2]
+    l.rg_gen_result_free(res)
+    assert pool.used() == 0

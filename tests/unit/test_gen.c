@@ -558,6 +558,79 @@ static void test_sampler_support(void **state)
 	}
 }
 
+/* clone carries the accepted history (penalties, n-grams); reset forgets it */
+static void test_sampler_clone_reset(void **state)
+{
+	float lg[30];
+	rg_sampling_params p;
+	rg_sampler *a, *b;
+	rg_token_array work;
+	rg_rng ra, rb;
+	int32_t prompt[] = {4, 5};
+	(void)state;
+
+	rng = 11;
+	for (int v = 0; v < 30; v++)
+		lg[v] = (float)(next_u64() % 1000) / 200.f;
+	rg_sampling_params_default(&p);
+	p.do_sample = true;
+	p.top_k = 12;
+	p.repetition_penalty = 2.f;
+	p.frequency_penalty = 1.f;
+	p.no_repeat_ngram_size = 2;
+	work.data = malloc(30 * sizeof(rg_token_data));
+	assert_int_equal(rg_sampler_from_params(&p, 30, prompt, 2, &a), RG_OK);
+	assert_string_equal(rg_sampler_name(a), "chain");
+	for (int i = 0; i < 5; i++)
+		rg_sampler_accept(a, (int32_t)(i * 7 % 30));
+	assert_non_null(b = rg_sampler_clone(a));
+	rg_rng_seed(&ra, 3);
+	rg_rng_seed(&rb, 3);
+	for (int i = 0; i < 50; i++) {
+		int32_t ta, tb;
+		float la, lb;
+
+		assert_int_equal(rg_sampler_sample(a, lg, 30, &ra, &work, 0, &ta, &la, NULL, NULL),
+				 RG_OK);
+		assert_int_equal(rg_sampler_sample(b, lg, 30, &rb, &work, 0, &tb, &lb, NULL, NULL),
+				 RG_OK);
+		assert_int_equal(ta, tb);
+		assert_true(la == lb);
+		rg_sampler_accept(a, ta);
+		rg_sampler_accept(b, tb);
+	}
+	/* after reset, a matches a fresh chain */
+	rg_sampler_reset(a);
+	rg_sampler_free(b);
+	assert_int_equal(rg_sampler_from_params(&p, 30, prompt, 2, &b), RG_OK);
+	rg_rng_seed(&ra, 9);
+	rg_rng_seed(&rb, 9);
+	for (int i = 0; i < 20; i++) {
+		int32_t ta, tb;
+		float la, lb;
+
+		assert_int_equal(rg_sampler_sample(a, lg, 30, &ra, &work, 0, &ta, &la, NULL, NULL),
+				 RG_OK);
+		assert_int_equal(rg_sampler_sample(b, lg, 30, &rb, &work, 0, &tb, &lb, NULL, NULL),
+				 RG_OK);
+		assert_int_equal(ta, tb);
+		rg_sampler_accept(a, ta);
+		rg_sampler_accept(b, tb);
+	}
+	/* NaN logits are refused, not sampled */
+	lg[3] = NAN;
+	{
+		int32_t t;
+		float l;
+
+		assert_int_equal(rg_sampler_sample(a, lg, 30, &ra, &work, 0, &t, &l, NULL, NULL),
+				 RG_ERR_INTERNAL);
+	}
+	rg_sampler_free(a);
+	rg_sampler_free(b);
+	free(work.data);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -568,6 +641,7 @@ int main(void)
 		cmocka_unit_test(test_errors_return_blocks),
 		cmocka_unit_test(test_topk_hier_equals_sort),
 		cmocka_unit_test(test_sampler_support),
+		cmocka_unit_test(test_sampler_clone_reset),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
