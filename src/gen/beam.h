@@ -15,9 +15,11 @@
  *     in order: an EOS candidate of rank < G becomes a finished hypothesis (the beam's tokens
  *     without the EOS) scored sum_logprobs / generated_len ** length_penalty, other EOS
  *     candidates are skipped, the first G non-EOS candidates become the group's next beams;
- *   - generated_len counts the generated tokens including the EOS and excluding the prompt: HF
- *     >= 4.36 passes decoder_prompt_len to the scorer ("len = generated length incl. the prompt"
- *     was the behaviour before it; checked against 4.4x's BeamSearchScorer.process);
+ *   - generated_len counts the generated tokens including the EOS and excluding the prompt.
+ *     Checked against 4.4x's BeamSearchScorer.process, which passes decoder_prompt_len and adds
+ *     with generated_len = cur_len - decoder_prompt_len (cur_len = input length + 1). Older
+ *     releases, before the decoder_prompt_len change, divided by the whole hypothesis length
+ *     (prompt included, EOS excluded): scores and hence rankings differ from those;
  *   - a group is done when it holds G hypotheses and early_stopping is true, or (false) when the
  *     best candidate score / (cur_len - prompt_len) ** length_penalty cannot beat the worst kept
  *     hypothesis, or ("never") the same with max_new_tokens as the length when length_penalty > 0;

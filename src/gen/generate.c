@@ -681,8 +681,8 @@ static rg_status gen_setup_prompt(gen *g, int i, const int32_t *ids, int len)
 	return RG_OK;
 }
 
-rg_status rg_gen_run(const rg_gen_runner *r, rg_kv_pool *pool, const int32_t *const *prompts,
-		     const int *prompt_lens, int n_prompts, const rg_gen_params *p,
+rg_status rg_gen_run(const rg_gen_runner *r, const int32_t *const *prompts,
+		     const int *prompt_lens, int n_prompts, const rg_gen_params *p, rg_kv_pool *pool,
 		     rg_gen_result **out)
 {
 	gen g = {0};

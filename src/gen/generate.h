@@ -13,7 +13,19 @@
  *   5. every KV block taken is released at the end and on every error path.
  * Sample j of a prompt draws from an RNG seeded with rg_rng_seed_stream(seed, j): the output of a
  * prompt does not depend on the other prompts of the call (batch invariance).
- * Not thread-safe per pool: one call at a time on a given pool. */
+ * Not thread-safe per pool: one call at a time on a given pool.
+ *
+ * A model plugs in with two functions over its paged cache (src/model/decoder.c's job):
+ *   static rg_status my_step(void *m, const rg_step_batch *b, float *logits)
+ *   {   stage b (tokens, positions, cu_seqlens_q, context_lens, block_tables, slot_mapping),
+ *       run the forward pass writing K/V at slot_mapping, gather rows b->logits_rows,
+ *       LM head -> logits (n_logits, vocab) f32 on the host;  }
+ *   static rg_status my_copy(void *m, const int32_t *src, const int32_t *dst, int n)
+ *   {   for every layer: K[dst[i]] = K[src[i]], V[dst[i]] = V[src[i]] (whole blocks);  }
+ *   rg_gen_runner r = {model, vocab, block_size, n_blocks, max_context, my_step, my_copy};
+ *   rg_gen_params p; rg_gen_params_default(&p); p.max_tokens = 64; ...
+ *   rg_gen_result *res; st = rg_gen_run(&r, prompts, lens, n, &p, NULL, &res); ...
+ *   rg_gen_result_free(res); */
 #ifndef RG_GEN_GENERATE_H
 #define RG_GEN_GENERATE_H
 #include <stdbool.h>
@@ -111,16 +123,16 @@ RG_TEST_API void rg_gen_params_default(rg_gen_params *p);
 RG_TEST_API rg_status rg_gen_params_check(const rg_gen_params *p, int vocab);
 
 /* Generate for n_prompts prompts (prompts[i]: prompt_lens[i] >= 1 ids in [0, vocab)) with the
- * runner r. pool: the KV pool to take blocks from (block size r->block_size), or NULL to make
+ * runner r and the options p. pool: the KV pool to take blocks from (block size r->block_size), or NULL to make
  * one of r->n_blocks blocks for this call. On success *out (caller frees with
  * rg_gen_result_free) holds n_prompts * p->n sequences; every block taken from pool has been
  * returned. Errors: RG_ERR_INVALID_INPUT (params, prompts, runner), RG_ERR_TOO_LONG (a prompt
  * of max_context tokens or more), RG_ERR_BUSY (the KV pool ran out of blocks: nothing is
  * preempted here), RG_ERR_OOM, the runner's or a callback's status; then *out is NULL and every
  * block taken has been returned as well. */
-RG_TEST_API rg_status rg_gen_run(const rg_gen_runner *r, rg_kv_pool *pool,
-				 const int32_t *const *prompts, const int *prompt_lens,
-				 int n_prompts, const rg_gen_params *p, rg_gen_result **out);
+RG_TEST_API rg_status rg_gen_run(const rg_gen_runner *r, const int32_t *const *prompts,
+				 const int *prompt_lens, int n_prompts, const rg_gen_params *p,
+				 rg_kv_pool *pool, rg_gen_result **out);
 
 /* Free a result (NULL accepted). */
 RG_TEST_API void rg_gen_result_free(rg_gen_result *res);

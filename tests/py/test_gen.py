@@ -92,9 +92,9 @@ def glib():
     l = rc.lib()
     if not getattr(l, "_gen_bound", False):
         l.rg_gen_params_default.argtypes = [ctypes.POINTER(GenParams)]
-        l.rg_gen_run.argtypes = [ctypes.POINTER(Runner), ctypes.c_void_p,
-                                 ctypes.POINTER(I32P), ctypes.POINTER(ctypes.c_int), ctypes.c_int,
-                                 ctypes.POINTER(GenParams),
+        l.rg_gen_run.argtypes = [ctypes.POINTER(Runner), ctypes.POINTER(I32P),
+                                 ctypes.POINTER(ctypes.c_int), ctypes.c_int,
+                                 ctypes.POINTER(GenParams), ctypes.c_void_p,
                                  ctypes.POINTER(ctypes.POINTER(GenResult))]
         l.rg_gen_result_free.argtypes = [ctypes.POINTER(GenResult)]
         l.rg_kv_pool_init.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
@@ -270,8 +270,8 @@ def run(toy, prompts, p, pool=None, expect=RG_OK):
     ptrs = (I32P * len(prompts))(*[ctypes.cast(a, I32P) for a in arrs])
     lens = (ctypes.c_int * len(prompts))(*[len(x) for x in prompts])
     res = ctypes.POINTER(GenResult)()
-    st = l.rg_gen_run(ctypes.byref(toy.runner), pool.p if pool else None, ptrs, lens,
-                      len(prompts), ctypes.byref(p), ctypes.byref(res))
+    st = l.rg_gen_run(ctypes.byref(toy.runner), ptrs, lens, len(prompts), ctypes.byref(p),
+                      pool.p if pool else None, ctypes.byref(res))
     assert not toy.errors, toy.errors
     assert st == expect, (st, l.rg_last_error())
     if st != RG_OK:
@@ -709,8 +709,8 @@ def test_blocks_return_after_errors(mode):
         ptrs = (I32P * len(PROMPTS))(*[ctypes.cast(a, I32P) for a in arrs])
         lens = (ctypes.c_int * len(PROMPTS))(*[len(x) for x in PROMPTS])
         res = ctypes.POINTER(GenResult)()
-        st = l.rg_gen_run(ctypes.byref(toy.runner), pool.p, ptrs, lens, len(PROMPTS),
-                          ctypes.byref(params(**kw)), ctypes.byref(res))
+        st = l.rg_gen_run(ctypes.byref(toy.runner), ptrs, lens, len(PROMPTS),
+                          ctypes.byref(params(**kw)), pool.p, ctypes.byref(res))
         assert st in (RG_OK, RG_ERR_CUDA)
         assert (st == RG_ERR_CUDA) == (fail < toy.n_steps)
         if st == RG_OK:
@@ -764,7 +764,7 @@ def test_streaming_callback_and_stop_strings(beams):
     ptrs = (I32P * 1)(ctypes.cast(a[0], I32P))
     lens = (ctypes.c_int * 1)(len(PROMPTS[0]))
     res = ctypes.POINTER(GenResult)()
-    assert l.rg_gen_run(ctypes.byref(toy.runner), pool.p, ptrs, lens, 1, ctypes.byref(p),
+    assert l.rg_gen_run(ctypes.byref(toy.runner), ptrs, lens, 1, ctypes.byref(p), pool.p,
                         ctypes.byref(res)) == RG_OK
     s0 = res.contents.seqs[0]
     assert FINISH[s0.finish] == "stop"

@@ -142,7 +142,7 @@ static void test_greedy_matches_direct(void **state)
 	rg_gen_params_default(&p);
 	p.max_tokens = 12;
 	p.max_step_tokens = 8; /* prompt 2 (11 tokens) spans two prefill steps */
-	assert_int_equal(rg_gen_run(&r, pool, PROMPTS, PLENS, NP, &p, &res), RG_OK);
+	assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, NP, &p, pool, &res), RG_OK);
 	assert_int_equal(rg_kv_pool_n_used(pool), 0);
 	assert_int_equal(res->n_seqs, NP);
 	for (int i = 0; i < NP; i++) {
@@ -194,7 +194,7 @@ static void test_sampling_matches_direct_and_batch_invariant(void **state)
 	p.seed = 77;
 	p.max_tokens = 10;
 	p.logprobs = 3;
-	assert_int_equal(rg_gen_run(&r, pool, PROMPTS, PLENS, NP, &p, &res), RG_OK);
+	assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, NP, &p, pool, &res), RG_OK);
 	assert_int_equal(rg_kv_pool_n_used(pool), 0);
 	assert_true(t.n_copies > 0); /* the samples forked a half-full prompt block */
 	work.data = malloc(41 * sizeof(rg_token_data));
@@ -232,7 +232,7 @@ static void test_sampling_matches_direct_and_batch_invariant(void **state)
 	/* each prompt alone, prefill one token per step: the same outputs */
 	p.max_step_tokens = 1;
 	for (int i = 0; i < NP; i++) {
-		assert_int_equal(rg_gen_run(&r, pool, &PROMPTS[i], &PLENS[i], 1, &p, &alone),
+		assert_int_equal(rg_gen_run(&r, &PROMPTS[i], &PLENS[i], 1, &p, pool, &alone),
 				 RG_OK);
 		for (int j = 0; j < 3; j++)
 			expect_same(&alone->seqs[j], &res->seqs[i * 3 + j]);
@@ -241,12 +241,12 @@ static void test_sampling_matches_direct_and_batch_invariant(void **state)
 	}
 	/* the same seed gives the same output; another seed another one */
 	p.max_step_tokens = 512;
-	assert_int_equal(rg_gen_run(&r, pool, PROMPTS, PLENS, NP, &p, &alone), RG_OK);
+	assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, NP, &p, pool, &alone), RG_OK);
 	for (int k = 0; k < NP * 3; k++)
 		expect_same(&alone->seqs[k], &res->seqs[k]);
 	rg_gen_result_free(alone);
 	p.seed = 78;
-	assert_int_equal(rg_gen_run(&r, pool, PROMPTS, PLENS, NP, &p, &alone), RG_OK);
+	assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, NP, &p, pool, &alone), RG_OK);
 	{
 		int differ = 0;
 
@@ -284,7 +284,7 @@ static void test_beams_batch_invariant(void **state)
 		p.n_eos = 1;
 		p.sampling.no_repeat_ngram_size = 2;
 		{
-			rg_status st = rg_gen_run(&r, pool, PROMPTS, PLENS, NP, &p, &res);
+			rg_status st = rg_gen_run(&r, PROMPTS, PLENS, NP, &p, pool, &res);
 
 			if (st != RG_OK)
 				printf("%s: %s\n", rg_status_name(st), rg_last_error());
@@ -307,7 +307,7 @@ static void test_beams_batch_invariant(void **state)
 								       : o->n_ids == 9);
 			}
 			p.max_step_tokens = 5;
-			assert_int_equal(rg_gen_run(&r, pool, &PROMPTS[i], &PLENS[i], 1, &p, &alone),
+			assert_int_equal(rg_gen_run(&r, &PROMPTS[i], &PLENS[i], 1, &p, pool, &alone),
 					 RG_OK);
 			p.max_step_tokens = 512;
 			for (int j = 0; j < 4; j++) {
@@ -349,7 +349,7 @@ static void test_stop_conditions(void **state)
 	p.detokenize = detok_letters;
 	p.sampling.do_sample = true;
 	p.seed = 5;
-	assert_int_equal(rg_gen_run(&r, NULL, PROMPTS, PLENS, 1, &p, &ref), RG_OK);
+	assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, 1, &p, NULL, &ref), RG_OK);
 	assert_int_equal(ref->seqs[0].n_ids, 20);
 	assert_int_equal(ref->seqs[0].text_len, 20);
 	{
@@ -363,7 +363,7 @@ static void test_stop_conditions(void **state)
 		/* stop string: text ends before it, ids end with the token that completed it */
 		p.stop = stops;
 		p.n_stop = 2;
-		assert_int_equal(rg_gen_run(&r, NULL, PROMPTS, PLENS, 1, &p, &res), RG_OK);
+		assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, 1, &p, NULL, &res), RG_OK);
 		assert_int_equal(res->seqs[0].finish, RG_FINISH_STOP);
 		assert_int_equal(res->seqs[0].n_ids, cut + 2);
 		assert_int_equal(res->seqs[0].text_len, cut);
@@ -373,7 +373,7 @@ static void test_stop_conditions(void **state)
 		/* stop id and EOS: the first occurrence ends it, kept last in ids, not in text */
 		p.stop_ids = &sid;
 		p.n_stop_ids = 1;
-		assert_int_equal(rg_gen_run(&r, NULL, PROMPTS, PLENS, 1, &p, &res), RG_OK);
+		assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, 1, &p, NULL, &res), RG_OK);
 		assert_int_equal(res->seqs[0].finish, RG_FINISH_STOP);
 		assert_true(res->seqs[0].n_ids <= 5);
 		assert_int_equal(res->seqs[0].ids[res->seqs[0].n_ids - 1], sid);
@@ -382,7 +382,7 @@ static void test_stop_conditions(void **state)
 		p.n_stop_ids = 0;
 		p.eos_ids = &eid;
 		p.n_eos = 1;
-		assert_int_equal(rg_gen_run(&r, NULL, PROMPTS, PLENS, 1, &p, &res), RG_OK);
+		assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, 1, &p, NULL, &res), RG_OK);
 		assert_int_equal(res->seqs[0].finish, RG_FINISH_EOS);
 		assert_true(res->seqs[0].n_ids <= 3);
 		rg_gen_result_free(res);
@@ -390,12 +390,12 @@ static void test_stop_conditions(void **state)
 	/* max_context caps the length */
 	p.n_eos = 0;
 	r.max_context = PLENS[0] + 5;
-	assert_int_equal(rg_gen_run(&r, NULL, PROMPTS, PLENS, 1, &p, &res), RG_OK);
+	assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, 1, &p, NULL, &res), RG_OK);
 	assert_int_equal(res->seqs[0].n_ids, 5);
 	assert_int_equal(res->seqs[0].finish, RG_FINISH_LENGTH);
 	rg_gen_result_free(res);
 	r.max_context = PLENS[0];
-	assert_int_equal(rg_gen_run(&r, NULL, PROMPTS, PLENS, 1, &p, &res), RG_ERR_TOO_LONG);
+	assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, 1, &p, NULL, &res), RG_ERR_TOO_LONG);
 	rg_gen_result_free(ref);
 	free(t.cache);
 }
@@ -434,7 +434,7 @@ static void test_errors_return_blocks(void **state)
 		for (int fail = 0; fail < 12; fail++) {
 			t.fail_at = fail;
 			t.n_steps = 0;
-			rg_status st = rg_gen_run(&r, pool, PROMPTS, PLENS, NP, &p, &res);
+			rg_status st = rg_gen_run(&r, PROMPTS, PLENS, NP, &p, pool, &res);
 
 			assert_true(st == RG_ERR_CUDA || (st == RG_OK && fail >= t.n_steps));
 			if (st == RG_OK)
@@ -449,7 +449,7 @@ static void test_errors_return_blocks(void **state)
 			rg_kv_pool *small;
 
 			assert_int_equal(rg_kv_pool_init(&small, 12, 2), RG_OK);
-			assert_int_equal(rg_gen_run(&r, small, PROMPTS, PLENS, NP, &p, &res),
+			assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, NP, &p, small, &res),
 					 RG_ERR_BUSY);
 			assert_int_equal(rg_kv_pool_n_used(small), 0);
 			rg_kv_pool_free(small);
@@ -458,7 +458,7 @@ static void test_errors_return_blocks(void **state)
 		for (int k = 0; k < 6; k++) {
 			cancel_after = k;
 			p.on_token = cancel_cb;
-			assert_int_equal(rg_gen_run(&r, pool, PROMPTS, PLENS, NP, &p, &res),
+			assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, NP, &p, pool, &res),
 					 RG_ERR_BUSY);
 			assert_int_equal(rg_kv_pool_n_used(pool), 0);
 		}
@@ -470,14 +470,14 @@ static void test_errors_return_blocks(void **state)
 		const int32_t *bp = bad;
 		int bl = 2;
 
-		assert_int_equal(rg_gen_run(&r, pool, &bp, &bl, 1, &p, &res), RG_ERR_INVALID_INPUT);
+		assert_int_equal(rg_gen_run(&r, &bp, &bl, 1, &p, pool, &res), RG_ERR_INVALID_INPUT);
 		p.num_beams = 3;
 		p.num_beam_groups = 2;
-		assert_int_equal(rg_gen_run(&r, pool, PROMPTS, PLENS, 1, &p, &res),
+		assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, 1, &p, pool, &res),
 				 RG_ERR_INVALID_INPUT);
 		p.num_beam_groups = 1;
 		p.sampling.do_sample = true;
-		assert_int_equal(rg_gen_run(&r, pool, PROMPTS, PLENS, 1, &p, &res),
+		assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, 1, &p, pool, &res),
 				 RG_ERR_UNSUPPORTED);
 	}
 	rg_kv_pool_free(pool);
