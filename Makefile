@@ -13,7 +13,7 @@ PYTHON ?= python3
 # libragged is the library only (core, tokenizer, ops, model, sched); the server (src/server) and
 # the load generator (tools/loadgen, beside the CLI) are application code, linked with
 # tools/ragged.c into the ragged binary.
-LIB_DIRS := src/core src/tokenizer src/ops src/model src/sched
+LIB_DIRS := src/core src/tokenizer src/ops src/model src/sched src/kv src/gen
 CSRC := $(shell find $(LIB_DIRS) -name '*.c' | sort)
 APP_CSRC := $(shell find src/server tools/loadgen -name '*.c' | sort)
 CUSRC := $(shell find src/ops/cuda -name '*.cu' 2>/dev/null | sort)
