@@ -164,7 +164,10 @@ class Model:
         st = lib().rg_model_tokenize(self._handle(), b, len(b), self.truncate, ctypes.byref(ids),
                                      ctypes.byref(n))
         if st != RG_OK:
-            raise _error(st, f"input {index}: ")
+            e = _error(st, f"input {index}: ")
+            if e.status == "RG_ERR_TOO_LONG":  # name the argument that enables truncation
+                e = RaggedError(e.status, e.message + " (Model(..., truncate=True))")
+            raise e
         try:
             arr = np.ctypeslib.as_array(ctypes.cast(ids, ctypes.POINTER(ctypes.c_int32)),
                                         (n.value,)).copy() if n.value else \

@@ -184,6 +184,8 @@ def test_hf_id_and_errors(venv, tmp_path, tiny_dirs):
             (lambda: m.encode(["ok", "bad \\ud800"]), ValueError, "input 1"),
             (lambda: ragged.Model({tiny_dirs['short_pos64']!r}, truncate=False)
                 .encode(["ok", "word " * 100]), ragged.RaggedError, "input 1"),
+            (lambda: ragged.Model({tiny_dirs['short_pos64']!r}, truncate=False)
+                .encode(["word " * 100]), ragged.RaggedError, "truncate=True"),
         ]
         for fn, exc, needle in checks:
             try:
