@@ -441,7 +441,7 @@ static int slot_width(const rg_sched_params *p, int len)
 {
 	int w = p->slot_len;
 
-	while (w < len || p->row_len % w != 0)
+	while (w < p->row_len && (w < len || p->row_len % w != 0)) /* len <= row_len: max_len */
 		w += p->slot_len;
 	return w;
 }
