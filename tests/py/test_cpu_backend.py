@@ -178,8 +178,8 @@ def test_model_bf16(minilm_dir, tiny_dirs):
 # the tokenizer corpus (tests/py/corpus.py, 2,272 texts of 1-512 tokens): min 0.999946 (a
 # 94-token text), 0.1% below 0.999962, 1% below 0.999971, median 0.999989: the bf16 rounding of
 # activations and weights (an 8-bit mantissa) bounds it, and most texts are below the 0.99999
-# once claimed (AMX: min 0.99997 over 300 texts). The test runs 330 of those texts against
-# float64 (here: min 0.999957) and asserts the README's bound and median.
+# once claimed (AMX: min 0.99997 over 300 texts). The test runs 330 texts of the same kinds
+# (bf16_corpus) against float64 (here: min 0.999957) and asserts the README's bound and median.
 BF16_MIN_COS = 0.99994
 BF16_MEDIAN_COS = 0.99998
 
