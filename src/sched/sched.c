@@ -248,14 +248,12 @@ rg_sched *rg_sched_create(const rg_sched_params *p, rg_status *st)
 	sc->p = *p;
 	switch (p->kind) {
 	case RG_SCHED_CONCAT:
+	case RG_SCHED_SLOTTED:  /* a request longer than a slot gets a wider one (pick_concat) */
 	case RG_SCHED_SLOTTED_DAS:
 		sc->max_len = p->row_len;
 		break;
 	case RG_SCHED_DAS:
 		sc->max_len = p->das_packed ? p->max_batch_tokens : p->row_len;
-		break;
-	case RG_SCHED_SLOTTED:
-		sc->max_len = p->slot_len;
 		break;
 	case RG_SCHED_NOBATCH:
 	case RG_SCHED_NAIVE:
@@ -436,13 +434,30 @@ static void pick_naive(rg_sched *s, const sched_item *items, int n, rg_sched_bat
 	out->layout.row_len = maxlen;
 }
 
+/* The slot width of a SLOTTED batch led by a request of `len` tokens: slot_len when it fits one,
+ * else the smallest multiple of slot_len that holds it and divides row_len (row_len itself at
+ * most, since slot_len divides it: the request then has a row of its own). */
+static int slot_width(const rg_sched_params *p, int len)
+{
+	int w = p->slot_len;
+
+	while (w < p->row_len && (w < len || p->row_len % w != 0)) /* len <= row_len: max_len */
+		w += p->slot_len;
+	return w;
+}
+
 /* Pure / slotted ConcatBatching fed in arrival order (TCB sec. 4.1, 4.2, 6.2.2): each request goes
- * into the first row (slot) with room for it; a request that fits nowhere is skipped. */
+ * into the first row (slot) with room for it; a request that fits nowhere is skipped.
+ * SLOTTED: a scheduler decides when and with whom a request runs, never whether a valid one is
+ * served, so a request longer than slot_len is not refused: a batch whose oldest candidate is
+ * longer than a slot has wider slots (slot_width), which the shorter requests of that batch
+ * share. A long request behind the oldest waits for a batch that it leads (or whose slots hold
+ * it), so it runs once the requests older than it have. */
 static void pick_concat(rg_sched *s, const sched_item *items, int n, rg_sched_batch *out)
 {
 	const rg_sched_params *p = &s->p;
 	bool slotted = p->kind == RG_SCHED_SLOTTED;
-	int seg = slotted ? p->slot_len : p->row_len;
+	int seg = slotted ? slot_width(p, items[0].len) : p->row_len;
 	int per_row = p->row_len / seg;
 	/* attention of a row: the whole row (CONCAT), each slot (SLOTTED) */
 	int rows = rows_in_budget(s, p->n_rows, p->row_len, (double)p->row_len * seg);
@@ -464,7 +479,7 @@ static void pick_concat(rg_sched *s, const sched_item *items, int n, rg_sched_ba
 	out->layout.mode = slotted ? RG_EXEC_SLOTTED : RG_EXEC_CONCAT;
 	out->layout.n_rows = rows_used;
 	out->layout.row_len = p->row_len;
-	out->layout.slot_len = slotted ? p->slot_len : 0;
+	out->layout.slot_len = slotted ? seg : 0;
 }
 
 /* DAS, TCB sec. 5.2 Algorithm 1, over the candidates c[0..n) (the waiting set N_t; expired ones

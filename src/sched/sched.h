@@ -15,7 +15,9 @@
  *  CONCAT       TCB sec. 4.1 pure ConcatBatching, first-fit in arrival order into B
  *               rows of L tokens (the engine of TCB sec. 6.2.2, FCFS).              CONCAT
  *  SLOTTED      TCB sec. 4.2 slotted ConcatBatching: as CONCAT, rows cut into slots
- *               of slot_len tokens, a request never crosses a slot.                 SLOTTED
+ *               of slot_len tokens, a request never crosses a slot; a batch led by
+ *               a request longer than slot_len has slots of the smallest multiple
+ *               of slot_len that holds it and divides L (at most a row).           SLOTTED
  *  DAS          TCB sec. 5.2, Algorithm 1 (utility 1/len, eta, q, deadlines) on B
  *               rows of L tokens; with das_packed one row of max_batch_tokens.      CONCAT/PACKED
  *  SLOTTED_DAS  TCB sec. 5.3, Algorithm 2: DAS, then slot size = longest request of
@@ -111,6 +113,8 @@ void rg_sched_params_derive(rg_sched_params *p, int max_position_embeddings);
  * back). The caller builds tokens/cu_seqlens in the order i = 0..n-1 and passes &layout to
  * rg_model_embed_layout; layout.req_row/req_offset point into this struct.
  * layout.n_rows counts only the rows used (<= params n_rows); CONCAT/SLOTTED keep row_len = L;
+ * SLOTTED's layout.slot_len is params slot_len, or a multiple of it dividing L when the batch's
+ * oldest request is longer than a slot;
  * SLOTTED_DAS chooses slot_len = m per batch (TCB Algorithm 2) and computes rows of
  * floor(L/m)*m tokens, so its layout.row_len can be below params row_len. */
 typedef struct rg_sched_batch {
@@ -149,7 +153,8 @@ const rg_sched_params *rg_sched_get_params(const rg_sched *s);
 rg_status rg_sched_set_time_budget(rg_sched *s, double max_batch_ms, const rg_cost_model *m);
 
 /* Longest request (tokens) this scheduler can ever place: max_batch_tokens for the packed and
- * padded policies, row_len for CONCAT/DAS/SLOTTED_DAS, slot_len for SLOTTED. */
+ * padded policies, row_len for CONCAT/DAS/SLOTTED/SLOTTED_DAS (SLOTTED widens a batch's slots
+ * for a request longer than slot_len). */
 int rg_sched_max_len(const rg_sched *s);
 
 /* Choose the next batch from `queue` (n_queue >= 0 pending requests, in arrival order).

@@ -37,7 +37,8 @@ typedef struct {
 
 static const opt_spec g_opts[] = {
 	{"--model", "DIR|ORG/NAME", OPT_PATH, F(model), 0, 0, NULL,
-	 "model directory or Hugging Face id in the local HF cache (default: all-MiniLM-L6-v2)"},
+	 "model directory or Hugging Face id in the local HF cache (default: all-MiniLM-L6-v2 "
+	 "from $RAGGED_MODEL_DIR, else the pip package)"},
 	{"--host", "ADDR", OPT_STR, F(host), 0, 0, "127.0.0.1", "listen address"},
 	{"--port", "N", OPT_INT, F(port), 0, 65535, "8080", "listen port, 0 = any free port"},
 	{"--device", "cpu|cuda", OPT_DEVICE, F(device), 0, 0, NULL,

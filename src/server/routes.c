@@ -752,7 +752,7 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
 		return send_error(c, 400, "validation",
 				  "%s needs a sequence classification model; %s is an embedding "
 				  "model (use /embed or /v1/embeddings)",
-				  rg_route_name(c->route), s->o.model);
+				  rg_route_name(c->route), s->model_name);
 	if (c->route == RG_ROUTE_RERANK && s->info->num_labels != 1)
 		return send_error(c, 400, "validation",
 				  "rerank needs a cross-encoder with one score; this classifier has "
@@ -762,7 +762,7 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
 	     c->route == RG_ROUTE_EMBED_ALL || c->route == RG_ROUTE_SIMILARITY) &&
 	    s->info->num_labels)
 		return send_error(c, 400, "validation",
-				  "%s is a sequence classification model; use /predict%s", s->o.model,
+				  "%s is a sequence classification model; use /predict%s", s->model_name,
 				  s->info->num_labels == 1 ? " or /rerank" : "");
 	return handle_embed(c);
 }

@@ -122,6 +122,9 @@ def test_too_long_needs_truncate(minilm_dir):
     line = one_error_line(ragged("embed", "--model", minilm_dir, "--device", "cpu",
                                  stdin=b"ok\n" + long_text))
     assert "line 2" in line and "512" in line
+    assert "--truncate" in line, line  # names the option that enables truncation (issue 18, item 3)
+    line = one_error_line(ragged("tokenize", "--model", minilm_dir, stdin=long_text))
+    assert "line 1" in line and "--truncate" in line, line
     p = ragged("embed", "--model", minilm_dir, "--device", "cpu", "--truncate", stdin=b"ok\n" + long_text,
                check=True)
     assert len(p.stdout.decode().splitlines()) == 2
@@ -190,6 +193,25 @@ def test_command_help():
         h = ragged("help", cmd)
         assert h.returncode == 0 and h.stdout == p.stdout, cmd
     assert ragged("embed", "-h").stdout == ragged("embed", "--help").stdout
+
+
+def test_help_and_readme_agree_on_cpu_bf16():
+    """`ragged embed --help` and the README both say bf16 runs on AVX512-BF16/AMX CPUs, with the
+    accuracy bound test_cpu_backend.test_bf16_accuracy_on_many_texts asserts (issue 18, items 2
+    and 3)."""
+    import re
+    from test_cpu_backend import BF16_MIN_COS
+    out = " ".join(ragged("embed", "--help", check=True).stdout.decode().split())
+    assert "fp16/bf16 need cuda" not in out
+    assert "bf16 runs on cuda and on CPUs with AVX512-BF16 or AMX" in out, out
+    with open(os.path.join(HERE, "..", "..", "README.md")) as f:
+        readme = " ".join(f.read().split())
+    assert "0.99999 against fp32" not in readme
+    m = re.search(r"`--dtype bf16` runs the linear layers .*?cosine >= (0\.\d+) against fp32", readme)
+    assert m, "README: the CPU bf16 paragraph"
+    h = re.search(r"cosine to fp32 >= (0\.\d+)", out)
+    assert h, out
+    assert float(m.group(1)) == float(h.group(1)) == BF16_MIN_COS, (m.group(1), h.group(1))
 
 
 def test_missing_model_dir(tmp_path):

@@ -170,3 +170,62 @@ def test_model_bf16(minilm_dir, tiny_dirs):
         assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
     else:
         assert out.returncode == 3 and "AVX512-BF16" in out.stdout, out.stdout + out.stderr
+
+
+# The CPU bf16 accuracy as measured (issue 18, item 2) and as the README states it: cosine of
+# each text's bf16 embedding against the float64 reference (fp32 agrees with it to 1e-12, so this
+# is the cosine against fp32 too), on MiniLM. Measured on AVX512-BF16 (Zen 4) against fp32 over
+# the tokenizer corpus (tests/py/corpus.py, 2,272 texts of 1-512 tokens): min 0.999946 (a
+# 94-token text), 0.1% below 0.999962, 1% below 0.999971, median 0.999989: the bf16 rounding of
+# activations and weights (an 8-bit mantissa) bounds it, and most texts are below the 0.99999
+# once claimed (AMX: min 0.99997 over 300 texts). The test runs 330 texts of the same kinds
+# (bf16_corpus) against float64 (here: min 0.999957) and asserts the README's bound and median.
+BF16_MIN_COS = 0.99994
+BF16_MEDIAN_COS = 0.99998
+
+
+def bf16_corpus(tok):
+    """330 texts, 3 to 512 tokens: 300 English sentences of 20-300 characters (fortunes), 25
+    edge cases of other scripts, accents, emoji and punctuation, and 5 long texts of joined
+    sentences (the longest truncated at 512 tokens)."""
+    import random
+    import corpus
+    sents = corpus.english_sentences(300)
+    edge = [t for t in corpus._edge_cases() if t.strip()]
+    rng = random.Random(7)
+    longs = [" ".join(rng.sample(sents, k)) for k in (6, 10, 14, 20, 40)]
+    texts = sents + rng.sample(edge, 25) + longs
+    return texts, [e.ids for e in tok.encode_batch(texts)]
+
+
+@pytest.mark.slow
+def test_bf16_accuracy_on_many_texts(minilm_dir):
+    """--dtype bf16 on the CPU against the float64 reference over 330 varied texts: the README's
+    bound (min cosine >= 0.99994, median >= 0.99998). Skipped, not passed, where the CPU has no
+    AVX512-BF16/AMX or the build no oneDNN (test_model_bf16 checks the refusal there)."""
+    import numpy as np
+    import ragged_ctypes as rc
+    from conftest import row_cosine
+    from ref_bert import RefBert
+    flags = open("/proc/cpuinfo").read().split()
+    if not (("avx512_bf16" in flags or "amx_bf16" in flags) and built_with_onednn()):
+        pytest.skip("no CPU bf16 here (AVX512-BF16 or AMX, with oneDNN): bf16 accuracy unmeasured")
+    import tokenizers  # scripts/install-deps.sh; missing is a failure, not a skip
+    tok = tokenizers.Tokenizer.from_file(os.path.join(minilm_dir, "tokenizer.json"))
+    tok.no_padding()
+    tok.enable_truncation(512)
+    texts, ids = bf16_corpus(tok)
+    lens = [len(x) for x in ids]
+    assert len(texts) == 330 and min(lens) <= 4 and max(lens) == 512, (len(texts), lens)
+    m = rc.Model(minilm_dir, device="cpu", dtype="bf16", max_batch_tokens=16384)
+    try:
+        got = np.concatenate([m.embed_ids(ids[i:i + 64], 384) for i in range(0, len(ids), 64)])
+    finally:
+        m.close()
+    ref = RefBert(minilm_dir)
+    want = np.concatenate([ref.embed_batch(ids[i:i + 32]) for i in range(0, len(ids), 32)])
+    cos = row_cosine(got, want)
+    worst = int(np.argmin(cos))
+    assert cos.min() >= BF16_MIN_COS, f"text {worst} ({lens[worst]} tokens): cosine {cos.min():.7f}"
+    assert np.median(cos) >= BF16_MEDIAN_COS, np.median(cos)
+    assert cos.max() < 1 - 1e-9, "bf16 gave the fp32 answer: did bf16 run?"

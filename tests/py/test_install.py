@@ -23,6 +23,7 @@ def _env(**kw):
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)  # the ASan pass preloads the runtime into Python only
     env.pop("MAKEFLAGS", None)
+    env.pop("LD_LIBRARY_PATH", None)  # installed programs find the library by their rpath
     env.update({k: str(v) for k, v in kw.items()})
     return env
 
@@ -46,6 +47,17 @@ def prefix(tmp_path_factory):
     p = tmp_path_factory.mktemp("install") / "prefix"
     make_install("install", f"PREFIX={p}")
     return p
+
+
+def test_installed_binary_runs_without_ld_library_path(prefix, tiny_dirs):
+    """bin/ragged runs from PREFIX with no LD_LIBRARY_PATH (issue 18, item 3): it links
+    libragged.a, or finds libragged.so through its RUNPATH."""
+    exe = prefix / "bin" / "ragged"
+    dyn = run("readelf", "-d", exe)
+    if "libragged.so" in dyn:
+        assert f"{prefix}/lib" in dyn and ("RUNPATH" in dyn or "RPATH" in dyn), dyn
+    out = run(exe, "info", "--device", "cpu", "--model", tiny_dirs["h64_relu_norm"])
+    assert '"hidden_size":64' in out.replace(" ", ""), out
 
 
 def test_installed_files(prefix):
@@ -94,7 +106,10 @@ def test_program_built_with_pkg_config(prefix, tmp_path, tiny_dirs, link):
     run("cc", "-std=c11", "-Wall", "-Werror", *cflags, PROG, "-o", exe, *libs)
     needed = run("readelf", "-d", exe)
     assert ("libragged.so" in needed) == (link == "shared"), needed
-    out = run(exe, model, TEXT, tmp_path / "v.f32", env=_env(LD_LIBRARY_PATH=prefix / "lib"))
+    if link == "shared":  # the .pc's rpath: it runs without LD_LIBRARY_PATH (issue 18, item 3)
+        assert "-Wl,-rpath," + str(prefix / "lib") in libs, libs
+        assert ("RUNPATH" in needed or "RPATH" in needed) and f"{prefix}/lib" in needed, needed
+    out = run(exe, model, TEXT, tmp_path / "v.f32")  # _env(): no LD_LIBRARY_PATH
     lines = out.splitlines()
     want_vec, want_ids = _reference(model, tmp_path)
     version = run(prefix / "bin" / "ragged", "--version").strip()
@@ -116,5 +131,10 @@ def test_destdir_and_uninstall(tmp_path):
     pc = (root / "lib" / "pkgconfig" / "ragged.pc").read_text()
     assert "prefix=/opt/ragged-test\n" in pc and str(stage) not in pc
     assert "Libs.private: " in pc and "-lopenblas" in pc
+    assert "Libs: -L${libdir} -Wl,-rpath,${libdir} -lragged\n" in pc, pc
     make_install("uninstall", "PREFIX=/opt/ragged-test", f"DESTDIR={stage}")
     assert [p for p in root.rglob("*") if p.is_file()] == []
+    # a library directory the dynamic linker searches anyway gets no rpath
+    make_install("install", "PREFIX=/usr", f"DESTDIR={stage}")
+    pc = (stage / "usr" / "lib" / "pkgconfig" / "ragged.pc").read_text()
+    assert "Libs: -L${libdir} -lragged\n" in pc, pc

@@ -17,7 +17,7 @@ from ragged_ctypes import BIN_PATH
 from server_util import Server
 
 # Variables the lookup reads; each test states the ones it wants.
-LOOKUP_VARS = ("RAGGED_MODEL_DIR", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONUSERBASE",
+LOOKUP_VARS = ("RAGGED_MODEL", "RAGGED_MODEL_DIR", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONUSERBASE",
                "PYENV_ROOT", "PYENV_VERSION", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME",
                "XDG_CACHE_HOME")
 
@@ -244,3 +244,61 @@ def test_serve_by_hf_id(hub, monkeypatch, tiny_dirs):
     ref = np.frombuffer(want.stdout, "<f4").reshape(1, 64)
     assert got.shape == (1, 64)
     assert np.max(np.abs(got - ref)) <= 1e-6
+
+
+# ---- one model variable (issue 18, item 4) ------------------------------------------------------
+
+def test_every_command_reads_ragged_model_and_ragged_model_dir(hub, tmp_path, tiny_dirs,
+                                                             monkeypatch):
+    """embed, tokenize, info and serve find the model the same way: --model, else $RAGGED_MODEL
+    (a directory or a Hugging Face id, as --model), else $RAGGED_MODEL_DIR (the default model's
+    directory), else the pip package. h32_gelu has 32 dimensions, h64_relu_norm 64."""
+    a, b = tiny_dirs["h32_gelu"], tiny_dirs["h64_relu_norm"]
+    missing = tmp_path / "missing"
+    text = b"hello world\n"
+
+    def dims(env, *args):
+        """(info's hidden_size, embed's vector length, tokenize's ids) under env."""
+        i = info(*args, env=env)
+        e = ragged("embed", "--device", "cpu", "--format", "f32", *args, env=env, stdin=text)
+        t = ragged("tokenize", *args, env=env, stdin=text)
+        assert e.returncode == 0 and t.returncode == 0, (e.stderr, t.stderr)
+        return i["model"]["hidden_size"], len(e.stdout) // 4, json.loads(t.stdout)
+
+    home = dict(HOME=tmp_path)
+    ids = dims(_env(RAGGED_MODEL_DIR=a, **home))[2]
+    assert ids[0] == 101 and ids[-1] == 102
+    assert dims(_env(RAGGED_MODEL_DIR=a, **home)) == (32, 32, ids)
+    # $RAGGED_MODEL wins over $RAGGED_MODEL_DIR, which is then not even looked at
+    assert dims(_env(RAGGED_MODEL=b, RAGGED_MODEL_DIR=a, **home)) == (64, 64, ids)
+    assert dims(_env(RAGGED_MODEL=b, RAGGED_MODEL_DIR=missing, **home)) == (64, 64, ids)
+    # a Hugging Face id, as --model takes it
+    env = _env(RAGGED_MODEL=REPO, RAGGED_MODEL_DIR=a, HF_HOME=hub["home"], **home)
+    assert dims(env) == (64, 64, ids)
+    assert info(env=env)["model_dir"] == hub["snap"]
+    # --model wins over both; an empty $RAGGED_MODEL is unset
+    assert dims(_env(RAGGED_MODEL=b, RAGGED_MODEL_DIR=b, **home), "--model", a) == (32, 32, ids)
+    assert dims(_env(RAGGED_MODEL="", RAGGED_MODEL_DIR=a, **home)) == (32, 32, ids)
+    # a wrong $RAGGED_MODEL is an error that names the variable, for every command
+    for cmd in ("info", "embed", "tokenize"):
+        line = error_line(ragged(cmd, env=_env(RAGGED_MODEL=missing, RAGGED_MODEL_DIR=a, **home),
+                                 stdin=text))
+        assert f"RAGGED_MODEL={missing}" in line and "does not exist" in line, (cmd, line)
+    line = error_line(ragged("info", env=_env(RAGGED_MODEL="tiny-org/absent", HF_HOME=hub["home"],
+                                              **home)))
+    assert line.count("RAGGED_MODEL=tiny-org/absent") == 1 and "models--tiny-org--absent" in line
+    # serve: the same variables, the same precedence (an empty RAGGED_MODEL is refused there, as
+    # every empty option variable is)
+    for v in ("RAGGED_MODEL", "RAGGED_MODEL_DIR"):
+        monkeypatch.delenv(v, raising=False)
+    for extra, want_dir, want_dim in (({"RAGGED_MODEL_DIR": a}, a, 32),
+                                      ({"RAGGED_MODEL": b, "RAGGED_MODEL_DIR": a}, b, 64),
+                                      ({"RAGGED_MODEL": b, "RAGGED_MODEL_DIR": str(missing)}, b, 64)):
+        s = Server(None, env=extra)
+        try:
+            got = json.loads(s.request("GET", "/info")[2])
+            assert os.path.realpath(got["model_dir"]) == os.path.realpath(want_dir), (extra, got)
+            st, body = s.post_json("/embed", {"inputs": ["hello world"]})
+            assert st == 200 and len(body[0]) == want_dim, body
+        finally:
+            s.stop()

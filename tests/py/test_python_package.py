@@ -127,6 +127,24 @@ def test_encode_equals_cli(venv, tmp_path, minilm_dir):
     assert np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
 
 
+def test_readme_example_runs_without_a_hf_cache(venv, tmp_path, minilm_dir):
+    """python/README.md's first example runs as written right after `make run` (issue 18, item 3):
+    no Hugging Face cache (HF_HOME empty), the default model, and the CLI's vectors."""
+    import re
+    with open(os.path.join(ROOT, "python", "README.md")) as f:
+        code = re.search(r"```python\n(.*?)```", f.read(), re.S).group(1)
+    (tmp_path / "hf").mkdir()
+    vrun(venv, tmp_path, code + textwrap.dedent("""
+        import numpy as np
+        np.save("emb.npy", emb)
+        np.save("v.npy", v)
+    """), HF_HOME=tmp_path / "hf", HF_HUB_CACHE=tmp_path / "hf", RAGGED_MODEL_DIR=minilm_dir)
+    emb, v = np.load(tmp_path / "emb.npy"), np.load(tmp_path / "v.npy")
+    want = cli_vectors(minilm_dir, ["first text", "second text", "one text"])
+    assert emb.shape == (2, 384) and v.shape == (384,)
+    assert np.max(np.abs(emb - want[:2])) < 1e-6 and np.max(np.abs(v - want[2])) < 1e-6
+
+
 def test_normalize_false_gives_raw_pooled_vectors(venv, tmp_path, tiny_dirs):
     """A model without a Normalize module: normalize=False is the library's (the CLI's) raw mean
     pooled vector, not of unit norm; normalize=True the same rows divided by their norms."""
@@ -166,6 +184,8 @@ def test_hf_id_and_errors(venv, tmp_path, tiny_dirs):
             (lambda: m.encode(["ok", "bad \\ud800"]), ValueError, "input 1"),
             (lambda: ragged.Model({tiny_dirs['short_pos64']!r}, truncate=False)
                 .encode(["ok", "word " * 100]), ragged.RaggedError, "input 1"),
+            (lambda: ragged.Model({tiny_dirs['short_pos64']!r}, truncate=False)
+                .encode(["word " * 100]), ragged.RaggedError, "truncate=True"),
         ]
         for fn, exc, needle in checks:
             try:

@@ -627,6 +627,44 @@ def test_every_scheduler_gives_the_same_embeddings(tiny_dir, lib_model, hf_tok, 
         s.stop()
 
 
+def test_slotted_serves_inputs_longer_than_a_slot(tiny_dir, lib_model, hf_tok):
+    """A scheduler decides when a request runs, never whether (issue 18, item 19): under
+    --scheduler slotted with 32-token slots, inputs of 33 to 128 tokens (the model's maximum) are
+    served, alone, in one request and concurrently with short ones, with the library's vectors;
+    one token over the model's maximum is refused as under the token scheduler."""
+    texts = ["short", " ".join(["long"] * 31), "x y", " ".join(["word"] * 58),
+             " ".join(["more"] * 98), " ".join(["max"] * 126), "medium length text here"]
+    lens = [len(hf_tok.encode(t).ids) for t in texts]
+    assert max(lens) == 128 and sum(32 < n for n in lens) == 4, lens
+    ref = lib_model.embed_ids([hf_tok.encode(t).ids for t in texts], H_TINY)
+    over = " ".join(["max"] * 127)
+    statuses = {}
+    for sched in ("token", "slotted"):
+        s = Server(tiny_dir, "--scheduler", sched, "--slot-len", 32, "--cache-entries", 0)
+        try:
+            statuses[sched] = s.post("/embed", {"inputs": over})[0]
+            if sched == "token":
+                continue
+            assert json.loads(s.request("GET", "/info")[2])["max_input_length"] == 128
+            res = [None] * len(texts)
+            ths = [threading.Thread(target=_post_in_thread,
+                                    args=(s, {"inputs": t, "normalize": False}, res, i))
+                   for i, t in enumerate(texts)]
+            for t in ths:
+                t.start()
+            for t in ths:
+                t.join()
+            assert [r[0] for r in res] == [200] * len(texts), [r[2][:200] for r in res]
+            got = np.array([json.loads(r[2])[0] for r in res])
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=2e-6)
+            st, out = s.post_json("/embed", {"inputs": texts[::-1], "normalize": False})
+            assert st == 200, out
+            np.testing.assert_allclose(np.array(out), ref[::-1], rtol=1e-5, atol=2e-6)
+        finally:
+            s.stop()
+    assert statuses["slotted"] == statuses["token"] != 200, statuses
+
+
 def test_cache_hits_partial_batches_and_sqlite(tiny_dir, tmp_path, lib_model, hf_tok):
     db = str(tmp_path / "cache.db")
     ref = lib_model.embed_ids([hf_tok.encode(t).ids for t in TEXTS], H_TINY)
@@ -883,13 +921,15 @@ def test_rerank_scores_order_and_errors(cls_dirs):
         assert st == 400 and "/predict" in out["error"]
         st, info = s.request("GET", "/info")[::2]
         info = json.loads(info)
+        # the model named by its id, never by its absolute path (issue 18, item 18)
+        assert info["model_id"] in out["error"] and d not in out["error"], out
         assert (info["model_kind"], info["num_labels"], info["labels"]) == ("reranker", 1,
                                                                           ["LABEL_0"])
     finally:
         s.stop()
 
 
-def test_predict_labels_pairs_batches(cls_dirs, srv):
+def test_predict_labels_pairs_batches(cls_dirs, srv, tiny_dir):
     """/predict (TEI shape): a text, a pair, or a batch of them; softmax over the labels equals
     the float64 reference's, each answer sorted by score with id2label names; raw_scores gives
     the logits; /rerank on a 3-label classifier and /predict on an embedding model are 400s."""
@@ -927,7 +967,11 @@ def test_predict_labels_pairs_batches(cls_dirs, srv):
         assert st == 400 and "3 labels" in out["error"]
     finally:
         s.stop()
-    st, out = srv.post_json("/predict", {"inputs": "hello"})
-    assert st == 400 and "embedding model" in out["error"]
-    st, out = srv.post_json("/rerank", {"query": "q", "texts": ["t"]})
-    assert st == 400
+    # the model named by its id (/info's model_id), not by its absolute path (issue 18, item 18)
+    model_id = json.loads(srv.request("GET", "/info")[2])["model_id"]
+    assert model_id == os.path.basename(tiny_dir.rstrip("/"))
+    for path, body in (("/predict", {"inputs": "hello"}), ("/rerank", {"query": "q", "texts": ["t"]})):
+        st, out = srv.post_json(path, body)
+        assert st == 400 and "embedding model" in out["error"], out
+        assert f"; {model_id} is an embedding model" in out["error"], out
+        assert tiny_dir not in out["error"] and os.path.dirname(tiny_dir) not in out["error"], out
