@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/mem_plan.h"
 #include "core/safetensors.h"
 #include "model/model.h"
 #include "ops/ops.h"
@@ -46,6 +47,11 @@ rg_status rg_dec_upload(rg_model *m, float *host, size_t n, bool as_act, void **
 	return s;
 }
 
+/* The step arena for max_batch_tokens rows, planned with rg_mem_plan (TurboTransformers'
+ * Algorithm 1) over one layer's lifetimes: op 0 norm, 1 QKV GEMM, 2 RoPE + attention, 3 output
+ * GEMM, 4 norm, 5 FFN up, 6 silu * mul, 7 FFN down, 8 logits gather, 9 LM head. The residual,
+ * the norm output and delta cross layers (kept whole); QKV / ctx and the FFN's tensors share
+ * bytes, and so do the logits buffers, which run after the forward. */
 static rg_status alloc_step_arena(rg_model *m)
 {
 	const rg_decoder_config *c = &m->dec.cfg;
@@ -53,17 +59,28 @@ static rg_status alloc_step_arena(rg_model *m)
 	const size_t qd = (size_t)c->num_attention_heads * c->head_dim;
 	const size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
 	const size_t I = (size_t)c->intermediate_size, e = m->esz;
-	const size_t rows[RG_DEC_N] = {
-		[RG_D_HIDDEN] = T * H,     [RG_D_NORMED] = T * H,	 [RG_D_QKV] = T * (qd + 2 * kvd),
-		[RG_D_CTX] = T * qd,       [RG_D_DELTA] = T * H,	 [RG_D_INTER] = T * 2 * I,
-		[RG_D_MLP] = T * I,        [RG_D_ROWS] = RG_LOGITS_CHUNK * H,
-		[RG_D_LOGITS] = RG_LOGITS_CHUNK * (size_t)c->vocab_size,
+	rg_mem_tensor t[RG_DEC_N] = {
+		[RG_D_HIDDEN] = {"hidden", T * H * e, 0, 9, 0},
+		[RG_D_NORMED] = {"normed", T * H * e, 0, 9, 0},
+		[RG_D_QKV] = {"qkv", T * (qd + 2 * kvd) * e, 1, 2, 0},
+		[RG_D_CTX] = {"ctx", T * qd * e, 2, 3, 0},
+		[RG_D_DELTA] = {"delta", T * H * e, 0, 9, 0},
+		[RG_D_INTER] = {"inter", T * 2 * I * e, 5, 7, 0}, /* GPT-2: up to the down GEMM */
+		[RG_D_MLP] = {"mlp", T * I * e, 6, 7, 0},
+		[RG_D_ROWS] = {"rows", RG_LOGITS_CHUNK * H * e, 8, 9, 0},
+		[RG_D_LOGITS] = {"logits", RG_LOGITS_CHUNK * (size_t)c->vocab_size * e, 9, 9, 0},
 	};
+	size_t total = 0;
 	rg_status s;
 
+	if ((s = rg_mem_plan(t, RG_DEC_N, 256, &total)) != RG_OK)
+		return rg_error_wrap(s, "decoder step arena plan for %d tokens", m->max_tokens);
+	if ((s = rg_backend_alloc(m->be, total, &m->dec.arena_d)) != RG_OK)
+		return rg_error_wrap(s, "decoder step arena for %d tokens (%zu bytes)",
+				     m->max_tokens, total);
+	m->dec.arena_bytes = total;
 	for (int i = 0; i < RG_DEC_N; i++)
-		if ((s = rg_backend_alloc(m->be, rows[i] * e, &m->dec.a[i])) != RG_OK)
-			return rg_error_wrap(s, "decoder step arena for %d tokens", m->max_tokens);
+		m->dec.a[i] = (char *)m->dec.arena_d + t[i].offset;
 	if ((s = rg_backend_alloc(m->be, (6 * T + 2) * 4, (void **)&m->dec.ids_d)) != RG_OK ||
 	    (s = rg_backend_host_alloc(m->be, (6 * T + 2) * 4, (void **)&m->dec.ids_h)) != RG_OK)
 		return rg_error_wrap(s, "decoder staging for %d tokens", m->max_tokens);
@@ -86,8 +103,8 @@ void rg_decoder_free(rg_model *m)
 	if (!m->be)
 		return;
 	kv_free(m);
-	for (int i = 0; i < RG_DEC_N; i++)
-		rg_backend_dealloc(m->be, m->dec.a[i]);
+	rg_backend_dealloc(m->be, m->dec.arena_d);
+	m->dec.arena_d = NULL;
 	rg_backend_dealloc(m->be, m->dec.ids_d);
 	rg_backend_host_free(m->be, m->dec.ids_h);
 	rg_backend_dealloc(m->be, m->dec.bt_d);
@@ -105,48 +122,18 @@ static rg_dtype dec_dtype(const rg_model_params *p, const rg_tsrc *src)
 	return p->device == RG_DEVICE_CUDA ? RG_DTYPE_F16 : RG_DTYPE_F32;
 }
 
-rg_status rg_decoder_load(rg_model *m, const char *dir, const rg_model_params *p)
+rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *src)
 {
 	rg_decoder_config *c = &m->dec.cfg;
-	struct json_object *root = NULL;
-	char *path = NULL, *tok_path;
-	rg_st *w = NULL;
-	rg_tsrc src;
-	rg_dtype dt;
-	struct stat sb;
+	const rg_dtype dt = dec_dtype(p, src);
 	rg_status s;
 
-	if ((s = rg_cfg_open(dir, &root, &path)) != RG_OK)
-		return s;
-	memset(c, 0, sizeof(*c));
-	snprintf(c->model_type, sizeof(c->model_type), "%s", m->arch->model_type);
-	c->bos_token_id = c->eos_token_id = -1;
-	s = m->arch->load_hparams(path, root, c);
-	json_object_put(root);
-	free(path);
-	if (s != RG_OK)
-		return s;
-	/* the tokenizer is optional for a decoder (the step API takes ids) */
-	tok_path = rg_path_join(dir, "tokenizer.json");
-	if (!tok_path)
-		return rg_errorf(RG_ERR_OOM, "out of host memory");
-	if (stat(tok_path, &sb) == 0 && (s = rg_tokenizer_load(dir, &m->tok)) != RG_OK) {
-		free(tok_path);
-		return s;
-	}
-	free(tok_path);
-	if ((s = rg_st_open_dir(dir, &w)) != RG_OK)
-		return s;
-	rg_tsrc_from_st(w, &src);
-	dt = dec_dtype(p, &src);
 	if ((s = rg_backend_init(p->device, p->device_index, dt, &m->be)) != RG_OK)
-		goto out_free_st;
+		return s;
 	m->esz = rg_dtype_size(rg_backend_dtype(m->be));
-	c->rope_interleaved = src.rope_interleaved;
-	if ((s = m->arch->load_dec_weights(m, &src)) != RG_OK)
-		goto out_free_st;
-	rg_st_free(w); /* weights now live on the backend */
-	w = NULL;
+	c->rope_interleaved = src->rope_interleaved;
+	if ((s = m->arch->load_dec_weights(m, src)) != RG_OK)
+		return s;
 	if ((s = alloc_step_arena(m)) != RG_OK)
 		return s;
 	if ((s = rg_backend_sync(m->be)) != RG_OK)
@@ -180,8 +167,42 @@ rg_status rg_decoder_load(rg_model *m, const char *dir, const rg_model_params *p
 	m->info.eos_token_id = c->eos_token_id;
 	m->info.tie_word_embeddings = c->tie_word_embeddings;
 	return RG_OK;
-out_free_st:
-	rg_st_free(w);
+}
+
+rg_status rg_decoder_load(rg_model *m, const char *dir, const rg_model_params *p)
+{
+	rg_decoder_config *c = &m->dec.cfg;
+	struct json_object *root = NULL;
+	char *path = NULL, *tok_path;
+	rg_st *w = NULL;
+	rg_tsrc src;
+	struct stat sb;
+	rg_status s;
+
+	if ((s = rg_cfg_open(dir, &root, &path)) != RG_OK)
+		return s;
+	memset(c, 0, sizeof(*c));
+	snprintf(c->model_type, sizeof(c->model_type), "%s", m->arch->model_type);
+	c->bos_token_id = c->eos_token_id = -1;
+	s = m->arch->load_hparams(path, root, c);
+	json_object_put(root);
+	free(path);
+	if (s != RG_OK)
+		return s;
+	/* the tokenizer is optional for a decoder (the step API takes ids) */
+	tok_path = rg_path_join(dir, "tokenizer.json");
+	if (!tok_path)
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	if (stat(tok_path, &sb) == 0 && (s = rg_tokenizer_load(dir, &m->tok)) != RG_OK) {
+		free(tok_path);
+		return s;
+	}
+	free(tok_path);
+	if ((s = rg_st_open_dir(dir, &w)) != RG_OK)
+		return s;
+	rg_tsrc_from_st(w, &src);
+	s = rg_decoder_init(m, p, &src);
+	rg_st_free(w); /* the weights live on the backend now */
 	return s;
 }
 

@@ -1,7 +1,8 @@
-/* Internal interface between the model runtime (model.c: the public rg_model_* API, arena,
- * execution paths, pooling) and the architectures (bert.c, ...): the model struct, the arena
- * tensors, one forward's pointers, and the hooks an architecture provides (rg_arch), as
- * llama.cpp's per-model files provide theirs. */
+/* Internal interface between the model runtime (model.c: the public rg_model_* API, the
+ * encoders' arena, execution paths, pooling; decoder.c: the decoders' step runner and paged KV
+ * cache) and the architectures (bert.c, gpt2.c, llama.c; registered in arch.c): the model struct,
+ * the arena tensors, one forward's pointers, and the hooks an architecture provides (rg_arch),
+ * as llama.cpp's per-model files provide theirs. */
 #ifndef RG_MODEL_MODEL_H
 #define RG_MODEL_MODEL_H
 #include <stdbool.h>
@@ -64,7 +65,8 @@ void rg_cls_head_apply(const rg_cls_head *h, int H, int num_labels, int n, const
 /* Decoder state (decoder.c): the step's arena, staging and the paged KV cache. */
 enum {
 	RG_D_HIDDEN, /* (T, H) act: the residual stream */
-	RG_D_NORMED, /* (T, H) act: norm(residual), the input of a projection / the LM head */
+	RG_D_NORMED, /* (T, H) act: norm(residual), the input of a projection / the LM head
+		      * (lifetimes and sharing: decoder.c, alloc_step_arena) */
 	RG_D_QKV,    /* (T, qd + 2 kvd) act: [Q | K | V], qd = heads * hd, kvd = kv_heads * hd */
 	RG_D_CTX,    /* (T, qd) act: attention output */
 	RG_D_DELTA,  /* (T, H) act: a branch's output, added to the residual by the next norm */
@@ -79,8 +81,10 @@ enum {
 typedef struct rg_dec_state {
 	rg_decoder_config cfg;
 	void *lm_head;          /* (vocab, H) act, the architecture's (may be its embedding table) */
-	void *a[RG_DEC_N];      /* arena tensors, each its own allocation for max_tokens rows */
-	int32_t *ids_d;         /* staging in backend memory, (5 T + 2) int32: tokens (T),
+	void *arena_d;          /* the step arena (arena_bytes), planned for max_tokens rows */
+	size_t arena_bytes;
+	void *a[RG_DEC_N];      /* the tensors at their planned offsets in arena_d */
+	int32_t *ids_d;         /* staging in backend memory, (6 T + 2) int32: tokens (T),
 				 * positions (T), slots (T), logits rows (T), cu_seqlens_q (T + 1),
 				 * context_lens (T + 1) */
 	int32_t *ids_h;         /* pinned twin of ids_d */
@@ -193,9 +197,16 @@ extern const rg_arch rg_arch_bert, rg_arch_roberta, rg_arch_xlm_roberta, rg_arch
 	rg_arch_mistral, rg_arch_qwen2;
 
 /* ---- decoder helpers (decoder.c) ---- */
-/* Load a decoder: m->arch is a decoder's; reads config.json, the tokenizer if any, the weights
- * through a safetensors source, allocates the step arena. m->dir, m->max_tokens are set. */
+/* Load a decoder from a Hugging Face directory: m->arch is a decoder's; reads config.json
+ * (arch->load_hparams), the tokenizer if any, then rg_decoder_init over a safetensors source.
+ * m->dir, m->max_tokens are set. */
 rg_status rg_decoder_load(rg_model *m, const char *dir, const rg_model_params *p);
+/* The format-independent rest of a decoder load: backend, weights from src
+ * (arch->load_dec_weights), step arena, rg_model_info. m->arch, m->dec.cfg (filled: from
+ * config.json, or by another format's reader, e.g. GGUF metadata), m->dir, m->max_tokens and
+ * optionally m->tok are set. A GGUF loader is: fill m->dec.cfg from the metadata, build a
+ * tensor source (tsrc.h), call this. */
+rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *src);
 void rg_decoder_free(rg_model *m);
 /* One layer's attention for a decoder forward: write the K and V columns of qkv (n rows of
  * qd + 2 kvd act) into layer l's cache at f->slots, then causal paged attention of the Q columns

@@ -1,17 +1,19 @@
 /* A tensor source: where an architecture's load_weights hook gets its weights, by name, as f32
  * with a shape, whatever the file format. safetensors implements it now (rg_tsrc_from_st); a GGUF
  * reader plugs in the same way (src/core/gguf.h: a source that maps the Hugging Face names the
- * architectures ask for onto GGUF's -- model.layers.N.self_attn.q_proj.weight ->
- * blk.N.attn_q.weight, model.embed_tokens.weight -> token_embd.weight, ... --, reports shapes in
- * PyTorch's order (ggml's ne[] reversed), dequantizes with rg_gguf_to_f32, and sets
- * rope_interleaved because llama.cpp's converter permutes the q/k projection rows for its
- * adjacent-pair RoPE).
+ * architectures ask for onto GGUF's with rg_tsrc_gguf_llama_name, reports shapes in PyTorch's
+ * order (ggml's ne[] reversed), dequantizes with rg_gguf_to_f32, and sets rope_interleaved for
+ * general.architecture "llama", whose q/k projection rows llama.cpp's converter permutes for its
+ * adjacent-pair RoPE -- not for "qwen2", which llama.cpp converts unpermuted and runs with
+ * NEOX RoPE). The hyper-parameters then come from the GGUF metadata (model.h,
+ * rg_decoder_init); tie_word_embeddings is "output.weight is absent".
  *
  * Names are Hugging Face's, without a base-model prefix: rg_tsrc_get tries the prefixes it is
  * given ("model.", "transformer.", "") in order. */
 #ifndef RG_MODEL_TSRC_H
 #define RG_MODEL_TSRC_H
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/safetensors.h"
@@ -41,4 +43,11 @@ bool rg_tsrc_has(const rg_tsrc *src, const char *const *prefixes, const char *na
  * RG_ERR_FORMAT naming the tensor when it is missing or has another shape; RG_ERR_OOM. */
 rg_status rg_tsrc_get(const rg_tsrc *src, const char *const *prefixes, const char *name,
 		      int64_t d0, int64_t d1, float **out);
+/* The GGUF name (llama.cpp's tensor map for LLM_ARCH_LLAMA / QWEN2) of a Hugging Face Llama
+ * name as rg_tsrc_get passes it (with or without "model."), into buf (n bytes): embed_tokens ->
+ * token_embd, layers.N.self_attn.{q,k,v,o}_proj -> blk.N.attn_{q,k,v,output},
+ * mlp.{gate,up,down}_proj -> blk.N.ffn_{gate,up,down}, input_layernorm -> blk.N.attn_norm,
+ * post_attention_layernorm -> blk.N.ffn_norm, norm -> output_norm, lm_head -> output; the
+ * ".weight" / ".bias" suffix kept. Returns buf, or NULL for a name GGUF has no twin of. */
+const char *rg_tsrc_gguf_llama_name(const char *hf, char *buf, size_t n);
 #endif

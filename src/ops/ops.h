@@ -1,5 +1,6 @@
-/* Operations of a BERT-family encoder on a packed (padding-free) batch, one entry point per
- * operation, dispatched to a backend (CPU reference in src/ops/cpu, CUDA in src/ops/cuda).
+/* Operations of BERT-family encoders and of decoder-only models (GPT-2, Llama: the decoder ops
+ * at the end) on a packed (padding-free) batch, one entry point per operation, dispatched to a
+ * backend (CPU reference in src/ops/cpu, CUDA in src/ops/cuda).
  *
  * Conventions for every op:
  *  - all tensor pointers live in the backend's memory (host memory for CPU, device memory for CUDA),
