@@ -93,6 +93,10 @@ typedef struct rg_model_params {
 /* Defaults: CPU, RG_DTYPE_AUTO, 16384 tokens. */
 RG_API rg_model_params rg_model_params_default(void);
 
+/* What a model is: an encoder (rg_model_embed / rg_model_run) or a decoder-only language model
+ * (rg_model_step). Calls of the other kind return RG_ERR_UNSUPPORTED. */
+typedef enum rg_model_kind { RG_MODEL_ENCODER = 0, RG_MODEL_DECODER = 1 } rg_model_kind;
+
 typedef struct rg_model_info {
 	const char *model_dir;   /* resolved directory, owned by the model */
 	const char *model_type;  /* config.json model_type: "bert", "roberta", "xlm-roberta", ... */
@@ -118,11 +122,26 @@ typedef struct rg_model_info {
 	int num_labels;
 	const char *const *labels; /* (num_labels) id2label names; owned by the model */
 	bool multi_label;        /* problem_type multi_label_classification (sigmoid per label) */
-	int output_dim;          /* floats per sequence that rg_model_run writes */
+	int output_dim;          /* floats per sequence that rg_model_run writes (decoders:
+				  * vocab_size, the floats of one logits row of rg_model_step) */
+	/* Since issue 19 (fields appended: older readers of the prefix are unaffected). */
+	rg_model_kind kind;
+	int num_key_value_heads; /* decoders: KV heads (< num_attention_heads: grouped-query
+				  * attention); encoders: num_attention_heads */
+	int head_dim;            /* per attention head */
+	int bos_token_id;        /* decoders, from config.json; -1 when absent (and encoders) */
+	int eos_token_id;        /* decoders, from config.json; -1 when absent (and encoders) */
+	bool tie_word_embeddings;/* decoders: the LM head is the token embedding table */
 } rg_model_info;
 
 typedef struct rg_model rg_model;
 
+/* Load a model from a Hugging Face directory. Decoders (rg_model_info.kind RG_MODEL_DECODER):
+ * GPT-2 ("gpt2"), Llama ("llama"), Mistral without a sliding window ("mistral") and Qwen2
+ * ("qwen2") from config.json + model.safetensors (or the sharded index), tokenizer.json when
+ * present (rg_model_tokenize etc. are RG_ERR_UNSUPPORTED without one); what is not implemented
+ * (sliding windows, mixtures of experts, rope_scaling other than "llama3") is refused by name
+ * with RG_ERR_UNSUPPORTED. Encoders: */
 /* Load a BERT-family model from a Hugging Face directory: config.json, model.safetensors (or
  * model.safetensors.index.json with shards), tokenizer.json (or vocab.txt + tokenizer_config.json),
  * and the sentence-transformers extras modules.json / 1_Pooling/config.json / Normalize when present
@@ -371,6 +390,56 @@ typedef struct rg_step_batch {
 	int n_logits;                /* rows whose logits are wanted, >= 0 */
 	const int32_t *logits_rows;  /* (n_logits) indices into the n_tokens new tokens */
 } rg_step_batch;
+
+/* Allocate the model's KV cache: n_blocks blocks of block_size positions, each holding K and V
+ * of every layer and KV head, (n_blocks, block_size, num_key_value_heads, head_dim) per layer in
+ * the compute dtype, in the model's device memory (host memory on the CPU). n_blocks 0: as many
+ * as a default budget holds (256 MiB, at least one sequence of max_position_embeddings).
+ * A second call replaces the cache (contents lost). Block ids in rg_step_batch are in
+ * [0, n_blocks). Errors: RG_ERR_UNSUPPORTED on an encoder; RG_ERR_INVALID_INPUT for block_size
+ * outside [1, 4096] or n_blocks < 0; RG_ERR_OOM (the old cache is freed either way). */
+RG_API rg_status rg_model_kv_init(rg_model *m, int block_size, int n_blocks);
+/* rg_model_kv_init with as many blocks as bytes holds (at least one block). */
+RG_API rg_status rg_model_kv_init_bytes(rg_model *m, int block_size, size_t bytes);
+
+typedef struct rg_kv_info {
+	int block_size;             /* positions per block (0: no cache yet) */
+	int n_blocks;               /* blocks allocated */
+	int num_layers, num_kv_heads, head_dim;
+	size_t bytes_per_token;     /* K and V of every layer for one position:
+				     * 2 * layers * kv_heads * head_dim * dtype size */
+	size_t bytes_per_block;     /* bytes_per_token * block_size */
+	size_t bytes;               /* the whole cache */
+} rg_kv_info;
+
+/* The KV cache's shape (zeros but the per-token fields before rg_model_kv_init).
+ * RG_ERR_INVALID_INPUT for NULL arguments, RG_ERR_UNSUPPORTED on an encoder. */
+RG_API rg_status rg_model_kv_info(const rg_model *m, rg_kv_info *out);
+
+/* Copy whole blocks of the KV cache, every layer, K and V: block dst[i] = block src[i] for
+ * i < n, in order (copy-on-write when beams that share a block diverge). src, dst: (n) int32
+ * host, each in [0, n_blocks). RG_ERR_INVALID_INPUT for ids out of range or no cache. */
+RG_API rg_status rg_model_kv_copy_blocks(rg_model *m, const int32_t *src, const int32_t *dst,
+					 int n);
+
+/* Run one step of a decoder (see rg_step_batch): embed the new tokens, write their K and V to
+ * the slots slot_mapping names, attend causally over each sequence's cached positions through
+ * its block table, and write the logits of the rows logits_rows names:
+ * logits (n_logits, vocab_size) float32 host, caller-owned, row r for new token logits_rows[r]
+ * (NULL allowed when n_logits is 0). Every field is validated before anything runs:
+ * RG_ERR_INVALID_INPUT, naming the field, for NULL arrays, n_tokens or n_seq < 1, a token id
+ * outside [0, vocab_size), cu_seqlens_q not starting at 0, a sequence with no new token or not
+ * ending at n_tokens, context_lens[i] below its new tokens or over max_position_embeddings or
+ * over max_blocks_per_seq * block_size, a position other than context_lens[i] - n_new_i + j,
+ * a block id (of the first ceil(context_lens[i] / block_size) entries) outside [0, n_blocks),
+ * a slot other than block_tables[i][pos / block_size] * block_size + pos % block_size (a token
+ * writes where its own sequence's table puts its position), two tokens writing one slot, a
+ * logits row outside [0, n_tokens), and no KV cache (rg_model_kv_init first);
+ * RG_ERR_TOO_LONG for n_tokens over max_batch_tokens; RG_ERR_UNSUPPORTED on an encoder or a
+ * backend without the decoder ops (CUDA, for now). After an error nothing was written. The
+ * model is reusable after any error. Not thread-safe per model. fp32 on the CPU; the ops are
+ * src/ops/ops.h's decoder ops, the forward is the architecture's (gpt2.c, llama.c). */
+RG_API rg_status rg_model_step(rg_model *m, const rg_step_batch *b, float *logits);
 
 #ifdef __cplusplus
 }

@@ -637,6 +637,7 @@ static rg_status bert_load_head(rg_model *m, const rg_st *st)
 #define RG_BERT_FAMILY_ARCH(var, type)                                                            \
 	const rg_arch var = {                                                                     \
 		.model_type = type,                                                               \
+		.kind = RG_MODEL_ENCODER,                                                         \
 		.load_weights = bert_load_weights,                                                \
 		.encode = bert_encode,                                                            \
 		.free_weights = bert_free_weights,                                                \

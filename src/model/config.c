@@ -739,3 +739,98 @@ out_free_path:
 	free(path);
 	return s;
 }
+
+/* ---------------------------------------------------------------- exported helpers */
+
+rg_status rg_cfg_int(const char *path, json_object *root, const char *key, bool required, int def,
+		     int64_t lo, int64_t hi, int *v)
+{
+	return cfg_int(path, root, key, required, def, lo, hi, v);
+}
+
+rg_status rg_cfg_str(const char *path, json_object *root, const char *key, const char *def,
+		     const char **v)
+{
+	return cfg_str(path, root, key, def, v);
+}
+
+rg_status rg_cfg_bool(const char *path, json_object *root, const char *key, bool def, bool *v)
+{
+	return cfg_bool(path, root, key, def, v);
+}
+
+bool rg_cfg_has(json_object *root, const char *key)
+{
+	json_object *o;
+
+	return json_object_object_get_ex(root, key, &o) && o;
+}
+
+rg_status rg_cfg_double(const char *path, json_object *root, const char *key, double def,
+			double lo, double hi, double *v)
+{
+	json_object *o;
+	double x;
+
+	if (!json_object_object_get_ex(root, key, &o) || !o) {
+		*v = def;
+		return RG_OK;
+	}
+	if (!json_object_is_type(o, json_type_double) && !json_object_is_type(o, json_type_int))
+		return rg_errorf(RG_ERR_FORMAT, "%s: \"%s\" must be a number, got %s %s", path, key,
+				 json_type_to_name(json_object_get_type(o)),
+				 json_object_to_json_string(o));
+	x = json_object_get_double(o);
+	if (!(x >= lo && x <= hi)) /* NaN fails */
+		return rg_errorf(RG_ERR_FORMAT, "%s: \"%s\" = %s out of range [%g, %g]", path, key,
+				 json_object_to_json_string(o), lo, hi);
+	*v = x;
+	return RG_OK;
+}
+
+rg_status rg_cfg_open(const char *dir, json_object **root, char **path)
+{
+	struct stat sb;
+	rg_status s;
+
+	*root = NULL;
+	*path = NULL;
+	/* say "no such directory" rather than "no config.json in it" */
+	if (stat(dir, &sb) != 0)
+		return rg_errorf(RG_ERR_IO, "model directory %s: %s", dir, strerror(errno));
+	if (!S_ISDIR(sb.st_mode))
+		return rg_errorf(RG_ERR_IO, "model directory %s: not a directory", dir);
+	*path = rg_path_join(dir, "config.json");
+	if (!*path)
+		return rg_errorf(RG_ERR_OOM, "%s: out of memory", dir);
+	if ((s = rg_json_read_file(*path, RG_CFG_MAX_FILE, root)) != RG_OK)
+		goto out_free_path;
+	if (!json_object_is_type(*root, json_type_object)) {
+		s = rg_errorf(RG_ERR_FORMAT, "%s: top level is JSON %s, not an object", *path,
+			      json_type_to_name(json_object_get_type(*root)));
+		json_object_put(*root);
+		*root = NULL;
+		goto out_free_path;
+	}
+	return RG_OK;
+out_free_path:
+	free(*path);
+	*path = NULL;
+	return s;
+}
+
+rg_status rg_config_model_type(const char *dir, char *buf, size_t n)
+{
+	json_object *root;
+	const char *str;
+	char *path;
+	rg_status s;
+
+	if ((s = rg_cfg_open(dir, &root, &path)) != RG_OK)
+		return s;
+	if ((s = cfg_str(path, root, "model_type", NULL, &str)) == RG_OK)
+		snprintf(buf, n, "%s", str);
+	json_object_put(root);
+	free(path);
+	return s;
+}

@@ -88,4 +88,60 @@ void rg_head_config_free(rg_head_config *h);
  * RG_ERR_UNSUPPORTED naming the key. */
 rg_status rg_pooling_config_load(const char *dir, rg_pooling *mode, bool *normalize);
 
+
+/* ---- shared config.json helpers, for the architectures' own hyper-parameter hooks ---- */
+struct json_object;
+
+/* Read <dir>/config.json: RG_ERR_IO naming a missing directory or file, RG_ERR_FORMAT for bad
+ * JSON or a top level that is not an object. On success *root (json_object_put) and *path
+ * (free) belong to the caller. */
+rg_status rg_cfg_open(const char *dir, struct json_object **root, char **path);
+/* config.json's model_type into buf (n bytes), with rg_cfg_open's errors and RG_ERR_FORMAT for a
+ * missing or non-string model_type. */
+rg_status rg_config_model_type(const char *dir, char *buf, size_t n);
+/* Typed getters: a missing or null key gives def (rg_cfg_int with required: RG_ERR_FORMAT); a
+ * wrong JSON type or a value outside [lo, hi] is RG_ERR_FORMAT naming the key. rg_cfg_double
+ * accepts integers too and refuses NaN. rg_cfg_str's def NULL means required. */
+rg_status rg_cfg_int(const char *path, struct json_object *root, const char *key, bool required,
+		     int def, int64_t lo, int64_t hi, int *v);
+rg_status rg_cfg_double(const char *path, struct json_object *root, const char *key, double def,
+			double lo, double hi, double *v);
+rg_status rg_cfg_bool(const char *path, struct json_object *root, const char *key, bool def,
+		      bool *v);
+rg_status rg_cfg_str(const char *path, struct json_object *root, const char *key,
+		     const char *def, const char **v);
+/* True when key is present and not null. */
+bool rg_cfg_has(struct json_object *root, const char *key);
+
+/* A decoder-only model's hyper-parameters, filled by its architecture's load_hparams hook
+ * (gpt2.c, llama.c) from config.json. Also the KV cache's shape: num_hidden_layers x
+ * num_key_value_heads x head_dim per token for K and for V. */
+typedef struct rg_decoder_config {
+	char model_type[32];
+	int vocab_size;
+	int hidden_size;
+	int num_attention_heads;
+	int num_key_value_heads;      /* = num_attention_heads without GQA */
+	int head_dim;                 /* hidden_size / num_attention_heads unless config.json says */
+	int num_hidden_layers;
+	int intermediate_size;        /* FFN width (GPT-2: n_inner, default 4 n_embd) */
+	int max_position_embeddings;  /* GPT-2: n_positions */
+	double norm_eps;              /* layer_norm_epsilon (GPT-2) / rms_norm_eps (Llama) */
+	rg_act hidden_act;            /* GPT-2's activation_function; Llama: silu (SwiGLU) */
+	const char *act_name;         /* its config.json name, static */
+	/* RoPE (Llama family) */
+	double rope_theta;
+	bool rope_llama3;             /* rope_scaling rope_type "llama3" */
+	double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+	int rope_original_max_pos;
+	bool rope_interleaved;        /* pairs (2i, 2i+1) instead of rotate_half: set by the tensor
+				       * source (GGUF's permuted q/k rows), never by config.json */
+	bool tie_word_embeddings;     /* LM head = the token embedding table */
+	bool attention_bias;          /* biases on q/k/v (Qwen2: always) */
+	/* GPT-2 */
+	bool scale_attn_weights;      /* scores / sqrt(head_dim) (default true) */
+	bool scale_attn_by_inverse_layer_idx; /* and / (layer + 1) */
+	int bos_token_id, eos_token_id; /* -1 when config.json has none */
+} rg_decoder_config;
+
 #endif

@@ -257,6 +257,8 @@ void rg_model_free(rg_model *m)
 			rg_backend_dealloc(be, dev[i]);
 		rg_backend_host_free(be, m->ids_h);
 		rg_backend_host_free(be, m->out_h);
+		if (m->arch && m->arch->kind == RG_MODEL_DECODER)
+			rg_decoder_free(m);
 		if (m->arch && m->weights)
 			m->arch->free_weights(m);
 		rg_backend_free(be);
@@ -327,6 +329,25 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 		s = rg_errorf(RG_ERR_OOM, "out of host memory");
 		goto out_free_model;
 	}
+	{
+		/* the registry (arch.c) decides by model_type: a decoder loads through decoder.c */
+		char type[64];
+
+		if ((s = rg_config_model_type(dir, type, sizeof(type))) != RG_OK)
+			goto out_free_model;
+		m->arch = rg_arch_find(type);
+		if (!m->arch) {
+			s = rg_errorf(RG_ERR_UNSUPPORTED,
+				      "%s/config.json: model_type \"%s\" is not supported (%s)", dir,
+				      type, rg_arch_names());
+			goto out_free_model;
+		}
+		if (m->arch->kind == RG_MODEL_DECODER) {
+			if ((s = rg_decoder_load(m, dir, &p)) != RG_OK)
+				goto out_free_model;
+			goto out_loaded;
+		}
+	}
 	if ((s = rg_encoder_config_load(dir, &m->cfg)) != RG_OK)
 		goto out_free_model;
 	if ((s = rg_pooling_config_load(dir, &pooling, &normalize)) != RG_OK)
@@ -356,13 +377,6 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 	{
 		const char *x = getenv("RAGGED_EXACT_GELU");
 		rg_backend_set_exact_gelu(m->be, x && x[0] == '1');
-	}
-	m->arch = rg_arch_find(m->cfg.model_type);
-	if (!m->arch) {
-		rg_st_free(w);
-		s = rg_errorf(RG_ERR_UNSUPPORTED, "%s: model_type '%s' is not supported", m->dir,
-			      m->cfg.model_type);
-		goto out_free_model;
 	}
 	s = m->arch->load_weights(m, w);
 	if (s == RG_OK && m->head_cfg.classifier)
@@ -418,6 +432,12 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 	m->info.labels = (const char *const *)m->head_cfg.labels;
 	m->info.multi_label = m->head_cfg.multi_label;
 	m->info.output_dim = m->info.num_labels ? m->info.num_labels : m->cfg.hidden_size;
+	m->info.kind = RG_MODEL_ENCODER;
+	m->info.num_key_value_heads = m->cfg.num_attention_heads;
+	m->info.head_dim = m->cfg.hidden_size / m->cfg.num_attention_heads;
+	m->info.bos_token_id = -1;
+	m->info.eos_token_id = -1;
+out_loaded:
 	if (st)
 		*st = RG_OK;
 	return m;
@@ -450,6 +470,10 @@ rg_status rg_model_arena_bytes(const rg_model *m, int n_tokens, int n_seq, size_
 
 	if (!m || !planned || !naive)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_arena_bytes: NULL argument");
+	if (m->info.kind != RG_MODEL_ENCODER)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "rg_model_arena_bytes: %s is a decoder; its step arena is not "
+				 "planned per batch", m->dir);
 	if (n_tokens < 1 || n_tokens > m->max_tokens || n_seq < 1 || n_seq > n_tokens)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_arena_bytes: %d tokens in %d sequences "
 				 "is outside [1, max_batch_tokens %d]", n_tokens, n_seq,
@@ -483,6 +507,9 @@ rg_status rg_model_encode(const rg_model *m, const char *a, size_t a_len, const 
 		memset(out, 0, sizeof(*out));
 	if (!m || !out || (!a && a_len) || (!b && b_len))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_encode: NULL argument");
+	if (!m->tok)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "%s has no tokenizer (no tokenizer.json)",
+				 m->dir);
 	if (p)
 		d = *p;
 	if (d.truncation != RG_TRUNCATE_NONE && d.truncation != RG_TRUNCATE_RIGHT &&
@@ -511,6 +538,9 @@ rg_status rg_model_decode(const rg_model *m, const int32_t *ids, size_t n, bool 
 {
 	if (!m || !text || !len || (!ids && n))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_decode: NULL argument");
+	if (!m->tok)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "%s has no tokenizer (no tokenizer.json)",
+				 m->dir);
 	for (size_t i = 0; i < n; i++)
 		if (ids[i] < 0 || ids[i] >= m->info.vocab_size)
 			return rg_errorf(RG_ERR_INVALID_INPUT,
@@ -521,7 +551,7 @@ rg_status rg_model_decode(const rg_model *m, const int32_t *ids, size_t n, bool 
 
 const char *rg_model_token(const rg_model *m, int32_t id, size_t *len)
 {
-	if (!m) {
+	if (!m || !m->tok) {
 		if (len)
 			*len = 0;
 		return NULL;
@@ -1031,6 +1061,10 @@ rg_status rg_model_run_ex(rg_model *m, const rg_model_batch *b, const rg_run_opt
 
 	if (!m || !b || !out)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_run: NULL argument");
+	if (m->info.kind != RG_MODEL_ENCODER)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "%s is a decoder (%s): it has no embeddings or sequence outputs; "
+				 "use rg_model_step", m->dir, m->info.model_type);
 	if (b->layout && b->layout->mode != RG_EXEC_PACKED && b->layout->mode != RG_EXEC_PADDED &&
 	    b->layout->mode != RG_EXEC_CONCAT && b->layout->mode != RG_EXEC_SLOTTED)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "unknown execution mode %d",
@@ -1087,16 +1121,4 @@ rg_status rg_model_tokenize_pair(const rg_model *m, const char *a, size_t a_len,
 	e.ids = e.types = NULL;
 	rg_encoding_free(&e);
 	return RG_OK;
-}
-
-const rg_arch *rg_arch_find(const char *model_type)
-{
-	static const rg_arch *const all[] = {&rg_arch_bert, &rg_arch_roberta, &rg_arch_xlm_roberta,
-					     &rg_arch_distilbert, &rg_arch_albert, &rg_arch_mpnet,
-					     &rg_arch_deberta_v2};
-
-	for (size_t i = 0; model_type && i < sizeof(all) / sizeof(all[0]); i++)
-		if (strcmp(all[i]->model_type, model_type) == 0)
-			return all[i];
-	return NULL;
 }

@@ -1,7 +1,8 @@
-/* Internal interface between the model runtime (model.c: the public rg_model_* API, arena,
- * execution paths, pooling) and the architectures (bert.c, ...): the model struct, the arena
- * tensors, one forward's pointers, and the hooks an architecture provides (rg_arch), as
- * llama.cpp's per-model files provide theirs. */
+/* Internal interface between the model runtime (model.c: the public rg_model_* API, the
+ * encoders' arena, execution paths, pooling; decoder.c: the decoders' step runner and paged KV
+ * cache) and the architectures (bert.c, gpt2.c, llama.c; registered in arch.c): the model struct,
+ * the arena tensors, one forward's pointers, and the hooks an architecture provides (rg_arch),
+ * as llama.cpp's per-model files provide theirs. */
 #ifndef RG_MODEL_MODEL_H
 #define RG_MODEL_MODEL_H
 #include <stdbool.h>
@@ -11,6 +12,7 @@
 #include "core/mem_plan.h"
 #include "core/safetensors.h"
 #include "model/config.h"
+#include "model/tsrc.h"
 #include "ops/ops.h"
 #include "ragged.h"
 #include "tokenizer/tokenizer.h"
@@ -60,6 +62,51 @@ void rg_host_linear(const float *x, int n, int K, const float *W, const float *b
 void rg_cls_head_apply(const rg_cls_head *h, int H, int num_labels, int n, const float *x,
 		       float *mid, float *out);
 
+/* Decoder state (decoder.c): the step's arena, staging and the paged KV cache. */
+enum {
+	RG_D_HIDDEN, /* (T, H) act: the residual stream */
+	RG_D_NORMED, /* (T, H) act: norm(residual), the input of a projection / the LM head
+		      * (lifetimes and sharing: decoder.c, alloc_step_arena) */
+	RG_D_QKV,    /* (T, qd + 2 kvd) act: [Q | K | V], qd = heads * hd, kvd = kv_heads * hd */
+	RG_D_CTX,    /* (T, qd) act: attention output */
+	RG_D_DELTA,  /* (T, H) act: a branch's output, added to the residual by the next norm */
+	RG_D_INTER,  /* (T, 2 I) act: FFN up (Llama: [gate | up]) */
+	RG_D_MLP,    /* (T, I) act: silu(gate) * up */
+	RG_D_ROWS,   /* (RG_LOGITS_CHUNK, H) act: normed rows whose logits are wanted */
+	RG_D_LOGITS, /* (RG_LOGITS_CHUNK, vocab) act */
+	RG_DEC_N
+};
+#define RG_LOGITS_CHUNK 64 /* logits rows per LM head GEMM */
+
+typedef struct rg_dec_state {
+	rg_decoder_config cfg;
+	void *lm_head;          /* (vocab, H) act, the architecture's (may be its embedding table) */
+	void *arena_d;          /* the step arena (arena_bytes), planned for max_tokens rows */
+	size_t arena_bytes;
+	void *a[RG_DEC_N];      /* the tensors at their planned offsets in arena_d */
+	int32_t *ids_d;         /* staging in backend memory, (6 T + 2) int32: tokens (T),
+				 * positions (T), slots (T), logits rows (T), cu_seqlens_q (T + 1),
+				 * context_lens (T + 1) */
+	int32_t *ids_h;         /* pinned twin of ids_d */
+	int32_t *bt_d, *bt_h;   /* block tables (grown to the largest step seen) */
+	size_t bt_cap;          /* int32 entries of bt_d / bt_h */
+	/* the paged KV cache: for layer l, K at kv_d + (2 l) * layer_bytes and V at
+	 * kv_d + (2 l + 1) * layer_bytes, each (n_blocks, block_size, kv_heads, head_dim) act */
+	void *kv_d;
+	int block_size;
+	int n_blocks;
+	size_t layer_bytes;
+	uint8_t *slot_seen;     /* (n_blocks * block_size / 8) bitmap: one writer per slot */
+} rg_dec_state;
+
+/* One step's pointers for an architecture's forward (backend memory unless _h). */
+typedef struct rg_dec_fwd {
+	int n;                           /* new tokens */
+	const int32_t *tokens, *positions, *slots; /* (n) */
+	rg_attn_desc attn;               /* the step's attention descriptor; causal, paged; scale
+					  * and heads filled per layer by rg_dec_attention */
+} rg_dec_fwd;
+
 struct rg_model {
 	rg_model_info info;
 	char *dir;               /* resolved model directory */
@@ -96,6 +143,7 @@ struct rg_model {
 	rg_bucket_graph graph_cache[RG_GRAPH_CACHE];
 	unsigned long long graph_clock;
 	long long graph_captures; /* graphs captured so far (tests read it through the env report) */
+	rg_dec_state dec;         /* decoders only */
 };
 
 typedef struct rg_fwd {
@@ -106,9 +154,13 @@ typedef struct rg_fwd {
 	const int32_t *seg;              /* (n) or NULL */
 } rg_fwd;
 
-/* An architecture: what differs between encoder families. */
+/* An architecture: the hooks of one model_type (model.c and decoder.c run everything else).
+ * arch.c holds the one registry; a new architecture is one file of hooks plus one line there. */
 typedef struct rg_arch {
 	const char *model_type; /* config.json model_type it serves ("bert") */
+	rg_model_kind kind;     /* encoder (embed / run) or decoder (step) */
+
+	/* ---- encoders (config.c's rg_encoder_config_load reads their hyper-parameters) ---- */
 	/* Load and check every weight from st into m->weights (backend memory, compute dtype).
 	 * m->cfg, m->be and m->esz are set. Errors name the tensor. */
 	rg_status (*load_weights)(rg_model *m, const rg_st *st);
@@ -116,17 +168,54 @@ typedef struct rg_arch {
 	 * them): attention sequences f->cu (n_att of them, longest max_len), optional f->seg; the
 	 * result in f->a[RG_A_HIDDEN]. */
 	rg_status (*encode)(rg_model *m, const rg_fwd *f, int n, int n_att, int max_len);
-	/* Free m->weights (backend memory through rg_backend_dealloc). */
+	/* Free m->weights (backend memory through rg_backend_dealloc). Both kinds. */
 	void (*free_weights)(rg_model *m);
 	/* Classifiers: load m->head (host f32; freed by model.c). m->head_cfg is set. */
 	rg_status (*load_head)(rg_model *m, const rg_st *st);
+
+	/* ---- decoders ---- */
+	/* Read the hyper-parameters from config.json (path, its parsed root) into c, refusing
+	 * by name what the forward does not implement. c->model_type is set. */
+	rg_status (*load_hparams)(const char *path, struct json_object *root,
+				  rg_decoder_config *c);
+	/* Load every weight from src into m->weights and set m->dec.lm_head. m->dec.cfg, m->be
+	 * and m->esz are set. Errors name the tensor. */
+	rg_status (*load_dec_weights)(rg_model *m, const rg_tsrc *src);
+	/* Every layer over the step's f->n new tokens as backend ops: the final norm's output in
+	 * m->dec.a[RG_D_NORMED] (decoder.c gathers the wanted rows and applies the LM head). Each
+	 * layer's attention through rg_dec_attention (KV write + paged attention). */
+	rg_status (*forward)(rg_model *m, rg_dec_fwd *f);
 } rg_arch;
 
-/* The architecture serving model_type, or NULL. */
+/* The architecture serving model_type, or NULL (arch.c). */
 const rg_arch *rg_arch_find(const char *model_type);
+/* The model_types served, comma-separated, for messages (arch.c). Static string. */
+const char *rg_arch_names(void);
 
 extern const rg_arch rg_arch_bert, rg_arch_roberta, rg_arch_xlm_roberta, rg_arch_distilbert,
-	rg_arch_albert, rg_arch_mpnet, rg_arch_deberta_v2;
+	rg_arch_albert, rg_arch_mpnet, rg_arch_deberta_v2, rg_arch_gpt2, rg_arch_llama,
+	rg_arch_mistral, rg_arch_qwen2;
+
+/* ---- decoder helpers (decoder.c) ---- */
+/* Load a decoder from a Hugging Face directory: m->arch is a decoder's; reads config.json
+ * (arch->load_hparams), the tokenizer if any, then rg_decoder_init over a safetensors source.
+ * m->dir, m->max_tokens are set. */
+rg_status rg_decoder_load(rg_model *m, const char *dir, const rg_model_params *p);
+/* The format-independent rest of a decoder load: backend, weights from src
+ * (arch->load_dec_weights), step arena, rg_model_info. m->arch, m->dec.cfg (filled: from
+ * config.json, or by another format's reader, e.g. GGUF metadata), m->dir, m->max_tokens and
+ * optionally m->tok are set. A GGUF loader is: fill m->dec.cfg from the metadata, build a
+ * tensor source (tsrc.h), call this. */
+rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *src);
+void rg_decoder_free(rg_model *m);
+/* One layer's attention for a decoder forward: write the K and V columns of qkv (n rows of
+ * qd + 2 kvd act) into layer l's cache at f->slots, then causal paged attention of the Q columns
+ * into ctx (n, qd) act, with the given scale. */
+rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scale,
+			   void *ctx);
+/* Upload a host f32 array (n values) as a constant tensor in the compute dtype (as_act) or f32,
+ * and free the host array (also on error). */
+rg_status rg_dec_upload(rg_model *m, float *host, size_t n, bool as_act, void **dst);
 
 /* Weight-loading helpers for the architectures (model.c). */
 /* Look up name (or alt) in st, as it is or under a base-model prefix ("bert.", "roberta.",

@@ -78,6 +78,23 @@ typedef struct rg_backend_ops {
 			  int n_seq, int H, rg_pooling mode, bool normalize, float *out);
 	rg_status (*gather_rows)(rg_backend_ctx *c, rg_dtype dt, const void *src, const int32_t *idx,
 				 int n_dst, int H, void *dst);
+	/* decoder ops (ops.h); NULL where the backend has none yet (RG_ERR_UNSUPPORTED) */
+	rg_status (*add_norm)(rg_backend_ctx *c, rg_dtype dt, const void *x, void *residual,
+			      const float *gamma, const float *beta, float eps, rg_norm_kind kind,
+			      int M, int N, void *out);
+	rg_status (*rope)(rg_backend_ctx *c, rg_dtype dt, void *x, int ld, int n_tokens,
+			  int n_heads, int head_dim, const int32_t *positions,
+			  const float *inv_freq, bool interleaved);
+	rg_status (*silu_mul)(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
+			      void *out);
+	rg_status (*kv_write)(rg_backend_ctx *c, rg_dtype dt, const void *k, const void *v, int ld,
+			      const int32_t *slots, int n_tokens, int kv_dim, void *k_cache,
+			      void *v_cache, int64_t n_slots);
+	rg_status (*paged_attention)(rg_backend_ctx *c, rg_dtype dt, const rg_attn_desc *d,
+				     const void *q, int ldq, const void *k_cache,
+				     const void *v_cache, void *out);
+	rg_status (*copy_blocks)(rg_backend_ctx *c, void *pool, size_t block_bytes,
+				 const int32_t *src_h, const int32_t *dst_h, int n);
 } rg_backend_ops;
 
 /* The CPU backend (src/ops/cpu/backend_cpu.c). */

@@ -393,3 +393,121 @@ rg_status rg_op_gather_rows(rg_backend *be, const void *src, const int32_t *idx,
 		return RG_OK;
 	return note(be, be->ops->gather_rows(be->ctx, be->dt, src, idx, n_dst, H, dst));
 }
+
+/* ---------------------------------------------------------------- decoder ops */
+
+/* The backend's entry for a decoder op, or RG_ERR_UNSUPPORTED naming the op and the backend. */
+#define RG_DEC_OP(be, field)                                                                      \
+	((be)->ops->field ? RG_OK                                                                 \
+			  : note((be), rg_errorf(RG_ERR_UNSUPPORTED,                              \
+						 "%s: not implemented on the %s backend yet",     \
+						 #field, (be)->ops->name)))
+
+rg_status rg_op_add_norm(rg_backend *be, const void *x, void *residual, const float *gamma,
+			 const float *beta, float eps, rg_norm_kind kind, int M, int N, void *out)
+{
+	rg_status s;
+
+	if (M < 0 || N <= 0 || !residual || !gamma || !out || !(eps >= 0.f))
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "add_norm: bad arguments M=%d N=%d eps=%g", M, N,
+					  (double)eps));
+	if (kind != RG_NORM_LAYER && kind != RG_NORM_RMS)
+		return note(be, rg_errorf(RG_ERR_UNSUPPORTED, "add_norm: unknown norm %d", (int)kind));
+	if (out == residual)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT, "add_norm: out aliases residual"));
+	if ((s = RG_DEC_OP(be, add_norm)) != RG_OK || M == 0)
+		return s;
+	return note(be, be->ops->add_norm(be->ctx, be->dt, x, residual, gamma, beta, eps, kind, M,
+					  N, out));
+}
+
+rg_status rg_op_rope(rg_backend *be, void *x, int ld, int n_tokens, int n_heads, int head_dim,
+		     const int32_t *positions, const float *inv_freq, bool interleaved)
+{
+	rg_status s;
+
+	if (n_tokens < 0 || n_heads <= 0 || head_dim <= 0 || head_dim % 2 ||
+	    ld < n_heads * head_dim || !positions || !inv_freq)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "rope: bad shape n_tokens=%d heads=%d head_dim=%d ld=%d",
+					  n_tokens, n_heads, head_dim, ld));
+	if ((s = RG_DEC_OP(be, rope)) != RG_OK || n_tokens == 0)
+		return s;
+	return note(be, be->ops->rope(be->ctx, be->dt, x, ld, n_tokens, n_heads, head_dim, positions,
+				      inv_freq, interleaved));
+}
+
+rg_status rg_op_silu_mul(rg_backend *be, const void *x, int M, int N, void *out)
+{
+	rg_status s;
+
+	if (M < 0 || N <= 0)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT, "silu_mul: bad shape M=%d N=%d", M,
+					  N));
+	if ((s = RG_DEC_OP(be, silu_mul)) != RG_OK || M == 0)
+		return s;
+	return note(be, be->ops->silu_mul(be->ctx, be->dt, x, M, N, out));
+}
+
+rg_status rg_op_kv_write(rg_backend *be, const void *k, const void *v, int ld,
+			 const int32_t *slots, int n_tokens, int kv_dim, void *k_cache,
+			 void *v_cache, int64_t n_slots)
+{
+	rg_status s;
+
+	if (n_tokens < 0 || kv_dim <= 0 || ld < kv_dim || n_slots < 0 || !slots || !k_cache ||
+	    !v_cache)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "kv_write: bad shape n_tokens=%d kv_dim=%d ld=%d", n_tokens,
+					  kv_dim, ld));
+	if ((s = RG_DEC_OP(be, kv_write)) != RG_OK || n_tokens == 0)
+		return s;
+	return note(be, be->ops->kv_write(be->ctx, be->dt, k, v, ld, slots, n_tokens, kv_dim,
+					  k_cache, v_cache, n_slots));
+}
+
+rg_status rg_op_paged_attention(rg_backend *be, const rg_attn_desc *d, const void *q, int ldq,
+				const void *k_cache, const void *v_cache, void *out)
+{
+	rg_status s;
+
+	if (!d || !q || !k_cache || !v_cache || !out)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT, "paged_attention: NULL argument"));
+	if (!d->causal)
+		return note(be, rg_errorf(RG_ERR_UNSUPPORTED,
+					  "paged_attention: only causal attention reads a paged "
+					  "cache"));
+	if (d->n_seq < 0 || d->num_heads <= 0 || d->num_kv_heads <= 0 || d->head_dim <= 0 ||
+	    d->num_heads % d->num_kv_heads || ldq < d->num_heads * d->head_dim ||
+	    d->block_size < 1 || d->max_blocks_per_seq < 1 || d->n_blocks < 1 ||
+	    d->max_context_len < 0 || !d->cu_seqlens_q || !d->cu_seqlens_q_h || !d->context_lens ||
+	    !d->context_lens_h || !d->block_tables)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "paged_attention: bad descriptor (n_seq=%d heads=%d "
+					  "kv_heads=%d head_dim=%d ldq=%d block_size=%d "
+					  "max_blocks_per_seq=%d n_blocks=%lld)",
+					  d->n_seq, d->num_heads, d->num_kv_heads, d->head_dim, ldq,
+					  d->block_size, d->max_blocks_per_seq,
+					  (long long)d->n_blocks));
+	if ((int64_t)d->max_context_len > (int64_t)d->max_blocks_per_seq * d->block_size)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "paged_attention: max_context_len %d is over the %d blocks "
+					  "of %d a table holds",
+					  d->max_context_len, d->max_blocks_per_seq, d->block_size));
+	if ((s = RG_DEC_OP(be, paged_attention)) != RG_OK || d->n_seq == 0)
+		return s;
+	return note(be, be->ops->paged_attention(be->ctx, be->dt, d, q, ldq, k_cache, v_cache, out));
+}
+
+rg_status rg_op_copy_blocks(rg_backend *be, void *pool, size_t block_bytes, const int32_t *src_h,
+			    const int32_t *dst_h, int n)
+{
+	rg_status s;
+
+	if (n < 0 || (n > 0 && (!pool || !src_h || !dst_h)))
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT, "copy_blocks: bad arguments n=%d", n));
+	if ((s = RG_DEC_OP(be, copy_blocks)) != RG_OK || n == 0 || block_bytes == 0)
+		return s;
+	return note(be, be->ops->copy_blocks(be->ctx, pool, block_bytes, src_h, dst_h, n));
+}

@@ -1,5 +1,6 @@
-/* Operations of a BERT-family encoder on a packed (padding-free) batch, one entry point per
- * operation, dispatched to a backend (CPU reference in src/ops/cpu, CUDA in src/ops/cuda).
+/* Operations of BERT-family encoders and of decoder-only models (GPT-2, Llama: the decoder ops
+ * at the end) on a packed (padding-free) batch, one entry point per operation, dispatched to a
+ * backend (CPU reference in src/ops/cpu, CUDA in src/ops/cuda).
  *
  * Conventions for every op:
  *  - all tensor pointers live in the backend's memory (host memory for CPU, device memory for CUDA),
@@ -191,4 +192,86 @@ rg_status rg_op_pool(rg_backend *be, const void *x, const int32_t *cu_seqlens, i
  * memory), dst (n_dst, H) act. Used to bring padded / concatenated rows back to packed order. */
 rg_status rg_op_gather_rows(rg_backend *be, const void *src, const int32_t *idx, int n_dst, int H,
 			    void *dst);
+/* ---------------------------------------------------------------------------------------------
+ * Decoder ops (issue 19): the layers of GPT-2 / Llama-family decoders over a packed mixed batch of
+ * prefill chunks and decode tokens, reading and writing a paged KV cache (PagedAttention, Kwon et
+ * al. SOSP'23). The CUDA backend does not have them yet (RG_ERR_UNSUPPORTED). */
+
+typedef enum rg_norm_kind {
+	RG_NORM_LAYER = 0, /* LayerNorm: (r - mean) / sqrt(var + eps) * gamma + beta */
+	RG_NORM_RMS = 1,   /* RMSNorm (Zhang & Sennrich 2019; HF LlamaRMSNorm):
+			    * r / sqrt(mean(r^2) + eps) * gamma */
+} rg_norm_kind;
+
+/* Fused residual add + norm (vLLM's fused_add_rms_norm; pre-LN decoders): when x != NULL,
+ * residual (M, N) act += x (M, N) act, in place; then out (M, N) act = norm(residual), row-wise,
+ * statistics in f32. gamma (N) f32; beta (N) f32 or NULL (RMS ignores it). out must not alias
+ * residual (it may alias x). */
+rg_status rg_op_add_norm(rg_backend *be, const void *x, void *residual, const float *gamma,
+			 const float *beta, float eps, rg_norm_kind kind, int M, int N, void *out);
+
+/* Rotary position embedding in place (Su et al., RoFormer; HF apply_rotary_pos_emb) on n_heads
+ * heads of head_dim columns (even) in each of n_tokens rows of x (act, row stride ld elements,
+ * head h at columns h * head_dim). Pair i < head_dim / 2 of token t turns by the angle
+ * positions[t] * inv_freq[i] (computed in double, cos and sin in f32):
+ *   interleaved false ("neox", HF rotate_half): columns (i, i + head_dim / 2);
+ *   interleaved true ("normal", GPT-J, llama.cpp over GGUF's permuted q/k rows): (2i, 2i + 1).
+ * positions (n_tokens) int32 and inv_freq (head_dim / 2) f32 in backend memory. */
+rg_status rg_op_rope(rg_backend *be, void *x, int ld, int n_tokens, int n_heads, int head_dim,
+		     const int32_t *positions, const float *inv_freq, bool interleaved);
+
+/* SwiGLU's gate (Shazeer 2020; HF LlamaMLP): out (M, N) act = silu(x[:, :N]) * x[:, N:2N] for x
+ * (M, 2N) act (the gate and up projections as one GEMM), silu(g) = g / (1 + exp(-g)). */
+rg_status rg_op_silu_mul(rg_backend *be, const void *x, int M, int N, void *out);
+
+/* Scatter new keys and values into a paged cache: for t < n_tokens,
+ *   k_cache[slots[t]] = k[t], v_cache[slots[t]] = v[t]   (kv_dim = n_kv_heads * head_dim values)
+ * k, v: n_tokens rows of kv_dim act with row stride ld (column blocks of a fused QKV output);
+ * k_cache, v_cache: (n_slots, kv_dim) act, i.e. (n_blocks, block_size, n_kv_heads, head_dim);
+ * slots (n_tokens) int32 backend memory. A slot outside [0, n_slots) is RG_ERR_INVALID_INPUT
+ * (callers validate first; the kernel checks again rather than write out of bounds). */
+rg_status rg_op_kv_write(rg_backend *be, const void *k, const void *v, int ld,
+			 const int32_t *slots, int n_tokens, int kv_dim, void *k_cache,
+			 void *v_cache, int64_t n_slots);
+
+/* What an attention reads besides Q, K and V: one descriptor instead of a growing argument
+ * list (issue 19, "Structure first" 3). Paged: keys and values of sequence i, position p, live in
+ * slot block_tables[i][p / block_size] * block_size + p % block_size of the cache. */
+typedef struct rg_attn_desc {
+	bool causal;                   /* query at position p sees keys 0..p (paged: must be true) */
+	int num_heads;                 /* query heads */
+	int num_kv_heads;              /* KV heads, num_heads % num_kv_heads == 0 (GQA: query head
+					* h reads KV head h / (num_heads / num_kv_heads)) */
+	int head_dim;
+	float scale;                   /* scores = scale * q.k */
+	int n_seq;
+	const int32_t *cu_seqlens_q;   /* (n_seq + 1) backend: new (query) rows of each sequence */
+	const int32_t *cu_seqlens_q_h; /* the same on the host */
+	const int32_t *context_lens;   /* (n_seq) backend: keys of each sequence (cached + new);
+					* query row j of sequence i sits at position
+					* context_lens[i] - n_new_i + j */
+	const int32_t *context_lens_h; /* the same on the host */
+	int max_context_len;           /* max of context_lens */
+	const int32_t *block_tables;   /* (n_seq, max_blocks_per_seq) int32 backend, row-major */
+	int max_blocks_per_seq;
+	int block_size;                /* positions per block, >= 1 */
+	int64_t n_blocks;              /* blocks in the cache: every table entry read is below */
+} rg_attn_desc;
+
+/* Causal attention of a mixed batch (prefill chunks and decode tokens) over a paged KV cache:
+ * out[t, head h] = softmax_k(scale * q[t, h] . K[k, h']) V[k, h'] over the keys k <= the query's
+ * position of its sequence, h' = h / (num_heads / num_kv_heads). q: n_tokens = cu_seqlens_q[n_seq]
+ * rows of num_heads * head_dim act, row stride ldq; k_cache, v_cache (n_blocks * block_size,
+ * num_kv_heads * head_dim) act (after rg_op_kv_write of this step's keys); out (n_tokens,
+ * num_heads * head_dim) act. Scores, softmax and the weighted sum in f32.
+ * Errors: RG_ERR_INVALID_INPUT for a bad descriptor, a block id outside [0, n_blocks) or context
+ * shorter than its new rows. CPU: one task per (token, head), keys read through the table. */
+rg_status rg_op_paged_attention(rg_backend *be, const rg_attn_desc *d, const void *q, int ldq,
+				const void *k_cache, const void *v_cache, void *out);
+
+/* Copy whole blocks inside one pool of blocks of block_bytes bytes (copy-on-write for beams):
+ * block dst_h[i] = block src_h[i] for i < n, in order; src_h, dst_h host int32 arrays of block
+ * indices, validated by the caller. */
+rg_status rg_op_copy_blocks(rg_backend *be, void *pool, size_t block_bytes, const int32_t *src_h,
+			    const int32_t *dst_h, int n);
 #endif

@@ -38,7 +38,31 @@ class ModelInfo(ctypes.Structure):
                 ("normalize", ctypes.c_bool), ("device", ctypes.c_int), ("dtype", ctypes.c_int),
                 ("max_batch_tokens", ctypes.c_int), ("max_seq_len", ctypes.c_int),
                 ("num_labels", ctypes.c_int), ("labels", ctypes.POINTER(ctypes.c_char_p)),
-                ("multi_label", ctypes.c_bool), ("output_dim", ctypes.c_int)]
+                ("multi_label", ctypes.c_bool), ("output_dim", ctypes.c_int),
+                ("kind", ctypes.c_int), ("num_key_value_heads", ctypes.c_int),
+                ("head_dim", ctypes.c_int), ("bos_token_id", ctypes.c_int),
+                ("eos_token_id", ctypes.c_int), ("tie_word_embeddings", ctypes.c_bool)]
+
+
+RG_MODEL_ENCODER, RG_MODEL_DECODER = 0, 1
+
+
+class StepBatch(ctypes.Structure):
+    """include/ragged.h rg_step_batch."""
+    _fields_ = [("n_tokens", ctypes.c_int), ("tokens", ctypes.c_void_p),
+                ("positions", ctypes.c_void_p), ("n_seq", ctypes.c_int),
+                ("cu_seqlens_q", ctypes.c_void_p), ("context_lens", ctypes.c_void_p),
+                ("max_blocks_per_seq", ctypes.c_int), ("block_tables", ctypes.c_void_p),
+                ("slot_mapping", ctypes.c_void_p), ("n_logits", ctypes.c_int),
+                ("logits_rows", ctypes.c_void_p)]
+
+
+class KvInfo(ctypes.Structure):
+    """include/ragged.h rg_kv_info."""
+    _fields_ = [("block_size", ctypes.c_int), ("n_blocks", ctypes.c_int),
+                ("num_layers", ctypes.c_int), ("num_kv_heads", ctypes.c_int),
+                ("head_dim", ctypes.c_int), ("bytes_per_token", ctypes.c_size_t),
+                ("bytes_per_block", ctypes.c_size_t), ("bytes", ctypes.c_size_t)]
 
 
 class ModelBatch(ctypes.Structure):
@@ -92,6 +116,12 @@ def lib():
         l.rg_tokenizer_encode.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
                                           ctypes.POINTER(ctypes.c_void_p),
                                           ctypes.POINTER(ctypes.c_size_t)]
+        l.rg_model_kv_init.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        l.rg_model_kv_init_bytes.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+        l.rg_model_kv_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(KvInfo)]
+        l.rg_model_kv_copy_blocks.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                              ctypes.c_int]
+        l.rg_model_step.argtypes = [ctypes.c_void_p, ctypes.POINTER(StepBatch), ctypes.c_void_p]
         l.free.argtypes = [ctypes.c_void_p] if hasattr(l, "free") else None
         _lib = l
     return _lib
@@ -242,6 +272,52 @@ class Model:
         if st != RG_OK:
             raise _err(st)
         return planned.value, naive.value
+
+    # ---- decoders (rg_model_step and the KV cache) ----
+    def kv_init(self, block_size, n_blocks=0):
+        st = lib().rg_model_kv_init(self._h, block_size, n_blocks)
+        if st != RG_OK:
+            raise _err(st)
+
+    def kv_init_bytes(self, block_size, nbytes):
+        st = lib().rg_model_kv_init_bytes(self._h, block_size, nbytes)
+        if st != RG_OK:
+            raise _err(st)
+
+    def kv_info(self):
+        k = KvInfo()
+        st = lib().rg_model_kv_info(self._h, ctypes.byref(k))
+        if st != RG_OK:
+            raise _err(st)
+        return k
+
+    def kv_copy_blocks(self, src, dst):
+        s = np.ascontiguousarray(src, np.int32)
+        d = np.ascontiguousarray(dst, np.int32)
+        st = lib().rg_model_kv_copy_blocks(self._h, s.ctypes.data, d.ctypes.data, len(s))
+        if st != RG_OK:
+            raise _err(st)
+
+    def step(self, tokens, positions, cu_seqlens_q, context_lens, block_tables, slot_mapping,
+             logits_rows, n_tokens=None, n_seq=None):
+        """rg_model_step: (n_logits, vocab_size) float32. block_tables: 2-D (n_seq,
+        max_blocks_per_seq). n_tokens / n_seq default to the array lengths (hostile tests
+        override them)."""
+        arrs = [np.ascontiguousarray(a, np.int32) for a in
+                (tokens, positions, cu_seqlens_q, context_lens, slot_mapping, logits_rows)]
+        bt = np.ascontiguousarray(block_tables, np.int32)
+        if bt.ndim == 1:
+            bt = bt[None, :]
+        tk, ps, cu, cl, sm, lr = arrs
+        vocab = self.info().vocab_size
+        out = np.full((max(len(lr), 1), vocab), np.nan, np.float32)
+        b = StepBatch(len(tk) if n_tokens is None else n_tokens, tk.ctypes.data, ps.ctypes.data,
+                      len(cl) if n_seq is None else n_seq, cu.ctypes.data, cl.ctypes.data,
+                      bt.shape[1], bt.ctypes.data, sm.ctypes.data, len(lr), lr.ctypes.data)
+        st = lib().rg_model_step(self._h, ctypes.byref(b), out.ctypes.data)
+        if st != RG_OK:
+            raise _err(st)
+        return out[:len(lr)]
 
     def close(self):
         if self._h:

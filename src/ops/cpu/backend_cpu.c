@@ -187,6 +187,61 @@ static rg_status cpu_gather_rows(rg_backend_ctx *c, rg_dtype dt, const void *src
 	return rg_cpu_gather_rows(src, idx, n_dst, H, dst);
 }
 
+static rg_status cpu_add_norm(rg_backend_ctx *c, rg_dtype dt, const void *x, void *residual,
+			      const float *gamma, const float *beta, float eps, rg_norm_kind kind,
+			      int M, int N, void *out)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_add_norm(x, residual, gamma, beta, eps, kind, M, N, out);
+}
+
+static rg_status cpu_rope(rg_backend_ctx *c, rg_dtype dt, void *x, int ld, int n_tokens,
+			  int n_heads, int head_dim, const int32_t *positions,
+			  const float *inv_freq, bool interleaved)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_rope(x, ld, n_tokens, n_heads, head_dim, positions, inv_freq, interleaved);
+}
+
+static rg_status cpu_silu_mul(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
+			      void *out)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_silu_mul(x, M, N, out);
+}
+
+static rg_status cpu_kv_write(rg_backend_ctx *c, rg_dtype dt, const void *k, const void *v,
+			      int ld, const int32_t *slots, int n_tokens, int kv_dim,
+			      void *k_cache, void *v_cache, int64_t n_slots)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_kv_write(k, v, ld, slots, n_tokens, kv_dim, k_cache, v_cache, n_slots);
+}
+
+static rg_status cpu_paged_attention(rg_backend_ctx *c, rg_dtype dt, const rg_attn_desc *d,
+				     const void *q, int ldq, const void *k_cache,
+				     const void *v_cache, void *out)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_paged_attention(d, q, ldq, k_cache, v_cache, out);
+}
+
+static rg_status cpu_copy_blocks(rg_backend_ctx *c, void *pool, size_t block_bytes,
+				 const int32_t *src_h, const int32_t *dst_h, int n)
+{
+	(void)c;
+	for (int i = 0; i < n; i++)
+		if (src_h[i] != dst_h[i])
+			memcpy((char *)pool + (size_t)dst_h[i] * block_bytes,
+			       (char *)pool + (size_t)src_h[i] * block_bytes, block_bytes);
+	return RG_OK;
+}
+
 const rg_backend_ops rg_cpu_backend_ops = {
 	.name = "cpu",
 	.free = cpu_free,
@@ -212,4 +267,10 @@ const rg_backend_ops rg_cpu_backend_ops = {
 	.rel_tables = cpu_rel_tables,
 	.pool = cpu_pool,
 	.gather_rows = cpu_gather_rows,
+	.add_norm = cpu_add_norm,
+	.rope = cpu_rope,
+	.silu_mul = cpu_silu_mul,
+	.kv_write = cpu_kv_write,
+	.paged_attention = cpu_paged_attention,
+	.copy_blocks = cpu_copy_blocks,
 };

@@ -31,6 +31,16 @@ rg_status rg_cpu_rel_tables(const float *qkv, int n_tokens, int num_heads, int h
 rg_status rg_cpu_pool(const float *x, const int32_t *cu_seqlens, int n_seq, int H, rg_pooling mode,
 		      bool normalize, float *out);
 rg_status rg_cpu_gather_rows(const float *src, const int32_t *idx, int n_dst, int H, float *dst);
+/* Decoder ops (src/ops/cpu/decoder_cpu.c), as their rg_op_* twins. */
+rg_status rg_cpu_add_norm(const float *x, float *residual, const float *gamma, const float *beta,
+			  float eps, rg_norm_kind kind, int M, int N, float *out);
+rg_status rg_cpu_rope(float *x, int ld, int n_tokens, int n_heads, int head_dim,
+		      const int32_t *positions, const float *inv_freq, bool interleaved);
+rg_status rg_cpu_silu_mul(const float *x, int M, int N, float *out);
+rg_status rg_cpu_kv_write(const float *k, const float *v, int ld, const int32_t *slots,
+			  int n_tokens, int kv_dim, float *k_cache, float *v_cache, int64_t n_slots);
+rg_status rg_cpu_paged_attention(const rg_attn_desc *d, const float *q, int ldq,
+				 const float *k_cache, const float *v_cache, float *out);
 /* Name of the kernel table in use ("avx512", "avx2", "generic"): chosen from cpuid, narrowed
  * by RAGGED_CPU_ISA. Static string. */
 RG_TEST_API const char *rg_cpu_isa(void);

@@ -442,6 +442,12 @@ static rg_backend_ops make_cuda_ops(void)
 	t.rel_tables = rg_cuda_rel_tables;
 	t.pool = rg_cuda_pool;
 	t.gather_rows = rg_cuda_gather_rows;
+	t.add_norm = rg_cuda_add_norm;
+	t.rope = rg_cuda_rope;
+	t.silu_mul = rg_cuda_silu_mul;
+	t.kv_write = rg_cuda_kv_write;
+	t.paged_attention = rg_cuda_paged_attention;
+	t.copy_blocks = rg_cuda_copy_blocks;
 	return t;
 }
 

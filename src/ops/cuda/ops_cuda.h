@@ -66,6 +66,22 @@ rg_status rg_cuda_pool(rg_cuda_ctx *ctx, rg_dtype dt, const void *x, const int32
 		       int H, rg_pooling mode, bool normalize, float *out);
 rg_status rg_cuda_gather_rows(rg_cuda_ctx *ctx, rg_dtype dt, const void *src, const int32_t *idx, int n_dst,
 			     int H, void *dst);
+/* decoder ops (decoder_ops.cu, paged_attention.cu) */
+rg_status rg_cuda_add_norm(rg_cuda_ctx *c, rg_dtype dt, const void *x, void *residual,
+			   const float *gamma, const float *beta, float eps, rg_norm_kind kind, int M,
+			   int N, void *out);
+rg_status rg_cuda_rope(rg_cuda_ctx *c, rg_dtype dt, void *x, int ld, int n_tokens, int n_heads,
+		       int head_dim, const int32_t *positions, const float *inv_freq,
+		       bool interleaved);
+rg_status rg_cuda_silu_mul(rg_cuda_ctx *c, rg_dtype dt, const void *x, int M, int N, void *out);
+rg_status rg_cuda_kv_write(rg_cuda_ctx *c, rg_dtype dt, const void *k, const void *v, int ld,
+			   const int32_t *slots, int n_tokens, int kv_dim, void *k_cache,
+			   void *v_cache, int64_t n_slots);
+rg_status rg_cuda_paged_attention(rg_cuda_ctx *c, rg_dtype dt, const rg_attn_desc *d,
+				  const void *q, int ldq, const void *k_cache, const void *v_cache,
+				  void *out);
+rg_status rg_cuda_copy_blocks(rg_cuda_ctx *c, void *pool, size_t block_bytes, const int32_t *src_h,
+			      const int32_t *dst_h, int n);
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,45 @@
+/* The one registry of architectures: config.json's model_type -> the hooks of one file (model.h,
+ * rg_arch). bert.c serves the BERT-shaped encoders, gpt2.c GPT-2, llama.c the Llama family. A new
+ * architecture is one file of hooks plus one line in ARCHS. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/model.h"
+
+static const rg_arch *const ARCHS[] = {
+	/* encoders (bert.c) */
+	&rg_arch_bert, &rg_arch_roberta, &rg_arch_xlm_roberta, &rg_arch_distilbert,
+	&rg_arch_albert, &rg_arch_mpnet, &rg_arch_deberta_v2,
+	/* decoders */
+	&rg_arch_gpt2,  /* gpt2.c */
+	&rg_arch_llama, /* llama.c: Llama 2/3, SmolLM/SmolLM2 */
+	&rg_arch_mistral, &rg_arch_qwen2,
+};
+#define N_ARCHS (sizeof(ARCHS) / sizeof(ARCHS[0]))
+
+const rg_arch *rg_arch_find(const char *model_type)
+{
+	for (size_t i = 0; model_type && i < N_ARCHS; i++)
+		if (strcmp(ARCHS[i]->model_type, model_type) == 0)
+			return ARCHS[i];
+	return NULL;
+}
+
+static char g_names[512];
+static pthread_once_t g_names_once = PTHREAD_ONCE_INIT;
+
+static void names_init(void)
+{
+	size_t off = 0;
+
+	for (size_t i = 0; i < N_ARCHS && off < sizeof(g_names); i++)
+		off += (size_t)snprintf(g_names + off, sizeof(g_names) - off, "%s%s", i ? ", " : "",
+					ARCHS[i]->model_type);
+}
+
+const char *rg_arch_names(void)
+{
+	pthread_once(&g_names_once, names_init);
+	return g_names;
+}

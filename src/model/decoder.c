@@ -1,0 +1,588 @@
+/* The decoder runner (issue 19): load a decoder-only model, own its paged KV cache, and run one
+ * step of a mixed batch (include/ragged.h, rg_step_batch / rg_model_step) -- stage and validate
+ * the step, run the architecture's forward (gpt2.c, llama.c: op sequences only), gather the rows
+ * whose logits are wanted and apply the LM head to them alone.
+ *
+ * KV cache (PagedAttention, Kwon et al. SOSP'23): one backend allocation; layer l's K and V are
+ * (n_blocks, block_size, kv_heads, head_dim) each in the compute dtype, at 2l and 2l+1 times
+ * layer_bytes. Which blocks a sequence owns is the caller's (src/kv/); the runner checks every id
+ * it is given and writes only where the sequence's own table puts each new position.
+ *
+ * Step arena: one buffer per tensor for max_batch_tokens rows, allocated at load (nothing is
+ * allocated per step except when a step's block tables outgrow the largest seen so far). Logits
+ * are computed RG_LOGITS_CHUNK rows at a time: (rows, H) x (vocab, H)^T, then copied out. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <json-c/json.h>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "core/mem_plan.h"
+#include "core/safetensors.h"
+#include "model/model.h"
+#include "ops/ops.h"
+#include "tokenizer/tokenizer.h"
+
+#define RG_KV_DEFAULT_BYTES ((size_t)256 << 20) /* n_blocks 0: a 256 MiB cache */
+#define RG_KV_MAX_BLOCK 4096
+
+static size_t kv_token_bytes(const rg_model *m)
+{
+	const rg_decoder_config *c = &m->dec.cfg;
+
+	return 2 * (size_t)c->num_hidden_layers * c->num_key_value_heads * c->head_dim * m->esz;
+}
+
+/* ---------------------------------------------------------------- load / free */
+
+rg_status rg_dec_upload(rg_model *m, float *host, size_t n, bool as_act, void **dst)
+{
+	rg_status s = rg_model_upload(m, host, n, as_act, dst);
+
+	free(host);
+	return s;
+}
+
+/* The step arena for max_batch_tokens rows, planned with rg_mem_plan (TurboTransformers'
+ * Algorithm 1) over one layer's lifetimes: op 0 norm, 1 QKV GEMM, 2 RoPE + attention, 3 output
+ * GEMM, 4 norm, 5 FFN up, 6 silu * mul, 7 FFN down, 8 logits gather, 9 LM head. The residual,
+ * the norm output and delta cross layers (kept whole); QKV / ctx and the FFN's tensors share
+ * bytes, and so do the logits buffers, which run after the forward. */
+static rg_status alloc_step_arena(rg_model *m)
+{
+	const rg_decoder_config *c = &m->dec.cfg;
+	const size_t T = (size_t)m->max_tokens, H = (size_t)c->hidden_size;
+	const size_t qd = (size_t)c->num_attention_heads * c->head_dim;
+	const size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
+	const size_t I = (size_t)c->intermediate_size, e = m->esz;
+	rg_mem_tensor t[RG_DEC_N] = {
+		[RG_D_HIDDEN] = {"hidden", T * H * e, 0, 9, 0},
+		[RG_D_NORMED] = {"normed", T * H * e, 0, 9, 0},
+		[RG_D_QKV] = {"qkv", T * (qd + 2 * kvd) * e, 1, 2, 0},
+		[RG_D_CTX] = {"ctx", T * qd * e, 2, 3, 0},
+		[RG_D_DELTA] = {"delta", T * H * e, 0, 9, 0},
+		[RG_D_INTER] = {"inter", T * 2 * I * e, 5, 7, 0}, /* GPT-2: up to the down GEMM */
+		[RG_D_MLP] = {"mlp", T * I * e, 6, 7, 0},
+		[RG_D_ROWS] = {"rows", RG_LOGITS_CHUNK * H * e, 8, 9, 0},
+		[RG_D_LOGITS] = {"logits", RG_LOGITS_CHUNK * (size_t)c->vocab_size * e, 9, 9, 0},
+	};
+	size_t total = 0;
+	rg_status s;
+
+	if ((s = rg_mem_plan(t, RG_DEC_N, 256, &total)) != RG_OK)
+		return rg_error_wrap(s, "decoder step arena plan for %d tokens", m->max_tokens);
+	if ((s = rg_backend_alloc(m->be, total, &m->dec.arena_d)) != RG_OK)
+		return rg_error_wrap(s, "decoder step arena for %d tokens (%zu bytes)",
+				     m->max_tokens, total);
+	m->dec.arena_bytes = total;
+	for (int i = 0; i < RG_DEC_N; i++)
+		m->dec.a[i] = (char *)m->dec.arena_d + t[i].offset;
+	if ((s = rg_backend_alloc(m->be, (6 * T + 2) * 4, (void **)&m->dec.ids_d)) != RG_OK ||
+	    (s = rg_backend_host_alloc(m->be, (6 * T + 2) * 4, (void **)&m->dec.ids_h)) != RG_OK)
+		return rg_error_wrap(s, "decoder staging for %d tokens", m->max_tokens);
+	return RG_OK;
+}
+
+static void kv_free(rg_model *m)
+{
+	rg_backend_dealloc(m->be, m->dec.kv_d);
+	free(m->dec.slot_seen);
+	m->dec.kv_d = NULL;
+	m->dec.slot_seen = NULL;
+	m->dec.n_blocks = 0;
+	m->dec.block_size = 0;
+	m->dec.layer_bytes = 0;
+}
+
+void rg_decoder_free(rg_model *m)
+{
+	if (!m->be)
+		return;
+	kv_free(m);
+	rg_backend_dealloc(m->be, m->dec.arena_d);
+	m->dec.arena_d = NULL;
+	rg_backend_dealloc(m->be, m->dec.ids_d);
+	rg_backend_host_free(m->be, m->dec.ids_h);
+	rg_backend_dealloc(m->be, m->dec.bt_d);
+	rg_backend_host_free(m->be, m->dec.bt_h);
+	memset(&m->dec.a, 0, sizeof(m->dec.a));
+	m->dec.ids_d = m->dec.ids_h = m->dec.bt_d = m->dec.bt_h = NULL;
+}
+
+/* The decoder's compute dtype: fp32 on the CPU; on CUDA fp16, or bf16 for a bf16 checkpoint. */
+static rg_dtype dec_dtype(const rg_model_params *p, const rg_tsrc *src)
+{
+	(void)src;
+	if (p->dtype != RG_DTYPE_AUTO)
+		return p->dtype;
+	return p->device == RG_DEVICE_CUDA ? RG_DTYPE_F16 : RG_DTYPE_F32;
+}
+
+rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *src)
+{
+	rg_decoder_config *c = &m->dec.cfg;
+	const rg_dtype dt = dec_dtype(p, src);
+	rg_status s;
+
+	if ((s = rg_backend_init(p->device, p->device_index, dt, &m->be)) != RG_OK)
+		return s;
+	m->esz = rg_dtype_size(rg_backend_dtype(m->be));
+	c->rope_interleaved = src->rope_interleaved;
+	if ((s = m->arch->load_dec_weights(m, src)) != RG_OK)
+		return s;
+	if ((s = alloc_step_arena(m)) != RG_OK)
+		return s;
+	if ((s = rg_backend_sync(m->be)) != RG_OK)
+		return s;
+
+	m->info.model_dir = m->dir;
+	m->info.model_type = m->arch->model_type;
+	m->info.vocab_size = c->vocab_size;
+	m->info.hidden_size = c->hidden_size;
+	m->info.num_attention_heads = c->num_attention_heads;
+	m->info.num_hidden_layers = c->num_hidden_layers;
+	m->info.intermediate_size = c->intermediate_size;
+	m->info.max_position_embeddings = c->max_position_embeddings;
+	m->info.type_vocab_size = 0;
+	m->info.hidden_act = c->act_name;
+	m->info.layer_norm_eps = c->norm_eps;
+	m->info.pooling = RG_POOL_MEAN;
+	m->info.normalize = false;
+	m->info.device = p->device;
+	m->info.dtype = dt;
+	m->info.max_batch_tokens = m->max_tokens;
+	m->info.max_seq_len = c->max_position_embeddings;
+	m->info.num_labels = 0;
+	m->info.labels = NULL;
+	m->info.multi_label = false;
+	m->info.output_dim = c->vocab_size;
+	m->info.kind = RG_MODEL_DECODER;
+	m->info.num_key_value_heads = c->num_key_value_heads;
+	m->info.head_dim = c->head_dim;
+	m->info.bos_token_id = c->bos_token_id;
+	m->info.eos_token_id = c->eos_token_id;
+	m->info.tie_word_embeddings = c->tie_word_embeddings;
+	return RG_OK;
+}
+
+rg_status rg_decoder_load(rg_model *m, const char *dir, const rg_model_params *p)
+{
+	rg_decoder_config *c = &m->dec.cfg;
+	struct json_object *root = NULL;
+	char *path = NULL, *tok_path;
+	rg_st *w = NULL;
+	rg_tsrc src;
+	struct stat sb;
+	rg_status s;
+
+	if ((s = rg_cfg_open(dir, &root, &path)) != RG_OK)
+		return s;
+	memset(c, 0, sizeof(*c));
+	snprintf(c->model_type, sizeof(c->model_type), "%s", m->arch->model_type);
+	c->bos_token_id = c->eos_token_id = -1;
+	s = m->arch->load_hparams(path, root, c);
+	json_object_put(root);
+	free(path);
+	if (s != RG_OK)
+		return s;
+	/* the tokenizer is optional for a decoder (the step API takes ids) */
+	tok_path = rg_path_join(dir, "tokenizer.json");
+	if (!tok_path)
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	if (stat(tok_path, &sb) == 0 && (s = rg_tokenizer_load(dir, &m->tok)) != RG_OK) {
+		free(tok_path);
+		return s;
+	}
+	free(tok_path);
+	if ((s = rg_st_open_dir(dir, &w)) != RG_OK)
+		return s;
+	rg_tsrc_from_st(w, &src);
+	s = rg_decoder_init(m, p, &src);
+	rg_st_free(w); /* the weights live on the backend now */
+	return s;
+}
+
+/* ---------------------------------------------------------------- KV cache */
+
+static rg_status need_decoder(const rg_model *m, const char *fn)
+{
+	if (!m)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "%s: NULL model", fn);
+	if (m->info.kind != RG_MODEL_DECODER)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "%s: %s is an encoder (%s); it has no KV cache and no step (use "
+				 "rg_model_embed / rg_model_run)",
+				 fn, m->dir, m->info.model_type);
+	return RG_OK;
+}
+
+rg_status rg_model_kv_init(rg_model *m, int block_size, int n_blocks)
+{
+	size_t per_block, bytes;
+	int64_t slots;
+	rg_status s;
+
+	if ((s = need_decoder(m, "rg_model_kv_init")) != RG_OK)
+		return s;
+	if (block_size < 1 || block_size > RG_KV_MAX_BLOCK || n_blocks < 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "rg_model_kv_init: block_size %d must be in [1, %d] and n_blocks %d "
+				 ">= 0",
+				 block_size, RG_KV_MAX_BLOCK, n_blocks);
+	per_block = kv_token_bytes(m) * (size_t)block_size;
+	if (n_blocks == 0) {
+		size_t nb = RG_KV_DEFAULT_BYTES / per_block;
+		size_t one = ((size_t)m->dec.cfg.max_position_embeddings + block_size - 1) /
+			     (size_t)block_size;
+
+		nb = nb < one ? one : nb;
+		n_blocks = nb > (size_t)(1 << 30) / (size_t)block_size ?
+				   (1 << 30) / block_size : (int)nb;
+	}
+	slots = (int64_t)n_blocks * block_size;
+	if (slots > ((int64_t)1 << 31) - 1)
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "rg_model_kv_init: %d blocks of %d are over 2^31 slots", n_blocks,
+				 block_size);
+	kv_free(m);
+	bytes = per_block * (size_t)n_blocks;
+	if ((s = rg_backend_alloc(m->be, bytes, &m->dec.kv_d)) != RG_OK)
+		return rg_error_wrap(s, "KV cache of %d blocks of %d positions (%zu bytes)",
+				     n_blocks, block_size, bytes);
+	/* zeros, so a block read before it is written holds no garbage (NaN) */
+	if ((s = rg_backend_zero(m->be, m->dec.kv_d, bytes)) != RG_OK) {
+		kv_free(m);
+		return s;
+	}
+	m->dec.slot_seen = calloc((size_t)(slots + 7) / 8, 1);
+	if (!m->dec.slot_seen) {
+		kv_free(m);
+		return rg_errorf(RG_ERR_OOM, "out of host memory for the KV slot map");
+	}
+	m->dec.block_size = block_size;
+	m->dec.n_blocks = n_blocks;
+	m->dec.layer_bytes = per_block / (2 * (size_t)m->dec.cfg.num_hidden_layers) *
+			     (size_t)n_blocks;
+	return RG_OK;
+}
+
+rg_status rg_model_kv_init_bytes(rg_model *m, int block_size, size_t bytes)
+{
+	size_t per_block, nb;
+	rg_status s;
+
+	if ((s = need_decoder(m, "rg_model_kv_init_bytes")) != RG_OK)
+		return s;
+	if (block_size < 1 || block_size > RG_KV_MAX_BLOCK)
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "rg_model_kv_init_bytes: block_size %d must be in [1, %d]",
+				 block_size, RG_KV_MAX_BLOCK);
+	per_block = kv_token_bytes(m) * (size_t)block_size;
+	nb = bytes / per_block;
+	nb = nb < 1 ? 1 : nb;
+	if (nb > (size_t)(1 << 30) / (size_t)block_size)
+		nb = (size_t)(1 << 30) / (size_t)block_size;
+	return rg_model_kv_init(m, block_size, (int)nb);
+}
+
+rg_status rg_model_kv_info(const rg_model *m, rg_kv_info *out)
+{
+	rg_status s;
+
+	if (!out)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_kv_info: NULL argument");
+	memset(out, 0, sizeof(*out));
+	if ((s = need_decoder(m, "rg_model_kv_info")) != RG_OK)
+		return s;
+	out->block_size = m->dec.block_size;
+	out->n_blocks = m->dec.n_blocks;
+	out->num_layers = m->dec.cfg.num_hidden_layers;
+	out->num_kv_heads = m->dec.cfg.num_key_value_heads;
+	out->head_dim = m->dec.cfg.head_dim;
+	out->bytes_per_token = kv_token_bytes(m);
+	out->bytes_per_block = out->bytes_per_token * (size_t)out->block_size;
+	out->bytes = out->bytes_per_block * (size_t)out->n_blocks;
+	return RG_OK;
+}
+
+rg_status rg_model_kv_copy_blocks(rg_model *m, const int32_t *src, const int32_t *dst, int n)
+{
+	const size_t block_bytes = m ? m->dec.layer_bytes / (m->dec.n_blocks ? m->dec.n_blocks : 1)
+				     : 0;
+	rg_status s;
+
+	if ((s = need_decoder(m, "rg_model_kv_copy_blocks")) != RG_OK)
+		return s;
+	if (!m->dec.kv_d)
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "rg_model_kv_copy_blocks: no KV cache (rg_model_kv_init first)");
+	if (n < 0 || (n > 0 && (!src || !dst)))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_kv_copy_blocks: bad arguments n=%d",
+				 n);
+	for (int i = 0; i < n; i++)
+		if (src[i] < 0 || src[i] >= m->dec.n_blocks || dst[i] < 0 ||
+		    dst[i] >= m->dec.n_blocks)
+			return rg_errorf(RG_ERR_INVALID_INPUT,
+					 "rg_model_kv_copy_blocks: copy %d is block %d -> %d, outside "
+					 "[0, %d)",
+					 i, src[i], dst[i], m->dec.n_blocks);
+	/* each layer's K and V is one pool of n_blocks blocks */
+	for (int p = 0; p < 2 * m->dec.cfg.num_hidden_layers; p++)
+		if ((s = rg_op_copy_blocks(m->be, (char *)m->dec.kv_d + (size_t)p * m->dec.layer_bytes,
+					   block_bytes, src, dst, n)) != RG_OK)
+			return s;
+	return rg_backend_sync(m->be);
+}
+
+/* ---------------------------------------------------------------- step */
+
+#define BAD(...) rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_step: " __VA_ARGS__)
+
+/* Every field of b against the model and its cache (ragged.h lists the checks). On success
+ * *max_ctx is the longest context and *mb_used the most blocks a sequence reads. */
+static rg_status step_validate(rg_model *m, const rg_step_batch *b, const float *logits,
+			       int *max_ctx, int *mb_used)
+{
+	const rg_decoder_config *c = &m->dec.cfg;
+	const int bs = m->dec.block_size;
+	rg_status s = RG_OK;
+	int t;
+
+	if (!b)
+		return BAD("NULL batch");
+	if (!m->dec.kv_d)
+		return BAD("the model has no KV cache (call rg_model_kv_init first)");
+	if (b->n_tokens < 1)
+		return BAD("n_tokens %d < 1", b->n_tokens);
+	if (b->n_tokens > m->max_tokens)
+		return rg_errorf(RG_ERR_TOO_LONG,
+				 "rg_model_step: %d new tokens are over max_batch_tokens %d",
+				 b->n_tokens, m->max_tokens);
+	if (b->n_seq < 1 || b->n_seq > b->n_tokens)
+		return BAD("n_seq %d must be in [1, n_tokens %d]", b->n_seq, b->n_tokens);
+	if (!b->tokens || !b->positions || !b->cu_seqlens_q || !b->context_lens ||
+	    !b->block_tables || !b->slot_mapping)
+		return BAD("tokens, positions, cu_seqlens_q, context_lens, block_tables and "
+			   "slot_mapping must not be NULL");
+	if (b->n_logits < 0 || b->n_logits > b->n_tokens)
+		return BAD("n_logits %d must be in [0, n_tokens %d]", b->n_logits, b->n_tokens);
+	if (b->n_logits > 0 && (!b->logits_rows || !logits))
+		return BAD("logits_rows and logits must not be NULL when n_logits > 0");
+	if (b->max_blocks_per_seq < 1)
+		return BAD("max_blocks_per_seq %d < 1", b->max_blocks_per_seq);
+	for (t = 0; t < b->n_tokens; t++)
+		if (b->tokens[t] < 0 || b->tokens[t] >= c->vocab_size)
+			return BAD("tokens[%d] = %d is outside the vocabulary [0, %d)", t,
+				   b->tokens[t], c->vocab_size);
+	if (b->cu_seqlens_q[0] != 0)
+		return BAD("cu_seqlens_q[0] = %d, must be 0", b->cu_seqlens_q[0]);
+	if (b->cu_seqlens_q[b->n_seq] != b->n_tokens)
+		return BAD("cu_seqlens_q[n_seq] = %d, must be n_tokens %d",
+			   b->cu_seqlens_q[b->n_seq], b->n_tokens);
+	*max_ctx = 0;
+	*mb_used = 1;
+	for (int i = 0; i < b->n_seq; i++) {
+		const int32_t q0 = b->cu_seqlens_q[i], q1 = b->cu_seqlens_q[i + 1];
+		const int32_t ctx = b->context_lens[i];
+		const int32_t *bt = b->block_tables + (size_t)i * b->max_blocks_per_seq;
+		int nb;
+
+		if (q1 <= q0 || q1 > b->n_tokens)
+			return BAD("cu_seqlens_q[%d..%d] = %d, %d: every sequence needs >= 1 new "
+				   "token and the sums must stay <= n_tokens %d",
+				   i, i + 1, q0, q1, b->n_tokens);
+		if (ctx < q1 - q0 || ctx > c->max_position_embeddings)
+			return BAD("context_lens[%d] = %d must be in [its %d new tokens, "
+				   "max_position_embeddings %d]",
+				   i, ctx, q1 - q0, c->max_position_embeddings);
+		if ((int64_t)ctx > (int64_t)b->max_blocks_per_seq * bs)
+			return BAD("context_lens[%d] = %d needs more than max_blocks_per_seq %d "
+				   "blocks of %d",
+				   i, ctx, b->max_blocks_per_seq, bs);
+		nb = (ctx + bs - 1) / bs;
+		for (int k = 0; k < nb; k++)
+			if (bt[k] < 0 || bt[k] >= m->dec.n_blocks)
+				return BAD("block_tables[%d][%d] = %d is outside the cache's blocks "
+					   "[0, %d)",
+					   i, k, bt[k], m->dec.n_blocks);
+		for (t = q0; t < q1; t++) {
+			const int32_t pos = ctx - (q1 - q0) + (t - q0);
+			const int64_t slot = (int64_t)bt[pos / bs] * bs + pos % bs;
+
+			if (b->positions[t] != pos)
+				return BAD("positions[%d] = %d, but sequence %d's new token %d sits "
+					   "at %d (context_lens %d, %d new)",
+					   t, b->positions[t], i, t - q0, pos, ctx, q1 - q0);
+			if (b->slot_mapping[t] != slot)
+				return BAD("slot_mapping[%d] = %d, but sequence %d's block table "
+					   "puts position %d in slot %lld",
+					   t, b->slot_mapping[t], i, pos, (long long)slot);
+		}
+		*max_ctx = ctx > *max_ctx ? ctx : *max_ctx;
+		*mb_used = nb > *mb_used ? nb : *mb_used;
+	}
+	/* one writer per slot (block tables that alias a block being written) */
+	for (t = 0; t < b->n_tokens && s == RG_OK; t++) {
+		const int32_t sl = b->slot_mapping[t];
+
+		if (m->dec.slot_seen[sl >> 3] & (1u << (sl & 7)))
+			s = BAD("slot %d is written by two new tokens (the second is token %d)", sl,
+				t);
+		m->dec.slot_seen[sl >> 3] |= (uint8_t)(1u << (sl & 7));
+	}
+	for (int u = 0; u < t; u++)
+		m->dec.slot_seen[b->slot_mapping[u] >> 3] = 0;
+	if (s != RG_OK)
+		return s;
+	for (int r = 0; r < b->n_logits; r++)
+		if (b->logits_rows[r] < 0 || b->logits_rows[r] >= b->n_tokens)
+			return BAD("logits_rows[%d] = %d is outside [0, n_tokens %d)", r,
+				   b->logits_rows[r], b->n_tokens);
+	return RG_OK;
+}
+
+/* Block tables compacted to mb_used columns, in backend memory (grown when a step needs more). */
+static rg_status stage_block_tables(rg_model *m, const rg_step_batch *b, int mb_used)
+{
+	const size_t need = (size_t)b->n_seq * (size_t)mb_used;
+	const int bs = m->dec.block_size;
+	rg_status s;
+
+	if (need > m->dec.bt_cap) {
+		size_t cap = need < 4096 ? 4096 : need * 2;
+
+		rg_backend_dealloc(m->be, m->dec.bt_d);
+		rg_backend_host_free(m->be, m->dec.bt_h);
+		m->dec.bt_d = m->dec.bt_h = NULL;
+		m->dec.bt_cap = 0;
+		if ((s = rg_backend_alloc(m->be, cap * 4, (void **)&m->dec.bt_d)) != RG_OK ||
+		    (s = rg_backend_host_alloc(m->be, cap * 4, (void **)&m->dec.bt_h)) != RG_OK)
+			return rg_error_wrap(s, "block tables of %zu entries", cap);
+		m->dec.bt_cap = cap;
+	}
+	for (int i = 0; i < b->n_seq; i++) {
+		const int nb = (b->context_lens[i] + bs - 1) / bs;
+		const int32_t *src = b->block_tables + (size_t)i * b->max_blocks_per_seq;
+		int32_t *dst = m->dec.bt_h + (size_t)i * mb_used;
+
+		memcpy(dst, src, (size_t)nb * 4);
+		for (int k = nb; k < mb_used; k++)
+			dst[k] = 0; /* never read */
+	}
+	return rg_backend_upload_async(m->be, m->dec.bt_d, m->dec.bt_h, need * 4);
+}
+
+rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scale, void *ctx)
+{
+	const rg_decoder_config *c = &m->dec.cfg;
+	const int qd = c->num_attention_heads * c->head_dim;
+	const int kvd = c->num_key_value_heads * c->head_dim, ld = qd + 2 * kvd;
+	char *base = qkv;
+	char *kc = (char *)m->dec.kv_d + 2 * (size_t)l * m->dec.layer_bytes;
+	char *vc = kc + m->dec.layer_bytes;
+	rg_status s;
+
+	s = rg_op_kv_write(m->be, base + (size_t)qd * m->esz, base + (size_t)(qd + kvd) * m->esz, ld,
+			   f->slots, f->n, kvd, kc, vc,
+			   (int64_t)m->dec.n_blocks * m->dec.block_size);
+	if (s != RG_OK)
+		return s;
+	f->attn.num_heads = c->num_attention_heads;
+	f->attn.num_kv_heads = c->num_key_value_heads;
+	f->attn.head_dim = c->head_dim;
+	f->attn.scale = scale;
+	return rg_op_paged_attention(m->be, &f->attn, qkv, ld, kc, vc, ctx);
+}
+
+/* Logits of the wanted rows: gather RG_LOGITS_CHUNK rows of the final norm's output, one GEMM
+ * against the LM head, copy out (16-bit dtypes widened on the host). */
+static rg_status step_logits(rg_model *m, const int32_t *rows_d, int n_logits, float *logits)
+{
+	const int H = m->dec.cfg.hidden_size, V = m->dec.cfg.vocab_size;
+	rg_status s;
+
+	for (int r0 = 0; r0 < n_logits; r0 += RG_LOGITS_CHUNK) {
+		const int nr = n_logits - r0 < RG_LOGITS_CHUNK ? n_logits - r0 : RG_LOGITS_CHUNK;
+		float *dst = logits + (size_t)r0 * V;
+		const size_t n = (size_t)nr * V;
+
+		if ((s = rg_op_gather_rows(m->be, m->dec.a[RG_D_NORMED], rows_d + r0, nr, H,
+					   m->dec.a[RG_D_ROWS])) != RG_OK ||
+		    (s = rg_op_gemm(m->be, m->dec.a[RG_D_ROWS], m->dec.lm_head, m->dec.a[RG_D_LOGITS],
+				    nr, V, H)) != RG_OK)
+			return s;
+		if (m->esz == 4) {
+			s = rg_backend_download(m->be, dst, m->dec.a[RG_D_LOGITS], n * 4);
+		} else {
+			s = rg_backend_download(m->be, (char *)dst + 2 * n, m->dec.a[RG_D_LOGITS],
+						n * 2);
+			if (s == RG_OK)
+				rg_widen16_tail(dst, n, rg_backend_dtype(m->be));
+		}
+		if (s != RG_OK)
+			return s;
+	}
+	return RG_OK;
+}
+
+rg_status rg_model_step(rg_model *m, const rg_step_batch *b, float *logits)
+{
+	const size_t T = m ? (size_t)m->max_tokens : 0;
+	int max_ctx = 0, mb_used = 1, n;
+	int32_t *ih, *id;
+	rg_dec_fwd f;
+	rg_status s;
+
+	if ((s = need_decoder(m, "rg_model_step")) != RG_OK)
+		return s;
+	if ((s = step_validate(m, b, logits, &max_ctx, &mb_used)) != RG_OK)
+		return s;
+	n = b->n_tokens;
+	ih = m->dec.ids_h;
+	id = m->dec.ids_d;
+	/* staging: tokens | positions | slots | logits rows | cu_seqlens_q | context_lens */
+	memcpy(ih, b->tokens, (size_t)n * 4);
+	memcpy(ih + T, b->positions, (size_t)n * 4);
+	memcpy(ih + 2 * T, b->slot_mapping, (size_t)n * 4);
+	if (b->n_logits)
+		memcpy(ih + 3 * T, b->logits_rows, (size_t)b->n_logits * 4);
+	memcpy(ih + 4 * T, b->cu_seqlens_q, (size_t)(b->n_seq + 1) * 4);
+	memcpy(ih + 5 * T + 1, b->context_lens, (size_t)b->n_seq * 4);
+	{
+		const size_t off[] = {0, T, 2 * T, 3 * T, 4 * T, 5 * T + 1};
+		const size_t cnt[] = {(size_t)n, (size_t)n, (size_t)n, (size_t)b->n_logits,
+				      (size_t)b->n_seq + 1, (size_t)b->n_seq};
+
+		for (int i = 0; i < 6; i++)
+			if (cnt[i] && (s = rg_backend_upload_async(m->be, id + off[i], ih + off[i],
+								   cnt[i] * 4)) != RG_OK)
+				return s;
+	}
+	if ((s = stage_block_tables(m, b, mb_used)) != RG_OK)
+		return s;
+	memset(&f, 0, sizeof(f));
+	f.n = n;
+	f.tokens = id;
+	f.positions = id + T;
+	f.slots = id + 2 * T;
+	f.attn.causal = true;
+	f.attn.n_seq = b->n_seq;
+	f.attn.cu_seqlens_q = id + 4 * T;
+	f.attn.cu_seqlens_q_h = ih + 4 * T;
+	f.attn.context_lens = id + 5 * T + 1;
+	f.attn.context_lens_h = ih + 5 * T + 1;
+	f.attn.max_context_len = max_ctx;
+	f.attn.block_tables = m->dec.bt_d;
+	f.attn.max_blocks_per_seq = mb_used;
+	f.attn.block_size = m->dec.block_size;
+	f.attn.n_blocks = m->dec.n_blocks;
+	if ((s = m->arch->forward(m, &f)) != RG_OK)
+		return s;
+	if (b->n_logits && (s = step_logits(m, id + 3 * T, b->n_logits, logits)) != RG_OK)
+		return s;
+	return rg_backend_sync(m->be);
+}

@@ -1,0 +1,53 @@
+/* A tensor source: where an architecture's load_weights hook gets its weights, by name, as f32
+ * with a shape, whatever the file format. safetensors implements it now (rg_tsrc_from_st); a GGUF
+ * reader plugs in the same way (src/core/gguf.h: a source that maps the Hugging Face names the
+ * architectures ask for onto GGUF's with rg_tsrc_gguf_llama_name, reports shapes in PyTorch's
+ * order (ggml's ne[] reversed), dequantizes with rg_gguf_to_f32, and sets rope_interleaved for
+ * general.architecture "llama", whose q/k projection rows llama.cpp's converter permutes for its
+ * adjacent-pair RoPE -- not for "qwen2", which llama.cpp converts unpermuted and runs with
+ * NEOX RoPE). The hyper-parameters then come from the GGUF metadata (model.h,
+ * rg_decoder_init); tie_word_embeddings is "output.weight is absent".
+ *
+ * Names are Hugging Face's, without a base-model prefix: rg_tsrc_get tries the prefixes it is
+ * given ("model.", "transformer.", "") in order. */
+#ifndef RG_MODEL_TSRC_H
+#define RG_MODEL_TSRC_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/safetensors.h"
+#include "ragged.h"
+
+#define RG_TSRC_MAX_DIMS 4
+
+typedef struct rg_tsrc {
+	const char *what; /* the file, for messages ("model.safetensors") */
+	void *ctx;
+	/* Shape of tensor name (outermost first, as PyTorch writes it); false when absent. */
+	bool (*shape)(void *ctx, const char *name, int *ndim, int64_t shape[RG_TSRC_MAX_DIMS]);
+	/* Its values as f32 into dst (product of the shape floats). */
+	rg_status (*read_f32)(void *ctx, const char *name, float *dst);
+	/* q/k projection rows are in the interleaved-pair RoPE order (GGUF) */
+	bool rope_interleaved;
+} rg_tsrc;
+
+/* A source over an open safetensors set (which must outlive it). */
+void rg_tsrc_from_st(const rg_st *st, rg_tsrc *out);
+
+/* True when name exists under one of the prefixes (NULL-terminated list). */
+bool rg_tsrc_has(const rg_tsrc *src, const char *const *prefixes, const char *name);
+
+/* name under the first of prefixes (NULL-terminated) where it exists, checked to have shape
+ * (d0) (d1 < 0) or (d0, d1), read into a malloc'd f32 array *out (caller frees).
+ * RG_ERR_FORMAT naming the tensor when it is missing or has another shape; RG_ERR_OOM. */
+rg_status rg_tsrc_get(const rg_tsrc *src, const char *const *prefixes, const char *name,
+		      int64_t d0, int64_t d1, float **out);
+/* The GGUF name (llama.cpp's tensor map for LLM_ARCH_LLAMA / QWEN2) of a Hugging Face Llama
+ * name as rg_tsrc_get passes it (with or without "model."), into buf (n bytes): embed_tokens ->
+ * token_embd, layers.N.self_attn.{q,k,v,o}_proj -> blk.N.attn_{q,k,v,output},
+ * mlp.{gate,up,down}_proj -> blk.N.ffn_{gate,up,down}, input_layernorm -> blk.N.attn_norm,
+ * post_attention_layernorm -> blk.N.ffn_norm, norm -> output_norm, lm_head -> output; the
+ * ".weight" / ".bias" suffix kept. Returns buf, or NULL for a name GGUF has no twin of. */
+const char *rg_tsrc_gguf_llama_name(const char *hf, char *buf, size_t n);
+#endif

@@ -1,0 +1,271 @@
+/* CPU kernels of the decoder ops (float32; src/ops/ops.h states the contracts): fused residual
+ * add + LayerNorm / RMSNorm, RoPE in both pair layouts, SwiGLU's silu * mul, the KV scatter and
+ * causal attention over a paged cache for a mixed batch of prefill chunks and decode tokens.
+ * Every op runs on ragged's thread pool; rows (or (token, head) pairs for the attention) are the
+ * tasks. Plain C loops the compiler vectorises: these are the reference the CUDA twins will be
+ * tested against, and the float64 NumPy decoder (tests/py/ref_decoder.py) checks them. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/threadpool.h"
+#include "ops/cpu/ops_cpu.h"
+
+/* rows per task so that a task has at least ~16K elements */
+static int rows_per(int M, int N)
+{
+	int r = (1 << 14) / (N > 0 ? N : 1);
+
+	r = r < 1 ? 1 : r;
+	return r > M ? (M > 0 ? M : 1) : r;
+}
+
+struct norm_job {
+	const float *x;
+	float *residual;
+	const float *gamma, *beta;
+	float eps;
+	rg_norm_kind kind;
+	int M, N, rows;
+	float *out;
+};
+
+static void norm_task(void *ctx, int task, int thread)
+{
+	const struct norm_job *j = ctx;
+	const int N = j->N;
+	int r1 = (task + 1) * j->rows < j->M ? (task + 1) * j->rows : j->M;
+
+	(void)thread;
+	for (int r = task * j->rows; r < r1; r++) {
+		float *res = j->residual + (size_t)r * N, *o = j->out + (size_t)r * N;
+		const float *x = j->x ? j->x + (size_t)r * N : NULL;
+		float mean = 0.f, var = 0.f, rstd;
+
+		if (x)
+			for (int i = 0; i < N; i++)
+				res[i] += x[i];
+		if (j->kind == RG_NORM_RMS) {
+			for (int i = 0; i < N; i++)
+				var += res[i] * res[i];
+			rstd = 1.f / sqrtf(var / (float)N + j->eps);
+			for (int i = 0; i < N; i++)
+				o[i] = res[i] * rstd * j->gamma[i];
+			continue;
+		}
+		for (int i = 0; i < N; i++)
+			mean += res[i];
+		mean /= (float)N;
+		for (int i = 0; i < N; i++)
+			var += (res[i] - mean) * (res[i] - mean);
+		rstd = 1.f / sqrtf(var / (float)N + j->eps);
+		for (int i = 0; i < N; i++)
+			o[i] = (res[i] - mean) * rstd * j->gamma[i] + (j->beta ? j->beta[i] : 0.f);
+	}
+}
+
+rg_status rg_cpu_add_norm(const float *x, float *residual, const float *gamma, const float *beta,
+			  float eps, rg_norm_kind kind, int M, int N, float *out)
+{
+	struct norm_job j = {x, residual, gamma, beta, eps, kind, M, N, rows_per(M, N), out};
+
+	if (M > 0)
+		rg_threadpool_run(rg_threadpool_global(), (M + j.rows - 1) / j.rows, norm_task, &j);
+	return RG_OK;
+}
+
+struct rope_job {
+	float *x;
+	int ld, n_heads, head_dim;
+	const int32_t *positions;
+	const float *inv_freq;
+	bool interleaved;
+};
+
+static void rope_task(void *ctx, int t, int thread)
+{
+	const struct rope_job *j = ctx;
+	const int half = j->head_dim / 2;
+	float cs[512], sn[512]; /* head_dim <= 1024 (checked by the caller) */
+
+	(void)thread;
+	for (int i = 0; i < half; i++) {
+		double a = (double)j->positions[t] * (double)j->inv_freq[i];
+
+		cs[i] = (float)cos(a);
+		sn[i] = (float)sin(a);
+	}
+	for (int h = 0; h < j->n_heads; h++) {
+		float *v = j->x + (size_t)t * j->ld + (size_t)h * j->head_dim;
+
+		for (int i = 0; i < half; i++) {
+			const int a = j->interleaved ? 2 * i : i, b = j->interleaved ? 2 * i + 1 : i + half;
+			const float x0 = v[a], x1 = v[b];
+
+			v[a] = x0 * cs[i] - x1 * sn[i];
+			v[b] = x1 * cs[i] + x0 * sn[i];
+		}
+	}
+}
+
+rg_status rg_cpu_rope(float *x, int ld, int n_tokens, int n_heads, int head_dim,
+		      const int32_t *positions, const float *inv_freq, bool interleaved)
+{
+	struct rope_job j = {x, ld, n_heads, head_dim, positions, inv_freq, interleaved};
+
+	if (head_dim > 1024)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "rope: head_dim %d over 1024", head_dim);
+	rg_threadpool_run(rg_threadpool_global(), n_tokens, rope_task, &j);
+	return RG_OK;
+}
+
+struct silu_job {
+	const float *x;
+	int M, N, rows;
+	float *out;
+};
+
+static void silu_task(void *ctx, int task, int thread)
+{
+	const struct silu_job *j = ctx;
+	int r1 = (task + 1) * j->rows < j->M ? (task + 1) * j->rows : j->M;
+
+	(void)thread;
+	for (int r = task * j->rows; r < r1; r++) {
+		const float *g = j->x + (size_t)r * 2 * j->N, *u = g + j->N;
+		float *o = j->out + (size_t)r * j->N;
+
+		for (int i = 0; i < j->N; i++)
+			o[i] = g[i] / (1.f + expf(-g[i])) * u[i];
+	}
+}
+
+rg_status rg_cpu_silu_mul(const float *x, int M, int N, float *out)
+{
+	struct silu_job j = {x, M, N, rows_per(M, 2 * N), out};
+
+	rg_threadpool_run(rg_threadpool_global(), (M + j.rows - 1) / j.rows, silu_task, &j);
+	return RG_OK;
+}
+
+rg_status rg_cpu_kv_write(const float *k, const float *v, int ld, const int32_t *slots,
+			  int n_tokens, int kv_dim, float *k_cache, float *v_cache, int64_t n_slots)
+{
+	for (int t = 0; t < n_tokens; t++)
+		if (slots[t] < 0 || slots[t] >= n_slots)
+			return rg_errorf(RG_ERR_INVALID_INPUT,
+					 "kv_write: token %d writes slot %d, outside [0, %lld)", t,
+					 slots[t], (long long)n_slots);
+	for (int t = 0; t < n_tokens; t++) {
+		memcpy(k_cache + (size_t)slots[t] * kv_dim, k + (size_t)t * ld,
+		       (size_t)kv_dim * sizeof(float));
+		memcpy(v_cache + (size_t)slots[t] * kv_dim, v + (size_t)t * ld,
+		       (size_t)kv_dim * sizeof(float));
+	}
+	return RG_OK;
+}
+
+struct pattn_job {
+	const rg_attn_desc *d;
+	const float *q, *kc, *vc;
+	int ldq;
+	const int32_t *tok_seq; /* (n_tokens) sequence of each query row */
+	float *scratch;         /* per thread: max_context_len scores */
+	size_t scratch_floats;
+	float *out;
+};
+
+/* One (query row, head): scores over keys 0..pos read through the block table, softmax, sum. */
+static void pattn_task(void *ctx, int task, int thread)
+{
+	const struct pattn_job *j = ctx;
+	const rg_attn_desc *d = j->d;
+	const int hd = d->head_dim, t = task / d->num_heads, h = task % d->num_heads;
+	const int i = j->tok_seq[t], group = d->num_heads / d->num_kv_heads;
+	const int kvd = d->num_kv_heads * hd, kvh = h / group;
+	const int n_new = d->cu_seqlens_q_h[i + 1] - d->cu_seqlens_q_h[i];
+	const int pos = d->context_lens_h[i] - n_new + (t - d->cu_seqlens_q_h[i]);
+	const int32_t *bt = d->block_tables + (size_t)i * d->max_blocks_per_seq;
+	const float *q = j->q + (size_t)t * j->ldq + (size_t)h * hd;
+	float *s = j->scratch + (size_t)thread * j->scratch_floats;
+	float *o = j->out + (size_t)t * d->num_heads * hd + (size_t)h * hd;
+	float mx = -INFINITY, sum = 0.f;
+
+	for (int k = 0; k <= pos; k++) {
+		const int64_t slot = (int64_t)bt[k / d->block_size] * d->block_size + k % d->block_size;
+		const float *kr = j->kc + (size_t)slot * kvd + (size_t)kvh * hd;
+		float acc = 0.f;
+
+		for (int e = 0; e < hd; e++)
+			acc += q[e] * kr[e];
+		s[k] = acc * d->scale;
+		mx = s[k] > mx ? s[k] : mx;
+	}
+	for (int k = 0; k <= pos; k++) {
+		s[k] = expf(s[k] - mx);
+		sum += s[k];
+	}
+	for (int e = 0; e < hd; e++)
+		o[e] = 0.f;
+	for (int k = 0; k <= pos; k++) {
+		const int64_t slot = (int64_t)bt[k / d->block_size] * d->block_size + k % d->block_size;
+		const float *vr = j->vc + (size_t)slot * kvd + (size_t)kvh * hd;
+		const float p = s[k] / sum;
+
+		for (int e = 0; e < hd; e++)
+			o[e] += p * vr[e];
+	}
+}
+
+rg_status rg_cpu_paged_attention(const rg_attn_desc *d, const float *q, int ldq,
+				 const float *k_cache, const float *v_cache, float *out)
+{
+	rg_threadpool *pool = rg_threadpool_global();
+	struct pattn_job j = {d, q, k_cache, v_cache, ldq, NULL, NULL, 0, out};
+	const int n_tokens = d->cu_seqlens_q_h[d->n_seq];
+	int32_t *tok_seq;
+
+	/* the data this kernel indexes with: lengths, positions and every block it will read */
+	if (d->cu_seqlens_q_h[0] != 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "paged_attention: cu_seqlens_q[0] = %d",
+				 d->cu_seqlens_q_h[0]);
+	for (int i = 0; i < d->n_seq; i++) {
+		const int n_new = d->cu_seqlens_q_h[i + 1] - d->cu_seqlens_q_h[i];
+		const int ctx_len = d->context_lens_h[i];
+		const int nb = (ctx_len + d->block_size - 1) / d->block_size;
+
+		if (n_new < 0 || ctx_len < n_new || ctx_len > d->max_context_len)
+			return rg_errorf(RG_ERR_INVALID_INPUT,
+					 "paged_attention: sequence %d has %d new rows and context "
+					 "length %d (max_context_len %d)",
+					 i, n_new, ctx_len, d->max_context_len);
+		for (int b = 0; b < nb; b++) {
+			const int32_t id = d->block_tables[(size_t)i * d->max_blocks_per_seq + b];
+
+			if (id < 0 || id >= d->n_blocks)
+				return rg_errorf(RG_ERR_INVALID_INPUT,
+						 "paged_attention: sequence %d block %d is %d, outside "
+						 "[0, %lld)",
+						 i, b, id, (long long)d->n_blocks);
+		}
+	}
+	if (n_tokens == 0)
+		return RG_OK;
+	tok_seq = malloc((size_t)n_tokens * sizeof(*tok_seq));
+	j.scratch_floats = ((size_t)d->max_context_len + 15) / 16 * 16;
+	j.scratch = malloc((size_t)rg_threadpool_size(pool) * j.scratch_floats * sizeof(float));
+	if (!tok_seq || !j.scratch) {
+		free(tok_seq);
+		free(j.scratch);
+		return rg_errorf(RG_ERR_OOM, "paged_attention: out of memory for the scores");
+	}
+	for (int i = 0; i < d->n_seq; i++)
+		for (int t = d->cu_seqlens_q_h[i]; t < d->cu_seqlens_q_h[i + 1]; t++)
+			tok_seq[t] = i;
+	j.tok_seq = tok_seq;
+	rg_threadpool_run(pool, n_tokens * d->num_heads, pattn_task, &j);
+	free(tok_seq);
+	free(j.scratch);
+	return RG_OK;
+}

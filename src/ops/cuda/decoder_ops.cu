@@ -1,0 +1,226 @@
+/* CUDA twins of the decoder ops of src/ops/ops.h (contracts there; CPU references in
+ * src/ops/cpu/decoder_cpu.c): fused residual add + LayerNorm / RMSNorm, RoPE in both pair layouts,
+ * SwiGLU's silu * mul, the KV scatter into the paged cache and the copy of whole KV blocks
+ * (copy-on-write for beams). Memory-bound; all math in float32, values stored in the compute
+ * dtype (the residual after the add is rounded to it before the norm reads it, as HF's decoders
+ * do in fp16/bf16). The paged attention itself is in paged_attention.cu. */
+#include "ops/cuda/common.cuh"
+
+#define DEC_THREADS 256
+
+/* One CTA per row: residual += x (when x), then out = norm(residual). The row is read twice
+ * more from L1/L2 (mean, then variance and output): rows are at most a few KB. */
+template <typename T>
+__global__ void __launch_bounds__(DEC_THREADS)
+add_norm_kernel(const T *__restrict__ x, T *__restrict__ residual, const float *__restrict__ gamma,
+		const float *__restrict__ beta, float eps, int rms, int N, T *__restrict__ out)
+{
+	__shared__ float scratch[32];
+	T *res = residual + (size_t)blockIdx.x * N;
+	T *o = out + (size_t)blockIdx.x * N;
+	float s = 0.f, mean = 0.f, var = 0.f;
+
+	rg_pdl_wait();
+	if (x) {
+		const T *xr = x + (size_t)blockIdx.x * N;
+		for (int i = threadIdx.x; i < N; i += DEC_THREADS) {
+			T r = rg_from_f<T>(rg_to_f(res[i]) + rg_to_f(xr[i]));
+			res[i] = r;
+			s += rms ? rg_to_f(r) * rg_to_f(r) : rg_to_f(r);
+		}
+	} else {
+		for (int i = threadIdx.x; i < N; i += DEC_THREADS) {
+			float r = rg_to_f(res[i]);
+			s += rms ? r * r : r;
+		}
+	}
+	s = rg_block_sum(s, scratch);
+	if (rms) {
+		const float rstd = rsqrtf(s / (float)N + eps);
+		for (int i = threadIdx.x; i < N; i += DEC_THREADS)
+			o[i] = rg_from_f<T>(rg_to_f(res[i]) * rstd * gamma[i]);
+		return;
+	}
+	mean = s / (float)N;
+	for (int i = threadIdx.x; i < N; i += DEC_THREADS) {
+		float d = rg_to_f(res[i]) - mean;
+		var += d * d;
+	}
+	var = rg_block_sum(var, scratch);
+	const float rstd = rsqrtf(var / (float)N + eps);
+	for (int i = threadIdx.x; i < N; i += DEC_THREADS)
+		o[i] = rg_from_f<T>((rg_to_f(res[i]) - mean) * rstd * gamma[i] + (beta ? beta[i] : 0.f));
+}
+
+extern "C" rg_status rg_cuda_add_norm(rg_cuda_ctx *c, rg_dtype dt, const void *x, void *residual,
+				      const float *gamma, const float *beta, float eps,
+				      rg_norm_kind kind, int M, int N, void *out)
+{
+	rg_status st;
+	cudaError_t e;
+
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "add_norm: unknown dtype %d", (int)dt);
+	if (M == 0)
+		return RG_OK;
+	if ((st = rg_cuda_enter(c)) != RG_OK)
+		return st;
+#define LAUNCH(T)                                                                                \
+	rg_launch(c, add_norm_kernel<T>, dim3(M), dim3(DEC_THREADS), 0, (const T *)x, (T *)residual, \
+		  gamma, beta, eps, kind == RG_NORM_RMS ? 1 : 0, N, (T *)out)
+	e = RG_CUDA_DISPATCH_DT(dt, LAUNCH);
+#undef LAUNCH
+	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "add_norm_kernel launch");
+}
+
+/* One CTA per token; threads over (head, pair). The angle is formed and turned in double
+ * (as the CPU twin does), then applied in float32. */
+template <typename T>
+__global__ void rope_kernel(T *__restrict__ x, int ld, int n_heads, int head_dim,
+			    const int32_t *__restrict__ positions, const float *__restrict__ inv_freq,
+			    int interleaved)
+{
+	const int t = blockIdx.x, half = head_dim / 2;
+	const double pos = (double)positions[t];
+	T *row = x + (size_t)t * ld;
+
+	rg_pdl_wait();
+	for (int k = threadIdx.x; k < n_heads * half; k += blockDim.x) {
+		const int h = k / half, i = k - h * half;
+		const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+		double sd, cd;
+		sincos(pos * (double)inv_freq[i], &sd, &cd);
+		const float cs = (float)cd, sn = (float)sd;
+		T *v = row + (size_t)h * head_dim;
+		const float x0 = rg_to_f(v[a]), x1 = rg_to_f(v[b]);
+		v[a] = rg_from_f<T>(x0 * cs - x1 * sn);
+		v[b] = rg_from_f<T>(x1 * cs + x0 * sn);
+	}
+}
+
+extern "C" rg_status rg_cuda_rope(rg_cuda_ctx *c, rg_dtype dt, void *x, int ld, int n_tokens,
+				  int n_heads, int head_dim, const int32_t *positions,
+				  const float *inv_freq, bool interleaved)
+{
+	rg_status st;
+	cudaError_t e;
+	int threads = n_heads * (head_dim / 2);
+
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "rope: unknown dtype %d", (int)dt);
+	if (n_tokens == 0)
+		return RG_OK;
+	if ((st = rg_cuda_enter(c)) != RG_OK)
+		return st;
+	threads = threads < 64 ? 64 : threads > 512 ? 512 : (threads + 31) / 32 * 32;
+#define LAUNCH(T)                                                                                \
+	rg_launch(c, rope_kernel<T>, dim3(n_tokens), dim3(threads), 0, (T *)x, ld, n_heads,         \
+		  head_dim, positions, inv_freq, interleaved ? 1 : 0)
+	e = RG_CUDA_DISPATCH_DT(dt, LAUNCH);
+#undef LAUNCH
+	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "rope_kernel launch");
+}
+
+/* out (M, N) = silu(x[:, :N]) * x[:, N:]: one thread per output element, grid-stride. */
+template <typename T>
+__global__ void silu_mul_kernel(const T *__restrict__ x, long long total, int N, T *__restrict__ out)
+{
+	rg_pdl_wait();
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+	     i += (long long)gridDim.x * blockDim.x) {
+		const long long r = i / N, col = i - r * N;
+		const float g = rg_to_f(x[r * 2 * N + col]), u = rg_to_f(x[r * 2 * N + N + col]);
+		out[i] = rg_from_f<T>(g / (1.f + __expf(-g)) * u);
+	}
+}
+
+extern "C" rg_status rg_cuda_silu_mul(rg_cuda_ctx *c, rg_dtype dt, const void *x, int M, int N,
+				      void *out)
+{
+	rg_status st;
+	cudaError_t e;
+	long long total = (long long)M * N;
+	int blocks;
+
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "silu_mul: unknown dtype %d", (int)dt);
+	if (total == 0)
+		return RG_OK;
+	if ((st = rg_cuda_enter(c)) != RG_OK)
+		return st;
+	blocks = (int)((total + DEC_THREADS - 1) / DEC_THREADS);
+	if (blocks > 16 * c->num_sms)
+		blocks = 16 * c->num_sms;
+#define LAUNCH(T)                                                                                \
+	rg_launch(c, silu_mul_kernel<T>, dim3(blocks), dim3(DEC_THREADS), 0, (const T *)x, total, N, \
+		  (T *)out)
+	e = RG_CUDA_DISPATCH_DT(dt, LAUNCH);
+#undef LAUNCH
+	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "silu_mul_kernel launch");
+}
+
+/* One CTA per new token: its K and V rows to their slot. A slot outside [0, n_slots) writes
+ * nothing and sets the error flag (the host validated the slots; this only keeps a bad one from
+ * writing out of bounds). */
+template <typename T>
+__global__ void kv_write_kernel(const T *__restrict__ k, const T *__restrict__ v, int ld,
+				const int32_t *__restrict__ slots, int kv_dim, T *__restrict__ k_cache,
+				T *__restrict__ v_cache, long long n_slots, int *flag)
+{
+	const int t = blockIdx.x;
+	const long long s = slots[t];
+
+	rg_pdl_wait();
+	if (s < 0 || s >= n_slots) {
+		if (threadIdx.x == 0)
+			atomicOr(flag, RG_CUDA_FLAG_BAD_INDEX);
+		return;
+	}
+	for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+		k_cache[s * kv_dim + i] = k[(size_t)t * ld + i];
+		v_cache[s * kv_dim + i] = v[(size_t)t * ld + i];
+	}
+}
+
+extern "C" rg_status rg_cuda_kv_write(rg_cuda_ctx *c, rg_dtype dt, const void *k, const void *v,
+				      int ld, const int32_t *slots, int n_tokens, int kv_dim,
+				      void *k_cache, void *v_cache, int64_t n_slots)
+{
+	rg_status st;
+	cudaError_t e;
+
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "kv_write: unknown dtype %d", (int)dt);
+	if (n_tokens == 0)
+		return RG_OK;
+	if ((st = rg_cuda_enter(c)) != RG_OK)
+		return st;
+#define LAUNCH(T)                                                                                \
+	rg_launch(c, kv_write_kernel<T>, dim3(n_tokens), dim3(kv_dim < 256 ? 128 : 256), 0,         \
+		  (const T *)k, (const T *)v, ld, slots, kv_dim, (T *)k_cache, (T *)v_cache,         \
+		  (long long)n_slots, c->flag_d)
+	e = RG_CUDA_DISPATCH_DT(dt, LAUNCH);
+#undef LAUNCH
+	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "kv_write_kernel launch");
+}
+
+/* Whole-block copies inside one pool, in order, on the backend's stream. */
+extern "C" rg_status rg_cuda_copy_blocks(rg_cuda_ctx *c, void *pool, size_t block_bytes,
+					 const int32_t *src_h, const int32_t *dst_h, int n)
+{
+	rg_status st;
+
+	if (n == 0)
+		return RG_OK;
+	if ((st = rg_cuda_enter(c)) != RG_OK)
+		return st;
+	for (int i = 0; i < n; i++) {
+		char *base = (char *)pool;
+		cudaError_t e = cudaMemcpyAsync(base + (size_t)dst_h[i] * block_bytes,
+						base + (size_t)src_h[i] * block_bytes, block_bytes,
+						cudaMemcpyDeviceToDevice, c->stream);
+		if (e != cudaSuccess)
+			return rg_cuda_err(e, "copy_blocks cudaMemcpyAsync");
+	}
+	return RG_OK;
+}

@@ -1,0 +1,268 @@
+/* Causal attention of a decoder step over the paged KV cache (PagedAttention, Kwon et al.
+ * SOSP'23), for a mixed batch of prefill chunks and decode tokens, with split-KV
+ * (flash-decoding) when the batch has too few (token, KV head) pairs to fill the GPU.
+ *
+ * Work decomposition: one CTA per (new token t, KV head kvh, key split z). The CTA holds the
+ * G = num_heads / num_kv_heads query heads that share kvh (grouped-query attention: each K and V
+ * row is read once for the whole group) and walks the keys 0..positions[t] of t's sequence
+ * that fall in split z, C_KEYS at a time, through the block table:
+ *   1. scores: one thread per key reads the key's head_dim values and dots them with the G
+ *      query vectors (in shared memory, scaled);
+ *   2. per head, the chunk's max and exp-sum, merged into a running (max, sum) (online softmax,
+ *      Milakov & Gimelshein 2018; FlashAttention's rescaling);
+ *   3. threads over (head, dim) pairs accumulate p * V with coalesced V reads.
+ * With one split the CTA writes the normalised output; with several, each split writes its
+ * (max, sum, acc) to a float32 workspace and paged_attn_combine merges them (FlashDecoding,
+ * Dao et al. 2023). All arithmetic in float32. */
+#include "ops/cuda/common.cuh"
+
+#define PA_THREADS 128
+#define PA_KEYS 128    /* keys per chunk: one per thread in the score phase */
+#define PA_MAX_GROUP 8 /* query heads per KV head */
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(PA_THREADS)
+paged_attn_kernel(const T *__restrict__ q, int q_stride, const T *__restrict__ k_cache,
+		  const T *__restrict__ v_cache, const int32_t *__restrict__ block_tables,
+		  int max_blocks, int block_size, const int32_t *__restrict__ cu_q, int n_seq,
+		  const int32_t *__restrict__ context_lens, int num_heads, int num_kv_heads,
+		  float scale, int keys_per_split, int n_splits, float *__restrict__ part,
+		  T *__restrict__ out, int out_stride)
+{
+	constexpr int PAIRS = (PA_MAX_GROUP * HD + PA_THREADS - 1) / PA_THREADS;
+	__shared__ float q_s[PA_MAX_GROUP][HD];
+	__shared__ float s_s[PA_MAX_GROUP][PA_KEYS];
+	__shared__ float m_s[PA_MAX_GROUP], l_s[PA_MAX_GROUP], r_s[PA_MAX_GROUP];
+	__shared__ int blk_s[PA_KEYS];
+
+	const int t = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
+	const int G = num_heads / num_kv_heads, h0 = kvh * G;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	int lo = 0, hi = n_seq - 1; /* the sequence of row t: cu_q[seq] <= t < cu_q[seq + 1] */
+	while (lo < hi) {
+		const int mid = (lo + hi + 1) >> 1;
+		if (__ldg(cu_q + mid) <= t)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	const int seq = lo;
+	/* keys 0..position of row t: causal within the sequence */
+	const int ctx = context_lens[seq] - (cu_q[seq + 1] - t) + 1;
+	const int k_begin = z * keys_per_split;
+	const int k_end = min(ctx, k_begin + keys_per_split);
+	const int32_t *bt = block_tables + (size_t)seq * max_blocks;
+	const size_t row = (size_t)num_kv_heads * HD; /* elements per cache slot */
+	float acc[PAIRS];
+
+	rg_pdl_wait();
+	for (int i = tid; i < G * HD; i += PA_THREADS) {
+		int g = i / HD, d = i - g * HD;
+		q_s[g][d] = rg_to_f(q[(size_t)t * q_stride + (size_t)(h0 + g) * HD + d]) * scale;
+	}
+	if (tid < G) {
+		m_s[tid] = -INFINITY;
+		l_s[tid] = 0.f;
+	}
+#pragma unroll
+	for (int p = 0; p < PAIRS; p++)
+		acc[p] = 0.f;
+	__syncthreads();
+
+	for (int c0 = k_begin; c0 < k_end; c0 += PA_KEYS) {
+		const int nk = min(PA_KEYS, k_end - c0);
+		/* 1. scores of this chunk */
+		if (tid < nk) {
+			const int j = c0 + tid;
+			const int b = bt[j / block_size];
+			const size_t slot = (size_t)b * block_size + (j % block_size);
+			const T *kr = k_cache + slot * row + (size_t)kvh * HD;
+			float dot[PA_MAX_GROUP];
+
+			blk_s[tid] = (int)slot;
+#pragma unroll
+			for (int g = 0; g < PA_MAX_GROUP; g++)
+				dot[g] = 0.f;
+			constexpr int VEC = 16 / sizeof(T) < HD ? 16 / sizeof(T) : HD;
+#pragma unroll 4
+			for (int d = 0; d < HD; d += VEC) {
+				float kv[VEC];
+				rg_load_vec<T, VEC>(kr + d, kv);
+#pragma unroll
+				for (int g = 0; g < PA_MAX_GROUP; g++) {
+					if (g < G) {
+#pragma unroll
+						for (int e = 0; e < VEC; e++)
+							dot[g] += q_s[g][d + e] * kv[e];
+					}
+				}
+			}
+#pragma unroll
+			for (int g = 0; g < PA_MAX_GROUP; g++)
+				if (g < G)
+					s_s[g][tid] = dot[g];
+		}
+		__syncthreads();
+		/* 2. online softmax per head: warp w takes heads w, w + 4, ... */
+		for (int g = warp; g < G; g += PA_THREADS / 32) {
+			float mx = -INFINITY, sum = 0.f;
+			for (int i = lane; i < nk; i += 32)
+				mx = fmaxf(mx, s_s[g][i]);
+			mx = rg_warp_max(mx);
+			const float m_new = fmaxf(m_s[g], mx);
+			for (int i = lane; i < nk; i += 32) {
+				float e = __expf(s_s[g][i] - m_new);
+				s_s[g][i] = e;
+				sum += e;
+			}
+			sum = rg_warp_sum(sum);
+			if (lane == 0) {
+				const float r = __expf(m_s[g] - m_new); /* 0 on the first chunk */
+				r_s[g] = r;
+				l_s[g] = l_s[g] * r + sum;
+				m_s[g] = m_new;
+			}
+		}
+		__syncthreads();
+		/* 3. acc = acc * r + p V */
+#pragma unroll
+		for (int p = 0; p < PAIRS; p++) {
+			const int i = tid + p * PA_THREADS;
+			if (i < G * HD) {
+				const int g = i / HD, d = i - g * HD;
+				float a = acc[p] * r_s[g];
+				const T *vb = v_cache + (size_t)kvh * HD + d;
+				for (int k = 0; k < nk; k++)
+					a += s_s[g][k] * rg_to_f(vb[(size_t)blk_s[k] * row]);
+				acc[p] = a;
+			}
+		}
+		__syncthreads();
+	}
+
+#pragma unroll
+	for (int p = 0; p < PAIRS; p++) {
+		const int i = tid + p * PA_THREADS;
+		if (i < G * HD) {
+			const int g = i / HD, d = i - g * HD, h = h0 + g;
+			if (n_splits == 1) {
+				const float l = l_s[g];
+				out[(size_t)t * out_stride + (size_t)h * HD + d] =
+					rg_from_f<T>(l > 0.f ? acc[p] / l : 0.f);
+			} else {
+				/* partial (t, h, z): [m, l, acc[HD]] */
+				float *pp = part + (((size_t)t * num_heads + h) * n_splits + z) * (HD + 2);
+				if (d == 0) {
+					pp[0] = m_s[g];
+					pp[1] = l_s[g];
+				}
+				pp[2 + d] = acc[p];
+			}
+		}
+	}
+}
+
+/* Merge the n_splits partials of (t, h): one CTA per (t, h), threads over head_dim. */
+template <typename T, int HD>
+__global__ void paged_attn_combine(const float *__restrict__ part, int num_heads, int n_splits,
+				   T *__restrict__ out, int out_stride)
+{
+	const int t = blockIdx.x, h = blockIdx.y;
+	const float *pp = part + ((size_t)t * num_heads + h) * n_splits * (HD + 2);
+	float m = -INFINITY, l = 0.f;
+
+	for (int z = 0; z < n_splits; z++)
+		m = fmaxf(m, pp[z * (HD + 2)]);
+	for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+		float a = 0.f;
+		l = 0.f;
+		for (int z = 0; z < n_splits; z++) {
+			const float mz = pp[z * (HD + 2)];
+			const float w = mz == -INFINITY ? 0.f : __expf(mz - m);
+			l += pp[z * (HD + 2) + 1] * w;
+			a += pp[z * (HD + 2) + 2 + d] * w;
+		}
+		out[(size_t)t * out_stride + (size_t)h * HD + d] = rg_from_f<T>(l > 0.f ? a / l : 0.f);
+	}
+}
+
+/* How many key splits a batch of n_tokens x num_kv_heads CTAs should use so that about two
+ * waves of CTAs cover the SMs, each split at least PA_KEYS keys and at most max_splits. */
+static int paged_attn_splits(const rg_cuda_ctx *c, int n_tokens, int num_kv_heads,
+			     int max_context, int max_splits)
+{
+	long long ctas = (long long)n_tokens * num_kv_heads;
+	int want = (int)((2LL * c->num_sms + ctas - 1) / ctas);
+	int most = (max_context + PA_KEYS - 1) / PA_KEYS;
+
+	if (want > most)
+		want = most;
+	if (want > max_splits)
+		want = max_splits;
+	return want < 1 ? 1 : want;
+}
+
+template <typename T, int HD>
+static rg_status paged_attn_launch(rg_cuda_ctx *c, const rg_attn_desc *d, const void *q, int ldq,
+				   const void *k_cache, const void *v_cache, void *out)
+{
+	const size_t ws_floats = RG_CUDA_WORKSPACE_BYTES / sizeof(float);
+	const int n_tokens = d->cu_seqlens_q_h[d->n_seq], ld_out = d->num_heads * HD;
+	int splits = paged_attn_splits(c, n_tokens, d->num_kv_heads, d->max_context_len, 64);
+	float *ws = (float *)c->workspace_d;
+
+	/* the workspace (cuBLASLt's, free between GEMMs on this stream) bounds the splits:
+	 * n_tokens * num_heads * splits * (HD + 2) floats */
+	while (splits > 1 && (size_t)n_tokens * d->num_heads * splits * (HD + 2) > ws_floats)
+		splits--;
+	const int per = ((d->max_context_len + splits - 1) / splits + PA_KEYS - 1) / PA_KEYS * PA_KEYS;
+	dim3 grid(n_tokens, d->num_kv_heads, splits);
+	cudaError_t e = rg_launch(c, paged_attn_kernel<T, HD>, grid, dim3(PA_THREADS), 0, (const T *)q,
+				  ldq, (const T *)k_cache, (const T *)v_cache, d->block_tables,
+				  d->max_blocks_per_seq, d->block_size, d->cu_seqlens_q, d->n_seq,
+				  d->context_lens, d->num_heads, d->num_kv_heads, d->scale, per, splits,
+				  ws, (T *)out, ld_out);
+	if (e != cudaSuccess)
+		return rg_cuda_err(e, "paged_attn_kernel launch");
+	if (splits > 1) {
+		paged_attn_combine<T, HD><<<dim3(n_tokens, d->num_heads), HD < 128 ? HD : 128, 0,
+					    c->stream>>>(ws, d->num_heads, splits, (T *)out, ld_out);
+		return rg_cuda_launch_check("paged_attn_combine");
+	}
+	return RG_OK;
+}
+
+extern "C" rg_status rg_cuda_paged_attention(rg_cuda_ctx *c, rg_dtype dt, const rg_attn_desc *d,
+					     const void *q, int ldq, const void *k_cache,
+					     const void *v_cache, void *out)
+{
+	rg_status st;
+
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "paged_attention: unknown dtype %d", (int)dt);
+	if (d->num_kv_heads <= 0 || d->num_heads % d->num_kv_heads ||
+	    d->num_heads / d->num_kv_heads > PA_MAX_GROUP)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "paged_attention: %d query heads per KV head (CUDA takes 1..%d)",
+				 d->num_kv_heads > 0 ? d->num_heads / d->num_kv_heads : 0,
+				 PA_MAX_GROUP);
+	if (!d->cu_seqlens_q_h || d->n_seq <= 0 || d->cu_seqlens_q_h[d->n_seq] == 0)
+		return RG_OK;
+	if ((st = rg_cuda_enter(c)) != RG_OK)
+		return st;
+#define PA_HD(HD)                                                                                \
+	case HD:                                                                                 \
+		return dt == RG_DTYPE_F32   ? paged_attn_launch<float, HD>(c, d, q, ldq, k_cache, v_cache, out) \
+		       : dt == RG_DTYPE_F16 ? paged_attn_launch<__half, HD>(c, d, q, ldq, k_cache, v_cache, out) \
+					    : paged_attn_launch<__nv_bfloat16, HD>(c, d, q, ldq, k_cache, v_cache, out);
+	switch (d->head_dim) {
+		PA_HD(32)
+		PA_HD(64)
+		PA_HD(80)
+		PA_HD(96)
+		PA_HD(128)
+	}
+#undef PA_HD
+	return rg_errorf(RG_ERR_UNSUPPORTED,
+			 "paged_attention: head_dim %d (CUDA takes 32, 64, 80, 96, 128)", d->head_dim);
+}

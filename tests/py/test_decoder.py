@@ -1,0 +1,421 @@
+"""Decoder-only models through the step API (rg_model_step, issue 19) against the float64 NumPy
+reference of ref_decoder.py (written from transformers' GPT-2 / Llama / Qwen2 code), on
+random-weight checkpoints written as Hugging Face directories by make_decoder.py.
+
+Metric (fp32 CPU): per step, max |got - ref| / max |ref| over the step's logits rows <= 1e-5; a
+NaN gives inf and fails. Every position of a prefill, prompts fed in chunks over several steps,
+decode steps, shuffled non-contiguous block tables, mixed batches (and the same sequences alone),
+copy-on-write block forks, hostile step batches and refused configs."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import make_decoder
+import ref_decoder
+from ragged_ctypes import (RG_MODEL_DECODER, Model, RaggedError)
+
+TOL = 1e-5
+BS = 4  # positions per KV block in most tests
+
+# name -> (family, spec). Tiny shapes and two at public widths (GPT-2 small's n_embd / heads,
+# SmolLM2-135M's hidden / heads / KV heads / intermediate), with 2 layers and a reduced vocab.
+MODELS = {
+    "gpt2_tiny": ("gpt2", dict(H=32, heads=4, layers=2, vocab=97, n_pos=128)),
+    # GPT2LMHeadModel-style names without "transformer.", scale_attn_by_inverse_layer_idx
+    "gpt2_inv_idx": ("gpt2", dict(H=48, heads=3, layers=3, vocab=61, n_pos=96, prefix="",
+                                  scale_attn_by_inverse_layer_idx=True)),
+    "gpt2_small_width": ("gpt2", dict(H=768, heads=12, layers=2, vocab=512, n_pos=256)),
+    # GQA (4 query heads on 2 KV heads), untied LM head
+    "llama_gqa_untied": ("llama", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96,
+                                       vocab=101)),
+    # Llama 3: one KV head, rope_theta 500000, llama3 rope_scaling whose bands (low, medium,
+    # high frequency) all occur at head_dim 16 with original_max_position_embeddings 64; tied
+    "llama3_rope_tied": ("llama", dict(H=64, heads=4, kv_heads=1, layers=2, inter=80, vocab=89,
+                                       tie=True, rope_theta=500000.0,
+                                       rope_scaling=dict(rope_type="llama3", factor=8.0,
+                                                         low_freq_factor=1.0,
+                                                         high_freq_factor=4.0,
+                                                         original_max_position_embeddings=64))),
+    # head_dim given and != hidden / heads (q width 64 on hidden 48)
+    "llama_head_dim": ("llama", dict(H=48, heads=4, kv_heads=2, layers=2, inter=64, vocab=53,
+                                     head_dim=16)),
+    "qwen2_bias_tied": ("llama", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=83,
+                                      model_type="qwen2", tie=True, rope_theta=1000000.0)),
+    "smollm2_width": ("llama", dict(H=576, heads=9, kv_heads=3, layers=2, inter=1536,
+                                    vocab=640, tie=True, rope_theta=100000.0, max_pos=2048)),
+}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("decoders")
+    out = {}
+    for i, (name, (fam, spec)) in enumerate(MODELS.items()):
+        d = str(root / name)
+        cfg, w = make_decoder.make(d, fam, seed=100 + i, **spec)
+        out[name] = (d, cfg, w)
+    return out
+
+
+def _rel_err(got, ref):
+    got = np.asarray(got, np.float64)
+    err = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30)
+    return err if np.isfinite(err) else np.inf
+
+
+def assert_close(got, ref, what):
+    assert got.shape == ref.shape, (what, got.shape, ref.shape)
+    err = _rel_err(got, ref)
+    assert err <= TOL, f"{what}: rel err {err:.3g} > {TOL:g}"
+
+
+class Seq:
+    """One sequence's host-side KV bookkeeping, as a scheduler keeps it: its ids so far and
+    its block table (blocks drawn from a shuffled free list)."""
+
+    def __init__(self, ids, free):
+        self.ids = list(ids)
+        self.cached = 0
+        self.blocks = []
+        self.free = free
+
+    def chunk(self, n):
+        """The next n ids as a step part: (tokens, positions, ctx_len, slots)."""
+        toks = self.ids[self.cached:self.cached + n]
+        pos = list(range(self.cached, self.cached + n))
+        ctx = self.cached + n
+        while len(self.blocks) * BS < ctx:
+            self.blocks.append(self.free.pop())
+        slots = [self.blocks[p // BS] * BS + p % BS for p in pos]
+        self.cached = ctx
+        return toks, pos, ctx, slots
+
+
+def run_step(m, parts, want_all=True):
+    """parts: list of (Seq, n_new). Returns the logits of every new row (packed order)."""
+    toks, pos, cu, ctx, slots, tables = [], [], [0], [], [], []
+    for s, n in parts:
+        t, p, c, sl = s.chunk(n)
+        toks += t
+        pos += p
+        cu.append(cu[-1] + n)
+        ctx.append(c)
+        slots += sl
+        tables.append(list(s.blocks))
+    width = max(len(t) for t in tables) + 2  # stride larger than any row needs
+    bt = np.full((len(parts), width), -7, np.int32)  # entries past a table are never read
+    for i, t in enumerate(tables):
+        bt[i, :len(t)] = t
+    rows = np.arange(len(toks)) if want_all else np.asarray([c - 1 for c in cu[1:]])
+    return m.step(toks, pos, cu, ctx, bt, slots, rows)
+
+
+def shuffled_free(n_blocks, seed):
+    free = list(range(n_blocks))
+    np.random.default_rng(seed).shuffle(free)
+    return free
+
+
+@pytest.fixture(scope="module")
+def loaded(models):
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            d = models[name][0]
+            m = Model(d, max_batch_tokens=512)
+            m.kv_init(BS, 96)
+            cache[name] = m
+        return cache[name], models[name][1], models[name][2]
+    yield get
+    for m in cache.values():
+        m.close()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_prefill_every_position(loaded, name):
+    m, cfg, w = loaded(name)
+    ids = np.random.default_rng(1).integers(0, cfg["vocab_size"], 37)
+    ref = ref_decoder.forward(cfg, w, ids)
+    s = Seq(ids, shuffled_free(96, 2))
+    got = run_step(m, [(s, len(ids))])
+    assert_close(got, ref, f"{name} prefill of 37")
+    # non-contiguous blocks were used
+    assert s.blocks != sorted(s.blocks)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_chunked_prefill_then_decode(loaded, name):
+    """The same prompt in chunks of 5, 1, 7 and 3 (crossing block boundaries mid-chunk), then
+    8 decode steps of one token: every row equals the whole-sequence reference."""
+    m, cfg, w = loaded(name)
+    ids = np.random.default_rng(3).integers(0, cfg["vocab_size"], 24)
+    ref = ref_decoder.forward(cfg, w, ids)
+    s = Seq(ids, shuffled_free(96, 4))
+    at = 0
+    for n in (5, 1, 7, 3) + (1,) * 8:
+        got = run_step(m, [(s, n)])
+        assert_close(got, ref[at:at + n], f"{name} rows {at}..{at + n - 1}")
+        at += n
+    assert at == len(ids)
+
+
+@pytest.mark.parametrize("name", ["gpt2_tiny", "llama3_rope_tied", "qwen2_bias_tied",
+                                  "smollm2_width"])
+def test_mixed_batch_is_batch_invariant(loaded, name):
+    """Three sequences in different states in one step (a decode token, a prefill chunk of a
+    cached prompt, a fresh prompt) give the reference's rows and the same rows as each run alone
+    in its own step."""
+    m, cfg, w = loaded(name)
+    rng = np.random.default_rng(5)
+    seqs = [rng.integers(0, cfg["vocab_size"], n) for n in (11, 17, 9)]
+    refs = [ref_decoder.forward(cfg, w, ids) for ids in seqs]
+    free = shuffled_free(96, 6)
+    a, b, c = (Seq(ids, free) for ids in seqs)
+    run_step(m, [(a, 10)])           # a: 10 cached, 1 to decode
+    run_step(m, [(b, 6)])            # b: 6 cached, a chunk of 11 to go
+    got = run_step(m, [(a, 1), (b, 11), (c, 9)])
+    assert_close(got[0:1], refs[0][10:11], f"{name} mixed: decode row")
+    assert_close(got[1:12], refs[1][6:17], f"{name} mixed: chunk rows")
+    assert_close(got[12:21], refs[2][0:9], f"{name} mixed: prefill rows")
+    # the same three alone, in fresh blocks
+    free2 = shuffled_free(96, 7)
+    a2, b2, c2 = (Seq(ids, free2) for ids in seqs)
+    run_step(m, [(a2, 10)])
+    run_step(m, [(b2, 6)])
+    alone = np.concatenate([run_step(m, [(a2, 1)]), run_step(m, [(b2, 11)]),
+                            run_step(m, [(c2, 9)])])
+    assert _rel_err(got, alone.astype(np.float64)) <= TOL
+
+
+def test_logits_only_for_wanted_rows(loaded):
+    """logits_rows picks rows in any order, repeats allowed; n_logits 0 runs the step alone."""
+    m, cfg, w = loaded("llama_gqa_untied")
+    ids = np.random.default_rng(8).integers(0, cfg["vocab_size"], 9)
+    ref = ref_decoder.forward(cfg, w, ids)
+    s = Seq(ids, shuffled_free(96, 9))
+    t, p, c, sl = s.chunk(6)
+    bt = np.asarray(s.blocks, np.int32)[None]
+    got = m.step(t, p, [0, 6], [c], bt, sl, [5, 0, 5])
+    assert_close(got, ref[[5, 0, 5]], "rows 5, 0, 5")
+    t, p, c, sl = s.chunk(2)
+    bt = np.asarray(s.blocks, np.int32)[None]
+    assert m.step(t, p, [0, 2], [c], bt, sl, []).shape == (0, cfg["vocab_size"])
+    t, p, c, sl = s.chunk(1)  # the cache was written by the step without logits
+    bt = np.asarray(s.blocks, np.int32)[None]
+    assert_close(m.step(t, p, [0, 1], [c], bt, sl, [0]), ref[8:9], "after a logits-free step")
+
+
+def test_copy_on_write_fork(loaded):
+    """Two beams share a prompt's blocks; the partly filled last block is copied
+    (rg_model_kv_copy_blocks) before they diverge; each continues as its own sequence."""
+    m, cfg, w = loaded("gpt2_inv_idx")
+    rng = np.random.default_rng(10)
+    prompt = list(rng.integers(0, cfg["vocab_size"], 10))  # 2.5 blocks of 4
+    cont = [list(rng.integers(0, cfg["vocab_size"], 3)) for _ in range(2)]
+    refs = [ref_decoder.forward(cfg, w, prompt + c) for c in cont]
+    free = shuffled_free(96, 11)
+    a = Seq(prompt + cont[0], free)
+    run_step(m, [(a, 10)])
+    b = Seq(prompt + cont[1], free)
+    b.cached = 10
+    b.blocks = a.blocks[:2] + [free.pop()]  # share two full blocks, fork the partial one
+    m.kv_copy_blocks([a.blocks[2]], [b.blocks[2]])
+    for k in range(3):
+        got = run_step(m, [(a, 1), (b, 1)])
+        assert_close(got[0:1], refs[0][10 + k:11 + k], f"beam 0 step {k}")
+        assert_close(got[1:2], refs[1][10 + k:11 + k], f"beam 1 step {k}")
+    with pytest.raises(RaggedError) as e:
+        m.kv_copy_blocks([0], [96])
+    assert e.value.status == "RG_ERR_INVALID_INPUT"
+
+
+def test_sharded_gpt2_checkpoint(tmp_path):
+    """A GPT-2 directory with model.safetensors.index.json and two shards loads the same."""
+    from safetensors.numpy import save_file
+    d = str(tmp_path / "sharded")
+    cfg, w = make_decoder.make(d, "gpt2", seed=12, H=32, heads=2, layers=2, vocab=40, n_pos=32)
+    from safetensors.numpy import load_file
+    t = load_file(os.path.join(d, "model.safetensors"))
+    os.remove(os.path.join(d, "model.safetensors"))
+    names = sorted(t)
+    shards = {"model-00001-of-00002.safetensors": names[::2],
+              "model-00002-of-00002.safetensors": names[1::2]}
+    wmap = {}
+    for f, ns in shards.items():
+        save_file({n: t[n] for n in ns}, os.path.join(d, f))
+        wmap.update({n: f for n in ns})
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": wmap}, f)
+    m = Model(d, max_batch_tokens=64)
+    m.kv_init(BS, 16)
+    ids = np.random.default_rng(13).integers(0, 40, 12)
+    got = run_step(m, [(Seq(ids, shuffled_free(16, 14)), 12)])
+    assert_close(got, ref_decoder.forward(cfg, w, ids), "sharded")
+    m.close()
+
+
+def test_info_and_kv_info(loaded):
+    m, cfg, _ = loaded("smollm2_width")
+    i = m.info()
+    assert i.kind == RG_MODEL_DECODER
+    assert i.model_type == b"llama"
+    assert (i.vocab_size, i.hidden_size, i.num_attention_heads, i.num_key_value_heads,
+            i.head_dim, i.num_hidden_layers, i.intermediate_size) == (640, 576, 9, 3, 64, 2, 1536)
+    assert i.max_position_embeddings == 2048 and i.tie_word_embeddings
+    assert (i.bos_token_id, i.eos_token_id) == (1, 2)
+    assert i.output_dim == 640
+    k = m.kv_info()
+    assert (k.block_size, k.n_blocks, k.num_layers, k.num_kv_heads, k.head_dim) == (BS, 96, 2, 3,
+                                                                                    64)
+    assert k.bytes_per_token == 2 * 2 * 3 * 64 * 4
+    assert k.bytes == k.bytes_per_token * BS * 96
+    g, _, _ = loaded("gpt2_tiny")
+    assert g.info().num_key_value_heads == 4 and g.info().tie_word_embeddings
+
+
+def test_kv_sizing(models):
+    d = models["gpt2_tiny"][0]
+    m = Model(d, max_batch_tokens=64)
+    with pytest.raises(RaggedError) as e:  # no cache yet
+        m.step([1], [0], [0, 1], [1], [[0]], [0], [0])
+    assert e.value.status == "RG_ERR_INVALID_INPUT" and "kv_init" in e.value.message
+    per_tok = 2 * 2 * 32 * 4
+    m.kv_init_bytes(16, per_tok * 16 * 10 + 5)
+    assert m.kv_info().n_blocks == 10
+    m.kv_init(8, 0)  # default budget: at least one n_positions sequence
+    k = m.kv_info()
+    assert k.block_size == 8 and k.n_blocks * 8 >= 128 and k.bytes <= (256 << 20) + k.bytes_per_block
+    for bs, nb in ((0, 4), (5000, 4), (4, -1)):
+        with pytest.raises(RaggedError) as e:
+            m.kv_init(bs, nb)
+        assert e.value.status == "RG_ERR_INVALID_INPUT"
+    m.close()
+
+
+def test_hostile_steps(models):
+    """Every malformed field is RG_ERR_INVALID_INPUT (or TOO_LONG) naming it, nothing runs, and
+    the model keeps working."""
+    d, cfg, w = models["llama_gqa_untied"]
+    m = Model(d, max_batch_tokens=16)
+    m.kv_init(BS, 8)
+    V = cfg["vocab_size"]
+    # a valid step: 6 tokens in blocks [3, 5]
+    good = dict(tokens=[1, 2, 3, 4, 5, 6], positions=list(range(6)), cu_seqlens_q=[0, 6],
+                context_lens=[6], block_tables=[[3, 5]], slot_mapping=[12, 13, 14, 15, 20, 21],
+                logits_rows=[5])
+    bad = [
+        ("tokens[3]", dict(tokens=[1, 2, 3, V, 5, 6])),
+        ("tokens[3]", dict(tokens=[1, 2, 3, -1, 5, 6])),
+        ("positions[5]", dict(positions=[0, 1, 2, 3, 4, 4])),
+        ("cu_seqlens_q[0]", dict(cu_seqlens_q=[1, 6])),
+        ("cu_seqlens_q[n_seq]", dict(cu_seqlens_q=[0, 5])),
+        ("context_lens[0]", dict(context_lens=[5])),
+        ("block_tables[0][1]", dict(block_tables=[[3, 8]])),
+        ("block_tables[0][0]", dict(block_tables=[[-1, 5]])),
+        ("slot_mapping[5]", dict(slot_mapping=[12, 13, 14, 15, 20, 22])),
+        ("slot_mapping[0]", dict(slot_mapping=[0, 13, 14, 15, 20, 21])),  # another block
+        ("logits_rows[0]", dict(logits_rows=[6])),
+        ("n_seq", dict(n_seq=0)),
+        ("n_tokens", dict(n_tokens=0)),
+        ("max_position_embeddings", dict(context_lens=[10000])),
+    ]
+    for field, change in bad:
+        args = dict(good, **change)
+        with pytest.raises(RaggedError) as e:
+            m.step(**args)
+        assert e.value.status == "RG_ERR_INVALID_INPUT", (field, e.value)
+        assert field in e.value.message, (field, e.value.message)
+    # two sequences whose tables alias one block and write the same slot
+    with pytest.raises(RaggedError) as e:
+        m.step([1, 2], [0, 0], [0, 1, 2], [1, 1], [[3], [3]], [12, 12], [0, 1])
+    assert e.value.status == "RG_ERR_INVALID_INPUT" and "two new tokens" in e.value.message
+    # a table too short for its context
+    with pytest.raises(RaggedError) as e:
+        m.step(**dict(good, block_tables=[[3]]))
+    assert e.value.status == "RG_ERR_INVALID_INPUT" and "max_blocks_per_seq" in e.value.message
+    with pytest.raises(RaggedError) as e:
+        m.step(list(range(17)), list(range(17)), [0, 17], [17], [list(range(5))],
+               list(range(17)), [0])
+    assert e.value.status == "RG_ERR_TOO_LONG"
+    # still serves, and the failed steps wrote nothing the good one reads
+    got = m.step(**good)
+    assert_close(got, ref_decoder.forward(cfg, w, good["tokens"])[5:6], "after hostile steps")
+    m.close()
+
+
+def test_kind_mismatch(models, minilm_dir):
+    d = models["gpt2_tiny"][0]
+    m = Model(d, max_batch_tokens=64)
+    with pytest.raises(RaggedError) as e:
+        m.embed_ids([[1, 2, 3]], 32)
+    assert e.value.status == "RG_ERR_UNSUPPORTED" and "decoder" in e.value.message
+    with pytest.raises(RaggedError) as e:
+        m.tokenize("hello")
+    assert e.value.status == "RG_ERR_UNSUPPORTED" and "tokenizer" in e.value.message
+    m.close()
+    enc = Model(minilm_dir, max_batch_tokens=64)
+    assert enc.info().kind == 0 and enc.info().num_key_value_heads == 12
+    with pytest.raises(RaggedError) as e:
+        enc.step([1], [0], [0, 1], [1], [[0]], [0], [0])
+    assert e.value.status == "RG_ERR_UNSUPPORTED" and "encoder" in e.value.message
+    with pytest.raises(RaggedError) as e:
+        enc.kv_init(16, 4)
+    assert e.value.status == "RG_ERR_UNSUPPORTED"
+    enc.close()
+
+
+def _edit_config(src_dir, dst, **changes):
+    import shutil
+    shutil.copytree(src_dir, dst)
+    with open(os.path.join(dst, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.update(changes)
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return str(dst)
+
+
+@pytest.mark.parametrize("base,changes,words", [
+    ("llama_gqa_untied", dict(model_type="mistral", sliding_window=4096), ["sliding_window"]),
+    ("qwen2_bias_tied", dict(use_sliding_window=True, sliding_window=64),
+     ["use_sliding_window"]),
+    ("llama_gqa_untied", dict(num_local_experts=8), ["num_local_experts", "experts"]),
+    ("qwen2_bias_tied", dict(num_experts=4), ["num_experts"]),
+    ("llama_gqa_untied", dict(rope_scaling=dict(rope_type="yarn", factor=4.0)),
+     ["rope_scaling", "yarn"]),
+    ("llama_gqa_untied", dict(rope_scaling=dict(type="linear", factor=2.0)), ["linear"]),
+    ("llama_gqa_untied", dict(hidden_act="gelu"), ["hidden_act", "gelu"]),
+    ("gpt2_tiny", dict(activation_function="swish"), ["activation_function", "swish"]),
+    ("llama_gqa_untied", dict(mlp_bias=True), ["mlp_bias"]),
+])
+def test_refused_configs(models, tmp_path, base, changes, words):
+    d = _edit_config(models[base][0], tmp_path / "m", **changes)
+    with pytest.raises(RaggedError) as e:
+        Model(d)
+    assert e.value.status == "RG_ERR_UNSUPPORTED", e.value
+    for wd in words:
+        assert wd in e.value.message, (wd, e.value.message)
+
+
+def test_mistral_without_window_runs(models, tmp_path):
+    """model_type mistral with sliding_window null is Llama."""
+    src, cfg, w = models["llama_gqa_untied"]
+    d = _edit_config(src, tmp_path / "mistral", model_type="mistral", sliding_window=None)
+    m = Model(d, max_batch_tokens=64)
+    m.kv_init(BS, 16)
+    ids = np.random.default_rng(15).integers(0, cfg["vocab_size"], 7)
+    got = run_step(m, [(Seq(ids, shuffled_free(16, 16)), 7)])
+    assert_close(got, ref_decoder.forward(cfg, w, ids), "mistral")
+    m.close()
+
+
+def test_wrong_shapes_named(models, tmp_path):
+    """A weight whose shape disagrees with config.json is RG_ERR_FORMAT naming the tensor."""
+    src = models["gpt2_tiny"][0]
+    d = _edit_config(src, tmp_path / "m", n_inner=100)
+    with pytest.raises(RaggedError) as e:
+        Model(d)
+    assert e.value.status == "RG_ERR_FORMAT" and "mlp.c_fc.weight" in e.value.message

@@ -1,0 +1,366 @@
+/* The decoder ops of src/ops/ops.h (add_norm, rope, silu_mul, kv_write, paged_attention,
+ * copy_blocks) on the CPU backend, through their rg_op_* entry points, against naive
+ * double-precision loops written here: ragged mixed batches (prefill chunks and decode tokens),
+ * grouped-query heads, shuffled block tables, both RoPE pair layouts. Outputs carry guard values
+ * that must survive; comparisons are written so that NaN fails. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ops/ops.h"
+
+#define GUARD 32
+#define SENTINEL (-12345.25f)
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static float *rand_buf(size_t n, float scale)
+{
+	float *p = malloc((n + GUARD) * sizeof(float));
+
+	assert_non_null(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = frand() * scale;
+	for (size_t i = 0; i < GUARD; i++)
+		p[n + i] = SENTINEL;
+	return p;
+}
+
+static float *out_buf(size_t n)
+{
+	float *p = malloc((n + GUARD) * sizeof(float));
+
+	assert_non_null(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = NAN;
+	for (size_t i = 0; i < GUARD; i++)
+		p[n + i] = SENTINEL;
+	return p;
+}
+
+static void check(const char *what, const float *got, const double *ref, size_t n, double atol,
+		  double rtol)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!(fabs(got[i] - ref[i]) <= atol + rtol * fabs(ref[i])))
+			fail_msg("%s: element %zu got %.9g want %.9g", what, i, got[i], ref[i]);
+	for (size_t i = 0; i < GUARD; i++)
+		if (got[n + i] != SENTINEL)
+			fail_msg("%s: guard %zu overwritten (%g)", what, i, got[n + i]);
+}
+
+static rg_backend *cpu(void)
+{
+	rg_backend *be = NULL;
+
+	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
+	return be;
+}
+
+static void test_add_norm(void **state)
+{
+	const int shapes[][2] = {{1, 7}, {5, 64}, {33, 576}};
+	rg_backend *be = cpu();
+
+	(void)state;
+	for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
+		const int M = shapes[k][0], N = shapes[k][1];
+		for (int kind = 0; kind < 2; kind++) {
+			for (int with_x = 0; with_x < 2; with_x++) {
+				float *x = rand_buf((size_t)M * N, 2.f), *r = rand_buf((size_t)M * N, 3.f);
+				float *g = rand_buf((size_t)N, 1.f), *b = rand_buf((size_t)N, 0.5f);
+				float *o = out_buf((size_t)M * N);
+				double *rr = malloc((size_t)M * N * sizeof(double));
+				double *ro = malloc((size_t)M * N * sizeof(double));
+
+				for (int i = 0; i < M; i++) {
+					double mean = 0, var = 0, *v = rr + (size_t)i * N;
+
+					for (int j = 0; j < N; j++)
+						v[j] = (double)r[(size_t)i * N + j] +
+						       (with_x ? x[(size_t)i * N + j] : 0.0);
+					for (int j = 0; j < N; j++)
+						mean += v[j];
+					mean /= N;
+					for (int j = 0; j < N; j++)
+						var += kind ? v[j] * v[j] : (v[j] - mean) * (v[j] - mean);
+					var /= N;
+					for (int j = 0; j < N; j++)
+						ro[(size_t)i * N + j] =
+							kind ? v[j] / sqrt(var + 1e-6) * g[j]
+							     : (v[j] - mean) / sqrt(var + 1e-6) * g[j] + b[j];
+				}
+				assert_int_equal(rg_op_add_norm(be, with_x ? x : NULL, r, g,
+								kind ? NULL : b, 1e-6f,
+								(rg_norm_kind)kind, M, N, o),
+						 RG_OK);
+				check("add_norm residual", r, rr, (size_t)M * N, 1e-5, 1e-6);
+				check("add_norm out", o, ro, (size_t)M * N, 2e-5, 2e-5);
+				free(x), free(r), free(g), free(b), free(o), free(rr), free(ro);
+			}
+		}
+	}
+	/* out aliasing the residual is refused */
+	{
+		float r[4] = {1, 2, 3, 4}, g[4] = {1, 1, 1, 1};
+
+		assert_int_equal(rg_op_add_norm(be, NULL, r, g, NULL, 1e-6f, RG_NORM_RMS, 1, 4, r),
+				 RG_ERR_INVALID_INPUT);
+	}
+	rg_backend_free(be);
+}
+
+/* Naive RoPE of one head (neox pairs), double. */
+static void ref_rope(const float *x, int hd, int pos, const float *inv, double *out)
+{
+	for (int i = 0; i < hd / 2; i++) {
+		double a = (double)pos * inv[i], c = cos(a), s = sin(a);
+
+		out[i] = x[i] * c - x[i + hd / 2] * s;
+		out[i + hd / 2] = x[i + hd / 2] * c + x[i] * s;
+	}
+}
+
+/* llama.cpp's convert_hf_to_gguf permutation of one head's rows: HF index i (first half) and
+ * i + hd/2 go to 2i and 2i + 1. */
+static int perm(int j, int hd)
+{
+	return j < hd / 2 ? 2 * j : 2 * (j - hd / 2) + 1;
+}
+
+static void test_rope_both_layouts(void **state)
+{
+	const int n = 7, heads = 3, hd = 16, ld = heads * hd + 5; /* a wider row stride */
+	const int32_t pos[7] = {0, 1, 2, 17, 100, 2047, 5};
+	float inv[8];
+	float *a = rand_buf((size_t)n * ld, 1.f), *b = malloc(((size_t)n * ld + GUARD) * 4);
+	double *ref = malloc((size_t)n * ld * sizeof(double));
+	rg_backend *be = cpu();
+
+	(void)state;
+	for (int i = 0; i < hd / 2; i++)
+		inv[i] = (float)(1.0 / pow(10000.0, 2.0 * i / hd));
+	/* b: a with every head's columns permuted as GGUF stores q/k */
+	memcpy(b, a, ((size_t)n * ld + GUARD) * 4);
+	for (int t = 0; t < n; t++)
+		for (int h = 0; h < heads; h++)
+			for (int j = 0; j < hd; j++)
+				b[(size_t)t * ld + h * hd + perm(j, hd)] = a[(size_t)t * ld + h * hd + j];
+	for (int t = 0; t < n; t++) {
+		for (int h = 0; h < heads; h++)
+			ref_rope(a + (size_t)t * ld + h * hd, hd, pos[t], inv,
+				 ref + (size_t)t * ld + h * hd);
+		for (int j = heads * hd; j < ld; j++) /* columns past the heads untouched */
+			ref[(size_t)t * ld + j] = a[(size_t)t * ld + j];
+	}
+	assert_int_equal(rg_op_rope(be, a, ld, n, heads, hd, pos, inv, false), RG_OK);
+	assert_int_equal(rg_op_rope(be, b, ld, n, heads, hd, pos, inv, true), RG_OK);
+	check("rope neox", a, ref, (size_t)n * ld, 1e-5, 1e-5);
+	/* interleaved over the permuted rows is neox over the original ones, permuted */
+	for (int t = 0; t < n; t++)
+		for (int h = 0; h < heads; h++)
+			for (int j = 0; j < hd; j++)
+				if (b[(size_t)t * ld + h * hd + perm(j, hd)] !=
+				    a[(size_t)t * ld + h * hd + j])
+					fail_msg("rope interleaved: token %d head %d col %d differs",
+						 t, h, j);
+	assert_int_equal(rg_op_rope(be, a, ld, n, heads, 15, pos, inv, false),
+			 RG_ERR_INVALID_INPUT); /* odd head_dim */
+	free(a), free(b), free(ref);
+	rg_backend_free(be);
+}
+
+static void test_silu_mul(void **state)
+{
+	const int M = 9, N = 37;
+	float *x = rand_buf((size_t)M * 2 * N, 4.f), *o = out_buf((size_t)M * N);
+	double *ref = malloc((size_t)M * N * sizeof(double));
+	rg_backend *be = cpu();
+
+	(void)state;
+	for (int i = 0; i < M; i++)
+		for (int j = 0; j < N; j++) {
+			double g = x[(size_t)i * 2 * N + j], u = x[(size_t)i * 2 * N + N + j];
+
+			ref[(size_t)i * N + j] = g / (1 + exp(-g)) * u;
+		}
+	assert_int_equal(rg_op_silu_mul(be, x, M, N, o), RG_OK);
+	check("silu_mul", o, ref, (size_t)M * N, 1e-6, 1e-5);
+	free(x), free(o), free(ref);
+	rg_backend_free(be);
+}
+
+/* A mixed batch: sequence i has ctx[i] positions, the last nq[i] new this step; its keys and
+ * values live in shuffled blocks of bs positions. The new K/V rows go in through kv_write (from
+ * a strided fused buffer), the cached ones are written directly; attention is compared with a
+ * naive causal GQA attention over each sequence's contiguous K/V in double. */
+static void test_paged_attention_mixed(void **state)
+{
+	enum { NSEQ = 4, NH = 6, KVH = 2, HD = 8, BS = 3, NB = 20 };
+	const int nq[NSEQ] = {5, 1, 1, 7};
+	const int32_t ctx[NSEQ] = {5, 9, 1, 13};
+	const int qd = NH * HD, kvd = KVH * HD, ld = qd + 2 * kvd;
+	int32_t cu[NSEQ + 1] = {0}, bt[NSEQ][8], slots[64], order[NB];
+	float *kc = rand_buf((size_t)NB * BS * kvd, 9.f), *vc = rand_buf((size_t)NB * BS * kvd, 9.f);
+	float *kfull[NSEQ], *vfull[NSEQ];
+	float *qkv, *out;
+	double *ref;
+	int n = 0, next = 0;
+	rg_backend *be = cpu();
+	rg_attn_desc d;
+
+	(void)state;
+	for (int i = 0; i < NB; i++)
+		order[i] = i;
+	for (int i = NB - 1; i > 0; i--) { /* shuffle the free list */
+		int j = (int)((frand() + 1.f) * 0.5f * (float)(i + 1)) % (i + 1), t = order[i];
+
+		order[i] = order[j];
+		order[j] = t;
+	}
+	for (int i = 0; i < NSEQ; i++) {
+		cu[i + 1] = cu[i] + nq[i];
+		for (int b = 0; b < (ctx[i] + BS - 1) / BS; b++)
+			bt[i][b] = order[next++];
+		for (int b = (ctx[i] + BS - 1) / BS; b < 8; b++)
+			bt[i][b] = -99; /* past the table: never read */
+	}
+	n = cu[NSEQ];
+	qkv = rand_buf((size_t)n * ld, 1.f);
+	out = out_buf((size_t)n * qd);
+	ref = malloc((size_t)n * qd * sizeof(double));
+	for (int i = 0; i < NSEQ; i++) {
+		kfull[i] = rand_buf((size_t)ctx[i] * kvd, 1.f);
+		vfull[i] = rand_buf((size_t)ctx[i] * kvd, 1.f);
+		for (int p = 0; p < ctx[i]; p++) {
+			const int slot = bt[i][p / BS] * BS + p % BS;
+			const int j = p - (ctx[i] - nq[i]); /* new row index, or < 0 for cached */
+
+			if (j >= 0) { /* new: its K/V come from qkv, through kv_write */
+				memcpy(kfull[i] + (size_t)p * kvd, qkv + (size_t)(cu[i] + j) * ld + qd,
+				       (size_t)kvd * 4);
+				memcpy(vfull[i] + (size_t)p * kvd,
+				       qkv + (size_t)(cu[i] + j) * ld + qd + kvd, (size_t)kvd * 4);
+				slots[cu[i] + j] = slot;
+			} else {
+				memcpy(kc + (size_t)slot * kvd, kfull[i] + (size_t)p * kvd,
+				       (size_t)kvd * 4);
+				memcpy(vc + (size_t)slot * kvd, vfull[i] + (size_t)p * kvd,
+				       (size_t)kvd * 4);
+			}
+		}
+	}
+	/* reference */
+	for (int i = 0; i < NSEQ; i++)
+		for (int j = 0; j < nq[i]; j++) {
+			const int t = cu[i] + j, pos = ctx[i] - nq[i] + j;
+
+			for (int h = 0; h < NH; h++) {
+				const int kh = h / (NH / KVH);
+				double s[16], mx = -INFINITY, sum = 0;
+
+				for (int k = 0; k <= pos; k++) {
+					double a = 0;
+					for (int e = 0; e < HD; e++)
+						a += (double)qkv[(size_t)t * ld + h * HD + e] *
+						     kfull[i][(size_t)k * kvd + kh * HD + e];
+					s[k] = a * 0.3;
+					mx = s[k] > mx ? s[k] : mx;
+				}
+				for (int k = 0; k <= pos; k++)
+					sum += (s[k] = exp(s[k] - mx));
+				for (int e = 0; e < HD; e++) {
+					double o = 0;
+					for (int k = 0; k <= pos; k++)
+						o += s[k] / sum * vfull[i][(size_t)k * kvd + kh * HD + e];
+					ref[(size_t)t * qd + h * HD + e] = o;
+				}
+			}
+		}
+	assert_int_equal(rg_op_kv_write(be, qkv + qd, qkv + qd + kvd, ld, slots, n, kvd, kc, vc,
+					(int64_t)NB * BS),
+			 RG_OK);
+	memset(&d, 0, sizeof(d));
+	d.causal = true;
+	d.num_heads = NH;
+	d.num_kv_heads = KVH;
+	d.head_dim = HD;
+	d.scale = 0.3f;
+	d.n_seq = NSEQ;
+	d.cu_seqlens_q = d.cu_seqlens_q_h = cu;
+	d.context_lens = d.context_lens_h = ctx;
+	d.max_context_len = 13;
+	d.block_tables = &bt[0][0];
+	d.max_blocks_per_seq = 8;
+	d.block_size = BS;
+	d.n_blocks = NB;
+	assert_int_equal(rg_op_paged_attention(be, &d, qkv, ld, kc, vc, out), RG_OK);
+	check("paged attention", out, ref, (size_t)n * qd, 1e-5, 1e-5);
+	/* hostile descriptors and slots */
+	bt[1][2] = NB;
+	assert_int_equal(rg_op_paged_attention(be, &d, qkv, ld, kc, vc, out), RG_ERR_INVALID_INPUT);
+	bt[1][2] = order[0];
+	d.num_kv_heads = 4; /* 6 % 4 != 0 */
+	assert_int_equal(rg_op_paged_attention(be, &d, qkv, ld, kc, vc, out), RG_ERR_INVALID_INPUT);
+	d.num_kv_heads = KVH;
+	d.causal = false;
+	assert_int_equal(rg_op_paged_attention(be, &d, qkv, ld, kc, vc, out), RG_ERR_UNSUPPORTED);
+	slots[3] = NB * BS;
+	assert_int_equal(rg_op_kv_write(be, qkv + qd, qkv + qd + kvd, ld, slots, n, kvd, kc, vc,
+					(int64_t)NB * BS),
+			 RG_ERR_INVALID_INPUT);
+	for (size_t i = 0; i < GUARD; i++)
+		assert_true(kc[(size_t)NB * BS * kvd + i] == SENTINEL &&
+			    vc[(size_t)NB * BS * kvd + i] == SENTINEL);
+	for (int i = 0; i < NSEQ; i++)
+		free(kfull[i]), free(vfull[i]);
+	free(kc), free(vc), free(qkv), free(out), free(ref);
+	rg_backend_free(be);
+}
+
+static void test_copy_blocks(void **state)
+{
+	const size_t bb = 24; /* bytes per block */
+	unsigned char pool[6 * 24], want[6 * 24];
+	const int32_t src[3] = {0, 4, 2}, dst[3] = {5, 1, 2};
+	rg_backend *be = cpu();
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(pool); i++)
+		pool[i] = (unsigned char)i;
+	memcpy(want, pool, sizeof(pool));
+	memcpy(want + 5 * bb, want + 0 * bb, bb);
+	memcpy(want + 1 * bb, want + 4 * bb, bb);
+	assert_int_equal(rg_op_copy_blocks(be, pool, bb, src, dst, 3), RG_OK);
+	assert_memory_equal(pool, want, sizeof(pool));
+	assert_int_equal(rg_op_copy_blocks(be, pool, bb, src, dst, -1), RG_ERR_INVALID_INPUT);
+	rg_backend_free(be);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_add_norm),
+		cmocka_unit_test(test_rope_both_layouts),
+		cmocka_unit_test(test_silu_mul),
+		cmocka_unit_test(test_paged_attention_mixed),
+		cmocka_unit_test(test_copy_blocks),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
