@@ -175,7 +175,7 @@ void rg_engine_drain(rg_engine *e, double end_ms);
 /* True when no job is queued and no batch runs. Thread-safe. */
 bool rg_engine_idle(rg_engine *e);
 
-/* The current batch latency model (fitted, rescaled by measurements, test delays included). */
+/* The current batch latency model (refitted to the batches run, test delays included). */
 rg_cost_model rg_engine_cost_model(rg_engine *e);
 /* The time budget batches are held to now: p->sched.max_batch_ms, but at least 10 times the
  * fixed cost of a batch by the model (so that cost stays under a tenth); 0: none. */
