@@ -46,7 +46,9 @@ rg_status rg_cost_store_save(const rg_cost_table *t, const char *db_path, const 
 			       db ? sqlite3_errmsg(db) : "out of memory");
 		goto out_close;
 	}
-	sqlite3_busy_timeout(db, 5000);
+	/* the engine's worker saves between requests: a lock held elsewhere may delay them this
+	 * long at most (the cells are stored already, rg_cost_store_put_cell) */
+	sqlite3_busy_timeout(db, 1000);
 	if (sqlite3_exec(db, SQL_CREATE, NULL, NULL, NULL) != SQLITE_OK ||
 	    sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
 		goto out_sqlerr;

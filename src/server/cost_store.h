@@ -8,7 +8,8 @@
 
 /* Persist a complete table into the SQLite database at db_path (created when missing), replacing
  * any table (or cells, rg_cost_store_put_cell) stored under the same key. Table: rg_cost(model_id, device, dtype, mode, len, batch,
- * ms, PRIMARY KEY(model_id, device, dtype, mode, len, batch)).
+ * ms, PRIMARY KEY(model_id, device, dtype, mode, len, batch)). A lock held by another process
+ * is waited for at most 1 s.
  * Errors: RG_ERR_INVALID_INPUT (incomplete table, bad key), RG_ERR_IO (SQLite failure). */
 rg_status rg_cost_store_save(const rg_cost_table *t, const char *db_path, const rg_cost_key *key);
 

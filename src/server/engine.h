@@ -193,7 +193,8 @@ void rg_engine_free(rg_engine *e);
  * est_ms and retry_after_ms are set, nothing else): RG_ERR_BUSY when refused (job->refusal: the
  * queue cannot take job->n_seqs more sequences, with admit_by_time the job cannot meet its
  * deadline, or the engine is draining or stopped), RG_ERR_TOO_LONG when a seq is longer than the
- * scheduler can ever place (rg_sched_max_len), RG_ERR_INVALID_INPUT (n_seqs < 1, len < 1).
+ * scheduler can ever place (rg_sched_max_len), RG_ERR_INVALID_INPUT (n_seqs < 1, len < 1),
+ * RG_ERR_OOM (the fair order could not grow).
  * Thread-safe. */
 rg_status rg_engine_submit(rg_engine *e, rg_job *job);
 
