@@ -38,6 +38,47 @@ bool rg_cost_model_valid(const rg_cost_model *m);
 rg_status rg_cost_model_fit(const double *tokens, const double *pairs, const double *ms, int n,
 			    rg_cost_model *out);
 
+/* rg_cost_model_fit with a weight w[i] >= 0 (finite) per measurement: least squares of
+ * sum w[i] * residual[i]^2 (w NULL: all 1). RG_ERR_INVALID_INPUT also when every weight is 0. */
+rg_status rg_cost_model_fit_weighted(const double *tokens, const double *pairs, const double *ms,
+				     const double *w, int n, rg_cost_model *out);
+
+/* Online refit from the batches a server actually runs. A fit made once at start-up can be far
+ * off (measured on a busy machine: 66 ms a batch and nothing per token), and one scale factor
+ * cannot mend its shape; so the batches run are sorted into shape classes (log2 of the computed
+ * tokens x log2 of the mean attention length pairs/tokens), each class keeps an exponentially
+ * weighted mean (alpha 1/4) of its recent batches, and the model is refitted (NNLS on relative
+ * errors) to one point per class, a class weighing 0.95^(batches since it last ran), at least
+ * 0.05, so that what runs now counts most and shapes seen long ago still inform. The start-up
+ * model (prior) enters as four points (the shapes of the start-up measurement: 1 x 16, 1 x L,
+ * L/16 x 16, 4 x L tokens, L = min(256, max_len)) of weight 0.0025 each: it decides only what
+ * the batches run cannot (with one shape of batch, how its time splits into fixed and
+ * per-token cost). An all-zero prior adds no point. Pure arithmetic, fixed size, no
+ * allocation. */
+enum { RG_COST_LEARN_TOK_BINS = 24, RG_COST_LEARN_LEN_BINS = 16 };
+
+typedef struct rg_cost_learner {
+	double prior_tok[4], prior_pairs[4], prior_ms[4];
+	struct {
+		double tokens, pairs, ms; /* EW means of the class's batches */
+		unsigned long long last;  /* batch number of its last batch; 0: never */
+	} cls[RG_COST_LEARN_TOK_BINS * RG_COST_LEARN_LEN_BINS];
+	unsigned long long n_batches;
+} rg_cost_learner;
+
+/* Start from the prior model m (all zero: no prior information) for a model of max_len tokens. */
+void rg_cost_learner_init(rg_cost_learner *l, const rg_cost_model *m, int max_len);
+/* Replace the prior only (a better start-up model came: the DP cost table's fit). */
+void rg_cost_learner_set_prior(rg_cost_learner *l, const rg_cost_model *m, int max_len);
+
+/* One batch of `tokens` computed tokens and `pairs` attention pairs ran in ms. Ignored unless
+ * every value is finite, tokens >= 1, pairs >= 0, ms >= 0. */
+void rg_cost_learner_add(rg_cost_learner *l, double tokens, double pairs, double ms);
+
+/* The model refitted to the classes and the prior (see above); the zero model when there is
+ * neither. Errors as rg_cost_model_fit_weighted's. */
+rg_status rg_cost_learner_fit(const rg_cost_learner *l, rg_cost_model *out);
+
 /* Fit the model to a complete cost table (PADDED cells: a batch of b rows of len tokens computes
  * b*len tokens and b*len^2 pairs). RG_ERR_INVALID_INPUT when t is NULL or incomplete; RG_ERR_OOM. */
 rg_status rg_cost_model_from_table(const rg_cost_table *t, rg_cost_model *out);

@@ -46,7 +46,9 @@ rg_status rg_cost_store_save(const rg_cost_table *t, const char *db_path, const 
 			       db ? sqlite3_errmsg(db) : "out of memory");
 		goto out_close;
 	}
-	sqlite3_busy_timeout(db, 5000);
+	/* the engine's worker saves between requests: a lock held elsewhere may delay them this
+	 * long at most (the cells are stored already, rg_cost_store_put_cell) */
+	sqlite3_busy_timeout(db, 1000);
 	if (sqlite3_exec(db, SQL_CREATE, NULL, NULL, NULL) != SQLITE_OK ||
 	    sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
 		goto out_sqlerr;
@@ -206,4 +208,94 @@ out:
 	if (st)
 		*st = s;
 	return t;
+}
+
+rg_status rg_cost_store_put_cell(const char *db_path, const rg_cost_key *key, int len, int batch,
+				 double ms)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *ins = NULL;
+	rg_status st = RG_OK;
+
+	if (!db_path || !key_ok(key) || len < 1 || batch < 1 || !isfinite(ms) || ms < 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "cost table cell: bad path, key or value");
+	if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+	    SQLITE_OK) {
+		st = rg_errorf(RG_ERR_IO, "cost table cell: cannot open %s: %s", db_path,
+			       db ? sqlite3_errmsg(db) : "out of memory");
+		goto out_close;
+	}
+	sqlite3_busy_timeout(db, 200);
+	if (sqlite3_exec(db, SQL_CREATE, NULL, NULL, NULL) != SQLITE_OK ||
+	    sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO rg_cost VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+			       "?7)", -1, &ins, NULL) != SQLITE_OK)
+		goto out_sqlerr;
+	bind_key(ins, key);
+	sqlite3_bind_int(ins, 5, len);
+	sqlite3_bind_int(ins, 6, batch);
+	sqlite3_bind_double(ins, 7, ms);
+	if (sqlite3_step(ins) != SQLITE_DONE)
+		goto out_sqlerr;
+	goto out_close;
+
+out_sqlerr:
+	st = rg_errorf(RG_ERR_IO, "cost table cell: %s: %s", db_path, sqlite3_errmsg(db));
+out_close:
+	sqlite3_finalize(ins);
+	sqlite3_close(db);
+	return st;
+}
+
+/* Index of x in the grid of n entries given by at(t, i), -1 when absent. */
+static int grid_find(const rg_cost_table *t, int n, int (*at)(const rg_cost_table *, int), int x)
+{
+	for (int i = 0; i < n; i++)
+		if (at(t, i) == x)
+			return i;
+	return -1;
+}
+
+rg_status rg_cost_store_load_cells(const char *db_path, const rg_cost_key *key, rg_cost_table *t,
+				   int *n_filled)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *sel = NULL;
+	rg_status st = RG_OK;
+	int filled = 0, rc;
+
+	if (n_filled)
+		*n_filled = 0;
+	if (!db_path || !key_ok(key) || !t)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "cost table cells: NULL path, key or table");
+	if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+		st = rg_errorf(RG_ERR_IO, "cost table cells: cannot open %s: %s", db_path,
+			       db ? sqlite3_errmsg(db) : "out of memory");
+		goto out;
+	}
+	sqlite3_busy_timeout(db, 200);
+	if (sqlite3_prepare_v2(db, "SELECT len, batch, ms FROM rg_cost WHERE model_id=?1 AND "
+			       "device=?2 AND dtype=?3 AND mode=?4", -1, &sel, NULL) != SQLITE_OK) {
+		st = rg_errorf(RG_ERR_IO, "cost table cells: %s: %s", db_path, sqlite3_errmsg(db));
+		goto out;
+	}
+	bind_key(sel, key);
+	while ((rc = sqlite3_step(sel)) == SQLITE_ROW) {
+		int li = grid_find(t, rg_cost_table_n_lens(t), rg_cost_table_len_at,
+				   sqlite3_column_int(sel, 0));
+		int bi = grid_find(t, rg_cost_table_n_batches(t), rg_cost_table_batch_at,
+				   sqlite3_column_int(sel, 1));
+
+		if (li < 0 || bi < 0 || !isnan(rg_cost_table_cell(t, li, bi)))
+			continue;
+		if (rg_cost_table_set(t, li, bi, sqlite3_column_double(sel, 2)) == RG_OK)
+			filled++;
+	}
+	if (rc != SQLITE_DONE)
+		st = rg_errorf(RG_ERR_IO, "cost table cells: %s: %s", db_path, sqlite3_errmsg(db));
+out:
+	sqlite3_finalize(sel);
+	sqlite3_close(db);
+	if (n_filled)
+		*n_filled = filled;
+	return st;
 }

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "sched/fair.h"
 #include "server/warmup.h"
 
 /* One device's worker: its model, its thread and what one batch needs (see engine.h). */
@@ -42,6 +43,7 @@ typedef struct rg_worker {
 struct rg_engine {
 	int hidden;             /* floats per sequence: rg_model_info.output_dim */
 	int hidden_size;
+	int max_seq_len;        /* the model's */
 	rg_engine_params p;
 	rg_sched *sched;
 	int max_len;
@@ -59,6 +61,7 @@ struct rg_engine {
 	rg_sched_req *q_req;   /* (cap_q) what the scheduler sees */
 	rg_job **q_job;        /* (cap_q) */
 	int *q_seq;            /* (cap_q) */
+	double *q_ms;          /* (cap_q) the piece time it was stamped with (sched/fair.h) */
 	bool *q_take;          /* (cap_q) scratch: picked this round */
 	uint64_t next_id;
 	double q_tokens, q_pairs; /* sums of len and len^2 over the queue */
@@ -67,11 +70,13 @@ struct rg_engine {
 	rg_job **s_job;
 	int *s_seq;
 	int *s_perm;
+	double *s_ms;          /* (cap_q) also the piece times of a job being queued */
+	double *s_tag;         /* (cap_q) the stamps of a job being queued */
+	rg_fair fair;          /* the fair order of the queue (stamps), guarded by mu */
 
 	/* Time estimates (guarded by mu). */
 	rg_cost_model fit;     /* fitted at create: one device's compute */
-	double scale;          /* measured / fitted time of recent batches */
-	double meas_w, est_w;  /* exponentially weighted sums behind scale */
+	rg_cost_learner learner; /* refits `fit` from the batches run (sched/cost_model.h) */
 	double pad_ratio;      /* computed / real tokens of recent batches (>= 1) */
 	double real_w, comp_w; /* sums behind pad_ratio */
 
@@ -101,13 +106,13 @@ double rg_now_ms(void)
 
 /* ---- time estimates (lock held) ---------------------------------------------------------- */
 
-/* The model the estimates use: the fitted one rescaled by measurements, plus the test delays
+/* The model the estimates use: the one refitted to the batches run, plus the test delays
  * (a simulated slow device). */
 static rg_cost_model model_now(const rg_engine *e)
 {
-	return (rg_cost_model){e->fit.batch_ms * e->scale + e->p.batch_delay_ms,
-			       e->fit.token_ms * e->scale + e->p.token_delay_us * 1e-3,
-			       e->fit.pair_ms * e->scale};
+	return (rg_cost_model){e->fit.batch_ms + e->p.batch_delay_ms,
+			       e->fit.token_ms + e->p.token_delay_us * 1e-3,
+			       e->fit.pair_ms};
 }
 
 /* Estimated time (ms) of one sequence of len tokens inside a batch, without the batch's fixed
@@ -124,6 +129,19 @@ static double budget_ms(const rg_engine *e, const rg_cost_model *m)
 	double b = e->p.sched.max_batch_ms;
 
 	return b > 0 ? fmax(b, 10 * m->batch_ms) : 0;
+}
+
+/* The fair order's serial threshold (sched/fair.h): under admission by count, jobs of more than
+ * one batch's work (the time budget; without one, a batch of max_batch_tokens tokens) run one
+ * after another; under admission by time every job is its own flow (admission already keeps
+ * every queued deadline). */
+static double serial_ms(const rg_engine *e, const rg_cost_model *m)
+{
+	double b = budget_ms(e, m);
+
+	if (e->p.admit_by_time)
+		return 0;
+	return b > 0 ? b : rg_cost_model_ms(m, e->p.sched.max_batch_tokens, 0);
 }
 
 /* Estimated time (ms) to run n_seqs sequences of `tokens` tokens and `pairs` attention pairs in
@@ -168,17 +186,18 @@ static double eta_ms(const rg_engine *e, double now, double tokens, double pairs
 	return (busy + work_ms(e, tokens, pairs, n_seqs)) / e->n_w;
 }
 
-/* A batch ran: refine the scale (measured / fitted) and the padding ratio, with exponential
- * forgetting (weight 0.9 per batch: about the last ten batches, long batches weigh more). */
+/* A batch ran: refit the latency model to the batches run (sched/cost_model.h
+ * rg_cost_learner: the start-up fit only decides what they cannot) and refine the padding ratio
+ * with exponential forgetting (weight 0.9 per batch: about the last ten batches). A failed batch
+ * (model_ms < 0) teaches nothing. */
 static void learn(rg_engine *e, const rg_sched_batch *b, double model_ms)
 {
-	double est = rg_cost_model_ms(&e->fit, b->computed_tokens, b->attn_pairs);
 	rg_cost_model m;
 
-	if (est > 0 && model_ms >= 0 && isfinite(model_ms)) {
-		e->meas_w = 0.9 * e->meas_w + model_ms;
-		e->est_w = 0.9 * e->est_w + est;
-		e->scale = fmin(10, fmax(0.1, e->meas_w / e->est_w));
+	if (model_ms >= 0 && isfinite(model_ms)) {
+		rg_cost_learner_add(&e->learner, b->computed_tokens, b->attn_pairs, model_ms);
+		if (rg_cost_learner_fit(&e->learner, &m) == RG_OK && rg_cost_model_valid(&m))
+			e->fit = m;
 	}
 	if (b->real_tokens > 0) {
 		e->real_w = 0.9 * e->real_w + b->real_tokens;
@@ -187,6 +206,7 @@ static void learn(rg_engine *e, const rg_sched_batch *b, double model_ms)
 	}
 	m = model_now(e);
 	(void)rg_sched_set_time_budget(e->sched, budget_ms(e, &m), &m);
+	e->fair.p.serial_ms = serial_ms(e, &m);
 }
 
 /* Tell an ended job (lock held): queue it for its done() once none of its seqs is in a running
@@ -206,6 +226,8 @@ static void job_finish(rg_engine *e, rg_job *job, rg_job_state st)
 	if (job->state != RG_JOB_QUEUED)
 		return;
 	job->state = st;
+	if (st != RG_JOB_DONE) /* its queued pieces go unserved */
+		rg_fair_leave(&e->fair, job->fair_end);
 	tell_when_idle(e, job);
 }
 
@@ -225,6 +247,7 @@ static void queue_compact(rg_engine *e)
 		e->q_req[w] = e->q_req[i];
 		e->q_job[w] = e->q_job[i];
 		e->q_seq[w] = e->q_seq[i];
+		e->q_ms[w] = e->q_ms[i];
 		e->q_take[w] = false;
 		w++;
 	}
@@ -503,10 +526,12 @@ static void drain_plan(rg_engine *e, double now)
 		e->s_req[k].arrival_ms = now - e->p.sched.latency_budget_ms - 1 + k * 1e-6;
 		e->s_job[k] = e->q_job[i];
 		e->s_seq[k] = e->q_seq[i];
+		e->s_ms[k] = e->q_ms[i];
 	}
 	memcpy(e->q_req, e->s_req, sizeof(*e->q_req) * (size_t)e->n_q);
 	memcpy(e->q_job, e->s_job, sizeof(*e->q_job) * (size_t)e->n_q);
 	memcpy(e->q_seq, e->s_seq, sizeof(*e->q_seq) * (size_t)e->n_q);
+	memcpy(e->q_ms, e->s_ms, sizeof(*e->q_ms) * (size_t)e->n_q);
 }
 
 /* The measurement is complete (lock held): switch to the DP scheduler on its table and refit
@@ -532,12 +557,14 @@ static void switch_to_dp(rg_engine *e, const rg_cost_table *t)
 	e->kind = RG_SCHED_DP;
 	e->p.sched.cost = t;
 	if (rg_cost_model_from_table(t, &fit) == RG_OK) {
-		e->fit = fit;
-		e->scale = 1;
-		e->meas_w = e->est_w = 0;
+		/* the table is a better prior than the start-up batches; what ran still counts */
+		rg_cost_learner_set_prior(&e->learner, &fit, e->max_seq_len);
+		if (rg_cost_learner_fit(&e->learner, &fit) == RG_OK && rg_cost_model_valid(&fit))
+			e->fit = fit;
 	}
 	m = model_now(e);
 	(void)rg_sched_set_time_budget(e->sched, budget_ms(e, &m), &m);
+	e->fair.p.serial_ms = serial_ms(e, &m);
 	fprintf(stderr, "ragged serve: scheduler switched to dp (cost table of %d cells)\n",
 		e->cells_total);
 }
@@ -639,6 +666,7 @@ static void *worker_main(void *arg)
 			w->b_job[i] = job;
 			w->b_seq[i] = e->q_seq[qi];
 			e->q_take[qi] = true;
+			rg_fair_served(&e->fair, e->q_ms[qi]);
 			job->n_running++;
 			if (!job->picked) {
 				job->picked = true;
@@ -801,6 +829,7 @@ rg_engine *rg_engine_create(rg_model *const *models, int n_models, const rg_engi
 	}
 	e->hidden = i0->output_dim;
 	e->hidden_size = i0->hidden_size;
+	e->max_seq_len = i0->max_seq_len;
 	e->p = *p;
 	if (e->p.disconnect_poll_ms <= 0)
 		e->p.disconnect_poll_ms = 10;
@@ -840,9 +869,13 @@ rg_engine *rg_engine_create(rg_model *const *models, int n_models, const rg_engi
 	e->s_job = calloc((size_t)e->cap_q, sizeof(*e->s_job));
 	e->s_seq = calloc((size_t)e->cap_q, sizeof(*e->s_seq));
 	e->s_perm = calloc((size_t)e->cap_q, sizeof(*e->s_perm));
+	e->q_ms = calloc((size_t)e->cap_q, sizeof(*e->q_ms));
+	e->s_ms = calloc((size_t)e->cap_q, sizeof(*e->s_ms));
+	e->s_tag = calloc((size_t)e->cap_q, sizeof(*e->s_tag));
 	e->w = calloc((size_t)n_models, sizeof(*e->w));
 	if (!e->q_req || !e->q_job || !e->q_seq || !e->q_take || !e->s_req || !e->s_job ||
-	    !e->s_seq || !e->s_perm || !e->w) {
+	    !e->s_seq || !e->s_perm || !e->q_ms || !e->s_ms || !e->s_tag ||
+	    !e->w) {
 		s = rg_errorf(RG_ERR_OOM, "engine: out of memory");
 		goto out_free;
 	}
@@ -850,13 +883,16 @@ rg_engine *rg_engine_create(rg_model *const *models, int n_models, const rg_engi
 	for (int i = 0; i < n_models; i++)
 		if ((s = worker_init(e, &e->w[i], models[i], i)) != RG_OK)
 			goto out_free;
-	e->scale = 1;
 	e->pad_ratio = 1;
 	fit_cost_model(e);
+	rg_cost_learner_init(&e->learner, &e->fit, e->max_seq_len);
 	{
 		rg_cost_model m = model_now(e);
+		rg_fair_params fp = {serial_ms(e, &m)};
 
 		(void)rg_sched_set_time_budget(e->sched, budget_ms(e, &m), &m);
+		if ((s = rg_fair_init(&e->fair, &fp, rg_now_ms())) != RG_OK)
+			goto out_free;
 	}
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_condattr_init(&ca);
@@ -970,22 +1006,31 @@ void rg_engine_free(rg_engine *e)
 	free(e->s_job);
 	free(e->s_seq);
 	free(e->s_perm);
+	free(e->q_ms);
+	free(e->s_ms);
+	free(e->s_tag);
+	rg_fair_free(&e->fair);
 	free(e);
 }
 
-/* Queue the seqs of job (lock held, room checked): stamp them on the virtual clock (the job's
- * arrival, then + each piece's estimated time) and merge them into the stamp-ordered queue. */
-static void queue_insert(rg_engine *e, rg_job *job)
+/* Queue the seqs of job (lock held, room checked): stamp them with their finish tags in the
+ * fair order (sched/fair.h: the job starts at the fluid server's virtual time, each piece adds
+ * its estimated time) and merge them into the stamp-ordered queue. RG_ERR_OOM: nothing queued. */
+static rg_status queue_insert(rg_engine *e, rg_job *job, double now)
 {
 	rg_cost_model m = model_now(e);
-	double stamp = job->arrival_ms;
 	int n = job->n_seqs, i = e->n_q - 1, w = e->n_q + n - 1;
+	rg_status st;
 
+	for (int k = 0; k < n; k++)
+		e->s_ms[k] = piece_ms(e, &m, job->seqs[k].len);
+	st = rg_fair_stamp(&e->fair, now, e->s_ms, n, e->s_tag, &job->fair_end);
+	if (st != RG_OK)
+		return st;
 	for (int k = 0; k < n; k++) {
 		int len = job->seqs[k].len;
 
-		e->s_req[k] = (rg_sched_req){e->next_id++, len, stamp, job->deadline_ms};
-		stamp += piece_ms(e, &m, len);
+		e->s_req[k] = (rg_sched_req){e->next_id++, len, e->s_tag[k], job->deadline_ms};
 		e->q_tokens += len;
 		e->q_pairs += (double)len * len;
 	}
@@ -994,27 +1039,34 @@ static void queue_insert(rg_engine *e, rg_job *job)
 			e->q_req[w] = e->q_req[i];
 			e->q_job[w] = e->q_job[i];
 			e->q_seq[w] = e->q_seq[i];
+			e->q_ms[w] = e->q_ms[i];
 			e->q_take[w] = false;
 			i--;
 		} else {
 			e->q_req[w] = e->s_req[k];
 			e->q_job[w] = job;
 			e->q_seq[w] = k;
+			e->q_ms[w] = e->s_ms[k];
 			e->q_take[w] = false;
 			k--;
 		}
 	}
 	e->n_q += n;
+	return RG_OK;
 }
 
 /* Admission by time (lock held): RG_JOB_ADMITTED, or why not with job->retry_after_ms. The
  * queued work, the running batch and this job's own work must end within the least slack of
  * this job and every queued one (the engine is work-conserving: everything queued is done by
  * then, whatever the order), less a margin for the estimates' error when others are queued
- * (one time budget, at most a tenth of the request timeout). */
+ * (one time budget, at most a tenth of the request timeout).
+ * Retry-After: when the same request would fit if nothing else arrived. The devices work
+ * through the queue meanwhile, so its own deadline holds once total + margin - wait <= its
+ * timeout; a queued job whose slack binds (below total + margin) is gone when it ends (at the
+ * latest when the queue is done) or when its deadline passes, whichever comes first. */
 static rg_job_refusal admit_by_time(rg_engine *e, rg_job *job, double tokens, double pairs)
 {
-	double now = rg_now_ms(), slack = job->deadline_ms - now, total, margin = 0;
+	double now = rg_now_ms(), slack = job->deadline_ms - now, total, margin = 0, queued, wait;
 	double timeout = job->deadline_ms - job->arrival_ms;
 	rg_cost_model m = model_now(e);
 
@@ -1027,7 +1079,15 @@ static rg_job_refusal admit_by_time(rg_engine *e, rg_job *job, double tokens, do
 	total = eta_ms(e, now, e->q_tokens + tokens, e->q_pairs + pairs, e->n_q + job->n_seqs);
 	if (total + margin <= slack)
 		return RG_JOB_ADMITTED;
-	job->retry_after_ms = fmax(0, total + margin - timeout);
+	queued = eta_ms(e, now, e->q_tokens, e->q_pairs, e->n_q);
+	wait = total + margin - timeout;
+	for (int i = 0; i < e->n_q; i++) {
+		double sl = e->q_req[i].deadline_ms - now;
+
+		if (sl < total + margin)
+			wait = fmax(wait, fmin(sl, queued));
+	}
+	job->retry_after_ms = fmax(0, wait);
 	return RG_JOB_NO_TIME;
 }
 
@@ -1093,7 +1153,8 @@ rg_status rg_engine_submit(rg_engine *e, rg_job *job)
 			goto out_unlock;
 		}
 	}
-	queue_insert(e, job);
+	if ((st = queue_insert(e, job, rg_now_ms())) != RG_OK)
+		goto out_unlock;
 	pthread_cond_signal(&e->cv);
 out_unlock:
 	pthread_mutex_unlock(&e->mu);

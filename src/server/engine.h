@@ -20,20 +20,27 @@
  * Pieces and fairness. Each seq of a job is a piece that the scheduler places on its own, so a
  * request's inputs may run in several batches (the job is DONE when its last piece is), and a
  * batch is bounded by a time budget (rg_engine_time_budget_ms) as well as by tokens. The
- * queue is kept in virtual-clock order (Zhang, SIGCOMM'90): a job's first piece is stamped with
- * the job's arrival time and each next piece with the previous stamp plus the previous piece's
- * estimated time, as if the job had the device to itself. The scheduler sees the stamps as
- * arrival times, so a short request that arrives while a long one is being served is placed
- * between the long one's pieces instead of after all of them, and a long request still advances
- * at least as fast as stamps fall behind the clock (no starvation). Deadlines and disconnected
- * clients are checked before every batch, so an expired job stops after the piece in flight.
+ * queue is kept in the order of weighted fair queueing (sched/fair.h): a job's pieces are
+ * stamped with finish tags on a fluid server that shares the device equally among the queued
+ * jobs and advances by the work handed to the devices; the scheduler sees the stamps as
+ * arrival times. A short request that arrives while N long ones are served gets a stamp below
+ * their queued pieces and runs in the next batch, whatever N (each job's share is 1/(N+1), not
+ * its wall-clock wait), and a long request still advances at its share (no starvation).
+ * Without admission by time (`--admission count`), jobs of more than one batch's work run one
+ * after another in arrival order (one shared flow; short ones still pass them): N of them
+ * under a deadline end one by one instead of all interleaved past it. Deadlines and
+ * disconnected clients are checked before every batch, so an expired job stops after the
+ * piece in flight.
  *
  * Time estimates. A batch latency model (sched/cost_model.h) is fitted at create to a few packed
- * batches measured on the model (or to the DP cost table when there is one) and is kept honest
- * by the measured time of every batch (a smoothed measured/estimated ratio). It sets the time
- * budget of batches, the stamps above, and, with admit_by_time, admission: a job is refused when
- * the estimated time of the queued work plus its own would pass its deadline or the deadline of
- * a queued job (429 with the time until it would fit), or when its own work alone would (413).
+ * batches measured on the model (or to the DP cost table when there is one) and refitted after
+ * every batch to the batches actually run (rg_cost_learner: one recent point per batch shape;
+ * the start-up fit, which a busy machine can make absurd, only decides what they cannot). It
+ * sets the time budget of batches, the stamps above, and, with admit_by_time, admission: a job
+ * is refused when the estimated time of the queued work plus its own would pass its deadline or
+ * the deadline of a queued job (429, Retry-After: the estimated time until the same request
+ * would fit, as the devices work through the queue and the queued jobs whose deadlines bind
+ * end), or when its own work alone would (413).
  *
  * Drain (rg_engine_drain): new jobs are refused; queued jobs run shortest remaining work first,
  * those that are not estimated to finish by the drain's end are ended SHUTDOWN at once, and what
@@ -121,6 +128,7 @@ struct rg_job {
 	double left_tokens, left_pairs; /* drain: its queued work (tokens, attention pairs) */
 	int left_seqs;
 	double drain_at;      /* drain: sort key (own remaining work), then estimated end */
+	double fair_end;      /* its flow's token in the fair order (sched/fair.h rg_fair_leave) */
 };
 
 typedef struct rg_engine_params {
@@ -167,7 +175,7 @@ void rg_engine_drain(rg_engine *e, double end_ms);
 /* True when no job is queued and no batch runs. Thread-safe. */
 bool rg_engine_idle(rg_engine *e);
 
-/* The current batch latency model (fitted, rescaled by measurements, test delays included). */
+/* The current batch latency model (refitted to the batches run, test delays included). */
 rg_cost_model rg_engine_cost_model(rg_engine *e);
 /* The time budget batches are held to now: p->sched.max_batch_ms, but at least 10 times the
  * fixed cost of a batch by the model (so that cost stays under a tenth); 0: none. */
@@ -185,7 +193,8 @@ void rg_engine_free(rg_engine *e);
  * est_ms and retry_after_ms are set, nothing else): RG_ERR_BUSY when refused (job->refusal: the
  * queue cannot take job->n_seqs more sequences, with admit_by_time the job cannot meet its
  * deadline, or the engine is draining or stopped), RG_ERR_TOO_LONG when a seq is longer than the
- * scheduler can ever place (rg_sched_max_len), RG_ERR_INVALID_INPUT (n_seqs < 1, len < 1).
+ * scheduler can ever place (rg_sched_max_len), RG_ERR_INVALID_INPUT (n_seqs < 1, len < 1),
+ * RG_ERR_OOM (the fair order could not grow).
  * Thread-safe. */
 rg_status rg_engine_submit(rg_engine *e, rg_job *job);
 

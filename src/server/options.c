@@ -63,7 +63,8 @@ static const opt_spec g_opts[] = {
 	{"--max-batch-ms", "X", OPT_DOUBLE, F(max_batch_ms), 0, 1e7, "100",
 	 "time budget of a batch (estimate; >= 10x its fixed cost), 0 = none"},
 	{"--admission", "time|count", OPT_STR, F(admission), 0, 0, "time",
-	 "time: 429 what cannot meet its deadline; count: --max-queue only"},
+	 "time: 429 what cannot meet its deadline; count: --max-queue only, long "
+	 "requests one after another"},
 	{"--max-body-bytes", "N", OPT_SIZE, F(max_body_bytes), 1, 1 << 30, "2097152",
 	 "request body limit; more -> 413"},
 	{"--request-timeout-ms", "N", OPT_INT, F(request_timeout_ms), 1, 1 << 30, "30000",

@@ -135,6 +135,15 @@ static rg_status setup_engine(rg_server *s)
 			 rg_pooling_name(i->pooling));
 		s->cache = rg_cache_create((size_t)s->o.cache_entries, i->output_dim, tag,
 					   s->o.cache_db, &st);
+		if (!s->cache && st == RG_ERR_IO && s->o.cache_db) {
+			/* a database locked by another process (or unreadable) must not stop the
+			 * server: under Restart=on-failure that is a crash loop. Serve with the
+			 * RAM cache alone and say so. */
+			fprintf(stderr, "ragged serve: warning: %s; serving without the cache "
+				"database (in-memory cache only)\n", rg_last_error());
+			s->cache = rg_cache_create((size_t)s->o.cache_entries, i->output_dim, tag,
+						   NULL, &st);
+		}
 		if (!s->cache)
 			return st;
 	}

@@ -60,7 +60,9 @@ static double measure_padded(measure_ctx *m, int len, int batch, int rep)
 struct rg_cost_measure {
 	measure_ctx m;
 	rg_cost_table *t;
-	int next, total;       /* cells measured, cells in the grid (row-major: len, then batch) */
+	int next, total;       /* cell measured now (row-major: len, then batch), cells in the grid */
+	int done;              /* cells measured (or loaded from the store) */
+	bool put_warned;       /* a cell could not be stored (warned once) */
 	int rep;               /* runs of cell `next` done: a warm-up run, then best of 3 */
 	double best;           /* best time of cell `next` so far, ms */
 	char *db_path;         /* NULL: not stored */
@@ -81,6 +83,35 @@ rg_cost_table *rg_cost_load_stored(const char *db_path, const char *model_id, co
 		return t;
 	rg_cost_table_free(t);
 	return NULL;
+}
+
+/* Cell i (row-major) measured? */
+static bool cell_done(const rg_cost_measure *c, int i)
+{
+	int nb = rg_cost_table_n_batches(c->t);
+
+	return !isnan(rg_cost_table_cell(c->t, i / nb, i % nb));
+}
+
+/* The cells stored by an earlier start (rg_cost_store_put_cell) are not measured again: a
+ * restart keeps the progress. A store that cannot be read (missing: the first start) fills
+ * nothing. When they complete the grid, the table is saved whole at once (dropping rows of
+ * another grid). */
+static void resume(rg_cost_measure *c)
+{
+	rg_cost_key key = {c->model_id, c->device, c->dtype, "padded"};
+	int filled = 0;
+
+	(void)rg_cost_store_load_cells(c->db_path, &key, c->t, &filled);
+	c->done = filled;
+	while (c->next < c->total && cell_done(c, c->next))
+		c->next++;
+	if (filled > 0)
+		fprintf(stderr, "ragged serve: DP cost table: %d of %d cells stored by an earlier "
+			"start, measuring the rest\n", filled, c->total);
+	if (c->next >= c->total && rg_cost_store_save(c->t, c->db_path, &key) != RG_OK)
+		fprintf(stderr, "ragged serve: warning: cannot save the cost table: %s\n",
+			rg_last_error());
 }
 
 rg_cost_measure *rg_cost_measure_create(rg_model *model, const char *db_path,
@@ -109,6 +140,8 @@ rg_cost_measure *rg_cost_measure_create(rg_model *model, const char *db_path,
 		s = rg_errorf(RG_ERR_OOM, "cost table: out of memory");
 		goto out_free;
 	}
+	if (c->db_path)
+		resume(c);
 	*st = RG_OK;
 	return c;
 out_free:
@@ -149,7 +182,22 @@ rg_status rg_cost_measure_step(rg_cost_measure *c)
 	c->rep = 0;
 	if ((st = rg_cost_table_set(c->t, li, bi, c->best)) != RG_OK)
 		return st;
-	if (++c->next < c->total)
+	c->done++;
+	if (c->db_path) {
+		/* stored as measured: a restart keeps the progress (a failure only warns, once:
+		 * the whole table is saved again at the end) */
+		rg_cost_key key = {c->model_id, c->device, c->dtype, "padded"};
+
+		if (rg_cost_store_put_cell(c->db_path, &key, len, batch, c->best) != RG_OK &&
+		    !c->put_warned) {
+			c->put_warned = true;
+			fprintf(stderr, "ragged serve: warning: cannot store a measured cost table "
+				"cell: %s\n", rg_last_error());
+		}
+	}
+	while (++c->next < c->total && cell_done(c, c->next))
+		;
+	if (c->next < c->total)
 		return RG_OK;
 	/* complete: the scratch goes, the table is kept for the next start */
 	free(c->m.tokens);
@@ -174,7 +222,7 @@ rg_status rg_cost_measure_step(rg_cost_measure *c)
 
 int rg_cost_measure_done(const rg_cost_measure *c)
 {
-	return c->next;
+	return c->done;
 }
 
 int rg_cost_measure_total(const rg_cost_measure *c)

@@ -15,11 +15,15 @@ rg_cost_table *rg_cost_load_stored(const char *db_path, const char *model_id, co
  * it with requests (engine.h "Background DP measurement"). A cell is a PADDED batch of `batch`
  * rows of `len` tokens (at most max_batch_tokens tokens: larger cells are measured at the
  * largest size that fits and scaled), best of 3 runs after a warm-up run; cells run in
- * increasing (len, batch) order, one run per step. Not thread-safe: the thread that owns the model steps it. */
+ * increasing (len, batch) order, one run per step. Each cell is stored in db_path as it is
+ * measured (rg_cost_store_put_cell), and a measurement created over cells already stored (by an
+ * earlier start that stopped part way) measures only the rest. Not thread-safe: the thread that
+ * owns the model steps it. */
 typedef struct rg_cost_measure rg_cost_measure;
 
-/* Plan the grid of rg_cost_table_create_default(max_len, max_batch_requests). The strings are
- * copied; db_path NULL: the table is not stored. NULL + *st on RG_ERR_INVALID_INPUT, RG_ERR_OOM.
+/* Plan the grid of rg_cost_table_create_default(max_len, max_batch_requests) and take the cells
+ * of that grid stored under the key in db_path. The strings are copied; db_path NULL: the table
+ * is not stored. NULL + *st on RG_ERR_INVALID_INPUT, RG_ERR_OOM.
  * The model is borrowed and must outlive the measurement. */
 rg_cost_measure *rg_cost_measure_create(rg_model *model, const char *db_path,
 					const char *model_id, const char *device,
@@ -28,11 +32,12 @@ rg_cost_measure *rg_cost_measure_create(rg_model *model, const char *db_path,
 
 /* One run of the next cell (no-op when complete): a cell takes 4 steps, a warm-up run and 3
  * timed ones (best of 3), so one step is one padded batch of at most max_batch_tokens tokens.
- * After the last cell, the table is saved into db_path (a failed save only warns). RG_ERR_INTERNAL (wrapping the model's error) or
+ * The cell is stored into db_path, and after the last one the whole table is saved (replacing
+ * the cells; a failed store or save only warns). RG_ERR_INTERNAL (wrapping the model's error) or
  * RG_ERR_OOM when a cell cannot be measured; the measurement cannot go on then. */
 rg_status rg_cost_measure_step(rg_cost_measure *c);
 
-int rg_cost_measure_done(const rg_cost_measure *c);  /* cells measured */
+int rg_cost_measure_done(const rg_cost_measure *c);  /* cells measured or loaded */
 int rg_cost_measure_total(const rg_cost_measure *c); /* cells in the grid */
 
 /* The table once every cell is measured, else NULL. Owned by c: valid until

@@ -144,6 +144,41 @@ def test_locked_database_does_not_stall_inference(tiny_dir, tmp_path):
         s.stop()
 
 
+def test_database_locked_at_start_does_not_stop_the_server(tiny_dir, tmp_path):
+    """Issue 18 item 12: a cache database locked by another process when the server starts is
+    not a reason to exit (under Restart=on-failure that is a crash loop): the server starts
+    with a warning, serves the library's vectors from its in-memory cache, and leaves the
+    other process's database alone."""
+    db = str(tmp_path / "cache.db")
+    con = sqlite3.connect(db, timeout=10, isolation_level=None)
+    con.execute("CREATE TABLE other(x)")
+    con.execute("BEGIN EXCLUSIVE")  # held for the whole start
+    con.execute("INSERT INTO other VALUES (1)")
+    try:
+        s = Server(tiny_dir, "--cache-entries", 10, "--cache-db", db)
+        try:
+            for _ in range(2):  # the second time from the in-memory cache
+                got, _ = embed_raw(s, TEXTS[:2])
+                np.testing.assert_allclose(got, lib_vectors(tiny_dir, TEXTS[:2]), rtol=1e-5,
+                                           atol=1e-6)
+            m = s.metrics()
+            hits = [v for k, v in m.items() if k.startswith("ragged_cache_hits")]
+            assert hits and sum(hits) >= 2, m
+        finally:
+            s.stop()
+        err = s.stderr()
+        assert "warning: cache db" in err and "serving without the cache database" in err, err
+    finally:
+        con.execute("ROLLBACK")
+        con.close()
+    assert not glob.glob(db + ".corrupt-*")  # locked is not corrupt: nothing moved aside
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("SELECT count(*) FROM other").fetchone()[0] == 0
+    finally:
+        con.close()
+
+
 def test_corrupt_database_set_aside(tiny_dir, tmp_path):
     db = str(tmp_path / "cache.db")
     garbage = bytes(range(256)) * 64

@@ -6,6 +6,7 @@ under $XDG_CACHE_HOME/ragged, and the next start loads it and serves with dp fro
 sleeps as a batch does."""
 import json
 import os
+import sqlite3
 import time
 
 import numpy as np
@@ -41,6 +42,17 @@ def reference(tiny_dir):
         m.close()
 
 
+def stored_cells(db):
+    """Rows of the cost table database (0 before it exists)."""
+    if not db.exists():
+        return 0
+    con = sqlite3.connect(str(db), timeout=5)
+    try:
+        return con.execute("SELECT count(*) FROM rg_cost").fetchone()[0]
+    finally:
+        con.close()
+
+
 def info_scheduler(s):
     st, _, body = s.request("GET", "/info")
     assert st == 200
@@ -64,10 +76,11 @@ def test_serves_while_measuring_then_switches_and_reuses(tiny_dir, reference, tm
         assert st == 200
         sched = info_scheduler(s)
         assert sched.startswith("token (dp measuring "), sched
-        assert not db.exists()  # stored once complete
         m = s.metrics()
         total = m["ragged_dp_cost_cells_total"]
         assert total == 36 and m["ragged_dp_cost_cells_measured"] < total
+        # stored cell by cell as measured (issue 18 item 12), never more than measured
+        assert stored_cells(db) <= s.metrics()["ragged_dp_cost_cells_measured"]
         assert m["ragged_dp_scheduler_active"] == 0
         # requests are answered meanwhile, with the right vectors
         np.testing.assert_allclose(embed(s), reference, rtol=1e-5, atol=2e-6)
@@ -99,3 +112,40 @@ def test_serves_while_measuring_then_switches_and_reuses(tiny_dir, reference, tm
         s.stop()
     err = s.stderr()
     assert "DP cost table loaded from" in err and "measuring the DP" not in err, err
+
+
+def test_restart_keeps_the_measured_cells(tiny_dir, reference, tmp_path):
+    """The table is stored as it is measured (issue 18 item 12): a server killed part way leaves
+    its cells in the database, and the next start measures only the rest (it says so), then
+    switches to dp with the same vectors."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    db = tmp_path / "xdg" / "ragged" / "cost-tables.sqlite"
+
+    s = Server(tiny_dir, *ARGS, env=env)
+    try:
+        t_end = time.monotonic() + 30
+        while stored_cells(db) < 8:
+            assert time.monotonic() < t_end, s.stderr()
+            time.sleep(0.05)
+        assert info_scheduler(s).startswith("token (dp measuring ")
+    finally:
+        s.kill()  # no clean shutdown: a crash, or systemd's stop timeout
+    kept = stored_cells(db)
+    assert 8 <= kept < 36
+
+    s = Server(tiny_dir, *ARGS, env=env)
+    try:
+        m = s.metrics()
+        assert m["ragged_dp_cost_cells_total"] == 36
+        assert m["ragged_dp_cost_cells_measured"] >= kept
+        np.testing.assert_allclose(embed(s), reference, rtol=1e-5, atol=2e-6)
+        t_end = time.monotonic() + 30
+        while info_scheduler(s) != "dp":
+            assert time.monotonic() < t_end, s.stderr()
+            time.sleep(0.1)
+        np.testing.assert_allclose(embed(s), reference, rtol=1e-5, atol=2e-6)
+    finally:
+        s.stop()
+    err = s.stderr()
+    assert f"{kept} of 36 cells stored by an earlier start" in err, err
+    assert stored_cells(db) == 36

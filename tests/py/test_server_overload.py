@@ -241,3 +241,71 @@ def test_sigterm_drains_what_fits(tiny_dir):
         assert "draining" in s.stderr()
     finally:
         s.stop(expect_rc=rc if rc is not None else 0)
+
+
+def test_short_requests_pass_several_large_ones(tiny_dir):
+    """Issue 18 item 10: four requests of 16 x 120 tokens at once (~3.8 s of device time) and,
+    meanwhile, a short request every 150 ms. Each large one gets its fair share, not credit for
+    the time it waited, so every short one waits about one piece (60 ms) whatever the number of
+    large ones; under the old stamps a short one sent t ms in waited about 4 t. The large ones
+    all finish (no starvation)."""
+    s = Server(tiny_dir, *DELAY)
+    try:
+        bigs = [Timed(s, {"inputs": [LONG] * 16}) for _ in range(4)]
+        assert wait_for(lambda: s.metrics()["ragged_batches_total"] >= 2)
+        shorts = []
+        for i in range(12):
+            shorts.append(Timed(s, {"inputs": f"short request {i}"}))
+            time.sleep(0.15)
+        for r in shorts + bigs:
+            r.join()
+        assert all(r.status == 200 for r in bigs), [r.status for r in bigs]
+        assert min(r.t1 for r in bigs) > max(r.t1 for r in shorts), "sent after the large ones"
+        for r in shorts:
+            assert r.status == 200, r.data
+            assert r.ms < 400, f"short request took {r.ms:.0f} ms beside 4 large ones"
+    finally:
+        s.stop()
+
+
+def test_count_admission_finishes_what_it_started(tiny_dir):
+    """Issue 18 item 11: admitted by count, four requests of 8 x 120 tokens (480 ms each) at once
+    under a 1.2 s timeout. Interleaved, all four would end at ~1.9 s and get 504 (no goodput);
+    the large ones run one after another instead, so the first two are answered in time and only
+    the others get 504. A short request still passes them."""
+    s = Server(tiny_dir, *DELAY, "--admission", "count", "--request-timeout-ms", 1200)
+    try:
+        bigs = [Timed(s, {"inputs": [LONG] * 8}) for _ in range(4)]
+        assert wait_for(lambda: s.metrics()["ragged_batches_total"] >= 2)
+        short = Timed(s, {"inputs": "short"}).join()
+        for r in bigs:
+            r.join()
+        codes = sorted(r.status for r in bigs)
+        assert set(codes) <= {200, 504} and codes.count(200) >= 2, codes
+        for r in bigs:
+            if r.status == 200:
+                assert r.ms < 1200 + 100
+        assert short.status == 200 and short.ms < 400, (short.status, short.ms)
+    finally:
+        s.stop()
+
+
+def test_retry_after_from_the_queued_work(tiny_dir):
+    """Issue 18 item 11: Retry-After is the estimated time until the same request would fit, not
+    always 1. 16 requests of 200 ms (3.2 s of work) against a 3 s timeout: the refused ones are
+    told to come back after most of the queued work (>= 2 s, never past it by more than the
+    timeout), and a request sent after that wait is served."""
+    s = Server(tiny_dir, *DELAY, "--request-timeout-ms", 3000)
+    try:
+        reqs = [Timed(s, {"inputs": [MEDIUM] * 8}) for _ in range(16)]
+        for r in reqs:
+            r.join()
+        refused = [r for r in reqs if r.status == 429]
+        assert refused and all(r.status in (200, 429) for r in reqs), [r.status for r in reqs]
+        waits = [int(r.headers["retry-after"]) for r in refused]
+        assert max(waits) >= 2 and max(waits) <= 6, waits
+        time.sleep(max(waits))
+        st, out = s.post_json("/embed", {"inputs": [MEDIUM] * 8})
+        assert st == 200
+    finally:
+        s.stop()

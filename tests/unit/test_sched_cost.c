@@ -296,6 +296,66 @@ static void test_sqlite_round_trip(void **state)
 	assert_int_equal(st, RG_ERR_IO);
 }
 
+/* Cells stored one at a time (issue 18 item 12: a restart keeps the measured progress): a
+ * fresh table of the same grid takes them back, rows of another grid and of another key are
+ * ignored, a partial table is not a complete one, and the whole save replaces the cells. */
+static void test_sqlite_cells(void **state)
+{
+	(void)state;
+	char path[64];
+	tmp_db(path, sizeof(path));
+	rg_cost_key ka = {"minilm", "cpu", "f32", "padded"};
+	rg_cost_key kb = {"minilm", "cpu", "bf16", "padded"};
+	rg_status st;
+	int filled = -1;
+	rg_cost_table *t = rg_cost_table_create(LENS, NL, BATCHES, NB, NULL);
+
+	assert_non_null(t);
+	/* no database yet: an I/O error, nothing filled */
+	assert_int_equal(rg_cost_store_load_cells(path, &ka, t, &filled), RG_ERR_IO);
+	assert_int_equal(filled, 0);
+	/* the first 7 cells in measuring order, one of another grid, one under another key */
+	for (int i = 0; i < 7; i++)
+		assert_int_equal(rg_cost_store_put_cell(path, &ka, LENS[i / NB], BATCHES[i % NB],
+							bilin(LENS[i / NB], BATCHES[i % NB])),
+				 RG_OK);
+	assert_int_equal(rg_cost_store_put_cell(path, &ka, 24, 1, 99), RG_OK);
+	assert_int_equal(rg_cost_store_put_cell(path, &kb, 512, 16, 99), RG_OK);
+	/* a cell stored again is replaced, not duplicated */
+	assert_int_equal(rg_cost_store_put_cell(path, &ka, LENS[0], BATCHES[0], 0.5), RG_OK);
+	assert_int_equal(rg_cost_store_put_cell(path, &ka, 0, 1, 1), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_cost_store_put_cell(path, &ka, 8, 1, NAN), RG_ERR_INVALID_INPUT);
+
+	assert_int_equal(rg_cost_store_load_cells(path, &ka, t, &filled), RG_OK);
+	assert_int_equal(filled, 7);
+	for (int i = 0; i < NL * NB; i++) {
+		double got = rg_cost_table_cell(t, i / NB, i % NB);
+
+		if (i == 0)
+			assert_close(got, 0.5);
+		else if (i < 7)
+			assert_close(got, bilin(LENS[i / NB], BATCHES[i % NB]));
+		else
+			assert_true(isnan(got));
+	}
+	/* cells already measured are kept */
+	assert_int_equal(rg_cost_store_load_cells(path, &ka, t, &filled), RG_OK);
+	assert_int_equal(filled, 0);
+	/* partial rows are no complete table */
+	assert_null(rg_cost_store_load(path, &ka, &st));
+	assert_int_equal(st, RG_ERR_FORMAT);
+	/* the whole save replaces them (the stray row of another grid included) */
+	rg_cost_table *a = filled_table(2.0), *la;
+	assert_int_equal(rg_cost_store_save(a, path, &ka), RG_OK);
+	la = rg_cost_store_load(path, &ka, &st);
+	assert_non_null(la);
+	assert_same(a, la);
+	rg_cost_table_free(la);
+	rg_cost_table_free(a);
+	rg_cost_table_free(t);
+	unlink(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -306,6 +366,7 @@ int main(void)
 		cmocka_unit_test(test_default_grid),
 		cmocka_unit_test(test_warmup),
 		cmocka_unit_test(test_sqlite_round_trip),
+		cmocka_unit_test(test_sqlite_cells),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
