@@ -207,22 +207,22 @@ def test_curl_data_needs_the_json_header(plain):
 
 # ---- item 13: request smuggling ----------------------------------------------------------------
 
-NEXT = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"  # hidden behind the first request
+NEXT = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"  # hidden behind the first request
 
 
 @pytest.mark.parametrize("head,status", [
-    (b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\nContent-Length: 5\r\n", 400),
-    (b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\n"
+    (b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Length: 14\r\nContent-Length: 5\r\n", 400),
+    (b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Length: 14\r\n"
      b"Transfer-Encoding: chunked\r\n", 400),
-    (b"POST /embed HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+    (b"POST /embed HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
      b"Content-Length: 14\r\n", 400),
-    (b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length : 14\r\n", 400),
-    (b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length\t: 14\r\n", 400),
-    (b"POST /embed HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n", 400),
-    (b"POST /embed HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n", 501),
-    (b"POST /embed HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+    (b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Length : 14\r\n", 400),
+    (b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Length\t: 14\r\n", 400),
+    (b"POST /embed HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding : chunked\r\n", 400),
+    (b"POST /embed HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip, chunked\r\n", 501),
+    (b"POST /embed HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
      b"Transfer-Encoding: chunked\r\n", 400),
-    (b"POST /embed HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n", 400),
+    (b"POST /embed HTTP/1.0\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n", 400),
 ], ids=["cl-twice", "cl-te", "te-cl", "space-colon", "tab-colon", "te-space-colon", "te-gzip",
         "te-twice", "te-http10"])
 def test_ambiguous_framing_400_and_close(plain, head, status):
@@ -239,7 +239,7 @@ def test_ambiguous_framing_400_and_close(plain, head, status):
 def test_repeated_identical_content_length_accepted(plain):
     """RFC 9112 sec. 6.3 allows a list of one value; the request and the next are answered."""
     body = b'{"inputs":"a"}'
-    head = (b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\nContent-Length: 14\r\n"
+    head = (b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Length: 14\r\nContent-Length: 14\r\n"
             + JSON_HDR + b"Connection: keep-alive\r\n\r\n")
     out, closed, _ = raw_until_close(plain.port, head + body + NEXT[:-2] +
                                      b"Connection: close\r\n\r\n")
@@ -275,8 +275,8 @@ def _dribble(port, head, result, key, step=0.2, limit=8.0):
 def test_slow_loris_closed_by_the_read_deadline(plain):
     res = {}
     slow = [threading.Thread(target=_dribble, args=(plain.port, h, res, k)) for k, h in (
-        ("headers", b"POST /embed HTTP/1.1\r\nHost: x\r\nX-Pad: "),
-        ("body", b"POST /embed HTTP/1.1\r\nHost: x\r\n" + JSON_HDR +
+        ("headers", b"POST /embed HTTP/1.1\r\nHost: localhost\r\nX-Pad: "),
+        ("body", b"POST /embed HTTP/1.1\r\nHost: localhost\r\n" + JSON_HDR +
          b"Content-Length: 100000\r\n\r\n{\"inputs\": \""))]
     for t in slow:
         t.start()
@@ -310,7 +310,7 @@ def test_per_ip_connection_limit(tiny_dir):
             c = socket.socket()
             c.bind(("127.0.0.1", 0))
             c.connect(("127.0.0.1", s.port))
-            c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            c.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
             assert status_of(c.recv(4096)) == 200
             held.append(c)
         # a fourth from the same address is closed without an answer
@@ -347,7 +347,7 @@ def test_buffered_bytes_budget_503_and_rss_bounded(tiny_dir):
         pad = 2 * mib - len(json.dumps({"inputs": "a", "pad": ""}))
         body = json.dumps({"inputs": "a", "pad": "x" * pad}).encode()
         assert len(body) == 2 * mib
-        head = (b"POST /embed HTTP/1.1\r\nHost: x\r\n" + JSON_HDR +
+        head = (b"POST /embed HTTP/1.1\r\nHost: localhost\r\n" + JSON_HDR +
                 b"Content-Length: %d\r\n\r\n" % len(body))
         for _ in range(32):  # all but the last byte: every request is still being received
             c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
@@ -357,7 +357,7 @@ def test_buffered_bytes_budget_503_and_rss_bounded(tiny_dir):
         grown_mib = (s.rss_kb() - rss0) / 1024
         # while the budget is full, a chunked upload (reserved as it comes) is refused too
         ch = socket.create_connection(("127.0.0.1", s.port), timeout=30)
-        ch.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\n" + JSON_HDR +
+        ch.sendall(b"POST /embed HTTP/1.1\r\nHost: localhost\r\n" + JSON_HDR +
                    b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(body[:1000]) +
                    body[:1000] + b"\r\n0\r\n\r\n")
         f = ch.makefile("rb")
@@ -419,7 +419,7 @@ def test_refusals_go_out_before_the_body_when_it_will_not_be_read(plain):
     """Expect: 100-continue, or a body longer than --max-discard-bytes: the 413 comes at once,
     without the body, and the connection closes."""
     for extra, length in ((b"Expect: 100-continue\r\n", 1 << 20), (b"", 8 << 20)):
-        head = (b"POST /embed HTTP/1.1\r\nHost: x\r\n" + JSON_HDR + extra +
+        head = (b"POST /embed HTTP/1.1\r\nHost: localhost\r\n" + JSON_HDR + extra +
                 b"Content-Length: %d\r\n\r\n" % length)
         out, closed, secs = raw_until_close(plain.port, head)
         assert status_of(out) == 413 and b"100 Continue" not in out, out[:200]
