@@ -509,6 +509,21 @@ static rg_http_error submit_error_for(conn_ctx *c, rg_status st)
 	return rg_http_error_for(st, atomic_load(&c->srv->stopping));
 }
 
+/* Take n bytes of the --max-buffered-bytes budget for c's answer (given back by free_ctx, after
+ * the answer was sent); false when they do not fit now. */
+static bool reserve_answer(conn_ctx *c, size_t n)
+{
+	rg_server *s = c->srv;
+	size_t cur = atomic_load(&s->buffered);
+
+	do {
+		if (n > s->o.max_buffered_bytes || cur > s->o.max_buffered_bytes - n)
+			return false;
+	} while (!atomic_compare_exchange_weak(&s->buffered, &cur, cur + n));
+	c->answer_reserved += n;
+	return true;
+}
+
 static enum MHD_Result handle_embed(conn_ctx *c)
 {
 	rg_server *s = c->srv;
@@ -533,7 +548,22 @@ static enum MHD_Result handle_embed(conn_ctx *c)
 	if (all_tokens) {
 		/* /embed_all: every token's vector, (sum of lengths, hidden_size) */
 		size_t rows = c->prompt_tokens;
+		size_t need = rg_embed_all_answer_bytes(rows, n, (size_t)s->info->hidden_size);
 
+		/* issue 18, item 15: the vectors and their JSON count against the buffered-bytes
+		 * budget until the answer is sent (one request at the token cap made 612 MB) */
+		if (need > s->o.max_buffered_bytes)
+			return send_error(c, 413, "payload_too_large",
+					  "the /embed_all answer for %zu tokens takes about %zu MiB, "
+					  "more than --max-buffered-bytes (%zu MiB): send fewer tokens "
+					  "per request", rows, need >> 20, s->o.max_buffered_bytes >> 20);
+		if (!reserve_answer(c, need)) {
+			c->retry_after_s = 1;
+			return send_error(c, 503, "overloaded",
+					  "answers being built fill --max-buffered-bytes (the /embed_all "
+					  "answer for %zu tokens takes about %zu MiB); retry later",
+					  rows, need >> 20);
+		}
 		c->hidden = malloc((rows ? rows : 1) * (size_t)s->info->hidden_size * sizeof(float));
 		if (!c->hidden)
 			return send_error(c, 500, "backend", "out of memory for %zu token vectors",
@@ -891,9 +921,10 @@ static int check_request_line_and_host(conn_ctx *c, header_walk *w, const char *
 	host = authority[0] ? authority
 			    : MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
 							 MHD_HTTP_HEADER_HOST);
-	if (!rg_host_allowed(s->allowed_hosts, host)) {
-		snprintf(msg, n, "Host %.100s is not allowed (--allowed-hosts %.200s)",
-			 host ? host : "(none)", s->allowed_hosts);
+	/* no Host at all (HTTP/1.0, which needs none) comes from no browser: nothing to rebind */
+	if (host && !rg_host_allowed(s->allowed_hosts, host)) {
+		snprintf(msg, n, "Host %.100s is not allowed (--allowed-hosts %.200s)", host,
+			 s->allowed_hosts);
 		return 400;
 	}
 	return 0;
@@ -1119,6 +1150,8 @@ static void free_ctx(conn_ctx *c)
 	free(c->seqs);
 	rg_request_free(&c->req);
 	release_body(c);
+	if (c->answer_reserved)
+		atomic_fetch_sub(&c->srv->buffered, c->answer_reserved);
 	free(c);
 }
 

@@ -117,6 +117,10 @@ bool rg_request_prompt(conn_ctx *c, const char **prompt, enum MHD_Result *ret);
 enum MHD_Result rg_answer_tokenize(conn_ctx *c);
 enum MHD_Result rg_answer_decode(conn_ctx *c);
 enum MHD_Result rg_answer_embed_all(conn_ctx *c, double queue_ms, double infer_ms, int bs);
+/* The memory an /embed_all answer holds until it is sent: the (rows, hidden) float32 vectors and
+ * the JSON buffer rg_answer_embed_all reserves for n_inputs inputs of rows tokens in all (17
+ * bytes a float: "%.9g", a comma, rg_buf_float_array's slack; rounded up as rg_buf grows). */
+size_t rg_embed_all_answer_bytes(size_t rows, size_t n_inputs, size_t hidden);
 enum MHD_Result rg_answer_similarity(conn_ctx *c, double queue_ms, double infer_ms, int bs);
 enum MHD_Result rg_answer_info(conn_ctx *c);
 enum MHD_Result rg_answer_models(conn_ctx *c);

@@ -425,3 +425,270 @@ def test_refusals_go_out_before_the_body_when_it_will_not_be_read(plain):
         assert status_of(out) == 413 and b"100 Continue" not in out, out[:200]
         assert closed and secs < 1.5
     embed_ok(plain)
+
+
+# ---- issue 18, items 13-17: obs-fold, slow-loris defaults, /embed_all budget, Host, target ------
+
+def n_status_lines(out):
+    return len(re.findall(rb"(?:^|\n)HTTP/1\.[01] \d{3} ", out))
+
+
+def refused_and_closed(port, data, status=400, src="127.0.0.1"):
+    """data gets exactly one answer, `status`, with Connection: close, and the connection closes
+    at once (not by the read deadline) -> the error message."""
+    out, closed, secs = raw_until_close(port, data, src=src)
+    assert status_of(out) == status, out[:400]
+    assert n_status_lines(out) == 1, out  # a request hidden behind it is never answered
+    assert b"\r\nConnection: close\r\n" in out
+    assert closed and secs < 1.5
+    head, body = out.split(b"\r\n\r\n", 1)
+    n = int(re.search(rb"\r\nContent-Length: (\d+)", head).group(1))
+    assert len(body) == n, out  # nothing after the answer
+    return json.loads(body)["error"]
+
+
+BODY14 = b'{"inputs":"a"}'  # 14 bytes
+HEALTH = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
+
+
+@pytest.mark.parametrize("head", [
+    # the smuggling case: a proxy that unfolds reads a 14-byte body; libmicrohttpd 0.9.75 read
+    # none and ran the body (and NEXT) as further requests
+    b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Length:\r\n 14\r\n" + JSON_HDR,
+    b"POST /embed HTTP/1.1\r\nContent-Length:\r\n\t14\r\nHost: localhost\r\n" + JSON_HDR,
+    b"POST /embed HTTP/1.1\r\nHost: localhost\r\n" + JSON_HDR + b"Content-Length:\r\n 14\r\n",
+    b"POST /embed HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding:\r\n chunked\r\n" + JSON_HDR,
+    b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Length: 14\r\nX-A: a\r\n b\r\n c\r\n"
+    + JSON_HDR,
+    b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-A: a\r\n b\r\n",
+], ids=["cl", "cl-first", "cl-last", "te", "other-field", "get"])
+def test_obs_fold_400_and_close(plain, head):
+    err = refused_and_closed(plain.port, head + b"\r\n" + BODY14 + NEXT)
+    assert "obs-fold" in err
+    embed_ok(plain)
+
+
+@pytest.mark.parametrize("field", [b"X-A: a\x00b", b"X-A: a\rb", b"X-A: a\x00b\r\nX-B: c",
+                                   b"User-Agent: x\x01y", b"X-A: \x7f"],
+                         ids=["nul-last", "bare-cr", "nul-mid", "ctl", "del"])
+def test_control_bytes_in_values_400_and_close(plain, field):
+    err = refused_and_closed(plain.port, b"GET /health HTTP/1.1\r\nHost: localhost\r\n" + field
+                             + b"\r\n\r\n" + NEXT)
+    assert "NUL" in err or "control" in err, err
+    embed_ok(plain)
+
+
+def test_host_required_once_and_one_status_line(plain):
+    # libmicrohttpd's own missing-Host 400 went out with two status lines
+    err = refused_and_closed(plain.port, b"GET /health HTTP/1.1\r\n\r\n")
+    assert "Host" in err
+    err = refused_and_closed(plain.port, b"GET /health HTTP/1.1\r\nHost: localhost\r\n"
+                             b"Host: evil.example\r\n\r\n" + NEXT)
+    assert "more than one Host" in err
+    # HTTP/1.0 needs none
+    out, _, _ = raw_until_close(plain.port, b"GET /health HTTP/1.0\r\n\r\n")
+    assert status_of(out) == 200 and n_status_lines(out) == 1
+
+
+def test_allowed_hosts_default_on_loopback(plain):
+    """Bound to 127.0.0.1: localhost, 127.0.0.1 and [::1] with any port; any other name (DNS
+    rebinding: a page on evil.example resolving to 127.0.0.1) gets 400."""
+    for host in (b"localhost", b"localhost:%d" % plain.port, b"127.0.0.1:%d" % plain.port,
+                 b"LOCALHOST", b"[::1]:8080", b"localhost."):
+        out, _, _ = raw_until_close(plain.port, b"GET /health HTTP/1.1\r\nHost: " + host +
+                                    b"\r\nConnection: close\r\n\r\n")
+        assert status_of(out) == 200, (host, out[:300])
+    for host in (b"evil.example", b"evil.example:%d" % plain.port, b"localhost.evil.example",
+                 b"127.0.0.2", b""):
+        err = refused_and_closed(plain.port, b"POST /embed HTTP/1.1\r\nHost: " + host + b"\r\n" +
+                                 JSON_HDR + b"Content-Length: 14\r\n\r\n" + BODY14)
+        assert "--allowed-hosts" in err, (host, err)
+    # http.client and urllib send Host: 127.0.0.1:port
+    embed_ok(plain)
+
+
+def test_allowed_hosts_option(tiny_dir):
+    s = Server(tiny_dir, "--allowed-hosts", "api.example, Other.example")
+    try:
+        for host, status in ((b"api.example", 200), (b"API.example:443", 200),
+                             (b"other.example", 200), (b"localhost", 400),
+                             (b"127.0.0.1:%d" % s.port, 400)):
+            out, _, _ = raw_until_close(s.port, b"GET /health HTTP/1.1\r\nHost: " + host +
+                                        b"\r\nConnection: close\r\n\r\n")
+            assert status_of(out) == status, (host, out[:300])
+    finally:
+        s.stop()
+    # bound to another loopback address: that address is allowed too
+    s = Server(tiny_dir, "--host", "127.0.0.2")
+    try:
+        # Server() passes --host 127.0.0.1 first; the later --host wins
+        assert s.host == "127.0.0.2"
+        c = socket.create_connection(("127.0.0.2", s.port), timeout=5)
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.2:%d\r\nConnection: close\r\n\r\n"
+                  % s.port)
+        assert status_of(c.recv(4096)) == 200
+        c.close()
+    finally:
+        s.stop()
+
+
+def test_absolute_form_target(plain):
+    """RFC 9112 sec. 3.2.2: absolute-form is served as its path; its authority is the host."""
+    out, _, _ = raw_until_close(plain.port, b"GET http://localhost:%d/health HTTP/1.1\r\n"
+                                b"Host: localhost\r\nConnection: close\r\n\r\n" % plain.port)
+    assert status_of(out) == 200 and out.endswith(b'{"status":"ok"}'), out
+    out, _, _ = raw_until_close(plain.port, b"POST HTTP://127.0.0.1/embed HTTP/1.1\r\n"
+                                b"Host: 127.0.0.1\r\n" + JSON_HDR +
+                                b"Content-Length: 14\r\nConnection: close\r\n\r\n" + BODY14)
+    assert status_of(out) == 200, out[:300]
+    assert len(json.loads(out.split(b"\r\n\r\n", 1)[1])[0]) == 32
+    # the authority decides, not the Host field
+    err = refused_and_closed(plain.port, b"GET http://evil.example/health HTTP/1.1\r\n"
+                             b"Host: localhost\r\n\r\n")
+    assert "evil.example" in err
+    err = refused_and_closed(plain.port, b"GET ftp://localhost/health HTTP/1.1\r\n"
+                             b"Host: localhost\r\n\r\n")
+    assert "request target" in err
+
+
+@pytest.mark.parametrize("target", [b"/embed%00", b"/health%00", b"/health%00.json",
+                                    b"/health?x=%00", b"/health\x00", b"/hea\x00lth"])
+def test_nul_in_target_400(plain, target):
+    method = b"POST" if target.startswith(b"/embed") else b"GET"
+    err = refused_and_closed(plain.port, method + b" " + target + b" HTTP/1.1\r\n"
+                             b"Host: localhost\r\n" + JSON_HDR +
+                             b"Content-Length: 14\r\n\r\n" + BODY14)
+    assert "NUL" in err or "control" in err, err
+    # a percent sign that is not %00 is a path like any other
+    st, _, _ = plain.request("GET", "/health%2500")
+    assert st == 404
+
+
+def _hold(port, n, src="127.0.0.1"):
+    """n connections from src, each with an unfinished request (a slow-loris client)."""
+    held = []
+    for _ in range(n):
+        c = socket.socket()
+        c.bind((src, 0))
+        c.settimeout(5)
+        c.connect(("127.0.0.1", port))
+        try:
+            c.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+        except OSError:
+            pass
+        held.append(c)
+    return held
+
+
+def _probe(port, src="127.0.0.2"):
+    out, _, _ = raw_until_close(port, b"GET /health HTTP/1.1\r\nHost: localhost\r\n"
+                                b"Connection: close\r\n\r\n", src=src)
+    return status_of(out)
+
+
+def _open_by_server(held):
+    """How many of held the server kept (it closes those over a limit at once)."""
+    time.sleep(0.5)
+    alive = 0
+    for c in held:
+        c.setblocking(False)
+        try:
+            alive += c.recv(1) != b""
+        except BlockingIOError:
+            alive += 1
+        except OSError:
+            pass
+    return alive
+
+
+def test_per_ip_limit_on_by_default(tiny_dir):
+    """Defaults but --max-connections 40: one address holds at most 10 (a quarter), so a
+    slow-loris client on 127.0.0.1 leaves room for others (before: 40 of 40)."""
+    s = Server(tiny_dir, "--max-connections", 40, "--request-read-timeout-s", 30)
+    held = []
+    try:
+        held = _hold(s.port, 45)
+        assert _open_by_server(held) == 10
+        for _ in range(3):
+            assert _probe(s.port) == 200
+    finally:
+        for c in held:
+            c.close()
+        s.stop()
+
+
+def test_open_files_limit_raised_or_warned(tiny_dir):
+    """--max-connections 1000 with `ulimit -n 256`: a hard limit of 256 cannot hold them: a
+    warning names the limit and the server holds what fits (256 less its reserve of 128), the
+    per-address share a quarter of that, so it stays reachable under a slow-loris client
+    (before: silent, and unreachable with 1,000 held connections). With room under the hard
+    limit, the soft limit is raised to what the connections need."""
+    import resource
+
+    def lim(soft, hard):
+        return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    s = Server(tiny_dir, "--max-connections", 1000, "--request-read-timeout-s", 30,
+               preexec_fn=lim(256, 256))
+    held = []
+    try:
+        for _ in range(40):  # the stderr reader may lag the start-up line
+            if "holding at most" in (err := s.stderr()):
+                break
+            time.sleep(0.05)
+        assert "--max-connections 1000" in err and "limit is 256" in err, err
+        assert "holding at most 128 connections" in err
+        held = _hold(s.port, 300)
+        assert _open_by_server(held) == 32
+        assert _probe(s.port) == 200
+    finally:
+        for c in held:
+            c.close()
+        s.stop()
+    if hard == resource.RLIM_INFINITY or hard >= 1128:
+        s = Server(tiny_dir, "--max-connections", 1000, preexec_fn=lim(256, hard))
+        try:
+            with open(f"/proc/{s.pid}/limits") as f:
+                line = next(ln for ln in f if ln.startswith("Max open files"))
+            assert int(line.split()[3]) == 1128, line  # 1000 + the reserve, not the hard limit
+            assert "warning" not in s.stderr()
+        finally:
+            s.stop()
+
+
+def test_embed_all_answers_count_against_the_budget(tiny_dir):
+    """An /embed_all answer holds its vectors and JSON until it is sent; they count against
+    --max-buffered-bytes. h32 model: 40 tokens take 40 x 32 x 4 B of vectors and a JSON
+    buffer of 32 KiB; a 64 KiB budget holds one such answer at a time. One that could never
+    fit gets 413, one that does not fit now 503 + Retry-After; the budget comes back."""
+    s = Server(tiny_dir, "--max-body-bytes", 16384, "--max-buffered-bytes", 65536,
+               "--batch-delay-ms", 700, "--cache-entries", 0)
+    text40 = "word " * 38  # [CLS] + 38 + [SEP]
+    try:
+        st, h, data = s.post("/embed_all", {"inputs": "word word"})
+        assert st == 200 and len(json.loads(data)[0]) == 4
+        st, h, data = s.post("/embed_all", {"inputs": [text40] * 3})
+        assert st == 413, data
+        err = json.loads(data)
+        assert err["error_type"] == "payload_too_large" and "--max-buffered-bytes" in err["error"]
+        res = {}
+
+        def first():
+            res["a"] = s.post("/embed_all", {"inputs": text40})
+        t = threading.Thread(target=first)
+        t.start()
+        time.sleep(0.3)  # the first is queued behind the 700 ms batch delay, holding its share
+        st, h, data = s.post("/embed_all", {"inputs": text40})
+        t.join(30)
+        assert st == 503 and h.get("retry-after") == "1", (st, data)
+        assert json.loads(data)["error_type"] == "overloaded"
+        st_a, _, data_a = res["a"]
+        rows = json.loads(data_a)[0]
+        assert st_a == 200 and len(rows) == 40 and all(len(r) == 32 for r in rows)
+        # given back: the same request fits again, as does /embed
+        st, _, data = s.post("/embed_all", {"inputs": text40})
+        assert st == 200 and len(json.loads(data)[0]) == 40
+        embed_ok(s)
+    finally:
+        s.stop()
