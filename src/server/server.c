@@ -24,10 +24,18 @@
  *   - --api-key: every route but /health needs Authorization: Bearer KEY (401 with
  *     WWW-Authenticate: Bearer); --cors-allow-origin answers preflights and marks answers to
  *     allowed origins; a POST body whose Content-Type is not JSON gets 415;
+ *   - issue 18: the header block as libmicrohttpd 0.9.70-0.9.76 left it (rg_header_layout_check:
+ *     obs-fold, which that parser appends to the previous field's name so that a folded
+ *     Content-Length is lost, and NUL bytes), control bytes in values, a missing (HTTP/1.1) or
+ *     repeated Host, a Host outside --allowed-hosts (DNS rebinding), a raw target with a NUL,
+ *     %00 or a space (seen by the URI log callback, rg_server_on_uri): 400 and close;
+ *     absolute-form targets are served as their path, their authority as the host;
  *   - --request-read-timeout-s: headers and body of one request must arrive within it (the idle
- *     timeout restarts on every byte); --max-connections-per-ip (MHD's per-IP limit);
- *     --max-buffered-bytes: bodies being received share one budget, a body that does not fit
- *     gets 503 with Retry-After;
+ *     timeout restarts on every byte); --max-connections-per-ip (MHD's per-IP limit, by default
+ *     a quarter of the connections; RLIMIT_NOFILE raised to fit --max-connections, see
+ *     fit_open_files); --max-buffered-bytes: bodies being received share one budget, a body
+ *     that does not fit gets 503 with Retry-After, and /embed_all answers count against it
+ *     until sent (413 when one can never fit, else 503);
  *   - a request refused before its body was read (401, 413, 415, 503) has the body read and
  *     dropped, up to --max-discard-bytes, and then the answer, so that clients that write the
  *     whole body before reading (urllib, requests) see the status instead of a reset; with

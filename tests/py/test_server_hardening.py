@@ -692,3 +692,26 @@ def test_embed_all_answers_count_against_the_budget(tiny_dir):
         embed_ok(s)
     finally:
         s.stop()
+
+
+def test_libmicrohttpd_leftovers_are_bounded(plain):
+    """What libmicrohttpd 0.9.75 answers before ragged's callbacks run (README, "Exposing the
+    server"): not the right status everywhere, but nothing behind it is served, the connection
+    closes, and the server goes on."""
+    # an invalid Content-Length: 400 (its status line and headers sent twice), then close
+    out, closed, secs = raw_until_close(plain.port, b"POST /embed HTTP/1.1\r\nHost: localhost\r\n"
+                                        b"Content-Length: 1x\r\n\r\n" + BODY14 + NEXT)
+    assert status_of(out) == 400 and b" 200 " not in out and closed and secs < 1.5, out
+    # a 100 KB chunk extension (over --connection-memory): 500 and close, nothing served
+    out, closed, secs = raw_until_close(plain.port, b"POST /embed HTTP/1.1\r\nHost: localhost\r\n"
+                                        + JSON_HDR + b"Transfer-Encoding: chunked\r\n\r\n5;" +
+                                        b"a" * 100000 + b"\r\n" + BODY14[:5] + b"\r\n0\r\n\r\n")
+    assert status_of(out) in (400, 413, 431, 500) and b" 200 " not in out and closed, out[:300]
+    # a chunk of 2^63 - 1 bytes: nothing allocated for it; closed by the 2 s read deadline
+    rss0 = plain.rss_kb()
+    out, closed, secs = raw_until_close(plain.port, b"POST /embed HTTP/1.1\r\nHost: localhost\r\n"
+                                        + JSON_HDR + b"Transfer-Encoding: chunked\r\n\r\n"
+                                        b"7fffffffffffffff\r\n" + BODY14[:5])
+    assert b" 200 " not in out and closed and 1.5 < secs < 5, (out[:300], secs)
+    assert plain.rss_kb() - rss0 < 16 * 1024
+    embed_ok(plain)
