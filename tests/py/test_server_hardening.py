@@ -715,3 +715,23 @@ def test_libmicrohttpd_leftovers_are_bounded(plain):
     assert b" 200 " not in out and closed and 1.5 < secs < 5, (out[:300], secs)
     assert plain.rss_kb() - rss0 < 16 * 1024
     embed_ok(plain)
+
+
+def test_layout_check_passes_large_and_trickled_header_blocks(plain):
+    """The header-block check reads libmicrohttpd's buffer as parsed in place: a block of 28 KB,
+    sent whole or a few bytes at a time (the buffer grows between its lines), with blank values
+    and padding, is served, and so is the POST behind it."""
+    hdrs = b"".join(b"X-F%d:%s%s\r\n" % (i, b" \t" * (i % 3), b"v" * (i % 97)) for i in range(500))
+    hdrs += b"X-Empty:\r\nX-Blank:   \r\nUser-Agent: probe/1.0 (\x80\xff obs-text)\r\n"
+    for step in (1 << 20, 7, 1):
+        req = (b"POST /embed HTTP/1.1\r\nHost: localhost:%d\r\n" % plain.port + hdrs + JSON_HDR +
+               b"Content-Length: 14\r\nConnection: close\r\n\r\n" + BODY14)
+        c = socket.create_connection(("127.0.0.1", plain.port), timeout=30)
+        for i in range(0, len(req), step):
+            c.sendall(req[i:i + step])
+        out = b""
+        while (b := c.recv(65536)):
+            out += b
+        c.close()
+        assert status_of(out) == 200, (step, out[:300])
+        assert len(json.loads(out.split(b"\r\n\r\n", 1)[1])[0]) == 32
