@@ -198,3 +198,162 @@ const char *rg_cors_allow(const char *list, const char *origin)
 	}
 	return NULL;
 }
+
+bool rg_field_value_ok(const char *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)v[i];
+
+		if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+			return false;
+	}
+	return true;
+}
+
+/* Whether b..b+n (n bytes) are all in set (NUL-terminated list; "" matches only n == 0). */
+static bool all_in(const char *b, size_t n, const char *set, bool nul)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!(nul && !b[i]) && !(b[i] && strchr(set, b[i])))
+			return false;
+	return true;
+}
+
+int rg_header_layout_check(const rg_header_span *h, size_t n, size_t max_gap, char *msg,
+			   size_t msg_n)
+{
+	msg[0] = '\0';
+	for (size_t i = 0; i < n; i++) {
+		uintptr_t kend = (uintptr_t)h[i].key + h[i].klen + 1, v = (uintptr_t)h[i].value;
+
+		/* "key\0" then optional blanks then the value: a key moved away (obs-fold) breaks it */
+		if (v < kend || v - kend > max_gap ||
+		    !all_in(h[i].key + h[i].klen + 1, v - kend, " \t", false)) {
+			snprintf(msg, msg_n, "obs-fold (a header line that starts with a space or tab, "
+				 "RFC 9112 sec. 5.2) in field %.40s", h[i].key);
+			return 400;
+		}
+		if (i + 1 < n) {
+			uintptr_t vend = v + h[i].vlen, next = (uintptr_t)h[i + 1].key;
+
+			/* the value's NUL (CR or LF), maybe another (LF), then the next key */
+			if (next < vend + 1 || next > vend + 2 ||
+			    !all_in(h[i].value + h[i].vlen, next - vend, "", true)) {
+				snprintf(msg, msg_n, "obs-fold (a header line that starts with a space "
+					 "or tab, RFC 9112 sec. 5.2) or a NUL byte after field %.40s",
+					 h[i].key);
+				return 400;
+			}
+		} else if (h[i].value[h[i].vlen + 1] != '\0') {
+			/* the last line's end and the blank line: two NULs at least */
+			snprintf(msg, msg_n, "a NUL byte in the value of field %.40s", h[i].key);
+			return 400;
+		}
+	}
+	return 0;
+}
+
+/* host without its port: [v6] keeps its brackets; *len its length. */
+static const char *host_name(const char *host, size_t *len)
+{
+	const char *colon;
+
+	if (host[0] == '[') {
+		const char *close = strchr(host, ']');
+
+		*len = close ? (size_t)(close - host) + 1 : strlen(host);
+		return host;
+	}
+	colon = strchr(host, ':');
+	/* two colons: an IPv6 literal without brackets, which a Host cannot be; kept whole */
+	*len = colon && !strchr(colon + 1, ':') ? (size_t)(colon - host) : strlen(host);
+	return host;
+}
+
+bool rg_host_allowed(const char *list, const char *host)
+{
+	const char *name;
+	size_t hn;
+
+	if (!list)
+		return true;
+	for (const char *p = list; *p;) {
+		const char *comma = strchr(p, ','), *item;
+		size_t n = trim(p, comma ? (size_t)(comma - p) : strlen(p), &item);
+
+		if (n == 1 && item[0] == '*')
+			return true;
+		if (host && *host) {
+			const char *h = host;
+
+			name = host_name(h, &hn);
+			/* a fully qualified name may end in a dot ("localhost.") */
+			if (hn > 1 && name[hn - 1] == '.')
+				hn--;
+			if (n == hn && !strncasecmp(item, name, n))
+				return true;
+		}
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	return false;
+}
+
+void rg_allowed_hosts_default(const char *bind, char *out, size_t n)
+{
+	static const char base[] = "localhost,127.0.0.1,[::1]";
+	bool loop = bind && (!strncmp(bind, "127.", 4) || !strcasecmp(bind, "localhost") ||
+			     !strcmp(bind, "::1") || !strcmp(bind, "[::1]"));
+
+	if (!loop) {
+		snprintf(out, n, "*");
+		return;
+	}
+	if (!strcmp(bind, "127.0.0.1") || !strcasecmp(bind, "localhost") || !strcmp(bind, "::1") ||
+	    !strcmp(bind, "[::1]"))
+		snprintf(out, n, "%s", base);
+	else
+		snprintf(out, n, "%s,%s", base, bind); /* 127.0.0.2 ... */
+}
+
+const char *rg_target_path(const char *target, char *authority, size_t n)
+{
+	const char *a, *slash;
+	size_t an;
+
+	authority[0] = '\0';
+	if (target[0] == '/')
+		return target;
+	if (!strncasecmp(target, "http://", 7))
+		a = target + 7;
+	else if (!strncasecmp(target, "https://", 8))
+		a = target + 8;
+	else
+		return NULL;
+	an = strcspn(a, "/?#");
+	if (an == 0 || a[an] == '#')
+		return NULL;
+	snprintf(authority, n, "%.*s", (int)an, a);
+	slash = a + an;
+	/* no path ("http://h" or "http://h?q"): the path is "/" (RFC 9112 sec. 3.2.1) */
+	return *slash == '/' ? slash : "/";
+}
+
+bool rg_target_bad(const char *raw, char *msg, size_t n)
+{
+	for (const char *p = raw; *p; p++) {
+		unsigned char ch = (unsigned char)*p;
+
+		if (ch <= 0x20 || ch == 0x7f) {
+			snprintf(msg, n, "request target holds a %s", ch == ' ' ? "space"
+								: "control byte");
+			return true;
+		}
+		if (ch == '%' && p[1] == '0' && p[2] == '0') {
+			snprintf(msg, n, "request target holds %%00 (a NUL byte)");
+			return true;
+		}
+	}
+	return false;
+}

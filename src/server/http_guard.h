@@ -5,7 +5,11 @@
  *     smuggling);
  *   - the media type of a JSON body (415 otherwise);
  *   - a bearer token (RFC 6750), compared in constant time;
- *   - a CORS origin against the allowed list.
+ *   - a CORS origin against the allowed list;
+ *   - the header block as libmicrohttpd 0.9.70-0.9.76 left it in its read buffer: obs-fold lines
+ *     (RFC 9112 sec. 5.2) and NUL bytes, which that parser hides (issue 18, items 13 and 17);
+ *   - control characters in field values (RFC 9110 sec. 5.5), the Host field and the
+ *     --allowed-hosts list (DNS rebinding), the request target (absolute-form, NUL, space).
  * routes.c applies them; server.c documents the behaviour. */
 #ifndef RG_SERVER_HTTP_GUARD_H
 #define RG_SERVER_HTTP_GUARD_H
@@ -57,4 +61,50 @@ bool rg_bearer_matches(const char *authorization, const char *key);
  * (--cors-allow-origin: "*" or origins separated by commas, compared byte for byte after trimming
  * blanks): "*", origin itself (borrowed), or NULL when origin is NULL or not in the list. */
 const char *rg_cors_allow(const char *list, const char *origin);
+
+/* Whether a field value holds only what RFC 9110 sec. 5.5 allows: visible bytes, obs-text
+ * (0x80-0xFF), SP and HTAB; false on NUL, a bare CR or LF, or another control byte. */
+bool rg_field_value_ok(const char *v, size_t n);
+
+/* One header field as libmicrohttpd handed it (MHD_get_connection_values_n): pointers into its
+ * per-connection memory pool, lengths without the terminating NUL. */
+typedef struct rg_header_span {
+	const char *key;
+	size_t klen;
+	const char *value;
+	size_t vlen;
+} rg_header_span;
+
+/* Check fields (n >= 1, in the order received) against the layout libmicrohttpd 0.9.70-0.9.76
+ * leaves in its read buffer after parsing a header block in place: each line is
+ * "key\0[SP/HTAB...]value" and ends in "\0\0" (CRLF) or "\0" (bare LF), the next key right
+ * after it, and a blank line ("\0\0" at least) after the last. That parser appends an obs-fold
+ * line ("Content-Length:\r\n 35") to the previous field's *name*, moved elsewhere in the pool
+ * (so the length is lost and a body is read as the next request), and cuts a value at a NUL
+ * byte; both break the layout. Only bytes between two of the given pointers (one pool) are read,
+ * and only when they are in order and at most max_gap bytes apart.
+ * Returns 0, or 400 with the reason in msg (NUL-terminated, n > 0). Call it only for a
+ * libmicrohttpd whose layout this is (server.c checks the version at start). */
+int rg_header_layout_check(const rg_header_span *h, size_t n, size_t max_gap, char *msg,
+			   size_t msg_n);
+
+/* Whether a Host value (host, host:port, [v6] or [v6]:port) names one of the hosts of list
+ * (--allowed-hosts: "*" or names separated by commas, compared without case and without the
+ * port, IPv6 literals in brackets). false for a NULL or empty host unless list is "*". */
+bool rg_host_allowed(const char *list, const char *host);
+
+/* The default --allowed-hosts for the listen address bind, into out (n > 0): for a loopback
+ * address (127.0.0.0/8, ::1, localhost) "localhost,127.0.0.1,[::1]" and bind itself; else "*"
+ * (a server bound to 0.0.0.0 or a public address is reached by names it cannot know). */
+void rg_allowed_hosts_default(const char *bind, char *out, size_t n);
+
+/* The origin-form path of a request target (RFC 9112 sec. 3.2): target itself when it starts
+ * with '/', else for absolute-form ("http://host:port/path?q", scheme http or https, any case)
+ * the part from the path on ("/" when there is none), with the authority copied to authority
+ * (n > 0, cut to fit). NULL for any other form (authority-form, asterisk-form, garbage). */
+const char *rg_target_path(const char *target, char *authority, size_t n);
+
+/* Whether a raw (not yet percent-decoded) request target is refused: a SP, a control byte or
+ * %00 (a NUL once decoded: "/embed%00" must not be served as "/embed"). The reason goes to msg. */
+bool rg_target_bad(const char *raw, char *msg, size_t n);
 #endif

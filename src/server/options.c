@@ -106,8 +106,13 @@ static const opt_spec g_opts[] = {
 	 "origins (comma-separated, or *) allowed cross-origin requests (default none)"},
 	{"--request-read-timeout-s", "N", OPT_INT, F(request_read_timeout_s), 1, 86400, "30",
 	 "deadline for receiving a request's headers and body; passed -> connection closed"},
-	{"--max-connections-per-ip", "N", OPT_INT, F(max_connections_per_ip), 0, 1 << 20, "0",
-	 "concurrent connections per client address, 0 = no limit"},
+	{"--max-connections-per-ip", "N", OPT_INT, F(max_connections_per_ip), 0, 1 << 20, NULL,
+	 "concurrent connections per client address, 0 = no limit (default a quarter of "
+	 "--max-connections, so one address cannot take every slot; behind a proxy all clients "
+	 "share its address)"},
+	{"--allowed-hosts", "LIST", OPT_STR, F(allowed_hosts), 0, 0, NULL,
+	 "Host names served (comma-separated, any port; * = any), others get 400 (default: "
+	 "localhost,127.0.0.1,[::1] when --host is loopback, else any)"},
 	{"--max-buffered-bytes", "N", OPT_SIZE, F(max_buffered_bytes), 1, 1LL << 40, "268435456",
 	 "request body bytes held by all connections together; more -> 503"},
 	{"--max-discard-bytes", "N", OPT_SIZE, F(max_discard_bytes), 0, 1LL << 40, "67108864",
@@ -268,6 +273,7 @@ void rg_serve_opts_default(rg_serve_opts *o)
 	o->http_threads = default_http_threads();
 	o->device = RG_DEVICE_CPU;
 	o->device_set = false;
+	o->max_connections_per_ip = -1; /* rg_serve_per_ip_limit */
 }
 
 /* The default of spec as help text, "" when none. */
@@ -325,8 +331,9 @@ void rg_serve_usage(FILE *f)
 		snprintf(left, sizeof(left), "%s%s%s", s->name, s->metavar ? " " : "",
 			 s->metavar ? s->metavar : "");
 		default_text(s, &d, dflt, sizeof(dflt));
-		if (s->off == offsetof(rg_serve_opts, http_threads))
-			dflt[0] = '\0'; /* machine-dependent: the help line says how */
+		if (s->off == offsetof(rg_serve_opts, http_threads) ||
+		    s->off == offsetof(rg_serve_opts, max_connections_per_ip))
+			dflt[0] = '\0'; /* derived: the help line says how */
 		env_name(s, env, sizeof(env));
 		fprintf(f, "  %-26s %s%s [%s]\n", left, s->help, dflt, env);
 	}
@@ -479,4 +486,11 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 	else if (!o->device_set)
 		o->device = rg_cuda_device_count() > 0 ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
 	return -1;
+}
+
+int rg_serve_per_ip_limit(const rg_serve_opts *o, int max_connections)
+{
+	if (o->max_connections_per_ip >= 0)
+		return o->max_connections_per_ip;
+	return max_connections / 4 > 0 ? max_connections / 4 : 1;
 }

@@ -40,7 +40,8 @@ typedef struct rg_serve_opts {
 	const char *api_key;           /* NULL: no authentication */
 	const char *cors_allow_origin; /* NULL: no CORS headers; "*" or "a,b,..." */
 	int request_read_timeout_s;    /* headers + body of one request */
-	int max_connections_per_ip;    /* 0 = no limit */
+	int max_connections_per_ip;    /* 0 = no limit; -1 (default): rg_serve_per_ip_limit */
+	const char *allowed_hosts;     /* NULL: rg_allowed_hosts_default of host */
 	size_t max_buffered_bytes;     /* request bodies held by all connections */
 	size_t max_discard_bytes;      /* refused bodies read and dropped up to this size */
 	double max_batch_ms;          /* time budget of a batch, 0: none */
@@ -60,6 +61,12 @@ void rg_serve_opts_default(rg_serve_opts *o);
  * a one-line message on stderr naming the option or variable (a bad or empty value, an unknown
  * option, --max-buffered-bytes below --max-body-bytes). */
 int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o);
+
+/* The per-client-address connection limit: --max-connections-per-ip when given (0: none), else
+ * a quarter of max_connections (at least 1), the connections the server can actually hold
+ * (--max-connections, lowered when the open-files limit cannot hold them): one address (a
+ * slow-loris client) cannot take every slot (issue 18, item 14). */
+int rg_serve_per_ip_limit(const rg_serve_opts *o, int max_connections);
 
 /* The help text, generated from the table. */
 void rg_serve_usage(FILE *f);

@@ -509,6 +509,21 @@ static rg_http_error submit_error_for(conn_ctx *c, rg_status st)
 	return rg_http_error_for(st, atomic_load(&c->srv->stopping));
 }
 
+/* Take n bytes of the --max-buffered-bytes budget for c's answer (given back by free_ctx, after
+ * the answer was sent); false when they do not fit now. */
+static bool reserve_answer(conn_ctx *c, size_t n)
+{
+	rg_server *s = c->srv;
+	size_t cur = atomic_load(&s->buffered);
+
+	do {
+		if (n > s->o.max_buffered_bytes || cur > s->o.max_buffered_bytes - n)
+			return false;
+	} while (!atomic_compare_exchange_weak(&s->buffered, &cur, cur + n));
+	c->answer_reserved += n;
+	return true;
+}
+
 static enum MHD_Result handle_embed(conn_ctx *c)
 {
 	rg_server *s = c->srv;
@@ -533,7 +548,22 @@ static enum MHD_Result handle_embed(conn_ctx *c)
 	if (all_tokens) {
 		/* /embed_all: every token's vector, (sum of lengths, hidden_size) */
 		size_t rows = c->prompt_tokens;
+		size_t need = rg_embed_all_answer_bytes(rows, n, (size_t)s->info->hidden_size);
 
+		/* issue 18, item 15: the vectors and their JSON count against the buffered-bytes
+		 * budget until the answer is sent (one request at the token cap made 612 MB) */
+		if (need > s->o.max_buffered_bytes)
+			return send_error(c, 413, "payload_too_large",
+					  "the /embed_all answer for %zu tokens takes about %zu MiB, "
+					  "more than --max-buffered-bytes (%zu MiB): send fewer tokens "
+					  "per request", rows, need >> 20, s->o.max_buffered_bytes >> 20);
+		if (!reserve_answer(c, need)) {
+			c->retry_after_s = 1;
+			return send_error(c, 503, "overloaded",
+					  "answers being built fill --max-buffered-bytes (the /embed_all "
+					  "answer for %zu tokens takes about %zu MiB); retry later",
+					  rows, need >> 20);
+		}
 		c->hidden = malloc((rows ? rows : 1) * (size_t)s->info->hidden_size * sizeof(float));
 		if (!c->hidden)
 			return send_error(c, 500, "backend", "out of memory for %zu token vectors",
@@ -821,11 +851,83 @@ static enum MHD_Result refuse(conn_ctx *c, int status, const char *type, const c
 	return MHD_YES;
 }
 
+/* What on_headers learns from the header fields, one walk over them. */
+typedef struct header_walk {
+	rg_framing f;
+	int n_host;              /* Host fields */
+	bool bad_value;          /* a value with a control byte (NUL, bare CR, ...) */
+	char bad_key[48];        /* the first such field's name */
+	rg_header_span *spans;   /* (cap) the fields in order, for rg_header_layout_check */
+	size_t n, cap;
+} header_walk;
+
 static enum MHD_Result walk_header(void *cls, enum MHD_ValueKind kind, const char *key,
-				   const char *value)
+				   size_t key_size, const char *value, size_t value_size)
 {
-	rg_framing_add(cls, key, value);
+	header_walk *w = cls;
+
+	rg_framing_add(&w->f, key, value);
+	if (key && !strcasecmp(key, MHD_HTTP_HEADER_HOST))
+		w->n_host++;
+	if (value && !w->bad_value && !rg_field_value_ok(value, value_size)) {
+		w->bad_value = true;
+		snprintf(w->bad_key, sizeof(w->bad_key), "%s", key ? key : "");
+	}
+	if (key && value && w->n < w->cap)
+		w->spans[w->n++] = (rg_header_span){key, key_size, value, value_size};
 	return MHD_YES;
+}
+
+/* The request's line and header block beyond framing (issue 18, items 13, 16, 17): a raw target
+ * with a NUL, %00, a space or a control byte; obs-fold and NUL bytes in the header block (where
+ * the libmicrohttpd version's layout is known); control bytes in values; a missing (HTTP/1.1) or
+ * repeated Host; a Host (or an absolute-form target's authority) outside --allowed-hosts.
+ * 0, or the status to answer with Connection: close and the reason in msg. */
+static int check_request_line_and_host(conn_ctx *c, header_walk *w, const char *version,
+				       const char *authority, char *msg, size_t n)
+{
+	rg_server *s = c->srv;
+	const char *host;
+	int st;
+
+	if (c->target_seen && c->target_err[0]) {
+		snprintf(msg, n, "%s", c->target_err);
+		return 400;
+	}
+	/* the version follows the raw target's terminating NUL; a NUL inside the target ends the
+	 * string earlier ("/embed\0x" was served as "/embed") */
+	if (s->mhd_layout && c->target_seen && version && *version &&
+	    (uintptr_t)version != (uintptr_t)c->target_end + 1) {
+		snprintf(msg, n, "request target holds a NUL byte");
+		return 400;
+	}
+	if (s->mhd_layout && w->n && w->n == w->cap &&
+	    (st = rg_header_layout_check(w->spans, w->n, 4096, msg, n)))
+		return st;
+	if (w->bad_value) {
+		snprintf(msg, n, "header field %s holds a control byte (NUL, CR or LF) in its value",
+			 w->bad_key);
+		return 400;
+	}
+	if (w->n_host > 1) {
+		snprintf(msg, n, "more than one Host field");
+		return 400;
+	}
+	if (!w->n_host && version && !strcmp(version, MHD_HTTP_VERSION_1_1)) {
+		snprintf(msg, n, "an HTTP/1.1 request needs a Host field");
+		return 400;
+	}
+	/* RFC 9112 sec. 3.2.2: with an absolute-form target, its authority is the host */
+	host = authority[0] ? authority
+			    : MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
+							 MHD_HTTP_HEADER_HOST);
+	/* no Host at all (HTTP/1.0, which needs none) comes from no browser: nothing to rebind */
+	if (host && !rg_host_allowed(s->allowed_hosts, host)) {
+		snprintf(msg, n, "Host %.100s is not allowed (--allowed-hosts %.200s)", host,
+			 s->allowed_hosts);
+		return 400;
+	}
+	return 0;
 }
 
 /* A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method, Fetch standard
@@ -861,21 +963,31 @@ static enum MHD_Result answer_preflight(conn_ctx *c)
  * then the connection closes: RFC 9112 sec. 6.3), a CORS preflight, the API key (401), and for
  * a POST to a JSON route the media type (415), the size (413) and the buffered-bytes budget
  * (503). 404/405 come at the end (dispatch). */
-static enum MHD_Result on_headers(conn_ctx *c, const char *method, const char *version)
+static enum MHD_Result on_headers(conn_ctx *c, const char *method, const char *version,
+				  const char *authority)
 {
 	rg_server *s = c->srv;
-	rg_framing f;
+	header_walk w;
 	const char *ct, *origin;
-	char msg[160];
-	int st;
+	char msg[360];
+	int st, n;
 
-	rg_framing_init(&f);
-	MHD_get_connection_values(c->conn, MHD_HEADER_KIND, walk_header, &f);
-	c->content_length = f.n_content_length && !f.content_length_bad ? f.content_length
-									 : ULLONG_MAX;
-	c->expect_continue = f.expect_continue;
-	st = rg_framing_check(&f, version && !strcmp(version, MHD_HTTP_VERSION_1_0), msg,
+	memset(&w, 0, sizeof(w));
+	rg_framing_init(&w.f);
+	n = MHD_get_connection_values(c->conn, MHD_HEADER_KIND, NULL, NULL);
+	w.cap = n > 0 ? (size_t)n : 0;
+	w.spans = w.cap ? malloc(w.cap * sizeof(*w.spans)) : NULL;
+	if (w.cap && !w.spans)
+		w.cap = 0; /* out of memory: the layout check is skipped (w.n != w.cap) */
+	MHD_get_connection_values_n(c->conn, MHD_HEADER_KIND, walk_header, &w);
+	c->content_length = w.f.n_content_length && !w.f.content_length_bad ? w.f.content_length
+									     : ULLONG_MAX;
+	c->expect_continue = w.f.expect_continue;
+	st = rg_framing_check(&w.f, version && !strcmp(version, MHD_HTTP_VERSION_1_0), msg,
 			      sizeof(msg));
+	if (!st)
+		st = check_request_line_and_host(c, &w, version, authority, msg, sizeof(msg));
+	free(w.spans);
 	if (st) {
 		c->close_after = true;
 		return send_error(c, st, "validation", "%s", msg);
@@ -943,6 +1055,24 @@ static enum MHD_Result on_body(conn_ctx *c, const char *data, size_t n)
 	return MHD_YES;
 }
 
+void *rg_server_on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+	conn_ctx *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->srv = cls;
+	c->conn = conn;
+	rg_buf_init(&c->body);
+	atomic_init(&c->released, false);
+	if (uri) {
+		c->target_seen = true;
+		c->target_end = uri + strlen(uri);
+		rg_target_bad(uri, c->target_err, sizeof(c->target_err));
+	}
+	return c;
+}
+
 enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				     const char *method, const char *version,
 				     const char *upload_data, size_t *upload_data_size,
@@ -950,23 +1080,37 @@ enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, con
 {
 	rg_server *s = cls;
 	conn_ctx *c = *con_cls;
+	char authority[256];
+	const char *path;
 
-	if (!c) {
-		c = calloc(1, sizeof(*c));
-		if (!c)
-			return MHD_NO;
+	/* absolute-form targets are served as their path (RFC 9112 sec. 3.2.2); NULL: a form
+	 * no route has, answered 400 by on_headers (its path "" matches no route meanwhile) */
+	path = rg_target_path(url, authority, sizeof(authority));
+	if (!c || !c->started) {
+		if (!c) { /* the URI log callback ran out of memory */
+			c = calloc(1, sizeof(*c));
+			if (!c)
+				return MHD_NO;
+			*con_cls = c;
+		}
+		c->started = true;
 		c->srv = s;
 		c->conn = conn;
 		c->t0 = rg_now_ms();
-		c->route = route_of(url, method);
+		c->route = route_of(path ? path : "", method);
 		c->post = !strcmp(method, "POST");
 		c->wants_body = c->post && body_route(c->route);
-		c->openai = !strncmp(url, "/v1/", 4) || c->route == RG_ROUTE_OPENAI;
+		c->openai = (path && !strncmp(path, "/v1/", 4)) || c->route == RG_ROUTE_OPENAI;
 		atomic_init(&c->released, false);
 		rg_buf_init(&c->body);
-		*con_cls = c;
-		return on_headers(c, method, version);
+		if (!path && !c->target_err[0]) {
+			c->target_seen = true;
+			snprintf(c->target_err, sizeof(c->target_err),
+				 "request target is neither a path nor an http(s) URL");
+		}
+		return on_headers(c, method, version, authority);
 	}
+	url = path ? path : url;
 	if (c->suspended)
 		return finish_job(c);
 	if (*upload_data_size) {
@@ -1006,6 +1150,8 @@ static void free_ctx(conn_ctx *c)
 	free(c->seqs);
 	rg_request_free(&c->req);
 	release_body(c);
+	if (c->answer_reserved)
+		atomic_fetch_sub(&c->srv->buffered, c->answer_reserved);
 	free(c);
 }
 

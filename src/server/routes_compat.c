@@ -161,7 +161,25 @@ enum MHD_Result rg_answer_decode(conn_ctx *c)
 
 /* ---- /embed_all, /similarity ------------------------------------------------------------------ */
 
-/* TEI: [[[float] per token] per input], the encoder's last hidden states, no pooling. */
+/* The JSON text of an /embed_all answer, at most: per token "[" 16 bytes a float (15 of "%.9g",
+ * a comma) "]," and per input "[],", the outer "[]"; counted at the 17 a float that
+ * rg_buf_float_array reserves, so that its reservation never grows the buffer. */
+static size_t embed_all_json_bound(size_t rows, size_t n_inputs, size_t hidden)
+{
+	return rows * (hidden * 17 + 3) + n_inputs * 3 + 2;
+}
+
+size_t rg_embed_all_answer_bytes(size_t rows, size_t n_inputs, size_t hidden)
+{
+	size_t json = embed_all_json_bound(rows, n_inputs, hidden), cap = 256;
+
+	while (cap < json + 1) /* rg_buf_reserve's growth */
+		cap *= 2;
+	return rows * hidden * sizeof(float) + cap;
+}
+
+/* TEI: [[[float] per token] per input], the encoder's last hidden states, no pooling. The buffer
+ * is reserved once at its bound, the size rg_embed_all_answer_bytes counted. */
 enum MHD_Result rg_answer_embed_all(conn_ctx *c, double queue_ms, double infer_ms, int bs)
 {
 	const size_t H = (size_t)c->srv->info->hidden_size;
@@ -169,6 +187,7 @@ enum MHD_Result rg_answer_embed_all(conn_ctx *c, double queue_ms, double infer_m
 	rg_buf b;
 
 	rg_buf_init(&b);
+	rg_buf_reserve(&b, embed_all_json_bound(c->prompt_tokens, c->req.n_inputs, H));
 	rg_buf_put(&b, "[", 1);
 	for (size_t i = 0; i < c->req.n_inputs; i++) {
 		rg_buf_puts(&b, i ? ",[" : "[");

@@ -24,10 +24,18 @@
  *   - --api-key: every route but /health needs Authorization: Bearer KEY (401 with
  *     WWW-Authenticate: Bearer); --cors-allow-origin answers preflights and marks answers to
  *     allowed origins; a POST body whose Content-Type is not JSON gets 415;
+ *   - issue 18: the header block as libmicrohttpd 0.9.70-0.9.76 left it (rg_header_layout_check:
+ *     obs-fold, which that parser appends to the previous field's name so that a folded
+ *     Content-Length is lost, and NUL bytes), control bytes in values, a missing (HTTP/1.1) or
+ *     repeated Host, a Host outside --allowed-hosts (DNS rebinding), a raw target with a NUL,
+ *     %00 or a space (seen by the URI log callback, rg_server_on_uri): 400 and close;
+ *     absolute-form targets are served as their path, their authority as the host;
  *   - --request-read-timeout-s: headers and body of one request must arrive within it (the idle
- *     timeout restarts on every byte); --max-connections-per-ip (MHD's per-IP limit);
- *     --max-buffered-bytes: bodies being received share one budget, a body that does not fit
- *     gets 503 with Retry-After;
+ *     timeout restarts on every byte); --max-connections-per-ip (MHD's per-IP limit, by default
+ *     a quarter of the connections; RLIMIT_NOFILE raised to fit --max-connections, see
+ *     fit_open_files); --max-buffered-bytes: bodies being received share one budget, a body
+ *     that does not fit gets 503 with Retry-After, and /embed_all answers count against it
+ *     until sent (413 when one can never fit, else 503);
  *   - a request refused before its body was read (401, 413, 415, 503) has the body read and
  *     dropped, up to --max-discard-bytes, and then the answer, so that clients that write the
  *     whole body before reading (urllib, requests) see the status instead of a reset; with
@@ -69,6 +77,7 @@
 #include "server/conn_watch.h"
 #include "server/engine.h"
 #include "server/fingerprint.h"
+#include "server/http_guard.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/warmup.h"
@@ -208,6 +217,57 @@ static rg_status load_models(rg_server *s, const char *model_dir)
 	return RG_OK;
 }
 
+/* Descriptors the server holds beside its connections: the listening socket, an epoll and a
+ * wake-up pipe per HTTP thread, the engine's and the watcher's, SQLite files, stdio, and the
+ * model's files while they load. */
+#define RG_FD_RESERVE 128
+
+/* Issue 18, item 14: each connection is a descriptor. Raise the soft RLIMIT_NOFILE to what
+ * --max-connections needs (capped by the hard limit); when it cannot be had, say so and hold
+ * only the connections that fit, so that the server keeps descriptors to accept and refuse
+ * with (else a full table makes it unreachable, without a word). Sets s->max_connections and
+ * the per-address limit s->max_per_ip (a quarter of what fits, unless given). */
+static void fit_open_files(rg_server *s)
+{
+	rlim_t need = (rlim_t)s->o.max_connections + RG_FD_RESERVE;
+	struct rlimit rl;
+
+	s->max_connections = s->o.max_connections;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+			struct rlimit want = rl;
+
+			want.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need
+						? need : rl.rlim_max;
+			if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+				rl = want;
+		}
+		if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+			long fit = (long)rl.rlim_cur - RG_FD_RESERVE;
+
+			s->max_connections = fit > 16 ? (int)fit : 16;
+			fprintf(stderr, "ragged serve: warning: --max-connections %d needs about %llu "
+				"open files, but the limit is %llu (hard limit %llu; raise it: ulimit "
+				"-n, systemd LimitNOFILE=); holding at most %d connections\n",
+				s->o.max_connections, (unsigned long long)need,
+				(unsigned long long)rl.rlim_cur,
+				(unsigned long long)rl.rlim_max, s->max_connections);
+		}
+	}
+	s->max_per_ip = rg_serve_per_ip_limit(&s->o, s->max_connections);
+}
+
+/* Whether the running libmicrohttpd parses a header block in place the way 0.9.70-0.9.76 do
+ * (http_guard.h, rg_header_layout_check): Debian bookworm's 0.9.75 does; 0.9.77 rewrote it. */
+static bool mhd_layout_known(void)
+{
+	int a = 0, b = 0, c = 0;
+	const char *v = MHD_get_version();
+
+	return v && sscanf(v, "%d.%d.%d", &a, &b, &c) == 3 && a == 0 && b == 9 && c >= 70 &&
+	       c <= 76;
+}
+
 static struct MHD_Daemon *start_daemon(rg_server *s)
 {
 	struct addrinfo hints = { 0 }, *ai = NULL;
@@ -229,17 +289,26 @@ static struct MHD_Daemon *start_daemon(rg_server *s)
 	}
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
+	s->mhd_layout = mhd_layout_known();
+	if (s->o.allowed_hosts)
+		snprintf(s->allowed_hosts, sizeof(s->allowed_hosts), "%s", s->o.allowed_hosts);
+	else
+		rg_allowed_hosts_default(s->o.host, s->allowed_hosts, sizeof(s->allowed_hosts));
 	d = MHD_start_daemon(flags, (uint16_t)s->o.port, NULL, NULL, rg_server_on_request, s,
 			     MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 			     MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->o.http_threads,
-			     MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
+			     /* 0.9.70-0.9.76: not 1, whose missing-Host 400 goes out with two
+			      * status lines; routes.c refuses what it refused (no Host, a space
+			      * in the target) */
+			     MHD_OPTION_STRICT_FOR_CLIENT, (int)(s->mhd_layout ? 0 : 1),
+			     MHD_OPTION_URI_LOG_CALLBACK, rg_server_on_uri, s,
 			     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.connection_timeout_s,
-			     MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,
+			     MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->max_connections,
 			     MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->o.connection_memory,
 			     MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
 			     MHD_OPTION_NOTIFY_COMPLETED, rg_server_on_completed, s,
 			     MHD_OPTION_NOTIFY_CONNECTION, rg_conn_watch_notify, s->watch,
-			     MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->o.max_connections_per_ip,
+			     MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->max_per_ip,
 			     MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!d) {
@@ -321,7 +390,6 @@ int rg_serve_main(int argc, char **argv)
 	sigset_t sigs;
 	rg_status st;
 	int rc, sig;
-	struct rlimit rl;
 
 	s = calloc(1, sizeof(*s));
 	if (!s) {
@@ -346,11 +414,7 @@ int rg_serve_main(int argc, char **argv)
 	}
 	if (!s->o.model[0])
 		snprintf(s->o.model, sizeof(s->o.model), "%s", model_dir);
-	/* Many concurrent clients need many descriptors. */
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
+	fit_open_files(s);
 	/* Block the stop signals in every thread we start; the main thread waits for them with
 	 * sigwait. Threads that libraries started before main (OpenBLAS's pool, for one) do not
 	 * block them, and the kernel may hand a process-directed SIGTERM to such a thread: the

@@ -47,12 +47,24 @@ typedef struct rg_server {
 				  * directory's name (rg_model_id) */
 	rg_prompts prompts;      /* config_sentence_transformers.json prompts */
 	long long created_s;     /* start time, Unix seconds (/v1/models "created") */
+	char allowed_hosts[1024]; /* --allowed-hosts, or its default for --host
+				  * (rg_allowed_hosts_default): "*" lets any Host in */
+	int max_connections;     /* --max-connections, lowered to fit RLIMIT_NOFILE (server.c) */
+	int max_per_ip;          /* the per-address connection limit (rg_serve_per_ip_limit), 0: none */
+	bool mhd_layout;         /* libmicrohttpd 0.9.70-0.9.76: its read buffer's layout is known,
+				  * rg_header_layout_check and the raw target NUL check apply */
 } rg_server;
 
 /* Per-connection (per HTTP request) state, MHD's *con_cls. */
 typedef struct conn_ctx {
 	rg_server *srv;
 	struct MHD_Connection *conn;
+	bool started;            /* on_headers ran (the URI log callback creates the context) */
+	bool target_seen;        /* the URI log callback saw the raw target: the fields below hold */
+	const char *target_end;  /* where the raw target's NUL is (its first NUL byte) in MHD's pool;
+				  * the version follows one byte later unless the target held a NUL */
+	char target_err[96];     /* rg_target_bad's reason, "" when the raw target is fine */
+	size_t answer_reserved;  /* bytes of srv->buffered this request's answer holds (/embed_all) */
 	rg_route route;
 	bool post;
 	double t0;               /* first call (headers received), rg_now_ms() */
@@ -105,6 +117,10 @@ bool rg_request_prompt(conn_ctx *c, const char **prompt, enum MHD_Result *ret);
 enum MHD_Result rg_answer_tokenize(conn_ctx *c);
 enum MHD_Result rg_answer_decode(conn_ctx *c);
 enum MHD_Result rg_answer_embed_all(conn_ctx *c, double queue_ms, double infer_ms, int bs);
+/* The memory an /embed_all answer holds until it is sent: the (rows, hidden) float32 vectors and
+ * the JSON buffer rg_answer_embed_all reserves for n_inputs inputs of rows tokens in all (17
+ * bytes a float: "%.9g", a comma, rg_buf_float_array's slack; rounded up as rg_buf grows). */
+size_t rg_embed_all_answer_bytes(size_t rows, size_t n_inputs, size_t hidden);
 enum MHD_Result rg_answer_similarity(conn_ctx *c, double queue_ms, double infer_ms, int bs);
 enum MHD_Result rg_answer_info(conn_ctx *c);
 enum MHD_Result rg_answer_models(conn_ctx *c);
@@ -118,6 +134,9 @@ enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, con
 				     const char *method, const char *version,
 				     const char *upload_data, size_t *upload_data_size,
 				     void **con_cls);
+/* MHD_OPTION_URI_LOG_CALLBACK (cls: the rg_server): creates the per-request context, which
+ * MHD passes on as *con_cls, with the raw target's checks (rg_target_bad, where its NUL is). */
+void *rg_server_on_uri(void *cls, const char *uri, struct MHD_Connection *conn);
 void rg_server_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			    enum MHD_RequestTerminationCode toe);
 #endif

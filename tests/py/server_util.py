@@ -44,14 +44,15 @@ def tiny_model(root, name="h32_gelu"):
 class Server:
     """`ragged serve --port 0 ...` as a subprocess. The port is read from the start-up line."""
 
-    def __init__(self, model_dir, *args, start_timeout=120, env=None):
-        """env: extra environment variables (RAGGED_* options) on top of server_env().
+    def __init__(self, model_dir, *args, start_timeout=120, env=None, preexec_fn=None):
+        """env: extra environment variables (RAGGED_* options) on top of server_env();
+        preexec_fn: run in the child before exec (e.g. to set a resource limit).
         model_dir None: no --model (the server finds the model from the environment)."""
         model = ["--model", model_dir] if model_dir is not None else []
         self.args = [BIN_PATH, "serve", *model, "--host", "127.0.0.1", "--port",
                      "0", "--device", "cpu", *[str(a) for a in args]]
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env={**server_env(), **(env or {})})
+                                     env={**server_env(), **(env or {})}, preexec_fn=preexec_fn)
         self.stderr_lines = []
         self._err_thread = threading.Thread(target=self._drain_stderr, daemon=True)
         self._err_thread.start()

@@ -331,15 +331,15 @@ RAW_GARBAGE = [
     b"GARBAGE\r\n\r\n",
     b"\x00\x01\x02\x03\xff\xfe\r\n\r\n",
     b"GET /health HTTP/9.9\r\n\r\n",
-    b"GET /health HTTP/1.1\r\nHost: x\r\nBad Header Without Colon\r\n\r\n",
-    b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}",
-    b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n12345",
-    b"POST /embed HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
-    b"POST /embed HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcdefgh\r\n",
-    b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
-    b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n",
-    b"GET /" + b"a" * 200000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
-    b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 200000 + b"\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: localhost\r\nBad Header Without Colon\r\n\r\n",
+    b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Length: abc\r\n\r\n{}",
+    b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n12345",
+    b"POST /embed HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+    b"POST /embed HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcdefgh\r\n",
+    b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Length: -1\r\n\r\n",
+    b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+    b"GET /" + b"a" * 200000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"b" * 200000 + b"\r\n\r\n",
 ]
 
 
@@ -356,11 +356,11 @@ def test_malformed_http(srv, raw):
 def test_wrong_content_length(srv):
     body = json.dumps({"inputs": "hello"}).encode()
     # Shorter than the body: the JSON is cut -> 400; the rest is garbage for the next request.
-    raw = (b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n" + body)
+    raw = (b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n\r\n" + body)
     out = raw_exchange(srv.port, raw, timeout=3.0)
     assert status_of(out) == 400
     # Longer than the body: the server waits, then the connection times out (1 s) and closes.
-    raw = (b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n" + body)
+    raw = (b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Length: 500\r\n\r\n" + body)
     t0 = time.monotonic()
     out = raw_exchange(srv.port, raw, timeout=15.0)
     assert out == b"" or status_of(out) != 200
@@ -370,7 +370,7 @@ def test_wrong_content_length(srv):
 
 def test_slow_client_does_not_block_others(srv):
     s = socket.create_connection(("127.0.0.1", srv.port))
-    s.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Len")  # never finishes
+    s.sendall(b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Len")  # never finishes
     t0 = time.monotonic()
     for _ in range(5):
         good_request_works(srv)

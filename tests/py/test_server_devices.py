@@ -186,7 +186,7 @@ def test_sigterm_drains_both_devices(tiny_dir):
         socks = []
         for _ in range(8):
             c = socket.create_connection(("127.0.0.1", s.port))
-            c.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            c.sendall(b"POST /embed HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                       b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
             socks.append(c)
         end = time.monotonic() + 10

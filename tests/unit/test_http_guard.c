@@ -144,6 +144,193 @@ static void test_cors(void **state)
 	assert_null(rg_cors_allow("", o));
 }
 
+/* ---- issue 18: header block layout, values, Host, request target ----------------------------- */
+
+/* A stand-in for libmicrohttpd 0.9.75's in-place header parse (connection.c, get_next_header_line,
+ * process_header_line, process_broken_line), as observed on the wire: raw (n bytes, a header
+ * block ending in a blank line) is copied into pool, line ends (CRLF or LF) become NULs, the
+ * colon a NUL, blanks after it skipped; a line starting with SP/HTAB is appended to the previous
+ * field's *name*, which moves to the end of the pool. Fills spans; returns their count. */
+static size_t mhd_parse(const char *raw, size_t n, char *pool, size_t pool_n, rg_header_span *sp,
+			size_t cap)
+{
+	size_t top = n + 8, ns = 0, i = 0;
+	char *key = NULL, *val = NULL;
+
+	assert_true(top < pool_n);
+	memcpy(pool, raw, n);
+	memset(pool + n, 'Z', pool_n - n); /* bytes past the block are not NUL */
+	while (i < n) {
+		char *line = pool + i;
+		size_t e = i;
+
+		while (e < n && pool[e] != '\n')
+			e++;
+		assert_true(e < n);
+		if (e > i && pool[e - 1] == '\r')
+			pool[e - 1] = '\0';
+		pool[e] = '\0';
+		i = e + 1;
+		if (line[0] == ' ' || line[0] == '\t') {
+			const char *t = line;
+			size_t kl = strlen(key);
+
+			while (*t == ' ' || *t == '\t')
+				t++;
+			assert_true(top + kl + strlen(t) + 1 < pool_n);
+			memcpy(pool + top, key, kl);
+			strcpy(pool + top + kl, t);
+			key = pool + top;
+			top += kl + strlen(t) + 1;
+			continue;
+		}
+		if (key) {
+			assert_true(ns < cap);
+			sp[ns++] = (rg_header_span){key, strlen(key), val, strlen(val)};
+			key = NULL;
+		}
+		if (!line[0])
+			break;
+		val = strchr(line, ':');
+		assert_non_null(val);
+		*val++ = '\0';
+		while (*val == ' ' || *val == '\t')
+			val++;
+		key = line;
+	}
+	return ns;
+}
+
+/* The layout verdict of a raw header block. */
+static int layout(const char *raw, size_t n)
+{
+	static char pool[4096];
+	rg_header_span sp[16];
+	char msg[200];
+	size_t ns = mhd_parse(raw, n, pool, sizeof(pool), sp, 16);
+	int st;
+
+	assert_true(ns > 0);
+	st = rg_header_layout_check(sp, ns, 4096, msg, sizeof(msg));
+	assert_true(st ? msg[0] != '\0' : msg[0] == '\0');
+	return st;
+}
+
+#define LAYOUT(lit) layout(lit, sizeof(lit) - 1)
+
+static void test_header_layout(void **state)
+{
+	(void)state;
+
+	/* well-formed: CRLF or bare LF, empty values, blanks around values, one field */
+	assert_int_equal(LAYOUT("Host: x\r\n\r\n"), 0);
+	assert_int_equal(LAYOUT("Host: x\r\nContent-Length: 14\r\nX-A:\r\nX-B:   \r\n"
+				"X-C: \t v \t\r\n\r\n"), 0);
+	assert_int_equal(LAYOUT("Host: x\nX-A: b\n\n"), 0);
+	assert_int_equal(LAYOUT("Host:x\r\nX-A:b\r\n\n"), 0);
+	/* obs-fold anywhere (RFC 9112 sec. 5.2): the smuggling case first */
+	assert_int_equal(LAYOUT("Host: x\r\nContent-Length:\r\n 14\r\n\r\n"), 400);
+	assert_int_equal(LAYOUT("Content-Length:\r\n 14\r\nHost: x\r\n\r\n"), 400);
+	assert_int_equal(LAYOUT("Host: x\r\nTransfer-Encoding:\r\n\tchunked\r\nX: y\r\n\r\n"), 400);
+	assert_int_equal(LAYOUT("Host: x\r\nX-A: a\r\n b\r\n c\r\n\r\n"), 400);
+	assert_int_equal(LAYOUT("X-A: a\r\n b\r\n\r\n"), 400);
+	/* a NUL byte inside a value, in the middle or in the last field */
+	assert_int_equal(LAYOUT("Host: x\r\nX-A: a\0b\r\nX-B: c\r\n\r\n"), 400);
+	assert_int_equal(LAYOUT("Host: x\r\nX-A: a\0b\r\n\r\n"), 400);
+	/* a field after a NUL-terminated value with nothing else on the line is fine
+	 * (indistinguishable from the same value without the NUL, and harmless) */
+	assert_int_equal(LAYOUT("Host: x\r\nX-A: a\0\r\n\r\n"), 0);
+}
+
+static void test_field_value(void **state)
+{
+	(void)state;
+	assert_true(rg_field_value_ok("", 0));
+	assert_true(rg_field_value_ok("a b\tc~\x80\xff", 8));
+	assert_false(rg_field_value_ok("a\rb", 3));
+	assert_false(rg_field_value_ok("a\nb", 3));
+	assert_false(rg_field_value_ok("a\0b", 3));
+	assert_false(rg_field_value_ok("\x01", 1));
+	assert_false(rg_field_value_ok("a\x7f", 2));
+}
+
+static void test_hosts(void **state)
+{
+	char d[256];
+	const char *loop = "localhost,127.0.0.1,[::1]";
+	(void)state;
+
+	rg_allowed_hosts_default("127.0.0.1", d, sizeof(d));
+	assert_string_equal(d, loop);
+	rg_allowed_hosts_default("::1", d, sizeof(d));
+	assert_string_equal(d, loop);
+	rg_allowed_hosts_default("localhost", d, sizeof(d));
+	assert_string_equal(d, loop);
+	rg_allowed_hosts_default("127.0.0.2", d, sizeof(d));
+	assert_string_equal(d, "localhost,127.0.0.1,[::1],127.0.0.2");
+	rg_allowed_hosts_default("0.0.0.0", d, sizeof(d));
+	assert_string_equal(d, "*");
+	rg_allowed_hosts_default("::", d, sizeof(d));
+	assert_string_equal(d, "*");
+	rg_allowed_hosts_default("10.1.2.3", d, sizeof(d));
+	assert_string_equal(d, "*");
+
+	/* any port, any case, a trailing dot; IPv6 in brackets */
+	assert_true(rg_host_allowed(loop, "localhost"));
+	assert_true(rg_host_allowed(loop, "LocalHost:8080"));
+	assert_true(rg_host_allowed(loop, "localhost.:1"));
+	assert_true(rg_host_allowed(loop, "127.0.0.1:80"));
+	assert_true(rg_host_allowed(loop, "[::1]:8080"));
+	assert_true(rg_host_allowed(loop, "[::1]"));
+	/* DNS rebinding: a name the page's origin resolves to 127.0.0.1 */
+	assert_false(rg_host_allowed(loop, "evil.example"));
+	assert_false(rg_host_allowed(loop, "evil.example:8080"));
+	assert_false(rg_host_allowed(loop, "localhost.evil.example"));
+	assert_false(rg_host_allowed(loop, "127.0.0.10"));
+	assert_false(rg_host_allowed(loop, "[::2]:80"));
+	assert_false(rg_host_allowed(loop, "::1")); /* not a valid Host form */
+	assert_false(rg_host_allowed(loop, ""));
+	assert_false(rg_host_allowed(loop, NULL));
+	/* an explicit list, and "*" */
+	assert_true(rg_host_allowed(" api.example , b.example", "B.example:443"));
+	assert_false(rg_host_allowed("api.example", "localhost"));
+	assert_true(rg_host_allowed("*", "anything:1"));
+	assert_true(rg_host_allowed("*", NULL));
+	assert_true(rg_host_allowed(NULL, "x"));
+}
+
+static void test_target(void **state)
+{
+	char a[64], msg[96];
+	(void)state;
+
+	assert_string_equal(rg_target_path("/embed", a, sizeof(a)), "/embed");
+	assert_string_equal(a, "");
+	assert_string_equal(rg_target_path("http://localhost:8080/embed", a, sizeof(a)), "/embed");
+	assert_string_equal(a, "localhost:8080");
+	assert_string_equal(rg_target_path("HTTPS://[::1]:1/v1/embeddings", a, sizeof(a)),
+			    "/v1/embeddings");
+	assert_string_equal(a, "[::1]:1");
+	assert_string_equal(rg_target_path("http://h", a, sizeof(a)), "/");
+	assert_string_equal(a, "h");
+	assert_string_equal(rg_target_path("http://h?q=1", a, sizeof(a)), "/");
+	assert_null(rg_target_path("http:///embed", a, sizeof(a)));
+	assert_null(rg_target_path("ftp://h/embed", a, sizeof(a)));
+	assert_null(rg_target_path("*", a, sizeof(a)));
+	assert_null(rg_target_path("localhost:80", a, sizeof(a)));
+	assert_null(rg_target_path("embed", a, sizeof(a)));
+
+	assert_false(rg_target_bad("/embed?x=%20%41", msg, sizeof(msg)));
+	assert_true(rg_target_bad("/embed%00", msg, sizeof(msg)));
+	assert_non_null(strstr(msg, "%00"));
+	assert_true(rg_target_bad("/embed?x=%00", msg, sizeof(msg)));
+	assert_true(rg_target_bad("/a b", msg, sizeof(msg)));
+	assert_true(rg_target_bad("/a\tb", msg, sizeof(msg)));
+	assert_true(rg_target_bad("/a\x7f", msg, sizeof(msg)));
+	assert_false(rg_target_bad("/%0", msg, sizeof(msg)));
+	assert_true(rg_target_bad("/%000x", msg, sizeof(msg)));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -151,6 +338,10 @@ int main(void)
 		cmocka_unit_test(test_content_type),
 		cmocka_unit_test(test_bearer),
 		cmocka_unit_test(test_cors),
+		cmocka_unit_test(test_header_layout),
+		cmocka_unit_test(test_field_value),
+		cmocka_unit_test(test_hosts),
+		cmocka_unit_test(test_target),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -231,13 +231,28 @@ static void test_hardening_options(void **state)
 	assert_null(o.api_key);
 	assert_null(o.cors_allow_origin);
 	assert_int_equal(o.request_read_timeout_s, 30);
-	assert_int_equal(o.max_connections_per_ip, 0);
+	assert_int_equal(rg_serve_per_ip_limit(&o, o.max_connections), 4096 / 4);
 	assert_int_equal(o.max_buffered_bytes, 268435456);
 	assert_int_equal(o.max_discard_bytes, 67108864);
 	assert_int_equal(parse(&o, 4, bad), RG_SERVE_EXIT_USAGE);
 	assert_int_equal(parse(&o, 8, ok), -1);
 	assert_string_equal(o.api_key, "k");
 	assert_string_equal(o.cors_allow_origin, "http://a.example,http://b");
+	assert_null(o.allowed_hosts); /* derived from --host by the server */
+	{ /* issue 18 item 14: the per-IP limit follows --max-connections unless given */
+		const char *mc[] = {"--max-connections", "100"};
+		const char *off[] = {"--max-connections", "100", "--max-connections-per-ip", "0",
+				     "--allowed-hosts", "api.example,localhost"};
+
+		assert_int_equal(parse(&o, 2, mc), -1);
+		assert_int_equal(rg_serve_per_ip_limit(&o, o.max_connections), 25);
+		/* fewer connections fit the open-files limit: a quarter of those */
+		assert_int_equal(rg_serve_per_ip_limit(&o, 40), 10);
+		assert_int_equal(rg_serve_per_ip_limit(&o, 3), 1);
+		assert_int_equal(parse(&o, 6, off), -1);
+		assert_int_equal(rg_serve_per_ip_limit(&o, o.max_connections), 0);
+		assert_string_equal(o.allowed_hosts, "api.example,localhost");
+	}
 }
 
 /* --max-inputs above --max-queue is refused at start with a message naming both (a request of
