@@ -34,7 +34,8 @@ static const char gpt2_skeleton[] =
 	"\"use_regex\": true}, \"added_tokens\": []}";
 
 /* A BPE model object owning vocab and merges (both consumed, also on failure). */
-static rg_status bpe_model(json_object *vocab, json_object *merges, json_object **out)
+static rg_status bpe_model(json_object *vocab, json_object *merges, bool ignore_merges,
+			   json_object **out)
 {
 	json_object *m = json_object_new_object();
 	*out = NULL;
@@ -48,7 +49,7 @@ static rg_status bpe_model(json_object *vocab, json_object *merges, json_object 
 	json_object_object_add(m, "unk_token", NULL);
 	json_object_object_add(m, "fuse_unk", json_object_new_boolean(0));
 	json_object_object_add(m, "byte_fallback", json_object_new_boolean(0));
-	json_object_object_add(m, "ignore_merges", json_object_new_boolean(0));
+	json_object_object_add(m, "ignore_merges", json_object_new_boolean(ignore_merges));
 	json_object_object_add(m, "vocab", vocab);
 	json_object_object_add(m, "merges", merges);
 	*out = m;
@@ -132,7 +133,7 @@ rg_status rg_tok_gpt2_files_json(const char *dir, json_object **out)
 	    (st = added_push(rg_tok_jget(root, "added_tokens"), "<|endoftext|>",
 			     json_object_get_int(eot), true)) != RG_OK)
 		goto out;
-	st = bpe_model(vocab, merges, &model);
+	st = bpe_model(vocab, merges, false, &model);
 	vocab = merges = NULL;
 	if (st != RG_OK)
 		goto out;
@@ -156,15 +157,24 @@ typedef enum rg_gguf_pre {
 	RG_GGUF_PRE_QWEN2,
 } rg_gguf_pre;
 
-/* tokenizer.ggml.pre values and the llama.cpp pre-tokenizer type each one selects. */
+/* tokenizer.ggml.pre values and what llama.cpp's llama_vocab::impl::load selects for each: the
+ * pre-tokenizer type (its regexes) and ignore_merges (a word that is a token is that token, as
+ * Llama 3's tokenizer.json has it). llama.cpp spells GPT-2's "gpt-2"; "gpt2" is taken too. */
 static const struct {
 	const char *name;
 	rg_gguf_pre pre;
+	bool ignore_merges;
 } gguf_pres[] = {
-	{ "gpt2", RG_GGUF_PRE_GPT2 },	     { "smollm", RG_GGUF_PRE_DIGITS },
-	{ "starcoder", RG_GGUF_PRE_DIGITS }, { "llama-bpe", RG_GGUF_PRE_LLAMA3 },
-	{ "llama3", RG_GGUF_PRE_LLAMA3 },    { "llama-v3", RG_GGUF_PRE_LLAMA3 },
-	{ "qwen2", RG_GGUF_PRE_QWEN2 },
+	{ "gpt2", RG_GGUF_PRE_GPT2, false },	   { "gpt-2", RG_GGUF_PRE_GPT2, false },
+	{ "phi-2", RG_GGUF_PRE_GPT2, false },	   { "mpt", RG_GGUF_PRE_GPT2, false },
+	{ "olmo", RG_GGUF_PRE_GPT2, false },	   { "smollm", RG_GGUF_PRE_DIGITS, false },
+	{ "starcoder", RG_GGUF_PRE_DIGITS, false }, { "refact", RG_GGUF_PRE_DIGITS, false },
+	{ "command-r", RG_GGUF_PRE_DIGITS, false }, { "codeshell", RG_GGUF_PRE_DIGITS, false },
+	{ "llama-bpe", RG_GGUF_PRE_LLAMA3, true },  { "llama3", RG_GGUF_PRE_LLAMA3, true },
+	{ "llama-v3", RG_GGUF_PRE_LLAMA3, true },   { "falcon3", RG_GGUF_PRE_LLAMA3, true },
+	{ "dbrx", RG_GGUF_PRE_LLAMA3, false },	   { "smaug-bpe", RG_GGUF_PRE_LLAMA3, false },
+	{ "qwen2", RG_GGUF_PRE_QWEN2, false },	   { "deepseek-r1-qwen", RG_GGUF_PRE_QWEN2, false },
+	{ "megrez", RG_GGUF_PRE_QWEN2, false },	   { "stablelm2", RG_GGUF_PRE_QWEN2, false },
 };
 
 /* The HF pre_tokenizer of p (the model's original tokenizer.json has it). */
@@ -262,7 +272,7 @@ rg_status rg_tokenizer_from_bpe_arrays(const char *const *tokens, const size_t *
 	if (pi < 0)
 		return rg_errorf(RG_ERR_UNSUPPORTED,
 				 "gguf tokenizer: tokenizer.ggml.pre \"%s\" is not supported (gpt2, "
-				 "smollm, starcoder, llama-bpe, llama3, llama-v3, qwen2)",
+				 "smollm, llama-bpe, qwen2 and their llama.cpp aliases)",
 				 pre ? pre : "(absent: llama.cpp's default)");
 
 	if ((st = rg_json_parse(gpt2_skeleton, strlen(gpt2_skeleton), 0, "gguf", NULL, &root)) !=
@@ -311,7 +321,7 @@ rg_status rg_tokenizer_from_bpe_arrays(const char *const *tokens, const size_t *
 			goto oom;
 		}
 	}
-	st = bpe_model(vocab, marr, &model);
+	st = bpe_model(vocab, marr, gguf_pres[pi].ignore_merges, &model);
 	vocab = marr = NULL;
 	if (st != RG_OK)
 		goto out;

@@ -54,10 +54,15 @@ RG_TEST_API rg_status rg_tokenizer_load(const char *dir, rg_tokenizer **out);
  * before pre-tokenization (HF added tokens / llama.cpp's special-token partition), control ones
  * special (left out by decode with skip_special). pre: tokenizer.ggml.pre, the pre-tokenizer
  * llama.cpp (src/llama-vocab.cpp) selects by it, as the model's original tokenizer.json has it:
- *   "gpt2"                          ByteLevel (GPT-2's regex)
- *   "smollm", "starcoder"           Digits(individual) then ByteLevel (GPT-2's regex)
- *   "llama-bpe", "llama3", "llama-v3"  Split(Llama 3's regex) then ByteLevel without regex
- *   "qwen2"                         Split(Qwen2's regex) then ByteLevel without regex
+ *   "gpt2" ("gpt-2", "phi-2", "mpt", "olmo")   ByteLevel (GPT-2's regex)
+ *   "smollm" ("starcoder", "refact", "command-r", "codeshell")
+ *                                   Digits(individual) then ByteLevel (GPT-2's regex)
+ *   "llama-bpe" ("llama3", "llama-v3", "falcon3"; "dbrx", "smaug-bpe")
+ *                                   Split(Llama 3's regex) then ByteLevel without regex;
+ *                                   BPE ignore_merges (not for dbrx, smaug-bpe), as llama.cpp
+ *   "qwen2" ("deepseek-r1-qwen", "megrez", "stablelm2")
+ *                                   Split(Qwen2's regex) then ByteLevel without regex
+ * ("default" and every other value: RG_ERR_UNSUPPORTED.)
  * The decoder is ByteLevel. bos / eos: token ids or -1; add_bos (tokenizer.ggml.add_bos_token):
  * every encode starts with bos (TemplateProcessing "<bos> $A"). The arrays are copied.
  * Errors: RG_ERR_INVALID_INPUT (NULL arrays, n <= 0), RG_ERR_FORMAT (a token not UTF-8 or with a

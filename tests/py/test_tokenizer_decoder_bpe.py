@@ -312,7 +312,8 @@ def hf_gguf(tokens, merges, types, pre, bos=None):
     `pre`, the control (3) and user-defined (4) tokens as added tokens."""
     vocab = {t.decode(): i for i, t in enumerate(tokens)}
     mg = [tuple(m.decode().split(" ")) for m in merges]
-    tok = tk.Tokenizer(tk.models.BPE(vocab, mg))
+    # llama.cpp sets ignore_merges for Llama 3 (as its tokenizer.json does)
+    tok = tk.Tokenizer(tk.models.BPE(vocab, mg, ignore_merges=(pre == "llama-bpe")))
     pt = tk.pre_tokenizers
     bl = pt.ByteLevel(add_prefix_space=False, use_regex=True)
     plain = pt.ByteLevel(add_prefix_space=False, use_regex=False)
@@ -352,6 +353,10 @@ def test_smollm2_gguf_ids(smollm2, texts):
     # digits one by one, control tokens whole
     assert rt.encode("2024") == [hf.token_to_id(c) for c in "2024"]
     assert rt.encode("<|im_start|>user")[0] == 1
+    # known answers for SmolLM2 (ids as its own tokenizer gives them)
+    assert rt.encode("Hello world! 123") == [19556, 905, 17, 216, 33, 34, 35]
+    assert rt.encode("  multiple   spaces") == [216, 2701, 256, 5600]
+    assert rt.encode("\n") == [198]
     assert 1 not in rt.encode("<|im_start")
 
 
