@@ -526,3 +526,25 @@ def test_split_refuses_unknown_regex(tmp_path, gpt2_dirs):
     with pytest.raises(ragged_ctypes.RaggedError) as e:
         ragged_ctypes.Tokenizer(str(tmp_path))
     assert e.value.status == "RG_ERR_UNSUPPORTED" and "Split" in e.value.message
+
+
+@pytest.mark.parametrize("variant", ["digits_individual", "llama3_split"])
+def test_offsets_new_pretokenizers(tmp_path, gpt2_dirs, variant):
+    """Byte offsets through Digits / Split (rg_tokenizer_encode_ex) equal HF's, with the byte
+    conversion and ByteLevel trimming of test_server_compat.py."""
+    import test_server_compat as sc
+    a, _ = gpt2_dirs
+    hf = tk.Tokenizer.from_file(os.path.join(a, "tokenizer.json"))
+    pt = tk.pre_tokenizers
+    hf.pre_tokenizer = {
+        "digits_individual": pt.Sequence([pt.Digits(individual_digits=True),
+                                          pt.ByteLevel(add_prefix_space=False)]),
+        "llama3_split": pt.Sequence([pt.Split(tk.Regex(LLAMA3_RE), "isolated"),
+                                     pt.ByteLevel(add_prefix_space=False, use_regex=False)]),
+    }[variant]
+    hf.save(str(tmp_path / "tokenizer.json"))
+    rt = ragged_ctypes.Tokenizer(str(tmp_path))
+    ref = sc.HFByteOffsets(str(tmp_path))
+    texts = decoder_texts() + _generated(200, seed=11)
+    bad = [t for t in texts if sc.lib_encode(rt, t) != ref(t)]
+    assert not bad, f"{variant}: {len(bad)}/{len(texts)} differ; first {bad[0][:80]!r}"
