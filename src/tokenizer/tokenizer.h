@@ -36,7 +36,7 @@ typedef struct rg_tokenizer rg_tokenizer;
  * keeps its last index, plus the optional <dir>/tokenizer_config.json (do_lower_case = true,
  * strip_accents = null -> follows do_lower_case, tokenize_chinese_chars = true; [UNK] [SEP] [CLS]
  * [PAD] [MASK] or the *_token names given there become special added tokens), as transformers'
- * BertTokenizerFast does. Errors: RG_ERR_IO (neither file can be opened), RG_ERR_FORMAT
+ * BertTokenizerFast does. Errors: RG_ERR_IO (none of the files can be opened), RG_ERR_FORMAT
  * (malformed JSON, wrong field types, unk_token not in the vocabulary, a merge whose tokens or
  * result are not in the vocabulary, bad base64 or a truncated precompiled_charsmap, vocab.txt not
  * UTF-8), RG_ERR_UNSUPPORTED (any other model / normalizer / pre_tokenizer / post_processor type or
