@@ -10,6 +10,9 @@
  *   Metaspace         ' ' -> replacement (default U+2581); prepend it per prepend_scheme (always;
  *                     first: only to the piece at offset 0 of the text; never) unless the piece
  *                     starts with it; split before every replacement char when split is true
+ *   Digits            isolate every \p{N} char (individual_digits) or every run of them
+ *   Split             a known regex (pretok_llama.c: Llama 3's, Qwen2's), behavior Isolated,
+ *                     invert false: every match a piece
  * Empty pieces are dropped, as HF does. Each depth writes its output into its own scratch buffer,
  * so the pieces a step hands down stay valid while deeper steps run. */
 #include <stdlib.h>
@@ -25,6 +28,8 @@ typedef enum rg_pretok_kind {
 	RG_PRETOK_WHITESPACE_SPLIT,
 	RG_PRETOK_BYTE_LEVEL,
 	RG_PRETOK_METASPACE,
+	RG_PRETOK_DIGITS,
+	RG_PRETOK_SPLIT,
 } rg_pretok_kind;
 
 typedef enum rg_prepend {
@@ -41,6 +46,8 @@ typedef struct rg_pretok_step {
 	size_t rep_len;
 	rg_prepend prepend;
 	bool split;
+	bool individual; /* DIGITS */
+	int regex;	 /* SPLIT: RG_SPLIT_* */
 } rg_pretok_step;
 
 struct rg_pretok {
@@ -157,10 +164,34 @@ static rg_status load_step(rg_pretok *p, json_object *j, const char *path, int d
 		}
 		if ((st = rg_tok_jbool(j, "split", true, &s->split, path)) != RG_OK)
 			return st;
+	} else if (strcmp(ty, "Digits") == 0) {
+		s->kind = RG_PRETOK_DIGITS;
+		if ((st = rg_tok_jbool(j, "individual_digits", false, &s->individual, path)) != RG_OK)
+			return st;
+	} else if (strcmp(ty, "Split") == 0) {
+		s->kind = RG_PRETOK_SPLIT;
+		json_object *pat = rg_tok_jget(j, "pattern"), *re = rg_tok_jget(pat, "Regex");
+		json_object *beh = rg_tok_jget(j, "behavior");
+		bool invert;
+		if ((st = rg_tok_jbool(j, "invert", false, &invert, path)) != RG_OK)
+			return st;
+		if (!re || !json_object_is_type(re, json_type_string) ||
+		    (s->regex = rg_split_regex_lookup(json_object_get_string(re))) < 0)
+			return rg_errorf(RG_ERR_UNSUPPORTED,
+					 "%s: Split pre_tokenizer pattern %s is not supported (only "
+					 "Llama 3's and Qwen2's regex)",
+					 path, pat ? json_object_to_json_string(pat) : "(none)");
+		if (invert || !beh || !json_object_is_type(beh, json_type_string) ||
+		    strcmp(json_object_get_string(beh), "Isolated") != 0)
+			return rg_errorf(RG_ERR_UNSUPPORTED,
+					 "%s: Split pre_tokenizer behavior %s%s is not supported "
+					 "(only Isolated, not inverted)",
+					 path, beh ? json_object_to_json_string(beh) : "(none)",
+					 invert ? " inverted" : "");
 	} else {
 		return rg_errorf(RG_ERR_UNSUPPORTED,
 				 "%s: pre_tokenizer type \"%s\" is not supported (BertPreTokenizer, "
-				 "ByteLevel, Metaspace, WhitespaceSplit, Sequence)",
+				 "ByteLevel, Metaspace, WhitespaceSplit, Digits, Split, Sequence)",
 				 path, ty);
 	}
 	p->n_steps++;
@@ -402,6 +433,61 @@ static rg_status metaspace(const rg_pretok *p, size_t lvl, const char *s, size_t
 	return run(p, lvl + 1, t + ps, m - ps, at_start && ps == 0, at(tal, ps), sc, emit, ctx);
 }
 
+/* HF's Digits splits on Rust's char::is_numeric (Unicode 16 in the tokenizers build the tests
+ * use): Oniguruma's \p{N} plus the Unicode 16 digits it does not know yet (found by comparing
+ * every code point, tests/py/test_tokenizer_decoder_bpe.py). */
+static bool rust_is_numeric(uint32_t c)
+{
+	return rg_hf_is_number(c) || (c >= 0x11DE0 && c <= 0x11DE9) || (c >= 0x16FF4 && c <= 0x16FF6);
+}
+
+/* End of the run of numeric chars from i. */
+static size_t numeric_end(const char *s, size_t n, size_t i)
+{
+	while (i < n && rust_is_numeric(rg_utf8_get_valid((const unsigned char *)s + i)))
+		i = next_char(s, i);
+	return i;
+}
+
+/* Digits: every numeric char (individual) or run of them isolated; the rest between them. */
+static rg_status digits(const rg_pretok *p, size_t lvl, const char *s, size_t n, bool at_start,
+			const rg_span *al, rg_pretok_scratch *sc, rg_word_fn emit, void *ctx)
+{
+	rg_status st;
+	size_t ps = 0;
+	for (size_t i = 0; i < n;) {
+		size_t e = next_char(s, i);
+		if (rust_is_numeric(rg_utf8_get_valid((const unsigned char *)s + i))) {
+			if (!p->steps[lvl].individual)
+				e = numeric_end(s, n, i);
+			if ((st = run(p, lvl + 1, s + ps, i - ps, at_start && ps == 0, at(al, ps), sc,
+				      emit, ctx)) != RG_OK ||
+			    (st = run(p, lvl + 1, s + i, e - i, at_start && i == 0, at(al, i), sc, emit,
+				      ctx)) != RG_OK)
+				return st;
+			ps = e;
+		}
+		i = e;
+	}
+	return run(p, lvl + 1, s + ps, n - ps, at_start && ps == 0, at(al, ps), sc, emit, ctx);
+}
+
+/* Split (Isolated): the regex matches tile the piece. */
+static rg_status split_regex(const rg_pretok *p, size_t lvl, const char *s, size_t n,
+			     bool at_start, const rg_span *al, rg_pretok_scratch *sc,
+			     rg_word_fn emit, void *ctx)
+{
+	rg_status st;
+	for (size_t i = 0; i < n;) {
+		size_t e = rg_split_regex_match(p->steps[lvl].regex, s, n, i);
+		if ((st = run(p, lvl + 1, s + i, e - i, at_start && i == 0, at(al, i), sc, emit,
+			      ctx)) != RG_OK)
+			return st;
+		i = e;
+	}
+	return RG_OK;
+}
+
 static rg_status run(const rg_pretok *p, size_t lvl, const char *s, size_t n, bool at_start,
 		     const rg_span *al, rg_pretok_scratch *sc, rg_word_fn emit, void *ctx)
 {
@@ -418,6 +504,10 @@ static rg_status run(const rg_pretok *p, size_t lvl, const char *s, size_t n, bo
 		return byte_level(p, lvl, s, n, at_start, al, sc, emit, ctx);
 	case RG_PRETOK_METASPACE:
 		return metaspace(p, lvl, s, n, at_start, al, sc, emit, ctx);
+	case RG_PRETOK_DIGITS:
+		return digits(p, lvl, s, n, at_start, al, sc, emit, ctx);
+	case RG_PRETOK_SPLIT:
+		return split_regex(p, lvl, s, n, at_start, al, sc, emit, ctx);
 	}
 	return RG_OK;
 }

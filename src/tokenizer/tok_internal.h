@@ -14,6 +14,7 @@
 #include "core/buf.h"
 #include "ragged.h"
 #include "tokenizer/bert_normalizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---- JSON field access (tokenizer.json conventions: absent and null mean "default") ---- */
 
@@ -176,6 +177,16 @@ rg_status rg_pretok_apply(const rg_pretok *p, const char *s, size_t len, bool at
  * ByteLevel pre-tokenizer's map, which its decoder inverts. */
 void rg_byte_level_map(char map[256][3]);
 
+/* Split regexes known to pretok_llama.c (matched by hand): a Split step accepts a pattern only
+ * when rg_split_regex_lookup knows it. */
+enum { RG_SPLIT_LLAMA3, RG_SPLIT_QWEN2 };
+extern const char *const rg_split_llama3_regex; /* Llama 3's tokenizer.json pattern */
+extern const char *const rg_split_qwen2_regex;	/* Qwen2's */
+/* RG_SPLIT_* of pattern (the HF or llama.cpp spelling), or -1. */
+int rg_split_regex_lookup(const char *pattern);
+/* End of the match of regex `which` that starts at i < n in s (valid UTF-8); always > i. */
+size_t rg_split_regex_match(int which, const char *s, size_t n, size_t i);
+
 /* ---- models ---- */
 
 typedef struct rg_bpe rg_bpe;
@@ -234,4 +245,18 @@ int32_t rg_unigram_max_id(const rg_unigram *u);
 const rg_strmap *rg_unigram_pieces(const rg_unigram *u);
 rg_status rg_unigram_encode(const rg_unigram *u, const char *w, size_t n, rg_uni_scratch *sc,
 			    rg_idvec *ids);
+
+/* ---- tokenizers built from other sources (bpe_gguf.c) and shared with tokenizer.c ---- */
+
+/* A tokenizer from a parsed tokenizer.json tree (borrowed; the caller still puts it); where names
+ * it in messages. Errors as rg_tokenizer_load. */
+rg_status rg_tokenizer_from_json(json_object *root, const char *where, rg_tokenizer **out);
+/* GPT-2's <dir>/vocab.json + <dir>/merges.txt as the tokenizer.json tree they stand for (*out
+ * owned by the caller); *out = NULL with RG_OK when either file is absent. RG_ERR_IO /
+ * RG_ERR_FORMAT / RG_ERR_OOM for unreadable or malformed files. */
+rg_status rg_tok_gpt2_files_json(const char *dir, json_object **out);
+/* True when decoding is exactly the ByteLevel decoder (stand-ins -> bytes, lossy UTF-8). */
+bool rg_tokenizer_byte_level_decoder(const rg_tokenizer *t);
+/* True when id is a special added token (left out by decode with skip_special). */
+bool rg_tokenizer_is_special(const rg_tokenizer *t, int32_t id);
 #endif

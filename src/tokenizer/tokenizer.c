@@ -675,13 +675,10 @@ static rg_status build_id_table(rg_tokenizer *t)
 	return RG_OK;
 }
 
-static rg_status load_tokenizer_json(rg_tokenizer *t, const char *path)
+/* A parsed tokenizer.json (root, borrowed) into t; path names it in messages. */
+static rg_status load_tokenizer_root(rg_tokenizer *t, json_object *root, const char *path)
 {
-	json_object *root = NULL;
-	rg_status st = rg_json_read_file(path, RG_TOK_MAX_FILE, &root);
-	if (st != RG_OK)
-		return st;
-
+	rg_status st;
 	json_object *model = rg_tok_jget(root, "model");
 	const char *mty = rg_tok_jtype(model);
 	if (mty && strcmp(mty, "WordPiece") == 0) {
@@ -746,7 +743,6 @@ static rg_status load_tokenizer_json(rg_tokenizer *t, const char *path)
 		}
 	}
 out:
-	json_object_put(root);
 	return st;
 }
 
@@ -879,6 +875,20 @@ out:
 	return st;
 }
 
+/* The steps every load ends with: added tokens normalized, max id, id -> token table. */
+static rg_status finish_load(rg_tokenizer *t)
+{
+	rg_status st;
+	if ((st = normalize_added(t)) != RG_OK)
+		return st;
+	for (int i = 0; i < t->n_pre; i++)
+		t->max_id = t->pre_ids[i] > t->max_id ? t->pre_ids[i] : t->max_id;
+	for (int i = 0; i < t->n_post; i++)
+		t->max_id = t->post_ids[i] > t->max_id ? t->post_ids[i] : t->max_id;
+	rg_byte_level_map(t->byte_map);
+	return build_id_table(t);
+}
+
 rg_status rg_tokenizer_load(const char *dir, rg_tokenizer **out)
 {
 	char path[4096];
@@ -887,6 +897,7 @@ rg_status rg_tokenizer_load(const char *dir, rg_tokenizer **out)
 	if (!dir)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "tokenizer: NULL directory");
 	rg_tokenizer *t = calloc(1, sizeof(*t));
+	json_object *root = NULL;
 	if (!t)
 		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
 	t->max_id = -1;
@@ -895,13 +906,19 @@ rg_status rg_tokenizer_load(const char *dir, rg_tokenizer **out)
 	 * (rg_file_read refuses anything but a regular file) */
 	struct stat sb;
 	if (stat(path, &sb) == 0) {
-		st = load_tokenizer_json(t, path);
+		if ((st = rg_json_read_file(path, RG_TOK_MAX_FILE, &root)) == RG_OK)
+			st = load_tokenizer_root(t, root, path);
+	} else if ((st = rg_tok_gpt2_files_json(dir, &root)) != RG_OK || root) {
+		/* GPT-2's vocab.json + merges.txt (bpe_gguf.c) */
+		snprintf(path, sizeof(path), "%s/vocab.json", dir);
+		if (st == RG_OK)
+			st = load_tokenizer_root(t, root, path);
 	} else {
 		snprintf(path, sizeof(path), "%s/vocab.txt", dir);
 		if (stat(path, &sb) != 0) {
 			st = rg_errorf(RG_ERR_IO,
-				       "%s: neither tokenizer.json nor vocab.txt can be "
-				       "opened: %s",
+				       "%s: none of tokenizer.json, vocab.json + merges.txt or "
+				       "vocab.txt can be opened: %s",
 				       dir, strerror(errno));
 			goto fail;
 		}
@@ -910,22 +927,42 @@ rg_status rg_tokenizer_load(const char *dir, rg_tokenizer **out)
 			"from vocab.txt and tokenizer_config.json\n", dir);
 		st = load_vocab_txt(t, dir, path);
 	}
-	if (st != RG_OK)
-		goto fail;
-	if ((st = normalize_added(t)) != RG_OK)
-		goto fail;
-	for (int i = 0; i < t->n_pre; i++)
-		t->max_id = t->pre_ids[i] > t->max_id ? t->pre_ids[i] : t->max_id;
-	for (int i = 0; i < t->n_post; i++)
-		t->max_id = t->post_ids[i] > t->max_id ? t->post_ids[i] : t->max_id;
-	rg_byte_level_map(t->byte_map);
-	if ((st = build_id_table(t)) != RG_OK)
+	json_object_put(root);
+	if (st != RG_OK || (st = finish_load(t)) != RG_OK)
 		goto fail;
 	*out = t;
 	return RG_OK;
 fail:
 	rg_tokenizer_free(t);
 	return st;
+}
+
+rg_status rg_tokenizer_from_json(json_object *root, const char *where, rg_tokenizer **out)
+{
+	rg_status st;
+	*out = NULL;
+	rg_tokenizer *t = calloc(1, sizeof(*t));
+	if (!t)
+		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
+	t->max_id = -1;
+	if ((st = load_tokenizer_root(t, root, where)) != RG_OK ||
+	    (st = finish_load(t)) != RG_OK) {
+		rg_tokenizer_free(t);
+		return st;
+	}
+	*out = t;
+	return RG_OK;
+}
+
+bool rg_tokenizer_byte_level_decoder(const rg_tokenizer *t)
+{
+	return !t->dec_error[0] && t->has_decoder && t->n_dec == 1 &&
+	       t->dec[0].kind == RG_DEC_BYTE_LEVEL;
+}
+
+bool rg_tokenizer_is_special(const rg_tokenizer *t, int32_t id)
+{
+	return id >= 0 && (size_t)id < t->n_id && t->id_special[id];
 }
 
 /* ---- encoding ------------------------------------------------------------------------------ */

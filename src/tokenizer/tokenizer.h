@@ -13,7 +13,10 @@
 
 typedef struct rg_tokenizer rg_tokenizer;
 
-/* Load from <dir>/tokenizer.json, else from <dir>/vocab.txt (WordPiece only, below).
+/* Load from <dir>/tokenizer.json, else from GPT-2's <dir>/vocab.json + <dir>/merges.txt (as
+ * HF BPE.from_file with the ByteLevel pre-tokenizer (add_prefix_space false, GPT-2's regex) and
+ * decoder, <|endoftext|> a special added token when in the vocabulary, no BOS; merges.txt's
+ * "#version" and empty lines skipped), else from <dir>/vocab.txt (WordPiece only, below).
  * tokenizer.json, an unmodified HF file:
  *   model: WordPiece (vocab object, unk_token, continuing_subword_prefix,
  *     max_input_chars_per_word); BPE (vocab object, merges as "a b" strings or ["a", "b"] pairs,
@@ -33,7 +36,7 @@ typedef struct rg_tokenizer rg_tokenizer;
  * keeps its last index, plus the optional <dir>/tokenizer_config.json (do_lower_case = true,
  * strip_accents = null -> follows do_lower_case, tokenize_chinese_chars = true; [UNK] [SEP] [CLS]
  * [PAD] [MASK] or the *_token names given there become special added tokens), as transformers'
- * BertTokenizerFast does. Errors: RG_ERR_IO (neither file can be opened), RG_ERR_FORMAT
+ * BertTokenizerFast does. Errors: RG_ERR_IO (none of the files can be opened), RG_ERR_FORMAT
  * (malformed JSON, wrong field types, unk_token not in the vocabulary, a merge whose tokens or
  * result are not in the vocabulary, bad base64 or a truncated precompiled_charsmap, vocab.txt not
  * UTF-8), RG_ERR_UNSUPPORTED (any other model / normalizer / pre_tokenizer / post_processor type or
@@ -41,6 +44,36 @@ typedef struct rg_tokenizer rg_tokenizer;
  * rg_tokenizer_free); on failure *out = NULL. The tokenizer is read-only after load (no caches):
  * concurrent rg_tokenizer_encode calls are safe. */
 RG_TEST_API rg_status rg_tokenizer_load(const char *dir, rg_tokenizer **out);
+
+/* A byte-level BPE tokenizer from a GGUF file's tokenizer metadata (tokenizer.ggml.model
+ * "gpt2"); the GGUF reader passes its arrays. tokens: n strings of token_lens[i] bytes (the
+ * byte-level stand-in form, as in GPT-2's vocab.json; token_lens NULL: NUL-terminated), id =
+ * index; merges: n_merges "a b" strings (merge_lens NULL: NUL-terminated), rank = index;
+ * token_type: n int32 (1 normal, 2 unknown, 3 control, 4 user defined, 5 unused, 6 byte) or
+ * NULL (all normal); control (3) and user-defined (4) tokens are matched whole in the text
+ * before pre-tokenization (HF added tokens / llama.cpp's special-token partition), control ones
+ * special (left out by decode with skip_special). pre: tokenizer.ggml.pre, the pre-tokenizer
+ * llama.cpp (src/llama-vocab.cpp) selects by it, as the model's original tokenizer.json has it:
+ *   "gpt2" ("gpt-2", "phi-2", "mpt", "olmo")   ByteLevel (GPT-2's regex)
+ *   "smollm" ("starcoder", "refact", "command-r", "codeshell")
+ *                                   Digits(individual) then ByteLevel (GPT-2's regex)
+ *   "llama-bpe" ("llama3", "llama-v3", "falcon3"; "dbrx", "smaug-bpe")
+ *                                   Split(Llama 3's regex) then ByteLevel without regex;
+ *                                   BPE ignore_merges (not for dbrx, smaug-bpe), as llama.cpp
+ *   "qwen2" ("deepseek-r1-qwen", "megrez", "stablelm2")
+ *                                   Split(Qwen2's regex) then ByteLevel without regex
+ * ("default" and every other value: RG_ERR_UNSUPPORTED.)
+ * The decoder is ByteLevel. bos / eos: token ids or -1; add_bos (tokenizer.ggml.add_bos_token):
+ * every encode starts with bos (TemplateProcessing "<bos> $A"). The arrays are copied.
+ * Errors: RG_ERR_INVALID_INPUT (NULL arrays, n <= 0), RG_ERR_FORMAT (a token not UTF-8 or with a
+ * NUL, a type outside 1..6, bos / eos outside [-1, n), add_bos without bos, a merge that is not
+ * "a b" of vocabulary tokens whose concatenation is a token), RG_ERR_UNSUPPORTED (any other pre,
+ * or NULL, named), RG_ERR_OOM. On success *out is the caller's (rg_tokenizer_free). */
+RG_TEST_API
+rg_status rg_tokenizer_from_bpe_arrays(const char *const *tokens, const size_t *token_lens, int n,
+				       const char *const *merges, const size_t *merge_lens,
+				       int n_merges, const int32_t *token_type, const char *pre,
+				       int32_t bos, int32_t eos, bool add_bos, rg_tokenizer **out);
 
 /* Frees everything the tokenizer owns. Accepts NULL. */
 RG_TEST_API void rg_tokenizer_free(rg_tokenizer *t);

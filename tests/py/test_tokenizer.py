@@ -302,7 +302,7 @@ def test_concurrent_encode(minilm_dir, texts):
 @pytest.mark.parametrize("where,value,name", [
     ("model", {"type": "WordLevel", "vocab": {}, "unk_token": "[UNK]"}, "WordLevel"),
     ("normalizer", {"type": "Nmt"}, "Nmt"),
-    ("pre_tokenizer", {"type": "Digits", "individual_digits": True}, "Digits"),
+    ("pre_tokenizer", {"type": "Punctuation", "behavior": "Isolated"}, "Punctuation"),
     ("post_processor", {"type": "Whatever"}, "Whatever"),
 ])
 def test_unsupported_components(tmp_path, minilm_dir, where, value, name):
