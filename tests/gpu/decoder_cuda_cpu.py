@@ -19,8 +19,9 @@ from ragged_ctypes import Model  # noqa: E402
 
 TOL = {"fp32": 1e-4, "fp16": 3e-2, "bf16": 8e-2}
 SPECS = {
-    "gpt2": ("gpt2", dict(H=64, heads=4, layers=2, vocab=97, n_pos=1024)),
-    "llama_gqa": ("llama", dict(H=128, heads=8, kv_heads=2, layers=2, inter=96, vocab=101,
+    "gpt2": ("gpt2", dict(H=128, heads=4, layers=2, vocab=97, n_pos=1024)),
+    # 4 query heads per KV head (head_dim 32); the CUDA kernels take head_dim 32..128
+    "llama_gqa": ("llama", dict(H=256, heads=8, kv_heads=2, layers=2, inter=96, vocab=101,
                                 max_pos=2048)),
     "qwen2": ("llama", dict(H=64, heads=2, kv_heads=2, layers=2, inter=64, vocab=83,
                             model_type="qwen2", tie=True, max_pos=2048)),
