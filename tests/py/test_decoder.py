@@ -439,3 +439,22 @@ def test_llama31_config_keys(models, tmp_path):
     with pytest.raises(RaggedError) as e:
         Model(d2)
     assert e.value.status == "RG_ERR_FORMAT" and "eos_token_id" in e.value.message
+
+
+def test_f16_checkpoint_on_cpu(tmp_path):
+    """A checkpoint stored in float16 loads exactly (widened to fp32 on the CPU): parity with
+    the reference run on the same float16 values."""
+    from safetensors.numpy import load_file, save_file
+    d = str(tmp_path / "f16")
+    cfg, _ = make_decoder.make(d, "llama", seed=19, H=32, heads=4, kv_heads=2, layers=2, inter=48,
+                               vocab=57, model_type="qwen2", tie=True)
+    path = os.path.join(d, "model.safetensors")
+    w16 = {k: v.astype(np.float16) for k, v in load_file(path).items()}
+    save_file(w16, path)
+    m = Model(d, max_batch_tokens=32)
+    m.kv_init(BS, 8)
+    ids = np.random.default_rng(20).integers(0, 57, 9)
+    got = run_step(m, [(Seq(ids, shuffled_free(8, 21)), 9)])
+    assert_close(got, ref_decoder.forward(cfg, {k: v.astype(np.float64) for k, v in w16.items()},
+                                          ids), "f16 checkpoint")
+    m.close()
