@@ -834,3 +834,25 @@ rg_status rg_config_model_type(const char *dir, char *buf, size_t n)
 	free(path);
 	return s;
 }
+
+rg_status rg_cfg_token_id(const char *path, json_object *root, const char *key, int *v)
+{
+	json_object *o;
+
+	*v = -1;
+	if (!json_object_object_get_ex(root, key, &o) || !o)
+		return RG_OK;
+	if (json_object_is_type(o, json_type_array)) {
+		/* Llama 3.1's eos_token_id: several stop ids, the first is the EOS token */
+		if (json_object_array_length(o) == 0)
+			return RG_OK;
+		o = json_object_array_get_idx(o, 0);
+	}
+	if (!o || !json_object_is_type(o, json_type_int) || json_object_get_int64(o) < 0 ||
+	    json_object_get_int64(o) > INT32_MAX)
+		return rg_errorf(RG_ERR_FORMAT,
+				 "%s: \"%s\" must be a token id or a list of them, got %s", path, key,
+				 o ? json_object_to_json_string(o) : "null");
+	*v = (int)json_object_get_int64(o);
+	return RG_OK;
+}

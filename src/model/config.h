@@ -110,6 +110,9 @@ rg_status rg_cfg_bool(const char *path, struct json_object *root, const char *ke
 		      bool *v);
 rg_status rg_cfg_str(const char *path, struct json_object *root, const char *key,
 		     const char *def, const char **v);
+/* A special token id (bos_token_id, eos_token_id): an integer >= 0, or a list of them (Llama
+ * 3.1 lists several stop ids: the first is taken); missing, null or [] give -1. */
+rg_status rg_cfg_token_id(const char *path, struct json_object *root, const char *key, int *v);
 /* True when key is present and not null. */
 bool rg_cfg_has(struct json_object *root, const char *key);
 

@@ -116,10 +116,11 @@ void rg_decoder_free(rg_model *m)
 /* The decoder's compute dtype: fp32 on the CPU; on CUDA fp16, or bf16 for a bf16 checkpoint. */
 static rg_dtype dec_dtype(const rg_model_params *p, const rg_tsrc *src)
 {
-	(void)src;
 	if (p->dtype != RG_DTYPE_AUTO)
 		return p->dtype;
-	return p->device == RG_DEVICE_CUDA ? RG_DTYPE_F16 : RG_DTYPE_F32;
+	if (p->device != RG_DEVICE_CUDA)
+		return RG_DTYPE_F32;
+	return src->weight_dtype == RG_DTYPE_BF16 ? RG_DTYPE_BF16 : RG_DTYPE_F16;
 }
 
 rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *src)

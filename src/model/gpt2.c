@@ -61,10 +61,8 @@ static rg_status gpt2_hparams(const char *path, struct json_object *root, rg_dec
 	    (s = rg_cfg_bool(path, root, "scale_attn_weights", true, &c->scale_attn_weights)) ||
 	    (s = rg_cfg_bool(path, root, "scale_attn_by_inverse_layer_idx", false,
 			     &c->scale_attn_by_inverse_layer_idx)) ||
-	    (s = rg_cfg_int(path, root, "bos_token_id", false, -1, -1, INT32_MAX,
-			    &c->bos_token_id)) ||
-	    (s = rg_cfg_int(path, root, "eos_token_id", false, -1, -1, INT32_MAX,
-			    &c->eos_token_id)))
+	    (s = rg_cfg_token_id(path, root, "bos_token_id", &c->bos_token_id)) ||
+	    (s = rg_cfg_token_id(path, root, "eos_token_id", &c->eos_token_id)))
 		return s;
 	c->intermediate_size = inner;
 	if (c->hidden_size % c->num_attention_heads)

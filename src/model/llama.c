@@ -153,10 +153,8 @@ static rg_status llama_hparams(const char *path, struct json_object *root, rg_de
 	    (s = rg_cfg_bool(path, root, "tie_word_embeddings", false, &c->tie_word_embeddings)) ||
 	    (s = rg_cfg_bool(path, root, "attention_bias", false, &c->attention_bias)) ||
 	    (s = rg_cfg_str(path, root, "hidden_act", "silu", &act)) ||
-	    (s = rg_cfg_int(path, root, "bos_token_id", false, -1, -1, INT32_MAX,
-			    &c->bos_token_id)) ||
-	    (s = rg_cfg_int(path, root, "eos_token_id", false, -1, -1, INT32_MAX,
-			    &c->eos_token_id)))
+	    (s = rg_cfg_token_id(path, root, "bos_token_id", &c->bos_token_id)) ||
+	    (s = rg_cfg_token_id(path, root, "eos_token_id", &c->eos_token_id)))
 		return s;
 	if (c->num_attention_heads % c->num_key_value_heads)
 		return rg_errorf(RG_ERR_FORMAT,

@@ -36,6 +36,7 @@ void rg_tsrc_from_st(const rg_st *st, rg_tsrc *out)
 	out->ctx = (void *)st;
 	out->shape = st_shape;
 	out->read_f32 = st_read;
+	out->weight_dtype = rg_st_count(st) ? rg_st_at(st, 0)->dtype : RG_DTYPE_AUTO;
 }
 
 /* The full name of name under the first prefix where it exists, in buf; false when nowhere. */

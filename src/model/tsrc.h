@@ -30,6 +30,9 @@ typedef struct rg_tsrc {
 	rg_status (*read_f32)(void *ctx, const char *name, float *dst);
 	/* q/k projection rows are in the interleaved-pair RoPE order (GGUF) */
 	bool rope_interleaved;
+	/* the checkpoint's floating-point storage (F32 / F16 / BF16; AUTO: quantized or unknown):
+	 * on CUDA a bf16 checkpoint computes in bf16 (RG_DTYPE_AUTO), as TEI chooses */
+	rg_dtype weight_dtype;
 } rg_tsrc;
 
 /* A source over an open safetensors set (which must outlive it). */

@@ -419,3 +419,42 @@ def test_wrong_shapes_named(models, tmp_path):
     with pytest.raises(RaggedError) as e:
         Model(d)
     assert e.value.status == "RG_ERR_FORMAT" and "mlp.c_fc.weight" in e.value.message
+
+
+def test_llama31_config_keys(models, tmp_path):
+    """Llama 3.1's eos_token_id list (the first is the EOS id), a null bos_token_id, null
+    head_dim and sliding_window, and keys transformers ignores (pretraining_tp,
+    rope_interleaved) load."""
+    src, cfg, w = models["llama3_rope_tied"]
+    d = _edit_config(src, tmp_path / "l31", eos_token_id=[7, 8, 9], bos_token_id=None,
+                     head_dim=None, sliding_window=None, pretraining_tp=1, rope_interleaved=False)
+    m = Model(d, max_batch_tokens=32)
+    assert (m.info().eos_token_id, m.info().bos_token_id) == (7, -1)
+    m.kv_init(BS, 8)
+    ids = np.random.default_rng(17).integers(0, cfg["vocab_size"], 6)
+    got = run_step(m, [(Seq(ids, shuffled_free(8, 18)), 6)])
+    assert_close(got, ref_decoder.forward(cfg, w, ids), "llama 3.1 keys")
+    m.close()
+    d2 = _edit_config(src, tmp_path / "bad_eos", eos_token_id="2")
+    with pytest.raises(RaggedError) as e:
+        Model(d2)
+    assert e.value.status == "RG_ERR_FORMAT" and "eos_token_id" in e.value.message
+
+
+def test_f16_checkpoint_on_cpu(tmp_path):
+    """A checkpoint stored in float16 loads exactly (widened to fp32 on the CPU): parity with
+    the reference run on the same float16 values."""
+    from safetensors.numpy import load_file, save_file
+    d = str(tmp_path / "f16")
+    cfg, _ = make_decoder.make(d, "llama", seed=19, H=32, heads=4, kv_heads=2, layers=2, inter=48,
+                               vocab=57, model_type="qwen2", tie=True)
+    path = os.path.join(d, "model.safetensors")
+    w16 = {k: v.astype(np.float16) for k, v in load_file(path).items()}
+    save_file(w16, path)
+    m = Model(d, max_batch_tokens=32)
+    m.kv_init(BS, 8)
+    ids = np.random.default_rng(20).integers(0, 57, 9)
+    got = run_step(m, [(Seq(ids, shuffled_free(8, 21)), 9)])
+    assert_close(got, ref_decoder.forward(cfg, {k: v.astype(np.float64) for k, v in w16.items()},
+                                          ids), "f16 checkpoint")
+    m.close()
