@@ -88,9 +88,15 @@ typedef struct rg_model_params {
 	int device_index;     /* CUDA ordinal */
 	rg_dtype dtype;       /* RG_DTYPE_AUTO by default (fp32 on CPU, fp16/bf16 on CUDA) */
 	int max_batch_tokens; /* activation arena is sized for this many tokens (default 16384) */
+	bool pooling_set;     /* true: pool embeddings with `pooling` instead of the model's
+			       * 1_Pooling/config.json (TEI's --pooling); classifiers unaffected */
+	rg_pooling pooling;
+	const char *dense_dir; /* a sentence-transformers Dense module's directory, relative to the
+				* model's (TEI's --dense-path, e.g. "2_Dense_1024"), or NULL:
+				* modules.json's; borrowed during rg_model_load only */
 } rg_model_params;
 
-/* Defaults: CPU, RG_DTYPE_AUTO, 16384 tokens. */
+/* Defaults: CPU, RG_DTYPE_AUTO, 16384 tokens, the model's pooling and Dense module. */
 RG_API rg_model_params rg_model_params_default(void);
 
 typedef struct rg_model_info {

@@ -22,6 +22,7 @@ typedef enum {
 	OPT_DEVLIST, /* devices/n_devices: distinct CUDA ordinals, comma-separated */
 	OPT_DTYPE,  /* rg_dtype (rg_dtype_parse) */
 	OPT_SCHED,  /* const char * naming an rg_sched_kind */
+	OPT_POOL,   /* rg_pooling (mean|cls|max); sets pooling_set */
 } opt_kind;
 
 typedef struct {
@@ -31,89 +32,143 @@ typedef struct {
 	double lo, hi;
 	const char *dflt; /* parsed into the field by rg_serve_opts_default; NULL: set in code */
 	const char *help;
+	const char *tei;  /* TEI's spelling of the option (text-embeddings-router), NULL: none;
+			   * also TEI's variable: "--model-id" -> MODEL_ID */
 } opt_spec;
 
 #define F(field) offsetof(rg_serve_opts, field)
 
 static const opt_spec g_opts[] = {
 	{"--model", "DIR|ORG/NAME", OPT_PATH, F(model), 0, 0, NULL,
-	 "model directory or Hugging Face id in the local HF cache (default: all-MiniLM-L6-v2)"},
-	{"--host", "ADDR", OPT_STR, F(host), 0, 0, "127.0.0.1", "listen address"},
-	{"--port", "N", OPT_INT, F(port), 0, 65535, "8080", "listen port, 0 = any free port"},
+	 "model directory or Hugging Face id in the local HF cache (default: all-MiniLM-L6-v2)",
+	 "--model-id"},
+	{"--host", "ADDR", OPT_STR, F(host), 0, 0, "127.0.0.1", "listen address", "--hostname"},
+	{"--port", "N", OPT_INT, F(port), 0, 65535, "8080", "listen port, 0 = any free port (-p)",
+	 "--port"},
 	{"--device", "cpu|cuda", OPT_DEVICE, F(device), 0, 0, NULL,
-	 "(default cuda when a GPU is present, else cpu)"},
+	 "(default cuda when a GPU is present, else cpu)", NULL},
 	{"--devices", "LIST|all", OPT_DEVLIST, F(devices), 0, 0, NULL,
 	 "CUDA devices to serve on, e.g. 0,1, or all visible ones: one model and engine worker "
-	 "on each, one queue (implies --device cuda; default: device 0 alone)"},
+	 "on each, one queue (implies --device cuda; default: device 0 alone)", NULL},
 	{"--dtype", "fp32|fp16|bf16|auto", OPT_DTYPE, F(dtype), 0, 0, "auto",
-	 "compute dtype; auto: fp32 on cpu, fp16 on cuda (bf16 for a bf16 checkpoint)"},
+	 "compute dtype; auto: fp32 on cpu, fp16 on cuda (bf16 for a bf16 checkpoint); TEI's "
+	 "float32|float16|bfloat16 too", "--dtype"},
 	{"--scheduler", "NAME", OPT_SCHED, F(scheduler), 0, 0, "token",
-	 "nobatch|naive|token|dp|concat|slotted|das|slotted-das|fcfs|sjf|edf"},
+	 "nobatch|naive|token|dp|concat|slotted|das|slotted-das|fcfs|sjf|edf", NULL},
 	{"--max-batch-tokens", "N", OPT_INT, F(max_batch_tokens), 1, 1 << 24, NULL,
-	 "computed tokens per batch, padding included"},
+	 "computed tokens per batch, padding included", "--max-batch-tokens"},
 	{"--max-batch-requests", "N", OPT_INT, F(max_batch_requests), 1, 1 << 16, NULL,
-	 "sequences per batch"},
+	 "sequences per batch", "--max-batch-requests"},
 	{"--max-queue", "N", OPT_INT, F(max_queue), 1, 1 << 24, "1024",
-	 "sequences waiting at most; more -> 429"},
-	{"--max-inputs", "N", OPT_INT, F(max_inputs), 1, 1 << 20, "512",
-	 "inputs per request; more -> 413"},
+	 "sequences waiting at most, raised to --max-inputs unless given; more -> 429", NULL},
+	{"--max-inputs", "N", OPT_INT, F(max_inputs), 1, 1 << 20, "2048",
+	 "inputs per request (OpenAI's limit); more -> 413", "--max-client-batch-size"},
 	{"--max-client-batch-tokens", "N", OPT_INT, F(max_client_batch_tokens), 1, 1 << 30,
-	 "131072", "tokens per request, all inputs together; more -> 413"},
+	 "131072", "tokens per request, all inputs together; more -> 413", NULL},
 	{"--max-batch-ms", "X", OPT_DOUBLE, F(max_batch_ms), 0, 1e7, "100",
-	 "time budget of a batch (estimate; >= 10x its fixed cost), 0 = none"},
+	 "time budget of a batch (estimate; >= 10x its fixed cost), 0 = none", NULL},
 	{"--admission", "time|count", OPT_STR, F(admission), 0, 0, "time",
-	 "time: 429 what cannot meet its deadline; count: --max-queue only"},
+	 "time: 429 what cannot meet its deadline; count: --max-queue only", NULL},
 	{"--max-body-bytes", "N", OPT_SIZE, F(max_body_bytes), 1, 1 << 30, "2097152",
-	 "request body limit; more -> 413"},
+	 "request body limit; more -> 413", "--payload-limit"},
 	{"--request-timeout-ms", "N", OPT_INT, F(request_timeout_ms), 1, 1 << 30, "30000",
-	 "deadline of a queued request; passed -> 504"},
+	 "deadline of a queued request; passed -> 504", NULL},
 	{"--shutdown-timeout-s", "N", OPT_INT, F(shutdown_timeout_s), 0, 3600, "25",
-	 "SIGTERM: stop accepting, serve what fits in N s, 503 the rest"},
+	 "SIGTERM: stop accepting, serve what fits in N s, 503 the rest", NULL},
 	{"--cache-entries", "N", OPT_INT, F(cache_entries), 0, 1 << 26, "10000",
-	 "in-memory response cache entries, 0 disables"},
+	 "in-memory response cache entries, 0 disables", NULL},
 	{"--cache-db", "FILE", OPT_STR, F(cache_db), 0, 0, NULL,
-	 "back the cache with SQLite (WAL) in FILE (default off)"},
+	 "back the cache with SQLite (WAL) in FILE (default off)", NULL},
 	{"--cost-table", "FILE", OPT_STR, F(cost_table), 0, 0, NULL,
-	 "SQLite file of the DP scheduler's cost table (measured at start-up when missing)"},
+	 "SQLite file of the DP scheduler's cost table (measured at start-up when missing)", NULL},
 	{"--rows", "N", OPT_INT, F(rows), 1, 1 << 16, NULL,
-	 "B: rows of the concat/slotted/das schedulers (default max-batch-tokens / row-len)"},
+	 "B: rows of the concat/slotted/das schedulers (default max-batch-tokens / row-len)", NULL},
 	{"--row-len", "N", OPT_INT, F(row_len), 1, 1 << 20, NULL,
-	 "L: tokens per row (default min(512, max positions))"},
+	 "L: tokens per row (default min(512, max positions))", NULL},
 	{"--slot-len", "N", OPT_INT, F(slot_len), 1, 1 << 20, NULL,
-	 "slot length of the slotted scheduler (default 128)"},
-	{"--eta", "X", OPT_DOUBLE, F(eta), 1e-9, 1 - 1e-9, NULL, "DAS eta in (0,1), q = 1 - eta"},
-	{"--lazy", NULL, OPT_FLAG, F(lazy), 0, 0, NULL, "DP: lazy instead of hungry batching"},
+	 "slot length of the slotted scheduler (default 128)", NULL},
+	{"--eta", "X", OPT_DOUBLE, F(eta), 1e-9, 1 - 1e-9, NULL, "DAS eta in (0,1), q = 1 - eta", NULL},
+	{"--lazy", NULL, OPT_FLAG, F(lazy), 0, 0, NULL, "DP: lazy instead of hungry batching", NULL},
 	{"--latency-budget-ms", "X", OPT_DOUBLE, F(latency_budget_ms), 1e-3, 1e9, NULL,
-	 "DP lazy: latency budget"},
+	 "DP lazy: latency budget", NULL},
 	{"--das-packed", NULL, OPT_FLAG, F(das_packed), 0, 0, NULL,
-	 "DAS: one packed row of max-batch-tokens"},
+	 "DAS: one packed row of max-batch-tokens", NULL},
 	{"--http-threads", "N", OPT_INT, F(http_threads), 1, 256, NULL,
-	 "HTTP thread pool size (default usable CPUs - 2, in [4, 32])"},
+	 "HTTP thread pool size (default usable CPUs - 2, in [4, 32])", NULL},
 	{"--connection-timeout-s", "N", OPT_INT, F(connection_timeout_s), 1, 86400, "10",
-	 "idle / slow-client connection timeout"},
+	 "idle / slow-client connection timeout", NULL},
 	{"--max-connections", "N", OPT_INT, F(max_connections), 1, 1 << 20, "4096",
-	 "concurrent connections"},
+	 "concurrent connections", NULL},
 	{"--connection-memory", "N", OPT_SIZE, F(connection_memory), 4096, 1 << 26, "65536",
-	 "per-connection header memory, bytes"},
+	 "per-connection header memory, bytes", NULL},
 	{"--batch-delay-ms", "X", OPT_DOUBLE, F(batch_delay_ms), 0, 60000, "0",
-	 "testing: sleep before each batch"},
+	 "testing: sleep before each batch", NULL},
 	{"--api-key", "KEY", OPT_STR, F(api_key), 0, 0, NULL,
 	 "require Authorization: Bearer KEY on every route but /health (prefer the variable: "
-	 "the command line is visible to ps)"},
+	 "the command line is visible to ps)", "--api-key"},
 	{"--cors-allow-origin", "LIST", OPT_STR, F(cors_allow_origin), 0, 0, NULL,
-	 "origins (comma-separated, or *) allowed cross-origin requests (default none)"},
+	 "origins (comma-separated, or *) allowed cross-origin requests (default none)",
+	 "--cors-allow-origin"},
 	{"--request-read-timeout-s", "N", OPT_INT, F(request_read_timeout_s), 1, 86400, "30",
-	 "deadline for receiving a request's headers and body; passed -> connection closed"},
+	 "deadline for receiving a request's headers and body; passed -> connection closed", NULL},
 	{"--max-connections-per-ip", "N", OPT_INT, F(max_connections_per_ip), 0, 1 << 20, "0",
-	 "concurrent connections per client address, 0 = no limit"},
+	 "concurrent connections per client address, 0 = no limit", NULL},
 	{"--max-buffered-bytes", "N", OPT_SIZE, F(max_buffered_bytes), 1, 1LL << 40, "268435456",
-	 "request body bytes held by all connections together; more -> 503"},
+	 "request body bytes held by all connections together; more -> 503", NULL},
 	{"--max-discard-bytes", "N", OPT_SIZE, F(max_discard_bytes), 0, 1LL << 40, "67108864",
-	 "a refused body up to N bytes is read and dropped so the client gets the answer"},
+	 "a refused body up to N bytes is read and dropped so the client gets the answer", NULL},
 	{"--token-delay-us", "X", OPT_DOUBLE, F(token_delay_us), 0, 1e6, "0",
-	 "testing: and this per computed token (a slow device)"},
+	 "testing: and this per computed token (a slow device)", NULL},
 	{"--cpu-replicas", "N", OPT_INT, F(cpu_replicas), 1, RG_SERVE_MAX_DEVICES, "1",
-	 "testing: N CPU models behind the one queue, as --devices runs GPUs"},
+	 "testing: N CPU models behind the one queue, as --devices runs GPUs", NULL},
+	/* TEI's options (text-embeddings-router's main.rs) that ragged had no spelling for */
+	{"--served-model-name", "NAME", OPT_STR, F(served_model_name), 0, 0, NULL,
+	 "the model's name in /info, /v1/models and OpenAI answers (default: the model id)",
+	 "--served-model-name"},
+	{"--pooling", "mean|cls|max", OPT_POOL, F(pooling), 0, 0, NULL,
+	 "pooling of an embedding model, instead of 1_Pooling/config.json's", "--pooling"},
+	{"--auto-truncate", NULL, OPT_FLAG, F(auto_truncate), 0, 0, NULL,
+	 "truncate over-long inputs unless a request sets \"truncate\": false",
+	 "--auto-truncate"},
+	{"--default-prompt-name", "NAME", OPT_STR, F(default_prompt_name), 0, 0, NULL,
+	 "prompt (of config_sentence_transformers.json) for requests that name none",
+	 "--default-prompt-name"},
+	{"--default-prompt", "TEXT", OPT_STR, F(default_prompt), 0, 0, NULL,
+	 "prompt text prepended to the inputs of requests that name no prompt",
+	 "--default-prompt"},
+	{"--json-output", NULL, OPT_FLAG, F(json_output), 0, 0, NULL,
+	 "log lines on stderr as JSON objects {timestamp, level, message, target}",
+	 "--json-output"},
+	{"--huggingface-hub-cache", "DIR", OPT_STR, F(hub_cache), 0, 0, NULL,
+	 "the Hugging Face hub cache that model ids are looked up in (HF_HUB_CACHE)",
+	 "--huggingface-hub-cache"},
+	{"--device-id", "N", OPT_INT, F(device_id), 0, 255, "0",
+	 "CUDA ordinal to serve on when --devices is not given", "--device-id"},
+	{"--dense-path", "DIR", OPT_STR, F(dense_path), 0, 0, NULL,
+	 "the model's sentence-transformers Dense module directory, e.g. 2_Dense_1024 "
+	 "(default: modules.json's)", "--dense-path"},
+	{"--revision", "REV", OPT_STR, F(revision), 0, 0, NULL,
+	 "TEI: accepted, not used (ragged downloads nothing; the cache's snapshot is served)",
+	 "--revision"},
+	{"--tokenization-workers", "N", OPT_INT, F(tokenization_workers), 1, 1 << 16, NULL,
+	 "TEI: accepted, not used (the HTTP threads tokenize)", "--tokenization-workers"},
+	{"--max-concurrent-requests", "N", OPT_INT, F(max_concurrent_requests), 1, 1 << 24, NULL,
+	 "TEI: accepted, shown in /info; ragged bounds the queue by --max-queue",
+	 "--max-concurrent-requests"},
+	{"--hf-token", "TOKEN", OPT_STR, F(hf_token), 0, 0, NULL,
+	 "TEI: accepted, not used (ragged downloads nothing)", "--hf-token"},
+	{"--hf-api-token", "TOKEN", OPT_STR, F(hf_api_token), 0, 0, NULL,
+	 "TEI: accepted, not used (ragged downloads nothing)", "--hf-api-token"},
+	{"--uds-path", "PATH", OPT_STR, F(uds_path), 0, 0, NULL,
+	 "TEI: accepted, not used (no backend process)", "--uds-path"},
+	{"--otlp-endpoint", "URL", OPT_STR, F(otlp_endpoint), 0, 0, NULL,
+	 "TEI: accepted, not used (no OpenTelemetry export)", "--otlp-endpoint"},
+	{"--otlp-service-name", "NAME", OPT_STR, F(otlp_service_name), 0, 0, NULL,
+	 "TEI: accepted, not used", "--otlp-service-name"},
+	{"--prometheus-port", "N", OPT_INT, F(prometheus_port), 0, 65535, NULL,
+	 "TEI: accepted, not used (metrics are on /metrics of --port)", "--prometheus-port"},
+	{"--disable-spans", NULL, OPT_FLAG, F(disable_spans), 0, 0, NULL,
+	 "TEI: accepted, not used", "--disable-spans"},
 };
 #undef F
 
@@ -226,7 +281,23 @@ static bool set_value(const opt_spec *s, const char *v, rg_serve_opts *o)
 	case OPT_DEVLIST:
 		return parse_devices(v, o);
 	case OPT_DTYPE:
+		/* TEI's spellings (its DType value enum) beside ragged's */
+		if (v && !strcmp(v, "float32"))
+			v = "fp32";
+		else if (v && !strcmp(v, "float16"))
+			v = "fp16";
+		else if (v && !strcmp(v, "bfloat16"))
+			v = "bf16";
 		return v && rg_dtype_parse(v, (rg_dtype *)field) == RG_OK;
+	case OPT_POOL:
+		for (rg_pooling p = RG_POOL_MEAN; v && p <= RG_POOL_MAX; p++) {
+			if (!strcmp(v, rg_pooling_name(p))) {
+				*(rg_pooling *)field = p;
+				o->pooling_set = true;
+				return true;
+			}
+		}
+		return false; /* TEI's splade and last-token are not pooling modes ragged has */
 	case OPT_SCHED:
 		if (!v || rg_sched_kind_parse(v, &k) != RG_OK)
 			return false;
@@ -294,6 +365,7 @@ static void default_text(const opt_spec *s, const rg_serve_opts *d, char *buf, s
 	case OPT_DEVLIST:
 	case OPT_DTYPE:
 	case OPT_SCHED:
+	case OPT_POOL:
 		return;
 	}
 }
@@ -308,6 +380,21 @@ static void env_name(const opt_spec *s, char *buf, size_t n)
 	buf[k] = '\0';
 }
 
+/* TEI's variable of an option: "--model-id" -> "MODEL_ID"; "" when TEI has none. */
+static void tei_env_name(const opt_spec *s, char *buf, size_t n)
+{
+	size_t k = 0;
+
+	for (const char *p = s->tei ? s->tei + 2 : ""; *p && k + 1 < n; p++)
+		buf[k++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+	buf[k] = '\0';
+}
+
+/* TEI's short options, the one it has. */
+static const struct {
+	const char *shrt, *lng;
+} g_short[] = {{"-p", "--port"}};
+
 void rg_serve_usage(FILE *f)
 {
 	rg_serve_opts d;
@@ -316,9 +403,11 @@ void rg_serve_usage(FILE *f)
 	fprintf(f, "usage: ragged serve [options]\n"
 		   "Each option can also be set by the environment variable named after it in\n"
 		   "[brackets]; the command line wins over the environment.\n");
+	fprintf(f, "TEI's (text-embeddings-router's) spelling of an option and its variable work\n"
+		   "too, named after the [variable] as (TEI: ...); RAGGED_* wins over TEI's.\n");
 	for (size_t i = 0; i < N_OPTS; i++) {
 		const opt_spec *s = &g_opts[i];
-		char left[64], dflt[64], env[64];
+		char left[64], dflt[64], env[64], tenv[64], tei[128] = "";
 
 		snprintf(left, sizeof(left), "%s%s%s", s->name, s->metavar ? " " : "",
 			 s->metavar ? s->metavar : "");
@@ -326,7 +415,12 @@ void rg_serve_usage(FILE *f)
 		if (s->off == offsetof(rg_serve_opts, http_threads))
 			dflt[0] = '\0'; /* machine-dependent: the help line says how */
 		env_name(s, env, sizeof(env));
-		fprintf(f, "  %-26s %s%s [%s]\n", left, s->help, dflt, env);
+		tei_env_name(s, tenv, sizeof(tenv));
+		if (s->tei && strcmp(s->tei, s->name))
+			snprintf(tei, sizeof(tei), " (TEI: %s, %s)", s->tei, tenv);
+		else if (s->tei)
+			snprintf(tei, sizeof(tei), " (TEI: %s)", tenv);
+		fprintf(f, "  %-26s %s%s [%s]%s\n", left, s->help, dflt, env, tei);
 	}
 }
 
@@ -351,10 +445,10 @@ static bool parse_env_flag(const char *v, bool *out)
 	return false;
 }
 
-/* Every option whose variable is set, in table order; -1 or RG_SERVE_EXIT_USAGE after a message
- * naming the variable. An empty value is an error (RAGGED_API_KEY= must not mean "no key"
- * by accident); unset the variable instead. */
-static int apply_env(rg_serve_opts *o)
+/* Every option whose variable (RAGGED_*, or with tei TEI's) is set, in table order; -1 or
+ * RG_SERVE_EXIT_USAGE after a message naming the variable. An empty value is an error
+ * (RAGGED_API_KEY= must not mean "no key" by accident); unset the variable instead. */
+static int apply_env(rg_serve_opts *o, bool tei)
 {
 	for (size_t i = 0; i < N_OPTS; i++) {
 		const opt_spec *s = &g_opts[i];
@@ -362,8 +456,11 @@ static int apply_env(rg_serve_opts *o)
 		char name[64];
 		bool on;
 
-		env_name(s, name, sizeof(name));
-		v = getenv(name);
+		if (tei)
+			tei_env_name(s, name, sizeof(name));
+		else
+			env_name(s, name, sizeof(name));
+		v = name[0] ? getenv(name) : NULL;
 		if (!v)
 			continue;
 		if (s->kind == OPT_FLAG) {
@@ -373,12 +470,14 @@ static int apply_env(rg_serve_opts *o)
 		} else if (!set_value(s, v, o)) {
 			return bad_value(name, v);
 		}
+		if (s->off == offsetof(rg_serve_opts, max_queue))
+			o->max_queue_set = true;
 	}
 	return -1;
 }
 
 /* Combinations no single option can refuse. */
-static int check_combinations(const rg_serve_opts *o)
+static int check_combinations(rg_serve_opts *o)
 {
 	if (o->max_buffered_bytes < o->max_body_bytes) {
 		fprintf(stderr, "ragged serve: --max-buffered-bytes (%zu) is below --max-body-bytes "
@@ -387,7 +486,10 @@ static int check_combinations(const rg_serve_opts *o)
 		return RG_SERVE_EXIT_USAGE;
 	}
 	/* admission counts sequences against --max-queue: a request of more inputs than the
-	 * queue holds could never be admitted and would get 429 forever */
+	 * queue holds could never be admitted and would get 429 forever; a queue left at its
+	 * default grows to hold one request of --max-inputs (TEI's MAX_CLIENT_BATCH_SIZE=4096) */
+	if (o->max_inputs > o->max_queue && !o->max_queue_set)
+		o->max_queue = o->max_inputs;
 	if (o->max_inputs > o->max_queue) {
 		fprintf(stderr, "ragged serve: --max-inputs (%d) is above --max-queue (%d): a request "
 				"of more than %d inputs could never be queued and would get 429 "
@@ -406,6 +508,11 @@ static int check_combinations(const rg_serve_opts *o)
 				"models); --devices serves several GPUs\n");
 		return RG_SERVE_EXIT_USAGE;
 	}
+	if (o->default_prompt && o->default_prompt_name) { /* TEI: conflicts_with */
+		fprintf(stderr, "ragged serve: --default-prompt and --default-prompt-name cannot "
+				"go together\n");
+		return RG_SERVE_EXIT_USAGE;
+	}
 	return -1;
 }
 
@@ -420,13 +527,16 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 			return 0;
 		}
 	}
-	if ((rc = apply_env(o)) >= 0)
+	if ((rc = apply_env(o, true)) >= 0 || (rc = apply_env(o, false)) >= 0)
 		return rc;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *eq, *v = NULL;
 		const opt_spec *s = NULL;
 		size_t len;
 
+		for (size_t k = 0; k < sizeof(g_short) / sizeof(g_short[0]); k++)
+			if (!strcmp(a, g_short[k].shrt))
+				a = g_short[k].lng;
 		if (strncmp(a, "--", 2) != 0) {
 			fprintf(stderr, "ragged serve: unexpected argument '%s'\n", a);
 			return RG_SERVE_EXIT_USAGE;
@@ -434,7 +544,9 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 		eq = strchr(a, '=');
 		len = eq ? (size_t)(eq - a) : strlen(a);
 		for (size_t k = 0; k < N_OPTS && !s; k++)
-			if (strlen(g_opts[k].name) == len && !strncmp(a, g_opts[k].name, len))
+			if ((strlen(g_opts[k].name) == len && !strncmp(a, g_opts[k].name, len)) ||
+			    (g_opts[k].tei && strlen(g_opts[k].tei) == len &&
+			     !strncmp(a, g_opts[k].tei, len)))
 				s = &g_opts[k];
 		if (!s) {
 			fprintf(stderr, "ragged serve: unknown option '%.*s'\n", (int)len, a);
@@ -455,6 +567,8 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 			v = argv[++i];
 		if (!v || !set_value(s, v, o))
 			return bad_value(s->name, v);
+		if (s->off == offsetof(rg_serve_opts, max_queue))
+			o->max_queue_set = true;
 	}
 	if (strcmp(o->admission, "time") && strcmp(o->admission, "count"))
 		return bad_value("--admission", o->admission);
@@ -476,5 +590,7 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 		o->device = RG_DEVICE_CUDA;
 	else if (!o->device_set)
 		o->device = rg_cuda_device_count() > 0 ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
+	if (!o->n_devices && o->device_id && o->device == RG_DEVICE_CUDA) /* TEI's --device-id */
+		o->devices[o->n_devices++] = o->device_id;
 	return -1;
 }

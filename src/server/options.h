@@ -1,8 +1,12 @@
 /* `ragged serve` options: one table (src/server/options.c) gives each option its name, type,
  * range, default and help line; the parser, the environment, the defaults and `--help` all read
  * it, so a default is written once. Each option --foo-bar can also be set by the environment
- * variable RAGGED_FOO_BAR (as TEI reads PORT, MODEL_ID, ...); the command line wins. The
- * scheduler's own defaults come from rg_sched_params_default (sched/). */
+ * variable RAGGED_FOO_BAR; the command line wins. TEI's spellings (text-embeddings-router's
+ * --model-id, --hostname, -p, --max-client-batch-size, --payload-limit, ...) are aliases of the
+ * same table rows, and TEI's environment names (MODEL_ID, HOSTNAME, PORT, ...) are read too,
+ * below RAGGED_* (defaults < TEI variables < RAGGED_* variables < command line), so that a TEI
+ * launch line starts ragged unchanged. The scheduler's own defaults come from
+ * rg_sched_params_default (sched/). */
 #ifndef RG_SERVER_OPTIONS_H
 #define RG_SERVER_OPTIONS_H
 #include <stdbool.h>
@@ -48,6 +52,23 @@ typedef struct rg_serve_opts {
 	const char *admission;        /* "time" or "count" */
 	int shutdown_timeout_s;       /* drain at SIGTERM */
 	double token_delay_us;        /* testing */
+	bool max_queue_set;           /* --max-queue given; else raised to --max-inputs */
+	/* TEI's options (text-embeddings-router); NULL / 0 when not given */
+	const char *served_model_name; /* /info, /v1/models, OpenAI "model" (default: model id) */
+	rg_pooling pooling;           /* --pooling: overrides 1_Pooling/config.json ... */
+	bool pooling_set;             /* ... when set */
+	bool auto_truncate;           /* truncate over-long inputs unless a request says false */
+	const char *default_prompt_name; /* a name in config_sentence_transformers.json prompts */
+	const char *default_prompt;   /* a prompt text for requests that name none */
+	bool json_output;             /* log lines on stderr as JSON objects */
+	const char *hub_cache;        /* --huggingface-hub-cache: the hub cache (HF_HUB_CACHE) */
+	int device_id;                /* --device-id: the CUDA ordinal when --devices is not given */
+	const char *dense_path;       /* --dense-path: the Dense module's directory in the model */
+	/* accepted so that TEI launch lines start, not used (see the help line of each) */
+	const char *revision, *hf_token, *hf_api_token, *uds_path, *otlp_endpoint,
+		*otlp_service_name;
+	int tokenization_workers, max_concurrent_requests, prometheus_port;
+	bool disable_spans;
 } rg_serve_opts;
 
 /* Fill o with every default. */
