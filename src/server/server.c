@@ -337,8 +337,12 @@ int rg_serve_main(int argc, char **argv)
 		fprintf(stderr, "ragged serve: --json-output: %s\n", rg_last_error());
 		goto out_free;
 	}
-	/* TEI's --huggingface-hub-cache: where model ids are looked up (huggingface_hub's name) */
-	if (s->o.hub_cache && setenv("HF_HUB_CACHE", s->o.hub_cache, 1) != 0) {
+	/* TEI's --huggingface-hub-cache: where model ids are looked up. Read from TEI's variable
+	 * (huggingface_hub's legacy name) it is already where rg_model_dir_resolve looks, below
+	 * HF_HUB_CACHE; given on the command line it wins. */
+	if (s->o.hub_cache && !(getenv("HUGGINGFACE_HUB_CACHE") &&
+				!strcmp(getenv("HUGGINGFACE_HUB_CACHE"), s->o.hub_cache)) &&
+	    setenv("HF_HUB_CACHE", s->o.hub_cache, 1) != 0) {
 		fprintf(stderr, "ragged serve: cannot set HF_HUB_CACHE: %s\n", strerror(errno));
 		goto out_free;
 	}
