@@ -32,147 +32,194 @@ typedef struct {
 	double lo, hi;
 	const char *dflt; /* parsed into the field by rg_serve_opts_default; NULL: set in code */
 	const char *help;
-	const char *tei;  /* TEI's spelling of the option (text-embeddings-router), NULL: none;
-			   * also TEI's variable: "--model-id" -> MODEL_ID */
 } opt_spec;
 
 #define F(field) offsetof(rg_serve_opts, field)
 
 static const opt_spec g_opts[] = {
 	{"--model", "DIR|ORG/NAME", OPT_PATH, F(model), 0, 0, NULL,
-	 "model directory or Hugging Face id in the local HF cache (default: all-MiniLM-L6-v2)",
-	 "--model-id"},
-	{"--host", "ADDR", OPT_STR, F(host), 0, 0, "127.0.0.1", "listen address", "--hostname"},
-	{"--port", "N", OPT_INT, F(port), 0, 65535, "8080", "listen port, 0 = any free port (-p)",
-	 "--port"},
+	 "model directory or Hugging Face id in the local HF cache (default: all-MiniLM-L6-v2)"},
+	{"--host", "ADDR", OPT_STR, F(host), 0, 0, "127.0.0.1", "listen address"},
+	{"--port", "N", OPT_INT, F(port), 0, 65535, "8080", "listen port, 0 = any free port"},
 	{"--device", "cpu|cuda", OPT_DEVICE, F(device), 0, 0, NULL,
-	 "(default cuda when a GPU is present, else cpu)", NULL},
+	 "(default cuda when a GPU is present, else cpu)"},
 	{"--devices", "LIST|all", OPT_DEVLIST, F(devices), 0, 0, NULL,
 	 "CUDA devices to serve on, e.g. 0,1, or all visible ones: one model and engine worker "
-	 "on each, one queue (implies --device cuda; default: device 0 alone)", NULL},
+	 "on each, one queue (implies --device cuda; default: device 0 alone)"},
 	{"--dtype", "fp32|fp16|bf16|auto", OPT_DTYPE, F(dtype), 0, 0, "auto",
-	 "compute dtype; auto: fp32 on cpu, fp16 on cuda (bf16 for a bf16 checkpoint); TEI's "
-	 "float32|float16|bfloat16 too", "--dtype"},
+	 "compute dtype; auto: fp32 on cpu, fp16 on cuda (bf16 for a bf16 checkpoint)"},
 	{"--scheduler", "NAME", OPT_SCHED, F(scheduler), 0, 0, "token",
-	 "nobatch|naive|token|dp|concat|slotted|das|slotted-das|fcfs|sjf|edf", NULL},
+	 "nobatch|naive|token|dp|concat|slotted|das|slotted-das|fcfs|sjf|edf"},
 	{"--max-batch-tokens", "N", OPT_INT, F(max_batch_tokens), 1, 1 << 24, NULL,
-	 "computed tokens per batch, padding included", "--max-batch-tokens"},
+	 "computed tokens per batch, padding included"},
 	{"--max-batch-requests", "N", OPT_INT, F(max_batch_requests), 1, 1 << 16, NULL,
-	 "sequences per batch", "--max-batch-requests"},
+	 "sequences per batch"},
 	{"--max-queue", "N", OPT_INT, F(max_queue), 1, 1 << 24, "1024",
-	 "sequences waiting at most, raised to --max-inputs unless given; more -> 429", NULL},
+	 "sequences waiting at most, raised to --max-inputs unless given; more -> 429"},
 	{"--max-inputs", "N", OPT_INT, F(max_inputs), 1, 1 << 20, "2048",
-	 "inputs per request (OpenAI's limit); more -> 413", "--max-client-batch-size"},
+	 "inputs per request (OpenAI's limit); more -> 413"},
 	{"--max-client-batch-tokens", "N", OPT_INT, F(max_client_batch_tokens), 1, 1 << 30,
-	 "131072", "tokens per request, all inputs together; more -> 413", NULL},
+	 "131072", "tokens per request, all inputs together; more -> 413"},
 	{"--max-batch-ms", "X", OPT_DOUBLE, F(max_batch_ms), 0, 1e7, "100",
-	 "time budget of a batch (estimate; >= 10x its fixed cost), 0 = none", NULL},
+	 "time budget of a batch (estimate; >= 10x its fixed cost), 0 = none"},
 	{"--admission", "time|count", OPT_STR, F(admission), 0, 0, "time",
-	 "time: 429 what cannot meet its deadline; count: --max-queue only", NULL},
+	 "time: 429 what cannot meet its deadline; count: --max-queue only"},
 	{"--max-body-bytes", "N", OPT_SIZE, F(max_body_bytes), 1, 1 << 30, "2097152",
-	 "request body limit; more -> 413", "--payload-limit"},
+	 "request body limit; more -> 413"},
 	{"--request-timeout-ms", "N", OPT_INT, F(request_timeout_ms), 1, 1 << 30, "30000",
-	 "deadline of a queued request; passed -> 504", NULL},
+	 "deadline of a queued request; passed -> 504"},
 	{"--shutdown-timeout-s", "N", OPT_INT, F(shutdown_timeout_s), 0, 3600, "25",
-	 "SIGTERM: stop accepting, serve what fits in N s, 503 the rest", NULL},
+	 "SIGTERM: stop accepting, serve what fits in N s, 503 the rest"},
 	{"--cache-entries", "N", OPT_INT, F(cache_entries), 0, 1 << 26, "10000",
-	 "in-memory response cache entries, 0 disables", NULL},
+	 "in-memory response cache entries, 0 disables"},
 	{"--cache-db", "FILE", OPT_STR, F(cache_db), 0, 0, NULL,
-	 "back the cache with SQLite (WAL) in FILE (default off)", NULL},
+	 "back the cache with SQLite (WAL) in FILE (default off)"},
 	{"--cost-table", "FILE", OPT_STR, F(cost_table), 0, 0, NULL,
-	 "SQLite file of the DP scheduler's cost table (measured at start-up when missing)", NULL},
+	 "SQLite file of the DP scheduler's cost table (measured at start-up when missing)"},
 	{"--rows", "N", OPT_INT, F(rows), 1, 1 << 16, NULL,
-	 "B: rows of the concat/slotted/das schedulers (default max-batch-tokens / row-len)", NULL},
+	 "B: rows of the concat/slotted/das schedulers (default max-batch-tokens / row-len)"},
 	{"--row-len", "N", OPT_INT, F(row_len), 1, 1 << 20, NULL,
-	 "L: tokens per row (default min(512, max positions))", NULL},
+	 "L: tokens per row (default min(512, max positions))"},
 	{"--slot-len", "N", OPT_INT, F(slot_len), 1, 1 << 20, NULL,
-	 "slot length of the slotted scheduler (default 128)", NULL},
-	{"--eta", "X", OPT_DOUBLE, F(eta), 1e-9, 1 - 1e-9, NULL, "DAS eta in (0,1), q = 1 - eta", NULL},
-	{"--lazy", NULL, OPT_FLAG, F(lazy), 0, 0, NULL, "DP: lazy instead of hungry batching", NULL},
+	 "slot length of the slotted scheduler (default 128)"},
+	{"--eta", "X", OPT_DOUBLE, F(eta), 1e-9, 1 - 1e-9, NULL, "DAS eta in (0,1), q = 1 - eta"},
+	{"--lazy", NULL, OPT_FLAG, F(lazy), 0, 0, NULL, "DP: lazy instead of hungry batching"},
 	{"--latency-budget-ms", "X", OPT_DOUBLE, F(latency_budget_ms), 1e-3, 1e9, NULL,
-	 "DP lazy: latency budget", NULL},
+	 "DP lazy: latency budget"},
 	{"--das-packed", NULL, OPT_FLAG, F(das_packed), 0, 0, NULL,
-	 "DAS: one packed row of max-batch-tokens", NULL},
+	 "DAS: one packed row of max-batch-tokens"},
 	{"--http-threads", "N", OPT_INT, F(http_threads), 1, 256, NULL,
-	 "HTTP thread pool size (default usable CPUs - 2, in [4, 32])", NULL},
+	 "HTTP thread pool size (default usable CPUs - 2, in [4, 32])"},
 	{"--connection-timeout-s", "N", OPT_INT, F(connection_timeout_s), 1, 86400, "10",
-	 "idle / slow-client connection timeout", NULL},
+	 "idle / slow-client connection timeout"},
 	{"--max-connections", "N", OPT_INT, F(max_connections), 1, 1 << 20, "4096",
-	 "concurrent connections", NULL},
+	 "concurrent connections"},
 	{"--connection-memory", "N", OPT_SIZE, F(connection_memory), 4096, 1 << 26, "65536",
-	 "per-connection header memory, bytes", NULL},
+	 "per-connection header memory, bytes"},
 	{"--batch-delay-ms", "X", OPT_DOUBLE, F(batch_delay_ms), 0, 60000, "0",
-	 "testing: sleep before each batch", NULL},
+	 "testing: sleep before each batch"},
 	{"--api-key", "KEY", OPT_STR, F(api_key), 0, 0, NULL,
 	 "require Authorization: Bearer KEY on every route but /health (prefer the variable: "
-	 "the command line is visible to ps)", "--api-key"},
+	 "the command line is visible to ps)"},
 	{"--cors-allow-origin", "LIST", OPT_STR, F(cors_allow_origin), 0, 0, NULL,
-	 "origins (comma-separated, or *) allowed cross-origin requests (default none)",
-	 "--cors-allow-origin"},
+	 "origins (comma-separated, or *) allowed cross-origin requests (default none)"},
 	{"--request-read-timeout-s", "N", OPT_INT, F(request_read_timeout_s), 1, 86400, "30",
-	 "deadline for receiving a request's headers and body; passed -> connection closed", NULL},
+	 "deadline for receiving a request's headers and body; passed -> connection closed"},
 	{"--max-connections-per-ip", "N", OPT_INT, F(max_connections_per_ip), 0, 1 << 20, "0",
-	 "concurrent connections per client address, 0 = no limit", NULL},
+	 "concurrent connections per client address, 0 = no limit"},
 	{"--max-buffered-bytes", "N", OPT_SIZE, F(max_buffered_bytes), 1, 1LL << 40, "268435456",
-	 "request body bytes held by all connections together; more -> 503", NULL},
+	 "request body bytes held by all connections together; more -> 503"},
 	{"--max-discard-bytes", "N", OPT_SIZE, F(max_discard_bytes), 0, 1LL << 40, "67108864",
-	 "a refused body up to N bytes is read and dropped so the client gets the answer", NULL},
+	 "a refused body up to N bytes is read and dropped so the client gets the answer"},
 	{"--token-delay-us", "X", OPT_DOUBLE, F(token_delay_us), 0, 1e6, "0",
-	 "testing: and this per computed token (a slow device)", NULL},
+	 "testing: and this per computed token (a slow device)"},
 	{"--cpu-replicas", "N", OPT_INT, F(cpu_replicas), 1, RG_SERVE_MAX_DEVICES, "1",
-	 "testing: N CPU models behind the one queue, as --devices runs GPUs", NULL},
+	 "testing: N CPU models behind the one queue, as --devices runs GPUs"},
 	/* TEI's options (text-embeddings-router's main.rs) that ragged had no spelling for */
 	{"--served-model-name", "NAME", OPT_STR, F(served_model_name), 0, 0, NULL,
-	 "the model's name in /info, /v1/models and OpenAI answers (default: the model id)",
-	 "--served-model-name"},
+	 "the model's name in /info, /v1/models and OpenAI answers (default: the model id)"},
 	{"--pooling", "mean|cls|max", OPT_POOL, F(pooling), 0, 0, NULL,
-	 "pooling of an embedding model, instead of 1_Pooling/config.json's", "--pooling"},
+	 "pooling of an embedding model, instead of 1_Pooling/config.json's"},
 	{"--auto-truncate", NULL, OPT_FLAG, F(auto_truncate), 0, 0, NULL,
-	 "truncate over-long inputs unless a request sets \"truncate\": false",
-	 "--auto-truncate"},
+	 "truncate over-long inputs unless a request sets \"truncate\": false"},
 	{"--default-prompt-name", "NAME", OPT_STR, F(default_prompt_name), 0, 0, NULL,
-	 "prompt (of config_sentence_transformers.json) for requests that name none",
-	 "--default-prompt-name"},
+	 "prompt (of config_sentence_transformers.json) for requests that name none"},
 	{"--default-prompt", "TEXT", OPT_STR, F(default_prompt), 0, 0, NULL,
-	 "prompt text prepended to the inputs of requests that name no prompt",
-	 "--default-prompt"},
+	 "prompt text prepended to the inputs of requests that name no prompt"},
 	{"--json-output", NULL, OPT_FLAG, F(json_output), 0, 0, NULL,
-	 "log lines on stderr as JSON objects {timestamp, level, message, target}",
-	 "--json-output"},
+	 "log lines on stderr as JSON objects {timestamp, level, message, target}"},
 	{"--huggingface-hub-cache", "DIR", OPT_STR, F(hub_cache), 0, 0, NULL,
-	 "the Hugging Face hub cache that model ids are looked up in (HF_HUB_CACHE)",
-	 "--huggingface-hub-cache"},
+	 "the Hugging Face hub cache that model ids are looked up in (HF_HUB_CACHE)"},
 	{"--device-id", "N", OPT_INT, F(device_id), 0, 255, "0",
-	 "CUDA ordinal to serve on when --devices is not given", "--device-id"},
+	 "CUDA ordinal to serve on when --devices is not given"},
 	{"--dense-path", "DIR", OPT_STR, F(dense_path), 0, 0, NULL,
 	 "the model's sentence-transformers Dense module directory, e.g. 2_Dense_1024 "
-	 "(default: modules.json's)", "--dense-path"},
+	 "(default: modules.json's)"},
 	{"--revision", "REV", OPT_STR, F(revision), 0, 0, NULL,
-	 "TEI: accepted, not used (ragged downloads nothing; the cache's snapshot is served)",
-	 "--revision"},
+	 "TEI: accepted, not used (ragged downloads nothing; the cache's snapshot is served)"},
 	{"--tokenization-workers", "N", OPT_INT, F(tokenization_workers), 1, 1 << 16, NULL,
-	 "TEI: accepted, not used (the HTTP threads tokenize)", "--tokenization-workers"},
+	 "TEI: accepted, not used (the HTTP threads tokenize)"},
 	{"--max-concurrent-requests", "N", OPT_INT, F(max_concurrent_requests), 1, 1 << 24, NULL,
-	 "TEI: accepted, shown in /info; ragged bounds the queue by --max-queue",
-	 "--max-concurrent-requests"},
+	 "TEI: accepted, shown in /info; ragged bounds the queue by --max-queue"},
 	{"--hf-token", "TOKEN", OPT_STR, F(hf_token), 0, 0, NULL,
-	 "TEI: accepted, not used (ragged downloads nothing)", "--hf-token"},
+	 "TEI: accepted, not used (ragged downloads nothing)"},
 	{"--hf-api-token", "TOKEN", OPT_STR, F(hf_api_token), 0, 0, NULL,
-	 "TEI: accepted, not used (ragged downloads nothing)", "--hf-api-token"},
+	 "TEI: accepted, not used (ragged downloads nothing)"},
 	{"--uds-path", "PATH", OPT_STR, F(uds_path), 0, 0, NULL,
-	 "TEI: accepted, not used (no backend process)", "--uds-path"},
+	 "TEI: accepted, not used (no backend process)"},
 	{"--otlp-endpoint", "URL", OPT_STR, F(otlp_endpoint), 0, 0, NULL,
-	 "TEI: accepted, not used (no OpenTelemetry export)", "--otlp-endpoint"},
+	 "TEI: accepted, not used (no OpenTelemetry export)"},
 	{"--otlp-service-name", "NAME", OPT_STR, F(otlp_service_name), 0, 0, NULL,
-	 "TEI: accepted, not used", "--otlp-service-name"},
+	 "TEI: accepted, not used"},
 	{"--prometheus-port", "N", OPT_INT, F(prometheus_port), 0, 65535, NULL,
-	 "TEI: accepted, not used (metrics are on /metrics of --port)", "--prometheus-port"},
+	 "TEI: accepted, not used (metrics are on /metrics of --port)"},
 	{"--disable-spans", NULL, OPT_FLAG, F(disable_spans), 0, 0, NULL,
-	 "TEI: accepted, not used", "--disable-spans"},
+	 "TEI: accepted, not used"},
 };
 #undef F
 
 #define N_OPTS (sizeof(g_opts) / sizeof(g_opts[0]))
+
+/* TEI's spellings of the table's options (text-embeddings-router's main.rs: its option -> the
+ * row's name); TEI's variable is named after its option ("--model-id" -> MODEL_ID). The rows
+ * added for TEI above carry TEI's own names. TEI's one short option, -p, is --port. */
+static const struct {
+	const char *tei, *name;
+} g_tei[] = {
+	{"--model-id", "--model"},
+	{"--hostname", "--host"},
+	{"--port", "--port"},
+	{"--dtype", "--dtype"},
+	{"--max-batch-tokens", "--max-batch-tokens"},
+	{"--max-batch-requests", "--max-batch-requests"},
+	{"--max-client-batch-size", "--max-inputs"},
+	{"--payload-limit", "--max-body-bytes"},
+	{"--api-key", "--api-key"},
+	{"--cors-allow-origin", "--cors-allow-origin"},
+	{"--served-model-name", "--served-model-name"},
+	{"--pooling", "--pooling"},
+	{"--auto-truncate", "--auto-truncate"},
+	{"--default-prompt-name", "--default-prompt-name"},
+	{"--default-prompt", "--default-prompt"},
+	{"--json-output", "--json-output"},
+	{"--huggingface-hub-cache", "--huggingface-hub-cache"},
+	{"--device-id", "--device-id"},
+	{"--dense-path", "--dense-path"},
+	{"--revision", "--revision"},
+	{"--tokenization-workers", "--tokenization-workers"},
+	{"--max-concurrent-requests", "--max-concurrent-requests"},
+	{"--hf-token", "--hf-token"},
+	{"--hf-api-token", "--hf-api-token"},
+	{"--uds-path", "--uds-path"},
+	{"--otlp-endpoint", "--otlp-endpoint"},
+	{"--otlp-service-name", "--otlp-service-name"},
+	{"--prometheus-port", "--prometheus-port"},
+	{"--disable-spans", "--disable-spans"},
+};
+
+/* TEI's long spelling of an option, NULL when TEI has none. */
+static const char *tei_name(const opt_spec *s)
+{
+	for (size_t k = 0; k < sizeof(g_tei) / sizeof(g_tei[0]); k++)
+		if (!strcmp(g_tei[k].name, s->name))
+			return g_tei[k].tei;
+	return NULL;
+}
+
+/* The row of a name of length len (ragged's or TEI's spelling), NULL when none. */
+static const opt_spec *find_spec(const char *a, size_t len)
+{
+	for (size_t k = 0; k < sizeof(g_tei) / sizeof(g_tei[0]); k++)
+		if (strlen(g_tei[k].tei) == len && !strncmp(a, g_tei[k].tei, len)) {
+			a = g_tei[k].name;
+			len = strlen(a);
+			break;
+		}
+	for (size_t k = 0; k < N_OPTS; k++)
+		if (strlen(g_opts[k].name) == len && !strncmp(a, g_opts[k].name, len))
+			return &g_opts[k];
+	return NULL;
+}
 
 static bool parse_long(const char *v, double lo, double hi, long *out)
 {
@@ -383,17 +430,13 @@ static void env_name(const opt_spec *s, char *buf, size_t n)
 /* TEI's variable of an option: "--model-id" -> "MODEL_ID"; "" when TEI has none. */
 static void tei_env_name(const opt_spec *s, char *buf, size_t n)
 {
+	const char *tei = tei_name(s);
 	size_t k = 0;
 
-	for (const char *p = s->tei ? s->tei + 2 : ""; *p && k + 1 < n; p++)
+	for (const char *p = tei ? tei + 2 : ""; *p && k + 1 < n; p++)
 		buf[k++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
 	buf[k] = '\0';
 }
-
-/* TEI's short options, the one it has. */
-static const struct {
-	const char *shrt, *lng;
-} g_short[] = {{"-p", "--port"}};
 
 void rg_serve_usage(FILE *f)
 {
@@ -404,10 +447,12 @@ void rg_serve_usage(FILE *f)
 		   "Each option can also be set by the environment variable named after it in\n"
 		   "[brackets]; the command line wins over the environment.\n");
 	fprintf(f, "TEI's (text-embeddings-router's) spelling of an option and its variable work\n"
-		   "too, named after the [variable] as (TEI: ...); RAGGED_* wins over TEI's.\n");
+		   "too (\"TEI: ...\" under the option); RAGGED_* wins over TEI's variables;\n"
+		   "-p N is --port N.\n");
 	for (size_t i = 0; i < N_OPTS; i++) {
 		const opt_spec *s = &g_opts[i];
 		char left[64], dflt[64], env[64], tenv[64], tei[128] = "";
+		const char *tn = tei_name(s);
 
 		snprintf(left, sizeof(left), "%s%s%s", s->name, s->metavar ? " " : "",
 			 s->metavar ? s->metavar : "");
@@ -416,11 +461,13 @@ void rg_serve_usage(FILE *f)
 			dflt[0] = '\0'; /* machine-dependent: the help line says how */
 		env_name(s, env, sizeof(env));
 		tei_env_name(s, tenv, sizeof(tenv));
-		if (s->tei && strcmp(s->tei, s->name))
-			snprintf(tei, sizeof(tei), " (TEI: %s, %s)", s->tei, tenv);
-		else if (s->tei)
-			snprintf(tei, sizeof(tei), " (TEI: %s)", tenv);
-		fprintf(f, "  %-26s %s%s [%s]%s\n", left, s->help, dflt, env, tei);
+		/* TEI's spelling on a line of its own: an option's line ends in "(default)
+		 * [RAGGED_X]", as scripts read it */
+		if (tn && strcmp(tn, s->name))
+			snprintf(tei, sizeof(tei), "  %-26s TEI: %s, %s\n", "", tn, tenv);
+		else if (tn)
+			snprintf(tei, sizeof(tei), "  %-26s TEI: %s\n", "", tenv);
+		fprintf(f, "  %-26s %s%s [%s]\n%s", left, s->help, dflt, env, tei);
 	}
 }
 
@@ -428,6 +475,15 @@ static int bad_value(const char *opt, const char *v)
 {
 	fprintf(stderr, "ragged serve: bad value for %s: '%s'\n", opt, v ? v : "(missing)");
 	return RG_SERVE_EXIT_USAGE;
+}
+
+/* Record that an option whose default depends on another's was given (check_combinations). */
+static void mark_given(const opt_spec *s, rg_serve_opts *o)
+{
+	if (s->off == offsetof(rg_serve_opts, max_queue))
+		o->max_queue_set = true;
+	if (s->off == offsetof(rg_serve_opts, max_inputs))
+		o->max_inputs_set = true;
 }
 
 /* A flag's value in the environment: 1/true/yes/on or 0/false/no/off, any case. */
@@ -470,8 +526,7 @@ static int apply_env(rg_serve_opts *o, bool tei)
 		} else if (!set_value(s, v, o)) {
 			return bad_value(name, v);
 		}
-		if (s->off == offsetof(rg_serve_opts, max_queue))
-			o->max_queue_set = true;
+		mark_given(s, o);
 	}
 	return -1;
 }
@@ -486,10 +541,14 @@ static int check_combinations(rg_serve_opts *o)
 		return RG_SERVE_EXIT_USAGE;
 	}
 	/* admission counts sequences against --max-queue: a request of more inputs than the
-	 * queue holds could never be admitted and would get 429 forever; a queue left at its
-	 * default grows to hold one request of --max-inputs (TEI's MAX_CLIENT_BATCH_SIZE=4096) */
+	 * queue holds could never be admitted and would get 429 forever. A default gives way: a
+	 * queue left at its default grows to hold one request of --max-inputs (TEI's
+	 * MAX_CLIENT_BATCH_SIZE=4096), --max-inputs left at its default shrinks to a given queue
+	 * (a unit written for the old default of 512 inputs, --max-queue 1024, still starts) */
 	if (o->max_inputs > o->max_queue && !o->max_queue_set)
 		o->max_queue = o->max_inputs;
+	else if (o->max_inputs > o->max_queue && !o->max_inputs_set)
+		o->max_inputs = o->max_queue;
 	if (o->max_inputs > o->max_queue) {
 		fprintf(stderr, "ragged serve: --max-inputs (%d) is above --max-queue (%d): a request "
 				"of more than %d inputs could never be queued and would get 429 "
@@ -534,20 +593,15 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 		const opt_spec *s = NULL;
 		size_t len;
 
-		for (size_t k = 0; k < sizeof(g_short) / sizeof(g_short[0]); k++)
-			if (!strcmp(a, g_short[k].shrt))
-				a = g_short[k].lng;
+		if (!strcmp(a, "-p")) /* TEI's one short option */
+			a = "--port";
 		if (strncmp(a, "--", 2) != 0) {
 			fprintf(stderr, "ragged serve: unexpected argument '%s'\n", a);
 			return RG_SERVE_EXIT_USAGE;
 		}
 		eq = strchr(a, '=');
 		len = eq ? (size_t)(eq - a) : strlen(a);
-		for (size_t k = 0; k < N_OPTS && !s; k++)
-			if ((strlen(g_opts[k].name) == len && !strncmp(a, g_opts[k].name, len)) ||
-			    (g_opts[k].tei && strlen(g_opts[k].tei) == len &&
-			     !strncmp(a, g_opts[k].tei, len)))
-				s = &g_opts[k];
+		s = find_spec(a, len);
 		if (!s) {
 			fprintf(stderr, "ragged serve: unknown option '%.*s'\n", (int)len, a);
 			rg_serve_usage(stderr);
@@ -567,8 +621,7 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 			v = argv[++i];
 		if (!v || !set_value(s, v, o))
 			return bad_value(s->name, v);
-		if (s->off == offsetof(rg_serve_opts, max_queue))
-			o->max_queue_set = true;
+		mark_given(s, o);
 	}
 	if (strcmp(o->admission, "time") && strcmp(o->admission, "count"))
 		return bad_value("--admission", o->admission);

@@ -53,6 +53,7 @@ typedef struct rg_serve_opts {
 	int shutdown_timeout_s;       /* drain at SIGTERM */
 	double token_delay_us;        /* testing */
 	bool max_queue_set;           /* --max-queue given; else raised to --max-inputs */
+	bool max_inputs_set;          /* --max-inputs given; else lowered to a given --max-queue */
 	/* TEI's options (text-embeddings-router); NULL / 0 when not given */
 	const char *served_model_name; /* /info, /v1/models, OpenAI "model" (default: model id) */
 	rg_pooling pooling;           /* --pooling: overrides 1_Pooling/config.json ... */

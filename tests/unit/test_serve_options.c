@@ -132,7 +132,7 @@ static void test_help_lists_every_option(void **state)
 			     "[RAGGED_SHUTDOWN_TIMEOUT_S] [RAGGED_DEVICES] --served-model-name "
 			     "--json-output --default-prompt-name --auto-truncate --pooling "
 			     "--model-id, --hostname, --max-client-batch-size, --payload-limit, "
-			     "MODEL_ID) HOSTNAME) MAX_CLIENT_BATCH_SIZE) PORT) (-p)";
+			     "MODEL_ID HOSTNAME MAX_CLIENT_BATCH_SIZE PORT -p";
 	     (o = next_word(o, name));)
 		if (!strstr(buf, name))
 			fail_msg("--help lacks %s", name);
@@ -247,12 +247,13 @@ static void test_hardening_options(void **state)
 	assert_string_equal(o.cors_allow_origin, "http://a.example,http://b");
 }
 
-/* --max-inputs above --max-queue is refused at start with a message naming both (a request of
- * more inputs than the queue holds would get 429 forever); equal is accepted. */
+/* --max-inputs above --max-queue, both given, is refused at start with a message naming both (a
+ * request of more inputs than the queue holds would get 429 forever); equal is accepted; a
+ * default gives way to the other option given. */
 static void test_max_inputs_above_queue(void **state)
 {
 	const char *bad[] = {"--max-queue", "100", "--max-inputs", "101"};
-	const char *bad_default[] = {"--max-queue", "2047"}; /* --max-inputs defaults to 2048 */
+	const char *small_queue[] = {"--max-queue", "1024"}; /* --max-inputs defaults to 2048 */
 	const char *ok[] = {"--max-queue", "100", "--max-inputs", "100"};
 	char err[512] = {0};
 	FILE *f, *saved;
@@ -268,7 +269,10 @@ static void test_max_inputs_above_queue(void **state)
 	fclose(f);
 	if (!strstr(err, "--max-inputs (101)") || !strstr(err, "--max-queue (100)"))
 		fail_msg("the message '%s' does not name both options", err);
-	assert_int_equal(parse(&o, 2, bad_default), RG_SERVE_EXIT_USAGE);
+	/* the default --max-inputs gives way to a given queue */
+	assert_int_equal(parse(&o, 2, small_queue), -1);
+	assert_int_equal(o.max_inputs, 1024);
+	assert_int_equal(o.max_queue, 1024);
 	assert_int_equal(parse(&o, 4, ok), -1);
 	assert_int_equal(o.max_inputs, 100);
 	assert_int_equal(o.max_queue, 100);
