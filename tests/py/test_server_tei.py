@@ -271,7 +271,8 @@ def test_unknown_arguments(srv):
 
 
 def test_embed_token_ids(srv, tiny_dir):
-    """/embed takes token ids as TEI does (used as given): the same vectors as the texts."""
+    """/embed and /embed_all take token ids as TEI does (used as given): the same vectors as the
+    texts the HF tokenizer turned into those ids."""
     hf = hf_tokenizer(tiny_dir)
     texts = ["hello world", "ragged packs requests"]
     ids = [hf.encode(t).ids for t in texts]
@@ -285,6 +286,12 @@ def test_embed_token_ids(srv, tiny_dir):
     np.testing.assert_allclose(one[0], want[0], atol=1e-6)
     st, h, body = srv.post("/embed", {"inputs": [[101, 99999999]]})
     assert st == 400 and b"out of range" in body
+    # /embed_all too (TEI's EmbedAllRequest takes the same inputs)
+    st, want = srv.post_json("/embed_all", {"inputs": texts})
+    assert st == 200
+    st, got = srv.post_json("/embed_all", {"inputs": ids})
+    assert st == 200 and [len(x) for x in got] == [len(x) for x in ids]
+    np.testing.assert_allclose(np.concatenate(got), np.concatenate(want), atol=1e-6)
 
 
 def test_dense_module_and_python_normalize_false(dense_dir):
