@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import ragged_ctypes as rc
-from conftest import assert_embeddings_close
+from conftest import DEVICE, DTYPE, assert_embeddings_close
 from server_util import Server, hf_tokenizer, tiny_model
 
 PROMPTS = {"query": "query: ", "passage": "passage: "}
@@ -326,6 +326,46 @@ def test_dense_module_and_python_normalize_false(dense_dir):
             np.testing.assert_allclose(m.encode(texts), unit, atol=1e-6)
     finally:
         sys.path.remove(os.path.join(rc.ROOT, "python"))
+
+
+def test_dense_library_and_errors(dense_dir, tmp_path):
+    """rg_model_run on the Dense model, on the suite's device and dtype (the CUDA paths on a
+    GPU): the float64 reference, alone and in a mixed batch; a broken Dense module is refused at
+    load, naming the file and what is wrong."""
+    import shutil
+    hf = hf_tokenizer(dense_dir)
+    ref = DenseRef(dense_dir)
+    ids = [hf.encode(t).ids for t in ("hello world", "a", LONG[:200], "ragged " * 20)]
+    m = rc.Model(dense_dir, device=DEVICE, dtype=DTYPE)
+    try:
+        assert m.info().output_dim == 24 and m.info().hidden_size == 32
+        got = m.run(ids)
+        assert_embeddings_close(got, l2n(ref.raw(ids)), "dense run")
+        alone = np.concatenate([m.run([x]) for x in ids])
+        assert_embeddings_close(alone, got.astype(np.float64), "dense alone vs batched")
+    finally:
+        m.close()
+    cases = [
+        ("2_Dense/model.safetensors", None, "RG_ERR_IO", "model.safetensors"),
+        ("2_Dense/config.json", {"in_features": 31, "out_features": 24}, "RG_ERR_FORMAT",
+         "in_features 31"),
+        ("2_Dense/config.json", {"in_features": 32, "out_features": 24,
+                                 "activation_function": "torch.nn.modules.activation.Softmax"},
+         "RG_ERR_UNSUPPORTED", "Softmax"),
+        ("2_Dense/config.json", {"in_features": 32, "out_features": 25}, "RG_ERR_FORMAT",
+         "linear.weight"),
+    ]
+    for k, (path, content, status, needle) in enumerate(cases):
+        d = str(tmp_path / f"bad{k}")
+        shutil.copytree(dense_dir, d)
+        if content is None:
+            os.remove(os.path.join(d, path))
+        else:
+            with open(os.path.join(d, path), "w") as f:
+                json.dump(content, f)
+        with pytest.raises(rc.RaggedError) as e:
+            rc.Model(d, device="cpu")
+        assert e.value.status == status and needle in e.value.message, (path, e.value)
 
 
 # ---- 9. shapes and defaults ---------------------------------------------------------------------
