@@ -140,7 +140,7 @@ static const opt_spec g_opts[] = {
 	{"--tokenization-workers", "N", OPT_INT, F(tokenization_workers), 1, 1 << 16, NULL,
 	 "TEI: accepted, not used (the HTTP threads tokenize)"},
 	{"--max-concurrent-requests", "N", OPT_INT, F(max_concurrent_requests), 1, 1 << 24, NULL,
-	 "TEI: accepted, shown in /info; ragged bounds the queue by --max-queue"},
+	 "requests queued or running at most (TEI's); more -> 429 (default: --max-queue alone)"},
 	{"--hf-token", "TOKEN", OPT_STR, F(hf_token), 0, 0, NULL,
 	 "TEI: accepted, not used (ragged downloads nothing)"},
 	{"--hf-api-token", "TOKEN", OPT_STR, F(hf_api_token), 0, 0, NULL,

@@ -65,10 +65,11 @@ typedef struct rg_serve_opts {
 	const char *hub_cache;        /* --huggingface-hub-cache: the hub cache (HF_HUB_CACHE) */
 	int device_id;                /* --device-id: the CUDA ordinal when --devices is not given */
 	const char *dense_path;       /* --dense-path: the Dense module's directory in the model */
+	int max_concurrent_requests;  /* requests queued or running at most (429 past it), 0: none */
 	/* accepted so that TEI launch lines start, not used (see the help line of each) */
 	const char *revision, *hf_token, *hf_api_token, *uds_path, *otlp_endpoint,
 		*otlp_service_name;
-	int tokenization_workers, max_concurrent_requests, prometheus_port;
+	int tokenization_workers, prometheus_port;
 	bool disable_spans;
 } rg_serve_opts;
 

@@ -566,6 +566,13 @@ static enum MHD_Result handle_embed(conn_ctx *c)
 	c->job.client_fd = ci ? ci->connect_fd : -1;
 	c->job.done = job_done;
 	c->job.owner = c;
+	/* TEI's --max-concurrent-requests: requests queued or running at most (a soft bound:
+	 * two requests may pass the check together) */
+	if (s->o.max_concurrent_requests &&
+	    atomic_load(&s->n_suspended) >= s->o.max_concurrent_requests)
+		return rg_conn_error(c, 429, "overloaded", NULL,
+				     "%d requests queued or running, the --max-concurrent-requests "
+				     "limit; retry later", s->o.max_concurrent_requests);
 	/* Suspend before submitting: the worker may finish the job (and resume) at once. */
 	c->suspended = true;
 	atomic_fetch_add(&s->n_suspended, 1);

@@ -199,6 +199,31 @@ def test_tei_start_errors(dense_dir, tmp_path):
         assert needle in p.stderr.decode(), p.stderr
 
 
+def test_max_concurrent_requests(tiny_dir):
+    """TEI's --max-concurrent-requests: past that many requests queued or running, 429 with
+    Retry-After; the ones admitted are answered."""
+    import threading
+    s = Server(tiny_dir, "--max-concurrent-requests", 2, "--batch-delay-ms", 400,
+               "--cache-entries", 0, "--scheduler", "nobatch")
+    try:
+        out = {}
+
+        def go(k):
+            out[k] = s.post("/embed", {"inputs": f"text number {k}"})
+        ts = [threading.Thread(target=go, args=(k,)) for k in range(6)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        codes = sorted(st for st, h, body in out.values())
+        assert codes.count(200) >= 2 and codes.count(429) >= 1, codes
+        assert set(codes) <= {200, 429}, codes
+        assert all("retry-after" in h for st, h, body in out.values() if st == 429)
+        assert s.post("/embed", {"inputs": "afterwards"})[0] == 200
+    finally:
+        s.stop()
+
+
 # ---- 7. routes by kind, /ping -------------------------------------------------------------------
 
 def test_post_root_and_invocations_embed(srv):
