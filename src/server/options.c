@@ -486,13 +486,14 @@ static void mark_given(const opt_spec *s, rg_serve_opts *o)
 		o->max_inputs_set = true;
 }
 
-/* A flag's value in the environment: 1/true/yes/on or 0/false/no/off, any case. */
+/* A flag's value in the environment: 1/true/yes/on/y/t or 0/false/no/off/n/f, any case. */
 static bool parse_env_flag(const char *v, bool *out)
 {
-	static const char *const on[] = {"1", "true", "yes", "on"};
-	static const char *const off[] = {"0", "false", "no", "off"};
+	/* y / t / n / f too: clap's words for TEI's flag variables (AUTO_TRUNCATE=t) */
+	static const char *const on[] = {"1", "true", "yes", "on", "y", "t"};
+	static const char *const off[] = {"0", "false", "no", "off", "n", "f"};
 
-	for (size_t i = 0; i < 4; i++) {
+	for (size_t i = 0; i < sizeof(on) / sizeof(on[0]); i++) {
 		if (!strcasecmp(v, on[i]) || !strcasecmp(v, off[i])) {
 			*out = !strcasecmp(v, on[i]);
 			return true;

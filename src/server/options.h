@@ -76,9 +76,9 @@ typedef struct rg_serve_opts {
 /* Fill o with every default. */
 void rg_serve_opts_default(rg_serve_opts *o);
 
-/* Parse into o: the defaults, then the RAGGED_* variables of the environment, then argv[1..argc)
+/* Parse into o: the defaults, then TEI's variables, then the RAGGED_* ones, then argv[1..argc)
  * (argv[0] is "serve"). --name VALUE and --name=VALUE; flags take no value on the command line
- * and 1/true/yes/on or 0/false/no/off in the environment. Strings point into argv or the
+ * and 1/true/yes/on/y/t or 0/false/no/off/n/f in the environment. Strings point into argv or the
  * environment. Returns -1 to go on, 0 after --help (printed on stdout), RG_SERVE_EXIT_USAGE after
  * a one-line message on stderr naming the option or variable (a bad or empty value, an unknown
  * option, --max-buffered-bytes below --max-body-bytes). */
