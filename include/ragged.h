@@ -88,9 +88,15 @@ typedef struct rg_model_params {
 	int device_index;     /* CUDA ordinal */
 	rg_dtype dtype;       /* RG_DTYPE_AUTO by default (fp32 on CPU, fp16/bf16 on CUDA) */
 	int max_batch_tokens; /* activation arena is sized for this many tokens (default 16384) */
+	bool pooling_set;     /* true: pool embeddings with `pooling` instead of the model's
+			       * 1_Pooling/config.json (TEI's --pooling); classifiers unaffected */
+	rg_pooling pooling;
+	const char *dense_dir; /* a sentence-transformers Dense module's directory, relative to the
+				* model's (TEI's --dense-path, e.g. "2_Dense_1024"), or NULL:
+				* modules.json's; borrowed during rg_model_load only */
 } rg_model_params;
 
-/* Defaults: CPU, RG_DTYPE_AUTO, 16384 tokens. */
+/* Defaults: CPU, RG_DTYPE_AUTO, 16384 tokens, the model's pooling and Dense module. */
 RG_API rg_model_params rg_model_params_default(void);
 
 /* What a model is: an encoder (rg_model_embed / rg_model_run) or a decoder-only language model
@@ -117,7 +123,8 @@ typedef struct rg_model_info {
 	int max_seq_len;         /* longest sequence in tokens: max_position_embeddings less the
 				  * family's first position id (RoBERTa: padding_idx + 1) */
 	/* What one sequence produces (config.json "architectures"): an embedding (base models,
-	 * num_labels = 0, output_dim = hidden_size) or a sequence classifier's raw scores
+	 * num_labels = 0, output_dim = hidden_size, or the out_features of the last
+	 * sentence-transformers Dense module) or a sequence classifier's raw scores
 	 * (*ForSequenceClassification: cross-encoders / rerankers, output_dim = num_labels). */
 	int num_labels;
 	const char *const *labels; /* (num_labels) id2label names; owned by the model */
@@ -144,7 +151,8 @@ typedef struct rg_model rg_model;
  * with RG_ERR_UNSUPPORTED. Encoders: */
 /* Load a BERT-family model from a Hugging Face directory: config.json, model.safetensors (or
  * model.safetensors.index.json with shards), tokenizer.json (or vocab.txt + tokenizer_config.json),
- * and the sentence-transformers extras modules.json / 1_Pooling/config.json / Normalize when present
+ * and the sentence-transformers extras modules.json / 1_Pooling/config.json / Dense modules
+ * (2_Dense: act(W x + b) after the pooling, run on the host in f32) / Normalize when present
  * (without them: MEAN pooling, no normalization).
  * Every file is validated before use; the weights are copied to the device once.
  * Returns NULL and sets *st (if st != NULL) and rg_last_error() on failure. Free with rg_model_free. */
@@ -168,7 +176,8 @@ rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, boo
 /* Encode a packed batch and pool each sequence (padding-free, ByteTransformer sec. III-D).
  * tokens: (cu_seqlens[n_seq]) int32 host; cu_seqlens: (n_seq+1) int32 host, cu_seqlens[0] = 0,
  * non-decreasing, every length in [1, max_seq_len]; total tokens <= max_batch_tokens.
- * out: (n_seq, hidden_size) float32 host, caller-owned; pooled as the model's pooling says and
+ * out: (n_seq, output_dim) float32 host, caller-owned (output_dim = hidden_size unless the model
+ * has a Dense module); pooled as the model's pooling says, through its Dense modules, and
  * L2-normalized when the model has a Normalize module.
  * Errors: RG_ERR_INVALID_INPUT (bad cu_seqlens, token id out of vocab, n_seq < 1),
  * RG_ERR_TOO_LONG (a length over max_seq_len or batch over max_batch_tokens),
@@ -245,8 +254,9 @@ rg_status rg_model_tokenize_pair(const rg_model *m, const char *a, size_t a_len,
 
 /* Options of rg_model_run_ex (zero-initialised: rg_model_run's behaviour). */
 typedef struct rg_run_options {
-	bool raw;          /* true: skip the model's Normalize module, out holds the raw pooled
-			    * vectors (the caller normalizes per request; classifiers unaffected) */
+	bool raw;          /* true: skip the model's Normalize module (Dense modules still run),
+			    * out holds the raw pooled vectors (the caller normalizes per request;
+			    * classifiers unaffected) */
 	float *hidden_out; /* (cu_seqlens[n_seq], hidden_size) float32 host, caller-owned, or NULL:
 			    * the encoder's last hidden state of every token in packed order, no
 			    * pooling (TEI /embed_all). Layout modes give the same rows. */

@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from ._lib import RG_OK, ModelParams, c_free, lib, library_path
+from ._lib import RG_OK, ModelBatch, ModelParams, RunOptions, c_free, lib, library_path
 
 __version__ = "0.1.0"
 __all__ = ["Model", "RaggedError", "library_path", "resolve_model", "__version__"]
@@ -191,10 +191,10 @@ class Model:
             tokens); the result does not depend on it beyond float32 rounding.
         normalize: True (default) returns unit L2 rows (the model's own Normalize module, or
             rows divided by their norm here, with a 1e-12 floor as torch's F.normalize);
-            False returns the raw pooled vector. libragged 0.1.0 has no switch to skip a model's
-            Normalize module, so normalize=False on such a model raises ValueError rather than
-            return unit vectors unasked. For a sequence classifier (num_labels > 0) the rows are
-            its raw scores and only normalize=False is accepted.
+            False returns the raw pooled vector (after any Dense module), the model's
+            Normalize module skipped, as `ragged serve` answers "normalize": false. For a
+            sequence classifier (num_labels > 0) the rows are its raw scores and only
+            normalize=False is accepted.
         Returns numpy.ndarray float32, C order. Errors: TypeError (not str), ValueError (bad
         argument), RaggedError (a text longer than max_seq_len with truncate=False, ...).
         """
@@ -205,10 +205,6 @@ class Model:
         if normalize and self.num_labels:
             raise ValueError("normalize=True: this model is a sequence classifier; its rows are "
                              "raw scores (pass normalize=False)")
-        if not normalize and self.normalizes:
-            raise ValueError("normalize=False: this model ends in a Normalize module, which "
-                             "libragged applies inside the model; the raw pooled vector is not "
-                             "available from this library version")
         out = np.empty((len(texts), self.output_dim), np.float32)
         with self._lock:
             ids = [self._tokenize(t, k) for k, t in enumerate(texts)]
@@ -227,8 +223,10 @@ class Model:
                 cu = np.zeros(j - i + 1, np.int32)
                 np.cumsum([len(x) for x in ids[i:j]], dtype=np.int32, out=cu[1:])
                 rows = out[i:j]  # contiguous: whole rows of a C-order array
-                st = l.rg_model_embed(h, tokens.ctypes.data, cu.ctypes.data, j - i,
-                                      rows.ctypes.data)
+                batch = ModelBatch(tokens.ctypes.data, None, cu.ctypes.data, j - i, None)
+                opts = RunOptions(not normalize, None)  # raw: the Normalize module skipped
+                st = l.rg_model_run_ex(h, ctypes.byref(batch), ctypes.byref(opts),
+                                       rows.ctypes.data)
                 if st != RG_OK:
                     raise _error(st, f"inputs {i}-{j - 1}: ")
                 i = j

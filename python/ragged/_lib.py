@@ -21,7 +21,9 @@ RG_OK = 0
 class ModelParams(ctypes.Structure):
     """rg_model_params."""
     _fields_ = [("device", ctypes.c_int), ("device_index", ctypes.c_int),
-                ("dtype", ctypes.c_int), ("max_batch_tokens", ctypes.c_int)]
+                ("dtype", ctypes.c_int), ("max_batch_tokens", ctypes.c_int),
+                ("pooling_set", ctypes.c_bool), ("pooling", ctypes.c_int),
+                ("dense_dir", ctypes.c_char_p)]
 
 
 class ModelInfo(ctypes.Structure):
@@ -36,6 +38,18 @@ class ModelInfo(ctypes.Structure):
                 ("max_batch_tokens", ctypes.c_int), ("max_seq_len", ctypes.c_int),
                 ("num_labels", ctypes.c_int), ("labels", ctypes.POINTER(ctypes.c_char_p)),
                 ("multi_label", ctypes.c_bool), ("output_dim", ctypes.c_int)]
+
+
+class ModelBatch(ctypes.Structure):
+    """rg_model_batch."""
+    _fields_ = [("tokens", ctypes.c_void_p), ("token_types", ctypes.c_void_p),
+                ("cu_seqlens", ctypes.c_void_p), ("n_seq", ctypes.c_int),
+                ("layout", ctypes.c_void_p)]
+
+
+class RunOptions(ctypes.Structure):
+    """rg_run_options."""
+    _fields_ = [("raw", ctypes.c_bool), ("hidden_out", ctypes.c_void_p)]
 
 
 _lock = threading.Lock()
@@ -88,6 +102,8 @@ def _bind(l):
     l.rg_model_tokenize.argtypes = [c_void_p, c_char_p, c_size_t, ctypes.c_bool,
                                     ctypes.POINTER(c_void_p), ctypes.POINTER(c_size_t)]
     l.rg_model_embed.argtypes = [c_void_p, c_void_p, c_void_p, c_int, c_void_p]
+    l.rg_model_run_ex.argtypes = [c_void_p, ctypes.POINTER(ModelBatch),
+                                  ctypes.POINTER(RunOptions), c_void_p]
     # the rest return rg_status: ctypes' default restype, int
 
 

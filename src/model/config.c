@@ -575,12 +575,14 @@ rg_status rg_pooling_config_load(const char *dir, rg_pooling *mode, bool *normal
 			pool_path = mpath;
 		} else if (ends_with(type, "models.Normalize")) {
 			*normalize = true;
+		} else if (ends_with(type, "models.Dense")) {
+			continue; /* run after pooling (rg_dense_config_load) */
 		} else {
 			/* a Dense or other module would change the embedding: refuse rather than
 			 * silently return something else */
 			s = rg_errorf(RG_ERR_UNSUPPORTED,
 				      "%s: module type \"%s\" is not supported (Transformer, Pooling, "
-				      "Normalize)",
+				      "Dense, Normalize)",
 				      path, type);
 			goto out_put_root;
 		}
@@ -590,6 +592,128 @@ rg_status rg_pooling_config_load(const char *dir, rg_pooling *mode, bool *normal
 	if (s != RG_OK)
 		*normalize = false;
 out_put_root:
+	json_object_put(root);
+out_free_path:
+	free(path);
+	return s;
+}
+
+/* One Dense module's <dir>/<module>/config.json into d. */
+static rg_status dense_load(const char *dir, const char *module, rg_dense_config *d)
+{
+	static const struct {
+		const char *name;
+		rg_dense_act act;
+	} acts[] = {{".Identity", RG_DENSE_IDENTITY}, {".Tanh", RG_DENSE_TANH},
+		    {".ReLU", RG_DENSE_RELU}, {".Sigmoid", RG_DENSE_SIGMOID},
+		    {".GELU", RG_DENSE_GELU}};
+	char *mdir, *path;
+	json_object *root = NULL, *v;
+	const char *act;
+	size_t k;
+	rg_status s;
+
+	if (!module_path_ok(module) || strlen(module) >= sizeof(d->path))
+		return rg_errorf(RG_ERR_FORMAT, "%s: Dense module path \"%s\" leaves the model "
+				 "directory or is too long", dir, module);
+	snprintf(d->path, sizeof(d->path), "%s", module);
+	mdir = rg_path_join(dir, module);
+	path = mdir ? rg_path_join(mdir, "config.json") : NULL;
+	free(mdir);
+	if (!path)
+		return rg_errorf(RG_ERR_OOM, "%s: out of memory", dir);
+	if ((s = rg_json_read_file(path, RG_CFG_MAX_FILE, &root)) != RG_OK)
+		goto out_free_path;
+	s = RG_ERR_FORMAT;
+	if (!json_object_is_type(root, json_type_object)) {
+		rg_errorf(s, "%s: top level is not an object", path);
+		goto out_put_root;
+	}
+	for (int i = 0; i < 2; i++) {
+		const char *key = i ? "out_features" : "in_features";
+		int64_t x;
+
+		if (!json_object_object_get_ex(root, key, &v) ||
+		    !json_object_is_type(v, json_type_int) ||
+		    (x = json_object_get_int64(v)) < 1 || x > (1 << 20)) {
+			rg_errorf(s, "%s: \"%s\" must be an integer in [1, %d]", path, key, 1 << 20);
+			goto out_put_root;
+		}
+		*(i ? &d->out_features : &d->in_features) = (int)x;
+	}
+	d->bias = true; /* sentence-transformers' default */
+	if (json_object_object_get_ex(root, "bias", &v)) {
+		if (!json_object_is_type(v, json_type_boolean)) {
+			rg_errorf(s, "%s: \"bias\" must be a boolean", path);
+			goto out_put_root;
+		}
+		d->bias = json_object_get_boolean(v);
+	}
+	act = "torch.nn.modules.activation.Tanh"; /* sentence-transformers' default */
+	if (json_object_object_get_ex(root, "activation_function", &v)) {
+		if (!json_object_is_type(v, json_type_string)) {
+			rg_errorf(s, "%s: \"activation_function\" must be a string", path);
+			goto out_put_root;
+		}
+		act = json_object_get_string(v);
+	}
+	for (k = 0; k < sizeof(acts) / sizeof(acts[0]) && !ends_with(act, acts[k].name); k++)
+		;
+	if (k == sizeof(acts) / sizeof(acts[0])) {
+		rg_errorf(RG_ERR_UNSUPPORTED, "%s: activation_function \"%s\" is not supported "
+			  "(Identity, Tanh, ReLU, Sigmoid, GELU)", path, act);
+		s = RG_ERR_UNSUPPORTED;
+		goto out_put_root;
+	}
+	d->act = acts[k].act;
+	s = RG_OK;
+out_put_root:
+	json_object_put(root);
+out_free_path:
+	free(path);
+	return s;
+}
+
+rg_status rg_dense_config_load(const char *dir, const char *override, rg_dense_config *d, int *n)
+{
+	char *path;
+	json_object *root = NULL;
+	struct stat sb;
+	size_t len;
+	rg_status s = RG_OK;
+
+	*n = 0;
+	if (override) {
+		if ((s = dense_load(dir, override, &d[0])) == RG_OK)
+			*n = 1;
+		return s;
+	}
+	path = rg_path_join(dir, "modules.json");
+	if (!path)
+		return rg_errorf(RG_ERR_OOM, "%s: out of memory", dir);
+	if (stat(path, &sb) != 0 && errno == ENOENT)
+		goto out_free_path;
+	if ((s = rg_json_read_file(path, RG_CFG_MAX_FILE, &root)) != RG_OK)
+		goto out_free_path;
+	len = json_object_is_type(root, json_type_array) ? json_object_array_length(root) : 0;
+	for (size_t i = 0; i < len && s == RG_OK; i++) {
+		json_object *m = json_object_array_get_idx(root, i), *jt, *jp;
+
+		/* rg_pooling_config_load has checked the modules' shape */
+		if (!json_object_object_get_ex(m, "type", &jt) ||
+		    !json_object_object_get_ex(m, "path", &jp) ||
+		    !ends_with(json_object_get_string(jt), "models.Dense"))
+			continue;
+		if (*n == RG_MAX_DENSE) {
+			s = rg_errorf(RG_ERR_UNSUPPORTED, "%s: more than %d Dense modules", path,
+				      RG_MAX_DENSE);
+			break;
+		}
+		if ((s = dense_load(dir, json_object_get_string(jp), &d[*n])) == RG_OK)
+			(*n)++;
+	}
+	if (s != RG_OK)
+		*n = 0;
 	json_object_put(root);
 out_free_path:
 	free(path);

@@ -147,4 +147,33 @@ typedef struct rg_decoder_config {
 	int bos_token_id, eos_token_id; /* -1 when config.json has none */
 } rg_decoder_config;
 
+/* sentence-transformers Dense modules (models.Dense, e.g. 2_Dense): out = act(W x + b) on the
+ * pooled vector, before Normalize. path/config.json: {"in_features", "out_features", "bias",
+ * "activation_function": "torch.nn.modules.linear.Identity" | "...activation.Tanh" | "...ReLU" |
+ * "...Sigmoid" | "...GELU"}; weights in path/model.safetensors ("linear.weight" (out, in),
+ * "linear.bias" (out)), loaded by model.c. */
+#define RG_MAX_DENSE 4
+typedef enum rg_dense_act {
+	RG_DENSE_IDENTITY,
+	RG_DENSE_TANH,
+	RG_DENSE_RELU,
+	RG_DENSE_SIGMOID,
+	RG_DENSE_GELU,
+} rg_dense_act;
+
+typedef struct rg_dense_config {
+	char path[256];          /* module directory, relative to the model's */
+	int in_features, out_features;
+	bool bias;
+	rg_dense_act act;
+} rg_dense_config;
+
+/* The Dense modules of <dir>/modules.json, in order, into d[0..*n) (*n = 0 without any or
+ * without modules.json). override: NULL, or one module directory that replaces them (TEI's
+ * --dense-path, e.g. "2_Dense_1024"). Errors name the file and key: RG_ERR_FORMAT (malformed
+ * config, sizes not positive, a path leaving the model directory), RG_ERR_UNSUPPORTED (another
+ * activation, more than RG_MAX_DENSE modules), RG_ERR_IO (a missing config). The chain of sizes
+ * (in of one = out of the one before) is checked by the caller, which knows the hidden size. */
+rg_status rg_dense_config_load(const char *dir, const char *override, rg_dense_config *d, int *n);
+
 #endif

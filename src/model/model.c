@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/mem_plan.h"
 #include "core/safetensors.h"
 #include "model/config.h"
@@ -52,6 +53,9 @@ rg_model_params rg_model_params_default(void)
 	p.device_index = 0;
 	p.dtype = RG_DTYPE_AUTO;
 	p.max_batch_tokens = 16384;
+	p.pooling_set = false;
+	p.pooling = RG_POOL_MEAN;
+	p.dense_dir = NULL;
 	return p;
 }
 
@@ -270,6 +274,12 @@ void rg_model_free(rg_model *m)
 	free(m->head.b2);
 	free(m->head_in);
 	free(m->head_mid);
+	for (int k = 0; k < m->n_dense; k++) {
+		free(m->dense_w[k]);
+		free(m->dense_b[k]);
+	}
+	free(m->dense_buf[0]);
+	free(m->dense_buf[1]);
 	rg_head_config_free(&m->head_cfg);
 	free(m->tokens_h);
 	free(m->positions_h);
@@ -295,6 +305,97 @@ static rg_dtype resolve_dtype(const rg_model_params *p, const rg_st *w)
 	if (!t)
 		t = rg_st_find(w, "bert.embeddings.word_embeddings.weight");
 	return t && t->dtype == RG_DTYPE_BF16 ? RG_DTYPE_BF16 : RG_DTYPE_F16;
+}
+
+/* The sentence-transformers Dense modules of dir (or the one at dense_dir) into m: configs,
+ * f32 host weights from each module's model.safetensors, two scratch buffers of T rows. The
+ * sizes must chain from the hidden size: in_features of the first is hidden_size, of each
+ * next the out_features before it. Needs m->cfg. */
+static rg_status load_dense(rg_model *m, const char *dir, const char *dense_dir, int T)
+{
+	int n = 0, width = m->cfg.hidden_size;
+	rg_status s;
+
+	if ((s = rg_dense_config_load(dir, dense_dir, m->dense_cfg, &n)) != RG_OK)
+		return s;
+	for (int k = 0; k < n; k++) {
+		const rg_dense_config *d = &m->dense_cfg[k];
+		int want = k ? m->dense_cfg[k - 1].out_features : m->cfg.hidden_size;
+		char *mdir = rg_path_join(dir, d->path), *path;
+		rg_st *w = NULL;
+
+		if (!mdir)
+			return rg_errorf(RG_ERR_OOM, "out of host memory");
+		path = rg_path_join(mdir, "model.safetensors");
+		free(mdir);
+		if (!path)
+			return rg_errorf(RG_ERR_OOM, "out of host memory");
+		if (d->in_features != want) {
+			s = rg_errorf(RG_ERR_FORMAT, "%s/%s: in_features %d, but the vector it gets "
+				      "has %d", dir, d->path, d->in_features, want);
+		} else if ((s = rg_st_open_file(path, &w)) != RG_OK) {
+			char why[256];
+
+			snprintf(why, sizeof(why), "%s", rg_last_error());
+			s = rg_errorf(s, "%s (a Dense module's weights must be model.safetensors; "
+				      "pytorch_model.bin is not read)", why);
+		} else if ((s = rg_model_host_tensor(w, "linear.weight", d->out_features,
+						     d->in_features, &m->dense_w[k])) == RG_OK &&
+			   d->bias) {
+			s = rg_model_host_tensor(w, "linear.bias", d->out_features, -1,
+						 &m->dense_b[k]);
+		}
+		m->n_dense = k + 1; /* what is allocated is freed with the model */
+		rg_st_free(w);
+		free(path);
+		if (s != RG_OK)
+			return s;
+		if (d->out_features > width)
+			width = d->out_features;
+	}
+	if (!n)
+		return RG_OK;
+	for (int k = 0; k < 2; k++) {
+		m->dense_buf[k] = malloc((size_t)T * (size_t)width * sizeof(float));
+		if (!m->dense_buf[k])
+			return rg_errorf(RG_ERR_OOM, "cannot allocate the Dense modules' buffers");
+	}
+	return RG_OK;
+}
+
+/* The Dense modules on n pooled rows x (n, hidden_size) in m->dense_buf[0]; the last writes
+ * out (n, output_dim). sentence-transformers' Dense: act(x W^T + b). */
+static void run_dense(rg_model *m, int n, float *out)
+{
+	const float *x = m->dense_buf[0];
+
+	for (int k = 0; k < m->n_dense; k++) {
+		const rg_dense_config *d = &m->dense_cfg[k];
+		float *y = k == m->n_dense - 1 ? out : m->dense_buf[(k + 1) % 2];
+		size_t len = (size_t)n * (size_t)d->out_features;
+
+		rg_host_linear(x, n, d->in_features, m->dense_w[k], m->dense_b[k], d->out_features,
+			       y);
+		for (size_t i = 0; i < len; i++) {
+			switch (d->act) {
+			case RG_DENSE_IDENTITY:
+				break;
+			case RG_DENSE_TANH:
+				y[i] = tanhf(y[i]);
+				break;
+			case RG_DENSE_RELU:
+				y[i] = y[i] > 0.f ? y[i] : 0.f;
+				break;
+			case RG_DENSE_SIGMOID:
+				y[i] = 1.f / (1.f + expf(-y[i]));
+				break;
+			case RG_DENSE_GELU: /* torch.nn.GELU's default: the exact erf form */
+				y[i] = 0.5f * y[i] * (1.f + erff(y[i] * 0.70710678f));
+				break;
+			}
+		}
+		x = y;
+	}
 }
 
 rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_status *st)
@@ -352,11 +453,21 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 		goto out_free_model;
 	if ((s = rg_pooling_config_load(dir, &pooling, &normalize)) != RG_OK)
 		goto out_free_model;
+	if (p.pooling_set) {
+		if (p.pooling < RG_POOL_MEAN || p.pooling > RG_POOL_MAX) {
+			s = rg_errorf(RG_ERR_INVALID_INPUT, "pooling %d is not an rg_pooling",
+				      (int)p.pooling);
+			goto out_free_model;
+		}
+		pooling = p.pooling;
+	}
 	if ((s = rg_head_config_load(dir, &m->head_cfg)) != RG_OK)
 		goto out_free_model;
 	if (m->head_cfg.classifier) { /* the head reads the first token's hidden state */
 		pooling = RG_POOL_CLS;
 		normalize = false;
+	} else if ((s = load_dense(m, dir, p.dense_dir, p.max_batch_tokens)) != RG_OK) {
+		goto out_free_model;
 	}
 	if ((s = rg_tokenizer_load(dir, &m->tok)) != RG_OK)
 		goto out_free_model;
@@ -431,7 +542,9 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 	m->info.num_labels = m->head_cfg.classifier ? m->head_cfg.num_labels : 0;
 	m->info.labels = (const char *const *)m->head_cfg.labels;
 	m->info.multi_label = m->head_cfg.multi_label;
-	m->info.output_dim = m->info.num_labels ? m->info.num_labels : m->cfg.hidden_size;
+	m->info.output_dim = m->info.num_labels ? m->info.num_labels
+			     : m->n_dense ? m->dense_cfg[m->n_dense - 1].out_features
+					  : m->cfg.hidden_size;
 	m->info.kind = RG_MODEL_ENCODER;
 	m->info.num_key_value_heads = m->cfg.num_attention_heads;
 	m->info.head_dim = m->cfg.hidden_size / m->cfg.num_attention_heads;
@@ -1052,7 +1165,8 @@ rg_status rg_model_run(rg_model *m, const rg_model_batch *b, float *out)
 }
 
 /* The pooling never normalizes on the device (one graph per bucket whatever the options); the
- * model's Normalize module runs here, on the host, unless opt->raw. */
+ * model's Dense modules (sentence-transformers 2_Dense) and its Normalize module run here, on
+ * the host, the Normalize unless opt->raw. */
 rg_status rg_model_run_ex(rg_model *m, const rg_model_batch *b, const rg_run_options *opt,
 			  float *out)
 {
@@ -1069,18 +1183,22 @@ rg_status rg_model_run_ex(rg_model *m, const rg_model_batch *b, const rg_run_opt
 	    b->layout->mode != RG_EXEC_CONCAT && b->layout->mode != RG_EXEC_SLOTTED)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "unknown execution mode %d",
 				 (int)b->layout->mode);
-	dst = m->head_cfg.classifier ? m->head_in : out;
+	dst = m->head_cfg.classifier ? m->head_in : m->n_dense ? m->dense_buf[0] : out;
 	if (!b->layout || b->layout->mode == RG_EXEC_PACKED)
 		s = run_packed(m, b->tokens, b->token_types, b->cu_seqlens, b->n_seq, dst,
 			       hidden_out);
 	else
 		s = run_layout(m, b->tokens, b->token_types, b->cu_seqlens, b->n_seq, b->layout,
 			       dst, hidden_out);
-	if (s == RG_OK && m->head_cfg.classifier)
+	if (s == RG_OK && m->head_cfg.classifier) {
 		rg_cls_head_apply(&m->head, m->cfg.hidden_size, m->head_cfg.num_labels, b->n_seq,
 				  m->head_in, m->head_mid, out);
-	else if (s == RG_OK && m->info.normalize && !(opt && opt->raw))
-		l2_normalize_rows(out, b->n_seq, m->cfg.hidden_size);
+		return s;
+	}
+	if (s == RG_OK && m->n_dense)
+		run_dense(m, b->n_seq, out);
+	if (s == RG_OK && m->info.normalize && !(opt && opt->raw))
+		l2_normalize_rows(out, b->n_seq, m->info.output_dim);
 	return s;
 }
 

@@ -116,6 +116,13 @@ struct rg_model {
 	rg_cls_head head;         /* classifiers only */
 	float *head_in;           /* (max_tokens, H) f32 host: pooled first tokens (classifiers) */
 	float *head_mid;          /* (max_tokens, H) f32 host: after the dense layer */
+	/* sentence-transformers Dense modules after pooling, on the host in f32 (embeddings) */
+	int n_dense;
+	rg_dense_config dense_cfg[RG_MAX_DENSE];
+	float *dense_w[RG_MAX_DENSE];  /* (out_features, in_features) as nn.Linear keeps it */
+	float *dense_b[RG_MAX_DENSE];  /* (out_features), NULL without bias */
+	float *dense_buf[2];      /* (max_tokens, widest) f32 host: pooled rows, then between
+				   * modules */
 	rg_tokenizer *tok;
 	rg_backend *be;
 	size_t esz;              /* bytes per act element */

@@ -145,14 +145,16 @@ void rg_metrics_answered(rg_metrics *m, uint64_t *total, uint64_t *ok)
 	*ok = k;
 }
 
-static void render_series(rg_buf *o, const char *name, const char *label, const rg_hist *h)
+/* One histogram series, bounds and sum multiplied by scale (1e-3: ms as TEI's seconds). */
+static void render_series_scaled(rg_buf *o, const char *name, const char *label,
+				 const rg_hist *h, double scale)
 {
 	uint64_t cum = 0;
 	size_t ll = strlen(label);
 
 	for (int i = 0; i < h->n; i++) {
 		cum += h->count[i];
-		rg_buf_printf(o, "%s_bucket{%sle=\"%g\"} %llu\n", name, label, h->le[i],
+		rg_buf_printf(o, "%s_bucket{%sle=\"%g\"} %llu\n", name, label, h->le[i] * scale,
 			       (unsigned long long)cum);
 	}
 	cum += h->count[h->n];
@@ -160,11 +162,16 @@ static void render_series(rg_buf *o, const char *name, const char *label, const 
 	/* _sum and _count carry the label without its trailing comma */
 	if (ll)
 		rg_buf_printf(o, "%s_sum{%.*s} %.6f\n%s_count{%.*s} %llu\n", name, (int)ll - 1,
-			       label, h->sum, name, (int)ll - 1, label,
+			       label, h->sum * scale, name, (int)ll - 1, label,
 			       (unsigned long long)h->total);
 	else
-		rg_buf_printf(o, "%s_sum %.6f\n%s_count %llu\n", name, h->sum, name,
+		rg_buf_printf(o, "%s_sum %.9g\n%s_count %llu\n", name, h->sum * scale, name,
 			       (unsigned long long)h->total);
+}
+
+static void render_series(rg_buf *o, const char *name, const char *label, const rg_hist *h)
+{
+	render_series_scaled(o, name, label, h, 1.0);
 }
 
 static void render_hist(rg_buf *o, const char *name, const char *help, const rg_hist *h)
@@ -188,6 +195,73 @@ static void render_counter(rg_buf *o, const char *name, const char *help, uint64
 {
 	rg_buf_printf(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
 		       (unsigned long long)v);
+}
+
+static void render_gauge_or_counter(rg_buf *o, const char *name, const char *type, double v)
+{
+	rg_buf_printf(o, "# TYPE %s %s\n%s %.17g\n", name, type, name, v);
+}
+
+/* Requests of route r answered, and those answered 2xx. */
+static void route_counts(const rg_metrics *s, rg_route r, uint64_t *all, uint64_t *ok)
+{
+	*all = *ok = 0;
+	for (int c = 0; c < RG_METRICS_N_CODES; c++) {
+		*all += s->requests[r][c];
+		if (codes[c] / 100 == 2)
+			*ok += s->requests[r][c];
+	}
+}
+
+/* TEI's metric names (text-embeddings-router), so that its dashboards carry over: the same
+ * counts as ragged's own, durations in seconds from the 2xx histograms (TEI observes them on
+ * success), one series each (TEI's method/err labels are not kept). */
+static void render_tei(rg_buf *o, const rg_metrics *s, int queue_depth)
+{
+	static const struct {
+		const char *prefix;
+		rg_route route[2];
+	} kinds[] = {{"te_embed", {RG_ROUTE_EMBED, RG_ROUTE_OPENAI}},
+		     {"te_embed_all", {RG_ROUTE_EMBED_ALL, RG_ROUTE_EMBED_ALL}},
+		     {"te_predict", {RG_ROUTE_PREDICT, RG_ROUTE_PREDICT}},
+		     {"te_rerank", {RG_ROUTE_RERANK, RG_ROUTE_RERANK}},
+		     {"te_similarity", {RG_ROUTE_SIMILARITY, RG_ROUTE_SIMILARITY}}};
+	uint64_t all = 0, ok = 0;
+	char name[64];
+
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+		uint64_t a = 0, g = 0;
+
+		for (int j = 0; j < (kinds[k].route[0] == kinds[k].route[1] ? 1 : 2); j++) {
+			uint64_t a1, g1;
+
+			route_counts(s, kinds[k].route[j], &a1, &g1);
+			a += a1;
+			g += g1;
+		}
+		all += a;
+		ok += g;
+		snprintf(name, sizeof(name), "%s_count", kinds[k].prefix);
+		render_gauge_or_counter(o, name, "counter", (double)a);
+		snprintf(name, sizeof(name), "%s_success", kinds[k].prefix);
+		render_gauge_or_counter(o, name, "counter", (double)g);
+		snprintf(name, sizeof(name), "%s_failure", kinds[k].prefix);
+		render_gauge_or_counter(o, name, "counter", (double)(a - g));
+	}
+	render_gauge_or_counter(o, "te_request_count", "counter", (double)all);
+	render_gauge_or_counter(o, "te_request_success", "counter", (double)ok);
+	render_gauge_or_counter(o, "te_request_failure", "counter", (double)(all - ok));
+	rg_buf_puts(o, "# TYPE te_request_duration histogram\n");
+	render_series_scaled(o, "te_request_duration", "", &s->total_ms[0], 1e-3);
+	rg_buf_puts(o, "# TYPE te_request_queue_duration histogram\n");
+	render_series_scaled(o, "te_request_queue_duration", "", &s->queue_ms[0], 1e-3);
+	rg_buf_puts(o, "# TYPE te_request_inference_duration histogram\n");
+	render_series_scaled(o, "te_request_inference_duration", "", &s->inference_ms[0], 1e-3);
+	rg_buf_puts(o, "# TYPE te_batch_next_size histogram\n");
+	render_series(o, "te_batch_next_size", "", &s->batch_size);
+	rg_buf_puts(o, "# TYPE te_batch_next_tokens histogram\n");
+	render_series(o, "te_batch_next_tokens", "", &s->batch_tokens);
+	render_gauge_or_counter(o, "te_queue_size", "gauge", queue_depth);
 }
 
 void rg_metrics_render(rg_metrics *m, rg_buf *o, int queue_depth, size_t mem_used,
@@ -258,6 +332,7 @@ void rg_metrics_render(rg_metrics *m, rg_buf *o, int queue_depth, size_t mem_use
 		       s.dropped_disconnected);
 	render_counter(o, "ragged_expired_total", "Requests whose deadline passed in the queue.",
 		       s.expired);
+	render_tei(o, &s, queue_depth);
 	rg_buf_printf(o, "# HELP ragged_device_memory_used_bytes Memory in use on the model's "
 			  "devices, summed (RSS on CPU).\n# TYPE ragged_device_memory_used_bytes gauge\n"
 			  "ragged_device_memory_used_bytes %zu\n", mem_used);

@@ -22,6 +22,7 @@ typedef enum {
 	OPT_DEVLIST, /* devices/n_devices: distinct CUDA ordinals, comma-separated */
 	OPT_DTYPE,  /* rg_dtype (rg_dtype_parse) */
 	OPT_SCHED,  /* const char * naming an rg_sched_kind */
+	OPT_POOL,   /* rg_pooling (mean|cls|max); sets pooling_set */
 } opt_kind;
 
 typedef struct {
@@ -55,9 +56,9 @@ static const opt_spec g_opts[] = {
 	{"--max-batch-requests", "N", OPT_INT, F(max_batch_requests), 1, 1 << 16, NULL,
 	 "sequences per batch"},
 	{"--max-queue", "N", OPT_INT, F(max_queue), 1, 1 << 24, "1024",
-	 "sequences waiting at most; more -> 429"},
-	{"--max-inputs", "N", OPT_INT, F(max_inputs), 1, 1 << 20, "512",
-	 "inputs per request; more -> 413"},
+	 "sequences waiting at most, raised to --max-inputs unless given; more -> 429"},
+	{"--max-inputs", "N", OPT_INT, F(max_inputs), 1, 1 << 20, "2048",
+	 "inputs per request (OpenAI's limit); more -> 413"},
 	{"--max-client-batch-tokens", "N", OPT_INT, F(max_client_batch_tokens), 1, 1 << 30,
 	 "131072", "tokens per request, all inputs together; more -> 413"},
 	{"--max-batch-ms", "X", OPT_DOUBLE, F(max_batch_ms), 0, 1e7, "100",
@@ -121,10 +122,111 @@ static const opt_spec g_opts[] = {
 	 "testing: and this per computed token (a slow device)"},
 	{"--cpu-replicas", "N", OPT_INT, F(cpu_replicas), 1, RG_SERVE_MAX_DEVICES, "1",
 	 "testing: N CPU models behind the one queue, as --devices runs GPUs"},
+	/* TEI's options (text-embeddings-router's main.rs) that ragged had no spelling for */
+	{"--served-model-name", "NAME", OPT_STR, F(served_model_name), 0, 0, NULL,
+	 "the model's name in /info, /v1/models and OpenAI answers (default: the model id)"},
+	{"--pooling", "mean|cls|max", OPT_POOL, F(pooling), 0, 0, NULL,
+	 "pooling of an embedding model, instead of 1_Pooling/config.json's"},
+	{"--auto-truncate", NULL, OPT_FLAG, F(auto_truncate), 0, 0, NULL,
+	 "truncate over-long inputs unless a request sets \"truncate\": false"},
+	{"--default-prompt-name", "NAME", OPT_STR, F(default_prompt_name), 0, 0, NULL,
+	 "prompt (of config_sentence_transformers.json) for requests that name none"},
+	{"--default-prompt", "TEXT", OPT_STR, F(default_prompt), 0, 0, NULL,
+	 "prompt text prepended to the inputs of requests that name no prompt"},
+	{"--json-output", NULL, OPT_FLAG, F(json_output), 0, 0, NULL,
+	 "log lines on stderr as JSON objects {timestamp, level, message, target}"},
+	{"--huggingface-hub-cache", "DIR", OPT_STR, F(hub_cache), 0, 0, NULL,
+	 "the Hugging Face hub cache that model ids are looked up in (HF_HUB_CACHE)"},
+	{"--device-id", "N", OPT_INT, F(device_id), 0, 255, "0",
+	 "CUDA ordinal to serve on when --devices is not given"},
+	{"--dense-path", "DIR", OPT_STR, F(dense_path), 0, 0, NULL,
+	 "the model's sentence-transformers Dense module directory, e.g. 2_Dense_1024 "
+	 "(default: modules.json's)"},
+	{"--revision", "REV", OPT_STR, F(revision), 0, 0, NULL,
+	 "TEI: accepted, not used (ragged downloads nothing; the cache's snapshot is served)"},
+	{"--tokenization-workers", "N", OPT_INT, F(tokenization_workers), 1, 1 << 16, NULL,
+	 "TEI: accepted, not used (the HTTP threads tokenize)"},
+	{"--max-concurrent-requests", "N", OPT_INT, F(max_concurrent_requests), 1, 1 << 24, NULL,
+	 "requests queued or running at most (TEI's); more -> 429 (default: --max-queue alone)"},
+	{"--hf-token", "TOKEN", OPT_STR, F(hf_token), 0, 0, NULL,
+	 "TEI: accepted, not used (ragged downloads nothing)"},
+	{"--hf-api-token", "TOKEN", OPT_STR, F(hf_api_token), 0, 0, NULL,
+	 "TEI: accepted, not used (ragged downloads nothing)"},
+	{"--uds-path", "PATH", OPT_STR, F(uds_path), 0, 0, NULL,
+	 "TEI: accepted, not used (no backend process)"},
+	{"--otlp-endpoint", "URL", OPT_STR, F(otlp_endpoint), 0, 0, NULL,
+	 "TEI: accepted, not used (no OpenTelemetry export)"},
+	{"--otlp-service-name", "NAME", OPT_STR, F(otlp_service_name), 0, 0, NULL,
+	 "TEI: accepted, not used"},
+	{"--prometheus-port", "N", OPT_INT, F(prometheus_port), 0, 65535, NULL,
+	 "TEI: accepted, not used (metrics are on /metrics of --port)"},
+	{"--disable-spans", NULL, OPT_FLAG, F(disable_spans), 0, 0, NULL,
+	 "TEI: accepted, not used"},
 };
 #undef F
 
 #define N_OPTS (sizeof(g_opts) / sizeof(g_opts[0]))
+
+/* TEI's spellings of the table's options (text-embeddings-router's main.rs: its option -> the
+ * row's name); TEI's variable is named after its option ("--model-id" -> MODEL_ID). The rows
+ * added for TEI above carry TEI's own names. TEI's one short option, -p, is --port. */
+static const struct {
+	const char *tei, *name;
+} g_tei[] = {
+	{"--model-id", "--model"},
+	{"--hostname", "--host"},
+	{"--port", "--port"},
+	{"--dtype", "--dtype"},
+	{"--max-batch-tokens", "--max-batch-tokens"},
+	{"--max-batch-requests", "--max-batch-requests"},
+	{"--max-client-batch-size", "--max-inputs"},
+	{"--payload-limit", "--max-body-bytes"},
+	{"--api-key", "--api-key"},
+	{"--cors-allow-origin", "--cors-allow-origin"},
+	{"--served-model-name", "--served-model-name"},
+	{"--pooling", "--pooling"},
+	{"--auto-truncate", "--auto-truncate"},
+	{"--default-prompt-name", "--default-prompt-name"},
+	{"--default-prompt", "--default-prompt"},
+	{"--json-output", "--json-output"},
+	{"--huggingface-hub-cache", "--huggingface-hub-cache"},
+	{"--device-id", "--device-id"},
+	{"--dense-path", "--dense-path"},
+	{"--revision", "--revision"},
+	{"--tokenization-workers", "--tokenization-workers"},
+	{"--max-concurrent-requests", "--max-concurrent-requests"},
+	{"--hf-token", "--hf-token"},
+	{"--hf-api-token", "--hf-api-token"},
+	{"--uds-path", "--uds-path"},
+	{"--otlp-endpoint", "--otlp-endpoint"},
+	{"--otlp-service-name", "--otlp-service-name"},
+	{"--prometheus-port", "--prometheus-port"},
+	{"--disable-spans", "--disable-spans"},
+};
+
+/* TEI's long spelling of an option, NULL when TEI has none. */
+static const char *tei_name(const opt_spec *s)
+{
+	for (size_t k = 0; k < sizeof(g_tei) / sizeof(g_tei[0]); k++)
+		if (!strcmp(g_tei[k].name, s->name))
+			return g_tei[k].tei;
+	return NULL;
+}
+
+/* The row of a name of length len (ragged's or TEI's spelling), NULL when none. */
+static const opt_spec *find_spec(const char *a, size_t len)
+{
+	for (size_t k = 0; k < sizeof(g_tei) / sizeof(g_tei[0]); k++)
+		if (strlen(g_tei[k].tei) == len && !strncmp(a, g_tei[k].tei, len)) {
+			a = g_tei[k].name;
+			len = strlen(a);
+			break;
+		}
+	for (size_t k = 0; k < N_OPTS; k++)
+		if (strlen(g_opts[k].name) == len && !strncmp(a, g_opts[k].name, len))
+			return &g_opts[k];
+	return NULL;
+}
 
 static bool parse_long(const char *v, double lo, double hi, long *out)
 {
@@ -233,7 +335,23 @@ static bool set_value(const opt_spec *s, const char *v, rg_serve_opts *o)
 	case OPT_DEVLIST:
 		return parse_devices(v, o);
 	case OPT_DTYPE:
+		/* TEI's spellings (its DType value enum) beside ragged's */
+		if (v && !strcmp(v, "float32"))
+			v = "fp32";
+		else if (v && !strcmp(v, "float16"))
+			v = "fp16";
+		else if (v && !strcmp(v, "bfloat16"))
+			v = "bf16";
 		return v && rg_dtype_parse(v, (rg_dtype *)field) == RG_OK;
+	case OPT_POOL:
+		for (rg_pooling p = RG_POOL_MEAN; v && p <= RG_POOL_MAX; p++) {
+			if (!strcmp(v, rg_pooling_name(p))) {
+				*(rg_pooling *)field = p;
+				o->pooling_set = true;
+				return true;
+			}
+		}
+		return false; /* TEI's splade and last-token are not pooling modes ragged has */
 	case OPT_SCHED:
 		if (!v || rg_sched_kind_parse(v, &k) != RG_OK)
 			return false;
@@ -302,6 +420,7 @@ static void default_text(const opt_spec *s, const rg_serve_opts *d, char *buf, s
 	case OPT_DEVLIST:
 	case OPT_DTYPE:
 	case OPT_SCHED:
+	case OPT_POOL:
 		return;
 	}
 }
@@ -316,6 +435,17 @@ static void env_name(const opt_spec *s, char *buf, size_t n)
 	buf[k] = '\0';
 }
 
+/* TEI's variable of an option: "--model-id" -> "MODEL_ID"; "" when TEI has none. */
+static void tei_env_name(const opt_spec *s, char *buf, size_t n)
+{
+	const char *tei = tei_name(s);
+	size_t k = 0;
+
+	for (const char *p = tei ? tei + 2 : ""; *p && k + 1 < n; p++)
+		buf[k++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+	buf[k] = '\0';
+}
+
 void rg_serve_usage(FILE *f)
 {
 	rg_serve_opts d;
@@ -324,9 +454,13 @@ void rg_serve_usage(FILE *f)
 	fprintf(f, "usage: ragged serve [options]\n"
 		   "Each option can also be set by the environment variable named after it in\n"
 		   "[brackets]; the command line wins over the environment.\n");
+	fprintf(f, "TEI's (text-embeddings-router's) spelling of an option and its variable work\n"
+		   "too (\"TEI: ...\" under the option); RAGGED_* wins over TEI's variables;\n"
+		   "-p N is --port N.\n");
 	for (size_t i = 0; i < N_OPTS; i++) {
 		const opt_spec *s = &g_opts[i];
-		char left[64], dflt[64], env[64];
+		char left[64], dflt[64], env[64], tenv[64], tei[128] = "";
+		const char *tn = tei_name(s);
 
 		snprintf(left, sizeof(left), "%s%s%s", s->name, s->metavar ? " " : "",
 			 s->metavar ? s->metavar : "");
@@ -335,7 +469,14 @@ void rg_serve_usage(FILE *f)
 		    s->off == offsetof(rg_serve_opts, max_connections_per_ip))
 			dflt[0] = '\0'; /* derived: the help line says how */
 		env_name(s, env, sizeof(env));
-		fprintf(f, "  %-26s %s%s [%s]\n", left, s->help, dflt, env);
+		tei_env_name(s, tenv, sizeof(tenv));
+		/* TEI's spelling on a line of its own: an option's line ends in "(default)
+		 * [RAGGED_X]", as scripts read it */
+		if (tn && strcmp(tn, s->name))
+			snprintf(tei, sizeof(tei), "  %-26s TEI: %s, %s\n", "", tn, tenv);
+		else if (tn)
+			snprintf(tei, sizeof(tei), "  %-26s TEI: %s\n", "", tenv);
+		fprintf(f, "  %-26s %s%s [%s]\n%s", left, s->help, dflt, env, tei);
 	}
 }
 
@@ -345,13 +486,23 @@ static int bad_value(const char *opt, const char *v)
 	return RG_SERVE_EXIT_USAGE;
 }
 
-/* A flag's value in the environment: 1/true/yes/on or 0/false/no/off, any case. */
+/* Record that an option whose default depends on another's was given (check_combinations). */
+static void mark_given(const opt_spec *s, rg_serve_opts *o)
+{
+	if (s->off == offsetof(rg_serve_opts, max_queue))
+		o->max_queue_set = true;
+	if (s->off == offsetof(rg_serve_opts, max_inputs))
+		o->max_inputs_set = true;
+}
+
+/* A flag's value in the environment: 1/true/yes/on/y/t or 0/false/no/off/n/f, any case. */
 static bool parse_env_flag(const char *v, bool *out)
 {
-	static const char *const on[] = {"1", "true", "yes", "on"};
-	static const char *const off[] = {"0", "false", "no", "off"};
+	/* y / t / n / f too: clap's words for TEI's flag variables (AUTO_TRUNCATE=t) */
+	static const char *const on[] = {"1", "true", "yes", "on", "y", "t"};
+	static const char *const off[] = {"0", "false", "no", "off", "n", "f"};
 
-	for (size_t i = 0; i < 4; i++) {
+	for (size_t i = 0; i < sizeof(on) / sizeof(on[0]); i++) {
 		if (!strcasecmp(v, on[i]) || !strcasecmp(v, off[i])) {
 			*out = !strcasecmp(v, on[i]);
 			return true;
@@ -360,10 +511,10 @@ static bool parse_env_flag(const char *v, bool *out)
 	return false;
 }
 
-/* Every option whose variable is set, in table order; -1 or RG_SERVE_EXIT_USAGE after a message
- * naming the variable. An empty value is an error (RAGGED_API_KEY= must not mean "no key"
- * by accident); unset the variable instead. */
-static int apply_env(rg_serve_opts *o)
+/* Every option whose variable (RAGGED_*, or with tei TEI's) is set, in table order; -1 or
+ * RG_SERVE_EXIT_USAGE after a message naming the variable. An empty value is an error
+ * (RAGGED_API_KEY= must not mean "no key" by accident); unset the variable instead. */
+static int apply_env(rg_serve_opts *o, bool tei)
 {
 	for (size_t i = 0; i < N_OPTS; i++) {
 		const opt_spec *s = &g_opts[i];
@@ -371,8 +522,11 @@ static int apply_env(rg_serve_opts *o)
 		char name[64];
 		bool on;
 
-		env_name(s, name, sizeof(name));
-		v = getenv(name);
+		if (tei)
+			tei_env_name(s, name, sizeof(name));
+		else
+			env_name(s, name, sizeof(name));
+		v = name[0] ? getenv(name) : NULL;
 		if (!v)
 			continue;
 		if (s->kind == OPT_FLAG) {
@@ -382,12 +536,13 @@ static int apply_env(rg_serve_opts *o)
 		} else if (!set_value(s, v, o)) {
 			return bad_value(name, v);
 		}
+		mark_given(s, o);
 	}
 	return -1;
 }
 
 /* Combinations no single option can refuse. */
-static int check_combinations(const rg_serve_opts *o)
+static int check_combinations(rg_serve_opts *o)
 {
 	if (o->max_buffered_bytes < o->max_body_bytes) {
 		fprintf(stderr, "ragged serve: --max-buffered-bytes (%zu) is below --max-body-bytes "
@@ -396,7 +551,14 @@ static int check_combinations(const rg_serve_opts *o)
 		return RG_SERVE_EXIT_USAGE;
 	}
 	/* admission counts sequences against --max-queue: a request of more inputs than the
-	 * queue holds could never be admitted and would get 429 forever */
+	 * queue holds could never be admitted and would get 429 forever. A default gives way: a
+	 * queue left at its default grows to hold one request of --max-inputs (TEI's
+	 * MAX_CLIENT_BATCH_SIZE=4096), --max-inputs left at its default shrinks to a given queue
+	 * (a unit written for the old default of 512 inputs, --max-queue 1024, still starts) */
+	if (o->max_inputs > o->max_queue && !o->max_queue_set)
+		o->max_queue = o->max_inputs;
+	else if (o->max_inputs > o->max_queue && !o->max_inputs_set)
+		o->max_inputs = o->max_queue;
 	if (o->max_inputs > o->max_queue) {
 		fprintf(stderr, "ragged serve: --max-inputs (%d) is above --max-queue (%d): a request "
 				"of more than %d inputs could never be queued and would get 429 "
@@ -415,6 +577,11 @@ static int check_combinations(const rg_serve_opts *o)
 				"models); --devices serves several GPUs\n");
 		return RG_SERVE_EXIT_USAGE;
 	}
+	if (o->default_prompt && o->default_prompt_name) { /* TEI: conflicts_with */
+		fprintf(stderr, "ragged serve: --default-prompt and --default-prompt-name cannot "
+				"go together\n");
+		return RG_SERVE_EXIT_USAGE;
+	}
 	return -1;
 }
 
@@ -429,22 +596,22 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 			return 0;
 		}
 	}
-	if ((rc = apply_env(o)) >= 0)
+	if ((rc = apply_env(o, true)) >= 0 || (rc = apply_env(o, false)) >= 0)
 		return rc;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *eq, *v = NULL;
 		const opt_spec *s = NULL;
 		size_t len;
 
+		if (!strcmp(a, "-p")) /* TEI's one short option */
+			a = "--port";
 		if (strncmp(a, "--", 2) != 0) {
 			fprintf(stderr, "ragged serve: unexpected argument '%s'\n", a);
 			return RG_SERVE_EXIT_USAGE;
 		}
 		eq = strchr(a, '=');
 		len = eq ? (size_t)(eq - a) : strlen(a);
-		for (size_t k = 0; k < N_OPTS && !s; k++)
-			if (strlen(g_opts[k].name) == len && !strncmp(a, g_opts[k].name, len))
-				s = &g_opts[k];
+		s = find_spec(a, len);
 		if (!s) {
 			fprintf(stderr, "ragged serve: unknown option '%.*s'\n", (int)len, a);
 			rg_serve_usage(stderr);
@@ -464,6 +631,7 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 			v = argv[++i];
 		if (!v || !set_value(s, v, o))
 			return bad_value(s->name, v);
+		mark_given(s, o);
 	}
 	if (strcmp(o->admission, "time") && strcmp(o->admission, "count"))
 		return bad_value("--admission", o->admission);
@@ -485,6 +653,8 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 		o->device = RG_DEVICE_CUDA;
 	else if (!o->device_set)
 		o->device = rg_cuda_device_count() > 0 ? RG_DEVICE_CUDA : RG_DEVICE_CPU;
+	if (!o->n_devices && o->device_id && o->device == RG_DEVICE_CUDA) /* TEI's --device-id */
+		o->devices[o->n_devices++] = o->device_id;
 	return -1;
 }
 

@@ -1,8 +1,12 @@
 /* `ragged serve` options: one table (src/server/options.c) gives each option its name, type,
  * range, default and help line; the parser, the environment, the defaults and `--help` all read
  * it, so a default is written once. Each option --foo-bar can also be set by the environment
- * variable RAGGED_FOO_BAR (as TEI reads PORT, MODEL_ID, ...); the command line wins. The
- * scheduler's own defaults come from rg_sched_params_default (sched/). */
+ * variable RAGGED_FOO_BAR; the command line wins. TEI's spellings (text-embeddings-router's
+ * --model-id, --hostname, -p, --max-client-batch-size, --payload-limit, ...) are aliases of the
+ * same table rows, and TEI's environment names (MODEL_ID, HOSTNAME, PORT, ...) are read too,
+ * below RAGGED_* (defaults < TEI variables < RAGGED_* variables < command line), so that a TEI
+ * launch line starts ragged unchanged. The scheduler's own defaults come from
+ * rg_sched_params_default (sched/). */
 #ifndef RG_SERVER_OPTIONS_H
 #define RG_SERVER_OPTIONS_H
 #include <stdbool.h>
@@ -49,14 +53,33 @@ typedef struct rg_serve_opts {
 	const char *admission;        /* "time" or "count" */
 	int shutdown_timeout_s;       /* drain at SIGTERM */
 	double token_delay_us;        /* testing */
+	bool max_queue_set;           /* --max-queue given; else raised to --max-inputs */
+	bool max_inputs_set;          /* --max-inputs given; else lowered to a given --max-queue */
+	/* TEI's options (text-embeddings-router); NULL / 0 when not given */
+	const char *served_model_name; /* /info, /v1/models, OpenAI "model" (default: model id) */
+	rg_pooling pooling;           /* --pooling: overrides 1_Pooling/config.json ... */
+	bool pooling_set;             /* ... when set */
+	bool auto_truncate;           /* truncate over-long inputs unless a request says false */
+	const char *default_prompt_name; /* a name in config_sentence_transformers.json prompts */
+	const char *default_prompt;   /* a prompt text for requests that name none */
+	bool json_output;             /* log lines on stderr as JSON objects */
+	const char *hub_cache;        /* --huggingface-hub-cache: the hub cache (HF_HUB_CACHE) */
+	int device_id;                /* --device-id: the CUDA ordinal when --devices is not given */
+	const char *dense_path;       /* --dense-path: the Dense module's directory in the model */
+	int max_concurrent_requests;  /* requests queued or running at most (429 past it), 0: none */
+	/* accepted so that TEI launch lines start, not used (see the help line of each) */
+	const char *revision, *hf_token, *hf_api_token, *uds_path, *otlp_endpoint,
+		*otlp_service_name;
+	int tokenization_workers, prometheus_port;
+	bool disable_spans;
 } rg_serve_opts;
 
 /* Fill o with every default. */
 void rg_serve_opts_default(rg_serve_opts *o);
 
-/* Parse into o: the defaults, then the RAGGED_* variables of the environment, then argv[1..argc)
+/* Parse into o: the defaults, then TEI's variables, then the RAGGED_* ones, then argv[1..argc)
  * (argv[0] is "serve"). --name VALUE and --name=VALUE; flags take no value on the command line
- * and 1/true/yes/on or 0/false/no/off in the environment. Strings point into argv or the
+ * and 1/true/yes/on/y/t or 0/false/no/off/n/f in the environment. Strings point into argv or the
  * environment. Returns -1 to go on, 0 after --help (printed on stdout), RG_SERVE_EXIT_USAGE after
  * a one-line message on stderr naming the option or variable (a bad or empty value, an unknown
  * option, --max-buffered-bytes below --max-body-bytes). */

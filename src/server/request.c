@@ -24,6 +24,7 @@ const char *rg_route_name(rg_route r)
 	case RG_ROUTE_DECODE: return "decode";
 	case RG_ROUTE_MODELS: return "v1_models";
 	case RG_ROUTE_OPENAPI: return "openapi";
+	case RG_ROUTE_MODEL: return "v1_model";
 	case RG_ROUTE_OTHER: return "other";
 	case RG_ROUTE_COUNT: break;
 	}
@@ -526,8 +527,30 @@ static long find_unpaired_surrogate(const char *b, size_t len)
 	return -1;
 }
 
-/* The optional fields of every route, read after the inputs; TEI ignores unknown fields, and so
- * does ragged (OpenAI's "user" among them). */
+/* OpenAI's answer to an argument it does not know: a 400 naming it ({"normalise": false} is a
+ * typo, not a request for the default). The arguments of /v1/embeddings are OpenAI's and the
+ * TEI options ragged honours there. */
+static rg_status refuse_unknown(json_object *root, rg_req_error *err)
+{
+	static const char *const known[] = {"input", "model", "encoding_format", "dimensions",
+					    "user", "normalize", "truncate",
+					    "truncation_direction", "prompt_name"};
+
+	json_object_object_foreach(root, key, val) {
+		size_t k = 0;
+
+		(void)val;
+		while (k < sizeof(known) / sizeof(known[0]) && strcmp(key, known[k]))
+			k++;
+		if (k == sizeof(known) / sizeof(known[0]))
+			return req_failp(err, key, 400, "validation",
+					 "unrecognized request argument supplied: %.100s", key);
+	}
+	return RG_OK;
+}
+
+/* The optional fields of every route, read after the inputs. TEI ignores unknown fields, and so
+ * do TEI's routes here; /v1/embeddings refuses them afterwards (refuse_unknown). */
 static rg_status parse_options(rg_route route, json_object *root, rg_request *out,
 			       rg_req_error *err)
 {
@@ -617,6 +640,7 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 	out->normalize = true;
 	out->add_special_tokens = true;
 	out->skip_special_tokens = true;
+	out->truncate = lim->auto_truncate;
 	err->http_status = 0;
 	err->type = "";
 	err->msg[0] = '\0';
@@ -668,12 +692,15 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 	} else if (route == RG_ROUTE_PREDICT) {
 		st = parse_predict(v, lim, out, err);
 	} else {
-		st = parse_inputs(v, key, openai, lim, out, err);
+		st = parse_inputs(v, key, openai || route == RG_ROUTE_EMBED ||
+					       route == RG_ROUTE_EMBED_ALL, lim, out, err);
 	}
 	if (st != RG_OK && !err->param[0] && route != RG_ROUTE_RERANK)
 		snprintf(err->param, sizeof(err->param), "%s", key);
 	if (st == RG_OK)
 		st = parse_options(route, root, out, err);
+	if (st == RG_OK && openai)
+		st = refuse_unknown(root, err);
 out_free:
 	if (st != RG_OK)
 		rg_request_free(out);

@@ -14,12 +14,14 @@
 #include "ragged.h"
 
 typedef enum rg_route {
-	RG_ROUTE_EMBED = 0,   /* POST /embed, / and /invocations (TEI shape) */
+	RG_ROUTE_EMBED = 0,   /* POST /embed; POST / and /invocations of an embedding model (TEI,
+			       * which routes those two by the model's kind: /predict for a
+			       * classifier, /rerank for a reranker) */
 	RG_ROUTE_OPENAI,      /* POST /v1/embeddings  (OpenAI shape) */
 	RG_ROUTE_TOKENIZE,    /* POST /tokenize       (TEI: token objects) */
 	RG_ROUTE_PREDICT,     /* POST /predict        (TEI shape: sequence classification) */
 	RG_ROUTE_RERANK,      /* POST /rerank         (TEI shape: cross-encoder scores) */
-	RG_ROUTE_HEALTH,      /* GET /health (and GET /, as TEI) */
+	RG_ROUTE_HEALTH,      /* GET /health (and GET /, as TEI; GET /ping, SageMaker's) */
 	RG_ROUTE_INFO,        /* GET /info */
 	RG_ROUTE_METRICS,     /* GET /metrics */
 	RG_ROUTE_EMBED_ALL,   /* POST /embed_all      (TEI: per-token vectors) */
@@ -27,6 +29,7 @@ typedef enum rg_route {
 	RG_ROUTE_DECODE,      /* POST /decode         (TEI: ids -> text) */
 	RG_ROUTE_MODELS,      /* GET /v1/models       (OpenAI list) */
 	RG_ROUTE_OPENAPI,     /* GET /openapi.json */
+	RG_ROUTE_MODEL,       /* GET /v1/models/{id}  (OpenAI model object) */
 	RG_ROUTE_OTHER,       /* anything else (404) */
 	RG_ROUTE_COUNT,
 } rg_route;
@@ -67,6 +70,7 @@ typedef struct rg_req_limits {
 	size_t max_inputs;     /* more inputs -> 413 */
 	int vocab_size;        /* token ids must be in [0, vocab_size) */
 	int max_depth;         /* JSON nesting limit (json-c tokener depth) */
+	bool auto_truncate;    /* "truncate" when a request does not say (TEI's --auto-truncate) */
 } rg_req_limits;
 
 typedef struct rg_req_error {
@@ -93,11 +97,13 @@ typedef struct rg_req_error {
  *          a sentence pair); a list of such lists is a batch (batch = true).
  * RERANK (TEI): {"query": str, "texts": [str], "raw_scores": bool, "return_text": bool,
  *          "truncate": bool}: one input per text, the pair (query, text).
- * EMBED/TOKENIZE: {"inputs": str | [str], "normalize": bool, "truncate": bool}.
+ * EMBED/EMBED_ALL: {"inputs": str | [str] | [int] | [[int] | str, ...], "normalize": bool,
+ *          "truncate": bool}: token-id arrays are inputs as TEI's Input::Ids (used as is).
+ * TOKENIZE: {"inputs": str | [str], "add_special_tokens": bool, ...}.
  * OPENAI: {"input": str | [str] | [int] | [[int]], "model": str, "encoding_format": "float"|"base64",
  *          "normalize": bool, "truncate": bool, "user": str, "dimensions": (rejected)}.
- * Unknown keys are ignored (clients send extras such as "user"); known keys with a wrong type are a
- * 400. Texts must be valid UTF-8 (after JSON unescaping); empty strings, empty arrays and empty
+ * Unknown keys: a 400 naming the key on OPENAI (OpenAI answers an unknown argument so); ignored on
+ * TEI's routes, as TEI's serde structs ignore them. Known keys with a wrong type are a 400. Texts must be valid UTF-8 (after JSON unescaping); empty strings, empty arrays and empty
  * token arrays are a 400; more than lim->max_inputs inputs is a 413.
  * On RG_OK *out owns copies of everything (free with rg_request_free); the body is not retained.
  * On error returns RG_ERR_INVALID_INPUT (or RG_ERR_OOM) and fills *err; *out is left empty. */

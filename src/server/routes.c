@@ -216,7 +216,7 @@ static void put_vector(rg_buf *b, const float *v, int n, bool base64)
 static enum MHD_Result answer_embeddings(conn_ctx *c, double queue_ms, double infer_ms, int bs)
 {
 	rg_server *s = c->srv;
-	int h = s->info->hidden_size, d = c->req.dimensions ? c->req.dimensions : h;
+	int h = s->info->output_dim, d = c->req.dimensions ? c->req.dimensions : h;
 	rg_buf b;
 
 	if (c->req.normalize)
@@ -596,6 +596,13 @@ static enum MHD_Result handle_embed(conn_ctx *c)
 	c->job.client_fd = ci ? ci->connect_fd : -1;
 	c->job.done = job_done;
 	c->job.owner = c;
+	/* TEI's --max-concurrent-requests: requests queued or running at most (a soft bound:
+	 * two requests may pass the check together) */
+	if (s->o.max_concurrent_requests &&
+	    atomic_load(&s->n_suspended) >= s->o.max_concurrent_requests)
+		return rg_conn_error(c, 429, "overloaded", NULL,
+				     "%d requests queued or running, the --max-concurrent-requests "
+				     "limit; retry later", s->o.max_concurrent_requests);
 	/* Suspend before submitting: the worker may finish the job (and resume) at once. */
 	c->suspended = true;
 	atomic_fetch_add(&s->n_suspended, 1);
@@ -696,14 +703,16 @@ static void release_body(conn_ctx *c)
 	rg_buf_free(&c->body);
 }
 
-static rg_route route_of(const char *url, const char *method)
+/* The route of a request. POST / and /invocations (SageMaker's) go where TEI sends them, by what
+ * the model computes: /embed for an embedding model, /rerank for a one-score cross-encoder,
+ * /predict for a classifier (before the model is loaded: /embed, which answers 503). */
+static rg_route route_of(const rg_server *s, const char *url, const char *method)
 {
 	static const struct {
 		const char *url;
 		rg_route route;
 	} table[] = {
 		{"/embed", RG_ROUTE_EMBED},
-		{"/invocations", RG_ROUTE_EMBED}, /* TEI / SageMaker */
 		{"/v1/embeddings", RG_ROUTE_OPENAI},
 		{"/embeddings", RG_ROUTE_OPENAI},
 		{"/tokenize", RG_ROUTE_TOKENIZE},
@@ -713,17 +722,25 @@ static rg_route route_of(const char *url, const char *method)
 		{"/predict", RG_ROUTE_PREDICT},
 		{"/rerank", RG_ROUTE_RERANK},
 		{"/health", RG_ROUTE_HEALTH},
+		{"/ping", RG_ROUTE_HEALTH}, /* SageMaker's health check */
 		{"/info", RG_ROUTE_INFO},
 		{"/metrics", RG_ROUTE_METRICS},
 		{"/v1/models", RG_ROUTE_MODELS},
 		{"/openapi.json", RG_ROUTE_OPENAPI},
 	};
 
-	/* TEI: POST / embeds (huggingface_hub's InferenceClient(url).feature_extraction posts
-	 * there), GET / is a health check */
-	if (!strcmp(url, "/"))
-		return !strcmp(method, "GET") || !strcmp(method, "HEAD") ? RG_ROUTE_HEALTH
-									 : RG_ROUTE_EMBED;
+	/* TEI: GET / is a health check; POST / (huggingface_hub's InferenceClient(url) posts
+	 * there) and /invocations by the model's kind */
+	if (!strcmp(url, "/") && (!strcmp(method, "GET") || !strcmp(method, "HEAD")))
+		return RG_ROUTE_HEALTH;
+	if (!strcmp(url, "/") || !strcmp(url, "/invocations")) {
+		const rg_model_info *i = atomic_load(&s->ready) ? s->info : NULL;
+
+		return !i || !i->num_labels ? RG_ROUTE_EMBED
+		       : i->num_labels == 1 ? RG_ROUTE_RERANK : RG_ROUTE_PREDICT;
+	}
+	if (!strncmp(url, "/v1/models/", 11))
+		return RG_ROUTE_MODEL;
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
 		if (!strcmp(url, table[i].url))
 			return table[i].route;
@@ -741,8 +758,8 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
 	if (c->route == RG_ROUTE_OTHER)
 		return send_error(c, 404, "not_found",
 				  "no route %.200s (routes: / /embed /embed_all /v1/embeddings "
-				  "/similarity /predict /rerank /tokenize /decode /health /info "
-				  "/metrics /v1/models /openapi.json)", url);
+				  "/similarity /predict /rerank /tokenize /decode /health /ping /info "
+				  "/metrics /v1/models /invocations /openapi.json)", url);
 	if ((post_route && !c->post) || (!post_route && !get))
 		return send_error(c, 405, "method_not_allowed", "method %s not allowed on %s",
 				  method, rg_route_name(c->route));
@@ -762,6 +779,8 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method
 		return rg_answer_info(c);
 	if (c->route == RG_ROUTE_MODELS)
 		return rg_answer_models(c);
+	if (c->route == RG_ROUTE_MODEL)
+		return rg_answer_model(c, url + strlen("/v1/models/"));
 	if (c->route == RG_ROUTE_OPENAPI)
 		return rg_answer_openapi(c);
 	st = rg_request_parse(c->route, c->body.data, c->body.len, &s->lim, &c->req, &err);
@@ -1097,7 +1116,7 @@ enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, con
 		c->srv = s;
 		c->conn = conn;
 		c->t0 = rg_now_ms();
-		c->route = route_of(path ? path : "", method);
+		c->route = route_of(s, path ? path : "", method);
 		c->post = !strcmp(method, "POST");
 		c->wants_body = c->post && body_route(c->route);
 		c->openai = (path && !strncmp(path, "/v1/", 4)) || c->route == RG_ROUTE_OPENAI;

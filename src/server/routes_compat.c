@@ -25,6 +25,8 @@ bool rg_request_prompt(conn_ctx *c, const char **prompt, enum MHD_Result *ret)
 	if (!c->req.prompt_name) {
 		if (p->dflt >= 0)
 			*prompt = p->texts[p->dflt];
+		else
+			*prompt = c->srv->o.default_prompt; /* TEI's --default-prompt, or NULL */
 		return false;
 	}
 	if ((k = rg_prompts_find(p, c->req.prompt_name)) >= 0) {
@@ -207,7 +209,7 @@ enum MHD_Result rg_answer_embed_all(conn_ctx *c, double queue_ms, double infer_m
  * vector has similarity 0. */
 enum MHD_Result rg_answer_similarity(conn_ctx *c, double queue_ms, double infer_ms, int bs)
 {
-	const size_t H = (size_t)c->srv->info->hidden_size;
+	const size_t H = (size_t)c->srv->info->output_dim; /* the embedding (Dense applied) */
 	const float *src = c->emb;
 	double ns = 0;
 	rg_buf b;
@@ -259,14 +261,14 @@ enum MHD_Result rg_answer_info(conn_ctx *c)
 	rg_engine_sched_state(s->engine, sched, sizeof(sched), NULL, NULL);
 	rg_buf_init(&b);
 	rg_buf_puts(&b, "{\"version\":\"" RAGGED_VERSION "\",\"model_id\":");
-	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
+	rg_buf_json_str(&b, s->model_id, strlen(s->model_id));
 	rg_buf_puts(&b, ",\"served_model_name\":");
 	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
 	rg_buf_puts(&b, ",\"model_dir\":");
 	json_str_lossy(&b, i->model_dir, strlen(i->model_dir));
 	rg_buf_printf(&b, ",\"model_dtype\":\"%s\",\"max_client_batch_size\":%d,"
-		       "\"auto_truncate\":false,\"prompts\":[",
-		       tei_dtype(i->dtype), s->o.max_inputs);
+		       "\"auto_truncate\":%s,\"prompts\":[",
+		       tei_dtype(i->dtype), s->o.max_inputs, s->o.auto_truncate ? "true" : "false");
 	for (size_t k = 0; k < s->prompts.n; k++) {
 		rg_buf_puts(&b, k ? "," : "");
 		rg_buf_json_str(&b, s->prompts.names[k], strlen(s->prompts.names[k]));
@@ -277,7 +279,32 @@ enum MHD_Result rg_answer_info(conn_ctx *c)
 				strlen(s->prompts.names[s->prompts.dflt]));
 	else
 		rg_buf_puts(&b, "null");
-	rg_buf_printf(&b, ",\"model_type\":\"%s\",\"vocab_size\":%d,\"hidden_size\":%d,"
+	/* TEI's model_type: {"embedding": {"pooling"}} | {"classifier" | "reranker": {"id2label",
+	 * "label2id"}}; the architecture (config.json's model_type) is "architecture" */
+	if (!i->num_labels) {
+		rg_buf_printf(&b, ",\"model_type\":{\"embedding\":{\"pooling\":\"%s\"}}",
+			       rg_pooling_name(i->pooling));
+	} else {
+		rg_buf_printf(&b, ",\"model_type\":{\"%s\":{\"id2label\":{",
+			       i->num_labels == 1 ? "reranker" : "classifier");
+		for (int k = 0; k < i->num_labels; k++) {
+			rg_buf_printf(&b, "%s\"%d\":", k ? "," : "", k);
+			rg_buf_json_str(&b, i->labels[k], strlen(i->labels[k]));
+		}
+		rg_buf_puts(&b, "},\"label2id\":{");
+		for (int k = 0; k < i->num_labels; k++) {
+			rg_buf_puts(&b, k ? "," : "");
+			rg_buf_json_str(&b, i->labels[k], strlen(i->labels[k]));
+			rg_buf_printf(&b, ":%d", k);
+		}
+		rg_buf_puts(&b, "}}}");
+	}
+	/* TEI's numbers that ragged has no twin for: what they would be here, never null */
+	rg_buf_printf(&b, ",\"max_concurrent_requests\":%d,\"tokenization_workers\":%d,"
+		       "\"output_dim\":%d",
+		       s->o.max_concurrent_requests ? s->o.max_concurrent_requests : s->o.max_queue,
+		       s->o.http_threads, i->output_dim);
+	rg_buf_printf(&b, ",\"architecture\":\"%s\",\"vocab_size\":%d,\"hidden_size\":%d,"
 		       "\"num_attention_heads\":%d,\"num_hidden_layers\":%d,"
 		       "\"intermediate_size\":%d,\"max_position_embeddings\":%d,\"max_seq_len\":%d,"
 		       "\"type_vocab_size\":%d,\"hidden_act\":\"%s\",\"layer_norm_eps\":%g,"
@@ -317,6 +344,23 @@ enum MHD_Result rg_answer_models(conn_ctx *c)
 	rg_buf_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
 	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
 	rg_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"ragged\"}]}",
+		       s->created_s);
+	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
+}
+
+enum MHD_Result rg_answer_model(conn_ctx *c, const char *id)
+{
+	rg_server *s = c->srv;
+	rg_buf b;
+
+	if (strcmp(id, s->model_name))
+		return rg_conn_error(c, 404, "model_not_found", "model",
+				     "The model '%.200s' does not exist (this server serves '%s')",
+				     id, s->model_name);
+	rg_buf_init(&b);
+	rg_buf_puts(&b, "{\"id\":");
+	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
+	rg_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"ragged\"}",
 		       s->created_s);
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
 }

@@ -78,6 +78,7 @@
 #include "server/engine.h"
 #include "server/fingerprint.h"
 #include "server/http_guard.h"
+#include "server/json_log.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/warmup.h"
@@ -190,6 +191,9 @@ static rg_status load_models(rg_server *s, const char *model_dir)
 	mp.device = s->o.device;
 	mp.dtype = s->o.dtype;
 	mp.max_batch_tokens = s->o.max_batch_tokens;
+	mp.pooling_set = s->o.pooling_set;
+	mp.pooling = s->o.pooling;
+	mp.dense_dir = s->o.dense_path;
 	for (int i = 0; i < n; i++) {
 		mp.device_index = s->o.n_devices ? s->o.devices[i] : 0;
 		if (mp.device == RG_DEVICE_CUDA)
@@ -406,6 +410,19 @@ int rg_serve_main(int argc, char **argv)
 		rc = EXIT_USAGE;
 		goto out_free;
 	}
+	if (s->o.json_output && rg_json_log_start() != RG_OK) {
+		fprintf(stderr, "ragged serve: --json-output: %s\n", rg_last_error());
+		goto out_free;
+	}
+	/* TEI's --huggingface-hub-cache: where model ids are looked up. Read from TEI's variable
+	 * (huggingface_hub's legacy name) it is already where rg_model_dir_resolve looks, below
+	 * HF_HUB_CACHE; given on the command line it wins. */
+	if (s->o.hub_cache && !(getenv("HUGGINGFACE_HUB_CACHE") &&
+				!strcmp(getenv("HUGGINGFACE_HUB_CACHE"), s->o.hub_cache)) &&
+	    setenv("HF_HUB_CACHE", s->o.hub_cache, 1) != 0) {
+		fprintf(stderr, "ragged serve: cannot set HF_HUB_CACHE: %s\n", strerror(errno));
+		goto out_free;
+	}
 	/* --model: a directory or a Hugging Face id in the local cache; s->o.model keeps the name
 	 * given (responses name the model by it), the default model by its directory */
 	if (rg_model_dir_resolve(s->o.model, model_dir, sizeof(model_dir)) != RG_OK) {
@@ -455,10 +472,25 @@ int rg_serve_main(int argc, char **argv)
 	s->info = rg_model_get_info(s->model);
 	s->o.dtype = s->info->dtype; /* RG_DTYPE_AUTO resolved by the load */
 	rg_model_id(s->o.model, s->info->model_dir, s->model_name, sizeof(s->model_name));
+	snprintf(s->model_id, sizeof(s->model_id), "%s", s->model_name);
+	if (s->o.served_model_name)
+		snprintf(s->model_name, sizeof(s->model_name), "%s", s->o.served_model_name);
 	s->created_s = (long long)time(NULL);
 	if ((st = rg_prompts_load(s->info->model_dir, &s->prompts)) != RG_OK) {
 		fprintf(stderr, "ragged serve: %s: %s\n", rg_status_name(st), rg_last_error());
 		goto out_stop;
+	}
+	if (s->o.default_prompt_name) { /* TEI: a name of the model's prompts, else no start */
+		s->prompts.dflt = rg_prompts_find(&s->prompts, s->o.default_prompt_name);
+		if (s->prompts.dflt < 0) {
+			fprintf(stderr, "ragged serve: --default-prompt-name '%s' is not one of the "
+					"model's prompts (config_sentence_transformers.json has %zu)\n",
+				s->o.default_prompt_name, s->prompts.n);
+			rc = EXIT_USAGE;
+			goto out_stop;
+		}
+	} else if (s->o.default_prompt) {
+		s->prompts.dflt = -1; /* the text given replaces the file's default */
 	}
 	if (s->o.cache_db || s->kind == RG_SCHED_DP) {
 		double t0 = rg_now_ms();
@@ -474,6 +506,7 @@ int rg_serve_main(int argc, char **argv)
 	s->lim.max_inputs = (size_t)s->o.max_inputs;
 	s->lim.vocab_size = s->info->vocab_size;
 	s->lim.max_depth = 32;
+	s->lim.auto_truncate = s->o.auto_truncate;
 	if ((st = setup_engine(s)) != RG_OK) {
 		fprintf(stderr, "ragged serve: %s: %s\n", rg_status_name(st), rg_last_error());
 		rc = st == RG_ERR_INVALID_INPUT ? EXIT_USAGE : 1;
@@ -528,5 +561,6 @@ out_metrics:
 	rg_metrics_destroy(&s->metrics);
 out_free:
 	free(s);
+	rg_json_log_stop();
 	return rc;
 }

@@ -43,8 +43,10 @@ typedef struct rg_server {
 	atomic_size_t buffered;  /* request body bytes held by all connections (--max-buffered-bytes) */
 	struct rg_conn_watch *watch; /* the request read deadline (conn_watch.c) */
 	char fingerprint[65];    /* rg_model_fingerprint hex; "" unless --cache-db or --scheduler dp */
-	char model_name[256];    /* /info model_id, /v1/models id: the HF id when known, else the
-				  * directory's name (rg_model_id) */
+	char model_name[256];    /* /info served_model_name, /v1/models id: --served-model-name,
+				  * else model_id */
+	char model_id[256];      /* /info model_id: the HF id when known, else the directory's
+				  * name (rg_model_id) */
 	rg_prompts prompts;      /* config_sentence_transformers.json prompts */
 	long long created_s;     /* start time, Unix seconds (/v1/models "created") */
 	char allowed_hosts[1024]; /* --allowed-hosts, or its default for --host
@@ -124,6 +126,8 @@ size_t rg_embed_all_answer_bytes(size_t rows, size_t n_inputs, size_t hidden);
 enum MHD_Result rg_answer_similarity(conn_ctx *c, double queue_ms, double infer_ms, int bs);
 enum MHD_Result rg_answer_info(conn_ctx *c);
 enum MHD_Result rg_answer_models(conn_ctx *c);
+/* GET /v1/models/{id}: the model object when id is the served name, else OpenAI's 404. */
+enum MHD_Result rg_answer_model(conn_ctx *c, const char *id);
 enum MHD_Result rg_answer_openapi(conn_ctx *c);
 /* openapi.c: the OpenAPI 3 document of every route (static JSON). */
 const char *rg_openapi_json(void);

@@ -56,9 +56,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				   in->text_b[in->len_b] != '\0'))
 			abort();
 		if (in->ids) {
-			/* token arrays: OpenAI's (non-empty) and /decode's (possibly empty) */
-			if ((route != RG_ROUTE_OPENAI && route != RG_ROUTE_DECODE) ||
-			    (route == RG_ROUTE_OPENAI && in->n_ids == 0))
+			/* token arrays: OpenAI's, /embed's and /embed_all's (TEI's Input::Ids;
+			 * non-empty) and /decode's (possibly empty) */
+			if ((route != RG_ROUTE_OPENAI && route != RG_ROUTE_EMBED &&
+			     route != RG_ROUTE_EMBED_ALL && route != RG_ROUTE_DECODE) ||
+			    (route != RG_ROUTE_DECODE && in->n_ids == 0))
 				abort();
 			for (size_t k = 0; k < in->n_ids; k++)
 				if (in->ids[k] < 0 || in->ids[k] >= lim.vocab_size)

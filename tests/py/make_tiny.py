@@ -288,6 +288,23 @@ def _save_bf16(tensors, path):
             f.write(b)
 
 
+def _write_dense(out_dir, spec, rng):
+    """A sentence-transformers Dense module (spec["dense"]: out, act (a torch class path), bias,
+    path) after the pooling: <path>/config.json and model.safetensors (linear.weight (out, H),
+    linear.bias (out))."""
+    d = spec["dense"]
+    mdir = os.path.join(out_dir, d.get("path", "2_Dense"))
+    os.makedirs(mdir, exist_ok=True)
+    with open(os.path.join(mdir, "config.json"), "w") as f:
+        json.dump({"in_features": spec["H"], "out_features": d["out"], "bias": d.get("bias", True),
+                   "activation_function": d["act"]}, f)
+    w = {"linear.weight": (rng.standard_normal((d["out"], spec["H"])) /
+                           np.sqrt(spec["H"])).astype(np.float32)}
+    if d.get("bias", True):
+        w["linear.bias"] = (0.1 * rng.standard_normal(d["out"])).astype(np.float32)
+    save_file(w, os.path.join(mdir, "model.safetensors"))
+
+
 def make_tiny(out_dir, spec, minilm_dir, seed=0):
     """Write one model directory described by spec (see CONFIGS) and return its path."""
     os.makedirs(out_dir, exist_ok=True)
@@ -314,8 +331,13 @@ def make_tiny(out_dir, spec, minilm_dir, seed=0):
     if spec.get("pooling"):
         modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+        if spec.get("dense"):
+            _write_dense(out_dir, spec, rng)
+            modules.append({"idx": 2, "name": "2", "path": spec["dense"].get("path", "2_Dense"),
+                            "type": "sentence_transformers.models.Dense"})
         if spec.get("normalize"):
-            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+            k = len(modules)
+            modules.append({"idx": k, "name": str(k), "path": f"{k}_Normalize",
                             "type": "sentence_transformers.models.Normalize"})
         with open(os.path.join(out_dir, "modules.json"), "w") as f:
             json.dump(modules, f, indent=2)

@@ -15,8 +15,18 @@ from ragged_ctypes import BIN_PATH
 ASAN = os.environ.get("RAGGED_ASAN") == "1"
 
 
+# TEI's variables, which `ragged serve` reads too (issue 18 item 6): a machine that exports one
+# (HOSTNAME in a container, API_KEY for another tool) must not change the servers of the tests.
+TEI_ENV = ("MODEL_ID", "REVISION", "TOKENIZATION_WORKERS", "DTYPE", "SERVED_MODEL_NAME", "POOLING",
+           "MAX_CONCURRENT_REQUESTS", "MAX_BATCH_TOKENS", "MAX_BATCH_REQUESTS",
+           "MAX_CLIENT_BATCH_SIZE", "AUTO_TRUNCATE", "DEFAULT_PROMPT_NAME", "DEFAULT_PROMPT",
+           "DENSE_PATH", "DEVICE_ID", "HF_API_TOKEN", "HF_TOKEN", "HOSTNAME", "PORT", "UDS_PATH",
+           "PAYLOAD_LIMIT", "API_KEY", "JSON_OUTPUT", "DISABLE_SPANS",
+           "OTLP_ENDPOINT", "OTLP_SERVICE_NAME", "PROMETHEUS_PORT", "CORS_ALLOW_ORIGIN")
+
+
 def server_env():
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in TEI_ENV}
     # Under the ASan pass Python preloads the runtime; the server binary is instrumented itself and
     # gets full leak checking (a leak makes its exit status non-zero, which stop() asserts).
     env.pop("LD_PRELOAD", None)
@@ -44,13 +54,17 @@ def tiny_model(root, name="h32_gelu"):
 class Server:
     """`ragged serve --port 0 ...` as a subprocess. The port is read from the start-up line."""
 
-    def __init__(self, model_dir, *args, start_timeout=120, env=None, preexec_fn=None):
+    def __init__(self, model_dir, *args, start_timeout=120, env=None, preexec_fn=None,
+                 raw_args=None):
         """env: extra environment variables (RAGGED_* options) on top of server_env();
-        preexec_fn: run in the child before exec (e.g. to set a resource limit).
-        model_dir None: no --model (the server finds the model from the environment)."""
+        preexec_fn: run in the child before exec (e.g. to set a resource limit);
+        model_dir None: no --model (the server finds the model from the environment);
+        raw_args: the whole command line after `serve` instead (model_dir and args unused)."""
         model = ["--model", model_dir] if model_dir is not None else []
         self.args = [BIN_PATH, "serve", *model, "--host", "127.0.0.1", "--port",
                      "0", "--device", "cpu", *[str(a) for a in args]]
+        if raw_args is not None:
+            self.args = [BIN_PATH, "serve", *[str(a) for a in raw_args]]
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env={**server_env(), **(env or {})}, preexec_fn=preexec_fn)
         self.stderr_lines = []

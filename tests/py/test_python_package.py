@@ -110,11 +110,8 @@ def test_encode_equals_cli(venv, tmp_path, minilm_dir):
         assert one.shape == (m.output_dim,)
         np.save("one.npy", one)
         assert m.encode([]).shape == (0, 384)
-        try:
-            m.encode(sents, normalize=False)
-            raise SystemExit("normalize=False accepted on a Normalize model")
-        except ValueError as x:
-            assert "Normalize" in str(x)
+        # the Normalize module skipped, as the server's "normalize": false (issue 18 item 8)
+        np.save("raw.npy", m.encode(sents, normalize=False, batch_size=2))
         assert m.tokenize("hello world") == [101, 7592, 2088, 102]
         assert m.info["hidden_size"] == 384 and m.info["pooling"] == "mean"
         m.close()
@@ -125,6 +122,10 @@ def test_encode_equals_cli(venv, tmp_path, minilm_dir):
     assert np.max(np.abs(got - want)) < 1e-6
     assert np.max(np.abs(np.load(tmp_path / "one.npy") - want[0])) < 1e-6
     assert np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
+    raw = np.load(tmp_path / "raw.npy").astype(np.float64)
+    norms = np.linalg.norm(raw, axis=1)
+    assert np.all(np.abs(norms - 1) > 1e-2), norms  # the raw mean pooled vectors
+    assert np.max(np.abs(raw / norms[:, None] - want)) < 1e-5
 
 
 def test_readme_example_runs_without_a_hf_cache(venv, tmp_path, minilm_dir):

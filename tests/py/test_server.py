@@ -216,7 +216,7 @@ BAD_BODIES = [
     (b"", 400), (b"{", 400), (b"not json", 400), (b"[1,2]", 400), (b'"x"', 400),
     (b'{"inputs": "a"} trailing', 400), (b"{'inputs': 'a'}", 400), (b'{"inputs": ["a",]}', 400),
     (b"{}", 400), (b'{"input": "a"}', 400), (b'{"inputs": 5}', 400), (b'{"inputs": null}', 400),
-    (b'{"inputs": ""}', 400), (b'{"inputs": []}', 400), (b'{"inputs": [1, 2]}', 400),
+    (b'{"inputs": ""}', 400), (b'{"inputs": []}', 400), (b'{"inputs": [1.5, 2]}', 400),
     (b'{"inputs": ["a", 3]}', 400), (b'{"inputs": [["a"]]}', 400), (b'{"inputs": {"a": 1}}', 400),
     (b'{"inputs": "a", "normalize": "yes"}', 400), (b'{"inputs": "a", "truncate": 1}', 400),
     (b'{"inputs": "\xff\xfe bad utf8"}', 400), (b'{"inputs": ["ok", "\xc3\x28"]}', 400),

@@ -500,8 +500,9 @@ def test_info_models_openapi(srv, tiny_dir):
 ROUTES = {"/": ["post", "get"], "/invocations": ["post"], "/embed": ["post"],
           "/embed_all": ["post"], "/v1/embeddings": ["post"], "/embeddings": ["post"],
           "/similarity": ["post"], "/predict": ["post"], "/rerank": ["post"],
-          "/tokenize": ["post"], "/decode": ["post"], "/health": ["get"], "/info": ["get"],
-          "/metrics": ["get"], "/v1/models": ["get"], "/openapi.json": ["get"]}
+          "/tokenize": ["post"], "/decode": ["post"], "/health": ["get"], "/ping": ["get"],
+          "/info": ["get"], "/metrics": ["get"], "/v1/models": ["get"],
+          "/v1/models/{model}": ["get"], "/openapi.json": ["get"]}
 
 
 def test_openapi_describes_every_route(srv):
@@ -522,7 +523,9 @@ def test_openapi_describes_every_route(srv):
                 if "$ref" in r:
                     assert r["$ref"].split("/")[-1] in doc["components"]["responses"]
     # and the server answers each described route (no 404), while others are 404
+    model = json.loads(srv.request("GET", "/v1/models")[2])["data"][0]["id"]
     for path, methods in doc["paths"].items():
+        path = path.replace("{model}", model)
         for m in methods:
             st, h, body = srv.request(m.upper(), path, body=b"{}" if m == "post" else None,
                                       headers={"Content-Type": "application/json"})

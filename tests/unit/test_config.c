@@ -572,10 +572,80 @@ static void test_pooling_unsupported(void **state)
 	expect_pool_fail(RG_ERR_UNSUPPORTED, "pooling_mode_mean_sqrt_len_tokens", NULL);
 	write_pooling("false", "false", "false", ", \"pooling_mode_lasttoken\": true");
 	expect_pool_fail(RG_ERR_UNSUPPORTED, "pooling_mode_lasttoken", NULL);
-	/* a Dense module would change the output: refused, named */
-	write_file("modules.json", "[{\"path\":\"2_Dense\","
-				   "\"type\":\"sentence_transformers.models.Dense\"}]");
-	expect_pool_fail(RG_ERR_UNSUPPORTED, "sentence_transformers.models.Dense", NULL);
+	/* a module ragged does not run would change the output: refused, named (Dense runs) */
+	write_file("modules.json", "[{\"path\":\"2_WordWeights\","
+				   "\"type\":\"sentence_transformers.models.WordWeights\"}]");
+	expect_pool_fail(RG_ERR_UNSUPPORTED, "sentence_transformers.models.WordWeights", NULL);
+}
+
+static rg_status dense_load(const char *override, rg_dense_config *d, int *n)
+{
+	rg_error_clear();
+	return rg_dense_config_load(g_dir, override, d, n);
+}
+
+/* sentence-transformers Dense modules: read in modules.json's order with their sizes, bias and
+ * activation (defaults: bias, Tanh, as sentence-transformers'); --dense-path replaces them; bad
+ * configs name the file and key. */
+static void test_dense_modules(void **state)
+{
+	rg_dense_config d[RG_MAX_DENSE];
+	int n = -1;
+	(void)state;
+
+	assert_int_equal(dense_load(NULL, d, &n), RG_OK); /* no modules.json */
+	assert_int_equal(n, 0);
+	make_subdir("1_Pooling");
+	make_subdir("2_Dense");
+	make_subdir("3_Dense");
+	make_subdir("2_Dense_1024");
+	write_pooling("true", "false", "false", NULL);
+	write_file("modules.json",
+		   "[{\"path\":\"\",\"type\":\"sentence_transformers.models.Transformer\"},"
+		   "{\"path\":\"1_Pooling\",\"type\":\"sentence_transformers.models.Pooling\"},"
+		   "{\"path\":\"2_Dense\",\"type\":\"sentence_transformers.models.Dense\"},"
+		   "{\"path\":\"3_Dense\",\"type\":\"sentence_transformers.models.Dense\"},"
+		   "{\"path\":\"4_Normalize\",\"type\":\"sentence_transformers.models.Normalize\"}]");
+	write_file("2_Dense/config.json", "{\"in_features\": 32, \"out_features\": 24, \"bias\": "
+		   "false, \"activation_function\": \"torch.nn.modules.linear.Identity\"}");
+	write_file("3_Dense/config.json", "{\"in_features\": 24, \"out_features\": 8}");
+	write_file("2_Dense_1024/config.json", "{\"in_features\": 32, \"out_features\": 1024, "
+		   "\"activation_function\": \"torch.nn.modules.activation.GELU\"}");
+	{
+		rg_pooling mode;
+		bool norm;
+
+		assert_int_equal(rg_pooling_config_load(g_dir, &mode, &norm), RG_OK);
+		assert_true(mode == RG_POOL_MEAN && norm);
+	}
+	assert_int_equal(dense_load(NULL, d, &n), RG_OK);
+	assert_int_equal(n, 2);
+	assert_string_equal(d[0].path, "2_Dense");
+	assert_true(d[0].in_features == 32 && d[0].out_features == 24 && !d[0].bias);
+	assert_int_equal(d[0].act, RG_DENSE_IDENTITY);
+	assert_string_equal(d[1].path, "3_Dense");
+	assert_true(d[1].in_features == 24 && d[1].out_features == 8 && d[1].bias);
+	assert_int_equal(d[1].act, RG_DENSE_TANH);
+	assert_int_equal(dense_load("2_Dense_1024", d, &n), RG_OK);
+	assert_int_equal(n, 1);
+	assert_true(d[0].out_features == 1024 && d[0].act == RG_DENSE_GELU);
+
+	write_file("3_Dense/config.json", "{\"in_features\": 24, \"out_features\": 8, "
+		   "\"activation_function\": \"torch.nn.modules.activation.Softmax\"}");
+	assert_int_equal(dense_load(NULL, d, &n), RG_ERR_UNSUPPORTED);
+	assert_int_equal(n, 0);
+	expect_msg("3_Dense/config.json");
+	expect_msg("Softmax");
+	write_file("3_Dense/config.json", "{\"in_features\": 0, \"out_features\": 8}");
+	assert_int_equal(dense_load(NULL, d, &n), RG_ERR_FORMAT);
+	expect_msg("in_features");
+	write_file("3_Dense/config.json", "{\"in_features\": 24, \"out_features\": 8, "
+		   "\"bias\": 1}");
+	assert_int_equal(dense_load(NULL, d, &n), RG_ERR_FORMAT);
+	expect_msg("\"bias\"");
+	assert_int_equal(dense_load("../elsewhere", d, &n), RG_ERR_FORMAT);
+	expect_msg("leaves the model directory");
+	assert_int_equal(dense_load("no_such_dir", d, &n), RG_ERR_IO);
 }
 
 static void test_pooling_malformed(void **state)
@@ -645,6 +715,7 @@ int main(void)
 		cmocka_unit_test_setup(test_pooling_unsupported, case_setup),
 		cmocka_unit_test_setup(test_pooling_malformed, case_setup),
 		cmocka_unit_test_setup(test_pooling_path_escape, case_setup),
+		cmocka_unit_test_setup(test_dense_modules, case_setup),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -16,7 +16,7 @@
 
 static int parse(rg_serve_opts *o, int n, const char **args)
 {
-	char *argv[32];
+	char *argv[64];
 
 	argv[0] = (char *)"serve";
 	for (int i = 0; i < n; i++)
@@ -38,7 +38,10 @@ static void test_defaults(void **state)
 	assert_int_equal(o.max_batch_tokens, sd.max_batch_tokens);
 	assert_int_equal(o.max_batch_requests, sd.max_batch_requests);
 	assert_true(o.eta == sd.eta && o.latency_budget_ms == sd.latency_budget_ms);
-	assert_int_equal(o.max_queue, 1024);
+	/* --max-inputs 2048 (OpenAI's limit); the queue, not given, grows to hold one request */
+	assert_int_equal(o.max_inputs, 2048);
+	assert_int_equal(o.max_queue, 2048);
+	assert_false(o.max_queue_set);
 	assert_int_equal(o.max_body_bytes, 2097152);
 	assert_int_equal(o.rows + o.row_len + o.slot_len, 0); /* derived from the model */
 	assert_false(o.lazy);
@@ -111,7 +114,8 @@ static const char *next_word(const char *p, char name[64])
 
 static void test_help_lists_every_option(void **state)
 {
-	char buf[16384] = {0}, name[64];
+	static char buf[65536];
+	char name[64];
 	FILE *f = fmemopen(buf, sizeof(buf) - 1, "w");
 	(void)state;
 
@@ -125,7 +129,10 @@ static void test_help_lists_every_option(void **state)
 			     "--max-client-batch-tokens --admission --shutdown-timeout-s "
 			     "--token-delay-us --devices --cpu-replicas [RAGGED_PORT] "
 			     "[RAGGED_MAX_BATCH_REQUESTS] [RAGGED_API_KEY] [RAGGED_DAS_PACKED] "
-			     "[RAGGED_SHUTDOWN_TIMEOUT_S] [RAGGED_DEVICES]";
+			     "[RAGGED_SHUTDOWN_TIMEOUT_S] [RAGGED_DEVICES] --served-model-name "
+			     "--json-output --default-prompt-name --auto-truncate --pooling "
+			     "--model-id, --hostname, --max-client-batch-size, --payload-limit, "
+			     "MODEL_ID HOSTNAME MAX_CLIENT_BATCH_SIZE PORT -p";
 	     (o = next_word(o, name));)
 		if (!strstr(buf, name))
 			fail_msg("--help lacks %s", name);
@@ -255,12 +262,13 @@ static void test_hardening_options(void **state)
 	}
 }
 
-/* --max-inputs above --max-queue is refused at start with a message naming both (a request of
- * more inputs than the queue holds would get 429 forever); equal is accepted. */
+/* --max-inputs above --max-queue, both given, is refused at start with a message naming both (a
+ * request of more inputs than the queue holds would get 429 forever); equal is accepted; a
+ * default gives way to the other option given. */
 static void test_max_inputs_above_queue(void **state)
 {
 	const char *bad[] = {"--max-queue", "100", "--max-inputs", "101"};
-	const char *bad_default[] = {"--max-queue", "511"}; /* --max-inputs defaults to 512 */
+	const char *small_queue[] = {"--max-queue", "1024"}; /* --max-inputs defaults to 2048 */
 	const char *ok[] = {"--max-queue", "100", "--max-inputs", "100"};
 	char err[512] = {0};
 	FILE *f, *saved;
@@ -276,10 +284,128 @@ static void test_max_inputs_above_queue(void **state)
 	fclose(f);
 	if (!strstr(err, "--max-inputs (101)") || !strstr(err, "--max-queue (100)"))
 		fail_msg("the message '%s' does not name both options", err);
-	assert_int_equal(parse(&o, 2, bad_default), RG_SERVE_EXIT_USAGE);
+	/* the default --max-inputs gives way to a given queue */
+	assert_int_equal(parse(&o, 2, small_queue), -1);
+	assert_int_equal(o.max_inputs, 1024);
+	assert_int_equal(o.max_queue, 1024);
 	assert_int_equal(parse(&o, 4, ok), -1);
 	assert_int_equal(o.max_inputs, 100);
 	assert_int_equal(o.max_queue, 100);
+}
+
+/* TEI's launch line (text-embeddings-router's flags) parses into ragged's options. */
+static void test_tei_flags(void **state)
+{
+	const char *args[] = {"--model-id", "/m", "--hostname", "0.0.0.0", "-p", "3000",
+			      "--max-client-batch-size", "4096", "--auto-truncate",
+			      "--pooling", "cls", "--served-model-name", "emb",
+			      "--default-prompt-name", "query", "--payload-limit", "2000000",
+			      "--json-output", "--dtype", "float16", "--max-batch-tokens=4096",
+			      "--max-concurrent-requests", "512", "--revision", "main",
+			      "--tokenization-workers", "8", "--uds-path", "/tmp/x", "--hf-token",
+			      "t", "--otlp-endpoint", "http://c:4317", "--prometheus-port", "9000",
+			      "--disable-spans", "--huggingface-hub-cache", "/data",
+			      "--dense-path", "2_Dense_1024", "--device", "cpu"};
+	const int n = sizeof(args) / sizeof(args[0]);
+	static const char *const dtypes[][2] = {{"float32", "fp32"}, {"bfloat16", "bf16"}};
+	rg_serve_opts o;
+	(void)state;
+
+	assert_int_equal(parse(&o, n, args), -1);
+	assert_string_equal(o.model, "/m");
+	assert_string_equal(o.host, "0.0.0.0");
+	assert_int_equal(o.port, 3000);
+	assert_int_equal(o.max_inputs, 4096);
+	assert_int_equal(o.max_queue, 4096); /* not given: raised to hold one request */
+	assert_true(o.auto_truncate);
+	assert_true(o.pooling_set && o.pooling == RG_POOL_CLS);
+	assert_string_equal(o.served_model_name, "emb");
+	assert_string_equal(o.default_prompt_name, "query");
+	assert_int_equal(o.max_body_bytes, 2000000);
+	assert_true(o.json_output);
+	assert_int_equal(o.dtype, RG_DTYPE_F16);
+	assert_int_equal(o.max_batch_tokens, 4096);
+	assert_int_equal(o.max_concurrent_requests, 512);
+	assert_int_equal(o.tokenization_workers, 8);
+	assert_int_equal(o.prometheus_port, 9000);
+	assert_true(o.disable_spans);
+	assert_string_equal(o.hub_cache, "/data");
+	assert_string_equal(o.dense_path, "2_Dense_1024");
+	for (int k = 0; k < 2; k++) {
+		const char *a[] = {"--dtype", dtypes[k][0]};
+		rg_dtype want;
+
+		assert_int_equal(rg_dtype_parse(dtypes[k][1], &want), RG_OK);
+		assert_int_equal(parse(&o, 2, a), -1);
+		assert_int_equal(o.dtype, want);
+	}
+	{
+		/* TEI's other pooling modes are not ragged's; TEI refuses both prompts together */
+		const char *splade[] = {"--pooling", "splade"};
+		const char *both[] = {"--default-prompt", "q: ", "--default-prompt-name", "q"};
+		const char *given[] = {"--max-queue", "100", "--max-client-batch-size", "101"};
+
+		assert_int_equal(parse(&o, 2, splade), RG_SERVE_EXIT_USAGE);
+		assert_int_equal(parse(&o, 4, both), RG_SERVE_EXIT_USAGE);
+		assert_int_equal(parse(&o, 4, given), RG_SERVE_EXIT_USAGE); /* a given queue stays */
+	}
+}
+
+/* TEI's variables are read below RAGGED_* ones, which the command line beats. */
+static void test_tei_environment(void **state)
+{
+	static const char *const vars[][2] = {
+		{"MODEL_ID", "/tei"},        {"HOSTNAME", "0.0.0.0"},      {"PORT", "3000"},
+		{"MAX_CLIENT_BATCH_SIZE", "64"}, {"AUTO_TRUNCATE", "true"}, {"POOLING", "max"},
+		{"SERVED_MODEL_NAME", "emb"}, {"DEFAULT_PROMPT", "q: "}, {"PAYLOAD_LIMIT", "1000000"},
+		{"JSON_OUTPUT", "1"},        {"DTYPE", "float32"},        {"API_KEY", "k"},
+		{"MAX_BATCH_TOKENS", "2048"},
+	};
+	const char *args[] = {"--port", "9000"};
+	char err[512] = {0};
+	FILE *f, *saved;
+	rg_serve_opts o;
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		setenv(vars[i][0], vars[i][1], 1);
+	assert_int_equal(parse(&o, 0, NULL), -1);
+	assert_string_equal(o.model, "/tei");
+	assert_string_equal(o.host, "0.0.0.0");
+	assert_int_equal(o.port, 3000);
+	assert_int_equal(o.max_inputs, 64);
+	assert_true(o.auto_truncate);
+	assert_true(o.pooling_set && o.pooling == RG_POOL_MAX);
+	assert_string_equal(o.served_model_name, "emb");
+	assert_string_equal(o.default_prompt, "q: ");
+	assert_int_equal(o.max_body_bytes, 1000000);
+	assert_true(o.json_output);
+	assert_int_equal(o.dtype, RG_DTYPE_F32);
+	assert_string_equal(o.api_key, "k");
+	assert_int_equal(o.max_batch_tokens, 2048);
+	/* RAGGED_* beats TEI's name; the command line beats both */
+	setenv("RAGGED_PORT", "4000", 1);
+	assert_int_equal(parse(&o, 0, NULL), -1);
+	assert_int_equal(o.port, 4000);
+	assert_int_equal(parse(&o, 2, args), -1);
+	assert_int_equal(o.port, 9000);
+	unsetenv("RAGGED_PORT");
+	/* a bad value names TEI's variable */
+	setenv("PORT", "x", 1);
+	f = fmemopen(err, sizeof(err) - 1, "w");
+	assert_non_null(f);
+	saved = stderr;
+	stderr = f;
+	assert_int_equal(parse(&o, 0, NULL), RG_SERVE_EXIT_USAGE);
+	stderr = saved;
+	fclose(f);
+	if (!strstr(err, "PORT"))
+		fail_msg("the message '%s' does not name PORT", err);
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		unsetenv(vars[i][0]);
+	assert_int_equal(parse(&o, 0, NULL), -1);
+	assert_int_equal(o.port, 8080);
+	assert_false(o.auto_truncate);
 }
 
 int main(void)
@@ -292,6 +418,8 @@ int main(void)
 		cmocka_unit_test(test_environment),
 		cmocka_unit_test(test_hardening_options),
 		cmocka_unit_test(test_max_inputs_above_queue),
+		cmocka_unit_test(test_tei_flags),
+		cmocka_unit_test(test_tei_environment),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
