@@ -451,6 +451,17 @@ RG_API rg_status rg_model_kv_copy_blocks(rg_model *m, const int32_t *src, const 
  * src/ops/ops.h's decoder ops, the forward is the architecture's (gpt2.c, llama.c). */
 RG_API rg_status rg_model_step(rg_model *m, const rg_step_batch *b, float *logits);
 
+/* rg_model_step with greedy decoding on the device: the logits of the wanted rows never leave
+ * it. ids: (n_logits) int32, caller-owned: ids[r] = the token with the largest logit of row
+ * logits_rows[r] (the lowest id on ties); logprobs: NULL or (n_logits) f32, caller-owned: that
+ * token's log-softmax over the vocabulary. On CUDA a decode-only step (one new token per
+ * sequence, n_logits = n_seq with logits_rows[r] = r, at most 64 sequences) runs as a CUDA graph
+ * captured per padded batch size and block-table width (the second time that shape is seen;
+ * RAGGED_CUDA_GRAPHS=0 disables), so a step costs one launch; rg_model_step's logits take the
+ * same path. Errors as rg_model_step. */
+RG_API rg_status rg_model_step_argmax(rg_model *m, const rg_step_batch *b, int32_t *ids,
+				      float *logprobs);
+
 #ifdef __cplusplus
 }
 #endif

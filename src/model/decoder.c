@@ -82,9 +82,24 @@ static rg_status alloc_step_arena(rg_model *m)
 	for (int i = 0; i < RG_DEC_N; i++)
 		m->dec.a[i] = (char *)m->dec.arena_d + t[i].offset;
 	if ((s = rg_backend_alloc(m->be, (6 * T + 2) * 4, (void **)&m->dec.ids_d)) != RG_OK ||
-	    (s = rg_backend_host_alloc(m->be, (6 * T + 2) * 4, (void **)&m->dec.ids_h)) != RG_OK)
+	    (s = rg_backend_host_alloc(m->be, (6 * T + 2) * 4, (void **)&m->dec.ids_h)) != RG_OK ||
+	    (s = rg_backend_alloc(m->be, 2 * T * 4, (void **)&m->dec.am_d)) != RG_OK ||
+	    (s = rg_backend_host_alloc(m->be, 2 * T * 4, (void **)&m->dec.am_h)) != RG_OK)
 		return rg_error_wrap(s, "decoder staging for %d tokens", m->max_tokens);
+	{
+		const char *g = getenv("RAGGED_CUDA_GRAPHS");
+
+		m->dec.use_graphs = rg_backend_has_graphs(m->be) && !(g && !strcmp(g, "0"));
+	}
 	return RG_OK;
+}
+
+static void dec_graphs_free(rg_model *m)
+{
+	for (int i = 0; i < RG_DEC_GRAPHS; i++) {
+		rg_backend_graph_free(m->be, m->dec.graphs[i].g);
+		memset(&m->dec.graphs[i], 0, sizeof(m->dec.graphs[i]));
+	}
 }
 
 static void kv_free(rg_model *m)
@@ -103,6 +118,12 @@ void rg_decoder_free(rg_model *m)
 	if (!m->be)
 		return;
 	kv_free(m);
+	dec_graphs_free(m);
+	rg_backend_dealloc(m->be, m->dec.am_d);
+	rg_backend_host_free(m->be, m->dec.am_h);
+	rg_backend_host_free(m->be, m->dec.lg_h);
+	m->dec.am_d = m->dec.am_h = NULL;
+	m->dec.lg_h = NULL;
 	rg_backend_dealloc(m->be, m->dec.arena_d);
 	m->dec.arena_d = NULL;
 	rg_backend_dealloc(m->be, m->dec.ids_d);
@@ -250,7 +271,9 @@ rg_status rg_model_kv_init(rg_model *m, int block_size, int n_blocks)
 				 "rg_model_kv_init: %d blocks of %d are over 2^31 slots", n_blocks,
 				 block_size);
 	kv_free(m);
-	bytes = per_block * (size_t)n_blocks;
+	/* one more block than the caller's: the scratch block n_blocks, which the padding rows of
+	 * a graphed decode step write and read (never in a caller's table) */
+	bytes = per_block * ((size_t)n_blocks + 1);
 	if ((s = rg_backend_alloc(m->be, bytes, &m->dec.kv_d)) != RG_OK)
 		return rg_error_wrap(s, "KV cache of %d blocks of %d positions (%zu bytes)",
 				     n_blocks, block_size, bytes);
@@ -267,7 +290,8 @@ rg_status rg_model_kv_init(rg_model *m, int block_size, int n_blocks)
 	m->dec.block_size = block_size;
 	m->dec.n_blocks = n_blocks;
 	m->dec.layer_bytes = per_block / (2 * (size_t)m->dec.cfg.num_hidden_layers) *
-			     (size_t)n_blocks;
+			     ((size_t)n_blocks + 1);
+	dec_graphs_free(m); /* captured against the old cache */
 	return RG_OK;
 }
 
@@ -312,8 +336,7 @@ rg_status rg_model_kv_info(const rg_model *m, rg_kv_info *out)
 
 rg_status rg_model_kv_copy_blocks(rg_model *m, const int32_t *src, const int32_t *dst, int n)
 {
-	const size_t block_bytes = m ? m->dec.layer_bytes / (m->dec.n_blocks ? m->dec.n_blocks : 1)
-				     : 0;
+	const size_t block_bytes = m ? m->dec.layer_bytes / ((size_t)m->dec.n_blocks + 1) : 0;
 	rg_status s;
 
 	if ((s = need_decoder(m, "rg_model_kv_copy_blocks")) != RG_OK)
@@ -331,7 +354,7 @@ rg_status rg_model_kv_copy_blocks(rg_model *m, const int32_t *src, const int32_t
 					 "rg_model_kv_copy_blocks: copy %d is block %d -> %d, outside "
 					 "[0, %d)",
 					 i, src[i], dst[i], m->dec.n_blocks);
-	/* each layer's K and V is one pool of n_blocks blocks */
+	/* each layer's K and V is one pool of n_blocks (+ scratch) blocks */
 	for (int p = 0; p < 2 * m->dec.cfg.num_hidden_layers; p++)
 		if ((s = rg_op_copy_blocks(m->be, (char *)m->dec.kv_d + (size_t)p * m->dec.layer_bytes,
 					   block_bytes, src, dst, n)) != RG_OK)
@@ -446,37 +469,6 @@ static rg_status step_validate(rg_model *m, const rg_step_batch *b, const float 
 	return RG_OK;
 }
 
-/* Block tables compacted to mb_used columns, in backend memory (grown when a step needs more). */
-static rg_status stage_block_tables(rg_model *m, const rg_step_batch *b, int mb_used)
-{
-	const size_t need = (size_t)b->n_seq * (size_t)mb_used;
-	const int bs = m->dec.block_size;
-	rg_status s;
-
-	if (need > m->dec.bt_cap) {
-		size_t cap = need < 4096 ? 4096 : need * 2;
-
-		rg_backend_dealloc(m->be, m->dec.bt_d);
-		rg_backend_host_free(m->be, m->dec.bt_h);
-		m->dec.bt_d = m->dec.bt_h = NULL;
-		m->dec.bt_cap = 0;
-		if ((s = rg_backend_alloc(m->be, cap * 4, (void **)&m->dec.bt_d)) != RG_OK ||
-		    (s = rg_backend_host_alloc(m->be, cap * 4, (void **)&m->dec.bt_h)) != RG_OK)
-			return rg_error_wrap(s, "block tables of %zu entries", cap);
-		m->dec.bt_cap = cap;
-	}
-	for (int i = 0; i < b->n_seq; i++) {
-		const int nb = (b->context_lens[i] + bs - 1) / bs;
-		const int32_t *src = b->block_tables + (size_t)i * b->max_blocks_per_seq;
-		int32_t *dst = m->dec.bt_h + (size_t)i * mb_used;
-
-		memcpy(dst, src, (size_t)nb * 4);
-		for (int k = nb; k < mb_used; k++)
-			dst[k] = 0; /* never read */
-	}
-	return rg_backend_upload_async(m->be, m->dec.bt_d, m->dec.bt_h, need * 4);
-}
-
 rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scale, void *ctx)
 {
 	const rg_decoder_config *c = &m->dec.cfg;
@@ -489,7 +481,7 @@ rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float s
 
 	s = rg_op_kv_write(m->be, base + (size_t)qd * m->esz, base + (size_t)(qd + kvd) * m->esz, ld,
 			   f->slots, f->n, kvd, kc, vc,
-			   (int64_t)m->dec.n_blocks * m->dec.block_size);
+			   ((int64_t)m->dec.n_blocks + 1) * m->dec.block_size);
 	if (s != RG_OK)
 		return s;
 	f->attn.num_heads = c->num_attention_heads;
@@ -499,16 +491,22 @@ rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float s
 	return rg_op_paged_attention(m->be, &f->attn, qkv, ld, kc, vc, ctx);
 }
 
-/* Logits of the wanted rows: gather RG_LOGITS_CHUNK rows of the final norm's output, one GEMM
- * against the LM head, copy out (16-bit dtypes widened on the host). */
-static rg_status step_logits(rg_model *m, const int32_t *rows_d, int n_logits, float *logits)
+enum { STEP_LOGITS = 0, STEP_ARGMAX = 1 };
+
+/* The tail of a step on the device, after the forward: for the n_logits wanted rows (their
+ * indices rows_d, backend memory), RG_LOGITS_CHUNK at a time: gather the final norm's rows, one
+ * GEMM against the LM head, then either (STEP_LOGITS) copy the chunk to lg (pinned or plain
+ * host memory, act dtype; lg NULL: into logits f32 directly, synchronously) or (STEP_ARGMAX) the
+ * greedy id and its log-prob into am_d. Capturable in a graph when lg is pinned. */
+static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int mode,
+			   float *logits, void *lg)
 {
 	const int H = m->dec.cfg.hidden_size, V = m->dec.cfg.vocab_size;
+	const int T = m->max_tokens;
 	rg_status s;
 
 	for (int r0 = 0; r0 < n_logits; r0 += RG_LOGITS_CHUNK) {
 		const int nr = n_logits - r0 < RG_LOGITS_CHUNK ? n_logits - r0 : RG_LOGITS_CHUNK;
-		float *dst = logits + (size_t)r0 * V;
 		const size_t n = (size_t)nr * V;
 
 		if ((s = rg_op_gather_rows(m->be, m->dec.a[RG_D_NORMED], rows_d + r0, nr, H,
@@ -516,35 +514,100 @@ static rg_status step_logits(rg_model *m, const int32_t *rows_d, int n_logits, f
 		    (s = rg_op_gemm(m->be, m->dec.a[RG_D_ROWS], m->dec.lm_head, m->dec.a[RG_D_LOGITS],
 				    nr, V, H)) != RG_OK)
 			return s;
-		if (m->esz == 4) {
-			s = rg_backend_download(m->be, dst, m->dec.a[RG_D_LOGITS], n * 4);
-		} else {
-			s = rg_backend_download(m->be, (char *)dst + 2 * n, m->dec.a[RG_D_LOGITS],
-						n * 2);
-			if (s == RG_OK)
-				rg_widen16_tail(dst, n, rg_backend_dtype(m->be));
+		if (mode == STEP_ARGMAX) {
+			if ((s = rg_op_argmax_rows(m->be, m->dec.a[RG_D_LOGITS], nr, V,
+						   m->dec.am_d + r0,
+						   (float *)(m->dec.am_d + T) + r0)) != RG_OK)
+				return s;
+			continue;
 		}
-		if (s != RG_OK)
+		if (lg) { /* one chunk at most (graphs: B <= RG_LOGITS_CHUNK) */
+			if ((s = rg_backend_download_async(m->be, lg, m->dec.a[RG_D_LOGITS],
+							   n * m->esz)) != RG_OK)
+				return s;
+			continue;
+		}
+		{
+			float *dst = logits + (size_t)r0 * V;
+
+			if (m->esz == 4) {
+				s = rg_backend_download(m->be, dst, m->dec.a[RG_D_LOGITS], n * 4);
+			} else {
+				s = rg_backend_download(m->be, (char *)dst + 2 * n,
+							m->dec.a[RG_D_LOGITS], n * 2);
+				if (s == RG_OK)
+					rg_widen16_tail(dst, n, rg_backend_dtype(m->be));
+			}
+			if (s != RG_OK)
+				return s;
+		}
+	}
+	if (mode == STEP_ARGMAX && n_logits > 0) {
+		if ((s = rg_backend_download_async(m->be, m->dec.am_h, m->dec.am_d,
+						   (size_t)n_logits * 4)) != RG_OK ||
+		    (s = rg_backend_download_async(m->be, m->dec.am_h + T, m->dec.am_d + T,
+						   (size_t)n_logits * 4)) != RG_OK)
 			return s;
 	}
 	return RG_OK;
 }
 
-rg_status rg_model_step(rg_model *m, const rg_step_batch *b, float *logits)
+/* Graph buckets of the padded sequence count: decode batches of up to RG_LOGITS_CHUNK rows. */
+static int graph_bucket(int n)
 {
-	const size_t T = m ? (size_t)m->max_tokens : 0;
-	int max_ctx = 0, mb_used = 1, n;
-	int32_t *ih, *id;
-	rg_dec_fwd f;
+	static const int b[] = {1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64};
+
+	for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
+		if (n <= b[i])
+			return b[i];
+	return 0;
+}
+
+/* A decode-only step that may run as a graph: one new token per sequence, every row's logits
+ * in order, at most RG_LOGITS_CHUNK sequences. */
+static bool graph_eligible(const rg_model *m, const rg_step_batch *b)
+{
+	if (!m->dec.use_graphs || b->n_tokens != b->n_seq || b->n_logits != b->n_seq ||
+	    !graph_bucket(b->n_seq) || b->n_seq > m->max_tokens)
+		return false;
+	for (int i = 0; i < b->n_logits; i++)
+		if (b->logits_rows[i] != i)
+			return false;
+	return true;
+}
+
+/* The graph slot for (B, MB, mode): found, or a free / least recently used one (freed). */
+static struct rg_dec_graph *graph_slot(rg_model *m, int B, int MB, int mode)
+{
+	struct rg_dec_graph *lru = NULL, *g;
+
+	for (int i = 0; i < RG_DEC_GRAPHS; i++) {
+		g = &m->dec.graphs[i];
+		if (g->B == B && g->MB == MB && g->mode == mode)
+			return g;
+		if (!lru || g->last_use < lru->last_use)
+			lru = g;
+	}
+	rg_backend_graph_free(m->be, lru->g);
+	memset(lru, 0, sizeof(*lru));
+	lru->B = B;
+	lru->MB = MB;
+	lru->mode = mode;
+	return lru;
+}
+
+/* Stage a step into the staging buffers (pinned ids_h -> ids_d, block tables), padded to B
+ * sequences and MB block-table columns when B > 0 (a graphed decode step: padding rows are
+ * token 0 at position 0 of a one-token context in the scratch block). */
+static rg_status step_stage(rg_model *m, const rg_step_batch *b, int mb_used, int B, int MB)
+{
+	const size_t T = (size_t)m->max_tokens;
+	const int n = b->n_tokens, bs = m->dec.block_size, scratch = m->dec.n_blocks;
+	const int ns = B ? B : b->n_seq, nt = B ? B : n, nl = B ? B : b->n_logits;
+	const int width = B ? MB : mb_used;
+	int32_t *ih = m->dec.ids_h, *id = m->dec.ids_d;
 	rg_status s;
 
-	if ((s = need_decoder(m, "rg_model_step")) != RG_OK)
-		return s;
-	if ((s = step_validate(m, b, logits, &max_ctx, &mb_used)) != RG_OK)
-		return s;
-	n = b->n_tokens;
-	ih = m->dec.ids_h;
-	id = m->dec.ids_d;
 	/* staging: tokens | positions | slots | logits rows | cu_seqlens_q | context_lens */
 	memcpy(ih, b->tokens, (size_t)n * 4);
 	memcpy(ih + T, b->positions, (size_t)n * 4);
@@ -553,37 +616,198 @@ rg_status rg_model_step(rg_model *m, const rg_step_batch *b, float *logits)
 		memcpy(ih + 3 * T, b->logits_rows, (size_t)b->n_logits * 4);
 	memcpy(ih + 4 * T, b->cu_seqlens_q, (size_t)(b->n_seq + 1) * 4);
 	memcpy(ih + 5 * T + 1, b->context_lens, (size_t)b->n_seq * 4);
+	for (int i = n; i < nt; i++) { /* padding rows (graphs: one token per sequence) */
+		ih[i] = 0;
+		ih[T + i] = 0;
+		ih[2 * T + i] = scratch * bs;
+		ih[3 * T + i] = i;
+		ih[4 * T + i + 1] = i + 1;
+		ih[5 * T + 1 + i] = 1;
+	}
 	{
 		const size_t off[] = {0, T, 2 * T, 3 * T, 4 * T, 5 * T + 1};
-		const size_t cnt[] = {(size_t)n, (size_t)n, (size_t)n, (size_t)b->n_logits,
-				      (size_t)b->n_seq + 1, (size_t)b->n_seq};
+		const size_t cnt[] = {(size_t)nt, (size_t)nt, (size_t)nt, (size_t)nl,
+				      (size_t)ns + 1, (size_t)ns};
 
 		for (int i = 0; i < 6; i++)
 			if (cnt[i] && (s = rg_backend_upload_async(m->be, id + off[i], ih + off[i],
 								   cnt[i] * 4)) != RG_OK)
 				return s;
 	}
-	if ((s = stage_block_tables(m, b, mb_used)) != RG_OK)
+	/* block tables compacted to width columns (grown when a step needs more) */
+	{
+		const size_t need = (size_t)ns * (size_t)width;
+
+		if (need > m->dec.bt_cap) {
+			size_t cap = need < 4096 ? 4096 : need * 2;
+
+			if ((s = rg_backend_sync(m->be)) != RG_OK)
+				return s;
+			rg_backend_dealloc(m->be, m->dec.bt_d);
+			rg_backend_host_free(m->be, m->dec.bt_h);
+			m->dec.bt_d = m->dec.bt_h = NULL;
+			m->dec.bt_cap = 0;
+			dec_graphs_free(m); /* they read the old table buffer */
+			if ((s = rg_backend_alloc(m->be, cap * 4, (void **)&m->dec.bt_d)) != RG_OK ||
+			    (s = rg_backend_host_alloc(m->be, cap * 4, (void **)&m->dec.bt_h)) != RG_OK)
+				return rg_error_wrap(s, "block tables of %zu entries", cap);
+			m->dec.bt_cap = cap;
+		}
+		for (int i = 0; i < ns; i++) {
+			int32_t *dst = m->dec.bt_h + (size_t)i * width;
+			int nb = 0;
+
+			if (i < b->n_seq) {
+				nb = (b->context_lens[i] + bs - 1) / bs;
+				memcpy(dst, b->block_tables + (size_t)i * b->max_blocks_per_seq,
+				       (size_t)nb * 4);
+			} else {
+				dst[0] = scratch;
+				nb = 1;
+			}
+			for (int k = nb; k < width; k++)
+				dst[k] = 0; /* never read */
+		}
+		return rg_backend_upload_async(m->be, m->dec.bt_d, m->dec.bt_h, need * 4);
+	}
+}
+
+/* The forward's pointers for ns sequences of nt new tokens over the staged buffers. */
+static void step_fwd(rg_model *m, rg_dec_fwd *f, int nt, int ns, int width, int max_ctx)
+{
+	const size_t T = (size_t)m->max_tokens;
+	int32_t *ih = m->dec.ids_h, *id = m->dec.ids_d;
+
+	memset(f, 0, sizeof(*f));
+	f->n = nt;
+	f->tokens = id;
+	f->positions = id + T;
+	f->slots = id + 2 * T;
+	f->attn.causal = true;
+	f->attn.n_seq = ns;
+	f->attn.cu_seqlens_q = id + 4 * T;
+	f->attn.cu_seqlens_q_h = ih + 4 * T;
+	f->attn.context_lens = id + 5 * T + 1;
+	f->attn.context_lens_h = ih + 5 * T + 1;
+	f->attn.max_context_len = max_ctx;
+	f->attn.block_tables = m->dec.bt_d;
+	f->attn.max_blocks_per_seq = width;
+	f->attn.block_size = m->dec.block_size;
+	f->attn.n_blocks = (int64_t)m->dec.n_blocks + 1; /* the scratch block too */
+}
+
+/* Copy a finished step's outputs to the caller: ids / log-probs (STEP_ARGMAX) or, for a graphed
+ * STEP_LOGITS step, the pinned logits widened to f32. */
+static void step_out(rg_model *m, int n_logits, int mode, float *logits, int32_t *ids,
+		     float *logprobs, bool graphed)
+{
+	const size_t T = (size_t)m->max_tokens, V = (size_t)m->dec.cfg.vocab_size;
+
+	if (mode == STEP_ARGMAX) {
+		memcpy(ids, m->dec.am_h, (size_t)n_logits * 4);
+		if (logprobs)
+			memcpy(logprobs, m->dec.am_h + T, (size_t)n_logits * 4);
+		return;
+	}
+	if (!graphed)
+		return;
+	if (m->esz == 4) {
+		memcpy(logits, m->dec.lg_h, (size_t)n_logits * V * 4);
+	} else {
+		memcpy((char *)logits + 2 * (size_t)n_logits * V, m->dec.lg_h, (size_t)n_logits * V * 2);
+		rg_widen16_tail(logits, (size_t)n_logits * V, rg_backend_dtype(m->be));
+	}
+}
+
+/* One step: validate, stage, run (a graph for an eligible decode-only step on CUDA, else
+ * eagerly), then the outputs of the mode. */
+static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *logits,
+			  int32_t *ids, float *logprobs, const char *fn)
+{
+	const size_t T = m ? (size_t)m->max_tokens : 0;
+	int max_ctx = 0, mb_used = 1;
+	rg_dec_fwd f;
+	rg_status s;
+
+	if ((s = need_decoder(m, fn)) != RG_OK)
 		return s;
-	memset(&f, 0, sizeof(f));
-	f.n = n;
-	f.tokens = id;
-	f.positions = id + T;
-	f.slots = id + 2 * T;
-	f.attn.causal = true;
-	f.attn.n_seq = b->n_seq;
-	f.attn.cu_seqlens_q = id + 4 * T;
-	f.attn.cu_seqlens_q_h = ih + 4 * T;
-	f.attn.context_lens = id + 5 * T + 1;
-	f.attn.context_lens_h = ih + 5 * T + 1;
-	f.attn.max_context_len = max_ctx;
-	f.attn.block_tables = m->dec.bt_d;
-	f.attn.max_blocks_per_seq = mb_used;
-	f.attn.block_size = m->dec.block_size;
-	f.attn.n_blocks = m->dec.n_blocks;
+	if ((s = step_validate(m, b, mode == STEP_LOGITS ? logits : (float *)ids, &max_ctx,
+			       &mb_used)) != RG_OK)
+		return s;
+	if (graph_eligible(m, b)) {
+		const int B = graph_bucket(b->n_seq);
+		const int max_mb = (m->dec.cfg.max_position_embeddings + m->dec.block_size - 1) /
+				   m->dec.block_size;
+		int MB = 4;
+		struct rg_dec_graph *g;
+
+		while (MB < mb_used)
+			MB *= 2;
+		if (MB > max_mb && mb_used <= max_mb)
+			MB = max_mb;
+		if (mode == STEP_LOGITS && !m->dec.lg_h &&
+		    (s = rg_backend_host_alloc(m->be, (size_t)RG_LOGITS_CHUNK *
+							  m->dec.cfg.vocab_size * m->esz,
+					       &m->dec.lg_h)) != RG_OK)
+			return s;
+		g = graph_slot(m, B, MB, mode);
+		g->last_use = ++m->dec.graph_clock;
+		if ((s = step_stage(m, b, mb_used, B, MB)) != RG_OK)
+			return s;
+		step_fwd(m, &f, B, B, MB, MB * m->dec.block_size);
+		if (!g->g && g->seen++ >= 1) { /* second sight: capture */
+			rg_graph *gr = NULL;
+
+			if ((s = rg_backend_capture_begin(m->be)) != RG_OK)
+				return s;
+			s = m->arch->forward(m, &f);
+			if (s == RG_OK)
+				s = step_tail(m, m->dec.ids_d + 3 * T, B, mode, NULL, m->dec.lg_h);
+			{
+				rg_status s2 = rg_backend_capture_end(m->be, &gr);
+
+				s = s != RG_OK ? s : s2;
+			}
+			if (s != RG_OK)
+				return s;
+			g->g = gr;
+		}
+		if (g->g) {
+			if ((s = rg_backend_graph_launch(m->be, g->g)) != RG_OK ||
+			    (s = rg_backend_sync(m->be)) != RG_OK)
+				return s;
+			m->dec.graph_steps++;
+			step_out(m, b->n_logits, mode, logits, ids, logprobs, true);
+			return RG_OK;
+		}
+		/* first sight: eager, over the same padded staging */
+		if ((s = m->arch->forward(m, &f)) != RG_OK ||
+		    (s = step_tail(m, m->dec.ids_d + 3 * T, B, mode, NULL, m->dec.lg_h)) != RG_OK ||
+		    (s = rg_backend_sync(m->be)) != RG_OK)
+			return s;
+		step_out(m, b->n_logits, mode, logits, ids, logprobs, true);
+		return RG_OK;
+	}
+	if ((s = step_stage(m, b, mb_used, 0, 0)) != RG_OK)
+		return s;
+	step_fwd(m, &f, b->n_tokens, b->n_seq, mb_used, max_ctx);
 	if ((s = m->arch->forward(m, &f)) != RG_OK)
 		return s;
-	if (b->n_logits && (s = step_logits(m, id + 3 * T, b->n_logits, logits)) != RG_OK)
+	if (b->n_logits &&
+	    (s = step_tail(m, m->dec.ids_d + 3 * T, b->n_logits, mode, logits, NULL)) != RG_OK)
 		return s;
-	return rg_backend_sync(m->be);
+	if ((s = rg_backend_sync(m->be)) != RG_OK)
+		return s;
+	step_out(m, b->n_logits, mode, logits, ids, logprobs, false);
+	return RG_OK;
+}
+
+rg_status rg_model_step(rg_model *m, const rg_step_batch *b, float *logits)
+{
+	return step_run(m, b, STEP_LOGITS, logits, NULL, NULL, "rg_model_step");
+}
+
+rg_status rg_model_step_argmax(rg_model *m, const rg_step_batch *b, int32_t *ids, float *logprobs)
+{
+	return step_run(m, b, STEP_ARGMAX, NULL, ids, logprobs, "rg_model_step_argmax");
 }

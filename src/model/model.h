@@ -77,6 +77,7 @@ enum {
 	RG_DEC_N
 };
 #define RG_LOGITS_CHUNK 64 /* logits rows per LM head GEMM */
+#define RG_DEC_GRAPHS 32   /* decode-step graphs kept per model */
 
 typedef struct rg_dec_state {
 	rg_decoder_config cfg;
@@ -97,6 +98,20 @@ typedef struct rg_dec_state {
 	int n_blocks;
 	size_t layer_bytes;
 	uint8_t *slot_seen;     /* (n_blocks * block_size / 8) bitmap: one writer per slot */
+	int32_t *am_d;          /* (2 T) greedy outputs: ids (T) int32, then their log-probs (T) f32 */
+	int32_t *am_h;          /* pinned twin of am_d */
+	void *lg_h;             /* pinned (RG_LOGITS_CHUNK, vocab) act: a graphed step's logits */
+	/* CUDA graphs of decode-only steps (one new token per sequence, every row's logits), keyed
+	 * by the padded sequence count B, the block-table width MB and the output (logits / ids);
+	 * LRU; a key is captured the second time it is seen (its first run is eager) */
+	struct rg_dec_graph {
+		int B, MB, mode, seen;
+		rg_graph *g;
+		unsigned long long last_use;
+	} graphs[RG_DEC_GRAPHS];
+	unsigned long long graph_clock;
+	bool use_graphs;        /* backend has graphs and RAGGED_CUDA_GRAPHS != 0 */
+	long long graph_steps;  /* steps run through a graph (tests and benchmarks read it) */
 } rg_dec_state;
 
 /* One step's pointers for an architecture's forward (backend memory unless _h). */

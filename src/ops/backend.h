@@ -93,6 +93,8 @@ typedef struct rg_backend_ops {
 	rg_status (*paged_attention)(rg_backend_ctx *c, rg_dtype dt, const rg_attn_desc *d,
 				     const void *q, int ldq, const void *k_cache,
 				     const void *v_cache, void *out);
+	rg_status (*argmax_rows)(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
+				 int32_t *ids, float *logprob);
 	rg_status (*copy_blocks)(rg_backend_ctx *c, void *pool, size_t block_bytes,
 				 const int32_t *src_h, const int32_t *dst_h, int n);
 } rg_backend_ops;

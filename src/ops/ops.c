@@ -511,3 +511,16 @@ rg_status rg_op_copy_blocks(rg_backend *be, void *pool, size_t block_bytes, cons
 		return s;
 	return note(be, be->ops->copy_blocks(be->ctx, pool, block_bytes, src_h, dst_h, n));
 }
+
+rg_status rg_op_argmax_rows(rg_backend *be, const void *x, int M, int N, int32_t *ids,
+			    float *logprob)
+{
+	rg_status s;
+
+	if (M < 0 || N <= 0 || (M > 0 && (!x || !ids)))
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT, "argmax_rows: bad arguments M=%d N=%d",
+					  M, N));
+	if ((s = RG_DEC_OP(be, argmax_rows)) != RG_OK || M == 0)
+		return s;
+	return note(be, be->ops->argmax_rows(be->ctx, be->dt, x, M, N, ids, logprob));
+}

@@ -274,4 +274,12 @@ rg_status rg_op_paged_attention(rg_backend *be, const rg_attn_desc *d, const voi
  * indices, validated by the caller. */
 rg_status rg_op_copy_blocks(rg_backend *be, void *pool, size_t block_bytes, const int32_t *src_h,
 			    const int32_t *dst_h, int n);
+
+/* Greedy choice on the device (the step's logits never leave it): for each row r of x (M, N) act,
+ * ids[r] = the column of its largest value (the lowest such column on ties; NaN never wins) and,
+ * when logprob != NULL, logprob[r] = its log-softmax value, x[r][ids[r]] - log(sum_j exp(x[r][j])),
+ * in f32. ids (M) int32 and logprob (M) f32 in backend memory or, on CUDA, mapped pinned host
+ * memory (rg_backend_host_alloc). A row of only NaN gives id 0. CUDA: one CTA per row. */
+rg_status rg_op_argmax_rows(rg_backend *be, const void *x, int M, int N, int32_t *ids,
+			    float *logprob);
 #endif

@@ -22,8 +22,9 @@ class Seqs:
         self.n[sid] = c0 + len(toks)
         return pos, [b[p // BS] * BS + p % BS for p in pos]
 
-    def step(self, m, parts):
-        """parts: [(sid, toks)]; returns the logits of each part's last row."""
+    def step(self, m, parts, argmax=False):
+        """parts: [(sid, toks)]; returns the logits of each part's last row, or with argmax
+        (rg_model_step_argmax) their greedy ids and log-probs."""
         toks, pos, cu, ctx, slots = [], [], [0], [], []
         for sid, t in parts:
             p, s = self.part(sid, t)
@@ -37,4 +38,6 @@ class Seqs:
         for i, (sid, _) in enumerate(parts):
             bt[i, :len(self.blocks[sid])] = self.blocks[sid]
         rows = [c - 1 for c in cu[1:]]
+        if argmax:
+            return m.step_argmax(toks, pos, cu, ctx, bt, slots, rows)
         return m.step(toks, pos, cu, ctx, bt, slots, rows)

@@ -124,6 +124,8 @@ def lib():
         l.rg_model_kv_copy_blocks.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                               ctypes.c_int]
         l.rg_model_step.argtypes = [ctypes.c_void_p, ctypes.POINTER(StepBatch), ctypes.c_void_p]
+        l.rg_model_step_argmax.argtypes = [ctypes.c_void_p, ctypes.POINTER(StepBatch),
+                                           ctypes.c_void_p, ctypes.c_void_p]
         l.free.argtypes = [ctypes.c_void_p] if hasattr(l, "free") else None
         _lib = l
     return _lib
@@ -300,7 +302,17 @@ class Model:
         if st != RG_OK:
             raise _err(st)
 
-    def step(self, tokens, positions, cu_seqlens_q, context_lens, block_tables, slot_mapping,
+    def step(self, *a, **kw):
+        """rg_model_step: (n_logits, vocab_size) float32. block_tables: 2-D (n_seq,
+        max_blocks_per_seq). n_tokens / n_seq default to the array lengths (hostile tests
+        override them)."""
+        return self._step(False, *a, **kw)
+
+    def step_argmax(self, *a, **kw):
+        """rg_model_step_argmax: (ids int32 (n_logits), log-probs float32 (n_logits))."""
+        return self._step(True, *a, **kw)
+
+    def _step(self, argmax, tokens, positions, cu_seqlens_q, context_lens, block_tables, slot_mapping,
              logits_rows, n_tokens=None, n_seq=None):
         """rg_model_step: (n_logits, vocab_size) float32. block_tables: 2-D (n_seq,
         max_blocks_per_seq). n_tokens / n_seq default to the array lengths (hostile tests
@@ -312,14 +324,22 @@ class Model:
             bt = bt[None, :]
         tk, ps, cu, cl, sm, lr = arrs
         vocab = self.info().vocab_size
-        out = np.full((max(len(lr), 1), vocab), np.nan, np.float32)
+        if argmax:
+            ids = np.full(max(len(lr), 1), -1, np.int32)
+            lps = np.full(max(len(lr), 1), np.nan, np.float32)
+        else:
+            out = np.full((max(len(lr), 1), vocab), np.nan, np.float32)
         b = StepBatch(len(tk) if n_tokens is None else n_tokens, tk.ctypes.data, ps.ctypes.data,
                       len(cl) if n_seq is None else n_seq, cu.ctypes.data, cl.ctypes.data,
                       bt.shape[1], bt.ctypes.data, sm.ctypes.data, len(lr), lr.ctypes.data)
-        st = lib().rg_model_step(self._h, ctypes.byref(b), out.ctypes.data)
+        if argmax:
+            st = lib().rg_model_step_argmax(self._h, ctypes.byref(b), ids.ctypes.data,
+                                            lps.ctypes.data)
+        else:
+            st = lib().rg_model_step(self._h, ctypes.byref(b), out.ctypes.data)
         if st != RG_OK:
             raise _err(st)
-        return out[:len(lr)]
+        return (ids[:len(lr)], lps[:len(lr)]) if argmax else out[:len(lr)]
 
     def close(self):
         if self._h:

@@ -208,6 +208,31 @@ def test_logits_only_for_wanted_rows(loaded):
     assert_close(m.step(t, p, [0, 1], [c], bt, sl, [0]), ref[8:9], "after a logits-free step")
 
 
+def test_step_argmax_is_the_greedy_choice_of_the_reference(loaded):
+    """rg_model_step_argmax: each wanted row's id is the argmax of the float64 reference's logits
+    and its log-prob that row's log-softmax there; a mixed batch of a prefill and decode rows."""
+    m, cfg, w = loaded("smollm2_width")
+    rng = np.random.default_rng(12)
+    a = rng.integers(0, cfg["vocab_size"], 7)
+    b = rng.integers(0, cfg["vocab_size"], 3)
+    ref_a, ref_b = ref_decoder.forward(cfg, w, a), ref_decoder.forward(cfg, w, b)
+    free = shuffled_free(96, 12)
+    sa, sb = Seq(a, free), Seq(b, free)
+    ta, pa, ca, la = sa.chunk(7)
+    tb, pb, cb, lb = sb.chunk(3)
+    width = max(len(sa.blocks), len(sb.blocks))
+    bt = np.zeros((2, width), np.int32)
+    bt[0, :len(sa.blocks)] = sa.blocks
+    bt[1, :len(sb.blocks)] = sb.blocks
+    ids, lps = m.step_argmax(ta + tb, pa + pb, [0, 7, 10], [ca, cb], bt, la + lb, [6, 9, 2])
+    refs = np.stack([ref_a[6], ref_b[2], ref_a[2]])
+    assert ids.tolist() == [int(np.argmax(r)) for r in refs]
+    lsm = refs - refs.max(axis=1, keepdims=True)
+    lsm = lsm - np.log(np.exp(lsm).sum(axis=1, keepdims=True))
+    want = lsm[np.arange(3), ids]
+    assert np.all(np.abs(lps - want) <= 1e-4 * np.maximum(1.0, np.abs(want))), (lps, want)
+
+
 def test_copy_on_write_fork(loaded):
     """Two beams share a prompt's blocks; the partly filled last block is copied
     (rg_model_kv_copy_blocks) before they diverge; each continues as its own sequence."""

@@ -1,6 +1,7 @@
 /* The CPU backend's table (src/ops/backend.h): host memory, and the float32 kernels of
  * ops_cpu.c and gemm_dnnl.c. It has no context (c is NULL) and computes in fp32 only (ops.c
  * refuses other dtypes when the backend is created). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,6 +232,33 @@ static rg_status cpu_paged_attention(rg_backend_ctx *c, rg_dtype dt, const rg_at
 	return rg_cpu_paged_attention(d, q, ldq, k_cache, v_cache, out);
 }
 
+static rg_status cpu_argmax_rows(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
+			       int32_t *ids, float *logprob)
+{
+	(void)c;
+	(void)dt;
+	for (int r = 0; r < M; r++) {
+		const float *row = (const float *)x + (size_t)r * N;
+		float mx = -INFINITY;
+		int best = -1;
+		double sum = 0.0;
+
+		for (int j = 0; j < N; j++)
+			if (row[j] > mx || (best < 0 && row[j] == mx)) {
+				mx = row[j];
+				best = j;
+			}
+		ids[r] = best < 0 ? 0 : best;
+		if (!logprob)
+			continue;
+		for (int j = 0; j < N; j++)
+			if (row[j] == row[j])
+				sum += exp((double)row[j] - (double)mx);
+		logprob[r] = best < 0 ? NAN : (float)(-log(sum));
+	}
+	return RG_OK;
+}
+
 static rg_status cpu_copy_blocks(rg_backend_ctx *c, void *pool, size_t block_bytes,
 				 const int32_t *src_h, const int32_t *dst_h, int n)
 {
@@ -273,4 +301,5 @@ const rg_backend_ops rg_cpu_backend_ops = {
 	.kv_write = cpu_kv_write,
 	.paged_attention = cpu_paged_attention,
 	.copy_blocks = cpu_copy_blocks,
+	.argmax_rows = cpu_argmax_rows,
 };

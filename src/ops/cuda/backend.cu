@@ -448,6 +448,7 @@ static rg_backend_ops make_cuda_ops(void)
 	t.kv_write = rg_cuda_kv_write;
 	t.paged_attention = rg_cuda_paged_attention;
 	t.copy_blocks = rg_cuda_copy_blocks;
+	t.argmax_rows = rg_cuda_argmax_rows;
 	return t;
 }
 

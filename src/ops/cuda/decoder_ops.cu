@@ -224,3 +224,97 @@ extern "C" rg_status rg_cuda_copy_blocks(rg_cuda_ctx *c, void *pool, size_t bloc
 	}
 	return RG_OK;
 }
+
+/* Greedy choice per row: one CTA per row; each thread keeps its best (value, lowest index) and a
+ * running exp-sum against its own max, then the block merges them (the sums rescaled to the row
+ * max). NaN never wins (comparisons with NaN are false) and adds nothing to the sum. */
+#define AM_THREADS 512
+template <typename T>
+__global__ void __launch_bounds__(AM_THREADS)
+argmax_rows_kernel(const T *__restrict__ x, int N, int32_t *__restrict__ ids,
+		   float *__restrict__ logprob)
+{
+	__shared__ float s_v[AM_THREADS / 32], s_s[AM_THREADS / 32];
+	__shared__ int s_i[AM_THREADS / 32];
+	const T *row = x + (size_t)blockIdx.x * N;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	float best = -INFINITY, sum = 0.f;
+	int bi = N; /* N: none yet */
+
+	rg_pdl_wait();
+	for (int j = threadIdx.x; j < N; j += AM_THREADS) {
+		const float v = rg_to_f(row[j]);
+		if (v > best) {
+			sum = sum * __expf(best - v) + 1.f; /* rescale to the new max */
+			best = v;
+			bi = j;
+		} else if (v == best) {
+			sum += 1.f; /* later index: keep the lower one */
+		} else if (v == v) {
+			sum += __expf(v - best);
+		}
+	}
+	if (bi == N)
+		sum = 0.f, best = -INFINITY;
+	/* warp merge: larger value wins, equal values the lower index */
+	for (int o = 16; o > 0; o >>= 1) {
+		const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+		const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+		const float os = __shfl_xor_sync(0xffffffffu, sum, o);
+		const float m = fmaxf(best, ov);
+		const float mine = best == -INFINITY ? 0.f : sum * __expf(best - m);
+		const float theirs = ov == -INFINITY ? 0.f : os * __expf(ov - m);
+		if (ov > best || (ov == best && oi < bi))
+			bi = oi;
+		best = m;
+		sum = mine + theirs;
+	}
+	if (lane == 0) {
+		s_v[warp] = best;
+		s_i[warp] = bi;
+		s_s[warp] = sum;
+	}
+	__syncthreads();
+	if (warp == 0) {
+		const int nw = AM_THREADS / 32;
+		best = lane < nw ? s_v[lane] : -INFINITY;
+		bi = lane < nw ? s_i[lane] : N;
+		sum = lane < nw ? s_s[lane] : 0.f;
+		for (int o = 16; o > 0; o >>= 1) {
+			const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+			const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+			const float os = __shfl_xor_sync(0xffffffffu, sum, o);
+			const float m = fmaxf(best, ov);
+			const float mine = best == -INFINITY ? 0.f : sum * __expf(best - m);
+			const float theirs = ov == -INFINITY ? 0.f : os * __expf(ov - m);
+			if (ov > best || (ov == best && oi < bi))
+				bi = oi;
+			best = m;
+			sum = mine + theirs;
+		}
+		if (lane == 0) {
+			ids[blockIdx.x] = bi == N ? 0 : bi;
+			if (logprob)
+				logprob[blockIdx.x] = bi == N ? NAN : -logf(sum);
+		}
+	}
+}
+
+extern "C" rg_status rg_cuda_argmax_rows(rg_cuda_ctx *c, rg_dtype dt, const void *x, int M, int N,
+					 int32_t *ids, float *logprob)
+{
+	rg_status st;
+	cudaError_t e;
+
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "argmax_rows: unknown dtype %d", (int)dt);
+	if (M == 0)
+		return RG_OK;
+	if ((st = rg_cuda_enter(c)) != RG_OK)
+		return st;
+#define LAUNCH(T)                                                                                \
+	rg_launch(c, argmax_rows_kernel<T>, dim3(M), dim3(AM_THREADS), 0, (const T *)x, N, ids, logprob)
+	e = RG_CUDA_DISPATCH_DT(dt, LAUNCH);
+#undef LAUNCH
+	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "argmax_rows_kernel launch");
+}

@@ -80,6 +80,8 @@ rg_status rg_cuda_kv_write(rg_cuda_ctx *c, rg_dtype dt, const void *k, const voi
 rg_status rg_cuda_paged_attention(rg_cuda_ctx *c, rg_dtype dt, const rg_attn_desc *d,
 				  const void *q, int ldq, const void *k_cache, const void *v_cache,
 				  void *out);
+rg_status rg_cuda_argmax_rows(rg_cuda_ctx *c, rg_dtype dt, const void *x, int M, int N,
+			      int32_t *ids, float *logprob);
 rg_status rg_cuda_copy_blocks(rg_cuda_ctx *c, void *pool, size_t block_bytes, const int32_t *src_h,
 			      const int32_t *dst_h, int n);
 #ifdef __cplusplus

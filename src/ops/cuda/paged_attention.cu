@@ -1,6 +1,8 @@
 /* Causal attention of a decoder step over the paged KV cache (PagedAttention, Kwon et al.
  * SOSP'23), for a mixed batch of prefill chunks and decode tokens, with split-KV
- * (flash-decoding) when the batch has too few (token, KV head) pairs to fill the GPU.
+ * (flash-decoding) when the batch has too few (token, KV head) pairs to fill the GPU: the split
+ * count follows the batch's shape (n_tokens, KV heads, the longest context), and each token's
+ * own keys are cut evenly into that many ranges.
  *
  * Work decomposition: one CTA per (new token t, KV head kvh, key split z). The CTA holds the
  * G = num_heads / num_kv_heads query heads that share kvh (grouped-query attention: each K and V
@@ -26,7 +28,7 @@ paged_attn_kernel(const T *__restrict__ q, int q_stride, const T *__restrict__ k
 		  const T *__restrict__ v_cache, const int32_t *__restrict__ block_tables,
 		  int max_blocks, int block_size, const int32_t *__restrict__ cu_q, int n_seq,
 		  const int32_t *__restrict__ context_lens, int num_heads, int num_kv_heads,
-		  float scale, int keys_per_split, int n_splits, float *__restrict__ part,
+		  float scale, int n_splits, float *__restrict__ part,
 		  T *__restrict__ out, int out_stride)
 {
 	constexpr int PAIRS = (PA_MAX_GROUP * HD + PA_THREADS - 1) / PA_THREADS;
@@ -49,8 +51,12 @@ paged_attn_kernel(const T *__restrict__ q, int q_stride, const T *__restrict__ k
 	const int seq = lo;
 	/* keys 0..position of row t: causal within the sequence */
 	const int ctx = context_lens[seq] - (cu_q[seq + 1] - t) + 1;
-	const int k_begin = z * keys_per_split;
-	const int k_end = min(ctx, k_begin + keys_per_split);
+	/* this token's keys cut into n_splits ranges of a multiple of 16 keys (the split count is
+	 * fixed per launch, so a CUDA graph holds for any context length; empty ranges write an
+	 * empty partial) */
+	const int per = ((ctx + n_splits - 1) / n_splits + 15) & ~15;
+	const int k_begin = z * per;
+	const int k_end = min(ctx, k_begin + per);
 	const int32_t *bt = block_tables + (size_t)seq * max_blocks;
 	const size_t row = (size_t)num_kv_heads * HD; /* elements per cache slot */
 	float acc[PAIRS];
@@ -215,12 +221,11 @@ static rg_status paged_attn_launch(rg_cuda_ctx *c, const rg_attn_desc *d, const 
 	 * n_tokens * num_heads * splits * (HD + 2) floats */
 	while (splits > 1 && (size_t)n_tokens * d->num_heads * splits * (HD + 2) > ws_floats)
 		splits--;
-	const int per = ((d->max_context_len + splits - 1) / splits + PA_KEYS - 1) / PA_KEYS * PA_KEYS;
 	dim3 grid(n_tokens, d->num_kv_heads, splits);
 	cudaError_t e = rg_launch(c, paged_attn_kernel<T, HD>, grid, dim3(PA_THREADS), 0, (const T *)q,
 				  ldq, (const T *)k_cache, (const T *)v_cache, d->block_tables,
 				  d->max_blocks_per_seq, d->block_size, d->cu_seqlens_q, d->n_seq,
-				  d->context_lens, d->num_heads, d->num_kv_heads, d->scale, per, splits,
+				  d->context_lens, d->num_heads, d->num_kv_heads, d->scale, splits,
 				  ws, (T *)out, ld_out);
 	if (e != cudaSuccess)
 		return rg_cuda_err(e, "paged_attn_kernel launch");
