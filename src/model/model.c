@@ -35,8 +35,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include <json-c/json.h>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/mem_plan.h"
 #include "core/safetensors.h"
 #include "model/config.h"
@@ -263,7 +267,9 @@ void rg_model_free(rg_model *m)
 			m->arch->free_weights(m);
 		rg_backend_free(be);
 	}
+	rg_generate_state_free(m);
 	rg_tokenizer_free(m->tok);
+	free(m->chat_template);
 	free(m->head.w1);
 	free(m->head.b1);
 	free(m->head.w2);
@@ -295,6 +301,27 @@ static rg_dtype resolve_dtype(const rg_model_params *p, const rg_st *w)
 	if (!t)
 		t = rg_st_find(w, "bert.embeddings.word_embeddings.weight");
 	return t && t->dtype == RG_DTYPE_BF16 ? RG_DTYPE_BF16 : RG_DTYPE_F16;
+}
+
+/* tokenizer_config.json's chat_template (a string) into m->chat_template when present; a file
+ * that is absent or unreadable as JSON leaves it NULL (the template is optional). */
+static rg_status hf_chat_template(rg_model *m, const char *dir)
+{
+	char *path = rg_path_join(dir, "tokenizer_config.json");
+	struct json_object *root, *t;
+
+	if (!path)
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	root = json_object_from_file(path);
+	free(path);
+	if (root && json_object_object_get_ex(root, "chat_template", &t) &&
+	    json_object_is_type(t, json_type_string) &&
+	    !(m->chat_template = strdup(json_object_get_string(t)))) {
+		json_object_put(root);
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	}
+	json_object_put(root);
+	return RG_OK;
 }
 
 rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_status *st)
@@ -332,7 +359,13 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 	{
 		/* the registry (arch.c) decides by model_type: a decoder loads through decoder.c */
 		char type[64];
+		struct stat sb;
 
+		if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode)) { /* a GGUF file */
+			if ((s = rg_gguf_model_load(m, dir, &p)) != RG_OK)
+				goto out_free_model;
+			goto out_loaded;
+		}
 		if ((s = rg_config_model_type(dir, type, sizeof(type))) != RG_OK)
 			goto out_free_model;
 		m->arch = rg_arch_find(type);
@@ -343,7 +376,8 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 			goto out_free_model;
 		}
 		if (m->arch->kind == RG_MODEL_DECODER) {
-			if ((s = rg_decoder_load(m, dir, &p)) != RG_OK)
+			if ((s = rg_decoder_load(m, dir, &p)) != RG_OK ||
+			    (s = hf_chat_template(m, dir)) != RG_OK)
 				goto out_free_model;
 			goto out_loaded;
 		}
