@@ -548,6 +548,10 @@ typedef struct rg_gen_params {
 
 /* The defaults above. */
 RG_API void rg_gen_params_default(rg_gen_params *p);
+/* Check p for a model of vocab tokens (as rg_generate does before anything runs; n_eos must be
+ * >= 0 here). RG_ERR_INVALID_INPUT naming the field; RG_ERR_UNSUPPORTED for sampling, stop
+ * strings, penalties or bias with beams. */
+RG_API rg_status rg_gen_params_check(const rg_gen_params *p, int vocab);
 
 /* One output sequence. Arrays are owned by the result. */
 typedef struct rg_gen_seq {

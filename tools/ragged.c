@@ -1068,6 +1068,13 @@ static int resolve_gen_model(const cli_opts *o, char *buf, size_t buflen)
 	return 0;
 }
 
+/* Stands in for the model's detokenizer when options are checked (never called). */
+static rg_status no_detok(void *ctx, const int32_t *ids, int n, char **text, size_t *len)
+{
+	(void)ctx, (void)ids, (void)n, (void)text, (void)len;
+	return RG_ERR_INTERNAL;
+}
+
 /* Per-call state of the token callback: streaming of sequence 0 and progress counts. */
 typedef struct gen_watch {
 	const rg_model *m;
@@ -1259,6 +1266,17 @@ static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 		goto out_free_model;
 	}
 	max_pos = rg_model_get_info(m)->max_position_embeddings;
+	{
+		rg_gen_params chk = o.gen;
+
+		chk.n_eos = 0; /* --ignore-eos's -1 is rg_generate's convention */
+		chk.detokenize = no_detok; /* rg_generate uses the model's tokenizer */
+		if (rg_gen_params_check(&chk, rg_model_get_info(m)->vocab_size) != RG_OK) {
+			fprintf(stderr, "ragged generate: %s\n", rg_last_error());
+			rc = EXIT_USAGE;
+			goto out_free_model;
+		}
+	}
 	if ((rc = read_lines(in, o.input ? o.input : "stdin", &t)) != 0)
 		goto out_free_model;
 	if (t.n == 0) {

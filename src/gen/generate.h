@@ -58,9 +58,7 @@ typedef struct rg_gen_runner {
 /* rg_gen_token_fn, rg_gen_params, rg_gen_seq, rg_gen_result and their functions:
  * include/ragged.h (the public generation API). */
 
-/* RG_ERR_INVALID_INPUT naming the field; RG_ERR_UNSUPPORTED for sampling with beams, stop
- * strings with beams, or penalties/bias with beams. */
-RG_TEST_API rg_status rg_gen_params_check(const rg_gen_params *p, int vocab);
+/* rg_gen_params_check: include/ragged.h. */
 
 /* Generate for n_prompts prompts (prompts[i]: prompt_lens[i] >= 1 ids in [0, vocab)) with the
  * runner r and the options p. pool: the KV pool to take blocks from (block size r->block_size), or NULL to make
