@@ -1349,6 +1349,7 @@ static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 
 			stream_flush(&w, q->text ? q->text : "", q->text_len, true);
 			fputc('\n', stdout);
+			fflush(stdout);
 			fprintf(stderr, "[%s, %d tokens, %.1f tokens/s]\n",
 				rg_finish_reason_name(q->finish), q->completion_tokens,
 				res->time_total_s > 0 ? q->completion_tokens / res->time_total_s : 0);
