@@ -256,6 +256,25 @@ def test_cli_stop_seed_beams_logprobs(tmp_path):
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 2
 
 
+def test_cli_info_on_decoders(models):
+    gg = subprocess.run([os.path.abspath(rc.BIN_PATH), "info", "--device", "cpu"],
+                        capture_output=True, env=_env(RAGGED_MODEL=_default_gguf()), timeout=120)
+    assert gg.returncode == 0, gg.stderr
+    i = json.loads(gg.stdout)["model"]
+    assert (i["kind"], i["model_type"], i["num_key_value_heads"], i["head_dim"]) == \
+        ("decoder", "llama", 3, 64)
+    assert i["eos_token_id"] == 2 and i["chat_template"] is True
+    assert i["kv_bytes_per_token"] == 2 * 30 * 3 * 64 * 4
+    # $RAGGED_MODEL picks another decoder; one without a tokenizer cannot take text prompts
+    p = gen("--max-tokens", "2", env=_env(RAGGED_MODEL=models["gpt2"][0]))
+    assert p.returncode == 1 and "input line 1" in p.stderr.decode()
+
+
+def _default_gguf():
+    import test_tokenizer_decoder_bpe as tdb
+    return tdb._gguf_path()
+
+
 def test_cli_stream():
     p = gen("--max-tokens", "8", "--stream")
     assert p.returncode == 0, p.stderr

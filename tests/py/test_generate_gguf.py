@@ -120,10 +120,13 @@ def ref_path(model):
     return model.info().model_dir.decode()
 
 
-def test_chat_template_and_format(path):
+def test_chat_template_and_format(path, monkeypatch):
     import ragged
-    g = ragged.Generator(path, max_batch_tokens=128)
+    monkeypatch.delenv("RAGGED_MODEL", raising=False)
+    assert os.path.samefile(ragged.default_model_path(), path)
+    g = ragged.Generator(max_batch_tokens=128)  # the default generation model
     try:
+        assert os.path.samefile(g.model_path, path)
         assert "<|im_start|>" in g.chat_template
         assert g.chat_format("Hi") == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         assert g.chat_format("Hi", system="Be brief.") == (
