@@ -109,7 +109,7 @@ static rg_status ensure_cache(rg_model *m, const int *lens, int n, const rg_gen_
 {
 	rg_status s;
 
-	if (!m->dec.kv_d || m->gen_kv_auto) {
+	if (!m->dec.kv_d || (m->dec.kv_d == m->gen_kv_auto && m->dec.block_size == RG_GEN_BLOCK)) {
 		int64_t need = blocks_needed(m, lens, n, p, RG_GEN_BLOCK);
 
 		if (!m->dec.kv_d || m->dec.n_blocks < need) {
@@ -122,7 +122,7 @@ static rg_status ensure_cache(rg_model *m, const int *lens, int n, const rg_gen_
 			rg_generate_state_free(m);
 			if ((s = rg_model_kv_init(m, RG_GEN_BLOCK, (int)nb)) != RG_OK)
 				return s;
-			m->gen_kv_auto = true;
+			m->gen_kv_auto = m->dec.kv_d;
 		}
 	}
 	if (m->gen_pool && (rg_kv_pool_n_blocks(m->gen_pool) != m->dec.n_blocks ||

@@ -147,7 +147,8 @@ struct rg_model {
 	char *chat_template;      /* decoders: GGUF tokenizer.chat_template or
 				   * tokenizer_config.json's, NULL when none */
 	struct rg_kv_pool *gen_pool; /* rg_generate's block pool over the KV cache (generate_api.c) */
-	bool gen_kv_auto;         /* the KV cache was sized by rg_generate (it may regrow it) */
+	void *gen_kv_auto;        /* the cache (dec.kv_d) rg_generate made and may regrow; a cache
+				   * the caller made (another kv_d) is used as it is */
 };
 
 typedef struct rg_fwd {

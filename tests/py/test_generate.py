@@ -132,6 +132,46 @@ def test_blocks_released_after_errors(models):
         g.close()
 
 
+def test_caller_cache_and_chat_template(models, tmp_path):
+    """A KV cache the caller made is used as it is (too small: RG_ERR_BUSY, blocks back to 0);
+    a Hugging Face directory's chat template comes from tokenizer_config.json, and only ChatML
+    is rendered."""
+    d = models["llama_gqa"][0]
+    g = ragged.Generator(d, max_batch_tokens=64)
+    try:
+        assert g.chat_template is None
+        st = rc.lib().rg_model_kv_init(g._h, 4, 4)  # 16 positions: each prompt fits alone
+        assert st == 0
+        with pytest.raises(ragged.RaggedError) as e:
+            g.generate(PROMPTS, max_tokens=10, ignore_eos=True)  # together they need more
+        assert e.value.status == "RG_ERR_BUSY"
+        assert g.kv_blocks_in_use() == 0
+        out = g.generate([[1, 2, 3]], max_tokens=4, ignore_eos=True)[0]
+        assert len(out["ids"]) == 4 and g.kv_blocks_in_use() == 0
+    finally:
+        g.close()
+    import shutil
+    for name, tmpl, ok in (("chatml", "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                                      "{{ m.content }}<|im_end|>\n{% endfor %}", True),
+                           ("llama2", "{{ bos_token }}[INST] {{ messages[0].content }} [/INST]",
+                            False)):
+        dd = tmp_path / name
+        shutil.copytree(d, dd)
+        (dd / "tokenizer_config.json").write_text(json.dumps({"chat_template": tmpl}))
+        g = ragged.Generator(str(dd), max_batch_tokens=64)
+        try:
+            assert g.chat_template == tmpl
+            if ok:
+                assert g.chat_format("x") == \
+                    "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
+            else:
+                with pytest.raises(ragged.RaggedError) as e:
+                    g.chat_format("x")
+                assert e.value.status == "RG_ERR_UNSUPPORTED" and "ChatML" in e.value.message
+        finally:
+            g.close()
+
+
 def test_generator_options(models):
     d = models["llama_gqa"][0]
     g = ragged.Generator(d, max_batch_tokens=64)
