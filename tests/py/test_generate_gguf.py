@@ -208,3 +208,88 @@ def test_refused_gguf(tmp_path):
     bad = tmp_path / "e.gguf"
     bad.write_bytes(b"not a gguf file at all")
     assert "e.gguf" in _load_error(str(bad))
+
+
+# ---- tiny HF checkpoints converted to GGUF as llama.cpp's converter does ---------------------
+
+def _permute(w, n_head):
+    """llama.cpp convert_hf_to_gguf.py LlamaModel.permute: rotate_half pairs -> adjacent pairs."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def _hf_to_gguf(path, cfg, w):
+    arch = "qwen2" if cfg["model_type"] == "qwen2" else "llama"
+    H, heads, kvh = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    wr = gguf.GGUFWriter(str(path), arch)
+    wr.add_block_count(cfg["num_hidden_layers"])
+    wr.add_context_length(cfg["max_position_embeddings"])
+    wr.add_embedding_length(H)
+    wr.add_feed_forward_length(cfg["intermediate_size"])
+    wr.add_head_count(heads)
+    wr.add_head_count_kv(kvh)
+    wr.add_rope_freq_base(cfg["rope_theta"])
+    wr.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    wr.add_tokenizer_model("gpt2")
+    wr.add_tokenizer_pre("gpt2")
+    wr.add_token_list([f"t{i}".encode() for i in range(cfg["vocab_size"])])
+    wr.add_eos_token_id(2)
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    for k, v in w.items():
+        v = np.asarray(v, np.float32)
+        if k == "model.embed_tokens.weight":
+            n = "token_embd.weight"
+        elif k == "model.norm.weight":
+            n = "output_norm.weight"
+        elif k == "lm_head.weight":
+            n = "output.weight"
+        else:
+            _, _, l, rest = k.split(".", 3)
+            stem, suf = rest.rsplit(".", 1)
+            n = f"blk.{l}.{names[stem]}.{suf}"
+            if arch == "llama" and stem == "self_attn.q_proj":
+                v = _permute(v, heads)
+            elif arch == "llama" and stem == "self_attn.k_proj":
+                v = _permute(v, kvh)
+        wr.add_tensor(n, np.ascontiguousarray(v))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return str(path)
+
+
+@pytest.mark.parametrize("name,spec", [
+    ("llama_gqa_untied", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=101,
+                              rope_theta=10000.0)),
+    ("smollm2_shape", dict(H=576, heads=9, kv_heads=3, layers=2, inter=1536, vocab=300,
+                           tie=True, rope_theta=100000.0)),
+    ("qwen2_bias", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=83,
+                        model_type="qwen2", tie=True, rope_theta=1000000.0)),
+])
+def test_converted_gguf_equals_hf_reference(tmp_path, name, spec):
+    """A random HF checkpoint written as GGUF the way llama.cpp converts it (q/k rows permuted
+    for llama, not for qwen2; llama.cpp's tensor names; no output.weight when tied): every
+    position's logits equal ref_decoder.py's float64 forward of the HF weights (<= 1e-5)."""
+    import make_decoder
+    import ref_decoder
+    cfg, w = make_decoder.make(str(tmp_path / name), "llama", seed=21, **spec)
+    p = _hf_to_gguf(tmp_path / f"{name}.gguf", cfg, w)
+    ids = list(np.random.default_rng(5).integers(0, cfg["vocab_size"], 37))
+    ref = ref_decoder.forward(cfg, w, ids)
+    m = rc.Model(p, max_batch_tokens=64)
+    try:
+        i = m.info()
+        assert (i.model_type.decode(), i.num_key_value_heads, bool(i.tie_word_embeddings)) == \
+            (cfg["model_type"], cfg["num_key_value_heads"], cfg["tie_word_embeddings"])
+        m.kv_init(8, 8)
+        got = m.step(ids, list(range(len(ids))), [0, len(ids)], [len(ids)],
+                     np.arange(8, dtype=np.int32)[None, :], list(range(len(ids))),
+                     np.arange(len(ids)))
+    finally:
+        m.close()
+    err = np.abs(got - ref).max() / np.abs(ref).max()
+    assert err <= 1e-5, err
