@@ -10,7 +10,42 @@ LlamaForCausalLM forward: token embedding, per layer RMSNorm -> q/k/v -> RoPE(th
 GQA softmax attention -> o_proj -> residual, RMSNorm -> down(silu(gate) * up) -> residual; final
 RMSNorm; LM head = output.weight, or the token embedding when it is absent (tied).
 """
+import contextlib
+import ctypes
+
 import numpy as np
+
+
+@contextlib.contextmanager
+def one_blas_thread():
+    """NumPy's OpenBLAS on one thread while the reference runs: its threads spin against the
+    library's pool (and other processes) on a small shared machine, which makes these small
+    float64 matmuls 10x slower. A no-op where the OpenBLAS symbols are not found."""
+    fns = []
+    try:
+        libs = {l.split()[-1] for l in open("/proc/self/maps") if "openblas" in l.lower()}
+    except OSError:
+        libs = set()
+    for path in libs:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for get, set_ in (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+                          ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+                          ("openblas_get_num_threads", "openblas_set_num_threads")):
+            if hasattr(lib, get) and hasattr(lib, set_):
+                g, s = getattr(lib, get), getattr(lib, set_)
+                g.restype = ctypes.c_int
+                s.argtypes = [ctypes.c_int]
+                fns.append((s, g()))
+                s(1)
+                break
+    try:
+        yield
+    finally:
+        for s, n in fns:
+            s(n)
 
 
 def _reverse_permute(w, n_head):
@@ -63,8 +98,9 @@ class GgufLlama:
         rot = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
         return x * cos + rot * sin
 
-    def logits(self, ids):
-        """(len(ids), vocab) float64 logits of every position of one sequence."""
+    def logits(self, ids, last_only=False):
+        """(len(ids), vocab) float64 logits of every position of one sequence (last_only: of
+        the last position, (1, vocab))."""
         w, T = self.w, len(ids)
         x = w["token_embd.weight"][np.asarray(ids)]
         pos = np.arange(T)
@@ -86,14 +122,20 @@ class GgufLlama:
             h = self._rms(x, w[p + "ffn_norm.weight"])
             gt, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
             x = x + (gt / (1 + np.exp(-gt)) * up) @ w[p + "ffn_down.weight"].T
+        if last_only:
+            x = x[-1:]
         return self._rms(x, w["output_norm.weight"]) @ self.lm_head.T
 
     def greedy(self, ids, n_new):
         """n_new greedy tokens after ids (recomputing the whole sequence each step), and the
         logits of the prompt's last position."""
         seq, out, first = list(ids), [], None
+        with one_blas_thread():
+            return self._greedy(seq, out, first, n_new)
+
+    def _greedy(self, seq, out, first, n_new):
         for _ in range(n_new):
-            lg = self.logits(seq)[-1]
+            lg = self.logits(seq, last_only=True)[-1]
             if first is None:
                 first = lg
             t = int(np.argmax(lg))
