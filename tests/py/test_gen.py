@@ -28,7 +28,7 @@ F32P = ctypes.POINTER(ctypes.c_float)
 
 
 class SamplingParams(ctypes.Structure):
-    """src/gen/sampler.h rg_sampling_params."""
+    """include/ragged.h rg_sampling_params."""
     _fields_ = [("do_sample", ctypes.c_bool), ("temperature", ctypes.c_float),
                 ("top_k", ctypes.c_int), ("top_p", ctypes.c_float), ("min_p", ctypes.c_float),
                 ("repetition_penalty", ctypes.c_float), ("presence_penalty", ctypes.c_float),
