@@ -529,7 +529,8 @@ typedef struct rg_gen_params {
 	rg_early_stopping early_stopping;
 	/* stop conditions */
 	const int32_t *eos_ids;      /* (n_eos) finish "eos". rg_generate: eos_ids NULL and n_eos 0
-				      * mean the model's EOS (config.json eos_token_id or GGUF
+				      * mean the model's EOS ids (eos_token_id of config.json and
+				      * generation_config.json, an id or a list: HF generate's; GGUF
 				      * tokenizer.ggml.eos_token_id); n_eos -1: no EOS at all */
 	int n_eos;
 	const int32_t *stop_ids;     /* (n_stop_ids) finish "stop"; with beams they end beams as EOS */
@@ -617,8 +618,9 @@ RG_API rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, con
  * released at its end, on success and on every error). -1 for NULL or an encoder. */
 RG_API int rg_model_kv_blocks_in_use(const rg_model *m);
 
-/* The model's EOS token id (config.json eos_token_id, or GGUF tokenizer.ggml.eos_token_id), -1
- * when it has none. */
+/* The model's EOS token id (config.json eos_token_id, its first when a list, or GGUF
+ * tokenizer.ggml.eos_token_id), -1 when it has none. rg_generate stops at every EOS id of
+ * config.json and generation_config.json. */
 RG_API int32_t rg_model_eos_id(const rg_model *m);
 
 /* The chat template the model ships (GGUF tokenizer.chat_template, or tokenizer_config.json's

@@ -141,7 +141,6 @@ rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int 
 	rg_gen_params p;
 	rg_gen_runner r;
 	tok_relay rel = {on_token, user, 0};
-	int32_t eos;
 	int64_t max_ctx;
 	rg_status s;
 
@@ -168,13 +167,12 @@ rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int 
 					 "left to generate",
 					 i, lens[i], m->dec.cfg.max_position_embeddings);
 	}
-	eos = m->dec.cfg.eos_token_id;
 	if (p.n_eos == -1) {
 		p.n_eos = 0;
 		p.eos_ids = NULL;
-	} else if (p.n_eos == 0 && !p.eos_ids && eos >= 0) {
-		p.eos_ids = &eos;
-		p.n_eos = 1;
+	} else if (p.n_eos == 0 && !p.eos_ids && m->n_gen_eos > 0) {
+		p.eos_ids = m->gen_eos;
+		p.n_eos = m->n_gen_eos;
 	}
 	if (!p.detokenize && m->tok) {
 		p.detokenize = run_detok;

@@ -311,6 +311,8 @@ rg_status rg_gguf_model_load(rg_model *m, const char *path, const rg_model_param
 	if ((s = gguf_hparams(g, path, arch, &m->dec.cfg)) != RG_OK ||
 	    (s = gguf_tokenizer(g, path, &m->dec.cfg, &m->tok)) != RG_OK)
 		goto out_close;
+	if (m->dec.cfg.eos_token_id >= 0)
+		m->gen_eos[m->n_gen_eos++] = m->dec.cfg.eos_token_id;
 	if (rg_gguf_has(g, "tokenizer.chat_template")) {
 		const char *t;
 

@@ -137,6 +137,25 @@ static rg_status rope_scaling(const char *path, struct json_object *root, rg_dec
 	return RG_OK;
 }
 
+/* eos_token_id: an id, or a list of them (Llama 3 instruct): the first here; rg_generate stops at
+ * every one (model.c reads the whole list). */
+static rg_status eos_first(const char *path, struct json_object *root, rg_decoder_config *c)
+{
+	struct json_object *v, *e;
+
+	if (json_object_object_get_ex(root, "eos_token_id", &v) &&
+	    json_object_is_type(v, json_type_array)) {
+		if (json_object_array_length(v) < 1 ||
+		    !json_object_is_type((e = json_object_array_get_idx(v, 0)), json_type_int) ||
+		    json_object_get_int64(e) < 0 || json_object_get_int64(e) > INT32_MAX)
+			return rg_errorf(RG_ERR_FORMAT,
+					 "%s: \"eos_token_id\" must be an id or a list of ids", path);
+		c->eos_token_id = (int)json_object_get_int64(e);
+		return RG_OK;
+	}
+	return rg_cfg_int(path, root, "eos_token_id", false, -1, -1, INT32_MAX, &c->eos_token_id);
+}
+
 static rg_status llama_hparams(const char *path, struct json_object *root, rg_decoder_config *c)
 {
 	const bool qwen2 = !strcmp(c->model_type, "qwen2");
@@ -162,8 +181,7 @@ static rg_status llama_hparams(const char *path, struct json_object *root, rg_de
 	    (s = rg_cfg_str(path, root, "hidden_act", "silu", &act)) ||
 	    (s = rg_cfg_int(path, root, "bos_token_id", false, -1, -1, INT32_MAX,
 			    &c->bos_token_id)) ||
-	    (s = rg_cfg_int(path, root, "eos_token_id", false, -1, -1, INT32_MAX,
-			    &c->eos_token_id)))
+	    (s = eos_first(path, root, c)))
 		return s;
 	if (c->num_attention_heads % c->num_key_value_heads)
 		return rg_errorf(RG_ERR_FORMAT,

@@ -303,8 +303,37 @@ static rg_dtype resolve_dtype(const rg_model_params *p, const rg_st *w)
 	return t && t->dtype == RG_DTYPE_BF16 ? RG_DTYPE_BF16 : RG_DTYPE_F16;
 }
 
-/* tokenizer_config.json's chat_template (a string) into m->chat_template when present; a file
- * that is absent or unreadable as JSON leaves it NULL (the template is optional). */
+/* eos_token_id of file (in dir: an id or a list of ids) added to m->gen_eos; a file absent or not
+ * JSON, or another type, adds nothing (the config's own checks are the architecture's). */
+static void add_eos(rg_model *m, const char *dir, const char *file)
+{
+	char *path = rg_path_join(dir, file);
+	struct json_object *root = path ? json_object_from_file(path) : NULL, *v;
+	const int vocab = m->dec.cfg.vocab_size;
+
+	free(path);
+	if (root && json_object_object_get_ex(root, "eos_token_id", &v) && v) {
+		const bool arr = json_object_is_type(v, json_type_array);
+		const size_t n = arr ? json_object_array_length(v) : 1;
+
+		for (size_t i = 0; i < n; i++) {
+			struct json_object *e = arr ? json_object_array_get_idx(v, i) : v;
+			int64_t id = json_object_is_type(e, json_type_int) ? json_object_get_int64(e)
+									   : -1;
+			bool dup = false;
+
+			for (int k = 0; k < m->n_gen_eos; k++)
+				dup |= m->gen_eos[k] == id;
+			if (id >= 0 && id < vocab && !dup && m->n_gen_eos < 8)
+				m->gen_eos[m->n_gen_eos++] = (int32_t)id;
+		}
+	}
+	json_object_put(root);
+}
+
+/* tokenizer_config.json's chat_template (a string) into m->chat_template when present (a file
+ * that is absent or unreadable as JSON leaves it NULL: the template is optional), and the EOS ids
+ * of config.json and generation_config.json (what HF generate stops at). */
 static rg_status hf_chat_template(rg_model *m, const char *dir)
 {
 	char *path = rg_path_join(dir, "tokenizer_config.json");
@@ -312,6 +341,8 @@ static rg_status hf_chat_template(rg_model *m, const char *dir)
 
 	if (!path)
 		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	add_eos(m, dir, "config.json");
+	add_eos(m, dir, "generation_config.json");
 	root = json_object_from_file(path);
 	free(path);
 	if (root && json_object_object_get_ex(root, "chat_template", &t) &&

@@ -146,6 +146,9 @@ struct rg_model {
 	rg_dec_state dec;         /* decoders only */
 	char *chat_template;      /* decoders: GGUF tokenizer.chat_template or
 				   * tokenizer_config.json's, NULL when none */
+	int32_t gen_eos[8];       /* decoders: the ids rg_generate stops at by default (config.json /
+				   * generation_config.json eos_token_id, an id or a list; GGUF's) */
+	int n_gen_eos;
 	struct rg_kv_pool *gen_pool; /* rg_generate's block pool over the KV cache (generate_api.c) */
 	void *gen_kv_auto;        /* the cache (dec.kv_d) rg_generate made and may regrow; a cache
 				   * the caller made (another kv_d) is used as it is */

@@ -11,6 +11,7 @@
   - the CLI with the real default model (SmolLM2 GGUF): found without Python on PATH, JSON
     fields, --stop, --max-tokens, --seed, --num-beams, --n, --logprobs, bad options (exit 2), an
     over-long prompt and an encoder model (exit 1, one clear line)."""
+import ctypes
 import json
 import os
 import subprocess
@@ -168,6 +169,40 @@ def test_caller_cache_and_chat_template(models, tmp_path):
                 with pytest.raises(ragged.RaggedError) as e:
                     g.chat_format("x")
                 assert e.value.status == "RG_ERR_UNSUPPORTED" and "ChatML" in e.value.message
+        finally:
+            g.close()
+
+
+def test_eos_lists(models, tmp_path):
+    """eos_token_id as a list (Llama 3 instruct) in config.json and in generation_config.json:
+    rg_generate stops at any of them, as HF generate does."""
+    import shutil
+    d = models["llama_gqa"][0]
+    g = ragged.Generator(d, max_batch_tokens=64)
+    try:
+        free = g.generate([PROMPTS[0]], max_tokens=10, ignore_eos=True)[0]["ids"]
+    finally:
+        g.close()
+    unseen = [t for t in range(101) if t not in free]
+    for where in ("config.json", "generation_config.json"):
+        dd = tmp_path / where.split(".")[0]
+        shutil.copytree(d, dd)
+        cfg = json.loads((dd / "config.json").read_text())
+        cfg["eos_token_id"] = [unseen[0], unseen[1]]
+        if where == "config.json":
+            cfg["eos_token_id"].append(free[3])
+        else:
+            (dd / where).write_text(json.dumps({"eos_token_id": [unseen[2], free[3]]}))
+        (dd / "config.json").write_text(json.dumps(cfg))
+        g = ragged.Generator(str(dd), max_batch_tokens=64)
+        try:
+            out = g.generate([PROMPTS[0]], max_tokens=10)[0]
+            k = free.index(free[3])
+            assert out["ids"] == free[:k + 1] and out["finish_reason"] == "eos", where
+            l = rc.lib()
+            l.rg_model_eos_id.argtypes = [ctypes.c_void_p]
+            l.rg_model_eos_id.restype = ctypes.c_int32
+            assert l.rg_model_eos_id(g._h) == unseen[0]
         finally:
             g.close()
 
