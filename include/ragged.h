@@ -148,7 +148,20 @@ typedef struct rg_model rg_model;
  * ("qwen2") from config.json + model.safetensors (or the sharded index), tokenizer.json when
  * present (rg_model_tokenize etc. are RG_ERR_UNSUPPORTED without one); what is not implemented
  * (sliding windows, mixtures of experts, rope_scaling other than "llama3") is refused by name
- * with RG_ERR_UNSUPPORTED. Encoders: */
+ * with RG_ERR_UNSUPPORTED. rope_theta and rope_scaling are read from the top level or from
+ * transformers 5's "rope_parameters" object ({"rope_theta", "rope_type": "default" | "llama3",
+ * "factor", ...}).
+ * GGUF (dir names a file, v2/v3 as llama.cpp writes it): general.architecture "llama" (Llama 2/3
+ * without rope_freqs, SmolLM/SmolLM2) or "qwen2"; hyper-parameters from <arch>.block_count,
+ * embedding_length, feed_forward_length, attention.head_count(_kv), attention.key_length,
+ * rope.freq_base, rope.dimension_count (must equal head_dim), attention.layer_norm_rms_epsilon,
+ * context_length; the vocabulary size from tokenizer.ggml.tokens; weights token_embd, blk.N.*,
+ * output_norm, output (absent: tied) dequantized at load (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
+ * Q5_K, Q6_K) into the compute dtype; llama's permuted q/k rows run with adjacent-pair RoPE; the
+ * tokenizer from tokenizer.ggml.* (model "gpt2" only: byte-level BPE); tokenizer.chat_template
+ * kept (rg_model_chat_template). Other architectures, tokenizer models ("llama": SentencePiece)
+ * and tensor types are refused by name (RG_ERR_UNSUPPORTED). rg_model_info.model_dir is the file.
+ * Encoders: */
 /* Load a BERT-family model from a Hugging Face directory: config.json, model.safetensors (or
  * model.safetensors.index.json with shards), tokenizer.json (or vocab.txt + tokenizer_config.json),
  * and the sentence-transformers extras modules.json / 1_Pooling/config.json / Dense modules
@@ -461,6 +474,190 @@ RG_API rg_status rg_model_step(rg_model *m, const rg_step_batch *b, float *logit
  * same path. Errors as rg_model_step. */
 RG_API rg_status rg_model_step_argmax(rg_model *m, const rg_step_batch *b, int32_t *ids,
 				      float *logprobs);
+
+/* ---------------------------------------------------------------------------------------------
+ * Generation (issue 19): sampling and beam-search options, results, and rg_generate, the
+ * whole-request convenience over rg_model_step (src/gen/generate.c drives any runner; here the
+ * runner is the model). */
+
+/* Why an output sequence ended. */
+typedef enum rg_finish_reason {
+	RG_FINISH_NONE = 0, /* still running */
+	RG_FINISH_STOP,     /* a stop token id or a stop string */
+	RG_FINISH_LENGTH,   /* max_tokens, or the model's context */
+	RG_FINISH_EOS,      /* an EOS id */
+} rg_finish_reason;
+
+/* "stop" / "length" / "eos" / "none" (static; "?" outside the enum). */
+RG_API const char *rg_finish_reason_name(rg_finish_reason r);
+
+/* Beam search stopping rule (HF generate's early_stopping). */
+typedef enum rg_early_stopping {
+	RG_EARLY_STOPPING_FALSE = 0, /* HF's default: stop a group when it cannot improve */
+	RG_EARLY_STOPPING_TRUE = 1,  /* stop a group once it has num_beams hypotheses */
+	RG_EARLY_STOPPING_NEVER = 2, /* the canonical beam search stopping rule */
+} rg_early_stopping;
+
+/* Per-request sampling options; the chain and its order are src/gen/sampler.h's (HF's logits
+ * processors then warpers: bias, repetition / presence / frequency penalties, no-repeat n-gram,
+ * then greedy, or temperature, top-k, top-p, min-p and a draw). */
+typedef struct rg_sampling_params {
+	bool do_sample;            /* false: greedy */
+	float temperature;         /* >= 0; 0 is greedy; default 1 */
+	int top_k;                 /* 0: off */
+	float top_p;               /* (0, 1]; 1: off */
+	float min_p;               /* [0, 1]; 0: off */
+	float repetition_penalty;  /* > 0; 1: off */
+	float presence_penalty;    /* [-2, 2] as OpenAI; 0: off */
+	float frequency_penalty;   /* [-2, 2]; 0: off */
+	int no_repeat_ngram_size;  /* 0: off */
+	int n_logit_bias;          /* entries of logit_bias_ids / logit_bias_values */
+	const int32_t *logit_bias_ids;  /* (n_logit_bias) token ids */
+	const float *logit_bias_values; /* (n_logit_bias) added to the logits */
+} rg_sampling_params;
+
+/* Greedy, temperature 1, no filter, no penalty. */
+RG_API void rg_sampling_params_default(rg_sampling_params *p);
+
+#define RG_GEN_MAX_LOGPROBS 20 /* top alternatives per token, as OpenAI's limit */
+
+/* Detokenize ids (n) into *text (malloc'd, NUL-terminated, *len bytes; the caller of the
+ * callback frees it). Non-OK aborts generation with that status. */
+typedef rg_status (*rg_detokenize_fn)(void *ctx, const int32_t *ids, int n, char **text,
+				      size_t *len);
+
+/* Per-token callback for streaming: output sequence seq (index into rg_gen_result.seqs) got
+ * token with its log-probability. Sampling calls it as each token is chosen; beam search once the
+ * search ends, for the returned hypotheses' tokens in order. A non-OK return cancels the run,
+ * which returns that status. */
+typedef rg_status (*rg_gen_token_fn)(void *ctx, int seq, int32_t token, float logprob);
+
+/* Every option of a request (rg_gen_params_default gives: greedy, n 1, max_tokens 16, no beams,
+ * length_penalty 1, early_stopping false, max_step_tokens 512). */
+typedef struct rg_gen_params {
+	rg_sampling_params sampling; /* greedy/temperature/top-k/top-p/min-p/penalties/bias/ngram */
+	int n;                       /* outputs per prompt: samples, or beams returned; >= 1 */
+	uint64_t seed;               /* RNG seed of the request; sample j of a prompt draws from
+				      * its own stream (batch invariant) */
+	int logprobs;                /* top alternatives reported per token, 0..RG_GEN_MAX_LOGPROBS */
+	int max_tokens;              /* new tokens at most, >= 1 (also capped by the context) */
+	/* beam search: num_beams > 1 selects it (do_sample must be false); HF generate's rules */
+	int num_beams;
+	int num_beam_groups;         /* diverse beam search when > 1; divides num_beams */
+	float diversity_penalty;
+	float length_penalty;
+	rg_early_stopping early_stopping;
+	/* stop conditions */
+	const int32_t *eos_ids;      /* (n_eos) finish "eos". rg_generate: eos_ids NULL and n_eos 0
+				      * mean the model's EOS ids (eos_token_id of config.json and
+				      * generation_config.json, an id or a list: HF generate's; GGUF
+				      * tokenizer.ggml.eos_token_id); n_eos -1: no EOS at all */
+	int n_eos;
+	const int32_t *stop_ids;     /* (n_stop_ids) finish "stop"; with beams they end beams as EOS */
+	int n_stop_ids;
+	const char *const *stop;     /* (n_stop) stop strings, non-empty; sampling only */
+	int n_stop;
+	rg_detokenize_fn detokenize; /* needed for stop strings; fills rg_gen_seq.text when set
+				      * (rg_generate: the model's tokenizer when NULL) */
+	void *detokenize_ctx;
+	int32_t pad_id;              /* beam groups: the pad token of finished groups; -1: eos_ids[0] */
+	/* scheduling */
+	int max_step_tokens;         /* token budget of one runner call (prefill chunk size), >= 1 */
+	rg_gen_token_fn on_token;    /* may be NULL (rg_generate takes its callback as arguments) */
+	void *on_token_ctx;
+} rg_gen_params;
+
+/* The defaults above. */
+RG_API void rg_gen_params_default(rg_gen_params *p);
+/* Check p for a model of vocab tokens (as rg_generate does before anything runs; n_eos must be
+ * >= 0 here). RG_ERR_INVALID_INPUT naming the field; RG_ERR_UNSUPPORTED for sampling, stop
+ * strings, penalties or bias with beams. */
+RG_API rg_status rg_gen_params_check(const rg_gen_params *p, int vocab);
+
+/* One output sequence. Arrays are owned by the result. */
+typedef struct rg_gen_seq {
+	int prompt_index;       /* which prompt */
+	int index;              /* which of its n outputs (beams: rank, 0 the best) */
+	int32_t *ids;           /* (n_ids) generated ids; an EOS or stop id that ended it is last */
+	int n_ids;
+	float *logprobs;        /* (n_ids) log-probability of each chosen token (of the distribution
+				 * drawn from, src/gen/sampler.h; beams: the model's log-softmax) */
+	int n_top;              /* alternatives per token (params.logprobs; 0 for beams) */
+	int32_t *top_ids;       /* (n_ids, n_top) most probable ids, -1 past the candidates */
+	float *top_logprobs;    /* (n_ids, n_top) */
+	char *text;             /* with a detokenizer: the completion (without a final EOS / stop id,
+				 * special tokens skipped, cut before a stop string), NUL-terminated;
+				 * else NULL */
+	size_t text_len;
+	rg_finish_reason finish;
+	int prompt_tokens;
+	int completion_tokens;  /* = n_ids */
+	double score;           /* beams: HF's hypothesis score; sampling: sum of logprobs */
+} rg_gen_seq;
+
+typedef struct rg_gen_result {
+	int n_seqs;          /* n_prompts * n, prompt-major */
+	rg_gen_seq *seqs;    /* (n_seqs) */
+	/* rg_generate's timing (0 from lower-level calls), seconds of wall clock */
+	double time_total_s;       /* tokenization + prefill + decode + detokenization */
+	double time_first_token_s; /* until the first generated token (sampling; beams: 0) */
+} rg_gen_result;
+
+/* Free a result (NULL accepted). */
+RG_API void rg_gen_result_free(rg_gen_result *res);
+
+/* Generate from a decoder for n >= 1 text prompts (NUL-terminated UTF-8, tokenized by the
+ * model's tokenizer as HF Tokenizer.encode does, BOS added when the tokenizer's template says so)
+ * with options p (NULL: rg_gen_params_default). The model is the runner of src/gen/generate.c's
+ * loop (packed chunked prefill, then batched decode steps over the paged KV cache; the n samples
+ * or beams of a prompt share its prompt's KV blocks, copy-on-write). When the model has no KV
+ * cache yet (rg_model_kv_init), one of 16-position blocks is made sized for this request (and
+ * grown by a later request that needs more); a cache the caller made is used as it is. Stop
+ * strings are matched on the detokenized completion; texts are decoded with special tokens
+ * skipped. on_token (may be NULL) is called per token as rg_gen_token_fn says, with user.
+ * On success *out (rg_gen_result_free) holds n * p->n sequences, prompt-major, with text, ids,
+ * log-probabilities, finish reason, token counts, and the timing fields.
+ * Errors (*out NULL then, every KV block released: rg_model_kv_blocks_in_use is 0):
+ * RG_ERR_INVALID_INPUT (NULL arguments, an option out of range, named), RG_ERR_UNSUPPORTED (an
+ * encoder, a model without a tokenizer, sampling options with beams), RG_ERR_INVALID_UTF8,
+ * RG_ERR_TOO_LONG (a prompt of max_position_embeddings tokens or more, or over the cache),
+ * RG_ERR_BUSY (the cache the caller made is too small for the request), RG_ERR_OOM, the
+ * callback's status. Not thread-safe per model. */
+RG_API rg_status rg_generate(rg_model *m, const char *const *prompts, int n,
+			     const rg_gen_params *p, rg_gen_token_fn on_token, void *user,
+			     rg_gen_result **out);
+
+/* rg_generate for prompts given as token ids: prompts[i] (lens[i] >= 1 ids in
+ * [0, vocab_size)). Works without a tokenizer (no text is filled then, and stop strings are
+ * RG_ERR_INVALID_INPUT). Errors as rg_generate. */
+RG_API rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int *lens,
+				 int n, const rg_gen_params *p, rg_gen_token_fn on_token,
+				 void *user, rg_gen_result **out);
+
+/* KV blocks held by rg_generate at this moment: 0 between calls (every block of a request is
+ * released at its end, on success and on every error). -1 for NULL or an encoder. */
+RG_API int rg_model_kv_blocks_in_use(const rg_model *m);
+
+/* The model's EOS token id (config.json eos_token_id, its first when a list, or GGUF
+ * tokenizer.ggml.eos_token_id), -1 when it has none. rg_generate stops at every EOS id of
+ * config.json and generation_config.json. */
+RG_API int32_t rg_model_eos_id(const rg_model *m);
+
+/* The chat template the model ships (GGUF tokenizer.chat_template, or tokenizer_config.json's
+ * chat_template in a Hugging Face directory), NUL-terminated Jinja source owned by the model;
+ * NULL when it has none. */
+RG_API const char *rg_model_chat_template(const rg_model *m);
+
+/* Format one user message (and an optional system message, NULL for none) as the model's chat
+ * template would, with the assistant's turn opened. Only ChatML templates (those using
+ * <|im_start|> / <|im_end|>: SmolLM2, Qwen2) are rendered, as
+ *   [<|im_start|>system\n{system}<|im_end|>\n]<|im_start|>user\n{user}<|im_end|>\n
+ *   <|im_start|>assistant\n
+ * (a template's own default system message is not added). *out is malloc'd, NUL-terminated
+ * (caller frees). RG_ERR_UNSUPPORTED when the model has no template or another one (named by its
+ * first bytes); RG_ERR_INVALID_INPUT for NULL; RG_ERR_OOM. */
+RG_API rg_status rg_model_chat_format(const rg_model *m, const char *system, const char *user,
+				      char **out);
 
 #ifdef __cplusplus
 }

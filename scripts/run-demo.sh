@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make run`: embed a few sample sentences with the default model (all-MiniLM-L6-v2) and print them,
-# then serve the model over HTTP (GPU when one is present, else CPU) until Ctrl-C.
+# generate a short continuation with the default generation model (SmolLM2-135M-Instruct, GGUF, on
+# the CPU), then serve the embedding model over HTTP (GPU when one is present, else CPU) until Ctrl-C.
 # RAGGED_PORT (default 8080) and RAGGED_HOST (default 127.0.0.1) choose the address; RAGGED_NO_SERVE=1
 # stops after the embeddings.
 set -euo pipefail
@@ -25,6 +26,12 @@ print("cosine similarity:")
 for i, a in enumerate(embs):
     print("  " + " ".join(f"{sum(x*y for x, y in zip(a, b)):.3f}" for b in embs))
 PY
+
+printf 'The three primary colors are\ndef fibonacci(n):\n' > build/demo_prompts.txt
+echo "$ build/ragged generate --device cpu --max-tokens 16 --input build/demo_prompts.txt"
+build/ragged generate --device cpu --max-tokens 16 --input build/demo_prompts.txt --no-progress
+echo "$ echo 'Write a haiku about GPUs.' | build/ragged generate --chat --max-tokens 40 --stream"
+echo 'Write a haiku about GPUs.' | build/ragged generate --device cpu --chat --max-tokens 40 --stream
 
 [ "${RAGGED_NO_SERVE:-0}" = 1 ] && exit 0
 HOST=${RAGGED_HOST:-127.0.0.1}

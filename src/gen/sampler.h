@@ -65,23 +65,7 @@ struct rg_sampler {
 	void *ctx;
 };
 
-/* Per-request sampling options (defaults from rg_sampling_params_default: greedy, no penalty). */
-typedef struct rg_sampling_params {
-	bool do_sample;            /* false: greedy */
-	float temperature;         /* >= 0; 0 is greedy; default 1 */
-	int top_k;                 /* 0: off */
-	float top_p;               /* (0, 1]; 1: off */
-	float min_p;               /* [0, 1]; 0: off */
-	float repetition_penalty;  /* > 0; 1: off */
-	float presence_penalty;    /* [-2, 2] as OpenAI; 0: off */
-	float frequency_penalty;   /* [-2, 2]; 0: off */
-	int no_repeat_ngram_size;  /* 0: off */
-	int n_logit_bias;          /* entries of logit_bias_ids / logit_bias_values */
-	const int32_t *logit_bias_ids;  /* (n_logit_bias) token ids */
-	const float *logit_bias_values; /* (n_logit_bias) added to the logits */
-} rg_sampling_params;
-
-RG_TEST_API void rg_sampling_params_default(rg_sampling_params *p);
+/* rg_sampling_params and rg_sampling_params_default: include/ragged.h */
 /* RG_ERR_INVALID_INPUT (message names the field) when a value is outside its range above. */
 rg_status rg_sampling_params_check(const rg_sampling_params *p, int vocab);
 

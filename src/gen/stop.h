@@ -11,20 +11,8 @@
 
 #include "ragged.h"
 
-typedef enum rg_finish_reason {
-	RG_FINISH_NONE = 0, /* still running */
-	RG_FINISH_STOP,     /* a stop token id or a stop string */
-	RG_FINISH_LENGTH,   /* max_tokens, or the runner's max_context */
-	RG_FINISH_EOS,      /* an EOS id */
-} rg_finish_reason;
+/* rg_finish_reason, rg_finish_reason_name, rg_detokenize_fn: include/ragged.h */
 
-/* "stop" / "length" / "eos" / "none". */
-const char *rg_finish_reason_name(rg_finish_reason r);
-
-/* Detokenize ids (n) into *text (malloc'd, NUL-terminated, *len bytes; the caller of the
- * callback frees it). Non-OK aborts generation with that status. */
-typedef rg_status (*rg_detokenize_fn)(void *ctx, const int32_t *ids, int n, char **text,
-				      size_t *len);
 
 /* RG_FINISH_EOS when tok is in eos (n_eos), RG_FINISH_STOP when in stop_ids (n_stop), else
  * RG_FINISH_NONE. */

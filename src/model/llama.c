@@ -92,28 +92,35 @@ static rg_status refuse(const char *path, struct json_object *root, const char *
 	return RG_OK;
 }
 
-/* rope_scaling: null, {"rope_type": "default"} or Llama-3's; anything else by name. */
+/* rope_scaling: null, {"rope_type": "default"} or Llama-3's; anything else by name.
+ * transformers 5 writes the same keys (and rope_theta) into "rope_parameters" instead. */
 static rg_status rope_scaling(const char *path, struct json_object *root, rg_decoder_config *c)
 {
 	struct json_object *rs;
-	const char *type = NULL;
+	const char *type = NULL, *key = "rope_scaling";
 	rg_status s;
 
-	if (!json_object_object_get_ex(root, "rope_scaling", &rs) || !rs)
-		return RG_OK;
+	if (!json_object_object_get_ex(root, key, &rs) || !rs) {
+		key = "rope_parameters";
+		if (!json_object_object_get_ex(root, key, &rs) || !rs)
+			return RG_OK;
+	}
 	if (!json_object_is_type(rs, json_type_object))
-		return rg_errorf(RG_ERR_FORMAT, "%s: \"rope_scaling\" must be an object or null",
-				 path);
+		return rg_errorf(RG_ERR_FORMAT, "%s: \"%s\" must be an object or null", path,
+				 key);
+	if (!strcmp(key, "rope_parameters") && !rg_cfg_has(root, "rope_theta") &&
+	    (s = rg_cfg_double(path, rs, "rope_theta", 10000.0, 1e-6, 1e12, &c->rope_theta)))
+		return s;
 	if ((s = rg_cfg_str(path, rs, "rope_type", "", &type)) != RG_OK)
 		return s;
 	if (!type[0] && (s = rg_cfg_str(path, rs, "type", "", &type)) != RG_OK)
 		return s;
-	if (!strcmp(type, "default"))
+	if (!strcmp(type, "default") || (!type[0] && !strcmp(key, "rope_parameters")))
 		return RG_OK;
 	if (strcmp(type, "llama3"))
 		return rg_errorf(RG_ERR_UNSUPPORTED,
-				 "%s: rope_scaling type \"%s\" is not supported (default, llama3)",
-				 path, type[0] ? type : "(none)");
+				 "%s: %s type \"%s\" is not supported (default, llama3)", path,
+				 key, type[0] ? type : "(none)");
 	c->rope_llama3 = true;
 	if ((s = rg_cfg_double(path, rs, "factor", 8.0, 1e-6, 1e6, &c->rope_factor)) ||
 	    (s = rg_cfg_double(path, rs, "low_freq_factor", 1.0, 1e-6, 1e6,
@@ -125,8 +132,8 @@ static rg_status rope_scaling(const char *path, struct json_object *root, rg_dec
 		return s;
 	if (!(c->rope_high_freq_factor > c->rope_low_freq_factor))
 		return rg_errorf(RG_ERR_FORMAT,
-				 "%s: rope_scaling high_freq_factor %g must exceed low_freq_factor %g",
-				 path, c->rope_high_freq_factor, c->rope_low_freq_factor);
+				 "%s: %s high_freq_factor %g must exceed low_freq_factor %g",
+				 path, key, c->rope_high_freq_factor, c->rope_low_freq_factor);
 	return RG_OK;
 }
 

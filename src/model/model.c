@@ -35,6 +35,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include <json-c/json.h>
 
 #include "core/error.h"
 #include "core/file.h"
@@ -267,7 +270,9 @@ void rg_model_free(rg_model *m)
 			m->arch->free_weights(m);
 		rg_backend_free(be);
 	}
+	rg_generate_state_free(m);
 	rg_tokenizer_free(m->tok);
+	free(m->chat_template);
 	free(m->head.w1);
 	free(m->head.b1);
 	free(m->head.w2);
@@ -398,6 +403,58 @@ static void run_dense(rg_model *m, int n, float *out)
 	}
 }
 
+/* eos_token_id of file (in dir: an id or a list of ids) added to m->gen_eos; a file absent or not
+ * JSON, or another type, adds nothing (the config's own checks are the architecture's). */
+static void add_eos(rg_model *m, const char *dir, const char *file)
+{
+	char *path = rg_path_join(dir, file);
+	struct json_object *root = path ? json_object_from_file(path) : NULL, *v;
+	const int vocab = m->dec.cfg.vocab_size;
+
+	free(path);
+	if (root && json_object_object_get_ex(root, "eos_token_id", &v) && v) {
+		const bool arr = json_object_is_type(v, json_type_array);
+		const size_t n = arr ? json_object_array_length(v) : 1;
+
+		for (size_t i = 0; i < n; i++) {
+			struct json_object *e = arr ? json_object_array_get_idx(v, i) : v;
+			int64_t id = json_object_is_type(e, json_type_int) ? json_object_get_int64(e)
+									   : -1;
+			bool dup = false;
+
+			for (int k = 0; k < m->n_gen_eos; k++)
+				dup |= m->gen_eos[k] == id;
+			if (id >= 0 && id < vocab && !dup && m->n_gen_eos < 8)
+				m->gen_eos[m->n_gen_eos++] = (int32_t)id;
+		}
+	}
+	json_object_put(root);
+}
+
+/* tokenizer_config.json's chat_template (a string) into m->chat_template when present (a file
+ * that is absent or unreadable as JSON leaves it NULL: the template is optional), and the EOS ids
+ * of config.json and generation_config.json (what HF generate stops at). */
+static rg_status hf_chat_template(rg_model *m, const char *dir)
+{
+	char *path = rg_path_join(dir, "tokenizer_config.json");
+	struct json_object *root, *t;
+
+	if (!path)
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	add_eos(m, dir, "config.json");
+	add_eos(m, dir, "generation_config.json");
+	root = json_object_from_file(path);
+	free(path);
+	if (root && json_object_object_get_ex(root, "chat_template", &t) &&
+	    json_object_is_type(t, json_type_string) &&
+	    !(m->chat_template = strdup(json_object_get_string(t)))) {
+		json_object_put(root);
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	}
+	json_object_put(root);
+	return RG_OK;
+}
+
 rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_status *st)
 {
 	rg_model_params p = params ? *params : rg_model_params_default();
@@ -433,7 +490,13 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 	{
 		/* the registry (arch.c) decides by model_type: a decoder loads through decoder.c */
 		char type[64];
+		struct stat sb;
 
+		if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode)) { /* a GGUF file */
+			if ((s = rg_gguf_model_load(m, dir, &p)) != RG_OK)
+				goto out_free_model;
+			goto out_loaded;
+		}
 		if ((s = rg_config_model_type(dir, type, sizeof(type))) != RG_OK)
 			goto out_free_model;
 		m->arch = rg_arch_find(type);
@@ -444,7 +507,8 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 			goto out_free_model;
 		}
 		if (m->arch->kind == RG_MODEL_DECODER) {
-			if ((s = rg_decoder_load(m, dir, &p)) != RG_OK)
+			if ((s = rg_decoder_load(m, dir, &p)) != RG_OK ||
+			    (s = hf_chat_template(m, dir)) != RG_OK)
 				goto out_free_model;
 			goto out_loaded;
 		}

