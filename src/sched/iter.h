@@ -51,8 +51,12 @@
  * be set). It refuses at once (RG_ERR_BUSY, for HTTP 429 with Retry-After) when the candidate
  * would miss its TTFT or TPOT target, or when it would make an admitted request that would meet
  * its targets miss them; otherwise it admits. An all-zero cost model (nothing measured, no prior)
- * estimates nothing and admits. Requests without targets are never refused for time. Not
- * thread-safe: one owner (the engine's step thread, or its lock) drives it. */
+ * estimates nothing and admits. A request without targets is refused for time only when it
+ * would make an admitted one miss. The simulation ignores KV pressure (preemption) and prefix
+ * hits of the requests already queued (both make it optimistic, resp. pessimistic), and
+ * assumes every running request generates max_tokens (pessimistic when EOS comes first).
+ * Cost: O(simulated steps x live requests) per rg_iter_add with targets live. Not thread-safe:
+ * one owner (the engine's step thread, or its lock) drives it. */
 #ifndef RG_SCHED_ITER_H
 #define RG_SCHED_ITER_H
 #include <stdbool.h>

@@ -402,6 +402,8 @@ static void test_preemption_recompute(void **state)
 		assert_int_equal(st.n_finished, 14);
 		for (int id = 0; id < 14; id++)
 			assert_int_equal(h.r[id].finish, RG_ITER_FINISH_LENGTH);
+		/* the oldest running request is never the one preempted */
+		assert_int_equal(h.r[0].preempted, 0);
 		h_free(&h);
 	}
 }
@@ -667,6 +669,87 @@ static void test_fuzz_continuous_batching(void **state)
 	}
 }
 
+/* Without a prior, the cost model is learned from the steps reported: after a mixed workload it
+ * predicts the simulated cost of decode-only and prefill-heavy steps within 2%, and admission
+ * uses it (an impossible deadline is refused). */
+static void test_cost_learned_online(void **state)
+{
+	harness h;
+	rg_iter_params p;
+	int32_t pr[600];
+	rg_cost_model m;
+	rg_iter_admission adm;
+	double shapes[4][2] = {{32, 32 * 300.5}, {256, 32 * 300.5 + 224 * (500 + 112.5)},
+			       {8, 8 * 40.5}, {200, 200 * 100.5}};
+	(void)state;
+
+	rng = 0x3131ull;
+	rg_iter_params_default(&p);
+	p.max_num_batched_tokens = 256;
+	p.max_context = 1024;
+	h_init(&h, 1024, 16, &p);
+	assert_int_equal(rg_iter_cost_model(h.s, &m), RG_OK);
+	assert_true(m.batch_ms == 0 && m.token_ms == 0 && m.pair_ms == 0);
+	/* nothing known: a deadline is not refused */
+	rand_prompt(pr, 600);
+	set_prompt(&h, 0, pr, 600, 1);
+	assert_int_equal(h_add(&h, 0, 0, 0.001, 0, &adm), RG_OK);
+	for (int id = 1; id < 40; id++) {
+		int n = irand(1, 600);
+
+		rand_prompt(pr, n);
+		set_prompt(&h, id, pr, n, irand(1, 60));
+		assert_int_equal(h_add(&h, id, 0, 0, 0, NULL), RG_OK);
+		if (id % 3 == 0)
+			for (int k = 0; k < 5; k++)
+				h_step(&h);
+	}
+	h_run_all(&h);
+	assert_int_equal(rg_iter_cost_model(h.s, &m), RG_OK);
+	for (int k = 0; k < 4; k++) {
+		double want = h.ca + h.cb * shapes[k][0] + h.cc * shapes[k][1];
+		double got = rg_cost_model_ms(&m, shapes[k][0], shapes[k][1]);
+
+		assert_true(fabs(got - want) <= 0.02 * want);
+	}
+	rand_prompt(pr, 600);
+	set_prompt(&h, 40, pr, 600, 4);
+	assert_int_equal(h_add(&h, 40, 0, 3, 0, &adm), RG_ERR_BUSY);
+	assert_true(adm.retry_after_ms < 0);
+	h_check_outputs(&h);
+	h_free(&h);
+}
+
+/* Waiting requests run by priority, then arrival. */
+static void test_priority_order(void **state)
+{
+	harness h;
+	rg_iter_params p;
+	int32_t pr[64];
+	(void)state;
+
+	rng = 0x8888ull;
+	rg_iter_params_default(&p);
+	p.max_num_batched_tokens = 16;
+	p.max_num_seqs = 1; /* one sequence at a time: the order is the admission order */
+	p.max_context = 128;
+	h_init(&h, 64, 8, &p);
+	for (int id = 0; id < 4; id++) {
+		rand_prompt(pr, 20);
+		set_prompt(&h, id, pr, 20, 2);
+	}
+	assert_int_equal(h_add(&h, 0, 0, 0, 0, NULL), RG_OK);
+	assert_int_equal(h_add(&h, 1, 0, 0, 0, NULL), RG_OK);
+	assert_int_equal(h_add(&h, 2, 5, 0, 0, NULL), RG_OK);
+	assert_int_equal(h_add(&h, 3, 1, 0, 0, NULL), RG_OK);
+	h_run_all(&h);
+	assert_true(h.r[2].first < h.r[3].first);
+	assert_true(h.r[3].first < h.r[0].first);
+	assert_true(h.r[0].first < h.r[1].first);
+	h_check_outputs(&h);
+	h_free(&h);
+}
+
 static void test_errors(void **state)
 {
 	harness h;
@@ -738,6 +821,8 @@ int main(void)
 		cmocka_unit_test(test_deadline_refused_and_met),
 		cmocka_unit_test(test_deadlines_random_arrivals),
 		cmocka_unit_test(test_fuzz_continuous_batching),
+		cmocka_unit_test(test_cost_learned_online),
+		cmocka_unit_test(test_priority_order),
 		cmocka_unit_test(test_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
