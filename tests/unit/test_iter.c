@@ -603,7 +603,7 @@ static void test_fuzz_continuous_batching(void **state)
 		harness h;
 		rg_iter_params p;
 		int32_t sys[3][24], pr[64];
-		int next_id = 0, aborted = 0, n_added = 0;
+		int next_id = 0, aborted = 0, n_added = 0, n_refused = 0;
 		rg_iter_stats st;
 
 		rng = 0x1000ull + (uint64_t)round;
@@ -615,6 +615,8 @@ static void test_fuzz_continuous_batching(void **state)
 		p.prefix_caching = round != 1;
 		h_init(&h, irand(20, 40), 4, &p);
 		h.stop_tok = round == 2 ? 7 : NO_STOP;
+		if (round == 2)
+			set_true_prior(&h);
 		for (int k = 0; k < 3; k++)
 			rand_prompt(sys[k], 24);
 		for (int it = 0; it < 3000; it++) {
@@ -627,11 +629,22 @@ static void test_fuzz_continuous_batching(void **state)
 				if (k < 3)
 					memcpy(pr, sys[k], (size_t)(n < 24 ? n : 24) * sizeof(int32_t));
 				set_prompt(&h, next_id, pr, n, irand(1, 16));
-				if (h_add(&h, next_id, irand(0, 2), 0, 0, NULL) == RG_OK) {
+				/* round 2: targets too, so admission simulates amid preemption */
+				double dl = round == 2 && irand(0, 1) ? irand(5, 200) : 0;
+				double tp = round == 2 && irand(0, 2) == 0 ? irand(3, 10) : 0;
+				rg_iter_admission adm;
+				rg_status ast = h_add(&h, next_id, irand(0, 2), dl, tp, &adm);
+
+				if (ast == RG_OK) {
 					n_added++;
-				} else { /* only a full queue refuses a request without targets */
+				} else if (dl == 0 && tp == 0 && !adm.refused_for_others) {
+					/* only a full queue refuses a request without targets */
+					assert_int_equal(ast, RG_ERR_BUSY);
 					rg_iter_stats_get(h.s, &st);
 					assert_int_equal(st.n_waiting, p.max_waiting);
+				} else {
+					assert_int_equal(ast, RG_ERR_BUSY);
+					n_refused++;
 				}
 				next_id++;
 			} else if (op == 2 && next_id > 0) {
@@ -660,8 +673,10 @@ static void test_fuzz_continuous_batching(void **state)
 		rg_iter_stats_get(h.s, &st);
 		assert_int_equal(st.n_finished, n_added);
 		assert_true(aborted > 0);
-		if (round == 0)
+		if (round != 1)
 			assert_true(st.prefix.hit_blocks > 0);
+		if (round == 2)
+			assert_true(n_refused > 0);
 		print_message("fuzz round %d: %d requests, %lld steps, %lld preemptions, %lld "
 			      "prefix hits of %lld\n", round, next_id, st.n_steps,
 			      st.n_preemptions, st.prefix.hit_blocks, st.prefix.query_blocks);
