@@ -175,3 +175,53 @@ void rg_kv_seq_free(rg_kv_pool *p, rg_kv_seq *s)
 	free(s->blocks);
 	rg_kv_seq_init(s);
 }
+
+rg_status rg_kv_pool_block_ref(rg_kv_pool *p, int32_t b)
+{
+	if (b < 0 || b >= p->n_blocks || p->refcount[b] < 1)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "kv ref: block %d is not in use", (int)b);
+	p->refcount[b]++;
+	return RG_OK;
+}
+
+rg_status rg_kv_pool_block_unref(rg_kv_pool *p, int32_t b)
+{
+	if (b < 0 || b >= p->n_blocks || p->refcount[b] < 1)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "kv unref: block %d is not in use", (int)b);
+	pool_unref(p, b);
+	return RG_OK;
+}
+
+rg_status rg_kv_seq_share_blocks(rg_kv_pool *p, rg_kv_seq *s, const int32_t *blocks, int n)
+{
+	int want;
+
+	if (n < 0 || s->n_tokens % p->block_size != 0 ||
+	    (long long)s->n_tokens + (long long)n * p->block_size > INT32_MAX)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "kv share: %d blocks onto %d tokens", n,
+				 s->n_tokens);
+	for (int i = 0; i < n; i++)
+		if (blocks[i] < 0 || blocks[i] >= p->n_blocks || p->refcount[blocks[i]] < 1)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "kv share: block %d is not in use",
+					 (int)blocks[i]);
+	want = s->n_blocks + n;
+	if (want > s->cap) {
+		int cap = s->cap ? s->cap : 4;
+		int32_t *nb;
+
+		while (cap < want)
+			cap = cap > INT_MAX / 2 ? want : cap * 2;
+		nb = realloc(s->blocks, (size_t)cap * sizeof(int32_t));
+		if (!nb)
+			return rg_errorf(RG_ERR_OOM, "kv share: out of memory for a %d-block table",
+					 cap);
+		s->blocks = nb;
+		s->cap = cap;
+	}
+	for (int i = 0; i < n; i++) {
+		p->refcount[blocks[i]]++;
+		s->blocks[s->n_blocks++] = blocks[i];
+	}
+	s->n_tokens += n * p->block_size;
+	return RG_OK;
+}

@@ -74,6 +74,21 @@ RG_TEST_API rg_status rg_kv_seq_fork(rg_kv_pool *p, const rg_kv_seq *parent, rg_
  * emptied (reusable after). Accepts an initialised empty seq. */
 RG_TEST_API void rg_kv_seq_free(rg_kv_pool *p, rg_kv_seq *s);
 
+/* Shared-block primitives for the prefix cache (src/kv/prefix_cache.h), which holds its own
+ * reference on each cached block. rg_kv_pool_block_ref: refcount + 1 on block b, which must be in
+ * use (refcount >= 1). rg_kv_pool_block_unref: refcount - 1; at 0 the block returns to the free
+ * list. Both RG_ERR_INVALID_INPUT for an id outside the pool or a free block (nothing changes). */
+RG_TEST_API rg_status rg_kv_pool_block_ref(rg_kv_pool *p, int32_t b);
+RG_TEST_API rg_status rg_kv_pool_block_unref(rg_kv_pool *p, int32_t b);
+
+/* Append n >= 0 full blocks (blocks: (n) ids in use, e.g. prefix-cache hits) to s, sharing them:
+ * refcount + 1 on each, s->n_tokens += n * block_size. s->n_tokens must be a multiple of
+ * block_size (the shared blocks start at a block boundary). The blocks are read-only to s while
+ * shared: later appends start a new block (no copy). RG_ERR_INVALID_INPUT (unaligned s, a free
+ * or out-of-range id), RG_ERR_OOM (the table cannot grow); on error nothing changes. */
+RG_TEST_API rg_status rg_kv_seq_share_blocks(rg_kv_pool *p, rg_kv_seq *s, const int32_t *blocks,
+					     int n);
+
 /* The slot of position pos (0 <= pos < s->n_tokens) of s. */
 static inline int32_t rg_kv_seq_slot(const rg_kv_seq *s, int block_size, int pos)
 {

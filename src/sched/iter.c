@@ -1,0 +1,903 @@
+/* Iteration-level scheduler: the three passes of a step, preemption by recompute, prefix-cache
+ * admission and the deadline simulation (iter.h). */
+#include "sched/iter.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+enum { ST_WAITING, ST_RUNNING };
+
+typedef struct iseq {
+	uint64_t id;
+	int priority, prompt_len, max_new; /* max_new = min(max_tokens, max_context - prompt_len) */
+	double arrival_ms, deadline_ms, tpot_ms;
+	uint64_t order;    /* arrival counter: ties of priority */
+	int32_t *tokens;   /* (prompt_len + max_new) prompt then generated */
+	int n_tokens;
+	int n_computed;    /* tokens whose K/V are in kv (after the last update) */
+	rg_kv_seq kv;      /* n_tokens of kv = n_computed, + the pending step's tokens */
+	uint64_t *hashes;  /* (max blocks) chained hashes of kv's blocks 0 .. n_hashed - 1 */
+	int n_hashed;
+	int state;
+	int dec;           /* index of its decision in the step, -1 none */
+	int n_preempt, n_cached;
+	double first_ms;
+	bool aborted;
+} iseq;
+
+typedef struct decision {
+	iseq *q;
+	int n_new, c_before;
+	bool has_copy;
+	rg_kv_copy copy;
+} decision;
+
+struct rg_iter {
+	rg_iter_params p;
+	rg_kv_pool *pool;
+	rg_prefix_cache *cache;
+	int bs, max_blocks, B, S;
+	iseq **running;  /* (S) by admission, oldest first */
+	int n_running;
+	iseq **waiting;  /* (max_waiting + S) priority desc, then arrival */
+	int n_waiting, waiting_cap;
+	decision *dec;   /* (S) the step being built / pending */
+	int n_dec, budget;
+	bool pending;
+	/* the plan's arrays */
+	int32_t *tokens, *positions, *slots;     /* (B) */
+	int32_t *cu;                             /* (S + 1) */
+	int32_t *ctx, *lrows, *lseq, *csrc, *cdst; /* (S) */
+	int32_t *tables;                         /* (S, max_blocks) */
+	uint64_t *ids;                           /* (S) */
+	int plan_tokens;
+	double plan_pairs;
+	/* prefix lookups */
+	int32_t *hit_blocks;                     /* (max_blocks) */
+	uint64_t *hit_hashes;                    /* (max_blocks) */
+	/* finished since the last schedule */
+	rg_iter_done *done; /* (n_done) entries [done_read, n_done) not yet returned */
+	int n_done, done_cap, done_read;
+	/* cost model */
+	rg_cost_learner learner;
+	rg_cost_model model;
+	bool model_dirty;
+	uint64_t next_order;
+	long long n_steps, n_admitted, n_refused, n_preemptions, n_finished;
+};
+
+void rg_iter_params_default(rg_iter_params *p)
+{
+	*p = (rg_iter_params){
+		.max_num_batched_tokens = 512, .max_num_seqs = 64, .max_context = 2048,
+		.max_waiting = 1024, .watermark_blocks = -1, .prefix_caching = true,
+		.deadline_slack = 1.1, .max_sim_steps = 8192,
+	};
+}
+
+static void seq_free(rg_iter *s, iseq *q)
+{
+	if (!q)
+		return;
+	rg_kv_seq_free(s->pool, &q->kv);
+	free(q->tokens);
+	free(q->hashes);
+	free(q);
+}
+
+void rg_iter_free(rg_iter *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < s->n_running; i++)
+		seq_free(s, s->running[i]);
+	for (int i = 0; i < s->n_waiting; i++)
+		seq_free(s, s->waiting[i]);
+	rg_prefix_cache_free(s->cache);
+	free(s->running);
+	free(s->waiting);
+	free(s->dec);
+	free(s->tokens);
+	free(s->positions);
+	free(s->slots);
+	free(s->cu);
+	free(s->ctx);
+	free(s->lrows);
+	free(s->lseq);
+	free(s->csrc);
+	free(s->cdst);
+	free(s->tables);
+	free(s->ids);
+	free(s->hit_blocks);
+	free(s->hit_hashes);
+	free(s->done);
+	free(s);
+}
+
+rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p)
+{
+	rg_iter *s;
+	rg_status st;
+	size_t B, S, MB;
+
+	*out = NULL;
+	if (!pool || !p || p->max_num_batched_tokens < 1 || p->max_num_seqs < 1 ||
+	    p->max_context < 2 || p->max_waiting < 1 || !(p->deadline_slack >= 1) ||
+	    !isfinite(p->deadline_slack) || p->max_sim_steps < 1)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "iter scheduler: bad parameters");
+	if ((long long)rg_kv_pool_n_blocks(pool) * rg_kv_pool_block_size(pool) < p->max_context)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "iter scheduler: a pool of %d blocks of %d "
+				 "tokens cannot hold one sequence of max_context %d",
+				 rg_kv_pool_n_blocks(pool), rg_kv_pool_block_size(pool),
+				 p->max_context);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return rg_errorf(RG_ERR_OOM, "iter scheduler: out of memory");
+	s->p = *p;
+	s->pool = pool;
+	s->bs = rg_kv_pool_block_size(pool);
+	s->max_blocks = (p->max_context + s->bs - 1) / s->bs;
+	s->B = p->max_num_batched_tokens;
+	s->S = p->max_num_seqs;
+	if (s->p.watermark_blocks < 0)
+		s->p.watermark_blocks = rg_kv_pool_n_blocks(pool) / 100;
+	B = (size_t)s->B;
+	S = (size_t)s->S;
+	MB = (size_t)s->max_blocks;
+	s->waiting_cap = p->max_waiting + s->S;
+	s->running = calloc(S, sizeof(iseq *));
+	s->waiting = calloc((size_t)s->waiting_cap, sizeof(iseq *));
+	s->dec = calloc(S, sizeof(decision));
+	s->tokens = calloc(B, sizeof(int32_t));
+	s->positions = calloc(B, sizeof(int32_t));
+	s->slots = calloc(B, sizeof(int32_t));
+	s->cu = calloc(S + 1, sizeof(int32_t));
+	s->ctx = calloc(S, sizeof(int32_t));
+	s->lrows = calloc(S, sizeof(int32_t));
+	s->lseq = calloc(S, sizeof(int32_t));
+	s->csrc = calloc(S, sizeof(int32_t));
+	s->cdst = calloc(S, sizeof(int32_t));
+	s->tables = calloc(S * MB, sizeof(int32_t));
+	s->ids = calloc(S, sizeof(uint64_t));
+	s->hit_blocks = calloc(MB, sizeof(int32_t));
+	s->hit_hashes = calloc(MB, sizeof(uint64_t));
+	if (!s->running || !s->waiting || !s->dec || !s->tokens || !s->positions || !s->slots ||
+	    !s->cu || !s->ctx || !s->lrows || !s->lseq || !s->csrc || !s->cdst || !s->tables ||
+	    !s->ids || !s->hit_blocks || !s->hit_hashes) {
+		st = rg_errorf(RG_ERR_OOM, "iter scheduler: out of memory");
+		goto out_free_sched;
+	}
+	if (p->prefix_caching && (st = rg_prefix_cache_init(&s->cache, pool)) != RG_OK)
+		goto out_free_sched;
+	rg_cost_learner_init(&s->learner, NULL, p->max_context);
+	*out = s;
+	return RG_OK;
+out_free_sched:
+	rg_iter_free(s);
+	return st;
+}
+
+void rg_iter_set_cost_prior(rg_iter *s, const rg_cost_model *m)
+{
+	rg_cost_learner_set_prior(&s->learner, m, s->p.max_context);
+	s->model_dirty = true;
+}
+
+rg_status rg_iter_cost_model(rg_iter *s, rg_cost_model *out)
+{
+	rg_status st = RG_OK;
+
+	if (s->model_dirty) {
+		if ((st = rg_cost_learner_fit(&s->learner, &s->model)) != RG_OK)
+			s->model = (rg_cost_model){0, 0, 0};
+		s->model_dirty = false;
+	}
+	*out = s->model;
+	return st;
+}
+
+/* ---- queues ---- */
+
+static bool before(const iseq *a, const iseq *b)
+{
+	return a->priority != b->priority ? a->priority > b->priority : a->order < b->order;
+}
+
+static void waiting_insert(rg_iter *s, iseq *q)
+{
+	int i = s->n_waiting;
+
+	while (i > 0 && before(q, s->waiting[i - 1])) {
+		s->waiting[i] = s->waiting[i - 1];
+		i--;
+	}
+	s->waiting[i] = q;
+	s->n_waiting++;
+	q->state = ST_WAITING;
+}
+
+static void list_remove(iseq **list, int *n, iseq *q)
+{
+	for (int i = 0; i < *n; i++)
+		if (list[i] == q) {
+			memmove(list + i, list + i + 1, (size_t)(*n - i - 1) * sizeof(iseq *));
+			(*n)--;
+			return;
+		}
+}
+
+static iseq *find_seq(const rg_iter *s, uint64_t id)
+{
+	for (int i = 0; i < s->n_running; i++)
+		if (s->running[i]->id == id)
+			return s->running[i];
+	for (int i = 0; i < s->n_waiting; i++)
+		if (s->waiting[i]->id == id)
+			return s->waiting[i];
+	return NULL;
+}
+
+static rg_status done_push(rg_iter *s, const iseq *q, rg_iter_finish why)
+{
+	if (s->n_done == s->done_cap) {
+		int cap = s->done_cap ? 2 * s->done_cap : 16;
+		rg_iter_done *nd = realloc(s->done, (size_t)cap * sizeof(*nd));
+
+		if (!nd)
+			return rg_errorf(RG_ERR_OOM, "iter scheduler: out of memory");
+		s->done = nd;
+		s->done_cap = cap;
+	}
+	s->done[s->n_done++] = (rg_iter_done){
+		.id = q->id, .reason = why, .n_generated = q->n_tokens - q->prompt_len,
+		.n_preemptions = q->n_preempt, .n_cached_tokens = q->n_cached,
+		.first_token_ms = q->first_ms,
+	};
+	s->n_finished++;
+	return RG_OK;
+}
+
+/* ---- building a step ---- */
+
+static void decision_drop(rg_iter *s, iseq *q)
+{
+	int i = q->dec;
+
+	s->budget += s->dec[i].n_new;
+	memmove(s->dec + i, s->dec + i + 1, (size_t)(s->n_dec - i - 1) * sizeof(decision));
+	s->n_dec--;
+	for (int k = i; k < s->n_dec; k++)
+		s->dec[k].q->dec = k;
+	q->dec = -1;
+}
+
+/* Preempt the newest running sequence (recompute): out of the step, blocks freed, back to
+ * waiting with every token it has. Returns it. */
+static iseq *preempt_newest(rg_iter *s)
+{
+	iseq *v = s->running[--s->n_running];
+
+	if (v->dec >= 0)
+		decision_drop(s, v);
+	rg_kv_seq_free(s->pool, &v->kv);
+	v->n_computed = 0;
+	v->n_hashed = 0;
+	v->n_preempt++;
+	s->n_preemptions++;
+	waiting_insert(s, v);
+	return v;
+}
+
+/* Blocks that could be had now: the free list and the cache's unreferenced blocks. */
+static int blocks_avail(const rg_iter *s)
+{
+	return rg_kv_pool_n_free(s->pool) + (s->cache ? rg_prefix_cache_n_evictable(s->cache) : 0);
+}
+
+/* The most of n tokens that q can append within avail blocks. */
+static int tokens_fitting(const rg_iter *s, const iseq *q, int n, int avail)
+{
+	long long room = (long long)q->kv.n_blocks * s->bs - q->kv.n_tokens + (long long)avail * s->bs;
+	int fit = room < n ? (int)(room > 0 ? room : 0) : n;
+
+	while (fit > 0 && rg_kv_seq_blocks_needed(s->pool, &q->kv, fit) > avail)
+		fit--;
+	return fit;
+}
+
+/* Take the slots of n tokens of q (evicting cached blocks as needed) and record the decision. */
+static bool take(rg_iter *s, iseq *q, int n)
+{
+	decision *d = &s->dec[s->n_dec];
+	int need = rg_kv_seq_blocks_needed(s->pool, &q->kv, n);
+	int n_copy = 0, c = q->kv.n_tokens;
+
+	if (need > rg_kv_pool_n_free(s->pool) && s->cache)
+		rg_prefix_cache_evict(s->cache, need - rg_kv_pool_n_free(s->pool));
+	if (rg_kv_seq_append(s->pool, &q->kv, n, NULL, &d->copy, &n_copy) != RG_OK)
+		return false;
+	d->q = q;
+	d->n_new = n;
+	d->c_before = c;
+	d->has_copy = n_copy > 0;
+	q->dec = s->n_dec++;
+	s->budget -= n;
+	return true;
+}
+
+/* Schedule up to n tokens (at least 1) of running q, preempting the newest running sequences
+ * while they do not fit. Returns false when q itself was preempted. */
+static bool reserve_running(rg_iter *s, iseq *q, int n, int *n_pre)
+{
+	for (;;) {
+		int fit = tokens_fitting(s, q, n, blocks_avail(s));
+
+		if (fit >= 1 && take(s, q, fit))
+			return true;
+		(*n_pre)++;
+		if (preempt_newest(s) == q)
+			return false;
+	}
+}
+
+/* Admit the head of the waiting queue with a chunk of at most budget tokens: share its cached
+ * prefix, then take slots. False (nothing changed) when it does not fit. */
+static bool admit_head(rg_iter *s)
+{
+	iseq *q = s->waiting[0];
+	int n_hit = 0, max_hit = (q->n_tokens - 1) / s->bs, avail, fit, n;
+
+	if (s->cache) {
+		n_hit = rg_prefix_cache_lookup(s->cache, q->tokens, q->n_tokens, max_hit,
+					       s->hit_blocks, s->hit_hashes);
+		if (n_hit > 0 && rg_prefix_cache_attach(s->cache, &q->kv, s->hit_blocks, n_hit) != RG_OK)
+			n_hit = 0;
+	}
+	q->n_computed = n_hit * s->bs;
+	n = q->n_tokens - q->n_computed;
+	if (n > s->budget)
+		n = s->budget;
+	avail = blocks_avail(s);
+	if (s->n_running > 0)
+		avail -= s->p.watermark_blocks;
+	fit = avail > 0 ? tokens_fitting(s, q, n, avail) : 0;
+	if (fit < 1 || !take(s, q, fit)) {
+		rg_kv_seq_free(s->pool, &q->kv);
+		q->n_computed = 0;
+		return false;
+	}
+	if (s->cache)
+		rg_prefix_cache_record(s->cache, max_hit, n_hit);
+	memcpy(q->hashes, s->hit_hashes, (size_t)n_hit * sizeof(uint64_t));
+	q->n_hashed = n_hit;
+	q->n_cached = n_hit * s->bs;
+	memmove(s->waiting, s->waiting + 1, (size_t)(--s->n_waiting) * sizeof(iseq *));
+	s->running[s->n_running++] = q;
+	q->state = ST_RUNNING;
+	return true;
+}
+
+static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
+{
+	int tok = 0, nl = 0, nc = 0, n_dec_seqs = 0, n_pf = 0;
+	double pairs = 0;
+
+	s->cu[0] = 0;
+	for (int i = 0; i < s->n_dec; i++) {
+		const decision *d = &s->dec[i];
+		const iseq *q = d->q;
+		int c = d->c_before, n = d->n_new;
+		int32_t *row = s->tables + (size_t)i * s->max_blocks;
+
+		for (int j = 0; j < n; j++) {
+			s->tokens[tok + j] = q->tokens[c + j];
+			s->positions[tok + j] = c + j;
+			s->slots[tok + j] = rg_kv_seq_slot(&q->kv, s->bs, c + j);
+		}
+		memcpy(row, q->kv.blocks, (size_t)q->kv.n_blocks * sizeof(int32_t));
+		memset(row + q->kv.n_blocks, 0,
+		       (size_t)(s->max_blocks - q->kv.n_blocks) * sizeof(int32_t));
+		tok += n;
+		s->cu[i + 1] = tok;
+		s->ctx[i] = c + n;
+		s->ids[i] = q->id;
+		if (c + n == q->n_tokens) {
+			s->lrows[nl] = tok - 1;
+			s->lseq[nl++] = i;
+		}
+		if (d->has_copy) {
+			s->csrc[nc] = d->copy.src;
+			s->cdst[nc++] = d->copy.dst;
+		}
+		if (n == 1 && c + 1 == q->n_tokens && c >= q->prompt_len)
+			n_dec_seqs++;
+		else
+			n_pf += n;
+		pairs += (double)n * ((double)c + (n + 1) / 2.0);
+	}
+	s->plan_tokens = tok;
+	s->plan_pairs = pairs;
+	*plan = (rg_iter_plan){
+		.batch = {
+			.n_tokens = tok, .tokens = s->tokens, .positions = s->positions,
+			.n_seq = s->n_dec, .cu_seqlens_q = s->cu, .context_lens = s->ctx,
+			.max_blocks_per_seq = s->max_blocks, .block_tables = s->tables,
+			.slot_mapping = s->slots, .n_logits = nl, .logits_rows = s->lrows,
+		},
+		.seq_ids = s->ids, .logits_seq = s->lseq, .n_copies = nc, .copy_src = s->csrc,
+		.copy_dst = s->cdst, .n_decode_seqs = n_dec_seqs, .n_prefill_tokens = n_pf,
+		.pairs = pairs, .n_preempted = n_pre,
+	};
+}
+
+rg_status rg_iter_schedule(rg_iter *s, double now_ms, rg_iter_plan *plan)
+{
+	int n_pre = 0;
+	(void)now_ms;
+
+	if (s->pending)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "iter scheduler: the last plan was not "
+				 "reported (rg_iter_update)");
+	/* drop the finished entries already returned */
+	if (s->done_read > 0)
+		memmove(s->done, s->done + s->done_read,
+			(size_t)(s->n_done - s->done_read) * sizeof(*s->done));
+	s->n_done -= s->done_read;
+	s->done_read = 0;
+	s->n_dec = 0;
+	s->budget = s->B;
+	/* 1. decoding sequences, oldest first */
+	for (int i = 0; i < s->n_running && s->n_dec < s->S && s->budget > 0; i++) {
+		iseq *q = s->running[i];
+
+		if (q->n_tokens - q->n_computed == 1 && q->dec < 0)
+			reserve_running(s, q, 1, &n_pre);
+	}
+	/* 2. prefilling sequences, oldest first: the rest of their prompt, cut to the budget */
+	for (int i = 0; i < s->n_running && s->n_dec < s->S && s->budget > 0; i++) {
+		iseq *q = s->running[i];
+		int rem = q->n_tokens - q->n_computed;
+
+		if (rem > 1 && q->dec < 0)
+			reserve_running(s, q, rem < s->budget ? rem : s->budget, &n_pre);
+	}
+	/* 3. waiting requests in order, none in a step that preempted */
+	while (n_pre == 0 && s->n_waiting > 0 && s->n_dec < s->S && s->budget > 0 &&
+	       s->n_running < s->S)
+		if (!admit_head(s))
+			break;
+	plan_fill(s, plan, n_pre);
+	s->pending = s->n_dec > 0;
+	return RG_OK;
+}
+
+/* ---- after a step ---- */
+
+static void register_blocks(rg_iter *s, iseq *q)
+{
+	int full = q->n_computed / s->bs;
+
+	for (int b = q->n_hashed; b < full; b++) {
+		uint64_t parent = b ? q->hashes[b - 1] : RG_PREFIX_ROOT;
+
+		if (rg_prefix_cache_insert(s->cache, parent, q->tokens + (size_t)b * s->bs,
+					   q->kv.blocks[b], &q->hashes[b]) != RG_OK)
+			break;
+		q->n_hashed = b + 1;
+	}
+}
+
+static rg_status finish(rg_iter *s, iseq *q, rg_iter_finish why)
+{
+	rg_status st = done_push(s, q, why);
+
+	if (q->state == ST_RUNNING)
+		list_remove(s->running, &s->n_running, q);
+	else
+		list_remove(s->waiting, &s->n_waiting, q);
+	seq_free(s, q);
+	return st;
+}
+
+rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop, double now_ms,
+			 double step_ms)
+{
+	int nl = 0;
+	rg_status st = RG_OK;
+
+	if (!s->pending)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "iter scheduler: no plan to report");
+	for (int i = 0; i < s->n_dec; i++) {
+		const iseq *q = s->dec[i].q;
+
+		if (s->dec[i].c_before + s->dec[i].n_new == q->n_tokens && sampled[nl++] < 0)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "iter update: sampled token %d of "
+					 "row %d is negative", sampled[nl - 1], nl - 1);
+	}
+	nl = 0;
+	for (int i = 0; i < s->n_dec; i++) {
+		decision *d = &s->dec[i];
+		iseq *q = d->q;
+		bool wants = d->c_before + d->n_new == q->n_tokens;
+		rg_iter_finish why = 0;
+
+		q->dec = -1;
+		q->n_computed += d->n_new;
+		if (s->cache)
+			register_blocks(s, q);
+		if (wants) {
+			q->tokens[q->n_tokens++] = sampled[nl];
+			if (q->first_ms < 0)
+				q->first_ms = now_ms;
+			if (stop && stop[nl])
+				why = RG_ITER_FINISH_STOP;
+			else if (q->n_tokens - q->prompt_len >= q->max_new)
+				why = RG_ITER_FINISH_LENGTH;
+			nl++;
+		}
+		if (q->aborted)
+			why = RG_ITER_FINISH_ABORT;
+		d->q = NULL;
+		if (why) {
+			rg_status st2 = finish(s, q, why);
+
+			if (st == RG_OK)
+				st = st2;
+		}
+	}
+	if (isfinite(step_ms) && step_ms >= 0 && s->plan_tokens > 0) {
+		rg_cost_learner_add(&s->learner, s->plan_tokens, s->plan_pairs, step_ms);
+		s->model_dirty = true;
+	}
+	s->n_dec = 0;
+	s->pending = false;
+	s->n_steps++;
+	return st;
+}
+
+const rg_iter_done *rg_iter_finished(rg_iter *s, int *n)
+{
+	const rg_iter_done *d = s->done + s->done_read;
+
+	*n = s->n_done - s->done_read;
+	s->done_read = s->n_done;
+	return d;
+}
+
+rg_status rg_iter_abort(rg_iter *s, uint64_t id)
+{
+	iseq *q = find_seq(s, id);
+
+	if (!q)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "iter abort: no request %llu",
+				 (unsigned long long)id);
+	if (s->pending && q->dec >= 0) {
+		q->aborted = true;
+		return RG_OK;
+	}
+	return finish(s, q, RG_ITER_FINISH_ABORT);
+}
+
+const int32_t *rg_iter_tokens(const rg_iter *s, uint64_t id, int *n)
+{
+	const iseq *q = find_seq(s, id);
+
+	*n = q ? q->n_tokens : 0;
+	return q ? q->tokens : NULL;
+}
+
+void rg_iter_stats_get(const rg_iter *s, rg_iter_stats *out)
+{
+	*out = (rg_iter_stats){
+		.n_running = s->n_running, .n_waiting = s->n_waiting, .n_steps = s->n_steps,
+		.n_admitted = s->n_admitted, .n_refused = s->n_refused,
+		.n_preemptions = s->n_preemptions, .n_finished = s->n_finished,
+		.blocks_used = rg_kv_pool_n_used(s->pool), .blocks_free = rg_kv_pool_n_free(s->pool),
+	};
+	if (s->cache)
+		rg_prefix_cache_stats_get(s->cache, &out->prefix);
+}
+
+const rg_prefix_cache *rg_iter_prefix_cache(const rg_iter *s) { return s->cache; }
+
+/* ---- deadline-aware admission ---- */
+
+typedef struct sim_ent {
+	int rem_in;          /* tokens to compute before its next output token; 0: finished */
+	double ctx;          /* tokens cached */
+	int rem_out;         /* output tokens still to come */
+	bool running;
+	double deadline_abs; /* absolute TTFT deadline; 0 none */
+	double tpot;         /* TPOT target; 0 none */
+	double first_ms;     /* first token time, -1 none yet */
+	double last_ms;
+	int n_out;           /* output tokens, the past ones included */
+	int n;               /* tokens in the current simulated step */
+} sim_ent;
+
+static sim_ent sim_from_seq(const iseq *q)
+{
+	return (sim_ent){
+		.rem_in = q->n_tokens - q->n_computed, .ctx = q->n_computed,
+		.rem_out = q->max_new - (q->n_tokens - q->prompt_len), .running = q->state == ST_RUNNING,
+		.deadline_abs = q->deadline_ms > 0 ? q->arrival_ms + q->deadline_ms : 0,
+		.tpot = q->tpot_ms, .first_ms = q->first_ms, .last_ms = q->first_ms,
+		.n_out = q->n_tokens - q->prompt_len,
+	};
+}
+
+static bool sim_watched(const sim_ent *e)
+{
+	return (e->deadline_abs > 0 && e->first_ms < 0) || (e->tpot > 0 && e->rem_out > 0);
+}
+
+/* Run the scheduler's passes on e (n entries: running by age, then waiting in order) from now
+ * with model m until every target is resolved or max_steps; *t_end gets the last step's end. */
+static void sim_run(const rg_iter *s, const rg_cost_model *m, sim_ent *e, int n, double now,
+		    double *t_end)
+{
+	double t = now;
+	int n_run = 0, left = 0;
+
+	for (int i = 0; i < n; i++) {
+		n_run += e[i].running;
+		left += sim_watched(&e[i]);
+	}
+	for (int step = 0; step < s->p.max_sim_steps && left > 0; step++) {
+		int budget = s->B, nseq = 0;
+		double tokens = 0, pairs = 0;
+
+		for (int i = 0; i < n; i++)
+			e[i].n = 0;
+		for (int i = 0; i < n && nseq < s->S && budget > 0; i++)
+			if (e[i].running && e[i].rem_in == 1) {
+				e[i].n = 1;
+				budget--;
+				nseq++;
+			}
+		for (int i = 0; i < n && nseq < s->S && budget > 0; i++)
+			if (e[i].running && e[i].rem_in > 1) {
+				e[i].n = e[i].rem_in < budget ? e[i].rem_in : budget;
+				budget -= e[i].n;
+				nseq++;
+			}
+		for (int i = 0; i < n && nseq < s->S && budget > 0 && n_run < s->S; i++)
+			if (!e[i].running && e[i].rem_in > 0) {
+				e[i].n = e[i].rem_in < budget ? e[i].rem_in : budget;
+				e[i].running = true;
+				n_run++;
+				budget -= e[i].n;
+				nseq++;
+			}
+		if (nseq == 0)
+			break;
+		for (int i = 0; i < n; i++)
+			if (e[i].n) {
+				tokens += e[i].n;
+				pairs += e[i].n * (e[i].ctx + (e[i].n + 1) / 2.0);
+			}
+		t += rg_cost_model_ms(m, tokens, pairs);
+		for (int i = 0; i < n; i++) {
+			sim_ent *x = &e[i];
+			bool was = sim_watched(x);
+
+			if (!x->n)
+				continue;
+			x->ctx += x->n;
+			x->rem_in -= x->n;
+			if (x->rem_in > 0)
+				continue;
+			if (x->first_ms < 0)
+				x->first_ms = t;
+			x->last_ms = t;
+			x->n_out++;
+			if (--x->rem_out > 0) {
+				x->rem_in = 1;
+			} else {
+				x->running = false;
+				n_run--;
+			}
+			if (was && !sim_watched(x))
+				left--;
+		}
+	}
+	*t_end = t;
+}
+
+/* Whether e misses a target after the simulation (slack applied to what lies ahead). */
+static bool sim_misses(const rg_iter *s, const sim_ent *e, double now)
+{
+	double k = s->p.deadline_slack;
+
+	if (e->deadline_abs > 0 &&
+	    (e->first_ms < 0 || (e->first_ms >= now && now + (e->first_ms - now) * k > e->deadline_abs)))
+		return true;
+	if (e->tpot > 0) {
+		if (e->rem_out > 0)
+			return true;
+		if (e->n_out >= 2 && k * (e->last_ms - e->first_ms) / (e->n_out - 1) > e->tpot)
+			return true;
+	}
+	return false;
+}
+
+/* Simulate the live requests plus (when cand) the candidate c at its place in the waiting
+ * order. e: (n_running + n_waiting + 1) scratch; returns the candidate's index (or -1) and the
+ * entries in *n. */
+static int sim_build(const rg_iter *s, const iseq *c, const sim_ent *ce, sim_ent *e, int *n)
+{
+	int k = 0, ci = -1;
+
+	for (int i = 0; i < s->n_running; i++)
+		e[k++] = sim_from_seq(s->running[i]);
+	for (int i = 0; i <= s->n_waiting; i++) {
+		if (c && ci < 0 && (i == s->n_waiting || before(c, s->waiting[i]))) {
+			ci = k;
+			e[k++] = *ce;
+		}
+		if (i < s->n_waiting)
+			e[k++] = sim_from_seq(s->waiting[i]);
+	}
+	*n = k;
+	return ci;
+}
+
+/* The admission decision for candidate c (not yet queued; c->order set). */
+static rg_status admit_check(rg_iter *s, const iseq *c, double now, rg_iter_admission *adm)
+{
+	rg_cost_model m;
+	sim_ent ce, *e1 = NULL, *e0 = NULL;
+	int n1, n0, ci, n_hit = 0;
+	bool need = c->deadline_ms > 0 || c->tpot_ms > 0, miss = false;
+	double t1, t0;
+	rg_status st = RG_OK;
+
+	rg_iter_cost_model(s, &m);
+	for (int i = 0; i < s->n_running && !need; i++)
+		need = s->running[i]->deadline_ms > 0 || s->running[i]->tpot_ms > 0;
+	for (int i = 0; i < s->n_waiting && !need; i++)
+		need = s->waiting[i]->deadline_ms > 0 || s->waiting[i]->tpot_ms > 0;
+	if (!need || (m.batch_ms == 0 && m.token_ms == 0 && m.pair_ms == 0))
+		return RG_OK;
+	if (s->cache)
+		n_hit = rg_prefix_cache_lookup(s->cache, c->tokens, c->n_tokens,
+					       (c->n_tokens - 1) / s->bs, s->hit_blocks, NULL);
+	ce = sim_from_seq(c);
+	ce.rem_in -= n_hit * s->bs;
+	ce.ctx = n_hit * s->bs;
+	e1 = malloc((size_t)(s->n_running + s->n_waiting + 1) * sizeof(sim_ent));
+	e0 = malloc((size_t)(s->n_running + s->n_waiting + 1) * sizeof(sim_ent));
+	if (!e1 || !e0) {
+		st = rg_errorf(RG_ERR_OOM, "iter admission: out of memory");
+		goto out_free_sims;
+	}
+	ci = sim_build(s, c, &ce, e1, &n1);
+	sim_run(s, &m, e1, n1, now, &t1);
+	if (e1[ci].first_ms >= 0)
+		adm->est_ttft_ms = now - c->arrival_ms + (e1[ci].first_ms - now) * s->p.deadline_slack;
+	if (e1[ci].n_out >= 2)
+		adm->est_tpot_ms = s->p.deadline_slack * (e1[ci].last_ms - e1[ci].first_ms) /
+				   (e1[ci].n_out - 1);
+	if (sim_misses(s, &e1[ci], now)) {
+		/* alone on an idle engine? */
+		e0[0] = ce;
+		sim_run(s, &m, e0, 1, now, &t0);
+		if (sim_misses(s, &e0[0], now))
+			adm->retry_after_ms = -1;
+		else if (c->deadline_ms > 0 && adm->est_ttft_ms > c->deadline_ms)
+			adm->retry_after_ms = fmax(1, adm->est_ttft_ms - c->deadline_ms);
+		else
+			adm->retry_after_ms = fmax(1, t1 - now);
+		st = rg_errorf(RG_ERR_BUSY, "request %llu cannot meet its %s target (estimated TTFT "
+			       "%.1f ms of %.1f, TPOT %.2f ms of %.2f)", (unsigned long long)c->id,
+			       c->deadline_ms > 0 && adm->est_ttft_ms > c->deadline_ms ? "TTFT" :
+			       "TPOT", adm->est_ttft_ms, c->deadline_ms, adm->est_tpot_ms,
+			       c->tpot_ms);
+		goto out_free_sims;
+	}
+	for (int i = 0; i < n1 && !miss; i++)
+		miss = i != ci && sim_misses(s, &e1[i], now);
+	if (miss) {
+		/* only a request that would meet its targets without the candidate counts */
+		sim_build(s, NULL, NULL, e0, &n0);
+		sim_run(s, &m, e0, n0, now, &t0);
+		for (int i = 0, j = 0; i < n1; i++) {
+			if (i == ci)
+				continue;
+			if (sim_misses(s, &e1[i], now) && !sim_misses(s, &e0[j], now)) {
+				double when = e1[i].first_ms >= 0 && e1[i].deadline_abs > 0 &&
+					      e0[j].first_ms >= 0 ? e0[j].first_ms : t0;
+
+				adm->refused_for_others = true;
+				adm->retry_after_ms = fmax(1, when - now);
+				st = rg_errorf(RG_ERR_BUSY, "request %llu would make an admitted "
+					       "request miss its target", (unsigned long long)c->id);
+				goto out_free_sims;
+			}
+			j++;
+		}
+	}
+out_free_sims:
+	free(e1);
+	free(e0);
+	return st;
+}
+
+rg_status rg_iter_add(rg_iter *s, const rg_iter_request *r, double now_ms, rg_iter_admission *adm)
+{
+	rg_iter_admission local;
+	iseq *q;
+	rg_status st;
+	int max_new;
+
+	if (!adm)
+		adm = &local;
+	*adm = (rg_iter_admission){0};
+	if (!r || !r->prompt || r->prompt_len < 1 || r->max_tokens < 1 ||
+	    !isfinite(r->arrival_ms) || !(r->deadline_ms >= 0) || !(r->tpot_ms >= 0) ||
+	    !isfinite(r->deadline_ms) || !isfinite(r->tpot_ms))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "iter add: bad request (prompt, prompt_len, "
+				 "max_tokens >= 1, finite times and targets >= 0)");
+	for (int i = 0; i < r->prompt_len; i++)
+		if (r->prompt[i] < 0)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "iter add: prompt[%d] = %d", i,
+					 r->prompt[i]);
+	if (r->prompt_len >= s->p.max_context)
+		return rg_errorf(RG_ERR_TOO_LONG, "iter add: prompt of %d tokens, max_context %d",
+				 r->prompt_len, s->p.max_context);
+	if (find_seq(s, r->id))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "iter add: request %llu already present",
+				 (unsigned long long)r->id);
+	if (s->n_waiting >= s->p.max_waiting) {
+		rg_cost_model m;
+		long long rem = 0;
+
+		rg_iter_cost_model(s, &m);
+		for (int i = 0; i < s->n_waiting; i++)
+			rem += s->waiting[i]->n_tokens;
+		adm->retry_after_ms = fmax(1, ceil((double)rem / s->B) *
+					      rg_cost_model_ms(&m, s->B, 0));
+		s->n_refused++;
+		return rg_errorf(RG_ERR_BUSY, "iter add: %d requests waiting (max_waiting)",
+				 s->n_waiting);
+	}
+	max_new = s->p.max_context - r->prompt_len;
+	if (r->max_tokens < max_new)
+		max_new = r->max_tokens;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return rg_errorf(RG_ERR_OOM, "iter add: out of memory");
+	q->tokens = malloc((size_t)(r->prompt_len + max_new) * sizeof(int32_t));
+	q->hashes = malloc((size_t)s->max_blocks * sizeof(uint64_t));
+	if (!q->tokens || !q->hashes) {
+		st = rg_errorf(RG_ERR_OOM, "iter add: out of memory");
+		goto out_free_seq;
+	}
+	memcpy(q->tokens, r->prompt, (size_t)r->prompt_len * sizeof(int32_t));
+	q->id = r->id;
+	q->priority = r->priority;
+	q->prompt_len = q->n_tokens = r->prompt_len;
+	q->max_new = max_new;
+	q->arrival_ms = r->arrival_ms;
+	q->deadline_ms = r->deadline_ms;
+	q->tpot_ms = r->tpot_ms;
+	q->order = s->next_order;
+	q->dec = -1;
+	q->first_ms = -1;
+	rg_kv_seq_init(&q->kv);
+	if ((st = admit_check(s, q, now_ms, adm)) != RG_OK) {
+		if (st == RG_ERR_BUSY)
+			s->n_refused++;
+		goto out_free_seq;
+	}
+	s->next_order++;
+	waiting_insert(s, q);
+	s->n_admitted++;
+	return RG_OK;
+out_free_seq:
+	seq_free(s, q);
+	return st;
+}

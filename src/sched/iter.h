@@ -1,0 +1,201 @@
+/* Iteration-level scheduling of generation (Orca, Yu et al. OSDI'22; vLLM's scheduler, Kwon et
+ * al. SOSP'23), with chunked prefill (Sarathi-Serve, Agrawal et al. OSDI'24; vLLM's
+ * enable_chunked_prefill), prefix caching (src/kv/prefix_cache.h) and deadline-aware admission
+ * (TCB's DAS, Fu et al. ICPP'22 sec. 5.2, applied to steps instead of whole requests).
+ * Policy only: no clock of its own (the caller passes times, ms on any monotonic clock, or a
+ * simulated one), no model, no CUDA. The runner contract is include/ragged.h's rg_step_batch.
+ *
+ * Lifecycle of a request: rg_iter_add (admitted into the waiting queue, or refused at once) ->
+ * scheduled by rg_iter_schedule in chunks of its prompt (running, prefilling) -> one token per
+ * step (running, decoding) -> finished (max_tokens, the context limit, a stop the caller
+ * reports, or rg_iter_abort), its blocks freed in rg_iter_update. The driver loop:
+ *     for (;;) {
+ *         rg_iter_schedule(s, now, &plan);              // the next step
+ *         if (plan.batch.n_seq == 0) { wait for requests; continue; }
+ *         copy_blocks(plan.copy_src, plan.copy_dst, plan.n_copies);   // copy-on-write first
+ *         step(&plan.batch) -> logits of plan.batch.n_logits rows -> sample one token per row;
+ *         rg_iter_update(s, sampled, stop, now, step_ms);  // tokens, finishes, blocks freed
+ *         rg_iter_finished(s, &n) -> the requests that ended since the last call
+ *     }
+ * One schedule, then one update: a second schedule before the update is refused.
+ *
+ * One step (rg_iter_schedule): a budget of max_num_batched_tokens new tokens and max_num_seqs
+ * sequences is given, in this order, to
+ *   1. running sequences that decode (one token each), oldest admission first;
+ *   2. running sequences still prefilling (the rest of their prompt, cut to the budget left),
+ *      oldest first;
+ *   3. waiting requests, in order of priority (higher first) then arrival: each admitted one
+ *      first shares the cached blocks of its prompt's prefix (prefix caching: those tokens are
+ *      not computed), then gets a chunk of the rest. Admission stops at the first request that
+ *      does not fit (no overtaking), and when the free blocks (the cache's unreferenced blocks
+ *      counted as free) would fall below watermark_blocks. No admission in a step that
+ *      preempted.
+ * So a long prompt is cut into chunks that share steps with every decoding stream, and decodes
+ * never wait for a prefill. KV slots come from the block pool (src/kv/block_pool.h) as the step
+ * is built; when the free list runs dry the cache's LRU unreferenced blocks are evicted, and
+ * then the NEWEST running sequence is preempted (vLLM's recompute preemption): its blocks are
+ * freed, it goes back to waiting with its prompt and the tokens it generated, and is later
+ * prefilled again (its earlier full blocks often still cached). If it was already part of the
+ * step being built it is taken out of it. A running sequence never fails for lack of blocks:
+ * the pool must hold one sequence of max_context tokens (checked at init), and the oldest
+ * running sequence can always take every other's blocks.
+ *
+ * Deadline-aware admission: a request may carry deadline_ms (time to first token, from its
+ * arrival) and tpot_ms (mean time between its output tokens). rg_iter_add then simulates the
+ * steps this scheduler would run from now (the same three passes, budget and order, decoding
+ * requests assumed to run to max_tokens) with the step cost model
+ *     step_ms = batch_ms + token_ms * tokens + pair_ms * pairs,
+ *     pairs of a chunk of n new tokens after c cached ones = n * (c + (n + 1) / 2)
+ * (attention's query-key pairs under the causal mask; GEMM rows are the tokens), fitted online
+ * from the steps reported to rg_iter_update (rg_cost_learner, src/sched/cost_model.h; a prior may
+ * be set). It refuses at once (RG_ERR_BUSY, for HTTP 429 with Retry-After) when the candidate
+ * would miss its TTFT or TPOT target, or when it would make an admitted request that would meet
+ * its targets miss them; otherwise it admits. An all-zero cost model (nothing measured, no prior)
+ * estimates nothing and admits. A request without targets is refused for time only when it
+ * would make an admitted one miss. The simulation ignores KV pressure (preemption) and prefix
+ * hits of the requests already queued (both make it optimistic, resp. pessimistic), and
+ * assumes every running request generates max_tokens (pessimistic when EOS comes first).
+ * Cost: O(simulated steps x live requests) per rg_iter_add with targets live. Not thread-safe:
+ * one owner (the engine's step thread, or its lock) drives it. */
+#ifndef RG_SCHED_ITER_H
+#define RG_SCHED_ITER_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/export.h"
+#include "kv/block_pool.h"
+#include "kv/prefix_cache.h"
+#include "ragged.h"
+#include "sched/cost_model.h"
+
+typedef struct rg_iter rg_iter;
+
+/* Limits and switches (rg_iter_params_default gives the defaults in brackets). */
+typedef struct rg_iter_params {
+	int max_num_batched_tokens; /* token budget of one step, >= 1 [512] */
+	int max_num_seqs;           /* sequences in one step, >= 1 [64] */
+	int max_context;            /* longest sequence, prompt + generated, >= 2 [2048] */
+	int max_waiting;            /* waiting requests at most; more: RG_ERR_BUSY [1024] */
+	int watermark_blocks;       /* free blocks kept when admitting; -1: 1% of the pool [-1] */
+	bool prefix_caching;        /* share cached prefix blocks [true] */
+	double deadline_slack;      /* estimates are multiplied by this before comparing with a
+				     * target, >= 1 [1.1] */
+	int max_sim_steps;          /* admission simulates at most this many steps; a target not
+				     * resolved by then counts as missed [8192] */
+} rg_iter_params;
+
+/* One request, as given to rg_iter_add (the prompt is copied). */
+typedef struct rg_iter_request {
+	uint64_t id;            /* the caller's id, unique among live requests */
+	const int32_t *prompt;  /* (prompt_len) token ids */
+	int prompt_len;         /* >= 1, < max_context */
+	int max_tokens;         /* new tokens at most, >= 1 (also capped by max_context) */
+	int priority;           /* higher runs first among waiting requests; 0 normal */
+	double arrival_ms;      /* when it arrived (the caller's clock) */
+	double deadline_ms;     /* TTFT target from arrival, ms; 0: none */
+	double tpot_ms;         /* mean time per output token target, ms; 0: none */
+} rg_iter_request;
+
+/* The answer of admission (filled whether admitted or refused). */
+typedef struct rg_iter_admission {
+	double est_ttft_ms;     /* estimated time to first token from arrival (0: not estimated) */
+	double est_tpot_ms;     /* estimated mean time per output token (0: not estimated) */
+	double retry_after_ms;  /* refused: estimated wait before the same request could be met
+				 * (>= 1); -1 when it could not be met even on an idle engine */
+	bool refused_for_others; /* refused because an admitted request would miss its target */
+} rg_iter_admission;
+
+/* One step to run. Every array is owned by the scheduler and valid until the next call of
+ * rg_iter_update / rg_iter_free. */
+typedef struct rg_iter_plan {
+	rg_step_batch batch;      /* the step (ragged.h); batch.n_seq == 0: nothing to run */
+	const uint64_t *seq_ids;  /* (batch.n_seq) request id of each sequence of the batch */
+	const int32_t *logits_seq; /* (batch.n_logits) which sequence (index into the batch) each
+				    * logits row samples for: sequences whose prompt is complete
+				    * after this step, one row each */
+	int n_copies;             /* block copies to run before the step (copy-on-write) */
+	const int32_t *copy_src, *copy_dst; /* (n_copies) */
+	int n_decode_seqs;        /* sequences decoding one token */
+	int n_prefill_tokens;     /* new tokens of prefilling sequences */
+	double pairs;             /* attention pairs of the step (the cost model's input) */
+	int n_preempted;          /* sequences preempted while building it */
+} rg_iter_plan;
+
+typedef enum rg_iter_finish {
+	RG_ITER_FINISH_LENGTH = 1, /* max_tokens or max_context reached */
+	RG_ITER_FINISH_STOP,       /* the caller reported a stop (EOS, stop id or string) */
+	RG_ITER_FINISH_ABORT,      /* rg_iter_abort (the client went away) */
+} rg_iter_finish;
+
+typedef struct rg_iter_done {
+	uint64_t id;
+	rg_iter_finish reason;
+	int n_generated;          /* tokens generated (the stop token included) */
+	int n_preemptions;        /* times it was preempted */
+	int n_cached_tokens;      /* prompt tokens taken from the prefix cache at its (last)
+				   * admission */
+	double first_token_ms;    /* time of its first token (the update's now_ms); -1 none */
+} rg_iter_done;
+
+typedef struct rg_iter_stats {
+	int n_running, n_waiting;
+	long long n_steps, n_admitted, n_refused, n_preemptions, n_finished;
+	int blocks_used, blocks_free; /* of the pool (cached blocks count as used) */
+	rg_prefix_cache_stats prefix;  /* zero without prefix caching */
+} rg_iter_stats;
+
+RG_TEST_API void rg_iter_params_default(rg_iter_params *p);
+
+/* Make a scheduler over pool (borrowed: the caller frees it after rg_iter_free; its block size
+ * is the model's). RG_ERR_INVALID_INPUT for a bad parameter or a pool that cannot hold one
+ * sequence of max_context tokens; RG_ERR_OOM. */
+RG_TEST_API rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p);
+/* Free every request (their blocks back to the pool) and the prefix cache (its blocks back).
+ * NULL accepted. */
+RG_TEST_API void rg_iter_free(rg_iter *s);
+
+/* Replace the cost model's prior (e.g. fitted from start-up measurements of steps); the online
+ * fit then refines it (rg_cost_learner). */
+RG_TEST_API void rg_iter_set_cost_prior(rg_iter *s, const rg_cost_model *m);
+/* The cost model fitted now (all zero: nothing known). */
+RG_TEST_API rg_status rg_iter_cost_model(rg_iter *s, rg_cost_model *out);
+
+/* Admit r at time now_ms into the waiting queue (see the header's admission), or refuse it.
+ * adm (may be NULL) receives the estimates and, when refused, Retry-After. Errors (nothing
+ * admitted): RG_ERR_INVALID_INPUT (a bad field, a duplicate id), RG_ERR_TOO_LONG (prompt_len >=
+ * max_context), RG_ERR_BUSY (the waiting queue is full, or a target cannot be met), RG_ERR_OOM. */
+RG_TEST_API rg_status rg_iter_add(rg_iter *s, const rg_iter_request *r, double now_ms,
+				  rg_iter_admission *adm);
+
+/* Build the next step into *plan (see the header). RG_ERR_INVALID_INPUT when the previous plan
+ * has not been reported with rg_iter_update. A plan with batch.n_seq == 0 means nothing to run
+ * (no request, or none that fits). Never fails a running sequence. */
+RG_TEST_API rg_status rg_iter_schedule(rg_iter *s, double now_ms, rg_iter_plan *plan);
+
+/* Report the step of the last plan: sampled (plan.batch.n_logits) the token sampled for each
+ * logits row; stop (n_logits, may be NULL) true where that token ends its request (EOS, a stop id
+ * or string: the caller's stop conditions); now_ms the time the step ended (first-token times);
+ * step_ms its measured duration, fed to the cost model (< 0 or NaN: not measured). The computed
+ * KV of full blocks is registered in the prefix cache; finished requests free their blocks and
+ * are listed by rg_iter_finished. RG_ERR_INVALID_INPUT with no plan pending. */
+RG_TEST_API rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop,
+				     double now_ms, double step_ms);
+
+/* The requests that ended since the last call (in rg_iter_update or rg_iter_abort), each
+ * returned exactly once: (*n) entries, owned by the scheduler, valid until the next call of any
+ * function that takes s. */
+RG_TEST_API const rg_iter_done *rg_iter_finished(rg_iter *s, int *n);
+
+/* Cancel request id (the client went away): its blocks are freed now, or in the next
+ * rg_iter_update when it is part of the pending plan; it is then listed as finished with
+ * RG_ITER_FINISH_ABORT. RG_ERR_INVALID_INPUT for an unknown id. */
+RG_TEST_API rg_status rg_iter_abort(rg_iter *s, uint64_t id);
+
+/* The tokens of a live request, prompt then generated: (*n) ids owned by the scheduler, valid
+ * until the next call that changes it. NULL for an unknown id. */
+RG_TEST_API const int32_t *rg_iter_tokens(const rg_iter *s, uint64_t id, int *n);
+
+RG_TEST_API void rg_iter_stats_get(const rg_iter *s, rg_iter_stats *out);
+/* The prefix cache (NULL without prefix caching), for its counters. */
+RG_TEST_API const rg_prefix_cache *rg_iter_prefix_cache(const rg_iter *s);
+#endif

@@ -1,0 +1,844 @@
+/* Iteration-level scheduler (src/sched/iter.c) driven with a simulated clock, a simulated step
+ * cost (a + b * tokens + c * pairs) and test_gen.c's toy model: the "KV cache" is an int per
+ * slot holding the token written there, and the logits of a row are a hash of ALL tokens of its
+ * context read back through the plan's block table, so a wrong slot, block table, shared prefix
+ * block or recompute changes the output. Every plan is checked against rg_step_batch's contract
+ * and the limits; every stream's greedy output must equal its prompt generated alone by a direct
+ * argmax over the full context (no cache), whatever joined, left, was preempted or hit the
+ * prefix cache meanwhile. Also: decode first and chunked prefill of a 2k prompt beside 32
+ * streams; preemption under block pressure; prefix hits skip the shared blocks; deadlines
+ * refused up front when they cannot be met and met when admitted; blocks in use return to zero;
+ * random operations against the invariants. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sched/iter.h"
+#include "test_rng.h"
+
+#define V 53
+#define MAXREQ 256
+#define NO_STOP (-1)
+
+static uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* greedy next token after context ctx (n tokens): the argmax of test_gen.c's toy logits */
+static int32_t toy_next(const int32_t *ctx, int n)
+{
+	uint64_t h = 0x12345678ull;
+	int best = 0;
+	float bv = -1e30f;
+
+	for (int q = 0; q < n; q++)
+		h = mix64(h ^ ((uint64_t)(ctx[q] + 1) | ((uint64_t)q << 32)));
+	for (int v = 0; v < V; v++) {
+		float l = (float)((mix64(h + (uint64_t)v * 0x9e3779b97f4a7c15ull) >> 40) % 4096) /
+			  256.0f - 8.0f;
+
+		if (l > bv) {
+			bv = l;
+			best = v;
+		}
+	}
+	return best;
+}
+
+/* The reference: the prompt generated alone, no cache. Returns the tokens generated. */
+static int ref_generate(const int32_t *prompt, int n, int max_new, int32_t stop_tok, int32_t *out)
+{
+	int32_t *ctx = malloc((size_t)(n + max_new) * sizeof(int32_t));
+	int k;
+
+	memcpy(ctx, prompt, (size_t)n * sizeof(int32_t));
+	for (k = 0; k < max_new; k++) {
+		out[k] = ctx[n + k] = toy_next(ctx, n + k);
+		if (out[k] == stop_tok) {
+			k++;
+			break;
+		}
+	}
+	free(ctx);
+	return k;
+}
+
+typedef struct req {
+	int32_t *prompt;
+	int n, max_new;
+	int32_t out[1024];
+	int n_out;
+	double arrival, first, last;
+	int finish; /* 0 live, else rg_iter_finish */
+	int cached, preempted;
+	bool added;
+} req;
+
+typedef struct harness {
+	rg_kv_pool *pool;
+	rg_iter *s;
+	rg_iter_params prm;
+	int bs, n_blocks;
+	int *cache;          /* (n_blocks * bs) the toy KV: token per slot */
+	double clock, ca, cb, cc; /* cost of a step: ca + cb * tokens + cc * pairs ms */
+	int32_t stop_tok;
+	req r[MAXREQ];
+	int n_steps, n_preempted;
+	rg_iter_plan last;   /* a copy of the last plan's header */
+	int32_t *ctxbuf;
+} harness;
+
+static void h_init(harness *h, int n_blocks, int bs, const rg_iter_params *p)
+{
+	memset(h, 0, sizeof(*h));
+	h->prm = *p;
+	h->bs = bs;
+	h->n_blocks = n_blocks;
+	h->ca = 2.0, h->cb = 0.01, h->cc = 1e-5;
+	h->stop_tok = NO_STOP;
+	assert_int_equal(rg_kv_pool_init(&h->pool, n_blocks, bs), RG_OK);
+	assert_int_equal(rg_iter_init(&h->s, h->pool, p), RG_OK);
+	h->cache = malloc((size_t)n_blocks * bs * sizeof(int));
+	for (int i = 0; i < n_blocks * bs; i++)
+		h->cache[i] = -1;
+	h->ctxbuf = malloc((size_t)p->max_context * sizeof(int32_t));
+}
+
+static void h_free(harness *h)
+{
+	rg_iter_free(h->s);
+	/* every block back once the scheduler (and its prefix cache) is gone */
+	assert_int_equal(rg_kv_pool_n_used(h->pool), 0);
+	rg_kv_pool_free(h->pool);
+	for (int i = 0; i < MAXREQ; i++)
+		free(h->r[i].prompt);
+	free(h->cache);
+	free(h->ctxbuf);
+}
+
+static void set_prompt(harness *h, int id, const int32_t *p, int n, int max_new)
+{
+	req *q = &h->r[id];
+
+	free(q->prompt);
+	memset(q, 0, sizeof(*q));
+	q->prompt = malloc((size_t)n * sizeof(int32_t));
+	memcpy(q->prompt, p, (size_t)n * sizeof(int32_t));
+	q->n = n;
+	q->max_new = max_new;
+	q->first = q->last = -1;
+}
+
+static rg_status h_add(harness *h, int id, int priority, double deadline, double tpot,
+		       rg_iter_admission *adm)
+{
+	req *q = &h->r[id];
+	rg_iter_request r = {
+		.id = (uint64_t)id, .prompt = q->prompt, .prompt_len = q->n,
+		.max_tokens = q->max_new, .priority = priority, .arrival_ms = h->clock,
+		.deadline_ms = deadline, .tpot_ms = tpot,
+	};
+	rg_status st = rg_iter_add(h->s, &r, h->clock, adm);
+
+	if (st == RG_OK) {
+		q->added = true;
+		q->arrival = h->clock;
+	}
+	return st;
+}
+
+static int plan_index(const rg_iter_plan *p, int id)
+{
+	for (int i = 0; i < p->batch.n_seq; i++)
+		if (p->seq_ids[i] == (uint64_t)id)
+			return i;
+	return -1;
+}
+
+static void record_finished(harness *h)
+{
+	int nd;
+	const rg_iter_done *d = rg_iter_finished(h->s, &nd);
+
+	for (int k = 0; k < nd; k++) {
+		req *q = &h->r[d[k].id];
+
+		assert_int_equal(q->finish, 0);
+		q->finish = d[k].reason;
+		q->cached = d[k].n_cached_tokens;
+		q->preempted = d[k].n_preemptions;
+		assert_int_equal(d[k].n_generated, q->n_out);
+		h->n_preempted += d[k].n_preemptions;
+	}
+}
+
+/* Schedule, check the plan, run the toy model, report. False when nothing ran. */
+static bool h_step(harness *h)
+{
+	rg_iter_plan pl;
+	const rg_step_batch *b = &pl.batch;
+	int32_t sampled[512];
+	bool stop[512];
+	double pairs = 0, cost;
+	char *seen;
+
+	assert_int_equal(rg_iter_schedule(h->s, h->clock, &pl), RG_OK);
+	h->last = pl;
+	if (b->n_seq == 0)
+		return false;
+	/* the contract and the limits */
+	assert_true(b->n_tokens >= 1 && b->n_tokens <= h->prm.max_num_batched_tokens);
+	assert_true(b->n_seq >= 1 && b->n_seq <= h->prm.max_num_seqs);
+	assert_int_equal(b->cu_seqlens_q[0], 0);
+	assert_int_equal(b->cu_seqlens_q[b->n_seq], b->n_tokens);
+	seen = calloc((size_t)h->n_blocks * h->bs, 1);
+	for (int i = 0; i < b->n_seq; i++) {
+		const int32_t *tab = b->block_tables + (size_t)i * b->max_blocks_per_seq;
+		int n = b->cu_seqlens_q[i + 1] - b->cu_seqlens_q[i], c = b->context_lens[i] - n;
+
+		assert_true(n >= 1);
+		assert_true(c >= 0);
+		assert_true(b->context_lens[i] <= h->prm.max_context);
+		for (int k = i + 1; k < b->n_seq; k++)
+			assert_true(pl.seq_ids[k] != pl.seq_ids[i]);
+		for (int j = 0; j < n; j++) {
+			int r = b->cu_seqlens_q[i] + j, pos = c + j;
+
+			assert_int_equal(b->positions[r], pos);
+			assert_int_equal(b->slot_mapping[r], tab[pos / h->bs] * h->bs + pos % h->bs);
+			assert_false(seen[b->slot_mapping[r]]);
+			seen[b->slot_mapping[r]] = 1;
+		}
+		pairs += (double)n * (c + (n + 1) / 2.0);
+	}
+	free(seen);
+	assert_true(fabs(pairs - pl.pairs) <= 1e-9 * (1 + pairs));
+	/* copy-on-write, then the step: write, then read every context through its table */
+	for (int k = 0; k < pl.n_copies; k++)
+		memcpy(h->cache + pl.copy_dst[k] * h->bs, h->cache + pl.copy_src[k] * h->bs,
+		       (size_t)h->bs * sizeof(int));
+	for (int r = 0; r < b->n_tokens; r++)
+		h->cache[b->slot_mapping[r]] = b->tokens[r];
+	assert_true(b->n_logits <= 512);
+	for (int r = 0; r < b->n_logits; r++) {
+		int i = pl.logits_seq[r], pos = b->context_lens[i] - 1;
+		const int32_t *tab = b->block_tables + (size_t)i * b->max_blocks_per_seq;
+
+		assert_int_equal(b->logits_rows[r], b->cu_seqlens_q[i + 1] - 1);
+		for (int q = 0; q <= pos; q++) {
+			h->ctxbuf[q] = h->cache[tab[q / h->bs] * h->bs + q % h->bs];
+			assert_true(h->ctxbuf[q] >= 0);
+		}
+		sampled[r] = toy_next(h->ctxbuf, pos + 1);
+		stop[r] = sampled[r] == h->stop_tok;
+	}
+	cost = h->ca + h->cb * b->n_tokens + h->cc * pairs;
+	h->clock += cost;
+	for (int r = 0; r < b->n_logits; r++) {
+		req *q = &h->r[pl.seq_ids[pl.logits_seq[r]]];
+
+		q->out[q->n_out++] = sampled[r];
+		if (q->first < 0)
+			q->first = h->clock;
+		q->last = h->clock;
+	}
+	assert_int_equal(rg_iter_update(h->s, sampled, stop, h->clock, cost), RG_OK);
+	h->n_steps++;
+	record_finished(h);
+	assert_int_equal(rg_kv_pool_n_used(h->pool) + rg_kv_pool_n_free(h->pool), h->n_blocks);
+	return true;
+}
+
+static void h_run_all(harness *h)
+{
+	for (int guard = 0; guard < 100000 && h_step(h); guard++)
+		;
+	{
+		rg_iter_stats st;
+
+		rg_iter_stats_get(h->s, &st);
+		assert_int_equal(st.n_running + st.n_waiting, 0);
+		/* nothing in use: the blocks still used are the cache's, all evictable */
+		assert_int_equal(st.blocks_used, st.prefix.n_cached);
+		if (rg_iter_prefix_cache(h->s))
+			assert_int_equal(rg_prefix_cache_n_evictable(rg_iter_prefix_cache(h->s)),
+					 st.prefix.n_cached);
+	}
+}
+
+/* Every added request that was not aborted generated exactly its reference; an aborted one a
+ * prefix of it. */
+static void h_check_outputs(harness *h)
+{
+	int32_t ref[1024];
+
+	for (int id = 0; id < MAXREQ; id++) {
+		req *q = &h->r[id];
+		int n;
+
+		if (!q->added)
+			continue;
+		n = ref_generate(q->prompt, q->n, q->max_new, h->stop_tok, ref);
+		if (q->finish == RG_ITER_FINISH_ABORT) {
+			assert_true(q->n_out <= n);
+		} else {
+			assert_int_equal(q->n_out, n);
+			assert_int_equal(q->finish, n > 0 && ref[n - 1] == h->stop_tok ?
+						    RG_ITER_FINISH_STOP : RG_ITER_FINISH_LENGTH);
+		}
+		assert_memory_equal(q->out, ref, (size_t)q->n_out * sizeof(int32_t));
+	}
+}
+
+static void rand_prompt(int32_t *p, int n)
+{
+	for (int i = 0; i < n; i++)
+		p[i] = irand(0, V - 1);
+}
+
+/* A 2k-token prompt joins 32 decoding streams: it is cut into chunks, every stream advances by
+ * one token in every step meanwhile (decode first), the budget holds, outputs are exact. */
+static void test_chunked_prefill_beside_32_streams(void **state)
+{
+	harness h;
+	rg_iter_params p;
+	int32_t pr[2048];
+	int steps_2k = 0;
+	(void)state;
+
+	rng = 0xabcdef12ull;
+	rg_iter_params_default(&p);
+	p.max_num_batched_tokens = 256;
+	p.max_num_seqs = 64;
+	p.max_context = 4096;
+	h_init(&h, 1024, 16, &p);
+	for (int id = 0; id < 32; id++) {
+		int n = irand(1, 40);
+
+		rand_prompt(pr, n);
+		set_prompt(&h, id, pr, n, 60);
+		assert_int_equal(h_add(&h, id, 0, 0, 0, NULL), RG_OK);
+	}
+	/* until all 32 decode */
+	for (;;) {
+		int decoding = 0;
+
+		assert_true(h_step(&h));
+		for (int id = 0; id < 32; id++)
+			decoding += h.r[id].n_out > 0;
+		if (decoding == 32)
+			break;
+	}
+	rand_prompt(pr, 2048);
+	set_prompt(&h, 32, pr, 2048, 8);
+	assert_int_equal(h_add(&h, 32, 0, 0, 0, NULL), RG_OK);
+	while (h.r[32].n_out == 0) {
+		int before[32];
+
+		for (int id = 0; id < 32; id++)
+			before[id] = h.r[id].n_out;
+		assert_true(h_step(&h));
+		steps_2k++;
+		assert_int_equal(h.last.n_decode_seqs, 32);
+		for (int id = 0; id < 32; id++) {
+			int i = plan_index(&h.last, id);
+
+			assert_true(i >= 0);
+			assert_int_equal(h.last.batch.cu_seqlens_q[i + 1] -
+					 h.last.batch.cu_seqlens_q[i], 1);
+			assert_int_equal(h.r[id].n_out, before[id] + 1);
+		}
+		/* the chunk takes the rest of the budget (the last one what is left) */
+		assert_int_equal(h.last.batch.n_tokens,
+				 32 + (h.r[32].n_out ? 2048 - (steps_2k - 1) * 224 : 224));
+	}
+	assert_int_equal(steps_2k, (2048 + 223) / 224);
+	h_run_all(&h);
+	h_check_outputs(&h);
+	assert_int_equal(h.n_preempted, 0);
+	h_free(&h);
+}
+
+/* Far more KV than the pool holds: the newest running sequences are preempted and recomputed,
+ * nobody fails, outputs are exact; with and without prefix caching. */
+static void test_preemption_recompute(void **state)
+{
+	(void)state;
+	for (int pc = 0; pc < 2; pc++) {
+		harness h;
+		rg_iter_params p;
+		int32_t pr[32];
+		rg_iter_stats st;
+
+		rng = 0x5151ull + (uint64_t)pc;
+		rg_iter_params_default(&p);
+		p.max_num_batched_tokens = 48;
+		p.max_num_seqs = 16;
+		p.max_context = 64;
+		p.prefix_caching = pc;
+		h_init(&h, 24, 4, &p); /* 96 token slots for 14 requests of up to 50 tokens */
+		for (int id = 0; id < 14; id++) {
+			int n = irand(5, 20);
+
+			rand_prompt(pr, n);
+			set_prompt(&h, id, pr, n, 30);
+			assert_int_equal(h_add(&h, id, 0, 0, 0, NULL), RG_OK);
+		}
+		h_run_all(&h);
+		h_check_outputs(&h);
+		rg_iter_stats_get(h.s, &st);
+		assert_true(st.n_preemptions > 0);
+		assert_int_equal(st.n_preemptions, h.n_preempted);
+		assert_int_equal(st.n_finished, 14);
+		for (int id = 0; id < 14; id++)
+			assert_int_equal(h.r[id].finish, RG_ITER_FINISH_LENGTH);
+		/* the oldest running request is never the one preempted */
+		assert_int_equal(h.r[0].preempted, 0);
+		h_free(&h);
+	}
+}
+
+/* Requests sharing a 64-token system prompt skip its 4 blocks; a prompt of exactly 4 blocks
+ * still computes its last block (its last token gives the logits). */
+static void test_prefix_hits(void **state)
+{
+	harness h;
+	rg_iter_params p;
+	int32_t sys[80];
+	rg_iter_stats st;
+	(void)state;
+
+	rng = 0x77ull;
+	rg_iter_params_default(&p);
+	p.max_num_batched_tokens = 128;
+	p.max_context = 256;
+	h_init(&h, 64, 16, &p);
+	rand_prompt(sys, 80);
+	set_prompt(&h, 0, sys, 74, 5);
+	assert_int_equal(h_add(&h, 0, 0, 0, 0, NULL), RG_OK);
+	h_run_all(&h);
+	for (int id = 1; id <= 5; id++) {
+		int32_t pr[80];
+
+		memcpy(pr, sys, 64 * sizeof(int32_t));
+		rand_prompt(pr + 64, 10);
+		set_prompt(&h, id, pr, 74, 6);
+		assert_int_equal(h_add(&h, id, 0, 0, 0, NULL), RG_OK);
+		assert_true(h_step(&h));
+		/* only its 10 own tokens were computed, after 64 cached ones */
+		assert_int_equal(h.last.batch.n_seq, 1);
+		assert_int_equal(h.last.batch.n_tokens, 10);
+		assert_int_equal(h.last.batch.context_lens[0], 74);
+		assert_int_equal(h.last.batch.positions[0], 64);
+		h_run_all(&h);
+		assert_int_equal(h.r[id].cached, 64);
+	}
+	set_prompt(&h, 6, sys, 64, 3);
+	assert_int_equal(h_add(&h, 6, 0, 0, 0, NULL), RG_OK);
+	h_run_all(&h);
+	assert_int_equal(h.r[6].cached, 48);
+	/* two at once: both hit */
+	for (int id = 7; id <= 8; id++) {
+		int32_t pr[80];
+
+		memcpy(pr, sys, 64 * sizeof(int32_t));
+		rand_prompt(pr + 64, 5);
+		set_prompt(&h, id, pr, 69, 4);
+		assert_int_equal(h_add(&h, id, 0, 0, 0, NULL), RG_OK);
+	}
+	h_run_all(&h);
+	assert_int_equal(h.r[7].cached, 64);
+	assert_int_equal(h.r[8].cached, 64);
+	h_check_outputs(&h);
+	rg_iter_stats_get(h.s, &st);
+	assert_int_equal(st.prefix.hit_blocks, 5 * 4 + 3 + 2 * 4);
+	assert_true(st.prefix.query_blocks >= st.prefix.hit_blocks);
+	h_free(&h);
+}
+
+static void set_true_prior(harness *h)
+{
+	rg_cost_model m = {h->ca, h->cb, h->cc};
+
+	rg_iter_set_cost_prior(h->s, &m);
+}
+
+/* A deadline that cannot be met is refused at once; the same request admitted without a
+ * deadline indeed misses it; one that can be met is admitted and met. */
+static void test_deadline_refused_and_met(void **state)
+{
+	harness h;
+	rg_iter_params p;
+	int32_t pr[1500];
+	rg_iter_admission adm;
+	(void)state;
+
+	rng = 0x99ull;
+	rg_iter_params_default(&p);
+	p.max_num_batched_tokens = 256;
+	p.max_context = 2048;
+	p.prefix_caching = false;
+	h_init(&h, 1024, 16, &p);
+	set_true_prior(&h);
+	/* alone, 1000 tokens take 4 steps of >= 4.5 ms: 5 ms cannot be met, even on an idle
+	 * engine */
+	rand_prompt(pr, 1000);
+	set_prompt(&h, 0, pr, 1000, 4);
+	assert_int_equal(h_add(&h, 0, 0, 5, 0, &adm), RG_ERR_BUSY);
+	assert_true(adm.retry_after_ms < 0);
+	assert_true(adm.est_ttft_ms > 5);
+	/* a queue of 6 x 1500 tokens ahead */
+	for (int id = 1; id <= 6; id++) {
+		rand_prompt(pr, 1500);
+		set_prompt(&h, id, pr, 1500, 10);
+		assert_int_equal(h_add(&h, id, 0, 0, 0, NULL), RG_OK);
+	}
+	rand_prompt(pr, 20);
+	set_prompt(&h, 7, pr, 20, 10);
+	assert_int_equal(h_add(&h, 7, 0, 30, 0, &adm), RG_ERR_BUSY);
+	assert_true(adm.retry_after_ms >= 1);
+	{
+		double est = adm.est_ttft_ms;
+
+		/* the same request without a deadline, then with one it can meet */
+		assert_int_equal(h_add(&h, 7, 0, 0, 0, NULL), RG_OK);
+		set_prompt(&h, 8, pr, 20, 10);
+		h.r[8].prompt[0] = (h.r[8].prompt[0] + 1) % V;
+		assert_int_equal(h_add(&h, 8, 0, est * 1.5, 0, &adm), RG_OK);
+		h_run_all(&h);
+		/* it would have missed: the estimate was right to within its slack */
+		assert_true(h.r[7].first - h.r[7].arrival > 30);
+		assert_true(est >= h.r[7].first - h.r[7].arrival - 1e-6);
+		assert_true(est <= 1.1 * (h.r[7].first - h.r[7].arrival) + 1e-6);
+		assert_true(h.r[8].first - h.r[8].arrival <= est * 1.5);
+	}
+	h_check_outputs(&h);
+	h_free(&h);
+}
+
+/* Arrivals over time with TTFT and TPOT targets: every admitted request meets both, some are
+ * refused, the refused ones got a Retry-After. */
+static void test_deadlines_random_arrivals(void **state)
+{
+	harness h;
+	rg_iter_params p;
+	int32_t pr[400];
+	double arrive[120], dl[120], tp[120];
+	int n_req = 120, next = 0, admitted = 0, refused = 0;
+	(void)state;
+
+	rng = 0x4242ull;
+	rg_iter_params_default(&p);
+	p.max_num_batched_tokens = 256;
+	p.max_num_seqs = 32;
+	p.max_context = 1024;
+	h_init(&h, 2048, 16, &p);
+	set_true_prior(&h);
+	for (int i = 0; i < n_req; i++) {
+		int n = irand(16, 400);
+
+		arrive[i] = (i ? arrive[i - 1] : 0) + irand(0, 5);
+		rand_prompt(pr, n);
+		set_prompt(&h, i, pr, n, irand(4, 40));
+		dl[i] = irand(0, 3) ? irand(10, 150) : 0;
+		tp[i] = irand(0, 2) ? irand(3, 8) : 0;
+	}
+	for (;;) {
+		/* the requests that arrived by now ask for admission (arrival = now) */
+		while (next < n_req && arrive[next] <= h.clock) {
+			rg_iter_admission adm;
+			rg_status st = h_add(&h, next, 0, dl[next], tp[next], &adm);
+
+			if (st == RG_OK) {
+				admitted++;
+			} else {
+				assert_int_equal(st, RG_ERR_BUSY);
+				assert_true(adm.retry_after_ms >= 1 || adm.retry_after_ms == -1);
+				assert_true(dl[next] > 0 || tp[next] > 0 || adm.refused_for_others);
+				refused++;
+			}
+			next++;
+		}
+		if (!h_step(&h)) {
+			if (next >= n_req)
+				break;
+			h.clock = arrive[next]; /* idle until the next arrival */
+		}
+	}
+	h_run_all(&h);
+	h_check_outputs(&h);
+	for (int i = 0; i < n_req; i++) {
+		req *q = &h.r[i];
+
+		if (!q->added)
+			continue;
+		if (dl[i] > 0)
+			assert_true(q->first - q->arrival <= dl[i] + 1e-9);
+		if (tp[i] > 0 && q->n_out >= 2)
+			assert_true((q->last - q->first) / (q->n_out - 1) <= tp[i] + 1e-9);
+	}
+	print_message("deadlines: %d admitted, %d refused\n", admitted, refused);
+	assert_true(admitted > 20);
+	assert_true(refused > 5);
+	h_free(&h);
+}
+
+/* Random joins, aborts, priorities, shared prefixes, stop tokens and a small pool (preemption):
+ * every plan satisfies the contract, every stream's output equals its reference, and the pool
+ * returns to zero. */
+static void test_fuzz_continuous_batching(void **state)
+{
+	(void)state;
+	for (int round = 0; round < 3; round++) {
+		harness h;
+		rg_iter_params p;
+		int32_t sys[3][24], pr[64];
+		int next_id = 0, aborted = 0, n_added = 0, n_refused = 0;
+		rg_iter_stats st;
+
+		rng = 0x1000ull + (uint64_t)round;
+		rg_iter_params_default(&p);
+		p.max_num_batched_tokens = irand(8, 40);
+		p.max_num_seqs = irand(2, 10);
+		p.max_context = 80;
+		p.max_waiting = 40;
+		p.prefix_caching = round != 1;
+		h_init(&h, irand(20, 40), 4, &p);
+		h.stop_tok = round == 2 ? 7 : NO_STOP;
+		if (round == 2)
+			set_true_prior(&h);
+		for (int k = 0; k < 3; k++)
+			rand_prompt(sys[k], 24);
+		for (int it = 0; it < 3000; it++) {
+			int op = irand(0, 9);
+
+			if (op < 2 && next_id < MAXREQ) {
+				int n = irand(1, 60), k = irand(0, 4);
+
+				rand_prompt(pr, n);
+				if (k < 3)
+					memcpy(pr, sys[k], (size_t)(n < 24 ? n : 24) * sizeof(int32_t));
+				set_prompt(&h, next_id, pr, n, irand(1, 16));
+				/* round 2: targets too, so admission simulates amid preemption */
+				double dl = round == 2 && irand(0, 1) ? irand(5, 200) : 0;
+				double tp = round == 2 && irand(0, 2) == 0 ? irand(3, 10) : 0;
+				rg_iter_admission adm;
+				rg_status ast = h_add(&h, next_id, irand(0, 2), dl, tp, &adm);
+
+				if (ast == RG_OK) {
+					n_added++;
+				} else if (dl == 0 && tp == 0 && !adm.refused_for_others) {
+					/* only a full queue refuses a request without targets */
+					assert_int_equal(ast, RG_ERR_BUSY);
+					rg_iter_stats_get(h.s, &st);
+					assert_int_equal(st.n_waiting, p.max_waiting);
+				} else {
+					assert_int_equal(ast, RG_ERR_BUSY);
+					n_refused++;
+				}
+				next_id++;
+			} else if (op == 2 && next_id > 0) {
+				int id = irand(0, next_id - 1);
+
+				if (h.r[id].added && !h.r[id].finish) {
+					int nt;
+					const int32_t *t = rg_iter_tokens(h.s, (uint64_t)id, &nt);
+
+					/* the scheduler's tokens: the prompt, then what we were given */
+					assert_non_null(t);
+					assert_int_equal(nt, h.r[id].n + h.r[id].n_out);
+					assert_memory_equal(t, h.r[id].prompt, (size_t)h.r[id].n * 4);
+					assert_memory_equal(t + h.r[id].n, h.r[id].out,
+							    (size_t)h.r[id].n_out * 4);
+					assert_int_equal(rg_iter_abort(h.s, (uint64_t)id), RG_OK);
+					record_finished(&h);
+					aborted++;
+				}
+			} else {
+				h_step(&h);
+			}
+		}
+		h_run_all(&h);
+		h_check_outputs(&h);
+		rg_iter_stats_get(h.s, &st);
+		assert_int_equal(st.n_finished, n_added);
+		assert_true(aborted > 0);
+		if (round != 1)
+			assert_true(st.prefix.hit_blocks > 0);
+		if (round == 2)
+			assert_true(n_refused > 0);
+		print_message("fuzz round %d: %d requests, %lld steps, %lld preemptions, %lld "
+			      "prefix hits of %lld\n", round, next_id, st.n_steps,
+			      st.n_preemptions, st.prefix.hit_blocks, st.prefix.query_blocks);
+		h_free(&h);
+	}
+}
+
+/* Without a prior, the cost model is learned from the steps reported: after a mixed workload it
+ * predicts the simulated cost of decode-only and prefill-heavy steps within 2%, and admission
+ * uses it (an impossible deadline is refused). */
+static void test_cost_learned_online(void **state)
+{
+	harness h;
+	rg_iter_params p;
+	int32_t pr[600];
+	rg_cost_model m;
+	rg_iter_admission adm;
+	double shapes[4][2] = {{32, 32 * 300.5}, {256, 32 * 300.5 + 224 * (500 + 112.5)},
+			       {8, 8 * 40.5}, {200, 200 * 100.5}};
+	(void)state;
+
+	rng = 0x3131ull;
+	rg_iter_params_default(&p);
+	p.max_num_batched_tokens = 256;
+	p.max_context = 1024;
+	h_init(&h, 1024, 16, &p);
+	assert_int_equal(rg_iter_cost_model(h.s, &m), RG_OK);
+	assert_true(m.batch_ms == 0 && m.token_ms == 0 && m.pair_ms == 0);
+	/* nothing known: a deadline is not refused */
+	rand_prompt(pr, 600);
+	set_prompt(&h, 0, pr, 600, 1);
+	assert_int_equal(h_add(&h, 0, 0, 0.001, 0, &adm), RG_OK);
+	for (int id = 1; id < 40; id++) {
+		int n = irand(1, 600);
+
+		rand_prompt(pr, n);
+		set_prompt(&h, id, pr, n, irand(1, 60));
+		assert_int_equal(h_add(&h, id, 0, 0, 0, NULL), RG_OK);
+		if (id % 3 == 0)
+			for (int k = 0; k < 5; k++)
+				h_step(&h);
+	}
+	h_run_all(&h);
+	assert_int_equal(rg_iter_cost_model(h.s, &m), RG_OK);
+	for (int k = 0; k < 4; k++) {
+		double want = h.ca + h.cb * shapes[k][0] + h.cc * shapes[k][1];
+		double got = rg_cost_model_ms(&m, shapes[k][0], shapes[k][1]);
+
+		assert_true(fabs(got - want) <= 0.02 * want);
+	}
+	rand_prompt(pr, 600);
+	set_prompt(&h, 40, pr, 600, 4);
+	assert_int_equal(h_add(&h, 40, 0, 3, 0, &adm), RG_ERR_BUSY);
+	assert_true(adm.retry_after_ms < 0);
+	h_check_outputs(&h);
+	h_free(&h);
+}
+
+/* Waiting requests run by priority, then arrival. */
+static void test_priority_order(void **state)
+{
+	harness h;
+	rg_iter_params p;
+	int32_t pr[64];
+	(void)state;
+
+	rng = 0x8888ull;
+	rg_iter_params_default(&p);
+	p.max_num_batched_tokens = 16;
+	p.max_num_seqs = 1; /* one sequence at a time: the order is the admission order */
+	p.max_context = 128;
+	h_init(&h, 64, 8, &p);
+	for (int id = 0; id < 4; id++) {
+		rand_prompt(pr, 20);
+		set_prompt(&h, id, pr, 20, 2);
+	}
+	assert_int_equal(h_add(&h, 0, 0, 0, 0, NULL), RG_OK);
+	assert_int_equal(h_add(&h, 1, 0, 0, 0, NULL), RG_OK);
+	assert_int_equal(h_add(&h, 2, 5, 0, 0, NULL), RG_OK);
+	assert_int_equal(h_add(&h, 3, 1, 0, 0, NULL), RG_OK);
+	h_run_all(&h);
+	assert_true(h.r[2].first < h.r[3].first);
+	assert_true(h.r[3].first < h.r[0].first);
+	assert_true(h.r[0].first < h.r[1].first);
+	h_check_outputs(&h);
+	h_free(&h);
+}
+
+static void test_errors(void **state)
+{
+	harness h;
+	rg_iter_params p;
+	int32_t pr[40] = {0};
+	rg_iter_plan pl;
+	rg_iter *s2;
+	(void)state;
+
+	rg_iter_params_default(&p);
+	p.max_context = 32;
+	p.max_waiting = 2;
+	h_init(&h, 16, 4, &p);
+	/* a pool that cannot hold one max_context sequence */
+	p.max_context = 100;
+	assert_int_equal(rg_iter_init(&s2, h.pool, &p), RG_ERR_INVALID_INPUT);
+	p.max_context = 32;
+	set_prompt(&h, 0, pr, 32, 4);
+	assert_int_equal(h_add(&h, 0, 0, 0, 0, NULL), RG_ERR_TOO_LONG);
+	set_prompt(&h, 0, pr, 31, 4);
+	assert_int_equal(h_add(&h, 0, 0, 0, 0, NULL), RG_OK);
+	assert_int_equal(h_add(&h, 0, 0, 0, 0, NULL), RG_ERR_INVALID_INPUT); /* duplicate id */
+	set_prompt(&h, 1, pr, 3, 4);
+	assert_int_equal(h_add(&h, 1, 0, 0, 0, NULL), RG_OK);
+	set_prompt(&h, 2, pr, 3, 4);
+	assert_int_equal(h_add(&h, 2, 0, 0, 0, NULL), RG_ERR_BUSY); /* queue full */
+	h.r[2].added = false;
+	assert_int_equal(rg_iter_update(h.s, NULL, NULL, 0, 0), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_iter_schedule(h.s, 0, &pl), RG_OK);
+	assert_int_equal(rg_iter_schedule(h.s, 0, &pl), RG_ERR_INVALID_INPUT);
+	{
+		int32_t bad[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+
+		assert_int_equal(rg_iter_update(h.s, bad, NULL, 0, 0), RG_ERR_INVALID_INPUT);
+	}
+	assert_int_equal(rg_iter_abort(h.s, 99), RG_ERR_INVALID_INPUT);
+	/* abort of a request in the pending plan: freed at the update */
+	assert_int_equal(rg_iter_abort(h.s, 0), RG_OK);
+	{
+		int32_t ok[8] = {0};
+		int nd;
+		const rg_iter_done *d;
+
+		assert_int_equal(rg_iter_update(h.s, ok, NULL, 1, 1), RG_OK);
+		d = rg_iter_finished(h.s, &nd);
+		assert_int_equal(nd, 1);
+		assert_int_equal(d[0].id, 0);
+		assert_int_equal(d[0].reason, RG_ITER_FINISH_ABORT);
+		h.r[0].added = false;
+		h.r[1].added = false;
+	}
+	assert_int_equal(rg_iter_abort(h.s, 1), RG_OK);
+	{
+		rg_iter_stats st;
+
+		rg_iter_stats_get(h.s, &st);
+		assert_int_equal(st.n_running + st.n_waiting, 0);
+		assert_int_equal(st.blocks_used, st.prefix.n_cached);
+	}
+	h_free(&h);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_chunked_prefill_beside_32_streams),
+		cmocka_unit_test(test_preemption_recompute),
+		cmocka_unit_test(test_prefix_hits),
+		cmocka_unit_test(test_deadline_refused_and_met),
+		cmocka_unit_test(test_deadlines_random_arrivals),
+		cmocka_unit_test(test_fuzz_continuous_batching),
+		cmocka_unit_test(test_cost_learned_online),
+		cmocka_unit_test(test_priority_order),
+		cmocka_unit_test(test_errors),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
