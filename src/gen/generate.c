@@ -136,6 +136,9 @@ typedef struct gen {
 	int bn_tok, bn_seq, bn_logits, n_copies;
 	int32_t *row_unit; /* (rows_cap) which unit asked for each logits row */
 	float *logits;     /* (rows_cap, V) */
+	bool fast;         /* plain greedy through r->step_argmax: ids / log-probs, no logits */
+	int32_t *am_ids;   /* (rows_cap) fast: each row's greedy id */
+	float *am_lps;     /* (rows_cap) fast: its log-prob */
 	rg_token_array work;
 	/* beam step scratch (num_beams) */
 	int32_t *parent, *btok, *children;
@@ -194,7 +197,9 @@ static rg_status batch_run(gen *g)
 		if ((st = g->r->copy_blocks(g->r->ctx, g->csrc, g->cdst, g->n_copies)) != RG_OK)
 			return rg_error_wrap(st, "copy_blocks");
 	}
-	if ((st = g->r->step(g->r->ctx, &b, g->logits)) != RG_OK)
+	st = g->fast ? g->r->step_argmax(g->r->ctx, &b, g->am_ids, g->am_lps)
+		     : g->r->step(g->r->ctx, &b, g->logits);
+	if (st != RG_OK)
 		return rg_error_wrap(st, "step");
 	return RG_OK;
 }
@@ -250,13 +255,17 @@ static rg_status seq_take(gen *g, gseq *s, int idx, int32_t t, float lp, const i
 	return RG_OK;
 }
 
-static rg_status seq_sample(gen *g, int idx, const float *row)
+/* Sequence idx's next token from logits row k of the last step. */
+static rg_status seq_sample(gen *g, int idx, int k)
 {
 	gseq *s = &g->seqs[idx];
+	const float *row = g->logits + (size_t)k * g->V;
 	int32_t t, top_ids[RG_GEN_MAX_LOGPROBS];
 	float lp, top_lps[RG_GEN_MAX_LOGPROBS];
 	rg_status st;
 
+	if (g->fast) /* the runner chose on the device: the same token and log-prob */
+		return seq_take(g, s, idx, g->am_ids[k], g->am_lps[k], NULL, NULL);
 	if ((st = rg_sampler_sample(s->chain, row, g->V, &s->rng, &g->work, g->n_top, &t, &lp,
 				    top_ids, top_lps)) != RG_OK)
 		return st;
@@ -325,9 +334,10 @@ static rg_status beam_advance(gen *g, gprompt *pr, const float *const *rows)
 }
 
 /* The prompt's prefill produced its last row: start its outputs. */
-static rg_status prompt_start(gen *g, int i, const float *row)
+static rg_status prompt_start(gen *g, int i, int k)
 {
 	gprompt *pr = &g->pr[i];
+	const float *row = g->logits + (size_t)k * g->V;
 	rg_status st;
 
 	if (beams_on(g->p)) {
@@ -346,7 +356,7 @@ static rg_status prompt_start(gen *g, int i, const float *row)
 			rg_kv_seq_init(&pr->root);
 		}
 		s->started = true;
-		if ((st = seq_sample(g, i * g->width + j, row)) != RG_OK)
+		if ((st = seq_sample(g, i * g->width + j, k)) != RG_OK)
 			return st;
 	}
 	return RG_OK;
@@ -378,7 +388,7 @@ static rg_status prefill(gen *g)
 		if ((st = batch_run(g)) != RG_OK)
 			return st;
 		for (int k = 0; k < g->bn_logits; k++)
-			if ((st = prompt_start(g, g->row_unit[k], g->logits + (size_t)k * g->V)))
+			if ((st = prompt_start(g, g->row_unit[k], k)))
 				return st;
 	}
 	return RG_OK;
@@ -391,7 +401,7 @@ static rg_status decode_process(gen *g)
 
 	if (!beams_on(g->p)) {
 		for (int k = 0; k < g->bn_logits; k++)
-			if ((st = seq_sample(g, g->row_unit[k], g->logits + (size_t)k * g->V)))
+			if ((st = seq_sample(g, g->row_unit[k], k)))
 				return st;
 		return RG_OK;
 	}
@@ -585,6 +595,8 @@ static void gen_free(gen *g)
 	free(g->cdst);
 	free(g->row_unit);
 	free(g->logits);
+	free(g->am_ids);
+	free(g->am_lps);
 	free(g->work.data);
 	free(g->parent);
 	free(g->btok);
@@ -608,7 +620,9 @@ static rg_status gen_alloc(gen *g)
 	g->tables = calloc(B * (size_t)g->max_blocks, sizeof(int32_t));
 	g->lrows = malloc(R * sizeof(int32_t));
 	g->row_unit = malloc(R * sizeof(int32_t));
-	g->logits = malloc(R * (size_t)g->V * sizeof(float));
+	g->logits = malloc((g->fast ? 1 : R) * (size_t)g->V * sizeof(float));
+	g->am_ids = malloc(R * sizeof(int32_t));
+	g->am_lps = malloc(R * sizeof(float));
 	g->work.data = malloc((size_t)g->V * sizeof(rg_token_data));
 	g->parent = malloc(nb * sizeof(int32_t));
 	g->btok = malloc(nb * sizeof(int32_t));
@@ -727,6 +741,15 @@ rg_status rg_gen_run(const rg_gen_runner *r, const int32_t *const *prompts,
 	g.n_prompts = n_prompts;
 	g.width = beams_on(p) ? p->num_beams : p->n;
 	g.n_top = beams_on(p) ? 0 : p->logprobs;
+	{
+		const rg_sampling_params *sp = &p->sampling;
+
+		g.fast = r->step_argmax && !beams_on(p) && p->logprobs == 0 &&
+			 (!sp->do_sample || sp->temperature == 0.f) &&
+			 sp->repetition_penalty == 1.f && sp->presence_penalty == 0.f &&
+			 sp->frequency_penalty == 0.f && sp->n_logit_bias == 0 &&
+			 sp->no_repeat_ngram_size == 0;
+	}
 	g.budget = p->max_step_tokens;
 	total_out = (long long)n_prompts * g.width;
 	g.rows_cap = total_out < g.budget ? (int)total_out : g.budget;

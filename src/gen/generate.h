@@ -53,6 +53,11 @@ typedef struct rg_gen_runner {
 	/* Copy blocks src[i] -> dst[i] (every layer, K and V) for i < n: copy-on-write, called
 	 * before the step that writes into dst. Needed when n > 1 or num_beams > 1. */
 	rg_status (*copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int n);
+	/* Optional (NULL: unused): a step that makes the greedy choice itself (ragged.h
+	 * rg_model_step_argmax): ids (n_logits) int32 and their log-softmax log-probs (n_logits)
+	 * f32. Used for plain greedy requests (no sampling, beams, penalties, bias, no-repeat n-gram
+	 * or top-N log-probs), so the logits need not reach the host. */
+	rg_status (*step_argmax)(void *ctx, const rg_step_batch *b, int32_t *ids, float *logprobs);
 } rg_gen_runner;
 
 /* rg_gen_token_fn, rg_gen_params, rg_gen_seq, rg_gen_result and their functions:

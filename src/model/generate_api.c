@@ -31,6 +31,11 @@ static rg_status run_step(void *ctx, const rg_step_batch *b, float *logits)
 	return rg_model_step(ctx, b, logits);
 }
 
+static rg_status run_step_argmax(void *ctx, const rg_step_batch *b, int32_t *ids, float *lps)
+{
+	return rg_model_step_argmax(ctx, b, ids, lps);
+}
+
 static rg_status run_copy(void *ctx, const int32_t *src, const int32_t *dst, int n)
 {
 	return rg_model_kv_copy_blocks(ctx, src, dst, n);
@@ -196,6 +201,13 @@ rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int 
 	r.max_context = (int)max_ctx;
 	r.step = run_step;
 	r.copy_blocks = run_copy;
+	/* plain greedy requests choose on the device (the logits stay there); RAGGED_GEN_ARGMAX=0
+	 * takes the host sampler instead (the same choice; for checks) */
+	{
+		const char *e = getenv("RAGGED_GEN_ARGMAX");
+
+		r.step_argmax = e && !strcmp(e, "0") ? NULL : run_step_argmax;
+	}
 	if ((s = rg_gen_run(&r, prompts, lens, n, &p, m->gen_pool, out)) != RG_OK)
 		return s;
 	(*out)->time_total_s = now_s() - t0;

@@ -57,7 +57,8 @@ class Runner(ctypes.Structure):
     """src/gen/generate.h rg_gen_runner."""
     _fields_ = [("ctx", ctypes.c_void_p), ("vocab_size", ctypes.c_int),
                 ("block_size", ctypes.c_int), ("n_blocks", ctypes.c_int),
-                ("max_context", ctypes.c_int), ("step", STEP_FN), ("copy_blocks", COPY_FN)]
+                ("max_context", ctypes.c_int), ("step", STEP_FN), ("copy_blocks", COPY_FN),
+                ("step_argmax", ctypes.c_void_p)]  # NULL: the loop samples from logits
 
 
 class GenParams(ctypes.Structure):

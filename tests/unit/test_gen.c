@@ -104,7 +104,7 @@ static rg_status toy_copy(void *c, const int32_t *src, const int32_t *dst, int n
 
 static rg_gen_runner toy_runner(toy *t, int V, int bs, int n_blocks, int max_ctx)
 {
-	rg_gen_runner r = {t, V, bs, n_blocks, max_ctx, toy_step, toy_copy};
+	rg_gen_runner r = {t, V, bs, n_blocks, max_ctx, toy_step, toy_copy, NULL};
 
 	memset(t, 0, sizeof(*t));
 	t->V = V, t->bs = bs, t->n_blocks = n_blocks, t->max_ctx = max_ctx, t->fail_at = -1;
@@ -169,6 +169,83 @@ static void test_greedy_matches_direct(void **state)
 	rg_gen_result_free(res);
 	rg_kv_pool_free(pool);
 	free(t.cache);
+}
+
+/* A runner that chooses greedily itself (rg_gen_runner.step_argmax, as rg_model_step_argmax does
+ * on the device): the toy's logits, argmax (lowest id on ties) and its log-softmax. */
+static int g_argmax_calls, g_logit_calls;
+static rg_status toy_step_counted(void *c, const rg_step_batch *b, float *logits)
+{
+	g_logit_calls++;
+	return toy_step(c, b, logits);
+}
+
+static rg_status toy_step_argmax(void *c, const rg_step_batch *b, int32_t *ids, float *lps)
+{
+	toy *t = c;
+	float *lg = malloc((size_t)(b->n_logits ? b->n_logits : 1) * t->V * sizeof(float));
+	rg_status st;
+
+	g_argmax_calls++;
+	if (!lg)
+		return RG_ERR_OOM;
+	st = toy_step(c, b, lg);
+	for (int r = 0; st == RG_OK && r < b->n_logits; r++) {
+		const float *row = lg + (size_t)r * t->V;
+		double sum = 0.0;
+		int best = 0;
+
+		for (int v = 1; v < t->V; v++)
+			if (row[v] > row[best])
+				best = v;
+		for (int v = 0; v < t->V; v++)
+			sum += exp((double)row[v] - (double)row[best]);
+		ids[r] = best;
+		lps[r] = (float)-log(sum);
+	}
+	free(lg);
+	return st;
+}
+
+/* Plain greedy through step_argmax gives the same ids and log-probs as sampling greedily from the
+ * logits, and takes only the argmax path; a request it cannot serve (penalties, top-N log-probs)
+ * takes the logits path. */
+static void test_greedy_through_step_argmax(void **state)
+{
+	toy t1, t2;
+	rg_gen_runner plain = toy_runner(&t1, 37, 4, 64, 64), fast = toy_runner(&t2, 37, 4, 64, 64);
+	rg_gen_params p;
+	rg_gen_result *a, *b;
+	(void)state;
+
+	fast.step = toy_step_counted;
+	fast.step_argmax = toy_step_argmax;
+	rg_gen_params_default(&p);
+	p.max_tokens = 10;
+	p.max_step_tokens = 8;
+	assert_int_equal(rg_gen_run(&plain, PROMPTS, PLENS, NP, &p, NULL, &a), RG_OK);
+	g_argmax_calls = g_logit_calls = 0;
+	assert_int_equal(rg_gen_run(&fast, PROMPTS, PLENS, NP, &p, NULL, &b), RG_OK);
+	assert_true(g_argmax_calls > 0);
+	assert_int_equal(g_logit_calls, 0);
+	for (int i = 0; i < NP; i++) {
+		assert_int_equal(a->seqs[i].n_ids, b->seqs[i].n_ids);
+		assert_memory_equal(a->seqs[i].ids, b->seqs[i].ids,
+				    (size_t)a->seqs[i].n_ids * sizeof(int32_t));
+		for (int k = 0; k < a->seqs[i].n_ids; k++)
+			assert_true(fabsf(a->seqs[i].logprobs[k] - b->seqs[i].logprobs[k]) <= 1e-5f);
+	}
+	rg_gen_result_free(a);
+	rg_gen_result_free(b);
+	/* a repetition penalty needs the logits on the host */
+	p.sampling.repetition_penalty = 1.3f;
+	g_argmax_calls = g_logit_calls = 0;
+	assert_int_equal(rg_gen_run(&fast, PROMPTS, PLENS, NP, &p, NULL, &b), RG_OK);
+	assert_int_equal(g_argmax_calls, 0);
+	assert_true(g_logit_calls > 0);
+	rg_gen_result_free(b);
+	free(t1.cache);
+	free(t2.cache);
 }
 
 /* n samples per prompt with penalties, top-k/p: equal to the chain applied directly */
@@ -635,6 +712,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_greedy_matches_direct),
+		cmocka_unit_test(test_greedy_through_step_argmax),
 		cmocka_unit_test(test_sampling_matches_direct_and_batch_invariant),
 		cmocka_unit_test(test_beams_batch_invariant),
 		cmocka_unit_test(test_stop_conditions),
