@@ -21,6 +21,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "gpu"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "py"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 from dec_util import Seqs  # noqa: E402
 from decoder_hf import build  # noqa: E402
 from ragged_ctypes import Model  # noqa: E402
@@ -122,6 +123,8 @@ def main():
         d = tempfile.mkdtemp(prefix=f"bench_{kind}_")
         hf = build(kind, d).to(tdt).cuda()
         hf.generation_config.eos_token_id = None
+        import ragged
+        gen = ragged.Generator(d, device="cuda", dtype=dt, max_batch_tokens=2048)
         m = Model(d, device="cuda", dtype=dt, max_batch_tokens=2048)
         m.kv_init(16, 0)
         kv = m.kv_info()
@@ -132,6 +135,9 @@ def main():
             r = {"model": kind, "batch": batch, "dtype": dt}
             r["ragged_s"] = timed(lambda: ragged_run(m, prompts.tolist()))
             r["ragged_device_greedy_s"] = timed(lambda: ragged_run_device(m, prompts.tolist()))
+            # rg_generate: the whole request in C (rg_gen_run's loop; greedy on the device)
+            r["ragged_generate_s"] = timed(lambda: gen.generate(prompts.tolist(), max_tokens=NEW,
+                                                                ignore_eos=True))
             try:
                 gt = GraphedTorch(hf, batch, PROMPT + NEW + 8)
                 r["torch_graphed_s"] = timed(lambda: gt.run(x))
@@ -148,6 +154,7 @@ def main():
             rows.append(r)
             print(json.dumps(r), flush=True)
         m.close()
+        gen.close()
         del hf
         torch.cuda.empty_cache()
     rep = {"gpu": torch.cuda.get_device_name(0), "commit": os.environ.get("RAGGED_COMMIT", "?"),
