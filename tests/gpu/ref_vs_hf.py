@@ -5,7 +5,9 @@ transformers in float64"). Every random-weight checkpoint of tests/py/test_decod
 with and without scale_attn_by_inverse_layer_idx, Llama with GQA, Llama-3 rope_scaling, explicit
 head_dim, Qwen2 biases, public widths) is written by make_decoder.py, loaded by transformers'
 AutoModelForCausalLM in float64 on the CPU, and both give the logits of one random sequence at every
-position; they must agree to 1e-9 of the row max. Prints one line per model, writes a JSON report
+position; they must agree to 1e-9 of the row max for GPT-2 and to 1e-6 for the Llama family,
+whose RoPE transformers computes in float32 whatever the model's dtype (LlamaRotaryEmbedding:
+inv_freq and cos / sin in float32, then cast), so float64 agreement stops near 1e-7 there. Prints one line per model, writes a JSON report
 (argv[1]), exits non-zero on a mismatch."""
 import json
 import os
@@ -34,9 +36,10 @@ def main():
         with torch.no_grad():
             got = m(torch.tensor(ids[None])).logits[0].numpy()
         err = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
-        good = bool(np.isfinite(err) and err <= 1e-9)
+        tol = 1e-9 if fam == "gpt2" else 1e-6
+        good = bool(np.isfinite(err) and err <= tol)
         ok &= good
-        rows.append({"model": name, "family": fam, "max_rel_err": err, "pass": good})
+        rows.append({"model": name, "family": fam, "max_rel_err": err, "tol": tol, "pass": good})
         print(f"{name}: float64 reference vs transformers {err:.3g} {'PASS' if good else 'FAIL'}",
               flush=True)
     with open(sys.argv[1], "w") as f:

@@ -261,6 +261,7 @@ extern "C" rg_status rg_cuda_paged_attention(rg_cuda_ctx *c, rg_dtype dt, const 
 		       : dt == RG_DTYPE_F16 ? paged_attn_launch<__half, HD>(c, d, q, ldq, k_cache, v_cache, out) \
 					    : paged_attn_launch<__nv_bfloat16, HD>(c, d, q, ldq, k_cache, v_cache, out);
 	switch (d->head_dim) {
+		PA_HD(16)
 		PA_HD(32)
 		PA_HD(64)
 		PA_HD(80)
@@ -269,5 +270,6 @@ extern "C" rg_status rg_cuda_paged_attention(rg_cuda_ctx *c, rg_dtype dt, const 
 	}
 #undef PA_HD
 	return rg_errorf(RG_ERR_UNSUPPORTED,
-			 "paged_attention: head_dim %d (CUDA takes 32, 64, 80, 96, 128)", d->head_dim);
+			 "paged_attention: head_dim %d (CUDA takes 16, 32, 64, 80, 96, 128)",
+			 d->head_dim);
 }
