@@ -35,14 +35,6 @@
 
 /* ---- responses -------------------------------------------------------------------------- */
 
-/* Routes that take a JSON body (POST). */
-static bool body_route(rg_route r)
-{
-	return r == RG_ROUTE_EMBED || r == RG_ROUTE_OPENAI || r == RG_ROUTE_TOKENIZE ||
-	       r == RG_ROUTE_PREDICT || r == RG_ROUTE_RERANK || r == RG_ROUTE_EMBED_ALL ||
-	       r == RG_ROUTE_SIMILARITY || r == RG_ROUTE_DECODE;
-}
-
 /* The headers the connection's guards ask for (see server.c, "Hardening"). */
 static void add_guard_headers(conn_ctx *c, struct MHD_Response *r, int status)
 {
@@ -95,9 +87,8 @@ static enum MHD_Result send_response(conn_ctx *c, int status, rg_buf *body, cons
 	MHD_add_response_header(r, "x-total-time", v);
 	snprintf(v, sizeof(v), "%d", batch_size);
 	MHD_add_response_header(r, "x-batch-size", v);
-	if (status == 405)
-		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW,
-					body_route(c->route) ? "POST" : "GET, HEAD");
+	if (status == 405 && c->row)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, rg_route_allow(c->row));
 	add_guard_headers(c, r, status);
 	rg_conn_watch_busy(c->srv->watch, rg_conn_watch_of(c->conn));
 	ret = MHD_queue_response(c->conn, (unsigned)status, r);
@@ -339,15 +330,10 @@ static enum MHD_Result answer_scores(conn_ctx *c, double queue_ms, double infer_
 	return send_response(c, 200, &b, "application/json", queue_ms, infer_ms, bs);
 }
 
+/* The answer of a request whose job ended DONE (or that needed no job: every input cached). */
 static enum MHD_Result answer(conn_ctx *c, double queue_ms, double infer_ms, int bs)
 {
-	if (c->route == RG_ROUTE_PREDICT || c->route == RG_ROUTE_RERANK)
-		return answer_scores(c, queue_ms, infer_ms, bs);
-	if (c->route == RG_ROUTE_EMBED_ALL)
-		return rg_answer_embed_all(c, queue_ms, infer_ms, bs);
-	if (c->route == RG_ROUTE_SIMILARITY)
-		return rg_answer_similarity(c, queue_ms, infer_ms, bs);
-	return answer_embeddings(c, queue_ms, infer_ms, bs);
+	return c->row->answer(c, queue_ms, infer_ms, bs);
 }
 
 /* Tokenize every input into c->ids (texts, the request's prompt prepended first; truncation
@@ -534,6 +520,10 @@ static enum MHD_Result handle_embed(conn_ctx *c)
 	const union MHD_ConnectionInfo *ci;
 	rg_status st;
 
+	if (c->req.dimensions > s->info->output_dim)
+		return rg_conn_error(c, 400, "validation", "dimensions",
+				     "\"dimensions\" is %d, more than the model's %d output dimensions",
+				     c->req.dimensions, s->info->output_dim);
 	if (tokenize_inputs(c, &ret))
 		return ret;
 	if (c->prompt_tokens > (size_t)s->o.max_client_batch_tokens)
@@ -703,117 +693,291 @@ static void release_body(conn_ctx *c)
 	rg_buf_free(&c->body);
 }
 
-/* The route of a request. POST / and /invocations (SageMaker's) go where TEI sends them, by what
- * the model computes: /embed for an embedding model, /rerank for a one-score cross-encoder,
- * /predict for a classifier (before the model is loaded: /embed, which answers 503). */
-static rg_route route_of(const rg_server *s, const char *url, const char *method)
+/* GET /health, /ping and GET /: 200 once the model is loaded (the 503 before is dispatch's). */
+static enum MHD_Result handle_health(conn_ctx *c)
 {
-	static const struct {
-		const char *url;
-		rg_route route;
-	} table[] = {
-		{"/embed", RG_ROUTE_EMBED},
-		{"/v1/embeddings", RG_ROUTE_OPENAI},
-		{"/embeddings", RG_ROUTE_OPENAI},
-		{"/tokenize", RG_ROUTE_TOKENIZE},
-		{"/decode", RG_ROUTE_DECODE},
-		{"/embed_all", RG_ROUTE_EMBED_ALL},
-		{"/similarity", RG_ROUTE_SIMILARITY},
-		{"/predict", RG_ROUTE_PREDICT},
-		{"/rerank", RG_ROUTE_RERANK},
-		{"/health", RG_ROUTE_HEALTH},
-		{"/ping", RG_ROUTE_HEALTH}, /* SageMaker's health check */
-		{"/info", RG_ROUTE_INFO},
-		{"/metrics", RG_ROUTE_METRICS},
-		{"/v1/models", RG_ROUTE_MODELS},
-		{"/openapi.json", RG_ROUTE_OPENAPI},
-	};
+	rg_buf b;
 
-	/* TEI: GET / is a health check; POST / (huggingface_hub's InferenceClient(url) posts
-	 * there) and /invocations by the model's kind */
-	if (!strcmp(url, "/") && (!strcmp(method, "GET") || !strcmp(method, "HEAD")))
-		return RG_ROUTE_HEALTH;
-	if (!strcmp(url, "/") || !strcmp(url, "/invocations")) {
-		const rg_model_info *i = atomic_load(&s->ready) ? s->info : NULL;
-
-		return !i || !i->num_labels ? RG_ROUTE_EMBED
-		       : i->num_labels == 1 ? RG_ROUTE_RERANK : RG_ROUTE_PREDICT;
-	}
-	if (!strncmp(url, "/v1/models/", 11))
-		return RG_ROUTE_MODEL;
-	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
-		if (!strcmp(url, table[i].url))
-			return table[i].route;
-	return RG_ROUTE_OTHER;
+	rg_buf_init(&b);
+	rg_buf_puts(&b, "{\"status\":\"ok\"}");
+	return send_response(c, 200, &b, "application/json", 0, 0, 0);
 }
 
+static enum MHD_Result handle_model(conn_ctx *c)
+{
+	return rg_answer_model(c, c->path_arg ? c->path_arg : "");
+}
+
+/* ---- the route table -------------------------------------------------------------------- */
+
+/* OpenAPI fragments the rows share (JSON text). */
+#define J_FLOAT "{\"type\":\"number\",\"format\":\"float\"}"
+#define S_VECTORS "{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":" J_FLOAT "}}"
+#define S_READY "{\"type\":\"object\",\"properties\":{\"status\":{\"type\":\"string\"}}}"
+#define R_NOT_READY                                                                         \
+	"\"503\":{\"description\":\"Not ready (Retry-After)\",\"content\":{\"application/json\":" \
+	"{\"schema\":{\"$ref\":\"#/components/schemas/ErrorResponse\"}}}}"
+#define S_MODEL                                                                             \
+	"{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"object\":{\"type\":" \
+	"\"string\"},\"created\":{\"type\":\"integer\"},\"owned_by\":{\"type\":\"string\"}}}"
+#define E_RUN "400 413 422 429 503 504" /* the errors of a route that runs the model */
+#define SUMMARY_READY "Ready: 200 once the model is loaded, 503 before and while stopping."
+#define SUMMARY_OPENAI "OpenAI-compatible embeddings; errors in OpenAI's shape."
+#define KIND_SCORES (RG_KIND_RERANKER | RG_KIND_CLASSIFIER)
+
+/* One row per path and method set, in the order of the 404 text and /openapi.json. */
+static const rg_route_def routes[] = {
+	{.path = "/", .methods = RG_METHOD_GET, .id = RG_ROUTE_HEALTH, .name = "health",
+	 .handle = handle_health, .kinds = RG_KIND_ANY, .public_route = true,
+	 .summary = SUMMARY_READY, .ok_desc = "Ready", .ok_schema = S_READY,
+	 .responses = R_NOT_READY},
+	{.path = "/", .methods = RG_METHOD_POST, .id = RG_ROUTE_EMBED, .name = "embed",
+	 .by_kind = true, .schema = "EmbedRequest", .kinds = RG_KIND_ANY,
+	 .summary = "TEI's default route (huggingface_hub posts here), by the model's kind: /embed "
+		    "for an embedding model, /predict for a classifier, /rerank for a reranker (the "
+		    "bodies of those routes; the schema shows /embed's).",
+	 .ok_schema = S_VECTORS, .errors = E_RUN},
+	{.path = "/invocations", .methods = RG_METHOD_POST, .id = RG_ROUTE_EMBED, .name = "embed",
+	 .by_kind = true, .schema = "EmbedRequest", .kinds = RG_KIND_ANY,
+	 .summary = "SageMaker's route, as POST /: /embed, /predict or /rerank by the model's kind "
+		    "(the schema shows /embed's).",
+	 .ok_schema = S_VECTORS, .errors = E_RUN},
+	{.path = "/embed", .methods = RG_METHOD_POST, .id = RG_ROUTE_EMBED, .name = "embed",
+	 .handle = handle_embed, .answer = answer_embeddings, .schema = "EmbedRequest",
+	 .kinds = RG_KIND_EMBEDDING, .kind_default = true,
+	 .summary = "Pooled embeddings (TEI).", .ok_schema = S_VECTORS, .errors = E_RUN},
+	{.path = "/embed_all", .methods = RG_METHOD_POST, .id = RG_ROUTE_EMBED_ALL,
+	 .name = "embed_all", .handle = handle_embed, .answer = rg_answer_embed_all,
+	 .schema = "EmbedAllRequest", .kinds = RG_KIND_EMBEDDING,
+	 .summary = "Every token's last hidden state, no pooling (TEI).",
+	 .ok_schema = "{\"type\":\"array\",\"items\":" S_VECTORS "}", .errors = E_RUN},
+	{.path = "/v1/embeddings", .methods = RG_METHOD_POST, .id = RG_ROUTE_OPENAI,
+	 .name = "v1_embeddings", .handle = handle_embed, .answer = answer_embeddings,
+	 .schema = "OpenAIRequest", .kinds = RG_KIND_EMBEDDING, .openai = true,
+	 .summary = SUMMARY_OPENAI,
+	 .ok_schema = "{\"$ref\":\"#/components/schemas/OpenAIResponse\"}", .errors = E_RUN},
+	{.path = "/embeddings", .methods = RG_METHOD_POST, .id = RG_ROUTE_OPENAI,
+	 .name = "v1_embeddings", .handle = handle_embed, .answer = answer_embeddings,
+	 .schema = "OpenAIRequest", .kinds = RG_KIND_EMBEDDING, .openai = true,
+	 .summary = SUMMARY_OPENAI,
+	 .ok_schema = "{\"$ref\":\"#/components/schemas/OpenAIResponse\"}", .errors = E_RUN},
+	{.path = "/similarity", .methods = RG_METHOD_POST, .id = RG_ROUTE_SIMILARITY,
+	 .name = "similarity", .handle = handle_embed, .answer = rg_answer_similarity,
+	 .schema = "SimilarityRequest", .kinds = RG_KIND_EMBEDDING,
+	 .summary = "Cosine similarity of the source sentence with each sentence (TEI).",
+	 .ok_schema = "{\"type\":\"array\",\"items\":" J_FLOAT "}", .errors = E_RUN},
+	{.path = "/rerank", .methods = RG_METHOD_POST, .id = RG_ROUTE_RERANK, .name = "rerank",
+	 .handle = handle_embed, .answer = answer_scores, .schema = "RerankRequest",
+	 .kinds = RG_KIND_RERANKER, .kind_default = true,
+	 .summary = "Cross-encoder relevance of each text to the query, best first (TEI).",
+	 .ok_schema = "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"index\":"
+		      "{\"type\":\"integer\"},\"score\":" J_FLOAT ",\"text\":{\"type\":\"string\"}}}}",
+	 .errors = E_RUN},
+	{.path = "/predict", .methods = RG_METHOD_POST, .id = RG_ROUTE_PREDICT, .name = "predict",
+	 .handle = handle_embed, .answer = answer_scores, .schema = "PredictRequest",
+	 .kinds = KIND_SCORES, .kind_default = true,
+	 .summary = "Sequence classification scores (TEI).",
+	 .ok_schema = "{\"type\":\"array\",\"items\":{}}", .errors = E_RUN},
+	{.path = "/tokenize", .methods = RG_METHOD_POST, .id = RG_ROUTE_TOKENIZE,
+	 .name = "tokenize", .handle = handle_tokenize, .schema = "TokenizeRequest",
+	 .kinds = RG_KIND_ANY, .summary = "Token objects per input (TEI).",
+	 .ok_schema = "{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"$ref\":"
+		      "\"#/components/schemas/SimpleToken\"}}}",
+	 .errors = "400 413 422 503"},
+	{.path = "/decode", .methods = RG_METHOD_POST, .id = RG_ROUTE_DECODE, .name = "decode",
+	 .handle = rg_answer_decode, .schema = "DecodeRequest", .kinds = RG_KIND_ANY,
+	 .summary = "Token ids back to text (TEI).",
+	 .ok_schema = "{\"type\":\"array\",\"items\":{\"type\":\"string\"}}",
+	 .errors = "400 413 501 503"},
+	{.path = "/health", .methods = RG_METHOD_GET, .id = RG_ROUTE_HEALTH, .name = "health",
+	 .handle = handle_health, .kinds = RG_KIND_ANY, .public_route = true,
+	 .summary = SUMMARY_READY, .ok_desc = "Ready", .ok_schema = S_READY,
+	 .responses = R_NOT_READY},
+	{.path = "/ping", .methods = RG_METHOD_GET, .id = RG_ROUTE_HEALTH, .name = "health",
+	 .handle = handle_health, .kinds = RG_KIND_ANY, .public_route = true,
+	 .summary = "SageMaker health check, as /health.", .ok_desc = "Ready",
+	 .ok_schema = S_READY, .responses = R_NOT_READY},
+	{.path = "/info", .methods = RG_METHOD_GET, .id = RG_ROUTE_INFO, .name = "info",
+	 .handle = rg_answer_info, .kinds = RG_KIND_ANY,
+	 .summary = "Model and server settings (TEI's Info fields and ragged's).",
+	 .ok_schema = "{\"type\":\"object\"}", .errors = "503"},
+	{.path = "/metrics", .methods = RG_METHOD_GET, .id = RG_ROUTE_METRICS, .name = "metrics",
+	 .handle = handle_metrics, .kinds = RG_KIND_ANY, .before_ready = true,
+	 .summary = "Prometheus metrics.", .ok_desc = "Text exposition format 0.0.4",
+	 .ok_type = "text/plain", .ok_schema = "{\"type\":\"string\"}"},
+	{.path = "/v1/models", .methods = RG_METHOD_GET, .id = RG_ROUTE_MODELS, .name = "v1_models",
+	 .handle = rg_answer_models, .kinds = RG_KIND_ANY, .openai = true,
+	 .summary = "The served model (OpenAI's list).",
+	 .ok_schema = "{\"type\":\"object\",\"properties\":{\"object\":{\"type\":\"string\"},"
+		      "\"data\":{\"type\":\"array\",\"items\":" S_MODEL "}}}",
+	 .errors = "503"},
+	{.path = "/v1/models/{model}", .methods = RG_METHOD_GET, .id = RG_ROUTE_MODEL,
+	 .name = "v1_model", .handle = handle_model, .kinds = RG_KIND_ANY, .openai = true,
+	 .summary = "The served model (OpenAI's model object); 404 in OpenAI's error shape for "
+		    "another id.",
+	 .ok_schema = S_MODEL,
+	 .responses = "\"404\":{\"description\":\"Not the served model (OpenAI's error shape)\"}",
+	 .params = "[{\"name\":\"model\",\"in\":\"path\",\"required\":true,\"schema\":{\"type\":"
+		   "\"string\"}}]"},
+	{.path = "/openapi.json", .methods = RG_METHOD_GET, .id = RG_ROUTE_OPENAPI,
+	 .name = "openapi", .handle = rg_answer_openapi, .kinds = RG_KIND_ANY,
+	 .summary = "This document.", .ok_desc = "OpenAPI 3", .ok_schema = "{\"type\":\"object\"}"},
+};
+
+const rg_route_def *rg_routes(size_t *n)
+{
+	*n = sizeof(routes) / sizeof(routes[0]);
+	return routes;
+}
+
+const char *rg_route_name(rg_route r)
+{
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+		if (routes[i].id == r)
+			return routes[i].name;
+	return "other";
+}
+
+unsigned rg_route_kind_of(int num_labels)
+{
+	return !num_labels ? RG_KIND_EMBEDDING : num_labels == 1 ? RG_KIND_RERANKER
+								  : RG_KIND_CLASSIFIER;
+}
+
+/* Whether path matches row's path: equal, or its prefix before a last "{name}" segment followed
+ * by a non-empty rest (*arg). */
+static bool path_matches(const rg_route_def *row, const char *path, const char **arg)
+{
+	const char *brace = strchr(row->path, '{');
+	size_t n;
+
+	if (!brace)
+		return !strcmp(row->path, path);
+	n = (size_t)(brace - row->path);
+	if (strncmp(row->path, path, n) || !path[n])
+		return false;
+	*arg = path + n;
+	return true;
+}
+
+static unsigned method_bit(const char *method)
+{
+	if (!strcmp(method, "GET") || !strcmp(method, "HEAD"))
+		return RG_METHOD_GET;
+	if (!strcmp(method, "POST"))
+		return RG_METHOD_POST;
+	return 0;
+}
+
+const rg_route_def *rg_route_find(const char *path, const char *method, unsigned kind,
+				  const char **arg)
+{
+	const size_t n = sizeof(routes) / sizeof(routes[0]);
+	const rg_route_def *row = NULL;
+	unsigned m = method_bit(method);
+	const char *a = NULL;
+
+	*arg = NULL;
+	for (size_t i = 0; i < n; i++) {
+		const char *ai = NULL;
+
+		if (!path_matches(&routes[i], path, &ai))
+			continue;
+		row = &routes[i];
+		a = ai;
+		if (routes[i].methods & m)
+			break;
+	}
+	if (row && row->by_kind) {
+		kind = kind ? kind : RG_KIND_EMBEDDING;
+		for (size_t i = 0; i < n; i++)
+			if (routes[i].kind_default && (routes[i].kinds & kind))
+				return &routes[i];
+	}
+	*arg = a;
+	return row;
+}
+
+const char *rg_route_allow(const rg_route_def *row)
+{
+	switch (row->methods) {
+	case RG_METHOD_GET: return "GET, HEAD";
+	case RG_METHOD_POST: return "POST";
+	default: return "GET, HEAD, POST";
+	}
+}
+
+void rg_routes_list(char *buf, size_t n)
+{
+	size_t w = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]) && w < n; i++) {
+		if (i && !strcmp(routes[i].path, routes[i - 1].path))
+			continue;
+		w += (size_t)snprintf(buf + w, n - w, "%s%s", w ? " " : "", routes[i].path);
+	}
+}
+
+/* 400 when the model's kind is not one the row serves (TEI: an embedding model has no /predict,
+ * a classifier no /embed; /rerank needs a single-score cross-encoder); *ret set and true then. */
+static bool refuse_kind(conn_ctx *c, enum MHD_Result *ret)
+{
+	rg_server *s = c->srv;
+	unsigned kind = rg_route_kind_of(s->info->num_labels);
+
+	if (c->row->kinds & kind)
+		return false;
+	if (kind == RG_KIND_EMBEDDING)
+		*ret = send_error(c, 400, "validation",
+				  "%s needs a sequence classification model; %s is an embedding "
+				  "model (use /embed or /v1/embeddings)",
+				  c->row->name, s->model_name);
+	else if (c->row->kinds & RG_KIND_EMBEDDING)
+		*ret = send_error(c, 400, "validation",
+				  "%s is a sequence classification model; use /predict%s",
+				  s->model_name, kind == RG_KIND_RERANKER ? " or /rerank" : "");
+	else
+		*ret = send_error(c, 400, "validation",
+				  "%s needs a cross-encoder with one score; this classifier has %d "
+				  "labels (use /predict)",
+				  c->row->name, s->info->num_labels);
+	return true;
+}
+
+/* The request has arrived in full: 404 / 405 / 503, the body parsed by the row's schema, the
+ * model kind checked, then the row's handler. */
 static enum MHD_Result dispatch(conn_ctx *c, const char *url, const char *method)
 {
 	rg_server *s = c->srv;
-	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-	bool post_route = body_route(c->route);
+	const rg_route_def *row = c->row;
+	enum MHD_Result ret;
 	rg_req_error err;
 	rg_status st;
 
-	if (c->route == RG_ROUTE_OTHER)
-		return send_error(c, 404, "not_found",
-				  "no route %.200s (routes: / /embed /embed_all /v1/embeddings "
-				  "/similarity /predict /rerank /tokenize /decode /health /ping /info "
-				  "/metrics /v1/models /invocations /openapi.json)", url);
-	if ((post_route && !c->post) || (!post_route && !get))
+	if (!row) {
+		char list[512];
+
+		rg_routes_list(list, sizeof(list));
+		return send_error(c, 404, "not_found", "no route %.200s (routes: %s)", url, list);
+	}
+	if (!(row->methods & method_bit(method)))
 		return send_error(c, 405, "method_not_allowed", "method %s not allowed on %s",
-				  method, rg_route_name(c->route));
-	if (c->route == RG_ROUTE_METRICS)
-		return handle_metrics(c);
-	if (!atomic_load(&s->ready) || atomic_load(&s->stopping))
+				  method, row->name);
+	if (!path_matches(row, url, &c->path_arg)) /* this callback's url: MHD's, valid now */
+		c->path_arg = NULL;
+	if (!row->before_ready && (!atomic_load(&s->ready) || atomic_load(&s->stopping)))
 		return send_error(c, 503, "unhealthy", "model is %s",
 				  atomic_load(&s->stopping) ? "shutting down" : "loading");
-	if (c->route == RG_ROUTE_HEALTH) {
-		rg_buf b;
-
-		rg_buf_init(&b);
-		rg_buf_puts(&b, "{\"status\":\"ok\"}");
-		return send_response(c, 200, &b, "application/json", 0, 0, 0);
+	if (row->schema) {
+		st = rg_request_parse(row->id, c->body.data, c->body.len, &s->lim, &c->req, &err);
+		release_body(c);
+		if (st != RG_OK)
+			return rg_conn_error(c, err.http_status, err.type, err.param, "%s", err.msg);
 	}
-	if (c->route == RG_ROUTE_INFO)
-		return rg_answer_info(c);
-	if (c->route == RG_ROUTE_MODELS)
-		return rg_answer_models(c);
-	if (c->route == RG_ROUTE_MODEL)
-		return rg_answer_model(c, url + strlen("/v1/models/"));
-	if (c->route == RG_ROUTE_OPENAPI)
-		return rg_answer_openapi(c);
-	st = rg_request_parse(c->route, c->body.data, c->body.len, &s->lim, &c->req, &err);
-	release_body(c);
-	if (st != RG_OK)
-		return rg_conn_error(c, err.http_status, err.type, err.param, "%s", err.msg);
-	if (c->route == RG_ROUTE_TOKENIZE)
-		return handle_tokenize(c);
-	if (c->route == RG_ROUTE_DECODE)
-		return rg_answer_decode(c);
-	if (c->req.dimensions > s->info->output_dim)
-		return rg_conn_error(c, 400, "validation", "dimensions",
-				     "\"dimensions\" is %d, more than the model's %d output dimensions",
-				     c->req.dimensions, s->info->output_dim);
-	/* what the model computes decides which routes it serves (TEI: an embedding model has no
-	 * /predict, a classifier no /embed; /rerank needs a single-score cross-encoder) */
-	if ((c->route == RG_ROUTE_PREDICT || c->route == RG_ROUTE_RERANK) && !s->info->num_labels)
-		return send_error(c, 400, "validation",
-				  "%s needs a sequence classification model; %s is an embedding "
-				  "model (use /embed or /v1/embeddings)",
-				  rg_route_name(c->route), s->model_name);
-	if (c->route == RG_ROUTE_RERANK && s->info->num_labels != 1)
-		return send_error(c, 400, "validation",
-				  "rerank needs a cross-encoder with one score; this classifier has "
-				  "%d labels (use /predict)",
-				  s->info->num_labels);
-	if ((c->route == RG_ROUTE_EMBED || c->route == RG_ROUTE_OPENAI ||
-	     c->route == RG_ROUTE_EMBED_ALL || c->route == RG_ROUTE_SIMILARITY) &&
-	    s->info->num_labels)
-		return send_error(c, 400, "validation",
-				  "%s is a sequence classification model; use /predict%s", s->model_name,
-				  s->info->num_labels == 1 ? " or /rerank" : "");
-	return handle_embed(c);
+	if (row->kinds != RG_KIND_ANY && refuse_kind(c, &ret))
+		return ret;
+	return row->handle(c);
 }
 
 /* ---- before the body: framing, CORS, authentication, media type, size --------------------- */
@@ -1017,7 +1181,7 @@ static enum MHD_Result on_headers(conn_ctx *c, const char *method, const char *v
 	    MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
 					MHD_HTTP_HEADER_ACCESS_CONTROL_REQUEST_METHOD))
 		return answer_preflight(c);
-	if (s->o.api_key && c->route != RG_ROUTE_HEALTH &&
+	if (s->o.api_key && !(c->row && c->row->public_route) &&
 	    !rg_bearer_matches(MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
 							  MHD_HTTP_HEADER_AUTHORIZATION),
 			       s->o.api_key))
@@ -1100,7 +1264,7 @@ enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, con
 	rg_server *s = cls;
 	conn_ctx *c = *con_cls;
 	char authority[256];
-	const char *path;
+	const char *path, *arg;
 
 	/* absolute-form targets are served as their path (RFC 9112 sec. 3.2.2); NULL: a form
 	 * no route has, answered 400 by on_headers (its path "" matches no route meanwhile) */
@@ -1116,10 +1280,13 @@ enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, con
 		c->srv = s;
 		c->conn = conn;
 		c->t0 = rg_now_ms();
-		c->route = route_of(s, path ? path : "", method);
+		c->row = rg_route_find(path ? path : "", method,
+				       atomic_load(&s->ready) ? rg_route_kind_of(s->info->num_labels) : 0,
+				       &arg);
+		c->route = c->row ? c->row->id : RG_ROUTE_OTHER;
 		c->post = !strcmp(method, "POST");
-		c->wants_body = c->post && body_route(c->route);
-		c->openai = (path && !strncmp(path, "/v1/", 4)) || c->route == RG_ROUTE_OPENAI;
+		c->wants_body = c->post && c->row && c->row->schema;
+		c->openai = c->row ? c->row->openai : path && !strncmp(path, "/v1/", 4);
 		atomic_init(&c->released, false);
 		rg_buf_init(&c->body);
 		if (!path && !c->target_err[0]) {

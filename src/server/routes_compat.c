@@ -370,6 +370,6 @@ enum MHD_Result rg_answer_openapi(conn_ctx *c)
 	rg_buf b;
 
 	rg_buf_init(&b);
-	rg_buf_puts(&b, rg_openapi_json());
+	rg_openapi_write(&b);
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
 }

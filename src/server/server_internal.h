@@ -17,6 +17,7 @@
 #include "server/options.h"
 #include "server/prompts.h"
 #include "server/request.h"
+#include "server/routes.h"
 
 #define EXIT_USAGE RG_SERVE_EXIT_USAGE
 
@@ -67,7 +68,9 @@ typedef struct conn_ctx {
 				  * the version follows one byte later unless the target held a NUL */
 	char target_err[96];     /* rg_target_bad's reason, "" when the raw target is fine */
 	size_t answer_reserved;  /* bytes of srv->buffered this request's answer holds (/embed_all) */
-	rg_route route;
+	const rg_route_def *row; /* the route table's row (routes.h); NULL: none (404) */
+	const char *path_arg;    /* dispatch: the rest of a "{name}" path (MHD's url), else NULL */
+	rg_route route;          /* row->id, RG_ROUTE_OTHER without a row */
 	bool post;
 	double t0;               /* first call (headers received), rg_now_ms() */
 	rg_buf body;
@@ -129,8 +132,6 @@ enum MHD_Result rg_answer_models(conn_ctx *c);
 /* GET /v1/models/{id}: the model object when id is the served name, else OpenAI's 404. */
 enum MHD_Result rg_answer_model(conn_ctx *c, const char *id);
 enum MHD_Result rg_answer_openapi(conn_ctx *c);
-/* openapi.c: the OpenAPI 3 document of every route (static JSON). */
-const char *rg_openapi_json(void);
 
 /* MHD's access handler (MHD_start_daemon's dh; cls is the rg_server) and its
  * MHD_OPTION_NOTIFY_COMPLETED callback, which frees the per-connection state. */
