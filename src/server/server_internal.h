@@ -1,5 +1,6 @@
-/* What the server's modules share (server.c: start-up and shutdown; routes.c: the HTTP routes and
- * the per-connection life cycle): the server and per-connection state. Not a public header. */
+/* What the server's modules share (server.c: start-up and shutdown; http.c: the libmicrohttpd
+ * glue and the per-connection life cycle; routes.c: the route table and dispatch; routes_embed.c
+ * and routes_compat.c: the handlers): the server and per-connection state. Not a public header. */
 #ifndef RG_SERVER_INTERNAL_H
 #define RG_SERVER_INTERNAL_H
 #include <microhttpd.h>
@@ -88,6 +89,8 @@ typedef struct conn_ctx {
 	int retry_after_s;       /* Retry-After of the answer; a 429/503 sends at least 1 */
 	const char *cors_origin; /* Access-Control-Allow-Origin of the answer; NULL: none */
 	bool suspended;          /* queued in the engine (or resuming to report a submit error) */
+	/* called for a suspended connection once resumed (its job ended): the answer */
+	enum MHD_Result (*resume)(struct conn_ctx *c);
 	atomic_bool released;    /* the engine made its last access (job_done ran / submit failed) */
 	rg_http_error submit_error; /* the answer after a failed submit; code 0 when none */
 	char submit_err[256];
@@ -106,6 +109,7 @@ typedef struct conn_ctx {
 	rg_encoding *encs;       /* (n_inputs) /tokenize: the encodings (owned) */
 } conn_ctx;
 
+/* ---- http.c: the HTTP glue ---- */
 /* Answer c with body (taken over) and the content type; the one place answers are queued (adds
  * the timing headers, Allow on 405 and Retry-After on 429 / 503, counts the metrics). */
 enum MHD_Result rg_conn_send(conn_ctx *c, int status, rg_buf *body, const char *ctype,
@@ -115,7 +119,29 @@ enum MHD_Result rg_conn_send(conn_ctx *c, int status, rg_buf *body, const char *
 enum MHD_Result rg_conn_error(conn_ctx *c, int status, const char *type, const char *param,
 			      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
-/* routes_compat.c: TEI's and OpenAI's other routes and shapes. */
+/* Give back the request's share of the buffered-bytes budget and its body (read in full). */
+void rg_conn_release_body(conn_ctx *c);
+
+/* ---- routes.c: the route table's dispatch ---- */
+/* The request has arrived in full (c->row found at the headers, url its path): 404 / 405 / 503,
+ * the body parsed by the row's schema (c->req), the model kind checked, then the row's handler. */
+enum MHD_Result rg_route_dispatch(conn_ctx *c, const char *url, const char *method);
+
+/* ---- routes_embed.c: the embedding routes ---- */
+/* Tokenize, look up the cache, queue the rest in the engine (the connection is suspended and
+ * answered by c->row->answer when the job ends): /embed, /v1/embeddings, /embed_all,
+ * /similarity, /predict, /rerank. */
+enum MHD_Result rg_handle_embed(conn_ctx *c);
+/* /tokenize: TEI's token objects, no model run. */
+enum MHD_Result rg_handle_tokenize(conn_ctx *c);
+/* The answers from c->emb: pooled vectors (TEI's list or OpenAI's object), scores (/predict,
+ * /rerank). */
+enum MHD_Result rg_answer_embeddings(conn_ctx *c, double queue_ms, double infer_ms, int bs);
+enum MHD_Result rg_answer_scores(conn_ctx *c, double queue_ms, double infer_ms, int bs);
+/* Free what the embedding routes hold in c (token ids, texts, encodings, outputs); not c. */
+void rg_embed_conn_free(conn_ctx *c);
+
+/* ---- routes_compat.c: TEI's and OpenAI's other routes and shapes ---- */
 /* The prompt text a request asks for (its prompt_name, else the file's default), NULL for none;
  * *ret set and true when an unknown name was answered 400. */
 bool rg_request_prompt(conn_ctx *c, const char **prompt, enum MHD_Result *ret);
