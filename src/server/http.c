@@ -26,17 +26,17 @@ static void add_guard_headers(conn_ctx *c, struct MHD_Response *r, int status)
 {
 	char v[32];
 
-	if (c->close_after)
+	if (c->http.close_after)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-	if (c->retry_after_s > 0 || status == 429 || status == 503) {
-		snprintf(v, sizeof(v), "%d", c->retry_after_s > 0 ? c->retry_after_s : 1);
+	if (c->http.retry_after_s > 0 || status == 429 || status == 503) {
+		snprintf(v, sizeof(v), "%d", c->http.retry_after_s > 0 ? c->http.retry_after_s : 1);
 		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
 	}
 	if (status == 401)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-	if (c->cors_origin)
+	if (c->http.cors_origin)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN,
-					c->cors_origin);
+					c->http.cors_origin);
 	if (c->srv->o.cors_allow_origin) /* the answer depends on Origin: tell caches */
 		MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, "Origin");
 }
@@ -47,7 +47,7 @@ enum MHD_Result rg_conn_send(conn_ctx *c, int status, rg_buf *body, const char *
 	struct MHD_Response *r;
 	enum MHD_Result ret;
 	char v[64];
-	double total = rg_now_ms() - c->t0;
+	double total = rg_now_ms() - c->http.t0;
 
 	if (body->oom) {
 		rg_buf_free(body);
@@ -144,10 +144,10 @@ static enum MHD_Result send_error(conn_ctx *c, int status, const char *type, con
 /* Give back the request's share of the buffered-bytes budget and its body. */
 void rg_conn_release_body(conn_ctx *c)
 {
-	if (c->reserved)
-		atomic_fetch_sub(&c->srv->buffered, c->reserved);
-	c->reserved = 0;
-	rg_buf_free(&c->body);
+	if (c->http.reserved)
+		atomic_fetch_sub(&c->srv->buffered, c->http.reserved);
+	c->http.reserved = 0;
+	rg_buf_free(&c->http.body);
 }
 
 /* ---- before the body: framing, CORS, authentication, media type, size --------------------- */
@@ -162,7 +162,7 @@ static bool reserve_body(conn_ctx *c, size_t n)
 		if (n > s->o.max_buffered_bytes || cur > s->o.max_buffered_bytes - n)
 			return false;
 	} while (!atomic_compare_exchange_weak(&s->buffered, &cur, cur + n));
-	c->reserved += n;
+	c->http.reserved += n;
 	return true;
 }
 
@@ -173,11 +173,11 @@ static bool reserve_body(conn_ctx *c, size_t n)
 static void refuse_later(conn_ctx *c, int status, const char *type, const char *msg)
 {
 	rg_conn_release_body(c);
-	c->refused = status;
-	c->refused_type = type;
-	snprintf(c->refused_msg, sizeof(c->refused_msg), "%s", msg);
+	c->http.refused = status;
+	c->http.refused_type = type;
+	snprintf(c->http.refused_msg, sizeof(c->http.refused_msg), "%s", msg);
 	if (status == 503)
-		c->retry_after_s = 1;
+		c->http.retry_after_s = 1;
 }
 
 /* Refuse at the headers: answer now when nothing (or a 100-continue) is pending, or the body is
@@ -189,7 +189,7 @@ static enum MHD_Result refuse(conn_ctx *c, int status, const char *type, const c
 {
 	char msg[256];
 	va_list ap;
-	bool chunked = c->content_length == ULLONG_MAX &&
+	bool chunked = c->http.content_length == ULLONG_MAX &&
 		       MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
 						   MHD_HTTP_HEADER_TRANSFER_ENCODING);
 
@@ -197,9 +197,9 @@ static enum MHD_Result refuse(conn_ctx *c, int status, const char *type, const c
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	refuse_later(c, status, type, msg);
-	if ((c->content_length == ULLONG_MAX && !chunked) || c->content_length == 0 ||
-	    c->expect_continue || (c->content_length != ULLONG_MAX &&
-				   c->content_length > c->srv->o.max_discard_bytes))
+	if ((c->http.content_length == ULLONG_MAX && !chunked) || c->http.content_length == 0 ||
+	    c->http.expect_continue || (c->http.content_length != ULLONG_MAX &&
+				   c->http.content_length > c->srv->o.max_discard_bytes))
 		return send_error(c, status, type, "%s", msg);
 	return MHD_YES;
 }
@@ -243,14 +243,14 @@ static int check_request_line_and_host(conn_ctx *c, header_walk *w, const char *
 	const char *host;
 	int st;
 
-	if (c->target_seen && c->target_err[0]) {
-		snprintf(msg, n, "%s", c->target_err);
+	if (c->http.target_seen && c->http.target_err[0]) {
+		snprintf(msg, n, "%s", c->http.target_err);
 		return 400;
 	}
 	/* the version follows the raw target's terminating NUL; a NUL inside the target ends the
 	 * string earlier ("/embed\0x" was served as "/embed") */
-	if (s->mhd_layout && c->target_seen && version && *version &&
-	    (uintptr_t)version != (uintptr_t)c->target_end + 1) {
+	if (s->mhd_layout && c->http.target_seen && version && *version &&
+	    (uintptr_t)version != (uintptr_t)c->http.target_end + 1) {
 		snprintf(msg, n, "request target holds a NUL byte");
 		return 400;
 	}
@@ -294,7 +294,7 @@ static enum MHD_Result answer_preflight(conn_ctx *c)
 	struct MHD_Response *r;
 	enum MHD_Result ret;
 
-	if (!c->cors_origin)
+	if (!c->http.cors_origin)
 		return send_error(c, 403, "forbidden", "origin not allowed by --cors-allow-origin");
 	r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
 	if (!r)
@@ -308,7 +308,7 @@ static enum MHD_Result answer_preflight(conn_ctx *c)
 	rg_conn_watch_busy(c->srv->watch, rg_conn_watch_of(c->conn));
 	ret = MHD_queue_response(c->conn, 204, r);
 	MHD_destroy_response(r);
-	rg_metrics_request(&c->srv->metrics, c->route, 204, 0, 0, rg_now_ms() - c->t0);
+	rg_metrics_request(&c->srv->metrics, c->route, 204, 0, 0, rg_now_ms() - c->http.t0);
 	return ret;
 }
 
@@ -333,20 +333,20 @@ static enum MHD_Result on_headers(conn_ctx *c, const char *method, const char *v
 	if (w.cap && !w.spans)
 		w.cap = 0; /* out of memory: the layout check is skipped (w.n != w.cap) */
 	MHD_get_connection_values_n(c->conn, MHD_HEADER_KIND, walk_header, &w);
-	c->content_length = w.f.n_content_length && !w.f.content_length_bad ? w.f.content_length
+	c->http.content_length = w.f.n_content_length && !w.f.content_length_bad ? w.f.content_length
 									     : ULLONG_MAX;
-	c->expect_continue = w.f.expect_continue;
+	c->http.expect_continue = w.f.expect_continue;
 	st = rg_framing_check(&w.f, version && !strcmp(version, MHD_HTTP_VERSION_1_0), msg,
 			      sizeof(msg));
 	if (!st)
 		st = check_request_line_and_host(c, &w, version, authority, msg, sizeof(msg));
 	free(w.spans);
 	if (st) {
-		c->close_after = true;
+		c->http.close_after = true;
 		return send_error(c, st, "validation", "%s", msg);
 	}
 	origin = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN);
-	c->cors_origin = rg_cors_allow(s->o.cors_allow_origin, origin);
+	c->http.cors_origin = rg_cors_allow(s->o.cors_allow_origin, origin);
 	if (s->o.cors_allow_origin && !strcmp(method, MHD_HTTP_METHOD_OPTIONS) && origin &&
 	    MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
 					MHD_HTTP_HEADER_ACCESS_CONTROL_REQUEST_METHOD))
@@ -357,23 +357,23 @@ static enum MHD_Result on_headers(conn_ctx *c, const char *method, const char *v
 			       s->o.api_key))
 		return refuse(c, 401, "unauthorized",
 			      "missing or wrong API key (send Authorization: Bearer KEY)");
-	if (c->content_length != ULLONG_MAX && c->content_length > s->o.max_body_bytes)
+	if (c->http.content_length != ULLONG_MAX && c->http.content_length > s->o.max_body_bytes)
 		return refuse(c, 413, "payload_too_large", "body of %llu bytes is larger than %zu bytes",
-			      c->content_length, s->o.max_body_bytes);
-	if (!c->wants_body)
+			      c->http.content_length, s->o.max_body_bytes);
+	if (!c->http.wants_body)
 		return MHD_YES;
 	ct = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
 	if (!rg_content_type_is_json(ct))
 		return refuse(c, 415, "unsupported_media_type",
 			      "Content-Type %.80s is not JSON (send Content-Type: application/json; "
 			      "curl: -H 'Content-Type: application/json')", ct);
-	if (c->content_length != ULLONG_MAX && c->content_length > 0) {
-		if (!reserve_body(c, (size_t)c->content_length))
+	if (c->http.content_length != ULLONG_MAX && c->http.content_length > 0) {
+		if (!reserve_body(c, (size_t)c->http.content_length))
 			return refuse(c, 503, "overloaded",
 				      "request bodies being received fill --max-buffered-bytes; "
 				      "retry later");
-		c->reserved_all = true;
-		rg_buf_reserve(&c->body, (size_t)c->content_length);
+		c->http.reserved_all = true;
+		rg_buf_reserve(&c->http.body, (size_t)c->http.content_length);
 	}
 	return MHD_YES;
 }
@@ -385,26 +385,26 @@ static enum MHD_Result on_body(conn_ctx *c, const char *data, size_t n)
 {
 	rg_server *s = c->srv;
 
-	if (c->refused) {
-		c->discarded += n;
-		return c->discarded > s->o.max_discard_bytes ? MHD_NO : MHD_YES;
+	if (c->http.refused) {
+		c->http.discarded += n;
+		return c->http.discarded > s->o.max_discard_bytes ? MHD_NO : MHD_YES;
 	}
-	if (c->received + n > s->o.max_body_bytes) {
+	if (c->http.received + n > s->o.max_body_bytes) {
 		char msg[96];
 
 		snprintf(msg, sizeof(msg), "body larger than %zu bytes", s->o.max_body_bytes);
 		refuse_later(c, 413, "payload_too_large", msg);
 		return on_body(c, data, n);
 	}
-	c->received += n;
-	if (!c->wants_body)
+	c->http.received += n;
+	if (!c->http.wants_body)
 		return MHD_YES;
-	if (!c->reserved_all && !reserve_body(c, n)) {
+	if (!c->http.reserved_all && !reserve_body(c, n)) {
 		refuse_later(c, 503, "overloaded",
 			     "request bodies being received fill --max-buffered-bytes; retry later");
 		return MHD_YES;
 	}
-	rg_buf_put(&c->body, data, n);
+	rg_buf_put(&c->http.body, data, n);
 	return MHD_YES;
 }
 
@@ -416,12 +416,12 @@ void *rg_server_on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 		return NULL;
 	c->srv = cls;
 	c->conn = conn;
-	rg_buf_init(&c->body);
+	rg_buf_init(&c->http.body);
 	atomic_init(&c->released, false);
 	if (uri) {
-		c->target_seen = true;
-		c->target_end = uri + strlen(uri);
-		rg_target_bad(uri, c->target_err, sizeof(c->target_err));
+		c->http.target_seen = true;
+		c->http.target_end = uri + strlen(uri);
+		rg_target_bad(uri, c->http.target_err, sizeof(c->http.target_err));
 	}
 	return c;
 }
@@ -439,29 +439,29 @@ enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, con
 	/* absolute-form targets are served as their path (RFC 9112 sec. 3.2.2); NULL: a form
 	 * no route has, answered 400 by on_headers (its path "" matches no route meanwhile) */
 	path = rg_target_path(url, authority, sizeof(authority));
-	if (!c || !c->started) {
+	if (!c || !c->http.started) {
 		if (!c) { /* the URI log callback ran out of memory */
 			c = calloc(1, sizeof(*c));
 			if (!c)
 				return MHD_NO;
 			*con_cls = c;
 		}
-		c->started = true;
+		c->http.started = true;
 		c->srv = s;
 		c->conn = conn;
-		c->t0 = rg_now_ms();
+		c->http.t0 = rg_now_ms();
 		c->row = rg_route_find(path ? path : "", method,
 				       atomic_load(&s->ready) ? rg_route_kind_of(s->info->num_labels) : 0,
 				       &arg);
 		c->route = c->row ? c->row->id : RG_ROUTE_OTHER;
-		c->post = !strcmp(method, "POST");
-		c->wants_body = c->post && c->row && c->row->schema;
+		c->http.post = !strcmp(method, "POST");
+		c->http.wants_body = c->http.post && c->row && c->row->schema;
 		c->openai = c->row ? c->row->openai : path && !strncmp(path, "/v1/", 4);
 		atomic_init(&c->released, false);
-		rg_buf_init(&c->body);
-		if (!path && !c->target_err[0]) {
-			c->target_seen = true;
-			snprintf(c->target_err, sizeof(c->target_err),
+		rg_buf_init(&c->http.body);
+		if (!path && !c->http.target_err[0]) {
+			c->http.target_seen = true;
+			snprintf(c->http.target_err, sizeof(c->http.target_err),
 				 "request target is neither a path nor an http(s) URL");
 		}
 		return on_headers(c, method, version, authority);
@@ -477,9 +477,9 @@ enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, con
 	}
 	/* the request has arrived in full */
 	rg_conn_watch_busy(s->watch, rg_conn_watch_of(conn));
-	if (c->refused)
-		return send_error(c, c->refused, c->refused_type, "%s", c->refused_msg);
-	if (c->body.oom)
+	if (c->http.refused)
+		return send_error(c, c->http.refused, c->http.refused_type, "%s", c->http.refused_msg);
+	if (c->http.body.oom)
 		return send_error(c, 500, "backend", "out of memory reading the body");
 	return rg_route_dispatch(c, url, method);
 }
@@ -489,8 +489,8 @@ static void free_ctx(conn_ctx *c)
 	rg_embed_conn_free(c);
 	rg_request_free(&c->req);
 	rg_conn_release_body(c);
-	if (c->answer_reserved)
-		atomic_fetch_sub(&c->srv->buffered, c->answer_reserved);
+	if (c->embed.answer_reserved)
+		atomic_fetch_sub(&c->srv->buffered, c->embed.answer_reserved);
 	free(c);
 }
 

@@ -336,7 +336,7 @@ enum MHD_Result rg_route_dispatch(conn_ctx *c, const char *url, const char *meth
 		return rg_conn_error(c, 503, "unhealthy", NULL, "model is %s",
 				     atomic_load(&s->stopping) ? "shutting down" : "loading");
 	if (row->schema) {
-		st = rg_request_parse(row->id, c->body.data, c->body.len, &s->lim, &c->req, &err);
+		st = rg_request_parse(row->id, c->http.body.data, c->http.body.len, &s->lim, &c->req, &err);
 		rg_conn_release_body(c);
 		if (st != RG_OK)
 			return rg_conn_error(c, err.http_status, err.type, err.param, "%s", err.msg);

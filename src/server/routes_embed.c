@@ -54,7 +54,7 @@ static void put_vector(rg_buf *b, const float *v, int n, bool base64)
 #endif
 }
 
-/* Build the 200 answer from c->emb (every input present): the model's raw pooled vectors (the
+/* Build the 200 answer from c->embed.emb (every input present): the model's raw pooled vectors (the
  * engine and the cache keep them raw), cut to the first "dimensions" components (Matryoshka)
  * and L2-normalized when "normalize" (default true; TEI's order: truncate, then normalize). */
 enum MHD_Result rg_answer_embeddings(conn_ctx *c, double queue_ms, double infer_ms, int bs)
@@ -65,14 +65,14 @@ enum MHD_Result rg_answer_embeddings(conn_ctx *c, double queue_ms, double infer_
 
 	if (c->req.normalize)
 		for (size_t i = 0; i < c->req.n_inputs; i++)
-			l2_normalize(c->emb + i * (size_t)h, d);
+			l2_normalize(c->embed.emb + i * (size_t)h, d);
 	rg_buf_init(&b);
 	if (c->route == RG_ROUTE_EMBED) {
 		rg_buf_put(&b, "[", 1);
 		for (size_t i = 0; i < c->req.n_inputs; i++) {
 			if (i)
 				rg_buf_put(&b, ",", 1);
-			rg_buf_float_array(&b, c->emb + i * (size_t)h, (size_t)d);
+			rg_buf_float_array(&b, c->embed.emb + i * (size_t)h, (size_t)d);
 		}
 		rg_buf_put(&b, "]", 1);
 	} else {
@@ -82,13 +82,13 @@ enum MHD_Result rg_answer_embeddings(conn_ctx *c, double queue_ms, double infer_
 		for (size_t i = 0; i < c->req.n_inputs; i++) {
 			rg_buf_printf(&b, "%s{\"object\":\"embedding\",\"index\":%zu,\"embedding\":",
 				       i ? "," : "", i);
-			put_vector(&b, c->emb + i * (size_t)h, d, c->req.base64);
+			put_vector(&b, c->embed.emb + i * (size_t)h, d, c->req.base64);
 			rg_buf_put(&b, "}", 1);
 		}
 		rg_buf_puts(&b, "],\"model\":");
 		rg_buf_json_str(&b, model, strlen(model));
 		rg_buf_printf(&b, ",\"usage\":{\"prompt_tokens\":%zu,\"total_tokens\":%zu}}",
-			       c->prompt_tokens, c->prompt_tokens);
+			       c->embed.prompt_tokens, c->embed.prompt_tokens);
 	}
 	return rg_conn_send(c, 200, &b, "application/json", queue_ms, infer_ms, bs);
 }
@@ -142,16 +142,16 @@ enum MHD_Result rg_answer_scores(conn_ctx *c, double queue_ms, double infer_ms, 
 	if (!idx)
 		return rg_conn_error(c, 500, "backend", NULL, "out of memory");
 	for (size_t i = 0; i < n; i++)
-		to_scores(c->emb + i * (size_t)L, L, c->req.raw_scores, info->multi_label);
+		to_scores(c->embed.emb + i * (size_t)L, L, c->req.raw_scores, info->multi_label);
 	rg_buf_init(&b);
 	if (c->route == RG_ROUTE_RERANK) {
-		order_by_score(c->emb, 1, n, idx);
+		order_by_score(c->embed.emb, 1, n, idx);
 		rg_buf_put(&b, "[", 1);
 		for (size_t k = 0; k < n; k++) {
 			const rg_req_input *in = &c->req.inputs[idx[k]];
 
 			rg_buf_printf(&b, "%s{\"index\":%zu,\"score\":", k ? "," : "", idx[k]);
-			rg_buf_float(&b, c->emb[idx[k]]);
+			rg_buf_float(&b, c->embed.emb[idx[k]]);
 			if (c->req.return_text) {
 				rg_buf_puts(&b, ",\"text\":");
 				rg_buf_json_str(&b, in->text_b, in->len_b);
@@ -163,7 +163,7 @@ enum MHD_Result rg_answer_scores(conn_ctx *c, double queue_ms, double infer_ms, 
 		if (c->req.batch)
 			rg_buf_put(&b, "[", 1);
 		for (size_t i = 0; i < n; i++) {
-			const float *v = c->emb + i * (size_t)L;
+			const float *v = c->embed.emb + i * (size_t)L;
 
 			order_by_score(v, 1, (size_t)L, idx);
 			rg_buf_puts(&b, i ? ",[" : "[");
@@ -189,9 +189,9 @@ static enum MHD_Result answer(conn_ctx *c, double queue_ms, double infer_ms, int
 	return c->row->answer(c, queue_ms, infer_ms, bs);
 }
 
-/* Tokenize every input into c->ids (texts, the request's prompt prepended first; truncation
+/* Tokenize every input into c->embed.ids (texts, the request's prompt prepended first; truncation
  * side as asked) or adopt the given ids (OpenAI token arrays). /tokenize keeps the encodings
- * (with offsets) in c->encs instead and has no length limit unless "truncate" is set.
+ * (with offsets) in c->embed.encs instead and has no length limit unless "truncate" is set.
  * Returns 0 or the HTTP error status already sent (then the caller returns ret). */
 static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
 {
@@ -204,14 +204,14 @@ static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
 
 	if (rg_request_prompt(c, &prompt, ret))
 		return 400;
-	c->ids = calloc(n, sizeof(*c->ids));
-	c->n_ids = calloc(n, sizeof(*c->n_ids));
-	c->types = calloc(n, sizeof(*c->types));
-	c->texts = calloc(n, sizeof(*c->texts));
-	c->text_lens = calloc(n, sizeof(*c->text_lens));
-	c->encs = tok_route ? calloc(n, sizeof(*c->encs)) : NULL;
-	if (!c->ids || !c->n_ids || !c->types || !c->texts || !c->text_lens ||
-	    (tok_route && !c->encs)) {
+	c->embed.ids = calloc(n, sizeof(*c->embed.ids));
+	c->embed.n_ids = calloc(n, sizeof(*c->embed.n_ids));
+	c->embed.types = calloc(n, sizeof(*c->embed.types));
+	c->embed.texts = calloc(n, sizeof(*c->embed.texts));
+	c->embed.text_lens = calloc(n, sizeof(*c->embed.text_lens));
+	c->embed.encs = tok_route ? calloc(n, sizeof(*c->embed.encs)) : NULL;
+	if (!c->embed.ids || !c->embed.n_ids || !c->embed.types || !c->embed.texts || !c->embed.text_lens ||
+	    (tok_route && !c->embed.encs)) {
 		*ret = rg_conn_error(c, 500, "backend", NULL, "out of memory");
 		return 500;
 	}
@@ -242,8 +242,8 @@ static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
 					(size_t)max_pos * sizeof(*in->ids));
 				in->n_ids = (size_t)max_pos;
 			}
-			c->ids[i] = in->ids; /* borrowed from req; see free_ctx */
-			c->n_ids[i] = in->n_ids > (size_t)max_pos ? (size_t)max_pos : in->n_ids;
+			c->embed.ids[i] = in->ids; /* borrowed from req; see free_ctx */
+			c->embed.n_ids[i] = in->n_ids > (size_t)max_pos ? (size_t)max_pos : in->n_ids;
 		} else {
 			const char *text = in->text;
 			size_t len = in->len;
@@ -251,15 +251,15 @@ static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
 			if (prompt && !in->text_b) {
 				size_t pl = strlen(prompt);
 
-				if (!(c->texts[i] = malloc(pl + len + 1))) {
+				if (!(c->embed.texts[i] = malloc(pl + len + 1))) {
 					*ret = rg_conn_error(c, 500, "backend", NULL,
 							     "out of memory");
 					return 500;
 				}
-				memcpy(c->texts[i], prompt, pl);
-				memcpy(c->texts[i] + pl, in->text, len + 1);
-				c->text_lens[i] = pl + len;
-				text = c->texts[i];
+				memcpy(c->embed.texts[i], prompt, pl);
+				memcpy(c->embed.texts[i] + pl, in->text, len + 1);
+				c->embed.text_lens[i] = pl + len;
+				text = c->embed.texts[i];
 				len = pl + len;
 			}
 			st = rg_model_encode(s->model, text, len, in->text_b, in->len_b, &ep, &e);
@@ -278,13 +278,13 @@ static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
 							     : "");
 				return he.code;
 			}
-			c->n_ids[i] = e.n;
+			c->embed.n_ids[i] = e.n;
 			if (tok_route) {
-				c->encs[i] = e; /* owns the ids; c->ids[i] stays NULL */
+				c->embed.encs[i] = e; /* owns the ids; c->embed.ids[i] stays NULL */
 			} else {
-				c->ids[i] = e.ids;
+				c->embed.ids[i] = e.ids;
 				if (in->text_b)
-					c->types[i] = e.types;
+					c->embed.types[i] = e.types;
 				else
 					free(e.types);
 				free(e.special);
@@ -297,14 +297,14 @@ static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
 				return 400;
 			}
 		}
-		if (!tok_route && c->n_ids[i] > (size_t)s->max_len) {
+		if (!tok_route && c->embed.n_ids[i] > (size_t)s->max_len) {
 			*ret = rg_conn_error(c, 422, "validation", "input",
 					     "input %zu has %zu tokens, more than the %d the %s "
-					     "scheduler can place", i, c->n_ids[i], s->max_len,
+					     "scheduler can place", i, c->embed.n_ids[i], s->max_len,
 					     rg_sched_kind_name(s->kind));
 			return 422;
 		}
-		c->prompt_tokens += c->n_ids[i];
+		c->embed.prompt_tokens += c->embed.n_ids[i];
 	}
 	return 0;
 }
@@ -332,17 +332,17 @@ enum MHD_Result rg_handle_tokenize(conn_ctx *c)
  * needs more than the timeout (413), the server is stopping (503). */
 static rg_http_error submit_error_for(conn_ctx *c, rg_status st)
 {
-	const rg_job *j = &c->job;
+	const rg_job *j = &c->embed.job;
 
 	switch (j->refusal) {
 	case RG_JOB_QUEUE_FULL:
 	case RG_JOB_NO_TIME:
-		c->retry_after_s = (int)fmin(3600, fmax(1, ceil(j->retry_after_ms / 1e3)));
+		c->http.retry_after_s = (int)fmin(3600, fmax(1, ceil(j->retry_after_ms / 1e3)));
 		return (rg_http_error){429, "overloaded"};
 	case RG_JOB_TOO_MUCH:
 		return (rg_http_error){413, "payload_too_large"};
 	case RG_JOB_STOPPING:
-		c->retry_after_s = 1;
+		c->http.retry_after_s = 1;
 		return (rg_http_error){503, "unhealthy"};
 	case RG_JOB_ADMITTED:
 		break;
@@ -363,7 +363,7 @@ static bool reserve_answer(conn_ctx *c, size_t n)
 		if (n > s->o.max_buffered_bytes || cur > s->o.max_buffered_bytes - n)
 			return false;
 	} while (!atomic_compare_exchange_weak(&s->buffered, &cur, cur + n));
-	c->answer_reserved += n;
+	c->embed.answer_reserved += n;
 	return true;
 }
 
@@ -383,18 +383,18 @@ enum MHD_Result rg_handle_embed(conn_ctx *c)
 				     c->req.dimensions, s->info->output_dim);
 	if (tokenize_inputs(c, &ret))
 		return ret;
-	if (c->prompt_tokens > (size_t)s->o.max_client_batch_tokens)
+	if (c->embed.prompt_tokens > (size_t)s->o.max_client_batch_tokens)
 		return rg_conn_error(c, 413, "payload_too_large", NULL,
 				     "%zu inputs of %zu tokens in all, more than the %d tokens a request "
 				     "may hold (--max-client-batch-tokens): send fewer inputs per request",
-				     n, c->prompt_tokens, s->o.max_client_batch_tokens);
-	c->emb = malloc(n * (size_t)h * sizeof(float));
-	c->seqs = calloc(n, sizeof(*c->seqs));
-	if (!c->emb || !c->seqs)
+				     n, c->embed.prompt_tokens, s->o.max_client_batch_tokens);
+	c->embed.emb = malloc(n * (size_t)h * sizeof(float));
+	c->embed.seqs = calloc(n, sizeof(*c->embed.seqs));
+	if (!c->embed.emb || !c->embed.seqs)
 		return rg_conn_error(c, 500, "backend", NULL, "out of memory");
 	if (all_tokens) {
 		/* /embed_all: every token's vector, (sum of lengths, hidden_size) */
-		size_t rows = c->prompt_tokens;
+		size_t rows = c->embed.prompt_tokens;
 		size_t need = rg_embed_all_answer_bytes(rows, n, (size_t)s->info->hidden_size);
 
 		/* issue 18, item 15: the vectors and their JSON count against the buffered-bytes
@@ -405,30 +405,30 @@ enum MHD_Result rg_handle_embed(conn_ctx *c)
 					     "more than --max-buffered-bytes (%zu MiB): send fewer tokens "
 					     "per request", rows, need >> 20, s->o.max_buffered_bytes >> 20);
 		if (!reserve_answer(c, need)) {
-			c->retry_after_s = 1;
+			c->http.retry_after_s = 1;
 			return rg_conn_error(c, 503, "overloaded", NULL,
 					     "answers being built fill --max-buffered-bytes (the /embed_all "
 					     "answer for %zu tokens takes about %zu MiB); retry later",
 					     rows, need >> 20);
 		}
-		c->hidden = malloc((rows ? rows : 1) * (size_t)s->info->hidden_size * sizeof(float));
-		if (!c->hidden)
+		c->embed.hidden = malloc((rows ? rows : 1) * (size_t)s->info->hidden_size * sizeof(float));
+		if (!c->embed.hidden)
 			return rg_conn_error(c, 500, "backend", NULL,
 					     "out of memory for %zu token vectors",
 					     rows);
 	}
-	for (size_t i = 0, row = 0; i < n; row += c->n_ids[i], i++) {
-		float *dst = c->emb + i * (size_t)h;
+	for (size_t i = 0, row = 0; i < n; row += c->embed.n_ids[i], i++) {
+		float *dst = c->embed.emb + i * (size_t)h;
 
-		if (!all_tokens && s->cache && !c->types[i] &&
-		    rg_cache_get(s->cache, c->ids[i], c->n_ids[i], dst))
+		if (!all_tokens && s->cache && !c->embed.types[i] &&
+		    rg_cache_get(s->cache, c->embed.ids[i], c->embed.n_ids[i], dst))
 			continue;
-		c->seqs[n_miss].ids = c->ids[i];
-		c->seqs[n_miss].types = c->types[i];
-		c->seqs[n_miss].len = (int)c->n_ids[i];
-		c->seqs[n_miss].out = dst;
-		c->seqs[n_miss].hidden_out =
-			all_tokens ? c->hidden + row * (size_t)s->info->hidden_size : NULL;
+		c->embed.seqs[n_miss].ids = c->embed.ids[i];
+		c->embed.seqs[n_miss].types = c->embed.types[i];
+		c->embed.seqs[n_miss].len = (int)c->embed.n_ids[i];
+		c->embed.seqs[n_miss].out = dst;
+		c->embed.seqs[n_miss].hidden_out =
+			all_tokens ? c->embed.hidden + row * (size_t)s->info->hidden_size : NULL;
 		n_miss++;
 	}
 	if (s->cache)
@@ -436,14 +436,14 @@ enum MHD_Result rg_handle_embed(conn_ctx *c)
 	if (n_miss == 0)
 		return answer(c, 0, 0, 0);
 
-	c->job.seqs = c->seqs;
-	c->job.n_seqs = (int)n_miss;
-	c->job.arrival_ms = c->t0;
-	c->job.deadline_ms = c->t0 + s->o.request_timeout_ms;
+	c->embed.job.seqs = c->embed.seqs;
+	c->embed.job.n_seqs = (int)n_miss;
+	c->embed.job.arrival_ms = c->http.t0;
+	c->embed.job.deadline_ms = c->http.t0 + s->o.request_timeout_ms;
 	ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	c->job.client_fd = ci ? ci->connect_fd : -1;
-	c->job.done = job_done;
-	c->job.owner = c;
+	c->embed.job.client_fd = ci ? ci->connect_fd : -1;
+	c->embed.job.done = job_done;
+	c->embed.job.owner = c;
 	/* TEI's --max-concurrent-requests: requests queued or running at most (a soft bound:
 	 * two requests may pass the check together) */
 	if (s->o.max_concurrent_requests &&
@@ -456,10 +456,10 @@ enum MHD_Result rg_handle_embed(conn_ctx *c)
 	c->suspended = true;
 	atomic_fetch_add(&s->n_suspended, 1);
 	MHD_suspend_connection(c->conn);
-	st = rg_engine_submit(s->engine, &c->job);
+	st = rg_engine_submit(s->engine, &c->embed.job);
 	if (st != RG_OK) {
-		c->submit_error = submit_error_for(c, st);
-		snprintf(c->submit_err, sizeof(c->submit_err), "%s", rg_last_error());
+		c->embed.submit_error = submit_error_for(c, st);
+		snprintf(c->embed.submit_err, sizeof(c->embed.submit_err), "%s", rg_last_error());
 		atomic_store(&c->released, true);
 		MHD_resume_connection(c->conn);
 	}
@@ -469,13 +469,13 @@ enum MHD_Result rg_handle_embed(conn_ctx *c)
 /* Called when a suspended connection is resumed: answer from the job's outcome. */
 static enum MHD_Result finish_job(conn_ctx *c)
 {
-	rg_job *j = &c->job;
+	rg_job *j = &c->embed.job;
 
 	c->suspended = false;
 	atomic_fetch_sub(&c->srv->n_suspended, 1);
-	if (c->submit_error.code)
-		return rg_conn_error(c, c->submit_error.code, c->submit_error.type, NULL, "%s",
-				     c->submit_err);
+	if (c->embed.submit_error.code)
+		return rg_conn_error(c, c->embed.submit_error.code, c->embed.submit_error.type, NULL, "%s",
+				     c->embed.submit_err);
 	switch (j->state) {
 	case RG_JOB_DONE:
 		return answer(c, j->queue_ms, j->inference_ms, j->batch_size);
@@ -496,22 +496,22 @@ static enum MHD_Result finish_job(conn_ctx *c)
 
 void rg_embed_conn_free(conn_ctx *c)
 {
-	for (size_t i = 0; c->ids && i < c->req.n_inputs; i++)
-		if (c->ids[i] != c->req.inputs[i].ids)
-			free(c->ids[i]);
-	free(c->ids);
-	free(c->n_ids);
-	for (size_t i = 0; c->types && i < c->req.n_inputs; i++)
-		free(c->types[i]);
-	free(c->types);
-	for (size_t i = 0; c->texts && i < c->req.n_inputs; i++)
-		free(c->texts[i]);
-	free(c->texts);
-	free(c->text_lens);
-	for (size_t i = 0; c->encs && i < c->req.n_inputs; i++)
-		rg_encoding_free(&c->encs[i]);
-	free(c->encs);
-	free(c->hidden);
-	free(c->emb);
-	free(c->seqs);
+	for (size_t i = 0; c->embed.ids && i < c->req.n_inputs; i++)
+		if (c->embed.ids[i] != c->req.inputs[i].ids)
+			free(c->embed.ids[i]);
+	free(c->embed.ids);
+	free(c->embed.n_ids);
+	for (size_t i = 0; c->embed.types && i < c->req.n_inputs; i++)
+		free(c->embed.types[i]);
+	free(c->embed.types);
+	for (size_t i = 0; c->embed.texts && i < c->req.n_inputs; i++)
+		free(c->embed.texts[i]);
+	free(c->embed.texts);
+	free(c->embed.text_lens);
+	for (size_t i = 0; c->embed.encs && i < c->req.n_inputs; i++)
+		rg_encoding_free(&c->embed.encs[i]);
+	free(c->embed.encs);
+	free(c->embed.hidden);
+	free(c->embed.emb);
+	free(c->embed.seqs);
 }

@@ -59,19 +59,14 @@ typedef struct rg_server {
 				  * rg_header_layout_check and the raw target NUL check apply */
 } rg_server;
 
-/* Per-connection (per HTTP request) state, MHD's *con_cls. */
-typedef struct conn_ctx {
-	rg_server *srv;
-	struct MHD_Connection *conn;
+/* The HTTP side of one request (http.c): the raw target's checks, framing, the body being read
+ * against the buffered-bytes budget, an early refusal, and the answer's extra headers. */
+typedef struct rg_conn_http {
 	bool started;            /* on_headers ran (the URI log callback creates the context) */
 	bool target_seen;        /* the URI log callback saw the raw target: the fields below hold */
 	const char *target_end;  /* where the raw target's NUL is (its first NUL byte) in MHD's pool;
 				  * the version follows one byte later unless the target held a NUL */
 	char target_err[96];     /* rg_target_bad's reason, "" when the raw target is fine */
-	size_t answer_reserved;  /* bytes of srv->buffered this request's answer holds (/embed_all) */
-	const rg_route_def *row; /* the route table's row (routes.h); NULL: none (404) */
-	const char *path_arg;    /* dispatch: the rest of a "{name}" path (MHD's url), else NULL */
-	rg_route route;          /* row->id, RG_ROUTE_OTHER without a row */
 	bool post;
 	double t0;               /* first call (headers received), rg_now_ms() */
 	rg_buf body;
@@ -88,13 +83,12 @@ typedef struct conn_ctx {
 	bool close_after;        /* broken framing: answer with Connection: close */
 	int retry_after_s;       /* Retry-After of the answer; a 429/503 sends at least 1 */
 	const char *cors_origin; /* Access-Control-Allow-Origin of the answer; NULL: none */
-	bool suspended;          /* queued in the engine (or resuming to report a submit error) */
-	/* called for a suspended connection once resumed (its job ended): the answer */
-	enum MHD_Result (*resume)(struct conn_ctx *c);
-	atomic_bool released;    /* the engine made its last access (job_done ran / submit failed) */
-	rg_http_error submit_error; /* the answer after a failed submit; code 0 when none */
-	char submit_err[256];
-	rg_request req;
+} rg_conn_http;
+
+/* What the embedding routes hold for one request (routes_embed.c, routes_compat.c): the inputs
+ * as token ids, the engine job and its outputs. All zero until a handler fills them; freed by
+ * rg_embed_conn_free. */
+typedef struct rg_embed_state {
 	int32_t **ids;           /* (n_inputs) token ids per input; owned unless it is req's */
 	size_t *n_ids;           /* (n_inputs) */
 	int32_t **types;         /* (n_inputs) token types of pair inputs (owned), NULL entries else */
@@ -102,11 +96,31 @@ typedef struct conn_ctx {
 	rg_job_seq *seqs;        /* (n_inputs) uncached inputs */
 	rg_job job;
 	size_t prompt_tokens;
-	bool openai;             /* OpenAI error shape: /v1/... and the OpenAI route */
 	float *hidden;           /* /embed_all: (sum of n_ids, hidden_size) per-token outputs */
+	size_t answer_reserved;  /* bytes of srv->buffered this request's answer holds (/embed_all) */
 	char **texts;            /* (n_inputs) prompted texts (owned), NULL entries when unprompted */
 	size_t *text_lens;       /* (n_inputs) */
 	rg_encoding *encs;       /* (n_inputs) /tokenize: the encodings (owned) */
+	rg_http_error submit_error; /* the answer after a failed submit; code 0 when none */
+	char submit_err[256];
+} rg_embed_state;
+
+/* Per-connection (per HTTP request) state, MHD's *con_cls: the HTTP framing (http), the route
+ * and its parsed request (row, req), and the route's own state (embed). */
+typedef struct conn_ctx {
+	rg_server *srv;
+	struct MHD_Connection *conn;
+	rg_conn_http http;
+	const rg_route_def *row; /* the route table's row (routes.h); NULL: none (404) */
+	const char *path_arg;    /* dispatch: the rest of a "{name}" path (MHD's url), else NULL */
+	rg_route route;          /* row->id, RG_ROUTE_OTHER without a row */
+	bool openai;             /* OpenAI error shape: /v1/... and the OpenAI route */
+	bool suspended;          /* queued in the engine (or resuming to report a submit error) */
+	atomic_bool released;    /* the engine made its last access (job_done ran / submit failed) */
+	/* called for a suspended connection once resumed (its job ended): the answer */
+	enum MHD_Result (*resume)(struct conn_ctx *c);
+	rg_request req;          /* the parsed body (rows with a schema) */
+	rg_embed_state embed;
 } conn_ctx;
 
 /* ---- http.c: the HTTP glue ---- */
@@ -134,8 +148,8 @@ enum MHD_Result rg_route_dispatch(conn_ctx *c, const char *url, const char *meth
 enum MHD_Result rg_handle_embed(conn_ctx *c);
 /* /tokenize: TEI's token objects, no model run. */
 enum MHD_Result rg_handle_tokenize(conn_ctx *c);
-/* The answers from c->emb: pooled vectors (TEI's list or OpenAI's object), scores (/predict,
- * /rerank). */
+/* The answers from c->embed.emb: pooled vectors (TEI's list or OpenAI's object), scores
+ * (/predict, /rerank). */
 enum MHD_Result rg_answer_embeddings(conn_ctx *c, double queue_ms, double infer_ms, int bs);
 enum MHD_Result rg_answer_scores(conn_ctx *c, double queue_ms, double infer_ms, int bs);
 /* Free what the embedding routes hold in c (token ids, texts, encodings, outputs); not c. */
