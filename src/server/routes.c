@@ -109,30 +109,36 @@ static const rg_route_def routes[] = {
 	{.path = "/embed", .methods = RG_METHOD_POST, .id = RG_ROUTE_EMBED, .name = "embed",
 	 .handle = rg_handle_embed, .answer = rg_answer_embeddings, .schema = "EmbedRequest",
 	 .kinds = RG_KIND_EMBEDDING, .kind_default = true,
+	 .tei_metric = "te_embed",
 	 .summary = "Pooled embeddings (TEI).", .ok_schema = S_VECTORS, .errors = E_RUN},
 	{.path = "/embed_all", .methods = RG_METHOD_POST, .id = RG_ROUTE_EMBED_ALL,
 	 .name = "embed_all", .handle = rg_handle_embed, .answer = rg_answer_embed_all,
 	 .schema = "EmbedAllRequest", .kinds = RG_KIND_EMBEDDING,
+	 .tei_metric = "te_embed_all",
 	 .summary = "Every token's last hidden state, no pooling (TEI).",
 	 .ok_schema = "{\"type\":\"array\",\"items\":" S_VECTORS "}", .errors = E_RUN},
 	{.path = "/v1/embeddings", .methods = RG_METHOD_POST, .id = RG_ROUTE_OPENAI,
 	 .name = "v1_embeddings", .handle = rg_handle_embed, .answer = rg_answer_embeddings,
 	 .schema = "OpenAIRequest", .kinds = RG_KIND_EMBEDDING, .openai = true,
+	 .tei_metric = "te_embed",
 	 .summary = SUMMARY_OPENAI,
 	 .ok_schema = "{\"$ref\":\"#/components/schemas/OpenAIResponse\"}", .errors = E_RUN},
 	{.path = "/embeddings", .methods = RG_METHOD_POST, .id = RG_ROUTE_OPENAI,
 	 .name = "v1_embeddings", .handle = rg_handle_embed, .answer = rg_answer_embeddings,
 	 .schema = "OpenAIRequest", .kinds = RG_KIND_EMBEDDING, .openai = true,
+	 .tei_metric = "te_embed",
 	 .summary = SUMMARY_OPENAI,
 	 .ok_schema = "{\"$ref\":\"#/components/schemas/OpenAIResponse\"}", .errors = E_RUN},
 	{.path = "/similarity", .methods = RG_METHOD_POST, .id = RG_ROUTE_SIMILARITY,
 	 .name = "similarity", .handle = rg_handle_embed, .answer = rg_answer_similarity,
 	 .schema = "SimilarityRequest", .kinds = RG_KIND_EMBEDDING,
+	 .tei_metric = "te_similarity",
 	 .summary = "Cosine similarity of the source sentence with each sentence (TEI).",
 	 .ok_schema = "{\"type\":\"array\",\"items\":" J_FLOAT "}", .errors = E_RUN},
 	{.path = "/rerank", .methods = RG_METHOD_POST, .id = RG_ROUTE_RERANK, .name = "rerank",
 	 .handle = rg_handle_embed, .answer = rg_answer_scores, .schema = "RerankRequest",
 	 .kinds = RG_KIND_RERANKER, .kind_default = true,
+	 .tei_metric = "te_rerank",
 	 .summary = "Cross-encoder relevance of each text to the query, best first (TEI).",
 	 .ok_schema = "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"index\":"
 		      "{\"type\":\"integer\"},\"score\":" J_FLOAT ",\"text\":{\"type\":\"string\"}}}}",
@@ -140,6 +146,7 @@ static const rg_route_def routes[] = {
 	{.path = "/predict", .methods = RG_METHOD_POST, .id = RG_ROUTE_PREDICT, .name = "predict",
 	 .handle = rg_handle_embed, .answer = rg_answer_scores, .schema = "PredictRequest",
 	 .kinds = KIND_SCORES, .kind_default = true,
+	 .tei_metric = "te_predict",
 	 .summary = "Sequence classification scores (TEI).",
 	 .ok_schema = "{\"type\":\"array\",\"items\":{}}", .errors = E_RUN},
 	{.path = "/tokenize", .methods = RG_METHOD_POST, .id = RG_ROUTE_TOKENIZE,
@@ -200,6 +207,22 @@ const char *rg_route_name(rg_route r)
 		if (routes[i].id == r)
 			return routes[i].name;
 	return "other";
+}
+
+bool rg_route_runs_model(rg_route id)
+{
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+		if (routes[i].id == id && routes[i].answer)
+			return true;
+	return false;
+}
+
+const char *rg_route_tei_metric(rg_route id)
+{
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+		if (routes[i].id == id && routes[i].tei_metric)
+			return routes[i].tei_metric;
+	return NULL;
 }
 
 unsigned rg_route_kind_of(int num_labels)

@@ -1,8 +1,8 @@
 /* The route table of `ragged serve`: one row per path and method set. Everything the server
  * knows about a route is its row (Redis's command table): dispatch and the 404 / 405 answers
  * (rg_route_find, rg_route_allow, rg_routes_list), whether a body is read and which parser reads
- * it, the model kinds it serves, whether it needs the API key, its metrics label (rg_route_name)
- * and its /openapi.json entry (openapi.c rg_openapi_write). A new route is one row in routes.c
+ * it, the model kinds it serves, whether it needs the API key, its metrics (rg_route_name,
+ * rg_route_runs_model, rg_route_tei_metric) and its /openapi.json entry (openapi.c rg_openapi_write). A new route is one row in routes.c
  * plus its handler. Not a public header. */
 #ifndef RG_SERVER_ROUTES_H
 #define RG_SERVER_ROUTES_H
@@ -47,6 +47,7 @@ typedef struct rg_route_def {
 	bool public_route;      /* answered without the API key (health checks) */
 	bool openai;            /* errors in OpenAI's shape */
 	bool before_ready;      /* answered while the model loads or the server stops (/metrics) */
+	const char *tei_metric; /* TEI's metric prefix counting the route ("te_embed"), or NULL */
 	/* its /openapi.json entry */
 	const char *summary;
 	const char *ok_desc;    /* the 200 answer's description; NULL: "OK" */
@@ -70,6 +71,11 @@ const rg_route_def *rg_route_find(const char *path, const char *method, unsigned
 const char *rg_route_allow(const rg_route_def *row);
 /* Every path of the table, space-separated, in table order (the 404 text), into buf[n]. */
 void rg_routes_list(char *buf, size_t n);
+/* Whether route id runs the model (a row of it has an answer): metrics.c observes its queue,
+ * inference and total times. */
+bool rg_route_runs_model(rg_route id);
+/* TEI's metric prefix of route id (metrics.c's te_* series), NULL for none. */
+const char *rg_route_tei_metric(rg_route id);
 /* The model kind (RG_KIND_*) of a model with num_labels labels. */
 unsigned rg_route_kind_of(int num_labels);
 /* The OpenAPI 3 document of every row (openapi.c), appended to b. */

@@ -1,7 +1,8 @@
 /* The server's route table (src/server/routes.h): dispatch by path, method and model kind as TEI
  * routes (POST / by the model's kind), the {name} path segment, the Allow and 404 texts derived
- * from the rows, the metrics names, and the /openapi.json document generated from the rows:
- * valid JSON (json-c), OpenAPI 3, every row's path and method described, every $ref resolving. */
+ * from the rows, the metrics names and TEI metric groups, and the /openapi.json document
+ * generated from the rows: valid JSON (json-c), OpenAPI 3, every row's path and method
+ * described, every $ref resolving. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -114,6 +115,33 @@ static void test_names_and_list(void **state)
 		assert_string_not_equal(rg_route_name((rg_route)id), "other");
 }
 
+static void test_metrics_from_rows(void **state)
+{
+	static const rg_route runs[] = {RG_ROUTE_EMBED, RG_ROUTE_OPENAI, RG_ROUTE_PREDICT,
+					RG_ROUTE_RERANK, RG_ROUTE_EMBED_ALL, RG_ROUTE_SIMILARITY};
+	static const rg_route no_run[] = {RG_ROUTE_TOKENIZE, RG_ROUTE_DECODE, RG_ROUTE_HEALTH,
+					  RG_ROUTE_INFO, RG_ROUTE_METRICS, RG_ROUTE_MODELS,
+					  RG_ROUTE_OPENAPI, RG_ROUTE_MODEL, RG_ROUTE_OTHER};
+
+	(void)state;
+	/* the routes that run the model have latency histograms; TEI's router names their counts
+	 * te_embed (both embedding shapes), te_embed_all, te_predict, te_rerank, te_similarity */
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		assert_true(rg_route_runs_model(runs[i]));
+		assert_non_null(rg_route_tei_metric(runs[i]));
+	}
+	for (size_t i = 0; i < sizeof(no_run) / sizeof(no_run[0]); i++) {
+		assert_false(rg_route_runs_model(no_run[i]));
+		assert_null(rg_route_tei_metric(no_run[i]));
+	}
+	assert_string_equal(rg_route_tei_metric(RG_ROUTE_EMBED), "te_embed");
+	assert_string_equal(rg_route_tei_metric(RG_ROUTE_OPENAI), "te_embed");
+	assert_string_equal(rg_route_tei_metric(RG_ROUTE_EMBED_ALL), "te_embed_all");
+	assert_string_equal(rg_route_tei_metric(RG_ROUTE_PREDICT), "te_predict");
+	assert_string_equal(rg_route_tei_metric(RG_ROUTE_RERANK), "te_rerank");
+	assert_string_equal(rg_route_tei_metric(RG_ROUTE_SIMILARITY), "te_similarity");
+}
+
 /* Whether the JSON pointer ref ("#/components/schemas/X") names a member of doc. */
 static bool ref_resolves(json_object *doc, const char *ref)
 {
@@ -203,6 +231,7 @@ int main(void)
 		cmocka_unit_test(test_root_by_kind),
 		cmocka_unit_test(test_path_argument),
 		cmocka_unit_test(test_names_and_list),
+		cmocka_unit_test(test_metrics_from_rows),
 		cmocka_unit_test(test_openapi_from_table),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
