@@ -1,6 +1,7 @@
-/* Engine worker of `ragged serve`: bounded queue -> scheduler -> rg_model_run.
- * See engine.h for the job contract. */
-#include "server/engine.h"
+/* Engine of `ragged serve`: the shared bounded queue, admission, fair order, drain and the worker
+ * loop (queue -> scheduler -> the runner's batch). What runs a batch on a model is the runner's
+ * (engine_internal.h; the encoder's is engine_embed.c). See engine.h for the job contract. */
+#include "server/engine_internal.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,88 +14,6 @@
 #include <time.h>
 
 #include "core/error.h"
-#include "sched/fair.h"
-#include "server/warmup.h"
-
-/* One device's worker: its model, its thread and what one batch needs (see engine.h). */
-typedef struct rg_worker {
-	rg_engine *e;
-	rg_model *model;
-	int index;             /* position in the engine's model list (the metrics' device label) */
-	pthread_t thread;
-	bool started;
-	rg_sched_batch batch;  /* the batch it picked (written under the engine lock) */
-	double busy_until;     /* estimated end of its running batch; 0: none runs (guarded) */
-
-	/* Worker-only state. */
-	uint64_t gen;          /* engine-wide number of its running batch */
-	int32_t *tokens;       /* (max_batch_tokens) packed ids of the batch */
-	int32_t *types;        /* (max_batch_tokens) packed token types of the batch */
-	int32_t *cu;           /* (batch cap + 1) */
-	float *out;            /* (batch cap, hidden) */
-	rg_job **b_job;        /* (batch cap) */
-	int *b_seq;            /* (batch cap) */
-	float *hid;            /* (hid_cap) per-token hidden states of a batch that asked for
-			        * them (/embed_all); allocated at the first such batch */
-	size_t hid_cap;
-	char err[256];         /* the model's error message of the last batch */
-} rg_worker;
-
-struct rg_engine {
-	int hidden;             /* floats per sequence: rg_model_info.output_dim */
-	int hidden_size;
-	int max_seq_len;        /* the model's */
-	rg_engine_params p;
-	rg_sched *sched;
-	int max_len;
-
-	rg_worker *w;           /* (n_w) one per model */
-	int n_w;
-	bool started, joined;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool stop;
-
-	/* Queue of sequences in stamp order (virtual clock, see engine.h; guarded by mu). Entry i
-	 * is seq q_seq[i] of q_job[i]; q_req[i].arrival_ms is its stamp. */
-	int n_q, cap_q;
-	rg_sched_req *q_req;   /* (cap_q) what the scheduler sees */
-	rg_job **q_job;        /* (cap_q) */
-	int *q_seq;            /* (cap_q) */
-	double *q_ms;          /* (cap_q) the piece time it was stamped with (sched/fair.h) */
-	bool *q_take;          /* (cap_q) scratch: picked this round */
-	uint64_t next_id;
-	double q_tokens, q_pairs; /* sums of len and len^2 over the queue */
-	/* scratch (cap_q) for reordering the queue at a drain */
-	rg_sched_req *s_req;
-	rg_job **s_job;
-	int *s_seq;
-	int *s_perm;
-	double *s_ms;          /* (cap_q) also the piece times of a job being queued */
-	double *s_tag;         /* (cap_q) the stamps of a job being queued */
-	rg_fair fair;          /* the fair order of the queue (stamps), guarded by mu */
-
-	/* Time estimates (guarded by mu). */
-	rg_cost_model fit;     /* fitted at create: one device's compute */
-	rg_cost_learner learner; /* refits `fit` from the batches run (sched/cost_model.h) */
-	double pad_ratio;      /* computed / real tokens of recent batches (>= 1) */
-	double real_w, comp_w; /* sums behind pad_ratio */
-
-	/* Background DP measurement (guarded by mu; see engine.h). */
-	rg_cost_measure *measure; /* p.measure until the table is in use or measuring failed */
-	int cells_done, cells_total;
-	bool measure_failed;
-	rg_sched_kind kind;    /* the policy e->sched runs now */
-
-	/* Drain (guarded by mu). */
-	bool draining;
-	double drain_end;
-
-	/* Guarded by mu. */
-	rg_job *told;          /* ended jobs waiting for their done() (linked by next_told) */
-	double last_poll_ms;
-	uint64_t poll_gen, batch_gen;
-};
 
 double rg_now_ms(void)
 {
@@ -321,90 +240,6 @@ static void queue_sweep(rg_engine *e, double now)
 		rg_metrics_expired(e->p.metrics, expired);
 		rg_metrics_dropped(e->p.metrics, dropped);
 	}
-}
-
-/* Run the batch w->batch whose entries are w->b_job/b_seq (worker thread, lock NOT held) and
- * write each seq's vector to its owner (the jobs stay alive: none is told while it has a seq in
- * a running batch). *model_ms: the model's time (the test delays not included). The per-job
- * bookkeeping is settle_batch's, under the lock. */
-static rg_status run_batch(rg_worker *w, double *model_ms)
-{
-	rg_engine *e = w->e;
-	rg_sched_batch *b = &w->batch;
-	double t0, delay;
-	rg_status st;
-	int n = b->n;
-
-	bool typed = false, want_hidden = false;
-	rg_model_batch mb;
-	rg_run_options ro = {.raw = true, .hidden_out = NULL};
-
-	w->cu[0] = 0;
-	for (int i = 0; i < n; i++) {
-		const rg_job_seq *s = &w->b_job[i]->seqs[w->b_seq[i]];
-
-		memcpy(w->tokens + w->cu[i], s->ids, (size_t)s->len * sizeof(int32_t));
-		typed |= s->types != NULL;
-		want_hidden |= s->hidden_out != NULL;
-		w->cu[i + 1] = w->cu[i] + s->len;
-	}
-	/* per-token outputs for a batch holding an /embed_all sequence: (tokens, hidden) floats,
-	 * grown once to what such batches need (at most max_batch_tokens rows) */
-	if (want_hidden) {
-		size_t need = (size_t)w->cu[n] * (size_t)e->hidden_size;
-
-		if (need > w->hid_cap) {
-			float *h = realloc(w->hid, need * sizeof(float));
-
-			if (h) {
-				w->hid = h;
-				w->hid_cap = need;
-			}
-		}
-		ro.hidden_out = need <= w->hid_cap ? w->hid : NULL;
-	}
-	/* token types only for a batch that holds a sentence pair (type 0 for its single texts) */
-	for (int i = 0; typed && i < n; i++) {
-		const rg_job_seq *s = &w->b_job[i]->seqs[w->b_seq[i]];
-
-		if (s->types)
-			memcpy(w->types + w->cu[i], s->types, (size_t)s->len * sizeof(int32_t));
-		else
-			memset(w->types + w->cu[i], 0, (size_t)s->len * sizeof(int32_t));
-	}
-	mb = (rg_model_batch){w->tokens, typed ? w->types : NULL, w->cu, n, &b->layout};
-	delay = e->p.batch_delay_ms + e->p.token_delay_us * 1e-3 * b->computed_tokens;
-	if (delay > 0) {
-		struct timespec ts = { (time_t)(delay / 1e3), (long)(fmod(delay, 1e3) * 1e6) };
-
-		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-			;
-	}
-	t0 = rg_now_ms();
-	if (want_hidden && !ro.hidden_out)
-		st = rg_errorf(RG_ERR_OOM, "no memory for the per-token outputs of %d tokens",
-			       w->cu[n]);
-	else
-		st = rg_model_run_ex(w->model, &mb, &ro, w->out);
-	*model_ms = rg_now_ms() - t0;
-	rg_metrics_batch(e->p.metrics, w->index, n, b->real_tokens, b->computed_tokens,
-			 st == RG_OK);
-	if (st != RG_OK) {
-		snprintf(w->err, sizeof(w->err), "%s: %s", rg_status_name(st), rg_last_error());
-		fprintf(stderr, "ragged serve: batch of %d failed: %s\n", n, w->err);
-		return st;
-	}
-	for (int i = 0; i < n; i++) {
-		const rg_job_seq *s = &w->b_job[i]->seqs[w->b_seq[i]];
-
-		memcpy(s->out, w->out + (size_t)i * e->hidden, (size_t)e->hidden * sizeof(float));
-		if (s->hidden_out)
-			memcpy(s->hidden_out, w->hid + (size_t)w->cu[i] * e->hidden_size,
-			       (size_t)s->len * e->hidden_size * sizeof(float));
-		if (e->p.cache && !s->types)
-			rg_cache_put(e->p.cache, s->ids, (size_t)s->len, s->out);
-	}
-	return RG_OK;
 }
 
 /* The batch of w ended with st after model_ms (lock held): count each seq done (or fail its job),
@@ -679,7 +514,7 @@ static void *worker_main(void *arg)
 			pthread_cond_signal(&e->cv); /* an idle device may take what is left */
 		pthread_mutex_unlock(&e->mu);
 
-		st = run_batch(w, &model_ms);
+		st = e->runner->run(w, &model_ms);
 
 		pthread_mutex_lock(&e->mu);
 		w->busy_until = 0;
@@ -691,82 +526,7 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Latency (ms) of one packed batch of n sequences of len tokens on w's model, best of reps; -1
- * on a model error. Before the workers start (the model is the engine's alone). */
-static double measure_packed(rg_worker *w, int n, int len, int reps)
-{
-	int vocab = rg_model_get_info(w->model)->vocab_size;
-	rg_model_batch mb = {w->tokens, NULL, w->cu, n, NULL};
-	double best = INFINITY;
-
-	w->cu[0] = 0;
-	for (int i = 0; i < n; i++)
-		w->cu[i + 1] = w->cu[i] + len;
-	for (int t = 0; t < n * len; t++)
-		w->tokens[t] = (int32_t)((100 + t % 1000) % vocab);
-	for (int r = 0; r < reps; r++) {
-		double t0 = rg_now_ms();
-
-		if (rg_model_run(w->model, &mb, w->out) != RG_OK)
-			return -1;
-		best = fmin(best, rg_now_ms() - t0);
-	}
-	return best;
-}
-
-/* Fit e->fit: from the DP cost table when there is one, else to packed batches measured now
- * (after one warm-up run): 1 x 16 tokens, 1 x L, L/16 x 16 (same tokens as 1 x L, 1/16 of its
- * attention pairs) and k x L (k <= 4), L = min(256, max_seq_len, max_batch_tokens), best of 2;
- * on the first device (the devices are taken to be alike). */
-static void fit_cost_model(rg_engine *e)
-{
-	const rg_sched_params *sp = &e->p.sched;
-	rg_worker *w = &e->w[0];
-	int L = rg_model_get_info(w->model)->max_seq_len, n_pts = 0;
-	int pts[4][2];
-	double tok[4], pairs[4], ms[4];
-
-	if (sp->cost) {
-		if (rg_cost_model_from_table(sp->cost, &e->fit) != RG_OK)
-			fprintf(stderr, "ragged serve: warning: no time estimates: %s\n",
-				rg_last_error());
-		return;
-	}
-	L = L < 256 ? L : 256;
-	L = L < sp->max_batch_tokens ? L : sp->max_batch_tokens;
-	if (L < 1)
-		return;
-	{
-		int s16 = L < 16 ? L : 16, k = sp->max_batch_tokens / L, many = L / s16;
-
-		k = k < 4 ? k : 4;
-		k = k < sp->max_batch_requests ? k : sp->max_batch_requests;
-		many = many < sp->max_batch_requests ? many : sp->max_batch_requests;
-		pts[n_pts][0] = 1, pts[n_pts++][1] = s16;
-		pts[n_pts][0] = 1, pts[n_pts++][1] = L;
-		if (many > 1)
-			pts[n_pts][0] = many, pts[n_pts++][1] = s16;
-		if (k > 1)
-			pts[n_pts][0] = k, pts[n_pts++][1] = L;
-	}
-	if (measure_packed(w, 1, L, 1) < 0)
-		goto out_warn;
-	for (int i = 0; i < n_pts; i++) {
-		ms[i] = measure_packed(w, pts[i][0], pts[i][1], 2);
-		if (ms[i] < 0)
-			goto out_warn;
-		tok[i] = (double)pts[i][0] * pts[i][1];
-		pairs[i] = (double)pts[i][0] * pts[i][1] * pts[i][1];
-	}
-	if (rg_cost_model_fit(tok, pairs, ms, n_pts, &e->fit) == RG_OK)
-		return;
-out_warn:
-	fprintf(stderr, "ragged serve: warning: cannot measure batch times (%s); no time "
-		"estimates\n", rg_last_error());
-	e->fit = (rg_cost_model){0, 0, 0};
-}
-
-/* Allocate w's batch buffers for the model of engine e. */
+/* Set up worker w of engine e on model: the batch entries, then the runner's state. */
 static rg_status worker_init(rg_engine *e, rg_worker *w, rg_model *model, int index)
 {
 	int bcap = e->p.sched.max_batch_requests;
@@ -777,25 +537,17 @@ static rg_status worker_init(rg_engine *e, rg_worker *w, rg_model *model, int in
 	w->index = index;
 	if ((s = rg_sched_batch_init(&w->batch, bcap)) != RG_OK)
 		return s;
-	w->tokens = malloc((size_t)e->p.sched.max_batch_tokens * sizeof(int32_t));
-	w->types = malloc((size_t)e->p.sched.max_batch_tokens * sizeof(int32_t));
-	w->cu = malloc(((size_t)bcap + 1) * sizeof(int32_t));
-	w->out = malloc((size_t)bcap * (size_t)e->hidden * sizeof(float));
 	w->b_job = calloc((size_t)bcap, sizeof(*w->b_job));
 	w->b_seq = calloc((size_t)bcap, sizeof(*w->b_seq));
-	if (!w->tokens || !w->types || !w->cu || !w->out || !w->b_job || !w->b_seq)
+	if (!w->b_job || !w->b_seq)
 		return rg_errorf(RG_ERR_OOM, "engine: out of memory");
-	return RG_OK;
+	return e->runner->worker_init(w);
 }
 
-static void worker_free(rg_worker *w)
+static void worker_free(rg_engine *e, rg_worker *w)
 {
+	e->runner->worker_free(w);
 	rg_sched_batch_free(&w->batch);
-	free(w->tokens);
-	free(w->types);
-	free(w->cu);
-	free(w->out);
-	free(w->hid);
 	free(w->b_job);
 	free(w->b_seq);
 }
@@ -812,6 +564,7 @@ rg_engine *rg_engine_create(rg_model *const *models, int n_models, const rg_engi
 		s = rg_errorf(RG_ERR_OOM, "engine: out of memory");
 		goto out;
 	}
+	e->runner = p && p->runner ? p->runner : &rg_engine_embed_runner;
 	if (n_models < 1 || !models) {
 		s = rg_errorf(RG_ERR_INVALID_INPUT, "engine: no model");
 		goto out_free;
@@ -884,7 +637,7 @@ rg_engine *rg_engine_create(rg_model *const *models, int n_models, const rg_engi
 		if ((s = worker_init(e, &e->w[i], models[i], i)) != RG_OK)
 			goto out_free;
 	e->pad_ratio = 1;
-	fit_cost_model(e);
+	e->runner->fit(e);
 	rg_cost_learner_init(&e->learner, &e->fit, e->max_seq_len);
 	{
 		rg_cost_model m = model_now(e);
@@ -996,7 +749,7 @@ void rg_engine_free(rg_engine *e)
 	}
 	rg_sched_free(e->sched);
 	for (int i = 0; e->w && i < e->n_w; i++)
-		worker_free(&e->w[i]);
+		worker_free(e, &e->w[i]);
 	free(e->w);
 	free(e->q_req);
 	free(e->q_job);

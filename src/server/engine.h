@@ -1,5 +1,7 @@
 /* Engine of `ragged serve`: one bounded queue of sequences (the admission queue) and one worker
- * thread per model, one model per device (`--devices 0,1`). A worker that is free asks the
+ * thread per model, one model per device (`--devices 0,1`). engine.c keeps the queue, admission,
+ * the fair order, drain and the worker loop; what runs a batch on a model is a runner's
+ * (engine_internal.h: the encoder's is engine_embed.c). A worker that is free asks the
  * scheduler (src/sched) for the next batch from the shared queue, runs rg_model_run_ex on it on
  * its device and hands each vector back to the job that queued it; with several devices, batches
  * run on all of them at once and the pieces of one request may run on different devices.
@@ -145,6 +147,8 @@ typedef struct rg_engine_params {
 	struct rg_cost_measure *measure; /* NULL, or the DP table to measure in the background
 				 * (see above; sched.kind must be DP and sched.cost NULL); borrowed,
 				 * must outlive the engine: its table becomes the scheduler's */
+	const struct rg_engine_runner *runner; /* what runs the batches (engine_internal.h);
+				 * NULL: the encoder's (engine_embed.c) */
 } rg_engine_params;
 
 typedef struct rg_engine rg_engine;

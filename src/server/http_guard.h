@@ -10,7 +10,7 @@
  *     (RFC 9112 sec. 5.2) and NUL bytes, which that parser hides (issue 18, items 13 and 17);
  *   - control characters in field values (RFC 9110 sec. 5.5), the Host field and the
  *     --allowed-hosts list (DNS rebinding), the request target (absolute-form, NUL, space).
- * routes.c applies them; server.c documents the behaviour. */
+ * http.c applies them; server.c documents the behaviour. */
 #ifndef RG_SERVER_HTTP_GUARD_H
 #define RG_SERVER_HTTP_GUARD_H
 #include <stdbool.h>

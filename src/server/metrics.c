@@ -1,8 +1,11 @@
 /* Prometheus metrics of `ragged serve`. See metrics.h. */
 #include "server/metrics.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "server/routes.h"
 
 static const int codes[RG_METRICS_N_CODES] = { 200, 400, 404, 405, 413, 422, 429, 500, 503, 504,
 					       0 /* other */, -1 };
@@ -67,9 +70,7 @@ void rg_metrics_request(rg_metrics *m, rg_route route, int status, double queue_
 
 	pthread_mutex_lock(&m->mu);
 	m->requests[route][code_index(status)]++;
-	if (k >= 0 && (route == RG_ROUTE_EMBED || route == RG_ROUTE_OPENAI ||
-		       route == RG_ROUTE_PREDICT || route == RG_ROUTE_RERANK ||
-		       route == RG_ROUTE_EMBED_ALL || route == RG_ROUTE_SIMILARITY)) {
+	if (k >= 0 && rg_route_runs_model(route)) {
 		hist_observe(&m->queue_ms[k], queue_ms);
 		hist_observe(&m->inference_ms[k], inference_ms);
 		hist_observe(&m->total_ms[k], total_ms);
@@ -218,34 +219,40 @@ static void route_counts(const rg_metrics *s, rg_route r, uint64_t *all, uint64_
  * success), one series each (TEI's method/err labels are not kept). */
 static void render_tei(rg_buf *o, const rg_metrics *s, int queue_depth)
 {
-	static const struct {
-		const char *prefix;
-		rg_route route[2];
-	} kinds[] = {{"te_embed", {RG_ROUTE_EMBED, RG_ROUTE_OPENAI}},
-		     {"te_embed_all", {RG_ROUTE_EMBED_ALL, RG_ROUTE_EMBED_ALL}},
-		     {"te_predict", {RG_ROUTE_PREDICT, RG_ROUTE_PREDICT}},
-		     {"te_rerank", {RG_ROUTE_RERANK, RG_ROUTE_RERANK}},
-		     {"te_similarity", {RG_ROUTE_SIMILARITY, RG_ROUTE_SIMILARITY}}};
 	uint64_t all = 0, ok = 0;
 	char name[64];
 
-	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+	/* one series per prefix, over every route the table counts under it (te_embed: /embed and
+	 * /v1/embeddings), in the order of the routes' first appearance */
+	for (int r = 0; r < RG_ROUTE_OTHER; r++) {
+		const char *prefix = rg_route_tei_metric((rg_route)r);
 		uint64_t a = 0, g = 0;
+		bool seen = false;
 
-		for (int j = 0; j < (kinds[k].route[0] == kinds[k].route[1] ? 1 : 2); j++) {
+		for (int q = 0; prefix && q < r && !seen; q++) {
+			const char *pq = rg_route_tei_metric((rg_route)q);
+
+			seen = pq && !strcmp(pq, prefix);
+		}
+		if (!prefix || seen)
+			continue;
+		for (int q = r; q < RG_ROUTE_OTHER; q++) {
+			const char *pq = rg_route_tei_metric((rg_route)q);
 			uint64_t a1, g1;
 
-			route_counts(s, kinds[k].route[j], &a1, &g1);
+			if (!pq || strcmp(pq, prefix))
+				continue;
+			route_counts(s, (rg_route)q, &a1, &g1);
 			a += a1;
 			g += g1;
 		}
 		all += a;
 		ok += g;
-		snprintf(name, sizeof(name), "%s_count", kinds[k].prefix);
+		snprintf(name, sizeof(name), "%s_count", prefix);
 		render_gauge_or_counter(o, name, "counter", (double)a);
-		snprintf(name, sizeof(name), "%s_success", kinds[k].prefix);
+		snprintf(name, sizeof(name), "%s_success", prefix);
 		render_gauge_or_counter(o, name, "counter", (double)g);
-		snprintf(name, sizeof(name), "%s_failure", kinds[k].prefix);
+		snprintf(name, sizeof(name), "%s_failure", prefix);
 		render_gauge_or_counter(o, name, "counter", (double)(a - g));
 	}
 	render_gauge_or_counter(o, "te_request_count", "counter", (double)all);

@@ -8,29 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *rg_route_name(rg_route r)
-{
-	switch (r) {
-	case RG_ROUTE_EMBED: return "embed";
-	case RG_ROUTE_OPENAI: return "v1_embeddings";
-	case RG_ROUTE_TOKENIZE: return "tokenize";
-	case RG_ROUTE_PREDICT: return "predict";
-	case RG_ROUTE_RERANK: return "rerank";
-	case RG_ROUTE_HEALTH: return "health";
-	case RG_ROUTE_INFO: return "info";
-	case RG_ROUTE_METRICS: return "metrics";
-	case RG_ROUTE_EMBED_ALL: return "embed_all";
-	case RG_ROUTE_SIMILARITY: return "similarity";
-	case RG_ROUTE_DECODE: return "decode";
-	case RG_ROUTE_MODELS: return "v1_models";
-	case RG_ROUTE_OPENAPI: return "openapi";
-	case RG_ROUTE_MODEL: return "v1_model";
-	case RG_ROUTE_OTHER: return "other";
-	case RG_ROUTE_COUNT: break;
-	}
-	return "other";
-}
-
 static rg_status req_fail(rg_req_error *err, int http, const char *type, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 

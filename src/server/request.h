@@ -34,7 +34,7 @@ typedef enum rg_route {
 	RG_ROUTE_COUNT,
 } rg_route;
 
-/* Name used in metrics labels ("embed", "v1_embeddings", ...). */
+/* Name used in metrics labels ("embed", "v1_embeddings", ...): the route table's (routes.c). */
 const char *rg_route_name(rg_route r);
 
 /* One input of a request: either a text (text != NULL) or a token-id array (ids != NULL). */

@@ -97,9 +97,9 @@ enum MHD_Result rg_answer_tokenize(conn_ctx *c)
 	rg_buf_init(&b);
 	rg_buf_put(&b, "[", 1);
 	for (size_t i = 0; i < c->req.n_inputs; i++) {
-		const rg_encoding *e = &c->encs[i];
-		const char *text = c->texts[i] ? c->texts[i] : c->req.inputs[i].text;
-		size_t len = c->texts[i] ? c->text_lens[i] : c->req.inputs[i].len;
+		const rg_encoding *e = &c->embed.encs[i];
+		const char *text = c->embed.texts[i] ? c->embed.texts[i] : c->req.inputs[i].text;
+		size_t len = c->embed.texts[i] ? c->embed.text_lens[i] : c->req.inputs[i].len;
 
 		rg_buf_puts(&b, i ? ",[" : "[");
 		for (size_t k = 0; k < e->n; k++) {
@@ -185,15 +185,15 @@ size_t rg_embed_all_answer_bytes(size_t rows, size_t n_inputs, size_t hidden)
 enum MHD_Result rg_answer_embed_all(conn_ctx *c, double queue_ms, double infer_ms, int bs)
 {
 	const size_t H = (size_t)c->srv->info->hidden_size;
-	const float *v = c->hidden;
+	const float *v = c->embed.hidden;
 	rg_buf b;
 
 	rg_buf_init(&b);
-	rg_buf_reserve(&b, embed_all_json_bound(c->prompt_tokens, c->req.n_inputs, H));
+	rg_buf_reserve(&b, embed_all_json_bound(c->embed.prompt_tokens, c->req.n_inputs, H));
 	rg_buf_put(&b, "[", 1);
 	for (size_t i = 0; i < c->req.n_inputs; i++) {
 		rg_buf_puts(&b, i ? ",[" : "[");
-		for (size_t k = 0; k < c->n_ids[i]; k++, v += H) {
+		for (size_t k = 0; k < c->embed.n_ids[i]; k++, v += H) {
 			if (k)
 				rg_buf_put(&b, ",", 1);
 			rg_buf_float_array(&b, v, H);
@@ -210,7 +210,7 @@ enum MHD_Result rg_answer_embed_all(conn_ctx *c, double queue_ms, double infer_m
 enum MHD_Result rg_answer_similarity(conn_ctx *c, double queue_ms, double infer_ms, int bs)
 {
 	const size_t H = (size_t)c->srv->info->output_dim; /* the embedding (Dense applied) */
-	const float *src = c->emb;
+	const float *src = c->embed.emb;
 	double ns = 0;
 	rg_buf b;
 
@@ -219,7 +219,7 @@ enum MHD_Result rg_answer_similarity(conn_ctx *c, double queue_ms, double infer_
 	rg_buf_init(&b);
 	rg_buf_put(&b, "[", 1);
 	for (size_t i = 1; i < c->req.n_inputs; i++) {
-		const float *v = c->emb + i * H;
+		const float *v = c->embed.emb + i * H;
 		double dot = 0, nv = 0;
 
 		for (size_t k = 0; k < H; k++) {
@@ -370,6 +370,6 @@ enum MHD_Result rg_answer_openapi(conn_ctx *c)
 	rg_buf b;
 
 	rg_buf_init(&b);
-	rg_buf_puts(&b, rg_openapi_json());
+	rg_openapi_write(&b);
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
 }

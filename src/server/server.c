@@ -1,22 +1,25 @@
-/* `ragged serve`: HTTP front end over libmicrohttpd (one epoll thread pool), one engine worker
- * per model (engine.c), a response cache (cache.c) and Prometheus metrics (metrics.c).
+/* `ragged serve`: HTTP front end over libmicrohttpd (one epoll thread pool; http.c), the route
+ * table (routes.c: one row per route, from which dispatch and /openapi.json derive) and the
+ * handlers (routes_embed.c, routes_compat.c), one engine worker per model (engine.c), a response
+ * cache (cache.c) and Prometheus metrics (metrics.c).
  *
  * Request flow for POST /embed and /v1/embeddings:
  *   1. MHD calls on_request once with the headers (on_headers: framing, CORS, API key, media
  *      type, a Content-Length over --max-body-bytes, the buffered-bytes budget; see "Hardening"
  *      below); then once per body fragment (on_body: accumulated up to the limit, dropped
  *      beyond it or after a refusal) and once more at the end.
- *   2. At the end, on the HTTP thread: parse JSON (request.c), tokenize every text (bad UTF-8 ->
- *      400, too long without truncate -> 422), look each input up in the cache.
+ *   2. At the end, on the HTTP thread: the route's row (rg_route_dispatch) has the body parsed
+ *      (request.c), then its handler tokenizes every text (bad UTF-8 -> 400, too long
+ *      without truncate -> 422) and looks each input up in the cache.
  *   3. All inputs cached: answer now. Otherwise suspend the connection, queue the missing inputs
  *      as one job (429 when the queue is full) and return; the engine worker calls job_done,
- *      which resumes the connection; MHD calls on_request again and the answer is built there.
+ *      which resumes the connection; MHD calls on_request again and c->resume builds the answer.
  *   4. on_completed (MHD_OPTION_NOTIFY_COMPLETED) frees the per-connection context. A connection
  *      is never completed while suspended (MHD keeps it), so the engine's borrowed pointer stays
  *      valid until job_done; the engine watches the sockets of queued jobs and drops the jobs of
  *      clients that went away (metric ragged_dropped_disconnected_total).
  *
- * Hardening (issue 9; src/server/http_guard.c, conn_watch.c, routes.c on_headers/on_body):
+ * Hardening (issue 9; src/server/http_guard.c, conn_watch.c, http.c on_headers/on_body):
  *   - framing: two different Content-Length values, Content-Length with Transfer-Encoding, a
  *     header name with whitespace before the colon, a transfer coding other than chunked: 400
  *     (501) and the connection is closed (RFC 9112 sec. 6.3); libmicrohttpd 0.9.75 takes the
@@ -302,7 +305,7 @@ static struct MHD_Daemon *start_daemon(rg_server *s)
 			     MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 			     MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->o.http_threads,
 			     /* 0.9.70-0.9.76: not 1, whose missing-Host 400 goes out with two
-			      * status lines; routes.c refuses what it refused (no Host, a space
+			      * status lines; http.c refuses what it refused (no Host, a space
 			      * in the target) */
 			     MHD_OPTION_STRICT_FOR_CLIENT, (int)(s->mhd_layout ? 0 : 1),
 			     MHD_OPTION_URI_LOG_CALLBACK, rg_server_on_uri, s,

@@ -1,5 +1,6 @@
-/* What the server's modules share (server.c: start-up and shutdown; routes.c: the HTTP routes and
- * the per-connection life cycle): the server and per-connection state. Not a public header. */
+/* What the server's modules share (server.c: start-up and shutdown; http.c: the libmicrohttpd
+ * glue and the per-connection life cycle; routes.c: the route table and dispatch; routes_embed.c
+ * and routes_compat.c: the handlers): the server and per-connection state. Not a public header. */
 #ifndef RG_SERVER_INTERNAL_H
 #define RG_SERVER_INTERNAL_H
 #include <microhttpd.h>
@@ -17,6 +18,7 @@
 #include "server/options.h"
 #include "server/prompts.h"
 #include "server/request.h"
+#include "server/routes.h"
 
 #define EXIT_USAGE RG_SERVE_EXIT_USAGE
 
@@ -57,17 +59,14 @@ typedef struct rg_server {
 				  * rg_header_layout_check and the raw target NUL check apply */
 } rg_server;
 
-/* Per-connection (per HTTP request) state, MHD's *con_cls. */
-typedef struct conn_ctx {
-	rg_server *srv;
-	struct MHD_Connection *conn;
+/* The HTTP side of one request (http.c): the raw target's checks, framing, the body being read
+ * against the buffered-bytes budget, an early refusal, and the answer's extra headers. */
+typedef struct rg_conn_http {
 	bool started;            /* on_headers ran (the URI log callback creates the context) */
 	bool target_seen;        /* the URI log callback saw the raw target: the fields below hold */
 	const char *target_end;  /* where the raw target's NUL is (its first NUL byte) in MHD's pool;
 				  * the version follows one byte later unless the target held a NUL */
 	char target_err[96];     /* rg_target_bad's reason, "" when the raw target is fine */
-	size_t answer_reserved;  /* bytes of srv->buffered this request's answer holds (/embed_all) */
-	rg_route route;
 	bool post;
 	double t0;               /* first call (headers received), rg_now_ms() */
 	rg_buf body;
@@ -84,11 +83,12 @@ typedef struct conn_ctx {
 	bool close_after;        /* broken framing: answer with Connection: close */
 	int retry_after_s;       /* Retry-After of the answer; a 429/503 sends at least 1 */
 	const char *cors_origin; /* Access-Control-Allow-Origin of the answer; NULL: none */
-	bool suspended;          /* queued in the engine (or resuming to report a submit error) */
-	atomic_bool released;    /* the engine made its last access (job_done ran / submit failed) */
-	rg_http_error submit_error; /* the answer after a failed submit; code 0 when none */
-	char submit_err[256];
-	rg_request req;
+} rg_conn_http;
+
+/* What the embedding routes hold for one request (routes_embed.c, routes_compat.c): the inputs
+ * as token ids, the engine job and its outputs. All zero until a handler fills them; freed by
+ * rg_embed_conn_free. */
+typedef struct rg_embed_state {
 	int32_t **ids;           /* (n_inputs) token ids per input; owned unless it is req's */
 	size_t *n_ids;           /* (n_inputs) */
 	int32_t **types;         /* (n_inputs) token types of pair inputs (owned), NULL entries else */
@@ -96,13 +96,34 @@ typedef struct conn_ctx {
 	rg_job_seq *seqs;        /* (n_inputs) uncached inputs */
 	rg_job job;
 	size_t prompt_tokens;
-	bool openai;             /* OpenAI error shape: /v1/... and the OpenAI route */
 	float *hidden;           /* /embed_all: (sum of n_ids, hidden_size) per-token outputs */
+	size_t answer_reserved;  /* bytes of srv->buffered this request's answer holds (/embed_all) */
 	char **texts;            /* (n_inputs) prompted texts (owned), NULL entries when unprompted */
 	size_t *text_lens;       /* (n_inputs) */
 	rg_encoding *encs;       /* (n_inputs) /tokenize: the encodings (owned) */
+	rg_http_error submit_error; /* the answer after a failed submit; code 0 when none */
+	char submit_err[256];
+} rg_embed_state;
+
+/* Per-connection (per HTTP request) state, MHD's *con_cls: the HTTP framing (http), the route
+ * and its parsed request (row, req), and the route's own state (embed). */
+typedef struct conn_ctx {
+	rg_server *srv;
+	struct MHD_Connection *conn;
+	rg_conn_http http;
+	const rg_route_def *row; /* the route table's row (routes.h); NULL: none (404) */
+	const char *path_arg;    /* dispatch: the rest of a "{name}" path (MHD's url), else NULL */
+	rg_route route;          /* row->id, RG_ROUTE_OTHER without a row */
+	bool openai;             /* OpenAI error shape: /v1/... and the OpenAI route */
+	bool suspended;          /* queued in the engine (or resuming to report a submit error) */
+	atomic_bool released;    /* the engine made its last access (job_done ran / submit failed) */
+	/* called for a suspended connection once resumed (its job ended): the answer */
+	enum MHD_Result (*resume)(struct conn_ctx *c);
+	rg_request req;          /* the parsed body (rows with a schema) */
+	rg_embed_state embed;
 } conn_ctx;
 
+/* ---- http.c: the HTTP glue ---- */
 /* Answer c with body (taken over) and the content type; the one place answers are queued (adds
  * the timing headers, Allow on 405 and Retry-After on 429 / 503, counts the metrics). */
 enum MHD_Result rg_conn_send(conn_ctx *c, int status, rg_buf *body, const char *ctype,
@@ -112,7 +133,29 @@ enum MHD_Result rg_conn_send(conn_ctx *c, int status, rg_buf *body, const char *
 enum MHD_Result rg_conn_error(conn_ctx *c, int status, const char *type, const char *param,
 			      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
-/* routes_compat.c: TEI's and OpenAI's other routes and shapes. */
+/* Give back the request's share of the buffered-bytes budget and its body (read in full). */
+void rg_conn_release_body(conn_ctx *c);
+
+/* ---- routes.c: the route table's dispatch ---- */
+/* The request has arrived in full (c->row found at the headers, url its path): 404 / 405 / 503,
+ * the body parsed by the row's schema (c->req), the model kind checked, then the row's handler. */
+enum MHD_Result rg_route_dispatch(conn_ctx *c, const char *url, const char *method);
+
+/* ---- routes_embed.c: the embedding routes ---- */
+/* Tokenize, look up the cache, queue the rest in the engine (the connection is suspended and
+ * answered by c->row->answer when the job ends): /embed, /v1/embeddings, /embed_all,
+ * /similarity, /predict, /rerank. */
+enum MHD_Result rg_handle_embed(conn_ctx *c);
+/* /tokenize: TEI's token objects, no model run. */
+enum MHD_Result rg_handle_tokenize(conn_ctx *c);
+/* The answers from c->embed.emb: pooled vectors (TEI's list or OpenAI's object), scores
+ * (/predict, /rerank). */
+enum MHD_Result rg_answer_embeddings(conn_ctx *c, double queue_ms, double infer_ms, int bs);
+enum MHD_Result rg_answer_scores(conn_ctx *c, double queue_ms, double infer_ms, int bs);
+/* Free what the embedding routes hold in c (token ids, texts, encodings, outputs); not c. */
+void rg_embed_conn_free(conn_ctx *c);
+
+/* ---- routes_compat.c: TEI's and OpenAI's other routes and shapes ---- */
 /* The prompt text a request asks for (its prompt_name, else the file's default), NULL for none;
  * *ret set and true when an unknown name was answered 400. */
 bool rg_request_prompt(conn_ctx *c, const char **prompt, enum MHD_Result *ret);
@@ -129,8 +172,6 @@ enum MHD_Result rg_answer_models(conn_ctx *c);
 /* GET /v1/models/{id}: the model object when id is the served name, else OpenAI's 404. */
 enum MHD_Result rg_answer_model(conn_ctx *c, const char *id);
 enum MHD_Result rg_answer_openapi(conn_ctx *c);
-/* openapi.c: the OpenAPI 3 document of every route (static JSON). */
-const char *rg_openapi_json(void);
 
 /* MHD's access handler (MHD_start_daemon's dh; cls is the rg_server) and its
  * MHD_OPTION_NOTIFY_COMPLETED callback, which frees the per-connection state. */

@@ -496,7 +496,7 @@ def test_info_models_openapi(srv, tiny_dir):
     assert isinstance(m["created"], int) and abs(m["created"] - time.time()) < 3600
 
 
-# Every route the server answers, with its methods (routes.c route_of).
+# Every route the server answers, with its methods (the rows of routes.c).
 ROUTES = {"/": ["post", "get"], "/invocations": ["post"], "/embed": ["post"],
           "/embed_all": ["post"], "/v1/embeddings": ["post"], "/embeddings": ["post"],
           "/similarity": ["post"], "/predict": ["post"], "/rerank": ["post"],
