@@ -35,11 +35,13 @@ rg_dtype rg_backend_dtype(const rg_backend *be); /* the dtype activations are st
 size_t rg_dtype_size(rg_dtype dt);
 
 /* Backend memory. alloc returns RG_ERR_OOM on failure; dealloc accepts NULL. */
-rg_status rg_backend_alloc(rg_backend *be, size_t bytes, void **ptr);
-void rg_backend_dealloc(rg_backend *be, void *ptr);
+RG_TEST_API rg_status rg_backend_alloc(rg_backend *be, size_t bytes, void **ptr);
+RG_TEST_API void rg_backend_dealloc(rg_backend *be, void *ptr);
 /* Host <-> backend copies of raw bytes (synchronous w.r.t. the host buffer). */
-rg_status rg_backend_upload(rg_backend *be, void *dst, const void *src_host, size_t bytes);
-rg_status rg_backend_download(rg_backend *be, void *dst_host, const void *src, size_t bytes);
+RG_TEST_API rg_status rg_backend_upload(rg_backend *be, void *dst, const void *src_host,
+				      size_t bytes);
+RG_TEST_API rg_status rg_backend_download(rg_backend *be, void *dst_host, const void *src,
+					size_t bytes);
 /* Upload n float32 values converting to the backend dtype dt (for weights / tables). */
 rg_status rg_backend_upload_f32_as(rg_backend *be, void *dst, const float *src_host, size_t n,
 				   rg_dtype dt);
