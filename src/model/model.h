@@ -101,6 +101,15 @@ typedef struct rg_dec_state {
 	int32_t *am_d;          /* (2 T) greedy outputs: ids (T) int32, then their log-probs (T) f32 */
 	int32_t *am_h;          /* pinned twin of am_d */
 	void *lg_h;             /* pinned (RG_LOGITS_CHUNK, vocab) act: a graphed step's logits */
+	/* rg_model_step_sample's buffers (allocated at its first call; _h pinned twins) */
+	rg_sample_row *smp_rows_d, *smp_rows_h; /* (T) per-row parameters */
+	int32_t *smp_off_d, *smp_off_h;         /* (2 (T + 1)): penalty, then bias CSR offsets */
+	rg_sample_pen *smp_pen_d, *smp_pen_h;   /* (smp_pen_cap) */
+	rg_sample_bias *smp_bias_d, *smp_bias_h; /* (smp_bias_cap) */
+	size_t smp_pen_cap, smp_bias_cap;
+	int32_t *smp_out_d, *smp_out_h;         /* (T (2 + 2 RG_SAMPLE_MAX_TOP)): ids (T), log-probs
+						 * (T) f32, top ids (T, 20), top log-probs (T, 20) */
+	void *smp_work_d;                       /* rg_sample_work_bytes(RG_LOGITS_CHUNK, vocab) */
 	/* CUDA graphs of decode-only steps (one new token per sequence, every row's logits), keyed
 	 * by the padded sequence count B, the block-table width MB and the output (logits / ids);
 	 * LRU; a key is captured the second time it is seen (its first run is eager) */
