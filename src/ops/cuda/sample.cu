@@ -17,6 +17,13 @@
  *  - the draw: each thread sums exp(l - l_max) over a contiguous slice, an exclusive block scan
  *    gives every slice's start, and the one slice where the running sum passes u x total walks
  *    its elements in id order.
+ * Cost per row (N = vocab): the load reads x once from HBM and writes the f32 row to the
+ * workspace; every later pass reads that row back, from L2 while rows x N x 4 bytes fit (one
+ * 50257 row is 200 KB, one 151936 row 600 KB). Greedy: 3 passes (+2 for top-N). top-k: +2 passes
+ * and two 4096-key block sorts. top-p: ~8 passes (max, float64 exp-sum, 4 radix passes with
+ * float64 exp and shared atomics spread over 8 histogram copies, tie count, mark). min-p: 1. The
+ * draw: 1 pass plus one slice. One CTA per row leaves SMs idle when rows are few (batch 1 uses
+ * one SM of 132): a row split over several CTAs is the next step if the benchmark shows it.
  * Float64 sums run in another order than the host chain's: a draw or a top-p cut within rounding
  * (~1e-16 relative) of a boundary may differ from the CPU twin; nothing else does. */
 #include <cub/cub.cuh>
@@ -27,6 +34,7 @@
 
 #define SB RG_SAMPLE_GROUPS
 #define SITEMS (RG_SAMPLE_CAND / RG_SAMPLE_GROUPS)
+#define HCOPIES 8 /* radix_find's histogram copies (fewer shared-atomic collisions) */
 
 /* keys (fkey(value) << 32) | ~id: unique, so a descending sort gives value descending, ties
  * by ascending id, whatever the sort's stability */
@@ -53,7 +61,7 @@ struct SampleSmem {
 		typename RedD::TempStorage redd;
 		typename RedU::TempStorage redu;
 		typename RedI::TempStorage redi;
-		double hist[256];
+		double hist[HCOPIES][256]; /* radix_find: one copy per pair of warps */
 	} u;
 	double d0, d1;
 	unsigned long long u0;
@@ -121,29 +129,38 @@ __device__ uint32_t radix_find(const float *w, int N, bool mass, double mx, doub
 	uint32_t prefix = 0, mask = 0;
 	double acc = 0.0;
 
+	double *h = sm.u.hist[(threadIdx.x >> 5) % HCOPIES];
+
 	for (int shift = 24; shift >= 0; shift -= 8) {
-		for (int b = threadIdx.x; b < 256; b += SB)
-			sm.u.hist[b] = 0.0;
+		for (int b = threadIdx.x; b < HCOPIES * 256; b += SB)
+			sm.u.hist[b / 256][b % 256] = 0.0;
 		__syncthreads();
 		for (int j = threadIdx.x; j < N; j += SB) {
-			const uint32_t k = fkey(w[j]);
-			if ((k & mask) == prefix)
-				atomicAdd(&sm.u.hist[(k >> shift) & 255u],
-					  mass ? exp((double)w[j] - mx) : 1.0);
+			const float v = w[j];
+			const uint32_t k = fkey(v);
+			if ((k & mask) == prefix && !(mass && v == -INFINITY)) /* -inf: no mass */
+				atomicAdd(&h[(k >> shift) & 255u], mass ? exp((double)v - mx) : 1.0);
+		}
+		__syncthreads();
+		for (int b = threadIdx.x; b < 256; b += SB) {
+			double t = 0.0;
+			for (int c = 0; c < HCOPIES; c++) /* fixed order: the sum is deterministic */
+				t += sm.u.hist[c][b];
+			sm.u.hist[0][b] = t;
 		}
 		__syncthreads();
 		if (threadIdx.x == 0) {
 			int sel = -1;
 			for (int b = 255; b >= 0 && sel < 0; b--) {
-				if (sm.u.hist[b] > 0.0 && acc + sm.u.hist[b] >= target)
+				if (sm.u.hist[0][b] > 0.0 && acc + sm.u.hist[0][b] >= target)
 					sel = b;
 				else
-					acc += sm.u.hist[b];
+					acc += sm.u.hist[0][b];
 			}
 			for (int b = 0; b < 256 && sel < 0; b++) /* over the total: the lowest */
-				if (sm.u.hist[b] > 0.0) {
+				if (sm.u.hist[0][b] > 0.0) {
 					sel = b;
-					acc -= sm.u.hist[b];
+					acc -= sm.u.hist[0][b];
 				}
 			sel = sel < 0 ? 0 : sel;
 			sm.i1 = sel;
@@ -328,7 +345,8 @@ sample_rows_kernel(const T *__restrict__ x, int M, int N, rg_sample_args a)
 				double part = 0.0, above, total, P;
 				int n_ties, keep = 0;
 				for (int j = threadIdx.x; j < N; j += SB)
-					part += exp((double)w[j] - (double)mx);
+					if (w[j] > -INFINITY)
+						part += exp((double)w[j] - (double)mx);
 				total = block_sum_d(part, sm);
 				P = (double)p.top_p * total;
 				const float K = fval(radix_find(w, N, true, mx, P, &above, sm));
@@ -366,7 +384,7 @@ sample_rows_kernel(const T *__restrict__ x, int M, int N, rg_sample_args a)
 	mx = w[block_argmax(w, N, sm)];
 	if (!greedy && p.min_p > 0.f) {
 		for (int j = threadIdx.x; j < N; j += SB)
-			if (exp((double)w[j] - (double)mx) < (double)p.min_p)
+			if (w[j] > -INFINITY && exp((double)w[j] - (double)mx) < (double)p.min_p)
 				w[j] = -INFINITY;
 		__syncthreads();
 	}
