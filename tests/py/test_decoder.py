@@ -490,7 +490,8 @@ def test_step_sample_matches_a_numpy_chain(loaded):
     """rg_model_step_sample (the CPU twin of the device sampler, through the step): per-row
     greedy, temperature + top-k, top-p + min-p with penalties and bias, in one mixed batch, each
     row's id, log-prob and top-5 equal to a NumPy chain applied to rg_model_step's logits with
-    the same u; greedy equals rg_model_step_argmax; bad parameters are refused by name."""
+    the same u; a sequence alone samples what it samples inside the batch; greedy equals
+    rg_model_step_argmax; bad parameters are refused by name."""
     m, cfg, w = loaded("llama_gqa_untied")
     V = cfg["vocab_size"]
     rng = np.random.default_rng(21)
@@ -520,6 +521,18 @@ def test_step_sample_matches_a_numpy_chain(loaded):
             assert tid[r, :len(rt)].tolist() == rt.tolist(), (u, r, tid[r], rt)
             assert np.all(tid[r, len(rt):] == -1) and np.all(np.isneginf(tlp[r, len(rt):]))
             assert np.all(np.abs(tlp[r, :len(rt)] - rtl) <= 1e-5 * np.maximum(1, np.abs(rtl)))
+    # batch invariance: sequence a alone (fresh blocks), its rows 6 and 2 with the same draws
+    kws = [dict(temperature=0.7, top_k=5, u=0.41),
+           dict(temperature=1.3, top_p=0.8, min_p=0.05, u=0.77, penalty=pen, bias=bias)]
+    mixed = m.step_sample([row_sampling(**kws[0]), row_sampling(temperature=0.0),
+                           row_sampling(**kws[1])], *args, top_n=3)
+    s2 = Seq(a, shuffled_free(96, 22))
+    t2, p2, c2, l2 = s2.chunk(7)
+    alone = m.step_sample([row_sampling(**k) for k in kws], t2, p2, [0, 7], [c2],
+                          np.asarray(s2.blocks, np.int32)[None], l2, [6, 2], top_n=3)
+    assert [mixed[0][0], mixed[0][2]] == alone[0].tolist()
+    assert np.all(np.abs(np.array([mixed[1][0], mixed[1][2]]) - alone[1]) <= 1e-5)
+    assert np.array_equal(mixed[2][[0, 2]], alone[2])
     greedy = [row_sampling(temperature=0.0)] * 3
     ids, lps, _, _ = m.step_sample(greedy, *args)
     gids, glps = m.step_argmax(*args)
