@@ -497,7 +497,9 @@ typedef struct rg_row_sampling {
  * boundary may differ. Decode-only steps run as CUDA graphs as in rg_model_step_argmax (one
  * graph per top_n). Errors: those of rg_model_step, and RG_ERR_INVALID_INPUT naming the row and
  * field for a parameter outside the ranges above, NULL params / lists, or top_n outside [0, 20].
- * no_repeat_ngram_size has no device form: run those rows through the host chain. */
+ * no_repeat_ngram_size has no device form: run those rows through the host chain. The first
+ * call allocates the sampling buffers, kept until rg_model_free: a workspace of 64 x vocab_size
+ * x 8 bytes (26 MB for a 50257 vocabulary) and per-row staging; RG_ERR_OOM if they do not fit. */
 RG_API rg_status rg_model_step_sample(rg_model *m, const rg_step_batch *b,
 				      const rg_row_sampling *params, int32_t *ids, float *logprobs,
 				      int top_n, int32_t *top_ids, float *top_logprobs);
