@@ -244,6 +244,26 @@ void rg_decoder_free(rg_model *m);
  * into ctx (n, qd) act, with the given scale. */
 rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scale,
 			   void *ctx);
+/* Free every captured decode graph (buffers they read are about to change). */
+void rg_dec_graphs_free(rg_model *m);
+
+/* rg_model_step_sample (decoder_sample.c): parameters in, top-N outputs. */
+typedef struct rg_dec_sample_io {
+	const rg_row_sampling *params; /* (n_logits) */
+	int top_n;
+	int32_t *top_ids;              /* (n_logits, top_n) */
+	float *top_logprobs;           /* (n_logits, top_n) */
+} rg_dec_sample_io;
+/* Rows of the sampling buffers: max_tokens + RG_LOGITS_CHUNK (a graph pads to its bucket). */
+size_t rg_dec_sample_rows(const rg_model *m);
+/* Every row's parameters against rg_row_sampling's ranges; RG_ERR_INVALID_INPUT names them. */
+rg_status rg_dec_sample_check(const rg_model *m, int n_logits, const rg_dec_sample_io *io);
+/* Stage n rows' parameters and lists, padded to nl greedy rows; allocates at the first call
+ * (and grows the lists, freeing the graphs). Asynchronous copies on the backend's stream. */
+rg_status rg_dec_sample_stage(rg_model *m, int n, int nl, const rg_dec_sample_io *io);
+/* rg_op_sample_rows' arguments for logits rows r0.. of the staged step. */
+rg_sample_args rg_dec_sample_args(rg_model *m, int r0, int top_n);
+void rg_dec_sample_free(rg_model *m);
 /* Upload a host f32 array (n values) as a constant tensor in the compute dtype (as_act) or f32,
  * and free the host array (also on error). */
 rg_status rg_dec_upload(rg_model *m, float *host, size_t n, bool as_act, void **dst);
