@@ -475,6 +475,48 @@ RG_API rg_status rg_model_step(rg_model *m, const rg_step_batch *b, float *logit
 RG_API rg_status rg_model_step_argmax(rg_model *m, const rg_step_batch *b, int32_t *ids,
 				      float *logprobs);
 
+/* Sampling parameters of one logits row for rg_model_step_sample: the host sampler chain of
+ * src/gen/sampler.h (bias, penalties, then greedy, or temperature, top-k, top-p, min-p and a
+ * draw), with the uniform draw supplied by the caller so that the device and the host consume
+ * the same random numbers. All arrays are host memory, caller-owned, read during the call only. */
+typedef struct rg_row_sampling {
+	float temperature;        /* >= 0; 0: greedy (top_k, top_p, min_p, u ignored) */
+	int top_k;                /* >= 0; 0: off */
+	float top_p;              /* (0, 1]; 1: off */
+	float min_p;              /* [0, 1]; 0: off */
+	float repetition_penalty; /* > 0; 1: off */
+	float presence_penalty;   /* [-2, 2]; 0: off */
+	float frequency_penalty;  /* [-2, 2]; 0: off */
+	double u;                 /* [0, 1): the sequence's next rg_rng_uniform draw */
+	int n_penalty;            /* entries below: every token of the prompt or generated so far */
+	const int32_t *penalty_ids;       /* (n_penalty) distinct ids in [0, vocab_size) */
+	const int32_t *penalty_counts;    /* (n_penalty) occurrences among generated tokens, >= 0 */
+	const uint8_t *penalty_in_prompt; /* (n_penalty) nonzero: the token is in the prompt */
+	int n_logit_bias;
+	const int32_t *logit_bias_ids;    /* (n_logit_bias) ids in [0, vocab_size), applied in order */
+	const float *logit_bias_values;   /* (n_logit_bias) finite, added to the logits */
+} rg_row_sampling;
+
+/* rg_model_step with sampling on the device (issue 19; src/ops/ops.h rg_op_sample_rows has the
+ * algorithm, LightSeq's hierarchical top-k among it): only the chosen ids and log-probabilities
+ * cross to the host, never the logits. params: (n_logits), row r's parameters for logits row
+ * logits_rows[r]. ids: (n_logits) int32, caller-owned; logprobs: NULL or (n_logits) f32, the
+ * chosen token's log-probability under the processed distribution (after bias, penalties,
+ * temperature, over the tokens top-k/top-p/min-p kept; greedy: at temperature 1), as
+ * rg_sampler_sample. top_n in [0, 20]: top_ids, top_logprobs (n_logits, top_n), caller-owned (NULL
+ * when top_n is 0), the top_n most probable tokens of that distribution, probability descending,
+ * ties by id; -1 and -inf past the tokens left. For the same logits and u the CPU result equals
+ * the host chain's; CUDA's float64 sums run in another order, so a draw within ~1e-16 of a
+ * boundary may differ. Decode-only steps run as CUDA graphs as in rg_model_step_argmax (one
+ * graph per top_n). Errors: those of rg_model_step, and RG_ERR_INVALID_INPUT naming the row and
+ * field for a parameter outside the ranges above, NULL params / lists, or top_n outside [0, 20].
+ * no_repeat_ngram_size has no device form: run those rows through the host chain. The first
+ * call allocates the sampling buffers, kept until rg_model_free: a workspace of 64 x vocab_size
+ * x 8 bytes (26 MB for a 50257 vocabulary) and per-row staging; RG_ERR_OOM if they do not fit. */
+RG_API rg_status rg_model_step_sample(rg_model *m, const rg_step_batch *b,
+				      const rg_row_sampling *params, int32_t *ids, float *logprobs,
+				      int top_n, int32_t *top_ids, float *top_logprobs);
+
 /* ---------------------------------------------------------------------------------------------
  * Generation (issue 19): sampling and beam-search options, results, and rg_generate, the
  * whole-request convenience over rg_model_step (src/gen/generate.c drives any runner; here the

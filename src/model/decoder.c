@@ -94,7 +94,7 @@ static rg_status alloc_step_arena(rg_model *m)
 	return RG_OK;
 }
 
-static void dec_graphs_free(rg_model *m)
+void rg_dec_graphs_free(rg_model *m)
 {
 	for (int i = 0; i < RG_DEC_GRAPHS; i++) {
 		rg_backend_graph_free(m->be, m->dec.graphs[i].g);
@@ -118,12 +118,13 @@ void rg_decoder_free(rg_model *m)
 	if (!m->be)
 		return;
 	kv_free(m);
-	dec_graphs_free(m);
+	rg_dec_graphs_free(m);
 	rg_backend_dealloc(m->be, m->dec.am_d);
 	rg_backend_host_free(m->be, m->dec.am_h);
 	rg_backend_host_free(m->be, m->dec.lg_h);
 	m->dec.am_d = m->dec.am_h = NULL;
 	m->dec.lg_h = NULL;
+	rg_dec_sample_free(m);
 	rg_backend_dealloc(m->be, m->dec.arena_d);
 	m->dec.arena_d = NULL;
 	rg_backend_dealloc(m->be, m->dec.ids_d);
@@ -291,7 +292,7 @@ rg_status rg_model_kv_init(rg_model *m, int block_size, int n_blocks)
 	m->dec.n_blocks = n_blocks;
 	m->dec.layer_bytes = per_block / (2 * (size_t)m->dec.cfg.num_hidden_layers) *
 			     ((size_t)n_blocks + 1);
-	dec_graphs_free(m); /* captured against the old cache */
+	rg_dec_graphs_free(m); /* captured against the old cache */
 	return RG_OK;
 }
 
@@ -491,7 +492,8 @@ rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float s
 	return rg_op_paged_attention(m->be, &f->attn, qkv, ld, kc, vc, ctx);
 }
 
-enum { STEP_LOGITS = 0, STEP_ARGMAX = 1 };
+/* Step outputs; STEP_SAMPLE + top_n for rg_model_step_sample (a graph per top_n). */
+enum { STEP_LOGITS = 0, STEP_ARGMAX = 1, STEP_SAMPLE = 2 };
 
 /* The tail of a step on the device, after the forward: for the n_logits wanted rows (their
  * indices rows_d, backend memory), RG_LOGITS_CHUNK at a time: gather the final norm's rows, one
@@ -518,6 +520,13 @@ static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int
 			if ((s = rg_op_argmax_rows(m->be, m->dec.a[RG_D_LOGITS], nr, V,
 						   m->dec.am_d + r0,
 						   (float *)(m->dec.am_d + T) + r0)) != RG_OK)
+				return s;
+			continue;
+		}
+		if (mode >= STEP_SAMPLE) {
+			const rg_sample_args a = rg_dec_sample_args(m, r0, mode - STEP_SAMPLE);
+
+			if ((s = rg_op_sample_rows(m->be, m->dec.a[RG_D_LOGITS], nr, V, &a)) != RG_OK)
 				return s;
 			continue;
 		}
@@ -548,6 +557,18 @@ static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int
 		    (s = rg_backend_download_async(m->be, m->dec.am_h + T, m->dec.am_d + T,
 						   (size_t)n_logits * 4)) != RG_OK)
 			return s;
+	}
+	if (mode >= STEP_SAMPLE && n_logits > 0) {
+		const size_t C = rg_dec_sample_rows(m), tn = (size_t)(mode - STEP_SAMPLE);
+		const size_t off[] = {0, C, 2 * C, (2 + RG_SAMPLE_MAX_TOP) * C};
+		const size_t cnt[] = {(size_t)n_logits, (size_t)n_logits, n_logits * tn,
+				      n_logits * tn};
+
+		for (int i = 0; i < 4; i++)
+			if (cnt[i] && (s = rg_backend_download_async(m->be, m->dec.smp_out_h + off[i],
+								     m->dec.smp_out_d + off[i],
+								     cnt[i] * 4)) != RG_OK)
+				return s;
 	}
 	return RG_OK;
 }
@@ -647,7 +668,7 @@ static rg_status step_stage(rg_model *m, const rg_step_batch *b, int mb_used, in
 			rg_backend_host_free(m->be, m->dec.bt_h);
 			m->dec.bt_d = m->dec.bt_h = NULL;
 			m->dec.bt_cap = 0;
-			dec_graphs_free(m); /* they read the old table buffer */
+			rg_dec_graphs_free(m); /* they read the old table buffer */
 			if ((s = rg_backend_alloc(m->be, cap * 4, (void **)&m->dec.bt_d)) != RG_OK ||
 			    (s = rg_backend_host_alloc(m->be, cap * 4, (void **)&m->dec.bt_h)) != RG_OK)
 				return rg_error_wrap(s, "block tables of %zu entries", cap);
@@ -696,12 +717,26 @@ static void step_fwd(rg_model *m, rg_dec_fwd *f, int nt, int ns, int width, int 
 	f->attn.n_blocks = (int64_t)m->dec.n_blocks + 1; /* the scratch block too */
 }
 
-/* Copy a finished step's outputs to the caller: ids / log-probs (STEP_ARGMAX) or, for a graphed
- * STEP_LOGITS step, the pinned logits widened to f32. */
+/* Copy a finished step's outputs to the caller: ids / log-probs (STEP_ARGMAX, STEP_SAMPLE and
+ * its top-N) or, for a graphed STEP_LOGITS step, the pinned logits widened to f32. */
 static void step_out(rg_model *m, int n_logits, int mode, float *logits, int32_t *ids,
-		     float *logprobs, bool graphed)
+		     float *logprobs, const rg_dec_sample_io *io, bool graphed)
 {
 	const size_t T = (size_t)m->max_tokens, V = (size_t)m->dec.cfg.vocab_size;
+
+	if (mode >= STEP_SAMPLE) {
+		const size_t C = rg_dec_sample_rows(m), tn = (size_t)io->top_n;
+
+		memcpy(ids, m->dec.smp_out_h, (size_t)n_logits * 4);
+		if (logprobs)
+			memcpy(logprobs, m->dec.smp_out_h + C, (size_t)n_logits * 4);
+		if (tn) {
+			memcpy(io->top_ids, m->dec.smp_out_h + 2 * C, n_logits * tn * 4);
+			memcpy(io->top_logprobs, m->dec.smp_out_h + (2 + RG_SAMPLE_MAX_TOP) * C,
+			       n_logits * tn * 4);
+		}
+		return;
+	}
 
 	if (mode == STEP_ARGMAX) {
 		memcpy(ids, m->dec.am_h, (size_t)n_logits * 4);
@@ -722,7 +757,7 @@ static void step_out(rg_model *m, int n_logits, int mode, float *logits, int32_t
 /* One step: validate, stage, run (a graph for an eligible decode-only step on CUDA, else
  * eagerly), then the outputs of the mode. */
 static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *logits,
-			  int32_t *ids, float *logprobs, const char *fn)
+			  int32_t *ids, float *logprobs, const rg_dec_sample_io *io, const char *fn)
 {
 	const size_t T = m ? (size_t)m->max_tokens : 0;
 	int max_ctx = 0, mb_used = 1;
@@ -733,6 +768,8 @@ static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *
 		return s;
 	if ((s = step_validate(m, b, mode == STEP_LOGITS ? logits : (float *)ids, &max_ctx,
 			       &mb_used)) != RG_OK)
+		return s;
+	if (mode >= STEP_SAMPLE && (s = rg_dec_sample_check(m, b->n_logits, io)) != RG_OK)
 		return s;
 	if (graph_eligible(m, b)) {
 		const int B = graph_bucket(b->n_seq);
@@ -750,10 +787,11 @@ static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *
 							  m->dec.cfg.vocab_size * m->esz,
 					       &m->dec.lg_h)) != RG_OK)
 			return s;
-		g = graph_slot(m, B, MB, mode);
-		g->last_use = ++m->dec.graph_clock;
-		if ((s = step_stage(m, b, mb_used, B, MB)) != RG_OK)
+		if ((s = step_stage(m, b, mb_used, B, MB)) != RG_OK ||
+		    (mode >= STEP_SAMPLE && (s = rg_dec_sample_stage(m, b->n_logits, B, io)) != RG_OK))
 			return s;
+		g = graph_slot(m, B, MB, mode); /* after staging, which may free the graphs */
+		g->last_use = ++m->dec.graph_clock;
 		step_fwd(m, &f, B, B, MB, MB * m->dec.block_size);
 		if (!g->g && g->seen++ >= 1) { /* second sight: capture */
 			rg_graph *gr = NULL;
@@ -777,7 +815,7 @@ static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *
 			    (s = rg_backend_sync(m->be)) != RG_OK)
 				return s;
 			m->dec.graph_steps++;
-			step_out(m, b->n_logits, mode, logits, ids, logprobs, true);
+			step_out(m, b->n_logits, mode, logits, ids, logprobs, io, true);
 			return RG_OK;
 		}
 		/* first sight: eager, over the same padded staging */
@@ -785,10 +823,12 @@ static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *
 		    (s = step_tail(m, m->dec.ids_d + 3 * T, B, mode, NULL, m->dec.lg_h)) != RG_OK ||
 		    (s = rg_backend_sync(m->be)) != RG_OK)
 			return s;
-		step_out(m, b->n_logits, mode, logits, ids, logprobs, true);
+		step_out(m, b->n_logits, mode, logits, ids, logprobs, io, true);
 		return RG_OK;
 	}
-	if ((s = step_stage(m, b, mb_used, 0, 0)) != RG_OK)
+	if ((s = step_stage(m, b, mb_used, 0, 0)) != RG_OK ||
+	    (mode >= STEP_SAMPLE &&
+	     (s = rg_dec_sample_stage(m, b->n_logits, b->n_logits, io)) != RG_OK))
 		return s;
 	step_fwd(m, &f, b->n_tokens, b->n_seq, mb_used, max_ctx);
 	if ((s = m->arch->forward(m, &f)) != RG_OK)
@@ -798,16 +838,29 @@ static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *
 		return s;
 	if ((s = rg_backend_sync(m->be)) != RG_OK)
 		return s;
-	step_out(m, b->n_logits, mode, logits, ids, logprobs, false);
+	step_out(m, b->n_logits, mode, logits, ids, logprobs, io, false);
 	return RG_OK;
 }
 
 rg_status rg_model_step(rg_model *m, const rg_step_batch *b, float *logits)
 {
-	return step_run(m, b, STEP_LOGITS, logits, NULL, NULL, "rg_model_step");
+	return step_run(m, b, STEP_LOGITS, logits, NULL, NULL, NULL, "rg_model_step");
 }
 
 rg_status rg_model_step_argmax(rg_model *m, const rg_step_batch *b, int32_t *ids, float *logprobs)
 {
-	return step_run(m, b, STEP_ARGMAX, NULL, ids, logprobs, "rg_model_step_argmax");
+	return step_run(m, b, STEP_ARGMAX, NULL, ids, logprobs, NULL, "rg_model_step_argmax");
+}
+
+rg_status rg_model_step_sample(rg_model *m, const rg_step_batch *b,
+			       const rg_row_sampling *params, int32_t *ids, float *logprobs,
+			       int top_n, int32_t *top_ids, float *top_logprobs)
+{
+	const rg_dec_sample_io io = {params, top_n, top_ids, top_logprobs};
+
+	if (top_n < 0 || top_n > RG_SAMPLE_MAX_TOP)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_step_sample: top_n %d must be in "
+				 "[0, %d]", top_n, RG_SAMPLE_MAX_TOP);
+	return step_run(m, b, STEP_SAMPLE + top_n, NULL, ids, logprobs, &io,
+			"rg_model_step_sample");
 }

@@ -101,6 +101,15 @@ typedef struct rg_dec_state {
 	int32_t *am_d;          /* (2 T) greedy outputs: ids (T) int32, then their log-probs (T) f32 */
 	int32_t *am_h;          /* pinned twin of am_d */
 	void *lg_h;             /* pinned (RG_LOGITS_CHUNK, vocab) act: a graphed step's logits */
+	/* rg_model_step_sample's buffers (allocated at its first call; _h pinned twins) */
+	rg_sample_row *smp_rows_d, *smp_rows_h; /* (T) per-row parameters */
+	int32_t *smp_off_d, *smp_off_h;         /* (2 (T + 1)): penalty, then bias CSR offsets */
+	rg_sample_pen *smp_pen_d, *smp_pen_h;   /* (smp_pen_cap) */
+	rg_sample_bias *smp_bias_d, *smp_bias_h; /* (smp_bias_cap) */
+	size_t smp_pen_cap, smp_bias_cap;
+	int32_t *smp_out_d, *smp_out_h;         /* (T (2 + 2 RG_SAMPLE_MAX_TOP)): ids (T), log-probs
+						 * (T) f32, top ids (T, 20), top log-probs (T, 20) */
+	void *smp_work_d;                       /* rg_sample_work_bytes(RG_LOGITS_CHUNK, vocab) */
 	/* CUDA graphs of decode-only steps (one new token per sequence, every row's logits), keyed
 	 * by the padded sequence count B, the block-table width MB and the output (logits / ids);
 	 * LRU; a key is captured the second time it is seen (its first run is eager) */
@@ -249,6 +258,26 @@ void rg_generate_state_free(rg_model *m);
  * into ctx (n, qd) act, with the given scale. */
 rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scale,
 			   void *ctx);
+/* Free every captured decode graph (buffers they read are about to change). */
+void rg_dec_graphs_free(rg_model *m);
+
+/* rg_model_step_sample (decoder_sample.c): parameters in, top-N outputs. */
+typedef struct rg_dec_sample_io {
+	const rg_row_sampling *params; /* (n_logits) */
+	int top_n;
+	int32_t *top_ids;              /* (n_logits, top_n) */
+	float *top_logprobs;           /* (n_logits, top_n) */
+} rg_dec_sample_io;
+/* Rows of the sampling buffers: max_tokens + RG_LOGITS_CHUNK (a graph pads to its bucket). */
+size_t rg_dec_sample_rows(const rg_model *m);
+/* Every row's parameters against rg_row_sampling's ranges; RG_ERR_INVALID_INPUT names them. */
+rg_status rg_dec_sample_check(const rg_model *m, int n_logits, const rg_dec_sample_io *io);
+/* Stage n rows' parameters and lists, padded to nl greedy rows; allocates at the first call
+ * (and grows the lists, freeing the graphs). Asynchronous copies on the backend's stream. */
+rg_status rg_dec_sample_stage(rg_model *m, int n, int nl, const rg_dec_sample_io *io);
+/* rg_op_sample_rows' arguments for logits rows r0.. of the staged step. */
+rg_sample_args rg_dec_sample_args(rg_model *m, int r0, int top_n);
+void rg_dec_sample_free(rg_model *m);
 /* Upload a host f32 array (n values) as a constant tensor in the compute dtype (as_act) or f32,
  * and free the host array (also on error). */
 rg_status rg_dec_upload(rg_model *m, float *host, size_t n, bool as_act, void **dst);

@@ -97,6 +97,10 @@ typedef struct rg_backend_ops {
 				 int32_t *ids, float *logprob);
 	rg_status (*copy_blocks)(rg_backend_ctx *c, void *pool, size_t block_bytes,
 				 const int32_t *src_h, const int32_t *dst_h, int n);
+	rg_status (*sample_rows)(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
+				 const rg_sample_args *a);
+	rg_status (*topk_rows)(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N, int k,
+			       rg_topk_method method, void *work, int32_t *idx, float *val);
 } rg_backend_ops;
 
 /* The CPU backend (src/ops/cpu/backend_cpu.c). */

@@ -524,3 +524,44 @@ rg_status rg_op_argmax_rows(rg_backend *be, const void *x, int M, int N, int32_t
 		return s;
 	return note(be, be->ops->argmax_rows(be->ctx, be->dt, x, M, N, ids, logprob));
 }
+
+size_t rg_sample_work_bytes(int M, int N)
+{
+	return M > 0 && N > 0 ? (size_t)M * (size_t)N * 8 : 0;
+}
+
+rg_status rg_op_sample_rows(rg_backend *be, const void *x, int M, int N, const rg_sample_args *a)
+{
+	rg_status s;
+
+	if (M < 0 || N <= 0 || !a || (M > 0 && (!x || !a->rows || !a->ids || !a->work)) ||
+	    a->top_n < 0 || a->top_n > RG_SAMPLE_MAX_TOP ||
+	    (a->top_n > 0 && (!a->top_ids || !a->top_logprobs)) ||
+	    (a->pen_off && !a->pen) || (a->bias_off && !a->bias))
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "sample_rows: bad arguments M=%d N=%d top_n=%d", M, N,
+					  a ? a->top_n : -1));
+	if ((s = RG_DEC_OP(be, sample_rows)) != RG_OK || M == 0)
+		return s;
+	return note(be, be->ops->sample_rows(be->ctx, be->dt, x, M, N, a));
+}
+
+/* (M, N) keys, values in and out for the sort, and 32 MiB for CUB's temporary storage */
+size_t rg_topk_work_bytes(int M, int N)
+{
+	return M > 0 && N > 0 ? (size_t)M * (size_t)N * 16 + ((size_t)32 << 20) : 0;
+}
+
+rg_status rg_op_topk_rows(rg_backend *be, const void *x, int M, int N, int k,
+			  rg_topk_method method, void *work, int32_t *idx, float *val)
+{
+	rg_status s;
+
+	if (M < 0 || N <= 0 || k < 1 || k > N || (method != RG_TOPK_HIER && method != RG_TOPK_SORT) ||
+	    (M > 0 && (!x || !idx || !work)))
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "topk_rows: bad arguments M=%d N=%d k=%d", M, N, k));
+	if ((s = RG_DEC_OP(be, topk_rows)) != RG_OK || M == 0)
+		return s;
+	return note(be, be->ops->topk_rows(be->ctx, be->dt, x, M, N, k, method, work, idx, val));
+}

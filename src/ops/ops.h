@@ -35,11 +35,13 @@ rg_dtype rg_backend_dtype(const rg_backend *be); /* the dtype activations are st
 size_t rg_dtype_size(rg_dtype dt);
 
 /* Backend memory. alloc returns RG_ERR_OOM on failure; dealloc accepts NULL. */
-rg_status rg_backend_alloc(rg_backend *be, size_t bytes, void **ptr);
-void rg_backend_dealloc(rg_backend *be, void *ptr);
+RG_TEST_API rg_status rg_backend_alloc(rg_backend *be, size_t bytes, void **ptr);
+RG_TEST_API void rg_backend_dealloc(rg_backend *be, void *ptr);
 /* Host <-> backend copies of raw bytes (synchronous w.r.t. the host buffer). */
-rg_status rg_backend_upload(rg_backend *be, void *dst, const void *src_host, size_t bytes);
-rg_status rg_backend_download(rg_backend *be, void *dst_host, const void *src, size_t bytes);
+RG_TEST_API rg_status rg_backend_upload(rg_backend *be, void *dst, const void *src_host,
+				      size_t bytes);
+RG_TEST_API rg_status rg_backend_download(rg_backend *be, void *dst_host, const void *src,
+					size_t bytes);
 /* Upload n float32 values converting to the backend dtype dt (for weights / tables). */
 rg_status rg_backend_upload_f32_as(rg_backend *be, void *dst, const float *src_host, size_t n,
 				   rg_dtype dt);
@@ -282,4 +284,92 @@ rg_status rg_op_copy_blocks(rg_backend *be, void *pool, size_t block_bytes, cons
  * memory (rg_backend_host_alloc). A row of only NaN gives id 0. CUDA: one CTA per row. */
 rg_status rg_op_argmax_rows(rg_backend *be, const void *x, int M, int N, int32_t *ids,
 			    float *logprob);
+/* Sampling on the device (issue 19, "On CUDA, logits processing and sampling run on the device"):
+ * per row r of x (M, N) act, the chain of src/gen/sampler.h with the same order of steps, tie
+ * rules and draw, so that for the same logits and uniform u the CPU twin equals the host chain:
+ *   1. x converted to f32, NaN -> -inf, and no value is ever +inf: +inf and whatever
+ *      overflows in steps 2-4 becomes FLT_MAX (the host chain refuses NaN and gives NaN on +inf;
+ *      these are this op's own rules; finite rows that do not overflow are unaffected);
+ *   2. logit bias entries bias[bias_off[r] .. bias_off[r+1]) in list order: l[token] += bias;
+ *   3. penalties pen[pen_off[r] .. pen_off[r+1]) (one entry per token): repetition when
+ *      count > 0 or in_prompt (l < 0 ? l * rep : l / rep), then l -= count * frequency,
+ *      l -= presence when count > 0, in float32;
+ *   then greedy when !(temperature > 0): the largest l, lowest id on ties, log-probs of the
+ *   log-softmax of l over all N; or sampling:
+ *   4. l /= temperature (when != 1);
+ *   5. top-k (0 < k < N): keep l >= the k-th largest (ties at the k-th kept). The k-th largest
+ *      comes from LightSeq's hierarchical retrieve-and-rerank (Wang et al. 2021, sec. 2.2):
+ *      RG_SAMPLE_GROUPS strided groups, R = the k-th largest group maximum (k groups hold an
+ *      element >= R, so the top k are among x >= R), retrieve the candidates >= R, rerank them
+ *      (CUDA: a block radix sort of up to RG_SAMPLE_CAND; past it, and for k > RG_SAMPLE_GROUPS,
+ *      an exact 4-pass 8-bit radix select of the k-th value);
+ *   6. top-p (< 1): by l descending, ties by ascending id, keep each token while the mass
+ *      strictly before it (exp(l - l_max) summed in float64) is < p * total (at least one);
+ *      CUDA finds the cut without sorting: a 4-pass radix search over the float keys for the
+ *      value K with mass(> K) < p * total <= mass(>= K), then the ties at K in id order;
+ *   7. min-p (> 0): drop exp(l - l_max) < min_p (float64);
+ *   8. draw: walk the survivors (l > -inf) in ascending id order summing exp(l - l_max) in
+ *      float64 and take the first whose running sum exceeds u * total (the last if none).
+ * Outputs: ids[r] (int32), logprobs[r] (f32) = l[id] - log-sum-exp over the survivors (the
+ * processed distribution, as rg_sampler_sample), and when top_n > 0 top_ids / top_logprobs
+ * (M, top_n) the top_n survivors by l descending, ties by id (id -1, -inf past the survivors).
+ * A row whose values are all -inf/NaN gives id 0 and log-prob NaN.
+ * CUDA: one CTA per row; float64 sums in another order than the host's, so a draw or cut that
+ * falls within rounding (~1e-16 relative) of a boundary may differ from the CPU twin. */
+#define RG_SAMPLE_MAX_TOP 20   /* top_n limit */
+#define RG_SAMPLE_GROUPS 512   /* strided groups of the hierarchical top-k (CUDA threads) */
+#define RG_SAMPLE_CAND 4096    /* candidates the CUDA rerank sorts in shared memory */
+
+typedef struct rg_sample_row {
+	double u;                 /* uniform draw in [0, 1) from the request's rg_rng */
+	float temperature;        /* not > 0: greedy */
+	float top_p;              /* (0, 1]; 1: off */
+	float min_p;              /* [0, 1]; 0: off */
+	float repetition_penalty; /* > 0; 1: off */
+	float presence_penalty;
+	float frequency_penalty;
+	int32_t top_k;            /* 0: off */
+	int32_t reserved;         /* 0 */
+} rg_sample_row;
+
+typedef struct rg_sample_pen {
+	int32_t token;     /* in [0, N); entries with a token outside are skipped */
+	int32_t count;     /* occurrences among the generated tokens, >= 0 */
+	int32_t in_prompt; /* nonzero: the token is in the prompt */
+} rg_sample_pen;
+
+typedef struct rg_sample_bias {
+	int32_t token;     /* in [0, N); entries with a token outside are skipped */
+	float bias;        /* added to the logit */
+} rg_sample_bias;
+
+typedef struct rg_sample_args {
+	const rg_sample_row *rows;  /* (M) backend memory */
+	const int32_t *pen_off;     /* (M + 1) backend, non-decreasing, or NULL: no penalties */
+	const rg_sample_pen *pen;   /* (pen_off[M]) backend */
+	const int32_t *bias_off;    /* (M + 1) backend, or NULL: no bias */
+	const rg_sample_bias *bias; /* (bias_off[M]) backend */
+	int top_n;                  /* [0, RG_SAMPLE_MAX_TOP] */
+	void *work;                 /* rg_sample_work_bytes(M, N) bytes of backend memory */
+	int32_t *ids;               /* (M) backend or, on CUDA, mapped pinned memory */
+	float *logprobs;            /* (M) same, or NULL */
+	int32_t *top_ids;           /* (M, top_n) same, or NULL when top_n is 0 */
+	float *top_logprobs;        /* (M, top_n) same, or NULL when top_n is 0 */
+} rg_sample_args;
+
+/* Workspace of rg_op_sample_rows: (M, N) f32 processed logits and (M, N) int32 candidates. */
+RG_TEST_API size_t rg_sample_work_bytes(int M, int N);
+RG_TEST_API rg_status rg_op_sample_rows(rg_backend *be, const void *x, int M, int N,
+					const rg_sample_args *a);
+/* The k largest of each row of x (M, N) act: idx (M, k) int32 and val (M, k) f32 (val may be
+ * NULL), by value descending, ties by ascending column (a stable full sort's order), 1 <= k <= N;
+ * x holds no NaN. method RG_TOPK_HIER: LightSeq's hierarchical retrieve-and-rerank (the top-k of
+ * rg_op_sample_rows, see above); RG_TOPK_SORT: a full sort of each row (CUDA: CUB's segmented
+ * radix sort; the reference and the benchmark's baseline). work: rg_topk_work_bytes(M, N).
+ * CUDA: RG_TOPK_HIER is one CTA per row; k > RG_SAMPLE_GROUPS or more than RG_SAMPLE_CAND
+ * candidates (tie-heavy rows) take an exact radix select, then the rerank. */
+typedef enum rg_topk_method { RG_TOPK_HIER = 0, RG_TOPK_SORT = 1 } rg_topk_method;
+RG_TEST_API size_t rg_topk_work_bytes(int M, int N);
+RG_TEST_API rg_status rg_op_topk_rows(rg_backend *be, const void *x, int M, int N, int k,
+				      rg_topk_method method, void *work, int32_t *idx, float *val);
 #endif

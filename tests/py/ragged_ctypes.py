@@ -59,6 +59,40 @@ class StepBatch(ctypes.Structure):
                 ("logits_rows", ctypes.c_void_p)]
 
 
+class RowSampling(ctypes.Structure):
+    """include/ragged.h rg_row_sampling."""
+    _fields_ = [("temperature", ctypes.c_float), ("top_k", ctypes.c_int),
+                ("top_p", ctypes.c_float), ("min_p", ctypes.c_float),
+                ("repetition_penalty", ctypes.c_float), ("presence_penalty", ctypes.c_float),
+                ("frequency_penalty", ctypes.c_float), ("u", ctypes.c_double),
+                ("n_penalty", ctypes.c_int), ("penalty_ids", ctypes.c_void_p),
+                ("penalty_counts", ctypes.c_void_p), ("penalty_in_prompt", ctypes.c_void_p),
+                ("n_logit_bias", ctypes.c_int), ("logit_bias_ids", ctypes.c_void_p),
+                ("logit_bias_values", ctypes.c_void_p)]
+
+
+def row_sampling(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
+                 presence_penalty=0.0, frequency_penalty=0.0, u=0.5, penalty=None, bias=None):
+    """An rg_row_sampling; penalty: (ids, counts, in_prompt), bias: (ids, values). The arrays
+    are kept on the returned object (._keep) so they outlive the call."""
+    r = RowSampling(temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
+                    frequency_penalty, u)
+    keep = []
+    if penalty is not None:
+        ids, cnt, inp = (np.ascontiguousarray(penalty[0], np.int32),
+                         np.ascontiguousarray(penalty[1], np.int32),
+                         np.ascontiguousarray(penalty[2], np.uint8))
+        keep += [ids, cnt, inp]
+        r.n_penalty, r.penalty_ids = len(ids), ids.ctypes.data
+        r.penalty_counts, r.penalty_in_prompt = cnt.ctypes.data, inp.ctypes.data
+    if bias is not None:
+        ids, val = np.ascontiguousarray(bias[0], np.int32), np.ascontiguousarray(bias[1], np.float32)
+        keep += [ids, val]
+        r.n_logit_bias, r.logit_bias_ids, r.logit_bias_values = len(ids), ids.ctypes.data, val.ctypes.data
+    r._keep = keep
+    return r
+
+
 class KvInfo(ctypes.Structure):
     """include/ragged.h rg_kv_info."""
     _fields_ = [("block_size", ctypes.c_int), ("n_blocks", ctypes.c_int),
@@ -126,6 +160,9 @@ def lib():
         l.rg_model_step.argtypes = [ctypes.c_void_p, ctypes.POINTER(StepBatch), ctypes.c_void_p]
         l.rg_model_step_argmax.argtypes = [ctypes.c_void_p, ctypes.POINTER(StepBatch),
                                            ctypes.c_void_p, ctypes.c_void_p]
+        l.rg_model_step_sample.argtypes = [ctypes.c_void_p, ctypes.POINTER(StepBatch),
+                                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                           ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
         l.free.argtypes = [ctypes.c_void_p] if hasattr(l, "free") else None
         _lib = l
     return _lib
@@ -312,6 +349,12 @@ class Model:
         """rg_model_step_argmax: (ids int32 (n_logits), log-probs float32 (n_logits))."""
         return self._step(True, *a, **kw)
 
+    def step_sample(self, params, *a, top_n=0, **kw):
+        """rg_model_step_sample: params, a list of RowSampling (one per logits row); returns
+        (ids int32 (n_logits), log-probs f32 (n_logits), top ids (n_logits, top_n), top
+        log-probs (n_logits, top_n))."""
+        return self._step(("sample", params, top_n), *a, **kw)
+
     def _step(self, argmax, tokens, positions, cu_seqlens_q, context_lens, block_tables, slot_mapping,
              logits_rows, n_tokens=None, n_seq=None):
         """rg_model_step: (n_logits, vocab_size) float32. block_tables: 2-D (n_seq,
@@ -332,6 +375,18 @@ class Model:
         b = StepBatch(len(tk) if n_tokens is None else n_tokens, tk.ctypes.data, ps.ctypes.data,
                       len(cl) if n_seq is None else n_seq, cu.ctypes.data, cl.ctypes.data,
                       bt.shape[1], bt.ctypes.data, sm.ctypes.data, len(lr), lr.ctypes.data)
+        if isinstance(argmax, tuple):
+            _, params, top_n = argmax
+            arr = (RowSampling * max(len(params), 1))(*params)
+            tid = np.full((max(len(lr), 1), max(top_n, 1)), -7, np.int32)
+            tlp = np.full((max(len(lr), 1), max(top_n, 1)), np.nan, np.float32)
+            st = lib().rg_model_step_sample(self._h, ctypes.byref(b), arr, ids.ctypes.data,
+                                            lps.ctypes.data, top_n, tid.ctypes.data,
+                                            tlp.ctypes.data)
+            if st != RG_OK:
+                raise _err(st)
+            n = len(lr)
+            return ids[:n], lps[:n], tid[:n, :top_n], tlp[:n, :top_n]
         if argmax:
             st = lib().rg_model_step_argmax(self._h, ctypes.byref(b), ids.ctypes.data,
                                             lps.ctypes.data)

@@ -14,7 +14,8 @@ import pytest
 
 import make_decoder
 import ref_decoder
-from ragged_ctypes import (RG_MODEL_DECODER, Model, RaggedError)
+from ref_sample import ref_sample_chain
+from ragged_ctypes import (RG_MODEL_DECODER, Model, RaggedError, row_sampling)
 
 TOL = 1e-5
 BS = 4  # positions per KV block in most tests
@@ -483,3 +484,63 @@ def test_f16_checkpoint_on_cpu(tmp_path):
     assert_close(got, ref_decoder.forward(cfg, {k: v.astype(np.float64) for k, v in w16.items()},
                                           ids), "f16 checkpoint")
     m.close()
+
+
+def test_step_sample_matches_a_numpy_chain(loaded):
+    """rg_model_step_sample (the CPU twin of the device sampler, through the step): per-row
+    greedy, temperature + top-k, top-p + min-p with penalties and bias, in one mixed batch, each
+    row's id, log-prob and top-5 equal to a NumPy chain applied to rg_model_step's logits with
+    the same u; a sequence alone samples what it samples inside the batch; greedy equals
+    rg_model_step_argmax; bad parameters are refused by name."""
+    m, cfg, w = loaded("llama_gqa_untied")
+    V = cfg["vocab_size"]
+    rng = np.random.default_rng(21)
+    a, b = rng.integers(0, V, 7), rng.integers(0, V, 3)
+    free = shuffled_free(96, 21)
+    sa, sb = Seq(a, free), Seq(b, free)
+    ta, pa, ca, la = sa.chunk(7)
+    tb, pb, cb, lb = sb.chunk(3)
+    width = max(len(sa.blocks), len(sb.blocks))
+    bt = np.zeros((2, width), np.int32)
+    bt[0, :len(sa.blocks)] = sa.blocks
+    bt[1, :len(sb.blocks)] = sb.blocks
+    args = (ta + tb, pa + pb, [0, 7, 10], [ca, cb], bt, la + lb, [6, 9, 2])
+    logits = m.step(*args)
+    pen = ([int(a[0]), int(a[3]), 5], [0, 2, 1], [1, 1, 0])
+    bias = ([7, int(np.argmax(logits[2]))], [3.0, -1.5])
+    for u in (0.03, 0.41, 0.77, 0.999):
+        kws = [dict(temperature=0.0, penalty=pen, bias=bias, repetition_penalty=1.3),
+               dict(temperature=0.7, top_k=5, u=u),
+               dict(temperature=1.3, top_p=0.8, min_p=0.05, u=u, penalty=pen, bias=bias,
+                    repetition_penalty=1.2, presence_penalty=0.4, frequency_penalty=0.3)]
+        ids, lps, tid, tlp = m.step_sample([row_sampling(**k) for k in kws], *args, top_n=5)
+        for r, k in enumerate(kws):
+            rid, rlp, rt, rtl = ref_sample_chain(logits[r], top_n=5, **k)
+            assert ids[r] == rid, (u, r, ids[r], rid)
+            assert abs(lps[r] - rlp) <= 1e-5 * max(1.0, abs(rlp)), (u, r, lps[r], rlp)
+            assert tid[r, :len(rt)].tolist() == rt.tolist(), (u, r, tid[r], rt)
+            assert np.all(tid[r, len(rt):] == -1) and np.all(np.isneginf(tlp[r, len(rt):]))
+            assert np.all(np.abs(tlp[r, :len(rt)] - rtl) <= 1e-5 * np.maximum(1, np.abs(rtl)))
+    # batch invariance: sequence a alone (fresh blocks), its rows 6 and 2 with the same draws
+    kws = [dict(temperature=0.7, top_k=5, u=0.41),
+           dict(temperature=1.3, top_p=0.8, min_p=0.05, u=0.77, penalty=pen, bias=bias)]
+    mixed = m.step_sample([row_sampling(**kws[0]), row_sampling(temperature=0.0),
+                           row_sampling(**kws[1])], *args, top_n=3)
+    s2 = Seq(a, shuffled_free(96, 22))
+    t2, p2, c2, l2 = s2.chunk(7)
+    alone = m.step_sample([row_sampling(**k) for k in kws], t2, p2, [0, 7], [c2],
+                          np.asarray(s2.blocks, np.int32)[None], l2, [6, 2], top_n=3)
+    assert [mixed[0][0], mixed[0][2]] == alone[0].tolist()
+    assert np.all(np.abs(np.array([mixed[1][0], mixed[1][2]]) - alone[1]) <= 1e-5)
+    assert np.array_equal(mixed[2][[0, 2]], alone[2])
+    greedy = [row_sampling(temperature=0.0)] * 3
+    ids, lps, _, _ = m.step_sample(greedy, *args)
+    gids, glps = m.step_argmax(*args)
+    assert ids.tolist() == gids.tolist()
+    assert np.all(np.abs(lps - glps) <= 1e-5)
+    with pytest.raises(RaggedError, match="top_p"):
+        m.step_sample([row_sampling(top_p=0.0)] * 3, *args)
+    with pytest.raises(RaggedError, match="penalty_ids"):
+        m.step_sample([row_sampling(penalty=([V], [1], [0]))] * 3, *args)
+    with pytest.raises(RaggedError, match="top_n"):
+        m.step_sample(greedy, *args, top_n=21)

@@ -270,6 +270,23 @@ static rg_status cpu_copy_blocks(rg_backend_ctx *c, void *pool, size_t block_byt
 	return RG_OK;
 }
 
+static rg_status cpu_sample_rows(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
+				 const rg_sample_args *a)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_sample_rows(x, M, N, a);
+}
+
+static rg_status cpu_topk_rows(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N, int k,
+			       rg_topk_method method, void *work, int32_t *idx, float *val)
+{
+	(void)c;
+	(void)dt;
+	(void)method;
+	return rg_cpu_topk_rows(x, M, N, k, work, idx, val);
+}
+
 const rg_backend_ops rg_cpu_backend_ops = {
 	.name = "cpu",
 	.free = cpu_free,
@@ -302,4 +319,6 @@ const rg_backend_ops rg_cpu_backend_ops = {
 	.paged_attention = cpu_paged_attention,
 	.copy_blocks = cpu_copy_blocks,
 	.argmax_rows = cpu_argmax_rows,
+	.sample_rows = cpu_sample_rows,
+	.topk_rows = cpu_topk_rows,
 };

@@ -41,6 +41,11 @@ rg_status rg_cpu_kv_write(const float *k, const float *v, int ld, const int32_t 
 			  int n_tokens, int kv_dim, float *k_cache, float *v_cache, int64_t n_slots);
 rg_status rg_cpu_paged_attention(const rg_attn_desc *d, const float *q, int ldq,
 				 const float *k_cache, const float *v_cache, float *out);
+/* rg_op_sample_rows / rg_op_topk_rows (sample_cpu.c; the CPU twin of both topk methods is the
+ * hierarchical one, exact like a sort). */
+rg_status rg_cpu_sample_rows(const float *x, int M, int N, const rg_sample_args *a);
+rg_status rg_cpu_topk_rows(const float *x, int M, int N, int k, void *work, int32_t *idx,
+			   float *val);
 /* Name of the kernel table in use ("avx512", "avx2", "generic"): chosen from cpuid, narrowed
  * by RAGGED_CPU_ISA. Static string. */
 RG_TEST_API const char *rg_cpu_isa(void);

@@ -449,6 +449,8 @@ static rg_backend_ops make_cuda_ops(void)
 	t.paged_attention = rg_cuda_paged_attention;
 	t.copy_blocks = rg_cuda_copy_blocks;
 	t.argmax_rows = rg_cuda_argmax_rows;
+	t.sample_rows = rg_cuda_sample_rows;
+	t.topk_rows = rg_cuda_topk_rows;
 	return t;
 }
 
