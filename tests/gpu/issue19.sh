@@ -33,7 +33,7 @@ t0=$SECONDS
 make -j"$(nproc)" "${ARCHFLAGS[@]}" all >"$OUT/build.log" 2>&1; st=$?; tail -2 "$OUT/build.log"
 record "build ($((SECONDS - t0)) s)" $st
 [ $st -eq 0 ] || exit 1
-export RAGGED_LIB=build/libragged.so RAGGED_BIN=build/ragged
+export RAGGED_LIB=build/libragged.so RAGGED_BIN=build/ragged RAGGED_INTERNAL_LIB=build/libragged_internal.so
 MC=(compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20)
 if has parity; then
 	timeout 200 python3 tests/gpu/decoder_cuda_cpu.py | tail -12; record "CUDA vs CPU step" ${PIPESTATUS[0]}
@@ -51,7 +51,7 @@ if has hf; then
 fi
 if has sample && [ -f tests/gpu/sample_cuda.py ]; then
 	timeout 200 python3 tests/gpu/sample_cuda.py 2>&1 | tail -20; record "device sampling vs CPU twin" ${PIPESTATUS[0]}
-	timeout 200 "${MC[@]}" python3 tests/gpu/sample_cuda.py 2>&1 | tail -3; record "memcheck sampling" ${PIPESTATUS[0]}
+	SAMPLE_QUICK=1 timeout 200 "${MC[@]}" python3 tests/gpu/sample_cuda.py 2>&1 | tail -3; record "memcheck sampling" ${PIPESTATUS[0]}
 fi
 if has bench; then
 	timeout 300 python3 bench/peer/decode_bench.py "$OUT/decode_bench.json" fp16 2>&1 | grep -v "Writing model\|warn"; record "decode bench" ${PIPESTATUS[0]}
@@ -60,7 +60,7 @@ if has trace; then
 	timeout 200 python3 bench/peer/decode_trace.py "$OUT/decode_trace.json" 2>&1 | grep -v "Writing model\|warn"; record "decode trace" ${PIPESTATUS[0]}
 fi
 if has topk && [ -f bench/kernels/topk_bench.py ]; then
-	timeout 150 python3 bench/kernels/topk_bench.py "$OUT/topk_bench.json" 2>&1 | tail -20; record "top-k bench" ${PIPESTATUS[0]}
+	timeout 150 python3 bench/kernels/topk_bench.py --json "$OUT/topk_bench.json" 2>&1 | tail -30; record "top-k bench" ${PIPESTATUS[0]}
 fi
 echo; [ ${#FAILED[@]} -gt 0 ] && printf 'FAILED: %s\n' "${FAILED[@]}"
 [ ${#FAILED[@]} -eq 0 ]
