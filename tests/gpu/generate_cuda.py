@@ -44,9 +44,21 @@ for i, (name, (fam, spec)) in enumerate(MODELS.items()):
                                              diversity_penalty=0.5, n=2))):
         a = cpu.generate(PROMPTS, ignore_eos=True, **kw)
         b = gpu.generate(PROMPTS, ignore_eos=True, **kw)
-        check(f"{name} {label}: CUDA fp32 ids == CPU fp32 ids",
-              [o["ids"] for o in a] == [o["ids"] for o in b],
-              f"{[o['ids'][:8] for o in a]} vs {[o['ids'][:8] for o in b]}")
+        if "beams" in label:
+            # the best hypothesis must agree; the runners-up may swap where their scores tie to
+            # fp32 rounding (CPU and CUDA sum the GEMMs in different orders)
+            best = [o["ids"] for o in a if o["index"] == 0] == \
+                   [o["ids"] for o in b if o["index"] == 0]
+            rest = all(x["ids"] == y["ids"] or abs(x["score"] - y["score"]) <= 1e-4
+                       for x, y in zip(a, b))
+            check(f"{name} {label}: CUDA fp32 ids == CPU fp32 ids (runners-up: or score ties)",
+                  best and rest,
+                  f"{[(o['ids'][:8], o['score']) for o in a]} vs "
+                  f"{[(o['ids'][:8], o['score']) for o in b]}")
+        else:
+            check(f"{name} {label}: CUDA fp32 ids == CPU fp32 ids",
+                  [o["ids"] for o in a] == [o["ids"] for o in b],
+                  f"{[o['ids'][:8] for o in a]} vs {[o['ids'][:8] for o in b]}")
         check(f"{name} {label}: blocks in use 0", gpu.kv_blocks_in_use() == 0)
     h = ragged.Generator(d, device="cuda", dtype="fp16", max_batch_tokens=64)
     a = cpu.generate(PROMPTS, max_tokens=24, ignore_eos=True)
