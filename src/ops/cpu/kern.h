@@ -397,6 +397,131 @@ static void KNAME(f32_to_bf16)(const float *x, uint16_t *out, size_t n)
 	}
 }
 
+/* Small-M GEMV over row-major W (N, K) (nn.Linear's layout): out[m][n] = A[m] . W[n] for M <= 4
+ * rows of A, rows [n0, n1) of W. Four rows of W per pass, so each A vector loaded serves four
+ * weight rows; W is read once, in order (the decode step's LM head: memory-bound). */
+AI void gemv_rm_m(const int M, const float *A, size_t lda, const float *W, size_t ldw, int K,
+		  int n0, int n1, float *out, size_t ldo)
+{
+	const int kv = K / VW * VW;
+	int n = n0;
+
+	for (; n + 4 <= n1; n += 4) {
+		const float *w0 = W + (size_t)n * ldw, *w1 = w0 + ldw, *w2 = w1 + ldw, *w3 = w2 + ldw;
+		vf acc[4][4];
+
+		for (int m = 0; m < M; m++)
+			for (int r = 0; r < 4; r++)
+				acc[m][r] = (vf){0};
+		for (int k = 0; k < kv; k += VW) {
+			const vf x0 = vld(w0 + k), x1 = vld(w1 + k), x2 = vld(w2 + k), x3 = vld(w3 + k);
+
+#pragma GCC unroll 4
+			for (int m = 0; m < M; m++) {
+				const vf a = vld(A + (size_t)m * lda + k);
+
+				acc[m][0] += x0 * a;
+				acc[m][1] += x1 * a;
+				acc[m][2] += x2 * a;
+				acc[m][3] += x3 * a;
+			}
+		}
+		for (int m = 0; m < M; m++) {
+			const float *a = A + (size_t)m * lda;
+			float s[4];
+
+			for (int r = 0; r < 4; r++)
+				s[r] = hsum(acc[m][r]);
+			for (int k = kv; k < K; k++) {
+				s[0] += w0[k] * a[k];
+				s[1] += w1[k] * a[k];
+				s[2] += w2[k] * a[k];
+				s[3] += w3[k] * a[k];
+			}
+			for (int r = 0; r < 4; r++)
+				out[(size_t)m * ldo + n + r] = s[r];
+		}
+	}
+	for (; n < n1; n++) {
+		const float *w = W + (size_t)n * ldw;
+
+		for (int m = 0; m < M; m++) {
+			const float *a = A + (size_t)m * lda;
+			vf acc = (vf){0};
+			float s;
+
+			for (int k = 0; k < kv; k += VW)
+				acc += vld(w + k) * vld(a + k);
+			s = hsum(acc);
+			for (int k = kv; k < K; k++)
+				s += w[k] * a[k];
+			out[(size_t)m * ldo + n] = s;
+		}
+	}
+}
+
+static void KNAME(gemv_rm)(const float *A, size_t lda, int M, const float *W, size_t ldw, int K,
+			   int n0, int n1, float *out, size_t ldo)
+{
+	switch (M) {
+	case 1: gemv_rm_m(1, A, lda, W, ldw, K, n0, n1, out, ldo); break;
+	case 2: gemv_rm_m(2, A, lda, W, ldw, K, n0, n1, out, ldo); break;
+	case 3: gemv_rm_m(3, A, lda, W, ldw, K, n0, n1, out, ldo); break;
+	default: gemv_rm_m(4, A, lda, W, ldw, K, n0, n1, out, ldo); break;
+	}
+}
+
+/* Small-M GEMV over one 64-column block of a K-blocked weight (oneDNN's BA<kb>a64b: element
+ * (k, c) of the block at (k / kb) * kstride + (k % kb) * 64 + c): out[m][c] = sum_k A[m][k] W(k, c)
+ * for M <= 4 rows, c < 64. The block's weights stream once, in order; each weight vector is
+ * broadcast-multiplied into M accumulators (no horizontal sums). */
+#define GB_V 4 /* vectors per pass: 64, 32 or 16 columns (AVX-512, AVX2, SSE) */
+AI void gemv_blk_m(const int M, const float *A, size_t lda, const float *Wb, int K, int kb,
+		   size_t kstride, float *out, size_t ldo)
+{
+	for (int c0 = 0; c0 < 64; c0 += GB_V * VW) {
+		vf acc[4][GB_V];
+
+		for (int m = 0; m < M; m++)
+			for (int v = 0; v < GB_V; v++)
+				acc[m][v] = (vf){0};
+		for (int k0 = 0; k0 < K; k0 += kb) {
+			const float *wk = Wb + (size_t)(k0 / kb) * kstride + c0;
+			const int k1 = k0 + kb < K ? k0 + kb : K;
+
+			for (int k = k0; k < k1; k++, wk += 64) {
+				vf w[GB_V];
+
+#pragma GCC unroll 4
+				for (int v = 0; v < GB_V; v++)
+					w[v] = vld(wk + v * VW);
+#pragma GCC unroll 4
+				for (int m = 0; m < M; m++) {
+					const vf a = vsplat(A[(size_t)m * lda + k]);
+
+#pragma GCC unroll 4
+					for (int v = 0; v < GB_V; v++)
+						acc[m][v] += w[v] * a;
+				}
+			}
+		}
+		for (int m = 0; m < M; m++)
+			for (int v = 0; v < GB_V; v++)
+				vst(out + (size_t)m * ldo + c0 + v * VW, acc[m][v]);
+	}
+}
+
+static void KNAME(gemv_blk)(const float *A, size_t lda, int M, const float *Wb, int K, int kb,
+			    size_t kstride, float *out, size_t ldo)
+{
+	switch (M) {
+	case 1: gemv_blk_m(1, A, lda, Wb, K, kb, kstride, out, ldo); break;
+	case 2: gemv_blk_m(2, A, lda, Wb, K, kb, kstride, out, ldo); break;
+	case 3: gemv_blk_m(3, A, lda, Wb, K, kb, kstride, out, ldo); break;
+	default: gemv_blk_m(4, A, lda, Wb, K, kb, kstride, out, ldo); break;
+	}
+}
+
 const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.isa = RG_ISA_NAME,
 	.vw = VW,
@@ -407,4 +532,6 @@ const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.f32_to_bf16 = KNAME(f32_to_bf16),
 	.attn_qk = KNAME(attn_qk),
 	.attn_pv = KNAME(attn_pv),
+	.gemv_rm = KNAME(gemv_rm),
+	.gemv_blk = KNAME(gemv_blk),
 };
