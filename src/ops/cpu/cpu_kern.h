@@ -43,6 +43,13 @@ typedef struct rg_cpu_kern {
 	 * Wb[(k / kb) * kstride + (k % kb) * 64 + c]; out[m * ldo + c] for c < 64 */
 	void (*gemv_blk)(const float *A, size_t lda, int M, const float *Wb, int K, int kb,
 			 size_t kstride, float *out, size_t ldo);
+	/* paged attention over one cache block for nq query heads sharing a KV head: scores
+	 * s[g * lds + j] = scale * q_g . k_j (q (nq, hd) contiguous, keys (nk, hd) of stride ldk) */
+	void (*attn_dec_qk)(const float *q, int nq, int hd, const float *k, size_t ldk, int nk,
+			    float scale, float *s, size_t lds);
+	/* ... and o (nq, hd) += p (nq rows of stride ldp, nk columns) v (nk, hd; stride ldv) */
+	void (*attn_dec_pv)(const float *p, size_t ldp, int nq, const float *v, size_t ldv, int nk,
+			    int hd, float *o);
 } rg_cpu_kern;
 
 extern const rg_cpu_kern rg_cpu_kern_avx512, rg_cpu_kern_avx2, rg_cpu_kern_generic;

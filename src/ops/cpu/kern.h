@@ -522,6 +522,100 @@ static void KNAME(gemv_blk)(const float *A, size_t lda, int M, const float *Wb, 
 	}
 }
 
+/* Prefetch nk rows of hd floats (stride ld) into the cache: the block's rows are strided and
+ * were evicted by the step's weight stream, and a dot product per row leaves the out-of-order
+ * core too little room to run ahead on its own (measured on the 2-core EPYC: the key loads were
+ * most of the attention's time at batch 4, context 32-160). */
+AI void prefetch_rows(const float *x, size_t ld, int nk, int hd)
+{
+	for (int j = 0; j < nk; j++)
+		for (int e = 0; e < hd; e += 16)
+			__builtin_prefetch(x + (size_t)j * ld + e, 0, 3);
+}
+
+/* Paged attention's score rows for one KV head: s[g * lds + j] = scale * q_g . k_j for nq query
+ * heads (rows of q, stride hd) against nk keys (rows of k, stride ldk) of one cache block. Each
+ * key row is loaded once for every query head of the group (GQA); hd past the last full vector
+ * runs a scalar tail. */
+static void KNAME(attn_dec_qk)(const float *q, int nq, int hd, const float *k, size_t ldk, int nk,
+			       float scale, float *s, size_t lds)
+{
+	const int hv = hd / VW * VW;
+
+	prefetch_rows(k, ldk, nk, hd);
+
+	for (int j = 0; j < nk; j++) {
+		const float *kr = k + (size_t)j * ldk;
+
+		for (int g = 0; g < nq; g++) {
+			const float *qr = q + (size_t)g * hd;
+			vf a0 = (vf){0}, a1 = (vf){0};
+			float acc;
+			int e = 0;
+
+			for (; e + 2 * VW <= hv; e += 2 * VW) {
+				a0 += vld(qr + e) * vld(kr + e);
+				a1 += vld(qr + e + VW) * vld(kr + e + VW);
+			}
+			for (; e < hv; e += VW)
+				a0 += vld(qr + e) * vld(kr + e);
+			acc = hsum(a0 + a1);
+			for (; e < hd; e++)
+				acc += qr[e] * kr[e];
+			s[(size_t)g * lds + j] = acc * scale;
+		}
+	}
+}
+
+/* o[g * hd + e] += sum_j p[g * ldp + j] v_j[e] for nq heads over nk value rows (stride ldv) of one
+ * cache block: each value row is loaded once for every head of the group. */
+static void KNAME(attn_dec_pv)(const float *p, size_t ldp, int nq, const float *v, size_t ldv,
+			       int nk, int hd, float *o)
+{
+	const int hv = hd / VW * VW;
+
+	prefetch_rows(v, ldv, nk, hd);
+
+	for (int g = 0; g < nq; g++) {
+		const float *pr = p + (size_t)g * ldp;
+		float *orow = o + (size_t)g * hd;
+		int e = 0;
+
+		for (; e + 4 * VW <= hv; e += 4 * VW) {
+			vf a0 = vld(orow + e), a1 = vld(orow + e + VW);
+			vf a2 = vld(orow + e + 2 * VW), a3 = vld(orow + e + 3 * VW);
+
+			for (int j = 0; j < nk; j++) {
+				const float *vr = v + (size_t)j * ldv + e;
+				const vf pj = vsplat(pr[j]);
+
+				a0 += pj * vld(vr);
+				a1 += pj * vld(vr + VW);
+				a2 += pj * vld(vr + 2 * VW);
+				a3 += pj * vld(vr + 3 * VW);
+			}
+			vst(orow + e, a0);
+			vst(orow + e + VW, a1);
+			vst(orow + e + 2 * VW, a2);
+			vst(orow + e + 3 * VW, a3);
+		}
+		for (; e < hv; e += VW) {
+			vf a0 = vld(orow + e);
+
+			for (int j = 0; j < nk; j++)
+				a0 += vsplat(pr[j]) * vld(v + (size_t)j * ldv + e);
+			vst(orow + e, a0);
+		}
+		for (; e < hd; e++) {
+			float a = orow[e];
+
+			for (int j = 0; j < nk; j++)
+				a += pr[j] * v[(size_t)j * ldv + e];
+			orow[e] = a;
+		}
+	}
+}
+
 const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.isa = RG_ISA_NAME,
 	.vw = VW,
@@ -534,4 +628,6 @@ const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.attn_pv = KNAME(attn_pv),
 	.gemv_rm = KNAME(gemv_rm),
 	.gemv_blk = KNAME(gemv_blk),
+	.attn_dec_qk = KNAME(attn_dec_qk),
+	.attn_dec_pv = KNAME(attn_dec_pv),
 };
