@@ -416,6 +416,13 @@ AI void gemv_rm_m(const int M, const float *A, size_t lda, const float *W, size_
 		for (int k = 0; k < kv; k += VW) {
 			const vf x0 = vld(w0 + k), x1 = vld(w1 + k), x2 = vld(w2 + k), x3 = vld(w3 + k);
 
+			if ((k & 15) == 0 && n + 8 <= n1) { /* the next four rows, a line at a time */
+				__builtin_prefetch(w0 + 4 * ldw + k, 0, 0);
+				__builtin_prefetch(w1 + 4 * ldw + k, 0, 0);
+				__builtin_prefetch(w2 + 4 * ldw + k, 0, 0);
+				__builtin_prefetch(w3 + 4 * ldw + k, 0, 0);
+			}
+
 #pragma GCC unroll 4
 			for (int m = 0; m < M; m++) {
 				const vf a = vld(A + (size_t)m * lda + k);
@@ -491,6 +498,10 @@ AI void gemv_blk_m(const int M, const float *A, size_t lda, const float *Wb, int
 
 			for (int k = k0; k < k1; k++, wk += 64) {
 				vf w[GB_V];
+
+				if (c0 == 0) /* 16 rows (4 KiB) ahead */
+					for (int l = 0; l < 64; l += 16)
+						__builtin_prefetch(wk + 16 * 64 + l, 0, 0);
 
 #pragma GCC unroll 4
 				for (int v = 0; v < GB_V; v++)
