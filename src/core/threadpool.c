@@ -1,7 +1,15 @@
 /* ragged's CPU thread pool (see threadpool.h): persistent workers, a generation counter they
- * wait on (bounded spin, then futex), an atomic task counter for dynamic scheduling, and a
- * completion count the caller spins on. One run at a time per pool (a mutex serialises callers);
- * nested runs execute inline. */
+ * wait on (bounded spin, then futex), an atomic claim word (job, next task) for dynamic
+ * scheduling, and a count of finished tasks the caller spins on. One run at a time per pool (a
+ * mutex serialises callers); nested runs execute inline.
+ *
+ * A run ends when its tasks are done, not when every worker has looked at it: on a shared or
+ * oversubscribed host a descheduled worker used to hold up every run (a decode step is ~300
+ * runs) until the scheduler gave it a slice; now the caller takes the tasks it does not.
+ * A late worker may still hold the claim word of an older job: the caller first closes the word
+ * ((new job, CLOSED)), then writes the job's fields, then opens it ((new job, 0)); the fences
+ * make a worker that read any new field see the closed word, so its claim of the old job fails.
+ * A claim never succeeds for a task index past the job's own count. */
 #include "core/threadpool.h"
 
 #include <cblas.h>
@@ -11,6 +19,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,13 +38,13 @@ struct rg_threadpool {
 	int n_started;
 	pthread_mutex_t run_lock; /* one run at a time */
 
-	/* the current job, written by the caller before gen is bumped (release) */
-	rg_threadpool_fn fn;
-	void *ctx;
-	int n_tasks;
-	_Atomic int next;	   /* next task index to hand out */
+	/* the current job, written by the caller between closing and opening the claim word */
+	_Atomic(rg_threadpool_fn) fn;
+	void *_Atomic ctx;
+	_Atomic int n_tasks;
+	_Atomic uint64_t claim;	   /* (job << 32) | next task index; CLOSED while fields change */
 	_Atomic unsigned gen;	   /* bumped once per job; workers wait for it to change */
-	_Atomic int done;	   /* workers that finished the current job */
+	_Atomic int finished;	   /* tasks of the current job run to completion */
 	_Atomic int sleepers;	   /* workers in (or about to enter) futex_wait */
 	_Atomic int stop;
 };
@@ -67,15 +76,33 @@ static double now_us(void)
 	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
-/* Hand out tasks until none is left. */
+#define CLAIM_CLOSED 0xffffffffu
+
+/* Claim and run tasks of the current job until none is left (or the word is closed). */
 static void drain(rg_threadpool *p, int thread)
 {
 	for (;;) {
-		int t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+		uint64_t v = atomic_load_explicit(&p->claim, memory_order_acquire);
+		const uint32_t t = (uint32_t)v;
+		rg_threadpool_fn fn;
+		void *ctx;
+		int n;
 
-		if (t >= p->n_tasks)
+		if (t == CLAIM_CLOSED)
 			return;
-		p->fn(p->ctx, t, thread);
+		fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+		ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
+		n = atomic_load_explicit(&p->n_tasks, memory_order_relaxed);
+		/* pairs with the caller's release fence: fields of a newer job => the CAS sees its
+		 * closed word and fails */
+		atomic_thread_fence(memory_order_acquire);
+		if (t >= (uint32_t)n)
+			return;
+		if (!atomic_compare_exchange_weak_explicit(&p->claim, &v, v + 1, memory_order_acq_rel,
+							   memory_order_relaxed))
+			continue;
+		fn(ctx, (int)t, thread);
+		atomic_fetch_add_explicit(&p->finished, 1, memory_order_release);
 	}
 }
 
@@ -119,7 +146,6 @@ static void *worker_main(void *arg)
 		if (atomic_load_explicit(&p->stop, memory_order_acquire))
 			return NULL;
 		drain(p, thread);
-		atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
 	}
 }
 
@@ -250,7 +276,7 @@ static void run_inline(int n_tasks, rg_threadpool_fn fn, void *ctx)
 
 void rg_threadpool_run(rg_threadpool *p, int n_tasks, rg_threadpool_fn fn, void *ctx)
 {
-	int n_workers;
+	uint64_t job;
 
 	if (n_tasks <= 0)
 		return;
@@ -258,13 +284,15 @@ void rg_threadpool_run(rg_threadpool *p, int n_tasks, rg_threadpool_fn fn, void 
 		run_inline(n_tasks, fn, ctx);
 		return;
 	}
-	n_workers = p->n_started;
 	pthread_mutex_lock(&p->run_lock);
-	p->fn = fn;
-	p->ctx = ctx;
-	p->n_tasks = n_tasks;
-	atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-	atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+	job = (uint64_t)(atomic_load_explicit(&p->gen, memory_order_relaxed) + 1u) << 32;
+	atomic_store_explicit(&p->claim, job | CLAIM_CLOSED, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+	atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
+	atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
+	atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->claim, job, memory_order_release);
 	atomic_fetch_add(&p->gen, 1);
 	/* a worker that is still spinning sees the new generation itself */
 	if (atomic_load(&p->sleepers) > 0)
@@ -274,7 +302,7 @@ void rg_threadpool_run(rg_threadpool *p, int n_tasks, rg_threadpool_fn fn, void 
 	tls_in_pool = 0;
 	/* the stragglers are finishing their last task: spin, then yield the core (on an
 	 * oversubscribed machine a descheduled worker needs it more than we do) */
-	for (int k = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n_workers; k++) {
+	for (int k = 0; atomic_load_explicit(&p->finished, memory_order_acquire) < n_tasks; k++) {
 		if (k < 4096)
 			cpu_relax();
 		else

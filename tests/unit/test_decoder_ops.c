@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "ops/cpu/ops_cpu.h"
 #include "ops/ops.h"
 
 #define GUARD 32
@@ -206,25 +207,35 @@ static void test_silu_mul(void **state)
 }
 
 /* A mixed batch: sequence i has ctx[i] positions, the last nq[i] new this step; its keys and
- * values live in shuffled blocks of bs positions. The new K/V rows go in through kv_write (from
+ * values live in shuffled blocks of BS positions. The new K/V rows go in through kv_write (from
  * a strided fused buffer), the cached ones are written directly; attention is compared with a
- * naive causal GQA attention over each sequence's contiguous K/V in double. */
-static void test_paged_attention_mixed(void **state)
+ * naive causal GQA attention over each sequence's contiguous K/V in double. HD and BS vary so
+ * that the kernels' vector bodies and scalar tails both run (HD 8, 64 and 72 against 4, 8 and 16
+ * lanes); with `hostile`, bad descriptors and slots are refused too. */
+static void run_paged_attention(int HD, int BS, int NSEQ, const int *nq, const int32_t *ctx,
+				bool hostile)
 {
-	enum { NSEQ = 4, NH = 6, KVH = 2, HD = 8, BS = 3, NB = 20 };
-	const int nq[NSEQ] = {5, 1, 1, 7};
-	const int32_t ctx[NSEQ] = {5, 9, 1, 13};
+	enum { NH = 6, KVH = 2, MAXB = 16, MAXSEQ = 8 };
 	const int qd = NH * HD, kvd = KVH * HD, ld = qd + 2 * kvd;
-	int32_t cu[NSEQ + 1] = {0}, bt[NSEQ][8], slots[64], order[NB];
-	float *kc = rand_buf((size_t)NB * BS * kvd, 9.f), *vc = rand_buf((size_t)NB * BS * kvd, 9.f);
-	float *kfull[NSEQ], *vfull[NSEQ];
+	int32_t cu[MAXSEQ + 1] = {0}, bt[MAXSEQ][MAXB], slots[256], order[256];
+	int NB = 4, max_ctx = 0;
+	float *kc, *vc;
+	float *kfull[MAXSEQ], *vfull[MAXSEQ];
 	float *qkv, *out;
 	double *ref;
 	int n = 0, next = 0;
 	rg_backend *be = cpu();
 	rg_attn_desc d;
 
-	(void)state;
+	assert_true(NSEQ <= MAXSEQ);
+	for (int i = 0; i < NSEQ; i++) {
+		NB += (ctx[i] + BS - 1) / BS;
+		max_ctx = ctx[i] > max_ctx ? ctx[i] : max_ctx;
+		assert_true((ctx[i] + BS - 1) / BS <= MAXB && ctx[i] <= 64);
+	}
+	assert_true(NB <= 256);
+	kc = rand_buf((size_t)NB * BS * kvd, 9.f);
+	vc = rand_buf((size_t)NB * BS * kvd, 9.f);
 	for (int i = 0; i < NB; i++)
 		order[i] = i;
 	for (int i = NB - 1; i > 0; i--) { /* shuffle the free list */
@@ -237,7 +248,7 @@ static void test_paged_attention_mixed(void **state)
 		cu[i + 1] = cu[i] + nq[i];
 		for (int b = 0; b < (ctx[i] + BS - 1) / BS; b++)
 			bt[i][b] = order[next++];
-		for (int b = (ctx[i] + BS - 1) / BS; b < 8; b++)
+		for (int b = (ctx[i] + BS - 1) / BS; b < MAXB; b++)
 			bt[i][b] = -99; /* past the table: never read */
 	}
 	n = cu[NSEQ];
@@ -272,7 +283,7 @@ static void test_paged_attention_mixed(void **state)
 
 			for (int h = 0; h < NH; h++) {
 				const int kh = h / (NH / KVH);
-				double s[16], mx = -INFINITY, sum = 0;
+				double s[64], mx = -INFINITY, sum = 0;
 
 				for (int k = 0; k <= pos; k++) {
 					double a = 0;
@@ -304,13 +315,15 @@ static void test_paged_attention_mixed(void **state)
 	d.n_seq = NSEQ;
 	d.cu_seqlens_q = d.cu_seqlens_q_h = cu;
 	d.context_lens = d.context_lens_h = ctx;
-	d.max_context_len = 13;
+	d.max_context_len = max_ctx;
 	d.block_tables = &bt[0][0];
-	d.max_blocks_per_seq = 8;
+	d.max_blocks_per_seq = MAXB;
 	d.block_size = BS;
 	d.n_blocks = NB;
 	assert_int_equal(rg_op_paged_attention(be, &d, qkv, ld, kc, vc, out), RG_OK);
 	check("paged attention", out, ref, (size_t)n * qd, 1e-5, 1e-5);
+	if (!hostile)
+		goto out_free;
 	/* hostile descriptors and slots */
 	bt[1][2] = NB;
 	assert_int_equal(rg_op_paged_attention(be, &d, qkv, ld, kc, vc, out), RG_ERR_INVALID_INPUT);
@@ -327,10 +340,34 @@ static void test_paged_attention_mixed(void **state)
 	for (size_t i = 0; i < GUARD; i++)
 		assert_true(kc[(size_t)NB * BS * kvd + i] == SENTINEL &&
 			    vc[(size_t)NB * BS * kvd + i] == SENTINEL);
+out_free:
 	for (int i = 0; i < NSEQ; i++)
 		free(kfull[i]), free(vfull[i]);
 	free(kc), free(vc), free(qkv), free(out), free(ref);
 	rg_backend_free(be);
+}
+
+/* every kernel table this CPU runs: prefill chunks and decode rows in one batch, and a lone
+ * decode row (its group's query heads split over the threads), for several head sizes */
+static void test_paged_attention_mixed(void **state)
+{
+	static const char *const isas[] = {"avx512", "avx2", "generic"};
+	const int nq[4] = {5, 1, 1, 7}, one[1] = {1}, dec[3] = {1, 1, 1};
+	const int32_t ctx[4] = {5, 9, 1, 13}, ctx1[1] = {40}, ctx3[3] = {17, 33, 2};
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
+		if (rg_cpu_force_isa(isas[i]) != RG_OK)
+			continue;
+		run_paged_attention(8, 3, 4, nq, ctx, i == 0);
+		run_paged_attention(64, 16, 4, nq, ctx, false);
+		run_paged_attention(72, 5, 4, nq, ctx, false);
+		run_paged_attention(64, 16, 1, one, ctx1, false);
+		run_paged_attention(64, 16, 3, dec, ctx3, false);
+	}
+	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) /* back to the widest */
+		if (rg_cpu_force_isa(isas[i]) == RG_OK)
+			break;
 }
 
 static void test_copy_blocks(void **state)

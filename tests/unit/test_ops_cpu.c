@@ -317,6 +317,59 @@ static void test_gemm_prepared(void **state)
 	rg_backend_free(be);
 }
 
+/* The decode steps' GEMV kernels (M = 1..4, RG_CPU_GEMV_MAX): over row-major weights (the tied
+ * LM head; N not a multiple of the 4-row pass, K not of the vector width, one row of W) and over
+ * prepared weights (oneDNN's 64-column blocks: N a multiple of 64 and not, K a multiple of 16 and
+ * not, SmolLM2's QKV shape), every activation, with and without a bias, against a double loop
+ * (check() also asserts the guard values past each output). */
+static void test_gemv_small_m(void **state)
+{
+	const rg_act acts[] = {RG_ACT_NONE, RG_ACT_GELU_NEW, RG_ACT_RELU};
+	const int rm[][2] = {{1, 1}, {5, 17}, {33, 64}, {203, 576}, {1000, 31}};
+	const int Ms[] = {1, 2, 3, 4};
+	const int NK[][2] = {{192, 64}, {100, 48}, {64, 40}, {960, 576}};
+	rg_backend *be;
+	char what[128];
+	(void)state;
+
+	assert_true(rg_cpu_gemv_enabled());
+	for (size_t s = 0; s < sizeof(rm) / sizeof(rm[0]); s++)
+		for (int M = 1; M <= RG_CPU_GEMV_MAX; M++)
+			for (size_t a = 0; a < 3; a++) {
+				const int N = rm[s][0], K = rm[s][1];
+				float *A = rand_buf((size_t)M * K, 1), *W = rand_buf((size_t)N * K, 1);
+				float *bias = (a + M) % 2 ? rand_buf(N, 1) : NULL;
+				float *out = out_buf((size_t)M * N);
+				double *ref = malloc((size_t)M * N * sizeof(double));
+
+				for (int i = 0; i < M; i++)
+					for (int j = 0; j < N; j++) {
+						double acc = bias ? bias[j] : 0;
+						for (int k = 0; k < K; k++)
+							acc += (double)A[(size_t)i * K + k] *
+							       W[(size_t)j * K + k];
+						ref[(size_t)i * N + j] = ref_act(acc, acts[a]);
+					}
+				assert_int_equal(rg_cpu_gemm_bias_act(A, W, bias, out, M, N, K, acts[a]),
+						 RG_OK);
+				snprintf(what, sizeof(what), "gemv row-major %s%s M=%d N=%d K=%d",
+					 rg_act_name(acts[a]), bias ? "+bias" : "", M, N, K);
+				check(what, out, ref, (size_t)M * N, 1e-5, 1e-5);
+				free(A), free(W), free(bias), free(out), free(ref);
+			}
+	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
+	for (size_t s = 0; s < sizeof(NK) / sizeof(NK[0]); s++) {
+		const int N = NK[s][0], K = NK[s][1];
+		float *W0 = rand_buf((size_t)N * K, 1), *bias = rand_buf(N, 1);
+		float *W = prepared_copy(be, W0, N, K);
+
+		check_prepared(be, W0, W, bias, N, K, Ms, 4, acts, 3, NULL);
+		rg_backend_dealloc(be, W);
+		free(W0), free(bias);
+	}
+	rg_backend_free(be);
+}
+
 /* The bf16 GEMMs' input conversion of this kernel table: nearest even on normal numbers of every
  * magnitude (against bf16_round), exact ties to even, overflow to infinity, infinities and signed
  * zeros kept, a NaN kept a NaN (never rounded into an infinity). Lengths not a multiple of the
@@ -984,6 +1037,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_bias_act),
 		cmocka_unit_test(test_gemm_bias_act_edges),
 		cmocka_unit_test(test_gemm_prepared),
+		cmocka_unit_test(test_gemv_small_m),
 		cmocka_unit_test(test_gemm_prepared_bf16),
 		cmocka_unit_test(test_f32_to_bf16),
 		cmocka_unit_test(test_bias_residual_layernorm),

@@ -170,6 +170,51 @@ static void test_global_pool(void **state)
 	run_and_check(g, 777);
 }
 
+/* Many short runs back to back on more workers than cores (oversubscribed: a worker is often
+ * descheduled while the caller takes its tasks and moves on): every task of every run runs
+ * once, inside its own run (never after the caller has returned and started the next job). */
+struct tiny_job {
+	int id;
+	_Atomic int hits[5];
+};
+
+static _Atomic int g_current_job, g_stray, g_total;
+
+static void tiny_task(void *ctx, int task, int thread)
+{
+	struct tiny_job *j = ctx;
+
+	(void)thread;
+	if (atomic_load(&g_current_job) != j->id)
+		atomic_fetch_add(&g_stray, 1);
+	atomic_fetch_add(&j->hits[task], 1);
+	atomic_fetch_add(&g_total, 1);
+}
+
+static void test_short_runs_oversubscribed(void **state)
+{
+	rg_status st;
+	rg_threadpool *p = rg_threadpool_create(8, 0, &st);
+	long want = 0;
+
+	(void)state;
+	assert_non_null(p);
+	for (int r = 0; r < 20000; r++) {
+		struct tiny_job j = {.id = r};
+		const int n = 2 + r % 4;
+
+		atomic_store(&g_current_job, r);
+		rg_threadpool_run(p, n, tiny_task, &j);
+		atomic_store(&g_current_job, -1);
+		for (int t = 0; t < n; t++)
+			assert_int_equal(atomic_load(&j.hits[t]), 1);
+		want += n;
+	}
+	rg_threadpool_free(p);
+	assert_int_equal(atomic_load(&g_stray), 0);
+	assert_int_equal(atomic_load(&g_total), want);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -179,6 +224,7 @@ int main(void)
 		cmocka_unit_test(test_concurrent_callers),
 		cmocka_unit_test(test_size_follows_affinity),
 		cmocka_unit_test(test_global_pool),
+		cmocka_unit_test(test_short_runs_oversubscribed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,9 +35,31 @@ typedef struct rg_cpu_kern {
 	 * hd a multiple of vw */
 	void (*attn_pv)(const float *P, int Lp, const float *V, size_t ldv, int nq, int L, int hd,
 			float *O, size_t ldo);
+	/* small-M GEMV (decode steps), 1 <= M <= 4: out[m * ldo + n] = A[m * lda :] . W[n * ldw :]
+	 * over K, for W (N, K) row-major and n in [n0, n1) */
+	void (*gemv_rm)(const float *A, size_t lda, int M, const float *W, size_t ldw, int K,
+			int n0, int n1, float *out, size_t ldo);
+	/* small-M GEMV over one 64-column block of a K-blocked weight, 1 <= M <= 4: W(k, c) at
+	 * Wb[(k / kb) * kstride + (k % kb) * 64 + c]; out[m * ldo + c] for c < 64 */
+	void (*gemv_blk)(const float *A, size_t lda, int M, const float *Wb, int K, int kb,
+			 size_t kstride, float *out, size_t ldo);
+	/* paged attention over one cache block for nq query heads sharing a KV head: scores
+	 * s[g * lds + j] = scale * q_g . k_j (q (nq, hd) contiguous, keys (nk, hd) of stride ldk) */
+	void (*attn_dec_qk)(const float *q, int nq, int hd, const float *k, size_t ldk, int nk,
+			    float scale, float *s, size_t lds);
+	/* ... and o (nq, hd) += p (nq rows of stride ldp, nk columns) v (nk, hd; stride ldv) */
+	void (*attn_dec_pv)(const float *p, size_t ldp, int nq, const float *v, size_t ldv, int nk,
+			    int hd, float *o);
 } rg_cpu_kern;
 
 extern const rg_cpu_kern rg_cpu_kern_avx512, rg_cpu_kern_avx2, rg_cpu_kern_generic;
+
+/* Rows of A up to which the fp32 GEMMs run as GEMV kernels (gemv_rm over row-major weights,
+ * gemv_blk over oneDNN-blocked ones): a decode step's 1..4 sequences. */
+#define RG_CPU_GEMV_MAX 4
+
+/* False when RAGGED_CPU_GEMV=0 (every GEMM through oneDNN / OpenBLAS, for A/B timing). */
+bool rg_cpu_gemv_enabled(void);
 
 /* The widest table this CPU runs (cpuid), unless RAGGED_CPU_ISA=avx512|avx2|generic asks for
  * a narrower one (tests use it to check every table against the same reference). Never NULL. */

@@ -1,8 +1,8 @@
 /* CPU kernels of the decoder ops (float32; src/ops/ops.h states the contracts): fused residual
  * add + LayerNorm / RMSNorm, RoPE in both pair layouts, SwiGLU's silu * mul, the KV scatter and
  * causal attention over a paged cache for a mixed batch of prefill chunks and decode tokens.
- * Every op runs on ragged's thread pool; rows (or (token, head) pairs for the attention) are the
- * tasks. Plain C loops the compiler vectorises: these are the reference the CUDA twins will be
+ * Every op runs on ragged's thread pool; rows (or (token, KV head) pairs for the attention) are
+ * the tasks; the attention's dot products and softmax are the vector kernels of cpu_kern.h. Plain C loops the compiler vectorises: these are the reference the CUDA twins will be
  * tested against, and the float64 NumPy decoder (tests/py/ref_decoder.py) checks them. */
 #include <math.h>
 #include <stdlib.h>
@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "ops/cpu/cpu_kern.h"
 #include "ops/cpu/ops_cpu.h"
 
 /* rows per task so that a task has at least ~16K elements */
@@ -168,53 +169,71 @@ rg_status rg_cpu_kv_write(const float *k, const float *v, int ld, const int32_t 
 
 struct pattn_job {
 	const rg_attn_desc *d;
+	const rg_cpu_kern *k;
 	const float *q, *kc, *vc;
 	int ldq;
+	int parts;              /* tasks per (query row, KV head): query heads of the group split */
 	const int32_t *tok_seq; /* (n_tokens) sequence of each query row */
-	float *scratch;         /* per thread: max_context_len scores */
+	float *scratch;         /* per thread: group x max_context_len scores (rows padded to 16) */
 	size_t scratch_floats;
 	float *out;
 };
 
-/* One (query row, head): scores over keys 0..pos read through the block table, softmax, sum. */
+/* Start loading KV head kvh's rows of cache block `block` (at most `left` of its bs rows): a
+ * decode step finds its cache evicted by the weights it streamed since the last layer. */
+static inline void prefetch_block(const float *cache, int32_t block, int bs, int kvd, int kvh,
+				  int hd, int left)
+{
+	const float *x = cache + (size_t)block * bs * kvd + (size_t)kvh * hd;
+	const int n = left < bs ? left : bs;
+
+	for (int r = 0; r < n; r++)
+		for (int e = 0; e < hd; e += 16)
+			__builtin_prefetch(x + (size_t)r * kvd + e, 0, 3);
+}
+
+/* One (query row, KV head, part of its group): the scores of the part's query heads over keys
+ * 0..pos, block by block through the block table (each key and value row read once for all the
+ * heads that share it: grouped-query attention), a vectorised row softmax, then P V block by
+ * block. */
 static void pattn_task(void *ctx, int task, int thread)
 {
 	const struct pattn_job *j = ctx;
 	const rg_attn_desc *d = j->d;
-	const int hd = d->head_dim, t = task / d->num_heads, h = task % d->num_heads;
-	const int i = j->tok_seq[t], group = d->num_heads / d->num_kv_heads;
-	const int kvd = d->num_kv_heads * hd, kvh = h / group;
+	const rg_cpu_kern *kn = j->k;
+	const int hd = d->head_dim, group = d->num_heads / d->num_kv_heads, bs = d->block_size;
+	const int per_tok = d->num_kv_heads * j->parts;
+	const int t = task / per_tok, kvh = task % per_tok / j->parts, part = task % j->parts;
+	const int h0 = kvh * group + part * group / j->parts;
+	const int nq = kvh * group + (part + 1) * group / j->parts - h0;
+	const int i = j->tok_seq[t], kvd = d->num_kv_heads * hd;
 	const int n_new = d->cu_seqlens_q_h[i + 1] - d->cu_seqlens_q_h[i];
-	const int pos = d->context_lens_h[i] - n_new + (t - d->cu_seqlens_q_h[i]);
+	const int L = d->context_lens_h[i] - n_new + (t - d->cu_seqlens_q_h[i]) + 1;
+	const int Lp = (L + 15) / 16 * 16;
 	const int32_t *bt = d->block_tables + (size_t)i * d->max_blocks_per_seq;
-	const float *q = j->q + (size_t)t * j->ldq + (size_t)h * hd;
+	const float *q = j->q + (size_t)t * j->ldq + (size_t)h0 * hd;
 	float *s = j->scratch + (size_t)thread * j->scratch_floats;
-	float *o = j->out + (size_t)t * d->num_heads * hd + (size_t)h * hd;
-	float mx = -INFINITY, sum = 0.f;
+	float *o = j->out + (size_t)t * d->num_heads * hd + (size_t)h0 * hd;
 
-	for (int k = 0; k <= pos; k++) {
-		const int64_t slot = (int64_t)bt[k / d->block_size] * d->block_size + k % d->block_size;
-		const float *kr = j->kc + (size_t)slot * kvd + (size_t)kvh * hd;
-		float acc = 0.f;
+	for (int k0 = 0; k0 < L; k0 += bs) {
+		const size_t row = (size_t)bt[k0 / bs] * bs * kvd + (size_t)kvh * hd;
 
-		for (int e = 0; e < hd; e++)
-			acc += q[e] * kr[e];
-		s[k] = acc * d->scale;
-		mx = s[k] > mx ? s[k] : mx;
+		if (k0 + bs < L) /* the next block's keys come in while this one computes */
+			prefetch_block(j->kc, bt[k0 / bs + 1], bs, kvd, kvh, hd, L - k0 - bs);
+		kn->attn_dec_qk(q, nq, hd, j->kc + row, (size_t)kvd, L - k0 < bs ? L - k0 : bs,
+				d->scale, s + k0, (size_t)Lp);
 	}
-	for (int k = 0; k <= pos; k++) {
-		s[k] = expf(s[k] - mx);
-		sum += s[k];
-	}
-	for (int e = 0; e < hd; e++)
-		o[e] = 0.f;
-	for (int k = 0; k <= pos; k++) {
-		const int64_t slot = (int64_t)bt[k / d->block_size] * d->block_size + k % d->block_size;
-		const float *vr = j->vc + (size_t)slot * kvd + (size_t)kvh * hd;
-		const float p = s[k] / sum;
+	prefetch_block(j->vc, bt[0], bs, kvd, kvh, hd, L);
+	for (int g = 0; g < nq; g++)
+		kn->softmax_row(s + (size_t)g * Lp, L, Lp, NULL, 0);
+	memset(o, 0, (size_t)nq * hd * sizeof(float));
+	for (int k0 = 0; k0 < L; k0 += bs) {
+		const size_t row = (size_t)bt[k0 / bs] * bs * kvd + (size_t)kvh * hd;
 
-		for (int e = 0; e < hd; e++)
-			o[e] += p * vr[e];
+		if (k0 + bs < L)
+			prefetch_block(j->vc, bt[k0 / bs + 1], bs, kvd, kvh, hd, L - k0 - bs);
+		kn->attn_dec_pv(s + k0, (size_t)Lp, nq, j->vc + row, (size_t)kvd,
+				L - k0 < bs ? L - k0 : bs, hd, o);
 	}
 }
 
@@ -222,8 +241,10 @@ rg_status rg_cpu_paged_attention(const rg_attn_desc *d, const float *q, int ldq,
 				 const float *k_cache, const float *v_cache, float *out)
 {
 	rg_threadpool *pool = rg_threadpool_global();
-	struct pattn_job j = {d, q, k_cache, v_cache, ldq, NULL, NULL, 0, out};
+	struct pattn_job j = {d, rg_cpu_kern_select(), q, k_cache, v_cache, ldq, 1, NULL, NULL, 0,
+			      out};
 	const int n_tokens = d->cu_seqlens_q_h[d->n_seq];
+	const int group = d->num_heads / d->num_kv_heads, T = rg_threadpool_size(pool);
 	int32_t *tok_seq;
 
 	/* the data this kernel indexes with: lengths, positions and every block it will read */
@@ -253,7 +274,7 @@ rg_status rg_cpu_paged_attention(const rg_attn_desc *d, const float *q, int ldq,
 	if (n_tokens == 0)
 		return RG_OK;
 	tok_seq = malloc((size_t)n_tokens * sizeof(*tok_seq));
-	j.scratch_floats = ((size_t)d->max_context_len + 15) / 16 * 16;
+	j.scratch_floats = (size_t)group * (((size_t)d->max_context_len + 15) / 16 * 16);
 	j.scratch = malloc((size_t)rg_threadpool_size(pool) * j.scratch_floats * sizeof(float));
 	if (!tok_seq || !j.scratch) {
 		free(tok_seq);
@@ -264,7 +285,11 @@ rg_status rg_cpu_paged_attention(const rg_attn_desc *d, const float *q, int ldq,
 		for (int t = d->cu_seqlens_q_h[i]; t < d->cu_seqlens_q_h[i + 1]; t++)
 			tok_seq[t] = i;
 	j.tok_seq = tok_seq;
-	rg_threadpool_run(pool, n_tokens * d->num_heads, pattn_task, &j);
+	/* a decode step of one sequence has few (row, KV head) pairs: split the groups' query
+	 * heads until every thread has about two tasks */
+	while (j.parts < group && n_tokens * d->num_kv_heads * j.parts < 2 * T)
+		j.parts++;
+	rg_threadpool_run(pool, n_tokens * d->num_kv_heads * j.parts, pattn_task, &j);
 	free(tok_seq);
 	free(j.scratch);
 	return RG_OK;

@@ -93,6 +93,8 @@ struct rg_dnnl_weight {
 	int bn;                  /* columns per block of the layout (64; 1 for a plain one) */
 	dnnl_dim_t n_stride;     /* elements from one column block to the next */
 	dnnl_memory_desc_t md;   /* the whole (K, N) weights in the blocked layout */
+	int gemv_kb;             /* f32 <kb>a64b layout: K rows per block, for the GEMV; 0: none */
+	size_t gemv_kstride;     /* elements from one K block to the next (strides[0]) */
 };
 
 /* One cached primitive: M rows x nb columns of one weight layout (f32 or bf16 weights and
@@ -497,6 +499,17 @@ rg_status rg_dnnl_prepare(float *W, int N, int K, rg_dtype dt)
 				       "kernel for N=%d K=%d (%s)", N, K, impl);
 		goto out_free_probe;
 	}
+	{
+		/* the GEMV reads (k, n) at (k / kb) * strides[0] + (n / 64) * strides[1] +
+		 * (k % kb) * 64 + n % 64: f32, blocks kb of K then 64 of N, innermost last */
+		const dnnl_blocking_desc_t *b = &w->md.format_desc.blocking;
+
+		if (!bf16 && w->bn == 64 && b->inner_nblks == 2 && b->inner_idxs[0] == 0 &&
+		    b->inner_idxs[1] == 1 && b->inner_blks[1] == 64 && b->inner_blks[0] >= 1) {
+			w->gemv_kb = (int)b->inner_blks[0];
+			w->gemv_kstride = (size_t)b->strides[0];
+		}
+	}
 	dnnl_memory_desc_init_by_strides(&user_md, 2, wd, dnnl_f32, ws);
 	bytes = dnnl_memory_desc_get_size(&w->md);
 	if (!bf16 && bytes == (size_t)N * K * sizeof(float)) {
@@ -780,6 +793,62 @@ static const uint16_t *a_to_bf16(rg_threadpool *pool, const float *A, int M, int
 	return t->a16;
 }
 
+struct gemv_job {
+	const rg_cpu_kern *k;
+	const rg_dnnl_weight *w;
+	const float *A, *bias;
+	float *out;
+	int M, blocks_per_task;
+	rg_act act;
+};
+
+/* Column blocks [task * blocks_per_task, ...) of a small-M product over the blocked weights. */
+static void gemv_task(void *ctx, int task, int thread)
+{
+	const struct gemv_job *j = ctx;
+	const rg_dnnl_weight *w = j->w;
+	const int nblk = (w->N + 63) / 64;
+	const int b0 = task * j->blocks_per_task;
+	const int b1 = b0 + j->blocks_per_task < nblk ? b0 + j->blocks_per_task : nblk;
+	float tmp[RG_CPU_GEMV_MAX * 64];
+
+	(void)thread;
+	for (int b = b0; b < b1; b++) {
+		const float *wb = (const float *)w->data + (size_t)b * (size_t)w->n_stride;
+		const int n0 = b * 64, cols = w->N - n0 < 64 ? w->N - n0 : 64;
+
+		if (cols == 64) {
+			j->k->gemv_blk(j->A, (size_t)w->K, j->M, wb, w->K, w->gemv_kb,
+				       w->gemv_kstride, j->out + n0, (size_t)w->N);
+		} else {
+			j->k->gemv_blk(j->A, (size_t)w->K, j->M, wb, w->K, w->gemv_kb,
+				       w->gemv_kstride, tmp, 64);
+			for (int m = 0; m < j->M; m++)
+				memcpy(j->out + (size_t)m * w->N + n0, tmp + (size_t)m * 64,
+				       (size_t)cols * sizeof(float));
+		}
+		if (j->bias || j->act != RG_ACT_NONE)
+			j->k->bias_act_rows(j->out + n0, (size_t)w->N, j->bias ? j->bias + n0 : NULL,
+					    j->M, cols, j->act);
+	}
+}
+
+/* M <= RG_CPU_GEMV_MAX (decode steps): the weights stream once through the GEMV kernel, column
+ * blocks spread over the pool; no primitive, no dnnl_memory objects per call. */
+static rg_status gemv_run(const rg_dnnl_weight *w, const float *A, const float *bias, float *out,
+			  int M, rg_act act)
+{
+	rg_threadpool *pool = rg_threadpool_global();
+	const int T = rg_threadpool_size(pool), nblk = (w->N + 63) / 64;
+	struct gemv_job j = {rg_cpu_kern_select(), w, A, bias, out, M, 0, act};
+
+	/* about 2 tasks per thread, at least one block each */
+	j.blocks_per_task = (nblk + 2 * T - 1) / (2 * T);
+	j.blocks_per_task = j.blocks_per_task < 1 ? 1 : j.blocks_per_task;
+	rg_threadpool_run(pool, (nblk + j.blocks_per_task - 1) / j.blocks_per_task, gemv_task, &j);
+	return RG_OK;
+}
+
 rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bias, float *out,
 		       int M, int N, int K, rg_act act)
 {
@@ -793,6 +862,8 @@ rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bia
 				 "weight is N=%d K=%d", M, N, K, w->N, w->K);
 	if (M == 0)
 		return RG_OK;
+	if (M <= RG_CPU_GEMV_MAX && w->gemv_kb > 0 && rg_cpu_gemv_enabled())
+		return gemv_run(w, A, bias, out, M, act);
 	if (w->bf16) {
 		if (!(j.A = a_to_bf16(pool, A, M, K)))
 			return rg_errorf(RG_ERR_OOM, "gemm: cannot allocate the bf16 copy of A "

@@ -397,6 +397,236 @@ static void KNAME(f32_to_bf16)(const float *x, uint16_t *out, size_t n)
 	}
 }
 
+/* Small-M GEMV over row-major W (N, K) (nn.Linear's layout): out[m][n] = A[m] . W[n] for M <= 4
+ * rows of A, rows [n0, n1) of W. Four rows of W per pass, so each A vector loaded serves four
+ * weight rows; W is read once, in order (the decode step's LM head: memory-bound). */
+AI void gemv_rm_m(const int M, const float *A, size_t lda, const float *W, size_t ldw, int K,
+		  int n0, int n1, float *out, size_t ldo)
+{
+	const int kv = K / VW * VW;
+	int n = n0;
+
+	for (; n + 4 <= n1; n += 4) {
+		const float *w0 = W + (size_t)n * ldw, *w1 = w0 + ldw, *w2 = w1 + ldw, *w3 = w2 + ldw;
+		vf acc[4][4];
+
+		for (int m = 0; m < M; m++)
+			for (int r = 0; r < 4; r++)
+				acc[m][r] = (vf){0};
+		for (int k = 0; k < kv; k += VW) {
+			const vf x0 = vld(w0 + k), x1 = vld(w1 + k), x2 = vld(w2 + k), x3 = vld(w3 + k);
+
+			if ((k & 15) == 0 && n + 8 <= n1) { /* the next four rows, a line at a time */
+				__builtin_prefetch(w0 + 4 * ldw + k, 0, 0);
+				__builtin_prefetch(w1 + 4 * ldw + k, 0, 0);
+				__builtin_prefetch(w2 + 4 * ldw + k, 0, 0);
+				__builtin_prefetch(w3 + 4 * ldw + k, 0, 0);
+			}
+
+#pragma GCC unroll 4
+			for (int m = 0; m < M; m++) {
+				const vf a = vld(A + (size_t)m * lda + k);
+
+				acc[m][0] += x0 * a;
+				acc[m][1] += x1 * a;
+				acc[m][2] += x2 * a;
+				acc[m][3] += x3 * a;
+			}
+		}
+		for (int m = 0; m < M; m++) {
+			const float *a = A + (size_t)m * lda;
+			float s[4];
+
+			for (int r = 0; r < 4; r++)
+				s[r] = hsum(acc[m][r]);
+			for (int k = kv; k < K; k++) {
+				s[0] += w0[k] * a[k];
+				s[1] += w1[k] * a[k];
+				s[2] += w2[k] * a[k];
+				s[3] += w3[k] * a[k];
+			}
+			for (int r = 0; r < 4; r++)
+				out[(size_t)m * ldo + n + r] = s[r];
+		}
+	}
+	for (; n < n1; n++) {
+		const float *w = W + (size_t)n * ldw;
+
+		for (int m = 0; m < M; m++) {
+			const float *a = A + (size_t)m * lda;
+			vf acc = (vf){0};
+			float s;
+
+			for (int k = 0; k < kv; k += VW)
+				acc += vld(w + k) * vld(a + k);
+			s = hsum(acc);
+			for (int k = kv; k < K; k++)
+				s += w[k] * a[k];
+			out[(size_t)m * ldo + n] = s;
+		}
+	}
+}
+
+static void KNAME(gemv_rm)(const float *A, size_t lda, int M, const float *W, size_t ldw, int K,
+			   int n0, int n1, float *out, size_t ldo)
+{
+	switch (M) {
+	case 1: gemv_rm_m(1, A, lda, W, ldw, K, n0, n1, out, ldo); break;
+	case 2: gemv_rm_m(2, A, lda, W, ldw, K, n0, n1, out, ldo); break;
+	case 3: gemv_rm_m(3, A, lda, W, ldw, K, n0, n1, out, ldo); break;
+	default: gemv_rm_m(4, A, lda, W, ldw, K, n0, n1, out, ldo); break;
+	}
+}
+
+/* Small-M GEMV over one 64-column block of a K-blocked weight (oneDNN's BA<kb>a64b: element
+ * (k, c) of the block at (k / kb) * kstride + (k % kb) * 64 + c): out[m][c] = sum_k A[m][k] W(k, c)
+ * for M <= 4 rows, c < 64. The block's weights stream once, in order; each weight vector is
+ * broadcast-multiplied into M accumulators (no horizontal sums). */
+#define GB_V 4 /* vectors per pass: 64, 32 or 16 columns (AVX-512, AVX2, SSE) */
+AI void gemv_blk_m(const int M, const float *A, size_t lda, const float *Wb, int K, int kb,
+		   size_t kstride, float *out, size_t ldo)
+{
+	for (int c0 = 0; c0 < 64; c0 += GB_V * VW) {
+		vf acc[4][GB_V];
+
+		for (int m = 0; m < M; m++)
+			for (int v = 0; v < GB_V; v++)
+				acc[m][v] = (vf){0};
+		for (int k0 = 0; k0 < K; k0 += kb) {
+			const float *wk = Wb + (size_t)(k0 / kb) * kstride + c0;
+			const int k1 = k0 + kb < K ? k0 + kb : K;
+
+			for (int k = k0; k < k1; k++, wk += 64) {
+				vf w[GB_V];
+
+				if (c0 == 0) /* 16 rows (4 KiB) ahead */
+					for (int l = 0; l < 64; l += 16)
+						__builtin_prefetch(wk + 16 * 64 + l, 0, 0);
+
+#pragma GCC unroll 4
+				for (int v = 0; v < GB_V; v++)
+					w[v] = vld(wk + v * VW);
+#pragma GCC unroll 4
+				for (int m = 0; m < M; m++) {
+					const vf a = vsplat(A[(size_t)m * lda + k]);
+
+#pragma GCC unroll 4
+					for (int v = 0; v < GB_V; v++)
+						acc[m][v] += w[v] * a;
+				}
+			}
+		}
+		for (int m = 0; m < M; m++)
+			for (int v = 0; v < GB_V; v++)
+				vst(out + (size_t)m * ldo + c0 + v * VW, acc[m][v]);
+	}
+}
+
+static void KNAME(gemv_blk)(const float *A, size_t lda, int M, const float *Wb, int K, int kb,
+			    size_t kstride, float *out, size_t ldo)
+{
+	switch (M) {
+	case 1: gemv_blk_m(1, A, lda, Wb, K, kb, kstride, out, ldo); break;
+	case 2: gemv_blk_m(2, A, lda, Wb, K, kb, kstride, out, ldo); break;
+	case 3: gemv_blk_m(3, A, lda, Wb, K, kb, kstride, out, ldo); break;
+	default: gemv_blk_m(4, A, lda, Wb, K, kb, kstride, out, ldo); break;
+	}
+}
+
+/* Prefetch nk rows of hd floats (stride ld) into the cache: the block's rows are strided and
+ * were evicted by the step's weight stream, and a dot product per row leaves the out-of-order
+ * core too little room to run ahead on its own (measured on the 2-core EPYC: the key loads were
+ * most of the attention's time at batch 4, context 32-160). */
+AI void prefetch_rows(const float *x, size_t ld, int nk, int hd)
+{
+	for (int j = 0; j < nk; j++)
+		for (int e = 0; e < hd; e += 16)
+			__builtin_prefetch(x + (size_t)j * ld + e, 0, 3);
+}
+
+/* Paged attention's score rows for one KV head: s[g * lds + j] = scale * q_g . k_j for nq query
+ * heads (rows of q, stride hd) against nk keys (rows of k, stride ldk) of one cache block. Each
+ * key row is loaded once for every query head of the group (GQA); hd past the last full vector
+ * runs a scalar tail. */
+static void KNAME(attn_dec_qk)(const float *q, int nq, int hd, const float *k, size_t ldk, int nk,
+			       float scale, float *s, size_t lds)
+{
+	const int hv = hd / VW * VW;
+
+	prefetch_rows(k, ldk, nk, hd);
+
+	for (int j = 0; j < nk; j++) {
+		const float *kr = k + (size_t)j * ldk;
+
+		for (int g = 0; g < nq; g++) {
+			const float *qr = q + (size_t)g * hd;
+			vf a0 = (vf){0}, a1 = (vf){0};
+			float acc;
+			int e = 0;
+
+			for (; e + 2 * VW <= hv; e += 2 * VW) {
+				a0 += vld(qr + e) * vld(kr + e);
+				a1 += vld(qr + e + VW) * vld(kr + e + VW);
+			}
+			for (; e < hv; e += VW)
+				a0 += vld(qr + e) * vld(kr + e);
+			acc = hsum(a0 + a1);
+			for (; e < hd; e++)
+				acc += qr[e] * kr[e];
+			s[(size_t)g * lds + j] = acc * scale;
+		}
+	}
+}
+
+/* o[g * hd + e] += sum_j p[g * ldp + j] v_j[e] for nq heads over nk value rows (stride ldv) of one
+ * cache block: each value row is loaded once for every head of the group. */
+static void KNAME(attn_dec_pv)(const float *p, size_t ldp, int nq, const float *v, size_t ldv,
+			       int nk, int hd, float *o)
+{
+	const int hv = hd / VW * VW;
+
+	prefetch_rows(v, ldv, nk, hd);
+
+	for (int g = 0; g < nq; g++) {
+		const float *pr = p + (size_t)g * ldp;
+		float *orow = o + (size_t)g * hd;
+		int e = 0;
+
+		for (; e + 4 * VW <= hv; e += 4 * VW) {
+			vf a0 = vld(orow + e), a1 = vld(orow + e + VW);
+			vf a2 = vld(orow + e + 2 * VW), a3 = vld(orow + e + 3 * VW);
+
+			for (int j = 0; j < nk; j++) {
+				const float *vr = v + (size_t)j * ldv + e;
+				const vf pj = vsplat(pr[j]);
+
+				a0 += pj * vld(vr);
+				a1 += pj * vld(vr + VW);
+				a2 += pj * vld(vr + 2 * VW);
+				a3 += pj * vld(vr + 3 * VW);
+			}
+			vst(orow + e, a0);
+			vst(orow + e + VW, a1);
+			vst(orow + e + 2 * VW, a2);
+			vst(orow + e + 3 * VW, a3);
+		}
+		for (; e < hv; e += VW) {
+			vf a0 = vld(orow + e);
+
+			for (int j = 0; j < nk; j++)
+				a0 += vsplat(pr[j]) * vld(v + (size_t)j * ldv + e);
+			vst(orow + e, a0);
+		}
+		for (; e < hd; e++) {
+			float a = orow[e];
+
+			for (int j = 0; j < nk; j++)
+				a += pr[j] * v[(size_t)j * ldv + e];
+			orow[e] = a;
+		}
+	}
+}
+
 const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.isa = RG_ISA_NAME,
 	.vw = VW,
@@ -407,4 +637,8 @@ const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.f32_to_bf16 = KNAME(f32_to_bf16),
 	.attn_qk = KNAME(attn_qk),
 	.attn_pv = KNAME(attn_pv),
+	.gemv_rm = KNAME(gemv_rm),
+	.gemv_blk = KNAME(gemv_blk),
+	.attn_dec_qk = KNAME(attn_dec_qk),
+	.attn_dec_pv = KNAME(attn_dec_pv),
 };

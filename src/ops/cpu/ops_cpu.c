@@ -241,6 +241,59 @@ static void gemm_tiles(int M, int N, int T, int *mb, int *nb)
 	*nb = n;
 }
 
+static pthread_once_t g_gemv_once = PTHREAD_ONCE_INIT;
+static bool g_gemv = true;
+
+static void gemv_init(void)
+{
+	const char *e = getenv("RAGGED_CPU_GEMV");
+
+	g_gemv = !(e && strcmp(e, "0") == 0);
+}
+
+bool rg_cpu_gemv_enabled(void)
+{
+	pthread_once(&g_gemv_once, gemv_init);
+	return g_gemv;
+}
+
+struct gemv_job {
+	const rg_cpu_kern *k;
+	const float *A, *W, *bias;
+	float *out;
+	int M, N, K, rows; /* rows of W per task, a multiple of 4 */
+	rg_act act;
+};
+
+static void gemv_task(void *ctx, int task, int thread)
+{
+	const struct gemv_job *j = ctx;
+	const int n0 = task * j->rows, n1 = n0 + j->rows < j->N ? n0 + j->rows : j->N;
+
+	(void)thread;
+	j->k->gemv_rm(j->A, (size_t)j->K, j->M, j->W, (size_t)j->K, j->K, n0, n1, j->out,
+		      (size_t)j->N);
+	if (j->bias || j->act != RG_ACT_NONE)
+		j->k->bias_act_rows(j->out + n0, (size_t)j->N, j->bias ? j->bias + n0 : NULL, j->M,
+				    n1 - n0, j->act);
+}
+
+/* M <= RG_CPU_GEMV_MAX rows over a row-major (unprepared) W, e.g. a tied LM head in a decode
+ * step: OpenBLAS would pack the whole W for one row; the GEMV reads it once. Rows of W in 4
+ * tasks per thread (multiples of 4 rows), so a thread that starts late still balances. */
+static rg_status gemv_run(const float *A, const float *W, const float *bias, float *out, int M,
+			  int N, int K, rg_act act)
+{
+	rg_threadpool *pool = rg_threadpool_global();
+	const int T = rg_threadpool_size(pool);
+	struct gemv_job j = {rg_cpu_kern_select(), A, W, bias, out, M, N, K, 0, act};
+
+	j.rows = ((N + 4 * T - 1) / (4 * T) + 3) / 4 * 4;
+	j.rows = j.rows < 64 ? 64 : j.rows;
+	rg_threadpool_run(pool, (N + j.rows - 1) / j.rows, gemv_task, &j);
+	return RG_OK;
+}
+
 static rg_status gemm_run(const float *A, const float *W, const float *bias, float *out, int M,
 			  int N, int K, rg_act act)
 {
@@ -254,6 +307,8 @@ static rg_status gemm_run(const float *A, const float *W, const float *bias, flo
 	dw = rg_dnnl_find(W);
 	if (dw)
 		return rg_dnnl_gemm(dw, A, bias, out, M, N, K, act);
+	if (M <= RG_CPU_GEMV_MAX && rg_cpu_gemv_enabled())
+		return gemv_run(A, W, bias, out, M, N, K, act);
 	pthread_once(&g_warn_once, blas_warn);
 	gemm_tiles(M, N, rg_threadpool_size(pool), &j.mb, &j.nb);
 	n_mt = (M + j.mb - 1) / j.mb;
