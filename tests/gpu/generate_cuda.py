@@ -1,7 +1,7 @@
 """rg_generate on CUDA (issue 19): with fp32 the greedy ids, the seeded samples (same seed, same
 text on CPU and CUDA) and the beams equal the CPU's, on the tiny random decoders of
 make_decoder.py; KV blocks in use back to 0; fp16 greedy agrees with fp32 on most tokens (printed).
-Run by tests/gpu/generate.sh on a lent GPU machine. Exit status 0 when every check passed."""
+Run by tests/gpu/issue19.sh (stage generate) on a lent GPU machine. Exit status 0 when every check passed."""
 import os
 import sys
 import tempfile

@@ -7,6 +7,7 @@
 #   ref       tests/gpu/ref_vs_hf.py (the float64 reference vs transformers in float64)
 #   hf        tests/gpu/decoder_hf.py (transformers parity, greedy and beam identity)
 #   sample    tests/gpu/sample_cuda.py (device sampling vs its CPU twin) plain and under memcheck
+#             (SAMPLE_QUICK=1: a smaller set of cases under the sanitizer)
 #   bench     bench/peer/decode_bench.py (greedy tok/s vs HF generate and a graphed PyTorch loop)
 #   trace     bench/peer/decode_trace.py (kernel trace of a decode step)
 #   topk      bench/kernels/topk_bench.py (hierarchical top-k vs full sort vs torch.topk)
