@@ -408,7 +408,11 @@ def test_embed_all_matches_reference(srv, ref64, hf_tok):
         assert got.shape == (len(ids), H)
         assert_embeddings_close(got, ref64.encode(ids), "embed_all " + t, fp32_tol=1e-4)
     st, one = srv.post_json("/embed_all", {"inputs": TEXTS[2]})
-    assert st == 200 and len(one) == 1 and one[0] == out[1]
+    # alone vs in the batch: equal to fp32's tolerance (a text of at most 4 tokens alone runs
+    # the CPU's GEMV path for small M, the batch the blocked GEMM; the sums differ in order)
+    assert st == 200 and len(one) == 1 and len(one[0]) == len(out[1])
+    a, b = np.array(one[0], np.float64), np.array(out[1], np.float64)
+    assert np.max(np.abs(a - b)) <= 1e-5 * np.max(np.abs(b)), np.max(np.abs(a - b))
     st, out = srv.post_json("/embed_all", {"inputs": LONG, "truncate": True,
                                            "truncation_direction": "left"})
     assert st == 200 and len(out[0]) == 128
