@@ -424,6 +424,12 @@ typedef struct rg_step_batch {
 RG_API rg_status rg_model_kv_init(rg_model *m, int block_size, int n_blocks);
 /* rg_model_kv_init with as many blocks as bytes holds (at least one block). */
 RG_API rg_status rg_model_kv_init_bytes(rg_model *m, int block_size, size_t bytes);
+/* rg_model_kv_init_bytes with fraction (0, 1] of the memory free once the weights and the step
+ * arena are allocated (vLLM's gpu_memory_utilization, applied to what is left): CUDA, the
+ * device's free bytes (cudaMemGetInfo); CPU, MemTotal minus the process's resident bytes. Any
+ * previous cache is freed first, so it counts as free. RG_ERR_INVALID_INPUT for a fraction
+ * outside (0, 1]; the errors of rg_model_kv_init. */
+RG_API rg_status rg_model_kv_init_fraction(rg_model *m, int block_size, double fraction);
 
 typedef struct rg_kv_info {
 	int block_size;             /* positions per block (0: no cache yet) */

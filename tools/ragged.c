@@ -11,6 +11,7 @@
  *                   [--num-beams B] [--num-beam-groups G] [--diversity-penalty D]
  *                   [--length-penalty L] [--no-repeat-ngram-size N] [--seed S] [--stop STR]...
  *                   [--logprobs N] [--n N] [--chat] [--ignore-eos] [--batch N] [--stream]
+ *                   [--kv-cache-fraction F | --kv-cache-bytes N]
  *                   [--input FILE] [--output FILE] [--progress | --no-progress]
  *   ragged serve    ...   (see `ragged serve --help`)
  *   ragged loadgen  ...   (see `ragged loadgen --help`)
@@ -86,6 +87,8 @@ typedef enum flag_id {
 	F_IGNORE_EOS,
 	F_BATCH,
 	F_STREAM,
+	F_KV_FRACTION,
+	F_KV_BYTES,
 	F_HELP,
 } flag_id;
 
@@ -174,6 +177,10 @@ static const cli_flag g_flags[] = {
 	 "print the text to stdout as it is made, then a summary on stderr\n"
 	 "(the default for one prompt, --n 1, no beams, stdout a terminal);\n"
 	 "the JSON line goes to --output when given"},
+	{F_KV_FRACTION, "--kv-cache-fraction", "F", CMD_GEN,
+	 "KV cache: fraction (0, 1] of the memory free after the model is loaded (default: a\n"
+	 "cache sized for the request)"},
+	{F_KV_BYTES, "--kv-cache-bytes", "N", CMD_GEN, "KV cache: N bytes (at least one block)"},
 	{F_HELP, "--help", NULL, CMD_ALL, "print this help and exit (also -h)"},
 };
 #define N_FLAGS (sizeof(g_flags) / sizeof(g_flags[0]))
@@ -217,6 +224,8 @@ typedef struct cli_opts {
 	rg_gen_params gen;
 	const char *stop[MAX_STOP];
 	bool chat, ignore_eos, stream;
+	double kv_fraction;     /* --kv-cache-fraction, 0: unset */
+	unsigned long long kv_bytes; /* --kv-cache-bytes, 0: unset */
 	int batch;
 } cli_opts;
 
@@ -456,6 +465,34 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 		case F_STREAM:
 			o->stream = true;
 			break;
+		case F_KV_FRACTION: {
+			char *end;
+			double x;
+
+			errno = 0;
+			x = strtod(v, &end);
+			if (errno || end == v || *end || !(x > 0.0 && x <= 1.0)) {
+				fprintf(stderr, "ragged %s: --kv-cache-fraction must be a number in (0, 1], "
+					"not '%s'\n", c->name, v);
+				return EXIT_USAGE;
+			}
+			o->kv_fraction = x;
+			break;
+		}
+		case F_KV_BYTES: {
+			char *end;
+			unsigned long long x;
+
+			errno = 0;
+			x = strtoull(v, &end, 10);
+			if (errno || end == v || *end || v[0] == '-' || x == 0) {
+				fprintf(stderr, "ragged %s: --kv-cache-bytes must be a positive integer, "
+					"not '%s'\n", c->name, v);
+				return EXIT_USAGE;
+			}
+			o->kv_bytes = x;
+			break;
+		}
 		case F_MAX_BATCH_TOKENS: {
 			char *end;
 			long n;
@@ -1271,6 +1308,15 @@ static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 		goto out_free_model;
 	}
 	max_pos = rg_model_get_info(m)->max_position_embeddings;
+	if (o.kv_fraction > 0 || o.kv_bytes > 0) { /* the caller's cache: rg_generate uses it as is */
+		rg_status ks = o.kv_fraction > 0 ? rg_model_kv_init_fraction(m, 16, o.kv_fraction)
+						 : rg_model_kv_init_bytes(m, 16, (size_t)o.kv_bytes);
+
+		if (ks != RG_OK) {
+			rc = fail("cannot allocate the KV cache");
+			goto out_free_model;
+		}
+	}
 	{
 		rg_gen_params chk = o.gen;
 

@@ -315,6 +315,24 @@ rg_status rg_model_kv_init_bytes(rg_model *m, int block_size, size_t bytes)
 	return rg_model_kv_init(m, block_size, (int)nb);
 }
 
+rg_status rg_model_kv_init_fraction(rg_model *m, int block_size, double fraction)
+{
+	size_t used = 0, total = 0;
+	rg_status s;
+
+	if ((s = need_decoder(m, "rg_model_kv_init_fraction")) != RG_OK)
+		return s;
+	if (!(fraction > 0.0 && fraction <= 1.0))
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "rg_model_kv_init_fraction: fraction %g must be in (0, 1]", fraction);
+	kv_free(m); /* the old cache is free memory too */
+	if ((s = rg_backend_sync(m->be)) != RG_OK ||
+	    (s = rg_backend_mem_info(m->be, &used, &total)) != RG_OK)
+		return s;
+	return rg_model_kv_init_bytes(m, block_size,
+				      (size_t)(fraction * (double)(total > used ? total - used : 0)));
+}
+
 rg_status rg_model_kv_info(const rg_model *m, rg_kv_info *out)
 {
 	rg_status s;

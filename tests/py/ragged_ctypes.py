@@ -154,6 +154,7 @@ def lib():
                                           ctypes.POINTER(ctypes.c_size_t)]
         l.rg_model_kv_init.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         l.rg_model_kv_init_bytes.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+        l.rg_model_kv_init_fraction.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_double]
         l.rg_model_kv_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(KvInfo)]
         l.rg_model_kv_copy_blocks.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                               ctypes.c_int]
@@ -317,6 +318,11 @@ class Model:
     # ---- decoders (rg_model_step and the KV cache) ----
     def kv_init(self, block_size, n_blocks=0):
         st = lib().rg_model_kv_init(self._h, block_size, n_blocks)
+        if st != RG_OK:
+            raise _err(st)
+
+    def kv_init_fraction(self, block_size, fraction):
+        st = lib().rg_model_kv_init_fraction(self._h, block_size, fraction)
         if st != RG_OK:
             raise _err(st)
 

@@ -372,6 +372,53 @@ def test_cli_bad_options(args, words):
     assert words in p.stderr.decode()
 
 
+def _mem_free():
+    """MemTotal minus this process's resident bytes, as rg_model_kv_init_fraction reads them."""
+    with open("/proc/meminfo") as f:
+        total = int(next(x for x in f if x.startswith("MemTotal:")).split()[1]) * 1024
+    with open("/proc/self/statm") as f:
+        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return total - rss
+
+
+def test_kv_cache_fraction(models):
+    """rg_model_kv_init_fraction sizes the cache from the memory left after the model (CPU:
+    MemTotal minus RSS); a fraction outside (0, 1] is refused and leaves no cache behind."""
+    m = rc.Model(models["llama_gqa"][0], max_batch_tokens=64)
+    try:
+        before = _mem_free()
+        m.kv_init_fraction(16, 0.001)
+        k = m.kv_info()
+        want = 0.001 * before
+        assert k.block_size == 16 and k.n_blocks >= 1
+        assert 0.8 * want - k.bytes_per_block <= k.bytes <= 1.05 * want + k.bytes_per_block, \
+            (k.bytes, want)
+        for bad in (0.0, -0.5, 1.5, float("nan")):
+            with pytest.raises(rc.RaggedError) as e:
+                m.kv_init_fraction(16, bad)
+            assert "fraction" in str(e.value)
+    finally:
+        m.close()
+
+
+def test_cli_kv_cache_options():
+    """--kv-cache-fraction / --kv-cache-bytes make the cache generate uses as is (its size bounds
+    the context: a too-small cache ends the output with "length"); a bad value exits 2 naming
+    the option."""
+    out = lines(gen("--max-tokens", "4", "--kv-cache-fraction", "0.01"))
+    assert len(out) == 1 and len(out[0]["ids"]) == 4
+    p = gen("--max-tokens", "4", "--kv-cache-bytes", "1")  # one block of 16 positions: fits
+    assert len(lines(p)[0]["ids"]) == 4
+    # 5 + 20 positions do not fit one block: the cache bounds the context, so the output
+    # stops at 16 positions with finish_reason "length"
+    o = lines(gen("--max-tokens", "20", "--kv-cache-bytes", "1", "--ignore-eos"))[0]
+    assert len(o["ids"]) == 16 - 5 and o["finish_reason"] == "length"
+    for opt, val in (("--kv-cache-fraction", "2"), ("--kv-cache-fraction", "x"),
+                     ("--kv-cache-bytes", "0")):
+        p = gen(opt, val)
+        assert p.returncode == 2 and opt in p.stderr.decode()
+
+
 def test_cli_errors(minilm_dir):
     long = (b"a " * 9000).strip() + b"\n"
     p = gen("--max-tokens", "2", stdin=b"hello\n" + long)
