@@ -184,6 +184,8 @@ typedef struct rg_gen_answer_ctx {
 	long long created;        /* Unix seconds */
 	const char *model;        /* the served model name */
 	const char *fingerprint;  /* "system_fingerprint", NULL: null */
+	long long prompt_tokens;  /* TGI_STREAM: the last event's details "input_length" (TGI's
+				   * StreamDetails has it; huggingface_hub's type requires it) */
 } rg_gen_answer_ctx;
 
 typedef struct rg_gen_usage {
@@ -214,8 +216,9 @@ typedef struct rg_gen_choice {
  *     lp}],"text_offset"},"finish_reason","stop_reason"}],"usage":{...}}
  *   CHAT: {"id","object":"chat.completion",...,"choices":[{"index","message":{"role":"assistant",
  *     "content"},"logprobs":null|{"content":[{"token","logprob","bytes","top_logprobs":[...]}]},
- *     "finish_reason"}],"usage":{"prompt_tokens","completion_tokens","total_tokens",
- *     "prompt_tokens_details":{"cached_tokens"}}}
+ *     "finish_reason","stop_reason"}],"usage":{"prompt_tokens","completion_tokens",
+ *     "total_tokens","prompt_tokens_details":{"cached_tokens"}}} (chat's logprobs object also has
+ *     "refusal":null as OpenAI's)
  *   TGI: {"generated_text", "details": null | {"finish_reason","generated_tokens","seed","prefill":
  *     [{"id","text","logprob"}],"tokens":[{"id","text","logprob","special"}],"top_tokens":[[...]],
  *     "best_of_sequences":[...] when best_of > 1 (choices 1.. )}} -- TGI answers a JSON object
@@ -228,13 +231,18 @@ void rg_gen_answer_json(rg_buf *b, const rg_gen_answer_ctx *ctx, const rg_gen_ch
  * ("data: {json}\n\n"):
  *   COMPLETIONS: {"id","object":"text_completion","created","model","choices":[{"index","text":
  *     delta,"logprobs":null|{...for these tokens...},"finish_reason":null|...}]}
+ *     Its "text_offset" counts from the start of this chunk's text (the writer does not know
+ *     the text before it).
  *   CHAT: {"id","object":"chat.completion.chunk",...,"choices":[{"index","delta":{"role":
- *     "assistant"} (first) | {"content": delta} | {},"logprobs","finish_reason"}]}; first: the
- *     role-only chunk OpenAI sends before any content.
+ *     "assistant","content":delta} (first; delta may be empty: the role chunk OpenAI sends
+ *     before any content) | {"content": delta} | {} (empty delta),"logprobs","finish_reason",
+ *     "stop_reason"}]}.
  *   TGI_STREAM: one event per token: {"index","token":{"id","text","logprob","special"},
  *     "top_tokens":[...],"generated_text":null | full text (the last event),"details":null |
- *     {"finish_reason","generated_tokens","seed"} (the last event)}; full_text: the whole
- *     text for the last event (finish != NONE), else NULL.
+ *     {"finish_reason","generated_tokens","seed","input_length"} (the last event)}; the
+ *     token's "text" is delta (what the client appends, as TGI's incremental decoding gives;
+ *     NULL: the piece); full_text: the whole text for the last event (finish != NONE), else
+ *     NULL. finish ABORT: generated_text and details stay null (send the error event next).
  * lps (n_lps): the tokens this piece covers (TGI: exactly one). finish NONE: not the last. */
 void rg_gen_answer_event(rg_buf *b, const rg_gen_answer_ctx *ctx, int index, bool first,
 			 const char *delta, size_t delta_len, const rg_gen_lp *lps, int n_lps,
@@ -243,7 +251,7 @@ void rg_gen_answer_event(rg_buf *b, const rg_gen_answer_ctx *ctx, int index, boo
 			 bool has_seed, uint64_t seed);
 
 /* The usage chunk OpenAI sends last with stream_options.include_usage:
- * "data: {...,"choices":[],"usage":{...}}\n\n". */
+ * "data: {...,"choices":[],"usage":{...}}\n\n". Writes nothing for the TGI APIs. */
 void rg_gen_answer_usage_event(rg_buf *b, const rg_gen_answer_ctx *ctx, const rg_gen_usage *u);
 
 /* An error in the middle of a stream (drain, a model error), as one event: OpenAI
