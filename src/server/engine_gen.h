@@ -1,0 +1,171 @@
+/* The generation engine of `ragged serve` (issue 20): one step thread that runs the
+ * iteration-level loop of src/sched/iter.h over a decoder (continuous batching, Orca / vLLM),
+ * with chunked prefill, prefix caching, recompute preemption and deadline-aware admission, and
+ * hands every sequence's tokens and text to its owner as they are made (streaming).
+ *
+ * The loop (one thread, the model is its alone):
+ *     lock; rg_iter_schedule -> plan; unlock
+ *     rg_model_kv_copy_blocks (copy-on-write), rg_model_step_sample (the whole sampler chain on
+ *       the device or its CPU twin: per-row temperature, top-k, top-p, min-p, penalties, bias and
+ *       the caller's uniform draw; only ids and log-probabilities come back)
+ *     lock; per sampled row: stop conditions (EOS / stop ids / max_tokens in iter, stop strings on
+ *       the streamed text, src/gen/stop.h), incremental UTF-8-safe detokenization
+ *       (src/tokenizer/decode_stream.h), the output appended to the job; rg_iter_update;
+ *       finished sequences closed; unlock; owners notified.
+ * Admission (rg_gen_engine_submit) runs rg_iter_add under the engine lock from the caller's
+ * thread, so a request that cannot meet its TTFT / TPOT target is refused at once (429).
+ * Beam search requests (num_beams > 1) run whole on the step thread through src/gen/generate.h
+ * rg_gen_run over the engine's KV pool, between two steps: they stall the other streams for
+ * their duration (a documented limitation; beams in the step loop come with encoder-decoder
+ * models).
+ *
+ * Job life (the owner's contract): the owner fills the job (rg_gen_job_new) and submits it; the
+ * engine then holds a reference until it calls notify(job, true) (the last call). Output is
+ * appended under job->mu; notify(job, false) says there is more to read. The owner may cancel
+ * (rg_gen_job_cancel: a client that went away) at any time: the sequences are aborted at the next
+ * step and their blocks freed. Owner and engine each drop their reference with rg_gen_job_put;
+ * the last one frees the job. Not thread-safe per job except through job->mu. */
+#ifndef RG_SERVER_ENGINE_GEN_H
+#define RG_SERVER_ENGINE_GEN_H
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/buf.h"
+#include "ragged.h"
+#include "sched/iter.h"
+
+typedef struct rg_gen_engine rg_gen_engine;
+
+typedef struct rg_gen_engine_params {
+	rg_iter_params iter;      /* step budget, sequences per step, context, waiting queue */
+	int block_size;           /* KV block positions (16) */
+	size_t kv_bytes;          /* KV cache bytes; 0: kv_fraction of the free memory */
+	double kv_fraction;       /* (0, 1], used when kv_bytes is 0 */
+	double disconnect_poll_ms; /* how often running clients' sockets are checked (10) */
+	double step_delay_ms;     /* testing: sleep before each step (a slow device) */
+} rg_gen_engine_params;
+
+/* Why a sequence ended. */
+typedef enum rg_gen_end {
+	RG_GEN_END_NONE = 0,
+	RG_GEN_END_EOS,        /* an EOS id */
+	RG_GEN_END_STOP,       /* a stop string (stop_str) or a stop token id */
+	RG_GEN_END_LENGTH,     /* max_tokens or the context */
+	RG_GEN_END_ABORT,      /* cancelled, drained past its time, or a model error (job->err) */
+} rg_gen_end;
+
+/* One output sequence as it grows (guarded by job->mu). */
+typedef struct rg_gen_seq_out {
+	int32_t *ids;          /* (n_ids) generated ids */
+	float *logprobs;       /* (n_ids) */
+	int32_t *top_ids;      /* (n_ids, job->n_top) */
+	float *top_logprobs;   /* (n_ids, job->n_top) */
+	size_t *text_end;      /* (n_ids) bytes of text complete after each token */
+	int n_ids, cap;
+	rg_buf text;           /* detokenized completion, cut before a stop string */
+	size_t text_ready;     /* bytes of text that are final (held back: a possible stop string
+				* prefix); = text.len once ended */
+	rg_gen_end end;
+	char *stop_str;        /* the stop string that ended it (owned), or NULL */
+	int n_cached;          /* prompt tokens taken from the prefix cache */
+	int n_preemptions;
+	double first_token_ms; /* rg_now_ms of its first token, 0 before */
+	double last_token_ms;
+	double score;          /* beams: the hypothesis score; else the sum of logprobs */
+} rg_gen_seq_out;
+
+typedef struct rg_gen_job rg_gen_job;
+
+struct rg_gen_job {
+	/* set by the owner before submit (rg_gen_job_new makes the arrays) */
+	int n_seqs;              /* sequences: choices (n, or best_of), or 1 for beams */
+	int32_t **prompts;       /* (n_seqs) prompt ids per sequence (owned by the job) */
+	int *prompt_lens;        /* (n_seqs) */
+	rg_gen_params gp;        /* sampling, max_tokens, eos (n_eos -1: ignore EOS), stop ids and
+				  * strings (the arrays are the owner's, alive while the job is),
+				  * logprobs (top alternatives), seed, beams. n: sequences per
+				  * prompt for beam search only (returned beams) */
+	int min_tokens;          /* EOS, stop ids and strings ignored before this many tokens */
+	bool skip_special;       /* text without special tokens (default true) */
+	int priority;
+	double arrival_ms;       /* rg_now_ms() */
+	double deadline_ms;      /* TTFT target from arrival, ms; 0 none */
+	double tpot_ms;          /* TPOT target, ms; 0 none */
+	int client_fd;           /* watched for a disconnect while running; -1: not */
+	/* called by the engine (step thread, no engine lock, job->mu NOT held): more output
+	 * (last false), or the job ended and this is the engine's last access (last true; the
+	 * engine has dropped its reference after it returns). Must not block. */
+	void (*notify)(rg_gen_job *job, bool last);
+	void *owner;
+
+	/* filled by the engine */
+	pthread_mutex_t mu;
+	int n_top;               /* alternatives stored per token (gp.logprobs) */
+	rg_gen_seq_out *out;     /* (n_seqs) */
+	int n_running;           /* sequences not ended */
+	bool ended;              /* every sequence ended (under mu) */
+	rg_status status;        /* RG_OK, or the error that aborted it */
+	char err[256];
+	rg_iter_admission adm;   /* submit's estimates; when refused its Retry-After */
+	double queue_ms;         /* arrival to its first scheduled step */
+
+	/* private */
+	atomic_int refs;
+	atomic_bool cancel;
+	uint64_t base_id;        /* sequence i is iter request base_id + i */
+	struct gen_seq_state *st; /* (n_seqs) the engine's per-sequence state */
+	rg_gen_job *next;        /* the engine's job lists */
+	bool beam_pending;
+};
+
+/* A job of n_seqs sequences with zeroed outputs and one reference (the owner's); gp defaults
+ * (rg_gen_params_default). NULL on OOM. */
+rg_gen_job *rg_gen_job_new(int n_seqs);
+/* Drop a reference; the last frees the job (prompts, outputs). NULL accepted. */
+void rg_gen_job_put(rg_gen_job *j);
+/* Ask the engine to end the job (the client went away): its sequences end ABORT at the next
+ * step. Thread-safe; idempotent. */
+void rg_gen_job_cancel(rg_gen_job *j);
+
+/* Create the engine over model m (a decoder; borrowed, the engine's alone until free): the KV
+ * cache (p->kv_bytes or p->kv_fraction), the block pool, the scheduler, a prior of the step cost
+ * model measured on a few steps, and the step thread. NULL + *st: RG_ERR_UNSUPPORTED (an
+ * encoder), RG_ERR_INVALID_INPUT (bad params, a cache that cannot hold one sequence of
+ * max_context tokens: rg_last_error), RG_ERR_OOM, a model error. */
+rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *p, rg_status *st);
+
+/* Admit job (the engine takes a reference: rg_gen_job_put after notify(.., true) is the
+ * engine's). Errors (nothing taken, notify never called): RG_ERR_BUSY (draining, the waiting
+ * queue full, or a TTFT / TPOT target that cannot be met: job->adm.retry_after_ms),
+ * RG_ERR_TOO_LONG (a prompt of max_context tokens or more), RG_ERR_INVALID_INPUT (bad params,
+ * named), RG_ERR_OOM. Thread-safe. */
+rg_status rg_gen_engine_submit(rg_gen_engine *e, rg_gen_job *job);
+
+/* Drain: new jobs are refused; running and waiting ones go on until end_ms (rg_now_ms clock),
+ * when what is left ends ABORT ("shutting down"). Returns at once; rg_gen_engine_idle tells when
+ * nothing is left. */
+void rg_gen_engine_drain(rg_gen_engine *e, double end_ms);
+bool rg_gen_engine_idle(rg_gen_engine *e);
+
+/* Stop the step thread; every job left ends ABORT (notified). Idempotent. */
+void rg_gen_engine_stop(rg_gen_engine *e);
+/* Stop, then free (KV cache stays with the model). NULL accepted. */
+void rg_gen_engine_free(rg_gen_engine *e);
+
+/* Sequences waiting (for /metrics and /info). */
+int rg_gen_engine_queue_depth(rg_gen_engine *e);
+/* The model's EOS ids (config.json / generation_config.json / GGUF), *n of them; owned by the
+ * model. */
+const int32_t *rg_gen_engine_eos(const rg_gen_engine *e, int32_t *n);
+/* The longest sequence (prompt + generated) the engine runs. */
+int rg_gen_engine_max_context(const rg_gen_engine *e);
+/* KV blocks allocated to sequences or the prefix cache now (0 when idle without caching). */
+int rg_gen_engine_blocks_used(rg_gen_engine *e);
+/* Append the generation metrics (Prometheus text format 0.0.4): TTFT and inter-token latency
+ * histograms, prompt / generated tokens, running / waiting / preempted sequences, KV blocks used
+ * and free, prefix-cache hits, step time and tokens per step. Thread-safe. */
+void rg_gen_engine_metrics(rg_gen_engine *e, rg_buf *out);
+#endif
