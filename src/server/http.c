@@ -83,6 +83,25 @@ enum MHD_Result rg_conn_send(conn_ctx *c, int status, rg_buf *body, const char *
 	return ret;
 }
 
+enum MHD_Result rg_conn_send_stream(conn_ctx *c, const char *ctype,
+				    MHD_ContentReaderCallback reader, void *cls)
+{
+	struct MHD_Response *r;
+	enum MHD_Result ret;
+
+	r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, reader, cls, NULL);
+	if (!r)
+		return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+	MHD_add_response_header(r, "X-Accel-Buffering", "no"); /* nginx: pass events through */
+	add_guard_headers(c, r, 200);
+	rg_conn_watch_busy(c->srv->watch, rg_conn_watch_of(c->conn));
+	ret = MHD_queue_response(c->conn, 200, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
 /* OpenAI's error "type" for an HTTP status. */
 static const char *openai_error_type(int status)
 {
@@ -451,7 +470,7 @@ enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, con
 		c->conn = conn;
 		c->http.t0 = rg_now_ms();
 		c->row = rg_route_find(path ? path : "", method,
-				       atomic_load(&s->ready) ? rg_route_kind_of(s->info->num_labels) : 0,
+				       atomic_load(&s->ready) ? rg_route_kind_of_model(s->info) : 0,
 				       &arg);
 		c->route = c->row ? c->row->id : RG_ROUTE_OTHER;
 		c->http.post = !strcmp(method, "POST");
@@ -486,6 +505,7 @@ enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, con
 
 static void free_ctx(conn_ctx *c)
 {
+	rg_gen_conn_free(c);
 	rg_embed_conn_free(c);
 	rg_request_free(&c->req);
 	rg_conn_release_body(c);

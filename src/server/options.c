@@ -162,6 +162,30 @@ static const opt_spec g_opts[] = {
 	 "TEI: accepted, not used (metrics are on /metrics of --port)"},
 	{"--disable-spans", NULL, OPT_FLAG, F(disable_spans), 0, 0, NULL,
 	 "TEI: accepted, not used"},
+	/* decoder models: the generation engine (vLLM's and TGI's names) */
+	{"--max-num-seqs", "N", OPT_INT, F(max_num_seqs), 1, 64, "64",
+	 "decoders: sequences in one step (continuous batching)"},
+	{"--max-num-batched-tokens", "N", OPT_INT, F(max_num_batched_tokens), 1, 1 << 20, NULL,
+	 "decoders: new tokens in one step; a longer prompt is prefilled in chunks (default "
+	 "--max-batch-tokens when given, else 512)"},
+	{"--max-model-len", "N", OPT_INT, F(max_model_len), 2, 1 << 22, NULL,
+	 "decoders: prompt and completion tokens at most (default the model's positions)"},
+	{"--max-total-tokens", "N", OPT_INT, F(max_model_len), 2, 1 << 22, NULL,
+	 "TGI's name of --max-model-len"},
+	{"--kv-cache-fraction", "X", OPT_DOUBLE, F(kv_cache_fraction), 1e-6, 1, NULL,
+	 "decoders: KV cache size as a fraction of the memory free after the weights (vLLM's "
+	 "--gpu-memory-utilization, of what is left; default 0.9 on cuda; on cpu the default is "
+	 "1 GiB, as vLLM's CPU backend sizes it in bytes)"},
+	{"--gpu-memory-utilization", "X", OPT_DOUBLE, F(kv_cache_fraction), 1e-6, 1, NULL,
+	 "vLLM's name of --kv-cache-fraction"},
+	{"--kv-cache-bytes", "N", OPT_SIZE, F(kv_cache_bytes), 1, 1LL << 42, NULL,
+	 "decoders: KV cache size in bytes (instead of the fraction)"},
+	{"--block-size", "N", OPT_INT, F(block_size), 1, 256, "16",
+	 "decoders: positions per KV cache block"},
+	{"--no-prefix-caching", NULL, OPT_FLAG, F(no_prefix_caching), 0, 0, NULL,
+	 "decoders: do not share the KV blocks of common prompt prefixes"},
+	{"--step-delay-ms", "X", OPT_DOUBLE, F(step_delay_ms), 0, 60000, "0",
+	 "testing: sleep before each generation step (a slow device)"},
 };
 #undef F
 

@@ -72,6 +72,15 @@ typedef struct rg_serve_opts {
 		*otlp_service_name;
 	int tokenization_workers, prometheus_port;
 	bool disable_spans;
+	/* decoder models (issue 20: the generation engine, engine_gen.h) */
+	int max_num_seqs;             /* sequences in one step */
+	int max_num_batched_tokens;   /* new tokens in one step (0: --max-batch-tokens, else 512) */
+	int max_model_len;            /* prompt + completion tokens (0: the model's positions) */
+	double kv_cache_fraction;     /* of the memory free after the weights */
+	size_t kv_cache_bytes;        /* 0: by the fraction */
+	int block_size;               /* KV block positions */
+	bool no_prefix_caching;
+	double step_delay_ms;         /* testing: sleep before each step */
 } rg_serve_opts;
 
 /* Fill o with every default. */

@@ -30,6 +30,10 @@ typedef enum rg_route {
 	RG_ROUTE_MODELS,      /* GET /v1/models       (OpenAI list) */
 	RG_ROUTE_OPENAPI,     /* GET /openapi.json */
 	RG_ROUTE_MODEL,       /* GET /v1/models/{id}  (OpenAI model object) */
+	RG_ROUTE_COMPLETIONS, /* POST /v1/completions (OpenAI; decoders) */
+	RG_ROUTE_CHAT,        /* POST /v1/chat/completions (OpenAI; decoders) */
+	RG_ROUTE_GENERATE,    /* POST /generate, /generate_stream (TGI; decoders; POST / too) */
+	RG_ROUTE_DETOKENIZE,  /* POST /detokenize (vLLM; decoders) */
 	RG_ROUTE_OTHER,       /* anything else (404) */
 	RG_ROUTE_COUNT,
 } rg_route;

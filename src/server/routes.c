@@ -3,6 +3,8 @@
  * The request flow is described in server.c; the HTTP glue is http.c, the embedding routes
  * routes_embed.c, TEI's and OpenAI's other routes routes_compat.c. */
 #include "server/server_internal.h"
+#include "server/engine_gen.h"
+#include "server/gen_request.h"
 
 #include <microhttpd.h>
 #include <stdatomic.h>
@@ -31,9 +33,13 @@ static enum MHD_Result handle_metrics(conn_ctx *c)
 		total += t;
 	}
 	rg_buf_init(&b);
-	rg_metrics_render(&s->metrics, &b, ready ? rg_engine_queue_depth(s->engine) : 0, used,
-			  total, ready && s->cache ? rg_cache_size(s->cache) : 0);
-	if (ready && s->kind == RG_SCHED_DP) {
+	rg_metrics_render(&s->metrics, &b,
+			  !ready ? 0 : s->gen ? rg_gen_engine_queue_depth(s->gen)
+					      : rg_engine_queue_depth(s->engine),
+			  used, total, ready && s->cache ? rg_cache_size(s->cache) : 0);
+	if (ready && s->gen)
+		rg_gen_engine_metrics(s->gen, &b);
+	if (ready && !s->gen && s->kind == RG_SCHED_DP) {
 		/* the background DP measurement (engine.h): cells done / in all, and whether the
 		 * dp scheduler is in use yet */
 		char sched[64];
@@ -88,6 +94,14 @@ static enum MHD_Result handle_model(conn_ctx *c)
 #define SUMMARY_READY "Ready: 200 once the model is loaded, 503 before and while stopping."
 #define SUMMARY_OPENAI "OpenAI-compatible embeddings; errors in OpenAI's shape."
 #define KIND_SCORES (RG_KIND_RERANKER | RG_KIND_CLASSIFIER)
+#define E_GEN "400 413 429 503"
+#define S_OBJECT "{\"type\":\"object\"}"
+#define SUMMARY_COMPLETIONS                                                                  \
+	"OpenAI-compatible text completions (decoder models); stream: true for server-sent "  \
+	"events; errors in OpenAI's shape."
+#define SUMMARY_CHAT                                                                         \
+	"OpenAI-compatible chat completions, the messages rendered by the model's chat "      \
+	"template; stream: true for server-sent events; errors in OpenAI's shape."
 
 /* One row per path and method set, in the order of the 404 text and /openapi.json. */
 static const rg_route_def routes[] = {
@@ -149,6 +163,53 @@ static const rg_route_def routes[] = {
 	 .tei_metric = "te_predict",
 	 .summary = "Sequence classification scores (TEI).",
 	 .ok_schema = "{\"type\":\"array\",\"items\":{}}", .errors = E_RUN},
+	{.path = "/generate", .methods = RG_METHOD_POST, .id = RG_ROUTE_GENERATE, .name = "generate",
+	 .handle = rg_handle_generate, .schema = "GenerateRequest", .kinds = RG_KIND_GENERATOR,
+	 .kind_default = true, .gen = true, .gen_api = RG_GEN_API_TGI,
+	 .summary = "Text generation (TGI's /generate; also TGI's POST /, which streams when the "
+		    "body says \"stream\": true).",
+	 .ok_schema = "{\"type\":\"object\",\"properties\":{\"generated_text\":{\"type\":"
+		      "\"string\"},\"details\":{\"type\":\"object\",\"nullable\":true}}}",
+	 .errors = E_GEN},
+	{.path = "/generate_stream", .methods = RG_METHOD_POST, .id = RG_ROUTE_GENERATE,
+	 .name = "generate", .handle = rg_handle_generate, .schema = "GenerateRequest",
+	 .kinds = RG_KIND_GENERATOR, .gen = true, .gen_api = RG_GEN_API_TGI_STREAM,
+	 .summary = "Text generation as server-sent events, one per token (TGI's "
+		    "/generate_stream).",
+	 .ok_desc = "Server-sent events", .ok_type = "text/event-stream",
+	 .ok_schema = "{\"type\":\"string\"}", .errors = E_GEN},
+	{.path = "/v1/completions", .methods = RG_METHOD_POST, .id = RG_ROUTE_COMPLETIONS,
+	 .name = "v1_completions", .handle = rg_handle_generate, .schema = "CompletionRequest",
+	 .kinds = RG_KIND_GENERATOR, .openai = true, .gen = true,
+	 .gen_api = RG_GEN_API_COMPLETIONS, .summary = SUMMARY_COMPLETIONS,
+	 .ok_schema = S_OBJECT, .errors = E_GEN},
+	{.path = "/completions", .methods = RG_METHOD_POST, .id = RG_ROUTE_COMPLETIONS,
+	 .name = "v1_completions", .handle = rg_handle_generate, .schema = "CompletionRequest",
+	 .kinds = RG_KIND_GENERATOR, .openai = true, .gen = true,
+	 .gen_api = RG_GEN_API_COMPLETIONS, .summary = SUMMARY_COMPLETIONS,
+	 .ok_schema = S_OBJECT, .errors = E_GEN},
+	{.path = "/v1/chat/completions", .methods = RG_METHOD_POST, .id = RG_ROUTE_CHAT,
+	 .name = "v1_chat_completions", .handle = rg_handle_generate,
+	 .schema = "ChatCompletionRequest", .kinds = RG_KIND_GENERATOR, .openai = true,
+	 .gen = true, .gen_api = RG_GEN_API_CHAT, .summary = SUMMARY_CHAT,
+	 .ok_schema = S_OBJECT, .errors = E_GEN},
+	{.path = "/chat/completions", .methods = RG_METHOD_POST, .id = RG_ROUTE_CHAT,
+	 .name = "v1_chat_completions", .handle = rg_handle_generate,
+	 .schema = "ChatCompletionRequest", .kinds = RG_KIND_GENERATOR, .openai = true,
+	 .gen = true, .gen_api = RG_GEN_API_CHAT, .summary = SUMMARY_CHAT,
+	 .ok_schema = S_OBJECT, .errors = E_GEN},
+	{.path = "/tokenize", .methods = RG_METHOD_POST, .id = RG_ROUTE_TOKENIZE,
+	 .name = "tokenize", .handle = rg_handle_gen_tokenize, .schema = "GenTokenizeRequest",
+	 .kinds = RG_KIND_GENERATOR, .gen = true, .gen_api = -1,
+	 .summary = "A decoder's tokens (vLLM's shape: {\"prompt\"} or {\"messages\"} -> "
+		    "{\"count\", \"max_model_len\", \"tokens\"}; TEI's {\"inputs\"} as for "
+		    "encoders).",
+	 .ok_schema = S_OBJECT, .errors = "400 413 503"},
+	{.path = "/detokenize", .methods = RG_METHOD_POST, .id = RG_ROUTE_DETOKENIZE,
+	 .name = "detokenize", .handle = rg_handle_detokenize, .schema = "DetokenizeRequest",
+	 .kinds = RG_KIND_GENERATOR, .gen = true, .gen_api = -1,
+	 .summary = "Token ids back to text (vLLM's: {\"tokens\"} -> {\"prompt\"}).",
+	 .ok_schema = S_OBJECT, .errors = "400 413 503"},
 	{.path = "/tokenize", .methods = RG_METHOD_POST, .id = RG_ROUTE_TOKENIZE,
 	 .name = "tokenize", .handle = rg_handle_tokenize, .schema = "TokenizeRequest",
 	 .kinds = RG_KIND_ANY, .summary = "Token objects per input (TEI).",
@@ -231,6 +292,12 @@ unsigned rg_route_kind_of(int num_labels)
 								  : RG_KIND_CLASSIFIER;
 }
 
+unsigned rg_route_kind_of_model(const rg_model_info *info)
+{
+	return info->kind == RG_MODEL_DECODER ? RG_KIND_GENERATOR
+					      : rg_route_kind_of(info->num_labels);
+}
+
 /* Whether path matches row's path: equal, or its prefix before a last "{name}" segment followed
  * by a non-empty rest (*arg). */
 static bool path_matches(const rg_route_def *row, const char *path, const char **arg)
@@ -264,19 +331,38 @@ const rg_route_def *rg_route_find(const char *path, const char *method, unsigned
 	unsigned m = method_bit(method);
 	const char *a = NULL;
 
+	const rg_route_def *first_m = NULL;
+	const char *a_m = NULL;
+
 	*arg = NULL;
+	kind = kind ? kind : RG_KIND_EMBEDDING;
 	for (size_t i = 0; i < n; i++) {
 		const char *ai = NULL;
 
 		if (!path_matches(&routes[i], path, &ai))
 			continue;
-		row = &routes[i];
-		a = ai;
-		if (routes[i].methods & m)
+		if (!(routes[i].methods & m)) {
+			if (!first_m) { /* no row of the method yet: the last one answers 405 */
+				row = &routes[i];
+				a = ai;
+			}
+			continue;
+		}
+		if (!first_m) {
+			first_m = &routes[i];
+			a_m = ai;
+		}
+		if (routes[i].kinds & kind) {
+			first_m = &routes[i];
+			a_m = ai;
 			break;
+		}
+	}
+	if (first_m) {
+		row = first_m;
+		a = a_m;
 	}
 	if (row && row->by_kind) {
-		kind = kind ? kind : RG_KIND_EMBEDDING;
 		for (size_t i = 0; i < n; i++)
 			if (routes[i].kind_default && (routes[i].kinds & kind))
 				return &routes[i];
@@ -311,11 +397,20 @@ void rg_routes_list(char *buf, size_t n)
 static bool refuse_kind(conn_ctx *c, enum MHD_Result *ret)
 {
 	rg_server *s = c->srv;
-	unsigned kind = rg_route_kind_of(s->info->num_labels);
+	unsigned kind = rg_route_kind_of_model(s->info);
 
 	if (c->row->kinds & kind)
 		return false;
-	if (kind == RG_KIND_EMBEDDING)
+	if (kind == RG_KIND_GENERATOR)
+		*ret = rg_conn_error(c, 400, "validation", NULL,
+				     "%s is a text generation model; %s needs an encoder (use "
+				     "/v1/completions, /v1/chat/completions or /generate)",
+				     s->model_name, c->row->name);
+	else if (c->row->kinds & RG_KIND_GENERATOR)
+		*ret = rg_conn_error(c, 400, "validation", NULL,
+				     "%s needs a text generation (decoder) model; %s is an encoder",
+				     c->row->name, s->model_name);
+	else if (kind == RG_KIND_EMBEDDING)
 		*ret = rg_conn_error(c, 400, "validation", NULL,
 				     "%s needs a sequence classification model; %s is an embedding "
 				     "model (use /embed or /v1/embeddings)",
@@ -358,7 +453,7 @@ enum MHD_Result rg_route_dispatch(conn_ctx *c, const char *url, const char *meth
 	if (!row->before_ready && (!atomic_load(&s->ready) || atomic_load(&s->stopping)))
 		return rg_conn_error(c, 503, "unhealthy", NULL, "model is %s",
 				     atomic_load(&s->stopping) ? "shutting down" : "loading");
-	if (row->schema) {
+	if (row->schema && !row->gen) {
 		st = rg_request_parse(row->id, c->http.body.data, c->http.body.len, &s->lim, &c->req, &err);
 		rg_conn_release_body(c);
 		if (st != RG_OK)

@@ -24,7 +24,9 @@ enum {
 	RG_KIND_EMBEDDING = 1u,  /* pooled embeddings (num_labels 0) */
 	RG_KIND_RERANKER = 2u,   /* one score per pair (num_labels 1) */
 	RG_KIND_CLASSIFIER = 4u, /* several labels (num_labels > 1) */
-	RG_KIND_ANY = 7u,
+	RG_KIND_GENERATOR = 8u,  /* a decoder: generates text (issue 20) */
+	RG_KIND_ENCODER = 7u,    /* every encoder kind */
+	RG_KIND_ANY = 15u,
 };
 
 typedef struct rg_route_def {
@@ -46,6 +48,9 @@ typedef struct rg_route_def {
 				 * first such row in table order: /rerank before /predict) */
 	bool public_route;      /* answered without the API key (health checks) */
 	bool openai;            /* errors in OpenAI's shape */
+	bool gen;               /* a generation row: the handler parses the body itself
+				 * (gen_request.h, by gen_api); schema only names it in /openapi.json */
+	int gen_api;            /* rg_gen_api of a gen row */
 	bool before_ready;      /* answered while the model loads or the server stops (/metrics) */
 	const char *tei_metric; /* TEI's metric prefix counting the route ("te_embed"), or NULL */
 	/* its /openapi.json entry */
@@ -61,7 +66,8 @@ typedef struct rg_route_def {
 
 /* The table, *n rows. */
 const rg_route_def *rg_routes(size_t *n);
-/* The row answering method on path (absolute-form targets already reduced to their path), after
+/* The row answering method on path (absolute-form targets already reduced to their path): of
+ * the rows with that path and method, the first that serves kind (else the first), after
  * TEI's routing by model kind (kind: RG_KIND_*, 0 before the model is loaded: embedding); when
  * rows match the path but none the method, the last of them (answered 405). *arg: the rest of a
  * "{name}" path, else NULL. NULL: no row (404). */
@@ -76,8 +82,10 @@ void rg_routes_list(char *buf, size_t n);
 bool rg_route_runs_model(rg_route id);
 /* TEI's metric prefix of route id (metrics.c's te_* series), NULL for none. */
 const char *rg_route_tei_metric(rg_route id);
-/* The model kind (RG_KIND_*) of a model with num_labels labels. */
+/* The model kind (RG_KIND_*) of an encoder with num_labels labels. */
 unsigned rg_route_kind_of(int num_labels);
+/* The model kind of a loaded model: RG_KIND_GENERATOR for a decoder, else by its labels. */
+unsigned rg_route_kind_of_model(const rg_model_info *info);
 /* The OpenAPI 3 document of every row (openapi.c), appended to b. */
 void rg_openapi_write(rg_buf *b);
 #endif

@@ -257,6 +257,8 @@ enum MHD_Result rg_answer_info(conn_ctx *c)
 	char sched[64];
 	rg_buf b;
 
+	if (s->gen)
+		return rg_answer_gen_info(c);
 	/* "dp", or "token (dp measuring 12/40)" while the DP cost table is measured */
 	rg_engine_sched_state(s->engine, sched, sizeof(sched), NULL, NULL);
 	rg_buf_init(&b);

@@ -85,6 +85,7 @@
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/warmup.h"
+#include "server/engine_gen.h"
 
 /* ---- main ------------------------------------------------------------------------------- */
 
@@ -177,6 +178,43 @@ static rg_status setup_engine(rg_server *s)
 	s->max_len = rg_engine_max_len(s->engine);
 	if (s->max_len > i->max_seq_len)
 		s->max_len = i->max_seq_len;
+	return RG_OK;
+}
+
+/* Decoders: the generation engine (engine_gen.h) over the first model. */
+static rg_status setup_gen_engine(rg_server *s)
+{
+	rg_gen_engine_params gp;
+	rg_status st;
+
+	if (s->n_models > 1)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "a decoder model is served on one device "
+				 "(--devices / --cpu-replicas take one)");
+	memset(&gp, 0, sizeof(gp));
+	rg_iter_params_default(&gp.iter);
+	gp.iter.max_num_seqs = s->o.max_num_seqs;
+	gp.iter.max_num_batched_tokens = s->o.max_num_batched_tokens ? s->o.max_num_batched_tokens
+					 : s->o.max_batch_tokens ? s->o.max_batch_tokens : 512;
+	gp.iter.max_context = s->o.max_model_len ? s->o.max_model_len
+						 : s->info->max_position_embeddings;
+	gp.iter.max_waiting = s->o.max_queue;
+	gp.iter.prefix_caching = !s->o.no_prefix_caching;
+	gp.block_size = s->o.block_size;
+	gp.kv_bytes = s->o.kv_cache_bytes;
+	gp.kv_fraction = s->o.kv_cache_fraction;
+	if (!gp.kv_bytes && !gp.kv_fraction) {
+		if (s->info->device == RG_DEVICE_CUDA)
+			gp.kv_fraction = 0.9;
+		else
+			gp.kv_bytes = (size_t)1 << 30;
+	}
+	gp.step_delay_ms = s->o.step_delay_ms;
+	gp.disconnect_poll_ms = 10;
+	s->gen = rg_gen_engine_create(s->model, &gp, &st);
+	if (!s->gen)
+		return st;
+	s->o.max_num_batched_tokens = gp.iter.max_num_batched_tokens;
+	s->max_len = rg_gen_engine_max_context(s->gen);
 	return RG_OK;
 }
 
@@ -361,8 +399,12 @@ static void drain(rg_server *s, struct MHD_Daemon *d, const sigset_t *sigs, int 
 	lsock = MHD_quiesce_daemon(d);
 	if (lsock != MHD_INVALID_SOCKET)
 		shutdown(lsock, SHUT_RDWR);
-	rg_engine_drain(s->engine, end);
-	while (!rg_engine_idle(s->engine) && rg_now_ms() < end) {
+	if (s->gen)
+		rg_gen_engine_drain(s->gen, end);
+	else
+		rg_engine_drain(s->engine, end);
+	while (!(s->gen ? rg_gen_engine_idle(s->gen) : rg_engine_idle(s->engine)) &&
+	       rg_now_ms() < end) {
 		struct timespec ts = { 0, 20 * 1000 * 1000 };
 
 		if (sigtimedwait(sigs, NULL, &ts) > 0) {
@@ -370,7 +412,10 @@ static void drain(rg_server *s, struct MHD_Daemon *d, const sigset_t *sigs, int 
 			break;
 		}
 	}
-	rg_engine_stop(s->engine);
+	if (s->gen)
+		rg_gen_engine_stop(s->gen);
+	else
+		rg_engine_stop(s->engine);
 	wait_answered(s, fmax(t0 + total, rg_now_ms() + 250));
 	/* the last answers are queued; let the HTTP threads write them before closing */
 	nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
@@ -510,12 +555,22 @@ int rg_serve_main(int argc, char **argv)
 	s->lim.vocab_size = s->info->vocab_size;
 	s->lim.max_depth = 32;
 	s->lim.auto_truncate = s->o.auto_truncate;
-	if ((st = setup_engine(s)) != RG_OK) {
+	s->decoder = s->info->kind == RG_MODEL_DECODER;
+	if ((st = s->decoder ? setup_gen_engine(s) : setup_engine(s)) != RG_OK) {
 		fprintf(stderr, "ragged serve: %s: %s\n", rg_status_name(st), rg_last_error());
 		rc = st == RG_ERR_INVALID_INPUT ? EXIT_USAGE : 1;
 		goto out_stop;
 	}
-	{
+	if (s->decoder) {
+		rg_kv_info kv;
+
+		rg_model_kv_info(s->model, &kv);
+		fprintf(stderr, "ragged serve: generation engine: KV cache %d blocks of %d tokens "
+			"(%.1f MiB, %d tokens), context %d, %d sequences and %d tokens per step, "
+			"prefix caching %s\n", kv.n_blocks, kv.block_size, kv.bytes / 1048576.0,
+			kv.n_blocks * kv.block_size, s->max_len, s->o.max_num_seqs,
+			s->o.max_num_batched_tokens, s->o.no_prefix_caching ? "off" : "on");
+	} else {
 		rg_cost_model cm = rg_engine_cost_model(s->engine);
 
 		fprintf(stderr, "ragged serve: batch time estimate %.3g ms + %.3g ms/token + %.3g "
@@ -525,7 +580,8 @@ int rg_serve_main(int argc, char **argv)
 	}
 	atomic_store(&s->ready, true);
 	printf("ragged serving %s on http://%s:%d (%s, %s, %s)\n", s->o.model, s->o.host, s->port,
-	       rg_device_name(s->o.device), rg_dtype_name(s->o.dtype), rg_sched_kind_name(s->kind));
+	       rg_device_name(s->o.device), rg_dtype_name(s->o.dtype),
+	       s->decoder ? "continuous-batching" : rg_sched_kind_name(s->kind));
 	fflush(stdout);
 
 	do {
@@ -538,7 +594,10 @@ int rg_serve_main(int argc, char **argv)
 out_stop:
 	/* Order: refuse new work, answer what is queued (503), stop HTTP, then free the rest. */
 	atomic_store(&s->stopping, true);
-	rg_engine_stop(s->engine);
+	if (s->gen)
+		rg_gen_engine_stop(s->gen);
+	else if (s->engine)
+		rg_engine_stop(s->engine);
 	wait_answered(s, rg_now_ms() + 1000);
 	if (d)
 		MHD_stop_daemon(d);
@@ -552,6 +611,7 @@ out_stop:
 			(unsigned long long)total, (unsigned long long)ok);
 	}
 	rg_engine_free(s->engine);
+	rg_gen_engine_free(s->gen);
 	rg_cache_free(s->cache);
 	rg_cost_table_free(s->cost);
 	rg_cost_measure_free(s->measure); /* after the engine: its scheduler may hold the table */

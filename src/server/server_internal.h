@@ -29,7 +29,9 @@ typedef struct rg_server {
 	int n_models;
 	char device_names[RG_SERVE_MAX_DEVICES][16]; /* (n_models) "cuda:1", "cpu:0": /info, metrics */
 	const rg_model_info *info;
-	rg_engine *engine;
+	rg_engine *engine;       /* encoders: the batch engine; NULL for a decoder */
+	struct rg_gen_engine *gen; /* decoders: the generation engine (engine_gen.h), else NULL */
+	bool decoder;            /* the model generates (rg_model_info.kind RG_MODEL_DECODER) */
 	rg_cache *cache;
 	rg_cost_table *cost;     /* DP: the stored table loaded at start, else NULL */
 	struct rg_cost_measure *measure; /* DP without a stored table: measured in the
@@ -121,6 +123,7 @@ typedef struct conn_ctx {
 	enum MHD_Result (*resume)(struct conn_ctx *c);
 	rg_request req;          /* the parsed body (rows with a schema) */
 	rg_embed_state embed;
+	struct rg_gen_conn *gen; /* the generation routes' state (routes_gen.c), NULL else */
 } conn_ctx;
 
 /* ---- http.c: the HTTP glue ---- */
@@ -132,6 +135,12 @@ enum MHD_Result rg_conn_send(conn_ctx *c, int status, rg_buf *body, const char *
  * "param", "code"}} when c->openai. param: the offending request field or NULL. */
 enum MHD_Result rg_conn_error(conn_ctx *c, int status, const char *type, const char *param,
 			      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* Answer c with a streamed body (chunked transfer encoding) of media type ctype, produced by
+ * reader (MHD's content reader; cls its closure): server-sent events. The status is 200, the
+ * guard headers are added; the request's metrics are counted by the caller when it ends. */
+enum MHD_Result rg_conn_send_stream(conn_ctx *c, const char *ctype,
+				    MHD_ContentReaderCallback reader, void *cls);
 
 /* Give back the request's share of the buffered-bytes budget and its body (read in full). */
 void rg_conn_release_body(conn_ctx *c);
@@ -172,6 +181,20 @@ enum MHD_Result rg_answer_models(conn_ctx *c);
 /* GET /v1/models/{id}: the model object when id is the served name, else OpenAI's 404. */
 enum MHD_Result rg_answer_model(conn_ctx *c, const char *id);
 enum MHD_Result rg_answer_openapi(conn_ctx *c);
+
+/* ---- routes_gen.c: the generation routes (decoder models) ---- */
+/* OpenAI's /v1/completions and /v1/chat/completions, TGI's /generate and /generate_stream (and
+ * TGI's POST / by the model's kind): parse, tokenize (chat: the model's template), submit to
+ * the generation engine, answer whole or as server-sent events. */
+enum MHD_Result rg_handle_generate(conn_ctx *c);
+/* /tokenize of a decoder (vLLM's {"prompt" | "messages"} shape; TEI's {"inputs"} as for
+ * encoders) and /detokenize (vLLM's {"tokens"}). */
+enum MHD_Result rg_handle_gen_tokenize(conn_ctx *c);
+enum MHD_Result rg_handle_detokenize(conn_ctx *c);
+/* /info of a decoder model (TGI's Info fields and ragged's). */
+enum MHD_Result rg_answer_gen_info(conn_ctx *c);
+/* Free what the generation routes hold in c (its jobs are released, not waited for). */
+void rg_gen_conn_free(conn_ctx *c);
 
 /* MHD's access handler (MHD_start_daemon's dh; cls is the rg_server) and its
  * MHD_OPTION_NOTIFY_COMPLETED callback, which frees the per-connection state. */

@@ -1,0 +1,1092 @@
+/* The generation routes of `ragged serve` (issue 20): OpenAI's /v1/completions and
+ * /v1/chat/completions, TGI's /generate and /generate_stream, vLLM's /tokenize and /detokenize
+ * for decoder models. A request is parsed (gen_request.h), tokenized (chat: rendered by the
+ * model's template first), cut into one engine job per prompt (engine_gen.h: its n choices, or
+ * best_of candidates, are the job's sequences) and submitted; refusals are answered at once
+ * (429 + Retry-After for a full queue or a deadline that cannot be met). Then:
+ *   - whole answers: the connection is suspended until the last job ends, then answered;
+ *   - streams (stream: true, /generate_stream): a chunked response whose content reader builds
+ *     server-sent events from the jobs' outputs as they grow; when there is nothing to send it
+ *     suspends the connection (MHD's documented pattern) and the engine's notify resumes it.
+ * The connection and its jobs share a link (refcounted, own mutex) so that the engine never
+ * touches a connection that libmicrohttpd has completed: a client that goes away cancels its
+ * jobs (the engine also sees its socket close) and the last of connection and jobs frees it. */
+#include "server/server_internal.h"
+
+#include <json-c/json.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "server/engine_gen.h"
+#include "server/gen_request.h"
+
+/* What a connection and the engine's notify share. */
+typedef struct gen_link {
+	pthread_mutex_t mu;
+	atomic_int refs;
+	struct MHD_Connection *conn; /* NULL once the connection is completed */
+	bool waiting;                /* suspended (reader or handler), to be resumed */
+	bool stream;                 /* resume on any output (a stream), else when the last job
+				      * ended (a whole answer) */
+	int jobs_left;               /* jobs not yet ended (notify last) */
+} gen_link;
+
+/* Where a stream stands on one choice. */
+typedef struct gen_cursor {
+	size_t text_sent;            /* bytes of text sent */
+	int tok_sent;                /* tokens whose text (and logprobs) were sent */
+	bool role_sent, finish_sent;
+} gen_cursor;
+
+typedef struct rg_gen_conn {
+	rg_gen_request req;
+	gen_link *link;
+	rg_gen_job **jobs;           /* (n_jobs) one per prompt */
+	int n_jobs;
+	int n_choices;               /* choices returned per prompt (n) */
+	char **prefix;               /* (n_jobs) text put before each completion (echo,
+				      * return_full_text), or NULL */
+	size_t *prefix_len;
+	gen_cursor *cur;             /* (n_jobs * n_choices) */
+	rg_gen_answer_ctx actx;
+	char id[48];
+	rg_buf pend;                 /* stream bytes made but not yet handed to MHD */
+	size_t pend_off;
+	bool stream_end;
+	bool counted;                /* counted in srv->n_suspended */
+	double t0;
+	int32_t *eos;                /* the model's EOS ids (borrowed from the engine) */
+} rg_gen_conn;
+
+/* ---- the link ----------------------------------------------------------------------------- */
+
+static void link_put(gen_link *l)
+{
+	if (l && atomic_fetch_sub(&l->refs, 1) == 1) {
+		pthread_mutex_destroy(&l->mu);
+		free(l);
+	}
+}
+
+/* The engine's notify (step thread): resume the connection if it waits. */
+static void job_notify(rg_gen_job *j, bool last)
+{
+	gen_link *l = j->owner;
+
+	pthread_mutex_lock(&l->mu);
+	if (last)
+		l->jobs_left--;
+	if (l->conn && l->waiting && (l->stream || l->jobs_left == 0)) {
+		l->waiting = false;
+		MHD_resume_connection(l->conn);
+	}
+	pthread_mutex_unlock(&l->mu);
+	if (last)
+		link_put(l);
+}
+
+void rg_gen_conn_free(conn_ctx *c)
+{
+	rg_gen_conn *g = c->gen;
+
+	if (!g)
+		return;
+	if (g->link) {
+		pthread_mutex_lock(&g->link->mu);
+		g->link->conn = NULL;
+		g->link->waiting = false;
+		pthread_mutex_unlock(&g->link->mu);
+	}
+	for (int k = 0; k < g->n_jobs; k++) {
+		if (!g->jobs[k])
+			continue;
+		rg_gen_job_cancel(g->jobs[k]); /* a no-op for a job that ended */
+		rg_gen_job_put(g->jobs[k]);
+	}
+	link_put(g->link);
+	for (int k = 0; g->prefix && k < g->n_jobs; k++)
+		free(g->prefix[k]);
+	free(g->prefix);
+	free(g->prefix_len);
+	free(g->jobs);
+	free(g->cur);
+	rg_buf_free(&g->pend);
+	if (g->counted)
+		atomic_fetch_sub(&c->srv->n_suspended, 1);
+	/* the stop strings, stop ids and bias arrays of the jobs point into req */
+	rg_gen_request_free(&g->req);
+	free(g);
+	c->gen = NULL;
+}
+
+/* ---- tokens as the answers show them -------------------------------------------------------- */
+
+/* A per-answer arena of decoded token pieces (freed with it). */
+typedef struct piece_arena {
+	char **p;
+	int n, cap;
+} piece_arena;
+
+static void arena_free(piece_arena *a)
+{
+	for (int i = 0; i < a->n; i++)
+		free(a->p[i]);
+	free(a->p);
+	memset(a, 0, sizeof(*a));
+}
+
+/* t: token id decoded alone (special tokens kept), special: whether decoding with
+ * skip_special_tokens drops it. */
+static void tok_fill(const rg_model *m, piece_arena *a, int32_t id, float lp, bool want_special,
+		     rg_gen_tok *t)
+{
+	char *text = NULL;
+	size_t len = 0;
+
+	*t = (rg_gen_tok){.id = id, .piece = "", .piece_len = 0, .logprob = lp};
+	if (id < 0)
+		return;
+	if (rg_model_decode(m, &id, 1, false, &text, &len) == RG_OK) {
+		if (a->n == a->cap) {
+			int cap = a->cap ? 2 * a->cap : 64;
+			char **p = realloc(a->p, (size_t)cap * sizeof(*p));
+
+			if (!p) {
+				free(text);
+				return;
+			}
+			a->p = p;
+			a->cap = cap;
+		}
+		a->p[a->n++] = text;
+		t->piece = text;
+		t->piece_len = len;
+	}
+	if (want_special) {
+		char *t2 = NULL;
+		size_t l2 = 0;
+
+		if (rg_model_decode(m, &id, 1, true, &t2, &l2) == RG_OK)
+			t->special = l2 == 0 && len > 0;
+		free(t2);
+	}
+}
+
+/* The log-probability entries of tokens [from, to) of output o (n_top alternatives each):
+ * lps (to - from) and tops (to - from, n_top) from the caller. */
+static void lps_fill(const rg_model *m, piece_arena *a, const rg_gen_seq_out *o, int n_top,
+		     int from, int to, bool want_special, rg_gen_lp *lps, rg_gen_tok *tops)
+{
+	for (int k = from; k < to; k++) {
+		rg_gen_lp *e = &lps[k - from];
+
+		tok_fill(m, a, o->ids[k], o->logprobs[k], want_special, &e->tok);
+		e->n_top = 0;
+		e->top = tops + (size_t)(k - from) * (size_t)(n_top > 0 ? n_top : 0);
+		for (int q = 0; q < n_top; q++) {
+			int32_t id = o->top_ids[(size_t)k * n_top + q];
+
+			if (id < 0)
+				break;
+			tok_fill(m, a, id, o->top_logprobs[(size_t)k * n_top + q], false,
+				 &tops[(size_t)(k - from) * n_top + q]);
+			e->n_top++;
+		}
+	}
+}
+
+static rg_gen_finish finish_of(rg_gen_end e)
+{
+	switch (e) {
+	case RG_GEN_END_EOS: return RG_GEN_FINISH_EOS;
+	case RG_GEN_END_STOP: return RG_GEN_FINISH_STOP;
+	case RG_GEN_END_LENGTH: return RG_GEN_FINISH_LENGTH;
+	case RG_GEN_END_ABORT: return RG_GEN_FINISH_ABORT;
+	default: return RG_GEN_FINISH_NONE;
+	}
+}
+
+/* ---- whole answers ------------------------------------------------------------------------ */
+
+/* The order in which job j's sequences are returned: beams and single choices as they are;
+ * best_of candidates by cumulative log-probability, best first (OpenAI's best_of). */
+static void choice_order(const rg_gen_conn *g, const rg_gen_job *j, int *order)
+{
+	for (int q = 0; q < j->n_seqs; q++)
+		order[q] = q;
+	if (j->gp.num_beams > 1 || j->n_seqs <= g->n_choices)
+		return;
+	for (int a = 1; a < j->n_seqs; a++) {
+		int x = order[a], b = a;
+
+		while (b > 0 && j->out[order[b - 1]].score < j->out[x].score) {
+			order[b] = order[b - 1];
+			b--;
+		}
+		order[b] = x;
+	}
+}
+
+static enum MHD_Result answer_whole(conn_ctx *c)
+{
+	rg_gen_conn *g = c->gen;
+	const rg_model *m = c->srv->model;
+	rg_gen_api api = g->req.api;
+	bool tgi = api == RG_GEN_API_TGI;
+	int per = tgi ? (g->jobs[0]->n_seqs) : g->n_choices;
+	int n_all = g->n_jobs * per;
+	rg_gen_choice *ch = calloc((size_t)n_all, sizeof(*ch));
+	char **texts = calloc((size_t)n_all, sizeof(*texts));
+	rg_gen_lp **lpa = calloc((size_t)n_all, sizeof(*lpa));
+	rg_gen_tok **topa = calloc((size_t)n_all, sizeof(*topa));
+	size_t **offs = calloc((size_t)n_all, sizeof(*offs));
+	rg_gen_tok *prefill = NULL;
+	rg_gen_usage u = {0};
+	piece_arena a = {0};
+	int n = 0, *order = NULL;
+	rg_buf b;
+	enum MHD_Result ret;
+	bool want_lp = g->req.logprobs >= 0;
+	int n_top = g->req.logprobs > 0 ? g->req.logprobs : 0;
+
+	rg_buf_init(&b);
+	if (!ch || !texts || !lpa || !topa || !offs) {
+		ret = rg_conn_error(c, 500, "backend", NULL, "out of memory");
+		goto out;
+	}
+	for (int p = 0; p < g->n_jobs; p++) {
+		rg_gen_job *j = g->jobs[p];
+
+		if (j->status != RG_OK || j->out[0].end == RG_GEN_END_ABORT) {
+			bool stopping = atomic_load(&c->srv->stopping);
+
+			ret = rg_conn_error(c, stopping ? 503 : j->status == RG_OK ? 503 : 500,
+					    stopping ? "unhealthy" : "backend", NULL, "%s",
+					    j->err[0] ? j->err : "the request was cancelled");
+			goto out;
+		}
+	}
+	for (int p = 0; p < g->n_jobs; p++) {
+		rg_gen_job *j = g->jobs[p];
+		int cnt = tgi ? j->n_seqs : g->n_choices;
+
+		free(order);
+		order = malloc((size_t)j->n_seqs * sizeof(int));
+		if (!order) {
+			ret = rg_conn_error(c, 500, "backend", NULL, "out of memory");
+			goto out;
+		}
+		choice_order(g, j, order);
+		u.prompt_tokens += j->prompt_lens[0];
+		u.cached_tokens += j->out[0].n_cached;
+		for (int q = 0; q < cnt && q < j->n_seqs; q++) {
+			const rg_gen_seq_out *o = &j->out[order[q]];
+			rg_gen_choice *x = &ch[n];
+			size_t pl = g->prefix ? g->prefix_len[p] : 0;
+			rg_buf t;
+
+			rg_buf_init(&t);
+			if (pl)
+				rg_buf_put(&t, g->prefix[p], pl);
+			rg_buf_put(&t, o->text.data ? o->text.data : "", o->text.len);
+			texts[n] = t.data;
+			x->index = api == RG_GEN_API_COMPLETIONS ? p * g->n_choices + q : q;
+			x->text = t.data ? t.data : "";
+			x->text_len = t.len;
+			x->finish = finish_of(o->end);
+			x->stop_str = o->stop_str;
+			x->n_generated = o->n_ids;
+			x->has_seed = g->req.do_sample;
+			x->seed = j->gp.seed;
+			u.completion_tokens += o->n_ids;
+			if (want_lp && o->n_ids > 0) {
+				lpa[n] = calloc((size_t)o->n_ids, sizeof(rg_gen_lp));
+				topa[n] = calloc((size_t)o->n_ids * (size_t)(n_top ? n_top : 1),
+						 sizeof(rg_gen_tok));
+				offs[n] = calloc((size_t)o->n_ids, sizeof(size_t));
+				if (lpa[n] && topa[n] && offs[n]) {
+					lps_fill(m, &a, o, j->n_top < n_top ? j->n_top : n_top, 0,
+						 o->n_ids, tgi, lpa[n], topa[n]);
+					for (int k = 0; k < o->n_ids; k++)
+						offs[n][k] = pl + (k ? o->text_end[k - 1] : 0);
+					x->lps = lpa[n];
+					x->n_lps = o->n_ids;
+					x->text_offset = offs[n];
+				}
+			} else if (tgi && o->n_ids > 0) {
+				lpa[n] = calloc((size_t)o->n_ids, sizeof(rg_gen_lp));
+				topa[n] = calloc(1, sizeof(rg_gen_tok));
+				if (lpa[n] && topa[n]) {
+					lps_fill(m, &a, o, 0, 0, o->n_ids, true, lpa[n], topa[n]);
+					x->lps = lpa[n];
+					x->n_lps = o->n_ids;
+				}
+			}
+			if (tgi && q == 0 && g->req.decoder_input_details) {
+				prefill = calloc((size_t)j->prompt_lens[0], sizeof(*prefill));
+				for (int k = 0; prefill && k < j->prompt_lens[0]; k++)
+					tok_fill(m, &a, j->prompts[0][k], NAN, false, &prefill[k]);
+				x->prefill = prefill;
+				x->n_prefill = prefill ? j->prompt_lens[0] : 0;
+			}
+			n++;
+		}
+	}
+	rg_gen_answer_json(&b, &g->actx, ch, n, &u, g->req.details, g->req.top_n_tokens);
+	ret = rg_conn_send(c, 200, &b, "application/json", g->jobs[0]->queue_ms,
+			   rg_now_ms() - g->t0 - g->jobs[0]->queue_ms, g->n_jobs);
+out:
+	for (int k = 0; k < n_all; k++) {
+		if (texts)
+			free(texts[k]);
+		if (lpa)
+			free(lpa[k]);
+		if (topa)
+			free(topa[k]);
+		if (offs)
+			free(offs[k]);
+	}
+	free(order);
+	free(texts);
+	free(lpa);
+	free(topa);
+	free(offs);
+	free(ch);
+	free(prefill);
+	arena_free(&a);
+	rg_buf_free(&b);
+	return ret;
+}
+
+/* Resumed after the last job ended (whole answers). */
+static enum MHD_Result resume_whole(conn_ctx *c)
+{
+	c->suspended = false;
+	atomic_fetch_sub(&c->srv->n_suspended, 1);
+	return answer_whole(c);
+}
+
+/* ---- streams ------------------------------------------------------------------------------ */
+
+/* Append to g->pend the events for what is new in job p's choice q (job->mu held).
+ * Returns true when that choice is finished and its last event was written. */
+static bool stream_choice(conn_ctx *c, int p, int q)
+{
+	rg_gen_conn *g = c->gen;
+	rg_gen_job *j = g->jobs[p];
+	const rg_gen_seq_out *o = &j->out[q];
+	gen_cursor *cu = &g->cur[p * g->n_choices + q];
+	const rg_model *m = c->srv->model;
+	rg_gen_api api = g->req.api;
+	int index = api == RG_GEN_API_COMPLETIONS ? p * g->n_choices + q : q;
+	bool ended = o->end != RG_GEN_END_NONE;
+	bool want_lp = g->req.logprobs >= 0;
+	int n_top = j->n_top < (want_lp ? g->req.logprobs : 0) ? j->n_top
+				: (want_lp ? g->req.logprobs : 0);
+	int to = cu->tok_sent;
+	piece_arena a = {0};
+
+	if (cu->finish_sent)
+		return true;
+	if (api == RG_GEN_API_CHAT && !cu->role_sent) {
+		rg_gen_answer_event(&g->pend, &g->actx, index, true, NULL, 0, NULL, 0, false,
+				    RG_GEN_FINISH_NONE, NULL, NULL, 0, 0, false, 0);
+		cu->role_sent = true;
+	}
+	if (ended && o->end == RG_GEN_END_ABORT) {
+		rg_gen_answer_error_event(&g->pend, api, atomic_load(&c->srv->stopping)
+					  ? "unhealthy" : "backend",
+					  j->err[0] ? j->err : "the request was cancelled");
+		cu->finish_sent = true;
+		return true;
+	}
+	while (to < o->n_ids && o->text_end[to] <= o->text_ready)
+		to++;
+	if (ended)
+		to = o->n_ids;
+	if (api == RG_GEN_API_TGI_STREAM) {
+		/* one event per token; the last carries the whole text and the details */
+		for (int k = cu->tok_sent; k < to; k++) {
+			rg_gen_lp lp;
+			rg_gen_tok tops[RG_GEN_MAX_LOGPROBS];
+			size_t from = k ? o->text_end[k - 1] : 0, till = o->text_end[k];
+			bool last = ended && k == o->n_ids - 1;
+			rg_buf full;
+
+			if (from > o->text.len)
+				from = o->text.len;
+			if (till > o->text.len || last)
+				till = o->text.len;
+			lps_fill(m, &a, o, n_top, k, k + 1, true, &lp, tops);
+			rg_buf_init(&full);
+			if (last) {
+				if (g->prefix && g->prefix[p])
+					rg_buf_put(&full, g->prefix[p], g->prefix_len[p]);
+				rg_buf_put(&full, o->text.data ? o->text.data : "", o->text.len);
+			}
+			rg_gen_answer_event(&g->pend, &g->actx, k, false,
+					    o->text.data ? o->text.data + from : "", till - from,
+					    &lp, 1, true, last ? finish_of(o->end) : RG_GEN_FINISH_NONE,
+					    o->stop_str, last ? (full.data ? full.data : "") : NULL,
+					    full.len, o->n_ids, g->req.do_sample, j->gp.seed);
+			rg_buf_free(&full);
+		}
+		cu->tok_sent = to;
+		cu->text_sent = to > 0 ? o->text_end[to - 1] : 0;
+		if (ended) {
+			if (o->n_ids == 0) /* nothing generated: still one final event */
+				rg_gen_answer_event(&g->pend, &g->actx, 0, false, "", 0, NULL, 0, true,
+						    finish_of(o->end), o->stop_str, "", 0, 0,
+						    g->req.do_sample, j->gp.seed);
+			cu->finish_sent = true;
+		}
+		arena_free(&a);
+		return ended;
+	}
+	/* OpenAI: one chunk with the new text (and its tokens' logprobs), then the finish */
+	{
+		size_t till = ended ? o->text.len : (to > 0 ? o->text_end[to - 1] : 0);
+
+		if (till > o->text.len)
+			till = o->text.len;
+		if (till > cu->text_sent || (want_lp && to > cu->tok_sent)) {
+			rg_gen_lp *lps = NULL;
+			rg_gen_tok *tops = NULL;
+			int nt = to - cu->tok_sent;
+
+			if (want_lp && nt > 0) {
+				lps = calloc((size_t)nt, sizeof(*lps));
+				tops = calloc((size_t)nt * (size_t)(n_top ? n_top : 1), sizeof(*tops));
+				if (lps && tops)
+					lps_fill(m, &a, o, n_top, cu->tok_sent, to, false, lps, tops);
+			}
+			rg_gen_answer_event(&g->pend, &g->actx, index, false,
+					    o->text.data + cu->text_sent,
+					    till > cu->text_sent ? till - cu->text_sent : 0,
+					    lps && tops ? lps : NULL, lps && tops ? nt : 0, want_lp,
+					    RG_GEN_FINISH_NONE, NULL, NULL, 0, 0, false, 0);
+			free(lps);
+			free(tops);
+			if (till > cu->text_sent)
+				cu->text_sent = till;
+			cu->tok_sent = to;
+		}
+		if (ended) {
+			rg_gen_answer_event(&g->pend, &g->actx, index, false, NULL, 0, NULL, 0, want_lp,
+					    finish_of(o->end), o->stop_str, NULL, 0, o->n_ids, false, 0);
+			cu->finish_sent = true;
+		}
+	}
+	arena_free(&a);
+	return ended;
+}
+
+/* Make the stream's next events (link->mu held). */
+static void stream_produce(conn_ctx *c)
+{
+	rg_gen_conn *g = c->gen;
+	bool all = true;
+
+	for (int p = 0; p < g->n_jobs; p++) {
+		rg_gen_job *j = g->jobs[p];
+
+		pthread_mutex_lock(&j->mu);
+		for (int q = 0; q < g->n_choices && q < j->n_seqs; q++)
+			all &= stream_choice(c, p, q);
+		all &= j->ended;
+		pthread_mutex_unlock(&j->mu);
+	}
+	if (!all)
+		return;
+	if (g->req.include_usage) {
+		rg_gen_usage u = {0};
+
+		for (int p = 0; p < g->n_jobs; p++) {
+			rg_gen_job *j = g->jobs[p];
+
+			u.prompt_tokens += j->prompt_lens[0];
+			u.cached_tokens += j->out[0].n_cached;
+			for (int q = 0; q < j->n_seqs; q++)
+				u.completion_tokens += j->out[q].n_ids;
+		}
+		rg_gen_answer_usage_event(&g->pend, &g->actx, &u);
+	}
+	if (g->req.api != RG_GEN_API_TGI_STREAM)
+		rg_gen_answer_done_event(&g->pend);
+	g->stream_end = true;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	conn_ctx *c = cls;
+	rg_gen_conn *g = c->gen;
+	gen_link *l = g->link;
+	ssize_t n = 0;
+
+	(void)pos;
+	pthread_mutex_lock(&l->mu);
+	if (g->pend_off == g->pend.len && !g->stream_end) {
+		g->pend.len = 0;
+		g->pend_off = 0;
+		stream_produce(c);
+	}
+	if (g->pend.oom) {
+		pthread_mutex_unlock(&l->mu);
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	}
+	if (g->pend_off < g->pend.len) {
+		n = (ssize_t)(g->pend.len - g->pend_off < max ? g->pend.len - g->pend_off : max);
+		memcpy(buf, g->pend.data + g->pend_off, (size_t)n);
+		g->pend_off += (size_t)n;
+	} else if (g->stream_end) {
+		n = MHD_CONTENT_READER_END_OF_STREAM;
+	} else {
+		l->waiting = true;
+		MHD_suspend_connection(c->conn);
+	}
+	pthread_mutex_unlock(&l->mu);
+	return n;
+}
+
+/* ---- requests ----------------------------------------------------------------------------- */
+
+/* The prompt of a chat request, rendered by the model's template. */
+static rg_status render_chat(conn_ctx *c, char **out, const char **param)
+{
+	const rg_gen_request *r = &c->gen->req;
+	const char *sys = NULL, *user = NULL;
+
+	*param = "messages";
+	for (int i = 0; i < r->n_messages; i++) {
+		const char *role = r->messages[i].role;
+
+		if ((!strcmp(role, "system") || !strcmp(role, "developer")) && !sys && !user)
+			sys = r->messages[i].content;
+		else if (!strcmp(role, "user") && !user && i == r->n_messages - 1)
+			user = r->messages[i].content;
+		else
+			return rg_errorf(RG_ERR_UNSUPPORTED, "messages[%d]: only a system message and "
+					 "one user message are rendered for now", i);
+	}
+	if (!user)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "messages: no user message");
+	return rg_model_chat_format(c->srv->model, sys, user, out);
+}
+
+/* Tokenize prompt p of the request into *ids (malloc'd), *n. add_special: the tokenizer's
+ * template (BOS) for plain texts; a rendered chat has its own. */
+static rg_status prompt_ids(conn_ctx *c, int p, int32_t **ids, int *n, char **text_out,
+			    size_t *text_len, const char **param)
+{
+	const rg_gen_request *r = &c->gen->req;
+	rg_encode_params ep = rg_encode_params_default();
+	rg_encoding enc = {0};
+	char *chat = NULL;
+	const char *text;
+	size_t len;
+	rg_status st;
+
+	*param = r->api == RG_GEN_API_CHAT ? "messages"
+		 : r->api == RG_GEN_API_COMPLETIONS ? "prompt" : "inputs";
+	if (r->api != RG_GEN_API_CHAT && r->ids && r->ids[p]) {
+		*ids = malloc((size_t)r->n_ids[p] * sizeof(int32_t));
+		if (!*ids)
+			return RG_ERR_OOM;
+		memcpy(*ids, r->ids[p], (size_t)r->n_ids[p] * sizeof(int32_t));
+		*n = r->n_ids[p];
+		if (text_out &&
+		    rg_model_decode(c->srv->model, *ids, (size_t)*n, false, text_out, text_len) !=
+			    RG_OK) {
+			*text_out = NULL;
+			*text_len = 0;
+		}
+		return RG_OK;
+	}
+	if (r->api == RG_GEN_API_CHAT) {
+		if ((st = render_chat(c, &chat, param)) != RG_OK)
+			return st;
+		text = chat;
+		len = strlen(chat);
+		ep.add_special_tokens = false;
+	} else {
+		text = r->texts[p];
+		len = r->text_lens[p];
+	}
+	ep.max_length = SIZE_MAX;
+	st = rg_model_encode(c->srv->model, text, len, NULL, 0, &ep, &enc);
+	if (st == RG_OK && enc.n == 0)
+		st = rg_errorf(RG_ERR_INVALID_INPUT, "the prompt has no tokens");
+	if (st == RG_OK) {
+		*ids = enc.ids;
+		*n = (int)enc.n;
+		enc.ids = NULL;
+		if (text_out) {
+			*text_out = malloc(len + 1);
+			if (*text_out) {
+				memcpy(*text_out, text, len);
+				(*text_out)[len] = '\0';
+				*text_len = len;
+			}
+		}
+	}
+	rg_encoding_free(&enc);
+	free(chat);
+	return st;
+}
+
+static void fill_params(conn_ctx *c, rg_gen_job *j, uint64_t seed)
+{
+	rg_gen_request *r = &c->gen->req;
+	rg_gen_params *gp = &j->gp;
+	int32_t n_eos = 0;
+	const int32_t *eos = rg_gen_engine_eos(c->srv->gen, &n_eos);
+
+	rg_gen_params_default(gp);
+	gp->sampling.do_sample = r->do_sample;
+	gp->sampling.temperature = r->temperature;
+	gp->sampling.top_k = r->top_k > 0 ? r->top_k : 0;
+	gp->sampling.top_p = r->top_p;
+	gp->sampling.min_p = r->min_p;
+	gp->sampling.presence_penalty = r->presence_penalty;
+	gp->sampling.frequency_penalty = r->frequency_penalty;
+	gp->sampling.repetition_penalty = r->repetition_penalty;
+	gp->sampling.n_logit_bias = r->n_bias;
+	gp->sampling.logit_bias_ids = r->bias_ids;
+	gp->sampling.logit_bias_values = r->bias_values;
+	gp->seed = seed;
+	gp->logprobs = r->logprobs > 0 ? r->logprobs : 0;
+	if (r->api == RG_GEN_API_TGI || r->api == RG_GEN_API_TGI_STREAM)
+		gp->logprobs = r->top_n_tokens > 0 ? r->top_n_tokens : 0;
+	if (gp->logprobs > RG_GEN_MAX_LOGPROBS)
+		gp->logprobs = RG_GEN_MAX_LOGPROBS;
+	gp->max_tokens = r->max_tokens;
+	gp->eos_ids = r->ignore_eos ? NULL : eos;
+	gp->n_eos = r->ignore_eos ? 0 : n_eos;
+	gp->stop_ids = r->stop_token_ids;
+	gp->n_stop_ids = r->n_stop_token_ids;
+	gp->stop = (const char *const *)r->stop;
+	gp->n_stop = r->n_stop;
+	if (r->use_beam_search) {
+		gp->sampling.do_sample = false;
+		gp->num_beams = r->best_of > r->n ? r->best_of : r->n;
+		if (gp->num_beams < 2)
+			gp->num_beams = 2;
+		gp->n = r->n;
+		gp->length_penalty = r->length_penalty;
+		gp->early_stopping = (rg_early_stopping)r->early_stopping;
+		gp->n_eos = n_eos; /* beams end at EOS */
+		gp->eos_ids = eos;
+		gp->pad_id = -1;
+		gp->stop = NULL;
+		gp->n_stop = 0;
+	}
+	j->min_tokens = r->min_tokens;
+	j->skip_special = r->skip_special_tokens;
+	j->priority = r->priority;
+	j->deadline_ms = r->deadline_ms;
+	j->tpot_ms = r->tpot_ms;
+}
+
+/* Refusal of a submit: its status and message. */
+static enum MHD_Result submit_error(conn_ctx *c, rg_gen_job *j, rg_status st, const char *param)
+{
+	const char *msg = rg_last_error();
+
+	if (st == RG_ERR_BUSY) {
+		if (atomic_load(&c->srv->stopping) || strstr(msg, "shutting down")) {
+			c->http.retry_after_s = 1;
+			return rg_conn_error(c, 503, "unhealthy", NULL, "%s", msg);
+		}
+		c->http.retry_after_s = (int)fmin(3600, fmax(1, ceil(j->adm.retry_after_ms / 1e3)));
+		if (j->adm.retry_after_ms < 0)
+			return rg_conn_error(c, 429, "overloaded", "deadline_ms",
+					     "%s (estimated time to first token %.0f ms, time per "
+					     "output token %.1f ms; the targets cannot be met even on "
+					     "an idle server)", msg, j->adm.est_ttft_ms,
+					     j->adm.est_tpot_ms);
+		return rg_conn_error(c, 429, "overloaded", NULL,
+				     "%s (estimated time to first token %.0f ms, time per output "
+				     "token %.1f ms); retry after %d s", msg, j->adm.est_ttft_ms,
+				     j->adm.est_tpot_ms, c->http.retry_after_s);
+	}
+	if (st == RG_ERR_TOO_LONG)
+		return rg_conn_error(c, 400, c->openai ? "context_length_exceeded" : "validation",
+				     param, "%s", msg);
+	if (st == RG_ERR_OOM)
+		return rg_conn_error(c, 503, "overloaded", NULL, "out of memory: %s", msg);
+	return rg_conn_error(c, 400, "validation", NULL, "%s", msg);
+}
+
+static rg_gen_limits gen_limits(const rg_server *s)
+{
+	return (rg_gen_limits){
+		.vocab_size = s->info->vocab_size, .max_n = 16, .max_prompts = s->o.max_inputs,
+		.max_stop = 16, .max_logprobs = RG_GEN_MAX_LOGPROBS, .max_messages = 4096,
+		.max_depth = 32,
+	};
+}
+
+/* TGI's POST / streams when the body says "stream": true. */
+static bool body_streams(const conn_ctx *c)
+{
+	json_object *o = json_tokener_parse(c->http.body.data ? c->http.body.data : "");
+	json_object *v;
+	bool s = false;
+
+	if (o && json_object_object_get_ex(o, "stream", &v))
+		s = json_object_get_boolean(v);
+	json_object_put(o);
+	return s;
+}
+
+enum MHD_Result rg_handle_generate(conn_ctx *c)
+{
+	rg_server *s = c->srv;
+	rg_gen_conn *g;
+	rg_gen_api api = (rg_gen_api)c->row->gen_api;
+	rg_gen_limits lim = gen_limits(s);
+	rg_req_error err = {0};
+	rg_status st;
+	int max_ctx = rg_gen_engine_max_context(s->gen), n_prompts, per;
+	uint64_t seed;
+	const char *param = NULL;
+	enum MHD_Result ret;
+	const union MHD_ConnectionInfo *ci;
+	static _Thread_local rg_rng seed_rng;
+	static _Thread_local bool seeded;
+
+	if (api == RG_GEN_API_TGI && c->http.body.data && body_streams(c))
+		api = RG_GEN_API_TGI_STREAM;
+	g = calloc(1, sizeof(*g));
+	if (!g) {
+		rg_conn_release_body(c);
+		return rg_conn_error(c, 500, "backend", NULL, "out of memory");
+	}
+	c->gen = g;
+	rg_buf_init(&g->pend);
+	g->t0 = rg_now_ms();
+	st = rg_gen_request_parse(api, c->http.body.data ? c->http.body.data : "",
+				  c->http.body.len, &lim, &g->req, &err);
+	rg_conn_release_body(c);
+	if (st != RG_OK) {
+		/* TGI answers validation errors with 422 */
+		int code = (api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM) &&
+			   err.http_status == 400 ? 422 : err.http_status;
+
+		return rg_conn_error(c, code, err.type, err.param[0] ? err.param : NULL, "%s",
+				     err.msg);
+	}
+	if (s->o.max_concurrent_requests &&
+	    atomic_load(&s->n_suspended) >= s->o.max_concurrent_requests)
+		return rg_conn_error(c, 429, "overloaded", NULL,
+				     "%d requests running, the --max-concurrent-requests limit; "
+				     "retry later", s->o.max_concurrent_requests);
+	if (!seeded) {
+		rg_rng_seed(&seed_rng, (uint64_t)(rg_now_ms() * 1e3) ^ (uint64_t)(uintptr_t)c);
+		seeded = true;
+	}
+	seed = g->req.has_seed ? g->req.seed : rg_rng_next(&seed_rng);
+	n_prompts = api == RG_GEN_API_CHAT ? 1 : g->req.n_prompts;
+	g->n_choices = g->req.n;
+	per = g->req.use_beam_search ? 1 : (g->req.best_of > g->req.n ? g->req.best_of : g->req.n);
+	g->jobs = calloc((size_t)n_prompts, sizeof(*g->jobs));
+	g->cur = calloc((size_t)n_prompts * (size_t)g->n_choices, sizeof(*g->cur));
+	g->link = calloc(1, sizeof(*g->link));
+	if (g->req.echo || g->req.return_full_text) {
+		g->prefix = calloc((size_t)n_prompts, sizeof(*g->prefix));
+		g->prefix_len = calloc((size_t)n_prompts, sizeof(*g->prefix_len));
+	}
+	if (!g->jobs || !g->cur || !g->link ||
+	    ((g->req.echo || g->req.return_full_text) && (!g->prefix || !g->prefix_len)))
+		return rg_conn_error(c, 500, "backend", NULL, "out of memory");
+	pthread_mutex_init(&g->link->mu, NULL);
+	atomic_init(&g->link->refs, 1);
+	g->link->conn = c->conn;
+	g->link->stream = api == RG_GEN_API_TGI_STREAM || g->req.stream;
+	snprintf(g->id, sizeof(g->id), "%s-%016llx%08llx",
+		 api == RG_GEN_API_CHAT ? "chatcmpl" : "cmpl",
+		 (unsigned long long)rg_rng_next(&seed_rng),
+		 (unsigned long long)(rg_rng_next(&seed_rng) & 0xffffffffull));
+	g->actx = (rg_gen_answer_ctx){
+		.api = api, .id = g->id, .created = (long long)time(NULL), .model = s->model_name,
+		.fingerprint = NULL,
+	};
+	ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	/* build every job before submitting any: a bad prompt fails the request alone */
+	for (int p = 0; p < n_prompts; p++) {
+		rg_gen_job *j = rg_gen_job_new(per);
+		int32_t *ids = NULL;
+		int n = 0;
+		char *text = NULL;
+		size_t tlen = 0;
+		bool want_text = g->prefix != NULL;
+
+		if (!j)
+			return rg_conn_error(c, 500, "backend", NULL, "out of memory");
+		g->jobs[p] = j;
+		g->n_jobs = p + 1;
+		st = prompt_ids(c, p, &ids, &n, want_text ? &text : NULL, &tlen, &param);
+		if (st != RG_OK) {
+			if (st == RG_ERR_UNSUPPORTED || st == RG_ERR_INVALID_INPUT ||
+			    st == RG_ERR_INVALID_UTF8)
+				return rg_conn_error(c, api == RG_GEN_API_TGI ||
+							    api == RG_GEN_API_TGI_STREAM ? 422 : 400,
+						     "validation", param, "%s", rg_last_error());
+			return rg_conn_error(c, 500, "backend", NULL, "%s", rg_last_error());
+		}
+		if (want_text) {
+			g->prefix[p] = text;
+			g->prefix_len[p] = tlen;
+		}
+		if (n >= max_ctx) {
+			free(ids);
+			return rg_conn_error(c, api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM
+						    ? 422 : 400, c->openai ? "context_length_exceeded"
+									  : "validation", param,
+					     "This model's maximum context length is %d tokens. "
+					     "However, your %s has %d tokens. Please reduce the length "
+					     "of the %s.", max_ctx, param, n, param);
+		}
+		if (g->req.max_tokens < 0) {
+			g->req.max_tokens = max_ctx - n;
+		} else if (n + g->req.max_tokens > max_ctx) {
+			free(ids);
+			return rg_conn_error(c, api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM
+						    ? 422 : 400, c->openai ? "context_length_exceeded"
+									  : "validation",
+					     api == RG_GEN_API_CHAT ? "max_completion_tokens"
+								    : "max_tokens",
+					     "This model's maximum context length is %d tokens. "
+					     "However, you requested %d tokens (%d in the %s, %d for "
+					     "the completion). Please reduce the length of the %s or "
+					     "the completion.", max_ctx, n + g->req.max_tokens, n,
+					     param, g->req.max_tokens, param);
+		}
+		for (int q = 0; q < per; q++) {
+			j->prompts[q] = q ? malloc((size_t)n * sizeof(int32_t)) : ids;
+			if (!j->prompts[q])
+				return rg_conn_error(c, 500, "backend", NULL, "out of memory");
+			if (q)
+				memcpy(j->prompts[q], ids, (size_t)n * sizeof(int32_t));
+			j->prompt_lens[q] = n;
+		}
+		fill_params(c, j, seed + (uint64_t)p * 7919u);
+		g->actx.prompt_tokens += n;
+		j->arrival_ms = c->http.t0;
+		j->client_fd = ci ? ci->connect_fd : -1;
+		j->notify = job_notify;
+		j->owner = g->link;
+	}
+	for (int p = 0; p < g->n_jobs; p++) {
+		rg_gen_job *j = g->jobs[p];
+
+		atomic_fetch_add(&g->link->refs, 1);
+		pthread_mutex_lock(&g->link->mu);
+		g->link->jobs_left++;
+		pthread_mutex_unlock(&g->link->mu);
+		st = rg_gen_engine_submit(s->gen, j);
+		if (st != RG_OK) {
+			pthread_mutex_lock(&g->link->mu);
+			g->link->jobs_left--;
+			pthread_mutex_unlock(&g->link->mu);
+			link_put(g->link);
+			ret = submit_error(c, j, st, param);
+			for (int q = 0; q < p; q++)
+				rg_gen_job_cancel(g->jobs[q]);
+			return ret;
+		}
+	}
+	g->counted = true;
+	atomic_fetch_add(&s->n_suspended, 1);
+	if (api == RG_GEN_API_TGI_STREAM || g->req.stream)
+		return rg_conn_send_stream(c, "text/event-stream", stream_reader, c);
+	/* whole answer: wait for the last job (it may have ended already) */
+	pthread_mutex_lock(&g->link->mu);
+	if (g->link->jobs_left == 0) {
+		pthread_mutex_unlock(&g->link->mu);
+		return answer_whole(c);
+	}
+	c->resume = resume_whole;
+	c->suspended = true;
+	g->counted = false; /* resume_whole gives the count back */
+	g->link->waiting = true;
+	MHD_suspend_connection(c->conn);
+	pthread_mutex_unlock(&g->link->mu);
+	return MHD_YES;
+}
+
+/* ---- /tokenize, /detokenize, /info -------------------------------------------------------- */
+
+enum MHD_Result rg_handle_gen_tokenize(conn_ctx *c)
+{
+	rg_server *s = c->srv;
+	json_object *o = json_tokener_parse(c->http.body.data ? c->http.body.data : ""), *v;
+	rg_encode_params ep = rg_encode_params_default();
+	rg_encoding enc = {0};
+	enum MHD_Result ret;
+	rg_status st;
+	rg_buf b;
+
+	if (!o || !json_object_is_type(o, json_type_object)) {
+		json_object_put(o);
+		rg_conn_release_body(c);
+		return rg_conn_error(c, 400, "validation", NULL, "the body is not a JSON object");
+	}
+	if (json_object_object_get_ex(o, "inputs", &v)) {
+		/* TEI's shape, as for encoders */
+		rg_req_error err;
+
+		json_object_put(o);
+		st = rg_request_parse(RG_ROUTE_TOKENIZE, c->http.body.data, c->http.body.len,
+				      &s->lim, &c->req, &err);
+		rg_conn_release_body(c);
+		if (st != RG_OK)
+			return rg_conn_error(c, err.http_status, err.type, err.param, "%s", err.msg);
+		return rg_handle_tokenize(c);
+	}
+	if (json_object_object_get_ex(o, "add_special_tokens", &v))
+		ep.add_special_tokens = json_object_get_boolean(v);
+	ep.max_length = SIZE_MAX;
+	if (json_object_object_get_ex(o, "prompt", &v) && json_object_is_type(v, json_type_string)) {
+		st = rg_model_encode(s->model, json_object_get_string(v),
+				     (size_t)json_object_get_string_len(v), NULL, 0, &ep, &enc);
+	} else if (json_object_object_get_ex(o, "messages", &v)) {
+		/* render through the chat route's parser and template */
+		rg_gen_limits lim = gen_limits(s);
+		rg_req_error err;
+		rg_gen_conn *g = calloc(1, sizeof(*g));
+		char *chat = NULL;
+		const char *param;
+		json_object *req = json_object_new_object();
+
+		json_object_object_add(req, "messages", json_object_get(v));
+		if (!g) {
+			json_object_put(req);
+			json_object_put(o);
+			rg_conn_release_body(c);
+			return rg_conn_error(c, 500, "backend", NULL, "out of memory");
+		}
+		rg_buf_init(&g->pend);
+		c->gen = g;
+		st = rg_gen_request_parse(RG_GEN_API_CHAT, json_object_to_json_string(req),
+					  strlen(json_object_to_json_string(req)), &lim, &g->req,
+					  &err);
+		json_object_put(req);
+		if (st != RG_OK) {
+			json_object_put(o);
+			rg_conn_release_body(c);
+			return rg_conn_error(c, err.http_status, err.type, err.param, "%s", err.msg);
+		}
+		st = render_chat(c, &chat, &param);
+		if (st == RG_OK) {
+			ep.add_special_tokens = false;
+			st = rg_model_encode(s->model, chat, strlen(chat), NULL, 0, &ep, &enc);
+		}
+		free(chat);
+	} else {
+		json_object_put(o);
+		rg_conn_release_body(c);
+		return rg_conn_error(c, 400, "validation", "prompt",
+				     "give \"prompt\" (a string) or \"messages\" (vLLM), or "
+				     "\"inputs\" (TEI)");
+	}
+	json_object_put(o);
+	rg_conn_release_body(c);
+	if (st != RG_OK)
+		return rg_conn_error(c, 400, "validation", NULL, "%s", rg_last_error());
+	rg_buf_init(&b);
+	rg_buf_printf(&b, "{\"count\":%zu,\"max_model_len\":%d,\"tokens\":[", enc.n,
+		      rg_gen_engine_max_context(s->gen));
+	for (size_t k = 0; k < enc.n; k++)
+		rg_buf_printf(&b, "%s%d", k ? "," : "", enc.ids[k]);
+	rg_buf_puts(&b, "],\"token_strs\":null}");
+	rg_encoding_free(&enc);
+	ret = rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
+	return ret;
+}
+
+enum MHD_Result rg_handle_detokenize(conn_ctx *c)
+{
+	rg_server *s = c->srv;
+	json_object *o = json_tokener_parse(c->http.body.data ? c->http.body.data : ""), *v;
+	int32_t *ids = NULL;
+	size_t n = 0, len = 0;
+	char *text = NULL;
+	rg_status st;
+	rg_buf b;
+
+	rg_conn_release_body(c);
+	if (!o || !json_object_object_get_ex(o, "tokens", &v) ||
+	    !json_object_is_type(v, json_type_array)) {
+		json_object_put(o);
+		return rg_conn_error(c, 400, "validation", "tokens",
+				     "\"tokens\" must be a list of token ids");
+	}
+	n = json_object_array_length(v);
+	ids = malloc((n ? n : 1) * sizeof(int32_t));
+	if (!ids) {
+		json_object_put(o);
+		return rg_conn_error(c, 500, "backend", NULL, "out of memory");
+	}
+	for (size_t k = 0; k < n; k++) {
+		json_object *e = json_object_array_get_idx(v, k);
+		int64_t id = json_object_get_int64(e);
+
+		if (!json_object_is_type(e, json_type_int) || id < 0 || id >= s->info->vocab_size) {
+			free(ids);
+			json_object_put(o);
+			return rg_conn_error(c, 400, "validation", "tokens",
+					     "tokens[%zu] must be a token id in [0, %d)", k,
+					     s->info->vocab_size);
+		}
+		ids[k] = (int32_t)id;
+	}
+	json_object_put(o);
+	st = rg_model_decode(s->model, ids, n, false, &text, &len);
+	free(ids);
+	if (st != RG_OK)
+		return rg_conn_error(c, 400, "validation", NULL, "%s", rg_last_error());
+	rg_buf_init(&b);
+	rg_buf_puts(&b, "{\"prompt\":");
+	rg_buf_json_str(&b, text, len);
+	rg_buf_puts(&b, "}");
+	free(text);
+	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
+}
+
+enum MHD_Result rg_answer_gen_info(conn_ctx *c)
+{
+	rg_server *s = c->srv;
+	const rg_model_info *i = s->info;
+	rg_buf b;
+	int max_ctx = rg_gen_engine_max_context(s->gen);
+
+	rg_buf_init(&b);
+	rg_buf_puts(&b, "{\"version\":\"" RAGGED_VERSION "\",\"router\":\"ragged\",\"model_id\":");
+	rg_buf_json_str(&b, s->model_id, strlen(s->model_id));
+	rg_buf_puts(&b, ",\"served_model_name\":");
+	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
+	rg_buf_printf(&b, ",\"model_sha\":null,\"model_dtype\":\"%s\",\"model_device_type\":\"%s\","
+		       "\"model_pipeline_tag\":\"text-generation\",\"max_concurrent_requests\":%d,"
+		       "\"max_best_of\":16,\"max_stop_sequences\":16,\"max_input_tokens\":%d,"
+		       "\"max_total_tokens\":%d,\"max_input_length\":%d,\"validation_workers\":%d,"
+		       "\"max_client_batch_size\":%d,\"architecture\":\"%s\",\"vocab_size\":%d,"
+		       "\"hidden_size\":%d,\"num_attention_heads\":%d,\"num_key_value_heads\":%d,"
+		       "\"num_hidden_layers\":%d,\"max_position_embeddings\":%d,"
+		       "\"max_num_seqs\":%d,\"max_num_batched_tokens\":%d,\"block_size\":%d,"
+		       "\"prefix_caching\":%s,\"chat_template\":%s}",
+		       rg_dtype_name(i->dtype), rg_device_name(i->device),
+		       s->o.max_concurrent_requests ? s->o.max_concurrent_requests : s->o.max_queue,
+		       max_ctx - 1, max_ctx, max_ctx - 1, s->o.http_threads, s->o.max_inputs,
+		       i->model_type, i->vocab_size, i->hidden_size, i->num_attention_heads,
+		       i->num_key_value_heads, i->num_hidden_layers, i->max_position_embeddings,
+		       s->o.max_num_seqs, s->o.max_num_batched_tokens, s->o.block_size,
+		       s->o.no_prefix_caching ? "false" : "true",
+		       rg_model_chat_template(s->model) ? "true" : "false");
+	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
+}

@@ -1,0 +1,365 @@
+"""`ragged serve` with a decoder model (issue 20): the generation engine (continuous batching with
+chunked prefill, prefix caching, preemption, deadline-aware admission) behind OpenAI's
+/v1/completions and /v1/chat/completions and TGI's /generate and /generate_stream, on a tiny
+random GPT-2 with a real byte-level BPE tokenizer and a ChatML template (make_chat_decoder.py).
+
+The independent reference for every greedy output is the same prompt generated alone by
+rg_generate_ids (ragged.Generator: src/gen/generate.c's loop, one request, its own KV pool), so
+whatever joined, left, was preempted or hit the prefix cache in the server must not change a
+stream's tokens. Texts are checked against HF `tokenizers` decoding the ids."""
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import make_chat_decoder
+from server_util import ASAN, Server, hf_tokenizer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import ragged  # noqa: E402
+
+PROMPTS = ["Hello, world! How are you today?", "The quick brown fox",
+           "Prefix caching reuses the key and value blocks", "A", "Numbers like 12, 345",
+           "Streams of tokens are sent to the client as server-sent events. " * 3]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_chat_decoder.make(str(tmp_path_factory.mktemp("chatdec") / "m"), seed=7)
+
+
+@pytest.fixture(scope="module")
+def tok(model_dir):
+    return hf_tokenizer(model_dir)
+
+
+@pytest.fixture(scope="module")
+def gen(model_dir):
+    return ragged.Generator(model_dir)
+
+
+def alone(gen, ids, n):
+    """Greedy continuation of one prompt (token ids) generated alone, EOS ignored."""
+    r = gen.generate([ids], max_tokens=n, ignore_eos=True)[0]
+    return r["ids"]
+
+
+@pytest.fixture(scope="module")
+def srv(model_dir):
+    # small steps and blocks: prompts are prefilled in several chunks, blocks fill quickly
+    s = Server(model_dir, "--max-num-seqs", 8, "--max-num-batched-tokens", 16, "--block-size",
+               4, "--kv-cache-bytes", 4 << 20)
+    yield s
+    s.stop()
+
+
+def sse_events(raw):
+    """Server-sent events of a body: the data of each event, in order."""
+    out = []
+    for block in raw.decode().split("\n\n"):
+        if block.strip():
+            assert block.startswith("data: "), block
+            out.append(block[len("data: "):])
+    return out
+
+
+def post_stream(s, path, body, timeout=60):
+    c = s.conn(timeout)
+    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+
+
+# ---- continuous batching ------------------------------------------------------------------------
+
+def test_concurrent_greedy_equals_alone(srv, gen, tok):
+    """12 requests at once (texts and token ids, several lengths, stream and not): each output
+    equals its prompt generated alone, and its text is HF's decode of its ids."""
+    jobs = []
+    for i, p in enumerate(PROMPTS * 2):
+        ids = tok.encode(p).ids
+        jobs.append((p if i % 2 == 0 else ids, ids, 6 + 3 * (i % 4), i % 3 == 0))
+    res = [None] * len(jobs)
+
+    def run(k):
+        prompt, _, n, stream = jobs[k]
+        body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True,
+                "logprobs": 0, "stream": stream}
+        if stream:
+            st, h, data = post_stream(srv, "/v1/completions", body)
+            ev = sse_events(data)
+            assert ev[-1] == "[DONE]"
+            chunks = [json.loads(e) for e in ev[:-1]]
+            text = "".join(c["choices"][0]["text"] for c in chunks)
+            toks = [t for c in chunks if c["choices"][0]["logprobs"]
+                    for t in c["choices"][0]["logprobs"]["tokens"]]
+            fin = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0]["finish_reason"]]
+            res[k] = (st, text, toks, fin)
+        else:
+            st, out = srv.post_json("/v1/completions", body)
+            ch = out["choices"][0]
+            res[k] = (st, ch["text"], ch["logprobs"]["tokens"], [ch["finish_reason"]], out)
+    th = [threading.Thread(target=run, args=(k,)) for k in range(len(jobs))]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(120)
+    for k, (prompt, ids, n, stream) in enumerate(jobs):
+        want = alone(gen, ids, n)
+        st, text, toks, fin = res[k][:4]
+        assert st == 200
+        assert fin == ["length"]
+        assert text == tok.decode(want, skip_special_tokens=True), (k, text, want)
+        assert len(toks) == n
+        assert "".join(toks) == text or any("\ufffd" in t for t in toks)
+        if not stream:
+            u = res[k][4]["usage"]
+            assert u["prompt_tokens"] == len(ids) and u["completion_tokens"] == n
+            assert u["total_tokens"] == len(ids) + n
+
+
+def test_preemption_keeps_outputs(model_dir, gen, tok):
+    """A KV cache of 40 blocks of 4 tokens for 8 sequences of up to 60 tokens: the newest are
+    preempted (recomputed later) and every output still equals its prompt alone."""
+    s = Server(model_dir, "--max-num-seqs", 8, "--max-num-batched-tokens", 32, "--block-size",
+               4, "--kv-cache-bytes", 40 * 4 * 2 * 2 * 32 * 4, "--max-model-len", 128,
+               "--no-prefix-caching")
+    try:
+        prompts = [tok.encode(p).ids for p in PROMPTS] + [tok.encode(PROMPTS[0] * 2).ids] * 2
+        res = [None] * len(prompts)
+
+        def run(k):
+            res[k] = s.post_json("/v1/completions", {"prompt": prompts[k], "max_tokens": 24,
+                                                     "temperature": 0, "ignore_eos": True})
+        th = [threading.Thread(target=run, args=(k,)) for k in range(len(prompts))]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join(120)
+        for k, p in enumerate(prompts):
+            st, out = res[k]
+            assert st == 200, out
+            assert out["choices"][0]["text"] == tok.decode(alone(gen, p, 24)), k
+        m = s.metrics()
+        assert m["ragged_gen_preemptions_total"] > 0
+        assert m["ragged_gen_kv_blocks_used"] == 0
+        assert m["ragged_gen_num_requests_running"] == 0
+    finally:
+        s.stop()
+
+
+def test_prefix_cache_hit(srv, gen, tok):
+    """The same long prompt twice: the second takes its full blocks from the prefix cache
+    (usage.prompt_tokens_details.cached_tokens) and gives the same tokens."""
+    p = "Streams of tokens are sent to the client as server-sent events. Prefix " * 2
+    ids = tok.encode(p).ids
+    st, a = srv.post_json("/v1/completions", {"prompt": p, "max_tokens": 5, "temperature": 0,
+                                              "ignore_eos": True})
+    st2, b = srv.post_json("/v1/completions", {"prompt": p, "max_tokens": 5, "temperature": 0,
+                                               "ignore_eos": True})
+    assert st == st2 == 200
+    assert a["choices"][0]["text"] == b["choices"][0]["text"] == tok.decode(alone(gen, ids, 5))
+    cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= (len(ids) - 1) // 4 * 4 - 4 and cached > 0, (cached, len(ids))
+
+
+# ---- OpenAI, TGI shapes ----------------------------------------------------------------------
+
+def test_chat_template_and_stop(srv, gen, tok, model_dir):
+    """/v1/chat/completions renders the ChatML template (the default system message of the
+    template included), generates greedily; a stop string cuts the text before it."""
+    with open(os.path.join(model_dir, "tokenizer_config.json")) as f:
+        tmpl = json.load(f)["chat_template"]
+    import jinja2
+    text = jinja2.Environment().from_string(tmpl).render(
+        messages=[{"role": "user", "content": "Hello, world!"}], add_generation_prompt=True)
+    ids = tok.encode(text, add_special_tokens=False).ids
+    want = tok.decode(alone(gen, ids, 12))
+    st, out = srv.post_json("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Hello, world!"}], "max_tokens": 12,
+        "temperature": 0, "ignore_eos": True})
+    assert st == 200, out
+    assert out["object"] == "chat.completion"
+    assert out["choices"][0]["message"] == {"role": "assistant", "content": want}
+    assert out["usage"]["prompt_tokens"] == len(ids)
+    if len(want) > 4:
+        stop = want[2:4]
+        st, out = srv.post_json("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Hello, world!"}], "max_tokens": 12,
+            "temperature": 0, "stop": [stop]})
+        assert out["choices"][0]["finish_reason"] == "stop"
+        assert out["choices"][0]["message"]["content"] == want[:want.index(stop)]
+
+
+def test_tgi_generate_and_stream(srv, gen, tok):
+    p = PROMPTS[1]
+    ids = tok.encode(p).ids
+    want = alone(gen, ids, 7)
+    st, out = srv.post_json("/generate", {"inputs": p, "parameters": {
+        "max_new_tokens": 7, "details": True, "decoder_input_details": True}})
+    assert st == 200, out
+    # greedy unless EOS comes first
+    assert [t["id"] for t in out["details"]["tokens"]] == want[:len(out["details"]["tokens"])]
+    assert out["generated_text"] == tok.decode([t["id"] for t in out["details"]["tokens"]])
+    assert out["details"]["generated_tokens"] == len(out["details"]["tokens"])
+    assert [t["id"] for t in out["details"]["prefill"]] == ids
+    st, h, data = post_stream(srv, "/generate_stream", {"inputs": p, "parameters": {
+        "max_new_tokens": 7}})
+    assert st == 200 and h["content-type"].startswith("text/event-stream")
+    ev = [json.loads(e) for e in sse_events(data)]
+    assert [e["token"]["id"] for e in ev] == [t["id"] for t in out["details"]["tokens"]]
+    assert ev[-1]["generated_text"] == out["generated_text"]
+    assert all(e["generated_text"] is None for e in ev[:-1])
+    assert ev[-1]["details"]["finish_reason"] in ("length", "eos_token")
+    # TGI's POST / streams when asked
+    st, h, data = post_stream(srv, "/", {"inputs": p, "stream": True,
+                                         "parameters": {"max_new_tokens": 3}})
+    assert st == 200 and len(sse_events(data)) == 3
+
+
+def test_sampling_seed_and_n(srv):
+    body = {"prompt": "Hello", "max_tokens": 10, "temperature": 1.0, "seed": 1234, "n": 3,
+            "ignore_eos": True, "top_k": 50}
+    st, a = srv.post_json("/v1/completions", body)
+    st2, b = srv.post_json("/v1/completions", body)
+    assert st == st2 == 200
+    ta = [c["text"] for c in a["choices"]]
+    assert ta == [c["text"] for c in b["choices"]]  # same seed, same samples
+    assert [c["index"] for c in a["choices"]] == [0, 1, 2]
+    assert len(set(ta)) > 1  # three streams of one seed differ
+    st, c = srv.post_json("/v1/completions", {**body, "seed": 99})
+    assert [x["text"] for x in c["choices"]] != ta
+
+
+def test_beam_search(srv, gen, tok):
+    ids = tok.encode(PROMPTS[0]).ids
+    want = gen.generate([ids], max_tokens=6, num_beams=3, n=2, ignore_eos=True)
+    st, out = srv.post_json("/v1/completions", {"prompt": ids, "max_tokens": 6, "n": 2,
+                                                "use_beam_search": True, "best_of": 3,
+                                                "temperature": 0, "ignore_eos": True})
+    assert st == 200, out
+    got = [c["text"] for c in out["choices"]]
+    assert got == [tok.decode(w["ids"]) for w in want]
+
+
+# ---- errors ------------------------------------------------------------------------------------
+
+def test_bad_requests(srv):
+    st, out = srv.post_json("/v1/completions", {"prompt": "x", "temperature": 3})
+    assert st == 400 and out["error"]["param"] == "temperature"
+    st, out = srv.post_json("/v1/completions", {"prompt": "x", "tempreature": 1})
+    assert st == 400 and "tempreature" in out["error"]["message"]
+    st, out = srv.post_json("/v1/completions", {"prompt": "x " * 400, "max_tokens": 4})
+    assert st == 400 and out["error"]["code"] == "context_length_exceeded", out
+    st, out = srv.post_json("/v1/chat/completions", {"messages": []})
+    assert st == 400
+    st, out = srv.post_json("/generate", {"inputs": "x", "parameters": {"top_p": 1.5}})
+    assert st == 422 and "top_p" in out["error"]
+    st, h, data = srv.post("/v1/completions", b"{not json")
+    assert st == 400
+    st, out = srv.post_json("/embed", {"inputs": "x"})
+    assert st == 400 and "generation" in out["error"]
+    # the server still serves
+    st, out = srv.post_json("/v1/completions", {"prompt": "x", "max_tokens": 2})
+    assert st == 200
+
+
+def test_deadline_admission(model_dir):
+    """Steps of at least 40 ms (--step-delay-ms): a TTFT target of 5 ms cannot be met and is
+    refused at once with 429 + Retry-After; one of 2 s is admitted and met."""
+    s = Server(model_dir, "--step-delay-ms", 40)
+    try:
+        t0 = time.monotonic()
+        st, h, data = s.post("/v1/completions", {"prompt": "Hello", "max_tokens": 4,
+                                                  "deadline_ms": 5})
+        assert st == 429 and int(h["retry-after"]) >= 1, data
+        assert time.monotonic() - t0 < 1.0  # refused up front, not after running
+        t0 = time.monotonic()
+        st, h, data = post_stream(s, "/v1/completions", {"prompt": "Hello", "max_tokens": 3,
+                                                         "deadline_ms": 2000, "stream": True})
+        assert st == 200
+        m = s.metrics()
+        assert m["ragged_gen_requests_refused_total"] >= 1
+    finally:
+        s.stop()
+
+
+def test_info_models_tokenize(srv, tok):
+    st, info = srv.request("GET", "/info")[:2], None
+    st, h, data = srv.request("GET", "/info")
+    info = json.loads(data)
+    assert info["model_pipeline_tag"] == "text-generation" and info["max_total_tokens"] == 256
+    st, out = srv.post_json("/tokenize", {"prompt": PROMPTS[0]})
+    assert out["tokens"] == tok.encode(PROMPTS[0]).ids and out["count"] == len(out["tokens"])
+    st, out = srv.post_json("/detokenize", {"tokens": tok.encode(PROMPTS[0]).ids})
+    assert out["prompt"] == PROMPTS[0]
+    st, h, data = srv.request("GET", "/openapi.json")
+    paths = json.loads(data)["paths"]
+    for p in ("/v1/completions", "/v1/chat/completions", "/generate", "/generate_stream",
+              "/tokenize", "/detokenize"):
+        assert p in paths
+
+
+# ---- disconnects, leaks, drain -------------------------------------------------------------
+
+def test_disconnects_free_blocks(model_dir):
+    s = Server(model_dir, "--max-num-seqs", 16, "--step-delay-ms", 5, "--no-prefix-caching")
+    try:
+        socks = []
+        body = json.dumps({"prompt": "Hello", "max_tokens": 200, "stream": True,
+                           "ignore_eos": True}).encode()
+        for _ in range(12):
+            so = socket.create_connection((s.host, s.port))
+            so.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+                       b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            socks.append(so)
+        time.sleep(0.5)
+        for so in socks:
+            assert so.recv(100)  # streaming started
+            so.close()
+        t_end = time.time() + 20
+        while time.time() < t_end:
+            m = s.metrics()
+            if m["ragged_gen_num_requests_running"] == 0 and m["ragged_gen_kv_blocks_used"] == 0:
+                break
+            time.sleep(0.1)
+        assert m["ragged_gen_kv_blocks_used"] == 0 and m["ragged_gen_requests_aborted_total"] >= 12
+        st, out = s.post_json("/v1/completions", {"prompt": "x", "max_tokens": 2})
+        assert st == 200
+    finally:
+        s.stop()
+
+
+def test_sigterm_drains_streams(model_dir):
+    s = Server(model_dir, "--step-delay-ms", 20, "--shutdown-timeout-s", 2)
+    out = {}
+
+    def run(name, n):
+        out[name] = post_stream(s, "/v1/completions", {"prompt": "Hello", "max_tokens": n,
+                                                       "stream": True, "ignore_eos": True})
+    a = threading.Thread(target=run, args=("short", 10))
+    b = threading.Thread(target=run, args=("long", 240))
+    a.start()
+    b.start()
+    time.sleep(0.3)
+    s.proc.send_signal(signal.SIGTERM)
+    a.join(30)
+    b.join(30)
+    s.stop()
+    st, _, data = out["short"]
+    ev = sse_events(data)
+    assert ev[-1] == "[DONE]" and json.loads(ev[-2])["choices"][0]["finish_reason"] == "length"
+    st, _, data = out["long"]
+    ev = sse_events(data)
+    assert any("error" in json.loads(e) for e in ev if e != "[DONE]"), ev[-3:]
