@@ -237,7 +237,7 @@ static void usage(FILE *f)
 		   "  info      JSON: version, build features, resolved model_dir, model config\n"
 		   "  generate  one prompt per input line -> JSON lines of generated text (decoders)\n"
 		   "  serve     HTTP server (TEI /embed, OpenAI /v1/embeddings, /metrics)\n"
-		   "  loadgen   open-loop load generator for a ragged server\n"
+		   "  loadgen   open-loop load generator: embeddings, or completions (TTFT, TPOT, goodput)\n"
 		   "`ragged <command> --help` (or `ragged help <command>`) lists a command's options;\n"
 		   "`ragged --version` prints the version.\n");
 }

@@ -13,6 +13,15 @@
  * length with ids uniform in [1000, 29000); for /embed (TEI shape) it sends {"inputs": ["w w ..."]}
  * made of single-wordpiece English words so the tokenized length is the drawn length;
  * --dist file:PATH sends one line of PATH (picked at random) as text.
+ *
+ * --mode generate drives OpenAI's POST /v1/completions instead: "prompt" is a token-id array of
+ * a drawn length (with, for --shared-prefix-frac of the requests, the run's one shared prefix of
+ * --shared-prefix-len tokens in front), "max_tokens" a drawn output length, "ignore_eos": true
+ * (vLLM's extension: the output has the drawn length) and, unless --no-stream, "stream": true
+ * with "stream_options": {"include_usage": true}. The stream's events give TTFT (first content
+ * chunk), inter-chunk gaps (ITL), TPOT = (t_last - t_first) / (completion_tokens - 1) with the
+ * token count from the usage chunk, and goodput: the requests meeting both --slo-ttft-ms and
+ * --slo-tpot-ms (DistServe, OSDI'24 sec. 2; vLLM benchmark_serving.py --goodput).
  */
 #ifndef RG_LOADGEN_H
 #define RG_LOADGEN_H
