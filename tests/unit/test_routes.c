@@ -224,10 +224,40 @@ static void test_openapi_from_table(void **state)
 	rg_buf_free(&b);
 }
 
+/* Issue 20: rows of one path and method serve different kinds (/tokenize: vLLM's shape for a
+ * decoder, TEI's for an encoder); TEI's POST / of a decoder is /generate; a wrong method still
+ * finds a row (405). */
+static void test_find_by_kind(void **state)
+{
+	const rg_route_def *r;
+
+	(void)state;
+	r = find("/tokenize", "POST", RG_KIND_GENERATOR, NULL);
+	assert_non_null(r);
+	assert_true(r->gen);
+	assert_true(r->kinds & RG_KIND_GENERATOR);
+	r = find("/tokenize", "POST", RG_KIND_EMBEDDING, NULL);
+	assert_non_null(r);
+	assert_false(r->gen);
+	assert_true(r->kinds & RG_KIND_EMBEDDING);
+	r = find("/", "POST", RG_KIND_GENERATOR, NULL);
+	assert_non_null(r);
+	assert_string_equal(r->path, "/generate");
+	r = find("/", "POST", RG_KIND_EMBEDDING, NULL);
+	assert_string_equal(r->path, "/embed");
+	r = find("/v1/chat/completions", "GET", RG_KIND_GENERATOR, NULL);
+	assert_non_null(r);
+	assert_string_equal(rg_route_allow(r), "POST");
+	r = find("/v1/completions", "POST", RG_KIND_EMBEDDING, NULL);
+	assert_non_null(r); /* found; dispatch answers 400 for the model's kind */
+	assert_false(r->kinds & RG_KIND_EMBEDDING);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_find_exact_and_methods),
+		cmocka_unit_test(test_find_by_kind),
 		cmocka_unit_test(test_root_by_kind),
 		cmocka_unit_test(test_path_argument),
 		cmocka_unit_test(test_names_and_list),
