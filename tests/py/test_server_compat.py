@@ -506,7 +506,11 @@ ROUTES = {"/": ["post", "get"], "/invocations": ["post"], "/embed": ["post"],
           "/similarity": ["post"], "/predict": ["post"], "/rerank": ["post"],
           "/tokenize": ["post"], "/decode": ["post"], "/health": ["get"], "/ping": ["get"],
           "/info": ["get"], "/metrics": ["get"], "/v1/models": ["get"],
-          "/v1/models/{model}": ["get"], "/openapi.json": ["get"]}
+          "/v1/models/{model}": ["get"], "/openapi.json": ["get"],
+          # the generation routes (decoder models, issue 20)
+          "/generate": ["post"], "/generate_stream": ["post"], "/v1/completions": ["post"],
+          "/completions": ["post"], "/v1/chat/completions": ["post"],
+          "/chat/completions": ["post"], "/detokenize": ["post"]}
 
 
 def test_openapi_describes_every_route(srv):
