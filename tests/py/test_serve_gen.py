@@ -127,6 +127,11 @@ def test_concurrent_greedy_equals_alone(srv, gen, tok):
             u = res[k][4]["usage"]
             assert u["prompt_tokens"] == len(ids) and u["completion_tokens"] == n
             assert u["total_tokens"] == len(ids) + n
+    # chunked prefill: no step ran more than --max-num-batched-tokens (16) new tokens, though the
+    # prompts together (and the longest alone, 39 tokens) are longer
+    m = srv.metrics()
+    assert m['ragged_gen_step_tokens_bucket{le="16"}'] == m["ragged_gen_step_tokens_count"] > 0
+    assert max(len(j[1]) for j in jobs) > 16
 
 
 def test_preemption_keeps_outputs(model_dir, gen, tok):
