@@ -31,6 +31,10 @@ $PY -c 'import setuptools' 2>/dev/null || pyneed+=(setuptools)
 # gguf (llama.cpp's reader, and its dependencies): the independent reference for the GGUF reader's
 # dequantization and the decoder tests' float64 Llama reference.
 $PY -c 'import gguf' 2>/dev/null || pyneed+=(gguf)
+# The real clients of the generation routes: tests/py/test_gen_answers.py reads ragged's answers
+# with openai's models (pydantic, strict) and huggingface_hub's InferenceClient.text_generation.
+$PY -c 'import openai, httpx' 2>/dev/null || pyneed+=(openai)
+$PY -c 'from huggingface_hub import set_client_factory' 2>/dev/null || pyneed+=("huggingface_hub>=1.0")
 if [ ${#pyneed[@]} -gt 0 ]; then
 	echo "install-deps: pip install ${pyneed[*]}"
 	$PY -m pip install -q "${pyneed[@]}" 2>/dev/null || $PY -m pip install -q --break-system-packages "${pyneed[@]}"

@@ -710,6 +710,7 @@ static void test_utf8_and_json(void **state)
 	refused_n(CMP, nul_body, sizeof(nul_body) - 1, 400, "", __LINE__);
 	OK(CMP, "  {\"prompt\": \"x\"}\r\n\t ");
 	/* a route that is not a generation route */
+	rg_gen_request_free(&g_req); /* parse overwrites its output */
 	assert_int_equal(rg_gen_request_parse((rg_gen_api)9, "{}", 2, &LIM, &g_req, &g_err),
 			 RG_ERR_INVALID_INPUT);
 	assert_int_equal(g_err.http_status, 400);
