@@ -273,6 +273,9 @@ static void test_openai_ranges(void **state)
 		{ CMP, "\"repetition_penalty\": -1", "repetition_penalty" },
 		{ CMP, "\"repetition_penalty\": 1e999", "repetition_penalty" },
 		{ CMP, "\"repetition_penalty\": 0.01", NULL },
+		{ CMP, "\"repetition_penalty\": 1e300", "repetition_penalty" }, /* no float */
+		{ CMP, "\"temperature\": 1e-60", NULL },          /* 0 as a float: greedy */
+		{ CMP, "\"top_p\": 1e-60", "top_p" },             /* 0 as a float */
 		{ CMP, "\"seed\": 18446744073709551615", "seed" }, /* past int64 */
 		{ CMP, "\"seed\": 1.5", "seed" },
 		{ CMP, "\"seed\": -9223372036854775808", NULL },
@@ -317,6 +320,8 @@ static void test_tgi_ranges(void **state)
 		{ TGI, "\"temperature\": -1", "temperature" },
 		{ TGI, "\"temperature\": 1e999", "temperature" },
 		{ TGI, "\"temperature\": 7", NULL }, /* TGI: no upper bound */
+		{ TGI, "\"temperature\": 1e-50", "temperature" }, /* 0 as a float */
+		{ TGI, "\"temperature\": 3.5e38", "temperature" }, /* past FLT_MAX */
 		{ TGI, "\"repetition_penalty\": 0", "repetition_penalty" },
 		{ TGI, "\"frequency_penalty\": 2.5", "frequency_penalty" },
 		{ TGI, "\"frequency_penalty\": -2", NULL },
