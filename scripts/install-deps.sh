@@ -31,10 +31,12 @@ $PY -c 'import setuptools' 2>/dev/null || pyneed+=(setuptools)
 # gguf (llama.cpp's reader, and its dependencies): the independent reference for the GGUF reader's
 # dequantization and the decoder tests' float64 Llama reference.
 $PY -c 'import gguf' 2>/dev/null || pyneed+=(gguf)
-# The generation server's client tests (tests/py/test_serve_gen_clients.py, issue 20): the clients
-# that must work unmodified, and jinja2 for the chat templates' reference rendering.
-$PY -c 'import openai' 2>/dev/null || pyneed+=(openai)
-$PY -c 'import huggingface_hub' 2>/dev/null || pyneed+=(huggingface_hub)
+# The generation server's client tests (tests/py/test_serve_gen_clients.py, test_gen_answers.py,
+# issue 20): the clients that must work unmodified, and jinja2 for the chat templates' reference
+# rendering.
+$PY -c 'import openai, httpx' 2>/dev/null || pyneed+=(openai)
+# (test_gen_answers.py injects its transport with huggingface_hub's set_client_factory, 1.0+)
+$PY -c 'from huggingface_hub import set_client_factory' 2>/dev/null || pyneed+=("huggingface_hub>=1.0")
 $PY -c 'import langchain_openai' 2>/dev/null || pyneed+=(langchain-openai)
 $PY -c 'import llama_index.llms.openai_like' 2>/dev/null || pyneed+=(llama-index-llms-openai-like)
 $PY -c 'import jinja2' 2>/dev/null || pyneed+=(jinja2)

@@ -16,6 +16,7 @@
  * UTF-8 JSON whatever a token's bytes are. */
 #include "server/gen_request.h"
 
+#include <float.h>
 #include <json-c/json.h>
 #include <limits.h>
 #include <math.h>
@@ -129,13 +130,15 @@ static rg_status get_int32(json_object *o, const char *key, int64_t lo, int64_t 
 
 enum { LO_OPEN = 1, HI_OPEN = 2 };
 
-/* A finite number in the range lo..hi (open ends per `open`; hi INFINITY: no upper bound).
- * The message writes the range as the APIs' documents do: "[0, 2]", "(0, 1]", "> 0". */
+/* A finite number in the range lo..hi (open ends per `open`; hi INFINITY: no upper bound),
+ * checked as the float it is stored as (1e300 is no finite float, 1e-60 no positive one). The
+ * message writes the range as the APIs' documents do: "[0, 2]", "(0, 1]", "> 0". */
 static rg_status get_num(json_object *o, const char *key, double lo, double hi, unsigned open,
 			 float *dst, bool *set, rg_req_error *err)
 {
 	json_object *v = opt(o, key);
 	double x;
+	float f;
 	char range[64];
 
 	if (!v)
@@ -143,9 +146,10 @@ static rg_status get_num(json_object *o, const char *key, double lo, double hi, 
 	if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
 		return req_failp(err, key, 400, "validation", "%s must be a number", key);
 	x = json_object_get_double(v);
-	if (isfinite(x) && (open & LO_OPEN ? x > lo : x >= lo) &&
-	    (open & HI_OPEN ? x < hi : x <= hi)) {
-		*dst = (float)x;
+	f = fabs(x) <= FLT_MAX ? (float)x : (float)INFINITY; /* no out-of-range conversion */
+	if (isfinite(f) && (open & LO_OPEN ? f > lo : f >= lo) &&
+	    (open & HI_OPEN ? f < hi : f <= hi)) {
+		*dst = f;
 		if (set)
 			*set = true;
 		return RG_OK;

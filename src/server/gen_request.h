@@ -75,7 +75,8 @@ typedef struct rg_gen_request {
 	int min_tokens;           /* vLLM "min_tokens", EOS and stops suppressed before, default 0 */
 	bool do_sample;           /* sample (else greedy): OpenAI when temperature > 0 (default 1);
 				   * TGI when do_sample or a warper is set (temperature != 1, top_k,
-				   * top_p < 1, typical_p < 1), as TGI's NextTokenChooser does */
+				   * top_p < 1, typical_p < 1), as TGI's NextTokenChooser does; a TGI
+				   * body without "parameters" samples (TGI's default_parameters) */
 	float temperature;        /* >= 0, <= 2 (OpenAI); TGI > 0; default 1 */
 	float top_p;              /* (0, 1], default 1 (TGI: (0, 1) exclusive as TGI validates) */
 	int top_k;                /* >= 0 (vLLM: -1 means off too), default 0 */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build and run the libFuzzer targets of the server: the header checks (http_guard.c, a sixth of
-# the time, at least 2 s) and the JSON request parser (the rest).
+# the time, at least 2 s), the generation routes' JSON (gen_request.c, a third, at least 2 s) and
+# the JSON request parser (the rest).
 #   tests/fuzz/run_fuzz.sh [SECONDS]     (default 60)
 # Needs clang with libFuzzer (-fsanitize=fuzzer). The seed corpora are written to
 # build/fuzz/corpus_*; crashes land in build/fuzz/ (crash-*). Exit status non-zero on a crash.
@@ -8,10 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-60}
 GUARD_SECS=$(( SECS / 6 > 2 ? SECS / 6 : 2 ))
-REQ_SECS=$(( SECS - GUARD_SECS > 1 ? SECS - GUARD_SECS : 1 ))
+GEN_SECS=$(( SECS / 3 > 2 ? SECS / 3 : 2 ))
+REQ_SECS=$(( SECS - GUARD_SECS - GEN_SECS > 1 ? SECS - GUARD_SECS - GEN_SECS : 1 ))
 CLANG=${CLANG:-clang}
 OUT=build/fuzz
-mkdir -p "$OUT/corpus_request" "$OUT/corpus_http_guard"
+mkdir -p "$OUT/corpus_request" "$OUT/corpus_http_guard" "$OUT/corpus_gen_request"
 
 # Header checks. Seeds: first byte 0 = HTTP/1.1, 1 = HTTP/1.0; then "name:value" lines. The
 # request-smuggling cases (RFC 9112 sec. 6): two lengths, length with chunked, whitespace
@@ -32,6 +34,25 @@ gseed '\x00Host: [::1]:80\r\nX-A:   \r\nX-B:\r\n\r\n' blanks
 gseed '\x00Content-Type: application/json; charset=utf-8\r\nAuthorization: Bearer k3y\r\nOrigin: http://a.example\r\nExpect: 100-continue\r\nContent-Length: 14\r\n' good
 "$OUT/fuzz_http_guard" -max_total_time="$GUARD_SECS" -max_len=1024 -timeout=5 \
 	-artifact_prefix="$OUT/" "$OUT/corpus_http_guard"
+
+# The generation routes' JSON (parser and answer writers).
+"$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
+	-fno-sanitize-recover=undefined -Iinclude -Isrc $(pkg-config --cflags json-c) \
+	tests/fuzz/fuzz_gen_request.c src/server/gen_request.c src/server/request.c \
+	src/core/utf8.c src/core/buf.c -o "$OUT/fuzz_gen_request" $(pkg-config --libs json-c) -lm
+# Seeds: API byte (0 completions, 1 chat, 2 TGI generate, 3 TGI generate_stream; the higher bits
+# vary max_prompts and max_messages) + body.
+gen() { printf "$1" > "$OUT/corpus_gen_request/$2"; }
+gen '\x00{"model": "m", "prompt": "Hello", "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "stop": ["\\n"], "logprobs": 2, "echo": true, "seed": -3}' g1
+gen '\x1c{"prompt": [[1, 2, 3], [4]], "n": 2, "best_of": 3, "logit_bias": {"50256": -100}, "stop_token_ids": [0]}' g2
+gen '\x04{"prompt": ["a", "b\\u00e9"], "stream": true, "stream_options": {"include_usage": true}, "use_beam_search": true, "length_penalty": 0.5, "early_stopping": "never"}' g3
+gen '\x01{"model": "m", "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}, {"role": "assistant", "content": null}], "logprobs": true, "top_logprobs": 3, "max_completion_tokens": 5}' g4
+gen '\xe1{"messages": [{"role": "developer", "content": "d"}, {"role": "tool", "content": "", "tool_call_id": "t"}], "stream": true, "tools": null, "response_format": {"type": "text"}, "min_p": 0.1, "top_k": -1}' g5
+gen '\x02{"inputs": "Hello", "parameters": {"max_new_tokens": 5, "details": true, "decoder_input_details": true, "top_n_tokens": 2, "best_of": 2, "do_sample": true, "stop": ["x"]}}' g6
+gen '\x03{"inputs": "\\ud83d\\ude00", "parameters": {"temperature": 0.5, "top_k": 10, "top_p": 0.95, "seed": 18446744073709551615, "truncate": 4, "watermark": false}}' g7
+gen '\x02{"inputs": "x", "parameters": {"typical_p": 1, "repetition_penalty": 1.1, "frequency_penalty": 0.5, "return_full_text": true, "deadline_ms": 100}}' g8
+"$OUT/fuzz_gen_request" -max_total_time="$GEN_SECS" -max_len=4096 -timeout=5 \
+	-artifact_prefix="$OUT/" "$OUT/corpus_gen_request"
 
 # JSON request parser.
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \

@@ -273,6 +273,9 @@ static void test_openai_ranges(void **state)
 		{ CMP, "\"repetition_penalty\": -1", "repetition_penalty" },
 		{ CMP, "\"repetition_penalty\": 1e999", "repetition_penalty" },
 		{ CMP, "\"repetition_penalty\": 0.01", NULL },
+		{ CMP, "\"repetition_penalty\": 1e300", "repetition_penalty" }, /* no float */
+		{ CMP, "\"temperature\": 1e-60", NULL },          /* 0 as a float: greedy */
+		{ CMP, "\"top_p\": 1e-60", "top_p" },             /* 0 as a float */
 		{ CMP, "\"seed\": 18446744073709551615", "seed" }, /* past int64 */
 		{ CMP, "\"seed\": 1.5", "seed" },
 		{ CMP, "\"seed\": -9223372036854775808", NULL },
@@ -317,6 +320,8 @@ static void test_tgi_ranges(void **state)
 		{ TGI, "\"temperature\": -1", "temperature" },
 		{ TGI, "\"temperature\": 1e999", "temperature" },
 		{ TGI, "\"temperature\": 7", NULL }, /* TGI: no upper bound */
+		{ TGI, "\"temperature\": 1e-50", "temperature" }, /* 0 as a float */
+		{ TGI, "\"temperature\": 3.5e38", "temperature" }, /* past FLT_MAX */
 		{ TGI, "\"repetition_penalty\": 0", "repetition_penalty" },
 		{ TGI, "\"frequency_penalty\": 2.5", "frequency_penalty" },
 		{ TGI, "\"frequency_penalty\": -2", NULL },
@@ -710,6 +715,7 @@ static void test_utf8_and_json(void **state)
 	refused_n(CMP, nul_body, sizeof(nul_body) - 1, 400, "", __LINE__);
 	OK(CMP, "  {\"prompt\": \"x\"}\r\n\t ");
 	/* a route that is not a generation route */
+	rg_gen_request_free(&g_req); /* parse overwrites its output */
 	assert_int_equal(rg_gen_request_parse((rg_gen_api)9, "{}", 2, &LIM, &g_req, &g_err),
 			 RG_ERR_INVALID_INPUT);
 	assert_int_equal(g_err.http_status, 400);
