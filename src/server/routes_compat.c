@@ -345,8 +345,11 @@ enum MHD_Result rg_answer_models(conn_ctx *c)
 	rg_buf_init(&b);
 	rg_buf_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
 	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
-	rg_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"ragged\"}]}",
+	rg_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"ragged\"",
 		       s->created_s);
+	if (s->decoder) /* vLLM's field: the context of a decoder */
+		rg_buf_printf(&b, ",\"max_model_len\":%d", s->max_len);
+	rg_buf_puts(&b, "}]}");
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
 }
 
@@ -362,8 +365,11 @@ enum MHD_Result rg_answer_model(conn_ctx *c, const char *id)
 	rg_buf_init(&b);
 	rg_buf_puts(&b, "{\"id\":");
 	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
-	rg_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"ragged\"}",
+	rg_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"ragged\"",
 		       s->created_s);
+	if (s->decoder)
+		rg_buf_printf(&b, ",\"max_model_len\":%d", s->max_len);
+	rg_buf_puts(&b, "}");
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
 }
 

@@ -301,10 +301,11 @@ def test_deadline_admission(model_dir):
 
 
 def test_info_models_tokenize(srv, tok):
-    st, info = srv.request("GET", "/info")[:2], None
     st, h, data = srv.request("GET", "/info")
     info = json.loads(data)
     assert info["model_pipeline_tag"] == "text-generation" and info["max_total_tokens"] == 256
+    st, h, data = srv.request("GET", "/v1/models")
+    assert json.loads(data)["data"][0]["max_model_len"] == 256
     st, out = srv.post_json("/tokenize", {"prompt": PROMPTS[0]})
     assert out["tokens"] == tok.encode(PROMPTS[0]).ids and out["count"] == len(out["tokens"])
     st, out = srv.post_json("/detokenize", {"tokens": tok.encode(PROMPTS[0]).ids})
