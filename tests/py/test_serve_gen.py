@@ -290,10 +290,20 @@ def test_deadline_admission(model_dir):
                                                   "deadline_ms": 5})
         assert st == 429 and int(h["retry-after"]) >= 1, data
         assert time.monotonic() - t0 < 1.0  # refused up front, not after running
+        # admitted: its first event comes within the target (steps of ~40 ms here)
+        c = s.conn(60)
         t0 = time.monotonic()
-        st, h, data = post_stream(s, "/v1/completions", {"prompt": "Hello", "max_tokens": 3,
-                                                         "deadline_ms": 2000, "stream": True})
-        assert st == 200
+        c.request("POST", "/v1/completions", body=json.dumps(
+            {"prompt": "Hello", "max_tokens": 3, "deadline_ms": 2000, "stream": True}),
+            headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.status == 200
+        first = r.readline()  # the first event's line
+        ttft = time.monotonic() - t0
+        rest = r.read()
+        c.close()
+        assert first and ttft < 2.0, ttft
+        assert b"[DONE]" in rest
         m = s.metrics()
         assert m["ragged_gen_requests_refused_total"] >= 1
     finally:
