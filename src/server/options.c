@@ -167,7 +167,7 @@ static const opt_spec g_opts[] = {
 	 "decoders: sequences in one step (continuous batching)"},
 	{"--max-num-batched-tokens", "N", OPT_INT, F(max_num_batched_tokens), 1, 1 << 20, NULL,
 	 "decoders: new tokens in one step; a longer prompt is prefilled in chunks (default "
-	 "--max-batch-tokens when given, else 512)"},
+	 "512)"},
 	{"--max-model-len", "N", OPT_INT, F(max_model_len), 2, 1 << 22, NULL,
 	 "decoders: prompt and completion tokens at most (default the model's positions)"},
 	{"--max-total-tokens", "N", OPT_INT, F(max_model_len), 2, 1 << 22, NULL,

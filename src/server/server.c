@@ -194,7 +194,7 @@ static rg_status setup_gen_engine(rg_server *s)
 	rg_iter_params_default(&gp.iter);
 	gp.iter.max_num_seqs = s->o.max_num_seqs;
 	gp.iter.max_num_batched_tokens = s->o.max_num_batched_tokens ? s->o.max_num_batched_tokens
-					 : s->o.max_batch_tokens ? s->o.max_batch_tokens : 512;
+								     : 512;
 	gp.iter.max_context = s->o.max_model_len ? s->o.max_model_len
 						 : s->info->max_position_embeddings;
 	gp.iter.max_waiting = s->o.max_queue;
@@ -524,7 +524,9 @@ int rg_serve_main(int argc, char **argv)
 	if (s->o.served_model_name)
 		snprintf(s->model_name, sizeof(s->model_name), "%s", s->o.served_model_name);
 	s->created_s = (long long)time(NULL);
-	if ((st = rg_prompts_load(s->info->model_dir, &s->prompts)) != RG_OK) {
+	/* sentence-transformers prompts are an encoder's (a decoder may be a GGUF file) */
+	if (s->info->kind != RG_MODEL_DECODER &&
+	    (st = rg_prompts_load(s->info->model_dir, &s->prompts)) != RG_OK) {
 		fprintf(stderr, "ragged serve: %s: %s\n", rg_status_name(st), rg_last_error());
 		goto out_stop;
 	}
