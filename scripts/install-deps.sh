@@ -31,6 +31,9 @@ $PY -c 'import setuptools' 2>/dev/null || pyneed+=(setuptools)
 # gguf (llama.cpp's reader, and its dependencies): the independent reference for the GGUF reader's
 # dequantization and the decoder tests' float64 Llama reference.
 $PY -c 'import gguf' 2>/dev/null || pyneed+=(gguf)
+# jinja2: tests/py/test_chat_template.py renders the models' chat templates with it, as transformers'
+# apply_chat_template does, as the reference for src/gen/chat_template.c.
+$PY -c 'import jinja2.sandbox' 2>/dev/null || pyneed+=(jinja2)
 if [ ${#pyneed[@]} -gt 0 ]; then
 	echo "install-deps: pip install ${pyneed[*]}"
 	$PY -m pip install -q "${pyneed[@]}" 2>/dev/null || $PY -m pip install -q --break-system-packages "${pyneed[@]}"
