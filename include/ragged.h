@@ -696,14 +696,44 @@ RG_API int32_t rg_model_eos_id(const rg_model *m);
  * NULL when it has none. */
 RG_API const char *rg_model_chat_template(const rg_model *m);
 
-/* Format one user message (and an optional system message, NULL for none) as the model's chat
- * template would, with the assistant's turn opened. Only ChatML templates (those using
- * <|im_start|> / <|im_end|>: SmolLM2, Qwen2) are rendered, as
- *   [<|im_start|>system\n{system}<|im_end|>\n]<|im_start|>user\n{user}<|im_end|>\n
- *   <|im_start|>assistant\n
- * (a template's own default system message is not added). *out is malloc'd, NUL-terminated
- * (caller frees). RG_ERR_UNSUPPORTED when the model has no template or another one (named by its
- * first bytes); RG_ERR_INVALID_INPUT for NULL; RG_ERR_OOM. */
+/* One message of a chat (OpenAI's chat.completions "messages" entry, text content only). */
+typedef struct rg_chat_message {
+	const char *role;     /* NUL-terminated: "system", "user" or "assistant" */
+	const char *content;  /* UTF-8 text of content_len bytes (no NUL needed, none allowed
+			       * inside); NULL only with content_len 0 */
+	size_t content_len;
+} rg_chat_message;
+
+/* Render msgs[0..n) into prompt text as the model's own chat template (rg_model_chat_template)
+ * renders them in transformers' apply_chat_template(messages, add_generation_prompt), byte for
+ * byte, without a Jinja engine: the template's FAMILY is recognized by its structure and
+ * rendered in C (src/gen/chat_template.c): ChatML (SmolLM2, Qwen2: the template's own default
+ * system message is added when the first message is not a system one), Llama 2, Llama 3 / 3.1+
+ * (the "Cutting Knowledge Date" system block), Mistral (v0.1 legacy, v0.1/v0.2, v0.3 spacing),
+ * Gemma, Phi-3 / Phi-3.5, Zephyr (TinyLlama). The template's bos_token / eos_token are the
+ * model's: tokenizer_config.json's bos_token / eos_token, else the vocabulary strings of its BOS
+ * / EOS ids (GGUF: tokenizer.ggml.bos_token_id / eos_token_id). Whatever BOS text the template
+ * writes is part of *out (tokenize it without adding another BOS).
+ * *out is malloc'd, NUL-terminated (caller frees). Errors (*out NULL then): RG_ERR_UNSUPPORTED
+ * when the model has no template or one of no known family (its first bytes named);
+ * RG_ERR_INVALID_INPUT for NULL arguments, n < 1, an unknown role, roles out of the order the
+ * family's template demands ("Conversation roles must alternate user/assistant/..."), a system
+ * message where the template refuses or drops one (Gemma: "System role not supported"), a NUL
+ * byte in a content — each naming the message index; RG_ERR_INVALID_UTF8; RG_ERR_OOM. */
+RG_API rg_status rg_model_chat_apply(const rg_model *m, const rg_chat_message *msgs, int n,
+				     bool add_generation_prompt, char **out);
+
+/* The family of the model's chat template as rg_model_chat_apply renders it: "chatml",
+ * "llama2", "llama3", "mistral", "gemma", "phi3", "zephyr" (static strings); NULL when the model
+ * has no template or one of no known family (rg_last_error says which). */
+RG_API const char *rg_model_chat_family(const rg_model *m);
+
+/* rg_model_chat_apply of one user message, after an optional system message (NULL for none),
+ * with the assistant's turn opened (add_generation_prompt true); every family that
+ * rg_model_chat_apply renders, with the template's own default system message when system is
+ * NULL (SmolLM2: "You are a helpful AI assistant named SmolLM, ..."). *out is malloc'd,
+ * NUL-terminated (caller frees). Errors as rg_model_chat_apply (a system message for a
+ * template that refuses one is RG_ERR_INVALID_INPUT). */
 RG_API rg_status rg_model_chat_format(const rg_model *m, const char *system, const char *user,
 				      char **out);
 

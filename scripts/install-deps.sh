@@ -32,14 +32,15 @@ $PY -c 'import setuptools' 2>/dev/null || pyneed+=(setuptools)
 # dequantization and the decoder tests' float64 Llama reference.
 $PY -c 'import gguf' 2>/dev/null || pyneed+=(gguf)
 # The generation server's client tests (tests/py/test_serve_gen_clients.py, test_gen_answers.py,
-# issue 20): the clients that must work unmodified, and jinja2 for the chat templates' reference
-# rendering.
+# issue 20): the clients that must work unmodified.
 $PY -c 'import openai, httpx' 2>/dev/null || pyneed+=(openai)
 # (test_gen_answers.py injects its transport with huggingface_hub's set_client_factory, 1.0+)
 $PY -c 'from huggingface_hub import set_client_factory' 2>/dev/null || pyneed+=("huggingface_hub>=1.0")
 $PY -c 'import langchain_openai' 2>/dev/null || pyneed+=(langchain-openai)
 $PY -c 'import llama_index.llms.openai_like' 2>/dev/null || pyneed+=(llama-index-llms-openai-like)
-$PY -c 'import jinja2' 2>/dev/null || pyneed+=(jinja2)
+# jinja2: tests/py/test_chat_template.py renders the models' chat templates with it, as transformers'
+# apply_chat_template does, as the reference for src/gen/chat_template.c.
+$PY -c 'import jinja2.sandbox' 2>/dev/null || pyneed+=(jinja2)
 if [ ${#pyneed[@]} -gt 0 ]; then
 	echo "install-deps: pip install ${pyneed[*]}"
 	$PY -m pip install -q "${pyneed[@]}" 2>/dev/null || $PY -m pip install -q --break-system-packages "${pyneed[@]}"

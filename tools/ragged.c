@@ -169,7 +169,8 @@ static const cli_flag g_flags[] = {
 	{F_N, "--n", "N", CMD_GEN, "outputs per prompt (samples, or the best beams)"},
 	{F_CHAT, "--chat", NULL, CMD_GEN,
 	 "wrap each prompt as a user turn of the model's chat template\n"
-	 "(ChatML templates only, e.g. SmolLM2's)"},
+	 "(ChatML, Llama 2/3, Mistral, Gemma, Phi-3, Zephyr families),\n"
+	 "tokenized without adding special tokens (the template writes its own)"},
 	{F_IGNORE_EOS, "--ignore-eos", NULL, CMD_GEN, "do not stop at the model's EOS token"},
 	{F_BATCH, "--batch", "N", CMD_GEN,
 	 "prompts generated together per call (default 16)"},
@@ -1351,8 +1352,23 @@ static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 			rc = fail("--chat");
 			goto out_free_ids;
 		}
-		st = rg_model_tokenize(m, chat ? chat : t.text[i], chat ? strlen(chat) : t.len[i],
-				       false, &ids[i], &n);
+		if (chat) {
+			/* as HF's apply_chat_template(tokenize=True): the template wrote whatever BOS
+			 * the model wants, so the tokenizer adds none */
+			rg_encode_params ep = rg_encode_params_default();
+			rg_encoding e = {0};
+
+			ep.add_special_tokens = false;
+			ep.max_length = SIZE_MAX;
+			st = rg_model_encode(m, chat, strlen(chat), NULL, 0, &ep, &e);
+			if (st == RG_OK && (n = e.n) > 0 && !(ids[i] = malloc(n * sizeof(int32_t))))
+				st = RG_ERR_OOM;
+			if (st == RG_OK && n > 0)
+				memcpy(ids[i], e.ids, n * sizeof(int32_t));
+			rg_encoding_free(&e);
+		} else {
+			st = rg_model_tokenize(m, t.text[i], t.len[i], false, &ids[i], &n);
+		}
 		free(chat);
 		if (st != RG_OK || n == 0 || n >= (size_t)max_pos) {
 			if (st != RG_OK)

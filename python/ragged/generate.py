@@ -79,6 +79,16 @@ def _bind(l):
     l.rg_model_kv_blocks_in_use.argtypes = [ctypes.c_void_p]
     l.rg_model_chat_format.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
                                        ctypes.POINTER(ctypes.c_void_p)]
+    l.rg_model_chat_apply.argtypes = [ctypes.c_void_p, ctypes.POINTER(ChatMessage), ctypes.c_int,
+                                      ctypes.c_bool, ctypes.POINTER(ctypes.c_void_p)]
+    l.rg_model_chat_family.argtypes = [ctypes.c_void_p]
+    l.rg_encode_params_default.restype = EncodeParams
+    l.rg_model_encode.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+                                  ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(EncodeParams),
+                                  ctypes.POINTER(Encoding)]
+    l.rg_encoding_free.argtypes = [ctypes.POINTER(Encoding)]
+    l.rg_encoding_free.restype = None
+    l.rg_model_chat_family.restype = ctypes.c_char_p
     l.rg_model_chat_template.argtypes = [ctypes.c_void_p]
     l.rg_model_chat_template.restype = ctypes.c_char_p
     l.rg_default_gen_model_path.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -95,6 +105,26 @@ def default_model_path():
     if st != RG_OK:
         raise _error(st)
     return os.fsdecode(buf.value)
+
+
+class ChatMessage(ctypes.Structure):
+    """include/ragged.h rg_chat_message."""
+    _fields_ = [("role", ctypes.c_char_p), ("content", ctypes.c_char_p),
+                ("content_len", ctypes.c_size_t)]
+
+
+class EncodeParams(ctypes.Structure):
+    """include/ragged.h rg_encode_params."""
+    _fields_ = [("truncation", ctypes.c_int), ("max_length", ctypes.c_size_t),
+                ("add_special_tokens", ctypes.c_bool), ("offsets", ctypes.c_bool)]
+
+
+class Encoding(ctypes.Structure):
+    """include/ragged.h rg_encoding."""
+    _fields_ = [("n", ctypes.c_size_t), ("ids", I32P), ("types", I32P),
+                ("special", ctypes.POINTER(ctypes.c_uint8)),
+                ("start", ctypes.POINTER(ctypes.c_uint32)),
+                ("stop", ctypes.POINTER(ctypes.c_uint32)), ("truncated", ctypes.c_bool)]
 
 
 class Generator:
@@ -165,13 +195,47 @@ class Generator:
         t = lib().rg_model_chat_template(self._handle())
         return t.decode() if t is not None else None
 
+    @property
+    def chat_family(self):
+        """The family of the model's chat template ("chatml", "llama3", ...) or None when it has
+        none or one ragged does not render."""
+        f = lib().rg_model_chat_family(self._handle())
+        return f.decode() if f is not None else None
+
     def chat_format(self, user, system=None):
-        """user (and system) as a ChatML prompt with the assistant's turn opened."""
+        """user (and system) as the model's chat template renders them, the assistant's turn
+        opened (rg_model_chat_format)."""
+        return self.chat_apply(([{"role": "system", "content": system}] if system is not None
+                                else []) + [{"role": "user", "content": user}])
+
+    def _encode_plain(self, text):
+        """text's token ids without the tokenizer's special tokens (rg_model_encode)."""
+        from . import _error
+        l = lib()
+        p = l.rg_encode_params_default()
+        p.add_special_tokens, p.max_length = False, ctypes.c_size_t(-1).value
+        e = Encoding()
+        b = text.encode()
+        st = l.rg_model_encode(self._handle(), b, len(b), None, 0, ctypes.byref(p),
+                               ctypes.byref(e))
+        if st != RG_OK:
+            raise _error(st)
+        try:
+            return [e.ids[i] for i in range(e.n)]
+        finally:
+            l.rg_encoding_free(ctypes.byref(e))
+
+    def chat_apply(self, messages, add_generation_prompt=True):
+        """messages (dicts with "role" and "content") as the model's chat template renders them
+        in transformers' apply_chat_template (rg_model_chat_apply). RaggedError for a template
+        ragged does not render, roles the template refuses, ..."""
         from . import _error
         from ._lib import c_free
+        keep = [(m["role"].encode(), m["content"].encode()) for m in messages]
+        arr = (ChatMessage * max(1, len(keep)))(*[ChatMessage(r, c, len(c)) for r, c in keep])
         out = ctypes.c_void_p()
-        st = lib().rg_model_chat_format(self._handle(), system.encode() if system else None,
-                                        user.encode(), ctypes.byref(out))
+        st = lib().rg_model_chat_apply(self._handle(), arr, len(keep),
+                                       bool(add_generation_prompt), ctypes.byref(out))
         if st != RG_OK:
             raise _error(st)
         try:
@@ -197,7 +261,7 @@ class Generator:
         Beams: num_beams > 1 (greedy only), num_beam_groups / diversity_penalty (diverse beam
         search), length_penalty, early_stopping (False, True, "never").
         stop: a str or list of str; stop_token_ids: ints; ignore_eos: do not stop at EOS.
-        chat: format each text prompt as a ChatML user turn first.
+        chat: format each text prompt as a user turn of the model's chat template first.
         on_token(seq, token, logprob): called per generated token (return nothing).
         Returns a list (prompt-major, n per prompt) of dicts: text, ids, finish_reason
         ("eos", "stop", "length"), logprobs (per token), top_logprobs (with logprobs > 0: per
@@ -220,7 +284,10 @@ class Generator:
         if chat:
             if as_ids:
                 raise ValueError("chat=True needs text prompts")
-            prompts = [self.chat_format(t) for t in prompts]
+            # token ids, as HF's apply_chat_template(tokenize=True): the template wrote whatever
+            # BOS the model wants, so the tokenizer adds none
+            prompts = [self._encode_plain(self.chat_format(t)) for t in prompts]
+            as_ids = True
         p = GenParams()
         l.rg_gen_params_default(ctypes.byref(p))
         s = p.sampling

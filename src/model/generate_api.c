@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "gen/chat_template.h"
 #include "gen/generate.h"
 #include "kv/block_pool.h"
 #include "model/model.h"
@@ -282,31 +283,79 @@ out_free:
 	return s;
 }
 
+/* The text of a special token for the chat template: tokenizer_config.json's (cfg) when the
+ * model has it, else the vocabulary string of id; into *out (malloc'd, NULL when neither). */
+static rg_status chat_special(const rg_model *m, const char *cfg, int32_t id, char **out)
+{
+	const char *t;
+	size_t len = 0;
+
+	*out = NULL;
+	if (cfg)
+		t = cfg, len = strlen(cfg);
+	else if (id < 0 || !(t = rg_model_token(m, id, &len)))
+		return RG_OK;
+	if (!(*out = strndup(t, len)))
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	return RG_OK;
+}
+
+static rg_status chat_template_of(const rg_model *m)
+{
+	if (!m)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "model is NULL");
+	if (!m->chat_template)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "%s has no chat template", m->dir);
+	return RG_OK;
+}
+
+rg_status rg_model_chat_apply(const rg_model *m, const rg_chat_message *msgs, int n,
+			      bool add_generation_prompt, char **out)
+{
+	char *bos = NULL, *eos = NULL;
+	rg_status s;
+
+	if (out)
+		*out = NULL;
+	if (!out || !msgs)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_chat_apply: NULL argument");
+	if ((s = chat_template_of(m)) != RG_OK)
+		return s;
+	if ((s = chat_special(m, m->chat_bos, m->info.bos_token_id, &bos)) != RG_OK ||
+	    (s = chat_special(m, m->chat_eos, m->info.eos_token_id, &eos)) != RG_OK)
+		goto out_free;
+	s = rg_chat_template_render(m->chat_template, msgs, n, bos, eos, add_generation_prompt,
+				    out, NULL);
+	if (s != RG_OK)
+		rg_error_wrap(s, "%s", m->dir);
+out_free:
+	free(bos);
+	free(eos);
+	return s;
+}
+
+const char *rg_model_chat_family(const rg_model *m)
+{
+	rg_chat_family f;
+
+	if (chat_template_of(m) != RG_OK)
+		return NULL;
+	f = rg_chat_template_detect(m->chat_template);
+	return f == RG_CHAT_UNKNOWN ? NULL : rg_chat_family_name(f);
+}
+
 rg_status rg_model_chat_format(const rg_model *m, const char *system, const char *user,
 			       char **out)
 {
-	static const char *const S = "<|im_start|>", *const E = "<|im_end|>\n";
-	size_t n;
-	char *b;
+	rg_chat_message msgs[2];
+	int n = 0;
 
 	if (out)
 		*out = NULL;
 	if (!m || !user || !out)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_chat_format: NULL argument");
-	if (!m->chat_template)
-		return rg_errorf(RG_ERR_UNSUPPORTED, "%s has no chat template", m->dir);
-	if (!strstr(m->chat_template, "<|im_start|>") || !strstr(m->chat_template, "<|im_end|>"))
-		return rg_errorf(RG_ERR_UNSUPPORTED,
-				 "%s: its chat template is not ChatML (<|im_start|> / <|im_end|>), the "
-				 "only one rendered for now; it begins \"%.40s\"",
-				 m->dir, m->chat_template);
-	n = strlen(user) + (system ? strlen(system) : 0) + 128;
-	if (!(b = malloc(n)))
-		return rg_errorf(RG_ERR_OOM, "out of host memory");
 	if (system)
-		snprintf(b, n, "%ssystem\n%s%s%suser\n%s%s%sassistant\n", S, system, E, S, user, E, S);
-	else
-		snprintf(b, n, "%suser\n%s%s%sassistant\n", S, user, E, S);
-	*out = b;
-	return RG_OK;
+		msgs[n++] = (rg_chat_message){"system", system, strlen(system)};
+	msgs[n++] = (rg_chat_message){"user", user, strlen(user)};
+	return rg_model_chat_apply(m, msgs, n, true, out);
 }

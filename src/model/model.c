@@ -273,6 +273,8 @@ void rg_model_free(rg_model *m)
 	rg_generate_state_free(m);
 	rg_tokenizer_free(m->tok);
 	free(m->chat_template);
+	free(m->chat_bos);
+	free(m->chat_eos);
 	free(m->head.w1);
 	free(m->head.b1);
 	free(m->head.w2);
@@ -431,13 +433,33 @@ static void add_eos(rg_model *m, const char *dir, const char *file)
 	json_object_put(root);
 }
 
+/* A special token of tokenizer_config.json (key "bos_token"...): a string or an AddedToken
+ * object's "content"; into *out (malloc'd), left NULL when absent or null. */
+static rg_status hf_special_token(struct json_object *root, const char *key, char **out)
+{
+	struct json_object *t, *c;
+
+	if (!root || !json_object_object_get_ex(root, key, &t))
+		return RG_OK;
+	if (json_object_is_type(t, json_type_object) &&
+	    json_object_object_get_ex(t, "content", &c))
+		t = c;
+	if (!json_object_is_type(t, json_type_string))
+		return RG_OK;
+	if (!(*out = strdup(json_object_get_string(t))))
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	return RG_OK;
+}
+
 /* tokenizer_config.json's chat_template (a string) into m->chat_template when present (a file
- * that is absent or unreadable as JSON leaves it NULL: the template is optional), and the EOS ids
- * of config.json and generation_config.json (what HF generate stops at). */
+ * that is absent or unreadable as JSON leaves it NULL: the template is optional), its bos_token /
+ * eos_token (the template's variables) into m->chat_bos / chat_eos, and the EOS ids of
+ * config.json and generation_config.json (what HF generate stops at). */
 static rg_status hf_chat_template(rg_model *m, const char *dir)
 {
 	char *path = rg_path_join(dir, "tokenizer_config.json");
 	struct json_object *root, *t;
+	rg_status s;
 
 	if (!path)
 		return rg_errorf(RG_ERR_OOM, "out of host memory");
@@ -451,8 +473,10 @@ static rg_status hf_chat_template(rg_model *m, const char *dir)
 		json_object_put(root);
 		return rg_errorf(RG_ERR_OOM, "out of host memory");
 	}
+	if ((s = hf_special_token(root, "bos_token", &m->chat_bos)) == RG_OK)
+		s = hf_special_token(root, "eos_token", &m->chat_eos);
 	json_object_put(root);
-	return RG_OK;
+	return s;
 }
 
 rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_status *st)

@@ -177,6 +177,8 @@ struct rg_model {
 	rg_dec_state dec;         /* decoders only */
 	char *chat_template;      /* decoders: GGUF tokenizer.chat_template or
 				   * tokenizer_config.json's, NULL when none */
+	char *chat_bos, *chat_eos; /* decoders: tokenizer_config.json's bos_token / eos_token (a
+				   * string or an AddedToken's content), NULL when absent */
 	int32_t gen_eos[8];       /* decoders: the ids rg_generate stops at by default (config.json /
 				   * generation_config.json eos_token_id, an id or a list; GGUF's) */
 	int n_gen_eos;

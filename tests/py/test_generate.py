@@ -135,8 +135,8 @@ def test_blocks_released_after_errors(models):
 
 def test_caller_cache_and_chat_template(models, tmp_path):
     """A KV cache the caller made is used as it is (too small: RG_ERR_BUSY, blocks back to 0);
-    a Hugging Face directory's chat template comes from tokenizer_config.json, and only ChatML
-    is rendered."""
+    a Hugging Face directory's chat template comes from tokenizer_config.json, with its
+    bos_token / eos_token; a template of no known family is refused."""
     d = models["llama_gqa"][0]
     g = ragged.Generator(d, max_batch_tokens=64)
     try:
@@ -152,6 +152,7 @@ def test_caller_cache_and_chat_template(models, tmp_path):
     finally:
         g.close()
     import shutil
+    from test_chat_template import TEMPLATES, jinja_render
     for name, tmpl, ok in (("chatml", "{% for m in messages %}<|im_start|>{{ m.role }}\n"
                                       "{{ m.content }}<|im_end|>\n{% endfor %}", True),
                            ("llama2", "{{ bos_token }}[INST] {{ messages[0].content }} [/INST]",
@@ -163,12 +164,44 @@ def test_caller_cache_and_chat_template(models, tmp_path):
         try:
             assert g.chat_template == tmpl
             if ok:
+                assert g.chat_family == "chatml"
                 assert g.chat_format("x") == \
                     "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
             else:
+                assert g.chat_family is None
                 with pytest.raises(ragged.RaggedError) as e:
                     g.chat_format("x")
                 assert e.value.status == "RG_ERR_UNSUPPORTED" and "ChatML" in e.value.message
+        finally:
+            g.close()
+    # real templates with the bos_token / eos_token of tokenizer_config.json (a string or an
+    # AddedToken object): rg_model_chat_apply equals jinja2's rendering with those tokens
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": " Hello "}, {"role": "user", "content": "2+2?"}]
+    for fixture, family, bos, eos in (
+            ("Meta-Llama-3-8B-Instruct", "llama3", "<|begin_of_text|>", "<|eot_id|>"),
+            ("Mistral-7B-Instruct-v0.3", "mistral", "<s>", "</s>"),
+            ("Llama-2-7b-chat-hf", "llama2", "<s>", "</s>"),
+            ("Phi-3-mini-4k-instruct", "phi3", "<s>", "<|endoftext|>")):
+        with open(os.path.join(TEMPLATES, fixture + ".jinja"), encoding="utf-8") as f:
+            tmpl = f.read()
+        dd = tmp_path / fixture
+        shutil.copytree(d, dd)
+        (dd / "tokenizer_config.json").write_text(json.dumps({
+            "chat_template": tmpl, "eos_token": eos,
+            "bos_token": {"content": bos, "lstrip": False, "normalized": False,
+                          "rstrip": False, "single_word": False, "__type": "AddedToken"}}))
+        g = ragged.Generator(str(dd), max_batch_tokens=64)
+        try:
+            assert g.chat_family == family
+            for gen in (False, True):
+                assert g.chat_apply(chat, gen) == jinja_render(tmpl, chat, gen, bos, eos)
+            assert g.chat_format("x", system="s") == jinja_render(
+                tmpl, [{"role": "system", "content": "s"}, {"role": "user", "content": "x"}],
+                True, bos, eos)
+            with pytest.raises(ragged.RaggedError) as e:
+                g.chat_apply([{"role": "tool", "content": "x"}])
+            assert e.value.status == "RG_ERR_INVALID_INPUT" and "messages[0]" in e.value.message
         finally:
             g.close()
 
@@ -299,6 +332,27 @@ def test_cli_default_model_and_fields():
     assert o["usage"] == {"prompt_tokens": 5, "completion_tokens": 8}
     assert o["timing"]["total_s"] > 0 and o["timing"]["tokens_per_s"] > 0
     assert "logprobs" not in o
+
+
+def test_cli_chat():
+    """--chat: each line as a user turn of the model's template (SmolLM2's ChatML, its default
+    system message included, as jinja2 renders it), tokenized without extra special tokens:
+    the same prompt and greedy answer as ragged.Generator's chat=True, ending at <|im_end|>."""
+    from test_chat_template import jinja_render
+    q = "What is the capital of France?"
+    o = lines(gen("--chat", "--max-tokens", "40", stdin=(q + "\n").encode()))[0]
+    assert o["prompt"] == q and o["finish_reason"] == "eos" and "Paris" in o["text"]
+    g = ragged.Generator(max_batch_tokens=256)
+    try:
+        text = jinja_render(g.chat_template, [{"role": "user", "content": q}], True, None, None)
+        assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+        ref = g.generate(q, chat=True, max_tokens=40)[0]
+        assert ref["ids"] == o["ids"]
+        # SmolLM2's tokenizer adds no BOS: the rendered text alone tokenizes to the same count
+        assert o["usage"]["prompt_tokens"] == ref["prompt_tokens"] == \
+            g.generate(text, max_tokens=1)[0]["prompt_tokens"]
+    finally:
+        g.close()
 
 
 def test_cli_stop_seed_beams_logprobs(tmp_path):

@@ -127,8 +127,12 @@ def test_chat_template_and_format(path, monkeypatch):
     g = ragged.Generator(max_batch_tokens=128)  # the default generation model
     try:
         assert os.path.samefile(g.model_path, path)
-        assert "<|im_start|>" in g.chat_template
-        assert g.chat_format("Hi") == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        assert "<|im_start|>" in g.chat_template and g.chat_family == "chatml"
+        # as jinja2 renders the GGUF's own template (its default system message included)
+        from test_chat_template import jinja_render
+        user = [{"role": "user", "content": "Hi"}]
+        assert g.chat_format("Hi") == jinja_render(g.chat_template, user, True, None, None)
+        assert "You are a helpful AI assistant named SmolLM" in g.chat_format("Hi")
         assert g.chat_format("Hi", system="Be brief.") == (
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
             "<|im_start|>assistant\n")

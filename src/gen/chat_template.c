@@ -1,0 +1,709 @@
+/* Chat templates by family (chat_template.h). A template is read once per call into a style
+ * (family, variant, flags, the literals it carries); the renderers below write the text each
+ * family's real templates write, with their whitespace handling: Jinja's trim filter and
+ * Python's str.strip() remove Unicode whitespace (str.isspace) at both ends. */
+#include "gen/chat_template.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/buf.h"
+#include "core/error.h"
+#include "core/utf8.h"
+
+enum chat_role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT };
+
+enum chat_variant {
+	VAR_BASE = 0,
+	VAR_LLAMA31,        /* Llama 3.1+: always a system block with knowledge and date lines */
+	VAR_MISTRAL_LEGACY, /* "[INST] " ... " [/INST]", content + eos [+ " "], no system */
+	VAR_MISTRAL_V1,     /* " [INST] " ... " [/INST]", " " + content + eos */
+	VAR_MISTRAL_V3,     /* "[INST] " ... "[/INST]", " " + trim(content) + eos */
+	VAR_PHI3_LEGACY,    /* no <|system|>, <|assistant|> opened after every user turn */
+};
+
+typedef struct chat_style {
+	rg_chat_family family;
+	enum chat_variant variant;
+	bool bos;           /* the template writes bos_token (where the family's templates differ) */
+	bool sys_last;      /* Mistral v3: the system message goes with the last user message */
+	bool sys_first;     /* Mistral v1: ... with the first */
+	bool eos_space;     /* Mistral legacy: eos_token + ' ' after an assistant message */
+	bool skip_empty_system; /* Phi-3.5: a system message of empty content is not written */
+	char *default_system;   /* ChatML: the whole system turn written when messages[0] is not a
+				 * system message ("<|im_start|>system\n...<|im_end|>\n"), or NULL */
+	char *knowledge;    /* Llama 3.1: "Cutting Knowledge Date: December 2023\n" */
+	char *date;         /* Llama 3.1: date_string's literal ("26 Jul 2024"), or NULL */
+	char *date_fmt;     /* Llama 3.2: strftime_now's format ("%d %b %Y"), or NULL */
+} chat_style;
+
+static void style_free(chat_style *st)
+{
+	free(st->default_system);
+	free(st->knowledge);
+	free(st->date);
+	free(st->date_fmt);
+}
+
+const char *rg_chat_family_name(rg_chat_family f)
+{
+	switch (f) {
+	case RG_CHAT_UNKNOWN: return "unknown";
+	case RG_CHAT_CHATML: return "chatml";
+	case RG_CHAT_LLAMA2: return "llama2";
+	case RG_CHAT_LLAMA3: return "llama3";
+	case RG_CHAT_MISTRAL: return "mistral";
+	case RG_CHAT_GEMMA: return "gemma";
+	case RG_CHAT_PHI3: return "phi3";
+	case RG_CHAT_ZEPHYR: return "zephyr";
+	}
+	return "unknown";
+}
+
+/* ---- string literals of the Jinja source --------------------------------------------------- */
+
+/* Decode the Jinja string literal whose opening quote is at s[0] into *out (malloc'd); returns
+ * the bytes consumed (through the closing quote), 0 when it is unterminated or holds a bad
+ * escape (and when an allocation failed: *oom set then). Jinja's lexer
+ * normalizes newlines and then applies Python's unicode-escape: \n \t \r \\ \' \" \a \b \f \v,
+ * \xhh, \uhhhh, \Uhhhhhhhh, a backslash-newline is dropped, other escapes stay as written. */
+static size_t literal_decode(const char *s, char **out, bool *oom)
+{
+	const char q = s[0];
+	size_t i = 1;
+	rg_buf b;
+
+	rg_buf_init(&b);
+	for (;; i++) {
+		char c = s[i], e;
+
+		if (!c)
+			goto out_fail;
+		if (c == q)
+			break;
+		if (c == '\r') {        /* \r\n and \r become \n */
+			if (s[i + 1] == '\n')
+				i++;
+			rg_buf_put(&b, "\n", 1);
+			continue;
+		}
+		if (c != '\\') {
+			rg_buf_put(&b, &c, 1);
+			continue;
+		}
+		e = s[++i];
+		switch (e) {
+		case 'n': rg_buf_put(&b, "\n", 1); break;
+		case 't': rg_buf_put(&b, "\t", 1); break;
+		case 'r': rg_buf_put(&b, "\r", 1); break;
+		case 'a': rg_buf_put(&b, "\a", 1); break;
+		case 'b': rg_buf_put(&b, "\b", 1); break;
+		case 'f': rg_buf_put(&b, "\f", 1); break;
+		case 'v': rg_buf_put(&b, "\v", 1); break;
+		case '\\': case '\'': case '"': rg_buf_put(&b, &e, 1); break;
+		case '\n': break;
+		case 'x': case 'u': case 'U': {
+			int nd = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+			uint32_t cp = 0;
+			char u[4];
+			int k;
+
+			for (k = 0; k < nd; k++) {
+				char h = s[i + 1 + k];
+				int v = h >= '0' && h <= '9' ? h - '0' :
+					h >= 'a' && h <= 'f' ? h - 'a' + 10 :
+					h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+				if (v < 0)
+					break;
+				cp = cp << 4 | (uint32_t)v;
+			}
+			if (k < nd || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+				goto out_fail; /* Python raises on these: not a template to read */
+			rg_buf_put(&b, u, rg_utf8_put(cp, u));
+			i += (size_t)nd;
+			break;
+		}
+		case '\0':
+			goto out_fail;
+		default:
+			rg_buf_put(&b, s + i - 1, 2);
+		}
+	}
+	if (b.oom || !rg_buf_reserve(&b, 0)) {
+		*oom = true;
+		goto out_fail;
+	}
+	*out = b.data;
+	return i + 1;
+out_fail:
+	rg_buf_free(&b);
+	*out = NULL;
+	return 0;
+}
+
+/* The first string literal inside a Jinja tag ({{ }} or {% %}; comments and template data are
+ * skipped) whose decoded text starts with prefix and contains needle (NULL: any), malloc'd;
+ * NULL when none. *oom is set when an allocation failed. */
+static char *literal_find(const char *j, const char *prefix, const char *needle, bool *oom)
+{
+	bool in_tag = false;
+
+	for (size_t i = 0; j[i];) {
+		if (!in_tag) {
+			if (j[i] == '{' && (j[i + 1] == '{' || j[i + 1] == '%')) {
+				in_tag = true;
+				i += 2;
+			} else if (j[i] == '{' && j[i + 1] == '#') {
+				const char *e = strstr(j + i + 2, "#}");
+
+				if (!e)
+					return NULL;
+				i = (size_t)(e - j) + 2;
+			} else {
+				i++;
+			}
+			continue;
+		}
+		if ((j[i] == '}' || j[i] == '%') && j[i + 1] == '}') {
+			in_tag = false;
+			i += 2;
+		} else if (j[i] == '\'' || j[i] == '"') {
+			char *lit;
+			size_t used = literal_decode(j + i, &lit, oom);
+
+			if (!used)
+				return NULL;
+			if (!strncmp(lit, prefix, strlen(prefix)) && (!needle || strstr(lit, needle)))
+				return lit;
+			free(lit);
+			i += used;
+		} else {
+			i++;
+		}
+	}
+	return NULL;
+}
+
+/* The string literal that follows the first occurrence of key in j (spaces skipped), malloc'd;
+ * NULL when key is absent or not followed by a literal. */
+static char *literal_after(const char *j, const char *key, bool *oom)
+{
+	const char *p = strstr(j, key);
+	char *lit;
+
+	if (!p)
+		return NULL;
+	for (p += strlen(key); *p == ' '; p++)
+		;
+	if (*p != '\'' && *p != '"')
+		return NULL;
+	return literal_decode(p, &lit, oom) ? lit : NULL;
+}
+
+/* ---- recognizing a template ---------------------------------------------------------------- */
+
+static bool has(const char *j, const char *s)
+{
+	return strstr(j, s) != NULL;
+}
+
+/* A literal (quote, then s) somewhere in j, in either quote style. */
+static bool has_lit(const char *j, const char *s)
+{
+	char q[64];
+
+	snprintf(q, sizeof(q), "'%s", s);
+	if (has(j, q))
+		return true;
+	snprintf(q, sizeof(q), "\"%s", s);
+	return has(j, q);
+}
+
+static rg_status unsupported(const char *j, const char *why)
+{
+	return rg_errorf(RG_ERR_UNSUPPORTED,
+			 "chat template not rendered (%s); it begins \"%.40s\"", why, j);
+}
+
+static rg_status oom(void)
+{
+	return rg_errorf(RG_ERR_OOM, "out of host memory");
+}
+
+/* Family, variant and literals of template j into *st (style_free after RG_OK). */
+static rg_status style_parse(const char *j, chat_style *st)
+{
+	bool o = false;
+
+	memset(st, 0, sizeof(*st));
+	st->bos = has(j, "bos_token");
+	if (has(j, "<|im_start|>") && has(j, "<|im_end|>")) {
+		st->family = RG_CHAT_CHATML;
+		st->default_system = literal_find(j, "<|im_start|>system", "<|im_end|>", &o);
+		return o ? oom() : RG_OK;
+	}
+	if (has(j, "<|start_header_id|>") && has(j, "<|end_header_id|>") && has(j, "<|eot_id|>")) {
+		st->family = RG_CHAT_LLAMA3;
+		if (!has(j, "Cutting Knowledge Date"))
+			return RG_OK;
+		st->variant = VAR_LLAMA31;
+		st->knowledge = literal_find(j, "Cutting Knowledge Date", NULL, &o);
+		st->date_fmt = literal_after(j, "strftime_now(", &o);
+		st->date = literal_after(j, "date_string = ", &o);
+		if (o)
+			return oom();
+		if (!st->knowledge || (!st->date && !st->date_fmt) || !has(j, "Today Date: "))
+			return unsupported(j, "a Llama 3.1 system block without its knowledge or "
+					   "date literals");
+		return RG_OK;
+	}
+	if (has(j, "<start_of_turn>") && has(j, "<end_of_turn>")) {
+		st->family = RG_CHAT_GEMMA;
+		return RG_OK;
+	}
+	if (has(j, "[INST]") && has(j, "[/INST]") && has(j, "<<SYS>>")) {
+		st->family = RG_CHAT_LLAMA2;
+		return RG_OK;
+	}
+	if (has(j, "[INST]") && has(j, "[/INST]") && has(j, "eos_token") && st->bos) {
+		st->family = RG_CHAT_MISTRAL;
+		st->sys_first = has(j, "loop.first and system_message");
+		st->sys_last = has(j, "loop.last and system_message");
+		if (has_lit(j, " [INST] ") && has_lit(j, " [/INST]"))
+			st->variant = VAR_MISTRAL_V1;
+		else if (has_lit(j, "[INST] ") && has_lit(j, " [/INST]") && !st->sys_first &&
+			 !st->sys_last) {
+			st->variant = VAR_MISTRAL_LEGACY;
+			st->eos_space = has(j, "eos_token + ' '") || has(j, "eos_token + \" \"");
+		} else if (has_lit(j, "[INST] ") && has_lit(j, "[/INST]")) {
+			st->variant = VAR_MISTRAL_V3;
+		} else {
+			return unsupported(j, "a Mistral [INST] template of unknown spacing");
+		}
+		return RG_OK;
+	}
+	if (has(j, "<|user|>") && has(j, "<|assistant|>") && has(j, "<|end|>")) {
+		st->family = RG_CHAT_PHI3;
+		if (!has(j, "<|system|>")) {
+			if (has(j, "add_generation_prompt"))
+				return unsupported(j, "a Phi-3 template without <|system|> that reads "
+						   "add_generation_prompt");
+			st->variant = VAR_PHI3_LEGACY;
+		}
+		st->skip_empty_system = has(j, "'system' and message['content']") ||
+					has(j, "\"system\" and message[\"content\"]") ||
+					has(j, "'system' and message.content");
+		return RG_OK;
+	}
+	if (has(j, "<|user|>") && has(j, "<|assistant|>") && has(j, "<|system|>") &&
+	    has(j, "eos_token")) {
+		st->family = RG_CHAT_ZEPHYR;
+		return RG_OK;
+	}
+	return unsupported(j, "not ChatML, Llama 2, Llama 3, Mistral, Gemma, Phi-3 or Zephyr");
+}
+
+rg_chat_family rg_chat_template_detect(const char *jinja)
+{
+	chat_style st;
+	rg_chat_family f;
+
+	if (!jinja)
+		return RG_CHAT_UNKNOWN;
+	if (style_parse(jinja, &st) != RG_OK) {
+		style_free(&st);
+		return RG_CHAT_UNKNOWN;
+	}
+	f = st.family;
+	style_free(&st);
+	return f;
+}
+
+/* ---- rendering ------------------------------------------------------------------------------ */
+
+/* Python's str.isspace() over the code points of UTF-8 text (what Jinja's trim and str.strip()
+ * remove): the C0 separators and blanks, U+0085, U+00A0, U+1680, U+2000-200A, U+2028/2029,
+ * U+202F, U+205F, U+3000. */
+static bool is_space(uint32_t c)
+{
+	return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+	       c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+	       c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* Append s[0..n) (valid UTF-8) stripped of whitespace at both ends. */
+static void put_trim(rg_buf *b, const char *s, size_t n)
+{
+	size_t i = 0, start = n, end = 0, k;
+	uint32_t c;
+
+	while (i < n) {
+		k = rg_utf8_next(s, n, i, &c);
+		if (!k)   /* validated before; keep the byte rather than loop */
+			k = 1, c = (unsigned char)s[i];
+		if (!is_space(c)) {
+			if (start == n)
+				start = i;
+			end = i + k;
+		}
+		i += k;
+	}
+	if (start < end)
+		rg_buf_put(b, s + start, end - start);
+}
+
+static void put(rg_buf *b, const char *s)
+{
+	rg_buf_puts(b, s);
+}
+
+static void put_content(rg_buf *b, const rg_chat_message *m)
+{
+	rg_buf_put(b, m->content ? m->content : "", m->content_len);
+}
+
+static void put_content_trim(rg_buf *b, const rg_chat_message *m)
+{
+	put_trim(b, m->content ? m->content : "", m->content_len);
+}
+
+static rg_status bad(int i, const char *family, const char *why)
+{
+	return rg_errorf(RG_ERR_INVALID_INPUT, "messages[%d]: %s (the %s chat template)", i, why,
+			 family);
+}
+
+/* Roles alternate user/assistant/... from msgs[from] on, as the Llama 2, Mistral and Gemma
+ * templates demand (they raise otherwise); a system message there is refused with sys_why. */
+static rg_status check_alternate(const enum chat_role *r, int from, int n, const char *family,
+				 const char *sys_why)
+{
+	for (int i = from; i < n; i++) {
+		enum chat_role want = (i - from) % 2 == 0 ? ROLE_USER : ROLE_ASSISTANT;
+
+		if (r[i] == ROLE_SYSTEM)
+			return bad(i, family, sys_why);
+		if (r[i] != want)
+			return bad(i, family, "Conversation roles must alternate "
+				   "user/assistant/user/assistant/...");
+	}
+	return RG_OK;
+}
+
+static const char *const role_name[] = {"system", "user", "assistant"};
+
+static void render_chatml(rg_buf *b, const chat_style *st, const rg_chat_message *m,
+			  const enum chat_role *r, int n, bool gen)
+{
+	if (st->default_system && r[0] != ROLE_SYSTEM)
+		put(b, st->default_system);
+	for (int i = 0; i < n; i++) {
+		put(b, "<|im_start|>");
+		put(b, role_name[r[i]]);
+		put(b, "\n");
+		put_content(b, &m[i]);
+		put(b, "<|im_end|>\n");
+	}
+	if (gen)
+		put(b, "<|im_start|>assistant\n");
+}
+
+static void llama3_turn(rg_buf *b, const char *role, const rg_chat_message *m)
+{
+	put(b, "<|start_header_id|>");
+	put(b, role);
+	put(b, "<|end_header_id|>\n\n");
+	put_content_trim(b, m);
+	put(b, "<|eot_id|>");
+}
+
+static rg_status render_llama3(rg_buf *b, const chat_style *st, const rg_chat_message *m,
+			       const enum chat_role *r, int n, bool gen, const char *bos)
+{
+	int i = 0;
+
+	if (st->variant == VAR_LLAMA31) {
+		char date[64];
+
+		if (st->date_fmt) {   /* transformers' strftime_now: datetime.now().strftime */
+			time_t t = time(NULL);
+			struct tm tm;
+
+			if (!localtime_r(&t, &tm) || !strftime(date, sizeof(date), st->date_fmt, &tm))
+				return rg_errorf(RG_ERR_INVALID_INPUT,
+						 "the chat template's date format \"%s\" gives no "
+						 "date", st->date_fmt);
+		} else {
+			snprintf(date, sizeof(date), "%s", st->date);
+		}
+		if (st->bos)
+			put(b, bos);
+		put(b, "<|start_header_id|>system<|end_header_id|>\n\n");
+		put(b, st->knowledge);
+		put(b, "Today Date: ");
+		put(b, date);
+		put(b, "\n\n");
+		if (r[0] == ROLE_SYSTEM)
+			put_content_trim(b, &m[i++]);
+		put(b, "<|eot_id|>");
+	} else if (st->bos) {
+		put(b, bos);
+	}
+	for (; i < n; i++)
+		llama3_turn(b, role_name[r[i]], &m[i]);
+	if (gen)
+		put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+	return RG_OK;
+}
+
+static void render_llama2(rg_buf *b, const rg_chat_message *m, const enum chat_role *r, int n,
+			  const char *bos, const char *eos, rg_buf *tmp)
+{
+	const int from = r[0] == ROLE_SYSTEM;
+
+	for (int i = from; i < n; i++) {
+		if (r[i] == ROLE_ASSISTANT) {
+			put(b, " ");
+			put_content_trim(b, &m[i]);
+			put(b, " ");
+			put(b, eos);
+			continue;
+		}
+		/* the system message goes inside the first user turn, and the whole is strip()ped */
+		tmp->len = 0;
+		if (i == from && from) {
+			put(tmp, "<<SYS>>\n");
+			put_content(tmp, &m[0]);
+			put(tmp, "\n<</SYS>>\n\n");
+		}
+		put_content(tmp, &m[i]);
+		put(b, bos);
+		put(b, "[INST] ");
+		put_trim(b, tmp->data ? tmp->data : "", tmp->len);
+		put(b, " [/INST]");
+	}
+}
+
+static void render_mistral(rg_buf *b, const chat_style *st, const rg_chat_message *m,
+			   const enum chat_role *r, int n, const char *bos, const char *eos)
+{
+	const int from = r[0] == ROLE_SYSTEM;
+
+	put(b, bos);
+	for (int i = from; i < n; i++) {
+		bool sys = from && ((st->sys_first && i == from) || (st->sys_last && i == n - 1));
+
+		if (r[i] == ROLE_USER) {
+			put(b, st->variant == VAR_MISTRAL_V1 ? " [INST] " : "[INST] ");
+			if (sys) {
+				put_content(b, &m[0]);
+				put(b, "\n\n");
+			}
+			put_content(b, &m[i]);
+			put(b, st->variant == VAR_MISTRAL_V3 ? "[/INST]" : " [/INST]");
+		} else if (st->variant == VAR_MISTRAL_LEGACY) {
+			put_content(b, &m[i]);
+			put(b, eos);
+			if (st->eos_space)
+				put(b, " ");
+		} else {
+			put(b, " ");
+			if (st->variant == VAR_MISTRAL_V3)
+				put_content_trim(b, &m[i]);
+			else
+				put_content(b, &m[i]);
+			put(b, eos);
+		}
+	}
+}
+
+static void render_gemma(rg_buf *b, const chat_style *st, const rg_chat_message *m,
+			 const enum chat_role *r, int n, bool gen, const char *bos)
+{
+	if (st->bos)
+		put(b, bos);
+	for (int i = 0; i < n; i++) {
+		put(b, r[i] == ROLE_USER ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
+		put_content_trim(b, &m[i]);
+		put(b, "<end_of_turn>\n");
+	}
+	if (gen)
+		put(b, "<start_of_turn>model\n");
+}
+
+static void render_phi3(rg_buf *b, const chat_style *st, const rg_chat_message *m,
+			const enum chat_role *r, int n, bool gen, const char *bos,
+			const char *eos)
+{
+	static const char *const tag[] = {"<|system|>\n", "<|user|>\n", "<|assistant|>\n"};
+
+	if (st->variant == VAR_PHI3_LEGACY) {
+		if (st->bos)
+			put(b, bos);
+		for (int i = 0; i < n; i++) {
+			if (r[i] == ROLE_USER)
+				put(b, "<|user|>\n");
+			put_content(b, &m[i]);
+			put(b, r[i] == ROLE_USER ? "<|end|>\n<|assistant|>\n" : "<|end|>\n");
+		}
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		if (r[i] == ROLE_SYSTEM && st->skip_empty_system && m[i].content_len == 0)
+			continue;
+		put(b, tag[r[i]]);
+		put_content(b, &m[i]);
+		put(b, "<|end|>\n");
+	}
+	put(b, gen ? "<|assistant|>\n" : eos);
+}
+
+static void render_zephyr(rg_buf *b, const rg_chat_message *m, const enum chat_role *r, int n,
+			  bool gen, const char *eos)
+{
+	static const char *const tag[] = {"<|system|>\n", "<|user|>\n", "<|assistant|>\n"};
+
+	for (int i = 0; i < n; i++) {
+		put(b, tag[r[i]]);
+		put_content(b, &m[i]);
+		put(b, eos);
+		put(b, "\n");
+	}
+	if (gen)
+		put(b, "<|assistant|>\n");
+}
+
+/* Roles of msgs into r, each content checked; then the family's rules on roles. */
+static rg_status check_messages(const chat_style *st, const rg_chat_message *m, int n,
+				enum chat_role *r)
+{
+	static const char *const ONLY_FIRST = "a system message is allowed only first";
+	const char *fam = rg_chat_family_name(st->family);
+
+	for (int i = 0; i < n; i++) {
+		const char *role = m[i].role;
+
+		if (!role)
+			return bad(i, fam, "role is NULL");
+		if (!strcmp(role, "system"))
+			r[i] = ROLE_SYSTEM;
+		else if (!strcmp(role, "user"))
+			r[i] = ROLE_USER;
+		else if (!strcmp(role, "assistant"))
+			r[i] = ROLE_ASSISTANT;
+		else
+			return rg_errorf(RG_ERR_INVALID_INPUT,
+					 "messages[%d]: role \"%.40s\" is not supported (system, "
+					 "user, assistant)", i, role);
+		if (!m[i].content && m[i].content_len)
+			return bad(i, fam, "content is NULL");
+		if (m[i].content_len && memchr(m[i].content, 0, m[i].content_len))
+			return bad(i, fam, "content holds a NUL byte");
+		if (m[i].content_len && !rg_utf8_valid(m[i].content, m[i].content_len))
+			return rg_errorf(RG_ERR_INVALID_UTF8, "messages[%d]: content is not valid "
+					 "UTF-8", i);
+	}
+	switch (st->family) {
+	case RG_CHAT_LLAMA2:
+		return check_alternate(r, r[0] == ROLE_SYSTEM, n, fam, ONLY_FIRST);
+	case RG_CHAT_MISTRAL:
+		if (r[0] == ROLE_SYSTEM && st->variant == VAR_MISTRAL_LEGACY)
+			return bad(0, fam, "this Mistral template supports only user and "
+				   "assistant roles");
+		if (r[0] == ROLE_SYSTEM && !st->sys_first && !st->sys_last)
+			return bad(0, fam, "this Mistral template has no place for a system "
+				   "message");
+		return check_alternate(r, r[0] == ROLE_SYSTEM, n, fam, ONLY_FIRST);
+	case RG_CHAT_GEMMA:
+		return check_alternate(r, 0, n, fam, "System role not supported");
+	case RG_CHAT_PHI3:
+		if (st->variant != VAR_PHI3_LEGACY)
+			return RG_OK;
+		for (int i = 0; i < n; i++)
+			if (r[i] == ROLE_SYSTEM)
+				return bad(i, fam, "this Phi-3 template drops system messages");
+		return RG_OK;
+	case RG_CHAT_CHATML:
+	case RG_CHAT_LLAMA3:
+	case RG_CHAT_ZEPHYR:
+	case RG_CHAT_UNKNOWN:
+		break;
+	}
+	return RG_OK;
+}
+
+rg_status rg_chat_template_render(const char *jinja, const rg_chat_message *msgs, int n,
+				  const char *bos, const char *eos, bool add_generation_prompt,
+				  char **out, size_t *out_len)
+{
+	enum chat_role *r = NULL;
+	chat_style st;
+	rg_buf b, tmp;
+	rg_status s;
+
+	if (out)
+		*out = NULL;
+	if (out_len)
+		*out_len = 0;
+	if (!jinja || !msgs || !out)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_chat_template_render: NULL argument");
+	if (n < 1)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "a chat needs at least one message, got %d",
+				 n);
+	bos = bos ? bos : "";
+	eos = eos ? eos : "";
+	if ((s = style_parse(jinja, &st)) != RG_OK)
+		goto out_free_style;
+	if (!(r = malloc((size_t)n * sizeof(*r)))) {
+		s = oom();
+		goto out_free_style;
+	}
+	if ((s = check_messages(&st, msgs, n, r)) != RG_OK)
+		goto out_free_roles;
+	rg_buf_init(&b);
+	rg_buf_init(&tmp);
+	switch (st.family) {
+	case RG_CHAT_CHATML:
+		render_chatml(&b, &st, msgs, r, n, add_generation_prompt);
+		break;
+	case RG_CHAT_LLAMA3:
+		s = render_llama3(&b, &st, msgs, r, n, add_generation_prompt, bos);
+		break;
+	case RG_CHAT_LLAMA2:
+		render_llama2(&b, msgs, r, n, bos, eos, &tmp);
+		break;
+	case RG_CHAT_MISTRAL:
+		render_mistral(&b, &st, msgs, r, n, bos, eos);
+		break;
+	case RG_CHAT_GEMMA:
+		render_gemma(&b, &st, msgs, r, n, add_generation_prompt, bos);
+		break;
+	case RG_CHAT_PHI3:
+		render_phi3(&b, &st, msgs, r, n, add_generation_prompt, bos, eos);
+		break;
+	case RG_CHAT_ZEPHYR:
+		render_zephyr(&b, msgs, r, n, add_generation_prompt, eos);
+		break;
+	case RG_CHAT_UNKNOWN:
+		s = rg_errorf(RG_ERR_INTERNAL, "chat template parsed to no family");
+		break;
+	}
+	if (s == RG_OK && (b.oom || tmp.oom || !rg_buf_reserve(&b, 0)))
+		s = oom();
+	rg_buf_free(&tmp);
+	if (s != RG_OK) {
+		rg_buf_free(&b);
+		goto out_free_roles;
+	}
+	*out = b.data;
+	if (out_len)
+		*out_len = b.len;
+out_free_roles:
+	free(r);
+out_free_style:
+	style_free(&st);
+	return s;
+}
