@@ -115,6 +115,8 @@ static void hist_observe(rg_hist *h, double v)
 	h->total++;
 }
 
+static rg_status beam_detok(void *ctx, const int32_t *ids, int n, char **text, size_t *len);
+
 /* ---- jobs ----------------------------------------------------------------------------------- */
 
 rg_gen_job *rg_gen_job_new(int n_seqs)
@@ -461,8 +463,17 @@ rg_status rg_gen_engine_submit(rg_gen_engine *e, rg_gen_job *j)
 
 	if (!e || !j || j->n_seqs < 1)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: no job");
-	if ((st = rg_gen_params_check(&j->gp, e->vocab)) != RG_OK)
-		return st;
+	{
+		/* stop strings are matched on the engine's own streamed text */
+		rg_gen_params chk = j->gp;
+
+		if (e->tok && !chk.detokenize) {
+			chk.detokenize = beam_detok;
+			chk.detokenize_ctx = e;
+		}
+		if ((st = rg_gen_params_check(&chk, e->vocab)) != RG_OK)
+			return st;
+	}
 	if (j->gp.num_beams > 1 && j->n_seqs != 1)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: a beam search job has one prompt");
 	for (int i = 0; i < j->n_seqs; i++) {

@@ -555,27 +555,45 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 
 /* ---- requests ----------------------------------------------------------------------------- */
 
-/* The prompt of a chat request, rendered by the model's template. */
+/* The prompt of a chat request, rendered by the model's template (src/gen/chat_template.h: its
+ * family found by structure). "developer" is OpenAI's newer name of "system"; tool messages are
+ * refused (no template family here renders them). */
 static rg_status render_chat(conn_ctx *c, char **out, const char **param)
 {
 	const rg_gen_request *r = &c->gen->req;
-	const char *sys = NULL, *user = NULL;
+	rg_chat_message *msgs;
+	rg_status st;
 
 	*param = "messages";
+	if (!rg_model_chat_template(c->srv->model))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "%s has no chat template (tokenizer_config.json "
+				 "chat_template or GGUF tokenizer.chat_template); use /v1/completions",
+				 c->srv->model_name);
+	if (!c->srv->chat_family)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "%s's chat template is not of a family ragged "
+				 "renders (%s); use /v1/completions", c->srv->model_name,
+				 c->srv->chat_unknown);
+	msgs = calloc((size_t)r->n_messages, sizeof(*msgs));
+	if (!msgs)
+		return rg_errorf(RG_ERR_OOM, "out of memory");
 	for (int i = 0; i < r->n_messages; i++) {
 		const char *role = r->messages[i].role;
 
-		if ((!strcmp(role, "system") || !strcmp(role, "developer")) && !sys && !user)
-			sys = r->messages[i].content;
-		else if (!strcmp(role, "user") && !user && i == r->n_messages - 1)
-			user = r->messages[i].content;
-		else
-			return rg_errorf(RG_ERR_UNSUPPORTED, "messages[%d]: only a system message and "
-					 "one user message are rendered for now", i);
+		if (!strcmp(role, "developer"))
+			role = "system";
+		if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
+			free(msgs);
+			*param = "messages";
+			return rg_errorf(RG_ERR_INVALID_INPUT, "messages[%d]: role '%s' is not rendered "
+					 "by the %s template (system, developer, user and assistant "
+					 "are)", i, role, c->srv->chat_family);
+		}
+		msgs[i] = (rg_chat_message){.role = role, .content = r->messages[i].content,
+					    .content_len = r->messages[i].content_len};
 	}
-	if (!user)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "messages: no user message");
-	return rg_model_chat_format(c->srv->model, sys, user, out);
+	st = rg_model_chat_apply(c->srv->model, msgs, r->n_messages, r->add_generation_prompt, out);
+	free(msgs);
+	return st;
 }
 
 /* Tokenize prompt p of the request into *ids (malloc'd), *n. add_special: the tokenizer's

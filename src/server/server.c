@@ -566,6 +566,15 @@ int rg_serve_main(int argc, char **argv)
 	if (s->decoder) {
 		rg_kv_info kv;
 
+		/* an unknown chat template is refused by name at load, for the chat route only */
+		s->chat_family = rg_model_chat_family(s->model);
+		if (!s->chat_family) {
+			snprintf(s->chat_unknown, sizeof(s->chat_unknown), "%s", rg_last_error());
+			fprintf(stderr, "ragged serve: warning: /v1/chat/completions is off: %s\n",
+				rg_model_chat_template(s->model) ? s->chat_unknown
+								 : "the model has no chat template");
+		}
+
 		rg_model_kv_info(s->model, &kv);
 		fprintf(stderr, "ragged serve: generation engine: KV cache %d blocks of %d tokens "
 			"(%.1f MiB, %d tokens), context %d, %d sequences and %d tokens per step, "

