@@ -493,6 +493,9 @@ def test_unknown_template_refused_for_chat_only(tmp_path):
         json.dump(cfg, f)
     s = Server(d)
     try:
+        t_end = time.time() + 10  # stderr is read by a thread
+        while "/v1/chat/completions is off" not in s.stderr() and time.time() < t_end:
+            time.sleep(0.05)
         assert "/v1/chat/completions is off" in s.stderr()
         st, out = s.post_json("/v1/chat/completions", {
             "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
