@@ -80,6 +80,7 @@ struct rg_gen_engine {
 	int32_t *pen_ids;          /* (S, max_context) penalty scratch */
 	int32_t *pen_counts;
 	uint8_t *pen_prompt;
+	int32_t *pen_keys;         /* (max_context) sort scratch */
 	rg_gen_job **touched;      /* (S) jobs with new output this step */
 
 	pthread_mutex_t mmu;       /* the metrics */
@@ -615,8 +616,16 @@ static void sweep(rg_gen_engine *e, double now)
 	}
 }
 
+static int cmp_i32(const void *a, const void *b)
+{
+	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
 /* The penalty lists of row r for sequence i of j (prompt and generated tokens: distinct ids,
- * counts among the generated, in-prompt flags). */
+ * counts among the generated, in-prompt flags): each token tagged with whether it is a prompt
+ * token (the low bit after a shift), sorted, then runs counted. O(L log L) for L tokens. */
 static void penalty_lists(rg_gen_engine *e, int r, const rg_gen_job *j, int i,
 			  rg_row_sampling *row)
 {
@@ -625,24 +634,30 @@ static void penalty_lists(rg_gen_engine *e, int r, const rg_gen_job *j, int i,
 	int32_t *ids = e->pen_ids + (size_t)r * e->max_context;
 	int32_t *cnt = e->pen_counts + (size_t)r * e->max_context;
 	uint8_t *inp = e->pen_prompt + (size_t)r * e->max_context;
+	int32_t *keys = e->pen_keys;
 
 	toks = rg_iter_tokens(e->it, j->base_id | (uint64_t)i, &n_tok);
-	for (int t = 0; toks && t < n_tok && t < e->max_context; t++) {
-		int k;
+	if (!toks)
+		n_tok = 0;
+	if (n_tok > e->max_context)
+		n_tok = e->max_context;
+	/* key = id * 2 + (generated): ids < 2^30 */
+	for (int t = 0; t < n_tok; t++)
+		keys[t] = toks[t] * 2 + (t >= j->prompt_lens[i]);
+	qsort(keys, (size_t)n_tok, sizeof(int32_t), cmp_i32);
+	for (int t = 0; t < n_tok; t++) {
+		int32_t id = keys[t] >> 1;
 
-		for (k = 0; k < n; k++)
-			if (ids[k] == toks[t])
-				break;
-		if (k == n) {
-			ids[n] = toks[t];
+		if (n == 0 || ids[n - 1] != id) {
+			ids[n] = id;
 			cnt[n] = 0;
 			inp[n] = 0;
 			n++;
 		}
-		if (t < j->prompt_lens[i])
-			inp[k] = 1;
+		if (keys[t] & 1)
+			cnt[n - 1]++;
 		else
-			cnt[k]++;
+			inp[n - 1] = 1;
 	}
 	row->n_penalty = n;
 	row->penalty_ids = ids;
@@ -1136,6 +1151,7 @@ rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *p, 
 	pthread_mutex_init(&e->mmu, NULL);
 	pthread_cond_init(&e->cv, NULL);
 	rg_rng_seed(&e->seed_rng, (uint64_t)rg_now_ms());
+	e->next_serial = 1; /* ids below 1 << SEQ_BITS are the warm-up's */
 	ip = p->iter;
 	if (ip.max_context > e->info->max_position_embeddings)
 		ip.max_context = e->info->max_position_embeddings;
@@ -1165,9 +1181,10 @@ rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *p, 
 	e->pen_ids = calloc(S * (size_t)e->max_context, sizeof(*e->pen_ids));
 	e->pen_counts = calloc(S * (size_t)e->max_context, sizeof(*e->pen_counts));
 	e->pen_prompt = calloc(S * (size_t)e->max_context, sizeof(*e->pen_prompt));
+	e->pen_keys = calloc((size_t)e->max_context, sizeof(*e->pen_keys));
 	e->touched = calloc(S, sizeof(*e->touched));
 	if (!e->rows || !e->ids || !e->lps || !e->top_ids || !e->top_lps || !e->stops ||
-	    !e->pen_ids || !e->pen_counts || !e->pen_prompt || !e->touched) {
+	    !e->pen_ids || !e->pen_counts || !e->pen_prompt || !e->pen_keys || !e->touched) {
 		*st = rg_errorf(RG_ERR_OOM, "generation engine: out of memory");
 		goto fail;
 	}
@@ -1268,6 +1285,7 @@ void rg_gen_engine_free(rg_gen_engine *e)
 	free(e->pen_ids);
 	free(e->pen_counts);
 	free(e->pen_prompt);
+	free(e->pen_keys);
 	free(e->touched);
 	pthread_mutex_destroy(&e->mu);
 	pthread_mutex_destroy(&e->mmu);

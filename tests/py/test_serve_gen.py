@@ -504,3 +504,31 @@ def test_unknown_template_refused_for_chat_only(tmp_path):
         assert st == 200
     finally:
         s.stop()
+
+
+def test_penalties_bias_min_tokens(srv, gen, tok):
+    """Penalties run on the engine's device sampler with its own penalty lists: greedy with
+    repetition / presence / frequency penalties equals the library's host sampler chain on the
+    same prompt alone; a logit_bias of +100 forces its token; min_tokens keeps EOS out."""
+    ids = tok.encode(PROMPTS[0]).ids
+    for pen in ({"repetition_penalty": 1.3}, {"presence_penalty": 1.5},
+                {"frequency_penalty": 1.2, "presence_penalty": 0.3}):
+        want = gen.generate([ids], max_tokens=12, ignore_eos=True, **pen)[0]["ids"]
+        st, out = srv.post_json("/v1/completions", {"prompt": ids, "max_tokens": 12,
+                                                    "temperature": 0, "ignore_eos": True, **pen})
+        assert st == 200, out
+        assert out["choices"][0]["text"] == tok.decode(want), pen
+        plain = alone(gen, ids, 12)
+        assert want != plain  # the penalty changed something, so the check has teeth
+    t = tok.token_to_id("fox") if tok.token_to_id("fox") is not None else 100
+    st, out = srv.post_json("/v1/completions", {"prompt": ids, "max_tokens": 5, "temperature": 0,
+                                                "logit_bias": {str(t): 100}, "logprobs": 0})
+    assert st == 200 and out["choices"][0]["text"] == tok.decode([t] * 5)
+    eos = tok.token_to_id("<|im_end|>")
+    st, out = srv.post_json("/v1/completions", {"prompt": ids, "max_tokens": 6, "min_tokens": 6,
+                                                "temperature": 0, "logit_bias": {str(eos): 100}})
+    assert st == 200 and out["choices"][0]["finish_reason"] == "length"
+    assert out["usage"]["completion_tokens"] == 6
+    st, out = srv.post_json("/v1/completions", {"prompt": ids, "max_tokens": 6, "temperature": 0,
+                                                "logit_bias": {str(eos): 100}})
+    assert out["choices"][0]["finish_reason"] == "stop" and out["usage"]["completion_tokens"] == 1
