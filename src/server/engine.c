@@ -194,7 +194,7 @@ static void flush_told(rg_engine *e)
 
 /* True when the peer closed (or reset) the connection: a read would return EOF or an error.
  * Pipelined bytes waiting to be read mean the client is alive. */
-static bool client_gone(int fd)
+bool rg_client_gone(int fd)
 {
 	char c;
 	ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -229,7 +229,7 @@ static void queue_sweep(rg_engine *e, double now)
 		/* Check each job's socket once per poll round, however many seqs it has queued. */
 		if (poll && job->client_fd >= 0 && job->poll_gen != e->poll_gen) {
 			job->poll_gen = e->poll_gen;
-			if (client_gone(job->client_fd)) {
+			if (rg_client_gone(job->client_fd)) {
 				job_finish(e, job, RG_JOB_DROPPED);
 				dropped++;
 			}

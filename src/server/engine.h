@@ -156,6 +156,10 @@ typedef struct rg_engine rg_engine;
 /* Monotonic clock in milliseconds. */
 double rg_now_ms(void);
 
+/* Whether the peer of connected socket fd has gone (closed or reset): a non-blocking peek that
+ * reads nothing; data waiting (a pipelined request) is not a disconnect. */
+bool rg_client_gone(int fd);
+
 /* Create the engine over models[0..n_models) (one per device, the same checkpoint and dtype:
  * output_dim, hidden_size and max_seq_len must agree), fit its batch latency model on models[0]
  * (a few packed batches, about 3 x (16 + 2 x 256 + 4 x 256) tokens; from the cost table instead

@@ -98,24 +98,6 @@ static void sleep_ms(double ms)
 	nanosleep(&ts, NULL);
 }
 
-static void hist_init(rg_hist *h, const double *le, int n)
-{
-	memset(h, 0, sizeof(*h));
-	h->n = n;
-	memcpy(h->le, le, (size_t)n * sizeof(double));
-}
-
-static void hist_observe(rg_hist *h, double v)
-{
-	int i = 0;
-
-	while (i < h->n && v > h->le[i])
-		i++;
-	h->count[i]++;
-	h->sum += v;
-	h->total++;
-}
-
 static rg_status beam_detok(void *ctx, const int32_t *ids, int n, char **text, size_t *len);
 
 /* ---- jobs ----------------------------------------------------------------------------------- */
@@ -368,11 +350,11 @@ static bool seq_token(rg_gen_engine *e, rg_gen_job *j, int i, int32_t tok, float
 	if (o->first_token_ms == 0) {
 		o->first_token_ms = now;
 		pthread_mutex_lock(&e->mmu);
-		hist_observe(&e->met.ttft_ms, now - j->arrival_ms);
+		rg_hist_observe(&e->met.ttft_ms, now - j->arrival_ms);
 		pthread_mutex_unlock(&e->mmu);
 	} else {
 		pthread_mutex_lock(&e->mmu);
-		hist_observe(&e->met.itl_ms, now - o->last_token_ms);
+		rg_hist_observe(&e->met.itl_ms, now - o->last_token_ms);
 		pthread_mutex_unlock(&e->mmu);
 	}
 	o->last_token_ms = now;
@@ -569,18 +551,6 @@ rg_status rg_gen_engine_submit(rg_gen_engine *e, rg_gen_job *j)
 
 /* ---- the step loop ------------------------------------------------------------------------ */
 
-static bool client_gone(int fd)
-{
-	char c;
-	ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-
-	if (r > 0)
-		return false;
-	if (r == 0)
-		return true;
-	return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
-}
-
 /* Abort every live sequence of j in the scheduler (engine lock held); they are reported by
  * rg_iter_finished. */
 static void job_abort(rg_gen_engine *e, rg_gen_job *j, const char *why)
@@ -609,7 +579,7 @@ static void sweep(rg_gen_engine *e, double now)
 			job_abort(e, j, "the server is shutting down");
 		else if (atomic_load(&j->cancel))
 			job_abort(e, j, "cancelled");
-		else if (poll && j->client_fd >= 0 && client_gone(j->client_fd)) {
+		else if (poll && j->client_fd >= 0 && rg_client_gone(j->client_fd)) {
 			atomic_store(&j->cancel, true);
 			job_abort(e, j, "the client went away");
 		}
@@ -779,7 +749,7 @@ static void notify_all(rg_gen_engine *e, int n_touched, rg_gen_job *done)
 			e->met.requests_ok++;
 		else
 			e->met.requests_aborted++;
-		hist_observe(&e->met.e2e_ms, now - done->arrival_ms);
+		rg_hist_observe(&e->met.e2e_ms, now - done->arrival_ms);
 		pthread_mutex_unlock(&e->mmu);
 		if (done->notify)
 			done->notify(done, true);
@@ -908,7 +878,7 @@ static void run_beam(rg_gen_engine *e, rg_gen_job *j)
 	} else {
 		e->met.requests_aborted++;
 	}
-	hist_observe(&e->met.e2e_ms, rg_now_ms() - j->arrival_ms);
+	rg_hist_observe(&e->met.e2e_ms, rg_now_ms() - j->arrival_ms);
 	pthread_mutex_unlock(&e->mmu);
 	if (j->notify)
 		j->notify(j, true);
@@ -1044,8 +1014,8 @@ static void *step_thread(void *arg)
 			e->met.steps++;
 			e->met.generated_tokens += (uint64_t)plan.batch.n_logits;
 			e->met.preemptions += (uint64_t)plan.n_preempted;
-			hist_observe(&e->met.step_ms, step_ms);
-			hist_observe(&e->met.step_tokens, plan.batch.n_tokens);
+			rg_hist_observe(&e->met.step_ms, step_ms);
+			rg_hist_observe(&e->met.step_tokens, plan.batch.n_tokens);
 			pthread_mutex_unlock(&e->mmu);
 		}
 		collect_finished(e, &done);
@@ -1194,11 +1164,11 @@ rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *p, 
 		static const double tok[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048,
 					     4096, 8192};
 
-		hist_init(&e->met.ttft_ms, ms, 16);
-		hist_init(&e->met.itl_ms, ms, 16);
-		hist_init(&e->met.step_ms, ms, 16);
-		hist_init(&e->met.e2e_ms, ms, 16);
-		hist_init(&e->met.step_tokens, tok, 14);
+		rg_hist_init(&e->met.ttft_ms, ms, 16);
+		rg_hist_init(&e->met.itl_ms, ms, 16);
+		rg_hist_init(&e->met.step_ms, ms, 16);
+		rg_hist_init(&e->met.e2e_ms, ms, 16);
+		rg_hist_init(&e->met.step_tokens, tok, 14);
 	}
 	if ((*st = warm_up(e)) != RG_OK)
 		goto fail;
@@ -1324,23 +1294,6 @@ int rg_gen_engine_blocks_used(rg_gen_engine *e)
 	return n;
 }
 
-static void render_hist(rg_buf *b, const char *name, const char *help, const rg_hist *h,
-			double scale)
-{
-	uint64_t cum = 0;
-
-	rg_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-	for (int i = 0; i < h->n; i++) {
-		cum += h->count[i];
-		rg_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i] * scale,
-			      (unsigned long long)cum);
-	}
-	cum += h->count[h->n];
-	rg_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
-		      (unsigned long long)cum, name, h->sum * scale, name,
-		      (unsigned long long)h->total);
-}
-
 static void gauge(rg_buf *b, const char *name, const char *help, const char *type, double v)
 {
 	rg_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
@@ -1357,16 +1310,16 @@ void rg_gen_engine_metrics(rg_gen_engine *e, rg_buf *b)
 	pthread_mutex_lock(&e->mmu);
 	m = e->met;
 	pthread_mutex_unlock(&e->mmu);
-	render_hist(b, "ragged_gen_time_to_first_token_seconds",
+	rg_hist_render(b, "ragged_gen_time_to_first_token_seconds",
 		    "Time from a request's arrival to its first generated token.", &m.ttft_ms,
 		    1e-3);
-	render_hist(b, "ragged_gen_inter_token_latency_seconds",
+	rg_hist_render(b, "ragged_gen_inter_token_latency_seconds",
 		    "Time between two tokens of one sequence.", &m.itl_ms, 1e-3);
-	render_hist(b, "ragged_gen_request_duration_seconds",
+	rg_hist_render(b, "ragged_gen_request_duration_seconds",
 		    "Time from a request's arrival to its end.", &m.e2e_ms, 1e-3);
-	render_hist(b, "ragged_gen_step_duration_seconds", "Time of one model step.", &m.step_ms,
+	rg_hist_render(b, "ragged_gen_step_duration_seconds", "Time of one model step.", &m.step_ms,
 		    1e-3);
-	render_hist(b, "ragged_gen_step_tokens", "New tokens (prefill and decode) per step.",
+	rg_hist_render(b, "ragged_gen_step_tokens", "New tokens (prefill and decode) per step.",
 		    &m.step_tokens, 1);
 	gauge(b, "ragged_gen_prompt_tokens_total", "Prompt tokens admitted.", "counter",
 	      (double)m.prompt_tokens);

@@ -16,6 +16,8 @@
  * UTF-8 JSON whatever a token's bytes are. */
 #include "server/gen_request.h"
 
+#include "core/json.h"
+
 #include <float.h>
 #include <json-c/json.h>
 #include <limits.h>
@@ -881,73 +883,6 @@ static rg_status parse_tgi(json_object *root, const rg_gen_limits *lim, rg_gen_r
 
 /* ---- the body ------------------------------------------------------------------------------ */
 
-static int hex4(const char *p, size_t avail)
-{
-	int v = 0;
-
-	if (avail < 4)
-		return -1;
-	for (int k = 0; k < 4; k++) {
-		char c = p[k];
-
-		v <<= 4;
-		if (c >= '0' && c <= '9')
-			v |= c - '0';
-		else if (c >= 'a' && c <= 'f')
-			v |= c - 'a' + 10;
-		else if (c >= 'A' && c <= 'F')
-			v |= c - 'A' + 10;
-		else
-			return -1;
-	}
-	return v;
-}
-
-/* Byte offset of the first \u escape of an unpaired UTF-16 surrogate inside a JSON string, or
- * -1. json-c would turn it into U+FFFD silently; like serde_json (TGI) and request.c we refuse
- * it. The same scan as request.c's find_unpaired_surrogate (static there; this file may not
- * change request.c): both belong in core/ once they can move together. */
-static long find_unpaired_surrogate(const char *b, size_t len)
-{
-	bool in_str = false;
-
-	for (size_t i = 0; i < len; i++) {
-		int cp, lo;
-
-		if (!in_str) {
-			in_str = b[i] == '"';
-			continue;
-		}
-		if (b[i] == '"') {
-			in_str = false;
-			continue;
-		}
-		if (b[i] != '\\' || i + 1 >= len)
-			continue;
-		if (b[i + 1] != 'u') {
-			i++;
-			continue;
-		}
-		cp = hex4(b + i + 2, len - i - 2);
-		if (cp < 0) {
-			i++;
-			continue;
-		}
-		if (cp >= 0xDC00 && cp <= 0xDFFF)
-			return (long)i;
-		if (cp >= 0xD800 && cp <= 0xDBFF) {
-			lo = i + 11 < len && b[i + 6] == '\\' && b[i + 7] == 'u'
-				     ? hex4(b + i + 8, len - i - 8)
-				     : -1;
-			if (lo < 0xDC00 || lo > 0xDFFF)
-				return (long)i;
-			i += 11;
-			continue;
-		}
-		i += 5;
-	}
-	return -1;
-}
 
 rg_status rg_gen_request_parse(rg_gen_api api, const char *body, size_t len,
 			       const rg_gen_limits *lim, rg_gen_request *out, rg_req_error *err)
@@ -985,7 +920,7 @@ rg_status rg_gen_request_parse(rg_gen_api api, const char *body, size_t len,
 		st = req_fail(err, 413, "payload_too_large", "body too large");
 		goto out_free_request;
 	}
-	if ((bad = find_unpaired_surrogate(body, len)) >= 0) {
+	if ((bad = rg_json_find_unpaired_surrogate(body, len)) >= 0) {
 		st = req_fail(err, 400, "validation",
 			      "invalid \\u escape at byte %ld: unpaired UTF-16 surrogate", bad);
 		goto out_free_request;

@@ -10,14 +10,14 @@
 static const int codes[RG_METRICS_N_CODES] = { 200, 400, 404, 405, 413, 422, 429, 500, 503, 504,
 					       0 /* other */, -1 };
 
-static void hist_init(rg_hist *h, const double *le, int n)
+void rg_hist_init(rg_hist *h, const double *le, int n)
 {
 	memset(h, 0, sizeof(*h));
 	h->n = n;
 	memcpy(h->le, le, (size_t)n * sizeof(double));
 }
 
-static void hist_observe(rg_hist *h, double v)
+void rg_hist_observe(rg_hist *h, double v)
 {
 	int i = 0;
 
@@ -40,12 +40,12 @@ void rg_metrics_init(rg_metrics *m)
 	memset(m, 0, sizeof(*m));
 	pthread_mutex_init(&m->mu, NULL);
 	for (int k = 0; k < RG_METRICS_N_CLASSES; k++) {
-		hist_init(&m->queue_ms[k], ms, 15);
-		hist_init(&m->inference_ms[k], ms, 15);
-		hist_init(&m->total_ms[k], ms, 15);
+		rg_hist_init(&m->queue_ms[k], ms, 15);
+		rg_hist_init(&m->inference_ms[k], ms, 15);
+		rg_hist_init(&m->total_ms[k], ms, 15);
 	}
-	hist_init(&m->batch_size, bs, 10);
-	hist_init(&m->batch_tokens, bt, 7);
+	rg_hist_init(&m->batch_size, bs, 10);
+	rg_hist_init(&m->batch_tokens, bt, 7);
 }
 
 void rg_metrics_destroy(rg_metrics *m)
@@ -71,9 +71,9 @@ void rg_metrics_request(rg_metrics *m, rg_route route, int status, double queue_
 	pthread_mutex_lock(&m->mu);
 	m->requests[route][code_index(status)]++;
 	if (k >= 0 && rg_route_runs_model(route)) {
-		hist_observe(&m->queue_ms[k], queue_ms);
-		hist_observe(&m->inference_ms[k], inference_ms);
-		hist_observe(&m->total_ms[k], total_ms);
+		rg_hist_observe(&m->queue_ms[k], queue_ms);
+		rg_hist_observe(&m->inference_ms[k], inference_ms);
+		rg_hist_observe(&m->total_ms[k], total_ms);
 	}
 	pthread_mutex_unlock(&m->mu);
 }
@@ -97,8 +97,8 @@ void rg_metrics_batch(rg_metrics *m, int device, int n, int real_tokens, int com
 	}
 	if (ok) {
 		m->batches++;
-		hist_observe(&m->batch_size, n);
-		hist_observe(&m->batch_tokens, computed_tokens);
+		rg_hist_observe(&m->batch_size, n);
+		rg_hist_observe(&m->batch_tokens, computed_tokens);
 		m->real_tokens += (uint64_t)real_tokens;
 		m->computed_tokens += (uint64_t)computed_tokens;
 	} else {
@@ -173,6 +173,13 @@ static void render_series_scaled(rg_buf *o, const char *name, const char *label,
 static void render_series(rg_buf *o, const char *name, const char *label, const rg_hist *h)
 {
 	render_series_scaled(o, name, label, h, 1.0);
+}
+
+void rg_hist_render(rg_buf *o, const char *name, const char *help, const rg_hist *h,
+		    double scale)
+{
+	rg_buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	render_series_scaled(o, name, "", h, scale);
 }
 
 static void render_hist(rg_buf *o, const char *name, const char *help, const rg_hist *h)

@@ -39,6 +39,16 @@ typedef struct rg_metrics {
 	uint64_t device_tokens[RG_METRICS_MAX_DEVICES];       /* real tokens computed, by device */
 } rg_metrics;
 
+/* A histogram of n finite upper bounds le (increasing, at most RG_HIST_MAX_BUCKETS), all
+ * counts zero. */
+void rg_hist_init(rg_hist *h, const double *le, int n);
+/* Count v (negative values are not observed). Not thread-safe: the owner's lock. */
+void rg_hist_observe(rg_hist *h, double v);
+/* Append h as a Prometheus histogram named name (HELP text help), bounds and sum multiplied
+ * by scale (1e-3: observed in ms, exposed in seconds). */
+void rg_hist_render(rg_buf *o, const char *name, const char *help, const rg_hist *h,
+		    double scale);
+
 void rg_metrics_init(rg_metrics *m);
 void rg_metrics_destroy(rg_metrics *m);
 
