@@ -659,6 +659,14 @@ rg_engine *rg_engine_create(rg_model *const *models, int n_models, const rg_engi
 			goto out_free; /* rg_engine_free stops the ones started */
 		}
 		e->w[i].started = true;
+		{
+			/* named for per-thread CPU accounting (top -H, /proc/PID/task/TID/comm,
+			 * bench/serving/short_requests_cpu.py); at most 15 characters */
+			char name[16];
+
+			snprintf(name, sizeof(name), "rg-%.6s-%d", e->runner->name, i & 0xff);
+			pthread_setname_np(e->w[i].thread, name);
+		}
 	}
 	if (st)
 		*st = RG_OK;
