@@ -1,7 +1,10 @@
 /* See buf.h. */
 #include "core/buf.h"
 
+#include "core/f32_shortest.h"
+
 #include <math.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,31 +94,96 @@ void rg_buf_json_str(rg_buf *b, const char *s, size_t n)
 	rg_buf_put(b, "\"", 1);
 }
 
-void rg_buf_float(rg_buf *b, float v)
+size_t rg_f32_json(char *out, float v)
 {
-	char tmp[32];
-	int n;
+	char dig[10];
+	char *p = out;
+	uint32_t d;
+	int e10, k = 10, n, E;
 
 	if (!isfinite(v)) {
-		rg_buf_put(b, "null", 4);
-		return;
+		memcpy(out, "null", 4);
+		return 4;
 	}
-	n = snprintf(tmp, sizeof(tmp), "%.9g", (double)v);
-	rg_buf_put(b, tmp, (size_t)n);
+	if (signbit(v))
+		*p++ = '-';
+	if (v == 0) {
+		*p++ = '0';
+		return (size_t)(p - out);
+	}
+	rg_f32_shortest(v, &d, &e10);
+	do {
+		dig[--k] = (char)('0' + d % 10);
+		d /= 10;
+	} while (d);
+	n = 10 - k;          /* digits in dig[k..9] */
+	E = e10 + n - 1;     /* v = d.ddd x 10^E */
+	if (E >= 0 && E < 9) {
+		if (n <= E + 1) { /* an integer: the digits, then zeros */
+			memcpy(p, dig + k, (size_t)n);
+			p += n;
+			memset(p, '0', (size_t)(E + 1 - n));
+			p += E + 1 - n;
+		} else {
+			memcpy(p, dig + k, (size_t)E + 1);
+			p += E + 1;
+			*p++ = '.';
+			memcpy(p, dig + k + E + 1, (size_t)(n - E - 1));
+			p += n - E - 1;
+		}
+	} else if (E < 0 && E >= -4) {
+		*p++ = '0';
+		*p++ = '.';
+		memset(p, '0', (size_t)(-E - 1));
+		p += -E - 1;
+		memcpy(p, dig + k, (size_t)n);
+		p += n;
+	} else {
+		unsigned a = (unsigned)(E < 0 ? -E : E);
+
+		*p++ = dig[k];
+		if (n > 1) {
+			*p++ = '.';
+			memcpy(p, dig + k + 1, (size_t)n - 1);
+			p += n - 1;
+		}
+		*p++ = 'e';
+		*p++ = E < 0 ? '-' : '+';
+		if (a >= 10) /* |E| <= 45 for a float32 */
+			*p++ = (char)('0' + a / 10);
+		else
+			*p++ = '0';
+		*p++ = (char)('0' + a % 10);
+	}
+	return (size_t)(p - out);
+}
+
+void rg_buf_float(rg_buf *b, float v)
+{
+	if (!rg_buf_reserve(b, RG_F32_JSON_MAX))
+		return;
+	b->len += rg_f32_json(b->data + b->len, v);
+	b->data[b->len] = '\0';
 }
 
 void rg_buf_float_array(rg_buf *b, const float *v, size_t n)
 {
-	/* 16 bytes per float is enough for "%.9g" plus the comma: reserve once. */
+	char *p;
+
+	/* 17 bytes a float: at most RG_F32_JSON_MAX (15) and the comma, and the slack that
+	 * routes_compat.c's /embed_all bound counts on; reserved once, written in place */
 	if (!rg_buf_reserve(b, n * 17 + 2))
 		return;
-	rg_buf_put(b, "[", 1);
+	p = b->data + b->len;
+	*p++ = '[';
 	for (size_t i = 0; i < n; i++) {
 		if (i)
-			rg_buf_put(b, ",", 1);
-		rg_buf_float(b, v[i]);
+			*p++ = ',';
+		p += rg_f32_json(p, v[i]);
 	}
-	rg_buf_put(b, "]", 1);
+	*p++ = ']';
+	*p = '\0';
+	b->len = (size_t)(p - b->data);
 }
 
 void rg_buf_base64(rg_buf *b, const void *data, size_t n)

@@ -662,9 +662,10 @@ rg_engine *rg_engine_create(rg_model *const *models, int n_models, const rg_engi
 		{
 			/* named for per-thread CPU accounting (top -H, /proc/PID/task/TID/comm,
 			 * bench/serving/short_requests_cpu.py); at most 15 characters */
-			char name[16];
+			char name[32];
 
-			snprintf(name, sizeof(name), "rg-%.6s-%d", e->runner->name, i & 0xff);
+			snprintf(name, sizeof(name), "rg-%.6s-%d", e->runner->name, i);
+			name[15] = '\0';
 			pthread_setname_np(e->w[i].thread, name);
 		}
 	}
