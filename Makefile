@@ -228,6 +228,10 @@ uninstall:
 		$(DESTDIR)$(LIBDIR)/libragged.a $(DESTDIR)$(INCLUDEDIR)/ragged.h \
 		$(DESTDIR)$(PKGCONFIGDIR)/ragged.pc
 
+# JSON float formatting of one embedding answer (bench/serving/float_format.c); not part of `all`.
+build/bench_float_format: bench/serving/float_format.c build/libragged.a
+	$(CC) $(REL_CFLAGS) -o $@ $< build/libragged.a $(REL_LIBS)
+
 # Kernel benchmarks (bench/kernels/README.md); not part of `all`.
 # One sentence on the CPU backend: whole model against its linear layers alone.
 build/bench_cpu_single: bench/kernels/cpu_single.c build/libragged.a

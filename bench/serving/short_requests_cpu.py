@@ -255,6 +255,8 @@ def one_round(args, name, path, perf_dir):
         "tokens_per_s": lgres["tokens_per_s"],
         "p50_ms": lgres["latency_ms"]["p50"],
         "server_batch_mean": lgres["server"]["batch_size_mean"],
+        "server_ms": {k: lgres["server"][k] for k in ("queue_ms_mean", "inference_ms_mean",
+                                                      "total_ms_mean")},
         "server_us_per_req": total / hz / n * 1e6,
         "server_cores": total / hz / wall,
         "threads_us_per_req": {g: v / hz / n * 1e6 for g, v in sorted(groups.items())},
@@ -313,7 +315,11 @@ def main():
                       f"the run), server "
                       f"{r['server_us_per_req']:.1f} us/req ({r['server_cores']:.2f} cores), "
                       f"loadgen {r['loadgen_us_per_req']:.1f} us/req "
-                      f"({r['loadgen_cores']:.2f} cores)" + (" [perf]" if perf_now else ""),
+                      f"({r['loadgen_cores']:.2f} cores); server ms: queue "
+                      f"{r['server_ms']['queue_ms_mean']:.1f} inference "
+                      f"{r['server_ms']['inference_ms_mean']:.1f} total "
+                      f"{r['server_ms']['total_ms_mean']:.1f}, batch {r['server_batch_mean']:.0f}"
+                      + (" [perf]" if perf_now else ""),
                       flush=True)
             med = median_round([r for r in rounds if "stages_us_per_req" not in r] or rounds)
             all_res[name] = {"rounds": rounds, "median": med}
