@@ -164,7 +164,7 @@ def perf_stages(data, us_per_req, perf="perf"):
     by the measured CPU time per request; plus the share of samples by thread."""
     txt = subprocess.run([perf, "script", "-i", data, "-F", "comm,tid,period,ip,sym"],
                          capture_output=True, text=True).stdout
-    by_stage, by_comm, total = {}, {}, 0
+    by_stage, by_comm, leaves, total = {}, {}, {}, 0
     for block in txt.split("\n\n"):
         lines = [l for l in block.split("\n") if l.strip()]
         if not lines:
@@ -181,12 +181,18 @@ def perf_stages(data, us_per_req, perf="perf"):
                 frames.append(parts[1])
         st = stage_of(comm, frames)
         by_stage[st] = by_stage.get(st, 0) + period
+        if st.startswith("other") or "unresolved" in st:
+            key = (st, frames[0] if frames else "?")
+            leaves[key] = leaves.get(key, 0) + period
         by_comm[comm] = by_comm.get(comm, 0) + period
         total += period
     if not total:
         return {}
     out = {k: v / total * us_per_req
            for k, v in sorted(by_stage.items(), key=lambda kv: -kv[1])}
+    top = sorted(leaves.items(), key=lambda kv: -kv[1])[:6]
+    out["perf: innermost functions of the unattributed samples, us/request"] = {
+        f"{st[:12]}: {leaf}": round(v / total * us_per_req, 2) for (st, leaf), v in top}
     out["perf: share of samples by thread, %"] = {k: round(100 * v / total, 1)
                                                   for k, v in by_comm.items()}
     return out
