@@ -252,6 +252,8 @@ def one_round(args, name, path, perf_dir):
         total += d
         g = thread_group(comm)
         groups[g] = groups.get(g, 0) + d
+    http = sorted((t1[tid][1] - t0.get(tid, ("", 0))[1]) / hz / n * 1e6
+                  for tid in t1 if t1[tid][0].startswith("MHD"))
     lgres = json.load(open(out_json))
     res = {
         "model": name,
@@ -266,6 +268,8 @@ def one_round(args, name, path, perf_dir):
         "server_us_per_req": total / hz / n * 1e6,
         "server_cores": total / hz / wall,
         "threads_us_per_req": {g: v / hz / n * 1e6 for g, v in sorted(groups.items())},
+        # each HTTP thread serves the connections it accepted: an uneven share shows here
+        "http_threads_us_per_req": [round(x, 1) for x in http],
         "loadgen_us_per_req": (ru.ru_utime + ru.ru_stime) / lgres["requests"]["ok"] * 1e6,
         "loadgen_cores": (ru.ru_utime + ru.ru_stime) / wall,
     }
@@ -337,6 +341,7 @@ def main():
             print(f"| server CPU, us/request | {med['server_us_per_req']:.1f} |")
             for g, v in med["threads_us_per_req"].items():
                 print(f"| &nbsp; {g} | {v:.1f} |")
+            print(f"| &nbsp; per HTTP thread (sorted) | {med['http_threads_us_per_req']} |")
             print(f"| server cores used | {med['server_cores']:.2f} |")
             print(f"| loadgen CPU, us/request | {med['loadgen_us_per_req']:.1f} "
                   f"({med['loadgen_cores']:.2f} cores) |")
