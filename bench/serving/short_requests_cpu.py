@@ -73,7 +73,7 @@ STAGE_OF = [
      "request: header checks, body accumulation"),
     (("rg_server_on_completed",), "connection: free per-request state (on_completed)"),
     (("rg_model_run_ex",), "engine: model run"),
-    (("MHD_resume_connection", "job_done"), "engine: MHD_resume_connection"),
+    (("MHD_resume_connection", "job_done"), "engine: job done -> MHD_resume_connection"),
     (("worker_main",), "engine: pick, pack, copy out, settle, locks, wake-ups"),
 ]
 SYSCALL_OF = [
@@ -141,6 +141,8 @@ def thread_group(comm):
         return "HTTP threads (MHD-worker)"
     if comm.startswith("rg-embed"):
         return "engine worker (rg-embed-*)"
+    if comm.startswith("rg-teller"):
+        return "engine teller (rg-teller: done callbacks)"
     return "other threads"
 
 

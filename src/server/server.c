@@ -12,8 +12,9 @@
  *      (request.c), then its handler tokenizes every text (bad UTF-8 -> 400, too long
  *      without truncate -> 422) and looks each input up in the cache.
  *   3. All inputs cached: answer now. Otherwise suspend the connection, queue the missing inputs
- *      as one job (429 when the queue is full) and return; the engine worker calls job_done,
- *      which resumes the connection; MHD calls on_request again and c->resume builds the answer.
+ *      as one job (429 when the queue is full) and return; when the job ends, the engine's teller
+ *      thread calls job_done, which resumes the connection; MHD calls on_request again and
+ *      c->resume builds the answer.
  *   4. on_completed (MHD_OPTION_NOTIFY_COMPLETED) frees the per-connection context. A connection
  *      is never completed while suspended (MHD keeps it), so the engine's borrowed pointer stays
  *      valid until job_done; the engine watches the sockets of queued jobs and drops the jobs of
