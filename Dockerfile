@@ -13,7 +13,7 @@ FROM ${DEBIAN} AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential pkg-config libopenblas-dev libutf8proc-dev libjson-c-dev \
-      libmicrohttpd-dev libsqlite3-dev libssl-dev libdnnl-dev \
+      libmicrohttpd-dev libsqlite3-dev libssl-dev libdnnl-dev libdragonbox-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile ./

@@ -15,6 +15,9 @@ PYTHON ?= python3
 # tools/ragged.c into the ragged binary.
 LIB_DIRS := src/core src/tokenizer src/ops src/model src/sched src/kv src/gen
 CSRC := $(shell find $(LIB_DIRS) -name '*.c' | sort)
+# C++ only where a library is C++ alone (src/core/f32_shortest.cc: Dragonbox's templates);
+# built without exceptions or RTTI and calling nothing of the C++ runtime.
+CXXSRC := $(shell find $(LIB_DIRS) -name '*.cc' | sort)
 APP_CSRC := $(shell find src/server tools/loadgen -name '*.c' | sort)
 CUSRC := $(shell find src/ops/cuda -name '*.cu' 2>/dev/null | sort)
 TOOLSRC := tools/ragged.c
@@ -42,7 +45,17 @@ NVCCFLAGS := -O3 -std=c++17 -Iinclude -Isrc -Xcompiler -fPIC,-fvisibility=hidden
 	$(NVCC_GENCODE) \
 	-DRG_WITH_CUDA
 
+# Dragonbox (Debian libdragonbox-dev: /usr/include/dragonbox-VERSION/dragonbox/dragonbox.h,
+# header-only as used here); DRAGONBOX_INC points at a copy elsewhere (the GPU carry).
+CXX ?= g++
+DRAGONBOX_INC ?= $(firstword $(wildcard /usr/include/dragonbox-*))
+BASE_CXXFLAGS := -std=c++17 -g -fPIC -fvisibility=hidden -fno-exceptions -fno-rtti -Iinclude -Isrc \
+	-Wall -Wextra -Wno-unused-parameter -Wshadow $(if $(DRAGONBOX_INC),-isystem $(DRAGONBOX_INC))
+
 REL_CFLAGS := $(BASE_CFLAGS) -O2
+REL_CXXFLAGS := $(BASE_CXXFLAGS) -O2
+ASAN_CXXFLAGS := $(BASE_CXXFLAGS) -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
+	-fno-sanitize-recover=undefined
 ASAN_CFLAGS := $(BASE_CFLAGS) -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
 	-fno-sanitize-recover=undefined
 ASAN_LDFLAGS := -fsanitize=address,undefined
@@ -56,8 +69,10 @@ REL_CUOBJ :=
 REL_LIBS := $(LIBS)
 endif
 
-REL_OBJ := $(patsubst src/%.c,build/obj/%.o,$(CSRC)) $(REL_CUOBJ)
-ASAN_OBJ := $(patsubst src/%.c,build/asan/obj/%.o,$(CSRC))
+REL_OBJ := $(patsubst src/%.c,build/obj/%.o,$(CSRC)) $(patsubst src/%.cc,build/obj/%.cc.o,$(CXXSRC)) \
+	$(REL_CUOBJ)
+ASAN_OBJ := $(patsubst src/%.c,build/asan/obj/%.o,$(CSRC)) \
+	$(patsubst src/%.cc,build/asan/obj/%.cc.o,$(CXXSRC))
 REL_APP_OBJ := $(patsubst tools/%.c,build/obj/tools/%.o,$(patsubst src/%.c,build/obj/%.o,$(APP_CSRC)))
 ASAN_APP_OBJ := $(patsubst tools/%.c,build/asan/obj/tools/%.o,\
 	$(patsubst src/%.c,build/asan/obj/%.o,$(APP_CSRC)))
@@ -92,6 +107,16 @@ build/obj/ops/cpu/kern_%.o build/asan/obj/ops/cpu/kern_%.o: EXTRA_CFLAGS := $(KE
 build/obj/%.o: src/%.c build/config
 	@mkdir -p $(dir $@)
 	$(CC) $(REL_CFLAGS) $(EXTRA_CFLAGS) -MMD -MP -c $< -o $@
+build/obj/%.cc.o: src/%.cc build/config
+	@mkdir -p $(dir $@)
+	@[ -n "$(DRAGONBOX_INC)" ] || { echo "Dragonbox headers not found: run scripts/install-deps.sh" \
+		"(Debian libdragonbox-dev) or set DRAGONBOX_INC" >&2; exit 1; }
+	$(CXX) $(REL_CXXFLAGS) -MMD -MP -c $< -o $@
+build/asan/obj/%.cc.o: src/%.cc
+	@mkdir -p $(dir $@)
+	@[ -n "$(DRAGONBOX_INC)" ] || { echo "Dragonbox headers not found: run scripts/install-deps.sh" \
+		"(Debian libdragonbox-dev) or set DRAGONBOX_INC" >&2; exit 1; }
+	$(CXX) $(ASAN_CXXFLAGS) -MMD -MP -c $< -o $@
 build/obj/%.cu.o: src/%.cu build/config
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
@@ -202,6 +227,10 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/ragged $(DESTDIR)$(LIBDIR)/libragged.so \
 		$(DESTDIR)$(LIBDIR)/libragged.a $(DESTDIR)$(INCLUDEDIR)/ragged.h \
 		$(DESTDIR)$(PKGCONFIGDIR)/ragged.pc
+
+# JSON float formatting of one embedding answer (bench/serving/float_format.c); not part of `all`.
+build/bench_float_format: bench/serving/float_format.c build/libragged.a
+	$(CC) $(REL_CFLAGS) -o $@ $< build/libragged.a $(REL_LIBS)
 
 # Kernel benchmarks (bench/kernels/README.md); not part of `all`.
 # One sentence on the CPU backend: whole model against its linear layers alone.

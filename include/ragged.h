@@ -177,6 +177,14 @@ RG_API void rg_model_free(rg_model *m);
 /* Configuration summary. The pointer is owned by the model. */
 RG_API const rg_model_info *rg_model_get_info(const rg_model *m);
 
+/* CUDA graphs the packed encoder path has captured so far: one per new batch bucket (tokens,
+ * sequences and longest length rounded up), and again for a bucket whose graph was evicted from
+ * the model's cache of 48; each costs an eager run plus the capture. A count that keeps rising
+ * under steady load means batches cost far more than their replay. 0 on the CPU (no graphs) or
+ * with RAGGED_CUDA_GRAPHS=0. Read it from the thread that runs the model (not synchronised);
+ * NULL gives 0. */
+RG_API long long rg_model_graph_captures(const rg_model *m);
+
 /* Tokenize one UTF-8 text as the HF tokenizer does, with the [CLS] ... [SEP] template.
  * text: len bytes, not necessarily NUL-terminated. On success *ids is malloc'd (caller frees) and
  * holds *n_ids ids. If the result is longer than max_seq_len (rg_model_info): with truncate, it is

@@ -5,7 +5,7 @@
 set -euo pipefail
 APT_PKGS="build-essential pkg-config libopenblas-dev libutf8proc-dev libjson-c-dev libmicrohttpd-dev
 libsqlite3-dev libssl-dev libcmocka-dev libdnnl-dev fortunes-min fortunes python3 python3-pip curl clang
-libclang-rt-dev nginx"
+libclang-rt-dev nginx libdragonbox-dev"
 missing=()
 for p in $APT_PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

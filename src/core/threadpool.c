@@ -241,6 +241,13 @@ rg_threadpool *rg_threadpool_create(int n_threads, int spin_us, rg_status *st)
 			goto out_free;
 		}
 		p->n_started++;
+		{
+			char name[24]; /* for per-thread CPU accounting (top -H) */
+
+			snprintf(name, sizeof(name), "rg-pool-%d", i);
+			name[15] = '\0'; /* the kernel's limit */
+			pthread_setname_np(p->workers[i - 1], name);
+		}
 	}
 	*st = RG_OK;
 	return p;

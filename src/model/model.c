@@ -656,6 +656,11 @@ const rg_model_info *rg_model_get_info(const rg_model *m)
 	return m ? &m->info : NULL;
 }
 
+long long rg_model_graph_captures(const rg_model *m)
+{
+	return m ? m->graph_captures : 0;
+}
+
 rg_status rg_model_memory(const rg_model *m, size_t *used, size_t *total)
 {
 	if (!m || !used || !total)

@@ -94,6 +94,7 @@ rg_conn_watch *rg_conn_watch_create(int read_timeout_s, rg_status *st)
 		*st = rg_errorf(RG_ERR_INTERNAL, "cannot start the connection sweeper thread");
 		goto out_free;
 	}
+	pthread_setname_np(w->thread, "rg-conn-sweep");
 	*st = RG_OK;
 	return w;
 out_free:

@@ -21,6 +21,7 @@ typedef struct embed_bufs {
 	float *hid;            /* (hid_cap) per-token hidden states of a batch that asked for
 			        * them (/embed_all); allocated at the first such batch */
 	size_t hid_cap;
+	long long captures;    /* rg_model_graph_captures of the model, as last counted */
 } embed_bufs;
 
 /* The runner's worker_init: the batch buffers for the engine's limits. */
@@ -122,6 +123,14 @@ static rg_status embed_run(rg_worker *w, double *model_ms)
 	*model_ms = rg_now_ms() - t0;
 	rg_metrics_batch(e->p.metrics, w->index, n, b->real_tokens, b->computed_tokens,
 			 st == RG_OK);
+	{
+		long long g = rg_model_graph_captures(w->model); /* this thread runs the model */
+
+		if (g > eb->captures)
+			rg_metrics_graph_captures(e->p.metrics, w->index,
+						  (uint64_t)(g - eb->captures));
+		eb->captures = g;
+	}
 	if (st != RG_OK) {
 		snprintf(w->err, sizeof(w->err), "%s: %s", rg_status_name(st), rg_last_error());
 		fprintf(stderr, "ragged serve: batch of %d failed: %s\n", n, w->err);

@@ -105,8 +105,17 @@ struct rg_engine {
 	bool draining;
 	double drain_end;
 
+	/* Telling (guarded by mu). A worker hands the ended jobs to the teller thread between two
+	 * batches and goes on; the teller calls their done() outside the lock (an HTTP resume
+	 * each), while the next batch runs. */
+	rg_job *told;          /* ended jobs not yet handed over (linked by next_told) */
+	rg_job *to_tell;       /* handed to the teller, done() not yet called (next_told) */
+	int telling;           /* jobs the teller took whose done() may not have returned */
+	pthread_cond_t tell_cv; /* the teller waits on it for to_tell or teller_stop */
+	pthread_t teller;
+	bool teller_started, teller_stop;
+
 	/* Guarded by mu. */
-	rg_job *told;          /* ended jobs waiting for their done() (linked by next_told) */
 	double last_poll_ms;
 	uint64_t poll_gen, batch_gen;
 };

@@ -107,6 +107,14 @@ void rg_metrics_batch(rg_metrics *m, int device, int n, int real_tokens, int com
 	pthread_mutex_unlock(&m->mu);
 }
 
+void rg_metrics_graph_captures(rg_metrics *m, int device, uint64_t n)
+{
+	pthread_mutex_lock(&m->mu);
+	if (device >= 0 && device < m->n_devices)
+		m->device_graph_captures[device] += n;
+	pthread_mutex_unlock(&m->mu);
+}
+
 void rg_metrics_cache(rg_metrics *m, uint64_t hits, uint64_t misses)
 {
 	pthread_mutex_lock(&m->mu);
@@ -325,6 +333,12 @@ void rg_metrics_render(rg_metrics *m, rg_buf *o, int queue_depth, size_t mem_use
 		for (int i = 0; i < s.n_devices; i++)
 			rg_buf_printf(o, "ragged_device_tokens_total{device=\"%s\"} %llu\n",
 				       s.device[i], (unsigned long long)s.device_tokens[i]);
+		rg_buf_puts(o, "# HELP ragged_device_graph_captures_total CUDA graphs captured (a new "
+				"or evicted batch bucket: an eager run plus a capture), by device.\n"
+				"# TYPE ragged_device_graph_captures_total counter\n");
+		for (int i = 0; i < s.n_devices; i++)
+			rg_buf_printf(o, "ragged_device_graph_captures_total{device=\"%s\"} %llu\n",
+				       s.device[i], (unsigned long long)s.device_graph_captures[i]);
 	}
 	render_counter(o, "ragged_real_tokens_total", "Tokens of requests computed.", s.real_tokens);
 	render_counter(o, "ragged_computed_tokens_total", "Tokens computed, padding included.",

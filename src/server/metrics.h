@@ -37,6 +37,7 @@ typedef struct rg_metrics {
 	char device[RG_METRICS_MAX_DEVICES][16];              /* label values: "cuda:1", "cpu" */
 	uint64_t device_batches[RG_METRICS_MAX_DEVICES];      /* batches run, by device */
 	uint64_t device_tokens[RG_METRICS_MAX_DEVICES];       /* real tokens computed, by device */
+	uint64_t device_graph_captures[RG_METRICS_MAX_DEVICES]; /* rg_model_graph_captures */
 } rg_metrics;
 
 /* A histogram of n finite upper bounds le (increasing, at most RG_HIST_MAX_BUCKETS), all
@@ -63,6 +64,8 @@ void rg_metrics_set_devices(rg_metrics *m, const char *const *names, int n);
  * of lengths) and computed (padding included) tokens. */
 void rg_metrics_batch(rg_metrics *m, int device, int n, int real_tokens, int computed_tokens,
 		      bool ok);
+/* n more CUDA graphs captured by the model of `device` (rg_model_graph_captures). */
+void rg_metrics_graph_captures(rg_metrics *m, int device, uint64_t n);
 void rg_metrics_cache(rg_metrics *m, uint64_t hits, uint64_t misses);
 void rg_metrics_dropped(rg_metrics *m, uint64_t n);
 void rg_metrics_expired(rg_metrics *m, uint64_t n);

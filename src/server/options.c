@@ -92,6 +92,9 @@ static const opt_spec g_opts[] = {
 	 "DAS: one packed row of max-batch-tokens"},
 	{"--http-threads", "N", OPT_INT, F(http_threads), 1, 256, NULL,
 	 "HTTP thread pool size (default usable CPUs - 2, in [4, 32])"},
+	{"--accept", "balanced|mhd", OPT_STR, F(accept), 0, 0, "balanced",
+	 "balanced: one thread accepts and deals connections to the HTTP threads in turn; mhd: "
+	 "the HTTP threads race to accept (a burst of connections lands on a few of them)"},
 	{"--connection-timeout-s", "N", OPT_INT, F(connection_timeout_s), 1, 86400, "10",
 	 "idle / slow-client connection timeout"},
 	{"--max-connections", "N", OPT_INT, F(max_connections), 1, 1 << 20, "4096",
@@ -659,6 +662,8 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 	}
 	if (strcmp(o->admission, "time") && strcmp(o->admission, "count"))
 		return bad_value("--admission", o->admission);
+	if (strcmp(o->accept, "balanced") && strcmp(o->accept, "mhd"))
+		return bad_value("--accept", o->accept);
 	if ((rc = check_combinations(o)) >= 0)
 		return rc;
 	if (o->devices_all) {

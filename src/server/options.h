@@ -51,6 +51,7 @@ typedef struct rg_serve_opts {
 	double max_batch_ms;          /* time budget of a batch, 0: none */
 	int max_client_batch_tokens;  /* tokens per request */
 	const char *admission;        /* "time" or "count" */
+	const char *accept;           /* "balanced" (server.c's accept thread) or "mhd" */
 	int shutdown_timeout_s;       /* drain at SIGTERM */
 	double token_delay_us;        /* testing */
 	bool max_queue_set;           /* --max-queue given; else raised to --max-inputs */

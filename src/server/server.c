@@ -12,8 +12,9 @@
  *      (request.c), then its handler tokenizes every text (bad UTF-8 -> 400, too long
  *      without truncate -> 422) and looks each input up in the cache.
  *   3. All inputs cached: answer now. Otherwise suspend the connection, queue the missing inputs
- *      as one job (429 when the queue is full) and return; the engine worker calls job_done,
- *      which resumes the connection; MHD calls on_request again and c->resume builds the answer.
+ *      as one job (429 when the queue is full) and return; when the job ends, the engine's teller
+ *      thread calls job_done, which resumes the connection; MHD calls on_request again and
+ *      c->resume builds the answer.
  *   4. on_completed (MHD_OPTION_NOTIFY_COMPLETED) frees the per-connection context. A connection
  *      is never completed while suspended (MHD keeps it), so the engine's borrowed pointer stays
  *      valid until job_done; the engine watches the sockets of queued jobs and drops the jobs of
@@ -68,6 +69,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdint.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -313,6 +317,86 @@ static bool mhd_layout_known(void)
 	       c <= 76;
 }
 
+/* ---- accepting (--accept balanced) --------------------------------------------------------- */
+
+/* libmicrohttpd 0.9.75's thread pool shares one listening socket: each HTTP thread polls it, and
+ * the first one awake accepts up to 10 connections in a row. A burst of connections (a client's
+ * pool, a load balancer's, the benchmark's 512) lands on a few threads, which keep them: in
+ * bench/serving/short_requests_cpu.py runs the busiest of 14 HTTP threads carried 17-33% of the
+ * requests and 4 of 14 carried none, so one thread saturates while the rest idle. With --accept
+ * balanced the listening socket is ragged's and this thread accepts, handing each connection to
+ * MHD_add_connection, which gives it to HTTP thread (descriptor mod threads) or the next one with
+ * room: the library's own rule for added connections, an even deal for descriptors taken in
+ * turn. The library's limits (--max-connections, per address) apply as before; a connection
+ * past them is closed at once instead of waiting in the backlog. */
+static void *accept_main(void *arg)
+{
+	rg_server *s = arg;
+
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t n = sizeof(ss);
+		int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &n,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd >= 0) {
+			/* refused (a limit, no memory): the library has closed fd */
+			MHD_add_connection(s->mhd, fd, (struct sockaddr *)&ss, n);
+			continue;
+		}
+		if (atomic_load(&s->accept_stop))
+			break;
+		if (errno == EINTR || errno == ECONNABORTED)
+			continue;
+		/* out of descriptors or memory (or anything else): wait for connections to end */
+		nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+	}
+	return NULL;
+}
+
+/* ragged's listening socket for ai, as libmicrohttpd binds its own (SO_REUSEADDR; IPv6 only on
+ * an IPv6 address), with the same backlog; -1 (errno set) on failure. */
+static int listen_on(const struct addrinfo *ai)
+{
+	int one = 1, e, fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ai->ai_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+		e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+/* After MHD_stop_daemon (which closed its end): the silent end of the daemon's socket pair. */
+static void close_idle_pair(rg_server *s)
+{
+	if (s->idle_pair[1] >= 0)
+		close(s->idle_pair[1]);
+	s->idle_pair[0] = s->idle_pair[1] = -1;
+}
+
+/* Stop accepting (--accept balanced): the listening socket is shut down, which wakes the
+ * accepting thread and makes the kernel refuse new connections, then closed. No-op otherwise. */
+static void stop_accepting(rg_server *s)
+{
+	if (s->listen_fd < 0)
+		return;
+	atomic_store(&s->accept_stop, true);
+	shutdown(s->listen_fd, SHUT_RDWR);
+	if (s->acceptor_started)
+		pthread_join(s->acceptor, NULL);
+	s->acceptor_started = false;
+	close(s->listen_fd);
+	s->listen_fd = -1;
+}
+
 static struct MHD_Daemon *start_daemon(rg_server *s)
 {
 	struct addrinfo hints = { 0 }, *ai = NULL;
@@ -339,8 +423,26 @@ static struct MHD_Daemon *start_daemon(rg_server *s)
 		snprintf(s->allowed_hosts, sizeof(s->allowed_hosts), "%s", s->o.allowed_hosts);
 	else
 		rg_allowed_hosts_default(s->o.host, s->allowed_hosts, sizeof(s->allowed_hosts));
+	s->listen_fd = s->idle_pair[0] = s->idle_pair[1] = -1;
+	if (!strcmp(s->o.accept, "balanced")) {
+		/* the daemon's thread pool needs a listening socket of its own: one end of a socket
+		 * pair, whose other end never writes, is never readable, so never accepted on */
+		if ((s->listen_fd = listen_on(ai)) < 0 ||
+		    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s->idle_pair) != 0) {
+			fprintf(stderr, "ragged serve: cannot listen on %s:%d: %s\n", s->o.host,
+				s->o.port, strerror(errno));
+			if (s->listen_fd >= 0)
+				close(s->listen_fd);
+			s->listen_fd = -1;
+			freeaddrinfo(ai);
+			return NULL;
+		}
+		flags &= ~(unsigned)MHD_USE_IPv6;
+	}
 	d = MHD_start_daemon(flags, (uint16_t)s->o.port, NULL, NULL, rg_server_on_request, s,
-			     MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+			     s->listen_fd >= 0 ? MHD_OPTION_LISTEN_SOCKET : MHD_OPTION_SOCK_ADDR,
+			     s->listen_fd >= 0 ? (void *)(intptr_t)s->idle_pair[0]
+					       : (void *)ai->ai_addr,
 			     MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->o.http_threads,
 			     /* 0.9.70-0.9.76: not 1, whose missing-Host 400 goes out with two
 			      * status lines; http.c refuses what it refused (no Host, a space
@@ -359,11 +461,44 @@ static struct MHD_Daemon *start_daemon(rg_server *s)
 	if (!d) {
 		fprintf(stderr, "ragged serve: cannot listen on %s:%d: %s\n", s->o.host, s->o.port,
 			strerror(errno));
-		return NULL;
+		goto out_close;
 	}
-	di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-	s->port = di ? di->port : s->o.port;
+	if (s->listen_fd < 0) {
+		di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+		s->port = di ? di->port : s->o.port;
+		return d;
+	}
+	{
+		struct sockaddr_storage ss;
+		socklen_t n = sizeof(ss);
+
+		s->port = s->o.port;
+		if (getsockname(s->listen_fd, (struct sockaddr *)&ss, &n) == 0)
+			s->port = ntohs(ss.ss_family == AF_INET6
+					? ((struct sockaddr_in6 *)&ss)->sin6_port
+					: ((struct sockaddr_in *)&ss)->sin_port);
+	}
+	s->mhd = d;
+	atomic_init(&s->accept_stop, false);
+	if (pthread_create(&s->acceptor, NULL, accept_main, s) != 0) {
+		fprintf(stderr, "ragged serve: cannot start the accepting thread\n");
+		MHD_stop_daemon(d);
+		s->idle_pair[0] = -1; /* closed by the daemon */
+		goto out_close;
+	}
+	pthread_setname_np(s->acceptor, "rg-accept");
+	s->acceptor_started = true;
 	return d;
+out_close:
+	if (s->listen_fd >= 0) {
+		close(s->listen_fd);
+		if (s->idle_pair[0] >= 0) /* the daemon did not start: not its */
+			close(s->idle_pair[0]);
+		if (s->idle_pair[1] >= 0)
+			close(s->idle_pair[1]);
+		s->listen_fd = s->idle_pair[0] = s->idle_pair[1] = -1;
+	}
+	return NULL;
 }
 
 /* Wait until every suspended connection has been answered (their jobs ended), until end_ms. */
@@ -395,8 +530,13 @@ static void drain(rg_server *s, struct MHD_Daemon *d, const sigset_t *sigs, int 
 		s->o.shutdown_timeout_s);
 	atomic_store(&s->stopping, true);
 	/* MHD stops polling the socket; shutting it down makes the kernel refuse new connections
-	 * now instead of queueing them unaccepted (it is closed after MHD_stop_daemon) */
-	lsock = MHD_quiesce_daemon(d);
+	 * now instead of queueing them unaccepted (it is closed after MHD_stop_daemon); with
+	 * --accept balanced the socket is ragged's (the daemon's own is never connected to) */
+	lsock = MHD_INVALID_SOCKET;
+	if (s->listen_fd >= 0)
+		stop_accepting(s);
+	else
+		lsock = MHD_quiesce_daemon(d);
 	if (lsock != MHD_INVALID_SOCKET)
 		shutdown(lsock, SHUT_RDWR);
 	if (s->gen)
@@ -422,6 +562,7 @@ static void drain(rg_server *s, struct MHD_Daemon *d, const sigset_t *sigs, int 
 	MHD_stop_daemon(d);
 	if (lsock != MHD_INVALID_SOCKET)
 		close(lsock);
+	close_idle_pair(s);
 	fprintf(stderr, "ragged serve: stopped after %.0f ms\n", rg_now_ms() - t0);
 }
 
@@ -610,8 +751,11 @@ out_stop:
 	else if (s->engine)
 		rg_engine_stop(s->engine);
 	wait_answered(s, rg_now_ms() + 1000);
-	if (d)
+	stop_accepting(s);
+	if (d) {
 		MHD_stop_daemon(d);
+		close_idle_pair(s);
+	}
 	if (rc == 0) {
 		/* every answer is counted now: the last word for an operator (or a test behind a load
 		 * balancer) on what this replica served */

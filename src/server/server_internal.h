@@ -4,6 +4,7 @@
 #ifndef RG_SERVER_INTERNAL_H
 #define RG_SERVER_INTERNAL_H
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -47,6 +48,15 @@ typedef struct rg_server {
 	atomic_bool stopping;
 	atomic_int n_suspended;  /* connections suspended and not yet answered */
 	int port;
+	/* --accept balanced: the listening socket is ragged's, accepted by one thread that hands
+	 * each connection to libmicrohttpd (MHD_add_connection deals them to the HTTP threads by
+	 * descriptor, so a burst spreads evenly); -1 with --accept mhd */
+	int listen_fd;
+	int idle_pair[2];        /* the daemon's own listening socket ([0]) and its silent peer */
+	pthread_t acceptor;
+	bool acceptor_started;
+	atomic_bool accept_stop;
+	struct MHD_Daemon *mhd;
 	atomic_size_t buffered;  /* request body bytes held by all connections (--max-buffered-bytes) */
 	struct rg_conn_watch *watch; /* the request read deadline (conn_watch.c) */
 	char fingerprint[65];    /* rg_model_fingerprint hex; "" unless --cache-db or --scheduler dp */

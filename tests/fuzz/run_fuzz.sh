@@ -14,6 +14,12 @@ REQ_SECS=$(( SECS - GUARD_SECS - GEN_SECS > 1 ? SECS - GUARD_SECS - GEN_SECS : 1
 CLANG=${CLANG:-clang}
 OUT=build/fuzz
 mkdir -p "$OUT/corpus_request" "$OUT/corpus_http_guard" "$OUT/corpus_gen_request"
+# core/buf.c's float writer calls Dragonbox through the one C++ unit (src/core/f32_shortest.cc)
+DRAGONBOX_INC=${DRAGONBOX_INC:-$(ls -d /usr/include/dragonbox-* 2>/dev/null | head -1)}
+[ -n "$DRAGONBOX_INC" ] || { echo "run_fuzz: Dragonbox headers not found (libdragonbox-dev)" >&2; exit 1; }
+"$CLANG" -x c++ -std=c++17 -g -O1 -fno-exceptions -fno-rtti -fsanitize=fuzzer-no-link,address,undefined \
+	-fno-sanitize-recover=undefined -Iinclude -Isrc -isystem "$DRAGONBOX_INC" \
+	-c src/core/f32_shortest.cc -o "$OUT/f32_shortest.o"
 
 # Header checks. Seeds: first byte 0 = HTTP/1.1, 1 = HTTP/1.0; then "name:value" lines. The
 # request-smuggling cases (RFC 9112 sec. 6): two lengths, length with chunked, whitespace
@@ -39,7 +45,8 @@ gseed '\x00Content-Type: application/json; charset=utf-8\r\nAuthorization: Beare
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Iinclude -Isrc $(pkg-config --cflags json-c) \
 	tests/fuzz/fuzz_gen_request.c src/server/gen_request.c src/server/request.c \
-	src/core/utf8.c src/core/buf.c -o "$OUT/fuzz_gen_request" $(pkg-config --libs json-c) -lm
+	src/core/utf8.c src/core/buf.c "$OUT/f32_shortest.o" -o "$OUT/fuzz_gen_request" \
+	$(pkg-config --libs json-c) -lm
 # Seeds: API byte (0 completions, 1 chat, 2 TGI generate, 3 TGI generate_stream; the higher bits
 # vary max_prompts and max_messages) + body.
 gen() { printf "$1" > "$OUT/corpus_gen_request/$2"; }
@@ -57,7 +64,8 @@ gen '\x02{"inputs": "x", "parameters": {"typical_p": 1, "repetition_penalty": 1.
 # JSON request parser.
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Iinclude -Isrc $(pkg-config --cflags json-c) \
-	tests/fuzz/fuzz_request.c src/server/request.c src/core/utf8.c src/core/buf.c -o "$OUT/fuzz_request" $(pkg-config --libs json-c)
+	tests/fuzz/fuzz_request.c src/server/request.c src/core/utf8.c src/core/buf.c \
+	"$OUT/f32_shortest.o" -o "$OUT/fuzz_request" $(pkg-config --libs json-c)
 # Seeds: route byte (0 embed, 1 openai, 2 tokenize, 3 predict, 4 rerank, 5 embed_all,
 # 6 similarity, 7 decode; +8k varies max_inputs) + body.
 seed() { printf "$1" > "$OUT/corpus_request/$2"; }

@@ -14,6 +14,8 @@ if [ -f "$CARRY/deps.tar.xz" ] && [ ! -f /usr/include/json-c/json.h ]; then
 	export C_INCLUDE_PATH=$D/include:$D/include/json-c
 	export LIBRARY_PATH=$D/lib:$D/lib_extra
 	export LD_LIBRARY_PATH=/tmp/rgdeps/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+	# Dragonbox's headers (src/core/f32_shortest.cc): the Makefile looks for them there
+	[ -f "$D/include/dragonbox/dragonbox.h" ] && export DRAGONBOX_INC=$D/include
 	# oneDNN when the carry has it (CARRY_DNNL=1): the Makefile looks for its header there
 	[ -f "$D/include/oneapi/dnnl/dnnl.h" ] && export DNNL_INC=$D/include
 fi

@@ -11,6 +11,7 @@ Each server is small and short-lived; limits are set low by flags so that each t
 import json
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -742,3 +743,54 @@ def test_layout_check_passes_large_and_trickled_header_blocks(plain):
         c.close()
         assert status_of(out) == 200, (step, out[:300])
         assert len(json.loads(out.split(b"\r\n\r\n", 1)[1])[0]) == 32
+
+
+@pytest.mark.parametrize("mode", ["balanced", "mhd"])
+def test_accept_modes(tiny_dir, mode):
+    """--accept balanced (ragged's thread accepts and hands each connection to the library,
+    which deals them to the HTTP threads in turn) and mhd (the library's threads race to accept):
+    a burst of 64 connections opened together is served, two requests each on keep-alive; a
+    65th from the same address, past --max-connections-per-ip, is closed unanswered; at SIGTERM
+    the port refuses new connections while the drain still runs (a request in a slow batch
+    gets its 200), and the server exits 0."""
+    s = Server(tiny_dir, "--accept", mode, "--http-threads", 4, "--max-connections-per-ip", 64,
+               "--batch-delay-ms", 400)
+    socks = []
+    try:
+        for _ in range(64):
+            socks.append(socket.create_connection(("127.0.0.1", s.port), timeout=10))
+        for _ in range(2):
+            for c in socks:
+                c.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            for c in socks:
+                assert status_of(c.recv(4096)) == 200
+        out, closed, _ = raw_until_close(s.port, NEXT, timeout=5)
+        assert out == b"" and closed
+        for c in socks:
+            c.close()
+        socks = []
+        time.sleep(0.2)  # the server sees the closes: the address has slots again
+        answer = {}
+
+        def embed():
+            answer["r"] = s.post("/embed", {"inputs": "a slow batch"})
+
+        t = threading.Thread(target=embed)
+        t.start()
+        time.sleep(0.15)  # queued behind the batch delay
+        s.proc.send_signal(signal.SIGTERM)
+        refused = False
+        for _ in range(40):
+            time.sleep(0.025)
+            try:
+                socket.create_connection(("127.0.0.1", s.port), timeout=1).close()
+            except ConnectionRefusedError:
+                refused = True
+                break
+        assert refused and s.alive(), "the port still accepts during the drain"
+        t.join(10)
+        assert answer["r"][0] == 200
+    finally:
+        for c in socks:
+            c.close()
+        s.stop()

@@ -50,6 +50,7 @@ static void test_defaults(void **state)
 	assert_true(o.max_batch_ms == 100);
 	assert_int_equal(o.max_client_batch_tokens, 131072);
 	assert_string_equal(o.admission, "time");
+	assert_string_equal(o.accept, "balanced");
 	assert_int_equal(o.shutdown_timeout_s, 25);
 	assert_true(o.token_delay_us == 0);
 }
@@ -59,12 +60,13 @@ static void test_values_and_flags(void **state)
 	const char *args[] = {"--port=0", "--device", "cpu", "--dtype=bf16", "--lazy",
 			      "--eta", "0.25", "--max-body-bytes", "1024", "--model", "/m",
 			      "--admission=count", "--max-batch-ms", "0", "--shutdown-timeout-s=0",
-			      "--max-client-batch-tokens", "7"};
+			      "--max-client-batch-tokens", "7", "--accept", "mhd"};
 	rg_serve_opts o;
 	(void)state;
 
-	assert_int_equal(parse(&o, 17, args), -1);
+	assert_int_equal(parse(&o, 19, args), -1);
 	assert_string_equal(o.admission, "count");
+	assert_string_equal(o.accept, "mhd");
 	assert_true(o.max_batch_ms == 0);
 	assert_int_equal(o.shutdown_timeout_s, 0);
 	assert_int_equal(o.max_client_batch_tokens, 7);
@@ -86,7 +88,7 @@ static void test_usage_errors(void **state)
 		{"--max-queue", "0"},     {"stray", NULL},     {"--max-batch-tokens", NULL},
 		{"--cache-entries", "-1"}, {"--host", ""},
 		{"--admission", "queue"}, {"--max-batch-ms", "-1"}, {"--shutdown-timeout-s", "-1"},
-		{"--max-client-batch-tokens", "0"},
+		{"--max-client-batch-tokens", "0"}, {"--accept", "random"},
 	};
 	rg_serve_opts o;
 	(void)state;
@@ -126,7 +128,7 @@ static void test_help_lists_every_option(void **state)
 			     "--batch-delay-ms --api-key --cors-allow-origin "
 			     "--request-read-timeout-s --max-connections-per-ip "
 			     "--max-buffered-bytes --max-discard-bytes --max-batch-ms "
-			     "--max-client-batch-tokens --admission --shutdown-timeout-s "
+			     "--max-client-batch-tokens --admission --accept --shutdown-timeout-s "
 			     "--token-delay-us --devices --cpu-replicas [RAGGED_PORT] "
 			     "[RAGGED_MAX_BATCH_REQUESTS] [RAGGED_API_KEY] [RAGGED_DAS_PACKED] "
 			     "[RAGGED_SHUTDOWN_TIMEOUT_S] [RAGGED_DEVICES] --served-model-name "
