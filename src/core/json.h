@@ -21,10 +21,4 @@ rg_status rg_json_parse(const char *text, size_t len, int flags, const char *pat
  * Errors: RG_ERR_IO (missing, unreadable, not a regular file), RG_ERR_FORMAT (over limit bytes,
  * not JSON), RG_ERR_OOM; messages name the path. */
 rg_status rg_json_read_file(const char *path, off_t limit, json_object **out);
-/* Byte offset of the first \u escape inside a JSON string of b (len bytes) that encodes an
- * unpaired UTF-16 surrogate (a high one not followed by \uDC00-\uDFFF, or a lone low one), or -1
- * when there is none. json-c would silently turn such an escape into U+FFFD; like serde_json
- * (TEI, TGI) the HTTP parsers refuse it, since the text the client meant is not Unicode.
- * Malformed escapes are left to the parser. */
-long rg_json_find_unpaired_surrogate(const char *b, size_t len);
 #endif

@@ -66,4 +66,11 @@ static inline uint32_t rg_utf8_get_valid(const unsigned char *p)
 	return ((uint32_t)(p[0] & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) |
 	       ((uint32_t)(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
 }
+
+/* Byte offset of the first \u escape inside a JSON string of b (len bytes) that encodes an
+ * unpaired UTF-16 surrogate (a high one not followed by \uDC00-\uDFFF, or a lone low one), or -1
+ * when there is none. json-c would silently turn such an escape into U+FFFD; like serde_json
+ * (TEI, TGI) the HTTP parsers refuse it, since the text the client meant is not Unicode.
+ * Malformed escapes are left to the parser. */
+long rg_json_find_unpaired_surrogate(const char *b, size_t len);
 #endif

@@ -16,7 +16,6 @@
  * UTF-8 JSON whatever a token's bytes are. */
 #include "server/gen_request.h"
 
-#include "core/json.h"
 
 #include <float.h>
 #include <json-c/json.h>

@@ -1,7 +1,6 @@
 /* JSON request parsing and response formatting for `ragged serve`. See request.h. */
 #include "server/request.h"
 
-#include "core/json.h"
 
 #include <json-c/json.h>
 #include <math.h>
