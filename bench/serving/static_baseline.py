@@ -230,7 +230,11 @@ def main():
         torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
     t0 = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=tdt).to(a.device).eval()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(a.model, dtype=tdt)
+    except TypeError:  # transformers < 4.56 names it torch_dtype
+        model = AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=tdt)
+    model = model.to(a.device).eval()
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     load_s = time.perf_counter() - t0
