@@ -538,7 +538,9 @@ def markdown(rep, out):
     if bl:
         L.append(f"- baseline: HF transformers {bl['transformers']} `generate` (torch "
                  f"{bl['torch']}, {bl['threads']} threads, {bl['dtype']}), static cache, batches of "
-                 f"{bl['batch']} run to their longest output, the same per-request schedule "
+                 f"{bl['batch']} run to their longest output, "
+                 f"{'torch.compile by transformers' if bl.get('hf_compile') else 'eager'}, "
+                 f"the same per-request schedule "
                  f"(static_baseline.py); `full`: a batch waits for its {bl['batch']}th request (the "
                  f"issue's rule), `available`: it takes what has arrived when the device frees")
     else:
@@ -707,6 +709,8 @@ def parse_args(argv):
     ap.add_argument("--baseline-budget-s", type=float, default=180,
                     help="real compute per schedule and fill rule before the baseline is cut")
     ap.add_argument("--baseline-threads", type=int, default=0)
+    ap.add_argument("--baseline-hf-compile", action="store_true",
+                    help="let transformers compile the baseline's forward (static_baseline.py)")
     ap.add_argument("--ragged", default=os.path.join(ROOT, "build", "ragged"))
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--tag", default="")
@@ -779,6 +783,8 @@ def main(argv=None):
                "--fill", a.baseline_fill, "--prefix-len", str(a.shared_prefix_len),
                "--timeout-ms", str(a.timeout_ms), "--budget-s", str(a.baseline_budget_s),
                "--threads", str(a.baseline_threads), "--seed", str(a.seed), "--out", bl_json]
+        if a.baseline_hf_compile:
+            cmd.append("--hf-compile")
         log("baseline: " + " ".join(cmd[:2]) + " ...")
         with open(os.path.join(run_dir, "baseline.log"), "w") as lf:
             p = subprocess.run(cmd + scheds, stdout=lf, stderr=subprocess.STDOUT)

@@ -21,6 +21,9 @@ cache_implementation="static")`; its measured duration places it on the virtual 
 device is idle between batches, so waiting needs no real sleeping). A streamer records the time
 of every decoding step (the put() after each new token; on CUDA it copies the ids to the host,
 which synchronises, as generate's own stopping check does every step).
+The forward runs eagerly (generation_config.disable_compile; transformers would otherwise
+compile the static-cache forward on CUDA and recompile it for every new batch shape, compile time
+inside the batches); --hf-compile allows it.
 Per request (the loadgen's rules, as if the batch streamed): TTFT = batch start + time to the
 first new token - arrival; TPOT = (time of its own last token - its first) / (max_tokens - 1);
 done (end-to-end) = the batch's end, when generate returns. A request done later than
@@ -220,6 +223,8 @@ def main():
     ap.add_argument("--budget-s", type=float, default=120)
     ap.add_argument("--threads", type=int, default=0, help="torch threads on the CPU (0: torch's)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--hf-compile", action="store_true",
+                    help="let transformers auto-compile the static-cache forward (CUDA)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     from transformers import AutoModelForCausalLM
@@ -237,13 +242,17 @@ def main():
     model = model.to(a.device).eval()
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
+    # transformers compiles the forward of a static-cache generate on CUDA by itself, and
+    # recompiles for every new (batch, width, cache length): that would put compile time into
+    # every batch. Eager by default; --hf-compile lets it compile (and counts the time).
+    model.generation_config.disable_compile = not a.hf_compile
     load_s = time.perf_counter() - t0
     vocab = model.config.vocab_size
     # warm-up: one small batch (allocator, kernels)
     run_batch(model, a.device, [np.arange(3, 40), np.arange(3, 20)], 8)
     rep = {"device": a.device, "dtype": dt, "batch": a.batch, "torch": torch.__version__,
            "transformers": transformers.__version__, "threads": torch.get_num_threads(),
-           "load_s": load_s, "gpu": torch.cuda.get_device_name(0) if a.device == "cuda" else None,
+           "load_s": load_s, "hf_compile": a.hf_compile, "gpu": torch.cuda.get_device_name(0) if a.device == "cuda" else None,
            "bandwidth_gbs": bandwidth_gbs(a.device), "runs": []}
     for path in a.schedules:
         rows = load_schedule(path)
