@@ -58,6 +58,7 @@ import datetime
 import json
 import math
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -68,6 +69,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+from static_baseline import sys_busy_s, wait_quiet  # noqa: E402
 from sweep import cpu_name, free_port, git_commit, gpu_names, slug  # noqa: E402
 
 import make_gen_model  # noqa: E402
@@ -209,11 +211,27 @@ class GpuSampler:
 
 # ---------------------------------------------------------------- one ragged run
 
+def proc_cpu_s(pid):
+    """CPU seconds (user + system, all threads) of process pid so far, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            v = f.read().rsplit(")", 1)[1].split()
+        return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def run_point(a, run_dir, name, rate, extra_serve=(), requests=0):
     """Start a server, run the loadgen at `rate` (or `requests` all at once), return the point."""
+    quiet = None
+    if a.wait_quiet_s > 0:
+        waited, busy = wait_quiet(a.wait_quiet_s)
+        quiet = {"waited_s": waited, "other_cores_before": busy}
+        if waited > 6:
+            log(f"waited {waited:.0f} s for a quiet host (other processes: {busy:.2f} cores)")
     port = free_port()
     srv = GenServer(a, port, os.path.join(run_dir, f"serve_{name}.log"), extra_serve)
-    pt = {"name": name, "rate": rate, "serve_cmd": " ".join(srv.cmd)}
+    pt = {"name": name, "rate": rate, "serve_cmd": " ".join(srv.cmd), "quiet": quiet}
     try:
         if not srv.wait_healthy(a.start_timeout_s):
             pt["error"] = f"server did not start (see serve_{name}.log)"
@@ -237,10 +255,20 @@ def run_point(a, run_dir, name, rate, extra_serve=(), requests=0):
             cmd += ["--rate", f"{rate:.6g}", "--duration", str(a.duration),
                     "--warmup", str(a.warmup), "--connections", str(a.connections)]
         gpu = GpuSampler(a.device == "cuda")
+        b0, s0 = sys_busy_s(), proc_cpu_s(srv.proc.pid)
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         p = subprocess.run(cmd, capture_output=True, text=True,
                            timeout=a.warmup + a.duration + a.timeout_ms / 1e3 + 120)
         t1 = time.monotonic()
+        b1, s1 = sys_busy_s(), proc_cpu_s(srv.proc.pid)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if None not in (b0, b1, s0, s1):
+            lg_cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+            # cores kept busy by other processes than the server and the loadgen: the noise of
+            # a shared host
+            pt["other_cpu_cores"] = ((b1 - b0) - (s1 - s0) - lg_cpu) / (t1 - t0)
+            pt["server_cpu_cores"] = (s1 - s0) / (t1 - t0)
         # GPU busy over the measured window (the warm-up and the drain tail left out)
         pt["gpu_busy"] = gpu.stop(t0 + (0 if requests else a.warmup),
                                   t1 if requests else t0 + a.warmup + a.duration)
@@ -436,6 +464,7 @@ def build_report(rep):
                    "ragged": summarize(pt["per_request"], a, a["duration"], a["warmup"]),
                    "server": pt["server"], "gpu_busy": pt.get("gpu_busy"),
                    "engine_busy": pt.get("engine_busy"),
+                   "other_cpu_cores": pt.get("other_cpu_cores"),
                    "napkin": napkin(pt, facts, bw, a)}
             for fill in fills:
                 run = base_runs.get((os.path.basename(pt["per_request_file"]), fill))
@@ -446,6 +475,7 @@ def build_report(rep):
                                    max(b["start_ms"], w0)) for b in run["batches"])
                     s["device_busy"] = busy / (w1 - w0)
                     s["cut"] = run["cut"]
+                    s["other_cpu_cores"] = run.get("other_cpu_cores")
                     s["batches"] = len(run["batches"])
                     s["mean_batch"] = (sum(b["size"] for b in run["batches"]) /
                                        len(run["batches"]) if run["batches"] else None)
@@ -471,6 +501,9 @@ def build_report(rep):
             "max_rate_meeting_slo": max(slo_rates) if slo_rates else None,
             "best_goodput_rps": max((r[sysn]["goodput_rps"] for r in rows), default=None),
             "saturation_output_tok_s": max((r[sysn]["output_tok_s"] for r in rows), default=None),
+            # the baseline's rate per second of its own compute (independent of a cut)
+            "best_tok_per_compute_s": max((r[sysn].get("tok_per_compute_s") or 0 for r in rows),
+                                          default=None) if sysn != "ragged" else None,
         }
     sat = [r["rate"] for r in out["rates"] if r["ragged_saturated"]]
     best["ragged"]["saturated_from_rate"] = min(sat) if sat else None
@@ -560,10 +593,14 @@ def markdown(rep, out):
                 note = (f"{fmt(sv['tokens_per_step'])} tok/step, step {fmt(sv['step_ms_mean'], 2)}"
                         f" ms, prefix hits {sv['prefix_cache_hit_tokens']:.0f} tok, preempt "
                         f"{sv['preemptions']:.0f}")
+                if r.get("other_cpu_cores") is not None:
+                    note += f"; other processes {r['other_cpu_cores']:.2f} cores"
             else:
                 busy_s = fmt(100 * s["device_busy"], 0) + " (batches)"
                 note = (f"{s['batches']} batches of {fmt(s['mean_batch'])}, "
                         f"{fmt(s['tok_per_compute_s'], 0)} out tok/s of compute")
+                if s.get("other_cpu_cores") is not None:
+                    note += f"; other processes {s['other_cpu_cores']:.2f} cores"
                 if s["cut"]:
                     note += "; CUT: " + s["cut"]
             if s["errors"]:
@@ -577,14 +614,16 @@ def markdown(rep, out):
           "p99 counts a failed request as infinitely late. Baseline TTFT/TPOT are as if each "
           "request streamed from its batch (its own first and last token), the most favourable "
           "reading of static batching.", "", "## Per system", "",
-          "| system | highest rate meeting the SLO (p99) | best goodput/s | saturation out tok/s |",
-          "|---|---|---|---|"]
+          "| system | highest rate meeting the SLO (p99) | best goodput/s | saturation out tok/s "
+          "(in the window) | best out tok/s of compute |",
+          "|---|---|---|---|---|"]
     sat = out["best"]["ragged"].get("saturated_from_rate")
     L_sat = (f"ragged saturated from {sat:g} req/s (throughput < 0.9 x offered, or busy > 90%)"
              if sat else "no rate saturated ragged")
     for sysn, b in out["best"].items():
         L.append(f"| {sysn} | {fmt(b['max_rate_meeting_slo'], 2) if b['max_rate_meeting_slo'] else 'none of the rates run'}"
-                 f" | {fmt(b['best_goodput_rps'], 2)} | {fmt(b['saturation_output_tok_s'], 0)} |")
+                 f" | {fmt(b['best_goodput_rps'], 2)} | {fmt(b['saturation_output_tok_s'], 0)} | "
+                 f"{fmt(b.get('best_tok_per_compute_s'), 0)} |")
     L += ["", L_sat + "."]
     if "offline" in out:
         o = out["offline"]
@@ -715,6 +754,12 @@ def parse_args(argv):
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--tag", default="")
     ap.add_argument("--note", action="append", default=[], help="a line for the report's notes")
+    ap.add_argument("--wait-quiet-s", type=float, default=0,
+                    help="on a shared host: before each point (and each baseline schedule), wait "
+                         "up to this long for other processes to use < 0.3 cores")
+    ap.add_argument("--baseline-only", metavar="RAW_JSON",
+                    help="run the baseline again on a run's recorded schedules (e.g. after a "
+                         "first pass overlapped other load on a shared host), then --render")
     ap.add_argument("--render", metavar="RAW_JSON",
                     help="rewrite a run's results from its build/serving_logs/<run>/raw.json")
     return ap.parse_args(argv)
@@ -722,6 +767,27 @@ def parse_args(argv):
 
 def main(argv=None):
     a = parse_args(argv)
+    if a.baseline_only:
+        with open(a.baseline_only) as f:
+            rep = json.load(f)
+        ra = argparse.Namespace(**rep["args"])
+        for k in ("torch_python", "baseline_budget_s", "baseline_threads", "baseline_hf_compile",
+                  "wait_quiet_s"):
+            setattr(ra, k, getattr(a, k))
+        rep["args"].update({k: getattr(a, k) for k in ("baseline_budget_s", "baseline_threads",
+                                                       "baseline_hf_compile")})
+        rep.pop("baseline", None)
+        rep.pop("baseline_error", None)
+        rep["notes"] = [n for n in rep.get("notes", []) if not n.startswith("baseline per_")]
+        rep["notes"].append(f"baseline re-run on the recorded schedules at "
+                            f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}"
+                            f" (--baseline-only)")
+        rep["notes"] += a.note
+        run_baseline(ra, rep, rep["run_dir"])
+        rep["summary"] = build_report(rep)
+        write_results(rep, rep["out_json"])
+        log(f"rewrote {rep['out_json']} and .md")
+        return 0
     if a.render:
         with open(a.render) as f:
             rep = json.load(f)
@@ -775,29 +841,7 @@ def main(argv=None):
         rep["points"].append(run_point(a, run_dir, "offline", None, requests=a.offline))
         save()
     if not a.no_baseline:
-        scheds = [p["per_request_file"] for p in rep["points"]
-                  if p["name"].startswith("rate") and "per_request_file" in p]
-        bl_json = os.path.join(run_dir, "baseline.json")
-        cmd = [a.torch_python, os.path.join(HERE, "static_baseline.py"), "--model", a.model,
-               "--device", a.device, "--dtype", a.dtype, "--batch", str(a.baseline_batch),
-               "--fill", a.baseline_fill, "--prefix-len", str(a.shared_prefix_len),
-               "--timeout-ms", str(a.timeout_ms), "--budget-s", str(a.baseline_budget_s),
-               "--threads", str(a.baseline_threads), "--seed", str(a.seed), "--out", bl_json]
-        if a.baseline_hf_compile:
-            cmd.append("--hf-compile")
-        log("baseline: " + " ".join(cmd[:2]) + " ...")
-        with open(os.path.join(run_dir, "baseline.log"), "w") as lf:
-            p = subprocess.run(cmd + scheds, stdout=lf, stderr=subprocess.STDOUT)
-        if os.path.exists(bl_json):
-            with open(bl_json) as f:
-                rep["baseline"] = json.load(f)
-            for run in rep["baseline"]["runs"]:
-                if run["cut"]:
-                    rep["notes"].append(f"baseline {os.path.basename(run['schedule'])} "
-                                        f"{run['fill']} was cut: {run['cut']}")
-        if p.returncode != 0:
-            rep["baseline_error"] = f"static_baseline.py exit {p.returncode} (see baseline.log)"
-            log(rep["baseline_error"])
+        run_baseline(a, rep, run_dir)
     if not rep.get("baseline"):
         rep["cpu_bandwidth_gbs"] = cpu_bandwidth_gbs() if a.device == "cpu" else None
     rep["summary"] = build_report(rep)
@@ -805,6 +849,37 @@ def main(argv=None):
     log(f"wrote {out_json} and .md (raw records: {run_dir}/raw.json)")
     print(markdown(rep, rep["summary"]))
     return 0
+
+
+def run_baseline(a, rep, run_dir):
+    """static_baseline.py in its own process over every rate's per-request schedule."""
+    scheds = [p["per_request_file"] for p in rep["points"]
+              if p["name"].startswith("rate") and "per_request_file" in p]
+    bl_json = os.path.join(run_dir, "baseline.json")
+    cmd = [a.torch_python, os.path.join(HERE, "static_baseline.py"), "--model", a.model,
+           "--device", a.device, "--dtype", a.dtype, "--batch", str(a.baseline_batch),
+           "--fill", a.baseline_fill, "--prefix-len", str(a.shared_prefix_len),
+           "--timeout-ms", str(a.timeout_ms), "--budget-s", str(a.baseline_budget_s),
+           "--threads", str(a.baseline_threads), "--seed", str(a.seed), "--out", bl_json]
+    if a.baseline_hf_compile:
+        cmd.append("--hf-compile")
+    if getattr(a, "wait_quiet_s", 0) > 0:
+        waited, busy = wait_quiet(a.wait_quiet_s)
+        rep["baseline_quiet"] = {"waited_s": waited, "other_cores_before": busy}
+        cmd += ["--wait-quiet-s", str(a.wait_quiet_s)]
+    log("baseline: " + " ".join(cmd[:2]) + " ...")
+    with open(os.path.join(run_dir, "baseline.log"), "w") as lf:
+        p = subprocess.run(cmd + scheds, stdout=lf, stderr=subprocess.STDOUT)
+    if os.path.exists(bl_json):
+        with open(bl_json) as f:
+            rep["baseline"] = json.load(f)
+        for run in rep["baseline"]["runs"]:
+            if run["cut"]:
+                rep["notes"].append(f"baseline {os.path.basename(run['schedule'])} "
+                                    f"{run['fill']} was cut: {run['cut']}")
+    if p.returncode != 0:
+        rep["baseline_error"] = f"static_baseline.py exit {p.returncode} (see baseline.log)"
+        log(rep["baseline_error"])
 
 
 if __name__ == "__main__":
