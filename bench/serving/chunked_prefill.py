@@ -45,7 +45,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from gen_serving import GenServer, log, metrics_delta, model_facts, pct, resolve_model  # noqa: E402
+from gen_serving import (GenServer, log, metrics_delta, model_facts, pct, proc_cpu_s,  # noqa: E402
+                         resolve_model)
+from static_baseline import sys_busy_s, wait_quiet  # noqa: E402
 from sweep import cpu_name, free_port, git_commit, gpu_names, slug  # noqa: E402
 
 MARK = b'"object":"text_completion"'  # once per completion event
@@ -175,11 +177,12 @@ def one_round(port, a, rng, vocab):
 
 
 def run_budget(a, budget, vocab, run_dir, rng):
+    quiet = wait_quiet(a.wait_quiet_s) if a.wait_quiet_s > 0 else None
     port = free_port()
     a.max_num_batched_tokens = budget
     srv = GenServer(a, port, os.path.join(run_dir, f"serve_b{budget}.log"),
                     ["--no-prefix-caching"])
-    res = {"budget": budget, "serve_cmd": " ".join(srv.cmd)}
+    res = {"budget": budget, "serve_cmd": " ".join(srv.cmd), "quiet_wait": quiet}
     try:
         if not srv.wait_healthy(a.start_timeout_s):
             res["error"] = "server did not start"
@@ -189,7 +192,13 @@ def run_budget(a, budget, vocab, run_dir, rng):
         m0 = srv.metrics()
         rounds = []
         for r in range(a.reps):
+            t0, b0, s0, c0 = (time.monotonic(), sys_busy_s(), proc_cpu_s(srv.proc.pid),
+                              time.process_time())
             rd = one_round(port, a, rng, vocab)
+            if None not in (b0, s0):
+                # cores kept busy by processes other than the server and this client
+                rd["other_cpu_cores"] = ((sys_busy_s() - b0) - (proc_cpu_s(srv.proc.pid) - s0) -
+                                         (time.process_time() - c0)) / (time.monotonic() - t0)
             rounds.append(rd)
             log(f"budget {budget} round {r}: " + (rd.get("error") or
                 f"before p99 {pct(rd['before'], 99):.2f} ms, during p99 "
@@ -227,19 +236,21 @@ def markdown(rep):
          f"{a['reps']} rounds per budget; inter-token gaps = times between server-sent events, "
          f"before = the {a['before_s']} s before the join, during = gaps overlapping the prefill",
          "", "| budget B | idle prefill ms (median) | gaps before p50 / p99 | during p50 / p99 / max | "
-         "rise of p99 | long prompt TTFT under load | events per stream during |",
-         "|---|---|---|---|---|---|---|"]
+         "rise of p99 | long prompt TTFT under load | events per stream during | other "
+         "processes, cores |",
+         "|---|---|---|---|---|---|---|---|"]
     f = lambda v, d=2: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
     for r in rep["budgets"]:
         if "error" in r:
-            L.append(f"| {r['budget']} | error: {r['error']} | | | | | |")
+            L.append(f"| {r['budget']} | error: {r['error']} | | | | | | |")
             continue
         ev = [x.get("events_during_mean") for x in r["rounds"] if x.get("events_during_mean")]
         L.append(f"| {r['budget']} | {f(pct(r['idle_prefill_ms'], 50), 1)} | "
                  f"{f(r['before_p50'])} / {f(r['before_p99'])} | {f(r['during_p50'])} / "
                  f"{f(r['during_p99'])} / {f(r['during_max'])} | {f(r.get('rise_p99_ms'))} | "
                  f"{', '.join(f(x, 1) for x in r['long_ttft_ms'])} | "
-                 f"{f(sum(ev) / len(ev), 1) if ev else '-'} |")
+                 f"{f(sum(ev) / len(ev), 1) if ev else '-'} | "
+                 f"{', '.join(f(x.get('other_cpu_cores')) for x in r['rounds'])} |")
     L += ["", "## Check (issue 20)", ""]
     if c.get("rise_chunked_ms") is not None and c.get("unchunked_prefill_ms") is not None:
         L.append(f"- chunked rise of the streams' inter-token p99 {c['rise_chunked_ms']:.2f} ms "
@@ -279,6 +290,9 @@ def main(argv=None):
     ap.add_argument("--start-timeout-s", type=float, default=300)
     ap.add_argument("--serve-arg", action="append", default=[])
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--wait-quiet-s", type=float, default=0,
+                    help="on a shared host: before each budget, wait up to this long for other "
+                         "processes to use < 0.3 cores")
     ap.add_argument("--ragged", default=os.path.join(ROOT, "build", "ragged"))
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--tag", default="")

@@ -12,7 +12,7 @@
 #            decoding streams, a 2,000-token prompt joins, chunked (512) vs unchunked (4096)
 # Knobs (environment): RATES (default 4,16,48,128), DURATION (20 s measured per rate), WARMUP
 # (3 s), TIMEOUT_MS (10000: past the 200 ms TTFT SLO anything slower is a miss anyway, and it
-# bounds the baseline's overloaded runs), BASELINE_BUDGET_S (30 s of compute per rate and fill
+# bounds the baseline's overloaded runs), BASELINE_BUDGET_S (20 s of compute per rate and fill
 # rule), DTYPE (fp16).
 # Needs .gpu_carry (CARRY_MODEL=0 scripts/pack-gpu-carry.sh) and python3 with torch +
 # transformers + numpy + safetensors (the GPU machine's). Results (JSON + markdown, and the run
@@ -29,7 +29,7 @@ RATES=${RATES:-4,16,48,128}
 DURATION=${DURATION:-20}
 WARMUP=${WARMUP:-3}
 TIMEOUT_MS=${TIMEOUT_MS:-10000}
-BASELINE_BUDGET_S=${BASELINE_BUDGET_S:-30}
+BASELINE_BUDGET_S=${BASELINE_BUDGET_S:-20}
 DTYPE=${DTYPE:-fp16}
 export PATH=$PATH:/usr/local/cuda/bin
 FAILED=()
