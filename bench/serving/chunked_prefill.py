@@ -10,7 +10,7 @@ For each budget (--chunked, --unchunked), `ragged serve --max-num-batched-tokens
   1. idle: the long prompt alone (--idle-reps times, fresh random ids each time, "max_tokens" 1,
      streamed): its TTFT from the client's send to the first event; the median is "the prefill
      time" of that budget (with the unchunked budget: the unchunked prefill time);
-  2. --reps times: --streams (32) clients stream completions of --stream-prompt (64) token prompts
+  2. --warmup-rounds (1) unmeasured, then --reps measured rounds: --streams (32) clients stream completions of --stream-prompt (64) token prompts
      ("ignore_eos", "max_tokens" large enough to outlast the round); once every stream has
      produced --settle events, --before-s of steady decoding; then the long prompt joins
      ("max_tokens" 2, streamed) at t_join and its first event marks the prefill's end t_first;
@@ -189,6 +189,9 @@ def run_budget(a, budget, vocab, run_dir, rng):
             return res
         idle_prefill(port, a, rng, vocab)  # warm-up (first-touch of the KV blocks, caches)
         res["idle_prefill_ms"] = idle_prefill(port, a, rng, vocab)
+        for _ in range(a.warmup_rounds):  # new step shapes (GEMM plans, graphs) first seen here
+            one_round(port, a, rng, vocab)
+            time.sleep(0.5)
         m0 = srv.metrics()
         rounds = []
         for r in range(a.reps):
@@ -281,6 +284,7 @@ def main(argv=None):
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--idle-reps", type=int, default=5)
+    ap.add_argument("--warmup-rounds", type=int, default=1, help="rounds run first, not measured")
     ap.add_argument("--settle", type=int, default=5, help="events per stream before measuring")
     ap.add_argument("--before-s", type=float, default=1.0)
     ap.add_argument("--after-s", type=float, default=0.3)
