@@ -873,7 +873,7 @@ def run_baseline(a, rep, run_dir):
         rep["baseline_quiet"] = {"waited_s": waited, "other_cores_before": busy}
         # the baseline's timeline is virtual: it can wait for quiet before every batch and
         # run a batch again that others disturbed, at no cost to its numbers
-        cmd += ["--wait-quiet-s", str(a.wait_quiet_s), "--batch-quiet-s", "60",
+        cmd += ["--wait-quiet-s", str(a.wait_quiet_s), "--batch-quiet-s", "30",
                 "--batch-retries", "3"]
     log("baseline: " + " ".join(cmd[:2]) + " ...")
     with open(os.path.join(run_dir, "baseline.log"), "w") as lf:

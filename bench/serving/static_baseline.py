@@ -229,14 +229,15 @@ def sys_busy_s():
 
 def wait_quiet(max_s, thresh=0.3, window_s=5.0):
     """Wait (up to max_s) until the host's other processes keep < thresh cores busy over
-    window_s (this process idle meanwhile); returns [seconds waited, last window's cores]."""
+    window_s (this process's own CPU time, e.g. spinning worker threads, left out); returns
+    [seconds waited, last window's cores]."""
     t0 = time.monotonic()
     while True:
-        b0 = sys_busy_s()
+        b0, c0 = sys_busy_s(), time.process_time()
         if b0 is None:
             return [0.0, None]
         time.sleep(window_s)
-        busy = (sys_busy_s() - b0) / window_s
+        busy = ((sys_busy_s() - b0) - (time.process_time() - c0)) / window_s
         if busy < thresh or time.monotonic() - t0 >= max_s:
             return [time.monotonic() - t0, busy]
 
