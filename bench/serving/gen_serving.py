@@ -465,6 +465,7 @@ def build_report(rep):
                    "server": pt["server"], "gpu_busy": pt.get("gpu_busy"),
                    "engine_busy": pt.get("engine_busy"),
                    "other_cpu_cores": pt.get("other_cpu_cores"),
+                   "offered_rps": pt["loadgen"].get("offered_rps"),
                    "napkin": napkin(pt, facts, bw, a)}
             for fill in fills:
                 run = base_runs.get((os.path.basename(pt["per_request_file"]), fill))
@@ -493,7 +494,9 @@ def build_report(rep):
         # saturated: the server no longer keeps up with the offered rate, or its steps fill the
         # time (GPU busy or step time over 90% of the wall clock)
         busy = ((r.get("gpu_busy") or {}).get("mean") or 0) / 100
-        r["ragged_saturated"] = (r["ragged"]["throughput_rps"] < 0.9 * r["rate"] or
+        # (against the arrivals actually drawn: a Poisson window holds +-1/sqrt(n) of the rate)
+        offered = r.get("offered_rps") or r["rate"]
+        r["ragged_saturated"] = (r["ragged"]["throughput_rps"] < 0.85 * offered or
                                  max(busy, r.get("engine_busy") or 0) > 0.9)
     systems = ["ragged"] + ["static_" + f for f in fills]
     best = {}
@@ -525,6 +528,22 @@ def build_report(rep):
         out["prefix_ab"] = {"rate": ab["rate"], "without_cache": wo,
                             "with_cache": with_c["ragged"] if with_c else None,
                             "server_without": ab["server"]}
+        # the same seed draws the same requests in both runs: pair them by index
+        pw = next((p for p in rep["points"] if p["name"] == f"rate{ab['rate']:g}" and
+                   "per_request" in p), None)
+        if pw:
+            a_by = {r["i"]: r for r in pw["per_request"]}
+            pairs = []
+            for r in ab["per_request"]:
+                w = a_by.get(r["i"])
+                if (r.get("prefixed") and r.get("measured") and w and w.get("prefixed") and
+                        ok(r) and ok(w) and w.get("ttft_ms") and r.get("ttft_ms") is not None):
+                    pairs.append((r["len"] - a["shared_prefix_len"], r["ttft_ms"] / w["ttft_ms"]))
+            short = [x for n, x in pairs if n <= 128]
+            out["prefix_ab"]["paired"] = {
+                "n": len(pairs), "ratio_p50": pct([x for _, x in pairs], 50),
+                "n_suffix_le_128": len(short), "ratio_p50_suffix_le_128": pct(short, 50),
+                "pairs": pairs}
     out["targets"] = targets(out, systems)
     return out
 
@@ -551,6 +570,9 @@ def targets(out, systems):
         w = out["prefix_ab"]["with_cache"]["ttft_p50_prefixed"]
         wo = out["prefix_ab"]["without_cache"]["ttft_p50_prefixed"]
         t["prefix_ttft_cut_x"] = ratio(wo, w)
+        pr = out["prefix_ab"].get("paired") or {}
+        if pr.get("n"):
+            t["prefix_ttft_cut_x_paired_p50"] = pr["ratio_p50"]
     return t
 
 
@@ -623,7 +645,7 @@ def markdown(rep, out):
           "(in the window) | best out tok/s of compute |",
           "|---|---|---|---|---|"]
     sat = out["best"]["ragged"].get("saturated_from_rate")
-    L_sat = (f"ragged saturated from {sat:g} req/s (throughput < 0.9 x offered, or busy > 90%)"
+    L_sat = (f"ragged saturated from {sat:g} req/s (throughput < 0.85 x the arrivals drawn, or busy > 90%)"
              if sat else "no rate saturated ragged")
     for sysn, b in out["best"].items():
         L.append(f"| {sysn} | {fmt(b['max_rate_meeting_slo'], 2) if b['max_rate_meeting_slo'] else 'none of the rates run'}"
@@ -648,10 +670,20 @@ def markdown(rep, out):
               f"| --no-prefix-caching | {fmt(wo['ttft_p50_prefixed'])} ({wo['prefixed_n']} req) | "
               f"{fmt(wo['ttft_p50_other'])} | {fmt(wo['ttft_per_prompt_tok_prefixed'], 3)} | "
               f"{fmt(wo['ttft_per_prompt_tok_other'], 3)} |"]
+        pr = p.get("paired")
+        if pr:
+            L += ["", f"The same requests in both runs (same seed), paired: TTFT without the cache /"
+                  f" with it, median over the {pr['n']} shared-prefix requests "
+                  f"{fmt(pr['ratio_p50'], 2)}x; over the {pr['n_suffix_le_128']} whose own part "
+                  f"after the {a['shared_prefix_len']}-token prefix is <= 128 tokens "
+                  f"{fmt(pr['ratio_p50_suffix_le_128'], 2)}x. The cache can only skip the prefix: "
+                  f"with a uniform 16-512 token remainder, the computed prompt shrinks from "
+                  f"256 + L to L tokens, about 2x at the median L."]
     t = out["targets"]
     L += ["", "## Targets (issue 20)", ""]
     for k, v in t.items():
-        goal = {"saturation_over_offline": ">= 0.8", "prefix_ttft_cut_x": ">= 3"}.get(
+        goal = {"saturation_over_offline": ">= 0.8", "prefix_ttft_cut_x": ">= 3",
+                "prefix_ttft_cut_x_paired_p50": ">= 3"}.get(
             k, ">= 5" if k.startswith("goodput_x") else "")
         thr = float(goal.split()[-1]) if goal else None
         verdict = "-" if v is None else ("met" if thr is not None and v >= thr else "MISSED")
