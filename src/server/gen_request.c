@@ -31,42 +31,9 @@
 /* vLLM's floor for a log-probability of -inf (JSON has no infinities). */
 #define LP_FLOOR "-9999.0"
 
-static rg_status req_fail(rg_req_error *err, int http, const char *type, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static rg_status req_fail(rg_req_error *err, int http, const char *type, const char *fmt, ...)
-{
-	va_list ap;
-
-	err->http_status = http;
-	err->type = type;
-	va_start(ap, fmt);
-	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-	va_end(ap);
-	return http == 500 ? RG_ERR_OOM : RG_ERR_INVALID_INPUT;
-}
-
-/* req_fail naming the offending field (OpenAI's "param"). */
-static rg_status req_failp(rg_req_error *err, const char *param, int http, const char *type,
-			   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
-static rg_status req_failp(rg_req_error *err, const char *param, int http, const char *type,
-			   const char *fmt, ...)
-{
-	va_list ap;
-
-	err->http_status = http;
-	err->type = type;
-	snprintf(err->param, sizeof(err->param), "%s", param);
-	va_start(ap, fmt);
-	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-	va_end(ap);
-	return http == 500 ? RG_ERR_OOM : RG_ERR_INVALID_INPUT;
-}
-
 static rg_status oom(rg_req_error *err)
 {
-	return req_fail(err, 500, "backend", "out of memory");
+	return rg_req_fail(err, 500, "backend", "out of memory");
 }
 
 /* ---- reading fields ------------------------------------------------------------------------ */
@@ -88,7 +55,7 @@ static rg_status get_bool(json_object *o, const char *key, bool *dst, rg_req_err
 	if (!v)
 		return RG_OK;
 	if (!json_object_is_type(v, json_type_boolean))
-		return req_failp(err, key, 400, "validation", "%s must be a boolean", key);
+		return rg_req_failp(err, key, 400, "validation", "%s must be a boolean", key);
 	*dst = json_object_get_boolean(v);
 	return RG_OK;
 }
@@ -104,14 +71,14 @@ static rg_status get_int(json_object *o, const char *key, int64_t lo, int64_t hi
 	if (!v)
 		return RG_OK;
 	if (!json_object_is_type(v, json_type_int))
-		return req_failp(err, key, 400, "validation", "%s must be an integer", key);
+		return rg_req_failp(err, key, 400, "validation", "%s must be an integer", key);
 	x = json_object_get_int64(v);
 	if (x == INT64_MAX && json_object_get_uint64(v) > (uint64_t)INT64_MAX)
-		return req_failp(err, key, 400, "validation", "%s must be in [%lld, %lld], got %llu",
+		return rg_req_failp(err, key, 400, "validation", "%s must be in [%lld, %lld], got %llu",
 				 key, (long long)lo, (long long)hi,
 				 (unsigned long long)json_object_get_uint64(v));
 	if (x < lo || x > hi)
-		return req_failp(err, key, 400, "validation", "%s must be in [%lld, %lld], got %lld",
+		return rg_req_failp(err, key, 400, "validation", "%s must be in [%lld, %lld], got %lld",
 				 key, (long long)lo, (long long)hi, (long long)x);
 	*dst = x;
 	if (set)
@@ -145,7 +112,7 @@ static rg_status get_num(json_object *o, const char *key, double lo, double hi, 
 	if (!v)
 		return RG_OK;
 	if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
-		return req_failp(err, key, 400, "validation", "%s must be a number", key);
+		return rg_req_failp(err, key, 400, "validation", "%s must be a number", key);
 	x = json_object_get_double(v);
 	f = fabs(x) <= FLT_MAX ? (float)x : (float)INFINITY; /* no out-of-range conversion */
 	if (isfinite(f) && (open & LO_OPEN ? f > lo : f >= lo) &&
@@ -160,7 +127,7 @@ static rg_status get_num(json_object *o, const char *key, double lo, double hi, 
 	else
 		snprintf(range, sizeof(range), "in %c%g, %g%c", open & LO_OPEN ? '(' : '[', lo, hi,
 			 open & HI_OPEN ? ')' : ']');
-	return req_failp(err, key, 400, "validation", "%s must be %s and finite, got %g", key,
+	return rg_req_failp(err, key, 400, "validation", "%s must be %s and finite, got %g", key,
 			 range, x);
 }
 
@@ -173,15 +140,15 @@ static rg_status copy_str(json_object *s, const char *param, bool allow_empty, b
 	size_t n;
 
 	if (!json_object_is_type(s, json_type_string))
-		return req_failp(err, param, 400, "validation", "%s must be a string", param);
+		return rg_req_failp(err, param, 400, "validation", "%s must be a string", param);
 	p = json_object_get_string(s);
 	n = (size_t)json_object_get_string_len(s);
 	if (n == 0 && !allow_empty)
-		return req_failp(err, param, 400, "validation", "%s is an empty string", param);
+		return rg_req_failp(err, param, 400, "validation", "%s is an empty string", param);
 	if (!rg_utf8_valid(p, n))
-		return req_failp(err, param, 400, "validation", "%s is not valid UTF-8", param);
+		return rg_req_failp(err, param, 400, "validation", "%s is not valid UTF-8", param);
 	if (!allow_nul && memchr(p, '\0', n))
-		return req_failp(err, param, 400, "validation", "%s contains a NUL character",
+		return rg_req_failp(err, param, 400, "validation", "%s contains a NUL character",
 				 param);
 	if (!(*dst = malloc(n + 1)))
 		return oom(err);
@@ -208,7 +175,7 @@ static rg_status check_type(json_object *o, const char *key, unsigned types, con
 	json_object *v = opt(o, key);
 
 	if (v && !(types & (1u << json_object_get_type(v))))
-		return req_failp(err, key, 400, "validation", "%s must be %s", key, what);
+		return rg_req_failp(err, key, 400, "validation", "%s must be %s", key, what);
 	return RG_OK;
 }
 
@@ -219,9 +186,9 @@ static rg_status copy_ids(json_object *arr, const char *param, const rg_gen_limi
 	size_t n = json_object_array_length(arr);
 
 	if (n == 0)
-		return req_failp(err, param, 400, "validation", "%s is an empty token array", param);
+		return rg_req_failp(err, param, 400, "validation", "%s is an empty token array", param);
 	if (n > INT_MAX)
-		return req_failp(err, param, 413, "payload_too_large", "%s has too many tokens",
+		return rg_req_failp(err, param, 413, "payload_too_large", "%s has too many tokens",
 				 param);
 	if (!(*dst = malloc(n * sizeof(**dst))))
 		return oom(err);
@@ -231,11 +198,11 @@ static rg_status copy_ids(json_object *arr, const char *param, const rg_gen_limi
 		int64_t id;
 
 		if (!json_object_is_type(v, json_type_int))
-			return req_failp(err, param, 400, "validation",
+			return rg_req_failp(err, param, 400, "validation",
 					 "%s: token %zu is not an integer", param, k);
 		id = json_object_get_int64(v);
 		if (id < 0 || id >= lim->vocab_size)
-			return req_failp(err, param, 400, "validation",
+			return rg_req_failp(err, param, 400, "validation",
 					 "%s: token id %lld out of range [0, %d)", param,
 					 (long long)id, lim->vocab_size);
 		(*dst)[k] = (int32_t)id;
@@ -249,7 +216,7 @@ static rg_status alloc_prompts(rg_gen_request *r, size_t n, const rg_gen_limits 
 			       const char *param, rg_req_error *err)
 {
 	if (n > (size_t)lim->max_prompts)
-		return req_failp(err, param, 413, "payload_too_large",
+		return rg_req_failp(err, param, 413, "payload_too_large",
 				 "%s has %zu prompts; at most %d per request", param, n,
 				 lim->max_prompts);
 	r->texts = calloc(n, sizeof(*r->texts));
@@ -274,18 +241,18 @@ static rg_status parse_prompt(json_object *root, const rg_gen_limits *lim, rg_ge
 	rg_status st;
 
 	if (!v)
-		return req_failp(err, "prompt", 400, "validation", "missing prompt");
+		return rg_req_failp(err, "prompt", 400, "validation", "missing prompt");
 	if (json_object_is_type(v, json_type_string)) {
 		if ((st = alloc_prompts(r, 1, lim, "prompt", err)) != RG_OK)
 			return st;
 		return copy_str(v, "prompt", false, true, &r->texts[0], &r->text_lens[0], err);
 	}
 	if (!json_object_is_type(v, json_type_array))
-		return req_failp(err, "prompt", 400, "validation",
+		return rg_req_failp(err, "prompt", 400, "validation",
 				 "prompt must be a string, a list of strings, a list of token ids "
 				 "or a list of lists of token ids");
 	if ((n = json_object_array_length(v)) == 0)
-		return req_failp(err, "prompt", 400, "validation", "prompt is an empty list");
+		return rg_req_failp(err, "prompt", 400, "validation", "prompt is an empty list");
 	e0 = json_object_array_get_idx(v, 0);
 	if (json_object_is_type(e0, json_type_int)) {
 		if ((st = alloc_prompts(r, 1, lim, "prompt", err)) != RG_OK)
@@ -294,7 +261,7 @@ static rg_status parse_prompt(json_object *root, const rg_gen_limits *lim, rg_ge
 	}
 	strings = json_object_is_type(e0, json_type_string);
 	if (!strings && !json_object_is_type(e0, json_type_array))
-		return req_failp(err, "prompt[0]", 400, "validation",
+		return rg_req_failp(err, "prompt[0]", 400, "validation",
 				 "prompt[0] must be a string, a token id or a list of token ids");
 	if ((st = alloc_prompts(r, n, lim, "prompt", err)) != RG_OK)
 		return st;
@@ -307,7 +274,7 @@ static rg_status parse_prompt(json_object *root, const rg_gen_limits *lim, rg_ge
 		else if (json_object_is_type(e, json_type_array))
 			st = copy_ids(e, param, lim, &r->ids[i], &r->n_ids[i], err);
 		else
-			st = req_failp(err, param, 400, "validation",
+			st = rg_req_failp(err, param, 400, "validation",
 				       "%s must be a list of token ids like prompt[0]", param);
 		if (st != RG_OK)
 			return st;
@@ -332,11 +299,11 @@ static rg_status parse_content(json_object *m, size_t i, bool assistant, rg_gen_
 		return RG_OK;
 	}
 	if (!v)
-		return req_failp(err, param, 400, "validation", "%s is missing", param);
+		return rg_req_failp(err, param, 400, "validation", "%s is missing", param);
 	if (json_object_is_type(v, json_type_string))
 		return copy_str(v, param, true, true, &msg->content, &msg->content_len, err);
 	if (!json_object_is_type(v, json_type_array))
-		return req_failp(err, param, 400, "validation",
+		return rg_req_failp(err, param, 400, "validation",
 				 "%s must be a string or a list of text parts", param);
 	n = json_object_array_length(v);
 	for (size_t k = 0; k < n; k++) {
@@ -344,17 +311,17 @@ static rg_status parse_content(json_object *m, size_t i, bool assistant, rg_gen_
 
 		if (!json_object_is_type(p, json_type_object) || !(t = opt(p, "type")) ||
 		    !json_object_is_type(t, json_type_string))
-			return req_failp(err, param, 400, "validation",
+			return rg_req_failp(err, param, 400, "validation",
 					 "%s[%zu] must be an object with a \"type\"", param, k);
 		if (strcmp(json_object_get_string(t), "text"))
-			return req_failp(err, param, 400, "validation",
+			return rg_req_failp(err, param, 400, "validation",
 					 "%s[%zu]: content part type \"%.32s\" is not supported "
 					 "(text only)", param, k, json_object_get_string(t));
 		if (!(t = opt(p, "text")) || !json_object_is_type(t, json_type_string))
-			return req_failp(err, param, 400, "validation",
+			return rg_req_failp(err, param, 400, "validation",
 					 "%s[%zu].text must be a string", param, k);
 		if (!rg_utf8_valid(json_object_get_string(t), (size_t)json_object_get_string_len(t)))
-			return req_failp(err, param, 400, "validation",
+			return rg_req_failp(err, param, 400, "validation",
 					 "%s[%zu].text is not valid UTF-8", param, k);
 		total += (size_t)json_object_get_string_len(t);
 	}
@@ -385,13 +352,13 @@ static rg_status parse_messages(json_object *root, const rg_gen_limits *lim, rg_
 	rg_status st;
 
 	if (!v)
-		return req_failp(err, "messages", 400, "validation", "missing messages");
+		return rg_req_failp(err, "messages", 400, "validation", "missing messages");
 	if (!json_object_is_type(v, json_type_array))
-		return req_failp(err, "messages", 400, "validation", "messages must be a list");
+		return rg_req_failp(err, "messages", 400, "validation", "messages must be a list");
 	if ((n = json_object_array_length(v)) == 0)
-		return req_failp(err, "messages", 400, "validation", "messages is an empty list");
+		return rg_req_failp(err, "messages", 400, "validation", "messages is an empty list");
 	if (n > (size_t)lim->max_messages)
-		return req_failp(err, "messages", 413, "payload_too_large",
+		return rg_req_failp(err, "messages", 413, "payload_too_large",
 				 "%zu messages; at most %d per request", n, lim->max_messages);
 	if (!(r->messages = calloc(n, sizeof(*r->messages))))
 		return oom(err);
@@ -402,14 +369,14 @@ static rg_status parse_messages(json_object *root, const rg_gen_limits *lim, rg_
 
 		snprintf(param, sizeof(param), "messages[%zu]", i);
 		if (!json_object_is_type(m, json_type_object))
-			return req_failp(err, param, 400, "validation", "%s must be an object", param);
+			return rg_req_failp(err, param, 400, "validation", "%s must be an object", param);
 		snprintf(param, sizeof(param), "messages[%zu].role", i);
 		role = opt(m, "role");
 		while (role && json_object_is_type(role, json_type_string) && k < 5 &&
 		       strcmp(json_object_get_string(role), roles[k]))
 			k++;
 		if (!role || !json_object_is_type(role, json_type_string) || k == 5)
-			return req_failp(err, param, 400, "validation",
+			return rg_req_failp(err, param, 400, "validation",
 					 "%s must be one of \"system\", \"developer\", \"user\", "
 					 "\"assistant\", \"tool\"", param);
 		if (!(r->messages[i].role = strdup(roles[k])))
@@ -418,7 +385,7 @@ static rg_status parse_messages(json_object *root, const rg_gen_limits *lim, rg_
 		if (tc && !(json_object_is_type(tc, json_type_array) &&
 			    json_object_array_length(tc) == 0)) {
 			snprintf(param, sizeof(param), "messages[%zu].tool_calls", i);
-			return req_failp(err, param, 400, "validation",
+			return rg_req_failp(err, param, 400, "validation",
 					 "%s: tool calls are not supported", param);
 		}
 		if ((st = parse_content(m, i, k == 3, &r->messages[i], err)) != RG_OK)
@@ -446,11 +413,11 @@ static rg_status parse_stop(json_object *o, bool list_only, const rg_gen_limits 
 		return copy_str(v, "stop", false, false, &r->stop[0], NULL, err);
 	}
 	if (!json_object_is_type(v, json_type_array))
-		return req_failp(err, "stop", 400, "validation", "stop must be %s",
+		return rg_req_failp(err, "stop", 400, "validation", "stop must be %s",
 				 list_only ? "a list of strings" : "a string or a list of strings");
 	n = json_object_array_length(v);
 	if (n > (size_t)lim->max_stop)
-		return req_failp(err, "stop", 400, "validation",
+		return rg_req_failp(err, "stop", 400, "validation",
 				 "stop supports up to %d stop sequences, got %zu", lim->max_stop, n);
 	if (n && !(r->stop = calloc(n, sizeof(*r->stop))))
 		return oom(err);
@@ -471,7 +438,7 @@ static rg_status parse_stop_ids(json_object *o, const rg_gen_limits *lim, rg_gen
 	if (!v)
 		return RG_OK;
 	if (!json_object_is_type(v, json_type_array))
-		return req_failp(err, "stop_token_ids", 400, "validation",
+		return rg_req_failp(err, "stop_token_ids", 400, "validation",
 				 "stop_token_ids must be a list of token ids");
 	if (json_object_array_length(v) == 0)
 		return RG_OK;
@@ -489,7 +456,7 @@ static rg_status parse_logit_bias(json_object *o, const rg_gen_limits *lim, rg_g
 	if (!v)
 		return RG_OK;
 	if (!json_object_is_type(v, json_type_object))
-		return req_failp(err, k, 400, "validation",
+		return rg_req_failp(err, k, 400, "validation",
 				 "logit_bias must be an object of token id -> bias");
 	if ((n = json_object_object_length(v)) == 0)
 		return RG_OK;
@@ -505,16 +472,16 @@ static rg_status parse_logit_bias(json_object *o, const rg_gen_limits *lim, rg_g
 		for (; key[d] >= '0' && key[d] <= '9' && d < 12; d++)
 			id = id * 10 + (key[d] - '0');
 		if (d == 0 || key[d] || id >= lim->vocab_size)
-			return req_failp(err, k, 400, "validation",
+			return rg_req_failp(err, k, 400, "validation",
 					 "logit_bias: key \"%.32s\" is not a token id in [0, %d)",
 					 key, lim->vocab_size);
 		if (!json_object_is_type(val, json_type_double) &&
 		    !json_object_is_type(val, json_type_int))
-			return req_failp(err, k, 400, "validation",
+			return rg_req_failp(err, k, 400, "validation",
 					 "logit_bias[\"%s\"] must be a number", key);
 		b = json_object_get_double(val);
 		if (!(b >= -100 && b <= 100))
-			return req_failp(err, k, 400, "validation",
+			return rg_req_failp(err, k, 400, "validation",
 					 "logit_bias[\"%s\"] must be in [-100, 100], got %g", key, b);
 		r->bias_ids[i] = (int32_t)id;
 		r->bias_values[i] = (float)b;
@@ -552,7 +519,7 @@ static rg_status refuse_feature(json_object *o, const char *key, unsigned ok, co
 	    json_object_is_type((t = json_object_array_get_idx(v, 0)), json_type_string) &&
 	    !strcmp(json_object_get_string(t), "text"))
 		return RG_OK;
-	return req_failp(err, key, 400, "validation", "%s is not supported: %s", key, why);
+	return rg_req_failp(err, key, 400, "validation", "%s is not supported: %s", key, why);
 }
 
 /* The keys each OpenAI route knows; anything else is OpenAI's 400 "unrecognized request
@@ -595,7 +562,7 @@ static rg_status refuse_unknown(json_object *root, bool chat, rg_req_error *err)
 				      openai_keys[k].api == (chat ? 'C' : 'H')))
 			k++;
 		if (k == n_keys)
-			return req_failp(err, key, 400, "validation",
+			return rg_req_failp(err, key, 400, "validation",
 					 "unrecognized request argument supplied: %.100s", key);
 	}
 	return RG_OK;
@@ -610,14 +577,14 @@ static rg_status parse_stream_options(json_object *root, rg_gen_request *r, rg_r
 	if (!v)
 		return RG_OK;
 	if (!r->stream)
-		return req_failp(err, k, 400, "validation",
+		return rg_req_failp(err, k, 400, "validation",
 				 "stream_options is only allowed when stream is true");
 	if (!json_object_is_type(v, json_type_object))
-		return req_failp(err, k, 400, "validation", "stream_options must be an object");
+		return rg_req_failp(err, k, 400, "validation", "stream_options must be an object");
 	json_object_object_foreach(v, key, val) {
 		(void)val;
 		if (strcmp(key, "include_usage") && strcmp(key, "include_obfuscation"))
-			return req_failp(err, k, 400, "validation",
+			return rg_req_failp(err, k, 400, "validation",
 					 "stream_options: unrecognized argument %.64s", key);
 	}
 	if (check_type(v, "include_obfuscation", 1u << json_type_boolean, "a boolean", err) ||
@@ -625,7 +592,7 @@ static rg_status parse_stream_options(json_object *root, rg_gen_request *r, rg_r
 		char inner[sizeof(err->msg)]; /* "<key> must be a boolean" */
 
 		memcpy(inner, err->msg, sizeof(inner));
-		return req_failp(err, k, 400, "validation", "stream_options.%s", inner);
+		return rg_req_failp(err, k, 400, "validation", "stream_options.%s", inner);
 	}
 	return RG_OK;
 }
@@ -643,7 +610,7 @@ static rg_status parse_early_stopping(json_object *o, rg_gen_request *r, rg_req_
 		 !strcmp(json_object_get_string(v), "never"))
 		r->early_stopping = 2;
 	else
-		return req_failp(err, "early_stopping", 400, "validation",
+		return rg_req_failp(err, "early_stopping", 400, "validation",
 				 "early_stopping must be true, false or \"never\"");
 	return RG_OK;
 }
@@ -738,11 +705,11 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 				    &set_lp, err)))
 			return st;
 		if (set_lp && !want_lp)
-			return req_failp(err, "top_logprobs", 400, "validation",
+			return rg_req_failp(err, "top_logprobs", 400, "validation",
 					 "top_logprobs needs logprobs set to true");
 		r->logprobs = want_lp ? top_logprobs : -1;
 		if (set_mct && set_mt && mct != r->max_tokens)
-			return req_failp(err, "max_completion_tokens", 400, "validation",
+			return rg_req_failp(err, "max_completion_tokens", 400, "validation",
 					 "max_completion_tokens (%lld) and max_tokens (%d) differ; "
 					 "send one", (long long)mct, r->max_tokens);
 		if (set_mct)
@@ -754,39 +721,39 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 		    (st = get_int32(root, "best_of", 1, lim->max_n, &r->best_of, NULL, err)))
 			return st;
 		if (r->best_of && r->best_of < r->n)
-			return req_failp(err, "best_of", 400, "validation",
+			return rg_req_failp(err, "best_of", 400, "validation",
 					 "best_of (%d) must be at least n (%d)", r->best_of, r->n);
 		if (r->best_of > 1 && r->stream)
-			return req_failp(err, "best_of", 400, "validation",
+			return rg_req_failp(err, "best_of", 400, "validation",
 					 "best_of > 1 cannot be streamed");
 		if (!set_mt)
 			r->max_tokens = 16; /* OpenAI completions' default */
 	}
 	if (r->max_tokens > 0 && r->min_tokens > r->max_tokens)
-		return req_failp(err, "min_tokens", 400, "validation",
+		return rg_req_failp(err, "min_tokens", 400, "validation",
 				 "min_tokens (%d) must be at most max_tokens (%d)", r->min_tokens,
 				 r->max_tokens);
 	set_beam = r->use_beam_search;
 	if (set_beam) {
 		/* vLLM's SamplingParams._verify_beam_search */
 		if (r->temperature != 0 && set_t)
-			return req_failp(err, "temperature", 400, "validation",
+			return rg_req_failp(err, "temperature", 400, "validation",
 					 "temperature must be 0 with use_beam_search");
 		if (set_p && r->top_p != 1)
-			return req_failp(err, "top_p", 400, "validation",
+			return rg_req_failp(err, "top_p", 400, "validation",
 					 "top_p must be 1 with use_beam_search");
 		if (set_k && r->top_k != 0)
-			return req_failp(err, "top_k", 400, "validation",
+			return rg_req_failp(err, "top_k", 400, "validation",
 					 "top_k must be -1 or 0 with use_beam_search");
 		if (set_minp && r->min_p != 0)
-			return req_failp(err, "min_p", 400, "validation",
+			return rg_req_failp(err, "min_p", 400, "validation",
 					 "min_p must be 0 with use_beam_search");
 		r->temperature = 0;
 	} else if (r->length_penalty != 1) {
-		return req_failp(err, "length_penalty", 400, "validation",
+		return rg_req_failp(err, "length_penalty", 400, "validation",
 				 "length_penalty needs use_beam_search");
 	} else if (r->early_stopping) {
-		return req_failp(err, "early_stopping", 400, "validation",
+		return rg_req_failp(err, "early_stopping", 400, "validation",
 				 "early_stopping needs use_beam_search");
 	}
 	r->do_sample = !set_beam && r->temperature > 0;
@@ -808,14 +775,14 @@ static rg_status parse_tgi(json_object *root, const rg_gen_limits *lim, rg_gen_r
 	rg_status st;
 
 	if (!(v = opt(root, "inputs")))
-		return req_failp(err, "inputs", 400, "validation", "missing inputs");
+		return rg_req_failp(err, "inputs", 400, "validation", "missing inputs");
 	if ((st = alloc_prompts(r, 1, lim, "inputs", err)) != RG_OK ||
 	    (st = copy_str(v, "inputs", false, true, &r->texts[0], &r->text_lens[0], err)))
 		return st;
 	/* TGI: without "parameters" the defaults are default_parameters(), which sample */
 	p = opt(root, "parameters");
 	if (p && !json_object_is_type(p, json_type_object))
-		return req_failp(err, "parameters", 400, "validation",
+		return rg_req_failp(err, "parameters", 400, "validation",
 				 "parameters must be an object");
 	do_sample = !p;
 	r->max_tokens = 100;
@@ -843,32 +810,32 @@ static rg_status parse_tgi(json_object *root, const rg_gen_limits *lim, rg_gen_r
 	if ((v = opt(p, "seed"))) {
 		/* u64 in TGI; json-c reads past-range integers as the bound */
 		if (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 0)
-			return req_failp(err, "seed", 400, "validation",
+			return rg_req_failp(err, "seed", 400, "validation",
 					 "seed must be an integer in [0, 2^64)");
 		r->has_seed = true;
 		r->seed = json_object_get_uint64(v);
 	}
 	if (typical_p != 1) /* 1 (and null) leave the distribution as it is */
-		return req_failp(err, "typical_p", 400, "validation",
+		return rg_req_failp(err, "typical_p", 400, "validation",
 				 "typical_p is not supported (no typical decoding); send null or 1");
 	if (watermark)
-		return req_failp(err, "watermark", 400, "validation",
+		return rg_req_failp(err, "watermark", 400, "validation",
 				 "watermark is not supported; send false");
 	r->top_n_tokens = (int)top_n;
 	if (r->api == RG_GEN_API_TGI_STREAM && r->decoder_input_details)
-		return req_failp(err, "decoder_input_details", 400, "validation",
+		return rg_req_failp(err, "decoder_input_details", 400, "validation",
 				 "decoder_input_details == true is not supported when streaming "
 				 "tokens");
 	if (r->best_of > 1) {
 		/* TGI's router: sampling is do_sample or any warper given (even at its default) */
 		if (!(do_sample || set_t || set_k || set_p || set_typ))
-			return req_failp(err, "best_of", 400, "validation",
+			return rg_req_failp(err, "best_of", 400, "validation",
 					 "you must use sampling when best_of is > 1");
 		if (r->api == RG_GEN_API_TGI_STREAM)
-			return req_failp(err, "best_of", 400, "validation",
+			return rg_req_failp(err, "best_of", 400, "validation",
 					 "best_of != 1 is not supported when streaming tokens");
 		if (r->has_seed)
-			return req_failp(err, "seed", 400, "validation",
+			return rg_req_failp(err, "seed", 400, "validation",
 					 "seed must not be set when best_of > 1");
 	}
 	/* TGI's NextTokenChooser: sampling when asked or when a warper changes the distribution */
@@ -899,7 +866,7 @@ rg_status rg_gen_request_parse(rg_gen_api api, const char *body, size_t len,
 	err->param[0] = '\0';
 	if (api != RG_GEN_API_COMPLETIONS && api != RG_GEN_API_CHAT && api != RG_GEN_API_TGI &&
 	    api != RG_GEN_API_TGI_STREAM)
-		return req_fail(err, 400, "validation", "not a generation route");
+		return rg_req_fail(err, 400, "validation", "not a generation route");
 	out->api = api;
 	out->add_generation_prompt = true;
 	out->stream = api == RG_GEN_API_TGI_STREAM;
@@ -912,15 +879,15 @@ rg_status rg_gen_request_parse(rg_gen_api api, const char *body, size_t len,
 	out->logprobs = -1;
 	out->skip_special_tokens = true;
 	if (len == 0) {
-		st = req_fail(err, 400, "validation", "empty body; expected a JSON object");
+		st = rg_req_fail(err, 400, "validation", "empty body; expected a JSON object");
 		goto out_free_request;
 	}
 	if (len > (size_t)INT32_MAX) {
-		st = req_fail(err, 413, "payload_too_large", "body too large");
+		st = rg_req_fail(err, 413, "payload_too_large", "body too large");
 		goto out_free_request;
 	}
 	if ((bad = rg_json_find_unpaired_surrogate(body, len)) >= 0) {
-		st = req_fail(err, 400, "validation",
+		st = rg_req_fail(err, 400, "validation",
 			      "invalid \\u escape at byte %ld: unpaired UTF-16 surrogate", bad);
 		goto out_free_request;
 	}
@@ -932,7 +899,7 @@ rg_status rg_gen_request_parse(rg_gen_api api, const char *body, size_t len,
 	root = json_tokener_parse_ex(tok, body, (int)len);
 	jerr = json_tokener_get_error(tok);
 	if (!root || jerr != json_tokener_success) {
-		st = req_fail(err, 400, "validation", "malformed JSON: %s",
+		st = rg_req_fail(err, 400, "validation", "malformed JSON: %s",
 			      jerr == json_tokener_continue ? "unexpected end of input"
 							    : json_tokener_error_desc(jerr));
 		goto out_free_json;
@@ -941,12 +908,12 @@ rg_status rg_gen_request_parse(rg_gen_api api, const char *body, size_t len,
 		char c = body[i];
 
 		if (c != ' ' && c != '\t' && c != '\r' && c != '\n') {
-			st = req_fail(err, 400, "validation", "malformed JSON: trailing data");
+			st = rg_req_fail(err, 400, "validation", "malformed JSON: trailing data");
 			goto out_free_json;
 		}
 	}
 	if (!json_object_is_type(root, json_type_object)) {
-		st = req_fail(err, 400, "validation", "body must be a JSON object");
+		st = rg_req_fail(err, 400, "validation", "body must be a JSON object");
 		goto out_free_json;
 	}
 	if (api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM)

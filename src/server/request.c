@@ -9,10 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static rg_status req_fail(rg_req_error *err, int http, const char *type, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static rg_status req_fail(rg_req_error *err, int http, const char *type, const char *fmt, ...)
+rg_status rg_req_fail(rg_req_error *err, int http, const char *type, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -24,12 +21,8 @@ static rg_status req_fail(rg_req_error *err, int http, const char *type, const c
 	return http == 500 ? RG_ERR_OOM : RG_ERR_INVALID_INPUT;
 }
 
-/* req_fail naming the offending field (OpenAI's "param"). */
-static rg_status req_failp(rg_req_error *err, const char *param, int http, const char *type,
-			   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
-static rg_status req_failp(rg_req_error *err, const char *param, int http, const char *type,
-			   const char *fmt, ...)
+rg_status rg_req_failp(rg_req_error *err, const char *param, int http, const char *type,
+		       const char *fmt, ...)
 {
 	va_list ap;
 
@@ -48,12 +41,12 @@ static rg_status copy_text(json_object *s, rg_req_input *in, size_t idx, rg_req_
 	size_t n = (size_t)json_object_get_string_len(s);
 
 	if (n == 0)
-		return req_fail(err, 400, "validation", "input %zu is an empty string", idx);
+		return rg_req_fail(err, 400, "validation", "input %zu is an empty string", idx);
 	if (!rg_utf8_valid(p, n))
-		return req_fail(err, 400, "validation", "input %zu is not valid UTF-8", idx);
+		return rg_req_fail(err, 400, "validation", "input %zu is not valid UTF-8", idx);
 	in->text = malloc(n + 1);
 	if (!in->text)
-		return req_fail(err, 500, "backend", "out of memory");
+		return rg_req_fail(err, 500, "backend", "out of memory");
 	memcpy(in->text, p, n);
 	in->text[n] = '\0';
 	in->len = n;
@@ -68,21 +61,21 @@ static rg_status copy_ids_ex(json_object *arr, rg_req_input *in, size_t idx,
 	size_t n = json_object_array_length(arr);
 
 	if (n == 0 && !allow_empty)
-		return req_fail(err, 400, "validation", "input %zu is an empty token array", idx);
+		return rg_req_fail(err, 400, "validation", "input %zu is an empty token array", idx);
 	in->ids = malloc((n ? n : 1) * sizeof(int32_t));
 	if (!in->ids)
-		return req_fail(err, 500, "backend", "out of memory");
+		return rg_req_fail(err, 500, "backend", "out of memory");
 	in->n_ids = n;
 	for (size_t k = 0; k < n; k++) {
 		json_object *v = json_object_array_get_idx(arr, k);
 		int64_t id;
 
 		if (!json_object_is_type(v, json_type_int))
-			return req_fail(err, 400, "validation",
+			return rg_req_fail(err, 400, "validation",
 					"input %zu: token %zu is not an integer", idx, k);
 		id = json_object_get_int64(v);
 		if (id < 0 || id >= lim->vocab_size)
-			return req_fail(err, 400, "validation",
+			return rg_req_fail(err, 400, "validation",
 					"input %zu: token id %lld out of range [0, %d)", idx,
 					(long long)id, lim->vocab_size);
 		in->ids[k] = (int32_t)id;
@@ -106,7 +99,7 @@ static rg_status get_bool(json_object *root, const char *key, bool *dst, rg_req_
 	if (!json_object_object_get_ex(root, key, &v) || json_object_is_type(v, json_type_null))
 		return RG_OK;
 	if (!json_object_is_type(v, json_type_boolean))
-		return req_failp(err, key, 400, "validation", "\"%s\" must be a boolean", key);
+		return rg_req_failp(err, key, 400, "validation", "\"%s\" must be a boolean", key);
 	*dst = json_object_get_boolean(v);
 	return RG_OK;
 }
@@ -125,7 +118,7 @@ static rg_status get_direction(json_object *root, bool *left, rg_req_error *err)
 	else if (d && (!strcmp(d, "right") || !strcmp(d, "Right")))
 		*left = false;
 	else
-		return req_failp(err, k, 400, "validation",
+		return rg_req_failp(err, k, 400, "validation",
 				 "\"%s\" must be \"left\" or \"right\"", k);
 	return RG_OK;
 }
@@ -142,11 +135,11 @@ static rg_status get_prompt_name(json_object *root, char **dst, rg_req_error *er
 	n = json_object_is_type(v, json_type_string) ? (size_t)json_object_get_string_len(v) : 0;
 	if (!n || n > 256 || !rg_utf8_valid(json_object_get_string(v), n) ||
 	    memchr(json_object_get_string(v), '\0', n))
-		return req_failp(err, k, 400, "validation",
+		return rg_req_failp(err, k, 400, "validation",
 				 "\"%s\" must be a non-empty string of at most 256 bytes", k);
 	free(*dst);
 	if (!(*dst = strndup(json_object_get_string(v), n)))
-		return req_fail(err, 500, "backend", "out of memory");
+		return rg_req_fail(err, 500, "backend", "out of memory");
 	return RG_OK;
 }
 
@@ -160,10 +153,10 @@ static rg_status get_dimensions(json_object *root, int *dst, rg_req_error *err)
 	if (!json_object_object_get_ex(root, k, &v) || json_object_is_type(v, json_type_null))
 		return RG_OK;
 	if (!json_object_is_type(v, json_type_int))
-		return req_failp(err, k, 400, "validation", "\"%s\" must be an integer", k);
+		return rg_req_failp(err, k, 400, "validation", "\"%s\" must be an integer", k);
 	d = json_object_get_int64(v);
 	if (d < 1 || d > INT32_MAX)
-		return req_failp(err, k, 400, "validation",
+		return rg_req_failp(err, k, 400, "validation",
 				 "\"%s\" must be at least 1, got %lld", k, (long long)d);
 	*dst = (int)d;
 	return RG_OK;
@@ -188,10 +181,10 @@ static rg_status get_encoding(json_object *root, bool allow_base64, bool *base64
 		return RG_OK;
 	}
 	if (!strcmp(f, "base64"))
-		return req_failp(err, k, 400, "validation",
+		return rg_req_failp(err, k, 400, "validation",
 				 "\"%s\": \"base64\" is answered on /v1/embeddings; this route "
 				 "answers JSON floats", k);
-	return req_failp(err, k, 400, "validation", "\"%s\" must be \"float\"%s", k,
+	return rg_req_failp(err, k, 400, "validation", "\"%s\" must be \"float\"%s", k,
 			 allow_base64 ? " or \"base64\"" : "");
 }
 
@@ -202,7 +195,7 @@ static rg_status refuse_field(json_object *root, const char *key, const char *wh
 	json_object *v;
 
 	if (json_object_object_get_ex(root, key, &v) && !json_object_is_type(v, json_type_null))
-		return req_failp(err, key, 400, "validation", "\"%s\" is not supported here: %s",
+		return rg_req_failp(err, key, 400, "validation", "\"%s\" is not supported here: %s",
 				 key, why);
 	return RG_OK;
 }
@@ -216,9 +209,9 @@ static rg_status parse_decode(json_object *root, const rg_req_limits *lim, rg_re
 	rg_status st;
 
 	if (!json_object_object_get_ex(root, "ids", &v))
-		return req_failp(err, "ids", 400, "validation", "missing \"ids\"");
+		return rg_req_failp(err, "ids", 400, "validation", "missing \"ids\"");
 	if (!json_object_is_type(v, json_type_array))
-		return req_failp(err, "ids", 400, "validation",
+		return rg_req_failp(err, "ids", 400, "validation",
 				 "\"ids\" must be an array of token ids or of arrays of them");
 	n = json_object_array_length(v);
 	if (n == 0 || !json_object_is_type(json_object_array_get_idx(v, 0), json_type_array)) {
@@ -234,7 +227,7 @@ static rg_status parse_decode(json_object *root, const rg_req_limits *lim, rg_re
 
 			st = json_object_is_type(e, json_type_array)
 				     ? copy_ids_ex(e, &r->inputs[i], i, lim, true, err)
-				     : req_fail(err, 400, "validation",
+				     : rg_req_fail(err, 400, "validation",
 						"input %zu must be an array of token ids", i);
 		}
 	}
@@ -254,17 +247,17 @@ static rg_status parse_similarity(json_object *root, const rg_req_limits *lim, r
 
 	if (!json_object_object_get_ex(root, "inputs", &in) ||
 	    !json_object_is_type(in, json_type_object))
-		return req_failp(err, "inputs", 400, "validation",
+		return rg_req_failp(err, "inputs", 400, "validation",
 				 "\"inputs\" must be {\"source_sentence\": str, \"sentences\": "
 				 "[str]}");
 	if (!json_object_object_get_ex(in, "source_sentence", &src) ||
 	    !json_object_is_type(src, json_type_string))
-		return req_failp(err, "inputs.source_sentence", 400, "validation",
+		return rg_req_failp(err, "inputs.source_sentence", 400, "validation",
 				 "\"inputs.source_sentence\" must be a string");
 	if (!json_object_object_get_ex(in, "sentences", &sents) ||
 	    !json_object_is_type(sents, json_type_array) ||
 	    (n = json_object_array_length(sents)) == 0)
-		return req_failp(err, "inputs.sentences", 400, "validation",
+		return rg_req_failp(err, "inputs.sentences", 400, "validation",
 				 "\"inputs.sentences\" must be a non-empty array of strings");
 	if ((st = alloc_inputs(r, n + 1, lim, "inputs (source sentence included)", err)) != RG_OK)
 		return st;
@@ -277,7 +270,7 @@ static rg_status parse_similarity(json_object *root, const rg_req_limits *lim, r
 
 		st = json_object_is_type(e, json_type_string)
 			     ? copy_text(e, &r->inputs[i + 1], i + 1, err)
-			     : req_fail(err, 400, "validation", "sentence %zu must be a string", i);
+			     : rg_req_fail(err, 400, "validation", "sentence %zu must be a string", i);
 		if (st != RG_OK) {
 			snprintf(err->param, sizeof(err->param), "inputs.sentences");
 			return st;
@@ -291,12 +284,12 @@ static rg_status alloc_inputs(rg_request *r, size_t n, const rg_req_limits *lim,
 			      rg_req_error *err)
 {
 	if (n > lim->max_inputs)
-		return req_fail(err, 413, "payload_too_large",
+		return rg_req_fail(err, 413, "payload_too_large",
 				"%zu %s, more than the limit of %zu per request", n, what,
 				lim->max_inputs);
 	r->inputs = calloc(n, sizeof(*r->inputs));
 	if (!r->inputs)
-		return req_fail(err, 500, "backend", "out of memory");
+		return rg_req_fail(err, 500, "backend", "out of memory");
 	r->n_inputs = n;
 	return RG_OK;
 }
@@ -311,21 +304,21 @@ static rg_status parse_inputs(json_object *v, const char *key, bool allow_ids,
 	if (json_object_is_type(v, json_type_string)) {
 		r->inputs = calloc(1, sizeof(*r->inputs));
 		if (!r->inputs)
-			return req_fail(err, 500, "backend", "out of memory");
+			return rg_req_fail(err, 500, "backend", "out of memory");
 		r->n_inputs = 1;
 		return copy_text(v, &r->inputs[0], 0, err);
 	}
 	if (!json_object_is_type(v, json_type_array))
-		return req_fail(err, 400, "validation", "\"%s\" must be a string or an array%s", key,
+		return rg_req_fail(err, 400, "validation", "\"%s\" must be a string or an array%s", key,
 				allow_ids ? " of strings or token ids" : " of strings");
 	n = json_object_array_length(v);
 	if (n == 0)
-		return req_fail(err, 400, "validation", "\"%s\" is an empty array", key);
+		return rg_req_fail(err, 400, "validation", "\"%s\" is an empty array", key);
 	/* [int, int, ...]: one token-id input (OpenAI). */
 	if (allow_ids && json_object_is_type(json_object_array_get_idx(v, 0), json_type_int)) {
 		r->inputs = calloc(1, sizeof(*r->inputs));
 		if (!r->inputs)
-			return req_fail(err, 500, "backend", "out of memory");
+			return rg_req_fail(err, 500, "backend", "out of memory");
 		r->n_inputs = 1;
 		return copy_ids(v, &r->inputs[0], 0, lim, err);
 	}
@@ -339,7 +332,7 @@ static rg_status parse_inputs(json_object *v, const char *key, bool allow_ids,
 		else if (allow_ids && json_object_is_type(e, json_type_array))
 			st = copy_ids(e, &r->inputs[i], i, lim, err);
 		else
-			st = req_fail(err, 400, "validation", "input %zu must be a %s", i,
+			st = rg_req_fail(err, 400, "validation", "input %zu must be a %s", i,
 				      allow_ids ? "string or an array of token ids" : "string");
 		if (st != RG_OK)
 			return st;
@@ -355,7 +348,7 @@ static rg_status copy_str(json_object *s, char **dst, size_t *len, const char *w
 	rg_status st;
 
 	if (!json_object_is_type(s, json_type_string))
-		return req_fail(err, 400, "validation", "%s %zu must be a string", what, idx);
+		return rg_req_fail(err, 400, "validation", "%s %zu must be a string", what, idx);
 	if ((st = copy_text(s, &tmp, idx, err)) != RG_OK)
 		return st;
 	*dst = tmp.text;
@@ -373,7 +366,7 @@ static rg_status predict_input(json_object *v, rg_req_input *in, size_t idx, rg_
 		return copy_text(v, in, idx, err);
 	n = json_object_is_type(v, json_type_array) ? json_object_array_length(v) : 0;
 	if (n < 1 || n > 2)
-		return req_fail(err, 400, "validation",
+		return rg_req_fail(err, 400, "validation",
 				"input %zu must be a string or a list of one or two strings", idx);
 	if ((st = copy_str(json_object_array_get_idx(v, 0), &in->text, &in->len, "input", idx,
 			   err)) != RG_OK)
@@ -416,19 +409,19 @@ static rg_status parse_rerank(json_object *root, const rg_req_limits *lim, rg_re
 	rg_status st;
 
 	if (!json_object_object_get_ex(root, "query", &q))
-		return req_fail(err, 400, "validation", "missing \"query\"");
+		return rg_req_fail(err, 400, "validation", "missing \"query\"");
 	if (!json_object_object_get_ex(root, "texts", &texts))
-		return req_fail(err, 400, "validation", "missing \"texts\"");
+		return rg_req_fail(err, 400, "validation", "missing \"texts\"");
 	if (!json_object_is_type(texts, json_type_array) ||
 	    (n = json_object_array_length(texts)) == 0)
-		return req_fail(err, 400, "validation", "\"texts\" must be a non-empty array");
+		return rg_req_fail(err, 400, "validation", "\"texts\" must be a non-empty array");
 	if ((st = alloc_inputs(r, n, lim, "texts", err)) != RG_OK)
 		return st;
 	for (size_t i = 0; i < n; i++) {
 		rg_req_input *in = &r->inputs[i];
 
 		if (!json_object_is_type(q, json_type_string))
-			return req_fail(err, 400, "validation", "\"query\" must be a string");
+			return rg_req_fail(err, 400, "validation", "\"query\" must be a string");
 		if ((st = copy_str(q, &in->text, &in->len, "query", 0, err)) != RG_OK ||
 		    (st = copy_str(json_object_array_get_idx(texts, i), &in->text_b, &in->len_b,
 				   "text", i, err)) != RG_OK)
@@ -454,7 +447,7 @@ static rg_status refuse_unknown(json_object *root, rg_req_error *err)
 		while (k < sizeof(known) / sizeof(known[0]) && strcmp(key, known[k]))
 			k++;
 		if (k == sizeof(known) / sizeof(known[0]))
-			return req_failp(err, key, 400, "validation",
+			return rg_req_failp(err, key, 400, "validation",
 					 "unrecognized request argument supplied: %.100s", key);
 	}
 	return RG_OK;
@@ -474,7 +467,7 @@ static rg_status parse_options(rg_route route, json_object *root, rg_request *ou
 		if (json_object_object_get_ex(root, "parameters", &params) &&
 		    !json_object_is_type(params, json_type_null) &&
 		    !json_object_is_type(params, json_type_object))
-			return req_failp(err, "parameters", 400, "validation",
+			return rg_req_failp(err, "parameters", 400, "validation",
 					 "\"parameters\" must be an object");
 		if (!params || json_object_is_type(params, json_type_null))
 			return RG_OK;
@@ -521,17 +514,17 @@ static rg_status parse_options(rg_route route, json_object *root, rg_request *ou
 		return RG_OK;
 	if (json_object_object_get_ex(root, "model", &v) && !json_object_is_type(v, json_type_null)) {
 		if (!json_object_is_type(v, json_type_string))
-			return req_failp(err, "model", 400, "validation", "\"model\" must be a string");
+			return rg_req_failp(err, "model", 400, "validation", "\"model\" must be a string");
 		if (!rg_utf8_valid(json_object_get_string(v), (size_t)json_object_get_string_len(v)))
-			return req_failp(err, "model", 400, "validation",
+			return rg_req_failp(err, "model", 400, "validation",
 					 "\"model\" is not valid UTF-8");
 		out->model = strndup(json_object_get_string(v), (size_t)json_object_get_string_len(v));
 		if (!out->model)
-			return req_fail(err, 500, "backend", "out of memory");
+			return rg_req_fail(err, 500, "backend", "out of memory");
 	}
 	if (json_object_object_get_ex(root, "user", &v) && !json_object_is_type(v, json_type_null) &&
 	    !json_object_is_type(v, json_type_string))
-		return req_failp(err, "user", 400, "validation", "\"user\" must be a string");
+		return rg_req_failp(err, "user", 400, "validation", "\"user\" must be a string");
 	return RG_OK;
 }
 
@@ -559,22 +552,22 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 	if (route != RG_ROUTE_EMBED && route != RG_ROUTE_OPENAI && route != RG_ROUTE_TOKENIZE &&
 	    route != RG_ROUTE_PREDICT && route != RG_ROUTE_RERANK && route != RG_ROUTE_EMBED_ALL &&
 	    route != RG_ROUTE_SIMILARITY && route != RG_ROUTE_DECODE)
-		return req_fail(err, 400, "validation", "route takes no JSON body");
+		return rg_req_fail(err, 400, "validation", "route takes no JSON body");
 	if (len == 0)
-		return req_fail(err, 400, "validation", "empty body; expected a JSON object");
+		return rg_req_fail(err, 400, "validation", "empty body; expected a JSON object");
 	if (len > (size_t)INT32_MAX)
-		return req_fail(err, 413, "payload_too_large", "body too large");
+		return rg_req_fail(err, 413, "payload_too_large", "body too large");
 	if ((bad = rg_json_find_unpaired_surrogate(body, len)) >= 0)
-		return req_fail(err, 400, "validation",
+		return rg_req_fail(err, 400, "validation",
 				"invalid \\u escape at byte %ld: unpaired UTF-16 surrogate", bad);
 	tok = json_tokener_new_ex(lim->max_depth > 0 ? lim->max_depth : 32);
 	if (!tok)
-		return req_fail(err, 500, "backend", "out of memory");
+		return rg_req_fail(err, 500, "backend", "out of memory");
 	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
 	root = json_tokener_parse_ex(tok, body, (int)len);
 	jerr = json_tokener_get_error(tok);
 	if (!root || jerr != json_tokener_success) {
-		st = req_fail(err, 400, "validation", "malformed JSON: %s",
+		st = rg_req_fail(err, 400, "validation", "malformed JSON: %s",
 			      jerr == json_tokener_continue ? "unexpected end of input"
 							    : json_tokener_error_desc(jerr));
 		goto out_free;
@@ -584,12 +577,12 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 		char c = body[i];
 
 		if (c != ' ' && c != '\t' && c != '\r' && c != '\n') {
-			st = req_fail(err, 400, "validation", "malformed JSON: trailing data");
+			st = rg_req_fail(err, 400, "validation", "malformed JSON: trailing data");
 			goto out_free;
 		}
 	}
 	if (!json_object_is_type(root, json_type_object)) {
-		st = req_fail(err, 400, "validation", "body must be a JSON object");
+		st = rg_req_fail(err, 400, "validation", "body must be a JSON object");
 		goto out_free;
 	}
 	if (route == RG_ROUTE_RERANK) {
@@ -599,7 +592,7 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 	} else if (route == RG_ROUTE_SIMILARITY) {
 		st = parse_similarity(root, lim, out, err);
 	} else if (!json_object_object_get_ex(root, key, &v)) {
-		st = req_failp(err, key, 400, "validation", "missing \"%s\"", key);
+		st = rg_req_failp(err, key, 400, "validation", "missing \"%s\"", key);
 	} else if (route == RG_ROUTE_PREDICT) {
 		st = parse_predict(v, lim, out, err);
 	} else {

@@ -118,6 +118,14 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 void rg_request_free(rg_request *r);
 
 
+/* Fill err (HTTP status http, error type, printf message) and return RG_ERR_INVALID_INPUT, or
+ * RG_ERR_OOM for status 500: the parsers' one way to fail. rg_req_failp also names the
+ * offending field (OpenAI's "param"). */
+rg_status rg_req_fail(rg_req_error *err, int http, const char *type, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+rg_status rg_req_failp(rg_req_error *err, const char *param, int http, const char *type,
+		       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
 /* {"error": msg, "error_type": type} (TEI) */
 void rg_json_error_body(rg_buf *b, const char *msg, const char *type);
 /* {"error": {"message": msg, "type": type, "param": param | null, "code": code | null}}
