@@ -779,6 +779,10 @@ static rg_status parse_tgi(json_object *root, const rg_gen_limits *lim, rg_gen_r
 	if ((st = alloc_prompts(r, 1, lim, "inputs", err)) != RG_OK ||
 	    (st = copy_str(v, "inputs", false, true, &r->texts[0], &r->text_lens[0], err)))
 		return st;
+	/* TGI's compat route (POST /) streams when the body says "stream": true
+	 * (CompatGenerateRequest); /generate and /generate_stream ignore it */
+	if (r->api == RG_GEN_API_TGI && (st = get_bool(root, "stream", &r->stream, err)))
+		return st;
 	/* TGI: without "parameters" the defaults are default_parameters(), which sample */
 	p = opt(root, "parameters");
 	if (p && !json_object_is_type(p, json_type_object))
@@ -853,11 +857,8 @@ static rg_status parse_tgi(json_object *root, const rg_gen_limits *lim, rg_gen_r
 rg_status rg_gen_request_parse(rg_gen_api api, const char *body, size_t len,
 			       const rg_gen_limits *lim, rg_gen_request *out, rg_req_error *err)
 {
-	json_tokener *tok = NULL;
 	json_object *root = NULL;
-	enum json_tokener_error jerr;
 	rg_status st;
-	long bad;
 
 	memset(out, 0, sizeof(*out));
 	err->http_status = 0;
@@ -878,51 +879,13 @@ rg_status rg_gen_request_parse(rg_gen_api api, const char *body, size_t len,
 	out->repetition_penalty = 1;
 	out->logprobs = -1;
 	out->skip_special_tokens = true;
-	if (len == 0) {
-		st = rg_req_fail(err, 400, "validation", "empty body; expected a JSON object");
+	if ((st = rg_req_parse_object(body, len, lim->max_depth, &root, err)) != RG_OK)
 		goto out_free_request;
-	}
-	if (len > (size_t)INT32_MAX) {
-		st = rg_req_fail(err, 413, "payload_too_large", "body too large");
-		goto out_free_request;
-	}
-	if ((bad = rg_json_find_unpaired_surrogate(body, len)) >= 0) {
-		st = rg_req_fail(err, 400, "validation",
-			      "invalid \\u escape at byte %ld: unpaired UTF-16 surrogate", bad);
-		goto out_free_request;
-	}
-	if (!(tok = json_tokener_new_ex(lim->max_depth > 0 ? lim->max_depth : 32))) {
-		st = oom(err);
-		goto out_free_request;
-	}
-	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
-	root = json_tokener_parse_ex(tok, body, (int)len);
-	jerr = json_tokener_get_error(tok);
-	if (!root || jerr != json_tokener_success) {
-		st = rg_req_fail(err, 400, "validation", "malformed JSON: %s",
-			      jerr == json_tokener_continue ? "unexpected end of input"
-							    : json_tokener_error_desc(jerr));
-		goto out_free_json;
-	}
-	for (size_t i = json_tokener_get_parse_end(tok); i < len; i++) {
-		char c = body[i];
-
-		if (c != ' ' && c != '\t' && c != '\r' && c != '\n') {
-			st = rg_req_fail(err, 400, "validation", "malformed JSON: trailing data");
-			goto out_free_json;
-		}
-	}
-	if (!json_object_is_type(root, json_type_object)) {
-		st = rg_req_fail(err, 400, "validation", "body must be a JSON object");
-		goto out_free_json;
-	}
 	if (api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM)
 		st = parse_tgi(root, lim, out, err);
 	else
 		st = parse_openai(root, lim, out, err);
-out_free_json:
 	json_object_put(root);
-	json_tokener_free(tok);
 out_free_request:
 	if (st != RG_OK)
 		rg_gen_request_free(out);

@@ -55,7 +55,8 @@ typedef struct rg_gen_request {
 	int n_messages;
 	bool add_generation_prompt; /* chat (vLLM's extension), default true */
 
-	bool stream;              /* OpenAI "stream"; TGI_STREAM: true; TGI: false */
+	bool stream;              /* OpenAI "stream"; TGI_STREAM: true; TGI: "stream" (TGI's
+				   * POST / streams with it; the caller answers as TGI_STREAM) */
 	bool include_usage;       /* "stream_options": {"include_usage": true} (stream only; refused
 				   * without stream, as OpenAI does) */
 	int n;                    /* choices per prompt, [1, limits.max_n], default 1 (TGI: 1) */

@@ -10,6 +10,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The properties /v1/completions and /v1/chat/completions share (JSON members). */
+#define GEN_COMMON_PROPS \
+	"\"model\":{\"type\":\"string\",\"description\":\"Echoed in the answer.\"},\"stream\"" \
+	":{\"type\":\"boolean\",\"default\":false,\"description\":\"Server-sent events.\"},\"" \
+	"stream_options\":{\"type\":\"object\",\"properties\":{\"include_usage\":{\"type\":\"" \
+	"boolean\"}}},\"n\":{\"type\":\"integer\",\"minimum\":1,\"default\":1},\"max_tokens\"" \
+	":{\"type\":\"integer\",\"minimum\":1},\"temperature\":{\"type\":\"number\",\"minimum" \
+	"\":0,\"maximum\":2,\"default\":1},\"top_p\":{\"type\":\"number\",\"exclusiveMinimum" \
+	"\":0,\"maximum\":1,\"default\":1},\"top_k\":{\"type\":\"integer\",\"default\":0,\"de" \
+	"scription\":\"vLLM's; 0 or -1: off.\"},\"min_p\":{\"type\":\"number\",\"minimum\":0," \
+	"\"maximum\":1,\"default\":0},\"presence_penalty\":{\"type\":\"number\",\"minimum\":-" \
+	"2,\"maximum\":2,\"default\":0},\"frequency_penalty\":{\"type\":\"number\",\"minimum" \
+	"\":-2,\"maximum\":2,\"default\":0},\"repetition_penalty\":{\"type\":\"number\",\"exc" \
+	"lusiveMinimum\":0,\"default\":1},\"seed\":{\"type\":\"integer\"},\"stop\":{\"oneOf\"" \
+	":[{\"type\":\"string\"},{\"type\":\"array\",\"items\":{\"type\":\"string\"}}],\"desc" \
+	"ription\":\"Stop strings: the text ends before the first found.\"},\"stop_token_ids" \
+	"\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}},\"logit_bias\":{\"type\":\"" \
+	"object\",\"additionalProperties\":{\"type\":\"number\",\"minimum\":-100,\"maximum\":" \
+	"100}},\"ignore_eos\":{\"type\":\"boolean\"},\"min_tokens\":{\"type\":\"integer\"},\"" \
+	"skip_special_tokens\":{\"type\":\"boolean\"},\"use_beam_search\":{\"type\":\"boolean" \
+	"\",\"description\":\"vLLM's: beam search with max(n, best_of) beams.\"},\"length_pen" \
+	"alty\":{\"type\":\"number\"},\"deadline_ms\":{\"type\":\"number\",\"description\":\"" \
+	"ragged: time-to-first-token target (ms from arrival); a request that cannot meet it " \
+	"is refused with 429 at once.\"},\"tpot_ms\":{\"type\":\"number\",\"description\":\"r" \
+	"agged: mean time per output token target (ms).\"},\"user\":{\"type\":\"string\"}"
+
 /* components/schemas: name, JSON schema. A row's "schema" names one. */
 static const struct {
 	const char *name, *json;
@@ -88,68 +114,24 @@ static const struct {
 	 ",\"truncate\":{\"type\":\"boolean\"},\"truncation_direction\":{\"type\":\"string\",\"e"
 	 "num\":[\"left\",\"right\",\"Left\",\"Right\"],\"default\":\"right\"}}}"},
 	{"CompletionRequest",
-	 "{\"type\":\"object\",\"required\":[\"prompt\"],\"properties\":{\"model\":{\"type\":"
-	 "\"string\",\"description\":\"Echoed in the answer.\"},\"stream\":{\"type\":\"boolean"
-	 "\",\"default\":false,\"description\":\"Server-sent events.\"},\"stream_options\":{\""
-	 "type\":\"object\",\"properties\":{\"include_usage\":{\"type\":\"boolean\"}}},\"n\":{"
-	 "\"type\":\"integer\",\"minimum\":1,\"default\":1},\"max_tokens\":{\"type\":\"integer"
-	 "\",\"minimum\":1},\"temperature\":{\"type\":\"number\",\"minimum\":0,\"maximum\":2,"
-	 "\"default\":1},\"top_p\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1,"
-	 "\"default\":1},\"top_k\":{\"type\":\"integer\",\"default\":0,\"description\":\"vLLM'"
-	 "s; 0 or -1: off.\"},\"min_p\":{\"type\":\"number\",\"minimum\":0,\"maximum\":1,\"def"
-	 "ault\":0},\"presence_penalty\":{\"type\":\"number\",\"minimum\":-2,\"maximum\":2,\"d"
-	 "efault\":0},\"frequency_penalty\":{\"type\":\"number\",\"minimum\":-2,\"maximum\":2,"
-	 "\"default\":0},\"repetition_penalty\":{\"type\":\"number\",\"exclusiveMinimum\":0,\""
-	 "default\":1},\"seed\":{\"type\":\"integer\"},\"stop\":{\"oneOf\":[{\"type\":\"string"
-	 "\"},{\"type\":\"array\",\"items\":{\"type\":\"string\"}}],\"description\":\"Stop str"
-	 "ings: the text ends before the first found.\"},\"stop_token_ids\":{\"type\":\"array"
-	 "\",\"items\":{\"type\":\"integer\"}},\"logit_bias\":{\"type\":\"object\",\"additiona"
-	 "lProperties\":{\"type\":\"number\",\"minimum\":-100,\"maximum\":100}},\"ignore_eos\""
-	 ":{\"type\":\"boolean\"},\"min_tokens\":{\"type\":\"integer\"},\"skip_special_tokens"
-	 "\":{\"type\":\"boolean\"},\"use_beam_search\":{\"type\":\"boolean\",\"description\":"
-	 "\"vLLM's: beam search with max(n, best_of) beams.\"},\"length_penalty\":{\"type\":\""
-	 "number\"},\"deadline_ms\":{\"type\":\"number\",\"description\":\"ragged: time-to-fir"
-	 "st-token target (ms from arrival); a request that cannot meet it is refused with 429"
-	 " at once.\"},\"tpot_ms\":{\"type\":\"number\",\"description\":\"ragged: mean time pe"
-	 "r output token target (ms).\"},\"user\":{\"type\":\"string\"},\"prompt\":{\"oneOf\":"
-	 "[{\"type\":\"string\"},{\"type\":\"array\",\"items\":{\"type\":\"string\"}},{\"type"
-	 "\":\"array\",\"items\":{\"type\":\"integer\"}},{\"type\":\"array\",\"items\":{\"type"
-	 "\":\"array\",\"items\":{\"type\":\"integer\"}}}]},\"best_of\":{\"type\":\"integer\"}"
-	 ",\"echo\":{\"type\":\"boolean\"},\"logprobs\":{\"type\":\"integer\",\"minimum\":0,\""
-	 "maximum\":20}}}"},
+	 "{\"type\":\"object\",\"required\":[\"prompt\"],\"properties\":{"
+	 GEN_COMMON_PROPS
+	 ",\"prompt\":{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"array\",\"items\":{\"type"
+	 "\":\"string\"}},{\"type\":\"array\",\"items\":{\"type\":\"integer\"}},{\"type\":\"ar"
+	 "ray\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}}]},\"best_of\""
+	 ":{\"type\":\"integer\"},\"echo\":{\"type\":\"boolean\"},\"logprobs\":{\"type\":\"int"
+	 "eger\",\"minimum\":0,\"maximum\":20}}}"},
 	{"ChatCompletionRequest",
-	 "{\"type\":\"object\",\"required\":[\"messages\"],\"properties\":{\"model\":{\"type\""
-	 ":\"string\",\"description\":\"Echoed in the answer.\"},\"stream\":{\"type\":\"boolea"
-	 "n\",\"default\":false,\"description\":\"Server-sent events.\"},\"stream_options\":{"
-	 "\"type\":\"object\",\"properties\":{\"include_usage\":{\"type\":\"boolean\"}}},\"n\""
-	 ":{\"type\":\"integer\",\"minimum\":1,\"default\":1},\"max_tokens\":{\"type\":\"integ"
-	 "er\",\"minimum\":1},\"temperature\":{\"type\":\"number\",\"minimum\":0,\"maximum\":2"
-	 ",\"default\":1},\"top_p\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1,"
-	 "\"default\":1},\"top_k\":{\"type\":\"integer\",\"default\":0,\"description\":\"vLLM'"
-	 "s; 0 or -1: off.\"},\"min_p\":{\"type\":\"number\",\"minimum\":0,\"maximum\":1,\"def"
-	 "ault\":0},\"presence_penalty\":{\"type\":\"number\",\"minimum\":-2,\"maximum\":2,\"d"
-	 "efault\":0},\"frequency_penalty\":{\"type\":\"number\",\"minimum\":-2,\"maximum\":2,"
-	 "\"default\":0},\"repetition_penalty\":{\"type\":\"number\",\"exclusiveMinimum\":0,\""
-	 "default\":1},\"seed\":{\"type\":\"integer\"},\"stop\":{\"oneOf\":[{\"type\":\"string"
-	 "\"},{\"type\":\"array\",\"items\":{\"type\":\"string\"}}],\"description\":\"Stop str"
-	 "ings: the text ends before the first found.\"},\"stop_token_ids\":{\"type\":\"array"
-	 "\",\"items\":{\"type\":\"integer\"}},\"logit_bias\":{\"type\":\"object\",\"additiona"
-	 "lProperties\":{\"type\":\"number\",\"minimum\":-100,\"maximum\":100}},\"ignore_eos\""
-	 ":{\"type\":\"boolean\"},\"min_tokens\":{\"type\":\"integer\"},\"skip_special_tokens"
-	 "\":{\"type\":\"boolean\"},\"use_beam_search\":{\"type\":\"boolean\",\"description\":"
-	 "\"vLLM's: beam search with max(n, best_of) beams.\"},\"length_penalty\":{\"type\":\""
-	 "number\"},\"deadline_ms\":{\"type\":\"number\",\"description\":\"ragged: time-to-fir"
-	 "st-token target (ms from arrival); a request that cannot meet it is refused with 429"
-	 " at once.\"},\"tpot_ms\":{\"type\":\"number\",\"description\":\"ragged: mean time pe"
-	 "r output token target (ms).\"},\"user\":{\"type\":\"string\"},\"messages\":{\"type\""
-	 ":\"array\",\"items\":{\"type\":\"object\",\"required\":[\"role\"],\"properties\":{\""
-	 "role\":{\"type\":\"string\",\"enum\":[\"system\",\"developer\",\"user\",\"assistant"
-	 "\",\"tool\"]},\"content\":{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"array\",\"it"
-	 "ems\":{\"type\":\"object\",\"properties\":{\"type\":{\"type\":\"string\",\"enum\":["
-	 "\"text\"]},\"text\":{\"type\":\"string\"}}}}],\"nullable\":true}}},\"minItems\":1},"
-	 "\"max_completion_tokens\":{\"type\":\"integer\"},\"logprobs\":{\"type\":\"boolean\"}"
-	 ",\"top_logprobs\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":20},\"add_generati"
-	 "on_prompt\":{\"type\":\"boolean\",\"default\":true}}}"},
+	 "{\"type\":\"object\",\"required\":[\"messages\"],\"properties\":{"
+	 GEN_COMMON_PROPS
+	 ",\"messages\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"required\":[\"rol"
+	 "e\"],\"properties\":{\"role\":{\"type\":\"string\",\"enum\":[\"system\",\"developer"
+	 "\",\"user\",\"assistant\",\"tool\"]},\"content\":{\"oneOf\":[{\"type\":\"string\"},{"
+	 "\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"type\":{\"type\""
+	 ":\"string\",\"enum\":[\"text\"]},\"text\":{\"type\":\"string\"}}}}],\"nullable\":tru"
+	 "e}}},\"minItems\":1},\"max_completion_tokens\":{\"type\":\"integer\"},\"logprobs\":{"
+	 "\"type\":\"boolean\"},\"top_logprobs\":{\"type\":\"integer\",\"minimum\":0,\"maximum"
+	 "\":20},\"add_generation_prompt\":{\"type\":\"boolean\",\"default\":true}}}"},
 	{"GenerateRequest",
 	 "{\"type\":\"object\",\"required\":[\"inputs\"],\"properties\":{\"inputs\":{\"type\":"
 	 "\"string\"},\"stream\":{\"type\":\"boolean\",\"description\":\"POST / only: stream a"

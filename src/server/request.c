@@ -528,13 +528,58 @@ static rg_status parse_options(rg_route route, json_object *root, rg_request *ou
 	return RG_OK;
 }
 
+rg_status rg_req_parse_object(const char *body, size_t len, int max_depth, json_object **root,
+			      rg_req_error *err)
+{
+	json_tokener *tok;
+	enum json_tokener_error jerr;
+	json_object *o;
+	long bad;
+
+	*root = NULL;
+	if (len == 0)
+		return rg_req_fail(err, 400, "validation", "empty body; expected a JSON object");
+	if (len > (size_t)INT32_MAX)
+		return rg_req_fail(err, 413, "payload_too_large", "body too large");
+	if ((bad = rg_json_find_unpaired_surrogate(body, len)) >= 0)
+		return rg_req_fail(err, 400, "validation",
+				   "invalid \\u escape at byte %ld: unpaired UTF-16 surrogate", bad);
+	tok = json_tokener_new_ex(max_depth > 0 ? max_depth : 32);
+	if (!tok)
+		return rg_req_fail(err, 500, "backend", "out of memory");
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+	o = json_tokener_parse_ex(tok, body, (int)len);
+	jerr = json_tokener_get_error(tok);
+	if (!o || jerr != json_tokener_success) {
+		json_object_put(o);
+		json_tokener_free(tok);
+		return rg_req_fail(err, 400, "validation", "malformed JSON: %s",
+				   jerr == json_tokener_continue ? "unexpected end of input"
+								 : json_tokener_error_desc(jerr));
+	}
+	/* Only whitespace may follow the value. */
+	for (size_t i = json_tokener_get_parse_end(tok); i < len; i++) {
+		char c = body[i];
+
+		if (c != ' ' && c != '\t' && c != '\r' && c != '\n') {
+			json_object_put(o);
+			json_tokener_free(tok);
+			return rg_req_fail(err, 400, "validation", "malformed JSON: trailing data");
+		}
+	}
+	json_tokener_free(tok);
+	if (!json_object_is_type(o, json_type_object)) {
+		json_object_put(o);
+		return rg_req_fail(err, 400, "validation", "body must be a JSON object");
+	}
+	*root = o;
+	return RG_OK;
+}
+
 rg_status rg_request_parse(rg_route route, const char *body, size_t len, const rg_req_limits *lim,
 			   rg_request *out, rg_req_error *err)
 {
-	long bad;
-	json_tokener *tok;
 	json_object *root = NULL, *v;
-	enum json_tokener_error jerr;
 	rg_status st = RG_OK;
 	bool openai = route == RG_ROUTE_OPENAI;
 	const char *key = openai ? "input" : "inputs";
@@ -553,38 +598,8 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 	    route != RG_ROUTE_PREDICT && route != RG_ROUTE_RERANK && route != RG_ROUTE_EMBED_ALL &&
 	    route != RG_ROUTE_SIMILARITY && route != RG_ROUTE_DECODE)
 		return rg_req_fail(err, 400, "validation", "route takes no JSON body");
-	if (len == 0)
-		return rg_req_fail(err, 400, "validation", "empty body; expected a JSON object");
-	if (len > (size_t)INT32_MAX)
-		return rg_req_fail(err, 413, "payload_too_large", "body too large");
-	if ((bad = rg_json_find_unpaired_surrogate(body, len)) >= 0)
-		return rg_req_fail(err, 400, "validation",
-				"invalid \\u escape at byte %ld: unpaired UTF-16 surrogate", bad);
-	tok = json_tokener_new_ex(lim->max_depth > 0 ? lim->max_depth : 32);
-	if (!tok)
-		return rg_req_fail(err, 500, "backend", "out of memory");
-	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
-	root = json_tokener_parse_ex(tok, body, (int)len);
-	jerr = json_tokener_get_error(tok);
-	if (!root || jerr != json_tokener_success) {
-		st = rg_req_fail(err, 400, "validation", "malformed JSON: %s",
-			      jerr == json_tokener_continue ? "unexpected end of input"
-							    : json_tokener_error_desc(jerr));
-		goto out_free;
-	}
-	/* Only whitespace may follow the value. */
-	for (size_t i = json_tokener_get_parse_end(tok); i < len; i++) {
-		char c = body[i];
-
-		if (c != ' ' && c != '\t' && c != '\r' && c != '\n') {
-			st = rg_req_fail(err, 400, "validation", "malformed JSON: trailing data");
-			goto out_free;
-		}
-	}
-	if (!json_object_is_type(root, json_type_object)) {
-		st = rg_req_fail(err, 400, "validation", "body must be a JSON object");
-		goto out_free;
-	}
+	if ((st = rg_req_parse_object(body, len, lim->max_depth, &root, err)) != RG_OK)
+		return st;
 	if (route == RG_ROUTE_RERANK) {
 		st = parse_rerank(root, lim, out, err);
 	} else if (route == RG_ROUTE_DECODE) {
@@ -605,11 +620,9 @@ rg_status rg_request_parse(rg_route route, const char *body, size_t len, const r
 		st = parse_options(route, root, out, err);
 	if (st == RG_OK && openai)
 		st = refuse_unknown(root, err);
-out_free:
 	if (st != RG_OK)
 		rg_request_free(out);
 	json_object_put(root);
-	json_tokener_free(tok);
 	return st;
 }
 

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <json-c/json.h>
 #include "core/buf.h"
 #include "core/utf8.h"
 #include "ragged.h"
@@ -125,6 +126,13 @@ rg_status rg_req_fail(rg_req_error *err, int http, const char *type, const char 
 	__attribute__((format(printf, 4, 5)));
 rg_status rg_req_failp(rg_req_error *err, const char *param, int http, const char *type,
 		       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* The checks every JSON body passes before a route's parser reads it: not empty, at most
+ * INT32_MAX bytes (413), no \u escape of an unpaired surrogate, one JSON value parsed strictly
+ * at most max_depth deep (0: 32), only whitespace after it, and an object. On RG_OK *root is a
+ * new reference (json_object_put); on error it is NULL and err says why (400, 413, 500). */
+rg_status rg_req_parse_object(const char *body, size_t len, int max_depth,
+			      json_object **root, rg_req_error *err);
 
 /* {"error": msg, "error_type": type} (TEI) */
 void rg_json_error_body(rg_buf *b, const char *msg, const char *type);

@@ -749,19 +749,6 @@ static rg_gen_limits gen_limits(const rg_server *s)
 	};
 }
 
-/* TGI's POST / streams when the body says "stream": true. */
-static bool body_streams(const conn_ctx *c)
-{
-	json_object *o = json_tokener_parse(c->http.body.data ? c->http.body.data : "");
-	json_object *v;
-	bool s = false;
-
-	if (o && json_object_object_get_ex(o, "stream", &v))
-		s = json_object_get_boolean(v);
-	json_object_put(o);
-	return s;
-}
-
 enum MHD_Result rg_handle_generate(conn_ctx *c)
 {
 	rg_server *s = c->srv;
@@ -778,8 +765,6 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 	static _Thread_local rg_rng seed_rng;
 	static _Thread_local bool seeded;
 
-	if (api == RG_GEN_API_TGI && c->http.body.data && body_streams(c))
-		api = RG_GEN_API_TGI_STREAM;
 	g = calloc(1, sizeof(*g));
 	if (!g) {
 		rg_conn_release_body(c);
@@ -799,6 +784,8 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 		return rg_conn_error(c, code, err.type, err.param[0] ? err.param : NULL, "%s",
 				     err.msg);
 	}
+	if (api == RG_GEN_API_TGI && g->req.stream) /* TGI's POST / with "stream": true */
+		g->req.api = api = RG_GEN_API_TGI_STREAM;
 	if (s->o.max_concurrent_requests &&
 	    atomic_load(&s->n_suspended) >= s->o.max_concurrent_requests)
 		return rg_conn_error(c, 429, "overloaded", NULL,
