@@ -457,8 +457,9 @@ rg_status rg_gen_engine_submit(rg_gen_engine *e, rg_gen_job *j)
 		if ((st = rg_gen_params_check(&chk, e->vocab)) != RG_OK)
 			return st;
 	}
-	if (j->gp.num_beams > 1 && j->n_seqs != 1)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: a beam search job has one prompt");
+	if (j->gp.num_beams > 1 && j->n_seqs != j->gp.n)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: a beam search job has one output "
+				 "per returned beam (n_seqs = gp.n)");
 	for (int i = 0; i < j->n_seqs; i++) {
 		if (!j->prompts[i] || j->prompt_lens[i] < 1)
 			return rg_errorf(RG_ERR_INVALID_INPUT, "generate: sequence %d has no prompt",
@@ -807,63 +808,29 @@ static void run_beam(rg_gen_engine *e, rg_gen_job *j)
 		snprintf(j->err, sizeof(j->err), "%s", rg_last_error());
 		j->out[0].end = RG_GEN_END_ABORT;
 	} else {
-		/* the beams are the job's outputs: grow it to res->n_seqs (n returned beams) */
-		rg_gen_seq_out *o = realloc(j->out, (size_t)res->n_seqs * sizeof(*o));
+		/* the returned beams, best first, are the job's n_seqs (= gp.n) outputs */
+		for (int q = 0; q < res->n_seqs && q < j->n_seqs; q++) {
+			rg_gen_seq *g = &res->seqs[q];
+			rg_gen_seq_out *x = &j->out[q];
 
-		if (o) {
-			j->out = o;
-			for (int q = 1; q < res->n_seqs; q++) {
-				memset(&o[q], 0, sizeof(o[q]));
-				rg_buf_init(&o[q].text);
-			}
-			for (int q = 0; q < res->n_seqs; q++) {
-				const rg_gen_seq *g = &res->seqs[q];
-				rg_gen_seq_out *x = &o[q];
-
-				x->ids = g->ids;
-				x->logprobs = g->logprobs;
-				x->n_ids = x->cap = g->n_ids;
-				x->text_end = calloc((size_t)(g->n_ids > 0 ? g->n_ids : 1),
-						     sizeof(size_t));
-				if (g->text)
-					rg_buf_put(&x->text, g->text, g->text_len);
-				for (int k = 0; x->text_end && k < g->n_ids; k++)
-					x->text_end[k] = x->text.len;
-				x->text_ready = x->text.len;
-				x->end = g->finish == RG_FINISH_EOS ? RG_GEN_END_EOS
-					 : g->finish == RG_FINISH_STOP ? RG_GEN_END_STOP
-								       : RG_GEN_END_LENGTH;
-				x->score = g->score;
-				x->first_token_ms = x->last_token_ms = rg_now_ms();
-				g = NULL;
-				res->seqs[q].ids = NULL;
-				res->seqs[q].logprobs = NULL;
-			}
-			/* the extra outputs are freed with the job: its n_seqs grows, but their
-			 * prompts / states stay empty */
-			{
-				int32_t **pp = realloc(j->prompts, (size_t)res->n_seqs * sizeof(*pp));
-				int *pl = realloc(j->prompt_lens, (size_t)res->n_seqs * sizeof(*pl));
-				gen_seq_state *ss = realloc(j->st, (size_t)res->n_seqs * sizeof(*ss));
-
-				if (pp)
-					j->prompts = pp;
-				if (pl)
-					j->prompt_lens = pl;
-				if (ss)
-					j->st = ss;
-				if (pp && pl && ss) {
-					for (int q = j->n_seqs; q < res->n_seqs; q++) {
-						pp[q] = NULL;
-						pl[q] = j->prompt_lens[0];
-						memset(&ss[q], 0, sizeof(ss[q]));
-					}
-					j->n_seqs = res->n_seqs;
-				}
-			}
-		} else {
-			j->status = RG_ERR_OOM;
-			j->out[0].end = RG_GEN_END_ABORT;
+			x->ids = g->ids; /* taken from the result */
+			x->logprobs = g->logprobs;
+			g->ids = NULL;
+			g->logprobs = NULL;
+			x->n_ids = x->cap = g->n_ids;
+			if (g->text)
+				rg_buf_put(&x->text, g->text, g->text_len);
+			x->text_end = calloc((size_t)(g->n_ids > 0 ? g->n_ids : 1), sizeof(size_t));
+			for (int k = 0; x->text_end && k < g->n_ids; k++)
+				x->text_end[k] = x->text.len;
+			if (!x->text_end)
+				x->n_ids = 0; /* out of memory: no tokens rather than a bad offset */
+			x->text_ready = x->text.len;
+			x->end = g->finish == RG_FINISH_EOS ? RG_GEN_END_EOS
+				 : g->finish == RG_FINISH_STOP ? RG_GEN_END_STOP
+							       : RG_GEN_END_LENGTH;
+			x->score = g->score;
+			x->first_token_ms = x->last_token_ms = rg_now_ms();
 		}
 	}
 	j->n_running = 0;

@@ -81,7 +81,8 @@ typedef struct rg_gen_job rg_gen_job;
 
 struct rg_gen_job {
 	/* set by the owner before submit (rg_gen_job_new makes the arrays) */
-	int n_seqs;              /* sequences: choices (n, or best_of), or 1 for beams */
+	int n_seqs;              /* sequences: choices (n, or best_of); beams: the beams returned
+				  * (gp.n), all on prompts[0] */
 	int32_t **prompts;       /* (n_seqs) prompt ids per sequence (owned by the job) */
 	int *prompt_lens;        /* (n_seqs) */
 	rg_gen_params gp;        /* sampling, max_tokens, eos (n_eos -1: ignore EOS), stop ids and

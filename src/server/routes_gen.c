@@ -798,7 +798,9 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 	seed = g->req.has_seed ? g->req.seed : rg_rng_next(&seed_rng);
 	n_prompts = api == RG_GEN_API_CHAT ? 1 : g->req.n_prompts;
 	g->n_choices = g->req.n;
-	per = g->req.use_beam_search ? 1 : (g->req.best_of > g->req.n ? g->req.best_of : g->req.n);
+	/* sequences per prompt: its n choices, its best_of candidates, or (beams) its n returned
+	 * beams, filled whole by the search */
+	per = !g->req.use_beam_search && g->req.best_of > g->req.n ? g->req.best_of : g->req.n;
 	g->jobs = calloc((size_t)n_prompts, sizeof(*g->jobs));
 	g->cur = calloc((size_t)n_prompts * (size_t)g->n_choices, sizeof(*g->cur));
 	g->link = calloc(1, sizeof(*g->link));
