@@ -486,6 +486,7 @@ rg_status rg_gen_engine_submit(rg_gen_engine *e, rg_gen_job *j)
 	if (e->stop || e->draining) {
 		pthread_mutex_unlock(&e->mu);
 		j->adm.retry_after_ms = 1000;
+		j->stopping = true;
 		return rg_errorf(RG_ERR_BUSY, "the server is shutting down");
 	}
 	serial = e->next_serial++;

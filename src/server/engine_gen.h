@@ -111,6 +111,7 @@ struct rg_gen_job {
 	rg_status status;        /* RG_OK, or the error that aborted it */
 	char err[256];
 	rg_iter_admission adm;   /* submit's estimates; when refused its Retry-After */
+	bool stopping;           /* submit refused it because the engine drains or stopped */
 	double queue_ms;         /* arrival to its first scheduled step */
 
 	/* private */

@@ -716,7 +716,7 @@ static enum MHD_Result submit_error(conn_ctx *c, rg_gen_job *j, rg_status st, co
 	const char *msg = rg_last_error();
 
 	if (st == RG_ERR_BUSY) {
-		if (atomic_load(&c->srv->stopping) || strstr(msg, "shutting down")) {
+		if (atomic_load(&c->srv->stopping) || j->stopping) {
 			c->http.retry_after_s = 1;
 			return rg_conn_error(c, 503, "unhealthy", NULL, "%s", msg);
 		}
