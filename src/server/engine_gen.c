@@ -524,14 +524,11 @@ rg_status rg_gen_engine_submit(rg_gen_engine *e, rg_gen_job *j)
 		char msg[256];
 
 		snprintf(msg, sizeof(msg), "%s", rg_last_error());
+		/* the sequences already added go (the step thread finds no live job for their
+		 * finished entries and skips them) */
 		for (int i = 0; i < added; i++) {
-			const rg_iter_done *d;
-			int nd;
-
 			rg_iter_abort(e->it, j->base_id | (uint64_t)i);
 			j->st[i].live = false;
-			(void)d;
-			(void)nd;
 		}
 		if (st == RG_ERR_BUSY) {
 			pthread_mutex_lock(&e->mmu);
