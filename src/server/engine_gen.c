@@ -1,12 +1,10 @@
 /* The generation engine of `ragged serve`: the step loop over src/sched/iter.h. See engine_gen.h. */
 #include "server/engine_gen.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #include "core/error.h"
@@ -67,7 +65,6 @@ struct rg_gen_engine {
 	uint64_t next_serial;
 	rg_gen_job *beams;         /* beam jobs waiting for the step thread (linked by next) */
 	double last_poll_ms;
-	rg_rng seed_rng;
 
 	/* step buffers (step thread) */
 	int S;                     /* max_num_seqs: logits rows of a step at most */
@@ -1085,7 +1082,6 @@ rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *p, 
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_mutex_init(&e->mmu, NULL);
 	pthread_cond_init(&e->cv, NULL);
-	rg_rng_seed(&e->seed_rng, (uint64_t)rg_now_ms());
 	e->next_serial = 1; /* ids below 1 << SEQ_BITS are the warm-up's */
 	ip = p->iter;
 	if (ip.max_context > e->info->max_position_embeddings)
