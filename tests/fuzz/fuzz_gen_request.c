@@ -96,7 +96,8 @@ static void check_request(const rg_gen_request *r, const rg_gen_limits *lim)
 					abort();
 		}
 	}
-	if (r->stream != (r->api == RG_GEN_API_TGI_STREAM) && tgi)
+	/* /generate_stream always streams; /generate reads "stream" (TGI's POST / streams with it) */
+	if (r->api == RG_GEN_API_TGI_STREAM && !r->stream)
 		abort();
 	if (r->include_usage && !r->stream)
 		abort();
