@@ -12,7 +12,12 @@
  *      query vectors (in shared memory, scaled);
  *   2. per head, the chunk's max and exp-sum, merged into a running (max, sum) (online softmax,
  *      Milakov & Gimelshein 2018; FlashAttention's rescaling);
- *   3. threads over (head, dim) pairs accumulate p * V with coalesced V reads.
+ *   3. each warp takes every NW-th key of the chunk and its lanes the head dims (lane, lane + 32,
+ *      ...): acc[g][d] += p[g][k] * V[k][d] in registers, several keys in flight per warp (the
+ *      loop is unrolled), V read once for the whole group; the NW warps' sums are added once, at
+ *      the end, through shared memory. (The first version had one thread per (head, dim) walk
+ *      all the chunk's keys in turn: 128 dependent loads per thread, 11-12 us per layer at 32-160
+ *      keys on an H100, the largest kernel of a decode step in the 2026-11-25 trace.)
  * With one split the CTA writes the normalised output; with several, each split writes its
  * (max, sum, acc) to a float32 workspace and paged_attn_combine merges them (FlashDecoding,
  * Dao et al. 2023). All arithmetic in float32. */
@@ -21,6 +26,7 @@
 #define PA_THREADS 128
 #define PA_KEYS 128    /* keys per chunk: one per thread in the score phase */
 #define PA_MAX_GROUP 8 /* query heads per KV head */
+#define PA_SPLIT_MIN 64 /* fewest keys a split is cut for */
 
 template <typename T, int HD>
 __global__ void __launch_bounds__(PA_THREADS)
@@ -31,11 +37,13 @@ paged_attn_kernel(const T *__restrict__ q, int q_stride, const T *__restrict__ k
 		  float scale, int n_splits, float *__restrict__ part,
 		  T *__restrict__ out, int out_stride)
 {
-	constexpr int PAIRS = (PA_MAX_GROUP * HD + PA_THREADS - 1) / PA_THREADS;
+	constexpr int NW = PA_THREADS / 32;
+	constexpr int DPL = (HD + 31) / 32; /* head dims per lane in the p V phase */
 	__shared__ float q_s[PA_MAX_GROUP][HD];
 	__shared__ float s_s[PA_MAX_GROUP][PA_KEYS];
 	__shared__ float m_s[PA_MAX_GROUP], l_s[PA_MAX_GROUP], r_s[PA_MAX_GROUP];
 	__shared__ int blk_s[PA_KEYS];
+	__shared__ float red_s[NW][PA_MAX_GROUP * HD]; /* the warps' p V sums, added at the end */
 
 	const int t = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
 	const int G = num_heads / num_kv_heads, h0 = kvh * G;
@@ -59,7 +67,7 @@ paged_attn_kernel(const T *__restrict__ q, int q_stride, const T *__restrict__ k
 	const int k_end = min(ctx, k_begin + per);
 	const int32_t *bt = block_tables + (size_t)seq * max_blocks;
 	const size_t row = (size_t)num_kv_heads * HD; /* elements per cache slot */
-	float acc[PAIRS];
+	float acc[PA_MAX_GROUP][DPL];
 
 	rg_pdl_wait();
 	for (int i = tid; i < G * HD; i += PA_THREADS) {
@@ -71,8 +79,10 @@ paged_attn_kernel(const T *__restrict__ q, int q_stride, const T *__restrict__ k
 		l_s[tid] = 0.f;
 	}
 #pragma unroll
-	for (int p = 0; p < PAIRS; p++)
-		acc[p] = 0.f;
+	for (int g = 0; g < PA_MAX_GROUP; g++)
+#pragma unroll
+		for (int i = 0; i < DPL; i++)
+			acc[g][i] = 0.f;
 	__syncthreads();
 
 	for (int c0 = k_begin; c0 < k_end; c0 += PA_KEYS) {
@@ -130,40 +140,70 @@ paged_attn_kernel(const T *__restrict__ q, int q_stride, const T *__restrict__ k
 			}
 		}
 		__syncthreads();
-		/* 3. acc = acc * r + p V */
+		/* 3. acc = acc * r + p V: warp w takes keys w, w + NW, ...; lane the dims lane + 32 i */
 #pragma unroll
-		for (int p = 0; p < PAIRS; p++) {
-			const int i = tid + p * PA_THREADS;
-			if (i < G * HD) {
-				const int g = i / HD, d = i - g * HD;
-				float a = acc[p] * r_s[g];
-				const T *vb = v_cache + (size_t)kvh * HD + d;
-				for (int k = 0; k < nk; k++)
-					a += s_s[g][k] * rg_to_f(vb[(size_t)blk_s[k] * row]);
-				acc[p] = a;
+		for (int g = 0; g < PA_MAX_GROUP; g++) {
+			const float r = g < G ? r_s[g] : 0.f;
+#pragma unroll
+			for (int i = 0; i < DPL; i++)
+				acc[g][i] *= r;
+		}
+		{
+			const T *vb = v_cache + (size_t)kvh * HD;
+#pragma unroll 8
+			for (int k = warp; k < nk; k += NW) {
+				const T *vr = vb + (size_t)blk_s[k] * row;
+				float v[DPL];
+#pragma unroll
+				for (int i = 0; i < DPL; i++) {
+					const int d = lane + 32 * i;
+					v[i] = (HD % 32 == 0 || d < HD) ? rg_to_f(vr[d]) : 0.f;
+				}
+#pragma unroll
+				for (int g = 0; g < PA_MAX_GROUP; g++) {
+					if (g < G) {
+						const float p = s_s[g][k];
+#pragma unroll
+						for (int i = 0; i < DPL; i++)
+							acc[g][i] += p * v[i];
+					}
+				}
 			}
 		}
 		__syncthreads();
 	}
 
+	/* add the warps' sums */
 #pragma unroll
-	for (int p = 0; p < PAIRS; p++) {
-		const int i = tid + p * PA_THREADS;
-		if (i < G * HD) {
-			const int g = i / HD, d = i - g * HD, h = h0 + g;
-			if (n_splits == 1) {
-				const float l = l_s[g];
-				out[(size_t)t * out_stride + (size_t)h * HD + d] =
-					rg_from_f<T>(l > 0.f ? acc[p] / l : 0.f);
-			} else {
-				/* partial (t, h, z): [m, l, acc[HD]] */
-				float *pp = part + (((size_t)t * num_heads + h) * n_splits + z) * (HD + 2);
-				if (d == 0) {
-					pp[0] = m_s[g];
-					pp[1] = l_s[g];
-				}
-				pp[2 + d] = acc[p];
+	for (int g = 0; g < PA_MAX_GROUP; g++) {
+		if (g < G) {
+#pragma unroll
+			for (int i = 0; i < DPL; i++) {
+				const int d = lane + 32 * i;
+				if (HD % 32 == 0 || d < HD)
+					red_s[warp][g * HD + d] = acc[g][i];
 			}
+		}
+	}
+	__syncthreads();
+	for (int i = tid; i < G * HD; i += PA_THREADS) {
+		const int g = i / HD, d = i - g * HD, h = h0 + g;
+		float a = 0.f;
+#pragma unroll
+		for (int w = 0; w < NW; w++)
+			a += red_s[w][i];
+		if (n_splits == 1) {
+			const float l = l_s[g];
+			out[(size_t)t * out_stride + (size_t)h * HD + d] =
+				rg_from_f<T>(l > 0.f ? a / l : 0.f);
+		} else {
+			/* partial (t, h, z): [m, l, acc[HD]] */
+			float *pp = part + (((size_t)t * num_heads + h) * n_splits + z) * (HD + 2);
+			if (d == 0) {
+				pp[0] = m_s[g];
+				pp[1] = l_s[g];
+			}
+			pp[2 + d] = a;
 		}
 	}
 }
@@ -193,13 +233,13 @@ __global__ void paged_attn_combine(const float *__restrict__ part, int num_heads
 }
 
 /* How many key splits a batch of n_tokens x num_kv_heads CTAs should use so that about two
- * waves of CTAs cover the SMs, each split at least PA_KEYS keys and at most max_splits. */
+ * waves of CTAs cover the SMs, each split at least PA_SPLIT_MIN keys and at most max_splits. */
 static int paged_attn_splits(const rg_cuda_ctx *c, int n_tokens, int num_kv_heads,
 			     int max_context, int max_splits)
 {
 	long long ctas = (long long)n_tokens * num_kv_heads;
 	int want = (int)((2LL * c->num_sms + ctas - 1) / ctas);
-	int most = (max_context + PA_KEYS - 1) / PA_KEYS;
+	int most = (max_context + PA_SPLIT_MIN - 1) / PA_SPLIT_MIN;
 
 	if (want > most)
 		want = most;
