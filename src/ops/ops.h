@@ -281,9 +281,11 @@ rg_status rg_op_copy_blocks(rg_backend *be, void *pool, size_t block_bytes, cons
  * ids[r] = the column of its largest value (the lowest such column on ties; NaN never wins) and,
  * when logprob != NULL, logprob[r] = its log-softmax value, x[r][ids[r]] - log(sum_j exp(x[r][j])),
  * in f32. ids (M) int32 and logprob (M) f32 in backend memory or, on CUDA, mapped pinned host
- * memory (rg_backend_host_alloc). A row of only NaN gives id 0. CUDA: one CTA per row. */
-rg_status rg_op_argmax_rows(rg_backend *be, const void *x, int M, int N, int32_t *ids,
-			    float *logprob);
+ * memory (rg_backend_host_alloc). A row of only NaN gives id 0. CUDA: a row is cut into slices
+ * of 2,048 columns (at most 64; one CTA each, partials in the backend's GEMM workspace) merged by
+ * one warp per row. */
+RG_TEST_API rg_status rg_op_argmax_rows(rg_backend *be, const void *x, int M, int N,
+					int32_t *ids, float *logprob);
 /* Sampling on the device (issue 19, "On CUDA, logits processing and sampling run on the device"):
  * per row r of x (M, N) act, the chain of src/gen/sampler.h with the same order of steps, tie
  * rules and draw, so that for the same logits and uniform u the CPU twin equals the host chain:

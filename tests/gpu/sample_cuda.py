@@ -11,7 +11,10 @@ device), on the same inputs, no torch in the process (compute-sanitizer can watc
   2. topk_rows: hierarchical and CUB-sort methods against the CPU twin (a stable full sort's
      order) for k = 1, 8, 50, 511, 512, 513, on gaussian and tie-heavy rows (the radix-select
      fallback) of widths 7 .. 151936;
-  3. rg_model_step_sample on a random-weight Llama decoder on CUDA (fp32): 12 decode steps (CUDA
+  3. rg_op_argmax_rows (the device greedy choice, one CTA per row slice) against the CPU twin on
+     gaussian, tie-heavy and NaN / -inf rows of widths 7 .. 151936, fp32 and fp16: ids identical,
+     log-probs within 1e-5;
+  4. rg_model_step_sample on a random-weight Llama decoder on CUDA (fp32): 12 decode steps (CUDA
      graphs from the second), each row's id equal to tests/py/ref_sample.py's NumPy chain applied
      to rg_model_step's logits of the same step with the same u.
 Exit status 0 when every case passes. SAMPLE_QUICK=1: fewer, smaller shapes and no model
@@ -74,6 +77,7 @@ def load():
     L.rg_op_sample_rows.argtypes = [vp, vp, ctypes.c_int, ctypes.c_int, ctypes.POINTER(SampleArgs)]
     L.rg_op_topk_rows.argtypes = [vp, vp, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                   vp, vp, vp]
+    L.rg_op_argmax_rows.argtypes = [vp, vp, ctypes.c_int, ctypes.c_int, vp, vp]
     L.rg_last_error.restype = ctypes.c_char_p
     return L
 
@@ -233,6 +237,29 @@ def check_topk(L, cpu, rng, M, N, gen):
     return ok
 
 
+def check_argmax(L, cpu, rng, M, N, gen, dt):
+    """rg_op_argmax_rows (the device greedy choice and its log-prob) against the CPU twin:
+    ids identical (the lowest index among equal maxima), log-probs within 1e-5."""
+    x = logits(rng, M, N, gen)
+    if dt == "fp16":
+        x = x.astype(np.float16)
+    gpu = Dev(L, RG_DEVICE_GPU, dt)
+    outs = []
+    for dev, xin in ((cpu, x.astype(np.float32)), (gpu, x)):
+        ids, lp = dev.empty(4 * M), dev.empty(4 * M)
+        st = L.rg_op_argmax_rows(dev.be, dev.put(xin), M, N, ids, lp)
+        assert st == 0, L.rg_last_error()
+        outs.append((dev.get(ids, (M,), np.int32), dev.get(lp, (M,), np.float32)))
+    gpu.close()
+    ok = np.array_equal(outs[0][0], outs[1][0]) and \
+        np.allclose(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-5, equal_nan=True)
+    if not ok:
+        print(f"   argmax: {np.sum(outs[0][0] != outs[1][0])} ids differ, log-prob max diff "
+              f"{np.nanmax(np.abs(outs[0][1] - outs[1][1]))}")
+    print(f"argmax_rows {gen} {dt} ({M}, {N}): {'PASS' if ok else 'FAIL'}", flush=True)
+    return ok
+
+
 def check_model_steps():
     """rg_model_step_sample on CUDA through graphed decode steps against the NumPy chain applied
     to rg_model_step's logits of the same step."""
@@ -301,6 +328,10 @@ def main():
         for gen in ("gauss", "ties", "naninf"):
             for dt in (("fp32",) if quick else ("fp32", "fp16")):
                 ok &= check_sample(L, cpu, rng, M, N, gen, dt)
+    for M, N in ((1, 50257), (16, 50257), (3, 151936), (37, 1000), (5, 7), (2, 2048 * 64 + 1)):
+        for gen in ("gauss", "ties", "naninf"):
+            for dt in (("fp32", "fp16") if DEVICE == "cuda" else ("fp32",)):
+                ok &= check_argmax(L, cpu, rng, M, N, gen, dt)
     for M, N in ((3, 7), (4, 1000), (2, 50257)) + (() if quick else ((2, 151936),)):
         for gen in ("gauss", "ties"):
             ok &= check_topk(L, cpu, rng, M, N, gen)

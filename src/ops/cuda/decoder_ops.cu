@@ -52,6 +52,67 @@ add_norm_kernel(const T *__restrict__ x, T *__restrict__ residual, const float *
 		o[i] = rg_from_f<T>((rg_to_f(res[i]) - mean) * rstd * gamma[i] + (beta ? beta[i] : 0.f));
 }
 
+/* The same for rows of at most VPT * DEC_THREADS elements, the row held in registers: one read
+ * of x and residual, one write of residual and out, no re-reads between the reductions. The
+ * arithmetic is add_norm_kernel's, term for term (a decode step runs two of these per layer on
+ * rows of 576-4096: 25 per GPT-2 step at ~3.5 us each in the 2026-11-25 H100 trace). */
+template <typename T, int VPT>
+__global__ void __launch_bounds__(DEC_THREADS)
+add_norm_reg_kernel(const T *__restrict__ x, T *__restrict__ residual, const float *__restrict__ gamma,
+		    const float *__restrict__ beta, float eps, int rms, int N, T *__restrict__ out)
+{
+	__shared__ float scratch[32];
+	T *res = residual + (size_t)blockIdx.x * N;
+	T *o = out + (size_t)blockIdx.x * N;
+	const T *xr = x ? x + (size_t)blockIdx.x * N : NULL;
+	float r[VPT], s = 0.f, var = 0.f;
+
+	rg_pdl_wait();
+#pragma unroll
+	for (int k = 0; k < VPT; k++) {
+		const int i = threadIdx.x + k * DEC_THREADS;
+		r[k] = 0.f;
+		if (i < N) {
+			float v = rg_to_f(res[i]);
+			if (xr) {
+				const T rr = rg_from_f<T>(v + rg_to_f(xr[i]));
+				res[i] = rr;
+				v = rg_to_f(rr);
+			}
+			r[k] = v;
+			s += rms ? v * v : v;
+		}
+	}
+	s = rg_block_sum(s, scratch);
+	if (rms) {
+		const float rstd = rsqrtf(s / (float)N + eps);
+#pragma unroll
+		for (int k = 0; k < VPT; k++) {
+			const int i = threadIdx.x + k * DEC_THREADS;
+			if (i < N)
+				o[i] = rg_from_f<T>(r[k] * rstd * gamma[i]);
+		}
+		return;
+	}
+	const float mean = s / (float)N;
+#pragma unroll
+	for (int k = 0; k < VPT; k++) {
+		const int i = threadIdx.x + k * DEC_THREADS;
+		if (i < N) {
+			const float d = r[k] - mean;
+			var += d * d;
+		}
+	}
+	var = rg_block_sum(var, scratch);
+	const float rstd = rsqrtf(var / (float)N + eps);
+#pragma unroll
+	for (int k = 0; k < VPT; k++) {
+		const int i = threadIdx.x + k * DEC_THREADS;
+		if (i < N)
+			o[i] = rg_from_f<T>((r[k] - mean) * rstd * gamma[i] + (beta ? beta[i] : 0.f));
+	}
+}
+
 extern "C" rg_status rg_cuda_add_norm(rg_cuda_ctx *c, rg_dtype dt, const void *x, void *residual,
 				      const float *gamma, const float *beta, float eps,
 				      rg_norm_kind kind, int M, int N, void *out)
@@ -65,11 +126,19 @@ extern "C" rg_status rg_cuda_add_norm(rg_cuda_ctx *c, rg_dtype dt, const void *x
 		return RG_OK;
 	if ((st = rg_cuda_enter(c)) != RG_OK)
 		return st;
+	const int rms = kind == RG_NORM_RMS ? 1 : 0, vpt = (N + DEC_THREADS - 1) / DEC_THREADS;
+#define LAUNCH_K(K, T)                                                                           \
+	rg_launch(c, K, dim3(M), dim3(DEC_THREADS), 0, (const T *)x, (T *)residual, gamma, beta, eps, \
+		  rms, N, (T *)out)
 #define LAUNCH(T)                                                                                \
-	rg_launch(c, add_norm_kernel<T>, dim3(M), dim3(DEC_THREADS), 0, (const T *)x, (T *)residual, \
-		  gamma, beta, eps, kind == RG_NORM_RMS ? 1 : 0, N, (T *)out)
+	(vpt <= 2    ? LAUNCH_K((add_norm_reg_kernel<T, 2>), T)                                      \
+	 : vpt <= 4  ? LAUNCH_K((add_norm_reg_kernel<T, 4>), T)                                      \
+	 : vpt <= 8  ? LAUNCH_K((add_norm_reg_kernel<T, 8>), T)                                      \
+	 : vpt <= 16 ? LAUNCH_K((add_norm_reg_kernel<T, 16>), T)                                     \
+		     : LAUNCH_K(add_norm_kernel<T>, T))
 	e = RG_CUDA_DISPATCH_DT(dt, LAUNCH);
 #undef LAUNCH
+#undef LAUNCH_K
 	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "add_norm_kernel launch");
 }
 
@@ -225,24 +294,67 @@ extern "C" rg_status rg_cuda_copy_blocks(rg_cuda_ctx *c, void *pool, size_t bloc
 	return RG_OK;
 }
 
-/* Greedy choice per row: one CTA per row; each thread keeps its best (value, lowest index) and a
- * running exp-sum against its own max, then the block merges them (the sums rescaled to the row
- * max). NaN never wins (comparisons with NaN are false) and adds nothing to the sum. */
-#define AM_THREADS 512
+/* Greedy choice per row, with the chosen token's log-probability. A row is cut into S slices of
+ * AM_SLICE columns (S = 1 for short rows): each CTA takes one (row, slice); each thread keeps its
+ * best (value, lowest index) and a running exp-sum against its own max, then the CTA merges them
+ * (the sums rescaled to the larger max). With S > 1 the CTAs write (max, index, sum) partials and
+ * argmax_merge_kernel merges a row's S partials in one warp. (One CTA per row, the first version,
+ * took 37 us for one row of 50,257 on an H100: a 98-element serial chain per thread, 1 of 132
+ * SMs busy.) NaN never wins (comparisons with NaN are false) and adds nothing to the sum. */
+#define AM_THREADS 256
+#define AM_SLICE (AM_THREADS * 8)
+#define AM_MAX_SLICES 64
+
+/* Merge (ov, oi, os) into (best, bi, sum): the larger value wins, equal values the lower index;
+ * the sums are rescaled to the new max. */
+__device__ __forceinline__ void am_merge(float &best, int &bi, float &sum, float ov, int oi, float os)
+{
+	const float m = fmaxf(best, ov);
+	const float mine = best == -INFINITY ? 0.f : sum * __expf(best - m);
+	const float theirs = ov == -INFINITY ? 0.f : os * __expf(ov - m);
+
+	if (ov > best || (ov == best && oi < bi))
+		bi = oi;
+	best = m;
+	sum = mine + theirs;
+}
+
+__device__ __forceinline__ void am_warp_merge(float &best, int &bi, float &sum)
+{
+	for (int o = 16; o > 0; o >>= 1) {
+		const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+		const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+		const float os = __shfl_xor_sync(0xffffffffu, sum, o);
+
+		am_merge(best, bi, sum, ov, oi, os);
+	}
+}
+
+__device__ __forceinline__ void am_write(int32_t *ids, float *logprob, int r, int bi, int N, float sum)
+{
+	ids[r] = bi == N ? 0 : bi;
+	if (logprob)
+		logprob[r] = bi == N ? NAN : -logf(sum);
+}
+
+/* grid (M, S): the (row, slice) CTA over columns [slice * W, slice * W + W); part: M x S x 3
+ * floats (max, index bits, sum) when S > 1 */
 template <typename T>
 __global__ void __launch_bounds__(AM_THREADS)
 argmax_rows_kernel(const T *__restrict__ x, int N, int32_t *__restrict__ ids,
-		   float *__restrict__ logprob)
+		   float *__restrict__ logprob, float *__restrict__ part, int W)
 {
 	__shared__ float s_v[AM_THREADS / 32], s_s[AM_THREADS / 32];
 	__shared__ int s_i[AM_THREADS / 32];
+	const int S = gridDim.y;
+	const int j0 = blockIdx.y * W, j1 = min(N, j0 + W);
 	const T *row = x + (size_t)blockIdx.x * N;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	float best = -INFINITY, sum = 0.f;
 	int bi = N; /* N: none yet */
 
 	rg_pdl_wait();
-	for (int j = threadIdx.x; j < N; j += AM_THREADS) {
+	for (int j = j0 + threadIdx.x; j < j1; j += AM_THREADS) {
 		const float v = rg_to_f(row[j]);
 		if (v > best) {
 			sum = sum * __expf(best - v) + 1.f; /* rescale to the new max */
@@ -256,19 +368,7 @@ argmax_rows_kernel(const T *__restrict__ x, int N, int32_t *__restrict__ ids,
 	}
 	if (bi == N)
 		sum = 0.f, best = -INFINITY;
-	/* warp merge: larger value wins, equal values the lower index */
-	for (int o = 16; o > 0; o >>= 1) {
-		const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-		const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-		const float os = __shfl_xor_sync(0xffffffffu, sum, o);
-		const float m = fmaxf(best, ov);
-		const float mine = best == -INFINITY ? 0.f : sum * __expf(best - m);
-		const float theirs = ov == -INFINITY ? 0.f : os * __expf(ov - m);
-		if (ov > best || (ov == best && oi < bi))
-			bi = oi;
-		best = m;
-		sum = mine + theirs;
-	}
+	am_warp_merge(best, bi, sum);
 	if (lane == 0) {
 		s_v[warp] = best;
 		s_i[warp] = bi;
@@ -280,24 +380,35 @@ argmax_rows_kernel(const T *__restrict__ x, int N, int32_t *__restrict__ ids,
 		best = lane < nw ? s_v[lane] : -INFINITY;
 		bi = lane < nw ? s_i[lane] : N;
 		sum = lane < nw ? s_s[lane] : 0.f;
-		for (int o = 16; o > 0; o >>= 1) {
-			const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-			const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-			const float os = __shfl_xor_sync(0xffffffffu, sum, o);
-			const float m = fmaxf(best, ov);
-			const float mine = best == -INFINITY ? 0.f : sum * __expf(best - m);
-			const float theirs = ov == -INFINITY ? 0.f : os * __expf(ov - m);
-			if (ov > best || (ov == best && oi < bi))
-				bi = oi;
-			best = m;
-			sum = mine + theirs;
-		}
+		am_warp_merge(best, bi, sum);
 		if (lane == 0) {
-			ids[blockIdx.x] = bi == N ? 0 : bi;
-			if (logprob)
-				logprob[blockIdx.x] = bi == N ? NAN : -logf(sum);
+			if (S == 1) {
+				am_write(ids, logprob, blockIdx.x, bi, N, sum);
+			} else {
+				float *pp = part + ((size_t)blockIdx.x * S + blockIdx.y) * 3;
+				pp[0] = best;
+				pp[1] = __int_as_float(bi);
+				pp[2] = sum;
+			}
 		}
 	}
+}
+
+/* One warp per row: merge its S partials. */
+__global__ void argmax_merge_kernel(const float *__restrict__ part, int S, int N,
+				    int32_t *__restrict__ ids, float *__restrict__ logprob)
+{
+	const int r = blockIdx.x, lane = threadIdx.x;
+	float best = -INFINITY, sum = 0.f;
+	int bi = N;
+
+	for (int z = lane; z < S; z += 32) {
+		const float *pp = part + ((size_t)r * S + z) * 3;
+		am_merge(best, bi, sum, pp[0], __float_as_int(pp[1]), pp[2]);
+	}
+	am_warp_merge(best, bi, sum);
+	if (lane == 0)
+		am_write(ids, logprob, r, bi, N, sum);
 }
 
 extern "C" rg_status rg_cuda_argmax_rows(rg_cuda_ctx *c, rg_dtype dt, const void *x, int M, int N,
@@ -312,9 +423,25 @@ extern "C" rg_status rg_cuda_argmax_rows(rg_cuda_ctx *c, rg_dtype dt, const void
 		return RG_OK;
 	if ((st = rg_cuda_enter(c)) != RG_OK)
 		return st;
+	/* slices: enough CTAs for the SMs at small M, none for short rows; the partials go to the
+	 * workspace (cuBLASLt's, free between GEMMs on this stream) */
+	int S = (N + AM_SLICE - 1) / AM_SLICE;
+	if (S > AM_MAX_SLICES)
+		S = AM_MAX_SLICES; /* then the slices are wider than AM_SLICE */
+	if ((size_t)M * S * 3 * sizeof(float) > RG_CUDA_WORKSPACE_BYTES)
+		S = 1;
+	const int W = (N + S - 1) / S;
 #define LAUNCH(T)                                                                                \
-	rg_launch(c, argmax_rows_kernel<T>, dim3(M), dim3(AM_THREADS), 0, (const T *)x, N, ids, logprob)
+	rg_launch(c, argmax_rows_kernel<T>, dim3(M, S), dim3(AM_THREADS), 0, (const T *)x, N, ids, \
+		  logprob, (float *)c->workspace_d, W)
 	e = RG_CUDA_DISPATCH_DT(dt, LAUNCH);
 #undef LAUNCH
-	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "argmax_rows_kernel launch");
+	if (e != cudaSuccess)
+		return rg_cuda_err(e, "argmax_rows_kernel launch");
+	if (S > 1) {
+		argmax_merge_kernel<<<M, 32, 0, c->stream>>>((const float *)c->workspace_d, S, N, ids,
+							     logprob);
+		return rg_cuda_launch_check("argmax_merge_kernel");
+	}
+	return RG_OK;
 }
