@@ -357,11 +357,9 @@ static rg_status llama_forward(rg_model *m, rg_dec_fwd *f)
 					n, H, x)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(be, x, L->qkv_w, L->qkv_b, qkv, n, ld, H,
 					     RG_ACT_NONE)) != RG_OK ||
-		    (s = rg_op_rope(be, qkv, ld, n, c->num_attention_heads, hd, f->positions,
-				    w->inv_freq, il)) != RG_OK ||
-		    (s = rg_op_rope(be, (char *)qkv + (size_t)qd * m->esz, ld, n,
-				    c->num_key_value_heads, hd, f->positions, w->inv_freq, il)) !=
-			    RG_OK ||
+		    /* q's heads and then k's are adjacent in each row: one launch turns both */
+		    (s = rg_op_rope(be, qkv, ld, n, c->num_attention_heads + c->num_key_value_heads,
+				    hd, f->positions, w->inv_freq, il)) != RG_OK ||
 		    (s = rg_dec_attention(m, f, l, qkv, scale, ctx)) != RG_OK ||
 		    (s = rg_op_gemm(be, ctx, L->o_w, delta, n, H, qd)) != RG_OK ||
 		    (s = rg_op_add_norm(be, delta, h, L->post_norm, NULL, eps, RG_NORM_RMS, n, H,
