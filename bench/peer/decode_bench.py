@@ -9,7 +9,10 @@ would be. HF: `generate(do_sample=False)` with the dynamic cache and with
 `cache_implementation="static"`. Each cell: the median of REPEATS timed runs after one warm-up.
 tok/s = batch * 128 / seconds (prefill included, as in the issue's table).
 
-Usage: RAGGED_LIB=build/libragged.so python3 bench/peer/decode_bench.py OUT.json [fp16]"""
+The report is rewritten after every row, so a run stopped at its time limit keeps what it measured.
+
+Usage: RAGGED_LIB=build/libragged.so python3 bench/peer/decode_bench.py OUT.json [fp16]
+       (DECODE_BENCH_REPEATS, DECODE_BENCH_SKIP: see below)"""
 import json
 import os
 import sys
@@ -26,7 +29,11 @@ from dec_util import Seqs  # noqa: E402
 from decoder_hf import build  # noqa: E402
 from ragged_ctypes import Model  # noqa: E402
 
-PROMPT, NEW, REPEATS = 32, 128, 3
+PROMPT, NEW = 32, 128
+REPEATS = int(os.environ.get("DECODE_BENCH_REPEATS", "3"))
+# DECODE_BENCH_SKIP: comma list of columns left out (e.g. "hf_dynamic,ragged" to save device
+# time); recorded in the report
+SKIP = set(filter(None, os.environ.get("DECODE_BENCH_SKIP", "").split(",")))
 
 
 def ragged_run(m, prompts):
@@ -133,33 +140,47 @@ def main():
             prompts = rng.integers(0, hf.config.vocab_size, (batch, PROMPT))
             x = torch.tensor(prompts, device="cuda")
             r = {"model": kind, "batch": batch, "dtype": dt}
-            r["ragged_s"] = timed(lambda: ragged_run(m, prompts.tolist()))
-            r["ragged_device_greedy_s"] = timed(lambda: ragged_run_device(m, prompts.tolist()))
+            t_row = time.perf_counter()
+
+            def cell(name, fn):
+                if name in SKIP:
+                    return
+                try:
+                    r[name + "_s"] = timed(fn)
+                except Exception as e:  # recorded, not hidden
+                    r[name + "_error"] = repr(e)[:300]
+
+            cell("ragged", lambda: ragged_run(m, prompts.tolist()))
+            cell("ragged_device_greedy", lambda: ragged_run_device(m, prompts.tolist()))
             # rg_generate: the whole request in C (rg_gen_run's loop; greedy on the device)
-            r["ragged_generate_s"] = timed(lambda: gen.generate(prompts.tolist(), max_tokens=NEW,
-                                                                ignore_eos=True))
-            try:
-                gt = GraphedTorch(hf, batch, PROMPT + NEW + 8)
-                r["torch_graphed_s"] = timed(lambda: gt.run(x))
-            except Exception as e:  # recorded, not hidden
-                r["torch_graphed_error"] = repr(e)[:300]
-            r["hf_dynamic_s"] = timed(lambda: hf_run(hf, x, False))
-            try:
-                r["hf_static_s"] = timed(lambda: hf_run(hf, x, True))
-            except Exception as e:  # recorded, not hidden
-                r["hf_static_error"] = repr(e)[:300]
+            cell("ragged_generate", lambda: gen.generate(prompts.tolist(), max_tokens=NEW,
+                                                         ignore_eos=True))
+            if "torch_graphed" not in SKIP:
+                try:
+                    gt = GraphedTorch(hf, batch, PROMPT + NEW + 8)
+                    cell("torch_graphed", lambda: gt.run(x))
+                except Exception as e:  # recorded, not hidden
+                    r["torch_graphed_error"] = repr(e)[:300]
+            cell("hf_dynamic", lambda: hf_run(hf, x, False))
+            cell("hf_static", lambda: hf_run(hf, x, True))
             for k in [k for k in r if k.endswith("_s")]:
                 r[k[:-2] + "_tok_s"] = batch * NEW / r[k]
             r["kv_bytes_per_token"] = kv.bytes_per_token
+            r["row_wall_seconds"] = time.perf_counter() - t_row
             rows.append(r)
             print(json.dumps(r), flush=True)
+            write(out_path, rows)
         m.close()
         gen.close()
         del hf
         torch.cuda.empty_cache()
+    write(out_path, rows)
+
+
+def write(out_path, rows):
     rep = {"gpu": torch.cuda.get_device_name(0), "commit": os.environ.get("RAGGED_COMMIT", "?"),
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "prompt": PROMPT,
-           "new_tokens": NEW, "rows": rows}
+           "new_tokens": NEW, "repeats": REPEATS, "skipped": sorted(SKIP), "rows": rows}
     with open(out_path, "w") as f:
         json.dump(rep, f, indent=1)
 

@@ -2,7 +2,8 @@
 "explained with a trace"): random-weight GPT-2 small and SmolLM2-135M-shape Llama, fp16, batch 1
 and 16, prompt 32; 16 decode steps (rg_model_step_argmax) recorded with torch.profiler (CUPTI sees
 every kernel of the process, ragged's included), eager (RAGGED_CUDA_GRAPHS=0, so each kernel is its
-own launch) and graphed. Reports per step: wall time, summed kernel time (GPU busy), kernel count,
+own launch) and graphed; and eager prefill steps of 4 x 128 and 1 x 512 fresh prompt tokens (the
+chunks a serving step runs). Reports per step: wall time, summed kernel time (GPU busy), kernel count,
 and the kernels ranked by time. Usage: RAGGED_LIB=... python3 bench/peer/decode_trace.py OUT.json"""
 import json
 import os
@@ -50,6 +51,37 @@ def trace(m, batch, vocab):
                     for k, v in top]}
 
 
+def trace_prefill(m, n_seq, length, vocab, steps=4):
+    """Eager prefill steps of n_seq fresh prompts of `length` tokens each (what a serving step
+    with a prompt chunk runs), traced like trace()."""
+    rng = np.random.default_rng(length)
+
+    def one():
+        s = Seqs(m.kv_info().n_blocks, 0)
+        s.step(m, [(i, rng.integers(0, vocab, length).tolist()) for i in range(n_seq)],
+               argmax=True)
+
+    one()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            one()
+        wall = (time.perf_counter() - t0) / steps
+    kern = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            k = kern.setdefault(e.name[:90], [0, 0.0])
+            k[0] += 1
+            k[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+    busy = sum(v[1] for v in kern.values()) / steps
+    top = sorted(kern.items(), key=lambda kv: -kv[1][1])[:25]
+    return {"wall_us_per_step": wall * 1e6, "gpu_busy_us_per_step": busy,
+            "kernels_per_step": sum(v[0] for v in kern.values()) / steps,
+            "top": [{"kernel": k, "calls_per_step": v[0] / steps, "us_per_step": v[1] / steps}
+                    for k, v in top]}
+
+
 def main():
     out = {"gpu": torch.cuda.get_device_name(0), "commit": os.environ.get("RAGGED_COMMIT", "?"),
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": []}
@@ -62,8 +94,16 @@ def main():
             os.environ["RAGGED_CUDA_GRAPHS"] = graphs
             m = Model(d, device="cuda", dtype="fp16", max_batch_tokens=1024)
             m.kv_init(16, 0)
-            for batch in (1, 16):
-                r = {"model": kind, "graphs": graphs == "1", "batch": batch, **trace(m, batch, vocab)}
+            cases = [("decode", b, None) for b in (1, 16)]
+            if graphs == "0":  # prefill steps are never graphed
+                cases += [("prefill", 4, 128), ("prefill", 1, 512)]
+            for what, batch, length in cases:
+                if what == "decode":
+                    r = {"model": kind, "graphs": graphs == "1", "batch": batch,
+                         **trace(m, batch, vocab)}
+                else:
+                    r = {"model": kind, "graphs": False, "prefill": f"{batch}x{length}",
+                         **trace_prefill(m, batch, length, vocab)}
                 out["rows"].append(r)
                 print(json.dumps({k: v for k, v in r.items() if k != "top"}), flush=True)
                 for t in r["top"][:8]:

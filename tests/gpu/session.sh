@@ -3,7 +3,7 @@
 # files): each argument is one job, "SCRIPT [VAR=VALUE ...]", run in order with its own results
 # folder and the given environment; a job is skipped once fewer than SKIP_UNDER_S (default 90)
 # seconds are left of BUDGET_S (default 560), and a job still running 15 s before the budget ends
-# is killed. At the end every job's results are packed into
+# is killed. A job written "? SCRIPT ..." runs only when every earlier job passed. At the end every job's results are packed into
 # $OUT/results.tar.xz and the combined log stays in $OUT/session.log.
 #   OUT=... tests/gpu/session.sh "tests/gpu/issue19.sh STAGES='bench trace' BUILD_ARCH=sm_90a" \
 #       "tests/gpu/issue20.sh STAGES=smollm2 DURATION=10"
@@ -22,6 +22,14 @@ n=0
 for job in "$@"; do
 	n=$((n + 1))
 	left=$((BUDGET_S - SECONDS))
+	case "$job" in
+	"? "*)
+		job=${job#\? }
+		if [ "$bad" -gt 0 ]; then
+			echo "=== job $n skipped (an earlier job failed): $job"; bad=$((bad + 1)); continue
+		fi
+		;;
+	esac
 	if [ "$left" -lt "$SKIP_UNDER_S" ]; then
 		echo "=== job $n skipped ($left s left): $job"; bad=$((bad + 1)); continue
 	fi
