@@ -507,6 +507,8 @@ rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float s
 	f->attn.num_kv_heads = c->num_key_value_heads;
 	f->attn.head_dim = c->head_dim;
 	f->attn.scale = scale;
+	f->attn.k_new = base + (size_t)qd * m->esz;
+	f->attn.v_new = base + (size_t)(qd + kvd) * m->esz;
 	return rg_op_paged_attention(m->be, &f->attn, qkv, ld, kc, vc, ctx);
 }
 

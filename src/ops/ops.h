@@ -258,6 +258,11 @@ typedef struct rg_attn_desc {
 	int max_blocks_per_seq;
 	int block_size;                /* positions per block, >= 1 */
 	int64_t n_blocks;              /* blocks in the cache: every table entry read is below */
+	const void *k_new, *v_new;     /* optional: this step's keys and values as written to the
+					* cache, rows of stride ldq (the fused QKV output's column
+					* blocks). A backend may read a fresh sequence's keys (no
+					* cached ones: context_lens == its new rows) from here (CUDA:
+					* tensor-core causal prefill); NULL: the cache only */
 } rg_attn_desc;
 
 /* Causal attention of a mixed batch (prefill chunks and decode tokens) over a paged KV cache:
@@ -267,7 +272,10 @@ typedef struct rg_attn_desc {
  * num_kv_heads * head_dim) act (after rg_op_kv_write of this step's keys); out (n_tokens,
  * num_heads * head_dim) act. Scores, softmax and the weighted sum in f32.
  * Errors: RG_ERR_INVALID_INPUT for a bad descriptor, a block id outside [0, n_blocks) or context
- * shorter than its new rows. CPU: one task per (token, head), keys read through the table. */
+ * shorter than its new rows. CPU: one task per (token, head), keys read through the table.
+ * CUDA: fresh sequences of >= 16 new rows (fp16 / bf16, head_dim 32 / 64 / 128, d->k_new and
+ * d->v_new set) on tensor cores (FlashAttention-2 with a causal mask, attention_tc.cu), the rest
+ * through the table (paged_attention.cu); RAGGED_PREFILL_TC=0 sends every row through the table. */
 rg_status rg_op_paged_attention(rg_backend *be, const rg_attn_desc *d, const void *q, int ldq,
 				const void *k_cache, const void *v_cache, void *out);
 

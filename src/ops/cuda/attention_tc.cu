@@ -28,12 +28,26 @@
  *    fragment elements through the read-only cache. REL = false, the instantiation the other
  *    families run, has no bias code (its registers, and so its speed, are as before).
  *  - end: O / l (a row that never saw a key has l = 0 and writes zeros), stored in the act dtype.
+ *  - CAUSAL = true (a decoder's prefill, rg_cuda_prefill_attention_tc): query i of a sequence sees
+ *    keys 0..i, so a CTA loads only the key tiles up to its last query and masks inside the tiles
+ *    that cross the diagonal; Q, K and V are separate column blocks of one row (the fused QKV
+ *    output: row stride ld, any head counts) and query head h reads KV head h / group (grouped-
+ *    query attention). Only "fresh" sequences run (context_lens[s] == their new rows >=
+ *    fresh_min: no cached keys before them); the CTAs of the others return at once, and the paged
+ *    kernel takes those.
  * Registers (head_dim 128, the largest): 64 accumulator + 32 Q-fragment + 32 score floats per thread.
  * Shared memory: (64 + 4 * 64) * (head_dim + 8) * 2 bytes + 512 (about 46 KiB at head_dim 64). */
 #include "ops/cuda/attention_tc.cuh"
 
 #define TC_WARPS 4
 #define TC_BK 64 /* keys per shared-memory tile */
+
+/* Where Q, K, V and the output live: row stride ld of the q / k / v rows (elements; the encoder's
+ * fused QKV: 3 * H), out_ld of the output rows, query heads per KV head, and (CAUSAL) the fewest
+ * new rows of a sequence the kernel takes. */
+struct tc_layout {
+	int ld, out_ld, group, fresh_min;
+};
 
 /* ---- PTX wrappers ---- */
 __device__ __forceinline__ uint32_t tc_smem_addr(const void *p)
@@ -142,18 +156,19 @@ static size_t tc_smem_bytes(int D, int MT)
 }
 
 /* Issue the cp.async copies of keys/values k0..k0+63 (zero rows past L) into buffer buf and the
- * segment ids of those keys (-1 past L) into segk; all threads of the CTA call it. */
+ * segment ids of those keys (-1 past L) into segk; all threads of the CTA call it. kbase, vbase:
+ * the sequence's key and value rows (stride ld elements) of this head. */
 template <typename T, int D>
-__device__ __forceinline__ void tc_load_kv(const T *base, size_t ld, int H, int k0, int L,
-					   T *Kb, T *Vb, const int32_t *segs, int *segk)
+__device__ __forceinline__ void tc_load_kv(const T *kbase, const T *vbase, size_t ld, int k0,
+					   int L, T *Kb, T *Vb, const int32_t *segs, int *segk)
 {
 	constexpr int LDS = D + 8, CPR = D / 8;
 	for (int e = threadIdx.x; e < TC_BK * CPR; e += TC_WARPS * 32) {
 		const int r = e / CPR, c = (e % CPR) * 8;
 		const bool v = k0 + r < L;
-		const T *row = base + (size_t)(v ? k0 + r : 0) * ld + c;
-		tc_cp16(Kb + r * LDS + c, row + H, v);
-		tc_cp16(Vb + r * LDS + c, row + 2 * H, v);
+		const size_t off = (size_t)(v ? k0 + r : 0) * ld + c;
+		tc_cp16(Kb + r * LDS + c, kbase + off, v);
+		tc_cp16(Vb + r * LDS + c, vbase + off, v);
 	}
 	if (segs)
 		for (int r = threadIdx.x; r < TC_BK; r += TC_WARPS * 32)
@@ -163,12 +178,13 @@ __device__ __forceinline__ void tc_load_kv(const T *base, size_t ld, int H, int 
 /* MT: m16 query tiles per warp (BQ = 64 * MT queries per CTA). Each K / V fragment read from shared
  * memory with ldmatrix feeds MT mma instructions, so MT = 2 halves the shared-memory traffic per
  * FLOP (as FlashAttention-2's 128-query tiles do); MT = 1 wastes less on short sequences. */
-template <typename T, int D, int MT, bool REL>
+template <typename T, int D, int MT, bool REL, bool CAUSAL>
 __global__ void __launch_bounds__(TC_WARPS * 32, 2)
-attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqlens,
-		    const int32_t *__restrict__ seg, const float *__restrict__ rel_bias,
-		    int rel_max, int max_seqlen, int num_heads, float qscale, float inv_scale,
-		    T *__restrict__ out, int *flag)
+attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+		    tc_layout lay, const int32_t *__restrict__ cu_seqlens,
+		    const int32_t *__restrict__ seg, const int32_t *__restrict__ ctx_lens,
+		    const float *__restrict__ rel_bias, int rel_max, int max_seqlen, int num_heads,
+		    float qscale, float inv_scale, T *__restrict__ out, int *flag)
 {
 	constexpr int LDS = D + 8;    /* shared row stride, elements */
 	constexpr int CPR = D / 8;    /* 16-byte chunks per row */
@@ -185,11 +201,12 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 	const int s = blockIdx.x, h = blockIdx.y, q0 = blockIdx.z * BQ;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int g = lane >> 2, tig = lane & 3; /* mma fragment row group, thread in group */
-	const int H = num_heads * D;
-	const size_t ld = (size_t)3 * H;
+	const size_t ld = (size_t)lay.ld;
 	rg_pdl_wait(); /* qkv comes from the GEMM just before (programmatic launch) */
 	const int t0 = cu_seqlens[s], L = cu_seqlens[s + 1] - t0;
 
+	if (CAUSAL && (L < lay.fresh_min || ctx_lens[s] != L))
+		return; /* cached keys before it (or too short): the paged kernel's */
 	if (L < 0 || L > max_seqlen) {
 		/* Only the host-unchecked device copy of cu_seqlens can get here. */
 		if (tid == 0 && h == 0 && blockIdx.z == 0)
@@ -200,7 +217,9 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 	if (q0 >= L)
 		return;
 	const int nq = min(BQ, L - q0);
-	const T *base = qkv + (size_t)t0 * ld + (size_t)h * D; /* Q of token 0, head h */
+	const T *base = q + (size_t)t0 * ld + (size_t)h * D; /* Q of token 0, head h */
+	const T *kbase = k + (size_t)t0 * ld + (size_t)(h / lay.group) * D;
+	const T *vbase = v + (size_t)t0 * ld + (size_t)(h / lay.group) * D;
 	const int32_t *segs = seg ? seg + t0 : NULL;
 	/* REL: this head's bias table centred on distance 0 */
 	const float *rel_h = REL ? rel_bias + (size_t)h * (2 * rel_max + 1) + rel_max : NULL;
@@ -211,7 +230,7 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 		const bool v = r < nq;
 		tc_cp16(Qs + r * LDS + c, base + (size_t)(v ? q0 + r : 0) * ld + c, v);
 	}
-	tc_load_kv<T, D>(base, ld, H, 0, L, Ks, Vs, segs, segk);
+	tc_load_kv<T, D>(kbase, vbase, ld, 0, L, Ks, Vs, segs, segk);
 	tc_cp_commit();
 
 	/* this thread's query rows: warp*16*MT + mt*16 + g and + 8 (tile-relative) */
@@ -237,12 +256,13 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 			o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
 	}
 
-	const int ntiles = (L + TC_BK - 1) / TC_BK;
+	/* causal: keys up to this CTA's last query */
+	const int ntiles = ((CAUSAL ? min(L, q0 + nq) : L) + TC_BK - 1) / TC_BK;
 	for (int t = 0; t < ntiles; t++) {
 		const int buf = t & 1, k0 = t * TC_BK;
 		if (t + 1 < ntiles) {
 			/* buffer buf^1 was released by the barrier at the end of iteration t-1 */
-			tc_load_kv<T, D>(base, ld, H, k0 + TC_BK, L, Ks + (buf ^ 1) * TC_BK * LDS,
+			tc_load_kv<T, D>(kbase, vbase, ld, k0 + TC_BK, L, Ks + (buf ^ 1) * TC_BK * LDS,
 					 Vs + (buf ^ 1) * TC_BK * LDS, segs,
 					 segk + (buf ^ 1) * TC_BK);
 			tc_cp_commit();
@@ -302,8 +322,10 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 									    sc[mt][j][e]);
 						}
 			}
-			/* mask (only a tile that reaches past L, or a seg mask, needs it), tile row max */
-			const bool full = k0 + TC_BK <= L && !segs; /* warp-uniform */
+			/* mask (only a tile that reaches past L, crosses the causal diagonal, or a seg
+			 * mask needs it), tile row max */
+			const bool full = k0 + TC_BK <= L && !segs &&
+					  (!CAUSAL || k0 + TC_BK - 1 <= q0); /* warp-uniform */
 			float msub[MT][2];
 #pragma unroll
 			for (int mt = 0; mt < MT; mt++) {
@@ -315,6 +337,10 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 						if (!full) {
 							const int kc = j * 8 + tig * 2 + (e & 1);
 							bool vis = k0 + kc < L;
+							if (CAUSAL)
+								vis = vis &&
+								      k0 + kc <= q0 + qw + mt * 16 + g +
+										 8 * (e >> 1);
 							if (segs) {
 								const int sv = sk[kc];
 								vis = vis && sv >= 0 && sv == sq[mt][e >> 1];
@@ -379,7 +405,7 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 
 	if (!active)
 		return;
-	T *ob = out + (size_t)t0 * H + (size_t)h * D;
+	T *ob = out + (size_t)t0 * lay.out_ld + (size_t)h * D;
 #pragma unroll
 	for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -390,7 +416,7 @@ attention_tc_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_se
 			const float inv = lt > 0.f ? 1.f / lt : 0.f;
 			const int qr = qw + mt * 16 + g + 8 * r;
 			if (qr < nq) {
-				T *orow = ob + (size_t)(q0 + qr) * H + tig * 2;
+				T *orow = ob + (size_t)(q0 + qr) * lay.out_ld + tig * 2;
 #pragma unroll
 				for (int j = 0; j < ND; j++)
 					tc_store2<T>(orow + j * 8, o[mt][j][2 * r] * inv,
@@ -411,87 +437,89 @@ bool rg_cuda_attention_tc_ok(rg_dtype dt, int head_dim, const void *qkv, const v
 	return ((uintptr_t)qkv % 16) == 0 && ((uintptr_t)out % 16) == 0;
 }
 
-template <typename T, int D, int MT, bool REL>
-static rg_status tc_launch_k(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
-			   const int32_t *seg, const float *rel_bias, int rel_max, int n_seq,
-			   int max_seqlen, int num_heads, float qscale, float inv_scale, void *out)
+/* One launch's arguments (host side). */
+struct tc_call {
+	const void *q, *k, *v;
+	tc_layout lay;
+	const int32_t *cu_seqlens, *seg, *ctx_lens;
+	const float *rel_bias;
+	int rel_max, n_seq, max_seqlen, num_heads;
+	float qscale, inv_scale;
+	void *out;
+};
+
+template <typename T, int D, int MT, bool REL, bool CAUSAL>
+static rg_status tc_launch_k(rg_cuda_ctx *c, int bit, const tc_call *a)
 {
 	constexpr int BQ = TC_WARPS * 16 * MT;
 	const size_t smem = tc_smem_bytes(D, MT);
-	dim3 grid(n_seq, num_heads, (max_seqlen + BQ - 1) / BQ);
+	dim3 grid(a->n_seq, a->num_heads, (a->max_seqlen + BQ - 1) / BQ);
 
 	if (smem > 48 * 1024 && !(c->attn_smem_set & (1ull << bit))) {
 		if ((int)smem > c->max_smem_optin)
 			return rg_errorf(RG_ERR_UNSUPPORTED, "attention: head_dim %d needs %zu bytes of "
 					 "shared memory, device allows %d", D, smem,
 					 c->max_smem_optin);
-		rg_status st = rg_cuda_err(cudaFuncSetAttribute(attention_tc_kernel<T, D, MT, REL>,
-					   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-					   "cudaFuncSetAttribute(attention_tc)");
+		rg_status st = rg_cuda_err(
+			cudaFuncSetAttribute(attention_tc_kernel<T, D, MT, REL, CAUSAL>,
+					     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+			"cudaFuncSetAttribute(attention_tc)");
 		if (st != RG_OK)
 			return st;
 		c->attn_smem_set |= 1ull << bit;
 	}
-	rg_launch(c, attention_tc_kernel<T, D, MT, REL>, grid, TC_WARPS * 32, smem, (const T *)qkv,
-		  cu_seqlens, seg, rel_bias, rel_max, max_seqlen, num_heads, qscale, inv_scale, (T *)out,
-		  c->flag_d);
+	rg_launch(c, attention_tc_kernel<T, D, MT, REL, CAUSAL>, grid, TC_WARPS * 32, smem,
+		  (const T *)a->q, (const T *)a->k, (const T *)a->v, a->lay, a->cu_seqlens, a->seg,
+		  a->ctx_lens, a->rel_bias, a->rel_max, a->max_seqlen, a->num_heads, a->qscale,
+		  a->inv_scale, (T *)a->out, c->flag_d);
 	return rg_cuda_launch_check("attention_tc_kernel");
 }
 
-/* The instantiation with the bias code only when there is a table (its smem bits 10 higher). */
+/* The instantiation with the bias code only when there is a table (its smem bits 10 higher); the
+ * causal one (no bias) 20 higher. */
 template <typename T, int D, int MT>
-static rg_status tc_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
-			   const int32_t *seg, const float *rel_bias, int rel_max, int n_seq,
-			   int max_seqlen, int num_heads, float qscale, float inv_scale, void *out)
+static rg_status tc_launch(rg_cuda_ctx *c, int bit, bool causal, const tc_call *a)
 {
-	if (rel_bias)
-		return tc_launch_k<T, D, MT, true>(c, bit + 10, qkv, cu_seqlens, seg, rel_bias,
-						   rel_max, n_seq, max_seqlen, num_heads, qscale,
-						   inv_scale, out);
-	return tc_launch_k<T, D, MT, false>(c, bit, qkv, cu_seqlens, seg, NULL, 0, n_seq,
-					    max_seqlen, num_heads, qscale, inv_scale, out);
-}
-
-/* 128-query tiles (MT = 2, smem bit bit2) when wide, else 64 (MT = 1, bit1). */
-template <typename T, int D>
-static rg_status tc_launch_mt(rg_cuda_ctx *c, bool wide, int bit1, int bit2, const void *qkv,
-			      const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
-			      int rel_max, int n_seq, int max_seqlen, int num_heads, float qscale,
-			      float inv_scale, void *out)
-{
-	if (wide)
-		return tc_launch<T, D, 2>(c, bit2, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
-					  max_seqlen, num_heads, qscale, inv_scale, out);
-	return tc_launch<T, D, 1>(c, bit1, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
-				  max_seqlen, num_heads, qscale, inv_scale, out);
+	if (causal)
+		return tc_launch_k<T, D, MT, false, true>(c, bit + 20, a);
+	if (a->rel_bias)
+		return tc_launch_k<T, D, MT, true, false>(c, bit + 10, a);
+	return tc_launch_k<T, D, MT, false, false>(c, bit, a);
 }
 
 /* Query tiles of 128 (MT = 2) for head_dim <= 64 when the grid still has >= 8 CTAs per SM of 64-query
  * tiles (so halving it keeps every SM busy) and sequences are longer than 64 tokens; 64 otherwise
  * (few or short sequences: more CTAs, less waste; head_dim 128 with MT = 2 would spill registers). */
 template <typename T>
-static rg_status tc_dispatch_d(rg_cuda_ctx *c, int bit0, const void *qkv,
-			       const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
-			       int rel_max, int n_seq, int max_seqlen, int num_heads, int head_dim,
-			       float qscale, float inv_scale, void *out)
+static rg_status tc_dispatch_d(rg_cuda_ctx *c, int bit0, bool causal, int head_dim,
+			       const tc_call *a)
 {
-	const long tiles64 = (long)n_seq * num_heads * ((max_seqlen + 63) / 64);
-	const bool wide = max_seqlen > 64 && tiles64 >= 8L * c->num_sms;
+	const long tiles64 = (long)a->n_seq * a->num_heads * ((a->max_seqlen + 63) / 64);
+	const bool wide = a->max_seqlen > 64 && tiles64 >= 8L * c->num_sms;
 
 	switch (head_dim) {
 	case 32:
-		return tc_launch_mt<T, 32>(c, wide, bit0 + 0, bit0 + 3, qkv, cu_seqlens, seg,
-					   rel_bias, rel_max, n_seq, max_seqlen, num_heads, qscale,
-					   inv_scale, out);
+		return wide ? tc_launch<T, 32, 2>(c, bit0 + 3, causal, a)
+			    : tc_launch<T, 32, 1>(c, bit0 + 0, causal, a);
 	case 64:
-		return tc_launch_mt<T, 64>(c, wide, bit0 + 1, bit0 + 4, qkv, cu_seqlens, seg,
-					   rel_bias, rel_max, n_seq, max_seqlen, num_heads, qscale,
-					   inv_scale, out);
+		return wide ? tc_launch<T, 64, 2>(c, bit0 + 4, causal, a)
+			    : tc_launch<T, 64, 1>(c, bit0 + 1, causal, a);
 	case 128:
-		return tc_launch<T, 128, 1>(c, bit0 + 2, qkv, cu_seqlens, seg, rel_bias, rel_max,
-					    n_seq, max_seqlen, num_heads, qscale, inv_scale, out);
+		return tc_launch<T, 128, 1>(c, bit0 + 2, causal, a);
 	}
 	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: head_dim %d", head_dim);
+}
+
+/* bits 24..53 of attn_smem_set (attention.cu uses bits 0..23): 24 + {0..4} fp16, 29 + {0..4}
+ * bf16; + 10 with a bias table, + 20 causal */
+static rg_status tc_dispatch(rg_cuda_ctx *c, rg_dtype dt, bool causal, int head_dim,
+			     const tc_call *a)
+{
+	if (dt == RG_DTYPE_F16)
+		return tc_dispatch_d<__half>(c, 24, causal, head_dim, a);
+	if (dt == RG_DTYPE_BF16)
+		return tc_dispatch_d<__nv_bfloat16>(c, 29, causal, head_dim, a);
+	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: dtype %d", (int)dt);
 }
 
 rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
@@ -499,15 +527,32 @@ rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
 			       int rel_max, int n_seq, int max_seqlen, int num_heads, int head_dim,
 			       float qscale, float inv_scale, void *out)
 {
-	/* bits 24..43 of attn_smem_set (attention.cu uses bits 0..23): 24 + {0..4} fp16, 29 +
-	 * {0..4} bf16, + 10 with a bias table */
-	if (dt == RG_DTYPE_F16)
-		return tc_dispatch_d<__half>(c, 24, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
-					     max_seqlen, num_heads, head_dim, qscale, inv_scale,
-					     out);
-	if (dt == RG_DTYPE_BF16)
-		return tc_dispatch_d<__nv_bfloat16>(c, 29, qkv, cu_seqlens, seg, rel_bias, rel_max,
-						    n_seq, max_seqlen, num_heads, head_dim, qscale,
-						    inv_scale, out);
-	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: dtype %d", (int)dt);
+	const int H = num_heads * head_dim;
+	const size_t esz = 2; /* fp16 / bf16 */
+	tc_call a = {qkv, (const char *)qkv + (size_t)H * esz, (const char *)qkv + 2 * (size_t)H * esz,
+		     {3 * H, H, 1, 0}, cu_seqlens, seg, NULL, rel_bias, rel_bias ? rel_max : 0,
+		     n_seq, max_seqlen, num_heads, qscale, inv_scale, out};
+
+	return tc_dispatch(c, dt, false, head_dim, &a);
+}
+
+bool rg_cuda_prefill_tc_ok(rg_dtype dt, int head_dim, const void *q, const void *k, const void *v,
+			   int ld, const void *out)
+{
+	return (dt == RG_DTYPE_F16 || dt == RG_DTYPE_BF16) &&
+	       (head_dim == 32 || head_dim == 64 || head_dim == 128) && ld % 8 == 0 &&
+	       ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)out) % 16 == 0;
+}
+
+rg_status rg_cuda_prefill_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *q, const void *k,
+				       const void *v, int ld, const int32_t *cu_seqlens,
+				       const int32_t *context_lens, int fresh_min, int n_seq,
+				       int max_seqlen, int num_heads, int num_kv_heads,
+				       int head_dim, float scale, void *out)
+{
+	tc_call a = {q, k, v, {ld, num_heads * head_dim, num_heads / num_kv_heads, fresh_min},
+		     cu_seqlens, NULL, context_lens, NULL, 0, n_seq, max_seqlen, num_heads,
+		     scale * 1.4426950408889634f, 1.f / scale, out};
+
+	return tc_dispatch(c, dt, true, head_dim, &a);
 }

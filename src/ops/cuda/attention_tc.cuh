@@ -20,4 +20,25 @@ rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
 			       int rel_max, int n_seq, int max_seqlen, int num_heads, int head_dim,
 			       float qscale, float inv_scale, void *out);
 
+/* True when rg_cuda_prefill_attention_tc can run: dt F16 or BF16, head_dim 32, 64 or 128, the row
+ * stride ld a multiple of 8 elements and q, k, v, out 16-byte aligned. */
+bool rg_cuda_prefill_tc_ok(rg_dtype dt, int head_dim, const void *q, const void *k, const void *v,
+			   int ld, const void *out);
+
+/* Causal prefill attention of the "fresh" sequences of a decoder step on tensor cores (the CAUSAL
+ * instantiation of attention_tc.cu): for each sequence s with n = cu_seqlens[s + 1] -
+ * cu_seqlens[s] >= fresh_min new rows and context_lens[s] == n (no cached keys before them),
+ * out[t, head h] = softmax_j(scale * q[t, h] . k[j, h']) v[j, h'] over the sequence's rows j <= t,
+ * h' = h / (num_heads / num_kv_heads). q, k, v: rows of stride ld elements (column blocks of the
+ * fused QKV output: this step's keys and values, the same values the paged cache holds); out:
+ * rows of num_heads * head_dim. Rows of other sequences are not written. cu_seqlens and
+ * context_lens device arrays; max_seqlen >= every fresh sequence's n (host-computed). Scores and
+ * softmax in f32 (FlashAttention-2's online softmax). Launches on c->stream; RG_ERR_CUDA on a
+ * launch failure. */
+rg_status rg_cuda_prefill_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *q, const void *k,
+				       const void *v, int ld, const int32_t *cu_seqlens,
+				       const int32_t *context_lens, int fresh_min, int n_seq,
+				       int max_seqlen, int num_heads, int num_kv_heads,
+				       int head_dim, float scale, void *out);
+
 #endif

@@ -20,13 +20,23 @@
  *      keys on an H100, the largest kernel of a decode step in the 2026-11-25 trace.)
  * With one split the CTA writes the normalised output; with several, each split writes its
  * (max, sum, acc) to a float32 workspace and paged_attn_combine merges them (FlashDecoding,
- * Dao et al. 2023). All arithmetic in float32. */
-#include "ops/cuda/common.cuh"
+ * Dao et al. 2023). All arithmetic in float32.
+ *
+ * Fresh sequences (no cached keys: a prompt's first chunk) of at least PA_FRESH_MIN rows go to the
+ * tensor-core causal kernel instead (rg_cuda_prefill_attention_tc, when the descriptor carries
+ * this step's keys and values): for a 512-token prompt this kernel, one CTA per query row,
+ * re-reads every key once per query (55 us per layer at SmolLM2's shape, 157 at GPT-2's, in the
+ * 2026-11-25 H100 trace). Its CTAs of such sequences then return at once (skip_min). */
+#include "ops/cuda/attention_tc.cuh"
+
+#include <stdlib.h>
+#include <string.h>
 
 #define PA_THREADS 128
 #define PA_KEYS 128    /* keys per chunk: one per thread in the score phase */
 #define PA_MAX_GROUP 8 /* query heads per KV head */
 #define PA_SPLIT_MIN 64 /* fewest keys a split is cut for */
+#define PA_FRESH_MIN 16 /* fewest new rows of a fresh sequence for the tensor-core prefill */
 
 template <typename T, int HD>
 __global__ void __launch_bounds__(PA_THREADS)
@@ -35,7 +45,7 @@ paged_attn_kernel(const T *__restrict__ q, int q_stride, const T *__restrict__ k
 		  int max_blocks, int block_size, const int32_t *__restrict__ cu_q, int n_seq,
 		  const int32_t *__restrict__ context_lens, int num_heads, int num_kv_heads,
 		  float scale, int n_splits, float *__restrict__ part,
-		  T *__restrict__ out, int out_stride)
+		  T *__restrict__ out, int out_stride, int skip_min)
 {
 	constexpr int NW = PA_THREADS / 32;
 	constexpr int DPL = (HD + 31) / 32; /* head dims per lane in the p V phase */
@@ -57,6 +67,9 @@ paged_attn_kernel(const T *__restrict__ q, int q_stride, const T *__restrict__ k
 			hi = mid - 1;
 	}
 	const int seq = lo;
+	if (skip_min && cu_q[seq + 1] - cu_q[seq] >= skip_min &&
+	    context_lens[seq] == cu_q[seq + 1] - cu_q[seq])
+		return; /* a fresh sequence: the tensor-core prefill wrote its rows */
 	/* keys 0..position of row t: causal within the sequence */
 	const int ctx = context_lens[seq] - (cu_q[seq + 1] - t) + 1;
 	/* this token's keys cut into n_splits ranges of a multiple of 16 keys (the split count is
@@ -250,11 +263,13 @@ static int paged_attn_splits(const rg_cuda_ctx *c, int n_tokens, int num_kv_head
 
 template <typename T, int HD>
 static rg_status paged_attn_launch(rg_cuda_ctx *c, const rg_attn_desc *d, const void *q, int ldq,
-				   const void *k_cache, const void *v_cache, void *out)
+				   const void *k_cache, const void *v_cache, void *out, int skip_min)
 {
 	const size_t ws_floats = RG_CUDA_WORKSPACE_BYTES / sizeof(float);
 	const int n_tokens = d->cu_seqlens_q_h[d->n_seq], ld_out = d->num_heads * HD;
-	int splits = paged_attn_splits(c, n_tokens, d->num_kv_heads, d->max_context_len, 64);
+	/* with fresh rows skipped, one split (the combine would overwrite their output) */
+	int splits = skip_min ? 1
+			      : paged_attn_splits(c, n_tokens, d->num_kv_heads, d->max_context_len, 64);
 	float *ws = (float *)c->workspace_d;
 
 	/* the workspace (cuBLASLt's, free between GEMMs on this stream) bounds the splits:
@@ -266,7 +281,7 @@ static rg_status paged_attn_launch(rg_cuda_ctx *c, const rg_attn_desc *d, const 
 				  ldq, (const T *)k_cache, (const T *)v_cache, d->block_tables,
 				  d->max_blocks_per_seq, d->block_size, d->cu_seqlens_q, d->n_seq,
 				  d->context_lens, d->num_heads, d->num_kv_heads, d->scale, splits,
-				  ws, (T *)out, ld_out);
+				  ws, (T *)out, ld_out, skip_min);
 	if (e != cudaSuccess)
 		return rg_cuda_err(e, "paged_attn_kernel launch");
 	if (splits > 1) {
@@ -277,11 +292,51 @@ static rg_status paged_attn_launch(rg_cuda_ctx *c, const rg_attn_desc *d, const 
 	return RG_OK;
 }
 
+/* RAGGED_PREFILL_TC=0 turns the tensor-core prefill off (A/B runs, a fallback); read at every call
+ * (a getenv per layer is noise next to a launch), so a benchmark can switch it in one process. */
+static bool prefill_tc_enabled(void)
+{
+	const char *e = getenv("RAGGED_PREFILL_TC");
+
+	return !(e && !strcmp(e, "0"));
+}
+
+/* The fresh sequences of >= PA_FRESH_MIN rows on tensor cores, when the descriptor allows it.
+ * *skip_min: 0 when none ran (the paged kernel takes every row), PA_FRESH_MIN when some did
+ * (its CTAs skip them), -1 when every sequence did (no paged launch). */
+static rg_status fresh_prefill(rg_cuda_ctx *c, rg_dtype dt, const rg_attn_desc *d, const void *q,
+			       int ldq, void *out, int *skip_min)
+{
+	int n_fresh = 0, max_fresh = 0;
+	rg_status st;
+
+	*skip_min = 0;
+	if (!d->k_new || !d->v_new || !d->context_lens_h || !prefill_tc_enabled() ||
+	    !rg_cuda_prefill_tc_ok(dt, d->head_dim, q, d->k_new, d->v_new, ldq, out))
+		return RG_OK;
+	for (int i = 0; i < d->n_seq; i++) {
+		const int n = d->cu_seqlens_q_h[i + 1] - d->cu_seqlens_q_h[i];
+
+		if (n >= PA_FRESH_MIN && d->context_lens_h[i] == n) {
+			n_fresh++;
+			max_fresh = n > max_fresh ? n : max_fresh;
+		}
+	}
+	if (!n_fresh)
+		return RG_OK;
+	st = rg_cuda_prefill_attention_tc(c, dt, q, d->k_new, d->v_new, ldq, d->cu_seqlens_q,
+					  d->context_lens, PA_FRESH_MIN, d->n_seq, max_fresh,
+					  d->num_heads, d->num_kv_heads, d->head_dim, d->scale, out);
+	*skip_min = n_fresh == d->n_seq ? -1 : PA_FRESH_MIN;
+	return st;
+}
+
 extern "C" rg_status rg_cuda_paged_attention(rg_cuda_ctx *c, rg_dtype dt, const rg_attn_desc *d,
 					     const void *q, int ldq, const void *k_cache,
 					     const void *v_cache, void *out)
 {
 	rg_status st;
+	int skip_min;
 
 	if (!rg_cuda_dt_valid(dt))
 		return rg_errorf(RG_ERR_UNSUPPORTED, "paged_attention: unknown dtype %d", (int)dt);
@@ -295,11 +350,13 @@ extern "C" rg_status rg_cuda_paged_attention(rg_cuda_ctx *c, rg_dtype dt, const 
 		return RG_OK;
 	if ((st = rg_cuda_enter(c)) != RG_OK)
 		return st;
+	if ((st = fresh_prefill(c, dt, d, q, ldq, out, &skip_min)) != RG_OK || skip_min < 0)
+		return st;
 #define PA_HD(HD)                                                                                \
 	case HD:                                                                                 \
-		return dt == RG_DTYPE_F32   ? paged_attn_launch<float, HD>(c, d, q, ldq, k_cache, v_cache, out) \
-		       : dt == RG_DTYPE_F16 ? paged_attn_launch<__half, HD>(c, d, q, ldq, k_cache, v_cache, out) \
-					    : paged_attn_launch<__nv_bfloat16, HD>(c, d, q, ldq, k_cache, v_cache, out);
+		return dt == RG_DTYPE_F32   ? paged_attn_launch<float, HD>(c, d, q, ldq, k_cache, v_cache, out, skip_min) \
+		       : dt == RG_DTYPE_F16 ? paged_attn_launch<__half, HD>(c, d, q, ldq, k_cache, v_cache, out, skip_min) \
+					    : paged_attn_launch<__nv_bfloat16, HD>(c, d, q, ldq, k_cache, v_cache, out, skip_min);
 	switch (d->head_dim) {
 		PA_HD(16)
 		PA_HD(32)
