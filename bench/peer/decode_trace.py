@@ -2,8 +2,9 @@
 "explained with a trace"): random-weight GPT-2 small and SmolLM2-135M-shape Llama, fp16, batch 1
 and 16, prompt 32; 16 decode steps (rg_model_step_argmax) recorded with torch.profiler (CUPTI sees
 every kernel of the process, ragged's included), eager (RAGGED_CUDA_GRAPHS=0, so each kernel is its
-own launch) and graphed; and eager prefill steps of 4 x 128 and 1 x 512 fresh prompt tokens (the
-chunks a serving step runs). Reports per step: wall time, summed kernel time (GPU busy), kernel count,
+own launch) and graphed; and eager prefill steps of 4 x 128, 1 x 512 and 32 x 512 fresh prompt
+tokens (the chunks a serving step runs; issue 19's prefill shape is 32 x 512), with the tensor-core
+prefill attention on and off (RAGGED_PREFILL_TC). Reports per step: wall time, summed kernel time (GPU busy), kernel count,
 and the kernels ranked by time. Usage: RAGGED_LIB=... python3 bench/peer/decode_trace.py OUT.json"""
 import json
 import os
@@ -92,18 +93,21 @@ def main():
         del hf
         for graphs in ("0", "1"):
             os.environ["RAGGED_CUDA_GRAPHS"] = graphs
-            m = Model(d, device="cuda", dtype="fp16", max_batch_tokens=1024)
-            m.kv_init(16, 0)
-            cases = [("decode", b, None) for b in (1, 16)]
-            if graphs == "0":  # prefill steps are never graphed
-                cases += [("prefill", 4, 128), ("prefill", 1, 512)]
-            for what, batch, length in cases:
+            m = Model(d, device="cuda", dtype="fp16", max_batch_tokens=16384)
+            m.kv_init(16, 1400)  # 22,400 positions: one 32 x 512 prefill step fits
+            cases = [("decode", b, None, None) for b in (1, 16)]
+            if graphs == "0":  # prefill steps are never graphed; tensor-core prefill on and off
+                cases += [("prefill", b, n, tc) for b, n in ((4, 128), (1, 512), (32, 512))
+                          for tc in ("1", "0")]
+            for what, batch, length, tc in cases:
                 if what == "decode":
                     r = {"model": kind, "graphs": graphs == "1", "batch": batch,
                          **trace(m, batch, vocab)}
                 else:
+                    os.environ["RAGGED_PREFILL_TC"] = tc
                     r = {"model": kind, "graphs": False, "prefill": f"{batch}x{length}",
-                         **trace_prefill(m, batch, length, vocab)}
+                         "prefill_tc": tc == "1", **trace_prefill(m, batch, length, vocab)}
+                    os.environ.pop("RAGGED_PREFILL_TC")
                 out["rows"].append(r)
                 print(json.dumps({k: v for k, v in r.items() if k != "top"}), flush=True)
                 for t in r["top"][:8]:

@@ -3,7 +3,8 @@ compute-sanitizer can watch it: random-weight tiny GPT-2 / Llama (GQA, both RoPE
 Llama and GPT-2) / Qwen2 checkpoints from tests/py/make_decoder.py; mixed steps of prefill chunks
 and decode tokens on shuffled KV blocks, contexts long enough to split the KV (flash-decoding
 path) and short ones; the CUDA logits (fp32) must match the CPU backend's within 1e-4 of the
-row's max, fp16 / bf16 within 3e-2 / 8e-2. Exit status 0 when every case passes.
+row's max, fp16 / bf16 within 3e-2 / 8e-2; then one step of many fresh 384-token prompts (the
+tensor-core prefill's 128-query tiles) and two decode steps. Exit status 0 when every case passes.
 Usage: RAGGED_LIB=build/libragged.so python3 tests/gpu/decoder_cuda_cpu.py"""
 import os
 import sys
@@ -18,6 +19,9 @@ from dec_util import Seqs  # noqa: E402
 from ragged_ctypes import Model  # noqa: E402
 
 TOL = {"fp32": 1e-4, "fp16": 3e-2, "bf16": 8e-2}
+# DCC_DEVICE=cpu: the script against itself on a machine without a GPU (fp32 only)
+DEVICE = os.environ.get("DCC_DEVICE", "cuda")
+DTYPES = ("fp32", "fp16", "bf16") if DEVICE == "cuda" else ("fp32", "fp32")
 SPECS = {
     "gpt2": ("gpt2", dict(H=128, heads=4, layers=2, vocab=97, n_pos=1024)),
     # 4 query heads per KV head (head_dim 32); the CUDA kernels take head_dim 32..128
@@ -55,17 +59,40 @@ def main():
         cpu.kv_init(16, 128)
         ref = run(cpu, plan, 5)
         cpu.close()
-        for dt in ("fp32", "fp16", "bf16"):
-            g = Model(d, device="cuda", dtype=dt, max_batch_tokens=1024)
+        for dt in DTYPES:
+            g = Model(d, device=DEVICE, dtype=dt, max_batch_tokens=1024)
             g.kv_init(16, 128)
             got = run(g, plan, 9)
             g.close()
-            worst = max(float(np.max(np.abs(a - b)) / np.max(np.abs(b))) for a, b in zip(got, ref))
-            good = np.isfinite(worst) and worst <= TOL[dt]
-            ok &= bool(good)
-            print(f"{name} {dt}: max rel err {worst:.3g} (tol {TOL[dt]}) {'PASS' if good else 'FAIL'}",
-                  flush=True)
+            ok &= report(f"{name} {dt}", got, ref, dt)
+        # one step of many fresh 384-token prompts: >= 1,056 64-query tiles, so the tensor-core
+        # prefill takes its 128-query tiles (MT = 2) in fp16 / bf16; then 2 decode steps
+        heads = spec["heads"]
+        if heads >= 4:
+            n_wide = -(-1100 // (heads * 6))
+            wide = [list(rng.integers(0, V, 384)) for _ in range(n_wide)]
+            plan = [[(i, p) for i, p in enumerate(wide)]]
+            for _ in range(2):
+                plan.append([(i, [int(rng.integers(0, V))]) for i in range(n_wide)])
+            cpu = Model(d, device="cpu", dtype="fp32", max_batch_tokens=384 * n_wide)
+            cpu.kv_init(16, 25 * n_wide)
+            ref = run(cpu, plan, 5)
+            cpu.close()
+            for dt in DTYPES[1:]:
+                g = Model(d, device=DEVICE, dtype=dt, max_batch_tokens=384 * n_wide)
+                g.kv_init(16, 25 * n_wide)
+                got = run(g, plan, 9)
+                g.close()
+                ok &= report(f"{name} {dt} {n_wide} x 384 fresh", got, ref, dt)
     sys.exit(0 if ok else 1)
+
+
+def report(what, got, ref, dt):
+    worst = max(float(np.max(np.abs(a - b)) / np.max(np.abs(b))) for a, b in zip(got, ref))
+    good = bool(np.isfinite(worst) and worst <= TOL[dt])
+    print(f"{what}: max rel err {worst:.3g} (tol {TOL[dt]}) {'PASS' if good else 'FAIL'}",
+          flush=True)
+    return good
 
 
 if __name__ == "__main__":
