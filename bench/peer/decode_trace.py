@@ -33,22 +33,33 @@ def trace(m, batch, vocab):
     for _ in range(4):  # warm-up: graphs of these shapes captured
         ids, _ = s.step(m, [(i, [int(ids[i])]) for i in range(batch)], argmax=True)
     torch.cuda.synchronize()
+
+    def decode():
+        nonlocal ids
+        ids, _ = s.step(m, [(i, [int(ids[i])]) for i in range(batch)], argmax=True)
+
+    return profiled(decode, STEPS)
+
+
+def profiled(fn, steps):
+    """fn() run `steps` times under torch.profiler: wall and summed kernel time per step, kernel
+    count, and the kernels ranked by time."""
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
-        for _ in range(STEPS):
-            ids, _ = s.step(m, [(i, [int(ids[i])]) for i in range(batch)], argmax=True)
-        wall = (time.perf_counter() - t0) / STEPS
+        for _ in range(steps):
+            fn()
+        wall = (time.perf_counter() - t0) / steps
     kern = {}
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             k = kern.setdefault(e.name[:90], [0, 0.0])
             k[0] += 1
             k[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
-    busy = sum(v[1] for v in kern.values()) / STEPS  # us
+    busy = sum(v[1] for v in kern.values()) / steps  # us
     top = sorted(kern.items(), key=lambda kv: -kv[1][1])[:25]
     return {"wall_us_per_step": wall * 1e6, "gpu_busy_us_per_step": busy,
-            "kernels_per_step": sum(v[0] for v in kern.values()) / STEPS,
-            "top": [{"kernel": k, "calls_per_step": v[0] / STEPS, "us_per_step": v[1] / STEPS}
+            "kernels_per_step": sum(v[0] for v in kern.values()) / steps,
+            "top": [{"kernel": k, "calls_per_step": v[0] / steps, "us_per_step": v[1] / steps}
                     for k, v in top]}
 
 
@@ -64,23 +75,7 @@ def trace_prefill(m, n_seq, length, vocab, steps=4):
 
     one()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            one()
-        wall = (time.perf_counter() - t0) / steps
-    kern = {}
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            k = kern.setdefault(e.name[:90], [0, 0.0])
-            k[0] += 1
-            k[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
-    busy = sum(v[1] for v in kern.values()) / steps
-    top = sorted(kern.items(), key=lambda kv: -kv[1][1])[:25]
-    return {"wall_us_per_step": wall * 1e6, "gpu_busy_us_per_step": busy,
-            "kernels_per_step": sum(v[0] for v in kern.values()) / steps,
-            "top": [{"kernel": k, "calls_per_step": v[0] / steps, "us_per_step": v[1] / steps}
-                    for k, v in top]}
+    return profiled(one, steps)
 
 
 def main():
