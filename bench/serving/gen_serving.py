@@ -776,7 +776,10 @@ def parse_args(argv):
     ap.add_argument("--offline", type=int, default=128,
                     help="requests of the offline point (0: skip)")
     ap.add_argument("--no-prefix-ab", action="store_true",
-                    help="skip the --no-prefix-caching run at the lowest rate")
+                    help="skip the --no-prefix-caching run (the prefix-cache A/B)")
+    ap.add_argument("--prefix-ab-rate", type=float, default=0,
+                    help="rate of the prefix-cache A/B (default: the lowest of --rates at which "
+                         "about 20 shared-prefix requests arrive in --duration, else the highest)")
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--torch-python", default=sys.executable,
                     help="python with torch + transformers for the baseline")
@@ -869,8 +872,12 @@ def main(argv=None):
         rep["points"].append(run_point(a, run_dir, f"rate{rate:g}", rate))
         save()
     if not a.no_prefix_ab and rates:
-        log(f"ragged --no-prefix-caching at {rates[0]:g} req/s")
-        rep["points"].append(run_point(a, run_dir, f"noprefix{rates[0]:g}", rates[0],
+        # the lowest rate with enough shared-prefix requests to pair (>= 20 at the 20% default):
+        # at 2 req/s x 10 s there are about 4, too few to say anything
+        want = 20 / max(a.shared_prefix_frac, 1e-9) / a.duration
+        ab = a.prefix_ab_rate or next((r for r in sorted(rates) if r >= want), max(rates))
+        log(f"ragged --no-prefix-caching at {ab:g} req/s")
+        rep["points"].append(run_point(a, run_dir, f"noprefix{ab:g}", ab,
                                        ["--no-prefix-caching"]))
         save()
     if a.offline:
