@@ -157,9 +157,15 @@ static int op_once(void *ctx)
 						RG_ACT_NONE);
 			break;
 		case 4:
-			s = rg_op_attention(g->be, g->qkv, o->cu, o->cu, 1, T, o->n_heads, hd,
-					    1.f / sqrtf((float)hd), NULL, NULL, 0, NULL, g->y);
+		{
+			const rg_attn_desc ad = {.num_heads = o->n_heads, .num_kv_heads = o->n_heads,
+						 .head_dim = hd, .scale = 1.f / sqrtf((float)hd),
+						 .n_seq = 1, .cu_seqlens_q = o->cu,
+						 .cu_seqlens_q_h = o->cu, .max_seqlen_q = T};
+
+			s = rg_op_attention(g->be, &ad, g->qkv, g->y);
 			break;
+		}
 		default:
 			s = rg_op_bias_residual_layernorm(g->be, g->y, L->b_o, g->x, o->gamma,
 							  o->beta, 1e-12f, T, H, g->y);

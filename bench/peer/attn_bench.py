@@ -70,8 +70,7 @@ class RaggedOps:
         l.rg_backend_free.restype = None
         l.rg_backend_sync.argtypes = [vp]
         l.rg_backend_sync.restype = i32
-        l.rg_op_attention.argtypes = [vp, vp, vp, vp, i32, i32, i32, i32, ctypes.c_float, vp, vp,
-                                      i32, vp, vp]
+        l.rg_op_attention.argtypes = [vp, ctypes.POINTER(rc.AttnDesc), vp, vp]
         l.rg_op_attention.restype = i32
         self.has_capture = all(hasattr(l, s) for s in (
             "rg_backend_capture_begin", "rg_backend_capture_end", "rg_backend_graph_launch",
@@ -95,8 +94,10 @@ class RaggedOps:
                                f"{self.l.rg_last_error().decode(errors='replace')}")
 
     def attention(self, qkv_ptr, cu_d_ptr, cu_h_ptr, n_seq, max_len, heads, D, scale, out_ptr):
-        self.check(self.l.rg_op_attention(self.be, qkv_ptr, cu_d_ptr, cu_h_ptr, n_seq, max_len,
-                                          heads, D, scale, None, None, 0, None, out_ptr),
+        d = rc.AttnDesc(num_heads=heads, num_kv_heads=heads, head_dim=D, scale=scale,
+                        n_seq=n_seq, cu_seqlens_q=cu_d_ptr, cu_seqlens_q_h=cu_h_ptr,
+                        max_seqlen_q=max_len)
+        self.check(self.l.rg_op_attention(self.be, ctypes.byref(d), qkv_ptr, out_ptr),
                    "rg_op_attention")
 
     def sync(self):

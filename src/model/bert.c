@@ -535,6 +535,21 @@ static rg_status bert_encode(rg_model *m, const rg_fwd *f, int n, int n_att, int
 	void *attn_out = f->a[RG_A_ATTN_OUT], *inter = f->a[RG_A_INTER];
 	void *ffn_out = f->a[RG_A_FFN_OUT];
 	const rg_bert_weights *w = bw(m);
+	/* bidirectional over the packed sequences; MPNet's bias table, DeBERTa's terms, a seg mask */
+	const rg_attn_desc ad = {
+		.num_heads = nh,
+		.num_kv_heads = nh,
+		.head_dim = hd,
+		.scale = scale,
+		.n_seq = n_att,
+		.cu_seqlens_q = f->cu,
+		.cu_seqlens_q_h = f->cu_h,
+		.max_seqlen_q = max_len,
+		.seg = f->seg,
+		.rel_bias = w->rel_bias,
+		.rel_max = RG_MPNET_MAX_DISTANCE,
+		.dis = dis_on ? &dis : NULL,
+	};
 	rg_backend *be = m->be;
 	rg_status s;
 
@@ -560,9 +575,7 @@ static rg_status bert_encode(rg_model *m, const rg_fwd *f, int n, int n_att, int
 		    (dis_on && (s = rg_op_rel_tables(be, qkv, n, nh, hd, L->pos_key, L->pos_query,
 						     dis.width, scale, f->a[RG_A_C2P],
 						     f->a[RG_A_P2C])) != RG_OK) ||
-		    (s = rg_op_attention(be, qkv, f->cu, f->cu_h, n_att, max_len, nh, hd, scale,
-					 f->seg, w->rel_bias, RG_MPNET_MAX_DISTANCE,
-					 dis_on ? &dis : NULL, ctx)) != RG_OK ||
+		    (s = rg_op_attention(be, &ad, qkv, ctx)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(be, ctx, L->o_w, L->o_b, attn_out, n, H, H,
 					     RG_ACT_NONE)) != RG_OK ||
 		    (s = rg_op_bias_residual_layernorm(be, attn_out, NULL, hidden, L->ln1_g,

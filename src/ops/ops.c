@@ -326,29 +326,38 @@ rg_status rg_op_bias_residual_layernorm(rg_backend *be, const void *x, const flo
 							 beta, eps, M, N, out));
 }
 
-rg_status rg_op_attention(rg_backend *be, const void *qkv, const int32_t *cu_seqlens,
-			  const int32_t *cu_seqlens_h, int n_seq, int max_seqlen, int num_heads,
-			  int head_dim, float scale, const int32_t *seg, const float *rel_bias,
-			  int rel_max, const rg_attn_disent *dis, void *out)
+rg_status rg_op_attention(rg_backend *be, const rg_attn_desc *d, const void *qkv, void *out)
 {
-	if (n_seq < 0 || max_seqlen < 0 || num_heads <= 0 || head_dim <= 0)
+	const rg_attn_disent *dis;
+
+	if (!d)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT, "attention: NULL descriptor"));
+	dis = d->dis;
+	if (d->n_seq < 0 || d->max_seqlen_q < 0 || d->num_heads <= 0 || d->head_dim <= 0)
 		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
 					  "attention: bad shape n_seq=%d max_seqlen=%d heads=%d "
 					  "head_dim=%d",
-					  n_seq, max_seqlen, num_heads, head_dim));
-	if (rel_bias && rel_max < 0)
-		return note(be, rg_errorf(RG_ERR_INVALID_INPUT, "attention: rel_max %d < 0", rel_max));
-	if (dis && (rel_bias || dis->width <= 0 || dis->R < 0 || !dis->idx ||
+					  d->n_seq, d->max_seqlen_q, d->num_heads, d->head_dim));
+	if (d->causal || (d->num_kv_heads && d->num_kv_heads != d->num_heads) || d->block_tables)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "attention: the packed op is bidirectional with equal KV heads "
+					  "and no block table (causal %d, %d KV heads of %d; "
+					  "rg_op_paged_attention takes the causal, grouped or paged kind)",
+					  (int)d->causal, d->num_kv_heads, d->num_heads));
+	if (d->rel_bias && d->rel_max < 0)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT, "attention: rel_max %d < 0",
+					  d->rel_max));
+	if (dis && (d->rel_bias || dis->width <= 0 || dis->R < 0 || !dis->idx ||
 		    (!dis->c2p && !dis->p2c)))
 		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
 					  "attention: disentangled terms need width > 0 (%d), R >= 0 "
 					  "(%d), an index table, a c2p or p2c table and no rel_bias",
 					  dis->width, dis->R));
-	if (n_seq == 0)
+	if (d->n_seq == 0)
 		return RG_OK;
-	return note(be, be->ops->attention(be->ctx, be->dt, qkv, cu_seqlens, cu_seqlens_h, n_seq,
-					   max_seqlen, num_heads, head_dim, scale, seg, rel_bias,
-					   rel_max, dis, out));
+	return note(be, be->ops->attention(be->ctx, be->dt, qkv, d->cu_seqlens_q, d->cu_seqlens_q_h,
+					   d->n_seq, d->max_seqlen_q, d->num_heads, d->head_dim,
+					   d->scale, d->seg, d->rel_bias, d->rel_max, dis, out));
 }
 
 rg_status rg_op_rel_tables(rg_backend *be, const void *qkv, int n_tokens, int num_heads,

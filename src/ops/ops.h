@@ -130,11 +130,64 @@ rg_status rg_op_bias_residual_layernorm(rg_backend *be, const void *x, const flo
 					const void *residual, const float *gamma, const float *beta,
 					float eps, int M, int N, void *out);
 
-/* Variable-length multi-head self-attention over packed sequences (no padded token computed).
+/* DeBERTa's disentangled terms for rg_op_attention (below). */
+typedef struct rg_attn_disent {
+	const void *c2p;    /* (n_tokens, num_heads, width) act, already times scale; or NULL */
+	const void *p2c;    /* (n_tokens, num_heads, width) act, already times scale; or NULL */
+	const int32_t *idx; /* (2 R + 1) int32 in backend memory, values in [0, width) */
+	int width;          /* > 0: 2 * att_span */
+	int R;              /* >= 0: distances past R share the ends of idx */
+} rg_attn_disent;
+
+/* What an attention reads besides Q, K and V: one descriptor instead of a growing argument
+ * list (issue 19, "Structure first" 3), for both attention ops:
+ *  - rg_op_attention (encoders: bidirectional, keys and values beside the queries in one packed
+ *    QKV buffer): causal false, num_kv_heads == num_heads, n_seq, cu_seqlens_q(_h),
+ *    max_seqlen_q, scale and the optional extras seg / rel_bias / dis; the paged fields unused;
+ *  - rg_op_paged_attention (decoders: causal, grouped KV heads, keys and values in a paged
+ *    cache): keys and values of sequence i, position p, live in slot
+ *    block_tables[i][p / block_size] * block_size + p % block_size of the cache.
+ * Zero it (memset / = {0}) and set what the op reads. */
+typedef struct rg_attn_desc {
+	bool causal;                   /* query at position p sees keys 0..p (paged: must be true) */
+	int num_heads;                 /* query heads */
+	int num_kv_heads;              /* KV heads, num_heads % num_kv_heads == 0 (GQA: query head
+					* h reads KV head h / (num_heads / num_kv_heads)) */
+	int head_dim;
+	float scale;                   /* scores = scale * q.k */
+	int n_seq;
+	const int32_t *cu_seqlens_q;   /* (n_seq + 1) backend: new (query) rows of each sequence */
+	const int32_t *cu_seqlens_q_h; /* the same on the host */
+	int max_seqlen_q;              /* rg_op_attention: the longest sequence's rows */
+	const int32_t *context_lens;   /* (n_seq) backend: keys of each sequence (cached + new);
+					* query row j of sequence i sits at position
+					* context_lens[i] - n_new_i + j */
+	const int32_t *context_lens_h; /* the same on the host */
+	int max_context_len;           /* max of context_lens */
+	const int32_t *block_tables;   /* (n_seq, max_blocks_per_seq) int32 backend, row-major */
+	int max_blocks_per_seq;
+	int block_size;                /* positions per block, >= 1 */
+	int64_t n_blocks;              /* blocks in the cache: every table entry read is below */
+	const void *k_new, *v_new;     /* optional: this step's keys and values as written to the
+					* cache, rows of stride ldq (the fused QKV output's column
+					* blocks). A backend may read a fresh sequence's keys (no
+					* cached ones: context_lens == its new rows) from here (CUDA:
+					* tensor-core causal prefill); NULL: the cache only */
+	/* rg_op_attention's extras (encoder families; NULL for the others) */
+	const int32_t *seg;            /* (n_tokens) segment ids of a masked mode, or NULL */
+	const float *rel_bias;         /* MPNet's relative position bias table, or NULL */
+	int rel_max;                   /* its largest distance, >= 0 when rel_bias is set */
+	const rg_attn_disent *dis;     /* DeBERTa's disentangled terms, or NULL */
+} rg_attn_desc;
+
+/* Variable-length multi-head self-attention over packed sequences (no padded token computed), the
+ * shape and extras in the descriptor d (rg_attn_desc below: causal false, num_kv_heads ==
+ * num_heads, no block table).
  * qkv: (n_tokens, 3*H) act, columns [Q | K | V], head h uses columns h*head_dim..(h+1)*head_dim-1
  * of each block; out: (n_tokens, H) act, H = num_heads * head_dim.
- * cu_seqlens: (n_seq+1) int32 in backend memory, cu_seqlens_h: the same on the host;
- * max_seqlen: longest sequence. Token i of sequence s attends to every token of s, softmax(QK^T*scale).
+ * d->cu_seqlens_q: (n_seq+1) int32 in backend memory, d->cu_seqlens_q_h: the same on the host;
+ * d->max_seqlen_q: longest sequence. Token i of sequence s attends to every token of s,
+ * softmax(QK^T*scale). The extras (d->seg, d->rel_bias with d->rel_max, d->dis):
  * seg: NULL, or (n_tokens) int32 segment ids for masked modes: query i sees key j only when
  * seg[i] == seg[j] and seg[j] >= 0 (block-diagonal ConcatBatching mask, TCB sec. 4; -1 marks padding);
  * a query with no visible key gets zeros.
@@ -156,19 +209,8 @@ rg_status rg_op_bias_residual_layernorm(rg_backend *be, const void *x, const flo
  * function is odd, so one index table serves both. rel_bias and dis are not both given.
  * CUDA: with dis the CUDA-core kernel runs in every dtype (the tensor-core kernel has no
  * disentangled terms yet). */
-typedef struct rg_attn_disent {
-	const void *c2p;    /* (n_tokens, num_heads, width) act, already times scale; or NULL */
-	const void *p2c;    /* (n_tokens, num_heads, width) act, already times scale; or NULL */
-	const int32_t *idx; /* (2 R + 1) int32 in backend memory, values in [0, width) */
-	int width;          /* > 0: 2 * att_span */
-	int R;              /* >= 0: distances past R share the ends of idx */
-} rg_attn_disent;
-
 RG_TEST_API
-rg_status rg_op_attention(rg_backend *be, const void *qkv, const int32_t *cu_seqlens,
-			  const int32_t *cu_seqlens_h, int n_seq, int max_seqlen, int num_heads,
-			  int head_dim, float scale, const int32_t *seg, const float *rel_bias,
-			  int rel_max, const rg_attn_disent *dis, void *out);
+rg_status rg_op_attention(rg_backend *be, const rg_attn_desc *d, const void *qkv, void *out);
 
 /* DeBERTa's per-token relative tables for rg_op_attention's dis, from the packed qkv (n_tokens,
  * 3H) act of rg_op_attention and a layer's projected relative embeddings pos_key, pos_query
@@ -236,34 +278,6 @@ rg_status rg_op_kv_write(rg_backend *be, const void *k, const void *v, int ld,
 			 const int32_t *slots, int n_tokens, int kv_dim, void *k_cache,
 			 void *v_cache, int64_t n_slots);
 
-/* What an attention reads besides Q, K and V: one descriptor instead of a growing argument
- * list (issue 19, "Structure first" 3). Paged: keys and values of sequence i, position p, live in
- * slot block_tables[i][p / block_size] * block_size + p % block_size of the cache. */
-typedef struct rg_attn_desc {
-	bool causal;                   /* query at position p sees keys 0..p (paged: must be true) */
-	int num_heads;                 /* query heads */
-	int num_kv_heads;              /* KV heads, num_heads % num_kv_heads == 0 (GQA: query head
-					* h reads KV head h / (num_heads / num_kv_heads)) */
-	int head_dim;
-	float scale;                   /* scores = scale * q.k */
-	int n_seq;
-	const int32_t *cu_seqlens_q;   /* (n_seq + 1) backend: new (query) rows of each sequence */
-	const int32_t *cu_seqlens_q_h; /* the same on the host */
-	const int32_t *context_lens;   /* (n_seq) backend: keys of each sequence (cached + new);
-					* query row j of sequence i sits at position
-					* context_lens[i] - n_new_i + j */
-	const int32_t *context_lens_h; /* the same on the host */
-	int max_context_len;           /* max of context_lens */
-	const int32_t *block_tables;   /* (n_seq, max_blocks_per_seq) int32 backend, row-major */
-	int max_blocks_per_seq;
-	int block_size;                /* positions per block, >= 1 */
-	int64_t n_blocks;              /* blocks in the cache: every table entry read is below */
-	const void *k_new, *v_new;     /* optional: this step's keys and values as written to the
-					* cache, rows of stride ldq (the fused QKV output's column
-					* blocks). A backend may read a fresh sequence's keys (no
-					* cached ones: context_lens == its new rows) from here (CUDA:
-					* tensor-core causal prefill); NULL: the cache only */
-} rg_attn_desc;
 
 /* Causal attention of a mixed batch (prefill chunks and decode tokens) over a paged KV cache:
  * out[t, head h] = softmax_k(scale * q[t, h] . K[k, h']) V[k, h'] over the keys k <= the query's

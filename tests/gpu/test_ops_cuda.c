@@ -48,6 +48,29 @@
 #include "core/error.h"
 #include "ops/ops.h"
 
+/* rg_op_attention through its descriptor, from the arguments it used to take one by one. */
+static rg_status attn_op(rg_backend *be, const void *qkv, const int32_t *cu, const int32_t *cu_h,
+			 int n_seq, int max_len, int nh, int hd, float scale, const int32_t *seg,
+			 const float *rb, int rel_max, const rg_attn_disent *dis, void *out)
+{
+	const rg_attn_desc d = {
+		.num_heads = nh,
+		.num_kv_heads = nh,
+		.head_dim = hd,
+		.scale = scale,
+		.n_seq = n_seq,
+		.cu_seqlens_q = cu,
+		.cu_seqlens_q_h = cu_h,
+		.max_seqlen_q = max_len,
+		.seg = seg,
+		.rel_bias = rb,
+		.rel_max = rel_max,
+		.dis = dis,
+	};
+
+	return rg_op_attention(be, &d, qkv, out);
+}
+
 #define GUARD 256       /* guard bytes on each side of every GPU output */
 #define GUARD_BYTE 0x5A
 #define MAX_ROWS 512
@@ -610,10 +633,10 @@ static void test_attention(rg_dtype dt, const batch *b, int heads, int D, int wi
 	if (rb)
 		grb = graw(rb, nrb * 4);
 	gbuf go = galloc((size_t)T * H * rg_dtype_size(dt));
-	CK(rg_op_attention(g_gpu, gq.p, gcu.p, b->cu, b->n_seq, b->max_len, heads, D, scale,
+	CK(attn_op(g_gpu, gq.p, gcu.p, b->cu, b->n_seq, b->max_len, heads, D, scale,
 			   seg ? gs.p : NULL, rb ? grb.p : NULL, rel_max, NULL, go.p));
 	float *ref = nan_host((size_t)T * H);
-	CK(rg_op_attention(g_cpu, qkv, b->cu, b->cu, b->n_seq, b->max_len, heads, D, scale, seg,
+	CK(attn_op(g_cpu, qkv, b->cu, b->cu, b->n_seq, b->max_len, heads, D, scale, seg,
 			   rb, rel_max, NULL, ref));
 	float *got = gread(&go, dt, (size_t)T * H);
 	snprintf(name, sizeof(name), "attention %dx%d%s%s", heads, D, seg ? " seg" : "",
@@ -662,11 +685,11 @@ static void test_attention_disent(rg_dtype dt, const batch *b, int heads, int D,
 
 	CK(rg_op_rel_tables(g_gpu, gq.p, T, heads, D, which & 1 ? gpk.p : NULL,
 			    which & 2 ? gpq.p : NULL, W, scale, gc.p, gp.p));
-	CK(rg_op_attention(g_gpu, gq.p, gcu.p, b->cu, b->n_seq, b->max_len, heads, D, scale, NULL,
+	CK(attn_op(g_gpu, gq.p, gcu.p, b->cu, b->n_seq, b->max_len, heads, D, scale, NULL,
 			   NULL, 0, &gdis, go.p));
 	CK(rg_op_rel_tables(g_cpu, qkv, T, heads, D, which & 1 ? pk : NULL, which & 2 ? pq : NULL,
 			    W, scale, c2p, p2c));
-	CK(rg_op_attention(g_cpu, qkv, b->cu, b->cu, b->n_seq, b->max_len, heads, D, scale, NULL,
+	CK(attn_op(g_cpu, qkv, b->cu, b->cu, b->n_seq, b->max_len, heads, D, scale, NULL,
 			   NULL, 0, &cdis, ref));
 	set_case("%s W %d R %d which %d", b->name, W, R, which);
 	for (int k = 0; k < 2; k++) {
@@ -771,9 +794,9 @@ static void test_attention_batch_invariance(rg_dtype dt)
 	gbuf gq = gact_rand(dt, (size_t)b.n_tok * 3 * H, -2, 2, &qkv);
 	gbuf gcu = graw(b.cu, 5 * 4), gcu1 = graw(cu1, 8);
 	gbuf go = galloc((size_t)b.n_tok * H * es), go1 = galloc((size_t)L * H * es);
-	CK(rg_op_attention(g_gpu, gq.p, gcu.p, b.cu, 4, b.max_len, heads, D, 0.17f, NULL, NULL, 0,
+	CK(attn_op(g_gpu, gq.p, gcu.p, b.cu, 4, b.max_len, heads, D, 0.17f, NULL, NULL, 0,
 			   NULL, go.p));
-	CK(rg_op_attention(g_gpu, (char *)gq.p + (size_t)t0 * 3 * H * es, gcu1.p, cu1, 1, L, heads,
+	CK(attn_op(g_gpu, (char *)gq.p + (size_t)t0 * 3 * H * es, gcu1.p, cu1, 1, L, heads,
 			   D, 0.17f, NULL, NULL, 0, NULL, go1.p));
 	CK(rg_backend_sync(g_gpu));
 	unsigned char *h = malloc((size_t)L * H * es), *h1 = malloc((size_t)L * H * es);
@@ -822,11 +845,11 @@ static void test_errors(void)
 	st = rg_backend_mem_info(g_gpu, &used, &total);
 	expect(st == RG_OK && used > 0 && total >= used, "mem_info after OOM reports used <= total");
 	gbuf q = galloc(30 * 3 * 256 * 2), o = galloc(30 * 256 * 2), gcu = graw(cu, 12);
-	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 20, 1, 256, 0.1f, NULL, NULL, 0, NULL, o.p);
+	st = attn_op(g_gpu, q.p, gcu.p, cu, 2, 20, 1, 256, 0.1f, NULL, NULL, 0, NULL, o.p);
 	expect(st == RG_ERR_UNSUPPORTED, "attention head_dim 256 -> RG_ERR_UNSUPPORTED");
-	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 10, 4, 64, 0.1f, NULL, NULL, 0, NULL, o.p);
+	st = attn_op(g_gpu, q.p, gcu.p, cu, 2, 10, 4, 64, 0.1f, NULL, NULL, 0, NULL, o.p);
 	expect(st == RG_ERR_INVALID_INPUT, "attention length 20 > max_seqlen 10 -> INVALID_INPUT");
-	st = rg_op_attention(g_gpu, q.p, gcu.p, cu, 2, 20, 4, 64, 0.1f, NULL, (const float *)o.p,
+	st = attn_op(g_gpu, q.p, gcu.p, cu, 2, 20, 4, 64, 0.1f, NULL, (const float *)o.p,
 			     -1, NULL, o.p);
 	expect(st == RG_ERR_INVALID_INPUT, "attention bias table with rel_max -1 -> INVALID_INPUT");
 	gbuf gi = graw(&neg, 4);

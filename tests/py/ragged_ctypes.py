@@ -22,6 +22,22 @@ DTYPE = {"fp32": 0, "fp16": 1, "bf16": 2, "auto": 3}
 _lib = None
 
 
+class AttnDesc(ctypes.Structure):
+    """src/ops/ops.h rg_attn_desc, for RG_TEST_API callers of rg_op_attention /
+    rg_op_paged_attention (libragged_internal.so). Field order and types as in the header."""
+    _fields_ = [("causal", ctypes.c_bool), ("num_heads", ctypes.c_int),
+                ("num_kv_heads", ctypes.c_int), ("head_dim", ctypes.c_int),
+                ("scale", ctypes.c_float), ("n_seq", ctypes.c_int),
+                ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_q_h", ctypes.c_void_p),
+                ("max_seqlen_q", ctypes.c_int), ("context_lens", ctypes.c_void_p),
+                ("context_lens_h", ctypes.c_void_p), ("max_context_len", ctypes.c_int),
+                ("block_tables", ctypes.c_void_p), ("max_blocks_per_seq", ctypes.c_int),
+                ("block_size", ctypes.c_int), ("n_blocks", ctypes.c_int64),
+                ("k_new", ctypes.c_void_p), ("v_new", ctypes.c_void_p),
+                ("seg", ctypes.c_void_p), ("rel_bias", ctypes.c_void_p),
+                ("rel_max", ctypes.c_int), ("dis", ctypes.c_void_p)]
+
+
 class ModelParams(ctypes.Structure):
     _fields_ = [("device", ctypes.c_int), ("device_index", ctypes.c_int),
                 ("dtype", ctypes.c_int), ("max_batch_tokens", ctypes.c_int),

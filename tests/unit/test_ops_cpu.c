@@ -18,6 +18,29 @@
 #include "ops/cpu/ops_cpu.h"
 #include "ops/ops.h"
 
+/* rg_op_attention through its descriptor, from the arguments it used to take one by one. */
+static rg_status attn_op(rg_backend *be, const void *qkv, const int32_t *cu, const int32_t *cu_h,
+			 int n_seq, int max_len, int nh, int hd, float scale, const int32_t *seg,
+			 const float *rb, int rel_max, const rg_attn_disent *dis, void *out)
+{
+	const rg_attn_desc d = {
+		.num_heads = nh,
+		.num_kv_heads = nh,
+		.head_dim = hd,
+		.scale = scale,
+		.n_seq = n_seq,
+		.cu_seqlens_q = cu,
+		.cu_seqlens_q_h = cu_h,
+		.max_seqlen_q = max_len,
+		.seg = seg,
+		.rel_bias = rb,
+		.rel_max = rel_max,
+		.dis = dis,
+	};
+
+	return rg_op_attention(be, &d, qkv, out);
+}
+
 #define GUARD 64              /* guard floats after every output */
 #define SENTINEL (-12345.25f) /* must be left untouched by every op */
 
@@ -702,12 +725,34 @@ static void test_attention_rejects_bad_lengths(void **state)
 	/* arguments (checked by rg_op_attention): a bias table needs rel_max >= 0; without one
 	 * rel_max is ignored */
 	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
-	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, rb, -1, NULL, out),
+	assert_int_equal(attn_op(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, rb, -1, NULL, out),
 			 RG_ERR_INVALID_INPUT);
-	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, -1, NULL, out),
+	assert_int_equal(attn_op(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, -1, NULL, out),
 			 RG_OK);
-	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 0, 2, 1.f, NULL, NULL, 0, NULL, out),
+	assert_int_equal(attn_op(be, qkv, cu1, cu1, 1, 5, 0, 2, 1.f, NULL, NULL, 0, NULL, out),
 			 RG_ERR_INVALID_INPUT);
+	/* the descriptor: the packed op is bidirectional, equal KV heads, no block table */
+	{
+		const int32_t bt[1] = {0};
+		rg_attn_desc d = {.num_heads = 1, .num_kv_heads = 1, .head_dim = 2, .scale = 1.f,
+				  .n_seq = 1, .cu_seqlens_q = cu1, .cu_seqlens_q_h = cu1,
+				  .max_seqlen_q = 5};
+
+		assert_int_equal(rg_op_attention(be, &d, qkv, out), RG_OK);
+		assert_int_equal(rg_op_attention(be, NULL, qkv, out), RG_ERR_INVALID_INPUT);
+		d.causal = true;
+		assert_int_equal(rg_op_attention(be, &d, qkv, out), RG_ERR_INVALID_INPUT);
+		assert_non_null(strstr(rg_last_error(), "rg_op_paged_attention"));
+		d.causal = false;
+		d.num_kv_heads = 2;
+		assert_int_equal(rg_op_attention(be, &d, qkv, out), RG_ERR_INVALID_INPUT);
+		d.num_kv_heads = 0; /* 0: equal */
+		d.block_tables = bt;
+		assert_int_equal(rg_op_attention(be, &d, qkv, out), RG_ERR_INVALID_INPUT);
+		d.block_tables = NULL;
+		d.max_seqlen_q = -1;
+		assert_int_equal(rg_op_attention(be, &d, qkv, out), RG_ERR_INVALID_INPUT);
+	}
 	rg_backend_free(be);
 }
 
@@ -829,22 +874,22 @@ static void test_attention_disentangled_args(void **state)
 	(void)state;
 
 	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
-	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, 0, &dis,
+	assert_int_equal(attn_op(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, 0, &dis,
 					 out),
 			 RG_OK);
-	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, rb, 1, &dis,
+	assert_int_equal(attn_op(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, rb, 1, &dis,
 					 out),
 			 RG_ERR_INVALID_INPUT); /* not both */
 	dis.width = 0;
-	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, 0, &dis,
+	assert_int_equal(attn_op(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, 0, &dis,
 					 out),
 			 RG_ERR_INVALID_INPUT);
 	dis = (rg_attn_disent){NULL, NULL, idx, 2, 1};
-	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, 0, &dis,
+	assert_int_equal(attn_op(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, 0, &dis,
 					 out),
 			 RG_ERR_INVALID_INPUT); /* no table */
 	dis = (rg_attn_disent){tab, NULL, idx, 2, -1};
-	assert_int_equal(rg_op_attention(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, 0, &dis,
+	assert_int_equal(attn_op(be, qkv, cu1, cu1, 1, 5, 1, 2, 1.f, NULL, NULL, 0, &dis,
 					 out),
 			 RG_ERR_INVALID_INPUT);
 	assert_int_equal(rg_op_rel_tables(be, qkv, 5, 1, 2, pk, NULL, 2, 1.f, NULL, NULL),
