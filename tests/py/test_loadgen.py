@@ -35,6 +35,7 @@ class Stub:
         self.drop_all = drop_all
         self.lock = threading.Lock()
         self.records = []  # (path, body dict, status) in arrival order
+        self.request_ids = []  # the X-Request-Id header of each record (loadgen's request index)
         self.connections = 0
         stub = self
 
@@ -60,6 +61,7 @@ class Stub:
                     if stub.drop_all:
                         status = 0
                     stub.records.append((self.path, body, status))
+                    stub.request_ids.append(self.headers.get("X-Request-Id"))
                 if stub.drop_all:
                     self.close_connection = True
                     return
@@ -334,3 +336,32 @@ def test_bad_usage(args):
     p = subprocess.run([BIN_PATH, "loadgen", *args], capture_output=True, timeout=30, env=_env())
     assert p.returncode == 2
     assert p.stderr.strip()
+
+
+@pytest.mark.parametrize("dist,seed", [("uniform:2:100", 1), ("normal:20:20:3:100", 7)])
+def test_offline_bench_reproduces_the_request_stream(tmp_path, dist, seed):
+    """bench/serving/offline_embed.py times the engine on the requests the loadgen sends,
+    reimplemented in Python (xoshiro256**, the schedule's draws, per-request id
+    streams). Each body the stub received, keyed by its X-Request-Id, must equal the Python
+    request of that index, and every length of --per-request must equal the Python length."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "bench", "serving"))
+    import offline_embed
+    n = 60
+    per_req = tmp_path / "pr.jsonl"
+    with Stub() as stub:
+        res, _ = loadgen(tmp_path, "--url", stub.url, "--rate", "400", "--requests", str(n),
+                         "--warmup", "0.02", "--connections", "4", "--dist", dist,
+                         "--seed", str(seed), "--per-request", str(per_req), "--quiet")
+    got = {int(i): body["input"][0] for i, (_, body, _) in zip(stub.request_ids, stub.records)}
+    lens = {r["i"]: r["len"] for r in map(json.loads, open(per_req))}
+    assert len(got) >= n and set(got) == set(lens)
+    want = offline_embed.loadgen_requests(dist, seed, max(got) + 1)
+    assert [len(want[i]) for i in sorted(lens)] == [lens[i] for i in sorted(lens)]
+    for i, ids in got.items():
+        assert ids == want[i], f"request {i}"
+    # the ids are the loadgen's default range and the Python packer keeps them as they are
+    flat, cu = offline_embed.pack([want[i] for i in sorted(got)])
+    assert cu[-1] == sum(lens.values()) and flat.dtype == np.int32
+    assert all(1000 <= x < 29000 for q in want for x in q[1:-1])
