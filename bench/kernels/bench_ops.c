@@ -511,11 +511,9 @@ static rg_status build_pool(op_case *c, int L)
 static rg_status call_attention(const op_case *c, int s)
 {
 	void *const *t = c->set[s];
-	const rg_attn_desc ad = {.num_heads = c->m->heads, .num_kv_heads = c->m->heads,
-				 .head_dim = c->m->head_dim,
-				 .scale = 1.0f / sqrtf((float)c->m->head_dim), .n_seq = c->n_seq,
-				 .cu_seqlens_q = c->shared[0], .cu_seqlens_q_h = c->cu_h,
-				 .max_seqlen_q = c->max_seqlen};
+	const rg_attn_desc ad = rg_attn_packed(c->n_seq, c->shared[0], c->cu_h, c->max_seqlen,
+					       c->m->heads, c->m->head_dim,
+					       1.0f / sqrtf((float)c->m->head_dim));
 
 	return rg_op_attention(c->d->be, &ad, t[0], t[1]);
 }

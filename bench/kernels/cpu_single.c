@@ -158,10 +158,8 @@ static int op_once(void *ctx)
 			break;
 		case 4:
 		{
-			const rg_attn_desc ad = {.num_heads = o->n_heads, .num_kv_heads = o->n_heads,
-						 .head_dim = hd, .scale = 1.f / sqrtf((float)hd),
-						 .n_seq = 1, .cu_seqlens_q = o->cu,
-						 .cu_seqlens_q_h = o->cu, .max_seqlen_q = T};
+			const rg_attn_desc ad = rg_attn_packed(1, o->cu, o->cu, T, o->n_heads, hd,
+							       1.f / sqrtf((float)hd));
 
 			s = rg_op_attention(g->be, &ad, g->qkv, g->y);
 			break;

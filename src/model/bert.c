@@ -536,23 +536,14 @@ static rg_status bert_encode(rg_model *m, const rg_fwd *f, int n, int n_att, int
 	void *ffn_out = f->a[RG_A_FFN_OUT];
 	const rg_bert_weights *w = bw(m);
 	/* bidirectional over the packed sequences; MPNet's bias table, DeBERTa's terms, a seg mask */
-	const rg_attn_desc ad = {
-		.num_heads = nh,
-		.num_kv_heads = nh,
-		.head_dim = hd,
-		.scale = scale,
-		.n_seq = n_att,
-		.cu_seqlens_q = f->cu,
-		.cu_seqlens_q_h = f->cu_h,
-		.max_seqlen_q = max_len,
-		.seg = f->seg,
-		.rel_bias = w->rel_bias,
-		.rel_max = RG_MPNET_MAX_DISTANCE,
-		.dis = dis_on ? &dis : NULL,
-	};
+	rg_attn_desc ad = rg_attn_packed(n_att, f->cu, f->cu_h, max_len, nh, hd, scale);
 	rg_backend *be = m->be;
 	rg_status s;
 
+	ad.seg = f->seg;
+	ad.rel_bias = w->rel_bias;
+	ad.rel_max = RG_MPNET_MAX_DISTANCE;
+	ad.dis = dis_on ? &dis : NULL;
 	if (w->map_w) {
 		/* ALBERT: LN(embeddings) in E dims into the FFN buffer (free until the FFN), then
 		 * hidden = that W_map^T + b_map */

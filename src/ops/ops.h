@@ -180,6 +180,24 @@ typedef struct rg_attn_desc {
 	const rg_attn_disent *dis;     /* DeBERTa's disentangled terms, or NULL */
 } rg_attn_desc;
 
+/* A descriptor for rg_op_attention over n_seq packed sequences (bidirectional, equal KV heads, no
+ * extras: set seg / rel_bias / rel_max / dis on the result when a family needs them). */
+static inline rg_attn_desc rg_attn_packed(int n_seq, const int32_t *cu_seqlens,
+					  const int32_t *cu_seqlens_h, int max_seqlen,
+					  int num_heads, int head_dim, float scale)
+{
+	rg_attn_desc d = {0};
+
+	d.num_heads = d.num_kv_heads = num_heads;
+	d.head_dim = head_dim;
+	d.scale = scale;
+	d.n_seq = n_seq;
+	d.cu_seqlens_q = cu_seqlens;
+	d.cu_seqlens_q_h = cu_seqlens_h;
+	d.max_seqlen_q = max_seqlen;
+	return d;
+}
+
 /* Variable-length multi-head self-attention over packed sequences (no padded token computed), the
  * shape and extras in the descriptor d (rg_attn_desc below: causal false, num_kv_heads ==
  * num_heads, no block table).

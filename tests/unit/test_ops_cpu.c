@@ -17,29 +17,7 @@
 #include "ops/cpu/gemm_dnnl.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ops/ops.h"
-
-/* rg_op_attention through its descriptor, from the arguments it used to take one by one. */
-static rg_status attn_op(rg_backend *be, const void *qkv, const int32_t *cu, const int32_t *cu_h,
-			 int n_seq, int max_len, int nh, int hd, float scale, const int32_t *seg,
-			 const float *rb, int rel_max, const rg_attn_disent *dis, void *out)
-{
-	const rg_attn_desc d = {
-		.num_heads = nh,
-		.num_kv_heads = nh,
-		.head_dim = hd,
-		.scale = scale,
-		.n_seq = n_seq,
-		.cu_seqlens_q = cu,
-		.cu_seqlens_q_h = cu_h,
-		.max_seqlen_q = max_len,
-		.seg = seg,
-		.rel_bias = rb,
-		.rel_max = rel_max,
-		.dis = dis,
-	};
-
-	return rg_op_attention(be, &d, qkv, out);
-}
+#include "test_attn.h"
 
 #define GUARD 64              /* guard floats after every output */
 #define SENTINEL (-12345.25f) /* must be left untouched by every op */
