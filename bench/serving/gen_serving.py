@@ -677,8 +677,8 @@ def markdown(rep, out):
                   f"{fmt(pr['ratio_p50'], 2)}x; over the {pr['n_suffix_le_128']} whose own part "
                   f"after the {a['shared_prefix_len']}-token prefix is <= 128 tokens "
                   f"{fmt(pr['ratio_p50_suffix_le_128'], 2)}x. The cache can only skip the prefix: "
-                  f"with a uniform 16-512 token remainder, the computed prompt shrinks from "
-                  f"256 + L to L tokens, about 2x at the median L."]
+                  f"with a {a['prompt_len']} token remainder L, the computed prompt shrinks from "
+                  f"{a['shared_prefix_len']} + L to L tokens."]
     t = out["targets"]
     L += ["", "## Targets (issue 20)", ""]
     for k, v in t.items():
