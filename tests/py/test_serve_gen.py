@@ -136,10 +136,13 @@ def test_concurrent_greedy_equals_alone(srv, gen, tok):
 
 def test_preemption_keeps_outputs(model_dir, gen, tok):
     """A KV cache of 40 blocks of 4 tokens for 8 sequences of up to 60 tokens: the newest are
-    preempted (recomputed later) and every output still equals its prompt alone."""
+    preempted (recomputed later) and every output still equals its prompt alone. Steps of at
+    least 10 ms (--step-delay-ms) keep all 8 in the engine together however fast the CPU runs
+    the tiny model (without it, a fast step let early requests finish before the last ones
+    arrived, and nothing had to be preempted)."""
     s = Server(model_dir, "--max-num-seqs", 8, "--max-num-batched-tokens", 32, "--block-size",
                4, "--kv-cache-bytes", 40 * 4 * 2 * 2 * 32 * 4, "--max-model-len", 128,
-               "--no-prefix-caching")
+               "--no-prefix-caching", "--step-delay-ms", 10)
     try:
         prompts = [tok.encode(p).ids for p in PROMPTS] + [tok.encode(PROMPTS[0] * 2).ids] * 2
         res = [None] * len(prompts)
