@@ -370,6 +370,78 @@ static void test_gemv_small_m(void **state)
 	rg_backend_free(be);
 }
 
+/* The short-sentence GEMM kernel of this table (gemm_blk, which runs prepared weights for
+ * RAGGED_CPU_SMALLM >= M > RG_CPU_GEMV_MAX), called directly on one 64-column block laid out by
+ * hand as oneDNN lays it out (element (k, c) at (k / kb) * kstride + (k % kb) * 64 + c), against
+ * a double loop: every row-group split (M = 1..14, 24, 31, 32, 63, 64), K one row, below, at and
+ * past one chunk and one K block, a last block cut short (K % kb != 0), kb below, at and above
+ * the chunk, the contiguous layout (its prefetch path) and one with a gap between K blocks (no
+ * prefetch); A with a row stride past K, out with a row stride past 64 whose gaps and tail keep
+ * their sentinel. out starts as NaN, so a first chunk that read out instead of zero fails. */
+static void test_gemm_blk_kernel(void **state)
+{
+	const rg_cpu_kern *kt = rg_cpu_kern_select();
+	const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 24, 31, 32, 63, 64};
+	/* K, kb, gap (floats between K blocks past kb * 64) */
+	const int cases[][3] = {{1, 16, 0},   {15, 16, 0},  {16, 16, 0},  {40, 16, 0},
+				{64, 16, 0},  {65, 16, 0},  {200, 16, 0}, {768, 16, 0},
+				{200, 16, 48}, {100, 8, 0}, {300, 128, 0}, {70, 48, 16}};
+	char what[160];
+	(void)state;
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		const int K = cases[c][0], kb = cases[c][1];
+		const size_t kstride = (size_t)kb * 64 + (size_t)cases[c][2];
+		const int nkb = (K + kb - 1) / kb;
+		const size_t wn = (size_t)nkb * kstride;
+		float *W0 = rand_buf((size_t)K * 64, 1); /* (K, 64) row-major */
+		float *Wb = malloc(wn * sizeof(float));
+
+		assert_non_null(Wb);
+		for (size_t i = 0; i < wn; i++)
+			Wb[i] = NAN; /* padding rows and gaps: never read */
+		for (int k = 0; k < K; k++)
+			memcpy(Wb + (size_t)(k / kb) * kstride + (size_t)(k % kb) * 64,
+			       W0 + (size_t)k * 64, 64 * sizeof(float));
+		for (size_t m = 0; m < sizeof(Ms) / sizeof(Ms[0]); m++) {
+			const int M = Ms[m], lda = K + 3, ldo = 64 + 16;
+			float *A = rand_buf((size_t)M * lda, 1);
+			float *out = malloc(((size_t)M * ldo + GUARD) * sizeof(float));
+			double *ref = malloc((size_t)M * 64 * sizeof(double));
+
+			assert_non_null(out);
+			assert_non_null(ref);
+			for (size_t i = 0; i < (size_t)M * ldo + GUARD; i++)
+				out[i] = i % (size_t)ldo < 64 && i < (size_t)M * ldo ? NAN : SENTINEL;
+			for (int i = 0; i < M; i++)
+				for (int j = 0; j < 64; j++) {
+					double acc = 0;
+
+					for (int k = 0; k < K; k++)
+						acc += (double)A[(size_t)i * lda + k] * W0[(size_t)k * 64 + j];
+					ref[(size_t)i * 64 + j] = acc;
+				}
+			kt->gemm_blk(A, (size_t)lda, M, Wb, K, kb, kstride, out, (size_t)ldo);
+			snprintf(what, sizeof(what), "gemm_blk %s M=%d K=%d kb=%d kstride=%zu",
+				 kt->isa, M, K, kb, kstride);
+			for (int i = 0; i < M; i++)
+				for (int j = 0; j < 64; j++) {
+					const double got = out[(size_t)i * ldo + j];
+					const double want = ref[(size_t)i * 64 + j];
+
+					if (!close_to(got, want, 1e-5 * sqrt((double)K), 1e-5))
+						fail_msg("%s: (%d, %d) got %.9g want %.9g", what, i, j, got,
+							 want);
+				}
+			for (size_t i = 0; i < (size_t)M * ldo + GUARD; i++)
+				if ((i % (size_t)ldo >= 64 || i >= (size_t)M * ldo) && out[i] != SENTINEL)
+					fail_msg("%s: guard float %zu overwritten (%g)", what, i, out[i]);
+			free(A), free(out), free(ref);
+		}
+		free(W0), free(Wb);
+	}
+}
+
 /* The bf16 GEMMs' input conversion of this kernel table: nearest even on normal numbers of every
  * magnitude (against bf16_round), exact ties to even, overflow to infinity, infinities and signed
  * zeros kept, a NaN kept a NaN (never rounded into an infinity). Lengths not a multiple of the
@@ -1038,6 +1110,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_bias_act_edges),
 		cmocka_unit_test(test_gemm_prepared),
 		cmocka_unit_test(test_gemv_small_m),
+		cmocka_unit_test(test_gemm_blk_kernel),
 		cmocka_unit_test(test_gemm_prepared_bf16),
 		cmocka_unit_test(test_f32_to_bf16),
 		cmocka_unit_test(test_bias_residual_layernorm),
