@@ -66,13 +66,16 @@ extern const rg_cpu_kern rg_cpu_kern_avx512, rg_cpu_kern_avx2, rg_cpu_kern_gener
 /* False when RAGGED_CPU_GEMV=0 (every GEMM through oneDNN / OpenBLAS, for A/B timing). */
 bool rg_cpu_gemv_enabled(void);
 
-/* Rows of A up to which a prepared f32 weight runs gemm_blk (above RG_CPU_GEMV_MAX) rather than
- * a oneDNN primitive: one short sentence, whose weights stream from memory (gemm_blk's
- * comment in kern.h has the measurements). The hard cap of RAGGED_CPU_SMALLM. */
-#define RG_CPU_SMALLM_MAX 64
+/* The most rows of A that RAGGED_CPU_SMALLM may send to gemm_blk (see rg_cpu_smallm_max). */
+#define RG_CPU_SMALLM_MAX 256
 
-/* The rows up to which gemm_blk runs: RAGGED_CPU_SMALLM (0 turns it off, for A/B timing;
- * capped at RG_CPU_SMALLM_MAX), else the default. Read once. */
+/* Rows of A up to which a prepared f32 weight runs gemm_blk (above RG_CPU_GEMV_MAX) rather than
+ * oneDNN primitives: RAGGED_CPU_SMALLM (0 turns it off, for A/B timing; capped at
+ * RG_CPU_SMALLM_MAX), else 192. Read once. Up to about 30 rows (one short sentence) the weights
+ * stream from memory and gemm_blk streams them faster; past that both are compute-bound and
+ * gemm_blk wins where oneDNN's tiles end in a remainder primitive of a few rows (130 = 128 + 2),
+ * and loses 2-4% at 256 (one exact 256-row primitive): measured on the 2-core EPYC at 1 and 2
+ * threads, bench/results/single_sentence_cpu_2core_20261125.md. */
 int rg_cpu_smallm_max(void);
 
 /* The widest table this CPU runs (cpuid), unless RAGGED_CPU_ISA=avx512|avx2|generic asks for

@@ -793,6 +793,8 @@ static const uint16_t *a_to_bf16(rg_threadpool *pool, const float *A, int M, int
 	return t->a16;
 }
 
+#define BLK_TMP_ROWS 32 /* rows per slice of a block narrower than 64 columns */
+
 struct blk_job {
 	const rg_cpu_kern *k;
 	const rg_dnnl_weight *w;
@@ -819,7 +821,7 @@ static void blk_task(void *ctx, int task, int thread)
 	float *out = j->out + (size_t)r0 * w->N;
 	void (*const kern)(const float *, size_t, int, const float *, int, int, size_t, float *,
 			   size_t) = j->M <= RG_CPU_GEMV_MAX ? j->k->gemv_blk : j->k->gemm_blk;
-	float tmp[RG_CPU_SMALLM_MAX * 64];
+	float tmp[BLK_TMP_ROWS * 64];
 
 	(void)thread;
 	for (int b = b0; b < b1; b++) {
@@ -830,10 +832,17 @@ static void blk_task(void *ctx, int task, int thread)
 			kern(A, (size_t)w->K, M, wb, w->K, w->gemv_kb, w->gemv_kstride, out + n0,
 			     (size_t)w->N);
 		} else {
-			kern(A, (size_t)w->K, M, wb, w->K, w->gemv_kb, w->gemv_kstride, tmp, 64);
-			for (int m = 0; m < M; m++)
-				memcpy(out + (size_t)m * w->N + n0, tmp + (size_t)m * 64,
-				       (size_t)cols * sizeof(float));
+			/* the last, narrower block (N % 64 columns): through a buffer, in slices
+			 * of rows */
+			for (int m0 = 0; m0 < M; m0 += BLK_TMP_ROWS) {
+				const int mr = M - m0 < BLK_TMP_ROWS ? M - m0 : BLK_TMP_ROWS;
+
+				kern(A + (size_t)m0 * w->K, (size_t)w->K, mr, wb, w->K, w->gemv_kb,
+				     w->gemv_kstride, tmp, 64);
+				for (int m = 0; m < mr; m++)
+					memcpy(out + (size_t)(m0 + m) * w->N + n0,
+					       tmp + (size_t)m * 64, (size_t)cols * sizeof(float));
+			}
 		}
 		if (j->bias || j->act != RG_ACT_NONE)
 			j->k->bias_act_rows(out + n0, (size_t)w->N, j->bias ? j->bias + n0 : NULL, M,
@@ -841,29 +850,56 @@ static void blk_task(void *ctx, int task, int thread)
 	}
 }
 
-/* Rows per part at least: below this a part's time is its weight stream, which a second reader
- * of the same blocks does not shorten. */
+/* Rows per part at least, and parts at most: below BLK_PART_ROWS rows a part's time is its
+ * weight stream, which a second reader of the same blocks does not shorten. */
 #define BLK_PART_ROWS 8
+#define BLK_MAX_PARTS 4
+
+/* The split of a small-M product into tasks of bpt consecutive column blocks x one of parts
+ * row parts, for T threads: the least makespan in block-units, ceil(tasks / T) * bpt / parts
+ * (tasks are claimed dynamically and cost about the same), with bpt at most
+ * ceil(nblk / (2 T)), about two tasks per thread or more (on the 2-core EPYC one block per
+ * task, which loses the prefetch across blocks, was 5-10% slower at M = 12 on 2 threads); ties
+ * go to fewer parts (each part reads its blocks again), then to longer runs (one contiguous
+ * weight stream). Parts only past RG_CPU_GEMV_MAX rows, of BLK_PART_ROWS rows or more. BERT-base
+ * on 2 threads: 4 tasks of a quarter of the blocks, whole rows, at every M. On 16 threads:
+ * N = 3072 in 48 one-block tasks (3 per thread; runs of 2 would leave 8 threads with 4 blocks),
+ * N = 2304 at M = 64 in single blocks x 4 row parts (144 tasks, 9 per thread), N = 768 at
+ * M = 12 in its 12 blocks (4 threads idle: more readers of a block would not stream it faster). */
+static void blk_split(int nblk, int M, int T, int *bpt, int *parts)
+{
+	const int most_b = (nblk + 2 * T - 1) / (2 * T);
+	int most_p = M > RG_CPU_GEMV_MAX ? M / BLK_PART_ROWS : 1;
+	double best = 0;
+
+	most_p = most_p < 1 ? 1 : most_p > BLK_MAX_PARTS ? BLK_MAX_PARTS : most_p;
+	*bpt = most_b;
+	*parts = 1;
+	for (int p = 1; p <= most_p; p++)
+		for (int b = most_b; b >= 1; b--) {
+			const int tasks = (nblk + b - 1) / b * p;
+			const double span = (double)((tasks + T - 1) / T) * b / p;
+
+			if (span < best * (1 - 1e-9) || (b == most_b && p == 1)) {
+				best = span;
+				*bpt = b;
+				*parts = p;
+			}
+		}
+}
 
 /* M <= rg_cpu_smallm_max() (decode steps, one short sentence): the weights stream once through
- * the kernel table's blocked kernels, runs of column blocks spread over the pool, about two per
- * thread; no primitive, no dnnl_memory objects per call. When there are fewer column blocks than
- * threads (BERT-base's N = 768 is 12 blocks, against 16 cores) and M > RG_CPU_GEMV_MAX, the rows
- * are cut into parts of at least BLK_PART_ROWS too, so that every thread gets a task. */
+ * the kernel table's blocked kernels, tasks of consecutive column blocks (and row parts, when
+ * that evens the threads' shares: blk_split) spread over the pool; no primitive, no dnnl_memory
+ * objects per call. */
 static rg_status blk_run(const rg_dnnl_weight *w, const float *A, const float *bias, float *out,
 			 int M, rg_act act)
 {
 	rg_threadpool *pool = rg_threadpool_global();
-	const int T = rg_threadpool_size(pool), nblk = (w->N + 63) / 64;
+	const int nblk = (w->N + 63) / 64;
 	struct blk_job j = {rg_cpu_kern_select(), w, A, bias, out, M, 0, 1, act};
 
-	j.blocks_per_task = (nblk + 2 * T - 1) / (2 * T);
-	j.blocks_per_task = j.blocks_per_task < 1 ? 1 : j.blocks_per_task;
-	if (nblk < T && M > RG_CPU_GEMV_MAX) {
-		const int want = (T + nblk - 1) / nblk, most = M / BLK_PART_ROWS;
-
-		j.n_parts = want < most ? want : most > 1 ? most : 1;
-	}
+	blk_split(nblk, M, rg_threadpool_size(pool), &j.blocks_per_task, &j.n_parts);
 	rg_threadpool_run(pool, (nblk + j.blocks_per_task - 1) / j.blocks_per_task * j.n_parts,
 			  blk_task, &j);
 	return RG_OK;

@@ -257,9 +257,8 @@ bool rg_cpu_gemv_enabled(void)
 	return g_gemv;
 }
 
-/* Rows up to which gemm_blk replaces oneDNN by default: measured on the 2-core EPYC, see
- * RG_CPU_SMALLM_MAX. */
-#define RG_CPU_SMALLM_DEFAULT 64
+/* Rows up to which gemm_blk replaces oneDNN by default (rg_cpu_smallm_max says why). */
+#define RG_CPU_SMALLM_DEFAULT 192
 
 static pthread_once_t g_smallm_once = PTHREAD_ONCE_INIT;
 static int g_smallm = RG_CPU_SMALLM_DEFAULT;
