@@ -22,6 +22,9 @@ for t in build/tests/test_*; do
 done
 # the attention tiles at every head_dim (by default they run from head_dim 64 up)
 run "unit test_ops_cpu, RAGGED_CPU_ATTN=tiles" env RAGGED_CPU_ATTN=tiles build/tests/test_ops_cpu
+# a 16-thread pool on this host: the small-M GEMM's split into row parts (blk_split in
+# gemm_dnnl.c) happens only with more threads than a weight has column blocks
+run "unit test_ops_cpu, RAGGED_NUM_THREADS=16" env RAGGED_NUM_THREADS=16 build/tests/test_ops_cpu
 run "vector asm (kern_avx512.o, kern_avx2.o)" bash scripts/check-vector-asm.sh build/obj/ops/cpu
 for t in build/asan/tests/test_*; do
 	[ -x "$t" ] && run "unit-asan $(basename "$t")" "$t"

@@ -21,8 +21,13 @@
  *    "ops_ms":{"qkv":..,"out":..,"up_gelu":..,"down":..,"attention":..,"layernorm":..}}
  * GFLOP/s count the linear layers' 2*T*(4H^2 + 2HI) per layer (model_gflops adds attention's
  * 4*H*T^2). Exit status 0, 1 on a load or run failure, 2 on a bad command line.
+ * With --read-bw MB: no model; the read bandwidth of ragged's pool instead, the floor of a
+ * forward that must read every weight once: an MB-megabyte buffer (the model's fp32 linear
+ * weights: 340 for BERT-base) summed as 64-bit words, one slice per pool thread, the median of
+ * 9 passes after one that faults the pages in: {"read_mb":340,"threads":2,"read_gbps":...}.
  * Usage: make build/bench_cpu_single && RAGGED_NUM_THREADS=1 build/bench_cpu_single DIR
- *        [--tokens 30,64,130] [--budget 1.0] */
+ *        [--tokens 30,64,130] [--budget 1.0]
+ *        RAGGED_NUM_THREADS=2 build/bench_cpu_single --read-bw 340 */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -30,6 +35,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/threadpool.h"
 #include "ops/ops.h"
 #include "ragged.h"
 
@@ -199,6 +205,85 @@ static bool make_weight(rg_backend *be, int N, int K, unsigned *seed, float **w,
 	return ok && *b;
 }
 
+struct read_job {
+	const uint64_t *buf;
+	size_t n; /* words */
+	int parts;
+	uint64_t sums[256];
+};
+
+/* Sum words [a, b) of buf (multiples of 8: whole lines) in vectors of vb bytes, a line per step,
+ * prefetched 4 KiB ahead as the GEMM kernels prefetch their weights. */
+#define READ_BODY(vb)                                                                        \
+	{                                                                                    \
+		typedef uint64_t vu __attribute__((vector_size(vb), aligned(vb)));          \
+		const vu *v = (const vu *)buf;                                               \
+		const size_t per = 64 / (vb);                                                \
+		vu s0 = {0}, s1 = {0};                                                       \
+                                                                                             \
+		for (size_t i = a / (vb / 8); i < b / (vb / 8); i += per) {                  \
+			__builtin_prefetch(v + i + 64 * per, 0, 2);                          \
+			for (size_t k = 0; k < per; k += 2) {                                \
+				s0 += v[i + k];                                              \
+				s1 += per > 1 ? v[i + k + 1] : (vu){0};                      \
+			}                                                                    \
+		}                                                                            \
+		s0 += s1;                                                                    \
+		return s0[0];                                                                \
+	}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static uint64_t read_avx512(const uint64_t *buf, size_t a,
+								 size_t b)
+READ_BODY(64)
+#endif
+
+static uint64_t read_plain(const uint64_t *buf, size_t a, size_t b)
+READ_BODY(16)
+
+static void read_task(void *ctx, int task, int thread)
+{
+	struct read_job *j = ctx;
+	const size_t a = j->n * (size_t)task / (size_t)j->parts / 8 * 8;
+	const size_t b = j->n * (size_t)(task + 1) / (size_t)j->parts / 8 * 8;
+
+	(void)thread;
+#if defined(__x86_64__)
+	if (__builtin_cpu_supports("avx512f")) {
+		j->sums[task] = read_avx512(j->buf, a, b);
+		return;
+	}
+#endif
+	j->sums[task] = read_plain(j->buf, a, b);
+}
+
+/* --read-bw: GB/s of ragged's pool reading mb megabytes once (see the file comment). */
+static int read_bw(double mb)
+{
+	rg_threadpool *pool = rg_threadpool_global();
+	struct read_job j = {.n = (size_t)(mb * 1e6) / 8, .parts = rg_threadpool_size(pool)};
+	uint64_t *buf;
+	double t[9];
+
+	if (j.parts > 256 || j.n < 1024 || !(buf = aligned_alloc(64, j.n * 8)))
+		return 1;
+	for (size_t i = 0; i < j.n; i++)
+		buf[i] = i;
+	j.buf = buf;
+	rg_threadpool_run(pool, j.parts, read_task, &j);
+	for (int r = 0; r < 9; r++) {
+		const double t0 = now_s();
+
+		rg_threadpool_run(pool, j.parts, read_task, &j);
+		t[r] = now_s() - t0;
+	}
+	qsort(t, 9, sizeof(double), cmp_d);
+	printf("{\"read_mb\":%.1f,\"threads\":%d,\"read_gbps\":%.2f,\"check\":%llu}\n", mb,
+	       j.parts, (double)j.n * 8 / t[4] * 1e-9, (unsigned long long)j.sums[0] % 10);
+	free(buf);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int tokens[MAX_T] = {30, 64, 130}, n_t = 3;
@@ -206,6 +291,8 @@ int main(int argc, char **argv)
 	const char *dir = NULL;
 	unsigned seed = 20261123;
 
+	if (argc == 3 && !strcmp(argv[1], "--read-bw"))
+		return read_bw(atof(argv[2]));
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
 			char *p = argv[++i];

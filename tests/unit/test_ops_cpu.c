@@ -251,7 +251,10 @@ static float *prepared_copy(rg_backend *be, const float *W0, int N, int K)
 
 /* act(A W^T + bias) through the prepared W (W0: its row-major f32 values) for every M of Ms and
  * every act, a bias on every other case, against a double loop over the operands as `round`
- * gives them (NULL: as they are; bf16_round for a bf16 backend), within 1e-5. */
+ * gives them (NULL: as they are; bf16_round for a bf16 backend), within 1e-5 relative and
+ * 4e-6 sqrt(K) absolute: a float32 sum of K products of values in [-1, 1] drifts by about
+ * sqrt(K) * 6e-8 * its magnitude (~sqrt(K / 9)), so 1e-5 alone failed a correct GEMV at K = 576
+ * on a result near 0 (an indexing error is off by O(0.1)). */
 static void check_prepared(rg_backend *be, const float *W0, const float *W, const float *bias,
 			   int N, int K, const int *Ms, size_t nM, const rg_act *acts, size_t nA,
 			   double (*round)(float))
@@ -279,19 +282,20 @@ static void check_prepared(rg_backend *be, const float *W0, const float *W, cons
 			snprintf(what, sizeof(what), "prepared%s (%s) %s%s M=%d N=%d K=%d",
 				 round ? " bf16" : "", rg_cpu_gemm_lib(), rg_act_name(acts[a]),
 				 b ? "+bias" : "", M, N, K);
-			check(what, out, ref, (size_t)M * N, 1e-5, 1e-5);
+			check(what, out, ref, (size_t)M * N, 4e-6 * sqrt((double)K), 1e-5);
 			free(A), free(out), free(ref);
 		}
 }
 
 /* Prepared weights (rg_op_prepare_weight: oneDNN's blocked layout when this build has oneDNN):
- * every tile kind (M below, at and past 16 and 256 rows; N a multiple of the 64-column block and
- * not; K a multiple of 16 and not) against a double loop, for every activation, with and without
+ * every tile kind (M below, at and past 16 and 256 rows, and past the default gemm_blk limit of
+ * 192; N a multiple of the 64-column block and not; K a multiple of 16 and not; run by
+ * run-tests.sh at 2 threads and at 16, where gemm_blk also cuts rows) against a double loop, for every activation, with and without
  * a bias; then the registry's contract (prepared once, shape checked, forgotten at dealloc). */
 static void test_gemm_prepared(void **state)
 {
 	const rg_act acts[] = {RG_ACT_NONE, RG_ACT_GELU, RG_ACT_GELU_NEW, RG_ACT_RELU};
-	const int Ms[] = {1, 12, 15, 16, 17, 30, 63, 64, 65, 100, 256, 257, 600};
+	const int Ms[] = {1, 12, 15, 16, 17, 30, 63, 64, 65, 100, 130, 192, 193, 256, 257, 600};
 	const int NK[][2] = {{192, 64}, {100, 48}, {64, 40}};
 	rg_backend *be;
 	(void)state;
@@ -369,6 +373,79 @@ static void test_gemv_small_m(void **state)
 		free(W0), free(bias);
 	}
 	rg_backend_free(be);
+}
+
+/* The short-sentence GEMM kernel of this table (gemm_blk, which runs prepared weights for
+ * rg_cpu_smallm_max() >= M > RG_CPU_GEMV_MAX), called directly on one 64-column block laid out
+ * by hand as oneDNN lays it out (element (k, c) at (k / kb) * kstride + (k % kb) * 64 + c),
+ * against a double loop: every row-group split (M = 1..14, 24, 31, 32, 63, 64, 130), K one row,
+ * below, at and past one chunk and one K block, a last block cut short (K % kb != 0), kb below,
+ * at and above the chunk, the contiguous layout (its prefetch path) and one with a gap between
+ * K blocks (no prefetch); A with a row stride past K, out with a row stride past 64 whose gaps
+ * and tail keep their sentinel. out starts as NaN, so a first chunk that read out instead of
+ * zero fails. */
+static void test_gemm_blk_kernel(void **state)
+{
+	const rg_cpu_kern *kt = rg_cpu_kern_select();
+	const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 24, 31, 32, 63, 64, 130};
+	/* K, kb, gap (floats between K blocks past kb * 64) */
+	const int cases[][3] = {{1, 16, 0},   {15, 16, 0},  {16, 16, 0},  {40, 16, 0},
+				{64, 16, 0},  {65, 16, 0},  {200, 16, 0}, {768, 16, 0},
+				{200, 16, 48}, {100, 8, 0}, {300, 128, 0}, {70, 48, 16}};
+	char what[160];
+	(void)state;
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		const int K = cases[c][0], kb = cases[c][1];
+		const size_t kstride = (size_t)kb * 64 + (size_t)cases[c][2];
+		const int nkb = (K + kb - 1) / kb;
+		const size_t wn = (size_t)nkb * kstride;
+		float *W0 = rand_buf((size_t)K * 64, 1); /* (K, 64) row-major */
+		float *Wb = malloc(wn * sizeof(float));
+
+		assert_non_null(Wb);
+		for (size_t i = 0; i < wn; i++)
+			Wb[i] = NAN; /* padding rows and gaps: never read */
+		for (int k = 0; k < K; k++)
+			memcpy(Wb + (size_t)(k / kb) * kstride + (size_t)(k % kb) * 64,
+			       W0 + (size_t)k * 64, 64 * sizeof(float));
+		for (size_t m = 0; m < sizeof(Ms) / sizeof(Ms[0]); m++) {
+			const int M = Ms[m], lda = K + 3, ldo = 64 + 16;
+			float *A = rand_buf((size_t)M * lda, 1);
+			float *out = malloc(((size_t)M * ldo + GUARD) * sizeof(float));
+			double *ref = malloc((size_t)M * 64 * sizeof(double));
+
+			assert_non_null(out);
+			assert_non_null(ref);
+			for (size_t i = 0; i < (size_t)M * ldo + GUARD; i++)
+				out[i] = i % (size_t)ldo < 64 && i < (size_t)M * ldo ? NAN : SENTINEL;
+			for (int i = 0; i < M; i++)
+				for (int j = 0; j < 64; j++) {
+					double acc = 0;
+
+					for (int k = 0; k < K; k++)
+						acc += (double)A[(size_t)i * lda + k] * W0[(size_t)k * 64 + j];
+					ref[(size_t)i * 64 + j] = acc;
+				}
+			kt->gemm_blk(A, (size_t)lda, M, Wb, K, kb, kstride, out, (size_t)ldo);
+			snprintf(what, sizeof(what), "gemm_blk %s M=%d K=%d kb=%d kstride=%zu",
+				 kt->isa, M, K, kb, kstride);
+			for (int i = 0; i < M; i++)
+				for (int j = 0; j < 64; j++) {
+					const double got = out[(size_t)i * ldo + j];
+					const double want = ref[(size_t)i * 64 + j];
+
+					if (!close_to(got, want, 4e-6 * sqrt((double)K), 1e-5))
+						fail_msg("%s: (%d, %d) got %.9g want %.9g", what, i, j, got,
+							 want);
+				}
+			for (size_t i = 0; i < (size_t)M * ldo + GUARD; i++)
+				if ((i % (size_t)ldo >= 64 || i >= (size_t)M * ldo) && out[i] != SENTINEL)
+					fail_msg("%s: guard float %zu overwritten (%g)", what, i, out[i]);
+			free(A), free(out), free(ref);
+		}
+		free(W0), free(Wb);
+	}
 }
 
 /* The bf16 GEMMs' input conversion of this kernel table: nearest even on normal numbers of every
@@ -1061,6 +1138,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_bias_act_edges),
 		cmocka_unit_test(test_gemm_prepared),
 		cmocka_unit_test(test_gemv_small_m),
+		cmocka_unit_test(test_gemm_blk_kernel),
 		cmocka_unit_test(test_gemm_prepared_bf16),
 		cmocka_unit_test(test_f32_to_bf16),
 		cmocka_unit_test(test_bias_residual_layernorm),

@@ -43,6 +43,11 @@ typedef struct rg_cpu_kern {
 	 * Wb[(k / kb) * kstride + (k % kb) * 64 + c]; out[m * ldo + c] for c < 64 */
 	void (*gemv_blk)(const float *A, size_t lda, int M, const float *Wb, int K, int kb,
 			 size_t kstride, float *out, size_t ldo);
+	/* the same product for any M >= 1 (a short sentence's rows), the block read from memory
+	 * once: K in L1-sized chunks that every register tile of rows runs over, the next chunk
+	 * prefetched meanwhile (when kstride == kb * 64) */
+	void (*gemm_blk)(const float *A, size_t lda, int M, const float *Wb, int K, int kb,
+			 size_t kstride, float *out, size_t ldo);
 	/* paged attention over one cache block for nq query heads sharing a KV head: scores
 	 * s[g * lds + j] = scale * q_g . k_j (q (nq, hd) contiguous, keys (nk, hd) of stride ldk) */
 	void (*attn_dec_qk)(const float *q, int nq, int hd, const float *k, size_t ldk, int nk,
@@ -60,6 +65,18 @@ extern const rg_cpu_kern rg_cpu_kern_avx512, rg_cpu_kern_avx2, rg_cpu_kern_gener
 
 /* False when RAGGED_CPU_GEMV=0 (every GEMM through oneDNN / OpenBLAS, for A/B timing). */
 bool rg_cpu_gemv_enabled(void);
+
+/* The most rows of A that RAGGED_CPU_SMALLM may send to gemm_blk (see rg_cpu_smallm_max). */
+#define RG_CPU_SMALLM_MAX 256
+
+/* Rows of A up to which a prepared f32 weight runs gemm_blk (above RG_CPU_GEMV_MAX) rather than
+ * oneDNN primitives: RAGGED_CPU_SMALLM (0 turns it off, for A/B timing; capped at
+ * RG_CPU_SMALLM_MAX), else 192. Read once. Up to about 30 rows (one short sentence) the weights
+ * stream from memory and gemm_blk streams them faster; past that both are compute-bound and
+ * gemm_blk wins where oneDNN's tiles end in a remainder primitive of a few rows (130 = 128 + 2),
+ * and loses 2-4% at 256 (one exact 256-row primitive): measured on the 2-core EPYC at 1 and 2
+ * threads, bench/results/single_sentence_cpu_2core_20261125.md. */
+int rg_cpu_smallm_max(void);
 
 /* The widest table this CPU runs (cpuid), unless RAGGED_CPU_ISA=avx512|avx2|generic asks for
  * a narrower one (tests use it to check every table against the same reference). Never NULL. */

@@ -793,24 +793,35 @@ static const uint16_t *a_to_bf16(rg_threadpool *pool, const float *A, int M, int
 	return t->a16;
 }
 
-struct gemv_job {
+#define BLK_TMP_ROWS 32 /* rows per slice of a block narrower than 64 columns */
+
+struct blk_job {
 	const rg_cpu_kern *k;
 	const rg_dnnl_weight *w;
 	const float *A, *bias;
 	float *out;
-	int M, blocks_per_task;
+	int M, blocks_per_task, n_parts;
 	rg_act act;
 };
 
-/* Column blocks [task * blocks_per_task, ...) of a small-M product over the blocked weights. */
-static void gemv_task(void *ctx, int task, int thread)
+/* Task t: column blocks [(t / n_parts) * blocks_per_task, ...) for row part t % n_parts of a
+ * small-M product over the blocked weights (the parts of one run of blocks are neighbours in
+ * the claim order, so they tend to run at once and share its weights through the L3):
+ * gemv_blk for a decode step's M <= RG_CPU_GEMV_MAX rows, gemm_blk above. */
+static void blk_task(void *ctx, int task, int thread)
 {
-	const struct gemv_job *j = ctx;
+	const struct blk_job *j = ctx;
 	const rg_dnnl_weight *w = j->w;
-	const int nblk = (w->N + 63) / 64;
-	const int b0 = task * j->blocks_per_task;
+	const int nblk = (w->N + 63) / 64, part = task % j->n_parts;
+	const int b0 = task / j->n_parts * j->blocks_per_task;
 	const int b1 = b0 + j->blocks_per_task < nblk ? b0 + j->blocks_per_task : nblk;
-	float tmp[RG_CPU_GEMV_MAX * 64];
+	const int r0 = (int)((long)j->M * part / j->n_parts);
+	const int M = (int)((long)j->M * (part + 1) / j->n_parts) - r0;
+	const float *A = j->A + (size_t)r0 * w->K;
+	float *out = j->out + (size_t)r0 * w->N;
+	void (*const kern)(const float *, size_t, int, const float *, int, int, size_t, float *,
+			   size_t) = j->M <= RG_CPU_GEMV_MAX ? j->k->gemv_blk : j->k->gemm_blk;
+	float tmp[BLK_TMP_ROWS * 64];
 
 	(void)thread;
 	for (int b = b0; b < b1; b++) {
@@ -818,34 +829,79 @@ static void gemv_task(void *ctx, int task, int thread)
 		const int n0 = b * 64, cols = w->N - n0 < 64 ? w->N - n0 : 64;
 
 		if (cols == 64) {
-			j->k->gemv_blk(j->A, (size_t)w->K, j->M, wb, w->K, w->gemv_kb,
-				       w->gemv_kstride, j->out + n0, (size_t)w->N);
+			kern(A, (size_t)w->K, M, wb, w->K, w->gemv_kb, w->gemv_kstride, out + n0,
+			     (size_t)w->N);
 		} else {
-			j->k->gemv_blk(j->A, (size_t)w->K, j->M, wb, w->K, w->gemv_kb,
-				       w->gemv_kstride, tmp, 64);
-			for (int m = 0; m < j->M; m++)
-				memcpy(j->out + (size_t)m * w->N + n0, tmp + (size_t)m * 64,
-				       (size_t)cols * sizeof(float));
+			/* the last, narrower block (N % 64 columns): through a buffer, in slices
+			 * of rows */
+			for (int m0 = 0; m0 < M; m0 += BLK_TMP_ROWS) {
+				const int mr = M - m0 < BLK_TMP_ROWS ? M - m0 : BLK_TMP_ROWS;
+
+				kern(A + (size_t)m0 * w->K, (size_t)w->K, mr, wb, w->K, w->gemv_kb,
+				     w->gemv_kstride, tmp, 64);
+				for (int m = 0; m < mr; m++)
+					memcpy(out + (size_t)(m0 + m) * w->N + n0,
+					       tmp + (size_t)m * 64, (size_t)cols * sizeof(float));
+			}
 		}
 		if (j->bias || j->act != RG_ACT_NONE)
-			j->k->bias_act_rows(j->out + n0, (size_t)w->N, j->bias ? j->bias + n0 : NULL,
-					    j->M, cols, j->act);
+			j->k->bias_act_rows(out + n0, (size_t)w->N, j->bias ? j->bias + n0 : NULL, M,
+					    cols, j->act);
 	}
 }
 
-/* M <= RG_CPU_GEMV_MAX (decode steps): the weights stream once through the GEMV kernel, column
- * blocks spread over the pool; no primitive, no dnnl_memory objects per call. */
-static rg_status gemv_run(const rg_dnnl_weight *w, const float *A, const float *bias, float *out,
-			  int M, rg_act act)
+/* Rows per part at least, and parts at most: below BLK_PART_ROWS rows a part's time is its
+ * weight stream, which a second reader of the same blocks does not shorten. */
+#define BLK_PART_ROWS 8
+#define BLK_MAX_PARTS 4
+
+/* The split of a small-M product into tasks of bpt consecutive column blocks x one of parts
+ * row parts, for T threads: the least makespan in block-units, ceil(tasks / T) * bpt / parts
+ * (tasks are claimed dynamically and cost about the same), with bpt at most
+ * ceil(nblk / (2 T)), about two tasks per thread or more (on the 2-core EPYC one block per
+ * task, which loses the prefetch across blocks, was 5-10% slower at M = 12 on 2 threads); ties
+ * go to fewer parts (each part reads its blocks again), then to longer runs (one contiguous
+ * weight stream). Parts only past RG_CPU_GEMV_MAX rows, of BLK_PART_ROWS rows or more. BERT-base
+ * on 2 threads: 4 tasks of a quarter of the blocks, whole rows, at every M. On 16 threads:
+ * N = 3072 in 48 one-block tasks (3 per thread; runs of 2 would leave 8 threads with 4 blocks),
+ * N = 2304 at M = 64 in single blocks x 4 row parts (144 tasks, 9 per thread), N = 768 at
+ * M = 12 in its 12 blocks (4 threads idle: more readers of a block would not stream it faster). */
+static void blk_split(int nblk, int M, int T, int *bpt, int *parts)
+{
+	const int most_b = (nblk + 2 * T - 1) / (2 * T);
+	int most_p = M > RG_CPU_GEMV_MAX ? M / BLK_PART_ROWS : 1;
+	double best = 0;
+
+	most_p = most_p < 1 ? 1 : most_p > BLK_MAX_PARTS ? BLK_MAX_PARTS : most_p;
+	*bpt = most_b;
+	*parts = 1;
+	for (int p = 1; p <= most_p; p++)
+		for (int b = most_b; b >= 1; b--) {
+			const int tasks = (nblk + b - 1) / b * p;
+			const double span = (double)((tasks + T - 1) / T) * b / p;
+
+			if (span < best * (1 - 1e-9) || (b == most_b && p == 1)) {
+				best = span;
+				*bpt = b;
+				*parts = p;
+			}
+		}
+}
+
+/* M <= rg_cpu_smallm_max() (decode steps, one short sentence): the weights stream once through
+ * the kernel table's blocked kernels, tasks of consecutive column blocks (and row parts, when
+ * that evens the threads' shares: blk_split) spread over the pool; no primitive, no dnnl_memory
+ * objects per call. */
+static rg_status blk_run(const rg_dnnl_weight *w, const float *A, const float *bias, float *out,
+			 int M, rg_act act)
 {
 	rg_threadpool *pool = rg_threadpool_global();
-	const int T = rg_threadpool_size(pool), nblk = (w->N + 63) / 64;
-	struct gemv_job j = {rg_cpu_kern_select(), w, A, bias, out, M, 0, act};
+	const int nblk = (w->N + 63) / 64;
+	struct blk_job j = {rg_cpu_kern_select(), w, A, bias, out, M, 0, 1, act};
 
-	/* about 2 tasks per thread, at least one block each */
-	j.blocks_per_task = (nblk + 2 * T - 1) / (2 * T);
-	j.blocks_per_task = j.blocks_per_task < 1 ? 1 : j.blocks_per_task;
-	rg_threadpool_run(pool, (nblk + j.blocks_per_task - 1) / j.blocks_per_task, gemv_task, &j);
+	blk_split(nblk, M, rg_threadpool_size(pool), &j.blocks_per_task, &j.n_parts);
+	rg_threadpool_run(pool, (nblk + j.blocks_per_task - 1) / j.blocks_per_task * j.n_parts,
+			  blk_task, &j);
 	return RG_OK;
 }
 
@@ -862,8 +918,9 @@ rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bia
 				 "weight is N=%d K=%d", M, N, K, w->N, w->K);
 	if (M == 0)
 		return RG_OK;
-	if (M <= RG_CPU_GEMV_MAX && w->gemv_kb > 0 && rg_cpu_gemv_enabled())
-		return gemv_run(w, A, bias, out, M, act);
+	if (w->gemv_kb > 0 && (M <= RG_CPU_GEMV_MAX ? rg_cpu_gemv_enabled()
+						      : M <= rg_cpu_smallm_max()))
+		return blk_run(w, A, bias, out, M, act);
 	if (w->bf16) {
 		if (!(j.A = a_to_bf16(pool, A, M, K)))
 			return rg_errorf(RG_ERR_OOM, "gemm: cannot allocate the bf16 copy of A "

@@ -61,9 +61,13 @@ const rg_dnnl_weight *rg_dnnl_find(const float *W);
  * bytes, kept for the next call), on the pool.
  * N, K must be the ones W was prepared with (RG_ERR_INVALID_INPUT otherwise: its bytes are not
  * row-major any more, so no other path can run it).
- * M <= RG_CPU_GEMV_MAX (a decode step of a few sequences) on f32 weights in oneDNN's <kb>a64b
- * layout runs no primitive: the kernel table's gemv_blk streams each 64-column block once, the
- * blocks spread over the pool (RAGGED_CPU_GEMV=0 turns this off).
+ * Smaller M on f32 weights in oneDNN's <kb>a64b layout runs no primitive: the kernel table
+ * streams each 64-column block once, tasks of consecutive blocks (and row parts where that
+ * evens out the threads) spread over the pool, through gemv_blk for M <= RG_CPU_GEMV_MAX (a
+ * decode step of a few sequences; RAGGED_CPU_GEMV=0 turns this off) and gemm_blk up to
+ * rg_cpu_smallm_max() rows (192 by default; RAGGED_CPU_SMALLM=0 turns this off): for one short
+ * sentence the weights come from DRAM on every call, and oneDNN's brgemm streamed them at
+ * 55-60% of the core's read bandwidth (bench/results/single_sentence_cpu_2core_20261125.md).
  * Errors: RG_ERR_INTERNAL when oneDNN fails (message names the call). */
 rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bias, float *out,
 		       int M, int N, int K, rg_act act);

@@ -257,6 +257,26 @@ bool rg_cpu_gemv_enabled(void)
 	return g_gemv;
 }
 
+/* Rows up to which gemm_blk replaces oneDNN by default (rg_cpu_smallm_max says why). */
+#define RG_CPU_SMALLM_DEFAULT 192
+
+static pthread_once_t g_smallm_once = PTHREAD_ONCE_INIT;
+static int g_smallm = RG_CPU_SMALLM_DEFAULT;
+
+static void smallm_init(void)
+{
+	const char *e = getenv("RAGGED_CPU_SMALLM");
+	int n = e && *e ? atoi(e) : RG_CPU_SMALLM_DEFAULT;
+
+	g_smallm = n < 0 ? 0 : n > RG_CPU_SMALLM_MAX ? RG_CPU_SMALLM_MAX : n;
+}
+
+int rg_cpu_smallm_max(void)
+{
+	pthread_once(&g_smallm_once, smallm_init);
+	return g_smallm;
+}
+
 struct gemv_job {
 	const rg_cpu_kern *k;
 	const float *A, *W, *bias;

@@ -15,9 +15,10 @@ rg_status rg_cpu_embed_layernorm(const int32_t *tokens, const int32_t *positions
 				 const float *word, const float *pos, const float *type0,
 				 const float *gamma, const float *beta, float eps, int H, float *out);
 /* out (M, N) = A (M, K) W (N, K)^T, float32 row-major, on the thread pool: W prepared for oneDNN
- * runs there (rg_dnnl_gemm; M <= RG_CPU_GEMV_MAX as the blocked GEMV); an unprepared W with M <=
- * RG_CPU_GEMV_MAX (a decode step's tied LM head) runs the row-major GEMV kernel, which reads W
- * once; otherwise OpenBLAS tiles. */
+ * runs there (rg_dnnl_gemm; M <= RG_CPU_GEMV_MAX as the blocked GEMV, M <= rg_cpu_smallm_max()
+ * as the blocked short-sentence kernel); an unprepared W with M <= RG_CPU_GEMV_MAX (a decode
+ * step's tied LM head) runs the row-major GEMV kernel, which reads W once; otherwise OpenBLAS
+ * tiles. */
 rg_status rg_cpu_gemm(const float *A, const float *W, float *out, int M, int N, int K);
 rg_status rg_cpu_gemm_bias_act(const float *A, const float *W, const float *bias, float *out,
 			       int M, int N, int K, rg_act act);
