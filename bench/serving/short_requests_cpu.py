@@ -137,13 +137,16 @@ def thread_times(pid):
 
 
 def thread_group(comm):
+    """Thread name (set by the server: MHD-worker, rg-accept, rg-embed-N, rg-teller) -> group."""
     if comm.startswith("MHD"):
-        return "HTTP threads (MHD-worker)"
+        return "HTTP threads (MHD-*)"
+    if comm.startswith("rg-accept"):
+        return "accept thread (rg-accept)"
     if comm.startswith("rg-embed"):
         return "engine worker (rg-embed-*)"
     if comm.startswith("rg-teller"):
-        return "engine teller (rg-teller: done callbacks)"
-    return "other threads"
+        return "teller (rg-teller: done callbacks)"
+    return "other threads (main, CUDA driver, ...)"
 
 
 def make_models(root, names):

@@ -39,7 +39,7 @@ sys.path.insert(0, HERE)
 import offline_embed  # noqa: E402
 import sweep  # noqa: E402
 from gen_serving import GpuSampler, parse_prom  # noqa: E402
-from short_requests_cpu import thread_times  # noqa: E402
+from short_requests_cpu import thread_group, thread_times  # noqa: E402
 
 TARGET_RATIO = 0.85   # served tokens/s >= 85% of offline (issue 21, item 4)
 TARGET_P99_MS = 50.0  # p99 under 50 ms ...
@@ -98,19 +98,6 @@ def cmd_sat(a):
 
 
 # ------------------------------------------------------------------ fixed
-
-def thread_group(comm):
-    """Thread name (set by the server: MHD-worker, rg-accept, rg-embed-N, rg-teller) -> group."""
-    if comm.startswith("MHD"):
-        return "HTTP threads (MHD-*)"
-    if comm.startswith("rg-accept"):
-        return "accept thread (rg-accept)"
-    if comm.startswith("rg-embed"):
-        return "engine worker (rg-embed-*)"
-    if comm.startswith("rg-teller"):
-        return "teller (rg-teller: done callbacks)"
-    return "other threads (main, CUDA driver, ...)"
-
 
 def prom_sum(m, name):
     """Sum of a metric over all its label sets in a parse_prom dict."""
