@@ -25,6 +25,9 @@ run "unit test_ops_cpu, RAGGED_CPU_ATTN=tiles" env RAGGED_CPU_ATTN=tiles build/t
 # a 16-thread pool on this host: the small-M GEMM's split into row parts (blk_split in
 # gemm_dnnl.c) happens only with more threads than a weight has column blocks
 run "unit test_ops_cpu, RAGGED_NUM_THREADS=16" env RAGGED_NUM_THREADS=16 build/tests/test_ops_cpu
+# every prepared-weight row through oneDNN primitives (gemm_blk off: exact primitives below 64 rows
+# and for remainders, as RAGGED_CPU_SMALLM=0 runs the library)
+run "unit test_ops_cpu, RAGGED_CPU_SMALLM=0" env RAGGED_CPU_SMALLM=0 build/tests/test_ops_cpu
 run "vector asm (kern_avx512.o, kern_avx2.o)" bash scripts/check-vector-asm.sh build/obj/ops/cpu
 for t in build/asan/tests/test_*; do
 	[ -x "$t" ] && run "unit-asan $(basename "$t")" "$t"

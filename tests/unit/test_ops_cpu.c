@@ -1129,8 +1129,9 @@ static void test_cpu_backend_graph_api(void **state)
 
 int main(void)
 {
-	/* the prepared-weight GEMM tests run gemm_blk for 4 < M <= 192 (off by default in the
-	 * library, see rg_cpu_smallm_max) */
+	/* the prepared-weight GEMM tests run gemm_blk for 4 < M <= 192 and the remainder rows above
+	 * (the library's default); run-tests.sh also runs them with RAGGED_CPU_SMALLM=0, every row
+	 * through oneDNN primitives */
 	setenv("RAGGED_CPU_SMALLM", "192", 0);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_compare_rejects_nan),

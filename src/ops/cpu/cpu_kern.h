@@ -70,15 +70,17 @@ bool rg_cpu_gemv_enabled(void);
 #define RG_CPU_SMALLM_MAX 256
 
 /* Rows of A up to which a prepared f32 weight runs gemm_blk (above RG_CPU_GEMV_MAX) rather than
- * oneDNN primitives: RAGGED_CPU_SMALLM (capped at RG_CPU_SMALLM_MAX), else 0: OFF BY DEFAULT
- * for now. With it on (192), `ragged serve`'s RSS grew 5-10 MB in anonymous mappings over
- * 100k-400k tiny requests (tests/py/test_server.py test_rss_flat_over_100k_requests, against
- * 1.5 MB with it off) and the cause is not found yet; RAGGED_CPU_SMALLM=192 turns it on. Read
- * once. Up to about 30 rows (one short sentence) the weights
- * stream from memory and gemm_blk streams them faster; past that both are compute-bound and
- * gemm_blk wins where oneDNN's tiles end in a remainder primitive of a few rows (130 = 128 + 2),
- * and loses 2-4% at 256 (one exact 256-row primitive): measured on the 2-core EPYC at 1 and 2
- * threads, bench/results/single_sentence_cpu_2core_20261125.md. */
+ * oneDNN primitives: RAGGED_CPU_SMALLM (capped at RG_CPU_SMALLM_MAX; 0 turns the path off, and
+ * with it gemm_blk for the remainder rows of larger products, see gemm_dnnl.c), else 192. Read
+ * once. Up to about 30 rows (one short sentence) the weights stream from memory and gemm_blk
+ * streams them faster; past that both are compute-bound and gemm_blk wins where oneDNN's tiles
+ * end in a remainder primitive of a few rows (130 = 128 + 2), and loses 2-4% at 256 (one exact
+ * 256-row primitive): measured on the 2-core EPYC at 1 and 2 threads,
+ * bench/results/single_sentence_cpu_2core_20261125.md. It was off by default at first because
+ * `ragged serve`'s RSS grew 5-10 MB after warm-up with it on: not a leak but oneDNN primitives
+ * made lazily for the row counts of batches past 192 rows (a remainder of r & 15 rows, a short
+ * last tile), each met first long after start-up; those rows now run gemm_blk too, and the
+ * growth converges (same file, "RSS"). */
 int rg_cpu_smallm_max(void);
 
 /* The widest table this CPU runs (cpuid), unless RAGGED_CPU_ISA=avx512|avx2|generic asks for

@@ -15,7 +15,14 @@
  *   (130 tokens: unchanged). A weight shape then needs at most 76 primitives per width over
  *   the process's life (M in 1..63 and the multiples of 16 up to 256). Every length of 2-256
  *   tokens, run once, grew the RSS by 10 MiB more than the split did. Exact primitives up to 256
- *   rows would add 44-100 MiB for 6% at 130 tokens, so they were not taken. */
+ *   rows would add 44-100 MiB for 6% at 130 tokens, so they were not taken;
+ * - with gemm_blk on (rg_cpu_smallm_max() > 0, f32 weights in 64-column blocks), products of up
+ *   to that many rows run it alone (blk_run), and in larger ones it takes the rows the exact
+ *   primitives took: a tile's r & 15 remainder and a last tile under 64 rows (part_blk). The
+ *   primitives are then only the multiples of 16 from 64 to 256 rows (13 per width), all met
+ *   by the first large batches; before, each new remainder made its own, and a server's RSS grew
+ *   by one primitive (a few hundred KiB of JIT code and tables) whenever a batch of a new length
+ *   first came, long after warm-up. BERT-base at 200-500 tokens on 2 threads: the same time. */
 #include "ops/cpu/gemm_dnnl.h"
 
 #include <pthread.h>
@@ -645,6 +652,9 @@ struct job {
 	int widths[MAX_WIDTHS], n_widths; /* every call's column count */
 	/* [last row tile][0: rows & ~15, 1: rows & 15][index into widths] */
 	prim_entry *prim[2][2][MAX_WIDTHS];
+	rg_act act;
+	const rg_cpu_kern *k;          /* non-NULL: row chunks of < 16 rows, and tiles of fewer
+					* than EXACT_M rows, run gemm_blk (blk_rows), no primitive */
 	volatile int failed;
 };
 
@@ -713,6 +723,52 @@ static void row_parts(int r, int part[2])
 	}
 }
 
+/* Whether chunk c of a tile's row parts runs gemm_blk instead of a primitive (job.k set):
+ * the r & 15 remainder, and a whole tile of fewer than EXACT_M rows. The primitives then exist
+ * only for multiples of 16 from EXACT_M to ROW_BLOCK rows (13 row counts per width), all met by
+ * the first large batches, instead of one per remainder and per short last tile (up to 76 per
+ * width), each met first whenever a batch of a new length comes, long after start-up. */
+static bool part_blk(const struct job *j, int rows, int c)
+{
+	return j->k && (c == 1 || rows < EXACT_M);
+}
+
+#define BLK_TMP_ROWS 32 /* rows per slice of a block narrower than 64 columns */
+
+/* out (M rows of stride ldo; its column 0 is the weight's column c0) = A (M, K; stride K) x the
+ * columns [c0, c0 + cols) of a blocked f32 weight (c0 a multiple of 64), then bias and act: the
+ * blocked kernels (gemv_blk up to RG_CPU_GEMV_MAX rows, gemm_blk above) one 64-column block at a
+ * time, a last narrower block through a stack buffer. */
+static void blk_cols(const rg_cpu_kern *k, const rg_dnnl_weight *w, const float *A, int M,
+		     int c0, int cols, const float *bias, rg_act act, float *out, size_t ldo)
+{
+	void (*const kern)(const float *, size_t, int, const float *, int, int, size_t, float *,
+			   size_t) = M <= RG_CPU_GEMV_MAX ? k->gemv_blk : k->gemm_blk;
+	float tmp[BLK_TMP_ROWS * 64];
+
+	for (int n0 = c0; n0 < c0 + cols; n0 += 64) {
+		const float *wb = (const float *)w->data + (size_t)(n0 / 64) * (size_t)w->n_stride;
+		const int nc = c0 + cols - n0 < 64 ? c0 + cols - n0 : 64;
+		float *o = out + (n0 - c0);
+
+		if (nc == 64) {
+			kern(A, (size_t)w->K, M, wb, w->K, w->gemv_kb, w->gemv_kstride, o, ldo);
+		} else {
+			for (int m0 = 0; m0 < M; m0 += BLK_TMP_ROWS) {
+				const int mr = M - m0 < BLK_TMP_ROWS ? M - m0 : BLK_TMP_ROWS;
+
+				kern(A + (size_t)m0 * w->K, (size_t)w->K, mr, wb, w->K, w->gemv_kb,
+				     w->gemv_kstride, tmp, 64);
+				for (int m = 0; m < mr; m++)
+					memcpy(o + (size_t)(m0 + m) * ldo, tmp + (size_t)m * 64,
+					       (size_t)nc * sizeof(float));
+			}
+		}
+		if (bias || act != RG_ACT_NONE)
+			k->bias_act_rows(o, ldo, bias ? bias + n0 : NULL, M, nc, act);
+	}
+}
+
 static void task(void *ctx, int ti, int thread)
 {
 	struct job *j = ctx;
@@ -737,12 +793,19 @@ static void task(void *ctx, int ti, int thread)
 		row_parts(rows, part);
 		for (int c = 0; c < 2; c++) {
 			const prim_entry *e = wi < 0 ? NULL : j->prim[lm][c][wi];
+			float *dst = direct ? j->out + (size_t)r * j->N
+					    : t->bounce + (size_t)(r - m0) * w;
 
 			if (part[c] == 0)
 				continue;
-			if (!e || !exec_chunk(j, t, e, r, c0,
-					      direct ? j->out + (size_t)r * j->N
-						     : t->bounce + (size_t)(r - m0) * w)) {
+			if (part_blk(j, rows, c)) {
+				blk_cols(j->k, j->w, (const float *)j->A + (size_t)r * j->K, part[c],
+					 c0, w, j->bias, j->act, dst,
+					 direct ? (size_t)j->N : (size_t)w);
+				r += part[c];
+				continue;
+			}
+			if (!e || !exec_chunk(j, t, e, r, c0, dst)) {
 				j->failed = 1;
 				return;
 			}
@@ -793,8 +856,6 @@ static const uint16_t *a_to_bf16(rg_threadpool *pool, const float *A, int M, int
 	return t->a16;
 }
 
-#define BLK_TMP_ROWS 32 /* rows per slice of a block narrower than 64 columns */
-
 struct blk_job {
 	const rg_cpu_kern *k;
 	const rg_dnnl_weight *w;
@@ -817,37 +878,11 @@ static void blk_task(void *ctx, int task, int thread)
 	const int b1 = b0 + j->blocks_per_task < nblk ? b0 + j->blocks_per_task : nblk;
 	const int r0 = (int)((long)j->M * part / j->n_parts);
 	const int M = (int)((long)j->M * (part + 1) / j->n_parts) - r0;
-	const float *A = j->A + (size_t)r0 * w->K;
-	float *out = j->out + (size_t)r0 * w->N;
-	void (*const kern)(const float *, size_t, int, const float *, int, int, size_t, float *,
-			   size_t) = j->M <= RG_CPU_GEMV_MAX ? j->k->gemv_blk : j->k->gemm_blk;
-	float tmp[BLK_TMP_ROWS * 64];
+	const int c0 = b0 * 64, c1 = b1 * 64 < w->N ? b1 * 64 : w->N;
 
 	(void)thread;
-	for (int b = b0; b < b1; b++) {
-		const float *wb = (const float *)w->data + (size_t)b * (size_t)w->n_stride;
-		const int n0 = b * 64, cols = w->N - n0 < 64 ? w->N - n0 : 64;
-
-		if (cols == 64) {
-			kern(A, (size_t)w->K, M, wb, w->K, w->gemv_kb, w->gemv_kstride, out + n0,
-			     (size_t)w->N);
-		} else {
-			/* the last, narrower block (N % 64 columns): through a buffer, in slices
-			 * of rows */
-			for (int m0 = 0; m0 < M; m0 += BLK_TMP_ROWS) {
-				const int mr = M - m0 < BLK_TMP_ROWS ? M - m0 : BLK_TMP_ROWS;
-
-				kern(A + (size_t)m0 * w->K, (size_t)w->K, mr, wb, w->K, w->gemv_kb,
-				     w->gemv_kstride, tmp, 64);
-				for (int m = 0; m < mr; m++)
-					memcpy(out + (size_t)(m0 + m) * w->N + n0,
-					       tmp + (size_t)m * 64, (size_t)cols * sizeof(float));
-			}
-		}
-		if (j->bias || j->act != RG_ACT_NONE)
-			j->k->bias_act_rows(out + n0, (size_t)w->N, j->bias ? j->bias + n0 : NULL, M,
-					    cols, j->act);
-	}
+	blk_cols(j->k, w, j->A + (size_t)r0 * w->K, M, c0, c1 - c0, j->bias, j->act,
+		 j->out + (size_t)r0 * w->N + c0, (size_t)w->N);
 }
 
 /* Rows per part at least, and parts at most: below BLK_PART_ROWS rows a part's time is its
@@ -927,6 +962,9 @@ rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bia
 					 "(%d x %d)", M, K);
 		j.a_esz = sizeof(uint16_t);
 	}
+	j.act = act;
+	if (w->gemv_kb > 0 && !w->bf16 && w->bn == 64 && rg_cpu_smallm_max() > 0)
+		j.k = rg_cpu_kern_select();
 
 	tiles(M, j.N, w->bn, rg_threadpool_size(pool), &j.mb, &j.nb);
 	n_mt = (M + j.mb - 1) / j.mb;
@@ -968,7 +1006,7 @@ rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bia
 			continue;
 		}
 		for (int c = 0; c < 2; c++)
-			for (int wi = 0; part[c] && wi < j.n_widths; wi++)
+			for (int wi = 0; part[c] && !part_blk(&j, rows, c) && wi < j.n_widths; wi++)
 				if (!(j.prim[lm][c][wi] = prim_get(w, part[c], j.widths[wi], act,
 								   bias != NULL)))
 					return RG_ERR_INTERNAL;

@@ -257,9 +257,9 @@ bool rg_cpu_gemv_enabled(void)
 	return g_gemv;
 }
 
-/* Rows up to which gemm_blk replaces oneDNN by default: none until the RSS growth seen with it
- * on is understood (rg_cpu_smallm_max says more); 192 is the measured choice when it is on. */
-#define RG_CPU_SMALLM_DEFAULT 0
+/* Rows up to which gemm_blk replaces oneDNN by default: the measured choice (rg_cpu_smallm_max
+ * says more). */
+#define RG_CPU_SMALLM_DEFAULT 192
 
 static pthread_once_t g_smallm_once = PTHREAD_ONCE_INIT;
 static int g_smallm = RG_CPU_SMALLM_DEFAULT;
