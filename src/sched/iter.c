@@ -26,7 +26,17 @@ typedef struct iseq {
 	int n_preempt, n_cached;
 	double first_ms;
 	bool aborted;
+	int n_beams;       /* a beam group's width (>= 2), 0 for other requests */
+	int slot;          /* a beam group member's beam slot (its rows' order), 0 otherwise */
 } iseq;
+
+/* A beam group's next beams, given by rg_iter_beam_next for the pending plan. */
+typedef struct beam_next {
+	uint64_t id;
+	int n;             /* num_beams */
+	int32_t *parent, *token;
+	bool stepped, stop, aborted; /* in rg_iter_update: a row reported, a stop, an abort */
+} beam_next;
 
 typedef struct decision {
 	iseq *q;
@@ -53,6 +63,10 @@ struct rg_iter {
 	int32_t *ctx, *lrows, *lseq, *csrc, *cdst; /* (S) */
 	int32_t *tables;                         /* (S, max_blocks) */
 	uint64_t *ids;                           /* (S) */
+	int32_t *bslot;                          /* (S) beam slot of each sequence, -1 none */
+	/* beam groups of the pending plan (at most S), their next beams */
+	beam_next *bn;
+	int n_bn;
 	int plan_tokens;
 	double plan_pairs;
 	/* prefix lookups */
@@ -111,6 +125,12 @@ void rg_iter_free(rg_iter *s)
 	free(s->cdst);
 	free(s->tables);
 	free(s->ids);
+	free(s->bslot);
+	for (int i = 0; i < s->S && s->bn; i++) {
+		free(s->bn[i].parent);
+		free(s->bn[i].token);
+	}
+	free(s->bn);
 	free(s->hit_blocks);
 	free(s->hit_hashes);
 	free(s->done);
@@ -162,11 +182,13 @@ rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p)
 	s->cdst = calloc(S, sizeof(int32_t));
 	s->tables = calloc(S * MB, sizeof(int32_t));
 	s->ids = calloc(S, sizeof(uint64_t));
+	s->bslot = calloc(S, sizeof(int32_t));
+	s->bn = calloc(S, sizeof(beam_next));
 	s->hit_blocks = calloc(MB, sizeof(int32_t));
 	s->hit_hashes = calloc(MB, sizeof(uint64_t));
 	if (!s->running || !s->waiting || !s->dec || !s->tokens || !s->positions || !s->slots ||
 	    !s->cu || !s->ctx || !s->lrows || !s->lseq || !s->csrc || !s->cdst || !s->tables ||
-	    !s->ids || !s->hit_blocks || !s->hit_hashes) {
+	    !s->ids || !s->bslot || !s->bn || !s->hit_blocks || !s->hit_hashes) {
 		st = rg_errorf(RG_ERR_OOM, "iter scheduler: out of memory");
 		goto out_free_sched;
 	}
@@ -275,20 +297,53 @@ static void decision_drop(rg_iter *s, iseq *q)
 }
 
 /* Preempt the newest running sequence (recompute): out of the step, blocks freed, back to
- * waiting with every token it has. Returns it. */
-static iseq *preempt_newest(rg_iter *s)
+ * waiting with every token it has. A beam group goes whole and restarts: its members' blocks
+ * are freed, one member goes back to waiting with the prompt alone (slot 0), the others are
+ * freed; the caller's search starts again when the prompt's row comes (rg_iter_beam_next).
+ * True when q was among the preempted. */
+static bool preempt_newest(rg_iter *s, const iseq *q)
 {
-	iseq *v = s->running[--s->n_running];
+	iseq *v = s->running[s->n_running - 1];
+	bool hit = false;
 
-	if (v->dec >= 0)
-		decision_drop(s, v);
+	if (v->n_beams >= 2) {
+		const uint64_t gid = v->id;
+		iseq *head = NULL;
+
+		for (int i = s->n_running - 1; i >= 0; i--) {
+			iseq *m = s->running[i];
+
+			if (m->id != gid)
+				continue;
+			hit |= m == q;
+			if (m->dec >= 0)
+				decision_drop(s, m);
+			memmove(s->running + i, s->running + i + 1,
+				(size_t)(s->n_running - i - 1) * sizeof(iseq *));
+			s->n_running--;
+			if (!head) {
+				head = m;
+			} else {
+				seq_free(s, head);
+				head = m;
+			}
+		}
+		v = head;
+		v->n_tokens = v->prompt_len;
+		v->slot = 0;
+	} else {
+		s->n_running--;
+		hit = v == q;
+		if (v->dec >= 0)
+			decision_drop(s, v);
+	}
 	rg_kv_seq_free(s->pool, &v->kv);
 	v->n_computed = 0;
 	v->n_hashed = 0;
 	v->n_preempt++;
 	s->n_preemptions++;
 	waiting_insert(s, v);
-	return v;
+	return hit;
 }
 
 /* Blocks that could be had now: the free list and the cache's unreferenced blocks. */
@@ -338,7 +393,7 @@ static bool reserve_running(rg_iter *s, iseq *q, int n, int *n_pre)
 		if (fit >= 1 && take(s, q, fit))
 			return true;
 		(*n_pre)++;
-		if (preempt_newest(s) == q)
+		if (preempt_newest(s, q))
 			return false;
 	}
 }
@@ -404,6 +459,7 @@ static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
 		s->cu[i + 1] = tok;
 		s->ctx[i] = c + n;
 		s->ids[i] = q->id;
+		s->bslot[i] = q->n_beams >= 2 ? q->slot : -1;
 		if (c + n == q->n_tokens) {
 			s->lrows[nl] = tok - 1;
 			s->lseq[nl++] = i;
@@ -427,7 +483,7 @@ static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
 			.max_blocks_per_seq = s->max_blocks, .block_tables = s->tables,
 			.slot_mapping = s->slots, .n_logits = nl, .logits_rows = s->lrows,
 		},
-		.seq_ids = s->ids, .logits_seq = s->lseq, .n_copies = nc, .copy_src = s->csrc,
+		.seq_ids = s->ids, .beam_slot = s->bslot, .logits_seq = s->lseq, .n_copies = nc, .copy_src = s->csrc,
 		.copy_dst = s->cdst, .n_decode_seqs = n_dec_seqs, .n_prefill_tokens = n_pf,
 		.pairs = pairs, .n_preempted = n_pre,
 	};
@@ -449,12 +505,31 @@ rg_status rg_iter_schedule(rg_iter *s, double now_ms, rg_iter_plan *plan)
 	s->done_read = 0;
 	s->n_dec = 0;
 	s->budget = s->B;
-	/* 1. decoding sequences, oldest first */
+	/* 1. decoding sequences, oldest first; a beam group's members all or none (their rows
+	 * make one beam step), contiguous in running */
 	for (int i = 0; i < s->n_running && s->n_dec < s->S && s->budget > 0; i++) {
 		iseq *q = s->running[i];
+		int k = 1;
 
-		if (q->n_tokens - q->n_computed == 1 && q->dec < 0)
-			reserve_running(s, q, 1, &n_pre);
+		if (q->n_tokens - q->n_computed != 1 || q->dec >= 0)
+			continue;
+		if (q->n_beams >= 2) {
+			while (i + k < s->n_running && s->running[i + k]->id == q->id)
+				k++;
+			if (s->n_dec + k > s->S || s->budget < k) {
+				i += k - 1;
+				continue;
+			}
+			for (int m = 0; m < k; m++)
+				if (!reserve_running(s, s->running[i + m], 1, &n_pre))
+					break; /* the group itself was preempted (restarted) */
+			if (i < s->n_running && s->running[i] == q)
+				i += k - 1;
+			else
+				i--; /* q's group left running: the entry at i is another's */
+			continue;
+		}
+		reserve_running(s, q, 1, &n_pre);
 	}
 	/* 2. prefilling sequences, oldest first: the rest of their prompt, cut to the budget */
 	for (int i = 0; i < s->n_running && s->n_dec < s->S && s->budget > 0; i++) {
@@ -466,7 +541,7 @@ rg_status rg_iter_schedule(rg_iter *s, double now_ms, rg_iter_plan *plan)
 	}
 	/* 3. waiting requests in order, none in a step that preempted */
 	while (n_pre == 0 && s->n_waiting > 0 && s->n_dec < s->S && s->budget > 0 &&
-	       s->n_running < s->S)
+	       s->n_running + (s->waiting[0]->n_beams >= 2 ? s->waiting[0]->n_beams : 1) <= s->S)
 		if (!admit_head(s))
 			break;
 	plan_fill(s, plan, n_pre);
@@ -490,16 +565,212 @@ static void register_blocks(rg_iter *s, iseq *q)
 	}
 }
 
+/* The members of beam group id in running (contiguous, slot order): *first, count returned. */
+static int group_span(const rg_iter *s, uint64_t id, int *first)
+{
+	int a = -1, k = 0;
+
+	for (int i = 0; i < s->n_running; i++)
+		if (s->running[i]->id == id) {
+			if (a < 0)
+				a = i;
+			k++;
+		}
+	*first = a;
+	return k;
+}
+
 static rg_status finish(rg_iter *s, iseq *q, rg_iter_finish why)
 {
-	rg_status st = done_push(s, q, why);
+	rg_status st;
 
+	if (q->n_beams >= 2 && q->state == ST_RUNNING) {
+		/* the whole group: one entry, every member freed */
+		int a, k = group_span(s, q->id, &a), gen = 0;
+
+		for (int m = 0; m < k; m++) {
+			const iseq *x = s->running[a + m];
+
+			if (x->n_tokens - x->prompt_len > gen)
+				gen = x->n_tokens - x->prompt_len;
+		}
+		st = done_push(s, q, why);
+		if (st == RG_OK)
+			s->done[s->n_done - 1].n_generated = gen;
+		for (int m = 0; m < k; m++)
+			seq_free(s, s->running[a + m]);
+		memmove(s->running + a, s->running + a + k,
+			(size_t)(s->n_running - a - k) * sizeof(iseq *));
+		s->n_running -= k;
+		return st;
+	}
+	st = done_push(s, q, why);
 	if (q->state == ST_RUNNING)
 		list_remove(s->running, &s->n_running, q);
 	else
 		list_remove(s->waiting, &s->n_waiting, q);
 	seq_free(s, q);
 	return st;
+}
+
+static beam_next *bn_find(rg_iter *s, uint64_t id)
+{
+	for (int i = 0; i < s->n_bn; i++)
+		if (s->bn[i].id == id)
+			return &s->bn[i];
+	return NULL;
+}
+
+/* A copy of member o as a new member (tokens, hashes, kv forked). NULL on OOM. */
+static iseq *member_clone(rg_iter *s, const iseq *o)
+{
+	iseq *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	*c = *o;
+	rg_kv_seq_init(&c->kv);
+	c->tokens = malloc((size_t)(o->prompt_len + o->max_new) * sizeof(int32_t));
+	c->hashes = malloc((size_t)s->max_blocks * sizeof(uint64_t));
+	if (!c->tokens || !c->hashes || rg_kv_seq_fork(s->pool, &o->kv, &c->kv) != RG_OK) {
+		free(c->tokens);
+		free(c->hashes);
+		free(c);
+		return NULL;
+	}
+	memcpy(c->tokens, o->tokens, (size_t)o->n_tokens * sizeof(int32_t));
+	memcpy(c->hashes, o->hashes, (size_t)o->n_hashed * sizeof(uint64_t));
+	return c;
+}
+
+/* Re-seat beam group b->id after its step: new member j continues the member of slot
+ * b->parent[j] with token b->token[j] (a parent's last child takes its entry over, the others
+ * fork its block table; childless members are freed). The members stay contiguous at the
+ * group's place in running, in slot order. RG_ERR_INVALID_INPUT for a parent that is no
+ * member, RG_ERR_OOM (the group is then left as it was). */
+static rg_status group_reseat(rg_iter *s, const beam_next *b)
+{
+	int a, k = group_span(s, b->id, &a), n_new = 0;
+	iseq *olds[RG_ITER_MAX_BEAMS], *news[RG_ITER_MAX_BEAMS];
+	int children[RG_ITER_MAX_BEAMS] = {0}, src[RG_ITER_MAX_BEAMS];
+
+	for (int m = 0; m < k; m++)
+		olds[m] = s->running[a + m];
+	for (int j = 0; j < b->n; j++) {
+		src[j] = -1;
+		if (b->parent[j] < 0)
+			continue;
+		for (int m = 0; m < k; m++)
+			if (olds[m]->slot == b->parent[j])
+				src[j] = m;
+		/* the prompt's step: every beam holds the prompt, whatever slot it names */
+		if (k == 1 && olds[0]->n_tokens == olds[0]->prompt_len)
+			src[j] = 0;
+		if (src[j] < 0)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "iter beam: request %llu has no beam "
+					 "%d", (unsigned long long)b->id, b->parent[j]);
+		if (olds[src[j]]->n_tokens >= olds[src[j]]->prompt_len + olds[src[j]]->max_new)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "iter beam: request %llu beam %d "
+					 "is at its max_tokens", (unsigned long long)b->id,
+					 b->parent[j]);
+		children[src[j]]++;
+	}
+	/* clones first (the parent's tokens as they are), then the takeovers */
+	for (int j = 0; j < b->n; j++) {
+		news[j] = NULL;
+		if (src[j] >= 0 && --children[src[j]] > 0 &&
+		    !(news[j] = member_clone(s, olds[src[j]]))) {
+			for (int i = 0; i < j; i++)
+				if (news[i])
+					seq_free(s, news[i]);
+			return rg_errorf(RG_ERR_OOM, "iter beam: out of memory");
+		}
+	}
+	for (int j = 0; j < b->n; j++)
+		if (src[j] >= 0 && !news[j]) {
+			news[j] = olds[src[j]];
+			olds[src[j]] = NULL;
+		}
+	for (int m = 0; m < k; m++)
+		if (olds[m])
+			seq_free(s, olds[m]);
+	/* the running list: the group's k entries replaced by its live new members */
+	memmove(s->running + a, s->running + a + k, (size_t)(s->n_running - a - k) * sizeof(iseq *));
+	s->n_running -= k;
+	for (int j = 0; j < b->n; j++)
+		n_new += news[j] != NULL;
+	memmove(s->running + a + n_new, s->running + a, (size_t)(s->n_running - a) * sizeof(iseq *));
+	s->n_running += n_new;
+	for (int j = 0, w = a; j < b->n; j++) {
+		iseq *q = news[j];
+
+		if (!q)
+			continue;
+		q->slot = j;
+		q->dec = -1;
+		q->tokens[q->n_tokens++] = b->token[j];
+		s->running[w++] = q;
+	}
+	return RG_OK;
+}
+
+rg_status rg_iter_beam_next(rg_iter *s, uint64_t id, const int32_t *parent,
+			    const int32_t *token, int n)
+{
+	beam_next *b;
+	const iseq *q = NULL;
+	int rows = 0;
+
+	if (!s->pending)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "iter beam: no plan pending");
+	for (int i = 0; i < s->n_dec; i++)
+		if (s->dec[i].q->id == id) {
+			q = s->dec[i].q;
+			rows += s->dec[i].c_before + s->dec[i].n_new == q->n_tokens;
+		}
+	if (!q || q->n_beams < 2 || rows == 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "iter beam: request %llu is no beam group "
+				 "with rows in the pending plan", (unsigned long long)id);
+	if (n != q->n_beams || !parent || !token)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "iter beam: request %llu has %d beams, not "
+				 "%d", (unsigned long long)id, q->n_beams, n);
+	for (int j = 0; j < n; j++)
+		if (parent[j] >= 0 && token[j] < 0)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "iter beam: token %d of beam %d",
+					 token[j], j);
+	if (!(b = bn_find(s, id))) {
+		if (s->n_bn >= s->S)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "iter beam: too many groups");
+		b = &s->bn[s->n_bn++];
+		if (!b->parent) {
+			b->parent = malloc(RG_ITER_MAX_BEAMS * sizeof(int32_t));
+			b->token = malloc(RG_ITER_MAX_BEAMS * sizeof(int32_t));
+			if (!b->parent || !b->token) {
+				s->n_bn--;
+				return rg_errorf(RG_ERR_OOM, "iter beam: out of memory");
+			}
+		}
+		b->id = id;
+	}
+	b->n = n;
+	memcpy(b->parent, parent, (size_t)n * sizeof(int32_t));
+	memcpy(b->token, token, (size_t)n * sizeof(int32_t));
+	b->stepped = b->stop = b->aborted = false;
+	return RG_OK;
+}
+
+/* The pending beam_next of group id, or a fresh entry without one (n = 0). NULL: no room. */
+static beam_next *bn_get(rg_iter *s, uint64_t id)
+{
+	beam_next *b = bn_find(s, id);
+
+	if (b || s->n_bn >= s->S)
+		return b;
+	b = &s->bn[s->n_bn++];
+	b->id = id;
+	b->n = 0;
+	b->stepped = b->stop = b->aborted = false;
+	return b;
 }
 
 rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop, double now_ms,
@@ -513,9 +784,20 @@ rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop, d
 	for (int i = 0; i < s->n_dec; i++) {
 		const iseq *q = s->dec[i].q;
 
-		if (s->dec[i].c_before + s->dec[i].n_new == q->n_tokens && sampled[nl++] < 0)
+		if (s->dec[i].c_before + s->dec[i].n_new != q->n_tokens)
+			continue;
+		if (q->n_beams >= 2) {
+			const beam_next *b = bn_find(s, q->id);
+
+			if (!(stop && stop[nl]) && !q->aborted && (!b || b->n == 0))
+				return rg_errorf(RG_ERR_INVALID_INPUT, "iter update: beam group "
+						 "%llu has no next beams (rg_iter_beam_next) and "
+						 "no stop", (unsigned long long)q->id);
+			nl++;
+		} else if (sampled[nl++] < 0) {
 			return rg_errorf(RG_ERR_INVALID_INPUT, "iter update: sampled token %d of "
 					 "row %d is negative", sampled[nl - 1], nl - 1);
+		}
 	}
 	nl = 0;
 	for (int i = 0; i < s->n_dec; i++) {
@@ -528,6 +810,24 @@ rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop, d
 		q->n_computed += d->n_new;
 		if (s->cache)
 			register_blocks(s, q);
+		d->q = NULL;
+		if (q->n_beams >= 2) {
+			/* the group as a whole, after this loop */
+			beam_next *b = bn_get(s, q->id);
+
+			if (wants) {
+				if (q->first_ms < 0)
+					q->first_ms = now_ms;
+				if (b) {
+					b->stepped = true;
+					b->stop |= stop && stop[nl];
+				}
+				nl++;
+			}
+			if (b)
+				b->aborted |= q->aborted;
+			continue;
+		}
 		if (wants) {
 			q->tokens[q->n_tokens++] = sampled[nl];
 			if (q->first_ms < 0)
@@ -540,7 +840,6 @@ rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop, d
 		}
 		if (q->aborted)
 			why = RG_ITER_FINISH_ABORT;
-		d->q = NULL;
 		if (why) {
 			rg_status st2 = finish(s, q, why);
 
@@ -548,6 +847,41 @@ rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop, d
 				st = st2;
 		}
 	}
+	for (int g = 0; g < s->n_bn; g++) {
+		beam_next *b = &s->bn[g];
+		int a, k = group_span(s, b->id, &a);
+		rg_iter_finish why = 0;
+		rg_status st2 = RG_OK;
+
+		if (k == 0)
+			continue;
+		if (b->aborted)
+			why = RG_ITER_FINISH_ABORT;
+		else if (b->stop)
+			why = RG_ITER_FINISH_STOP;
+		else if (b->stepped && (st2 = group_reseat(s, b)) == RG_OK) {
+			const iseq *h;
+
+			k = group_span(s, b->id, &a);
+			h = k > 0 ? s->running[a] : NULL;
+			if (!h)
+				st2 = rg_errorf(RG_ERR_INVALID_INPUT, "iter beam: request %llu has no "
+						"live beam left", (unsigned long long)b->id);
+			else if (h->n_tokens - h->prompt_len >= h->max_new)
+				why = RG_ITER_FINISH_LENGTH;
+		}
+		if (st2 != RG_OK) {
+			/* a bad reassignment ends the group (its blocks back), as an abort */
+			if (st == RG_OK)
+				st = st2;
+			why = RG_ITER_FINISH_ABORT;
+			if ((k = group_span(s, b->id, &a)) == 0)
+				continue;
+		}
+		if (why && (st2 = finish(s, s->running[a], why)) != RG_OK && st == RG_OK)
+			st = st2;
+	}
+	s->n_bn = 0;
 	if (isfinite(step_ms) && step_ms >= 0 && s->plan_tokens > 0) {
 		rg_cost_learner_add(&s->learner, s->plan_tokens, s->plan_pairs, step_ms);
 		s->model_dirty = true;
@@ -574,6 +908,18 @@ rg_status rg_iter_abort(rg_iter *s, uint64_t id)
 	if (!q)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "iter abort: no request %llu",
 				 (unsigned long long)id);
+	if (q->n_beams >= 2 && q->state == ST_RUNNING && s->pending) {
+		int a, k = group_span(s, id, &a);
+		bool in_plan = false;
+
+		for (int m = 0; m < k; m++)
+			in_plan |= s->running[a + m]->dec >= 0;
+		if (in_plan) {
+			for (int m = 0; m < k; m++)
+				s->running[a + m]->aborted = true;
+			return RG_OK;
+		}
+	}
 	if (s->pending && q->dec >= 0) {
 		q->aborted = true;
 		return RG_OK;
@@ -851,6 +1197,21 @@ rg_status rg_iter_add(rg_iter *s, const rg_iter_request *r, double now_ms, rg_it
 	if (find_seq(s, r->id))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "iter add: request %llu already present",
 				 (unsigned long long)r->id);
+	if (r->n_beams < 0 || r->n_beams > RG_ITER_MAX_BEAMS || r->n_beams > s->S ||
+	    r->n_beams > s->B)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "iter add: n_beams %d outside [0, %d] (and "
+				 "max_num_seqs %d, max_num_batched_tokens %d)", r->n_beams,
+				 RG_ITER_MAX_BEAMS, s->S, s->B);
+	if (r->n_beams >= 2) {
+		int ctx = r->prompt_len + (r->max_tokens < s->p.max_context - r->prompt_len
+					   ? r->max_tokens : s->p.max_context - r->prompt_len);
+		long long need = (long long)r->n_beams * ((ctx + s->bs - 1) / s->bs + 1);
+
+		if (need > rg_kv_pool_n_blocks(s->pool))
+			return rg_errorf(RG_ERR_TOO_LONG, "iter add: %d beams of up to %d tokens need "
+					 "%lld KV blocks; the pool has %d", r->n_beams, ctx, need,
+					 rg_kv_pool_n_blocks(s->pool));
+	}
 	if (s->n_waiting >= s->p.max_waiting) {
 		rg_cost_model m;
 		long long rem = 0;
@@ -885,6 +1246,7 @@ rg_status rg_iter_add(rg_iter *s, const rg_iter_request *r, double now_ms, rg_it
 	q->deadline_ms = r->deadline_ms;
 	q->tpot_ms = r->tpot_ms;
 	q->order = s->next_order;
+	q->n_beams = r->n_beams >= 2 ? r->n_beams : 0;
 	q->dec = -1;
 	q->first_ms = -1;
 	rg_kv_seq_init(&q->kv);

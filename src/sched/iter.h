@@ -56,7 +56,27 @@
  * hits of the requests already queued (both make it optimistic, resp. pessimistic), and
  * assumes every running request generates max_tokens (pessimistic when EOS comes first).
  * Cost: O(simulated steps x live requests) per rg_iter_add with targets live. Not thread-safe:
- * one owner (the engine's step thread, or its lock) drives it. */
+ * one owner (the engine's step thread, or its lock) drives it.
+ *
+ * Beam groups (vLLM's per-step beam search, LightSeq sec. 2's beam search inside the step loop):
+ * a request with n_beams >= 2 is prefilled as one sequence; the plan marks its rows with their
+ * beam slot (plan.beam_slot). When its prompt's last row comes, and at every step after, the
+ * caller runs its beam search (src/gen/beam.h) on the group's rows and, before rg_iter_update,
+ * gives the next beams with rg_iter_beam_next: new beam j continues the member of slot
+ * parent[j] with token[j] (parent -1: slot j is not live, e.g. a finished group of a diverse
+ * search). rg_iter_update then re-seats the members as rg_generate does: a parent's last child
+ * takes its block table over, the others fork it (no cache is copied; a shared, partially
+ * filled last block is copied on the next append, reported in plan.copy_src/dst). The members
+ * run in lockstep: a step schedules all of a group's members or none, and they stay contiguous
+ * in slot order, so the group's rows come in slot order. The caller ends the search with a stop
+ * on any of its rows (the search is done), or the scheduler ends it at max_tokens; either way
+ * one entry is listed by rg_iter_finished and every member's blocks go back. Preemption takes a
+ * group whole and restarts it (its blocks freed, the prompt alone back to waiting): when the
+ * prompt's row comes again (rg_iter_tokens gives prompt_len tokens), the caller restarts its
+ * search, which is deterministic. A group is admitted only with room for all its members
+ * (n_running + n_beams <= max_num_seqs) and only if n_beams sequences of prompt + max_tokens
+ * fit in the pool (else RG_ERR_TOO_LONG at rg_iter_add). Admission's simulation counts the
+ * members running as sequences and a waiting group as one (optimistic for its decode steps). */
 #ifndef RG_SCHED_ITER_H
 #define RG_SCHED_ITER_H
 #include <stdbool.h>
@@ -67,6 +87,9 @@
 #include "kv/prefix_cache.h"
 #include "ragged.h"
 #include "sched/cost_model.h"
+
+/* The widest beam group (rg_iter_request.n_beams). */
+#define RG_ITER_MAX_BEAMS 64
 
 typedef struct rg_iter rg_iter;
 
@@ -94,6 +117,9 @@ typedef struct rg_iter_request {
 	double arrival_ms;      /* when it arrived (the caller's clock) */
 	double deadline_ms;     /* TTFT target from arrival, ms; 0: none */
 	double tpot_ms;         /* mean time per output token target, ms; 0: none */
+	int n_beams;            /* >= 2: a beam group of that many beams (see the header),
+				 * at most RG_ITER_MAX_BEAMS, max_num_seqs and
+				 * max_num_batched_tokens; 0 or 1: one sequence */
 } rg_iter_request;
 
 /* The answer of admission (filled whether admitted or refused). */
@@ -110,6 +136,8 @@ typedef struct rg_iter_admission {
 typedef struct rg_iter_plan {
 	rg_step_batch batch;      /* the step (ragged.h); batch.n_seq == 0: nothing to run */
 	const uint64_t *seq_ids;  /* (batch.n_seq) request id of each sequence of the batch */
+	const int32_t *beam_slot; /* (batch.n_seq) the beam slot of a beam group's member, -1 for
+				   * other requests */
 	const int32_t *logits_seq; /* (batch.n_logits) which sequence (index into the batch) each
 				    * logits row samples for: sequences whose prompt is complete
 				    * after this step, one row each */
@@ -173,13 +201,24 @@ RG_TEST_API rg_status rg_iter_add(rg_iter *s, const rg_iter_request *r, double n
 RG_TEST_API rg_status rg_iter_schedule(rg_iter *s, double now_ms, rg_iter_plan *plan);
 
 /* Report the step of the last plan: sampled (plan.batch.n_logits) the token sampled for each
- * logits row; stop (n_logits, may be NULL) true where that token ends its request (EOS, a stop id
+ * logits row (a beam group's rows: ignored, rg_iter_beam_next gives its tokens); stop (n_logits, may be NULL) true where that token ends its request (EOS, a stop id
  * or string: the caller's stop conditions); now_ms the time the step ended (first-token times);
  * step_ms its measured duration, fed to the cost model (< 0 or NaN: not measured). The computed
  * KV of full blocks is registered in the prefix cache; finished requests free their blocks and
  * are listed by rg_iter_finished. RG_ERR_INVALID_INPUT with no plan pending. */
 RG_TEST_API rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop,
 				     double now_ms, double step_ms);
+
+/* The next beams of beam group id, whose rows are in the pending plan (call before
+ * rg_iter_update, at most once per group and step; see the header): parent (n) the slot each
+ * new beam j continues (-1: slot j not live; at the prompt's step every parent >= 0 continues
+ * the prompt), token (n) its new token (>= 0 where parent >= 0);
+ * n must be the group's n_beams. Copied. rg_iter_update re-seats the members; a parent that is
+ * no live member, or one at max_tokens, ends the group there as an abort and the update returns
+ * RG_ERR_INVALID_INPUT. Errors here (nothing stored): RG_ERR_INVALID_INPUT (no plan pending, id
+ * no beam group with rows in it, n wrong, a negative token), RG_ERR_OOM. */
+RG_TEST_API rg_status rg_iter_beam_next(rg_iter *s, uint64_t id, const int32_t *parent,
+					const int32_t *token, int n);
 
 /* The requests that ended since the last call (in rg_iter_update or rg_iter_abort), each
  * returned exactly once: (*n) entries, owned by the scheduler, valid until the next call of any

@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "gen/beam.h"
 #include "sched/iter.h"
 #include "test_rng.h"
 
@@ -32,6 +33,18 @@ static uint64_t mix64(uint64_t z)
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	return z ^ (z >> 31);
+}
+
+/* the toy logits after context ctx (n tokens): out (V) */
+static void toy_logits(const int32_t *ctx, int n, float *out)
+{
+	uint64_t h = 0x12345678ull;
+
+	for (int q = 0; q < n; q++)
+		h = mix64(h ^ ((uint64_t)(ctx[q] + 1) | ((uint64_t)q << 32)));
+	for (int v = 0; v < V; v++)
+		out[v] = (float)((mix64(h + (uint64_t)v * 0x9e3779b97f4a7c15ull) >> 40) % 4096) /
+			 256.0f - 8.0f;
 }
 
 /* greedy next token after context ctx (n tokens): the argmax of test_gen.c's toy logits */
@@ -82,6 +95,14 @@ typedef struct req {
 	int finish; /* 0 live, else rg_iter_finish */
 	int cached, preempted;
 	bool added;
+	/* a beam group (n_beams >= 2): its search, driven by h_step, and its results */
+	int n_beams, n_groups;
+	float diversity;
+	rg_beam_search *bs;
+	int restarts, n_res;
+	int32_t res[4][64];
+	int res_n[4];
+	double res_score[4];
 } req;
 
 typedef struct harness {
@@ -96,7 +117,142 @@ typedef struct harness {
 	int n_steps, n_preempted;
 	rg_iter_plan last;   /* a copy of the last plan's header */
 	int32_t *ctxbuf;
+	float rowbuf[512 * V]; /* a step's beam rows' toy logits */
+	int beam_steps;
 } harness;
+
+static void beam_params(const req *q, rg_beam_params *bp)
+{
+	static const int32_t eos = 7;
+
+	*bp = (rg_beam_params){
+		.num_beams = q->n_beams, .num_beam_groups = q->n_groups,
+		.diversity_penalty = q->diversity, .length_penalty = 1.0f,
+		.early_stopping = RG_EARLY_STOPPING_TRUE, .num_return_sequences = 2,
+		.eos_ids = &eos, .n_eos = 1, .pad_id = 0, .max_new_tokens = q->max_new,
+	};
+}
+
+/* The beam groups of plan pl: the rows of each (in slot order), its search's step, then the
+ * next beams given to the scheduler, or a stop on its rows when the search is done. A group
+ * whose prompt row comes (rg_iter_tokens gives the prompt alone) starts its search, again
+ * after a preemption. Every live slot must have exactly one row, and no other slot one. */
+static void h_beam_steps(harness *h, const rg_iter_plan *pl, bool *stop)
+{
+	const rg_step_batch *b = &pl->batch;
+
+	for (int r0 = 0; r0 < b->n_logits; r0++) {
+		uint64_t id = pl->seq_ids[pl->logits_seq[r0]];
+		req *q = &h->r[id];
+		const float *rows[RG_ITER_MAX_BEAMS] = {0};
+		int32_t parent[RG_ITER_MAX_BEAMS], token[RG_ITER_MAX_BEAMS];
+		int n_tok, n_rows = 0;
+		bool done, first, dup = false;
+
+		if (q->n_beams < 2)
+			continue;
+		for (int r = 0; r < r0; r++)
+			dup |= pl->seq_ids[pl->logits_seq[r]] == id;
+		if (dup)
+			continue;
+		assert_non_null(rg_iter_tokens(h->s, id, &n_tok));
+		first = n_tok == q->n;
+		if (first) {
+			rg_beam_params bp;
+
+			if (q->bs)
+				q->restarts++;
+			rg_beam_free(q->bs);
+			beam_params(q, &bp);
+			assert_int_equal(rg_beam_init(&q->bs, &bp, q->prompt, q->n, V), RG_OK);
+		}
+		for (int r = r0; r < b->n_logits; r++) {
+			int i = pl->logits_seq[r];
+
+			if (pl->seq_ids[i] != id)
+				continue;
+			n_rows++;
+			assert_true(pl->beam_slot[i] >= 0 && pl->beam_slot[i] < q->n_beams);
+			if (first) {
+				assert_int_equal(pl->beam_slot[i], 0);
+				for (int j = 0; j < q->n_beams; j++)
+					rows[j] = h->rowbuf + (size_t)r * V;
+			} else {
+				assert_null(rows[pl->beam_slot[i]]);
+				rows[pl->beam_slot[i]] = h->rowbuf + (size_t)r * V;
+			}
+		}
+		if (first)
+			assert_int_equal(n_rows, 1);
+		else
+			for (int j = 0; j < q->n_beams; j++)
+				assert_int_equal(rows[j] != NULL, rg_beam_slot_live(q->bs, j));
+		assert_int_equal(rg_beam_step(q->bs, rows, parent, token, &done), RG_OK);
+		h->beam_steps++;
+		if (done) {
+			for (int r = r0; r < b->n_logits; r++)
+				if (pl->seq_ids[pl->logits_seq[r]] == id)
+					stop[r] = true;
+		} else {
+			assert_int_equal(rg_iter_beam_next(h->s, id, parent, token, q->n_beams),
+					 RG_OK);
+		}
+	}
+}
+
+/* The reference beam search of request q: every beam's whole context hashed again at each step
+ * (no cache, no scheduler). Fills n_res, res_n, res, res_score of out. */
+static void ref_beam(const req *q, req *out)
+{
+	rg_beam_params bp;
+	rg_beam_search *bs;
+	int nb = q->n_beams, len[RG_ITER_MAX_BEAMS] = {0}, nlen[RG_ITER_MAX_BEAMS];
+	int32_t (*cur)[128] = calloc(RG_ITER_MAX_BEAMS, sizeof(*cur));
+	int32_t (*nxt)[128] = calloc(RG_ITER_MAX_BEAMS, sizeof(*nxt));
+	int32_t ctx[256], parent[RG_ITER_MAX_BEAMS], token[RG_ITER_MAX_BEAMS];
+	float *lg = malloc((size_t)nb * V * sizeof(float));
+	const float *rows[RG_ITER_MAX_BEAMS];
+	bool done = false, first = true;
+
+	beam_params(q, &bp);
+	assert_int_equal(rg_beam_init(&bs, &bp, q->prompt, q->n, V), RG_OK);
+	while (!done) {
+		for (int j = 0; j < nb; j++) {
+			rows[j] = NULL;
+			if (!first && !rg_beam_slot_live(bs, j))
+				continue;
+			memcpy(ctx, q->prompt, (size_t)q->n * sizeof(int32_t));
+			memcpy(ctx + q->n, cur[first ? 0 : j], (size_t)len[first ? 0 : j] *
+			       sizeof(int32_t));
+			toy_logits(ctx, q->n + len[first ? 0 : j], lg + (size_t)j * V);
+			rows[j] = lg + (size_t)j * V;
+		}
+		assert_int_equal(rg_beam_step(bs, rows, parent, token, &done), RG_OK);
+		for (int j = 0; j < nb; j++) {
+			nlen[j] = 0;
+			if (parent[j] < 0)
+				continue;
+			memcpy(nxt[j], cur[parent[j]], (size_t)len[parent[j]] * sizeof(int32_t));
+			nxt[j][len[parent[j]]] = token[j];
+			nlen[j] = len[parent[j]] + 1;
+		}
+		memcpy(cur, nxt, (size_t)RG_ITER_MAX_BEAMS * sizeof(*cur));
+		memcpy(len, nlen, sizeof(len));
+		first = false;
+	}
+	assert_int_equal(rg_beam_finalize(bs, &out->n_res), RG_OK);
+	for (int i = 0; i < out->n_res && i < 4; i++) {
+		const rg_beam_hyp *y = rg_beam_result(bs, i);
+
+		out->res_n[i] = y->n;
+		out->res_score[i] = y->score;
+		memcpy(out->res[i], y->ids, (size_t)y->n * sizeof(int32_t));
+	}
+	rg_beam_free(bs);
+	free(cur);
+	free(nxt);
+	free(lg);
+}
 
 static void h_init(harness *h, int n_blocks, int bs, const rg_iter_params *p)
 {
@@ -120,8 +276,10 @@ static void h_free(harness *h)
 	/* every block back once the scheduler (and its prefix cache) is gone */
 	assert_int_equal(rg_kv_pool_n_used(h->pool), 0);
 	rg_kv_pool_free(h->pool);
-	for (int i = 0; i < MAXREQ; i++)
+	for (int i = 0; i < MAXREQ; i++) {
 		free(h->r[i].prompt);
+		rg_beam_free(h->r[i].bs);
+	}
 	free(h->cache);
 	free(h->ctxbuf);
 }
@@ -131,6 +289,7 @@ static void set_prompt(harness *h, int id, const int32_t *p, int n, int max_new)
 	req *q = &h->r[id];
 
 	free(q->prompt);
+	rg_beam_free(q->bs);
 	memset(q, 0, sizeof(*q));
 	q->prompt = malloc((size_t)n * sizeof(int32_t));
 	memcpy(q->prompt, p, (size_t)n * sizeof(int32_t));
@@ -146,7 +305,7 @@ static rg_status h_add(harness *h, int id, int priority, double deadline, double
 	rg_iter_request r = {
 		.id = (uint64_t)id, .prompt = q->prompt, .prompt_len = q->n,
 		.max_tokens = q->max_new, .priority = priority, .arrival_ms = h->clock,
-		.deadline_ms = deadline, .tpot_ms = tpot,
+		.deadline_ms = deadline, .tpot_ms = tpot, .n_beams = q->n_beams,
 	};
 	rg_status st = rg_iter_add(h->s, &r, h->clock, adm);
 
@@ -177,8 +336,22 @@ static void record_finished(harness *h)
 		q->finish = d[k].reason;
 		q->cached = d[k].n_cached_tokens;
 		q->preempted = d[k].n_preemptions;
-		assert_int_equal(d[k].n_generated, q->n_out);
 		h->n_preempted += d[k].n_preemptions;
+		if (q->n_beams >= 2) {
+			if (q->finish != RG_ITER_FINISH_ABORT) {
+				assert_non_null(q->bs);
+				assert_int_equal(rg_beam_finalize(q->bs, &q->n_res), RG_OK);
+				for (int i = 0; i < q->n_res && i < 4; i++) {
+					const rg_beam_hyp *y = rg_beam_result(q->bs, i);
+
+					q->res_n[i] = y->n;
+					q->res_score[i] = y->score;
+					memcpy(q->res[i], y->ids, (size_t)y->n * sizeof(int32_t));
+				}
+			}
+			continue;
+		}
+		assert_int_equal(d[k].n_generated, q->n_out);
 	}
 }
 
@@ -210,7 +383,9 @@ static bool h_step(harness *h)
 		assert_true(c >= 0);
 		assert_true(b->context_lens[i] <= h->prm.max_context);
 		for (int k = i + 1; k < b->n_seq; k++)
-			assert_true(pl.seq_ids[k] != pl.seq_ids[i]);
+			assert_true(pl.seq_ids[k] != pl.seq_ids[i] ||
+				    (pl.beam_slot[i] >= 0 && pl.beam_slot[k] > pl.beam_slot[i]));
+		assert_int_equal(pl.beam_slot[i] >= 0, h->r[pl.seq_ids[i]].n_beams >= 2);
 		for (int j = 0; j < n; j++) {
 			int r = b->cu_seqlens_q[i] + j, pos = c + j;
 
@@ -239,14 +414,23 @@ static bool h_step(harness *h)
 			h->ctxbuf[q] = h->cache[tab[q / h->bs] * h->bs + q % h->bs];
 			assert_true(h->ctxbuf[q] >= 0);
 		}
+		if (h->r[pl.seq_ids[i]].n_beams >= 2) {
+			toy_logits(h->ctxbuf, pos + 1, h->rowbuf + (size_t)r * V);
+			sampled[r] = 0; /* ignored: the beam step below gives the tokens */
+			stop[r] = false;
+			continue;
+		}
 		sampled[r] = toy_next(h->ctxbuf, pos + 1);
 		stop[r] = sampled[r] == h->stop_tok;
 	}
+	h_beam_steps(h, &pl, stop);
 	cost = h->ca + h->cb * b->n_tokens + h->cc * pairs;
 	h->clock += cost;
 	for (int r = 0; r < b->n_logits; r++) {
 		req *q = &h->r[pl.seq_ids[pl.logits_seq[r]]];
 
+		if (q->n_beams >= 2)
+			continue;
 		q->out[q->n_out++] = sampled[r];
 		if (q->first < 0)
 			q->first = h->clock;
@@ -288,6 +472,22 @@ static void h_check_outputs(harness *h)
 
 		if (!q->added)
 			continue;
+		if (q->n_beams >= 2) {
+			req ref_q;
+
+			if (q->finish == RG_ITER_FINISH_ABORT)
+				continue;
+			memset(&ref_q, 0, sizeof(ref_q));
+			ref_beam(q, &ref_q);
+			assert_int_equal(q->n_res, ref_q.n_res);
+			for (int i = 0; i < q->n_res && i < 4; i++) {
+				assert_int_equal(q->res_n[i], ref_q.res_n[i]);
+				assert_memory_equal(q->res[i], ref_q.res[i],
+						    (size_t)q->res_n[i] * sizeof(int32_t));
+				assert_true(q->res_score[i] == ref_q.res_score[i]);
+			}
+			continue;
+		}
 		n = ref_generate(q->prompt, q->n, q->max_new, h->stop_tok, ref);
 		if (q->finish == RG_ITER_FINISH_ABORT) {
 			assert_true(q->n_out <= n);
@@ -827,6 +1027,165 @@ static void test_errors(void **state)
 	h_free(&h);
 }
 
+
+/* Beam groups inside the step loop beside greedy streams: 6 beam requests (2, 3 and 4 beams; two
+ * diverse searches of 2 groups with a diversity penalty) and 10 greedy ones, joining at
+ * different steps, blocks of 4 tokens so that forks share partially filled blocks (copy on
+ * write): each search's hypotheses (ids and scores) equal the same search run directly on every
+ * beam's whole context, the greedy outputs equal theirs, every block returns. Then the same
+ * under block pressure, where groups are preempted and restarted (their searches start again
+ * and give the same results), and with prefix caching off. */
+static void test_beam_groups(void **state)
+{
+	(void)state;
+	for (int variant = 0; variant < 3; variant++) {
+		harness h;
+		rg_iter_params p;
+		int32_t pr[40];
+		rg_iter_stats st;
+		int restarts = 0;
+
+		rng = 0xbea4ull + (uint64_t)variant;
+		rg_iter_params_default(&p);
+		p.max_num_batched_tokens = 64;
+		p.max_num_seqs = 24;
+		p.max_context = 96;
+		p.prefix_caching = variant != 2;
+		/* variant 1: 60 blocks for up to 16 requests of up to ~50 tokens, 4-beam groups
+		 * among them: preemption */
+		h_init(&h, variant == 1 ? 60 : 400, 4, &p);
+		for (int id = 0; id < 16; id++) {
+			int n = irand(3, 30);
+
+			rand_prompt(pr, n);
+			set_prompt(&h, id, pr, n, irand(4, 20));
+			if (id % 3 == 0 || id == 7) {
+				h.r[id].n_beams = id % 2 ? 4 : id == 6 ? 3 : 2 + 2 * (id == 0);
+				h.r[id].n_groups = id == 0 || id == 7 ? 2 : 1;
+				h.r[id].diversity = h.r[id].n_groups > 1 ? 0.7f : 0;
+			}
+		}
+		for (int id = 0; id < 16; id++) {
+			assert_int_equal(h_add(&h, id, 0, 0, 0, NULL), RG_OK);
+			for (int k = irand(0, 3); k > 0; k--)
+				h_step(&h);
+		}
+		h_run_all(&h);
+		h_check_outputs(&h);
+		rg_iter_stats_get(h.s, &st);
+		assert_int_equal(st.n_finished, 16);
+		for (int id = 0; id < 16; id++) {
+			assert_true(h.r[id].finish == RG_ITER_FINISH_STOP ||
+				    h.r[id].finish == RG_ITER_FINISH_LENGTH);
+			restarts += h.r[id].restarts;
+			if (h.r[id].n_beams >= 2)
+				assert_true(h.r[id].n_res >= 1);
+		}
+		if (variant == 1)
+			assert_true(restarts > 0 && st.n_preemptions > 0);
+		else
+			assert_int_equal(restarts, 0);
+		assert_true(h.beam_steps > 0);
+		h_free(&h);
+	}
+}
+
+/* A beam group aborted while its rows are in the pending plan (freed at the update) and one
+ * aborted between steps: one ABORT entry each, every block back; rg_iter_beam_next's and
+ * rg_iter_update's refusals; a group too wide for the pool is refused at admission. */
+static void test_beam_errors(void **state)
+{
+	harness h;
+	rg_iter_params p;
+	int32_t pr[8] = {1, 2, 3, 4, 5, 6, 7, 8}, par[4] = {0, 0, 0, 0}, tok[4] = {1, 2, 3, 4};
+	rg_iter_plan pl;
+	int32_t sampled[16] = {0};
+	rg_iter_stats st;
+	(void)state;
+
+	rg_iter_params_default(&p);
+	p.max_context = 64;
+	h_init(&h, 64, 4, &p);
+	/* 4 beams x (8 + 60 tokens: 17 blocks + 1) = 72 > 64 blocks */
+	set_prompt(&h, 0, pr, 8, 60);
+	h.r[0].n_beams = 4;
+	h.r[0].n_groups = 1;
+	assert_int_equal(h_add(&h, 0, 0, 0, 0, NULL), RG_ERR_TOO_LONG);
+	h.r[0].n_beams = RG_ITER_MAX_BEAMS + 1;
+	assert_int_equal(h_add(&h, 0, 0, 0, 0, NULL), RG_ERR_INVALID_INPUT);
+	set_prompt(&h, 0, pr, 8, 6);
+	h.r[0].n_beams = 4;
+	h.r[0].n_groups = 1;
+	assert_int_equal(h_add(&h, 0, 0, 0, 0, NULL), RG_OK);
+	set_prompt(&h, 1, pr, 5, 6);
+	h.r[1].n_beams = 2;
+	h.r[1].n_groups = 1;
+	assert_int_equal(h_add(&h, 1, 0, 0, 0, NULL), RG_OK);
+	assert_int_equal(rg_iter_beam_next(h.s, 0, par, tok, 4), RG_ERR_INVALID_INPUT); /* no plan */
+	assert_int_equal(rg_iter_schedule(h.s, 0, &pl), RG_OK);
+	assert_int_equal(pl.batch.n_logits, 2);
+	/* wrong width, negative token, unknown id; an update without next beams */
+	assert_int_equal(rg_iter_beam_next(h.s, 0, par, tok, 3), RG_ERR_INVALID_INPUT);
+	tok[1] = -1;
+	assert_int_equal(rg_iter_beam_next(h.s, 0, par, tok, 4), RG_ERR_INVALID_INPUT);
+	tok[1] = 2;
+	assert_int_equal(rg_iter_beam_next(h.s, 5, par, tok, 4), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_iter_beam_next(h.s, 0, par, tok, 4), RG_OK);
+	assert_int_equal(rg_iter_update(h.s, sampled, NULL, 1, 1), RG_ERR_INVALID_INPUT);
+	/* group 0 gets its 4 beams; group 1 is aborted while in the plan */
+	assert_int_equal(rg_iter_abort(h.s, 1), RG_OK);
+	assert_int_equal(rg_iter_update(h.s, sampled, NULL, 1, 1), RG_OK);
+	{
+		int nd;
+		const rg_iter_done *d = rg_iter_finished(h.s, &nd);
+
+		assert_int_equal(nd, 1);
+		assert_int_equal(d[0].id, 1);
+		assert_int_equal(d[0].reason, RG_ITER_FINISH_ABORT);
+	}
+	rg_iter_stats_get(h.s, &st);
+	assert_int_equal(st.n_running, 4);
+	/* the 4 members decode together; a parent that is no member ends the group */
+	assert_int_equal(rg_iter_schedule(h.s, 2, &pl), RG_OK);
+	assert_int_equal(pl.batch.n_seq, 4);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(pl.beam_slot[i], i);
+		assert_int_equal(pl.batch.tokens[i], tok[i]);
+	}
+	par[2] = 9;
+	assert_int_equal(rg_iter_beam_next(h.s, 0, par, tok, 4), RG_OK);
+	assert_int_equal(rg_iter_update(h.s, sampled, NULL, 3, 1), RG_ERR_INVALID_INPUT);
+	{
+		int nd;
+		const rg_iter_done *d = rg_iter_finished(h.s, &nd);
+
+		assert_int_equal(nd, 1);
+		assert_int_equal(d[0].id, 0);
+		assert_int_equal(d[0].reason, RG_ITER_FINISH_ABORT);
+	}
+	rg_iter_stats_get(h.s, &st);
+	assert_int_equal(st.n_running + st.n_waiting, 0);
+	assert_int_equal(st.blocks_used, st.prefix.n_cached);
+	/* aborted between steps (another prompt: the steps above wrote no toy KV for the prefix
+	 * cache to hand out) */
+	for (int i = 0; i < 8; i++)
+		pr[i] = 20 + i;
+	set_prompt(&h, 2, pr, 8, 6);
+	h.r[2].n_beams = 3;
+	h.r[2].n_groups = 1;
+	assert_int_equal(h_add(&h, 2, 0, 0, 0, NULL), RG_OK);
+	h_step(&h);
+	h_step(&h);
+	assert_int_equal(rg_iter_abort(h.s, 2), RG_OK);
+	record_finished(&h);
+	assert_int_equal(h.r[2].finish, RG_ITER_FINISH_ABORT);
+	rg_iter_stats_get(h.s, &st);
+	assert_int_equal(st.n_running + st.n_waiting, 0);
+	assert_int_equal(st.blocks_used, st.prefix.n_cached);
+	h.r[0].added = h.r[1].added = h.r[2].added = false;
+	h_free(&h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -839,6 +1198,8 @@ int main(void)
 		cmocka_unit_test(test_cost_learned_online),
 		cmocka_unit_test(test_priority_order),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_beam_groups),
+		cmocka_unit_test(test_beam_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
