@@ -475,6 +475,41 @@ static rg_status decode(gen *g)
 }
 
 /* Detokenize what the caller sees as the completion: without an ending EOS or stop id. */
+rg_status rg_gen_beam_init(const rg_gen_params *p, const int32_t *ids, int len, int max_new,
+			   int vocab, rg_beam_search **out)
+{
+	rg_beam_params bp = {
+		.num_beams = p->num_beams, .num_beam_groups = p->num_beam_groups,
+		.diversity_penalty = p->diversity_penalty,
+		.length_penalty = p->length_penalty, .early_stopping = p->early_stopping,
+		.no_repeat_ngram_size = p->sampling.no_repeat_ngram_size,
+		.num_return_sequences = p->n, .n_eos = p->n_eos + p->n_stop_ids,
+		.pad_id = p->pad_id >= 0 ? p->pad_id : (p->n_eos ? p->eos_ids[0] : -1),
+		.max_new_tokens = max_new,
+	};
+	int32_t eos[64];
+
+	*out = NULL;
+	if (bp.n_eos > 64)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "beam search: over 64 EOS/stop ids");
+	if (p->n_eos > 0)
+		memcpy(eos, p->eos_ids, (size_t)p->n_eos * sizeof(int32_t));
+	if (p->n_stop_ids)
+		memcpy(eos + (p->n_eos > 0 ? p->n_eos : 0), p->stop_ids,
+		       (size_t)p->n_stop_ids * sizeof(int32_t));
+	bp.eos_ids = eos;
+	return rg_beam_init(out, &bp, ids, len, vocab);
+}
+
+rg_finish_reason rg_gen_beam_finish(const rg_gen_params *p, const rg_beam_hyp *h)
+{
+	if (!h->eos)
+		return RG_FINISH_LENGTH;
+	/* a stop id acting as EOS */
+	return rg_stop_token(p->eos_ids, p->n_eos, NULL, 0, h->ids[h->n - 1]) == RG_FINISH_NONE
+		       ? RG_FINISH_STOP : RG_FINISH_EOS;
+}
+
 static rg_status final_text(gen *g, const int32_t *ids, int n, bool drop_last, char **text,
 			    size_t *len)
 {
@@ -518,10 +553,7 @@ static rg_status collect(gen *g, rg_gen_result *res)
 				memcpy(o->logprobs, h->logprobs, (size_t)h->n * sizeof(float));
 				o->n_ids = o->completion_tokens = h->n;
 				o->score = h->score;
-				o->finish = h->eos ? RG_FINISH_EOS : RG_FINISH_LENGTH;
-				if (h->eos && rg_stop_token(p->eos_ids, p->n_eos, NULL, 0,
-							    h->ids[h->n - 1]) == RG_FINISH_NONE)
-					o->finish = RG_FINISH_STOP; /* a stop id acting as EOS */
+				o->finish = rg_gen_beam_finish(p, h);
 				if ((st = final_text(g, o->ids, o->n_ids, h->eos, &o->text,
 						     &o->text_len)) != RG_OK)
 					return st;
@@ -651,29 +683,11 @@ static rg_status gen_setup_prompt(gen *g, int i, const int32_t *ids, int len)
 	pr->len = len;
 	pr->max_new = p->max_tokens < room ? p->max_tokens : room;
 	if (beams_on(p)) {
-		rg_beam_params bp = {
-			.num_beams = p->num_beams, .num_beam_groups = p->num_beam_groups,
-			.diversity_penalty = p->diversity_penalty,
-			.length_penalty = p->length_penalty, .early_stopping = p->early_stopping,
-			.no_repeat_ngram_size = p->sampling.no_repeat_ngram_size,
-			.num_return_sequences = p->n, .n_eos = p->n_eos + p->n_stop_ids,
-			.pad_id = p->pad_id >= 0 ? p->pad_id : (p->n_eos ? p->eos_ids[0] : -1),
-			.max_new_tokens = pr->max_new,
-		};
-		int32_t eos[64];
-
-		if (bp.n_eos > 64)
-			return rg_errorf(RG_ERR_INVALID_INPUT, "beam search: over 64 EOS/stop ids");
-		if (p->n_eos)
-			memcpy(eos, p->eos_ids, (size_t)p->n_eos * sizeof(int32_t));
-		if (p->n_stop_ids)
-			memcpy(eos + p->n_eos, p->stop_ids, (size_t)p->n_stop_ids * sizeof(int32_t));
-		bp.eos_ids = eos;
 		pr->bkv = calloc((size_t)p->num_beams, sizeof(rg_kv_seq));
 		pr->bpending = calloc((size_t)p->num_beams, sizeof(int32_t));
 		if (!pr->bkv || !pr->bpending)
 			return rg_errorf(RG_ERR_OOM, "generate: out of memory");
-		return rg_beam_init(&pr->beam, &bp, ids, len, g->V);
+		return rg_gen_beam_init(p, ids, len, pr->max_new, g->V, &pr->beam);
 	}
 	for (int j = 0; j < g->width; j++) {
 		gseq *s = &g->seqs[i * g->width + j];

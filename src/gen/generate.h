@@ -73,6 +73,19 @@ typedef struct rg_gen_runner {
  * of max_context tokens or more), RG_ERR_BUSY (the KV pool ran out of blocks: nothing is
  * preempted here), RG_ERR_OOM, the runner's or a callback's status; then *out is NULL and every
  * block taken has been returned as well. */
+/* The beam search of one prompt as rg_gen_run runs it (HF's semantics, src/gen/beam.h) for the
+ * options p (num_beams > 1): num_beam_groups, diversity_penalty, length_penalty,
+ * early_stopping, no_repeat_ngram_size, n returned, EOS and stop ids both end a hypothesis,
+ * pad_id (else the first EOS) for a finished group, max_new new tokens at most. ids (len) the
+ * prompt, copied. *out: the caller frees it with rg_beam_free. RG_ERR_INVALID_INPUT (over 64 EOS
+ * and stop ids, bad counts), RG_ERR_OOM; *out NULL then. The engine of `ragged serve` runs the
+ * same search one step at a time (src/server/engine_gen.c). */
+rg_status rg_gen_beam_init(const rg_gen_params *p, const int32_t *ids, int len, int max_new,
+			   int vocab, rg_beam_search **out);
+/* A returned hypothesis's finish reason: LENGTH when it did not end on an EOS or stop id, STOP
+ * when the id is one of p's stop ids only, else EOS. */
+rg_finish_reason rg_gen_beam_finish(const rg_gen_params *p, const rg_beam_hyp *h);
+
 RG_TEST_API rg_status rg_gen_run(const rg_gen_runner *r, const int32_t *const *prompts,
 				 const int *prompt_lens, int n_prompts, const rg_gen_params *p,
 				 rg_kv_pool *pool, rg_gen_result **out);

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "gen/beam.h"
 #include "gen/generate.h"
 #include "gen/stop.h"
 #include "kv/block_pool.h"
@@ -63,7 +64,6 @@ struct rg_gen_engine {
 	uint64_t *live_serial;
 	int n_live, cap_live;
 	uint64_t next_serial;
-	rg_gen_job *beams;         /* beam jobs waiting for the step thread (linked by next) */
 	double last_poll_ms;
 
 	/* step buffers (step thread) */
@@ -79,6 +79,17 @@ struct rg_gen_engine {
 	uint8_t *pen_prompt;
 	int32_t *pen_keys;         /* (max_context) sort scratch */
 	rg_gen_job **touched;      /* (S) jobs with new output this step */
+	/* a step with beam rows runs as two sub-batches (step_split) */
+	int B, MB;                 /* max_num_batched_tokens, block-table width */
+	int32_t *sb_tok, *sb_pos, *sb_slot;          /* (B) */
+	int32_t *sb_cu, *sb_ctx, *sb_lrows, *sb_map; /* (S + 1) */
+	int32_t *sb_tab;                             /* (S, MB) */
+	int32_t *rowof;                              /* (S) plan sequence -> its logits row */
+	rg_row_sampling *rows2;                      /* (S) the other rows' parameters */
+	int32_t *ids2, *top_ids2;                    /* (S), (S, RG_GEN_MAX_LOGPROBS) */
+	float *lps2, *top_lps2;
+	float *blogits;                              /* (S, vocab) beam rows' logits, lazily */
+	int32_t *brow;                               /* (S) plan row -> its row of blogits */
 
 	pthread_mutex_t mmu;       /* the metrics */
 	gen_metrics met;
@@ -96,6 +107,7 @@ static void sleep_ms(double ms)
 }
 
 static rg_status beam_detok(void *ctx, const int32_t *ids, int n, char **text, size_t *len);
+static void beam_job_end(rg_gen_engine *e, rg_gen_job *j, rg_iter_finish reason);
 
 /* ---- jobs ----------------------------------------------------------------------------------- */
 
@@ -157,6 +169,7 @@ void rg_gen_job_put(rg_gen_job *j)
 		rg_buf_free(&o->text);
 		seq_state_free(&j->st[i]);
 	}
+	rg_beam_free(j->beam);
 	free(j->prompts);
 	free(j->prompt_lens);
 	free(j->out);
@@ -488,26 +501,15 @@ rg_status rg_gen_engine_submit(rg_gen_engine *e, rg_gen_job *j)
 	}
 	serial = e->next_serial++;
 	j->base_id = serial << SEQ_BITS;
-	if (j->gp.num_beams > 1) {
-		atomic_fetch_add(&j->refs, 1);
-		j->next = NULL;
-		{
-			rg_gen_job **pp = &e->beams;
-
-			while (*pp)
-				pp = &(*pp)->next;
-			*pp = j;
-		}
-		pthread_cond_broadcast(&e->cv);
-		pthread_mutex_unlock(&e->mu);
-		return RG_OK;
-	}
-	for (int i = 0; i < j->n_seqs; i++) {
+	/* a beam job is one beam group of the scheduler, on prompts[0]; its n_seqs outputs are
+	 * the returned beams, filled when the search ends */
+	for (int i = 0; i < (j->gp.num_beams > 1 ? 1 : j->n_seqs); i++) {
 		rg_iter_request r = {
 			.id = j->base_id | (uint64_t)i, .prompt = j->prompts[i],
 			.prompt_len = j->prompt_lens[i], .max_tokens = j->gp.max_tokens,
 			.priority = j->priority, .arrival_ms = j->arrival_ms,
 			.deadline_ms = j->deadline_ms, .tpot_ms = j->tpot_ms,
+			.n_beams = j->gp.num_beams > 1 ? j->gp.num_beams : 0,
 		};
 
 		if ((st = rg_iter_add(e->it, &r, now, &j->adm)) != RG_OK)
@@ -537,7 +539,7 @@ rg_status rg_gen_engine_submit(rg_gen_engine *e, rg_gen_job *j)
 	}
 	atomic_fetch_add(&j->refs, 1);
 	pthread_mutex_lock(&e->mmu);
-	for (int i = 0; i < j->n_seqs; i++)
+	for (int i = 0; i < (j->gp.num_beams > 1 ? 1 : j->n_seqs); i++)
 		e->met.prompt_tokens += (uint64_t)j->prompt_lens[i];
 	pthread_mutex_unlock(&e->mmu);
 	pthread_cond_broadcast(&e->cv);
@@ -683,6 +685,15 @@ static void collect_finished(rg_gen_engine *e, rg_gen_job **done)
 
 		if (!j || i >= j->n_seqs)
 			continue;
+		if (j->gp.num_beams > 1) {
+			j->out[0].n_cached = d[k].n_cached_tokens;
+			j->out[0].n_preemptions = d[k].n_preemptions;
+			beam_job_end(e, j, d[k].reason);
+			pthread_mutex_lock(&e->mmu);
+			e->met.cached_tokens += (uint64_t)d[k].n_cached_tokens;
+			pthread_mutex_unlock(&e->mmu);
+			goto ended;
+		}
 		why = d[k].reason == RG_ITER_FINISH_LENGTH ? RG_GEN_END_LENGTH
 			: d[k].reason == RG_ITER_FINISH_ABORT ? RG_GEN_END_ABORT
 							      : RG_GEN_END_NONE;
@@ -708,6 +719,7 @@ static void collect_finished(rg_gen_engine *e, rg_gen_job **done)
 		pthread_mutex_lock(&e->mmu);
 		e->met.cached_tokens += (uint64_t)d[k].n_cached_tokens;
 		pthread_mutex_unlock(&e->mmu);
+ended:
 		if (j->ended) {
 			bool listed = false;
 
@@ -754,17 +766,6 @@ static void notify_all(rg_gen_engine *e, int n_touched, rg_gen_job *done)
 	}
 }
 
-/* The beam search runner: the model through rg_model_step, the engine's pool. */
-static rg_status beam_step(void *ctx, const rg_step_batch *b, float *logits)
-{
-	return rg_model_step(ctx, b, logits);
-}
-
-static rg_status beam_copy(void *ctx, const int32_t *src, const int32_t *dst, int n)
-{
-	return rg_model_kv_copy_blocks(ctx, src, dst, n);
-}
-
 static rg_status beam_detok(void *ctx, const int32_t *ids, int n, char **text, size_t *len)
 {
 	const rg_gen_engine *e = ctx;
@@ -772,79 +773,221 @@ static rg_status beam_detok(void *ctx, const int32_t *ids, int n, char **text, s
 	return rg_tokenizer_decode(e->tok, ids, (size_t)n, true, text, len);
 }
 
-/* Run a beam-search job whole (step thread, engine lock NOT held; the pool is the step
- * thread's between steps). */
-static void run_beam(rg_gen_engine *e, rg_gen_job *j)
+/* A beam job's group ended (engine lock held; takes j->mu): its outputs are the search's
+ * hypotheses, best first (as rg_gen_run returns them), or, when aborted, nothing. */
+static void beam_job_end(rg_gen_engine *e, rg_gen_job *j, rg_iter_finish reason)
 {
-	rg_gen_runner r = {
-		.ctx = e->m, .vocab_size = e->vocab, .block_size = e->p.block_size,
-		.n_blocks = rg_kv_pool_n_blocks(e->pool), .max_context = e->max_context,
-		.step = beam_step, .copy_blocks = beam_copy,
-	};
-	rg_gen_result *res = NULL;
-	rg_gen_params gp = j->gp;
-	const int32_t *pr = j->prompts[0];
-	rg_status st;
-	double t0 = rg_now_ms();
+	int nh = 0;
+	rg_status st = RG_OK;
+	double now = rg_now_ms();
 
-	if (e->tok) {
-		gp.detokenize = beam_detok;
-		gp.detokenize_ctx = e;
-	}
-	/* the prefix cache's unreferenced blocks are the scheduler's; free them for the search */
-	if (rg_iter_prefix_cache(e->it))
-		rg_prefix_cache_evict((rg_prefix_cache *)rg_iter_prefix_cache(e->it),
-				      rg_kv_pool_n_blocks(e->pool));
-	st = rg_gen_run(&r, &pr, &j->prompt_lens[0], 1, &gp, e->pool, &res);
+	if (reason != RG_ITER_FINISH_ABORT && (!j->beam || (st = rg_beam_finalize(j->beam, &nh))))
+		reason = RG_ITER_FINISH_ABORT;
 	pthread_mutex_lock(&j->mu);
-	j->queue_ms = t0 - j->arrival_ms;
-	if (st != RG_OK) {
-		j->status = st;
-		snprintf(j->err, sizeof(j->err), "%s", rg_last_error());
-		j->out[0].end = RG_GEN_END_ABORT;
-	} else {
-		/* the returned beams, best first, are the job's n_seqs (= gp.n) outputs */
-		for (int q = 0; q < res->n_seqs && q < j->n_seqs; q++) {
-			rg_gen_seq *g = &res->seqs[q];
-			rg_gen_seq_out *x = &j->out[q];
+	if (st != RG_OK || (reason == RG_ITER_FINISH_ABORT && !j->err[0]))
+		snprintf(j->err, sizeof(j->err), "%s", st != RG_OK ? rg_last_error()
+								  : "beam search aborted");
+	for (int q = 0; q < j->n_seqs; q++) {
+		rg_gen_seq_out *x = &j->out[q];
+		const rg_beam_hyp *h = q < nh ? rg_beam_result(j->beam, q) : NULL;
 
-			x->ids = g->ids; /* taken from the result */
-			x->logprobs = g->logprobs;
-			g->ids = NULL;
-			g->logprobs = NULL;
-			x->n_ids = x->cap = g->n_ids;
-			if (g->text)
-				rg_buf_put(&x->text, g->text, g->text_len);
-			x->text_end = calloc((size_t)(g->n_ids > 0 ? g->n_ids : 1), sizeof(size_t));
-			for (int k = 0; x->text_end && k < g->n_ids; k++)
-				x->text_end[k] = x->text.len;
-			if (!x->text_end)
-				x->n_ids = 0; /* out of memory: no tokens rather than a bad offset */
-			x->text_ready = x->text.len;
-			x->end = g->finish == RG_FINISH_EOS ? RG_GEN_END_EOS
-				 : g->finish == RG_FINISH_STOP ? RG_GEN_END_STOP
-							       : RG_GEN_END_LENGTH;
-			x->score = g->score;
-			x->first_token_ms = x->last_token_ms = rg_now_ms();
+		x->end = reason == RG_ITER_FINISH_ABORT ? RG_GEN_END_ABORT : RG_GEN_END_LENGTH;
+		x->first_token_ms = x->last_token_ms = now;
+		if (!h)
+			continue; /* fewer hypotheses than asked: an empty output */
+		x->ids = malloc((size_t)(h->n ? h->n : 1) * sizeof(int32_t));
+		x->logprobs = malloc((size_t)(h->n ? h->n : 1) * sizeof(float));
+		x->text_end = calloc((size_t)(h->n ? h->n : 1), sizeof(size_t));
+		if (!x->ids || !x->logprobs || !x->text_end) {
+			x->end = RG_GEN_END_ABORT;
+			continue;
 		}
+		memcpy(x->ids, h->ids, (size_t)h->n * sizeof(int32_t));
+		memcpy(x->logprobs, h->logprobs, (size_t)h->n * sizeof(float));
+		x->n_ids = x->cap = h->n;
+		x->score = h->score;
+		switch (rg_gen_beam_finish(&j->gp, h)) {
+		case RG_FINISH_EOS: x->end = RG_GEN_END_EOS; break;
+		case RG_FINISH_STOP: x->end = RG_GEN_END_STOP; break;
+		default: x->end = RG_GEN_END_LENGTH; break;
+		}
+		if (e->tok) {
+			char *t = NULL;
+			size_t n = 0;
+
+			/* the text without the EOS or stop id that ended it, as rg_gen_run's */
+			if (beam_detok(e, h->ids, h->eos ? h->n - 1 : h->n, &t, &n) == RG_OK && t)
+				rg_buf_put(&x->text, t, n);
+			free(t);
+		}
+		for (int k = 0; k < h->n; k++)
+			x->text_end[k] = x->text.len;
+		x->text_ready = x->text.len;
 	}
+	if (reason == RG_ITER_FINISH_ABORT && j->status == RG_OK)
+		j->status = st != RG_OK ? st : RG_ERR_BUSY;
 	j->n_running = 0;
+	j->st[0].live = false;
 	j->ended = true;
 	pthread_mutex_unlock(&j->mu);
-	rg_gen_result_free(res);
 	pthread_mutex_lock(&e->mmu);
-	if (j->status == RG_OK) {
-		e->met.requests_ok++;
-		for (int q = 0; q < j->n_seqs; q++)
-			e->met.generated_tokens += (uint64_t)j->out[q].n_ids;
-	} else {
-		e->met.requests_aborted++;
-	}
-	rg_hist_observe(&e->met.e2e_ms, rg_now_ms() - j->arrival_ms);
+	for (int q = 0; q < j->n_seqs; q++)
+		e->met.generated_tokens += (uint64_t)j->out[q].n_ids;
 	pthread_mutex_unlock(&e->mmu);
-	if (j->notify)
-		j->notify(j, true);
-	rg_gen_job_put(j);
+}
+
+/* The beam groups of the plan (engine lock held): for each beam job with rows, one step of its
+ * search on its rows' logits (e->blogits through e->brow), in slot order; the search starts
+ * (again, after a preemption) when its prompt's row comes. The next beams go to the scheduler,
+ * or, when the search is done, a stop on its rows. A failing search aborts its job. */
+static void beam_steps(rg_gen_engine *e, const rg_iter_plan *pl)
+{
+	const rg_step_batch *b = &pl->batch;
+
+	for (int r0 = 0; r0 < b->n_logits; r0++) {
+		uint64_t id = pl->seq_ids[pl->logits_seq[r0]];
+		const float *rows[RG_ITER_MAX_BEAMS] = {0};
+		int32_t parent[RG_ITER_MAX_BEAMS], token[RG_ITER_MAX_BEAMS];
+		int i, n_tok;
+		rg_gen_job *j;
+		bool done = false, dup = false, first;
+		rg_status st = RG_OK;
+
+		if (pl->beam_slot[pl->logits_seq[r0]] < 0)
+			continue;
+		for (int r = 0; r < r0; r++)
+			dup |= pl->seq_ids[pl->logits_seq[r]] == id;
+		if (dup)
+			continue;
+		j = job_of(e, id, &i);
+		if (!j || !rg_iter_tokens(e->it, id, &n_tok)) {
+			for (int r = r0; r < b->n_logits; r++)
+				if (pl->seq_ids[pl->logits_seq[r]] == id)
+					e->stops[r] = true; /* no job: end the group */
+			continue;
+		}
+		first = n_tok == j->prompt_lens[0];
+		if (first) {
+			int room = e->max_context - j->prompt_lens[0];
+
+			rg_beam_free(j->beam);
+			j->beam = NULL;
+			st = rg_gen_beam_init(&j->gp, j->prompts[0], j->prompt_lens[0],
+					      j->gp.max_tokens < room ? j->gp.max_tokens : room,
+					      e->vocab, &j->beam);
+		}
+		for (int r = r0; st == RG_OK && r < b->n_logits; r++) {
+			int q = pl->logits_seq[r];
+			const float *row = e->blogits + (size_t)e->brow[r] * e->vocab;
+
+			if (pl->seq_ids[q] != id)
+				continue;
+			if (first)
+				for (int k = 0; k < j->gp.num_beams; k++)
+					rows[k] = row;
+			else
+				rows[pl->beam_slot[q]] = row;
+		}
+		if (st == RG_OK)
+			st = rg_beam_step(j->beam, rows, parent, token, &done);
+		if (st == RG_OK && !done)
+			st = rg_iter_beam_next(e->it, id, parent, token, j->gp.num_beams);
+		if (st != RG_OK) {
+			char msg[200];
+
+			snprintf(msg, sizeof(msg), "beam search failed: %s", rg_last_error());
+			pthread_mutex_lock(&j->mu);
+			j->status = RG_ERR_INTERNAL;
+			pthread_mutex_unlock(&j->mu);
+			job_abort(e, j, msg);
+			continue;
+		}
+		if (done)
+			for (int r = r0; r < b->n_logits; r++)
+				if (pl->seq_ids[pl->logits_seq[r]] == id)
+					e->stops[r] = true;
+	}
+}
+
+/* The sequences of the plan that are (beams true) or are not beam-group members, as a step
+ * batch over the same KV slots in e->sb_* (their order kept); e->sb_map[k]: the plan's logits
+ * row of the sub-batch's row k. */
+static void sub_batch(rg_gen_engine *e, const rg_iter_plan *pl, bool beams, rg_step_batch *out)
+{
+	const rg_step_batch *b = &pl->batch;
+	int tok = 0, ns = 0, nl = 0;
+
+	for (int i = 0; i < b->n_seq; i++)
+		e->rowof[i] = -1;
+	for (int r = 0; r < b->n_logits; r++)
+		e->rowof[pl->logits_seq[r]] = r;
+	e->sb_cu[0] = 0;
+	for (int i = 0; i < b->n_seq; i++) {
+		int t0 = b->cu_seqlens_q[i], n = b->cu_seqlens_q[i + 1] - t0;
+
+		if ((pl->beam_slot[i] >= 0) != beams)
+			continue;
+		memcpy(e->sb_tok + tok, b->tokens + t0, (size_t)n * sizeof(int32_t));
+		memcpy(e->sb_pos + tok, b->positions + t0, (size_t)n * sizeof(int32_t));
+		memcpy(e->sb_slot + tok, b->slot_mapping + t0, (size_t)n * sizeof(int32_t));
+		memcpy(e->sb_tab + (size_t)ns * b->max_blocks_per_seq,
+		       b->block_tables + (size_t)i * b->max_blocks_per_seq,
+		       (size_t)b->max_blocks_per_seq * sizeof(int32_t));
+		e->sb_ctx[ns] = b->context_lens[i];
+		tok += n;
+		e->sb_cu[++ns] = tok;
+		if (e->rowof[i] >= 0) {
+			e->sb_lrows[nl] = tok - 1 - (t0 + n - 1 - b->logits_rows[e->rowof[i]]);
+			e->sb_map[nl++] = e->rowof[i];
+		}
+	}
+	*out = (rg_step_batch){
+		.n_tokens = tok, .tokens = e->sb_tok, .positions = e->sb_pos, .n_seq = ns,
+		.cu_seqlens_q = e->sb_cu, .context_lens = e->sb_ctx,
+		.max_blocks_per_seq = b->max_blocks_per_seq, .block_tables = e->sb_tab,
+		.slot_mapping = e->sb_slot, .n_logits = nl, .logits_rows = e->sb_lrows,
+	};
+}
+
+/* A step with beam rows (no lock held): the other sequences sampled on the device
+ * (rg_model_step_sample, their results scattered to the plan's rows), then the beam groups'
+ * sequences with their rows' logits to e->blogits (e->brow[plan row]). Both write disjoint KV
+ * slots of the same cache. */
+static rg_status step_split(rg_gen_engine *e, const rg_iter_plan *pl, int top_n)
+{
+	rg_step_batch sb;
+	rg_status st = RG_OK;
+
+	sub_batch(e, pl, false, &sb);
+	if (sb.n_seq > 0 && sb.n_logits > 0) {
+		for (int k = 0; k < sb.n_logits; k++)
+			e->rows2[k] = e->rows[e->sb_map[k]];
+		st = rg_model_step_sample(e->m, &sb, e->rows2, e->ids2, e->lps2, top_n,
+					  top_n ? e->top_ids2 : NULL, top_n ? e->top_lps2 : NULL);
+		for (int k = 0; st == RG_OK && k < sb.n_logits; k++) {
+			int r = e->sb_map[k];
+
+			e->ids[r] = e->ids2[k];
+			e->lps[r] = e->lps2[k];
+			memcpy(e->top_ids + (size_t)r * top_n, e->top_ids2 + (size_t)k * top_n,
+			       (size_t)top_n * sizeof(int32_t));
+			memcpy(e->top_lps + (size_t)r * top_n, e->top_lps2 + (size_t)k * top_n,
+			       (size_t)top_n * sizeof(float));
+		}
+	} else if (sb.n_seq > 0) {
+		st = rg_model_step(e->m, &sb, NULL);
+	}
+	if (st != RG_OK)
+		return st;
+	if (!e->blogits &&
+	    !(e->blogits = malloc((size_t)e->S * (size_t)e->vocab * sizeof(float))))
+		return rg_errorf(RG_ERR_OOM, "beam search: no memory for %d rows of logits", e->S);
+	sub_batch(e, pl, true, &sb);
+	for (int k = 0; k < sb.n_logits; k++) {
+		e->brow[e->sb_map[k]] = k;
+		e->ids[e->sb_map[k]] = 0;
+	}
+	return rg_model_step(e->m, &sb, e->blogits);
 }
 
 /* Fail every sequence of the plan's jobs after a model error (engine lock held). */
@@ -875,16 +1018,8 @@ static void *step_thread(void *arg)
 		int n_touched = 0, top_n = 0;
 		rg_status st;
 		char err[256] = "";
+		bool beam_rows = false;
 
-		if (e->beams) {
-			rg_gen_job *j = e->beams;
-
-			e->beams = j->next;
-			pthread_mutex_unlock(&e->mu);
-			run_beam(e, j);
-			pthread_mutex_lock(&e->mu);
-			continue;
-		}
 		sweep(e, now);
 		if (rg_iter_schedule(e->it, now, &plan) != RG_OK)
 			break; /* cannot happen: every plan is reported */
@@ -915,7 +1050,13 @@ static void *step_thread(void *arg)
 			int i;
 			rg_gen_job *j = job_of(e, plan.seq_ids[plan.logits_seq[r]], &i);
 
-			if (j) {
+			if (plan.beam_slot[plan.logits_seq[r]] >= 0) {
+				/* a beam group's row: its logits go to the search */
+				e->rows[r] = (rg_row_sampling){.top_p = 1, .repetition_penalty = 1};
+				beam_rows = true;
+				if (j && j->queue_ms == 0)
+					j->queue_ms = now - j->arrival_ms;
+			} else if (j) {
 				row_params(e, r, j, i, &e->rows[r]);
 				if (j->n_top > top_n)
 					top_n = j->n_top;
@@ -933,7 +1074,9 @@ static void *step_thread(void *arg)
 		if (plan.n_copies > 0)
 			st = rg_model_kv_copy_blocks(e->m, plan.copy_src, plan.copy_dst,
 						     plan.n_copies);
-		if (st == RG_OK) {
+		if (st == RG_OK && beam_rows) {
+			st = step_split(e, &plan, top_n);
+		} else if (st == RG_OK) {
 			if (plan.batch.n_logits > 0)
 				st = rg_model_step_sample(e->m, &plan.batch, e->rows, e->ids, e->lps,
 							  top_n, top_n ? e->top_ids : NULL,
@@ -961,7 +1104,7 @@ static void *step_thread(void *arg)
 				float topl[RG_GEN_MAX_LOGPROBS];
 
 				e->stops[r] = false;
-				if (!j)
+				if (!j || plan.beam_slot[plan.logits_seq[r]] >= 0)
 					continue;
 				for (int k = 0; k < j->n_top; k++) {
 					tops[k] = e->top_ids[(size_t)r * top_n + k];
@@ -971,6 +1114,8 @@ static void *step_thread(void *arg)
 							now);
 				touch(e, j, &n_touched);
 			}
+			if (beam_rows)
+				beam_steps(e, &plan);
 			rg_iter_update(e->it, e->ids, e->stops, now, step_ms);
 			pthread_mutex_lock(&e->mmu);
 			e->met.steps++;
@@ -1114,6 +1259,29 @@ rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *p, 
 	e->pen_prompt = calloc(S * (size_t)e->max_context, sizeof(*e->pen_prompt));
 	e->pen_keys = calloc((size_t)e->max_context, sizeof(*e->pen_keys));
 	e->touched = calloc(S, sizeof(*e->touched));
+	e->B = ip.max_num_batched_tokens;
+	e->MB = (e->max_context + e->p.block_size - 1) / e->p.block_size;
+	e->sb_tok = calloc((size_t)e->B, sizeof(int32_t));
+	e->sb_pos = calloc((size_t)e->B, sizeof(int32_t));
+	e->sb_slot = calloc((size_t)e->B, sizeof(int32_t));
+	e->sb_cu = calloc(S + 1, sizeof(int32_t));
+	e->sb_ctx = calloc(S + 1, sizeof(int32_t));
+	e->sb_lrows = calloc(S + 1, sizeof(int32_t));
+	e->sb_map = calloc(S + 1, sizeof(int32_t));
+	e->sb_tab = calloc(S * (size_t)e->MB, sizeof(int32_t));
+	e->rowof = calloc(S, sizeof(int32_t));
+	e->rows2 = calloc(S, sizeof(*e->rows2));
+	e->ids2 = calloc(S, sizeof(int32_t));
+	e->lps2 = calloc(S, sizeof(float));
+	e->top_ids2 = calloc(S * RG_GEN_MAX_LOGPROBS, sizeof(int32_t));
+	e->top_lps2 = calloc(S * RG_GEN_MAX_LOGPROBS, sizeof(float));
+	e->brow = calloc(S, sizeof(int32_t));
+	if (!e->sb_tok || !e->sb_pos || !e->sb_slot || !e->sb_cu || !e->sb_ctx || !e->sb_lrows ||
+	    !e->sb_map || !e->sb_tab || !e->rowof || !e->rows2 || !e->ids2 || !e->lps2 ||
+	    !e->top_ids2 || !e->top_lps2 || !e->brow) {
+		*st = rg_errorf(RG_ERR_OOM, "generation engine: out of memory");
+		goto fail;
+	}
 	if (!e->rows || !e->ids || !e->lps || !e->top_ids || !e->top_lps || !e->stops ||
 	    !e->pen_ids || !e->pen_counts || !e->pen_prompt || !e->pen_keys || !e->touched) {
 		*st = rg_errorf(RG_ERR_OOM, "generation engine: out of memory");
@@ -1159,7 +1327,7 @@ bool rg_gen_engine_idle(rg_gen_engine *e)
 	bool idle;
 
 	pthread_mutex_lock(&e->mu);
-	idle = e->n_live == 0 && !e->beams;
+	idle = e->n_live == 0;
 	pthread_mutex_unlock(&e->mu);
 	return idle;
 }
@@ -1179,7 +1347,7 @@ void rg_gen_engine_stop(rg_gen_engine *e)
 			bool idle;
 
 			pthread_mutex_lock(&e->mu);
-			idle = e->n_live == 0 && !e->beams;
+			idle = e->n_live == 0;
 			pthread_cond_broadcast(&e->cv);
 			pthread_mutex_unlock(&e->mu);
 			if (idle)
@@ -1218,6 +1386,22 @@ void rg_gen_engine_free(rg_gen_engine *e)
 	free(e->pen_prompt);
 	free(e->pen_keys);
 	free(e->touched);
+	free(e->sb_tok);
+	free(e->sb_pos);
+	free(e->sb_slot);
+	free(e->sb_cu);
+	free(e->sb_ctx);
+	free(e->sb_lrows);
+	free(e->sb_map);
+	free(e->sb_tab);
+	free(e->rowof);
+	free(e->rows2);
+	free(e->ids2);
+	free(e->lps2);
+	free(e->top_ids2);
+	free(e->top_lps2);
+	free(e->blogits);
+	free(e->brow);
 	pthread_mutex_destroy(&e->mu);
 	pthread_mutex_destroy(&e->mmu);
 	pthread_cond_destroy(&e->cv);

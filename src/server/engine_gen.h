@@ -14,10 +14,13 @@
  *       finished sequences closed; unlock; owners notified.
  * Admission (rg_gen_engine_submit) runs rg_iter_add under the engine lock from the caller's
  * thread, so a request that cannot meet its TTFT / TPOT target is refused at once (429).
- * Beam search requests (num_beams > 1) run whole on the step thread through src/gen/generate.h
- * rg_gen_run over the engine's KV pool, between two steps: they stall the other streams for
- * their duration (a documented limitation; beams in the step loop come with encoder-decoder
- * models).
+ * Beam search requests (num_beams > 1) run inside the step loop as the scheduler's beam groups
+ * (src/sched/iter.h): prefilled once, then their beams decode beside every other stream, one
+ * step of the search (src/gen/beam.h, as rg_gen_run runs it: rg_gen_beam_init) per engine step,
+ * the beams forking block tables copy-on-write. A step that holds beam rows runs as two model
+ * calls over the same KV cache: the other sequences through rg_model_step_sample, the beam
+ * groups' sequences through rg_model_step (their rows' full logits to the host, where the search
+ * runs). The answer comes when the search ends (no streaming of beams).
  *
  * Job life (the owner's contract): the owner fills the job (rg_gen_job_new) and submits it; the
  * engine then holds a reference until it calls notify(job, true) (the last call). Output is
@@ -120,7 +123,7 @@ struct rg_gen_job {
 	uint64_t base_id;        /* sequence i is iter request base_id + i */
 	struct gen_seq_state *st; /* (n_seqs) the engine's per-sequence state */
 	rg_gen_job *next;        /* the engine's job lists */
-	bool beam_pending;
+	struct rg_beam_search *beam; /* a beam job's search, stepped by the step thread */
 };
 
 /* A job of n_seqs sequences with zeroed outputs and one reference (the owner's); gp defaults

@@ -262,6 +262,126 @@ def test_beam_search(srv, gen, tok):
     assert got == [tok.decode(w["ids"]) for w in want]
 
 
+def test_beams_in_the_step_loop(model_dir, gen, tok):
+    """Beam search runs inside the step loop (the scheduler's beam groups): a 30-token beam
+    search is running when a greedy stream of 5 tokens arrives, and the stream ends first (the
+    old engine ran a beam request whole between two steps, so the stream waited for it). Then 4
+    beam requests (3 beams / 2 returned, 4 / 1 with length_penalty 0.5, 2 / 2 with early
+    stopping, 3 / 3) and 6 greedy ones at once, in blocks of 4 tokens (beam forks share
+    partially filled blocks, copy-on-write) and steps of 16 tokens (chunked prefill): every beam
+    answer equals the same search by rg_generate alone (ragged.Generator), every greedy one its
+    prompt alone, and every KV block is back at the end (prefix caching off, so that none stays
+    cached)."""
+    s = Server(model_dir, "--max-num-seqs", 16, "--max-num-batched-tokens", 16, "--block-size",
+               4, "--kv-cache-bytes", 4 << 20, "--step-delay-ms", 5, "--no-prefix-caching")
+    try:
+        ids0 = tok.encode(PROMPTS[2]).ids
+        res = {}
+
+        def post(key, body):
+            t0 = time.monotonic()
+            st, out = s.post_json("/v1/completions", body)
+            res[key] = (st, out, t0, time.monotonic())
+        long_beam = {"prompt": ids0, "max_tokens": 30, "n": 1, "use_beam_search": True,
+                     "best_of": 3, "temperature": 0, "ignore_eos": True}
+        tb = threading.Thread(target=post, args=("beam", long_beam))
+        tb.start()
+        deadline = time.monotonic() + 30
+        while s.metrics()["ragged_gen_num_requests_running"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        ids1 = tok.encode(PROMPTS[1]).ids
+        post("greedy", {"prompt": ids1, "max_tokens": 5, "temperature": 0, "ignore_eos": True})
+        tb.join(120)
+        st, out, _, t_beam = res["beam"]
+        assert st == 200, out
+        want = gen.generate([ids0], max_tokens=30, num_beams=3, n=1)
+        assert out["choices"][0]["text"] == tok.decode(want[0]["ids"])
+        st, out, _, t_greedy = res["greedy"]
+        assert st == 200, out
+        assert out["choices"][0]["text"] == tok.decode(alone(gen, ids1, 5))
+        assert t_greedy < t_beam, "the greedy stream waited for the beam search"
+
+        beams = [(PROMPTS[0], 3, 2, {}), (PROMPTS[3], 4, 1, {"length_penalty": 0.5}),
+                 (PROMPTS[4], 2, 2, {"early_stopping": True}), (PROMPTS[5], 3, 3, {})]
+        greedy = [(p, 4 + 3 * k) for k, p in enumerate(PROMPTS)]
+        res.clear()
+        th = []
+        for k, (p, nb, n, extra) in enumerate(beams):
+            body = {"prompt": tok.encode(p).ids, "max_tokens": 12, "n": n, "best_of": nb,
+                    "use_beam_search": True, "temperature": 0, **extra}
+            th.append(threading.Thread(target=post, args=(("b", k), body)))
+        for k, (p, n) in enumerate(greedy):
+            body = {"prompt": tok.encode(p).ids, "max_tokens": n, "temperature": 0,
+                    "ignore_eos": True}
+            th.append(threading.Thread(target=post, args=(("g", k), body)))
+        for t in th:
+            t.start()
+        for t in th:
+            t.join(120)
+        for k, (p, nb, n, extra) in enumerate(beams):
+            st, out, _, _ = res[("b", k)]
+            assert st == 200, out
+            kw = {"length_penalty": extra.get("length_penalty", 1.0),
+                  "early_stopping": extra.get("early_stopping", False)}
+            want = gen.generate([tok.encode(p).ids], max_tokens=12, num_beams=nb, n=n, **kw)
+            assert [c["text"] for c in out["choices"]] == [tok.decode(w["ids"]) for w in want], k
+        for k, (p, n) in enumerate(greedy):
+            st, out, _, _ = res[("g", k)]
+            assert st == 200, out
+            assert out["choices"][0]["text"] == tok.decode(alone(gen, tok.encode(p).ids, n)), k
+        m = s.metrics()
+        assert m["ragged_gen_num_requests_running"] == 0
+        assert m["ragged_gen_kv_blocks_used"] == 0
+    finally:
+        s.stop()
+
+
+def test_beams_preempted_and_restarted(model_dir, gen, tok):
+    """A KV cache of 40 blocks of 4 tokens for 2 beam searches of 3 beams and 5 greedy streams
+    of up to 40 tokens: sequences are preempted, and every answer still equals its request
+    alone; every block comes back. The beam searches arrive last, so that they are the newest
+    and the first preempted: a beam group goes whole and its search restarts from the prompt
+    (2 restarts in each of 3 runs when this was written, seen with a debug print; the metrics
+    count preemptions, not whose)."""
+    s = Server(model_dir, "--max-num-seqs", 12, "--max-num-batched-tokens", 32, "--block-size",
+               4, "--kv-cache-bytes", 40 * 4 * 2 * 2 * 32 * 4, "--max-model-len", 128,
+               "--no-prefix-caching", "--step-delay-ms", 10)
+    try:
+        # the beam searches come last, so that they are the newest: preemption takes them
+        jobs = [(tok.encode(PROMPTS[0] * 2).ids, False)] * 2
+        jobs += [(tok.encode(PROMPTS[k]).ids, k >= 3) for k in range(5)]
+        res = [None] * len(jobs)
+
+        def run(k):
+            ids, beam = jobs[k]
+            body = {"prompt": ids, "max_tokens": 20, "temperature": 0, "ignore_eos": True}
+            if beam:
+                body.update({"use_beam_search": True, "best_of": 3, "n": 2})
+            res[k] = s.post_json("/v1/completions", body)
+        th = [threading.Thread(target=run, args=(k,)) for k in range(len(jobs))]
+        for k, t in enumerate(th):
+            if jobs[k][1]:
+                time.sleep(0.05)
+            t.start()
+        for t in th:
+            t.join(120)
+        for k, (ids, beam) in enumerate(jobs):
+            st, out = res[k]
+            assert st == 200, out
+            if beam:
+                want = [tok.decode(w["ids"]) for w in
+                        gen.generate([ids], max_tokens=20, num_beams=3, n=2)]
+            else:
+                want = [tok.decode(alone(gen, ids, 20))]
+            assert [c["text"] for c in out["choices"]] == want, k
+        m = s.metrics()
+        assert m["ragged_gen_preemptions_total"] > 0
+        assert m["ragged_gen_kv_blocks_used"] == 0
+        assert m["ragged_gen_num_requests_running"] == 0
+    finally:
+        s.stop()
+
+
 # ---- errors ------------------------------------------------------------------------------------
 
 def test_bad_requests(srv):
