@@ -518,8 +518,22 @@ enum { STEP_LOGITS = 0, STEP_ARGMAX = 1, STEP_SAMPLE = 2 };
 /* The tail of a step on the device, after the forward: for the n_logits wanted rows (their
  * indices rows_d, backend memory), RG_LOGITS_CHUNK at a time: gather the final norm's rows, one
  * GEMM against the LM head, then either (STEP_LOGITS) copy the chunk to lg (pinned or plain
- * host memory, act dtype; lg NULL: into logits f32 directly, synchronously) or (STEP_ARGMAX) the
- * greedy id and its log-prob into am_d. Capturable in a graph when lg is pinned. */
+ * host memory, act dtype; lg NULL: into logits f32 directly, synchronously), (STEP_ARGMAX) the
+ * greedy id and its log-prob into am_d, or (STEP_SAMPLE) the sampler, after copying the chunk
+ * into logits f32 when logits is not NULL (synchronously: never in a graph). Capturable in a
+ * graph when lg is pinned and logits NULL. */
+static rg_status logits_download(rg_model *m, float *dst, size_t n)
+{
+	rg_status s;
+
+	if (m->esz == 4)
+		return rg_backend_download(m->be, dst, m->dec.a[RG_D_LOGITS], n * 4);
+	s = rg_backend_download(m->be, (char *)dst + 2 * n, m->dec.a[RG_D_LOGITS], n * 2);
+	if (s == RG_OK)
+		rg_widen16_tail(dst, n, rg_backend_dtype(m->be));
+	return s;
+}
+
 static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int mode,
 			   float *logits, void *lg)
 {
@@ -546,6 +560,8 @@ static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int
 		if (mode >= STEP_SAMPLE) {
 			const rg_sample_args a = rg_dec_sample_args(m, r0, mode - STEP_SAMPLE);
 
+			if (logits && (s = logits_download(m, logits + (size_t)r0 * V, n)) != RG_OK)
+				return s;
 			if ((s = rg_op_sample_rows(m->be, m->dec.a[RG_D_LOGITS], nr, V, &a)) != RG_OK)
 				return s;
 			continue;
@@ -556,20 +572,8 @@ static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int
 				return s;
 			continue;
 		}
-		{
-			float *dst = logits + (size_t)r0 * V;
-
-			if (m->esz == 4) {
-				s = rg_backend_download(m->be, dst, m->dec.a[RG_D_LOGITS], n * 4);
-			} else {
-				s = rg_backend_download(m->be, (char *)dst + 2 * n,
-							m->dec.a[RG_D_LOGITS], n * 2);
-				if (s == RG_OK)
-					rg_widen16_tail(dst, n, rg_backend_dtype(m->be));
-			}
-			if (s != RG_OK)
-				return s;
-		}
+		if ((s = logits_download(m, logits + (size_t)r0 * V, n)) != RG_OK)
+			return s;
 	}
 	if (mode == STEP_ARGMAX && n_logits > 0) {
 		if ((s = rg_backend_download_async(m->be, m->dec.am_h, m->dec.am_d,
@@ -791,7 +795,8 @@ static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *
 		return s;
 	if (mode >= STEP_SAMPLE && (s = rg_dec_sample_check(m, b->n_logits, io)) != RG_OK)
 		return s;
-	if (graph_eligible(m, b)) {
+	/* graphs take no logits out of a sampling step (rg_model_step_sample_logits runs eagerly) */
+	if (graph_eligible(m, b) && !(mode >= STEP_SAMPLE && logits)) {
 		const int B = graph_bucket(b->n_seq);
 		const int max_mb = (m->dec.cfg.max_position_embeddings + m->dec.block_size - 1) /
 				   m->dec.block_size;
@@ -883,4 +888,21 @@ rg_status rg_model_step_sample(rg_model *m, const rg_step_batch *b,
 				 "[0, %d]", top_n, RG_SAMPLE_MAX_TOP);
 	return step_run(m, b, STEP_SAMPLE + top_n, NULL, ids, logprobs, &io,
 			"rg_model_step_sample");
+}
+
+rg_status rg_model_step_sample_logits(rg_model *m, const rg_step_batch *b,
+				      const rg_row_sampling *params, int32_t *ids,
+				      float *logprobs, int top_n, int32_t *top_ids,
+				      float *top_logprobs, float *logits)
+{
+	const rg_dec_sample_io io = {params, top_n, top_ids, top_logprobs};
+
+	if (top_n < 0 || top_n > RG_SAMPLE_MAX_TOP)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_step_sample_logits: top_n %d must "
+				 "be in [0, %d]", top_n, RG_SAMPLE_MAX_TOP);
+	if (!logits && b && b->n_logits > 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_step_sample_logits: logits is "
+				 "NULL");
+	return step_run(m, b, STEP_SAMPLE + top_n, logits, ids, logprobs, &io,
+			"rg_model_step_sample_logits");
 }

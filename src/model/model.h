@@ -263,6 +263,18 @@ rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float s
 /* Free every captured decode graph (buffers they read are about to change). */
 void rg_dec_graphs_free(rg_model *m);
 
+/* rg_model_step_sample that also returns the logits it sampled from: logits (n_logits,
+ * vocab_size) f32 host, caller-owned, row r as rg_model_step gives it (before bias, penalties and
+ * temperature). One forward for a step whose rows are partly sampled and partly searched on the
+ * host (the serving engine's beam groups beside other streams). Never a CUDA graph: the step
+ * runs eagerly, with a synchronous copy of each chunk of RG_LOGITS_CHUNK rows before its
+ * sampling. Errors: rg_model_step_sample's, and RG_ERR_INVALID_INPUT for logits NULL with
+ * n_logits > 0. */
+RG_TEST_API rg_status rg_model_step_sample_logits(rg_model *m, const rg_step_batch *b,
+						  const rg_row_sampling *params, int32_t *ids,
+						  float *logprobs, int top_n, int32_t *top_ids,
+						  float *top_logprobs, float *logits);
+
 /* rg_model_step_sample (decoder_sample.c): parameters in, top-N outputs. */
 typedef struct rg_dec_sample_io {
 	const rg_row_sampling *params; /* (n_logits) */

@@ -79,17 +79,7 @@ struct rg_gen_engine {
 	uint8_t *pen_prompt;
 	int32_t *pen_keys;         /* (max_context) sort scratch */
 	rg_gen_job **touched;      /* (S) jobs with new output this step */
-	/* a step with beam rows runs as two sub-batches (step_split) */
-	int B, MB;                 /* max_num_batched_tokens, block-table width */
-	int32_t *sb_tok, *sb_pos, *sb_slot;          /* (B) */
-	int32_t *sb_cu, *sb_ctx, *sb_lrows, *sb_map; /* (S + 1) */
-	int32_t *sb_tab;                             /* (S, MB) */
-	int32_t *rowof;                              /* (S) plan sequence -> its logits row */
-	rg_row_sampling *rows2;                      /* (S) the other rows' parameters */
-	int32_t *ids2, *top_ids2;                    /* (S), (S, RG_GEN_MAX_LOGPROBS) */
-	float *lps2, *top_lps2;
-	float *blogits;                              /* (S, vocab) beam rows' logits, lazily */
-	int32_t *brow;                               /* (S) plan row -> its row of blogits */
+	float *blogits;            /* (S, vocab) a step's logits when it holds beam rows, lazily */
 
 	pthread_mutex_t mmu;       /* the metrics */
 	gen_metrics met;
@@ -837,7 +827,7 @@ static void beam_job_end(rg_gen_engine *e, rg_gen_job *j, rg_iter_finish reason)
 }
 
 /* The beam groups of the plan (engine lock held): for each beam job with rows, one step of its
- * search on its rows' logits (e->blogits through e->brow), in slot order; the search starts
+ * search on its rows' logits (e->blogits, row r for the plan's logits row r), in slot order; the search starts
  * (again, after a preemption) when its prompt's row comes. The next beams go to the scheduler,
  * or, when the search is done, a stop on its rows. A failing search aborts its job. */
 static void beam_steps(rg_gen_engine *e, const rg_iter_plan *pl)
@@ -878,7 +868,7 @@ static void beam_steps(rg_gen_engine *e, const rg_iter_plan *pl)
 		}
 		for (int r = r0; st == RG_OK && r < b->n_logits; r++) {
 			int q = pl->logits_seq[r];
-			const float *row = e->blogits + (size_t)e->brow[r] * e->vocab;
+			const float *row = e->blogits + (size_t)r * e->vocab;
 
 			if (pl->seq_ids[q] != id)
 				continue;
@@ -907,87 +897,6 @@ static void beam_steps(rg_gen_engine *e, const rg_iter_plan *pl)
 				if (pl->seq_ids[pl->logits_seq[r]] == id)
 					e->stops[r] = true;
 	}
-}
-
-/* The sequences of the plan that are (beams true) or are not beam-group members, as a step
- * batch over the same KV slots in e->sb_* (their order kept); e->sb_map[k]: the plan's logits
- * row of the sub-batch's row k. */
-static void sub_batch(rg_gen_engine *e, const rg_iter_plan *pl, bool beams, rg_step_batch *out)
-{
-	const rg_step_batch *b = &pl->batch;
-	int tok = 0, ns = 0, nl = 0;
-
-	for (int i = 0; i < b->n_seq; i++)
-		e->rowof[i] = -1;
-	for (int r = 0; r < b->n_logits; r++)
-		e->rowof[pl->logits_seq[r]] = r;
-	e->sb_cu[0] = 0;
-	for (int i = 0; i < b->n_seq; i++) {
-		int t0 = b->cu_seqlens_q[i], n = b->cu_seqlens_q[i + 1] - t0;
-
-		if ((pl->beam_slot[i] >= 0) != beams)
-			continue;
-		memcpy(e->sb_tok + tok, b->tokens + t0, (size_t)n * sizeof(int32_t));
-		memcpy(e->sb_pos + tok, b->positions + t0, (size_t)n * sizeof(int32_t));
-		memcpy(e->sb_slot + tok, b->slot_mapping + t0, (size_t)n * sizeof(int32_t));
-		memcpy(e->sb_tab + (size_t)ns * b->max_blocks_per_seq,
-		       b->block_tables + (size_t)i * b->max_blocks_per_seq,
-		       (size_t)b->max_blocks_per_seq * sizeof(int32_t));
-		e->sb_ctx[ns] = b->context_lens[i];
-		tok += n;
-		e->sb_cu[++ns] = tok;
-		if (e->rowof[i] >= 0) {
-			e->sb_lrows[nl] = tok - 1 - (t0 + n - 1 - b->logits_rows[e->rowof[i]]);
-			e->sb_map[nl++] = e->rowof[i];
-		}
-	}
-	*out = (rg_step_batch){
-		.n_tokens = tok, .tokens = e->sb_tok, .positions = e->sb_pos, .n_seq = ns,
-		.cu_seqlens_q = e->sb_cu, .context_lens = e->sb_ctx,
-		.max_blocks_per_seq = b->max_blocks_per_seq, .block_tables = e->sb_tab,
-		.slot_mapping = e->sb_slot, .n_logits = nl, .logits_rows = e->sb_lrows,
-	};
-}
-
-/* A step with beam rows (no lock held): the other sequences sampled on the device
- * (rg_model_step_sample, their results scattered to the plan's rows), then the beam groups'
- * sequences with their rows' logits to e->blogits (e->brow[plan row]). Both write disjoint KV
- * slots of the same cache. */
-static rg_status step_split(rg_gen_engine *e, const rg_iter_plan *pl, int top_n)
-{
-	rg_step_batch sb;
-	rg_status st = RG_OK;
-
-	sub_batch(e, pl, false, &sb);
-	if (sb.n_seq > 0 && sb.n_logits > 0) {
-		for (int k = 0; k < sb.n_logits; k++)
-			e->rows2[k] = e->rows[e->sb_map[k]];
-		st = rg_model_step_sample(e->m, &sb, e->rows2, e->ids2, e->lps2, top_n,
-					  top_n ? e->top_ids2 : NULL, top_n ? e->top_lps2 : NULL);
-		for (int k = 0; st == RG_OK && k < sb.n_logits; k++) {
-			int r = e->sb_map[k];
-
-			e->ids[r] = e->ids2[k];
-			e->lps[r] = e->lps2[k];
-			memcpy(e->top_ids + (size_t)r * top_n, e->top_ids2 + (size_t)k * top_n,
-			       (size_t)top_n * sizeof(int32_t));
-			memcpy(e->top_lps + (size_t)r * top_n, e->top_lps2 + (size_t)k * top_n,
-			       (size_t)top_n * sizeof(float));
-		}
-	} else if (sb.n_seq > 0) {
-		st = rg_model_step(e->m, &sb, NULL);
-	}
-	if (st != RG_OK)
-		return st;
-	if (!e->blogits &&
-	    !(e->blogits = malloc((size_t)e->S * (size_t)e->vocab * sizeof(float))))
-		return rg_errorf(RG_ERR_OOM, "beam search: no memory for %d rows of logits", e->S);
-	sub_batch(e, pl, true, &sb);
-	for (int k = 0; k < sb.n_logits; k++) {
-		e->brow[e->sb_map[k]] = k;
-		e->ids[e->sb_map[k]] = 0;
-	}
-	return rg_model_step(e->m, &sb, e->blogits);
 }
 
 /* Fail every sequence of the plan's jobs after a model error (engine lock held). */
@@ -1075,7 +984,18 @@ static void *step_thread(void *arg)
 			st = rg_model_kv_copy_blocks(e->m, plan.copy_src, plan.copy_dst,
 						     plan.n_copies);
 		if (st == RG_OK && beam_rows) {
-			st = step_split(e, &plan, top_n);
+			/* one forward: every row sampled on the device, the rows' logits kept for
+			 * the beam groups' searches */
+			if (!e->blogits && !(e->blogits = malloc((size_t)e->S * (size_t)e->vocab *
+								 sizeof(float))))
+				st = rg_errorf(RG_ERR_OOM, "beam search: no memory for %d rows of "
+					       "logits", e->S);
+			else
+				st = rg_model_step_sample_logits(e->m, &plan.batch, e->rows, e->ids,
+								 e->lps, top_n,
+								 top_n ? e->top_ids : NULL,
+								 top_n ? e->top_lps : NULL,
+								 e->blogits);
 		} else if (st == RG_OK) {
 			if (plan.batch.n_logits > 0)
 				st = rg_model_step_sample(e->m, &plan.batch, e->rows, e->ids, e->lps,
@@ -1259,29 +1179,6 @@ rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *p, 
 	e->pen_prompt = calloc(S * (size_t)e->max_context, sizeof(*e->pen_prompt));
 	e->pen_keys = calloc((size_t)e->max_context, sizeof(*e->pen_keys));
 	e->touched = calloc(S, sizeof(*e->touched));
-	e->B = ip.max_num_batched_tokens;
-	e->MB = (e->max_context + e->p.block_size - 1) / e->p.block_size;
-	e->sb_tok = calloc((size_t)e->B, sizeof(int32_t));
-	e->sb_pos = calloc((size_t)e->B, sizeof(int32_t));
-	e->sb_slot = calloc((size_t)e->B, sizeof(int32_t));
-	e->sb_cu = calloc(S + 1, sizeof(int32_t));
-	e->sb_ctx = calloc(S + 1, sizeof(int32_t));
-	e->sb_lrows = calloc(S + 1, sizeof(int32_t));
-	e->sb_map = calloc(S + 1, sizeof(int32_t));
-	e->sb_tab = calloc(S * (size_t)e->MB, sizeof(int32_t));
-	e->rowof = calloc(S, sizeof(int32_t));
-	e->rows2 = calloc(S, sizeof(*e->rows2));
-	e->ids2 = calloc(S, sizeof(int32_t));
-	e->lps2 = calloc(S, sizeof(float));
-	e->top_ids2 = calloc(S * RG_GEN_MAX_LOGPROBS, sizeof(int32_t));
-	e->top_lps2 = calloc(S * RG_GEN_MAX_LOGPROBS, sizeof(float));
-	e->brow = calloc(S, sizeof(int32_t));
-	if (!e->sb_tok || !e->sb_pos || !e->sb_slot || !e->sb_cu || !e->sb_ctx || !e->sb_lrows ||
-	    !e->sb_map || !e->sb_tab || !e->rowof || !e->rows2 || !e->ids2 || !e->lps2 ||
-	    !e->top_ids2 || !e->top_lps2 || !e->brow) {
-		*st = rg_errorf(RG_ERR_OOM, "generation engine: out of memory");
-		goto fail;
-	}
 	if (!e->rows || !e->ids || !e->lps || !e->top_ids || !e->top_lps || !e->stops ||
 	    !e->pen_ids || !e->pen_counts || !e->pen_prompt || !e->pen_keys || !e->touched) {
 		*st = rg_errorf(RG_ERR_OOM, "generation engine: out of memory");
@@ -1386,22 +1283,7 @@ void rg_gen_engine_free(rg_gen_engine *e)
 	free(e->pen_prompt);
 	free(e->pen_keys);
 	free(e->touched);
-	free(e->sb_tok);
-	free(e->sb_pos);
-	free(e->sb_slot);
-	free(e->sb_cu);
-	free(e->sb_ctx);
-	free(e->sb_lrows);
-	free(e->sb_map);
-	free(e->sb_tab);
-	free(e->rowof);
-	free(e->rows2);
-	free(e->ids2);
-	free(e->lps2);
-	free(e->top_ids2);
-	free(e->top_lps2);
 	free(e->blogits);
-	free(e->brow);
 	pthread_mutex_destroy(&e->mu);
 	pthread_mutex_destroy(&e->mmu);
 	pthread_cond_destroy(&e->cv);

@@ -17,10 +17,10 @@
  * Beam search requests (num_beams > 1) run inside the step loop as the scheduler's beam groups
  * (src/sched/iter.h): prefilled once, then their beams decode beside every other stream, one
  * step of the search (src/gen/beam.h, as rg_gen_run runs it: rg_gen_beam_init) per engine step,
- * the beams forking block tables copy-on-write. A step that holds beam rows runs as two model
- * calls over the same KV cache: the other sequences through rg_model_step_sample, the beam
- * groups' sequences through rg_model_step (their rows' full logits to the host, where the search
- * runs). The answer comes when the search ends (no streaming of beams).
+ * the beams forking block tables copy-on-write. A step that holds beam rows runs one forward
+ * through rg_model_step_sample_logits (src/model/model.h): every row sampled on the device and
+ * the rows' logits copied to the host, where the beam groups' searches run (such a step is never
+ * a CUDA graph). The answer comes when the search ends (no streaming of beams).
  *
  * Job life (the owner's contract): the owner fills the job (rg_gen_job_new) and submits it; the
  * engine then holds a reference until it calls notify(job, true) (the last call). Output is

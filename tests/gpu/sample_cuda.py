@@ -16,7 +16,8 @@ device), on the same inputs, no torch in the process (compute-sanitizer can watc
      log-probs within 1e-5;
   4. rg_model_step_sample on a random-weight Llama decoder on CUDA (fp32): 12 decode steps (CUDA
      graphs from the second), each row's id equal to tests/py/ref_sample.py's NumPy chain applied
-     to rg_model_step's logits of the same step with the same u.
+     to rg_model_step's logits of the same step with the same u; rg_model_step_sample_logits
+     (eager) giving the same ids and rg_model_step's logits.
 Exit status 0 when every case passes. SAMPLE_QUICK=1: fewer, smaller shapes and no model
 (for compute-sanitizer).
 Usage: RAGGED_LIB=build/libragged.so RAGGED_INTERNAL_LIB=build/libragged_internal.so \
@@ -262,7 +263,7 @@ def check_argmax(L, cpu, rng, M, N, gen, dt):
 
 def check_model_steps():
     """rg_model_step_sample on CUDA through graphed decode steps against the NumPy chain applied
-    to rg_model_step's logits of the same step."""
+    to rg_model_step's logits of the same step; rg_model_step_sample_logits equal to both."""
     import make_decoder
     from dec_util import Seqs
     from ragged_ctypes import Model, row_sampling
@@ -302,6 +303,14 @@ def check_model_steps():
                     penalty=([1, 2], [1, 0], [1, 1]), repetition_penalty=1.2),
                dict(temperature=1.0, u=float(rng.random()), bias=([3], [2.0]))]
         ids, lps, tid, _ = m.step_sample([row_sampling(**k) for k in kws], *args, top_n=3)
+        # rg_model_step_sample_logits (the serving engine's steps with beam rows; eager, never a
+        # graph): the same ids and the same logits as rg_model_step
+        kept = m.step_sample_logits([row_sampling(**k) for k in kws], *args, top_n=3)
+        if not (np.array_equal(kept[0], ids) and np.array_equal(kept[2], tid) and
+                np.allclose(kept[4], lg, rtol=1e-6, atol=1e-6)):
+            bad += 1
+            print(f"   step {step}: step_sample_logits differs: ids {kept[0]} vs {ids}, "
+                  f"max |logits diff| {np.max(np.abs(kept[4] - lg)):.3g}")
         for r, k in enumerate(kws):
             rid, rlp, rt, _ = ref_sample_chain(lg[r], top_n=3, **k)
             if ids[r] != rid or abs(lps[r] - rlp) > 1e-4 or tid[r].tolist() != rt.tolist():

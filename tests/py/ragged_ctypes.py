@@ -180,6 +180,9 @@ def lib():
         l.rg_model_step_sample.argtypes = [ctypes.c_void_p, ctypes.POINTER(StepBatch),
                                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                            ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+        l.rg_model_step_sample_logits.argtypes = [
+            ctypes.c_void_p, ctypes.POINTER(StepBatch), ctypes.c_void_p, ctypes.c_void_p,
+            ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         l.free.argtypes = [ctypes.c_void_p] if hasattr(l, "free") else None
         _lib = l
     return _lib
@@ -377,6 +380,11 @@ class Model:
         log-probs (n_logits, top_n))."""
         return self._step(("sample", params, top_n), *a, **kw)
 
+    def step_sample_logits(self, params, *a, top_n=0, **kw):
+        """rg_model_step_sample_logits: step_sample's four results and the logits sampled from,
+        (n_logits, vocab_size) float32."""
+        return self._step(("sample_logits", params, top_n), *a, **kw)
+
     def _step(self, argmax, tokens, positions, cu_seqlens_q, context_lens, block_tables, slot_mapping,
              logits_rows, n_tokens=None, n_seq=None):
         """rg_model_step: (n_logits, vocab_size) float32. block_tables: 2-D (n_seq,
@@ -398,17 +406,25 @@ class Model:
                       len(cl) if n_seq is None else n_seq, cu.ctypes.data, cl.ctypes.data,
                       bt.shape[1], bt.ctypes.data, sm.ctypes.data, len(lr), lr.ctypes.data)
         if isinstance(argmax, tuple):
-            _, params, top_n = argmax
+            kind, params, top_n = argmax
             arr = (RowSampling * max(len(params), 1))(*params)
             tid = np.full((max(len(lr), 1), max(top_n, 1)), -7, np.int32)
             tlp = np.full((max(len(lr), 1), max(top_n, 1)), np.nan, np.float32)
-            st = lib().rg_model_step_sample(self._h, ctypes.byref(b), arr, ids.ctypes.data,
-                                            lps.ctypes.data, top_n, tid.ctypes.data,
-                                            tlp.ctypes.data)
+            if kind == "sample_logits":
+                out = np.full((max(len(lr), 1), vocab), np.nan, np.float32)
+                st = lib().rg_model_step_sample_logits(self._h, ctypes.byref(b), arr,
+                                                       ids.ctypes.data, lps.ctypes.data, top_n,
+                                                       tid.ctypes.data, tlp.ctypes.data,
+                                                       out.ctypes.data)
+            else:
+                st = lib().rg_model_step_sample(self._h, ctypes.byref(b), arr, ids.ctypes.data,
+                                                lps.ctypes.data, top_n, tid.ctypes.data,
+                                                tlp.ctypes.data)
             if st != RG_OK:
                 raise _err(st)
             n = len(lr)
-            return ids[:n], lps[:n], tid[:n, :top_n], tlp[:n, :top_n]
+            res = ids[:n], lps[:n], tid[:n, :top_n], tlp[:n, :top_n]
+            return res + (out[:n],) if kind == "sample_logits" else res
         if argmax:
             st = lib().rg_model_step_argmax(self._h, ctypes.byref(b), ids.ctypes.data,
                                             lps.ctypes.data)

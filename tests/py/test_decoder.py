@@ -491,7 +491,8 @@ def test_step_sample_matches_a_numpy_chain(loaded):
     greedy, temperature + top-k, top-p + min-p with penalties and bias, in one mixed batch, each
     row's id, log-prob and top-5 equal to a NumPy chain applied to rg_model_step's logits with
     the same u; a sequence alone samples what it samples inside the batch; greedy equals
-    rg_model_step_argmax; bad parameters are refused by name."""
+    rg_model_step_argmax; rg_model_step_sample_logits gives the same and rg_model_step's logits;
+    bad parameters are refused by name."""
     m, cfg, w = loaded("llama_gqa_untied")
     V = cfg["vocab_size"]
     rng = np.random.default_rng(21)
@@ -521,6 +522,13 @@ def test_step_sample_matches_a_numpy_chain(loaded):
             assert tid[r, :len(rt)].tolist() == rt.tolist(), (u, r, tid[r], rt)
             assert np.all(tid[r, len(rt):] == -1) and np.all(np.isneginf(tlp[r, len(rt):]))
             assert np.all(np.abs(tlp[r, :len(rt)] - rtl) <= 1e-5 * np.maximum(1, np.abs(rtl)))
+    # rg_model_step_sample_logits (the serving engine's steps with beam rows): the same ids,
+    # log-probs and alternatives, and the logits rg_model_step gives
+    got = m.step_sample_logits([row_sampling(**k) for k in kws], *args, top_n=5)
+    want = m.step_sample([row_sampling(**k) for k in kws], *args, top_n=5)
+    for g, w_ in zip(got[:4], want):
+        assert np.array_equal(g, w_)
+    assert np.array_equal(got[4], logits)
     # batch invariance: sequence a alone (fresh blocks), its rows 6 and 2 with the same draws
     kws = [dict(temperature=0.7, top_k=5, u=0.41),
            dict(temperature=1.3, top_p=0.8, min_p=0.05, u=0.77, penalty=pen, bias=bias)]
