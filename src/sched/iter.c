@@ -435,6 +435,23 @@ static bool admit_head(rg_iter *s)
 	return true;
 }
 
+/* Entries of running that its requests may come to hold: a beam group counts its n_beams
+ * (it expands from one sequence to n_beams at its first beam step), others one. */
+static int running_room(const rg_iter *s)
+{
+	int n = 0;
+
+	for (int i = 0; i < s->n_running; i++) {
+		const iseq *q = s->running[i];
+
+		if (q->n_beams < 2)
+			n++;
+		else if (i == 0 || s->running[i - 1]->id != q->id)
+			n += q->n_beams; /* the group's first member (members are contiguous) */
+	}
+	return n;
+}
+
 static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
 {
 	int tok = 0, nl = 0, nc = 0, n_dec_seqs = 0, n_pf = 0;
@@ -539,9 +556,10 @@ rg_status rg_iter_schedule(rg_iter *s, double now_ms, rg_iter_plan *plan)
 		if (rem > 1 && q->dec < 0)
 			reserve_running(s, q, rem < s->budget ? rem : s->budget, &n_pre);
 	}
-	/* 3. waiting requests in order, none in a step that preempted */
+	/* 3. waiting requests in order, none in a step that preempted; a beam group takes room
+	 * for all its beams */
 	while (n_pre == 0 && s->n_waiting > 0 && s->n_dec < s->S && s->budget > 0 &&
-	       s->n_running + (s->waiting[0]->n_beams >= 2 ? s->waiting[0]->n_beams : 1) <= s->S)
+	       running_room(s) + (s->waiting[0]->n_beams >= 2 ? s->waiting[0]->n_beams : 1) <= s->S)
 		if (!admit_head(s))
 			break;
 	plan_fill(s, plan, n_pre);

@@ -211,8 +211,9 @@ RG_TEST_API rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const b
 
 /* The next beams of beam group id, whose rows are in the pending plan (call before
  * rg_iter_update, at most once per group and step; see the header): parent (n) the slot each
- * new beam j continues (-1: slot j not live; at the prompt's step every parent >= 0 continues
- * the prompt), token (n) its new token (>= 0 where parent >= 0);
+ * new beam j continues (-1: slot j not live after this step, rg_beam_slot_live false: the
+ * search may name a parent for a slot whose group it has just ended; at the prompt's step every
+ * parent >= 0 continues the prompt), token (n) its new token (>= 0 where parent >= 0);
  * n must be the group's n_beams. Copied. rg_iter_update re-seats the members; a parent that is
  * no live member, or one at max_tokens, ends the group there as an abort and the update returns
  * RG_ERR_INVALID_INPUT. Errors here (nothing stored): RG_ERR_INVALID_INPUT (no plan pending, id

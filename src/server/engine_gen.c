@@ -814,8 +814,8 @@ static void beam_job_end(rg_gen_engine *e, rg_gen_job *j, rg_iter_finish reason)
 			x->text_end[k] = x->text.len;
 		x->text_ready = x->text.len;
 	}
-	if (reason == RG_ITER_FINISH_ABORT && j->status == RG_OK)
-		j->status = st != RG_OK ? st : RG_ERR_BUSY;
+	if (st != RG_OK && j->status == RG_OK)
+		j->status = st; /* an abort (cancel, client gone, drain) keeps RG_OK: 503 */
 	j->n_running = 0;
 	j->st[0].live = false;
 	j->ended = true;
@@ -880,8 +880,13 @@ static void beam_steps(rg_gen_engine *e, const rg_iter_plan *pl)
 		}
 		if (st == RG_OK)
 			st = rg_beam_step(j->beam, rows, parent, token, &done);
-		if (st == RG_OK && !done)
+		if (st == RG_OK && !done) {
+			/* a diverse search's group that ended at this step has no next beams */
+			for (int k = 0; k < j->gp.num_beams; k++)
+				if (!rg_beam_slot_live(j->beam, k))
+					parent[k] = -1;
 			st = rg_iter_beam_next(e->it, id, parent, token, j->gp.num_beams);
+		}
 		if (st != RG_OK) {
 			char msg[200];
 

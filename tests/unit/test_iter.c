@@ -194,6 +194,9 @@ static void h_beam_steps(harness *h, const rg_iter_plan *pl, bool *stop)
 				if (pl->seq_ids[pl->logits_seq[r]] == id)
 					stop[r] = true;
 		} else {
+			for (int j = 0; j < q->n_beams; j++)
+				if (!rg_beam_slot_live(q->bs, j))
+					parent[j] = -1; /* its group ended at this step */
 			assert_int_equal(rg_iter_beam_next(h->s, id, parent, token, q->n_beams),
 					 RG_OK);
 		}
@@ -1034,11 +1037,12 @@ static void test_errors(void **state)
  * write): each search's hypotheses (ids and scores) equal the same search run directly on every
  * beam's whole context, the greedy outputs equal theirs, every block returns. Then the same
  * under block pressure, where groups are preempted and restarted (their searches start again
- * and give the same results), and with prefix caching off. */
+ * and give the same results), with prefix caching off, and with max_num_seqs 7 (a group is
+ * admitted only with room for all its beams, counting those of groups still in prefill). */
 static void test_beam_groups(void **state)
 {
 	(void)state;
-	for (int variant = 0; variant < 3; variant++) {
+	for (int variant = 0; variant < 4; variant++) {
 		harness h;
 		rg_iter_params p;
 		int32_t pr[40];
@@ -1048,7 +1052,9 @@ static void test_beam_groups(void **state)
 		rng = 0xbea4ull + (uint64_t)variant;
 		rg_iter_params_default(&p);
 		p.max_num_batched_tokens = 64;
-		p.max_num_seqs = 24;
+		/* variant 3: room for 7 sequences, so that admission must keep room for the beams
+		 * a group in prefill will fork into */
+		p.max_num_seqs = variant == 3 ? 7 : 24;
 		p.max_context = 96;
 		p.prefix_caching = variant != 2;
 		/* variant 1: 60 blocks for up to 16 requests of up to ~50 tokens, 4-beam groups
