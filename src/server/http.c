@@ -525,9 +525,10 @@ void rg_server_on_completed(void *cls, struct MHD_Connection *conn, void **con_c
 	if (!c)
 		return;
 	if (c->suspended && !atomic_load(&c->released)) {
-		/* Cannot happen: MHD never completes a suspended connection, and the engine is
-		 * stopped (every job released) before the daemon. Leak rather than free memory the
-		 * engine may still hold. */
+		/* Cannot happen: an embedding connection is released by its job's end before it
+		 * is resumed (a generation one as it is suspended: the engine holds only its
+		 * link), and the engine is stopped (every job released) before the daemon. Leak
+		 * rather than free memory the engine may still hold. */
 		fprintf(stderr, "ragged serve: BUG: connection completed while queued\n");
 		return;
 	}

@@ -920,7 +920,11 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 	}
 	c->resume = resume_whole;
 	c->suspended = true;
-	g->counted = false; /* resume_whole gives the count back */
+	/* the engine never touches c, only the link (whose conn rg_gen_conn_free clears under its
+	 * lock): MHD may complete c while it is suspended or just resumed (the client went away
+	 * and the socket closed before resume_whole ran), and then it must be freed */
+	atomic_store(&c->released, true);
+	g->counted = false; /* resume_whole, or the completion, gives the count back */
 	g->link->waiting = true;
 	MHD_suspend_connection(c->conn);
 	pthread_mutex_unlock(&g->link->mu);
