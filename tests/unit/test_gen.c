@@ -21,6 +21,7 @@
 #include "gen/generate.h"
 #include "gen/topk.h"
 #include "test_rng.h"
+#include "test_toy.h"
 
 /* ---- the toy model ---- */
 typedef struct toy {
@@ -29,25 +30,6 @@ typedef struct toy {
 	int fail_at;    /* step index that fails with RG_ERR_CUDA, -1 never */
 	int n_steps, n_copies, max_step_tokens_seen;
 } toy;
-
-static uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* logits of the next token after context ctx (n tokens) */
-static void toy_logits(int V, const int32_t *ctx, int n, float *out)
-{
-	uint64_t h = 0x12345678ull;
-
-	for (int q = 0; q < n; q++)
-		h = mix64(h ^ ((uint64_t)(ctx[q] + 1) | ((uint64_t)q << 32)));
-	for (int v = 0; v < V; v++)
-		out[v] = (float)((mix64(h + (uint64_t)v * 0x9e3779b97f4a7c15ull) >> 40) % 4096) /
-			 256.0f - 8.0f;
-}
 
 static rg_status toy_step(void *c, const rg_step_batch *b, float *logits)
 {

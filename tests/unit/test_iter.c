@@ -1,5 +1,5 @@
 /* Iteration-level scheduler (src/sched/iter.c) driven with a simulated clock, a simulated step
- * cost (a + b * tokens + c * pairs) and test_gen.c's toy model: the "KV cache" is an int per
+ * cost (a + b * tokens + c * pairs) and the toy model of test_toy.h: the "KV cache" is an int per
  * slot holding the token written there, and the logits of a row are a hash of ALL tokens of its
  * context read back through the plan's block table, so a wrong slot, block table, shared prefix
  * block or recompute changes the output. Every plan is checked against rg_step_batch's contract
@@ -23,48 +23,23 @@
 #include "gen/beam.h"
 #include "sched/iter.h"
 #include "test_rng.h"
+#include "test_toy.h"
 
 #define V 53
 #define MAXREQ 256
 #define NO_STOP (-1)
 
-static uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* the toy logits after context ctx (n tokens): out (V) */
-static void toy_logits(const int32_t *ctx, int n, float *out)
-{
-	uint64_t h = 0x12345678ull;
-
-	for (int q = 0; q < n; q++)
-		h = mix64(h ^ ((uint64_t)(ctx[q] + 1) | ((uint64_t)q << 32)));
-	for (int v = 0; v < V; v++)
-		out[v] = (float)((mix64(h + (uint64_t)v * 0x9e3779b97f4a7c15ull) >> 40) % 4096) /
-			 256.0f - 8.0f;
-}
-
-/* greedy next token after context ctx (n tokens): the argmax of test_gen.c's toy logits */
+/* greedy next token after context ctx (n tokens): the argmax of the toy logits (the first on
+ * ties) */
 static int32_t toy_next(const int32_t *ctx, int n)
 {
-	uint64_t h = 0x12345678ull;
+	float l[V];
 	int best = 0;
-	float bv = -1e30f;
 
-	for (int q = 0; q < n; q++)
-		h = mix64(h ^ ((uint64_t)(ctx[q] + 1) | ((uint64_t)q << 32)));
-	for (int v = 0; v < V; v++) {
-		float l = (float)((mix64(h + (uint64_t)v * 0x9e3779b97f4a7c15ull) >> 40) % 4096) /
-			  256.0f - 8.0f;
-
-		if (l > bv) {
-			bv = l;
+	toy_logits(V, ctx, n, l);
+	for (int v = 1; v < V; v++)
+		if (l[v] > l[best])
 			best = v;
-		}
-	}
 	return best;
 }
 
@@ -227,7 +202,7 @@ static void ref_beam(const req *q, req *out)
 			memcpy(ctx, q->prompt, (size_t)q->n * sizeof(int32_t));
 			memcpy(ctx + q->n, cur[first ? 0 : j], (size_t)len[first ? 0 : j] *
 			       sizeof(int32_t));
-			toy_logits(ctx, q->n + len[first ? 0 : j], lg + (size_t)j * V);
+			toy_logits(V, ctx, q->n + len[first ? 0 : j], lg + (size_t)j * V);
 			rows[j] = lg + (size_t)j * V;
 		}
 		assert_int_equal(rg_beam_step(bs, rows, parent, token, &done), RG_OK);
@@ -418,7 +393,7 @@ static bool h_step(harness *h)
 			assert_true(h->ctxbuf[q] >= 0);
 		}
 		if (h->r[pl.seq_ids[i]].n_beams >= 2) {
-			toy_logits(h->ctxbuf, pos + 1, h->rowbuf + (size_t)r * V);
+			toy_logits(V, h->ctxbuf, pos + 1, h->rowbuf + (size_t)r * V);
 			sampled[r] = 0; /* ignored: the beam step below gives the tokens */
 			stop[r] = false;
 			continue;
