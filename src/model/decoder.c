@@ -522,13 +522,15 @@ enum { STEP_LOGITS = 0, STEP_ARGMAX = 1, STEP_SAMPLE = 2 };
  * greedy id and its log-prob into am_d, or (STEP_SAMPLE) the sampler, after copying the chunk
  * into logits f32 when logits is not NULL (synchronously: never in a graph). Capturable in a
  * graph when lg is pinned and logits NULL. */
-static rg_status logits_download(rg_model *m, float *dst, size_t n)
+/* n values of the logits chunk from value off on, widened to f32 into dst (synchronous). */
+static rg_status logits_download(rg_model *m, float *dst, size_t off, size_t n)
 {
+	const char *src = (const char *)m->dec.a[RG_D_LOGITS] + off * m->esz;
 	rg_status s;
 
 	if (m->esz == 4)
-		return rg_backend_download(m->be, dst, m->dec.a[RG_D_LOGITS], n * 4);
-	s = rg_backend_download(m->be, (char *)dst + 2 * n, m->dec.a[RG_D_LOGITS], n * 2);
+		return rg_backend_download(m->be, dst, src, n * 4);
+	s = rg_backend_download(m->be, (char *)dst + 2 * n, src, n * 2);
 	if (s == RG_OK)
 		rg_widen16_tail(dst, n, rg_backend_dtype(m->be));
 	return s;
@@ -560,8 +562,11 @@ static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int
 		if (mode >= STEP_SAMPLE) {
 			const rg_sample_args a = rg_dec_sample_args(m, r0, mode - STEP_SAMPLE);
 
-			if (logits && (s = logits_download(m, logits + (size_t)r0 * V, n)) != RG_OK)
-				return s;
+			for (int r = 0; logits && r < nr; r++)
+				if ((!m->dec.keep_rows || m->dec.keep_rows[r0 + r]) &&
+				    (s = logits_download(m, logits + (size_t)(r0 + r) * V,
+							 (size_t)r * V, (size_t)V)) != RG_OK)
+					return s;
 			if ((s = rg_op_sample_rows(m->be, m->dec.a[RG_D_LOGITS], nr, V, &a)) != RG_OK)
 				return s;
 			continue;
@@ -572,7 +577,7 @@ static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int
 				return s;
 			continue;
 		}
-		if ((s = logits_download(m, logits + (size_t)r0 * V, n)) != RG_OK)
+		if ((s = logits_download(m, logits + (size_t)r0 * V, 0, n)) != RG_OK)
 			return s;
 	}
 	if (mode == STEP_ARGMAX && n_logits > 0) {
@@ -893,9 +898,10 @@ rg_status rg_model_step_sample(rg_model *m, const rg_step_batch *b,
 rg_status rg_model_step_sample_logits(rg_model *m, const rg_step_batch *b,
 				      const rg_row_sampling *params, int32_t *ids,
 				      float *logprobs, int top_n, int32_t *top_ids,
-				      float *top_logprobs, float *logits)
+				      float *top_logprobs, float *logits, const uint8_t *keep)
 {
 	const rg_dec_sample_io io = {params, top_n, top_ids, top_logprobs};
+	rg_status s;
 
 	if (top_n < 0 || top_n > RG_SAMPLE_MAX_TOP)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_step_sample_logits: top_n %d must "
@@ -903,6 +909,11 @@ rg_status rg_model_step_sample_logits(rg_model *m, const rg_step_batch *b,
 	if (!logits && b && b->n_logits > 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_step_sample_logits: logits is "
 				 "NULL");
-	return step_run(m, b, STEP_SAMPLE + top_n, logits, ids, logprobs, &io,
-			"rg_model_step_sample_logits");
+	if ((s = need_decoder(m, "rg_model_step_sample_logits")) != RG_OK)
+		return s;
+	m->dec.keep_rows = keep;
+	s = step_run(m, b, STEP_SAMPLE + top_n, logits, ids, logprobs, &io,
+		     "rg_model_step_sample_logits");
+	m->dec.keep_rows = NULL;
+	return s;
 }

@@ -79,7 +79,8 @@ struct rg_gen_engine {
 	uint8_t *pen_prompt;
 	int32_t *pen_keys;         /* (max_context) sort scratch */
 	rg_gen_job **touched;      /* (S) jobs with new output this step */
-	float *blogits;            /* (S, vocab) a step's logits when it holds beam rows, lazily */
+	float *blogits;            /* (S, vocab) a step's beam rows' logits, lazily */
+	uint8_t *bkeep;            /* (S) which rows of the step are beam rows */
 
 	pthread_mutex_t mmu;       /* the metrics */
 	gen_metrics met;
@@ -964,7 +965,8 @@ static void *step_thread(void *arg)
 			int i;
 			rg_gen_job *j = job_of(e, plan.seq_ids[plan.logits_seq[r]], &i);
 
-			if (plan.beam_slot[plan.logits_seq[r]] >= 0) {
+			e->bkeep[r] = plan.beam_slot[plan.logits_seq[r]] >= 0;
+			if (e->bkeep[r]) {
 				/* a beam group's row: its logits go to the search */
 				e->rows[r] = (rg_row_sampling){.top_p = 1, .repetition_penalty = 1};
 				beam_rows = true;
@@ -1000,7 +1002,7 @@ static void *step_thread(void *arg)
 								 e->lps, top_n,
 								 top_n ? e->top_ids : NULL,
 								 top_n ? e->top_lps : NULL,
-								 e->blogits);
+								 e->blogits, e->bkeep);
 		} else if (st == RG_OK) {
 			if (plan.batch.n_logits > 0)
 				st = rg_model_step_sample(e->m, &plan.batch, e->rows, e->ids, e->lps,
@@ -1184,7 +1186,8 @@ rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *p, 
 	e->pen_prompt = calloc(S * (size_t)e->max_context, sizeof(*e->pen_prompt));
 	e->pen_keys = calloc((size_t)e->max_context, sizeof(*e->pen_keys));
 	e->touched = calloc(S, sizeof(*e->touched));
-	if (!e->rows || !e->ids || !e->lps || !e->top_ids || !e->top_lps || !e->stops ||
+	e->bkeep = calloc(S, sizeof(*e->bkeep));
+	if (!e->rows || !e->ids || !e->lps || !e->top_ids || !e->top_lps || !e->stops || !e->bkeep ||
 	    !e->pen_ids || !e->pen_counts || !e->pen_prompt || !e->pen_keys || !e->touched) {
 		*st = rg_errorf(RG_ERR_OOM, "generation engine: out of memory");
 		goto fail;
@@ -1289,6 +1292,7 @@ void rg_gen_engine_free(rg_gen_engine *e)
 	free(e->pen_keys);
 	free(e->touched);
 	free(e->blogits);
+	free(e->bkeep);
 	pthread_mutex_destroy(&e->mu);
 	pthread_mutex_destroy(&e->mmu);
 	pthread_cond_destroy(&e->cv);

@@ -305,12 +305,14 @@ def check_model_steps():
         ids, lps, tid, _ = m.step_sample([row_sampling(**k) for k in kws], *args, top_n=3)
         # rg_model_step_sample_logits (the serving engine's steps with beam rows; eager, never a
         # graph): the same ids and the same logits as rg_model_step
-        kept = m.step_sample_logits([row_sampling(**k) for k in kws], *args, top_n=3)
+        kept = m.step_sample_logits([row_sampling(**k) for k in kws], *args, top_n=3,
+                                    keep=[r % 2 == 0 for r in range(len(kws))])
         if not (np.array_equal(kept[0], ids) and np.array_equal(kept[2], tid) and
-                np.allclose(kept[4], lg, rtol=1e-6, atol=1e-6)):
+                np.allclose(kept[4][::2], lg[::2], rtol=1e-6, atol=1e-6) and
+                np.all(np.isnan(kept[4][1::2]))):
             bad += 1
             print(f"   step {step}: step_sample_logits differs: ids {kept[0]} vs {ids}, "
-                  f"max |logits diff| {np.max(np.abs(kept[4] - lg)):.3g}")
+                  f"max |logits diff| {np.nanmax(np.abs(kept[4][::2] - lg[::2])):.3g}")
         for r, k in enumerate(kws):
             rid, rlp, rt, _ = ref_sample_chain(lg[r], top_n=3, **k)
             if ids[r] != rid or abs(lps[r] - rlp) > 1e-4 or tid[r].tolist() != rt.tolist():

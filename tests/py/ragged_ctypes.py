@@ -182,7 +182,8 @@ def lib():
                                            ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
         l.rg_model_step_sample_logits.argtypes = [
             ctypes.c_void_p, ctypes.POINTER(StepBatch), ctypes.c_void_p, ctypes.c_void_p,
-            ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+            ctypes.c_void_p]
         l.free.argtypes = [ctypes.c_void_p] if hasattr(l, "free") else None
         _lib = l
     return _lib
@@ -380,9 +381,10 @@ class Model:
         log-probs (n_logits, top_n))."""
         return self._step(("sample", params, top_n), *a, **kw)
 
-    def step_sample_logits(self, params, *a, top_n=0, **kw):
+    def step_sample_logits(self, params, *a, top_n=0, keep=None, **kw):
         """rg_model_step_sample_logits: step_sample's four results and the logits sampled from,
-        (n_logits, vocab_size) float32."""
+        (n_logits, vocab_size) float32 (rows not in keep, a list of booleans, stay NaN)."""
+        self._step_keep = None if keep is None else np.ascontiguousarray(keep, np.uint8)
         return self._step(("sample_logits", params, top_n), *a, **kw)
 
     def _step(self, argmax, tokens, positions, cu_seqlens_q, context_lens, block_tables, slot_mapping,
@@ -415,7 +417,9 @@ class Model:
                 st = lib().rg_model_step_sample_logits(self._h, ctypes.byref(b), arr,
                                                        ids.ctypes.data, lps.ctypes.data, top_n,
                                                        tid.ctypes.data, tlp.ctypes.data,
-                                                       out.ctypes.data)
+                                                       out.ctypes.data,
+                                                       None if self._step_keep is None
+                                                       else self._step_keep.ctypes.data)
             else:
                 st = lib().rg_model_step_sample(self._h, ctypes.byref(b), arr, ids.ctypes.data,
                                                 lps.ctypes.data, top_n, tid.ctypes.data,

@@ -529,6 +529,12 @@ def test_step_sample_matches_a_numpy_chain(loaded):
     for g, w_ in zip(got[:4], want):
         assert np.array_equal(g, w_)
     assert np.array_equal(got[4], logits)
+    # only the rows asked for (the engine's beam rows); the others are left untouched
+    got = m.step_sample_logits([row_sampling(**k) for k in kws], *args, top_n=5,
+                               keep=[False, True, False])
+    assert np.array_equal(got[0], want[0])
+    assert np.array_equal(got[4][1], logits[1])
+    assert np.all(np.isnan(got[4][[0, 2]]))
     # batch invariance: sequence a alone (fresh blocks), its rows 6 and 2 with the same draws
     kws = [dict(temperature=0.7, top_k=5, u=0.41),
            dict(temperature=1.3, top_p=0.8, min_p=0.05, u=0.77, penalty=pen, bias=bias)]
