@@ -474,7 +474,6 @@ static rg_status decode(gen *g)
 	}
 }
 
-/* Detokenize what the caller sees as the completion: without an ending EOS or stop id. */
 rg_status rg_gen_beam_init(const rg_gen_params *p, const int32_t *ids, int len, int max_new,
 			   int vocab, rg_beam_search **out)
 {
@@ -510,6 +509,7 @@ rg_finish_reason rg_gen_beam_finish(const rg_gen_params *p, const rg_beam_hyp *h
 		       ? RG_FINISH_STOP : RG_FINISH_EOS;
 }
 
+/* Detokenize what the caller sees as the completion: without an ending EOS or stop id. */
 static rg_status final_text(gen *g, const int32_t *ids, int n, bool drop_last, char **text,
 			    size_t *len)
 {

@@ -65,14 +65,6 @@ typedef struct rg_gen_runner {
 
 /* rg_gen_params_check: include/ragged.h. */
 
-/* Generate for n_prompts prompts (prompts[i]: prompt_lens[i] >= 1 ids in [0, vocab)) with the
- * runner r and the options p. pool: the KV pool to take blocks from (block size r->block_size), or NULL to make
- * one of r->n_blocks blocks for this call. On success *out (caller frees with
- * rg_gen_result_free) holds n_prompts * p->n sequences; every block taken from pool has been
- * returned. Errors: RG_ERR_INVALID_INPUT (params, prompts, runner), RG_ERR_TOO_LONG (a prompt
- * of max_context tokens or more), RG_ERR_BUSY (the KV pool ran out of blocks: nothing is
- * preempted here), RG_ERR_OOM, the runner's or a callback's status; then *out is NULL and every
- * block taken has been returned as well. */
 /* The beam search of one prompt as rg_gen_run runs it (HF's semantics, src/gen/beam.h) for the
  * options p (num_beams > 1): num_beam_groups, diversity_penalty, length_penalty,
  * early_stopping, no_repeat_ngram_size, n returned, EOS and stop ids both end a hypothesis,
@@ -86,6 +78,14 @@ rg_status rg_gen_beam_init(const rg_gen_params *p, const int32_t *ids, int len, 
  * when the id is one of p's stop ids only, else EOS. */
 rg_finish_reason rg_gen_beam_finish(const rg_gen_params *p, const rg_beam_hyp *h);
 
+/* Generate for n_prompts prompts (prompts[i]: prompt_lens[i] >= 1 ids in [0, vocab)) with the
+ * runner r and the options p. pool: the KV pool to take blocks from (block size r->block_size), or NULL to make
+ * one of r->n_blocks blocks for this call. On success *out (caller frees with
+ * rg_gen_result_free) holds n_prompts * p->n sequences; every block taken from pool has been
+ * returned. Errors: RG_ERR_INVALID_INPUT (params, prompts, runner), RG_ERR_TOO_LONG (a prompt
+ * of max_context tokens or more), RG_ERR_BUSY (the KV pool ran out of blocks: nothing is
+ * preempted here), RG_ERR_OOM, the runner's or a callback's status; then *out is NULL and every
+ * block taken has been returned as well. */
 RG_TEST_API rg_status rg_gen_run(const rg_gen_runner *r, const int32_t *const *prompts,
 				 const int *prompt_lens, int n_prompts, const rg_gen_params *p,
 				 rg_kv_pool *pool, rg_gen_result **out);

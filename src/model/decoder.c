@@ -515,13 +515,6 @@ rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float s
 /* Step outputs; STEP_SAMPLE + top_n for rg_model_step_sample (a graph per top_n). */
 enum { STEP_LOGITS = 0, STEP_ARGMAX = 1, STEP_SAMPLE = 2 };
 
-/* The tail of a step on the device, after the forward: for the n_logits wanted rows (their
- * indices rows_d, backend memory), RG_LOGITS_CHUNK at a time: gather the final norm's rows, one
- * GEMM against the LM head, then either (STEP_LOGITS) copy the chunk to lg (pinned or plain
- * host memory, act dtype; lg NULL: into logits f32 directly, synchronously), (STEP_ARGMAX) the
- * greedy id and its log-prob into am_d, or (STEP_SAMPLE) the sampler, after copying the chunk
- * into logits f32 when logits is not NULL (synchronously: never in a graph). Capturable in a
- * graph when lg is pinned and logits NULL. */
 /* n values of the logits chunk from value off on, widened to f32 into dst (synchronous). */
 static rg_status logits_download(rg_model *m, float *dst, size_t off, size_t n)
 {
@@ -536,8 +529,15 @@ static rg_status logits_download(rg_model *m, float *dst, size_t off, size_t n)
 	return s;
 }
 
+/* The tail of a step on the device, after the forward: for the n_logits wanted rows (their
+ * indices rows_d, backend memory), RG_LOGITS_CHUNK at a time: gather the final norm's rows, one
+ * GEMM against the LM head, then either (STEP_LOGITS) copy the chunk to lg (pinned or plain
+ * host memory, act dtype; lg NULL: into logits f32 directly, synchronously), (STEP_ARGMAX) the
+ * greedy id and its log-prob into am_d, or (STEP_SAMPLE) the sampler, after copying the rows
+ * keep names (NULL: every row) into logits f32 when logits is not NULL (synchronously: never in
+ * a graph). Capturable in a graph when lg is pinned and logits NULL. */
 static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int mode,
-			   float *logits, void *lg)
+			   float *logits, void *lg, const uint8_t *keep)
 {
 	const int H = m->dec.cfg.hidden_size, V = m->dec.cfg.vocab_size;
 	const int T = m->max_tokens;
@@ -563,7 +563,7 @@ static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int
 			const rg_sample_args a = rg_dec_sample_args(m, r0, mode - STEP_SAMPLE);
 
 			for (int r = 0; logits && r < nr; r++)
-				if ((!m->dec.keep_rows || m->dec.keep_rows[r0 + r]) &&
+				if ((!keep || keep[r0 + r]) &&
 				    (s = logits_download(m, logits + (size_t)(r0 + r) * V,
 							 (size_t)r * V, (size_t)V)) != RG_OK)
 					return s;
@@ -830,7 +830,7 @@ static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *
 				return s;
 			s = m->arch->forward(m, &f);
 			if (s == RG_OK)
-				s = step_tail(m, m->dec.ids_d + 3 * T, B, mode, NULL, m->dec.lg_h);
+				s = step_tail(m, m->dec.ids_d + 3 * T, B, mode, NULL, m->dec.lg_h, NULL);
 			{
 				rg_status s2 = rg_backend_capture_end(m->be, &gr);
 
@@ -850,7 +850,7 @@ static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *
 		}
 		/* first sight: eager, over the same padded staging */
 		if ((s = m->arch->forward(m, &f)) != RG_OK ||
-		    (s = step_tail(m, m->dec.ids_d + 3 * T, B, mode, NULL, m->dec.lg_h)) != RG_OK ||
+		    (s = step_tail(m, m->dec.ids_d + 3 * T, B, mode, NULL, m->dec.lg_h, NULL)) != RG_OK ||
 		    (s = rg_backend_sync(m->be)) != RG_OK)
 			return s;
 		step_out(m, b->n_logits, mode, logits, ids, logprobs, io, true);
@@ -864,7 +864,8 @@ static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *
 	if ((s = m->arch->forward(m, &f)) != RG_OK)
 		return s;
 	if (b->n_logits &&
-	    (s = step_tail(m, m->dec.ids_d + 3 * T, b->n_logits, mode, logits, NULL)) != RG_OK)
+	    (s = step_tail(m, m->dec.ids_d + 3 * T, b->n_logits, mode, logits, NULL,
+				io ? io->keep : NULL)) != RG_OK)
 		return s;
 	if ((s = rg_backend_sync(m->be)) != RG_OK)
 		return s;
@@ -882,17 +883,23 @@ rg_status rg_model_step_argmax(rg_model *m, const rg_step_batch *b, int32_t *ids
 	return step_run(m, b, STEP_ARGMAX, NULL, ids, logprobs, NULL, "rg_model_step_argmax");
 }
 
+/* rg_model_step_sample with the logits out, or without them (logits NULL). */
+static rg_status step_sample(rg_model *m, const rg_step_batch *b, const rg_dec_sample_io *io,
+			     float *logits, int32_t *ids, float *logprobs, const char *fn)
+{
+	if (io->top_n < 0 || io->top_n > RG_SAMPLE_MAX_TOP)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "%s: top_n %d must be in [0, %d]", fn,
+				 io->top_n, RG_SAMPLE_MAX_TOP);
+	return step_run(m, b, STEP_SAMPLE + io->top_n, logits, ids, logprobs, io, fn);
+}
+
 rg_status rg_model_step_sample(rg_model *m, const rg_step_batch *b,
 			       const rg_row_sampling *params, int32_t *ids, float *logprobs,
 			       int top_n, int32_t *top_ids, float *top_logprobs)
 {
-	const rg_dec_sample_io io = {params, top_n, top_ids, top_logprobs};
+	const rg_dec_sample_io io = {params, top_n, top_ids, top_logprobs, NULL};
 
-	if (top_n < 0 || top_n > RG_SAMPLE_MAX_TOP)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_step_sample: top_n %d must be in "
-				 "[0, %d]", top_n, RG_SAMPLE_MAX_TOP);
-	return step_run(m, b, STEP_SAMPLE + top_n, NULL, ids, logprobs, &io,
-			"rg_model_step_sample");
+	return step_sample(m, b, &io, NULL, ids, logprobs, "rg_model_step_sample");
 }
 
 rg_status rg_model_step_sample_logits(rg_model *m, const rg_step_batch *b,
@@ -900,20 +907,10 @@ rg_status rg_model_step_sample_logits(rg_model *m, const rg_step_batch *b,
 				      float *logprobs, int top_n, int32_t *top_ids,
 				      float *top_logprobs, float *logits, const uint8_t *keep)
 {
-	const rg_dec_sample_io io = {params, top_n, top_ids, top_logprobs};
-	rg_status s;
+	const rg_dec_sample_io io = {params, top_n, top_ids, top_logprobs, keep};
 
-	if (top_n < 0 || top_n > RG_SAMPLE_MAX_TOP)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_step_sample_logits: top_n %d must "
-				 "be in [0, %d]", top_n, RG_SAMPLE_MAX_TOP);
 	if (!logits && b && b->n_logits > 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_step_sample_logits: logits is "
 				 "NULL");
-	if ((s = need_decoder(m, "rg_model_step_sample_logits")) != RG_OK)
-		return s;
-	m->dec.keep_rows = keep;
-	s = step_run(m, b, STEP_SAMPLE + top_n, logits, ids, logprobs, &io,
-		     "rg_model_step_sample_logits");
-	m->dec.keep_rows = NULL;
-	return s;
+	return step_sample(m, b, &io, logits, ids, logprobs, "rg_model_step_sample_logits");
 }

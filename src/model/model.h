@@ -110,8 +110,6 @@ typedef struct rg_dec_state {
 	int32_t *smp_out_d, *smp_out_h;         /* (T (2 + 2 RG_SAMPLE_MAX_TOP)): ids (T), log-probs
 						 * (T) f32, top ids (T, 20), top log-probs (T, 20) */
 	void *smp_work_d;                       /* rg_sample_work_bytes(RG_LOGITS_CHUNK, vocab) */
-	const uint8_t *keep_rows;               /* rg_model_step_sample_logits' row mask (NULL:
-						 * every row), for the length of that call */
 	/* CUDA graphs of decode-only steps (one new token per sequence, every row's logits), keyed
 	 * by the padded sequence count B, the block-table width MB and the output (logits / ids);
 	 * LRU; a key is captured the second time it is seen (its first run is eager) */
@@ -268,11 +266,11 @@ void rg_dec_graphs_free(rg_model *m);
 /* rg_model_step_sample that also returns the logits it sampled from: logits (n_logits,
  * vocab_size) f32 host, caller-owned, row r as rg_model_step gives it (before bias, penalties and
  * temperature), for the rows whose keep[r] is nonzero (keep: (n_logits) host, or NULL for every
- * row; the other rows of logits are left as they were). One forward for a step whose rows are partly sampled and partly searched on the
- * host (the serving engine's beam groups beside other streams). Never a CUDA graph: the step
- * runs eagerly, with a synchronous copy of each chunk of RG_LOGITS_CHUNK rows before its
- * sampling. Errors: rg_model_step_sample's, and RG_ERR_INVALID_INPUT for logits NULL with
- * n_logits > 0. */
+ * row; the other rows of logits are left as they were). One forward for a step whose rows are
+ * partly sampled and partly searched on the host (the serving engine's beam groups beside other
+ * streams). Never a CUDA graph: the step runs eagerly, each kept row copied synchronously before
+ * its chunk is sampled. Errors: rg_model_step_sample's, and RG_ERR_INVALID_INPUT for logits NULL
+ * with n_logits > 0. */
 RG_TEST_API rg_status rg_model_step_sample_logits(rg_model *m, const rg_step_batch *b,
 						  const rg_row_sampling *params, int32_t *ids,
 						  float *logprobs, int top_n, int32_t *top_ids,
@@ -285,6 +283,8 @@ typedef struct rg_dec_sample_io {
 	int top_n;
 	int32_t *top_ids;              /* (n_logits, top_n) */
 	float *top_logprobs;           /* (n_logits, top_n) */
+	const uint8_t *keep;           /* (n_logits) rows whose logits go to the caller's logits
+					* as well (rg_model_step_sample_logits), NULL: every row */
 } rg_dec_sample_io;
 /* Rows of the sampling buffers: max_tokens + RG_LOGITS_CHUNK (a graph pads to its bucket). */
 size_t rg_dec_sample_rows(const rg_model *m);

@@ -33,8 +33,8 @@ typedef struct iseq {
 /* A beam group's next beams, given by rg_iter_beam_next for the pending plan. */
 typedef struct beam_next {
 	uint64_t id;
-	int n;             /* num_beams */
-	int32_t *parent, *token;
+	int n;             /* num_beams; 0: none given (an entry made by rg_iter_update) */
+	int32_t parent[RG_ITER_MAX_BEAMS], token[RG_ITER_MAX_BEAMS];
 	bool stepped, stop, aborted; /* in rg_iter_update: a row reported, a stop, an abort */
 } beam_next;
 
@@ -126,10 +126,6 @@ void rg_iter_free(rg_iter *s)
 	free(s->tables);
 	free(s->ids);
 	free(s->bslot);
-	for (int i = 0; i < s->S && s->bn; i++) {
-		free(s->bn[i].parent);
-		free(s->bn[i].token);
-	}
 	free(s->bn);
 	free(s->hit_blocks);
 	free(s->hit_hashes);
@@ -500,8 +496,8 @@ static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
 			.max_blocks_per_seq = s->max_blocks, .block_tables = s->tables,
 			.slot_mapping = s->slots, .n_logits = nl, .logits_rows = s->lrows,
 		},
-		.seq_ids = s->ids, .beam_slot = s->bslot, .logits_seq = s->lseq, .n_copies = nc, .copy_src = s->csrc,
-		.copy_dst = s->cdst, .n_decode_seqs = n_dec_seqs, .n_prefill_tokens = n_pf,
+		.seq_ids = s->ids, .beam_slot = s->bslot, .logits_seq = s->lseq, .n_copies = nc,
+		.copy_src = s->csrc, .copy_dst = s->cdst, .n_decode_seqs = n_dec_seqs, .n_prefill_tokens = n_pf,
 		.pairs = pairs, .n_preempted = n_pre,
 	};
 }
@@ -760,14 +756,6 @@ rg_status rg_iter_beam_next(rg_iter *s, uint64_t id, const int32_t *parent,
 		if (s->n_bn >= s->S)
 			return rg_errorf(RG_ERR_INVALID_INPUT, "iter beam: too many groups");
 		b = &s->bn[s->n_bn++];
-		if (!b->parent) {
-			b->parent = malloc(RG_ITER_MAX_BEAMS * sizeof(int32_t));
-			b->token = malloc(RG_ITER_MAX_BEAMS * sizeof(int32_t));
-			if (!b->parent || !b->token) {
-				s->n_bn--;
-				return rg_errorf(RG_ERR_OOM, "iter beam: out of memory");
-			}
-		}
 		b->id = id;
 	}
 	b->n = n;

@@ -217,7 +217,7 @@ RG_TEST_API rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const b
  * n must be the group's n_beams. Copied. rg_iter_update re-seats the members; a parent that is
  * no live member, or one at max_tokens, ends the group there as an abort and the update returns
  * RG_ERR_INVALID_INPUT. Errors here (nothing stored): RG_ERR_INVALID_INPUT (no plan pending, id
- * no beam group with rows in it, n wrong, a negative token), RG_ERR_OOM. */
+ * no beam group with rows in it, n wrong, a negative token). */
 RG_TEST_API rg_status rg_iter_beam_next(rg_iter *s, uint64_t id, const int32_t *parent,
 					const int32_t *token, int n);
 

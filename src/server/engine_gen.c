@@ -444,6 +444,9 @@ rg_status rg_gen_engine_submit(rg_gen_engine *e, rg_gen_job *j)
 	uint64_t serial;
 	double now = rg_now_ms();
 	int added = 0;
+	/* the scheduler's requests: one per sequence; a beam job is one beam group on prompts[0],
+	 * its n_seqs outputs the returned beams, filled when the search ends */
+	const int n_iter = j && j->gp.num_beams > 1 ? 1 : j ? j->n_seqs : 0;
 
 	if (!e || !j || j->n_seqs < 1)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: no job");
@@ -492,9 +495,7 @@ rg_status rg_gen_engine_submit(rg_gen_engine *e, rg_gen_job *j)
 	}
 	serial = e->next_serial++;
 	j->base_id = serial << SEQ_BITS;
-	/* a beam job is one beam group of the scheduler, on prompts[0]; its n_seqs outputs are
-	 * the returned beams, filled when the search ends */
-	for (int i = 0; i < (j->gp.num_beams > 1 ? 1 : j->n_seqs); i++) {
+	for (int i = 0; i < n_iter; i++) {
 		rg_iter_request r = {
 			.id = j->base_id | (uint64_t)i, .prompt = j->prompts[i],
 			.prompt_len = j->prompt_lens[i], .max_tokens = j->gp.max_tokens,
@@ -530,7 +531,7 @@ rg_status rg_gen_engine_submit(rg_gen_engine *e, rg_gen_job *j)
 	}
 	atomic_fetch_add(&j->refs, 1);
 	pthread_mutex_lock(&e->mmu);
-	for (int i = 0; i < (j->gp.num_beams > 1 ? 1 : j->n_seqs); i++)
+	for (int i = 0; i < n_iter; i++)
 		e->met.prompt_tokens += (uint64_t)j->prompt_lens[i];
 	pthread_mutex_unlock(&e->mmu);
 	pthread_cond_broadcast(&e->cv);
@@ -828,8 +829,8 @@ static void beam_job_end(rg_gen_engine *e, rg_gen_job *j, rg_iter_finish reason)
 }
 
 /* The beam groups of the plan (engine lock held): for each beam job with rows, one step of its
- * search on its rows' logits (e->blogits, row r for the plan's logits row r), in slot order; the search starts
- * (again, after a preemption) when its prompt's row comes. The next beams go to the scheduler,
+ * search on its rows' logits (e->blogits, row r for the plan's logits row r), in slot order;
+ * the search starts (again, after a preemption) when its prompt's row comes. The next beams go to the scheduler,
  * or, when the search is done, a stop on its rows. A failing search aborts its job. */
 static void beam_steps(rg_gen_engine *e, const rg_iter_plan *pl)
 {

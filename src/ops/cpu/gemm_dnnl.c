@@ -654,7 +654,7 @@ struct job {
 	prim_entry *prim[2][2][MAX_WIDTHS];
 	rg_act act;
 	const rg_cpu_kern *k;          /* non-NULL: row chunks of < 16 rows, and tiles of fewer
-					* than EXACT_M rows, run gemm_blk (blk_rows), no primitive */
+					* than EXACT_M rows, run gemm_blk (blk_cols), no primitive */
 	volatile int failed;
 };
 
@@ -963,7 +963,7 @@ rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bia
 		j.a_esz = sizeof(uint16_t);
 	}
 	j.act = act;
-	if (w->gemv_kb > 0 && !w->bf16 && w->bn == 64 && rg_cpu_smallm_max() > 0)
+	if (w->gemv_kb > 0 && rg_cpu_smallm_max() > 0) /* f32 in 64-column blocks */
 		j.k = rg_cpu_kern_select();
 
 	tiles(M, j.N, w->bn, rg_threadpool_size(pool), &j.mb, &j.nb);
