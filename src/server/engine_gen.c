@@ -1047,7 +1047,9 @@ static void *step_thread(void *arg)
 			rg_iter_update(e->it, e->ids, e->stops, now, step_ms);
 			pthread_mutex_lock(&e->mmu);
 			e->met.steps++;
-			e->met.generated_tokens += (uint64_t)plan.batch.n_logits;
+			/* a beam job's tokens count when it ends: those of the beams it returns */
+			for (int r = 0; r < plan.batch.n_logits; r++)
+				e->met.generated_tokens += !e->bkeep[r];
 			e->met.preemptions += (uint64_t)plan.n_preempted;
 			rg_hist_observe(&e->met.step_ms, step_ms);
 			rg_hist_observe(&e->met.step_tokens, plan.batch.n_tokens);

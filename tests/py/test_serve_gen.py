@@ -252,14 +252,19 @@ def test_sampling_seed_and_n(srv):
 
 
 def test_beam_search(srv, gen, tok):
+    """A beam request's answer equals rg_generate's beams, and it adds the tokens of the beams
+    it returns (its usage) to ragged_gen_generation_tokens_total, once."""
     ids = tok.encode(PROMPTS[0]).ids
     want = gen.generate([ids], max_tokens=6, num_beams=3, n=2, ignore_eos=True)
+    before = srv.metrics()["ragged_gen_generation_tokens_total"]
     st, out = srv.post_json("/v1/completions", {"prompt": ids, "max_tokens": 6, "n": 2,
                                                 "use_beam_search": True, "best_of": 3,
                                                 "temperature": 0, "ignore_eos": True})
     assert st == 200, out
     got = [c["text"] for c in out["choices"]]
     assert got == [tok.decode(w["ids"]) for w in want]
+    assert (srv.metrics()["ragged_gen_generation_tokens_total"] - before ==
+            out["usage"]["completion_tokens"] == sum(len(w["ids"]) for w in want))
 
 
 def test_beams_in_the_step_loop(model_dir, gen, tok):
