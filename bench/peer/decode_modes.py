@@ -116,6 +116,9 @@ def main():
           f"4 sequences per mode, median of {a.repeats} interleaved rounds "
           f"(bench/peer/decode_modes.py); "
           f"RAGGED_NUM_THREADS={rep['threads']}", "",
+          "Peers: none. The target compares ragged's decoding modes with its own greedy steps "
+          "(the same process and rounds); ragged against PyTorch decoders is in the decode "
+          "files.", "",
           "| mode | sequences | decode step ms, median | vs greedy | min | vs greedy (min) |",
           "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
