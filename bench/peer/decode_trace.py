@@ -93,7 +93,7 @@ def main():
             cases = [("decode", b, None, None) for b in (1, 16)]
             if graphs == "0":  # prefill steps are never graphed; tensor-core prefill on and off
                 cases += [("prefill", b, n, tc) for b, n in ((4, 128), (1, 512), (32, 512))
-                          for tc in ("1", "0")]
+                          for tc in ("1", "paged", "0")]
             for what, batch, length, tc in cases:
                 if what == "decode":
                     r = {"model": kind, "graphs": graphs == "1", "batch": batch,
@@ -101,7 +101,7 @@ def main():
                 else:
                     os.environ["RAGGED_PREFILL_TC"] = tc
                     r = {"model": kind, "graphs": False, "prefill": f"{batch}x{length}",
-                         "prefill_tc": tc == "1", **trace_prefill(m, batch, length, vocab)}
+                         "prefill_tc": tc, **trace_prefill(m, batch, length, vocab)}
                     os.environ.pop("RAGGED_PREFILL_TC")
                 out["rows"].append(r)
                 print(json.dumps({k: v for k, v in r.items() if k != "top"}), flush=True)

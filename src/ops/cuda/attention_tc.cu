@@ -35,6 +35,11 @@
  *    query attention). Only "fresh" sequences run (context_lens[s] == their new rows >=
  *    fresh_min: no cached keys before them); the CTAs of the others return at once, and the paged
  *    kernel takes those.
+ *  - PAGED = true (with CAUSAL): a prefill chunk with cached keys before it (a prompt's later
+ *    chunks, the remainder after a prefix-cache hit). Its n new rows sit at positions ctx - n ..
+ *    ctx - 1 of its sequence; every key, cached or new, is read from the paged KV cache through
+ *    the block table (after this step's KV write), one 16-byte row chunk at a time. Sequences
+ *    of >= fresh_min new rows run, fresh or not.
  * Registers (head_dim 128, the largest): 64 accumulator + 32 Q-fragment + 32 score floats per thread.
  * Shared memory: (64 + 4 * 64) * (head_dim + 8) * 2 bytes + 512 (about 46 KiB at head_dim 64). */
 #include "ops/cuda/attention_tc.cuh"
@@ -47,6 +52,14 @@
  * new rows of a sequence the kernel takes. */
 struct tc_layout {
 	int ld, out_ld, group, fresh_min;
+};
+
+/* PAGED: the layer's K and V caches ((n_blocks * block_size) slots of `row` elements: KV head
+ * kvh at column kvh * head_dim) and the (n_seq, max_blocks) block table. */
+struct tc_paged {
+	const void *k_cache, *v_cache;
+	const int32_t *block_tables;
+	int max_blocks, block_size, row;
 };
 
 /* ---- PTX wrappers ---- */
@@ -175,13 +188,31 @@ __device__ __forceinline__ void tc_load_kv(const T *kbase, const T *vbase, size_
 			segk[r] = k0 + r < L ? segs[k0 + r] : -1;
 }
 
+/* The same through a block table: key position p lives in slot bt[p / bs] * bs + p % bs of the
+ * caches (rows of `row` elements, this KV head at column kvh * D). */
+template <typename T, int D>
+__device__ __forceinline__ void tc_load_kv_paged(const T *kc, const T *vc, const int32_t *bt,
+						 int bs, size_t row, int kvh, int k0, int L,
+						 T *Kb, T *Vb)
+{
+	constexpr int LDS = D + 8, CPR = D / 8;
+	for (int e = threadIdx.x; e < TC_BK * CPR; e += TC_WARPS * 32) {
+		const int r = e / CPR, c = (e % CPR) * 8, pos = k0 + r;
+		const bool v = pos < L;
+		const size_t slot = v ? (size_t)bt[pos / bs] * bs + pos % bs : 0;
+		const size_t off = slot * row + (size_t)kvh * D + c;
+		tc_cp16(Kb + r * LDS + c, kc + off, v);
+		tc_cp16(Vb + r * LDS + c, vc + off, v);
+	}
+}
+
 /* MT: m16 query tiles per warp (BQ = 64 * MT queries per CTA). Each K / V fragment read from shared
  * memory with ldmatrix feeds MT mma instructions, so MT = 2 halves the shared-memory traffic per
  * FLOP (as FlashAttention-2's 128-query tiles do); MT = 1 wastes less on short sequences. */
-template <typename T, int D, int MT, bool REL, bool CAUSAL>
+template <typename T, int D, int MT, bool REL, bool CAUSAL, bool PAGED>
 __global__ void __launch_bounds__(TC_WARPS * 32, 2)
 attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
-		    tc_layout lay, const int32_t *__restrict__ cu_seqlens,
+		    tc_layout lay, tc_paged pg, const int32_t *__restrict__ cu_seqlens,
 		    const int32_t *__restrict__ seg, const int32_t *__restrict__ ctx_lens,
 		    const float *__restrict__ rel_bias, int rel_max, int max_seqlen, int num_heads,
 		    float qscale, float inv_scale, T *__restrict__ out, int *flag)
@@ -205,8 +236,11 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 	rg_pdl_wait(); /* qkv comes from the GEMM just before (programmatic launch) */
 	const int t0 = cu_seqlens[s], L = cu_seqlens[s + 1] - t0;
 
-	if (CAUSAL && (L < lay.fresh_min || ctx_lens[s] != L))
-		return; /* cached keys before it (or too short): the paged kernel's */
+	if (CAUSAL && (L < lay.fresh_min || (!PAGED && ctx_lens[s] != L)))
+		return; /* too short, or (not PAGED) cached keys before it: the paged kernel's */
+	/* keys that exist (PAGED: cached + new) and the position of this CTA's first query */
+	const int klim = PAGED ? ctx_lens[s] : L;
+	const int qpos0 = (PAGED ? klim - L : 0) + q0;
 	if (L < 0 || L > max_seqlen) {
 		/* Only the host-unchecked device copy of cu_seqlens can get here. */
 		if (tid == 0 && h == 0 && blockIdx.z == 0)
@@ -218,8 +252,10 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 		return;
 	const int nq = min(BQ, L - q0);
 	const T *base = q + (size_t)t0 * ld + (size_t)h * D; /* Q of token 0, head h */
-	const T *kbase = k + (size_t)t0 * ld + (size_t)(h / lay.group) * D;
-	const T *vbase = v + (size_t)t0 * ld + (size_t)(h / lay.group) * D;
+	const int kvh = h / lay.group;
+	const T *kbase = PAGED ? NULL : k + (size_t)t0 * ld + (size_t)kvh * D;
+	const T *vbase = PAGED ? NULL : v + (size_t)t0 * ld + (size_t)kvh * D;
+	const int32_t *bt = PAGED ? pg.block_tables + (size_t)s * pg.max_blocks : NULL;
 	const int32_t *segs = seg ? seg + t0 : NULL;
 	/* REL: this head's bias table centred on distance 0 */
 	const float *rel_h = REL ? rel_bias + (size_t)h * (2 * rel_max + 1) + rel_max : NULL;
@@ -230,7 +266,11 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 		const bool v = r < nq;
 		tc_cp16(Qs + r * LDS + c, base + (size_t)(v ? q0 + r : 0) * ld + c, v);
 	}
-	tc_load_kv<T, D>(kbase, vbase, ld, 0, L, Ks, Vs, segs, segk);
+	if (PAGED)
+		tc_load_kv_paged<T, D>((const T *)pg.k_cache, (const T *)pg.v_cache, bt, pg.block_size,
+				       (size_t)pg.row, kvh, 0, klim, Ks, Vs);
+	else
+		tc_load_kv<T, D>(kbase, vbase, ld, 0, L, Ks, Vs, segs, segk);
 	tc_cp_commit();
 
 	/* this thread's query rows: warp*16*MT + mt*16 + g and + 8 (tile-relative) */
@@ -257,14 +297,22 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 	}
 
 	/* causal: keys up to this CTA's last query */
-	const int ntiles = ((CAUSAL ? min(L, q0 + nq) : L) + TC_BK - 1) / TC_BK;
+	const int ntiles = ((CAUSAL ? min(klim, qpos0 + nq) : L) + TC_BK - 1) / TC_BK;
 	for (int t = 0; t < ntiles; t++) {
 		const int buf = t & 1, k0 = t * TC_BK;
 		if (t + 1 < ntiles) {
 			/* buffer buf^1 was released by the barrier at the end of iteration t-1 */
-			tc_load_kv<T, D>(kbase, vbase, ld, k0 + TC_BK, L, Ks + (buf ^ 1) * TC_BK * LDS,
-					 Vs + (buf ^ 1) * TC_BK * LDS, segs,
-					 segk + (buf ^ 1) * TC_BK);
+			if (PAGED)
+				tc_load_kv_paged<T, D>((const T *)pg.k_cache, (const T *)pg.v_cache, bt,
+						       pg.block_size, (size_t)pg.row, kvh,
+						       k0 + TC_BK, klim,
+						       Ks + (buf ^ 1) * TC_BK * LDS,
+						       Vs + (buf ^ 1) * TC_BK * LDS);
+			else
+				tc_load_kv<T, D>(kbase, vbase, ld, k0 + TC_BK, L,
+						 Ks + (buf ^ 1) * TC_BK * LDS,
+						 Vs + (buf ^ 1) * TC_BK * LDS, segs,
+						 segk + (buf ^ 1) * TC_BK);
 			tc_cp_commit();
 			tc_cp_wait<1>();
 		} else {
@@ -324,8 +372,8 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 			}
 			/* mask (only a tile that reaches past L, crosses the causal diagonal, or a seg
 			 * mask needs it), tile row max */
-			const bool full = k0 + TC_BK <= L && !segs &&
-					  (!CAUSAL || k0 + TC_BK - 1 <= q0); /* warp-uniform */
+			const bool full = k0 + TC_BK <= klim && !segs &&
+					  (!CAUSAL || k0 + TC_BK - 1 <= qpos0); /* warp-uniform */
 			float msub[MT][2];
 #pragma unroll
 			for (int mt = 0; mt < MT; mt++) {
@@ -336,11 +384,11 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 					for (int e = 0; e < 4; e++) {
 						if (!full) {
 							const int kc = j * 8 + tig * 2 + (e & 1);
-							bool vis = k0 + kc < L;
+							bool vis = k0 + kc < klim;
 							if (CAUSAL)
 								vis = vis &&
-								      k0 + kc <= q0 + qw + mt * 16 + g +
-										 8 * (e >> 1);
+								      k0 + kc <= qpos0 + qw + mt * 16 +
+										 g + 8 * (e >> 1);
 							if (segs) {
 								const int sv = sk[kc];
 								vis = vis && sv >= 0 && sv == sq[mt][e >> 1];
@@ -441,6 +489,7 @@ bool rg_cuda_attention_tc_ok(rg_dtype dt, int head_dim, const void *qkv, const v
 struct tc_call {
 	const void *q, *k, *v;
 	tc_layout lay;
+	tc_paged pg;
 	const int32_t *cu_seqlens, *seg, *ctx_lens;
 	const float *rel_bias;
 	int rel_max, n_seq, max_seqlen, num_heads;
@@ -448,7 +497,7 @@ struct tc_call {
 	void *out;
 };
 
-template <typename T, int D, int MT, bool REL, bool CAUSAL>
+template <typename T, int D, int MT, bool REL, bool CAUSAL, bool PAGED>
 static rg_status tc_launch_k(rg_cuda_ctx *c, int bit, const tc_call *a)
 {
 	constexpr int BQ = TC_WARPS * 16 * MT;
@@ -461,30 +510,32 @@ static rg_status tc_launch_k(rg_cuda_ctx *c, int bit, const tc_call *a)
 					 "shared memory, device allows %d", D, smem,
 					 c->max_smem_optin);
 		rg_status st = rg_cuda_err(
-			cudaFuncSetAttribute(attention_tc_kernel<T, D, MT, REL, CAUSAL>,
+			cudaFuncSetAttribute(attention_tc_kernel<T, D, MT, REL, CAUSAL, PAGED>,
 					     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
 			"cudaFuncSetAttribute(attention_tc)");
 		if (st != RG_OK)
 			return st;
 		c->attn_smem_set |= 1ull << bit;
 	}
-	rg_launch(c, attention_tc_kernel<T, D, MT, REL, CAUSAL>, grid, TC_WARPS * 32, smem,
-		  (const T *)a->q, (const T *)a->k, (const T *)a->v, a->lay, a->cu_seqlens, a->seg,
+	rg_launch(c, attention_tc_kernel<T, D, MT, REL, CAUSAL, PAGED>, grid, TC_WARPS * 32, smem,
+		  (const T *)a->q, (const T *)a->k, (const T *)a->v, a->lay, a->pg, a->cu_seqlens, a->seg,
 		  a->ctx_lens, a->rel_bias, a->rel_max, a->max_seqlen, a->num_heads, a->qscale,
 		  a->inv_scale, (T *)a->out, c->flag_d);
 	return rg_cuda_launch_check("attention_tc_kernel");
 }
 
 /* The instantiation with the bias code only when there is a table (its smem bits 10 higher); the
- * causal one (no bias) 20 higher. */
+ * causal one (no bias) 20 higher, the causal one over the block table 30 higher. */
 template <typename T, int D, int MT>
 static rg_status tc_launch(rg_cuda_ctx *c, int bit, bool causal, const tc_call *a)
 {
+	if (causal && a->pg.k_cache)
+		return tc_launch_k<T, D, MT, false, true, true>(c, bit + 30, a);
 	if (causal)
-		return tc_launch_k<T, D, MT, false, true>(c, bit + 20, a);
+		return tc_launch_k<T, D, MT, false, true, false>(c, bit + 20, a);
 	if (a->rel_bias)
-		return tc_launch_k<T, D, MT, true, false>(c, bit + 10, a);
-	return tc_launch_k<T, D, MT, false, false>(c, bit, a);
+		return tc_launch_k<T, D, MT, true, false, false>(c, bit + 10, a);
+	return tc_launch_k<T, D, MT, false, false, false>(c, bit, a);
 }
 
 /* Query tiles of 128 (MT = 2) for head_dim <= 64 when the grid still has >= 8 CTAs per SM of 64-query
@@ -510,8 +561,8 @@ static rg_status tc_dispatch_d(rg_cuda_ctx *c, int bit0, bool causal, int head_d
 	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: head_dim %d", head_dim);
 }
 
-/* bits 24..53 of attn_smem_set (attention.cu uses bits 0..23): 24 + {0..4} fp16, 29 + {0..4}
- * bf16; + 10 with a bias table, + 20 causal */
+/* bits 24..63 of attn_smem_set (attention.cu uses bits 0..23): 24 + {0..4} fp16, 29 + {0..4}
+ * bf16; + 10 with a bias table, + 20 causal, + 30 causal over the block table */
 static rg_status tc_dispatch(rg_cuda_ctx *c, rg_dtype dt, bool causal, int head_dim,
 			     const tc_call *a)
 {
@@ -530,7 +581,8 @@ rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
 	const int H = num_heads * head_dim;
 	const size_t esz = 2; /* fp16 / bf16 */
 	tc_call a = {qkv, (const char *)qkv + (size_t)H * esz, (const char *)qkv + 2 * (size_t)H * esz,
-		     {3 * H, H, 1, 0}, cu_seqlens, seg, NULL, rel_bias, rel_bias ? rel_max : 0,
+		     {3 * H, H, 1, 0}, {NULL, NULL, NULL, 0, 0, 0}, cu_seqlens, seg, NULL, rel_bias,
+		     rel_bias ? rel_max : 0,
 		     n_seq, max_seqlen, num_heads, qscale, inv_scale, out};
 
 	return tc_dispatch(c, dt, false, head_dim, &a);
@@ -545,12 +597,16 @@ bool rg_cuda_prefill_tc_ok(rg_dtype dt, int head_dim, const void *q, const void 
 }
 
 rg_status rg_cuda_prefill_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *q, const void *k,
-				       const void *v, int ld, const int32_t *cu_seqlens,
-				       const int32_t *context_lens, int fresh_min, int n_seq,
-				       int max_seqlen, int num_heads, int num_kv_heads,
-				       int head_dim, float scale, void *out)
+				       const void *v, int ld, const rg_attn_desc *paged,
+				       const void *k_cache, const void *v_cache,
+				       const int32_t *cu_seqlens, const int32_t *context_lens,
+				       int fresh_min, int n_seq, int max_seqlen, int num_heads,
+				       int num_kv_heads, int head_dim, float scale, void *out)
 {
 	tc_call a = {q, k, v, {ld, num_heads * head_dim, num_heads / num_kv_heads, fresh_min},
+		     {paged ? k_cache : NULL, paged ? v_cache : NULL,
+		      paged ? paged->block_tables : NULL, paged ? paged->max_blocks_per_seq : 0,
+		      paged ? paged->block_size : 0, num_kv_heads * head_dim},
 		     cu_seqlens, NULL, context_lens, NULL, 0, n_seq, max_seqlen, num_heads,
 		     scale * 1.4426950408889634f, 1.f / scale, out};
 

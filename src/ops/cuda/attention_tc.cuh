@@ -25,20 +25,26 @@ rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
 bool rg_cuda_prefill_tc_ok(rg_dtype dt, int head_dim, const void *q, const void *k, const void *v,
 			   int ld, const void *out);
 
-/* Causal prefill attention of the "fresh" sequences of a decoder step on tensor cores (the CAUSAL
- * instantiation of attention_tc.cu): for each sequence s with n = cu_seqlens[s + 1] -
- * cu_seqlens[s] >= fresh_min new rows and context_lens[s] == n (no cached keys before them),
- * out[t, head h] = softmax_j(scale * q[t, h] . k[j, h']) v[j, h'] over the sequence's rows j <= t,
- * h' = h / (num_heads / num_kv_heads). q, k, v: rows of stride ld elements (column blocks of the
- * fused QKV output: this step's keys and values, the same values the paged cache holds); out:
- * rows of num_heads * head_dim. Rows of other sequences are not written. cu_seqlens and
- * context_lens device arrays; max_seqlen >= every fresh sequence's n (host-computed). Scores and
- * softmax in f32 (FlashAttention-2's online softmax). Launches on c->stream; RG_ERR_CUDA on a
- * launch failure. */
+/* Causal prefill attention of a decoder step on tensor cores (the CAUSAL instantiations of
+ * attention_tc.cu), for each sequence s with n = cu_seqlens[s + 1] - cu_seqlens[s] >= fresh_min new
+ * rows: out[t, head h] = softmax_j(scale * q[t, h] . K[j, h']) V[j, h'] over the sequence's keys j
+ * at positions <= t's, h' = h / (num_heads / num_kv_heads).
+ *  - paged == NULL: only "fresh" sequences (context_lens[s] == n: no cached keys) run, their keys
+ *    and values read from k and v, rows of stride ld elements (the fused QKV output's column
+ *    blocks: this step's keys and values, the values the cache holds);
+ *  - paged != NULL (its block_tables, max_blocks_per_seq, block_size): every such sequence runs,
+ *    its n rows at positions context_lens[s] - n .. context_lens[s] - 1, all its keys and values
+ *    read from k_cache / v_cache (the layer's caches after this step's KV write, slots of
+ *    num_kv_heads * head_dim) through the block table.
+ * q: rows of stride ld; out: rows of num_heads * head_dim; rows of other sequences are not
+ * written. cu_seqlens, context_lens device arrays; max_seqlen >= every running sequence's n
+ * (host-computed). Scores and softmax in f32 (FlashAttention-2's online softmax). Launches on
+ * c->stream; RG_ERR_CUDA on a launch failure. */
 rg_status rg_cuda_prefill_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *q, const void *k,
-				       const void *v, int ld, const int32_t *cu_seqlens,
-				       const int32_t *context_lens, int fresh_min, int n_seq,
-				       int max_seqlen, int num_heads, int num_kv_heads,
-				       int head_dim, float scale, void *out);
+				       const void *v, int ld, const rg_attn_desc *paged,
+				       const void *k_cache, const void *v_cache,
+				       const int32_t *cu_seqlens, const int32_t *context_lens,
+				       int fresh_min, int n_seq, int max_seqlen, int num_heads,
+				       int num_kv_heads, int head_dim, float scale, void *out);
 
 #endif

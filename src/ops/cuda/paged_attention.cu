@@ -45,7 +45,7 @@ paged_attn_kernel(const T *__restrict__ q, int q_stride, const T *__restrict__ k
 		  int max_blocks, int block_size, const int32_t *__restrict__ cu_q, int n_seq,
 		  const int32_t *__restrict__ context_lens, int num_heads, int num_kv_heads,
 		  float scale, int n_splits, float *__restrict__ part,
-		  T *__restrict__ out, int out_stride, int skip_min)
+		  T *__restrict__ out, int out_stride, int skip_min, int skip_all)
 {
 	constexpr int NW = PA_THREADS / 32;
 	constexpr int DPL = (HD + 31) / 32; /* head dims per lane in the p V phase */
@@ -68,8 +68,8 @@ paged_attn_kernel(const T *__restrict__ q, int q_stride, const T *__restrict__ k
 	}
 	const int seq = lo;
 	if (skip_min && cu_q[seq + 1] - cu_q[seq] >= skip_min &&
-	    context_lens[seq] == cu_q[seq + 1] - cu_q[seq])
-		return; /* a fresh sequence: the tensor-core prefill wrote its rows */
+	    (skip_all || context_lens[seq] == cu_q[seq + 1] - cu_q[seq]))
+		return; /* the tensor-core prefill wrote its rows */
 	/* keys 0..position of row t: causal within the sequence */
 	const int ctx = context_lens[seq] - (cu_q[seq + 1] - t) + 1;
 	/* this token's keys cut into n_splits ranges of a multiple of 16 keys (the split count is
@@ -263,7 +263,8 @@ static int paged_attn_splits(const rg_cuda_ctx *c, int n_tokens, int num_kv_head
 
 template <typename T, int HD>
 static rg_status paged_attn_launch(rg_cuda_ctx *c, const rg_attn_desc *d, const void *q, int ldq,
-				   const void *k_cache, const void *v_cache, void *out, int skip_min)
+				   const void *k_cache, const void *v_cache, void *out, int skip_min,
+				   int skip_all)
 {
 	const size_t ws_floats = RG_CUDA_WORKSPACE_BYTES / sizeof(float);
 	const int n_tokens = d->cu_seqlens_q_h[d->n_seq], ld_out = d->num_heads * HD;
@@ -281,7 +282,7 @@ static rg_status paged_attn_launch(rg_cuda_ctx *c, const rg_attn_desc *d, const 
 				  ldq, (const T *)k_cache, (const T *)v_cache, d->block_tables,
 				  d->max_blocks_per_seq, d->block_size, d->cu_seqlens_q, d->n_seq,
 				  d->context_lens, d->num_heads, d->num_kv_heads, d->scale, splits,
-				  ws, (T *)out, ld_out, skip_min);
+				  ws, (T *)out, ld_out, skip_min, skip_all);
 	if (e != cudaSuccess)
 		return rg_cuda_err(e, "paged_attn_kernel launch");
 	if (splits > 1) {
@@ -292,42 +293,53 @@ static rg_status paged_attn_launch(rg_cuda_ctx *c, const rg_attn_desc *d, const 
 	return RG_OK;
 }
 
-/* RAGGED_PREFILL_TC=0 turns the tensor-core prefill off (A/B runs, a fallback); read at every call
- * (a getenv per layer is noise next to a launch), so a benchmark can switch it in one process. */
-static bool prefill_tc_enabled(void)
+/* RAGGED_PREFILL_TC: "0" turns the tensor-core prefill off (A/B runs, a fallback), "paged" sends
+ * every prefill chunk of >= PA_FRESH_MIN rows to it, reading keys through the block table (NOT
+ * YET RUN ON A GPU: branch gpu/tc-paged, to be verified with tests/gpu/decoder_cuda_cpu.py);
+ * anything else: fresh sequences only, keys from this step's QKV rows. Read at every call (a
+ * getenv per layer is noise next to a launch), so a benchmark can switch it in one process. */
+static int prefill_tc_mode(void)
 {
 	const char *e = getenv("RAGGED_PREFILL_TC");
 
-	return !(e && !strcmp(e, "0"));
+	if (e && !strcmp(e, "0"))
+		return 0;
+	return e && !strcmp(e, "paged") ? 2 : 1;
 }
 
-/* The fresh sequences of >= PA_FRESH_MIN rows on tensor cores, when the descriptor allows it.
- * *skip_min: 0 when none ran (the paged kernel takes every row), PA_FRESH_MIN when some did
- * (its CTAs skip them), -1 when every sequence did (no paged launch). */
-static rg_status fresh_prefill(rg_cuda_ctx *c, rg_dtype dt, const rg_attn_desc *d, const void *q,
-			       int ldq, void *out, int *skip_min)
+/* The sequences of >= PA_FRESH_MIN new rows (fresh ones only, unless mode "paged") on tensor
+ * cores, when the descriptor allows it. *skip_min: 0 when none ran (the paged kernel takes every
+ * row), PA_FRESH_MIN when some did (its CTAs skip them; *skip_all: every sequence of that many
+ * rows, not only the fresh ones), -1 when every sequence did (no paged launch). */
+static rg_status prefill_tc(rg_cuda_ctx *c, rg_dtype dt, const rg_attn_desc *d, const void *q,
+			    int ldq, const void *k_cache, const void *v_cache, void *out,
+			    int *skip_min, int *skip_all)
 {
-	int n_fresh = 0, max_fresh = 0;
+	const int mode = prefill_tc_mode();
+	int n_run = 0, max_n = 0;
 	rg_status st;
 
 	*skip_min = 0;
-	if (!d->k_new || !d->v_new || !d->context_lens_h || !prefill_tc_enabled() ||
-	    !rg_cuda_prefill_tc_ok(dt, d->head_dim, q, d->k_new, d->v_new, ldq, out))
+	*skip_all = mode == 2;
+	if (!mode || !d->k_new || !d->v_new || !d->context_lens_h ||
+	    !rg_cuda_prefill_tc_ok(dt, d->head_dim, q, d->k_new, d->v_new, ldq, out) ||
+	    (mode == 2 && ((uintptr_t)k_cache | (uintptr_t)v_cache) % 16))
 		return RG_OK;
 	for (int i = 0; i < d->n_seq; i++) {
 		const int n = d->cu_seqlens_q_h[i + 1] - d->cu_seqlens_q_h[i];
 
-		if (n >= PA_FRESH_MIN && d->context_lens_h[i] == n) {
-			n_fresh++;
-			max_fresh = n > max_fresh ? n : max_fresh;
+		if (n >= PA_FRESH_MIN && (mode == 2 || d->context_lens_h[i] == n)) {
+			n_run++;
+			max_n = n > max_n ? n : max_n;
 		}
 	}
-	if (!n_fresh)
+	if (!n_run)
 		return RG_OK;
-	st = rg_cuda_prefill_attention_tc(c, dt, q, d->k_new, d->v_new, ldq, d->cu_seqlens_q,
-					  d->context_lens, PA_FRESH_MIN, d->n_seq, max_fresh,
-					  d->num_heads, d->num_kv_heads, d->head_dim, d->scale, out);
-	*skip_min = n_fresh == d->n_seq ? -1 : PA_FRESH_MIN;
+	st = rg_cuda_prefill_attention_tc(c, dt, q, d->k_new, d->v_new, ldq, mode == 2 ? d : NULL,
+					  k_cache, v_cache, d->cu_seqlens_q, d->context_lens,
+					  PA_FRESH_MIN, d->n_seq, max_n, d->num_heads,
+					  d->num_kv_heads, d->head_dim, d->scale, out);
+	*skip_min = n_run == d->n_seq ? -1 : PA_FRESH_MIN;
 	return st;
 }
 
@@ -336,7 +348,7 @@ extern "C" rg_status rg_cuda_paged_attention(rg_cuda_ctx *c, rg_dtype dt, const 
 					     const void *v_cache, void *out)
 {
 	rg_status st;
-	int skip_min;
+	int skip_min, skip_all;
 
 	if (!rg_cuda_dt_valid(dt))
 		return rg_errorf(RG_ERR_UNSUPPORTED, "paged_attention: unknown dtype %d", (int)dt);
@@ -350,13 +362,15 @@ extern "C" rg_status rg_cuda_paged_attention(rg_cuda_ctx *c, rg_dtype dt, const 
 		return RG_OK;
 	if ((st = rg_cuda_enter(c)) != RG_OK)
 		return st;
-	if ((st = fresh_prefill(c, dt, d, q, ldq, out, &skip_min)) != RG_OK || skip_min < 0)
+	if ((st = prefill_tc(c, dt, d, q, ldq, k_cache, v_cache, out, &skip_min, &skip_all)) !=
+		    RG_OK ||
+	    skip_min < 0)
 		return st;
 #define PA_HD(HD)                                                                                \
 	case HD:                                                                                 \
-		return dt == RG_DTYPE_F32   ? paged_attn_launch<float, HD>(c, d, q, ldq, k_cache, v_cache, out, skip_min) \
-		       : dt == RG_DTYPE_F16 ? paged_attn_launch<__half, HD>(c, d, q, ldq, k_cache, v_cache, out, skip_min) \
-					    : paged_attn_launch<__nv_bfloat16, HD>(c, d, q, ldq, k_cache, v_cache, out, skip_min);
+		return dt == RG_DTYPE_F32   ? paged_attn_launch<float, HD>(c, d, q, ldq, k_cache, v_cache, out, skip_min, skip_all) \
+		       : dt == RG_DTYPE_F16 ? paged_attn_launch<__half, HD>(c, d, q, ldq, k_cache, v_cache, out, skip_min, skip_all) \
+					    : paged_attn_launch<__nv_bfloat16, HD>(c, d, q, ldq, k_cache, v_cache, out, skip_min, skip_all);
 	switch (d->head_dim) {
 		PA_HD(16)
 		PA_HD(32)
