@@ -11,6 +11,8 @@
 #   bench     bench/peer/decode_bench.py (greedy tok/s vs HF generate and a graphed PyTorch loop)
 #   trace     bench/peer/decode_trace.py (kernel trace of a decode step)
 #   topk      bench/kernels/topk_bench.py (hierarchical top-k vs full sort vs torch.topk)
+#   modes     bench/peer/decode_modes.py on CUDA fp16, GPT-2 and SmolLM2 shapes (beam 4 and
+#             top-k/top-p per-step cost vs greedy; MODES_NEW, MODES_REPEATS)
 # MEMCHECK="parity sample" (say) limits the compute-sanitizer passes to those stages; SAMPLE_QUICK=1
 # makes the plain sampling pass the small one too.
 # Needs .gpu_carry (CARRY_MODEL=0 scripts/pack-gpu-carry.sh). Results in $OUT.
@@ -45,7 +47,9 @@ if has parity; then
 	timeout 200 python3 tests/gpu/decoder_cuda_cpu.py | tail -12; record "CUDA vs CPU step" ${PIPESTATUS[0]}
 	RAGGED_PREFILL_TC=paged timeout 200 python3 tests/gpu/decoder_cuda_cpu.py | tail -12; record "CUDA vs CPU step, RAGGED_PREFILL_TC=paged" ${PIPESTATUS[0]}
 	if mc parity; then
-		timeout 200 "${MC[@]}" python3 tests/gpu/decoder_cuda_cpu.py 2>&1 | tail -3; record "memcheck step" ${PIPESTATUS[0]}
+		# MC_PREFILL_TC=paged: the sanitizer pass runs the block-table tensor-core prefill
+		RAGGED_PREFILL_TC=${MC_PREFILL_TC:-} timeout 200 "${MC[@]}" python3 tests/gpu/decoder_cuda_cpu.py 2>&1 | tail -3
+		record "memcheck step${MC_PREFILL_TC:+ (RAGGED_PREFILL_TC=$MC_PREFILL_TC)}" ${PIPESTATUS[0]}
 	fi
 fi
 if has generate; then
@@ -71,6 +75,13 @@ if has bench; then
 fi
 if has trace; then
 	timeout 200 python3 bench/peer/decode_trace.py "$OUT/decode_trace.json" 2>&1 | grep -v "Writing model\|warn"; record "decode trace" ${PIPESTATUS[0]}
+fi
+if has modes; then
+	for shape in gpt2 smollm2; do
+		timeout 200 python3 bench/peer/decode_modes.py "$OUT/decode_modes_$shape.json" --device cuda \
+			--dtype fp16 --shape "$shape" --new "${MODES_NEW:-64}" --repeats "${MODES_REPEATS:-3}" 2>&1 |
+			grep -v "Writing model\|warn" | tail -12; record "decode modes $shape" ${PIPESTATUS[0]}
+	done
 fi
 if has topk && [ -f bench/kernels/topk_bench.py ]; then
 	timeout 150 python3 bench/kernels/topk_bench.py --json "$OUT/topk_bench.json" 2>&1 | tail -30; record "top-k bench" ${PIPESTATUS[0]}
