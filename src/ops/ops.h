@@ -305,9 +305,12 @@ rg_status rg_op_kv_write(rg_backend *be, const void *k, const void *v, int ld,
  * num_heads * head_dim) act. Scores, softmax and the weighted sum in f32.
  * Errors: RG_ERR_INVALID_INPUT for a bad descriptor, a block id outside [0, n_blocks) or context
  * shorter than its new rows. CPU: one task per (token, head), keys read through the table.
- * CUDA: fresh sequences of >= 16 new rows (fp16 / bf16, head_dim 32 / 64 / 128, d->k_new and
- * d->v_new set) on tensor cores (FlashAttention-2 with a causal mask, attention_tc.cu), the rest
- * through the table (paged_attention.cu); RAGGED_PREFILL_TC=0 sends every row through the table. */
+ * CUDA: prefill chunks of >= 16 new rows (fp16 / bf16, head_dim 32 / 64 / 128, d->k_new and
+ * d->v_new set) on tensor cores (FlashAttention-2 with a causal mask, attention_tc.cu): keys from
+ * this step's QKV rows when every such chunk is a fresh sequence, else every key through the block
+ * table (a prompt's later chunks, the rest after a prefix-cache hit); the decode rows through the
+ * table on CUDA cores (paged_attention.cu). RAGGED_PREFILL_TC=0 sends every row through the
+ * table's CUDA-core kernel, "fresh" / "paged" force one tensor-core form (A/B runs). */
 rg_status rg_op_paged_attention(rg_backend *be, const rg_attn_desc *d, const void *q, int ldq,
 				const void *k_cache, const void *v_cache, void *out);
 

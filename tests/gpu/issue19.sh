@@ -45,7 +45,9 @@ export RAGGED_LIB=build/libragged.so RAGGED_BIN=build/ragged RAGGED_INTERNAL_LIB
 MC=(compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20)
 if has parity; then
 	timeout 200 python3 tests/gpu/decoder_cuda_cpu.py | tail -12; record "CUDA vs CPU step" ${PIPESTATUS[0]}
-	RAGGED_PREFILL_TC=paged timeout 200 python3 tests/gpu/decoder_cuda_cpu.py | tail -12; record "CUDA vs CPU step, RAGGED_PREFILL_TC=paged" ${PIPESTATUS[0]}
+	for tc in paged fresh; do
+		RAGGED_PREFILL_TC=$tc timeout 200 python3 tests/gpu/decoder_cuda_cpu.py | tail -12; record "CUDA vs CPU step, RAGGED_PREFILL_TC=$tc" ${PIPESTATUS[0]}
+	done
 	if mc parity; then
 		# MC_PREFILL_TC=paged: the sanitizer pass runs the block-table tensor-core prefill
 		RAGGED_PREFILL_TC=${MC_PREFILL_TC:-} timeout 200 "${MC[@]}" python3 tests/gpu/decoder_cuda_cpu.py 2>&1 | tail -3

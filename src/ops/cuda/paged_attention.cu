@@ -293,49 +293,70 @@ static rg_status paged_attn_launch(rg_cuda_ctx *c, const rg_attn_desc *d, const 
 	return RG_OK;
 }
 
-/* RAGGED_PREFILL_TC: "0" turns the tensor-core prefill off (A/B runs, a fallback), "paged" sends
- * every prefill chunk of >= PA_FRESH_MIN rows to it, reading keys through the block table (NOT
- * YET RUN ON A GPU: branch gpu/tc-paged, to be verified with tests/gpu/decoder_cuda_cpu.py);
- * anything else: fresh sequences only, keys from this step's QKV rows. Read at every call (a
- * getenv per layer is noise next to a launch), so a benchmark can switch it in one process. */
+/* RAGGED_PREFILL_TC: "0" turns the tensor-core prefill off (A/B runs, a fallback); "fresh" sends
+ * only fresh sequences (no cached keys) to it, their keys read from this step's QKV rows;
+ * "paged" sends every prefill chunk of >= PA_FRESH_MIN rows, keys read through the block table;
+ * unset or anything else (the default): "paged" when some such chunk has cached keys (a prompt's
+ * later chunks, the rest of a prompt after a prefix-cache hit), else "fresh" (verified on an
+ * H200 2026-11-26: tests/gpu/decoder_cuda_cpu.py plain and under memcheck). Read at every call
+ * (a getenv per layer is noise next to a launch), so a benchmark can switch it in one process. */
+enum { PTC_OFF = 0, PTC_FRESH = 1, PTC_PAGED = 2, PTC_AUTO = 3 };
+
 static int prefill_tc_mode(void)
 {
 	const char *e = getenv("RAGGED_PREFILL_TC");
 
 	if (e && !strcmp(e, "0"))
-		return 0;
-	return e && !strcmp(e, "paged") ? 2 : 1;
+		return PTC_OFF;
+	if (e && !strcmp(e, "fresh"))
+		return PTC_FRESH;
+	return e && !strcmp(e, "paged") ? PTC_PAGED : PTC_AUTO;
 }
 
-/* The sequences of >= PA_FRESH_MIN new rows (fresh ones only, unless mode "paged") on tensor
- * cores, when the descriptor allows it. *skip_min: 0 when none ran (the paged kernel takes every
- * row), PA_FRESH_MIN when some did (its CTAs skip them; *skip_all: every sequence of that many
- * rows, not only the fresh ones), -1 when every sequence did (no paged launch). */
+/* The sequences of >= PA_FRESH_MIN new rows (fresh ones only, unless the mode resolves to
+ * "paged") on tensor cores, when the descriptor allows it. *skip_min: 0 when none ran (the paged
+ * kernel takes every row), PA_FRESH_MIN when some did (its CTAs skip them; *skip_all: every
+ * sequence of that many rows, not only the fresh ones), -1 when every sequence did (no paged
+ * launch). */
 static rg_status prefill_tc(rg_cuda_ctx *c, rg_dtype dt, const rg_attn_desc *d, const void *q,
 			    int ldq, const void *k_cache, const void *v_cache, void *out,
 			    int *skip_min, int *skip_all)
 {
-	const int mode = prefill_tc_mode();
+	int mode = prefill_tc_mode();
 	int n_run = 0, max_n = 0;
 	rg_status st;
 
 	*skip_min = 0;
-	*skip_all = mode == 2;
-	if (!mode || !d->k_new || !d->v_new || !d->context_lens_h ||
-	    !rg_cuda_prefill_tc_ok(dt, d->head_dim, q, d->k_new, d->v_new, ldq, out) ||
-	    (mode == 2 && ((uintptr_t)k_cache | (uintptr_t)v_cache) % 16))
+	*skip_all = 0;
+	if (mode == PTC_OFF || !d->k_new || !d->v_new || !d->context_lens_h ||
+	    !rg_cuda_prefill_tc_ok(dt, d->head_dim, q, d->k_new, d->v_new, ldq, out))
 		return RG_OK;
+	if (((uintptr_t)k_cache | (uintptr_t)v_cache) % 16) {
+		if (mode == PTC_PAGED)
+			return RG_OK;
+		mode = PTC_FRESH;
+	}
+	if (mode == PTC_AUTO) {
+		mode = PTC_FRESH;
+		for (int i = 0; i < d->n_seq; i++) {
+			const int n = d->cu_seqlens_q_h[i + 1] - d->cu_seqlens_q_h[i];
+
+			if (n >= PA_FRESH_MIN && d->context_lens_h[i] > n)
+				mode = PTC_PAGED;
+		}
+	}
+	*skip_all = mode == PTC_PAGED;
 	for (int i = 0; i < d->n_seq; i++) {
 		const int n = d->cu_seqlens_q_h[i + 1] - d->cu_seqlens_q_h[i];
 
-		if (n >= PA_FRESH_MIN && (mode == 2 || d->context_lens_h[i] == n)) {
+		if (n >= PA_FRESH_MIN && (mode == PTC_PAGED || d->context_lens_h[i] == n)) {
 			n_run++;
 			max_n = n > max_n ? n : max_n;
 		}
 	}
 	if (!n_run)
 		return RG_OK;
-	st = rg_cuda_prefill_attention_tc(c, dt, q, d->k_new, d->v_new, ldq, mode == 2 ? d : NULL,
+	st = rg_cuda_prefill_attention_tc(c, dt, q, d->k_new, d->v_new, ldq, mode == PTC_PAGED ? d : NULL,
 					  k_cache, v_cache, d->cu_seqlens_q, d->context_lens,
 					  PA_FRESH_MIN, d->n_seq, max_n, d->num_heads,
 					  d->num_kv_heads, d->head_dim, d->scale, out);
