@@ -103,8 +103,10 @@ def main():
     for r in rows:
         r["vs_greedy"] = r["step_ms"] / base
         r["vs_greedy_min"] = r["step_ms_min"] / rows[0]["step_ms_min"]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=ROOT).stdout.strip()
+    # the GPU machine's copy of the tree: .gpu_carry/COMMIT, exported by the GPU scripts
+    commit = os.environ.get("RAGGED_COMMIT", "")[:7] or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        cwd=ROOT).stdout.strip()
     rep = {"host": host_name(a.device), "device": a.device, "dtype": a.dtype, "shape": a.shape,
            "prompt": 32, "new": a.new, "repeats": a.repeats, "commit": commit,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
