@@ -137,8 +137,17 @@ typedef struct gen {
 	int32_t *row_unit; /* (rows_cap) which unit asked for each logits row */
 	float *logits;     /* (rows_cap, V) */
 	bool fast;         /* plain greedy through r->step_argmax: ids / log-probs, no logits */
-	int32_t *am_ids;   /* (rows_cap) fast: each row's greedy id */
-	float *am_lps;     /* (rows_cap) fast: its log-prob */
+	int32_t *am_ids;   /* (rows_cap) fast / dev: each row's chosen id */
+	float *am_lps;     /* (rows_cap) fast / dev: its log-prob */
+	/* dev: sampled on the runner (r->step_sample) with per-row parameters; no logits */
+	bool dev;
+	rg_row_sampling *rowp;   /* (rows_cap) */
+	int32_t *row_seq;        /* (rows_cap) the output sequence each logits row samples for */
+	int32_t *dev_top_ids;    /* (rows_cap, n_top) */
+	float *dev_top_lps;      /* (rows_cap, n_top) */
+	int32_t *pen_ids, *pen_counts, *pen_keys; /* the step's penalty lists (pen_cap) */
+	uint8_t *pen_inp;
+	size_t pen_cap;
 	rg_token_array work;
 	/* beam step scratch (num_beams) */
 	int32_t *parent, *btok, *children;
@@ -179,6 +188,74 @@ static rg_status batch_add(gen *g, rg_kv_seq *kv, const int32_t *toks, int n, bo
 	return RG_OK;
 }
 
+static bool penalties_on(const rg_sampling_params *sp)
+{
+	return sp->repetition_penalty != 1.f || sp->presence_penalty != 0.f ||
+	       sp->frequency_penalty != 0.f;
+}
+
+/* dev: each logits row's sampling parameters (rg_row_sampling) for the sequence it samples
+ * for: the request's options, the next draw of the sequence's RNG stream when it samples (the
+ * draw the host chain's dist step would take), its penalty lists. */
+static rg_status dev_params(gen *g)
+{
+	const rg_sampling_params *sp = &g->p->sampling;
+	const bool sample = sp->do_sample && sp->temperature > 0.f, pen = penalties_on(sp);
+	size_t need = 0, off = 0;
+
+	if (pen) {
+		for (int k = 0; k < g->bn_logits; k++) {
+			const gseq *s = &g->seqs[g->row_seq[k]];
+
+			need += (size_t)g->pr[g->row_seq[k] / g->width].len + (size_t)s->n;
+		}
+		if (need > g->pen_cap) {
+			int32_t *ids = realloc(g->pen_ids, need * sizeof(int32_t));
+			int32_t *cnt = ids ? realloc(g->pen_counts, need * sizeof(int32_t)) : NULL;
+			int32_t *keys = cnt ? realloc(g->pen_keys, need * sizeof(int32_t)) : NULL;
+			uint8_t *inp = keys ? realloc(g->pen_inp, need) : NULL;
+
+			if (ids)
+				g->pen_ids = ids;
+			if (cnt)
+				g->pen_counts = cnt;
+			if (keys)
+				g->pen_keys = keys;
+			if (!inp)
+				return rg_errorf(RG_ERR_OOM, "generate: out of memory for penalties");
+			g->pen_inp = inp;
+			g->pen_cap = need;
+		}
+	}
+	for (int k = 0; k < g->bn_logits; k++) {
+		gseq *s = &g->seqs[g->row_seq[k]];
+		rg_row_sampling *row = &g->rowp[k];
+
+		*row = (rg_row_sampling){
+			.temperature = sample ? sp->temperature : 0.f, .top_k = sp->top_k,
+			.top_p = sp->top_p, .min_p = sp->min_p,
+			.repetition_penalty = sp->repetition_penalty,
+			.presence_penalty = sp->presence_penalty,
+			.frequency_penalty = sp->frequency_penalty,
+			.u = sample ? rg_rng_uniform(&s->rng) : 0,
+			.n_logit_bias = sp->n_logit_bias, .logit_bias_ids = sp->logit_bias_ids,
+			.logit_bias_values = sp->logit_bias_values,
+		};
+		if (pen) {
+			const gprompt *pr = &g->pr[g->row_seq[k] / g->width];
+
+			row->n_penalty = rg_sampler_penalty_lists(
+				pr->ids, pr->len, s->ids, s->n, g->pen_keys, g->pen_ids + off,
+				g->pen_counts + off, g->pen_inp + off);
+			row->penalty_ids = g->pen_ids + off;
+			row->penalty_counts = g->pen_counts + off;
+			row->penalty_in_prompt = g->pen_inp + off;
+			off += (size_t)row->n_penalty;
+		}
+	}
+	return RG_OK;
+}
+
 static rg_status batch_run(gen *g)
 {
 	rg_step_batch b = {
@@ -197,8 +274,16 @@ static rg_status batch_run(gen *g)
 		if ((st = g->r->copy_blocks(g->r->ctx, g->csrc, g->cdst, g->n_copies)) != RG_OK)
 			return rg_error_wrap(st, "copy_blocks");
 	}
-	st = g->fast ? g->r->step_argmax(g->r->ctx, &b, g->am_ids, g->am_lps)
-		     : g->r->step(g->r->ctx, &b, g->logits);
+	if (g->dev) {
+		if ((st = dev_params(g)) != RG_OK)
+			return st;
+		st = g->r->step_sample(g->r->ctx, &b, g->rowp, g->n_top, g->am_ids, g->am_lps,
+				       g->n_top ? g->dev_top_ids : NULL,
+				       g->n_top ? g->dev_top_lps : NULL);
+	} else {
+		st = g->fast ? g->r->step_argmax(g->r->ctx, &b, g->am_ids, g->am_lps)
+			     : g->r->step(g->r->ctx, &b, g->logits);
+	}
 	if (st != RG_OK)
 		return rg_error_wrap(st, "step");
 	return RG_OK;
@@ -266,6 +351,10 @@ static rg_status seq_sample(gen *g, int idx, int k)
 
 	if (g->fast) /* the runner chose on the device: the same token and log-prob */
 		return seq_take(g, s, idx, g->am_ids[k], g->am_lps[k], NULL, NULL);
+	if (g->dev) /* the runner sampled with this sequence's parameters and draw */
+		return seq_take(g, s, idx, g->am_ids[k], g->am_lps[k],
+				g->dev_top_ids + (size_t)k * g->n_top,
+				g->dev_top_lps + (size_t)k * g->n_top);
 	if ((st = rg_sampler_sample(s->chain, row, g->V, &s->rng, &g->work, g->n_top, &t, &lp,
 				    top_ids, top_lps)) != RG_OK)
 		return st;
@@ -356,7 +445,8 @@ static rg_status prompt_start(gen *g, int i, int k)
 			rg_kv_seq_init(&pr->root);
 		}
 		s->started = true;
-		if ((st = seq_sample(g, i * g->width + j, k)) != RG_OK)
+		/* dev: sample j drew from its own copy of the row (batch_add's extra rows) */
+		if ((st = seq_sample(g, i * g->width + j, g->dev ? k + j : k)) != RG_OK)
 			return st;
 	}
 	return RG_OK;
@@ -369,7 +459,11 @@ static rg_status prefill(gen *g)
 
 	while (next < g->n_prompts) {
 		batch_reset(g);
-		while (next < g->n_prompts && g->bn_tok < g->budget && g->bn_logits < g->rows_cap) {
+		/* dev: a prompt's last chunk asks for its last row once per sample */
+		const int per = g->dev ? g->width : 1;
+
+		while (next < g->n_prompts && g->bn_tok < g->budget &&
+		       g->bn_logits + per <= g->rows_cap) {
 			gprompt *pr = &g->pr[next];
 			int take = pr->len - pr->prefilled;
 			bool last;
@@ -379,8 +473,15 @@ static rg_status prefill(gen *g)
 			last = pr->prefilled + take == pr->len;
 			if ((st = batch_add(g, &pr->root, pr->ids + pr->prefilled, take, last)))
 				return st;
-			if (last)
+			if (last) {
 				g->row_unit[g->bn_logits - 1] = next;
+				g->row_seq[g->bn_logits - 1] = next * g->width;
+				for (int j = 1; j < per; j++) {
+					g->lrows[g->bn_logits] = g->bn_tok - 1;
+					g->row_unit[g->bn_logits] = -1;
+					g->row_seq[g->bn_logits++] = next * g->width + j;
+				}
+			}
 			pr->prefilled += take;
 			if (last)
 				next++;
@@ -388,7 +489,7 @@ static rg_status prefill(gen *g)
 		if ((st = batch_run(g)) != RG_OK)
 			return st;
 		for (int k = 0; k < g->bn_logits; k++)
-			if ((st = prompt_start(g, g->row_unit[k], k)))
+			if (g->row_unit[k] >= 0 && (st = prompt_start(g, g->row_unit[k], k)))
 				return st;
 	}
 	return RG_OK;
@@ -443,6 +544,7 @@ static rg_status decode(gen *g)
 				if ((st = batch_add(g, &s->kv, &s->pending, 1, true)) != RG_OK)
 					return st;
 				g->row_unit[g->bn_logits - 1] = i;
+				g->row_seq[g->bn_logits - 1] = i;
 			}
 		} else {
 			for (int i = 0; i < g->n_prompts; i++) {
@@ -629,6 +731,14 @@ static void gen_free(gen *g)
 	free(g->logits);
 	free(g->am_ids);
 	free(g->am_lps);
+	free(g->rowp);
+	free(g->row_seq);
+	free(g->dev_top_ids);
+	free(g->dev_top_lps);
+	free(g->pen_ids);
+	free(g->pen_counts);
+	free(g->pen_keys);
+	free(g->pen_inp);
 	free(g->work.data);
 	free(g->parent);
 	free(g->btok);
@@ -652,7 +762,11 @@ static rg_status gen_alloc(gen *g)
 	g->tables = calloc(B * (size_t)g->max_blocks, sizeof(int32_t));
 	g->lrows = malloc(R * sizeof(int32_t));
 	g->row_unit = malloc(R * sizeof(int32_t));
-	g->logits = malloc((g->fast ? 1 : R) * (size_t)g->V * sizeof(float));
+	g->logits = malloc((g->fast || g->dev ? 1 : R) * (size_t)g->V * sizeof(float));
+	g->rowp = malloc(R * sizeof(rg_row_sampling));
+	g->row_seq = malloc(R * sizeof(int32_t));
+	g->dev_top_ids = malloc(R * (size_t)(g->n_top ? g->n_top : 1) * sizeof(int32_t));
+	g->dev_top_lps = malloc(R * (size_t)(g->n_top ? g->n_top : 1) * sizeof(float));
 	g->am_ids = malloc(R * sizeof(int32_t));
 	g->am_lps = malloc(R * sizeof(float));
 	g->work.data = malloc((size_t)g->V * sizeof(rg_token_data));
@@ -664,7 +778,8 @@ static rg_status gen_alloc(gen *g)
 	g->pr = calloc((size_t)g->n_prompts, sizeof(gprompt));
 	if (!g->tokens || !g->positions || !g->slots || !g->cu || !g->ctx_lens || !g->csrc ||
 	    !g->cdst || !g->tables || !g->lrows || !g->row_unit || !g->logits || !g->work.data ||
-	    !g->parent || !g->btok || !g->children || !g->rows || !g->newkv || !g->pr)
+	    !g->parent || !g->btok || !g->children || !g->rows || !g->newkv || !g->pr ||
+	    !g->rowp || !g->row_seq || !g->dev_top_ids || !g->dev_top_lps)
 		return rg_errorf(RG_ERR_OOM, "generate: out of memory for the step buffers");
 	if (!beams_on(p) &&
 	    !(g->seqs = calloc((size_t)g->n_prompts * (size_t)g->width, sizeof(gseq))))
@@ -760,8 +875,7 @@ rg_status rg_gen_run(const rg_gen_runner *r, const int32_t *const *prompts,
 
 		g.fast = r->step_argmax && !beams_on(p) && p->logprobs == 0 &&
 			 (!sp->do_sample || sp->temperature == 0.f) &&
-			 sp->repetition_penalty == 1.f && sp->presence_penalty == 0.f &&
-			 sp->frequency_penalty == 0.f && sp->n_logit_bias == 0 &&
+			 !penalties_on(sp) && sp->n_logit_bias == 0 &&
 			 sp->no_repeat_ngram_size == 0;
 	}
 	g.budget = p->max_step_tokens;
@@ -770,6 +884,9 @@ rg_status rg_gen_run(const rg_gen_runner *r, const int32_t *const *prompts,
 	if (g.rows_cap < n_prompts && g.rows_cap < g.budget)
 		g.rows_cap = n_prompts < g.budget ? n_prompts : g.budget;
 	g.max_blocks = (r->max_context + r->block_size - 1) / r->block_size;
+	/* the device samples whatever the host chain would, except no-repeat n-grams and beams */
+	g.dev = !g.fast && r->step_sample && !beams_on(p) &&
+		p->sampling.no_repeat_ngram_size == 0 && g.width <= g.rows_cap;
 	if ((st = gen_alloc(&g)) != RG_OK)
 		goto out_free;
 	for (int i = 0; i < n_prompts; i++)

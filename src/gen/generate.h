@@ -58,6 +58,17 @@ typedef struct rg_gen_runner {
 	 * f32. Used for plain greedy requests (no sampling, beams, penalties, bias, no-repeat n-gram
 	 * or top-N log-probs), so the logits need not reach the host. */
 	rg_status (*step_argmax)(void *ctx, const rg_step_batch *b, int32_t *ids, float *logprobs);
+	/* Optional (NULL: unused): a step that samples each logits row itself with that row's
+	 * parameters (ragged.h rg_model_step_sample: rows (n_logits), the draw u from the
+	 * sequence's own RNG stream, the same one the host chain would consume, so the tokens are
+	 * the host path's): ids and log-probs (n_logits), top_ids / top_logprobs (n_logits, top_n)
+	 * or NULL when top_n is 0. Used for sampled and processed-greedy requests without
+	 * no_repeat_ngram_size (which has no device form) and without beams, so the logits need
+	 * not reach the host. A logits row index may repeat: a prompt's n samples draw their first
+	 * tokens from its last row. */
+	rg_status (*step_sample)(void *ctx, const rg_step_batch *b, const rg_row_sampling *rows,
+				 int top_n, int32_t *ids, float *logprobs, int32_t *top_ids,
+				 float *top_logprobs);
 } rg_gen_runner;
 
 /* rg_gen_token_fn, rg_gen_params, rg_gen_seq, rg_gen_result and their functions:

@@ -753,6 +753,42 @@ rg_sampler *rg_sampler_init_min_p(float p) { return param_new(&minp_i, p, 0); }
 rg_sampler *rg_sampler_init_greedy(void) { return param_new(&greedy_i, 0.f, 0); }
 rg_sampler *rg_sampler_init_dist(void) { return param_new(&dist_i, 0.f, 0); }
 
+static int cmp_i32(const void *a, const void *b)
+{
+	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+int rg_sampler_penalty_lists(const int32_t *prompt, int n_prompt, const int32_t *gen, int n_gen,
+			     int32_t *keys, int32_t *ids, int32_t *counts, uint8_t *in_prompt)
+{
+	const int n_tok = n_prompt + n_gen;
+	int n = 0;
+
+	/* key = id * 2 + (generated) */
+	for (int t = 0; t < n_prompt; t++)
+		keys[t] = prompt[t] * 2;
+	for (int t = 0; t < n_gen; t++)
+		keys[n_prompt + t] = gen[t] * 2 + 1;
+	qsort(keys, (size_t)n_tok, sizeof(int32_t), cmp_i32);
+	for (int t = 0; t < n_tok; t++) {
+		int32_t id = keys[t] >> 1;
+
+		if (n == 0 || ids[n - 1] != id) {
+			ids[n] = id;
+			counts[n] = 0;
+			in_prompt[n] = 0;
+			n++;
+		}
+		if (keys[t] & 1)
+			counts[n - 1]++;
+		else
+			in_prompt[n - 1] = 1;
+	}
+	return n;
+}
+
 rg_status rg_sampler_from_params(const rg_sampling_params *p, int vocab, const int32_t *prompt,
 				 int n_prompt, rg_sampler **out)
 {

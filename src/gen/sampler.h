@@ -94,6 +94,15 @@ rg_sampler *rg_sampler_init_min_p(float p);
 rg_sampler *rg_sampler_init_greedy(void);
 rg_sampler *rg_sampler_init_dist(void);
 
+/* The penalty lists of ragged.h's rg_row_sampling for one sequence (the device form of the
+ * penalties step above): the distinct ids of prompt (n_prompt) and gen (n_gen, the tokens
+ * generated so far), ascending, with each id's count among gen and whether it occurs in the
+ * prompt. keys: scratch, ids, counts, in_prompt: caller-owned, (n_prompt + n_gen) each. Ids
+ * must be in [0, 2^30). Returns the number of distinct ids. O(L log L) for L = n_prompt + n_gen
+ * (a sort of tagged ids, then runs counted). */
+int rg_sampler_penalty_lists(const int32_t *prompt, int n_prompt, const int32_t *gen, int n_gen,
+			     int32_t *keys, int32_t *ids, int32_t *counts, uint8_t *in_prompt);
+
 /* The chain above for p (checked), for one sequence whose prompt is prompt (n_prompt) ids.
  * *out is the caller's (rg_sampler_free). RG_ERR_INVALID_INPUT, RG_ERR_OOM. */
 rg_status rg_sampler_from_params(const rg_sampling_params *p, int vocab, const int32_t *prompt,

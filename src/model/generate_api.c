@@ -37,6 +37,13 @@ static rg_status run_step_argmax(void *ctx, const rg_step_batch *b, int32_t *ids
 	return rg_model_step_argmax(ctx, b, ids, lps);
 }
 
+static rg_status run_step_sample(void *ctx, const rg_step_batch *b, const rg_row_sampling *rows,
+				 int top_n, int32_t *ids, float *lps, int32_t *top_ids,
+				 float *top_lps)
+{
+	return rg_model_step_sample(ctx, b, rows, ids, lps, top_n, top_ids, top_lps);
+}
+
 static rg_status run_copy(void *ctx, const int32_t *src, const int32_t *dst, int n)
 {
 	return rg_model_kv_copy_blocks(ctx, src, dst, n);
@@ -202,12 +209,15 @@ rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int 
 	r.max_context = (int)max_ctx;
 	r.step = run_step;
 	r.copy_blocks = run_copy;
-	/* plain greedy requests choose on the device (the logits stay there); RAGGED_GEN_ARGMAX=0
-	 * takes the host sampler instead (the same choice; for checks) */
+	/* plain greedy requests choose on the device, sampled ones sample there (the logits stay
+	 * there); RAGGED_GEN_ARGMAX=0 / RAGGED_GEN_DEVICE_SAMPLE=0 take the host sampler instead
+	 * (the same choices; for checks and A/B runs) */
 	{
 		const char *e = getenv("RAGGED_GEN_ARGMAX");
+		const char *d = getenv("RAGGED_GEN_DEVICE_SAMPLE");
 
 		r.step_argmax = e && !strcmp(e, "0") ? NULL : run_step_argmax;
+		r.step_sample = d && !strcmp(d, "0") ? NULL : run_step_sample;
 	}
 	if ((s = rg_gen_run(&r, prompts, lens, n, &p, m->gen_pool, out)) != RG_OK)
 		return s;

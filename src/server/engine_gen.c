@@ -576,50 +576,25 @@ static void sweep(rg_gen_engine *e, double now)
 	}
 }
 
-static int cmp_i32(const void *a, const void *b)
-{
-	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-
-	return (x > y) - (x < y);
-}
-
 /* The penalty lists of row r for sequence i of j (prompt and generated tokens: distinct ids,
- * counts among the generated, in-prompt flags): each token tagged with whether it is a prompt
- * token (the low bit after a shift), sorted, then runs counted. O(L log L) for L tokens. */
+ * counts among the generated, in-prompt flags; rg_sampler_penalty_lists). */
 static void penalty_lists(rg_gen_engine *e, int r, const rg_gen_job *j, int i,
 			  rg_row_sampling *row)
 {
 	const int32_t *toks;
-	int n = 0, n_tok;
+	int n_tok, n_prompt;
 	int32_t *ids = e->pen_ids + (size_t)r * e->max_context;
 	int32_t *cnt = e->pen_counts + (size_t)r * e->max_context;
 	uint8_t *inp = e->pen_prompt + (size_t)r * e->max_context;
-	int32_t *keys = e->pen_keys;
 
 	toks = rg_iter_tokens(e->it, j->base_id | (uint64_t)i, &n_tok);
 	if (!toks)
 		n_tok = 0;
 	if (n_tok > e->max_context)
 		n_tok = e->max_context;
-	/* key = id * 2 + (generated): ids < 2^30 */
-	for (int t = 0; t < n_tok; t++)
-		keys[t] = toks[t] * 2 + (t >= j->prompt_lens[i]);
-	qsort(keys, (size_t)n_tok, sizeof(int32_t), cmp_i32);
-	for (int t = 0; t < n_tok; t++) {
-		int32_t id = keys[t] >> 1;
-
-		if (n == 0 || ids[n - 1] != id) {
-			ids[n] = id;
-			cnt[n] = 0;
-			inp[n] = 0;
-			n++;
-		}
-		if (keys[t] & 1)
-			cnt[n - 1]++;
-		else
-			inp[n - 1] = 1;
-	}
-	row->n_penalty = n;
+	n_prompt = j->prompt_lens[i] < n_tok ? j->prompt_lens[i] : n_tok;
+	row->n_penalty = rg_sampler_penalty_lists(toks, n_prompt, toks + n_prompt, n_tok - n_prompt,
+						  e->pen_keys, ids, cnt, inp);
 	row->penalty_ids = ids;
 	row->penalty_counts = cnt;
 	row->penalty_in_prompt = inp;

@@ -46,6 +46,23 @@ class StepBatch(ctypes.Structure):
 
 
 STEP_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(StepBatch), F32P)
+
+
+class RowSampling(ctypes.Structure):
+    """include/ragged.h rg_row_sampling."""
+    _fields_ = [("temperature", ctypes.c_float), ("top_k", ctypes.c_int),
+                ("top_p", ctypes.c_float), ("min_p", ctypes.c_float),
+                ("repetition_penalty", ctypes.c_float), ("presence_penalty", ctypes.c_float),
+                ("frequency_penalty", ctypes.c_float), ("u", ctypes.c_double),
+                ("n_penalty", ctypes.c_int), ("penalty_ids", I32P), ("penalty_counts", I32P),
+                ("penalty_in_prompt", ctypes.POINTER(ctypes.c_uint8)),
+                ("n_logit_bias", ctypes.c_int), ("logit_bias_ids", I32P),
+                ("logit_bias_values", F32P)]
+
+
+STEP_SAMPLE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(StepBatch),
+                                  ctypes.POINTER(RowSampling), ctypes.c_int, I32P, F32P, I32P,
+                                  F32P)
 COPY_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, I32P, I32P, ctypes.c_int)
 TOKEN_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int32,
                             ctypes.c_float)
@@ -58,7 +75,8 @@ class Runner(ctypes.Structure):
     _fields_ = [("ctx", ctypes.c_void_p), ("vocab_size", ctypes.c_int),
                 ("block_size", ctypes.c_int), ("n_blocks", ctypes.c_int),
                 ("max_context", ctypes.c_int), ("step", STEP_FN), ("copy_blocks", COPY_FN),
-                ("step_argmax", ctypes.c_void_p)]  # NULL: the loop samples from logits
+                ("step_argmax", ctypes.c_void_p),  # NULL: the loop samples from logits
+                ("step_sample", STEP_SAMPLE_FN)]  # NULL: on the host chain
 
 
 class GenParams(ctypes.Structure):
@@ -191,6 +209,38 @@ class ToyRunner:
         self._step = STEP_FN(self.step)
         self._copy = COPY_FN(self.copy)
         self.runner = Runner(None, V, block_size, n_blocks, max_context, self._step, self._copy)
+        self.sample_rows = []  # step_sample: (logits row index, u) of every row it sampled
+
+    def with_step_sample(self):
+        """Also sample on the 'device' (rg_gen_runner.step_sample), as rg_model_step_sample
+        does: every row with its own parameters and draw u, from the logits step() makes."""
+        self._sample = STEP_SAMPLE_FN(self.step_sample)
+        self.runner.step_sample = self._sample
+        return self
+
+    def step_sample(self, ctx, bp, rows_p, top_n, ids, lps, top_ids, top_lps):
+        b = bp.contents
+        n = b.n_logits
+        buf = (ctypes.c_float * (max(n, 1) * self.V))()
+        st = self.step(ctx, bp, ctypes.cast(buf, F32P))
+        if st != RG_OK:
+            return st
+        try:
+            logits = np.frombuffer(buf, dtype=np.float32).reshape(-1, self.V)
+            for k in range(n):
+                row = rows_p[k]
+                self.sample_rows.append((b.logits_rows[k], row.u))
+                tok, ls = row_sample(logits[k], row, self.V)
+                ids[k], lps[k] = tok, ls[tok]
+                order = sorted(ls, key=lambda v: (-ls[v], v))
+                for t in range(top_n):
+                    ok = t < len(order) and ls[order[t]] > -np.inf
+                    top_ids[k * top_n + t] = order[t] if ok else -1
+                    top_lps[k * top_n + t] = ls[order[t]] if ok else -np.inf
+            return RG_OK
+        except Exception as e:
+            self.errors.append(repr(e))
+            return RG_ERR_INTERNAL
 
     def step(self, ctx, bp, logits_p):
         try:
@@ -390,6 +440,41 @@ def ref_logsoftmax(cand):
     return {v: float(x) - lse for v, x in cand.items()}
 
 
+class FixedDraw:
+    """An rng whose one draw is the u a step_sample row carries."""
+
+    def __init__(self, u):
+        self.u = u
+
+    def uniform(self):
+        return self.u
+
+
+def row_sample(logits, row, V):
+    """One rg_row_sampling row as the device does it, from its penalty lists (distinct ids, counts
+    among the generated, in-prompt flags) instead of the token history: the same processing as
+    ref_process, then ref_choose with the row's u. Returns (token, log-softmax dict)."""
+    sp = {"do_sample": row.temperature > 0, "temperature": row.temperature,
+          "top_k": row.top_k, "top_p": row.top_p, "min_p": row.min_p,
+          "repetition_penalty": row.repetition_penalty,
+          "presence_penalty": row.presence_penalty, "frequency_penalty": row.frequency_penalty,
+          "logit_bias": {row.logit_bias_ids[i]: row.logit_bias_values[i]
+                         for i in range(row.n_logit_bias)}}
+    prompt, gen = [], []  # a history with the lists' sets and counts
+    for i in range(row.n_penalty):
+        v = row.penalty_ids[i]
+        if i and v <= row.penalty_ids[i - 1]:
+            raise AssertionError("penalty ids not ascending and distinct")
+        if row.penalty_in_prompt[i]:
+            prompt.append(v)
+        gen += [v] * row.penalty_counts[i]
+        if not row.penalty_in_prompt[i] and not row.penalty_counts[i]:
+            raise AssertionError(f"penalty id {v} neither in the prompt nor generated")
+    cand = ref_process(logits, prompt, gen, sp)
+    tok, final = ref_choose(cand, sp, FixedDraw(row.u))
+    return tok, ref_logsoftmax(final)
+
+
 def ref_generate(prompt, V, sp, seed, j, max_tokens, eos=(), stop_ids=(), n_top=0):
     rng, gen, lps, tops = Xoshiro(seed, j), [], [], []
     finish = "length"
@@ -446,6 +531,45 @@ def test_sampling_matches_reference(case):
                 assert got_i[:len(want)] == [v for v, _ in want]
                 assert all(x == -1 for x in got_i[len(want):])
                 np.testing.assert_allclose(got_l[:len(want)], [x for _, x in want], atol=1e-5)
+
+
+@pytest.mark.parametrize("case", [c for c in range(len(SAMPLING_CASES))
+                                  if not SAMPLING_CASES[c].get("no_repeat_ngram_size")])
+def test_step_sample_matches_reference(case):
+    """rg_gen_run through rg_gen_runner.step_sample (sampling on the device: each row's options,
+    its sequence's next draw and penalty lists handed to the runner, n samples of a prompt drawing
+    from repeated logits rows) gives the independent reference's tokens, log-probs and top-N."""
+    sp = SAMPLING_CASES[case]
+    V, n, seed, max_tokens = 48, 3, 1234 + case, 12
+    eos = [47]
+    toy, pool = ToyRunner(V, block_size=3).with_step_sample(), Pool(512, 3)
+    out = run(toy, PROMPTS, params(n=n, seed=seed, max_tokens=max_tokens, eos_ids=eos,
+                                   logprobs=3, max_step_tokens=7, **sp), pool)
+    assert not toy.errors, toy.errors
+    assert pool.used() == 0
+    assert len(toy.sample_rows) == sum(len(o["ids"]) for o in out)  # every token on the device
+    rows = [r for r, _ in toy.sample_rows]
+    assert len(rows) > len(set(rows))  # a prompt's samples shared its last row
+    for i, prompt in enumerate(PROMPTS):
+        for j in range(n):
+            o = out[i * n + j]
+            gen, lps, tops, finish = ref_generate(prompt, V, sp, seed, j, max_tokens, eos,
+                                                  n_top=3)
+            assert o["ids"] == gen, (i, j)
+            assert o["finish"] == finish
+            np.testing.assert_allclose(o["logprobs"], lps, rtol=0, atol=1e-5)
+            for got_i, got_l, want in zip(o["top_ids"], o["top_logprobs"], tops):
+                assert got_i[:len(want)] == [v for v, _ in want]
+                np.testing.assert_allclose(got_l[:len(want)], [x for _, x in want], atol=1e-5)
+
+
+def test_step_sample_not_for_no_repeat_ngram():
+    """no_repeat_ngram_size has no device form: such requests stay on the host chain."""
+    sp = SAMPLING_CASES[-1]
+    assert sp.get("no_repeat_ngram_size")
+    toy, pool = ToyRunner(48, block_size=3).with_step_sample(), Pool(512, 3)
+    out = run(toy, PROMPTS, params(n=2, seed=5, max_tokens=6, **sp), pool)
+    assert toy.sample_rows == [] and all(o["ids"] for o in out)
 
 
 def test_same_seed_and_batch_invariance():

@@ -270,6 +270,34 @@ def test_generator_options(models):
         g.close()
 
 
+def test_sampling_on_the_device_equals_the_host_chain(models, monkeypatch):
+    """rg_generate samples through rg_model_step_sample (the logits stay on the device); the host
+    chain over the logits (RAGGED_GEN_DEVICE_SAMPLE=0) makes the same choices from the same draws:
+    identical ids and top alternatives, log-probs within float rounding, penalties, bias and n > 1
+    included (the device kernels' float64 sums run in another order, so a draw within ~1e-16 of
+    a boundary could differ; none does here)."""
+    g = ragged.Generator(models["gpt2"][0], max_batch_tokens=64)
+    opts = [dict(temperature=0.9, top_k=20, top_p=0.9, seed=3, n=3),
+            dict(temperature=1.2, min_p=0.05, repetition_penalty=1.3, presence_penalty=0.4,
+                 frequency_penalty=0.6, seed=4, n=2, logprobs=4),
+            dict(repetition_penalty=1.5, logprobs=2)]  # processed greedy
+    try:
+        for o in opts:
+            dev = g.generate(PROMPTS, max_tokens=10, ignore_eos=True, **o)
+            monkeypatch.setenv("RAGGED_GEN_DEVICE_SAMPLE", "0")
+            host = g.generate(PROMPTS, max_tokens=10, ignore_eos=True, **o)
+            monkeypatch.delenv("RAGGED_GEN_DEVICE_SAMPLE")
+            assert [x["ids"] for x in dev] == [x["ids"] for x in host], o
+            for a, b in zip(dev, host):
+                np.testing.assert_allclose(a["logprobs"], b["logprobs"], rtol=0, atol=1e-5)
+                if o.get("logprobs"):
+                    assert [[t for t, _ in alt] for alt in a["top_logprobs"]] == \
+                        [[t for t, _ in alt] for alt in b["top_logprobs"]]
+        assert g.kv_blocks_in_use() == 0
+    finally:
+        g.close()
+
+
 def test_rope_parameters_config(models, tmp_path):
     """transformers >= 5 writes rope_theta and the scaling into "rope_parameters"."""
     rng = np.random.default_rng(3)
