@@ -22,6 +22,13 @@ typedef struct hyp_group { /* HF BeamHypotheses */
 	bool done;
 } hyp_group;
 
+/* One candidate of a group: processed + running score, beam * vocab + token, log-softmax. */
+typedef struct cand_entry {
+	double sc;
+	int32_t flat;
+	double raw;
+} cand_entry;
+
 struct rg_beam_search {
 	rg_beam_params p;
 	int G, vocab, n_prompt, step;
@@ -33,6 +40,8 @@ struct rg_beam_search {
 	int32_t *cand, *scratch; /* (n_keep), (G * vocab) */
 	int32_t *div_count;      /* (vocab) tokens chosen by earlier groups at this step */
 	int32_t *hist;           /* (n_prompt + max_new_tokens) one beam's full history */
+	int32_t *ban;            /* (n_prompt + max_new_tokens) tokens one beam may not take */
+	cand_entry *ent;         /* (G * RG_BEAM_MAX_CAND) a group's candidates (rg_beam_step_cand) */
 	bool finished;
 	const rg_beam_hyp **final; /* (num_return_sequences) after finalize */
 	int n_final;
@@ -76,6 +85,8 @@ void rg_beam_free(rg_beam_search *b)
 	free(b->scratch);
 	free(b->div_count);
 	free(b->hist);
+	free(b->ban);
+	free(b->ent);
 	free(b->final);
 	free(b);
 }
@@ -122,9 +133,12 @@ rg_status rg_beam_init(rg_beam_search **out, const rg_beam_params *p, const int3
 	b->scratch = malloc((size_t)b->G * vocab * sizeof(int32_t));
 	b->div_count = calloc((size_t)vocab, sizeof(int32_t));
 	b->hist = malloc(((size_t)n_prompt + (size_t)mx) * sizeof(int32_t));
+	b->ban = malloc(((size_t)n_prompt + (size_t)mx) * sizeof(int32_t));
+	b->ent = malloc((size_t)(n_keep(b) > RG_BEAM_MAX_CAND ? n_keep(b) : RG_BEAM_MAX_CAND) *
+			(size_t)b->G * sizeof(cand_entry));
 	b->final = calloc((size_t)p->num_return_sequences, sizeof(*b->final));
 	if (!b->prompt || !b->cur || !b->next || !b->groups || !b->scores || !b->raw ||
-	    !b->cand || !b->scratch || !b->div_count || !b->hist || !b->final)
+	    !b->cand || !b->scratch || !b->div_count || !b->hist || !b->ban || !b->ent || !b->final)
 		goto out_oom;
 	if (n_prompt)
 		memcpy(b->prompt, prompt, (size_t)n_prompt * sizeof(int32_t));
@@ -266,23 +280,107 @@ static void log_softmax(const float *row, int v, double *out)
 		out[i] = (double)row[i] - lse;
 }
 
-/* HF NoRepeatNGramLogitsProcessor over the beam's prompt + generated tokens. */
-static void ban_ngrams(rg_beam_search *b, const beam *bm, double *sc)
+/* HF NoRepeatNGramLogitsProcessor over the beam's prompt + generated tokens: the tokens it bans
+ * into b->ban (one entry per matching n-gram, so a token may repeat); returns their count. */
+static int ban_list(rg_beam_search *b, const beam *bm)
 {
-	int n = b->p.no_repeat_ngram_size, len = b->n_prompt + bm->n;
+	int n = b->p.no_repeat_ngram_size, len = b->n_prompt + bm->n, nb = 0;
 	int32_t *h = b->hist;
 
 	if (n <= 0 || len + 1 < n)
-		return;
+		return 0;
 	memcpy(h, b->prompt, (size_t)b->n_prompt * sizeof(int32_t));
 	memcpy(h + b->n_prompt, bm->ids, (size_t)bm->n * sizeof(int32_t));
 	for (int i = 0; i + n <= len; i++)
 		if (!memcmp(h + i, h + len - (n - 1), (size_t)(n - 1) * sizeof(int32_t)))
-			sc[h[i + n - 1]] = -INFINITY;
+			b->ban[nb++] = h[i + n - 1];
+	return nb;
 }
 
-rg_status rg_beam_step(rg_beam_search *b, const float *const *rows, int32_t *parent,
-		       int32_t *token, bool *done)
+static void ban_ngrams(rg_beam_search *b, const beam *bm, double *sc)
+{
+	const int nb = ban_list(b, bm);
+
+	for (int i = 0; i < nb; i++)
+		sc[b->ban[i]] = -INFINITY;
+}
+
+int rg_beam_cand_needed(rg_beam_search *b)
+{
+	int need = n_keep(b), most = 0;
+
+	if (b->finished)
+		return 0;
+	if (b->p.num_beam_groups > 1 && b->p.diversity_penalty > 0.f)
+		need += b->p.num_beams; /* tokens earlier groups (or a finished one's pad) chose */
+	for (int s = 0; s < b->p.num_beams; s++) {
+		int nb;
+
+		if (!rg_beam_slot_live(b, s))
+			continue;
+		nb = ban_list(b, &b->cur[s]);
+		most = nb > most ? nb : most;
+	}
+	return need + most;
+}
+
+/* (sc descending, flat ascending): rg_topk_hier_f64's order over a group's G * vocab scores */
+static int cmp_entry(const void *x, const void *y)
+{
+	const cand_entry *a = x, *c = y;
+
+	if (a->sc != c->sc)
+		return a->sc > c->sc ? -1 : 1;
+	return (a->flat > c->flat) - (a->flat < c->flat);
+}
+
+/* The group's candidates from each live row's k best (rg_beam_step_cand), processed as the full
+ * rows are, sorted into b->ent; returns how many. */
+static rg_status group_cands(rg_beam_search *b, int g, const int32_t *const *ids,
+			     const float *const *lps, int k, int *n_out)
+{
+	const int G = b->G, V = b->vocab;
+	int n = 0;
+
+	for (int i = 0; i < G; i++) {
+		const beam *bm = &b->cur[g * G + i];
+		const int32_t *ri = ids[g * G + i];
+		const float *rl = lps[g * G + i];
+		const int nb = ban_list(b, bm);
+
+		for (int e = 0; e < k; e++) {
+			cand_entry *c = &b->ent[n];
+			int32_t tok = ri[e];
+
+			if (tok < 0)
+				continue; /* fewer tokens than k */
+			if (tok >= V || isnan(rl[e]))
+				return rg_errorf(RG_ERR_INTERNAL,
+						 "beam search: candidate %d (log-prob %g) of beam %d "
+						 "is not a token of the vocabulary or NaN", tok,
+						 (double)rl[e], g * G + i);
+			c->raw = rl[e];
+			c->sc = c->raw;
+			for (int j = 0; j < nb; j++)
+				if (b->ban[j] == tok)
+					c->sc = -INFINITY;
+			if (g > 0 && b->p.diversity_penalty > 0.f)
+				c->sc -= (double)b->p.diversity_penalty * b->div_count[tok];
+			c->sc += bm->score;
+			c->flat = i * V + tok;
+			n++;
+		}
+	}
+	qsort(b->ent, (size_t)n, sizeof(cand_entry), cmp_entry);
+	*n_out = n;
+	return RG_OK;
+}
+
+/* One step from full rows (rows) or from each row's k best (ids, lps): rg_beam_step and
+ * rg_beam_step_cand. */
+static rg_status beam_step(rg_beam_search *b, const float *const *rows, const int32_t *const *ids,
+			   const float *const *lps, int k, int32_t *parent, int32_t *token,
+			   bool *done)
 {
 	int G = b->G, V = b->vocab, nk = n_keep(b);
 	int gen_len = b->step + 1; /* HF cur_len - decoder_prompt_len */
@@ -296,41 +394,53 @@ rg_status rg_beam_step(rg_beam_search *b, const float *const *rows, int32_t *par
 	memset(b->div_count, 0, (size_t)V * sizeof(int32_t));
 	for (int g = 0; g < b->p.num_beam_groups; g++) {
 		hyp_group *hg = &b->groups[g];
-		int nbi = 0;
+		int nbi = 0, n_sel = nk;
 
 		if (hg->done) { /* HF pads a finished group: G pad tokens this step */
 			if (b->p.pad_id >= 0 && b->p.pad_id < V)
 				b->div_count[b->p.pad_id] += G;
 			continue;
 		}
-		for (int i = 0; i < G; i++) {
-			const beam *bm = &b->cur[g * G + i];
-			const float *row = rows[g * G + i];
-			double *sc = b->scores + (size_t)i * V, *raw = b->raw + (size_t)i * V;
+		if (rows) {
+			for (int i = 0; i < G; i++) {
+				const beam *bm = &b->cur[g * G + i];
+				const float *row = rows[g * G + i];
+				double *sc = b->scores + (size_t)i * V, *raw = b->raw + (size_t)i * V;
 
-			for (int v = 0; v < V; v++)
-				if (isnan(row[v]))
-					return rg_errorf(RG_ERR_INTERNAL, "beam search: NaN logit");
-			log_softmax(row, V, raw);
-			memcpy(sc, raw, (size_t)V * sizeof(double));
-			ban_ngrams(b, bm, sc);
-			if (g > 0 && b->p.diversity_penalty > 0.f)
 				for (int v = 0; v < V; v++)
-					sc[v] -= (double)b->p.diversity_penalty * b->div_count[v];
-			for (int v = 0; v < V; v++)
-				sc[v] += bm->score;
+					if (isnan(row[v]))
+						return rg_errorf(RG_ERR_INTERNAL,
+								 "beam search: NaN logit");
+				log_softmax(row, V, raw);
+				memcpy(sc, raw, (size_t)V * sizeof(double));
+				ban_ngrams(b, bm, sc);
+				if (g > 0 && b->p.diversity_penalty > 0.f)
+					for (int v = 0; v < V; v++)
+						sc[v] -= (double)b->p.diversity_penalty *
+							 b->div_count[v];
+				for (int v = 0; v < V; v++)
+					sc[v] += bm->score;
+			}
+			if ((st = rg_topk_hier_f64(b->scores, G * V, nk, b->cand, b->scratch)) !=
+			    RG_OK)
+				return st;
+			for (int r = 0; r < nk; r++)
+				b->ent[r] = (cand_entry){b->scores[b->cand[r]], b->cand[r],
+							 b->raw[b->cand[r]]};
+		} else {
+			if ((st = group_cands(b, g, ids, lps, k, &n_sel)) != RG_OK)
+				return st;
+			n_sel = n_sel < nk ? n_sel : nk;
 		}
-		if ((st = rg_topk_hier_f64(b->scores, G * V, nk, b->cand, b->scratch)) != RG_OK)
-			return st;
-		for (int r = 0; r < nk && nbi < G; r++) {
-			int32_t flat = b->cand[r], bi = flat / V, tok = flat % V;
+		for (int r = 0; r < n_sel && nbi < G; r++) {
+			int32_t flat = b->ent[r].flat, bi = flat / V, tok = flat % V;
 			const beam *src = &b->cur[g * G + bi];
-			double s = b->scores[flat];
+			double s = b->ent[r].sc;
 
 			if (is_eos(b, tok)) {
 				if (r >= G)
 					continue;
-				if ((st = hyp_add(b, hg, src, s, gen_len, tok, (float)b->raw[flat])))
+				if ((st = hyp_add(b, hg, src, s, gen_len, tok, (float)b->ent[r].raw)))
 					return st;
 			} else {
 				beam *dst = &b->next[g * G + nbi];
@@ -338,7 +448,7 @@ rg_status rg_beam_step(rg_beam_search *b, const float *const *rows, int32_t *par
 				memcpy(dst->ids, src->ids, (size_t)src->n * sizeof(int32_t));
 				memcpy(dst->lps, src->lps, (size_t)src->n * sizeof(float));
 				dst->ids[src->n] = tok;
-				dst->lps[src->n] = (float)b->raw[flat];
+				dst->lps[src->n] = (float)b->ent[r].raw;
 				dst->n = src->n + 1;
 				dst->score = s;
 				parent[g * G + nbi] = g * G + bi;
@@ -350,7 +460,7 @@ rg_status rg_beam_step(rg_beam_search *b, const float *const *rows, int32_t *par
 			return rg_errorf(RG_ERR_INTERNAL, "beam search: %d of %d beams filled", nbi, G);
 		for (int i = 0; i < G; i++)
 			b->div_count[token[g * G + i]]++;
-		hg->done = hg->done || hyp_is_done(b, hg, b->scores[b->cand[0]], gen_len);
+		hg->done = hg->done || hyp_is_done(b, hg, b->ent[0].sc, gen_len);
 	}
 	/* the new beams become current (also those of groups that just finished: unused) */
 	{
@@ -369,6 +479,25 @@ rg_status rg_beam_step(rg_beam_search *b, const float *const *rows, int32_t *par
 	}
 	*done = b->finished;
 	return RG_OK;
+}
+
+rg_status rg_beam_step(rg_beam_search *b, const float *const *rows, int32_t *parent,
+		       int32_t *token, bool *done)
+{
+	return beam_step(b, rows, NULL, NULL, 0, parent, token, done);
+}
+
+rg_status rg_beam_step_cand(rg_beam_search *b, const int32_t *const *ids,
+			    const float *const *logprobs, int k, int32_t *parent, int32_t *token,
+			    bool *done)
+{
+	if (k < 1 || k > RG_BEAM_MAX_CAND || !ids || !logprobs)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "beam search: k %d outside [1, %d] or NULL "
+				 "candidates", k, RG_BEAM_MAX_CAND);
+	if (!b->finished && k < rg_beam_cand_needed(b))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "beam search: %d candidates per beam, the "
+				 "step needs %d (rg_beam_cand_needed)", k, rg_beam_cand_needed(b));
+	return beam_step(b, NULL, ids, logprobs, k, parent, token, done);
 }
 
 /* the order of HF's sorted(candidates, key=score) popped from the end: score descending, and

@@ -84,6 +84,28 @@ bool rg_beam_slot_live(const rg_beam_search *b, int slot);
 rg_status rg_beam_step(rg_beam_search *b, const float *const *rows, int32_t *parent,
 		       int32_t *token, bool *done);
 
+/* The most candidates per row rg_beam_step_cand takes. */
+#define RG_BEAM_MAX_CAND 64
+
+/* Candidates per live row the next rg_beam_step_cand needs to choose exactly what rg_beam_step
+ * would: max(2, 1 + n_eos) * G kept per group, plus num_beams when a diversity penalty may lower
+ * tokens earlier groups chose, plus the most tokens no_repeat_ngram_size bans for any live beam
+ * (its n-gram matches). The rows' top-k by log-softmax contain the processed top of the group:
+ * only those extra tokens can fall, none can rise. 0 once the search is done. */
+int rg_beam_cand_needed(rg_beam_search *b);
+
+/* rg_beam_step from each live row's k best tokens instead of its logits (the device keeps the
+ * logits: rg_model_step_sample's top_n at temperature 0): ids[i] (k) int32 token ids and
+ * logprobs[i] (k) f32 their log-softmax, log-prob descending, ties by ascending id, -1 past the
+ * tokens there are; NULL rows for slots not live. The same beams as rg_beam_step on the full rows
+ * when k >= rg_beam_cand_needed(b) and the log-probs are the same (here f32, rg_beam_step's are
+ * float64 from the logits, so scores can differ in the 7th digit). RG_ERR_INVALID_INPUT for k
+ * outside [1, RG_BEAM_MAX_CAND] or below rg_beam_cand_needed, RG_ERR_INTERNAL for a NaN
+ * log-prob or a token outside the vocabulary. */
+rg_status rg_beam_step_cand(rg_beam_search *b, const int32_t *const *ids,
+			    const float *const *logprobs, int k, int32_t *parent, int32_t *token,
+			    bool *done);
+
 /* End the search (adds the running beams of unfinished groups) and rank the hypotheses: *n
  * (<= num_return_sequences) results, read with rg_beam_result(b, i), i = 0 the best. Idempotent.
  * RG_ERR_OOM. */

@@ -145,6 +145,12 @@ typedef struct gen {
 	int32_t *row_seq;        /* (rows_cap) the output sequence each logits row samples for */
 	int32_t *dev_top_ids;    /* (rows_cap, n_top) */
 	float *dev_top_lps;      /* (rows_cap, n_top) */
+	/* bdev: beam steps ask the runner for each row's beam_k best tokens (its step_sample's
+	 * top_n at temperature 0) instead of the logits, when beam_k fits (else 0: logits) */
+	bool bdev;
+	int beam_k;
+	const int32_t **cids; /* (num_beams) each live slot's candidates */
+	const float **clps;
 	int32_t *pen_ids, *pen_counts, *pen_keys; /* the step's penalty lists (pen_cap) */
 	uint8_t *pen_inp;
 	size_t pen_cap;
@@ -256,6 +262,20 @@ static rg_status dev_params(gen *g)
 	return RG_OK;
 }
 
+/* bdev: the candidates this step's beams need (rg_beam_cand_needed, the most of any prompt). */
+static int beam_cands(gen *g)
+{
+	int k = 0;
+
+	for (int i = 0; i < g->n_prompts; i++) {
+		gprompt *pr = &g->pr[i];
+		int n = pr->beam_done ? 0 : rg_beam_cand_needed(pr->beam);
+
+		k = n > k ? n : k;
+	}
+	return k;
+}
+
 static rg_status batch_run(gen *g)
 {
 	rg_step_batch b = {
@@ -274,7 +294,15 @@ static rg_status batch_run(gen *g)
 		if ((st = g->r->copy_blocks(g->r->ctx, g->csrc, g->cdst, g->n_copies)) != RG_OK)
 			return rg_error_wrap(st, "copy_blocks");
 	}
-	if (g->dev) {
+	g->beam_k = g->bdev ? beam_cands(g) : 0;
+	if (g->beam_k > RG_GEN_MAX_LOGPROBS)
+		g->beam_k = 0; /* more than the runner's top_n: the logits to the host */
+	if (g->beam_k) {
+		for (int k = 0; k < g->bn_logits; k++)
+			g->rowp[k] = (rg_row_sampling){.top_p = 1.f, .repetition_penalty = 1.f};
+		st = g->r->step_sample(g->r->ctx, &b, g->rowp, g->beam_k, g->am_ids, g->am_lps,
+				       g->dev_top_ids, g->dev_top_lps);
+	} else if (g->dev) {
 		if ((st = dev_params(g)) != RG_OK)
 			return st;
 		st = g->r->step_sample(g->r->ctx, &b, g->rowp, g->n_top, g->am_ids, g->am_lps,
@@ -395,13 +423,17 @@ static rg_status beams_reseat(gen *g, rg_kv_seq *old, int n_old, bool first)
 	return st;
 }
 
-static rg_status beam_advance(gen *g, gprompt *pr, const float *const *rows)
+/* One beam step of prompt pr from g->rows (logits) or, with beam_k, g->cids / g->clps. */
+static rg_status beam_advance(gen *g, gprompt *pr)
 {
 	int nb = g->p->num_beams;
 	bool done;
 	rg_status st;
 
-	if ((st = rg_beam_step(pr->beam, rows, g->parent, g->btok, &done)) != RG_OK)
+	st = g->beam_k ? rg_beam_step_cand(pr->beam, g->cids, g->clps, g->beam_k, g->parent,
+					   g->btok, &done)
+		       : rg_beam_step(pr->beam, g->rows, g->parent, g->btok, &done);
+	if (st != RG_OK)
 		return st;
 	if (!pr->beam_started) {
 		st = beams_reseat(g, &pr->root, 1, true);
@@ -430,9 +462,12 @@ static rg_status prompt_start(gen *g, int i, int k)
 	rg_status st;
 
 	if (beams_on(g->p)) {
-		for (int j = 0; j < g->p->num_beams; j++)
+		for (int j = 0; j < g->p->num_beams; j++) {
 			g->rows[j] = row;
-		return beam_advance(g, pr, g->rows);
+			g->cids[j] = g->dev_top_ids + (size_t)k * g->beam_k;
+			g->clps[j] = g->dev_top_lps + (size_t)k * g->beam_k;
+		}
+		return beam_advance(g, pr);
 	}
 	for (int j = 0; j < g->width; j++) {
 		gseq *s = &g->seqs[i * g->width + j];
@@ -512,10 +547,15 @@ static rg_status decode_process(gen *g)
 
 		for (int j = 0; j < g->p->num_beams; j++) {
 			g->rows[j] = NULL;
-			if (rg_beam_slot_live(pr->beam, j))
-				g->rows[j] = g->logits + (size_t)k++ * g->V;
+			g->cids[j] = NULL;
+			g->clps[j] = NULL;
+			if (!rg_beam_slot_live(pr->beam, j))
+				continue;
+			g->rows[j] = g->logits + (size_t)k * g->V;
+			g->cids[j] = g->dev_top_ids + (size_t)k * g->beam_k;
+			g->clps[j] = g->dev_top_lps + (size_t)k++ * g->beam_k;
 		}
-		if ((st = beam_advance(g, pr, g->rows)) != RG_OK)
+		if ((st = beam_advance(g, pr)) != RG_OK)
 			return st;
 	}
 	return RG_OK;
@@ -744,6 +784,8 @@ static void gen_free(gen *g)
 	free(g->btok);
 	free(g->children);
 	free(g->rows);
+	free(g->cids);
+	free(g->clps);
 	free(g->newkv);
 }
 
@@ -765,8 +807,14 @@ static rg_status gen_alloc(gen *g)
 	g->logits = malloc((g->fast || g->dev ? 1 : R) * (size_t)g->V * sizeof(float));
 	g->rowp = malloc(R * sizeof(rg_row_sampling));
 	g->row_seq = malloc(R * sizeof(int32_t));
-	g->dev_top_ids = malloc(R * (size_t)(g->n_top ? g->n_top : 1) * sizeof(int32_t));
-	g->dev_top_lps = malloc(R * (size_t)(g->n_top ? g->n_top : 1) * sizeof(float));
+	{
+		size_t per = g->bdev ? RG_GEN_MAX_LOGPROBS : g->n_top ? (size_t)g->n_top : 1;
+
+		g->dev_top_ids = malloc(R * per * sizeof(int32_t));
+		g->dev_top_lps = malloc(R * per * sizeof(float));
+	}
+	g->cids = malloc(nb * sizeof(*g->cids));
+	g->clps = malloc(nb * sizeof(*g->clps));
 	g->am_ids = malloc(R * sizeof(int32_t));
 	g->am_lps = malloc(R * sizeof(float));
 	g->work.data = malloc((size_t)g->V * sizeof(rg_token_data));
@@ -779,7 +827,8 @@ static rg_status gen_alloc(gen *g)
 	if (!g->tokens || !g->positions || !g->slots || !g->cu || !g->ctx_lens || !g->csrc ||
 	    !g->cdst || !g->tables || !g->lrows || !g->row_unit || !g->logits || !g->work.data ||
 	    !g->parent || !g->btok || !g->children || !g->rows || !g->newkv || !g->pr ||
-	    !g->rowp || !g->row_seq || !g->dev_top_ids || !g->dev_top_lps)
+	    !g->rowp || !g->row_seq || !g->dev_top_ids || !g->dev_top_lps || !g->cids ||
+	    !g->clps)
 		return rg_errorf(RG_ERR_OOM, "generate: out of memory for the step buffers");
 	if (!beams_on(p) &&
 	    !(g->seqs = calloc((size_t)g->n_prompts * (size_t)g->width, sizeof(gseq))))
@@ -887,6 +936,8 @@ rg_status rg_gen_run(const rg_gen_runner *r, const int32_t *const *prompts,
 	/* the device samples whatever the host chain would, except no-repeat n-grams and beams */
 	g.dev = !g.fast && r->step_sample && !beams_on(p) &&
 		p->sampling.no_repeat_ngram_size == 0 && g.width <= g.rows_cap;
+	/* beams: each row's best few tokens from the runner (the logits stay on the device) */
+	g.bdev = r->step_sample && beams_on(p);
 	if ((st = gen_alloc(&g)) != RG_OK)
 		goto out_free;
 	for (int i = 0; i < n_prompts; i++)

@@ -210,6 +210,7 @@ class ToyRunner:
         self._copy = COPY_FN(self.copy)
         self.runner = Runner(None, V, block_size, n_blocks, max_context, self._step, self._copy)
         self.sample_rows = []  # step_sample: (logits row index, u) of every row it sampled
+        self.n_sample_steps = 0
 
     def with_step_sample(self):
         """Also sample on the 'device' (rg_gen_runner.step_sample), as rg_model_step_sample
@@ -219,6 +220,7 @@ class ToyRunner:
         return self
 
     def step_sample(self, ctx, bp, rows_p, top_n, ids, lps, top_ids, top_lps):
+        self.n_sample_steps += 1
         b = bp.contents
         n = b.n_logits
         buf = (ctypes.c_float * (max(n, 1) * self.V))()
@@ -698,15 +700,23 @@ BEAM_CASES = [
 ]
 
 
+@pytest.mark.parametrize("device", [False, True], ids=["logits", "candidates"])
 @pytest.mark.parametrize("case", range(len(BEAM_CASES)))
-def test_beam_search_matches_hf_reference(case):
+def test_beam_search_matches_hf_reference(case, device):
+    """device: the runner has step_sample, so each beam step gets every row's best
+    rg_beam_cand_needed tokens (f32 log-probs) instead of its logits (rg_beam_step_cand)."""
     bp = BEAM_CASES[case]
     V, max_new, eos = 20, 8, [2, 19]
     n_ret = bp["num_beams"] // 2 + 1
     toy, pool = ToyRunner(V, block_size=2), Pool(1024, 2)
+    if device:
+        toy.with_step_sample()
     out = run(toy, PROMPTS[:4], params(n=n_ret, max_tokens=max_new, eos_ids=eos,
                                        max_step_tokens=9, **bp), pool)
+    assert not toy.errors, toy.errors
     assert pool.used() == 0
+    if device:  # every step took candidates (none needed more than the 20 top_n allows)
+        assert toy.n_sample_steps == toy.n_steps > 0
     assert toy.n_copies > 0  # beam forks share blocks and copy on write
     n_eos_seen = 0
     for i, prompt in enumerate(PROMPTS[:4]):
@@ -718,7 +728,8 @@ def test_beam_search_matches_hf_reference(case):
         assert len(want) == n_ret
         for o, (score, ids) in zip(got, want):
             assert o["ids"] == ids, (i, o["ids"], ids)
-            assert o["score"] == pytest.approx(score, rel=1e-12, abs=1e-12)
+            tol = 1e-6 if device else 1e-12  # candidates' log-probs are f32
+            assert o["score"] == pytest.approx(score, rel=tol, abs=tol)
             assert o["finish"] == ("eos" if ids and ids[-1] in eos else "length")
             n_eos_seen += o["finish"] == "eos"
             np.testing.assert_allclose(  # per-token logprobs: the model's log-softmax

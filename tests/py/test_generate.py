@@ -298,6 +298,29 @@ def test_sampling_on_the_device_equals_the_host_chain(models, monkeypatch):
         g.close()
 
 
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
+def test_beams_from_device_candidates_equal_host_logits(models, name, monkeypatch):
+    """Beam search takes each row's best few tokens from rg_model_step_sample (the logits stay on
+    the device); the search over the full logits on the host (RAGGED_GEN_DEVICE_SAMPLE=0) returns
+    the same hypotheses, scores within f32 rounding."""
+    g = ragged.Generator(models[name][0], max_batch_tokens=64)
+    opts = [dict(num_beams=4, n=3),
+            dict(num_beams=4, n=2, no_repeat_ngram_size=2, length_penalty=0.5),
+            dict(num_beams=6, num_beam_groups=3, diversity_penalty=1.0, n=4)]
+    try:
+        for o in opts:
+            dev = g.generate(PROMPTS, max_tokens=10, ignore_eos=True, **o)
+            monkeypatch.setenv("RAGGED_GEN_DEVICE_SAMPLE", "0")
+            host = g.generate(PROMPTS, max_tokens=10, ignore_eos=True, **o)
+            monkeypatch.delenv("RAGGED_GEN_DEVICE_SAMPLE")
+            assert [x["ids"] for x in dev] == [x["ids"] for x in host], o
+            for a, b in zip(dev, host):
+                assert a["score"] == pytest.approx(b["score"], rel=1e-5, abs=1e-5)
+        assert g.kv_blocks_in_use() == 0
+    finally:
+        g.close()
+
+
 def test_rope_parameters_config(models, tmp_path):
     """transformers >= 5 writes rope_theta and the scaling into "rope_parameters"."""
     rng = np.random.default_rng(3)
