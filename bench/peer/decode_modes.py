@@ -7,8 +7,9 @@ of 32 random ids, NEW new tokens with EOS ignored (so that every mode runs the s
 steps: a beam hypothesis never finishes early), four sequences in every mode:
   - greedy: 4 prompts;
   - topk_topp: 4 prompts, temperature 0.8, top_k 50, top_p 0.9 (sampling on the device);
-  - beam4: 1 prompt, num_beams 4 (the beams share the prompt's blocks; the logits of the 4 rows
-    go to the host each step, where the search's log-softmax and top-2k run).
+  - beam4: 1 prompt, num_beams 4 (the beams share the prompt's blocks; each step the device gives
+    every row's 8 best tokens and their log-softmax, rg_beam_step_cand, and the host search picks
+    among those; RAGGED_GEN_DEVICE_SAMPLE=0: the logits of the 4 rows go to the host instead).
 Decode step ms = (wall time of rg_generate with NEW tokens - that with 1 token) / (NEW - 1), the
 prefill and the first token cancelling out (a beam search returns its tokens only at the end, so
 its first-token time says nothing), median of REPEATS pairs of calls after a warm-up round, the

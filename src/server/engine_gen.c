@@ -51,6 +51,9 @@ struct rg_gen_engine {
 	int max_context;
 	int vocab;
 	const rg_tokenizer *tok;
+	/* RAGGED_GEN_DEVICE_SAMPLE=0: beam searches read their rows' logits on the host instead of
+	 * each row's best tokens from the device (A/B runs, checks) */
+	bool beam_logits;
 
 	pthread_t th;
 	bool started;
@@ -803,17 +806,43 @@ static void beam_job_end(rg_gen_engine *e, rg_gen_job *j, rg_iter_finish reason)
 	pthread_mutex_unlock(&e->mmu);
 }
 
+/* A beam group's logits row r of the plan (engine lock held): the search (re)starts when the
+ * row is its prompt's last (the first step, or again after a preemption). Returns the candidates
+ * per row its next step needs (rg_beam_cand_needed), 0 for no job or a failed start (beam_steps
+ * then ends or aborts it). */
+static int beam_prepare(rg_gen_engine *e, const rg_iter_plan *pl, int r)
+{
+	uint64_t id = pl->seq_ids[pl->logits_seq[r]];
+	int i, n_tok, room;
+	rg_gen_job *j = job_of(e, id, &i);
+
+	if (!j || !rg_iter_tokens(e->it, id, &n_tok))
+		return 0;
+	if (n_tok == j->prompt_lens[0]) {
+		room = e->max_context - j->prompt_lens[0];
+		rg_beam_free(j->beam);
+		j->beam = NULL;
+		if (rg_gen_beam_init(&j->gp, j->prompts[0], j->prompt_lens[0],
+				     j->gp.max_tokens < room ? j->gp.max_tokens : room, e->vocab,
+				     &j->beam) != RG_OK)
+			j->beam = NULL;
+	}
+	return j->beam ? rg_beam_cand_needed(j->beam) : 0;
+}
+
 /* The beam groups of the plan (engine lock held): for each beam job with rows, one step of its
- * search on its rows' logits (e->blogits, row r for the plan's logits row r), in slot order;
- * the search starts (again, after a preemption) when its prompt's row comes. The next beams go to the scheduler,
- * or, when the search is done, a stop on its rows. A failing search aborts its job. */
-static void beam_steps(rg_gen_engine *e, const rg_iter_plan *pl)
+ * search (started by beam_prepare), in slot order, on its rows' logits (e->blogits, row r for
+ * the plan's logits row r) or, with cand_k > 0, on each row's cand_k best tokens (e->top_ids /
+ * top_lps at stride top_n: rg_beam_step_cand). The next beams go to the scheduler, or, when the
+ * search is done, a stop on its rows. A failing search aborts its job. */
+static void beam_steps(rg_gen_engine *e, const rg_iter_plan *pl, int cand_k, int top_n)
 {
 	const rg_step_batch *b = &pl->batch;
 
 	for (int r0 = 0; r0 < b->n_logits; r0++) {
 		uint64_t id = pl->seq_ids[pl->logits_seq[r0]];
-		const float *rows[RG_ITER_MAX_BEAMS] = {0};
+		const float *rows[RG_ITER_MAX_BEAMS] = {0}, *clps[RG_ITER_MAX_BEAMS] = {0};
+		const int32_t *cids[RG_ITER_MAX_BEAMS] = {0};
 		int32_t parent[RG_ITER_MAX_BEAMS], token[RG_ITER_MAX_BEAMS];
 		int i, n_tok;
 		rg_gen_job *j;
@@ -834,29 +863,28 @@ static void beam_steps(rg_gen_engine *e, const rg_iter_plan *pl)
 			continue;
 		}
 		first = n_tok == j->prompt_lens[0];
-		if (first) {
-			int room = e->max_context - j->prompt_lens[0];
-
-			rg_beam_free(j->beam);
-			j->beam = NULL;
-			st = rg_gen_beam_init(&j->gp, j->prompts[0], j->prompt_lens[0],
-					      j->gp.max_tokens < room ? j->gp.max_tokens : room,
-					      e->vocab, &j->beam);
-		}
+		if (!j->beam)
+			st = rg_errorf(RG_ERR_OOM, "beam search: the search could not start");
 		for (int r = r0; st == RG_OK && r < b->n_logits; r++) {
 			int q = pl->logits_seq[r];
-			const float *row = e->blogits + (size_t)r * e->vocab;
+			const float *row = cand_k ? NULL : e->blogits + (size_t)r * e->vocab;
+			const int32_t *ci = cand_k ? e->top_ids + (size_t)r * top_n : NULL;
+			const float *cl = cand_k ? e->top_lps + (size_t)r * top_n : NULL;
 
 			if (pl->seq_ids[q] != id)
 				continue;
-			if (first)
-				for (int k = 0; k < j->gp.num_beams; k++)
-					rows[k] = row;
-			else
-				rows[pl->beam_slot[q]] = row;
+			for (int k = 0; k < j->gp.num_beams; k++) {
+				if (!first && k != pl->beam_slot[q])
+					continue;
+				rows[k] = row;
+				cids[k] = ci;
+				clps[k] = cl;
+			}
 		}
 		if (st == RG_OK)
-			st = rg_beam_step(j->beam, rows, parent, token, &done);
+			st = cand_k ? rg_beam_step_cand(j->beam, cids, clps, cand_k, parent, token,
+							&done)
+				    : rg_beam_step(j->beam, rows, parent, token, &done);
 		if (st == RG_OK && !done) {
 			/* a diverse search's group that ended at this step has no next beams */
 			for (int k = 0; k < j->gp.num_beams; k++)
@@ -906,7 +934,7 @@ static void *step_thread(void *arg)
 	for (;;) {
 		double now = rg_now_ms(), t0, step_ms;
 		rg_gen_job *done = NULL;
-		int n_touched = 0, top_n = 0;
+		int n_touched = 0, top_n = 0, cand_k = 0;
 		rg_status st;
 		char err[256] = "";
 		bool beam_rows = false;
@@ -943,9 +971,12 @@ static void *step_thread(void *arg)
 
 			e->bkeep[r] = plan.beam_slot[plan.logits_seq[r]] >= 0;
 			if (e->bkeep[r]) {
-				/* a beam group's row: its logits go to the search */
+				/* a beam group's row: its best tokens (or its logits) go to the search */
+				int need = beam_prepare(e, &plan, r);
+
 				e->rows[r] = (rg_row_sampling){.top_p = 1, .repetition_penalty = 1};
 				beam_rows = true;
+				cand_k = need > cand_k ? need : cand_k;
 				if (j && j->queue_ms == 0)
 					j->queue_ms = now - j->arrival_ms;
 			} else if (j) {
@@ -957,6 +988,15 @@ static void *step_thread(void *arg)
 			} else {
 				e->rows[r] = (rg_row_sampling){.top_p = 1, .repetition_penalty = 1};
 			}
+		}
+		/* the beam rows' cand_k best tokens come with the sampling's top-N (a greedy row's
+		 * top-N log-probs are its log-softmax), so the step stays one graphable call; more
+		 * than the device's top-N: their logits to the host */
+		if (beam_rows && cand_k > 0 && cand_k <= RG_GEN_MAX_LOGPROBS && !e->beam_logits) {
+			beam_rows = false;
+			top_n = cand_k > top_n ? cand_k : top_n;
+		} else {
+			cand_k = 0;
 		}
 		pthread_mutex_unlock(&e->mu);
 
@@ -1017,8 +1057,8 @@ static void *step_thread(void *arg)
 							now);
 				touch(e, j, &n_touched);
 			}
-			if (beam_rows)
-				beam_steps(e, &plan);
+			if (beam_rows || cand_k)
+				beam_steps(e, &plan, cand_k, top_n);
 			rg_iter_update(e->it, e->ids, e->stops, now, step_ms);
 			pthread_mutex_lock(&e->mmu);
 			e->met.steps++;
@@ -1153,6 +1193,11 @@ rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *p, 
 		goto fail;
 	e->S = ip.max_num_seqs;
 	S = (size_t)e->S;
+	{
+		const char *d = getenv("RAGGED_GEN_DEVICE_SAMPLE");
+
+		e->beam_logits = d && !strcmp(d, "0");
+	}
 	e->rows = calloc(S, sizeof(*e->rows));
 	e->ids = calloc(S, sizeof(*e->ids));
 	e->lps = calloc(S, sizeof(*e->lps));

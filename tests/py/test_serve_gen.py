@@ -267,7 +267,8 @@ def test_beam_search(srv, gen, tok):
             out["usage"]["completion_tokens"] == sum(len(w["ids"]) for w in want))
 
 
-def test_beams_in_the_step_loop(model_dir, gen, tok):
+@pytest.mark.parametrize("beam_path", ["candidates", "logits"])
+def test_beams_in_the_step_loop(model_dir, gen, tok, beam_path):
     """Beam search runs inside the step loop (the scheduler's beam groups): a 30-token beam
     search is running when a greedy stream of 5 tokens arrives, and the stream ends first (the
     old engine ran a beam request whole between two steps, so the stream waited for it). Then 4
@@ -276,9 +277,12 @@ def test_beams_in_the_step_loop(model_dir, gen, tok):
     partially filled blocks, copy-on-write) and steps of 16 tokens (chunked prefill): every beam
     answer equals the same search by rg_generate alone (ragged.Generator), every greedy one its
     prompt alone, and every KV block is back at the end (prefix caching off, so that none stays
-    cached)."""
+    cached). beam_path: each beam row's best tokens from the step's device sampling (the
+    default: the step stays one graphable call) or, with RAGGED_GEN_DEVICE_SAMPLE=0, its logits
+    copied to the host beside the others' sampling (rg_model_step_sample_logits)."""
     s = Server(model_dir, "--max-num-seqs", 16, "--max-num-batched-tokens", 16, "--block-size",
-               4, "--kv-cache-bytes", 4 << 20, "--step-delay-ms", 5, "--no-prefix-caching")
+               4, "--kv-cache-bytes", 4 << 20, "--step-delay-ms", 5, "--no-prefix-caching",
+               env={"RAGGED_GEN_DEVICE_SAMPLE": "0"} if beam_path == "logits" else None)
     try:
         ids0 = tok.encode(PROMPTS[2]).ids
         res = {}
