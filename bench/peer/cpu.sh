@@ -5,6 +5,8 @@
 #   OUT=... TIME_LIMIT_S=540 bench/peer/cpu.sh [extra bench_cpu.py args, e.g. --threads 1]
 #   SINGLE_FLOOR=1 SINGLE_FLOOR_ARGS="--tokens 30,64,130 --rounds 3" bench/peer/cpu.sh ...: also
 #   bench/peer/single_floor.py first (one sentence: each runtime's GEMMs against its forward)
+#   SINGLE_SENTENCE=1 SINGLE_SENTENCE_ARGS="--threads 1,2,4,8,16 --rounds 3" bench/peer/cpu.sh:
+#   bench/peer/single_sentence.py instead of bench_cpu.py (issue 21 item 3)
 # On a lent GPU machine (no network; carry .gpu_carry): tests/gpu/setup-env.sh supplies the build
 # dependencies and the MiniLM copy (random MiniLM-shaped weights when the carry has none).
 # Results: peer_cpu_<N>core-<cpu>_<date>.json/.md in $OUT (else bench/results/); run.log and
@@ -91,6 +93,16 @@ if [ "${SINGLE_FLOOR:-0}" = 1 ]; then
 		--model "minilm=$MODEL" --model "bert-base=$BB" --out-dir "$RESDIR" \
 		${SINGLE_FLOOR_ARGS:-} || echo "single_floor failed or timed out: going on"
 	[ "${SINGLE_FLOOR_ONLY:-0}" = 1 ] && exit 0
+fi
+
+# SINGLE_SENTENCE=1: bench/peer/single_sentence.py on the BERT-base only (issue 21 item 3: one
+# sentence, ragged vs PyTorch vs ONNX Runtime, each in its own process), args from
+# SINGLE_SENTENCE_ARGS (e.g. "--threads 1,2,4,8,16 --rounds 3"), for the time left, then stop
+if [ "${SINGLE_SENTENCE:-0}" = 1 ]; then
+	echo "=== $(date +%T) single_sentence ${SINGLE_SENTENCE_ARGS:-}"
+	timeout -k 5 $((LIMIT - (SECONDS - T0) - 5)) python3 bench/peer/single_sentence.py \
+		--model "$BB" --out-dir "$RESDIR" --onnx-cache build/onnx ${SINGLE_SENTENCE_ARGS:-}
+	exit $?
 fi
 
 LEFT=$((LIMIT - (SECONDS - T0)))
