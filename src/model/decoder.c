@@ -50,8 +50,9 @@ rg_status rg_dec_upload(rg_model *m, float *host, size_t n, bool as_act, void **
 /* The step arena for max_batch_tokens rows, planned with rg_mem_plan (TurboTransformers'
  * Algorithm 1) over one layer's lifetimes: op 0 norm, 1 QKV GEMM, 2 RoPE + attention, 3 output
  * GEMM, 4 norm, 5 FFN up, 6 silu * mul, 7 FFN down, 8 logits gather, 9 LM head. The residual,
- * the norm output and delta cross layers (kept whole); QKV / ctx and the FFN's tensors share
- * bytes, and so do the logits buffers, which run after the forward. */
+ * the norm output and delta cross layers (kept whole), and so does the RoPE table (written
+ * before the first layer, dead after the last); QKV / ctx and the FFN's tensors share bytes, and
+ * so do the logits buffers, which run after the forward. */
 static rg_status alloc_step_arena(rg_model *m)
 {
 	const rg_decoder_config *c = &m->dec.cfg;
@@ -59,6 +60,7 @@ static rg_status alloc_step_arena(rg_model *m)
 	const size_t qd = (size_t)c->num_attention_heads * c->head_dim;
 	const size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
 	const size_t I = (size_t)c->intermediate_size, e = m->esz;
+	const size_t rope = c->rope_theta > 0 ? T * (size_t)c->head_dim * sizeof(float) : 0;
 	rg_mem_tensor t[RG_DEC_N] = {
 		[RG_D_HIDDEN] = {"hidden", T * H * e, 0, 9, 0},
 		[RG_D_NORMED] = {"normed", T * H * e, 0, 9, 0},
@@ -69,6 +71,7 @@ static rg_status alloc_step_arena(rg_model *m)
 		[RG_D_MLP] = {"mlp", T * I * e, 6, 7, 0},
 		[RG_D_ROWS] = {"rows", RG_LOGITS_CHUNK * H * e, 8, 9, 0},
 		[RG_D_LOGITS] = {"logits", RG_LOGITS_CHUNK * (size_t)c->vocab_size * e, 9, 9, 0},
+		[RG_D_ROPE] = {"rope", rope, 0, 7, 0},
 	};
 	size_t total = 0;
 	rg_status s;
@@ -488,28 +491,60 @@ static rg_status step_validate(rg_model *m, const rg_step_batch *b, const float 
 	return RG_OK;
 }
 
+/* Layer l's K pool in the cache; its V pool follows, layer_bytes on. */
+static char *layer_k(rg_model *m, int l)
+{
+	return (char *)m->dec.kv_d + 2 * (size_t)l * m->dec.layer_bytes;
+}
+
+/* Slots of one pool, the scratch block's included. */
+static int64_t cache_slots(const rg_model *m)
+{
+	return ((int64_t)m->dec.n_blocks + 1) * m->dec.block_size;
+}
+
 rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scale, void *ctx)
 {
 	const rg_decoder_config *c = &m->dec.cfg;
 	const int qd = c->num_attention_heads * c->head_dim;
 	const int kvd = c->num_key_value_heads * c->head_dim, ld = qd + 2 * kvd;
-	char *base = qkv;
-	char *kc = (char *)m->dec.kv_d + 2 * (size_t)l * m->dec.layer_bytes;
-	char *vc = kc + m->dec.layer_bytes;
+	char *base = qkv, *kc = layer_k(m, l);
 	rg_status s;
 
 	s = rg_op_kv_write(m->be, base + (size_t)qd * m->esz, base + (size_t)(qd + kvd) * m->esz, ld,
-			   f->slots, f->n, kvd, kc, vc,
-			   ((int64_t)m->dec.n_blocks + 1) * m->dec.block_size);
+			   f->slots, f->n, kvd, kc, kc + m->dec.layer_bytes, cache_slots(m));
 	if (s != RG_OK)
 		return s;
+	return rg_dec_attend(m, f, l, qkv, scale, ctx);
+}
+
+rg_status rg_dec_rope_kv_write(rg_model *m, rg_dec_fwd *f, int l, void *qkv,
+			       const float *cos_sin)
+{
+	const rg_decoder_config *c = &m->dec.cfg;
+	const int ld = (c->num_attention_heads + 2 * c->num_key_value_heads) * c->head_dim;
+	char *kc = layer_k(m, l);
+
+	return rg_op_rope_kv_write(m->be, qkv, ld, f->n, c->num_attention_heads,
+				   c->num_key_value_heads, c->head_dim, cos_sin,
+				   c->rope_interleaved, f->slots, kc, kc + m->dec.layer_bytes,
+				   cache_slots(m));
+}
+
+rg_status rg_dec_attend(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scale, void *ctx)
+{
+	const rg_decoder_config *c = &m->dec.cfg;
+	const int qd = c->num_attention_heads * c->head_dim;
+	const int kvd = c->num_key_value_heads * c->head_dim, ld = qd + 2 * kvd;
+	char *base = qkv, *kc = layer_k(m, l);
+
 	f->attn.num_heads = c->num_attention_heads;
 	f->attn.num_kv_heads = c->num_key_value_heads;
 	f->attn.head_dim = c->head_dim;
 	f->attn.scale = scale;
 	f->attn.k_new = base + (size_t)qd * m->esz;
 	f->attn.v_new = base + (size_t)(qd + kvd) * m->esz;
-	return rg_op_paged_attention(m->be, &f->attn, qkv, ld, kc, vc, ctx);
+	return rg_op_paged_attention(m->be, &f->attn, qkv, ld, kc, kc + m->dec.layer_bytes, ctx);
 }
 
 /* Step outputs; STEP_SAMPLE + top_n for rg_model_step_sample (a graph per top_n). */

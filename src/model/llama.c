@@ -10,7 +10,8 @@
  *
  * Per layer (LlamaDecoderLayer.forward):
  *   h += delta; x = RMSNorm_in(h)               (delta: the previous layer's MLP; none at l = 0)
- *   qkv = x Wqkv^T (+ b); RoPE on Q and K; KV write; ctx = causal paged attention (1/sqrt(hd))
+ *   qkv = x Wqkv^T (+ b); RoPE on Q and K + KV write (one op, the step's cos / sin table
+ *   computed once before the first layer); ctx = causal paged attention (1/sqrt(hd))
  *   delta = ctx Wo^T; h += delta; x = RMSNorm_post(h)
  *   delta = (silu(x Wg^T) * (x Wu^T)) Wd^T
  * then h += delta; x = RMSNorm_f(h) meets the LM head. */
@@ -340,15 +341,17 @@ static rg_status llama_forward(rg_model *m, rg_dec_fwd *f)
 	const int qd = c->num_attention_heads * hd, kvd = c->num_key_value_heads * hd;
 	const int ld = qd + 2 * kvd;
 	const float eps = (float)c->norm_eps, scale = 1.f / sqrtf((float)hd);
-	const bool il = c->rope_interleaved;
 	const rg_llama_weights *w = lw(m);
 	void *h = m->dec.a[RG_D_HIDDEN], *x = m->dec.a[RG_D_NORMED], *qkv = m->dec.a[RG_D_QKV];
 	void *ctx = m->dec.a[RG_D_CTX], *delta = m->dec.a[RG_D_DELTA];
 	void *inter = m->dec.a[RG_D_INTER], *mlp = m->dec.a[RG_D_MLP];
+	float *rope = m->dec.a[RG_D_ROPE];
 	rg_backend *be = m->be;
 	rg_status s;
 
-	if ((s = rg_op_gather_rows(be, w->embed, f->tokens, n, H, h)) != RG_OK)
+	/* the step's cos / sin once; every layer's RoPE reads them */
+	if ((s = rg_op_gather_rows(be, w->embed, f->tokens, n, H, h)) != RG_OK ||
+	    (s = rg_op_rope_table(be, f->positions, n, w->inv_freq, hd, rope)) != RG_OK)
 		return s;
 	for (int l = 0; l < c->num_hidden_layers; l++) {
 		const rg_llama_layer *L = &w->layers[l];
@@ -357,10 +360,9 @@ static rg_status llama_forward(rg_model *m, rg_dec_fwd *f)
 					n, H, x)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(be, x, L->qkv_w, L->qkv_b, qkv, n, ld, H,
 					     RG_ACT_NONE)) != RG_OK ||
-		    /* q's heads and then k's are adjacent in each row: one launch turns both */
-		    (s = rg_op_rope(be, qkv, ld, n, c->num_attention_heads + c->num_key_value_heads,
-				    hd, f->positions, w->inv_freq, il)) != RG_OK ||
-		    (s = rg_dec_attention(m, f, l, qkv, scale, ctx)) != RG_OK ||
+		    /* q's and k's heads turned, k and v into the cache: one launch */
+		    (s = rg_dec_rope_kv_write(m, f, l, qkv, rope)) != RG_OK ||
+		    (s = rg_dec_attend(m, f, l, qkv, scale, ctx)) != RG_OK ||
 		    (s = rg_op_gemm(be, ctx, L->o_w, delta, n, H, qd)) != RG_OK ||
 		    (s = rg_op_add_norm(be, delta, h, L->post_norm, NULL, eps, RG_NORM_RMS, n, H,
 					x)) != RG_OK ||

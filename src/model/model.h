@@ -74,6 +74,8 @@ enum {
 	RG_D_MLP,    /* (T, I) act: silu(gate) * up */
 	RG_D_ROWS,   /* (RG_LOGITS_CHUNK, H) act: normed rows whose logits are wanted */
 	RG_D_LOGITS, /* (RG_LOGITS_CHUNK, vocab) act */
+	RG_D_ROPE,   /* (T, head_dim) f32: the step's RoPE table, cos | sin per token
+		      * (rg_op_rope_table); 0 bytes for a model without RoPE (rope_theta 0) */
 	RG_DEC_N
 };
 #define RG_LOGITS_CHUNK 64 /* logits rows per LM head GEMM */
@@ -224,7 +226,8 @@ typedef struct rg_arch {
 	rg_status (*load_dec_weights)(rg_model *m, const rg_tsrc *src);
 	/* Every layer over the step's f->n new tokens as backend ops: the final norm's output in
 	 * m->dec.a[RG_D_NORMED] (decoder.c gathers the wanted rows and applies the LM head). Each
-	 * layer's attention through rg_dec_attention (KV write + paged attention). */
+	 * layer's attention through rg_dec_attention (KV write + paged attention), or, for RoPE
+	 * families, rg_dec_rope_kv_write then rg_dec_attend. */
 	rg_status (*forward)(rg_model *m, rg_dec_fwd *f);
 } rg_arch;
 
@@ -260,6 +263,15 @@ void rg_generate_state_free(rg_model *m);
  * into ctx (n, qd) act, with the given scale. */
 rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scale,
 			   void *ctx);
+/* RoPE and the KV write of layer l in one op (rg_op_rope_kv_write): turn the Q and K heads of qkv
+ * (n rows of qd + 2 kvd act) in place by the step's table cos_sin (m->dec.a[RG_D_ROPE], filled
+ * by rg_op_rope_table before the first layer), then write the turned K and V into layer l's
+ * cache at f->slots. Follow with rg_dec_attend. */
+rg_status rg_dec_rope_kv_write(rg_model *m, rg_dec_fwd *f, int l, void *qkv,
+			       const float *cos_sin);
+/* rg_dec_attention without its KV write: causal paged attention of the Q columns of qkv into
+ * ctx (n, qd) act over layer l's cache, which already holds this step's keys and values. */
+rg_status rg_dec_attend(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scale, void *ctx);
 /* Free every captured decode graph (buffers they read are about to change). */
 void rg_dec_graphs_free(rg_model *m);
 

@@ -85,6 +85,12 @@ typedef struct rg_backend_ops {
 	rg_status (*rope)(rg_backend_ctx *c, rg_dtype dt, void *x, int ld, int n_tokens,
 			  int n_heads, int head_dim, const int32_t *positions,
 			  const float *inv_freq, bool interleaved);
+	rg_status (*rope_table)(rg_backend_ctx *c, const int32_t *positions, int n_tokens,
+				const float *inv_freq, int head_dim, float *cos_sin);
+	rg_status (*rope_kv_write)(rg_backend_ctx *c, rg_dtype dt, void *qkv, int ld, int n_tokens,
+				   int n_heads, int n_kv_heads, int head_dim,
+				   const float *cos_sin, bool interleaved, const int32_t *slots,
+				   void *k_cache, void *v_cache, int64_t n_slots);
 	rg_status (*silu_mul)(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
 			      void *out);
 	rg_status (*kv_write)(rg_backend_ctx *c, rg_dtype dt, const void *k, const void *v, int ld,

@@ -447,6 +447,41 @@ rg_status rg_op_rope(rg_backend *be, void *x, int ld, int n_tokens, int n_heads,
 				      inv_freq, interleaved));
 }
 
+rg_status rg_op_rope_table(rg_backend *be, const int32_t *positions, int n_tokens,
+			   const float *inv_freq, int head_dim, float *cos_sin)
+{
+	rg_status s;
+
+	if (n_tokens < 0 || head_dim <= 0 || head_dim % 2 || !positions || !inv_freq || !cos_sin)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "rope_table: bad arguments n_tokens=%d head_dim=%d",
+					  n_tokens, head_dim));
+	if ((s = RG_DEC_OP(be, rope_table)) != RG_OK || n_tokens == 0)
+		return s;
+	return note(be, be->ops->rope_table(be->ctx, positions, n_tokens, inv_freq, head_dim,
+					    cos_sin));
+}
+
+rg_status rg_op_rope_kv_write(rg_backend *be, void *qkv, int ld, int n_tokens, int n_heads,
+			      int n_kv_heads, int head_dim, const float *cos_sin, bool interleaved,
+			      const int32_t *slots, void *k_cache, void *v_cache, int64_t n_slots)
+{
+	rg_status s;
+
+	if (n_tokens < 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || head_dim % 2 ||
+	    (int64_t)ld < ((int64_t)n_heads + 2 * (int64_t)n_kv_heads) * head_dim ||
+	    n_slots < 0 || !qkv || !cos_sin || !slots || !k_cache || !v_cache)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "rope_kv_write: bad shape n_tokens=%d heads=%d kv_heads=%d "
+					  "head_dim=%d ld=%d",
+					  n_tokens, n_heads, n_kv_heads, head_dim, ld));
+	if ((s = RG_DEC_OP(be, rope_kv_write)) != RG_OK || n_tokens == 0)
+		return s;
+	return note(be, be->ops->rope_kv_write(be->ctx, be->dt, qkv, ld, n_tokens, n_heads,
+					       n_kv_heads, head_dim, cos_sin, interleaved, slots,
+					       k_cache, v_cache, n_slots));
+}
+
 rg_status rg_op_silu_mul(rg_backend *be, const void *x, int M, int N, void *out)
 {
 	rg_status s;

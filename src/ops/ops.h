@@ -282,8 +282,36 @@ rg_status rg_op_add_norm(rg_backend *be, const void *x, void *residual, const fl
 rg_status rg_op_rope(rg_backend *be, void *x, int ld, int n_tokens, int n_heads, int head_dim,
 		     const int32_t *positions, const float *inv_freq, bool interleaved);
 
+/* The cos / sin table of a step's RoPE (RoFormer; HF LlamaRotaryEmbedding.forward), computed once
+ * per forward and read by every layer's rg_op_rope_kv_write: for token t < n_tokens and pair
+ * i < head_dim / 2, with the angle a = positions[t] * inv_freq[i] formed and turned in double
+ * exactly as rg_op_rope does (so the values are rg_op_rope's, bit for bit),
+ *   cos_sin[t * head_dim + i] = (float)cos(a),  cos_sin[t * head_dim + head_dim / 2 + i] = (float)sin(a).
+ * positions (n_tokens) int32, inv_freq (head_dim / 2) f32, cos_sin (n_tokens, head_dim) f32, all
+ * backend memory. head_dim even and > 0, else RG_ERR_INVALID_INPUT. */
+rg_status rg_op_rope_table(rg_backend *be, const int32_t *positions, int n_tokens,
+			   const float *inv_freq, int head_dim, float *cos_sin);
+
+/* RoPE and the KV write of one decoder layer in one pass (vLLM's rotary + reshape_and_cache,
+ * fused): each of n_tokens rows of qkv (act, row stride ld >= (n_heads + 2 n_kv_heads) head_dim,
+ * the fused QKV output [Q | K | V], Q of n_heads heads and K, V of n_kv_heads heads of head_dim
+ * columns) has its Q and K heads turned in place by rg_op_rope's rule, the angles read from
+ * cos_sin (rg_op_rope_table's (n_tokens, head_dim) f32 for the same positions), and then
+ *   k_cache[slots[t]] = K[t] (turned), v_cache[slots[t]] = V[t]   (kv_dim = n_kv_heads * head_dim)
+ * as rg_op_kv_write: k_cache, v_cache (n_slots, kv_dim) act, slots (n_tokens) int32 backend
+ * memory. The turned K stays in qkv too (an attention may read a fresh sequence's keys from there,
+ * rg_attn_desc.k_new). Equal, element for element, to rg_op_rope over the n_heads + n_kv_heads
+ * heads then rg_op_kv_write. Errors: RG_ERR_INVALID_INPUT for a bad shape, or a slot outside
+ * [0, n_slots) (the CPU checks every slot before writing anything; CUDA writes no cache row for
+ * such a token and reports it at the next sync, as rg_op_kv_write). */
+rg_status rg_op_rope_kv_write(rg_backend *be, void *qkv, int ld, int n_tokens, int n_heads,
+			      int n_kv_heads, int head_dim, const float *cos_sin, bool interleaved,
+			      const int32_t *slots, void *k_cache, void *v_cache, int64_t n_slots);
+
 /* SwiGLU's gate (Shazeer 2020; HF LlamaMLP): out (M, N) act = silu(x[:, :N]) * x[:, N:2N] for x
- * (M, 2N) act (the gate and up projections as one GEMM), silu(g) = g / (1 + exp(-g)). */
+ * (M, 2N) act (the gate and up projections as one GEMM), silu(g) = g / (1 + exp(-g)).
+ * CUDA: a 2-D grid (rows x column blocks, no per-element index division), 16-byte accesses when
+ * N is a multiple of 16 / sizeof(act) and x, out are 16-byte aligned. */
 rg_status rg_op_silu_mul(rg_backend *be, const void *x, int M, int N, void *out);
 
 /* Scatter new keys and values into a paged cache: for t < n_tokens,

@@ -1,6 +1,7 @@
-/* The decoder ops of src/ops/ops.h (add_norm, rope, silu_mul, kv_write, paged_attention,
- * copy_blocks) on the CPU backend, through their rg_op_* entry points, against naive
- * double-precision loops written here: ragged mixed batches (prefill chunks and decode tokens),
+/* The decoder ops of src/ops/ops.h (add_norm, rope, rope_table, rope_kv_write, silu_mul,
+ * kv_write, paged_attention, copy_blocks) on the CPU backend, through their rg_op_* entry points,
+ * against naive double-precision loops written here (rope_table and rope_kv_write: against the
+ * ops they replace, bit for bit): ragged mixed batches (prefill chunks and decode tokens),
  * grouped-query heads, shuffled block tables, both RoPE pair layouts. Outputs carry guard values
  * that must survive; comparisons are written so that NaN fails. */
 #include <math.h>
@@ -184,6 +185,144 @@ static void test_rope_both_layouts(void **state)
 			 RG_ERR_INVALID_INPUT); /* odd head_dim */
 	free(a), free(b), free(ref);
 	rg_backend_free(be);
+}
+
+/* rg_op_rope_table holds (float)cos / sin of the angle formed in double, bit for bit: the values
+ * rg_op_rope turns by (positions up to 2^17, Llama-3-like small inverse frequencies). */
+static void test_rope_table(void **state)
+{
+	const int hds[] = {2, 16, 64, 128};
+	const int32_t pos[6] = {0, 1, 7, 4095, 131071, 33};
+	rg_backend *be = cpu();
+
+	(void)state;
+	for (size_t k = 0; k < sizeof(hds) / sizeof(hds[0]); k++) {
+		const int hd = hds[k], half = hd / 2, n = 6;
+		float *inv = malloc((size_t)half * sizeof(float)), *tab = out_buf((size_t)n * hd);
+
+		assert_non_null(inv);
+		for (int i = 0; i < half; i++)
+			inv[i] = (float)(1.0 / pow(500000.0, 2.0 * i / hd) / (i % 3 ? 1.0 : 8.0));
+		assert_int_equal(rg_op_rope_table(be, pos, n, inv, hd, tab), RG_OK);
+		for (int t = 0; t < n; t++)
+			for (int i = 0; i < half; i++) {
+				const double a = (double)pos[t] * (double)inv[i];
+
+				if (tab[(size_t)t * hd + i] != (float)cos(a) ||
+				    tab[(size_t)t * hd + half + i] != (float)sin(a))
+					fail_msg("rope_table hd %d token %d pair %d: %.9g %.9g", hd,
+						 t, i, tab[(size_t)t * hd + i],
+						 tab[(size_t)t * hd + half + i]);
+			}
+		for (int i = 0; i < GUARD; i++)
+			assert_true(tab[(size_t)n * hd + i] == SENTINEL);
+		assert_int_equal(rg_op_rope_table(be, pos, 0, inv, hd, tab), RG_OK);
+		free(inv), free(tab);
+	}
+	{
+		float inv[4] = {1, 1, 1, 1}, tab[16];
+
+		assert_int_equal(rg_op_rope_table(be, pos, 2, inv, 7, tab), RG_ERR_INVALID_INPUT);
+		assert_int_equal(rg_op_rope_table(be, pos, -1, inv, 8, tab), RG_ERR_INVALID_INPUT);
+		assert_int_equal(rg_op_rope_table(be, pos, 2, inv, 8, NULL), RG_ERR_INVALID_INPUT);
+	}
+	rg_backend_free(be);
+}
+
+/* rg_op_rope_kv_write against the composition it replaces, rg_op_rope over the Q and K heads
+ * then rg_op_kv_write, on the same inputs: qkv (turned Q and K, untouched V and the columns past
+ * it) and both caches (written slots and the others) must be equal bit for bit, in both pair
+ * layouts, for ragged token counts and GQA shapes; then bad slots and shapes are refused with
+ * nothing written. */
+static void run_rope_kv_write(int NH, int KVH, int HD, int n, int pad)
+{
+	const int qd = NH * HD, kvd = KVH * HD, ld = qd + 2 * kvd + pad, n_slots = 3 * n + 5;
+	const size_t nq = (size_t)n * ld, nc = (size_t)n_slots * kvd;
+	float *inv = malloc((size_t)HD / 2 * sizeof(float)), *tab = out_buf((size_t)n * HD);
+	int32_t *pos = malloc((size_t)n * 4), *slots = malloc((size_t)n * 4);
+	float *qa = rand_buf(nq, 2.f), *qb = malloc((nq + GUARD) * 4);
+	float *ka = rand_buf(nc, 1.f), *va = rand_buf(nc, 1.f);
+	float *kb = malloc((nc + GUARD) * 4), *vb = malloc((nc + GUARD) * 4);
+	float *q0 = malloc((nq + GUARD) * 4);
+	rg_backend *be = cpu();
+
+	assert_true(inv && pos && slots && qb && kb && vb && q0);
+	for (int i = 0; i < HD / 2; i++)
+		inv[i] = (float)(1.0 / pow(10000.0, 2.0 * i / HD));
+	for (int t = 0; t < n; t++) {
+		pos[t] = (t * 37 + 3) % 3000;
+		slots[t] = (t * 7 + 2) % n_slots; /* scattered, distinct (checked) */
+	}
+	for (int t = 0; t < n; t++)
+		for (int u = 0; u < t; u++)
+			assert_true(slots[t] != slots[u]);
+	memcpy(q0, qa, (nq + GUARD) * 4);
+	for (int il = 0; il < 2; il++) {
+		memcpy(qa, q0, (nq + GUARD) * 4);
+		memcpy(qb, q0, (nq + GUARD) * 4);
+		memcpy(kb, ka, (nc + GUARD) * 4);
+		memcpy(vb, va, (nc + GUARD) * 4);
+		assert_int_equal(rg_op_rope(be, qa, ld, n, NH + KVH, HD, pos, inv, il), RG_OK);
+		assert_int_equal(rg_op_kv_write(be, qa + qd, qa + qd + kvd, ld, slots, n, kvd, ka, va,
+						n_slots),
+				 RG_OK);
+		assert_int_equal(rg_op_rope_table(be, pos, n, inv, HD, tab), RG_OK);
+		assert_int_equal(rg_op_rope_kv_write(be, qb, ld, n, NH, KVH, HD, tab, il, slots, kb,
+						     vb, n_slots),
+				 RG_OK);
+		if (memcmp(qa, qb, (nq + GUARD) * 4))
+			fail_msg("rope_kv_write qkv differs (heads %d/%d hd %d n %d il %d)", NH, KVH,
+				 HD, n, il);
+		if (memcmp(ka, kb, (nc + GUARD) * 4) || memcmp(va, vb, (nc + GUARD) * 4))
+			fail_msg("rope_kv_write cache differs (heads %d/%d hd %d n %d il %d)", NH,
+				 KVH, HD, n, il);
+		/* and Q did turn (not a no-op on both sides) */
+		if (n > 1 && !memcmp(qb + ld, q0 + ld, (size_t)qd * 4))
+			fail_msg("rope_kv_write left token 1's Q as it was");
+	}
+	/* a slot outside [0, n_slots), negative or past the end: refused, nothing written */
+	for (int bad = 0; bad < 2; bad++) {
+		const int32_t keep = slots[n - 1];
+
+		memcpy(qb, q0, (nq + GUARD) * 4);
+		slots[n - 1] = bad ? n_slots : -1;
+		assert_int_equal(rg_op_rope_kv_write(be, qb, ld, n, NH, KVH, HD, tab, false, slots,
+						     kb, vb, n_slots),
+				 RG_ERR_INVALID_INPUT);
+		assert_memory_equal(qb, q0, (nq + GUARD) * 4);
+		assert_memory_equal(kb, ka, (nc + GUARD) * 4);
+		assert_memory_equal(vb, va, (nc + GUARD) * 4);
+		slots[n - 1] = keep;
+	}
+	/* shapes */
+	assert_int_equal(rg_op_rope_kv_write(be, qb, qd + 2 * kvd - 1, n, NH, KVH, HD, tab, false,
+					     slots, kb, vb, n_slots),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_op_rope_kv_write(be, qb, ld, n, NH, 0, HD, tab, false, slots, kb, vb,
+					     n_slots),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_op_rope_kv_write(be, qb, ld, n, NH, KVH, HD - 1, tab, false, slots, kb,
+					     vb, n_slots),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_op_rope_kv_write(be, qb, ld, n, NH, KVH, HD, NULL, false, slots, kb, vb,
+					     n_slots),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_op_rope_kv_write(be, qb, ld, 0, NH, KVH, HD, tab, false, slots, kb, vb,
+					     n_slots),
+			 RG_OK);
+	free(inv), free(tab), free(pos), free(slots), free(qa), free(qb), free(ka), free(va);
+	free(kb), free(vb), free(q0);
+	rg_backend_free(be);
+}
+
+static void test_rope_kv_write(void **state)
+{
+	(void)state;
+	run_rope_kv_write(9, 3, 64, 33, 0);  /* SmolLM2-135M's heads */
+	run_rope_kv_write(9, 3, 64, 1, 0);   /* one decode token */
+	run_rope_kv_write(3, 1, 16, 7, 5);   /* a wider row stride */
+	run_rope_kv_write(4, 4, 6, 12, 3);   /* no GQA, an odd pair count */
+	run_rope_kv_write(2, 1, 128, 128, 0);
 }
 
 static void test_silu_mul(void **state)
@@ -394,6 +533,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_add_norm),
 		cmocka_unit_test(test_rope_both_layouts),
+		cmocka_unit_test(test_rope_table),
+		cmocka_unit_test(test_rope_kv_write),
 		cmocka_unit_test(test_silu_mul),
 		cmocka_unit_test(test_paged_attention_mixed),
 		cmocka_unit_test(test_copy_blocks),

@@ -206,6 +206,24 @@ static rg_status cpu_rope(rg_backend_ctx *c, rg_dtype dt, void *x, int ld, int n
 	return rg_cpu_rope(x, ld, n_tokens, n_heads, head_dim, positions, inv_freq, interleaved);
 }
 
+static rg_status cpu_rope_table(rg_backend_ctx *c, const int32_t *positions, int n_tokens,
+				const float *inv_freq, int head_dim, float *cos_sin)
+{
+	(void)c;
+	return rg_cpu_rope_table(positions, n_tokens, inv_freq, head_dim, cos_sin);
+}
+
+static rg_status cpu_rope_kv_write(rg_backend_ctx *c, rg_dtype dt, void *qkv, int ld,
+				   int n_tokens, int n_heads, int n_kv_heads, int head_dim,
+				   const float *cos_sin, bool interleaved, const int32_t *slots,
+				   void *k_cache, void *v_cache, int64_t n_slots)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_rope_kv_write(qkv, ld, n_tokens, n_heads, n_kv_heads, head_dim, cos_sin,
+				    interleaved, slots, k_cache, v_cache, n_slots);
+}
+
 static rg_status cpu_silu_mul(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
 			      void *out)
 {
@@ -314,6 +332,8 @@ const rg_backend_ops rg_cpu_backend_ops = {
 	.gather_rows = cpu_gather_rows,
 	.add_norm = cpu_add_norm,
 	.rope = cpu_rope,
+	.rope_table = cpu_rope_table,
+	.rope_kv_write = cpu_rope_kv_write,
 	.silu_mul = cpu_silu_mul,
 	.kv_write = cpu_kv_write,
 	.paged_attention = cpu_paged_attention,

@@ -1,6 +1,6 @@
 /* CPU kernels of the decoder ops (float32; src/ops/ops.h states the contracts): fused residual
- * add + LayerNorm / RMSNorm, RoPE in both pair layouts, SwiGLU's silu * mul, the KV scatter and
- * causal attention over a paged cache for a mixed batch of prefill chunks and decode tokens.
+ * add + LayerNorm / RMSNorm, RoPE in both pair layouts (and its per-step cos / sin table and the
+ * RoPE + KV write fusion), SwiGLU's silu * mul, the KV scatter and causal attention over a paged cache for a mixed batch of prefill chunks and decode tokens.
  * Every op runs on ragged's thread pool; rows (or (token, KV head) pairs for the attention) are
  * the tasks; the attention's dot products and softmax are the vector kernels of cpu_kern.h. Plain C loops the compiler vectorises: these are the reference the CUDA twins will be
  * tested against, and the float64 NumPy decoder (tests/py/ref_decoder.py) checks them. */
@@ -76,6 +76,37 @@ rg_status rg_cpu_add_norm(const float *x, float *residual, const float *gamma, c
 	return RG_OK;
 }
 
+/* The cos and sin of token t's pairs, (float)cos / sin of the angle formed in double: the one
+ * definition behind rg_cpu_rope and rg_cpu_rope_table, so the two agree bit for bit. */
+static void rope_angles(int32_t pos, const float *inv_freq, int half, float *cs, float *sn)
+{
+	for (int i = 0; i < half; i++) {
+		double a = (double)pos * (double)inv_freq[i];
+
+		cs[i] = (float)cos(a);
+		sn[i] = (float)sin(a);
+	}
+}
+
+/* Turn n_heads heads of head_dim columns from row by the pairs' cs / sn. */
+static void rope_heads(float *row, int n_heads, int head_dim, const float *cs, const float *sn,
+		       bool interleaved)
+{
+	const int half = head_dim / 2;
+
+	for (int h = 0; h < n_heads; h++) {
+		float *v = row + (size_t)h * head_dim;
+
+		for (int i = 0; i < half; i++) {
+			const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+			const float x0 = v[a], x1 = v[b];
+
+			v[a] = x0 * cs[i] - x1 * sn[i];
+			v[b] = x1 * cs[i] + x0 * sn[i];
+		}
+	}
+}
+
 struct rope_job {
 	float *x;
 	int ld, n_heads, head_dim;
@@ -87,27 +118,11 @@ struct rope_job {
 static void rope_task(void *ctx, int t, int thread)
 {
 	const struct rope_job *j = ctx;
-	const int half = j->head_dim / 2;
 	float cs[512], sn[512]; /* head_dim <= 1024 (checked by the caller) */
 
 	(void)thread;
-	for (int i = 0; i < half; i++) {
-		double a = (double)j->positions[t] * (double)j->inv_freq[i];
-
-		cs[i] = (float)cos(a);
-		sn[i] = (float)sin(a);
-	}
-	for (int h = 0; h < j->n_heads; h++) {
-		float *v = j->x + (size_t)t * j->ld + (size_t)h * j->head_dim;
-
-		for (int i = 0; i < half; i++) {
-			const int a = j->interleaved ? 2 * i : i, b = j->interleaved ? 2 * i + 1 : i + half;
-			const float x0 = v[a], x1 = v[b];
-
-			v[a] = x0 * cs[i] - x1 * sn[i];
-			v[b] = x1 * cs[i] + x0 * sn[i];
-		}
-	}
+	rope_angles(j->positions[t], j->inv_freq, j->head_dim / 2, cs, sn);
+	rope_heads(j->x + (size_t)t * j->ld, j->n_heads, j->head_dim, cs, sn, j->interleaved);
 }
 
 rg_status rg_cpu_rope(float *x, int ld, int n_tokens, int n_heads, int head_dim,
@@ -118,6 +133,80 @@ rg_status rg_cpu_rope(float *x, int ld, int n_tokens, int n_heads, int head_dim,
 	if (head_dim > 1024)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "rope: head_dim %d over 1024", head_dim);
 	rg_threadpool_run(rg_threadpool_global(), n_tokens, rope_task, &j);
+	return RG_OK;
+}
+
+struct rope_table_job {
+	const int32_t *positions;
+	int n_tokens, head_dim, rows;
+	const float *inv_freq;
+	float *cos_sin;
+};
+
+static void rope_table_task(void *ctx, int task, int thread)
+{
+	const struct rope_table_job *j = ctx;
+	const int t1 = (task + 1) * j->rows < j->n_tokens ? (task + 1) * j->rows : j->n_tokens;
+
+	(void)thread;
+	for (int t = task * j->rows; t < t1; t++) {
+		float *cs = j->cos_sin + (size_t)t * j->head_dim;
+
+		rope_angles(j->positions[t], j->inv_freq, j->head_dim / 2, cs, cs + j->head_dim / 2);
+	}
+}
+
+rg_status rg_cpu_rope_table(const int32_t *positions, int n_tokens, const float *inv_freq,
+			    int head_dim, float *cos_sin)
+{
+	/* about 1K angles (a cos and a sin in double each) a task */
+	struct rope_table_job j = {positions, n_tokens, head_dim, rows_per(n_tokens, 8 * head_dim),
+				   inv_freq, cos_sin};
+
+	if (n_tokens > 0)
+		rg_threadpool_run(rg_threadpool_global(), (n_tokens + j.rows - 1) / j.rows,
+				  rope_table_task, &j);
+	return RG_OK;
+}
+
+struct rope_kv_job {
+	float *qkv;
+	int ld, n_heads, n_kv_heads, head_dim;
+	const float *cos_sin;
+	bool interleaved;
+	const int32_t *slots;
+	float *k_cache, *v_cache;
+};
+
+/* Token t: rg_cpu_rope's turn of its Q and K heads (the same rope_heads over the same values),
+ * then rg_cpu_kv_write's copies of its K and V rows. */
+static void rope_kv_task(void *ctx, int t, int thread)
+{
+	const struct rope_kv_job *j = ctx;
+	const int hd = j->head_dim, kvd = j->n_kv_heads * hd, qd = j->n_heads * hd;
+	const float *cs = j->cos_sin + (size_t)t * hd;
+	float *row = j->qkv + (size_t)t * j->ld;
+
+	(void)thread;
+	rope_heads(row, j->n_heads + j->n_kv_heads, hd, cs, cs + hd / 2, j->interleaved);
+	memcpy(j->k_cache + (size_t)j->slots[t] * kvd, row + qd, (size_t)kvd * sizeof(float));
+	memcpy(j->v_cache + (size_t)j->slots[t] * kvd, row + qd + kvd, (size_t)kvd * sizeof(float));
+}
+
+rg_status rg_cpu_rope_kv_write(float *qkv, int ld, int n_tokens, int n_heads, int n_kv_heads,
+			       int head_dim, const float *cos_sin, bool interleaved,
+			       const int32_t *slots, float *k_cache, float *v_cache,
+			       int64_t n_slots)
+{
+	struct rope_kv_job j = {qkv, ld, n_heads, n_kv_heads, head_dim, cos_sin, interleaved,
+				slots, k_cache, v_cache};
+
+	for (int t = 0; t < n_tokens; t++)
+		if (slots[t] < 0 || slots[t] >= n_slots)
+			return rg_errorf(RG_ERR_INVALID_INPUT,
+					 "rope_kv_write: token %d writes slot %d, outside [0, %lld)",
+					 t, slots[t], (long long)n_slots);
+	rg_threadpool_run(rg_threadpool_global(), n_tokens, rope_kv_task, &j);
 	return RG_OK;
 }
 

@@ -41,6 +41,12 @@ rg_status rg_cpu_add_norm(const float *x, float *residual, const float *gamma, c
 			  float eps, rg_norm_kind kind, int M, int N, float *out);
 rg_status rg_cpu_rope(float *x, int ld, int n_tokens, int n_heads, int head_dim,
 		      const int32_t *positions, const float *inv_freq, bool interleaved);
+rg_status rg_cpu_rope_table(const int32_t *positions, int n_tokens, const float *inv_freq,
+			    int head_dim, float *cos_sin);
+rg_status rg_cpu_rope_kv_write(float *qkv, int ld, int n_tokens, int n_heads, int n_kv_heads,
+			       int head_dim, const float *cos_sin, bool interleaved,
+			       const int32_t *slots, float *k_cache, float *v_cache,
+			       int64_t n_slots);
 rg_status rg_cpu_silu_mul(const float *x, int M, int N, float *out);
 rg_status rg_cpu_kv_write(const float *k, const float *v, int ld, const int32_t *slots,
 			  int n_tokens, int kv_dim, float *k_cache, float *v_cache, int64_t n_slots);

@@ -1,9 +1,10 @@
 /* CUDA twins of the decoder ops of src/ops/ops.h (contracts there; CPU references in
- * src/ops/cpu/decoder_cpu.c): fused residual add + LayerNorm / RMSNorm, RoPE in both pair layouts,
- * SwiGLU's silu * mul, the KV scatter into the paged cache and the copy of whole KV blocks
- * (copy-on-write for beams). Memory-bound; all math in float32, values stored in the compute
- * dtype (the residual after the add is rounded to it before the norm reads it, as HF's decoders
- * do in fp16/bf16). The paged attention itself is in paged_attention.cu. */
+ * src/ops/cpu/decoder_cpu.c): fused residual add + LayerNorm / RMSNorm, RoPE in both pair layouts
+ * (alone, or from a per-step cos / sin table fused with the KV write), SwiGLU's silu * mul, the
+ * KV scatter into the paged cache and the copy of whole KV blocks (copy-on-write for beams).
+ * Memory-bound; all math in float32, values stored in the compute dtype (the residual after the
+ * add is rounded to it before the norm reads it, as HF's decoders do in fp16/bf16). The paged
+ * attention itself is in paged_attention.cu. */
 #include "ops/cuda/common.cuh"
 
 #define DEC_THREADS 256
@@ -190,16 +191,187 @@ extern "C" rg_status rg_cuda_rope(rg_cuda_ctx *c, rg_dtype dt, void *x, int ld, 
 	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "rope_kernel launch");
 }
 
-/* out (M, N) = silu(x[:, :N]) * x[:, N:]: one thread per output element, grid-stride. */
-template <typename T>
-__global__ void silu_mul_kernel(const T *__restrict__ x, long long total, int N, T *__restrict__ out)
+/* The step's cos / sin table: one thread per (token, pair), the angle formed and turned in
+ * double exactly as rope_kernel does (and the CPU twin), stored in f32. Once per forward: the
+ * per-layer RoPE used to pay this double sincos on every head of every layer (43 us a call for
+ * a 32 x 512-token SmolLM2 prefill on an H100, 5x its bandwidth time). */
+__global__ void rope_table_kernel(const int32_t *__restrict__ positions, int n_tokens,
+				  const float *__restrict__ inv_freq, int half,
+				  float *__restrict__ cos_sin)
 {
+	const int k = blockIdx.x * blockDim.x + threadIdx.x;
+
 	rg_pdl_wait();
-	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-	     i += (long long)gridDim.x * blockDim.x) {
-		const long long r = i / N, col = i - r * N;
-		const float g = rg_to_f(x[r * 2 * N + col]), u = rg_to_f(x[r * 2 * N + N + col]);
-		out[i] = rg_from_f<T>(g / (1.f + __expf(-g)) * u);
+	if (k >= n_tokens * half)
+		return;
+	const int t = k / half, i = k - t * half;
+	double sd, cd;
+	sincos((double)positions[t] * (double)inv_freq[i], &sd, &cd);
+	cos_sin[(size_t)t * 2 * half + i] = (float)cd;
+	cos_sin[(size_t)t * 2 * half + half + i] = (float)sd;
+}
+
+extern "C" rg_status rg_cuda_rope_table(rg_cuda_ctx *c, const int32_t *positions, int n_tokens,
+					const float *inv_freq, int head_dim, float *cos_sin)
+{
+	rg_status st;
+	const int half = head_dim / 2;
+	const long long total = (long long)n_tokens * half;
+
+	if (n_tokens == 0)
+		return RG_OK;
+	if (total > INT32_MAX)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "rope_table: %d tokens x %d pairs over 2^31",
+				 n_tokens, half);
+	if ((st = rg_cuda_enter(c)) != RG_OK)
+		return st;
+	cudaError_t e = rg_launch(c, rope_table_kernel, dim3((unsigned)((total + 255) / 256)),
+				  dim3(256), 0, positions, n_tokens, inv_freq, half, cos_sin);
+	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "rope_table_kernel launch");
+}
+
+/* RoPE + KV write, one CTA per token: first the (head, P pairs) groups of its n_heads +
+ * n_kv_heads Q and K heads, turned with the table's cos / sin and written back (K's also to its
+ * cache slot), then its V row copied to the cache in VV-element vectors. P = VV = 16 / sizeof(T)
+ * (16-byte accesses) when head_dim is a multiple of 2P and the rows are 16-byte aligned, else 1.
+ * The products and sums are rounded one by one (no FMA contraction), as the CPU twin computes
+ * them: f32 results equal the CPU's bit for bit (rope_kernel's contracted ones may differ by an
+ * ulp). A slot outside [0, n_slots) writes no cache row and sets the error flag
+ * (kv_write_kernel's rule); Q and K are still turned. On an H200, fp16, 16384 SmolLM2 rows: 27 us
+ * against 53 us for rope_kernel + kv_write_kernel (8-byte pair groups: the same; four tokens a
+ * CTA, or the V vectors in the pairs' loop: 31-38 us). */
+template <typename T, int P, int VV>
+__global__ void rope_kv_write_kernel(T *__restrict__ qkv, int ld, int n_heads, int n_kv_heads,
+				     int head_dim, const float *__restrict__ cos_sin,
+				     int interleaved, const int32_t *__restrict__ slots,
+				     T *__restrict__ k_cache, T *__restrict__ v_cache,
+				     long long n_slots, int *flag)
+{
+	const int t = blockIdx.x, half = head_dim / 2, ipr = half / P; /* items per head */
+	const int kvd = n_kv_heads * head_dim, qd = n_heads * head_dim;
+	const float *cs = cos_sin + (size_t)t * head_dim, *sn = cs + half;
+	T *row = qkv + (size_t)t * ld;
+
+	rg_pdl_wait();
+	const long long s = slots[t];
+	const bool ok = s >= 0 && s < n_slots;
+	if (!ok && threadIdx.x == 0)
+		atomicOr(flag, RG_CUDA_FLAG_BAD_INDEX);
+	for (int k = threadIdx.x; k < (n_heads + n_kv_heads) * ipr; k += blockDim.x) {
+		const int h = k / ipr, i = (k - h * ipr) * P;
+		T *v = row + (size_t)h * head_dim;
+		float c[P], sv[P], x0[P], x1[P], y0[P], y1[P];
+
+		rg_load_f32<P>(cs + i, c);
+		rg_load_f32<P>(sn + i, sv);
+		if (interleaved) { /* pairs (2i, 2i + 1): 2P consecutive values, lo then hi */
+			float lo[P], hi[P];
+			rg_load_vec<T, P>(v + 2 * i, lo);
+			rg_load_vec<T, P>(v + 2 * i + P, hi);
+#pragma unroll
+			for (int j = 0; j < P; j++) {
+				x0[j] = 2 * j < P ? lo[2 * j] : hi[2 * j - P];
+				x1[j] = 2 * j + 1 < P ? lo[2 * j + 1] : hi[2 * j + 1 - P];
+			}
+		} else { /* pairs (i, i + half) */
+			rg_load_vec<T, P>(v + i, x0);
+			rg_load_vec<T, P>(v + i + half, x1);
+		}
+#pragma unroll
+		for (int j = 0; j < P; j++) { /* no FMA: the CPU twin's roundings */
+			y0[j] = __fsub_rn(__fmul_rn(x0[j], c[j]), __fmul_rn(x1[j], sv[j]));
+			y1[j] = __fadd_rn(__fmul_rn(x1[j], c[j]), __fmul_rn(x0[j], sv[j]));
+		}
+		/* K heads go to the cache as well (at the same offset within the kv row) */
+		T *dst[2] = {v, h >= n_heads && ok ? k_cache + s * kvd + (size_t)(h - n_heads) * head_dim
+						  : NULL};
+#pragma unroll
+		for (int d = 0; d < 2; d++) {
+			if (!dst[d])
+				continue;
+			if (interleaved) {
+				float lo[P], hi[P];
+#pragma unroll
+				for (int j = 0; j < P; j++) {
+					(2 * j < P ? lo[2 * j] : hi[2 * j - P]) = y0[j];
+					(2 * j + 1 < P ? lo[2 * j + 1] : hi[2 * j + 1 - P]) = y1[j];
+				}
+				rg_store_vec<T, P>(dst[d] + 2 * i, lo);
+				rg_store_vec<T, P>(dst[d] + 2 * i + P, hi);
+			} else {
+				rg_store_vec<T, P>(dst[d] + i, y0);
+				rg_store_vec<T, P>(dst[d] + i + half, y1);
+			}
+		}
+	}
+	if (!ok)
+		return;
+	for (int i = threadIdx.x * VV; i < kvd; i += blockDim.x * VV) {
+		float tmp[VV];
+		rg_load_vec<T, VV>(row + qd + kvd + i, tmp);
+		rg_store_vec<T, VV>(v_cache + s * kvd + i, tmp);
+	}
+}
+
+extern "C" rg_status rg_cuda_rope_kv_write(rg_cuda_ctx *c, rg_dtype dt, void *qkv, int ld,
+					   int n_tokens, int n_heads, int n_kv_heads, int head_dim,
+					   const float *cos_sin, bool interleaved,
+					   const int32_t *slots, void *k_cache, void *v_cache,
+					   int64_t n_slots)
+{
+	rg_status st;
+	cudaError_t e;
+
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "rope_kv_write: unknown dtype %d", (int)dt);
+	if (n_tokens == 0)
+		return RG_OK;
+	if ((st = rg_cuda_enter(c)) != RG_OK)
+		return st;
+	/* 16-byte vectors of P = 16 / esz elements: every row, head, group of P pairs and cache row
+	 * starts 16-byte aligned when head_dim is a multiple of 2P, ld of 8 and the bases are
+	 * 16-byte aligned */
+	const int P = 16 / (dt == RG_DTYPE_F32 ? 4 : 2);
+	const bool wide = head_dim % (2 * P) == 0 && ld % 8 == 0 && (uintptr_t)qkv % 16 == 0 &&
+			  (uintptr_t)cos_sin % 16 == 0 && (uintptr_t)k_cache % 16 == 0 &&
+			  (uintptr_t)v_cache % 16 == 0;
+	const int items = (n_heads + n_kv_heads) * (head_dim / 2) / (wide ? P : 1);
+	const int threads = items < 64 ? 64 : items > 256 ? 256 : (items + 31) / 32 * 32;
+#define LAUNCH_V(T, P, VV)                                                                        \
+	rg_launch(c, rope_kv_write_kernel<T, P, VV>, dim3(n_tokens), dim3(threads), 0, (T *)qkv,   \
+		  ld, n_heads, n_kv_heads, head_dim, cos_sin, interleaved ? 1 : 0, slots,          \
+		  (T *)k_cache, (T *)v_cache, (long long)n_slots, c->flag_d)
+#define LAUNCH(T) (wide ? LAUNCH_V(T, 16 / sizeof(T), 16 / sizeof(T)) : LAUNCH_V(T, 1, 1))
+	e = RG_CUDA_DISPATCH_DT(dt, LAUNCH);
+#undef LAUNCH
+#undef LAUNCH_V
+	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "rope_kv_write_kernel launch");
+}
+
+/* out (M, N) = silu(x[:, :N]) * x[:, N:]: grid (column blocks, rows), each thread VEC
+ * consecutive columns of one row (16-byte accesses for VEC = 16 / sizeof(T)), rows strided by
+ * gridDim.y past 65535. The first version took one thread per element of a flat 64-bit index
+ * and divided it by N: 90 us a call for a 32 x 512-token SmolLM2 prefill in the issue 19 H100
+ * trace, 57% of the bandwidth (on an H200, fp16 16384 x 1536: 85 us, this one 39 us). */
+template <typename T, int VEC>
+__global__ void __launch_bounds__(DEC_THREADS)
+silu_mul_kernel(const T *__restrict__ x, int M, int N, T *__restrict__ out)
+{
+	const int c = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+
+	rg_pdl_wait();
+	if (c >= N)
+		return;
+	for (int r = blockIdx.y; r < M; r += gridDim.y) {
+		const T *g = x + (size_t)r * 2 * N + c;
+		float gv[VEC], uv[VEC], o[VEC];
+
+		rg_load_vec<T, VEC>(g, gv);
+		rg_load_vec<T, VEC>(g + N, uv);
+#pragma unroll
+		for (int k = 0; k < VEC; k++)
+			o[k] = gv[k] / (1.f + __expf(-gv[k])) * uv[k];
+		rg_store_vec<T, VEC>(out + (size_t)r * N + c, o);
 	}
 }
 
@@ -208,23 +380,25 @@ extern "C" rg_status rg_cuda_silu_mul(rg_cuda_ctx *c, rg_dtype dt, const void *x
 {
 	rg_status st;
 	cudaError_t e;
-	long long total = (long long)M * N;
-	int blocks;
 
 	if (!rg_cuda_dt_valid(dt))
 		return rg_errorf(RG_ERR_UNSUPPORTED, "silu_mul: unknown dtype %d", (int)dt);
-	if (total == 0)
+	if (M == 0)
 		return RG_OK;
 	if ((st = rg_cuda_enter(c)) != RG_OK)
 		return st;
-	blocks = (int)((total + DEC_THREADS - 1) / DEC_THREADS);
-	if (blocks > 16 * c->num_sms)
-		blocks = 16 * c->num_sms;
-#define LAUNCH(T)                                                                                \
-	rg_launch(c, silu_mul_kernel<T>, dim3(blocks), dim3(DEC_THREADS), 0, (const T *)x, total, N, \
-		  (T *)out)
+	/* 16-byte vectors when every row's gate, up and output start 16-byte aligned */
+	const int vec = 16 / (int)(dt == RG_DTYPE_F32 ? 4 : 2);
+	const bool wide = N % vec == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0;
+	const int per_row = wide ? N / vec : N; /* threads a row needs */
+	const int threads = per_row >= DEC_THREADS ? DEC_THREADS : (per_row + 31) / 32 * 32;
+	const dim3 grid((per_row + threads - 1) / threads, M < 65535 ? M : 65535);
+#define LAUNCH_V(T, V)                                                                            \
+	rg_launch(c, silu_mul_kernel<T, V>, grid, dim3(threads), 0, (const T *)x, M, N, (T *)out)
+#define LAUNCH(T) (wide ? LAUNCH_V(T, 16 / sizeof(T)) : LAUNCH_V(T, 1))
 	e = RG_CUDA_DISPATCH_DT(dt, LAUNCH);
 #undef LAUNCH
+#undef LAUNCH_V
 	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "silu_mul_kernel launch");
 }
 
