@@ -3,7 +3,11 @@ rg_op_topk_rows(RG_TOPK_HIER) against a full sort of every row (rg_op_topk_rows(
 CUB's stable segmented radix sort, then the first k) and against torch.topk (when torch is
 importable), on (rows, vocab) = (1, 50257), (16, 50257), (64, 151936) and k = 1, 8, 50, fp32
 logits (gaussian, as a LM head's). Also times rg_op_sample_rows (top-k 50 + top-p 0.9 sampling,
-and top-p 0.9 alone) on the same shapes: the per-step cost of sampling on the device.
+and top-p 0.9 alone) on the same shapes: the per-step cost of sampling on the device; and, at
+issue 19's decode shapes (rows 1, 4, 16 x vocab 50257), its fast path (src/ops/cuda/sample.cu:
+slices then a merge; greedy rows with top_n, top-k <= 64) against the full algorithm
+(RAGGED_SAMPLE_FAST=0) on the same logits, for top-k 50 + top-p 0.9 (temperature 0.8) and greedy
+rows with top_n 8 (beam search's request); the check: both paths give the same ids and top ids.
 
 Method (STYLE.md rule 10): each timed call reads its own copy of the logits, S copies so that a
 launch touches >= 2 x 50 MB (L2 of an H100) and HBM is measured; S calls captured in one CUDA graph
@@ -123,6 +127,54 @@ def torch_time(xs_np, k, G, reps):
     return float(np.median(ts)), vals
 
 
+def sample_paths(L, be, rng, a, res):
+    """rg_op_sample_rows' fast path against the full algorithm (RAGGED_SAMPLE_FAST=0, read by
+    the launcher at capture) at decode shapes; returns whether both gave the same ids."""
+    ok = True
+    N = 50257
+    print("| rows x vocab | case | path | time | GB/s of ~3350 | check |")
+    print("|---|---|---|---|---|---|")
+    for M in (1, 4, 16):
+        nbytes = M * N * 4
+        S = int(min(256, max(1, -(-2 * L2 // nbytes))))
+        G = max(2, int(2000 // S))
+        xd = [be.put((rng.standard_normal((M, N)) * 3).astype(np.float32)) for _ in range(S)]
+        swork = be.alloc(L.rg_sample_work_bytes(M, N))
+        for label, temp, kk, pp, tn in (("top-k 50 + top-p 0.9", 0.8, 50, 0.9, 0),
+                                        ("greedy, top_n 8", 0.0, 0, 1.0, 8)):
+            rows = np.zeros(M, dtype=np.dtype([("u", np.float64)] + [(f, np.float32) for f in (
+                "temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+                "frequency_penalty")] + [("top_k", np.int32), ("reserved", np.int32)]))
+            rows["u"], rows["temperature"], rows["top_p"] = rng.random(M), temp, pp
+            rows["repetition_penalty"], rows["top_k"] = 1.0, kk
+            tops = (be.alloc(4 * M * tn), be.alloc(4 * M * tn)) if tn else (None, None)
+            sa = SampleArgs(be.put(rows), None, None, None, None, tn, swork, be.alloc(4 * M),
+                            be.alloc(4 * M), *tops)
+            times, outs = {}, {}
+            for path, env in (("fast path", "1"), ("full (RAGGED_SAMPLE_FAST=0)", "0")):
+                os.environ["RAGGED_SAMPLE_FAST"] = env
+                calls = [lambda x=x: L.rg_op_sample_rows(be.be, x, M, N, ctypes.byref(sa))
+                         for x in xd]
+                times[path] = be.time_graph(calls, max(2, G // 4), a.reps)
+                assert L.rg_op_sample_rows(be.be, xd[0], M, N, ctypes.byref(sa)) == 0
+                outs[path] = (be.get(sa.ids, M, np.int32),
+                              be.get(sa.top_ids, (M, tn), np.int32) if tn else None)
+            os.environ.pop("RAGGED_SAMPLE_FAST", None)
+            f, g = outs.values()
+            same = np.array_equal(f[0], g[0]) and (not tn or np.array_equal(f[1], g[1]))
+            ok &= bool(same)
+            for path, t in times.items():
+                gbs = nbytes / t / 1e9
+                chk = ("ids == full" if same else "IDS DIFFER") if path == "fast path" else ""
+                print(f"| {M} x {N} | {label} | {path} | {t * 1e3:.4f} ms | {gbs:.0f} GB/s of "
+                      f"{PEAK:.0f} | {chk} |", flush=True)
+                res["rows"].append({"rows": M, "vocab": N, "k": kk, "top_n": tn,
+                                    "method": f"sample {label}: {path}", "ms": t * 1e3,
+                                    "gbs": gbs, "check": chk})
+        be.free_all()
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
@@ -200,6 +252,7 @@ def main():
             res["rows"].append({"rows": M, "vocab": N, "k": kk, "method": label, "ms": t * 1e3,
                                 "gbs": gbs})
         be.free_all()
+    ok &= sample_paths(L, be, rng, a, res)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -17,7 +17,17 @@ device), on the same inputs, no torch in the process (compute-sanitizer can watc
   4. rg_model_step_sample on a random-weight Llama decoder on CUDA (fp32): 12 decode steps (CUDA
      graphs from the second), each row's id equal to tests/py/ref_sample.py's NumPy chain applied
      to rg_model_step's logits of the same step with the same u; rg_model_step_sample_logits
-     (eager) giving the same ids and rg_model_step's logits.
+     (eager) giving the same ids and rg_model_step's logits. Vocabularies 101 (the full
+     algorithm only: too narrow for slices) and 1000 (greedy and top-k rows on the fast path,
+     the others on the full algorithm, in one captured step);
+  5. the fast path of sample_rows (CUDA: greedy rows with any top_n, sampled rows with top_k <=
+     64; src/ops/cuda/sample.cu) at its boundaries, every case run twice on the same inputs, fast
+     path on and off (RAGGED_SAMPLE_FAST=0), each against the CPU twin as in 1: top_k 1 / 50 /
+     64 / 65 (65: the full algorithm), temperature 0.01 .. 5, top-p, min-p, penalties and bias
+     aimed at the top tokens; logits with a tie at the k-th value (the fallback), ties inside
+     the top k across slices, the top k packed around a slice boundary, +inf ties, NaN / -inf
+     rows and rows of only -inf / NaN; greedy rows with top_n 0 / 1 / 8 / 20; (M, N) with M in
+     1, 4, 16, 64 and N in 50257, 151936, 1000, 7.
 Exit status 0 when every case passes. SAMPLE_QUICK=1: fewer, smaller shapes and no model
 (for compute-sanitizer).
 Usage: RAGGED_LIB=build/libragged.so RAGGED_INTERNAL_LIB=build/libragged_internal.so \
@@ -159,29 +169,42 @@ def logits(rng, M, N, gen):
     return x
 
 
-def sample(dev, x, M, N, rows, pen, bias, po, bo):
+def sample(dev, x, M, N, rows, pen, bias, po, bo, top_n=TOPN):
     """Runs rg_op_sample_rows on dev; returns ids, log-probs, top ids, top log-probs."""
     L = dev.L
-    a = SampleArgs(dev.put(rows), dev.put(po), dev.put(pen), dev.put(bo), dev.put(bias), TOPN,
+    tops = (dev.empty(4 * M * top_n), dev.empty(4 * M * top_n)) if top_n else (None, None)
+    a = SampleArgs(dev.put(rows), dev.put(po), dev.put(pen), dev.put(bo), dev.put(bias), top_n,
                    dev.empty(L.rg_sample_work_bytes(M, N)), dev.empty(4 * M), dev.empty(4 * M),
-                   dev.empty(4 * M * TOPN), dev.empty(4 * M * TOPN))
+                   *tops)
     st = L.rg_op_sample_rows(dev.be, dev.put(x), M, N, ctypes.byref(a))
     assert st == 0, L.rg_last_error()
+    if not top_n:
+        return (dev.get(a.ids, M, np.int32), dev.get(a.logprobs, M, np.float32),
+                np.zeros((M, 0), np.int32), np.zeros((M, 0), np.float32))
     return (dev.get(a.ids, M, np.int32), dev.get(a.logprobs, M, np.float32),
-            dev.get(a.top_ids, (M, TOPN), np.int32), dev.get(a.top_logprobs, (M, TOPN), np.float32))
+            dev.get(a.top_ids, (M, top_n), np.int32),
+            dev.get(a.top_logprobs, (M, top_n), np.float32))
 
 
 def check_sample(L, cpu, rng, M, N, gen, dt):
     x = logits(rng, M, N, gen)
     rows, pen, bias, po, bo = random_rows(rng, M, N)
+    return compare_sample(L, cpu, x, (rows, pen, bias, po, bo), M, N, dt, TOPN,
+                          f"sample_rows {dt} {gen} ({M}, {N})")
+
+
+def compare_sample(L, cpu, x, params, M, N, dt, top_n, label):
+    """rg_op_sample_rows on the GPU backend against the CPU twin for logits x (M, N) f32 (given
+    to the GPU as dt) and params = (rows, pen, bias, pen_off, bias_off); prints one line."""
+    rows, pen, bias, po, bo = params
     xin = x.astype(np.float16) if dt == "fp16" else x
     if DEVICE != "cuda":
         xin = xin.astype(np.float32)
     x32 = xin.astype(np.float32)
     gpu = Dev(L, RG_DEVICE_GPU, dt if DEVICE == "cuda" else "fp32")
-    g = sample(gpu, xin, M, N, rows, pen, bias, po, bo)
+    g = sample(gpu, xin, M, N, rows, pen, bias, po, bo, top_n)
     gpu.close()
-    c = sample(cpu, x32, M, N, rows, pen, bias, po, bo)
+    c = sample(cpu, x32, M, N, rows, pen, bias, po, bo, top_n)
     ties, bad = 0, []
     for r in range(M):
         if g[0][r] != c[0][r]:
@@ -192,7 +215,7 @@ def check_sample(L, cpu, rng, M, N, gen, dt):
                 if dp:
                     rr[r]["top_p"] = min(np.nextafter(np.float32(rr[r]["top_p"]),
                                                       np.float32(dp * 2.0)), np.float32(1.0))
-                alt.add(int(sample(cpu, x32, M, N, rr, pen, bias, po, bo)[0][r]))
+                alt.add(int(sample(cpu, x32, M, N, rr, pen, bias, po, bo, top_n)[0][r]))
             if int(g[0][r]) in alt:
                 ties += 1
                 continue
@@ -207,10 +230,114 @@ def check_sample(L, cpu, rng, M, N, gen, dt):
         if not lp_ok or not top_ok:
             bad.append(f"row {r}: lp {g[1][r]} vs {c[1][r]}, top {g[2][r]} vs {c[2][r]}")
     ok = not bad
-    print(f"sample_rows {dt} {gen} ({M}, {N}): {M - ties - len(bad)} identical, {ties} rounding "
+    print(f"{label}: {M - ties - len(bad)} identical, {ties} rounding "
           f"ties, {len(bad)} bad {'PASS' if ok else 'FAIL'}", flush=True)
     for b in bad[:5]:
         print("   ", b)
+    return ok
+
+
+FAST_SLICE, FAST_SMAX = 2048, 126  # src/ops/cuda/sample.cu: slice width and count
+
+
+def slice_width(N):
+    """The fast path's slice width for rows of N columns (fast_slices in sample.cu)."""
+    S = min(-(-N // FAST_SLICE), FAST_SMAX)
+    return -(-N // S)
+
+
+def fast_rows(rng, M, N, kind, top_n):
+    """Row parameters for the fast path: kind "greedy" (temperature 0) or "topk" (top_k 1, 50,
+    64 or 65 -- 65 takes the full algorithm -- with temperature 0.01 .. 5, top-p, min-p);
+    penalties and bias on about half of the rows, aimed at random tokens and at the row's top
+    (filled in by aim_lists once the logits are known)."""
+    rows, pen, bias, po, bo = random_rows(rng, M, N)
+    for r in range(M):
+        row = rows[r]
+        row["top_p"], row["min_p"], row["top_k"] = 1.0, 0.0, 0
+        if kind == "greedy":
+            row["temperature"] = 0.0
+            continue
+        row["temperature"] = rng.choice([1.0, 0.7, 0.01, 5.0, 1.3])
+        row["top_k"] = [1, 50, 64, 65][r % 4] if r < 8 else rng.choice([1, 2, 50, 64, 65])
+        row["top_p"] = rng.choice([1.0, 0.9, 0.5, 1e-6])
+        row["min_p"] = rng.choice([0.0, 0.0, 0.05, 0.3])
+    return rows, pen, bias, po, bo
+
+
+def aim_lists(x, params):
+    """Points half of each row's penalty and bias entries at its top tokens (by x), so that they
+    move the top k: a penalised leader drops, a biased token climbs or falls out."""
+    rows, pen, bias, po, bo = params
+    for r in range(len(rows)):
+        top = np.argsort(-np.nan_to_num(x[r], nan=-np.inf), kind="stable")[:70]
+        for e in range(po[r], po[r + 1], 2):
+            pen["token"][e] = top[(e * 7) % len(top)]
+        for e in range(bo[r], bo[r + 1], 2):
+            bias["token"][e] = top[(e * 5) % len(top)]
+    # the penalty list has one entry per token (ops.h): keep the first of duplicates only
+    keep = np.ones(len(pen), bool)
+    for r in range(len(rows)):
+        seen = set()
+        for e in range(po[r], po[r + 1]):
+            keep[e] = int(pen[e]["token"]) not in seen
+            seen.add(int(pen[e]["token"]))
+    if not keep.all():
+        cnt = np.concatenate([[0], np.cumsum(keep)])
+        po[:] = cnt[po]
+        pen = pen[keep]
+    return rows, pen, bias, po, bo
+
+
+def fast_logits(rng, M, N, gen, rows):
+    """Logits for the fast path's boundaries: gen "gauss" / "ties" / "naninf" as logits(), or
+    "kth_tie" (each row's k-th and (k+1)-th largest equal: the fallback; greedy rows: their two
+    largest equal, in different slices), "span" (the top values packed around the first slice
+    boundary, a few inside the top k tied across slices), "inf" (+inf ties, a row of only -inf,
+    one of only NaN, one with fewer finite values than k)."""
+    x = logits(rng, M, N, "gauss" if gen in ("kth_tie", "span", "inf") else gen)
+    W = slice_width(N)
+    for r in range(M):
+        k = int(rows[r]["top_k"]) if rows[r]["temperature"] > 0 else 1
+        order = np.argsort(-x[r], kind="stable")
+        if gen == "kth_tie" and 0 < k < N:
+            j = int(order[k])
+            if r % 3 == 2 and N > 2 * W:  # the tie from another slice than the k-th's
+                top = set(int(v) for v in order[:k])
+                j = (int(order[k - 1]) + W) % N
+                while j in top:
+                    j = (j + 1) % N
+            x[r][j] = x[r][order[k - 1]]
+        elif gen == "span":
+            lo = max(0, min(N - 1, W) - 40)
+            x[r][lo:lo + 80] += 25.0 + rng.standard_normal(len(x[r][lo:lo + 80])).astype(np.float32)
+            if N > W + 100 and r % 2:  # ties inside the top k, across the slice boundary
+                x[r][lo + 75] = x[r][lo + 3] = x[r][lo:lo + 80].max() - 0.5
+        elif gen == "inf":
+            if r % 4 == 0:
+                x[r][rng.choice(N, 3, replace=False)] = np.inf
+            elif r % 4 == 1:
+                x[r][:] = -np.inf if r % 8 == 1 else np.nan
+            elif r % 4 == 2:
+                x[r][:] = -np.inf
+                x[r][rng.choice(N, min(N, max(1, k // 2)), replace=False)] = 1.5
+            else:
+                x[r][rng.choice(N, N // 3, replace=False)] = np.nan
+    return x
+
+
+def check_fast(L, cpu, rng, M, N, gen, dt, kind, top_n):
+    """One fast-path case, run with the fast path on and off on the same inputs (CUDA; on the
+    CPU backend both runs are the CPU twin)."""
+    rows = fast_rows(rng, M, N, kind, top_n)
+    x = fast_logits(rng, M, N, gen, rows[0])
+    params = aim_lists(x, rows)
+    ok = True
+    for mode in ("1", "0"):
+        os.environ["RAGGED_SAMPLE_FAST"] = mode
+        ok &= compare_sample(L, cpu, x, params, M, N, dt, top_n,
+                             f"sample_rows fast={mode} {kind} top_n {top_n} {dt} {gen} ({M}, {N})")
+    os.environ.pop("RAGGED_SAMPLE_FAST", None)
     return ok
 
 
@@ -261,16 +388,17 @@ def check_argmax(L, cpu, rng, M, N, gen, dt):
     return ok
 
 
-def check_model_steps():
+def check_model_steps(V=101):
     """rg_model_step_sample on CUDA through graphed decode steps against the NumPy chain applied
-    to rg_model_step's logits of the same step; rg_model_step_sample_logits equal to both."""
+    to rg_model_step's logits of the same step; rg_model_step_sample_logits equal to both. V:
+    the vocabulary (101: too narrow for the fast path's slices; 1000: its greedy and top-k rows
+    take it)."""
     import make_decoder
     from dec_util import Seqs
     from ragged_ctypes import Model, row_sampling
     from ref_sample import ref_sample_chain
 
     d = tempfile.mkdtemp(prefix="smp_llama_")
-    V = 101
     make_decoder.make(d, "llama", seed=3, H=256, heads=8, kv_heads=2, layers=2, inter=96,
                       vocab=V, max_pos=2048)
     rng = np.random.default_rng(5)
@@ -321,7 +449,7 @@ def check_model_steps():
                       f"{rid} {rlp:.6g} {rt}")
         nxt = [int(v) for v in ids]
     ok = bad == 0
-    print(f"model step_sample ({DEVICE} fp32, 12 steps): {bad} mismatches "
+    print(f"model step_sample ({DEVICE} fp32, vocab {V}, 12 steps): {bad} mismatches "
           f"{'PASS' if ok else 'FAIL'}", flush=True)
     m.close()
     return ok
@@ -346,9 +474,22 @@ def main():
     for M, N in ((3, 7), (4, 1000), (2, 50257)) + (() if quick else ((2, 151936),)):
         for gen in ("gauss", "ties"):
             ok &= check_topk(L, cpu, rng, M, N, gen)
+    # the fast path: every (M, N) with sampled and greedy rows on its generators, a few with fp16
+    fast_shapes = ((4, 50257), (16, 1000), (3, 7)) if quick else \
+        ((1, 50257), (4, 50257), (16, 50257), (64, 50257), (4, 151936), (64, 151936),
+         (16, 1000), (64, 1000), (5, 7))
+    for i, (M, N) in enumerate(fast_shapes):
+        for gen in ("gauss", "kth_tie", "span", "ties", "inf", "naninf"):
+            if quick and gen in ("ties", "naninf"):
+                continue
+            dt = "fp16" if (i + len(gen)) % 3 == 0 and DEVICE == "cuda" else "fp32"
+            ok &= check_fast(L, cpu, rng, M, N, gen, dt, "topk", TOPN if gen != "span" else 20)
+            ok &= check_fast(L, cpu, rng, M, N, gen, dt, "greedy",
+                             (0, 1, 8, 20)[(i + len(gen)) % 4])
     cpu.close()
     if not quick:
-        ok &= check_model_steps()
+        ok &= check_model_steps(101)
+        ok &= check_model_steps(1000)
     print("ALL PASS" if ok else "SOME FAILED")
     sys.exit(0 if ok else 1)
 
