@@ -243,6 +243,10 @@ build/bench_ops: bench/kernels/bench_ops.c build/libragged.a
 # follows whatever the build links (oneDNN when found, the CUDA libraries of CUDA_HOME).
 build/test_ops_cuda: tests/gpu/test_ops_cuda.c build/libragged.a
 	$(CC) $(REL_CFLAGS) -o $@ $< build/libragged.a $(REL_LIBS)
+# Decode-step GEMMs: ragged's small-M kernel against cuBLASLt (bench/kernels/gemv_bench.c; its
+# Python driver gemv_bench.py adds torch).
+build/bench_gemv: bench/kernels/gemv_bench.c build/libragged.a
+	$(CC) $(REL_CFLAGS) -isystem $(CUDA_HOME)/include -o $@ $< build/libragged.a $(REL_LIBS)
 endif
 
 -include $(shell find build -name '*.d' 2>/dev/null)

@@ -25,10 +25,16 @@
  *    500-token sequences;
  *  - graphs: embed LN -> GEMM + bias -> residual LN (out = residual) -> pool -> async download to
  *    pinned memory, captured once and replayed on two different input sets written into the same
- *    buffers (each replay equals the CPU reference of its own inputs); capture error paths.
+ *    buffers (each replay equals the CPU reference of its own inputs); capture error paths;
+ *  - decode-step GEMMs (fp16, bf16; src/ops/cuda/gemv.cu for M <= 16): rg_op_gemm and every
+ *    act with and without bias on GPT-2 small's and SmolLM2-135M's shapes and the LM head
+ *    (N = 50257), M in {1,2,3,4,7,8,15,16} and {17,32} (cuBLASLt), K tails, N < 8, and the
+ *    fallbacks (K % 8 != 0, A not 16-byte aligned); each kernel case also equals the same call
+ *    on cuBLASLt (rg_cuda_gemv_set), and a captured replay equals the eager call bitwise.
  * Rows are named by op and shape/variant; a failing element prints the case (lengths, N, alias).
  *
- * Usage: test_ops_cuda [--json FILE] [--quick] [--dtype fp32|fp16|bf16] [--skip-oom] [--no-gemm].
+ * Usage: test_ops_cuda [--json FILE] [--quick] [--dtype fp32|fp16|bf16] [--skip-oom] [--no-gemm]
+ *        [--small-m].
  * --quick drops the {512,512,1,2} set and most fused-GEMM cases (H = 384 on 1 and 226 rows only),
  * for compute-sanitizer runs; --dtype runs one dtype; --skip-oom leaves out the deliberate 1 PiB
  * allocation and the deliberate illegal call during a graph capture (compute-sanitizer counts both
@@ -47,6 +53,7 @@
 
 #include "core/error.h"
 #include "ops/ops.h"
+#include "ops/cuda/gemv.cuh"
 #include "../unit/test_attn.h"
 
 #define GUARD 256       /* guard bytes on each side of every GPU output */
@@ -70,6 +77,7 @@ typedef struct row {
 static row g_rows[MAX_ROWS];
 static int g_nrows;
 static int g_fail;
+static int g_err_checks, g_err_fail, g_skip_oom, g_no_gemm, g_quick, g_small_m_only;
 static char g_case[128]; /* the current case (lengths, variant), printed with a failing element */
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 
@@ -506,6 +514,162 @@ static void test_gemm_bias_act_model(rg_dtype dt, int M, int H, int with_nobias)
 	}
 }
 
+/* ---- decode-step GEMMs: M <= RG_GEMV_MAX_M rows (src/ops/cuda/gemv.cu) ----
+ * g_gemv: the small-M kernel is on (RAGGED_GEMV unset or not "0"). A case takes it when M <= 16,
+ * K % 8 == 0 and A is 16-byte aligned (fp16 / bf16); else cuBLASLt (the row's name says which).
+ * Each gemv case is also run with the kernel switched off (rg_cuda_gemv_set) and the two
+ * outputs compared at the same tolerance (each is within half an ulp of the exact value, plus
+ * cuBLASLt's tanh-form GELU epilogue for exact GELU). */
+static int g_gemv;
+
+static bool gemv_path(rg_dtype dt, int M, int K, size_t a_off)
+{
+	return g_gemv && dt != RG_DTYPE_F32 && M <= RG_GEMV_MAX_M && K % 8 == 0 && a_off % 16 == 0;
+}
+
+/* out (M, N) = act(A W^T + bias) through rg_op_gemm (plain: act NONE, no bias) or
+ * rg_op_gemm_bias_act, against the CPU backend; A starts a_off bytes into its buffer (a_off 8:
+ * misaligned for the 16-byte loads, the cuBLASLt fallback). */
+static void test_small_m(rg_dtype dt, int M, int N, int K, rg_act act, int with_bias, int plain,
+			 size_t a_off)
+{
+	const float ws = 1.f / sqrtf((float)K);
+	const size_t es = rg_dtype_size(dt), a_skip = a_off / es;
+	const bool gv = gemv_path(dt, M, K, a_off);
+	float *A, *W, *bias = NULL;
+	double a, r;
+	char name[48], name2[48];
+	rg_status st;
+
+	if (g_no_gemm && !gv)
+		return; /* --no-gemm: ragged's own kernel only */
+	tol_for(dt, &a, &r);
+	snprintf(name, sizeof(name), "%s %s%s%s", gv ? "gemv" : "small-M cublaslt",
+		 plain ? "gemm" : act == RG_ACT_GELU ? "gelu(erf)" : rg_act_name(act),
+		 !plain && with_bias ? "+bias" : "", a_off ? " A+8B" : "");
+	set_case("M=%d N=%d K=%d", M, N, K);
+	gbuf ga = gact_rand(dt, (size_t)M * K + a_skip, -1, 1, &A);
+	gbuf gw = gact_rand(dt, (size_t)N * K, -ws * 1.7f, ws * 1.7f, &W);
+	gbuf gb = with_bias ? gact_rand(dt, (size_t)N, -1, 1, &bias) : (gbuf){ 0 };
+	gbuf go = galloc((size_t)M * N * es);
+	const void *ap = (const char *)ga.p + a_off;
+	const void *bp = with_bias ? gb.p : NULL;
+
+	st = plain ? rg_op_gemm(g_gpu, ap, gw.p, go.p, M, N, K)
+		   : rg_op_gemm_bias_act(g_gpu, ap, gw.p, bp, go.p, M, N, K, act);
+	if (op_ok(st, name, dt, plain ? "rg_op_gemm" : "rg_op_gemm_bias_act")) {
+		float *ref = nan_host((size_t)M * N);
+		float *got = gread(&go, dt, (size_t)M * N);
+		if (plain)
+			CK(rg_op_gemm(g_cpu, A + a_skip, W, ref, M, N, K));
+		else
+			CK(rg_op_gemm_bias_act(g_cpu, A + a_skip, W, bias, ref, M, N, K, act));
+		compare(name, dt, got, ref, (size_t)M * N, a, r, gguard_check(&go));
+		if (gv && !g_no_gemm) { /* the same call on cuBLASLt */
+			gbuf go2 = galloc((size_t)M * N * es);
+			rg_cuda_gemv_set(false, 0, 0);
+			st = plain ? rg_op_gemm(g_gpu, ap, gw.p, go2.p, M, N, K)
+				   : rg_op_gemm_bias_act(g_gpu, ap, gw.p, bp, go2.p, M, N, K, act);
+			rg_cuda_gemv_set(true, 0, 0);
+			snprintf(name2, sizeof(name2), "gemv vs cublaslt");
+			if (op_ok(st, name2, dt, "rg_op_gemm* (RAGGED_GEMV=0)")) {
+				float *lt = gread(&go2, dt, (size_t)M * N);
+				set_case("M=%d N=%d K=%d act %s%s", M, N, K, rg_act_name(act),
+					 with_bias ? " bias" : "");
+				compare(name2, dt, got, lt, (size_t)M * N, a, r, gguard_check(&go2));
+				free(lt);
+			}
+			gfree(&go2);
+		}
+		free(got);
+		free(ref);
+	}
+	g_case[0] = 0;
+	free(A); free(W); free(bias);
+	gfree(&ga); gfree(&gw); gfree(&go);
+	if (with_bias)
+		gfree(&gb);
+}
+
+/* The small-M GEMM captured in a graph and replayed equals the eager call bitwise. */
+static void test_small_m_graph(rg_dtype dt)
+{
+	const char *op = "gemv graph replay";
+	const int M = 4, N = 960, K = 576;
+	const size_t es = rg_dtype_size(dt), n = (size_t)M * N * es;
+	float *A, *W, *bias;
+	rg_graph *g = NULL;
+	rg_status st;
+
+	if (g_no_gemm && !gemv_path(dt, M, K, 0))
+		return;
+	gbuf ga = gact_rand(dt, (size_t)M * K, -1, 1, &A);
+	gbuf gw = gact_rand(dt, (size_t)N * K, -0.07f, 0.07f, &W);
+	gbuf gb = gact_rand(dt, (size_t)N, -1, 1, &bias);
+	gbuf ge = galloc(n), gr = galloc(n);
+	CK(rg_op_gemm_bias_act(g_gpu, ga.p, gw.p, gb.p, ge.p, M, N, K, RG_ACT_GELU_NEW));
+	st = rg_backend_capture_begin(g_gpu);
+	if (op_ok(st, op, dt, "rg_backend_capture_begin")) {
+		rg_status st2 = rg_op_gemm_bias_act(g_gpu, ga.p, gw.p, gb.p, gr.p, M, N, K,
+						    RG_ACT_GELU_NEW);
+		st = rg_backend_capture_end(g_gpu, &g);
+		if (op_ok(st2, op, dt, "rg_op_gemm_bias_act (capture)") &&
+		    op_ok(st, op, dt, "rg_backend_capture_end") &&
+		    op_ok(rg_backend_graph_launch(g_gpu, g), op, dt, "rg_backend_graph_launch")) {
+			unsigned char *he = malloc(n), *hr = malloc(n);
+			CK(rg_backend_sync(g_gpu));
+			CK(rg_backend_download(g_gpu, he, ge.p, n));
+			CK(rg_backend_download(g_gpu, hr, gr.p, n));
+			get_row(op, dt)->cases++;
+			if (memcmp(he, hr, n) != 0)
+				row_fail(op, dt, "replay differs from the eager call");
+			free(he);
+			free(hr);
+		}
+		rg_backend_graph_free(g_gpu, g);
+	}
+	free(A); free(W); free(bias);
+	gfree(&ga); gfree(&gw); gfree(&gb); gfree(&ge); gfree(&gr);
+}
+
+/* Decode shapes (GPT-2 small: K 768 / 3072; SmolLM2-135M: K 576 / 1536; the LM head's odd N),
+ * M from 1 to 32 (17 and 32: cuBLASLt), every act with and without bias, and the fallbacks:
+ * K % 8 != 0, a misaligned A; K tails (K % 32 = 8, 24; K < 32) and N < 8 for the kernel's
+ * partial steps and tiles. */
+static void test_small_m_all(rg_dtype dt)
+{
+	static const int ms[] = { 1, 2, 3, 4, 7, 8, 15, 16, 17, 32 };
+	static const int shp[][2] = { { 2304, 768 }, { 768, 768 }, { 3072, 768 }, { 768, 3072 },
+				      { 960, 576 }, { 576, 576 }, { 3072, 576 }, { 576, 1536 } };
+	static const int odd[][3] = { /* M, N, K */
+		{ 1, 768, 776 }, { 16, 576, 584 }, { 5, 100, 24 }, { 9, 5, 8 }, { 3, 1001, 1544 },
+		{ 1, 768, 100 }, { 16, 576, 772 }, { 4, 13, 30 } };
+	const int ns = (int)(sizeof(shp) / sizeof(shp[0]));
+	const int nm = g_quick ? 2 : (int)(sizeof(ms) / sizeof(ms[0])); /* --quick: M 1, 2 */
+
+	for (int i = 0; i < nm; i++) {
+		for (int j = 0; j < ns; j++)
+			test_small_m(dt, ms[i], shp[j][0], shp[j][1], RG_ACT_NONE, 0, 1, 0);
+		for (int a = 0; a < 4; a++)
+			for (int bi = 0; bi < 2; bi++) {
+				const int j = (ms[i] + 2 * a + bi) % ns;
+				test_small_m(dt, ms[i], shp[j][0], shp[j][1], (rg_act)a, bi, 0, 0);
+			}
+	}
+	/* the LM head: N = 50257 (odd: element stores, a partial last tile) */
+	for (int i = 0; i < (g_quick ? 1 : 4); i++)
+		test_small_m(dt, (const int[]){ 1, 4, 16, 17 }[i], 50257, 768, RG_ACT_NONE, 0, 1, 0);
+	if (!g_quick)
+		test_small_m(dt, 7, 50257, 768, RG_ACT_GELU_NEW, 1, 0, 0);
+	for (int i = 0; i < (int)(sizeof(odd) / sizeof(odd[0])); i++) {
+		test_small_m(dt, odd[i][0], odd[i][1], odd[i][2], RG_ACT_NONE, 0, 1, 0);
+		test_small_m(dt, odd[i][0], odd[i][1], odd[i][2], (rg_act)(i % 4), 1, 0, 0);
+	}
+	test_small_m(dt, 4, 768, 768, RG_ACT_NONE, 0, 1, 8);
+	test_small_m(dt, 4, 768, 768, RG_ACT_GELU, 1, 0, 8);
+	test_small_m_graph(dt);
+}
+
 static void test_bias_act(rg_dtype dt, const batch *b, rg_act act)
 {
 	const int M = b->n_tok, N = 1536;
@@ -795,7 +959,6 @@ static void test_attention_batch_invariance(rg_dtype dt)
 }
 
 /* ---- error paths ---- */
-static int g_err_checks, g_err_fail, g_skip_oom, g_no_gemm, g_quick;
 
 static void expect(int ok, const char *what)
 {
@@ -1240,8 +1403,10 @@ int main(int argc, char **argv)
 			g_skip_oom = 1;
 		} else if (strcmp(argv[i], "--no-gemm") == 0) {
 			g_no_gemm = 1;
+		} else if (strcmp(argv[i], "--small-m") == 0) {
+			g_small_m_only = 1;
 		} else {
-			fprintf(stderr, "usage: test_ops_cuda [--json FILE] [--quick] [--dtype D] [--skip-oom] [--no-gemm]\n");
+			fprintf(stderr, "usage: test_ops_cuda [--json FILE] [--quick] [--dtype D] [--skip-oom] [--no-gemm] [--small-m]\n");
 			return 2;
 		}
 	}
@@ -1249,15 +1414,29 @@ int main(int argc, char **argv)
 		printf("no CUDA device: skipped\n");
 		return 77;
 	}
+	{
+		const char *e = getenv("RAGGED_GEMV"); /* the library's own rule (gemv.cu) */
+		g_gemv = !(e && e[0] == '0');
+	}
 	CK(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &g_cpu));
 	for (int di = 0; di < 3; di++) {
 		rg_dtype dt = dts[di];
 		if (only_dt && strcmp(only_dt, dt_name(dt)) != 0)
 			continue;
+		if (g_small_m_only && dt == RG_DTYPE_F32)
+			continue;
 		st = rg_backend_init(RG_DEVICE_CUDA, 0, dt, &g_gpu);
 		if (st != RG_OK)
 			die_st(st, "rg_backend_init(cuda)");
 		g_dt = dt;
+		/* decode-step GEMMs (fp32 has no small-M kernel: its GEMMs are the ones below) */
+		if (dt != RG_DTYPE_F32)
+			test_small_m_all(dt);
+		if (g_small_m_only) {
+			rg_backend_free(g_gpu);
+			g_gpu = NULL;
+			continue;
+		}
 		for (int li = 0; li < n_sets; li++) {
 			batch b = make_batch(lens[li], nl[li]);
 			for (int h = 0; h < 3; h++)

@@ -19,11 +19,17 @@
  * A new plan asks the heuristic for its 16 best algorithms and, outside graph capture, times each on
  * the call's own operands (2 runs, best of 3 timed) and keeps the fastest: the heuristic's first
  * choice is often not the fastest for the skinny M of small batches. RAGGED_GEMM_AUTOTUNE=0 keeps the
- * heuristic's first choice. */
+ * heuristic's first choice.
+ *
+ * Decode steps (M <= RG_GEMV_MAX_M = 16 rows, fp16 / bf16, K % 8 == 0, A and W 16-byte aligned)
+ * skip cuBLASLt for ragged's own weight-streaming kernel (gemv.cu, issue 19), which applies the
+ * same epilogues itself (act-dtype bias; exact GELU always in the erf form); RAGGED_GEMV=0 keeps
+ * every GEMM on cuBLASLt. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/gemv.cuh"
 
 static void plan_destroy(rg_cuda_gemm_plan *p)
 {
@@ -271,6 +277,8 @@ static rg_status gemm_run(rg_cuda_ctx *c, rg_dtype dt, const void *A, const void
 	st = rg_cuda_enter(c);
 	if (st != RG_OK)
 		return st;
+	if (rg_cuda_gemv_ok(dt, A, W, M, N, K))
+		return rg_cuda_gemv(c, dt, A, W, bias, out, M, N, K, act);
 	epi = choose_epilogue(c, dt, bias != NULL, act, &gelu_pass);
 	st = plan_get(c, dt, M, N, K, ptr_alignment(A, W, out), epi, A, W, bias, out, &p);
 	if (st != RG_OK)
