@@ -85,8 +85,10 @@ extern "C" rg_status rg_cuda_backend_init(int device_index, rg_dtype dt, rg_cuda
 	{
 		const char *v = getenv("RAGGED_GEMM_AUTOTUNE"), *p = getenv("RAGGED_PDL");
 		c->autotune = !(v && v[0] == '0');
-		/* opt-in: no gain measured on an H200 (bench/results/*-pdl[01].md) */
-		c->pdl = prop.major >= 9 && p && p[0] == '1';
+		/* on by default since every kernel of a decode step is ragged's own (the small-M GEMM
+		 * replaced cuBLASLt there): decode steps 5-9% faster on an H200
+		 * (bench/results/decode_modes_h200_*_20261126-0249-pdl[01]); RAGGED_PDL=0: off */
+		c->pdl = prop.major >= 9 && !(p && p[0] == '0');
 	}
 	*out = c;
 	return RG_OK;
