@@ -14,6 +14,7 @@ OUT=${OUT:-$ROOT/build/gpu_results}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 export PATH=$PATH:/usr/local/cuda/bin
+CARRY=$ROOT/.gpu_carry
 source tests/gpu/setup-env.sh >/dev/null
 FAILED=()
 record() { if [ "$2" -eq 0 ]; then echo "--- $1: PASS"; else echo "--- $1: FAIL ($2)"; FAILED+=("$1"); fi; }
