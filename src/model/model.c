@@ -26,7 +26,8 @@
  * sequence: attention never reads them and pooling never sums them; sequences s..S_b have length 0
  * and pool to zero rows that are not returned. One synchronisation per batch. The first batch of a
  * bucket runs the same op sequence eagerly (so cuBLASLt autotunes its GEMM shapes outside the
- * capture), then the graph is captured; at most RG_GRAPH_CACHE graphs are kept, least recently used
+ * capture); the graph is captured after the bucket's second eager run (a bucket seen once is not
+ * worth a capture's milliseconds); at most RG_GRAPH_CACHE graphs are kept, least recently used
  * first out. RAGGED_CUDA_GRAPHS=0 disables them. The layout modes (TCB sec. 4 baselines) run the same
  * encoder over rows with padding and a block-diagonal seg mask, then gather each request's rows
  * back into packed order before pooling. Only src/ops/ops.h is used, so every backend works. */
@@ -989,6 +990,25 @@ static rg_bucket_graph *graph_find(rg_model *m, int T, int S, int L)
 	return NULL;
 }
 
+/* Whether bucket (T, S, L), just run eagerly, ran eagerly before (then it is worth a graph);
+ * else remember it, the oldest remembered bucket forgotten. */
+static bool graph_seen_before(rg_model *m, int T, int S, int L)
+{
+	int *e;
+
+	for (int i = 0; i < RG_GRAPH_SEEN; i++) {
+		e = m->graph_seen[i];
+		if (e[0] == T && e[1] == S && e[2] == L) {
+			e[0] = 0; /* captured now: forget */
+			return true;
+		}
+	}
+	e = m->graph_seen[m->graph_seen_next];
+	e[0] = T, e[1] = S, e[2] = L;
+	m->graph_seen_next = (m->graph_seen_next + 1) % RG_GRAPH_SEEN;
+	return false;
+}
+
 /* Capture bucket (T, S, L) into a free or the least recently used slot. ids_h must hold a staged
  * batch of that bucket (the capture records pointers, not values). */
 static rg_status graph_capture(rg_model *m, int T, int S, int L)
@@ -1058,7 +1078,7 @@ static rg_status embed_bucketed(rg_model *m, const int32_t *tokens, const int32_
 		if ((s = hidden_to_host(m, a[RG_A_HIDDEN], n, hidden_out)) != RG_OK)
 			return s;
 	}
-	if (!b && m->graphs) {
+	if (!b && m->graphs && graph_seen_before(m, T, S, L)) {
 		s = graph_capture(m, T, S, L);
 		if (s != RG_OK) {
 			/* the batch is answered; later batches run eagerly */

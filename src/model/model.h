@@ -32,7 +32,12 @@ enum {
 	RG_ARENA_N
 };
 
-#define RG_GRAPH_CACHE 48    /* graphs kept per model */
+/* graphs kept per model: a server's steady stream of 4k-16k-token batches spreads over ~50 token
+ * buckets x 2-3 sequence buckets; 48 slots thrashed there (178 captures in a 10 s step on an H200,
+ * p99 225 ms: bench/results/short_requests_h200_20261126-0254.md). A graph is a few KB of host
+ * and device state: the arena is shared. */
+#define RG_GRAPH_CACHE 192
+#define RG_GRAPH_SEEN 64      /* buckets seen once and not captured, remembered (FIFO) */
 #define RG_GRAPH_MAX_SEQ 1024 /* larger batches run eagerly (pinned output rows) */
 
 /* One captured bucket. */
@@ -174,6 +179,8 @@ struct rg_model {
 	/* CUDA graphs per bucket (LRU) */
 	bool graphs;             /* backend has graphs and RAGGED_CUDA_GRAPHS != 0 */
 	rg_bucket_graph graph_cache[RG_GRAPH_CACHE];
+	int graph_seen[RG_GRAPH_SEEN][3]; /* (T, S, L) of buckets run once, eagerly; T 0: empty */
+	int graph_seen_next;              /* the FIFO's next slot */
 	unsigned long long graph_clock;
 	long long graph_captures; /* graphs captured so far (tests read it through the env report) */
 	rg_dec_state dec;         /* decoders only */
