@@ -68,6 +68,30 @@ def host_name(device):
     return platform.processor() or "cpu"
 
 
+def trace_mode(g, prompts, new, kw):
+    """One generate() of `new` tokens under torch.profiler: per generated step (the prefill
+    included, spread over the steps), the GPU time of kernels and copies, their count, and the
+    top 12 by time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    g.generate(prompts, max_tokens=new, ignore_eos=True, **kw)  # graphs of every shape captured
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        g.generate(prompts, max_tokens=new, ignore_eos=True, **kw)
+        torch.cuda.synchronize()
+    ev = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            k = ev.setdefault(e.name[:90], [0, 0.0])
+            k[0] += 1
+            k[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+    top = sorted(ev.items(), key=lambda kv: -kv[1][1])[:12]
+    return {"gpu_busy_us_per_step": sum(v[1] for v in ev.values()) / new,
+            "events_per_step": sum(v[0] for v in ev.values()) / new,
+            "top": [{"name": k, "per_step": v[0] / new, "us_per_step": v[1] / new}
+                    for k, v in top]}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -76,6 +100,9 @@ def main():
     ap.add_argument("--shape", default="smollm2", choices=sorted(SHAPES))
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--trace", action="store_true",
+                    help="cuda: also one run per mode under torch.profiler (CUPTI): GPU busy and "
+                         "kernels per step, the top kernels and copies")
     a = ap.parse_args()
     family, spec = SHAPES[a.shape]
     d = tempfile.mkdtemp(prefix=f"modes_{a.shape}_")
@@ -100,6 +127,14 @@ def main():
         rows.append({"mode": name, "sequences": 4, "step_ms": float(np.median(times[name])),
                      "step_ms_min": float(np.min(times[name])), "step_ms_all": times[name]})
         print(f"{name}: {rows[-1]['step_ms']:.3f} ms/step", flush=True)
+    if a.trace and a.device == "cuda":
+        for r, (name, n_prompts, kw) in zip(rows, MODES):
+            r["trace"] = trace_mode(g, prompts[:n_prompts], a.new, kw)
+            t = r["trace"]
+            print(f"{name}: traced {t['gpu_busy_us_per_step']:.0f} us GPU busy, "
+                  f"{t['events_per_step']:.1f} kernels/copies per step; top: "
+                  + "; ".join(f"{k['name'][:48]} {k['us_per_step']:.1f} us x{k['per_step']:.1f}"
+                              for k in t["top"][:6]), flush=True)
     base = rows[0]["step_ms"]
     for r in rows:
         r["vs_greedy"] = r["step_ms"] / base

@@ -81,7 +81,7 @@ fi
 if has modes; then
 	for shape in gpt2 smollm2; do
 		timeout 200 python3 bench/peer/decode_modes.py "$OUT/decode_modes_$shape.json" --device cuda \
-			--dtype fp16 --shape "$shape" --new "${MODES_NEW:-64}" --repeats "${MODES_REPEATS:-3}" 2>&1 |
+			--dtype fp16 --shape "$shape" --new "${MODES_NEW:-64}" --repeats "${MODES_REPEATS:-3}" ${MODES_TRACE:+--trace} 2>&1 |
 			grep -v "Writing model\|warn" | tail -12; record "decode modes $shape" ${PIPESTATUS[0]}
 	done
 fi
