@@ -270,6 +270,17 @@ def test_generator_options(models):
         g.close()
 
 
+def device_and_host(g, monkeypatch, opts):
+    """The same generate() with the device paths (default) and with RAGGED_GEN_DEVICE_SAMPLE=0
+    (whole logits rows on the host); asserts the ids are equal, returns both answers."""
+    dev = g.generate(PROMPTS, max_tokens=10, ignore_eos=True, **opts)
+    monkeypatch.setenv("RAGGED_GEN_DEVICE_SAMPLE", "0")
+    host = g.generate(PROMPTS, max_tokens=10, ignore_eos=True, **opts)
+    monkeypatch.delenv("RAGGED_GEN_DEVICE_SAMPLE")
+    assert [x["ids"] for x in dev] == [x["ids"] for x in host], opts
+    return dev, host
+
+
 def test_sampling_on_the_device_equals_the_host_chain(models, monkeypatch):
     """rg_generate samples through rg_model_step_sample (the logits stay on the device); the host
     chain over the logits (RAGGED_GEN_DEVICE_SAMPLE=0) makes the same choices from the same draws:
@@ -283,11 +294,7 @@ def test_sampling_on_the_device_equals_the_host_chain(models, monkeypatch):
             dict(repetition_penalty=1.5, logprobs=2)]  # processed greedy
     try:
         for o in opts:
-            dev = g.generate(PROMPTS, max_tokens=10, ignore_eos=True, **o)
-            monkeypatch.setenv("RAGGED_GEN_DEVICE_SAMPLE", "0")
-            host = g.generate(PROMPTS, max_tokens=10, ignore_eos=True, **o)
-            monkeypatch.delenv("RAGGED_GEN_DEVICE_SAMPLE")
-            assert [x["ids"] for x in dev] == [x["ids"] for x in host], o
+            dev, host = device_and_host(g, monkeypatch, o)
             for a, b in zip(dev, host):
                 np.testing.assert_allclose(a["logprobs"], b["logprobs"], rtol=0, atol=1e-5)
                 if o.get("logprobs"):
@@ -309,11 +316,7 @@ def test_beams_from_device_candidates_equal_host_logits(models, name, monkeypatc
             dict(num_beams=6, num_beam_groups=3, diversity_penalty=1.0, n=4)]
     try:
         for o in opts:
-            dev = g.generate(PROMPTS, max_tokens=10, ignore_eos=True, **o)
-            monkeypatch.setenv("RAGGED_GEN_DEVICE_SAMPLE", "0")
-            host = g.generate(PROMPTS, max_tokens=10, ignore_eos=True, **o)
-            monkeypatch.delenv("RAGGED_GEN_DEVICE_SAMPLE")
-            assert [x["ids"] for x in dev] == [x["ids"] for x in host], o
+            dev, host = device_and_host(g, monkeypatch, o)
             for a, b in zip(dev, host):
                 assert a["score"] == pytest.approx(b["score"], rel=1e-5, abs=1e-5)
         assert g.kv_blocks_in_use() == 0
