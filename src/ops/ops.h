@@ -93,7 +93,9 @@ rg_status rg_op_embed_layernorm(rg_backend *be, const int32_t *tokens, const int
 
 /* out (M, N) act = A (M, K) act x W^T, W (N, K) act (the torch.nn.Linear layout).
  * CPU: oneDNN matmul tiles for a prepared W (rg_op_prepare_weight), else OpenBLAS sgemm tiles;
- * CUDA: cuBLASLt with fp32 accumulation. */
+ * CUDA: cuBLASLt with fp32 accumulation, except decode-sized fp16 / bf16 products (M <= 16, K %
+ * 8 == 0, 16-byte aligned A and W: src/ops/cuda/gemv.cuh) on ragged's small-M tensor-core kernel,
+ * which streams W once (RAGGED_GEMV=0: cuBLASLt for those too). */
 rg_status rg_op_gemm(rg_backend *be, const void *A, const void *W, void *out, int M, int N, int K);
 
 /* Declare W (N, K) act, backend memory, a constant weight of rg_op_gemm / rg_op_gemm_bias_act,
