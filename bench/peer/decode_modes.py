@@ -69,27 +69,15 @@ def host_name(device):
 
 
 def trace_mode(g, prompts, new, kw):
-    """One generate() of `new` tokens under torch.profiler: per generated step (the prefill
-    included, spread over the steps), the GPU time of kernels and copies, their count, and the
-    top 12 by time."""
+    """One generate() of `new` tokens under torch.profiler (decode_trace.profiled): per generated
+    step (the prefill included, spread over the steps), wall and GPU time, kernels and copies, and
+    the top ones by time."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from decode_trace import profiled
     g.generate(prompts, max_tokens=new, ignore_eos=True, **kw)  # graphs of every shape captured
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        g.generate(prompts, max_tokens=new, ignore_eos=True, **kw)
-        torch.cuda.synchronize()
-    ev = {}
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            k = ev.setdefault(e.name[:90], [0, 0.0])
-            k[0] += 1
-            k[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
-    top = sorted(ev.items(), key=lambda kv: -kv[1][1])[:12]
-    return {"gpu_busy_us_per_step": sum(v[1] for v in ev.values()) / new,
-            "events_per_step": sum(v[0] for v in ev.values()) / new,
-            "top": [{"name": k, "per_step": v[0] / new, "us_per_step": v[1] / new}
-                    for k, v in top]}
+    return profiled(lambda: g.generate(prompts, max_tokens=new, ignore_eos=True, **kw), 1,
+                    per=new)
 
 
 def main():
@@ -132,8 +120,9 @@ def main():
             r["trace"] = trace_mode(g, prompts[:n_prompts], a.new, kw)
             t = r["trace"]
             print(f"{name}: traced {t['gpu_busy_us_per_step']:.0f} us GPU busy, "
-                  f"{t['events_per_step']:.1f} kernels/copies per step; top: "
-                  + "; ".join(f"{k['name'][:48]} {k['us_per_step']:.1f} us x{k['per_step']:.1f}"
+                  f"{t['kernels_per_step']:.1f} kernels/copies per step; top: "
+                  + "; ".join(f"{k['kernel'][:48]} {k['us_per_step']:.1f} us "
+                              f"x{k['calls_per_step']:.1f}"
                               for k in t["top"][:6]), flush=True)
     base = rows[0]["step_ms"]
     for r in rows:

@@ -41,25 +41,28 @@ def trace(m, batch, vocab):
     return profiled(decode, STEPS)
 
 
-def profiled(fn, steps):
+def profiled(fn, steps, per=None):
     """fn() run `steps` times under torch.profiler: wall and summed kernel time per step, kernel
-    count, and the kernels ranked by time."""
+    count, and the kernels ranked by time; per: the number of steps the runs make in all, when
+    one call of fn is several steps (default: steps)."""
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
         for _ in range(steps):
             fn()
-        wall = (time.perf_counter() - t0) / steps
+        wall = time.perf_counter() - t0
+    per = per or steps
+    wall /= per
     kern = {}
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             k = kern.setdefault(e.name[:90], [0, 0.0])
             k[0] += 1
             k[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
-    busy = sum(v[1] for v in kern.values()) / steps  # us
+    busy = sum(v[1] for v in kern.values()) / per  # us
     top = sorted(kern.items(), key=lambda kv: -kv[1][1])[:25]
     return {"wall_us_per_step": wall * 1e6, "gpu_busy_us_per_step": busy,
-            "kernels_per_step": sum(v[0] for v in kern.values()) / steps,
-            "top": [{"kernel": k, "calls_per_step": v[0] / steps, "us_per_step": v[1] / steps}
+            "kernels_per_step": sum(v[0] for v in kern.values()) / per,
+            "top": [{"kernel": k, "calls_per_step": v[0] / per, "us_per_step": v[1] / per}
                     for k, v in top]}
 
 

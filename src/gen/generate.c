@@ -61,8 +61,7 @@ rg_status rg_gen_params_check(const rg_gen_params *p, int vocab)
 	if (s->do_sample)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "beam search with do_sample is not implemented");
 	if (p->n_stop > 0 || p->logprobs > 0 || s->n_logit_bias > 0 ||
-	    s->repetition_penalty != 1.f || s->presence_penalty != 0.f ||
-	    s->frequency_penalty != 0.f)
+	    rg_sampling_penalties_on(s))
 		return rg_errorf(RG_ERR_UNSUPPORTED,
 				 "beam search takes no stop strings, top logprobs, logit bias or "
 				 "repetition/presence/frequency penalties");
@@ -194,19 +193,13 @@ static rg_status batch_add(gen *g, rg_kv_seq *kv, const int32_t *toks, int n, bo
 	return RG_OK;
 }
 
-static bool penalties_on(const rg_sampling_params *sp)
-{
-	return sp->repetition_penalty != 1.f || sp->presence_penalty != 0.f ||
-	       sp->frequency_penalty != 0.f;
-}
-
 /* dev: each logits row's sampling parameters (rg_row_sampling) for the sequence it samples
  * for: the request's options, the next draw of the sequence's RNG stream when it samples (the
  * draw the host chain's dist step would take), its penalty lists. */
 static rg_status dev_params(gen *g)
 {
 	const rg_sampling_params *sp = &g->p->sampling;
-	const bool sample = sp->do_sample && sp->temperature > 0.f, pen = penalties_on(sp);
+	const bool pen = rg_sampling_penalties_on(sp);
 	size_t need = 0, off = 0;
 
 	if (pen) {
@@ -237,16 +230,7 @@ static rg_status dev_params(gen *g)
 		gseq *s = &g->seqs[g->row_seq[k]];
 		rg_row_sampling *row = &g->rowp[k];
 
-		*row = (rg_row_sampling){
-			.temperature = sample ? sp->temperature : 0.f, .top_k = sp->top_k,
-			.top_p = sp->top_p, .min_p = sp->min_p,
-			.repetition_penalty = sp->repetition_penalty,
-			.presence_penalty = sp->presence_penalty,
-			.frequency_penalty = sp->frequency_penalty,
-			.u = sample ? rg_rng_uniform(&s->rng) : 0,
-			.n_logit_bias = sp->n_logit_bias, .logit_bias_ids = sp->logit_bias_ids,
-			.logit_bias_values = sp->logit_bias_values,
-		};
+		*row = rg_sampler_row(sp, &s->rng);
 		if (pen) {
 			const gprompt *pr = &g->pr[g->row_seq[k] / g->width];
 
@@ -924,7 +908,7 @@ rg_status rg_gen_run(const rg_gen_runner *r, const int32_t *const *prompts,
 
 		g.fast = r->step_argmax && !beams_on(p) && p->logprobs == 0 &&
 			 (!sp->do_sample || sp->temperature == 0.f) &&
-			 !penalties_on(sp) && sp->n_logit_bias == 0 &&
+			 !rg_sampling_penalties_on(sp) && sp->n_logit_bias == 0 &&
 			 sp->no_repeat_ngram_size == 0;
 	}
 	g.budget = p->max_step_tokens;

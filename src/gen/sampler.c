@@ -753,6 +753,28 @@ rg_sampler *rg_sampler_init_min_p(float p) { return param_new(&minp_i, p, 0); }
 rg_sampler *rg_sampler_init_greedy(void) { return param_new(&greedy_i, 0.f, 0); }
 rg_sampler *rg_sampler_init_dist(void) { return param_new(&dist_i, 0.f, 0); }
 
+bool rg_sampling_penalties_on(const rg_sampling_params *p)
+{
+	return p->repetition_penalty != 1.f || p->presence_penalty != 0.f ||
+	       p->frequency_penalty != 0.f;
+}
+
+rg_row_sampling rg_sampler_row(const rg_sampling_params *p, rg_rng *rng)
+{
+	const bool sample = p->do_sample && p->temperature > 0.f;
+
+	return (rg_row_sampling){
+		.temperature = sample ? p->temperature : 0.f, .top_k = p->top_k,
+		.top_p = p->top_p, .min_p = p->min_p,
+		.repetition_penalty = p->repetition_penalty,
+		.presence_penalty = p->presence_penalty,
+		.frequency_penalty = p->frequency_penalty,
+		.u = sample ? rg_rng_uniform(rng) : 0,
+		.n_logit_bias = p->n_logit_bias, .logit_bias_ids = p->logit_bias_ids,
+		.logit_bias_values = p->logit_bias_values,
+	};
+}
+
 static int cmp_i32(const void *a, const void *b)
 {
 	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
@@ -805,8 +827,7 @@ rg_status rg_sampler_from_params(const rg_sampling_params *p, int vocab, const i
 	    (st = rg_sampler_chain_add(c, rg_sampler_init_logit_bias(
 				       p->n_logit_bias, p->logit_bias_ids, p->logit_bias_values))))
 		goto out_free_chain;
-	if ((p->repetition_penalty != 1.f || p->presence_penalty != 0.f ||
-	     p->frequency_penalty != 0.f) &&
+	if (rg_sampling_penalties_on(p) &&
 	    (st = rg_sampler_chain_add(c, rg_sampler_init_penalties(
 				       vocab, prompt, n_prompt, p->repetition_penalty,
 				       p->presence_penalty, p->frequency_penalty))))

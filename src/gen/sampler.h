@@ -94,6 +94,15 @@ rg_sampler *rg_sampler_init_min_p(float p);
 rg_sampler *rg_sampler_init_greedy(void);
 rg_sampler *rg_sampler_init_dist(void);
 
+/* Whether p asks for any of the repetition / presence / frequency penalties. */
+bool rg_sampling_penalties_on(const rg_sampling_params *p);
+
+/* ragged.h's rg_row_sampling of one step of a sequence sampled with p (the device form of the
+ * chain above): p's warpers, penalties and logit bias, and u, the sequence's next draw from rng
+ * when p samples (the one draw the chain's dist step would take; rng untouched when greedy). The
+ * penalty lists are left empty: rg_sampler_penalty_lists fills them. */
+rg_row_sampling rg_sampler_row(const rg_sampling_params *p, rg_rng *rng);
+
 /* The penalty lists of ragged.h's rg_row_sampling for one sequence (the device form of the
  * penalties step above): the distinct ids of prompt (n_prompt) and gen (n_gen, the tokens
  * generated so far), ascending, with each id's count among gen and whether it occurs in the

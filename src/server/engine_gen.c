@@ -607,18 +607,9 @@ static void row_params(rg_gen_engine *e, int r, rg_gen_job *j, int i, rg_row_sam
 {
 	const rg_sampling_params *sp = &j->gp.sampling;
 	gen_seq_state *s = &j->st[i];
-	bool sample = sp->do_sample && sp->temperature > 0;
 
-	*row = (rg_row_sampling){
-		.temperature = sample ? sp->temperature : 0, .top_k = sp->top_k,
-		.top_p = sp->top_p, .min_p = sp->min_p,
-		.repetition_penalty = sp->repetition_penalty,
-		.presence_penalty = sp->presence_penalty,
-		.frequency_penalty = sp->frequency_penalty,
-		.u = sample ? rg_rng_uniform(&s->rng) : 0,
-	};
-	if (sp->repetition_penalty != 1 || sp->presence_penalty != 0 ||
-	    sp->frequency_penalty != 0)
+	*row = rg_sampler_row(sp, &s->rng);
+	if (rg_sampling_penalties_on(sp))
 		penalty_lists(e, r, j, i, row);
 	row->n_logit_bias = s->n_gen < j->min_tokens ? s->n_bias_min : s->n_bias;
 	row->logit_bias_ids = s->bias_ids;
@@ -971,8 +962,13 @@ static void *step_thread(void *arg)
 
 			e->bkeep[r] = plan.beam_slot[plan.logits_seq[r]] >= 0;
 			if (e->bkeep[r]) {
-				/* a beam group's row: its best tokens (or its logits) go to the search */
-				int need = beam_prepare(e, &plan, r);
+				/* a beam group's row: its best tokens (or its logits) go to the search;
+				 * a group's rows are adjacent, its search prepared at its first */
+				const uint64_t id = plan.seq_ids[plan.logits_seq[r]];
+				int need = r > 0 && plan.beam_slot[plan.logits_seq[r - 1]] >= 0 &&
+						   plan.seq_ids[plan.logits_seq[r - 1]] == id
+					   ? 0
+					   : beam_prepare(e, &plan, r);
 
 				e->rows[r] = (rg_row_sampling){.top_p = 1, .repetition_penalty = 1};
 				beam_rows = true;

@@ -81,6 +81,14 @@ def post_stream(s, path, body, timeout=60):
     return r.status, {k.lower(): v for k, v in r.getheaders()}, data
 
 
+def assert_preempted_and_drained(s):
+    """The server preempted at least one sequence, and every request and KV block is back."""
+    m = s.metrics()
+    assert m["ragged_gen_preemptions_total"] > 0
+    assert m["ragged_gen_kv_blocks_used"] == 0
+    assert m["ragged_gen_num_requests_running"] == 0
+
+
 # ---- continuous batching ------------------------------------------------------------------------
 
 def test_concurrent_greedy_equals_alone(srv, gen, tok):
@@ -159,10 +167,7 @@ def test_preemption_keeps_outputs(model_dir, gen, tok):
             st, out = res[k]
             assert st == 200, out
             assert out["choices"][0]["text"] == tok.decode(alone(gen, p, 24)), k
-        m = s.metrics()
-        assert m["ragged_gen_preemptions_total"] > 0
-        assert m["ragged_gen_kv_blocks_used"] == 0
-        assert m["ragged_gen_num_requests_running"] == 0
+        assert_preempted_and_drained(s)
     finally:
         s.stop()
 
@@ -383,10 +388,7 @@ def test_beams_preempted_and_restarted(model_dir, gen, tok):
             else:
                 want = [tok.decode(alone(gen, ids, 20))]
             assert [c["text"] for c in out["choices"]] == want, k
-        m = s.metrics()
-        assert m["ragged_gen_preemptions_total"] > 0
-        assert m["ragged_gen_kv_blocks_used"] == 0
-        assert m["ragged_gen_num_requests_running"] == 0
+        assert_preempted_and_drained(s)
     finally:
         s.stop()
 

@@ -1074,6 +1074,17 @@ static void test_beam_groups(void **state)
 /* A beam group aborted while its rows are in the pending plan (freed at the update) and one
  * aborted between steps: one ABORT entry each, every block back; rg_iter_beam_next's and
  * rg_iter_update's refusals; a group too wide for the pool is refused at admission. */
+/* The scheduler's finished list is exactly request id, ended for reason. */
+static void assert_one_finished(rg_iter *s, uint64_t id, int reason)
+{
+	int nd;
+	const rg_iter_done *d = rg_iter_finished(s, &nd);
+
+	assert_int_equal(nd, 1);
+	assert_int_equal(d[0].id, id);
+	assert_int_equal(d[0].reason, reason);
+}
+
 static void test_beam_errors(void **state)
 {
 	harness h;
@@ -1116,14 +1127,7 @@ static void test_beam_errors(void **state)
 	/* group 0 gets its 4 beams; group 1 is aborted while in the plan */
 	assert_int_equal(rg_iter_abort(h.s, 1), RG_OK);
 	assert_int_equal(rg_iter_update(h.s, sampled, NULL, 1, 1), RG_OK);
-	{
-		int nd;
-		const rg_iter_done *d = rg_iter_finished(h.s, &nd);
-
-		assert_int_equal(nd, 1);
-		assert_int_equal(d[0].id, 1);
-		assert_int_equal(d[0].reason, RG_ITER_FINISH_ABORT);
-	}
+	assert_one_finished(h.s, 1, RG_ITER_FINISH_ABORT);
 	rg_iter_stats_get(h.s, &st);
 	assert_int_equal(st.n_running, 4);
 	/* the 4 members decode together; a parent that is no member ends the group */
@@ -1136,14 +1140,7 @@ static void test_beam_errors(void **state)
 	par[2] = 9;
 	assert_int_equal(rg_iter_beam_next(h.s, 0, par, tok, 4), RG_OK);
 	assert_int_equal(rg_iter_update(h.s, sampled, NULL, 3, 1), RG_ERR_INVALID_INPUT);
-	{
-		int nd;
-		const rg_iter_done *d = rg_iter_finished(h.s, &nd);
-
-		assert_int_equal(nd, 1);
-		assert_int_equal(d[0].id, 0);
-		assert_int_equal(d[0].reason, RG_ITER_FINISH_ABORT);
-	}
+	assert_one_finished(h.s, 0, RG_ITER_FINISH_ABORT);
 	rg_iter_stats_get(h.s, &st);
 	assert_int_equal(st.n_running + st.n_waiting, 0);
 	assert_int_equal(st.blocks_used, st.prefix.n_cached);
