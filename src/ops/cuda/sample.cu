@@ -5,13 +5,13 @@
  * near greedy's) takes greedy rows (any top_n) and sampled rows with 1 <= top_k <= FAST_K (64)
  * and any temperature / top-p / min-p / penalties / bias. It is two launches:
  *  1. sample_slice_kernel, grid (M, S): a row is cut into S slices of W ~ 2,048 columns (at most
- *     FAST_SMAX = 126 slices, at most 4,096 columns each). A CTA of 256 threads loads its slice
+ *     FAST_SMAX = 101 slices, at most 4,096 columns each). A CTA of 256 threads loads its slice
  *     (NaN -> -inf, never +inf) into shared memory, applies the bias and penalty entries that fall
  *     in it (one warp reads the lists 32 entries at a time and applies its hits in list order,
  *     the same float steps as the full algorithm's thread 0), divides by the temperature for
  *     sampled rows, and writes its top C keys (value, then lower id, as one unique 64-bit key;
- *     C = top_k + 1 for sampled rows, so that stage 2 sees a tie at the k-th value, max(top_n, 1)
- *     for greedy rows) and, for greedy rows, its float64 sum of exp(l - slice max). The top C of
+ *     C = top_k + 1 + FAST_TIES (16) for sampled rows, so that stage 2 sees up to 16 ties at the
+ *     k-th value and one key past them, max(top_n, 1) for greedy rows) and, for greedy rows, its float64 sum of exp(l - slice max). The top C of
  *     the slice come from cta_top: an exact radix select of the C-th value (4 passes of 8-bit
  *     shared histograms over the keys in registers, stopping early when a bin holds exactly the
  *     keys still needed), one block scan to compact the keys above it and the first ties, and a
@@ -19,18 +19,21 @@
  *  2. sample_merge_kernel, one CTA of 512 threads per row: cta_top over the S x C keys of the
  *     row (the global top C: each slice's top C holds its part of them). Greedy: the id is the
  *     first key (lowest id among equal maxima), lse = max + log(sum_s sum_s exp(max_s - max)),
- *     top_n the first keys. Sampled with k = top_k: when the k-th and (k+1)-th values tie (the
- *     contract keeps every tie; a k-th of -inf is such a tie), the row runs the full algorithm
- *     below in the same CTA; else the k survivors are the first k keys, already in the host's
- *     sorted order, and one thread runs top-p's total and walk in that order, min-p, and the
- *     draw over the survivors sorted by id, in the host chain's own summation orders.
+ *     top_n the first keys. Sampled with k = top_k: the contract keeps every value equal to the
+ *     k-th (fp16 logits tie there often: on an H200 with 4 rows of 50,257 the old one-more-key
+ *     check sent nearly every row of a random-weight GPT-2 to the full algorithm, 154 us a step),
+ *     so the survivors are the merged keys >= the k-th value; when all C merged keys are, or a
+ *     slice's C-th key is (it may hold more), or the k-th is -inf, the row runs the full algorithm
+ *     below in the same CTA; else the survivors, already in the host's sorted order, go to one
+ *     thread: top-p's total and walk in that order, min-p, and the draw over the survivors
+ *     sorted by id, in the host chain's own summation orders.
  *  Cost per row: x read once from HBM by S CTAs (the SMs work at batch 1: 25 slices at 50,257
  *  columns, 75 at 151,936), everything else in shared memory and registers; no pass over the
- *  row in L2. The slice outputs (S x 65 keys, S sums) live in the row's own part of the workspace
+ *  row in L2. The slice outputs (S x 81 keys, S sums) live in the row's own part of the workspace
  *  (its int32 and f32 rows), so a row that falls back overwrites only its own.
  *  It runs when every condition holds: RAGGED_SAMPLE_FAST is not "0" (read at each call: A/B in
  *  one process; a captured graph keeps the choice of its capture), and the rows are wide enough
- *  for the slice outputs (N >= ~140) and at most 126 x 4,096 columns. The launcher cannot see the
+ *  for the slice outputs (N >= ~170) and at most 101 x 4,096 columns. The launcher cannot see the
  *  rows (backend memory, read by captured graphs), so each row chooses on the device: stage 1
  *  skips the rows it does not take and stage 2 runs the full algorithm for them. Rows with top_k
  *  0 or > 64 at temperature > 0 (nucleus sampling over the whole vocabulary) thus cost what they
@@ -518,25 +521,27 @@ sample_rows_kernel(const T *__restrict__ x, int M, int N, rg_sample_args a)
 
 /* ---- the fast path: slices, then a merge of their top candidates (see the head comment) ---- */
 #define FAST_K 64                            /* largest top_k a sampled row takes it with */
-#define FAST_C (FAST_K + 1)                  /* candidate slots of a slice: k + 1 shows a tie */
+#define FAST_TIES 16                         /* ties past the k-th value a sampled row can hold */
+#define FAST_C (FAST_K + 1 + FAST_TIES)      /* candidate slots of a slice: k, its ties, one more */
 #define FT1 256                              /* threads of a slice CTA */
 #define FAST_SLICE 2048                      /* columns of a slice, as argmax_rows */
 #define FAST_W 4096                          /* widest slice (wider rows: more slices) */
 #define FAST_IPT1 (FAST_W / FT1)             /* keys per thread of a slice CTA */
 #define FAST_IPT2 16                         /* keys per thread of the merge */
-#define FAST_SMAX (SB * FAST_IPT2 / FAST_C)  /* 126 slices: S x FAST_C keys fit the merge */
+#define FAST_SMAX (SB * FAST_IPT2 / FAST_C)  /* 101 slices: S x FAST_C keys fit the merge */
 
 typedef unsigned long long u64;
 
 /* Candidate slots a fast row needs per slice, 0 for a row the full algorithm takes: greedy rows
- * their top_n (at least 1: the argmax), sampled rows with 1 <= top_k <= FAST_K, k + 1 (and a
- * min_p within its range [0, 1]: the maximum always survives). */
+ * their top_n (at least 1: the argmax), sampled rows with 1 <= top_k <= FAST_K, k + 1 +
+ * FAST_TIES (and a min_p within its range [0, 1]: the maximum always survives). */
 __device__ __forceinline__ int fast_cands(const rg_sample_row &p, int top_n, int N)
 {
 	if (!(p.temperature > 0.f))
 		return top_n > 1 ? top_n : 1;
-	return p.top_k >= 1 && p.top_k <= FAST_K && p.top_k < N && !(p.min_p > 1.f) ? p.top_k + 1
-										  : 0;
+	return p.top_k >= 1 && p.top_k <= FAST_K && p.top_k < N && !(p.min_p > 1.f)
+		       ? p.top_k + 1 + FAST_TIES
+		       : 0;
 }
 
 /* (value, id) as one unique key, larger = first in the host's order (value descending, ties by
@@ -825,11 +830,12 @@ struct MergeSmem {
 /* Stage 2 for a fast row r (C = fast_cands): the S slices' keys merged (cta_top over S x C keys;
  * equal values appear in id order in that list: slices are id ranges, each sorted), then
  *  - greedy: the id of the largest key; lse from the slice maxima and sums; top_n the first keys;
- *  - sampled (k = C - 1): a tie between the k-th and the (k+1)-th value (or a k-th of -inf) keeps
- *    more than k tokens: returns false and the caller runs the full algorithm. Else the top k
- *    are the survivors, already in the host's sorted order: top-p's total and walk in that order,
- *    min-p, then the draw over the survivors in ascending id order (one thread, <= 64 terms: the
- *    host's summation orders exactly).
+ *  - sampled (k = top_k): the survivors are the keys >= the k-th value (its ties stay); when they
+ *    may not all be among the merged keys (C of them tie or exceed it, a slice's list is full of
+ *    them, or the k-th is -inf) returns false and the caller runs the full algorithm. Else they
+ *    are the first K keys, already in the host's sorted order: top-p's total and walk in that
+ *    order, min-p, then the draw over the survivors in ascending id order (one thread, <= 80
+ *    terms: the host's summation orders exactly).
  * Returns true when the row's outputs are written. All threads; uniform result. */
 __device__ bool fast_row(int M, int N, const rg_sample_args &a, int r, const rg_sample_row &p,
 			 int C, int S, MergeSmem &sm)
@@ -872,9 +878,25 @@ __device__ bool fast_row(int M, int N, const rg_sample_args &a, int r, const rg_
 		}
 		return true;
 	}
-	const int K = C - 1;
-	if (key_val(sm.top[K - 1]) == key_val(sm.top[K])) /* ties at the k-th stay (-inf too) */
+	/* top-k keeps every value equal to the k-th (fp16 logits tie often): the survivors are the
+	 * merged keys >= it, when they are all here: fewer than C of them, and no slice's list full
+	 * of keys >= it (its C-th key below it; a short slice pads with keys below everything) */
+	const float kv = key_val(sm.top[p.top_k - 1]);
+	int K = p.top_k;
+	if (!(kv > -INFINITY)) /* a k-th of -inf: ties among the -inf */
 		return false;
+	while (K < m && key_val(sm.top[K]) == kv)
+		K++;
+	if (threadIdx.x == 0)
+		sm.keep = K < C;
+	__syncthreads();
+	for (int s = threadIdx.x; s < S; s += SB)
+		if (key_val(kin[(size_t)s * FAST_C + C - 1]) >= kv)
+			sm.keep = 0;
+	__syncthreads();
+	if (!sm.keep)
+		return false;
+	__syncthreads();
 	for (int i = threadIdx.x; i < K; i += SB)
 		sm.e[i] = exp((double)key_val(sm.top[i]) - (double)mx);
 	__syncthreads();
