@@ -10,6 +10,8 @@ host does not always fall on the same side):
     layers alone (gemm_ms); each op kind alone (ops_ms). Threads: RAGGED_NUM_THREADS.
   - ragged_base (--ragged-base BIN): the same program built from an earlier commit (the "before"
     of a change), on the same model directory.
+  - ragged_<name> (--ragged-env NAME:VAR=VALUE[,VAR=VALUE...], repeatable): this checkout's
+    program under extra environment variables (an A/B of a RAGGED_* switch in the same run).
   - torch: HF BertModel (SDPA, fp32, inference_mode, mean pooling + normalize), and its own
     nn.Linear weights alone (single_floor.py's child). Threads: torch.set_num_threads(n),
     one inter-op thread.
@@ -50,16 +52,35 @@ import single_floor  # noqa: E402  (the torch and ort children)
 TARGET_TORCH, TARGET_ORT = 1.5, 1.0   # from 2 threads up; at 1 thread: >= 1.0x the faster peer
 
 
-def env_for(threads):
+def env_for(threads, extra=None):
     env = bench_cpu.child_env(threads)
     env.update(RAGGED_NUM_THREADS=str(threads))
+    env.update(extra or {})
     return env
+
+
+def parse_variants(specs):
+    """--ragged-env NAME:VAR=VALUE[,VAR=VALUE...] -> {"ragged_NAME": {VAR: VALUE, ...}}."""
+    out = {}
+    for spec in specs or []:
+        name, sep, assigns = spec.partition(":")
+        if not sep or not name.isidentifier():
+            raise SystemExit(f"--ragged-env {spec!r}: expected NAME:VAR=VALUE[,VAR=VALUE...]")
+        env = {}
+        for kv in assigns.split(","):
+            k, eq, v = kv.partition("=")
+            if not eq or not k:
+                raise SystemExit(f"--ragged-env {spec!r}: {kv!r} is not VAR=VALUE")
+            env[k] = v
+        out["ragged_" + name] = env
+    return out
 
 
 def run_side(side, a, threads, onnx):
     """One fresh process of one side over every T: list of row dicts (one per T)."""
     toks = ",".join(str(t) for t in a.tokens)
-    if side in ("ragged", "ragged_base"):
+    extra = a.variants.get(side)
+    if side in ("ragged", "ragged_base") or extra is not None:
         binary = a.ragged_base if side == "ragged_base" else os.path.join(ROOT, "build",
                                                                           "bench_cpu_single")
         cmd = [binary, a.model, "--tokens", toks, "--budget", str(a.budget)]
@@ -67,7 +88,7 @@ def run_side(side, a, threads, onnx):
         cmd = [sys.executable, single_floor.__file__, "--child", side, "--model-dir", a.model,
                "--tokens", toks, "--threads", str(threads), "--budget", str(a.budget),
                "--onnx", onnx or "", "--tmp", a.onnx_cache]
-    p = subprocess.run(cmd, env=env_for(threads), capture_output=True, text=True,
+    p = subprocess.run(cmd, env=env_for(threads, extra), capture_output=True, text=True,
                        timeout=a.timeout)
     rows = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or len(rows) != len(a.tokens):
@@ -152,6 +173,22 @@ def render(res):
                 + f"{floor:.2f} | {rg / floor:.2f} | "
                 f"{100 * r['ragged']['gemm_ms'] / rg:.0f}% |")
         out.append("")
+        variants = list(m.get("variants", {}))
+        if variants:
+            out += [f"A/B at {th} thread(s): ragged under each variant's environment (ms; "
+                    "ratio = default / variant, > 1: the variant is faster; the peers' ratios "
+                    "use the variant's time)", "",
+                    "| T | ragged (default) ms | " + " | ".join(
+                        f"{v} ms ({', '.join(f'{k}={x}' for k, x in m['variants'][v].items())})"
+                        f" | default/{v} | torch/{v} | ort/{v}" for v in variants) + " |",
+                    "|---:|---:|" + "---:|---:|---:|---:|" * len(variants)]
+            for r in res["results"][str(th)]:
+                rg = r["ragged"]["model_ms"]
+                out.append(f"| {r['T']} | {rg:.2f} | " + " | ".join(
+                    f"{r[v]['model_ms']:.2f} | {rg / r[v]['model_ms']:.2f} | "
+                    f"{r['torch']['model_ms'] / r[v]['model_ms']:.2f} | "
+                    f"{r['ort']['model_ms'] / r[v]['model_ms']:.2f}" for v in variants) + " |")
+            out.append("")
     out += ["## ragged's ops, each alone over all layers (ms, medians over the rounds)", ""]
     for th in m["threads"]:
         for r in res["results"][str(th)]:
@@ -178,12 +215,15 @@ def main():
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--ragged-base", help="bench_cpu_single built from an earlier commit")
     ap.add_argument("--base-commit", help="the commit --ragged-base was built from")
+    ap.add_argument("--ragged-env", action="append", metavar="NAME:VAR=VALUE[,...]",
+                    help="an extra ragged side, ragged_NAME, under these environment variables")
     ap.add_argument("--no-ceilings", action="store_true")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--onnx-cache", default=os.path.join(ROOT, "build", "onnx"))
     ap.add_argument("--tag", default=None)
     a = ap.parse_args()
     a.model = os.path.abspath(a.model)
+    a.variants = parse_variants(a.ragged_env)
     a.tokens = [int(t) for t in a.tokens.split(",")]
     threads = [int(t) for t in a.threads.split(",")]
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -195,11 +235,12 @@ def main():
     onnx = single_floor.export_onnx(a, "bert-base", a.model)
     if not onnx:
         raise SystemExit("ONNX export failed")
-    sides = (["ragged_base"] if a.ragged_base else []) + ["ragged", "torch", "ort"]
+    sides = ((["ragged_base"] if a.ragged_base else []) + ["ragged"] + list(a.variants)
+             + ["torch", "ort"])
     res = {"meta": {"date": now.isoformat(timespec="seconds"), "commit": bench_cpu.commit_id(),
                     "base_commit": a.base_commit, "host": bench_cpu.host_info(),
                     "versions": bench_cpu.versions(), "model": a.model, "tokens": a.tokens,
-                    "threads": threads, "rounds": a.rounds, "budget": a.budget, "sides": sides,
+                    "threads": threads, "rounds": a.rounds, "variants": a.variants, "budget": a.budget, "sides": sides,
                     "onnx": onnx, "ceilings": {}, "load_avg": []},
            "results": {}}
     if not a.no_ceilings:
