@@ -71,12 +71,17 @@ bool rg_cpu_gemv_enabled(void);
 
 /* Rows of A up to which a prepared f32 weight runs gemm_blk (above RG_CPU_GEMV_MAX) rather than
  * oneDNN primitives: RAGGED_CPU_SMALLM (capped at RG_CPU_SMALLM_MAX; 0 turns the path off, and
- * with it gemm_blk for the remainder rows of larger products, see gemm_dnnl.c), else 192. Read
- * once. Up to about 30 rows (one short sentence) the weights stream from memory and gemm_blk
- * streams them faster; past that both are compute-bound and gemm_blk wins where oneDNN's tiles
- * end in a remainder primitive of a few rows (130 = 128 + 2), and loses 2-4% at 256 (one exact
- * 256-row primitive): measured on the 2-core EPYC at 1 and 2 threads,
- * bench/results/single_sentence_cpu_2core_20261125.md. It was off by default at first because
+ * with it gemm_blk for the remainder rows of larger products, see gemm_dnnl.c; read once), else
+ * 192 on a pool of 1 or 2 threads and 32 on a larger one (the pool's size at the call).
+ * - 1-2 threads: up to about 30 rows (one short sentence) the weights stream from memory and
+ *   gemm_blk streams them faster; past that both are compute-bound and gemm_blk wins where
+ *   oneDNN's tiles end in a remainder primitive of a few rows (130 = 128 + 2), and loses 2-4% at
+ *   256 (one exact 256-row primitive): measured on the 2-core EPYC at 1 and 2 threads,
+ *   bench/results/single_sentence_cpu_2core_20261125.md.
+ * - 4-16 threads: oneDNN's tiles beat gemm_blk's small tasks past one short sentence: BERT-base
+ *   at 64 / 130 tokens, 1.25 / 1.06 (4 threads), 1.24 / 1.26 (8) and 2.06 / 1.69 (16) times
+ *   faster with the limit at 32 on the lent 16-core Xeon
+ *   (bench/results/single_sentence_cpu_16core-xeon_20261126-0425.md). It was off by default at first because
  * `ragged serve`'s RSS grew 5-10 MB after warm-up with it on: not a leak but oneDNN primitives
  * made lazily for the row counts of batches past 192 rows (a remainder of r & 15 rows, a short
  * last tile), each met first long after start-up; those rows now run gemm_blk too, and the

@@ -257,25 +257,34 @@ bool rg_cpu_gemv_enabled(void)
 	return g_gemv;
 }
 
-/* Rows up to which gemm_blk replaces oneDNN by default: the measured choice (rg_cpu_smallm_max
- * says more). */
+/* Rows up to which gemm_blk replaces oneDNN by default (rg_cpu_smallm_max says more): 192 on a
+ * pool of up to RG_CPU_SMALLM_FEW_THREADS threads, 32 (one short sentence) on a larger one. */
 #define RG_CPU_SMALLM_DEFAULT 192
+#define RG_CPU_SMALLM_MANY_THREADS 32
+#define RG_CPU_SMALLM_FEW_THREADS 2
 
 static pthread_once_t g_smallm_once = PTHREAD_ONCE_INIT;
-static int g_smallm = RG_CPU_SMALLM_DEFAULT;
+static int g_smallm = -1; /* RAGGED_CPU_SMALLM, or -1: the default by pool size */
 
 static void smallm_init(void)
 {
 	const char *e = getenv("RAGGED_CPU_SMALLM");
-	int n = e && *e ? atoi(e) : RG_CPU_SMALLM_DEFAULT;
 
-	g_smallm = n < 0 ? 0 : n > RG_CPU_SMALLM_MAX ? RG_CPU_SMALLM_MAX : n;
+	if (e && *e) {
+		const int n = atoi(e);
+
+		g_smallm = n < 0 ? 0 : n > RG_CPU_SMALLM_MAX ? RG_CPU_SMALLM_MAX : n;
+	}
 }
 
 int rg_cpu_smallm_max(void)
 {
 	pthread_once(&g_smallm_once, smallm_init);
-	return g_smallm;
+	if (g_smallm >= 0)
+		return g_smallm;
+	return rg_threadpool_size(rg_threadpool_global()) <= RG_CPU_SMALLM_FEW_THREADS
+		       ? RG_CPU_SMALLM_DEFAULT
+		       : RG_CPU_SMALLM_MANY_THREADS;
 }
 
 struct gemv_job {
