@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/cuda/attention_wgmma.cuh"
 #include "ops/cuda/common.cuh"
 
 extern "C" int rg_cuda_count_devices(void)
@@ -90,6 +91,9 @@ extern "C" rg_status rg_cuda_backend_init(int device_index, rg_dtype dt, rg_cuda
 		 * (bench/results/decode_modes_h200_*_20261126-0249-pdl[01]); RAGGED_PDL=0: off */
 		c->pdl = prop.major >= 9 && !(p && p[0] == '0');
 	}
+	/* Hopper's wgmma attention needs the sm_90a cubin to be the one loaded (after the workspace
+	 * exists: the probe writes its answer there) */
+	c->wgmma = prop.major == 9 && prop.minor == 0 && rg_cuda_attention_wgmma_probe(c);
 	*out = c;
 	return RG_OK;
 

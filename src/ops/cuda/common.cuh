@@ -53,6 +53,8 @@ struct rg_backend_ctx {
 	int num_sms;                       /* multiprocessors */
 	bool pdl;                          /* programmatic dependent launch (sm_90+, RAGGED_PDL=1) */
 	unsigned long long attn_smem_set;  /* bitmask of attention instantiations with raised smem */
+	bool wgmma;                        /* sm_90a cubin runs here (attention_wgmma.cu's probe) */
+	unsigned wgmma_smem_set;           /* the same bitmask for attention_wgmma.cu's kernels */
 	rg_cuda_gemm_plan plans[RG_CUDA_GEMM_CACHE];
 	unsigned long long gemm_clock;
 	bool autotune;                     /* time the heuristic's top algorithms per new plan */
