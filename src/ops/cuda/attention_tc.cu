@@ -43,6 +43,7 @@
  * Registers (head_dim 128, the largest): 64 accumulator + 32 Q-fragment + 32 score floats per thread.
  * Shared memory: (64 + 4 * 64) * (head_dim + 8) * 2 bytes + 512 (about 46 KiB at head_dim 64). */
 #include "ops/cuda/attention_tc.cuh"
+#include "ops/cuda/attention_wgmma.cuh"
 
 #define TC_WARPS 4
 #define TC_BK 64 /* keys per shared-memory tile */
@@ -580,6 +581,10 @@ rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
 {
 	const int H = num_heads * head_dim;
 	const size_t esz = 2; /* fp16 / bf16 */
+	/* Hopper: the wgmma kernel for the plain case (no seg mask, no bias), when switched on */
+	if (!seg && !rel_bias && rg_cuda_attention_wgmma_ok(c, dt, head_dim))
+		return rg_cuda_attention_wgmma(c, dt, qkv, cu_seqlens, n_seq, max_seqlen, num_heads,
+					       head_dim, qscale, out);
 	tc_call a = {qkv, (const char *)qkv + (size_t)H * esz, (const char *)qkv + 2 * (size_t)H * esz,
 		     {3 * H, H, 1, 0}, {NULL, NULL, NULL, 0, 0, 0}, cu_seqlens, seg, NULL, rel_bias,
 		     rel_bias ? rel_max : 0,
