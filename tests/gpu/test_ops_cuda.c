@@ -34,7 +34,10 @@
  * Rows are named by op and shape/variant; a failing element prints the case (lengths, N, alias).
  *
  * Usage: test_ops_cuda [--json FILE] [--quick] [--dtype fp32|fp16|bf16] [--skip-oom] [--no-gemm]
- *        [--small-m].
+ *        [--small-m] [--attn-wgmma].
+ * --attn-wgmma runs only the Hopper wgmma attention cases (test_attention_wgmma; fp16 and bf16)
+ * and fails unless every one of them launched the wgmma kernel (so: Hopper, sm_90a build);
+ * with --quick, a subset of its lengths (for compute-sanitizer).
  * --quick drops the {512,512,1,2} set and most fused-GEMM cases (H = 384 on 1 and 226 rows only),
  * for compute-sanitizer runs; --dtype runs one dtype; --skip-oom leaves out the deliberate 1 PiB
  * allocation and the deliberate illegal call during a graph capture (compute-sanitizer counts both
@@ -53,6 +56,7 @@
 
 #include "core/error.h"
 #include "ops/ops.h"
+#include "ops/cuda/attention_wgmma.cuh"
 #include "ops/cuda/gemv.cuh"
 #include "../unit/test_attn.h"
 
@@ -77,7 +81,7 @@ typedef struct row {
 static row g_rows[MAX_ROWS];
 static int g_nrows;
 static int g_fail;
-static int g_err_checks, g_err_fail, g_skip_oom, g_no_gemm, g_quick, g_small_m_only;
+static int g_err_checks, g_err_fail, g_skip_oom, g_no_gemm, g_quick, g_small_m_only, g_wgmma_only;
 static char g_case[128]; /* the current case (lengths, variant), printed with a failing element */
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 
@@ -958,6 +962,132 @@ static void test_attention_batch_invariance(rg_dtype dt)
 	gfree(&gq); gfree(&gcu); gfree(&gcu1); gfree(&go); gfree(&go1);
 }
 
+/* ---- Hopper's wgmma attention (src/ops/cuda/attention_wgmma.cu) ---- */
+static int g_wg_cases, g_wg_taken; /* cases run with the path forced on; of them, launched it */
+
+/* One packed batch of n sequences (lens; a length may be 0) through rg_op_attention three ways:
+ * the wgmma kernel (forced on through the test hook, nwg warpgroups per CTA: 0 = the launcher's
+ * choice), the mma.sync kernel (forced off) and the CPU twin; the wgmma output is compared with
+ * the CPU's at the dtype's tolerance and with the mma.sync one at twice it (each is within one
+ * tolerance of the reference). max_len may exceed the longest length (a graph bucket's). With
+ * alone >= 0, sequence `alone` is also run by itself and must equal its rows in the batch bitwise. */
+static void attn_wgmma_case(rg_dtype dt, const char *label, const int *lens, int n, int max_len,
+			    int heads, int D, int nwg, int alone)
+{
+	const int H = heads * D, es = (int)rg_dtype_size(dt);
+	const float scale = 1.f / sqrtf((float)D);
+	int32_t *cu = malloc((size_t)(n + 1) * 4);
+	double a, r;
+	char name[48];
+
+	cu[0] = 0;
+	for (int i = 0; i < n; i++) {
+		cu[i + 1] = cu[i] + lens[i];
+		if (lens[i] > max_len)
+			max_len = lens[i];
+	}
+	const int T = cu[n];
+	tol_for(dt, &a, &r);
+	float *qkv;
+	gbuf gq = gact_rand(dt, (size_t)T * 3 * H, -2, 2, &qkv);
+	gbuf gcu = graw(cu, (size_t)(n + 1) * 4);
+	gbuf gw = galloc((size_t)T * H * es), gm = galloc((size_t)T * H * es);
+	const unsigned long before = rg_cuda_attention_wgmma_launches();
+	snprintf(name, sizeof(name), "attention wgmma %dx%d vs cpu", heads, D);
+	set_case("%s (max_len %d, warpgroups %d)", label, max_len, nwg);
+	rg_cuda_attention_wgmma_set(1, nwg);
+	int ok = op_ok(attn_op(g_gpu, gq.p, gcu.p, cu, n, max_len, heads, D, scale, NULL, NULL, 0,
+			       NULL, gw.p), name, dt, "rg_op_attention (wgmma on)");
+	const int taken = rg_cuda_attention_wgmma_launches() > before;
+	rg_cuda_attention_wgmma_set(0, 0);
+	ok = ok && op_ok(attn_op(g_gpu, gq.p, gcu.p, cu, n, max_len, heads, D, scale, NULL, NULL,
+				 0, NULL, gm.p), name, dt, "rg_op_attention (wgmma off)");
+	g_wg_cases++;
+	g_wg_taken += taken;
+	if (ok) {
+		float *ref = nan_host((size_t)T * H);
+		CK(attn_op(g_cpu, qkv, cu, cu, n, max_len, heads, D, scale, NULL, NULL, 0, NULL,
+			   ref));
+		float *gotw = gread(&gw, dt, (size_t)T * H), *gotm = gread(&gm, dt, (size_t)T * H);
+		set_case("%s (max_len %d, warpgroups %d)", label, max_len, nwg);
+		compare(name, dt, gotw, ref, (size_t)T * H, a, r, gguard_check(&gw));
+		snprintf(name, sizeof(name), "attention wgmma %dx%d vs mma.sync", heads, D);
+		set_case("%s (max_len %d, warpgroups %d)", label, max_len, nwg);
+		compare(name, dt, gotw, gotm, (size_t)T * H, 2 * a, 2 * r, gguard_check(&gm));
+		free(ref); free(gotw); free(gotm);
+	}
+	if (ok && alone >= 0 && lens[alone] > 0) {
+		const int t0 = cu[alone], L = lens[alone];
+		int32_t cu1[2] = { 0, L };
+		gbuf gcu1 = graw(cu1, 8), go1 = galloc((size_t)L * H * es);
+		long diff = 0;
+		rg_cuda_attention_wgmma_set(1, 0);
+		CK(attn_op(g_gpu, (char *)gq.p + (size_t)t0 * 3 * H * es, gcu1.p, cu1, 1, L, heads,
+			   D, scale, NULL, NULL, 0, NULL, go1.p));
+		rg_cuda_attention_wgmma_set(1, nwg);
+		CK(attn_op(g_gpu, gq.p, gcu.p, cu, n, max_len, heads, D, scale, NULL, NULL, 0, NULL,
+			   gw.p));
+		CK(rg_backend_sync(g_gpu));
+		unsigned char *hb = malloc((size_t)L * H * es), *h1 = malloc((size_t)L * H * es);
+		CK(rg_backend_download(g_gpu, hb, (char *)gw.p + (size_t)t0 * H * es,
+				       (size_t)L * H * es));
+		CK(rg_backend_download(g_gpu, h1, go1.p, (size_t)L * H * es));
+		for (size_t i = 0; i < (size_t)L * H * es; i++)
+			diff += hb[i] != h1[i];
+		row *rw = get_row("attention wgmma alone==batched", dt);
+		rw->cases++;
+		rw->n += (long)L * H;
+		rw->bad += diff;
+		if (diff) {
+			fprintf(stderr, "  attention wgmma batch invariance %s: %ld bytes differ [%s]\n",
+				dt_name(dt), diff, label);
+			g_fail = 1;
+		}
+		free(hb); free(h1);
+		gfree(&gcu1); gfree(&go1);
+	}
+	rg_cuda_attention_wgmma_set(-1, 0);
+	free(cu); free(qkv);
+	gfree(&gq); gfree(&gcu); gfree(&gw); gfree(&gm);
+}
+
+/* The wgmma kernel (fp16 / bf16, head_dim 64 as BERT-base's 12 x 64, and 128 as 4 x 128) on each
+ * of the lengths {1, 2, 15, 63, 64, 65, 127, 128, 129, 500, 512, 1000} alone (around the 64-query
+ * and 64/128-key tiles, both CTA widths), and on mixed batches: all of them together, with
+ * zero-length sequences, with max_seqlen past the longest (a graph bucket), and 40 lengths drawn
+ * from [5, 500] (the benchmark's distribution). Only on a device and build that have the path
+ * (Hopper, sm_90a cubin); elsewhere the cases still run (both calls take mma.sync) and a note
+ * says so. */
+static void test_attention_wgmma(rg_dtype dt)
+{
+	static const int single[] = { 1, 2, 15, 63, 64, 65, 127, 128, 129, 500, 512, 1000 };
+	static const int mixed[] = { 1000, 1, 65, 512, 2, 129, 63, 15, 127, 128, 64, 500 };
+	static const int zeros[] = { 0, 65, 0, 1, 300, 0 };
+	static const int hd[][2] = { { 12, 64 }, { 4, 128 } };
+	int rnd[40];
+	char label[64];
+
+	for (int i = 0; i < 40; i++)
+		rnd[i] = 5 + irand(496);
+	for (int d = 0; d < 2; d++) {
+		const int heads = hd[d][0], D = hd[d][1];
+		for (int i = 0; i < 12; i++)
+			for (int w = 1; w <= 2; w++) {
+				if (g_quick && i != 0 && i != 5 && i != 8 && i != 11)
+					continue; /* --quick: 1, 65, 129, 1000 */
+				snprintf(label, sizeof(label), "wgmma lens {%d}", single[i]);
+				attn_wgmma_case(dt, label, &single[i], 1, 0, heads, D, w, -1);
+			}
+		for (int w = 0; w <= 2; w++) {
+			attn_wgmma_case(dt, "wgmma mixed 12", mixed, 12, 0, heads, D, w, 3);
+			attn_wgmma_case(dt, "wgmma zero-length", zeros, 6, 0, heads, D, w, 4);
+			attn_wgmma_case(dt, "wgmma bucket max_len 700", zeros, 6, 700, heads, D, w, -1);
+			if (!g_quick)
+				attn_wgmma_case(dt, "wgmma 40 x [5,500]", rnd, 40, 0, heads, D, w, 7);
+		}
+	}
+}
+
 /* ---- error paths ---- */
 
 static void expect(int ok, const char *what)
@@ -1405,8 +1535,10 @@ int main(int argc, char **argv)
 			g_no_gemm = 1;
 		} else if (strcmp(argv[i], "--small-m") == 0) {
 			g_small_m_only = 1;
+		} else if (strcmp(argv[i], "--attn-wgmma") == 0) {
+			g_wgmma_only = 1;
 		} else {
-			fprintf(stderr, "usage: test_ops_cuda [--json FILE] [--quick] [--dtype D] [--skip-oom] [--no-gemm] [--small-m]\n");
+			fprintf(stderr, "usage: test_ops_cuda [--json FILE] [--quick] [--dtype D] [--skip-oom] [--no-gemm] [--small-m] [--attn-wgmma]\n");
 			return 2;
 		}
 	}
@@ -1423,12 +1555,19 @@ int main(int argc, char **argv)
 		rg_dtype dt = dts[di];
 		if (only_dt && strcmp(only_dt, dt_name(dt)) != 0)
 			continue;
-		if (g_small_m_only && dt == RG_DTYPE_F32)
+		if ((g_small_m_only || g_wgmma_only) && dt == RG_DTYPE_F32)
 			continue;
 		st = rg_backend_init(RG_DEVICE_CUDA, 0, dt, &g_gpu);
 		if (st != RG_OK)
 			die_st(st, "rg_backend_init(cuda)");
 		g_dt = dt;
+		if (dt != RG_DTYPE_F32)
+			test_attention_wgmma(dt);
+		if (g_wgmma_only) {
+			rg_backend_free(g_gpu);
+			g_gpu = NULL;
+			continue;
+		}
 		/* decode-step GEMMs (fp32 has no small-M kernel: its GEMMs are the ones below) */
 		if (dt != RG_DTYPE_F32)
 			test_small_m_all(dt);
@@ -1523,6 +1662,12 @@ int main(int argc, char **argv)
 		       ok ? "PASS" : "FAIL");
 	}
 	printf("\nerror-path checks: %d, failed: %d\n", g_err_checks, g_err_fail);
+	printf("wgmma attention: %d of %d cases launched the wgmma kernel%s\n", g_wg_taken,
+	       g_wg_cases, g_wg_taken ? "" : " (not Hopper, or no sm_90a cubin: mma.sync both times)");
+	if (g_wgmma_only && g_wg_taken < g_wg_cases) {
+		printf("--attn-wgmma: every case must launch the wgmma kernel\n");
+		g_fail = 1;
+	}
 	if (json)
 		write_json(json);
 	printf("%s\n", g_fail ? "test_ops_cuda: FAIL" : "test_ops_cuda: PASS");
