@@ -21,9 +21,19 @@ reference (torch SDPA per sequence on the same inputs upcast to fp32); a side be
 
 Shapes: BERT-base (12 heads x 64) and MiniLM (12 heads x 32); fp16 and bf16; lengths uniform
 [1,32], [1,64], [1,128], [1,512], [5,500]; batch 1, 8, 32, 128 (one seeded batch per cell).
+Also on request: shape d128 (8 heads x 128), lengths f512 (every sequence 512 tokens), and
+--cells DIST:BATCH,... instead of every dist x batch.
 Output, rewritten after every cell: OUT_DIR/attn_<gpu-slug>_<YYYYMMDD-HHMM>.json and .md
 
+A/B of ragged's own kernels: --ragged-env VAR=V1,V2,... times ragged once per value of the
+environment variable VAR (set while the call is made and its graph captured; the switch must be
+one ragged reads at every call, e.g. RAGGED_ATTN_WGMMA=0,1), each against the same varlen_attn
+calls; the table then has one us / TFLOP/s / error column per value, and "ragged" in the JSON is
+the first value's.
+
 Usage:  python3 bench/peer/attn_bench.py [--budget-s 90] [--out-dir DIR]
+        python3 bench/peer/attn_bench.py --shapes bert-base,d128 --ragged-env RAGGED_ATTN_WGMMA=0,1 \
+            --cells u5_500:8,u5_500:32,u5_500:128,f512:64
 CPU smoke test (ragged's CPU fp32 kernel vs per-sequence SDPA; no graphs; timings meaningless):
         python3 bench/peer/attn_bench.py --device cpu --quick --out-dir /tmp/x
 """
@@ -44,9 +54,11 @@ sys.path.insert(0, HERE)
 import bench_graphed as bg  # noqa: E402  (workloads, ceilings, output helpers)
 from bench_graphed import rc  # noqa: E402
 
-SHAPES = {"bert-base": (12, 64), "minilm": (12, 32)}
+SHAPES = {"bert-base": (12, 64), "minilm": (12, 32), "d128": (8, 128)}
+DEFAULT_SHAPES = "bert-base,minilm"
 DISTS = {"u1_32": (1, 32), "u1_64": (1, 64), "u1_128": (1, 128), "u1_512": (1, 512),
-         "u5_500": (5, 500)}
+         "u5_500": (5, 500), "f512": (512, 512)}
+DEFAULT_DISTS = "u1_32,u1_64,u1_128,u1_512,u5_500"
 COS_MIN = {"fp16": 0.9999, "bf16": 0.999, "fp32": 0.99999}
 CALLS = 20
 
@@ -191,7 +203,46 @@ def render_md(res):
                 f"{r['gbps']:.0f} | {v['gbps']:.0f} | {r['max_abs']:.1e} / "
                 f"{r['min_cos']:.6f}{flag_r} | {v['max_abs']:.1e} / {v['min_cos']:.6f}{flag_v} |")
         lines.append("")
+    if m.get("ragged_variants"):
+        lines += render_variants(res)
     return "\n".join(lines + bg.md_notes(res, "Flagged"))
+
+
+def render_variants(res):
+    """One table per run: each --ragged-env value's us, TFLOP/s and error next to varlen_attn's;
+    speedup = the first value's us / each value's."""
+    names = res["meta"]["ragged_variants"]
+    lines = ["## ragged A/B: " + " vs ".join(names), ""]
+    for run in res["runs"]:
+        lines.append(f"### {run['shape']} ({run['heads']} heads x {run['head_dim']}) "
+                     f"{run['dtype']}")
+        lines.append("")
+        lines.append("| cell | T | max L | " + " | ".join(f"{n} us" for n in names) +
+                     " | varlen us | " + " | ".join(f"{n} TFLOP/s" for n in names) +
+                     " | varlen TFLOP/s | " + " | ".join(f"vs varlen {n}" for n in names) +
+                     " | " + " | ".join(f"speedup {n}" for n in names[1:]) + " | " +
+                     " | ".join(f"err {n}" for n in names) + " |")
+        lines.append("|---|---:|---:|" + "---:|" * (3 * len(names) + 2 + len(names) - 1) +
+                     "---|" * len(names))
+        for cc in run["cells"]:
+            name = f"{cc['dist']} b{cc['batch']}"
+            vs = cc.get("variants")
+            if cc.get("error") or not vs:
+                lines.append(f"| {name} | {cc.get('T', '')} | | error: "
+                             f"{cc.get('error', 'no variants')[:90]} |")
+                continue
+            first = vs[names[0]]["us"]
+            lines.append(
+                f"| {name} | {cc['T']} | {cc['max_len']} | " +
+                " | ".join(f"{vs[n]['us']:.1f}" for n in names) + f" | {cc['varlen']['us']:.1f} | " +
+                " | ".join(f"{vs[n]['tflops']:.1f}" for n in names) +
+                f" | {cc['varlen']['tflops']:.1f} | " +
+                " | ".join(f"{vs[n]['ratio']:.2f}x" for n in names) + " | " +
+                " | ".join(f"{first / vs[n]['us']:.2f}x" for n in names[1:]) + " | " +
+                " | ".join(f"{vs[n]['max_abs']:.1e} / {vs[n]['min_cos']:.6f}"
+                           + ("" if vs[n]["pass"] else " **FLAG**") for n in names) + " |")
+        lines.append("")
+    return lines
 
 
 def rows_check(out, ref):
@@ -205,9 +256,13 @@ def rows_check(out, ref):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     ap.add_argument("--dtypes", default="fp16,bf16")
-    ap.add_argument("--dists", default=",".join(DISTS))
+    ap.add_argument("--dists", default=DEFAULT_DISTS)
+    ap.add_argument("--cells", default=None,
+                    help="DIST:BATCH,... (instead of every --dists x --batches)")
+    ap.add_argument("--ragged-env", default=None,
+                    help="VAR=V1,V2,...: time ragged once per value of VAR")
     ap.add_argument("--batches", default="1,8,32,128")
     ap.add_argument("--budget-s", type=float, default=90.0)
     ap.add_argument("--min-reps", type=int, default=5)
@@ -222,7 +277,7 @@ def main(argv=None):
     if a.quick:
         if a.batches == "1,8,32,128":
             a.batches = "1,8"
-        if a.dists == ",".join(DISTS):
+        if a.dists == DEFAULT_DISTS:
             a.dists = "u1_32,u5_500"
         a.min_reps = a.max_reps = 3
         a.budget_s = min(a.budget_s, 30.0)
@@ -245,6 +300,21 @@ def main(argv=None):
         if d not in DISTS:
             sys.exit(f"--dists: unknown {d}")
     bss = [int(x) for x in a.batches.split(",")]
+    if a.cells:
+        cells = []
+        for cell in a.cells.split(","):
+            d, _, b = cell.partition(":")
+            if d not in DISTS or not b.isdigit():
+                sys.exit(f"--cells: bad cell {cell!r} (DIST:BATCH)")
+            cells.append((d, int(b)))
+    else:
+        cells = [(d, b) for d in dists for b in bss]
+    variants = [None]
+    if a.ragged_env:
+        var, _, vals = a.ragged_env.partition("=")
+        if not var or not vals:
+            sys.exit("--ragged-env: VAR=V1,V2,...")
+        variants = [(var, v) for v in vals.split(",")]
 
     dev_name = torch.cuda.get_device_name(0) if cuda else (platform.machine() or "cpu")
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -271,6 +341,7 @@ def main(argv=None):
         "torch": torch.__version__, "torch_cuda": torch.version.cuda, "budget_s": a.budget_s,
         "quick": a.quick, "seed": a.seed, "calls_per_graph": CALLS, "cos_min": COS_MIN,
         "peer_attention": peer_name, "ragged_graphed": None,
+        "ragged_variants": [f"{v[0]}={v[1]}" for v in variants if v],
         "argv": sys.argv[1:] if argv is None else argv,
     }, "ceilings": {}, "runs": [], "notes": notes, "failures": []}
     log(f"device {dev_name}; torch {torch.__version__}; out {base}.json/.md")
@@ -281,7 +352,7 @@ def main(argv=None):
         if cuda:
             torch.cuda.synchronize()
 
-    n_total = len(shapes) * len(dtypes) * len(dists) * len(bss)
+    n_total = len(shapes) * len(dtypes) * len(cells)
     n_done = 0
     with torch.no_grad():
         res["ceilings"] = bg.measure_ceilings(torch, a.device,
@@ -306,52 +377,58 @@ def main(argv=None):
                 scale = 1.0 / math.sqrt(D)
                 run = {"shape": shape, "heads": heads, "head_dim": D, "dtype": dt, "cells": []}
                 res["runs"].append(run)
-                for dist in dists:
-                    for bs in bss:
-                        t_cell = time.monotonic()
-                        lens = cell_lengths(dist, bs, a.seed)
-                        cu_h = np.zeros(bs + 1, np.int32)
-                        cu_h[1:] = np.cumsum(lens)
-                        T, max_len = int(cu_h[-1]), int(lens.max())
-                        cc = {"dist": dist, "batch": bs, "T": T, "max_len": max_len,
-                              "sum_sq": int(np.sum(lens * lens))}
-                        try:
-                            cc.update(run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw,
-                                               dt, tdt, elem, heads, D, H, scale, lens, cu_h,
-                                               res["ceilings"]["gemm_tflops"].get(dt),
-                                               res["ceilings"]["copy_gbps"], t_start, t_cell,
-                                               n_total - n_done, notes))
-                            if graphed and not cc.get("ragged_graphed", True):
-                                res["meta"]["ragged_graphed"] = False
-                            elif res["meta"]["ragged_graphed"] is None:
-                                res["meta"]["ragged_graphed"] = cc.get("ragged_graphed", False)
-                            for side in ("ragged", "varlen"):
-                                if not cc[side]["pass"]:
-                                    res["failures"].append(
-                                        f"{shape} {dt} {dist} b{bs} {side}: min cos "
-                                        f"{cc[side]['min_cos']:.6f} < {COS_MIN[dt]}")
-                        except Exception as e:  # noqa: BLE001
-                            cc["error"] = f"{type(e).__name__}: {e}"
-                            res["failures"].append(f"{shape} {dt} {dist} b{bs}: {cc['error']}")
-                            log(f"ERROR {shape} {dt} {dist} b{bs}: {cc['error']}")
-                            sync()
-                        n_done += 1
-                        if not cc.get("error"):
-                            log(f"[{n_done}/{n_total}] {shape} {dt} {dist} b{bs}: T {T}, ragged "
-                                f"{cc['ragged']['us']:.1f} us ({cc['ragged']['tflops']:.1f} "
-                                f"TFLOP/s), varlen {cc['varlen']['us']:.1f} us "
-                                f"({cc['varlen']['tflops']:.1f} TFLOP/s), {cc['ratio']:.2f}x; "
-                                f"cos {cc['ragged']['min_cos']:.6f}/"
-                                f"{cc['varlen']['min_cos']:.6f}, reps {cc['reps']}")
-                        run["cells"].append(cc)
-                        res["meta"]["wall_s"] = time.monotonic() - t_start
-                        bg.write_results(res, base, render_md)
+                for dist, bs in cells:
+                    t_cell = time.monotonic()
+                    lens = cell_lengths(dist, bs, a.seed)
+                    cu_h = np.zeros(bs + 1, np.int32)
+                    cu_h[1:] = np.cumsum(lens)
+                    T, max_len = int(cu_h[-1]), int(lens.max())
+                    cc = {"dist": dist, "batch": bs, "T": T, "max_len": max_len,
+                          "sum_sq": int(np.sum(lens * lens))}
+                    try:
+                        cc.update(run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw,
+                                           dt, tdt, elem, heads, D, H, scale, lens, cu_h,
+                                           res["ceilings"]["gemm_tflops"].get(dt),
+                                           res["ceilings"]["copy_gbps"], t_start, t_cell,
+                                           n_total - n_done, notes, variants))
+                        if graphed and not cc.get("ragged_graphed", True):
+                            res["meta"]["ragged_graphed"] = False
+                        elif res["meta"]["ragged_graphed"] is None:
+                            res["meta"]["ragged_graphed"] = cc.get("ragged_graphed", False)
+                        checked = [("ragged", cc["ragged"]), ("varlen", cc["varlen"])]
+                        checked += [(f"ragged {k}", v)
+                                    for k, v in cc.get("variants", {}).items()]
+                        for side, cs in checked:
+                            if not cs["pass"]:
+                                res["failures"].append(
+                                    f"{shape} {dt} {dist} b{bs} {side}: min cos "
+                                    f"{cs['min_cos']:.6f} < {COS_MIN[dt]}")
+                    except Exception as e:  # noqa: BLE001
+                        cc["error"] = f"{type(e).__name__}: {e}"
+                        res["failures"].append(f"{shape} {dt} {dist} b{bs}: {cc['error']}")
+                        log(f"ERROR {shape} {dt} {dist} b{bs}: {cc['error']}")
+                        sync()
+                    n_done += 1
+                    if not cc.get("error"):
+                        for k, v in cc.get("variants", {}).items():
+                            log(f"    ragged {k}: {v['us']:.1f} us ({v['tflops']:.1f} "
+                                f"TFLOP/s), cos {v['min_cos']:.6f}")
+                        log(f"[{n_done}/{n_total}] {shape} {dt} {dist} b{bs}: T {T}, ragged "
+                            f"{cc['ragged']['us']:.1f} us ({cc['ragged']['tflops']:.1f} "
+                            f"TFLOP/s), varlen {cc['varlen']['us']:.1f} us "
+                            f"({cc['varlen']['tflops']:.1f} TFLOP/s), {cc['ratio']:.2f}x; "
+                            f"cos {cc['ragged']['min_cos']:.6f}/"
+                            f"{cc['varlen']['min_cos']:.6f}, reps {cc['reps']}")
+                    run["cells"].append(cc)
+                    res["meta"]["wall_s"] = time.monotonic() - t_start
+                    bg.write_results(res, base, render_md)
             ops.close()
     return bg.finish(res, base, render_md, t_start)
 
 
 def run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw, dt, tdt, elem, heads, D, H,
-             scale, lens, cu_h, gemm_rate, copy_gbps, t_start, t_cell, cells_left, notes):
+             scale, lens, cu_h, gemm_rate, copy_gbps, t_start, t_cell, cells_left, notes,
+             variants=(None,)):
     dev = a.device
     T, n, max_len = int(cu_h[-1]), len(lens), int(lens.max())
     g = torch.Generator(device=dev).manual_seed(int(T * 131 + n))
@@ -364,6 +441,11 @@ def run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw, dt, tdt, elem, 
     def ragged_call():
         ops.attention(qkv.data_ptr(), cu_d.data_ptr(), cu_h_ptr, n, max_len, heads, D, scale,
                       out_r.data_ptr())
+
+    def set_variant(v):
+        """Set (v = (VAR, value)) or leave (None) the environment of ragged's calls."""
+        if v is not None:
+            os.environ[v[0]] = v[1]
 
     if varlen is not None:
         kw = {"scale": scale} if "scale" in varlen_kw else {}
@@ -387,8 +469,14 @@ def run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw, dt, tdt, elem, 
     # correctness: fp32 SDPA per sequence on the same (rounded) inputs
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     sync()
-    ragged_call()
-    ops.sync()
+    outs = []  # ragged's output per variant
+    for v in variants:
+        set_variant(v)
+        out_r.fill_(float("nan"))
+        sync()
+        ragged_call()
+        ops.sync()
+        outs.append(out_r.clone())
     out_v = peer_call()
     sync()
     ref = torch.empty(T, heads, D, dtype=torch.float32, device=dev)
@@ -399,26 +487,38 @@ def run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw, dt, tdt, elem, 
             qf[lo:hi].transpose(0, 1), kf[lo:hi].transpose(0, 1), vf[lo:hi].transpose(0, 1),
             scale=scale).transpose(0, 1)
     sync()
-    c = {"ragged": {}, "varlen": {}}
-    for side, o in (("ragged", out_r), ("varlen", out_v)):
+    vname = [f"{v[0]}={v[1]}" if v else "ragged" for v in variants]
+    sides = {"varlen": {}}
+    for name in vname:
+        sides[name] = {}
+    for side, o in [("varlen", out_v)] + list(zip(vname, outs)):
         mabs, mcos = rows_check(o, ref)
-        c[side].update(max_abs=mabs, min_cos=mcos, graphed=False)
-        c[side]["pass"] = bool(mcos >= COS_MIN[dt])  # NaN fails
-    c["max_abs_ragged_varlen"] = rows_check(out_r, out_v.float())[0]
+        sides[side].update(max_abs=mabs, min_cos=mcos, graphed=False)
+        sides[side]["pass"] = bool(mcos >= COS_MIN[dt])  # NaN fails
+    c = {"ragged": sides[vname[0]], "varlen": sides["varlen"]}
+    if variants[0] is not None:
+        c["variants"] = {name: sides[name] for name in vname}
+        c["max_abs_variants"] = rows_check(outs[-1], outs[0].float())[0]
+    c["max_abs_ragged_varlen"] = rows_check(outs[0], out_v.float())[0]
+    del outs
     del ref, qf, kf, vf
 
     # graphs of CALLS calls per side
-    r_graph, t_graph = None, None
+    r_graphs, t_graph = {name: None for name in vname}, None
     c["ragged_graphed"] = False
     if graphed:
         try:
-            r_graph = ops.capture(lambda: [ragged_call() for _ in range(CALLS)])
+            for v, name in zip(variants, vname):
+                set_variant(v)
+                r_graphs[name] = ops.capture(lambda: [ragged_call() for _ in range(CALLS)])
             c["ragged_graphed"] = True
         except Exception as e:  # noqa: BLE001
             msg = f"ragged capture failed ({e}); direct launches timed"
             if msg not in notes:
                 notes.append(msg)
-            r_graph = None
+            for name in vname:
+                ops.graph_free(r_graphs[name])
+                r_graphs[name] = None
     keep = []
     if cuda:
         try:
@@ -440,13 +540,15 @@ def run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw, dt, tdt, elem, 
             t_graph = None
             sync()
     c["varlen_graphed"] = c["varlen"]["graphed"] = t_graph is not None
-    c["ragged"]["graphed"] = r_graph is not None
+    for name in vname:
+        sides[name]["graphed"] = r_graphs[name] is not None
 
-    def run_ragged():
+    def run_ragged(name):
+        set_variant(variants[vname.index(name)])
         sync()
         t0 = time.perf_counter()
-        if r_graph is not None:
-            ops.launch(r_graph)
+        if r_graphs[name] is not None:
+            ops.launch(r_graphs[name])
         else:
             for _ in range(CALLS):
                 ragged_call()
@@ -464,21 +566,24 @@ def run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw, dt, tdt, elem, 
         sync()
         return (time.perf_counter() - t0) / CALLS * 1e6
 
-    est = {"ragged": min(run_ragged() for _ in range(2)), "varlen": min(run_varlen()
-                                                                         for _ in range(2))}
+    def run_side(side):
+        return run_varlen() if side == "varlen" else run_ragged(side)
+
+    order = vname + ["varlen"]
+    est = {side: min(run_side(side) for _ in range(2)) for side in order}
     left = a.budget_s - (time.monotonic() - t_start)
     avail = max(left, 0.0) / max(cells_left, 1) - (time.monotonic() - t_cell)
-    reps = int(avail / max((est["ragged"] + est["varlen"]) * CALLS / 1e6, 1e-7))
+    reps = int(avail / max(sum(est.values()) * CALLS / 1e6, 1e-7))
     reps = max(a.min_reps, min(a.max_reps, reps))
-    ts = {"ragged": [], "varlen": []}
+    ts = {side: [] for side in order}
     for i in range(reps):
-        for side in (("ragged", "varlen") if i % 2 == 0 else ("varlen", "ragged")):
-            ts[side].append(run_ragged() if side == "ragged" else run_varlen())
+        for side in (order if i % 2 == 0 else order[::-1]):
+            ts[side].append(run_side(side))
     fl = attn_flops(H, lens)
     by = attn_bytes(T, H, elem)
-    for side in ("ragged", "varlen"):
+    for side in order:
         us = float(np.median(ts[side]))
-        d = c[side]
+        d = sides[side]
         d.update(us=us, p90_us=bg.pct(ts[side], 90), min_us=float(np.min(ts[side])),
                  tflops=fl / (us / 1e6) / 1e12, gbps=by / (us / 1e6) / 1e9)
         if gemm_rate:
@@ -486,12 +591,14 @@ def run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw, dt, tdt, elem, 
         if copy_gbps:
             d["copy_pct"] = 100.0 * d["gbps"] / copy_gbps
     c["ratio"] = c["varlen"]["us"] / c["ragged"]["us"]
+    for name in vname:
+        sides[name]["ratio"] = c["varlen"]["us"] / sides[name]["us"]
     c["reps"] = reps
     c["flops"] = fl
     c["bytes_min"] = by
-    if r_graph is not None:
-        ops.sync()
-        ops.graph_free(r_graph)
+    ops.sync()
+    for name in vname:
+        ops.graph_free(r_graphs[name])
     del t_graph, keep
     return c
 
