@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Issue 21 item 1 on a lent Hopper GPU, in one device call (about 4-5 minutes): the wgmma encoder
+# attention (src/ops/cuda/attention_wgmma.cu, switched on by RAGGED_ATTN_WGMMA=1).
+#  1. build for sm_90a only (BUILD_ARCH=sm_90a, the default here; BUILD_ARCH=all: the Makefile's
+#     three architectures, so that the probe's choice of cubin is what a release build gets);
+#  2. build/test_ops_cuda --attn-wgmma: the wgmma kernel against the CPU twin and the mma.sync
+#     kernel, fp16 and bf16, 12 x 64 and 4 x 128, lengths 1..1000 alone and in mixed batches, batch
+#     invariance; fails unless every case launched the wgmma kernel;
+#  3. compute-sanitizer memcheck (and synccheck) on its --quick subset, fp16; racecheck as
+#     information (whether it models wgmma's shared-memory reads is not known);
+#  4. bench/peer/attn_bench.py: RAGGED_ATTN_WGMMA=0 (mma.sync) vs 1 (wgmma) vs varlen_attn at
+#     BERT-base's 12 x 64 and at 8 x 128, fp16 and bf16, 8 / 32 / 128 sequences of uniform 5-500
+#     tokens and 64 x 512 (TFLOP/s, ratios, errors against fp32 SDPA);
+#  5. FULL=1 only: the whole build/test_ops_cuda with RAGGED_ATTN_WGMMA=1 (every attention test
+#     that fits the path runs it).
+# Results in $OUT (8 files at most): run.log, build.log, test_wgmma.log, sanitizer.log, bench.log,
+# attn_wgmma_ab.json / .md, (FULL=1) test_full.log. Needs .gpu_carry (tests/gpu/setup-env.sh).
+# BENCH_S: attn_bench's budget in seconds (default 100).
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/build/gpu_results}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/run.log") 2>&1
+export PATH=$PATH:/usr/local/cuda/bin
+CARRY=$ROOT/.gpu_carry
+source tests/gpu/setup-env.sh >/dev/null
+FAILED=()
+record() { if [ "$2" -eq 0 ]; then echo "--- $1: PASS"; else echo "--- $1: FAIL ($2)"; FAILED+=("$1"); fi; }
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+ARCHFLAGS=()
+[ "${BUILD_ARCH:-sm_90a}" = sm_90a ] && ARCHFLAGS=(CUDA_ARCHS=sm_90a "NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a")
+echo "=== $(date +%T) build (${BUILD_ARCH:-sm_90a})"
+make -j"$(nproc)" "${ARCHFLAGS[@]}" all build/test_ops_cuda >"$OUT/build.log" 2>&1; record build $?
+
+echo "=== $(date +%T) test_ops_cuda --attn-wgmma"
+timeout 240 build/test_ops_cuda --attn-wgmma >"$OUT/test_wgmma.log" 2>&1; st=$?
+grep -i "wgmma\|FAIL\|got " "$OUT/test_wgmma.log" | grep -v "^| .*PASS |$" | head -20
+grep "^| attention wgmma" "$OUT/test_wgmma.log"
+record "test_ops_cuda --attn-wgmma" $st
+
+echo "=== $(date +%T) compute-sanitizer (--attn-wgmma --quick --dtype fp16)"
+{
+	for tool in memcheck synccheck; do
+		echo "--- $tool"
+		timeout 150 compute-sanitizer --tool $tool --print-limit 30 --error-exitcode 9 \
+			build/test_ops_cuda --attn-wgmma --quick --dtype fp16 2>&1 |
+			grep -v '^| \|^$' | head -80
+		echo "status ${PIPESTATUS[0]}"
+	done
+	echo "--- (info) racecheck"
+	timeout 100 compute-sanitizer --tool racecheck --print-limit 30 \
+		build/test_ops_cuda --attn-wgmma --quick --dtype fp16 2>&1 | grep -v '^| \|^$' | head -60
+	echo "info-status ${PIPESTATUS[0]}"
+} >"$OUT/sanitizer.log" 2>&1
+grep -A3 "^--- \|ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/sanitizer.log" | grep "^---\|SUMMARY\|status" | head -12
+for tool in memcheck synccheck; do
+	s=$(sed -n "/^--- $tool/,/^status/p" "$OUT/sanitizer.log" | sed -n 's/^status //p')
+	record "$tool" "${s:-1}"
+done
+
+echo "=== $(date +%T) attn_bench: RAGGED_ATTN_WGMMA=0 vs 1 vs varlen_attn"
+BS=${BENCH_S:-100}
+timeout -k 5 $((BS + 90)) python3 bench/peer/attn_bench.py --shapes bert-base,d128 \
+	--dtypes fp16,bf16 --ragged-env RAGGED_ATTN_WGMMA=0,1 \
+	--cells u5_500:8,u5_500:32,u5_500:128,f512:64 --budget-s "$BS" --out-dir "$OUT" \
+	--tag wgmma_ab >"$OUT/bench.log" 2>&1
+st=$?
+grep "ERROR\|FLAG\|ceilings" "$OUT/bench.log" | tail -20
+[ -f "$OUT/attn_wgmma_ab.md" ] && sed -n '/^## ragged A\/B/,$p' "$OUT/attn_wgmma_ab.md"
+record "attn_bench" $st
+
+if [ "${FULL:-0}" = 1 ]; then
+	echo "=== $(date +%T) test_ops_cuda (all ops) with RAGGED_ATTN_WGMMA=1"
+	RAGGED_ATTN_WGMMA=1 timeout 300 build/test_ops_cuda >"$OUT/test_full.log" 2>&1; st=$?
+	grep "FAIL\|wgmma attention:" "$OUT/test_full.log" | head -20
+	record "test_ops_cuda RAGGED_ATTN_WGMMA=1" $st
+fi
+echo; [ ${#FAILED[@]} -gt 0 ] && printf 'FAILED: %s\n' "${FAILED[@]}"
+[ ${#FAILED[@]} -eq 0 ]
