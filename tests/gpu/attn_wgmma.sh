@@ -34,6 +34,34 @@ ARCHFLAGS=()
 echo "=== $(date +%T) build (${BUILD_ARCH:-sm_90a})"
 make -j"$(nproc)" "${ARCHFLAGS[@]}" all build/test_ops_cuda >"$OUT/build.log" 2>&1; record build $?
 
+# (info) which cubin the driver loads from a fatbin of the Makefile's default three architectures:
+# the wgmma path runs only where it is the sm_90a one (rg_cuda_attention_wgmma_probe)
+P=$(mktemp -d /tmp/sm90a_probe.XXXXXX)
+cat >"$P/p.cu" <<'PROBE'
+#include <cstdio>
+__global__ void k(int *o)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	*o = 1;
+#else
+	*o = 0;
+#endif
+}
+int main()
+{
+	int *d, h = -1;
+	cudaMalloc(&d, 4);
+	k<<<1, 1>>>(d);
+	cudaMemcpy(&h, d, 4, cudaMemcpyDeviceToHost);
+	printf("(info) default 3-architecture fatbin: the driver loads the %s cubin\n",
+	       h == 1 ? "sm_90a" : h == 0 ? "sm_80/sm_90 (not sm_90a)" : "(error)");
+	return 0;
+}
+PROBE
+nvcc -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
+	-gencode=arch=compute_90a,code=sm_90a -o "$P/p" "$P/p.cu" >/dev/null 2>&1 && "$P/p"
+rm -rf "$P"
+
 echo "=== $(date +%T) test_ops_cuda --attn-wgmma"
 timeout 240 build/test_ops_cuda --attn-wgmma >"$OUT/test_wgmma.log" 2>&1; st=$?
 grep -i "wgmma\|FAIL\|got " "$OUT/test_wgmma.log" | grep -v "^| .*PASS |$" | head -20
