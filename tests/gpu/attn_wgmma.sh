@@ -12,9 +12,12 @@
 #     BERT-base's 12 x 64 and at 8 x 128, fp16 and bf16, 8 / 32 / 128 sequences of uniform 5-500
 #     tokens and 64 x 512 (TFLOP/s, ratios, errors against fp32 SDPA);
 #  5. FULL=1 only: the whole build/test_ops_cuda with RAGGED_ATTN_WGMMA=1 (every attention test
-#     that fits the path runs it).
-# Results in $OUT (8 files at most): run.log, build.log, test_wgmma.log, sanitizer.log, bench.log,
-# attn_wgmma_ab.json / .md, (FULL=1) test_full.log. Needs .gpu_carry (tests/gpu/setup-env.sh).
+#     that fits the path runs it);
+#  6. E2E=1 only: bench/peer/bench_graphed.py on a random-weight BERT-base, fp16, 32 and 128
+#     sequences of 5-500 tokens, with RAGGED_ATTN_WGMMA=0 and 1 (about 3 more minutes; E2E_S:
+#     each run's budget, default 60 s).
+# Results in $OUT (8 files at most): run.log, build.log, test_wgmma.log, sanitizer.log,
+# attn_wgmma_ab.json / .md, (if the bench failed) bench.log, (FULL=1) test_full.log, (E2E=1) e2e.tar.xz. Needs .gpu_carry (tests/gpu/setup-env.sh).
 # BENCH_S: attn_bench's budget in seconds (default 100).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -98,12 +101,32 @@ st=$?
 grep "ERROR\|FLAG\|ceilings" "$OUT/bench.log" | tail -20
 [ -f "$OUT/attn_wgmma_ab.md" ] && sed -n '/^## ragged A\/B/,$p' "$OUT/attn_wgmma_ab.md"
 record "attn_bench" $st
+[ $st -eq 0 ] && rm -f "$OUT/bench.log" # kept only when it failed (8 files at most come back)
 
 if [ "${FULL:-0}" = 1 ]; then
 	echo "=== $(date +%T) test_ops_cuda (all ops) with RAGGED_ATTN_WGMMA=1"
 	RAGGED_ATTN_WGMMA=1 timeout 300 build/test_ops_cuda >"$OUT/test_full.log" 2>&1; st=$?
 	grep "FAIL\|wgmma attention:" "$OUT/test_full.log" | head -20
 	record "test_ops_cuda RAGGED_ATTN_WGMMA=1" $st
+fi
+if [ "${E2E:-0}" = 1 ]; then
+	# end to end: random-weight BERT-base, ragged (attention by mma.sync, then by wgmma) vs the
+	# CUDA-graphed packed PyTorch peer, fp16, uniform 5-500 tokens, 32 and 128 sequences
+	BB=build/models/bert-base-random
+	if [ ! -f "$BB/model.safetensors" ] || [ ! -f "$BB/1_Pooling/config.json" ]; then
+		python3 bench/serving/make_bert_base.py "$BB" --vocab-from "$RAGGED_MODEL_DIR" >/dev/null
+	fi
+	E=$(mktemp -d /tmp/e2e.XXXXXX)
+	for w in 0 1; do
+		echo "=== $(date +%T) bench_graphed BERT-base fp16, RAGGED_ATTN_WGMMA=$w"
+		RAGGED_ATTN_WGMMA=$w PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false timeout -k 5 200 \
+			python3 bench/peer/bench_graphed.py --models "bert-base=$BB" --dtypes fp16 \
+			--dists u5_500 --batches 32,128 --budget-s "${E2E_S:-60}" --out-dir "$E" \
+			--tag "wgmma$w" >"$E/stdout$w.log" 2>&1
+		record "bench_graphed RAGGED_ATTN_WGMMA=$w" $?
+		grep "^| " "$E"/peer_graphed_wgmma$w.md 2>/dev/null | head -12
+	done
+	tar -C "$E" -cJf "$OUT/e2e.tar.xz" . && rm -rf "$E"
 fi
 echo; [ ${#FAILED[@]} -gt 0 ] && printf 'FAILED: %s\n' "${FAILED[@]}"
 [ ${#FAILED[@]} -eq 0 ]
