@@ -470,8 +470,8 @@ def run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw, dt, tdt, elem, 
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     sync()
     outs = []  # ragged's output per variant
-    for v in variants:
-        set_variant(v)
+    for var in variants:  # not "v": peer_call reads the value tensor v
+        set_variant(var)
         out_r.fill_(float("nan"))
         sync()
         ragged_call()
@@ -487,7 +487,7 @@ def run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw, dt, tdt, elem, 
             qf[lo:hi].transpose(0, 1), kf[lo:hi].transpose(0, 1), vf[lo:hi].transpose(0, 1),
             scale=scale).transpose(0, 1)
     sync()
-    vname = [f"{v[0]}={v[1]}" if v else "ragged" for v in variants]
+    vname = [f"{var[0]}={var[1]}" if var else "ragged" for var in variants]
     sides = {"varlen": {}}
     for name in vname:
         sides[name] = {}
@@ -508,8 +508,8 @@ def run_cell(torch, F, a, cuda, ops, graphed, varlen, varlen_kw, dt, tdt, elem, 
     c["ragged_graphed"] = False
     if graphed:
         try:
-            for v, name in zip(variants, vname):
-                set_variant(v)
+            for var, name in zip(variants, vname):
+                set_variant(var)
                 r_graphs[name] = ops.capture(lambda: [ragged_call() for _ in range(CALLS)])
             c["ragged_graphed"] = True
         except Exception as e:  # noqa: BLE001

@@ -113,15 +113,25 @@ if [ "${E2E:-0}" = 1 ]; then
 	# end to end: random-weight BERT-base, ragged (attention by mma.sync, then by wgmma) vs the
 	# CUDA-graphed packed PyTorch peer, fp16, uniform 5-500 tokens, 32 and 128 sequences
 	BB=build/models/bert-base-random
+	# the vocabulary: the carried MiniLM's, else (a carry without model_f16) a synthetic
+	# 30522-token one (the benchmark feeds token ids)
+	V=${RAGGED_MODEL_DIR:-}
+	if [ -z "$V" ] || [ ! -f "$V/vocab.txt" ]; then
+		V=build/models/vocab-synthetic
+		mkdir -p "$V"
+		python3 -c 'import sys
+t = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+sys.stdout.write("\n".join(t + [f"w{i}" for i in range(30522 - len(t))]) + "\n")' >"$V/vocab.txt"
+	fi
 	if [ ! -f "$BB/model.safetensors" ] || [ ! -f "$BB/1_Pooling/config.json" ]; then
-		python3 bench/serving/make_bert_base.py "$BB" --vocab-from "$RAGGED_MODEL_DIR" >/dev/null
+		python3 bench/serving/make_bert_base.py "$BB" --vocab-from "$V" >/dev/null
 	fi
 	E=$(mktemp -d /tmp/e2e.XXXXXX)
 	for w in 0 1; do
 		echo "=== $(date +%T) bench_graphed BERT-base fp16, RAGGED_ATTN_WGMMA=$w"
 		RAGGED_ATTN_WGMMA=$w PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false timeout -k 5 200 \
 			python3 bench/peer/bench_graphed.py --models "bert-base=$BB" --dtypes fp16 \
-			--dists u5_500 --batches 32,128 --budget-s "${E2E_S:-60}" --out-dir "$E" \
+			--dists "${E2E_DISTS:-u5_500}" --batches "${E2E_BATCHES:-32,128}" --budget-s "${E2E_S:-60}" --out-dir "$E" \
 			--tag "wgmma$w" >"$E/stdout$w.log" 2>&1
 		record "bench_graphed RAGGED_ATTN_WGMMA=$w" $?
 		grep "^| " "$E"/peer_graphed_wgmma$w.md 2>/dev/null | head -12
