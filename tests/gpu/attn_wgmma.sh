@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 21 item 1 on a lent Hopper GPU, in one device call (about 4-5 minutes): the wgmma encoder
-# attention (src/ops/cuda/attention_wgmma.cu, switched on by RAGGED_ATTN_WGMMA=1).
+# attention (src/ops/cuda/attention_wgmma.cu, on by default, RAGGED_ATTN_WGMMA=0 turns it off).
 #  1. build for sm_90a only (BUILD_ARCH=sm_90a, the default here; BUILD_ARCH=all: the Makefile's
 #     three architectures, so that the probe's choice of cubin is what a release build gets);
 #  2. build/test_ops_cuda --attn-wgmma: the wgmma kernel against the CPU twin and the mma.sync

@@ -500,7 +500,7 @@ extern "C" bool rg_cuda_attention_wgmma_ok(const rg_cuda_ctx *c, rg_dtype dt, in
 	if (g_wg_on >= 0)
 		return g_wg_on == 1;
 	const char *e = getenv("RAGGED_ATTN_WGMMA");
-	return e && !strcmp(e, "1");
+	return !(e && !strcmp(e, "0"));
 }
 
 template <typename T, int D, int NWG>
