@@ -18,10 +18,21 @@ extern "C" {
 #include "ops/cuda/ops_cuda.h"
 }
 
+/* One GEMM problem in gemm.cu's row-major view: for b < batch,
+ *   out_b (M, N) = alpha * A_b (M, K) x W_b^T,  W_b (N, K),
+ * rows of A, W and out lda, ldw, ldo elements apart, matrix b at A + b * stride_a, W + b *
+ * stride_w, out + b * stride_o elements. The plain GEMM (rg_cuda_gemm) is batch 1, lda = ldw = K,
+ * ldo = N, strides 0. */
+struct rg_cuda_gemm_shape {
+	int M, N, K, batch;
+	int lda, ldw, ldo;
+	long long stride_a, stride_w, stride_o;
+};
+
 /* One cached cuBLASLt plan: descriptors + the heuristic's algorithm for one problem. */
 struct rg_cuda_gemm_plan {
 	bool used;
-	int M, N, K;
+	rg_cuda_gemm_shape sh;
 	rg_dtype dt;
 	int align;                        /* min pointer alignment (bytes) the plan was chosen for */
 	int epi;                          /* cublasLtEpilogue_t of the plan */
@@ -62,6 +73,15 @@ struct rg_backend_ctx {
 	bool capturing;                    /* between capture_begin and capture_end */
 	int *flag_h;                       /* (1) pinned copy of flag_d, read by sync */
 };
+
+/* Strided batched GEMM through cuBLASLt (gemm.cu; its plan cache, autotuning and workspace, so
+ * it may be captured into a graph): the problem of shape s (rg_cuda_gemm_shape above), fp32
+ * accumulation, no epilogue, result rounded to dt. Used by DeBERTa's relative tables
+ * (rg_cuda_rel_tables, one batch entry per head on the packed QKV rows). M == 0 or batch == 0 is
+ * a no-op. RG_ERR_INVALID_INPUT for a leading dimension below its row length, RG_ERR_CUDA when
+ * cuBLASLt has no algorithm or the call fails. Launches on c->stream. */
+rg_status rg_cuda_gemm_strided(rg_cuda_ctx *c, rg_dtype dt, const void *A, const void *W,
+			       void *out, const rg_cuda_gemm_shape *s, float alpha);
 
 /* Turn a cudaError_t into RG_ERR_CUDA (clearing the non-sticky last error). */
 static inline rg_status rg_cuda_err(cudaError_t e, const char *what)

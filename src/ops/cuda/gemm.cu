@@ -14,8 +14,11 @@
  * view D is (N, M): the bias vector (N) is along D's rows, as cuBLASLt broadcasts it. cuBLASLt wants
  * the bias in D's dtype (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), so callers pass act-dtype biases.
  *
- * Plans (descriptors + algorithm) are cached per (M, N, K, dtype, pointer alignment, epilogue) in
- * a 64-entry table with least-recently-used replacement; a hit does no allocation of any kind.
+ * Plans (descriptors + algorithm) are cached per (shape, dtype, pointer alignment, epilogue) in a
+ * 64-entry table with least-recently-used replacement; a hit does no allocation of any kind. The
+ * shape (rg_cuda_gemm_shape, common.cuh) also carries leading dimensions and a strided batch, for
+ * rg_cuda_gemm_strided: the same "TN" product per batch entry, through
+ * CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT / STRIDED_BATCH_OFFSET (DeBERTa's relative tables).
  * A new plan asks the heuristic for its 16 best algorithms and, outside graph capture, times each on
  * the call's own operands (2 runs, best of 3 timed) and keeps the fastest: the heuristic's first
  * choice is often not the fastest for the skinny M of small batches. RAGGED_GEMM_AUTOTUNE=0 keeps the
@@ -65,10 +68,32 @@ static rg_status lt_fail(cublasStatus_t s, const char *what)
 	return rg_errorf(RG_ERR_CUDA, "%s failed: cuBLAS status %d", what, (int)s);
 }
 
-/* Build descriptors for one problem. */
-static rg_status plan_create(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, rg_dtype dt, int M, int N, int K,
-			     int align, int epi)
+static bool shape_eq(const rg_cuda_gemm_shape *a, const rg_cuda_gemm_shape *b)
 {
+	return a->M == b->M && a->N == b->N && a->K == b->K && a->batch == b->batch &&
+	       a->lda == b->lda && a->ldw == b->ldw && a->ldo == b->ldo &&
+	       a->stride_a == b->stride_a && a->stride_w == b->stride_w && a->stride_o == b->stride_o;
+}
+
+/* The batch attributes of one layout (batch > 1 only). */
+static cublasStatus_t layout_batch(cublasLtMatrixLayout_t l, int batch, long long stride)
+{
+	int32_t n = batch;
+	int64_t st = stride;
+	cublasStatus_t s;
+
+	s = cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof(n));
+	if (s == CUBLAS_STATUS_SUCCESS)
+		s = cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+						     &st, sizeof(st));
+	return s;
+}
+
+/* Build descriptors for one problem. */
+static rg_status plan_create(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, rg_dtype dt,
+			     const rg_cuda_gemm_shape *sh, int align, int epi)
+{
+	const int M = sh->M, N = sh->N, K = sh->K;
 	cudaDataType_t ty = dt == RG_DTYPE_F32 ? CUDA_R_32F : dt == RG_DTYPE_F16 ? CUDA_R_16F
 										   : CUDA_R_16BF;
 	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -78,9 +103,7 @@ static rg_status plan_create(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, rg_dtype dt, 
 
 	memset(p, 0, sizeof(*p));
 	p->used = true;
-	p->M = M;
-	p->N = N;
-	p->K = K;
+	p->sh = *sh;
 	p->dt = dt;
 	p->align = align;
 	p->epi = epi;
@@ -96,11 +119,18 @@ static rg_status plan_create(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, rg_dtype dt, 
 		st = lt_fail(s, "cublasLtMatmulDescSetAttribute(EPILOGUE)");
 		goto out_destroy;
 	}
-	s = cublasLtMatrixLayoutCreate(&p->a, ty, K, N, K);
+	s = cublasLtMatrixLayoutCreate(&p->a, ty, K, N, sh->ldw);
 	if (s == CUBLAS_STATUS_SUCCESS)
-		s = cublasLtMatrixLayoutCreate(&p->b, ty, K, M, K);
+		s = cublasLtMatrixLayoutCreate(&p->b, ty, K, M, sh->lda);
 	if (s == CUBLAS_STATUS_SUCCESS)
-		s = cublasLtMatrixLayoutCreate(&p->c, ty, N, M, N);
+		s = cublasLtMatrixLayoutCreate(&p->c, ty, N, M, sh->ldo);
+	if (s == CUBLAS_STATUS_SUCCESS && sh->batch > 1) {
+		s = layout_batch(p->a, sh->batch, sh->stride_w);
+		if (s == CUBLAS_STATUS_SUCCESS)
+			s = layout_batch(p->b, sh->batch, sh->stride_a);
+		if (s == CUBLAS_STATUS_SUCCESS)
+			s = layout_batch(p->c, sh->batch, sh->stride_o);
+	}
 	if (s != CUBLAS_STATUS_SUCCESS) {
 		st = lt_fail(s, "cublasLtMatrixLayoutCreate");
 		goto out_destroy;
@@ -113,9 +143,9 @@ out_destroy:
 }
 
 static cublasStatus_t plan_run(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, const cublasLtMatmulAlgo_t *algo,
-			       const void *A, const void *W, const void *bias, void *out)
+			       const void *A, const void *W, const void *bias, void *out, float alpha)
 {
-	const float alpha = 1.f, beta = 0.f;
+	const float beta = 0.f;
 
 	if (bias)
 		cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
@@ -127,7 +157,7 @@ static cublasStatus_t plan_run(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, const cubla
 /* Ask the heuristic for up to 16 algorithms; outside capture, time them on the call's operands and
  * keep the fastest (a failing candidate is skipped). */
 static rg_status plan_choose(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, const void *A, const void *W,
-			     const void *bias, void *out)
+			     const void *bias, void *out, float alpha)
 {
 	enum { NALGO = 16, REPS = 3 };
 	cublasLtMatmulPreference_t pref = NULL;
@@ -161,8 +191,9 @@ static rg_status plan_choose(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, const void *A
 	cublasLtMatmulPreferenceDestroy(pref);
 	if (s != CUBLAS_STATUS_SUCCESS || found == 0)
 		return rg_errorf(RG_ERR_CUDA, "cuBLASLt found no algorithm for GEMM M=%d N=%d K=%d "
-				 "dtype=%d align=%d epilogue=%d (status %d)", p->M, p->N, p->K,
-				 (int)p->dt, p->align, p->epi, (int)s);
+				 "batch=%d dtype=%d align=%d epilogue=%d (status %d)", p->sh.M,
+				 p->sh.N, p->sh.K, p->sh.batch, (int)p->dt, p->align, p->epi,
+				 (int)s);
 	p->algo = res[0].algo;
 	if (found == 1 || c->capturing || !c->autotune)
 		return RG_OK;
@@ -177,7 +208,8 @@ static rg_status plan_choose(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, const void *A
 		for (int r = 0; r < 2 + REPS && ok; r++) {
 			if (r >= 2)
 				cudaEventRecord(ev[0], c->stream);
-			ok = plan_run(c, p, &res[i].algo, A, W, bias, out) == CUBLAS_STATUS_SUCCESS;
+			ok = plan_run(c, p, &res[i].algo, A, W, bias, out, alpha) ==
+			     CUBLAS_STATUS_SUCCESS;
 			if (r >= 2 && ok) {
 				cudaEventRecord(ev[1], c->stream);
 				ok = cudaEventSynchronize(ev[1]) == cudaSuccess &&
@@ -206,17 +238,17 @@ out_destroy_events:
 }
 
 /* Find or build the plan; the least recently used slot is recycled when the table is full. */
-static rg_status plan_get(rg_cuda_ctx *c, rg_dtype dt, int M, int N, int K, int align, int epi,
-			  const void *A, const void *W, const void *bias, void *out,
-			  rg_cuda_gemm_plan **res)
+static rg_status plan_get(rg_cuda_ctx *c, rg_dtype dt, const rg_cuda_gemm_shape *sh, int align,
+			  int epi, const void *A, const void *W, const void *bias, void *out,
+			  float alpha, rg_cuda_gemm_plan **res)
 {
 	rg_cuda_gemm_plan *victim = &c->plans[0];
 	rg_status st;
 
 	for (int i = 0; i < RG_CUDA_GEMM_CACHE; i++) {
 		rg_cuda_gemm_plan *p = &c->plans[i];
-		if (p->used && p->M == M && p->N == N && p->K == K && p->dt == dt &&
-		    p->align == align && p->epi == epi) {
+		if (p->used && shape_eq(&p->sh, sh) && p->dt == dt && p->align == align &&
+		    p->epi == epi) {
 			p->last_use = ++c->gemm_clock;
 			*res = p;
 			return RG_OK;
@@ -225,9 +257,9 @@ static rg_status plan_get(rg_cuda_ctx *c, rg_dtype dt, int M, int N, int K, int 
 			victim = p;
 	}
 	plan_destroy(victim);
-	st = plan_create(c, victim, dt, M, N, K, align, epi);
+	st = plan_create(c, victim, dt, sh, align, epi);
 	if (st == RG_OK)
-		st = plan_choose(c, victim, A, W, bias, out);
+		st = plan_choose(c, victim, A, W, bias, out, alpha);
 	if (st != RG_OK) {
 		plan_destroy(victim);
 		return st;
@@ -262,6 +294,7 @@ static rg_status gemm_run(rg_cuda_ctx *c, rg_dtype dt, const void *A, const void
 			  const void *bias, void *out, int M, int N, int K, rg_act act)
 {
 	rg_cuda_gemm_plan *p;
+	rg_cuda_gemm_shape sh;
 	bool gelu_pass;
 	int epi;
 	cublasStatus_t s;
@@ -280,10 +313,11 @@ static rg_status gemm_run(rg_cuda_ctx *c, rg_dtype dt, const void *A, const void
 	if (rg_cuda_gemv_ok(dt, A, W, M, N, K))
 		return rg_cuda_gemv(c, dt, A, W, bias, out, M, N, K, act);
 	epi = choose_epilogue(c, dt, bias != NULL, act, &gelu_pass);
-	st = plan_get(c, dt, M, N, K, ptr_alignment(A, W, out), epi, A, W, bias, out, &p);
+	sh = (rg_cuda_gemm_shape){M, N, K, 1, K, K, N, 0, 0, 0};
+	st = plan_get(c, dt, &sh, ptr_alignment(A, W, out), epi, A, W, bias, out, 1.f, &p);
 	if (st != RG_OK)
 		return st;
-	s = plan_run(c, p, &p->algo, A, W, bias, out);
+	s = plan_run(c, p, &p->algo, A, W, bias, out, 1.f);
 	if (s != CUBLAS_STATUS_SUCCESS)
 		return rg_errorf(RG_ERR_CUDA, "cublasLtMatmul M=%d N=%d K=%d epilogue %d failed: "
 				 "cuBLAS status %d", M, N, K, epi, (int)s);
@@ -304,4 +338,51 @@ extern "C" rg_status rg_cuda_gemm_bias_act(rg_cuda_ctx *ctx, rg_dtype dt, const 
 					   rg_act act)
 {
 	return gemm_run((rg_cuda_ctx *)ctx, dt, A, W, bias, out, M, N, K, act);
+}
+
+/* Largest power of two (<= 256) dividing n bytes (n > 0). */
+static int bytes_alignment(long long n)
+{
+	unsigned long long x = (unsigned long long)n | 256u;
+	return (int)(x & (~x + 1));
+}
+
+rg_status rg_cuda_gemm_strided(rg_cuda_ctx *c, rg_dtype dt, const void *A, const void *W,
+			       void *out, const rg_cuda_gemm_shape *s, float alpha)
+{
+	const long long esz = dt == RG_DTYPE_F32 ? 4 : 2;
+	rg_cuda_gemm_plan *p;
+	cublasStatus_t cs;
+	rg_status st;
+	int align;
+
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "gemm_strided: unknown dtype %d", (int)dt);
+	if (s->M < 0 || s->N <= 0 || s->K <= 0 || s->batch < 0 || s->lda < s->K ||
+	    s->ldw < s->K || s->ldo < s->N)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "gemm_strided: bad shape M=%d N=%d K=%d "
+				 "batch=%d ld %d/%d/%d", s->M, s->N, s->K, s->batch, s->lda,
+				 s->ldw, s->ldo);
+	if (s->M == 0 || s->batch == 0)
+		return RG_OK;
+	if ((st = rg_cuda_enter(c)) != RG_OK)
+		return st;
+	/* every matrix of the batch, and every row, must keep the alignment the plan assumes */
+	align = ptr_alignment(A, W, out);
+	align = min(align, bytes_alignment((long long)s->lda * esz));
+	align = min(align, bytes_alignment((long long)s->ldw * esz));
+	align = min(align, bytes_alignment((long long)s->ldo * esz));
+	if (s->batch > 1) {
+		align = min(align, bytes_alignment(s->stride_a * esz));
+		align = min(align, bytes_alignment(s->stride_w * esz));
+		align = min(align, bytes_alignment(s->stride_o * esz));
+	}
+	st = plan_get(c, dt, s, align, CUBLASLT_EPILOGUE_DEFAULT, A, W, NULL, out, alpha, &p);
+	if (st != RG_OK)
+		return st;
+	cs = plan_run(c, p, &p->algo, A, W, NULL, out, alpha);
+	if (cs != CUBLAS_STATUS_SUCCESS)
+		return rg_errorf(RG_ERR_CUDA, "cublasLtMatmul (strided batch %d, M=%d N=%d K=%d) "
+				 "failed: cuBLAS status %d", s->batch, s->M, s->N, s->K, (int)cs);
+	return rg_cuda_launch_check("cublasLtMatmul");
 }
