@@ -240,7 +240,10 @@ rg_status rg_op_attention(rg_backend *be, const rg_attn_desc *d, const void *qkv
  *   c2p[t][h][w] = scale * Q[t, head h] . pos_key[w, head h columns]
  *   p2c[t][h][w] = scale * K[t, head h] . pos_query[w, head h columns]
  * c2p, p2c: (n_tokens, num_heads, width) act; a NULL pos_* skips its table. One GEMM per head
- * (CPU: sgemm tiles on the strided rows; CUDA: a shared-memory tiled kernel, f32 accumulation). */
+ * (CPU: sgemm tiles on the strided rows; CUDA: one cuBLASLt strided-batched GEMM per table over
+ * the heads, f32 accumulation, tensor cores in fp16 / bf16; RAGGED_DEBERTA_TC=0 (or "attn"): the
+ * old shared-memory tiled CUDA-core kernel). CUDA errors: RG_ERR_CUDA when cuBLASLt has no
+ * algorithm for the shape or fails. */
 RG_TEST_API
 rg_status rg_op_rel_tables(rg_backend *be, const void *qkv, int n_tokens, int num_heads,
 			   int head_dim, const void *pos_key, const void *pos_query, int width,

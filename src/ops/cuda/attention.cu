@@ -25,6 +25,9 @@
  * head_dim: any value 1..128 (NCH = ceil(head_dim / 32) output dims per lane). CUDA cores, f32.
  * fp16/bf16 with head_dim 32, 64 or 128 (16-byte aligned buffers) go to the tensor-core kernel of
  * attention_tc.cu instead; this kernel serves fp32 and the other head_dims. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "ops/cuda/attention_tc.cuh"
 #include "ops/cuda/common.cuh"
 
@@ -34,6 +37,26 @@
 #define RG_ATT_BK 32                               /* keys per tile (= lanes) */
 #define RG_ATT_MAX_D 128
 #define RG_ATT_LOG2E 1.4426950408889634f           /* softmax through exp2 */
+
+/* RAGGED_DEBERTA_TC, DeBERTa's fast paths (issue 21): unset or anything else, both on; "0" both
+ * off (the CUDA-core tables kernel and the CUDA-core DIS attention, for A/B runs); "tables"
+ * only the cuBLASLt tables; "attn" only the tensor-core attention. Read at every call (a getenv
+ * per layer is noise next to a launch), so a benchmark can switch it in one process; a CUDA graph
+ * keeps the path it was captured with. */
+enum { DTC_TABLES = 1, DTC_ATTN = 2 };
+
+static int deberta_tc_mode(void)
+{
+	const char *e = getenv("RAGGED_DEBERTA_TC");
+
+	if (e && !strcmp(e, "0"))
+		return 0;
+	if (e && !strcmp(e, "tables"))
+		return DTC_TABLES;
+	if (e && !strcmp(e, "attn"))
+		return DTC_ATTN;
+	return DTC_TABLES | DTC_ATTN;
+}
 
 static size_t attn_smem_bytes(int D)
 {
@@ -319,10 +342,17 @@ extern "C" rg_status rg_cuda_attention(rg_cuda_ctx *ctx, rg_dtype dt, const void
 }
 
 /* rg_op_rel_tables: out[t][h][w] = scale * X[t, head h] . P[w, head h columns] for X = Q (koff 0,
- * P = pos_key) or K (koff H, P = pos_query). A CTA owns 32 tokens x 32 table columns of one head:
- * both 32 x head_dim tiles staged as f32 in shared memory (rows padded by one float), 256 threads
- * with 4 outputs each, f32 accumulation. 2 n_tokens width head_dim FLOPs per table, about a
- * 1/(3 heads) share of the layer's QKV GEMM at width 2 * 256, head_dim 64. */
+ * P = pos_key) or K (koff H, P = pos_query). 2 n_tokens width head_dim FLOPs per table, about a
+ * 1/(3 heads) share of the layer's QKV GEMM at width 2 * 256, head_dim 64; but with K = head_dim
+ * the product is bound by writing the (n_tokens, num_heads, width) table (204 MB per table and
+ * layer for deberta-v3-base at 16.6k tokens in fp16).
+ *  - by default one cuBLASLt strided-batched GEMM per table (rel_tables_gemm: batch = the heads,
+ *    A = the head's Q or K columns of the packed QKV rows, ld 3H, batch stride head_dim; W = the
+ *    head's columns of pos_key / pos_query, ld H, batch stride head_dim; out rows of num_heads *
+ *    width, batch stride width; alpha = scale; fp32 accumulation), on tensor cores in fp16/bf16;
+ *  - with RAGGED_DEBERTA_TC=0 or "attn", the CUDA-core kernel below: a CTA owns 32 tokens x 32
+ *    table columns of one head, both 32 x head_dim tiles staged as f32 in shared memory (rows
+ *    padded by one float), 256 threads with 4 outputs each, f32 accumulation. */
 #define RG_REL_BT 32
 
 template <typename T>
@@ -389,6 +419,21 @@ static rg_status rel_tables_launch(rg_cuda_ctx *c, const void *qkv, int n_tokens
 	return st;
 }
 
+/* One table through cuBLASLt (rg_cuda_gemm_strided, gemm.cu): out_h (n_tokens, width) = scale *
+ * X_h (n_tokens, head_dim) x P_h^T, P_h (width, head_dim), for each head h. */
+static rg_status rel_tables_gemm(rg_cuda_ctx *c, rg_dtype dt, const void *qkv, int koff,
+				 int n_tokens, int num_heads, int D, const void *pos, int width,
+				 float scale, void *out)
+{
+	const size_t esz = dt == RG_DTYPE_F32 ? 4 : 2;
+	const int H = num_heads * D;
+	const rg_cuda_gemm_shape s = {n_tokens, width, D, num_heads, 3 * H, H, num_heads * width,
+				      D, D, width};
+
+	return rg_cuda_gemm_strided(c, dt, (const char *)qkv + (size_t)koff * esz, pos, out, &s,
+				    scale);
+}
+
 extern "C" rg_status rg_cuda_rel_tables(rg_cuda_ctx *ctx, rg_dtype dt, const void *qkv,
 					int n_tokens, int num_heads, int head_dim,
 					const void *pos_key, const void *pos_query, int width,
@@ -396,6 +441,19 @@ extern "C" rg_status rg_cuda_rel_tables(rg_cuda_ctx *ctx, rg_dtype dt, const voi
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	rg_status st;
+
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "rel_tables: unknown dtype %d", (int)dt);
+	if (deberta_tc_mode() & DTC_TABLES) {
+		st = RG_OK;
+		if (pos_key)
+			st = rel_tables_gemm(c, dt, qkv, 0, n_tokens, num_heads, head_dim, pos_key,
+					     width, scale, c2p);
+		if (st == RG_OK && pos_query)
+			st = rel_tables_gemm(c, dt, qkv, num_heads * head_dim, n_tokens, num_heads,
+					     head_dim, pos_query, width, scale, p2c);
+		return st;
+	}
 
 	if (head_dim > RG_ATT_MAX_D)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "rel_tables: head_dim %d > %d is not supported "
