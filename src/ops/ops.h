@@ -227,10 +227,12 @@ static inline rg_attn_desc rg_attn_packed(int n_seq, const int32_t *cu_seqlens,
  * (c2p: content to position, the query's row; p2c: position to content, the key's row; either may
  * be NULL). transformers gathers p2c at -bucket(j - i), which is bucket(i - j) because its bucket
  * function is odd, so one index table serves both. rel_bias and dis are not both given.
- * CUDA: with dis the CUDA-core kernel runs in every dtype (the tensor-core kernel has no
- * disentangled terms yet). fp16/bf16 problems with head_dim 64 or 128 and no seg, rel_bias or
- * dis on a Hopper GPU (sm_90a build) go to the wgmma kernel (attention_wgmma.cu) instead of the
- * mma.sync one; RAGGED_ATTN_WGMMA=0 keeps them on mma.sync. */
+ * CUDA: with dis, fp16 / bf16 with head_dim 32 or 64 take the tensor-core kernel (the terms
+ * gathered per 64 x 64 tile into shared memory, src/ops/cuda/attention_tc.cu); fp32 and other
+ * head_dims the CUDA-core kernel; RAGGED_DEBERTA_TC=0 (or "tables") forces the CUDA-core kernel.
+ * fp16/bf16 problems with head_dim 64 or 128 and no seg, rel_bias or dis on a Hopper GPU (sm_90a
+ * build) go to the wgmma kernel (attention_wgmma.cu) instead of the mma.sync one;
+ * RAGGED_ATTN_WGMMA=0 keeps them on mma.sync. */
 RG_TEST_API
 rg_status rg_op_attention(rg_backend *be, const rg_attn_desc *d, const void *qkv, void *out);
 

@@ -20,11 +20,12 @@
  *    to its score; REL = false, the instantiation the other families run, has no bias code.
  *  - with DeBERTa's disentangled terms (DIS = true), lane j adds log2(e) * (c2p[query row][h][e]
  *    + p2c[key row][h][e]), e = idx[clamp(query - key)], to its score (the tables are per token,
- *    read through the cache); DIS = true also serves fp16/bf16 (the tensor-core kernel has no
- *    such terms yet).
+ *    read through the cache); DIS = true serves fp32, and fp16/bf16 where the tensor-core kernel
+ *    does not take the terms (head_dim 128 or not 32/64, or RAGGED_DEBERTA_TC below).
  * head_dim: any value 1..128 (NCH = ceil(head_dim / 32) output dims per lane). CUDA cores, f32.
  * fp16/bf16 with head_dim 32, 64 or 128 (16-byte aligned buffers) go to the tensor-core kernel of
- * attention_tc.cu instead; this kernel serves fp32 and the other head_dims. */
+ * attention_tc.cu instead (with DeBERTa's terms: head_dim 32 or 64); this kernel serves fp32 and
+ * the other head_dims. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -210,7 +211,7 @@ attention_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu_seqle
 }
 
 /* Raise the dynamic shared-memory limit of one instantiation when it needs more than 48 KiB
- * (head_dim > ~120). Done once per context and instantiation (bit: 0..23 of attn_smem_set). */
+ * (head_dim > ~120). Done once per context and instantiation (bit: 0..35 of attn_smem_set). */
 template <typename T, int NCH, bool REL, bool DIS>
 static rg_status attn_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int32_t *cu_seqlens,
 			     const int32_t *seg, const float *rel_bias, int rel_max,
@@ -239,8 +240,8 @@ static rg_status attn_launch(rg_cuda_ctx *c, int bit, const void *qkv, const int
 }
 
 /* The instantiation with the bias code only when there is a table (its smem bits 12 higher), the
- * one with the disentangled terms only when there are some (bits 44..55: the tensor-core kernel
- * has 24..43). */
+ * one with the disentangled terms only when there are some (24 higher; the tensor-core kernel
+ * keeps its own bits, attn_tc_smem_set). */
 template <typename T, int NCH>
 static rg_status attn_launch_rel(rg_cuda_ctx *c, int bit, const void *qkv,
 				 const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
@@ -250,7 +251,7 @@ static rg_status attn_launch_rel(rg_cuda_ctx *c, int bit, const void *qkv,
 	const rg_attn_disent none = {NULL, NULL, NULL, 0, 0};
 
 	if (dis)
-		return attn_launch<T, NCH, false, true>(c, bit + 44, qkv, cu_seqlens, seg, NULL, 0,
+		return attn_launch<T, NCH, false, true>(c, bit + 24, qkv, cu_seqlens, seg, NULL, 0,
 							*dis, n_seq, max_seqlen, num_heads, D,
 							qscale, out);
 	if (rel_bias)
@@ -318,12 +319,16 @@ extern "C" rg_status rg_cuda_attention(rg_cuda_ctx *ctx, rg_dtype dt, const void
 	st = rg_cuda_enter(c);
 	if (st != RG_OK)
 		return st;
-	/* fp16/bf16 with head_dim 32/64/128: the tensor-core kernel (attention_tc.cu), which adds
-	 * the bias to the raw scores, in units of 1/scale (so a bias needs scale != 0) */
-	if (!dis && rg_cuda_attention_tc_ok(dt, head_dim, qkv, out) && (!rel_bias || scale != 0.f))
-		return rg_cuda_attention_tc(c, dt, qkv, cu_seqlens, seg, rel_bias, rel_max, n_seq,
-					    max_seqlen, num_heads, head_dim, qscale,
-					    rel_bias ? 1.f / scale : 0.f, out);
+	/* fp16/bf16 with head_dim 32/64/128 (DeBERTa's terms: 32/64, unless RAGGED_DEBERTA_TC
+	 * says otherwise): the tensor-core kernel (attention_tc.cu), which adds the bias or the
+	 * terms to the raw scores, in units of 1/scale (so they need scale != 0) */
+	if (rg_cuda_attention_tc_ok(dt, head_dim, qkv, out) &&
+	    (!dis || (rg_cuda_attention_tc_dis_ok(dt, head_dim, qkv, out) &&
+		      (deberta_tc_mode() & DTC_ATTN))) &&
+	    (!(rel_bias || dis) || scale != 0.f))
+		return rg_cuda_attention_tc(c, dt, qkv, cu_seqlens, seg, rel_bias, rel_max, dis,
+					    n_seq, max_seqlen, num_heads, head_dim, qscale,
+					    rel_bias || dis ? 1.f / scale : 0.f, out);
 	switch (dt) {
 	case RG_DTYPE_F32:
 		return attn_dispatch_nch<float>(c, 0, qkv, cu_seqlens, seg, rel_bias, rel_max, dis,

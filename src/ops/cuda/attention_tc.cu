@@ -22,11 +22,22 @@
  *    A-fragments (the C layout of two n8 tiles is the A layout of one k16 step), O += P V with
  *    V fragments by ldmatrix.trans. The running sum l adds P in fp32 before rounding, as
  *    FlashAttention-2 does.
- *  - a relative position bias (MPNet; REL = true) is added to the raw scores right after
+ *  - a relative position bias (MPNet; BIAS = TC_BIAS_REL) is added to the raw scores right after
  *    S = Q K^T, before the mask, as rel_bias[h][clamp(key - query)] / scale, so that the scale
  *    folded into exp2 turns it back into + bias: each thread reads the table entries of its own
- *    fragment elements through the read-only cache. REL = false, the instantiation the other
- *    families run, has no bias code (its registers, and so its speed, are as before).
+ *    fragment elements through the read-only cache. BIAS = TC_BIAS_NONE, the instantiation the
+ *    other families run, has no bias code (its registers, and so its speed, are as before).
+ *  - DeBERTa's disentangled terms (BIAS = TC_BIAS_DIS, 64-query tiles, head_dim 32 / 64): the
+ *    same place and units, (c2p[query row][h][e] + p2c[key row][h][e]) / scale with e =
+ *    idx[R + clamp(query - key, -R, R)] (the semantics of attention.cu's DIS kernel). Read per
+ *    fragment element, those gathers would touch 8 table rows per warp load; instead, for each
+ *    64 x 64 (query, key) tile the CTA gathers both terms into shared memory with coalesced
+ *    loads (c2p: the lanes of a warp take consecutive keys of one query row, so consecutive
+ *    distances, so (near-)consecutive columns of one table row; p2c: consecutive queries of one
+ *    key row), tile t+1's loads issued into registers before tile t's MMAs and written to
+ *    shared memory after them (one buffer: the writes follow the barrier that ends tile t); the
+ *    score fragments then read the tile from shared memory without bank conflicts (c2p as
+ *    [query][key] pairs, p2c as [key][query], rows padded by 8 elements).
  *  - end: O / l (a row that never saw a key has l = 0 and writes zeros), stored in the act dtype.
  *  - CAUSAL = true (a decoder's prefill, rg_cuda_prefill_attention_tc): query i of a sequence sees
  *    keys 0..i, so a CTA loads only the key tiles up to its last query and masks inside the tiles
@@ -40,13 +51,20 @@
  *    ctx - 1 of its sequence; every key, cached or new, is read from the paged KV cache through
  *    the block table (after this step's KV write), one 16-byte row chunk at a time. Sequences
  *    of >= fresh_min new rows run, fresh or not.
- * Registers (head_dim 128, the largest): 64 accumulator + 32 Q-fragment + 32 score floats per thread.
- * Shared memory: (64 + 4 * 64) * (head_dim + 8) * 2 bytes + 512 (about 46 KiB at head_dim 64). */
+ * Registers (head_dim 128, the largest): 64 accumulator + 32 Q-fragment + 32 score floats per thread;
+ * TC_BIAS_DIS adds 64 for the prefetched bias tile.
+ * Shared memory: (64 + 4 * 64) * (head_dim + 8) * 2 bytes + 512 (about 46 KiB at head_dim 64);
+ * TC_BIAS_DIS adds 2 * 64 * 72 * 2 (18 KiB). */
 #include "ops/cuda/attention_tc.cuh"
 #include "ops/cuda/attention_wgmma.cuh"
 
 #define TC_WARPS 4
 #define TC_BK 64 /* keys per shared-memory tile */
+#define TC_DIS_PAD 8 /* elements of padding per row of the shared DIS bias tiles */
+
+/* What the kernel adds to the raw scores: nothing, MPNet's relative position bias, or DeBERTa's
+ * disentangled c2p / p2c terms. */
+enum { TC_BIAS_NONE = 0, TC_BIAS_REL = 1, TC_BIAS_DIS = 2 };
 
 /* Where Q, K, V and the output live: row stride ld of the q / k / v rows (elements; the encoder's
  * fused QKV: 3 * H), out_ld of the output rows, query heads per KV head, and (CAUSAL) the fewest
@@ -61,6 +79,15 @@ struct tc_paged {
 	const void *k_cache, *v_cache;
 	const int32_t *block_tables;
 	int max_blocks, block_size, row;
+};
+
+/* TC_BIAS_DIS: DeBERTa's per-token tables (n_tokens, num_heads, width) act, already times scale
+ * (either may be NULL), and idx, the (2 R + 1) table column of each clamped distance query - key
+ * (rg_attn_disent, src/ops/ops.h). */
+struct tc_dis {
+	const void *c2p, *p2c;
+	const int32_t *idx;
+	int width, R;
 };
 
 /* ---- PTX wrappers ---- */
@@ -163,10 +190,13 @@ template <> __device__ __forceinline__ void tc_store2<__nv_bfloat16>(__nv_bfloat
 	*(__nv_bfloat162 *)p = __floats2bfloat162_rn(x, y);
 }
 
-/* Shared memory of one CTA: the Q tile (BQ rows), K and V double buffered (BK rows each), segs. */
-static size_t tc_smem_bytes(int D, int MT)
+/* Shared memory of one CTA: the Q tile (BQ rows), K and V double buffered (BK rows each), segs;
+ * with DeBERTa's terms (dis) their two gathered bias tiles, BQ x (BK + pad) and BK x (BQ + pad). */
+static size_t tc_smem_bytes(int D, int MT, bool dis)
 {
-	return (size_t)(TC_WARPS * 16 * MT + 4 * TC_BK) * (D + 8) * 2 + 2 * TC_BK * sizeof(int);
+	const size_t bq = TC_WARPS * 16 * MT;
+	return (bq + 4 * TC_BK) * (D + 8) * 2 + 2 * TC_BK * sizeof(int) +
+	       (dis ? (bq * (TC_BK + TC_DIS_PAD) + TC_BK * (bq + TC_DIS_PAD)) * 2 : 0);
 }
 
 /* Issue the cp.async copies of keys/values k0..k0+63 (zero rows past L) into buffer buf and the
@@ -207,28 +237,118 @@ __device__ __forceinline__ void tc_load_kv_paged(const T *kc, const T *vc, const
 	}
 }
 
+/* The act-dtype value of raw 16-bit bits (the DIS tiles are moved as bits). */
+template <typename T> __device__ __forceinline__ float tc_bits_f(uint32_t u);
+
+template <> __device__ __forceinline__ float tc_bits_f<__half>(uint32_t u)
+{
+	return __half2float(__ushort_as_half((unsigned short)u));
+}
+
+template <> __device__ __forceinline__ float tc_bits_f<__nv_bfloat16>(uint32_t u)
+{
+	return __uint_as_float((u & 0xffffu) << 16);
+}
+
+/* One 64 x 64 (query, key) tile of DeBERTa's terms, gathered into registers (the loads are
+ * issued; nothing waits for them here). Thread tid takes NB = BQ * BK / 128 elements of each term:
+ *  c2p: key kk = tid % 64, query rows r = tid / 64 + 2 i (a warp: 32 consecutive keys of one
+ *       row, so consecutive distances: a contiguous run of one table row);
+ *  p2c: query r = tid % BQ, keys kk = tid / BQ + (128 / BQ) i (a warp: 32 consecutive queries of
+ *       one key row).
+ * Elements outside the sequence (query or key >= L) are 0. c2p_h, p2c_h: the sequence's row 0 of
+ * this head (NULL: that term is absent, 0), ldt = num_heads * width; idx_c: idx + R. */
+template <int BQ>
+__device__ __forceinline__ void tc_dis_load(const unsigned short *c2p_h,
+					    const unsigned short *p2c_h, size_t ldt,
+					    const int32_t *idx_c, int R, int q0, int k0, int nq,
+					    int L, uint32_t (&rc)[BQ * TC_BK / 128],
+					    uint32_t (&rp)[BQ * TC_BK / 128])
+{
+	constexpr int NB = BQ * TC_BK / 128;
+	const int tid = threadIdx.x;
+	static_assert(TC_WARPS * 32 == 128 && BQ % 64 == 0, "DIS staging assumes 128 threads");
+
+	if (c2p_h) {
+		const int kk = tid & (TC_BK - 1), r0 = tid / TC_BK;
+		const bool kv = k0 + kk < L;
+#pragma unroll
+		for (int i = 0; i < NB; i++) {
+			const int r = r0 + 2 * i;
+			const int dist = min(max(q0 + r - (k0 + kk), -R), R);
+			rc[i] = 0;
+			if (kv && r < nq)
+				rc[i] = __ldg(c2p_h + (size_t)(q0 + r) * ldt + __ldg(idx_c + dist));
+		}
+	}
+	if (p2c_h) {
+		const int r = tid % BQ, kk0 = tid / BQ;
+		const bool qv = r < nq;
+#pragma unroll
+		for (int i = 0; i < NB; i++) {
+			const int kk = kk0 + (128 / BQ) * i;
+			const int dist = min(max(q0 + r - (k0 + kk), -R), R);
+			rp[i] = 0;
+			if (qv && k0 + kk < L)
+				rp[i] = __ldg(p2c_h + (size_t)(k0 + kk) * ldt + __ldg(idx_c + dist));
+		}
+	}
+}
+
+/* Write what tc_dis_load gathered into the shared tiles: Bc [BQ][BK + pad] (query-major), Bp
+ * [BK][BQ + pad] (key-major), each warp's 32 lanes on 16 consecutive 32-bit words. */
+template <int BQ>
+__device__ __forceinline__ void tc_dis_store(bool c2p, bool p2c,
+					     const uint32_t (&rc)[BQ * TC_BK / 128],
+					     const uint32_t (&rp)[BQ * TC_BK / 128],
+					     unsigned short *Bc, unsigned short *Bp)
+{
+	constexpr int NB = BQ * TC_BK / 128;
+	const int tid = threadIdx.x;
+
+	if (c2p) {
+		const int kk = tid & (TC_BK - 1), r0 = tid / TC_BK;
+#pragma unroll
+		for (int i = 0; i < NB; i++)
+			Bc[(r0 + 2 * i) * (TC_BK + TC_DIS_PAD) + kk] = (unsigned short)rc[i];
+	}
+	if (p2c) {
+		const int r = tid % BQ, kk0 = tid / BQ;
+#pragma unroll
+		for (int i = 0; i < NB; i++)
+			Bp[(kk0 + (128 / BQ) * i) * (BQ + TC_DIS_PAD) + r] = (unsigned short)rp[i];
+	}
+}
+
 /* MT: m16 query tiles per warp (BQ = 64 * MT queries per CTA). Each K / V fragment read from shared
  * memory with ldmatrix feeds MT mma instructions, so MT = 2 halves the shared-memory traffic per
  * FLOP (as FlashAttention-2's 128-query tiles do); MT = 1 wastes less on short sequences. */
-template <typename T, int D, int MT, bool REL, bool CAUSAL, bool PAGED>
+template <typename T, int D, int MT, int BIAS, bool CAUSAL, bool PAGED>
 __global__ void __launch_bounds__(TC_WARPS * 32, 2)
 attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
 		    tc_layout lay, tc_paged pg, const int32_t *__restrict__ cu_seqlens,
 		    const int32_t *__restrict__ seg, const int32_t *__restrict__ ctx_lens,
-		    const float *__restrict__ rel_bias, int rel_max, int max_seqlen, int num_heads,
-		    float qscale, float inv_scale, T *__restrict__ out, int *flag)
+		    const float *__restrict__ rel_bias, int rel_max, tc_dis dis, int max_seqlen,
+		    int num_heads, float qscale, float inv_scale, T *__restrict__ out, int *flag)
 {
+	constexpr bool REL = BIAS == TC_BIAS_REL, DIS = BIAS == TC_BIAS_DIS;
 	constexpr int LDS = D + 8;    /* shared row stride, elements */
 	constexpr int CPR = D / 8;    /* 16-byte chunks per row */
 	constexpr int KD = D / 16;    /* k16 steps over head_dim (S = Q K^T) */
 	constexpr int ND = D / 8;     /* n8 tiles over head_dim (O = P V) */
 	constexpr int NK = TC_BK / 8; /* n8 tiles over the keys of a tile */
 	constexpr int BQ = TC_WARPS * 16 * MT;
+	constexpr int NB = DIS ? BQ * TC_BK / 128 : 1; /* DIS: prefetched elements per term */
+	static_assert(!DIS || (MT == 1 && !CAUSAL && !PAGED), "DIS: 64-query tiles, encoder only");
+	static_assert(!(REL && DIS), "one bias kind");
 	extern __shared__ __align__(16) unsigned char tc_sm[];
 	T *Qs = (T *)tc_sm;                          /* [BQ][LDS] */
 	T *Ks = Qs + BQ * LDS;                       /* [2][BK][LDS] */
 	T *Vs = Ks + 2 * TC_BK * LDS;                /* [2][BK][LDS] */
 	int *segk = (int *)(Vs + 2 * TC_BK * LDS);   /* [2][BK] */
+	/* DIS: c2p tile [BQ][BK + pad], p2c tile [BK][BQ + pad] (bits of the act dtype) */
+	unsigned short *Bc = (unsigned short *)(segk + 2 * TC_BK);
+	unsigned short *Bp = Bc + BQ * (TC_BK + TC_DIS_PAD);
 
 	const int s = blockIdx.x, h = blockIdx.y, q0 = blockIdx.z * BQ;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -260,6 +380,18 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 	const int32_t *segs = seg ? seg + t0 : NULL;
 	/* REL: this head's bias table centred on distance 0 */
 	const float *rel_h = REL ? rel_bias + (size_t)h * (2 * rel_max + 1) + rel_max : NULL;
+	/* DIS: this sequence's row 0 of this head in each table, the index table centred on 0 */
+	const size_t ldt = DIS ? (size_t)num_heads * dis.width : 0;
+	const unsigned short *c2p_h =
+		DIS && dis.c2p ? (const unsigned short *)dis.c2p + (size_t)t0 * ldt +
+					 (size_t)h * dis.width
+			       : NULL;
+	const unsigned short *p2c_h =
+		DIS && dis.p2c ? (const unsigned short *)dis.p2c + (size_t)t0 * ldt +
+					 (size_t)h * dis.width
+			       : NULL;
+	const int32_t *idx_c = DIS ? dis.idx + dis.R : NULL;
+	uint32_t pre_c[NB], pre_p[NB]; /* DIS: the next tile's terms, in flight */
 
 	/* group 0: the Q tile and K/V tile 0 */
 	for (int e = tid; e < BQ * CPR; e += TC_WARPS * 32) {
@@ -273,6 +405,11 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 	else
 		tc_load_kv<T, D>(kbase, vbase, ld, 0, L, Ks, Vs, segs, segk);
 	tc_cp_commit();
+	if constexpr (DIS) {
+		/* tile 0's terms: visible after the first barrier of the loop */
+		tc_dis_load<BQ>(c2p_h, p2c_h, ldt, idx_c, dis.R, q0, 0, nq, L, pre_c, pre_p);
+		tc_dis_store<BQ>(c2p_h != NULL, p2c_h != NULL, pre_c, pre_p, Bc, Bp);
+	}
 
 	/* this thread's query rows: warp*16*MT + mt*16 + g and + 8 (tile-relative) */
 	const int qw = warp * 16 * MT;
@@ -315,6 +452,9 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 						 Vs + (buf ^ 1) * TC_BK * LDS, segs,
 						 segk + (buf ^ 1) * TC_BK);
 			tc_cp_commit();
+			if constexpr (DIS) /* tile t+1's terms: loads in flight through tile t's MMAs */
+				tc_dis_load<BQ>(c2p_h, p2c_h, ldt, idx_c, dis.R, q0, k0 + TC_BK, nq,
+						L, pre_c, pre_p);
 			tc_cp_wait<1>();
 		} else {
 			tc_cp_wait<0>();
@@ -370,6 +510,33 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 							sc[mt][j][e] = fmaf(__ldg(rel_h + dist), inv_scale,
 									    sc[mt][j][e]);
 						}
+			}
+			/* DeBERTa's terms of the same elements (query row qr, key column kc, both
+			 * tile-relative) from the shared tiles: c2p as one 32-bit pair (kc, kc + 1),
+			 * p2c one element per key row */
+			if constexpr (DIS) {
+#pragma unroll
+				for (int j = 0; j < NK; j++)
+#pragma unroll
+					for (int r = 0; r < 2; r++) {
+						const int qr = qw + g + 8 * r, kc = j * 8 + tig * 2;
+						float b0 = 0.f, b1 = 0.f;
+						if (c2p_h) {
+							const uint32_t w = *(const uint32_t *)(
+								Bc + qr * (TC_BK + TC_DIS_PAD) + kc);
+							b0 = tc_bits_f<T>(w);
+							b1 = tc_bits_f<T>(w >> 16);
+						}
+						if (p2c_h) {
+							b0 += tc_bits_f<T>(
+								Bp[kc * (BQ + TC_DIS_PAD) + qr]);
+							b1 += tc_bits_f<T>(
+								Bp[(kc + 1) * (BQ + TC_DIS_PAD) + qr]);
+						}
+						sc[0][j][2 * r] = fmaf(b0, inv_scale, sc[0][j][2 * r]);
+						sc[0][j][2 * r + 1] =
+							fmaf(b1, inv_scale, sc[0][j][2 * r + 1]);
+					}
 			}
 			/* mask (only a tile that reaches past L, crosses the causal diagonal, or a seg
 			 * mask needs it), tile row max */
@@ -450,6 +617,9 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 			}
 		}
 		__syncthreads(); /* every warp is done with buffer buf before it is refilled */
+		if constexpr (DIS) /* tile t+1's terms, read after the next barrier */
+			if (t + 1 < ntiles)
+				tc_dis_store<BQ>(c2p_h != NULL, p2c_h != NULL, pre_c, pre_p, Bc, Bp);
 	}
 
 	if (!active)
@@ -493,61 +663,72 @@ struct tc_call {
 	tc_paged pg;
 	const int32_t *cu_seqlens, *seg, *ctx_lens;
 	const float *rel_bias;
-	int rel_max, n_seq, max_seqlen, num_heads;
+	int rel_max;
+	tc_dis dis; /* DeBERTa's terms: c2p and p2c NULL when there are none */
+	int n_seq, max_seqlen, num_heads;
 	float qscale, inv_scale;
 	void *out;
 };
 
-template <typename T, int D, int MT, bool REL, bool CAUSAL, bool PAGED>
+template <typename T, int D, int MT, int BIAS, bool CAUSAL, bool PAGED>
 static rg_status tc_launch_k(rg_cuda_ctx *c, int bit, const tc_call *a)
 {
 	constexpr int BQ = TC_WARPS * 16 * MT;
-	const size_t smem = tc_smem_bytes(D, MT);
+	const size_t smem = tc_smem_bytes(D, MT, BIAS == TC_BIAS_DIS);
 	dim3 grid(a->n_seq, a->num_heads, (a->max_seqlen + BQ - 1) / BQ);
 
-	if (smem > 48 * 1024 && !(c->attn_smem_set & (1ull << bit))) {
+	if (smem > 48 * 1024 && !(c->attn_tc_smem_set & (1ull << bit))) {
 		if ((int)smem > c->max_smem_optin)
 			return rg_errorf(RG_ERR_UNSUPPORTED, "attention: head_dim %d needs %zu bytes of "
 					 "shared memory, device allows %d", D, smem,
 					 c->max_smem_optin);
 		rg_status st = rg_cuda_err(
-			cudaFuncSetAttribute(attention_tc_kernel<T, D, MT, REL, CAUSAL, PAGED>,
+			cudaFuncSetAttribute(attention_tc_kernel<T, D, MT, BIAS, CAUSAL, PAGED>,
 					     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
 			"cudaFuncSetAttribute(attention_tc)");
 		if (st != RG_OK)
 			return st;
-		c->attn_smem_set |= 1ull << bit;
+		c->attn_tc_smem_set |= 1ull << bit;
 	}
-	rg_launch(c, attention_tc_kernel<T, D, MT, REL, CAUSAL, PAGED>, grid, TC_WARPS * 32, smem,
+	rg_launch(c, attention_tc_kernel<T, D, MT, BIAS, CAUSAL, PAGED>, grid, TC_WARPS * 32, smem,
 		  (const T *)a->q, (const T *)a->k, (const T *)a->v, a->lay, a->pg, a->cu_seqlens, a->seg,
-		  a->ctx_lens, a->rel_bias, a->rel_max, a->max_seqlen, a->num_heads, a->qscale,
+		  a->ctx_lens, a->rel_bias, a->rel_max, a->dis, a->max_seqlen, a->num_heads, a->qscale,
 		  a->inv_scale, (T *)a->out, c->flag_d);
 	return rg_cuda_launch_check("attention_tc_kernel");
 }
 
 /* The instantiation with the bias code only when there is a table (its smem bits 10 higher); the
- * causal one (no bias) 20 higher, the causal one over the block table 30 higher. */
+ * causal one (no bias) 20 higher, the causal one over the block table 30 higher; DeBERTa's terms
+ * (64-query tiles and head_dim <= 64 only: rg_cuda_attention_tc_dis_ok) 40 higher. */
 template <typename T, int D, int MT>
 static rg_status tc_launch(rg_cuda_ctx *c, int bit, bool causal, const tc_call *a)
 {
 	if (causal && a->pg.k_cache)
-		return tc_launch_k<T, D, MT, false, true, true>(c, bit + 30, a);
+		return tc_launch_k<T, D, MT, TC_BIAS_NONE, true, true>(c, bit + 30, a);
 	if (causal)
-		return tc_launch_k<T, D, MT, false, true, false>(c, bit + 20, a);
+		return tc_launch_k<T, D, MT, TC_BIAS_NONE, true, false>(c, bit + 20, a);
+	if (a->dis.c2p || a->dis.p2c) {
+		if constexpr (MT == 1 && D <= 64)
+			return tc_launch_k<T, D, MT, TC_BIAS_DIS, false, false>(c, bit + 40, a);
+		return rg_errorf(RG_ERR_INTERNAL, "attention_tc: no disentangled instantiation for "
+				 "head_dim %d, %d-query tiles", D, 64 * MT);
+	}
 	if (a->rel_bias)
-		return tc_launch_k<T, D, MT, true, false, false>(c, bit + 10, a);
-	return tc_launch_k<T, D, MT, false, false, false>(c, bit, a);
+		return tc_launch_k<T, D, MT, TC_BIAS_REL, false, false>(c, bit + 10, a);
+	return tc_launch_k<T, D, MT, TC_BIAS_NONE, false, false>(c, bit, a);
 }
 
 /* Query tiles of 128 (MT = 2) for head_dim <= 64 when the grid still has >= 8 CTAs per SM of 64-query
  * tiles (so halving it keeps every SM busy) and sequences are longer than 64 tokens; 64 otherwise
- * (few or short sequences: more CTAs, less waste; head_dim 128 with MT = 2 would spill registers). */
+ * (few or short sequences: more CTAs, less waste; head_dim 128 with MT = 2 would spill registers).
+ * DeBERTa's terms always take 64 (the prefetched bias tile grows with the query tile). */
 template <typename T>
 static rg_status tc_dispatch_d(rg_cuda_ctx *c, int bit0, bool causal, int head_dim,
 			       const tc_call *a)
 {
 	const long tiles64 = (long)a->n_seq * a->num_heads * ((a->max_seqlen + 63) / 64);
-	const bool wide = a->max_seqlen > 64 && tiles64 >= 8L * c->num_sms;
+	const bool dis = a->dis.c2p || a->dis.p2c;
+	const bool wide = !dis && a->max_seqlen > 64 && tiles64 >= 8L * c->num_sms;
 
 	switch (head_dim) {
 	case 32:
@@ -562,22 +743,27 @@ static rg_status tc_dispatch_d(rg_cuda_ctx *c, int bit0, bool causal, int head_d
 	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: head_dim %d", head_dim);
 }
 
-/* bits 24..63 of attn_smem_set (attention.cu uses bits 0..23): 24 + {0..4} fp16, 29 + {0..4}
- * bf16; + 10 with a bias table, + 20 causal, + 30 causal over the block table */
+/* bits 0..49 of attn_tc_smem_set: {0..4} fp16, 5 + {0..4} bf16; + 10 with a bias table, + 20
+ * causal, + 30 causal over the block table, + 40 with DeBERTa's terms */
 static rg_status tc_dispatch(rg_cuda_ctx *c, rg_dtype dt, bool causal, int head_dim,
 			     const tc_call *a)
 {
 	if (dt == RG_DTYPE_F16)
-		return tc_dispatch_d<__half>(c, 24, causal, head_dim, a);
+		return tc_dispatch_d<__half>(c, 0, causal, head_dim, a);
 	if (dt == RG_DTYPE_BF16)
-		return tc_dispatch_d<__nv_bfloat16>(c, 29, causal, head_dim, a);
+		return tc_dispatch_d<__nv_bfloat16>(c, 5, causal, head_dim, a);
 	return rg_errorf(RG_ERR_UNSUPPORTED, "attention_tc: dtype %d", (int)dt);
+}
+
+bool rg_cuda_attention_tc_dis_ok(rg_dtype dt, int head_dim, const void *qkv, const void *out)
+{
+	return rg_cuda_attention_tc_ok(dt, head_dim, qkv, out) && head_dim <= 64;
 }
 
 rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
 			       const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
-			       int rel_max, int n_seq, int max_seqlen, int num_heads, int head_dim,
-			       float qscale, float inv_scale, void *out)
+			       int rel_max, const rg_attn_disent *dis, int n_seq, int max_seqlen,
+			       int num_heads, int head_dim, float qscale, float inv_scale, void *out)
 {
 	const int H = num_heads * head_dim;
 	const size_t esz = 2; /* fp16 / bf16 */
@@ -588,8 +774,13 @@ rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
 	tc_call a = {qkv, (const char *)qkv + (size_t)H * esz, (const char *)qkv + 2 * (size_t)H * esz,
 		     {3 * H, H, 1, 0}, {NULL, NULL, NULL, 0, 0, 0}, cu_seqlens, seg, NULL, rel_bias,
 		     rel_bias ? rel_max : 0,
+		     {dis ? dis->c2p : NULL, dis ? dis->p2c : NULL, dis ? dis->idx : NULL,
+		      dis ? dis->width : 0, dis ? dis->R : 0},
 		     n_seq, max_seqlen, num_heads, qscale, inv_scale, out};
 
+	if (dis && !rg_cuda_attention_tc_dis_ok(dt, head_dim, qkv, out))
+		return rg_errorf(RG_ERR_INTERNAL, "attention_tc: disentangled terms with head_dim %d",
+				 head_dim);
 	return tc_dispatch(c, dt, false, head_dim, &a);
 }
 
@@ -612,8 +803,8 @@ rg_status rg_cuda_prefill_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *
 		     {paged ? k_cache : NULL, paged ? v_cache : NULL,
 		      paged ? paged->block_tables : NULL, paged ? paged->max_blocks_per_seq : 0,
 		      paged ? paged->block_size : 0, num_kv_heads * head_dim},
-		     cu_seqlens, NULL, context_lens, NULL, 0, n_seq, max_seqlen, num_heads,
-		     scale * 1.4426950408889634f, 1.f / scale, out};
+		     cu_seqlens, NULL, context_lens, NULL, 0, {NULL, NULL, NULL, 0, 0}, n_seq,
+		     max_seqlen, num_heads, scale * 1.4426950408889634f, 1.f / scale, out};
 
 	return tc_dispatch(c, dt, true, head_dim, &a);
 }

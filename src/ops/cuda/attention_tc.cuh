@@ -9,16 +9,23 @@
  * qkv and out 16-byte aligned. Otherwise the CUDA-core kernel of attention.cu must be used. */
 bool rg_cuda_attention_tc_ok(rg_dtype dt, int head_dim, const void *qkv, const void *out);
 
-/* Same contract as rg_op_attention (src/ops/ops.h) for problems accepted by rg_cuda_attention_tc_ok;
- * the caller (rg_cuda_attention) has already validated the shapes, host cu_seqlens and rel_max and
- * made the device current. qscale = scale * log2(e); inv_scale = 1 / scale (the relative position
- * bias is added to the raw scores as rel_bias * inv_scale; unused when rel_bias is NULL). Launches
- * on c->stream; RG_ERR_CUDA on launch failure, RG_ERR_UNSUPPORTED when the device lacks the
- * shared memory (head_dim 128 needs ~86 KiB). */
+/* True when rg_cuda_attention_tc can also add DeBERTa's disentangled terms (rg_attn_disent):
+ * rg_cuda_attention_tc_ok and head_dim 32 or 64 (every DeBERTa-v2/v3 size uses 64; head_dim 128
+ * would need 64 more registers per thread for the prefetched bias tile and spill). */
+bool rg_cuda_attention_tc_dis_ok(rg_dtype dt, int head_dim, const void *qkv, const void *out);
+
+/* Same contract as rg_op_attention (src/ops/ops.h) for problems accepted by rg_cuda_attention_tc_ok
+ * (and, with dis, rg_cuda_attention_tc_dis_ok); the caller (rg_cuda_attention) has already
+ * validated the shapes, host cu_seqlens, rel_max and dis, and made the device current. qscale =
+ * scale * log2(e); inv_scale = 1 / scale (the relative position bias, or DeBERTa's c2p + p2c, is
+ * added to the raw scores times inv_scale; unused when rel_bias and dis are NULL). Launches on
+ * c->stream; RG_ERR_CUDA on launch failure, RG_ERR_UNSUPPORTED when the device lacks the shared
+ * memory (head_dim 128 needs ~86 KiB), RG_ERR_INTERNAL for dis on a problem that
+ * rg_cuda_attention_tc_dis_ok refuses. */
 rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
 			       const int32_t *cu_seqlens, const int32_t *seg, const float *rel_bias,
-			       int rel_max, int n_seq, int max_seqlen, int num_heads, int head_dim,
-			       float qscale, float inv_scale, void *out);
+			       int rel_max, const rg_attn_disent *dis, int n_seq, int max_seqlen,
+			       int num_heads, int head_dim, float qscale, float inv_scale, void *out);
 
 /* True when rg_cuda_prefill_attention_tc can run: dt F16 or BF16, head_dim 32, 64 or 128, the row
  * stride ld a multiple of 8 elements and q, k, v, out 16-byte aligned. */

@@ -63,7 +63,9 @@ struct rg_backend_ctx {
 	int max_smem_optin;                /* cudaDevAttrMaxSharedMemoryPerBlockOptin */
 	int num_sms;                       /* multiprocessors */
 	bool pdl;                          /* programmatic dependent launch (sm_90+, RAGGED_PDL=1) */
-	unsigned long long attn_smem_set;  /* bitmask of attention instantiations with raised smem */
+	unsigned long long attn_smem_set;  /* bitmask of attention.cu's CUDA-core instantiations
+					    * with raised smem */
+	unsigned long long attn_tc_smem_set; /* the same for attention_tc.cu's tensor-core ones */
 	bool wgmma;                        /* sm_90a cubin runs here (attention_wgmma.cu's probe) */
 	unsigned wgmma_smem_set;           /* the same bitmask for attention_wgmma.cu's kernels */
 	rg_cuda_gemm_plan plans[RG_CUDA_GEMM_CACHE];
