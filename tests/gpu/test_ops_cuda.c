@@ -30,21 +30,27 @@
  *    act with and without bias on GPT-2 small's and SmolLM2-135M's shapes and the LM head
  *    (N = 50257), M in {1,2,3,4,7,8,15,16} and {17,32} (cuBLASLt), K tails, N < 8, and the
  *    fallbacks (K % 8 != 0, A not 16-byte aligned); each kernel case also equals the same call
- *    on cuBLASLt (rg_cuda_gemv_set), and a captured replay equals the eager call bitwise.
+ *    on cuBLASLt (rg_cuda_gemv_set), and a captured replay equals the eager call bitwise;
+ *  - DeBERTa (issue 21): rg_op_rel_tables (cuBLASLt strided-batched GEMMs) and rg_op_attention
+ *    with the disentangled terms on the short batches and on {500,65,63,130,1,64,5}, c2p alone,
+ *    p2c alone and both, window / log-bucket / random index tables; the attention rows name the
+ *    kernel that takes the case ("tc": the tensor-core kernel, fp16 / bf16 with head_dim 32 or
+ *    64; "cuda-core"; "RAGGED_DEBERTA_TC=0": the old path forced, tables too); batch invariance.
  * Rows are named by op and shape/variant; a failing element prints the case (lengths, N, alias).
  *
  * Usage: test_ops_cuda [--json FILE] [--quick] [--dtype fp32|fp16|bf16] [--skip-oom] [--no-gemm]
- *        [--small-m] [--attn-wgmma].
+ *        [--small-m] [--attn-wgmma] [--deberta].
  * --attn-wgmma runs only the Hopper wgmma attention cases (test_attention_wgmma; fp16 and bf16)
  * and fails unless every one of them launched the wgmma kernel (so: Hopper, sm_90a build);
  * with --quick, a subset of its lengths (1, 65, 129 and the batches of at most 300 tokens a
- * sequence, for compute-sanitizer).
+ * sequence, for compute-sanitizer). --deberta runs only DeBERTa's ops (tests/gpu/deberta.sh).
  * --quick drops the {512,512,1,2} set and most fused-GEMM cases (H = 384 on 1 and 226 rows only),
  * for compute-sanitizer runs; --dtype runs one dtype; --skip-oom leaves out the deliberate 1 PiB
  * allocation and the deliberate illegal call during a graph capture (compute-sanitizer counts both
  * as API errors); --no-gemm leaves out the cuBLASLt GEMMs (in the captured graph too, whose GEMM
  * output is then an uploaded input), so that racecheck sees only ragged's own kernels (it reports
- * WAR hazards inside cuBLASLt's sm90 "nvjet" kernels, which are not ours to fix).
+ * WAR hazards inside cuBLASLt's sm90 "nvjet" kernels, which are not ours to fix); --deberta runs
+ * only the DeBERTa cases (tests/gpu/deberta.sh).
  * Prints one table row per (op, dtype) with the worst errors over all length sets; exits 1 if any
  * check failed, 77 when no CUDA device is present.
  * Build: see tests/gpu/run.sh (links build/libragged.a and the CUDA libraries). */
@@ -83,6 +89,7 @@ static row g_rows[MAX_ROWS];
 static int g_nrows;
 static int g_fail;
 static int g_err_checks, g_err_fail, g_skip_oom, g_no_gemm, g_quick, g_small_m_only, g_wgmma_only;
+static int g_deberta_only; /* --deberta: DeBERTa's ops alone (tests/gpu/deberta.sh) */
 static char g_case[128]; /* the current case (lengths, variant), printed with a failing element */
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 
@@ -798,13 +805,53 @@ static void test_attention(rg_dtype dt, const batch *b, int heads, int D, int wi
 		gfree(&grb);
 }
 
+/* DeBERTa's index tables (rg_attn_disent.idx, 2 R + 1 entries over distances query - key in
+ * [-R, R]), as test inputs:
+ *  IDX_WINDOW: W / 2 columns each side of distance 0, clamped to the table (v2 without buckets);
+ *  IDX_LOG:    deberta-v3's log buckets (transformers' make_log_bucket_position with
+ *              position_buckets = W / 2 and max_position = R, plus att_span = W / 2, clamped to
+ *              the table), written out here independently of src/model/bert.c;
+ *  IDX_RANDOM: any column for any distance, so no kernel may assume a monotone map. */
+enum { IDX_WINDOW, IDX_LOG, IDX_RANDOM };
+static const char *idx_name[] = { "window", "log", "random" };
+
+static void make_dis_idx(int kind, int W, int R, int32_t *idx)
+{
+	const int span = W / 2, mid = span / 2;
+
+	for (int d = -R; d <= R; d++) {
+		int e = d;
+		if (kind == IDX_LOG && mid > 0) {
+			const int a = d < mid && d > -mid ? mid - 1 : abs(d);
+			if (a > mid) {
+				const double lp = ceil(log((double)a / mid) / log((double)(R - 1) / mid) *
+						       (mid - 1)) + mid;
+				e = (d < 0 ? -1 : 1) * (int)lp;
+			}
+		}
+		e += span;
+		idx[R + d] = kind == IDX_RANDOM ? irand(W) : e < 0 ? 0 : e > W - 1 ? W - 1 : e;
+	}
+}
+
+/* The attention kernel that takes DeBERTa's terms (attention.cu's dispatch): the tensor-core one
+ * for fp16 / bf16 with head_dim 32 or 64, unless RAGGED_DEBERTA_TC=0. */
+static const char *disent_path(rg_dtype dt, int D, int old_path)
+{
+	if (old_path)
+		return "RAGGED_DEBERTA_TC=0";
+	return dt != RG_DTYPE_F32 && (D == 32 || D == 64) ? "tc" : "cuda-core";
+}
+
 /* DeBERTa's disentangled terms: rg_op_rel_tables (c2p from Q and pos_key, p2c from K and
  * pos_query) and rg_op_attention with them, CUDA against the CPU twin on the same rounded inputs;
- * which: 1 c2p, 2 p2c, 3 both. idx: a window of W / 2 each side of distance 0 clamped to the
- * table, over distances up to R (R < the longest sequence: clamped distances too). The
- * attention always runs the CUDA-core kernel (DIS instantiation), also in fp16/bf16. */
+ * which: 1 c2p, 2 p2c, 3 both; idx of the given kind (make_dis_idx) over distances up to R (R <
+ * the longest sequence: clamped distances too). The GPU tables (cuBLASLt, act dtype) feed the
+ * GPU attention, the CPU tables (f32) the CPU one. old_path: both run with RAGGED_DEBERTA_TC=0
+ * (the CUDA-core tables kernel and the CUDA-core DIS attention), rows named so; otherwise the
+ * attention row names the kernel that should take the case (disent_path). */
 static void test_attention_disent(rg_dtype dt, const batch *b, int heads, int D, int W, int R,
-				  int which)
+				  int which, int idx_kind, int old_path)
 {
 	const int H = heads * D, T = b->n_tok;
 	const size_t ntab = (size_t)T * heads * W;
@@ -814,10 +861,7 @@ static void test_attention_disent(rg_dtype dt, const batch *b, int heads, int D,
 	double a, r;
 	char name[80];
 
-	for (int d = -R; d <= R; d++) {
-		int e = d + W / 2;
-		idx[R + d] = e < 0 ? 0 : e > W - 1 ? W - 1 : e;
-	}
+	make_dis_idx(idx_kind, W, R, idx);
 	tol_for(dt, &a, &r);
 	gbuf gq = gact_rand(dt, (size_t)T * 3 * H, -2, 2, &qkv);
 	gbuf gpk = gact_rand(dt, (size_t)W * H, -1, 1, &pk);
@@ -830,29 +874,122 @@ static void test_attention_disent(rg_dtype dt, const batch *b, int heads, int D,
 	const rg_attn_disent gdis = {which & 1 ? gc.p : NULL, which & 2 ? gp.p : NULL, gi.p, W, R};
 	const rg_attn_disent cdis = {which & 1 ? c2p : NULL, which & 2 ? p2c : NULL, idx, W, R};
 
+	if (old_path)
+		setenv("RAGGED_DEBERTA_TC", "0", 1);
 	CK(rg_op_rel_tables(g_gpu, gq.p, T, heads, D, which & 1 ? gpk.p : NULL,
 			    which & 2 ? gpq.p : NULL, W, scale, gc.p, gp.p));
 	CK(attn_op(g_gpu, gq.p, gcu.p, b->cu, b->n_seq, b->max_len, heads, D, scale, NULL,
 			   NULL, 0, &gdis, go.p));
+	CK(rg_backend_sync(g_gpu));
+	if (old_path)
+		unsetenv("RAGGED_DEBERTA_TC");
 	CK(rg_op_rel_tables(g_cpu, qkv, T, heads, D, which & 1 ? pk : NULL, which & 2 ? pq : NULL,
 			    W, scale, c2p, p2c));
 	CK(attn_op(g_cpu, qkv, b->cu, b->cu, b->n_seq, b->max_len, heads, D, scale, NULL,
 			   NULL, 0, &cdis, ref));
-	set_case("%s W %d R %d which %d", b->name, W, R, which);
 	for (int k = 0; k < 2; k++) {
 		if (!(which & (1 << k)))
 			continue;
 		float *got = gread(k ? &gp : &gc, dt, ntab);
-		snprintf(name, sizeof(name), "rel_tables %dx%d %s", heads, D, k ? "p2c" : "c2p");
+		snprintf(name, sizeof(name), "rel_tables %dx%d %s%s", heads, D, k ? "p2c" : "c2p",
+			 old_path ? " RAGGED_DEBERTA_TC=0" : "");
+		set_case("%s W %d R %d which %d", b->name, W, R, which);
 		compare(name, dt, got, k ? p2c : c2p, ntab, a, r, gguard_check(k ? &gp : &gc));
 		free(got);
 	}
 	float *got = gread(&go, dt, (size_t)T * H);
-	snprintf(name, sizeof(name), "attention %dx%d disentangled", heads, D);
+	snprintf(name, sizeof(name), "attention %dx%d disent. %s", heads, D,
+		 disent_path(dt, D, old_path));
+	set_case("%s W %d R %d which %d idx %s", b->name, W, R, which, idx_name[idx_kind]);
 	compare(name, dt, got, ref, (size_t)T * H, a, r, gguard_check(&go));
 	free(got); free(ref); free(c2p); free(p2c); free(qkv); free(pk); free(pq); free(idx);
 	gfree(&gq); gfree(&gpk); gfree(&gpq); gfree(&gi); gfree(&gcu); gfree(&gc); gfree(&gp);
 	gfree(&go);
+}
+
+/* Head shapes of the DeBERTa cases: 12 x 32 and 6 x 64 (tensor cores in fp16 / bf16), 3 x 128
+ * (the CUDA-core kernel in every dtype), 5 x 40 and 4 x 8 (no tensor-core head_dim). */
+static const int dis_att[][2] = { { 12, 32 }, { 6, 64 }, { 3, 128 }, { 5, 40 }, { 4, 8 } };
+
+/* The DeBERTa cases of one of the short ragged batches: v3's width 512 with every distance in
+ * the window, and width 16 with most distances clamped (each term alone). */
+static void test_disent_batch(rg_dtype dt, const batch *b)
+{
+	for (int a = 0; a < (g_quick ? 2 : 5); a++) /* --quick: the sanitizers' runs */
+		for (int w = 0; w < 3; w++)
+			test_attention_disent(dt, b, dis_att[a][0], dis_att[a][1], w ? 16 : 512,
+					      w ? 40 : 512, w == 2 ? 1 + (a & 1) : 3, IDX_WINDOW, 0);
+}
+
+/* DeBERTa's terms on long ragged lengths around the 64-query / 64-key tiles of the tensor-core
+ * kernel ({500, 65, 63, 130, 1, 64, 5}: several tiles, partial last tiles, a one-token and a
+ * five-token sequence), deberta-v3-base's 12 x 64 heads with its log-bucketed index (width 512,
+ * R 512) for c2p alone, p2c alone and both; the same both ways with RAGGED_DEBERTA_TC=0; 12 x 64
+ * with most distances clamped (width 16, R 40) and with a random index (width 64, R 100); 4 x 32
+ * (tensor cores) and 2 x 128 (the CUDA-core fallback) with both terms. */
+static void test_disent_long(rg_dtype dt)
+{
+	static const int lens[] = { 500, 65, 63, 130, 1, 64, 5 };
+	const batch b = make_batch(lens, 7);
+
+	for (int which = 1; which <= 3; which++)
+		test_attention_disent(dt, &b, 12, 64, 512, 512, which, IDX_LOG, 0);
+	test_attention_disent(dt, &b, 12, 64, 512, 512, 3, IDX_LOG, 1);
+	test_attention_disent(dt, &b, 12, 64, 16, 40, 3, IDX_WINDOW, 0);
+	test_attention_disent(dt, &b, 12, 64, 64, 100, 3, IDX_RANDOM, 0);
+	test_attention_disent(dt, &b, 4, 32, 512, 512, 3, IDX_LOG, 0);
+	test_attention_disent(dt, &b, 2, 128, 512, 512, 3, IDX_LOG, 0);
+}
+
+/* Batch invariance of the attention with DeBERTa's terms: the 130-token sequence of the long
+ * batch alone (its rows of qkv and of the batch's tables) equals, bitwise, its rows of the
+ * batched result (12 x 64: tensor cores in fp16 / bf16). */
+static void test_disent_invariance(rg_dtype dt)
+{
+	static const int lens[] = { 500, 65, 63, 130, 1, 64, 5 };
+	const batch b = make_batch(lens, 7);
+	const int heads = 12, D = 64, H = heads * D, W = 512, R = 512;
+	const int es = (int)rg_dtype_size(dt), s = 3, t0 = b.cu[s], L = lens[s];
+	const size_t ntab = (size_t)b.n_tok * heads * W, trow = (size_t)heads * W * es;
+	const float scale = 1.f / sqrtf((float)(D * 3));
+	int32_t *idx = malloc((2 * (size_t)R + 1) * 4), cu1[2] = { 0, L };
+	float *qkv, *pk, *pq;
+	long diff = 0;
+
+	make_dis_idx(IDX_LOG, W, R, idx);
+	gbuf gq = gact_rand(dt, (size_t)b.n_tok * 3 * H, -2, 2, &qkv);
+	gbuf gpk = gact_rand(dt, (size_t)W * H, -1, 1, &pk);
+	gbuf gpq = gact_rand(dt, (size_t)W * H, -1, 1, &pq);
+	gbuf gi = graw(idx, (2 * (size_t)R + 1) * 4);
+	gbuf gcu = graw(b.cu, (b.n_seq + 1) * 4), gcu1 = graw(cu1, 8);
+	gbuf gc = galloc(ntab * es), gp = galloc(ntab * es);
+	gbuf go = galloc((size_t)b.n_tok * H * es), go1 = galloc((size_t)L * H * es);
+	const rg_attn_disent dis = {gc.p, gp.p, gi.p, W, R};
+	const rg_attn_disent dis1 = {(char *)gc.p + t0 * trow, (char *)gp.p + t0 * trow, gi.p, W, R};
+
+	CK(rg_op_rel_tables(g_gpu, gq.p, b.n_tok, heads, D, gpk.p, gpq.p, W, scale, gc.p, gp.p));
+	CK(attn_op(g_gpu, gq.p, gcu.p, b.cu, b.n_seq, b.max_len, heads, D, scale, NULL, NULL, 0,
+		   &dis, go.p));
+	CK(attn_op(g_gpu, (char *)gq.p + (size_t)t0 * 3 * H * es, gcu1.p, cu1, 1, L, heads, D,
+		   scale, NULL, NULL, 0, &dis1, go1.p));
+	CK(rg_backend_sync(g_gpu));
+	unsigned char *h = malloc((size_t)L * H * es), *h1 = malloc((size_t)L * H * es);
+	CK(rg_backend_download(g_gpu, h, (char *)go.p + (size_t)t0 * H * es, (size_t)L * H * es));
+	CK(rg_backend_download(g_gpu, h1, go1.p, (size_t)L * H * es));
+	for (size_t i = 0; i < (size_t)L * H * es; i++)
+		diff += h[i] != h1[i];
+	row *r = get_row("attention disent. alone==batched", dt);
+	r->cases++;
+	r->n += (long)L * H;
+	r->bad += diff;
+	if (diff) {
+		fprintf(stderr, "  disentangled attention batch invariance %s: %ld bytes differ\n",
+			dt_name(dt), diff);
+		g_fail = 1;
+	}
+	free(h); free(h1); free(qkv); free(pk); free(pq); free(idx);
+	gfree(&gq); gfree(&gpk); gfree(&gpq); gfree(&gi); gfree(&gcu); gfree(&gcu1); gfree(&gc);
+	gfree(&gp); gfree(&go); gfree(&go1);
 }
 
 /* H a multiple of 16 bytes of elements (384, 768) takes the 16-byte column groups, other H (99)
@@ -1539,8 +1676,10 @@ int main(int argc, char **argv)
 			g_small_m_only = 1;
 		} else if (strcmp(argv[i], "--attn-wgmma") == 0) {
 			g_wgmma_only = 1;
+		} else if (strcmp(argv[i], "--deberta") == 0) {
+			g_deberta_only = 1;
 		} else {
-			fprintf(stderr, "usage: test_ops_cuda [--json FILE] [--quick] [--dtype D] [--skip-oom] [--no-gemm] [--small-m] [--attn-wgmma]\n");
+			fprintf(stderr, "usage: test_ops_cuda [--json FILE] [--quick] [--dtype D] [--skip-oom] [--no-gemm] [--small-m] [--attn-wgmma] [--deberta]\n");
 			return 2;
 		}
 	}
@@ -1563,6 +1702,17 @@ int main(int argc, char **argv)
 		if (st != RG_OK)
 			die_st(st, "rg_backend_init(cuda)");
 		g_dt = dt;
+		if (g_deberta_only) {
+			for (int li = 0; li < n_sets; li++) {
+				batch b = make_batch(lens[li], nl[li]);
+				test_disent_batch(dt, &b);
+			}
+			test_disent_long(dt);
+			test_disent_invariance(dt);
+			rg_backend_free(g_gpu);
+			g_gpu = NULL;
+			continue;
+		}
 		if (dt != RG_DTYPE_F32)
 			test_attention_wgmma(dt);
 		if (g_wgmma_only) {
@@ -1603,13 +1753,8 @@ int main(int argc, char **argv)
 					for (int rb = 0; rb < 3; rb++)
 						test_attention(dt, &b, att[a][0], att[a][1], sg,
 							       rb == 0 ? -1 : rb == 1 ? 128 : 5);
-			/* DeBERTa's c2p / p2c: v3's width 512 with every distance in the
-			 * window, and width 16 with most distances clamped; each term alone */
-			for (int a = 0; a < (g_quick ? 2 : 5); a++) /* --quick: the sanitizers' runs */
-				for (int w = 0; w < 3; w++)
-					test_attention_disent(dt, &b, att[a][0], att[a][1],
-							      w ? 16 : 512, w ? 40 : 512,
-							      w == 2 ? 1 + (a & 1) : 3);
+			/* DeBERTa's c2p / p2c */
+			test_disent_batch(dt, &b);
 			for (int h = 0; h < 3; h++)
 				for (int m = 0; m < 3; m++)
 					for (int nm = 0; nm < 2; nm++)
@@ -1642,6 +1787,10 @@ int main(int argc, char **argv)
 					test_attention(dt, &b5, att_long[a][0], att_long[a][1], sg,
 						       rb ? 128 : -1);
 		test_attention_batch_invariance(dt);
+		if (n_sets == 4) {
+			test_disent_long(dt);
+			test_disent_invariance(dt);
+		}
 		test_graph(dt);
 		if (only_dt || di == 0) {
 			test_errors();
