@@ -12,6 +12,7 @@ distilbert-base-uncased, bert-base-uncased, mpnet-base as in all-mpnet-base-v2),
      layouts.
 Writes one JSON file with every measured number and the verdicts; exit status 1 if any check
 failed. Usage: python3 tests/gpu/families.py --minilm DIR --out FILE [--work DIR]
+[--models NAME,...] (a subset of PUBLIC's names, e.g. deberta-v3-base,deberta-v3-reranker)
 """
 import argparse
 import json
@@ -148,13 +149,20 @@ def main():
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--devices", default="cpu,cuda")
     ap.add_argument("--small", action="store_true", help="shrink every model (a smoke run)")
+    ap.add_argument("--models", default="", help="comma-separated names of PUBLIC (default all)")
     a = ap.parse_args()
+    if a.models:
+        unknown = set(a.models.split(",")) - set(PUBLIC)
+        if unknown:
+            ap.error(f"unknown models {sorted(unknown)}; known: {', '.join(PUBLIC)}")
     if a.small:
         for spec in PUBLIC.values():
             spec.update(H=64, heads=4, layers=2, inter=128)
     report = {"tolerances": TOL, "lens": LENS, "models": {}}
     ok = True
     for i, (name, spec) in enumerate(PUBLIC.items()):
+        if a.models and name not in a.models.split(","):
+            continue  # i stays the model's index: the same seeds as a full run
         t0 = time.time()
         d = make_tiny.make_tiny(os.path.join(a.work, name), spec, a.minilm, seed=500 + i)
         ref = RefBert(d)
