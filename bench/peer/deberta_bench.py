@@ -231,7 +231,9 @@ class HFRunner:
             m = AutoModel.from_pretrained(model_dir, dtype=dt, attn_implementation="eager")
         except TypeError:  # transformers < 4.56 names it torch_dtype
             m = AutoModel.from_pretrained(model_dir, torch_dtype=dt, attn_implementation="eager")
-        self.model = m.to(device).eval()
+        # older transformers may take an unknown dtype= as a config field: cast regardless
+        self.model = m.to(device=device, dtype=dt).eval()
+        self.dtype = str(next(self.model.parameters()).dtype)
 
     def __call__(self, batch):
         torch = self.torch
@@ -368,6 +370,7 @@ def main(argv=None):
         t0 = time.time()
         if name == "hf_eager":
             runners[name] = HFRunner(torch, dirs["deberta-v3-base"], a.device)
+            meta["hf_dtype"] = runners[name].dtype
         else:
             model, env = RAGGED_RUNNERS[name]
             runners[name] = RaggedRunner(dirs[model], a.device, dtype, max_tokens, env)
