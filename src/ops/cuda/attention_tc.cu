@@ -767,8 +767,9 @@ rg_status rg_cuda_attention_tc(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
 {
 	const int H = num_heads * head_dim;
 	const size_t esz = 2; /* fp16 / bf16 */
-	/* Hopper: the wgmma kernel for the plain case (no seg mask, no bias), when switched on */
-	if (!seg && !rel_bias && rg_cuda_attention_wgmma_ok(c, dt, head_dim))
+	/* Hopper: the wgmma kernel for the plain case (no seg mask, no bias, no DeBERTa terms),
+	 * unless switched off */
+	if (!seg && !rel_bias && !dis && rg_cuda_attention_wgmma_ok(c, dt, head_dim))
 		return rg_cuda_attention_wgmma(c, dt, qkv, cu_seqlens, n_seq, max_seqlen, num_heads,
 					       head_dim, qscale, out);
 	tc_call a = {qkv, (const char *)qkv + (size_t)H * esz, (const char *)qkv + 2 * (size_t)H * esz,
