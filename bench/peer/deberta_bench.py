@@ -305,9 +305,47 @@ def render_md(res):
         lines.append(f"| {c['batch']} | {fmt(k.get('deberta_old'), '.7f')} | "
                      f"{fmt(k.get('deberta_tables'), '.7f')} | {fmt(k.get('deberta_attn'), '.7f')}"
                      f" | {fmt(k.get('hf_eager'), '.7f')} | {'PASS' if c['cos_pass'] else 'FAIL'} |")
+    if res.get("trace"):
+        lines += render_trace(res["trace"])
     if res.get("notes"):
         lines += ["", "Notes: " + "; ".join(res["notes"])]
     return "\n".join(lines) + "\n"
+
+
+def trace_runners(torch, runners, batch, bs, n=10):
+    """Kernel time per call of each ragged runner on one batch (bench/peer/trace.py's CUPTI
+    profile through torch.profiler: graph replays included), by kind and top kernels."""
+    import importlib.util  # bench/peer/trace.py by path (the standard library has a "trace")
+    spec = importlib.util.spec_from_file_location("rg_peer_trace", os.path.join(HERE, "trace.py"))
+    tr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tr)
+    out = {"batch": bs, "tokens": batch.T, "calls": n, "runners": {}}
+    for name, fn in runners.items():
+        if not isinstance(fn, RaggedRunner):
+            continue
+        wall, kern = tr.profile(torch, fn, batch, n)
+        by, top = tr.summarize(kern)
+        out["runners"][name] = {"wall_ms": wall, "gpu_ms": sum(kern.values()), "by_kind": by,
+                                "top": [[k, v] for k, v in sorted(kern.items(),
+                                                                 key=lambda kv: -kv[1])[:12]]}
+        log(f"trace {name} b{bs}: wall {wall:.2f} ms, GPU {sum(kern.values()):.2f} ms; " +
+            ", ".join(f"{k} {v:.2f}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])))
+    return out
+
+
+def render_trace(t):
+    lines = ["", f"## Kernel trace, batch {t['batch']} ({t['tokens']} tokens), ms per call "
+             f"(CUPTI via torch.profiler, {t['calls']} calls)", ""]
+    kinds = sorted({k for r in t["runners"].values() for k in r["by_kind"]})
+    lines.append("| runner | wall | GPU | " + " | ".join(kinds) + " |")
+    lines.append("|---|---:|---:|" + "---:|" * len(kinds))
+    for name, r in t["runners"].items():
+        lines.append(f"| {name} | {r['wall_ms']:.2f} | {r['gpu_ms']:.2f} | " +
+                     " | ".join(f"{r['by_kind'].get(k, 0.0):.2f}" for k in kinds) + " |")
+    for name, r in t["runners"].items():
+        lines += ["", f"{name}, top kernels: " + "; ".join(
+            f"{k[:70]} {v:.3f}" for k, v in r["top"])]
+    return lines
 
 
 def write_results(res, base):
@@ -330,6 +368,9 @@ def main(argv=None):
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--small", action="store_true", help="shrunken models (a smoke test)")
     ap.add_argument("--model-dir", default=os.path.join(ROOT, "build", "models"))
+    ap.add_argument("--trace", type=int, default=0, metavar="BATCH",
+                    help="after the rounds, a CUPTI kernel trace (torch.profiler) of the ragged "
+                    "runners on this batch size's first batch (CUDA only)")
     ap.add_argument("--out-dir", default=os.environ.get("OUT", os.path.join(ROOT, "build")))
     a = ap.parse_args(argv)
     t_start = time.monotonic()
@@ -447,6 +488,8 @@ def main(argv=None):
         "vs_hf": "-" if not vs_hf else "met" if all(vs_hf) else "not met"}
     if a.device != "cuda":
         res["notes"].append("CPU smoke test: the timings mean nothing")
+    if a.trace and a.device == "cuda" and a.trace in work:
+        res["trace"] = trace_runners(torch, runners, work[a.trace][0], a.trace)
     meta["wall_s"] = time.monotonic() - t_start
     write_results(res, base)
     print()

@@ -14,7 +14,8 @@
 #             fp32; CUDA fp32 / fp16 / bf16, graphs and eager, every layout) against the float64
 #             reference, and the reference against HF float64
 #   ops_full  (not by default) the whole build/test_ops_cuda, for the other attention kinds
-# Knobs: BENCH_BUDGET_S (60: seconds of timed rounds), BENCH_BATCHES (1,8,32,64,128).
+# Knobs: BENCH_BUDGET_S (60: seconds of timed rounds), BENCH_BATCHES (1,8,32,64,128),
+# BENCH_ARGS (more deberta_bench.py arguments, e.g. "--trace 64 --runners deberta,roberta").
 # Results in $OUT: run.log, build.log, test_ops_cuda_deberta.log / .json, deberta_<gpu>_*.json /
 # .md, families_deberta.json (copy the bench files into bench/results/). Needs .gpu_carry
 # (tests/gpu/setup-env.sh) and python3 with torch + transformers + numpy + safetensors.
@@ -60,7 +61,7 @@ if has bench; then
 	t0=$SECONDS
 	python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
 	timeout 200 python3 bench/peer/deberta_bench.py --out-dir "$OUT" --budget-s "$BENCH_BUDGET_S" \
-		--batches "$BENCH_BATCHES" --model-dir build/models 2>&1 | grep -v "^\[.*\] \(loaded\|warmed\)"
+		--batches "$BENCH_BATCHES" --model-dir build/models ${BENCH_ARGS:-} 2>&1 | grep -v "^\[.*\] \(loaded\|warmed\)"
 	record "deberta_bench ($((SECONDS - t0)) s)" "${PIPESTATUS[0]}"
 fi
 if has families; then
