@@ -48,6 +48,8 @@ typedef struct rg_backend_ops {
 	rg_status (*graph_launch)(rg_backend_ctx *c, void *graph);
 	void (*graph_free)(rg_backend_ctx *c, void *graph);
 	void (*set_exact_gelu)(rg_backend_ctx *c, bool exact); /* NULL: no effect */
+	/* GEMM plans built so far (rg_backend_gemm_plans); NULL: the backend builds none */
+	unsigned long long (*gemm_plans)(rg_backend_ctx *c);
 
 	/* ops (ops.h) */
 	rg_status (*embed_layernorm)(rg_backend_ctx *c, rg_dtype dt, const int32_t *tokens,

@@ -251,6 +251,11 @@ rg_status rg_backend_mem_info(rg_backend *be, size_t *used, size_t *total)
 	return be->ops->mem_info(be->ctx, used, total);
 }
 
+unsigned long long rg_backend_gemm_plans(const rg_backend *be)
+{
+	return be->ops->gemm_plans ? be->ops->gemm_plans(be->ctx) : 0;
+}
+
 /* ---------------------------------------------------------------- ops: checks, then dispatch */
 
 rg_status rg_op_embed_layernorm(rg_backend *be, const int32_t *tokens, const int32_t *positions,

@@ -82,6 +82,11 @@ bool rg_backend_has_graphs(const rg_backend *be);
 void rg_backend_set_exact_gelu(rg_backend *be, bool exact);
 /* Bytes in use / total on the device (CUDA: cudaMemGetInfo); CPU: process RSS and MemTotal. */
 rg_status rg_backend_mem_info(rg_backend *be, size_t *used, size_t *total);
+/* GEMM plans the backend has built so far (CUDA: cuBLASLt plans, each one autotuned over the
+ * heuristic's candidates outside graph capture, src/ops/cuda/gemm.cu; a plan evicted from the
+ * cache and needed again is built again). A count that rises under steady load means GEMMs are
+ * being autotuned between batches. CPU: 0. */
+unsigned long long rg_backend_gemm_plans(const rg_backend *be);
 
 /* Embeddings + LayerNorm (BERT): out[t] = LN(word[tokens[t]] + pos[positions[t]] + type[0]).
  * tokens, positions: (n_tokens) int32; word: (vocab, H) act; pos: (max_pos, H) act;

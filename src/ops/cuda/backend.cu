@@ -412,6 +412,11 @@ extern "C" void rg_cuda_set_exact_gelu(rg_cuda_ctx *ctx, bool exact)
 	((rg_cuda_ctx *)ctx)->exact_gelu = exact;
 }
 
+extern "C" unsigned long long rg_cuda_gemm_plans(rg_cuda_ctx *ctx)
+{
+	return ((rg_cuda_ctx *)ctx)->gemm_plans_built;
+}
+
 /* The table ops.c dispatches through (src/ops/backend.h); the CUDA entry points themselves are
  * spread over backend.cu, gemm.cu, layernorm.cu, elementwise.cu and attention.cu. */
 static rg_backend_ops make_cuda_ops(void)
@@ -438,6 +443,7 @@ static rg_backend_ops make_cuda_ops(void)
 	t.graph_launch = rg_cuda_graph_launch;
 	t.graph_free = rg_cuda_graph_free;
 	t.set_exact_gelu = rg_cuda_set_exact_gelu;
+	t.gemm_plans = rg_cuda_gemm_plans;
 	t.embed_layernorm = rg_cuda_embed_layernorm;
 	t.gemm = rg_cuda_gemm;
 	t.prepare_weight = rg_cuda_prepare_weight;

@@ -42,7 +42,15 @@ struct rg_cuda_gemm_plan {
 	unsigned long long last_use;
 };
 
-#define RG_CUDA_GEMM_CACHE 64
+/* Plans cached per backend: RG_CUDA_GEMM_SETS sets of RG_CUDA_GEMM_WAYS, a problem's set chosen
+ * by a hash of its key, least recently used first out within a set. A server's encoder batches
+ * run in ~130 token buckets of 4-5 GEMM shapes each (~650 plans); the 64 plans kept before held 16
+ * buckets, so a batch of any other bucket autotuned its GEMMs again (16 algorithms x 5 timed
+ * runs each, ~10-30 ms for BERT-base on an H200) in the middle of serving. A plan is ~200 bytes
+ * here plus cuBLASLt's descriptors on the host; nothing on the device. */
+#define RG_CUDA_GEMM_SETS 128
+#define RG_CUDA_GEMM_WAYS 16
+#define RG_CUDA_GEMM_CACHE (RG_CUDA_GEMM_SETS * RG_CUDA_GEMM_WAYS)
 #define RG_CUDA_WORKSPACE_BYTES (32u << 20)
 
 /* Error-flag bits set by kernels that detect inconsistent inputs (read and cleared by sync). */
@@ -68,8 +76,9 @@ struct rg_backend_ctx {
 	unsigned long long attn_tc_smem_set; /* the same for attention_tc.cu's tensor-core ones */
 	bool wgmma;                        /* sm_90a cubin runs here (attention_wgmma.cu's probe) */
 	unsigned wgmma_smem_set;           /* the same bitmask for attention_wgmma.cu's kernels */
-	rg_cuda_gemm_plan plans[RG_CUDA_GEMM_CACHE];
+	rg_cuda_gemm_plan plans[RG_CUDA_GEMM_CACHE]; /* set i: plans[i * WAYS, (i + 1) * WAYS) */
 	unsigned long long gemm_clock;
+	unsigned long long gemm_plans_built; /* plans created (each one autotuned when allowed) */
 	bool autotune;                     /* time the heuristic's top algorithms per new plan */
 	bool exact_gelu;                   /* never use the tanh GELU epilogue for exact GELU */
 	bool capturing;                    /* between capture_begin and capture_end */

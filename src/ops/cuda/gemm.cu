@@ -15,8 +15,9 @@
  * the bias in D's dtype (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), so callers pass act-dtype biases.
  *
  * Plans (descriptors + algorithm) are cached per (shape, dtype, pointer alignment, epilogue) in a
- * 64-entry table with least-recently-used replacement; a hit does no allocation of any kind. The
- * shape (rg_cuda_gemm_shape, common.cuh) also carries leading dimensions and a strided batch, for
+ * set-associative table of RG_CUDA_GEMM_CACHE plans (common.cuh) with least-recently-used
+ * replacement within a set; a hit does no allocation of any kind. The shape
+ * (rg_cuda_gemm_shape, common.cuh) also carries leading dimensions and a strided batch, for
  * rg_cuda_gemm_strided: the same "TN" product per batch entry, through
  * CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT / STRIDED_BATCH_OFFSET (DeBERTa's relative tables).
  * A new plan asks the heuristic for its 16 best algorithms and, outside graph capture, times each on
@@ -237,16 +238,39 @@ out_destroy_events:
 	return RG_OK;
 }
 
-/* Find or build the plan; the least recently used slot is recycled when the table is full. */
+/* The set of a problem's key (common.cuh: RG_CUDA_GEMM_SETS x RG_CUDA_GEMM_WAYS). */
+static int plan_set(rg_dtype dt, const rg_cuda_gemm_shape *sh, int align, int epi)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a over the key's fields */
+	const uint64_t f[13] = {(uint64_t)(uint32_t)sh->M,     (uint64_t)(uint32_t)sh->N,
+				(uint64_t)(uint32_t)sh->K,     (uint64_t)(uint32_t)sh->batch,
+				(uint64_t)(uint32_t)sh->lda,   (uint64_t)(uint32_t)sh->ldw,
+				(uint64_t)(uint32_t)sh->ldo,   (uint64_t)sh->stride_a,
+				(uint64_t)sh->stride_w,        (uint64_t)sh->stride_o,
+				(uint64_t)dt,                  (uint64_t)(uint32_t)align,
+				(uint64_t)(uint32_t)epi};
+
+	for (int i = 0; i < 13; i++) {
+		h ^= f[i];
+		h *= 1099511628211ull;
+	}
+	h ^= h >> 29;
+	return (int)(h % RG_CUDA_GEMM_SETS);
+}
+
+/* Find or build the plan in its set; the set's least recently used slot is recycled when the
+ * set is full. */
 static rg_status plan_get(rg_cuda_ctx *c, rg_dtype dt, const rg_cuda_gemm_shape *sh, int align,
 			  int epi, const void *A, const void *W, const void *bias, void *out,
 			  float alpha, rg_cuda_gemm_plan **res)
 {
-	rg_cuda_gemm_plan *victim = &c->plans[0];
+	rg_cuda_gemm_plan *set = c->plans + (size_t)plan_set(dt, sh, align, epi) *
+					    RG_CUDA_GEMM_WAYS;
+	rg_cuda_gemm_plan *victim = &set[0];
 	rg_status st;
 
-	for (int i = 0; i < RG_CUDA_GEMM_CACHE; i++) {
-		rg_cuda_gemm_plan *p = &c->plans[i];
+	for (int i = 0; i < RG_CUDA_GEMM_WAYS; i++) {
+		rg_cuda_gemm_plan *p = &set[i];
 		if (p->used && shape_eq(&p->sh, sh) && p->dt == dt && p->align == align &&
 		    p->epi == epi) {
 			p->last_use = ++c->gemm_clock;
@@ -265,6 +289,7 @@ static rg_status plan_get(rg_cuda_ctx *c, rg_dtype dt, const rg_cuda_gemm_shape 
 		return st;
 	}
 	victim->last_use = ++c->gemm_clock;
+	c->gemm_plans_built++;
 	*res = victim;
 	return RG_OK;
 }

@@ -50,6 +50,7 @@ rg_status rg_cuda_capture_end(rg_cuda_ctx *ctx, void **graph_exec);
 rg_status rg_cuda_graph_launch(rg_cuda_ctx *ctx, void *graph_exec);
 void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph_exec);
 void rg_cuda_set_exact_gelu(rg_cuda_ctx *ctx, bool exact);
+unsigned long long rg_cuda_gemm_plans(rg_cuda_ctx *ctx);
 rg_status rg_cuda_bias_act(rg_cuda_ctx *ctx, rg_dtype dt, void *x, const float *bias, int M, int N,
 			   rg_act act);
 rg_status rg_cuda_bias_residual_layernorm(rg_cuda_ctx *ctx, rg_dtype dt, const void *x, const float *bias,
