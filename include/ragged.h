@@ -179,11 +179,46 @@ RG_API const rg_model_info *rg_model_get_info(const rg_model *m);
 
 /* CUDA graphs the packed encoder path has captured so far: one per new batch bucket (tokens,
  * sequences and longest length rounded up), and again for a bucket whose graph was evicted from
- * the model's cache of 48; each costs an eager run plus the capture. A count that keeps rising
- * under steady load means batches cost far more than their replay. 0 on the CPU (no graphs) or
- * with RAGGED_CUDA_GRAPHS=0. Read it from the thread that runs the model (not synchronised);
- * NULL gives 0. */
+ * the model's cache (192 besides the warm-up's); each costs an eager run plus the capture. A
+ * count that keeps rising under steady load means batches cost far more than their replay. 0 on
+ * the CPU (no graphs) or with RAGGED_CUDA_GRAPHS=0. Read it from the thread that runs the model
+ * (not synchronised); NULL gives 0. */
 RG_API long long rg_model_graph_captures(const rg_model *m);
+
+/* What the packed encoder path has done so far, for monitoring (a server's /metrics). Read it
+ * from the thread that runs the model (not synchronised). */
+typedef struct rg_model_stats {
+	long long graph_captures; /* as rg_model_graph_captures, the warm-up's included */
+	long long graph_replays;  /* packed batches answered by replaying a CUDA graph */
+	long long graph_eager;    /* packed batches on the graph path (CUDA) run eagerly: their
+				   * bucket had no graph yet, or graphs are off */
+	long long graphs_pinned;  /* graphs of rg_model_graph_warmup, kept for the model's life */
+	long long gemm_plans;     /* GEMM plans the backend built, each autotuned (CUDA: cuBLASLt,
+				   * 16 candidates timed; ~10-30 ms for BERT-base shapes); 0 on the
+				   * CPU. Rising under steady load: GEMMs autotuned between batches */
+} rg_model_stats;
+
+/* Fill *out for m (all zero for NULL). */
+RG_API void rg_model_get_stats(const rg_model *m, rg_model_stats *out);
+
+/* Capture before serving the CUDA graph of every bucket a packed batch (rg_model_embed /
+ * rg_model_run without a layout) can fall in when it holds at most max_seqs sequences averaging
+ * at least 8 tokens (1-token sequences alone are fine too) and its longest sequence has at most
+ * max_len tokens (capped at max_seq_len): one graph per token bucket (tokens rounded up to 16 /
+ * 64 / 256 / 1024 up to max_batch_tokens) and longest-length bucket (64, 128, ... max_seq_len),
+ * ~470 for BERT-base's 512 positions and 16384 tokens. From this call on, such a batch pads its
+ * sequence count to its token bucket's (at most max_seqs rounded up to a power of two, and
+ * tokens / 8; the padding sequences are empty: their attention work groups exit at once) and so
+ * replays a graph captured here, never capturing (or autotuning GEMMs) while serving; other
+ * batches are captured at their bucket's second run as before. Each bucket runs once eagerly
+ * (autotuning a new token bucket's GEMMs), then is captured; the graphs are kept for the
+ * model's life (a few KB of host and device memory each: the activation arena is shared), besides
+ * the cache of 192 others. Seconds for BERT-base on an H100. *n_graphs (may be NULL): graphs
+ * captured. No-op (RG_OK, 0 graphs) on the CPU or with RAGGED_CUDA_GRAPHS=0. Errors:
+ * RG_ERR_INVALID_INPUT (max_seqs or max_len < 1), RG_ERR_UNSUPPORTED (a decoder), RG_ERR_OOM,
+ * RG_ERR_CUDA: a capture failed, and the model runs without graphs from then on (its answers are
+ * unaffected). Not thread-safe: call it from the thread that runs the model. */
+RG_API rg_status rg_model_graph_warmup(rg_model *m, int max_seqs, int max_len, int *n_graphs);
 
 /* Tokenize one UTF-8 text as the HF tokenizer does, with the [CLS] ... [SEP] template.
  * text: len bytes, not necessarily NUL-terminated. On success *ids is malloc'd (caller frees) and

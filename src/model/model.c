@@ -19,7 +19,7 @@
  * then pool per sequence (+ L2 normalize).
  *
  * CUDA graphs: a packed batch of n tokens and s sequences runs in the bucket (T_b, S_b, L_b) that
- * rounds n, s and the longest length up (bucket_of below); the bucket's whole forward -- the copy of
+ * rounds n, s and the longest length up (model/bucket.h); the bucket's whole forward -- the copy of
  * the staged ids, positions and cu_seqlens into device memory, the encoder, and the pooling, which
  * writes the pooled rows straight into pinned, mapped host memory -- is captured once into a CUDA graph and replayed for
  * every later batch of that bucket. Tokens n..T_b are padding ([PAD], position 0) that belong to no
@@ -28,7 +28,9 @@
  * bucket runs the same op sequence eagerly (so cuBLASLt autotunes its GEMM shapes outside the
  * capture); the graph is captured after the bucket's second eager run (a bucket seen once is not
  * worth a capture's milliseconds); at most RG_GRAPH_CACHE graphs are kept, least recently used
- * first out. RAGGED_CUDA_GRAPHS=0 disables them. The layout modes (TCB sec. 4 baselines) run the same
+ * first out, besides those of rg_model_graph_warmup: a server captures, before it reports ready,
+ * the graph of every bucket its batches can fall in (the envelope of model/bucket.h: one S per
+ * token bucket), and keeps them. RAGGED_CUDA_GRAPHS=0 disables them. The layout modes (TCB sec. 4 baselines) run the same
  * encoder over rows with padding and a block-diagonal seg mask, then gather each request's rows
  * back into packed order before pooling. Only src/ops/ops.h is used, so every backend works. */
 #include <limits.h>
@@ -259,7 +261,7 @@ void rg_model_free(rg_model *m)
 		rg_backend *be = m->be;
 		void *dev[] = {m->arena_d, m->ids_d, m->seg_d, m->idx_d, m->cu_pool_d};
 
-		for (int i = 0; i < RG_GRAPH_CACHE; i++)
+		for (int i = 0; m->graph_cache && i < m->graph_cap; i++)
 			rg_backend_graph_free(be, m->graph_cache[i].g);
 		for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
 			rg_backend_dealloc(be, dev[i]);
@@ -271,6 +273,7 @@ void rg_model_free(rg_model *m)
 			m->arch->free_weights(m);
 		rg_backend_free(be);
 	}
+	free(m->graph_cache);
 	rg_generate_state_free(m);
 	rg_tokenizer_free(m->tok);
 	free(m->chat_template);
@@ -605,6 +608,18 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 		const char *g = getenv("RAGGED_CUDA_GRAPHS");
 		m->graphs = rg_backend_has_graphs(m->be) && !(g && g[0] == '0');
 	}
+	m->bucket = (rg_bucket_policy){m->max_tokens,
+				       m->cfg.max_position_embeddings - m->cfg.position_offset,
+				       m->max_tokens < RG_GRAPH_MAX_SEQ ? m->max_tokens
+									: RG_GRAPH_MAX_SEQ, 0};
+	if (m->graphs) {
+		m->graph_cache = calloc(RG_GRAPH_CACHE, sizeof(*m->graph_cache));
+		if (!m->graph_cache) {
+			s = rg_errorf(RG_ERR_OOM, "out of host memory");
+			goto out_free_model;
+		}
+		m->graph_cap = RG_GRAPH_CACHE;
+	}
 
 	m->act_name = strdup(rg_act_name(m->cfg.hidden_act));
 	if (!m->act_name) {
@@ -843,30 +858,6 @@ static rg_status validate_batch(const rg_model *m, const int32_t *tokens, const 
 
 /* Device pointers of one forward pass. */
 
-/* Bucket of a packed batch (CUDA graphs): tokens rounded up to 16 (<= 256), 64 (<= 4096), 256
- * (<= 16384), else 1024 -- at most ~6% padding past 256 tokens, ~3% past 2048 --, capped at
- * max_batch_tokens;
- * sequences to the next power of two (capped at max_batch_tokens, which n_seq never exceeds);
- * the longest length to the next power of two >= 64 (it only
- * sizes the attention grid, whose CTAs past a sequence's end exit at once), capped at
- * max_position_embeddings. */
-static void bucket_of(const rg_model *m, int n, int n_seq, int max_len, int *T, int *S, int *L)
-{
-	int q = n <= 256 ? 16 : n <= 4096 ? 64 : n <= 16384 ? 256 : 1024;
-	int t = (n + q - 1) / q * q, sq = 1, l = 64;
-
-	*T = t < m->max_tokens ? t : m->max_tokens;
-	while (sq < n_seq)
-		sq *= 2;
-	/* never more rows than the staging and pinned output buffers hold (max_batch_tokens) */
-	*S = sq < m->max_tokens ? sq : m->max_tokens;
-	while (l < max_len)
-		l *= 2;
-	*L = l < m->info.max_seq_len ? l : m->info.max_seq_len;
-	if (*L < max_len)
-		*L = max_len;
-}
-
 /* The whole packed forward of one bucket as backend ops (what a graph captures): copy the staged
  * ids_h ([tokens T][positions T][cu S+1]) to the device, encode T rows as S sequences, pool S rows
  * into out_h (host memory the device writes through the mapping on CUDA). */
@@ -980,7 +971,7 @@ static void stage_packed(rg_model *m, const int32_t *tokens, const int32_t *type
 /* The cached graph of bucket (T, S, L), or NULL. */
 static rg_bucket_graph *graph_find(rg_model *m, int T, int S, int L)
 {
-	for (int i = 0; i < RG_GRAPH_CACHE; i++) {
+	for (int i = 0; i < m->graph_cap; i++) {
 		rg_bucket_graph *b = &m->graph_cache[i];
 		if (b->g && b->T == T && b->S == S && b->L == L) {
 			b->last_use = ++m->graph_clock;
@@ -1009,23 +1000,27 @@ static bool graph_seen_before(rg_model *m, int T, int S, int L)
 	return false;
 }
 
-/* Capture bucket (T, S, L) into a free or the least recently used slot. ids_h must hold a staged
- * batch of that bucket (the capture records pointers, not values). */
-static rg_status graph_capture(rg_model *m, int T, int S, int L)
+/* Capture bucket (T, S, L) into a free slot, else the least recently used one that is not
+ * pinned (the cache always has RG_GRAPH_CACHE slots besides the pinned ones); pinned: the
+ * warm-up's, kept for the model's life. ids_h must hold a staged batch of that bucket (the
+ * capture records pointers, not values). */
+static rg_status graph_capture(rg_model *m, int T, int S, int L, bool pinned)
 {
-	rg_bucket_graph *victim = &m->graph_cache[0];
+	rg_bucket_graph *victim = NULL;
 	rg_graph *g = NULL;
 	rg_status s, s2;
 
-	for (int i = 0; i < RG_GRAPH_CACHE; i++) {
+	for (int i = 0; i < m->graph_cap; i++) {
 		rg_bucket_graph *b = &m->graph_cache[i];
 		if (!b->g) {
 			victim = b;
 			break;
 		}
-		if (b->last_use < victim->last_use)
+		if (!b->pinned && (!victim || b->last_use < victim->last_use))
 			victim = b;
 	}
+	if (!victim) /* a broken invariant: RG_GRAPH_CACHE > 0 unpinned slots */
+		return rg_errorf(RG_ERR_INTERNAL, "graph cache: every slot is pinned");
 	if ((s = rg_backend_capture_begin(m->be)) != RG_OK)
 		return s;
 	s = forward_packed(m, T, S, L, NULL);
@@ -1041,6 +1036,7 @@ static rg_status graph_capture(rg_model *m, int T, int S, int L)
 	victim->T = T;
 	victim->S = S;
 	victim->L = L;
+	victim->pinned = pinned;
 	victim->last_use = ++m->graph_clock;
 	m->graph_captures++;
 	return RG_OK;
@@ -1053,17 +1049,20 @@ static rg_status embed_bucketed(rg_model *m, const int32_t *tokens, const int32_
 				int n_seq, int max_len, float *out, float *hidden_out)
 {
 	const int H = m->cfg.hidden_size;
-	int T, S, L;
+	const rg_bucket bk = rg_bucket_of(&m->bucket, n, n_seq, max_len);
+	const int T = bk.T, S = bk.S, L = bk.L;
 	rg_bucket_graph *b;
 	rg_status s;
 
-	bucket_of(m, n, n_seq, max_len, &T, &S, &L);
 	stage_packed(m, tokens, types, cu, n, n_seq, T, S);
 	b = m->graphs ? graph_find(m, T, S, L) : NULL;
-	if (b)
+	if (b) {
 		s = rg_backend_graph_launch(m->be, b->g);
-	else
+		m->graph_replays++;
+	} else {
 		s = forward_packed(m, T, S, L, m->ids_h + 2 * T);
+		m->graph_eager++;
+	}
 	if (s == RG_OK)
 		s = rg_backend_sync(m->be);
 	if (s != RG_OK)
@@ -1079,7 +1078,7 @@ static rg_status embed_bucketed(rg_model *m, const int32_t *tokens, const int32_
 			return s;
 	}
 	if (!b && m->graphs && graph_seen_before(m, T, S, L)) {
-		s = graph_capture(m, T, S, L);
+		s = graph_capture(m, T, S, L, false);
 		if (s != RG_OK) {
 			/* the batch is answered; later batches run eagerly */
 			fprintf(stderr, "ragged: CUDA graph capture failed, continuing without graphs: "
@@ -1088,6 +1087,115 @@ static rg_status embed_bucketed(rg_model *m, const int32_t *tokens, const int32_
 		}
 	}
 	return RG_OK;
+}
+
+/* Run bucket b of the ladder once eagerly (cuBLASLt autotunes a new token bucket's GEMM shapes
+ * then, outside the capture) on an example batch of it (pad ids), and capture it pinned; a
+ * bucket already cached is pinned as it is. *captured: whether a capture ran. */
+static rg_status warm_bucket(rg_model *m, rg_bucket b, int *lens, int32_t *tokens, int32_t *cu,
+			     bool *captured)
+{
+	rg_bucket_graph *have = graph_find(m, b.T, b.S, b.L);
+	int n, n_seq;
+	rg_bucket got;
+	rg_status s;
+
+	*captured = false;
+	if (have) {
+		if (!have->pinned)
+			m->graph_pinned++;
+		have->pinned = true;
+		return RG_OK;
+	}
+	rg_bucket_example(&m->bucket, b, &n, &n_seq, lens);
+	got = rg_bucket_of(&m->bucket, n, n_seq, n_seq ? lens[0] : 0);
+	if (n < 1 || got.T != b.T || got.S != b.S || got.L != b.L)
+		return rg_errorf(RG_ERR_INTERNAL, "graph warm-up: no example batch of bucket "
+				 "(%d, %d, %d)", b.T, b.S, b.L);
+	cu[0] = 0;
+	for (int i = 0; i < n_seq; i++)
+		cu[i + 1] = cu[i] + lens[i];
+	for (int t = 0; t < n; t++)
+		tokens[t] = pad_id(m);
+	stage_packed(m, tokens, NULL, cu, n, n_seq, b.T, b.S);
+	if ((s = forward_packed(m, b.T, b.S, b.L, m->ids_h + 2 * b.T)) != RG_OK ||
+	    (s = rg_backend_sync(m->be)) != RG_OK ||
+	    (s = graph_capture(m, b.T, b.S, b.L, true)) != RG_OK)
+		return s;
+	m->graph_pinned++;
+	*captured = true;
+	return RG_OK;
+}
+
+rg_status rg_model_graph_warmup(rg_model *m, int max_seqs, int max_len, int *n_graphs)
+{
+	rg_bucket *lad = NULL;
+	int32_t *tokens = NULL, *cu = NULL;
+	int *lens = NULL, n_lad, done = 0;
+	rg_bucket_graph *grown;
+	rg_status s = RG_OK;
+
+	if (n_graphs)
+		*n_graphs = 0;
+	if (!m || max_seqs < 1 || max_len < 1)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "graph warm-up: needs a model, max_seqs >= 1 "
+				 "and max_len >= 1");
+	if (m->arch->kind != RG_MODEL_ENCODER)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "graph warm-up: encoders only");
+	if (max_len > m->info.max_seq_len)
+		max_len = m->info.max_seq_len;
+	m->bucket.env_seqs = max_seqs;
+	if (!m->graphs)
+		return RG_OK;
+	n_lad = rg_bucket_ladder(&m->bucket, max_len, NULL, 0);
+	/* room for every bucket of the ladder pinned, and RG_GRAPH_CACHE others besides */
+	grown = realloc(m->graph_cache, sizeof(*grown) * (size_t)(m->graph_cap + n_lad));
+	if (!grown)
+		return rg_errorf(RG_ERR_OOM, "graph warm-up: out of host memory");
+	memset(grown + m->graph_cap, 0, sizeof(*grown) * (size_t)n_lad);
+	m->graph_cache = grown;
+	m->graph_cap += n_lad;
+	lad = malloc(sizeof(*lad) * (size_t)(n_lad > 0 ? n_lad : 1));
+	lens = malloc(sizeof(*lens) * (size_t)m->bucket.max_seq);
+	tokens = malloc(sizeof(*tokens) * (size_t)m->max_tokens);
+	cu = malloc(sizeof(*cu) * ((size_t)m->bucket.max_seq + 1));
+	if (!lad || !lens || !tokens || !cu) {
+		s = rg_errorf(RG_ERR_OOM, "graph warm-up: out of host memory");
+		goto out_free;
+	}
+	rg_bucket_ladder(&m->bucket, max_len, lad, n_lad);
+	/* largest first: a failure for want of device memory shows at once */
+	for (int i = n_lad - 1; i >= 0; i--) {
+		bool captured;
+
+		if ((s = warm_bucket(m, lad[i], lens, tokens, cu, &captured)) != RG_OK) {
+			s = rg_error_wrap(s, "graph warm-up, bucket (%d tokens, %d sequences, "
+					  "longest %d)", lad[i].T, lad[i].S, lad[i].L);
+			m->graphs = false; /* as after a failed capture while serving */
+			goto out_free;
+		}
+		done += captured;
+	}
+out_free:
+	if (n_graphs)
+		*n_graphs = done;
+	free(lad);
+	free(lens);
+	free(tokens);
+	free(cu);
+	return s;
+}
+
+void rg_model_get_stats(const rg_model *m, rg_model_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!m)
+		return;
+	out->graph_captures = m->graph_captures;
+	out->graph_replays = m->graph_replays;
+	out->graph_eager = m->graph_eager;
+	out->graphs_pinned = m->graph_pinned;
+	out->gemm_plans = (long long)rg_backend_gemm_plans(m->be);
 }
 
 /* Packed batch without buckets (CPU, or more sequences than the pinned output holds): the real

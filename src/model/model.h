@@ -11,6 +11,7 @@
 
 #include "core/mem_plan.h"
 #include "core/safetensors.h"
+#include "model/bucket.h"
 #include "model/config.h"
 #include "model/tsrc.h"
 #include "ops/ops.h"
@@ -32,10 +33,11 @@ enum {
 	RG_ARENA_N
 };
 
-/* graphs kept per model: a server's steady stream of 4k-16k-token batches spreads over ~50 token
- * buckets x 2-3 sequence buckets; 48 slots thrashed there (178 captures in a 10 s step on an H200,
- * p99 225 ms: bench/results/short_requests_h200_20261126-0254.md). A graph is a few KB of host
- * and device state: the arena is shared. */
+/* graphs kept per model besides those of rg_model_graph_warmup (kept for the model's life): a
+ * server's steady stream of 4k-16k-token batches spreads over ~50 token buckets x 2-3 sequence
+ * buckets; 48 slots thrashed there (178 captures in a 10 s step on an H200, p99 225 ms:
+ * bench/results/short_requests_h200_20261126-0254.md). A graph is a few KB of host and device
+ * state: the arena is shared. */
 #define RG_GRAPH_CACHE 192
 #define RG_GRAPH_SEEN 64      /* buckets seen once and not captured, remembered (FIFO) */
 #define RG_GRAPH_MAX_SEQ 1024 /* larger batches run eagerly (pinned output rows) */
@@ -44,6 +46,7 @@ enum {
 typedef struct rg_bucket_graph {
 	int T, S, L;             /* bucket: tokens, sequences, longest sequence */
 	rg_graph *g;             /* NULL: slot free */
+	bool pinned;             /* captured by rg_model_graph_warmup: never evicted */
 	unsigned long long last_use;
 } rg_bucket_graph;
 
@@ -176,9 +179,15 @@ struct rg_model {
 	int32_t *cu_pool_d;      /* (T+1) requests (layout modes) */
 	/* host staging of the layout modes' index buffers */
 	int32_t *tokens_h, *positions_h, *seg_h, *idx_h, *cu_attn_h; /* (T), cu: (T+1) */
-	/* CUDA graphs per bucket (LRU) */
+	/* CUDA graphs per bucket (model/bucket.h): the warm-up's pinned, then up to
+	 * RG_GRAPH_CACHE more, least recently used first out */
 	bool graphs;             /* backend has graphs and RAGGED_CUDA_GRAPHS != 0 */
-	rg_bucket_graph graph_cache[RG_GRAPH_CACHE];
+	rg_bucket_policy bucket; /* how batches round to buckets (the warm-up sets an envelope) */
+	rg_bucket_graph *graph_cache; /* (graph_cap) */
+	int graph_cap;           /* RG_GRAPH_CACHE + graph_pinned */
+	int graph_pinned;        /* graphs captured by rg_model_graph_warmup */
+	long long graph_replays; /* packed batches answered by a graph replay */
+	long long graph_eager;   /* packed batches of the graph path run eagerly (no graph yet) */
 	int graph_seen[RG_GRAPH_SEEN][3]; /* (T, S, L) of buckets run once, eagerly; T 0: empty */
 	int graph_seen_next;              /* the FIFO's next slot */
 	unsigned long long graph_clock;

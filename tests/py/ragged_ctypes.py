@@ -117,6 +117,13 @@ class KvInfo(ctypes.Structure):
                 ("bytes_per_block", ctypes.c_size_t), ("bytes", ctypes.c_size_t)]
 
 
+class ModelStats(ctypes.Structure):
+    """rg_model_stats (include/ragged.h)."""
+    _fields_ = [("graph_captures", ctypes.c_longlong), ("graph_replays", ctypes.c_longlong),
+                ("graph_eager", ctypes.c_longlong), ("graphs_pinned", ctypes.c_longlong),
+                ("gemm_plans", ctypes.c_longlong)]
+
+
 class ModelBatch(ctypes.Structure):
     """include/ragged.h rg_model_batch."""
     _fields_ = [("tokens", ctypes.c_void_p), ("token_types", ctypes.c_void_p),
@@ -158,6 +165,10 @@ def lib():
             ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_bool)]
         l.rg_model_get_info.restype = ctypes.POINTER(ModelInfo)
         l.rg_model_get_info.argtypes = [ctypes.c_void_p]
+        l.rg_model_get_stats.argtypes = [ctypes.c_void_p, ctypes.POINTER(ModelStats)]
+        l.rg_model_get_stats.restype = None
+        l.rg_model_graph_warmup.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                            ctypes.POINTER(ctypes.c_int)]
         l.rg_model_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
                                       ctypes.POINTER(ctypes.c_size_t)]
         l.rg_model_arena_bytes.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
@@ -317,6 +328,20 @@ class Model:
     def info(self):
         """The model's rg_model_info (a ModelInfo, valid while the model lives)."""
         return lib().rg_model_get_info(self._h).contents
+
+    def stats(self):
+        """rg_model_get_stats as a dict."""
+        s = ModelStats()
+        lib().rg_model_get_stats(self._h, ctypes.byref(s))
+        return {name: getattr(s, name) for name, _ in ModelStats._fields_}
+
+    def graph_warmup(self, max_seqs, max_len):
+        """rg_model_graph_warmup: the number of graphs captured."""
+        n = ctypes.c_int(-1)
+        st = lib().rg_model_graph_warmup(self._h, max_seqs, max_len, ctypes.byref(n))
+        if st != RG_OK:
+            raise _err(st)
+        return n.value
 
     def memory(self):
         """(used, total) bytes from rg_model_memory: device memory on CUDA, RSS / MemTotal on CPU."""

@@ -807,6 +807,56 @@ def test_graph_replay_matches_eager_and_reference(tiny_dirs, monkeypatch):
         eager.close()
 
 
+def test_graph_warmup_covers_served_batches(tiny_dirs, monkeypatch):
+    """rg_model_graph_warmup captures, before serving, the graph of every bucket a server's batch
+    can fall in (model/bucket.h's envelope: here up to 64 sequences, 2048 tokens): afterwards
+    batches as the token scheduler forms them from 2-100-token requests replay a warm graph each
+    -- no capture, no eager run, no GEMM plan autotuned while serving -- and still equal a model
+    without graphs and the float64 reference (the padding sequences the envelope adds are empty).
+    A batch outside the envelope (more sequences than tokens / 8) still runs, eagerly at first.
+    On the CPU there are no graphs: the warm-up captures nothing and changes no answer."""
+    name = "h64_relu_norm"
+    ref = RefBert(tiny_dirs[name])
+    warm = load(tiny_dirs[name], max_batch_tokens=2048)
+    monkeypatch.setenv("RAGGED_CUDA_GRAPHS", "0")
+    eager = load(tiny_dirs[name], max_batch_tokens=2048)
+    try:
+        n = warm.graph_warmup(64, 512)  # capped at the model's 128 positions
+        st = warm.stats()
+        if DEVICE == "cuda":
+            # 44 token buckets up to 2048; lengths 64 and 128 where a batch reaches them
+            assert n > 44 and n == st["graph_captures"] == st["graphs_pinned"], (n, st)
+            assert st["graph_eager"] == 0 and st["gemm_plans"] > 0, st
+        else:
+            assert n == 0 and all(v == 0 for v in st.values()), (n, st)
+        rng = np.random.default_rng(21)
+        batches = 0
+        for k in list(range(1, 65, 3)) + [64, 40, 1, 2]:
+            lens = rng.integers(2, 101, size=k)
+            lens = lens[np.cumsum(lens) <= 2048].tolist()
+            seqs = random_seqs(rng, lens)
+            a = warm.embed_ids(seqs, ref.H)
+            batches += 1
+            assert_embeddings_close(a, eager.embed_ids(seqs, ref.H), f"warm vs eager {lens}",
+                                    fp32_tol=1e-5)
+            assert_embeddings_close(a, ref.embed_batch(seqs), f"warm lens={lens}")
+        after = warm.stats()
+        if DEVICE == "cuda":
+            assert after["graph_captures"] == n and after["graph_eager"] == 0, after
+            assert after["graph_replays"] == batches, after
+            assert after["gemm_plans"] == st["gemm_plans"], (st, after)
+        # outside the envelope: 40 one-token sequences in a 48-token bucket
+        seqs = random_seqs(rng, [1] * 40)
+        assert_embeddings_close(warm.embed_ids(seqs, ref.H), ref.embed_batch(seqs), "40 x 1")
+        if DEVICE == "cuda":
+            assert warm.stats()["graph_eager"] == 1
+        with pytest.raises(rc.RaggedError):
+            warm.graph_warmup(0, 128)
+    finally:
+        warm.close()
+        eager.close()
+
+
 # ------------------------------------------------------------------ load-time validation
 
 def _copy(src, dst):
