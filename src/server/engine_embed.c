@@ -21,7 +21,6 @@ typedef struct embed_bufs {
 	float *hid;            /* (hid_cap) per-token hidden states of a batch that asked for
 			        * them (/embed_all); allocated at the first such batch */
 	size_t hid_cap;
-	long long captures;    /* rg_model_graph_captures of the model, as last counted */
 } embed_bufs;
 
 /* The runner's worker_init: the batch buffers for the engine's limits. */
@@ -40,6 +39,13 @@ static rg_status embed_worker_init(rg_worker *w)
 	eb->out = malloc((size_t)bcap * (size_t)e->hidden * sizeof(float));
 	if (!eb->tokens || !eb->types || !eb->cu || !eb->out)
 		return rg_errorf(RG_ERR_OOM, "engine: out of memory");
+	{
+		/* the model's counters so far (a start-up graph warm-up's) */
+		rg_model_stats ms;
+
+		rg_model_get_stats(w->model, &ms);
+		rg_metrics_model_stats(e->p.metrics, w->index, &ms);
+	}
 	return RG_OK;
 }
 
@@ -124,12 +130,10 @@ static rg_status embed_run(rg_worker *w, double *model_ms)
 	rg_metrics_batch(e->p.metrics, w->index, n, b->real_tokens, b->computed_tokens,
 			 st == RG_OK);
 	{
-		long long g = rg_model_graph_captures(w->model); /* this thread runs the model */
+		rg_model_stats ms;
 
-		if (g > eb->captures)
-			rg_metrics_graph_captures(e->p.metrics, w->index,
-						  (uint64_t)(g - eb->captures));
-		eb->captures = g;
+		rg_model_get_stats(w->model, &ms); /* this thread runs the model */
+		rg_metrics_model_stats(e->p.metrics, w->index, &ms);
 	}
 	if (st != RG_OK) {
 		snprintf(w->err, sizeof(w->err), "%s: %s", rg_status_name(st), rg_last_error());

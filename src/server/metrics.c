@@ -2,6 +2,7 @@
 #include "server/metrics.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -107,12 +108,22 @@ void rg_metrics_batch(rg_metrics *m, int device, int n, int real_tokens, int com
 	pthread_mutex_unlock(&m->mu);
 }
 
-void rg_metrics_graph_captures(rg_metrics *m, int device, uint64_t n)
+void rg_metrics_model_stats(rg_metrics *m, int device, const rg_model_stats *st)
 {
 	pthread_mutex_lock(&m->mu);
 	if (device >= 0 && device < m->n_devices)
-		m->device_graph_captures[device] += n;
+		m->device_model[device] = *st;
 	pthread_mutex_unlock(&m->mu);
+}
+
+/* One per-device series of the models' counters: HELP text, TYPE, then a sample per device. */
+static void render_device_series(rg_buf *o, const rg_metrics *s, const char *name,
+				 const char *type, const char *help, size_t field)
+{
+	rg_buf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	for (int i = 0; i < s->n_devices; i++)
+		rg_buf_printf(o, "%s{device=\"%s\"} %lld\n", name, s->device[i],
+			       *(const long long *)((const char *)&s->device_model[i] + field));
 }
 
 void rg_metrics_cache(rg_metrics *m, uint64_t hits, uint64_t misses)
@@ -333,12 +344,23 @@ void rg_metrics_render(rg_metrics *m, rg_buf *o, int queue_depth, size_t mem_use
 		for (int i = 0; i < s.n_devices; i++)
 			rg_buf_printf(o, "ragged_device_tokens_total{device=\"%s\"} %llu\n",
 				       s.device[i], (unsigned long long)s.device_tokens[i]);
-		rg_buf_puts(o, "# HELP ragged_device_graph_captures_total CUDA graphs captured (a new "
-				"or evicted batch bucket: an eager run plus a capture), by device.\n"
-				"# TYPE ragged_device_graph_captures_total counter\n");
-		for (int i = 0; i < s.n_devices; i++)
-			rg_buf_printf(o, "ragged_device_graph_captures_total{device=\"%s\"} %llu\n",
-				       s.device[i], (unsigned long long)s.device_graph_captures[i]);
+		render_device_series(o, &s, "ragged_device_graph_captures_total", "counter",
+				     "CUDA graphs captured (a new or evicted batch bucket: an eager "
+				     "run plus a capture; the start-up warm-up's included), by device.",
+				     offsetof(rg_model_stats, graph_captures));
+		render_device_series(o, &s, "ragged_device_graphs_warm", "gauge",
+				     "CUDA graphs captured at start-up (--graph-warmup-len) and kept, "
+				     "by device.", offsetof(rg_model_stats, graphs_pinned));
+		render_device_series(o, &s, "ragged_device_graph_replays_total", "counter",
+				     "Batches answered by replaying a CUDA graph, by device.",
+				     offsetof(rg_model_stats, graph_replays));
+		render_device_series(o, &s, "ragged_device_eager_batches_total", "counter",
+				     "Batches on the CUDA graph path run eagerly (their bucket had "
+				     "no graph yet), by device.", offsetof(rg_model_stats, graph_eager));
+		render_device_series(o, &s, "ragged_device_gemm_plans_total", "counter",
+				     "GEMM plans built, each autotuned (a new shape, or one evicted "
+				     "from the plan cache), by device; 0 on the CPU.",
+				     offsetof(rg_model_stats, gemm_plans));
 	}
 	render_counter(o, "ragged_real_tokens_total", "Tokens of requests computed.", s.real_tokens);
 	render_counter(o, "ragged_computed_tokens_total", "Tokens computed, padding included.",

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "ragged.h"
 #include "server/request.h"
 
 #define RG_HIST_MAX_BUCKETS 20
@@ -37,7 +38,8 @@ typedef struct rg_metrics {
 	char device[RG_METRICS_MAX_DEVICES][16];              /* label values: "cuda:1", "cpu" */
 	uint64_t device_batches[RG_METRICS_MAX_DEVICES];      /* batches run, by device */
 	uint64_t device_tokens[RG_METRICS_MAX_DEVICES];       /* real tokens computed, by device */
-	uint64_t device_graph_captures[RG_METRICS_MAX_DEVICES]; /* rg_model_graph_captures */
+	/* each device's model (rg_model_get_stats), as its worker last read it */
+	rg_model_stats device_model[RG_METRICS_MAX_DEVICES];
 } rg_metrics;
 
 /* A histogram of n finite upper bounds le (increasing, at most RG_HIST_MAX_BUCKETS), all
@@ -64,8 +66,10 @@ void rg_metrics_set_devices(rg_metrics *m, const char *const *names, int n);
  * of lengths) and computed (padding included) tokens. */
 void rg_metrics_batch(rg_metrics *m, int device, int n, int real_tokens, int computed_tokens,
 		      bool ok);
-/* n more CUDA graphs captured by the model of `device` (rg_model_graph_captures). */
-void rg_metrics_graph_captures(rg_metrics *m, int device, uint64_t n);
+/* The counters of the model of `device` (rg_model_get_stats: CUDA graphs captured, replayed,
+ * pinned at start-up, batches run eagerly, GEMM plans built), as read now by the thread that
+ * runs it: cumulative, so the values replace the last ones. */
+void rg_metrics_model_stats(rg_metrics *m, int device, const rg_model_stats *st);
 void rg_metrics_cache(rg_metrics *m, uint64_t hits, uint64_t misses);
 void rg_metrics_dropped(rg_metrics *m, uint64_t n);
 void rg_metrics_expired(rg_metrics *m, uint64_t n);

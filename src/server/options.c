@@ -63,6 +63,10 @@ static const opt_spec g_opts[] = {
 	 "131072", "tokens per request, all inputs together; more -> 413"},
 	{"--max-batch-ms", "X", OPT_DOUBLE, F(max_batch_ms), 0, 1e7, "100",
 	 "time budget of a batch (estimate; >= 10x its fixed cost), 0 = none"},
+	{"--graph-warmup-len", "N", OPT_INT, F(graph_warmup_len), 0, 1 << 20, "512",
+	 "CUDA: before reporting ready, capture the graph of every batch bucket whose longest "
+	 "input has at most N tokens (capped at the model's), so that none is captured while "
+	 "serving; 0 = none"},
 	{"--admission", "time|count", OPT_STR, F(admission), 0, 0, "time",
 	 "time: 429 what cannot meet its deadline; count: --max-queue only, long "
 	 "requests one after another"},

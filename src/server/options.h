@@ -49,6 +49,7 @@ typedef struct rg_serve_opts {
 	size_t max_buffered_bytes;     /* request bodies held by all connections */
 	size_t max_discard_bytes;      /* refused bodies read and dropped up to this size */
 	double max_batch_ms;          /* time budget of a batch, 0: none */
+	int graph_warmup_len;         /* CUDA graph warm-up up to this longest input, 0: none */
 	int max_client_batch_tokens;  /* tokens per request */
 	const char *admission;        /* "time" or "count" */
 	const char *accept;           /* "balanced" (server.c's accept thread) or "mhd" */

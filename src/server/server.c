@@ -93,6 +93,46 @@
 
 /* ---- main ------------------------------------------------------------------------------- */
 
+/* CUDA graphs of every batch bucket the engine's batches can fall in, on each device's model,
+ * before the server reports ready (rg_model_graph_warmup: batches of at most
+ * --max-batch-requests inputs, the longest at most --graph-warmup-len tokens), so that serving
+ * never stalls on a capture or a GEMM autotune. A capture that fails only warns: that model
+ * serves without graphs (RG_ERR_OOM for host memory is an error). */
+static rg_status warm_graphs(rg_server *s)
+{
+	const int len = s->o.graph_warmup_len;
+
+	if (len <= 0 || s->info->device != RG_DEVICE_CUDA)
+		return RG_OK;
+	for (int i = 0; i < s->n_models; i++) {
+		double t0 = rg_now_ms();
+		size_t used0 = 0, used1 = 0, total = 0;
+		int n = 0;
+		rg_model_stats ms;
+		rg_status st;
+
+		(void)rg_model_memory(s->models[i], &used0, &total);
+		st = rg_model_graph_warmup(s->models[i], s->o.max_batch_requests, len, &n);
+		(void)rg_model_memory(s->models[i], &used1, &total);
+		rg_model_get_stats(s->models[i], &ms);
+		if (st == RG_ERR_OOM)
+			return st;
+		if (st != RG_OK) {
+			fprintf(stderr, "ragged serve: warning: device %d: CUDA graph warm-up failed "
+				"after %d graphs, serving without graphs: %s\n", i, n,
+				rg_last_error());
+			continue;
+		}
+		fprintf(stderr, "ragged serve: device %d: %d CUDA graphs captured at start-up in "
+			"%.1f s (batches of up to %d tokens, %d inputs, longest %d), %lld GEMM plans, "
+			"%+.0f MiB of device memory\n", i, n, (rg_now_ms() - t0) / 1e3,
+			s->o.max_batch_tokens, s->o.max_batch_requests,
+			len < s->info->max_seq_len ? len : s->info->max_seq_len, ms.gemm_plans,
+			((double)used1 - (double)used0) / 1048576.0);
+	}
+	return RG_OK;
+}
+
 static rg_status setup_engine(rg_server *s)
 {
 	const rg_model_info *i = s->info;
@@ -165,6 +205,8 @@ static rg_status setup_engine(rg_server *s)
 		if (!s->cache)
 			return st;
 	}
+	if ((st = warm_graphs(s)) != RG_OK)
+		return st;
 	sp.max_batch_ms = s->o.max_batch_ms;
 	memset(&ep, 0, sizeof(ep));
 	ep.sched = sp;

@@ -48,6 +48,7 @@ static void test_defaults(void **state)
 	assert_true(o.http_threads >= 4 && o.http_threads <= 32);
 	assert_string_equal(o.model, "");
 	assert_true(o.max_batch_ms == 100);
+	assert_int_equal(o.graph_warmup_len, 512);
 	assert_int_equal(o.max_client_batch_tokens, 131072);
 	assert_string_equal(o.admission, "time");
 	assert_string_equal(o.accept, "balanced");
@@ -60,11 +61,13 @@ static void test_values_and_flags(void **state)
 	const char *args[] = {"--port=0", "--device", "cpu", "--dtype=bf16", "--lazy",
 			      "--eta", "0.25", "--max-body-bytes", "1024", "--model", "/m",
 			      "--admission=count", "--max-batch-ms", "0", "--shutdown-timeout-s=0",
-			      "--max-client-batch-tokens", "7", "--accept", "mhd"};
+			      "--max-client-batch-tokens", "7", "--accept", "mhd",
+			      "--graph-warmup-len=0"};
 	rg_serve_opts o;
 	(void)state;
 
-	assert_int_equal(parse(&o, 19, args), -1);
+	assert_int_equal(parse(&o, 20, args), -1);
+	assert_int_equal(o.graph_warmup_len, 0);
 	assert_string_equal(o.admission, "count");
 	assert_string_equal(o.accept, "mhd");
 	assert_true(o.max_batch_ms == 0);
@@ -89,6 +92,7 @@ static void test_usage_errors(void **state)
 		{"--cache-entries", "-1"}, {"--host", ""},
 		{"--admission", "queue"}, {"--max-batch-ms", "-1"}, {"--shutdown-timeout-s", "-1"},
 		{"--max-client-batch-tokens", "0"}, {"--accept", "random"},
+		{"--graph-warmup-len", "-1"},
 	};
 	rg_serve_opts o;
 	(void)state;
@@ -129,7 +133,8 @@ static void test_help_lists_every_option(void **state)
 			     "--request-read-timeout-s --max-connections-per-ip "
 			     "--max-buffered-bytes --max-discard-bytes --max-batch-ms "
 			     "--max-client-batch-tokens --admission --accept --shutdown-timeout-s "
-			     "--token-delay-us --devices --cpu-replicas [RAGGED_PORT] "
+			     "--token-delay-us --devices --cpu-replicas --graph-warmup-len "
+			     "[RAGGED_GRAPH_WARMUP_LEN] [RAGGED_PORT] "
 			     "[RAGGED_MAX_BATCH_REQUESTS] [RAGGED_API_KEY] [RAGGED_DAS_PACKED] "
 			     "[RAGGED_SHUTDOWN_TIMEOUT_S] [RAGGED_DEVICES] --served-model-name "
 			     "--json-output --default-prompt-name --auto-truncate --pooling "
