@@ -162,12 +162,18 @@ def run_step(a, server, label, rate, duration, warmup_s, seed):
         "batches": batches,
         "tokens_per_batch": d("ragged_real_tokens_total") / batches if batches else None,
         "graph_captures": d("ragged_device_graph_captures_total"),
+        # what the engine thread did besides replaying a graph: eager runs (a bucket without a
+        # graph yet) and GEMM plans built (each autotuned); absent from an older server
+        "eager_batches": d("ragged_device_eager_batches_total"),
+        "graph_replays": d("ragged_device_graph_replays_total"),
+        "gemm_plans": d("ragged_device_gemm_plans_total"),
     }
     lat = res["latency_ms"]
     log(f"  {label}: offered {res['offered_rps']:.0f}/s, throughput {res['throughput_rps']:.0f}/s,"
         f" p50 {lat['p50']} p99 {lat['p99']} ms, failed {res['requests']['failed']},"
         f" batch {res['server']['batch_size_mean']}, server {rec['server_cores']:.2f} cores,"
-        f" loadgen {rec['loadgen_cores']:.2f} cores, graph captures {rec['graph_captures']:.0f}")
+        f" loadgen {rec['loadgen_cores']:.2f} cores, graph captures {rec['graph_captures']:.0f},"
+        f" eager batches {rec['eager_batches']:.0f}, GEMM plans {rec['gemm_plans']:.0f}")
     return rec
 
 
@@ -198,7 +204,12 @@ def cmd_fixed(a):
             save()
             return 1
         doc["meta"]["startup_s"] = time.monotonic() - t0
-        log(f"server up in {doc['meta']['startup_s']:.1f} s")
+        m = metrics_of(server.url)
+        doc["meta"]["graphs_warm"] = prom_sum(m, "ragged_device_graphs_warm")
+        doc["meta"]["gemm_plans_at_start"] = prom_sum(m, "ragged_device_gemm_plans_total")
+        log(f"server up in {doc['meta']['startup_s']:.1f} s, {doc['meta']['graphs_warm']:.0f}"
+            f" CUDA graphs captured at start-up, {doc['meta']['gemm_plans_at_start']:.0f}"
+            " GEMM plans")
         doc["steps"].append(run_step(a, server, "load80", a.rate, a.duration, a.warmup, a.seed))
         save()
         if a.overload_rate and a.overload_duration > 0:
@@ -383,7 +394,9 @@ def markdown(rep):
         L.append(f"not measured ({fx.get('error', 'no result')})")
     else:
         L += [f"`{fx['meta'].get('serve_cmd', '')}`; server up in "
-              f"{fmt(fx['meta'].get('startup_s'))} s. load80: {TARGET_LOAD:.0%} of the default "
+              f"{fmt(fx['meta'].get('startup_s'))} s"
+              f" ({fmt(fx['meta'].get('graphs_warm'), 0)} CUDA graphs captured at start-up,"
+              f" {fmt(fx['meta'].get('gemm_plans_at_start'), 0)} GEMM plans). load80: {TARGET_LOAD:.0%} of the default "
               "mode's saturation throughput (after a warm-up at the same rate); overload: above "
               "saturation. CPU from /proc (utime + stime) over the step, per 2xx answer.", "",
               "| | " + " | ".join(s["label"] for s in fx["steps"]) + " |",
@@ -406,6 +419,9 @@ def markdown(rep):
         row("batches, tokens per batch", lambda s: f"{fmt(s['batches'], 0)}, "
             f"{fmt(s['tokens_per_batch'], 0)}")
         row("CUDA graph captures in the step", lambda s: fmt(s["graph_captures"], 0))
+        row("eager batches (no graph yet) / graph replays in the step",
+            lambda s: f"{fmt(s.get('eager_batches'), 0)} / {fmt(s.get('graph_replays'), 0)}")
+        row("GEMM plans built (autotuned) in the step", lambda s: fmt(s.get("gemm_plans"), 0))
         row("GPU busy % (nvidia-smi)", lambda s: fmt(s["gpu_busy_pct"]))
         row("server cores; CPU us per request", lambda s: f"{fmt(s['server_cores'], 2)}; "
             f"{fmt(s['server_us_per_req'])}")

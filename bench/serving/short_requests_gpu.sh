@@ -7,17 +7,23 @@
 #   2. offline  bench/serving/offline_embed.py: rg_model_embed on packed batches of 64, 128, 256
 #               and 512 of the loadgen's own requests, tokens/s and requests/s per batch size
 #               (ids to the device, encoder, pooled vectors back to the host, synchronised)
+#   0. check    (CHECK=1) tests/py/test_model.py -k graph on the device: graph replay equals
+#               eager and the float64 reference, and batches after the start-up warm-up replay
+#               without capture, eager run or GEMM autotune (test_graph_warmup_covers_served_batches)
 #   3. sweep    bench/serving/sweep.py --schedulers token --dists u2_100 --connections 512, first
-#               with the server's default --accept (balanced), then with --accept mhd
+#               with the server's default --accept (balanced), then with --accept mhd (MODES)
 #   4. fixed    short_requests_gpu.py fixed: the default server at 80% of step 3's saturation
 #               throughput (the p99 of the issue's second target), then one step at 125% of it;
-#               per step the server's CPU per request by thread, the loadgen's CPU, GPU busy %
-#               and the CUDA graph captures
+#               per step the server's CPU per request by thread, the loadgen's CPU, GPU busy %,
+#               the CUDA graph captures, eager batches and GEMM plans built (the server captures
+#               its graphs at start-up: --graph-warmup-len)
 #   5. report   short_requests_gpu.py report, rewritten after every stage (a run cut short keeps
 #               what was measured): the targets (served >= 85% of offline tokens/s at the served
 #               mean batch size; p99 < 50 ms at 80% of saturation), each marked met or not
-# Builds nothing: build/ragged, build/libragged.so and build/libragged_internal.so (`make all`)
-# come from an earlier job of the same call. Needs python3 with numpy + safetensors (no torch).
+# Builds nothing unless BUILD_ARCH is set (sm_90a: `make all` for Hopper alone, as issue19.sh;
+# any other value: every architecture): build/ragged, build/libragged.so and
+# build/libragged_internal.so (`make all`) come from an earlier job of the same call otherwise.
+# Needs python3 with numpy + safetensors (no torch; pytest for CHECK=1).
 #   OUT=... bench/serving/short_requests_gpu.sh
 #   tests/gpu/session.sh "tests/gpu/run.sh ..." "bench/serving/short_requests_gpu.sh BUDGET_S=200"
 #   OUT=/tmp/sr DEVICE=cpu DTYPE=fp32 MODEL=DIR BUDGET_S=60 bench/serving/short_requests_gpu.sh
@@ -26,9 +32,11 @@
 # SEED (1), TIMEOUT_MS (5000, per request), OFFLINE_S (12% of the budget, at least 8), FIXED_S
 # (seconds measured at 80%: 5% of the budget within 3-10, less when short of time), OVERLOAD_S
 # (2% of the budget within 1-4; 0 skips the step), STARTUP_S (time held back for the fixed
-# stage's server start: 10 on cuda, where BERT-base starts in ~2 s; 5 on cpu), PER_RATE_S (2:
-# seconds per sweep step), SERVE_ARGS (extra `ragged serve` arguments for every server, split on
-# spaces).
+# stage's server start: 30 on cuda, where BERT-base loads in ~2 s and captures ~470 graphs at
+# start-up; 5 on cpu), PER_RATE_S (2: seconds per sweep step), SERVE_ARGS (extra `ragged serve`
+# arguments for every server, split on spaces), MODES ("default mhd": the accept modes swept;
+# "default" alone leaves the whole sweep budget to the default mode), CHECK (0; 1: stage 0),
+# BUILD_ARCH (unset: no build).
 # Under tests/gpu/session.sh give BUDGET_S in the job, as above: an exported BUDGET_S of the
 # session (its own, default 560) would be inherited otherwise.
 # Output in $OUT: short_requests_<device>_<stamp>.md and .json (the report), run.log, and
@@ -53,9 +61,11 @@ OFFLINE_S=${OFFLINE_S:-$((BUDGET_S * 12 / 100 > 8 ? BUDGET_S * 12 / 100 : 8))}
 clamp() { echo $(($1 < $2 ? $2 : $1 > $3 ? $3 : $1)); }
 FIXED_S=${FIXED_S:-$(clamp $((BUDGET_S / 20)) 3 10)}
 OVERLOAD_S=${OVERLOAD_S:-$(clamp $((BUDGET_S / 50)) 1 4)}
-STARTUP_S=${STARTUP_S:-$([ "$DEVICE" = cuda ] && echo 10 || echo 5)}
+STARTUP_S=${STARTUP_S:-$([ "$DEVICE" = cuda ] && echo 30 || echo 5)}
 PER_RATE_S=${PER_RATE_S:-2}
 SERVE_ARGS=${SERVE_ARGS:-}
+MODES=${MODES:-default mhd}
+CHECK=${CHECK:-0}
 export PATH=$PATH:/usr/local/cuda/bin
 export PYTHONUNBUFFERED=1
 # cpu is the smoke test of this script on a development box: one engine thread there, as
@@ -87,6 +97,15 @@ USER_MODEL=${MODEL:-}
 # shellcheck source=tests/gpu/setup-env.sh
 source tests/gpu/setup-env.sh
 MODEL=$USER_MODEL
+if [ -n "${BUILD_ARCH:-}" ]; then
+	ARCHFLAGS=()
+	[ "$BUILD_ARCH" = sm_90a ] && ARCHFLAGS=(CUDA_ARCHS=sm_90a
+		"NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a")
+	say "make all ${ARCHFLAGS[*]}"
+	make -j"$(nproc)" "${ARCHFLAGS[@]}" all >"$OUT/build.log" 2>&1 ||
+		{ tail -20 "$OUT/build.log"; say "build failed"; exit 1; }
+	say "built"
+fi
 for f in build/ragged build/libragged.so build/libragged_internal.so; do
 	[ -e "$f" ] || { say "$f missing: run \`make all\` first (this script builds nothing)"; exit 1; }
 done
@@ -155,6 +174,15 @@ if [ -z "${MODEL:-}" ]; then
 fi
 [ -f "$MODEL/config.json" ] || { say "no model at $MODEL"; FAILED+=(model); finish; exit 1; }
 
+# 0. check: graph replay and the start-up warm-up on this device (fp16, the tiny models)
+if [ "$CHECK" = 1 ] && [ "$DEVICE" = cuda ]; then
+	say "check: tests/py/test_model.py -k graph on cuda $DTYPE"
+	stage env RAGGED_TEST_DEVICE=cuda RAGGED_TEST_DTYPE="$DTYPE" RAGGED_LIB=build/libragged.so \
+		timeout -k 5 180 python3 -m pytest -q -p no:cacheprovider tests/py/test_model.py \
+		-k "graph" -rs
+	record check $?
+fi
+
 # 2. offline
 say "offline ($OFFLINE_S s)"
 stage timeout -k 5 $((OFFLINE_S + 30)) python3 bench/serving/offline_embed.py --model "$MODEL" \
@@ -189,11 +217,14 @@ sweep_mode() { # NAME SHARE_OF_WHAT_IS_LEFT START_RATE [serve args]
 	record "sweep_$name" $?
 	report
 }
-sweep_mode default 50 "$START"
+case " $MODES " in *" mhd "*) SHARE=50 ;; *) SHARE=100 ;; esac
+sweep_mode default "$SHARE" "$START"
 SAT=$(python3 bench/serving/short_requests_gpu.py sat "$WORK/sweep_default")
 # --accept mhd from half the default mode's saturation (an unknown one: the offline start)
-sweep_mode mhd 100 "$([ -n "$SAT" ] && python3 -c "print(f'{$SAT / 2:.0f}')" || echo "$START")" \
-	--serve-arg=--accept --serve-arg=mhd
+case " $MODES " in *" mhd "*)
+	sweep_mode mhd 100 "$([ -n "$SAT" ] && python3 -c "print(f'{$SAT / 2:.0f}')" ||
+		echo "$START")" --serve-arg=--accept --serve-arg=mhd ;;
+esac
 
 # 4. fixed rate at 80% of the default mode's saturation, then 125%
 if [ -z "$SAT" ]; then
