@@ -46,9 +46,10 @@ struct rg_cuda_gemm_plan {
  * by a hash of its key, least recently used first out within a set. A server's encoder batches
  * run in ~130 token buckets of 4-5 GEMM shapes each (~650 plans); the 64 plans kept before held 16
  * buckets, so a batch of any other bucket autotuned its GEMMs again (16 algorithms x 5 timed
- * runs each, ~10-30 ms for BERT-base on an H200) in the middle of serving. A plan is ~200 bytes
+ * runs each, ~10-30 ms for BERT-base on an H200) in the middle of serving. 4096 leave room for
+ * --max-batch-tokens 65536 (~170 token buckets) without a set overflowing. A plan is ~150 bytes
  * here plus cuBLASLt's descriptors on the host; nothing on the device. */
-#define RG_CUDA_GEMM_SETS 128
+#define RG_CUDA_GEMM_SETS 256
 #define RG_CUDA_GEMM_WAYS 16
 #define RG_CUDA_GEMM_CACHE (RG_CUDA_GEMM_SETS * RG_CUDA_GEMM_WAYS)
 #define RG_CUDA_WORKSPACE_BYTES (32u << 20)
