@@ -4,12 +4,12 @@
 # with `ragged loadgen` (512 connections, same host), side by side with the same engine offline.
 #   1. model    build/models/bert-base-random, written by bench/serving/make_bert_base.py (what
 #               `sweep.py --model bert-base` writes and reuses) unless MODEL names a directory
+#   check       (CHECK=1) tests/py/test_model.py -k graph on the device: graph replay equals
+#               eager and the float64 reference, and batches after the start-up warm-up replay
+#               without capture, eager run or GEMM autotune (test_graph_warmup_covers_served_batches)
 #   2. offline  bench/serving/offline_embed.py: rg_model_embed on packed batches of 64, 128, 256
 #               and 512 of the loadgen's own requests, tokens/s and requests/s per batch size
 #               (ids to the device, encoder, pooled vectors back to the host, synchronised)
-#   0. check    (CHECK=1) tests/py/test_model.py -k graph on the device: graph replay equals
-#               eager and the float64 reference, and batches after the start-up warm-up replay
-#               without capture, eager run or GEMM autotune (test_graph_warmup_covers_served_batches)
 #   3. sweep    bench/serving/sweep.py --schedulers token --dists u2_100 --connections 512, first
 #               with the server's default --accept (balanced), then with --accept mhd (MODES)
 #   4. fixed    short_requests_gpu.py fixed: the default server at 80% of step 3's saturation
@@ -36,7 +36,7 @@
 # start-up; 5 on cpu), PER_RATE_S (2: seconds per sweep step), SERVE_ARGS (extra `ragged serve`
 # arguments for every server, split on spaces), MODES ("default mhd": the accept modes swept;
 # "default" alone leaves the whole sweep budget to the default mode), CHECK (0; 1: stage 0),
-# BUILD_ARCH (unset: no build).
+# BUILD_ARCH (unset: no build; the budget counts from the end of the build).
 # Under tests/gpu/session.sh give BUDGET_S in the job, as above: an exported BUDGET_S of the
 # session (its own, default 560) would be inherited otherwise.
 # Output in $OUT: short_requests_<device>_<stamp>.md and .json (the report), run.log, and
@@ -104,7 +104,8 @@ if [ -n "${BUILD_ARCH:-}" ]; then
 	say "make all ${ARCHFLAGS[*]}"
 	make -j"$(nproc)" "${ARCHFLAGS[@]}" all >"$OUT/build.log" 2>&1 ||
 		{ tail -20 "$OUT/build.log"; say "build failed"; exit 1; }
-	say "built"
+	T0=$SECONDS # the budget is the measurement's
+	say "built; budget $BUDGET_S s from now"
 fi
 for f in build/ragged build/libragged.so build/libragged_internal.so; do
 	[ -e "$f" ] || { say "$f missing: run \`make all\` first (this script builds nothing)"; exit 1; }
@@ -174,7 +175,7 @@ if [ -z "${MODEL:-}" ]; then
 fi
 [ -f "$MODEL/config.json" ] || { say "no model at $MODEL"; FAILED+=(model); finish; exit 1; }
 
-# 0. check: graph replay and the start-up warm-up on this device (fp16, the tiny models)
+# check: graph replay and the start-up warm-up on this device (fp16, the tiny models)
 if [ "$CHECK" = 1 ] && [ "$DEVICE" = cuda ]; then
 	say "check: tests/py/test_model.py -k graph on cuda $DTYPE"
 	stage env RAGGED_TEST_DEVICE=cuda RAGGED_TEST_DTYPE="$DTYPE" RAGGED_LIB=build/libragged.so \
