@@ -112,21 +112,60 @@ def metrics_of(url):
         return {}
 
 
+SLOW_MS = 50.0  # the issue's p99 bound: where the slow requests of a step fall in time
+
+
+def slow_requests(path, limit_ms):
+    """When a step's measured requests over limit_ms (latency from the scheduled send time)
+    happened: their count and share, the window's start and end, and 100 ms bins holding them
+    (the bins with the most first), so that one stall reads differently from a steady tail."""
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                if r.get("measured") and r.get("done_ms") is not None \
+                        and r.get("sched_ms") is not None:
+                    rows.append((r["sched_ms"], r["done_ms"] - r["sched_ms"]))
+    except (OSError, ValueError):
+        return None
+    if not rows:
+        return None
+    t_lo = min(t for t, _ in rows)
+    slow = [(t - t_lo, ms) for t, ms in rows if ms > limit_ms]
+    bins = {}
+    for t, _ in slow:
+        bins[int(t // 100)] = bins.get(int(t // 100), 0) + 1
+    top = sorted(bins.items(), key=lambda kv: -kv[1])[:5]
+    return {"limit_ms": limit_ms, "n": len(slow), "share": len(slow) / len(rows),
+            "window_ms": max(t for t, _ in rows) - t_lo,
+            "first_ms": min((t for t, _ in slow), default=None),
+            "last_ms": max((t for t, _ in slow), default=None),
+            "bins_100ms": [[b * 100, n] for b, n in top]}
+
+
 def run_step(a, server, label, rate, duration, warmup_s, seed):
     """One fixed-rate step against the running server; returns its record."""
     lg = [a.ragged, "loadgen", "--url", server.url, "--route", "/v1/embeddings",
           "--dist", a.dist, "--connections", str(a.connections),
           "--timeout-ms", str(a.timeout_ms), "--quiet"]
+    # nvidia-smi from before the warm-up: its start (NVML initialisation) falls outside the
+    # measured window; only the window's samples are kept (gpu.stop)
+    gpu = GpuSampler(a.device == "cuda")
     if warmup_s > 0:  # connections opened, allocator and graphs warm; another seed, not measured
         subprocess.run(lg + ["--rate", f"{rate:.6g}", "--duration", f"{warmup_s:g}",
                              "--seed", str(seed + 1000)],
                        stdout=subprocess.DEVNULL, timeout=warmup_s + a.timeout_ms / 1e3 + 30)
     out_json = os.path.join(a.log_dir, f"loadgen_{label}.json")
+    per_req = os.path.join(a.log_dir, f"loadgen_{label}_requests.jsonl")
     m0, t0 = metrics_of(server.url), thread_times(server.proc.pid)
-    gpu = GpuSampler(a.device == "cuda")
     w0 = time.monotonic()
+    # the measured loadgen's own --warmup opens its connections before the window (a fresh
+    # process would otherwise connect 512 sockets inside it)
     p = subprocess.Popen(lg + ["--rate", f"{rate:.6g}", "--duration", f"{duration:g}",
-                              "--seed", str(seed), "--json", out_json],
+                              "--warmup", f"{min(max(warmup_s, 0.0), 1.0):g}",
+                              "--seed", str(seed), "--json", out_json,
+                              "--per-request", per_req],
                          stdout=subprocess.DEVNULL)
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.monotonic() - w0
@@ -168,6 +207,7 @@ def run_step(a, server, label, rate, duration, warmup_s, seed):
         "graph_replays": d("ragged_device_graph_replays_total"),
         "gemm_plans": d("ragged_device_gemm_plans_total"),
     }
+    rec["slow"] = slow_requests(per_req, SLOW_MS)
     lat = res["latency_ms"]
     log(f"  {label}: offered {res['offered_rps']:.0f}/s, throughput {res['throughput_rps']:.0f}/s,"
         f" p50 {lat['p50']} p99 {lat['p99']} ms, failed {res['requests']['failed']},"
@@ -423,6 +463,18 @@ def markdown(rep):
             lambda s: f"{fmt(s.get('eager_batches'), 0)} / {fmt(s.get('graph_replays'), 0)}")
         row("GEMM plans built (autotuned) in the step", lambda s: fmt(s.get("gemm_plans"), 0))
         row("GPU busy % (nvidia-smi)", lambda s: fmt(s["gpu_busy_pct"]))
+
+        def slow_cell(s):
+            w = s.get("slow")
+            if not w:
+                return "-"
+            if not w["n"]:
+                return f"none of {w['window_ms'] / 1e3:.1f} s"
+            return (f"{w['n']} ({100 * w['share']:.2f}%), at {w['first_ms'] / 1e3:.2f}-"
+                    f"{w['last_ms'] / 1e3:.2f} s of {w['window_ms'] / 1e3:.1f} s; busiest 100 ms "
+                    "bins: " + ", ".join(f"{t / 1e3:.1f} s: {n}" for t, n in w["bins_100ms"]))
+        row(f"requests over {SLOW_MS:g} ms: how many, and when (from the window's start)",
+            slow_cell)
         row("server cores; CPU us per request", lambda s: f"{fmt(s['server_cores'], 2)}; "
             f"{fmt(s['server_us_per_req'])}")
         groups = sorted({g for s in fx["steps"] if "error" not in s
