@@ -62,6 +62,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
 import make_tiny  # noqa: E402
 import ragged_ctypes as rc  # noqa: E402
+from bench_graphed import commit_id, gpu_driver, slug  # noqa: E402  (results' naming)
 
 # the public configs' sizes, as tests/gpu/families.py PUBLIC has them; fp16 weights
 SPECS = {
@@ -92,36 +93,6 @@ CLS_ID, SEP_ID = 101, 102
 
 def log(*a):
     print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
-
-
-def slug(s):
-    s = s.lower().replace("nvidia", "").strip()
-    out = "".join(c if c.isalnum() else "-" for c in s)
-    while "--" in out:
-        out = out.replace("--", "-")
-    return out.strip("-") or "gpu"
-
-
-def commit_id():
-    try:
-        r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "commit-id.sh"), ROOT],
-                           capture_output=True, text=True, timeout=20)
-        if r.returncode == 0 and r.stdout.strip():
-            return r.stdout.strip()
-    except Exception:
-        pass
-    return "unknown"
-
-
-def gpu_driver():
-    try:
-        r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=20)
-        if r.returncode == 0:
-            return r.stdout.strip().splitlines()[0]
-    except Exception:
-        pass
-    return "unknown"
 
 
 def synthetic_vocab(path):
