@@ -33,9 +33,11 @@
  *    on cuBLASLt (rg_cuda_gemv_set), and a captured replay equals the eager call bitwise;
  *  - DeBERTa (issue 21): rg_op_rel_tables (cuBLASLt strided-batched GEMMs) and rg_op_attention
  *    with the disentangled terms on the short batches and on {500,65,63,130,1,64,5}, c2p alone,
- *    p2c alone and both, window / log-bucket / random index tables; the attention rows name the
- *    kernel that takes the case ("tc": the tensor-core kernel, fp16 / bf16 with head_dim 32 or
- *    64; "cuda-core"; "RAGGED_DEBERTA_TC=0": the old path forced, tables too); batch invariance.
+ *    p2c alone and both, window / log-bucket / random index tables, and on
+ *    {512,257,256,255,129,128,127} (test_disent_edges: the tensor-core kernel's table windows
+ *    and their gathered fallback); the attention rows name the kernel that takes the case
+ *    ("tc": the tensor-core kernel, fp16 / bf16 with head_dim 32 or 64; "cuda-core";
+ *    "RAGGED_DEBERTA_TC=0": the old path forced, tables too); batch invariance.
  * Rows are named by op and shape/variant; a failing element prints the case (lengths, N, alias).
  *
  * Usage: test_ops_cuda [--json FILE] [--quick] [--dtype fp32|fp16|bf16] [--skip-oom] [--no-gemm]
@@ -941,6 +943,27 @@ static void test_disent_long(rg_dtype dt)
 	test_attention_disent(dt, &b, 2, 128, 512, 512, 3, IDX_LOG, 0);
 }
 
+/* The tensor-core kernel's table windows (attention_tc.cu, tc_dis_window) at their edges, 12 x 64
+ * heads, both terms: lengths on either side of 128 and 256 and the longest, 512 (with the long
+ * batch above: 1, 5, 63, 64, 65, 130, 500), so windows at the ends of sequences and of the tables;
+ * deberta-v3's log buckets (width 512, R 512: exact distances within 128, a sequence longer than
+ * that) and the exact index (width 512, R 512: distances past 255 clamped to the table's end
+ * columns); log buckets over R 200 (between distances 128 and 200 a bucket step is more than one
+ * column, so some tiles need more columns than a window holds and are gathered, beside windowed
+ * tiles of the same CTA; longer distances clamped); c2p alone and p2c alone through windows.
+ * (test_disent_long's random index takes the gathered fallback for every tile.) */
+static void test_disent_edges(rg_dtype dt)
+{
+	static const int lens[] = { 512, 257, 256, 255, 129, 128, 127 };
+	const batch b = make_batch(lens, 7);
+
+	test_attention_disent(dt, &b, 12, 64, 512, 512, 3, IDX_LOG, 0);
+	test_attention_disent(dt, &b, 12, 64, 512, 512, 3, IDX_WINDOW, 0);
+	test_attention_disent(dt, &b, 12, 64, 512, 200, 3, IDX_LOG, 0);
+	test_attention_disent(dt, &b, 12, 64, 512, 512, 1, IDX_WINDOW, 0);
+	test_attention_disent(dt, &b, 12, 64, 512, 512, 2, IDX_LOG, 0);
+}
+
 /* Batch invariance of the attention with DeBERTa's terms: the 130-token sequence of the long
  * batch alone (its rows of qkv and of the batch's tables) equals, bitwise, its rows of the
  * batched result (12 x 64: tensor cores in fp16 / bf16). */
@@ -1708,6 +1731,7 @@ int main(int argc, char **argv)
 				test_disent_batch(dt, &b);
 			}
 			test_disent_long(dt);
+			test_disent_edges(dt);
 			test_disent_invariance(dt);
 			rg_backend_free(g_gpu);
 			g_gpu = NULL;
@@ -1789,6 +1813,7 @@ int main(int argc, char **argv)
 		test_attention_batch_invariance(dt);
 		if (n_sets == 4) {
 			test_disent_long(dt);
+			test_disent_edges(dt);
 			test_disent_invariance(dt);
 		}
 		test_graph(dt);

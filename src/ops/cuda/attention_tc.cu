@@ -30,14 +30,20 @@
  *  - DeBERTa's disentangled terms (BIAS = TC_BIAS_DIS, 64-query tiles, head_dim 32 / 64): the
  *    same place and units, (c2p[query row][h][e] + p2c[key row][h][e]) / scale with e =
  *    idx[R + clamp(query - key, -R, R)] (the semantics of attention.cu's DIS kernel). Read per
- *    fragment element, those gathers would touch 8 table rows per warp load; instead, for each
- *    64 x 64 (query, key) tile the CTA gathers both terms into shared memory with coalesced
- *    loads (c2p: the lanes of a warp take consecutive keys of one query row, so consecutive
- *    distances, so (near-)consecutive columns of one table row; p2c: consecutive queries of one
- *    key row), tile t+1's loads issued into registers before tile t's MMAs and written to
- *    shared memory after them (one buffer: the writes follow the barrier that ends tile t); the
- *    score fragments then read the tile from shared memory without bank conflicts (c2p as
- *    [query][key] pairs, p2c as [key][query], rows padded by 8 elements).
+ *    fragment element from global memory, those gathers cost more than the rest of the tile
+ *    (issue 21 item 2: the kernel that gathered them so took 7.6 ms of a 15 ms DeBERTa-v3-base
+ *    call, 64 sequences of 5-500 tokens on an H200). Instead, as idx is monotone in
+ *    the distance (buckets only merge distances), a 64 x 64 tile, whose 127 distances form one
+ *    run, needs only a run of at most 127 table columns: the CTA copies that window of its 64
+ *    query rows of c2p and of the tile's 64 key rows of p2c into shared memory with 16-byte
+ *    cp.async (17 per thread per tile instead of 64 two-byte gathers + 64 idx loads), plus the
+ *    tile's distance -> window column map (127 ints); each score element then reads map, c2p
+ *    and p2c from shared memory (tc_dis_window). Tile t+1's windows are issued after a barrier
+ *    that follows tile t's bias reads, so they load during tile t's softmax and P V (one
+ *    buffer; K/V stay double buffered). A CTA whose distances idx does not map monotonically,
+ *    with tables not 16-byte aligned or width % 8 != 0, or a tile whose window would be wider than
+ *    17 chunks, gathers that tile element by element instead (tc_dis_gather; the test's random
+ *    index): the same values either way, added in the same order.
  *  - end: O / l (a row that never saw a key has l = 0 and writes zeros), stored in the act dtype.
  *  - CAUSAL = true (a decoder's prefill, rg_cuda_prefill_attention_tc): query i of a sequence sees
  *    keys 0..i, so a CTA loads only the key tiles up to its last query and masks inside the tiles
@@ -51,16 +57,19 @@
  *    ctx - 1 of its sequence; every key, cached or new, is read from the paged KV cache through
  *    the block table (after this step's KV write), one 16-byte row chunk at a time. Sequences
  *    of >= fresh_min new rows run, fresh or not.
- * Registers (head_dim 128, the largest): 64 accumulator + 32 Q-fragment + 32 score floats per thread;
- * TC_BIAS_DIS adds 64 for the prefetched bias tile.
+ * Registers (head_dim 128, the largest): 64 accumulator + 32 Q-fragment + 32 score floats per thread.
  * Shared memory: (64 + 4 * 64) * (head_dim + 8) * 2 bytes + 512 (about 46 KiB at head_dim 64);
- * TC_BIAS_DIS adds 2 * 64 * 72 * 2 (18 KiB). */
+ * TC_BIAS_DIS adds 2 * 64 * 136 * 2 + 512 (34.5 KiB: 80 KiB at head_dim 64, 2 CTAs per SM). */
 #include "ops/cuda/attention_tc.cuh"
 #include "ops/cuda/attention_wgmma.cuh"
 
 #define TC_WARPS 4
 #define TC_BK 64 /* keys per shared-memory tile */
-#define TC_DIS_PAD 8 /* elements of padding per row of the shared DIS bias tiles */
+#define TC_DIS_PAD 8 /* elements of padding per row of the gathered DIS bias tiles */
+#define TC_DIS_WC 17 /* 16-byte chunks of a DIS window row: 127 distances + 7 of alignment */
+/* Row stride (elements) of the DIS windows: 68 words = 4 banks per row, so the p2c reads of a
+ * warp (8 distances x 4 key rows) are conflict-free and the c2p reads at most 2-way */
+#define TC_DIS_LDW (TC_DIS_WC * 8)
 
 /* What the kernel adds to the raw scores: nothing, MPNet's relative position bias, or DeBERTa's
  * disentangled c2p / p2c terms. */
@@ -191,12 +200,14 @@ template <> __device__ __forceinline__ void tc_store2<__nv_bfloat16>(__nv_bfloat
 }
 
 /* Shared memory of one CTA: the Q tile (BQ rows), K and V double buffered (BK rows each), segs;
- * with DeBERTa's terms (dis) their two gathered bias tiles, BQ x (BK + pad) and BK x (BQ + pad). */
+ * with DeBERTa's terms (dis, BQ = BK = 64) their two windows of one tile, 64 x TC_DIS_LDW each
+ * (or, aliased on them, the two gathered tiles of 64 x (64 + pad)), and the tile's 127-entry
+ * distance -> window column map. */
 static size_t tc_smem_bytes(int D, int MT, bool dis)
 {
 	const size_t bq = TC_WARPS * 16 * MT;
 	return (bq + 4 * TC_BK) * (D + 8) * 2 + 2 * TC_BK * sizeof(int) +
-	       (dis ? (bq * (TC_BK + TC_DIS_PAD) + TC_BK * (bq + TC_DIS_PAD)) * 2 : 0);
+	       (dis ? 2 * TC_BK * TC_DIS_LDW * 2 + 2 * TC_BK * sizeof(int) : 0);
 }
 
 /* Issue the cp.async copies of keys/values k0..k0+63 (zero rows past L) into buffer buf and the
@@ -250,74 +261,153 @@ template <> __device__ __forceinline__ float tc_bits_f<__nv_bfloat16>(uint32_t u
 	return __uint_as_float((u & 0xffffu) << 16);
 }
 
-/* One 64 x 64 (query, key) tile of DeBERTa's terms, gathered into registers (the loads are
- * issued; nothing waits for them here). Thread tid takes NB = BQ * BK / 128 elements of each term:
- *  c2p: key kk = tid % 64, query rows r = tid / 64 + 2 i (a warp: 32 consecutive keys of one
- *       row, so consecutive distances: a contiguous run of one table row);
- *  p2c: query r = tid % BQ, keys kk = tid / BQ + (128 / BQ) i (a warp: 32 consecutive queries of
- *       one key row).
- * Elements outside the sequence (query or key >= L) are 0. c2p_h, p2c_h: the sequence's row 0 of
- * this head (NULL: that term is absent, 0), ldt = num_heads * width; idx_c: idx + R. */
-template <int BQ>
-__device__ __forceinline__ void tc_dis_load(const unsigned short *c2p_h,
-					    const unsigned short *p2c_h, size_t ldt,
-					    const int32_t *idx_c, int R, int q0, int k0, int nq,
-					    int L, uint32_t (&rc)[BQ * TC_BK / 128],
-					    uint32_t (&rp)[BQ * TC_BK / 128])
-{
-	constexpr int NB = BQ * TC_BK / 128;
-	const int tid = threadIdx.x;
-	static_assert(TC_WARPS * 32 == 128 && BQ % 64 == 0, "DIS staging assumes 128 threads");
+/* The idx entries tc_dis_window needs for the tile (q0, k0): at the tile's least and greatest
+ * distance and at this thread's map entry, distances clamped both ways (a tile may lie wholly
+ * past R); loaded ahead of their use. idx_c: idx + R. */
+struct tc_dis_ix {
+	int first, last, own;
+};
 
-	if (c2p_h) {
-		const int kk = tid & (TC_BK - 1), r0 = tid / TC_BK;
-		const bool kv = k0 + kk < L;
-#pragma unroll
-		for (int i = 0; i < NB; i++) {
-			const int r = r0 + 2 * i;
-			const int dist = min(max(q0 + r - (k0 + kk), -R), R);
-			rc[i] = 0;
-			if (kv && r < nq)
-				rc[i] = __ldg(c2p_h + (size_t)(q0 + r) * ldt + __ldg(idx_c + dist));
+__device__ __forceinline__ tc_dis_ix tc_dis_idx(const int32_t *idx_c, int R, int q0, int k0)
+{
+	const int dq = q0 - k0;
+	return { __ldg(idx_c + min(max(dq - (TC_BK - 1), -R), R)),
+		 __ldg(idx_c + min(max(dq + TC_BK - 1, -R), R)),
+		 __ldg(idx_c + min(max(dq + (int)threadIdx.x - (TC_BK - 1), -R), R)) };
+}
+
+/* DeBERTa's terms of one 64 x 64 (query, key) tile, the window way. The tile's distances are d =
+ * q0 - k0 + dl - 63, dl in [0, 127) (query row - key column + 63, both tile-relative); where idx
+ * is monotone over them (win_ok: checked once per CTA), the tile reads only the table columns
+ * idx[dmin] .. idx[dmax] (at most 127 of them, fewer where buckets are logarithmic). When that
+ * run, its start aligned down to 8 columns (lo), fits TC_DIS_WC 16-byte chunks, the CTA copies
+ * those columns of its 64 query rows of c2p into Wc and of the tile's 64 key rows of p2c into Wp
+ * ([64][TC_DIS_LDW] each) with cp.async (rows past the sequence zero-filled; the caller commits)
+ * and writes M[dl] = 2 (idx[R + clamp(d)] - lo) (a byte offset into a row), so that the term of
+ * (query row qr, key column kc) is Wc[qr][M[qr - kc + 63] / 2] + Wp[kc][M[qr - kc + 63] / 2].
+ * Returns false, having issued nothing, when the window does not fit (or !win_ok): the caller
+ * gathers the tile instead (tc_dis_gather). ix: tc_dis_idx of the tile; c2p_h, p2c_h: the
+ * sequence's row 0 of this head (NULL: that term is absent), rows ldt elements apart, 16-byte
+ * aligned when win_ok. */
+__device__ __forceinline__ bool tc_dis_window(bool win_ok, tc_dis_ix ix,
+					      const unsigned short *c2p_h,
+					      const unsigned short *p2c_h, size_t ldt, int q0, int k0,
+					      int nq, int L, unsigned short *Wc, unsigned short *Wp,
+					      int *M)
+{
+	const int lo = ix.first & ~7, hi = ix.last, tid = threadIdx.x;
+
+	if (!win_ok || hi - lo >= TC_DIS_WC * 8) /* warp-uniform (CTA-uniform) */
+		return false;
+	const int nch = (hi - lo) / 8 + 1; /* chunks any distance of the tile reads */
+	if (tid < 2 * TC_BK - 1)
+		M[tid] = 2 * (ix.own - lo);
+	for (int e = tid; e < TC_BK * TC_DIS_WC; e += TC_WARPS * 32) {
+		const int r = e / TC_DIS_WC, c = e - r * TC_DIS_WC;
+		if (c >= nch)
+			continue;
+		if (c2p_h) {
+			const bool v = r < nq;
+			tc_cp16(Wc + r * TC_DIS_LDW + c * 8,
+				c2p_h + (size_t)(q0 + (v ? r : 0)) * ldt + lo + c * 8, v);
+		}
+		if (p2c_h) {
+			const bool v = k0 + r < L;
+			tc_cp16(Wp + r * TC_DIS_LDW + c * 8,
+				p2c_h + (size_t)(k0 + (v ? r : 0)) * ldt + lo + c * 8, v);
 		}
 	}
-	if (p2c_h) {
-		const int r = tid % BQ, kk0 = tid / BQ;
-		const bool qv = r < nq;
-#pragma unroll
-		for (int i = 0; i < NB; i++) {
-			const int kk = kk0 + (128 / BQ) * i;
-			const int dist = min(max(q0 + r - (k0 + kk), -R), R);
-			rp[i] = 0;
-			if (qv && k0 + kk < L)
-				rp[i] = __ldg(p2c_h + (size_t)(k0 + kk) * ldt + __ldg(idx_c + dist));
+	return true;
+}
+
+/* The same tile gathered element by element, for any idx, width and alignment (the fallback, not
+ * the fast path: synchronous 2-byte loads): Bc [64][64 + pad] query-major (a warp: consecutive
+ * keys of one query row), Bp [64][64 + pad] key-major (a warp: consecutive queries of one key
+ * row), elements outside the sequence 0. */
+__device__ __forceinline__ void tc_dis_gather(const unsigned short *c2p_h,
+					       const unsigned short *p2c_h, size_t ldt,
+					       const int32_t *idx_c, int R, int q0, int k0, int nq,
+					       int L, unsigned short *Bc, unsigned short *Bp)
+{
+#pragma unroll 1
+	for (int i = threadIdx.x; i < TC_BK * TC_BK; i += TC_WARPS * 32) {
+		const int a = i / TC_BK, b = i % TC_BK;
+		if (c2p_h) { /* query a, key b */
+			unsigned short v = 0;
+			if (a < nq && k0 + b < L)
+				v = __ldg(c2p_h + (size_t)(q0 + a) * ldt +
+					  __ldg(idx_c + min(max(q0 + a - (k0 + b), -R), R)));
+			Bc[a * (TC_BK + TC_DIS_PAD) + b] = v;
+		}
+		if (p2c_h) { /* key a, query b */
+			unsigned short v = 0;
+			if (b < nq && k0 + a < L)
+				v = __ldg(p2c_h + (size_t)(k0 + a) * ldt +
+					  __ldg(idx_c + min(max(q0 + b - (k0 + a), -R), R)));
+			Bp[a * (TC_BK + TC_DIS_PAD) + b] = v;
 		}
 	}
 }
 
-/* Write what tc_dis_load gathered into the shared tiles: Bc [BQ][BK + pad] (query-major), Bp
- * [BK][BQ + pad] (key-major), each warp's 32 lanes on 16 consecutive 32-bit words. */
-template <int BQ>
-__device__ __forceinline__ void tc_dis_store(bool c2p, bool p2c,
-					     const uint32_t (&rc)[BQ * TC_BK / 128],
-					     const uint32_t (&rp)[BQ * TC_BK / 128],
-					     unsigned short *Bc, unsigned short *Bp)
+/* Add DeBERTa's terms, / scale, to a warp's 16 x 64 scores of one tile: sc[j][e] is (query row
+ * qg + 8 (e >> 1), key column 8 j + 2 tig + (e & 1)), tile-relative (the mma C layout; qg = the
+ * warp's first row + g). Each term is the act dtype's value rounded to fp32, c2p + p2c in fp32,
+ * then one fmaf into the score: the same values and order from either buffer kind. From the
+ * windows (tc_dis_window): the map entry of (qr, kc) is M[qr - kc + 63], a byte offset into row
+ * qr of Wc and row kc of Wp; the constant parts of the addresses are immediates of the loads. */
+template <typename T>
+__device__ __forceinline__ void tc_dis_add_window(float (&sc)[TC_BK / 8][4],
+						  const unsigned short *Wc,
+						  const unsigned short *Wp, const int *M, bool c2p,
+						  bool p2c, int qg, int tig, float inv_scale)
 {
-	constexpr int NB = BQ * TC_BK / 128;
-	const int tid = threadIdx.x;
+	const int dl0 = qg - 2 * tig + TC_BK - 1;
+	const char *wc0 = (const char *)(Wc + qg * TC_DIS_LDW);
+	const char *wp0 = (const char *)(Wp + 2 * tig * TC_DIS_LDW);
+#pragma unroll
+	for (int j = 0; j < TC_BK / 8; j++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int r = e >> 1, c = e & 1;
+			const int off = M[dl0 + 8 * r - 8 * j - c];
+			float b = 0.f;
+			if (c2p)
+				b = tc_bits_f<T>(*(const unsigned short *)(wc0 + 8 * r * TC_DIS_LDW * 2 +
+									   off));
+			if (p2c)
+				b += tc_bits_f<T>(*(const unsigned short *)(
+					wp0 + (8 * j + c) * TC_DIS_LDW * 2 + off));
+			sc[j][e] = fmaf(b, inv_scale, sc[j][e]);
+		}
+}
 
-	if (c2p) {
-		const int kk = tid & (TC_BK - 1), r0 = tid / TC_BK;
+/* The same from the gathered tiles (tc_dis_gather): c2p as one 32-bit pair (kc, kc + 1), p2c one
+ * element per key row. */
+template <typename T>
+__device__ __forceinline__ void tc_dis_add_gathered(float (&sc)[TC_BK / 8][4],
+						    const unsigned short *Bc,
+						    const unsigned short *Bp, bool c2p, bool p2c,
+						    int qg, int tig, float inv_scale)
+{
+	constexpr int LD = TC_BK + TC_DIS_PAD;
 #pragma unroll
-		for (int i = 0; i < NB; i++)
-			Bc[(r0 + 2 * i) * (TC_BK + TC_DIS_PAD) + kk] = (unsigned short)rc[i];
-	}
-	if (p2c) {
-		const int r = tid % BQ, kk0 = tid / BQ;
+	for (int j = 0; j < TC_BK / 8; j++)
 #pragma unroll
-		for (int i = 0; i < NB; i++)
-			Bp[(kk0 + (128 / BQ) * i) * (BQ + TC_DIS_PAD) + r] = (unsigned short)rp[i];
-	}
+		for (int r = 0; r < 2; r++) {
+			const int qr = qg + 8 * r, kc = j * 8 + tig * 2;
+			float b0 = 0.f, b1 = 0.f;
+			if (c2p) {
+				const uint32_t w = *(const uint32_t *)(Bc + qr * LD + kc);
+				b0 = tc_bits_f<T>(w);
+				b1 = tc_bits_f<T>(w >> 16);
+			}
+			if (p2c) {
+				b0 += tc_bits_f<T>(Bp[kc * LD + qr]);
+				b1 += tc_bits_f<T>(Bp[(kc + 1) * LD + qr]);
+			}
+			sc[j][2 * r] = fmaf(b0, inv_scale, sc[j][2 * r]);
+			sc[j][2 * r + 1] = fmaf(b1, inv_scale, sc[j][2 * r + 1]);
+		}
 }
 
 /* MT: m16 query tiles per warp (BQ = 64 * MT queries per CTA). Each K / V fragment read from shared
@@ -338,17 +428,22 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 	constexpr int ND = D / 8;     /* n8 tiles over head_dim (O = P V) */
 	constexpr int NK = TC_BK / 8; /* n8 tiles over the keys of a tile */
 	constexpr int BQ = TC_WARPS * 16 * MT;
-	constexpr int NB = DIS ? BQ * TC_BK / 128 : 1; /* DIS: prefetched elements per term */
 	static_assert(!DIS || (MT == 1 && !CAUSAL && !PAGED), "DIS: 64-query tiles, encoder only");
+	static_assert(!DIS || (BQ == TC_BK && TC_WARPS * 32 >= 2 * TC_BK - 1 &&
+			       TC_BK * (TC_BK + TC_DIS_PAD) <= TC_BK * TC_DIS_LDW),
+		      "DIS: 64 x 64 tiles, one map entry per thread, gathered tiles fit the windows");
 	static_assert(!(REL && DIS), "one bias kind");
 	extern __shared__ __align__(16) unsigned char tc_sm[];
 	T *Qs = (T *)tc_sm;                          /* [BQ][LDS] */
 	T *Ks = Qs + BQ * LDS;                       /* [2][BK][LDS] */
 	T *Vs = Ks + 2 * TC_BK * LDS;                /* [2][BK][LDS] */
 	int *segk = (int *)(Vs + 2 * TC_BK * LDS);   /* [2][BK] */
-	/* DIS: c2p tile [BQ][BK + pad], p2c tile [BK][BQ + pad] (bits of the act dtype) */
-	unsigned short *Bc = (unsigned short *)(segk + 2 * TC_BK);
-	unsigned short *Bp = Bc + BQ * (TC_BK + TC_DIS_PAD);
+	/* DIS (bits of the act dtype): the c2p window [BQ][TC_DIS_LDW] and the p2c window
+	 * [BK][TC_DIS_LDW] of one tile, or aliased on them the gathered tiles, c2p [BQ][BK + pad]
+	 * and p2c [BK][BQ + pad]; the tile's distance -> window column map [2 BK] */
+	unsigned short *Wc = (unsigned short *)(segk + 2 * TC_BK);
+	unsigned short *Wp = Wc + BQ * TC_DIS_LDW;
+	int *Mw = (int *)(Wp + TC_BK * TC_DIS_LDW);
 
 	const int s = blockIdx.x, h = blockIdx.y, q0 = blockIdx.z * BQ;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -391,7 +486,6 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 					 (size_t)h * dis.width
 			       : NULL;
 	const int32_t *idx_c = DIS ? dis.idx + dis.R : NULL;
-	uint32_t pre_c[NB], pre_p[NB]; /* DIS: the next tile's terms, in flight */
 
 	/* group 0: the Q tile and K/V tile 0 */
 	for (int e = tid; e < BQ * CPR; e += TC_WARPS * 32) {
@@ -405,10 +499,28 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 	else
 		tc_load_kv<T, D>(kbase, vbase, ld, 0, L, Ks, Vs, segs, segk);
 	tc_cp_commit();
+	/* DIS: win_ok, the CTA may use windows: 16-byte aligned table rows and idx monotone over
+	 * every distance the CTA meets, q0 - (64 * tiles - 1) .. q0 + 63 (clamped; the check reads
+	 * idx once per CTA, from L2); win: the terms of the tile in the shared buffers came through
+	 * the window (tc_dis_window), else they were gathered (tc_dis_gather) */
+	bool win_ok = false, win = false;
+	tc_dis_ix ixn = { 0, 0, 0 }; /* DIS: the next tile's idx entries */
 	if constexpr (DIS) {
-		/* tile 0's terms: visible after the first barrier of the loop */
-		tc_dis_load<BQ>(c2p_h, p2c_h, ldt, idx_c, dis.R, q0, 0, nq, L, pre_c, pre_p);
-		tc_dis_store<BQ>(c2p_h != NULL, p2c_h != NULL, pre_c, pre_p, Bc, Bp);
+		const int da = max(q0 - ((L + TC_BK - 1) / TC_BK) * TC_BK + 1, -dis.R);
+		const int db = min(q0 + BQ - 1, dis.R);
+		bool bad = (((uintptr_t)dis.c2p | (uintptr_t)dis.p2c) & 15) != 0 ||
+			   (dis.width & 7) != 0;
+#pragma unroll 4
+		for (int d = da + tid; d < db; d += TC_WARPS * 32)
+			bad |= __ldg(idx_c + d) > __ldg(idx_c + d + 1);
+		win_ok = !__syncthreads_or(bad);
+		/* tile 0's terms (their own cp.async group): visible after the first barrier of the
+		 * loop */
+		win = tc_dis_window(win_ok, tc_dis_idx(idx_c, dis.R, q0, 0), c2p_h, p2c_h, ldt, q0, 0,
+				    nq, L, Wc, Wp, Mw);
+		if (!win)
+			tc_dis_gather(c2p_h, p2c_h, ldt, idx_c, dis.R, q0, 0, nq, L, Wc, Wp);
+		tc_cp_commit();
 	}
 
 	/* this thread's query rows: warp*16*MT + mt*16 + g and + 8 (tile-relative) */
@@ -452,18 +564,20 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 						 Vs + (buf ^ 1) * TC_BK * LDS, segs,
 						 segk + (buf ^ 1) * TC_BK);
 			tc_cp_commit();
-			if constexpr (DIS) /* tile t+1's terms: loads in flight through tile t's MMAs */
-				tc_dis_load<BQ>(c2p_h, p2c_h, ldt, idx_c, dis.R, q0, k0 + TC_BK, nq,
-						L, pre_c, pre_p);
+			if constexpr (DIS) /* tile t+1's idx entries, loaded through tile t's S */
+				ixn = tc_dis_idx(idx_c, dis.R, q0, k0 + TC_BK);
+			/* all but this group: K/V of tile t (and DIS: tile t's terms, committed
+			 * before it) */
 			tc_cp_wait<1>();
 		} else {
 			tc_cp_wait<0>();
 		}
 		__syncthreads(); /* tile t (and Q, segk) visible to every warp */
 
+		const T *Kb = Ks + buf * TC_BK * LDS, *Vb = Vs + buf * TC_BK * LDS;
+		const int *sk = segk + buf * TC_BK;
+		float sc[MT][NK][4]; /* the scores of tile t */
 		if (active) {
-			const T *Kb = Ks + buf * TC_BK * LDS, *Vb = Vs + buf * TC_BK * LDS;
-			const int *sk = segk + buf * TC_BK;
 			if (t == 0) {
 #pragma unroll
 				for (int mt = 0; mt < MT; mt++)
@@ -474,7 +588,6 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 								   kk * 16 + (lane >> 4) * 8);
 			}
 			/* S = Q K^T (raw scores; the scale is folded into exp2 below) */
-			float sc[MT][NK][4];
 #pragma unroll
 			for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -511,33 +624,28 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 									    sc[mt][j][e]);
 						}
 			}
-			/* DeBERTa's terms of the same elements (query row qr, key column kc, both
-			 * tile-relative) from the shared tiles: c2p as one 32-bit pair (kc, kc + 1),
-			 * p2c one element per key row */
+			/* DeBERTa's terms of the same elements from the shared buffers */
 			if constexpr (DIS) {
-#pragma unroll
-				for (int j = 0; j < NK; j++)
-#pragma unroll
-					for (int r = 0; r < 2; r++) {
-						const int qr = qw + g + 8 * r, kc = j * 8 + tig * 2;
-						float b0 = 0.f, b1 = 0.f;
-						if (c2p_h) {
-							const uint32_t w = *(const uint32_t *)(
-								Bc + qr * (TC_BK + TC_DIS_PAD) + kc);
-							b0 = tc_bits_f<T>(w);
-							b1 = tc_bits_f<T>(w >> 16);
-						}
-						if (p2c_h) {
-							b0 += tc_bits_f<T>(
-								Bp[kc * (BQ + TC_DIS_PAD) + qr]);
-							b1 += tc_bits_f<T>(
-								Bp[(kc + 1) * (BQ + TC_DIS_PAD) + qr]);
-						}
-						sc[0][j][2 * r] = fmaf(b0, inv_scale, sc[0][j][2 * r]);
-						sc[0][j][2 * r + 1] =
-							fmaf(b1, inv_scale, sc[0][j][2 * r + 1]);
-					}
+				if (win) /* warp-uniform */
+					tc_dis_add_window<T>(sc[0], Wc, Wp, Mw, c2p_h != NULL,
+							     p2c_h != NULL, qw + g, tig, inv_scale);
+				else
+					tc_dis_add_gathered<T>(sc[0], Wc, Wp, c2p_h != NULL,
+							       p2c_h != NULL, qw + g, tig, inv_scale);
 			}
+		}
+		if constexpr (DIS) {
+			if (t + 1 < ntiles) { /* tile t+1's terms, in flight through tile t's P V */
+				__syncthreads(); /* every warp has read tile t's terms */
+				win = tc_dis_window(win_ok, ixn, c2p_h, p2c_h, ldt, q0, k0 + TC_BK,
+						    nq, L, Wc, Wp, Mw);
+				if (!win)
+					tc_dis_gather(c2p_h, p2c_h, ldt, idx_c, dis.R, q0, k0 + TC_BK,
+						      nq, L, Wc, Wp);
+				tc_cp_commit();
+			}
+		}
+		if (active) {
 			/* mask (only a tile that reaches past L, crosses the causal diagonal, or a seg
 			 * mask needs it), tile row max */
 			const bool full = k0 + TC_BK <= klim && !segs &&
@@ -617,9 +725,6 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 			}
 		}
 		__syncthreads(); /* every warp is done with buffer buf before it is refilled */
-		if constexpr (DIS) /* tile t+1's terms, read after the next barrier */
-			if (t + 1 < ntiles)
-				tc_dis_store<BQ>(c2p_h != NULL, p2c_h != NULL, pre_c, pre_p, Bc, Bp);
 	}
 
 	if (!active)
@@ -721,7 +826,7 @@ static rg_status tc_launch(rg_cuda_ctx *c, int bit, bool causal, const tc_call *
 /* Query tiles of 128 (MT = 2) for head_dim <= 64 when the grid still has >= 8 CTAs per SM of 64-query
  * tiles (so halving it keeps every SM busy) and sequences are longer than 64 tokens; 64 otherwise
  * (few or short sequences: more CTAs, less waste; head_dim 128 with MT = 2 would spill registers).
- * DeBERTa's terms always take 64 (the prefetched bias tile grows with the query tile). */
+ * DeBERTa's terms always take 64 (their shared windows are per 64 x 64 tile). */
 template <typename T>
 static rg_status tc_dispatch_d(rg_cuda_ctx *c, int bit0, bool causal, int head_dim,
 			       const tc_call *a)

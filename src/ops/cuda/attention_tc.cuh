@@ -10,8 +10,10 @@
 bool rg_cuda_attention_tc_ok(rg_dtype dt, int head_dim, const void *qkv, const void *out);
 
 /* True when rg_cuda_attention_tc can also add DeBERTa's disentangled terms (rg_attn_disent):
- * rg_cuda_attention_tc_ok and head_dim 32 or 64 (every DeBERTa-v2/v3 size uses 64; head_dim 128
- * would need 64 more registers per thread for the prefetched bias tile and spill). */
+ * rg_cuda_attention_tc_ok and head_dim 32 or 64 (every DeBERTa-v2/v3 size uses 64; no head_dim
+ * 128 instantiation: its 86 KiB of shared memory plus the 34.5 KiB of table windows would leave
+ * one CTA per SM). Any idx, width and table alignment: the fast table windows need a monotone
+ * idx, width % 8 == 0 and 16-byte aligned tables, and gather otherwise. */
 bool rg_cuda_attention_tc_dis_ok(rg_dtype dt, int head_dim, const void *qkv, const void *out);
 
 /* Same contract as rg_op_attention (src/ops/ops.h) for problems accepted by rg_cuda_attention_tc_ok
