@@ -38,7 +38,9 @@
  *    query rows of c2p and of the tile's 64 key rows of p2c into shared memory with 16-byte
  *    cp.async (17 per thread per tile instead of 64 two-byte gathers + 64 idx loads), plus the
  *    tile's distance -> window column map (127 ints); each score element then reads map, c2p
- *    and p2c from shared memory (tc_dis_window). Tile t+1's windows are issued after a barrier
+ *    and p2c from shared memory (tc_dis_window; where idx steps by one column per distance over
+ *    the whole tile, the exact distances near the diagonal, the column is computed, no map
+ *    read). Tile t+1's windows are issued after a barrier
  *    that follows tile t's bias reads, so they load during tile t's softmax and P V (one
  *    buffer; K/V stay double buffered). A CTA whose distances idx does not map monotonically,
  *    with tables not 16-byte aligned or width % 8 != 0, or a tile whose window would be wider than
@@ -285,20 +287,26 @@ __device__ __forceinline__ tc_dis_ix tc_dis_idx(const int32_t *idx_c, int R, int
  * ([64][TC_DIS_LDW] each) with cp.async (rows past the sequence zero-filled; the caller commits)
  * and writes M[dl] = 2 (idx[R + clamp(d)] - lo) (a byte offset into a row), so that the term of
  * (query row qr, key column kc) is Wc[qr][M[qr - kc + 63] / 2] + Wp[kc][M[qr - kc + 63] / 2].
- * Returns false, having issued nothing, when the window does not fit (or !win_ok): the caller
- * gathers the tile instead (tc_dis_gather). ix: tc_dis_idx of the tile; c2p_h, p2c_h: the
- * sequence's row 0 of this head (NULL: that term is absent), rows ldt elements apart, 16-byte
- * aligned when win_ok. */
-__device__ __forceinline__ bool tc_dis_window(bool win_ok, tc_dis_ix ix,
-					      const unsigned short *c2p_h,
-					      const unsigned short *p2c_h, size_t ldt, int q0, int k0,
-					      int nq, int L, unsigned short *Wc, unsigned short *Wp,
-					      int *M)
+ * Returns TC_DIS_GATHER, having issued nothing, when the window does not fit (or !win_ok): the
+ * caller gathers the tile instead (tc_dis_gather); TC_DIS_UNIT when idx steps by one column per
+ * distance over the whole tile (exact distances, no clamping: unit_ok, idx steps of at most one
+ * over the CTA's distances, and 126 columns from the least distance to the greatest), where M[dl]
+ * = *m0 + 2 dl, so the reads need no map; TC_DIS_MAP otherwise. ix: tc_dis_idx of the tile;
+ * c2p_h, p2c_h: the sequence's row 0 of this head (NULL: that term is absent), rows ldt elements
+ * apart, 16-byte aligned when win_ok. */
+enum { TC_DIS_GATHER = 0, TC_DIS_MAP = 1, TC_DIS_UNIT = 2 };
+
+__device__ __forceinline__ int tc_dis_window(bool win_ok, bool unit_ok, tc_dis_ix ix,
+					     const unsigned short *c2p_h,
+					     const unsigned short *p2c_h, size_t ldt, int q0, int k0,
+					     int nq, int L, unsigned short *Wc, unsigned short *Wp,
+					     int *M, int *m0)
 {
 	const int lo = ix.first & ~7, hi = ix.last, tid = threadIdx.x;
 
 	if (!win_ok || hi - lo >= TC_DIS_WC * 8) /* warp-uniform (CTA-uniform) */
-		return false;
+		return TC_DIS_GATHER;
+	*m0 = 2 * (ix.first - lo);
 	const int nch = (hi - lo) / 8 + 1; /* chunks any distance of the tile reads */
 	if (tid < 2 * TC_BK - 1)
 		M[tid] = 2 * (ix.own - lo);
@@ -317,7 +325,7 @@ __device__ __forceinline__ bool tc_dis_window(bool win_ok, tc_dis_ix ix,
 				p2c_h + (size_t)(k0 + (v ? r : 0)) * ldt + lo + c * 8, v);
 		}
 	}
-	return true;
+	return unit_ok && hi - ix.first == 2 * TC_BK - 2 ? TC_DIS_UNIT : TC_DIS_MAP;
 }
 
 /* The same tile gathered element by element, for any idx, width and alignment (the fallback, not
@@ -354,12 +362,14 @@ __device__ __forceinline__ void tc_dis_gather(const unsigned short *c2p_h,
  * warp's first row + g). Each term is the act dtype's value rounded to fp32, c2p + p2c in fp32,
  * then one fmaf into the score: the same values and order from either buffer kind. From the
  * windows (tc_dis_window): the map entry of (qr, kc) is M[qr - kc + 63], a byte offset into row
- * qr of Wc and row kc of Wp; the constant parts of the addresses are immediates of the loads. */
-template <typename T>
+ * qr of Wc and row kc of Wp; UNIT: it is m0 + 2 (qr - kc + 63), no map read. The constant parts
+ * of the addresses are immediates of the loads. */
+template <typename T, bool UNIT>
 __device__ __forceinline__ void tc_dis_add_window(float (&sc)[TC_BK / 8][4],
 						  const unsigned short *Wc,
-						  const unsigned short *Wp, const int *M, bool c2p,
-						  bool p2c, int qg, int tig, float inv_scale)
+						  const unsigned short *Wp, const int *M, int m0,
+						  bool c2p, bool p2c, int qg, int tig,
+						  float inv_scale)
 {
 	const int dl0 = qg - 2 * tig + TC_BK - 1;
 	const char *wc0 = (const char *)(Wc + qg * TC_DIS_LDW);
@@ -369,7 +379,8 @@ __device__ __forceinline__ void tc_dis_add_window(float (&sc)[TC_BK / 8][4],
 #pragma unroll
 		for (int e = 0; e < 4; e++) {
 			const int r = e >> 1, c = e & 1;
-			const int off = M[dl0 + 8 * r - 8 * j - c];
+			const int dl = dl0 + 8 * r - 8 * j - c;
+			const int off = UNIT ? m0 + 2 * dl : M[dl];
 			float b = 0.f;
 			if (c2p)
 				b = tc_bits_f<T>(*(const unsigned short *)(wc0 + 8 * r * TC_DIS_LDW * 2 +
@@ -501,24 +512,30 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 	tc_cp_commit();
 	/* DIS: win_ok, the CTA may use windows: 16-byte aligned table rows and idx monotone over
 	 * every distance the CTA meets, q0 - (64 * tiles - 1) .. q0 + 63 (clamped; the check reads
-	 * idx once per CTA, from L2); win: the terms of the tile in the shared buffers came through
-	 * the window (tc_dis_window), else they were gathered (tc_dis_gather) */
-	bool win_ok = false, win = false;
+	 * idx once per CTA, from L2); unit_ok: idx steps by at most one column there; win: how the
+	 * terms of the tile in the shared buffers came (tc_dis_window), m0 its UNIT map base */
+	bool win_ok = false, unit_ok = false;
+	int win = TC_DIS_GATHER, m0 = 0; /* DIS: how the tile's terms came (tc_dis_window) */
 	tc_dis_ix ixn = { 0, 0, 0 }; /* DIS: the next tile's idx entries */
 	if constexpr (DIS) {
 		const int da = max(q0 - ((L + TC_BK - 1) / TC_BK) * TC_BK + 1, -dis.R);
 		const int db = min(q0 + BQ - 1, dis.R);
 		bool bad = (((uintptr_t)dis.c2p | (uintptr_t)dis.p2c) & 15) != 0 ||
 			   (dis.width & 7) != 0;
+		bool steep = false; /* a step of more than one column */
 #pragma unroll 4
-		for (int d = da + tid; d < db; d += TC_WARPS * 32)
-			bad |= __ldg(idx_c + d) > __ldg(idx_c + d + 1);
+		for (int d = da + tid; d < db; d += TC_WARPS * 32) {
+			const int step = __ldg(idx_c + d + 1) - __ldg(idx_c + d);
+			bad |= step < 0;
+			steep |= step > 1;
+		}
 		win_ok = !__syncthreads_or(bad);
+		unit_ok = !__syncthreads_or(steep);
 		/* tile 0's terms (their own cp.async group): visible after the first barrier of the
 		 * loop */
-		win = tc_dis_window(win_ok, tc_dis_idx(idx_c, dis.R, q0, 0), c2p_h, p2c_h, ldt, q0, 0,
-				    nq, L, Wc, Wp, Mw);
-		if (!win)
+		win = tc_dis_window(win_ok, unit_ok, tc_dis_idx(idx_c, dis.R, q0, 0), c2p_h, p2c_h,
+				    ldt, q0, 0, nq, L, Wc, Wp, Mw, &m0);
+		if (win == TC_DIS_GATHER)
 			tc_dis_gather(c2p_h, p2c_h, ldt, idx_c, dis.R, q0, 0, nq, L, Wc, Wp);
 		tc_cp_commit();
 	}
@@ -626,9 +643,14 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 			}
 			/* DeBERTa's terms of the same elements from the shared buffers */
 			if constexpr (DIS) {
-				if (win) /* warp-uniform */
-					tc_dis_add_window<T>(sc[0], Wc, Wp, Mw, c2p_h != NULL,
-							     p2c_h != NULL, qw + g, tig, inv_scale);
+				if (win == TC_DIS_UNIT) /* warp-uniform */
+					tc_dis_add_window<T, true>(sc[0], Wc, Wp, Mw, m0, c2p_h != NULL,
+								   p2c_h != NULL, qw + g, tig,
+								   inv_scale);
+				else if (win == TC_DIS_MAP)
+					tc_dis_add_window<T, false>(sc[0], Wc, Wp, Mw, m0, c2p_h != NULL,
+								    p2c_h != NULL, qw + g, tig,
+								    inv_scale);
 				else
 					tc_dis_add_gathered<T>(sc[0], Wc, Wp, c2p_h != NULL,
 							       p2c_h != NULL, qw + g, tig, inv_scale);
@@ -637,9 +659,9 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 		if constexpr (DIS) {
 			if (t + 1 < ntiles) { /* tile t+1's terms, in flight through tile t's P V */
 				__syncthreads(); /* every warp has read tile t's terms */
-				win = tc_dis_window(win_ok, ixn, c2p_h, p2c_h, ldt, q0, k0 + TC_BK,
-						    nq, L, Wc, Wp, Mw);
-				if (!win)
+				win = tc_dis_window(win_ok, unit_ok, ixn, c2p_h, p2c_h, ldt, q0,
+						    k0 + TC_BK, nq, L, Wc, Wp, Mw, &m0);
+				if (win == TC_DIS_GATHER)
 					tc_dis_gather(c2p_h, p2c_h, ldt, idx_c, dis.R, q0, k0 + TC_BK,
 						      nq, L, Wc, Wp);
 				tc_cp_commit();
