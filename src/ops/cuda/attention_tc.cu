@@ -64,6 +64,7 @@
  * TC_BIAS_DIS adds 2 * 64 * 136 * 2 + 512 (34.5 KiB: 80 KiB at head_dim 64, 2 CTAs per SM). */
 #include "ops/cuda/attention_tc.cuh"
 #include "ops/cuda/attention_wgmma.cuh"
+#include "ops/cuda/tc_ptx.cuh"
 
 #define TC_WARPS 4
 #define TC_BK 64 /* keys per shared-memory tile */
@@ -101,42 +102,19 @@ struct tc_dis {
 	int width, R;
 };
 
-/* ---- PTX wrappers ---- */
-__device__ __forceinline__ uint32_t tc_smem_addr(const void *p)
-{
-	return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16-byte global -> shared copy; when !valid nothing is read and the 16 bytes are zero-filled. */
-__device__ __forceinline__ void tc_cp16(void *dst, const void *src, bool valid)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tc_smem_addr(dst)),
-		     "l"(src), "r"(valid ? 16 : 0)
-		     : "memory");
-}
-
-__device__ __forceinline__ void tc_cp_commit(void)
-{
-	asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int N> __device__ __forceinline__ void tc_cp_wait(void)
-{
-	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
+/* ---- PTX wrappers (cp.async, exp2, packing: tc_ptx.cuh) ---- */
 __device__ __forceinline__ void tc_ldsm_x4(uint32_t r[4], const void *p)
 {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
 		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(tc_smem_addr(p)));
+		     : "r"(rg_smem_addr(p)));
 }
 
 __device__ __forceinline__ void tc_ldsm_x4_t(uint32_t r[4], const void *p)
 {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
 		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(tc_smem_addr(p)));
+		     : "r"(rg_smem_addr(p)));
 }
 
 /* c (16x8 f32) += a (16x16) * b (16x8), a row-major, b column-major. */
@@ -161,44 +139,14 @@ template <> __device__ __forceinline__ void tc_mma<__nv_bfloat16>(float c[4], co
 		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* 2^x on the SFU (ex2.approx.ftz: relative error ~2^-22, -inf -> +0), what exp2f becomes under
- * --use_fast_math, without exp2f's extra range handling. */
-__device__ __forceinline__ float tc_exp2(float x)
-{
-	float y;
-	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-	return y;
-}
-
 /* Round (x, y) to the dtype as one packed register (x in the low half); *sum += x + y (fp32, as
  * FlashAttention-2 sums the unrounded probabilities). */
-template <typename T> __device__ __forceinline__ uint32_t tc_pack(float x, float y, float *sum);
-
-template <> __device__ __forceinline__ uint32_t tc_pack<__half>(float x, float y, float *sum)
+template <typename T> __device__ __forceinline__ uint32_t tc_pack(float x, float y, float *sum)
 {
-	__half2 h = __floats2half2_rn(x, y);
+	const uint32_t h = rg_pack2<T>(x, y);
+
 	*sum += x + y;
-	return *(uint32_t *)&h;
-}
-
-template <> __device__ __forceinline__ uint32_t tc_pack<__nv_bfloat16>(float x, float y, float *sum)
-{
-	__nv_bfloat162 h = __floats2bfloat162_rn(x, y);
-	*sum += x + y;
-	return *(uint32_t *)&h;
-}
-
-template <typename T> __device__ __forceinline__ void tc_store2(T *p, float x, float y);
-
-template <> __device__ __forceinline__ void tc_store2<__half>(__half *p, float x, float y)
-{
-	*(__half2 *)p = __floats2half2_rn(x, y);
-}
-
-template <> __device__ __forceinline__ void tc_store2<__nv_bfloat16>(__nv_bfloat16 *p, float x,
-								      float y)
-{
-	*(__nv_bfloat162 *)p = __floats2bfloat162_rn(x, y);
+	return h;
 }
 
 /* Shared memory of one CTA: the Q tile (BQ rows), K and V double buffered (BK rows each), segs;
@@ -224,8 +172,8 @@ __device__ __forceinline__ void tc_load_kv(const T *kbase, const T *vbase, size_
 		const int r = e / CPR, c = (e % CPR) * 8;
 		const bool v = k0 + r < L;
 		const size_t off = (size_t)(v ? k0 + r : 0) * ld + c;
-		tc_cp16(Kb + r * LDS + c, kbase + off, v);
-		tc_cp16(Vb + r * LDS + c, vbase + off, v);
+		rg_cp16(Kb + r * LDS + c, kbase + off, v);
+		rg_cp16(Vb + r * LDS + c, vbase + off, v);
 	}
 	if (segs)
 		for (int r = threadIdx.x; r < TC_BK; r += TC_WARPS * 32)
@@ -245,8 +193,8 @@ __device__ __forceinline__ void tc_load_kv_paged(const T *kc, const T *vc, const
 		const bool v = pos < L;
 		const size_t slot = v ? (size_t)bt[pos / bs] * bs + pos % bs : 0;
 		const size_t off = slot * row + (size_t)kvh * D + c;
-		tc_cp16(Kb + r * LDS + c, kc + off, v);
-		tc_cp16(Vb + r * LDS + c, vc + off, v);
+		rg_cp16(Kb + r * LDS + c, kc + off, v);
+		rg_cp16(Vb + r * LDS + c, vc + off, v);
 	}
 }
 
@@ -316,12 +264,12 @@ __device__ __forceinline__ int tc_dis_window(bool win_ok, bool unit_ok, tc_dis_i
 			continue;
 		if (c2p_h) {
 			const bool v = r < nq;
-			tc_cp16(Wc + r * TC_DIS_LDW + c * 8,
+			rg_cp16(Wc + r * TC_DIS_LDW + c * 8,
 				c2p_h + (size_t)(q0 + (v ? r : 0)) * ldt + lo + c * 8, v);
 		}
 		if (p2c_h) {
 			const bool v = k0 + r < L;
-			tc_cp16(Wp + r * TC_DIS_LDW + c * 8,
+			rg_cp16(Wp + r * TC_DIS_LDW + c * 8,
 				p2c_h + (size_t)(k0 + (v ? r : 0)) * ldt + lo + c * 8, v);
 		}
 	}
@@ -502,14 +450,14 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 	for (int e = tid; e < BQ * CPR; e += TC_WARPS * 32) {
 		const int r = e / CPR, c = (e % CPR) * 8;
 		const bool v = r < nq;
-		tc_cp16(Qs + r * LDS + c, base + (size_t)(v ? q0 + r : 0) * ld + c, v);
+		rg_cp16(Qs + r * LDS + c, base + (size_t)(v ? q0 + r : 0) * ld + c, v);
 	}
 	if (PAGED)
 		tc_load_kv_paged<T, D>((const T *)pg.k_cache, (const T *)pg.v_cache, bt, pg.block_size,
 				       (size_t)pg.row, kvh, 0, klim, Ks, Vs);
 	else
 		tc_load_kv<T, D>(kbase, vbase, ld, 0, L, Ks, Vs, segs, segk);
-	tc_cp_commit();
+	rg_cp_commit();
 	/* DIS: win_ok, the CTA may use windows: 16-byte aligned table rows and idx monotone over
 	 * every distance the CTA meets, q0 - (64 * tiles - 1) .. q0 + 63 (clamped; the check reads
 	 * idx once per CTA, from L2); unit_ok: idx steps by at most one column there; win: how the
@@ -537,7 +485,7 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 				    ldt, q0, 0, nq, L, Wc, Wp, Mw, &m0);
 		if (win == TC_DIS_GATHER)
 			tc_dis_gather(c2p_h, p2c_h, ldt, idx_c, dis.R, q0, 0, nq, L, Wc, Wp);
-		tc_cp_commit();
+		rg_cp_commit();
 	}
 
 	/* this thread's query rows: warp*16*MT + mt*16 + g and + 8 (tile-relative) */
@@ -580,14 +528,14 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 						 Ks + (buf ^ 1) * TC_BK * LDS,
 						 Vs + (buf ^ 1) * TC_BK * LDS, segs,
 						 segk + (buf ^ 1) * TC_BK);
-			tc_cp_commit();
+			rg_cp_commit();
 			if constexpr (DIS) /* tile t+1's idx entries, loaded through tile t's S */
 				ixn = tc_dis_idx(idx_c, dis.R, q0, k0 + TC_BK);
 			/* all but this group: K/V of tile t (and DIS: tile t's terms, committed
 			 * before it) */
-			tc_cp_wait<1>();
+			rg_cp_wait<1>();
 		} else {
-			tc_cp_wait<0>();
+			rg_cp_wait<0>();
 		}
 		__syncthreads(); /* tile t (and Q, segk) visible to every warp */
 
@@ -664,7 +612,7 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 				if (win == TC_DIS_GATHER)
 					tc_dis_gather(c2p_h, p2c_h, ldt, idx_c, dis.R, q0, k0 + TC_BK,
 						      nq, L, Wc, Wp);
-				tc_cp_commit();
+				rg_cp_commit();
 			}
 		}
 		if (active) {
@@ -704,7 +652,7 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 					/* m: running max of the raw scores; msub: it in exp2 units */
 					const float mnew = fmaxf(m[mt][r], tmax[r]);
 					msub[mt][r] = mnew == -INFINITY ? 0.f : mnew * qscale;
-					const float corr = tc_exp2(m[mt][r] == -INFINITY
+					const float corr = rg_exp2_approx(m[mt][r] == -INFINITY
 									 ? -INFINITY
 									 : m[mt][r] * qscale - msub[mt][r]);
 					m[mt][r] = mnew;
@@ -724,14 +672,14 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 				for (int mt = 0; mt < MT; mt++) {
 					const float *s0 = sc[mt][2 * kk], *s1 = sc[mt][2 * kk + 1];
 					const float m0 = msub[mt][0], m1 = msub[mt][1];
-					a[mt][0] = tc_pack<T>(tc_exp2(fmaf(s0[0], qscale, -m0)),
-							      tc_exp2(fmaf(s0[1], qscale, -m0)), &l[mt][0]);
-					a[mt][1] = tc_pack<T>(tc_exp2(fmaf(s0[2], qscale, -m1)),
-							      tc_exp2(fmaf(s0[3], qscale, -m1)), &l[mt][1]);
-					a[mt][2] = tc_pack<T>(tc_exp2(fmaf(s1[0], qscale, -m0)),
-							      tc_exp2(fmaf(s1[1], qscale, -m0)), &l[mt][0]);
-					a[mt][3] = tc_pack<T>(tc_exp2(fmaf(s1[2], qscale, -m1)),
-							      tc_exp2(fmaf(s1[3], qscale, -m1)), &l[mt][1]);
+					a[mt][0] = tc_pack<T>(rg_exp2_approx(fmaf(s0[0], qscale, -m0)),
+							      rg_exp2_approx(fmaf(s0[1], qscale, -m0)), &l[mt][0]);
+					a[mt][1] = tc_pack<T>(rg_exp2_approx(fmaf(s0[2], qscale, -m1)),
+							      rg_exp2_approx(fmaf(s0[3], qscale, -m1)), &l[mt][1]);
+					a[mt][2] = tc_pack<T>(rg_exp2_approx(fmaf(s1[0], qscale, -m0)),
+							      rg_exp2_approx(fmaf(s1[1], qscale, -m0)), &l[mt][0]);
+					a[mt][3] = tc_pack<T>(rg_exp2_approx(fmaf(s1[2], qscale, -m1)),
+							      rg_exp2_approx(fmaf(s1[3], qscale, -m1)), &l[mt][1]);
 				}
 #pragma unroll
 				for (int dd = 0; dd < ND / 2; dd++) {
@@ -765,7 +713,7 @@ attention_tc_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *_
 				T *orow = ob + (size_t)(q0 + qr) * lay.out_ld + tig * 2;
 #pragma unroll
 				for (int j = 0; j < ND; j++)
-					tc_store2<T>(orow + j * 8, o[mt][j][2 * r] * inv,
+					rg_store2<T>(orow + j * 8, o[mt][j][2 * r] * inv,
 						     o[mt][j][2 * r + 1] * inv);
 			}
 		}

@@ -68,6 +68,7 @@
 
 #include "ops/cuda/attention_wgmma.cuh"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/tc_ptx.cuh"
 
 /* Device code with wgmma exists only in the sm_90a compilation; elsewhere the kernel is empty and
  * the probe reports false, so the host never launches it. */
@@ -86,30 +87,7 @@ static size_t wg_smem_bytes(int D, int nwg)
 	return (size_t)(nwg * 64 * D + 4 * WG_BN(D) * D) * 2 + 1024;
 }
 
-/* ---- PTX wrappers ---- */
-__device__ __forceinline__ uint32_t wg_smem_addr(const void *p)
-{
-	return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16-byte global -> shared copy to a shared address; !valid: zero-fill, nothing read. */
-__device__ __forceinline__ void wg_cp16(uint32_t dst, const void *src, bool valid)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-		     "r"(valid ? 16 : 0)
-		     : "memory");
-}
-
-__device__ __forceinline__ void wg_cp_commit(void)
-{
-	asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void wg_cp_wait_all(void)
-{
-	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
+/* ---- PTX wrappers (cp.async, exp2, packing: tc_ptx.cuh) ---- */
 /* This thread's generic-proxy shared-memory writes become visible to the async proxy (wgmma). */
 __device__ __forceinline__ void wg_fence_proxy_async(void)
 {
@@ -246,42 +224,6 @@ template <> struct wg_mma<__nv_bfloat16, 128> {
 	}
 };
 
-/* 2^x on the SFU (ex2.approx.ftz, -inf -> +0), as attention_tc.cu. */
-__device__ __forceinline__ float wg_exp2(float x)
-{
-	float y;
-	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-	return y;
-}
-
-/* Round (x, y) to the dtype as one packed register (x in the low half, the lower column). */
-template <typename T> __device__ __forceinline__ uint32_t wg_pack(float x, float y);
-
-template <> __device__ __forceinline__ uint32_t wg_pack<__half>(float x, float y)
-{
-	__half2 h = __floats2half2_rn(x, y);
-	return *(uint32_t *)&h;
-}
-
-template <> __device__ __forceinline__ uint32_t wg_pack<__nv_bfloat16>(float x, float y)
-{
-	__nv_bfloat162 h = __floats2bfloat162_rn(x, y);
-	return *(uint32_t *)&h;
-}
-
-template <typename T> __device__ __forceinline__ void wg_store2(T *p, float x, float y);
-
-template <> __device__ __forceinline__ void wg_store2<__half>(__half *p, float x, float y)
-{
-	*(__half2 *)p = __floats2half2_rn(x, y);
-}
-
-template <> __device__ __forceinline__ void wg_store2<__nv_bfloat16>(__nv_bfloat16 *p, float x,
-								      float y)
-{
-	*(__nv_bfloat162 *)p = __floats2bfloat162_rn(x, y);
-}
-
 /* Issue the cp.async copies of rows r0..r0+R-1 (of stride ld elements from src; rows >= L
  * zero-filled) of D columns into the swizzled tile at shared address dst; all NT threads call it. */
 template <typename T, int D, int R, int NT>
@@ -293,7 +235,7 @@ __device__ __forceinline__ void wg_load_tile(uint32_t dst, const T *src, size_t 
 		const bool v = r0 + r < L;
 		const uint32_t d = dst + (uint32_t)((c >> 3) * (R * 128) + r * 128 +
 						    (((c & 7) ^ (r & 7)) << 4));
-		wg_cp16(d, src + (size_t)(v ? r0 + r : 0) * ld + c * 8, v);
+		rg_cp16(d, src + (size_t)(v ? r0 + r : 0) * ld + c * 8, v);
 	}
 }
 
@@ -307,7 +249,7 @@ attention_wgmma_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu
 	constexpr int QBYTES = BQ * D * 2, KVBYTES = BN * D * 2; /* Q tile; one K or V buffer */
 	constexpr int NS = BN / 8, NO = D / 8;                    /* n8 column tiles of S and O */
 	extern __shared__ unsigned char wg_sm[];
-	const uint32_t sm0 = (wg_smem_addr(wg_sm) + 1023u) & ~1023u;
+	const uint32_t sm0 = (rg_smem_addr(wg_sm) + 1023u) & ~1023u;
 	const uint32_t Qs = sm0, Ks = Qs + QBYTES, Vs = Ks + 2 * KVBYTES;
 
 	const int s = blockIdx.x, h = blockIdx.y, q0 = blockIdx.z * BQ;
@@ -333,7 +275,7 @@ attention_wgmma_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu
 	wg_load_tile<T, D, BQ, NT>(Qs, qb, ld, q0, L);
 	wg_load_tile<T, D, BN, NT>(Ks, kb, ld, 0, L);
 	wg_load_tile<T, D, BN, NT>(Vs, vb, ld, 0, L);
-	wg_cp_commit();
+	rg_cp_commit();
 
 	const bool active = wg * 64 < nq; /* warpgroup-uniform: it has a real query row */
 	float o[NO][4];
@@ -345,13 +287,13 @@ attention_wgmma_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu
 	const int ntiles = (L + BN - 1) / BN;
 	for (int t = 0; t < ntiles; t++) {
 		const int buf = t & 1, k0 = t * BN;
-		wg_cp_wait_all();
+		rg_cp_wait<0>();
 		wg_fence_proxy_async();
 		__syncthreads(); /* tile t visible to every warpgroup's wgmma; tile t-1's reads done */
 		if (t + 1 < ntiles) {
 			wg_load_tile<T, D, BN, NT>(Ks + (buf ^ 1) * KVBYTES, kb, ld, k0 + BN, L);
 			wg_load_tile<T, D, BN, NT>(Vs + (buf ^ 1) * KVBYTES, vb, ld, k0 + BN, L);
-			wg_cp_commit();
+			rg_cp_commit();
 		}
 		if (!active)
 			continue;
@@ -394,7 +336,7 @@ attention_wgmma_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu
 			/* m: running max of the raw scores; msub: it in exp2 units */
 			const float mnew = fmaxf(m[r], tmax[r]);
 			msub[r] = mnew == -INFINITY ? 0.f : mnew * qscale;
-			const float corr = wg_exp2(m[r] == -INFINITY ? -INFINITY
+			const float corr = rg_exp2_approx(m[r] == -INFINITY ? -INFINITY
 								     : m[r] * qscale - msub[r]);
 			m[r] = mnew;
 			l[r] *= corr;
@@ -412,15 +354,15 @@ attention_wgmma_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu
 			float x[8];
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
-				x[e] = wg_exp2(fmaf(sc[2 * kk][e], qscale, -msub[e >> 1]));
-				x[4 + e] = wg_exp2(fmaf(sc[2 * kk + 1][e], qscale, -msub[e >> 1]));
+				x[e] = rg_exp2_approx(fmaf(sc[2 * kk][e], qscale, -msub[e >> 1]));
+				x[4 + e] = rg_exp2_approx(fmaf(sc[2 * kk + 1][e], qscale, -msub[e >> 1]));
 			}
 			l[0] += x[0] + x[1] + x[4] + x[5];
 			l[1] += x[2] + x[3] + x[6] + x[7];
-			p[kk][0] = wg_pack<T>(x[0], x[1]);
-			p[kk][1] = wg_pack<T>(x[2], x[3]);
-			p[kk][2] = wg_pack<T>(x[4], x[5]);
-			p[kk][3] = wg_pack<T>(x[6], x[7]);
+			p[kk][0] = rg_pack2<T>(x[0], x[1]);
+			p[kk][1] = rg_pack2<T>(x[2], x[3]);
+			p[kk][2] = rg_pack2<T>(x[4], x[5]);
+			p[kk][3] = rg_pack2<T>(x[6], x[7]);
 		}
 		/* O += P V */
 		wg_fence();
@@ -447,7 +389,7 @@ attention_wgmma_kernel(const T *__restrict__ qkv, const int32_t *__restrict__ cu
 			T *orow = ob + (size_t)(q0 + qr) * H + tig * 2;
 #pragma unroll
 			for (int j = 0; j < NO; j++)
-				wg_store2<T>(orow + j * 8, o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+				rg_store2<T>(orow + j * 8, o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
 		}
 	}
 #endif
