@@ -923,6 +923,33 @@ static void test_disent_batch(rg_dtype dt, const batch *b)
 					      w ? 40 : 512, w == 2 ? 1 + (a & 1) : 3, IDX_WINDOW, 0);
 }
 
+/* Batch invariance: the n_elem act elements of dtype dt at batched_d (a sequence's rows of a
+ * batched result) and at alone_d (the same sequence run alone), both device memory, must be
+ * equal bitwise. Row `name` gains one case of n_elem elements; bad counts the differing bytes. */
+static void check_bitwise_equal(const char *name, rg_dtype dt, const void *batched_d,
+				const void *alone_d, size_t n_elem, const char *label)
+{
+	const size_t bytes = n_elem * rg_dtype_size(dt);
+	unsigned char *h = malloc(bytes), *h1 = malloc(bytes);
+	long diff = 0;
+
+	CK(rg_backend_download(g_gpu, h, batched_d, bytes));
+	CK(rg_backend_download(g_gpu, h1, alone_d, bytes));
+	for (size_t i = 0; i < bytes; i++)
+		diff += h[i] != h1[i];
+	row *r = get_row(name, dt);
+	r->cases++;
+	r->n += (long)n_elem;
+	r->bad += diff;
+	if (diff) {
+		fprintf(stderr, "  %s %s: %ld bytes differ%s%s%s\n", name, dt_name(dt), diff,
+			label ? " [" : "", label ? label : "", label ? "]" : "");
+		g_fail = 1;
+	}
+	free(h);
+	free(h1);
+}
+
 /* DeBERTa's terms on long ragged lengths around the 64-query / 64-key tiles of the tensor-core
  * kernel ({500, 65, 63, 130, 1, 64, 5}: several tiles, partial last tiles, a one-token and a
  * five-token sequence), deberta-v3-base's 12 x 64 heads with its log-bucketed index (width 512,
@@ -977,7 +1004,6 @@ static void test_disent_invariance(rg_dtype dt)
 	const float scale = 1.f / sqrtf((float)(D * 3));
 	int32_t *idx = malloc((2 * (size_t)R + 1) * 4), cu1[2] = { 0, L };
 	float *qkv, *pk, *pq;
-	long diff = 0;
 
 	make_dis_idx(IDX_LOG, W, R, idx);
 	gbuf gq = gact_rand(dt, (size_t)b.n_tok * 3 * H, -2, 2, &qkv);
@@ -996,21 +1022,9 @@ static void test_disent_invariance(rg_dtype dt)
 	CK(attn_op(g_gpu, (char *)gq.p + (size_t)t0 * 3 * H * es, gcu1.p, cu1, 1, L, heads, D,
 		   scale, NULL, NULL, 0, &dis1, go1.p));
 	CK(rg_backend_sync(g_gpu));
-	unsigned char *h = malloc((size_t)L * H * es), *h1 = malloc((size_t)L * H * es);
-	CK(rg_backend_download(g_gpu, h, (char *)go.p + (size_t)t0 * H * es, (size_t)L * H * es));
-	CK(rg_backend_download(g_gpu, h1, go1.p, (size_t)L * H * es));
-	for (size_t i = 0; i < (size_t)L * H * es; i++)
-		diff += h[i] != h1[i];
-	row *r = get_row("attention disent. alone==batched", dt);
-	r->cases++;
-	r->n += (long)L * H;
-	r->bad += diff;
-	if (diff) {
-		fprintf(stderr, "  disentangled attention batch invariance %s: %ld bytes differ\n",
-			dt_name(dt), diff);
-		g_fail = 1;
-	}
-	free(h); free(h1); free(qkv); free(pk); free(pq); free(idx);
+	check_bitwise_equal("attention disent. alone==batched", dt,
+			    (char *)go.p + (size_t)t0 * H * es, go1.p, (size_t)L * H, NULL);
+	free(qkv); free(pk); free(pq); free(idx);
 	gfree(&gq); gfree(&gpk); gfree(&gpq); gfree(&gi); gfree(&gcu); gfree(&gcu1); gfree(&gc);
 	gfree(&gp); gfree(&go); gfree(&go1);
 }
@@ -1096,7 +1110,6 @@ static void test_attention_batch_invariance(rg_dtype dt)
 	const int s = 2, t0 = b.cu[s], L = lens[s];
 	float *qkv;
 	int32_t cu1[2] = { 0, L };
-	long diff = 0;
 
 	gbuf gq = gact_rand(dt, (size_t)b.n_tok * 3 * H, -2, 2, &qkv);
 	gbuf gcu = graw(b.cu, 5 * 4), gcu1 = graw(cu1, 8);
@@ -1106,20 +1119,9 @@ static void test_attention_batch_invariance(rg_dtype dt)
 	CK(attn_op(g_gpu, (char *)gq.p + (size_t)t0 * 3 * H * es, gcu1.p, cu1, 1, L, heads,
 			   D, 0.17f, NULL, NULL, 0, NULL, go1.p));
 	CK(rg_backend_sync(g_gpu));
-	unsigned char *h = malloc((size_t)L * H * es), *h1 = malloc((size_t)L * H * es);
-	CK(rg_backend_download(g_gpu, h, (char *)go.p + (size_t)t0 * H * es, (size_t)L * H * es));
-	CK(rg_backend_download(g_gpu, h1, go1.p, (size_t)L * H * es));
-	for (size_t i = 0; i < (size_t)L * H * es; i++)
-		diff += h[i] != h1[i];
-	row *r = get_row("attention alone==batched", dt);
-	r->cases++;
-	r->n += (long)L * H;
-	r->bad += diff;
-	if (diff) {
-		fprintf(stderr, "  attention batch invariance %s: %ld bytes differ\n", dt_name(dt), diff);
-		g_fail = 1;
-	}
-	free(h); free(h1); free(qkv);
+	check_bitwise_equal("attention alone==batched", dt, (char *)go.p + (size_t)t0 * H * es,
+			    go1.p, (size_t)L * H, NULL);
+	free(qkv);
 	gfree(&gq); gfree(&gcu); gfree(&gcu1); gfree(&go); gfree(&go1);
 }
 
@@ -1181,7 +1183,6 @@ static void attn_wgmma_case(rg_dtype dt, const char *label, const int *lens, int
 		const int t0 = cu[alone], L = lens[alone];
 		int32_t cu1[2] = { 0, L };
 		gbuf gcu1 = graw(cu1, 8), go1 = galloc((size_t)L * H * es);
-		long diff = 0;
 		rg_cuda_attention_wgmma_set(1, 0);
 		CK(attn_op(g_gpu, (char *)gq.p + (size_t)t0 * 3 * H * es, gcu1.p, cu1, 1, L, heads,
 			   D, scale, NULL, NULL, 0, NULL, go1.p));
@@ -1189,22 +1190,8 @@ static void attn_wgmma_case(rg_dtype dt, const char *label, const int *lens, int
 		CK(attn_op(g_gpu, gq.p, gcu.p, cu, n, max_len, heads, D, scale, NULL, NULL, 0, NULL,
 			   gw.p));
 		CK(rg_backend_sync(g_gpu));
-		unsigned char *hb = malloc((size_t)L * H * es), *h1 = malloc((size_t)L * H * es);
-		CK(rg_backend_download(g_gpu, hb, (char *)gw.p + (size_t)t0 * H * es,
-				       (size_t)L * H * es));
-		CK(rg_backend_download(g_gpu, h1, go1.p, (size_t)L * H * es));
-		for (size_t i = 0; i < (size_t)L * H * es; i++)
-			diff += hb[i] != h1[i];
-		row *rw = get_row("attention wgmma alone==batched", dt);
-		rw->cases++;
-		rw->n += (long)L * H;
-		rw->bad += diff;
-		if (diff) {
-			fprintf(stderr, "  attention wgmma batch invariance %s: %ld bytes differ [%s]\n",
-				dt_name(dt), diff, label);
-			g_fail = 1;
-		}
-		free(hb); free(h1);
+		check_bitwise_equal("attention wgmma alone==batched", dt,
+				    (char *)gw.p + (size_t)t0 * H * es, go1.p, (size_t)L * H, label);
 		gfree(&gcu1); gfree(&go1);
 	}
 	rg_cuda_attention_wgmma_set(-1, 0);
