@@ -245,7 +245,12 @@ def render_md(res):
              "- ragged: one rg_model_embed per batch (CUDA graphs, the library's default); "
              "deberta = default path, old = RAGGED_DEBERTA_TC=0 (CUDA-core tables + attention), "
              "tables / attn = only that fast path; HF = DebertaV2Model eager, padded, "
-             "inference_mode", "",
+             "inference_mode",
+             "- peer: HF DebertaV2Model eager, padded (issue 21's comparison). Packed PyTorch in "
+             "a CUDA graph, the encoder peer elsewhere, does not exist for DeBERTa (varlen_attn "
+             "takes no per-pair position terms); a graph-captured padded HF DeBERTa was not "
+             "measured. RoBERTa and DistilBERT are ragged's own models at the same shapes, not "
+             "peers.", "",
              f"Targets: DeBERTa <= {TARGET_VS_ROBERTA}x RoBERTa's time: "
              f"**{res['targets']['vs_roberta']}**; DeBERTa >= {TARGET_VS_HF}x faster than HF "
              f"eager: **{res['targets']['vs_hf']}** (at every batch).", ""]
