@@ -577,6 +577,8 @@ typedef enum rg_finish_reason {
 	RG_FINISH_STOP,     /* a stop token id or a stop string */
 	RG_FINISH_LENGTH,   /* max_tokens, or the model's context */
 	RG_FINISH_EOS,      /* an EOS id */
+	RG_FINISH_ABORT,    /* ended early: rg_gen_engine_abort, a model or detokenizer error, or
+			     * the engine stopping (rg_gen_output.status says which) */
 } rg_finish_reason;
 
 /* "stop" / "length" / "eos" / "none" (static; "?" outside the enum). */
@@ -724,6 +726,184 @@ RG_API rg_status rg_generate(rg_model *m, const char *const *prompts, int n,
 RG_API rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int *lens,
 				 int n, const rg_gen_params *p, rg_gen_token_fn on_token,
 				 void *user, rg_gen_result **out);
+
+/* ---------------------------------------------------------------------------------------------
+ * The generation engine (issue 27): the one loop behind rg_generate, the Python Generator and
+ * `ragged serve`, as vLLM's EngineCore (add / step / abort) is behind its entry points.
+ * Iteration-level scheduling (Orca, Yu et al. OSDI'22; vLLM, Kwon et al. SOSP'23) with chunked
+ * prefill (Sarathi-Serve), prefix caching, recompute preemption, deadline-aware admission (TCB's
+ * DAS, Fu et al. ICPP'22 sec. 5.2: src/sched/iter.h has the rule), beam groups decoding beside
+ * every other stream (LightSeq sec. 2.2), and sampling on the device (only ids and log-probs
+ * leave it). One output sequence per sample (n) or returned beam of a request; its tokens, text
+ * and stops are src/gen/seq.h's.
+ *
+ *     rg_gen_engine *e = rg_gen_engine_create(model, &params, &st);
+ *     rg_gen_engine_add(e, prompt, n, &gen_params, NULL, now_ms, &id, NULL);   // any thread
+ *     while (rg_gen_engine_has_work(e)) {                                       // the owner
+ *         rg_gen_engine_step(e, now_ms, &ev, &n_ev);     // one model step; ev: what it made
+ *         for each ev: ev.text (newly final UTF-8), ev.finish != RG_FINISH_NONE at the end
+ *     }
+ *     rg_gen_engine_output(e, id, k, &out);   // a sequence as it stands, then
+ *     rg_gen_engine_release(e, id);           // forget a finished request
+ *
+ * Not thread-safe: one owner calls everything, or a lock around every call (a server's step
+ * thread releases its lock during the model forward with the three-phase step below). */
+typedef struct rg_gen_engine rg_gen_engine;
+
+/* Limits of an engine (rg_gen_engine_params_default gives the defaults in brackets). */
+typedef struct rg_gen_engine_params {
+	int max_num_batched_tokens; /* token budget of one step, >= 1 [512; capped by the model's
+				     * max_batch_tokens] */
+	int max_num_seqs;           /* sequences in one step, >= 1 [64] */
+	int max_context;            /* longest sequence, prompt + generated [0: the model's
+				     * max_position_embeddings, and what the cache holds] */
+	int max_waiting;            /* waiting sequences at most; more: RG_ERR_BUSY [1024] */
+	int watermark_blocks;       /* free blocks kept when admitting; -1: 1% of the pool [-1] */
+	bool prefix_caching;        /* share cached prompt-prefix blocks [true] */
+	double deadline_slack;      /* admission's estimates are multiplied by this [1.1] */
+	int block_size;             /* KV positions per block [16] */
+	size_t kv_bytes;            /* KV cache bytes; 0: kv_fraction */
+	double kv_fraction;         /* (0, 1] of the free memory for the cache [0.9]; 0 with
+				     * kv_bytes 0: the cache the caller made (rg_model_kv_init) */
+	bool warm_up;               /* run a few steps at create so admission's cost model has
+				     * measured points [false] */
+	double step_delay_ms;       /* testing: sleep this long in each step (a slow device) [0] */
+} rg_gen_engine_params;
+
+RG_API void rg_gen_engine_params_default(rg_gen_engine_params *p);
+
+/* Per-request options beside rg_gen_params (rg_gen_options_default: all 0 / false but
+ * skip_special_tokens true). */
+typedef struct rg_gen_options {
+	int priority;             /* higher runs first among waiting requests */
+	double arrival_ms;        /* when it arrived, on the caller's clock (0: now_ms of add) */
+	double deadline_ms;       /* TTFT target from arrival, ms; 0: none */
+	double tpot_ms;           /* mean time per output token target, ms; 0: none */
+	int min_tokens;           /* EOS, stop ids and stop strings ignored before this many tokens
+				   * (the ids are biased away on the device, vLLM's min_tokens) */
+	bool skip_special_tokens; /* text without special tokens [true] */
+	bool keep_stop_id_text;   /* an ending EOS / stop id keeps its text (vLLM) [false] */
+} rg_gen_options;
+
+RG_API void rg_gen_options_default(rg_gen_options *r);
+
+/* Admission's answer (filled whether admitted or refused). */
+typedef struct rg_gen_admission {
+	double est_ttft_ms;      /* estimated time to first token from arrival (0: not estimated) */
+	double est_tpot_ms;      /* estimated mean time per output token (0: not estimated) */
+	double retry_after_ms;   /* refused: estimated wait before it could be met (>= 1); -1:
+				  * never, even on an idle engine */
+	bool refused_for_others; /* refused because an admitted request would miss its target */
+} rg_gen_admission;
+
+/* What one step did to one output sequence. */
+typedef struct rg_gen_event {
+	uint64_t req;            /* rg_gen_engine_add's id */
+	int seq;                 /* output index within the request, [0, n) */
+	int n_new;               /* tokens appended: 1 per sampled step; a beam's whole hypothesis
+				  * at the end of its search; 0 for an end without a token */
+	int32_t token;           /* the last new token (n_new >= 1), else -1 */
+	float logprob;           /* its log-probability */
+	const char *text;        /* newly final UTF-8 text (text_len bytes, not NUL-terminated) */
+	size_t text_len;
+	rg_finish_reason finish; /* RG_FINISH_NONE until this event ends the sequence */
+} rg_gen_event;
+
+/* One output sequence as it stands (rg_gen_engine_output): every pointer is the engine's,
+ * valid until the next call that takes the engine. */
+typedef struct rg_gen_output {
+	int n_ids;
+	const int32_t *ids;          /* (n_ids) generated ids; an ending EOS / stop id is last */
+	const float *logprobs;       /* (n_ids) */
+	int n_top;
+	const int32_t *top_ids;      /* (n_ids, n_top) */
+	const float *top_logprobs;   /* (n_ids, n_top) */
+	const size_t *text_end;      /* (n_ids) bytes of text after each token */
+	const char *text;            /* text_len bytes, NUL-terminated */
+	size_t text_len;
+	size_t text_ready;           /* bytes of text that are final (all, once ended) */
+	rg_finish_reason finish;
+	const char *stop_str;        /* the stop string that ended it, or NULL */
+	double score;                /* beams: HF's hypothesis score; sampling: sum of logprobs */
+	int prompt_tokens;
+	int n_cached;                /* prompt tokens taken from the prefix cache */
+	int n_preemptions;
+	double first_token_ms;       /* now_ms of the step that gave its first token; 0 before */
+	double queue_ms;             /* arrival to its first scheduled step (0 before) */
+	rg_status status;            /* RG_OK, or the error that aborted it */
+	const char *error;           /* its message ("" when none) */
+} rg_gen_output;
+
+/* An engine over decoder m (borrowed; the engine is its only user until freed): the KV cache
+ * (kv_bytes, kv_fraction, or the caller's), its block pool, the scheduler and the step buffers.
+ * p NULL: the defaults. NULL + *st on error: RG_ERR_UNSUPPORTED (an encoder),
+ * RG_ERR_INVALID_INPUT (a bad parameter, a cache that cannot hold one sequence of max_context
+ * tokens: rg_last_error says which), RG_ERR_OOM, a model error of the warm-up. */
+RG_API rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *p,
+					   rg_status *st);
+/* Free the engine (every request's blocks back to the pool; the KV cache stays with the
+ * model). NULL accepted. */
+RG_API void rg_gen_engine_free(rg_gen_engine *e);
+
+/* Admit one request: prompt (n_prompt >= 1 ids in [0, vocab), copied) with options p (copied,
+ * its arrays too; NULL: rg_gen_params_default; n_eos 0 with eos_ids NULL: the model's EOS ids;
+ * -1: none) and r (NULL: rg_gen_options_default). Its p->n outputs (or p->n returned beams of
+ * one beam group when num_beams > 1) are admitted whole or not at all. *id: the request's id
+ * (unique, > 0). adm (may be NULL): admission's estimates, Retry-After when refused. Errors
+ * (nothing admitted, nothing left queued): RG_ERR_INVALID_INPUT (a bad option, named),
+ * RG_ERR_TOO_LONG (n_prompt >= max_context), RG_ERR_BUSY (the waiting queue is full, or a
+ * deadline that cannot be met: 429), RG_ERR_OOM. */
+RG_API rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_prompt,
+				   const rg_gen_params *p, const rg_gen_options *r, double now_ms,
+				   uint64_t *id, rg_gen_admission *adm);
+
+/* One iteration: schedule a step, run it, accept its tokens. *ev (*n_ev entries, the engine's,
+ * valid until the next step call) lists what every touched sequence got, the ends of aborted
+ * requests included. A step with nothing to run returns at once (*n_ev may still list ends).
+ * now_ms: the caller's monotonic clock (rg_gen_engine_now_ms) for TTFT times and the cost model.
+ * A model error aborts the step's requests (their status says it) and is not returned: the
+ * engine goes on. Errors: RG_ERR_INVALID_INPUT (a step begun and not ended). */
+RG_API rg_status rg_gen_engine_step(rg_gen_engine *e, double now_ms, const rg_gen_event **ev,
+				    int *n_ev);
+/* rg_gen_engine_step in three phases, for an owner that lets other threads add and abort while
+ * the model runs: _begin schedules (*ran false: nothing to run, the events of ends are ready for
+ * _end); _run runs the model and touches nothing add / abort / output touch (call it without the
+ * owner's lock); _end accepts the tokens and lists the events. */
+RG_API rg_status rg_gen_engine_step_begin(rg_gen_engine *e, double now_ms, bool *ran);
+RG_API rg_status rg_gen_engine_step_run(rg_gen_engine *e);
+RG_API rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms,
+					const rg_gen_event **ev, int *n_ev);
+
+/* Cancel request id: its sequences end ABORT (their blocks freed now, or after the step in
+ * flight), reported by the next step's events. RG_ERR_INVALID_INPUT for an unknown or released
+ * id; a finished request is left as it is. */
+RG_API rg_status rg_gen_engine_abort(rg_gen_engine *e, uint64_t id, const char *why);
+/* Output k of request id as it stands. RG_ERR_INVALID_INPUT for an unknown id or k. */
+RG_API rg_status rg_gen_engine_output(const rg_gen_engine *e, uint64_t id, int k,
+				      rg_gen_output *out);
+/* Whether every output of request id has ended (false for an unknown id). */
+RG_API bool rg_gen_engine_finished(const rg_gen_engine *e, uint64_t id);
+/* Forget request id (aborted first when it has not finished): its outputs are freed.
+ * Unknown ids are ignored. */
+RG_API void rg_gen_engine_release(rg_gen_engine *e, uint64_t id);
+/* Whether any request is running or waiting, or an end is still to be reported. */
+RG_API bool rg_gen_engine_has_work(const rg_gen_engine *e);
+
+/* The engine's counters now. */
+typedef struct rg_gen_engine_stats {
+	int n_running, n_waiting;    /* sequences */
+	long long n_steps, n_preemptions, n_refused;
+	int blocks_used, blocks_free, blocks_total; /* of the KV pool (cached blocks count as used) */
+	long long prefix_query_blocks, prefix_hit_blocks;
+	int max_context;             /* the longest sequence it runs */
+	int max_num_seqs;
+	int n_eos;                   /* the model's EOS ids (below) */
+	const int32_t *eos_ids;      /* (n_eos), the model's */
+} rg_gen_engine_stats;
+RG_API void rg_gen_engine_get_stats(const rg_gen_engine *e, rg_gen_engine_stats *out);
+
+/* CLOCK_MONOTONIC in milliseconds, the clock the engine's callers pass as now_ms. */
+RG_API double rg_gen_engine_now_ms(void);
 
 /* KV blocks held by rg_generate at this moment: 0 between calls (every block of a request is
  * released at its end, on success and on every error). -1 for NULL or an encoder. */

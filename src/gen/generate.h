@@ -37,6 +37,7 @@
 #include "gen/stop.h"
 #include "kv/block_pool.h"
 #include "ragged.h"
+#include "tokenizer/tokenizer.h"
 
 
 /* What a model provides. */
@@ -69,6 +70,14 @@ typedef struct rg_gen_runner {
 	rg_status (*step_sample)(void *ctx, const rg_step_batch *b, const rg_row_sampling *rows,
 				 int top_n, int32_t *ids, float *logprobs, int32_t *top_ids,
 				 float *top_logprobs);
+	/* Optional (NULL: unused): step_sample that also copies the logits of the rows want[r]
+	 * names into logits (n_logits, vocab_size) f32, the other rows left as they are (one
+	 * forward for a step whose rows are partly sampled there and partly on the host: beam
+	 * groups beside other streams, host-chain rows). */
+	rg_status (*step_sample_logits)(void *ctx, const rg_step_batch *b,
+					const rg_row_sampling *rows, int top_n, int32_t *ids,
+					float *logprobs, int32_t *top_ids, float *top_logprobs,
+					float *logits, const uint8_t *want);
 } rg_gen_runner;
 
 /* rg_gen_token_fn, rg_gen_params, rg_gen_seq, rg_gen_result and their functions:
@@ -97,6 +106,14 @@ rg_finish_reason rg_gen_beam_finish(const rg_gen_params *p, const rg_beam_hyp *h
  * of max_context tokens or more), RG_ERR_BUSY (the KV pool ran out of blocks: nothing is
  * preempted here), RG_ERR_OOM, the runner's or a callback's status; then *out is NULL and every
  * block taken has been returned as well. */
+/* rg_gen_run with the text of tok's streaming detokenizer (src/gen/seq.h; special tokens
+ * skipped) when p->detokenize is NULL; tok may be NULL (no text then). rg_gen_run and
+ * rg_generate both run it: the prompts are requests of one src/gen/engine.c engine (prefix
+ * caching off, so every block comes back), stepped until done. */
+rg_status rg_gen_run_ex(const rg_gen_runner *r, const int32_t *const *prompts,
+			const int *prompt_lens, int n_prompts, const rg_gen_params *p,
+			rg_kv_pool *pool, const rg_tokenizer *tok, rg_gen_result **out);
+
 RG_TEST_API rg_status rg_gen_run(const rg_gen_runner *r, const int32_t *const *prompts,
 				 const int *prompt_lens, int n_prompts, const rg_gen_params *p,
 				 rg_kv_pool *pool, rg_gen_result **out);

@@ -10,6 +10,7 @@ const char *rg_finish_reason_name(rg_finish_reason r)
 	case RG_FINISH_STOP: return "stop";
 	case RG_FINISH_LENGTH: return "length";
 	case RG_FINISH_EOS: return "eos";
+	case RG_FINISH_ABORT: return "abort";
 	}
 	return "none";
 }

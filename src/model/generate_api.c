@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "gen/chat_template.h"
+#include "gen/engine.h"
 #include "gen/generate.h"
 #include "kv/block_pool.h"
 #include "model/model.h"
@@ -25,35 +26,6 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static rg_status run_step(void *ctx, const rg_step_batch *b, float *logits)
-{
-	return rg_model_step(ctx, b, logits);
-}
-
-static rg_status run_step_argmax(void *ctx, const rg_step_batch *b, int32_t *ids, float *lps)
-{
-	return rg_model_step_argmax(ctx, b, ids, lps);
-}
-
-static rg_status run_step_sample(void *ctx, const rg_step_batch *b, const rg_row_sampling *rows,
-				 int top_n, int32_t *ids, float *lps, int32_t *top_ids,
-				 float *top_lps)
-{
-	return rg_model_step_sample(ctx, b, rows, ids, lps, top_n, top_ids, top_lps);
-}
-
-static rg_status run_copy(void *ctx, const int32_t *src, const int32_t *dst, int n)
-{
-	return rg_model_kv_copy_blocks(ctx, src, dst, n);
-}
-
-static rg_status run_detok(void *ctx, const int32_t *ids, int n, char **text, size_t *len)
-{
-	const rg_model *m = ctx;
-
-	return rg_tokenizer_decode(m->tok, ids, (size_t)n, true, text, len);
 }
 
 /* The user's callback, and the time of the first token. */
@@ -154,7 +126,6 @@ rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int 
 	rg_gen_params p;
 	rg_gen_runner r;
 	tok_relay rel = {on_token, user, 0};
-	int64_t max_ctx;
 	rg_status s;
 
 	if (out)
@@ -187,10 +158,6 @@ rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int 
 		p.eos_ids = m->gen_eos;
 		p.n_eos = m->n_gen_eos;
 	}
-	if (!p.detokenize && m->tok) {
-		p.detokenize = run_detok;
-		p.detokenize_ctx = m;
-	}
 	if (p.max_step_tokens > m->max_tokens)
 		p.max_step_tokens = m->max_tokens;
 	p.on_token = relay;
@@ -199,27 +166,8 @@ rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int 
 		return s;
 	if ((s = ensure_cache(m, lens, n, &p)) != RG_OK)
 		return s;
-	max_ctx = (int64_t)m->dec.n_blocks * m->dec.block_size;
-	if (max_ctx > m->dec.cfg.max_position_embeddings)
-		max_ctx = m->dec.cfg.max_position_embeddings;
-	r.ctx = m;
-	r.vocab_size = m->dec.cfg.vocab_size;
-	r.block_size = m->dec.block_size;
-	r.n_blocks = m->dec.n_blocks;
-	r.max_context = (int)max_ctx;
-	r.step = run_step;
-	r.copy_blocks = run_copy;
-	/* plain greedy requests choose on the device, sampled ones sample there (the logits stay
-	 * there); RAGGED_GEN_ARGMAX=0 / RAGGED_GEN_DEVICE_SAMPLE=0 take the host sampler instead
-	 * (the same choices; for checks and A/B runs) */
-	{
-		const char *e = getenv("RAGGED_GEN_ARGMAX");
-		const char *d = getenv("RAGGED_GEN_DEVICE_SAMPLE");
-
-		r.step_argmax = e && !strcmp(e, "0") ? NULL : run_step_argmax;
-		r.step_sample = d && !strcmp(d, "0") ? NULL : run_step_sample;
-	}
-	if ((s = rg_gen_run(&r, prompts, lens, n, &p, m->gen_pool, out)) != RG_OK)
+	rg_gen_model_runner(m, &r);
+	if ((s = rg_gen_run_ex(&r, prompts, lens, n, &p, m->gen_pool, m->tok, out)) != RG_OK)
 		return s;
 	(*out)->time_total_s = now_s() - t0;
 	(*out)->time_first_token_s = rel.t_first > 0 ? rel.t_first - t0 : 0;

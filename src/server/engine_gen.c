@@ -42,10 +42,10 @@ typedef struct gen_metrics {
 		preemptions, steps, refused;
 } gen_metrics;
 
-struct rg_gen_engine {
+struct rg_gen_srv {
 	rg_model *m;
 	const rg_model_info *info;
-	rg_gen_engine_params p;
+	rg_gen_srv_params p;
 	rg_kv_pool *pool;
 	rg_iter *it;
 	int max_context;
@@ -101,7 +101,7 @@ static void sleep_ms(double ms)
 }
 
 static rg_status beam_detok(void *ctx, const int32_t *ids, int n, char **text, size_t *len);
-static void beam_job_end(rg_gen_engine *e, rg_gen_job *j, rg_iter_finish reason);
+static void beam_job_end(rg_gen_srv *e, rg_gen_job *j, rg_iter_finish reason);
 
 /* ---- jobs ----------------------------------------------------------------------------------- */
 
@@ -180,7 +180,7 @@ void rg_gen_job_cancel(rg_gen_job *j)
 
 /* ---- the live-job index ------------------------------------------------------------------- */
 
-static rg_gen_job *live_find(const rg_gen_engine *e, uint64_t serial)
+static rg_gen_job *live_find(const rg_gen_srv *e, uint64_t serial)
 {
 	int lo = 0, hi = e->n_live - 1;
 
@@ -197,7 +197,7 @@ static rg_gen_job *live_find(const rg_gen_engine *e, uint64_t serial)
 	return NULL;
 }
 
-static rg_status live_add(rg_gen_engine *e, rg_gen_job *j, uint64_t serial)
+static rg_status live_add(rg_gen_srv *e, rg_gen_job *j, uint64_t serial)
 {
 	if (e->n_live == e->cap_live) {
 		int cap = e->cap_live ? 2 * e->cap_live : 64;
@@ -218,7 +218,7 @@ static rg_status live_add(rg_gen_engine *e, rg_gen_job *j, uint64_t serial)
 	return RG_OK;
 }
 
-static void live_remove(rg_gen_engine *e, rg_gen_job *j)
+static void live_remove(rg_gen_srv *e, rg_gen_job *j)
 {
 	for (int i = 0; i < e->n_live; i++)
 		if (e->live[i] == j) {
@@ -327,7 +327,7 @@ static void seq_end(rg_gen_job *j, int i, rg_gen_end why)
 
 /* One sampled token of sequence i of j (engine lock held; takes j->mu). Returns true when it
  * ends the sequence by EOS, a stop id or a stop string (the scheduler's `stop`). */
-static bool seq_token(rg_gen_engine *e, rg_gen_job *j, int i, int32_t tok, float lp,
+static bool seq_token(rg_gen_srv *e, rg_gen_job *j, int i, int32_t tok, float lp,
 		      const int32_t *top_ids, const float *top_lps, double now)
 {
 	rg_gen_seq_out *o = &j->out[i];
@@ -408,7 +408,7 @@ static bool seq_token(rg_gen_engine *e, rg_gen_job *j, int i, int32_t tok, float
 
 /* ---- admission ---------------------------------------------------------------------------- */
 
-static rg_status seq_prepare(rg_gen_engine *e, rg_gen_job *j, int i)
+static rg_status seq_prepare(rg_gen_srv *e, rg_gen_job *j, int i)
 {
 	gen_seq_state *s = &j->st[i];
 	const rg_sampling_params *sp = &j->gp.sampling;
@@ -441,7 +441,7 @@ static rg_status seq_prepare(rg_gen_engine *e, rg_gen_job *j, int i)
 	return RG_OK;
 }
 
-rg_status rg_gen_engine_submit(rg_gen_engine *e, rg_gen_job *j)
+rg_status rg_gen_srv_submit(rg_gen_srv *e, rg_gen_job *j)
 {
 	rg_status st = RG_OK;
 	uint64_t serial;
@@ -546,7 +546,7 @@ rg_status rg_gen_engine_submit(rg_gen_engine *e, rg_gen_job *j)
 
 /* Abort every live sequence of j in the scheduler (engine lock held); they are reported by
  * rg_iter_finished. */
-static void job_abort(rg_gen_engine *e, rg_gen_job *j, const char *why)
+static void job_abort(rg_gen_srv *e, rg_gen_job *j, const char *why)
 {
 	pthread_mutex_lock(&j->mu);
 	if (why && !j->err[0])
@@ -558,7 +558,7 @@ static void job_abort(rg_gen_engine *e, rg_gen_job *j, const char *why)
 }
 
 /* Cancelled jobs, gone clients, the drain's end (engine lock held). */
-static void sweep(rg_gen_engine *e, double now)
+static void sweep(rg_gen_srv *e, double now)
 {
 	bool poll = now - e->last_poll_ms >= e->p.disconnect_poll_ms;
 	bool cut = e->draining && now >= e->drain_end;
@@ -581,7 +581,7 @@ static void sweep(rg_gen_engine *e, double now)
 
 /* The penalty lists of row r for sequence i of j (prompt and generated tokens: distinct ids,
  * counts among the generated, in-prompt flags; rg_sampler_penalty_lists). */
-static void penalty_lists(rg_gen_engine *e, int r, const rg_gen_job *j, int i,
+static void penalty_lists(rg_gen_srv *e, int r, const rg_gen_job *j, int i,
 			  rg_row_sampling *row)
 {
 	const int32_t *toks;
@@ -603,7 +603,7 @@ static void penalty_lists(rg_gen_engine *e, int r, const rg_gen_job *j, int i,
 	row->penalty_in_prompt = inp;
 }
 
-static void row_params(rg_gen_engine *e, int r, rg_gen_job *j, int i, rg_row_sampling *row)
+static void row_params(rg_gen_srv *e, int r, rg_gen_job *j, int i, rg_row_sampling *row)
 {
 	const rg_sampling_params *sp = &j->gp.sampling;
 	gen_seq_state *s = &j->st[i];
@@ -616,13 +616,13 @@ static void row_params(rg_gen_engine *e, int r, rg_gen_job *j, int i, rg_row_sam
 	row->logit_bias_values = s->bias_vals;
 }
 
-static rg_gen_job *job_of(const rg_gen_engine *e, uint64_t id, int *seq)
+static rg_gen_job *job_of(const rg_gen_srv *e, uint64_t id, int *seq)
 {
 	*seq = (int)(id & (MAX_SEQS_PER_JOB - 1));
 	return live_find(e, id >> SEQ_BITS);
 }
 
-static void touch(rg_gen_engine *e, rg_gen_job *j, int *n_touched)
+static void touch(rg_gen_srv *e, rg_gen_job *j, int *n_touched)
 {
 	for (int k = 0; k < *n_touched; k++)
 		if (e->touched[k] == j)
@@ -633,7 +633,7 @@ static void touch(rg_gen_engine *e, rg_gen_job *j, int *n_touched)
 
 /* Finished sequences from the scheduler (engine lock held): end them; jobs whose last sequence
  * ended leave the live list and go to *done (linked by next). */
-static void collect_finished(rg_gen_engine *e, rg_gen_job **done)
+static void collect_finished(rg_gen_srv *e, rg_gen_job **done)
 {
 	const rg_iter_done *d;
 	int nd;
@@ -696,7 +696,7 @@ ended:
 }
 
 /* Tell the owners (no lock held): more output, then the jobs that ended (last). */
-static void notify_all(rg_gen_engine *e, int n_touched, rg_gen_job *done)
+static void notify_all(rg_gen_srv *e, int n_touched, rg_gen_job *done)
 {
 	for (int k = 0; k < n_touched; k++) {
 		bool is_done = false;
@@ -729,14 +729,14 @@ static void notify_all(rg_gen_engine *e, int n_touched, rg_gen_job *done)
 
 static rg_status beam_detok(void *ctx, const int32_t *ids, int n, char **text, size_t *len)
 {
-	const rg_gen_engine *e = ctx;
+	const rg_gen_srv *e = ctx;
 
 	return rg_tokenizer_decode(e->tok, ids, (size_t)n, true, text, len);
 }
 
 /* A beam job's group ended (engine lock held; takes j->mu): its outputs are the search's
  * hypotheses, best first (as rg_gen_run returns them), or, when aborted, nothing. */
-static void beam_job_end(rg_gen_engine *e, rg_gen_job *j, rg_iter_finish reason)
+static void beam_job_end(rg_gen_srv *e, rg_gen_job *j, rg_iter_finish reason)
 {
 	int nh = 0;
 	rg_status st = RG_OK;
@@ -801,7 +801,7 @@ static void beam_job_end(rg_gen_engine *e, rg_gen_job *j, rg_iter_finish reason)
  * row is its prompt's last (the first step, or again after a preemption). Returns the candidates
  * per row its next step needs (rg_beam_cand_needed), 0 for no job or a failed start (beam_steps
  * then ends or aborts it). */
-static int beam_prepare(rg_gen_engine *e, const rg_iter_plan *pl, int r)
+static int beam_prepare(rg_gen_srv *e, const rg_iter_plan *pl, int r)
 {
 	uint64_t id = pl->seq_ids[pl->logits_seq[r]];
 	int i, n_tok, room;
@@ -826,7 +826,7 @@ static int beam_prepare(rg_gen_engine *e, const rg_iter_plan *pl, int r)
  * the plan's logits row r) or, with cand_k > 0, on each row's cand_k best tokens (e->top_ids /
  * top_lps at stride top_n: rg_beam_step_cand). The next beams go to the scheduler, or, when the
  * search is done, a stop on its rows. A failing search aborts its job. */
-static void beam_steps(rg_gen_engine *e, const rg_iter_plan *pl, int cand_k, int top_n)
+static void beam_steps(rg_gen_srv *e, const rg_iter_plan *pl, int cand_k, int top_n)
 {
 	const rg_step_batch *b = &pl->batch;
 
@@ -901,7 +901,7 @@ static void beam_steps(rg_gen_engine *e, const rg_iter_plan *pl, int cand_k, int
 }
 
 /* Fail every sequence of the plan's jobs after a model error (engine lock held). */
-static void fail_plan(rg_gen_engine *e, const rg_iter_plan *plan, const char *msg)
+static void fail_plan(rg_gen_srv *e, const rg_iter_plan *plan, const char *msg)
 {
 	for (int b = 0; b < plan->batch.n_seq; b++) {
 		int i;
@@ -918,7 +918,7 @@ static void fail_plan(rg_gen_engine *e, const rg_iter_plan *plan, const char *ms
 
 static void *step_thread(void *arg)
 {
-	rg_gen_engine *e = arg;
+	rg_gen_srv *e = arg;
 	rg_iter_plan plan;
 
 	pthread_mutex_lock(&e->mu);
@@ -1079,7 +1079,7 @@ static void *step_thread(void *arg)
 
 /* Warm-up: a few steps through the scheduler (prefills of a few lengths, batched decodes), so
  * that the step cost model behind admission has measured points before the first request. */
-static rg_status warm_up(rg_gen_engine *e)
+static rg_status warm_up(rg_gen_srv *e)
 {
 	int lens[3] = {8, 64, 200};
 	int32_t *prompt;
@@ -1135,9 +1135,9 @@ out:
 	return st;
 }
 
-rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *p, rg_status *st)
+rg_gen_srv *rg_gen_srv_create(rg_model *m, const rg_gen_srv_params *p, rg_status *st)
 {
-	rg_gen_engine *e;
+	rg_gen_srv *e;
 	rg_kv_info kv;
 	rg_iter_params ip;
 	size_t S;
@@ -1232,11 +1232,11 @@ rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *p, 
 	e->started = true;
 	return e;
 fail:
-	rg_gen_engine_free(e);
+	rg_gen_srv_free(e);
 	return NULL;
 }
 
-void rg_gen_engine_drain(rg_gen_engine *e, double end_ms)
+void rg_gen_srv_drain(rg_gen_srv *e, double end_ms)
 {
 	pthread_mutex_lock(&e->mu);
 	if (!e->draining || end_ms < e->drain_end)
@@ -1246,7 +1246,7 @@ void rg_gen_engine_drain(rg_gen_engine *e, double end_ms)
 	pthread_mutex_unlock(&e->mu);
 }
 
-bool rg_gen_engine_idle(rg_gen_engine *e)
+bool rg_gen_srv_idle(rg_gen_srv *e)
 {
 	bool idle;
 
@@ -1256,7 +1256,7 @@ bool rg_gen_engine_idle(rg_gen_engine *e)
 	return idle;
 }
 
-void rg_gen_engine_stop(rg_gen_engine *e)
+void rg_gen_srv_stop(rg_gen_srv *e)
 {
 	if (!e)
 		return;
@@ -1290,11 +1290,11 @@ void rg_gen_engine_stop(rg_gen_engine *e)
 	pthread_mutex_unlock(&e->mu);
 }
 
-void rg_gen_engine_free(rg_gen_engine *e)
+void rg_gen_srv_free(rg_gen_srv *e)
 {
 	if (!e)
 		return;
-	rg_gen_engine_stop(e);
+	rg_gen_srv_stop(e);
 	rg_iter_free(e->it);
 	rg_kv_pool_free(e->pool);
 	free(e->live);
@@ -1318,7 +1318,7 @@ void rg_gen_engine_free(rg_gen_engine *e)
 	free(e);
 }
 
-int rg_gen_engine_queue_depth(rg_gen_engine *e)
+int rg_gen_srv_queue_depth(rg_gen_srv *e)
 {
 	rg_iter_stats s;
 
@@ -1328,18 +1328,18 @@ int rg_gen_engine_queue_depth(rg_gen_engine *e)
 	return s.n_waiting;
 }
 
-const int32_t *rg_gen_engine_eos(const rg_gen_engine *e, int32_t *n)
+const int32_t *rg_gen_srv_eos(const rg_gen_srv *e, int32_t *n)
 {
 	*n = e->m->n_gen_eos;
 	return e->m->gen_eos;
 }
 
-int rg_gen_engine_max_context(const rg_gen_engine *e)
+int rg_gen_srv_max_context(const rg_gen_srv *e)
 {
 	return e->max_context;
 }
 
-int rg_gen_engine_blocks_used(rg_gen_engine *e)
+int rg_gen_srv_blocks_used(rg_gen_srv *e)
 {
 	int n;
 
@@ -1354,7 +1354,7 @@ static void gauge(rg_buf *b, const char *name, const char *help, const char *typ
 	rg_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
-void rg_gen_engine_metrics(rg_gen_engine *e, rg_buf *b)
+void rg_gen_srv_metrics(rg_gen_srv *e, rg_buf *b)
 {
 	rg_iter_stats s;
 	gen_metrics m;

@@ -12,7 +12,7 @@
  *       the streamed text, src/gen/stop.h), incremental UTF-8-safe detokenization
  *       (src/tokenizer/decode_stream.h), the output appended to the job; rg_iter_update;
  *       finished sequences closed; unlock; owners notified.
- * Admission (rg_gen_engine_submit) runs rg_iter_add under the engine lock from the caller's
+ * Admission (rg_gen_srv_submit) runs rg_iter_add under the engine lock from the caller's
  * thread, so a request that cannot meet its TTFT / TPOT target is refused at once (429).
  * Beam search requests (num_beams > 1) run inside the step loop as the scheduler's beam groups
  * (src/sched/iter.h): prefilled once, then their beams decode beside every other stream, one
@@ -40,16 +40,16 @@
 #include "ragged.h"
 #include "sched/iter.h"
 
-typedef struct rg_gen_engine rg_gen_engine;
+typedef struct rg_gen_srv rg_gen_srv;
 
-typedef struct rg_gen_engine_params {
+typedef struct rg_gen_srv_params {
 	rg_iter_params iter;      /* step budget, sequences per step, context, waiting queue */
 	int block_size;           /* KV block positions (16) */
 	size_t kv_bytes;          /* KV cache bytes; 0: kv_fraction of the free memory */
 	double kv_fraction;       /* (0, 1], used when kv_bytes is 0 */
 	double disconnect_poll_ms; /* how often running clients' sockets are checked (10) */
 	double step_delay_ms;     /* testing: sleep before each step (a slow device) */
-} rg_gen_engine_params;
+} rg_gen_srv_params;
 
 /* Why a sequence ended. */
 typedef enum rg_gen_end {
@@ -140,37 +140,37 @@ void rg_gen_job_cancel(rg_gen_job *j);
  * model measured on a few steps, and the step thread. NULL + *st: RG_ERR_UNSUPPORTED (an
  * encoder), RG_ERR_INVALID_INPUT (bad params, a cache that cannot hold one sequence of
  * max_context tokens: rg_last_error), RG_ERR_OOM, a model error. */
-rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *p, rg_status *st);
+rg_gen_srv *rg_gen_srv_create(rg_model *m, const rg_gen_srv_params *p, rg_status *st);
 
 /* Admit job (the engine takes a reference: rg_gen_job_put after notify(.., true) is the
  * engine's). Errors (nothing taken, notify never called): RG_ERR_BUSY (draining, the waiting
  * queue full, or a TTFT / TPOT target that cannot be met: job->adm.retry_after_ms),
  * RG_ERR_TOO_LONG (a prompt of max_context tokens or more), RG_ERR_INVALID_INPUT (bad params,
  * named), RG_ERR_OOM. Thread-safe. */
-rg_status rg_gen_engine_submit(rg_gen_engine *e, rg_gen_job *job);
+rg_status rg_gen_srv_submit(rg_gen_srv *e, rg_gen_job *job);
 
 /* Drain: new jobs are refused; running and waiting ones go on until end_ms (rg_now_ms clock),
- * when what is left ends ABORT ("shutting down"). Returns at once; rg_gen_engine_idle tells when
+ * when what is left ends ABORT ("shutting down"). Returns at once; rg_gen_srv_idle tells when
  * nothing is left. */
-void rg_gen_engine_drain(rg_gen_engine *e, double end_ms);
-bool rg_gen_engine_idle(rg_gen_engine *e);
+void rg_gen_srv_drain(rg_gen_srv *e, double end_ms);
+bool rg_gen_srv_idle(rg_gen_srv *e);
 
 /* Stop the step thread; every job left ends ABORT (notified). Idempotent. */
-void rg_gen_engine_stop(rg_gen_engine *e);
+void rg_gen_srv_stop(rg_gen_srv *e);
 /* Stop, then free (KV cache stays with the model). NULL accepted. */
-void rg_gen_engine_free(rg_gen_engine *e);
+void rg_gen_srv_free(rg_gen_srv *e);
 
 /* Sequences waiting (for /metrics and /info). */
-int rg_gen_engine_queue_depth(rg_gen_engine *e);
+int rg_gen_srv_queue_depth(rg_gen_srv *e);
 /* The model's EOS ids (config.json / generation_config.json / GGUF), *n of them; owned by the
  * model. */
-const int32_t *rg_gen_engine_eos(const rg_gen_engine *e, int32_t *n);
+const int32_t *rg_gen_srv_eos(const rg_gen_srv *e, int32_t *n);
 /* The longest sequence (prompt + generated) the engine runs. */
-int rg_gen_engine_max_context(const rg_gen_engine *e);
+int rg_gen_srv_max_context(const rg_gen_srv *e);
 /* KV blocks allocated to sequences or the prefix cache now (0 when idle without caching). */
-int rg_gen_engine_blocks_used(rg_gen_engine *e);
+int rg_gen_srv_blocks_used(rg_gen_srv *e);
 /* Append the generation metrics (Prometheus text format 0.0.4): TTFT and inter-token latency
  * histograms, prompt / generated tokens, running / waiting / preempted sequences, KV blocks used
  * and free, prefix-cache hits, step time and tokens per step. Thread-safe. */
-void rg_gen_engine_metrics(rg_gen_engine *e, rg_buf *out);
+void rg_gen_srv_metrics(rg_gen_srv *e, rg_buf *out);
 #endif

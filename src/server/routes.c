@@ -34,11 +34,11 @@ static enum MHD_Result handle_metrics(conn_ctx *c)
 	}
 	rg_buf_init(&b);
 	rg_metrics_render(&s->metrics, &b,
-			  !ready ? 0 : s->gen ? rg_gen_engine_queue_depth(s->gen)
+			  !ready ? 0 : s->gen ? rg_gen_srv_queue_depth(s->gen)
 					      : rg_engine_queue_depth(s->engine),
 			  used, total, ready && s->cache ? rg_cache_size(s->cache) : 0);
 	if (ready && s->gen)
-		rg_gen_engine_metrics(s->gen, &b);
+		rg_gen_srv_metrics(s->gen, &b);
 	if (ready && !s->gen && s->kind == RG_SCHED_DP) {
 		/* the background DP measurement (engine.h): cells done / in all, and whether the
 		 * dp scheduler is in use yet */

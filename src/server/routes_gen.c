@@ -662,7 +662,7 @@ static void fill_params(conn_ctx *c, rg_gen_job *j, uint64_t seed)
 	rg_gen_request *r = &c->gen->req;
 	rg_gen_params *gp = &j->gp;
 	int32_t n_eos = 0;
-	const int32_t *eos = rg_gen_engine_eos(c->srv->gen, &n_eos);
+	const int32_t *eos = rg_gen_srv_eos(c->srv->gen, &n_eos);
 
 	rg_gen_params_default(gp);
 	gp->sampling.do_sample = r->do_sample;
@@ -757,7 +757,7 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 	rg_gen_limits lim = gen_limits(s);
 	rg_req_error err = {0};
 	rg_status st;
-	int max_ctx = rg_gen_engine_max_context(s->gen), n_prompts, per;
+	int max_ctx = rg_gen_srv_max_context(s->gen), n_prompts, per;
 	uint64_t seed;
 	const char *param = NULL;
 	enum MHD_Result ret;
@@ -896,7 +896,7 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 		pthread_mutex_lock(&g->link->mu);
 		g->link->jobs_left++;
 		pthread_mutex_unlock(&g->link->mu);
-		st = rg_gen_engine_submit(s->gen, j);
+		st = rg_gen_srv_submit(s->gen, j);
 		if (st != RG_OK) {
 			pthread_mutex_lock(&g->link->mu);
 			g->link->jobs_left--;
@@ -1012,7 +1012,7 @@ enum MHD_Result rg_handle_gen_tokenize(conn_ctx *c)
 		return rg_conn_error(c, 400, "validation", NULL, "%s", rg_last_error());
 	rg_buf_init(&b);
 	rg_buf_printf(&b, "{\"count\":%zu,\"max_model_len\":%d,\"tokens\":[", enc.n,
-		      rg_gen_engine_max_context(s->gen));
+		      rg_gen_srv_max_context(s->gen));
 	for (size_t k = 0; k < enc.n; k++)
 		rg_buf_printf(&b, "%s%d", k ? "," : "", enc.ids[k]);
 	rg_buf_puts(&b, "],\"token_strs\":null}");
@@ -1075,7 +1075,7 @@ enum MHD_Result rg_answer_gen_info(conn_ctx *c)
 	rg_server *s = c->srv;
 	const rg_model_info *i = s->info;
 	rg_buf b;
-	int max_ctx = rg_gen_engine_max_context(s->gen);
+	int max_ctx = rg_gen_srv_max_context(s->gen);
 
 	rg_buf_init(&b);
 	rg_buf_puts(&b, "{\"version\":\"" RAGGED_VERSION "\",\"router\":\"ragged\",\"model_id\":");

@@ -230,7 +230,7 @@ static rg_status setup_engine(rg_server *s)
 /* Decoders: the generation engine (engine_gen.h) over the first model. */
 static rg_status setup_gen_engine(rg_server *s)
 {
-	rg_gen_engine_params gp;
+	rg_gen_srv_params gp;
 	rg_status st;
 
 	if (s->n_models > 1)
@@ -256,11 +256,11 @@ static rg_status setup_gen_engine(rg_server *s)
 	}
 	gp.step_delay_ms = s->o.step_delay_ms;
 	gp.disconnect_poll_ms = 10;
-	s->gen = rg_gen_engine_create(s->model, &gp, &st);
+	s->gen = rg_gen_srv_create(s->model, &gp, &st);
 	if (!s->gen)
 		return st;
 	s->o.max_num_batched_tokens = gp.iter.max_num_batched_tokens;
-	s->max_len = rg_gen_engine_max_context(s->gen);
+	s->max_len = rg_gen_srv_max_context(s->gen);
 	return RG_OK;
 }
 
@@ -582,10 +582,10 @@ static void drain(rg_server *s, struct MHD_Daemon *d, const sigset_t *sigs, int 
 	if (lsock != MHD_INVALID_SOCKET)
 		shutdown(lsock, SHUT_RDWR);
 	if (s->gen)
-		rg_gen_engine_drain(s->gen, end);
+		rg_gen_srv_drain(s->gen, end);
 	else
 		rg_engine_drain(s->engine, end);
-	while (!(s->gen ? rg_gen_engine_idle(s->gen) : rg_engine_idle(s->engine)) &&
+	while (!(s->gen ? rg_gen_srv_idle(s->gen) : rg_engine_idle(s->engine)) &&
 	       rg_now_ms() < end) {
 		struct timespec ts = { 0, 20 * 1000 * 1000 };
 
@@ -595,7 +595,7 @@ static void drain(rg_server *s, struct MHD_Daemon *d, const sigset_t *sigs, int 
 		}
 	}
 	if (s->gen)
-		rg_gen_engine_stop(s->gen);
+		rg_gen_srv_stop(s->gen);
 	else
 		rg_engine_stop(s->engine);
 	wait_answered(s, fmax(t0 + total, rg_now_ms() + 250));
@@ -789,7 +789,7 @@ out_stop:
 	/* Order: refuse new work, answer what is queued (503), stop HTTP, then free the rest. */
 	atomic_store(&s->stopping, true);
 	if (s->gen)
-		rg_gen_engine_stop(s->gen);
+		rg_gen_srv_stop(s->gen);
 	else if (s->engine)
 		rg_engine_stop(s->engine);
 	wait_answered(s, rg_now_ms() + 1000);
@@ -808,7 +808,7 @@ out_stop:
 			(unsigned long long)total, (unsigned long long)ok);
 	}
 	rg_engine_free(s->engine);
-	rg_gen_engine_free(s->gen);
+	rg_gen_srv_free(s->gen);
 	rg_cache_free(s->cache);
 	rg_cost_table_free(s->cost);
 	rg_cost_measure_free(s->measure); /* after the engine: its scheduler may hold the table */

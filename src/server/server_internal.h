@@ -31,7 +31,7 @@ typedef struct rg_server {
 	char device_names[RG_SERVE_MAX_DEVICES][16]; /* (n_models) "cuda:1", "cpu:0": /info, metrics */
 	const rg_model_info *info;
 	rg_engine *engine;       /* encoders: the batch engine; NULL for a decoder */
-	struct rg_gen_engine *gen; /* decoders: the generation engine (engine_gen.h), else NULL */
+	struct rg_gen_srv *gen; /* decoders: the generation engine (engine_gen.h), else NULL */
 	bool decoder;            /* the model generates (rg_model_info.kind RG_MODEL_DECODER) */
 	const char *chat_family; /* decoders: the chat template's family ("chatml", ...), NULL when
 				  * none or unknown (the chat route answers 400 then) */

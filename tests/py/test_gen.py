@@ -76,7 +76,8 @@ class Runner(ctypes.Structure):
                 ("block_size", ctypes.c_int), ("n_blocks", ctypes.c_int),
                 ("max_context", ctypes.c_int), ("step", STEP_FN), ("copy_blocks", COPY_FN),
                 ("step_argmax", ctypes.c_void_p),  # NULL: the loop samples from logits
-                ("step_sample", STEP_SAMPLE_FN)]  # NULL: on the host chain
+                ("step_sample", STEP_SAMPLE_FN),  # NULL: on the host chain
+                ("step_sample_logits", ctypes.c_void_p)]  # NULL: logits through step
 
 
 class GenParams(ctypes.Structure):

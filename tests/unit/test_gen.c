@@ -86,7 +86,7 @@ static rg_status toy_copy(void *c, const int32_t *src, const int32_t *dst, int n
 
 static rg_gen_runner toy_runner(toy *t, int V, int bs, int n_blocks, int max_ctx)
 {
-	rg_gen_runner r = {t, V, bs, n_blocks, max_ctx, toy_step, toy_copy, NULL, NULL};
+	rg_gen_runner r = {t, V, bs, n_blocks, max_ctx, toy_step, toy_copy, NULL, NULL, NULL};
 
 	memset(t, 0, sizeof(*t));
 	t->V = V, t->bs = bs, t->n_blocks = n_blocks, t->max_ctx = max_ctx, t->fail_at = -1;
@@ -255,7 +255,7 @@ static void test_sampling_matches_direct_and_batch_invariant(void **state)
 	p.logprobs = 3;
 	assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, NP, &p, pool, &res), RG_OK);
 	assert_int_equal(rg_kv_pool_n_used(pool), 0);
-	assert_true(t.n_copies > 0); /* the samples forked a half-full prompt block */
+	/* (each sample is its own sequence of the engine, as in `ragged serve`: no fork) */
 	work.data = malloc(41 * sizeof(rg_token_data));
 	for (int i = 0; i < NP; i++)
 		for (int j = 0; j < 3; j++) {
@@ -503,15 +503,32 @@ static void test_errors_return_blocks(void **state)
 			assert_int_equal(rg_kv_pool_n_used(pool), 0);
 		}
 		t.fail_at = -1;
-		/* a pool too small: busy, nothing kept */
+		/* a pool that holds one sequence but not all at once: the engine preempts and
+		 * recomputes, and the outputs are those of the large pool; a pool that cannot hold
+		 * one sequence (a beam search: its beams): busy. Nothing kept either way. */
 		{
-			rg_kv_pool *small;
+			rg_kv_pool *small, *tiny;
+			rg_gen_result *big = NULL;
 
-			assert_int_equal(rg_kv_pool_init(&small, 12, 2), RG_OK);
-			assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, NP, &p, small, &res),
-					 RG_ERR_BUSY);
+			assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, NP, &p, pool, &big), RG_OK);
+			assert_int_equal(rg_kv_pool_init(&small, mode ? 44 : 12, 2), RG_OK);
+			assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, NP, &p, small, &res), RG_OK);
+			assert_int_equal(res->n_seqs, big->n_seqs);
+			for (int i = 0; i < res->n_seqs; i++) {
+				assert_int_equal(res->seqs[i].n_ids, big->seqs[i].n_ids);
+				assert_memory_equal(res->seqs[i].ids, big->seqs[i].ids,
+						    (size_t)res->seqs[i].n_ids * sizeof(int32_t));
+			}
+			rg_gen_result_free(res);
+			rg_gen_result_free(big);
 			assert_int_equal(rg_kv_pool_n_used(small), 0);
+			assert_int_equal(rg_kv_pool_init(&tiny, 3, 2), RG_OK);
+			assert_int_equal(rg_gen_run(&r, PROMPTS, PLENS, NP, &p, tiny, &res),
+					 RG_ERR_BUSY);
+			assert_null(res);
+			assert_int_equal(rg_kv_pool_n_used(tiny), 0);
 			rg_kv_pool_free(small);
+			rg_kv_pool_free(tiny);
 		}
 		/* a callback cancelling mid-way */
 		for (int k = 0; k < 6; k++) {

@@ -1,0 +1,1401 @@
+/* The generation engine: one loop for every entry point (include/ragged.h rg_gen_engine_*).
+ *
+ * A step:
+ *   begin: rg_iter_schedule -> the plan; each logits row classified (a beam group's row, a row
+ *          sampled on the host chain, or one sampled on the device) and its rg_row_sampling
+ *          built (the sequence's next draw, penalty lists, logit bias with min_tokens' block);
+ *          the runner call chosen: greedy argmax when every row is plain greedy, the device
+ *          sampler otherwise, with the logits of the rows that need them copied out in the same
+ *          forward (host-chain rows, beam groups whose candidates exceed the device's top-N);
+ *   run:   copy-on-write block copies, then the one runner call (no engine state but the step
+ *          buffers is touched: other threads may add and abort meanwhile, under their lock);
+ *   end:   per row, the token goes to its output sequence (src/gen/seq.h: stops, text), a beam
+ *          group's search takes one step (src/gen/beam.h) and gives the scheduler its next
+ *          beams; rg_iter_update; finished requests become events.
+ * Request id serial: iter ids serial << SEQ_BITS | output index. */
+#include "gen/engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "gen/beam.h"
+#include "gen/sampler.h"
+#include "gen/seq.h"
+#include "gen/stop.h"
+#include "model/model.h"
+#include "sched/iter.h"
+
+#define SEQ_BITS 8
+#define MAX_OUT (1 << SEQ_BITS)
+#define BIAS_BLOCK -1e9f /* min_tokens: the bias that keeps EOS and stop ids out */
+
+enum { MODE_NONE, MODE_ARGMAX, MODE_SAMPLE, MODE_SAMPLE_LOGITS, MODE_LOGITS };
+enum { ROW_DEVICE, ROW_HOST, ROW_BEAM, ROW_NONE };
+
+/* Engine state of one output of a request. */
+typedef struct eout {
+	rg_seq seq;
+	rg_rng rng;
+	rg_sampler *chain;   /* host-chain rows: built on first use, replayed to the tokens so far */
+	bool live;           /* in the scheduler */
+	bool reported;       /* its finishing event was listed */
+	int n_cached, n_preemptions;
+	double first_ms;
+	int32_t *bias_ids;   /* user bias then (min_tokens) EOS and stop ids blocked */
+	float *bias_vals;
+	int n_bias, n_bias_min;
+} eout;
+
+typedef struct ereq {
+	uint64_t id;
+	int32_t *prompt;
+	int prompt_len;
+	rg_gen_params gp;     /* a deep copy: the arrays below */
+	int32_t *eos, *stop_ids, *bias_ids;
+	float *bias_vals;
+	char **stop;
+	rg_gen_options opt;
+	int n_out;
+	bool beam;
+	bool host;            /* sampled on the host chain (no device form) */
+	eout *o;              /* (n_out) */
+	rg_beam_search *bs;   /* beam requests */
+	int max_new;
+	double queue_ms;
+	rg_status status;
+	char err[200];
+	bool finished;        /* every output ended */
+} ereq;
+
+struct rg_gen_engine {
+	rg_gen_runner r;
+	rg_model *m;            /* model engines: the model (KV cache, step) */
+	const rg_tokenizer *tok;
+	const int32_t *eos;
+	int n_eos;
+	rg_kv_pool *pool;
+	bool own_pool;
+	rg_iter *it;
+	rg_gen_engine_params p;
+	int max_context, V, S;
+	bool beam_logits;       /* beams read their rows' logits on the host (A/B switch) */
+
+	ereq **reqs;            /* live and unreleased requests, by id ascending */
+	int n_reqs, cap_reqs;
+	uint64_t next_serial;
+
+	/* the step in flight */
+	bool pending, ran;
+	rg_iter_plan plan;
+	int mode, top_n, cand_k;
+	rg_row_sampling *rows;  /* (S) */
+	uint8_t *kind;          /* (S) ROW_* */
+	uint8_t *want;          /* (S) rows whose logits are copied to the host */
+	int32_t *ids;           /* (S) */
+	float *lps;             /* (S) */
+	int32_t *top_ids;       /* (S, RG_GEN_MAX_LOGPROBS) */
+	float *top_lps;
+	bool *stops;            /* (S) */
+	float *logits;          /* (S, V), allocated on first need */
+	int32_t *pen_ids, *pen_counts, *pen_keys; /* (S, max_context) penalty lists */
+	uint8_t *pen_prompt;
+	rg_token_array work;    /* host-chain scratch (V) */
+	rg_status run_st;
+	char run_err[256];
+	double step_ms;
+
+	rg_gen_event *ev;
+	int n_ev, cap_ev;
+	long long n_steps, n_preemptions, n_refused;
+};
+
+double rg_gen_engine_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void sleep_ms(double ms)
+{
+	struct timespec ts;
+
+	if (ms <= 0)
+		return;
+	ts.tv_sec = (time_t)(ms / 1000);
+	ts.tv_nsec = (long)((ms - (double)ts.tv_sec * 1000) * 1e6);
+	nanosleep(&ts, NULL);
+}
+
+void rg_gen_engine_params_default(rg_gen_engine_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->max_num_batched_tokens = 512;
+	p->max_num_seqs = 64;
+	p->max_waiting = 1024;
+	p->watermark_blocks = -1;
+	p->prefix_caching = true;
+	p->deadline_slack = 1.1;
+	p->block_size = 16;
+	p->kv_fraction = 0.9;
+}
+
+void rg_gen_options_default(rg_gen_options *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->skip_special_tokens = true;
+}
+
+/* Stands for the engine's own streamed text when rg_gen_params_check asks for a detokenizer
+ * (stop strings); never called. */
+static rg_status streamed_text(void *ctx, const int32_t *ids, int n, char **text, size_t *len)
+{
+	return RG_ERR_UNSUPPORTED;
+}
+
+/* ---- requests ------------------------------------------------------------------------------ */
+
+static void req_free(ereq *q)
+{
+	if (!q)
+		return;
+	for (int k = 0; q->o && k < q->n_out; k++) {
+		rg_seq_free(&q->o[k].seq);
+		rg_sampler_free(q->o[k].chain);
+		free(q->o[k].bias_ids);
+		free(q->o[k].bias_vals);
+	}
+	for (int k = 0; q->stop && k < q->gp.n_stop; k++)
+		free(q->stop[k]);
+	rg_beam_free(q->bs);
+	free(q->o);
+	free(q->stop);
+	free(q->prompt);
+	free(q->eos);
+	free(q->stop_ids);
+	free(q->bias_ids);
+	free(q->bias_vals);
+	free(q);
+}
+
+static int req_index(const rg_gen_engine *e, uint64_t id)
+{
+	int lo = 0, hi = e->n_reqs - 1;
+
+	while (lo <= hi) {
+		int mid = (lo + hi) / 2;
+
+		if (e->reqs[mid]->id == id)
+			return mid;
+		if (e->reqs[mid]->id < id)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return -1;
+}
+
+static ereq *req_find(const rg_gen_engine *e, uint64_t id)
+{
+	int i = req_index(e, id);
+
+	return i < 0 ? NULL : e->reqs[i];
+}
+
+/* The request and output of an iter id. */
+static ereq *req_of(const rg_gen_engine *e, uint64_t iter_id, int *k)
+{
+	ereq *q = req_find(e, iter_id >> SEQ_BITS);
+
+	*k = (int)(iter_id & (MAX_OUT - 1));
+	return q && *k < q->n_out ? q : NULL;
+}
+
+static void *dup_array(const void *src, size_t n, size_t size, bool *oom)
+{
+	void *d;
+
+	if (!src || n == 0)
+		return NULL;
+	if (!(d = malloc(n * size))) {
+		*oom = true;
+		return NULL;
+	}
+	memcpy(d, src, n * size);
+	return d;
+}
+
+/* q->gp = *p with every array copied into q. */
+static rg_status copy_params(ereq *q, const rg_gen_params *p)
+{
+	bool oom = false;
+	const rg_sampling_params *sp = &p->sampling;
+
+	q->gp = *p;
+	q->eos = dup_array(p->eos_ids, p->n_eos > 0 ? (size_t)p->n_eos : 0, sizeof(int32_t), &oom);
+	q->stop_ids = dup_array(p->stop_ids, (size_t)p->n_stop_ids, sizeof(int32_t), &oom);
+	q->bias_ids = dup_array(sp->logit_bias_ids, (size_t)sp->n_logit_bias, sizeof(int32_t),
+				&oom);
+	q->bias_vals = dup_array(sp->logit_bias_values, (size_t)sp->n_logit_bias, sizeof(float),
+				 &oom);
+	if (p->n_stop > 0) {
+		if (!(q->stop = calloc((size_t)p->n_stop, sizeof(char *))))
+			oom = true;
+		for (int k = 0; q->stop && k < p->n_stop; k++)
+			if (!(q->stop[k] = strdup(p->stop[k])))
+				oom = true;
+	}
+	q->gp.eos_ids = q->eos;
+	q->gp.stop_ids = q->stop_ids;
+	q->gp.stop = (const char *const *)q->stop;
+	q->gp.sampling.logit_bias_ids = q->bias_ids;
+	q->gp.sampling.logit_bias_values = q->bias_vals;
+	q->gp.on_token = NULL;
+	q->gp.on_token_ctx = NULL;
+	return oom ? rg_errorf(RG_ERR_OOM, "generate: out of memory for a request") : RG_OK;
+}
+
+/* Output k's state: RNG stream k of the seed (batch invariant), its sequence, its bias. */
+static rg_status out_prepare(rg_gen_engine *e, ereq *q, int k)
+{
+	eout *o = &q->o[k];
+	const rg_gen_params *gp = &q->gp;
+	const rg_sampling_params *sp = &gp->sampling;
+	const int n_eos = gp->n_eos > 0 ? gp->n_eos : 0;
+	int n_block = 0;
+	rg_seq_params sq = {
+		.eos_ids = gp->eos_ids, .n_eos = n_eos, .stop_ids = gp->stop_ids,
+		.n_stop_ids = gp->n_stop_ids, .stop = gp->stop, .n_stop = gp->n_stop,
+		.max_tokens = q->max_new, .min_tokens = q->opt.min_tokens,
+		.n_top = q->beam ? 0 : gp->logprobs, .keep_stop_id_text = q->opt.keep_stop_id_text,
+		.tok = e->tok, .skip_special = q->opt.skip_special_tokens,
+		.detokenize = gp->detokenize, .detokenize_ctx = gp->detokenize_ctx,
+	};
+	rg_status st;
+
+	rg_rng_seed_stream(&o->rng, gp->seed, (uint64_t)k);
+	if ((st = rg_seq_init(&o->seq, &sq)) != RG_OK)
+		return st;
+	if (q->opt.min_tokens > 0)
+		n_block = n_eos + gp->n_stop_ids;
+	o->n_bias = sp->n_logit_bias;
+	o->n_bias_min = sp->n_logit_bias + n_block;
+	if (o->n_bias_min > 0) {
+		o->bias_ids = malloc((size_t)o->n_bias_min * sizeof(int32_t));
+		o->bias_vals = malloc((size_t)o->n_bias_min * sizeof(float));
+		if (!o->bias_ids || !o->bias_vals)
+			return rg_errorf(RG_ERR_OOM, "generate: out of memory");
+		for (int i = 0; i < sp->n_logit_bias; i++) {
+			o->bias_ids[i] = sp->logit_bias_ids[i];
+			o->bias_vals[i] = sp->logit_bias_values[i];
+		}
+		for (int i = 0; i < n_block; i++) {
+			o->bias_ids[o->n_bias + i] = i < n_eos ? gp->eos_ids[i]
+							       : gp->stop_ids[i - n_eos];
+			o->bias_vals[o->n_bias + i] = BIAS_BLOCK;
+		}
+	}
+	return RG_OK;
+}
+
+static rg_status reqs_insert(rg_gen_engine *e, ereq *q)
+{
+	if (e->n_reqs == e->cap_reqs) {
+		int cap = e->cap_reqs ? 2 * e->cap_reqs : 64;
+		ereq **l = realloc(e->reqs, (size_t)cap * sizeof(*l));
+
+		if (!l)
+			return rg_errorf(RG_ERR_OOM, "generate: out of memory");
+		e->reqs = l;
+		e->cap_reqs = cap;
+	}
+	e->reqs[e->n_reqs++] = q; /* ids only grow: the list stays sorted */
+	return RG_OK;
+}
+
+rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_prompt,
+			    const rg_gen_params *params, const rg_gen_options *r, double now_ms,
+			    uint64_t *id, rg_gen_admission *adm)
+{
+	rg_gen_params p;
+	rg_gen_options opt;
+	ereq *q = NULL;
+	int added = 0, n_iter;
+	rg_status st;
+	rg_iter_admission ia = {0};
+
+	if (id)
+		*id = 0;
+	if (adm)
+		memset(adm, 0, sizeof(*adm));
+	if (!e || !prompt || n_prompt < 1 || !id)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: no engine, prompt or id");
+	if (params)
+		p = *params;
+	else
+		rg_gen_params_default(&p);
+	if (r)
+		opt = *r;
+	else
+		rg_gen_options_default(&opt);
+	if (p.n_eos == -1) {
+		p.n_eos = 0;
+		p.eos_ids = NULL;
+	} else if (p.n_eos == 0 && !p.eos_ids && e->n_eos > 0) {
+		p.eos_ids = e->eos;
+		p.n_eos = e->n_eos;
+	}
+	if (!p.detokenize && !e->tok && p.n_stop > 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "generate: stop strings need a tokenizer or a detokenizer");
+	{
+		rg_gen_params chk = p;
+
+		if (!chk.detokenize && e->tok)
+			chk.detokenize = streamed_text; /* the engine streams the text */
+		if ((st = rg_gen_params_check(&chk, e->V)) != RG_OK)
+			return st;
+	}
+	if (p.n > MAX_OUT)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: n is %d, at most %d", p.n, MAX_OUT);
+	if (opt.min_tokens < 0 || opt.deadline_ms < 0 || opt.tpot_ms < 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "generate: min_tokens, deadline_ms and tpot_ms must be >= 0");
+	if (n_prompt >= e->max_context)
+		return rg_errorf(RG_ERR_TOO_LONG,
+				 "the prompt has %d tokens; this model's context is %d tokens "
+				 "(prompt and completion together)",
+				 n_prompt, e->max_context);
+	for (int k = 0; k < n_prompt; k++)
+		if (prompt[k] < 0 || prompt[k] >= e->V)
+			return rg_errorf(RG_ERR_INVALID_INPUT,
+					 "prompt token %d is %d, outside the vocabulary [0, %d)", k,
+					 prompt[k], e->V);
+	if (!(q = calloc(1, sizeof(*q))))
+		return rg_errorf(RG_ERR_OOM, "generate: out of memory");
+	q->beam = p.num_beams > 1;
+	q->n_out = p.n;
+	q->opt = opt;
+	if (!q->opt.arrival_ms)
+		q->opt.arrival_ms = now_ms;
+	q->prompt_len = n_prompt;
+	{
+		int room = e->max_context - n_prompt;
+
+		q->max_new = p.max_tokens < room ? p.max_tokens : room;
+	}
+	q->host = !q->beam && p.sampling.no_repeat_ngram_size > 0; /* no device form */
+	if ((st = copy_params(q, &p)) != RG_OK)
+		goto fail;
+	if (!(q->prompt = malloc((size_t)n_prompt * sizeof(int32_t))) ||
+	    !(q->o = calloc((size_t)q->n_out, sizeof(eout)))) {
+		st = rg_errorf(RG_ERR_OOM, "generate: out of memory");
+		goto fail;
+	}
+	memcpy(q->prompt, prompt, (size_t)n_prompt * sizeof(int32_t));
+	for (int k = 0; k < q->n_out; k++)
+		if ((st = out_prepare(e, q, k)) != RG_OK)
+			goto fail;
+	q->id = e->next_serial++;
+	/* one scheduler request per output; a beam search is one group on the prompt */
+	n_iter = q->beam ? 1 : q->n_out;
+	for (int k = 0; k < n_iter; k++) {
+		rg_iter_request ir = {
+			.id = q->id << SEQ_BITS | (uint64_t)k, .prompt = q->prompt,
+			.prompt_len = n_prompt, .max_tokens = q->max_new,
+			.priority = opt.priority, .arrival_ms = q->opt.arrival_ms,
+			.deadline_ms = opt.deadline_ms, .tpot_ms = opt.tpot_ms,
+			.n_beams = q->beam ? p.num_beams : 0,
+		};
+
+		if ((st = rg_iter_add(e->it, &ir, now_ms, &ia)) != RG_OK)
+			break;
+		q->o[k].live = true;
+		added++;
+	}
+	if (q->beam)
+		for (int k = 1; k < q->n_out; k++)
+			q->o[k].live = q->o[0].live;
+	if (st == RG_OK)
+		st = reqs_insert(e, q);
+	if (adm) {
+		adm->est_ttft_ms = ia.est_ttft_ms;
+		adm->est_tpot_ms = ia.est_tpot_ms;
+		adm->retry_after_ms = ia.retry_after_ms;
+		adm->refused_for_others = ia.refused_for_others;
+	}
+	if (st != RG_OK) {
+		char msg[256];
+
+		snprintf(msg, sizeof(msg), "%s", rg_last_error());
+		/* refused whole: the outputs already queued go now, nothing is left behind (they
+		 * are not in a pending plan: a plan holds admitted, scheduled requests only) */
+		for (int k = 0; k < added; k++)
+			rg_iter_abort(e->it, q->id << SEQ_BITS | (uint64_t)k);
+		if (added) {
+			int nd;
+			rg_iter_finished(e->it, &nd); /* theirs; no other request's end is lost: */
+			(void)nd;                     /* every step drains the list before this */
+		}
+		if (st == RG_ERR_BUSY)
+			e->n_refused++;
+		req_free(q);
+		return rg_errorf(st, "%s", msg);
+	}
+	*id = q->id;
+	return RG_OK;
+fail:
+	req_free(q);
+	return st;
+}
+
+/* ---- the step ------------------------------------------------------------------------------ */
+
+static rg_status ev_push(rg_gen_engine *e, const rg_gen_event *x)
+{
+	if (e->n_ev == e->cap_ev) {
+		int cap = e->cap_ev ? 2 * e->cap_ev : 64;
+		rg_gen_event *v = realloc(e->ev, (size_t)cap * sizeof(*v));
+
+		if (!v)
+			return rg_errorf(RG_ERR_OOM, "generate: out of memory for events");
+		e->ev = v;
+		e->cap_ev = cap;
+	}
+	e->ev[e->n_ev++] = *x;
+	return RG_OK;
+}
+
+/* The event of output k after it took n_new tokens (or ended). */
+static void emit(rg_gen_engine *e, ereq *q, int k, int n_new)
+{
+	eout *o = &q->o[k];
+	rg_gen_event x = {.req = q->id, .seq = k, .n_new = n_new, .token = -1};
+
+	if (o->reported)
+		return;
+	if (n_new > 0 && o->seq.n > 0) {
+		x.token = o->seq.ids[o->seq.n - 1];
+		x.logprob = o->seq.logprobs[o->seq.n - 1];
+	}
+	rg_seq_take_text(&o->seq, &x.text, &x.text_len);
+	x.finish = o->seq.finish;
+	if (x.finish != RG_FINISH_NONE)
+		o->reported = true;
+	ev_push(e, &x); /* an OOM here loses an event, never a token: outputs keep them */
+}
+
+static void req_check_finished(ereq *q)
+{
+	bool all = true;
+
+	for (int k = 0; k < q->n_out; k++)
+		all &= q->o[k].seq.finish != RG_FINISH_NONE && !q->o[k].live;
+	q->finished = all;
+}
+
+/* Abort what is live of q in the scheduler (its ends come through rg_iter_finished). */
+static void req_abort(rg_gen_engine *e, ereq *q, rg_status status, const char *why)
+{
+	if (q->status == RG_OK && status != RG_OK)
+		q->status = status;
+	if (why && !q->err[0])
+		snprintf(q->err, sizeof(q->err), "%s", why);
+	for (int k = 0; k < (q->beam ? 1 : q->n_out); k++)
+		if (q->o[k].live)
+			rg_iter_abort(e->it, q->id << SEQ_BITS | (uint64_t)k);
+}
+
+/* A beam request's group ended: its outputs are the search's hypotheses, best first, or, when
+ * aborted, empty ends. */
+static void beam_end(rg_gen_engine *e, ereq *q, rg_iter_finish reason)
+{
+	int nh = 0;
+	rg_status st = RG_OK;
+
+	if (reason != RG_ITER_FINISH_ABORT && (!q->bs || (st = rg_beam_finalize(q->bs, &nh))))
+		reason = RG_ITER_FINISH_ABORT;
+	if (st != RG_OK) {
+		q->status = st;
+		snprintf(q->err, sizeof(q->err), "%s", rg_last_error());
+	}
+	for (int k = 0; k < q->n_out; k++) {
+		eout *o = &q->o[k];
+		const rg_beam_hyp *h = reason != RG_ITER_FINISH_ABORT && k < nh
+					       ? rg_beam_result(q->bs, k) : NULL;
+
+		o->live = false;
+		if (h) {
+			rg_finish_reason fr = rg_gen_beam_finish(&q->gp, h);
+
+			if ((st = rg_seq_set_result(&o->seq, h->ids, h->logprobs, h->n, h->score,
+						    fr)) != RG_OK) {
+				q->status = st;
+				rg_seq_end(&o->seq, RG_FINISH_ABORT);
+			}
+			o->seq.text_emitted = 0;
+			emit(e, q, k, h->n);
+		} else {
+			/* aborted, or fewer hypotheses than asked: an empty output */
+			rg_seq_end(&o->seq, reason == RG_ITER_FINISH_ABORT ? RG_FINISH_ABORT
+									   : RG_FINISH_LENGTH);
+			emit(e, q, k, 0);
+		}
+	}
+}
+
+/* The scheduler's finished entries: end their outputs, list the events. */
+static void collect_finished(rg_gen_engine *e)
+{
+	const rg_iter_done *d;
+	int nd;
+
+	d = rg_iter_finished(e->it, &nd);
+	for (int i = 0; i < nd; i++) {
+		int k;
+		ereq *q = req_of(e, d[i].id, &k);
+
+		if (!q)
+			continue;
+		q->o[k].n_cached = d[i].n_cached_tokens;
+		q->o[k].n_preemptions = d[i].n_preemptions;
+		if (q->beam) {
+			for (int j = 1; j < q->n_out; j++) {
+				q->o[j].n_cached = d[i].n_cached_tokens;
+				q->o[j].n_preemptions = d[i].n_preemptions;
+			}
+			beam_end(e, q, d[i].reason);
+		} else {
+			eout *o = &q->o[k];
+
+			o->live = false;
+			if (o->seq.finish == RG_FINISH_NONE)
+				rg_seq_end(&o->seq, d[i].reason == RG_ITER_FINISH_ABORT
+							    ? RG_FINISH_ABORT : RG_FINISH_LENGTH);
+			emit(e, q, k, 0);
+		}
+		req_check_finished(q);
+	}
+}
+
+/* The penalty lists of row r for output k of q: prompt and generated tokens. */
+static void penalty_lists(rg_gen_engine *e, int r, const ereq *q, int k, rg_row_sampling *row)
+{
+	const rg_seq *s = &q->o[k].seq;
+	int n_prompt = q->prompt_len, n_gen = s->n;
+	int32_t *ids = e->pen_ids + (size_t)r * e->max_context;
+	int32_t *cnt = e->pen_counts + (size_t)r * e->max_context;
+	uint8_t *inp = e->pen_prompt + (size_t)r * e->max_context;
+
+	if (n_prompt + n_gen > e->max_context)
+		n_gen = e->max_context - n_prompt;
+	row->n_penalty = rg_sampler_penalty_lists(q->prompt, n_prompt, s->ids, n_gen, e->pen_keys,
+						  ids, cnt, inp);
+	row->penalty_ids = ids;
+	row->penalty_counts = cnt;
+	row->penalty_in_prompt = inp;
+}
+
+static bool plain_greedy(const ereq *q, const eout *o)
+{
+	const rg_sampling_params *sp = &q->gp.sampling;
+
+	return (!sp->do_sample || sp->temperature == 0.f) && !rg_sampling_penalties_on(sp) &&
+	       sp->n_logit_bias == 0 && q->gp.logprobs == 0 && !rg_seq_blocks_stops(&o->seq);
+}
+
+/* A beam group's row r: the search (re)starts when the row is its prompt's last (the first
+ * step, or again after a preemption). The candidates per row its next step needs; 0 for a
+ * search that could not start (end then aborts it). */
+static int beam_prepare(rg_gen_engine *e, ereq *q, uint64_t iter_id)
+{
+	int n_tok;
+
+	if (!rg_iter_tokens(e->it, iter_id, &n_tok))
+		return 0;
+	if (n_tok == q->prompt_len) {
+		rg_beam_free(q->bs);
+		q->bs = NULL;
+		if (rg_gen_beam_init(&q->gp, q->prompt, q->prompt_len, q->max_new, e->V, &q->bs) !=
+		    RG_OK)
+			q->bs = NULL;
+	}
+	return q->bs ? rg_beam_cand_needed(q->bs) : 0;
+}
+
+static rg_status ensure_logits(rg_gen_engine *e)
+{
+	if (!e->logits && !(e->logits = malloc((size_t)e->S * (size_t)e->V * sizeof(float))))
+		return rg_errorf(RG_ERR_OOM, "generate: no memory for %d rows of logits", e->S);
+	return RG_OK;
+}
+
+rg_status rg_gen_engine_step_begin(rg_gen_engine *e, double now_ms, bool *ran)
+{
+	const rg_step_batch *b;
+	bool any_host = false, all_greedy = true, beam_rows = false;
+	int top_n = 0, cand_k = 0;
+	rg_status st;
+
+	*ran = false;
+	if (e->pending)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: a step is already in flight");
+	e->n_ev = 0;
+	e->run_st = RG_OK;
+	e->run_err[0] = '\0';
+	if ((st = rg_iter_schedule(e->it, now_ms, &e->plan)) != RG_OK)
+		return st;
+	b = &e->plan.batch;
+	e->pending = true;
+	e->ran = b->n_seq > 0;
+	*ran = e->ran;
+	if (!e->ran)
+		return RG_OK;
+	/* classify the rows */
+	for (int r = 0; r < b->n_logits; r++) {
+		const int bs = e->plan.logits_seq[r];
+		const uint64_t iid = e->plan.seq_ids[bs];
+		int k;
+		ereq *q = req_of(e, iid, &k);
+
+		e->want[r] = 0;
+		e->rows[r] = (rg_row_sampling){.top_p = 1.f, .repetition_penalty = 1.f};
+		if (!q) {
+			e->kind[r] = ROW_NONE;
+			continue;
+		}
+		if (q->queue_ms == 0)
+			q->queue_ms = now_ms - q->opt.arrival_ms;
+		if (e->plan.beam_slot[bs] >= 0) {
+			/* a group's rows are adjacent, its search prepared at its first */
+			bool first = !(r > 0 && e->plan.beam_slot[e->plan.logits_seq[r - 1]] >= 0 &&
+				       e->plan.seq_ids[e->plan.logits_seq[r - 1]] == iid);
+			int need = first ? beam_prepare(e, q, iid) : 0;
+
+			e->kind[r] = ROW_BEAM;
+			beam_rows = true;
+			cand_k = need > cand_k ? need : cand_k;
+			continue;
+		}
+		e->kind[r] = q->host ? ROW_HOST : ROW_DEVICE;
+		any_host |= q->host;
+		if (!q->host) {
+			all_greedy &= plain_greedy(q, &q->o[k]);
+			top_n = q->gp.logprobs > top_n ? q->gp.logprobs : top_n;
+		}
+	}
+	/* beams: their candidates come with the sampling's top-N (a greedy row's top-N are its
+	 * log-softmax) when they fit; else their rows' logits go to the host */
+	bool beam_cand = beam_rows && cand_k > 0 && cand_k <= RG_GEN_MAX_LOGPROBS &&
+			 !e->beam_logits && (e->r.step_sample || e->r.step_sample_logits);
+	if (beam_cand) {
+		top_n = cand_k > top_n ? cand_k : top_n;
+		all_greedy = false; /* the candidates come from the sampler's top-N */
+	} else if (beam_rows) {
+		all_greedy = false;
+	}
+	e->cand_k = beam_cand ? cand_k : 0;
+	for (int r = 0; r < b->n_logits; r++)
+		if (e->kind[r] == ROW_HOST || (e->kind[r] == ROW_BEAM && !beam_cand))
+			e->want[r] = 1;
+	bool any_want = any_host || (beam_rows && !beam_cand);
+	bool need_sample = !all_greedy || top_n > 0;
+	if (b->n_logits == 0)
+		e->mode = MODE_LOGITS;
+	else if (!any_want && !need_sample && e->r.step_argmax)
+		e->mode = MODE_ARGMAX;
+	else if (!any_want && e->r.step_sample)
+		e->mode = MODE_SAMPLE;
+	else if (any_want && e->r.step_sample_logits)
+		e->mode = MODE_SAMPLE_LOGITS;
+	else
+		e->mode = MODE_LOGITS;
+	if (e->mode == MODE_LOGITS) {
+		/* every row on the host: the beams from their logits too */
+		e->cand_k = 0;
+		top_n = 0;
+		for (int r = 0; r < b->n_logits; r++) {
+			e->want[r] = e->kind[r] != ROW_NONE;
+			if (e->kind[r] == ROW_DEVICE)
+				e->kind[r] = ROW_HOST;
+		}
+	}
+	e->top_n = top_n;
+	if ((e->mode == MODE_LOGITS || e->mode == MODE_SAMPLE_LOGITS) && b->n_logits > 0 &&
+	    (st = ensure_logits(e)) != RG_OK) {
+		e->run_st = st;
+		snprintf(e->run_err, sizeof(e->run_err), "%s", rg_last_error());
+		return RG_OK;
+	}
+	/* the device rows' parameters: the draw, penalties, bias */
+	for (int r = 0; r < b->n_logits; r++) {
+		int k;
+		ereq *q;
+		eout *o;
+
+		if (e->kind[r] != ROW_DEVICE)
+			continue;
+		q = req_of(e, e->plan.seq_ids[e->plan.logits_seq[r]], &k);
+		o = &q->o[k];
+		e->rows[r] = rg_sampler_row(&q->gp.sampling, &o->rng);
+		if (rg_sampling_penalties_on(&q->gp.sampling))
+			penalty_lists(e, r, q, k, &e->rows[r]);
+		e->rows[r].n_logit_bias = rg_seq_blocks_stops(&o->seq) ? o->n_bias_min : o->n_bias;
+		e->rows[r].logit_bias_ids = o->bias_ids;
+		e->rows[r].logit_bias_values = o->bias_vals;
+	}
+	return RG_OK;
+}
+
+rg_status rg_gen_engine_step_run(rg_gen_engine *e)
+{
+	const rg_step_batch *b = &e->plan.batch;
+	const int tn = e->top_n;
+	double t0;
+	rg_status st = RG_OK;
+
+	if (!e->pending || !e->ran || e->run_st != RG_OK)
+		return RG_OK;
+	t0 = rg_gen_engine_now_ms();
+	sleep_ms(e->p.step_delay_ms); /* testing: part of the step, as a slow device's time */
+	if (e->plan.n_copies > 0) {
+		if (!e->r.copy_blocks)
+			st = rg_errorf(RG_ERR_INVALID_INPUT, "runner has no copy_blocks");
+		else
+			st = e->r.copy_blocks(e->r.ctx, e->plan.copy_src, e->plan.copy_dst,
+					      e->plan.n_copies);
+	}
+	if (st == RG_OK) {
+		switch (e->mode) {
+		case MODE_ARGMAX:
+			st = e->r.step_argmax(e->r.ctx, b, e->ids, e->lps);
+			break;
+		case MODE_SAMPLE:
+			st = e->r.step_sample(e->r.ctx, b, e->rows, tn, e->ids, e->lps,
+					      tn ? e->top_ids : NULL, tn ? e->top_lps : NULL);
+			break;
+		case MODE_SAMPLE_LOGITS:
+			st = e->r.step_sample_logits(e->r.ctx, b, e->rows, tn, e->ids, e->lps,
+						     tn ? e->top_ids : NULL,
+						     tn ? e->top_lps : NULL, e->logits, e->want);
+			break;
+		default:
+			st = e->r.step(e->r.ctx, b, b->n_logits > 0 ? e->logits : NULL);
+			break;
+		}
+	}
+	e->step_ms = rg_gen_engine_now_ms() - t0;
+	if (st != RG_OK) {
+		e->run_st = st;
+		snprintf(e->run_err, sizeof(e->run_err), "the model failed: %s", rg_last_error());
+	}
+	return RG_OK;
+}
+
+/* Fail every request of the plan after a model error. */
+static void fail_plan(rg_gen_engine *e)
+{
+	for (int i = 0; i < e->plan.batch.n_seq; i++) {
+		int k;
+		ereq *q = req_of(e, e->plan.seq_ids[i], &k);
+
+		if (q)
+			req_abort(e, q, e->run_st, e->run_err);
+	}
+}
+
+/* A host-chain row's token: the chain (built, and replayed over the tokens so far, on first
+ * use), min_tokens' block on the row, then the draw. */
+static rg_status host_sample(rg_gen_engine *e, ereq *q, int k, int r, int32_t *t, float *lp,
+			     int32_t *top_ids, float *top_lps)
+{
+	eout *o = &q->o[k];
+	float *row = e->logits + (size_t)r * e->V;
+	rg_status st;
+
+	if (!o->chain) {
+		if ((st = rg_sampler_from_params(&q->gp.sampling, e->V, q->prompt, q->prompt_len,
+						 &o->chain)) != RG_OK)
+			return st;
+		for (int i = 0; i < o->seq.n; i++)
+			rg_sampler_accept(o->chain, o->seq.ids[i]);
+	}
+	if (rg_seq_blocks_stops(&o->seq))
+		for (int i = o->n_bias; i < o->n_bias_min; i++)
+			row[o->bias_ids[i]] += BIAS_BLOCK;
+	return rg_sampler_sample(o->chain, row, e->V, &o->rng, &e->work, q->gp.logprobs, t, lp,
+				 top_ids, top_lps);
+}
+
+/* The beam groups of the plan: one step of each search with rows in it, in slot order, from its
+ * rows' logits or each row's cand_k best tokens; the next beams to the scheduler, or a stop on
+ * its rows when the search is done. A failing search aborts its request. */
+static void beam_steps(rg_gen_engine *e)
+{
+	const rg_iter_plan *pl = &e->plan;
+	const rg_step_batch *b = &pl->batch;
+	const int cand_k = e->cand_k, top_n = e->top_n;
+
+	for (int r0 = 0; r0 < b->n_logits; r0++) {
+		uint64_t iid = pl->seq_ids[pl->logits_seq[r0]];
+		const float *rows[RG_ITER_MAX_BEAMS] = {0}, *clps[RG_ITER_MAX_BEAMS] = {0};
+		const int32_t *cids[RG_ITER_MAX_BEAMS] = {0};
+		int32_t parent[RG_ITER_MAX_BEAMS], token[RG_ITER_MAX_BEAMS];
+		int k, n_tok;
+		ereq *q;
+		bool done = false, first;
+		rg_status st = RG_OK;
+
+		if (e->kind[r0] != ROW_BEAM)
+			continue;
+		if (r0 > 0 && e->kind[r0 - 1] == ROW_BEAM && pl->seq_ids[pl->logits_seq[r0 - 1]] == iid)
+			continue; /* not the group's first row */
+		q = req_of(e, iid, &k);
+		if (!q || !rg_iter_tokens(e->it, iid, &n_tok)) {
+			for (int r = r0; r < b->n_logits; r++)
+				if (pl->seq_ids[pl->logits_seq[r]] == iid)
+					e->stops[r] = true;
+			continue;
+		}
+		first = n_tok == q->prompt_len;
+		if (!q->bs)
+			st = rg_errorf(RG_ERR_OOM, "beam search: the search could not start");
+		for (int r = r0; st == RG_OK && r < b->n_logits; r++) {
+			int qs = pl->logits_seq[r];
+
+			if (pl->seq_ids[qs] != iid)
+				continue;
+			for (int j = 0; j < q->gp.num_beams; j++) {
+				if (!first && j != pl->beam_slot[qs])
+					continue;
+				rows[j] = cand_k ? NULL : e->logits + (size_t)r * e->V;
+				cids[j] = cand_k ? e->top_ids + (size_t)r * top_n : NULL;
+				clps[j] = cand_k ? e->top_lps + (size_t)r * top_n : NULL;
+			}
+		}
+		if (st == RG_OK)
+			st = cand_k ? rg_beam_step_cand(q->bs, cids, clps, cand_k, parent, token, &done)
+				    : rg_beam_step(q->bs, rows, parent, token, &done);
+		if (st == RG_OK && !done) {
+			/* a diverse search's group that ended at this step has no next beams */
+			for (int j = 0; j < q->gp.num_beams; j++)
+				if (!rg_beam_slot_live(q->bs, j))
+					parent[j] = -1;
+			st = rg_iter_beam_next(e->it, iid, parent, token, q->gp.num_beams);
+		}
+		if (st != RG_OK) {
+			char msg[200];
+
+			snprintf(msg, sizeof(msg), "beam search failed: %s", rg_last_error());
+			req_abort(e, q, RG_ERR_INTERNAL, msg);
+			continue;
+		}
+		if (done)
+			for (int r = r0; r < b->n_logits; r++)
+				if (pl->seq_ids[pl->logits_seq[r]] == iid)
+					e->stops[r] = true;
+	}
+}
+
+rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms, const rg_gen_event **ev,
+				 int *n_ev)
+{
+	const rg_step_batch *b = &e->plan.batch;
+
+	if (ev)
+		*ev = NULL;
+	if (n_ev)
+		*n_ev = 0;
+	if (!e->pending)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: no step in flight");
+	e->pending = false;
+	if (e->ran) {
+		memset(e->stops, 0, (size_t)e->S * sizeof(bool));
+		if (e->run_st != RG_OK) {
+			fail_plan(e);
+			for (int r = 0; r < b->n_logits; r++)
+				e->ids[r] = 0;
+			rg_iter_update(e->it, e->ids, e->stops, now_ms, NAN);
+		} else {
+			for (int r = 0; r < b->n_logits; r++) {
+				int k;
+				ereq *q = req_of(e, e->plan.seq_ids[e->plan.logits_seq[r]], &k);
+				int32_t t, tops[RG_GEN_MAX_LOGPROBS];
+				float lp, topl[RG_GEN_MAX_LOGPROBS];
+				const int32_t *ti = tops;
+				const float *tl = topl;
+				rg_finish_reason fr;
+
+				if (!q || e->kind[r] == ROW_BEAM || e->kind[r] == ROW_NONE) {
+					if (e->kind[r] != ROW_BEAM)
+						e->ids[r] = 0;
+					continue;
+				}
+				if (q->o[k].seq.finish != RG_FINISH_NONE) {
+					e->stops[r] = true; /* ended meanwhile (cannot: kept) */
+					continue;
+				}
+				if (e->kind[r] == ROW_HOST) {
+					rg_status st = host_sample(e, q, k, r, &t, &lp, tops, topl);
+
+					if (st != RG_OK) {
+						req_abort(e, q, st, rg_last_error());
+						e->ids[r] = 0;
+						continue;
+					}
+					e->ids[r] = t;
+					rg_sampler_accept(q->o[k].chain, t);
+				} else {
+					t = e->ids[r];
+					lp = e->lps[r];
+					ti = e->top_ids + (size_t)r * e->top_n;
+					tl = e->top_lps + (size_t)r * e->top_n;
+				}
+				if (q->o[k].first_ms == 0)
+					q->o[k].first_ms = now_ms;
+				fr = rg_seq_accept(&q->o[k].seq, t, lp, ti, tl);
+				if (fr == RG_FINISH_ABORT) {
+					req_abort(e, q, q->o[k].seq.err, "detokenizing failed");
+				}
+				e->stops[r] = fr != RG_FINISH_NONE;
+				emit(e, q, k, 1);
+			}
+			beam_steps(e);
+			rg_iter_update(e->it, e->ids, e->stops, now_ms, e->step_ms);
+			e->n_steps++;
+			e->n_preemptions += e->plan.n_preempted;
+		}
+	}
+	collect_finished(e);
+	if (ev)
+		*ev = e->ev;
+	if (n_ev)
+		*n_ev = e->n_ev;
+	return RG_OK;
+}
+
+rg_status rg_gen_engine_step(rg_gen_engine *e, double now_ms, const rg_gen_event **ev, int *n_ev)
+{
+	bool ran;
+	rg_status st;
+
+	if (ev)
+		*ev = NULL;
+	if (n_ev)
+		*n_ev = 0;
+	if (!e)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: no engine");
+	if ((st = rg_gen_engine_step_begin(e, now_ms, &ran)) != RG_OK)
+		return st;
+	rg_gen_engine_step_run(e);
+	return rg_gen_engine_step_end(e, ran ? rg_gen_engine_now_ms() : now_ms, ev, n_ev);
+}
+
+/* ---- the rest of the API ------------------------------------------------------------------- */
+
+rg_status rg_gen_engine_abort(rg_gen_engine *e, uint64_t id, const char *why)
+{
+	ereq *q = e ? req_find(e, id) : NULL;
+
+	if (!q)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: no request %llu",
+				 (unsigned long long)id);
+	if (!q->finished)
+		req_abort(e, q, RG_OK, why ? why : "cancelled");
+	return RG_OK;
+}
+
+rg_status rg_gen_engine_output(const rg_gen_engine *e, uint64_t id, int k, rg_gen_output *out)
+{
+	const ereq *q = e ? req_find(e, id) : NULL;
+	const eout *o;
+
+	if (!q || k < 0 || k >= q->n_out || !out)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: no output %d of request %llu", k,
+				 (unsigned long long)id);
+	o = &q->o[k];
+	*out = (rg_gen_output){
+		.n_ids = o->seq.n, .ids = o->seq.ids, .logprobs = o->seq.logprobs,
+		.n_top = o->seq.p.n_top, .top_ids = o->seq.top_ids,
+		.top_logprobs = o->seq.top_logprobs, .text_end = o->seq.text_end,
+		.text = o->seq.text.data ? o->seq.text.data : "", .text_len = o->seq.text.len,
+		.text_ready = o->seq.text_ready, .finish = o->seq.finish,
+		.stop_str = o->seq.stop_str, .score = o->seq.score, .prompt_tokens = q->prompt_len,
+		.n_cached = o->n_cached, .n_preemptions = o->n_preemptions,
+		.first_token_ms = o->first_ms, .queue_ms = q->queue_ms, .status = q->status,
+		.error = q->err,
+	};
+	if (q->beam && o->seq.finish != RG_FINISH_NONE)
+		out->first_token_ms = o->first_ms ? o->first_ms : 0;
+	return RG_OK;
+}
+
+int rg_gen_engine_n_outputs(const rg_gen_engine *e, uint64_t id)
+{
+	const ereq *q = e ? req_find(e, id) : NULL;
+
+	return q ? q->n_out : -1;
+}
+
+bool rg_gen_engine_finished(const rg_gen_engine *e, uint64_t id)
+{
+	const ereq *q = e ? req_find(e, id) : NULL;
+
+	return q && q->finished;
+}
+
+void rg_gen_engine_release(rg_gen_engine *e, uint64_t id)
+{
+	int i = e ? req_index(e, id) : -1;
+	ereq *q;
+
+	if (i < 0)
+		return;
+	q = e->reqs[i];
+	if (!q->finished) {
+		/* abort now; its scheduler entries are dropped when they are listed */
+		req_abort(e, q, RG_OK, "released");
+	}
+	memmove(e->reqs + i, e->reqs + i + 1, (size_t)(e->n_reqs - i - 1) * sizeof(*e->reqs));
+	e->n_reqs--;
+	req_free(q);
+}
+
+bool rg_gen_engine_has_work(const rg_gen_engine *e)
+{
+	rg_iter_stats s;
+
+	if (!e)
+		return false;
+	rg_iter_stats_get(e->it, &s);
+	if (s.n_running > 0 || s.n_waiting > 0)
+		return true;
+	for (int i = 0; i < e->n_reqs; i++)
+		if (!e->reqs[i]->finished)
+			return true;
+	return false;
+}
+
+void rg_gen_engine_get_stats(const rg_gen_engine *e, rg_gen_engine_stats *out)
+{
+	rg_iter_stats s;
+
+	memset(out, 0, sizeof(*out));
+	if (!e)
+		return;
+	rg_iter_stats_get(e->it, &s);
+	out->n_running = s.n_running;
+	out->n_waiting = s.n_waiting;
+	out->n_steps = e->n_steps;
+	out->n_preemptions = e->n_preemptions;
+	out->n_refused = e->n_refused;
+	out->blocks_used = s.blocks_used;
+	out->blocks_free = s.blocks_free;
+	out->blocks_total = rg_kv_pool_n_blocks(e->pool);
+	out->prefix_query_blocks = (long long)s.prefix.query_blocks;
+	out->prefix_hit_blocks = (long long)s.prefix.hit_blocks;
+	out->max_context = e->max_context;
+	out->max_num_seqs = e->S;
+	out->n_eos = e->n_eos;
+	out->eos_ids = e->eos;
+}
+
+rg_status rg_gen_engine_cost_model(rg_gen_engine *e, rg_cost_model *out)
+{
+	return rg_iter_cost_model(e->it, out);
+}
+
+void rg_gen_engine_set_cost_prior(rg_gen_engine *e, const rg_cost_model *m)
+{
+	rg_iter_set_cost_prior(e->it, m);
+}
+
+/* ---- create / free ------------------------------------------------------------------------- */
+
+void rg_gen_engine_free(rg_gen_engine *e)
+{
+	if (!e)
+		return;
+	for (int i = 0; i < e->n_reqs; i++)
+		req_free(e->reqs[i]);
+	rg_iter_free(e->it);
+	if (e->own_pool)
+		rg_kv_pool_free(e->pool);
+	free(e->reqs);
+	free(e->rows);
+	free(e->kind);
+	free(e->want);
+	free(e->ids);
+	free(e->lps);
+	free(e->top_ids);
+	free(e->top_lps);
+	free(e->stops);
+	free(e->logits);
+	free(e->pen_ids);
+	free(e->pen_counts);
+	free(e->pen_keys);
+	free(e->pen_prompt);
+	free(e->work.data);
+	free(e->ev);
+	free(e);
+}
+
+/* Warm-up: a few steps through the scheduler (prefills of a few lengths, batched decodes), so
+ * the step cost model behind admission has measured points before the first request. */
+static rg_status warm_up(rg_gen_engine *e)
+{
+	const int lens[3] = {8, 64, 200};
+	int32_t *prompt;
+	rg_gen_params gp;
+	uint64_t ids[3] = {0};
+	rg_status st = RG_OK;
+	int guard = 0;
+
+	prompt = malloc((size_t)e->max_context * sizeof(int32_t));
+	if (!prompt)
+		return rg_errorf(RG_ERR_OOM, "generation engine: out of memory");
+	for (int k = 0; k < e->max_context; k++)
+		prompt[k] = (int32_t)((k * 7919 + 13) % e->V);
+	rg_gen_params_default(&gp);
+	gp.max_tokens = 4;
+	gp.n_eos = -1;
+	for (int q = 0; q < 3; q++) {
+		int len = lens[q] < e->max_context - 5 ? lens[q] : e->max_context - 5;
+
+		if ((st = rg_gen_engine_add(e, prompt, len < 1 ? 1 : len, &gp, NULL,
+					    rg_gen_engine_now_ms(), &ids[q], NULL)) != RG_OK)
+			goto out;
+	}
+	while (rg_gen_engine_has_work(e) && ++guard < 100000) {
+		bool ran;
+		double t0 = rg_gen_engine_now_ms();
+
+		if ((st = rg_gen_engine_step_begin(e, t0, &ran)) != RG_OK)
+			goto out;
+		rg_gen_engine_step_run(e);
+		if (e->run_st != RG_OK) {
+			st = e->run_st;
+			e->pending = false;
+			rg_iter_update(e->it, e->ids, NULL, rg_gen_engine_now_ms(), NAN);
+			goto out;
+		}
+		/* the first step of a shape pays one-time costs (allocation, graphs): not fitted */
+		if (guard == 1)
+			e->step_ms = NAN;
+		rg_gen_engine_step_end(e, rg_gen_engine_now_ms(), NULL, NULL);
+	}
+out:
+	for (int q = 0; q < 3; q++)
+		rg_gen_engine_release(e, ids[q]);
+	free(prompt);
+	return st;
+}
+
+static rg_status engine_init(rg_gen_engine *e, const rg_gen_engine_params *p)
+{
+	rg_iter_params ip;
+	size_t S;
+	rg_status st;
+
+	if (p)
+		e->p = *p;
+	else
+		rg_gen_engine_params_default(&e->p);
+	rg_iter_params_default(&ip);
+	ip.max_num_batched_tokens = e->p.max_num_batched_tokens;
+	ip.max_num_seqs = e->p.max_num_seqs;
+	ip.max_waiting = e->p.max_waiting;
+	ip.watermark_blocks = e->p.watermark_blocks;
+	ip.prefix_caching = e->p.prefix_caching;
+	if (e->p.deadline_slack >= 1)
+		ip.deadline_slack = e->p.deadline_slack;
+	ip.max_context = e->max_context;
+	if ((st = rg_iter_init(&e->it, e->pool, &ip)) != RG_OK)
+		return st;
+	e->S = ip.max_num_seqs;
+	e->next_serial = 1;
+	S = (size_t)e->S;
+	e->rows = calloc(S, sizeof(*e->rows));
+	e->kind = calloc(S, 1);
+	e->want = calloc(S, 1);
+	e->ids = calloc(S, sizeof(*e->ids));
+	e->lps = calloc(S, sizeof(*e->lps));
+	e->top_ids = calloc(S * RG_GEN_MAX_LOGPROBS, sizeof(*e->top_ids));
+	e->top_lps = calloc(S * RG_GEN_MAX_LOGPROBS, sizeof(*e->top_lps));
+	e->stops = calloc(S, sizeof(*e->stops));
+	e->pen_ids = calloc(S * (size_t)e->max_context, sizeof(*e->pen_ids));
+	e->pen_counts = calloc(S * (size_t)e->max_context, sizeof(*e->pen_counts));
+	e->pen_prompt = calloc(S * (size_t)e->max_context, sizeof(*e->pen_prompt));
+	e->pen_keys = calloc((size_t)e->max_context, sizeof(*e->pen_keys));
+	e->work.data = malloc((size_t)e->V * sizeof(rg_token_data));
+	if (!e->rows || !e->kind || !e->want || !e->ids || !e->lps || !e->top_ids ||
+	    !e->top_lps || !e->stops || !e->pen_ids || !e->pen_counts || !e->pen_prompt ||
+	    !e->pen_keys || !e->work.data)
+		return rg_errorf(RG_ERR_OOM, "generation engine: out of memory");
+	return RG_OK;
+}
+
+rg_gen_engine *rg_gen_engine_create_runner(const rg_gen_runner *r, rg_kv_pool *pool,
+					   const rg_tokenizer *tok, const int32_t *eos, int n_eos,
+					   const rg_gen_engine_params *p, rg_status *st)
+{
+	rg_gen_engine *e;
+
+	*st = RG_OK;
+	if (!r || !r->step || r->vocab_size < 1 || r->block_size < 1 || r->max_context < 2) {
+		*st = rg_errorf(RG_ERR_INVALID_INPUT, "generation engine: bad runner");
+		return NULL;
+	}
+	if (pool && rg_kv_pool_block_size(pool) != r->block_size) {
+		*st = rg_errorf(RG_ERR_INVALID_INPUT, "generate: pool block size %d != runner's %d",
+				rg_kv_pool_block_size(pool), r->block_size);
+		return NULL;
+	}
+	if (!(e = calloc(1, sizeof(*e)))) {
+		*st = rg_errorf(RG_ERR_OOM, "generation engine: out of memory");
+		return NULL;
+	}
+	e->r = *r;
+	e->tok = tok;
+	e->eos = eos;
+	e->n_eos = n_eos;
+	e->V = r->vocab_size;
+	e->max_context = p && p->max_context > 0 && p->max_context < r->max_context
+				 ? p->max_context : r->max_context;
+	if (pool) {
+		e->pool = pool;
+	} else {
+		if ((*st = rg_kv_pool_init(&e->pool, r->n_blocks, r->block_size)) != RG_OK)
+			goto fail;
+		e->own_pool = true;
+	}
+	if ((*st = engine_init(e, p)) != RG_OK)
+		goto fail;
+	return e;
+fail:
+	rg_gen_engine_free(e);
+	return NULL;
+}
+
+/* ---- the model as a runner ------------------------------------------------------------------ */
+
+static rg_status mrun_step(void *ctx, const rg_step_batch *b, float *logits)
+{
+	return rg_model_step(ctx, b, logits);
+}
+
+static rg_status mrun_argmax(void *ctx, const rg_step_batch *b, int32_t *ids, float *lps)
+{
+	return rg_model_step_argmax(ctx, b, ids, lps);
+}
+
+static rg_status mrun_sample(void *ctx, const rg_step_batch *b, const rg_row_sampling *rows,
+			     int top_n, int32_t *ids, float *lps, int32_t *top_ids, float *top_lps)
+{
+	return rg_model_step_sample(ctx, b, rows, ids, lps, top_n, top_ids, top_lps);
+}
+
+static rg_status mrun_sample_logits(void *ctx, const rg_step_batch *b, const rg_row_sampling *rows,
+				    int top_n, int32_t *ids, float *lps, int32_t *top_ids,
+				    float *top_lps, float *logits, const uint8_t *want)
+{
+	return rg_model_step_sample_logits(ctx, b, rows, ids, lps, top_n, top_ids, top_lps, logits,
+					   want);
+}
+
+static rg_status mrun_copy(void *ctx, const int32_t *src, const int32_t *dst, int n)
+{
+	return rg_model_kv_copy_blocks(ctx, src, dst, n);
+}
+
+void rg_gen_model_runner(rg_model *m, rg_gen_runner *r)
+{
+	rg_kv_info kv;
+	int64_t max_ctx;
+
+	memset(r, 0, sizeof(*r));
+	rg_model_kv_info(m, &kv);
+	max_ctx = (int64_t)kv.n_blocks * kv.block_size;
+	if (max_ctx > m->info.max_position_embeddings)
+		max_ctx = m->info.max_position_embeddings;
+	r->ctx = m;
+	r->vocab_size = m->info.vocab_size;
+	r->block_size = kv.block_size;
+	r->n_blocks = kv.n_blocks;
+	r->max_context = (int)max_ctx;
+	r->step = mrun_step;
+	r->copy_blocks = mrun_copy;
+	/* plain greedy rows choose on the device, sampled ones sample there (the logits stay
+	 * there); RAGGED_GEN_ARGMAX=0 / RAGGED_GEN_DEVICE_SAMPLE=0 take the host sampler instead
+	 * (the same choices; for checks and A/B runs) */
+	{
+		const char *a = getenv("RAGGED_GEN_ARGMAX");
+		const char *d = getenv("RAGGED_GEN_DEVICE_SAMPLE");
+
+		r->step_argmax = a && !strcmp(a, "0") ? NULL : mrun_argmax;
+		if (!(d && !strcmp(d, "0"))) {
+			r->step_sample = mrun_sample;
+			r->step_sample_logits = mrun_sample_logits;
+		}
+	}
+}
+
+rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *params,
+				    rg_status *st)
+{
+	rg_gen_engine_params p;
+	rg_gen_runner r;
+	rg_gen_engine *e;
+	rg_kv_info kv;
+
+	*st = RG_OK;
+	if (!m) {
+		*st = rg_errorf(RG_ERR_INVALID_INPUT, "generation engine: no model");
+		return NULL;
+	}
+	if (rg_model_get_info(m)->kind != RG_MODEL_DECODER) {
+		*st = rg_errorf(RG_ERR_UNSUPPORTED, "generation engine: not a decoder model");
+		return NULL;
+	}
+	if (params)
+		p = *params;
+	else
+		rg_gen_engine_params_default(&p);
+	if (p.block_size <= 0)
+		p.block_size = 16;
+	if (p.max_context <= 0 || p.max_context > m->info.max_position_embeddings)
+		p.max_context = m->info.max_position_embeddings;
+	if (p.max_num_batched_tokens > m->info.max_batch_tokens)
+		p.max_num_batched_tokens = m->info.max_batch_tokens;
+	if (p.kv_bytes > 0)
+		*st = rg_model_kv_init_bytes(m, p.block_size, p.kv_bytes);
+	else if (p.kv_fraction > 0)
+		*st = rg_model_kv_init_fraction(m, p.block_size, p.kv_fraction);
+	else if (rg_model_kv_info(m, &kv) != RG_OK || kv.n_blocks == 0)
+		*st = rg_errorf(RG_ERR_INVALID_INPUT,
+				"generation engine: kv_bytes and kv_fraction are 0 and the model "
+				"has no KV cache (rg_model_kv_init)");
+	if (*st != RG_OK)
+		return NULL;
+	rg_gen_model_runner(m, &r);
+	e = rg_gen_engine_create_runner(&r, NULL, m->tok, m->gen_eos, m->n_gen_eos, &p, st);
+	if (!e)
+		return NULL;
+	e->m = m;
+	{
+		const char *d = getenv("RAGGED_GEN_DEVICE_SAMPLE");
+
+		e->beam_logits = d && !strcmp(d, "0");
+	}
+	if (p.warm_up && (*st = warm_up(e)) != RG_OK) {
+		rg_gen_engine_free(e);
+		return NULL;
+	}
+	return e;
+}
