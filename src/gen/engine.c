@@ -102,6 +102,7 @@ struct rg_gen_engine {
 	float *top_lps;
 	bool *stops;            /* (S) */
 	float *logits;          /* (S, V), allocated on first need */
+	float no_logits;        /* what a step without logits rows is given (never written) */
 	int32_t *pen_ids, *pen_counts, *pen_keys; /* (S, max_context) penalty lists */
 	uint8_t *pen_prompt;
 	rg_token_array work;    /* host-chain scratch (V) */
@@ -707,7 +708,7 @@ rg_status rg_gen_engine_step_begin(rg_gen_engine *e, double now_ms, bool *ran)
 	bool any_want = any_host || (beam_rows && !beam_cand);
 	bool need_sample = !all_greedy || top_n > 0;
 	if (b->n_logits == 0)
-		e->mode = MODE_LOGITS;
+		e->mode = e->r.step_sample ? MODE_SAMPLE : MODE_LOGITS; /* prefill chunks only */
 	else if (!any_want && !need_sample && e->r.step_argmax)
 		e->mode = MODE_ARGMAX;
 	else if (!any_want && e->r.step_sample)
@@ -786,7 +787,7 @@ rg_status rg_gen_engine_step_run(rg_gen_engine *e)
 						     tn ? e->top_lps : NULL, e->logits, e->want);
 			break;
 		default:
-			st = e->r.step(e->r.ctx, b, b->n_logits > 0 ? e->logits : NULL);
+			st = e->r.step(e->r.ctx, b, b->n_logits > 0 ? e->logits : &e->no_logits);
 			break;
 		}
 	}

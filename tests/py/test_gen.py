@@ -519,7 +519,7 @@ def test_sampling_matches_reference(case):
     out = run(toy, PROMPTS, params(n=n, seed=seed, max_tokens=max_tokens, eos_ids=eos,
                                    logprobs=3, max_step_tokens=7, **sp), pool)
     assert pool.used() == 0
-    assert toy.n_copies > 0
+    # (each sample is its own sequence of the engine, as in `ragged serve`: no fork)
     for i, prompt in enumerate(PROMPTS):
         for j in range(n):
             o = out[i * n + j]
@@ -854,10 +854,20 @@ def test_blocks_return_after_errors(mode):
         if st == RG_OK:
             l.rg_gen_result_free(res)
         assert pool.used() == 0
-    # a pool too small answers busy and keeps nothing
+    # a pool that holds each sequence but not all at once: the engine preempts and recomputes
+    # (sampling: the same outputs as on a large pool, each sample's RNG stream goes on); one that
+    # cannot hold a beam search's beams, or one sequence, answers busy. Nothing is kept.
     small = Pool(10, 2)
-    run(ToyRunner(V, block_size=2), PROMPTS, params(**kw), small, expect=RG_ERR_BUSY)
+    if mode == "sample":
+        big = run(ToyRunner(V, block_size=2), PROMPTS, params(**kw), pool)
+        got = run(ToyRunner(V, block_size=2), PROMPTS, params(**kw), small)
+        assert [o["ids"] for o in got] == [o["ids"] for o in big]
+    else:
+        run(ToyRunner(V, block_size=2), PROMPTS, params(**kw), small, expect=RG_ERR_BUSY)
     assert small.used() == 0
+    tiny = Pool(2, 2)
+    run(ToyRunner(V, block_size=2), PROMPTS, params(**kw), tiny, expect=RG_ERR_BUSY)
+    assert tiny.used() == 0
 
 
 @pytest.mark.parametrize("beams", [False, True])
