@@ -160,6 +160,15 @@ static rg_status streamed_text(void *ctx, const int32_t *ids, int n, char **text
 	return RG_ERR_UNSUPPORTED;
 }
 
+rg_status rg_gen_engine_params_check(const rg_gen_params *p, int vocab, bool streams_text)
+{
+	rg_gen_params chk = *p;
+
+	if (!chk.detokenize && streams_text)
+		chk.detokenize = streamed_text; /* the engine streams the text */
+	return rg_gen_params_check(&chk, vocab);
+}
+
 /* ---- requests ------------------------------------------------------------------------------ */
 
 static void req_free(ereq *q)
@@ -355,14 +364,8 @@ rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_promp
 	if (!p.detokenize && !e->tok && p.n_stop > 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT,
 				 "generate: stop strings need a tokenizer or a detokenizer");
-	{
-		rg_gen_params chk = p;
-
-		if (!chk.detokenize && e->tok)
-			chk.detokenize = streamed_text; /* the engine streams the text */
-		if ((st = rg_gen_params_check(&chk, e->V)) != RG_OK)
-			return st;
-	}
+	if ((st = rg_gen_engine_params_check(&p, e->V, e->tok != NULL)) != RG_OK)
+		return st;
 	if (p.n > MAX_OUT)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: n is %d, at most %d", p.n, MAX_OUT);
 	if (opt.min_tokens < 0 || opt.deadline_ms < 0 || opt.tpot_ms < 0)

@@ -21,6 +21,10 @@ RG_TEST_API rg_gen_engine *rg_gen_engine_create_runner(const rg_gen_runner *r, r
 						       const rg_gen_engine_params *p,
 						       rg_status *st);
 
+/* rg_gen_params_check for an engine whose text comes from a streaming tokenizer (streams_text):
+ * stop strings need no detokenize callback then. */
+rg_status rg_gen_engine_params_check(const rg_gen_params *p, int vocab, bool streams_text);
+
 /* The model as a runner (its step variants and block copy; its KV cache's shape, which must
  * exist). */
 void rg_gen_model_runner(rg_model *m, rg_gen_runner *r);

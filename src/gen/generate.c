@@ -193,7 +193,7 @@ rg_status rg_gen_run_ex(const rg_gen_runner *r, const int32_t *const *prompts,
 	if (!r || !r->step || r->vocab_size < 1 || r->block_size < 1 || r->max_context < 2 ||
 	    !p || n_prompts < 1 || !prompts || !prompt_lens)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: bad runner or arguments");
-	if ((st = rg_gen_params_check(p, r->vocab_size)) != RG_OK)
+	if ((st = rg_gen_engine_params_check(p, r->vocab_size, tok != NULL)) != RG_OK)
 		return st;
 	if ((p->n > 1 || p->num_beams > 1) && !r->copy_blocks)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: n > 1 or beams need copy_blocks");

@@ -162,7 +162,7 @@ rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int 
 		p.max_step_tokens = m->max_tokens;
 	p.on_token = relay;
 	p.on_token_ctx = &rel;
-	if ((s = rg_gen_params_check(&p, m->dec.cfg.vocab_size)) != RG_OK)
+	if ((s = rg_gen_engine_params_check(&p, m->dec.cfg.vocab_size, m->tok != NULL)) != RG_OK)
 		return s;
 	if ((s = ensure_cache(m, lens, n, &p)) != RG_OK)
 		return s;

@@ -134,18 +134,26 @@ def test_blocks_released_after_errors(models):
 
 
 def test_caller_cache_and_chat_template(models, tmp_path):
-    """A KV cache the caller made is used as it is (too small: RG_ERR_BUSY, blocks back to 0);
+    """A KV cache the caller made is used as it is (holding each sequence but not all at once:
+    the engine preempts and recomputes, with the outputs of a large cache; a prompt as long as
+    the cache: RG_ERR_TOO_LONG; blocks back to 0 either way);
     a Hugging Face directory's chat template comes from tokenizer_config.json, with its
     bos_token / eos_token; a template of no known family is refused."""
     d = models["llama_gqa"][0]
     g = ragged.Generator(d, max_batch_tokens=64)
     try:
         assert g.chat_template is None
-        st = rc.lib().rg_model_kv_init(g._h, 4, 4)  # 16 positions: each prompt fits alone
+        mt = 16 - max(len(p) for p in PROMPTS)  # each prompt and its tokens fit 16 alone
+        assert mt >= 3
+        want = g.generate(PROMPTS, max_tokens=mt, ignore_eos=True)  # its own cache
+        st = rc.lib().rg_model_kv_init(g._h, 4, 4)  # 16 positions
         assert st == 0
-        with pytest.raises(ragged.RaggedError) as e:
-            g.generate(PROMPTS, max_tokens=10, ignore_eos=True)  # together they need more
-        assert e.value.status == "RG_ERR_BUSY"
+        got = g.generate(PROMPTS, max_tokens=mt, ignore_eos=True)  # together they need more
+        assert [o["ids"] for o in got] == [o["ids"] for o in want]
+        assert g.kv_blocks_in_use() == 0
+        with pytest.raises(ragged.RaggedError) as e:  # the cache is the context: 16
+            g.generate([list(range(1, 17))], max_tokens=10, ignore_eos=True)
+        assert e.value.status == "RG_ERR_TOO_LONG"
         assert g.kv_blocks_in_use() == 0
         out = g.generate([[1, 2, 3]], max_tokens=4, ignore_eos=True)[0]
         assert len(out["ids"]) == 4 and g.kv_blocks_in_use() == 0
