@@ -897,6 +897,7 @@ typedef struct rg_gen_engine_stats {
 	long long prefix_query_blocks, prefix_hit_blocks;
 	int max_context;             /* the longest sequence it runs */
 	int max_num_seqs;
+	int last_step_tokens;        /* new tokens of the last step run */
 	int n_eos;                   /* the model's EOS ids (below) */
 	const int32_t *eos_ids;      /* (n_eos), the model's */
 } rg_gen_engine_stats;

@@ -113,6 +113,7 @@ struct rg_gen_engine {
 	rg_gen_event *ev;
 	int n_ev, cap_ev;
 	long long n_steps, n_preemptions, n_refused;
+	int last_step_tokens;
 };
 
 double rg_gen_engine_now_ms(void)
@@ -974,6 +975,7 @@ rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms, const rg_gen_e
 			rg_iter_update(e->it, e->ids, e->stops, now_ms, e->step_ms);
 			e->n_steps++;
 			e->n_preemptions += e->plan.n_preempted;
+			e->last_step_tokens = b->n_tokens;
 		}
 	}
 	collect_finished(e);
@@ -1106,6 +1108,7 @@ void rg_gen_engine_get_stats(const rg_gen_engine *e, rg_gen_engine_stats *out)
 	out->prefix_hit_blocks = (long long)s.prefix.hit_blocks;
 	out->max_context = e->max_context;
 	out->max_num_seqs = e->S;
+	out->last_step_tokens = e->last_step_tokens;
 	out->n_eos = e->n_eos;
 	out->eos_ids = e->eos;
 }

@@ -1,4 +1,5 @@
-/* The generation engine of `ragged serve`: the step loop over src/sched/iter.h. See engine_gen.h. */
+/* The generation service of `ragged serve`: a step thread around the library engine. See
+ * engine_gen.h. */
 #include "server/engine_gen.h"
 
 #include <math.h>
@@ -8,33 +9,10 @@
 #include <time.h>
 
 #include "core/error.h"
-#include "core/rng.h"
-#include "gen/beam.h"
-#include "gen/generate.h"
-#include "gen/stop.h"
-#include "kv/block_pool.h"
-#include "model/model.h"
 #include "server/engine.h"
 #include "server/metrics.h"
-#include "tokenizer/decode_stream.h"
-#include "tokenizer/tokenizer.h"
 
-#define SEQ_BITS 8 /* iter id = job serial << SEQ_BITS | sequence index */
-#define MAX_SEQS_PER_JOB (1 << SEQ_BITS)
-#define BIAS_BLOCK -1e9f /* min_tokens: the bias that keeps EOS and stop ids out */
-
-/* The engine's per-sequence state (the job's st[i]). */
-typedef struct gen_seq_state {
-	rg_rng rng;
-	rg_detok_stream *detok;
-	int n_gen;
-	bool ended;
-	bool live;            /* in the scheduler (admitted, not yet finished) */
-	size_t searched;      /* stop strings: text bytes already searched */
-	int32_t *bias_ids;    /* (n_bias_min) user bias then (min_tokens) EOS and stop ids blocked */
-	float *bias_vals;
-	int n_bias, n_bias_min;
-} gen_seq_state;
+#define MAX_SEQS_PER_JOB 256 /* the engine's outputs per request */
 
 typedef struct gen_metrics {
 	rg_hist ttft_ms, itl_ms, step_ms, step_tokens, e2e_ms;
@@ -44,46 +22,22 @@ typedef struct gen_metrics {
 
 struct rg_gen_srv {
 	rg_model *m;
-	const rg_model_info *info;
+	rg_gen_engine *eng;
 	rg_gen_srv_params p;
-	rg_kv_pool *pool;
-	rg_iter *it;
 	int max_context;
-	int vocab;
-	const rg_tokenizer *tok;
-	/* RAGGED_GEN_DEVICE_SAMPLE=0: beam searches read their rows' logits on the host instead of
-	 * each row's best tokens from the device (A/B runs, checks) */
-	bool beam_logits;
 
 	pthread_t th;
 	bool started;
-	pthread_mutex_t mu;
+	pthread_mutex_t mu;        /* the engine and the live list */
 	pthread_cond_t cv;
 	bool stop, draining;
 	double drain_end;
 
-	/* live jobs in serial order (guarded by mu) */
-	rg_gen_job **live;
-	uint64_t *live_serial;
+	rg_gen_job **live;         /* by engine request id, ascending (guarded by mu) */
 	int n_live, cap_live;
-	uint64_t next_serial;
 	double last_poll_ms;
-
-	/* step buffers (step thread) */
-	int S;                     /* max_num_seqs: logits rows of a step at most */
-	rg_row_sampling *rows;     /* (S) */
-	int32_t *ids;              /* (S) */
-	float *lps;                /* (S) */
-	int32_t *top_ids;          /* (S, RG_GEN_MAX_LOGPROBS) */
-	float *top_lps;
-	bool *stops;               /* (S) */
-	int32_t *pen_ids;          /* (S, max_context) penalty scratch */
-	int32_t *pen_counts;
-	uint8_t *pen_prompt;
-	int32_t *pen_keys;         /* (max_context) sort scratch */
-	rg_gen_job **touched;      /* (S) jobs with new output this step */
-	float *blogits;            /* (S, vocab) a step's beam rows' logits, lazily */
-	uint8_t *bkeep;            /* (S) which rows of the step are beam rows */
+	rg_gen_job **touched;      /* jobs with new output this step (step thread) */
+	int n_touched, cap_touched;
 
 	pthread_mutex_t mmu;       /* the metrics */
 	gen_metrics met;
@@ -100,9 +54,6 @@ static void sleep_ms(double ms)
 	nanosleep(&ts, NULL);
 }
 
-static rg_status beam_detok(void *ctx, const int32_t *ids, int n, char **text, size_t *len);
-static void beam_job_end(rg_gen_srv *e, rg_gen_job *j, rg_iter_finish reason);
-
 /* ---- jobs ----------------------------------------------------------------------------------- */
 
 rg_gen_job *rg_gen_job_new(int n_seqs)
@@ -118,12 +69,10 @@ rg_gen_job *rg_gen_job_new(int n_seqs)
 	j->prompts = calloc((size_t)n_seqs, sizeof(*j->prompts));
 	j->prompt_lens = calloc((size_t)n_seqs, sizeof(*j->prompt_lens));
 	j->out = calloc((size_t)n_seqs, sizeof(*j->out));
-	j->st = calloc((size_t)n_seqs, sizeof(*j->st));
-	if (!j->prompts || !j->prompt_lens || !j->out || !j->st) {
+	if (!j->prompts || !j->prompt_lens || !j->out) {
 		free(j->prompts);
 		free(j->prompt_lens);
 		free(j->out);
-		free(j->st);
 		free(j);
 		return NULL;
 	}
@@ -136,14 +85,6 @@ rg_gen_job *rg_gen_job_new(int n_seqs)
 	atomic_init(&j->refs, 1);
 	atomic_init(&j->cancel, false);
 	return j;
-}
-
-static void seq_state_free(gen_seq_state *s)
-{
-	rg_detok_stream_free(s->detok);
-	free(s->bias_ids);
-	free(s->bias_vals);
-	memset(s, 0, sizeof(*s));
 }
 
 void rg_gen_job_put(rg_gen_job *j)
@@ -161,13 +102,10 @@ void rg_gen_job_put(rg_gen_job *j)
 		free(o->text_end);
 		free(o->stop_str);
 		rg_buf_free(&o->text);
-		seq_state_free(&j->st[i]);
 	}
-	rg_beam_free(j->beam);
 	free(j->prompts);
 	free(j->prompt_lens);
 	free(j->out);
-	free(j->st);
 	pthread_mutex_destroy(&j->mu);
 	free(j);
 }
@@ -180,16 +118,16 @@ void rg_gen_job_cancel(rg_gen_job *j)
 
 /* ---- the live-job index ------------------------------------------------------------------- */
 
-static rg_gen_job *live_find(const rg_gen_srv *e, uint64_t serial)
+static rg_gen_job *live_find(const rg_gen_srv *e, uint64_t req)
 {
 	int lo = 0, hi = e->n_live - 1;
 
 	while (lo <= hi) {
 		int mid = (lo + hi) / 2;
 
-		if (e->live_serial[mid] == serial)
+		if (e->live[mid]->req == req)
 			return e->live[mid];
-		if (e->live_serial[mid] < serial)
+		if (e->live[mid]->req < req)
 			lo = mid + 1;
 		else
 			hi = mid - 1;
@@ -197,24 +135,18 @@ static rg_gen_job *live_find(const rg_gen_srv *e, uint64_t serial)
 	return NULL;
 }
 
-static rg_status live_add(rg_gen_srv *e, rg_gen_job *j, uint64_t serial)
+static rg_status live_add(rg_gen_srv *e, rg_gen_job *j)
 {
 	if (e->n_live == e->cap_live) {
 		int cap = e->cap_live ? 2 * e->cap_live : 64;
 		rg_gen_job **l = realloc(e->live, (size_t)cap * sizeof(*l));
-		uint64_t *s;
 
 		if (!l)
 			return RG_ERR_OOM;
 		e->live = l;
-		s = realloc(e->live_serial, (size_t)cap * sizeof(*s));
-		if (!s)
-			return RG_ERR_OOM;
-		e->live_serial = s;
 		e->cap_live = cap;
 	}
-	e->live[e->n_live] = j;
-	e->live_serial[e->n_live++] = serial;
+	e->live[e->n_live++] = j; /* engine ids only grow: the list stays sorted */
 	return RG_OK;
 }
 
@@ -224,271 +156,45 @@ static void live_remove(rg_gen_srv *e, rg_gen_job *j)
 		if (e->live[i] == j) {
 			memmove(e->live + i, e->live + i + 1,
 				(size_t)(e->n_live - i - 1) * sizeof(*e->live));
-			memmove(e->live_serial + i, e->live_serial + i + 1,
-				(size_t)(e->n_live - i - 1) * sizeof(*e->live_serial));
 			e->n_live--;
 			return;
 		}
 }
 
-/* ---- output ------------------------------------------------------------------------------- */
-
-static size_t max_stop_len(const rg_gen_job *j)
-{
-	size_t m = 0;
-
-	for (int i = 0; i < j->gp.n_stop; i++) {
-		size_t n = strlen(j->gp.stop[i]);
-
-		m = n > m ? n : m;
-	}
-	return m;
-}
-
-/* Bytes of o->text that are final: all but a possible stop-string prefix at the end, on a UTF-8
- * character boundary. */
-static void update_ready(const rg_gen_job *j, rg_gen_seq_out *o)
-{
-	size_t hold = max_stop_len(j), len = o->text.len, r;
-
-	if (o->end != RG_GEN_END_NONE || hold <= 1) {
-		o->text_ready = len;
-		return;
-	}
-	r = len > hold - 1 ? len - (hold - 1) : 0;
-	while (r > 0 && r < len && ((unsigned char)o->text.data[r] & 0xC0) == 0x80)
-		r--;
-	if (r > o->text_ready)
-		o->text_ready = r;
-}
-
-static rg_status out_grow(rg_gen_seq_out *o, int n_top)
-{
-	int cap;
-
-	if (o->n_ids < o->cap)
-		return RG_OK;
-	cap = o->cap ? 2 * o->cap : 32;
-	{
-		int32_t *ids = realloc(o->ids, (size_t)cap * sizeof(*ids));
-		float *lps;
-		size_t *te;
-
-		if (!ids)
-			return RG_ERR_OOM;
-		o->ids = ids;
-		lps = realloc(o->logprobs, (size_t)cap * sizeof(*lps));
-		if (!lps)
-			return RG_ERR_OOM;
-		o->logprobs = lps;
-		te = realloc(o->text_end, (size_t)cap * sizeof(*te));
-		if (!te)
-			return RG_ERR_OOM;
-		o->text_end = te;
-	}
-	if (n_top > 0) {
-		int32_t *ti = realloc(o->top_ids, (size_t)cap * (size_t)n_top * sizeof(*ti));
-		float *tl;
-
-		if (!ti)
-			return RG_ERR_OOM;
-		o->top_ids = ti;
-		tl = realloc(o->top_logprobs, (size_t)cap * (size_t)n_top * sizeof(*tl));
-		if (!tl)
-			return RG_ERR_OOM;
-		o->top_logprobs = tl;
-	}
-	o->cap = cap;
-	return RG_OK;
-}
-
-/* End sequence i of j (under j->mu): flush the detokenizer (its held bytes), final text. */
-static void seq_end(rg_gen_job *j, int i, rg_gen_end why)
-{
-	rg_gen_seq_out *o = &j->out[i];
-	gen_seq_state *s = &j->st[i];
-
-	if (s->ended)
-		return;
-	s->ended = true;
-	if (s->detok && why != RG_GEN_END_STOP) {
-		const char *t;
-		size_t n;
-
-		if (rg_detok_stream_flush(s->detok, &t, &n) == RG_OK && n)
-			rg_buf_put(&o->text, t, n);
-	}
-	o->end = why;
-	o->text_ready = o->text.len;
-	if (o->n_ids > 0)
-		o->text_end[o->n_ids - 1] = o->text.len;
-	j->n_running--;
-}
-
-/* One sampled token of sequence i of j (engine lock held; takes j->mu). Returns true when it
- * ends the sequence by EOS, a stop id or a stop string (the scheduler's `stop`). */
-static bool seq_token(rg_gen_srv *e, rg_gen_job *j, int i, int32_t tok, float lp,
-		      const int32_t *top_ids, const float *top_lps, double now)
-{
-	rg_gen_seq_out *o = &j->out[i];
-	gen_seq_state *s = &j->st[i];
-	rg_finish_reason fr = RG_FINISH_NONE;
-	bool ended = false;
-
-	pthread_mutex_lock(&j->mu);
-	if (s->ended || out_grow(o, j->n_top) != RG_OK) {
-		pthread_mutex_unlock(&j->mu);
-		return false;
-	}
-	o->ids[o->n_ids] = tok;
-	o->logprobs[o->n_ids] = lp;
-	if (j->n_top > 0) {
-		memcpy(o->top_ids + (size_t)o->n_ids * j->n_top, top_ids,
-		       (size_t)j->n_top * sizeof(int32_t));
-		memcpy(o->top_logprobs + (size_t)o->n_ids * j->n_top, top_lps,
-		       (size_t)j->n_top * sizeof(float));
-	}
-	o->n_ids++;
-	o->score += lp;
-	s->n_gen++;
-	if (o->first_token_ms == 0) {
-		o->first_token_ms = now;
-		pthread_mutex_lock(&e->mmu);
-		rg_hist_observe(&e->met.ttft_ms, now - j->arrival_ms);
-		pthread_mutex_unlock(&e->mmu);
-	} else {
-		pthread_mutex_lock(&e->mmu);
-		rg_hist_observe(&e->met.itl_ms, now - o->last_token_ms);
-		pthread_mutex_unlock(&e->mmu);
-	}
-	o->last_token_ms = now;
-	if (s->n_gen > j->min_tokens)
-		fr = rg_stop_token(j->gp.eos_ids, j->gp.n_eos > 0 ? j->gp.n_eos : 0,
-				   j->gp.stop_ids, j->gp.n_stop_ids, tok);
-	if (s->detok) {
-		const char *t;
-		size_t n;
-
-		if (rg_detok_stream_push(s->detok, tok, &t, &n) == RG_OK && n)
-			rg_buf_put(&o->text, t, n);
-	}
-	o->text_end[o->n_ids - 1] = o->text.len;
-	if (fr != RG_FINISH_NONE) {
-		seq_end(j, i, fr == RG_FINISH_EOS ? RG_GEN_END_EOS : RG_GEN_END_STOP);
-		ended = true;
-	} else if (j->gp.n_stop > 0 && s->n_gen > j->min_tokens) {
-		long pos = rg_stop_find(o->text.data, o->text.len, s->searched, j->gp.stop,
-					j->gp.n_stop);
-
-		s->searched = o->text.len;
-		if (pos >= 0) {
-			for (int k = 0; k < j->gp.n_stop; k++)
-				if (!strncmp(o->text.data + pos, j->gp.stop[k],
-					     strlen(j->gp.stop[k])) &&
-				    (size_t)pos + strlen(j->gp.stop[k]) <= o->text.len) {
-					free(o->stop_str);
-					o->stop_str = strdup(j->gp.stop[k]);
-					break;
-				}
-			o->text.len = (size_t)pos;
-			o->text.data[pos] = '\0';
-			if (o->text_ready > o->text.len)
-				o->text_ready = o->text.len;
-			for (int k = 0; k < o->n_ids; k++)
-				if (o->text_end[k] > o->text.len)
-					o->text_end[k] = o->text.len;
-			seq_end(j, i, RG_GEN_END_STOP);
-			ended = true;
-		}
-	}
-	update_ready(j, o);
-	pthread_mutex_unlock(&j->mu);
-	return ended;
-}
-
 /* ---- admission ---------------------------------------------------------------------------- */
-
-static rg_status seq_prepare(rg_gen_srv *e, rg_gen_job *j, int i)
-{
-	gen_seq_state *s = &j->st[i];
-	const rg_sampling_params *sp = &j->gp.sampling;
-	int n_block = 0;
-
-	rg_rng_seed_stream(&s->rng, j->gp.seed, (uint64_t)i);
-	if (e->tok && rg_detok_stream_init(e->tok, j->skip_special, &s->detok) != RG_OK)
-		s->detok = NULL; /* a tokenizer without streaming decode: ids only */
-	if (j->min_tokens > 0)
-		n_block = (j->gp.n_eos > 0 ? j->gp.n_eos : 0) + j->gp.n_stop_ids;
-	s->n_bias = sp->n_logit_bias;
-	s->n_bias_min = sp->n_logit_bias + n_block;
-	if (s->n_bias_min > 0) {
-		s->bias_ids = malloc((size_t)s->n_bias_min * sizeof(int32_t));
-		s->bias_vals = malloc((size_t)s->n_bias_min * sizeof(float));
-		if (!s->bias_ids || !s->bias_vals)
-			return RG_ERR_OOM;
-		for (int k = 0; k < sp->n_logit_bias; k++) {
-			s->bias_ids[k] = sp->logit_bias_ids[k];
-			s->bias_vals[k] = sp->logit_bias_values[k];
-		}
-		for (int k = 0; k < n_block; k++) {
-			int nb = j->gp.n_eos > 0 ? j->gp.n_eos : 0;
-
-			s->bias_ids[s->n_bias + k] = k < nb ? j->gp.eos_ids[k]
-							    : j->gp.stop_ids[k - nb];
-			s->bias_vals[s->n_bias + k] = BIAS_BLOCK;
-		}
-	}
-	return RG_OK;
-}
 
 rg_status rg_gen_srv_submit(rg_gen_srv *e, rg_gen_job *j)
 {
-	rg_status st = RG_OK;
-	uint64_t serial;
+	rg_status st;
 	double now = rg_now_ms();
-	int added = 0;
-	/* the scheduler's requests: one per sequence; a beam job is one beam group on prompts[0],
-	 * its n_seqs outputs the returned beams, filled when the search ends */
-	const int n_iter = j && j->gp.num_beams > 1 ? 1 : j ? j->n_seqs : 0;
+	rg_gen_params gp;
+	rg_gen_options opt;
 
 	if (!e || !j || j->n_seqs < 1)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: no job");
-	{
-		/* stop strings are matched on the engine's own streamed text */
-		rg_gen_params chk = j->gp;
-
-		if (e->tok && !chk.detokenize) {
-			chk.detokenize = beam_detok;
-			chk.detokenize_ctx = e;
-		}
-		if ((st = rg_gen_params_check(&chk, e->vocab)) != RG_OK)
-			return st;
-	}
 	if (j->gp.num_beams > 1 && j->n_seqs != j->gp.n)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: a beam search job has one output "
 				 "per returned beam (n_seqs = gp.n)");
-	for (int i = 0; i < j->n_seqs; i++) {
+	for (int i = 0; i < j->n_seqs; i++)
 		if (!j->prompts[i] || j->prompt_lens[i] < 1)
 			return rg_errorf(RG_ERR_INVALID_INPUT, "generate: sequence %d has no prompt",
 					 i);
-		if (j->prompt_lens[i] >= e->max_context)
-			return rg_errorf(RG_ERR_TOO_LONG,
-					 "the prompt has %d tokens; this model's context is %d "
-					 "tokens (prompt and completion together)",
-					 j->prompt_lens[i], e->max_context);
-		for (int k = 0; k < j->prompt_lens[i]; k++)
-			if (j->prompts[i][k] < 0 || j->prompts[i][k] >= e->vocab)
-				return rg_errorf(RG_ERR_INVALID_INPUT,
-						 "prompt token %d is %d, outside the vocabulary "
-						 "[0, %d)", k, j->prompts[i][k], e->vocab);
-	}
+	/* a job's sequences share its prompt: one engine request of n_seqs outputs */
+	gp = j->gp;
+	if (gp.num_beams <= 1)
+		gp.n = j->n_seqs;
+	rg_gen_options_default(&opt);
+	opt.priority = j->priority;
+	opt.arrival_ms = j->arrival_ms ? j->arrival_ms : now;
+	opt.deadline_ms = j->deadline_ms;
+	opt.tpot_ms = j->tpot_ms;
+	opt.min_tokens = j->min_tokens;
+	opt.skip_special_tokens = j->skip_special;
+	opt.keep_stop_id_text = true; /* vLLM: a stop id's text stays (special ones have none) */
 	j->n_top = j->gp.num_beams > 1 ? 0 : j->gp.logprobs;
 	j->n_running = j->n_seqs;
 	if (!j->arrival_ms)
 		j->arrival_ms = now;
-	for (int i = 0; i < j->n_seqs; i++)
-		if ((st = seq_prepare(e, j, i)) != RG_OK)
-			return rg_errorf(st, "generate: out of memory");
 	pthread_mutex_lock(&e->mu);
 	if (e->stop || e->draining) {
 		pthread_mutex_unlock(&e->mu);
@@ -496,46 +202,24 @@ rg_status rg_gen_srv_submit(rg_gen_srv *e, rg_gen_job *j)
 		j->stopping = true;
 		return rg_errorf(RG_ERR_BUSY, "the server is shutting down");
 	}
-	serial = e->next_serial++;
-	j->base_id = serial << SEQ_BITS;
-	for (int i = 0; i < n_iter; i++) {
-		rg_iter_request r = {
-			.id = j->base_id | (uint64_t)i, .prompt = j->prompts[i],
-			.prompt_len = j->prompt_lens[i], .max_tokens = j->gp.max_tokens,
-			.priority = j->priority, .arrival_ms = j->arrival_ms,
-			.deadline_ms = j->deadline_ms, .tpot_ms = j->tpot_ms,
-			.n_beams = j->gp.num_beams > 1 ? j->gp.num_beams : 0,
-		};
-
-		if ((st = rg_iter_add(e->it, &r, now, &j->adm)) != RG_OK)
-			break;
-		j->st[i].live = true;
-		added++;
+	st = rg_gen_engine_add(e->eng, j->prompts[0], j->prompt_lens[0], &gp, &opt, now, &j->req,
+			       &j->adm);
+	if (st == RG_OK && (st = live_add(e, j)) != RG_OK) {
+		rg_gen_engine_release(e->eng, j->req);
+		st = rg_errorf(RG_ERR_OOM, "generate: out of memory");
 	}
-	if (st == RG_OK)
-		st = live_add(e, j, serial);
 	if (st != RG_OK) {
-		char msg[256];
-
-		snprintf(msg, sizeof(msg), "%s", rg_last_error());
-		/* the sequences already added go (the step thread finds no live job for their
-		 * finished entries and skips them) */
-		for (int i = 0; i < added; i++) {
-			rg_iter_abort(e->it, j->base_id | (uint64_t)i);
-			j->st[i].live = false;
-		}
 		if (st == RG_ERR_BUSY) {
 			pthread_mutex_lock(&e->mmu);
 			e->met.refused++;
 			pthread_mutex_unlock(&e->mmu);
 		}
 		pthread_mutex_unlock(&e->mu);
-		return rg_errorf(st, "%s", msg);
+		return st; /* rg_last_error names it */
 	}
 	atomic_fetch_add(&j->refs, 1);
 	pthread_mutex_lock(&e->mmu);
-	for (int i = 0; i < n_iter; i++)
-		e->met.prompt_tokens += (uint64_t)j->prompt_lens[i];
+	e->met.prompt_tokens += (uint64_t)j->prompt_lens[0] * (uint64_t)(gp.num_beams > 1 ? 1 : gp.n);
 	pthread_mutex_unlock(&e->mmu);
 	pthread_cond_broadcast(&e->cv);
 	pthread_mutex_unlock(&e->mu);
@@ -544,20 +228,19 @@ rg_status rg_gen_srv_submit(rg_gen_srv *e, rg_gen_job *j)
 
 /* ---- the step loop ------------------------------------------------------------------------ */
 
-/* Abort every live sequence of j in the scheduler (engine lock held); they are reported by
- * rg_iter_finished. */
 static void job_abort(rg_gen_srv *e, rg_gen_job *j, const char *why)
 {
+	if (j->aborted)
+		return;
+	j->aborted = true;
 	pthread_mutex_lock(&j->mu);
 	if (why && !j->err[0])
 		snprintf(j->err, sizeof(j->err), "%s", why);
 	pthread_mutex_unlock(&j->mu);
-	for (int i = 0; i < j->n_seqs; i++)
-		if (j->st[i].live)
-			rg_iter_abort(e->it, j->base_id | (uint64_t)i);
+	rg_gen_engine_abort(e->eng, j->req, why);
 }
 
-/* Cancelled jobs, gone clients, the drain's end (engine lock held). */
+/* Cancelled jobs, gone clients, the drain's end (lock held). */
 static void sweep(rg_gen_srv *e, double now)
 {
 	bool poll = now - e->last_poll_ms >= e->p.disconnect_poll_ms;
@@ -579,133 +262,184 @@ static void sweep(rg_gen_srv *e, double now)
 	}
 }
 
-/* The penalty lists of row r for sequence i of j (prompt and generated tokens: distinct ids,
- * counts among the generated, in-prompt flags; rg_sampler_penalty_lists). */
-static void penalty_lists(rg_gen_srv *e, int r, const rg_gen_job *j, int i,
-			  rg_row_sampling *row)
+static rg_status out_reserve(rg_gen_seq_out *o, int n, int n_top)
 {
-	const int32_t *toks;
-	int n_tok, n_prompt;
-	int32_t *ids = e->pen_ids + (size_t)r * e->max_context;
-	int32_t *cnt = e->pen_counts + (size_t)r * e->max_context;
-	uint8_t *inp = e->pen_prompt + (size_t)r * e->max_context;
+	int cap = o->cap ? o->cap : 32;
 
-	toks = rg_iter_tokens(e->it, j->base_id | (uint64_t)i, &n_tok);
-	if (!toks)
-		n_tok = 0;
-	if (n_tok > e->max_context)
-		n_tok = e->max_context;
-	n_prompt = j->prompt_lens[i] < n_tok ? j->prompt_lens[i] : n_tok;
-	row->n_penalty = rg_sampler_penalty_lists(toks, n_prompt, toks + n_prompt, n_tok - n_prompt,
-						  e->pen_keys, ids, cnt, inp);
-	row->penalty_ids = ids;
-	row->penalty_counts = cnt;
-	row->penalty_in_prompt = inp;
+	if (n <= o->cap)
+		return RG_OK;
+	while (cap < n)
+		cap *= 2;
+#define GROW(field, per)                                                                    \
+	do {                                                                                \
+		void *q = realloc(o->field, (size_t)cap * (per) * sizeof(*o->field));       \
+		if (!q)                                                                     \
+			return RG_ERR_OOM;                                                  \
+		o->field = q;                                                               \
+	} while (0)
+	GROW(ids, 1);
+	GROW(logprobs, 1);
+	GROW(text_end, 1);
+	if (n_top > 0) {
+		GROW(top_ids, (size_t)n_top);
+		GROW(top_logprobs, (size_t)n_top);
+	}
+#undef GROW
+	o->cap = cap;
+	return RG_OK;
 }
 
-static void row_params(rg_gen_srv *e, int r, rg_gen_job *j, int i, rg_row_sampling *row)
+static rg_gen_end end_of(rg_finish_reason f)
 {
-	const rg_sampling_params *sp = &j->gp.sampling;
-	gen_seq_state *s = &j->st[i];
-
-	*row = rg_sampler_row(sp, &s->rng);
-	if (rg_sampling_penalties_on(sp))
-		penalty_lists(e, r, j, i, row);
-	row->n_logit_bias = s->n_gen < j->min_tokens ? s->n_bias_min : s->n_bias;
-	row->logit_bias_ids = s->bias_ids;
-	row->logit_bias_values = s->bias_vals;
+	switch (f) {
+	case RG_FINISH_NONE: return RG_GEN_END_NONE;
+	case RG_FINISH_EOS: return RG_GEN_END_EOS;
+	case RG_FINISH_STOP: return RG_GEN_END_STOP;
+	case RG_FINISH_LENGTH: return RG_GEN_END_LENGTH;
+	case RG_FINISH_ABORT: return RG_GEN_END_ABORT;
+	}
+	return RG_GEN_END_ABORT;
 }
 
-static rg_gen_job *job_of(const rg_gen_srv *e, uint64_t id, int *seq)
+/* Output k of j brought up to the engine's (lock held; takes j->mu): new tokens, text, the end.
+ * Metrics: TTFT and inter-token latency of its new tokens. */
+static void job_sync(rg_gen_srv *e, rg_gen_job *j, int k, double now)
 {
-	*seq = (int)(id & (MAX_SEQS_PER_JOB - 1));
-	return live_find(e, id >> SEQ_BITS);
+	rg_gen_output x;
+	rg_gen_seq_out *o = &j->out[k];
+	int from;
+	bool first;
+
+	if (rg_gen_engine_output(e->eng, j->req, k, &x) != RG_OK)
+		return;
+	pthread_mutex_lock(&j->mu);
+	if (o->end != RG_GEN_END_NONE || out_reserve(o, x.n_ids, j->n_top) != RG_OK) {
+		pthread_mutex_unlock(&j->mu);
+		return;
+	}
+	from = o->n_ids;
+	first = from == 0 && x.n_ids > 0;
+	for (int t = from; t < x.n_ids; t++) {
+		o->ids[t] = x.ids[t];
+		o->logprobs[t] = x.logprobs[t];
+		if (j->n_top > 0) {
+			memcpy(o->top_ids + (size_t)t * j->n_top, x.top_ids + (size_t)t * x.n_top,
+			       (size_t)j->n_top * sizeof(int32_t));
+			memcpy(o->top_logprobs + (size_t)t * j->n_top,
+			       x.top_logprobs + (size_t)t * x.n_top, (size_t)j->n_top * sizeof(float));
+		}
+	}
+	o->n_ids = x.n_ids;
+	/* the text only grows while running; at the end it may be cut before a stop string */
+	if (x.finish != RG_FINISH_NONE || x.text_len < o->text.len) {
+		o->text.len = 0;
+		rg_buf_put(&o->text, x.text, x.text_len);
+		for (int t = 0; t < x.n_ids; t++)
+			o->text_end[t] = x.text_end[t];
+	} else {
+		rg_buf_put(&o->text, x.text + o->text.len, x.text_len - o->text.len);
+		for (int t = from; t < x.n_ids; t++)
+			o->text_end[t] = x.text_end[t];
+	}
+	o->text_ready = x.text_ready < o->text.len ? x.text_ready : o->text.len;
+	o->score = x.score;
+	o->n_cached = x.n_cached;
+	o->n_preemptions = x.n_preemptions;
+	if (x.n_ids > from) {
+		if (first)
+			o->first_token_ms = now;
+		o->last_token_ms = now;
+	}
+	if (x.finish != RG_FINISH_NONE) {
+		o->end = end_of(x.finish);
+		if (x.stop_str && !o->stop_str)
+			o->stop_str = strdup(x.stop_str);
+		if (o->first_token_ms == 0)
+			o->first_token_ms = o->last_token_ms = now;
+		if (x.status != RG_OK && j->status == RG_OK)
+			/* a model error is the request's (400); a failed search is ours (500) */
+			j->status = x.status == RG_ERR_INTERNAL ? RG_ERR_INTERNAL
+								: RG_ERR_INVALID_INPUT;
+		if (x.error[0] && !j->err[0])
+			snprintf(j->err, sizeof(j->err), "%s", x.error);
+		j->n_running--;
+	}
+	if (j->queue_ms == 0 && x.queue_ms > 0)
+		j->queue_ms = x.queue_ms;
+	pthread_mutex_unlock(&j->mu);
+	pthread_mutex_lock(&e->mmu);
+	if (x.n_ids > from) {
+		if (j->gp.num_beams > 1) {
+			rg_hist_observe(&e->met.ttft_ms, now - j->arrival_ms);
+		} else if (first) {
+			rg_hist_observe(&e->met.ttft_ms, now - j->arrival_ms);
+		} else {
+			rg_hist_observe(&e->met.itl_ms, now - o->last_token_ms);
+		}
+		e->met.generated_tokens += (uint64_t)(x.n_ids - from);
+	}
+	if (x.finish != RG_FINISH_NONE && (k == 0 || j->gp.num_beams <= 1))
+		e->met.cached_tokens += (uint64_t)x.n_cached;
+	pthread_mutex_unlock(&e->mmu);
 }
 
-static void touch(rg_gen_srv *e, rg_gen_job *j, int *n_touched)
+static void touch(rg_gen_srv *e, rg_gen_job *j)
 {
-	for (int k = 0; k < *n_touched; k++)
+	for (int k = 0; k < e->n_touched; k++)
 		if (e->touched[k] == j)
 			return;
-	if (*n_touched < e->S)
-		e->touched[(*n_touched)++] = j;
+	if (e->n_touched == e->cap_touched) {
+		int cap = e->cap_touched ? 2 * e->cap_touched : 64;
+		rg_gen_job **t = realloc(e->touched, (size_t)cap * sizeof(*t));
+
+		if (!t)
+			return; /* its owner learns of the output at the next notify */
+		e->touched = t;
+		e->cap_touched = cap;
+	}
+	e->touched[e->n_touched++] = j;
 }
 
-/* Finished sequences from the scheduler (engine lock held): end them; jobs whose last sequence
- * ended leave the live list and go to *done (linked by next). */
-static void collect_finished(rg_gen_srv *e, rg_gen_job **done)
+/* The events of a step (lock held): outputs copied into their jobs; jobs whose every output
+ * ended leave the live list for *done (linked by next) and the engine forgets them. */
+static void take_events(rg_gen_srv *e, const rg_gen_event *ev, int n_ev, double now,
+			rg_gen_job **done)
 {
-	const rg_iter_done *d;
-	int nd;
+	for (int i = 0; i < n_ev; i++) {
+		rg_gen_job *j = live_find(e, ev[i].req);
 
-	d = rg_iter_finished(e->it, &nd);
-	for (int k = 0; k < nd; k++) {
-		int i;
-		rg_gen_job *j = job_of(e, d[k].id, &i);
-		rg_gen_end why;
-
-		if (!j || i >= j->n_seqs)
+		if (!j)
 			continue;
-		if (j->gp.num_beams > 1) {
-			j->out[0].n_cached = d[k].n_cached_tokens;
-			j->out[0].n_preemptions = d[k].n_preemptions;
-			beam_job_end(e, j, d[k].reason);
-			pthread_mutex_lock(&e->mmu);
-			e->met.cached_tokens += (uint64_t)d[k].n_cached_tokens;
-			pthread_mutex_unlock(&e->mmu);
-			goto ended;
-		}
-		why = d[k].reason == RG_ITER_FINISH_LENGTH ? RG_GEN_END_LENGTH
-			: d[k].reason == RG_ITER_FINISH_ABORT ? RG_GEN_END_ABORT
-							      : RG_GEN_END_NONE;
+		job_sync(e, j, ev[i].seq, now);
+		touch(e, j);
+	}
+	for (int k = 0; k < e->n_touched; k++) {
+		rg_gen_job *j = e->touched[k];
+
+		if (j->ended || !rg_gen_engine_finished(e->eng, j->req))
+			continue;
 		pthread_mutex_lock(&j->mu);
-		j->st[i].live = false;
-		j->out[i].n_cached = d[k].n_cached_tokens;
-		j->out[i].n_preemptions = d[k].n_preemptions;
-		if (why != RG_GEN_END_NONE)
-			seq_end(j, i, why);
-		if (j->n_running == 0 && !j->ended) {
-			bool all_dead = true;
-
+		j->ended = true;
+		j->n_running = 0;
+		if (j->gp.num_beams <= 1)
 			for (int q = 0; q < j->n_seqs; q++)
-				all_dead &= !j->st[q].live;
-			if (all_dead) {
-				j->ended = true;
-				for (int q = 0; q < j->n_seqs; q++)
-					if (j->out[q].end == RG_GEN_END_ABORT && j->status == RG_OK)
-						j->status = RG_ERR_BUSY;
-			}
-		}
+				if (j->out[q].end == RG_GEN_END_ABORT && j->status == RG_OK)
+					j->status = RG_ERR_BUSY; /* drained, cancelled: 503 */
 		pthread_mutex_unlock(&j->mu);
-		pthread_mutex_lock(&e->mmu);
-		e->met.cached_tokens += (uint64_t)d[k].n_cached_tokens;
-		pthread_mutex_unlock(&e->mmu);
-ended:
-		if (j->ended) {
-			bool listed = false;
-
-			for (rg_gen_job *q = *done; q; q = q->next)
-				listed |= q == j;
-			if (!listed) {
-				live_remove(e, j);
-				j->next = *done;
-				*done = j;
-			}
-		}
+		rg_gen_engine_release(e->eng, j->req);
+		live_remove(e, j);
+		j->next = *done;
+		*done = j;
 	}
 }
 
 /* Tell the owners (no lock held): more output, then the jobs that ended (last). */
-static void notify_all(rg_gen_srv *e, int n_touched, rg_gen_job *done)
+static void notify_all(rg_gen_srv *e, rg_gen_job *done)
 {
-	for (int k = 0; k < n_touched; k++) {
-		bool is_done = false;
-
-		for (rg_gen_job *q = done; q; q = q->next)
-			is_done |= q == e->touched[k];
-		if (!is_done && e->touched[k]->notify)
+	for (int k = 0; k < e->n_touched; k++)
+		if (!e->touched[k]->ended && e->touched[k]->notify)
 			e->touched[k]->notify(e->touched[k], false);
-	}
+	e->n_touched = 0;
 	while (done) {
 		rg_gen_job *next = done->next;
 		bool ok = true;
@@ -727,348 +461,57 @@ static void notify_all(rg_gen_srv *e, int n_touched, rg_gen_job *done)
 	}
 }
 
-static rg_status beam_detok(void *ctx, const int32_t *ids, int n, char **text, size_t *len)
-{
-	const rg_gen_srv *e = ctx;
-
-	return rg_tokenizer_decode(e->tok, ids, (size_t)n, true, text, len);
-}
-
-/* A beam job's group ended (engine lock held; takes j->mu): its outputs are the search's
- * hypotheses, best first (as rg_gen_run returns them), or, when aborted, nothing. */
-static void beam_job_end(rg_gen_srv *e, rg_gen_job *j, rg_iter_finish reason)
-{
-	int nh = 0;
-	rg_status st = RG_OK;
-	double now = rg_now_ms();
-
-	if (reason != RG_ITER_FINISH_ABORT && (!j->beam || (st = rg_beam_finalize(j->beam, &nh))))
-		reason = RG_ITER_FINISH_ABORT;
-	pthread_mutex_lock(&j->mu);
-	if (st != RG_OK || (reason == RG_ITER_FINISH_ABORT && !j->err[0]))
-		snprintf(j->err, sizeof(j->err), "%s", st != RG_OK ? rg_last_error()
-								  : "beam search aborted");
-	for (int q = 0; q < j->n_seqs; q++) {
-		rg_gen_seq_out *x = &j->out[q];
-		const rg_beam_hyp *h = q < nh ? rg_beam_result(j->beam, q) : NULL;
-
-		x->end = reason == RG_ITER_FINISH_ABORT ? RG_GEN_END_ABORT : RG_GEN_END_LENGTH;
-		x->first_token_ms = x->last_token_ms = now;
-		if (!h)
-			continue; /* fewer hypotheses than asked: an empty output */
-		x->ids = malloc((size_t)(h->n ? h->n : 1) * sizeof(int32_t));
-		x->logprobs = malloc((size_t)(h->n ? h->n : 1) * sizeof(float));
-		x->text_end = calloc((size_t)(h->n ? h->n : 1), sizeof(size_t));
-		if (!x->ids || !x->logprobs || !x->text_end) {
-			x->end = RG_GEN_END_ABORT;
-			continue;
-		}
-		memcpy(x->ids, h->ids, (size_t)h->n * sizeof(int32_t));
-		memcpy(x->logprobs, h->logprobs, (size_t)h->n * sizeof(float));
-		x->n_ids = x->cap = h->n;
-		x->score = h->score;
-		switch (rg_gen_beam_finish(&j->gp, h)) {
-		case RG_FINISH_EOS: x->end = RG_GEN_END_EOS; break;
-		case RG_FINISH_STOP: x->end = RG_GEN_END_STOP; break;
-		default: x->end = RG_GEN_END_LENGTH; break;
-		}
-		if (e->tok) {
-			char *t = NULL;
-			size_t n = 0;
-
-			/* the text without the EOS or stop id that ended it, as rg_gen_run's */
-			if (beam_detok(e, h->ids, h->eos ? h->n - 1 : h->n, &t, &n) == RG_OK && t)
-				rg_buf_put(&x->text, t, n);
-			free(t);
-		}
-		for (int k = 0; k < h->n; k++)
-			x->text_end[k] = x->text.len;
-		x->text_ready = x->text.len;
-	}
-	if (st != RG_OK && j->status == RG_OK)
-		j->status = st; /* an abort (cancel, client gone, drain) keeps RG_OK: 503 */
-	j->n_running = 0;
-	j->st[0].live = false;
-	j->ended = true;
-	pthread_mutex_unlock(&j->mu);
-	pthread_mutex_lock(&e->mmu);
-	for (int q = 0; q < j->n_seqs; q++)
-		e->met.generated_tokens += (uint64_t)j->out[q].n_ids;
-	pthread_mutex_unlock(&e->mmu);
-}
-
-/* A beam group's logits row r of the plan (engine lock held): the search (re)starts when the
- * row is its prompt's last (the first step, or again after a preemption). Returns the candidates
- * per row its next step needs (rg_beam_cand_needed), 0 for no job or a failed start (beam_steps
- * then ends or aborts it). */
-static int beam_prepare(rg_gen_srv *e, const rg_iter_plan *pl, int r)
-{
-	uint64_t id = pl->seq_ids[pl->logits_seq[r]];
-	int i, n_tok, room;
-	rg_gen_job *j = job_of(e, id, &i);
-
-	if (!j || !rg_iter_tokens(e->it, id, &n_tok))
-		return 0;
-	if (n_tok == j->prompt_lens[0]) {
-		room = e->max_context - j->prompt_lens[0];
-		rg_beam_free(j->beam);
-		j->beam = NULL;
-		if (rg_gen_beam_init(&j->gp, j->prompts[0], j->prompt_lens[0],
-				     j->gp.max_tokens < room ? j->gp.max_tokens : room, e->vocab,
-				     &j->beam) != RG_OK)
-			j->beam = NULL;
-	}
-	return j->beam ? rg_beam_cand_needed(j->beam) : 0;
-}
-
-/* The beam groups of the plan (engine lock held): for each beam job with rows, one step of its
- * search (started by beam_prepare), in slot order, on its rows' logits (e->blogits, row r for
- * the plan's logits row r) or, with cand_k > 0, on each row's cand_k best tokens (e->top_ids /
- * top_lps at stride top_n: rg_beam_step_cand). The next beams go to the scheduler, or, when the
- * search is done, a stop on its rows. A failing search aborts its job. */
-static void beam_steps(rg_gen_srv *e, const rg_iter_plan *pl, int cand_k, int top_n)
-{
-	const rg_step_batch *b = &pl->batch;
-
-	for (int r0 = 0; r0 < b->n_logits; r0++) {
-		uint64_t id = pl->seq_ids[pl->logits_seq[r0]];
-		const float *rows[RG_ITER_MAX_BEAMS] = {0}, *clps[RG_ITER_MAX_BEAMS] = {0};
-		const int32_t *cids[RG_ITER_MAX_BEAMS] = {0};
-		int32_t parent[RG_ITER_MAX_BEAMS], token[RG_ITER_MAX_BEAMS];
-		int i, n_tok;
-		rg_gen_job *j;
-		bool done = false, dup = false, first;
-		rg_status st = RG_OK;
-
-		if (pl->beam_slot[pl->logits_seq[r0]] < 0)
-			continue;
-		for (int r = 0; r < r0; r++)
-			dup |= pl->seq_ids[pl->logits_seq[r]] == id;
-		if (dup)
-			continue;
-		j = job_of(e, id, &i);
-		if (!j || !rg_iter_tokens(e->it, id, &n_tok)) {
-			for (int r = r0; r < b->n_logits; r++)
-				if (pl->seq_ids[pl->logits_seq[r]] == id)
-					e->stops[r] = true; /* no job: end the group */
-			continue;
-		}
-		first = n_tok == j->prompt_lens[0];
-		if (!j->beam)
-			st = rg_errorf(RG_ERR_OOM, "beam search: the search could not start");
-		for (int r = r0; st == RG_OK && r < b->n_logits; r++) {
-			int q = pl->logits_seq[r];
-			const float *row = cand_k ? NULL : e->blogits + (size_t)r * e->vocab;
-			const int32_t *ci = cand_k ? e->top_ids + (size_t)r * top_n : NULL;
-			const float *cl = cand_k ? e->top_lps + (size_t)r * top_n : NULL;
-
-			if (pl->seq_ids[q] != id)
-				continue;
-			for (int k = 0; k < j->gp.num_beams; k++) {
-				if (!first && k != pl->beam_slot[q])
-					continue;
-				rows[k] = row;
-				cids[k] = ci;
-				clps[k] = cl;
-			}
-		}
-		if (st == RG_OK)
-			st = cand_k ? rg_beam_step_cand(j->beam, cids, clps, cand_k, parent, token,
-							&done)
-				    : rg_beam_step(j->beam, rows, parent, token, &done);
-		if (st == RG_OK && !done) {
-			/* a diverse search's group that ended at this step has no next beams */
-			for (int k = 0; k < j->gp.num_beams; k++)
-				if (!rg_beam_slot_live(j->beam, k))
-					parent[k] = -1;
-			st = rg_iter_beam_next(e->it, id, parent, token, j->gp.num_beams);
-		}
-		if (st != RG_OK) {
-			char msg[200];
-
-			snprintf(msg, sizeof(msg), "beam search failed: %s", rg_last_error());
-			pthread_mutex_lock(&j->mu);
-			j->status = RG_ERR_INTERNAL;
-			pthread_mutex_unlock(&j->mu);
-			job_abort(e, j, msg);
-			continue;
-		}
-		if (done)
-			for (int r = r0; r < b->n_logits; r++)
-				if (pl->seq_ids[pl->logits_seq[r]] == id)
-					e->stops[r] = true;
-	}
-}
-
-/* Fail every sequence of the plan's jobs after a model error (engine lock held). */
-static void fail_plan(rg_gen_srv *e, const rg_iter_plan *plan, const char *msg)
-{
-	for (int b = 0; b < plan->batch.n_seq; b++) {
-		int i;
-		rg_gen_job *j = job_of(e, plan->seq_ids[b], &i);
-
-		if (j) {
-			pthread_mutex_lock(&j->mu);
-			j->status = RG_ERR_INVALID_INPUT;
-			pthread_mutex_unlock(&j->mu);
-			job_abort(e, j, msg);
-		}
-	}
-}
-
 static void *step_thread(void *arg)
 {
 	rg_gen_srv *e = arg;
-	rg_iter_plan plan;
 
 	pthread_mutex_lock(&e->mu);
 	for (;;) {
-		double now = rg_now_ms(), t0, step_ms;
+		double now = rg_now_ms(), t0 = 0, step_ms = 0;
+		const rg_gen_event *ev;
+		int n_ev;
+		bool ran = false;
 		rg_gen_job *done = NULL;
-		int n_touched = 0, top_n = 0, cand_k = 0;
-		rg_status st;
-		char err[256] = "";
-		bool beam_rows = false;
+		rg_gen_engine_stats s0, s1;
 
 		sweep(e, now);
-		if (rg_iter_schedule(e->it, now, &plan) != RG_OK)
-			break; /* cannot happen: every plan is reported */
-		if (plan.batch.n_seq == 0) {
-			collect_finished(e, &done);
-			if (done) {
-				pthread_mutex_unlock(&e->mu);
-				notify_all(e, 0, done);
-				pthread_mutex_lock(&e->mu);
-				continue;
-			}
-			if (e->stop)
-				break;
-			{
-				struct timespec ts;
-				double wake = e->n_live > 0 ? 10 : 1000;
-
-				clock_gettime(CLOCK_REALTIME, &ts);
-				ts.tv_nsec += (long)(wake * 1e6);
-				ts.tv_sec += ts.tv_nsec / 1000000000L;
-				ts.tv_nsec %= 1000000000L;
-				pthread_cond_timedwait(&e->cv, &e->mu, &ts);
-			}
-			continue;
+		rg_gen_engine_get_stats(e->eng, &s0);
+		if (rg_gen_engine_step_begin(e->eng, now, &ran) != RG_OK)
+			break; /* cannot happen: every step is ended */
+		if (ran) {
+			pthread_mutex_unlock(&e->mu);
+			t0 = rg_now_ms();
+			rg_gen_engine_step_run(e->eng);
+			step_ms = rg_now_ms() - t0;
+			pthread_mutex_lock(&e->mu);
 		}
-		/* rows: each logits row's sampling */
-		for (int r = 0; r < plan.batch.n_logits; r++) {
-			int i;
-			rg_gen_job *j = job_of(e, plan.seq_ids[plan.logits_seq[r]], &i);
-
-			e->bkeep[r] = plan.beam_slot[plan.logits_seq[r]] >= 0;
-			if (e->bkeep[r]) {
-				/* a beam group's row: its best tokens (or its logits) go to the search;
-				 * a group's rows are adjacent, its search prepared at its first */
-				const uint64_t id = plan.seq_ids[plan.logits_seq[r]];
-				int need = r > 0 && plan.beam_slot[plan.logits_seq[r - 1]] >= 0 &&
-						   plan.seq_ids[plan.logits_seq[r - 1]] == id
-					   ? 0
-					   : beam_prepare(e, &plan, r);
-
-				e->rows[r] = (rg_row_sampling){.top_p = 1, .repetition_penalty = 1};
-				beam_rows = true;
-				cand_k = need > cand_k ? need : cand_k;
-				if (j && j->queue_ms == 0)
-					j->queue_ms = now - j->arrival_ms;
-			} else if (j) {
-				row_params(e, r, j, i, &e->rows[r]);
-				if (j->n_top > top_n)
-					top_n = j->n_top;
-				if (j->queue_ms == 0)
-					j->queue_ms = now - j->arrival_ms;
-			} else {
-				e->rows[r] = (rg_row_sampling){.top_p = 1, .repetition_penalty = 1};
-			}
-		}
-		/* the beam rows' cand_k best tokens come with the sampling's top-N (a greedy row's
-		 * top-N log-probs are its log-softmax), so the step stays one graphable call; more
-		 * than the device's top-N: their logits to the host */
-		if (beam_rows && cand_k > 0 && cand_k <= RG_GEN_MAX_LOGPROBS && !e->beam_logits) {
-			beam_rows = false;
-			top_n = cand_k > top_n ? cand_k : top_n;
-		} else {
-			cand_k = 0;
-		}
-		pthread_mutex_unlock(&e->mu);
-
-		t0 = rg_now_ms();
-		sleep_ms(e->p.step_delay_ms); /* testing: part of the step, as a slow device's time */
-		st = RG_OK;
-		if (plan.n_copies > 0)
-			st = rg_model_kv_copy_blocks(e->m, plan.copy_src, plan.copy_dst,
-						     plan.n_copies);
-		if (st == RG_OK && beam_rows) {
-			/* one forward: every row sampled on the device, the rows' logits kept for
-			 * the beam groups' searches */
-			if (!e->blogits && !(e->blogits = malloc((size_t)e->S * (size_t)e->vocab *
-								 sizeof(float))))
-				st = rg_errorf(RG_ERR_OOM, "beam search: no memory for %d rows of "
-					       "logits", e->S);
-			else
-				st = rg_model_step_sample_logits(e->m, &plan.batch, e->rows, e->ids,
-								 e->lps, top_n,
-								 top_n ? e->top_ids : NULL,
-								 top_n ? e->top_lps : NULL,
-								 e->blogits, e->bkeep);
-		} else if (st == RG_OK) {
-			if (plan.batch.n_logits > 0)
-				st = rg_model_step_sample(e->m, &plan.batch, e->rows, e->ids, e->lps,
-							  top_n, top_n ? e->top_ids : NULL,
-							  top_n ? e->top_lps : NULL);
-			else
-				st = rg_model_step(e->m, &plan.batch, NULL);
-		}
-		if (st != RG_OK)
-			snprintf(err, sizeof(err), "the model failed: %s", rg_last_error());
-		step_ms = rg_now_ms() - t0;
 		now = rg_now_ms();
-
-		pthread_mutex_lock(&e->mu);
-		if (st != RG_OK) {
-			fail_plan(e, &plan, err);
-			memset(e->stops, 0, (size_t)e->S * sizeof(bool));
-			for (int r = 0; r < plan.batch.n_logits; r++)
-				e->ids[r] = 0;
-			rg_iter_update(e->it, e->ids, e->stops, now, NAN);
-		} else {
-			for (int r = 0; r < plan.batch.n_logits; r++) {
-				int i;
-				rg_gen_job *j = job_of(e, plan.seq_ids[plan.logits_seq[r]], &i);
-				int32_t tops[RG_GEN_MAX_LOGPROBS];
-				float topl[RG_GEN_MAX_LOGPROBS];
-
-				e->stops[r] = false;
-				if (!j || plan.beam_slot[plan.logits_seq[r]] >= 0)
-					continue;
-				for (int k = 0; k < j->n_top; k++) {
-					tops[k] = e->top_ids[(size_t)r * top_n + k];
-					topl[k] = e->top_lps[(size_t)r * top_n + k];
-				}
-				e->stops[r] = seq_token(e, j, i, e->ids[r], e->lps[r], tops, topl,
-							now);
-				touch(e, j, &n_touched);
-			}
-			if (beam_rows || cand_k)
-				beam_steps(e, &plan, cand_k, top_n);
-			rg_iter_update(e->it, e->ids, e->stops, now, step_ms);
+		rg_gen_engine_step_end(e->eng, now, &ev, &n_ev);
+		take_events(e, ev, n_ev, now, &done);
+		if (ran) {
+			rg_gen_engine_get_stats(e->eng, &s1);
 			pthread_mutex_lock(&e->mmu);
-			e->met.steps++;
-			/* a beam job's tokens count when it ends: those of the beams it returns */
-			for (int r = 0; r < plan.batch.n_logits; r++)
-				e->met.generated_tokens += !e->bkeep[r];
-			e->met.preemptions += (uint64_t)plan.n_preempted;
+			e->met.steps += (uint64_t)(s1.n_steps - s0.n_steps);
+			e->met.preemptions += (uint64_t)(s1.n_preemptions - s0.n_preemptions);
 			rg_hist_observe(&e->met.step_ms, step_ms);
-			rg_hist_observe(&e->met.step_tokens, plan.batch.n_tokens);
+			rg_hist_observe(&e->met.step_tokens, s1.last_step_tokens);
 			pthread_mutex_unlock(&e->mmu);
 		}
-		collect_finished(e, &done);
+		if (!ran && !done && e->n_touched == 0) {
+			struct timespec ts;
+			double wake = e->n_live > 0 ? 10 : 1000;
+
+			if (e->stop)
+				break;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += (long)(wake * 1e6);
+			ts.tv_sec += ts.tv_nsec / 1000000000L;
+			ts.tv_nsec %= 1000000000L;
+			pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+			continue;
+		}
 		pthread_mutex_unlock(&e->mu);
-		notify_all(e, n_touched, done);
+		notify_all(e, done);
 		pthread_mutex_lock(&e->mu);
 	}
 	pthread_mutex_unlock(&e->mu);
@@ -1077,78 +520,15 @@ static void *step_thread(void *arg)
 
 /* ---- create / stop ------------------------------------------------------------------------ */
 
-/* Warm-up: a few steps through the scheduler (prefills of a few lengths, batched decodes), so
- * that the step cost model behind admission has measured points before the first request. */
-static rg_status warm_up(rg_gen_srv *e)
-{
-	int lens[3] = {8, 64, 200};
-	int32_t *prompt;
-	rg_iter_plan plan;
-	rg_status st = RG_OK;
-	int guard = 0;
-
-	prompt = malloc((size_t)e->max_context * sizeof(int32_t));
-	if (!prompt)
-		return RG_ERR_OOM;
-	for (int k = 0; k < e->max_context; k++)
-		prompt[k] = (int32_t)((k * 7919 + 13) % e->vocab);
-	for (int q = 0; q < 3; q++) {
-		rg_iter_request r = {
-			.id = (uint64_t)(q + 1), .prompt = prompt,
-			.prompt_len = lens[q] < e->max_context - 5 ? lens[q] : e->max_context - 5,
-			.max_tokens = 4, .arrival_ms = rg_now_ms(),
-		};
-
-		if (r.prompt_len < 1)
-			r.prompt_len = 1;
-		if ((st = rg_iter_add(e->it, &r, rg_now_ms(), NULL)) != RG_OK)
-			goto out;
-	}
-	for (;;) {
-		double t0;
-		int nd;
-
-		if ((st = rg_iter_schedule(e->it, rg_now_ms(), &plan)) != RG_OK)
-			goto out;
-		if (plan.batch.n_seq == 0 || ++guard > 100000)
-			break;
-		for (int r = 0; r < plan.batch.n_logits; r++)
-			e->rows[r] = (rg_row_sampling){.top_p = 1, .repetition_penalty = 1};
-		t0 = rg_now_ms();
-		sleep_ms(e->p.step_delay_ms);
-		if (plan.n_copies > 0)
-			st = rg_model_kv_copy_blocks(e->m, plan.copy_src, plan.copy_dst,
-						     plan.n_copies);
-		if (st == RG_OK)
-			st = plan.batch.n_logits > 0
-				? rg_model_step_sample(e->m, &plan.batch, e->rows, e->ids, e->lps,
-						       0, NULL, NULL)
-				: rg_model_step(e->m, &plan.batch, NULL);
-		if (st != RG_OK)
-			goto out;
-		/* the first step of a shape pays one-time costs (allocation, graphs): not fitted */
-		rg_iter_update(e->it, e->ids, NULL, rg_now_ms(), guard > 1 ? rg_now_ms() - t0 : NAN);
-		rg_iter_finished(e->it, &nd);
-	}
-out:
-	free(prompt);
-	return st;
-}
-
 rg_gen_srv *rg_gen_srv_create(rg_model *m, const rg_gen_srv_params *p, rg_status *st)
 {
 	rg_gen_srv *e;
-	rg_kv_info kv;
-	rg_iter_params ip;
-	size_t S;
+	rg_gen_engine_params ep;
+	rg_gen_engine_stats s;
 
 	*st = RG_OK;
 	if (!m || !p) {
 		*st = rg_errorf(RG_ERR_INVALID_INPUT, "generation engine: no model");
-		return NULL;
-	}
-	if (rg_model_get_info(m)->kind != RG_MODEL_DECODER) {
-		*st = rg_errorf(RG_ERR_UNSUPPORTED, "generation engine: not a decoder model");
 		return NULL;
 	}
 	e = calloc(1, sizeof(*e));
@@ -1157,60 +537,12 @@ rg_gen_srv *rg_gen_srv_create(rg_model *m, const rg_gen_srv_params *p, rg_status
 		return NULL;
 	}
 	e->m = m;
-	e->info = rg_model_get_info(m);
 	e->p = *p;
-	if (e->p.block_size <= 0)
-		e->p.block_size = 16;
 	if (e->p.disconnect_poll_ms <= 0)
 		e->p.disconnect_poll_ms = 10;
-	e->vocab = e->info->vocab_size;
-	e->tok = m->tok;
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_mutex_init(&e->mmu, NULL);
 	pthread_cond_init(&e->cv, NULL);
-	e->next_serial = 1; /* ids below 1 << SEQ_BITS are the warm-up's */
-	ip = p->iter;
-	if (ip.max_context > e->info->max_position_embeddings)
-		ip.max_context = e->info->max_position_embeddings;
-	e->max_context = ip.max_context;
-	if (ip.max_num_batched_tokens > e->info->max_batch_tokens)
-		ip.max_num_batched_tokens = e->info->max_batch_tokens;
-	if (p->kv_bytes > 0)
-		*st = rg_model_kv_init_bytes(m, e->p.block_size, p->kv_bytes);
-	else
-		*st = rg_model_kv_init_fraction(m, e->p.block_size,
-						p->kv_fraction > 0 ? p->kv_fraction : 0.9);
-	if (*st != RG_OK)
-		goto fail;
-	if ((*st = rg_model_kv_info(m, &kv)) != RG_OK ||
-	    (*st = rg_kv_pool_init(&e->pool, kv.n_blocks, kv.block_size)) != RG_OK)
-		goto fail;
-	if ((*st = rg_iter_init(&e->it, e->pool, &ip)) != RG_OK)
-		goto fail;
-	e->S = ip.max_num_seqs;
-	S = (size_t)e->S;
-	{
-		const char *d = getenv("RAGGED_GEN_DEVICE_SAMPLE");
-
-		e->beam_logits = d && !strcmp(d, "0");
-	}
-	e->rows = calloc(S, sizeof(*e->rows));
-	e->ids = calloc(S, sizeof(*e->ids));
-	e->lps = calloc(S, sizeof(*e->lps));
-	e->top_ids = calloc(S * RG_GEN_MAX_LOGPROBS, sizeof(*e->top_ids));
-	e->top_lps = calloc(S * RG_GEN_MAX_LOGPROBS, sizeof(*e->top_lps));
-	e->stops = calloc(S, sizeof(*e->stops));
-	e->pen_ids = calloc(S * (size_t)e->max_context, sizeof(*e->pen_ids));
-	e->pen_counts = calloc(S * (size_t)e->max_context, sizeof(*e->pen_counts));
-	e->pen_prompt = calloc(S * (size_t)e->max_context, sizeof(*e->pen_prompt));
-	e->pen_keys = calloc((size_t)e->max_context, sizeof(*e->pen_keys));
-	e->touched = calloc(S, sizeof(*e->touched));
-	e->bkeep = calloc(S, sizeof(*e->bkeep));
-	if (!e->rows || !e->ids || !e->lps || !e->top_ids || !e->top_lps || !e->stops || !e->bkeep ||
-	    !e->pen_ids || !e->pen_counts || !e->pen_prompt || !e->pen_keys || !e->touched) {
-		*st = rg_errorf(RG_ERR_OOM, "generation engine: out of memory");
-		goto fail;
-	}
 	{
 		static const double ms[] = {1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560,
 					    5120, 10240, 20480, 60000};
@@ -1223,8 +555,12 @@ rg_gen_srv *rg_gen_srv_create(rg_model *m, const rg_gen_srv_params *p, rg_status
 		rg_hist_init(&e->met.e2e_ms, ms, 16);
 		rg_hist_init(&e->met.step_tokens, tok, 14);
 	}
-	if ((*st = warm_up(e)) != RG_OK)
+	ep = p->eng;
+	ep.warm_up = true; /* admission's cost model starts from measured steps */
+	if (!(e->eng = rg_gen_engine_create(m, &ep, st)))
 		goto fail;
+	rg_gen_engine_get_stats(e->eng, &s);
+	e->max_context = s.max_context;
 	if (pthread_create(&e->th, NULL, step_thread, e) != 0) {
 		*st = rg_errorf(RG_ERR_OOM, "generation engine: cannot start its thread");
 		goto fail;
@@ -1295,23 +631,9 @@ void rg_gen_srv_free(rg_gen_srv *e)
 	if (!e)
 		return;
 	rg_gen_srv_stop(e);
-	rg_iter_free(e->it);
-	rg_kv_pool_free(e->pool);
+	rg_gen_engine_free(e->eng);
 	free(e->live);
-	free(e->live_serial);
-	free(e->rows);
-	free(e->ids);
-	free(e->lps);
-	free(e->top_ids);
-	free(e->top_lps);
-	free(e->stops);
-	free(e->pen_ids);
-	free(e->pen_counts);
-	free(e->pen_prompt);
-	free(e->pen_keys);
 	free(e->touched);
-	free(e->blogits);
-	free(e->bkeep);
 	pthread_mutex_destroy(&e->mu);
 	pthread_mutex_destroy(&e->mmu);
 	pthread_cond_destroy(&e->cv);
@@ -1320,18 +642,21 @@ void rg_gen_srv_free(rg_gen_srv *e)
 
 int rg_gen_srv_queue_depth(rg_gen_srv *e)
 {
-	rg_iter_stats s;
+	rg_gen_engine_stats s;
 
 	pthread_mutex_lock(&e->mu);
-	rg_iter_stats_get(e->it, &s);
+	rg_gen_engine_get_stats(e->eng, &s);
 	pthread_mutex_unlock(&e->mu);
 	return s.n_waiting;
 }
 
 const int32_t *rg_gen_srv_eos(const rg_gen_srv *e, int32_t *n)
 {
-	*n = e->m->n_gen_eos;
-	return e->m->gen_eos;
+	rg_gen_engine_stats s;
+
+	rg_gen_engine_get_stats(e->eng, &s); /* the model's, fixed: no lock needed */
+	*n = s.n_eos;
+	return s.eos_ids;
 }
 
 int rg_gen_srv_max_context(const rg_gen_srv *e)
@@ -1341,12 +666,12 @@ int rg_gen_srv_max_context(const rg_gen_srv *e)
 
 int rg_gen_srv_blocks_used(rg_gen_srv *e)
 {
-	int n;
+	rg_gen_engine_stats s;
 
 	pthread_mutex_lock(&e->mu);
-	n = rg_kv_pool_n_used(e->pool);
+	rg_gen_engine_get_stats(e->eng, &s);
 	pthread_mutex_unlock(&e->mu);
-	return n;
+	return s.blocks_used;
 }
 
 static void gauge(rg_buf *b, const char *name, const char *help, const char *type, double v)
@@ -1356,11 +681,11 @@ static void gauge(rg_buf *b, const char *name, const char *help, const char *typ
 
 void rg_gen_srv_metrics(rg_gen_srv *e, rg_buf *b)
 {
-	rg_iter_stats s;
+	rg_gen_engine_stats s;
 	gen_metrics m;
 
 	pthread_mutex_lock(&e->mu);
-	rg_iter_stats_get(e->it, &s);
+	rg_gen_engine_get_stats(e->eng, &s);
 	pthread_mutex_unlock(&e->mu);
 	pthread_mutex_lock(&e->mmu);
 	m = e->met;
@@ -1401,10 +726,10 @@ void rg_gen_srv_metrics(rg_gen_srv *e, rg_buf *b)
 	gauge(b, "ragged_gen_kv_blocks_free", "KV cache blocks free.", "gauge", s.blocks_free);
 	gauge(b, "ragged_gen_prefix_cache_queries_total",
 	      "Full prompt blocks looked up in the prefix cache.", "counter",
-	      (double)s.prefix.query_blocks);
+	      (double)s.prefix_query_blocks);
 	gauge(b, "ragged_gen_prefix_cache_hits_total", "Of those, found.", "counter",
-	      (double)s.prefix.hit_blocks);
+	      (double)s.prefix_hit_blocks);
 	gauge(b, "ragged_gen_prefix_cache_hit_rate", "Hits / queries (0 before any query).",
-	      "gauge", s.prefix.query_blocks ? (double)s.prefix.hit_blocks /
-						   (double)s.prefix.query_blocks : 0);
+	      "gauge", s.prefix_query_blocks ? (double)s.prefix_hit_blocks /
+						   (double)s.prefix_query_blocks : 0);
 }

@@ -1,32 +1,18 @@
-/* The generation engine of `ragged serve` (issue 20): one step thread that runs the
- * iteration-level loop of src/sched/iter.h over a decoder (continuous batching, Orca / vLLM),
- * with chunked prefill, prefix caching, recompute preemption and deadline-aware admission, and
- * hands every sequence's tokens and text to its owner as they are made (streaming).
- *
- * The loop (one thread, the model is its alone):
- *     lock; rg_iter_schedule -> plan; unlock
- *     rg_model_kv_copy_blocks (copy-on-write), rg_model_step_sample (the whole sampler chain on
- *       the device or its CPU twin: per-row temperature, top-k, top-p, min-p, penalties, bias and
- *       the caller's uniform draw; only ids and log-probabilities come back)
- *     lock; per sampled row: stop conditions (EOS / stop ids / max_tokens in iter, stop strings on
- *       the streamed text, src/gen/stop.h), incremental UTF-8-safe detokenization
- *       (src/tokenizer/decode_stream.h), the output appended to the job; rg_iter_update;
- *       finished sequences closed; unlock; owners notified.
- * Admission (rg_gen_srv_submit) runs rg_iter_add under the engine lock from the caller's
- * thread, so a request that cannot meet its TTFT / TPOT target is refused at once (429).
- * Beam search requests (num_beams > 1) run inside the step loop as the scheduler's beam groups
- * (src/sched/iter.h): prefilled once, then their beams decode beside every other stream, one
- * step of the search (src/gen/beam.h, as rg_gen_run runs it: rg_gen_beam_init) per engine step,
- * the beams forking block tables copy-on-write. A step that holds beam rows runs one forward
- * through rg_model_step_sample_logits (src/model/model.h): every row sampled on the device and
- * the rows' logits copied to the host, where the beam groups' searches run (such a step is never
- * a CUDA graph). The answer comes when the search ends (no streaming of beams).
+/* The generation service of `ragged serve`: a thin shell around the library's generation
+ * engine (include/ragged.h rg_gen_engine_*, src/gen/engine.c), the same loop rg_generate and the
+ * Python Generator run. It adds a step thread, a lock, a condition variable and notification:
+ *     lock; sweep (cancelled jobs, gone clients, the drain's end: rg_gen_engine_abort);
+ *     rg_gen_engine_step_begin; unlock; rg_gen_engine_step_run (the model); lock;
+ *     rg_gen_engine_step_end -> events; each event's output copied into its job (under job->mu);
+ *     finished jobs released; unlock; owners notified.
+ * Admission (rg_gen_srv_submit) calls rg_gen_engine_add under the lock from the caller's thread,
+ * so a request that cannot meet its TTFT / TPOT target is refused at once (429), whole.
  *
  * Job life (the owner's contract): the owner fills the job (rg_gen_job_new) and submits it; the
- * engine then holds a reference until it calls notify(job, true) (the last call). Output is
+ * service then holds a reference until it calls notify(job, true) (the last call). Output is
  * appended under job->mu; notify(job, false) says there is more to read. The owner may cancel
  * (rg_gen_job_cancel: a client that went away) at any time: the sequences are aborted at the next
- * step and their blocks freed. Owner and engine each drop their reference with rg_gen_job_put;
+ * step and their blocks freed. Owner and service each drop their reference with rg_gen_job_put;
  * the last one frees the job. Not thread-safe per job except through job->mu. */
 #ifndef RG_SERVER_ENGINE_GEN_H
 #define RG_SERVER_ENGINE_GEN_H
@@ -38,17 +24,13 @@
 
 #include "core/buf.h"
 #include "ragged.h"
-#include "sched/iter.h"
 
 typedef struct rg_gen_srv rg_gen_srv;
 
 typedef struct rg_gen_srv_params {
-	rg_iter_params iter;      /* step budget, sequences per step, context, waiting queue */
-	int block_size;           /* KV block positions (16) */
-	size_t kv_bytes;          /* KV cache bytes; 0: kv_fraction of the free memory */
-	double kv_fraction;       /* (0, 1], used when kv_bytes is 0 */
+	rg_gen_engine_params eng;  /* step budget, sequences per step, context, waiting queue,
+				    * KV cache (rg_gen_engine_params) */
 	double disconnect_poll_ms; /* how often running clients' sockets are checked (10) */
-	double step_delay_ms;     /* testing: sleep before each step (a slow device) */
 } rg_gen_srv_params;
 
 /* Why a sequence ended. */
@@ -113,17 +95,16 @@ struct rg_gen_job {
 	bool ended;              /* every sequence ended (under mu) */
 	rg_status status;        /* RG_OK, or the error that aborted it */
 	char err[256];
-	rg_iter_admission adm;   /* submit's estimates; when refused its Retry-After */
+	rg_gen_admission adm;    /* submit's estimates; when refused its Retry-After */
 	bool stopping;           /* submit refused it because the engine drains or stopped */
 	double queue_ms;         /* arrival to its first scheduled step */
 
 	/* private */
 	atomic_int refs;
 	atomic_bool cancel;
-	uint64_t base_id;        /* sequence i is iter request base_id + i */
-	struct gen_seq_state *st; /* (n_seqs) the engine's per-sequence state */
-	rg_gen_job *next;        /* the engine's job lists */
-	struct rg_beam_search *beam; /* a beam job's search, stepped by the step thread */
+	bool aborted;            /* the service asked the engine to abort it */
+	uint64_t req;            /* the engine's request id */
+	rg_gen_job *next;        /* the service's job lists */
 };
 
 /* A job of n_seqs sequences with zeroed outputs and one reference (the owner's); gp defaults
@@ -135,9 +116,9 @@ void rg_gen_job_put(rg_gen_job *j);
  * step. Thread-safe; idempotent. */
 void rg_gen_job_cancel(rg_gen_job *j);
 
-/* Create the engine over model m (a decoder; borrowed, the engine's alone until free): the KV
- * cache (p->kv_bytes or p->kv_fraction), the block pool, the scheduler, a prior of the step cost
- * model measured on a few steps, and the step thread. NULL + *st: RG_ERR_UNSUPPORTED (an
+/* Create the service over model m (a decoder; borrowed, the service's alone until free): the
+ * library engine (its KV cache from p->eng.kv_bytes or kv_fraction, a prior of the step cost
+ * model measured on a few steps) and the step thread. NULL + *st: RG_ERR_UNSUPPORTED (an
  * encoder), RG_ERR_INVALID_INPUT (bad params, a cache that cannot hold one sequence of
  * max_context tokens: rg_last_error), RG_ERR_OOM, a model error. */
 rg_gen_srv *rg_gen_srv_create(rg_model *m, const rg_gen_srv_params *p, rg_status *st);

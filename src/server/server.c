@@ -237,29 +237,29 @@ static rg_status setup_gen_engine(rg_server *s)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "a decoder model is served on one device "
 				 "(--devices / --cpu-replicas take one)");
 	memset(&gp, 0, sizeof(gp));
-	rg_iter_params_default(&gp.iter);
-	gp.iter.max_num_seqs = s->o.max_num_seqs;
-	gp.iter.max_num_batched_tokens = s->o.max_num_batched_tokens ? s->o.max_num_batched_tokens
-								     : 512;
-	gp.iter.max_context = s->o.max_model_len ? s->o.max_model_len
-						 : s->info->max_position_embeddings;
-	gp.iter.max_waiting = s->o.max_queue;
-	gp.iter.prefix_caching = !s->o.no_prefix_caching;
-	gp.block_size = s->o.block_size;
-	gp.kv_bytes = s->o.kv_cache_bytes;
-	gp.kv_fraction = s->o.kv_cache_fraction;
-	if (!gp.kv_bytes && !gp.kv_fraction) {
+	rg_gen_engine_params_default(&gp.eng);
+	gp.eng.max_num_seqs = s->o.max_num_seqs;
+	gp.eng.max_num_batched_tokens = s->o.max_num_batched_tokens ? s->o.max_num_batched_tokens
+								    : 512;
+	gp.eng.max_context = s->o.max_model_len ? s->o.max_model_len
+						: s->info->max_position_embeddings;
+	gp.eng.max_waiting = s->o.max_queue;
+	gp.eng.prefix_caching = !s->o.no_prefix_caching;
+	gp.eng.block_size = s->o.block_size;
+	gp.eng.kv_bytes = s->o.kv_cache_bytes;
+	gp.eng.kv_fraction = s->o.kv_cache_fraction;
+	if (!gp.eng.kv_bytes && !gp.eng.kv_fraction) {
 		if (s->info->device == RG_DEVICE_CUDA)
-			gp.kv_fraction = 0.9;
+			gp.eng.kv_fraction = 0.9;
 		else
-			gp.kv_bytes = (size_t)1 << 30;
+			gp.eng.kv_bytes = (size_t)1 << 30;
 	}
-	gp.step_delay_ms = s->o.step_delay_ms;
+	gp.eng.step_delay_ms = s->o.step_delay_ms;
 	gp.disconnect_poll_ms = 10;
 	s->gen = rg_gen_srv_create(s->model, &gp, &st);
 	if (!s->gen)
 		return st;
-	s->o.max_num_batched_tokens = gp.iter.max_num_batched_tokens;
+	s->o.max_num_batched_tokens = gp.eng.max_num_batched_tokens;
 	s->max_len = rg_gen_srv_max_context(s->gen);
 	return RG_OK;
 }
