@@ -63,6 +63,79 @@ class GenResult(ctypes.Structure):
                 ("time_total_s", ctypes.c_double), ("time_first_token_s", ctypes.c_double)]
 
 
+class EngineParams(ctypes.Structure):
+    """include/ragged.h rg_gen_engine_params."""
+    _fields_ = [("max_num_batched_tokens", ctypes.c_int), ("max_num_seqs", ctypes.c_int),
+                ("max_context", ctypes.c_int), ("max_waiting", ctypes.c_int),
+                ("watermark_blocks", ctypes.c_int), ("prefix_caching", ctypes.c_bool),
+                ("deadline_slack", ctypes.c_double), ("block_size", ctypes.c_int),
+                ("kv_bytes", ctypes.c_size_t), ("kv_fraction", ctypes.c_double),
+                ("warm_up", ctypes.c_bool), ("step_delay_ms", ctypes.c_double)]
+
+
+class GenEvent(ctypes.Structure):
+    """include/ragged.h rg_gen_event."""
+    _fields_ = [("req", ctypes.c_uint64), ("seq", ctypes.c_int), ("n_new", ctypes.c_int),
+                ("token", ctypes.c_int32), ("logprob", ctypes.c_float),
+                ("text", ctypes.c_void_p), ("text_len", ctypes.c_size_t),
+                ("finish", ctypes.c_int)]
+
+
+class GenOutput(ctypes.Structure):
+    """include/ragged.h rg_gen_output."""
+    _fields_ = [("n_ids", ctypes.c_int), ("ids", I32P), ("logprobs", ctypes.POINTER(ctypes.c_float)),
+                ("n_top", ctypes.c_int), ("top_ids", I32P),
+                ("top_logprobs", ctypes.POINTER(ctypes.c_float)),
+                ("text_end", ctypes.POINTER(ctypes.c_size_t)), ("text", ctypes.c_char_p),
+                ("text_len", ctypes.c_size_t), ("text_ready", ctypes.c_size_t),
+                ("finish", ctypes.c_int), ("stop_str", ctypes.c_char_p),
+                ("score", ctypes.c_double), ("prompt_tokens", ctypes.c_int),
+                ("n_cached", ctypes.c_int), ("n_preemptions", ctypes.c_int),
+                ("first_token_ms", ctypes.c_double), ("queue_ms", ctypes.c_double),
+                ("status", ctypes.c_int), ("error", ctypes.c_char_p)]
+
+
+class KvInfo(ctypes.Structure):
+    """include/ragged.h rg_kv_info."""
+    _fields_ = [("block_size", ctypes.c_int), ("n_blocks", ctypes.c_int),
+                ("num_layers", ctypes.c_int), ("num_kv_heads", ctypes.c_int),
+                ("head_dim", ctypes.c_int), ("bytes_per_token", ctypes.c_size_t),
+                ("bytes_per_block", ctypes.c_size_t), ("bytes", ctypes.c_size_t)]
+
+
+FINISH_ABORT = 4
+FINISH_NAMES = {0: None, 1: "stop", 2: "length", 3: "eos", 4: "abort"}
+
+
+def _bind_engine(l):
+    """ctypes signatures of the generation engine (include/ragged.h rg_gen_engine_*)."""
+    if getattr(l, "_rg_engine_bound", False):
+        return l
+    l.rg_gen_engine_params_default.argtypes = [ctypes.POINTER(EngineParams)]
+    l.rg_gen_engine_params_default.restype = None
+    l.rg_gen_engine_create.argtypes = [ctypes.c_void_p, ctypes.POINTER(EngineParams),
+                                       ctypes.POINTER(ctypes.c_int)]
+    l.rg_gen_engine_create.restype = ctypes.c_void_p
+    l.rg_gen_engine_free.argtypes = [ctypes.c_void_p]
+    l.rg_gen_engine_free.restype = None
+    l.rg_gen_engine_add.argtypes = [ctypes.c_void_p, I32P, ctypes.c_int,
+                                    ctypes.POINTER(GenParams), ctypes.c_void_p, ctypes.c_double,
+                                    ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p]
+    l.rg_gen_engine_step.argtypes = [ctypes.c_void_p, ctypes.c_double,
+                                     ctypes.POINTER(ctypes.POINTER(GenEvent)),
+                                     ctypes.POINTER(ctypes.c_int)]
+    l.rg_gen_engine_output.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int,
+                                       ctypes.POINTER(GenOutput)]
+    l.rg_gen_engine_has_work.argtypes = [ctypes.c_void_p]
+    l.rg_gen_engine_has_work.restype = ctypes.c_bool
+    l.rg_gen_engine_now_ms.argtypes = []
+    l.rg_gen_engine_now_ms.restype = ctypes.c_double
+    l.rg_model_kv_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(KvInfo)]
+    l.rg_model_kv_init.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    l._rg_engine_bound = True
+    return l
+
+
 def _bind(l):
     if getattr(l, "_rg_gen_bound", False):
         return l
@@ -144,6 +217,7 @@ class Generator:
         l = _bind(lib())
         self._h = None
         self._lock = threading.Lock()
+        self._max_batch_tokens = int(max_batch_tokens)
         if model is None:
             env = os.environ.get("RAGGED_MODEL")
             model = env if env else default_model_path()
@@ -247,29 +321,11 @@ class Generator:
         """KV blocks rg_generate holds now (0 between calls)."""
         return lib().rg_model_kv_blocks_in_use(self._handle())
 
-    def generate(self, prompts, max_tokens=16, temperature=None, top_k=0, top_p=1.0, min_p=0.0,
-                 repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
-                 no_repeat_ngram_size=0, n=1, seed=0, logprobs=0, num_beams=1,
-                 num_beam_groups=1, diversity_penalty=0.0, length_penalty=1.0,
-                 early_stopping=False, stop=None, stop_token_ids=None, ignore_eos=False,
-                 chat=False, on_token=None):
-        """Generate continuations.
-
-        prompts: a str or a list of str (text), or a list of int / list of lists of int (ids).
-        Sampling: temperature None or 0 is greedy; > 0 samples (top_k, top_p, min_p, seed).
-        Penalties: repetition_penalty (HF), presence_penalty / frequency_penalty (OpenAI).
-        Beams: num_beams > 1 (greedy only), num_beam_groups / diversity_penalty (diverse beam
-        search), length_penalty, early_stopping (False, True, "never").
-        stop: a str or list of str; stop_token_ids: ints; ignore_eos: do not stop at EOS.
-        chat: format each text prompt as a user turn of the model's chat template first.
-        on_token(seq, token, logprob): called per generated token (return nothing).
-        Returns a list (prompt-major, n per prompt) of dicts: text, ids, finish_reason
-        ("eos", "stop", "length"), logprobs (per token), top_logprobs (with logprobs > 0: per
-        token a list of (id, logprob)), prompt_index, index, prompt_tokens, completion_tokens,
-        score; and the request's time_total_s / time_first_token_s.
-        Errors: RaggedError (bad options named, over-long prompt, ...), ValueError.
-        """
-        from . import _error
+    def _prepare(self, prompts, max_tokens, temperature, top_k, top_p, min_p,
+                 repetition_penalty, presence_penalty, frequency_penalty, no_repeat_ngram_size,
+                 n, seed, logprobs, num_beams, num_beam_groups, diversity_penalty,
+                 length_penalty, early_stopping, stop, stop_token_ids, ignore_eos, chat):
+        """generate()'s options as an rg_gen_params (and the arrays it points to, to keep)."""
         l = lib()
         as_ids = not isinstance(prompts, str) and len(prompts) > 0 and (
             isinstance(prompts[0], int) or not isinstance(prompts[0], str))
@@ -317,6 +373,37 @@ class Generator:
             p.stop_ids, p.n_stop_ids = arr, len(stop_token_ids)
         if ignore_eos:
             p.n_eos = -1
+        return prompts, as_ids, p, keep
+
+    def generate(self, prompts, max_tokens=16, temperature=None, top_k=0, top_p=1.0, min_p=0.0,
+                 repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
+                 no_repeat_ngram_size=0, n=1, seed=0, logprobs=0, num_beams=1,
+                 num_beam_groups=1, diversity_penalty=0.0, length_penalty=1.0,
+                 early_stopping=False, stop=None, stop_token_ids=None, ignore_eos=False,
+                 chat=False, on_token=None):
+        """Generate continuations.
+
+        prompts: a str or a list of str (text), or a list of int / list of lists of int (ids).
+        Sampling: temperature None or 0 is greedy; > 0 samples (top_k, top_p, min_p, seed).
+        Penalties: repetition_penalty (HF), presence_penalty / frequency_penalty (OpenAI).
+        Beams: num_beams > 1 (greedy only), num_beam_groups / diversity_penalty (diverse beam
+        search), length_penalty, early_stopping (False, True, "never").
+        stop: a str or list of str; stop_token_ids: ints; ignore_eos: do not stop at EOS.
+        chat: format each text prompt as a user turn of the model's chat template first.
+        on_token(seq, token, logprob): called per generated token (return nothing).
+        Returns a list (prompt-major, n per prompt) of dicts: text, ids, finish_reason
+        ("eos", "stop", "length"), logprobs (per token), top_logprobs (with logprobs > 0: per
+        token a list of (id, logprob)), prompt_index, index, prompt_tokens, completion_tokens,
+        score; and the request's time_total_s / time_first_token_s.
+        Errors: RaggedError (bad options named, over-long prompt, ...), ValueError.
+        """
+        from . import _error
+        l = lib()
+        prompts, as_ids, p, keep = self._prepare(
+            prompts, max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
+            presence_penalty, frequency_penalty, no_repeat_ngram_size, n, seed, logprobs,
+            num_beams, num_beam_groups, diversity_penalty, length_penalty, early_stopping, stop,
+            stop_token_ids, ignore_eos, chat)
         cb = TOKEN_FN(0)
         if on_token is not None:
             def _cb(_ctx, seq, tok, lp):
@@ -365,3 +452,103 @@ class Generator:
             return out
         finally:
             l.rg_gen_result_free(res)
+
+    def stream(self, prompt, **options):
+        """Generate from one prompt (a str, or a list of int ids), yielding as the engine steps:
+        the same loop as generate() and `ragged serve` (include/ragged.h rg_gen_engine_*), one
+        step per iteration of the engine. Options: generate()'s (not on_token). Yields dicts:
+        index (which of the n outputs), token (the newest id, -1 when none), logprob, ids
+        (all new ids of this step: one per sampled step, a beam's whole hypothesis at its end),
+        text (newly final UTF-8 text: the concatenation over a sequence is its completion), and
+        finish_reason (None until that output ends, then "eos", "stop", "length" or "abort").
+        Closing the iterator early aborts the request. Errors: RaggedError, ValueError."""
+        from . import _error
+        if "on_token" in options:
+            raise ValueError("stream() yields the tokens: on_token is generate()'s")
+        defaults = dict(max_tokens=16, temperature=None, top_k=0, top_p=1.0, min_p=0.0,
+                        repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
+                        no_repeat_ngram_size=0, n=1, seed=0, logprobs=0, num_beams=1,
+                        num_beam_groups=1, diversity_penalty=0.0, length_penalty=1.0,
+                        early_stopping=False, stop=None, stop_token_ids=None, ignore_eos=False,
+                        chat=False)
+        unknown = set(options) - set(defaults)
+        if unknown:
+            raise ValueError(f"unknown options: {sorted(unknown)}")
+        defaults.update(options)
+        o = defaults
+        l = _bind_engine(lib())
+        prompts, as_ids, p, keep = self._prepare(
+            prompt, o["max_tokens"], o["temperature"], o["top_k"], o["top_p"], o["min_p"],
+            o["repetition_penalty"], o["presence_penalty"], o["frequency_penalty"],
+            o["no_repeat_ngram_size"], o["n"], o["seed"], o["logprobs"], o["num_beams"],
+            o["num_beam_groups"], o["diversity_penalty"], o["length_penalty"],
+            o["early_stopping"], o["stop"], o["stop_token_ids"], o["ignore_eos"], o["chat"])
+        if len(prompts) != 1:
+            raise ValueError("stream() takes one prompt")
+        ids = prompts[0] if as_ids else self._encode_generate(prompts[0])
+        with self._lock:
+            h = self._handle()
+            ep = EngineParams()
+            l.rg_gen_engine_params_default(ctypes.byref(ep))
+            ep.max_num_batched_tokens = self._max_batch_tokens
+            ep.prefix_caching = False  # one request per engine: nothing to share
+            ep.kv_fraction = 0.0
+            ep.kv_bytes = 0
+            info = KvInfo()
+            l.rg_model_kv_info(h, ctypes.byref(info))
+            if info.n_blocks == 0:  # no cache yet: one sized for this request, 16 per block
+                need = (len(ids) + int(o["max_tokens"])) * max(int(o["n"]), int(o["num_beams"]))
+                st = l.rg_model_kv_init(h, 16, max(64, 2 * (need // 16 + 2 * o["n"] + 2)))
+                if st != RG_OK:
+                    raise _error(st)
+            st = ctypes.c_int(0)
+            e = l.rg_gen_engine_create(h, ctypes.byref(ep), ctypes.byref(st))
+            if not e:
+                raise _error(st.value)
+            try:
+                arr = (ctypes.c_int32 * len(ids))(*ids)
+                rid = ctypes.c_uint64(0)
+                st = l.rg_gen_engine_add(e, arr, len(ids), ctypes.byref(p), None,
+                                         l.rg_gen_engine_now_ms(), ctypes.byref(rid), None)
+                if st != RG_OK:
+                    raise _error(st)
+                ev = ctypes.POINTER(GenEvent)()
+                n_ev = ctypes.c_int(0)
+                out = GenOutput()
+                while l.rg_gen_engine_has_work(e):
+                    st = l.rg_gen_engine_step(e, l.rg_gen_engine_now_ms(), ctypes.byref(ev),
+                                              ctypes.byref(n_ev))
+                    if st != RG_OK:
+                        raise _error(st)
+                    for k in range(n_ev.value):
+                        x = ev[k]
+                        l.rg_gen_engine_output(e, rid, x.seq, ctypes.byref(out))
+                        if x.finish == FINISH_ABORT and out.status != RG_OK:
+                            raise _error(out.status)
+                        new = [out.ids[t] for t in range(out.n_ids - x.n_new, out.n_ids)]
+                        yield {"index": x.seq, "token": x.token, "logprob": x.logprob,
+                               "ids": new,
+                               "text": ctypes.string_at(x.text, x.text_len).decode(
+                                   "utf-8", errors="replace") if x.text_len else "",
+                               "finish_reason": FINISH_NAMES.get(x.finish)}
+            finally:
+                l.rg_gen_engine_free(e)
+                del keep
+
+    def _encode_generate(self, text):
+        """text's ids as rg_generate tokenizes a prompt (the tokenizer's template: BOS where it
+        adds one)."""
+        from . import _error
+        l = lib()
+        p = l.rg_encode_params_default()
+        p.max_length = ctypes.c_size_t(-1).value
+        e = Encoding()
+        b = text.encode()
+        st = l.rg_model_encode(self._handle(), b, len(b), None, 0, ctypes.byref(p),
+                               ctypes.byref(e))
+        if st != RG_OK:
+            raise _error(st)
+        try:
+            return [e.ids[i] for i in range(e.n)]
+        finally:
+            l.rg_encoding_free(ctypes.byref(e))

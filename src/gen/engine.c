@@ -1305,6 +1305,8 @@ static rg_status mrun_argmax(void *ctx, const rg_step_batch *b, int32_t *ids, fl
 static rg_status mrun_sample(void *ctx, const rg_step_batch *b, const rg_row_sampling *rows,
 			     int top_n, int32_t *ids, float *lps, int32_t *top_ids, float *top_lps)
 {
+	if (b->n_logits == 0) /* a step of prefill chunks only: no sampling buffers */
+		return rg_model_step(ctx, b, NULL);
 	return rg_model_step_sample(ctx, b, rows, ids, lps, top_n, top_ids, top_lps);
 }
 
