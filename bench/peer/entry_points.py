@@ -1,0 +1,185 @@
+"""Per-token time of ragged's three generation entry points in one run (issue 27): the CLI
+(`ragged generate --batch N`), the Python API (`ragged.Generator.generate`) and the server
+(`ragged serve`, N concurrent streamed /v1/completions), on the same model, prompts of about 30
+tokens, 128 new tokens, greedy, EOS ignored. All three run the library's one engine
+(src/gen/engine.c); the target is that they are within 5% of each other.
+
+Per-token time (TPOT, ms) of a request = (end - first token) / 127:
+  CLI     its JSON line's timing (total_s - first_token_s), of the second batch of the run
+          (the first pays the CUDA graph captures);
+  Python  the result's time_total_s - time_first_token_s, of a second call;
+  server  the client's wall clock between the first and the last streamed token of each
+          stream, after one warm-up round; the median over the N streams.
+The model is loaded once per entry point, outside every timing.
+
+Usage: RAGGED_BIN=build/ragged RAGGED_LIB=build/libragged.so \
+       python3 bench/peer/entry_points.py OUT.json --model DIR --device cuda|cpu \
+       --batches 1,16,64 [--label NAME]"""
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+NEW = 128
+BIN = os.environ.get("RAGGED_BIN", os.path.join(ROOT, "build", "ragged"))
+
+
+def prompts(n):
+    """n distinct ~30-token texts (the synthetic tokenizer of make_gen_model.py gives one token
+    per character of these; real tokenizers about 6-8 per line)."""
+    words = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex".split()
+    out = []
+    for i in range(n):
+        ws = [words[(i * 7 + k * 3) % len(words)] for k in range(6)]
+        out.append(f"{i} " + " ".join(ws))
+    return [p[:30] for p in out]
+
+
+def cli_tpot(model, device, n):
+    with tempfile.TemporaryDirectory() as d:
+        inp = os.path.join(d, "in.txt")
+        with open(inp, "w") as f:
+            f.write("\n".join(prompts(n) + prompts(n)) + "\n")
+        t0 = time.time()
+        p = subprocess.run([BIN, "generate", "--model", model, "--device", device,
+                            "--max-tokens", str(NEW), "--ignore-eos", "--batch", str(n),
+                            "--input", inp, "--no-progress"], capture_output=True, timeout=900)
+        if p.returncode != 0:
+            raise RuntimeError(p.stderr.decode(errors="replace")[-2000:])
+        rows = [json.loads(x) for x in p.stdout.decode().splitlines() if x.strip()]
+        last = rows[n:]  # the second batch
+        t = last[0]["timing"]
+        toks = [r["usage"]["completion_tokens"] for r in last]
+        assert all(k == NEW for k in toks), toks
+        return (t["total_s"] - t["first_token_s"]) / (NEW - 1) * 1e3, time.time() - t0
+
+
+def python_tpot(model, device, n):
+    import ragged
+    g = ragged.Generator(model, device=device, max_batch_tokens=2048)
+    try:
+        g.generate(prompts(n), max_tokens=NEW, ignore_eos=True)  # warm-up (graphs)
+        out = g.generate(prompts(n), max_tokens=NEW, ignore_eos=True)
+        assert all(o["completion_tokens"] == NEW for o in out)
+        o = out[0]
+        return (o["time_total_s"] - o["time_first_token_s"]) / (NEW - 1) * 1e3
+    finally:
+        g.close()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def one_stream(port, text, res, k):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    body = json.dumps({"model": "m", "prompt": text, "max_tokens": NEW, "stream": True,
+                       "ignore_eos": True, "temperature": 0})
+    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    times, buf = [], b""
+    while True:
+        chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n\n" in buf:
+            ev, buf = buf.split(b"\n\n", 1)
+            if ev.startswith(b"data: ") and ev[6:] != b"[DONE]":
+                times.append(time.perf_counter())
+    c.close()
+    res[k] = times
+
+
+def server_tpot(model, device, n):
+    port = free_port()
+    srv = subprocess.Popen([BIN, "serve", "--model", model, "--device", device, "--port",
+                            str(port), "--max-num-seqs", str(max(64, n))],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(600):
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                c.request("GET", "/health")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("server did not start")
+        for rnd in range(2):  # a warm-up round, then the measured one
+            res = [None] * n
+            th = [threading.Thread(target=one_stream, args=(port, t, res, k))
+                  for k, t in enumerate(prompts(n))]
+            for t in th:
+                t.start()
+            for t in th:
+                t.join()
+        tp = []
+        for times in res:
+            # events: one per step's new text (tokens a slow reader missed come together),
+            # the last with the finish reason: first to last is the 127 tokens after the first
+            if len(times) >= 2:
+                tp.append((times[-1] - times[0]) / (NEW - 1) * 1e3)
+        assert tp, "no stream gave its tokens"
+        return statistics.median(tp)
+    finally:
+        srv.terminate()
+        try:
+            srv.wait(30)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+
+
+def main():
+    a = argparse.ArgumentParser()
+    a.add_argument("out")
+    a.add_argument("--model", required=True)
+    a.add_argument("--device", default="cuda")
+    a.add_argument("--batches", default="1,16,64")
+    a.add_argument("--label", default="")
+    o = a.parse_args()
+    rows = []
+    if os.path.exists(o.out):
+        with open(o.out) as f:
+            rows = json.load(f).get("rows", [])
+    for n in [int(x) for x in o.batches.split(",")]:
+        row = {"model": o.label or o.model, "device": o.device, "batch": n}
+        for name, fn in (("cli", lambda: cli_tpot(o.model, o.device, n)[0]),
+                         ("python", lambda: python_tpot(o.model, o.device, n)),
+                         ("server", lambda: server_tpot(o.model, o.device, n))):
+            try:
+                row[name + "_tpot_ms"] = round(fn(), 4)
+            except Exception as e:  # recorded, the other cells go on
+                row[name + "_error"] = repr(e)[-500:]
+        v = [row[k] for k in ("cli_tpot_ms", "python_tpot_ms", "server_tpot_ms") if k in row]
+        if len(v) == 3:
+            row["spread"] = round(max(v) / min(v) - 1, 4)
+            row["tok_s_python"] = round(n * 1e3 / row["python_tpot_ms"], 1)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        with open(o.out, "w") as f:
+            json.dump({"what": "issue 27: per-token time of the CLI, the Python API and the "
+                               "server (one engine)",
+                       "commit": os.environ.get("RAGGED_COMMIT", "unknown"),
+                       "gpu": os.environ.get("RAGGED_GPU", ""),
+                       "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                       "new_tokens": NEW, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
