@@ -4,8 +4,8 @@
  *
  * Why: every small-M OpenBLAS call packs its whole weight panel again; measured on the 2-core
  * Zen 5 and the 16-core Sapphire Rapids, oneDNN with pre-reordered weights is the fastest library
- * on every BERT layer shape (bench/results/gemm_libs_cpu_2core-amd-epyc_20261122-1901.md: 1.7x at M = 64 and up to
- * 3.7x at M = 12 per layer against the OpenBLAS tiles).
+ * on every BERT layer shape (bench/results/gemm_libs_cpu_2core-amd-epyc_20261122-1901.md: 1.7x
+ * at M = 64 and up to 3.7x at M = 12 per layer against the OpenBLAS tiles).
  *
  * Threads: oneDNN is run single-threaded (its OpenMP team is set to 1 on every ragged pool
  * thread), one primitive per output tile, so ragged's pool stays the only set of math threads
