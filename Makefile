@@ -179,7 +179,8 @@ test: deps
 	$(MAKE) -j$(NPROC) CUDA=0 asan
 	@bash scripts/run-tests.sh
 
-# On a GPU machine: build with CUDA and run the CUDA parity tests (writes bench/results/).
+# On a GPU machine: build with CUDA and run the CUDA parity tests (writes build/gpu_results/; the
+# logs are kept in tests/gpu/results/).
 gpu-test: all
 	@bash tests/gpu/run.sh
 

@@ -12,9 +12,10 @@
 #    each under `timeout`, with budgets that fit the whole script into BENCH_LIMIT_S (default 560 s);
 # 4. a short summary, last.
 # $OUT (default build/gpu_bench) gets at most 8 files: run.log, build.log, kernels.txt,
-# kernels.json, attn_<gpu>_<date>.json/.md and peer_graphed_<gpu>_<date>.json/.md; the two Python
-# benchmarks rewrite their json/md after every cell, so a timeout keeps what was measured.
-# Copy the json and md files (and kernels.txt / kernels.json) into bench/results/.
+# kernels.json, attn_<gpu>_<YYYYMMDD-HHMM>.json/.md and peer_graphed_<gpu>_<YYYYMMDD-HHMM>.json/.md;
+# the two Python benchmarks rewrite their json/md after every cell, so a timeout keeps what was
+# measured. Copy the json and md files into bench/results/ as they are, and the kernel table as
+# kernels_<gpu>_<YYYYMMDD-HHMM>.md / .json (the naming scheme: bench/results/README.md).
 # Environment overrides: BENCH_LIMIT_S (whole script), KERNELS_S (bench_ops timeout, 90),
 # ATTN_BUDGET_S (attn_bench budget, 60), GRAPHED_BUDGET_S (bench_graphed budget; default: what is
 # left), GRAPHED_ARGS / ATTN_ARGS / KERNELS_ARGS (extra arguments); BENCH_DEVICE=cpu only to
@@ -151,7 +152,7 @@ for p in sorted(glob.glob(os.path.join(out, "peer_graphed_*.json"))):
 EOF
 printf '%s\n' "${STATUS[@]}"
 ls -l "$OUT"
-echo "copy the json/md files above into bench/results/"
+echo "copy the json/md files above into bench/results/ (kernels.*: kernels_<gpu>_<YYYYMMDD-HHMM>.*)"
 for s in "${STATUS[@]}"; do
 	[ "${s##*: }" = 0 ] || exit 1
 done

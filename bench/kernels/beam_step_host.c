@@ -1,7 +1,7 @@
 /* beam_step_host.c: host time of one rg_beam_step (src/gen/beam.h) for 4 beams over a vocabulary
  * of V columns (argv[1], default 50257), 200 steps on random logits, one thread: the per-step
  * work a beam search adds on the host when its rows' logits come from the model
- * (bench/results/decode_modes_cpu_2core_20261126.md).
+ * (bench/results/decode_modes_cpu_2core-amd-epyc_20261126-0040-summary.md).
  * Build: cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc -o build/beam_step_host \
  *        bench/kernels/beam_step_host.c build/libragged.a -ldnnl -lgomp -lopenblas -lutf8proc \
  *        -ljson-c -lm -lpthread

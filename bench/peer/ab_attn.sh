@@ -9,7 +9,7 @@ for dt in fp32 bf16; do
 			--dtype $dt --runtimes ragged,torch --tag "ab_${dt}_$a" >"$OUT/$dt-$a.log" 2>&1
 	done
 done
-for f in "$OUT"/peer_cpu_ab_*.md; do
+for f in "$OUT"/peer_cpu_*-ab-*.md; do
 	echo "== $f"
 	grep "^| minilm\|^| bert" "$f" | cut -d'|' -f2,4,7,8
 done

@@ -23,7 +23,7 @@ Shapes: BERT-base (12 heads x 64) and MiniLM (12 heads x 32); fp16 and bf16; len
 [1,32], [1,64], [1,128], [1,512], [5,500]; batch 1, 8, 32, 128 (one seeded batch per cell).
 Also on request: shape d128 (8 heads x 128), lengths f512 (every sequence 512 tokens), and
 --cells DIST:BATCH,... instead of every dist x batch.
-Output, rewritten after every cell: OUT_DIR/attn_<gpu-slug>_<YYYYMMDD-HHMM>.json and .md
+Output, rewritten after every cell: OUT_DIR/attn_<gpu-slug>_<YYYYMMDD-HHMM>[-<tag>].json and .md
 
 A/B of ragged's own kernels: --ragged-env VAR=V1,V2,... times ragged once per value of the
 environment variable VAR (set while the call is made and its graph captured; the switch must be
@@ -270,7 +270,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out-dir", default=os.environ.get("OUT", os.path.join(bg.ROOT, "build",
                                                                              "peer")))
-    ap.add_argument("--tag", default=None)
+    ap.add_argument("--tag", default=None, help="file name part after the date (-TAG)")
     ap.add_argument("--seed", type=int, default=20261122)
     a = ap.parse_args(argv)
     t_start = time.monotonic()
@@ -318,9 +318,9 @@ def main(argv=None):
 
     dev_name = torch.cuda.get_device_name(0) if cuda else (platform.machine() or "cpu")
     now = datetime.datetime.now(datetime.timezone.utc)
-    tag = a.tag or f"{bg.slug(dev_name) if cuda else 'cpu-smoke'}_{now:%Y%m%d-%H%M}"
     os.makedirs(a.out_dir, exist_ok=True)
-    base = os.path.join(a.out_dir, f"attn_{tag}")
+    base = bg.result_base(a.out_dir, "attn", bg.slug(dev_name) if cuda else bg.cpu_device(),
+                          a.tag if cuda else "-".join(filter(None, ("smoke", a.tag))), now)
 
     varlen, varlen_kw, peer_name = None, {}, "per-sequence SDPA (CPU smoke test)"
     if cuda:

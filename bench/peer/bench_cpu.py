@@ -44,7 +44,7 @@ ragged's achieved GFLOP/s on real tokens: layers * (2*T*(4H^2 + 2HI) + 4*H*sum(L
 and its % of the best sgemm rate measured at that thread count.
 
 Output, rewritten after every cell (a timeout keeps what was measured):
-  OUT_DIR/peer_cpu_<N>core-<cpu>_<YYYYMMDD-HHMM>.json and .md
+  OUT_DIR/peer_cpu_<N>core-<cpu>_<YYYYMMDD-HHMM>[-<tag>].json and .md (bench/results/README.md)
 with the CPU model and flags, core / affinity counts, cgroup quota, versions, commit and date.
 
 Usage:
@@ -75,8 +75,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from bench_graphed import (Batch, commit_id, fmt, make_batch, md_notes, model_flops,  # noqa: E402
-                           pct, row_cos, slug, st_pooling, write_results)
+from bench_graphed import (Batch, commit_id, cpu_device, fmt, make_batch, md_notes,  # noqa: E402
+                           model_flops, pct, result_base, row_cos, st_pooling, write_results)
 
 RUNTIMES = ("ragged", "torch", "ort")
 MIN_SLOT_S = 25.0  # with --rounds: the least one runtime's round gets (load + warm-up + cells)
@@ -156,13 +156,8 @@ def host_info():
 
 
 def host_tag(h):
-    name = h["cpu_model"]
-    for junk in ("(R)", "(TM)", "(tm)", "CPU", "Processor", "Intel", "with Radeon Graphics",
-                 "-Core"):
-        name = name.replace(junk, " ")
-    name = name.split("@")[0]
-    s = slug(name)[:24].strip("-") or "cpu"
-    return f"{h['affinity_cpus']}core-{s}"
+    """The host's part of a result name: cpu_<N>core-<cpu> (bench_graphed.cpu_device)."""
+    return cpu_device(h["affinity_cpus"], h["cpu_model"])
 
 
 def versions():
@@ -1014,9 +1009,8 @@ class Parent:
         self.host = host_info()
         self.naff = self.host["affinity_cpus"]
         now = datetime.datetime.now(datetime.timezone.utc)
-        tag = a.tag or f"{host_tag(self.host)}_{now:%Y%m%d-%H%M}"
         os.makedirs(a.out_dir, exist_ok=True)
-        self.base = os.path.join(a.out_dir, f"peer_cpu_{tag}")
+        self.base = result_base(a.out_dir, "peer", host_tag(self.host), a.tag, now)
         self.models = resolve_models(a.models)
         self.runtimes = [r for r in a.runtimes.split(",") if r]
         if "torch" not in self.runtimes or not set(self.runtimes) <= set(RUNTIMES):
@@ -1293,7 +1287,7 @@ def main(argv=None):
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--onnx-cache", default=None,
                     help="directory for exported models (default: the run's temp dir)")
-    ap.add_argument("--tag", default=None, help="file name part after peer_cpu_")
+    ap.add_argument("--tag", default=None, help="file name part after the date (-TAG)")
     ap.add_argument("--keep-tmp", action="store_true")
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: batches 1,16, lengths 5-60, K=2, 1..3 reps, 64 MiB copy")

@@ -30,7 +30,7 @@ the exit status is 1 (after the results are written). Peer memory: torch.cuda.ma
 during the cell minus what was allocated before it (weights): the activation + graph-pool peak.
 
 Output, rewritten after every cell (a timeout keeps what was measured):
-  OUT_DIR/peer_graphed_<gpu-slug>_<YYYYMMDD-HHMM>.json and .md
+  OUT_DIR/peer_graphed_<gpu-slug>_<YYYYMMDD-HHMM>[-<tag>].json and .md (bench/results/README.md)
 
 Usage (GPU):
   python3 bench/peer/bench_graphed.py --models minilm=DIR,bert-base=DIR [--dtypes fp16,bf16]
@@ -149,6 +149,38 @@ def slug(s):
     while "--" in out:
         out = out.replace("--", "-")
     return out.strip("-") or "gpu"
+
+
+CPU_JUNK = ("(R)", "(TM)", "(tm)", "CPU", "Processor", "Intel", "with Radeon Graphics", "-Core")
+
+
+def cpu_device(ncpu=None, model=None):
+    """A CPU's part of a result's name: cpu_<N>core-<cpu> (cpu_16core-xeon, cpu_2core-amd-epyc),
+    N = the CPUs this process may run on (bench/results/README.md, the naming scheme)."""
+    if ncpu is None:
+        ncpu = len(os.sched_getaffinity(0))
+    if model is None:
+        model = platform.processor() or platform.machine()
+        try:
+            with open("/proc/cpuinfo") as f:
+                model = next((ln.split(":", 1)[1].strip() for ln in f
+                              if ln.startswith("model name")), model)
+        except OSError:
+            pass
+    for junk in CPU_JUNK:
+        model = model.replace(junk, " ")
+    return f"cpu_{ncpu}core-{slug(model.split('@')[0])[:24].strip('-') or 'cpu'}"
+
+
+def result_base(out_dir, what, device, tag=None, now=None):
+    """OUT_DIR/<what>_<device>_<YYYYMMDD-HHMM>[-<tag>], the stamp in UTC, without the extension:
+    bench/results' naming scheme (bench/results/README.md). A --tag goes after the stamp."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    name = f"{what}_{device}_{now:%Y%m%d-%H%M}"
+    tag = "".join(c if c.isalnum() else "-" for c in (tag or "").lower()).strip("-")
+    while "--" in tag:
+        tag = tag.replace("--", "-")
+    return os.path.join(out_dir, name + (f"-{tag}" if tag else ""))
 
 
 def commit_id():
@@ -737,7 +769,7 @@ def main(argv=None):
     ap.add_argument("--no-graph", action="store_true", help="peer eager (for debugging)")
     ap.add_argument("--out-dir", default=os.environ.get("OUT", os.path.join(ROOT, "build",
                                                                              "peer")))
-    ap.add_argument("--tag", default=None, help="file name part after peer_graphed_")
+    ap.add_argument("--tag", default=None, help="file name part after the date (-TAG)")
     ap.add_argument("--seed", type=int, default=20261122)
     a = ap.parse_args(argv)
     t_start = time.monotonic()
@@ -785,9 +817,9 @@ def main(argv=None):
     dev_name = torch.cuda.get_device_name(0) if cuda else (
         platform.processor() or platform.machine() or "cpu")
     now = datetime.datetime.now(datetime.timezone.utc)
-    tag = a.tag or f"{slug(dev_name) if cuda else 'cpu-smoke'}_{now:%Y%m%d-%H%M}"
     os.makedirs(a.out_dir, exist_ok=True)
-    base = os.path.join(a.out_dir, f"peer_graphed_{tag}")
+    base = result_base(a.out_dir, "peer_graphed", slug(dev_name) if cuda else cpu_device(),
+                       a.tag if cuda else "-".join(filter(None, ("smoke", a.tag))), now)
 
     res = {"meta": {
         "date": now.isoformat(timespec="seconds"), "commit": commit_id(), "device": a.device,

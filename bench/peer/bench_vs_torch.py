@@ -25,7 +25,7 @@ and rg_model_memory (device-wide used bytes) - ragged's activation arena is fixe
 (max_batch_tokens), so its footprint does not vary per batch.
 
 Results are rewritten after every config (a timeout keeps what was measured):
-  OUT_DIR/peer_<gpu>_<date>.json and .md (--tag overrides the <gpu>_<date> part).
+  OUT_DIR/peer_<gpu-slug>_<YYYYMMDD-HHMM>[-<tag>].json and .md (bench/results/README.md).
 
 Usage:
   python3 bench/peer/bench_vs_torch.py --models minilm=DIR,bert-base=DIR [--device cuda]
@@ -149,7 +149,8 @@ class TorchSide:
 # ---------------------------------------------------------------- helpers
 
 # shared with the graphed side-by-side benchmark
-from bench_graphed import commit_id, md_notes, pct, row_cos, slug  # noqa: E402,F401
+from bench_graphed import (commit_id, cpu_device, md_notes, pct,  # noqa: E402,F401
+                           result_base, row_cos, slug)
 
 
 def fmt_mib(b):
@@ -235,7 +236,7 @@ def main():
                     help="smoke test: batches 1,8, K=2, 2 reps, small budget")
     ap.add_argument("--out-dir", default=os.environ.get("OUT", os.path.join(ROOT, "build",
                                                                              "peer")))
-    ap.add_argument("--tag", default=None, help="file name part after peer_ (default gpu_date)")
+    ap.add_argument("--tag", default=None, help="file name part after the date (-TAG)")
     ap.add_argument("--seed", type=int, default=20261121)
     a = ap.parse_args()
     t_start = time.monotonic()
@@ -265,10 +266,10 @@ def main():
     dev_name = torch.cuda.get_device_name(0) if a.device == "cuda" else (
         platform.processor() or platform.machine() or "cpu")
     now = datetime.datetime.now(datetime.timezone.utc)
-    tag = a.tag or f"{slug(dev_name) if a.device == 'cuda' else 'cpu'}_{now:%Y%m%d-%H%M}"
     os.makedirs(a.out_dir, exist_ok=True)
-    json_path = os.path.join(a.out_dir, f"peer_{tag}.json")
-    md_path = os.path.join(a.out_dir, f"peer_{tag}.md")
+    base = result_base(a.out_dir, "peer", slug(dev_name) if a.device == "cuda" else cpu_device(),
+                       a.tag, now)
+    json_path, md_path = base + ".json", base + ".md"
 
     def sync():
         if a.device == "cuda":

@@ -9,8 +9,9 @@
 #   bench/peer/single_sentence.py instead of bench_cpu.py (issue 21 item 3)
 # On a lent GPU machine (no network; carry .gpu_carry): tests/gpu/setup-env.sh supplies the build
 # dependencies and the MiniLM copy (random MiniLM-shaped weights when the carry has none).
-# Results: peer_cpu_<N>core-<cpu>_<date>.json/.md in $OUT (else bench/results/); run.log and
-# build.log in $OUT (else build/peer_cpu/).
+# Results: peer_cpu_<N>core-<cpu>_<YYYYMMDD-HHMM>[-<tag>].json/.md (single_floor_cpu_... and
+# single_sentence_cpu_... likewise; the scheme: bench/results/README.md) in $OUT (else
+# bench/results/); run.log and build.log in $OUT (else build/peer_cpu/).
 # Exit status: the benchmark's (1: a cell flagged or a runtime failed, 124: timed out, partial
 # results kept), or 1 when the build failed.
 set -u

@@ -38,8 +38,8 @@ exit status is 1 when one fails, after the results are written): min per-row cos
 DeBERTa's new path against its old path (>= 0.9999) and against HF eager fp16 (>= 0.999), on
 every size's first batch, all outputs finite.
 
-Output: OUT_DIR/deberta_<gpu-slug>_<YYYYMMDD-HHMM>.json and .md (GPU name, driver, commit, date,
-versions), rewritten after the run.
+Output: OUT_DIR/deberta_<gpu-slug>_<YYYYMMDD-HHMM>.json and .md (UTC; bench/results/README.md;
+GPU name, driver, commit, date, versions), rewritten after the run.
 
 Usage (GPU):  python3 bench/peer/deberta_bench.py --out-dir $OUT [--batches 1,8,32,64,128]
 CPU smoke test (plumbing only, shrunken models, no HF unless torch is there; timings meaningless):
@@ -62,7 +62,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
 import make_tiny  # noqa: E402
 import ragged_ctypes as rc  # noqa: E402
-from bench_graphed import commit_id, gpu_driver, slug  # noqa: E402  (results' naming)
+from bench_graphed import (commit_id, cpu_device, gpu_driver, result_base,  # noqa: E402
+                           slug)  # (results' naming)
 
 # the public configs' sizes, as tests/gpu/families.py PUBLIC has them; fp16 weights
 SPECS = {
@@ -375,8 +376,8 @@ def main(argv=None):
     if "hf_eager" in runners_wanted:
         import transformers
         meta["transformers"] = transformers.__version__
-    base = os.path.join(a.out_dir, f"deberta_{slug(dev_name)}_"
-                        f"{datetime.datetime.now().strftime('%Y%m%d-%H%M')}")
+    base = result_base(a.out_dir, "deberta",
+                       slug(dev_name) if a.device == "cuda" else cpu_device())
     log(f"device {dev_name}, commit {meta['commit']}, results {base}.json/.md")
 
     dirs = build_models(a.model_dir, a.small)

@@ -357,7 +357,7 @@ def main():
     p.add_argument("--runtimes", default=",".join(RUNTIMES))
     p.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
     p.add_argument("--model-dir", default="/tmp/ragged_decode_cpu_models")
-    p.add_argument("--tag", default="")
+    p.add_argument("--tag", default="", help="file name part after the date (-TAG)")
     p.add_argument("--base-commit", default="", help="the commit --base-lib was built from")
     p.add_argument("--base-lib", default="",
                    help="a libragged.so of an earlier commit, run as runtime ragged_base in the "
@@ -377,11 +377,9 @@ def main():
         res_base = {}
     dirs = build_models(a.models.split(","), a.model_dir)
     host = host_info()
-    stamp = time.strftime("%Y%m%d-%H%M", time.gmtime())
-    cpu = "".join(ch if ch.isalnum() else "-" for ch in host["cpu"].lower()).strip("-")
-    while "--" in cpu:
-        cpu = cpu.replace("--", "-")
-    base = os.path.join(a.out_dir, f"decode_cpu_{host['logical_cpus']}core-{cpu}{a.tag}_{stamp}")
+    sys.path.insert(0, HERE)
+    from bench_graphed import cpu_device, result_base  # the results' naming scheme
+    base = result_base(a.out_dir, "decode", cpu_device(host["affinity"], host["cpu"]), a.tag)
     res = {"host": host, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "commit": commit(), "new": a.new, "reps": a.reps, "rounds": a.rounds,
            "load_before": " ".join(open("/proc/loadavg").read().split()[:3]), "bw": {},

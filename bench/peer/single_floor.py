@@ -19,7 +19,8 @@ So torch model_ms / ragged gemm_ms is the most that ragged's ratio to PyTorch co
 non-GEMM op were free, and torch model_ms / torch gemm_ms is the same bound for a runtime that
 had PyTorch's GEMMs. The issue's target is 1.5.
 
-Output: OUT_DIR/single_floor_<tag>.json and .md (host CPU, commit, date, every round's numbers).
+Output: OUT_DIR/single_floor_cpu_<N>core-<cpu>_<YYYYMMDD-HHMM>[-<tag>].json and .md
+(bench/results/README.md; host CPU, commit, date, every round's numbers).
 Usage: python3 bench/peer/single_floor.py --model minilm=DIR --model bert-base=DIR
        [--tokens 30,64,130] [--threads 1] [--rounds 3] [--budget 1.0] [--out-dir DIR] [--tag T]
 """
@@ -267,7 +268,7 @@ def main():
     ap.add_argument("--budget", type=float, default=1.0, help="seconds per timed case")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
-    ap.add_argument("--tag", default=None)
+    ap.add_argument("--tag", default=None, help="file name part after the date (-TAG)")
     ap.add_argument("--onnx-cache", default=os.path.join(ROOT, "build", "onnx"),
                     help="where bench_cpu.py's ONNX exports are kept (shared with it)")
     ap.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out")
@@ -283,12 +284,12 @@ def main():
     if a.child == "ort":
         return ort_child(a)
     now = datetime.datetime.now(datetime.timezone.utc)
+    host = bench_cpu.host_info()
     res = {"meta": {"date": now.isoformat(timespec="seconds"), "commit": bench_cpu.commit_id(),
-                    "cpu": bench_cpu.host_info()["cpu_model"], "threads": a.threads,
+                    "cpu": host["cpu_model"], "threads": a.threads,
                     "rounds": a.rounds,
                     "budget_s": a.budget}, "results": {}}
-    tag = a.tag or f"{now:%Y%m%d-%H%M}"
-    base = os.path.join(a.out_dir, f"single_floor_{tag}")
+    base = bench_cpu.result_base(a.out_dir, "single_floor", bench_cpu.host_tag(host), a.tag, now)
     os.makedirs(a.out_dir, exist_ok=True)
     for spec in a.model:
         name, d = spec.split("=", 1)

@@ -29,7 +29,8 @@ NumPy's BLAS and libragged's OpenBLAS: bench_cpu.py's ceilings child). A forward
 must read every weight once (BERT-base: 340 MB of fp32 linear-layer weights), so
 weights / read bandwidth is a floor at any T, and FLOPs / sgemm ceiling another.
 
-Output: OUT_DIR/single_sentence_<tag>.json and .md (host, commits, date, versions, every round).
+Output: OUT_DIR/single_sentence_cpu_<N>core-<cpu>_<YYYYMMDD-HHMM>[-<tag>].json and .md
+(bench/results/README.md; host, commits, date, versions, every round).
 Usage: python3 bench/peer/single_sentence.py --model DIR [--tokens 5,12,30,64,130]
        [--threads 1,2] [--rounds 5] [--budget 0.5] [--ragged-base BIN] [--base-commit SHA]
        [--out-dir DIR] [--tag T]
@@ -220,16 +221,16 @@ def main():
     ap.add_argument("--no-ceilings", action="store_true")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--onnx-cache", default=os.path.join(ROOT, "build", "onnx"))
-    ap.add_argument("--tag", default=None)
+    ap.add_argument("--tag", default=None, help="file name part after the date (-TAG)")
     a = ap.parse_args()
     a.model = os.path.abspath(a.model)
     a.variants = parse_variants(a.ragged_env)
     a.tokens = [int(t) for t in a.tokens.split(",")]
     threads = [int(t) for t in a.threads.split(",")]
     now = datetime.datetime.now(datetime.timezone.utc)
-    tag = a.tag or f"{now:%Y%m%d-%H%M}"
     os.makedirs(a.out_dir, exist_ok=True)
-    base_path = os.path.join(a.out_dir, f"single_sentence_{tag}")
+    base_path = bench_cpu.result_base(a.out_dir, "single_sentence",
+                                      bench_cpu.host_tag(bench_cpu.host_info()), a.tag, now)
     a.onnx_cache = os.path.abspath(a.onnx_cache)
     os.makedirs(a.onnx_cache, exist_ok=True)
     onnx = single_floor.export_onnx(a, "bert-base", a.model)

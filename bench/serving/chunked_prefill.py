@@ -27,7 +27,8 @@ two visible updates, which is what a reader of the stream sees.
 
 Needs a model with >= long-prompt + 1 + stream prompts' positions (the SmolLM2 shape has 8,192;
 GPT-2's 1,024 is too short). Models: as gen_serving.py (--model tiny | smollm2 | DIR).
-Outputs: bench/results/chunked_prefill_<device>_<model>_<YYYYMMDD-HHMM>_<commit>.json and .md.
+Outputs: bench/results/chunked_prefill_<device>_<YYYYMMDD-HHMM>-<model>-<commit>[-<tag>].json and
+.md (bench/results/README.md).
 
   python3 bench/serving/chunked_prefill.py --model tiny                 # the 2-core CPU
   python3 bench/serving/chunked_prefill.py --model smollm2 --device cuda --dtype fp16
@@ -48,7 +49,7 @@ sys.path.insert(0, HERE)
 from gen_serving import (GenServer, log, metrics_delta, model_facts, pct, proc_cpu_s,  # noqa: E402
                          resolve_model)
 from static_baseline import sys_busy_s, wait_quiet  # noqa: E402
-from sweep import cpu_name, free_port, git_commit, gpu_names, slug  # noqa: E402
+from sweep import cpu_name, device_slug, free_port, git_commit, gpu_names, slug  # noqa: E402
 
 MARK = b'"object":"text_completion"'  # once per completion event
 
@@ -314,13 +315,12 @@ def main(argv=None):
         a.max_tokens = n_pos - a.stream_prompt - 1
     gpus = gpu_names() if a.device == "cuda" else []
     ncpu = os.cpu_count()
-    dev = (slug(gpus[0].split(",")[0].replace("NVIDIA", "")) if gpus else
-           f"cpu_{ncpu}core-{slug(' '.join(cpu_name().split()[:2]))}")
+    dev = device_slug(gpus)
     commit = git_commit()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M")
-    base = f"chunked_prefill_{dev}_{slug(model_name)}_{stamp}_{commit.split('+')[0][:7]}"
+    base = f"chunked_prefill_{dev}_{stamp}-{slug(model_name)}-{commit.split('+')[0][:7]}"
     if a.tag:
-        base += "_" + slug(a.tag)
+        base += "-" + slug(a.tag)
     run_dir = os.path.join(ROOT, "build", "serving_logs", base)
     os.makedirs(run_dir, exist_ok=True)
     os.makedirs(a.out_dir, exist_ok=True)

@@ -37,9 +37,10 @@ shared-prefix requests' TTFT against the others' and against the same requests w
 prefix cache (target: the cache cuts it >= 3x); and napkin math per rate (weight + KV bytes read
 per decode step against the measured copy bandwidth, FLOPs per step).
 
-Outputs: bench/results/gen_serving_<device>_<model>_<YYYYMMDD-HHMM>_<commit>.json and .md
-(--out-dir, --tag); the per-request records, server and loadgen logs stay in
-build/serving_logs/<same name>/ (raw.json; --render RAW_JSON redoes the results from it).
+Outputs: bench/results/gen_serving_<device>_<YYYYMMDD-HHMM>-<model>-<commit>[-<tag>].json and
+.md (bench/results/README.md; --out-dir, --tag); the per-request records, server and loadgen
+logs stay in build/serving_logs/<same name>/ (raw.json; --render RAW_JSON redoes the results
+from it).
 
 Models (--model): smollm2 (SmolLM2-135M's public config), gpt2 (GPT-2 small), tiny (a 4-layer
 Llama for the CPU), written once under build/models/gen-<kind>/ by make_gen_model.py with random
@@ -70,7 +71,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from static_baseline import sys_busy_s, wait_quiet  # noqa: E402
-from sweep import cpu_name, free_port, git_commit, gpu_names, slug  # noqa: E402
+from sweep import cpu_name, device_slug, free_port, git_commit, gpu_names, slug  # noqa: E402
 
 import make_gen_model  # noqa: E402
 
@@ -841,15 +842,12 @@ def main(argv=None):
     rates = [float(x) for x in a.rates.split(",") if x]
     gpus = gpu_names() if a.device == "cuda" else []
     ncpu = os.cpu_count()
-    if a.device == "cuda" and gpus:
-        dev = slug(gpus[0].split(",")[0].replace("NVIDIA", ""))
-    else:
-        dev = f"cpu_{ncpu}core-{slug(' '.join(cpu_name().split()[:2]))}"
+    dev = device_slug(gpus if a.device == "cuda" else [])
     commit = git_commit()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M")
-    base = f"gen_serving_{dev}_{slug(model_name)}_{stamp}_{commit.split('+')[0][:7]}"
+    base = f"gen_serving_{dev}_{stamp}-{slug(model_name)}-{commit.split('+')[0][:7]}"
     if a.tag:
-        base += "_" + slug(a.tag)
+        base += "-" + slug(a.tag)
     run_dir = os.path.join(ROOT, "build", "serving_logs", base)
     os.makedirs(run_dir, exist_ok=True)
     os.makedirs(a.out_dir, exist_ok=True)

@@ -2,7 +2,7 @@
 # The serving benchmark on a lent GPU machine, in one device call: set up the build dependencies
 # (tests/gpu/setup-env.sh), build, then bench/serving/run.sh on a random-weight BERT-base.
 #   OUT=... bench/serving/gpu.sh SCHEDULERS BUDGET_S [DTYPE] [extra sweep.py args]
-# Results (JSON, markdown, PNG) go to $OUT, to be copied into bench/results/.
+# Results (JSON, markdown, PNG) go to $OUT, to be copied into bench/results/ as they are named.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"

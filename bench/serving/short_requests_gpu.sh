@@ -39,7 +39,8 @@
 # BUILD_ARCH (unset: no build; the budget counts from the end of the build).
 # Under tests/gpu/session.sh give BUDGET_S in the job, as above: an exported BUDGET_S of the
 # session (its own, default 560) would be inherited otherwise.
-# Output in $OUT: short_requests_<device>_<stamp>.md and .json (the report), run.log, and
+# Output in $OUT: short_requests_<device>_<YYYYMMDD-HHMM>.md and .json (the report; names:
+# bench/results/README.md), run.log, and
 # logs.tar.xz (offline JSON, the sweeps' JSON and tables, server logs, /metrics snapshots,
 # loadgen JSON). Exit status: the number of stages that failed.
 set -u
@@ -81,7 +82,9 @@ if [ "$DEVICE" = cuda ]; then
 	DEVSLUG=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 |
 		tr '[:upper:]' '[:lower:]' | sed -E 's/nvidia//; s/[^a-z0-9]+/-/g; s/^-+|-+$//g')
 fi
-DEVSLUG=${DEVSLUG:-$DEVICE}
+# on the CPU: cpu_<N>core-<cpu>, the device part of a result name (bench/results/README.md)
+[ -n "${DEVSLUG:-}" ] || DEVSLUG=$(python3 -c 'import sys; sys.path.insert(0, "bench/serving")
+import sweep; print(sweep.device_slug([]))' 2>/dev/null) || DEVSLUG=$DEVICE
 [ -n "${RAGGED_COMMIT:-}" ] || RAGGED_COMMIT=$(cat "$CARRY/COMMIT" 2>/dev/null ||
 	bash scripts/commit-id.sh "$ROOT")
 export RAGGED_COMMIT

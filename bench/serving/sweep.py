@@ -20,7 +20,8 @@ A total time budget (--budget-s) is shared out over the remaining (scheduler, di
 pairs as the run goes, server start-up included; the run never starts a step it cannot finish
 inside the budget unless that pair has no step yet.
 
-Writes into --out-dir (default bench/results):
+Writes into --out-dir (default bench/results), named as bench/results/README.md says
+(<device>: h100-80gb-hbm3, cpu_2core-amd-epyc, ...; <stamp>: YYYYMMDD-HHMM[-<tag>], UTC):
   serving_<device>_<stamp>.json   every loadgen result + metadata (GPU/CPU, commit, date, model)
   serving_<device>_<stamp>.md     saturation table (scheduler x distribution) and per-rate detail
   serving_<device>_<stamp>_<dist>.png  plots by tools/plot_serving.py (when matplotlib exists)
@@ -98,6 +99,20 @@ def gpu_names():
 
 def slug(s):
     return re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-")
+
+
+def device_slug(gpus):
+    """A result name's device part (bench/results/README.md): the first GPU's name as a slug
+    (h100-80gb-hbm3, h200), else cpu_<N>core-<cpu> (cpu_2core-amd-epyc, cpu_16core-xeon; N = the
+    CPUs this process may run on), as bench/peer's bench_graphed.cpu_device writes it."""
+    if gpus:
+        return slug(gpus[0].split(",")[0].replace("NVIDIA", ""))
+    name = cpu_name()
+    for junk in ("(R)", "(TM)", "(tm)", "CPU", "Processor", "Intel", "with Radeon Graphics",
+                 "-Core"):
+        name = name.replace(junk, " ")
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"cpu_{ncpu}core-{slug(name.split('@')[0])[:24].strip('-') or 'cpu'}"
 
 
 def free_port():
@@ -525,7 +540,7 @@ def main(argv=None):
                                        f"{slug(model_name)}.sqlite")
     gpus = gpu_names() if args.device == "cuda" else []
     device_name = gpus[0].split(",")[0].strip() if gpus else cpu_name()
-    dev_slug = slug(device_name.replace("NVIDIA", "")) if gpus else "cpu"
+    dev_slug = device_slug(gpus)
     now = datetime.datetime.now(datetime.timezone.utc)
     stamp = now.strftime("%Y%m%d-%H%M") + (f"-{slug(args.tag)}" if args.tag else "")
     base = f"serving_{dev_slug}_{stamp}"

@@ -15,8 +15,8 @@
  *   last access to the job: the callback may free it. The engine never touches a job after done.
  *   (A worker hands the jobs that ended to the teller between two batches and starts the next
  *   one at once: the callbacks, an HTTP resume each, run while it does. bench/results/
- *   short_requests_cpu_20261125.md: 1.4-3.6 us a job, ~0.3 ms per batch of 137 on the worker
- *   before.)
+ *   short_requests_cpu_2core-amd-epyc_20261125-1902.md: 1.4-3.6 us a job, ~0.3 ms per batch of
+ *   137 on the worker before.)
  * Every change to a queued job is made under the engine lock, by whichever worker. A job ended
  * early (expired, dropped, failed, shut down) while some of its seqs run on another device is
  * told (done) only when the last of those batches returns: its outputs are written outside the

@@ -17,7 +17,9 @@
 #     sequences of 5-500 tokens, with RAGGED_ATTN_WGMMA=0 and 1 (about 3 more minutes; E2E_S:
 #     each run's budget, default 60 s).
 # Results in $OUT (8 files at most): run.log, build.log, test_wgmma.log, sanitizer.log,
-# attn_wgmma_ab.json / .md, (if the bench failed) bench.log, (FULL=1) test_full.log, (E2E=1) e2e.tar.xz. Needs .gpu_carry (tests/gpu/setup-env.sh).
+# attn_<gpu>_<YYYYMMDD-HHMM>-wgmma-ab.json / .md, (if the bench failed) bench.log, (FULL=1)
+# test_full.log, (E2E=1) e2e.tar.xz. Needs .gpu_carry (tests/gpu/setup-env.sh). The benchmark
+# files go to bench/results/, the logs to tests/gpu/results/ (names: bench/results/README.md).
 # BENCH_S: attn_bench's budget in seconds (default 100).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -99,7 +101,7 @@ timeout -k 5 $((BS + 90)) python3 bench/peer/attn_bench.py --shapes bert-base,d1
 	--tag wgmma_ab >"$OUT/bench.log" 2>&1
 st=$?
 grep "ERROR\|FLAG\|ceilings" "$OUT/bench.log" | tail -20
-[ -f "$OUT/attn_wgmma_ab.md" ] && sed -n '/^## ragged A\/B/,$p' "$OUT/attn_wgmma_ab.md"
+for f in "$OUT"/attn_*-wgmma-ab.md; do [ -f "$f" ] && sed -n '/^## ragged A\/B/,$p' "$f"; done
 record "attn_bench" $st
 [ $st -eq 0 ] && rm -f "$OUT/bench.log" # kept only when it failed (8 files at most come back)
 
@@ -134,7 +136,7 @@ sys.stdout.write("\n".join(t + [f"w{i}" for i in range(30522 - len(t))]) + "\n")
 			--dists "${E2E_DISTS:-u5_500}" --batches "${E2E_BATCHES:-32,128}" --budget-s "${E2E_S:-60}" --out-dir "$E" \
 			--tag "wgmma$w" >"$E/stdout$w.log" 2>&1
 		record "bench_graphed RAGGED_ATTN_WGMMA=$w" $?
-		grep "^| " "$E"/peer_graphed_wgmma$w.md 2>/dev/null | head -12
+		cat "$E"/peer_graphed_*-wgmma$w.md 2>/dev/null | grep "^| " | head -12
 	done
 	tar -C "$E" -cJf "$OUT/e2e.tar.xz" . && rm -rf "$E"
 fi

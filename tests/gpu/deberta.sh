@@ -17,7 +17,8 @@
 # Knobs: BENCH_BUDGET_S (60: seconds of timed rounds), BENCH_BATCHES (1,8,32,64,128),
 # BENCH_ARGS (more deberta_bench.py arguments, e.g. "--trace 64 --runners deberta,roberta").
 # Results in $OUT: run.log, build.log, test_ops_cuda_deberta.log / .json, deberta_<gpu>_*.json /
-# .md, families_deberta.json (copy the bench files into bench/results/). Needs .gpu_carry
+# .md, families_deberta.json (copy the bench files into bench/results/, the test logs and JSON into
+# tests/gpu/results/, named as bench/results/README.md says). Needs .gpu_carry
 # (tests/gpu/setup-env.sh) and python3 with torch + transformers + numpy + safetensors.
 # Usage: OUT=... bash tests/gpu/deberta.sh, or through tests/gpu/session.sh:
 #   OUT=... tests/gpu/session.sh "tests/gpu/deberta.sh BUILD_ARCH=sm_90a"

@@ -15,7 +15,10 @@
 #             top-k/top-p per-step cost vs greedy; MODES_NEW, MODES_REPEATS)
 # MEMCHECK="parity sample" (say) limits the compute-sanitizer passes to those stages; SAMPLE_QUICK=1
 # makes the plain sampling pass the small one too.
-# Needs .gpu_carry (CARRY_MODEL=0 scripts/pack-gpu-carry.sh). Results in $OUT.
+# Needs .gpu_carry (CARRY_MODEL=0 scripts/pack-gpu-carry.sh). Results in $OUT: keep the benchmark
+# JSON (decode_bench, decode_trace, topk_bench, decode_modes_*) in bench/results/ and run.log,
+# ref_vs_hf.json and decoder_hf.json in tests/gpu/results/, each renamed
+# <what>_<gpu>_<YYYYMMDD-HHMM>[-<qualifier>].<ext> (bench/results/README.md).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"

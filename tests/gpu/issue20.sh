@@ -16,7 +16,8 @@
 # rule), DTYPE (fp16).
 # Needs .gpu_carry (CARRY_MODEL=0 scripts/pack-gpu-carry.sh) and python3 with torch +
 # transformers + numpy + safetensors (the GPU machine's). Results (JSON + markdown, and the run
-# folders' logs as serving_logs.tar.xz) in $OUT, to be copied into bench/results/.
+# folders' logs as serving_logs.tar.xz) in $OUT, to be copied into bench/results/ (run.log into
+# tests/gpu/results/; names: bench/results/README.md).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"

@@ -6,6 +6,8 @@
 # memory soak (bench/soak.py). Results go to $OUT (default build/gpu_results), at most 9 files:
 #   run.log  build.log  test_ops_cuda.json  sanitizer.log  pytest_fp32.log  pytest_fp16.log
 #   pytest_bf16.log  soak.json  families.json
+# To keep them, copy them into tests/gpu/results/ as
+# gpu_test_<gpu>_<YYYYMMDD-HHMM>-<label>-<file> (tests/gpu/results/README.md).
 #
 # On a machine without ragged's build dependencies or the model (the lent GPU machines have no
 # network), the git-ignored folder .gpu_carry/ supplies them:

@@ -1,7 +1,8 @@
 """One server, several devices (issue 9, item 17): `--devices 0,1` loads the model on each GPU and
 runs one engine worker per device behind the one admission queue. CI has no GPU, so these tests
 run the same engine with CPU models (`--cpu-replicas N`, a testing option); the GPU run is
-tests/gpu/multi_gpu.sh on a 2-GPU machine (bench/results/).
+tests/gpu/multi_gpu.sh on a 2-GPU machine (bench/results/multi_gpu_*; its log is in
+tests/gpu/results/).
 
 With a simulated slow device (--token-delay-us: a sleep per computed token, outside the engine
 lock, as a GPU's time would be), two workers overlap their batches, so the tests can see that:

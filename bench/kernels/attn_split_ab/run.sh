@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One-off A/B on a lent machine (2026-11-23; result: bench/results/attn_split_ab_xeon_20261123.md):
+# One-off A/B on a lent machine (2026-11-23;
+# result: bench/results/attn_split_ab_cpu_16core-xeon_20261123-0734.md):
 # CPU attention with query blocks cut for a batch with few (block, head) tasks (N: the tree with
 # attn_split.patch applied) against whole query blocks per (sequence, head) as committed (O).
 # Both built from the same tree (the patch applied or reversed, whichever the tree lacks) and

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-off A/B on a lent machine (run 2026-11-23 as xeon_ab/run.sh, with the patched file copied
-# in; result: bench/results/pad_tiles_ab_xeon_20261123.md): ragged's oneDNN tiles as committed
-# (A: r & ~15 then r & 15 rows) against every tile in one call over zero-padded rows (P:
+# in; result: bench/results/pad_tiles_ab_cpu_16core-xeon_20261123-0629.md): ragged's oneDNN tiles
+# as committed (A: r & ~15 then r & 15 rows) against every tile in one call over zero-padded rows (P:
 # pad_tiles.patch), built from the same tree, alternating 4 times, bench_cpu_single at 1 thread
 # (pinned to CPU 5) and 16 threads. JSON lines on stdout. Not landed: P was slower.
 source "$(dirname "$0")/../ab_common.sh" # ROOT (cwd), CARRY, O, ab_build, ab_models, ab_rounds

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One-off A/B on a lent machine (2026-11-23; result: bench/results/gemm_tiles_ab_xeon_20261123.md):
+# One-off A/B on a lent machine (2026-11-23;
+# result: bench/results/gemm_tiles_ab_cpu_16core-xeon_20261123-0723.md):
 # ragged's oneDNN GEMM tiles for a few sentences (M <= 256) as committed (O: whole rows in
 # 64-column tiles, rows halved until every thread has a tile) against a cost-model planner
 # (tile_planner.patch: src/ops/cpu/gemm_tiles.c, least estimated makespan over row x column

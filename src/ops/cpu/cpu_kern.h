@@ -77,7 +77,7 @@ bool rg_cpu_gemv_enabled(void);
  *   gemm_blk streams them faster; past that both are compute-bound and gemm_blk wins where
  *   oneDNN's tiles end in a remainder primitive of a few rows (130 = 128 + 2), and loses 2-4% at
  *   256 (one exact 256-row primitive): measured on the 2-core EPYC at 1 and 2 threads,
- *   bench/results/single_sentence_cpu_2core_20261125.md.
+ *   bench/results/single_sentence_cpu_2core-amd-epyc_20261125-2217.md.
  * - 4-16 threads: oneDNN's tiles beat gemm_blk's small tasks past one short sentence: BERT-base
  *   at 64 / 130 tokens, 1.25 / 1.06 (4 threads), 1.24 / 1.26 (8) and 2.06 / 1.69 (16) times
  *   faster with the limit at 32 on the lent 16-core Xeon

@@ -596,9 +596,9 @@ void rg_dnnl_release(const float *W)
  * layout's column block, or of 16 for a plain layout).
  * - M <= ROW_BLOCK (a few sentences): whole rows, the columns in at most T even runs of blocks;
  *   rows halved (multiples of 16) until there are T tiles. Measured on the 16-core Xeon
- *   (bench/results/cpu_speed_20261122.md): a cost model that kept whole rows and left threads
- *   idle (12 tiles of 64 rows rather than 24 of 32 for BERT-base's N = 768 at M = 64) was 10%
- *   slower at best and far noisier, so every thread gets a tile.
+ *   (bench/results/cpu_speed_cpu_16core-xeon_20261122-1928.md): a cost model that kept whole
+ *   rows and left threads idle (12 tiles of 64 rows rather than 24 of 32 for BERT-base's N = 768
+ *   at M = 64) was 10% slower at best and far noisier, so every thread gets a tile.
  * - Larger M: ROW_BLOCK-row blocks, then narrower column blocks (>= 2 blocks of the layout)
  *   until every thread has two tiles, then shorter row blocks (>= 16 rows). */
 static void tiles(int M, int N, int bn, int T, int *mb, int *nb)

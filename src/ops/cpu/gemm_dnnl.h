@@ -4,8 +4,8 @@
  *
  * Why: every small-M OpenBLAS call packs its whole weight panel again; measured on the 2-core
  * Zen 5 and the 16-core Sapphire Rapids, oneDNN with pre-reordered weights is the fastest library
- * on every BERT layer shape (bench/results/gemm_libs_cpu_20261122.md: 1.7x at M = 64 and up to
- * 3.7x at M = 12 per layer against the OpenBLAS tiles).
+ * on every BERT layer shape (bench/results/gemm_libs_cpu_2core-amd-epyc_20261122-1901.md: 1.7x
+ * at M = 64 and up to 3.7x at M = 12 per layer against the OpenBLAS tiles).
  *
  * Threads: oneDNN is run single-threaded (its OpenMP team is set to 1 on every ragged pool
  * thread), one primitive per output tile, so ragged's pool stays the only set of math threads
@@ -68,7 +68,7 @@ const rg_dnnl_weight *rg_dnnl_find(const float *W);
  * rg_cpu_smallm_max() rows (192 on 1-2 threads, 32 on more; RAGGED_CPU_SMALLM=0 turns it
  * off), which also take the few remainder rows of larger products' tiles: for one short sentence the weights come
  * from DRAM on every call, and oneDNN's brgemm streamed them at 55-60% of the core's read
- * bandwidth (bench/results/single_sentence_cpu_2core_20261125.md).
+ * bandwidth (bench/results/single_sentence_cpu_2core-amd-epyc_20261125-2217.md).
  * Errors: RG_ERR_INTERNAL when oneDNN fails (message names the call). */
 rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bias, float *out,
 		       int M, int N, int K, rg_act act);

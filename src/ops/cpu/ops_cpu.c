@@ -435,9 +435,9 @@ struct attn_job {
 };
 
 /* The kernel tiles from this head_dim up: the A/B on the 16-core Sapphire Rapids
- * (bench/results/cpu_speed_20261122.md, 2026-11-23) had them 1.1-2x faster than the OpenBLAS
- * pair at head_dim 64 (BERT-base, fp32 and bf16) and slower at 32 (MiniLM), where a 32-long
- * reduction leaves the tiles' stores and the K^T packing uncovered. */
+ * (bench/results/cpu_speed_cpu_16core-xeon_20261122-1928.md, 2026-11-23) had them 1.1-2x faster
+ * than the OpenBLAS pair at head_dim 64 (BERT-base, fp32 and bf16) and slower at 32 (MiniLM),
+ * where a 32-long reduction leaves the tiles' stores and the K^T packing uncovered. */
 #define RG_ATTN_TILES_MIN_HD 64
 
 /* Attention's two products through OpenBLAS rather than the kernel table's register tiles: below

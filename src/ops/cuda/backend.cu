@@ -88,7 +88,7 @@ extern "C" rg_status rg_cuda_backend_init(int device_index, rg_dtype dt, rg_cuda
 		c->autotune = !(v && v[0] == '0');
 		/* on by default since every kernel of a decode step is ragged's own (the small-M GEMM
 		 * replaced cuBLASLt there): decode steps 5-9% faster on an H200
-		 * (bench/results/decode_modes_h200_*_20261126-0249-pdl[01]); RAGGED_PDL=0: off */
+		 * (bench/results/decode_modes_h200_20261126-0249-*-pdl[01]); RAGGED_PDL=0: off */
 		c->pdl = prop.major >= 9 && !(p && p[0] == '0');
 	}
 	/* Hopper's wgmma attention needs the sm_90a cubin to be the one loaded (after the workspace
