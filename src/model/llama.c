@@ -1,6 +1,8 @@
 /* The Llama family (transformers' LlamaForCausalLM; Llama 2/3, SmolLM/SmolLM2), Mistral without a
  * sliding window, and Qwen2 (Llama plus q/k/v biases): RMSNorm, RoPE (rope_theta, Llama-3
- * rope_scaling), SwiGLU MLP, grouped-query attention, LM head tied to the embeddings or not.
+ * rope_scaling), SwiGLU MLP, grouped-query attention, LM head tied to the embeddings or not (a distinct
+ * lm_head.weight in the file is used even when tie_word_embeddings is true, as transformers 5
+ * loads it: rg_layer_load_embed_head).
  *
  * Weights: q/k/v projections fused into one (qd + 2 kvd, H) GEMM weight (and bias for Qwen2),
  * gate and up into one (2I, H). RoPE inv_freq is computed at load in double (HF
@@ -23,6 +25,7 @@
 #include <json-c/json.h>
 
 #include "core/error.h"
+#include "model/layers.h"
 #include "model/model.h"
 
 typedef struct rg_llama_layer {
@@ -37,7 +40,7 @@ typedef struct rg_llama_layer {
 
 typedef struct rg_llama_weights {
 	void *embed;             /* (vocab, H) act */
-	void *lm_head;           /* (vocab, H) act; NULL when tied (embed serves) */
+	void *lm_head;           /* (vocab, H) act; NULL when the embedding serves */
 	float *norm;             /* (H) f32 */
 	float *inv_freq;         /* (head_dim / 2) f32 */
 	rg_llama_layer *layers;  /* (num_hidden_layers) */
@@ -230,37 +233,10 @@ static rg_llama_weights *lw(const rg_model *m)
 	return m->weights;
 }
 
-/* Rows of several tensors stacked into one (sum d0, d1) weight (d1 < 0: 1-D biases). */
-static rg_status load_stacked(rg_model *m, const rg_tsrc *src, const char *const names[],
-			      const int64_t d0[], int k, int64_t d1, bool prepare, void **dst)
-{
-	const size_t cols = (size_t)(d1 < 0 ? 1 : d1);
-	size_t rows = 0, off = 0;
-	float *all, *t;
-	rg_status s;
-
-	for (int i = 0; i < k; i++)
-		rows += (size_t)d0[i];
-	if (!(all = malloc(rows * cols * sizeof(float))))
-		return rg_errorf(RG_ERR_OOM, "out of host memory for %s", names[0]);
-	for (int i = 0; i < k; i++) {
-		if ((s = rg_tsrc_get(src, PREFIXES, names[i], d0[i], d1, &t)) != RG_OK) {
-			free(all);
-			return s;
-		}
-		memcpy(all + off, t, (size_t)d0[i] * cols * sizeof(float));
-		off += (size_t)d0[i] * cols;
-		free(t);
-	}
-	if ((s = rg_dec_upload(m, all, rows * cols, true, dst)) != RG_OK)
-		return s;
-	return prepare ? rg_op_prepare_weight(m->be, *dst, (int)rows, (int)cols) : RG_OK;
-}
-
 static rg_status llama_load_weights(rg_model *m, const rg_tsrc *src)
 {
 	const rg_decoder_config *c = &m->dec.cfg;
-	const int64_t H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+	const int64_t H = c->hidden_size, I = c->intermediate_size;
 	const int64_t qd = (int64_t)c->num_attention_heads * c->head_dim;
 	const int64_t kvd = (int64_t)c->num_key_value_heads * c->head_dim;
 	rg_llama_weights *w;
@@ -270,8 +246,8 @@ static rg_status llama_load_weights(rg_model *m, const rg_tsrc *src)
 	if (!(w = m->weights = calloc(1, sizeof(*w))) ||
 	    !(w->layers = calloc((size_t)c->num_hidden_layers, sizeof(*w->layers))))
 		return rg_errorf(RG_ERR_OOM, "out of host memory");
-	if ((s = rg_tsrc_get(src, PREFIXES, "embed_tokens.weight", V, H, &t)) != RG_OK ||
-	    (s = rg_dec_upload(m, t, (size_t)(V * H), true, &w->embed)) != RG_OK ||
+	if ((s = rg_layer_load_embed_head(m, src, PREFIXES, "embed_tokens.weight", TOP,
+					  "lm_head.weight", &w->embed, &w->lm_head)) != RG_OK ||
 	    (s = rg_tsrc_get(src, PREFIXES, "norm.weight", H, -1, &t)) != RG_OK ||
 	    (s = rg_dec_upload(m, t, (size_t)H, false, (void **)&w->norm)) != RG_OK)
 		return s;
@@ -279,15 +255,6 @@ static rg_status llama_load_weights(rg_model *m, const rg_tsrc *src)
 	    (s = rg_dec_upload(m, t, (size_t)c->head_dim / 2, false, (void **)&w->inv_freq)) !=
 		    RG_OK)
 		return t ? s : rg_errorf(RG_ERR_OOM, "out of host memory");
-	if (c->tie_word_embeddings) {
-		m->dec.lm_head = w->embed; /* unprepared: the embedding gather reads it too */
-	} else {
-		if ((s = rg_tsrc_get(src, TOP, "lm_head.weight", V, H, &t)) != RG_OK ||
-		    (s = rg_dec_upload(m, t, (size_t)(V * H), true, &w->lm_head)) != RG_OK ||
-		    (s = rg_op_prepare_weight(m->be, w->lm_head, (int)V, (int)H)) != RG_OK)
-			return s;
-		m->dec.lm_head = w->lm_head;
-	}
 	for (int l = 0; l < c->num_hidden_layers; l++) {
 		rg_llama_layer *L = &w->layers[l];
 		char q[96], k[96], v[96], o[96], g[96], u[96], d[96], n1[96], n2[96];
@@ -305,8 +272,10 @@ static rg_status llama_load_weights(rg_model *m, const rg_tsrc *src)
 		{
 			const char *const qkv[3] = {q, k, v}, *const gu[2] = {g, u};
 
-			if ((s = load_stacked(m, src, qkv, qkv_rows, 3, H, true, &L->qkv_w)) ||
-			    (s = load_stacked(m, src, gu, gu_rows, 2, H, true, &L->gate_up_w)))
+			if ((s = rg_layer_load_stacked(m, src, PREFIXES, qkv, qkv_rows, 3, H, true,
+							 &L->qkv_w)) ||
+			    (s = rg_layer_load_stacked(m, src, PREFIXES, gu, gu_rows, 2, H, true,
+							 &L->gate_up_w)))
 				return s;
 		}
 		if ((s = rg_tsrc_get(src, PREFIXES, o, H, qd, &t)) != RG_OK ||
@@ -327,7 +296,8 @@ static rg_status llama_load_weights(rg_model *m, const rg_tsrc *src)
 			snprintf(qb, sizeof(qb), "layers.%d.self_attn.q_proj.bias", l);
 			snprintf(kb, sizeof(kb), "layers.%d.self_attn.k_proj.bias", l);
 			snprintf(vb, sizeof(vb), "layers.%d.self_attn.v_proj.bias", l);
-			if ((s = load_stacked(m, src, b, qkv_rows, 3, -1, false, &L->qkv_b)) != RG_OK)
+			if ((s = rg_layer_load_stacked(m, src, PREFIXES, b, qkv_rows, 3, -1, false,
+							 &L->qkv_b)) != RG_OK)
 				return s;
 		}
 	}

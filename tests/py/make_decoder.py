@@ -45,7 +45,10 @@ def gpt2(rng, H, heads, layers, vocab, n_pos, inner=None, prefix="transformer.",
 
 
 def llama(rng, H, heads, kv_heads, layers, inter, vocab, max_pos=512, model_type="llama",
-          tie=False, head_dim=None, rope_theta=10000.0, rope_scaling=None, **extra):
+          tie=False, head_dim=None, rope_theta=10000.0, rope_scaling=None, stored_head=None,
+          **extra):
+    """stored_head: write lm_head.weight (default: when untied); tie True with stored_head True
+    is a checkpoint whose config ties but whose file holds a distinct head."""
     hd = head_dim or H // heads
     qd, kvd = heads * hd, kv_heads * hd
     cfg = dict(model_type=model_type,
@@ -59,7 +62,7 @@ def llama(rng, H, heads, kv_heads, layers, inter, vocab, max_pos=512, model_type
         cfg["head_dim"] = head_dim
     w = {"model.embed_tokens.weight": _n(rng, (vocab, H), 1.0),
          "model.norm.weight": 1 + _n(rng, (H,), 0.1)}
-    if not tie:
+    if stored_head if stored_head is not None else not tie:
         w["lm_head.weight"] = _n(rng, (vocab, H), 1.0 / np.sqrt(H))
     for l in range(layers):
         p = f"model.layers.{l}."

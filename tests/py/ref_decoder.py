@@ -3,7 +3,9 @@ modeling code (not from ragged's C): GPT2LMHeadModel (modeling_gpt2.py: GPT2Bloc
 with Conv1D projections, gelu_new, scale_attn_weights / scale_attn_by_inverse_layer_idx, tied LM
 head) and LlamaForCausalLM / Qwen2ForCausalLM (modeling_llama.py: LlamaRMSNorm, LlamaRotaryEmbedding
 with rope_theta and the Llama-3 rope_scaling of modeling_rope_utils._compute_llama3_parameters,
-rotate_half, repeat_kv for grouped-query attention, LlamaMLP's SwiGLU, tied or untied lm_head).
+rotate_half, repeat_kv for grouped-query attention, LlamaMLP's SwiGLU, tied or untied lm_head:
+a stored lm_head.weight is the head even when tie_word_embeddings is true, as transformers 5
+loads such a checkpoint).
 
 Weights are the HF state dict as NumPy arrays (names without "transformer." / "model."
 prefixes are accepted too). forward(cfg, weights, ids) returns the logits (len(ids), vocab) of
@@ -75,7 +77,15 @@ def gpt2_forward(cfg, w, ids):
         m = _gelu_new(m @ g("mlp.c_fc.weight") + g("mlp.c_fc.bias"))
         h = h + m @ g("mlp.c_proj.weight") + g("mlp.c_proj.bias")
     h = _layer_norm(h, _get(w, *pre("ln_f.weight")), _get(w, *pre("ln_f.bias")), eps)
-    return h @ wte.T
+    return h @ _head(w, wte, True).T
+
+
+def _head(w, emb, tie):
+    """The LM head as transformers 5 loads it: a stored lm_head.weight wins, whatever
+    tie_word_embeddings says; else the embedding when tied."""
+    if "lm_head.weight" in w or not tie:
+        return _get(w, "lm_head.weight")
+    return emb
 
 
 def rope_inv_freq(cfg, hd):
@@ -144,8 +154,7 @@ def llama_forward(cfg, w, ids):
         up = x @ g("mlp.up_proj.weight").T
         h = h + (gate / (1.0 + np.exp(-gate)) * up) @ g("mlp.down_proj.weight").T
     h = _rms_norm(h, _get(w, *pre("norm.weight")), eps)
-    head = emb if cfg.get("tie_word_embeddings", False) else _get(w, "lm_head.weight")
-    return h @ head.T
+    return h @ _head(w, emb, cfg.get("tie_word_embeddings", False)).T
 
 
 def forward(cfg, w, ids):

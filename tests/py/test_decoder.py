@@ -44,6 +44,10 @@ MODELS = {
                                      head_dim=16)),
     "qwen2_bias_tied": ("llama", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=83,
                                       model_type="qwen2", tie=True, rope_theta=1000000.0)),
+    # tie_word_embeddings true but a distinct lm_head.weight in the file (issue 27 item 7): the
+    # file's head serves, as transformers 5 loads it
+    "llama_tied_stored_head": ("llama", dict(H=32, heads=4, kv_heads=2, layers=2, inter=48,
+                                             vocab=71, tie=True, stored_head=True)),
     "smollm2_width": ("llama", dict(H=576, heads=9, kv_heads=3, layers=2, inter=1536,
                                     vocab=640, tie=True, rope_theta=100000.0, max_pos=2048)),
 }
@@ -300,6 +304,39 @@ def test_info_and_kv_info(loaded):
     assert k.bytes == k.bytes_per_token * BS * 96
     g, _, _ = loaded("gpt2_tiny")
     assert g.info().num_key_value_heads == 4 and g.info().tie_word_embeddings
+
+
+def test_tied_config_with_stored_head_uses_the_file_head(loaded, tmp_path):
+    """tie_word_embeddings true and a distinct lm_head.weight (issue 27 item 7): ragged runs the
+    file's head (the reference's rows, which use it), reports the head as untied, and its greedy
+    ids are the file head's -- which here differ from the embedding head's from the first token.
+    A stored head equal to the embedding is shared (reported tied)."""
+    m, cfg, w = loaded("llama_tied_stored_head")
+    assert not m.info().tie_word_embeddings
+    ids = np.random.default_rng(15).integers(0, cfg["vocab_size"], 13)
+    ref = ref_decoder.forward(cfg, w, ids)
+    got = run_step(m, [(Seq(ids, shuffled_free(96, 16)), len(ids))])
+    assert_close(got, ref, "tied config, stored head")
+    assert list(got.argmax(1)) == list(ref.argmax(1))
+    emb_head = dict(w)
+    del emb_head["lm_head.weight"]
+    ref_emb = ref_decoder.forward(cfg, emb_head, ids)
+    assert ref_emb.argmax(1)[0] != ref.argmax(1)[0]
+    # the same checkpoint with lm_head.weight = embed_tokens.weight: one table, tied
+    d = str(tmp_path / "same")
+    c2, w2 = make_decoder.make(d, "llama", seed=3, H=32, heads=4, kv_heads=2, layers=1, inter=48,
+                               vocab=71, tie=True, stored_head=True)
+    from safetensors.numpy import save_file
+    w2["lm_head.weight"] = w2["model.embed_tokens.weight"].copy()
+    save_file(w2, os.path.join(d, "model.safetensors"))
+    m2 = Model(d, max_batch_tokens=64)
+    try:
+        assert m2.info().tie_word_embeddings
+        m2.kv_init(BS, 16)
+        got = run_step(m2, [(Seq(ids, shuffled_free(16, 17)), len(ids))])
+        assert_close(got, ref_decoder.forward(c2, w2, ids), "stored head equal to the table")
+    finally:
+        m2.close()
 
 
 def test_kv_sizing(models):
