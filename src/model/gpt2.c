@@ -45,9 +45,12 @@ typedef struct rg_gpt2_weights {
 static const char *const PREFIXES[] = {"", "transformer.", NULL};
 static const char *const TOP[] = {"", NULL};
 
-static rg_status gpt2_hparams(const char *path, struct json_object *root, rg_decoder_config *c)
+/* GPT2Config from config.json (GPT-2 has no GGUF path here: rg_arch_gpt2.gguf_arch is NULL). */
+static rg_status gpt2_hparams(rg_model *m, const rg_cfg_src *cf)
 {
-	const char *act;
+	rg_decoder_config *c = &m->dec.cfg;
+	const char *path = cf->path, *act;
+	struct json_object *root = cf->root;
 	bool on;
 	int inner;
 	rg_status s;
@@ -252,7 +255,7 @@ const rg_arch rg_arch_gpt2 = {
 	.model_type = "gpt2",
 	.kind = RG_MODEL_DECODER,
 	.free_weights = gpt2_free_weights,
-	.load_hparams = gpt2_hparams,
-	.load_dec_weights = gpt2_load_weights,
+	.hparams = gpt2_hparams,
+	.load = gpt2_load_weights,
 	.forward = gpt2_forward,
 };

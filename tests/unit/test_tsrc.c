@@ -1,6 +1,6 @@
-/* The tensor-source helpers of src/model/tsrc.h: the Hugging Face -> GGUF name map for the
- * Llama family (llama.cpp's tensor names), which a GGUF source uses to serve llama.c's
- * requests. */
+/* The tensor-source helpers of src/model/tsrc.h: the Hugging Face -> GGUF name maps the
+ * architectures keep (rg_arch.gguf: llama.cpp's tensor names for Llama / Qwen2 / Qwen3 and
+ * Phi-3), through which a GGUF source serves their loaders' requests. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "model/layers.h"
 #include "model/tsrc.h"
 
 static void test_gguf_llama_names(void **state)
@@ -27,6 +28,8 @@ static void test_gguf_llama_names(void **state)
 		{"layers.1.mlp.down_proj.weight", "blk.1.ffn_down.weight"},
 		{"layers.7.input_layernorm.weight", "blk.7.attn_norm.weight"},
 		{"layers.7.post_attention_layernorm.weight", "blk.7.ffn_norm.weight"},
+		{"layers.2.self_attn.q_norm.weight", "blk.2.attn_q_norm.weight"},
+		{"layers.2.self_attn.k_norm.weight", "blk.2.attn_k_norm.weight"},
 	};
 	static const char *const none[] = {"layers.0.self_attn.rotary_emb.inv_freq",
 					   "layers.0.mlp.gate_proj", "wte.weight",
@@ -35,13 +38,14 @@ static void test_gguf_llama_names(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
-		const char *got = rg_tsrc_gguf_llama_name(pairs[i][0], buf, sizeof(buf));
+		const char *got = rg_tsrc_gguf_name(&rg_llama_gguf_names, pairs[i][0], buf,
+						    sizeof(buf));
 
 		assert_non_null(got);
 		assert_string_equal(got, pairs[i][1]);
 	}
 	for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)
-		assert_null(rg_tsrc_gguf_llama_name(none[i], buf, sizeof(buf)));
+		assert_null(rg_tsrc_gguf_name(&rg_llama_gguf_names, none[i], buf, sizeof(buf)));
 }
 
 int main(void)
