@@ -15,6 +15,8 @@ static const rg_arch *const ARCHS[] = {
 	&rg_arch_gpt2,  /* gpt2.c */
 	&rg_arch_llama, /* llama.c: Llama 2/3, SmolLM/SmolLM2 */
 	&rg_arch_mistral, &rg_arch_qwen2,
+	&rg_arch_qwen3, /* qwen3.c */
+	&rg_arch_phi3,  /* phi3.c */
 };
 #define N_ARCHS (sizeof(ARCHS) / sizeof(ARCHS[0]))
 
