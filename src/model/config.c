@@ -14,6 +14,7 @@
 #include <json-c/json.h>
 
 #include "core/error.h"
+#include "core/gguf.h"
 #include "core/json.h"
 #include "core/file.h"
 
@@ -978,5 +979,141 @@ rg_status rg_cfg_token_id(const char *path, json_object *root, const char *key, 
 				 "%s: \"%s\" must be a token id or a list of them, got %s", path, key,
 				 o ? json_object_to_json_string(o) : "null");
 	*v = (int)json_object_get_int64(o);
+	return RG_OK;
+}
+
+/* ---------------------------------------------------------------- rg_cfg_src */
+
+static void gguf_key_of(const rg_cfg_src *s, const char *gguf_key, char *k, size_t n)
+{
+	snprintf(k, n, "%s.%s", s->gguf_arch, gguf_key);
+}
+
+bool rg_cfg_src_has(const rg_cfg_src *s, const char *key, const char *gguf_key)
+{
+	char k[160];
+
+	if (s->root)
+		return rg_cfg_has(s->root, key);
+	if (!s->gguf || !gguf_key)
+		return false;
+	gguf_key_of(s, gguf_key, k, sizeof(k));
+	return rg_gguf_has(s->gguf, k);
+}
+
+rg_status rg_cfg_src_int(const rg_cfg_src *s, const char *key, const char *gguf_key,
+			 bool required, int def, int64_t lo, int64_t hi, int *v)
+{
+	char k[160];
+	int64_t x;
+	rg_status st;
+
+	if (s->root)
+		return cfg_int(s->path, s->root, key, required, def, lo, hi, v);
+	if (!gguf_key || !s->gguf) {
+		if (required)
+			return rg_errorf(RG_ERR_FORMAT, "%s: %s has no GGUF metadata key", s->path,
+					 key);
+		*v = def;
+		return RG_OK;
+	}
+	gguf_key_of(s, gguf_key, k, sizeof(k));
+	if (!rg_gguf_has(s->gguf, k)) {
+		if (required)
+			return rg_errorf(RG_ERR_FORMAT, "%s: metadata %s is missing", s->path, k);
+		*v = def;
+		return RG_OK;
+	}
+	if ((st = rg_gguf_get_i64(s->gguf, k, &x)) != RG_OK)
+		return rg_error_wrap(st, "%s", s->path);
+	if (x < lo || x > hi)
+		return rg_errorf(RG_ERR_FORMAT, "%s: metadata %s = %lld is outside [%lld, %lld]",
+				 s->path, k, (long long)x, (long long)lo, (long long)hi);
+	*v = (int)x;
+	return RG_OK;
+}
+
+rg_status rg_cfg_src_double(const rg_cfg_src *s, const char *key, const char *gguf_key,
+			    double def, double lo, double hi, double *v)
+{
+	char k[160];
+	float x;
+	rg_status st;
+
+	if (s->root)
+		return rg_cfg_double(s->path, s->root, key, def, lo, hi, v);
+	*v = def;
+	if (!gguf_key || !s->gguf)
+		return RG_OK;
+	gguf_key_of(s, gguf_key, k, sizeof(k));
+	if (!rg_gguf_has(s->gguf, k))
+		return RG_OK;
+	if ((st = rg_gguf_get_f32(s->gguf, k, &x)) != RG_OK)
+		return rg_error_wrap(st, "%s", s->path);
+	if (!(x >= lo && x <= hi))
+		return rg_errorf(RG_ERR_FORMAT, "%s: metadata %s = %g is outside [%g, %g]", s->path,
+				 k, (double)x, lo, hi);
+	*v = x;
+	return RG_OK;
+}
+
+rg_status rg_cfg_src_bool(const rg_cfg_src *s, const char *key, const char *gguf_key, bool def,
+			  bool *v)
+{
+	char k[160];
+	rg_status st;
+
+	if (s->root)
+		return cfg_bool(s->path, s->root, key, def, v);
+	*v = def;
+	if (!gguf_key || !s->gguf)
+		return RG_OK;
+	gguf_key_of(s, gguf_key, k, sizeof(k));
+	if (rg_gguf_has(s->gguf, k) && (st = rg_gguf_get_bool(s->gguf, k, v)) != RG_OK)
+		return rg_error_wrap(st, "%s", s->path);
+	return RG_OK;
+}
+
+rg_status rg_cfg_src_token_id(const rg_cfg_src *s, const char *key, const char *gguf_key,
+			      int vocab_size, int *v)
+{
+	const bool bos = strstr(gguf_key, "bos") != NULL;
+	int64_t x;
+	rg_status st;
+
+	if (s->root)
+		return rg_cfg_token_id(s->path, s->root, key, v);
+	*v = -1;
+	if (!s->gguf || !rg_gguf_has(s->gguf, gguf_key))
+		return RG_OK;
+	if ((st = rg_gguf_get_i64(s->gguf, gguf_key, &x)) != RG_OK) {
+		if (bos) /* as before: an unreadable bos id is no bos */
+			return RG_OK;
+		return rg_error_wrap(st, "%s", s->path);
+	}
+	if (x < 0 || x >= vocab_size) {
+		if (bos)
+			return RG_OK;
+		return rg_errorf(RG_ERR_FORMAT, "%s: %s %lld is outside the vocabulary [0, %d)",
+				 s->path, gguf_key, (long long)x, vocab_size);
+	}
+	*v = (int)x;
+	return RG_OK;
+}
+
+rg_status rg_cfg_src_vocab_size(const rg_cfg_src *s, int *v)
+{
+	uint64_t n = 0;
+	rg_status st;
+
+	if (s->root)
+		return cfg_int(s->path, s->root, "vocab_size", true, 0, 1, 1 << 24, v);
+	if ((st = rg_gguf_get_arr(s->gguf, "tokenizer.ggml.tokens", NULL, &n)) != RG_OK)
+		return rg_error_wrap(st, "%s: the vocabulary size comes from tokenizer.ggml.tokens",
+				     s->path);
+	if (n < 1 || n > (1u << 24))
+		return rg_errorf(RG_ERR_FORMAT, "%s: tokenizer.ggml.tokens has %llu entries", s->path,
+				 (unsigned long long)n);
+	*v = (int)n;
 	return RG_OK;
 }

@@ -116,8 +116,43 @@ rg_status rg_cfg_token_id(const char *path, struct json_object *root, const char
 /* True when key is present and not null. */
 bool rg_cfg_has(struct json_object *root, const char *key);
 
-/* A decoder-only model's hyper-parameters, filled by its architecture's load_hparams hook
- * (gpt2.c, llama.c) from config.json. Also the KV cache's shape: num_hidden_layers x
+/* ---- one source of hyper-parameters: a config.json or a GGUF file's metadata ----
+ * An architecture's hparams hook (model.h rg_arch) reads its hyper-parameters once for both
+ * formats through these getters, naming each value by its config.json key and its GGUF key
+ * (relative to general.architecture: "attention.head_count" is "<arch>.attention.head_count";
+ * NULL: GGUF has no twin, the default applies). Where the formats differ in structure (nested
+ * rope_scaling objects, arrays stored as GGUF tensors) the hook branches on root / gguf. */
+struct rg_gguf;
+typedef struct rg_cfg_src {
+	const char *path;             /* config.json's path or the GGUF file, for messages */
+	struct json_object *root;     /* config.json's top-level object, or NULL */
+	const struct rg_gguf *gguf;   /* the GGUF file (metadata and tensors), or NULL */
+	const char *gguf_arch;        /* its general.architecture (the key prefix) */
+} rg_cfg_src;
+
+/* rg_cfg_int / rg_cfg_double / rg_cfg_bool over either format: key in config.json, or
+ * "<arch>.<gguf_key>" in the GGUF metadata (integer, float or bool types as gguf.h converts
+ * them). Missing: def (required: RG_ERR_FORMAT naming the key); outside [lo, hi] or of a wrong
+ * type: RG_ERR_FORMAT naming it. */
+rg_status rg_cfg_src_int(const rg_cfg_src *s, const char *key, const char *gguf_key,
+			 bool required, int def, int64_t lo, int64_t hi, int *v);
+rg_status rg_cfg_src_double(const rg_cfg_src *s, const char *key, const char *gguf_key,
+			    double def, double lo, double hi, double *v);
+rg_status rg_cfg_src_bool(const rg_cfg_src *s, const char *key, const char *gguf_key, bool def,
+			  bool *v);
+/* True when the value is present (and not null). */
+bool rg_cfg_src_has(const rg_cfg_src *s, const char *key, const char *gguf_key);
+/* bos_token_id / eos_token_id: rg_cfg_token_id's rule for config.json; GGUF's
+ * tokenizer.ggml.<bos|eos>_token_id (gguf_key is the full key), which must lie in
+ * [0, vocab_size) (RG_ERR_FORMAT; a bad bos id is ignored as before). -1 when absent. */
+rg_status rg_cfg_src_token_id(const rg_cfg_src *s, const char *key, const char *gguf_key,
+			      int vocab_size, int *v);
+/* The vocabulary size: config.json's vocab_size (required), or the length of GGUF's
+ * tokenizer.ggml.tokens. */
+rg_status rg_cfg_src_vocab_size(const rg_cfg_src *s, int *v);
+
+/* A decoder-only model's hyper-parameters, filled by its architecture's hparams hook
+ * (gpt2.c, llama.c, qwen3.c, phi3.c) from config.json or GGUF metadata (rg_cfg_src). Also the KV cache's shape: num_hidden_layers x
  * num_key_value_heads x head_dim per token for K and for V. */
 typedef struct rg_decoder_config {
 	char model_type[32];
@@ -136,7 +171,10 @@ typedef struct rg_decoder_config {
 	double rope_theta;
 	bool rope_llama3;             /* rope_scaling rope_type "llama3" */
 	double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
-	int rope_original_max_pos;
+	int rope_original_max_pos;    /* llama3's and LongRoPE's original_max_position_embeddings */
+	bool rope_longrope;           /* LongRoPE (Phi-3 rope_scaling "longrope" / "su"): per-pair
+				       * short / long factors, read by phi3.c's load */
+	double rope_mscale;           /* LongRoPE's attention factor on cos / sin */
 	bool rope_interleaved;        /* pairs (2i, 2i+1) instead of rotate_half: set by the tensor
 				       * source (GGUF's permuted q/k rows), never by config.json */
 	bool tie_word_embeddings;     /* LM head = the token embedding table */

@@ -158,7 +158,7 @@ rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *
 		return s;
 	m->esz = rg_dtype_size(rg_backend_dtype(m->be));
 	c->rope_interleaved = src->rope_interleaved;
-	if ((s = m->arch->load_dec_weights(m, src)) != RG_OK)
+	if ((s = m->arch->load(m, src)) != RG_OK)
 		return s;
 	if ((s = alloc_step_arena(m)) != RG_OK)
 		return s;
@@ -198,37 +198,41 @@ rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *
 rg_status rg_decoder_load(rg_model *m, const char *dir, const rg_model_params *p)
 {
 	rg_decoder_config *c = &m->dec.cfg;
-	struct json_object *root = NULL;
+	rg_cfg_src cs = {0};
 	char *path = NULL, *tok_path;
 	rg_st *w = NULL;
 	rg_tsrc src;
 	struct stat sb;
 	rg_status s;
 
-	if ((s = rg_cfg_open(dir, &root, &path)) != RG_OK)
+	if ((s = rg_cfg_open(dir, &cs.root, &path)) != RG_OK)
 		return s;
+	cs.path = path;
 	memset(c, 0, sizeof(*c));
 	snprintf(c->model_type, sizeof(c->model_type), "%s", m->arch->model_type);
 	c->bos_token_id = c->eos_token_id = -1;
-	s = m->arch->load_hparams(path, root, c);
-	json_object_put(root);
-	free(path);
-	if (s != RG_OK)
-		return s;
+	if ((s = m->arch->hparams(m, &cs)) != RG_OK)
+		goto out_put_config;
 	/* the tokenizer is optional for a decoder (the step API takes ids) */
 	tok_path = rg_path_join(dir, "tokenizer.json");
-	if (!tok_path)
-		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	if (!tok_path) {
+		s = rg_errorf(RG_ERR_OOM, "out of host memory");
+		goto out_put_config;
+	}
 	if (stat(tok_path, &sb) == 0 && (s = rg_tokenizer_load(dir, &m->tok)) != RG_OK) {
 		free(tok_path);
-		return s;
+		goto out_put_config;
 	}
 	free(tok_path);
 	if ((s = rg_st_open_dir(dir, &w)) != RG_OK)
-		return s;
+		goto out_put_config;
 	rg_tsrc_from_st(w, &src);
+	src.cfg = &cs; /* config.json stays open for the load hook's arrays */
 	s = rg_decoder_init(m, p, &src);
 	rg_st_free(w); /* the weights live on the backend now */
+out_put_config:
+	json_object_put(cs.root);
+	free(path);
 	return s;
 }
 

@@ -1,16 +1,18 @@
-/* Decoders from a GGUF file (llama.cpp's format, src/core/gguf.h): the hyper-parameters from the
- * <arch>.* metadata, the tokenizer from tokenizer.ggml.*, the chat template kept, and the weights
- * through a tensor source (tsrc.h) that maps the Hugging Face names llama.c asks for onto
- * llama.cpp's (rg_tsrc_gguf_llama_name) and dequantizes each tensor with rg_gguf_to_f32 at load.
- * The rest of the load (backend, weights into the compute dtype, step arena) is decoder.c's
- * rg_decoder_init, as for a safetensors directory.
+/* Decoders from a GGUF file (llama.cpp's format, src/core/gguf.h), format-generic: the
+ * architecture that serves general.architecture (rg_arch_find_gguf) reads its hyper-parameters
+ * from the <arch>.* metadata with its hparams hook (over an rg_cfg_src, as from config.json), the
+ * tokenizer comes from tokenizer.ggml.*, the chat template is kept, and the weights come through
+ * a tensor source (tsrc.h) that maps the Hugging Face names the architecture asks for onto
+ * llama.cpp's with the architecture's table (rg_arch.gguf, rg_tsrc_gguf_name) and dequantizes
+ * each tensor with rg_gguf_to_f32 at load. The rest of the load (backend, weights into the
+ * compute dtype, step arena) is decoder.c's rg_decoder_init, as for a safetensors directory.
  *
  * RoPE layout: llama.cpp's converter (convert_hf_to_gguf.py, LlamaModel.permute) reorders the
  * rows of attn_q / attn_k of "llama" models so that each head's rotate_half pairs (i, i + hd/2)
- * become adjacent pairs (2i, 2i + 1), which its RoPE (mode 0) rotates; the source therefore sets
- * rope_interleaved and llama.c rotates adjacent pairs. Attention scores are the same as HF's
- * (q and k are permuted alike within each head, v is not permuted). "qwen2" is converted
- * unpermuted and run with NEOX RoPE by llama.cpp: rotate_half here too. */
+ * become adjacent pairs (2i, 2i + 1), which its RoPE (mode 0) rotates; llama.c's table therefore
+ * sets rope_interleaved and llama.c rotates adjacent pairs. Attention scores are the same as HF's
+ * (q and k are permuted alike within each head, v is not permuted). "qwen2", "qwen3" and "phi3"
+ * are converted unpermuted and run with NEOX RoPE by llama.cpp: rotate_half here too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,13 +25,14 @@
 typedef struct gguf_src {
 	const rg_gguf *g;
 	const char *path;
+	const rg_tensor_names *names; /* the architecture's table (rg_arch.gguf) */
 } gguf_src;
 
 static const rg_gguf_tensor *src_find(const gguf_src *s, const char *hf)
 {
 	char buf[160];
 
-	if (!rg_tsrc_gguf_llama_name(hf, buf, sizeof(buf)))
+	if (!rg_tsrc_gguf_name(s->names, hf, buf, sizeof(buf)))
 		return NULL;
 	return rg_gguf_find(s->g, buf);
 }
@@ -56,149 +59,6 @@ static rg_status gguf_read(void *ctx, const char *name, float *dst)
 		return rg_errorf(RG_ERR_FORMAT, "%s: missing tensor for %s", s->path, name);
 	if ((st = rg_gguf_to_f32(t, dst)) != RG_OK)
 		return rg_error_wrap(st, "%s", s->path);
-	return RG_OK;
-}
-
-/* <arch>.<key> as an int in [lo, hi]; absent: def, or RG_ERR_FORMAT when required. */
-static rg_status meta_int(const rg_gguf *g, const char *path, const char *arch, const char *key,
-			  bool required, int def, int lo, int hi, int *v)
-{
-	char k[128];
-	int64_t x;
-	rg_status s;
-
-	snprintf(k, sizeof(k), "%s.%s", arch, key);
-	if (!rg_gguf_has(g, k)) {
-		if (!required) {
-			*v = def;
-			return RG_OK;
-		}
-		return rg_errorf(RG_ERR_FORMAT, "%s: metadata %s is missing", path, k);
-	}
-	if ((s = rg_gguf_get_i64(g, k, &x)) != RG_OK)
-		return rg_error_wrap(s, "%s", path);
-	if (x < lo || x > hi)
-		return rg_errorf(RG_ERR_FORMAT, "%s: metadata %s = %lld is outside [%d, %d]", path, k,
-				 (long long)x, lo, hi);
-	*v = (int)x;
-	return RG_OK;
-}
-
-static rg_status meta_f32(const rg_gguf *g, const char *path, const char *arch, const char *key,
-			  float def, float lo, float hi, double *v)
-{
-	char k[128];
-	float x = def;
-	rg_status s;
-
-	snprintf(k, sizeof(k), "%s.%s", arch, key);
-	if (rg_gguf_has(g, k) && (s = rg_gguf_get_f32(g, k, &x)) != RG_OK)
-		return rg_error_wrap(s, "%s", path);
-	if (!(x >= lo && x <= hi))
-		return rg_errorf(RG_ERR_FORMAT, "%s: metadata %s = %g is outside [%g, %g]", path, k,
-				 (double)x, (double)lo, (double)hi);
-	*v = x;
-	return RG_OK;
-}
-
-/* The decoder configuration of a llama / qwen2 GGUF (model.h rg_decoder_config). */
-static rg_status gguf_hparams(const rg_gguf *g, const char *path, const char *arch,
-			      rg_decoder_config *c)
-{
-	const bool qwen2 = !strcmp(arch, "qwen2");
-	uint64_t n_vocab = 0;
-	int rope_dim = 0, experts = 0;
-	char k[128];
-	rg_status s;
-
-	memset(c, 0, sizeof(*c));
-	snprintf(c->model_type, sizeof(c->model_type), "%s", arch);
-	if ((s = meta_int(g, path, arch, "block_count", true, 0, 1, 1 << 16, &c->num_hidden_layers)) ||
-	    (s = meta_int(g, path, arch, "embedding_length", true, 0, 1, 1 << 20, &c->hidden_size)) ||
-	    (s = meta_int(g, path, arch, "feed_forward_length", true, 0, 1, 1 << 24,
-			  &c->intermediate_size)) ||
-	    (s = meta_int(g, path, arch, "attention.head_count", true, 0, 1, 1 << 16,
-			  &c->num_attention_heads)) ||
-	    (s = meta_int(g, path, arch, "attention.head_count_kv", false, c->num_attention_heads, 1,
-			  c->num_attention_heads, &c->num_key_value_heads)) ||
-	    (s = meta_int(g, path, arch, "context_length", false, 2048, 2, 1 << 24,
-			  &c->max_position_embeddings)) ||
-	    (s = meta_f32(g, path, arch, "rope.freq_base", 10000.f, 1e-6f, 1e12f, &c->rope_theta)) ||
-	    (s = meta_f32(g, path, arch, "attention.layer_norm_rms_epsilon", 1e-5f, 0.f, 1.f,
-			  &c->norm_eps)) ||
-	    (s = meta_int(g, path, arch, "expert_count", false, 0, 0, 1 << 16, &experts)))
-		return s;
-	if (experts > 0)
-		return rg_errorf(RG_ERR_UNSUPPORTED,
-				 "%s: %s.expert_count = %d: mixture-of-experts layers are not "
-				 "supported",
-				 path, arch, experts);
-	if (c->num_attention_heads % c->num_key_value_heads)
-		return rg_errorf(RG_ERR_FORMAT,
-				 "%s: %s.attention.head_count %d is not a multiple of head_count_kv %d",
-				 path, arch, c->num_attention_heads, c->num_key_value_heads);
-	if (c->hidden_size % c->num_attention_heads)
-		return rg_errorf(RG_ERR_FORMAT,
-				 "%s: %s.embedding_length %d is not divisible by head_count %d",
-				 path, arch, c->hidden_size, c->num_attention_heads);
-	if ((s = meta_int(g, path, arch, "attention.key_length", false,
-			  c->hidden_size / c->num_attention_heads, 2, 1024, &c->head_dim)) ||
-	    (s = meta_int(g, path, arch, "rope.dimension_count", false, c->head_dim, 1, 1024, &rope_dim)))
-		return s;
-	if (c->head_dim % 2)
-		return rg_errorf(RG_ERR_UNSUPPORTED, "%s: head_dim %d must be even", path,
-				 c->head_dim);
-	if (rope_dim != c->head_dim)
-		return rg_errorf(RG_ERR_UNSUPPORTED,
-				 "%s: %s.rope.dimension_count %d != head_dim %d: partial RoPE is not "
-				 "supported",
-				 path, arch, rope_dim, c->head_dim);
-	snprintf(k, sizeof(k), "%s.rope.scaling.type", arch);
-	if (rg_gguf_has(g, k)) {
-		const char *t;
-
-		if ((s = rg_gguf_get_str(g, k, &t, NULL)) != RG_OK)
-			return rg_error_wrap(s, "%s", path);
-		if (strcmp(t, "none"))
-			return rg_errorf(RG_ERR_UNSUPPORTED,
-					 "%s: %s = \"%s\": RoPE scaling is not supported for GGUF",
-					 path, k, t);
-	}
-	if (rg_gguf_find(g, "rope_freqs.weight"))
-		return rg_errorf(RG_ERR_UNSUPPORTED,
-				 "%s: tensor rope_freqs.weight (Llama 3.1 RoPE frequency factors) is "
-				 "not supported",
-				 path);
-	if ((s = rg_gguf_get_arr(g, "tokenizer.ggml.tokens", NULL, &n_vocab)) != RG_OK)
-		return rg_error_wrap(s, "%s: the vocabulary size comes from tokenizer.ggml.tokens",
-				     path);
-	if (n_vocab < 1 || n_vocab > (1u << 24))
-		return rg_errorf(RG_ERR_FORMAT, "%s: tokenizer.ggml.tokens has %llu entries", path,
-				 (unsigned long long)n_vocab);
-	c->vocab_size = (int)n_vocab;
-	c->hidden_act = RG_ACT_NONE; /* SwiGLU: rg_op_silu_mul */
-	c->act_name = "silu";
-	c->attention_bias = qwen2;
-	c->tie_word_embeddings = rg_gguf_find(g, "output.weight") == NULL;
-	c->bos_token_id = c->eos_token_id = -1;
-	{
-		int64_t v;
-
-		if (rg_gguf_has(g, "tokenizer.ggml.bos_token_id") &&
-		    rg_gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &v) == RG_OK && v >= 0 &&
-		    v < c->vocab_size)
-			c->bos_token_id = (int)v;
-		if (rg_gguf_has(g, "tokenizer.ggml.eos_token_id")) {
-			if ((s = rg_gguf_get_i64(g, "tokenizer.ggml.eos_token_id", &v)) != RG_OK)
-				return rg_error_wrap(s, "%s", path);
-			if (v < 0 || v >= c->vocab_size)
-				return rg_errorf(RG_ERR_FORMAT,
-						 "%s: tokenizer.ggml.eos_token_id %lld is outside the "
-						 "vocabulary [0, %d)",
-						 path, (long long)v, c->vocab_size);
-			c->eos_token_id = (int)v;
-		}
-	}
 	return RG_OK;
 }
 
@@ -282,8 +142,10 @@ out_free:
 
 rg_status rg_gguf_model_load(rg_model *m, const char *path, const rg_model_params *p)
 {
+	rg_decoder_config *c = &m->dec.cfg;
 	rg_gguf *g = NULL;
 	const char *arch;
+	rg_cfg_src cs = {0};
 	gguf_src gs;
 	rg_tsrc src;
 	rg_status s;
@@ -296,23 +158,25 @@ rg_status rg_gguf_model_load(rg_model *m, const char *path, const rg_model_param
 	}
 	if ((s = rg_gguf_get_str(g, "general.architecture", &arch, NULL)) != RG_OK)
 		goto out_close;
-	if (strcmp(arch, "llama") && strcmp(arch, "qwen2")) {
+	m->arch = rg_arch_find_gguf(arch);
+	if (!m->arch || !m->arch->gguf || m->arch->kind != RG_MODEL_DECODER) {
+		m->arch = NULL;
 		s = rg_errorf(RG_ERR_UNSUPPORTED,
-			      "%s: general.architecture \"%s\" is not supported for GGUF (llama, "
-			      "qwen2)",
-			      path, arch);
+			      "%s: general.architecture \"%s\" is not supported for GGUF (%s)", path,
+			      arch, rg_arch_gguf_names());
 		goto out_close;
 	}
-	m->arch = rg_arch_find(arch);
-	if (!m->arch) {
-		s = rg_errorf(RG_ERR_INTERNAL, "no architecture registered for %s", arch);
+	cs.path = path;
+	cs.gguf = g;
+	cs.gguf_arch = arch;
+	memset(c, 0, sizeof(*c));
+	snprintf(c->model_type, sizeof(c->model_type), "%s", m->arch->model_type);
+	c->bos_token_id = c->eos_token_id = -1;
+	if ((s = m->arch->hparams(m, &cs)) != RG_OK ||
+	    (s = gguf_tokenizer(g, path, c, &m->tok)) != RG_OK)
 		goto out_close;
-	}
-	if ((s = gguf_hparams(g, path, arch, &m->dec.cfg)) != RG_OK ||
-	    (s = gguf_tokenizer(g, path, &m->dec.cfg, &m->tok)) != RG_OK)
-		goto out_close;
-	if (m->dec.cfg.eos_token_id >= 0)
-		m->gen_eos[m->n_gen_eos++] = m->dec.cfg.eos_token_id;
+	if (c->eos_token_id >= 0)
+		m->gen_eos[m->n_gen_eos++] = c->eos_token_id;
 	if (rg_gguf_has(g, "tokenizer.chat_template")) {
 		const char *t;
 
@@ -325,12 +189,14 @@ rg_status rg_gguf_model_load(rg_model *m, const char *path, const rg_model_param
 	}
 	gs.g = g;
 	gs.path = path;
+	gs.names = m->arch->gguf;
 	memset(&src, 0, sizeof(src));
 	src.what = path;
 	src.ctx = &gs;
 	src.shape = gguf_shape;
 	src.read_f32 = gguf_read;
-	src.rope_interleaved = !strcmp(arch, "llama");
+	src.rope_interleaved = m->arch->gguf->rope_interleaved;
+	src.cfg = &cs;
 	s = rg_decoder_init(m, p, &src);
 out_close:
 	rg_gguf_close(g); /* the weights live on the backend now */

@@ -1,6 +1,7 @@
 /* GPT-2 (Radford et al. 2019; transformers' GPT2LMHeadModel): learned token and position
  * embeddings, pre-LayerNorm blocks of causal self-attention and a gelu_new MLP, a final
- * LayerNorm, and the LM head tied to the token embeddings (wte). GPT-2 small to XL, DistilGPT2.
+ * LayerNorm, and the LM head tied to the token embeddings (wte; a distinct lm_head.weight in the
+ * file serves instead, as transformers 5 loads it: rg_layer_load_embed_head). GPT-2 small to XL, DistilGPT2.
  *
  * Checkpoints store the linear layers as Conv1D, weight [in, out]; the load transposes them into
  * the [out, in] layout rg_op_gemm reads. Names are "h.0.attn.c_attn.weight" or, in
@@ -21,6 +22,7 @@
 #include <json-c/json.h>
 
 #include "core/error.h"
+#include "model/layers.h"
 #include "model/model.h"
 
 typedef struct rg_gpt2_layer {
@@ -34,16 +36,21 @@ typedef struct rg_gpt2_layer {
 
 typedef struct rg_gpt2_weights {
 	void *wte;             /* (vocab, H) act: embeddings and the tied LM head */
+	void *lm_head;         /* (vocab, H) act: a distinct lm_head.weight in the file, or NULL */
 	void *wpe;             /* (n_positions, H) act */
 	float *lnf_g, *lnf_b;  /* (H) f32 */
 	rg_gpt2_layer *layers; /* (n_layer) */
 } rg_gpt2_weights;
 
 static const char *const PREFIXES[] = {"", "transformer.", NULL};
+static const char *const TOP[] = {"", NULL};
 
-static rg_status gpt2_hparams(const char *path, struct json_object *root, rg_decoder_config *c)
+/* GPT2Config from config.json (GPT-2 has no GGUF path here: rg_arch_gpt2.gguf_arch is NULL). */
+static rg_status gpt2_hparams(rg_model *m, const rg_cfg_src *cf)
 {
-	const char *act;
+	rg_decoder_config *c = &m->dec.cfg;
+	const char *path = cf->path, *act;
+	struct json_object *root = cf->root;
 	bool on;
 	int inner;
 	rg_status s;
@@ -146,8 +153,8 @@ static rg_status gpt2_load_weights(rg_model *m, const rg_tsrc *src)
 	if (!(w = m->weights = calloc(1, sizeof(*w))) ||
 	    !(w->layers = calloc((size_t)c->num_hidden_layers, sizeof(*w->layers))))
 		return rg_errorf(RG_ERR_OOM, "out of host memory");
-	if ((s = rg_tsrc_get(src, PREFIXES, "wte.weight", c->vocab_size, H, &t)) != RG_OK ||
-	    (s = rg_dec_upload(m, t, (size_t)c->vocab_size * H, true, &w->wte)) != RG_OK ||
+	if ((s = rg_layer_load_embed_head(m, src, PREFIXES, "wte.weight", TOP, "lm_head.weight",
+					  &w->wte, &w->lm_head)) != RG_OK ||
 	    (s = rg_tsrc_get(src, PREFIXES, "wpe.weight", c->max_position_embeddings, H, &t)) !=
 		    RG_OK ||
 	    (s = rg_dec_upload(m, t, (size_t)c->max_position_embeddings * H, true, &w->wpe)) !=
@@ -179,7 +186,6 @@ static rg_status gpt2_load_weights(rg_model *m, const rg_tsrc *src)
 		    (s = load_vec(m, src, n[11], H, true, &L->proj_b)) != RG_OK)
 			return s;
 	}
-	m->dec.lm_head = w->wte; /* tied; left unprepared, the embedding gather reads it too */
 	return RG_OK;
 }
 
@@ -227,6 +233,7 @@ static void gpt2_free_weights(rg_model *m)
 	rg_gpt2_weights *w = gw(m);
 
 	rg_backend_dealloc(m->be, w->wte);
+	rg_backend_dealloc(m->be, w->lm_head);
 	rg_backend_dealloc(m->be, w->wpe);
 	rg_backend_dealloc(m->be, w->lnf_g);
 	rg_backend_dealloc(m->be, w->lnf_b);
@@ -248,7 +255,7 @@ const rg_arch rg_arch_gpt2 = {
 	.model_type = "gpt2",
 	.kind = RG_MODEL_DECODER,
 	.free_weights = gpt2_free_weights,
-	.load_hparams = gpt2_hparams,
-	.load_dec_weights = gpt2_load_weights,
+	.hparams = gpt2_hparams,
+	.load = gpt2_load_weights,
 	.forward = gpt2_forward,
 };

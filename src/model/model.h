@@ -214,10 +214,14 @@ typedef struct rg_fwd {
 } rg_fwd;
 
 /* An architecture: the hooks of one model_type (model.c and decoder.c run everything else).
- * arch.c holds the one registry; a new architecture is one file of hooks plus one line there. */
+ * arch.c holds the one registry; a new architecture is one file of hooks plus one line there.
+ * What a format needs to know of the architecture is here too: the GGUF architecture it serves
+ * and its tensor-name table, so gguf_model.c / tsrc.c keep only the format's reading. */
 typedef struct rg_arch {
 	const char *model_type; /* config.json model_type it serves ("bert") */
 	rg_model_kind kind;     /* encoder (embed / run) or decoder (step) */
+	const char *gguf_arch;  /* GGUF general.architecture it serves ("llama"), or NULL */
+	const rg_tensor_names *gguf; /* Hugging Face -> GGUF tensor names (with gguf_arch) */
 
 	/* ---- encoders (config.c's rg_encoder_config_load reads their hyper-parameters) ---- */
 	/* Load and check every weight from st into m->weights (backend memory, compute dtype).
@@ -233,13 +237,14 @@ typedef struct rg_arch {
 	rg_status (*load_head)(rg_model *m, const rg_st *st);
 
 	/* ---- decoders ---- */
-	/* Read the hyper-parameters from config.json (path, its parsed root) into c, refusing
-	 * by name what the forward does not implement. c->model_type is set. */
-	rg_status (*load_hparams)(const char *path, struct json_object *root,
-				  rg_decoder_config *c);
+	/* Read the hyper-parameters from cfg (config.json, or the GGUF metadata of gguf_arch)
+	 * into m->dec.cfg, refusing by name what the forward does not implement.
+	 * m->dec.cfg.model_type is set, bos / eos ids are -1. */
+	rg_status (*hparams)(rg_model *m, const rg_cfg_src *cfg);
 	/* Load every weight from src into m->weights and set m->dec.lm_head. m->dec.cfg, m->be
-	 * and m->esz are set. Errors name the tensor. */
-	rg_status (*load_dec_weights)(rg_model *m, const rg_tsrc *src);
+	 * and m->esz are set; src->cfg is the checkpoint's hyper-parameter source (arrays such as
+	 * LongRoPE's factors). Errors name the tensor. */
+	rg_status (*load)(rg_model *m, const rg_tsrc *src);
 	/* Every layer over the step's f->n new tokens as backend ops: the final norm's output in
 	 * m->dec.a[RG_D_NORMED] (decoder.c gathers the wanted rows and applies the LM head). Each
 	 * layer's attention through rg_dec_attention (KV write + paged attention), or, for RoPE
@@ -249,20 +254,24 @@ typedef struct rg_arch {
 
 /* The architecture serving model_type, or NULL (arch.c). */
 const rg_arch *rg_arch_find(const char *model_type);
+/* The architecture serving GGUF general.architecture gguf_arch, or NULL (arch.c). */
+const rg_arch *rg_arch_find_gguf(const char *gguf_arch);
 /* The model_types served, comma-separated, for messages (arch.c). Static string. */
 const char *rg_arch_names(void);
+/* The GGUF architectures served, comma-separated, for messages (arch.c). Static string. */
+const char *rg_arch_gguf_names(void);
 
 extern const rg_arch rg_arch_bert, rg_arch_roberta, rg_arch_xlm_roberta, rg_arch_distilbert,
 	rg_arch_albert, rg_arch_mpnet, rg_arch_deberta_v2, rg_arch_gpt2, rg_arch_llama,
-	rg_arch_mistral, rg_arch_qwen2;
+	rg_arch_mistral, rg_arch_qwen2, rg_arch_qwen3, rg_arch_phi3;
 
 /* ---- decoder helpers (decoder.c) ---- */
 /* Load a decoder from a Hugging Face directory: m->arch is a decoder's; reads config.json
- * (arch->load_hparams), the tokenizer if any, then rg_decoder_init over a safetensors source.
+ * (arch->hparams), the tokenizer if any, then rg_decoder_init over a safetensors source.
  * m->dir, m->max_tokens are set. */
 rg_status rg_decoder_load(rg_model *m, const char *dir, const rg_model_params *p);
 /* The format-independent rest of a decoder load: backend, weights from src
- * (arch->load_dec_weights), step arena, rg_model_info. m->arch, m->dec.cfg (filled: from
+ * (arch->load), step arena, rg_model_info. m->arch, m->dec.cfg (filled: from
  * config.json, or by another format's reader, e.g. GGUF metadata), m->dir, m->max_tokens and
  * optionally m->tok are set. A GGUF loader is: fill m->dec.cfg from the metadata, build a
  * tensor source (tsrc.h), call this. */

@@ -97,19 +97,8 @@ rg_status rg_tsrc_get(const rg_tsrc *src, const char *const *prefixes, const cha
 	return s;
 }
 
-const char *rg_tsrc_gguf_llama_name(const char *hf, char *buf, size_t n)
+const char *rg_tsrc_gguf_name(const rg_tensor_names *t, const char *hf, char *buf, size_t n)
 {
-	static const struct {
-		const char *hf, *gguf;
-	} layer[] = {
-		{"self_attn.q_proj", "attn_q"},	  {"self_attn.k_proj", "attn_k"},
-		{"self_attn.v_proj", "attn_v"},	  {"self_attn.o_proj", "attn_output"},
-		{"mlp.gate_proj", "ffn_gate"},	  {"mlp.up_proj", "ffn_up"},
-		{"mlp.down_proj", "ffn_down"},	  {"input_layernorm", "attn_norm"},
-		{"post_attention_layernorm", "ffn_norm"},
-	}, top[] = {
-		{"embed_tokens", "token_embd"}, {"norm", "output_norm"}, {"lm_head", "output"},
-	};
 	const char *dot;
 	size_t stem;
 	int l, k = 0;
@@ -121,17 +110,17 @@ const char *rg_tsrc_gguf_llama_name(const char *hf, char *buf, size_t n)
 		return NULL;
 	if (sscanf(hf, "layers.%d.%n", &l, &k) == 1 && k > 0) {
 		stem = (size_t)(dot - (hf + k));
-		for (size_t i = 0; i < sizeof(layer) / sizeof(layer[0]); i++)
-			if (strlen(layer[i].hf) == stem && !strncmp(hf + k, layer[i].hf, stem)) {
-				snprintf(buf, n, "blk.%d.%s%s", l, layer[i].gguf, dot);
+		for (const rg_tensor_name *e = t->layer; e && e->hf; e++)
+			if (strlen(e->hf) == stem && !strncmp(hf + k, e->hf, stem)) {
+				snprintf(buf, n, "blk.%d.%s%s", l, e->gguf, dot);
 				return buf;
 			}
 		return NULL;
 	}
 	stem = (size_t)(dot - hf);
-	for (size_t i = 0; i < sizeof(top) / sizeof(top[0]); i++)
-		if (strlen(top[i].hf) == stem && !strncmp(hf, top[i].hf, stem)) {
-			snprintf(buf, n, "%s%s", top[i].gguf, dot);
+	for (const rg_tensor_name *e = t->top; e && e->hf; e++)
+		if (strlen(e->hf) == stem && !strncmp(hf, e->hf, stem)) {
+			snprintf(buf, n, "%s%s", e->gguf, dot);
 			return buf;
 		}
 	return NULL;

@@ -1,11 +1,12 @@
 /* A tensor source: where an architecture's load_weights hook gets its weights, by name, as f32
  * with a shape, whatever the file format. safetensors implements it now (rg_tsrc_from_st); a GGUF
- * reader plugs in the same way (src/core/gguf.h: a source that maps the Hugging Face names the
- * architectures ask for onto GGUF's with rg_tsrc_gguf_llama_name, reports shapes in PyTorch's
- * order (ggml's ne[] reversed), dequantizes with rg_gguf_to_f32, and sets rope_interleaved for
- * general.architecture "llama", whose q/k projection rows llama.cpp's converter permutes for its
- * adjacent-pair RoPE -- not for "qwen2", which llama.cpp converts unpermuted and runs with
- * NEOX RoPE). The hyper-parameters then come from the GGUF metadata (model.h,
+ * reader plugs in the same way (gguf_model.c: a source that maps the Hugging Face names the
+ * architectures ask for onto GGUF's with the architecture's table (rg_tsrc_gguf_name over
+ * rg_arch.gguf), reports shapes in PyTorch's order (ggml's ne[] reversed), dequantizes with
+ * rg_gguf_to_f32, and sets rope_interleaved when the table says so: general.architecture
+ * "llama", whose q/k projection rows llama.cpp's converter permutes for its adjacent-pair RoPE
+ * -- not "qwen2" / "qwen3" / "phi3", which llama.cpp converts unpermuted and runs with NEOX
+ * RoPE). The hyper-parameters then come from the GGUF metadata (model.h,
  * rg_decoder_init); tie_word_embeddings is "output.weight is absent".
  *
  * Names are Hugging Face's, without a base-model prefix: rg_tsrc_get tries the prefixes it is
@@ -33,6 +34,8 @@ typedef struct rg_tsrc {
 	/* the checkpoint's floating-point storage (F32 / F16 / BF16; AUTO: quantized or unknown):
 	 * on CUDA a bf16 checkpoint computes in bf16 (RG_DTYPE_AUTO), as TEI chooses */
 	rg_dtype weight_dtype;
+	/* the same checkpoint's hyper-parameter source (config.h), or NULL */
+	const struct rg_cfg_src *cfg;
 } rg_tsrc;
 
 /* A source over an open safetensors set (which must outlive it). */
@@ -46,11 +49,23 @@ bool rg_tsrc_has(const rg_tsrc *src, const char *const *prefixes, const char *na
  * RG_ERR_FORMAT naming the tensor when it is missing or has another shape; RG_ERR_OOM. */
 rg_status rg_tsrc_get(const rg_tsrc *src, const char *const *prefixes, const char *name,
 		      int64_t d0, int64_t d1, float **out);
-/* The GGUF name (llama.cpp's tensor map for LLM_ARCH_LLAMA / QWEN2) of a Hugging Face Llama
- * name as rg_tsrc_get passes it (with or without "model."), into buf (n bytes): embed_tokens ->
- * token_embd, layers.N.self_attn.{q,k,v,o}_proj -> blk.N.attn_{q,k,v,output},
- * mlp.{gate,up,down}_proj -> blk.N.ffn_{gate,up,down}, input_layernorm -> blk.N.attn_norm,
- * post_attention_layernorm -> blk.N.ffn_norm, norm -> output_norm, lm_head -> output; the
- * ".weight" / ".bias" suffix kept. Returns buf, or NULL for a name GGUF has no twin of. */
-const char *rg_tsrc_gguf_llama_name(const char *hf, char *buf, size_t n);
+/* An architecture's Hugging Face -> GGUF tensor-name table (llama.cpp's tensor map of its
+ * LLM_ARCH_*), kept in the architecture's file (rg_arch.gguf). Names are matched without the
+ * "model." prefix and without the ".weight" / ".bias" suffix, which is kept. */
+typedef struct rg_tensor_name {
+	const char *hf, *gguf;
+} rg_tensor_name;
+typedef struct rg_tensor_names {
+	const rg_tensor_name *layer; /* per-layer stems ("self_attn.q_proj" -> "attn_q"):
+				      * layers.N.<hf> -> blk.N.<gguf>; ends with {NULL, NULL} */
+	const rg_tensor_name *top;   /* whole-model stems ("embed_tokens" -> "token_embd");
+				      * ends with {NULL, NULL} */
+	bool rope_interleaved;       /* llama.cpp's converter permutes the q/k rows of this
+				      * architecture for adjacent-pair RoPE (LLM_ARCH_LLAMA) */
+} rg_tensor_names;
+
+/* The GGUF name of a Hugging Face name as rg_tsrc_get passes it (with or without "model.")
+ * through table t, into buf (n bytes). Returns buf, or NULL for a name the table has no twin
+ * of. */
+const char *rg_tsrc_gguf_name(const rg_tensor_names *t, const char *hf, char *buf, size_t n);
 #endif

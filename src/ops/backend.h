@@ -88,7 +88,11 @@ typedef struct rg_backend_ops {
 			  int n_heads, int head_dim, const int32_t *positions,
 			  const float *inv_freq, bool interleaved);
 	rg_status (*rope_table)(rg_backend_ctx *c, const int32_t *positions, int n_tokens,
-				const float *inv_freq, int head_dim, float *cos_sin);
+				const float *inv_freq, const float *inv_freq_long,
+				int32_t long_from, float mscale, int head_dim, float *cos_sin);
+	rg_status (*qk_norm)(rg_backend_ctx *c, rg_dtype dt, void *qkv, int ld, int n_tokens,
+			     int n_heads, int n_kv_heads, int head_dim, const float *q_gamma,
+			     const float *k_gamma, float eps);
 	rg_status (*rope_kv_write)(rg_backend_ctx *c, rg_dtype dt, void *qkv, int ld, int n_tokens,
 				   int n_heads, int n_kv_heads, int head_dim,
 				   const float *cos_sin, bool interleaved, const int32_t *slots,

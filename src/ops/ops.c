@@ -463,8 +463,45 @@ rg_status rg_op_rope_table(rg_backend *be, const int32_t *positions, int n_token
 					  n_tokens, head_dim));
 	if ((s = RG_DEC_OP(be, rope_table)) != RG_OK || n_tokens == 0)
 		return s;
-	return note(be, be->ops->rope_table(be->ctx, positions, n_tokens, inv_freq, head_dim,
-					    cos_sin));
+	return note(be, be->ops->rope_table(be->ctx, positions, n_tokens, inv_freq, NULL,
+					    INT32_MAX, 1.f, head_dim, cos_sin));
+}
+
+rg_status rg_op_rope_table_scaled(rg_backend *be, const int32_t *positions, int n_tokens,
+				  const float *inv_freq, const float *inv_freq_long,
+				  int32_t long_from, float mscale, int head_dim, float *cos_sin)
+{
+	rg_status s;
+
+	if (n_tokens < 0 || head_dim <= 0 || head_dim % 2 || !positions || !inv_freq ||
+	    !cos_sin || !(mscale > 0.f && mscale < 1e30f))
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "rope_table_scaled: bad arguments n_tokens=%d head_dim=%d "
+					  "mscale=%g",
+					  n_tokens, head_dim, (double)mscale));
+	if ((s = RG_DEC_OP(be, rope_table)) != RG_OK || n_tokens == 0)
+		return s;
+	return note(be, be->ops->rope_table(be->ctx, positions, n_tokens, inv_freq, inv_freq_long,
+					    long_from, mscale, head_dim, cos_sin));
+}
+
+rg_status rg_op_qk_norm(rg_backend *be, void *qkv, int ld, int n_tokens, int n_heads,
+			int n_kv_heads, int head_dim, const float *q_gamma, const float *k_gamma,
+			float eps)
+{
+	rg_status s;
+
+	if (n_tokens < 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 ||
+	    (int64_t)ld < ((int64_t)n_heads + n_kv_heads) * head_dim || !qkv || !q_gamma ||
+	    !k_gamma || !(eps >= 0.f))
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "qk_norm: bad shape n_tokens=%d heads=%d kv_heads=%d "
+					  "head_dim=%d ld=%d eps=%g",
+					  n_tokens, n_heads, n_kv_heads, head_dim, ld, (double)eps));
+	if ((s = RG_DEC_OP(be, qk_norm)) != RG_OK || n_tokens == 0)
+		return s;
+	return note(be, be->ops->qk_norm(be->ctx, be->dt, qkv, ld, n_tokens, n_heads, n_kv_heads,
+					 head_dim, q_gamma, k_gamma, eps));
 }
 
 rg_status rg_op_rope_kv_write(rg_backend *be, void *qkv, int ld, int n_tokens, int n_heads,

@@ -306,6 +306,28 @@ rg_status rg_op_rope(rg_backend *be, void *x, int ld, int n_tokens, int n_heads,
 rg_status rg_op_rope_table(rg_backend *be, const int32_t *positions, int n_tokens,
 			   const float *inv_freq, int head_dim, float *cos_sin);
 
+/* rg_op_rope_table with per-position frequency sets and a magnitude scale (LongRoPE, Ding et al.
+ * 2024, as transformers' _compute_longrope_parameters / Phi3RotaryEmbedding compute it): token t
+ * turns by inv_freq (the short factors folded in) when positions[t] < long_from, else by
+ * inv_freq_long (NULL: inv_freq for every position), and both values are scaled by mscale (the
+ * attention factor sqrt(1 + ln(s) / ln(original_max)); 1: none):
+ *   cos_sin[t * head_dim + i] = (float)(cos(a) * mscale), the sin likewise (a in double).
+ * With inv_freq_long NULL and mscale 1 it is rg_op_rope_table, bit for bit. inv_freq and
+ * inv_freq_long (head_dim / 2) f32 backend memory; mscale finite and > 0. */
+rg_status rg_op_rope_table_scaled(rg_backend *be, const int32_t *positions, int n_tokens,
+				  const float *inv_freq, const float *inv_freq_long,
+				  int32_t long_from, float mscale, int head_dim, float *cos_sin);
+
+/* Per-head RMSNorm of Q and K in place (Qwen3's q_norm / k_norm, transformers' Qwen3Attention:
+ * after the projections, before RoPE): in each of n_tokens rows of qkv (act, row stride ld >=
+ * (n_heads + n_kv_heads) head_dim, [Q | K | ...]), every Q head h (columns h * head_dim ..) becomes
+ *   x / sqrt(mean(x^2) + eps) * q_gamma      (statistics in f32),
+ * and every K head (after the n_heads Q heads) the same with k_gamma. q_gamma, k_gamma
+ * (head_dim) f32 backend memory. The V columns are not touched. */
+rg_status rg_op_qk_norm(rg_backend *be, void *qkv, int ld, int n_tokens, int n_heads,
+			int n_kv_heads, int head_dim, const float *q_gamma, const float *k_gamma,
+			float eps);
+
 /* RoPE and the KV write of one decoder layer in one pass (vLLM's rotary + reshape_and_cache,
  * fused): each of n_tokens rows of qkv (act, row stride ld >= (n_heads + 2 n_kv_heads) head_dim,
  * the fused QKV output [Q | K | V], Q of n_heads heads and K, V of n_kv_heads heads of head_dim

@@ -1,6 +1,6 @@
 """CUDA against CPU for ragged's decoder step (issue 19), with no torch in the process so that
 compute-sanitizer can watch it: random-weight tiny GPT-2 / Llama (GQA, both RoPE layouts through
-Llama and GPT-2) / Qwen2 checkpoints from tests/py/make_decoder.py; mixed steps of prefill chunks
+Llama and GPT-2) / Qwen2 / Qwen3 (q/k norm) / Phi-3 (fused projections, LongRoPE) checkpoints from tests/py/make_decoder.py; mixed steps of prefill chunks
 and decode tokens on shuffled KV blocks, contexts long enough to split the KV (flash-decoding
 path) and short ones; the CUDA logits (fp32) must match the CPU backend's within 1e-4 of the
 row's max, fp16 / bf16 within 3e-2 / 8e-2; then one step of many fresh 384-token prompts (the
@@ -29,6 +29,15 @@ SPECS = {
                                 max_pos=2048)),
     "qwen2": ("llama", dict(H=64, heads=2, kv_heads=2, layers=2, inter=64, vocab=83,
                             model_type="qwen2", tie=True, max_pos=2048)),
+    # rg_op_qk_norm on CUDA: head_dim 64 != 128 / 4
+    "qwen3": ("llama", dict(H=128, heads=4, kv_heads=2, layers=2, inter=96, vocab=79,
+                            model_type="qwen3", tie=True, head_dim=64, rope_theta=1000000.0,
+                            max_pos=2048)),
+    # rg_op_rope_table_scaled on CUDA: LongRoPE, positions on both sides of original_max 512
+    "phi3_longrope": ("llama", dict(H=256, heads=8, kv_heads=4, layers=2, inter=96, vocab=73,
+                                    model_type="phi3", max_pos=2048,
+                                    original_max_position_embeddings=512,
+                                    rope_scaling=make_decoder.longrope(32))),
 }
 
 

@@ -8,8 +8,10 @@ SmolLM2-135M's shapes, built with transformers and saved as HF directories, then
   2. greedy tokens: ragged's greedy continuation of each prompt against transformers'
      `generate(do_sample=False)` (fp32 on both sides, TF32 off): identical ids required;
   3. batch invariance on CUDA: each prompt decoded alone gives the same greedy ids as in the batch.
+Kinds (argv[2], comma-separated; default gpt2,llama): gpt2, llama, qwen3_tiny, qwen3 (Qwen3-0.6B's
+widths, 4 layers), phi3_tiny, phi3 (Phi-3-mini-128k's widths with LongRoPE, 4 layers).
 Writes a JSON report (argv[1]) and exits non-zero on a failed check.
-Usage: RAGGED_LIB=build/libragged.so python3 tests/gpu/decoder_hf.py OUT.json"""
+Usage: RAGGED_LIB=build/libragged.so python3 tests/gpu/decoder_hf.py OUT.json [KINDS]"""
 import copy
 import json
 import os
@@ -31,10 +33,48 @@ NEW = 24
 TOL = {"fp32": 1e-4, "fp16": 3e-2, "bf16": 8e-2}
 
 
+def _longrope(half, seed):
+    """Phi-3-128k-like factors: short near 1, long growing with the pair index."""
+    g = np.random.default_rng(seed)
+    return dict(rope_type="longrope",
+                short_factor=(1.0 + 0.5 * g.random(half)).round(4).tolist(),
+                long_factor=(1.0 + np.linspace(0, 30, half) * (0.5 + g.random(half))).round(4)
+                .tolist())
+
+
 def build(kind, d):
     import transformers as tf
     torch.manual_seed(0)
-    if kind == "gpt2":
+    if kind in ("qwen3_tiny", "qwen3"):
+        # qwen3: Qwen3-0.6B's widths (head_dim 128 != 1024 / 16, GQA 16/8, tied, theta 1e6)
+        # with 4 of its 28 layers; qwen3_tiny: the CPU test's shape
+        big = kind == "qwen3"
+        cfg = tf.Qwen3Config(hidden_size=1024 if big else 64,
+                             num_attention_heads=16 if big else 4,
+                             num_key_value_heads=8 if big else 2, head_dim=128 if big else 24,
+                             num_hidden_layers=4 if big else 2,
+                             intermediate_size=3072 if big else 96,
+                             vocab_size=151936 if big else 512, tie_word_embeddings=True,
+                             rope_theta=1000000.0, rms_norm_eps=1e-6,
+                             max_position_embeddings=4096, hidden_act="silu")
+        m = tf.Qwen3ForCausalLM(cfg)
+    elif kind in ("phi3_tiny", "phi3"):
+        # phi3: Phi-3-mini-128k's widths (3072, 32 heads, 8192, vocab 32064, LongRoPE with
+        # original_max 4096 of 131072) with 4 of its 32 layers; phi3_tiny: a small LongRoPE
+        big = kind == "phi3"
+        H, nh = (3072, 32) if big else (64, 4)
+        cfg = tf.Phi3Config(hidden_size=H, num_attention_heads=nh,
+                            num_key_value_heads=nh if big else 2,
+                            num_hidden_layers=4 if big else 2,
+                            intermediate_size=8192 if big else 96,
+                            vocab_size=32064 if big else 512, tie_word_embeddings=False,
+                            rope_theta=10000.0, rms_norm_eps=1e-5, pad_token_id=0,
+                            max_position_embeddings=131072 if big else 4096,
+                            original_max_position_embeddings=4096 if big else 256,
+                            rope_scaling=_longrope(H // nh // 2, 3), sliding_window=None,
+                            hidden_act="silu")
+        m = tf.Phi3ForCausalLM(cfg)
+    elif kind == "gpt2":
         cfg = tf.GPT2Config(n_embd=768, n_head=12, n_layer=12, vocab_size=50257, n_positions=1024)
         m = tf.GPT2LMHeadModel(cfg)
     else:
@@ -128,7 +168,8 @@ def main():
               time.gmtime()), "commit": os.environ.get("RAGGED_COMMIT", "?"), "checks": []}
     ok = True
     rng = np.random.default_rng(1)
-    for kind in ("gpt2", "llama"):
+    kinds = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gpt2", "llama"]
+    for kind in kinds:
         d = tempfile.mkdtemp(prefix=f"dec_{kind}_")
         hf = build(kind, d).cuda()
         hf.generation_config.eos_token_id = None  # greedy runs the full length, as ragged's loop

@@ -67,7 +67,8 @@ if has ref; then
 	timeout 150 python3 tests/gpu/ref_vs_hf.py "$OUT/ref_vs_hf.json"; record "float64 reference vs transformers" $?
 fi
 if has hf; then
-	timeout 300 python3 tests/gpu/decoder_hf.py "$OUT/decoder_hf.json" 2>&1 | grep -v "Writing model"; record "transformers parity" ${PIPESTATUS[0]}
+	# HF_KINDS: decoder_hf.py's kinds (default gpt2,llama; e.g. qwen3_tiny,qwen3,phi3_tiny,phi3)
+	timeout 300 python3 tests/gpu/decoder_hf.py "$OUT/decoder_hf.json" ${HF_KINDS:-} 2>&1 | grep -v "Writing model"; record "transformers parity" ${PIPESTATUS[0]}
 fi
 if has sample && [ -f tests/gpu/sample_cuda.py ]; then
 	timeout 200 python3 tests/gpu/sample_cuda.py 2>&1 | grep -v "PASS$" | tail -20; record "device sampling vs CPU twin" ${PIPESTATUS[0]}

@@ -45,11 +45,15 @@ def gpt2(rng, H, heads, layers, vocab, n_pos, inner=None, prefix="transformer.",
 
 
 def llama(rng, H, heads, kv_heads, layers, inter, vocab, max_pos=512, model_type="llama",
-          tie=False, head_dim=None, rope_theta=10000.0, rope_scaling=None, **extra):
+          tie=False, head_dim=None, rope_theta=10000.0, rope_scaling=None, stored_head=None,
+          **extra):
+    """stored_head: write lm_head.weight (default: when untied); tie True with stored_head True
+    is a checkpoint whose config ties but whose file holds a distinct head."""
     hd = head_dim or H // heads
     qd, kvd = heads * hd, kv_heads * hd
-    cfg = dict(model_type=model_type,
-               architectures=["Qwen2ForCausalLM" if model_type == "qwen2" else "LlamaForCausalLM"],
+    arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+            "phi3": "Phi3ForCausalLM"}.get(model_type, "LlamaForCausalLM")
+    cfg = dict(model_type=model_type, architectures=[arch],
                vocab_size=vocab, hidden_size=H, num_attention_heads=heads,
                num_key_value_heads=kv_heads, num_hidden_layers=layers, intermediate_size=inter,
                max_position_embeddings=max_pos, rms_norm_eps=1e-5, rope_theta=rope_theta,
@@ -59,7 +63,7 @@ def llama(rng, H, heads, kv_heads, layers, inter, vocab, max_pos=512, model_type
         cfg["head_dim"] = head_dim
     w = {"model.embed_tokens.weight": _n(rng, (vocab, H), 1.0),
          "model.norm.weight": 1 + _n(rng, (H,), 0.1)}
-    if not tie:
+    if stored_head if stored_head is not None else not tie:
         w["lm_head.weight"] = _n(rng, (vocab, H), 1.0 / np.sqrt(H))
     for l in range(layers):
         p = f"model.layers.{l}."
@@ -74,11 +78,34 @@ def llama(rng, H, heads, kv_heads, layers, inter, vocab, max_pos=512, model_type
             p + "mlp.up_proj.weight": _n(rng, (inter, H), 1.0 / np.sqrt(H)),
             p + "mlp.down_proj.weight": _n(rng, (H, inter), 0.5 / np.sqrt(inter)),
         })
-        if model_type == "qwen2":
+        if model_type == "qwen2" or extra.get("attention_bias"):
             w.update({p + "self_attn.q_proj.bias": _n(rng, (qd,), 0.2),
                       p + "self_attn.k_proj.bias": _n(rng, (kvd,), 0.2),
                       p + "self_attn.v_proj.bias": _n(rng, (kvd,), 0.2)})
+        if model_type == "qwen3":  # per-head RMSNorm weights of q and k (Qwen3Attention)
+            w.update({p + "self_attn.q_norm.weight": 1 + _n(rng, (hd,), 0.3),
+                      p + "self_attn.k_norm.weight": 1 + _n(rng, (hd,), 0.3)})
+        if model_type == "phi3":  # Phi3Attention.qkv_proj, Phi3MLP.gate_up_proj: fused
+            a = "self_attn."
+            w[p + a + "qkv_proj.weight"] = np.concatenate(
+                [w.pop(p + a + f"{x}_proj.weight") for x in "qkv"])
+            w[p + "mlp.gate_up_proj.weight"] = np.concatenate(
+                [w.pop(p + "mlp.gate_proj.weight"), w.pop(p + "mlp.up_proj.weight")])
+    if model_type == "qwen3":
+        cfg["head_dim"] = hd
+    if model_type == "phi3":  # Phi3Config's pad_token_id 32000 is outside a tiny vocabulary
+        cfg.setdefault("pad_token_id", 0)
     return cfg, w, dict(w)
+
+
+def longrope(hd, seed=0):
+    """A Phi-3-128k-style rope_scaling (type "longrope"): per-pair short factors near 1, long
+    factors growing with the pair index, as Phi-3-mini-128k's."""
+    rng = np.random.default_rng(seed)
+    half = hd // 2
+    short = (1.0 + 0.5 * rng.random(half)).round(4).tolist()
+    long = (1.0 + np.linspace(0, 30, half) * (0.5 + rng.random(half))).round(4).tolist()
+    return dict(type="longrope", short_factor=short, long_factor=long)
 
 
 def make(out_dir, family, seed=0, **spec):

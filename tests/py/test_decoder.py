@@ -44,6 +44,25 @@ MODELS = {
                                      head_dim=16)),
     "qwen2_bias_tied": ("llama", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=83,
                                       model_type="qwen2", tie=True, rope_theta=1000000.0)),
+    # tie_word_embeddings true but a distinct lm_head.weight in the file (issue 27 item 7): the
+    # file's head serves, as transformers 5 loads it
+    "llama_tied_stored_head": ("llama", dict(H=32, heads=4, kv_heads=2, layers=2, inter=48,
+                                             vocab=71, tie=True, stored_head=True)),
+    # Qwen3: per-head q/k RMSNorm, head_dim 24 != hidden / heads, tied, rope_theta 1e6
+    "qwen3_qk_norm": ("llama", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=79,
+                                    model_type="qwen3", tie=True, head_dim=24,
+                                    rope_theta=1000000.0)),
+    # Phi-3-mini-4k-like: fused qkv_proj / gate_up_proj, no rope_scaling, a sliding window
+    # shorter than max_position_embeddings (the served context)
+    "phi3_4k": ("llama", dict(H=64, heads=4, kv_heads=4, layers=2, inter=96, vocab=73,
+                              model_type="phi3", max_pos=256, sliding_window=200,
+                              original_max_position_embeddings=256)),
+    # Phi-3-128k-like LongRoPE: short factors (every position here < original_max 64) and the
+    # attention factor sqrt(1 + ln(512 / 64) / ln 64); GQA
+    "phi3_longrope": ("llama", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=73,
+                                    model_type="phi3", max_pos=512,
+                                    original_max_position_embeddings=64,
+                                    rope_scaling=make_decoder.longrope(16))),
     "smollm2_width": ("llama", dict(H=576, heads=9, kv_heads=3, layers=2, inter=1536,
                                     vocab=640, tie=True, rope_theta=100000.0, max_pos=2048)),
 }
@@ -143,6 +162,7 @@ def test_prefill_every_position(loaded, name):
     s = Seq(ids, shuffled_free(96, 2))
     got = run_step(m, [(s, len(ids))])
     assert_close(got, ref, f"{name} prefill of 37")
+    assert list(got.argmax(1)) == list(ref.argmax(1)), f"{name}: greedy ids"
     # non-contiguous blocks were used
     assert s.blocks != sorted(s.blocks)
 
@@ -302,6 +322,39 @@ def test_info_and_kv_info(loaded):
     assert g.info().num_key_value_heads == 4 and g.info().tie_word_embeddings
 
 
+def test_tied_config_with_stored_head_uses_the_file_head(loaded, tmp_path):
+    """tie_word_embeddings true and a distinct lm_head.weight (issue 27 item 7): ragged runs the
+    file's head (the reference's rows, which use it), reports the head as untied, and its greedy
+    ids are the file head's -- which here differ from the embedding head's from the first token.
+    A stored head equal to the embedding is shared (reported tied)."""
+    m, cfg, w = loaded("llama_tied_stored_head")
+    assert not m.info().tie_word_embeddings
+    ids = np.random.default_rng(15).integers(0, cfg["vocab_size"], 13)
+    ref = ref_decoder.forward(cfg, w, ids)
+    got = run_step(m, [(Seq(ids, shuffled_free(96, 16)), len(ids))])
+    assert_close(got, ref, "tied config, stored head")
+    assert list(got.argmax(1)) == list(ref.argmax(1))
+    emb_head = dict(w)
+    del emb_head["lm_head.weight"]
+    ref_emb = ref_decoder.forward(cfg, emb_head, ids)
+    assert ref_emb.argmax(1)[0] != ref.argmax(1)[0]
+    # the same checkpoint with lm_head.weight = embed_tokens.weight: one table, tied
+    d = str(tmp_path / "same")
+    c2, w2 = make_decoder.make(d, "llama", seed=3, H=32, heads=4, kv_heads=2, layers=1, inter=48,
+                               vocab=71, tie=True, stored_head=True)
+    from safetensors.numpy import save_file
+    w2["lm_head.weight"] = w2["model.embed_tokens.weight"].copy()
+    save_file(w2, os.path.join(d, "model.safetensors"))
+    m2 = Model(d, max_batch_tokens=64)
+    try:
+        assert m2.info().tie_word_embeddings
+        m2.kv_init(BS, 16)
+        got = run_step(m2, [(Seq(ids, shuffled_free(16, 17)), len(ids))])
+        assert_close(got, ref_decoder.forward(c2, w2, ids), "stored head equal to the table")
+    finally:
+        m2.close()
+
+
 def test_kv_sizing(models):
     d = models["gpt2_tiny"][0]
     m = Model(d, max_batch_tokens=64)
@@ -416,6 +469,9 @@ def _edit_config(src_dir, dst, **changes):
     ("llama_gqa_untied", dict(hidden_act="gelu"), ["hidden_act", "gelu"]),
     ("gpt2_tiny", dict(activation_function="swish"), ["activation_function", "swish"]),
     ("llama_gqa_untied", dict(mlp_bias=True), ["mlp_bias"]),
+    ("qwen3_qk_norm", dict(use_sliding_window=True, sliding_window=64), ["use_sliding_window"]),
+    ("phi3_4k", dict(partial_rotary_factor=0.75), ["partial_rotary_factor"]),
+    ("phi3_4k", dict(rope_scaling=dict(type="yarn", factor=4.0)), ["rope_scaling", "yarn"]),
 ])
 def test_refused_configs(models, tmp_path, base, changes, words):
     d = _edit_config(models[base][0], tmp_path / "m", **changes)
@@ -424,6 +480,13 @@ def test_refused_configs(models, tmp_path, base, changes, words):
     assert e.value.status == "RG_ERR_UNSUPPORTED", e.value
     for wd in words:
         assert wd in e.value.message, (wd, e.value.message)
+
+
+def test_phi3_window_limits_the_context(loaded):
+    """Phi-3's sliding_window (200 < max_position_embeddings 256) is not computed: the served
+    context is the window, within which it masks nothing."""
+    m, cfg, _ = loaded("phi3_4k")
+    assert m.info().max_seq_len == 200 and m.info().max_position_embeddings == 200
 
 
 def test_mistral_without_window_runs(models, tmp_path):

@@ -216,6 +216,11 @@ def test_refused_gguf(tmp_path):
 
 # ---- tiny HF checkpoints converted to GGUF as llama.cpp's converter does ---------------------
 
+def make_decoder_longrope(hd):
+    import make_decoder
+    return make_decoder.longrope(hd)
+
+
 def _permute(w, n_head):
     """llama.cpp convert_hf_to_gguf.py LlamaModel.permute: rotate_half pairs -> adjacent pairs."""
     return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
@@ -223,9 +228,33 @@ def _permute(w, n_head):
 
 
 def _hf_to_gguf(path, cfg, w):
-    arch = "qwen2" if cfg["model_type"] == "qwen2" else "llama"
+    """As llama.cpp's convert_hf_to_gguf.py writes LlamaModel / Qwen2Model / Qwen3Model /
+    Phi3MiniModel: names, q/k permutation for llama only, Phi-3's LongRoPE factors as tensors
+    rope_factors_{short,long}.weight with rope.scaling.original_context_length and
+    rope.scaling.attn_factor (its set_gguf_parameters / generate_extra_tensors)."""
+    import math
+    mt = cfg["model_type"]
+    arch = mt if mt in ("qwen2", "qwen3", "phi3") else "llama"
     H, heads, kvh = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim", H // heads)
     wr = gguf.GGUFWriter(str(path), arch)
+    if "head_dim" in cfg:
+        wr.add_key_length(hd)
+        wr.add_value_length(hd)
+    if arch == "phi3":
+        mp, orig = cfg["max_position_embeddings"], cfg.get("original_max_position_embeddings",
+                                                            cfg["max_position_embeddings"])
+        wr.add_rope_dimension_count(hd)
+        wr.add_rope_scaling_orig_ctx_len(orig)
+        wr.add_sliding_window(cfg.get("sliding_window") or 0)
+        rs = cfg.get("rope_scaling")
+        if rs:
+            scale = mp / orig
+            wr.add_rope_scaling_attn_factors(
+                math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
+            wr.add_tensor("rope_factors_long.weight", np.asarray(rs["long_factor"], np.float32))
+            wr.add_tensor("rope_factors_short.weight",
+                          np.asarray(rs["short_factor"], np.float32))
     wr.add_block_count(cfg["num_hidden_layers"])
     wr.add_context_length(cfg["max_position_embeddings"])
     wr.add_embedding_length(H)
@@ -241,7 +270,9 @@ def _hf_to_gguf(path, cfg, w):
     names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
              "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+             "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
     for k, v in w.items():
         v = np.asarray(v, np.float32)
         if k == "model.embed_tokens.weight":
@@ -273,6 +304,18 @@ def _hf_to_gguf(path, cfg, w):
                            tie=True, rope_theta=100000.0)),
     ("qwen2_bias", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=83,
                         model_type="qwen2", tie=True, rope_theta=1000000.0)),
+    # tied in config.json but a distinct head stored: output.weight present, so it serves
+    ("qwen2_tied_stored_head", dict(H=32, heads=4, kv_heads=2, layers=1, inter=48, vocab=71,
+                                    model_type="qwen2", tie=True, stored_head=True)),
+    # Qwen3: attn_q_norm / attn_k_norm, key_length 24 != 64 / 4, tied (no output.weight)
+    ("qwen3_qk_norm", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=79,
+                           model_type="qwen3", tie=True, head_dim=24, rope_theta=1000000.0)),
+    # Phi-3: attn_qkv and ffn_up (gate and up) fused; LongRoPE factors as tensors
+    ("phi3_4k", dict(H=64, heads=4, kv_heads=4, layers=2, inter=96, vocab=73, model_type="phi3",
+                     max_pos=256, original_max_position_embeddings=256)),
+    ("phi3_longrope", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=73,
+                           model_type="phi3", max_pos=512, original_max_position_embeddings=64,
+                           rope_scaling=make_decoder_longrope(16))),
 ])
 def test_converted_gguf_equals_hf_reference(tmp_path, name, spec):
     """A random HF checkpoint written as GGUF the way llama.cpp converts it (q/k rows permuted
@@ -288,7 +331,7 @@ def test_converted_gguf_equals_hf_reference(tmp_path, name, spec):
     try:
         i = m.info()
         assert (i.model_type.decode(), i.num_key_value_heads, bool(i.tie_word_embeddings)) == \
-            (cfg["model_type"], cfg["num_key_value_heads"], cfg["tie_word_embeddings"])
+            (cfg["model_type"], cfg["num_key_value_heads"], "lm_head.weight" not in w)
         m.kv_init(8, 8)
         got = m.step(ids, list(range(len(ids))), [0, len(ids)], [len(ids)],
                      np.arange(8, dtype=np.int32)[None, :], list(range(len(ids))),
@@ -297,3 +340,4 @@ def test_converted_gguf_equals_hf_reference(tmp_path, name, spec):
         m.close()
     err = np.abs(got - ref).max() / np.abs(ref).max()
     assert err <= 1e-5, err
+    assert list(got.argmax(1)) == list(ref.argmax(1)), "greedy ids"

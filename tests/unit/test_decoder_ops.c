@@ -1,5 +1,6 @@
 /* The decoder ops of src/ops/ops.h (add_norm, rope, rope_table, rope_kv_write, silu_mul,
- * kv_write, paged_attention, copy_blocks) on the CPU backend, through their rg_op_* entry points,
+ * kv_write, paged_attention, copy_blocks, and LongRoPE's rope_table_scaled and Qwen3's qk_norm)
+ * on the CPU backend, through their rg_op_* entry points,
  * against naive double-precision loops written here (rope_table and rope_kv_write: against the
  * ops they replace, bit for bit): ragged mixed batches (prefill chunks and decode tokens),
  * grouped-query heads, shuffled block tables, both RoPE pair layouts. Outputs carry guard values
@@ -225,6 +226,100 @@ static void test_rope_table(void **state)
 		assert_int_equal(rg_op_rope_table(be, pos, 2, inv, 7, tab), RG_ERR_INVALID_INPUT);
 		assert_int_equal(rg_op_rope_table(be, pos, -1, inv, 8, tab), RG_ERR_INVALID_INPUT);
 		assert_int_equal(rg_op_rope_table(be, pos, 2, inv, 8, NULL), RG_ERR_INVALID_INPUT);
+	}
+	rg_backend_free(be);
+}
+
+/* rg_op_rope_table_scaled (LongRoPE): positions below long_from turn by inv, the others by
+ * inv_long, and both values are (float)(cos / sin (a) * mscale) of the angle in double; with no
+ * long set and mscale 1 it is rg_op_rope_table bit for bit. */
+static void test_rope_table_scaled(void **state)
+{
+	const int hd = 16, half = 8, n = 6;
+	const int32_t pos[6] = {0, 1, 63, 64, 65, 4000};
+	float inv[8], inv_l[8], *tab = out_buf((size_t)n * hd), *ref = out_buf((size_t)n * hd);
+	const float ms = 1.19f;
+	rg_backend *be = cpu();
+
+	(void)state;
+	for (int i = 0; i < half; i++) {
+		inv[i] = (float)(1.0 / pow(10000.0, 2.0 * i / hd) / (1.0 + 0.1 * i));
+		inv_l[i] = inv[i] / (float)(1 + 3 * i);
+	}
+	assert_int_equal(rg_op_rope_table_scaled(be, pos, n, inv, inv_l, 64, ms, hd, tab), RG_OK);
+	for (int t = 0; t < n; t++)
+		for (int i = 0; i < half; i++) {
+			const double a = (double)pos[t] * (double)(pos[t] < 64 ? inv[i] : inv_l[i]);
+
+			if (tab[(size_t)t * hd + i] != (float)(cos(a) * (double)ms) ||
+			    tab[(size_t)t * hd + half + i] != (float)(sin(a) * (double)ms))
+				fail_msg("rope_table_scaled token %d pair %d", t, i);
+		}
+	for (int i = 0; i < GUARD; i++)
+		assert_true(tab[(size_t)n * hd + i] == SENTINEL);
+	assert_int_equal(rg_op_rope_table_scaled(be, pos, n, inv, NULL, 0, 1.f, hd, tab), RG_OK);
+	assert_int_equal(rg_op_rope_table(be, pos, n, inv, hd, ref), RG_OK);
+	assert_memory_equal(tab, ref, (size_t)n * hd * sizeof(float));
+	assert_int_equal(rg_op_rope_table_scaled(be, pos, n, inv, inv_l, 64, 0.f, hd, tab),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_op_rope_table_scaled(be, pos, n, inv, inv_l, 64, NAN, hd, tab),
+			 RG_ERR_INVALID_INPUT);
+	free(tab), free(ref);
+	rg_backend_free(be);
+}
+
+/* rg_op_qk_norm (Qwen3's q_norm / k_norm) against a double loop: every Q head by q_gamma, every
+ * K head by k_gamma, V and the padding columns untouched; ragged token counts and GQA shapes. */
+static void test_qk_norm(void **state)
+{
+	const int shapes[][4] = {{4, 2, 16, 0}, {2, 1, 128, 3}, {3, 3, 8, 1}}; /* NH KVH HD pad */
+	rg_backend *be = cpu();
+
+	(void)state;
+	for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
+		const int NH = shapes[k][0], KVH = shapes[k][1], HD = shapes[k][2];
+		const int ld = (NH + 2 * KVH) * HD + shapes[k][3];
+		const float eps = 1e-6f;
+
+		for (int n = 1; n <= 7; n += 6) {
+			float *x = rand_buf((size_t)n * ld, 3.f), *x0 = malloc((size_t)n * ld * 4);
+			float *gq = rand_buf((size_t)HD, 1.f), *gk = rand_buf((size_t)HD, 1.f);
+
+			assert_non_null(x0);
+			memcpy(x0, x, (size_t)n * ld * sizeof(float));
+			assert_int_equal(rg_op_qk_norm(be, x, ld, n, NH, KVH, HD, gq, gk, eps), RG_OK);
+			for (int t = 0; t < n; t++)
+				for (int h = 0; h < NH + 2 * KVH; h++) {
+					const float *a = x0 + (size_t)t * ld + (size_t)h * HD;
+					const float *b = x + (size_t)t * ld + (size_t)h * HD;
+					const float *g = h < NH ? gq : gk;
+					double ss = 0;
+
+					for (int i = 0; i < HD; i++)
+						ss += (double)a[i] * a[i];
+					for (int i = 0; i < HD; i++) {
+						const double want = h < NH + KVH
+							? a[i] / sqrt(ss / HD + eps) * g[i] : a[i];
+
+						if (!(fabs(b[i] - want) <= 1e-5 + 1e-5 * fabs(want)))
+							fail_msg("qk_norm NH %d HD %d t %d h %d i %d: "
+								 "%.9g vs %.9g", NH, HD, t, h, i,
+								 b[i], want);
+					}
+				}
+			for (int t = 0; t < n; t++) /* the padding past V */
+				for (int i = (NH + 2 * KVH) * HD; i < ld; i++)
+					assert_true(x[(size_t)t * ld + i] == x0[(size_t)t * ld + i]);
+			free(x), free(x0), free(gq), free(gk);
+		}
+	}
+	{
+		float x[64], g[8];
+
+		assert_int_equal(rg_op_qk_norm(be, x, 8, 1, 1, 1, 8, g, g, 1e-6f),
+				 RG_ERR_INVALID_INPUT); /* ld < (NH + KVH) HD */
+		assert_int_equal(rg_op_qk_norm(be, x, 24, 1, 1, 1, 8, NULL, g, 1e-6f),
+				 RG_ERR_INVALID_INPUT);
 	}
 	rg_backend_free(be);
 }
@@ -534,6 +629,8 @@ int main(void)
 		cmocka_unit_test(test_add_norm),
 		cmocka_unit_test(test_rope_both_layouts),
 		cmocka_unit_test(test_rope_table),
+		cmocka_unit_test(test_rope_table_scaled),
+		cmocka_unit_test(test_qk_norm),
 		cmocka_unit_test(test_rope_kv_write),
 		cmocka_unit_test(test_silu_mul),
 		cmocka_unit_test(test_paged_attention_mixed),

@@ -207,10 +207,22 @@ static rg_status cpu_rope(rg_backend_ctx *c, rg_dtype dt, void *x, int ld, int n
 }
 
 static rg_status cpu_rope_table(rg_backend_ctx *c, const int32_t *positions, int n_tokens,
-				const float *inv_freq, int head_dim, float *cos_sin)
+				const float *inv_freq, const float *inv_freq_long,
+				int32_t long_from, float mscale, int head_dim, float *cos_sin)
 {
 	(void)c;
-	return rg_cpu_rope_table(positions, n_tokens, inv_freq, head_dim, cos_sin);
+	return rg_cpu_rope_table_scaled(positions, n_tokens, inv_freq, inv_freq_long, long_from,
+					mscale, head_dim, cos_sin);
+}
+
+static rg_status cpu_qk_norm(rg_backend_ctx *c, rg_dtype dt, void *qkv, int ld, int n_tokens,
+			     int n_heads, int n_kv_heads, int head_dim, const float *q_gamma,
+			     const float *k_gamma, float eps)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_qk_norm(qkv, ld, n_tokens, n_heads, n_kv_heads, head_dim, q_gamma, k_gamma,
+			      eps);
 }
 
 static rg_status cpu_rope_kv_write(rg_backend_ctx *c, rg_dtype dt, void *qkv, int ld,
@@ -333,6 +345,7 @@ const rg_backend_ops rg_cpu_backend_ops = {
 	.add_norm = cpu_add_norm,
 	.rope = cpu_rope,
 	.rope_table = cpu_rope_table,
+	.qk_norm = cpu_qk_norm,
 	.rope_kv_write = cpu_rope_kv_write,
 	.silu_mul = cpu_silu_mul,
 	.kv_write = cpu_kv_write,

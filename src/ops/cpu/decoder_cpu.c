@@ -139,7 +139,9 @@ rg_status rg_cpu_rope(float *x, int ld, int n_tokens, int n_heads, int head_dim,
 struct rope_table_job {
 	const int32_t *positions;
 	int n_tokens, head_dim, rows;
-	const float *inv_freq;
+	const float *inv_freq, *inv_freq_long;
+	int32_t long_from;
+	double mscale;
 	float *cos_sin;
 };
 
@@ -147,25 +149,83 @@ static void rope_table_task(void *ctx, int task, int thread)
 {
 	const struct rope_table_job *j = ctx;
 	const int t1 = (task + 1) * j->rows < j->n_tokens ? (task + 1) * j->rows : j->n_tokens;
+	const int half = j->head_dim / 2;
 
 	(void)thread;
 	for (int t = task * j->rows; t < t1; t++) {
+		const int32_t pos = j->positions[t];
+		const float *inv = j->inv_freq_long && pos >= j->long_from ? j->inv_freq_long
+									   : j->inv_freq;
 		float *cs = j->cos_sin + (size_t)t * j->head_dim;
 
-		rope_angles(j->positions[t], j->inv_freq, j->head_dim / 2, cs, cs + j->head_dim / 2);
+		if (j->mscale == 1.0) {
+			rope_angles(pos, inv, half, cs, cs + half);
+			continue;
+		}
+		for (int i = 0; i < half; i++) { /* rope_angles, scaled before the rounding */
+			const double a = (double)pos * (double)inv[i];
+
+			cs[i] = (float)(cos(a) * j->mscale);
+			cs[half + i] = (float)(sin(a) * j->mscale);
+		}
 	}
+}
+
+rg_status rg_cpu_rope_table_scaled(const int32_t *positions, int n_tokens, const float *inv_freq,
+				   const float *inv_freq_long, int32_t long_from, float mscale,
+				   int head_dim, float *cos_sin)
+{
+	/* about 1K angles (a cos and a sin in double each) a task */
+	struct rope_table_job j = {positions, n_tokens, head_dim, rows_per(n_tokens, 8 * head_dim),
+				   inv_freq, inv_freq_long, long_from, (double)mscale, cos_sin};
+
+	if (n_tokens > 0)
+		rg_threadpool_run(rg_threadpool_global(), (n_tokens + j.rows - 1) / j.rows,
+				  rope_table_task, &j);
+	return RG_OK;
 }
 
 rg_status rg_cpu_rope_table(const int32_t *positions, int n_tokens, const float *inv_freq,
 			    int head_dim, float *cos_sin)
 {
-	/* about 1K angles (a cos and a sin in double each) a task */
-	struct rope_table_job j = {positions, n_tokens, head_dim, rows_per(n_tokens, 8 * head_dim),
-				   inv_freq, cos_sin};
+	return rg_cpu_rope_table_scaled(positions, n_tokens, inv_freq, NULL, INT32_MAX, 1.f,
+					head_dim, cos_sin);
+}
+
+struct qk_norm_job {
+	float *qkv;
+	int ld, n_heads, n_kv_heads, head_dim;
+	const float *q_gamma, *k_gamma;
+	float eps;
+};
+
+/* Token t's Q heads by q_gamma, then its K heads by k_gamma: sum of squares in f32 in column
+ * order, x * (1 / sqrt(mean + eps)) * gamma, as add_norm's RMS rows. */
+static void qk_norm_task(void *ctx, int t, int thread)
+{
+	const struct qk_norm_job *j = ctx;
+	float *row = j->qkv + (size_t)t * j->ld;
+
+	(void)thread;
+	for (int h = 0; h < j->n_heads + j->n_kv_heads; h++) {
+		float *v = row + (size_t)h * j->head_dim, ss = 0.f;
+		const float *g = h < j->n_heads ? j->q_gamma : j->k_gamma;
+
+		for (int i = 0; i < j->head_dim; i++)
+			ss += v[i] * v[i];
+		const float rstd = 1.f / sqrtf(ss / (float)j->head_dim + j->eps);
+		for (int i = 0; i < j->head_dim; i++)
+			v[i] = v[i] * rstd * g[i];
+	}
+}
+
+rg_status rg_cpu_qk_norm(float *qkv, int ld, int n_tokens, int n_heads, int n_kv_heads,
+			 int head_dim, const float *q_gamma, const float *k_gamma, float eps)
+{
+	struct qk_norm_job j = {qkv, ld, n_heads, n_kv_heads, head_dim, q_gamma, k_gamma, eps};
 
 	if (n_tokens > 0)
-		rg_threadpool_run(rg_threadpool_global(), (n_tokens + j.rows - 1) / j.rows,
-				  rope_table_task, &j);
+		rg_threadpool_run(rg_threadpool_global(), n_tokens, qk_norm_task, &j);
 	return RG_OK;
 }
 

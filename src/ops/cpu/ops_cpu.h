@@ -43,6 +43,11 @@ rg_status rg_cpu_rope(float *x, int ld, int n_tokens, int n_heads, int head_dim,
 		      const int32_t *positions, const float *inv_freq, bool interleaved);
 rg_status rg_cpu_rope_table(const int32_t *positions, int n_tokens, const float *inv_freq,
 			    int head_dim, float *cos_sin);
+rg_status rg_cpu_rope_table_scaled(const int32_t *positions, int n_tokens, const float *inv_freq,
+				   const float *inv_freq_long, int32_t long_from, float mscale,
+				   int head_dim, float *cos_sin);
+rg_status rg_cpu_qk_norm(float *qkv, int ld, int n_tokens, int n_heads, int n_kv_heads,
+			 int head_dim, const float *q_gamma, const float *k_gamma, float eps);
 rg_status rg_cpu_rope_kv_write(float *qkv, int ld, int n_tokens, int n_heads, int n_kv_heads,
 			       int head_dim, const float *cos_sin, bool interleaved,
 			       const int32_t *slots, float *k_cache, float *v_cache,

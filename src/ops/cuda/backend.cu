@@ -457,6 +457,7 @@ static rg_backend_ops make_cuda_ops(void)
 	t.add_norm = rg_cuda_add_norm;
 	t.rope = rg_cuda_rope;
 	t.rope_table = rg_cuda_rope_table;
+	t.qk_norm = rg_cuda_qk_norm;
 	t.rope_kv_write = rg_cuda_rope_kv_write;
 	t.silu_mul = rg_cuda_silu_mul;
 	t.kv_write = rg_cuda_kv_write;

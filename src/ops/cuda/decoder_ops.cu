@@ -196,8 +196,9 @@ extern "C" rg_status rg_cuda_rope(rg_cuda_ctx *c, rg_dtype dt, void *x, int ld, 
  * per-layer RoPE used to pay this double sincos on every head of every layer (43 us a call for
  * a 32 x 512-token SmolLM2 prefill on an H100, 5x its bandwidth time). */
 __global__ void rope_table_kernel(const int32_t *__restrict__ positions, int n_tokens,
-				  const float *__restrict__ inv_freq, int half,
-				  float *__restrict__ cos_sin)
+				  const float *__restrict__ inv_freq,
+				  const float *__restrict__ inv_freq_long, int32_t long_from,
+				  double mscale, int half, float *__restrict__ cos_sin)
 {
 	const int k = blockIdx.x * blockDim.x + threadIdx.x;
 
@@ -205,14 +206,20 @@ __global__ void rope_table_kernel(const int32_t *__restrict__ positions, int n_t
 	if (k >= n_tokens * half)
 		return;
 	const int t = k / half, i = k - t * half;
+	const int32_t pos = positions[t];
+	const float *inv = inv_freq_long && pos >= long_from ? inv_freq_long : inv_freq;
 	double sd, cd;
-	sincos((double)positions[t] * (double)inv_freq[i], &sd, &cd);
-	cos_sin[(size_t)t * 2 * half + i] = (float)cd;
-	cos_sin[(size_t)t * 2 * half + half + i] = (float)sd;
+	sincos((double)pos * (double)inv[i], &sd, &cd);
+	cos_sin[(size_t)t * 2 * half + i] = (float)(cd * mscale);
+	cos_sin[(size_t)t * 2 * half + half + i] = (float)(sd * mscale);
 }
 
+/* LongRoPE's table (ops.h rg_op_rope_table_scaled): rope_table_kernel with a second frequency
+ * set from position long_from on and the attention factor mscale, in double as the CPU twin. */
 extern "C" rg_status rg_cuda_rope_table(rg_cuda_ctx *c, const int32_t *positions, int n_tokens,
-					const float *inv_freq, int head_dim, float *cos_sin)
+					const float *inv_freq, const float *inv_freq_long,
+					int32_t long_from, float mscale, int head_dim,
+					float *cos_sin)
 {
 	rg_status st;
 	const int half = head_dim / 2;
@@ -226,8 +233,59 @@ extern "C" rg_status rg_cuda_rope_table(rg_cuda_ctx *c, const int32_t *positions
 	if ((st = rg_cuda_enter(c)) != RG_OK)
 		return st;
 	cudaError_t e = rg_launch(c, rope_table_kernel, dim3((unsigned)((total + 255) / 256)),
-				  dim3(256), 0, positions, n_tokens, inv_freq, half, cos_sin);
+				  dim3(256), 0, positions, n_tokens, inv_freq, inv_freq_long,
+				  long_from, (double)mscale, half, cos_sin);
 	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "rope_table_kernel launch");
+}
+
+/* Per-head RMSNorm of Q and K in place (ops.h rg_op_qk_norm; Qwen3): one CTA per token, one warp
+ * per head at a time (heads of 64-256 columns: 2-8 values a lane), sum of squares in f32 by a
+ * warp reduction, x * rstd * gamma stored in the compute dtype. Memory-bound: one read and one
+ * write of the Q and K columns (a Qwen3-0.6B token: 24 heads x 128 x 2 bytes x 2). */
+template <typename T>
+__global__ void __launch_bounds__(DEC_THREADS)
+qk_norm_kernel(T *__restrict__ qkv, int ld, int n_heads, int n_kv_heads, int head_dim,
+	       const float *__restrict__ q_gamma, const float *__restrict__ k_gamma, float eps)
+{
+	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = DEC_THREADS / 32;
+	T *row = qkv + (size_t)blockIdx.x * ld;
+
+	rg_pdl_wait();
+	for (int h = warp; h < n_heads + n_kv_heads; h += n_warps) {
+		T *v = row + (size_t)h * head_dim;
+		const float *g = h < n_heads ? q_gamma : k_gamma;
+		float ss = 0.f;
+
+		for (int i = lane; i < head_dim; i += 32) {
+			const float x = rg_to_f(v[i]);
+			ss += x * x;
+		}
+		ss = rg_warp_sum(ss);
+		const float rstd = rsqrtf(ss / (float)head_dim + eps);
+		for (int i = lane; i < head_dim; i += 32)
+			v[i] = rg_from_f<T>(rg_to_f(v[i]) * rstd * g[i]);
+	}
+}
+
+extern "C" rg_status rg_cuda_qk_norm(rg_cuda_ctx *c, rg_dtype dt, void *qkv, int ld, int n_tokens,
+				     int n_heads, int n_kv_heads, int head_dim,
+				     const float *q_gamma, const float *k_gamma, float eps)
+{
+	rg_status st;
+	cudaError_t e;
+
+	if (!rg_cuda_dt_valid(dt))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "qk_norm: unknown dtype %d", (int)dt);
+	if (n_tokens == 0)
+		return RG_OK;
+	if ((st = rg_cuda_enter(c)) != RG_OK)
+		return st;
+#define LAUNCH(T)                                                                                \
+	rg_launch(c, qk_norm_kernel<T>, dim3(n_tokens), dim3(DEC_THREADS), 0, (T *)qkv, ld,        \
+		  n_heads, n_kv_heads, head_dim, q_gamma, k_gamma, eps)
+	e = RG_CUDA_DISPATCH_DT(dt, LAUNCH);
+#undef LAUNCH
+	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "qk_norm_kernel launch");
 }
 
 /* RoPE + KV write, one CTA per token: first the (head, P pairs) groups of its n_heads +

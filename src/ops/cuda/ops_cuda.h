@@ -75,7 +75,11 @@ rg_status rg_cuda_rope(rg_cuda_ctx *c, rg_dtype dt, void *x, int ld, int n_token
 		       int head_dim, const int32_t *positions, const float *inv_freq,
 		       bool interleaved);
 rg_status rg_cuda_rope_table(rg_cuda_ctx *c, const int32_t *positions, int n_tokens,
-			     const float *inv_freq, int head_dim, float *cos_sin);
+			     const float *inv_freq, const float *inv_freq_long, int32_t long_from,
+			     float mscale, int head_dim, float *cos_sin);
+rg_status rg_cuda_qk_norm(rg_cuda_ctx *c, rg_dtype dt, void *qkv, int ld, int n_tokens,
+			  int n_heads, int n_kv_heads, int head_dim, const float *q_gamma,
+			  const float *k_gamma, float eps);
 rg_status rg_cuda_rope_kv_write(rg_cuda_ctx *c, rg_dtype dt, void *qkv, int ld, int n_tokens,
 				int n_heads, int n_kv_heads, int head_dim, const float *cos_sin,
 				bool interleaved, const int32_t *slots, void *k_cache,

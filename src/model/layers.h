@@ -1,0 +1,142 @@
+/* Shared layer builders of the decoder architectures (layers.c): the weight loaders and op
+ * sequences that gpt2.c, llama.c, qwen3.c and phi3.c have in common, so that a new decoder family
+ * is its hooks plus calls to these (llama.cpp's llm_graph_context::build_norm / build_attn /
+ * build_ffn; llm.c's ten calls per layer).
+ *
+ * Loaders read Hugging Face names through a tensor source (tsrc.h: safetensors or GGUF), check
+ * shapes, convert to the compute dtype and upload (backend memory owned by the architecture's
+ * weights, freed with rg_backend_dealloc). Errors name the tensor. */
+#ifndef RG_MODEL_LAYERS_H
+#define RG_MODEL_LAYERS_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+/* The token embedding table and the LM head (transformers' tie_weights / _tied_weights_keys as
+ * transformers 5 loads them): embed (vocab, H) from embed_name under prefixes; the head from
+ * head_name under head_prefixes when the file holds it -- whatever tie_word_embeddings says
+ * (a checkpoint with tie true and a distinct lm_head.weight runs with the file's head, as
+ * transformers 5 loads it; GGUF: output.weight present), shared with the embedding when tied and
+ * absent, or when its values equal the embedding's bit for bit (no second copy). Untied and
+ * absent: RG_ERR_FORMAT naming the head. Sets *embed_d (act, unprepared: the gather reads it),
+ * *head_d (act, prepared for the GEMM, or NULL when shared), m->dec.lm_head, and
+ * m->dec.cfg.tie_word_embeddings to whether the head is the embedding (what rg_model_info
+ * reports). */
+rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
+				   const char *embed_name, const char *const *head_prefixes,
+				   const char *head_name, void **embed_d, void **head_d);
+
+/* Rows of k tensors names[i] (d0[i], d1) stacked into one (sum d0, d1) weight (d1 < 0: 1-D
+ * vectors of d0[i]), uploaded in the compute dtype; prepare: also rg_op_prepare_weight (a GEMM
+ * weight). k = 1 loads one tensor. */
+rg_status rg_layer_load_stacked(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
+				const char *const names[], const int64_t d0[], int k, int64_t d1,
+				bool prepare, void **dst);
+/* One GEMM weight name (d0, d1), uploaded in the compute dtype and prepared. */
+rg_status rg_layer_load_linear(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
+			       const char *name, int64_t d0, int64_t d1, void **dst);
+/* One vector name (n) as f32 (a norm's gamma / beta) or in the compute dtype (act: a bias). */
+rg_status rg_layer_load_vec(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
+			    const char *name, int64_t n, bool act, void **dst);
+
+/* ---- the Llama-shaped decoder block (RMSNorm, RoPE attention, SwiGLU): llama.c, qwen3.c,
+ * phi3.c ---- */
+
+/* One layer's attention weights. */
+typedef struct rg_attn_w {
+	void *qkv_w;   /* (qd + 2 kvd, H) act: rows [Wq; Wk; Wv], qd = heads * hd, kvd = kv_heads hd */
+	void *qkv_b;   /* (qd + 2 kvd) act, or NULL (Qwen2, attention_bias) */
+	float *q_norm; /* (hd) f32, or NULL: per-head RMSNorm of q before RoPE (Qwen3) */
+	float *k_norm; /* (hd) f32, or NULL: the same for k */
+	void *o_w;     /* (H, qd) act */
+} rg_attn_w;
+
+/* One layer's SwiGLU MLP. */
+typedef struct rg_swiglu_w {
+	void *gate_up_w; /* (2 I, H) act: rows [Wgate; Wup] */
+	void *down_w;    /* (H, I) act */
+} rg_swiglu_w;
+
+/* The model's RoPE frequencies (backend memory, f32). */
+typedef struct rg_rope_w {
+	float *inv_freq;      /* (hd / 2) */
+	float *inv_freq_long; /* (hd / 2) from position long_from on, or NULL (LongRoPE only) */
+	int32_t long_from;
+	float mscale;         /* cos / sin scale (LongRoPE's attention factor; 1 elsewhere) */
+} rg_rope_w;
+
+/* Options of rg_layer_llama_hparams for families that read some keys themselves. */
+typedef struct rg_llama_hp_opts {
+	bool own_rope_scaling;   /* the family reads rope_scaling (Phi-3's LongRoPE) */
+	bool own_sliding_window; /* the family reads sliding_window (Phi-3) */
+	bool qkv_bias;           /* q/k/v biases whatever attention_bias says (Qwen2) */
+} rg_llama_hp_opts;
+
+/* The hyper-parameters of a Llama-shaped decoder (LlamaConfig's keys and defaults, and
+ * llama.cpp's <arch>.* metadata) into m->dec.cfg: sizes, GQA, head_dim (explicit or
+ * hidden / heads), rms_norm_eps, rope_theta, rope_scaling default / llama3 (transformers 5's
+ * rope_parameters too), tie_word_embeddings, attention_bias, bos / eos. Refuses by name what the
+ * block does not compute: mixtures of experts, sliding windows (Qwen2 / Qwen3: only with
+ * use_sliding_window), mlp_bias, partial_rotary_factor != 1, activations other than silu, other
+ * RoPE scalings; GGUF: expert_count, rope.dimension_count != head_dim, rope.scaling.type other
+ * than none, rope_freqs.weight. */
+rg_status rg_layer_llama_hparams(rg_model *m, const rg_cfg_src *cf, const rg_llama_hp_opts *o);
+
+/* inv_freq[i] = theta^(-2i / hd) (transformers' _compute_default_rope_parameters) and Llama-3's
+ * frequency-dependent scaling (_compute_llama3_parameters) when c->rope_llama3, in double,
+ * into a malloc'd (hd / 2) f32 array (NULL: out of memory). */
+float *rg_layer_rope_inv_freq(const rg_decoder_config *c);
+
+/* Layer l's attention weights by Hugging Face names: self_attn.{q,k,v}_proj (stacked), o_proj,
+ * their biases when c->attention_bias, and self_attn.{q,k}_norm when qk_norm. */
+rg_status rg_layer_load_attn(rg_model *m, const rg_tsrc *src, const char *const *prefixes, int l,
+			     bool qk_norm, rg_attn_w *a);
+/* Layer l's mlp.{gate,up,down}_proj. */
+rg_status rg_layer_load_swiglu(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
+			       int l, rg_swiglu_w *w);
+void rg_layer_free_attn(rg_model *m, rg_attn_w *a);
+void rg_layer_free_swiglu(rg_model *m, rg_swiglu_w *w);
+void rg_layer_free_rope(rg_model *m, rg_rope_w *r);
+
+/* The step's cos / sin table into m->dec.a[RG_D_ROPE] (rg_op_rope_table, or
+ * rg_op_rope_table_scaled for LongRoPE), once before the first layer. */
+rg_status rg_layer_rope_table(rg_model *m, const rg_dec_fwd *f, const rg_rope_w *r);
+/* Self-attention of layer l on x (n, H) act (the normed residual): qkv = x Wqkv^T (+ b) into
+ * m->dec.a[RG_D_QKV]; per-head RMSNorm of q and k when a->q_norm (eps); RoPE from the step's
+ * table and the KV write (one op); causal paged attention (1 / sqrt(hd)) into RG_D_CTX; out
+ * (n, H) act = ctx Wo^T. */
+rg_status rg_layer_attn_rope(rg_model *m, rg_dec_fwd *f, int l, const rg_attn_w *a,
+			     const void *x, float eps, void *out);
+/* The SwiGLU MLP (transformers' LlamaMLP): out (n, H) act = (silu(x Wg^T) * (x Wu^T)) Wd^T
+ * through m->dec.a[RG_D_INTER] and RG_D_MLP. */
+rg_status rg_layer_ffn_swiglu(rg_model *m, int n, const rg_swiglu_w *w, const void *x,
+			      void *out);
+
+/* ---- the Llama-shaped model (llama.c), whose hooks Qwen3 and Phi-3 reuse ---- */
+typedef struct rg_llama_layer {
+	float *in_norm;      /* (H) f32 */
+	rg_attn_w attn;
+	float *post_norm;    /* (H) f32 */
+	rg_swiglu_w mlp;
+} rg_llama_layer;
+
+typedef struct rg_llama_weights {
+	void *embed;             /* (vocab, H) act */
+	void *lm_head;           /* (vocab, H) act; NULL when the embedding serves */
+	float *norm;             /* (H) f32 */
+	rg_rope_w rope;
+	rg_llama_layer *layers;  /* (num_hidden_layers) */
+} rg_llama_weights;
+
+/* llama.c's weights by Hugging Face Llama names into m->weights (rg_llama_weights), with
+ * self_attn.{q,k}_norm when qk_norm (Qwen3); RoPE from rg_layer_rope_inv_freq. */
+rg_status rg_llama_load(rg_model *m, const rg_tsrc *src, bool qk_norm);
+/* The forward of an rg_llama_weights model (rg_arch.forward). */
+rg_status rg_llama_forward(rg_model *m, rg_dec_fwd *f);
+/* Free an rg_llama_weights model (rg_arch.free_weights). */
+void rg_llama_free(rg_model *m);
+/* llama.cpp's Llama / Qwen2 / Qwen3 tensor names: with q/k rows permuted (GGUF "llama") and
+ * unpermuted (NEOX RoPE: "qwen2", "qwen3"). */
+extern const rg_tensor_names rg_llama_gguf_names, rg_llama_gguf_names_neox;
+#endif
