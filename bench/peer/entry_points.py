@@ -8,8 +8,11 @@ Per-token time (TPOT, ms) of a request = (end - first token) / 127:
   CLI     its JSON line's timing (total_s - first_token_s), of the second batch of the run
           (the first pays the CUDA graph captures);
   Python  the result's time_total_s - time_first_token_s, of a second call;
-  server  the client's wall clock between the first and the last streamed token of each
-          stream, after one warm-up round; the median over the N streams.
+  server  the server's own mean inter-token latency over the measured round (the delta of its
+          ragged_gen_inter_token_latency_seconds histogram in /metrics), after one warm-up
+          round; beside it the client's view: the median over the N streams of the wall clock
+          between the first and the last streamed token / 127 (a Python client reading N SSE
+          streams under the GIL, so it includes the client's own time).
 The model is loaded once per entry point, outside every timing.
 
 Usage: RAGGED_BIN=build/ragged RAGGED_LIB=build/libragged.so \
@@ -104,7 +107,24 @@ def one_stream(port, text, res, k):
     res[k] = times
 
 
+def itl_metrics(port):
+    """(sum s, count) of the server's inter-token latency histogram (/metrics)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    v = {}
+    for line in text.splitlines():
+        for k in ("sum", "count"):
+            name = "ragged_gen_inter_token_latency_seconds_" + k
+            if line.startswith(name + " "):
+                v[k] = float(line.split()[1])
+    return v.get("sum", 0.0), v.get("count", 0.0)
+
+
 def server_tpot(model, device, n):
+    """(the server's own mean inter-token latency over the measured round, from /metrics;
+    the client's median first-to-last streamed token / 127)."""
     port = free_port()
     srv = subprocess.Popen([BIN, "serve", "--model", model, "--device", device, "--port",
                             str(port), "--max-num-seqs", str(max(64, n))],
@@ -122,6 +142,7 @@ def server_tpot(model, device, n):
         else:
             raise RuntimeError("server did not start")
         for rnd in range(2):  # a warm-up round, then the measured one
+            m0 = itl_metrics(port)
             res = [None] * n
             th = [threading.Thread(target=one_stream, args=(port, t, res, k))
                   for k, t in enumerate(prompts(n))]
@@ -129,6 +150,8 @@ def server_tpot(model, device, n):
                 t.start()
             for t in th:
                 t.join()
+        m1 = itl_metrics(port)
+        server_side = (m1[0] - m0[0]) / max(m1[1] - m0[1], 1) * 1e3
         tp = []
         for times in res:
             # events: one per step's new text (tokens a slow reader missed come together),
@@ -136,7 +159,7 @@ def server_tpot(model, device, n):
             if len(times) >= 2:
                 tp.append((times[-1] - times[0]) / (NEW - 1) * 1e3)
         assert tp, "no stream gave its tokens"
-        return statistics.median(tp)
+        return server_side, statistics.median(tp)
     finally:
         srv.terminate()
         try:
@@ -163,11 +186,15 @@ def main():
                          ("python", lambda: python_tpot(o.model, o.device, n)),
                          ("server", lambda: server_tpot(o.model, o.device, n))):
             try:
-                row[name + "_tpot_ms"] = round(fn(), 4)
+                v = fn()
+                if name == "server":
+                    row["server_client_tpot_ms"] = round(v[1], 4)
+                    v = v[0]
+                row[name + "_tpot_ms"] = round(v, 4)
             except Exception as e:  # recorded, the other cells go on
                 row[name + "_error"] = repr(e)[-500:]
         v = [row[k] for k in ("cli_tpot_ms", "python_tpot_ms", "server_tpot_ms") if k in row]
-        if len(v) == 3:
+        if len(v) == 3 and min(v) > 0:
             row["spread"] = round(max(v) / min(v) - 1, 4)
             row["tok_s_python"] = round(n * 1e3 / row["python_tpot_ms"], 1)
         print(json.dumps(row), flush=True)

@@ -309,6 +309,7 @@ static void job_sync(rg_gen_srv *e, rg_gen_job *j, int k, double now)
 	rg_gen_seq_out *o = &j->out[k];
 	int from;
 	bool first;
+	double prev_ms;
 
 	if (rg_gen_engine_output(e->eng, j->req, k, &x) != RG_OK)
 		return;
@@ -345,6 +346,7 @@ static void job_sync(rg_gen_srv *e, rg_gen_job *j, int k, double now)
 	o->score = x.score;
 	o->n_cached = x.n_cached;
 	o->n_preemptions = x.n_preemptions;
+	prev_ms = o->last_token_ms;
 	if (x.n_ids > from) {
 		if (first)
 			o->first_token_ms = now;
@@ -374,7 +376,9 @@ static void job_sync(rg_gen_srv *e, rg_gen_job *j, int k, double now)
 		} else if (first) {
 			rg_hist_observe(&e->met.ttft_ms, now - j->arrival_ms);
 		} else {
-			rg_hist_observe(&e->met.itl_ms, now - o->last_token_ms);
+			/* tokens that came together share the gap since the last one */
+			for (int t = from; t < x.n_ids; t++)
+				rg_hist_observe(&e->met.itl_ms, (now - prev_ms) / (x.n_ids - from));
 		}
 		e->met.generated_tokens += (uint64_t)(x.n_ids - from);
 	}
