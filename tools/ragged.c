@@ -38,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/tuning.h"
 #include "loadgen/loadgen.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ragged.h"
@@ -1457,7 +1458,7 @@ static void maybe_fix_blas_coretype(char **argv)
 {
 	const char *fix;
 
-	if (getenv("OPENBLAS_CORETYPE") || getenv("RAGGED_NO_REEXEC"))
+	if (getenv("OPENBLAS_CORETYPE") || rg_tuning_bool(RG_TUNE_NO_REEXEC))
 		return;
 	fix = rg_cpu_blas_coretype_fix();
 	if (!fix)

@@ -34,13 +34,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA files include it */
+#endif
 #include "core/buf.h"
 #include "core/export.h"
 #include "ragged.h"
-
-#ifdef __cplusplus
-extern "C" {
-#endif
 
 /* The rows, in the table's (and the listings') order. */
 typedef enum rg_tune {

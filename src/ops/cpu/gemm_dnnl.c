@@ -33,6 +33,7 @@
 
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "core/tuning.h"
 #include "core/vec.h"
 #include "ops/cpu/cpu_kern.h"
 
@@ -170,15 +171,12 @@ static const char *isa_name(dnnl_cpu_isa_t isa)
 
 static void lib_init(void)
 {
-	const char *want = getenv("RAGGED_CPU_GEMM");
 	const dnnl_version_t *v = dnnl_version();
 
 	snprintf(g.describe, sizeof(g.describe), "openblas");
-	if (want && strcmp(want, "openblas") == 0)
+	/* a value other than onednn / openblas: core/tuning.c warns and takes onednn */
+	if (rg_tuning_enum(RG_TUNE_CPU_GEMM) == RG_CPU_GEMM_OPENBLAS)
 		return;
-	if (want && *want && strcmp(want, "onednn") != 0)
-		fprintf(stderr, "ragged: warning: RAGGED_CPU_GEMM=%s: expected onednn or openblas; "
-			"using onednn\n", want);
 	if (dnnl_engine_create(&g.engine, dnnl_cpu, 0) != dnnl_success) {
 		fprintf(stderr, "ragged: warning: oneDNN engine unavailable; GEMMs use OpenBLAS\n");
 		return;
