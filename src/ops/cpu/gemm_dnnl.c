@@ -951,8 +951,7 @@ rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bia
 				 "weight is N=%d K=%d", M, N, K, w->N, w->K);
 	if (M == 0)
 		return RG_OK;
-	if (w->gemv_kb > 0 && (M <= RG_CPU_GEMV_MAX ? rg_cpu_gemv_enabled()
-						      : M <= rg_cpu_smallm_max()))
+	if (w->gemv_kb > 0 && (M <= RG_CPU_GEMV_MAX || M <= rg_cpu_smallm_max()))
 		return blk_run(w, A, bias, out, M, act);
 	if (w->bf16) {
 		if (!(j.A = a_to_bf16(pool, A, M, K)))

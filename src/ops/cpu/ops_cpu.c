@@ -249,22 +249,6 @@ static void gemm_tiles(int M, int N, int T, int *mb, int *nb)
 	*nb = n;
 }
 
-static pthread_once_t g_gemv_once = PTHREAD_ONCE_INIT;
-static bool g_gemv = true;
-
-static void gemv_init(void)
-{
-	const char *e = getenv("RAGGED_CPU_GEMV");
-
-	g_gemv = !(e && strcmp(e, "0") == 0);
-}
-
-bool rg_cpu_gemv_enabled(void)
-{
-	pthread_once(&g_gemv_once, gemv_init);
-	return g_gemv;
-}
-
 /* Rows up to which gemm_blk replaces oneDNN by default (rg_cpu_smallm_max says more): 192 on a
  * pool of up to RG_CPU_SMALLM_FEW_THREADS threads, 32 (one short sentence) on a larger one. */
 #define RG_CPU_SMALLM_DEFAULT 192
@@ -332,7 +316,7 @@ static rg_status gemm_run(const float *A, const float *W, const float *bias, flo
 	dw = rg_dnnl_find(W);
 	if (dw)
 		return rg_dnnl_gemm(dw, A, bias, out, M, N, K, act);
-	if (M <= RG_CPU_GEMV_MAX && rg_cpu_gemv_enabled())
+	if (M <= RG_CPU_GEMV_MAX)
 		return gemv_run(A, W, bias, out, M, N, K, act);
 	pthread_once(&g_warn_once, blas_warn);
 	gemm_tiles(M, N, rg_threadpool_size(pool), &j.mb, &j.nb);
