@@ -15,7 +15,7 @@ static const char *const isa_values[] = {"auto", "avx512", "avx2", "generic", NU
 static const char *const cpu_gemm_values[] = {"onednn", "openblas", NULL};
 static const char *const cpu_attn_values[] = {"auto", "openblas", "tiles", NULL};
 static const char *const deberta_tc_values[] = {"1", "0", "tables", "attn", NULL};
-static const char *const prefill_tc_values[] = {"auto", "0", "fresh", "paged", NULL};
+static const char *const prefill_tc_values[] = {"auto", "0", "fresh", "paged", "1", NULL};
 
 #define BOOL_ROW(id, nm, d, fl, wh, doc) \
 	[id] = {nm, RG_TUNE_BOOL, d, NULL, 0, 1, fl, wh, doc}
@@ -77,8 +77,8 @@ static const rg_tuning_def g_rows[RG_TUNE_COUNT] = {
 		 "attention), 0 neither, tables / attn only that one (read at every call)"),
 	ENUM_ROW(RG_TUNE_PREFILL_TC, "RAGGED_PREFILL_TC", "auto", prefill_tc_values, RG_TUNE_F_LIVE,
 		 "src/ops/cuda/paged_attention.cu",
-		 "decoder prefill attention on tensor cores: auto (block-table form when a chunk has "
-		 "cached keys), 0 off, fresh / paged force a form (read at every call)"),
+		 "decoder prefill attention on tensor cores: auto or 1 (block-table form when a chunk "
+		 "has cached keys), 0 off, fresh / paged force a form (read at every call)"),
 	BOOL_ROW(RG_TUNE_SAMPLE_FAST, "RAGGED_SAMPLE_FAST", "1", RG_TUNE_F_LIVE,
 		 "src/ops/cuda/sample.cu",
 		 "0: every sampled row through the one-CTA-per-row sampler instead of the two-stage "
@@ -143,7 +143,8 @@ const char *rg_tuning_allowed(rg_tune id, char *buf, size_t n)
 		snprintf(buf, n, "0|1");
 		break;
 	case RG_TUNE_INT:
-		snprintf(buf, n, "%d..%d%s", d->lo, d->hi, d->flags & RG_TUNE_F_AUTO ? "|auto" : "");
+		snprintf(buf, n, "%d..%d%s", d->lo, d->hi,
+			 d->flags & RG_TUNE_F_AUTO ? "|auto" : "");
 		break;
 	case RG_TUNE_ENUM:
 		for (int i = 0; d->values[i] && k < n; i++) {
@@ -454,7 +455,8 @@ void rg_tuning_json(rg_buf *b, bool verbose)
 			put_field(b, "allowed", rg_tuning_allowed((rg_tune)i, allowed,
 								  sizeof(allowed)));
 			put_field(b, "read", d->flags & RG_TUNE_F_LIVE ? "each use" : "once");
-			put_field(b, "kind", d->flags & RG_TUNE_F_CONFIG ? "configuration" : "tuning");
+			put_field(b, "kind",
+				  d->flags & RG_TUNE_F_CONFIG ? "configuration" : "tuning");
 			put_field(b, "where", d->where);
 			put_field(b, "doc", d->doc);
 		}

@@ -77,7 +77,8 @@ enum { RG_CPU_ISA_AUTO, RG_CPU_ISA_AVX512, RG_CPU_ISA_AVX2, RG_CPU_ISA_GENERIC }
 enum { RG_CPU_GEMM_ONEDNN, RG_CPU_GEMM_OPENBLAS };
 enum { RG_CPU_ATTN_AUTO, RG_CPU_ATTN_OPENBLAS, RG_CPU_ATTN_TILES };
 enum { RG_DEBERTA_TC_ON, RG_DEBERTA_TC_OFF, RG_DEBERTA_TC_TABLES, RG_DEBERTA_TC_ATTN };
-enum { RG_PREFILL_TC_AUTO, RG_PREFILL_TC_OFF, RG_PREFILL_TC_FRESH, RG_PREFILL_TC_PAGED };
+enum { RG_PREFILL_TC_AUTO, RG_PREFILL_TC_OFF, RG_PREFILL_TC_FRESH, RG_PREFILL_TC_PAGED,
+       RG_PREFILL_TC_ON /* "1": the same as auto (bench/peer/decode_trace.py writes it) */ };
 
 typedef enum rg_tune_type {
 	RG_TUNE_BOOL, /* "0" or "1" */
@@ -106,7 +107,7 @@ typedef struct rg_tuning_def {
 typedef enum rg_tune_source {
 	RG_TUNE_SRC_DEFAULT, /* the variable is unset (or empty): the default */
 	RG_TUNE_SRC_ENV,     /* the variable's value (an out-of-range int: clamped) */
-	RG_TUNE_SRC_INVALID, /* the variable is set to a value the row does not allow: the default */
+	RG_TUNE_SRC_INVALID, /* set to a value the row does not allow: the default is used */
 	RG_TUNE_SRC_SET      /* rg_tuning_set */
 } rg_tune_source;
 

@@ -64,7 +64,8 @@ static void test_table_rows(void **state)
 		assert_true(!strncmp(d->name, "RAGGED_", 7));
 		assert_int_equal(rg_tuning_find(d->name), i);
 		assert_true(d->doc && strlen(d->doc) > 10 && !strchr(d->doc, '\n'));
-		assert_true(d->where && !strncmp(d->where, d->where[0] == 't' ? "tools/" : "src/", 4));
+		assert_true(d->where &&
+			    (!strncmp(d->where, "src/", 4) || !strncmp(d->where, "tools/", 6)));
 		assert_true((d->type == RG_TUNE_ENUM) == (d->values != NULL));
 		if (d->flags & RG_TUNE_F_CONFIG) {
 			assert_int_equal(d->type, RG_TUNE_TEXT);
@@ -82,11 +83,18 @@ static void test_table_rows(void **state)
 	assert_string_equal(rg_tuning_def_of(RG_TUNE_CPU_GEMM)->values[RG_CPU_GEMM_OPENBLAS],
 			    "openblas");
 	assert_string_equal(rg_tuning_def_of(RG_TUNE_CPU_ATTN)->values[RG_CPU_ATTN_TILES], "tiles");
-	assert_string_equal(rg_tuning_def_of(RG_TUNE_DEBERTA_TC)->values[RG_DEBERTA_TC_ATTN], "attn");
+	assert_string_equal(rg_tuning_def_of(RG_TUNE_DEBERTA_TC)->values[RG_DEBERTA_TC_ATTN],
+			    "attn");
 	assert_string_equal(rg_tuning_def_of(RG_TUNE_DEBERTA_TC)->values[RG_DEBERTA_TC_OFF], "0");
 	assert_string_equal(rg_tuning_def_of(RG_TUNE_PREFILL_TC)->values[RG_PREFILL_TC_PAGED],
 			    "paged");
 	assert_string_equal(rg_tuning_def_of(RG_TUNE_PREFILL_TC)->values[RG_PREFILL_TC_OFF], "0");
+	assert_string_equal(rg_tuning_def_of(RG_TUNE_PREFILL_TC)->values[RG_PREFILL_TC_ON], "1");
+	assert_null(rg_tuning_def_of(RG_TUNE_PREFILL_TC)->values[RG_PREFILL_TC_ON + 1]);
+	assert_null(rg_tuning_def_of(RG_TUNE_DEBERTA_TC)->values[RG_DEBERTA_TC_ATTN + 1]);
+	assert_null(rg_tuning_def_of(RG_TUNE_CPU_ISA)->values[RG_CPU_ISA_GENERIC + 1]);
+	assert_null(rg_tuning_def_of(RG_TUNE_CPU_ATTN)->values[RG_CPU_ATTN_TILES + 1]);
+	assert_null(rg_tuning_def_of(RG_TUNE_CPU_GEMM)->values[RG_CPU_GEMM_OPENBLAS + 1]);
 }
 
 /* A read-once row keeps the value of its first read; unset and empty are the default. */

@@ -426,7 +426,8 @@ static bool attn_use_blas(int head_dim)
 {
 	const int v = rg_tuning_enum(RG_TUNE_CPU_ATTN);
 
-	return v == RG_CPU_ATTN_OPENBLAS || (v == RG_CPU_ATTN_AUTO && head_dim < RG_ATTN_TILES_MIN_HD);
+	return v == RG_CPU_ATTN_OPENBLAS ||
+	       (v == RG_CPU_ATTN_AUTO && head_dim < RG_ATTN_TILES_MIN_HD);
 }
 
 static int seq_qblock(int L)

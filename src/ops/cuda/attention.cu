@@ -53,6 +53,7 @@ static int deberta_tc_mode(void)
 	case RG_DEBERTA_TC_OFF: return 0;
 	case RG_DEBERTA_TC_TABLES: return DTC_TABLES;
 	case RG_DEBERTA_TC_ATTN: return DTC_ATTN;
+	case RG_DEBERTA_TC_ON: break;
 	}
 	return DTC_TABLES | DTC_ATTN;
 }

@@ -45,8 +45,8 @@
  * head (50257 x 768, 77 MB) takes 24.1 us = 3.2 TB/s, 77% of the 4.16 TB/s device copy rate
  * (cuBLASLt 30.0 us at M = 1, 57.5 at M = 16).
  * Taken when: dt F16 / BF16, 1 <= M <= 16, K % 8 == 0, A and W 16-byte aligned, RAGGED_GEMV
- * not "0" (core/tuning.c: read once; rg_cuda_gemv_set overrides it); else cuBLASLt. fp32 stays on cuBLASLt (no fp32 tensor-core path that
- * matches its sgemm precision). */
+ * not "0" (core/tuning.c: read once; rg_cuda_gemv_set overrides it); else cuBLASLt. fp32 stays
+ * on cuBLASLt (no fp32 tensor-core path that matches its sgemm precision). */
 #include <stdlib.h>
 
 #include "core/tuning.h"

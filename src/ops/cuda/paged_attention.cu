@@ -298,11 +298,11 @@ static rg_status paged_attn_launch(rg_cuda_ctx *c, const rg_attn_desc *d, const 
 /* RAGGED_PREFILL_TC: "0" turns the tensor-core prefill off (A/B runs, a fallback); "fresh" sends
  * only fresh sequences (no cached keys) to it, their keys read from this step's QKV rows;
  * "paged" sends every prefill chunk of >= PA_FRESH_MIN rows, keys read through the block table;
- * unset or "auto" (the default; anything else warns and means "auto", core/tuning.c): "paged"
- * when some such chunk has cached keys (a prompt's later chunks, the rest of a prompt after a
- * prefix-cache hit), else "fresh" (verified on an H200 2026-11-26: tests/gpu/decoder_cuda_cpu.py
- * plain and under memcheck). Read at every call (a getenv per layer is noise next to a launch),
- * so a benchmark can switch it in one process. */
+ * unset, "auto" or "1" (the default; anything else warns and means "auto", core/tuning.c):
+ * "paged" when some such chunk has cached keys (a prompt's later chunks, the rest of a prompt
+ * after a prefix-cache hit), else "fresh" (verified on an H200 2026-11-26:
+ * tests/gpu/decoder_cuda_cpu.py plain and under memcheck). Read at every call (a getenv per
+ * layer is noise next to a launch), so a benchmark can switch it in one process. */
 enum { PTC_OFF = 0, PTC_FRESH = 1, PTC_PAGED = 2, PTC_AUTO = 3 };
 
 static int prefill_tc_mode(void)
@@ -311,6 +311,8 @@ static int prefill_tc_mode(void)
 	case RG_PREFILL_TC_OFF: return PTC_OFF;
 	case RG_PREFILL_TC_FRESH: return PTC_FRESH;
 	case RG_PREFILL_TC_PAGED: return PTC_PAGED;
+	case RG_PREFILL_TC_AUTO:
+	case RG_PREFILL_TC_ON: break;
 	}
 	return PTC_AUTO;
 }
