@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/tuning.h"
+#include "ops/cpu/cpu_kern.h"
 
 /* stderr of fn() as a malloc'd string. */
 static char *capture_stderr(void (*fn)(void))
@@ -75,6 +76,8 @@ static void test_table_rows(void **state)
 		assert_int_equal(rg_tuning_set(d->name, d->def), RG_OK);
 		assert_int_equal(rg_tuning_set(d->name, NULL), RG_OK);
 	}
+	/* the table's bound is the kernel's (ops_cpu.c caps there too) */
+	assert_int_equal(rg_tuning_def_of(RG_TUNE_CPU_SMALLM)->hi, RG_CPU_SMALLM_MAX);
 	assert_int_equal(rg_tuning_find("RAGGED_NOPE"), RG_TUNE_COUNT);
 	assert_int_equal(rg_tuning_find(NULL), RG_TUNE_COUNT);
 	assert_null(rg_tuning_def_of(RG_TUNE_COUNT));
