@@ -83,14 +83,14 @@ static const rg_tuning_def g_rows[RG_TUNE_COUNT] = {
 		 "src/ops/cuda/sample.cu",
 		 "0: every sampled row through the one-CTA-per-row sampler instead of the two-stage "
 		 "path (greedy rows, top-k <= 64; read at every call)"),
-	BOOL_ROW(RG_TUNE_GEN_ARGMAX, "RAGGED_GEN_ARGMAX", "1", RG_TUNE_F_LIVE,
-		 "src/model/generate_api.c",
-		 "0: rg_generate's plain greedy rows choose on the host from the logits instead of "
-		 "the device argmax"),
+	/* read with getenv in src/gen/engine.c until its rewrite wires these accessors */
+	BOOL_ROW(RG_TUNE_GEN_ARGMAX, "RAGGED_GEN_ARGMAX", "1", RG_TUNE_F_LIVE, "src/gen/engine.c",
+		 "0: the generation engine's plain greedy rows choose on the host from the logits "
+		 "instead of the device argmax"),
 	BOOL_ROW(RG_TUNE_GEN_DEVICE_SAMPLE, "RAGGED_GEN_DEVICE_SAMPLE", "1", RG_TUNE_F_LIVE,
-		 "src/model/generate_api.c, src/server/engine_gen.c",
-		 "0: rg_generate's sampled rows and the server's beam searches read whole logits "
-		 "rows on the host instead of sampling on the device"),
+		 "src/gen/engine.c",
+		 "0: the generation engine's sampled rows and beam searches read whole logits rows "
+		 "on the host instead of sampling on the device"),
 	BOOL_ROW(RG_TUNE_NO_REEXEC, "RAGGED_NO_REEXEC", "0", 0, "tools/ragged.c",
 		 "1: the ragged command does not restart itself with OPENBLAS_CORETYPE set when "
 		 "OpenBLAS chose pre-AVX2 kernels (that restart sets it)"),
