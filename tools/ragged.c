@@ -5,6 +5,7 @@
  *                   [--format jsonl|npy|f32] [--progress | --no-progress]
  *   ragged tokenize [--model DIR|ORG/NAME] [--truncate] [--input FILE] [--output FILE]
  *   ragged info     [--model DIR|ORG/NAME] [--device cpu|cuda] [--dtype fp32|fp16|bf16|auto]
+ *                   (also lists the RAGGED_* tuning switches: core/tuning.h)
  *   ragged generate [--model DIR|FILE.gguf|ORG/NAME] [--device cpu|cuda] [--dtype ...]
  *                   [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
  *                   [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty P]
@@ -38,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/tuning.h"
 #include "loadgen/loadgen.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ragged.h"
@@ -198,7 +200,10 @@ static const cli_cmd g_cmds[] = {
 	 "classifier's raw scores for a *ForSequenceClassification model)"},
 	{"tokenize", CMD_TOKENIZE,
 	 "one UTF-8 text per input line -> one JSON array of token ids per line"},
-	{"info", CMD_INFO, "JSON: version, build features, the resolved model_dir, the model config"},
+	{"info", CMD_INFO,
+	 "JSON: version, build features, the resolved model_dir, the model config, and \"tuning\":\n"
+	 "every RAGGED_* tuning switch (value, source: default|env|invalid|set, default, allowed\n"
+	 "values, the file that reads it, a one-line doc; README \"Tuning switches\")"},
 	{"generate", CMD_GENERATE,
 	 "one UTF-8 prompt per input line -> one JSON line per output: {\"prompt\", \"index\",\n"
 	 "\"text\", \"ids\", \"finish_reason\" (eos|stop|length), \"logprobs\" (with --logprobs),\n"
@@ -235,7 +240,8 @@ static void usage(FILE *f)
 	fprintf(f, "usage: ragged <command> [options]\ncommands:\n");
 	fprintf(f, "  embed     one UTF-8 text per input line -> one vector per text (jsonl, npy, f32)\n"
 		   "  tokenize  one UTF-8 text per input line -> one JSON array of token ids per line\n"
-		   "  info      JSON: version, build features, resolved model_dir, model config\n"
+		   "  info      JSON: version, build features, resolved model_dir, model config, and\n"
+		   "            the RAGGED_* tuning switches with their values and docs\n"
 		   "  generate  one prompt per input line -> JSON lines of generated text (decoders)\n"
 		   "  serve     HTTP server (TEI /embed, OpenAI /v1/embeddings, /metrics)\n"
 		   "  loadgen   open-loop load generator: embeddings, or completions (TTFT, TPOT, goodput)\n"
@@ -1087,6 +1093,14 @@ static int cmd_info(int argc, char **argv, const cli_cmd *c)
 					       json_object_new_int64((int64_t)kv.bytes_per_token));
 	}
 	json_object_object_add(root, "model", model);
+	{
+		rg_buf b;
+
+		rg_buf_init(&b);
+		rg_tuning_json(&b, true);
+		json_object_object_add(root, "tuning", b.oom ? NULL : json_tokener_parse(b.data));
+		rg_buf_free(&b);
+	}
 	puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
 							  JSON_C_TO_STRING_NOSLASHESCAPE));
 	json_object_put(root);
@@ -1457,7 +1471,7 @@ static void maybe_fix_blas_coretype(char **argv)
 {
 	const char *fix;
 
-	if (getenv("OPENBLAS_CORETYPE") || getenv("RAGGED_NO_REEXEC"))
+	if (getenv("OPENBLAS_CORETYPE") || rg_tuning_bool(RG_TUNE_NO_REEXEC))
 		return;
 	fix = rg_cpu_blas_coretype_fix();
 	if (!fix)

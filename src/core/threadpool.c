@@ -28,9 +28,9 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/tuning.h"
 
-#define RG_POOL_MAX_THREADS 256
-#define RG_POOL_DEFAULT_SPIN_US 100
+#define RG_POOL_MAX_THREADS 256 /* RAGGED_NUM_THREADS's upper bound in core/tuning.c too */
 
 struct rg_threadpool {
 	int spin_us;
@@ -208,13 +208,8 @@ rg_threadpool *rg_threadpool_create(int n_threads, int spin_us, rg_status *st)
 		n_threads = rg_cpu_usable_count();
 	if (n_threads > RG_POOL_MAX_THREADS)
 		n_threads = RG_POOL_MAX_THREADS;
-	if (spin_us < 0) {
-		const char *e = getenv("RAGGED_SPIN_US");
-
-		spin_us = e && *e ? atoi(e) : RG_POOL_DEFAULT_SPIN_US;
-		if (spin_us < 0)
-			spin_us = 0;
-	}
+	if (spin_us < 0)
+		spin_us = rg_tuning_int(RG_TUNE_SPIN_US); /* RAGGED_SPIN_US, default 100 */
 	p = calloc(1, sizeof(*p));
 	if (!p || !(p->workers = calloc((size_t)n_threads, sizeof(pthread_t)))) {
 		free(p);
@@ -324,8 +319,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void global_init(void)
 {
-	const char *e = getenv("RAGGED_NUM_THREADS");
-	int n = e && *e ? atoi(e) : 0;
+	const int n = rg_tuning_int(RG_TUNE_NUM_THREADS); /* 0: rg_cpu_usable_count() */
 	rg_status st;
 
 	/* The BLAS runs inside our tasks, one call per tile: it must not start threads of its own. */

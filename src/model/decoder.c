@@ -23,6 +23,7 @@
 #include "core/file.h"
 #include "core/mem_plan.h"
 #include "core/safetensors.h"
+#include "core/tuning.h"
 #include "model/model.h"
 #include "ops/ops.h"
 #include "tokenizer/tokenizer.h"
@@ -89,11 +90,7 @@ static rg_status alloc_step_arena(rg_model *m)
 	    (s = rg_backend_alloc(m->be, 2 * T * 4, (void **)&m->dec.am_d)) != RG_OK ||
 	    (s = rg_backend_host_alloc(m->be, 2 * T * 4, (void **)&m->dec.am_h)) != RG_OK)
 		return rg_error_wrap(s, "decoder staging for %d tokens", m->max_tokens);
-	{
-		const char *g = getenv("RAGGED_CUDA_GRAPHS");
-
-		m->dec.use_graphs = rg_backend_has_graphs(m->be) && !(g && !strcmp(g, "0"));
-	}
+	m->dec.use_graphs = rg_backend_has_graphs(m->be) && rg_tuning_bool(RG_TUNE_CUDA_GRAPHS);
 	return RG_OK;
 }
 

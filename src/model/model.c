@@ -46,6 +46,7 @@
 #include "core/file.h"
 #include "core/mem_plan.h"
 #include "core/safetensors.h"
+#include "core/tuning.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "ops/ops.h"
@@ -577,10 +578,7 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 		goto out_free_model;
 	}
 	m->esz = rg_dtype_size(rg_backend_dtype(m->be)); /* bf16 on the CPU stores f32 */
-	{
-		const char *x = getenv("RAGGED_EXACT_GELU");
-		rg_backend_set_exact_gelu(m->be, x && x[0] == '1');
-	}
+	rg_backend_set_exact_gelu(m->be, rg_tuning_bool(RG_TUNE_EXACT_GELU));
 	s = m->arch->load_weights(m, w);
 	if (s == RG_OK && m->head_cfg.classifier)
 		s = m->arch->load_head ? m->arch->load_head(m, w)
@@ -604,10 +602,7 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 		goto out_free_model;
 	if ((s = rg_backend_sync(m->be)) != RG_OK)
 		goto out_free_model;
-	{
-		const char *g = getenv("RAGGED_CUDA_GRAPHS");
-		m->graphs = rg_backend_has_graphs(m->be) && !(g && g[0] == '0');
-	}
+	m->graphs = rg_backend_has_graphs(m->be) && rg_tuning_bool(RG_TUNE_CUDA_GRAPHS);
 	m->bucket = (rg_bucket_policy){m->max_tokens,
 				       m->cfg.max_position_embeddings - m->cfg.position_offset,
 				       m->max_tokens < RG_GRAPH_MAX_SEQ ? m->max_tokens

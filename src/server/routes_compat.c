@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/model_dir.h"
+#include "core/tuning.h"
 #include "core/utf8.h"
 #include "sched/sched.h"
 
@@ -332,7 +333,10 @@ enum MHD_Result rg_answer_info(conn_ctx *c)
 	rg_buf_puts(&b, "],\"devices\":[");
 	for (int k = 0; k < s->n_models; k++)
 		rg_buf_printf(&b, "%s\"%s\"", k ? "," : "", s->device_names[k]);
-	rg_buf_puts(&b, "]}");
+	/* the RAGGED_* tuning switches: name -> value, source, default (`ragged info`: with docs) */
+	rg_buf_puts(&b, "],\"tuning\":");
+	rg_tuning_json(&b, false);
+	rg_buf_puts(&b, "}");
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
 }
 

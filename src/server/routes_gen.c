@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/tuning.h"
 #include "server/engine_gen.h"
 #include "server/gen_request.h"
 
@@ -1090,7 +1091,7 @@ enum MHD_Result rg_answer_gen_info(conn_ctx *c)
 		       "\"hidden_size\":%d,\"num_attention_heads\":%d,\"num_key_value_heads\":%d,"
 		       "\"num_hidden_layers\":%d,\"max_position_embeddings\":%d,"
 		       "\"max_num_seqs\":%d,\"max_num_batched_tokens\":%d,\"block_size\":%d,"
-		       "\"prefix_caching\":%s,\"chat_template\":%s}",
+		       "\"prefix_caching\":%s,\"chat_template\":%s,\"tuning\":",
 		       rg_dtype_name(i->dtype), rg_device_name(i->device),
 		       s->o.max_concurrent_requests ? s->o.max_concurrent_requests : s->o.max_queue,
 		       max_ctx - 1, max_ctx, max_ctx - 1, s->o.http_threads, s->o.max_inputs,
@@ -1099,5 +1100,7 @@ enum MHD_Result rg_answer_gen_info(conn_ctx *c)
 		       s->o.max_num_seqs, s->o.max_num_batched_tokens, s->o.block_size,
 		       s->o.no_prefix_caching ? "false" : "true",
 		       rg_model_chat_template(s->model) ? "true" : "false");
+	rg_tuning_json(&b, false); /* the RAGGED_* tuning switches, as the encoder's /info */
+	rg_buf_puts(&b, "}");
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
 }

@@ -337,7 +337,6 @@ static void test_gemv_small_m(void **state)
 	char what[128];
 	(void)state;
 
-	assert_true(rg_cpu_gemv_enabled());
 	for (size_t s = 0; s < sizeof(rm) / sizeof(rm[0]); s++)
 		for (int M = 1; M <= RG_CPU_GEMV_MAX; M++)
 			for (size_t a = 0; a < 3; a++) {

@@ -63,9 +63,6 @@ extern const rg_cpu_kern rg_cpu_kern_avx512, rg_cpu_kern_avx2, rg_cpu_kern_gener
  * gemv_blk over oneDNN-blocked ones): a decode step's 1..4 sequences. */
 #define RG_CPU_GEMV_MAX 4
 
-/* False when RAGGED_CPU_GEMV=0 (every GEMM through oneDNN / OpenBLAS, for A/B timing). */
-bool rg_cpu_gemv_enabled(void);
-
 /* The most rows of A that RAGGED_CPU_SMALLM may send to gemm_blk (see rg_cpu_smallm_max). */
 #define RG_CPU_SMALLM_MAX 256
 

@@ -33,6 +33,7 @@
 
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "core/tuning.h"
 #include "core/vec.h"
 #include "ops/cpu/cpu_kern.h"
 
@@ -170,15 +171,12 @@ static const char *isa_name(dnnl_cpu_isa_t isa)
 
 static void lib_init(void)
 {
-	const char *want = getenv("RAGGED_CPU_GEMM");
 	const dnnl_version_t *v = dnnl_version();
 
 	snprintf(g.describe, sizeof(g.describe), "openblas");
-	if (want && strcmp(want, "openblas") == 0)
+	/* a value other than onednn / openblas: core/tuning.c warns and takes onednn */
+	if (rg_tuning_enum(RG_TUNE_CPU_GEMM) == RG_CPU_GEMM_OPENBLAS)
 		return;
-	if (want && *want && strcmp(want, "onednn") != 0)
-		fprintf(stderr, "ragged: warning: RAGGED_CPU_GEMM=%s: expected onednn or openblas; "
-			"using onednn\n", want);
 	if (dnnl_engine_create(&g.engine, dnnl_cpu, 0) != dnnl_success) {
 		fprintf(stderr, "ragged: warning: oneDNN engine unavailable; GEMMs use OpenBLAS\n");
 		return;
@@ -953,8 +951,7 @@ rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bia
 				 "weight is N=%d K=%d", M, N, K, w->N, w->K);
 	if (M == 0)
 		return RG_OK;
-	if (w->gemv_kb > 0 && (M <= RG_CPU_GEMV_MAX ? rg_cpu_gemv_enabled()
-						      : M <= rg_cpu_smallm_max()))
+	if (w->gemv_kb > 0 && (M <= RG_CPU_GEMV_MAX || M <= rg_cpu_smallm_max()))
 		return blk_run(w, A, bias, out, M, act);
 	if (w->bf16) {
 		if (!(j.A = a_to_bf16(pool, A, M, K)))

@@ -64,11 +64,11 @@ const rg_dnnl_weight *rg_dnnl_find(const float *W);
  * Smaller M on f32 weights in oneDNN's <kb>a64b layout runs no primitive: the kernel table
  * streams each 64-column block once, tasks of consecutive blocks (and row parts where that
  * evens out the threads) spread over the pool, through gemv_blk for M <= RG_CPU_GEMV_MAX (a
- * decode step of a few sequences; RAGGED_CPU_GEMV=0 turns this off) and gemm_blk up to
- * rg_cpu_smallm_max() rows (192 on 1-2 threads, 32 on more; RAGGED_CPU_SMALLM=0 turns it
- * off), which also take the few remainder rows of larger products' tiles: for one short sentence the weights come
- * from DRAM on every call, and oneDNN's brgemm streamed them at 55-60% of the core's read
- * bandwidth (bench/results/single_sentence_cpu_2core-amd-epyc_20261125-2217.md).
+ * decode step of a few sequences) and gemm_blk up to rg_cpu_smallm_max() rows (192 on 1-2
+ * threads, 32 on more; RAGGED_CPU_SMALLM=0 turns it off), which also take the few remainder
+ * rows of larger products' tiles: for one short sentence the weights come from DRAM on every
+ * call, and oneDNN's brgemm streamed them at 55-60% of the core's read bandwidth
+ * (bench/results/single_sentence_cpu_2core-amd-epyc_20261125-2217.md).
  * Errors: RG_ERR_INTERNAL when oneDNN fails (message names the call). */
 rg_status rg_dnnl_gemm(const rg_dnnl_weight *w, const float *A, const float *bias, float *out,
 		       int M, int N, int K, rg_act act);

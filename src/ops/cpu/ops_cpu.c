@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "core/tuning.h"
 #include "ops/cpu/cpu_kern.h"
 #include "ops/cpu/gemm_dnnl.h"
 
@@ -55,7 +56,14 @@ static void kern_init(void)
 		g_best = 2;
 #endif
 	/* a narrower table on request (never a wider one than the CPU runs) */
-	want = table_named(getenv("RAGGED_CPU_ISA"));
+	if (rg_tuning_enum(RG_TUNE_CPU_ISA) == RG_CPU_ISA_AUTO) {
+		g_kern = g_tables[g_best];
+		return;
+	}
+	want = table_named(rg_tuning_str(RG_TUNE_CPU_ISA));
+	if (!want)
+		fprintf(stderr, "ragged: warning: RAGGED_CPU_ISA=%s: this CPU does not run it; using "
+			"%s\n", rg_tuning_str(RG_TUNE_CPU_ISA), g_tables[g_best]->isa);
 	g_kern = want ? want : g_tables[g_best];
 }
 
@@ -241,47 +249,18 @@ static void gemm_tiles(int M, int N, int T, int *mb, int *nb)
 	*nb = n;
 }
 
-static pthread_once_t g_gemv_once = PTHREAD_ONCE_INIT;
-static bool g_gemv = true;
-
-static void gemv_init(void)
-{
-	const char *e = getenv("RAGGED_CPU_GEMV");
-
-	g_gemv = !(e && strcmp(e, "0") == 0);
-}
-
-bool rg_cpu_gemv_enabled(void)
-{
-	pthread_once(&g_gemv_once, gemv_init);
-	return g_gemv;
-}
-
 /* Rows up to which gemm_blk replaces oneDNN by default (rg_cpu_smallm_max says more): 192 on a
  * pool of up to RG_CPU_SMALLM_FEW_THREADS threads, 32 (one short sentence) on a larger one. */
 #define RG_CPU_SMALLM_DEFAULT 192
 #define RG_CPU_SMALLM_MANY_THREADS 32
 #define RG_CPU_SMALLM_FEW_THREADS 2
 
-static pthread_once_t g_smallm_once = PTHREAD_ONCE_INIT;
-static int g_smallm = -1; /* RAGGED_CPU_SMALLM, or -1: the default by pool size */
-
-static void smallm_init(void)
-{
-	const char *e = getenv("RAGGED_CPU_SMALLM");
-
-	if (e && *e) {
-		const int n = atoi(e);
-
-		g_smallm = n < 0 ? 0 : n > RG_CPU_SMALLM_MAX ? RG_CPU_SMALLM_MAX : n;
-	}
-}
-
 int rg_cpu_smallm_max(void)
 {
-	pthread_once(&g_smallm_once, smallm_init);
-	if (g_smallm >= 0)
-		return g_smallm;
+	const int n = rg_tuning_int(RG_TUNE_CPU_SMALLM); /* -1: auto, the default by pool size */
+
+	if (n >= 0)
+		return n < RG_CPU_SMALLM_MAX ? n : RG_CPU_SMALLM_MAX;
 	return rg_threadpool_size(rg_threadpool_global()) <= RG_CPU_SMALLM_FEW_THREADS
 		       ? RG_CPU_SMALLM_DEFAULT
 		       : RG_CPU_SMALLM_MANY_THREADS;
@@ -337,7 +316,7 @@ static rg_status gemm_run(const float *A, const float *W, const float *bias, flo
 	dw = rg_dnnl_find(W);
 	if (dw)
 		return rg_dnnl_gemm(dw, A, bias, out, M, N, K, act);
-	if (M <= RG_CPU_GEMV_MAX && rg_cpu_gemv_enabled())
+	if (M <= RG_CPU_GEMV_MAX)
 		return gemv_run(A, W, bias, out, M, N, K, act);
 	pthread_once(&g_warn_once, blas_warn);
 	gemm_tiles(M, N, rg_threadpool_size(pool), &j.mb, &j.nb);
@@ -445,14 +424,10 @@ struct attn_job {
  * the tiles; the environment is read once, for A/B comparisons). */
 static bool attn_use_blas(int head_dim)
 {
-	static int v = -1;
+	const int v = rg_tuning_enum(RG_TUNE_CPU_ATTN);
 
-	if (v < 0) {
-		const char *e = getenv("RAGGED_CPU_ATTN");
-
-		v = !e ? 0 : strcmp(e, "openblas") == 0 ? 1 : strcmp(e, "tiles") == 0 ? 2 : 0;
-	}
-	return v == 1 || (v == 0 && head_dim < RG_ATTN_TILES_MIN_HD);
+	return v == RG_CPU_ATTN_OPENBLAS ||
+	       (v == RG_CPU_ATTN_AUTO && head_dim < RG_ATTN_TILES_MIN_HD);
 }
 
 static int seq_qblock(int L)

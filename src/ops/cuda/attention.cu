@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tuning.h"
 #include "ops/cuda/attention_tc.cuh"
 #include "ops/cuda/common.cuh"
 
@@ -39,23 +40,21 @@
 #define RG_ATT_MAX_D 128
 #define RG_ATT_LOG2E 1.4426950408889634f           /* softmax through exp2 */
 
-/* RAGGED_DEBERTA_TC, DeBERTa's fast paths (issue 21): unset or anything else, both on; "0" both
- * off (the CUDA-core tables kernel and the CUDA-core DIS attention, for A/B runs); "tables"
- * only the cuBLASLt tables; "attn" only the tensor-core attention. Read at every call (a getenv
- * per layer is noise next to a launch), so a benchmark can switch it in one process; a CUDA graph
- * keeps the path it was captured with. */
+/* RAGGED_DEBERTA_TC, DeBERTa's fast paths (issue 21): unset or "1", both on; "0" both off (the
+ * CUDA-core tables kernel and the CUDA-core DIS attention, for A/B runs); "tables" only the
+ * cuBLASLt tables; "attn" only the tensor-core attention; anything else warns and means "1"
+ * (core/tuning.c). Read at every call (a getenv per layer is noise next to a launch), so a
+ * benchmark can switch it in one process; a CUDA graph keeps the path it was captured with. */
 enum { DTC_TABLES = 1, DTC_ATTN = 2 };
 
 static int deberta_tc_mode(void)
 {
-	const char *e = getenv("RAGGED_DEBERTA_TC");
-
-	if (e && !strcmp(e, "0"))
-		return 0;
-	if (e && !strcmp(e, "tables"))
-		return DTC_TABLES;
-	if (e && !strcmp(e, "attn"))
-		return DTC_ATTN;
+	switch (rg_tuning_enum(RG_TUNE_DEBERTA_TC)) {
+	case RG_DEBERTA_TC_OFF: return 0;
+	case RG_DEBERTA_TC_TABLES: return DTC_TABLES;
+	case RG_DEBERTA_TC_ATTN: return DTC_ATTN;
+	case RG_DEBERTA_TC_ON: break;
+	}
 	return DTC_TABLES | DTC_ATTN;
 }
 

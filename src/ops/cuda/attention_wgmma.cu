@@ -66,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tuning.h"
 #include "ops/cuda/attention_wgmma.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/tc_ptx.cuh"
@@ -420,12 +421,13 @@ out_clear:
 	return false;
 }
 
-static int g_wg_on = -1, g_wg_nwg = 0;
+static int g_wg_nwg = 0;
 static unsigned long g_wg_launches;
 
 extern "C" void rg_cuda_attention_wgmma_set(int on, int warpgroups)
 {
-	g_wg_on = on;
+	/* valid values: cannot fail */
+	(void)rg_tuning_set("RAGGED_ATTN_WGMMA", on < 0 ? NULL : on ? "1" : "0");
 	g_wg_nwg = warpgroups;
 }
 
@@ -439,10 +441,8 @@ extern "C" bool rg_cuda_attention_wgmma_ok(const rg_cuda_ctx *c, rg_dtype dt, in
 	if (!c->wgmma || (dt != RG_DTYPE_F16 && dt != RG_DTYPE_BF16) ||
 	    (head_dim != 64 && head_dim != 128))
 		return false;
-	if (g_wg_on >= 0)
-		return g_wg_on == 1;
-	const char *e = getenv("RAGGED_ATTN_WGMMA");
-	return !(e && !strcmp(e, "0"));
+	return rg_tuning_bool(RG_TUNE_ATTN_WGMMA); /* an rg_cuda_attention_wgmma_set override, or
+						      * the environment at every call */
 }
 
 template <typename T, int D, int NWG>

@@ -19,12 +19,12 @@ bool rg_cuda_attention_wgmma_probe(rg_cuda_ctx *c);
 
 /* True when rg_cuda_attention_wgmma takes this problem: the context's probe said yes, dt F16 or
  * BF16, head_dim 64 or 128, and the path is on: the test hook's setting, else the environment
- * variable RAGGED_ATTN_WGMMA ("0": off; unset or anything else: on), read at every call so that
- * a benchmark can switch it in one process. On by default since its H200 run
- * (bench/results/attn_wgmma_h200_20261126-0435.md: 1.07-1.41x the mma.sync kernel alone, BERT-base
- * end to end 1.20-1.36x the graphed PyTorch peer against 1.16-1.32x). The
- * caller has already checked that there is no seg mask, no bias table and no causal mask, and
- * that qkv and out are 16-byte aligned (rg_cuda_attention_tc_ok). */
+ * variable RAGGED_ATTN_WGMMA ("0": off; unset or "1": on; anything else warns and means on:
+ * core/tuning.c), read at every call so that a benchmark can switch it in one process. On by
+ * default since its H200 run (bench/results/attn_wgmma_h200_20261126-0435.md: 1.07-1.41x the
+ * mma.sync kernel alone, BERT-base end to end 1.20-1.36x the graphed PyTorch peer against
+ * 1.16-1.32x). The caller has already checked that there is no seg mask, no bias table and no
+ * causal mask, and that qkv and out are 16-byte aligned (rg_cuda_attention_tc_ok). */
 bool rg_cuda_attention_wgmma_ok(const rg_cuda_ctx *c, rg_dtype dt, int head_dim);
 
 /* The contract of rg_cuda_attention_tc (attention_tc.cuh) without seg and rel_bias:
@@ -39,8 +39,8 @@ rg_status rg_cuda_attention_wgmma(rg_cuda_ctx *c, rg_dtype dt, const void *qkv,
 
 /* Test hooks, process-wide, not thread-safe against concurrent attention calls:
  * rg_cuda_attention_wgmma_set(on, warpgroups): on = -1 follows RAGGED_ATTN_WGMMA, 0 forces the
- * path off, 1 on (where the device and the problem allow it); warpgroups = 0 lets the launcher
- * choose 64- or 128-query tiles, 1 or 2 forces one. rg_cuda_attention_wgmma_launches(): the wgmma
+ * path off, 1 on (where the device and the problem allow it; it is rg_tuning_set of that row);
+ * warpgroups = 0 lets the launcher choose 64- or 128-query tiles, 1 or 2 forces one. rg_cuda_attention_wgmma_launches(): the wgmma
  * kernel launches since the process started (so a test can tell that the path really ran). */
 void rg_cuda_attention_wgmma_set(int on, int warpgroups);
 unsigned long rg_cuda_attention_wgmma_launches(void);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tuning.h"
 #include "ops/cuda/attention_wgmma.cuh"
 #include "ops/cuda/common.cuh"
 
@@ -83,14 +84,11 @@ extern "C" rg_status rg_cuda_backend_init(int device_index, rg_dtype dt, rg_cuda
 		st = rg_errorf(RG_ERR_OOM, "cannot allocate the pinned error flag");
 		goto out_free_flag;
 	}
-	{
-		const char *v = getenv("RAGGED_GEMM_AUTOTUNE"), *p = getenv("RAGGED_PDL");
-		c->autotune = !(v && v[0] == '0');
-		/* on by default since every kernel of a decode step is ragged's own (the small-M GEMM
-		 * replaced cuBLASLt there): decode steps 5-9% faster on an H200
-		 * (bench/results/decode_modes_h200_20261126-0249-*-pdl[01]); RAGGED_PDL=0: off */
-		c->pdl = prop.major >= 9 && !(p && p[0] == '0');
-	}
+	c->autotune = rg_tuning_bool(RG_TUNE_GEMM_AUTOTUNE);
+	/* on by default since every kernel of a decode step is ragged's own (the small-M GEMM
+	 * replaced cuBLASLt there): decode steps 5-9% faster on an H200
+	 * (bench/results/decode_modes_h200_20261126-0249-*-pdl[01]); RAGGED_PDL=0: off */
+	c->pdl = prop.major >= 9 && rg_tuning_bool(RG_TUNE_PDL);
 	/* Hopper's wgmma attention needs the sm_90a cubin to be the one loaded (after the workspace
 	 * exists: the probe writes its answer there) */
 	c->wgmma = prop.major == 9 && prop.minor == 0 && rg_cuda_attention_wgmma_probe(c);

@@ -45,33 +45,27 @@
  * head (50257 x 768, 77 MB) takes 24.1 us = 3.2 TB/s, 77% of the 4.16 TB/s device copy rate
  * (cuBLASLt 30.0 us at M = 1, 57.5 at M = 16).
  * Taken when: dt F16 / BF16, 1 <= M <= 16, K % 8 == 0, A and W 16-byte aligned, RAGGED_GEMV
- * not "0" (read once); else cuBLASLt. fp32 stays on cuBLASLt (no fp32 tensor-core path that
- * matches its sgemm precision). */
+ * not "0" (core/tuning.c: read once; rg_cuda_gemv_set overrides it); else cuBLASLt. fp32 stays
+ * on cuBLASLt (no fp32 tensor-core path that matches its sgemm precision). */
 #include <stdlib.h>
 
+#include "core/tuning.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemv.cuh"
 
 #define GEMV_MAX_WARPS 16
 
-/* -1: not read yet; 0 / 1. warps / unroll: 0 = the launcher's choice (rg_cuda_gemv_set). */
-static int g_gemv_on = -1, g_gemv_warps, g_gemv_unroll;
+/* warps / unroll: 0 = the launcher's choice (rg_cuda_gemv_set). */
+static int g_gemv_warps, g_gemv_unroll;
 
 static bool gemv_on(void)
 {
-	int on = __atomic_load_n(&g_gemv_on, __ATOMIC_RELAXED);
-
-	if (on < 0) {
-		const char *e = getenv("RAGGED_GEMV");
-		on = !(e && e[0] == '0');
-		__atomic_store_n(&g_gemv_on, on, __ATOMIC_RELAXED);
-	}
-	return on != 0;
+	return rg_tuning_bool(RG_TUNE_GEMV);
 }
 
 extern "C" void rg_cuda_gemv_set(bool on, int warps, int unroll)
 {
-	__atomic_store_n(&g_gemv_on, on ? 1 : 0, __ATOMIC_RELAXED);
+	(void)rg_tuning_set("RAGGED_GEMV", on ? "1" : "0"); /* a valid value: cannot fail */
 	g_gemv_warps = warps == 4 || warps == 8 || warps == 16 ? warps : 0;
 	g_gemv_unroll = unroll == 2 || unroll == 4 ? unroll : 0;
 }

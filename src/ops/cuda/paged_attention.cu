@@ -32,6 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tuning.h"
+
 #define PA_THREADS 128
 #define PA_KEYS 128    /* keys per chunk: one per thread in the score phase */
 #define PA_MAX_GROUP 8 /* query heads per KV head */
@@ -296,21 +298,23 @@ static rg_status paged_attn_launch(rg_cuda_ctx *c, const rg_attn_desc *d, const 
 /* RAGGED_PREFILL_TC: "0" turns the tensor-core prefill off (A/B runs, a fallback); "fresh" sends
  * only fresh sequences (no cached keys) to it, their keys read from this step's QKV rows;
  * "paged" sends every prefill chunk of >= PA_FRESH_MIN rows, keys read through the block table;
- * unset or anything else (the default): "paged" when some such chunk has cached keys (a prompt's
- * later chunks, the rest of a prompt after a prefix-cache hit), else "fresh" (verified on an
- * H200 2026-11-26: tests/gpu/decoder_cuda_cpu.py plain and under memcheck). Read at every call
- * (a getenv per layer is noise next to a launch), so a benchmark can switch it in one process. */
+ * unset, "auto" or "1" (the default; anything else warns and means "auto", core/tuning.c):
+ * "paged" when some such chunk has cached keys (a prompt's later chunks, the rest of a prompt
+ * after a prefix-cache hit), else "fresh" (verified on an H200 2026-11-26:
+ * tests/gpu/decoder_cuda_cpu.py plain and under memcheck). Read at every call (a getenv per
+ * layer is noise next to a launch), so a benchmark can switch it in one process. */
 enum { PTC_OFF = 0, PTC_FRESH = 1, PTC_PAGED = 2, PTC_AUTO = 3 };
 
 static int prefill_tc_mode(void)
 {
-	const char *e = getenv("RAGGED_PREFILL_TC");
-
-	if (e && !strcmp(e, "0"))
-		return PTC_OFF;
-	if (e && !strcmp(e, "fresh"))
-		return PTC_FRESH;
-	return e && !strcmp(e, "paged") ? PTC_PAGED : PTC_AUTO;
+	switch (rg_tuning_enum(RG_TUNE_PREFILL_TC)) {
+	case RG_PREFILL_TC_OFF: return PTC_OFF;
+	case RG_PREFILL_TC_FRESH: return PTC_FRESH;
+	case RG_PREFILL_TC_PAGED: return PTC_PAGED;
+	case RG_PREFILL_TC_AUTO:
+	case RG_PREFILL_TC_ON: break;
+	}
+	return PTC_AUTO;
 }
 
 /* The sequences of >= PA_FRESH_MIN new rows (fresh ones only, unless the mode resolves to

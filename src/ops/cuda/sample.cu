@@ -75,6 +75,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/tuning.h"
 #include "ops/cuda/common.cuh"
 
 #define SB RG_SAMPLE_GROUPS
@@ -993,13 +994,12 @@ sample_merge_kernel(const T *__restrict__ x, int M, int N, rg_sample_args a, int
 }
 
 /* RAGGED_SAMPLE_FAST=0 turns the fast path off (every row takes the full algorithm: A/B runs, a
- * fallback). Read at every call (a getenv is noise next to a launch), so a test or a benchmark
- * can switch it in one process; a captured graph keeps the choice made at capture. */
+ * fallback). Read at every call (a getenv is noise next to a launch; core/tuning.c), so a test
+ * or a benchmark can switch it in one process; a captured graph keeps the choice made at
+ * capture. */
 static bool sample_fast_on(void)
 {
-	const char *e = getenv("RAGGED_SAMPLE_FAST");
-
-	return !(e && e[0] == '0');
+	return rg_tuning_bool(RG_TUNE_SAMPLE_FAST);
 }
 
 /* The fast path's slices of a row of N columns: S slices of W columns, every one non-empty,
