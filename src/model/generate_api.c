@@ -29,19 +29,26 @@ static double now_s(void)
 
 static rg_status run_step(void *ctx, const rg_step_batch *b, float *logits)
 {
-	return rg_model_step(ctx, b, logits);
+	const rg_step_out o = {.logits = logits};
+
+	return rg_model_step(ctx, b, &o);
 }
 
 static rg_status run_step_argmax(void *ctx, const rg_step_batch *b, int32_t *ids, float *lps)
 {
-	return rg_model_step_argmax(ctx, b, ids, lps);
+	const rg_step_out o = {.ids = ids, .logprobs = lps};
+
+	return rg_model_step(ctx, b, &o);
 }
 
 static rg_status run_step_sample(void *ctx, const rg_step_batch *b, const rg_row_sampling *rows,
 				 int top_n, int32_t *ids, float *lps, int32_t *top_ids,
 				 float *top_lps)
 {
-	return rg_model_step_sample(ctx, b, rows, ids, lps, top_n, top_ids, top_lps);
+	const rg_step_out o = {.top_n = top_n, .rows = rows, .ids = ids, .logprobs = lps,
+			       .top_ids = top_ids, .top_logprobs = top_lps};
+
+	return rg_model_step(ctx, b, &o);
 }
 
 static rg_status run_copy(void *ctx, const int32_t *src, const int32_t *dst, int n)

@@ -1010,16 +1010,17 @@ static void *step_thread(void *arg)
 				st = rg_errorf(RG_ERR_OOM, "beam search: no memory for %d rows of "
 					       "logits", e->S);
 			else
-				st = rg_model_step_sample_logits(e->m, &plan.batch, e->rows, e->ids,
-								 e->lps, top_n,
-								 top_n ? e->top_ids : NULL,
-								 top_n ? e->top_lps : NULL,
-								 e->blogits, e->bkeep);
+				st = rg_model_step(e->m, &plan.batch, &(rg_step_out){
+					.top_n = top_n, .rows = e->rows, .ids = e->ids, .logprobs = e->lps,
+					.top_ids = top_n ? e->top_ids : NULL,
+					.top_logprobs = top_n ? e->top_lps : NULL,
+					.logits = e->blogits, .want_logits = e->bkeep});
 		} else if (st == RG_OK) {
 			if (plan.batch.n_logits > 0)
-				st = rg_model_step_sample(e->m, &plan.batch, e->rows, e->ids, e->lps,
-							  top_n, top_n ? e->top_ids : NULL,
-							  top_n ? e->top_lps : NULL);
+				st = rg_model_step(e->m, &plan.batch, &(rg_step_out){
+					.top_n = top_n, .rows = e->rows, .ids = e->ids, .logprobs = e->lps,
+					.top_ids = top_n ? e->top_ids : NULL,
+					.top_logprobs = top_n ? e->top_lps : NULL});
 			else
 				st = rg_model_step(e->m, &plan.batch, NULL);
 		}
@@ -1121,8 +1122,8 @@ static rg_status warm_up(rg_gen_engine *e)
 						     plan.n_copies);
 		if (st == RG_OK)
 			st = plan.batch.n_logits > 0
-				? rg_model_step_sample(e->m, &plan.batch, e->rows, e->ids, e->lps,
-						       0, NULL, NULL)
+				? rg_model_step(e->m, &plan.batch, &(rg_step_out){
+					  .rows = e->rows, .ids = e->ids, .logprobs = e->lps})
 				: rg_model_step(e->m, &plan.batch, NULL);
 		if (st != RG_OK)
 			goto out;

@@ -5,7 +5,7 @@
  *
  * The loop (one thread, the model is its alone):
  *     lock; rg_iter_schedule -> plan; unlock
- *     rg_model_kv_copy_blocks (copy-on-write), rg_model_step_sample (the whole sampler chain on
+ *     rg_model_kv_copy_blocks (copy-on-write), rg_model_step with rows (the whole sampler chain on
  *       the device or its CPU twin: per-row temperature, top-k, top-p, min-p, penalties, bias and
  *       the caller's uniform draw; only ids and log-probabilities come back)
  *     lock; per sampled row: stop conditions (EOS / stop ids / max_tokens in iter, stop strings on
@@ -18,9 +18,9 @@
  * (src/sched/iter.h): prefilled once, then their beams decode beside every other stream, one
  * step of the search (src/gen/beam.h, as rg_gen_run runs it: rg_gen_beam_init) per engine step,
  * the beams forking block tables copy-on-write. A step that holds beam rows runs one forward
- * through rg_model_step_sample_logits (src/model/model.h): every row sampled on the device and
- * the rows' logits copied to the host, where the beam groups' searches run (such a step is never
- * a CUDA graph). The answer comes when the search ends (no streaming of beams).
+ * through rg_model_step with rows and logits (include/ragged.h): every row sampled on the
+ * device and the rows' logits copied to the host, where the beam groups' searches run (such a
+ * step is never a CUDA graph). The answer comes when the search ends (no streaming of beams).
  *
  * Job life (the owner's contract): the owner fills the job (rg_gen_job_new) and submits it; the
  * engine then holds a reference until it calls notify(job, true) (the last call). Output is

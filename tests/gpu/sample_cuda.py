@@ -14,10 +14,10 @@ device), on the same inputs, no torch in the process (compute-sanitizer can watc
   3. rg_op_argmax_rows (the device greedy choice, one CTA per row slice) against the CPU twin on
      gaussian, tie-heavy and NaN / -inf rows of widths 7 .. 151936, fp32 and fp16: ids identical,
      log-probs within 1e-5;
-  4. rg_model_step_sample on a random-weight Llama decoder on CUDA (fp32): 12 decode steps (CUDA
-     graphs from the second), each row's id equal to tests/py/ref_sample.py's NumPy chain applied
-     to rg_model_step's logits of the same step with the same u; rg_model_step_sample_logits
-     (eager) giving the same ids and rg_model_step's logits. Vocabularies 101 (the full
+  4. rg_model_step's sampler path on a random-weight Llama decoder on CUDA (fp32): 12 decode
+     steps (CUDA graphs from the second), each row's id equal to tests/py/ref_sample.py's NumPy
+     chain applied to the logits-only step's logits with the same u; the sampler with the logits
+     copied out (eager) giving the same ids and those logits. Vocabularies 101 (the full
      algorithm only: too narrow for slices) and 1000 (greedy and top-k rows on the fast path,
      the others on the full algorithm, in one captured step);
   5. the fast path of sample_rows (CUDA: greedy rows with any top_n, sampled rows with top_k <=
@@ -389,8 +389,8 @@ def check_argmax(L, cpu, rng, M, N, gen, dt):
 
 
 def check_model_steps(V=101):
-    """rg_model_step_sample on CUDA through graphed decode steps against the NumPy chain applied
-    to rg_model_step's logits of the same step; rg_model_step_sample_logits equal to both. V:
+    """rg_model_step's sampler path on CUDA through graphed decode steps against the NumPy chain
+    applied to the logits-only step's logits; the sampler with the logits out equal to both. V:
     the vocabulary (101: too narrow for the fast path's slices; 1000: its greedy and top-k rows
     take it)."""
     import make_decoder
@@ -431,8 +431,8 @@ def check_model_steps(V=101):
                     penalty=([1, 2], [1, 0], [1, 1]), repetition_penalty=1.2),
                dict(temperature=1.0, u=float(rng.random()), bias=([3], [2.0]))]
         ids, lps, tid, _ = m.step_sample([row_sampling(**k) for k in kws], *args, top_n=3)
-        # rg_model_step_sample_logits (the serving engine's steps with beam rows; eager, never a
-        # graph): the same ids and the same logits as rg_model_step
+        # the sampler with the logits out (the serving engine's steps with beam rows; eager, never
+        # a graph): the same ids and the same logits as the logits-only step
         kept = m.step_sample_logits([row_sampling(**k) for k in kws], *args, top_n=3,
                                     keep=[r % 2 == 0 for r in range(len(kws))])
         if not (np.array_equal(kept[0], ids) and np.array_equal(kept[2], tid) and
