@@ -336,6 +336,13 @@ rg_status rg_model_kv_init_fraction(rg_model *m, int block_size, double fraction
 				      (size_t)(fraction * (double)(total > used ? total - used : 0)));
 }
 
+int32_t rg_model_eos_id(const rg_model *m)
+{
+	if (!m || m->info.kind != RG_MODEL_DECODER)
+		return -1;
+	return m->dec.cfg.eos_token_id;
+}
+
 rg_status rg_model_kv_info(const rg_model *m, rg_kv_info *out)
 {
 	rg_status s;

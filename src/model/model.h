@@ -200,9 +200,11 @@ struct rg_model {
 	int32_t gen_eos[8];       /* decoders: the ids rg_generate stops at by default (config.json /
 				   * generation_config.json eos_token_id, an id or a list; GGUF's) */
 	int n_gen_eos;
-	struct rg_kv_pool *gen_pool; /* rg_generate's block pool over the KV cache (generate_api.c) */
-	void *gen_kv_auto;        /* the cache (dec.kv_d) rg_generate made and may regrow; a cache
-				   * the caller made (another kv_d) is used as it is */
+	/* State the generation layer keeps per model, opaque here (src/gen/generate_api.c:
+	 * rg_generate's block pool and the KV cache it made); rg_model_free calls gen_free(gen).
+	 * model/ never reads it: the runner knows nothing of requests. */
+	void *gen;
+	void (*gen_free)(void *gen);
 };
 
 typedef struct rg_fwd {
@@ -272,8 +274,6 @@ void rg_decoder_free(rg_model *m);
  * m->chat_template from the metadata, then rg_decoder_init over a GGUF tensor source. m->dir and
  * m->max_tokens are set. */
 rg_status rg_gguf_model_load(rg_model *m, const char *path, const rg_model_params *p);
-/* Release rg_generate's state (generate_api.c). */
-void rg_generate_state_free(rg_model *m);
 /* One layer's attention for a decoder forward: write the K and V columns of qkv (n rows of
  * qd + 2 kvd act) into layer l's cache at f->slots, then causal paged attention of the Q columns
  * into ctx (n, qd) act, with the given scale. */
