@@ -570,7 +570,7 @@ typedef struct rg_step_out {
  * before its chunk's choice). A graphed logits-only step downloads the whole padded chunk and
  * copies the wanted rows on the host.
  *
- * Errors: every field of b and out is validated before anything runs, and after an error
+ * Errors: every field of b and out is validated before anything runs: after a validation error
  * nothing was written (neither the cache nor out). RG_ERR_INVALID_INPUT, naming the field, for
  * NULL arrays, n_tokens or n_seq < 1, a token id outside [0, vocab_size), cu_seqlens_q not
  * starting at 0, a sequence with no new token or not ending at n_tokens, context_lens[i] below
