@@ -556,6 +556,8 @@ rg_status rg_dec_attend(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scal
 /* The step's path (rg_model_step's docstring) and its graph key: STEP_SAMPLE + top_n for the
  * sampler (a graph per top_n). */
 enum { STEP_LOGITS = 0, STEP_ARGMAX = 1, STEP_SAMPLE = 2 };
+_Static_assert(RG_SAMPLE_MAX_TOP == RG_GEN_MAX_LOGPROBS,
+	       "rg_step_out.top_n's bound in ragged.h is the device sampler's");
 
 static int step_mode(const rg_step_batch *b, const rg_step_out *o)
 {
