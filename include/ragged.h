@@ -494,40 +494,11 @@ RG_API rg_status rg_model_kv_info(const rg_model *m, rg_kv_info *out);
 RG_API rg_status rg_model_kv_copy_blocks(rg_model *m, const int32_t *src, const int32_t *dst,
 					 int n);
 
-/* Run one step of a decoder (see rg_step_batch): embed the new tokens, write their K and V to
- * the slots slot_mapping names, attend causally over each sequence's cached positions through
- * its block table, and write the logits of the rows logits_rows names:
- * logits (n_logits, vocab_size) float32 host, caller-owned, row r for new token logits_rows[r]
- * (NULL allowed when n_logits is 0). Every field is validated before anything runs:
- * RG_ERR_INVALID_INPUT, naming the field, for NULL arrays, n_tokens or n_seq < 1, a token id
- * outside [0, vocab_size), cu_seqlens_q not starting at 0, a sequence with no new token or not
- * ending at n_tokens, context_lens[i] below its new tokens or over max_position_embeddings or
- * over max_blocks_per_seq * block_size, a position other than context_lens[i] - n_new_i + j,
- * a block id (of the first ceil(context_lens[i] / block_size) entries) outside [0, n_blocks),
- * a slot other than block_tables[i][pos / block_size] * block_size + pos % block_size (a token
- * writes where its own sequence's table puts its position), two tokens writing one slot, a
- * logits row outside [0, n_tokens), and no KV cache (rg_model_kv_init first);
- * RG_ERR_TOO_LONG for n_tokens over max_batch_tokens; RG_ERR_UNSUPPORTED on an encoder or a
- * backend without the decoder ops (CUDA, for now). After an error nothing was written. The
- * model is reusable after any error. Not thread-safe per model. fp32 on the CPU; the ops are
- * src/ops/ops.h's decoder ops, the forward is the architecture's (gpt2.c, llama.c). */
-RG_API rg_status rg_model_step(rg_model *m, const rg_step_batch *b, float *logits);
-
-/* rg_model_step with greedy decoding on the device: the logits of the wanted rows never leave
- * it. ids: (n_logits) int32, caller-owned: ids[r] = the token with the largest logit of row
- * logits_rows[r] (the lowest id on ties); logprobs: NULL or (n_logits) f32, caller-owned: that
- * token's log-softmax over the vocabulary. On CUDA a decode-only step (one new token per
- * sequence, n_logits = n_seq with logits_rows[r] = r, at most 64 sequences) runs as a CUDA graph
- * captured per padded batch size and block-table width (the second time that shape is seen;
- * RAGGED_CUDA_GRAPHS=0 disables), so a step costs one launch; rg_model_step's logits take the
- * same path. Errors as rg_model_step. */
-RG_API rg_status rg_model_step_argmax(rg_model *m, const rg_step_batch *b, int32_t *ids,
-				      float *logprobs);
-
-/* Sampling parameters of one logits row for rg_model_step_sample: the host sampler chain of
- * src/gen/sampler.h (bias, penalties, then greedy, or temperature, top-k, top-p, min-p and a
- * draw), with the uniform draw supplied by the caller so that the device and the host consume
- * the same random numbers. All arrays are host memory, caller-owned, read during the call only. */
+/* Sampling parameters of one logits row for rg_model_step (rg_step_out.rows): the host sampler
+ * chain of src/gen/sampler.h (bias, penalties, then greedy, or temperature, top-k, top-p, min-p
+ * and a draw), with the uniform draw supplied by the caller so that the device and the host
+ * consume the same random numbers. All arrays are host memory, caller-owned, read during the
+ * call only. */
 typedef struct rg_row_sampling {
 	float temperature;        /* >= 0; 0: greedy (top_k, top_p, min_p, u ignored) */
 	int top_k;                /* >= 0; 0: off */
@@ -546,25 +517,77 @@ typedef struct rg_row_sampling {
 	const float *logit_bias_values;   /* (n_logit_bias) finite, added to the logits */
 } rg_row_sampling;
 
-/* rg_model_step with sampling on the device (issue 19; src/ops/ops.h rg_op_sample_rows has the
- * algorithm, LightSeq's hierarchical top-k among it): only the chosen ids and log-probabilities
- * cross to the host, never the logits. params: (n_logits), row r's parameters for logits row
- * logits_rows[r]. ids: (n_logits) int32, caller-owned; logprobs: NULL or (n_logits) f32, the
- * chosen token's log-probability under the processed distribution (after bias, penalties,
- * temperature, over the tokens top-k/top-p/min-p kept; greedy: at temperature 1), as
- * rg_sampler_sample. top_n in [0, 20]: top_ids, top_logprobs (n_logits, top_n), caller-owned (NULL
- * when top_n is 0), the top_n most probable tokens of that distribution, probability descending,
- * ties by id; -1 and -inf past the tokens left. For the same logits and u the CPU result equals
- * the host chain's; CUDA's float64 sums run in another order, so a draw within ~1e-16 of a
- * boundary may differ. Decode-only steps run as CUDA graphs as in rg_model_step_argmax (one
- * graph per top_n). Errors: those of rg_model_step, and RG_ERR_INVALID_INPUT naming the row and
- * field for a parameter outside the ranges above, NULL params / lists, or top_n outside [0, 20].
- * no_repeat_ngram_size has no device form: run those rows through the host chain. The first
- * call allocates the sampling buffers, kept until rg_model_free: a workspace of 64 x vocab_size
- * x 8 bytes (26 MB for a 50257 vocabulary) and per-row staging; RG_ERR_OOM if they do not fit. */
-RG_API rg_status rg_model_step_sample(rg_model *m, const rg_step_batch *b,
-				      const rg_row_sampling *params, int32_t *ids, float *logprobs,
-				      int top_n, int32_t *top_ids, float *top_logprobs);
+/* What one rg_model_step returns for its n_logits wanted rows; row r is new token
+ * logits_rows[r]. Every array is host memory, caller-owned, written during the call only (rows
+ * r < n_logits). Which fields are set picks the path (see rg_model_step). */
+typedef struct rg_step_out {
+	int top_n;                   /* [0, 20]: alternatives per row (the sampler path) */
+	const rg_row_sampling *rows; /* (n_logits) row r's sampling parameters, or NULL: greedy on
+				      * every row; read only */
+	int32_t *ids;                /* (n_logits) int32 chosen token, or NULL: logits only */
+	float *logprobs;             /* (n_logits) f32 its log-probability, or NULL */
+	int32_t *top_ids;            /* (n_logits, top_n) int32, or NULL when top_n is 0 */
+	float *top_logprobs;         /* (n_logits, top_n) f32, or NULL when top_n is 0 */
+	float *logits;               /* (n_logits, vocab_size) f32: the LM head's rows (before bias,
+				      * penalties and temperature), or NULL */
+	const uint8_t *want_logits;  /* (n_logits) nonzero: row r is copied to logits (the other
+				      * rows of logits are left as they were); NULL: every row;
+				      * read only */
+} rg_step_out;
+
+/* Run one step of a decoder (see rg_step_batch): embed the new tokens, write their K and V to
+ * the slots slot_mapping names, attend causally over each sequence's cached positions through
+ * its block table, apply the LM head to the rows logits_rows names, and answer them as out asks.
+ *
+ * Paths (out's fields pick one; each moves to the host only what it returns):
+ *   logits only (ids NULL, logits set): out->logits row r, f32, for each row want_logits names.
+ *   greedy (ids set, rows NULL, top_n 0): the choice on the device (argmax kernel):
+ *     ids[r] = the token with the largest logit (the lowest id on ties), logprobs[r] (NULL: not
+ *     asked) its log-softmax over the vocabulary.
+ *   sampler (ids set, and rows set or top_n > 0): the device sampler (issue 19; src/ops/ops.h
+ *     rg_op_sample_rows has the algorithm, LightSeq's hierarchical top-k among it) with row r's
+ *     parameters rows[r] (rows NULL: every row greedy, temperature 0). logprobs[r]: the chosen
+ *     token's log-probability under the processed distribution (after bias, penalties,
+ *     temperature, over the tokens top-k/top-p/min-p kept; greedy: at temperature 1), as
+ *     rg_sampler_sample. top_ids / top_logprobs (n_logits, top_n): the top_n most probable
+ *     tokens of that distribution, probability descending, ties by id; -1 and -inf past the
+ *     tokens left. For the same logits and u the CPU result equals the host chain's; CUDA's
+ *     float64 sums run in another order, so a draw within ~1e-16 of a boundary may differ.
+ *     no_repeat_ngram_size has no device form: run those rows through the host chain. The first
+ *     sampler step allocates its buffers, kept until rg_model_free: a workspace of 64 x
+ *     vocab_size x 8 bytes (26 MB for a 50257 vocabulary) and per-row staging (RG_ERR_OOM if
+ *     they do not fit).
+ *   Greedy and sampler steps may also set logits (with want_logits): those rows are copied out,
+ *   synchronously, before their chunk's choice (one forward for a step whose rows are partly
+ *   chosen on the device and partly searched on the host, as the serving engine's beam groups).
+ *   A step with n_logits 0 only fills the cache: out may be NULL.
+ *
+ * CUDA graphs: on CUDA a decode-only step (one new token per sequence, n_logits = n_seq with
+ * logits_rows[r] = r, at most 64 sequences) runs as a CUDA graph captured per path (logits only,
+ * greedy, sampler with its top_n), padded batch size and block-table width (the second time that
+ * shape is seen; RAGGED_CUDA_GRAPHS=0 disables), so a step costs one launch. A greedy or
+ * sampler step that also copies logits out never runs as a graph (eager, each wanted row copied
+ * before its chunk's choice). A graphed logits-only step downloads the whole padded chunk and
+ * copies the wanted rows on the host.
+ *
+ * Errors: every field of b and out is validated before anything runs: after a validation error
+ * nothing was written (neither the cache nor out). RG_ERR_INVALID_INPUT, naming the field, for
+ * NULL arrays, n_tokens or n_seq < 1, a token id outside [0, vocab_size), cu_seqlens_q not
+ * starting at 0, a sequence with no new token or not ending at n_tokens, context_lens[i] below
+ * its new tokens or over max_position_embeddings or over max_blocks_per_seq * block_size, a
+ * position other than context_lens[i] - n_new_i + j, a block id (of the first
+ * ceil(context_lens[i] / block_size) entries) outside [0, n_blocks), a slot other than
+ * block_tables[i][pos / block_size] * block_size + pos % block_size (a token writes where its
+ * own sequence's table puts its position), two tokens writing one slot, a logits row outside
+ * [0, n_tokens), no KV cache (rg_model_kv_init first); and for out: out NULL with n_logits > 0,
+ * out.top_n outside [0, 20], out.top_n > 0 without out.top_ids and out.top_logprobs, neither
+ * out.ids nor out.logits, out.rows / out.logprobs / out.top_n > 0 without out.ids,
+ * out.want_logits without out.logits, and out.rows[r] outside rg_row_sampling's ranges (naming
+ * the row and field; NULL lists with entries). RG_ERR_TOO_LONG for n_tokens over
+ * max_batch_tokens; RG_ERR_UNSUPPORTED on an encoder. The model is reusable after any error.
+ * Not thread-safe per model. fp32 on the CPU; the ops are src/ops/ops.h's decoder ops, the
+ * forward is the architecture's (gpt2.c, llama.c). */
+RG_API rg_status rg_model_step(rg_model *m, const rg_step_batch *b, const rg_step_out *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Generation (issue 19): sampling and beam-search options, results, and rg_generate, the

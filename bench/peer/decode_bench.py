@@ -44,8 +44,8 @@ def ragged_run(m, prompts):
 
 
 def ragged_run_device(m, prompts):
-    """Greedy with the choice on the device (rg_model_step_argmax): only ids cross to the host,
-    and the decode steps run as CUDA graphs."""
+    """Greedy with the choice on the device (rg_model_step's greedy path): only ids cross to the
+    host, and the decode steps run as CUDA graphs."""
     s = Seqs(m.kv_info().n_blocks, 0)
     ids, _ = s.step(m, [(i, list(p)) for i, p in enumerate(prompts)], argmax=True)
     for _ in range(NEW - 1):

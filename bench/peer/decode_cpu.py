@@ -12,7 +12,7 @@ PROMPT = 32 random ids, --new (default 64) new tokens, greedy, fp32, no EOS (eve
 its tokens). Runtimes, each in a child process (threads of two runtimes in one process fight):
   - ragged: include/ragged.h's step API through tests/py/ragged_ctypes.py: one packed prefill step
     of the batch, then one decode step per token, the greedy choice on the "device"
-    (rg_model_step_argmax: only ids cross back); paged KV cache, blocks of 16, bookkeeping in
+    (rg_model_step's greedy path: only ids cross back); paged KV cache, blocks of 16, bookkeeping in
     Python (tests/gpu/dec_util.Seqs) and part of the time, as a server's loop would be;
     RAGGED_NUM_THREADS = n.
   - hf_static: `model.generate(ids, do_sample=False, cache_implementation="static")`,
@@ -301,7 +301,7 @@ def render(res):
          f"runtime in its own process; {res['reps']} timed runs per child after a warm-up, "
          f"{res['rounds']} round(s) of the three runtimes per cell; time = median of all timed "
          "runs; tok/s = batch x new / time (prefill included); ragged = step API with the "
-         "greedy id chosen in the library (rg_model_step_argmax); x static = ragged tok/s / "
+         "greedy id chosen in the library (rg_model_step, greedy path); x static = ragged tok/s / "
          "hf_static tok/s (target >= 2)", "",
          "## Bandwidth (measured in this run, its own child per thread count)", "",
          "| threads | copy GB/s (read + write) | sgemv (49152 x 576 f32) GB/s |", "|---:|---:|---:|"]

@@ -1,6 +1,6 @@
 """A kernel trace of ragged's greedy decode step on the GPU (issue 19: a missed speed target is
 "explained with a trace"): random-weight GPT-2 small and SmolLM2-135M-shape Llama, fp16, batch 1
-and 16, prompt 32; 16 decode steps (rg_model_step_argmax) recorded with torch.profiler (CUPTI sees
+and 16, prompt 32; 16 decode steps (rg_model_step, greedy) recorded with torch.profiler (CUPTI sees
 every kernel of the process, ragged's included), eager (RAGGED_CUDA_GRAPHS=0, so each kernel is its
 own launch) and graphed; and eager prefill steps of 4 x 128, 1 x 512 and 32 x 512 fresh prompt
 tokens (the chunks a serving step runs; issue 19's prefill shape is 32 x 512), with the tensor-core

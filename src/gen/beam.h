@@ -95,7 +95,7 @@ rg_status rg_beam_step(rg_beam_search *b, const float *const *rows, int32_t *par
 int rg_beam_cand_needed(rg_beam_search *b);
 
 /* rg_beam_step from each live row's k best tokens instead of its logits (the device keeps the
- * logits: rg_model_step_sample's top_n at temperature 0): ids[i] (k) int32 token ids and
+ * logits: rg_model_step's top_n at temperature 0): ids[i] (k) int32 token ids and
  * logprobs[i] (k) f32 their log-softmax, log-prob descending, ties by ascending id, -1 past the
  * tokens there are; NULL rows for slots not live. The same beams as rg_beam_step on the full rows
  * when k >= rg_beam_cand_needed(b) and the log-probs are the same (here f32, rg_beam_step's are

@@ -23,6 +23,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/tuning.h"
 #include "gen/beam.h"
 #include "gen/sampler.h"
 #include "gen/seq.h"
@@ -1294,28 +1295,39 @@ fail:
 
 static rg_status mrun_step(void *ctx, const rg_step_batch *b, float *logits)
 {
-	return rg_model_step(ctx, b, logits);
+	const rg_step_out o = {.logits = logits};
+
+	return rg_model_step(ctx, b, b->n_logits > 0 ? &o : NULL);
 }
 
 static rg_status mrun_argmax(void *ctx, const rg_step_batch *b, int32_t *ids, float *lps)
 {
-	return rg_model_step_argmax(ctx, b, ids, lps);
+	const rg_step_out o = {.ids = ids, .logprobs = lps};
+
+	return rg_model_step(ctx, b, &o);
 }
 
 static rg_status mrun_sample(void *ctx, const rg_step_batch *b, const rg_row_sampling *rows,
 			     int top_n, int32_t *ids, float *lps, int32_t *top_ids, float *top_lps)
 {
+	const rg_step_out o = {.top_n = top_n, .rows = rows, .ids = ids, .logprobs = lps,
+			       .top_ids = top_ids, .top_logprobs = top_lps};
+
 	if (b->n_logits == 0) /* a step of prefill chunks only: no sampling buffers */
 		return rg_model_step(ctx, b, NULL);
-	return rg_model_step_sample(ctx, b, rows, ids, lps, top_n, top_ids, top_lps);
+	return rg_model_step(ctx, b, &o);
 }
 
+/* One forward: every row sampled on the device, the rows want names copied out as logits. */
 static rg_status mrun_sample_logits(void *ctx, const rg_step_batch *b, const rg_row_sampling *rows,
 				    int top_n, int32_t *ids, float *lps, int32_t *top_ids,
 				    float *top_lps, float *logits, const uint8_t *want)
 {
-	return rg_model_step_sample_logits(ctx, b, rows, ids, lps, top_n, top_ids, top_lps, logits,
-					   want);
+	const rg_step_out o = {.top_n = top_n, .rows = rows, .ids = ids, .logprobs = lps,
+			       .top_ids = top_ids, .top_logprobs = top_lps, .logits = logits,
+			       .want_logits = want};
+
+	return rg_model_step(ctx, b, &o);
 }
 
 static rg_status mrun_copy(void *ctx, const int32_t *src, const int32_t *dst, int n)
@@ -1343,15 +1355,10 @@ void rg_gen_model_runner(rg_model *m, rg_gen_runner *r)
 	/* plain greedy rows choose on the device, sampled ones sample there (the logits stay
 	 * there); RAGGED_GEN_ARGMAX=0 / RAGGED_GEN_DEVICE_SAMPLE=0 take the host sampler instead
 	 * (the same choices; for checks and A/B runs) */
-	{
-		const char *a = getenv("RAGGED_GEN_ARGMAX");
-		const char *d = getenv("RAGGED_GEN_DEVICE_SAMPLE");
-
-		r->step_argmax = a && !strcmp(a, "0") ? NULL : mrun_argmax;
-		if (!(d && !strcmp(d, "0"))) {
-			r->step_sample = mrun_sample;
-			r->step_sample_logits = mrun_sample_logits;
-		}
+	r->step_argmax = rg_tuning_bool(RG_TUNE_GEN_ARGMAX) ? mrun_argmax : NULL;
+	if (rg_tuning_bool(RG_TUNE_GEN_DEVICE_SAMPLE)) {
+		r->step_sample = mrun_sample;
+		r->step_sample_logits = mrun_sample_logits;
 	}
 }
 
@@ -1397,11 +1404,7 @@ rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *par
 	if (!e)
 		return NULL;
 	e->m = m;
-	{
-		const char *d = getenv("RAGGED_GEN_DEVICE_SAMPLE");
-
-		e->beam_logits = d && !strcmp(d, "0");
-	}
+	e->beam_logits = !rg_tuning_bool(RG_TUNE_GEN_DEVICE_SAMPLE);
 	if (p.warm_up && (*st = warm_up(e)) != RG_OK) {
 		rg_gen_engine_free(e);
 		return NULL;

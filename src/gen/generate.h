@@ -55,12 +55,12 @@ typedef struct rg_gen_runner {
 	 * before the step that writes into dst. Needed when n > 1 or num_beams > 1. */
 	rg_status (*copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int n);
 	/* Optional (NULL: unused): a step that makes the greedy choice itself (ragged.h
-	 * rg_model_step_argmax): ids (n_logits) int32 and their log-softmax log-probs (n_logits)
-	 * f32. Used for plain greedy requests (no sampling, beams, penalties, bias, no-repeat n-gram
-	 * or top-N log-probs), so the logits need not reach the host. */
+	 * rg_model_step's greedy path): ids (n_logits) int32 and their log-softmax log-probs
+	 * (n_logits) f32. Used for plain greedy requests (no sampling, beams, penalties, bias,
+	 * no-repeat n-gram or top-N log-probs), so the logits need not reach the host. */
 	rg_status (*step_argmax)(void *ctx, const rg_step_batch *b, int32_t *ids, float *logprobs);
 	/* Optional (NULL: unused): a step that samples each logits row itself with that row's
-	 * parameters (ragged.h rg_model_step_sample: rows (n_logits), the draw u from the
+	 * parameters (ragged.h rg_model_step's sampler path: rows (n_logits), the draw u from the
 	 * sequence's own RNG stream, the same one the host chain would consume, so the tokens are
 	 * the host path's): ids and log-probs (n_logits), top_ids / top_logprobs (n_logits, top_n)
 	 * or NULL when top_n is 0. Used for sampled and processed-greedy requests without

@@ -337,6 +337,13 @@ rg_status rg_model_kv_init_fraction(rg_model *m, int block_size, double fraction
 				      (size_t)(fraction * (double)(total > used ? total - used : 0)));
 }
 
+int32_t rg_model_eos_id(const rg_model *m)
+{
+	if (!m || m->info.kind != RG_MODEL_DECODER)
+		return -1;
+	return m->dec.cfg.eos_token_id;
+}
+
 rg_status rg_model_kv_info(const rg_model *m, rg_kv_info *out)
 {
 	rg_status s;
@@ -391,8 +398,7 @@ rg_status rg_model_kv_copy_blocks(rg_model *m, const int32_t *src, const int32_t
 
 /* Every field of b against the model and its cache (ragged.h lists the checks). On success
  * *max_ctx is the longest context and *mb_used the most blocks a sequence reads. */
-static rg_status step_validate(rg_model *m, const rg_step_batch *b, const float *logits,
-			       int *max_ctx, int *mb_used)
+static rg_status step_validate(rg_model *m, const rg_step_batch *b, int *max_ctx, int *mb_used)
 {
 	const rg_decoder_config *c = &m->dec.cfg;
 	const int bs = m->dec.block_size;
@@ -417,8 +423,8 @@ static rg_status step_validate(rg_model *m, const rg_step_batch *b, const float 
 			   "slot_mapping must not be NULL");
 	if (b->n_logits < 0 || b->n_logits > b->n_tokens)
 		return BAD("n_logits %d must be in [0, n_tokens %d]", b->n_logits, b->n_tokens);
-	if (b->n_logits > 0 && (!b->logits_rows || !logits))
-		return BAD("logits_rows and logits must not be NULL when n_logits > 0");
+	if (b->n_logits > 0 && !b->logits_rows)
+		return BAD("logits_rows must not be NULL when n_logits > 0");
 	if (b->max_blocks_per_seq < 1)
 		return BAD("max_blocks_per_seq %d < 1", b->max_blocks_per_seq);
 	for (t = 0; t < b->n_tokens; t++)
@@ -548,8 +554,43 @@ rg_status rg_dec_attend(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scal
 	return rg_op_paged_attention(m->be, &f->attn, qkv, ld, kc, kc + m->dec.layer_bytes, ctx);
 }
 
-/* Step outputs; STEP_SAMPLE + top_n for rg_model_step_sample (a graph per top_n). */
+/* The step's path (rg_model_step's docstring) and its graph key: STEP_SAMPLE + top_n for the
+ * sampler (a graph per top_n). */
 enum { STEP_LOGITS = 0, STEP_ARGMAX = 1, STEP_SAMPLE = 2 };
+_Static_assert(RG_SAMPLE_MAX_TOP == RG_GEN_MAX_LOGPROBS,
+	       "rg_step_out.top_n's bound in ragged.h is the device sampler's");
+
+static int step_mode(const rg_step_batch *b, const rg_step_out *o)
+{
+	if (!o || !o->ids || b->n_logits == 0) /* n_logits 0: nothing to choose */
+		return STEP_LOGITS;
+	if (!o->rows && o->top_n == 0)
+		return STEP_ARGMAX;
+	return STEP_SAMPLE + o->top_n;
+}
+
+/* The output descriptor against rg_model_step's rules (ragged.h); the rows' parameters after
+ * it (rg_dec_sample_check). Array fields may be NULL when n_logits is 0. */
+static rg_status step_out_check(const rg_model *m, const rg_step_batch *b, const rg_step_out *o)
+{
+	const int n = b->n_logits;
+
+	if (!o)
+		return n > 0 ? BAD("out is NULL with n_logits %d > 0", n) : RG_OK;
+	if (o->top_n < 0 || o->top_n > RG_SAMPLE_MAX_TOP)
+		return BAD("out.top_n %d must be in [0, %d]", o->top_n, RG_SAMPLE_MAX_TOP);
+	if (!o->ids && (o->rows || o->logprobs || o->top_n > 0))
+		return BAD("out.rows, out.logprobs and out.top_n > 0 need out.ids (the chosen "
+			   "tokens)");
+	if (o->want_logits && !o->logits)
+		return BAD("out.want_logits is set but out.logits is NULL");
+	if (n > 0 && !o->ids && !o->logits)
+		return BAD("neither out.ids nor out.logits is set (n_logits %d > 0)", n);
+	if (n > 0 && o->top_n > 0 && (!o->top_ids || !o->top_logprobs))
+		return BAD("out.top_ids and out.top_logprobs must not be NULL when out.top_n %d > 0",
+			   o->top_n);
+	return o->rows ? rg_dec_sample_check(m, n, o) : RG_OK;
+}
 
 /* n values of the logits chunk from value off on, widened to f32 into dst (synchronous). */
 static rg_status logits_download(rg_model *m, float *dst, size_t off, size_t n)
@@ -565,15 +606,46 @@ static rg_status logits_download(rg_model *m, float *dst, size_t off, size_t n)
 	return s;
 }
 
+/* The end of the run of wanted rows that starts at r (want NULL: every row), rows < n. */
+static int want_run_end(const uint8_t *want, int r, int n)
+{
+	while (r < n && (!want || want[r]))
+		r++;
+	return r;
+}
+
+/* Chunk rows r0 .. r0 + nr - 1 that want names (NULL: all) into logits f32, one synchronous
+ * download per run of consecutive wanted rows (one per chunk when want is NULL). */
+static rg_status logits_download_rows(rg_model *m, float *logits, int r0, int nr,
+				      const uint8_t *want)
+{
+	const size_t V = (size_t)m->dec.cfg.vocab_size;
+	rg_status s;
+
+	for (int r = 0; r < nr;) {
+		int e;
+
+		if (want && !want[r0 + r]) {
+			r++;
+			continue;
+		}
+		e = want_run_end(want, r0 + r, r0 + nr) - r0;
+		if ((s = logits_download(m, logits + (size_t)(r0 + r) * V, (size_t)r * V,
+					 (size_t)(e - r) * V)) != RG_OK)
+			return s;
+		r = e;
+	}
+	return RG_OK;
+}
+
 /* The tail of a step on the device, after the forward: for the n_logits wanted rows (their
  * indices rows_d, backend memory), RG_LOGITS_CHUNK at a time: gather the final norm's rows, one
- * GEMM against the LM head, then either (STEP_LOGITS) copy the chunk to lg (pinned or plain
- * host memory, act dtype; lg NULL: into logits f32 directly, synchronously), (STEP_ARGMAX) the
- * greedy id and its log-prob into am_d, or (STEP_SAMPLE) the sampler, after copying the rows
- * keep names (NULL: every row) into logits f32 when logits is not NULL (synchronously: never in
- * a graph). Capturable in a graph when lg is pinned and logits NULL. */
+ * GEMM against the LM head, then the logits out -- to lg (pinned, act dtype, the whole chunk,
+ * asynchronously: a graphed logits-only step) or to logits f32 (the rows want names, NULL:
+ * every row; synchronously) -- and the choice of the mode: (STEP_ARGMAX) the greedy id and its
+ * log-prob into am_d, (STEP_SAMPLE) the sampler. Capturable in a graph when logits is NULL. */
 static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int mode,
-			   float *logits, void *lg, const uint8_t *keep)
+			   float *logits, const uint8_t *want, void *lg)
 {
 	const int H = m->dec.cfg.hidden_size, V = m->dec.cfg.vocab_size;
 	const int T = m->max_tokens;
@@ -588,33 +660,23 @@ static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int
 		    (s = rg_op_gemm(m->be, m->dec.a[RG_D_ROWS], m->dec.lm_head, m->dec.a[RG_D_LOGITS],
 				    nr, V, H)) != RG_OK)
 			return s;
-		if (mode == STEP_ARGMAX) {
-			if ((s = rg_op_argmax_rows(m->be, m->dec.a[RG_D_LOGITS], nr, V,
-						   m->dec.am_d + r0,
-						   (float *)(m->dec.am_d + T) + r0)) != RG_OK)
-				return s;
-			continue;
-		}
-		if (mode >= STEP_SAMPLE) {
-			const rg_sample_args a = rg_dec_sample_args(m, r0, mode - STEP_SAMPLE);
-
-			for (int r = 0; logits && r < nr; r++)
-				if ((!keep || keep[r0 + r]) &&
-				    (s = logits_download(m, logits + (size_t)(r0 + r) * V,
-							 (size_t)r * V, (size_t)V)) != RG_OK)
-					return s;
-			if ((s = rg_op_sample_rows(m->be, m->dec.a[RG_D_LOGITS], nr, V, &a)) != RG_OK)
-				return s;
-			continue;
-		}
 		if (lg) { /* one chunk at most (graphs: B <= RG_LOGITS_CHUNK) */
 			if ((s = rg_backend_download_async(m->be, lg, m->dec.a[RG_D_LOGITS],
 							   n * m->esz)) != RG_OK)
 				return s;
-			continue;
-		}
-		if ((s = logits_download(m, logits + (size_t)r0 * V, 0, n)) != RG_OK)
+		} else if (logits && (s = logits_download_rows(m, logits, r0, nr, want)) != RG_OK) {
 			return s;
+		}
+		if (mode == STEP_ARGMAX &&
+		    (s = rg_op_argmax_rows(m->be, m->dec.a[RG_D_LOGITS], nr, V, m->dec.am_d + r0,
+					   (float *)(m->dec.am_d + T) + r0)) != RG_OK)
+			return s;
+		if (mode >= STEP_SAMPLE) {
+			const rg_sample_args a = rg_dec_sample_args(m, r0, mode - STEP_SAMPLE);
+
+			if ((s = rg_op_sample_rows(m->be, m->dec.a[RG_D_LOGITS], nr, V, &a)) != RG_OK)
+				return s;
+		}
 	}
 	if (mode == STEP_ARGMAX && n_logits > 0) {
 		if ((s = rg_backend_download_async(m->be, m->dec.am_h, m->dec.am_d,
@@ -783,64 +845,82 @@ static void step_fwd(rg_model *m, rg_dec_fwd *f, int nt, int ns, int width, int 
 }
 
 /* Copy a finished step's outputs to the caller: ids / log-probs (STEP_ARGMAX, STEP_SAMPLE and
- * its top-N) or, for a graphed STEP_LOGITS step, the pinned logits widened to f32. */
-static void step_out(rg_model *m, int n_logits, int mode, float *logits, int32_t *ids,
-		     float *logprobs, const rg_dec_sample_io *io, bool graphed)
+ * its top-N) or, for a graphed STEP_LOGITS step, the wanted rows of the pinned logits widened to
+ * f32. */
+static void step_out(rg_model *m, int n_logits, int mode, const rg_step_out *o, bool graphed)
 {
 	const size_t T = (size_t)m->max_tokens, V = (size_t)m->dec.cfg.vocab_size;
 
 	if (mode >= STEP_SAMPLE) {
-		const size_t C = rg_dec_sample_rows(m), tn = (size_t)io->top_n;
+		const size_t C = rg_dec_sample_rows(m), tn = (size_t)o->top_n;
 
-		memcpy(ids, m->dec.smp_out_h, (size_t)n_logits * 4);
-		if (logprobs)
-			memcpy(logprobs, m->dec.smp_out_h + C, (size_t)n_logits * 4);
+		memcpy(o->ids, m->dec.smp_out_h, (size_t)n_logits * 4);
+		if (o->logprobs)
+			memcpy(o->logprobs, m->dec.smp_out_h + C, (size_t)n_logits * 4);
 		if (tn) {
-			memcpy(io->top_ids, m->dec.smp_out_h + 2 * C, n_logits * tn * 4);
-			memcpy(io->top_logprobs, m->dec.smp_out_h + (2 + RG_SAMPLE_MAX_TOP) * C,
+			memcpy(o->top_ids, m->dec.smp_out_h + 2 * C, n_logits * tn * 4);
+			memcpy(o->top_logprobs, m->dec.smp_out_h + (2 + RG_SAMPLE_MAX_TOP) * C,
 			       n_logits * tn * 4);
 		}
 		return;
 	}
 
 	if (mode == STEP_ARGMAX) {
-		memcpy(ids, m->dec.am_h, (size_t)n_logits * 4);
-		if (logprobs)
-			memcpy(logprobs, m->dec.am_h + T, (size_t)n_logits * 4);
+		memcpy(o->ids, m->dec.am_h, (size_t)n_logits * 4);
+		if (o->logprobs)
+			memcpy(o->logprobs, m->dec.am_h + T, (size_t)n_logits * 4);
 		return;
 	}
 	if (!graphed)
 		return;
-	if (m->esz == 4) {
-		memcpy(logits, m->dec.lg_h, (size_t)n_logits * V * 4);
-	} else {
-		memcpy((char *)logits + 2 * (size_t)n_logits * V, m->dec.lg_h, (size_t)n_logits * V * 2);
-		rg_widen16_tail(logits, (size_t)n_logits * V, rg_backend_dtype(m->be));
+	for (int r = 0; r < n_logits;) {
+		const uint8_t *want = o->want_logits;
+		const char *src = (const char *)m->dec.lg_h + (size_t)r * V * m->esz;
+		float *dst = o->logits + (size_t)r * V;
+		size_t n;
+		int e;
+
+		if (want && !want[r]) {
+			r++;
+			continue;
+		}
+		e = want_run_end(want, r, n_logits);
+		n = (size_t)(e - r) * V;
+		if (m->esz == 4) {
+			memcpy(dst, src, n * 4);
+		} else {
+			memcpy((char *)dst + 2 * n, src, n * 2);
+			rg_widen16_tail(dst, n, rg_backend_dtype(m->be));
+		}
+		r = e;
 	}
 }
 
-/* One step: validate, stage, run (a graph for an eligible decode-only step on CUDA, else
- * eagerly), then the outputs of the mode. */
-static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *logits,
-			  int32_t *ids, float *logprobs, const rg_dec_sample_io *io, const char *fn)
+/* One step: validate the batch and the descriptor, stage, run (a graph for an eligible
+ * decode-only step on CUDA, else eagerly), then the outputs of the path. */
+rg_status rg_model_step(rg_model *m, const rg_step_batch *b, const rg_step_out *o)
 {
 	const size_t T = m ? (size_t)m->max_tokens : 0;
-	int max_ctx = 0, mb_used = 1;
+	int max_ctx = 0, mb_used = 1, mode;
+	float *logits;
+	const uint8_t *want;
 	rg_dec_fwd f;
 	rg_status s;
 
-	if ((s = need_decoder(m, fn)) != RG_OK)
+	if ((s = need_decoder(m, "rg_model_step")) != RG_OK)
 		return s;
-	if ((s = step_validate(m, b, mode == STEP_LOGITS ? logits : (float *)ids, &max_ctx,
-			       &mb_used)) != RG_OK)
+	if ((s = step_validate(m, b, &max_ctx, &mb_used)) != RG_OK ||
+	    (s = step_out_check(m, b, o)) != RG_OK)
 		return s;
-	if (mode >= STEP_SAMPLE && (s = rg_dec_sample_check(m, b->n_logits, io)) != RG_OK)
-		return s;
-	/* graphs take no logits out of a sampling step (rg_model_step_sample_logits runs eagerly) */
-	if (graph_eligible(m, b) && !(mode >= STEP_SAMPLE && logits)) {
+	mode = step_mode(b, o);
+	logits = o && b->n_logits ? o->logits : NULL;
+	want = logits ? o->want_logits : NULL;
+	/* graphs take no logits out beside a choice (those steps run eagerly) */
+	if (graph_eligible(m, b) && !(mode != STEP_LOGITS && logits)) {
 		const int B = graph_bucket(b->n_seq);
 		const int max_mb = (m->dec.cfg.max_position_embeddings + m->dec.block_size - 1) /
 				   m->dec.block_size;
+		void *lg;
 		int MB = 4;
 		struct rg_dec_graph *g;
 
@@ -853,8 +933,9 @@ static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *
 							  m->dec.cfg.vocab_size * m->esz,
 					       &m->dec.lg_h)) != RG_OK)
 			return s;
+		lg = mode == STEP_LOGITS ? m->dec.lg_h : NULL;
 		if ((s = step_stage(m, b, mb_used, B, MB)) != RG_OK ||
-		    (mode >= STEP_SAMPLE && (s = rg_dec_sample_stage(m, b->n_logits, B, io)) != RG_OK))
+		    (mode >= STEP_SAMPLE && (s = rg_dec_sample_stage(m, b->n_logits, B, o)) != RG_OK))
 			return s;
 		g = graph_slot(m, B, MB, mode); /* after staging, which may free the graphs */
 		g->last_use = ++m->dec.graph_clock;
@@ -866,7 +947,7 @@ static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *
 				return s;
 			s = m->arch->forward(m, &f);
 			if (s == RG_OK)
-				s = step_tail(m, m->dec.ids_d + 3 * T, B, mode, NULL, m->dec.lg_h, NULL);
+				s = step_tail(m, m->dec.ids_d + 3 * T, B, mode, NULL, NULL, lg);
 			{
 				rg_status s2 = rg_backend_capture_end(m->be, &gr);
 
@@ -881,72 +962,29 @@ static rg_status step_run(rg_model *m, const rg_step_batch *b, int mode, float *
 			    (s = rg_backend_sync(m->be)) != RG_OK)
 				return s;
 			m->dec.graph_steps++;
-			step_out(m, b->n_logits, mode, logits, ids, logprobs, io, true);
+			step_out(m, b->n_logits, mode, o, true);
 			return RG_OK;
 		}
 		/* first sight: eager, over the same padded staging */
 		if ((s = m->arch->forward(m, &f)) != RG_OK ||
-		    (s = step_tail(m, m->dec.ids_d + 3 * T, B, mode, NULL, m->dec.lg_h, NULL)) != RG_OK ||
+		    (s = step_tail(m, m->dec.ids_d + 3 * T, B, mode, NULL, NULL, lg)) != RG_OK ||
 		    (s = rg_backend_sync(m->be)) != RG_OK)
 			return s;
-		step_out(m, b->n_logits, mode, logits, ids, logprobs, io, true);
+		step_out(m, b->n_logits, mode, o, true);
 		return RG_OK;
 	}
 	if ((s = step_stage(m, b, mb_used, 0, 0)) != RG_OK ||
 	    (mode >= STEP_SAMPLE &&
-	     (s = rg_dec_sample_stage(m, b->n_logits, b->n_logits, io)) != RG_OK))
+	     (s = rg_dec_sample_stage(m, b->n_logits, b->n_logits, o)) != RG_OK))
 		return s;
 	step_fwd(m, &f, b->n_tokens, b->n_seq, mb_used, max_ctx);
 	if ((s = m->arch->forward(m, &f)) != RG_OK)
 		return s;
 	if (b->n_logits &&
-	    (s = step_tail(m, m->dec.ids_d + 3 * T, b->n_logits, mode, logits, NULL,
-				io ? io->keep : NULL)) != RG_OK)
+	    (s = step_tail(m, m->dec.ids_d + 3 * T, b->n_logits, mode, logits, want, NULL)) != RG_OK)
 		return s;
 	if ((s = rg_backend_sync(m->be)) != RG_OK)
 		return s;
-	step_out(m, b->n_logits, mode, logits, ids, logprobs, io, false);
+	step_out(m, b->n_logits, mode, o, false);
 	return RG_OK;
-}
-
-rg_status rg_model_step(rg_model *m, const rg_step_batch *b, float *logits)
-{
-	return step_run(m, b, STEP_LOGITS, logits, NULL, NULL, NULL, "rg_model_step");
-}
-
-rg_status rg_model_step_argmax(rg_model *m, const rg_step_batch *b, int32_t *ids, float *logprobs)
-{
-	return step_run(m, b, STEP_ARGMAX, NULL, ids, logprobs, NULL, "rg_model_step_argmax");
-}
-
-/* rg_model_step_sample with the logits out, or without them (logits NULL). */
-static rg_status step_sample(rg_model *m, const rg_step_batch *b, const rg_dec_sample_io *io,
-			     float *logits, int32_t *ids, float *logprobs, const char *fn)
-{
-	if (io->top_n < 0 || io->top_n > RG_SAMPLE_MAX_TOP)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "%s: top_n %d must be in [0, %d]", fn,
-				 io->top_n, RG_SAMPLE_MAX_TOP);
-	return step_run(m, b, STEP_SAMPLE + io->top_n, logits, ids, logprobs, io, fn);
-}
-
-rg_status rg_model_step_sample(rg_model *m, const rg_step_batch *b,
-			       const rg_row_sampling *params, int32_t *ids, float *logprobs,
-			       int top_n, int32_t *top_ids, float *top_logprobs)
-{
-	const rg_dec_sample_io io = {params, top_n, top_ids, top_logprobs, NULL};
-
-	return step_sample(m, b, &io, NULL, ids, logprobs, "rg_model_step_sample");
-}
-
-rg_status rg_model_step_sample_logits(rg_model *m, const rg_step_batch *b,
-				      const rg_row_sampling *params, int32_t *ids,
-				      float *logprobs, int top_n, int32_t *top_ids,
-				      float *top_logprobs, float *logits, const uint8_t *keep)
-{
-	const rg_dec_sample_io io = {params, top_n, top_ids, top_logprobs, keep};
-
-	if (!logits && b && b->n_logits > 0)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_step_sample_logits: logits is "
-				 "NULL");
-	return step_sample(m, b, &io, logits, ids, logprobs, "rg_model_step_sample_logits");
 }

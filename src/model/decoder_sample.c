@@ -1,5 +1,6 @@
-/* rg_model_step_sample's side of the decoder step (decoder.c runs it as its STEP_SAMPLE mode):
- * the per-row parameters checked against include/ragged.h's ranges, then staged with their
+/* The sampler path of the decoder step (rg_model_step with rg_step_out.ids and rows or top_n;
+ * decoder.c runs it as its STEP_SAMPLE mode): the per-row parameters checked against
+ * include/ragged.h's ranges, then staged with their
  * penalty / bias lists (CSR) into pinned + backend buffers that a captured decode graph reads at
  * fixed addresses, and rg_op_sample_rows' arguments for a chunk of logits rows. The buffers are
  * allocated at the first sampled step and freed with the decoder. */
@@ -10,7 +11,7 @@
 #include "model/model.h"
 #include "ops/ops.h"
 
-/* rg_model_step_sample's buffers (model.h) */
+/* The sampler path's buffers (model.h) */
 void rg_dec_sample_free(rg_model *m)
 {
 	rg_dec_state *d = &m->dec;
@@ -64,54 +65,48 @@ rg_sample_args rg_dec_sample_args(rg_model *m, int r0, int top_n)
 }
 
 
-#define BADS(...) rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_step_sample: " __VA_ARGS__)
+#define BADS(...) rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_step: " __VA_ARGS__)
 
-/* Every row's parameters against the ranges of ragged.h's rg_row_sampling. */
-rg_status rg_dec_sample_check(const rg_model *m, int n_logits, const rg_dec_sample_io *io)
+/* Every row's parameters (o->rows, not NULL) against the ranges of ragged.h's rg_row_sampling. */
+rg_status rg_dec_sample_check(const rg_model *m, int n_logits, const rg_step_out *o)
 {
 	const int V = m->dec.cfg.vocab_size;
 
-	if (io->top_n < 0 || io->top_n > RG_SAMPLE_MAX_TOP)
-		return BADS("top_n %d must be in [0, %d]", io->top_n, RG_SAMPLE_MAX_TOP);
-	if (io->top_n > 0 && n_logits > 0 && (!io->top_ids || !io->top_logprobs))
-		return BADS("top_ids and top_logprobs must not be NULL when top_n > 0");
-	if (n_logits > 0 && !io->params)
-		return BADS("params must not be NULL when n_logits > 0");
 	for (int r = 0; r < n_logits; r++) {
-		const rg_row_sampling *p = &io->params[r];
+		const rg_row_sampling *p = &o->rows[r];
 
 		if (!(p->temperature >= 0.f) || !isfinite(p->temperature))
-			return BADS("params[%d].temperature %g must be >= 0", r, p->temperature);
+			return BADS("out.rows[%d].temperature %g must be >= 0", r, p->temperature);
 		if (p->top_k < 0)
-			return BADS("params[%d].top_k %d must be >= 0", r, p->top_k);
+			return BADS("out.rows[%d].top_k %d must be >= 0", r, p->top_k);
 		if (!(p->top_p > 0.f && p->top_p <= 1.f))
-			return BADS("params[%d].top_p %g must be in (0, 1]", r, p->top_p);
+			return BADS("out.rows[%d].top_p %g must be in (0, 1]", r, p->top_p);
 		if (!(p->min_p >= 0.f && p->min_p <= 1.f))
-			return BADS("params[%d].min_p %g must be in [0, 1]", r, p->min_p);
+			return BADS("out.rows[%d].min_p %g must be in [0, 1]", r, p->min_p);
 		if (!(p->repetition_penalty > 0.f) || !isfinite(p->repetition_penalty))
-			return BADS("params[%d].repetition_penalty %g must be > 0", r,
+			return BADS("out.rows[%d].repetition_penalty %g must be > 0", r,
 				    p->repetition_penalty);
 		if (!(fabsf(p->presence_penalty) <= 2.f) || !(fabsf(p->frequency_penalty) <= 2.f))
-			return BADS("params[%d]: presence/frequency penalties must be in [-2, 2]", r);
+			return BADS("out.rows[%d]: presence/frequency penalties must be in [-2, 2]", r);
 		if (!(p->u >= 0.0 && p->u < 1.0))
-			return BADS("params[%d].u %g must be in [0, 1)", r, p->u);
+			return BADS("out.rows[%d].u %g must be in [0, 1)", r, p->u);
 		if (p->n_penalty < 0 || (p->n_penalty > 0 && (!p->penalty_ids ||
 							      !p->penalty_counts ||
 							      !p->penalty_in_prompt)))
-			return BADS("params[%d]: %d penalty entries without arrays", r, p->n_penalty);
+			return BADS("out.rows[%d]: %d penalty entries without arrays", r, p->n_penalty);
 		for (int i = 0; i < p->n_penalty; i++)
 			if (p->penalty_ids[i] < 0 || p->penalty_ids[i] >= V ||
 			    p->penalty_counts[i] < 0)
-				return BADS("params[%d].penalty_ids[%d] = %d outside [0, %d) or a "
+				return BADS("out.rows[%d].penalty_ids[%d] = %d outside [0, %d) or a "
 					    "negative count", r, i, p->penalty_ids[i], V);
 		if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && (!p->logit_bias_ids ||
 								    !p->logit_bias_values)))
-			return BADS("params[%d]: %d logit_bias entries without arrays", r,
+			return BADS("out.rows[%d]: %d logit_bias entries without arrays", r,
 				    p->n_logit_bias);
 		for (int i = 0; i < p->n_logit_bias; i++)
 			if (p->logit_bias_ids[i] < 0 || p->logit_bias_ids[i] >= V ||
 			    !isfinite(p->logit_bias_values[i]))
-				return BADS("params[%d].logit_bias_ids[%d] = %d outside [0, %d) or "
+				return BADS("out.rows[%d].logit_bias_ids[%d] = %d outside [0, %d) or "
 					    "bias not finite", r, i, p->logit_bias_ids[i], V);
 	}
 	return RG_OK;
@@ -142,10 +137,12 @@ static rg_status sample_grow(rg_model *m, void **dp, void **hp, size_t *cap, siz
 	return RG_OK;
 }
 
-/* Stage the sampling parameters of n rows, padded to nl greedy rows without lists (a graph's
- * padding sequences); allocates the buffers at the first call. */
-rg_status rg_dec_sample_stage(rg_model *m, int n, int nl, const rg_dec_sample_io *io)
+/* Stage the sampling parameters of n rows (o->rows; NULL: none), padded to nl greedy rows
+ * without lists (a graph's padding sequences, and every row when o->rows is NULL); allocates the
+ * buffers at the first call. */
+rg_status rg_dec_sample_stage(rg_model *m, int n, int nl, const rg_step_out *o)
 {
+	const rg_row_sampling *rows = o->rows;
 	rg_dec_state *d = &m->dec;
 	const size_t C = rg_dec_sample_rows(m), V = (size_t)d->cfg.vocab_size;
 	size_t n_pen = 0, n_bias = 0;
@@ -167,9 +164,11 @@ rg_status rg_dec_sample_stage(rg_model *m, int n, int nl, const rg_dec_sample_io
 		rg_dec_sample_free(m);
 		return rg_error_wrap(s, "sampling buffers for %zu rows of %zu", C, V);
 	}
+	if (!rows)
+		n = 0; /* every row greedy */
 	for (int r = 0; r < n; r++) {
-		n_pen += (size_t)io->params[r].n_penalty;
-		n_bias += (size_t)io->params[r].n_logit_bias;
+		n_pen += (size_t)rows[r].n_penalty;
+		n_bias += (size_t)rows[r].n_logit_bias;
 	}
 	if ((s = sample_grow(m, (void **)&d->smp_pen_d, (void **)&d->smp_pen_h, &d->smp_pen_cap,
 			     n_pen, sizeof(rg_sample_pen))) != RG_OK ||
@@ -190,7 +189,7 @@ rg_status rg_dec_sample_stage(rg_model *m, int n, int nl, const rg_dec_sample_io
 		if (r >= n)
 			continue; /* padding: greedy, no lists */
 		{
-			const rg_row_sampling *p = &io->params[r];
+			const rg_row_sampling *p = &rows[r];
 
 			w->u = p->u;
 			w->temperature = p->temperature;

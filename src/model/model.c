@@ -275,7 +275,8 @@ void rg_model_free(rg_model *m)
 		rg_backend_free(be);
 	}
 	free(m->graph_cache);
-	rg_generate_state_free(m);
+	if (m->gen_free)
+		m->gen_free(m->gen);
 	rg_tokenizer_free(m->tok);
 	free(m->chat_template);
 	free(m->chat_bos);

@@ -111,7 +111,7 @@ typedef struct rg_dec_state {
 	int32_t *am_d;          /* (2 T) greedy outputs: ids (T) int32, then their log-probs (T) f32 */
 	int32_t *am_h;          /* pinned twin of am_d */
 	void *lg_h;             /* pinned (RG_LOGITS_CHUNK, vocab) act: a graphed step's logits */
-	/* rg_model_step_sample's buffers (allocated at its first call; _h pinned twins) */
+	/* the sampler path's buffers (allocated at its first step; _h pinned twins) */
 	rg_sample_row *smp_rows_d, *smp_rows_h; /* (T) per-row parameters */
 	int32_t *smp_off_d, *smp_off_h;         /* (2 (T + 1)): penalty, then bias CSR offsets */
 	rg_sample_pen *smp_pen_d, *smp_pen_h;   /* (smp_pen_cap) */
@@ -200,9 +200,11 @@ struct rg_model {
 	int32_t gen_eos[8];       /* decoders: the ids rg_generate stops at by default (config.json /
 				   * generation_config.json eos_token_id, an id or a list; GGUF's) */
 	int n_gen_eos;
-	struct rg_kv_pool *gen_pool; /* rg_generate's block pool over the KV cache (generate_api.c) */
-	void *gen_kv_auto;        /* the cache (dec.kv_d) rg_generate made and may regrow; a cache
-				   * the caller made (another kv_d) is used as it is */
+	/* State the generation layer keeps per model, opaque here (src/gen/generate_api.c:
+	 * rg_generate's block pool and the KV cache it made); rg_model_free calls gen_free(gen).
+	 * model/ never reads it: the runner knows nothing of requests. */
+	void *gen;
+	void (*gen_free)(void *gen);
 };
 
 typedef struct rg_fwd {
@@ -281,8 +283,6 @@ void rg_decoder_free(rg_model *m);
  * m->chat_template from the metadata, then rg_decoder_init over a GGUF tensor source. m->dir and
  * m->max_tokens are set. */
 rg_status rg_gguf_model_load(rg_model *m, const char *path, const rg_model_params *p);
-/* Release rg_generate's state (generate_api.c). */
-void rg_generate_state_free(rg_model *m);
 /* One layer's attention for a decoder forward: write the K and V columns of qkv (n rows of
  * qd + 2 kvd act) into layer l's cache at f->slots, then causal paged attention of the Q columns
  * into ctx (n, qd) act, with the given scale. */
@@ -300,36 +300,16 @@ rg_status rg_dec_attend(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scal
 /* Free every captured decode graph (buffers they read are about to change). */
 void rg_dec_graphs_free(rg_model *m);
 
-/* rg_model_step_sample that also returns the logits it sampled from: logits (n_logits,
- * vocab_size) f32 host, caller-owned, row r as rg_model_step gives it (before bias, penalties and
- * temperature), for the rows whose keep[r] is nonzero (keep: (n_logits) host, or NULL for every
- * row; the other rows of logits are left as they were). One forward for a step whose rows are
- * partly sampled and partly searched on the host (the serving engine's beam groups beside other
- * streams). Never a CUDA graph: the step runs eagerly, each kept row copied synchronously before
- * its chunk is sampled. Errors: rg_model_step_sample's, and RG_ERR_INVALID_INPUT for logits NULL
- * with n_logits > 0. */
-RG_TEST_API rg_status rg_model_step_sample_logits(rg_model *m, const rg_step_batch *b,
-						  const rg_row_sampling *params, int32_t *ids,
-						  float *logprobs, int top_n, int32_t *top_ids,
-						  float *top_logprobs, float *logits,
-						  const uint8_t *keep);
-
-/* rg_model_step_sample (decoder_sample.c): parameters in, top-N outputs. */
-typedef struct rg_dec_sample_io {
-	const rg_row_sampling *params; /* (n_logits) */
-	int top_n;
-	int32_t *top_ids;              /* (n_logits, top_n) */
-	float *top_logprobs;           /* (n_logits, top_n) */
-	const uint8_t *keep;           /* (n_logits) rows whose logits go to the caller's logits
-					* as well (rg_model_step_sample_logits), NULL: every row */
-} rg_dec_sample_io;
 /* Rows of the sampling buffers: max_tokens + RG_LOGITS_CHUNK (a graph pads to its bucket). */
 size_t rg_dec_sample_rows(const rg_model *m);
-/* Every row's parameters against rg_row_sampling's ranges; RG_ERR_INVALID_INPUT names them. */
-rg_status rg_dec_sample_check(const rg_model *m, int n_logits, const rg_dec_sample_io *io);
-/* Stage n rows' parameters and lists, padded to nl greedy rows; allocates at the first call
- * (and grows the lists, freeing the graphs). Asynchronous copies on the backend's stream. */
-rg_status rg_dec_sample_stage(rg_model *m, int n, int nl, const rg_dec_sample_io *io);
+/* The sampler path of rg_model_step (decoder_sample.c). */
+/* Every row of out->rows (not NULL) against rg_row_sampling's ranges; RG_ERR_INVALID_INPUT
+ * names the row and field. */
+rg_status rg_dec_sample_check(const rg_model *m, int n_logits, const rg_step_out *out);
+/* Stage n rows' parameters and lists (out->rows; NULL: greedy rows), padded to nl greedy rows;
+ * allocates at the first call (and grows the lists, freeing the graphs). Asynchronous copies on
+ * the backend's stream. */
+rg_status rg_dec_sample_stage(rg_model *m, int n, int nl, const rg_step_out *out);
 /* rg_op_sample_rows' arguments for logits rows r0.. of the staged step. */
 rg_sample_args rg_dec_sample_args(rg_model *m, int r0, int top_n);
 void rg_dec_sample_free(rg_model *m);

@@ -24,7 +24,7 @@ class Seqs:
 
     def step(self, m, parts, argmax=False):
         """parts: [(sid, toks)]; returns the logits of each part's last row, or with argmax
-        (rg_model_step_argmax) their greedy ids and log-probs."""
+        (rg_model_step's greedy path) their greedy ids and log-probs."""
         toks, pos, cu, ctx, slots = [], [], [0], [], []
         for sid, t in parts:
             p, s = self.part(sid, t)

@@ -117,7 +117,7 @@ def ragged_greedy(m, prompts, new, seed=0):
 
 
 def ragged_greedy_device(m, prompts, new, seed=0):
-    """The same greedy run with the choice made on the device (rg_model_step_argmax; decode
+    """The same greedy run with the choice made on the device (rg_model_step's greedy path; decode
     steps through CUDA graphs): ids per prompt."""
     s = Seqs(m.kv_info().n_blocks, seed)
     out = [[] for _ in prompts]

@@ -14,10 +14,12 @@ device), on the same inputs, no torch in the process (compute-sanitizer can watc
   3. rg_op_argmax_rows (the device greedy choice, one CTA per row slice) against the CPU twin on
      gaussian, tie-heavy and NaN / -inf rows of widths 7 .. 151936, fp32 and fp16: ids identical,
      log-probs within 1e-5;
-  4. rg_model_step_sample on a random-weight Llama decoder on CUDA (fp32): 12 decode steps (CUDA
-     graphs from the second), each row's id equal to tests/py/ref_sample.py's NumPy chain applied
-     to rg_model_step's logits of the same step with the same u; rg_model_step_sample_logits
-     (eager) giving the same ids and rg_model_step's logits. Vocabularies 101 (the full
+  4. rg_model_step's sampler path on a random-weight Llama decoder on CUDA (fp32): 12 decode
+     steps (CUDA graphs from the second), each row's id equal to tests/py/ref_sample.py's NumPy
+     chain applied to the logits-only step's logits with the same u; the sampler with the logits
+     copied out (eager) giving the same ids and those logits; a logits-only step's want_logits
+     subset (graphed), greedy with the logits out (eager) and greedy rows with top-3 (graphed)
+     agreeing with those logits' argmax. Vocabularies 101 (the full
      algorithm only: too narrow for slices) and 1000 (greedy and top-k rows on the fast path,
      the others on the full algorithm, in one captured step);
   5. the fast path of sample_rows (CUDA: greedy rows with any top_n, sampled rows with top_k <=
@@ -389,8 +391,8 @@ def check_argmax(L, cpu, rng, M, N, gen, dt):
 
 
 def check_model_steps(V=101):
-    """rg_model_step_sample on CUDA through graphed decode steps against the NumPy chain applied
-    to rg_model_step's logits of the same step; rg_model_step_sample_logits equal to both. V:
+    """rg_model_step's sampler path on CUDA through graphed decode steps against the NumPy chain
+    applied to the logits-only step's logits; the sampler with the logits out equal to both. V:
     the vocabulary (101: too narrow for the fast path's slices; 1000: its greedy and top-k rows
     take it)."""
     import make_decoder
@@ -431,8 +433,8 @@ def check_model_steps(V=101):
                     penalty=([1, 2], [1, 0], [1, 1]), repetition_penalty=1.2),
                dict(temperature=1.0, u=float(rng.random()), bias=([3], [2.0]))]
         ids, lps, tid, _ = m.step_sample([row_sampling(**k) for k in kws], *args, top_n=3)
-        # rg_model_step_sample_logits (the serving engine's steps with beam rows; eager, never a
-        # graph): the same ids and the same logits as rg_model_step
+        # the sampler with the logits out (the serving engine's steps with beam rows; eager, never
+        # a graph): the same ids and the same logits as the logits-only step
         kept = m.step_sample_logits([row_sampling(**k) for k in kws], *args, top_n=3,
                                     keep=[r % 2 == 0 for r in range(len(kws))])
         if not (np.array_equal(kept[0], ids) and np.array_equal(kept[2], tid) and
@@ -441,6 +443,24 @@ def check_model_steps(V=101):
             bad += 1
             print(f"   step {step}: step_sample_logits differs: ids {kept[0]} vs {ids}, "
                   f"max |logits diff| {np.nanmax(np.abs(kept[4][::2] - lg[::2])):.3g}")
+        # rg_step_out's other combinations: logits-only with want_logits (decode steps graphed:
+        # the wanted rows copied out of the pinned chunk), greedy with the logits out (eager),
+        # rows NULL with top_n (the sampler's graph, greedy rows)
+        want = [r % 2 == 1 for r in range(n)]
+        sub = m.step_out(*args, logits=True, want_logits=want)["logits"]
+        gr = m.step_out(*args, ids=True, logits=True)
+        ga = m.step_out(*args, ids=True)
+        gt = m.step_out(*args, ids=True, top_n=3)
+        am = [int(np.argmax(x)) for x in lg]
+        if not (np.allclose(sub[1::2], lg[1::2], rtol=1e-6, atol=1e-6) and
+                np.all(np.isnan(sub[::2])) and
+                np.allclose(gr["logits"], lg, rtol=1e-6, atol=1e-6) and
+                gr["ids"].tolist() == am and ga["ids"].tolist() == am and
+                np.array_equal(gr["logprobs"], ga["logprobs"]) and gt["ids"].tolist() == am and
+                gt["top_ids"][:, 0].tolist() == am):
+            bad += 1
+            print(f"   step {step}: step_out combinations differ: argmax {am}, greedy+logits "
+                  f"{gr['ids']}, greedy {ga['ids']}, greedy top-3 {gt['ids']}")
         for r, k in enumerate(kws):
             rid, rlp, rt, _ = ref_sample_chain(lg[r], top_n=3, **k)
             if ids[r] != rid or abs(lps[r] - rlp) > 1e-4 or tid[r].tolist() != rt.tolist():

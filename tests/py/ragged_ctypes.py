@@ -109,6 +109,14 @@ def row_sampling(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repetition_pena
     return r
 
 
+class StepOut(ctypes.Structure):
+    """include/ragged.h rg_step_out."""
+    _fields_ = [("top_n", ctypes.c_int), ("rows", ctypes.c_void_p), ("ids", ctypes.c_void_p),
+                ("logprobs", ctypes.c_void_p), ("top_ids", ctypes.c_void_p),
+                ("top_logprobs", ctypes.c_void_p), ("logits", ctypes.c_void_p),
+                ("want_logits", ctypes.c_void_p)]
+
+
 class KvInfo(ctypes.Structure):
     """include/ragged.h rg_kv_info."""
     _fields_ = [("block_size", ctypes.c_int), ("n_blocks", ctypes.c_int),
@@ -185,16 +193,8 @@ def lib():
         l.rg_model_kv_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(KvInfo)]
         l.rg_model_kv_copy_blocks.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                               ctypes.c_int]
-        l.rg_model_step.argtypes = [ctypes.c_void_p, ctypes.POINTER(StepBatch), ctypes.c_void_p]
-        l.rg_model_step_argmax.argtypes = [ctypes.c_void_p, ctypes.POINTER(StepBatch),
-                                           ctypes.c_void_p, ctypes.c_void_p]
-        l.rg_model_step_sample.argtypes = [ctypes.c_void_p, ctypes.POINTER(StepBatch),
-                                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                           ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
-        l.rg_model_step_sample_logits.argtypes = [
-            ctypes.c_void_p, ctypes.POINTER(StepBatch), ctypes.c_void_p, ctypes.c_void_p,
-            ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-            ctypes.c_void_p]
+        l.rg_model_step.argtypes = [ctypes.c_void_p, ctypes.POINTER(StepBatch),
+                                    ctypes.POINTER(StepOut)]
         l.free.argtypes = [ctypes.c_void_p] if hasattr(l, "free") else None
         _lib = l
     return _lib
@@ -391,77 +391,93 @@ class Model:
             raise _err(st)
 
     def step(self, *a, **kw):
-        """rg_model_step: (n_logits, vocab_size) float32. block_tables: 2-D (n_seq,
+        """rg_model_step, logits only: (n_logits, vocab_size) float32. block_tables: 2-D (n_seq,
         max_blocks_per_seq). n_tokens / n_seq default to the array lengths (hostile tests
         override them)."""
-        return self._step(False, *a, **kw)
+        return self.step_out(*a, logits=True, **kw)["logits"]
 
     def step_argmax(self, *a, **kw):
-        """rg_model_step_argmax: (ids int32 (n_logits), log-probs float32 (n_logits))."""
-        return self._step(True, *a, **kw)
+        """rg_model_step's greedy path: (ids int32 (n_logits), log-probs float32 (n_logits))."""
+        r = self.step_out(*a, ids=True, **kw)
+        return r["ids"], r["logprobs"]
 
     def step_sample(self, params, *a, top_n=0, **kw):
-        """rg_model_step_sample: params, a list of RowSampling (one per logits row); returns
-        (ids int32 (n_logits), log-probs f32 (n_logits), top ids (n_logits, top_n), top
+        """rg_model_step's sampler path: params, a list of RowSampling (one per logits row);
+        returns (ids int32 (n_logits), log-probs f32 (n_logits), top ids (n_logits, top_n), top
         log-probs (n_logits, top_n))."""
-        return self._step(("sample", params, top_n), *a, **kw)
+        r = self.step_out(*a, ids=True, rows=params, top_n=top_n, **kw)
+        return r["ids"], r["logprobs"], r["top_ids"], r["top_logprobs"]
 
     def step_sample_logits(self, params, *a, top_n=0, keep=None, **kw):
-        """rg_model_step_sample_logits: step_sample's four results and the logits sampled from,
-        (n_logits, vocab_size) float32 (rows not in keep, a list of booleans, stay NaN)."""
-        self._step_keep = None if keep is None else np.ascontiguousarray(keep, np.uint8)
-        return self._step(("sample_logits", params, top_n), *a, **kw)
+        """rg_model_step's sampler path with the logits copied out too: step_sample's four
+        results and the logits sampled from, (n_logits, vocab_size) float32 (rows not in keep, a
+        list of booleans, stay NaN)."""
+        r = self.step_out(*a, ids=True, rows=params, top_n=top_n, logits=True, want_logits=keep,
+                          **kw)
+        return r["ids"], r["logprobs"], r["top_ids"], r["top_logprobs"], r["logits"]
 
-    def _step(self, argmax, tokens, positions, cu_seqlens_q, context_lens, block_tables, slot_mapping,
-             logits_rows, n_tokens=None, n_seq=None):
-        """rg_model_step: (n_logits, vocab_size) float32. block_tables: 2-D (n_seq,
-        max_blocks_per_seq). n_tokens / n_seq default to the array lengths (hostile tests
-        override them)."""
+    def step_batch(self, tokens, positions, cu_seqlens_q, context_lens, block_tables,
+                   slot_mapping, logits_rows, n_tokens=None, n_seq=None):
+        """An rg_step_batch over int32 copies of the arrays (kept on it as ._keep, so they
+        outlive the call). block_tables: 2-D (n_seq, max_blocks_per_seq), or 1-D for one
+        sequence."""
         arrs = [np.ascontiguousarray(a, np.int32) for a in
                 (tokens, positions, cu_seqlens_q, context_lens, slot_mapping, logits_rows)]
         bt = np.ascontiguousarray(block_tables, np.int32)
         if bt.ndim == 1:
             bt = bt[None, :]
         tk, ps, cu, cl, sm, lr = arrs
-        vocab = self.info().vocab_size
-        if argmax:
-            ids = np.full(max(len(lr), 1), -1, np.int32)
-            lps = np.full(max(len(lr), 1), np.nan, np.float32)
-        else:
-            out = np.full((max(len(lr), 1), vocab), np.nan, np.float32)
         b = StepBatch(len(tk) if n_tokens is None else n_tokens, tk.ctypes.data, ps.ctypes.data,
                       len(cl) if n_seq is None else n_seq, cu.ctypes.data, cl.ctypes.data,
                       bt.shape[1], bt.ctypes.data, sm.ctypes.data, len(lr), lr.ctypes.data)
-        if isinstance(argmax, tuple):
-            kind, params, top_n = argmax
-            arr = (RowSampling * max(len(params), 1))(*params)
-            tid = np.full((max(len(lr), 1), max(top_n, 1)), -7, np.int32)
-            tlp = np.full((max(len(lr), 1), max(top_n, 1)), np.nan, np.float32)
-            if kind == "sample_logits":
-                out = np.full((max(len(lr), 1), vocab), np.nan, np.float32)
-                st = lib().rg_model_step_sample_logits(self._h, ctypes.byref(b), arr,
-                                                       ids.ctypes.data, lps.ctypes.data, top_n,
-                                                       tid.ctypes.data, tlp.ctypes.data,
-                                                       out.ctypes.data,
-                                                       None if self._step_keep is None
-                                                       else self._step_keep.ctypes.data)
-            else:
-                st = lib().rg_model_step_sample(self._h, ctypes.byref(b), arr, ids.ctypes.data,
-                                                lps.ctypes.data, top_n, tid.ctypes.data,
-                                                tlp.ctypes.data)
-            if st != RG_OK:
-                raise _err(st)
-            n = len(lr)
-            res = ids[:n], lps[:n], tid[:n, :top_n], tlp[:n, :top_n]
-            return res + (out[:n],) if kind == "sample_logits" else res
-        if argmax:
-            st = lib().rg_model_step_argmax(self._h, ctypes.byref(b), ids.ctypes.data,
-                                            lps.ctypes.data)
-        else:
-            st = lib().rg_model_step(self._h, ctypes.byref(b), out.ctypes.data)
+        b._keep = arrs + [bt]
+        return b
+
+    def step_raw(self, batch, out):
+        """rg_model_step(batch, out) as given (out: a StepOut or None); raises RaggedError."""
+        st = lib().rg_model_step(self._h, ctypes.byref(batch),
+                                 None if out is None else ctypes.byref(out))
         if st != RG_OK:
             raise _err(st)
-        return (ids[:len(lr)], lps[:len(lr)]) if argmax else out[:len(lr)]
+
+    def step_out(self, *a, ids=False, logprobs=True, rows=None, top_n=0, logits=False,
+                 want_logits=None, **kw):
+        """rg_model_step with an rg_step_out built from the flags: ids (the chosen tokens; with
+        their log-probs unless logprobs is False), rows (a list of RowSampling: the sampler
+        path), top_n alternatives, logits (the LM head's rows; want_logits, a list of booleans,
+        names the rows copied, the others stay NaN). Returns a dict of the arrays asked for,
+        n_logits rows each: ids, logprobs, top_ids and top_logprobs (n_logits, top_n), logits
+        (n_logits, vocab_size). Outputs start as guard values (-1 / NaN; top ids -7)."""
+        b = self.step_batch(*a, **kw)
+        n = b.n_logits
+        rn = max(n, 1)
+        o = StepOut(top_n=top_n)
+        res = {}
+        if ids:
+            res["ids"] = np.full(rn, -1, np.int32)
+            o.ids = res["ids"].ctypes.data
+            if logprobs:
+                res["logprobs"] = np.full(rn, np.nan, np.float32)
+                o.logprobs = res["logprobs"].ctypes.data
+        if rows is not None:
+            arr = (RowSampling * max(len(rows), 1))(*rows)
+            o.rows = ctypes.cast(arr, ctypes.c_void_p)
+        if top_n:
+            res["top_ids"] = np.full((rn, top_n), -7, np.int32)
+            res["top_logprobs"] = np.full((rn, top_n), np.nan, np.float32)
+            o.top_ids = res["top_ids"].ctypes.data
+            o.top_logprobs = res["top_logprobs"].ctypes.data
+        elif ids:
+            res["top_ids"] = np.zeros((rn, 0), np.int32)
+            res["top_logprobs"] = np.zeros((rn, 0), np.float32)
+        if logits:
+            res["logits"] = np.full((rn, self.info().vocab_size), np.nan, np.float32)
+            o.logits = res["logits"].ctypes.data
+        if want_logits is not None:
+            want = np.ascontiguousarray(want_logits, np.uint8)
+            o.want_logits = want.ctypes.data
+        self.step_raw(b, o)
+        return {k: v[:n] for k, v in res.items()}
 
     def close(self):
         if self._h:

@@ -1,5 +1,5 @@
-"""A NumPy reference of src/gen/sampler.h's chain for one logits row (rg_model_step_sample's
-tests, CPU and GPU)."""
+"""A NumPy reference of src/gen/sampler.h's chain for one logits row (the tests of rg_model_step's
+sampler path, CPU and GPU)."""
 import numpy as np
 
 

@@ -6,6 +6,7 @@ Metric (fp32 CPU): per step, max |got - ref| / max |ref| over the step's logits 
 NaN gives inf and fails. Every position of a prefill, prompts fed in chunks over several steps,
 decode steps, shuffled non-contiguous block tables, mixed batches (and the same sequences alone),
 copy-on-write block forks, hostile step batches and refused configs."""
+import ctypes
 import json
 import os
 
@@ -15,7 +16,8 @@ import pytest
 import make_decoder
 import ref_decoder
 from ref_sample import ref_sample_chain
-from ragged_ctypes import (RG_MODEL_DECODER, Model, RaggedError, row_sampling)
+from ragged_ctypes import (RG_MODEL_DECODER, Model, RaggedError, RowSampling, StepOut,
+                           row_sampling)
 
 TOL = 1e-5
 BS = 4  # positions per KV block in most tests
@@ -230,7 +232,7 @@ def test_logits_only_for_wanted_rows(loaded):
 
 
 def test_step_argmax_is_the_greedy_choice_of_the_reference(loaded):
-    """rg_model_step_argmax: each wanted row's id is the argmax of the float64 reference's logits
+    """rg_model_step's greedy path: each wanted row's id is the argmax of the float64 reference's logits
     and its log-prob that row's log-softmax there; a mixed batch of a prefill and decode rows."""
     m, cfg, w = loaded("smollm2_width")
     rng = np.random.default_rng(12)
@@ -550,12 +552,12 @@ def test_f16_checkpoint_on_cpu(tmp_path):
 
 
 def test_step_sample_matches_a_numpy_chain(loaded):
-    """rg_model_step_sample (the CPU twin of the device sampler, through the step): per-row
-    greedy, temperature + top-k, top-p + min-p with penalties and bias, in one mixed batch, each
-    row's id, log-prob and top-5 equal to a NumPy chain applied to rg_model_step's logits with
-    the same u; a sequence alone samples what it samples inside the batch; greedy equals
-    rg_model_step_argmax; rg_model_step_sample_logits gives the same and rg_model_step's logits;
-    bad parameters are refused by name."""
+    """rg_model_step's sampler path (the CPU twin of the device sampler, through the step):
+    per-row greedy, temperature + top-k, top-p + min-p with penalties and bias, in one mixed
+    batch, each row's id, log-prob and top-5 equal to a NumPy chain applied to rg_model_step's
+    logits with the same u; a sequence alone samples what it samples inside the batch; greedy
+    rows equal the greedy (argmax) path; the sampler with the logits copied out gives the same
+    and rg_model_step's logits; bad parameters are refused by name."""
     m, cfg, w = loaded("llama_gqa_untied")
     V = cfg["vocab_size"]
     rng = np.random.default_rng(21)
@@ -585,8 +587,8 @@ def test_step_sample_matches_a_numpy_chain(loaded):
             assert tid[r, :len(rt)].tolist() == rt.tolist(), (u, r, tid[r], rt)
             assert np.all(tid[r, len(rt):] == -1) and np.all(np.isneginf(tlp[r, len(rt):]))
             assert np.all(np.abs(tlp[r, :len(rt)] - rtl) <= 1e-5 * np.maximum(1, np.abs(rtl)))
-    # rg_model_step_sample_logits (the serving engine's steps with beam rows): the same ids,
-    # log-probs and alternatives, and the logits rg_model_step gives
+    # the sampler with the logits out (the serving engine's steps with beam rows): the same
+    # ids, log-probs and alternatives, and the logits the logits-only path gives
     got = m.step_sample_logits([row_sampling(**k) for k in kws], *args, top_n=5)
     want = m.step_sample([row_sampling(**k) for k in kws], *args, top_n=5)
     for g, w_ in zip(got[:4], want):
@@ -621,3 +623,123 @@ def test_step_sample_matches_a_numpy_chain(loaded):
         m.step_sample([row_sampling(penalty=([V], [1], [0]))] * 3, *args)
     with pytest.raises(RaggedError, match="top_n"):
         m.step_sample(greedy, *args, top_n=21)
+
+
+def _log_softmax64(x):
+    x = np.asarray(x, np.float64)
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def test_step_out_combinations(loaded):
+    """rg_step_out's combinations (ragged.h rg_model_step) over one prefill with every row's
+    logits wanted, 70 rows (two LM-head chunks of 64): want_logits copies only the rows it names
+    (runs across the chunk boundary), the others left as they were; greedy with the logits out
+    gives the argmax path's ids and log-probs, the argmax of that copy and its float64
+    log-softmax; the sampler with some rows' logits out equals the separate sampler and
+    logits-only calls and the NumPy chain on those logits; rows NULL with top_n > 0 is the
+    sampler with greedy rows."""
+    m, cfg, w = loaded("llama_gqa_untied")
+    V = cfg["vocab_size"]
+    rng = np.random.default_rng(31)
+    a = rng.integers(0, V, 70)
+    s = Seq(a, shuffled_free(96, 31))
+    t, p, c, sl = s.chunk(70)
+    args = (t, p, [0, 70], [c], np.asarray(s.blocks, np.int32)[None], sl, list(range(70)))
+    full = m.step(*args)
+    assert_close(full, ref_decoder.forward(cfg, w, a), "70 rows")
+    want = rng.random(70) < 0.5
+    want[[0, 1]] = False, True
+    want[60:68] = True  # a run across the chunk boundary at 64
+    want[[68, 69]] = False, True
+    # logits only, a subset
+    got = m.step_out(*args, logits=True, want_logits=want)["logits"]
+    assert np.array_equal(got[want], full[want])
+    assert np.all(np.isnan(got[~want]))
+    # greedy (the argmax path) with the logits out: every row, then a subset
+    gids, glps = m.step_argmax(*args)
+    assert gids.tolist() == [int(np.argmax(r)) for r in full]
+    r = m.step_out(*args, ids=True, logits=True)
+    assert np.array_equal(r["logits"], full)
+    assert np.array_equal(r["ids"], gids) and np.array_equal(r["logprobs"], glps)
+    assert r["ids"].tolist() == [int(np.argmax(x)) for x in r["logits"]]
+    lsm = _log_softmax64(r["logits"])[np.arange(70), r["ids"]]
+    assert np.all(np.abs(r["logprobs"] - lsm) <= 1e-5 * np.maximum(1.0, np.abs(lsm)))
+    r = m.step_out(*args, ids=True, logits=True, want_logits=want)
+    assert np.array_equal(r["ids"], gids) and np.array_equal(r["logprobs"], glps)
+    assert np.array_equal(r["logits"][want], full[want])
+    assert np.all(np.isnan(r["logits"][~want]))
+    # the sampler, with and without the logits of the wanted rows
+    kws = [dict(temperature=float(rng.choice([0.0, 0.8, 1.3])), top_k=int(rng.integers(0, 9)),
+                top_p=float(rng.choice([1.0, 0.9])), u=float(rng.random())) for _ in range(70)]
+    params = [row_sampling(**k) for k in kws]
+    sep = m.step_sample(params, *args, top_n=4)
+    both = m.step_sample_logits(params, *args, top_n=4, keep=want)
+    for g, w_ in zip(both[:4], sep):
+        assert np.array_equal(g, w_)
+    assert np.array_equal(both[4][want], full[want])
+    assert np.all(np.isnan(both[4][~want]))
+    for i in range(70):
+        rid, rlp, rt, _ = ref_sample_chain(full[i], top_n=4, **kws[i])
+        assert sep[0][i] == rid, (i, kws[i], sep[0][i], rid)
+        assert abs(sep[1][i] - rlp) <= 1e-5 * max(1.0, abs(rlp)), (i, sep[1][i], rlp)
+        assert sep[2][i, :len(rt)].tolist() == rt.tolist(), (i, sep[2][i], rt)
+    # rows NULL with top_n > 0: the sampler with every row greedy
+    r = m.step_out(*args, ids=True, top_n=3)
+    g = m.step_sample([row_sampling(temperature=0.0)] * 70, *args, top_n=3)
+    for k, w_ in zip(("ids", "logprobs", "top_ids", "top_logprobs"), g):
+        assert np.array_equal(r[k], w_), k
+    assert np.array_equal(r["ids"], gids) and np.array_equal(r["top_ids"][:, 0], gids)
+    assert np.all(np.abs(r["logprobs"] - glps) <= 1e-5)
+
+
+def test_step_out_refused_by_name(models):
+    """A bad rg_step_out is RG_ERR_INVALID_INPUT naming its field; nothing is written (the
+    outputs keep their guard values and the KV cache its contents: a failed step that would
+    overwrite a cached block leaves the next decode equal to the reference); out NULL is
+    accepted for a step without logits rows."""
+    d, cfg, w = models["llama_gqa_untied"]
+    V = cfg["vocab_size"]
+    m = Model(d, max_batch_tokens=16)
+    m.kv_init(BS, 8)
+    a = [5, 9, 2, 7, 11]
+    # a's first 4 tokens cached in block 3; a step without logits rows, out NULL
+    m.step_raw(m.step_batch(a[:4], range(4), [0, 4], [4], [[3]], [12, 13, 14, 15], []), None)
+    # each bad step would rewrite block 3 with other tokens
+    batch = m.step_batch([1, 2, 3, 4], range(4), [0, 4], [4], [[3]], [12, 13, 14, 15], [1, 3])
+    ids = np.full(2, -9, np.int32)
+    lps = np.full(2, 7.0, np.float32)
+    tid = np.full((2, 3), -9, np.int32)
+    tlp = np.full((2, 3), 7.0, np.float32)
+    lg = np.full((2, V), 7.0, np.float32)
+    want = np.ones(2, np.uint8)
+    good_rows = (RowSampling * 2)(row_sampling(temperature=0.0), row_sampling(temperature=0.0))
+    bad_rows = (RowSampling * 2)(row_sampling(temperature=0.0), row_sampling(top_p=0.0))
+    I, L, TI, TL, G, W = (x.ctypes.data for x in (ids, lps, tid, tlp, lg, want))
+    R, BR = ctypes.cast(good_rows, ctypes.c_void_p), ctypes.cast(bad_rows, ctypes.c_void_p)
+    bad = [
+        ("out is NULL", None),
+        ("out.top_n", StepOut(top_n=21, ids=I, top_ids=TI, top_logprobs=TL)),
+        ("out.top_n", StepOut(top_n=-1, ids=I)),
+        ("out.top_ids", StepOut(top_n=3, ids=I, logprobs=L)),
+        ("out.top_ids", StepOut(top_n=3, ids=I, top_ids=TI)),
+        ("neither out.ids nor out.logits", StepOut()),
+        ("out.rows", StepOut(rows=R, logits=G)),
+        ("out.logprobs", StepOut(logprobs=L, logits=G)),
+        ("out.want_logits", StepOut(ids=I, want_logits=W)),
+        ("out.rows[1].top_p", StepOut(rows=BR, ids=I, logprobs=L, logits=G)),
+    ]
+    for field, out in bad:
+        with pytest.raises(RaggedError) as e:
+            m.step_raw(batch, out)
+        assert e.value.status == "RG_ERR_INVALID_INPUT", (field, e.value)
+        assert field in e.value.message, (field, e.value.message)
+        assert np.all(ids == -9) and np.all(lps == 7) and np.all(tid == -9)
+        assert np.all(tlp == 7) and np.all(lg == 7), field
+    # the same outputs with a good descriptor are written; the cache still holds a's tokens
+    m.step_raw(m.step_batch(a[4:], [4], [0, 1], [5], [[3, 5]], [20], [0]),
+               StepOut(rows=R, ids=I, logprobs=L, logits=G))
+    ref = ref_decoder.forward(cfg, w, a)[4]
+    assert_close(lg[:1], ref[None], "decode after refused steps")
+    assert ids[0] == int(np.argmax(ref)) and ids[1] == -9 and np.all(lg[1] == 7)
+    m.close()

@@ -214,7 +214,7 @@ class ToyRunner:
         self.n_sample_steps = 0
 
     def with_step_sample(self):
-        """Also sample on the 'device' (rg_gen_runner.step_sample), as rg_model_step_sample
+        """Also sample on the 'device' (rg_gen_runner.step_sample), as rg_model_step's sampler path
         does: every row with its own parameters and draw u, from the logits step() makes."""
         self._sample = STEP_SAMPLE_FN(self.step_sample)
         self.runner.step_sample = self._sample

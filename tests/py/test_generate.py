@@ -290,8 +290,8 @@ def device_and_host(g, monkeypatch, opts):
 
 
 def test_sampling_on_the_device_equals_the_host_chain(models, monkeypatch):
-    """rg_generate samples through rg_model_step_sample (the logits stay on the device); the host
-    chain over the logits (RAGGED_GEN_DEVICE_SAMPLE=0) makes the same choices from the same draws:
+    """rg_generate samples through rg_model_step's sampler path (the logits stay on the device);
+    the host chain over the logits (RAGGED_GEN_DEVICE_SAMPLE=0) makes the same choices from the same draws:
     identical ids and top alternatives, log-probs within float rounding, penalties, bias and n > 1
     included (the device kernels' float64 sums run in another order, so a draw within ~1e-16 of
     a boundary could differ; none does here)."""
@@ -315,8 +315,8 @@ def test_sampling_on_the_device_equals_the_host_chain(models, monkeypatch):
 
 @pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
 def test_beams_from_device_candidates_equal_host_logits(models, name, monkeypatch):
-    """Beam search takes each row's best few tokens from rg_model_step_sample (the logits stay on
-    the device); the search over the full logits on the host (RAGGED_GEN_DEVICE_SAMPLE=0) returns
+    """Beam search takes each row's best few tokens from rg_model_step's sampler path (the logits
+    stay on the device); the search over the full logits on the host (RAGGED_GEN_DEVICE_SAMPLE=0) returns
     the same hypotheses, scores within f32 rounding."""
     g = ragged.Generator(models[name][0], max_batch_tokens=64)
     opts = [dict(num_beams=4, n=3),

@@ -284,7 +284,7 @@ def test_beams_in_the_step_loop(model_dir, gen, tok, beam_path):
     prompt alone, and every KV block is back at the end (prefix caching off, so that none stays
     cached). beam_path: each beam row's best tokens from the step's device sampling (the
     default: the step stays one graphable call) or, with RAGGED_GEN_DEVICE_SAMPLE=0, its logits
-    copied to the host beside the others' sampling (rg_model_step_sample_logits)."""
+    copied to the host beside the others' sampling (rg_model_step with rows and logits)."""
     s = Server(model_dir, "--max-num-seqs", 16, "--max-num-batched-tokens", 16, "--block-size",
                4, "--kv-cache-bytes", 4 << 20, "--step-delay-ms", 5, "--no-prefix-caching",
                env={"RAGGED_GEN_DEVICE_SAMPLE": "0"} if beam_path == "logits" else None)

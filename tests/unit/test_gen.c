@@ -153,8 +153,8 @@ static void test_greedy_matches_direct(void **state)
 	free(t.cache);
 }
 
-/* A runner that chooses greedily itself (rg_gen_runner.step_argmax, as rg_model_step_argmax does
- * on the device): the toy's logits, argmax (lowest id on ties) and its log-softmax. */
+/* A runner that chooses greedily itself (rg_gen_runner.step_argmax, as rg_model_step's greedy
+ * path does on the device): the toy's logits, argmax (lowest id on ties) and its log-softmax. */
 static int g_argmax_calls, g_logit_calls;
 static rg_status toy_step_counted(void *c, const rg_step_batch *b, float *logits)
 {

@@ -3,14 +3,15 @@
  * tokenizer (prompts in, rg_tokenizer_decode with special tokens skipped for texts and stop
  * strings) and its EOS; this file sizes the KV cache when the caller made none, keeps one block
  * pool over it per model (so rg_model_kv_blocks_in_use can say that a request gave every block
- * back), and times the request. */
+ * back), and times the request. That state is generation's, attached to the model opaquely
+ * (rg_model.gen, freed through rg_model.gen_free by rg_model_free), so model/ calls nothing
+ * here. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/error.h"
-#include "gen/chat_template.h"
 #include "gen/engine.h"
 #include "gen/generate.h"
 #include "kv/block_pool.h"
@@ -26,6 +27,37 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* rg_generate's state of one model (rg_model.gen). */
+typedef struct gen_state {
+	rg_kv_pool *pool; /* the block pool over the KV cache, NULL until the first request */
+	void *kv_auto;    /* the cache (dec.kv_d) rg_generate made and may regrow; a cache the
+			   * caller made (another kv_d) is used as it is */
+} gen_state;
+
+static void gen_state_free(void *p)
+{
+	gen_state *g = p;
+
+	if (g)
+		rg_kv_pool_free(g->pool);
+	free(g);
+}
+
+/* The model's state, made at the first request (NULL: out of memory). */
+static gen_state *gen_state_of(rg_model *m)
+{
+	if (!m->gen && (m->gen = calloc(1, sizeof(gen_state))))
+		m->gen_free = gen_state_free;
+	return m->gen;
+}
+
+/* Drop the pool (the cache is about to change). */
+static void gen_pool_free(gen_state *g)
+{
+	rg_kv_pool_free(g->pool);
+	g->pool = NULL;
 }
 
 /* The user's callback, and the time of the first token. */
@@ -44,29 +76,14 @@ static rg_status relay(void *ctx, int seq, int32_t token, float logprob)
 	return r->fn ? r->fn(r->user, seq, token, logprob) : RG_OK;
 }
 
-void rg_generate_state_free(rg_model *m)
-{
-	rg_kv_pool_free(m->gen_pool);
-	m->gen_pool = NULL;
-}
-
 int rg_model_kv_blocks_in_use(const rg_model *m)
 {
+	const gen_state *g;
+
 	if (!m || m->info.kind != RG_MODEL_DECODER)
 		return -1;
-	return m->gen_pool ? rg_kv_pool_n_used(m->gen_pool) : 0;
-}
-
-int32_t rg_model_eos_id(const rg_model *m)
-{
-	if (!m || m->info.kind != RG_MODEL_DECODER)
-		return -1;
-	return m->dec.cfg.eos_token_id;
-}
-
-const char *rg_model_chat_template(const rg_model *m)
-{
-	return m ? m->chat_template : NULL;
+	g = m->gen;
+	return g && g->pool ? rg_kv_pool_n_used(g->pool) : 0;
 }
 
 /* Blocks one request may hold at once: each of a prompt's outputs (samples or beams, and as
@@ -92,9 +109,12 @@ static int64_t blocks_needed(const rg_model *m, const int *lens, int n, const rg
  * reuse it), grown when a later request needs more. */
 static rg_status ensure_cache(rg_model *m, const int *lens, int n, const rg_gen_params *p)
 {
+	gen_state *g = gen_state_of(m);
 	rg_status s;
 
-	if (!m->dec.kv_d || (m->dec.kv_d == m->gen_kv_auto && m->dec.block_size == RG_GEN_BLOCK)) {
+	if (!g)
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	if (!m->dec.kv_d || (m->dec.kv_d == g->kv_auto && m->dec.block_size == RG_GEN_BLOCK)) {
 		int64_t need = blocks_needed(m, lens, n, p, RG_GEN_BLOCK);
 
 		if (!m->dec.kv_d || m->dec.n_blocks < need) {
@@ -104,17 +124,17 @@ static rg_status ensure_cache(rg_model *m, const int *lens, int n, const rg_gen_
 				return rg_errorf(RG_ERR_TOO_LONG,
 						 "rg_generate: the request needs %lld KV blocks",
 						 (long long)need);
-			rg_generate_state_free(m);
+			gen_pool_free(g);
 			if ((s = rg_model_kv_init(m, RG_GEN_BLOCK, (int)nb)) != RG_OK)
 				return s;
-			m->gen_kv_auto = m->dec.kv_d;
+			g->kv_auto = m->dec.kv_d;
 		}
 	}
-	if (m->gen_pool && (rg_kv_pool_n_blocks(m->gen_pool) != m->dec.n_blocks ||
-			    rg_kv_pool_block_size(m->gen_pool) != m->dec.block_size))
-		rg_generate_state_free(m); /* the caller re-initialised the cache */
-	if (!m->gen_pool)
-		return rg_kv_pool_init(&m->gen_pool, m->dec.n_blocks, m->dec.block_size);
+	if (g->pool && (rg_kv_pool_n_blocks(g->pool) != m->dec.n_blocks ||
+			rg_kv_pool_block_size(g->pool) != m->dec.block_size))
+		gen_pool_free(g); /* the caller re-initialised the cache */
+	if (!g->pool)
+		return rg_kv_pool_init(&g->pool, m->dec.n_blocks, m->dec.block_size);
 	return RG_OK;
 }
 
@@ -167,7 +187,8 @@ rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int 
 	if ((s = ensure_cache(m, lens, n, &p)) != RG_OK)
 		return s;
 	rg_gen_model_runner(m, &r);
-	if ((s = rg_gen_run_ex(&r, prompts, lens, n, &p, m->gen_pool, m->tok, out)) != RG_OK)
+	if ((s = rg_gen_run_ex(&r, prompts, lens, n, &p, gen_state_of(m)->pool, m->tok, out)) !=
+	    RG_OK)
 		return s;
 	(*out)->time_total_s = now_s() - t0;
 	(*out)->time_first_token_s = rel.t_first > 0 ? rel.t_first - t0 : 0;
@@ -239,81 +260,4 @@ out_free:
 	free(ids);
 	free(lens);
 	return s;
-}
-
-/* The text of a special token for the chat template: tokenizer_config.json's (cfg) when the
- * model has it, else the vocabulary string of id; into *out (malloc'd, NULL when neither). */
-static rg_status chat_special(const rg_model *m, const char *cfg, int32_t id, char **out)
-{
-	const char *t;
-	size_t len = 0;
-
-	*out = NULL;
-	if (cfg)
-		t = cfg, len = strlen(cfg);
-	else if (id < 0 || !(t = rg_model_token(m, id, &len)))
-		return RG_OK;
-	if (!(*out = strndup(t, len)))
-		return rg_errorf(RG_ERR_OOM, "out of host memory");
-	return RG_OK;
-}
-
-static rg_status chat_template_of(const rg_model *m)
-{
-	if (!m)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "model is NULL");
-	if (!m->chat_template)
-		return rg_errorf(RG_ERR_UNSUPPORTED, "%s has no chat template", m->dir);
-	return RG_OK;
-}
-
-rg_status rg_model_chat_apply(const rg_model *m, const rg_chat_message *msgs, int n,
-			      bool add_generation_prompt, char **out)
-{
-	char *bos = NULL, *eos = NULL;
-	rg_status s;
-
-	if (out)
-		*out = NULL;
-	if (!out || !msgs)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_chat_apply: NULL argument");
-	if ((s = chat_template_of(m)) != RG_OK)
-		return s;
-	if ((s = chat_special(m, m->chat_bos, m->info.bos_token_id, &bos)) != RG_OK ||
-	    (s = chat_special(m, m->chat_eos, m->info.eos_token_id, &eos)) != RG_OK)
-		goto out_free;
-	s = rg_chat_template_render(m->chat_template, msgs, n, bos, eos, add_generation_prompt,
-				    out, NULL);
-	if (s != RG_OK)
-		rg_error_wrap(s, "%s", m->dir);
-out_free:
-	free(bos);
-	free(eos);
-	return s;
-}
-
-const char *rg_model_chat_family(const rg_model *m)
-{
-	rg_chat_family f;
-
-	if (chat_template_of(m) != RG_OK)
-		return NULL;
-	f = rg_chat_template_detect(m->chat_template);
-	return f == RG_CHAT_UNKNOWN ? NULL : rg_chat_family_name(f);
-}
-
-rg_status rg_model_chat_format(const rg_model *m, const char *system, const char *user,
-			       char **out)
-{
-	rg_chat_message msgs[2];
-	int n = 0;
-
-	if (out)
-		*out = NULL;
-	if (!m || !user || !out)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_chat_format: NULL argument");
-	if (system)
-		msgs[n++] = (rg_chat_message){"system", system, strlen(system)};
-	msgs[n++] = (rg_chat_message){"user", user, strlen(user)};
-	return rg_model_chat_apply(m, msgs, n, true, out);
 }
