@@ -41,6 +41,8 @@ CPUS = {"cpu_16core-xeon": "16-core Xeon (Sapphire Rapids)", "cpu_2core-xeon": "
 
 # <what> -> what it measures; a dict picks by device kind ("cpu" / "gpu")
 WHAT = {
+    "entry_points": "issue 27: per-token time of ragged generate, ragged.Generator and ragged "
+                    "serve on one engine (bench/peer/entry_points.py)",
     "attn": "attention alone: ragged rg_op_attention vs torch varlen_attn "
             "(bench/peer/attn_bench.py)",
     "attn_split_ab": "A/B (not landed): CPU attention's query blocks cut when a batch has few "
@@ -97,6 +99,12 @@ TESTS = {
     "issue19": "tests/gpu/issue19.sh (decoder parity, sampling, memcheck; bench stages)",
     "decoder_gpu": "tests/gpu/decoder.sh (now issue19.sh): decoder parity, memcheck, bench",
     "decoder_hf": "tests/gpu/decoder_hf.py: transformers parity, greedy and beam ids",
+    "decoder_hf_qwen3_phi3": "tests/gpu/decoder_hf.py qwen3,phi3: Qwen3 / Phi-3 (LongRoPE) at "
+                             "public widths against transformers (issue 27)",
+    "decoder_cuda_cpu": "tests/gpu/decoder_cuda_cpu.py: CUDA decoder logits against the CPU's "
+                        "(Qwen3 q/k norm, Phi-3 LongRoPE among them)",
+    "generate_cuda": "tests/gpu/generate_cuda.py: rg_generate on CUDA equals the CPU (greedy, "
+                     "seeded samples, beams) through the one engine (issue 27)",
     "ref_vs_hf": "tests/gpu/ref_vs_hf.py: the float64 reference vs transformers float64",
     "encoder_quick": "tests/gpu/encoder_quick.sh: build, test_ops_cuda, encoder families",
     "families": "tests/gpu/families.py: every encoder family vs the float64 reference",
