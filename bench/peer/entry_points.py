@@ -107,8 +107,9 @@ def one_stream(port, text, res, k):
     res[k] = times
 
 
-def itl_metrics(port):
-    """(sum s, count) of the server's inter-token latency histogram (/metrics)."""
+def itl_metrics(port, name="ragged_gen_inter_token_latency_seconds"):
+    """(sum s, count) of one of the server's histograms (/metrics): by default its
+    inter-token latency."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.request("GET", "/metrics")
     text = c.getresponse().read().decode()
@@ -116,10 +117,13 @@ def itl_metrics(port):
     v = {}
     for line in text.splitlines():
         for k in ("sum", "count"):
-            name = "ragged_gen_inter_token_latency_seconds_" + k
-            if line.startswith(name + " "):
+            if line.startswith(name + "_" + k + " "):
                 v[k] = float(line.split()[1])
     return v.get("sum", 0.0), v.get("count", 0.0)
+
+
+SERVER_ARGS = []
+STEP = {}
 
 
 def server_tpot(model, device, n):
@@ -127,7 +131,7 @@ def server_tpot(model, device, n):
     the client's median first-to-last streamed token / 127)."""
     port = free_port()
     srv = subprocess.Popen([BIN, "serve", "--model", model, "--device", device, "--port",
-                            str(port), "--max-num-seqs", str(max(64, n))],
+                            str(port), "--max-num-seqs", str(max(64, n))] + SERVER_ARGS,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         for _ in range(600):
@@ -143,6 +147,7 @@ def server_tpot(model, device, n):
             raise RuntimeError("server did not start")
         for rnd in range(2):  # a warm-up round, then the measured one
             m0 = itl_metrics(port)
+            s0 = itl_metrics(port, "ragged_gen_step_duration_seconds")
             res = [None] * n
             th = [threading.Thread(target=one_stream, args=(port, t, res, k))
                   for k, t in enumerate(prompts(n))]
@@ -151,6 +156,9 @@ def server_tpot(model, device, n):
             for t in th:
                 t.join()
         m1 = itl_metrics(port)
+        s1 = itl_metrics(port, "ragged_gen_step_duration_seconds")
+        STEP["server_step_ms"] = (s1[0] - s0[0]) / max(s1[1] - s0[1], 1) * 1e3
+        STEP["server_steps"] = s1[1] - s0[1]
         server_side = (m1[0] - m0[0]) / max(m1[1] - m0[1], 1) * 1e3
         tp = []
         for times in res:
@@ -175,7 +183,11 @@ def main():
     a.add_argument("--device", default="cuda")
     a.add_argument("--batches", default="1,16,64")
     a.add_argument("--label", default="")
+    a.add_argument("--only", default="cli,python,server")
+    a.add_argument("--server-args", default="", help="more `ragged serve` options")
     o = a.parse_args()
+    SERVER_ARGS.extend(o.server_args.split())
+    only = set(o.only.split(","))
     rows = []
     if os.path.exists(o.out):
         with open(o.out) as f:
@@ -185,10 +197,16 @@ def main():
         for name, fn in (("cli", lambda: cli_tpot(o.model, o.device, n)[0]),
                          ("python", lambda: python_tpot(o.model, o.device, n)),
                          ("server", lambda: server_tpot(o.model, o.device, n))):
+            if name not in only:
+                continue
             try:
                 v = fn()
                 if name == "server":
                     row["server_client_tpot_ms"] = round(v[1], 4)
+                    row["server_step_ms"] = round(STEP.get("server_step_ms", 0), 4)
+                    row["server_steps"] = STEP.get("server_steps", 0)
+                    if o.server_args:
+                        row["server_args"] = o.server_args
                     v = v[0]
                 row[name + "_tpot_ms"] = round(v, 4)
             except Exception as e:  # recorded, the other cells go on
