@@ -282,12 +282,13 @@ class Generator:
         return self.chat_apply(([{"role": "system", "content": system}] if system is not None
                                 else []) + [{"role": "user", "content": user}])
 
-    def _encode_plain(self, text):
-        """text's token ids without the tokenizer's special tokens (rg_model_encode)."""
+    def _encode_plain(self, text, add_special_tokens=False):
+        """text's token ids (rg_model_encode), without the tokenizer's special tokens unless
+        add_special_tokens."""
         from . import _error
         l = lib()
         p = l.rg_encode_params_default()
-        p.add_special_tokens, p.max_length = False, ctypes.c_size_t(-1).value
+        p.add_special_tokens, p.max_length = add_special_tokens, ctypes.c_size_t(-1).value
         e = Encoding()
         b = text.encode()
         st = l.rg_model_encode(self._handle(), b, len(b), None, 0, ctypes.byref(p),
@@ -538,17 +539,4 @@ class Generator:
     def _encode_generate(self, text):
         """text's ids as rg_generate tokenizes a prompt (the tokenizer's template: BOS where it
         adds one)."""
-        from . import _error
-        l = lib()
-        p = l.rg_encode_params_default()
-        p.max_length = ctypes.c_size_t(-1).value
-        e = Encoding()
-        b = text.encode()
-        st = l.rg_model_encode(self._handle(), b, len(b), None, 0, ctypes.byref(p),
-                               ctypes.byref(e))
-        if st != RG_OK:
-            raise _error(st)
-        try:
-            return [e.ids[i] for i in range(e.n)]
-        finally:
-            l.rg_encoding_free(ctypes.byref(e))
+        return self._encode_plain(text, add_special_tokens=True)
