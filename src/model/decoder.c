@@ -945,7 +945,7 @@ rg_status rg_model_step(rg_model *m, const rg_step_batch *b, const rg_step_out *
 
 			if ((s = rg_backend_capture_begin(m->be)) != RG_OK)
 				return s;
-			s = m->arch->forward(m, &f);
+			s = m->arch->decode(m, &f);
 			if (s == RG_OK)
 				s = step_tail(m, m->dec.ids_d + 3 * T, B, mode, NULL, NULL, lg);
 			{
@@ -966,7 +966,7 @@ rg_status rg_model_step(rg_model *m, const rg_step_batch *b, const rg_step_out *
 			return RG_OK;
 		}
 		/* first sight: eager, over the same padded staging */
-		if ((s = m->arch->forward(m, &f)) != RG_OK ||
+		if ((s = m->arch->decode(m, &f)) != RG_OK ||
 		    (s = step_tail(m, m->dec.ids_d + 3 * T, B, mode, NULL, NULL, lg)) != RG_OK ||
 		    (s = rg_backend_sync(m->be)) != RG_OK)
 			return s;
@@ -978,7 +978,7 @@ rg_status rg_model_step(rg_model *m, const rg_step_batch *b, const rg_step_out *
 	     (s = rg_dec_sample_stage(m, b->n_logits, b->n_logits, o)) != RG_OK))
 		return s;
 	step_fwd(m, &f, b->n_tokens, b->n_seq, mb_used, max_ctx);
-	if ((s = m->arch->forward(m, &f)) != RG_OK)
+	if ((s = m->arch->decode(m, &f)) != RG_OK)
 		return s;
 	if (b->n_logits &&
 	    (s = step_tail(m, m->dec.ids_d + 3 * T, b->n_logits, mode, logits, want, NULL)) != RG_OK)

@@ -257,5 +257,5 @@ const rg_arch rg_arch_gpt2 = {
 	.free_weights = gpt2_free_weights,
 	.hparams = gpt2_hparams,
 	.load = gpt2_load_weights,
-	.forward = gpt2_forward,
+	.decode = gpt2_forward,
 };

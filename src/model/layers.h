@@ -132,7 +132,7 @@ typedef struct rg_llama_weights {
 /* llama.c's weights by Hugging Face Llama names into m->weights (rg_llama_weights), with
  * self_attn.{q,k}_norm when qk_norm (Qwen3); RoPE from rg_layer_rope_inv_freq. */
 rg_status rg_llama_load(rg_model *m, const rg_tsrc *src, bool qk_norm);
-/* The forward of an rg_llama_weights model (rg_arch.forward). */
+/* The forward of an rg_llama_weights model (rg_arch.decode). */
 rg_status rg_llama_forward(rg_model *m, rg_dec_fwd *f);
 /* Free an rg_llama_weights model (rg_arch.free_weights). */
 void rg_llama_free(rg_model *m);

@@ -161,7 +161,7 @@ void rg_llama_free(rg_model *m)
 		.free_weights = rg_llama_free,                                                    \
 		.hparams = llama_hparams,                                                         \
 		.load = llama_load_weights,                                                       \
-		.forward = rg_llama_forward,                                                      \
+		.decode = rg_llama_forward,                                                       \
 	}
 RG_LLAMA_ARCH(rg_arch_llama, "llama", "llama", &rg_llama_gguf_names);
 RG_LLAMA_ARCH(rg_arch_mistral, "mistral", NULL, NULL); /* llama.cpp converts it to "llama" */

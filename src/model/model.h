@@ -250,8 +250,9 @@ typedef struct rg_arch {
 	/* Every layer over the step's f->n new tokens as backend ops: the final norm's output in
 	 * m->dec.a[RG_D_NORMED] (decoder.c gathers the wanted rows and applies the LM head). Each
 	 * layer's attention through rg_dec_attention (KV write + paged attention), or, for RoPE
-	 * families, rg_dec_rope_kv_write then rg_dec_attend. */
-	rg_status (*forward)(rg_model *m, rg_dec_fwd *f);
+	 * families, rg_dec_rope_kv_write then rg_dec_attend. (An encoder-decoder's decoder takes
+	 * this hook too, its cross-attention through f.) */
+	rg_status (*decode)(rg_model *m, rg_dec_fwd *f);
 } rg_arch;
 
 /* The architecture serving model_type, or NULL (arch.c). */

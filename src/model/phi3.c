@@ -303,5 +303,5 @@ const rg_arch rg_arch_phi3 = {
 	.free_weights = rg_llama_free,
 	.hparams = phi3_hparams,
 	.load = phi3_load,
-	.forward = rg_llama_forward,
+	.decode = rg_llama_forward,
 };

@@ -29,5 +29,5 @@ const rg_arch rg_arch_qwen3 = {
 	.free_weights = rg_llama_free,
 	.hparams = qwen3_hparams,
 	.load = qwen3_load,
-	.forward = rg_llama_forward,
+	.decode = rg_llama_forward,
 };
