@@ -4,8 +4,10 @@
  * last holder, prefix-cache attach and eviction on demand, and the errors (unknown id,
  * duplicate id, pool exhausted -> RG_ERR_BUSY with nothing changed). Under random operations
  * (many ids, so the hash table grows and deletes through collisions): every pool refcount
- * equals the references recomputed from all tables and cross tables, and the pool is empty once
- * every sequence is removed. */
+ * equals the references recomputed from all tables and cross tables, every sequence reads back
+ * its own tokens and encoder values through its tables from a fake cache written through the
+ * slots handed out (copy-on-write copies run first), and the pool is empty once every sequence
+ * is removed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -361,10 +363,42 @@ static void test_errors(void **state)
 	rg_kv_pool_free(p);
 }
 
-/* ---- random operations against recomputed references ---- */
+/* ---- random operations against recomputed references and a fake cache ---- */
 
 #define F_IDS 96
 #define F_BLOCKS 160
+#define F_BS 3
+#define F_MAX_ENC 9
+
+/* The model: a fake KV cache (one value per slot, written through the slots handed out after
+ * running the copy-on-write copies) and what each sequence must read back through its tables. */
+static int32_t fake[F_BLOCKS * F_BS], next_val;
+static int32_t want[F_IDS][F_BLOCKS * F_BS], want_x[F_IDS][F_MAX_ENC];
+static int want_n[F_IDS], want_xn[F_IDS];
+
+static void check_content(const rg_kv *kv)
+{
+	int32_t slots[F_BLOCKS * F_BS], row[F_BLOCKS];
+
+	for (uint64_t id = 0; id < F_IDS; id++) {
+		int n_enc;
+
+		if (!rg_kv_has(kv, id)) {
+			assert_int_equal(want_n[id], 0);
+			assert_int_equal(want_xn[id], 0);
+			continue;
+		}
+		assert_int_equal(rg_kv_n_tokens(kv, id), want_n[id]);
+		assert_int_equal(rg_kv_slots(kv, id, 0, want_n[id], slots), RG_OK);
+		for (int i = 0; i < want_n[id]; i++)
+			assert_int_equal(fake[slots[i]], want[id][i]);
+		assert_int_equal(rg_kv_cross_table(kv, id, row, F_BLOCKS, &n_enc),
+				 (want_xn[id] + F_BS - 1) / F_BS);
+		assert_int_equal(n_enc, want_xn[id]);
+		for (int t = 0; t < n_enc; t++)
+			assert_int_equal(fake[row[t / F_BS] * F_BS + t % F_BS], want_x[id][t]);
+	}
+}
 
 static void check_refs(const rg_kv *kv, const rg_kv_pool *p)
 {
@@ -412,7 +446,9 @@ static void test_fuzz(void **state)
 	(void)state;
 
 	rng = 0x5eed7ab1e;
-	assert_int_equal(rg_kv_pool_init(&p, F_BLOCKS, 3), RG_OK);
+	memset(want_n, 0, sizeof(want_n));
+	memset(want_xn, 0, sizeof(want_xn));
+	assert_int_equal(rg_kv_pool_init(&p, F_BLOCKS, F_BS), RG_OK);
 	assert_int_equal(rg_kv_init(&kv, p, NULL), RG_OK);
 	for (int it = 0; it < 6000; it++) {
 		uint64_t a = (uint64_t)irand(0, F_IDS - 1), b = (uint64_t)irand(0, F_IDS - 1);
@@ -436,6 +472,12 @@ static void test_fuzz(void **state)
 				assert_int_equal(rg_kv_pool_n_used(p), used + need);
 				n_ok[op]++;
 				n_cow += n_copy;
+				if (n_copy)
+					memcpy(fake + cp.dst * F_BS, fake + cp.src * F_BS,
+					       F_BS * sizeof(int32_t));
+				for (int i = 0; i < n; i++)
+					fake[slots[i]] = want[a][na + i] = ++next_val;
+				want_n[a] = na + n;
 			}
 			break;
 		}
@@ -443,8 +485,13 @@ static void test_fuzz(void **state)
 			bool ok = rg_kv_has(kv, a) && !rg_kv_has(kv, b);
 
 			assert_int_equal(rg_kv_fork(kv, a, b), ok ? RG_OK : RG_ERR_INVALID_INPUT);
-			if (ok)
+			if (ok) {
 				assert_int_equal(rg_kv_n_tokens(kv, b), na);
+				memcpy(want[b], want[a], sizeof(want[a]));
+				memcpy(want_x[b], want_x[a], sizeof(want_x[a]));
+				want_n[b] = want_n[a];
+				want_xn[b] = want_xn[a];
+			}
 			n_ok[op] += ok;
 			assert_int_equal(rg_kv_pool_n_used(p), used);
 			break;
@@ -452,13 +499,22 @@ static void test_fuzz(void **state)
 		case 4: case 5: case 6: /* remove */
 			rg_kv_remove(kv, a);
 			assert_false(rg_kv_has(kv, a));
+			want_n[a] = want_xn[a] = 0;
 			break;
-		case 7: /* cross */
-			if (rg_kv_cross(kv, a, irand(1, 9)) == RG_OK) {
-				assert_true(rg_kv_cross_table(kv, a, slots, 0, NULL) > 0);
+		case 7: { /* cross: the encoder's K/V written once */
+			int n_enc = irand(1, F_MAX_ENC);
+
+			if (rg_kv_cross(kv, a, n_enc) == RG_OK) {
+				assert_int_equal(rg_kv_cross_table(kv, a, slots, 64, NULL),
+						 (n_enc + F_BS - 1) / F_BS);
+				for (int t = 0; t < n_enc; t++)
+					fake[slots[t / F_BS] * F_BS + t % F_BS] = want_x[a][t] =
+						++next_val;
+				want_xn[a] = n_enc;
 				n_ok[op]++;
 			}
 			break;
+		}
 		default: { /* reseat a group of up to 6 consecutive ids */
 			uint64_t mem[6];
 			int32_t par[6];
@@ -473,6 +529,27 @@ static void test_fuzz(void **state)
 				par[j] = nh && irand(0, 3) ? held[irand(0, nh - 1)] : -1;
 			st = rg_kv_reseat(kv, mem, par, n);
 			assert_int_equal(st, RG_OK);
+			{
+				static int32_t ow[6][F_BLOCKS * F_BS], ox[6][F_MAX_ENC];
+				int on[6], oxn[6];
+
+				for (int j = 0; j < n; j++) {
+					memcpy(ow[j], want[mem[j]], sizeof(ow[j]));
+					memcpy(ox[j], want_x[mem[j]], sizeof(ox[j]));
+					on[j] = want_n[mem[j]];
+					oxn[j] = want_xn[mem[j]];
+				}
+				for (int j = 0; j < n; j++) {
+					int q = par[j];
+
+					want_n[mem[j]] = q >= 0 ? on[q] : 0;
+					want_xn[mem[j]] = q >= 0 ? oxn[q] : 0;
+					if (q >= 0) {
+						memcpy(want[mem[j]], ow[q], sizeof(ow[q]));
+						memcpy(want_x[mem[j]], ox[q], sizeof(ox[q]));
+					}
+				}
+			}
 			for (int j = 0; j < n; j++)
 				assert_int_equal(rg_kv_has(kv, mem[j]), par[j] >= 0);
 			assert_true(rg_kv_pool_n_used(p) <= used);
@@ -481,6 +558,7 @@ static void test_fuzz(void **state)
 		}
 		}
 		check_refs(kv, p);
+		check_content(kv);
 	}
 	print_message("fuzz: %d allocations (%d busy, %d copies), %d forks, %d cross, %d re-seats\n",
 		      n_ok[0] + n_ok[1] + n_ok[2], n_busy, n_cow, n_ok[3], n_ok[7],
