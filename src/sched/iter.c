@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "kv/seq_table.h"
 
 enum { ST_WAITING, ST_RUNNING };
 
@@ -17,9 +18,10 @@ typedef struct iseq {
 	uint64_t order;    /* arrival counter: ties of priority */
 	int32_t *tokens;   /* (prompt_len + max_new) prompt then generated */
 	int n_tokens;
-	int n_computed;    /* tokens whose K/V are in kv (after the last update) */
-	rg_kv_seq kv;      /* n_tokens of kv = n_computed, + the pending step's tokens */
-	uint64_t *hashes;  /* (max blocks) chained hashes of kv's blocks 0 .. n_hashed - 1 */
+	int n_computed;    /* tokens whose K/V are in its block table (after the last update) */
+	/* its block table is the seq table's sequence kv_id(q): n_computed tokens, + the pending
+	 * step's; none while waiting */
+	uint64_t *hashes;  /* (max blocks) chained hashes of its blocks 0 .. n_hashed - 1 */
 	int n_hashed;
 	int state;
 	int dec;           /* index of its decision in the step, -1 none */
@@ -47,8 +49,9 @@ typedef struct decision {
 
 struct rg_iter {
 	rg_iter_params p;
-	rg_kv_pool *pool;
+	rg_kv_pool *pool;        /* for its size and counters; the tables are kv's */
 	rg_prefix_cache *cache;
+	rg_kv *kv;               /* every block table, by kv_id */
 	int bs, max_blocks, B, S;
 	iseq **running;  /* (S) by admission, oldest first */
 	int n_running;
@@ -72,6 +75,7 @@ struct rg_iter {
 	/* prefix lookups */
 	int32_t *hit_blocks;                     /* (max_blocks) */
 	uint64_t *hit_hashes;                    /* (max_blocks) */
+	int32_t *reg_blocks;                     /* (max_blocks) a table read for register_blocks */
 	/* finished since the last schedule */
 	rg_iter_done *done; /* (n_done) entries [done_read, n_done) not yet returned */
 	int n_done, done_cap, done_read;
@@ -92,14 +96,36 @@ void rg_iter_params_default(rg_iter_params *p)
 	};
 }
 
+_Static_assert(RG_ITER_MAX_BEAMS <= RG_KV_MAX_RESEAT, "a beam group fits one rg_kv_reseat");
+
+/* The seq table's id of the block table of beam slot `slot` of the request admitted `order`-th:
+ * unique among live sequences (order is unique per admitted request and kept through
+ * preemption; the caller's ids need not be dense), a beam group's members apart by slot. */
+static uint64_t kv_key(uint64_t order, int slot)
+{
+	return order * RG_ITER_MAX_BEAMS + (uint64_t)slot;
+}
+
+static uint64_t kv_id(const iseq *q) { return kv_key(q->order, q->slot); }
+
+/* Free q, not its block table (gone already, or re-seated to another member). */
+static void seq_destroy(iseq *q)
+{
+	if (!q)
+		return;
+	free(q->tokens);
+	free(q->hashes);
+	free(q);
+}
+
+/* Free q and its block table. */
 static void seq_free(rg_iter *s, iseq *q)
 {
 	if (!q)
 		return;
-	rg_kv_seq_free(s->pool, &q->kv);
-	free(q->tokens);
-	free(q->hashes);
-	free(q);
+	if (s->kv)
+		rg_kv_remove(s->kv, kv_id(q));
+	seq_destroy(q);
 }
 
 void rg_iter_free(rg_iter *s)
@@ -110,6 +136,7 @@ void rg_iter_free(rg_iter *s)
 		seq_free(s, s->running[i]);
 	for (int i = 0; i < s->n_waiting; i++)
 		seq_free(s, s->waiting[i]);
+	rg_kv_free(s->kv);
 	rg_prefix_cache_free(s->cache);
 	free(s->running);
 	free(s->waiting);
@@ -129,6 +156,7 @@ void rg_iter_free(rg_iter *s)
 	free(s->bn);
 	free(s->hit_blocks);
 	free(s->hit_hashes);
+	free(s->reg_blocks);
 	free(s->done);
 	free(s);
 }
@@ -182,13 +210,16 @@ rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p)
 	s->bn = calloc(S, sizeof(beam_next));
 	s->hit_blocks = calloc(MB, sizeof(int32_t));
 	s->hit_hashes = calloc(MB, sizeof(uint64_t));
+	s->reg_blocks = calloc(MB, sizeof(int32_t));
 	if (!s->running || !s->waiting || !s->dec || !s->tokens || !s->positions || !s->slots ||
 	    !s->cu || !s->ctx || !s->lrows || !s->lseq || !s->csrc || !s->cdst || !s->tables ||
-	    !s->ids || !s->bslot || !s->bn || !s->hit_blocks || !s->hit_hashes) {
+	    !s->ids || !s->bslot || !s->bn || !s->hit_blocks || !s->hit_hashes || !s->reg_blocks) {
 		st = rg_errorf(RG_ERR_OOM, "iter scheduler: out of memory");
 		goto out_free_sched;
 	}
 	if (p->prefix_caching && (st = rg_prefix_cache_init(&s->cache, pool)) != RG_OK)
+		goto out_free_sched;
+	if ((st = rg_kv_init(&s->kv, pool, s->cache)) != RG_OK)
 		goto out_free_sched;
 	rg_cost_learner_init(&s->learner, NULL, p->max_context);
 	*out = s;
@@ -325,6 +356,7 @@ static bool preempt_newest(rg_iter *s, const iseq *q)
 			}
 		}
 		v = head;
+		rg_kv_remove(s->kv, kv_id(v)); /* before its slot changes */
 		v->n_tokens = v->prompt_len;
 		v->slot = 0;
 	} else {
@@ -332,8 +364,8 @@ static bool preempt_newest(rg_iter *s, const iseq *q)
 		hit = v == q;
 		if (v->dec >= 0)
 			decision_drop(s, v);
+		rg_kv_remove(s->kv, kv_id(v));
 	}
-	rg_kv_seq_free(s->pool, &v->kv);
 	v->n_computed = 0;
 	v->n_hashed = 0;
 	v->n_preempt++;
@@ -342,33 +374,14 @@ static bool preempt_newest(rg_iter *s, const iseq *q)
 	return hit;
 }
 
-/* Blocks that could be had now: the free list and the cache's unreferenced blocks. */
-static int blocks_avail(const rg_iter *s)
-{
-	return rg_kv_pool_n_free(s->pool) + (s->cache ? rg_prefix_cache_n_evictable(s->cache) : 0);
-}
-
-/* The most of n tokens that q can append within avail blocks. */
-static int tokens_fitting(const rg_iter *s, const iseq *q, int n, int avail)
-{
-	long long room = (long long)q->kv.n_blocks * s->bs - q->kv.n_tokens + (long long)avail * s->bs;
-	int fit = room < n ? (int)(room > 0 ? room : 0) : n;
-
-	while (fit > 0 && rg_kv_seq_blocks_needed(s->pool, &q->kv, fit) > avail)
-		fit--;
-	return fit;
-}
-
-/* Take the slots of n tokens of q (evicting cached blocks as needed) and record the decision. */
+/* Take the slots of n tokens of q (the seq table evicts cached blocks as needed) and record
+ * the decision. */
 static bool take(rg_iter *s, iseq *q, int n)
 {
 	decision *d = &s->dec[s->n_dec];
-	int need = rg_kv_seq_blocks_needed(s->pool, &q->kv, n);
-	int n_copy = 0, c = q->kv.n_tokens;
+	int n_copy = 0, c = rg_kv_n_tokens(s->kv, kv_id(q));
 
-	if (need > rg_kv_pool_n_free(s->pool) && s->cache)
-		rg_prefix_cache_evict(s->cache, need - rg_kv_pool_n_free(s->pool));
-	if (rg_kv_seq_append(s->pool, &q->kv, n, NULL, &d->copy, &n_copy) != RG_OK)
+	if (rg_kv_allocate(s->kv, kv_id(q), n, NULL, &d->copy, &n_copy) != RG_OK)
 		return false;
 	d->q = q;
 	d->n_new = n;
@@ -384,7 +397,7 @@ static bool take(rg_iter *s, iseq *q, int n)
 static bool reserve_running(rg_iter *s, iseq *q, int n, int *n_pre)
 {
 	for (;;) {
-		int fit = tokens_fitting(s, q, n, blocks_avail(s));
+		int fit = rg_kv_fit(s->kv, kv_id(q), n, rg_kv_n_avail(s->kv));
 
 		if (fit >= 1 && take(s, q, fit))
 			return true;
@@ -404,19 +417,19 @@ static bool admit_head(rg_iter *s)
 	if (s->cache) {
 		n_hit = rg_prefix_cache_lookup(s->cache, q->tokens, q->n_tokens, max_hit,
 					       s->hit_blocks, s->hit_hashes);
-		if (n_hit > 0 && rg_prefix_cache_attach(s->cache, &q->kv, s->hit_blocks, n_hit) != RG_OK)
+		if (n_hit > 0 && rg_kv_attach(s->kv, kv_id(q), s->hit_blocks, n_hit) != RG_OK)
 			n_hit = 0;
 	}
 	q->n_computed = n_hit * s->bs;
 	n = q->n_tokens - q->n_computed;
 	if (n > s->budget)
 		n = s->budget;
-	avail = blocks_avail(s);
+	avail = rg_kv_n_avail(s->kv);
 	if (s->n_running > 0)
 		avail -= s->p.watermark_blocks;
-	fit = avail > 0 ? tokens_fitting(s, q, n, avail) : 0;
+	fit = avail > 0 ? rg_kv_fit(s->kv, kv_id(q), n, avail) : 0;
 	if (fit < 1 || !take(s, q, fit)) {
-		rg_kv_seq_free(s->pool, &q->kv);
+		rg_kv_remove(s->kv, kv_id(q));
 		q->n_computed = 0;
 		return false;
 	}
@@ -463,11 +476,10 @@ static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
 		for (int j = 0; j < n; j++) {
 			s->tokens[tok + j] = q->tokens[c + j];
 			s->positions[tok + j] = c + j;
-			s->slots[tok + j] = rg_kv_seq_slot(&q->kv, s->bs, c + j);
 		}
-		memcpy(row, q->kv.blocks, (size_t)q->kv.n_blocks * sizeof(int32_t));
-		memset(row + q->kv.n_blocks, 0,
-		       (size_t)(s->max_blocks - q->kv.n_blocks) * sizeof(int32_t));
+		/* the decision's tokens are in the table: neither read-out can fail */
+		rg_kv_slots(s->kv, kv_id(q), c, n, s->slots + tok);
+		rg_kv_table(s->kv, kv_id(q), row, s->max_blocks);
 		tok += n;
 		s->cu[i + 1] = tok;
 		s->ctx[i] = c + n;
@@ -569,11 +581,14 @@ static void register_blocks(rg_iter *s, iseq *q)
 {
 	int full = q->n_computed / s->bs;
 
+	if (full <= q->n_hashed)
+		return;
+	rg_kv_table(s->kv, kv_id(q), s->reg_blocks, s->max_blocks);
 	for (int b = q->n_hashed; b < full; b++) {
 		uint64_t parent = b ? q->hashes[b - 1] : RG_PREFIX_ROOT;
 
 		if (rg_prefix_cache_insert(s->cache, parent, q->tokens + (size_t)b * s->bs,
-					   q->kv.blocks[b], &q->hashes[b]) != RG_OK)
+					   s->reg_blocks[b], &q->hashes[b]) != RG_OK)
 			break;
 		q->n_hashed = b + 1;
 	}
@@ -635,7 +650,8 @@ static beam_next *bn_find(rg_iter *s, uint64_t id)
 	return NULL;
 }
 
-/* A copy of member o as a new member (tokens, hashes, kv forked). NULL on OOM. */
+/* A copy of member o as a new member (tokens, hashes; its block table comes from
+ * rg_kv_reseat). NULL on OOM. */
 static iseq *member_clone(rg_iter *s, const iseq *o)
 {
 	iseq *c = calloc(1, sizeof(*c));
@@ -643,10 +659,9 @@ static iseq *member_clone(rg_iter *s, const iseq *o)
 	if (!c)
 		return NULL;
 	*c = *o;
-	rg_kv_seq_init(&c->kv);
 	c->tokens = malloc((size_t)(o->prompt_len + o->max_new) * sizeof(int32_t));
 	c->hashes = malloc((size_t)s->max_blocks * sizeof(uint64_t));
-	if (!c->tokens || !c->hashes || rg_kv_seq_fork(s->pool, &o->kv, &c->kv) != RG_OK) {
+	if (!c->tokens || !c->hashes) {
 		free(c->tokens);
 		free(c->hashes);
 		free(c);
@@ -658,15 +673,20 @@ static iseq *member_clone(rg_iter *s, const iseq *o)
 }
 
 /* Re-seat beam group b->id after its step: new member j continues the member of slot
- * b->parent[j] with token b->token[j] (a parent's last child takes its entry over, the others
- * fork its block table; childless members are freed). The members stay contiguous at the
- * group's place in running, in slot order. RG_ERR_INVALID_INPUT for a parent that is no
- * member, RG_ERR_OOM (the group is then left as it was). */
+ * b->parent[j] with token b->token[j]. The block tables are rg_kv_reseat's (a parent's last
+ * child takes its table over, the others fork it; childless members' tables are freed); here
+ * the members' tokens follow the same rule (the last child takes the member over, the others
+ * clone it). The members stay contiguous at the group's place in running, in slot order.
+ * RG_ERR_INVALID_INPUT for a parent that is no member, RG_ERR_OOM (the group is then left as it
+ * was). */
 static rg_status group_reseat(rg_iter *s, const beam_next *b)
 {
 	int a, k = group_span(s, b->id, &a), n_new = 0;
-	iseq *olds[RG_ITER_MAX_BEAMS], *news[RG_ITER_MAX_BEAMS];
+	iseq *olds[RG_ITER_MAX_BEAMS], *news[RG_ITER_MAX_BEAMS] = {0};
 	int children[RG_ITER_MAX_BEAMS] = {0}, src[RG_ITER_MAX_BEAMS];
+	int32_t kv_parent[RG_ITER_MAX_BEAMS];
+	uint64_t kv_members[RG_ITER_MAX_BEAMS];
+	rg_status st;
 
 	for (int m = 0; m < k; m++)
 		olds[m] = s->running[a + m];
@@ -689,25 +709,28 @@ static rg_status group_reseat(rg_iter *s, const beam_next *b)
 					 b->parent[j]);
 		children[src[j]]++;
 	}
-	/* clones first (the parent's tokens as they are), then the takeovers */
+	/* clones first (the parent's tokens as they are), then the tables, then the takeovers */
 	for (int j = 0; j < b->n; j++) {
-		news[j] = NULL;
 		if (src[j] >= 0 && --children[src[j]] > 0 &&
 		    !(news[j] = member_clone(s, olds[src[j]]))) {
-			for (int i = 0; i < j; i++)
-				if (news[i])
-					seq_free(s, news[i]);
-			return rg_errorf(RG_ERR_OOM, "iter beam: out of memory");
+			st = rg_errorf(RG_ERR_OOM, "iter beam: out of memory");
+			goto out_free_clones;
 		}
 	}
+	/* the seq table's members are the group's ids by slot (old slots are < n_beams) */
+	for (int j = 0; j < b->n; j++) {
+		kv_members[j] = kv_key(olds[0]->order, j);
+		kv_parent[j] = src[j] >= 0 ? olds[src[j]]->slot : -1;
+	}
+	if ((st = rg_kv_reseat(s->kv, kv_members, kv_parent, b->n)) != RG_OK)
+		goto out_free_clones;
 	for (int j = 0; j < b->n; j++)
 		if (src[j] >= 0 && !news[j]) {
 			news[j] = olds[src[j]];
 			olds[src[j]] = NULL;
 		}
 	for (int m = 0; m < k; m++)
-		if (olds[m])
-			seq_free(s, olds[m]);
+		seq_destroy(olds[m]); /* its table went with the re-seat */
 	/* the running list: the group's k entries replaced by its live new members */
 	memmove(s->running + a, s->running + a + k, (size_t)(s->n_running - a - k) * sizeof(iseq *));
 	s->n_running -= k;
@@ -726,6 +749,10 @@ static rg_status group_reseat(rg_iter *s, const beam_next *b)
 		s->running[w++] = q;
 	}
 	return RG_OK;
+out_free_clones:
+	for (int j = 0; j < b->n; j++)
+		seq_destroy(news[j]);
+	return st;
 }
 
 rg_status rg_iter_beam_next(rg_iter *s, uint64_t id, const int32_t *parent,
@@ -1255,7 +1282,6 @@ rg_status rg_iter_add(rg_iter *s, const rg_iter_request *r, double now_ms, rg_it
 	q->n_beams = r->n_beams >= 2 ? r->n_beams : 0;
 	q->dec = -1;
 	q->first_ms = -1;
-	rg_kv_seq_init(&q->kv);
 	if ((st = admit_check(s, q, now_ms, adm)) != RG_OK) {
 		if (st == RG_ERR_BUSY)
 			s->n_refused++;
@@ -1266,6 +1292,6 @@ rg_status rg_iter_add(rg_iter *s, const rg_iter_request *r, double now_ms, rg_it
 	s->n_admitted++;
 	return RG_OK;
 out_free_seq:
-	seq_free(s, q);
+	seq_destroy(q); /* not admitted: no block table (q->order may even be unset, 0) */
 	return st;
 }

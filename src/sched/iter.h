@@ -31,12 +31,13 @@
  *      counted as free) would fall below watermark_blocks. No admission in a step that
  *      preempted.
  * So a long prompt is cut into chunks that share steps with every decoding stream, and decodes
- * never wait for a prefill. KV slots come from the block pool (src/kv/block_pool.h) as the step
- * is built; when the free list runs dry the cache's LRU unreferenced blocks are evicted, and
- * then the NEWEST running sequence is preempted (vLLM's recompute preemption): its blocks are
- * freed, it goes back to waiting with its prompt and the tokens it generated, and is later
- * prefilled again (its earlier full blocks often still cached). If it was already part of the
- * step being built it is taken out of it. A running sequence never fails for lack of blocks:
+ * never wait for a prefill. KV slots come from the sequence table (src/kv/seq_table.h, over the
+ * pool given at init; the scheduler names its sequences there by id and holds no block table)
+ * as the step is built; when the free list runs dry the cache's LRU unreferenced blocks are
+ * evicted, and then the NEWEST running sequence is preempted (vLLM's recompute preemption): its
+ * blocks are freed, it goes back to waiting with its prompt and the tokens it generated, and is
+ * later prefilled again (its earlier full blocks often still cached). If it was already part of
+ * the step being built it is taken out of it. A running sequence never fails for lack of blocks:
  * the pool must hold one sequence of max_context tokens (checked at init), and the oldest
  * running sequence can always take every other's blocks.
  *
@@ -64,7 +65,7 @@
  * caller runs its beam search (src/gen/beam.h) on the group's rows and, before rg_iter_update,
  * gives the next beams with rg_iter_beam_next: new beam j continues the member of slot
  * parent[j] with token[j] (parent -1: slot j is not live, e.g. a finished group of a diverse
- * search). rg_iter_update then re-seats the members as rg_generate does: a parent's last child
+ * search). rg_iter_update then re-seats the members (rg_kv_reseat): a parent's last child
  * takes its block table over, the others fork it (no cache is copied; a shared, partially
  * filled last block is copied on the next append, reported in plan.copy_src/dst). The members
  * run in lockstep: a step schedules all of a group's members or none, and they stay contiguous
