@@ -43,7 +43,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "ragged.h"
-#include "sched/cost_model.h"
+#include "core/cost_model.h"
 #include "sched/cost_table.h"
 
 typedef enum rg_sched_kind {

@@ -105,7 +105,7 @@ static double eta_ms(const rg_engine *e, double now, double tokens, double pairs
 	return (busy + work_ms(e, tokens, pairs, n_seqs)) / e->n_w;
 }
 
-/* A batch ran: refit the latency model to the batches run (sched/cost_model.h
+/* A batch ran: refit the latency model to the batches run (core/cost_model.h
  * rg_cost_learner: the start-up fit only decides what they cannot) and refine the padding ratio
  * with exponential forgetting (weight 0.9 per batch: about the last ten batches). A failed batch
  * (model_ms < 0) teaches nothing. */

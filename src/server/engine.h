@@ -37,7 +37,7 @@
  * disconnected clients are checked before every batch, so an expired job stops after the
  * piece in flight.
  *
- * Time estimates. A batch latency model (sched/cost_model.h) is fitted at create to a few packed
+ * Time estimates. A batch latency model (core/cost_model.h) is fitted at create to a few packed
  * batches measured on the model (or to the DP cost table when there is one) and refitted after
  * every batch to the batches actually run (rg_cost_learner: one recent point per batch shape;
  * the start-up fit, which a busy machine can make absurd, only decides what they cannot). It

@@ -91,7 +91,7 @@ struct rg_engine {
 
 	/* Time estimates (guarded by mu). */
 	rg_cost_model fit;     /* fitted at create: one device's compute */
-	rg_cost_learner learner; /* refits `fit` from the batches run (sched/cost_model.h) */
+	rg_cost_learner learner; /* refits `fit` from the batches run (core/cost_model.h) */
 	double pad_ratio;      /* computed / real tokens of recent batches (>= 1) */
 	double real_w, comp_w; /* sums behind pad_ratio */
 

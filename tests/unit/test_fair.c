@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "sched/cost_model.h"
+#include "core/cost_model.h"
 #include "sched/fair.h"
 #include "sched/sched.h"
 

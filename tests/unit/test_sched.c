@@ -24,7 +24,7 @@
 
 #include <cmocka.h>
 
-#include "sched/cost_model.h"
+#include "core/cost_model.h"
 #include "sched/cost_table.h"
 #include "sched/sched.h"
 
