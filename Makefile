@@ -1,5 +1,6 @@
 # ragged build. `make run` embeds sample sentences with the default model; `make test` runs every test.
-# Everything under src/ is compiled automatically: new .c files need no Makefile edit.
+# Everything under src/ (the library) and app/ (the server, the load generator) is compiled
+# automatically: new .c files need no Makefile edit.
 #   build/        release build (with CUDA when nvcc is found; CUDA=0 disables)
 #   build/asan/   AddressSanitizer + UBSan build, CPU backend only
 SHELL := /bin/bash
@@ -10,15 +11,16 @@ CUDA ?= $(if $(NVCC),1,0)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 PYTHON ?= python3
 
-# libragged is the library only (core, tokenizer, ops, model, sched); the server (src/server) and
-# the load generator (tools/loadgen, beside the CLI) are application code, linked with
-# tools/ragged.c into the ragged binary.
+# libragged is the library only (src/: core, tokenizer, ops, model, sched, kv, gen); app/ is the
+# application code that uses it: the server (app/server, with its encoder schedulers in
+# app/server/sched) and the load generator (app/loadgen), linked with the CLI's tools/ragged.c
+# into the ragged binary.
 LIB_DIRS := src/core src/tokenizer src/ops src/model src/sched src/kv src/gen
 CSRC := $(shell find $(LIB_DIRS) -name '*.c' | sort)
 # C++ only where a library is C++ alone (src/core/f32_shortest.cc: Dragonbox's templates);
 # built without exceptions or RTTI and calling nothing of the C++ runtime.
 CXXSRC := $(shell find $(LIB_DIRS) -name '*.cc' | sort)
-APP_CSRC := $(shell find src/server tools/loadgen -name '*.c' | sort)
+APP_CSRC := $(shell find app -name '*.c' | sort)
 CUSRC := $(shell find src/ops/cuda -name '*.cu' 2>/dev/null | sort)
 TOOLSRC := tools/ragged.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -73,9 +75,8 @@ REL_OBJ := $(patsubst src/%.c,build/obj/%.o,$(CSRC)) $(patsubst src/%.cc,build/o
 	$(REL_CUOBJ)
 ASAN_OBJ := $(patsubst src/%.c,build/asan/obj/%.o,$(CSRC)) \
 	$(patsubst src/%.cc,build/asan/obj/%.cc.o,$(CXXSRC))
-REL_APP_OBJ := $(patsubst tools/%.c,build/obj/tools/%.o,$(patsubst src/%.c,build/obj/%.o,$(APP_CSRC)))
-ASAN_APP_OBJ := $(patsubst tools/%.c,build/asan/obj/tools/%.o,\
-	$(patsubst src/%.c,build/asan/obj/%.o,$(APP_CSRC)))
+REL_APP_OBJ := $(patsubst app/%.c,build/obj/app/%.o,$(APP_CSRC))
+ASAN_APP_OBJ := $(patsubst app/%.c,build/asan/obj/app/%.o,$(APP_CSRC))
 UNIT_BIN := $(patsubst tests/unit/%.c,build/tests/%,$(UNIT_SRC))
 ASAN_UNIT_BIN := $(patsubst tests/unit/%.c,build/asan/tests/%,$(UNIT_SRC))
 
@@ -123,12 +124,12 @@ build/obj/%.cu.o: src/%.cu build/config
 build/asan/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN_CFLAGS) $(EXTRA_CFLAGS) -MMD -MP -c $< -o $@
-build/obj/tools/%.o: tools/%.c build/config
+build/obj/app/%.o: app/%.c build/config
 	@mkdir -p $(dir $@)
-	$(CC) $(REL_CFLAGS) -Itools -MMD -MP -c $< -o $@
-build/asan/obj/tools/%.o: tools/%.c
+	$(CC) $(REL_CFLAGS) -Iapp -MMD -MP -c $< -o $@
+build/asan/obj/app/%.o: app/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ASAN_CFLAGS) -Itools -MMD -MP -c $< -o $@
+	$(CC) $(ASAN_CFLAGS) -Iapp -MMD -MP -c $< -o $@
 
 # The public library exports what include/ragged.h marks RG_API, nothing else: its version
 # script is generated from those declarations. libragged_internal.so is the same objects with
@@ -146,12 +147,12 @@ build/libragged.so: $(REL_OBJ) build/ragged.map build/config
 build/libragged_internal.so: $(REL_OBJ) build/config
 	$(CC) -shared -o $@ $(REL_OBJ) $(REL_LIBS)
 build/ragged: $(TOOLSRC) $(REL_APP_OBJ) build/libragged.a
-	$(CC) $(REL_CFLAGS) -Itools -o $@ $(TOOLSRC) $(REL_APP_OBJ) build/libragged.a $(REL_LIBS) \
+	$(CC) $(REL_CFLAGS) -Iapp -o $@ $(TOOLSRC) $(REL_APP_OBJ) build/libragged.a $(REL_LIBS) \
 		$(APP_LIBS)
 # unit tests see the application modules too (the server's cost store, the request parser)
 build/tests/%: tests/unit/%.c build/libragged.a $(REL_APP_OBJ)
 	@mkdir -p build/tests
-	$(CC) $(REL_CFLAGS) -Itests/unit -o $@ $< $(REL_APP_OBJ) build/libragged.a $(REL_LIBS) \
+	$(CC) $(REL_CFLAGS) -Iapp -Itests/unit -o $@ $< $(REL_APP_OBJ) build/libragged.a $(REL_LIBS) \
 		$(APP_LIBS) -lcmocka
 
 build/asan/libragged.a: $(ASAN_OBJ)
@@ -161,11 +162,11 @@ build/asan/libragged.so: $(ASAN_OBJ) build/ragged.map
 build/asan/libragged_internal.so: $(ASAN_OBJ)
 	$(CC) -shared $(ASAN_LDFLAGS) -o $@ $^ $(LIBS)
 build/asan/ragged: $(TOOLSRC) $(ASAN_APP_OBJ) build/asan/libragged.a
-	$(CC) $(ASAN_CFLAGS) -Itools -o $@ $(TOOLSRC) $(ASAN_APP_OBJ) build/asan/libragged.a $(LIBS) \
+	$(CC) $(ASAN_CFLAGS) -Iapp -o $@ $(TOOLSRC) $(ASAN_APP_OBJ) build/asan/libragged.a $(LIBS) \
 		$(APP_LIBS) $(ASAN_LDFLAGS)
 build/asan/tests/%: tests/unit/%.c build/asan/libragged.a $(ASAN_APP_OBJ)
 	@mkdir -p build/asan/tests
-	$(CC) $(ASAN_CFLAGS) -Itests/unit -o $@ $< $(ASAN_APP_OBJ) build/asan/libragged.a $(LIBS) \
+	$(CC) $(ASAN_CFLAGS) -Iapp -Itests/unit -o $@ $< $(ASAN_APP_OBJ) build/asan/libragged.a $(LIBS) \
 		$(APP_LIBS) -lcmocka $(ASAN_LDFLAGS)
 
 NPROC := $(shell nproc 2>/dev/null || echo 2)

@@ -11,7 +11,7 @@
  *
  * The coefficients come from measured batches by non-negative least squares: a few packed
  * batches measured at start-up, or the cells of the DP scheduler's measured cost table
- * (rg_cost_model_from_table, in the server's sched/cost_table.h). Pure arithmetic, no model, no
+ * (rg_cost_model_from_table, app/server/sched/cost_table.h). Pure arithmetic, no model, no
  * CUDA, no state: it lives in core/ because both sides use it, the library's iteration scheduler
  * (src/sched/iter.c) and the server's encoder schedulers (app/server/sched/), and the ragged
  * binary compiles its own copy beside libragged.so (where it is hidden). */

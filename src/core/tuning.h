@@ -1,6 +1,6 @@
 /* ragged's tuning switches: one table (tuning.c) of every RAGGED_* environment variable that picks
  * how the library computes -- a kernel, a code path, a thread count -- rather than what a caller
- * asked for (the server's RAGGED_* options are src/server/options.c's table, not these).
+ * asked for (the server's RAGGED_* options are app/server/options.c's table, not these).
  *
  * Each row has a name, a type (bool "0"/"1", an int in a range, one of a list of words, or free
  * text for the configuration rows), a default, the values it allows, the file that reads it and

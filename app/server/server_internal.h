@@ -10,8 +10,8 @@
 
 #include "ragged.h"
 #include "core/buf.h"
-#include "sched/cost_table.h"
-#include "sched/sched.h"
+#include "server/sched/cost_table.h"
+#include "server/sched/sched.h"
 #include "server/cache.h"
 #include "server/engine.h"
 #include "server/http_status.h"

@@ -1,7 +1,7 @@
 /* Batch cost table (TurboTransformers, PPoPP'21, sec. 5 `cached_cost` and sec. 6.3): a measured
  * grid of batch latencies, interpolated. See cost_table.h; the server persists it
- * (src/server/cost_store.c). */
-#include "sched/cost_table.h"
+ * (app/server/cost_store.c). */
+#include "server/sched/cost_table.h"
 
 #include <math.h>
 #include <stdlib.h>

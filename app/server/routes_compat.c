@@ -13,7 +13,7 @@
 #include "core/model_dir.h"
 #include "core/tuning.h"
 #include "core/utf8.h"
-#include "sched/sched.h"
+#include "server/sched/sched.h"
 
 /* ---- prompts -------------------------------------------------------------------------------- */
 

@@ -9,8 +9,8 @@
  * caller-provided callback (this module knows nothing about the model or CUDA) and persisted in
  * SQLite keyed by (model id, device, dtype, execution mode) so a restart reloads it.
  * Not thread-safe: one thread (the server's engine worker) owns a table. */
-#ifndef RG_SCHED_COST_TABLE_H
-#define RG_SCHED_COST_TABLE_H
+#ifndef RG_SERVER_SCHED_COST_TABLE_H
+#define RG_SERVER_SCHED_COST_TABLE_H
 #include <stdbool.h>
 #include "core/cost_model.h"
 #include "ragged.h"
