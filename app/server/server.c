@@ -53,7 +53,6 @@
  */
 #include "server/serve.h"
 #include "server/server_internal.h"
-#include "core/model_dir.h"
 
 #include <errno.h>
 #include <math.h>

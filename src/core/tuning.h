@@ -26,6 +26,10 @@
  * what is fixed at the first use in a process (the thread pool, the CPU kernel table, the CPU
  * GEMM library).
  *
+ * Outside the library. These accessors are the library's own (hidden in libragged.so, and the
+ * table's state must be one per process): the ragged binary and other programs read the rows
+ * through ragged.h's rg_tuning_describe (the listing) and rg_tuning_get (one row's value).
+ *
  * Thread safety: the accessors may be called from any thread; a row's first read takes a mutex,
  * later reads of a read-once row are one atomic load. Live rows call getenv, which races with a
  * concurrent setenv exactly as the direct getenv calls did. */
