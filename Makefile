@@ -77,6 +77,16 @@ ASAN_OBJ := $(patsubst src/%.c,build/asan/obj/%.o,$(CSRC)) \
 	$(patsubst src/%.cc,build/asan/obj/%.cc.o,$(CXXSRC))
 REL_APP_OBJ := $(patsubst app/%.c,build/obj/app/%.o,$(APP_CSRC))
 ASAN_APP_OBJ := $(patsubst app/%.c,build/asan/obj/app/%.o,$(APP_CSRC))
+# The ragged binary includes ragged.h, src/core's headers and its own, and links libragged.so;
+# the core utilities it uses are compiled in (the same objects: their twins in libragged.so are
+# hidden, so the copies do not meet). Only modules without state: never error.c (the one
+# thread-local message, which the app sets through the public rg_errorf), tuning.c (the switch
+# table's overrides and warnings: rg_tuning_describe / rg_tuning_get), threadpool.c, nor a
+# module that defines RG_API functions (model_dir.c, names.c): the library has those.
+APP_CORE := buf f32_shortest.cc json file utf8 vec rng cost_model
+REL_APP_CORE_OBJ := $(patsubst %,build/obj/core/%.o,$(APP_CORE))
+ASAN_APP_CORE_OBJ := $(patsubst %,build/asan/obj/core/%.o,$(APP_CORE))
+APP_LINK_LIBS := -ljson-c -lm -lpthread $(APP_LIBS)
 UNIT_BIN := $(patsubst tests/unit/%.c,build/tests/%,$(UNIT_SRC))
 ASAN_UNIT_BIN := $(patsubst tests/unit/%.c,build/asan/tests/%,$(UNIT_SRC))
 
@@ -134,6 +144,8 @@ build/asan/obj/app/%.o: app/%.c
 # The public library exports what include/ragged.h marks RG_API, nothing else: its version
 # script is generated from those declarations. libragged_internal.so is the same objects with
 # the RG_TEST_API functions (src/core/export.h) exported too, for the ctypes test-suite.
+# (libragged.so and the ragged binary are relinked when the Makefile changes: a change of how
+# they link must not leave an old link in build/.)
 build/ragged.map: include/ragged.h
 	@mkdir -p build
 	{ echo '{ global:'; awk '/^RG_API/ { l = $$0; if (l !~ /\(/) { getline nx; l = l " " nx } \
@@ -142,13 +154,17 @@ build/ragged.map: include/ragged.h
 
 build/libragged.a: $(REL_OBJ) build/config
 	@mkdir -p build; rm -f $@; ar rcs $@ $(REL_OBJ)
-build/libragged.so: $(REL_OBJ) build/ragged.map build/config
-	$(CC) -shared -Wl,--version-script=build/ragged.map -o $@ $(REL_OBJ) $(REL_LIBS)
+build/libragged.so: $(REL_OBJ) build/ragged.map build/config Makefile
+	$(CC) -shared -Wl,-soname,libragged.so -Wl,--version-script=build/ragged.map -o $@ $(REL_OBJ) \
+		$(REL_LIBS)
 build/libragged_internal.so: $(REL_OBJ) build/config
 	$(CC) -shared -o $@ $(REL_OBJ) $(REL_LIBS)
-build/ragged: $(TOOLSRC) $(REL_APP_OBJ) build/libragged.a
-	$(CC) $(REL_CFLAGS) -Iapp -o $@ $(TOOLSRC) $(REL_APP_OBJ) build/libragged.a $(REL_LIBS) \
-		$(APP_LIBS)
+# build/ragged finds build/libragged.so beside it ($ORIGIN); `make install` relinks it for its
+# place (link_ragged's second argument: the RUNPATH).
+link_ragged = $(CC) $(REL_CFLAGS) -Iapp -o $(1) $(TOOLSRC) $(REL_APP_OBJ) $(REL_APP_CORE_OBJ) \
+	build/libragged.so -Wl,-rpath,'$(2)' $(APP_LINK_LIBS)
+build/ragged: $(TOOLSRC) $(REL_APP_OBJ) $(REL_APP_CORE_OBJ) build/libragged.so Makefile
+	$(call link_ragged,$@,$$ORIGIN)
 # unit tests see the application modules too (the server's cost store, the request parser)
 build/tests/%: tests/unit/%.c build/libragged.a $(REL_APP_OBJ)
 	@mkdir -p build/tests
@@ -157,13 +173,15 @@ build/tests/%: tests/unit/%.c build/libragged.a $(REL_APP_OBJ)
 
 build/asan/libragged.a: $(ASAN_OBJ)
 	@mkdir -p build/asan; rm -f $@; ar rcs $@ $^
-build/asan/libragged.so: $(ASAN_OBJ) build/ragged.map
-	$(CC) -shared -Wl,--version-script=build/ragged.map $(ASAN_LDFLAGS) -o $@ $(ASAN_OBJ) $(LIBS)
+build/asan/libragged.so: $(ASAN_OBJ) build/ragged.map Makefile
+	$(CC) -shared -Wl,-soname,libragged.so -Wl,--version-script=build/ragged.map $(ASAN_LDFLAGS) \
+		-o $@ $(ASAN_OBJ) $(LIBS)
 build/asan/libragged_internal.so: $(ASAN_OBJ)
 	$(CC) -shared $(ASAN_LDFLAGS) -o $@ $^ $(LIBS)
-build/asan/ragged: $(TOOLSRC) $(ASAN_APP_OBJ) build/asan/libragged.a
-	$(CC) $(ASAN_CFLAGS) -Iapp -o $@ $(TOOLSRC) $(ASAN_APP_OBJ) build/asan/libragged.a $(LIBS) \
-		$(APP_LIBS) $(ASAN_LDFLAGS)
+build/asan/ragged: $(TOOLSRC) $(ASAN_APP_OBJ) $(ASAN_APP_CORE_OBJ) build/asan/libragged.so \
+		Makefile
+	$(CC) $(ASAN_CFLAGS) -Iapp -o $@ $(TOOLSRC) $(ASAN_APP_OBJ) $(ASAN_APP_CORE_OBJ) \
+		build/asan/libragged.so -Wl,-rpath,'$$ORIGIN' $(APP_LINK_LIBS) $(ASAN_LDFLAGS)
 build/asan/tests/%: tests/unit/%.c build/asan/libragged.a $(ASAN_APP_OBJ)
 	@mkdir -p build/asan/tests
 	$(CC) $(ASAN_CFLAGS) -Iapp -Itests/unit -o $@ $< $(ASAN_APP_OBJ) build/asan/libragged.a $(LIBS) \
@@ -203,15 +221,19 @@ RG_VERSION := $(shell sed -n 's/^\#define RAGGED_VERSION "\(.*\)"/\1/p' include/
 pc_rel = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
 # A program linked with `pkg-config --libs ragged` gets an rpath (RUNPATH) to LIBDIR, so it runs
 # without LD_LIBRARY_PATH; not for the directories the dynamic linker searches anyway.
-# (bin/ragged links libragged.a: it needs no path to the library.)
+# bin/ragged links libragged.so through a RUNPATH relative to itself, $ORIGIN/../lib for the
+# default layout (whatever leads from BINDIR to LIBDIR), so an installed tree may be moved whole.
 SYSTEM_LIBDIRS := /lib /lib64 /usr/lib /usr/lib64 \
 	$(addprefix /usr/lib/,$(shell $(CC) -print-multiarch 2>/dev/null))
 PC_RPATH := $(if $(filter $(patsubst %/,%,$(LIBDIR)),$(SYSTEM_LIBDIRS)),,-Wl$(comma)-rpath$(comma)$${libdir})
 
+BIN_TO_LIB = $(shell realpath -m --relative-to=$(BINDIR) $(LIBDIR))
+
 install: build/ragged build/libragged.so build/libragged.a
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
-		$(DESTDIR)$(PKGCONFIGDIR)
-	$(INSTALL) -m 0755 build/ragged $(DESTDIR)$(BINDIR)/ragged
+		$(DESTDIR)$(PKGCONFIGDIR) build/install
+	$(call link_ragged,build/install/ragged,$$ORIGIN/$(BIN_TO_LIB))
+	$(INSTALL) -m 0755 build/install/ragged $(DESTDIR)$(BINDIR)/ragged
 	$(INSTALL) -m 0755 build/libragged.so $(DESTDIR)$(LIBDIR)/libragged.so
 	$(INSTALL) -m 0644 build/libragged.a $(DESTDIR)$(LIBDIR)/libragged.a
 	$(INSTALL) -m 0644 include/ragged.h $(DESTDIR)$(INCLUDEDIR)/ragged.h
