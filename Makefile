@@ -231,7 +231,8 @@ BIN_TO_LIB = $(shell realpath -m --relative-to=$(BINDIR) $(LIBDIR))
 
 install: build/ragged build/libragged.so build/libragged.a
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
-		$(DESTDIR)$(PKGCONFIGDIR) build/install
+		$(DESTDIR)$(PKGCONFIGDIR)
+	@mkdir -p build/install
 	$(call link_ragged,build/install/ragged,$$ORIGIN/$(BIN_TO_LIB))
 	$(INSTALL) -m 0755 build/install/ragged $(DESTDIR)$(BINDIR)/ragged
 	$(INSTALL) -m 0755 build/libragged.so $(DESTDIR)$(LIBDIR)/libragged.so
