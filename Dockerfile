@@ -19,6 +19,7 @@ WORKDIR /src
 COPY Makefile ./
 COPY include/ include/
 COPY src/ src/
+COPY app/ app/
 COPY tools/ tools/
 RUN make -j"$(nproc)" CUDA=0 build/ragged build/libragged.so build/libragged.a \
  && make CUDA=0 install PREFIX=/usr/local DESTDIR=/out

@@ -1,5 +1,6 @@
 # ragged build. `make run` embeds sample sentences with the default model; `make test` runs every test.
-# Everything under src/ is compiled automatically: new .c files need no Makefile edit.
+# Everything under src/ (the library) and app/ (the server, the load generator) is compiled
+# automatically: new .c files need no Makefile edit.
 #   build/        release build (with CUDA when nvcc is found; CUDA=0 disables)
 #   build/asan/   AddressSanitizer + UBSan build, CPU backend only
 SHELL := /bin/bash
@@ -10,15 +11,16 @@ CUDA ?= $(if $(NVCC),1,0)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 PYTHON ?= python3
 
-# libragged is the library only (core, tokenizer, ops, model, sched); the server (src/server) and
-# the load generator (tools/loadgen, beside the CLI) are application code, linked with
-# tools/ragged.c into the ragged binary.
+# libragged is the library only (src/: core, tokenizer, ops, model, sched, kv, gen); app/ is the
+# application code that uses it: the server (app/server, with its encoder schedulers in
+# app/server/sched) and the load generator (app/loadgen), linked with the CLI's tools/ragged.c
+# into the ragged binary.
 LIB_DIRS := src/core src/tokenizer src/ops src/model src/sched src/kv src/gen
 CSRC := $(shell find $(LIB_DIRS) -name '*.c' | sort)
 # C++ only where a library is C++ alone (src/core/f32_shortest.cc: Dragonbox's templates);
 # built without exceptions or RTTI and calling nothing of the C++ runtime.
 CXXSRC := $(shell find $(LIB_DIRS) -name '*.cc' | sort)
-APP_CSRC := $(shell find src/server tools/loadgen -name '*.c' | sort)
+APP_CSRC := $(shell find app -name '*.c' | sort)
 CUSRC := $(shell find src/ops/cuda -name '*.cu' 2>/dev/null | sort)
 TOOLSRC := tools/ragged.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -73,9 +75,18 @@ REL_OBJ := $(patsubst src/%.c,build/obj/%.o,$(CSRC)) $(patsubst src/%.cc,build/o
 	$(REL_CUOBJ)
 ASAN_OBJ := $(patsubst src/%.c,build/asan/obj/%.o,$(CSRC)) \
 	$(patsubst src/%.cc,build/asan/obj/%.cc.o,$(CXXSRC))
-REL_APP_OBJ := $(patsubst tools/%.c,build/obj/tools/%.o,$(patsubst src/%.c,build/obj/%.o,$(APP_CSRC)))
-ASAN_APP_OBJ := $(patsubst tools/%.c,build/asan/obj/tools/%.o,\
-	$(patsubst src/%.c,build/asan/obj/%.o,$(APP_CSRC)))
+REL_APP_OBJ := $(patsubst app/%.c,build/obj/app/%.o,$(APP_CSRC))
+ASAN_APP_OBJ := $(patsubst app/%.c,build/asan/obj/app/%.o,$(APP_CSRC))
+# The ragged binary includes ragged.h, src/core's headers and its own, and links libragged.so;
+# the core utilities it uses are compiled in (the same objects: their twins in libragged.so are
+# hidden, so the copies do not meet). Only modules without state: never error.c (the one
+# thread-local message, which the app sets through the public rg_errorf), tuning.c (the switch
+# table's overrides and warnings: rg_tuning_describe / rg_tuning_get), threadpool.c, nor a
+# module that defines RG_API functions (model_dir.c, names.c): the library has those.
+APP_CORE := buf f32_shortest.cc json file utf8 vec rng cost_model
+REL_APP_CORE_OBJ := $(patsubst %,build/obj/core/%.o,$(APP_CORE))
+ASAN_APP_CORE_OBJ := $(patsubst %,build/asan/obj/core/%.o,$(APP_CORE))
+APP_LINK_LIBS := -ljson-c -lm -lpthread $(APP_LIBS)
 UNIT_BIN := $(patsubst tests/unit/%.c,build/tests/%,$(UNIT_SRC))
 ASAN_UNIT_BIN := $(patsubst tests/unit/%.c,build/asan/tests/%,$(UNIT_SRC))
 
@@ -123,16 +134,18 @@ build/obj/%.cu.o: src/%.cu build/config
 build/asan/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN_CFLAGS) $(EXTRA_CFLAGS) -MMD -MP -c $< -o $@
-build/obj/tools/%.o: tools/%.c build/config
+build/obj/app/%.o: app/%.c build/config
 	@mkdir -p $(dir $@)
-	$(CC) $(REL_CFLAGS) -Itools -MMD -MP -c $< -o $@
-build/asan/obj/tools/%.o: tools/%.c
+	$(CC) $(REL_CFLAGS) -Iapp -MMD -MP -c $< -o $@
+build/asan/obj/app/%.o: app/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ASAN_CFLAGS) -Itools -MMD -MP -c $< -o $@
+	$(CC) $(ASAN_CFLAGS) -Iapp -MMD -MP -c $< -o $@
 
 # The public library exports what include/ragged.h marks RG_API, nothing else: its version
 # script is generated from those declarations. libragged_internal.so is the same objects with
 # the RG_TEST_API functions (src/core/export.h) exported too, for the ctypes test-suite.
+# (libragged.so and the ragged binary are relinked when the Makefile changes: a change of how
+# they link must not leave an old link in build/.)
 build/ragged.map: include/ragged.h
 	@mkdir -p build
 	{ echo '{ global:'; awk '/^RG_API/ { l = $$0; if (l !~ /\(/) { getline nx; l = l " " nx } \
@@ -141,31 +154,37 @@ build/ragged.map: include/ragged.h
 
 build/libragged.a: $(REL_OBJ) build/config
 	@mkdir -p build; rm -f $@; ar rcs $@ $(REL_OBJ)
-build/libragged.so: $(REL_OBJ) build/ragged.map build/config
-	$(CC) -shared -Wl,--version-script=build/ragged.map -o $@ $(REL_OBJ) $(REL_LIBS)
+build/libragged.so: $(REL_OBJ) build/ragged.map build/config Makefile
+	$(CC) -shared -Wl,-soname,libragged.so -Wl,--version-script=build/ragged.map -o $@ $(REL_OBJ) \
+		$(REL_LIBS)
 build/libragged_internal.so: $(REL_OBJ) build/config
 	$(CC) -shared -o $@ $(REL_OBJ) $(REL_LIBS)
-build/ragged: $(TOOLSRC) $(REL_APP_OBJ) build/libragged.a
-	$(CC) $(REL_CFLAGS) -Itools -o $@ $(TOOLSRC) $(REL_APP_OBJ) build/libragged.a $(REL_LIBS) \
-		$(APP_LIBS)
+# build/ragged finds build/libragged.so beside it ($ORIGIN); `make install` relinks it for its
+# place (link_ragged's second argument: the RUNPATH).
+link_ragged = $(CC) $(REL_CFLAGS) -Iapp -o $(1) $(TOOLSRC) $(REL_APP_OBJ) $(REL_APP_CORE_OBJ) \
+	build/libragged.so -Wl,-rpath,'$(2)' $(APP_LINK_LIBS)
+build/ragged: $(TOOLSRC) $(REL_APP_OBJ) $(REL_APP_CORE_OBJ) build/libragged.so Makefile
+	$(call link_ragged,$@,$$ORIGIN)
 # unit tests see the application modules too (the server's cost store, the request parser)
 build/tests/%: tests/unit/%.c build/libragged.a $(REL_APP_OBJ)
 	@mkdir -p build/tests
-	$(CC) $(REL_CFLAGS) -Itests/unit -o $@ $< $(REL_APP_OBJ) build/libragged.a $(REL_LIBS) \
+	$(CC) $(REL_CFLAGS) -Iapp -Itests/unit -o $@ $< $(REL_APP_OBJ) build/libragged.a $(REL_LIBS) \
 		$(APP_LIBS) -lcmocka
 
 build/asan/libragged.a: $(ASAN_OBJ)
 	@mkdir -p build/asan; rm -f $@; ar rcs $@ $^
-build/asan/libragged.so: $(ASAN_OBJ) build/ragged.map
-	$(CC) -shared -Wl,--version-script=build/ragged.map $(ASAN_LDFLAGS) -o $@ $(ASAN_OBJ) $(LIBS)
+build/asan/libragged.so: $(ASAN_OBJ) build/ragged.map Makefile
+	$(CC) -shared -Wl,-soname,libragged.so -Wl,--version-script=build/ragged.map $(ASAN_LDFLAGS) \
+		-o $@ $(ASAN_OBJ) $(LIBS)
 build/asan/libragged_internal.so: $(ASAN_OBJ)
 	$(CC) -shared $(ASAN_LDFLAGS) -o $@ $^ $(LIBS)
-build/asan/ragged: $(TOOLSRC) $(ASAN_APP_OBJ) build/asan/libragged.a
-	$(CC) $(ASAN_CFLAGS) -Itools -o $@ $(TOOLSRC) $(ASAN_APP_OBJ) build/asan/libragged.a $(LIBS) \
-		$(APP_LIBS) $(ASAN_LDFLAGS)
+build/asan/ragged: $(TOOLSRC) $(ASAN_APP_OBJ) $(ASAN_APP_CORE_OBJ) build/asan/libragged.so \
+		Makefile
+	$(CC) $(ASAN_CFLAGS) -Iapp -o $@ $(TOOLSRC) $(ASAN_APP_OBJ) $(ASAN_APP_CORE_OBJ) \
+		build/asan/libragged.so -Wl,-rpath,'$$ORIGIN' $(APP_LINK_LIBS) $(ASAN_LDFLAGS)
 build/asan/tests/%: tests/unit/%.c build/asan/libragged.a $(ASAN_APP_OBJ)
 	@mkdir -p build/asan/tests
-	$(CC) $(ASAN_CFLAGS) -Itests/unit -o $@ $< $(ASAN_APP_OBJ) build/asan/libragged.a $(LIBS) \
+	$(CC) $(ASAN_CFLAGS) -Iapp -Itests/unit -o $@ $< $(ASAN_APP_OBJ) build/asan/libragged.a $(LIBS) \
 		$(APP_LIBS) -lcmocka $(ASAN_LDFLAGS)
 
 NPROC := $(shell nproc 2>/dev/null || echo 2)
@@ -202,15 +221,20 @@ RG_VERSION := $(shell sed -n 's/^\#define RAGGED_VERSION "\(.*\)"/\1/p' include/
 pc_rel = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
 # A program linked with `pkg-config --libs ragged` gets an rpath (RUNPATH) to LIBDIR, so it runs
 # without LD_LIBRARY_PATH; not for the directories the dynamic linker searches anyway.
-# (bin/ragged links libragged.a: it needs no path to the library.)
+# bin/ragged links libragged.so through a RUNPATH relative to itself, $ORIGIN/../lib for the
+# default layout (whatever leads from BINDIR to LIBDIR), so an installed tree may be moved whole.
 SYSTEM_LIBDIRS := /lib /lib64 /usr/lib /usr/lib64 \
 	$(addprefix /usr/lib/,$(shell $(CC) -print-multiarch 2>/dev/null))
 PC_RPATH := $(if $(filter $(patsubst %/,%,$(LIBDIR)),$(SYSTEM_LIBDIRS)),,-Wl$(comma)-rpath$(comma)$${libdir})
 
+BIN_TO_LIB = $(shell realpath -m --relative-to=$(BINDIR) $(LIBDIR))
+
 install: build/ragged build/libragged.so build/libragged.a
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
 		$(DESTDIR)$(PKGCONFIGDIR)
-	$(INSTALL) -m 0755 build/ragged $(DESTDIR)$(BINDIR)/ragged
+	@mkdir -p build/install
+	$(call link_ragged,build/install/ragged,$$ORIGIN/$(BIN_TO_LIB))
+	$(INSTALL) -m 0755 build/install/ragged $(DESTDIR)$(BINDIR)/ragged
 	$(INSTALL) -m 0755 build/libragged.so $(DESTDIR)$(LIBDIR)/libragged.so
 	$(INSTALL) -m 0644 build/libragged.a $(DESTDIR)$(LIBDIR)/libragged.a
 	$(INSTALL) -m 0644 include/ragged.h $(DESTDIR)$(INCLUDEDIR)/ragged.h

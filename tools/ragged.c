@@ -5,7 +5,7 @@
  *                   [--format jsonl|npy|f32] [--progress | --no-progress]
  *   ragged tokenize [--model DIR|ORG/NAME] [--truncate] [--input FILE] [--output FILE]
  *   ragged info     [--model DIR|ORG/NAME] [--device cpu|cuda] [--dtype fp32|fp16|bf16|auto]
- *                   (also lists the RAGGED_* tuning switches: core/tuning.h)
+ *                   (also lists the RAGGED_* tuning switches: rg_tuning_describe)
  *   ragged generate [--model DIR|FILE.gguf|ORG/NAME] [--device cpu|cuda] [--dtype ...]
  *                   [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
  *                   [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty P]
@@ -39,9 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/tuning.h"
 #include "loadgen/loadgen.h"
-#include "ops/cpu/ops_cpu.h"
 #include "ragged.h"
 #include "server/serve.h"
 
@@ -1094,12 +1092,11 @@ static int cmd_info(int argc, char **argv, const cli_cmd *c)
 	}
 	json_object_object_add(root, "model", model);
 	{
-		rg_buf b;
+		char *t = NULL;
 
-		rg_buf_init(&b);
-		rg_tuning_json(&b, true);
-		json_object_object_add(root, "tuning", b.oom ? NULL : json_tokener_parse(b.data));
-		rg_buf_free(&b);
+		rg_tuning_describe(true, &t); /* NULL on failure: "tuning": null */
+		json_object_object_add(root, "tuning", t ? json_tokener_parse(t) : NULL);
+		free(t);
 	}
 	puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
 							  JSON_C_TO_STRING_NOSLASHESCAPE));
@@ -1470,8 +1467,11 @@ out_close_in:
 static void maybe_fix_blas_coretype(char **argv)
 {
 	const char *fix;
+	char no_reexec[8];
 
-	if (getenv("OPENBLAS_CORETYPE") || rg_tuning_bool(RG_TUNE_NO_REEXEC))
+	if (getenv("OPENBLAS_CORETYPE") ||
+	    (rg_tuning_get("RAGGED_NO_REEXEC", no_reexec, sizeof(no_reexec)) == RG_OK &&
+	     !strcmp(no_reexec, "1")))
 		return;
 	fix = rg_cpu_blas_coretype_fix();
 	if (!fix)

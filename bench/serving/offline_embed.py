@@ -57,14 +57,14 @@ sys.path.insert(0, HERE)
 import sweep  # noqa: E402  (git_commit, cpu_name, gpu_names: stdlib only)
 
 M64 = (1 << 64) - 1
-CLS_ID, SEP_ID = 101, 102          # tools/loadgen/loadgen.c LG_CLS_ID / LG_SEP_ID
+CLS_ID, SEP_ID = 101, 102          # app/loadgen/loadgen.c LG_CLS_ID / LG_SEP_ID
 TOKEN_LO, TOKEN_HI = 1000, 29000   # loadgen --token-ids default: ids uniform in [LO, HI)
 
 
 # ------------------------------------------------------------------ loadgen's request stream
 
 def splitmix64(x):
-    """One splitmix64 step (tools/loadgen/loadgen.c lg_splitmix64): (new state, output)."""
+    """One splitmix64 step (app/loadgen/loadgen.c lg_splitmix64): (new state, output)."""
     x = (x + 0x9E3779B97F4A7C15) & M64
     z = x
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64

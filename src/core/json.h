@@ -1,5 +1,5 @@
 /* ragged's one JSON loader (json-c): the rules every configuration, tokenizer and checkpoint
- * file is read under. The HTTP request parser (src/server/request.c) has its own limits and
+ * file is read under. The HTTP request parser (app/server/request.c) has its own limits and
  * answers. */
 #ifndef RG_CORE_JSON_H
 #define RG_CORE_JSON_H

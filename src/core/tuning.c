@@ -427,6 +427,22 @@ static void put_field(rg_buf *b, const char *key, const char *val)
 	put_str(b, val);
 }
 
+/* A row's current value as it would be written in its variable: an int's number (in num, 16
+ * bytes) or "auto", a bool's or an enum's word, a text row's value (NULL when unset). */
+static const char *row_value(rg_tune id, char *num, size_t n)
+{
+	const rg_tuning_def *d = &g_rows[id];
+	int v;
+
+	if (d->type != RG_TUNE_INT)
+		return rg_tuning_str(id);
+	v = rg_tuning_int(id);
+	if (v < 0 && (d->flags & RG_TUNE_F_AUTO))
+		return "auto";
+	snprintf(num, n, "%d", v);
+	return num;
+}
+
 void rg_tuning_json(rg_buf *b, bool verbose)
 {
 	rg_buf_puts(b, "{");
@@ -434,16 +450,8 @@ void rg_tuning_json(rg_buf *b, bool verbose)
 		const rg_tuning_def *d = &g_rows[i];
 		rg_tune_source src = rg_tuning_source_of((rg_tune)i);
 		char num[16], allowed[96];
-		const char *val;
+		const char *val = row_value((rg_tune)i, num, sizeof(num));
 
-		if (d->type == RG_TUNE_INT) {
-			const int v = rg_tuning_int((rg_tune)i);
-
-			snprintf(num, sizeof(num), "%d", v);
-			val = v < 0 && (d->flags & RG_TUNE_F_AUTO) ? "auto" : num;
-		} else {
-			val = rg_tuning_str((rg_tune)i);
-		}
 		rg_buf_puts(b, i ? "," : "");
 		rg_buf_json_str(b, d->name, strlen(d->name));
 		rg_buf_puts(b, ":{\"value\":");
@@ -463,4 +471,45 @@ void rg_tuning_json(rg_buf *b, bool verbose)
 		rg_buf_puts(b, "}");
 	}
 	rg_buf_puts(b, "}");
+}
+
+rg_status rg_tuning_describe(bool verbose, char **out)
+{
+	rg_buf b;
+
+	if (!out)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_tuning_describe: out is NULL");
+	*out = NULL;
+	rg_buf_init(&b);
+	rg_tuning_json(&b, verbose);
+	if (b.oom || !b.data) {
+		rg_buf_free(&b);
+		return rg_errorf(RG_ERR_OOM, "rg_tuning_describe: out of memory");
+	}
+	*out = b.data; /* the buffer's malloc'd, NUL-terminated text, taken */
+	return RG_OK;
+}
+
+rg_status rg_tuning_get(const char *name, char *buf, size_t n)
+{
+	const rg_tune id = rg_tuning_find(name);
+	const rg_tuning_def *d = rg_tuning_def_of(id);
+	char num[16];
+	const char *val;
+	int k;
+
+	if (!buf || n == 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_tuning_get: no buffer");
+	buf[0] = '\0';
+	if (!d)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_tuning_get: no tuning switch named %s",
+				 name ? name : "(null)");
+	val = row_value(id, num, sizeof(num));
+	k = snprintf(buf, n, "%s", val ? val : "");
+	if (k < 0 || (size_t)k >= n) {
+		buf[0] = '\0';
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_tuning_get: %s's value is longer than %zu "
+				 "bytes", d->name, n - 1);
+	}
+	return RG_OK;
 }

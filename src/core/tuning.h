@@ -1,6 +1,6 @@
 /* ragged's tuning switches: one table (tuning.c) of every RAGGED_* environment variable that picks
  * how the library computes -- a kernel, a code path, a thread count -- rather than what a caller
- * asked for (the server's RAGGED_* options are src/server/options.c's table, not these).
+ * asked for (the server's RAGGED_* options are app/server/options.c's table, not these).
  *
  * Each row has a name, a type (bool "0"/"1", an int in a range, one of a list of words, or free
  * text for the configuration rows), a default, the values it allows, the file that reads it and
@@ -25,6 +25,10 @@
  * and RAGGED_EXACT_GELU, the next backend for RAGGED_GEMM_AUTOTUNE / RAGGED_PDL, and never for
  * what is fixed at the first use in a process (the thread pool, the CPU kernel table, the CPU
  * GEMM library).
+ *
+ * Outside the library. These accessors are the library's own (hidden in libragged.so, and the
+ * table's state must be one per process): the ragged binary and other programs read the rows
+ * through ragged.h's rg_tuning_describe (the listing) and rg_tuning_get (one row's value).
  *
  * Thread safety: the accessors may be called from any thread; a row's first read takes a mutex,
  * later reads of a read-once row are one atomic load. Live rows call getenv, which races with a

@@ -7,7 +7,7 @@
 #include "gen/generate.h"
 #include "kv/block_pool.h"
 #include "ragged.h"
-#include "sched/cost_model.h"
+#include "core/cost_model.h"
 #include "tokenizer/tokenizer.h"
 
 /* An engine over runner r (copied; r->ctx borrowed) and pool (borrowed, block size

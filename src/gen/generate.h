@@ -91,7 +91,7 @@ typedef struct rg_gen_runner {
  * pad_id (else the first EOS) for a finished group, max_new new tokens at most. ids (len) the
  * prompt, copied. *out: the caller frees it with rg_beam_free. RG_ERR_INVALID_INPUT (over 64 EOS
  * and stop ids, bad counts), RG_ERR_OOM; *out NULL then. The engine of `ragged serve` runs the
- * same search one step at a time (src/server/engine_gen.c). */
+ * same search one step at a time (app/server/engine_gen.c). */
 rg_status rg_gen_beam_init(const rg_gen_params *p, const int32_t *ids, int len, int max_new,
 			   int vocab, rg_beam_search **out);
 /* A returned hypothesis's finish reason: LENGTH when it did not end on an EOS or stop id, STOP

@@ -48,7 +48,7 @@
  *     step_ms = batch_ms + token_ms * tokens + pair_ms * pairs,
  *     pairs of a chunk of n new tokens after c cached ones = n * (c + (n + 1) / 2)
  * (attention's query-key pairs under the causal mask; GEMM rows are the tokens), fitted online
- * from the steps reported to rg_iter_update (rg_cost_learner, src/sched/cost_model.h; a prior may
+ * from the steps reported to rg_iter_update (rg_cost_learner, src/core/cost_model.h; a prior may
  * be set). It refuses at once (RG_ERR_BUSY, for HTTP 429 with Retry-After) when the candidate
  * would miss its TTFT or TPOT target, or when it would make an admitted request that would meet
  * its targets miss them; otherwise it admits. An all-zero cost model (nothing measured, no prior)
@@ -87,7 +87,7 @@
 #include "kv/block_pool.h"
 #include "kv/prefix_cache.h"
 #include "ragged.h"
-#include "sched/cost_model.h"
+#include "core/cost_model.h"
 
 /* The widest beam group (rg_iter_request.n_beams). */
 #define RG_ITER_MAX_BEAMS 64

@@ -1,4 +1,4 @@
-/* libFuzzer target for the generation routes' JSON (src/server/gen_request.c). The first input
+/* libFuzzer target for the generation routes' JSON (app/server/gen_request.c). The first input
  * byte picks the API (completions / chat / TGI generate / TGI generate_stream) and the limits;
  * the rest is the body. Checks the parser's contract on every input: RG_OK leaves a request
  * within the header's ranges (prompts or messages within the limits, every text valid UTF-8

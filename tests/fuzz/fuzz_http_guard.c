@@ -1,4 +1,4 @@
-/* libFuzzer target for the header checks of `ragged serve` (src/server/http_guard.c). The input
+/* libFuzzer target for the header checks of `ragged serve` (app/server/http_guard.c). The input
  * is a request head as the HTTP parser hands it over: lines "name:value" (split at the first
  * colon, as libmicrohttpd does, so "Content-Length : 5" gives the name "Content-Length "), the
  * first byte choosing HTTP/1.0 or 1.1. Checks the contract on every input: the verdict is 0, 400

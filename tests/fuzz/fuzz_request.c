@@ -1,4 +1,4 @@
-/* libFuzzer target for the JSON request parser of `ragged serve` (src/server/request.c).
+/* libFuzzer target for the JSON request parser of `ragged serve` (app/server/request.c).
  * The first input byte picks the route (embed / v1/embeddings / tokenize / predict / rerank /
  * embed_all / similarity / decode) and the limits; the rest
  * is the body. Checks the parser's contract on every input: RG_OK leaves a well-formed request

@@ -25,8 +25,8 @@ DRAGONBOX_INC=${DRAGONBOX_INC:-$(ls -d /usr/include/dragonbox-* 2>/dev/null | he
 # request-smuggling cases (RFC 9112 sec. 6): two lengths, length with chunked, whitespace
 # before the colon, a coding other than chunked.
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
-	-fno-sanitize-recover=undefined -Iinclude -Isrc \
-	tests/fuzz/fuzz_http_guard.c src/server/http_guard.c -o "$OUT/fuzz_http_guard"
+	-fno-sanitize-recover=undefined -Iinclude -Isrc -Iapp \
+	tests/fuzz/fuzz_http_guard.c app/server/http_guard.c -o "$OUT/fuzz_http_guard"
 gseed() { printf "$1" > "$OUT/corpus_http_guard/$2"; }
 gseed '\x00Host: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n' cl_twice
 gseed '\x00Host: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n' cl_te
@@ -43,8 +43,8 @@ gseed '\x00Content-Type: application/json; charset=utf-8\r\nAuthorization: Beare
 
 # The generation routes' JSON (parser and answer writers).
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
-	-fno-sanitize-recover=undefined -Iinclude -Isrc $(pkg-config --cflags json-c) \
-	tests/fuzz/fuzz_gen_request.c src/server/gen_request.c src/server/request.c \
+	-fno-sanitize-recover=undefined -Iinclude -Isrc -Iapp $(pkg-config --cflags json-c) \
+	tests/fuzz/fuzz_gen_request.c app/server/gen_request.c app/server/request.c \
 	src/core/utf8.c src/core/buf.c "$OUT/f32_shortest.o" -o "$OUT/fuzz_gen_request" \
 	$(pkg-config --libs json-c) -lm
 # Seeds: API byte (0 completions, 1 chat, 2 TGI generate, 3 TGI generate_stream; the higher bits
@@ -63,8 +63,8 @@ gen '\x02{"inputs": "x", "parameters": {"typical_p": 1, "repetition_penalty": 1.
 
 # JSON request parser.
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
-	-fno-sanitize-recover=undefined -Iinclude -Isrc $(pkg-config --cflags json-c) \
-	tests/fuzz/fuzz_request.c src/server/request.c src/core/utf8.c src/core/buf.c \
+	-fno-sanitize-recover=undefined -Iinclude -Isrc -Iapp $(pkg-config --cflags json-c) \
+	tests/fuzz/fuzz_request.c app/server/request.c src/core/utf8.c src/core/buf.c \
 	"$OUT/f32_shortest.o" -o "$OUT/fuzz_request" $(pkg-config --libs json-c)
 # Seeds: route byte (0 embed, 1 openai, 2 tokenize, 3 predict, 4 rerank, 5 embed_all,
 # 6 similarity, 7 decode; +8k varies max_inputs) + body.

@@ -1,4 +1,4 @@
-"""The generation routes' answers (src/server/gen_request.c), read by the real clients.
+"""The generation routes' answers (app/server/gen_request.c), read by the real clients.
 
 The C unit test build/tests/test_gen_request writes every answer it checks to a directory when
 RG_DUMP_GEN_ANSWERS is set (<api>__<name>.json: a whole answer, .sse: a stream). Here those bytes

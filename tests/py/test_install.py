@@ -49,14 +49,20 @@ def prefix(tmp_path_factory):
     return p
 
 
-def test_installed_binary_runs_without_ld_library_path(prefix, tiny_dirs):
+def test_installed_binary_runs_without_ld_library_path(prefix, tiny_dirs, tmp_path):
     """bin/ragged runs from PREFIX with no LD_LIBRARY_PATH (issue 18, item 3): it links
-    libragged.a, or finds libragged.so through its RUNPATH."""
+    lib/libragged.so (issue 27, item 4) and finds it through a RUNPATH relative to itself,
+    $ORIGIN/../lib, so that the installed tree also runs when moved as a whole."""
     exe = prefix / "bin" / "ragged"
     dyn = run("readelf", "-d", exe)
-    if "libragged.so" in dyn:
-        assert f"{prefix}/lib" in dyn and ("RUNPATH" in dyn or "RPATH" in dyn), dyn
+    assert "Shared library: [libragged.so]" in dyn, dyn
+    assert "Library runpath: [$ORIGIN/../lib]" in dyn, dyn
     out = run(exe, "info", "--device", "cpu", "--model", tiny_dirs["h64_relu_norm"])
+    assert '"hidden_size":64' in out.replace(" ", ""), out
+    moved = tmp_path / "moved"
+    shutil.copytree(prefix, moved, symlinks=True)
+    out = run(moved / "bin" / "ragged", "info", "--device", "cpu", "--model",
+              tiny_dirs["h64_relu_norm"])
     assert '"hidden_size":64' in out.replace(" ", ""), out
 
 

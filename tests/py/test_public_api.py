@@ -1,7 +1,12 @@
 """The public library (build/libragged.so, or RAGGED_LIB): it exports exactly the functions that
 include/ragged.h marks RG_API, links neither the HTTP server's nor the cost store's libraries,
-and embeds by itself: a tiny model through the public API alone, against the float64 reference."""
+and embeds by itself: a tiny model through the public API alone, against the float64 reference.
+The ragged binary (build/ragged, or RAGGED_BIN) is built on it (issue 27, item 4): app/ and
+tools/ include ragged.h, the stateless src/core utilities they compile in and their own headers;
+the binary links libragged.so and defines none of its public functions, so the error message and
+the tuning table it reads are the library's."""
 import ctypes
+import json
 import os
 import re
 import shutil
@@ -128,3 +133,94 @@ def test_decoder_step_through_the_public_library(tmp_path):
         assert np.all(np.abs(lps - want) <= 1e-5 * np.maximum(1.0, np.abs(want)))
     finally:
         l.rg_model_free(ctypes.c_void_p(h))
+
+
+def app_core_modules():
+    """The src/core modules the ragged binary compiles in (the Makefile's APP_CORE)."""
+    with open(os.path.join(rc.ROOT, "Makefile")) as f:
+        m = re.search(r"^APP_CORE := (.*)$", f.read(), re.M)
+    assert m, "Makefile: no APP_CORE line"
+    return {w.split(".")[0] for w in m.group(1).split()}
+
+
+def test_app_includes_only_the_public_header():
+    """app/ and tools/ include ragged.h, their own headers (server/, loadgen/) and the headers of
+    the core modules they compile in, plus core/error.h (whose setters are public); never a
+    library module's header, nor that of a core module with state (tuning.h, threadpool.h),
+    whose functions the binary cannot link."""
+    core = {f"core/{m}.h" for m in app_core_modules()} | {"core/error.h"}
+    bad = []
+    for top in ("app", "tools"):
+        for d, _, files in os.walk(os.path.join(rc.ROOT, top)):
+            for f in sorted(files):
+                if not f.endswith((".c", ".h")):
+                    continue
+                path = os.path.join(d, f)
+                for n, line in enumerate(open(path, encoding="utf-8"), 1):
+                    m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+                    if m and not (m.group(1) == "ragged.h" or m.group(1) in core or
+                                  re.match(r"(server|loadgen)/", m.group(1))):
+                        bad.append(f"{os.path.relpath(path, rc.ROOT)}:{n}: {m.group(1)}")
+    assert not bad, bad
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None or shutil.which("nm") is None,
+                    reason="readelf / nm (binutils) missing")
+def test_binary_links_the_public_library():
+    dyn = subprocess.run(["readelf", "-d", rc.BIN_PATH], capture_output=True, text=True,
+                         check=True).stdout
+    assert "Shared library: [libragged.so]" in dyn, dyn
+    assert "Library runpath: [$ORIGIN" in dyn, dyn  # build/: $ORIGIN; installed: $ORIGIN/../lib
+    out = subprocess.run(["nm", "--defined-only", rc.BIN_PATH], capture_output=True, text=True,
+                         check=True).stdout
+    defined = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    assert not defined & public_names(), sorted(defined & public_names())
+
+
+def _public():
+    l = ctypes.CDLL(rc.PUBLIC_LIB_PATH)
+    l.rg_last_error.restype = ctypes.c_char_p
+    return l
+
+
+def test_error_setters_set_the_last_error():
+    """rg_errorf / rg_error_wrap / rg_error_clear write the message rg_last_error() reads: the
+    one the ragged binary's own errors land in."""
+    l = _public()
+    assert l.rg_errorf(4, b"cannot open %s", b"x.json") == 4  # RG_ERR_IO
+    assert l.rg_last_error() == b"cannot open x.json"
+    assert l.rg_error_wrap(5, b"model %d", 3) == 5
+    assert l.rg_last_error() == b"model 3: cannot open x.json"
+    l.rg_error_clear()
+    assert l.rg_last_error() == b""
+    assert l.rg_errorf(1, b"%s", b"y" * 600) == 1
+    assert l.rg_last_error() == b"y" * 511  # truncated to the message's 512 bytes
+
+
+def test_tuning_and_model_id_through_the_public_library():
+    l = _public()
+    buf = ctypes.create_string_buffer(64)
+    assert l.rg_tuning_get(b"RAGGED_CUDA_GRAPHS", buf, 64) == 0, l.rg_last_error()
+    assert buf.value == os.environ.get("RAGGED_CUDA_GRAPHS", "1").encode()
+    assert l.rg_tuning_get(b"RAGGED_SPIN_US", buf, 64) == 0
+    assert buf.value == os.environ.get("RAGGED_SPIN_US", "100").encode()
+    assert l.rg_tuning_get(b"RAGGED_SPIN_US", buf, 2) == 1 and buf.value == b""  # too small
+    assert l.rg_tuning_get(b"RAGGED_NOPE", buf, 64) == 1
+    assert b"RAGGED_NOPE" in l.rg_last_error()
+    out = ctypes.c_void_p()
+    assert l.rg_tuning_describe(True, ctypes.byref(out)) == 0, l.rg_last_error()
+    try:
+        rows = json.loads(ctypes.string_at(out.value).decode())
+    finally:
+        ctypes.CDLL(None).free(out)
+    assert rows["RAGGED_CUDA_GRAPHS"]["doc"] and rows["RAGGED_SPIN_US"]["source"] in (
+        "default", "env")
+    assert l.rg_tuning_describe(False, None) == 1
+    for model, d, want in [(b"org/name", b"/nowhere/x", b"org/name"),
+                           (None, b"/hub/models--org--name/snapshots/abc", b"org/name"),
+                           (None, b"/a/b/", b"b"), (None, None, b"model")]:
+        l.rg_model_id(model, d, buf, 64)
+        assert buf.value == want, (model, d, buf.value)
+    l.rg_model_id(b"org/name", None, buf, 4)
+    assert buf.value == b"org"  # truncated, terminated
+

@@ -1,6 +1,6 @@
 """The tuning switches (src/core/tuning.c): `ragged info` lists every one with its value, source,
 allowed values and doc; README's "Tuning switches" table lists the same switches with the same
-values, defaults and docs; every getenv("RAGGED_...") in src/ and tools/ names a row of the table;
+values, defaults and docs; every getenv("RAGGED_...") in src/, app/ and tools/ names a row of the table;
 the server's /info (an encoder's and a decoder's) has the same rows; a bad value is the default
 with one warning on stderr."""
 import json
@@ -85,7 +85,7 @@ def test_every_getenv_is_in_the_table(listed):
     rows too: configuration, listed only)."""
     pat = re.compile(r'getenv\("(RAGGED_[A-Z0-9_]+)"\)')
     seen = set()
-    for top in ("src", "tools"):
+    for top in ("src", "app", "tools"):
         for d, _, files in os.walk(os.path.join(ROOT, top)):
             for f in files:
                 if f.endswith((".c", ".h", ".cu", ".cuh", ".cc")):

@@ -1,4 +1,4 @@
-/* Online refit of the batch latency model (src/sched/cost_model.c rg_cost_learner), issue 18
+/* Online refit of the batch latency model (src/core/cost_model.c rg_cost_learner), issue 18
  * item 11: the start-up fit on a busy machine gave 66 ms a batch and 0 per token (a time budget
  * of 663 ms for a 100 ms option); the batches the server runs must correct it.
  *  - the weighted fit equals the unweighted fit of the points repeated by their integer weight;
@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "sched/cost_model.h"
+#include "core/cost_model.h"
 
 static const rg_cost_model TRUE_M = {1.0, 0.02, 2e-5}; /* a CPU encoder */
 static const rg_cost_model ABSURD = {66, 0, 0};        /* the report's start-up fit */

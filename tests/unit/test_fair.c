@@ -1,4 +1,4 @@
-/* Fair order of the server's queue (src/sched/fair.c), in simulated time.
+/* Fair order of the server's queue (app/server/sched/fair.c), in simulated time.
  *  - The fluid server's virtual time on hand-worked cases: one flow, two equal flows, unequal
  *    flows, two devices, a flow leaving early, the clock catching up when idle, the serial flow.
  *  - Issue 18 item 10: N jobs of 32 x 512 tokens (N = 1, 6, 24) and short probes (1 x 16 tokens)
@@ -22,9 +22,9 @@
 
 #include <cmocka.h>
 
-#include "sched/cost_model.h"
-#include "sched/fair.h"
-#include "sched/sched.h"
+#include "core/cost_model.h"
+#include "server/sched/fair.h"
+#include "server/sched/sched.h"
 
 static rg_fair make(double serial_ms, double now)
 {

@@ -1,4 +1,4 @@
-/* The generation routes' JSON (src/server/gen_request.h): parsing of OpenAI's completions and
+/* The generation routes' JSON (app/server/gen_request.h): parsing of OpenAI's completions and
  * chat bodies and of TGI's /generate bodies (defaults per API, every range error a 400 naming
  * its param, unknown keys, unsupported features, stream rules, prompt shapes, messages, UTF-8,
  * limits 413) and the answer writers (each answer parsed back with json-c and every field the

@@ -1,4 +1,4 @@
-/* The header checks of `ragged serve` (src/server/http_guard.c): request framing against RFC
+/* The header checks of `ragged serve` (app/server/http_guard.c): request framing against RFC
  * 9112 sec. 6 (the request-smuggling cases of issue 9), the JSON media types, bearer tokens and
  * CORS origins. The server applies them in http.c; tests/py/test_server_hardening.py checks the
  * same cases on the wire. */

@@ -1,4 +1,4 @@
-/* The server's one rg_status -> HTTP mapping (src/server/http_status.c): client faults are 4xx
+/* The server's one rg_status -> HTTP mapping (app/server/http_status.c): client faults are 4xx
  * with TEI's "validation" type, a full queue is 429 (503 while stopping), the server's own
  * failures are 500 "backend", and every status has an answer. */
 #include <setjmp.h>

@@ -1,4 +1,4 @@
-/* --json-output (src/server/json_log.c): each stderr line becomes one JSON object with a UTC
+/* --json-output (app/server/json_log.c): each stderr line becomes one JSON object with a UTC
  * timestamp, a level, the message (valid UTF-8 whatever was written) and the target; checked by
  * parsing the output back with json-c. */
 #include <setjmp.h>

@@ -1,4 +1,4 @@
-/* The load generator's incremental readers (tools/loadgen/stream.c): HTTP/1.1 framing (RFC 9112
+/* The load generator's incremental readers (app/loadgen/stream.c): HTTP/1.1 framing (RFC 9112
  * sec. 6-7: Content-Length, chunked with extensions and trailers, until EOF, interim 1xx),
  * server-sent events (WHATWG HTML 9.2.6) and the completions-stream observer. The reference is
  * the test's own input: a payload the test frames itself must come back byte for byte whatever
@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "../../tools/loadgen/stream.h"
+#include "loadgen/stream.h"
 #include "test_rng.h"
 
 /* ---- HTTP framing ---- */

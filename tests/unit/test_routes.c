@@ -1,4 +1,4 @@
-/* The server's route table (src/server/routes.h): dispatch by path, method and model kind as TEI
+/* The server's route table (app/server/routes.h): dispatch by path, method and model kind as TEI
  * routes (POST / by the model's kind), the {name} path segment, the Allow and 404 texts derived
  * from the rows, the metrics names and TEI metric groups, and the /openapi.json document
  * generated from the rows: valid JSON (json-c), OpenAPI 3, every row's path and method

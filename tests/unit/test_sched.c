@@ -1,4 +1,4 @@
-/* Batch schedulers (src/sched/sched.c).
+/* Batch schedulers (app/server/sched/sched.c).
  *  - DP (TurboTransformers PPoPP'21 sec. 5, Algorithm 2): total cost of the successive batches it
  *    picks equals the optimum found by brute force over ALL set partitions of small random queues
  *    (1-8 requests) with random cost tables that are non-decreasing in length (for those, some
@@ -24,9 +24,9 @@
 
 #include <cmocka.h>
 
-#include "sched/cost_model.h"
-#include "sched/cost_table.h"
-#include "sched/sched.h"
+#include "core/cost_model.h"
+#include "server/sched/cost_table.h"
+#include "server/sched/sched.h"
 
 #include "test_rng.h"
 

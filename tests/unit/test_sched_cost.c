@@ -1,4 +1,4 @@
-/* Cost table (src/sched/cost_table.c, TurboTransformers PPoPP'21 sec. 5 cached_cost, sec. 6.3
+/* Cost table (app/server/sched/cost_table.c, TurboTransformers PPoPP'21 sec. 5 cached_cost, sec. 6.3
  * interpolation): grids, bilinear interpolation checked against an analytic bilinear function
  * (exact under bilinear interpolation and linear extrapolation), warm-up through a callback, and an
  * SQLite round trip in a temporary file, including a table with a hole written behind its back. */
@@ -15,7 +15,7 @@
 #include <cmocka.h>
 #include <sqlite3.h>
 
-#include "sched/cost_table.h"
+#include "server/sched/cost_table.h"
 #include "server/cost_store.h"
 
 static const int LENS[] = {8, 16, 64, 128, 512};

@@ -1,4 +1,4 @@
-/* `ragged serve` options (src/server/options.c): the table's defaults (the scheduler's taken
+/* `ragged serve` options (app/server/options.c): the table's defaults (the scheduler's taken
  * from rg_sched_params_default), both spellings of a value, flags, ranges, and the usage errors
  * (exit status 2, nothing half-applied matters since the server then exits). */
 #include <setjmp.h>
@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "sched/sched.h"
+#include "server/sched/sched.h"
 #include "server/options.h"
 
 static int parse(rg_serve_opts *o, int n, const char **args)

@@ -62,18 +62,7 @@ rg_status rg_cpu_paged_attention(const rg_attn_desc *d, const float *q, int ldq,
 rg_status rg_cpu_sample_rows(const float *x, int M, int N, const rg_sample_args *a);
 rg_status rg_cpu_topk_rows(const float *x, int M, int N, int k, void *work, int32_t *idx,
 			   float *val);
-/* Name of the kernel table in use ("avx512", "avx2", "generic"): chosen from cpuid, narrowed
- * by RAGGED_CPU_ISA. Static string. */
-RG_TEST_API const char *rg_cpu_isa(void);
-/* OpenBLAS's kernel family for this CPU (openblas_get_corename(): "SkylakeX", "Haswell",
- * "Prescott"...). Static string. */
-RG_TEST_API const char *rg_cpu_blas_core(void);
-/* When the linked OpenBLAS runs pre-AVX2 kernels on a CPU that has AVX2 or AVX-512 (Debian 12's
- * OpenBLAS 0.3.21 does not know Sapphire Rapids and falls back to its SSE "Prescott" kernels, 6x
- * slower per core), the OPENBLAS_CORETYPE value that fixes it ("SkylakeX" or "Haswell"); else
- * NULL. OpenBLAS reads that variable only when it is loaded, so only a new process can use it
- * (tools/ragged.c re-executes itself once). */
-RG_TEST_API const char *rg_cpu_blas_coretype_fix(void);
+/* rg_cpu_isa, rg_cpu_blas_core, rg_cpu_blas_coretype_fix (ops_cpu.c): public, ragged.h. */
 /* Tests only: switch every later CPU op to the kernel table `isa` ("avx512", "avx2",
  * "generic"). RG_ERR_UNSUPPORTED when this CPU cannot run it. Not thread-safe against running
  * ops. */

@@ -1,10 +1,10 @@
-/* The server's persistence of the batch cost table (src/sched/cost_table.h) in SQLite, so that a
+/* The server's persistence of the batch cost table (app/server/sched/cost_table.h) in SQLite, so that a
  * restart with --cost-table skips the warm-up. Application code: libragged itself links no
  * SQLite. */
 #ifndef RG_SERVER_COST_STORE_H
 #define RG_SERVER_COST_STORE_H
 #include "ragged.h"
-#include "sched/cost_table.h"
+#include "server/sched/cost_table.h"
 
 /* Persist a complete table into the SQLite database at db_path (created when missing), replacing
  * any table (or cells, rg_cost_store_put_cell) stored under the same key. Table: rg_cost(model_id, device, dtype, mode, len, batch,

@@ -10,10 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/model_dir.h"
-#include "core/tuning.h"
 #include "core/utf8.h"
-#include "sched/sched.h"
+#include "server/sched/sched.h"
 
 /* ---- prompts -------------------------------------------------------------------------------- */
 
@@ -335,9 +333,21 @@ enum MHD_Result rg_answer_info(conn_ctx *c)
 		rg_buf_printf(&b, "%s\"%s\"", k ? "," : "", s->device_names[k]);
 	/* the RAGGED_* tuning switches: name -> value, source, default (`ragged info`: with docs) */
 	rg_buf_puts(&b, "],\"tuning\":");
-	rg_tuning_json(&b, false);
+	rg_info_put_tuning(&b);
 	rg_buf_puts(&b, "}");
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
+}
+
+void rg_info_put_tuning(rg_buf *b)
+{
+	char *t;
+
+	if (rg_tuning_describe(false, &t) != RG_OK) {
+		b->oom = true; /* the answer becomes the out-of-memory error */
+		return;
+	}
+	rg_buf_puts(b, t);
+	free(t);
 }
 
 /* OpenAI's model list: the one model served. */

@@ -8,7 +8,7 @@
  * experiments of TurboTransformers (PPoPP'21 sec. 6.3: uniform 2-100 and 5-500) and TCB (ICPP'22
  * sec. 6.2.1: normal(20, 20) clipped to 3-100).
  *
- * Request bodies follow the ragged API (src/server/): for /v1/embeddings (OpenAI shape) a length
+ * Request bodies follow the ragged API (app/server/): for /v1/embeddings (OpenAI shape) a length
  * distribution sends one token-id array {"input": [[101, ids..., 102]]} of exactly the drawn
  * length with ids uniform in [1000, 29000); for /embed (TEI shape) it sends {"inputs": ["w w ..."]}
  * made of single-wordpiece English words so the tokenized length is the drawn length;

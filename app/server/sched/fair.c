@@ -1,5 +1,5 @@
 /* Weighted fair queueing over an emulated fluid server; see fair.h. */
-#include "sched/fair.h"
+#include "server/sched/fair.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -50,7 +50,7 @@ static double budget_ms(const rg_engine *e, const rg_cost_model *m)
 	return b > 0 ? fmax(b, 10 * m->batch_ms) : 0;
 }
 
-/* The fair order's serial threshold (sched/fair.h): under admission by count, jobs of more than
+/* The fair order's serial threshold (server/sched/fair.h): under admission by count, jobs of more than
  * one batch's work (the time budget; without one, a batch of max_batch_tokens tokens) run one
  * after another; under admission by time every job is its own flow (admission already keeps
  * every queued deadline). */
@@ -105,7 +105,7 @@ static double eta_ms(const rg_engine *e, double now, double tokens, double pairs
 	return (busy + work_ms(e, tokens, pairs, n_seqs)) / e->n_w;
 }
 
-/* A batch ran: refit the latency model to the batches run (sched/cost_model.h
+/* A batch ran: refit the latency model to the batches run (core/cost_model.h
  * rg_cost_learner: the start-up fit only decides what they cannot) and refine the padding ratio
  * with exponential forgetting (weight 0.9 per batch: about the last ten batches). A failed batch
  * (model_ms < 0) teaches nothing. */
@@ -823,7 +823,7 @@ void rg_engine_free(rg_engine *e)
 }
 
 /* Queue the seqs of job (lock held, room checked): stamp them with their finish tags in the
- * fair order (sched/fair.h: the job starts at the fluid server's virtual time, each piece adds
+ * fair order (server/sched/fair.h: the job starts at the fluid server's virtual time, each piece adds
  * its estimated time) and merge them into the stamp-ordered queue. RG_ERR_OOM: nothing queued. */
 static rg_status queue_insert(rg_engine *e, rg_job *job, double now)
 {

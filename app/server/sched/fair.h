@@ -30,8 +30,8 @@
  * When no flow is backlogged V is moved up to the clock, so stamps stay near arrival times (a
  * lazy scheduler reading them as arrival times waits about the job's own estimated time
  * longer). Not thread-safe: the caller's lock guards it. */
-#ifndef RG_SCHED_FAIR_H
-#define RG_SCHED_FAIR_H
+#ifndef RG_SERVER_SCHED_FAIR_H
+#define RG_SERVER_SCHED_FAIR_H
 #include <stdbool.h>
 #include <stddef.h>
 #include "ragged.h"

@@ -11,12 +11,14 @@
  *
  * The coefficients come from measured batches by non-negative least squares: a few packed
  * batches measured at start-up, or the cells of the DP scheduler's measured cost table
- * (rg_cost_model_from_table). Pure arithmetic, no model, no CUDA. */
-#ifndef RG_SCHED_COST_MODEL_H
-#define RG_SCHED_COST_MODEL_H
+ * (rg_cost_model_from_table, app/server/sched/cost_table.h). Pure arithmetic, no model, no
+ * CUDA, no state: it lives in core/ because both sides use it, the library's iteration scheduler
+ * (src/sched/iter.c) and the server's encoder schedulers (app/server/sched/), and the ragged
+ * binary compiles its own copy beside libragged.so (where it is hidden). */
+#ifndef RG_CORE_COST_MODEL_H
+#define RG_CORE_COST_MODEL_H
 #include <stdbool.h>
 #include "ragged.h"
-#include "sched/cost_table.h"
 
 typedef struct rg_cost_model {
 	double batch_ms; /* fixed cost of one pass, ms, >= 0 */
@@ -79,7 +81,4 @@ void rg_cost_learner_add(rg_cost_learner *l, double tokens, double pairs, double
  * neither. Errors as rg_cost_model_fit_weighted's. */
 rg_status rg_cost_learner_fit(const rg_cost_learner *l, rg_cost_model *out);
 
-/* Fit the model to a complete cost table (PADDED cells: a batch of b rows of len tokens computes
- * b*len tokens and b*len^2 pairs). RG_ERR_INVALID_INPUT when t is NULL or incomplete; RG_ERR_OOM. */
-rg_status rg_cost_model_from_table(const rg_cost_table *t, rg_cost_model *out);
 #endif

@@ -20,7 +20,7 @@
  *      valid until job_done; the engine watches the sockets of queued jobs and drops the jobs of
  *      clients that went away (metric ragged_dropped_disconnected_total).
  *
- * Hardening (issue 9; src/server/http_guard.c, conn_watch.c, http.c on_headers/on_body):
+ * Hardening (issue 9; app/server/http_guard.c, conn_watch.c, http.c on_headers/on_body):
  *   - framing: two different Content-Length values, Content-Length with Transfer-Encoding, a
  *     header name with whitespace before the colon, a transfer coding other than chunked: 400
  *     (501) and the connection is closed (RFC 9112 sec. 6.3); libmicrohttpd 0.9.75 takes the
@@ -53,7 +53,6 @@
  */
 #include "server/serve.h"
 #include "server/server_internal.h"
-#include "core/model_dir.h"
 
 #include <errno.h>
 #include <math.h>
@@ -76,10 +75,10 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "sched/cost_table.h"
+#include "server/sched/cost_table.h"
 #include "server/http_status.h"
 #include "server/options.h"
-#include "sched/sched.h"
+#include "server/sched/sched.h"
 #include "server/cache.h"
 #include "server/conn_watch.h"
 #include "server/engine.h"

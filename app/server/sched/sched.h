@@ -38,13 +38,13 @@
  *    every policy but DP, which reads its cost table. A batch of one request (row policies: of
  *    one row) may exceed it: a sequence cannot be split.
  * Not thread-safe: one scheduler belongs to one thread. */
-#ifndef RG_SCHED_SCHED_H
-#define RG_SCHED_SCHED_H
+#ifndef RG_SERVER_SCHED_SCHED_H
+#define RG_SERVER_SCHED_SCHED_H
 #include <stdbool.h>
 #include <stdint.h>
 #include "ragged.h"
-#include "sched/cost_model.h"
-#include "sched/cost_table.h"
+#include "core/cost_model.h"
+#include "server/sched/cost_table.h"
 
 typedef enum rg_sched_kind {
 	RG_SCHED_NOBATCH = 0,

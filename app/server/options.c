@@ -9,7 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "sched/sched.h"
+#include "server/sched/sched.h"
 
 typedef enum {
 	OPT_INT,    /* int in [lo, hi] */
@@ -414,7 +414,7 @@ void rg_serve_opts_default(rg_serve_opts *o)
 	for (size_t i = 0; i < N_OPTS; i++)
 		if (g_opts[i].dflt)
 			(void)set_value(&g_opts[i], g_opts[i].dflt, o);
-	/* the scheduler's defaults are the server's: one place (src/sched/sched.c) */
+	/* the scheduler's defaults are the server's: one place (app/server/sched/sched.c) */
 	o->max_batch_tokens = sd.max_batch_tokens;
 	o->max_batch_requests = sd.max_batch_requests;
 	o->eta = sd.eta;

@@ -22,7 +22,6 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "core/tuning.h"
 #include "server/engine_gen.h"
 #include "server/gen_request.h"
 
@@ -1100,7 +1099,7 @@ enum MHD_Result rg_answer_gen_info(conn_ctx *c)
 		       s->o.max_num_seqs, s->o.max_num_batched_tokens, s->o.block_size,
 		       s->o.no_prefix_caching ? "false" : "true",
 		       rg_model_chat_template(s->model) ? "true" : "false");
-	rg_tuning_json(&b, false); /* the RAGGED_* tuning switches, as the encoder's /info */
+	rg_info_put_tuning(&b); /* the RAGGED_* tuning switches, as the encoder's /info */
 	rg_buf_puts(&b, "}");
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
 }

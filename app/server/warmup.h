@@ -3,7 +3,7 @@
 #define RG_SERVER_WARMUP_H
 #include <stddef.h>
 #include "ragged.h"
-#include "sched/cost_table.h"
+#include "server/sched/cost_table.h"
 
 /* The complete cost table stored in the SQLite file db_path under (model_id: the model's
  * fingerprint, device, dtype, mode "padded"), or NULL when db_path is NULL, the file cannot be

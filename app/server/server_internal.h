@@ -10,8 +10,8 @@
 
 #include "ragged.h"
 #include "core/buf.h"
-#include "sched/cost_table.h"
-#include "sched/sched.h"
+#include "server/sched/cost_table.h"
+#include "server/sched/sched.h"
 #include "server/cache.h"
 #include "server/engine.h"
 #include "server/http_status.h"
@@ -190,6 +190,9 @@ enum MHD_Result rg_answer_embed_all(conn_ctx *c, double queue_ms, double infer_m
 size_t rg_embed_all_answer_bytes(size_t rows, size_t n_inputs, size_t hidden);
 enum MHD_Result rg_answer_similarity(conn_ctx *c, double queue_ms, double infer_ms, int bs);
 enum MHD_Result rg_answer_info(conn_ctx *c);
+/* Append the RAGGED_* tuning switches (the library's rows: rg_tuning_describe, not verbose) to
+ * an /info answer as one JSON object; b->oom when that cannot be had. */
+void rg_info_put_tuning(rg_buf *b);
 enum MHD_Result rg_answer_models(conn_ctx *c);
 /* GET /v1/models/{id}: the model object when id is the served name, else OpenAI's 404. */
 enum MHD_Result rg_answer_model(conn_ctx *c, const char *id);

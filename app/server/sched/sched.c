@@ -10,7 +10,7 @@
  * Every policy works on the "candidates": queued requests that are not expired and not longer than
  * rg_sched_max_len(), in queue (arrival) order. Scratch arrays grow on demand and live as long as
  * the scheduler (no allocation in the steady state). */
-#include "sched/sched.h"
+#include "server/sched/sched.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Batch cost table (TurboTransformers, PPoPP'21, sec. 5 `cached_cost` and sec. 6.3): a measured
  * grid of batch latencies, interpolated. See cost_table.h; the server persists it
- * (src/server/cost_store.c). */
-#include "sched/cost_table.h"
+ * (app/server/cost_store.c). */
+#include "server/sched/cost_table.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -238,4 +238,39 @@ rg_status rg_cost_table_warmup(rg_cost_table *t, double (*measure)(void *ctx, in
 		}
 	}
 	return RG_OK;
+}
+
+rg_status rg_cost_model_from_table(const rg_cost_table *t, rg_cost_model *out)
+{
+	int nl, nb, n = 0;
+	double *tok, *pairs, *ms;
+	rg_status st;
+
+	if (!t || !out || !rg_cost_table_complete(t))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "cost model: needs a complete cost table");
+	nl = rg_cost_table_n_lens(t);
+	nb = rg_cost_table_n_batches(t);
+	tok = malloc(sizeof(double) * (size_t)nl * (size_t)nb);
+	pairs = malloc(sizeof(double) * (size_t)nl * (size_t)nb);
+	ms = malloc(sizeof(double) * (size_t)nl * (size_t)nb);
+	if (!tok || !pairs || !ms) {
+		st = rg_errorf(RG_ERR_OOM, "cost model: out of memory");
+		goto out_free;
+	}
+	for (int li = 0; li < nl; li++) {
+		for (int bi = 0; bi < nb; bi++) {
+			double len = rg_cost_table_len_at(t, li), b = rg_cost_table_batch_at(t, bi);
+
+			tok[n] = b * len;
+			pairs[n] = b * len * len;
+			ms[n] = rg_cost_table_cell(t, li, bi);
+			n++;
+		}
+	}
+	st = rg_cost_model_fit(tok, pairs, ms, n, out);
+out_free:
+	free(tok);
+	free(pairs);
+	free(ms);
+	return st;
 }

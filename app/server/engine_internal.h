@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sched/fair.h"
+#include "server/sched/fair.h"
 #include "server/engine.h"
 #include "server/warmup.h"
 
@@ -76,7 +76,7 @@ struct rg_engine {
 	rg_sched_req *q_req;   /* (cap_q) what the scheduler sees */
 	rg_job **q_job;        /* (cap_q) */
 	int *q_seq;            /* (cap_q) */
-	double *q_ms;          /* (cap_q) the piece time it was stamped with (sched/fair.h) */
+	double *q_ms;          /* (cap_q) the piece time it was stamped with (server/sched/fair.h) */
 	bool *q_take;          /* (cap_q) scratch: picked this round */
 	uint64_t next_id;
 	double q_tokens, q_pairs; /* sums of len and len^2 over the queue */
@@ -91,7 +91,7 @@ struct rg_engine {
 
 	/* Time estimates (guarded by mu). */
 	rg_cost_model fit;     /* fitted at create: one device's compute */
-	rg_cost_learner learner; /* refits `fit` from the batches run (sched/cost_model.h) */
+	rg_cost_learner learner; /* refits `fit` from the batches run (core/cost_model.h) */
 	double pad_ratio;      /* computed / real tokens of recent batches (>= 1) */
 	double real_w, comp_w; /* sums behind pad_ratio */
 

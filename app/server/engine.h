@@ -25,7 +25,7 @@
  * Pieces and fairness. Each seq of a job is a piece that the scheduler places on its own, so a
  * request's inputs may run in several batches (the job is DONE when its last piece is), and a
  * batch is bounded by a time budget (rg_engine_time_budget_ms) as well as by tokens. The
- * queue is kept in the order of weighted fair queueing (sched/fair.h): a job's pieces are
+ * queue is kept in the order of weighted fair queueing (server/sched/fair.h): a job's pieces are
  * stamped with finish tags on a fluid server that shares the device equally among the queued
  * jobs and advances by the work handed to the devices; the scheduler sees the stamps as
  * arrival times. A short request that arrives while N long ones are served gets a stamp below
@@ -37,7 +37,7 @@
  * disconnected clients are checked before every batch, so an expired job stops after the
  * piece in flight.
  *
- * Time estimates. A batch latency model (sched/cost_model.h) is fitted at create to a few packed
+ * Time estimates. A batch latency model (core/cost_model.h) is fitted at create to a few packed
  * batches measured on the model (or to the DP cost table when there is one) and refitted after
  * every batch to the batches actually run (rg_cost_learner: one recent point per batch shape;
  * the start-up fit, which a busy machine can make absurd, only decides what they cannot). It
@@ -69,7 +69,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ragged.h"
-#include "sched/sched.h"
+#include "server/sched/sched.h"
 #include "server/cache.h"
 #include "server/metrics.h"
 
@@ -133,7 +133,7 @@ struct rg_job {
 	double left_tokens, left_pairs; /* drain: its queued work (tokens, attention pairs) */
 	int left_seqs;
 	double drain_at;      /* drain: sort key (own remaining work), then estimated end */
-	double fair_end;      /* its flow's token in the fair order (sched/fair.h rg_fair_leave) */
+	double fair_end;      /* its flow's token in the fair order (server/sched/fair.h rg_fair_leave) */
 };
 
 typedef struct rg_engine_params {

@@ -9,9 +9,10 @@
  * caller-provided callback (this module knows nothing about the model or CUDA) and persisted in
  * SQLite keyed by (model id, device, dtype, execution mode) so a restart reloads it.
  * Not thread-safe: one thread (the server's engine worker) owns a table. */
-#ifndef RG_SCHED_COST_TABLE_H
-#define RG_SCHED_COST_TABLE_H
+#ifndef RG_SERVER_SCHED_COST_TABLE_H
+#define RG_SERVER_SCHED_COST_TABLE_H
 #include <stdbool.h>
+#include "core/cost_model.h"
 #include "ragged.h"
 
 typedef struct rg_cost_table rg_cost_table;
@@ -66,4 +67,7 @@ double rg_cost_table_get(const rg_cost_table *t, int len, int batch);
 rg_status rg_cost_table_warmup(rg_cost_table *t, double (*measure)(void *ctx, int len, int batch),
 			       void *ctx);
 
+/* Fit the model to a complete cost table (PADDED cells: a batch of b rows of len tokens computes
+ * b*len tokens and b*len^2 pairs). RG_ERR_INVALID_INPUT when t is NULL or incomplete; RG_ERR_OOM. */
+rg_status rg_cost_model_from_table(const rg_cost_table *t, rg_cost_model *out);
 #endif

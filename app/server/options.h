@@ -1,4 +1,4 @@
-/* `ragged serve` options: one table (src/server/options.c) gives each option its name, type,
+/* `ragged serve` options: one table (app/server/options.c) gives each option its name, type,
  * range, default and help line; the parser, the environment, the defaults and `--help` all read
  * it, so a default is written once. Each option --foo-bar can also be set by the environment
  * variable RAGGED_FOO_BAR; the command line wins. TEI's spellings (text-embeddings-router's
