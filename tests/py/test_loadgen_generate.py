@@ -251,6 +251,7 @@ def test_stream_timings_goodput_and_body(tmp_path):
     assert res["mode"] == "generate" and res["route"] == "/v1/completions"
     assert res["requests"] == {"scheduled": n, "sent": n, "ok": n, "failed": 0, "retried": 0,
                                "warmup": 0}
+    judged = 0
     for rid, rec in recs.items():
         b = rec["body"]
         assert rec["path"] == "/v1/completions"
@@ -272,9 +273,15 @@ def test_stream_timings_goodput_and_body(tmp_path):
         s_ttft, s_tpot = stub_ttft_tpot_ms(rec)
         assert row["ttft_ms"] >= s_ttft - 0.01, (rid, row["ttft_ms"], s_ttft)
         assert row["ttft_ms"] >= rec["plan"]["first_s"] * 1e3
-        # the classes are far from the SLO on the stub side, so the verdicts must agree
-        assert abs(s_ttft - SLO_TTFT) > 80 and abs(s_tpot - SLO_TPOT) > 10, (s_ttft, s_tpot)
-        assert row["slo_met"] == (s_ttft <= SLO_TTFT and s_tpot <= SLO_TPOT), (rid, row)
+        # where the stub's own times are far from the SLO, the client's verdict must agree with
+        # them; on a loaded machine the Python stub's planned 2 ms tokens can stretch towards the
+        # 20 ms SLO, so a record near it proves nothing either way and is not judged
+        if abs(s_ttft - SLO_TTFT) > 80 and abs(s_tpot - SLO_TPOT) > 10:
+            assert row["slo_met"] == (s_ttft <= SLO_TTFT and s_tpot <= SLO_TPOT), (rid, row)
+            judged += 1
+    # the 40 ms-token class (a third) stays far from the TPOT SLO however slow the machine; most
+    # of it far from the TTFT SLO too
+    assert judged >= n // 6, judged
     met = sum(rows[r]["slo_met"] for r in rows)
     assert 0 < met < n
     gp = res["goodput"]
