@@ -25,6 +25,7 @@
 #include "core/rng.h"
 #include "core/tuning.h"
 #include "gen/beam.h"
+#include "gen/params.h"
 #include "gen/sampler.h"
 #include "gen/seq.h"
 #include "gen/stop.h"

@@ -33,6 +33,8 @@
 
 #include "core/export.h"
 #include "gen/beam.h"
+#include "gen/engine.h"
+#include "gen/params.h"
 #include "gen/sampler.h"
 #include "gen/stop.h"
 #include "kv/block_pool.h"
@@ -40,63 +42,12 @@
 #include "tokenizer/tokenizer.h"
 
 
-/* What a model provides. */
-typedef struct rg_gen_runner {
-	void *ctx;
-	int vocab_size;  /* logits per row */
-	int block_size;  /* tokens per KV block */
-	int n_blocks;    /* blocks of its cache (used when rg_gen_run makes the pool) */
-	int max_context; /* longest sequence (prompt + generated) it can hold */
-	/* Run one step (ragged.h rg_step_batch): write K/V of the new tokens to their slots and the
-	 * logits of the rows b->logits_rows, (b->n_logits, vocab_size) f32 row-major, into logits
-	 * (host memory, owned by the loop). A non-OK status aborts the run with that status. */
-	rg_status (*step)(void *ctx, const rg_step_batch *b, float *logits);
-	/* Copy blocks src[i] -> dst[i] (every layer, K and V) for i < n: copy-on-write, called
-	 * before the step that writes into dst. Needed when n > 1 or num_beams > 1. */
-	rg_status (*copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int n);
-	/* Optional (NULL: unused): a step that makes the greedy choice itself (ragged.h
-	 * rg_model_step's greedy path): ids (n_logits) int32 and their log-softmax log-probs
-	 * (n_logits) f32. Used for plain greedy requests (no sampling, beams, penalties, bias,
-	 * no-repeat n-gram or top-N log-probs), so the logits need not reach the host. */
-	rg_status (*step_argmax)(void *ctx, const rg_step_batch *b, int32_t *ids, float *logprobs);
-	/* Optional (NULL: unused): a step that samples each logits row itself with that row's
-	 * parameters (ragged.h rg_model_step's sampler path: rows (n_logits), the draw u from the
-	 * sequence's own RNG stream, the same one the host chain would consume, so the tokens are
-	 * the host path's): ids and log-probs (n_logits), top_ids / top_logprobs (n_logits, top_n)
-	 * or NULL when top_n is 0. Used for sampled and processed-greedy requests without
-	 * no_repeat_ngram_size (which has no device form) and without beams, so the logits need
-	 * not reach the host. A logits row index may repeat: a prompt's n samples draw their first
-	 * tokens from its last row. */
-	rg_status (*step_sample)(void *ctx, const rg_step_batch *b, const rg_row_sampling *rows,
-				 int top_n, int32_t *ids, float *logprobs, int32_t *top_ids,
-				 float *top_logprobs);
-	/* Optional (NULL: unused): step_sample that also copies the logits of the rows want[r]
-	 * names into logits (n_logits, vocab_size) f32, the other rows left as they are (one
-	 * forward for a step whose rows are partly sampled there and partly on the host: beam
-	 * groups beside other streams, host-chain rows). */
-	rg_status (*step_sample_logits)(void *ctx, const rg_step_batch *b,
-					const rg_row_sampling *rows, int top_n, int32_t *ids,
-					float *logprobs, int32_t *top_ids, float *top_logprobs,
-					float *logits, const uint8_t *want);
-} rg_gen_runner;
 
 /* rg_gen_token_fn, rg_gen_params, rg_gen_seq, rg_gen_result and their functions:
  * include/ragged.h (the public generation API). */
 
 /* rg_gen_params_check: include/ragged.h. */
 
-/* The beam search of one prompt as rg_gen_run runs it (HF's semantics, src/gen/beam.h) for the
- * options p (num_beams > 1): num_beam_groups, diversity_penalty, length_penalty,
- * early_stopping, no_repeat_ngram_size, n returned, EOS and stop ids both end a hypothesis,
- * pad_id (else the first EOS) for a finished group, max_new new tokens at most. ids (len) the
- * prompt, copied. *out: the caller frees it with rg_beam_free. RG_ERR_INVALID_INPUT (over 64 EOS
- * and stop ids, bad counts), RG_ERR_OOM; *out NULL then. The engine of `ragged serve` runs the
- * same search one step at a time (app/server/engine_gen.c). */
-rg_status rg_gen_beam_init(const rg_gen_params *p, const int32_t *ids, int len, int max_new,
-			   int vocab, rg_beam_search **out);
-/* A returned hypothesis's finish reason: LENGTH when it did not end on an EOS or stop id, STOP
- * when the id is one of p's stop ids only, else EOS. */
-rg_finish_reason rg_gen_beam_finish(const rg_gen_params *p, const rg_beam_hyp *h);
 
 /* Generate for n_prompts prompts (prompts[i]: prompt_lens[i] >= 1 ids in [0, vocab)) with the
  * runner r and the options p. pool: the KV pool to take blocks from (block size r->block_size), or NULL to make
