@@ -166,6 +166,8 @@ rg_status rg_gguf_model_load(rg_model *m, const char *path, const rg_model_param
 			      arch, rg_arch_gguf_names());
 		goto out_close;
 	}
+	if ((s = rg_arch_check(m->arch)) != RG_OK)
+		goto out_close;
 	cs.path = path;
 	cs.gguf = g;
 	cs.gguf_arch = arch;

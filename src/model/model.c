@@ -240,7 +240,7 @@ void rg_model_free(rg_model *m)
 			rg_backend_dealloc(be, dev[i]);
 		rg_backend_host_free(be, m->ids_h);
 		rg_backend_host_free(be, m->out_h);
-		if (m->arch && m->arch->kind == RG_MODEL_DECODER)
+		if (m->arch && m->arch->kind != RG_MODEL_ENCODER) /* a decoder's step state */
 			rg_decoder_free(m);
 		if (m->arch && m->weights)
 			m->arch->free_weights(m);
@@ -617,7 +617,8 @@ static rg_status load_hf(rg_model *m, const char *dir, const rg_model_params *p)
 			      rg_arch_names());
 		goto out_put_config;
 	}
-	if ((s = rg_model_hparams(m, &cs)) != RG_OK)
+	if ((s = rg_arch_servable(m->arch, path)) != RG_OK ||
+	    (s = rg_model_hparams(m, &cs)) != RG_OK)
 		goto out_put_config;
 	s = m->arch->kind == RG_MODEL_DECODER
 		    ? rg_decoder_prepare(m, dir)

@@ -273,6 +273,17 @@ typedef struct rg_arch {
 const rg_arch *rg_arch_find(const char *model_type);
 /* The architecture serving GGUF general.architecture gguf_arch, or NULL (arch.c). */
 const rg_arch *rg_arch_find_gguf(const char *gguf_arch);
+/* The registry's i-th architecture, NULL past its end (arch.c; tests walk it). */
+const rg_arch *rg_arch_at(size_t i);
+/* The hooks of a's kind are set, and only those: hparams, load, free_weights always; encode
+ * (and optionally load_head) for an encoder, decode for a decoder, both for an
+ * encoder-decoder; gguf_arch with gguf. RG_ERR_INTERNAL naming the architecture and the hook
+ * otherwise (a registry mistake, caught at load rather than crashed on). */
+rg_status rg_arch_check(const rg_arch *a);
+/* rg_arch_check, then what the load serves: RG_ERR_UNSUPPORTED "<what>: model_type "..":
+ * encoder-decoder models are not served yet" for RG_MODEL_ENC_DEC. what names the checkpoint
+ * (config.json's path, the GGUF file). */
+rg_status rg_arch_servable(const rg_arch *a, const char *what);
 /* The model_types served, comma-separated, for messages (arch.c). Static string. */
 const char *rg_arch_names(void);
 /* The GGUF architectures served, comma-separated, for messages (arch.c). Static string. */
