@@ -69,17 +69,20 @@ rg_model_params rg_model_params_default(void)
 /* ---------------------------------------------------------------- weights */
 
 /* "" first: a base model's own names; then the base-model prefixes of task checkpoints */
-static const char *const BASE_PREFIXES[] = {"",	      "bert.",	"roberta.", "distilbert.",
-					    "albert.", "mpnet.", "deberta.", NULL};
+static const char *const BASE_PREFIXES[] = {
+	"", "bert.", "roberta.", "distilbert.", "albert.", "mpnet.", "deberta.", NULL,
+};
 
 /* *use = name, or else alt, whichever exists under one of BASE_PREFIXES; RG_ERR_FORMAT naming
  * name when neither does. */
 static rg_status base_name(const rg_tsrc *src, const char *name, const char *alt,
 			   const char **use)
 {
-	*use = rg_tsrc_has(src, BASE_PREFIXES, name)	       ? name
-	       : alt && rg_tsrc_has(src, BASE_PREFIXES, alt) ? alt
-							       : NULL;
+	*use = NULL;
+	if (rg_tsrc_has(src, BASE_PREFIXES, name))
+		*use = name;
+	else if (alt && rg_tsrc_has(src, BASE_PREFIXES, alt))
+		*use = alt;
 	if (*use)
 		return RG_OK;
 	return rg_errorf(RG_ERR_FORMAT,

@@ -242,9 +242,9 @@ typedef struct rg_arch {
 	 * or f32; owned by the architecture, freed by free_weights, also after a failed load).
 	 * The hyper-parameters, m->be and m->esz are set; src->cfg is the checkpoint's
 	 * hyper-parameter source (arrays such as LongRoPE's factors). Shapes are checked against
-	 * the hyper-parameters: RG_ERR_FORMAT naming the tensor as the file spells it. Decoders
-	 * also set m->dec.lm_head. src (and the file under it) is valid during the call only:
-	 * nothing may point into it afterwards. */
+	 * the hyper-parameters: RG_ERR_FORMAT naming the tensor. Decoders also set
+	 * m->dec.lm_head. src (and the file under it) lives for the load only (load, then
+	 * load_head): nothing may point into it afterwards. */
 	rg_status (*load)(rg_model *m, const rg_tsrc *src);
 	/* Free m->weights (backend memory through rg_backend_dealloc) and set it to NULL. */
 	void (*free_weights)(rg_model *m);
@@ -361,8 +361,6 @@ rg_status rg_dec_upload(rg_model *m, float *host, size_t n, bool as_act, void **
 /* Read the tensor as f32 into dst (d0 or d0 * d1 floats), converting from its storage dtype. */
 rg_status rg_model_read_tensor(const rg_tsrc *src, const char *name, const char *alt, int64_t d0,
 			       int64_t d1, float *dst);
-/* The storage dtype of name (under the prefixes), RG_DTYPE_AUTO when absent. */
-rg_dtype rg_model_tensor_dtype(const rg_tsrc *src, const char *name);
 /* Allocate backend memory for n values and fill it from host f32 src, in the compute dtype
  * (as_act) or as f32. */
 rg_status rg_model_upload(rg_model *m, const float *src, size_t n, bool as_act, void **dst);
