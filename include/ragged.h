@@ -152,8 +152,14 @@ typedef struct rg_model_params {
 RG_API rg_model_params rg_model_params_default(void);
 
 /* What a model is: an encoder (rg_model_embed / rg_model_run) or a decoder-only language model
- * (rg_model_step). Calls of the other kind return RG_ERR_UNSUPPORTED. */
-typedef enum rg_model_kind { RG_MODEL_ENCODER = 0, RG_MODEL_DECODER = 1 } rg_model_kind;
+ * (rg_model_step). Calls of the other kind return RG_ERR_UNSUPPORTED. RG_MODEL_ENC_DEC, an
+ * encoder-decoder (Marian, T5), is reserved: none is served yet, and rg_model_load refuses one
+ * (RG_ERR_UNSUPPORTED), so no loaded model has this kind. */
+typedef enum rg_model_kind {
+	RG_MODEL_ENCODER = 0,
+	RG_MODEL_DECODER = 1,
+	RG_MODEL_ENC_DEC = 2,
+} rg_model_kind;
 
 typedef struct rg_model_info {
 	const char *model_dir;   /* resolved directory, owned by the model */

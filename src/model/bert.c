@@ -55,7 +55,7 @@ typedef struct rg_bert_layer {
 /* Every BERT weight in backend memory. E = embedding_size (= H but for ALBERT). */
 typedef struct rg_bert_weights {
 	void *word;              /* (vocab, E) act */
-	void *pos;               /* (type blocks * max_pos, E) act (see bert_load_weights) */
+	void *pos;               /* (type blocks * max_pos, E) act (see bert_load) */
 	void *type0;             /* (E) act, token_type_embeddings row 0 */
 	float *emb_g, *emb_b;    /* (E) f32 */
 	void *map_w, *map_b;     /* ALBERT: (H, E), (H) act, embedding_hidden_mapping_in; else NULL */
@@ -76,7 +76,7 @@ static rg_bert_weights *bw(const rg_model *m)
 }
 
 /* Where a family keeps each weight of a layer (without the base model prefix, which
- * rg_model_find_tensor strips, and without ".weight"/".bias"). */
+ * rg_model_read_tensor strips, and without ".weight"/".bias"). */
 typedef struct rg_bert_names {
 	const char *layer;   /* printf format of a layer's prefix */
 	const char *qkv[3];  /* query, key, value projections */
@@ -159,19 +159,18 @@ static int mpnet_bucket(int rel)
 
 /* The MPNet bias table: per head, tab[h][R + d] = relative_attention_bias[bucket(d)][h] for
  * distances d = key - query in [-R, R], R = RG_MPNET_MAX_DISTANCE, uploaded as f32. */
-static rg_status load_rel_bias(rg_model *m, const rg_st *st, float *scratch)
+static rg_status load_rel_bias(rg_model *m, const rg_tsrc *src, float *scratch)
 {
 	const int nh = m->cfg.num_attention_heads, R = RG_MPNET_MAX_DISTANCE;
 	const int nb = m->cfg.relative_attention_num_buckets;
 	const size_t w = 2 * (size_t)R + 1;
 	float *tab = scratch + (size_t)nb * nh; /* after the (nb, nh) weight */
-	const rg_st_tensor *t;
 	rg_status s;
 
-	s = rg_model_find_tensor(st, "encoder.relative_attention_bias.weight", NULL, nb, nh, &t);
+	s = rg_model_read_tensor(src, "encoder.relative_attention_bias.weight", NULL, nb, nh,
+				 scratch);
 	if (s != RG_OK)
 		return s;
-	rg_st_to_f32(t, scratch);
 	for (int d = -R; d <= R; d++) {
 		const int b = mpnet_bucket(d);
 
@@ -242,19 +241,19 @@ static rg_status load_dis_idx(rg_model *m)
 /* DeBERTa's relative embeddings as every layer sees them: encoder.rel_embeddings.weight (2
  * att_span, H), through encoder.LayerNorm when norm_rel_ebd is "layer_norm" (f64 statistics).
  * *rel: malloc'd (2 att_span, H) f32 host, the caller frees. */
-static rg_status load_rel_embeddings(rg_model *m, const rg_st *st, float **rel)
+static rg_status load_rel_embeddings(rg_model *m, const rg_tsrc *src, float **rel)
 {
 	const rg_encoder_config *c = &m->cfg;
 	const int64_t W = 2 * (int64_t)c->att_span, H = c->hidden_size;
 	float *g = NULL, *b = NULL;
 	rg_status s;
 
-	if ((s = rg_model_host_tensor(st, "encoder.rel_embeddings.weight", W, H, rel)) != RG_OK)
+	if ((s = rg_model_host_tensor(src, "encoder.rel_embeddings.weight", W, H, rel)) != RG_OK)
 		return s;
 	if (!c->norm_rel_ebd)
 		return RG_OK;
-	if ((s = rg_model_host_tensor(st, "encoder.LayerNorm.weight", H, -1, &g)) != RG_OK ||
-	    (s = rg_model_host_tensor(st, "encoder.LayerNorm.bias", H, -1, &b)) != RG_OK)
+	if ((s = rg_model_host_tensor(src, "encoder.LayerNorm.weight", H, -1, &g)) != RG_OK ||
+	    (s = rg_model_host_tensor(src, "encoder.LayerNorm.bias", H, -1, &b)) != RG_OK)
 		goto out_free;
 	for (int64_t w = 0; w < W; w++) {
 		float *x = *rel + w * H;
@@ -283,7 +282,8 @@ out_free:
  * and key_proj): pos_key = rel Wk^T + bk for c2p, pos_query = rel Wq^T + bq for p2c, (2
  * att_span, H) each, computed once at load (they depend on weights only) and uploaded in the
  * compute dtype. out: (2 att_span, H) f32 host scratch. */
-static rg_status load_pos_proj(rg_model *m, const rg_st *st, int l, const float *rel, float *out)
+static rg_status load_pos_proj(rg_model *m, const rg_tsrc *src, int l, const float *rel,
+			       float *out)
 {
 	const rg_encoder_config *c = &m->cfg;
 	const int W = 2 * c->att_span, H = c->hidden_size;
@@ -300,10 +300,10 @@ static rg_status load_pos_proj(rg_model *m, const rg_st *st, int l, const float 
 		if (!(k == 0 ? c->c2p : c->p2c))
 			continue;
 		layer_name(n1, sizeof(n1), nm, l, proj, "weight");
-		s = rg_model_host_tensor(st, n1, H, H, &w);
+		s = rg_model_host_tensor(src, n1, H, H, &w);
 		if (s == RG_OK) {
 			layer_name(n1, sizeof(n1), nm, l, proj, "bias");
-			s = rg_model_host_tensor(st, n1, H, -1, &b);
+			s = rg_model_host_tensor(src, n1, H, -1, &b);
 		}
 		if (s == RG_OK) {
 			rg_host_linear(rel, W, H, w, b, H, out);
@@ -316,29 +316,27 @@ static rg_status load_pos_proj(rg_model *m, const rg_st *st, int l, const float 
 	return s;
 }
 
-static rg_status load_layer(rg_model *m, const rg_st *st, int l, float *scratch)
+static rg_status load_layer(rg_model *m, const rg_tsrc *src, int l, float *scratch)
 {
 	const int64_t H = m->cfg.hidden_size, I = m->cfg.intermediate_size;
 	const rg_bert_names *nm = names_of(m);
 	rg_bert_layer *L = &bw(m)->layers[l];
 	char n1[192], n2[192];
-	const rg_st_tensor *t;
 	rg_status s;
 
 	/* fused QKV: weights stacked row-wise into scratch, then biases */
 	for (int i = 0; i < 3; i++) {
 		layer_name(n1, sizeof(n1), nm, l, nm->qkv[i], "weight");
-		if ((s = rg_model_find_tensor(st, n1, NULL, H, H, &t)) != RG_OK)
+		s = rg_model_read_tensor(src, n1, NULL, H, H, scratch + (size_t)i * H * H);
+		if (s != RG_OK)
 			return s;
-		rg_st_to_f32(t, scratch + (size_t)i * H * H);
 	}
 	if ((s = rg_model_upload(m, scratch, (size_t)(3 * H * H), true, &L->qkv_w)) != RG_OK)
 		return s;
 	for (int i = 0; i < 3; i++) {
 		layer_name(n1, sizeof(n1), nm, l, nm->qkv[i], "bias");
-		if ((s = rg_model_find_tensor(st, n1, NULL, H, -1, &t)) != RG_OK)
+		if ((s = rg_model_read_tensor(src, n1, NULL, H, -1, scratch + (size_t)i * H)) != RG_OK)
 			return s;
-		rg_st_to_f32(t, scratch + (size_t)i * H);
 	}
 	if ((s = rg_model_upload(m, scratch, (size_t)(3 * H), true, &L->qkv_b)) != RG_OK)
 		return s;
@@ -364,7 +362,7 @@ static rg_status load_layer(rg_model *m, const rg_st *st, int l, float *scratch)
 		layer_name(n1, sizeof(n1), nm, l, spec[i].module, spec[i].suffix);
 		if (spec[i].alt)
 			layer_name(n2, sizeof(n2), nm, l, spec[i].module, spec[i].alt);
-		s = rg_model_load_tensor(m, st, n1, spec[i].alt ? n2 : NULL, spec[i].d0, spec[i].d1,
+		s = rg_model_load_tensor(m, src, n1, spec[i].alt ? n2 : NULL, spec[i].d0, spec[i].d1,
 				spec[i].act, scratch, spec[i].dst);
 		if (s != RG_OK)
 			return s;
@@ -378,13 +376,12 @@ static rg_status load_layer(rg_model *m, const rg_st *st, int l, float *scratch)
 	return RG_OK;
 }
 
-static rg_status bert_load_weights(rg_model *m, const rg_st *st)
+static rg_status bert_load(rg_model *m, const rg_tsrc *src)
 {
 	const rg_encoder_config *c = &m->cfg;
 	const int64_t H = c->hidden_size, I = c->intermediate_size, E = c->embedding_size;
 	size_t need = (size_t)(3 * H * H), n;
-	const rg_st_tensor *tt = NULL;
-	float *scratch;
+	float *scratch, *types = NULL;
 	rg_status s;
 
 	/* host conversion buffer: the largest tensor we convert */
@@ -412,8 +409,8 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 	if (!scratch)
 		return rg_errorf(RG_ERR_OOM, "cannot allocate %zu floats to convert weights", need);
 
-	s = rg_model_load_tensor(m, st, "embeddings.word_embeddings.weight", NULL, c->vocab_size, E, true,
-			scratch, &bw(m)->word);
+	s = rg_model_load_tensor(m, src, "embeddings.word_embeddings.weight", NULL, c->vocab_size, E,
+				 true, scratch, &bw(m)->word);
 	if (s != RG_OK)
 		goto out_free_scratch;
 	/* The position table, one block of max_position_embeddings rows per token type: block k is
@@ -423,39 +420,32 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 	 * pairs get their token types without a second gather in the kernel. */
 	{
 		const int64_t P = c->max_position_embeddings, nt = c->type_vocab_size;
-		const rg_st_tensor *pt;
 
 		/* DeBERTa-v3 (position_biased_input false) has no absolute positions: a zero table */
 		if (!c->position_biased_input) {
 			memset(scratch, 0, (size_t)(P * E) * sizeof(float));
 		} else {
-			s = rg_model_find_tensor(st, "embeddings.position_embeddings.weight", NULL, P,
-						 E, &pt);
+			s = rg_model_read_tensor(src, "embeddings.position_embeddings.weight", NULL, P,
+						 E, scratch);
 			if (s != RG_OK)
 				goto out_free_scratch;
-			rg_st_to_f32(pt, scratch);
 		}
 		if (nt > 0) {
-			s = rg_model_find_tensor(st, "embeddings.token_type_embeddings.weight", NULL,
-						 nt, E, &tt);
-			if (s != RG_OK)
-				goto out_free_scratch;
-		}
-		if (nt > 1) {
-			float *types = malloc((size_t)(nt * E) * sizeof(float));
-
+			types = malloc((size_t)(nt * E) * sizeof(float));
 			if (!types) {
 				s = rg_errorf(RG_ERR_OOM, "out of host memory");
 				goto out_free_scratch;
 			}
-			rg_st_to_f32(tt, types);
-			for (int64_t k = 1; k < nt; k++)
-				for (int64_t p = 0; p < P; p++)
-					for (int64_t i = 0; i < E; i++)
-						scratch[(k * P + p) * E + i] =
-							scratch[p * E + i] + (types[k * E + i] - types[i]);
-			free(types);
+			s = rg_model_read_tensor(src, "embeddings.token_type_embeddings.weight", NULL,
+						 nt, E, types);
+			if (s != RG_OK)
+				goto out_free_scratch;
 		}
+		for (int64_t k = 1; k < nt; k++)
+			for (int64_t p = 0; p < P; p++)
+				for (int64_t i = 0; i < E; i++)
+					scratch[(k * P + p) * E + i] =
+						scratch[p * E + i] + (types[k * E + i] - types[i]);
 		s = rg_model_upload(m, scratch, (size_t)(P * E * (nt > 1 ? nt : 1)), true,
 				    &bw(m)->pos);
 		if (s != RG_OK)
@@ -463,44 +453,44 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 	}
 	if (c->type_vocab_size > 0) {
 		/* row 0, added to every token */
-		rg_st_to_f32(tt, scratch);
+		memcpy(scratch, types, (size_t)E * sizeof(float));
 	} else {
 		memset(scratch, 0, (size_t)E * sizeof(float)); /* a family without token types */
 	}
 	if ((s = rg_model_upload(m, scratch, (size_t)E, true, &bw(m)->type0)) != RG_OK)
 		goto out_free_scratch;
-	s = rg_model_load_tensor(m, st, "embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma", E, -1,
-			false, scratch, (void **)&bw(m)->emb_g);
+	s = rg_model_load_tensor(m, src, "embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma",
+				 E, -1, false, scratch, (void **)&bw(m)->emb_g);
 	if (s != RG_OK)
 		goto out_free_scratch;
-	s = rg_model_load_tensor(m, st, "embeddings.LayerNorm.bias", "embeddings.LayerNorm.beta", E, -1,
-			false, scratch, (void **)&bw(m)->emb_b);
+	s = rg_model_load_tensor(m, src, "embeddings.LayerNorm.bias", "embeddings.LayerNorm.beta", E,
+				 -1, false, scratch, (void **)&bw(m)->emb_b);
 	if (s != RG_OK)
 		goto out_free_scratch;
 	if (c->shared_layers) { /* ALBERT: the E -> H mapping */
-		s = rg_model_load_tensor(m, st, "encoder.embedding_hidden_mapping_in.weight", NULL, H,
+		s = rg_model_load_tensor(m, src, "encoder.embedding_hidden_mapping_in.weight", NULL, H,
 					 E, true, scratch, &bw(m)->map_w);
 		if (s == RG_OK)
-			s = rg_model_load_tensor(m, st, "encoder.embedding_hidden_mapping_in.bias",
+			s = rg_model_load_tensor(m, src, "encoder.embedding_hidden_mapping_in.bias",
 						 NULL, H, -1, true, scratch, &bw(m)->map_b);
 		if (s == RG_OK)
 			s = rg_op_prepare_weight(m->be, bw(m)->map_w, (int)H, (int)E);
 		if (s != RG_OK)
 			goto out_free_scratch;
 	}
-	if (c->relative_attention_num_buckets > 0 && (s = load_rel_bias(m, st, scratch)) != RG_OK)
+	if (c->relative_attention_num_buckets > 0 && (s = load_rel_bias(m, src, scratch)) != RG_OK)
 		goto out_free_scratch;
 	for (int l = 0; l < (c->shared_layers ? 1 : c->num_hidden_layers); l++)
-		if ((s = load_layer(m, st, l, scratch)) != RG_OK)
+		if ((s = load_layer(m, src, l, scratch)) != RG_OK)
 			goto out_free_scratch;
 	if (c->relative_attention && (c->c2p || c->p2c)) {
 		float *rel = NULL;
 
 		if ((s = load_dis_idx(m)) != RG_OK ||
-		    (s = load_rel_embeddings(m, st, &rel)) != RG_OK)
+		    (s = load_rel_embeddings(m, src, &rel)) != RG_OK)
 			goto out_free_scratch;
 		for (int l = 0; l < c->num_hidden_layers && s == RG_OK; l++)
-			s = load_pos_proj(m, st, l, rel, scratch);
+			s = load_pos_proj(m, src, l, rel, scratch);
 		free(rel);
 		if (s != RG_OK)
 			goto out_free_scratch;
@@ -508,8 +498,16 @@ static rg_status bert_load_weights(rg_model *m, const rg_st *st)
 	for (int l = 1; c->shared_layers && l < c->num_hidden_layers; l++)
 		bw(m)->layers[l] = bw(m)->layers[0]; /* the same weights (freed once) */
 out_free_scratch:
+	free(types);
 	free(scratch);
 	return s;
+}
+
+/* Hyper-parameters: config.json through config.c's per-family reader (rg_encoder_config_read:
+ * the families' key names, defaults and refusals are there) into m->cfg. */
+static rg_status bert_hparams(rg_model *m, const rg_cfg_src *cfg)
+{
+	return rg_encoder_config_read(cfg, &m->cfg);
 }
 
 /* Run the embeddings and every encoder layer over n rows; attention sequences from f->cu (n_att
@@ -608,7 +606,7 @@ static void bert_free_weights(rg_model *m)
  * BERT and ALBERT pooler.dense (tanh) + classifier; RoBERTa / XLM-R / MPNet classifier.dense
  * (tanh) + classifier.out_proj; DistilBERT pre_classifier (ReLU) + classifier; DeBERTa-v2/v3
  * pooler.dense (pooler_hidden_act, GELU) + classifier. */
-static rg_status bert_load_head(rg_model *m, const rg_st *st)
+static rg_status bert_load_head(rg_model *m, const rg_tsrc *src)
 {
 	const int64_t H = m->cfg.hidden_size, L = m->head_cfg.num_labels;
 	const char *t = m->cfg.model_type;
@@ -625,16 +623,16 @@ static rg_status bert_load_head(rg_model *m, const rg_st *st)
 
 	m->head.act = distil ? RG_HEAD_RELU : m->head_cfg.pooler_gelu ? RG_HEAD_GELU : RG_HEAD_TANH;
 	snprintf(n1, sizeof(n1), "%s.weight", dense);
-	if ((s = rg_model_host_tensor(st, n1, H, H, &m->head.w1)) != RG_OK)
+	if ((s = rg_model_host_tensor(src, n1, H, H, &m->head.w1)) != RG_OK)
 		return s;
 	snprintf(n1, sizeof(n1), "%s.bias", dense);
-	if ((s = rg_model_host_tensor(st, n1, H, -1, &m->head.b1)) != RG_OK)
+	if ((s = rg_model_host_tensor(src, n1, H, -1, &m->head.b1)) != RG_OK)
 		return s;
 	snprintf(n1, sizeof(n1), "%s.weight", out);
-	if ((s = rg_model_host_tensor(st, n1, L, H, &m->head.w2)) != RG_OK)
+	if ((s = rg_model_host_tensor(src, n1, L, H, &m->head.w2)) != RG_OK)
 		return s;
 	snprintf(n1, sizeof(n1), "%s.bias", out);
-	return rg_model_host_tensor(st, n1, L, -1, &m->head.b2);
+	return rg_model_host_tensor(src, n1, L, -1, &m->head.b2);
 }
 
 /* One arch per model_type; the hooks are the same, the names differ (names_of). */
@@ -642,7 +640,8 @@ static rg_status bert_load_head(rg_model *m, const rg_st *st)
 	const rg_arch var = {                                                                     \
 		.model_type = type,                                                               \
 		.kind = RG_MODEL_ENCODER,                                                         \
-		.load_weights = bert_load_weights,                                                \
+		.hparams = bert_hparams,                                                          \
+		.load = bert_load,                                                                \
 		.encode = bert_encode,                                                            \
 		.free_weights = bert_free_weights,                                                \
 		.load_head = bert_load_head,                                                      \

@@ -263,37 +263,21 @@ static rg_status deberta_keys(const char *path, json_object *root, rg_encoder_co
 	return RG_OK;
 }
 
-rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
+rg_status rg_encoder_config_read(const rg_cfg_src *src, rg_encoder_config *cfg)
 {
-	char *path;
-	json_object *root = NULL, *o;
+	const char *path = src->path;
+	json_object *root = src->root, *o;
 	const rg_family_keys *fam = NULL;
 	const char *str;
 	rg_status s;
 
 	memset(cfg, 0, sizeof(*cfg));
-	{
-		struct stat sb;
-		/* say "no such directory" rather than "no config.json in it" */
-		if (stat(dir, &sb) != 0)
-			return rg_errorf(RG_ERR_IO, "model directory %s: %s", dir, strerror(errno));
-		if (!S_ISDIR(sb.st_mode))
-			return rg_errorf(RG_ERR_IO, "model directory %s: not a directory", dir);
-	}
-	path = rg_path_join(dir, "config.json");
-	if (!path)
-		return rg_errorf(RG_ERR_OOM, "%s: out of memory", dir);
-	s = rg_json_read_file(path, RG_CFG_MAX_FILE, &root);
-	if (s != RG_OK)
-		goto out_free_path;
-	if (!json_object_is_type(root, json_type_object)) {
-		s = rg_errorf(RG_ERR_FORMAT, "%s: top level is JSON %s, not an object", path,
-			      json_type_to_name(json_object_get_type(root)));
-		goto out_put_root;
-	}
-
+	if (!root)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "%s: encoders are read from a Hugging Face directory's config.json "
+				 "only", path);
 	if ((s = cfg_str(path, root, "model_type", NULL, &str)) != RG_OK)
-		goto out_put_root;
+		return s;
 	for (size_t i = 0; i < sizeof(FAMILIES) / sizeof(FAMILIES[0]) && !fam; i++)
 		if (!strcmp(str, FAMILIES[i].model_type))
 			fam = &FAMILIES[i];
@@ -301,7 +285,7 @@ rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
 		s = rg_errorf(RG_ERR_UNSUPPORTED,
 			      "%s: model_type \"%s\" is not supported (%s)", path, str,
 			      SUPPORTED_TYPES);
-		goto out_put_root;
+		return s;
 	}
 	snprintf(cfg->model_type, sizeof(cfg->model_type), "%s", str);
 
@@ -319,13 +303,13 @@ rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
 			 &cfg->max_position_embeddings)) != RG_OK ||
 	    (s = cfg_int(path, root, "pad_token_id", false, 0, 0, cfg->vocab_size - 1,
 			 &cfg->pad_token_id)) != RG_OK)
-		goto out_put_root;
+		return s;
 	if (fam->token_types) {
 		/* DebertaV2Config: type_vocab_size 0 (none) by default */
 		if ((s = cfg_int(path, root, "type_vocab_size", false, fam->deberta ? 0 : 2,
 				 fam->deberta ? 0 : 1, RG_CFG_MAX_DIM - 1,
 				 &cfg->type_vocab_size)) != RG_OK)
-			goto out_put_root;
+			return s;
 	} else {
 		cfg->type_vocab_size = 0; /* no token type embeddings */
 	}
@@ -340,7 +324,7 @@ rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
 				      "max_position_embeddings %d",
 				      path, fam->padding_idx >= 0 ? "padding_idx" : "pad_token_id",
 				      cfg->padding_idx, cfg->max_position_embeddings);
-			goto out_put_root;
+			return s;
 		}
 	}
 	if (fam->rel_bias) {
@@ -348,21 +332,21 @@ rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
 		 * whatever the config says: a smaller table would be indexed past its end */
 		if ((s = cfg_int(path, root, "relative_attention_num_buckets", false, 32, 1,
 				 RG_CFG_MAX_DIM - 1, &cfg->relative_attention_num_buckets)) != RG_OK)
-			goto out_put_root;
+			return s;
 		if (cfg->relative_attention_num_buckets < 32) {
 			s = rg_errorf(RG_ERR_FORMAT,
 				      "%s: relative_attention_num_buckets %d < 32 (transformers' "
 				      "MPNet always looks up 32 buckets)",
 				      path, cfg->relative_attention_num_buckets);
-			goto out_put_root;
+			return s;
 		}
 	}
 	if ((s = refuse_options(path, root)) != RG_OK)
-		goto out_put_root;
+		return s;
 	cfg->embedding_size = cfg->hidden_size;
 	cfg->position_biased_input = true;
 	if (fam->deberta && (s = deberta_keys(path, root, cfg)) != RG_OK)
-		goto out_put_root;
+		return s;
 	if (!strcmp(fam->model_type, "albert")) {
 		int groups, inner;
 
@@ -372,20 +356,20 @@ rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
 				 &cfg->embedding_size)) != RG_OK ||
 		    (s = cfg_int(path, root, "num_hidden_groups", false, 1, 1, 1, &groups)) != RG_OK ||
 		    (s = cfg_int(path, root, "inner_group_num", false, 1, 1, 1, &inner)) != RG_OK)
-			goto out_put_root;
+			return s;
 		cfg->shared_layers = true;
 	}
 	if (cfg->hidden_size % cfg->num_attention_heads != 0) {
 		s = rg_errorf(RG_ERR_FORMAT,
 			      "%s: hidden_size %d is not divisible by num_attention_heads %d", path,
 			      cfg->hidden_size, cfg->num_attention_heads);
-		goto out_put_root;
+		return s;
 	}
 
 	/* AlbertConfig's default activation is the tanh form */
 	if ((s = cfg_str(path, root, fam->hidden_act,
 			 strcmp(fam->model_type, "albert") ? "gelu" : "gelu_new", &str)) != RG_OK)
-		goto out_put_root;
+		return s;
 	if (!strcmp(str, "gelu")) {
 		cfg->hidden_act = RG_ACT_GELU;
 	} else if (!strcmp(str, "gelu_new") || !strcmp(str, "gelu_pytorch_tanh")) {
@@ -398,7 +382,7 @@ rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
 			      "%s: %s \"%s\" is not supported (gelu, gelu_new, "
 			      "gelu_pytorch_tanh, relu)",
 			      path, fam->hidden_act, str);
-		goto out_put_root;
+		return s;
 	}
 
 	cfg->layer_norm_eps = fam->deberta ? 1e-7 : 1e-12; /* DebertaV2Config's default */
@@ -408,20 +392,31 @@ rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
 			s = rg_errorf(RG_ERR_FORMAT, "%s: \"layer_norm_eps\" must be a number, got %s %s",
 				      path, json_type_to_name(json_object_get_type(o)),
 				      json_object_to_json_string(o));
-			goto out_put_root;
+			return s;
 		}
 		cfg->layer_norm_eps = json_object_get_double(o);
 		/* written so that NaN fails too */
 		if (!(cfg->layer_norm_eps > 0.0 && cfg->layer_norm_eps < 1.0)) {
 			s = rg_errorf(RG_ERR_FORMAT, "%s: \"layer_norm_eps\" = %s must be in (0, 1)",
 				      path, json_object_to_json_string(o));
-			goto out_put_root;
+			return s;
 		}
 	}
-	s = RG_OK;
-out_put_root:
-	json_object_put(root);
-out_free_path:
+	return RG_OK;
+}
+
+rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg)
+{
+	rg_cfg_src src = {0};
+	char *path;
+	rg_status s;
+
+	memset(cfg, 0, sizeof(*cfg));
+	if ((s = rg_cfg_open(dir, &src.root, &path)) != RG_OK)
+		return s;
+	src.path = path;
+	s = rg_encoder_config_read(&src, cfg);
+	json_object_put(src.root);
 	free(path);
 	return s;
 }

@@ -62,6 +62,11 @@ typedef struct rg_encoder_config {
  * sinusoidal_pos_embds), non-positive sizes, hidden_size not divisible by the head count, wrong
  * JSON types. */
 rg_status rg_encoder_config_load(const char *dir, rg_encoder_config *cfg);
+struct rg_cfg_src;
+/* rg_encoder_config_load over an open config.json (src->root; src->path names it in
+ * messages): what the encoders' hparams hook calls (bert.c). A source without config.json (GGUF
+ * metadata) is RG_ERR_UNSUPPORTED. */
+rg_status rg_encoder_config_read(const struct rg_cfg_src *src, rg_encoder_config *cfg);
 
 /* The task head named by config.json "architectures" (first entry). *ForSequenceClassification
  * (cross-encoders, classifiers): classifier = true, labels from id2label (ids 0..n-1, all present;

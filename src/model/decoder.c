@@ -17,12 +17,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <json-c/json.h>
-
 #include "core/error.h"
 #include "core/file.h"
 #include "core/mem_plan.h"
-#include "core/safetensors.h"
 #include "core/tuning.h"
 #include "model/model.h"
 #include "ops/ops.h"
@@ -151,11 +148,8 @@ rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *
 	const rg_dtype dt = dec_dtype(p, src);
 	rg_status s;
 
-	if ((s = rg_backend_init(p->device, p->device_index, dt, &m->be)) != RG_OK)
-		return s;
-	m->esz = rg_dtype_size(rg_backend_dtype(m->be));
 	c->rope_interleaved = src->rope_interleaved;
-	if ((s = m->arch->load(m, src)) != RG_OK)
+	if ((s = rg_model_load_weights(m, p, dt, src)) != RG_OK)
 		return s;
 	if ((s = alloc_step_arena(m)) != RG_OK)
 		return s;
@@ -192,44 +186,18 @@ rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *
 	return RG_OK;
 }
 
-rg_status rg_decoder_load(rg_model *m, const char *dir, const rg_model_params *p)
+rg_status rg_decoder_prepare(rg_model *m, const char *dir)
 {
-	rg_decoder_config *c = &m->dec.cfg;
-	rg_cfg_src cs = {0};
-	char *path = NULL, *tok_path;
-	rg_st *w = NULL;
-	rg_tsrc src;
+	char *tok_path = rg_path_join(dir, "tokenizer.json");
 	struct stat sb;
-	rg_status s;
+	rg_status s = RG_OK;
 
-	if ((s = rg_cfg_open(dir, &cs.root, &path)) != RG_OK)
-		return s;
-	cs.path = path;
-	memset(c, 0, sizeof(*c));
-	snprintf(c->model_type, sizeof(c->model_type), "%s", m->arch->model_type);
-	c->bos_token_id = c->eos_token_id = -1;
-	if ((s = m->arch->hparams(m, &cs)) != RG_OK)
-		goto out_put_config;
 	/* the tokenizer is optional for a decoder (the step API takes ids) */
-	tok_path = rg_path_join(dir, "tokenizer.json");
-	if (!tok_path) {
-		s = rg_errorf(RG_ERR_OOM, "out of host memory");
-		goto out_put_config;
-	}
-	if (stat(tok_path, &sb) == 0 && (s = rg_tokenizer_load(dir, &m->tok)) != RG_OK) {
-		free(tok_path);
-		goto out_put_config;
-	}
+	if (!tok_path)
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	if (stat(tok_path, &sb) == 0)
+		s = rg_tokenizer_load(dir, &m->tok);
 	free(tok_path);
-	if ((s = rg_st_open_dir(dir, &w)) != RG_OK)
-		goto out_put_config;
-	rg_tsrc_from_st(w, &src);
-	src.cfg = &cs; /* config.json stays open for the load hook's arrays */
-	s = rg_decoder_init(m, p, &src);
-	rg_st_free(w); /* the weights live on the backend now */
-out_put_config:
-	json_object_put(cs.root);
-	free(path);
 	return s;
 }
 

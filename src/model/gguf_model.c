@@ -166,13 +166,12 @@ rg_status rg_gguf_model_load(rg_model *m, const char *path, const rg_model_param
 			      arch, rg_arch_gguf_names());
 		goto out_close;
 	}
+	if ((s = rg_arch_check(m->arch)) != RG_OK)
+		goto out_close;
 	cs.path = path;
 	cs.gguf = g;
 	cs.gguf_arch = arch;
-	memset(c, 0, sizeof(*c));
-	snprintf(c->model_type, sizeof(c->model_type), "%s", m->arch->model_type);
-	c->bos_token_id = c->eos_token_id = -1;
-	if ((s = m->arch->hparams(m, &cs)) != RG_OK ||
+	if ((s = rg_model_hparams(m, &cs)) != RG_OK ||
 	    (s = gguf_tokenizer(g, path, c, &m->tok)) != RG_OK)
 		goto out_close;
 	if (c->eos_token_id >= 0)

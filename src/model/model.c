@@ -68,52 +68,36 @@ rg_model_params rg_model_params_default(void)
 
 /* ---------------------------------------------------------------- weights */
 
-static void shape_str(const int64_t *shape, int ndim, char *buf, size_t n)
-{
-	size_t off = 0;
+/* "" first: a base model's own names; then the base-model prefixes of task checkpoints */
+static const char *const BASE_PREFIXES[] = {
+	"", "bert.", "roberta.", "distilbert.", "albert.", "mpnet.", "deberta.", NULL,
+};
 
-	off += (size_t)snprintf(buf + off, n - off, "[");
-	for (int i = 0; i < ndim && off < n; i++)
-		off += (size_t)snprintf(buf + off, n - off, "%s%lld", i ? ", " : "",
-					(long long)shape[i]);
-	if (off < n)
-		snprintf(buf + off, n - off, "]");
+/* *use = name, or else alt, whichever exists under one of BASE_PREFIXES; RG_ERR_FORMAT naming
+ * name when neither does. */
+static rg_status base_name(const rg_tsrc *src, const char *name, const char *alt,
+			   const char **use)
+{
+	*use = NULL;
+	if (rg_tsrc_has(src, BASE_PREFIXES, name))
+		*use = name;
+	else if (alt && rg_tsrc_has(src, BASE_PREFIXES, alt))
+		*use = alt;
+	if (*use)
+		return RG_OK;
+	return rg_errorf(RG_ERR_FORMAT,
+			 "%s: missing tensor %s (also looked under the prefixes bert., roberta., "
+			 "distilbert., albert., mpnet., deberta.)",
+			 src->what, name);
 }
 
-/* Find `name` as is or under a base-model prefix (also alt, the old gamma/beta LayerNorm names,
- * when not NULL) and check its shape is (d0) or (d0, d1) (d1 < 0: 1-D). */
-rg_status rg_model_find_tensor(const rg_st *st, const char *name, const char *alt, int64_t d0,
-			     int64_t d1, const rg_st_tensor **out)
+rg_status rg_model_read_tensor(const rg_tsrc *src, const char *name, const char *alt, int64_t d0,
+			       int64_t d1, float *dst)
 {
-	const char *names[2] = {name, alt};
-	const rg_st_tensor *t = NULL;
-	char buf[256], want[64], got[128];
-	int64_t exp[2] = {d0, d1};
-	int ndim = d1 < 0 ? 1 : 2;
+	const char *use;
+	rg_status s = base_name(src, name, alt, &use);
 
-	/* "" first: a base model's own names; then the base-model prefixes of task checkpoints */
-	static const char *const prefixes[] = {"", "bert.", "roberta.", "distilbert.", "albert.",
-					       "mpnet.", "deberta."};
-
-	for (int i = 0; i < 2 && !t; i++) {
-		for (size_t p = 0; names[i] && !t && p < sizeof(prefixes) / sizeof(prefixes[0]); p++) {
-			snprintf(buf, sizeof(buf), "%s%s", prefixes[p], names[i]);
-			t = rg_st_find(st, buf);
-		}
-	}
-	*out = NULL;
-	if (!t)
-		return rg_errorf(RG_ERR_FORMAT,
-				 "model.safetensors: missing tensor %s (also looked under the "
-				 "prefixes bert., roberta., distilbert., albert., mpnet., deberta.)",
-				 name);
-	shape_str(exp, ndim, want, sizeof(want));
-	shape_str(t->shape, t->ndim, got, sizeof(got));
-	if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1))
-		return rg_errorf(RG_ERR_FORMAT, "tensor %s has shape %s, config.json implies %s",
-				 t->name, got, want);
-	*out = t;
-	return RG_OK;
+	return s != RG_OK ? s : rg_tsrc_read(src, BASE_PREFIXES, use, d0, d1, dst);
 }
 
 /* Allocate backend memory for n elements and fill it from the host f32 buffer, either in the
@@ -132,33 +116,24 @@ rg_status rg_model_upload(rg_model *m, const float *src, size_t n, bool as_act, 
 }
 
 /* Look up, check, convert and upload one tensor. scratch holds >= numel floats. */
-rg_status rg_model_load_tensor(rg_model *m, const rg_st *st, const char *name, const char *alt,
-			     int64_t d0, int64_t d1, bool as_act, float *scratch, void **dst)
+rg_status rg_model_load_tensor(rg_model *m, const rg_tsrc *src, const char *name, const char *alt,
+			       int64_t d0, int64_t d1, bool as_act, float *scratch, void **dst)
 {
-	const rg_st_tensor *t;
-	rg_status s = rg_model_find_tensor(st, name, alt, d0, d1, &t);
+	rg_status s = rg_model_read_tensor(src, name, alt, d0, d1, scratch);
 
 	if (s != RG_OK)
 		return s;
-	rg_st_to_f32(t, scratch);
-	return rg_model_upload(m, scratch, rg_st_numel(t), as_act, dst);
+	return rg_model_upload(m, scratch, (size_t)d0 * (size_t)(d1 < 0 ? 1 : d1), as_act, dst);
 }
 
-
-
-rg_status rg_model_host_tensor(const rg_st *st, const char *name, int64_t d0, int64_t d1,
+rg_status rg_model_host_tensor(const rg_tsrc *src, const char *name, int64_t d0, int64_t d1,
 			       float **dst)
 {
-	const rg_st_tensor *t;
-	rg_status s = rg_model_find_tensor(st, name, NULL, d0, d1, &t);
+	const char *use;
+	rg_status s = base_name(src, name, NULL, &use);
 
-	if (s != RG_OK)
-		return s;
-	*dst = malloc(rg_st_numel(t) * sizeof(float));
-	if (!*dst)
-		return rg_errorf(RG_ERR_OOM, "out of host memory for %s", name);
-	rg_st_to_f32(t, *dst);
-	return RG_OK;
+	*dst = NULL;
+	return s != RG_OK ? s : rg_tsrc_get(src, BASE_PREFIXES, use, d0, d1, dst);
 }
 
 /* ---------------------------------------------------------------- arena */
@@ -268,7 +243,7 @@ void rg_model_free(rg_model *m)
 			rg_backend_dealloc(be, dev[i]);
 		rg_backend_host_free(be, m->ids_h);
 		rg_backend_host_free(be, m->out_h);
-		if (m->arch && m->arch->kind == RG_MODEL_DECODER)
+		if (m->arch && m->arch->kind != RG_MODEL_ENCODER) /* a decoder's step state */
 			rg_decoder_free(m);
 		if (m->arch && m->weights)
 			m->arch->free_weights(m);
@@ -306,18 +281,17 @@ void rg_model_free(rg_model *m)
 
 /* RG_DTYPE_AUTO: fp32 on the CPU; on CUDA fp16, or bf16 when the checkpoint stores its word
  * embeddings in bf16 (as TEI does: a bf16 checkpoint may overflow fp16). */
-static rg_dtype resolve_dtype(const rg_model_params *p, const rg_st *w)
+static rg_dtype resolve_dtype(const rg_model_params *p, const rg_tsrc *src)
 {
-	const rg_st_tensor *t;
+	static const char *const prefixes[] = {"", "bert.", NULL};
 
 	if (p->dtype != RG_DTYPE_AUTO)
 		return p->dtype;
 	if (p->device != RG_DEVICE_CUDA)
 		return RG_DTYPE_F32;
-	t = rg_st_find(w, "embeddings.word_embeddings.weight");
-	if (!t)
-		t = rg_st_find(w, "bert.embeddings.word_embeddings.weight");
-	return t && t->dtype == RG_DTYPE_BF16 ? RG_DTYPE_BF16 : RG_DTYPE_F16;
+	return rg_tsrc_dtype(src, prefixes, "embeddings.word_embeddings.weight") == RG_DTYPE_BF16
+		       ? RG_DTYPE_BF16
+		       : RG_DTYPE_F16;
 }
 
 /* The sentence-transformers Dense modules of dir (or the one at dense_dir) into m: configs,
@@ -352,11 +326,15 @@ static rg_status load_dense(rg_model *m, const char *dir, const char *dense_dir,
 			snprintf(why, sizeof(why), "%s", rg_last_error());
 			s = rg_errorf(s, "%s (a Dense module's weights must be model.safetensors; "
 				      "pytorch_model.bin is not read)", why);
-		} else if ((s = rg_model_host_tensor(w, "linear.weight", d->out_features,
-						     d->in_features, &m->dense_w[k])) == RG_OK &&
-			   d->bias) {
-			s = rg_model_host_tensor(w, "linear.bias", d->out_features, -1,
-						 &m->dense_b[k]);
+		} else {
+			rg_tsrc src;
+
+			rg_tsrc_from_st(w, &src);
+			if ((s = rg_model_host_tensor(&src, "linear.weight", d->out_features,
+						      d->in_features, &m->dense_w[k])) == RG_OK &&
+			    d->bias)
+				s = rg_model_host_tensor(&src, "linear.bias", d->out_features, -1,
+							 &m->dense_b[k]);
 		}
 		m->n_dense = k + 1; /* what is allocated is freed with the model */
 		rg_st_free(w);
@@ -485,13 +463,189 @@ static rg_status hf_chat_template(rg_model *m, const char *dir)
 	return s;
 }
 
+rg_status rg_model_hparams(rg_model *m, const rg_cfg_src *cfg)
+{
+	rg_decoder_config *c = &m->dec.cfg;
+
+	memset(&m->cfg, 0, sizeof(m->cfg));
+	memset(c, 0, sizeof(*c));
+	snprintf(c->model_type, sizeof(c->model_type), "%s", m->arch->model_type);
+	c->bos_token_id = c->eos_token_id = -1;
+	return m->arch->hparams(m, cfg);
+}
+
+rg_status rg_model_load_weights(rg_model *m, const rg_model_params *p, rg_dtype dt,
+				const rg_tsrc *src)
+{
+	rg_status s = rg_backend_init(p->device, p->device_index, dt, &m->be);
+
+	if (s != RG_OK)
+		return s;
+	m->esz = rg_dtype_size(rg_backend_dtype(m->be)); /* bf16 on the CPU stores f32 */
+	return m->arch->load(m, src);
+}
+
+/* What an encoder needs besides its hyper-parameters and weights: its pooling (modules.json,
+ * or p's), the task head's config, the Dense modules (embeddings) and the tokenizer, whose
+ * vocabulary must fit config.json's. m->cfg is read. */
+static rg_status encoder_prepare(rg_model *m, const char *dir, const rg_model_params *p,
+				 rg_pooling *pooling, bool *normalize)
+{
+	rg_status s;
+
+	if ((s = rg_pooling_config_load(dir, pooling, normalize)) != RG_OK)
+		return s;
+	if (p->pooling_set) {
+		if (p->pooling < RG_POOL_MEAN || p->pooling > RG_POOL_MAX)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "pooling %d is not an rg_pooling",
+					 (int)p->pooling);
+		*pooling = p->pooling;
+	}
+	if ((s = rg_head_config_load(dir, &m->head_cfg)) != RG_OK)
+		return s;
+	if (m->head_cfg.classifier) { /* the head reads the first token's hidden state */
+		*pooling = RG_POOL_CLS;
+		*normalize = false;
+	} else if ((s = load_dense(m, dir, p->dense_dir, p->max_batch_tokens)) != RG_OK) {
+		return s;
+	}
+	if ((s = rg_tokenizer_load(dir, &m->tok)) != RG_OK)
+		return s;
+	if (rg_tokenizer_vocab_size(m->tok) > m->cfg.vocab_size)
+		return rg_errorf(RG_ERR_FORMAT,
+				 "%s: tokenizer has %d tokens but config.json vocab_size is %d",
+				 m->dir, (int)rg_tokenizer_vocab_size(m->tok), m->cfg.vocab_size);
+	return RG_OK;
+}
+
+/* The rest of an encoder's load from its weights src: backend and weights
+ * (rg_model_load_weights), the classifier's head, the host buffers, the arena, CUDA graphs,
+ * rg_model_info. */
+static rg_status encoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *src,
+			      rg_pooling pooling, bool normalize)
+{
+	const rg_dtype dt = resolve_dtype(p, src);
+	rg_status s;
+
+	if ((s = rg_model_load_weights(m, p, dt, src)) != RG_OK)
+		return s;
+	rg_backend_set_exact_gelu(m->be, rg_tuning_bool(RG_TUNE_EXACT_GELU));
+	if (m->head_cfg.classifier &&
+	    (s = m->arch->load_head ? m->arch->load_head(m, src)
+				    : rg_errorf(RG_ERR_UNSUPPORTED,
+						"%s: no sequence classification head for %s", m->dir,
+						m->cfg.model_type)) != RG_OK)
+		return s;
+	if (m->head_cfg.classifier) {
+		size_t n = (size_t)p->max_batch_tokens * m->cfg.hidden_size;
+
+		m->head_in = malloc(n * sizeof(float));
+		m->head_mid = malloc(n * sizeof(float));
+		if (!m->head_in || !m->head_mid)
+			return rg_errorf(RG_ERR_OOM, "cannot allocate the classifier's host buffers");
+	}
+	if ((s = alloc_arena(m)) != RG_OK)
+		return s;
+	if ((s = rg_backend_sync(m->be)) != RG_OK)
+		return s;
+	m->graphs = rg_backend_has_graphs(m->be) && rg_tuning_bool(RG_TUNE_CUDA_GRAPHS);
+	m->bucket = (rg_bucket_policy){m->max_tokens,
+				       m->cfg.max_position_embeddings - m->cfg.position_offset,
+				       m->max_tokens < RG_GRAPH_MAX_SEQ ? m->max_tokens
+									: RG_GRAPH_MAX_SEQ, 0};
+	if (m->graphs) {
+		m->graph_cache = calloc(RG_GRAPH_CACHE, sizeof(*m->graph_cache));
+		if (!m->graph_cache)
+			return rg_errorf(RG_ERR_OOM, "out of host memory");
+		m->graph_cap = RG_GRAPH_CACHE;
+	}
+
+	m->act_name = strdup(rg_act_name(m->cfg.hidden_act));
+	if (!m->act_name)
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	m->info.model_dir = m->dir;
+	m->info.model_type = m->arch->model_type;
+	m->info.vocab_size = m->cfg.vocab_size;
+	m->info.hidden_size = m->cfg.hidden_size;
+	m->info.num_attention_heads = m->cfg.num_attention_heads;
+	m->info.num_hidden_layers = m->cfg.num_hidden_layers;
+	m->info.intermediate_size = m->cfg.intermediate_size;
+	m->info.max_position_embeddings = m->cfg.max_position_embeddings;
+	m->info.type_vocab_size = m->cfg.type_vocab_size;
+	m->info.hidden_act = m->act_name;
+	m->info.layer_norm_eps = m->cfg.layer_norm_eps;
+	m->info.pooling = pooling;
+	m->info.normalize = normalize;
+	m->info.device = p->device;
+	m->info.dtype = dt;
+	m->info.max_batch_tokens = p->max_batch_tokens;
+	m->info.max_seq_len = m->cfg.max_position_embeddings - m->cfg.position_offset;
+	m->info.num_labels = m->head_cfg.classifier ? m->head_cfg.num_labels : 0;
+	m->info.labels = (const char *const *)m->head_cfg.labels;
+	m->info.multi_label = m->head_cfg.multi_label;
+	m->info.output_dim = m->info.num_labels ? m->info.num_labels
+			     : m->n_dense ? m->dense_cfg[m->n_dense - 1].out_features
+					  : m->cfg.hidden_size;
+	m->info.kind = RG_MODEL_ENCODER;
+	m->info.num_key_value_heads = m->cfg.num_attention_heads;
+	m->info.head_dim = m->cfg.hidden_size / m->cfg.num_attention_heads;
+	m->info.bos_token_id = -1;
+	m->info.eos_token_id = -1;
+	return RG_OK;
+}
+
+/* A Hugging Face directory: config.json's model_type picks the architecture (arch.c); its
+ * hparams hook reads config.json, then the kind's own files (tokenizer, heads), then its load
+ * hook reads the safetensors weights. */
+static rg_status load_hf(rg_model *m, const char *dir, const rg_model_params *p)
+{
+	rg_cfg_src cs = {0};
+	char *path = NULL;
+	const char *type;
+	rg_pooling pooling = RG_POOL_MEAN;
+	bool normalize = false;
+	rg_st *w = NULL;
+	rg_tsrc src;
+	rg_status s;
+
+	if ((s = rg_cfg_open(dir, &cs.root, &path)) != RG_OK)
+		return s;
+	cs.path = path;
+	if ((s = rg_cfg_str(path, cs.root, "model_type", NULL, &type)) != RG_OK)
+		goto out_put_config;
+	m->arch = rg_arch_find(type);
+	if (!m->arch) {
+		s = rg_errorf(RG_ERR_UNSUPPORTED,
+			      "%s/config.json: model_type \"%s\" is not supported (%s)", dir, type,
+			      rg_arch_names());
+		goto out_put_config;
+	}
+	if ((s = rg_arch_servable(m->arch, path)) != RG_OK ||
+	    (s = rg_model_hparams(m, &cs)) != RG_OK)
+		goto out_put_config;
+	s = m->arch->kind == RG_MODEL_DECODER
+		    ? rg_decoder_prepare(m, dir)
+		    : encoder_prepare(m, dir, p, &pooling, &normalize);
+	if (s != RG_OK || (s = rg_st_open_dir(dir, &w)) != RG_OK)
+		goto out_put_config;
+	rg_tsrc_from_st(w, &src);
+	src.cfg = &cs; /* config.json stays open for the load hook's arrays */
+	s = m->arch->kind == RG_MODEL_DECODER ? rg_decoder_init(m, p, &src)
+					      : encoder_init(m, p, &src, pooling, normalize);
+	rg_st_free(w); /* the weights live on the backend now */
+	if (s == RG_OK && m->arch->kind == RG_MODEL_DECODER)
+		s = hf_chat_template(m, dir);
+out_put_config:
+	json_object_put(cs.root);
+	free(path);
+	return s;
+}
+
 rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_status *st)
 {
 	rg_model_params p = params ? *params : rg_model_params_default();
 	rg_model *m = NULL;
-	rg_st *w = NULL;
-	rg_pooling pooling = RG_POOL_MEAN;
-	bool normalize = false;
+	struct stat sb;
 	rg_status s;
 
 	if (!dir) {
@@ -517,140 +671,12 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 		s = rg_errorf(RG_ERR_OOM, "out of host memory");
 		goto out_free_model;
 	}
-	{
-		/* the registry (arch.c) decides by model_type: a decoder loads through decoder.c */
-		char type[64];
-		struct stat sb;
-
-		if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode)) { /* a GGUF file */
-			if ((s = rg_gguf_model_load(m, dir, &p)) != RG_OK)
-				goto out_free_model;
-			goto out_loaded;
-		}
-		if ((s = rg_config_model_type(dir, type, sizeof(type))) != RG_OK)
-			goto out_free_model;
-		m->arch = rg_arch_find(type);
-		if (!m->arch) {
-			s = rg_errorf(RG_ERR_UNSUPPORTED,
-				      "%s/config.json: model_type \"%s\" is not supported (%s)", dir,
-				      type, rg_arch_names());
-			goto out_free_model;
-		}
-		if (m->arch->kind == RG_MODEL_DECODER) {
-			if ((s = rg_decoder_load(m, dir, &p)) != RG_OK ||
-			    (s = hf_chat_template(m, dir)) != RG_OK)
-				goto out_free_model;
-			goto out_loaded;
-		}
-	}
-	if ((s = rg_encoder_config_load(dir, &m->cfg)) != RG_OK)
-		goto out_free_model;
-	if ((s = rg_pooling_config_load(dir, &pooling, &normalize)) != RG_OK)
-		goto out_free_model;
-	if (p.pooling_set) {
-		if (p.pooling < RG_POOL_MEAN || p.pooling > RG_POOL_MAX) {
-			s = rg_errorf(RG_ERR_INVALID_INPUT, "pooling %d is not an rg_pooling",
-				      (int)p.pooling);
-			goto out_free_model;
-		}
-		pooling = p.pooling;
-	}
-	if ((s = rg_head_config_load(dir, &m->head_cfg)) != RG_OK)
-		goto out_free_model;
-	if (m->head_cfg.classifier) { /* the head reads the first token's hidden state */
-		pooling = RG_POOL_CLS;
-		normalize = false;
-	} else if ((s = load_dense(m, dir, p.dense_dir, p.max_batch_tokens)) != RG_OK) {
-		goto out_free_model;
-	}
-	if ((s = rg_tokenizer_load(dir, &m->tok)) != RG_OK)
-		goto out_free_model;
-	if (rg_tokenizer_vocab_size(m->tok) > m->cfg.vocab_size) {
-		s = rg_errorf(RG_ERR_FORMAT,
-			      "%s: tokenizer has %d tokens but config.json vocab_size is %d",
-			      m->dir, (int)rg_tokenizer_vocab_size(m->tok), m->cfg.vocab_size);
-		goto out_free_model;
-	}
-	if ((s = rg_st_open_dir(dir, &w)) != RG_OK)
-		goto out_free_model;
-	p.dtype = resolve_dtype(&p, w);
-	if ((s = rg_backend_init(p.device, p.device_index, p.dtype, &m->be)) != RG_OK) {
-		rg_st_free(w);
-		goto out_free_model;
-	}
-	m->esz = rg_dtype_size(rg_backend_dtype(m->be)); /* bf16 on the CPU stores f32 */
-	rg_backend_set_exact_gelu(m->be, rg_tuning_bool(RG_TUNE_EXACT_GELU));
-	s = m->arch->load_weights(m, w);
-	if (s == RG_OK && m->head_cfg.classifier)
-		s = m->arch->load_head ? m->arch->load_head(m, w)
-				       : rg_errorf(RG_ERR_UNSUPPORTED,
-						   "%s: no sequence classification head for %s",
-						   m->dir, m->cfg.model_type);
-	rg_st_free(w); /* weights now live on the backend */
+	if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode)) /* a GGUF file */
+		s = rg_gguf_model_load(m, dir, &p);
+	else
+		s = load_hf(m, dir, &p);
 	if (s != RG_OK)
 		goto out_free_model;
-	if (m->head_cfg.classifier) {
-		size_t n = (size_t)p.max_batch_tokens * m->cfg.hidden_size;
-
-		m->head_in = malloc(n * sizeof(float));
-		m->head_mid = malloc(n * sizeof(float));
-		if (!m->head_in || !m->head_mid) {
-			s = rg_errorf(RG_ERR_OOM, "cannot allocate the classifier's host buffers");
-			goto out_free_model;
-		}
-	}
-	if ((s = alloc_arena(m)) != RG_OK)
-		goto out_free_model;
-	if ((s = rg_backend_sync(m->be)) != RG_OK)
-		goto out_free_model;
-	m->graphs = rg_backend_has_graphs(m->be) && rg_tuning_bool(RG_TUNE_CUDA_GRAPHS);
-	m->bucket = (rg_bucket_policy){m->max_tokens,
-				       m->cfg.max_position_embeddings - m->cfg.position_offset,
-				       m->max_tokens < RG_GRAPH_MAX_SEQ ? m->max_tokens
-									: RG_GRAPH_MAX_SEQ, 0};
-	if (m->graphs) {
-		m->graph_cache = calloc(RG_GRAPH_CACHE, sizeof(*m->graph_cache));
-		if (!m->graph_cache) {
-			s = rg_errorf(RG_ERR_OOM, "out of host memory");
-			goto out_free_model;
-		}
-		m->graph_cap = RG_GRAPH_CACHE;
-	}
-
-	m->act_name = strdup(rg_act_name(m->cfg.hidden_act));
-	if (!m->act_name) {
-		s = rg_errorf(RG_ERR_OOM, "out of host memory");
-		goto out_free_model;
-	}
-	m->info.model_dir = m->dir;
-	m->info.model_type = m->arch->model_type;
-	m->info.vocab_size = m->cfg.vocab_size;
-	m->info.hidden_size = m->cfg.hidden_size;
-	m->info.num_attention_heads = m->cfg.num_attention_heads;
-	m->info.num_hidden_layers = m->cfg.num_hidden_layers;
-	m->info.intermediate_size = m->cfg.intermediate_size;
-	m->info.max_position_embeddings = m->cfg.max_position_embeddings;
-	m->info.type_vocab_size = m->cfg.type_vocab_size;
-	m->info.hidden_act = m->act_name;
-	m->info.layer_norm_eps = m->cfg.layer_norm_eps;
-	m->info.pooling = pooling;
-	m->info.normalize = normalize;
-	m->info.device = p.device;
-	m->info.dtype = p.dtype;
-	m->info.max_batch_tokens = p.max_batch_tokens;
-	m->info.max_seq_len = m->cfg.max_position_embeddings - m->cfg.position_offset;
-	m->info.num_labels = m->head_cfg.classifier ? m->head_cfg.num_labels : 0;
-	m->info.labels = (const char *const *)m->head_cfg.labels;
-	m->info.multi_label = m->head_cfg.multi_label;
-	m->info.output_dim = m->info.num_labels ? m->info.num_labels
-			     : m->n_dense ? m->dense_cfg[m->n_dense - 1].out_features
-					  : m->cfg.hidden_size;
-	m->info.kind = RG_MODEL_ENCODER;
-	m->info.num_key_value_heads = m->cfg.num_attention_heads;
-	m->info.head_dim = m->cfg.hidden_size / m->cfg.num_attention_heads;
-	m->info.bos_token_id = -1;
-	m->info.eos_token_id = -1;
-out_loaded:
 	if (st)
 		*st = RG_OK;
 	return m;

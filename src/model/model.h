@@ -218,35 +218,49 @@ typedef struct rg_fwd {
 /* An architecture: the hooks of one model_type (model.c and decoder.c run everything else).
  * arch.c holds the one registry; a new architecture is one file of hooks plus one line there.
  * What a format needs to know of the architecture is here too: the GGUF architecture it serves
- * and its tensor-name table, so gguf_model.c / tsrc.c keep only the format's reading. */
+ * and its tensor-name table, so gguf_model.c / tsrc.c keep only the format's reading.
+ *
+ * Every kind loads the same way (model.c rg_model_load, gguf_model.c): hparams over the
+ * checkpoint's hyper-parameter source, then, once the backend exists, load over its tensor
+ * source; free_weights at the end. The kind says which forward hooks are set and which API
+ * serves the model: an encoder sets encode (rg_model_embed / rg_model_run), a decoder decode
+ * (rg_model_step), an encoder-decoder both (refused at load until one is registered). */
 typedef struct rg_arch {
 	const char *model_type; /* config.json model_type it serves ("bert") */
-	rg_model_kind kind;     /* encoder (embed / run) or decoder (step) */
+	rg_model_kind kind;     /* encoder, decoder or encoder-decoder: which forwards are set */
 	const char *gguf_arch;  /* GGUF general.architecture it serves ("llama"), or NULL */
 	const rg_tensor_names *gguf; /* Hugging Face -> GGUF tensor names (with gguf_arch) */
 
-	/* ---- encoders (config.c's rg_encoder_config_load reads their hyper-parameters) ---- */
-	/* Load and check every weight from st into m->weights (backend memory, compute dtype).
-	 * m->cfg, m->be and m->esz are set. Errors name the tensor. */
-	rg_status (*load_weights)(rg_model *m, const rg_st *st);
+	/* ---- every kind ---- */
+	/* Read the hyper-parameters from cfg (config.json, or the GGUF metadata of gguf_arch),
+	 * refusing by name (RG_ERR_UNSUPPORTED / RG_ERR_FORMAT, naming the key and cfg->path) what
+	 * the forward does not implement. Encoders fill m->cfg (rg_encoder_config_read; config.json
+	 * only: GGUF is RG_ERR_UNSUPPORTED), decoders m->dec.cfg, where model_type is set and bos /
+	 * eos ids are -1 on entry. Nothing is allocated; cfg stays the caller's. */
+	rg_status (*hparams)(rg_model *m, const rg_cfg_src *cfg);
+	/* Load and check every weight from src into m->weights (backend memory, the compute dtype
+	 * or f32; owned by the architecture, freed by free_weights, also after a failed load).
+	 * The hyper-parameters, m->be and m->esz are set; src->cfg is the checkpoint's
+	 * hyper-parameter source (arrays such as LongRoPE's factors). Shapes are checked against
+	 * the hyper-parameters: RG_ERR_FORMAT naming the tensor. Decoders also set
+	 * m->dec.lm_head. src (and the file under it) lives for the load only (load, then
+	 * load_head): nothing may point into it afterwards. */
+	rg_status (*load)(rg_model *m, const rg_tsrc *src);
+	/* Free m->weights (backend memory through rg_backend_dealloc) and set it to NULL. */
+	void (*free_weights)(rg_model *m);
+
+	/* ---- encoders (and an encoder-decoder's encoder) ---- */
 	/* Embeddings and every layer over n rows as backend ops only (a CUDA graph may capture
 	 * them): attention sequences f->cu (n_att of them, longest max_len), optional f->seg; the
 	 * result in f->a[RG_A_HIDDEN]. */
 	rg_status (*encode)(rg_model *m, const rg_fwd *f, int n, int n_att, int max_len);
-	/* Free m->weights (backend memory through rg_backend_dealloc). Both kinds. */
-	void (*free_weights)(rg_model *m);
-	/* Classifiers: load m->head (host f32; freed by model.c). m->head_cfg is set. */
-	rg_status (*load_head)(rg_model *m, const rg_st *st);
+	/* Optional: a sequence classifier's head (config.json's *ForSequenceClassification), after
+	 * load, from the same src: m->head's w1 (H, H), b1 (H), w2 (num_labels, H), b2
+	 * (num_labels) as malloc'd host f32 (model.c frees them) and its activation. m->head_cfg
+	 * is set. NULL: classifiers of this architecture are refused (RG_ERR_UNSUPPORTED). */
+	rg_status (*load_head)(rg_model *m, const rg_tsrc *src);
 
-	/* ---- decoders ---- */
-	/* Read the hyper-parameters from cfg (config.json, or the GGUF metadata of gguf_arch)
-	 * into m->dec.cfg, refusing by name what the forward does not implement.
-	 * m->dec.cfg.model_type is set, bos / eos ids are -1. */
-	rg_status (*hparams)(rg_model *m, const rg_cfg_src *cfg);
-	/* Load every weight from src into m->weights and set m->dec.lm_head. m->dec.cfg, m->be
-	 * and m->esz are set; src->cfg is the checkpoint's hyper-parameter source (arrays such as
-	 * LongRoPE's factors). Errors name the tensor. */
-	rg_status (*load)(rg_model *m, const rg_tsrc *src);
+	/* ---- decoders (and an encoder-decoder's decoder) ---- */
 	/* Every layer over the step's f->n new tokens as backend ops: the final norm's output in
 	 * m->dec.a[RG_D_NORMED] (decoder.c gathers the wanted rows and applies the LM head). Each
 	 * layer's attention through rg_dec_attention (KV write + paged attention), or, for RoPE
@@ -259,6 +273,17 @@ typedef struct rg_arch {
 const rg_arch *rg_arch_find(const char *model_type);
 /* The architecture serving GGUF general.architecture gguf_arch, or NULL (arch.c). */
 const rg_arch *rg_arch_find_gguf(const char *gguf_arch);
+/* The registry's i-th architecture, NULL past its end (arch.c; tests walk it). */
+const rg_arch *rg_arch_at(size_t i);
+/* The hooks of a's kind are set, and only those: hparams, load, free_weights always; encode
+ * (and optionally load_head) for an encoder, decode for a decoder, both for an
+ * encoder-decoder; gguf_arch with gguf. RG_ERR_INTERNAL naming the architecture and the hook
+ * otherwise (a registry mistake, caught at load rather than crashed on). */
+rg_status rg_arch_check(const rg_arch *a);
+/* rg_arch_check, then what the load serves: RG_ERR_UNSUPPORTED "<what>: model_type "..":
+ * encoder-decoder models are not served yet" for RG_MODEL_ENC_DEC. what names the checkpoint
+ * (config.json's path, the GGUF file). */
+rg_status rg_arch_servable(const rg_arch *a, const char *what);
 /* The model_types served, comma-separated, for messages (arch.c). Static string. */
 const char *rg_arch_names(void);
 /* The GGUF architectures served, comma-separated, for messages (arch.c). Static string. */
@@ -268,16 +293,24 @@ extern const rg_arch rg_arch_bert, rg_arch_roberta, rg_arch_xlm_roberta, rg_arch
 	rg_arch_albert, rg_arch_mpnet, rg_arch_deberta_v2, rg_arch_gpt2, rg_arch_llama,
 	rg_arch_mistral, rg_arch_qwen2, rg_arch_qwen3, rg_arch_phi3;
 
+/* ---- the load, every kind (model.c) ---- */
+/* Clear m->cfg and m->dec.cfg (dec.cfg.model_type = m->arch's, bos / eos ids -1), then
+ * m->arch->hparams(m, cfg). */
+rg_status rg_model_hparams(rg_model *m, const rg_cfg_src *cfg);
+/* The backend (p's device and index, compute dtype dt; m->be, m->esz), then
+ * m->arch->load(m, src). The hyper-parameters are read. */
+rg_status rg_model_load_weights(rg_model *m, const rg_model_params *p, rg_dtype dt,
+				const rg_tsrc *src);
+
 /* ---- decoder helpers (decoder.c) ---- */
-/* Load a decoder from a Hugging Face directory: m->arch is a decoder's; reads config.json
- * (arch->hparams), the tokenizer if any, then rg_decoder_init over a safetensors source.
- * m->dir, m->max_tokens are set. */
-rg_status rg_decoder_load(rg_model *m, const char *dir, const rg_model_params *p);
-/* The format-independent rest of a decoder load: backend, weights from src
- * (arch->load), step arena, rg_model_info. m->arch, m->dec.cfg (filled: from
- * config.json, or by another format's reader, e.g. GGUF metadata), m->dir, m->max_tokens and
- * optionally m->tok are set. A GGUF loader is: fill m->dec.cfg from the metadata, build a
- * tensor source (tsrc.h), call this. */
+/* What a decoder loaded from a Hugging Face directory needs besides its hyper-parameters and
+ * weights: the tokenizer, if dir has one (the step API takes ids). */
+rg_status rg_decoder_prepare(rg_model *m, const char *dir);
+/* The format-independent rest of a decoder load: backend and weights from src
+ * (rg_model_load_weights), step arena, rg_model_info. m->arch, m->dec.cfg (rg_model_hparams:
+ * from config.json, or from GGUF metadata), m->dir, m->max_tokens and optionally m->tok are
+ * set. A GGUF loader is: rg_model_hparams over the metadata, build a tensor source (tsrc.h),
+ * call this. */
 rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *src);
 void rg_decoder_free(rg_model *m);
 /* Load a decoder from a GGUF file (gguf_model.c): m->arch, m->dec.cfg, m->tok and
@@ -318,19 +351,23 @@ void rg_dec_sample_free(rg_model *m);
  * and free the host array (also on error). */
 rg_status rg_dec_upload(rg_model *m, float *host, size_t n, bool as_act, void **dst);
 
-/* Weight-loading helpers for the architectures (model.c). */
-/* Look up name (or alt) in st, as it is or under a base-model prefix ("bert.", "roberta.",
- * "distilbert.", "mpnet.": the layout of *For* task checkpoints), and check its shape is (d0)
- * (d1 = -1) or (d0, d1); RG_ERR_FORMAT naming the tensor otherwise. */
-rg_status rg_model_find_tensor(const rg_st *st, const char *name, const char *alt, int64_t d0,
-			       int64_t d1, const rg_st_tensor **out);
+/* Weight-loading helpers for the encoders (model.c), over a tensor source. Names are a base
+ * model's; each is looked up as it is or under a base-model prefix ("bert.", "roberta.",
+ * "distilbert.", "albert.", "mpnet.", "deberta.": the layout of *For* task checkpoints), and
+ * alt (the old TF-converted gamma / beta LayerNorm names), when not NULL, after name. Shapes
+ * are (d0) (d1 < 0) or (d0, d1). Errors: RG_ERR_FORMAT "<file>: missing tensor <name> (also
+ * looked under the prefixes ...)" or "tensor <name as found> has shape [..], config.json implies
+ * [..]"; RG_ERR_OOM. */
+/* Read the tensor as f32 into dst (d0 or d0 * d1 floats), converting from its storage dtype. */
+rg_status rg_model_read_tensor(const rg_tsrc *src, const char *name, const char *alt, int64_t d0,
+			       int64_t d1, float *dst);
 /* Allocate backend memory for n values and fill it from host f32 src, in the compute dtype
  * (as_act) or as f32. */
 rg_status rg_model_upload(rg_model *m, const float *src, size_t n, bool as_act, void **dst);
-/* rg_model_find_tensor, then a malloc'd f32 host copy in *dst (caller frees). */
-rg_status rg_model_host_tensor(const rg_st *st, const char *name, int64_t d0, int64_t d1,
+/* rg_model_read_tensor into a malloc'd f32 host array *dst (caller frees; NULL on error). */
+rg_status rg_model_host_tensor(const rg_tsrc *src, const char *name, int64_t d0, int64_t d1,
 			       float **dst);
-/* rg_model_find_tensor, convert to f32 in scratch (>= numel floats), rg_model_upload. */
-rg_status rg_model_load_tensor(rg_model *m, const rg_st *st, const char *name, const char *alt,
+/* rg_model_read_tensor into scratch (>= numel floats), then rg_model_upload. */
+rg_status rg_model_load_tensor(rg_model *m, const rg_tsrc *src, const char *name, const char *alt,
 			       int64_t d0, int64_t d1, bool as_act, float *scratch, void **dst);
 #endif

@@ -29,6 +29,13 @@ static rg_status st_read(void *ctx, const char *name, float *dst)
 	return RG_OK;
 }
 
+static rg_dtype st_dtype(void *ctx, const char *name)
+{
+	const rg_st_tensor *t = rg_st_find(ctx, name);
+
+	return t ? t->dtype : RG_DTYPE_AUTO;
+}
+
 void rg_tsrc_from_st(const rg_st *st, rg_tsrc *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -36,6 +43,7 @@ void rg_tsrc_from_st(const rg_st *st, rg_tsrc *out)
 	out->ctx = (void *)st;
 	out->shape = st_shape;
 	out->read_f32 = st_read;
+	out->dtype = st_dtype;
 	out->weight_dtype = rg_st_count(st) ? rg_st_at(st, 0)->dtype : RG_DTYPE_AUTO;
 }
 
@@ -60,18 +68,18 @@ bool rg_tsrc_has(const rg_tsrc *src, const char *const *prefixes, const char *na
 	return resolve(src, prefixes, name, buf, sizeof(buf), &nd, shape);
 }
 
-rg_status rg_tsrc_get(const rg_tsrc *src, const char *const *prefixes, const char *name,
-		      int64_t d0, int64_t d1, float **out)
+/* Resolve name under prefixes into buf (n bytes) and check its shape is (d0) (d1 < 0) or
+ * (d0, d1); RG_ERR_FORMAT naming the tensor otherwise. */
+static rg_status find_checked(const rg_tsrc *src, const char *const *prefixes, const char *name,
+			      int64_t d0, int64_t d1, char *buf, size_t n)
 {
-	char buf[256], got[96] = "[";
+	char got[96] = "[";
 	int64_t shape[RG_TSRC_MAX_DIMS];
 	const int want_nd = d1 < 0 ? 1 : 2;
 	int nd = 0;
 	size_t off = 1;
-	rg_status s;
 
-	*out = NULL;
-	if (!resolve(src, prefixes, name, buf, sizeof(buf), &nd, shape))
+	if (!resolve(src, prefixes, name, buf, n, &nd, shape))
 		return rg_errorf(RG_ERR_FORMAT, "%s: missing tensor %s%s", src->what,
 				 prefixes[0] ? prefixes[0] : "", name);
 	if (nd != want_nd || shape[0] != d0 || (nd == 2 && shape[1] != d1)) {
@@ -87,6 +95,18 @@ rg_status rg_tsrc_get(const rg_tsrc *src, const char *const *prefixes, const cha
 		return rg_errorf(RG_ERR_FORMAT, "tensor %s has shape %s, config.json implies "
 				 "[%lld, %lld]", buf, got, (long long)d0, (long long)d1);
 	}
+	return RG_OK;
+}
+
+rg_status rg_tsrc_get(const rg_tsrc *src, const char *const *prefixes, const char *name,
+		      int64_t d0, int64_t d1, float **out)
+{
+	char buf[256];
+	rg_status s;
+
+	*out = NULL;
+	if ((s = find_checked(src, prefixes, name, d0, d1, buf, sizeof(buf))) != RG_OK)
+		return s;
 	*out = malloc((size_t)d0 * (size_t)(d1 < 0 ? 1 : d1) * sizeof(float));
 	if (!*out)
 		return rg_errorf(RG_ERR_OOM, "out of host memory for %s", buf);
@@ -95,6 +115,26 @@ rg_status rg_tsrc_get(const rg_tsrc *src, const char *const *prefixes, const cha
 		*out = NULL;
 	}
 	return s;
+}
+
+rg_status rg_tsrc_read(const rg_tsrc *src, const char *const *prefixes, const char *name,
+		       int64_t d0, int64_t d1, float *dst)
+{
+	char buf[256];
+	rg_status s = find_checked(src, prefixes, name, d0, d1, buf, sizeof(buf));
+
+	return s != RG_OK ? s : src->read_f32(src->ctx, buf, dst);
+}
+
+rg_dtype rg_tsrc_dtype(const rg_tsrc *src, const char *const *prefixes, const char *name)
+{
+	char buf[256];
+	int64_t shape[RG_TSRC_MAX_DIMS];
+	int nd;
+
+	if (!src->dtype || !resolve(src, prefixes, name, buf, sizeof(buf), &nd, shape))
+		return RG_DTYPE_AUTO;
+	return src->dtype(src->ctx, buf);
 }
 
 const char *rg_tsrc_gguf_name(const rg_tensor_names *t, const char *hf, char *buf, size_t n)

@@ -1,5 +1,6 @@
-/* A tensor source: where an architecture's load_weights hook gets its weights, by name, as f32
- * with a shape, whatever the file format. safetensors implements it now (rg_tsrc_from_st); a GGUF
+/* A tensor source: where an architecture's load hook (model.h rg_arch) gets its weights, by
+ * name, as f32 with a shape, whatever the file format. safetensors implements it (rg_tsrc_from_st,
+ * for every kind); a GGUF
  * reader plugs in the same way (gguf_model.c: a source that maps the Hugging Face names the
  * architectures ask for onto GGUF's with the architecture's table (rg_tsrc_gguf_name over
  * rg_arch.gguf), reports shapes in PyTorch's order (ggml's ne[] reversed), dequantizes with
@@ -29,6 +30,9 @@ typedef struct rg_tsrc {
 	bool (*shape)(void *ctx, const char *name, int *ndim, int64_t shape[RG_TSRC_MAX_DIMS]);
 	/* Its values as f32 into dst (product of the shape floats). */
 	rg_status (*read_f32)(void *ctx, const char *name, float *dst);
+	/* Its storage dtype (F32 / F16 / BF16; AUTO: quantized, another type, or absent); NULL:
+	 * the format does not say per tensor (weight_dtype then stands for every tensor). */
+	rg_dtype (*dtype)(void *ctx, const char *name);
 	/* q/k projection rows are in the interleaved-pair RoPE order (GGUF) */
 	bool rope_interleaved;
 	/* the checkpoint's floating-point storage (F32 / F16 / BF16; AUTO: quantized or unknown):
@@ -49,6 +53,13 @@ bool rg_tsrc_has(const rg_tsrc *src, const char *const *prefixes, const char *na
  * RG_ERR_FORMAT naming the tensor when it is missing or has another shape; RG_ERR_OOM. */
 rg_status rg_tsrc_get(const rg_tsrc *src, const char *const *prefixes, const char *name,
 		      int64_t d0, int64_t d1, float **out);
+/* rg_tsrc_get into the caller's dst (d0 floats, or d0 * d1 for d1 >= 0): no allocation, the same
+ * errors. What the encoders read into one reused conversion buffer (bert.c). */
+rg_status rg_tsrc_read(const rg_tsrc *src, const char *const *prefixes, const char *name,
+		       int64_t d0, int64_t d1, float *dst);
+/* The storage dtype of name under the first of prefixes where it exists (src->dtype);
+ * RG_DTYPE_AUTO when it is absent or the source does not say. */
+rg_dtype rg_tsrc_dtype(const rg_tsrc *src, const char *const *prefixes, const char *name);
 /* An architecture's Hugging Face -> GGUF tensor-name table (llama.cpp's tensor map of its
  * LLM_ARCH_*), kept in the architecture's file (rg_arch.gguf). Names are matched without the
  * "model." prefix and without the ".weight" / ".bias" suffix, which is kept. */

@@ -62,7 +62,7 @@ class ModelInfo(ctypes.Structure):
                 ("eos_token_id", ctypes.c_int), ("tie_word_embeddings", ctypes.c_bool)]
 
 
-RG_MODEL_ENCODER, RG_MODEL_DECODER = 0, 1
+RG_MODEL_ENCODER, RG_MODEL_DECODER, RG_MODEL_ENC_DEC = 0, 1, 2
 
 
 class StepBatch(ctypes.Structure):
