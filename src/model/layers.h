@@ -129,6 +129,12 @@ typedef struct rg_llama_weights {
 	rg_llama_layer *layers;  /* (num_hidden_layers) */
 } rg_llama_weights;
 
+/* The part every Llama-family loader shares: m->weights = a new rg_llama_weights (*out, its
+ * layers allocated, unfilled), the token embedding, the LM head (the file's lm_head.weight when
+ * it has one, else the tied embedding: rg_layer_load_embed_head) and the final norm, by Hugging
+ * Face names (model. prefix optional). Errors name the tensor; RG_ERR_OOM. On error what was
+ * loaded stays on m->weights for the arch's free_weights. */
+rg_status rg_llama_load_top(rg_model *m, const rg_tsrc *src, rg_llama_weights **out);
 /* llama.c's weights by Hugging Face Llama names into m->weights (rg_llama_weights), with
  * self_attn.{q,k}_norm when qk_norm (Qwen3); RoPE from rg_layer_rope_inv_freq. */
 rg_status rg_llama_load(rg_model *m, const rg_tsrc *src, bool qk_norm);

@@ -60,6 +60,26 @@ static rg_llama_weights *lw(const rg_model *m)
 	return m->weights;
 }
 
+rg_status rg_llama_load_top(rg_model *m, const rg_tsrc *src, rg_llama_weights **out)
+{
+	const rg_decoder_config *c = &m->dec.cfg;
+	rg_llama_weights *w;
+	rg_status s;
+
+	*out = NULL;
+	if (!(w = m->weights = calloc(1, sizeof(*w))) ||
+	    !(w->layers = calloc((size_t)c->num_hidden_layers, sizeof(*w->layers))))
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	w->rope.mscale = 1.f;
+	if ((s = rg_layer_load_embed_head(m, src, PREFIXES, "embed_tokens.weight", TOP,
+					  "lm_head.weight", &w->embed, &w->lm_head)) != RG_OK ||
+	    (s = rg_layer_load_vec(m, src, PREFIXES, "norm.weight", c->hidden_size, false,
+				   (void **)&w->norm)) != RG_OK)
+		return s;
+	*out = w;
+	return RG_OK;
+}
+
 rg_status rg_llama_load(rg_model *m, const rg_tsrc *src, bool qk_norm)
 {
 	const rg_decoder_config *c = &m->dec.cfg;
@@ -68,14 +88,7 @@ rg_status rg_llama_load(rg_model *m, const rg_tsrc *src, bool qk_norm)
 	float *t;
 	rg_status s;
 
-	if (!(w = m->weights = calloc(1, sizeof(*w))) ||
-	    !(w->layers = calloc((size_t)c->num_hidden_layers, sizeof(*w->layers))))
-		return rg_errorf(RG_ERR_OOM, "out of host memory");
-	w->rope.mscale = 1.f;
-	if ((s = rg_layer_load_embed_head(m, src, PREFIXES, "embed_tokens.weight", TOP,
-					  "lm_head.weight", &w->embed, &w->lm_head)) != RG_OK ||
-	    (s = rg_layer_load_vec(m, src, PREFIXES, "norm.weight", H, false,
-				   (void **)&w->norm)) != RG_OK)
+	if ((s = rg_llama_load_top(m, src, &w)) != RG_OK)
 		return s;
 	if (!(t = rg_layer_rope_inv_freq(c)) ||
 	    (s = rg_dec_upload(m, t, (size_t)c->head_dim / 2, false, (void **)&w->rope.inv_freq)) !=

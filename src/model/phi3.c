@@ -39,7 +39,6 @@
 #include "model/model.h"
 
 static const char *const PREFIXES[] = {"model.", "", NULL};
-static const char *const TOP[] = {"", NULL};
 
 static const rg_tensor_name GGUF_LAYER[] = {
 	{"self_attn.qkv_proj", "attn_qkv"}, {"self_attn.o_proj", "attn_output"},
@@ -255,14 +254,7 @@ static rg_status phi3_load(rg_model *m, const rg_tsrc *src)
 	float *t;
 	rg_status s;
 
-	if (!(w = m->weights = calloc(1, sizeof(*w))) ||
-	    !(w->layers = calloc((size_t)c->num_hidden_layers, sizeof(*w->layers))))
-		return rg_errorf(RG_ERR_OOM, "out of host memory");
-	w->rope.mscale = 1.f;
-	if ((s = rg_layer_load_embed_head(m, src, PREFIXES, "embed_tokens.weight", TOP,
-					  "lm_head.weight", &w->embed, &w->lm_head)) != RG_OK ||
-	    (s = rg_layer_load_vec(m, src, PREFIXES, "norm.weight", H, false,
-				   (void **)&w->norm)) != RG_OK)
+	if ((s = rg_llama_load_top(m, src, &w)) != RG_OK)
 		return s;
 	if (c->rope_longrope) {
 		if ((s = load_longrope(m, src, &w->rope)) != RG_OK)
