@@ -145,11 +145,19 @@ def test_caller_cache_and_chat_template(models, tmp_path):
         assert g.chat_template is None
         mt = 16 - max(len(p) for p in PROMPTS)  # each prompt and its tokens fit 16 alone
         assert mt >= 3
-        want = g.generate(PROMPTS, max_tokens=mt, ignore_eos=True)  # its own cache
+        want = g.generate(PROMPTS, max_tokens=mt, ignore_eos=True, logprobs=2)  # own cache
         st = rc.lib().rg_model_kv_init(g._h, 4, 4)  # 16 positions
         assert st == 0
-        got = g.generate(PROMPTS, max_tokens=mt, ignore_eos=True)  # together they need more
-        assert [o["ids"] for o in got] == [o["ids"] for o in want]
+        # together they need more: preempted sequences are recomputed as prefill chunks, another
+        # GEMM shape than the decode steps they replace, so fp32 logits may differ in the last
+        # bits; the ids are equal up to a near-tie (top-2 log-prob margin below 1e-3) at most
+        got = g.generate(PROMPTS, max_tokens=mt, ignore_eos=True, logprobs=2)
+        for o, w in zip(got, want):
+            assert len(o["ids"]) == len(w["ids"]) == mt
+            k = next((k for k, (a, b) in enumerate(zip(o["ids"], w["ids"])) if a != b), None)
+            if k is not None:
+                margin = w["top_logprobs"][k][0][1] - w["top_logprobs"][k][1][1]
+                assert margin < 1e-3, (k, o["ids"], w["ids"], margin)
         assert g.kv_blocks_in_use() == 0
         with pytest.raises(ragged.RaggedError) as e:  # the cache is the context: 16
             g.generate([list(range(1, 17))], max_tokens=10, ignore_eos=True)
