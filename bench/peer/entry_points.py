@@ -151,14 +151,24 @@ def server_tpot(model, device, n):
             res = [None] * n
             th = [threading.Thread(target=one_stream, args=(port, t, res, k))
                   for k, t in enumerate(prompts(n))]
+            w0 = time.perf_counter()
             for t in th:
                 t.start()
             for t in th:
                 t.join()
+            wall = time.perf_counter() - w0
         m1 = itl_metrics(port)
         s1 = itl_metrics(port, "ragged_gen_step_duration_seconds")
-        STEP["server_step_ms"] = (s1[0] - s0[0]) / max(s1[1] - s0[1], 1) * 1e3
+        steps = max(s1[1] - s0[1], 1)
+        # the model's own time per step (rg_gen_engine_step_run), the round's wall clock per
+        # step (the difference: the server's work between steps and the arrivals' spread)
+        STEP["server_step_ms"] = (s1[0] - s0[0]) / steps * 1e3
         STEP["server_steps"] = s1[1] - s0[1]
+        STEP["server_wall_per_step_ms"] = wall / steps * 1e3
+        # steady decode: events 32..96 of every stream, when every request of the round is
+        # surely past its prefill (one event per token unless a slow reader merged some)
+        mid = [(t[96] - t[32]) / 64 * 1e3 for t in res if t and len(t) > 96]
+        STEP["server_client_steady_ms"] = statistics.median(mid) if mid else 0
         server_side = (m1[0] - m0[0]) / max(m1[1] - m0[1], 1) * 1e3
         tp = []
         for times in res:
@@ -205,6 +215,8 @@ def main():
                     row["server_client_tpot_ms"] = round(v[1], 4)
                     row["server_step_ms"] = round(STEP.get("server_step_ms", 0), 4)
                     row["server_steps"] = STEP.get("server_steps", 0)
+                    for k in ("server_wall_per_step_ms", "server_client_steady_ms"):
+                        row[k] = round(STEP.get(k, 0), 4)
                     if o.server_args:
                         row["server_args"] = o.server_args
                     v = v[0]
