@@ -6,7 +6,7 @@
 # at batch 16 and 64: the CLI, and the server with its defaults and with --no-prefix-caching, with
 # the server's model time per step, its wall clock per step and the clients' steady decode gap
 # (events 32..96), so that the server's own work between steps shows apart from the model's.
-# Needs .gpu_carry (CARRY_MODEL=0 scripts/pack-gpu-carry.sh). Results in $OUT.
+# NOPC=0 leaves the --no-prefix-caching rows out. Needs .gpu_carry (CARRY_MODEL=0 scripts/pack-gpu-carry.sh). Results in $OUT.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -54,6 +54,7 @@ if has bench; then
 		timeout 200 python3 bench/peer/entry_points.py "$OUT/entry_points_gpu.json" \
 			--model $M/$k --label $k --device cuda --batches 16,64 --only cli,server
 		record "entry points $k cli+server" $?
+		[ "${NOPC:-1}" = 1 ] || continue
 		timeout 150 python3 bench/peer/entry_points.py "$OUT/entry_points_gpu.json" \
 			--model $M/$k --label $k --device cuda --batches 16,64 --only server \
 			--server-args=--no-prefix-caching
