@@ -39,6 +39,17 @@ struct rg_gen_srv {
 	rg_gen_job **touched;      /* jobs with new output this step (step thread) */
 	int n_touched, cap_touched;
 
+	/* The notifier: the step thread hands it a step's touched jobs and ended jobs and goes on
+	 * to the next step, so that resuming the connections (a syscall each) overlaps the model's
+	 * next forward instead of following it. One batch in flight at most (guarded by nmu). */
+	pthread_t nth;
+	bool nstarted, nstop, nbusy;
+	pthread_mutex_t nmu;
+	pthread_cond_t ncv;
+	rg_gen_job **nlist;        /* (n_nlist) touched jobs still running, one reference each */
+	int n_nlist, cap_nlist;
+	rg_gen_job *ndone;         /* ended jobs (linked by next), the engine's reference each */
+
 	pthread_mutex_t mmu;       /* the metrics */
 	gen_metrics met;
 };
@@ -437,13 +448,15 @@ static void take_events(rg_gen_srv *e, const rg_gen_event *ev, int n_ev, double 
 	}
 }
 
-/* Tell the owners (no lock held): more output, then the jobs that ended (last). */
-static void notify_all(rg_gen_srv *e, rg_gen_job *done)
+/* Tell the owners (the notifier thread, no lock held): more output for the n jobs of list
+ * (a reference each, dropped here), then the jobs that ended (last). */
+static void notify_all(rg_gen_srv *e, rg_gen_job **list, int n, rg_gen_job *done)
 {
-	for (int k = 0; k < e->n_touched; k++)
-		if (!e->touched[k]->ended && e->touched[k]->notify)
-			e->touched[k]->notify(e->touched[k], false);
-	e->n_touched = 0;
+	for (int k = 0; k < n; k++) {
+		if (list[k]->notify)
+			list[k]->notify(list[k], false);
+		rg_gen_job_put(list[k]);
+	}
 	while (done) {
 		rg_gen_job *next = done->next;
 		bool ok = true;
@@ -463,6 +476,90 @@ static void notify_all(rg_gen_srv *e, rg_gen_job *done)
 		rg_gen_job_put(done);
 		done = next;
 	}
+}
+
+static void *notify_thread(void *arg)
+{
+	rg_gen_srv *e = arg;
+	rg_gen_job **list = NULL;
+	int cap = 0;
+
+	pthread_mutex_lock(&e->nmu);
+	for (;;) {
+		int n;
+		rg_gen_job *done;
+
+		while (!e->nbusy && !e->nstop)
+			pthread_cond_wait(&e->ncv, &e->nmu);
+		if (!e->nbusy)
+			break; /* stopped with nothing handed over */
+		/* take the batch: swap arrays so that the step thread can fill the other */
+		{
+			rg_gen_job **t = e->nlist;
+			int c = e->cap_nlist;
+
+			e->nlist = list;
+			e->cap_nlist = cap;
+			list = t;
+			cap = c;
+		}
+		n = e->n_nlist;
+		e->n_nlist = 0;
+		done = e->ndone;
+		e->ndone = NULL;
+		pthread_mutex_unlock(&e->nmu);
+		notify_all(e, list, n, done);
+		pthread_mutex_lock(&e->nmu);
+		e->nbusy = false;
+		pthread_cond_broadcast(&e->ncv);
+	}
+	pthread_mutex_unlock(&e->nmu);
+	free(list);
+	return NULL;
+}
+
+/* Hand a step's touched and ended jobs to the notifier (step thread, e->mu not held): waits
+ * for the batch before it to be told, then goes on. Jobs that ended are only in done. Without
+ * a notifier (it could not start), they are told here. */
+static void notify_hand(rg_gen_srv *e, rg_gen_job *done)
+{
+	if (!e->nstarted) {
+		for (int k = 0; k < e->n_touched; k++) {
+			rg_gen_job *j = e->touched[k];
+
+			if (!j->ended && j->notify)
+				j->notify(j, false);
+		}
+		e->n_touched = 0;
+		notify_all(e, NULL, 0, done);
+		return;
+	}
+	pthread_mutex_lock(&e->nmu);
+	while (e->nbusy)
+		pthread_cond_wait(&e->ncv, &e->nmu);
+	if (e->cap_nlist < e->n_touched) {
+		rg_gen_job **t = realloc(e->nlist, (size_t)e->n_touched * sizeof(*t));
+
+		if (t) {
+			e->nlist = t;
+			e->cap_nlist = e->n_touched;
+		}
+	}
+	e->n_nlist = 0;
+	for (int k = 0; k < e->n_touched && e->n_nlist < e->cap_nlist; k++) {
+		rg_gen_job *j = e->touched[k];
+
+		/* (a job the array has no room for learns of its output at its next step) */
+		if (j->ended)
+			continue;
+		atomic_fetch_add(&j->refs, 1);
+		e->nlist[e->n_nlist++] = j;
+	}
+	e->n_touched = 0;
+	e->ndone = done;
+	e->nbusy = e->n_nlist > 0 || done;
+	pthread_cond_broadcast(&e->ncv);
+	pthread_mutex_unlock(&e->nmu);
 }
 
 static void *step_thread(void *arg)
@@ -515,7 +612,7 @@ static void *step_thread(void *arg)
 			continue;
 		}
 		pthread_mutex_unlock(&e->mu);
-		notify_all(e, done);
+		notify_hand(e, done);
 		pthread_mutex_lock(&e->mu);
 	}
 	pthread_mutex_unlock(&e->mu);
@@ -547,6 +644,8 @@ rg_gen_srv *rg_gen_srv_create(rg_model *m, const rg_gen_srv_params *p, rg_status
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_mutex_init(&e->mmu, NULL);
 	pthread_cond_init(&e->cv, NULL);
+	pthread_mutex_init(&e->nmu, NULL);
+	pthread_cond_init(&e->ncv, NULL);
 	{
 		static const double ms[] = {1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560,
 					    5120, 10240, 20480, 60000};
@@ -565,6 +664,8 @@ rg_gen_srv *rg_gen_srv_create(rg_model *m, const rg_gen_srv_params *p, rg_status
 		goto fail;
 	rg_gen_engine_get_stats(e->eng, &s);
 	e->max_context = s.max_context;
+	/* without a notifier the step thread tells the owners itself (slower, still right) */
+	e->nstarted = pthread_create(&e->nth, NULL, notify_thread, e) == 0;
 	if (pthread_create(&e->th, NULL, step_thread, e) != 0) {
 		*st = rg_errorf(RG_ERR_OOM, "generation engine: cannot start its thread");
 		goto fail;
@@ -596,6 +697,19 @@ bool rg_gen_srv_idle(rg_gen_srv *e)
 	return idle;
 }
 
+/* Stop the notifier once the step thread is gone: it tells what was handed to it first. */
+static void notify_stop(rg_gen_srv *e)
+{
+	if (!e->nstarted)
+		return;
+	pthread_mutex_lock(&e->nmu);
+	e->nstop = true;
+	pthread_cond_broadcast(&e->ncv);
+	pthread_mutex_unlock(&e->nmu);
+	pthread_join(e->nth, NULL);
+	e->nstarted = false;
+}
+
 void rg_gen_srv_stop(rg_gen_srv *e)
 {
 	if (!e)
@@ -624,10 +738,12 @@ void rg_gen_srv_stop(rg_gen_srv *e)
 		pthread_mutex_unlock(&e->mu);
 		pthread_join(e->th, NULL);
 		e->started = false;
+		notify_stop(e);
 		return;
 	}
 	e->stop = true;
 	pthread_mutex_unlock(&e->mu);
+	notify_stop(e);
 }
 
 void rg_gen_srv_free(rg_gen_srv *e)
@@ -638,6 +754,9 @@ void rg_gen_srv_free(rg_gen_srv *e)
 	rg_gen_engine_free(e->eng);
 	free(e->live);
 	free(e->touched);
+	free(e->nlist);
+	pthread_mutex_destroy(&e->nmu);
+	pthread_cond_destroy(&e->ncv);
 	pthread_mutex_destroy(&e->mu);
 	pthread_mutex_destroy(&e->mmu);
 	pthread_cond_destroy(&e->cv);
