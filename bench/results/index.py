@@ -105,6 +105,8 @@ TESTS = {
                         "(Qwen3 q/k norm, Phi-3 LongRoPE among them)",
     "generate_cuda": "tests/gpu/generate_cuda.py: rg_generate on CUDA equals the CPU (greedy, "
                      "seeded samples, beams) through the one engine (issue 27)",
+    "sample_cuda": "tests/gpu/sample_cuda.py: device sampling / top-k / argmax and the model's "
+                   "sampler step against the CPU twin",
     "ref_vs_hf": "tests/gpu/ref_vs_hf.py: the float64 reference vs transformers float64",
     "encoder_quick": "tests/gpu/encoder_quick.sh: build, test_ops_cuda, encoder families",
     "families": "tests/gpu/families.py: every encoder family vs the float64 reference",
