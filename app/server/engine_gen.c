@@ -52,6 +52,9 @@ struct rg_gen_srv {
 
 	pthread_mutex_t mmu;       /* the metrics */
 	gen_metrics met;
+
+	FILE *trace;               /* --trace-steps, or NULL (step thread) */
+	double t_start;
 };
 
 static void sleep_ms(double ms)
@@ -568,7 +571,7 @@ static void *step_thread(void *arg)
 
 	pthread_mutex_lock(&e->mu);
 	for (;;) {
-		double now = rg_now_ms(), t0 = 0, step_ms = 0;
+		double now = rg_now_ms(), t0 = 0, step_ms = 0, t_loop = now, t_begun = 0, t_ended;
 		const rg_gen_event *ev;
 		int n_ev;
 		bool ran = false;
@@ -579,6 +582,7 @@ static void *step_thread(void *arg)
 		rg_gen_engine_get_stats(e->eng, &s0);
 		if (rg_gen_engine_step_begin(e->eng, now, &ran) != RG_OK)
 			break; /* cannot happen: every step is ended */
+		t_begun = rg_now_ms();
 		if (ran) {
 			pthread_mutex_unlock(&e->mu);
 			t0 = rg_now_ms();
@@ -589,6 +593,7 @@ static void *step_thread(void *arg)
 		now = rg_now_ms();
 		rg_gen_engine_step_end(e->eng, now, &ev, &n_ev);
 		take_events(e, ev, n_ev, now, &done);
+		t_ended = rg_now_ms();
 		if (ran) {
 			rg_gen_engine_get_stats(e->eng, &s1);
 			pthread_mutex_lock(&e->mmu);
@@ -613,6 +618,10 @@ static void *step_thread(void *arg)
 		}
 		pthread_mutex_unlock(&e->mu);
 		notify_hand(e, done);
+		if (e->trace && ran)
+			fprintf(e->trace, "%.3f %.3f %.3f %.3f %.3f %d %d\n", t_loop - e->t_start,
+				t_begun - t_loop, step_ms, t_ended - t0 - step_ms,
+				rg_now_ms() - t_ended, s1.last_step_tokens, s1.n_running);
 		pthread_mutex_lock(&e->mu);
 	}
 	pthread_mutex_unlock(&e->mu);
@@ -664,6 +673,14 @@ rg_gen_srv *rg_gen_srv_create(rg_model *m, const rg_gen_srv_params *p, rg_status
 		goto fail;
 	rg_gen_engine_get_stats(e->eng, &s);
 	e->max_context = s.max_context;
+	e->t_start = rg_now_ms();
+	if (p->trace_path) {
+		if (!(e->trace = fopen(p->trace_path, "w"))) {
+			*st = rg_errorf(RG_ERR_IO, "--trace-steps: cannot open %s", p->trace_path);
+			goto fail;
+		}
+		fputs("# start_ms schedule_ms model_ms accept_ms hand_ms tokens running\n", e->trace);
+	}
 	/* without a notifier the step thread tells the owners itself (slower, still right) */
 	e->nstarted = pthread_create(&e->nth, NULL, notify_thread, e) == 0;
 	if (pthread_create(&e->th, NULL, step_thread, e) != 0) {
@@ -755,6 +772,8 @@ void rg_gen_srv_free(rg_gen_srv *e)
 	free(e->live);
 	free(e->touched);
 	free(e->nlist);
+	if (e->trace)
+		fclose(e->trace);
 	pthread_mutex_destroy(&e->nmu);
 	pthread_cond_destroy(&e->ncv);
 	pthread_mutex_destroy(&e->mu);

@@ -189,6 +189,8 @@ static const opt_spec g_opts[] = {
 	 "decoders: KV cache size in bytes (instead of the fraction)"},
 	{"--block-size", "N", OPT_INT, F(block_size), 1, 256, "16",
 	 "decoders: positions per KV cache block"},
+	{"--trace-steps", "FILE", OPT_STR, F(trace_steps), 0, 0, NULL,
+	 "diagnostics: write one line per generation step to FILE (its phases' times in ms)"},
 	{"--no-prefix-caching", NULL, OPT_FLAG, F(no_prefix_caching), 0, 0, NULL,
 	 "decoders: do not share the KV blocks of common prompt prefixes"},
 	{"--step-delay-ms", "X", OPT_DOUBLE, F(step_delay_ms), 0, 60000, "0",

@@ -83,6 +83,7 @@ typedef struct rg_serve_opts {
 	int block_size;               /* KV block positions */
 	bool no_prefix_caching;
 	double step_delay_ms;         /* testing: sleep before each step */
+	const char *trace_steps;      /* diagnostics: a line per generation step to this file */
 } rg_serve_opts;
 
 /* Fill o with every default. */

@@ -254,6 +254,7 @@ static rg_status setup_gen_engine(rg_server *s)
 			gp.eng.kv_bytes = (size_t)1 << 30;
 	}
 	gp.eng.step_delay_ms = s->o.step_delay_ms;
+	gp.trace_path = s->o.trace_steps;
 	gp.disconnect_poll_ms = 10;
 	s->gen = rg_gen_srv_create(s->model, &gp, &st);
 	if (!s->gen)

@@ -124,14 +124,45 @@ def itl_metrics(port, name="ragged_gen_inter_token_latency_seconds"):
 
 SERVER_ARGS = []
 STEP = {}
+TRACE = {}
+
+
+def trace_summary(path, n_steps, batch):
+    """Medians over the measured round's pure decode steps at its largest batch (of the last
+    n_steps lines of the server's --trace-steps file, those whose step made one token for each
+    of the most sequences the round ran at once; `batch` when every stream was in): the model's time,
+    the server's phases around it, and the start-to-start interval."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("#"):
+                rows.append([float(x) for x in line.split()])
+    rows = rows[-int(n_steps):]
+    top = max(int(r[6]) for r in rows)  # the most sequences the round ran at once
+    full = [(i, r) for i, r in enumerate(rows) if int(r[5]) == int(r[6]) == top]
+    if not full:
+        return {}
+    med = lambda v: round(statistics.median(v), 4) if v else 0
+    return {"trace_steps": len(full), "trace_batch": top,
+            "trace_model_ms": med([r[2] for _, r in full]),
+            "trace_schedule_ms": med([r[1] for _, r in full]),
+            "trace_accept_ms": med([r[3] for _, r in full]),
+            "trace_hand_ms": med([r[4] for _, r in full]),
+            "trace_interval_ms": med([rows[i + 1][0] - r[0] for i, r in full
+                                      if i + 1 < len(rows)])}
 
 
 def server_tpot(model, device, n):
     """(the server's own mean inter-token latency over the measured round, from /metrics;
     the client's median first-to-last streamed token / 127)."""
     port = free_port()
+    extra = []
+    if TRACE.get("dir"):
+        TRACE["file"] = os.path.join(TRACE["dir"], "trace_%s_b%d_%d.txt" % (
+            os.path.basename(model.rstrip("/")), n, len(os.listdir(TRACE["dir"]))))
+        extra = ["--trace-steps", TRACE["file"]]
     srv = subprocess.Popen([BIN, "serve", "--model", model, "--device", device, "--port",
-                            str(port), "--max-num-seqs", str(max(64, n))] + SERVER_ARGS,
+                            str(port), "--max-num-seqs", str(max(64, n))] + SERVER_ARGS + extra,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         for _ in range(600):
@@ -184,6 +215,8 @@ def server_tpot(model, device, n):
             srv.wait(30)
         except subprocess.TimeoutExpired:
             srv.kill()
+        if TRACE.get("file") and os.path.exists(TRACE["file"]) and STEP.get("server_steps"):
+            STEP.update(trace_summary(TRACE["file"], STEP["server_steps"], n))
 
 
 def main():
@@ -195,8 +228,13 @@ def main():
     a.add_argument("--label", default="")
     a.add_argument("--only", default="cli,python,server")
     a.add_argument("--server-args", default="", help="more `ragged serve` options")
+    a.add_argument("--trace-dir", default="", help="the server writes --trace-steps files "
+                   "here; their medians go in the rows (trace_*)")
     o = a.parse_args()
     SERVER_ARGS.extend(o.server_args.split())
+    if o.trace_dir:
+        os.makedirs(o.trace_dir, exist_ok=True)
+        TRACE["dir"] = o.trace_dir
     only = set(o.only.split(","))
     rows = []
     if os.path.exists(o.out):
@@ -217,6 +255,7 @@ def main():
                     row["server_steps"] = STEP.get("server_steps", 0)
                     for k in ("server_wall_per_step_ms", "server_client_steady_ms"):
                         row[k] = round(STEP.get(k, 0), 4)
+                    row.update({k: v for k, v in STEP.items() if k.startswith("trace_")})
                     if o.server_args:
                         row["server_args"] = o.server_args
                     v = v[0]

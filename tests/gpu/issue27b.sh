@@ -52,7 +52,8 @@ if has bench; then
 	record "models" $?
 	for k in gpt2 smollm2; do
 		timeout 200 python3 bench/peer/entry_points.py "$OUT/entry_points_gpu.json" \
-			--model $M/$k --label $k --device cuda --batches 16,64 --only cli,server
+			--model $M/$k --label $k --device cuda --batches 16,64 --only cli,server \
+			--trace-dir "$OUT/traces"
 		record "entry points $k cli+server" $?
 		[ "${NOPC:-1}" = 1 ] || continue
 		timeout 150 python3 bench/peer/entry_points.py "$OUT/entry_points_gpu.json" \
