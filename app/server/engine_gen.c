@@ -572,6 +572,7 @@ static void *step_thread(void *arg)
 	pthread_mutex_lock(&e->mu);
 	for (;;) {
 		double now = rg_now_ms(), t0 = 0, step_ms = 0, t_loop = now, t_begun = 0, t_ended;
+		double t_swept;
 		const rg_gen_event *ev;
 		int n_ev;
 		bool ran = false;
@@ -579,6 +580,7 @@ static void *step_thread(void *arg)
 		rg_gen_engine_stats s0, s1;
 
 		sweep(e, now);
+		t_swept = rg_now_ms();
 		rg_gen_engine_get_stats(e->eng, &s0);
 		if (rg_gen_engine_step_begin(e->eng, now, &ran) != RG_OK)
 			break; /* cannot happen: every step is ended */
@@ -619,8 +621,8 @@ static void *step_thread(void *arg)
 		pthread_mutex_unlock(&e->mu);
 		notify_hand(e, done);
 		if (e->trace && ran)
-			fprintf(e->trace, "%.3f %.3f %.3f %.3f %.3f %d %d\n", t_loop - e->t_start,
-				t_begun - t_loop, step_ms, t_ended - t0 - step_ms,
+			fprintf(e->trace, "%.3f %.3f %.3f %.3f %.3f %.3f %d %d\n",
+				t_loop - e->t_start, t_swept - t_loop, t_begun - t_swept, step_ms, t_ended - t0 - step_ms,
 				rg_now_ms() - t_ended, s1.last_step_tokens, s1.n_running);
 		pthread_mutex_lock(&e->mu);
 	}
@@ -679,7 +681,8 @@ rg_gen_srv *rg_gen_srv_create(rg_model *m, const rg_gen_srv_params *p, rg_status
 			*st = rg_errorf(RG_ERR_IO, "--trace-steps: cannot open %s", p->trace_path);
 			goto fail;
 		}
-		fputs("# start_ms schedule_ms model_ms accept_ms hand_ms tokens running\n", e->trace);
+		fputs("# start_ms sweep_ms schedule_ms model_ms accept_ms hand_ms tokens running\n",
+		      e->trace);
 	}
 	/* without a notifier the step thread tells the owners itself (slower, still right) */
 	e->nstarted = pthread_create(&e->nth, NULL, notify_thread, e) == 0;

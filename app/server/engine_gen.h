@@ -32,7 +32,8 @@ typedef struct rg_gen_srv_params {
 				    * KV cache (rg_gen_engine_params) */
 	double disconnect_poll_ms; /* how often running clients' sockets are checked (10) */
 	const char *trace_path;    /* NULL, or a file that gets one line per step: the step's
-				    * start (ms since the engine began), then the ms of scheduling,
+				    * start (ms since the engine began), then the ms of the sweep
+				    * (cancelled jobs, gone clients), of scheduling,
 				    * the model, accepting and copying the outputs, and handing
 				    * them to the notifier; the step's new tokens and its running
 				    * sequences (a diagnostic of the server's work between steps) */

@@ -32,7 +32,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))
-NEW = 128
+NEW = int(os.environ.get("EP_NEW", "128"))  # new tokens per request (EP_NEW: longer rounds for a profiler)
 BIN = os.environ.get("RAGGED_BIN", os.path.join(ROOT, "build", "ragged"))
 
 
@@ -138,16 +138,17 @@ def trace_summary(path, n_steps, batch):
             if not line.startswith("#"):
                 rows.append([float(x) for x in line.split()])
     rows = rows[-int(n_steps):]
-    top = max(int(r[6]) for r in rows)  # the most sequences the round ran at once
-    full = [(i, r) for i, r in enumerate(rows) if int(r[5]) == int(r[6]) == top]
+    top = max(int(r[7]) for r in rows)  # the most sequences the round ran at once
+    full = [(i, r) for i, r in enumerate(rows) if int(r[6]) == int(r[7]) == top]
     if not full:
         return {}
     med = lambda v: round(statistics.median(v), 4) if v else 0
     return {"trace_steps": len(full), "trace_batch": top,
-            "trace_model_ms": med([r[2] for _, r in full]),
-            "trace_schedule_ms": med([r[1] for _, r in full]),
-            "trace_accept_ms": med([r[3] for _, r in full]),
-            "trace_hand_ms": med([r[4] for _, r in full]),
+            "trace_model_ms": med([r[3] for _, r in full]),
+            "trace_sweep_ms": med([r[1] for _, r in full]),
+            "trace_schedule_ms": med([r[2] for _, r in full]),
+            "trace_accept_ms": med([r[4] for _, r in full]),
+            "trace_hand_ms": med([r[5] for _, r in full]),
             "trace_interval_ms": med([rows[i + 1][0] - r[0] for i, r in full
                                       if i + 1 < len(rows)])}
 

@@ -13,6 +13,8 @@ struct rg_kv_pool {
 	int32_t *refcount; /* (n_blocks) */
 	int32_t *free_ids; /* (n_blocks) stack of free block ids, top at n_free - 1 */
 	int n_free;
+	bool *cached;      /* (n_blocks) held by the prefix cache (rg_kv_pool_set_cached) */
+	int n_cached_idle; /* cached blocks that only the cache holds (refcount 1): evictable */
 };
 
 rg_status rg_kv_pool_init(rg_kv_pool **out, int n_blocks, int block_size)
@@ -28,7 +30,8 @@ rg_status rg_kv_pool_init(rg_kv_pool **out, int n_blocks, int block_size)
 		return rg_errorf(RG_ERR_OOM, "kv pool: out of memory");
 	p->refcount = calloc((size_t)n_blocks, sizeof(int32_t));
 	p->free_ids = malloc((size_t)n_blocks * sizeof(int32_t));
-	if (!p->refcount || !p->free_ids) {
+	p->cached = calloc((size_t)n_blocks, sizeof(bool));
+	if (!p->refcount || !p->free_ids || !p->cached) {
 		rg_kv_pool_free(p);
 		return rg_errorf(RG_ERR_OOM, "kv pool: out of memory for %d blocks", n_blocks);
 	}
@@ -48,6 +51,7 @@ void rg_kv_pool_free(rg_kv_pool *p)
 		return;
 	free(p->refcount);
 	free(p->free_ids);
+	free(p->cached);
 	free(p);
 }
 
@@ -70,11 +74,32 @@ static int32_t pool_take(rg_kv_pool *p)
 	return b;
 }
 
+/* refcount + 1 on a block in use (a cached block that only the cache held stops being idle) */
+static void pool_ref(rg_kv_pool *p, int32_t b)
+{
+	if (p->cached[b] && p->refcount[b] == 1)
+		p->n_cached_idle--;
+	p->refcount[b]++;
+}
+
 static void pool_unref(rg_kv_pool *p, int32_t b)
 {
 	if (--p->refcount[b] == 0)
-		p->free_ids[p->n_free++] = b;
+		p->free_ids[p->n_free++] = b; /* (a cached block never gets here: the cache holds it) */
+	else if (p->refcount[b] == 1 && p->cached[b])
+		p->n_cached_idle++;
 }
+
+void rg_kv_pool_set_cached(rg_kv_pool *p, int32_t b, bool on)
+{
+	if (b < 0 || b >= p->n_blocks || p->refcount[b] < 1 || p->cached[b] == on)
+		return;
+	p->cached[b] = on;
+	if (p->refcount[b] == 1)
+		p->n_cached_idle += on ? 1 : -1;
+}
+
+int rg_kv_pool_n_cached_idle(const rg_kv_pool *p) { return p->n_cached_idle; }
 
 void rg_kv_seq_init(rg_kv_seq *s) { memset(s, 0, sizeof(*s)); }
 
@@ -164,7 +189,7 @@ rg_status rg_kv_seq_fork(rg_kv_pool *p, const rg_kv_seq *parent, rg_kv_seq *chil
 	child->n_blocks = parent->n_blocks;
 	child->n_tokens = parent->n_tokens;
 	for (int i = 0; i < parent->n_blocks; i++)
-		p->refcount[parent->blocks[i]]++;
+		pool_ref(p, parent->blocks[i]);
 	return RG_OK;
 }
 
@@ -180,7 +205,7 @@ rg_status rg_kv_pool_block_ref(rg_kv_pool *p, int32_t b)
 {
 	if (b < 0 || b >= p->n_blocks || p->refcount[b] < 1)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "kv ref: block %d is not in use", (int)b);
-	p->refcount[b]++;
+	pool_ref(p, b);
 	return RG_OK;
 }
 
@@ -219,7 +244,7 @@ rg_status rg_kv_seq_share_blocks(rg_kv_pool *p, rg_kv_seq *s, const int32_t *blo
 		s->cap = cap;
 	}
 	for (int i = 0; i < n; i++) {
-		p->refcount[blocks[i]]++;
+		pool_ref(p, blocks[i]);
 		s->blocks[s->n_blocks++] = blocks[i];
 	}
 	s->n_tokens += n * p->block_size;

@@ -130,6 +130,7 @@ static void entry_remove(rg_prefix_cache *c, int32_t b)
 	lru_unlink(c, b);
 	e->used = false;
 	c->st.n_cached--;
+	rg_kv_pool_set_cached(c->pool, b, false);
 	rg_kv_pool_block_unref(c->pool, b);
 }
 
@@ -220,6 +221,7 @@ rg_status rg_prefix_cache_insert(rg_prefix_cache *c, uint64_t parent, const int3
 	if (c->ent[block].used || find(c, h, parent, tokens) >= 0)
 		return RG_OK;
 	rg_kv_pool_block_ref(c->pool, block);
+	rg_kv_pool_set_cached(c->pool, block, true);
 	e = &c->ent[block];
 	e->hash = h;
 	e->parent = parent;
@@ -260,11 +262,7 @@ int rg_prefix_cache_evict(rg_prefix_cache *c, int n)
 
 int rg_prefix_cache_n_evictable(const rg_prefix_cache *c)
 {
-	int n = 0;
-
-	for (int32_t b = c->mru; b >= 0; b = c->ent[b].next)
-		n += rg_kv_pool_refcount(c->pool, b) == 1;
-	return n;
+	return rg_kv_pool_n_cached_idle(c->pool);
 }
 
 bool rg_prefix_cache_contains(const rg_prefix_cache *c, int32_t b)

@@ -79,7 +79,7 @@ RG_TEST_API rg_status rg_prefix_cache_insert(rg_prefix_cache *c, uint64_t parent
  * blocks go back to the free list. Returns the number evicted. O(cached blocks) per call. */
 RG_TEST_API int rg_prefix_cache_evict(rg_prefix_cache *c, int n);
 
-/* Cached blocks that rg_prefix_cache_evict could free now. O(cached blocks). */
+/* Cached blocks that rg_prefix_cache_evict could free now (the pool's count, O(1)). */
 RG_TEST_API int rg_prefix_cache_n_evictable(const rg_prefix_cache *c);
 
 /* Whether block b is cached. */

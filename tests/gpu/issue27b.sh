@@ -62,3 +62,23 @@ if has bench; then
 		record "entry points $k server --no-prefix-caching" $?
 	done
 fi
+# perf (when the machine has it): where the server's CPU time goes at 64 GPT-2 streams, with
+# rounds of 1,500 new tokens so that the steady decode dominates; flat self time by symbol of
+# the ragged process's threads
+if has perf; then
+	if command -v perf >/dev/null; then
+		EP_NEW=1500 timeout 200 perf record -F 2000 -g -o "$OUT/perf.data" -- \
+			python3 bench/peer/entry_points.py "$OUT/entry_points_perf.json" \
+			--model $M/gpt2 --label gpt2-perf --device cuda --batches 64 --only server \
+			--trace-dir "$OUT/traces_perf" >/dev/null 2>&1
+		record "perf record" $?
+		perf report -i "$OUT/perf.data" --comm ragged --no-children --sort symbol \
+			--stdio 2>/dev/null | grep -E "^ +[0-9.]+%" | head -60 >"$OUT/perf_top.txt"
+		perf report -i "$OUT/perf.data" --comm ragged --no-children --sort tid \
+			--stdio 2>/dev/null | grep -E "^ +[0-9.]+%" | head -30 >"$OUT/perf_tid.txt"
+		rm -f "$OUT/perf.data"
+		head -30 "$OUT/perf_top.txt"
+	else
+		echo "--- perf: not on this machine"
+	fi
+fi

@@ -230,6 +230,15 @@ static void test_fuzz(void **state)
 			seq_write(p, &s[i], toks[i] + nh * BS, n - nh * BS, fake);
 			seq_register(c, &s[i], toks[i], BS);
 			live[i] = true;
+			/* the pool's running count equals a walk over every block */
+			{
+				int walk = 0;
+
+				for (int32_t b = 0; b < rg_kv_pool_n_blocks(p); b++)
+					walk += rg_prefix_cache_contains(c, b) &&
+						rg_kv_pool_refcount(p, b) == 1;
+				assert_int_equal(rg_prefix_cache_n_evictable(c), walk);
+			}
 		} else if (live[i] && op < 7) {
 			rg_kv_seq_free(p, &s[i]);
 			live[i] = false;
