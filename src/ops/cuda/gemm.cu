@@ -22,7 +22,9 @@
  * CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT / STRIDED_BATCH_OFFSET (DeBERTa's relative tables).
  * A new plan asks the heuristic for its 16 best algorithms and, outside graph capture, times each on
  * the call's own operands (2 runs, best of 3 timed) and keeps the fastest: the heuristic's first
- * choice is often not the fastest for the skinny M of small batches. RAGGED_GEMM_AUTOTUNE=0 keeps the
+ * choice is often not the fastest for the skinny M of small batches. Above 64 rows only multiples
+ * of 64 are timed; other M reuse the timed choice of the next multiple (tune_m), so that a new
+ * token count costs a heuristic query, not a stall. RAGGED_GEMM_AUTOTUNE=0 keeps the
  * heuristic's first choice.
  *
  * Decode steps (M <= RG_GEMV_MAX_M = 16 rows, fp16 / bf16, K % 8 == 0, A and W 16-byte aligned)
@@ -155,8 +157,24 @@ static cublasStatus_t plan_run(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, const cubla
 			      algo, c->workspace_d, RG_CUDA_WORKSPACE_BYTES, c->stream);
 }
 
+static rg_cuda_gemm_plan *plan_find(rg_cuda_ctx *c, rg_dtype dt, const rg_cuda_gemm_shape *sh,
+				     int align, int epi);
+
+/* The M whose timed choice a plan of M rows takes: M itself up to 64 rows (the skinny shapes of
+ * small batches, where the heuristic's first choice is most often not the fastest; few distinct
+ * values), else M rounded up to a multiple of 64. A variable-length server sees hundreds of
+ * distinct token counts per step; timing 16 algorithms x 5 runs for each one cost a 30-150 ms
+ * stall the first time each count came (measured on an H200, GPT-2 shapes: bench/results/
+ * entry_points_h200_20261202-0030-trace.json). */
+static int tune_m(int M)
+{
+	return M <= 64 ? M : (M + 63) / 64 * 64;
+}
+
 /* Ask the heuristic for up to 16 algorithms; outside capture, time them on the call's operands and
- * keep the fastest (a failing candidate is skipped). */
+ * keep the fastest (a failing candidate is skipped). A plan whose M is not its own tune_m takes
+ * the timed choice of the plan of tune_m(M) rows when that one exists and cuBLASLt accepts its
+ * algorithm for this shape (cublasLtMatmulAlgoCheck), else the heuristic's first choice, untimed. */
 static rg_status plan_choose(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, const void *A, const void *W,
 			     const void *bias, void *out, float alpha)
 {
@@ -198,6 +216,19 @@ static rg_status plan_choose(rg_cuda_ctx *c, rg_cuda_gemm_plan *p, const void *A
 	p->algo = res[0].algo;
 	if (found == 1 || c->capturing || !c->autotune)
 		return RG_OK;
+	if (p->sh.batch <= 1 && tune_m(p->sh.M) != p->sh.M) {
+		rg_cuda_gemm_shape rs = p->sh;
+		rg_cuda_gemm_plan *r;
+		cublasLtMatmulHeuristicResult_t chk;
+
+		rs.M = tune_m(p->sh.M);
+		r = plan_find(c, p->dt, &rs, p->align, p->epi);
+		if (r && cublasLtMatmulAlgoCheck(c->lt, p->op, p->a, p->b, p->c, p->c, &r->algo,
+						 &chk) == CUBLAS_STATUS_SUCCESS &&
+		    chk.workspaceSize <= RG_CUDA_WORKSPACE_BYTES)
+			p->algo = r->algo;
+		return RG_OK;
+	}
 	if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
 		(void)cudaGetLastError();
 		goto out_destroy_events; /* keep the heuristic's choice */
@@ -256,6 +287,20 @@ static int plan_set(rg_dtype dt, const rg_cuda_gemm_shape *sh, int align, int ep
 	}
 	h ^= h >> 29;
 	return (int)(h % RG_CUDA_GEMM_SETS);
+}
+
+/* The cached plan of a problem, or NULL (no use recorded). */
+static rg_cuda_gemm_plan *plan_find(rg_cuda_ctx *c, rg_dtype dt, const rg_cuda_gemm_shape *sh,
+				     int align, int epi)
+{
+	rg_cuda_gemm_plan *set = c->plans + (size_t)plan_set(dt, sh, align, epi) *
+					    RG_CUDA_GEMM_WAYS;
+
+	for (int i = 0; i < RG_CUDA_GEMM_WAYS; i++)
+		if (set[i].used && shape_eq(&set[i].sh, sh) && set[i].dt == dt &&
+		    set[i].align == align && set[i].epi == epi)
+			return &set[i];
+	return NULL;
 }
 
 /* Find or build the plan in its set; the set's least recently used slot is recycled when the
