@@ -646,7 +646,8 @@ static void test_prefix_hits(void **state)
 
 static void set_true_prior(harness *h)
 {
-	rg_cost_model m = {h->ca, h->cb, h->cc};
+	/* the harness's cost: pairs of prefill chunks and decode rows alike */
+	rg_step_cost m = {h->ca, h->cb, h->cc, h->cc, 0};
 
 	rg_iter_set_cost_prior(h->s, &m);
 }
@@ -694,10 +695,11 @@ static void test_deadline_refused_and_met(void **state)
 		h.r[8].prompt[0] = (h.r[8].prompt[0] + 1) % V;
 		assert_int_equal(h_add(&h, 8, 0, est * 1.5, 0, &adm), RG_OK);
 		h_run_all(&h);
-		/* it would have missed: the estimate was right to within its slack */
+		/* it would have missed: the estimate (the model's, no slack) was right to within
+		 * its slack (8, admitted after it, shares its steps and makes it a little later) */
 		assert_true(h.r[7].first - h.r[7].arrival > 30);
-		assert_true(est >= h.r[7].first - h.r[7].arrival - 1e-6);
-		assert_true(est <= 1.1 * (h.r[7].first - h.r[7].arrival) + 1e-6);
+		assert_true(est <= h.r[7].first - h.r[7].arrival + 1e-6);
+		assert_true(h.r[7].first - h.r[7].arrival <= 1.1 * est + 1e-6);
 		assert_true(h.r[8].first - h.r[8].arrival <= est * 1.5);
 	}
 	h_check_outputs(&h);
@@ -816,10 +818,11 @@ static void test_fuzz_continuous_batching(void **state)
 				if (ast == RG_OK) {
 					n_added++;
 				} else if (dl == 0 && tp == 0 && !adm.refused_for_others) {
-					/* only a full queue refuses a request without targets */
+					/* only a full queue refuses a request without targets
+					 * (preempted ones may take it past max_waiting) */
 					assert_int_equal(ast, RG_ERR_BUSY);
 					rg_iter_stats_get(h.s, &st);
-					assert_int_equal(st.n_waiting, p.max_waiting);
+					assert_true(st.n_waiting >= p.max_waiting);
 				} else {
 					assert_int_equal(ast, RG_ERR_BUSY);
 					n_refused++;
@@ -870,10 +873,16 @@ static void test_cost_learned_online(void **state)
 	harness h;
 	rg_iter_params p;
 	int32_t pr[600];
-	rg_cost_model m;
+	rg_step_cost m;
 	rg_iter_admission adm;
-	double shapes[4][2] = {{32, 32 * 300.5}, {256, 32 * 300.5 + 224 * (500 + 112.5)},
-			       {8, 8 * 40.5}, {200, 200 * 100.5}};
+	/* 32 decodes at context 300; those beside a 224-token chunk after 500 cached; a chunk of
+	 * 8 after 36; a prompt of 200 */
+	const rg_step_shape shapes[4] = {
+		{.tokens = 32, .n_decode = 32, .ctx = 32 * 300.5, .rows = 32},
+		{.tokens = 256, .n_decode = 32, .ctx = 32 * 300.5, .pairs = 224 * (500 + 112.5),
+		 .rows = 32},
+		{.tokens = 8, .pairs = 8 * 40.5}, {.tokens = 200, .pairs = 200 * 100.5, .rows = 1},
+	};
 	(void)state;
 
 	rng = 0x3131ull;
@@ -882,7 +891,7 @@ static void test_cost_learned_online(void **state)
 	p.max_context = 1024;
 	h_init(&h, 1024, 16, &p);
 	assert_int_equal(rg_iter_cost_model(h.s, &m), RG_OK);
-	assert_true(m.batch_ms == 0 && m.token_ms == 0 && m.pair_ms == 0);
+	assert_true(rg_step_cost_zero(&m));
 	/* nothing known: a deadline is not refused */
 	rand_prompt(pr, 600);
 	set_prompt(&h, 0, pr, 600, 1);
@@ -900,8 +909,8 @@ static void test_cost_learned_online(void **state)
 	h_run_all(&h);
 	assert_int_equal(rg_iter_cost_model(h.s, &m), RG_OK);
 	for (int k = 0; k < 4; k++) {
-		double want = h.ca + h.cb * shapes[k][0] + h.cc * shapes[k][1];
-		double got = rg_cost_model_ms(&m, shapes[k][0], shapes[k][1]);
+		double want = h.ca + h.cb * shapes[k].tokens + h.cc * (shapes[k].pairs + shapes[k].ctx);
+		double got = rg_step_cost_ms(&m, &shapes[k]);
 
 		assert_true(fabs(got - want) <= 0.02 * want);
 	}
@@ -1033,7 +1042,9 @@ static void test_beam_groups(void **state)
 		p.max_context = 96;
 		p.prefix_caching = variant != 2;
 		/* variant 1: 60 blocks for up to 16 requests of up to ~50 tokens, 4-beam groups
-		 * among them: preemption */
+		 * among them, and no headroom kept when admitting: preemption */
+		if (variant == 1)
+			p.watermark_blocks = 0;
 		h_init(&h, variant == 1 ? 60 : 400, 4, &p);
 		for (int id = 0; id < 16; id++) {
 			int n = irand(3, 30);
