@@ -83,6 +83,8 @@ typedef struct rg_serve_opts {
 	int block_size;               /* KV block positions */
 	bool no_prefix_caching;
 	double step_delay_ms;         /* testing: sleep before each step */
+	double default_ttft_ms;       /* TTFT target of requests without one (0: none) */
+	double default_tpot_ms;       /* TPOT target of requests without one (0: none) */
 } rg_serve_opts;
 
 /* Fill o with every default. */
