@@ -509,8 +509,14 @@ void rg_step_learner_add(rg_step_learner *l, const rg_step_shape *x, double ms)
 	if (l->cls[c].last == 0) {
 		l->cls[c].x = *x;
 		l->cls[c].ms = ms;
+		l->cls[c].w = 1;
 	} else {
-		double a = 0.25, m = fmin(ms, 4 * l->cls[c].ms);
+		/* the class's weight decays as the fit's does: a class met again after long takes
+		 * mostly the new step */
+		double w = l->cls[c].w * exp2(-(double)(l->n_steps - l->cls[c].last) / 64);
+		double a = 1 / (w + 1), m = fmin(ms, 4 * l->cls[c].ms);
+
+		l->cls[c].w = fmin(w + 1, 3); /* alpha at least 1/4 */
 
 		l->cls[c].x.tokens += a * (x->tokens - l->cls[c].x.tokens);
 		l->cls[c].x.n_decode += a * (x->n_decode - l->cls[c].x.n_decode);

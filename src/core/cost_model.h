@@ -97,7 +97,9 @@ rg_status rg_cost_learner_fit(const rg_cost_learner *l, rg_cost_model *out);
  *
  * rg_step_learner fits it online from the steps an engine runs: steps are sorted into shape
  * classes (decode rows x prefill tokens x mean context, each on a log2 scale); a class keeps an
- * exponentially weighted mean (alpha 1/4) of its recent steps, a new measurement first clipped
+ * exponentially weighted mean of its recent steps (alpha 1 / (1 + its count of steps decayed
+ * as below, at most 3): at least 1/4, near 1 for a class met again after long), a new
+ * measurement first clipped
  * to 4x the class's mean (one step that paid a one-time cost, allocation or a graph capture,
  * moves it by at most 3/4 of its mean); the model is the non-negative least-squares fit on
  * relative errors of one point per class, a class weighing 2^-(steps since it last ran / 64),
@@ -145,6 +147,7 @@ typedef struct rg_step_learner {
 	struct {
 		rg_step_shape x;         /* EW mean of the class's steps */
 		double ms;
+		double w;                /* its decayed count of steps, at most 3 */
 		unsigned long long last; /* step number of its last step; 0: never */
 	} cls[RG_STEP_LEARN_DEC * RG_STEP_LEARN_PF * RG_STEP_LEARN_CTX];
 	unsigned long long n_steps;
