@@ -1103,6 +1103,8 @@ static bool sim_watched(const sim_ent *e)
  * simulation's end when never), and t_end, the last step's end. */
 typedef struct sim_out {
 	int thr;
+	int stop_i;       /* (in) stop once entry stop_i has no first token by stop_at; -1: none */
+	double stop_at;
 	double t_thr, t_end;
 } sim_out;
 
@@ -1129,6 +1131,9 @@ static void sim_run(const rg_iter *s, const rg_step_cost *m, sim_ent *e, int n, 
 		o->t_thr = now;
 	for (int step = 0; step < s->p.max_sim_steps && left > 0; step++) {
 		int budget = s->B, nseq = 0, k = 0;
+
+		if (o->stop_i >= 0 && e[o->stop_i].first_ms < 0 && t > o->stop_at)
+			break;
 		rg_step_shape x = {0};
 
 		for (int a = 0; a < na; a++)
@@ -1278,7 +1283,7 @@ static rg_status admit_check(rg_iter *s, const iseq *c, double now, rg_iter_admi
 	int *act = NULL, n1, n0, ci, n_hit = 0, cap = s->n_running + s->n_waiting + 1;
 	bool need = c->deadline_ms > 0 || c->tpot_ms > 0, miss = false;
 	const double k = s->p.deadline_slack;
-	sim_out o1 = {.thr = -1}, o0 = {.thr = -1};
+	sim_out o1 = {.thr = -1, .stop_i = -1}, o0 = {.thr = -1, .stop_i = -1};
 	rg_status st = RG_OK;
 
 	rg_iter_cost_model(s, &m);
@@ -1302,9 +1307,17 @@ static rg_status admit_check(rg_iter *s, const iseq *c, double now, rg_iter_admi
 		goto out_free_sims;
 	}
 	ci = sim_build(s, c, &ce, e1, &n1);
+	if (c->deadline_ms > 0) {
+		/* no first token by 16 times its deadline's horizon: missed by far; stop there
+		 * (a request behind thousands would simulate them all) */
+		o1.stop_i = ci;
+		o1.stop_at = now + 16 * fmax(c->arrival_ms + c->deadline_ms - now, 1) / k;
+	}
 	sim_run(s, &m, e1, n1, act, now, &o1);
 	if (e1[ci].first_ms >= 0)
 		adm->est_ttft_ms = e1[ci].first_ms - c->arrival_ms;
+	else if (o1.stop_i >= 0)
+		adm->est_ttft_ms = o1.t_end - c->arrival_ms; /* stopped: a lower bound */
 	if (e1[ci].n_out >= 2)
 		adm->est_tpot_ms = (e1[ci].last_ms - e1[ci].first_ms) / (e1[ci].n_out - 1);
 	if (sim_misses(s, &e1[ci], now)) {
@@ -1317,12 +1330,15 @@ static rg_status admit_check(rg_iter *s, const iseq *c, double now, rg_iter_admi
 		sim_run(s, &m, e0, 1, act, now, &o0);
 		if (sim_misses(s, &e0[0], now)) {
 			adm->retry_after_ms = -1;
-		} else if (ttft && e1[ci].first_ms >= 0) {
-			adm->retry_after_ms = fmax(1, now - c->arrival_ms +
-						      k * (e1[ci].first_ms - now) - c->deadline_ms);
+		} else if (ttft) {
+			/* past the horizon: at least the overshoot there */
+			double first = e1[ci].first_ms >= 0 ? e1[ci].first_ms : o1.t_end;
+
+			adm->retry_after_ms = fmax(1, now - c->arrival_ms + k * (first - now) -
+						      c->deadline_ms);
 		} else if (!ttft && c->tpot_ms > 0) {
 			sim_build(s, NULL, NULL, e0, &n0);
-			o0 = (sim_out){.thr = tpot_rows(s, &m, c) - 1};
+			o0 = (sim_out){.thr = tpot_rows(s, &m, c) - 1, .stop_i = -1};
 			if (o0.thr < 0)
 				o0.thr = 0;
 			sim_run(s, &m, e0, n0, act, now, &o0);

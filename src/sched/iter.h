@@ -73,6 +73,9 @@
  * without it shrinks to the rows at which its TPOT is met; for another's target, when that one
  * has its first token. An all-zero cost model (nothing measured, no prior) estimates nothing and
  * admits. A request without targets is refused for time only when it would make another miss.
+ * The simulation of a candidate with a deadline stops at 16 times its deadline's horizon
+ * without its first token (missed by far; its estimate is then that lower bound), so a request
+ * behind thousands does not simulate them all.
  * This is TCB's DAS (Fu et al. ICPP'22 sec. 5.2: schedule what meets its deadline), moved
  * from batch selection to admission, so that what is accepted is kept. The simulation ignores
  * KV pressure (preemption) and prefix hits of the requests already queued (both make it
