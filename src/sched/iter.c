@@ -220,9 +220,10 @@ rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p)
 	s->hit_hashes = calloc(MB, sizeof(uint64_t));
 	s->reg_blocks = calloc(MB, sizeof(int32_t));
 	s->learner = malloc(sizeof(*s->learner));
-	if (!s->learner || !s->running || !s->waiting || !s->dec || !s->tokens || !s->positions || !s->slots ||
-	    !s->cu || !s->ctx || !s->lrows || !s->lseq || !s->csrc || !s->cdst || !s->tables ||
-	    !s->ids || !s->bslot || !s->bn || !s->hit_blocks || !s->hit_hashes || !s->reg_blocks) {
+	if (!s->learner || !s->running || !s->waiting || !s->dec || !s->tokens || !s->positions ||
+	    !s->slots || !s->cu || !s->ctx || !s->lrows || !s->lseq || !s->csrc || !s->cdst ||
+	    !s->tables || !s->ids || !s->bslot || !s->bn || !s->hit_blocks || !s->hit_hashes ||
+	    !s->reg_blocks) {
 		st = rg_errorf(RG_ERR_OOM, "iter scheduler: out of memory");
 		goto out_free_sched;
 	}
@@ -387,8 +388,9 @@ static void decision_drop(rg_iter *s, iseq *q)
 	q->dec = -1;
 }
 
-/* Preempt the newest running sequence (recompute): out of the step, blocks freed, back to
- * waiting with every token it has. A beam group goes whole and restarts: its members' blocks
+/* Preempt the last running sequence in the queue's order (the newest arrival of the lowest
+ * priority and most served share; recompute): out of the step, blocks freed, back to waiting
+ * with every token it has. A beam group goes whole and restarts: its members' blocks
  * are freed, one member goes back to waiting with the prompt alone (slot 0), the others are
  * freed; the caller's search starts again when the prompt's row comes (rg_iter_beam_next).
  * True when q was among the preempted. */
