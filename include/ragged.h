@@ -851,7 +851,9 @@ typedef struct rg_gen_engine_params {
 	int max_context;            /* longest sequence, prompt + generated [0: the model's
 				     * max_position_embeddings, and what the cache holds] */
 	int max_waiting;            /* waiting sequences at most; more: RG_ERR_BUSY [1024] */
-	int watermark_blocks;       /* free blocks kept when admitting; -1: 1% of the pool [-1] */
+	int watermark_blocks;       /* free blocks kept when admitting (beside the blocks of the
+				     * whole sequence admitted); -1: max(1% of the pool, one per
+				     * sequence running after the admission) [-1] */
 	bool prefix_caching;        /* share cached prompt-prefix blocks [true] */
 	double deadline_slack;      /* admission's estimates are multiplied by this [1.1] */
 	int block_size;             /* KV positions per block [16] */
@@ -861,6 +863,11 @@ typedef struct rg_gen_engine_params {
 	bool warm_up;               /* run a few steps at create so admission's cost model has
 				     * measured points [false] */
 	double step_delay_ms;       /* testing: sleep this long in each step (a slow device) [0] */
+	double default_ttft_ms;     /* TTFT target of a request that sets no deadline_ms, ms; 0:
+				     * none [0]. A server-wide default sheds load (429) instead of
+				     * letting every TTFT grow without bound */
+	double default_tpot_ms;     /* TPOT target of a request that sets no tpot_ms, ms; 0: none
+				     * [0] */
 } rg_gen_engine_params;
 
 RG_API void rg_gen_engine_params_default(rg_gen_engine_params *p);
@@ -876,16 +883,22 @@ typedef struct rg_gen_options {
 				   * (the ids are biased away on the device, vLLM's min_tokens) */
 	bool skip_special_tokens; /* text without special tokens [true] */
 	bool keep_stop_id_text;   /* an ending EOS / stop id keeps its text (vLLM) [false] */
+	uint64_t fair_key; /* requests with the same key share one fair share of the queue (the server: one HTTP request, or one API key); 0: the request's own id */
 } rg_gen_options;
 
 RG_API void rg_gen_options_default(rg_gen_options *r);
 
-/* Admission's answer (filled whether admitted or refused). */
+/* Admission's answer (filled whether admitted or refused). The estimates are the step cost
+ * model's predictions (src/sched/iter.h), deadline_slack not applied; a request of n outputs
+ * gets its last output's, the latest in the queue. */
 typedef struct rg_gen_admission {
-	double est_ttft_ms;      /* estimated time to first token from arrival (0: not estimated) */
-	double est_tpot_ms;      /* estimated mean time per output token (0: not estimated) */
-	double retry_after_ms;   /* refused: estimated wait before it could be met (>= 1); -1:
-				  * never, even on an idle engine */
+	double est_ttft_ms;      /* estimated time to first token from arrival, ms (0: not
+				  * estimated: no target live, or nothing measured yet) */
+	double est_tpot_ms;      /* estimated mean time per output token, ms (0: not estimated) */
+	double retry_after_ms;   /* refused: estimated wait before it could be met, from the queue
+				  * (>= 1, RG_ERR_BUSY); -1: never (a deadline that even an idle
+				  * engine misses, or a request that can never fit:
+				  * RG_ERR_TOO_LONG, RG_ERR_INVALID_INPUT) */
 	bool refused_for_others; /* refused because an admitted request would miss its target */
 } rg_gen_admission;
 
@@ -925,6 +938,9 @@ typedef struct rg_gen_output {
 	double queue_ms;             /* arrival to its first scheduled step (0 before) */
 	rg_status status;            /* RG_OK, or the error that aborted it */
 	const char *error;           /* its message ("" when none) */
+	double est_ttft_ms;          /* admission's estimates (rg_gen_admission), recorded with
+				      * the request so its TTFT (first_token_ms - arrival) can be */
+	double est_tpot_ms;          /* compared with them; 0: not estimated */
 } rg_gen_output;
 
 /* An engine over decoder m (borrowed; the engine is its only user until freed): the KV cache
@@ -942,10 +958,20 @@ RG_API void rg_gen_engine_free(rg_gen_engine *e);
  * its arrays too; NULL: rg_gen_params_default; n_eos 0 with eos_ids NULL: the model's EOS ids;
  * -1: none) and r (NULL: rg_gen_options_default). Its p->n outputs (or p->n returned beams of
  * one beam group when num_beams > 1) are admitted whole or not at all. *id: the request's id
- * (unique, > 0). adm (may be NULL): admission's estimates, Retry-After when refused. Errors
- * (nothing admitted, nothing left queued): RG_ERR_INVALID_INPUT (a bad option, named),
- * RG_ERR_TOO_LONG (n_prompt >= max_context), RG_ERR_BUSY (the waiting queue is full, or a
- * deadline that cannot be met: 429), RG_ERR_OOM. */
+ * (unique, > 0). adm (may be NULL): admission's estimates, Retry-After when refused. A request
+ * without deadline_ms / tpot_ms gets the engine's default_ttft_ms / default_tpot_ms. The
+ * admission rule (src/sched/iter.h, after TCB's DAS): the request's TTFT is predicted by
+ * simulating the steps ahead (every prompt token ahead of it in the queue's order, in chunks of
+ * max_num_batched_tokens, beside the decode steps of what runs), its TPOT from the batch it
+ * will decode in, with the step cost model fitted online from the steps the engine runs; it is
+ * admitted only when both, times deadline_slack, meet its targets and no request in the engine
+ * that meets its own would then miss. Queue order: priority, then fair shares (r->fair_key),
+ * then arrival. Errors (nothing admitted, nothing left queued; adm->retry_after_ms -1 but for
+ * RG_ERR_BUSY): RG_ERR_INVALID_INPUT (a bad option, named; n above max_waiting, num_beams above
+ * max_num_seqs: never admissible), RG_ERR_TOO_LONG (n_prompt >= max_context; beams whose
+ * sequences cannot all fit the KV pool), RG_ERR_BUSY (the waiting queue is full, or a target
+ * that cannot be met now: 429 with Retry-After; retry_after_ms -1 when even an idle engine
+ * misses it), RG_ERR_OOM. */
 RG_API rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_prompt,
 				   const rg_gen_params *p, const rg_gen_options *r, double now_ms,
 				   uint64_t *id, rg_gen_admission *adm);
@@ -977,6 +1003,9 @@ RG_API rg_status rg_gen_engine_output(const rg_gen_engine *e, uint64_t id, int k
 /* Whether every output of request id has ended (false for an unknown id). */
 RG_API bool rg_gen_engine_finished(const rg_gen_engine *e, uint64_t id);
 /* Forget request id (aborted first when it has not finished): its outputs are freed.
+ * A request still waiting leaves the queue at once (nothing queued, no block held, the
+ * counters of rg_gen_engine_get_stats say so on return), which is how a caller rolls back a
+ * partly submitted group of requests; one in the step in flight is dropped when it ends.
  * Unknown ids are ignored. */
 RG_API void rg_gen_engine_release(rg_gen_engine *e, uint64_t id);
 /* Whether any request is running or waiting, or an end is still to be reported. */

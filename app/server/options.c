@@ -195,6 +195,11 @@ static const opt_spec g_opts[] = {
 	 "decoders: do not share the KV blocks of common prompt prefixes"},
 	{"--step-delay-ms", "X", OPT_DOUBLE, F(step_delay_ms), 0, 60000, "0",
 	 "testing: sleep before each generation step (a slow device)"},
+	{"--default-ttft-ms", "X", OPT_DOUBLE, F(default_ttft_ms), 0, 1e7, "0",
+	 "decoders: time-to-first-token target of a request that sets no deadline_ms; one that "
+	 "cannot meet it is refused at once with 429 and Retry-After (0: off)"},
+	{"--default-tpot-ms", "X", OPT_DOUBLE, F(default_tpot_ms), 0, 1e7, "0",
+	 "decoders: time-per-output-token target of a request that sets none (0: off)"},
 };
 #undef F
 

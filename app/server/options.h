@@ -84,6 +84,8 @@ typedef struct rg_serve_opts {
 	bool no_prefix_caching;
 	double step_delay_ms;         /* testing: sleep before each step */
 	const char *trace_steps;      /* diagnostics: a line per generation step to this file */
+	double default_ttft_ms;       /* TTFT target of requests without one (0: none) */
+	double default_tpot_ms;       /* TPOT target of requests without one (0: none) */
 } rg_serve_opts;
 
 /* Fill o with every default. */

@@ -70,7 +70,8 @@ class EngineParams(ctypes.Structure):
                 ("watermark_blocks", ctypes.c_int), ("prefix_caching", ctypes.c_bool),
                 ("deadline_slack", ctypes.c_double), ("block_size", ctypes.c_int),
                 ("kv_bytes", ctypes.c_size_t), ("kv_fraction", ctypes.c_double),
-                ("warm_up", ctypes.c_bool), ("step_delay_ms", ctypes.c_double)]
+                ("warm_up", ctypes.c_bool), ("step_delay_ms", ctypes.c_double),
+                ("default_ttft_ms", ctypes.c_double), ("default_tpot_ms", ctypes.c_double)]
 
 
 class GenEvent(ctypes.Structure):
@@ -92,7 +93,8 @@ class GenOutput(ctypes.Structure):
                 ("score", ctypes.c_double), ("prompt_tokens", ctypes.c_int),
                 ("n_cached", ctypes.c_int), ("n_preemptions", ctypes.c_int),
                 ("first_token_ms", ctypes.c_double), ("queue_ms", ctypes.c_double),
-                ("status", ctypes.c_int), ("error", ctypes.c_char_p)]
+                ("status", ctypes.c_int), ("error", ctypes.c_char_p),
+                ("est_ttft_ms", ctypes.c_double), ("est_tpot_ms", ctypes.c_double)]
 
 
 class KvInfo(ctypes.Structure):

@@ -81,4 +81,93 @@ void rg_cost_learner_add(rg_cost_learner *l, double tokens, double pairs, double
  * neither. Errors as rg_cost_model_fit_weighted's. */
 rg_status rg_cost_learner_fit(const rg_cost_learner *l, rg_cost_model *out);
 
+/* ---- The cost of one generation step (the iteration scheduler's admission, src/sched/iter.h)
+ *
+ * A step of the iteration scheduler mixes decode rows (one new token after c cached ones) and
+ * prefill chunks (n new tokens after c cached ones). Its time is modelled as
+ *     step_ms + token_ms * tokens + pair_ms * pairs + ctx_ms * ctx + row_ms * rows
+ * with tokens the computed tokens (the GEMM rows of every layer), pairs the query-key pairs of
+ * the prefill chunks under the causal mask (n * (c + (n + 1) / 2) each: attention's compute),
+ * ctx the context the decode rows read (the sum of their context lengths: attention's KV reads,
+ * which on a GPU cost per pair several times what a prefill pair costs), and rows the logits
+ * rows sampled (sampling, detokenizing and the host's per-stream work). step_ms is what every
+ * step pays (launches, the weights read once per step when decoding is memory bound).
+ * Vidur (Agrawal et al., MLSys'24) models a step the same way, per operation, from the
+ * batch's prefill and decode composition.
+ *
+ * rg_step_learner fits it online from the steps an engine runs: steps are sorted into shape
+ * classes (decode rows x prefill tokens x mean context, each on a log2 scale); a class keeps an
+ * exponentially weighted mean of its recent steps (alpha 1 / (1 + its count of steps decayed
+ * as below, at most 3): at least 1/4, near 1 for a class met again after long), a new
+ * measurement first clipped
+ * to 4x the class's mean (one step that paid a one-time cost, allocation or a graph capture,
+ * moves it by at most 3/4 of its mean); the model is the non-negative least-squares fit on
+ * relative errors of one point per class, a class weighing 2^-(steps since it last ran / 64),
+ * at least 0.01, so that what runs now decides and shapes seen long ago only fill in what
+ * nothing recent measures. A prior (a start-up fit, e.g. of warm-up steps:
+ * rg_step_learner_settle) enters as five points of weight 0.0025. Pure arithmetic, fixed
+ * size (about 90 KB: allocate it with its owner), no allocation. */
+typedef struct rg_step_shape {
+	double tokens;   /* computed tokens of the step, >= 1 */
+	double n_decode; /* decode rows among them (classes only; not a model term) */
+	double pairs;    /* attention pairs of its prefill chunks */
+	double ctx;      /* context lengths of its decode rows, summed */
+	double rows;     /* logits rows sampled */
+} rg_step_shape;
+
+typedef struct rg_step_cost {
+	double step_ms;  /* per step, ms, >= 0 */
+	double token_ms; /* per computed token */
+	double pair_ms;  /* per prefill attention pair */
+	double ctx_ms;   /* per context token read by a decode row */
+	double row_ms;   /* per sampled row */
+} rg_step_cost;
+
+/* Estimated time (ms) of a step of shape x; an all-zero model estimates 0 (no information). */
+double rg_step_cost_ms(const rg_step_cost *m, const rg_step_shape *x);
+/* True when every coefficient is 0. */
+bool rg_step_cost_zero(const rg_step_cost *m);
+/* True when every coefficient is finite and >= 0. */
+bool rg_step_cost_valid(const rg_step_cost *m);
+
+/* Fit the model to n >= 1 measured steps x[i] -> ms[i] with weights w[i] >= 0 (NULL: all 1) by
+ * weighted least squares with every coefficient >= 0 (the exact optimum over the 31 supports of
+ * the 5 terms, columns scaled to unit RMS). RG_ERR_INVALID_INPUT for n < 1, a value that is
+ * not finite and >= 0, or every weight 0. */
+rg_status rg_step_cost_fit(const rg_step_shape *x, const double *ms, const double *w, int n,
+			   rg_step_cost *out);
+
+enum { RG_STEP_LEARN_DEC = 9, RG_STEP_LEARN_PF = 12, RG_STEP_LEARN_CTX = 14,
+       RG_STEP_LEARN_PRIOR = 5 };
+
+typedef struct rg_step_learner {
+	rg_step_shape prior_x[RG_STEP_LEARN_PRIOR];
+	double prior_ms[RG_STEP_LEARN_PRIOR];
+	int n_prior;
+	struct {
+		rg_step_shape x;         /* EW mean of the class's steps */
+		double ms;
+		double w;                /* its decayed count of steps, at most 3 */
+		unsigned long long last; /* step number of its last step; 0: never */
+	} cls[RG_STEP_LEARN_DEC * RG_STEP_LEARN_PF * RG_STEP_LEARN_CTX];
+	unsigned long long n_steps;
+	int max_tokens, max_seqs, max_context; /* the engine's limits: the prior's shapes */
+} rg_step_learner;
+
+/* Start from prior m (NULL or all zero: none) for an engine of max_tokens new tokens and
+ * max_seqs sequences a step and max_context tokens a sequence. */
+void rg_step_learner_init(rg_step_learner *l, const rg_step_cost *m, int max_tokens, int max_seqs,
+			  int max_context);
+/* Replace the prior only. */
+void rg_step_learner_set_prior(rg_step_learner *l, const rg_step_cost *m);
+/* One step of shape x ran in ms. Ignored unless every value is finite, x->tokens >= 1, the
+ * others >= 0 and ms >= 0. */
+void rg_step_learner_add(rg_step_learner *l, const rg_step_shape *x, double ms);
+/* The model refitted to the classes and the prior; the zero model when there is neither. */
+rg_status rg_step_learner_fit(const rg_step_learner *l, rg_step_cost *out);
+/* Fold what was measured into the prior and forget the measurements: after a warm-up, whose
+ * steps ran cold (first shapes, caches, a machine not yet loaded as it will be), so that they
+ * inform only what the steps run later do not. Nothing measured: the prior is kept. */
+void rg_step_learner_settle(rg_step_learner *l);
+
 #endif

@@ -69,6 +69,7 @@ typedef struct ereq {
 	rg_beam_search *bs;   /* beam requests */
 	int max_new;
 	double queue_ms;
+	double est_ttft_ms, est_tpot_ms; /* admission's estimates (the latest output's) */
 	rg_status status;
 	char err[200];
 	bool finished;        /* every output ended */
@@ -110,7 +111,12 @@ struct rg_gen_engine {
 	rg_token_array work;    /* host-chain scratch (V) */
 	rg_status run_st;
 	char run_err[256];
-	double step_ms;
+	/* the cost model's measurement: a step's period, from its begin to the next step's begin
+	 * while work remains (the host's work around the model, the caller's included), else to
+	 * its own end */
+	double t_begin, prev_begin, prev_end;
+	rg_step_shape prev_shape;
+	bool prev_ran, prev_busy, no_measure;
 
 	rg_gen_event *ev;
 	int n_ev, cap_ev;
@@ -148,6 +154,8 @@ void rg_gen_engine_params_default(rg_gen_engine_params *p)
 	p->deadline_slack = 1.1;
 	p->block_size = 16;
 	p->kv_fraction = 0.9;
+	p->default_ttft_ms = 0;
+	p->default_tpot_ms = 0;
 }
 
 void rg_gen_options_default(rg_gen_options *r)
@@ -345,8 +353,11 @@ rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_promp
 
 	if (id)
 		*id = 0;
-	if (adm)
+	if (adm) {
+		/* until the queue decides: what is refused before can never be admitted */
 		memset(adm, 0, sizeof(*adm));
+		adm->retry_after_ms = -1;
+	}
 	if (!e || !prompt || n_prompt < 1 || !id)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: no engine, prompt or id");
 	if (params)
@@ -379,6 +390,21 @@ rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_promp
 				 "the prompt has %d tokens; this model's context is %d tokens "
 				 "(prompt and completion together)",
 				 n_prompt, e->max_context);
+	if (p.num_beams <= 1 && p.n > e->p.max_waiting)
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "generate: n is %d; the engine queues at most %d sequences "
+				 "(max_waiting)", p.n, e->p.max_waiting);
+	if (p.num_beams > e->S)
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "generate: num_beams is %d; a step runs at most %d sequences "
+				 "(max_num_seqs)", p.num_beams, e->S);
+	if (adm)
+		adm->retry_after_ms = 0;
+	/* the engine's defaults for a request without targets */
+	if (opt.deadline_ms == 0)
+		opt.deadline_ms = e->p.default_ttft_ms;
+	if (opt.tpot_ms == 0)
+		opt.tpot_ms = e->p.default_tpot_ms;
 	for (int k = 0; k < n_prompt; k++)
 		if (prompt[k] < 0 || prompt[k] >= e->V)
 			return rg_errorf(RG_ERR_INVALID_INPUT,
@@ -419,10 +445,14 @@ rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_promp
 			.priority = opt.priority, .arrival_ms = q->opt.arrival_ms,
 			.deadline_ms = opt.deadline_ms, .tpot_ms = opt.tpot_ms,
 			.n_beams = q->beam ? p.num_beams : 0,
+			/* key 0: the request's own share, all its outputs in it */
+			.fair_key = opt.fair_key ? opt.fair_key : q->id, .fair_own = !opt.fair_key,
 		};
 
 		if ((st = rg_iter_add(e->it, &ir, now_ms, &ia)) != RG_OK)
 			break;
+		q->est_ttft_ms = ia.est_ttft_ms; /* the last output's: the latest first token */
+		q->est_tpot_ms = fmax(q->est_tpot_ms, ia.est_tpot_ms);
 		q->o[k].live = true;
 		added++;
 	}
@@ -643,6 +673,17 @@ static rg_status ensure_logits(rg_gen_engine *e)
 	return RG_OK;
 }
 
+/* The cost model's measurement of the last step that ran (see the struct): its period up to
+ * t, the next step's begin, when work remained after it, else its own begin-to-end time. */
+static void measure_prev(rg_gen_engine *e, double t)
+{
+	if (!e->prev_ran)
+		return;
+	e->prev_ran = false;
+	rg_iter_cost_observe(e->it, &e->prev_shape,
+			     (e->prev_busy ? t : e->prev_end) - e->prev_begin);
+}
+
 rg_status rg_gen_engine_step_begin(rg_gen_engine *e, double now_ms, bool *ran)
 {
 	const rg_step_batch *b;
@@ -653,6 +694,8 @@ rg_status rg_gen_engine_step_begin(rg_gen_engine *e, double now_ms, bool *ran)
 	*ran = false;
 	if (e->pending)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: a step is already in flight");
+	e->t_begin = rg_gen_engine_now_ms();
+	measure_prev(e, e->t_begin);
 	e->n_ev = 0;
 	e->run_st = RG_OK;
 	e->run_err[0] = '\0';
@@ -764,12 +807,10 @@ rg_status rg_gen_engine_step_run(rg_gen_engine *e)
 {
 	const rg_step_batch *b = &e->plan.batch;
 	const int tn = e->top_n;
-	double t0;
 	rg_status st = RG_OK;
 
 	if (!e->pending || !e->ran || e->run_st != RG_OK)
 		return RG_OK;
-	t0 = rg_gen_engine_now_ms();
 	sleep_ms(e->p.step_delay_ms); /* testing: part of the step, as a slow device's time */
 	if (e->plan.n_copies > 0) {
 		if (!e->r.copy_blocks)
@@ -797,7 +838,6 @@ rg_status rg_gen_engine_step_run(rg_gen_engine *e)
 			break;
 		}
 	}
-	e->step_ms = rg_gen_engine_now_ms() - t0;
 	if (st != RG_OK) {
 		e->run_st = st;
 		snprintf(e->run_err, sizeof(e->run_err), "the model failed: %s", rg_last_error());
@@ -974,7 +1014,17 @@ rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms, const rg_gen_e
 				emit(e, q, k, 1);
 			}
 			beam_steps(e);
-			rg_iter_update(e->it, e->ids, e->stops, now_ms, e->step_ms);
+			rg_iter_update(e->it, e->ids, e->stops, now_ms, NAN); /* measure_prev's */
+			if (!e->no_measure) {
+				rg_iter_stats is;
+
+				rg_iter_stats_get(e->it, &is);
+				e->prev_ran = true;
+				e->prev_busy = is.n_running + is.n_waiting > 0;
+				e->prev_begin = e->t_begin;
+				e->prev_end = rg_gen_engine_now_ms();
+				e->prev_shape = e->plan.shape;
+			}
 			e->n_steps++;
 			e->n_preemptions += e->plan.n_preempted;
 			e->last_step_tokens = b->n_tokens;
@@ -1037,7 +1087,7 @@ rg_status rg_gen_engine_output(const rg_gen_engine *e, uint64_t id, int k, rg_ge
 		.stop_str = o->seq.stop_str, .score = o->seq.score, .prompt_tokens = q->prompt_len,
 		.n_cached = o->n_cached, .n_preemptions = o->n_preemptions,
 		.first_token_ms = o->first_ms, .queue_ms = q->queue_ms, .status = q->status,
-		.error = q->err,
+		.error = q->err, .est_ttft_ms = q->est_ttft_ms, .est_tpot_ms = q->est_tpot_ms,
 	};
 	if (q->beam && o->seq.finish != RG_FINISH_NONE)
 		out->first_token_ms = o->first_ms ? o->first_ms : 0;
@@ -1115,12 +1165,12 @@ void rg_gen_engine_get_stats(const rg_gen_engine *e, rg_gen_engine_stats *out)
 	out->eos_ids = e->eos;
 }
 
-rg_status rg_gen_engine_cost_model(rg_gen_engine *e, rg_cost_model *out)
+rg_status rg_gen_engine_cost_model(rg_gen_engine *e, rg_step_cost *out)
 {
 	return rg_iter_cost_model(e->it, out);
 }
 
-void rg_gen_engine_set_cost_prior(rg_gen_engine *e, const rg_cost_model *m)
+void rg_gen_engine_set_cost_prior(rg_gen_engine *e, const rg_step_cost *m)
 {
 	rg_iter_set_cost_prior(e->it, m);
 }
@@ -1194,15 +1244,19 @@ static rg_status warm_up(rg_gen_engine *e)
 			rg_iter_update(e->it, e->ids, NULL, rg_gen_engine_now_ms(), NAN);
 			goto out;
 		}
-		/* the first step of a shape pays one-time costs (allocation, graphs): not fitted */
-		if (guard == 1)
-			e->step_ms = NAN;
+		/* the first step pays one-time costs (allocation, graphs): not fitted */
+		e->no_measure = guard == 1;
 		rg_gen_engine_step_end(e, rg_gen_engine_now_ms(), NULL, NULL);
+		e->no_measure = false;
 	}
 out:
 	for (int q = 0; q < 3; q++)
 		rg_gen_engine_release(e, ids[q]);
 	free(prompt);
+	/* the warm-up's steps ran cold and alone: they become the prior that the steps served
+	 * later refine, not points that stay beside them (issue 28) */
+	measure_prev(e, rg_gen_engine_now_ms());
+	rg_iter_cost_settle(e->it);
 	return st;
 }
 

@@ -68,9 +68,11 @@ rg_status rg_gen_engine_params_check(const rg_gen_params *p, int vocab, bool str
  * exist). */
 void rg_gen_model_runner(rg_model *m, rg_gen_runner *r);
 
-/* The scheduler's step cost model (admission's estimates), and its prior. */
-rg_status rg_gen_engine_cost_model(rg_gen_engine *e, rg_cost_model *out);
-void rg_gen_engine_set_cost_prior(rg_gen_engine *e, const rg_cost_model *m);
+/* The scheduler's step cost model (admission's estimates: fitted online from each step's
+ * period, from its begin to the next step's begin while work remains, so the host's work around
+ * the model counts), and its prior. */
+RG_TEST_API rg_status rg_gen_engine_cost_model(rg_gen_engine *e, rg_step_cost *out);
+RG_TEST_API void rg_gen_engine_set_cost_prior(rg_gen_engine *e, const rg_step_cost *m);
 
 /* How many sequences request id has, or -1 for an unknown id. */
 int rg_gen_engine_n_outputs(const rg_gen_engine *e, uint64_t id);

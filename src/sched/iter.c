@@ -15,7 +15,10 @@ typedef struct iseq {
 	uint64_t id;
 	int priority, prompt_len, max_new; /* max_new = min(max_tokens, max_context - prompt_len) */
 	double arrival_ms, deadline_ms, tpot_ms;
-	uint64_t order;    /* arrival counter: ties of priority */
+	uint64_t order;    /* arrival counter: ties of priority and tag */
+	uint64_t fair_key; /* its fair share (rg_iter_request.fair_key; fair_own: its own) */
+	bool fair_own;
+	double tag, cost;  /* virtual start tag in its share, and its service (tokens) */
 	int32_t *tokens;   /* (prompt_len + max_new) prompt then generated */
 	int n_tokens;
 	int n_computed;    /* tokens whose K/V are in its block table (after the last update) */
@@ -72,6 +75,7 @@ struct rg_iter {
 	int n_bn;
 	int plan_tokens;
 	double plan_pairs;
+	rg_step_shape plan_shape;
 	/* prefix lookups */
 	int32_t *hit_blocks;                     /* (max_blocks) */
 	uint64_t *hit_hashes;                    /* (max_blocks) */
@@ -80,10 +84,12 @@ struct rg_iter {
 	rg_iter_done *done; /* (n_done) entries [done_read, n_done) not yet returned */
 	int n_done, done_cap, done_read;
 	/* cost model */
-	rg_cost_learner learner;
-	rg_cost_model model;
+	rg_step_learner *learner;
+	rg_step_cost model;
 	bool model_dirty;
 	uint64_t next_order;
+	double vtime;            /* fair queueing's virtual time: the tag of the last admitted */
+	bool headroom_auto;      /* watermark_blocks was -1: headroom() per running sequence */
 	long long n_steps, n_admitted, n_refused, n_preemptions, n_finished;
 };
 
@@ -158,6 +164,7 @@ void rg_iter_free(rg_iter *s)
 	free(s->hit_hashes);
 	free(s->reg_blocks);
 	free(s->done);
+	free(s->learner);
 	free(s);
 }
 
@@ -186,6 +193,7 @@ rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p)
 	s->max_blocks = (p->max_context + s->bs - 1) / s->bs;
 	s->B = p->max_num_batched_tokens;
 	s->S = p->max_num_seqs;
+	s->headroom_auto = s->p.watermark_blocks < 0;
 	if (s->p.watermark_blocks < 0)
 		s->p.watermark_blocks = rg_kv_pool_n_blocks(pool) / 100;
 	B = (size_t)s->B;
@@ -211,9 +219,11 @@ rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p)
 	s->hit_blocks = calloc(MB, sizeof(int32_t));
 	s->hit_hashes = calloc(MB, sizeof(uint64_t));
 	s->reg_blocks = calloc(MB, sizeof(int32_t));
-	if (!s->running || !s->waiting || !s->dec || !s->tokens || !s->positions || !s->slots ||
-	    !s->cu || !s->ctx || !s->lrows || !s->lseq || !s->csrc || !s->cdst || !s->tables ||
-	    !s->ids || !s->bslot || !s->bn || !s->hit_blocks || !s->hit_hashes || !s->reg_blocks) {
+	s->learner = malloc(sizeof(*s->learner));
+	if (!s->learner || !s->running || !s->waiting || !s->dec || !s->tokens || !s->positions ||
+	    !s->slots || !s->cu || !s->ctx || !s->lrows || !s->lseq || !s->csrc || !s->cdst ||
+	    !s->tables || !s->ids || !s->bslot || !s->bn || !s->hit_blocks || !s->hit_hashes ||
+	    !s->reg_blocks) {
 		st = rg_errorf(RG_ERR_OOM, "iter scheduler: out of memory");
 		goto out_free_sched;
 	}
@@ -221,7 +231,7 @@ rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p)
 		goto out_free_sched;
 	if ((st = rg_kv_init(&s->kv, pool, s->cache)) != RG_OK)
 		goto out_free_sched;
-	rg_cost_learner_init(&s->learner, NULL, p->max_context);
+	rg_step_learner_init(s->learner, NULL, s->B, s->S, p->max_context);
 	*out = s;
 	return RG_OK;
 out_free_sched:
@@ -229,19 +239,31 @@ out_free_sched:
 	return st;
 }
 
-void rg_iter_set_cost_prior(rg_iter *s, const rg_cost_model *m)
+void rg_iter_set_cost_prior(rg_iter *s, const rg_step_cost *m)
 {
-	rg_cost_learner_set_prior(&s->learner, m, s->p.max_context);
+	rg_step_learner_set_prior(s->learner, m);
 	s->model_dirty = true;
 }
 
-rg_status rg_iter_cost_model(rg_iter *s, rg_cost_model *out)
+void rg_iter_cost_observe(rg_iter *s, const rg_step_shape *x, double ms)
+{
+	rg_step_learner_add(s->learner, x, ms);
+	s->model_dirty = true;
+}
+
+void rg_iter_cost_settle(rg_iter *s)
+{
+	rg_step_learner_settle(s->learner);
+	s->model_dirty = true;
+}
+
+rg_status rg_iter_cost_model(rg_iter *s, rg_step_cost *out)
 {
 	rg_status st = RG_OK;
 
 	if (s->model_dirty) {
-		if ((st = rg_cost_learner_fit(&s->learner, &s->model)) != RG_OK)
-			s->model = (rg_cost_model){0, 0, 0};
+		if ((st = rg_step_learner_fit(s->learner, &s->model)) != RG_OK)
+			s->model = (rg_step_cost){0};
 		s->model_dirty = false;
 	}
 	*out = s->model;
@@ -250,9 +272,52 @@ rg_status rg_iter_cost_model(rg_iter *s, rg_cost_model *out)
 
 /* ---- queues ---- */
 
+/* The queue's order: priority (higher first), then the fair share's virtual start tag (start-
+ * time fair queueing, Goyal et al. SIGCOMM'96: the share that has been served least goes
+ * first), then arrival. Running sequences are kept in the same order, so the last running is
+ * the one preemption takes. */
 static bool before(const iseq *a, const iseq *b)
 {
-	return a->priority != b->priority ? a->priority > b->priority : a->order < b->order;
+	if (a->priority != b->priority)
+		return a->priority > b->priority;
+	if (a->tag != b->tag)
+		return a->tag < b->tag;
+	return a->order < b->order;
+}
+
+static bool same_share(const iseq *a, uint64_t key, bool own)
+{
+	return a->fair_key == key && a->fair_own == own;
+}
+
+/* The start tag of a new request of share (key, own): where the share's last request (waiting
+ * or running) ends in virtual time, or the virtual time now when it has none ahead. */
+static double share_tag(const rg_iter *s, uint64_t key, bool own)
+{
+	double t = s->vtime;
+
+	for (int i = 0; i < s->n_running; i++)
+		if (same_share(s->running[i], key, own))
+			t = fmax(t, s->running[i]->tag + s->running[i]->cost);
+	for (int i = 0; i < s->n_waiting; i++)
+		if (same_share(s->waiting[i], key, own))
+			t = fmax(t, s->waiting[i]->tag + s->waiting[i]->cost);
+	return t;
+}
+
+/* Insert q into running at its place in the queue's order (a beam group's members stay
+ * contiguous: they share every key of the order). */
+static void running_insert(rg_iter *s, iseq *q)
+{
+	int i = s->n_running;
+
+	while (i > 0 && before(q, s->running[i - 1])) {
+		s->running[i] = s->running[i - 1];
+		i--;
+	}
+	s->running[i] = q;
+	s->n_running++;
+	q->state = ST_RUNNING;
 }
 
 static void waiting_insert(rg_iter *s, iseq *q)
@@ -323,8 +388,9 @@ static void decision_drop(rg_iter *s, iseq *q)
 	q->dec = -1;
 }
 
-/* Preempt the newest running sequence (recompute): out of the step, blocks freed, back to
- * waiting with every token it has. A beam group goes whole and restarts: its members' blocks
+/* Preempt the last running sequence in the queue's order (the newest arrival of the lowest
+ * priority and most served share; recompute): out of the step, blocks freed, back to waiting
+ * with every token it has. A beam group goes whole and restarts: its members' blocks
  * are freed, one member goes back to waiting with the prompt alone (slot 0), the others are
  * freed; the caller's search starts again when the prompt's row comes (rg_iter_beam_next).
  * True when q was among the preempted. */
@@ -407,12 +473,27 @@ static bool reserve_running(rg_iter *s, iseq *q, int n, int *n_pre)
 	}
 }
 
+/* Free blocks that admission leaves to the running sequences (vLLM's watermark; by default at
+ * least one block per sequence running after the admission, each decode's next block): without
+ * it a sequence admitted into a full pool is preempted again within a few steps, and the one it
+ * displaced comes back into the same squeeze (issue 28: 119 preemptions for six requests). */
+static int headroom(const rg_iter *s, int width)
+{
+	int n = s->n_running + width;
+
+	if (!s->headroom_auto || s->p.watermark_blocks > n)
+		return s->p.watermark_blocks;
+	return n;
+}
+
 /* Admit the head of the waiting queue with a chunk of at most budget tokens: share its cached
- * prefix, then take slots. False (nothing changed) when it does not fit. */
+ * prefix, then take slots. Only when the blocks of its whole rest (every token it has, not the
+ * chunk alone: a preempted sequence comes back with what it generated) plus headroom() are
+ * free, unless nothing runs. False (nothing changed) when it does not fit. */
 static bool admit_head(rg_iter *s)
 {
 	iseq *q = s->waiting[0];
-	int n_hit = 0, max_hit = (q->n_tokens - 1) / s->bs, avail, fit, n;
+	int n_hit = 0, max_hit = (q->n_tokens - 1) / s->bs, avail, fit, n, rest;
 
 	if (s->cache) {
 		n_hit = rg_prefix_cache_lookup(s->cache, q->tokens, q->n_tokens, max_hit,
@@ -421,12 +502,15 @@ static bool admit_head(rg_iter *s)
 			n_hit = 0;
 	}
 	q->n_computed = n_hit * s->bs;
-	n = q->n_tokens - q->n_computed;
+	rest = n = q->n_tokens - q->n_computed;
 	if (n > s->budget)
 		n = s->budget;
 	avail = rg_kv_n_avail(s->kv);
-	if (s->n_running > 0)
-		avail -= s->p.watermark_blocks;
+	if (s->n_running > 0) {
+		avail -= headroom(s, q->n_beams >= 2 ? q->n_beams : 1);
+		if (rg_kv_blocks_needed(s->kv, kv_id(q), rest) > avail)
+			avail = 0;
+	}
 	fit = avail > 0 ? rg_kv_fit(s->kv, kv_id(q), n, avail) : 0;
 	if (fit < 1 || !take(s, q, fit)) {
 		rg_kv_remove(s->kv, kv_id(q));
@@ -439,8 +523,8 @@ static bool admit_head(rg_iter *s)
 	q->n_hashed = n_hit;
 	q->n_cached = n_hit * s->bs;
 	memmove(s->waiting, s->waiting + 1, (size_t)(--s->n_waiting) * sizeof(iseq *));
-	s->running[s->n_running++] = q;
-	q->state = ST_RUNNING;
+	running_insert(s, q);
+	s->vtime = fmax(s->vtime, q->tag);
 	return true;
 }
 
@@ -464,7 +548,7 @@ static int running_room(const rg_iter *s)
 static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
 {
 	int tok = 0, nl = 0, nc = 0, n_dec_seqs = 0, n_pf = 0;
-	double pairs = 0;
+	double pairs = 0, pf_pairs = 0, dec_ctx = 0;
 
 	s->cu[0] = 0;
 	for (int i = 0; i < s->n_dec; i++) {
@@ -493,14 +577,19 @@ static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
 			s->csrc[nc] = d->copy.src;
 			s->cdst[nc++] = d->copy.dst;
 		}
-		if (n == 1 && c + 1 == q->n_tokens && c >= q->prompt_len)
+		if (n == 1 && c + 1 == q->n_tokens && c >= q->prompt_len) {
 			n_dec_seqs++;
-		else
+			dec_ctx += c + 1;
+		} else {
 			n_pf += n;
+			pf_pairs += (double)n * ((double)c + (n + 1) / 2.0);
+		}
 		pairs += (double)n * ((double)c + (n + 1) / 2.0);
 	}
 	s->plan_tokens = tok;
 	s->plan_pairs = pairs;
+	s->plan_shape = (rg_step_shape){.tokens = tok, .n_decode = n_dec_seqs, .pairs = pf_pairs,
+					.ctx = dec_ctx, .rows = nl};
 	*plan = (rg_iter_plan){
 		.batch = {
 			.n_tokens = tok, .tokens = s->tokens, .positions = s->positions,
@@ -510,7 +599,7 @@ static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
 		},
 		.seq_ids = s->ids, .beam_slot = s->bslot, .logits_seq = s->lseq, .n_copies = nc,
 		.copy_src = s->csrc, .copy_dst = s->cdst, .n_decode_seqs = n_dec_seqs, .n_prefill_tokens = n_pf,
-		.pairs = pairs, .n_preempted = n_pre,
+		.pairs = pairs, .shape = s->plan_shape, .n_preempted = n_pre,
 	};
 }
 
@@ -915,10 +1004,8 @@ rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop, d
 			st = st2;
 	}
 	s->n_bn = 0;
-	if (isfinite(step_ms) && step_ms >= 0 && s->plan_tokens > 0) {
-		rg_cost_learner_add(&s->learner, s->plan_tokens, s->plan_pairs, step_ms);
-		s->model_dirty = true;
-	}
+	if (isfinite(step_ms) && step_ms >= 0 && s->plan_tokens > 0)
+		rg_iter_cost_observe(s, &s->plan_shape, step_ms);
 	s->n_dec = 0;
 	s->pending = false;
 	s->n_steps++;
@@ -1013,77 +1100,119 @@ static bool sim_watched(const sim_ent *e)
 	return (e->deadline_abs > 0 && e->first_ms < 0) || (e->tpot > 0 && e->rem_out > 0);
 }
 
-/* Run the scheduler's passes on e (n entries: running by age, then waiting in order) from now
- * with model m until every target is resolved or max_steps; *t_end gets the last step's end. */
-static void sim_run(const rg_iter *s, const rg_cost_model *m, sim_ent *e, int n, double now,
-		    double *t_end)
+/* What a simulation tracks beside its entries: (in) thr, the running count to watch for (< 0:
+ * none); (out) t_thr, the end of the first step after which at most thr entries run (the
+ * simulation's end when never), and t_end, the last step's end. */
+typedef struct sim_out {
+	int thr;
+	int stop_i;       /* (in) stop once entry stop_i has no first token by stop_at; -1: none */
+	double stop_at;
+	double t_thr, t_end;
+} sim_out;
+
+/* Run the scheduler's passes on e (n entries: running in the queue's order, then waiting in
+ * order; act (n) scratch) from now with model m until every target is resolved or
+ * max_sim_steps: each step gives its budget of max_num_batched_tokens and max_num_seqs to the
+ * decodes, then the prefill chunks of the running entries, then admits waiting ones in order,
+ * and lasts what m says of its shape (tokens, prefill pairs, decode context, rows). O(steps x
+ * running): waiting entries are met once, when admitted. */
+static void sim_run(const rg_iter *s, const rg_step_cost *m, sim_ent *e, int n, int *act,
+		    double now, sim_out *o)
 {
 	double t = now;
-	int n_run = 0, left = 0;
+	int na = 0, next = 0, left = 0;
 
 	for (int i = 0; i < n; i++) {
-		n_run += e[i].running;
+		if (e[i].running)
+			act[na++] = i;
 		left += sim_watched(&e[i]);
 	}
+	next = na; /* the running entries come first */
+	o->t_thr = -1;
+	if (o->thr >= 0 && na <= o->thr)
+		o->t_thr = now;
 	for (int step = 0; step < s->p.max_sim_steps && left > 0; step++) {
-		int budget = s->B, nseq = 0;
-		double tokens = 0, pairs = 0;
+		int budget = s->B, nseq = 0, k = 0;
 
-		for (int i = 0; i < n; i++)
-			e[i].n = 0;
-		for (int i = 0; i < n && nseq < s->S && budget > 0; i++)
-			if (e[i].running && e[i].rem_in == 1) {
-				e[i].n = 1;
+		if (o->stop_i >= 0 && e[o->stop_i].first_ms < 0 && t > o->stop_at)
+			break;
+		rg_step_shape x = {0};
+
+		for (int a = 0; a < na; a++)
+			e[act[a]].n = 0;
+		for (int a = 0; a < na && nseq < s->S && budget > 0; a++)
+			if (e[act[a]].rem_in == 1) {
+				e[act[a]].n = 1;
 				budget--;
 				nseq++;
 			}
-		for (int i = 0; i < n && nseq < s->S && budget > 0; i++)
-			if (e[i].running && e[i].rem_in > 1) {
-				e[i].n = e[i].rem_in < budget ? e[i].rem_in : budget;
-				budget -= e[i].n;
+		for (int a = 0; a < na && nseq < s->S && budget > 0; a++) {
+			sim_ent *y = &e[act[a]];
+
+			if (y->rem_in > 1) {
+				y->n = y->rem_in < budget ? y->rem_in : budget;
+				budget -= y->n;
 				nseq++;
 			}
-		for (int i = 0; i < n && nseq < s->S && budget > 0 && n_run < s->S; i++)
-			if (!e[i].running && e[i].rem_in > 0) {
-				e[i].n = e[i].rem_in < budget ? e[i].rem_in : budget;
-				e[i].running = true;
-				n_run++;
-				budget -= e[i].n;
-				nseq++;
-			}
+		}
+		for (; next < n && nseq < s->S && budget > 0 && na < s->S; next++) {
+			sim_ent *y = &e[next];
+
+			y->n = y->rem_in < budget ? y->rem_in : budget;
+			y->running = true;
+			act[na++] = next;
+			budget -= y->n;
+			nseq++;
+		}
 		if (nseq == 0)
 			break;
-		for (int i = 0; i < n; i++)
-			if (e[i].n) {
-				tokens += e[i].n;
-				pairs += e[i].n * (e[i].ctx + (e[i].n + 1) / 2.0);
-			}
-		t += rg_cost_model_ms(m, tokens, pairs);
-		for (int i = 0; i < n; i++) {
-			sim_ent *x = &e[i];
-			bool was = sim_watched(x);
+		for (int a = 0; a < na; a++) {
+			const sim_ent *y = &e[act[a]];
 
-			if (!x->n)
+			if (!y->n)
 				continue;
-			x->ctx += x->n;
-			x->rem_in -= x->n;
-			if (x->rem_in > 0)
-				continue;
-			if (x->first_ms < 0)
-				x->first_ms = t;
-			x->last_ms = t;
-			x->n_out++;
-			if (--x->rem_out > 0) {
-				x->rem_in = 1;
+			x.tokens += y->n;
+			if (y->n == 1 && y->rem_in == 1 && y->n_out > 0) {
+				x.n_decode++;
+				x.ctx += y->ctx + 1;
 			} else {
-				x->running = false;
-				n_run--;
+				x.pairs += y->n * (y->ctx + (y->n + 1) / 2.0);
 			}
-			if (was && !sim_watched(x))
-				left--;
+			x.rows += y->n == y->rem_in;
 		}
+		t += rg_step_cost_ms(m, &x);
+		for (int a = 0; a < na; a++) {
+			sim_ent *y = &e[act[a]];
+			bool was = sim_watched(y), gone = false;
+
+			if (y->n) {
+				y->ctx += y->n;
+				y->rem_in -= y->n;
+				if (y->rem_in == 0) {
+					if (y->first_ms < 0)
+						y->first_ms = t;
+					y->last_ms = t;
+					y->n_out++;
+					if (--y->rem_out > 0) {
+						y->rem_in = 1;
+					} else {
+						y->running = false;
+						gone = true;
+					}
+				}
+				if (was && !sim_watched(y))
+					left--;
+			}
+			if (!gone)
+				act[k++] = act[a];
+		}
+		na = k;
+		if (o->t_thr < 0 && o->thr >= 0 && na <= o->thr)
+			o->t_thr = t;
 	}
-	*t_end = t;
+	o->t_end = t;
+	if (o->t_thr < 0)
+		o->t_thr = t;
 }
 
 /* Whether e misses a target after the simulation (slack applied to what lies ahead). */
@@ -1124,14 +1253,39 @@ static int sim_build(const rg_iter *s, const iseq *c, const sim_ent *ce, sim_ent
 	return ci;
 }
 
-/* The admission decision for candidate c (not yet queued; c->order set). */
+/* The most decode rows a step may have for candidate c to meet its TPOT target: the largest k
+ * with slack x (a decode step of k rows at c's mean context) <= tpot_ms; 0 when not even one. */
+static int tpot_rows(const rg_iter *s, const rg_step_cost *m, const iseq *c)
+{
+	double ctx = c->prompt_len + c->max_new / 2.0;
+	int k = 0;
+
+	while (k < s->S) {
+		rg_step_shape x = {.tokens = k + 1, .n_decode = k + 1, .ctx = (k + 1) * (ctx + 1),
+				   .rows = k + 1};
+
+		if (s->p.deadline_slack * rg_step_cost_ms(m, &x) > c->tpot_ms)
+			break;
+		k++;
+	}
+	return k;
+}
+
+/* The admission decision for candidate c (not yet queued; c->order and c->tag set): simulate
+ * the steps from now with c at its place in the queue (e1), and when something misses, without
+ * it (e0). Refused (RG_ERR_BUSY) when c would miss a target, or would make an entry miss that
+ * meets its targets without c; Retry-After from the queue: for TTFT, the time by which the
+ * estimate overshoots the deadline (what the queue ahead must drain first); for TPOT, when the
+ * simulated batch without c shrinks to the rows at which c's TPOT is met; for another's target,
+ * when that one has its first token (or the simulation ends) without c. */
 static rg_status admit_check(rg_iter *s, const iseq *c, double now, rg_iter_admission *adm)
 {
-	rg_cost_model m;
+	rg_step_cost m;
 	sim_ent ce, *e1 = NULL, *e0 = NULL;
-	int n1, n0, ci, n_hit = 0;
+	int *act = NULL, n1, n0, ci, n_hit = 0, cap = s->n_running + s->n_waiting + 1;
 	bool need = c->deadline_ms > 0 || c->tpot_ms > 0, miss = false;
-	double t1, t0;
+	const double k = s->p.deadline_slack;
+	sim_out o1 = {.thr = -1, .stop_i = -1}, o0 = {.thr = -1, .stop_i = -1};
 	rg_status st = RG_OK;
 
 	rg_iter_cost_model(s, &m);
@@ -1139,7 +1293,7 @@ static rg_status admit_check(rg_iter *s, const iseq *c, double now, rg_iter_admi
 		need = s->running[i]->deadline_ms > 0 || s->running[i]->tpot_ms > 0;
 	for (int i = 0; i < s->n_waiting && !need; i++)
 		need = s->waiting[i]->deadline_ms > 0 || s->waiting[i]->tpot_ms > 0;
-	if (!need || (m.batch_ms == 0 && m.token_ms == 0 && m.pair_ms == 0))
+	if (!need || rg_step_cost_zero(&m))
 		return RG_OK;
 	if (s->cache)
 		n_hit = rg_prefix_cache_lookup(s->cache, c->tokens, c->n_tokens,
@@ -1147,34 +1301,57 @@ static rg_status admit_check(rg_iter *s, const iseq *c, double now, rg_iter_admi
 	ce = sim_from_seq(c);
 	ce.rem_in -= n_hit * s->bs;
 	ce.ctx = n_hit * s->bs;
-	e1 = malloc((size_t)(s->n_running + s->n_waiting + 1) * sizeof(sim_ent));
-	e0 = malloc((size_t)(s->n_running + s->n_waiting + 1) * sizeof(sim_ent));
-	if (!e1 || !e0) {
+	e1 = malloc((size_t)cap * sizeof(sim_ent));
+	e0 = malloc((size_t)cap * sizeof(sim_ent));
+	act = malloc((size_t)cap * sizeof(int));
+	if (!e1 || !e0 || !act) {
 		st = rg_errorf(RG_ERR_OOM, "iter admission: out of memory");
 		goto out_free_sims;
 	}
 	ci = sim_build(s, c, &ce, e1, &n1);
-	sim_run(s, &m, e1, n1, now, &t1);
+	if (c->deadline_ms > 0) {
+		/* no first token by 16 times its deadline's horizon: missed by far; stop there
+		 * (a request behind thousands would simulate them all) */
+		o1.stop_i = ci;
+		o1.stop_at = now + 16 * fmax(c->arrival_ms + c->deadline_ms - now, 1) / k;
+	}
+	sim_run(s, &m, e1, n1, act, now, &o1);
 	if (e1[ci].first_ms >= 0)
-		adm->est_ttft_ms = now - c->arrival_ms + (e1[ci].first_ms - now) * s->p.deadline_slack;
+		adm->est_ttft_ms = e1[ci].first_ms - c->arrival_ms;
+	else if (o1.stop_i >= 0)
+		adm->est_ttft_ms = o1.t_end - c->arrival_ms; /* stopped: a lower bound */
 	if (e1[ci].n_out >= 2)
-		adm->est_tpot_ms = s->p.deadline_slack * (e1[ci].last_ms - e1[ci].first_ms) /
-				   (e1[ci].n_out - 1);
+		adm->est_tpot_ms = (e1[ci].last_ms - e1[ci].first_ms) / (e1[ci].n_out - 1);
 	if (sim_misses(s, &e1[ci], now)) {
+		bool ttft = c->deadline_ms > 0 && (e1[ci].first_ms < 0 ||
+			     now - c->arrival_ms + k * (e1[ci].first_ms - now) > c->deadline_ms);
+
 		/* alone on an idle engine? */
 		e0[0] = ce;
-		sim_run(s, &m, e0, 1, now, &t0);
-		if (sim_misses(s, &e0[0], now))
+		e0[0].running = false;
+		sim_run(s, &m, e0, 1, act, now, &o0);
+		if (sim_misses(s, &e0[0], now)) {
 			adm->retry_after_ms = -1;
-		else if (c->deadline_ms > 0 && adm->est_ttft_ms > c->deadline_ms)
-			adm->retry_after_ms = fmax(1, adm->est_ttft_ms - c->deadline_ms);
-		else
-			adm->retry_after_ms = fmax(1, t1 - now);
+		} else if (ttft) {
+			/* past the horizon: at least the overshoot there */
+			double first = e1[ci].first_ms >= 0 ? e1[ci].first_ms : o1.t_end;
+
+			adm->retry_after_ms = fmax(1, now - c->arrival_ms + k * (first - now) -
+						      c->deadline_ms);
+		} else if (!ttft && c->tpot_ms > 0) {
+			sim_build(s, NULL, NULL, e0, &n0);
+			o0 = (sim_out){.thr = tpot_rows(s, &m, c) - 1, .stop_i = -1};
+			if (o0.thr < 0)
+				o0.thr = 0;
+			sim_run(s, &m, e0, n0, act, now, &o0);
+			adm->retry_after_ms = fmax(1, o0.t_thr - now);
+		} else {
+			adm->retry_after_ms = fmax(1, o1.t_end - now);
+		}
 		st = rg_errorf(RG_ERR_BUSY, "request %llu cannot meet its %s target (estimated TTFT "
-			       "%.1f ms of %.1f, TPOT %.2f ms of %.2f)", (unsigned long long)c->id,
-			       c->deadline_ms > 0 && adm->est_ttft_ms > c->deadline_ms ? "TTFT" :
-			       "TPOT", adm->est_ttft_ms, c->deadline_ms, adm->est_tpot_ms,
-			       c->tpot_ms);
+			       "%.1f ms of %.1f, TPOT %.2f ms of %.2f, slack %.2f)",
+			       (unsigned long long)c->id, ttft ? "TTFT" : "TPOT",
+			       adm->est_ttft_ms, c->deadline_ms, adm->est_tpot_ms, c->tpot_ms, k);
 		goto out_free_sims;
 	}
 	for (int i = 0; i < n1 && !miss; i++)
@@ -1182,13 +1359,13 @@ static rg_status admit_check(rg_iter *s, const iseq *c, double now, rg_iter_admi
 	if (miss) {
 		/* only a request that would meet its targets without the candidate counts */
 		sim_build(s, NULL, NULL, e0, &n0);
-		sim_run(s, &m, e0, n0, now, &t0);
+		sim_run(s, &m, e0, n0, act, now, &o0);
 		for (int i = 0, j = 0; i < n1; i++) {
 			if (i == ci)
 				continue;
 			if (sim_misses(s, &e1[i], now) && !sim_misses(s, &e0[j], now)) {
 				double when = e1[i].first_ms >= 0 && e1[i].deadline_abs > 0 &&
-					      e0[j].first_ms >= 0 ? e0[j].first_ms : t0;
+					      e0[j].first_ms >= 0 ? e0[j].first_ms : o0.t_end;
 
 				adm->refused_for_others = true;
 				adm->retry_after_ms = fmax(1, when - now);
@@ -1202,6 +1379,7 @@ static rg_status admit_check(rg_iter *s, const iseq *c, double now, rg_iter_admi
 out_free_sims:
 	free(e1);
 	free(e0);
+	free(act);
 	return st;
 }
 
@@ -1214,7 +1392,8 @@ rg_status rg_iter_add(rg_iter *s, const rg_iter_request *r, double now_ms, rg_it
 
 	if (!adm)
 		adm = &local;
-	*adm = (rg_iter_admission){0};
+	/* refused before the queue is asked: never admissible (-1) */
+	*adm = (rg_iter_admission){.retry_after_ms = -1};
 	if (!r || !r->prompt || r->prompt_len < 1 || r->max_tokens < 1 ||
 	    !isfinite(r->arrival_ms) || !(r->deadline_ms >= 0) || !(r->tpot_ms >= 0) ||
 	    !isfinite(r->deadline_ms) || !isfinite(r->tpot_ms))
@@ -1245,15 +1424,18 @@ rg_status rg_iter_add(rg_iter *s, const rg_iter_request *r, double now_ms, rg_it
 					 "%lld KV blocks; the pool has %d", r->n_beams, ctx, need,
 					 rg_kv_pool_n_blocks(s->pool));
 	}
+	adm->retry_after_ms = 0;
 	if (s->n_waiting >= s->p.max_waiting) {
-		rg_cost_model m;
+		/* the time to prefill the waiting queue's head, one request's worth beyond the
+		 * limit: that many full chunks */
+		rg_step_cost m;
+		rg_step_shape full = {.tokens = s->B, .pairs = s->B * (s->B + 1) / 2.0, .rows = 1};
 		long long rem = 0;
 
 		rg_iter_cost_model(s, &m);
-		for (int i = 0; i < s->n_waiting; i++)
+		for (int i = 0; i < s->n_waiting - s->p.max_waiting + 1; i++)
 			rem += s->waiting[i]->n_tokens;
-		adm->retry_after_ms = fmax(1, ceil((double)rem / s->B) *
-					      rg_cost_model_ms(&m, s->B, 0));
+		adm->retry_after_ms = fmax(1, ceil((double)rem / s->B) * rg_step_cost_ms(&m, &full));
 		s->n_refused++;
 		return rg_errorf(RG_ERR_BUSY, "iter add: %d requests waiting (max_waiting)",
 				 s->n_waiting);
@@ -1279,6 +1461,10 @@ rg_status rg_iter_add(rg_iter *s, const rg_iter_request *r, double now_ms, rg_it
 	q->deadline_ms = r->deadline_ms;
 	q->tpot_ms = r->tpot_ms;
 	q->order = s->next_order;
+	q->fair_key = r->fair_key;
+	q->fair_own = r->fair_own;
+	q->tag = share_tag(s, r->fair_key, r->fair_own);
+	q->cost = (double)r->prompt_len + max_new; /* its service: every token it will hold */
 	q->n_beams = r->n_beams >= 2 ? r->n_beams : 0;
 	q->dec = -1;
 	q->first_ms = -1;

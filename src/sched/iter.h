@@ -24,17 +24,30 @@
  *   1. running sequences that decode (one token each), oldest admission first;
  *   2. running sequences still prefilling (the rest of their prompt, cut to the budget left),
  *      oldest first;
- *   3. waiting requests, in order of priority (higher first) then arrival: each admitted one
- *      first shares the cached blocks of its prompt's prefix (prefix caching: those tokens are
- *      not computed), then gets a chunk of the rest. Admission stops at the first request that
- *      does not fit (no overtaking), and when the free blocks (the cache's unreferenced blocks
- *      counted as free) would fall below watermark_blocks. No admission in a step that
- *      preempted.
+ *   3. waiting requests, in the queue's order (below): each admitted one first shares the
+ *      cached blocks of its prompt's prefix (prefix caching: those tokens are not computed),
+ *      then gets a chunk of the rest. Admission stops at the first request that does not fit
+ *      (no overtaking): one is admitted only when the blocks of all its tokens (not only the
+ *      chunk) fit with a headroom left free (the cache's unreferenced blocks counted as free),
+ *      the headroom being watermark_blocks, by default (-1) max(1% of the pool, the sequences
+ *      running after it): one block for each running sequence's next decode block (vLLM's
+ *      watermark; without it a preempted sequence came back into the same squeeze at once).
+ *      Nothing running: no headroom. No admission in a step that preempted.
+ * The queue's order (waiting, and running too): priority (higher first), then start-time fair
+ * queueing across fair shares (Goyal, Vin, Cheng, SIGCOMM'96: a request's virtual start tag is
+ * where its share's previous live request ends, each request costing its prompt plus
+ * max_tokens, or the virtual time now, the tag of the last admitted request, when its share
+ * has none live), then arrival. Requests of one share (rg_iter_request.fair_key: one HTTP
+ * request's thousands of prompts, or one API key) thus line up behind each other while a
+ * request of another share starts at the virtual time now: it waits for about one request of
+ * each other share, not for all of them. Each request its own share (the default) is first
+ * come, first served.
  * So a long prompt is cut into chunks that share steps with every decoding stream, and decodes
  * never wait for a prefill. KV slots come from the sequence table (src/kv/seq_table.h, over the
  * pool given at init; the scheduler names its sequences there by id and holds no block table)
  * as the step is built; when the free list runs dry the cache's LRU unreferenced blocks are
- * evicted, and then the NEWEST running sequence is preempted (vLLM's recompute preemption): its
+ * evicted, and then the LAST running sequence in the queue's order (the newest arrival of the
+ * lowest priority and most served share) is preempted (vLLM's recompute preemption): its
  * blocks are freed, it goes back to waiting with its prompt and the tokens it generated, and is
  * later prefilled again (its earlier full blocks often still cached). If it was already part of
  * the step being built it is taken out of it. A running sequence never fails for lack of blocks:
@@ -43,21 +56,33 @@
  *
  * Deadline-aware admission: a request may carry deadline_ms (time to first token, from its
  * arrival) and tpot_ms (mean time between its output tokens). rg_iter_add then simulates the
- * steps this scheduler would run from now (the same three passes, budget and order, decoding
- * requests assumed to run to max_tokens) with the step cost model
- *     step_ms = batch_ms + token_ms * tokens + pair_ms * pairs,
- *     pairs of a chunk of n new tokens after c cached ones = n * (c + (n + 1) / 2)
- * (attention's query-key pairs under the causal mask; GEMM rows are the tokens), fitted online
- * from the steps reported to rg_iter_update (rg_cost_learner, src/core/cost_model.h; a prior may
- * be set). It refuses at once (RG_ERR_BUSY, for HTTP 429 with Retry-After) when the candidate
- * would miss its TTFT or TPOT target, or when it would make an admitted request that would meet
- * its targets miss them; otherwise it admits. An all-zero cost model (nothing measured, no prior)
- * estimates nothing and admits. A request without targets is refused for time only when it
- * would make an admitted one miss. The simulation ignores KV pressure (preemption) and prefix
- * hits of the requests already queued (both make it optimistic, resp. pessimistic), and
- * assumes every running request generates max_tokens (pessimistic when EOS comes first).
- * Cost: O(simulated steps x live requests) per rg_iter_add with targets live. Not thread-safe:
- * one owner (the engine's step thread, or its lock) drives it.
+ * steps this scheduler would run from now, with the candidate at its place in the queue's order:
+ * the same three passes, budget and order, so the candidate's first token comes after every
+ * prompt token ahead of it, in chunks of max_num_batched_tokens beside the decode steps of
+ * everything running and admitted ahead (decoding requests assumed to run to max_tokens). Each
+ * simulated step lasts what the step cost model says of its shape (src/core/cost_model.h
+ * rg_step_cost: per step, per token, per prefill attention pair, per decode context token, per
+ * sampled row), fitted online from the steps measured (rg_iter_cost_observe, or rg_iter_update's
+ * step_ms; rg_step_learner: recent steps decide; a prior may be set, and rg_iter_cost_settle
+ * folds warm-up steps into it). The estimates (rg_iter_admission: TTFT from arrival, the mean
+ * TPOT, as the model predicts them) times deadline_slack must meet the targets: it refuses at
+ * once (RG_ERR_BUSY, for HTTP 429 with Retry-After) when the candidate would miss its TTFT or
+ * TPOT target, or when it would make a request in the engine that would meet its targets miss
+ * them; otherwise it admits. Retry-After comes from the queue: for TTFT, how far the estimate
+ * overshoots (the queue ahead must drain that much first); for TPOT, when the simulated batch
+ * without it shrinks to the rows at which its TPOT is met; for another's target, when that one
+ * has its first token. An all-zero cost model (nothing measured, no prior) estimates nothing and
+ * admits. A request without targets is refused for time only when it would make another miss.
+ * The simulation of a candidate with a deadline stops at 16 times its deadline's horizon
+ * without its first token (missed by far; its estimate is then that lower bound), so a request
+ * behind thousands does not simulate them all.
+ * This is TCB's DAS (Fu et al. ICPP'22 sec. 5.2: schedule what meets its deadline), moved
+ * from batch selection to admission, so that what is accepted is kept. The simulation ignores
+ * KV pressure (preemption) and prefix hits of the requests already queued (both make it
+ * optimistic, resp. pessimistic), and assumes every running request generates max_tokens
+ * (pessimistic when EOS comes first). Cost: O(simulated steps x running) per rg_iter_add with
+ * targets live (waiting entries are met once each). Not thread-safe: one owner (the engine's
+ * step thread, or its lock) drives it.
  *
  * Beam groups (vLLM's per-step beam search, LightSeq sec. 2's beam search inside the step loop):
  * a request with n_beams >= 2 is prefilled as one sequence; the plan marks its rows with their
@@ -100,7 +125,9 @@ typedef struct rg_iter_params {
 	int max_num_seqs;           /* sequences in one step, >= 1 [64] */
 	int max_context;            /* longest sequence, prompt + generated, >= 2 [2048] */
 	int max_waiting;            /* waiting requests at most; more: RG_ERR_BUSY [1024] */
-	int watermark_blocks;       /* free blocks kept when admitting; -1: 1% of the pool [-1] */
+	int watermark_blocks;       /* free blocks kept when admitting (beside the blocks of the
+				     * whole sequence admitted); -1: max(1% of the pool, one per
+				     * sequence running after the admission) [-1] */
 	bool prefix_caching;        /* share cached prefix blocks [true] */
 	double deadline_slack;      /* estimates are multiplied by this before comparing with a
 				     * target, >= 1 [1.1] */
@@ -121,12 +148,19 @@ typedef struct rg_iter_request {
 	int n_beams;            /* >= 2: a beam group of that many beams (see the header),
 				 * at most RG_ITER_MAX_BEAMS, max_num_seqs and
 				 * max_num_batched_tokens; 0 or 1: one sequence */
+	uint64_t fair_key;      /* its fair share of the queue (the header's order): requests of
+				 * equal (fair_key, fair_own) share one */
+	bool fair_own;          /* fair_key is the caller's own name for the request (e.g. the
+				 * engine's request id), apart from the keys the caller's clients
+				 * give (false) */
 } rg_iter_request;
 
 /* The answer of admission (filled whether admitted or refused). */
 typedef struct rg_iter_admission {
-	double est_ttft_ms;     /* estimated time to first token from arrival (0: not estimated) */
-	double est_tpot_ms;     /* estimated mean time per output token (0: not estimated) */
+	double est_ttft_ms;     /* the model's time to first token from arrival, ms, slack not
+				 * applied (0: not estimated) */
+	double est_tpot_ms;     /* the model's mean time per output token, ms, slack not applied
+				 * (0: not estimated, or one token) */
 	double retry_after_ms;  /* refused: estimated wait before the same request could be met
 				 * (>= 1); -1 when it could not be met even on an idle engine */
 	bool refused_for_others; /* refused because an admitted request would miss its target */
@@ -146,7 +180,8 @@ typedef struct rg_iter_plan {
 	const int32_t *copy_src, *copy_dst; /* (n_copies) */
 	int n_decode_seqs;        /* sequences decoding one token */
 	int n_prefill_tokens;     /* new tokens of prefilling sequences */
-	double pairs;             /* attention pairs of the step (the cost model's input) */
+	double pairs;             /* attention pairs of the step, decode rows' included */
+	rg_step_shape shape;      /* the step's shape, the cost model's input */
 	int n_preempted;          /* sequences preempted while building it */
 } rg_iter_plan;
 
@@ -184,10 +219,17 @@ RG_TEST_API rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_ite
 RG_TEST_API void rg_iter_free(rg_iter *s);
 
 /* Replace the cost model's prior (e.g. fitted from start-up measurements of steps); the online
- * fit then refines it (rg_cost_learner). */
-RG_TEST_API void rg_iter_set_cost_prior(rg_iter *s, const rg_cost_model *m);
+ * fit then refines it (rg_step_learner). */
+RG_TEST_API void rg_iter_set_cost_prior(rg_iter *s, const rg_step_cost *m);
+/* One step of shape x (a plan's shape) took ms: fed to the cost model. For a caller that
+ * measures a step's whole period (the host's work around the model included) rather than
+ * passing step_ms to rg_iter_update. Ignored for a bad value. */
+RG_TEST_API void rg_iter_cost_observe(rg_iter *s, const rg_step_shape *x, double ms);
+/* The steps measured so far become the prior, and are forgotten (rg_step_learner_settle):
+ * call it after warm-up steps. */
+RG_TEST_API void rg_iter_cost_settle(rg_iter *s);
 /* The cost model fitted now (all zero: nothing known). */
-RG_TEST_API rg_status rg_iter_cost_model(rg_iter *s, rg_cost_model *out);
+RG_TEST_API rg_status rg_iter_cost_model(rg_iter *s, rg_step_cost *out);
 
 /* Admit r at time now_ms into the waiting queue (see the header's admission), or refuse it.
  * adm (may be NULL) receives the estimates and, when refused, Retry-After. Errors (nothing
