@@ -876,6 +876,7 @@ typedef struct rg_gen_options {
 				   * (the ids are biased away on the device, vLLM's min_tokens) */
 	bool skip_special_tokens; /* text without special tokens [true] */
 	bool keep_stop_id_text;   /* an ending EOS / stop id keeps its text (vLLM) [false] */
+	uint64_t fair_key; /* requests with the same key share one fair share of the queue (the server: one HTTP request, or one API key); 0: the request's own id */
 } rg_gen_options;
 
 RG_API void rg_gen_options_default(rg_gen_options *r);
