@@ -163,14 +163,11 @@ static void live_remove(rg_gen_srv *e, rg_gen_job *j)
 
 /* ---- admission ---------------------------------------------------------------------------- */
 
-rg_status rg_gen_srv_submit(rg_gen_srv *e, rg_gen_job *j)
+/* Job j checked and its engine request's params and options (j->n_top, n_running, arrival
+ * set). */
+static rg_status job_prepare(rg_gen_job *j, double now, rg_gen_params *gp, rg_gen_options *opt)
 {
-	rg_status st;
-	double now = rg_now_ms();
-	rg_gen_params gp;
-	rg_gen_options opt;
-
-	if (!e || !j || j->n_seqs < 1)
+	if (!j || j->n_seqs < 1)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: no job");
 	if (j->gp.num_beams > 1 && j->n_seqs != j->gp.n)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: a beam search job has one output "
@@ -180,50 +177,107 @@ rg_status rg_gen_srv_submit(rg_gen_srv *e, rg_gen_job *j)
 			return rg_errorf(RG_ERR_INVALID_INPUT, "generate: sequence %d has no prompt",
 					 i);
 	/* a job's sequences share its prompt: one engine request of n_seqs outputs */
-	gp = j->gp;
-	if (gp.num_beams <= 1)
-		gp.n = j->n_seqs;
-	rg_gen_options_default(&opt);
-	opt.priority = j->priority;
-	opt.arrival_ms = j->arrival_ms ? j->arrival_ms : now;
-	opt.deadline_ms = j->deadline_ms;
-	opt.tpot_ms = j->tpot_ms;
-	opt.min_tokens = j->min_tokens;
-	opt.skip_special_tokens = j->skip_special;
-	opt.keep_stop_id_text = true; /* vLLM: a stop id's text stays (special ones have none) */
+	*gp = j->gp;
+	if (gp->num_beams <= 1)
+		gp->n = j->n_seqs;
+	rg_gen_options_default(opt);
+	opt->priority = j->priority;
+	opt->arrival_ms = j->arrival_ms ? j->arrival_ms : now;
+	opt->deadline_ms = j->deadline_ms;
+	opt->tpot_ms = j->tpot_ms;
+	opt->min_tokens = j->min_tokens;
+	opt->skip_special_tokens = j->skip_special;
+	opt->keep_stop_id_text = true; /* vLLM: a stop id's text stays (special ones have none) */
+	opt->fair_key = j->fair_key;
 	j->n_top = j->gp.num_beams > 1 ? 0 : j->gp.logprobs;
 	j->n_running = j->n_seqs;
 	if (!j->arrival_ms)
 		j->arrival_ms = now;
+	return RG_OK;
+}
+
+int rg_gen_job_queue_entries(const rg_gen_job *j)
+{
+	return j->gp.num_beams > 1 ? 1 : j->n_seqs;
+}
+
+rg_status rg_gen_srv_submit_all(rg_gen_srv *e, rg_gen_job *const *jobs, int n_jobs,
+				int *refused)
+{
+	rg_status st = RG_OK;
+	double now = rg_now_ms();
+	uint64_t prompt_tokens = 0;
+	int added = 0;
+
+	if (refused)
+		*refused = 0;
+	if (!e || !jobs || n_jobs < 1)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: no jobs");
 	pthread_mutex_lock(&e->mu);
 	if (e->stop || e->draining) {
 		pthread_mutex_unlock(&e->mu);
-		j->adm.retry_after_ms = 1000;
-		j->stopping = true;
+		jobs[0]->adm.retry_after_ms = 1000;
+		jobs[0]->stopping = true;
 		return rg_errorf(RG_ERR_BUSY, "the server is shutting down");
 	}
-	st = rg_gen_engine_add(e->eng, j->prompts[0], j->prompt_lens[0], &gp, &opt, now, &j->req,
-			       &j->adm);
-	if (st == RG_OK && (st = live_add(e, j)) != RG_OK) {
-		rg_gen_engine_release(e->eng, j->req);
-		st = rg_errorf(RG_ERR_OOM, "generate: out of memory");
+	for (; added < n_jobs; added++) {
+		rg_gen_job *j = jobs[added];
+		rg_gen_params gp;
+		rg_gen_options opt;
+
+		if ((st = job_prepare(j, now, &gp, &opt)) != RG_OK)
+			break;
+		st = rg_gen_engine_add(e->eng, j->prompts[0], j->prompt_lens[0], &gp, &opt, now,
+				       &j->req, &j->adm);
+		if (st == RG_OK && (st = live_add(e, j)) != RG_OK) {
+			rg_gen_engine_release(e->eng, j->req);
+			st = rg_errorf(RG_ERR_OOM, "generate: out of memory");
+		}
+		if (st != RG_OK)
+			break;
+		prompt_tokens += (uint64_t)j->prompt_lens[0] *
+				 (uint64_t)(gp.num_beams > 1 ? 1 : gp.n);
 	}
 	if (st != RG_OK) {
+		char msg[512];
+
+		/* refused whole: what was added goes now, under the same lock, so that no step
+		 * ever sees it and nothing of the request is left queued (a still-waiting
+		 * request released leaves the waiting queue at once) */
+		snprintf(msg, sizeof(msg), "%s", rg_last_error());
+		for (int k = 0; k < added; k++) {
+			rg_gen_engine_release(e->eng, jobs[k]->req);
+			live_remove(e, jobs[k]);
+			jobs[k]->req = 0;
+		}
 		if (st == RG_ERR_BUSY) {
 			pthread_mutex_lock(&e->mmu);
 			e->met.refused++;
 			pthread_mutex_unlock(&e->mmu);
 		}
 		pthread_mutex_unlock(&e->mu);
-		return st; /* rg_last_error names it */
+		if (refused)
+			*refused = added;
+		return rg_errorf(st, "%s", msg); /* rg_last_error names it */
 	}
-	atomic_fetch_add(&j->refs, 1);
+	for (int k = 0; k < n_jobs; k++)
+		atomic_fetch_add(&jobs[k]->refs, 1);
 	pthread_mutex_lock(&e->mmu);
-	e->met.prompt_tokens += (uint64_t)j->prompt_lens[0] * (uint64_t)(gp.num_beams > 1 ? 1 : gp.n);
+	e->met.prompt_tokens += prompt_tokens;
 	pthread_mutex_unlock(&e->mmu);
 	pthread_cond_broadcast(&e->cv);
 	pthread_mutex_unlock(&e->mu);
 	return RG_OK;
+}
+
+rg_status rg_gen_srv_submit(rg_gen_srv *e, rg_gen_job *j)
+{
+	return rg_gen_srv_submit_all(e, &j, 1, NULL);
+}
+
+int rg_gen_srv_max_waiting(const rg_gen_srv *e)
+{
+	return e->p.eng.max_waiting;
 }
 
 /* ---- the step loop ------------------------------------------------------------------------ */

@@ -63,6 +63,9 @@ typedef struct rg_gen_conn {
 	int32_t *eos;                /* the model's EOS ids (borrowed from the engine) */
 } rg_gen_conn;
 
+/* The fair keys of the HTTP requests (rg_gen_job.fair_key): one per request, never 0. */
+static atomic_uint_least64_t fair_serial;
+
 /* ---- the link ----------------------------------------------------------------------------- */
 
 static void link_put(gen_link *l)
@@ -760,7 +763,6 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 	int max_ctx = rg_gen_srv_max_context(s->gen), n_prompts, per;
 	uint64_t seed;
 	const char *param = NULL;
-	enum MHD_Result ret;
 	const union MHD_ConnectionInfo *ci;
 	static _Thread_local rg_rng seed_rng;
 	static _Thread_local bool seeded;
@@ -889,23 +891,38 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 		j->notify = job_notify;
 		j->owner = g->link;
 	}
-	for (int p = 0; p < g->n_jobs; p++) {
-		rg_gen_job *j = g->jobs[p];
+	/* One unit (issue 28): admitted whole, or refused whole with nothing left queued; a
+	 * request that can never fit the waiting queue is refused before it is tried (413, no
+	 * Retry-After). Its jobs share one fair share of the queue: one key per HTTP request.
+	 * (Not the API key: --api-key is one key that every client presents.) */
+	{
+		long long entries = 0;
+		int refused = 0, max_waiting = rg_gen_srv_max_waiting(s->gen);
+		uint64_t key = atomic_fetch_add(&fair_serial, 1) + 1;
 
-		atomic_fetch_add(&g->link->refs, 1);
+		for (int p = 0; p < g->n_jobs; p++) {
+			entries += rg_gen_job_queue_entries(g->jobs[p]);
+			g->jobs[p]->fair_key = key;
+		}
+		if (entries > max_waiting)
+			return rg_conn_error(c, 413, "payload_too_large",
+					     n_prompts > 1 ? param : (per > 1 ? "n" : param),
+					     "this request has %lld sequences (%d prompts x %d); "
+					     "the generation queue holds at most %d (--max-queue), so "
+					     "it can never be admitted", entries, n_prompts, per,
+					     max_waiting);
+		/* every job holds a reference to the link and counts in jobs_left from submit */
+		atomic_fetch_add(&g->link->refs, g->n_jobs);
 		pthread_mutex_lock(&g->link->mu);
-		g->link->jobs_left++;
+		g->link->jobs_left += g->n_jobs;
 		pthread_mutex_unlock(&g->link->mu);
-		st = rg_gen_srv_submit(s->gen, j);
+		st = rg_gen_srv_submit_all(s->gen, g->jobs, g->n_jobs, &refused);
 		if (st != RG_OK) {
 			pthread_mutex_lock(&g->link->mu);
-			g->link->jobs_left--;
+			g->link->jobs_left -= g->n_jobs;
 			pthread_mutex_unlock(&g->link->mu);
-			link_put(g->link);
-			ret = submit_error(c, j, st, param);
-			for (int q = 0; q < p; q++)
-				rg_gen_job_cancel(g->jobs[q]);
-			return ret;
+			atomic_fetch_sub(&g->link->refs, g->n_jobs); /* the conn's own stays */
+			return submit_error(c, g->jobs[refused < g->n_jobs ? refused : 0], st, param);
 		}
 	}
 	g->counted = true;

@@ -1,0 +1,163 @@
+"""`ragged serve` with a decoder under abuse and at shutdown (issue 28, the server's side), on the
+tiny random GPT-2 of make_chat_decoder.py:
+
+- a request of more sequences than the generation queue holds (2,048 prompts x n = 16) is
+  refused at once with 413 naming the limit and no Retry-After, and one that does not fit now is
+  refused whole (429 + Retry-After) with nothing of it left queued, so a client sending such
+  requests every 0.3 s does not wedge the queue: >= 95% of the honest requests meanwhile are
+  served."""
+import json
+import re
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+import make_chat_decoder
+from server_util import ASAN, Server, parse_metrics
+
+HONEST = {"prompt": "Hello, world!", "max_tokens": 4, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_chat_decoder.make(str(tmp_path_factory.mktemp("chatdec_ops") / "m"), seed=7)
+
+
+def post(s, body, path="/v1/completions", timeout=60):
+    st, h, data = s.post(path, body, timeout=timeout)
+    return st, h, data
+
+
+def waiting(s):
+    return s.metrics()["ragged_gen_num_requests_waiting"]
+
+
+def stream_raw(s, body, path="/v1/completions"):
+    """A streaming request over a raw socket: -> the socket, once the first bytes of the answer
+    (the status line) have come."""
+    b = json.dumps(body).encode()
+    so = socket.create_connection((s.host, s.port), timeout=120)
+    so.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+               b"application/json\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+    return so
+
+
+def read_all(so, timeout):
+    """Everything the server sends until it closes or ends the chunked body; None on a hang."""
+    so.settimeout(timeout)
+    got = b""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            chunk = so.recv(65536)
+        except socket.timeout:
+            return None
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        got += chunk
+        if got.endswith(b"\r\n0\r\n\r\n"):
+            break
+    return got
+
+
+# ---- a refused fan-out request leaves nothing queued ------------------------------------------
+
+def test_fanout_never_fits_413(model_dir):
+    """2,048 prompts x n = 16 is 32,768 sequences against a queue of 2,048 (--max-queue, raised
+    to --max-inputs): 413 naming the limit, no Retry-After, nothing queued; one of 128 x 16 =
+    2,048 fits the limit exactly and is served."""
+    s = Server(model_dir)
+    try:
+        st, h, data = post(s, {"prompt": ["Hello"] * 2048, "n": 16, "max_tokens": 2})
+        assert st == 413, data
+        assert "retry-after" not in h
+        err = json.loads(data)["error"]
+        assert "32768 sequences" in err["message"] and "at most 2048" in err["message"], err
+        assert "--max-queue" in err["message"]
+        assert waiting(s) == 0
+        st, h, data = post(s, {"prompt": ["Hello"] * 128, "n": 16, "max_tokens": 1}, timeout=120)
+        assert st == 200, data
+        assert len(json.loads(data)["choices"]) == 2048
+    finally:
+        s.stop()
+
+
+def test_fanout_refused_whole_leaves_nothing_queued(model_dir):
+    """A request that fits the queue's limit but not its room now: 429 with Retry-After, refused
+    whole. The queue then holds what it held before (before issue 28 the prompts added ahead of
+    the refused one stayed queued until the next step cancelled them); when the long request
+    is cancelled, the queue is empty."""
+    # one sequence runs at a time, 60 ms a step: the first request's 79 other sequences wait
+    s = Server(model_dir, "--max-queue", 100, "--max-num-seqs", 1, "--step-delay-ms", 60)
+    try:
+        so = stream_raw(s, {"prompt": ["Hello"] * 5, "n": 16, "max_tokens": 200,
+                            "ignore_eos": True, "stream": True})
+        assert so.recv(12).startswith(b"HTTP/1.1 200")
+        end = time.monotonic() + 20
+        while waiting(s) != 79 and time.monotonic() < end:  # the first one runs
+            time.sleep(0.02)
+        before = waiting(s)
+        assert before == 79, before
+        # 2 prompts x 16: the first would fit (79 + 16 <= 100), the second not
+        st, h, data = post(s, {"prompt": ["Hi", "Ho"], "n": 16, "max_tokens": 2})
+        assert st == 429, data
+        assert int(h["retry-after"]) >= 1
+        # nothing of it is left: the waiting sequences are the first request's (and they only
+        # leave the queue: one sequence runs at a time, for 200 steps)
+        assert waiting(s) <= before
+        so.close()  # the long request's client goes: its sequences are aborted
+        end = time.monotonic() + 20
+        while waiting(s) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert waiting(s) == 0
+        # the same request fits now
+        st, h, data = post(s, {"prompt": ["Hi", "Ho"], "n": 16, "max_tokens": 1}, timeout=60)
+        assert st == 200, data
+    finally:
+        s.stop()
+
+
+def test_queue_wedge_attack(model_dir):
+    """While a client sends a 2,048 x 16 request every 0.3 s, honest requests (one at a time,
+    for about 8 s) are served: >= 95% get 200. Every attack request gets 413 or 429, and
+    afterwards nothing is queued. Steps of 50 ms (--step-delay-ms): before issue 28 the jobs of
+    an attack request stayed queued until the next step cancelled them, and the honest requests
+    that came meanwhile were refused."""
+    s = Server(model_dir, "--step-delay-ms", 50)
+    stop = threading.Event()
+    attack = []
+
+    def attacker():
+        body = {"prompt": ["Hello, world!"] * 2048, "n": 16, "max_tokens": 16}
+        while not stop.is_set():
+            t0 = time.monotonic()
+            st, h, data = post(s, body, timeout=60)
+            attack.append((st, h))
+            stop.wait(max(0.0, 0.3 - (time.monotonic() - t0)))
+
+    try:
+        th = threading.Thread(target=attacker, daemon=True)
+        th.start()
+        honest = []
+        end = time.monotonic() + 8
+        while time.monotonic() < end or len(honest) < 20:
+            st, h, data = post(s, HONEST, timeout=60)
+            honest.append(st)
+            time.sleep(0.05)
+            if len(honest) >= 400:
+                break
+        stop.set()
+        th.join(60)
+        assert attack, "the attacker sent nothing"
+        assert all(st in (413, 429) for st, _ in attack), [st for st, _ in attack]
+        assert all("retry-after" not in h for st, h in attack if st == 413)
+        served = sum(1 for st in honest if st == 200)
+        assert served >= 0.95 * len(honest), (served, len(honest), honest)
+        assert waiting(s) == 0
+    finally:
+        s.stop()
