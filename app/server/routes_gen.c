@@ -59,6 +59,11 @@ typedef struct rg_gen_conn {
 	size_t pend_off;
 	bool stream_end;
 	bool counted;                /* counted in srv->n_suspended */
+	bool admitted;               /* its jobs were submitted */
+	bool answered;               /* counted in the metrics (a whole answer sent, a stream
+				      * ended) */
+	int stream_status;           /* a stream's status for the metrics: 200 unless an
+				      * error event was sent */
 	double t0;
 	int32_t *eos;                /* the model's EOS ids (borrowed from the engine) */
 } rg_gen_conn;
@@ -93,6 +98,18 @@ static void job_notify(rg_gen_job *j, bool last)
 		link_put(l);
 }
 
+/* Count the request in the metrics and the stop line (rg_conn_send does it for whole answers;
+ * a stream is counted when it ends, with the status its events said). */
+static void count_answer(conn_ctx *c, int status)
+{
+	rg_gen_conn *g = c->gen;
+	double queue_ms = g->n_jobs > 0 && g->jobs[0] ? g->jobs[0]->queue_ms : 0;
+	double total = rg_now_ms() - c->http.t0;
+
+	g->answered = true;
+	rg_metrics_request(&c->srv->metrics, c->route, status, queue_ms, total - queue_ms, total);
+}
+
 void rg_gen_conn_free(conn_ctx *c)
 {
 	rg_gen_conn *g = c->gen;
@@ -105,6 +122,10 @@ void rg_gen_conn_free(conn_ctx *c)
 		g->link->waiting = false;
 		pthread_mutex_unlock(&g->link->mu);
 	}
+	if (g->admitted && !g->answered)
+		/* the client went away before its answer ended (a stream cut short, a whole answer
+		 * never sent): nginx's 499, "client closed request" (the metrics' code "other") */
+		count_answer(c, 499);
 	for (int k = 0; k < g->n_jobs; k++) {
 		if (!g->jobs[k])
 			continue;
@@ -258,6 +279,7 @@ static enum MHD_Result answer_whole(conn_ctx *c)
 	int n_top = g->req.logprobs > 0 ? g->req.logprobs : 0;
 
 	rg_buf_init(&b);
+	g->answered = true; /* rg_conn_send (or rg_conn_error) below counts it */
 	if (!ch || !texts || !lpa || !topa || !offs) {
 		ret = rg_conn_error(c, 500, "backend", NULL, "out of memory");
 		goto out;
@@ -402,9 +424,13 @@ static bool stream_choice(conn_ctx *c, int p, int q)
 		cu->role_sent = true;
 	}
 	if (ended && o->end == RG_GEN_END_ABORT) {
-		rg_gen_answer_error_event(&g->pend, api, atomic_load(&c->srv->stopping)
-					  ? "unhealthy" : "backend",
+		bool stopping = atomic_load(&c->srv->stopping);
+
+		rg_gen_answer_error_event(&g->pend, api, stopping ? "unhealthy" : "backend",
 					  j->err[0] ? j->err : "the request was cancelled");
+		/* as a whole answer would have been (answer_whole) */
+		if (g->stream_status == 200)
+			g->stream_status = stopping || j->status == RG_OK ? 503 : 500;
 		cu->finish_sent = true;
 		return true;
 	}
@@ -548,6 +574,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 		g->pend_off += (size_t)n;
 	} else if (g->stream_end) {
 		n = MHD_CONTENT_READER_END_OF_STREAM;
+		if (!g->answered)
+			count_answer(c, g->stream_status);
 	} else {
 		l->waiting = true;
 		MHD_suspend_connection(c->conn);
@@ -926,6 +954,8 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 		}
 	}
 	g->counted = true;
+	g->admitted = true;
+	g->stream_status = 200;
 	atomic_fetch_add(&s->n_suspended, 1);
 	if (api == RG_GEN_API_TGI_STREAM || g->req.stream)
 		return rg_conn_send_stream(c, "text/event-stream", stream_reader, c);

@@ -5,7 +5,8 @@ tiny random GPT-2 of make_chat_decoder.py:
   refused at once with 413 naming the limit and no Retry-After, and one that does not fit now is
   refused whole (429 + Retry-After) with nothing of it left queued, so a client sending such
   requests every 0.3 s does not wedge the queue: >= 95% of the honest requests meanwhile are
-  served."""
+  served;
+- streamed responses are counted in ragged_requests_total and the stop line."""
 import json
 import re
 import signal
@@ -161,3 +162,42 @@ def test_queue_wedge_attack(model_dir):
         assert waiting(s) == 0
     finally:
         s.stop()
+
+
+# ---- streams are counted ----------------------------------------------------------------------
+
+def test_streams_counted(model_dir):
+    """Streams count in ragged_requests_total when they end (200), as whole answers do; a stream
+    whose client leaves counts too (code "other", not 200); the stop line counts them all."""
+    s = Server(model_dir, "--step-delay-ms", 5)
+    try:
+        n_stream = 6
+        for i in range(n_stream):
+            st, _, data = post(s, {**HONEST, "stream": True})
+            assert st == 200 and data.rstrip().endswith(b"data: [DONE]"), data[-100:]
+        st, _, data = post(s, {"inputs": "Hello", "parameters": {"max_new_tokens": 3}},
+                           path="/generate_stream")
+        assert st == 200
+        st, _, _ = post(s, HONEST)
+        assert st == 200
+        m = s.metrics()
+        assert m['ragged_requests_total{route="v1_completions",code="200"}'] == n_stream + 1
+        assert m['ragged_requests_total{route="generate",code="200"}'] == 1
+        # a stream whose client goes away mid-way: counted, not as a 200
+        so = stream_raw(s, {"prompt": "Hello", "max_tokens": 200, "ignore_eos": True,
+                            "stream": True})
+        assert so.recv(100)
+        so.close()
+        end = time.monotonic() + 20
+        key = 'ragged_requests_total{route="v1_completions",code="other"}'
+        while s.metrics().get(key, 0) < 1 and time.monotonic() < end:
+            time.sleep(0.05)
+        m = s.metrics()
+        assert m.get(key) == 1, {k: v for k, v in m.items() if "requests_total" in k}
+        assert m['ragged_requests_total{route="v1_completions",code="200"}'] == n_stream + 1
+    finally:
+        s.stop()
+    # 8 answers 200 (6 + 1 streams, 1 whole), the cut stream, and the 3 /metrics reads at least
+    line = [ln for ln in s.stderr().splitlines() if "answered" in ln][-1]
+    total, ok = map(int, re.search(r"answered (\d+) requests, (\d+) of them 200", line).groups())
+    assert ok >= 8 + 3 and total >= ok + 1, line
