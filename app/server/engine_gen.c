@@ -32,6 +32,9 @@ struct rg_gen_srv {
 	pthread_cond_t cv;
 	bool stop, draining;
 	double drain_end;
+	double step_est_ms;        /* the next step's time by the recent ones: each step's time,
+				    * or 3/4 of the last estimate when larger (a long prefill
+				    * chunk is remembered for a few steps) */
 
 	rg_gen_job **live;         /* by engine request id, ascending (guarded by mu) */
 	int n_live, cap_live;
@@ -294,11 +297,13 @@ static void job_abort(rg_gen_srv *e, rg_gen_job *j, const char *why)
 	rg_gen_engine_abort(e->eng, j->req, why);
 }
 
-/* Cancelled jobs, gone clients, the drain's end (lock held). */
+/* Cancelled jobs, gone clients, the drain's end (lock held). The drain ends at the last step
+ * boundary before drain_end: a step that is estimated to end past it is not begun (one
+ * 512-token chunk on a slow CPU takes seconds), so the shutdown is not late by a whole step. */
 static void sweep(rg_gen_srv *e, double now)
 {
 	bool poll = now - e->last_poll_ms >= e->p.disconnect_poll_ms;
-	bool cut = e->draining && now >= e->drain_end;
+	bool cut = e->draining && (now >= e->drain_end || now + e->step_est_ms > e->drain_end);
 
 	if (poll)
 		e->last_poll_ms = now;
@@ -554,6 +559,7 @@ static void *step_thread(void *arg)
 			rg_hist_observe(&e->met.step_ms, step_ms);
 			rg_hist_observe(&e->met.step_tokens, s1.last_step_tokens);
 			pthread_mutex_unlock(&e->mmu);
+			e->step_est_ms = fmax(step_ms, 0.75 * e->step_est_ms);
 		}
 		if (!ran && !done && e->n_touched == 0) {
 			struct timespec ts;

@@ -152,8 +152,9 @@ int rg_gen_job_queue_entries(const rg_gen_job *j);
 int rg_gen_srv_max_waiting(const rg_gen_srv *e);
 
 /* Drain: new jobs are refused; running and waiting ones go on until end_ms (rg_now_ms clock),
- * when what is left ends ABORT ("shutting down"). Returns at once; rg_gen_srv_idle tells when
- * nothing is left. */
+ * when what is left ends ABORT ("shutting down"); a step whose estimate (the recent steps'
+ * time) passes end_ms is not begun, what is left ends then. Returns at once; rg_gen_srv_idle
+ * tells when nothing is left. A later call may only move end_ms earlier. */
 void rg_gen_srv_drain(rg_gen_srv *e, double end_ms);
 bool rg_gen_srv_idle(rg_gen_srv *e);
 

@@ -576,6 +576,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 		n = MHD_CONTENT_READER_END_OF_STREAM;
 		if (!g->answered)
 			count_answer(c, g->stream_status);
+		if (g->counted) {
+			/* answered: a drain no longer waits for it (a kept-alive connection is
+			 * completed only at the next request, or when the daemon stops) */
+			atomic_fetch_sub(&c->srv->n_suspended, 1);
+			g->counted = false;
+		}
 	} else {
 		l->waiting = true;
 		MHD_suspend_connection(c->conn);

@@ -6,7 +6,11 @@ tiny random GPT-2 of make_chat_decoder.py:
   refused whole (429 + Retry-After) with nothing of it left queued, so a client sending such
   requests every 0.3 s does not wedge the queue: >= 95% of the honest requests meanwhile are
   served;
-- streamed responses are counted in ragged_requests_total and the stop line."""
+- streamed responses are counted in ragged_requests_total and the stop line;
+- SIGTERM during a long prefill (--step-delay-ms makes every step slow) stops within
+  --shutdown-timeout-s plus about one step, whether the streaming client stays or is gone, and a
+  client that stays gets an error event and the end of the stream, not a hang; a client that
+  leaves during it has its request aborted at the next step boundary."""
 import json
 import re
 import signal
@@ -201,3 +205,82 @@ def test_streams_counted(model_dir):
     line = [ln for ln in s.stderr().splitlines() if "answered" in ln][-1]
     total, ok = map(int, re.search(r"answered (\d+) requests, (\d+) of them 200", line).groups())
     assert ok >= 8 + 3 and total >= ok + 1, line
+
+
+# ---- shutdown and disconnects during a long prefill -------------------------------------------
+
+STEP_MS = 400        # --step-delay-ms: every step takes at least 0.4 s (the start-up's
+                     # warm-up steps too: about 9 of them)
+SHUTDOWN_S = 2       # --shutdown-timeout-s
+SLACK_S = 2.0        # a loaded 2-core machine, the ASan build
+SLOW = ["--step-delay-ms", STEP_MS, "--max-num-batched-tokens", 64, "--shutdown-timeout-s",
+        SHUTDOWN_S, "--no-prefix-caching"]
+
+
+@pytest.fixture(scope="module")
+def long_dir(tmp_path_factory):
+    """The same tiny GPT-2 with a context of 1,024 positions."""
+    return make_chat_decoder.make(str(tmp_path_factory.mktemp("chatdec_long") / "m"), seed=7,
+                                  n_pos=1024)
+
+
+def long_prefill(s):
+    """A stream whose prompt of about 950 tokens is prefilled in 64-token chunks, one per step
+    (about 6 s before its first token): -> its socket, a chunk or two into its prefill."""
+    prompt = " ".join(["Prefix caching reuses the key and value blocks"] * 50)
+    so = stream_raw(s, {"prompt": prompt, "max_tokens": 8, "ignore_eos": True, "stream": True})
+    assert so.recv(12).startswith(b"HTTP/1.1 200")
+    end = time.monotonic() + 20
+    while s.metrics()["ragged_gen_steps_total"] < 2 and time.monotonic() < end:
+        time.sleep(0.05)
+    m = s.metrics()
+    assert m["ragged_gen_num_requests_running"] == 1 and m["ragged_gen_generation_tokens_total"] == 0
+    return so
+
+
+@pytest.mark.parametrize("client", ["stays", "gone"])
+def test_shutdown_interrupts_a_long_prefill(long_dir, client):
+    """SIGTERM during a prefill of 15 steps of 0.4 s: the process exits within
+    --shutdown-timeout-s plus one step (and some slack), not after the prefill; a client that
+    stays gets an error event, [DONE] and the end of the chunked body."""
+    s = Server(long_dir, *SLOW)
+    so = long_prefill(s)
+    if client == "gone":
+        so.close()
+    t0 = time.monotonic()
+    s.proc.send_signal(signal.SIGTERM)
+    got = read_all(so, 30) if client == "stays" else b""
+    rc = s.proc.wait(60)
+    took = time.monotonic() - t0
+    s.stop()
+    assert rc == 0
+    assert took <= SHUTDOWN_S + STEP_MS / 1e3 + SLACK_S, (took, s.stderr()[-1500:])
+    if client == "stays":
+        assert got is not None, "the stream hung"
+        events = [b.split(b"data: ", 1)[1] for b in got.split(b"\n\n") if b"data: " in b]
+        assert any(b"shutting down" in e for e in events), got[-400:]
+        assert events[-1].startswith(b"[DONE]"), got[-400:]
+        assert got.endswith(b"\r\n0\r\n\r\n"), got[-100:]
+    assert "stopped after" in s.stderr()
+
+
+def test_disconnect_aborts_a_long_prefill(long_dir):
+    """A client that goes away during a long prefill: its request is aborted at the next step
+    boundary (within about one step), not after its prefill, and its blocks come back."""
+    s = Server(long_dir, *SLOW)
+    try:
+        so = long_prefill(s)
+        so.close()
+        t0 = time.monotonic()
+        end = t0 + 30
+        while time.monotonic() < end:
+            m = s.metrics()
+            if m["ragged_gen_num_requests_running"] == 0:
+                break
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+        assert m["ragged_gen_num_requests_running"] == 0 and m["ragged_gen_kv_blocks_used"] == 0
+        assert m["ragged_gen_requests_aborted_total"] == 1
+        assert took <= STEP_MS / 1e3 + SLACK_S, took
+    finally:
+        s.stop()
