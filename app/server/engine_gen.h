@@ -174,6 +174,8 @@ int rg_gen_srv_max_context(const rg_gen_srv *e);
 int rg_gen_srv_blocks_used(rg_gen_srv *e);
 /* Append the generation metrics (Prometheus text format 0.0.4): TTFT and inter-token latency
  * histograms, prompt / generated tokens, running / waiting / preempted sequences, KV blocks used
- * and free, prefix-cache hits, step time and tokens per step. Thread-safe. */
-void rg_gen_srv_metrics(rg_gen_srv *e, rg_buf *out);
+ * and free, prefix-cache hits, step time and tokens per step; the same under vLLM's names
+ * (vllm:*, label model_name="model_name", which may be NULL: "") and TGI's (tgi_*: all but the
+ * request counters, rg_metrics_render_tgi_requests). Thread-safe. */
+void rg_gen_srv_metrics(rg_gen_srv *e, rg_buf *out, const char *model_name);
 #endif

@@ -7,6 +7,9 @@ tiny random GPT-2 of make_chat_decoder.py:
   requests every 0.3 s does not wedge the queue: >= 95% of the honest requests meanwhile are
   served;
 - streamed responses are counted in ragged_requests_total and the stop line;
+- /metrics parses as Prometheus text (a strict parser here; prometheus_client's too where it is
+  installed) and carries vLLM's and TGI's names beside ragged's, whose values move with a
+  request;
 - SIGTERM during a long prefill (--step-delay-ms makes every step slow) stops within
   --shutdown-timeout-s plus about one step, whether the streaming client stays or is gone, and a
   client that stays gets an error event and the end of the stream, not a hang; a client that
@@ -205,6 +208,164 @@ def test_streams_counted(model_dir):
     line = [ln for ln in s.stderr().splitlines() if "answered" in ln][-1]
     total, ok = map(int, re.search(r"answered (\d+) requests, (\d+) of them 200", line).groups())
     assert ok >= 8 + 3 and total >= ok + 1, line
+
+
+# ---- /metrics: Prometheus text, with vLLM's and TGI's names --------------------------------------
+
+NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+LABELS = r'\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:\\.|[^"\\\n])*",?)*\}'
+SAMPLE = re.compile(rf"^({NAME})({LABELS})? (\S+)(?: -?\d+)?$")
+TYPES = ("counter", "gauge", "histogram", "summary", "untyped")
+
+
+def parse_strict(text):
+    """The text exposition format 0.0.4, checked strictly: every line a comment, HELP, TYPE or
+    sample of valid names, labels and float value; one TYPE per family, before its samples;
+    a family's samples together; no sample twice; histograms' buckets cumulative, with +Inf
+    equal to _count. -> {'name{labels}': value}."""
+    out, types, seen_family, current = {}, {}, set(), None
+    assert text.endswith("\n")
+    for ln in text.splitlines():
+        if ln.startswith("# HELP ") or ln.startswith("# TYPE "):
+            parts = ln.split(" ", 3)
+            assert len(parts) >= 3 and re.fullmatch(NAME, parts[2]), ln
+            if parts[1] == "TYPE":
+                assert len(parts) == 4 and parts[3] in TYPES, ln
+                assert parts[2] not in types and parts[2] not in seen_family, ln
+                types[parts[2]] = parts[3]
+            continue
+        if ln.startswith("#"):
+            continue
+        m = SAMPLE.match(ln)
+        assert m, f"not a sample line: {ln!r}"
+        name, labels, value = m.group(1), m.group(2) or "", m.group(3)
+        float(value)  # +Inf, -Inf, NaN included
+        family = name
+        for suf in ("_bucket", "_sum", "_count"):
+            if name.endswith(suf) and types.get(name[: -len(suf)]) == "histogram":
+                family = name[: -len(suf)]
+        if types.get(name) == "histogram":
+            raise AssertionError(f"histogram {name} sampled without _bucket/_sum/_count")
+        if family != current:
+            assert family not in seen_family, f"{family}'s samples are not together"
+            seen_family.add(family)
+            current = family
+        key = name + labels
+        assert key not in out, f"sample twice: {key}"
+        out[key] = float(value)
+    for fam, t in types.items():
+        if t != "histogram":
+            continue
+        series = {}
+        for k, v in out.items():
+            if k.startswith(fam + "_bucket{"):
+                lab = k[len(fam) + 8:-1]
+                le = re.search(r'le="([^"]*)"', lab).group(1)
+                rest = re.sub(r',?le="[^"]*"', "", lab)
+                series.setdefault(rest, []).append((float(le), v))
+        assert series, f"histogram {fam} has no buckets"
+        for rest, b in series.items():
+            assert [x for x, _ in b] == sorted(x for x, _ in b), (fam, b)
+            assert all(b[i][1] <= b[i + 1][1] for i in range(len(b) - 1)), (fam, b)
+            assert b[-1][0] == float("inf"), (fam, b)
+            cnt = out[f"{fam}_count{{{rest}}}" if rest else f"{fam}_count"]
+            assert b[-1][1] == cnt, (fam, b, cnt)
+    return out
+
+
+VLLM = ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+        "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+        "vllm:num_preemptions_total", "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total"]
+VLLM_HIST = ["vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+             "vllm:time_per_output_token_seconds", "vllm:e2e_request_latency_seconds",
+             "vllm:request_queue_time_seconds", "vllm:request_prompt_tokens",
+             "vllm:request_generation_tokens"]
+TGI = ["tgi_request_count", "tgi_request_success", "tgi_request_failure",
+       "tgi_batch_current_size", "tgi_batch_current_max_tokens", "tgi_queue_size"]
+TGI_HIST = ["tgi_request_duration", "tgi_request_queue_duration", "tgi_request_input_length",
+            "tgi_request_generated_tokens", "tgi_request_mean_time_per_token_duration",
+            "tgi_batch_inference_duration"]
+
+
+def metrics_text(s):
+    st, h, data = s.request("GET", "/metrics")
+    assert st == 200 and h["content-type"].startswith("text/plain; version=0.0.4")
+    return data.decode()
+
+
+def test_metrics_prometheus_vllm_tgi(model_dir):
+    """Every name is there (vLLM's with model_name), the text parses strictly (and with
+    prometheus_client where installed), and the values move with one request of 6 tokens; while
+    a stream runs, the running gauges and the KV usage say so."""
+    s = Server(model_dir, "--step-delay-ms", 20, "--served-model-name", 'tiny "gpt"')
+    lab = 'model_name="tiny \\"gpt\\""'
+    try:
+        text = metrics_text(s)
+        a = parse_strict(text)
+        try:
+            from prometheus_client.parser import text_string_to_metric_families
+            fams = {f.name for f in text_string_to_metric_families(text)}
+            assert "vllm:num_requests_running" in fams and "tgi_queue_size" in fams, fams
+        except ImportError:
+            pass
+        for n in VLLM:
+            assert f"{n}{{{lab}}}" in a, n
+        for n in VLLM_HIST:
+            assert f"{n}_count{{{lab}}}" in a, n
+        for n in TGI:
+            assert n in a, n
+        for n in TGI_HIST:
+            assert f"{n}_count" in a, n
+        for r in ("stop", "length", "abort"):
+            assert f'vllm:request_success_total{{{lab},finished_reason="{r}"}}' in a
+        for m in ("prefill", "decode"):
+            assert f'tgi_batch_inference_count{{method="{m}"}}' in a
+
+        st, h, data = post(s, {"prompt": "Hello, world!", "max_tokens": 6, "ignore_eos": True})
+        assert st == 200, data
+        usage = json.loads(data)["usage"]
+        b = parse_strict(metrics_text(s))
+
+        def d(k):
+            return b[k] - a[k]
+        assert d(f"vllm:prompt_tokens_total{{{lab}}}") == usage["prompt_tokens"]
+        assert d(f"vllm:generation_tokens_total{{{lab}}}") == 6
+        assert d(f'vllm:request_success_total{{{lab},finished_reason="length"}}') == 1
+        for n in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+                  "vllm:time_per_output_token_seconds", "vllm:request_queue_time_seconds"):
+            assert d(f"{n}_count{{{lab}}}") == 1, n
+        assert d(f"vllm:inter_token_latency_seconds_count{{{lab}}}") == 5
+        assert d(f"vllm:request_prompt_tokens_sum{{{lab}}}") == usage["prompt_tokens"]
+        assert d(f"vllm:request_generation_tokens_sum{{{lab}}}") == 6
+        assert d(f"vllm:e2e_request_latency_seconds_sum{{{lab}}}") > 0
+        assert d("tgi_request_count") == 1 and d("tgi_request_success") == 1
+        assert d("tgi_request_failure") == 0
+        assert d("tgi_request_duration_count") == 1 and d("tgi_request_duration_sum") > 0
+        assert d("tgi_request_input_length_sum") == usage["prompt_tokens"]
+        assert d("tgi_request_generated_tokens_sum") == 6
+        assert d("tgi_request_mean_time_per_token_duration_count") == 1
+        assert d('tgi_batch_inference_count{method="prefill"}') >= 1
+        assert d('tgi_batch_inference_count{method="decode"}') >= 5
+        # a refused request counts as a TGI failure
+        st, _, _ = post(s, {"inputs": "x", "parameters": {"max_new_tokens": 100000}},
+                        path="/generate")
+        assert st == 422
+        c = parse_strict(metrics_text(s))
+        assert c["tgi_request_failure"] - b["tgi_request_failure"] == 1
+
+        # while a stream runs (20 ms steps, 200 tokens)
+        so = stream_raw(s, {"prompt": "Hello", "max_tokens": 200, "ignore_eos": True,
+                            "stream": True})
+        assert so.recv(100)
+        r = parse_strict(metrics_text(s))
+        assert r[f"vllm:num_requests_running{{{lab}}}"] == 1
+        assert r["tgi_batch_current_size"] == 1
+        assert r[f"vllm:kv_cache_usage_perc{{{lab}}}"] > 0
+        assert r["tgi_batch_current_max_tokens"] > 0
+        so.close()
+    finally:
+        s.stop()
 
 
 # ---- shutdown and disconnects during a long prefill -------------------------------------------
