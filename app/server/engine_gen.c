@@ -16,8 +16,15 @@
 
 typedef struct gen_metrics {
 	rg_hist ttft_ms, itl_ms, step_ms, step_tokens, e2e_ms;
+	rg_hist queue_ms;          /* per job: arrival to its first scheduled step */
+	rg_hist tpot_ms;           /* per sequence: (last - first token) / (tokens - 1) */
+	rg_hist req_prompt_tokens; /* per job: its prompt's tokens */
+	rg_hist seq_gen_tokens;    /* per sequence: tokens generated */
 	uint64_t prompt_tokens, generated_tokens, cached_tokens, requests_ok, requests_aborted,
 		preemptions, steps, refused;
+	uint64_t ends[3];          /* sequences ended by stop (EOS, stop string or id), length,
+				    * abort: vLLM's finished_reason */
+	uint64_t steps_prefill;    /* steps with a prompt chunk (the others: decode only) */
 } gen_metrics;
 
 struct rg_gen_srv {
@@ -32,6 +39,9 @@ struct rg_gen_srv {
 	pthread_cond_t cv;
 	bool stop, draining;
 	double drain_end;
+	double step_est_ms;        /* the next step's time by the recent ones: each step's time,
+				    * or 3/4 of the last estimate when larger (a long prefill
+				    * chunk is remembered for a few steps) */
 
 	rg_gen_job **live;         /* by engine request id, ascending (guarded by mu) */
 	int n_live, cap_live;
@@ -50,6 +60,7 @@ struct rg_gen_srv {
 	int n_nlist, cap_nlist;
 	rg_gen_job *ndone;         /* ended jobs (linked by next), the engine's reference each */
 
+	int block_size;            /* KV positions per block (the prefix cache's counts in tokens) */
 	pthread_mutex_t mmu;       /* the metrics */
 	gen_metrics met;
 
@@ -177,14 +188,11 @@ static void live_remove(rg_gen_srv *e, rg_gen_job *j)
 
 /* ---- admission ---------------------------------------------------------------------------- */
 
-rg_status rg_gen_srv_submit(rg_gen_srv *e, rg_gen_job *j)
+/* Job j checked and its engine request's params and options (j->n_top, n_running, arrival
+ * set). */
+static rg_status job_prepare(rg_gen_job *j, double now, rg_gen_params *gp, rg_gen_options *opt)
 {
-	rg_status st;
-	double now = rg_now_ms();
-	rg_gen_params gp;
-	rg_gen_options opt;
-
-	if (!e || !j || j->n_seqs < 1)
+	if (!j || j->n_seqs < 1)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: no job");
 	if (j->gp.num_beams > 1 && j->n_seqs != j->gp.n)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: a beam search job has one output "
@@ -194,50 +202,107 @@ rg_status rg_gen_srv_submit(rg_gen_srv *e, rg_gen_job *j)
 			return rg_errorf(RG_ERR_INVALID_INPUT, "generate: sequence %d has no prompt",
 					 i);
 	/* a job's sequences share its prompt: one engine request of n_seqs outputs */
-	gp = j->gp;
-	if (gp.num_beams <= 1)
-		gp.n = j->n_seqs;
-	rg_gen_options_default(&opt);
-	opt.priority = j->priority;
-	opt.arrival_ms = j->arrival_ms ? j->arrival_ms : now;
-	opt.deadline_ms = j->deadline_ms;
-	opt.tpot_ms = j->tpot_ms;
-	opt.min_tokens = j->min_tokens;
-	opt.skip_special_tokens = j->skip_special;
-	opt.keep_stop_id_text = true; /* vLLM: a stop id's text stays (special ones have none) */
+	*gp = j->gp;
+	if (gp->num_beams <= 1)
+		gp->n = j->n_seqs;
+	rg_gen_options_default(opt);
+	opt->priority = j->priority;
+	opt->arrival_ms = j->arrival_ms ? j->arrival_ms : now;
+	opt->deadline_ms = j->deadline_ms;
+	opt->tpot_ms = j->tpot_ms;
+	opt->min_tokens = j->min_tokens;
+	opt->skip_special_tokens = j->skip_special;
+	opt->keep_stop_id_text = true; /* vLLM: a stop id's text stays (special ones have none) */
+	opt->fair_key = j->fair_key;
 	j->n_top = j->gp.num_beams > 1 ? 0 : j->gp.logprobs;
 	j->n_running = j->n_seqs;
 	if (!j->arrival_ms)
 		j->arrival_ms = now;
+	return RG_OK;
+}
+
+int rg_gen_job_queue_entries(const rg_gen_job *j)
+{
+	return j->gp.num_beams > 1 ? 1 : j->n_seqs;
+}
+
+rg_status rg_gen_srv_submit_all(rg_gen_srv *e, rg_gen_job *const *jobs, int n_jobs,
+				int *refused)
+{
+	rg_status st = RG_OK;
+	double now = rg_now_ms();
+	uint64_t prompt_tokens = 0;
+	int added = 0;
+
+	if (refused)
+		*refused = 0;
+	if (!e || !jobs || n_jobs < 1)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: no jobs");
 	pthread_mutex_lock(&e->mu);
 	if (e->stop || e->draining) {
 		pthread_mutex_unlock(&e->mu);
-		j->adm.retry_after_ms = 1000;
-		j->stopping = true;
+		jobs[0]->adm.retry_after_ms = 1000;
+		jobs[0]->stopping = true;
 		return rg_errorf(RG_ERR_BUSY, "the server is shutting down");
 	}
-	st = rg_gen_engine_add(e->eng, j->prompts[0], j->prompt_lens[0], &gp, &opt, now, &j->req,
-			       &j->adm);
-	if (st == RG_OK && (st = live_add(e, j)) != RG_OK) {
-		rg_gen_engine_release(e->eng, j->req);
-		st = rg_errorf(RG_ERR_OOM, "generate: out of memory");
+	for (; added < n_jobs; added++) {
+		rg_gen_job *j = jobs[added];
+		rg_gen_params gp;
+		rg_gen_options opt;
+
+		if ((st = job_prepare(j, now, &gp, &opt)) != RG_OK)
+			break;
+		st = rg_gen_engine_add(e->eng, j->prompts[0], j->prompt_lens[0], &gp, &opt, now,
+				       &j->req, &j->adm);
+		if (st == RG_OK && (st = live_add(e, j)) != RG_OK) {
+			rg_gen_engine_release(e->eng, j->req);
+			st = rg_errorf(RG_ERR_OOM, "generate: out of memory");
+		}
+		if (st != RG_OK)
+			break;
+		prompt_tokens += (uint64_t)j->prompt_lens[0] *
+				 (uint64_t)(gp.num_beams > 1 ? 1 : gp.n);
 	}
 	if (st != RG_OK) {
+		char msg[512];
+
+		/* refused whole: what was added goes now, under the same lock, so that no step
+		 * ever sees it and nothing of the request is left queued (a still-waiting
+		 * request released leaves the waiting queue at once) */
+		snprintf(msg, sizeof(msg), "%s", rg_last_error());
+		for (int k = 0; k < added; k++) {
+			rg_gen_engine_release(e->eng, jobs[k]->req);
+			live_remove(e, jobs[k]);
+			jobs[k]->req = 0;
+		}
 		if (st == RG_ERR_BUSY) {
 			pthread_mutex_lock(&e->mmu);
 			e->met.refused++;
 			pthread_mutex_unlock(&e->mmu);
 		}
 		pthread_mutex_unlock(&e->mu);
-		return st; /* rg_last_error names it */
+		if (refused)
+			*refused = added;
+		return rg_errorf(st, "%s", msg); /* rg_last_error names it */
 	}
-	atomic_fetch_add(&j->refs, 1);
+	for (int k = 0; k < n_jobs; k++)
+		atomic_fetch_add(&jobs[k]->refs, 1);
 	pthread_mutex_lock(&e->mmu);
-	e->met.prompt_tokens += (uint64_t)j->prompt_lens[0] * (uint64_t)(gp.num_beams > 1 ? 1 : gp.n);
+	e->met.prompt_tokens += prompt_tokens;
 	pthread_mutex_unlock(&e->mmu);
 	pthread_cond_broadcast(&e->cv);
 	pthread_mutex_unlock(&e->mu);
 	return RG_OK;
+}
+
+rg_status rg_gen_srv_submit(rg_gen_srv *e, rg_gen_job *j)
+{
+	return rg_gen_srv_submit_all(e, &j, 1, NULL);
+}
+
+int rg_gen_srv_max_waiting(const rg_gen_srv *e)
+{
+	return e->p.eng.max_waiting;
 }
 
 /* ---- the step loop ------------------------------------------------------------------------ */
@@ -254,11 +319,13 @@ static void job_abort(rg_gen_srv *e, rg_gen_job *j, const char *why)
 	rg_gen_engine_abort(e->eng, j->req, why);
 }
 
-/* Cancelled jobs, gone clients, the drain's end (lock held). */
+/* Cancelled jobs, gone clients, the drain's end (lock held). The drain ends at the last step
+ * boundary before drain_end: a step that is estimated to end past it is not begun (one
+ * 512-token chunk on a slow CPU takes seconds), so the shutdown is not late by a whole step. */
 static void sweep(rg_gen_srv *e, double now)
 {
 	bool poll = now - e->last_poll_ms >= e->p.disconnect_poll_ms;
-	bool cut = e->draining && now >= e->drain_end;
+	bool cut = e->draining && (now >= e->drain_end || now + e->step_est_ms > e->drain_end);
 
 	if (poll)
 		e->last_poll_ms = now;
@@ -398,6 +465,13 @@ static void job_sync(rg_gen_srv *e, rg_gen_job *j, int k, double now)
 	}
 	if (x.finish != RG_FINISH_NONE && (k == 0 || j->gp.num_beams <= 1))
 		e->met.cached_tokens += (uint64_t)x.n_cached;
+	if (x.finish != RG_FINISH_NONE) {
+		e->met.ends[x.finish == RG_FINISH_LENGTH ? 1 : x.finish == RG_FINISH_ABORT ? 2 : 0]++;
+		rg_hist_observe(&e->met.seq_gen_tokens, x.n_ids);
+		if (x.n_ids >= 2 && o->last_token_ms > o->first_token_ms)
+			rg_hist_observe(&e->met.tpot_ms, (o->last_token_ms - o->first_token_ms) /
+							 (x.n_ids - 1));
+	}
 	pthread_mutex_unlock(&e->mmu);
 }
 
@@ -473,6 +547,8 @@ static void notify_all(rg_gen_srv *e, rg_gen_job **list, int n, rg_gen_job *done
 		else
 			e->met.requests_aborted++;
 		rg_hist_observe(&e->met.e2e_ms, now - done->arrival_ms);
+		rg_hist_observe(&e->met.queue_ms, done->queue_ms);
+		rg_hist_observe(&e->met.req_prompt_tokens, done->prompt_lens[0]);
 		pthread_mutex_unlock(&e->mmu);
 		if (done->notify)
 			done->notify(done, true);
@@ -603,7 +679,12 @@ static void *step_thread(void *arg)
 			e->met.preemptions += (uint64_t)(s1.n_preemptions - s0.n_preemptions);
 			rg_hist_observe(&e->met.step_ms, step_ms);
 			rg_hist_observe(&e->met.step_tokens, s1.last_step_tokens);
+			/* a decode step has one token per running sequence at most: more is a
+			 * prompt chunk (or a waiting request's first one) */
+			if (s1.last_step_tokens > s0.n_running)
+				e->met.steps_prefill++;
 			pthread_mutex_unlock(&e->mmu);
+			e->step_est_ms = fmax(step_ms, 0.75 * e->step_est_ms);
 		}
 		if (!ran && !done && e->n_touched == 0) {
 			struct timespec ts;
@@ -668,7 +749,12 @@ rg_gen_srv *rg_gen_srv_create(rg_model *m, const rg_gen_srv_params *p, rg_status
 		rg_hist_init(&e->met.step_ms, ms, 16);
 		rg_hist_init(&e->met.e2e_ms, ms, 16);
 		rg_hist_init(&e->met.step_tokens, tok, 14);
+		rg_hist_init(&e->met.queue_ms, ms, 16);
+		rg_hist_init(&e->met.tpot_ms, ms, 16);
+		rg_hist_init(&e->met.req_prompt_tokens, tok, 14);
+		rg_hist_init(&e->met.seq_gen_tokens, tok, 14);
 	}
+	e->block_size = p->eng.block_size > 0 ? p->eng.block_size : 16;
 	ep = p->eng;
 	ep.warm_up = true; /* admission's cost model starts from measured steps */
 	if (!(e->eng = rg_gen_engine_create(m, &ep, st)))
@@ -824,7 +910,107 @@ static void gauge(rg_buf *b, const char *name, const char *help, const char *typ
 	rg_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
-void rg_gen_srv_metrics(rg_gen_srv *e, rg_buf *b)
+/* A counter or gauge with one label (lab: `key="value",` as rg_metrics_label writes it). */
+static void sample(rg_buf *b, const char *name, const char *help, const char *type,
+		   const char *lab, double v)
+{
+	size_t ll = strlen(lab);
+
+	rg_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s{%.*s} %.17g\n", name, help, name, type,
+		      name, (int)(ll ? ll - 1 : 0), lab, v);
+}
+
+/* vLLM's names (vllm/v1/metrics/loggers.py: label model_name; ours has no engine label, one
+ * engine) and TGI's (docs/source/reference/metrics.md), so that their dashboards carry over;
+ * the values are ragged's own, below. The prefix cache's counts are in tokens, as vLLM's
+ * (blocks x block size). */
+static void render_compat(rg_buf *b, const gen_metrics *m, const rg_gen_engine_stats *s,
+			  const char *model_name, int block_size)
+{
+	static const char *const why[3] = {"stop", "length", "abort"};
+	char lab[320];
+
+	rg_metrics_label(lab, sizeof(lab), "model_name", model_name ? model_name : "");
+	sample(b, "vllm:num_requests_running", "Sequences in model execution batches.", "gauge",
+	       lab, s->n_running);
+	sample(b, "vllm:num_requests_waiting", "Sequences waiting to be processed.", "gauge", lab,
+	       s->n_waiting);
+	sample(b, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "gauge",
+	       lab, s->blocks_total ? (double)s->blocks_used / s->blocks_total : 0);
+	sample(b, "vllm:prefix_cache_queries_total",
+	       "Prefix cache queries, in terms of number of queried tokens.", "counter", lab,
+	       (double)s->prefix_query_blocks * block_size);
+	sample(b, "vllm:prefix_cache_hits_total",
+	       "Prefix cache hits, in terms of number of cached tokens.", "counter", lab,
+	       (double)s->prefix_hit_blocks * block_size);
+	sample(b, "vllm:num_preemptions_total", "Cumulative number of preemption from the engine.",
+	       "counter", lab, (double)m->preemptions);
+	sample(b, "vllm:prompt_tokens_total", "Number of prefill tokens processed.", "counter", lab,
+	       (double)m->prompt_tokens);
+	sample(b, "vllm:generation_tokens_total", "Number of generation tokens processed.",
+	       "counter", lab, (double)m->generated_tokens);
+	rg_buf_puts(b, "# HELP vllm:request_success_total Count of successfully processed "
+		    "requests (sequences, by why they ended).\n"
+		    "# TYPE vllm:request_success_total counter\n");
+	for (int k = 0; k < 3; k++)
+		rg_buf_printf(b, "vllm:request_success_total{%sfinished_reason=\"%s\"} %llu\n", lab,
+			      why[k], (unsigned long long)m->ends[k]);
+	rg_hist_render_labeled(b, "vllm:time_to_first_token_seconds",
+			       "Histogram of time to first token in seconds.", lab, &m->ttft_ms, 1e-3);
+	rg_hist_render_labeled(b, "vllm:inter_token_latency_seconds",
+			       "Histogram of inter-token latency in seconds.", lab, &m->itl_ms, 1e-3);
+	rg_hist_render_labeled(b, "vllm:time_per_output_token_seconds",
+			       "Histogram of time per output token in seconds (per sequence: "
+			       "(last - first token) / (tokens - 1)).", lab, &m->tpot_ms, 1e-3);
+	rg_hist_render_labeled(b, "vllm:e2e_request_latency_seconds",
+			       "Histogram of e2e request latency in seconds.", lab, &m->e2e_ms, 1e-3);
+	rg_hist_render_labeled(b, "vllm:request_queue_time_seconds",
+			       "Histogram of time spent in WAITING phase for request.", lab,
+			       &m->queue_ms, 1e-3);
+	rg_hist_render_labeled(b, "vllm:request_prompt_tokens",
+			       "Number of prefill tokens processed.", lab, &m->req_prompt_tokens, 1);
+	rg_hist_render_labeled(b, "vllm:request_generation_tokens",
+			       "Number of generation tokens processed.", lab, &m->seq_gen_tokens, 1);
+	rg_hist_render_labeled(b, "vllm:iteration_tokens_total",
+			       "Histogram of number of tokens per engine_step.", lab,
+			       &m->step_tokens, 1);
+
+	rg_hist_render(b, "tgi_request_duration",
+		       "Total time spent processing the request (e2e latency).", &m->e2e_ms, 1e-3);
+	rg_hist_render(b, "tgi_request_queue_duration", "Time spent in the queue per request.",
+		       &m->queue_ms, 1e-3);
+	rg_hist_render(b, "tgi_request_input_length", "Input token length per request.",
+		       &m->req_prompt_tokens, 1);
+	rg_hist_render(b, "tgi_request_generated_tokens", "Generated tokens per request "
+		       "(sequence).", &m->seq_gen_tokens, 1);
+	rg_hist_render(b, "tgi_request_mean_time_per_token_duration",
+		       "Mean time per token per request (inter-token latency).", &m->tpot_ms, 1e-3);
+	rg_hist_render(b, "tgi_batch_inference_duration", "Batch inference duration (one step).",
+		       &m->step_ms, 1e-3);
+	gauge(b, "tgi_batch_current_size", "Current batch size (sequences running).", "gauge",
+	      s->n_running);
+	gauge(b, "tgi_batch_current_max_tokens", "Maximum tokens for the current batch (KV "
+	      "positions held: blocks in use x block size).", "gauge",
+	      (double)s->blocks_used * block_size);
+	gauge(b, "tgi_queue_size", "Current queue size (sequences waiting).", "gauge",
+	      s->n_waiting);
+	rg_buf_puts(b, "# HELP tgi_batch_inference_count Inference calls per method (prefill: a "
+		    "step with a prompt chunk; decode: the others).\n"
+		    "# TYPE tgi_batch_inference_count counter\n");
+	rg_buf_printf(b, "tgi_batch_inference_count{method=\"prefill\"} %llu\n"
+		      "tgi_batch_inference_count{method=\"decode\"} %llu\n",
+		      (unsigned long long)m->steps_prefill,
+		      (unsigned long long)(m->steps - m->steps_prefill));
+	rg_buf_puts(b, "# HELP tgi_batch_inference_success Successful inference calls per method "
+		    "(a model error aborts the step's requests and is not counted apart).\n"
+		    "# TYPE tgi_batch_inference_success counter\n");
+	rg_buf_printf(b, "tgi_batch_inference_success{method=\"prefill\"} %llu\n"
+		      "tgi_batch_inference_success{method=\"decode\"} %llu\n",
+		      (unsigned long long)m->steps_prefill,
+		      (unsigned long long)(m->steps - m->steps_prefill));
+}
+
+void rg_gen_srv_metrics(rg_gen_srv *e, rg_buf *b, const char *model_name)
 {
 	rg_gen_engine_stats s;
 	gen_metrics m;
@@ -877,4 +1063,5 @@ void rg_gen_srv_metrics(rg_gen_srv *e, rg_buf *b)
 	gauge(b, "ragged_gen_prefix_cache_hit_rate", "Hits / queries (0 before any query).",
 	      "gauge", s.prefix_query_blocks ? (double)s.prefix_hit_blocks /
 						   (double)s.prefix_query_blocks : 0);
+	render_compat(b, &m, &s, model_name, e->block_size);
 }

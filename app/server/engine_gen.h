@@ -5,8 +5,10 @@
  *     rg_gen_engine_step_begin; unlock; rg_gen_engine_step_run (the model); lock;
  *     rg_gen_engine_step_end -> events; each event's output copied into its job (under job->mu);
  *     finished jobs released; unlock; owners notified.
- * Admission (rg_gen_srv_submit) calls rg_gen_engine_add under the lock from the caller's thread,
- * so a request that cannot meet its TTFT / TPOT target is refused at once (429), whole.
+ * Admission (rg_gen_srv_submit_all) calls rg_gen_engine_add for every job of an HTTP request
+ * under the lock from the caller's thread, so a request that cannot meet its TTFT / TPOT target
+ * or does not fit the waiting queue is refused at once (429), whole: the jobs added before the
+ * refused one are released before the lock is let go.
  *
  * Job life (the owner's contract): the owner fills the job (rg_gen_job_new) and submits it; the
  * service then holds a reference until it calls notify(job, true) (the last call). Output is
@@ -83,6 +85,9 @@ struct rg_gen_job {
 	int min_tokens;          /* EOS, stop ids and strings ignored before this many tokens */
 	bool skip_special;       /* text without special tokens (default true) */
 	int priority;
+	uint64_t fair_key;       /* jobs of one key share one fair share of the queue
+				  * (rg_gen_options.fair_key): the server gives every job of one
+				  * HTTP request the same; 0: the job's own */
 	double arrival_ms;       /* rg_now_ms() */
 	double deadline_ms;      /* TTFT target from arrival, ms; 0 none */
 	double tpot_ms;          /* TPOT target, ms; 0 none */
@@ -129,16 +134,33 @@ void rg_gen_job_cancel(rg_gen_job *j);
  * max_context tokens: rg_last_error), RG_ERR_OOM, a model error. */
 rg_gen_srv *rg_gen_srv_create(rg_model *m, const rg_gen_srv_params *p, rg_status *st);
 
-/* Admit job (the engine takes a reference: rg_gen_job_put after notify(.., true) is the
- * engine's). Errors (nothing taken, notify never called): RG_ERR_BUSY (draining, the waiting
- * queue full, or a TTFT / TPOT target that cannot be met: job->adm.retry_after_ms),
- * RG_ERR_TOO_LONG (a prompt of max_context tokens or more), RG_ERR_INVALID_INPUT (bad params,
- * named), RG_ERR_OOM. Thread-safe. */
+/* Admit jobs[0..n_jobs) as one unit (one HTTP request's prompts): under the engine lock every
+ * job is added, or, when one is refused, those already added are released before the lock is
+ * let go, so that no step runs them and nothing of the request stays queued. Admitted: the
+ * engine takes a reference to each job (rg_gen_job_put after notify(.., true) is the
+ * engine's). Errors (nothing taken, notify never called; *refused, when not NULL: the index
+ * of the job that was refused, whose adm / stopping say why): RG_ERR_BUSY (draining: job
+ * ->stopping; the waiting queue full, or a TTFT / TPOT target that cannot be met:
+ * job->adm.retry_after_ms), RG_ERR_TOO_LONG (a prompt of max_context tokens or more, beams
+ * that need more KV blocks than the pool has), RG_ERR_INVALID_INPUT (bad params, named),
+ * RG_ERR_OOM. A request of more queue entries (rg_gen_job_queue_entries, summed) than
+ * rg_gen_srv_max_waiting can never be admitted: the caller refuses it before (413).
+ * Thread-safe. */
+rg_status rg_gen_srv_submit_all(rg_gen_srv *e, rg_gen_job *const *jobs, int n_jobs,
+				int *refused);
+/* rg_gen_srv_submit_all of one job. */
 rg_status rg_gen_srv_submit(rg_gen_srv *e, rg_gen_job *job);
+/* Waiting-queue entries job j takes when admitted: one per sequence, one for a beam search
+ * (its group). */
+int rg_gen_job_queue_entries(const rg_gen_job *j);
+/* Waiting-queue entries the engine holds at most (--max-queue): a request of more can never
+ * be admitted. */
+int rg_gen_srv_max_waiting(const rg_gen_srv *e);
 
 /* Drain: new jobs are refused; running and waiting ones go on until end_ms (rg_now_ms clock),
- * when what is left ends ABORT ("shutting down"). Returns at once; rg_gen_srv_idle tells when
- * nothing is left. */
+ * when what is left ends ABORT ("shutting down"); a step whose estimate (the recent steps'
+ * time) passes end_ms is not begun, what is left ends then. Returns at once; rg_gen_srv_idle
+ * tells when nothing is left. A later call may only move end_ms earlier. */
 void rg_gen_srv_drain(rg_gen_srv *e, double end_ms);
 bool rg_gen_srv_idle(rg_gen_srv *e);
 
@@ -158,6 +180,8 @@ int rg_gen_srv_max_context(const rg_gen_srv *e);
 int rg_gen_srv_blocks_used(rg_gen_srv *e);
 /* Append the generation metrics (Prometheus text format 0.0.4): TTFT and inter-token latency
  * histograms, prompt / generated tokens, running / waiting / preempted sequences, KV blocks used
- * and free, prefix-cache hits, step time and tokens per step. Thread-safe. */
-void rg_gen_srv_metrics(rg_gen_srv *e, rg_buf *out);
+ * and free, prefix-cache hits, step time and tokens per step; the same under vLLM's names
+ * (vllm:*, label model_name="model_name", which may be NULL: "") and TGI's (tgi_*: all but the
+ * request counters, rg_metrics_render_tgi_requests). Thread-safe. */
+void rg_gen_srv_metrics(rg_gen_srv *e, rg_buf *out, const char *model_name);
 #endif

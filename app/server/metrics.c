@@ -189,6 +189,38 @@ static void render_series_scaled(rg_buf *o, const char *name, const char *label,
 			       (unsigned long long)h->total);
 }
 
+void rg_hist_render_labeled(rg_buf *o, const char *name, const char *help, const char *label,
+			    const rg_hist *h, double scale)
+{
+	rg_buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	render_series_scaled(o, name, label, h, scale);
+}
+
+void rg_metrics_label(char *out, size_t n, const char *key, const char *value)
+{
+	size_t k = 0;
+	int w = snprintf(out, n, "%s=\"", key);
+
+	if (w < 0 || (size_t)w >= n) {
+		if (n)
+			out[0] = '\0';
+		return;
+	}
+	k = (size_t)w;
+	/* the exposition format's escapes: backslash, double quote, line feed */
+	for (const char *v = value; *v && k + 4 < n; v++) {
+		if (*v == '\\' || *v == '"' || *v == '\n') {
+			out[k++] = '\\';
+			out[k++] = *v == '\n' ? 'n' : *v;
+		} else {
+			out[k++] = *v;
+		}
+	}
+	out[k++] = '"';
+	out[k++] = ',';
+	out[k] = '\0';
+}
+
 static void render_series(rg_buf *o, const char *name, const char *label, const rg_hist *h)
 {
 	render_series_scaled(o, name, label, h, 1.0);
@@ -238,6 +270,30 @@ static void route_counts(const rg_metrics *s, rg_route r, uint64_t *all, uint64_
 		if (codes[c] / 100 == 2)
 			*ok += s->requests[r][c];
 	}
+}
+
+void rg_metrics_render_tgi_requests(rg_metrics *m, rg_buf *o)
+{
+	static const rg_route gen[] = {RG_ROUTE_GENERATE, RG_ROUTE_COMPLETIONS, RG_ROUTE_CHAT};
+	uint64_t all = 0, ok = 0;
+
+	pthread_mutex_lock(&m->mu);
+	for (size_t i = 0; i < sizeof(gen) / sizeof(gen[0]); i++) {
+		uint64_t a, g;
+
+		route_counts(m, gen[i], &a, &g);
+		all += a;
+		ok += g;
+	}
+	pthread_mutex_unlock(&m->mu);
+	rg_buf_printf(o, "# HELP tgi_request_count Generation requests (TGI's name; /generate, "
+		      "/generate_stream, /v1/completions, /v1/chat/completions).\n");
+	render_gauge_or_counter(o, "tgi_request_count", "counter", (double)all);
+	rg_buf_printf(o, "# HELP tgi_request_success Of those, answered 2xx (a stream: ended "
+		      "without an error event).\n");
+	render_gauge_or_counter(o, "tgi_request_success", "counter", (double)ok);
+	rg_buf_printf(o, "# HELP tgi_request_failure Of those, the others.\n");
+	render_gauge_or_counter(o, "tgi_request_failure", "counter", (double)(all - ok));
 }
 
 /* TEI's metric names (text-embeddings-router), so that its dashboards carry over: the same

@@ -52,6 +52,14 @@ void rg_hist_observe(rg_hist *h, double v);
 void rg_hist_render(rg_buf *o, const char *name, const char *help, const rg_hist *h,
 		    double scale);
 
+/* rg_hist_render with a label on every sample: label is `key="value",` (the trailing comma
+ * kept; rg_metrics_label makes one), written before le. */
+void rg_hist_render_labeled(rg_buf *o, const char *name, const char *help, const char *label,
+			    const rg_hist *h, double scale);
+/* Write `key="value",` into out (n bytes, NUL-terminated), value escaped as the exposition
+ * format wants (backslash, double quote, line feed) and cut to fit. */
+void rg_metrics_label(char *out, size_t n, const char *key, const char *value);
+
 void rg_metrics_init(rg_metrics *m);
 void rg_metrics_destroy(rg_metrics *m);
 
@@ -73,6 +81,10 @@ void rg_metrics_model_stats(rg_metrics *m, int device, const rg_model_stats *st)
 void rg_metrics_cache(rg_metrics *m, uint64_t hits, uint64_t misses);
 void rg_metrics_dropped(rg_metrics *m, uint64_t n);
 void rg_metrics_expired(rg_metrics *m, uint64_t n);
+/* TGI's request counters (tgi_request_count, _success, _failure) over the generation routes
+ * (/generate, /generate_stream, /v1/completions, /v1/chat/completions): answered, 2xx, the
+ * others. */
+void rg_metrics_render_tgi_requests(rg_metrics *m, rg_buf *out);
 /* Requests answered so far, over every route: *total all of them, *ok those answered 200. */
 void rg_metrics_answered(rg_metrics *m, uint64_t *total, uint64_t *ok);
 

@@ -37,8 +37,10 @@ static enum MHD_Result handle_metrics(conn_ctx *c)
 			  !ready ? 0 : s->gen ? rg_gen_srv_queue_depth(s->gen)
 					      : rg_engine_queue_depth(s->engine),
 			  used, total, ready && s->cache ? rg_cache_size(s->cache) : 0);
-	if (ready && s->gen)
-		rg_gen_srv_metrics(s->gen, &b);
+	if (ready && s->gen) {
+		rg_gen_srv_metrics(s->gen, &b, s->model_name);
+		rg_metrics_render_tgi_requests(&s->metrics, &b);
+	}
 	if (ready && !s->gen && s->kind == RG_SCHED_DP) {
 		/* the background DP measurement (engine.h): cells done / in all, and whether the
 		 * dp scheduler is in use yet */

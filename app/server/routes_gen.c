@@ -59,9 +59,17 @@ typedef struct rg_gen_conn {
 	size_t pend_off;
 	bool stream_end;
 	bool counted;                /* counted in srv->n_suspended */
+	bool admitted;               /* its jobs were submitted */
+	bool answered;               /* counted in the metrics (a whole answer sent, a stream
+				      * ended) */
+	int stream_status;           /* a stream's status for the metrics: 200 unless an
+				      * error event was sent */
 	double t0;
 	int32_t *eos;                /* the model's EOS ids (borrowed from the engine) */
 } rg_gen_conn;
+
+/* The fair keys of the HTTP requests (rg_gen_job.fair_key): one per request, never 0. */
+static atomic_uint_least64_t fair_serial;
 
 /* ---- the link ----------------------------------------------------------------------------- */
 
@@ -90,6 +98,18 @@ static void job_notify(rg_gen_job *j, bool last)
 		link_put(l);
 }
 
+/* Count the request in the metrics and the stop line (rg_conn_send does it for whole answers;
+ * a stream is counted when it ends, with the status its events said). */
+static void count_answer(conn_ctx *c, int status)
+{
+	rg_gen_conn *g = c->gen;
+	double queue_ms = g->n_jobs > 0 && g->jobs[0] ? g->jobs[0]->queue_ms : 0;
+	double total = rg_now_ms() - c->http.t0;
+
+	g->answered = true;
+	rg_metrics_request(&c->srv->metrics, c->route, status, queue_ms, total - queue_ms, total);
+}
+
 void rg_gen_conn_free(conn_ctx *c)
 {
 	rg_gen_conn *g = c->gen;
@@ -102,6 +122,10 @@ void rg_gen_conn_free(conn_ctx *c)
 		g->link->waiting = false;
 		pthread_mutex_unlock(&g->link->mu);
 	}
+	if (g->admitted && !g->answered)
+		/* the client went away before its answer ended (a stream cut short, a whole answer
+		 * never sent): nginx's 499, "client closed request" (the metrics' code "other") */
+		count_answer(c, 499);
 	for (int k = 0; k < g->n_jobs; k++) {
 		if (!g->jobs[k])
 			continue;
@@ -255,6 +279,7 @@ static enum MHD_Result answer_whole(conn_ctx *c)
 	int n_top = g->req.logprobs > 0 ? g->req.logprobs : 0;
 
 	rg_buf_init(&b);
+	g->answered = true; /* rg_conn_send (or rg_conn_error) below counts it */
 	if (!ch || !texts || !lpa || !topa || !offs) {
 		ret = rg_conn_error(c, 500, "backend", NULL, "out of memory");
 		goto out;
@@ -399,9 +424,13 @@ static bool stream_choice(conn_ctx *c, int p, int q)
 		cu->role_sent = true;
 	}
 	if (ended && o->end == RG_GEN_END_ABORT) {
-		rg_gen_answer_error_event(&g->pend, api, atomic_load(&c->srv->stopping)
-					  ? "unhealthy" : "backend",
+		bool stopping = atomic_load(&c->srv->stopping);
+
+		rg_gen_answer_error_event(&g->pend, api, stopping ? "unhealthy" : "backend",
 					  j->err[0] ? j->err : "the request was cancelled");
+		/* as a whole answer would have been (answer_whole) */
+		if (g->stream_status == 200)
+			g->stream_status = stopping || j->status == RG_OK ? 503 : 500;
 		cu->finish_sent = true;
 		return true;
 	}
@@ -545,6 +574,14 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 		g->pend_off += (size_t)n;
 	} else if (g->stream_end) {
 		n = MHD_CONTENT_READER_END_OF_STREAM;
+		if (!g->answered)
+			count_answer(c, g->stream_status);
+		if (g->counted) {
+			/* answered: a drain no longer waits for it (a kept-alive connection is
+			 * completed only at the next request, or when the daemon stops) */
+			atomic_fetch_sub(&c->srv->n_suspended, 1);
+			g->counted = false;
+		}
 	} else {
 		l->waiting = true;
 		MHD_suspend_connection(c->conn);
@@ -760,7 +797,6 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 	int max_ctx = rg_gen_srv_max_context(s->gen), n_prompts, per;
 	uint64_t seed;
 	const char *param = NULL;
-	enum MHD_Result ret;
 	const union MHD_ConnectionInfo *ci;
 	static _Thread_local rg_rng seed_rng;
 	static _Thread_local bool seeded;
@@ -889,26 +925,43 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 		j->notify = job_notify;
 		j->owner = g->link;
 	}
-	for (int p = 0; p < g->n_jobs; p++) {
-		rg_gen_job *j = g->jobs[p];
+	/* One unit (issue 28): admitted whole, or refused whole with nothing left queued; a
+	 * request that can never fit the waiting queue is refused before it is tried (413, no
+	 * Retry-After). Its jobs share one fair share of the queue: one key per HTTP request.
+	 * (Not the API key: --api-key is one key that every client presents.) */
+	{
+		long long entries = 0;
+		int refused = 0, max_waiting = rg_gen_srv_max_waiting(s->gen);
+		uint64_t key = atomic_fetch_add(&fair_serial, 1) + 1;
 
-		atomic_fetch_add(&g->link->refs, 1);
+		for (int p = 0; p < g->n_jobs; p++) {
+			entries += rg_gen_job_queue_entries(g->jobs[p]);
+			g->jobs[p]->fair_key = key;
+		}
+		if (entries > max_waiting)
+			return rg_conn_error(c, 413, "payload_too_large",
+					     n_prompts > 1 ? param : (per > 1 ? "n" : param),
+					     "this request has %lld sequences (%d prompts x %d); "
+					     "the generation queue holds at most %d (--max-queue), so "
+					     "it can never be admitted", entries, n_prompts, per,
+					     max_waiting);
+		/* every job holds a reference to the link and counts in jobs_left from submit */
+		atomic_fetch_add(&g->link->refs, g->n_jobs);
 		pthread_mutex_lock(&g->link->mu);
-		g->link->jobs_left++;
+		g->link->jobs_left += g->n_jobs;
 		pthread_mutex_unlock(&g->link->mu);
-		st = rg_gen_srv_submit(s->gen, j);
+		st = rg_gen_srv_submit_all(s->gen, g->jobs, g->n_jobs, &refused);
 		if (st != RG_OK) {
 			pthread_mutex_lock(&g->link->mu);
-			g->link->jobs_left--;
+			g->link->jobs_left -= g->n_jobs;
 			pthread_mutex_unlock(&g->link->mu);
-			link_put(g->link);
-			ret = submit_error(c, j, st, param);
-			for (int q = 0; q < p; q++)
-				rg_gen_job_cancel(g->jobs[q]);
-			return ret;
+			atomic_fetch_sub(&g->link->refs, g->n_jobs); /* the conn's own stays */
+			return submit_error(c, g->jobs[refused < g->n_jobs ? refused : 0], st, param);
 		}
 	}
 	g->counted = true;
+	g->admitted = true;
+	g->stream_status = 200;
 	atomic_fetch_add(&s->n_suspended, 1);
 	if (api == RG_GEN_API_TGI_STREAM || g->req.stream)
 		return rg_conn_send_stream(c, "text/event-stream", stream_reader, c);
