@@ -37,6 +37,8 @@ gseed '\x00Host: x\r\nContent-Length:\r\n 14\r\n\r\n' obs_fold_cl
 gseed '\x00Host: localhost:8080\r\nX-A: a\r\n\tb\r\nX-B: c\r\n\r\n' obs_fold
 gseed '\x00Host: x\r\nX-A: a\x00b\r\nX-B: c\n\n' nul_value
 gseed '\x00Host: [::1]:80\r\nX-A:   \r\nX-B:\r\n\r\n' blanks
+gseed '\x00Host: x\r\n: a\r\nGET /smuggled HTTP/1.1\r\n\r\n' empty_name
+gseed '\x00Host: x\n:\r\nX: y\r\n\r\n' empty_name_bare
 gseed '\x00Content-Type: application/json; charset=utf-8\r\nAuthorization: Bearer k3y\r\nOrigin: http://a.example\r\nExpect: 100-continue\r\nContent-Length: 14\r\n' good
 "$OUT/fuzz_http_guard" -max_total_time="$GUARD_SECS" -max_len=1024 -timeout=5 \
 	-artifact_prefix="$OUT/" "$OUT/corpus_http_guard"
