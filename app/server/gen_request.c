@@ -812,7 +812,8 @@ static rg_status parse_tgi(json_object *root, const rg_gen_limits *lim, rg_gen_r
 	    (st = parse_targets(p, r, err)))
 		return st;
 	if ((v = opt(p, "seed"))) {
-		/* u64 in TGI; json-c reads past-range integers as the bound */
+		/* u64 in TGI; an integer past 2^64 - 1 never gets here (rg_req_parse_object
+		 * refuses what json-c would saturate) */
 		if (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 0)
 			return rg_req_failp(err, "seed", 400, "validation",
 					 "seed must be an integer in [0, 2^64)");

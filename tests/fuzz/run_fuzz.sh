@@ -47,7 +47,8 @@ gseed '\x00Content-Type: application/json; charset=utf-8\r\nAuthorization: Beare
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Iinclude -Isrc -Iapp $(pkg-config --cflags json-c) \
 	tests/fuzz/fuzz_gen_request.c app/server/gen_request.c app/server/request.c \
-	src/core/utf8.c src/core/buf.c "$OUT/f32_shortest.o" -o "$OUT/fuzz_gen_request" \
+	src/core/utf8.c src/core/buf.c src/core/json.c src/core/file.c src/core/error.c \
+	"$OUT/f32_shortest.o" -o "$OUT/fuzz_gen_request" \
 	$(pkg-config --libs json-c) -lm
 # Seeds: API byte (0 completions, 1 chat, 2 TGI generate, 3 TGI generate_stream; the higher bits
 # vary max_prompts and max_messages) + body.
@@ -67,6 +68,7 @@ gen '\x02{"inputs": "x", "parameters": {"typical_p": 1, "repetition_penalty": 1.
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Iinclude -Isrc -Iapp $(pkg-config --cflags json-c) \
 	tests/fuzz/fuzz_request.c app/server/request.c src/core/utf8.c src/core/buf.c \
+	src/core/json.c src/core/file.c src/core/error.c \
 	"$OUT/f32_shortest.o" -o "$OUT/fuzz_request" $(pkg-config --libs json-c)
 # Seeds: route byte (0 embed, 1 openai, 2 tokenize, 3 predict, 4 rerank, 5 embed_all,
 # 6 similarity, 7 decode; +8k varies max_inputs) + body.

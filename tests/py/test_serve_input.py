@@ -1,0 +1,147 @@
+"""What `ragged serve` reads from a request body (issue 28's warnings), on the wire:
+- a key repeated within one JSON object is refused with 400 (TGI's routes: 422) naming it (json-c, the parser, keeps
+  the last one), on every route that takes a body; bodies without one still pass;
+- an integer json-c would saturate (outside [-2^63, 2^64)) is refused, and a `seed` outside its
+  API's range is refused naming the range (OpenAI routes: vLLM's int64; TGI: u64), where before
+  it was clamped and accepted;
+- TGI's `truncate` keeps the last `truncate` prompt tokens (TGI's left truncation), checked
+  against HF `tokenizers`' ids and the prefill details;
+- --chat-content-as-text / "split_special_tokens": message content tokenized as plain text
+  while the template's own markup keeps its special tokens, checked against HF `tokenizers`
+  with encode_special_tokens on the content's stretch.
+A tiny random GPT-2 with a real byte-level BPE tokenizer and a ChatML template
+(make_chat_decoder.py) and a tiny encoder (make_tiny.py) serve them."""
+import json
+
+import pytest
+
+import make_chat_decoder
+from server_util import Server, hf_tokenizer, tiny_model
+
+U64_MAX = 2 ** 64 - 1
+I64_MIN, I64_MAX = -2 ** 63, 2 ** 63 - 1
+
+
+@pytest.fixture(scope="module")
+def dec_dir(tmp_path_factory):
+    return make_chat_decoder.make(str(tmp_path_factory.mktemp("input_dec") / "m"), seed=5)
+
+
+@pytest.fixture(scope="module")
+def tok(dec_dir):
+    return hf_tokenizer(dec_dir)
+
+
+@pytest.fixture(scope="module")
+def dec(dec_dir):
+    s = Server(dec_dir)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def enc(tmp_path_factory):
+    s = Server(tiny_model(str(tmp_path_factory.mktemp("input_enc")), "h32_gelu"))
+    yield s
+    s.stop()
+
+
+def post_raw(s, path, body):
+    st, _, data = s.request("POST", path, body, {"Content-Type": "application/json"})
+    return st, json.loads(data) if data else None
+
+
+def invalid(path):
+    """The status of a refused field: 400, 422 on TGI's routes (TGI answers validation errors
+    with 422)."""
+    return 422 if path in ("/generate", "/generate_stream") else 400
+
+
+def err_text(out):
+    e = out["error"]
+    return e["message"] if isinstance(e, dict) else e
+
+
+# ---- duplicate keys ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path,body,key", [
+    ("/v1/completions", '{"prompt": "Hi", "max_tokens": 2, "max_tokens": 3}', "max_tokens"),
+    ("/v1/completions", '{"prompt": "Hi", "max_tokens": 2, "logit_bias": {"5": 1, "5": -1}}', "5"),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "a", "role": "system"}],'
+     ' "max_tokens": 2}', "role"),
+    ("/generate", '{"inputs": "Hi", "parameters": {"max_new_tokens": 2, "seed": 1, "seed": 2}}',
+     "seed"),
+    ("/generate", '{"inputs": "Hi", "\\u0069nputs": "Ho"}', "inputs"),
+], ids=["top", "logit_bias", "message", "tgi-params", "escaped"])
+def test_duplicate_keys_refused_generation(dec, path, body, key):
+    st, out = post_raw(dec, path, body)
+    assert st == invalid(path), out
+    assert f"duplicate key '{key}'" in err_text(out)
+    if path.startswith("/v1/"):
+        assert out["error"]["param"] == key
+    # the same body without the repeat is served
+    fixed = json.dumps(json.loads(body))  # Python keeps the last, as json-c did
+    st, out = post_raw(dec, path, fixed)
+    assert st == 200, out
+
+
+@pytest.mark.parametrize("path,body,key", [
+    ("/embed", '{"inputs": "a", "normalize": false, "normalize": true}', "normalize"),
+    ("/v1/embeddings", '{"input": ["a", "b"], "input": "c"}', "input"),
+    ("/rerank", '{"query": "q", "texts": ["a"], "query": "r"}', "query"),
+    ("/tokenize", '{"inputs": "a", "add_special_tokens": true, "add_special_tokens": false}',
+     "add_special_tokens"),
+], ids=["embed", "openai", "rerank", "tokenize"])
+def test_duplicate_keys_refused_embedding(enc, path, body, key):
+    st, out = post_raw(enc, path, body)
+    assert st == 400, out
+    assert f"duplicate key '{key}'" in err_text(out)
+
+
+def test_large_bodies_without_repeats_pass(enc):
+    """A body of 256 long texts with quotes, backslashes and braces in them, keys that look
+    alike in nested objects of one request, and one of token-id arrays, all pass."""
+    texts = ['He said "{\\"a\\": 1, \\"a\\": 2}" \\ and left' + "x" * 900 + str(i)
+             for i in range(256)]
+    st, out = post_raw(enc, "/embed", json.dumps({"inputs": texts, "normalize": True}))
+    assert st == 200 and len(out) == 256, out
+    st, out = post_raw(enc, "/embed", json.dumps({"inputs": [[101, 7, 102]] * 300}))
+    assert st == 200 and len(out) == 300, out
+    st, out = post_raw(enc, "/similarity", json.dumps({
+        "inputs": {"source_sentence": "a", "sentences": ["b", "c"]},
+        "parameters": {"truncate": True}}))
+    assert st == 200 and len(out) == 2, out
+
+
+# ---- integers and seeds -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("path,make,ok,bad", [
+    ("/v1/completions", lambda s: {"prompt": "Hi", "max_tokens": 2, "temperature": 1, "seed": s},
+     [I64_MIN, -1, 0, I64_MAX], [I64_MAX + 1, U64_MAX]),
+    ("/generate", lambda s: {"inputs": "Hi", "parameters": {"max_new_tokens": 2,
+                                                            "do_sample": True, "seed": s}},
+     [0, I64_MAX + 1, U64_MAX], [-1, I64_MIN]),
+], ids=["openai-int64", "tgi-u64"])
+def test_seed_range(dec, path, make, ok, bad):
+    for s in ok:
+        st, out = post_raw(dec, path, json.dumps(make(s)))
+        assert st == 200, (s, out)
+    for s in bad:
+        st, out = post_raw(dec, path, json.dumps(make(s)))
+        assert st == invalid(path), (s, out)
+        msg = err_text(out)
+        assert "seed" in msg and ("9223372036854775807" in msg or "2^64" in msg), msg
+    # past what JSON integers are read with: refused, not saturated to the bound
+    for s in (U64_MAX + 1, I64_MIN - 1, 10 ** 30):
+        st, out = post_raw(dec, path, json.dumps(make(s)))
+        assert st == invalid(path), (s, out)
+        assert '"seed": integer' in err_text(out) and "[-2^63, 2^64)" in err_text(out)
+
+
+def test_seed_bound_is_the_seed_given(dec):
+    """2^64 - 1 and 2^64 are two seeds to a client: the first is served (TGI echoes it), the
+    second refused; json-c read both as 2^64 - 1."""
+    body = {"inputs": "Hi", "parameters": {"max_new_tokens": 2, "do_sample": True,
+                                           "seed": U64_MAX, "details": True}}
+    st, out = post_raw(dec, "/generate", json.dumps(body))
+    assert st == 200 and out["details"]["seed"] == U64_MAX, out
