@@ -643,7 +643,15 @@ static rg_status prompt_ids(conn_ctx *c, int p, int32_t **ids, int *n, char **te
 		*ids = enc.ids;
 		*n = (int)enc.n;
 		enc.ids = NULL;
-		if (text_out) {
+		/* TGI's "truncate": the last tokens, and the prompt text is theirs */
+		if (rg_gen_request_truncate_ids(r, *ids, n)) {
+			if (text_out &&
+			    rg_model_decode(c->srv->model, *ids, (size_t)*n, false, text_out,
+					    text_len) != RG_OK) {
+				*text_out = NULL;
+				*text_len = 0;
+			}
+		} else if (text_out) {
 			*text_out = malloc(len + 1);
 			if (*text_out) {
 				memcpy(*text_out, text, len);

@@ -145,3 +145,50 @@ def test_seed_bound_is_the_seed_given(dec):
                                            "seed": U64_MAX, "details": True}}
     st, out = post_raw(dec, "/generate", json.dumps(body))
     assert st == 200 and out["details"]["seed"] == U64_MAX, out
+
+
+# ---- TGI's truncate ---------------------------------------------------------------------------
+
+LONG = "Prefix caching reuses the key and value blocks of a shared system prompt."
+
+
+def sse_data(raw):
+    return [json.loads(b[len("data: "):]) for b in raw.decode().split("\n\n") if b.strip()]
+
+
+def test_tgi_truncate_keeps_the_last_tokens(dec, tok):
+    """"truncate": k keeps the prompt's last k tokens (TGI: encoding.truncate(k, 0, Left)): the
+    prefill is HF tokenizers' ids cut so, the output is that of the cut prompt alone, the full
+    text starts with the cut prompt's text, and the stream's input_length is k. A k at least
+    the prompt's length changes nothing."""
+    ids = tok.encode(LONG).ids
+    assert len(ids) > 6
+    k = 5
+    kept = ids[-k:]
+    st, ref = post_raw(dec, "/v1/completions", json.dumps({
+        "prompt": kept, "max_tokens": 6, "temperature": 0, "ignore_eos": True}))
+    assert st == 200, ref
+    want = ref["choices"][0]["text"]
+    body = {"inputs": LONG, "parameters": {"max_new_tokens": 6, "truncate": k, "details": True,
+                                           "decoder_input_details": True,
+                                           "return_full_text": True}}
+    st, out = post_raw(dec, "/generate", json.dumps(body))
+    assert st == 200, out
+    assert [t["id"] for t in out["details"]["prefill"]] == kept
+    gen_ids = [t["id"] for t in out["details"]["tokens"]]
+    assert len(gen_ids) == 6 or out["details"]["finish_reason"] == "eos_token"
+    assert out["generated_text"] == tok.decode(kept) + tok.decode(gen_ids)
+    assert want.startswith(tok.decode(gen_ids))
+    st, h, raw = dec.request("POST", "/generate_stream", json.dumps(
+        {"inputs": LONG, "parameters": {"max_new_tokens": 6, "truncate": k}}),
+        {"Content-Type": "application/json"})
+    ev = sse_data(raw)
+    assert st == 200 and [e["token"]["id"] for e in ev] == gen_ids
+    assert ev[-1]["details"]["input_length"] == k
+    for big in (len(ids), len(ids) + 10):
+        body["parameters"]["truncate"] = big
+        st, out = post_raw(dec, "/generate", json.dumps(body))
+        assert st == 200 and [t["id"] for t in out["details"]["prefill"]] == ids, out
+    body["parameters"]["truncate"] = 0
+    st, out = post_raw(dec, "/generate", json.dumps(body))
+    assert st == 422 and "truncate" in err_text(out)
