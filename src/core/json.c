@@ -88,13 +88,15 @@ static bool digits_over(const char *d, size_t nd, const char *max)
 	return nd != nm ? nd > nm : memcmp(d, max, nd) > 0;
 }
 
-/* End of the string literal whose opening quote is at text[i]: the index after its closing
- * quote (the text is valid JSON, so there is one). memchr finds each quote; one after an odd
- * run of backslashes is escaped. */
+/* End of the string literal whose opening quote is at text[i] (a '"', or a '\'': json-c takes
+ * single-quoted names even in strict mode): the index after its closing quote, len when there
+ * is none. memchr finds each quote; one after an odd run of backslashes is escaped. */
 static size_t string_end(const char *text, size_t len, size_t i)
 {
+	char quote = text[i];
+
 	for (i++; i < len;) {
-		const char *q = memchr(text + i, '"', len - i);
+		const char *q = memchr(text + i, quote, len - i);
 		size_t k, bs = 0;
 
 		if (!q)
@@ -130,8 +132,8 @@ static size_t count_keys(const char *text, size_t len, size_t *n_obj, size_t *ba
 	for (size_t i = 0; i < len;) {
 		char c = text[i];
 
-		if (c == '"') {
-			bool obj = depth > 0 && depth <= 64 && (in_obj >> (depth - 1) & 1);
+		if (c == '"' || c == '\'') {
+			bool obj = depth > 0 && depth <= 64 && ((in_obj >> (depth - 1)) & 1);
 
 			size_t e = string_end(text, len, i);
 
@@ -161,7 +163,7 @@ static size_t count_keys(const char *text, size_t len, size_t *n_obj, size_t *ba
 		}
 		if (c == '{' || c == '[') {
 			*n_obj += c == '{';
-			if (depth < 64) {
+			if (depth >= 0 && depth < 64) {
 				if (c == '{')
 					in_obj |= (uint64_t)1 << depth;
 				else
@@ -170,7 +172,7 @@ static size_t count_keys(const char *text, size_t len, size_t *n_obj, size_t *ba
 				deep = true;
 			}
 			depth++;
-		} else if (c == '}' || c == ']') {
+		} else if ((c == '}' || c == ']') && depth > 0) {
 			depth--;
 		}
 		if (c == '{' || c == '[' || c == '}' || c == ']' || c == ',' || c == ':')
@@ -221,7 +223,7 @@ static int find_repeated_key(const char *text, size_t len, char *key, size_t key
 	for (size_t i = 0; !found && i < len;) {
 		char c = text[i];
 
-		if (c == '"') {
+		if (c == '"' || c == '\'') {
 			size_t e = string_end(text, len, i);
 			json_object *set = depth > 0 ? sets[depth - 1] : NULL;
 

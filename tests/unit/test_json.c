@@ -87,6 +87,9 @@ static void test_text_check(void **state)
 	text_check("[1,{\"b\":[{\"c\":1,\"d\":2,\"c\":3}]}]", "duplicate key 'c'", "c");
 	text_check("{\"k\\u0065y\":1,\"key\":2}", "duplicate key 'key'", "key");
 	text_check("{\"\":1,\"\":2}", "duplicate key ''", "");
+	/* json-c takes single-quoted names, even strict (a fuzzer's find) */
+	text_check("{'a\"':1,\"b\":{\"c\":[1]},\"a\\\"\":2}", "duplicate key 'a\"'", "a\"");
+	text_check("{'x':{'y':1},\"z\":'}'}", NULL, NULL);
 	/* integers json-c would saturate to the bound */
 	text_check("{\"seed\":18446744073709551616}",
 		   "\"seed\": integer 18446744073709551616 at byte 8", "seed");
