@@ -1069,6 +1069,20 @@ typedef struct rg_chat_message {
 RG_API rg_status rg_model_chat_apply(const rg_model *m, const rg_chat_message *msgs, int n,
 				     bool add_generation_prompt, char **out);
 
+/* rg_model_chat_apply, then the prompt's token ids: the rendered text tokenized without adding
+ * special tokens (the template writes its own BOS). content_as_text false: as
+ * rg_model_encode(text) tokenizes it, so a content holding "<|im_start|>" gets that special
+ * token's id (what transformers' apply_chat_template(tokenize=True), vLLM and TGI do, and what
+ * lets a user's text forge a turn); true: special tokens are matched in the template's markup
+ * only, and content is tokenized as plain text (HF tokenizers' encode_special_tokens /
+ * split_special_tokens on the content's bytes, the rest of the pipeline unchanged).
+ * text (may be NULL): the rendered prompt, malloc'd, NUL-terminated (caller frees). *out:
+ * free with rg_encoding_free. Errors as rg_model_chat_apply and rg_model_encode; on error *out
+ * is empty and *text NULL. */
+RG_API rg_status rg_model_chat_encode(const rg_model *m, const rg_chat_message *msgs, int n,
+				      bool add_generation_prompt, bool content_as_text,
+				      char **text, rg_encoding *out);
+
 /* The family of the model's chat template as rg_model_chat_apply renders it: "chatml",
  * "llama2", "llama3", "mistral", "gemma", "phi3", "zephyr" (static strings); NULL when the model
  * has no template or one of no known family (rg_last_error says which). */

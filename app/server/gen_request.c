@@ -812,7 +812,8 @@ static rg_status parse_tgi(json_object *root, const rg_gen_limits *lim, rg_gen_r
 	    (st = parse_targets(p, r, err)))
 		return st;
 	if ((v = opt(p, "seed"))) {
-		/* u64 in TGI; json-c reads past-range integers as the bound */
+		/* u64 in TGI; an integer past 2^64 - 1 never gets here (rg_req_parse_object
+		 * refuses what json-c would saturate) */
 		if (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 0)
 			return rg_req_failp(err, "seed", 400, "validation",
 					 "seed must be an integer in [0, 2^64)");
@@ -826,6 +827,7 @@ static rg_status parse_tgi(json_object *root, const rg_gen_limits *lim, rg_gen_r
 		return rg_req_failp(err, "watermark", 400, "validation",
 				 "watermark is not supported; send false");
 	r->top_n_tokens = (int)top_n;
+	r->truncate = set_trunc ? (int)truncate : 0;
 	if (r->api == RG_GEN_API_TGI_STREAM && r->decoder_input_details)
 		return rg_req_failp(err, "decoder_input_details", 400, "validation",
 				 "decoder_input_details == true is not supported when streaming "
@@ -918,6 +920,15 @@ void rg_gen_request_free(rg_gen_request *r)
 	free(r->model);
 	free(r->user);
 	memset(r, 0, sizeof(*r));
+}
+
+bool rg_gen_request_truncate_ids(const rg_gen_request *r, int32_t *ids, int *n)
+{
+	if (r->truncate <= 0 || *n <= r->truncate)
+		return false;
+	memmove(ids, ids + (*n - r->truncate), (size_t)r->truncate * sizeof(*ids));
+	*n = r->truncate;
+	return true;
 }
 
 /* ---- answers ------------------------------------------------------------------------------- */

@@ -110,6 +110,8 @@ typedef struct rg_gen_request {
 	bool decoder_input_details; /* prefill tokens in details (accepted; ids without logprobs) */
 	bool return_full_text;    /* "parameters.return_full_text": prompt + completion */
 	int top_n_tokens;         /* "parameters.top_n_tokens", 0 absent */
+	int truncate;             /* "parameters.truncate": only the prompt's last `truncate` tokens
+				   * are kept (TGI truncates the encoding on the left); 0 absent */
 	/* ragged's extensions (deadline-aware admission, issue 20) */
 	double deadline_ms;       /* "deadline_ms": TTFT target from arrival, > 0; 0 absent */
 	double tpot_ms;           /* "tpot_ms": mean time per output token target, > 0; 0 absent */
@@ -145,6 +147,12 @@ rg_status rg_gen_request_parse(rg_gen_api api, const char *body, size_t len,
 
 /* Free what rg_gen_request_parse allocated; leaves *r zeroed. Accepts a zeroed request. */
 void rg_gen_request_free(rg_gen_request *r);
+
+/* Apply TGI's "truncate" to a prompt's ids (n of them, in place): when r->truncate > 0 and the
+ * prompt is longer, the last r->truncate ids move to the front and *n becomes r->truncate, as
+ * TGI's validation does (encoding.truncate(truncate, 0, Left); the prompt text is the kept ids
+ * decoded). Returns whether ids were dropped. */
+bool rg_gen_request_truncate_ids(const rg_gen_request *r, int32_t *ids, int *n);
 
 /* ---- answers ---------------------------------------------------------------------------- */
 

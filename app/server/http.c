@@ -255,13 +255,21 @@ static enum MHD_Result walk_header(void *cls, enum MHD_ValueKind kind, const cha
  * the libmicrohttpd version's layout is known); control bytes in values; a missing (HTTP/1.1) or
  * repeated Host; a Host (or an absolute-form target's authority) outside --allowed-hosts.
  * 0, or the status to answer with Connection: close and the reason in msg. */
-static int check_request_line_and_host(conn_ctx *c, header_walk *w, const char *version,
-				       const char *authority, char *msg, size_t n)
+static int check_request_line_and_host(conn_ctx *c, header_walk *w, const char *method,
+				       const char *version, const char *authority, char *msg,
+				       size_t n)
 {
 	rg_server *s = c->srv;
-	const char *host;
+	const union MHD_ConnectionInfo *ci;
+	const char *host, *block_end = NULL;
 	int st;
 
+	/* RFC 9110 sec. 9.1; also what a line hidden behind an undetectable ":" line would start
+	 * with had a proxy read it as a field ("X:GET /x HTTP/1.1"; http_guard.h) */
+	if (!rg_http_token(method)) {
+		snprintf(msg, n, "request method is not a token (RFC 9110 sec. 9.1)");
+		return 400;
+	}
 	if (c->http.target_seen && c->http.target_err[0]) {
 		snprintf(msg, n, "%s", c->http.target_err);
 		return 400;
@@ -273,8 +281,14 @@ static int check_request_line_and_host(conn_ctx *c, header_walk *w, const char *
 		snprintf(msg, n, "request target holds a NUL byte");
 		return 400;
 	}
+	/* the block runs from the request line's first byte (the method, parsed in place) for
+	 * header_size bytes: where libmicrohttpd ended it at a line ": a" shows after the last
+	 * field (issue 28) */
+	if (s->mhd_layout && (ci = MHD_get_connection_info(c->conn,
+							  MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE)))
+		block_end = method + ci->header_size;
 	if (s->mhd_layout && w->n && w->n == w->cap &&
-	    (st = rg_header_layout_check(w->spans, w->n, 4096, msg, n)))
+	    (st = rg_header_layout_check(w->spans, w->n, block_end, 4096, msg, n)))
 		return st;
 	if (w->bad_value) {
 		snprintf(msg, n, "header field %s holds a control byte (NUL, CR or LF) in its value",
@@ -358,7 +372,8 @@ static enum MHD_Result on_headers(conn_ctx *c, const char *method, const char *v
 	st = rg_framing_check(&w.f, version && !strcmp(version, MHD_HTTP_VERSION_1_0), msg,
 			      sizeof(msg));
 	if (!st)
-		st = check_request_line_and_host(c, &w, version, authority, msg, sizeof(msg));
+		st = check_request_line_and_host(c, &w, method, version, authority, msg,
+						 sizeof(msg));
 	free(w.spans);
 	if (st) {
 		c->http.close_after = true;
@@ -496,6 +511,15 @@ enum MHD_Result rg_server_on_request(void *cls, struct MHD_Connection *conn, con
 	}
 	/* the request has arrived in full */
 	rg_conn_watch_busy(s->watch, rg_conn_watch_of(conn));
+	/* Trailer fields of a chunked body are refused, with a close: libmicrohttpd 0.9.75 parses
+	 * them with the header code, so a trailer ": a" after another one ends them unseen and the
+	 * lines after it run as the next request (issue 28); the first trailer, whatever it is, is
+	 * kept and seen here. No route reads trailers (RFC 9110 sec. 6.5.1 lets them be dropped). */
+	if (MHD_get_connection_values(conn, MHD_FOOTER_KIND, NULL, NULL) > 0) {
+		c->http.close_after = true;
+		return send_error(c, 400, "validation",
+				  "trailer fields after a chunked body are not accepted");
+	}
 	if (c->http.refused)
 		return send_error(c, c->http.refused, c->http.refused_type, "%s", c->http.refused_msg);
 	if (c->http.body.oom)

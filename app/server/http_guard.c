@@ -14,9 +14,9 @@ static bool is_tchar(unsigned char ch)
 	       (ch && strchr("!#$%&'*+-.^_`|~", ch));
 }
 
-static bool is_token(const char *s)
+bool rg_http_token(const char *s)
 {
-	if (!*s)
+	if (!s || !*s)
 		return false;
 	for (; *s; s++)
 		if (!is_tchar((unsigned char)*s))
@@ -69,7 +69,7 @@ void rg_framing_add(rg_framing *f, const char *name, const char *value)
 	const char *v;
 	size_t n;
 
-	if (!name || !is_token(name)) {
+	if (!rg_http_token(name)) {
 		f->bad_name = true;
 		return;
 	}
@@ -99,7 +99,8 @@ int rg_framing_check(const rg_framing *f, bool http10, char *msg, size_t n)
 {
 	msg[0] = '\0';
 	if (f->bad_name) {
-		snprintf(msg, n, "malformed header field name (whitespace before the colon?)");
+		snprintf(msg, n, "malformed header field name (empty, or whitespace before the "
+			 "colon?)");
 		return 400;
 	}
 	if (f->n_content_length && f->n_transfer_encoding) {
@@ -219,8 +220,8 @@ static bool all_in(const char *b, size_t n, const char *set, bool nul)
 	return true;
 }
 
-int rg_header_layout_check(const rg_header_span *h, size_t n, size_t max_gap, char *msg,
-			   size_t msg_n)
+int rg_header_layout_check(const rg_header_span *h, size_t n, const char *block_end,
+			   size_t max_gap, char *msg, size_t msg_n)
 {
 	msg[0] = '\0';
 	for (size_t i = 0; i < n; i++) {
@@ -248,6 +249,18 @@ int rg_header_layout_check(const rg_header_span *h, size_t n, size_t max_gap, ch
 			/* the last line's end and the blank line: two NULs at least */
 			snprintf(msg, msg_n, "a NUL byte in the value of field %.40s", h[i].key);
 			return 400;
+		} else if (block_end) {
+			/* the last line's end and the blank line, 2 to 4 NULs, end the block; a
+			 * line ": a" (or ":" ended by CRLF after a CRLF line) ended it instead */
+			uintptr_t vend = v + h[i].vlen, end = (uintptr_t)block_end;
+
+			if (end < vend + 2 || end - vend > 4 ||
+			    !all_in(h[i].value + h[i].vlen, end - vend, "", true)) {
+				snprintf(msg, msg_n, "a header line with an empty field name (\": "
+					 "value\") or a NUL byte after field %.40s (RFC 9110 sec. 5.1: "
+					 "a field name is a token)", h[i].key);
+				return 400;
+			}
 		}
 	}
 	return 0;

@@ -78,15 +78,28 @@ typedef struct rg_header_span {
 /* Check fields (n >= 1, in the order received) against the layout libmicrohttpd 0.9.70-0.9.76
  * leaves in its read buffer after parsing a header block in place: each line is
  * "key\0[SP/HTAB...]value" and ends in "\0\0" (CRLF) or "\0" (bare LF), the next key right
- * after it, and a blank line ("\0\0" at least) after the last. That parser appends an obs-fold
+ * after it, and a blank line ("\0\0" or "\0") after the last. That parser appends an obs-fold
  * line ("Content-Length:\r\n 35") to the previous field's *name*, moved elsewhere in the pool
  * (so the length is lost and a body is read as the next request), and cuts a value at a NUL
- * byte; both break the layout. Only bytes between two of the given pointers (one pool) are read,
- * and only when they are in order and at most max_gap bytes apart.
+ * byte; both break the layout. It also ends the block at a line with an empty name (": a")
+ * after the first field, without storing that line (the lines after it are parsed as the next
+ * request: request smuggling behind a proxy that forwards the line); block_end, the end of the
+ * block (the request line's start plus MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE), exposes it:
+ * between the last value and block_end there must be only the two line ends, 2 to 4 NULs.
+ * block_end NULL skips that check. One case stays invisible: a line ":" with nothing after the
+ * colon, ended by a bare LF or after a field ended by one (LF + ":" CRLF is "\0\0\0\0", as
+ * CRLF CRLF is); http.c refuses a method that is not a token, which is what the line after it
+ * would have to start with for a proxy that checks field names to have read it as a field.
+ * Only bytes between two of the given pointers (one pool) are read, and only when they are in
+ * order and at most max_gap bytes apart.
  * Returns 0, or 400 with the reason in msg (NUL-terminated, n > 0). Call it only for a
  * libmicrohttpd whose layout this is (server.c checks the version at start). */
-int rg_header_layout_check(const rg_header_span *h, size_t n, size_t max_gap, char *msg,
-			   size_t msg_n);
+int rg_header_layout_check(const rg_header_span *h, size_t n, const char *block_end,
+			   size_t max_gap, char *msg, size_t msg_n);
+
+/* Whether s is an RFC 9110 token (sec. 5.6.2): one or more tchars. A request method (sec. 9.1)
+ * and a field name (sec. 5.1) must be one. */
+bool rg_http_token(const char *s);
 
 /* Whether a Host value (host, host:port, [v6] or [v6]:port) names one of the hosts of list
  * (--allowed-hosts: "*" or names separated by commas, compared without case and without the

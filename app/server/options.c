@@ -193,6 +193,10 @@ static const opt_spec g_opts[] = {
 	 "diagnostics: write one line per generation step to FILE (its phases' times in ms)"},
 	{"--no-prefix-caching", NULL, OPT_FLAG, F(no_prefix_caching), 0, 0, NULL,
 	 "decoders: do not share the KV blocks of common prompt prefixes"},
+	{"--chat-content-as-text", NULL, OPT_FLAG, F(chat_content_as_text), 0, 0, NULL,
+	 "decoders: tokenize chat message content as plain text, so a user's \"<|im_start|>\" is "
+	 "text, not a turn (default off: special tokens in content are matched, as vLLM, TGI and "
+	 "transformers do)"},
 	{"--step-delay-ms", "X", OPT_DOUBLE, F(step_delay_ms), 0, 60000, "0",
 	 "testing: sleep before each generation step (a slow device)"},
 	{"--default-ttft-ms", "X", OPT_DOUBLE, F(default_ttft_ms), 0, 1e7, "0",

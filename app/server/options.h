@@ -82,6 +82,8 @@ typedef struct rg_serve_opts {
 	size_t kv_cache_bytes;        /* 0: by the fraction */
 	int block_size;               /* KV block positions */
 	bool no_prefix_caching;
+	bool chat_content_as_text;    /* chat: message content tokenized as plain text (special
+				       * tokens only in the template's markup); default off */
 	double step_delay_ms;         /* testing: sleep before each step */
 	const char *trace_steps;      /* diagnostics: a line per generation step to this file */
 	double default_ttft_ms;       /* TTFT target of requests without one (0: none) */

@@ -1,13 +1,14 @@
 /* JSON request parsing and response formatting for `ragged serve`. See request.h. */
 #include "server/request.h"
 
-
 #include <json-c/json.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/json.h"
 
 rg_status rg_req_fail(rg_req_error *err, int http, const char *type, const char *fmt, ...)
 {
@@ -534,6 +535,8 @@ rg_status rg_req_parse_object(const char *body, size_t len, int max_depth, json_
 	json_tokener *tok;
 	enum json_tokener_error jerr;
 	json_object *o;
+	char msg[200], key[64];
+	rg_status st;
 	long bad;
 
 	*root = NULL;
@@ -571,6 +574,12 @@ rg_status rg_req_parse_object(const char *body, size_t len, int max_depth, json_
 	if (!json_object_is_type(o, json_type_object)) {
 		json_object_put(o);
 		return rg_req_fail(err, 400, "validation", "body must be a JSON object");
+	}
+	/* a repeated key (json-c keeps the last) or an integer json-c saturated: refused */
+	if ((st = rg_json_text_check(body, len, o, msg, sizeof(msg), key, sizeof(key))) != RG_OK) {
+		json_object_put(o);
+		return rg_req_failp(err, key, st == RG_ERR_OOM ? 500 : 400,
+				    st == RG_ERR_OOM ? "backend" : "validation", "%s", msg);
 	}
 	*root = o;
 	return RG_OK;

@@ -593,9 +593,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 /* ---- requests ----------------------------------------------------------------------------- */
 
 /* The prompt of a chat request, rendered by the model's template (src/gen/chat_template.h: its
- * family found by structure). "developer" is OpenAI's newer name of "system"; tool messages are
- * refused (no template family here renders them). */
-static rg_status render_chat(conn_ctx *c, char **out, const char **param)
+ * family found by structure) into *out and tokenized into *enc (--chat-content-as-text:
+ * special tokens matched in the markup only, rg_model_chat_encode). "developer" is OpenAI's
+ * newer name of "system"; tool messages are refused (no template family here renders them). */
+static rg_status render_chat(conn_ctx *c, char **out, rg_encoding *enc, const char **param)
 {
 	const rg_gen_request *r = &c->gen->req;
 	rg_chat_message *msgs;
@@ -628,7 +629,8 @@ static rg_status render_chat(conn_ctx *c, char **out, const char **param)
 		msgs[i] = (rg_chat_message){.role = role, .content = r->messages[i].content,
 					    .content_len = r->messages[i].content_len};
 	}
-	st = rg_model_chat_apply(c->srv->model, msgs, r->n_messages, r->add_generation_prompt, out);
+	st = rg_model_chat_encode(c->srv->model, msgs, r->n_messages, r->add_generation_prompt,
+				  c->srv->o.chat_content_as_text, out, enc);
 	free(msgs);
 	return st;
 }
@@ -663,24 +665,31 @@ static rg_status prompt_ids(conn_ctx *c, int p, int32_t **ids, int *n, char **te
 		return RG_OK;
 	}
 	if (r->api == RG_GEN_API_CHAT) {
-		if ((st = render_chat(c, &chat, param)) != RG_OK)
+		if ((st = render_chat(c, &chat, &enc, param)) != RG_OK)
 			return st;
 		text = chat;
 		len = strlen(chat);
-		ep.add_special_tokens = false;
 	} else {
 		text = r->texts[p];
 		len = r->text_lens[p];
+		ep.max_length = SIZE_MAX;
+		st = rg_model_encode(c->srv->model, text, len, NULL, 0, &ep, &enc);
 	}
-	ep.max_length = SIZE_MAX;
-	st = rg_model_encode(c->srv->model, text, len, NULL, 0, &ep, &enc);
 	if (st == RG_OK && enc.n == 0)
 		st = rg_errorf(RG_ERR_INVALID_INPUT, "the prompt has no tokens");
 	if (st == RG_OK) {
 		*ids = enc.ids;
 		*n = (int)enc.n;
 		enc.ids = NULL;
-		if (text_out) {
+		/* TGI's "truncate": the last tokens, and the prompt text is theirs */
+		if (rg_gen_request_truncate_ids(r, *ids, n)) {
+			if (text_out &&
+			    rg_model_decode(c->srv->model, *ids, (size_t)*n, false, text_out,
+					    text_len) != RG_OK) {
+				*text_out = NULL;
+				*text_len = 0;
+			}
+		} else if (text_out) {
 			*text_out = malloc(len + 1);
 			if (*text_out) {
 				memcpy(*text_out, text, len);
@@ -1046,11 +1055,7 @@ enum MHD_Result rg_handle_gen_tokenize(conn_ctx *c)
 			rg_conn_release_body(c);
 			return rg_conn_error(c, err.http_status, err.type, err.param, "%s", err.msg);
 		}
-		st = render_chat(c, &chat, &param);
-		if (st == RG_OK) {
-			ep.add_special_tokens = false;
-			st = rg_model_encode(s->model, chat, strlen(chat), NULL, 0, &ep, &enc);
-		}
+		st = render_chat(c, &chat, &enc, &param);
 		free(chat);
 	} else {
 		json_object_put(o);

@@ -2,6 +2,8 @@
 #include "core/json.h"
 
 #include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,4 +72,248 @@ rg_status rg_json_read_file(const char *path, off_t limit, json_object **out)
 	s = rg_json_parse(buf, len, JSON_TOKENER_VALIDATE_UTF8, path, NULL, out);
 	free(buf);
 	return s;
+}
+
+/* ---- what the tree hides: repeated keys, saturated integers ------------------------------- */
+
+typedef struct text_span {
+	size_t a, b; /* text[a..b) */
+} text_span;
+
+/* Whether the integer literal digits d[0..nd) (no sign, no leading zero) exceeds max (digits). */
+static bool digits_over(const char *d, size_t nd, const char *max)
+{
+	size_t nm = strlen(max);
+
+	return nd != nm ? nd > nm : memcmp(d, max, nd) > 0;
+}
+
+/* End of the string literal whose opening quote is at text[i] (a '"', or a '\'': json-c takes
+ * single-quoted names even in strict mode): the index after its closing quote, len when there
+ * is none. memchr finds each quote; one after an odd run of backslashes is escaped. */
+static size_t string_end(const char *text, size_t len, size_t i)
+{
+	char quote = text[i];
+
+	for (i++; i < len;) {
+		const char *q = memchr(text + i, quote, len - i);
+		size_t k, bs = 0;
+
+		if (!q)
+			return len;
+		k = (size_t)(q - text);
+		while (k - bs > i && text[k - bs - 1] == '\\')
+			bs++;
+		if (!(bs & 1))
+			return k + 1;
+		i = k + 1;
+	}
+	return len;
+}
+
+/* The keys of the text's objects, counted (SIZE_MAX when it nests deeper than 64, past which
+ * this count does not tell keys from values), and its objects in *n_obj; *bad_int the byte
+ * offset of the first integer literal json-c would saturate (SIZE_MAX: none), *bad_key the
+ * literal of the last key before it (its key, or the key of the array holding it; 0 length:
+ * none). */
+static size_t count_keys(const char *text, size_t len, size_t *n_obj, size_t *bad_int,
+			 text_span *bad_key)
+{
+	text_span last = {0, 0};
+	size_t keys = 0;
+	char prev = 0; /* the last structural byte: '{' or ',' before a key, ':' before a value */
+	int depth = 0;
+	uint64_t in_obj = 0; /* bit d: the container at depth d is an object (depth < 64) */
+	bool deep = false;
+
+	*bad_int = SIZE_MAX;
+	*bad_key = last;
+	*n_obj = 0;
+	for (size_t i = 0; i < len;) {
+		char c = text[i];
+
+		if (c == '"' || c == '\'') {
+			bool obj = depth > 0 && depth <= 64 && ((in_obj >> (depth - 1)) & 1);
+
+			size_t e = string_end(text, len, i);
+
+			if (obj && (prev == '{' || prev == ',')) {
+				keys++;
+				last = (text_span){i, e};
+			}
+			prev = '"';
+			i = e;
+			continue;
+		}
+		if (c == '-' || (c >= '0' && c <= '9')) {
+			size_t s = i + (c == '-'), e = s;
+
+			while (e < len && text[e] >= '0' && text[e] <= '9')
+				e++;
+			if (e - s >= 19 && *bad_int == SIZE_MAX &&
+			    !(e < len && (text[e] == '.' || text[e] == 'e' || text[e] == 'E')) &&
+			    digits_over(text + s, e - s, c == '-' ? "9223372036854775808"
+								  : "18446744073709551615")) {
+				*bad_int = i;
+				*bad_key = last;
+			}
+			prev = '0';
+			i = e;
+			continue;
+		}
+		if (c == '{' || c == '[') {
+			*n_obj += c == '{';
+			if (depth >= 0 && depth < 64) {
+				if (c == '{')
+					in_obj |= (uint64_t)1 << depth;
+				else
+					in_obj &= ~((uint64_t)1 << depth);
+			} else {
+				deep = true;
+			}
+			depth++;
+		} else if ((c == '}' || c == ']') && depth > 0) {
+			depth--;
+		}
+		if (c == '{' || c == '[' || c == '}' || c == ']' || c == ',' || c == ':')
+			prev = c;
+		i++;
+	}
+	return deep ? SIZE_MAX : keys;
+}
+
+/* The keys of the objects under o, as json-c holds them (distinct per object), in pre-order
+ * until *left objects have been seen: the text has no more, so the walk stops there (a body of
+ * token-id arrays is not walked element by element). */
+static size_t tree_keys(json_object *o, size_t *left)
+{
+	size_t n = 0;
+
+	if (!*left)
+		return 0;
+	if (json_object_is_type(o, json_type_object)) {
+		--*left;
+		n = (size_t)json_object_object_length(o);
+		json_object_object_foreach(o, k, v) {
+			(void)k;
+			if (!*left)
+				break;
+			n += tree_keys(v, left);
+		}
+	} else if (json_object_is_type(o, json_type_array)) {
+		size_t m = json_object_array_length(o);
+
+		for (size_t i = 0; i < m && *left; i++)
+			n += tree_keys(json_object_array_get_idx(o, i), left);
+	}
+	return n;
+}
+
+/* The first key repeated within one object of text, into key (key_n > 0): 1; 0 when there is
+ * none; -1 when memory ran out. Each open object gets a json-c object as the set of its keys so
+ * far; a key literal is decoded by json-c itself. */
+static int find_repeated_key(const char *text, size_t len, char *key, size_t key_n)
+{
+	json_object **sets = NULL; /* (cap) one per open container; NULL for an array */
+	json_tokener *tok = json_tokener_new();
+	int depth = 0, cap = 0, found = tok ? 0 : -1;
+	char prev = 0;
+
+	key[0] = '\0';
+	for (size_t i = 0; !found && i < len;) {
+		char c = text[i];
+
+		if (c == '"' || c == '\'') {
+			size_t e = string_end(text, len, i);
+			json_object *set = depth > 0 ? sets[depth - 1] : NULL;
+
+			if (set && (prev == '{' || prev == ',')) {
+				json_object *s;
+				const char *k;
+
+				json_tokener_reset(tok);
+				s = json_tokener_parse_ex(tok, text + i, (int)(e - i));
+				k = s ? json_object_get_string(s) : NULL;
+
+				if (!k) {
+					json_object_put(s);
+					found = -1;
+					break;
+				}
+				if (json_object_object_get_ex(set, k, NULL)) {
+					snprintf(key, key_n, "%s", k);
+					found = 1;
+				} else if (json_object_object_add(set, k, NULL)) {
+					found = -1;
+				}
+				json_object_put(s);
+			}
+			prev = '"';
+			i = e;
+			continue;
+		}
+		if (c == '{' || c == '[') {
+			if (depth == cap) {
+				json_object **ns = realloc(sets, (size_t)(cap ? 2 * cap : 16) *
+								  sizeof(*ns));
+				if (!ns) {
+					found = -1;
+					break;
+				}
+				sets = ns;
+				cap = cap ? 2 * cap : 16;
+			}
+			sets[depth++] = c == '{' ? json_object_new_object() : NULL;
+			if (c == '{' && !sets[depth - 1]) {
+				found = -1;
+				break;
+			}
+		} else if ((c == '}' || c == ']') && depth > 0) {
+			json_object_put(sets[--depth]);
+		}
+		if (c == '{' || c == '[' || c == '}' || c == ']' || c == ',' || c == ':')
+			prev = c;
+		i++;
+	}
+	while (depth > 0)
+		json_object_put(sets[--depth]);
+	free(sets);
+	if (tok)
+		json_tokener_free(tok);
+	return found;
+}
+
+rg_status rg_json_text_check(const char *text, size_t len, json_object *root, char *msg, size_t n,
+			     char *key, size_t key_n)
+{
+	text_span bk;
+	size_t bad_int, n_obj, keys = count_keys(text, len, &n_obj, &bad_int, &bk);
+	int found;
+
+	msg[0] = '\0';
+	key[0] = '\0';
+	if (bad_int != SIZE_MAX) {
+		size_t e = bad_int + 1;
+		int kl = bk.b - bk.a >= 2 ? (int)(bk.b - bk.a - 2) : 0; /* without the quotes */
+
+		while (e < len && text[e] >= '0' && text[e] <= '9')
+			e++;
+		if (kl)
+			snprintf(key, key_n, "%.*s", kl, text + bk.a + 1);
+		snprintf(msg, n, "%s%.*s%sinteger %.*s%s at byte %zu is outside [-2^63, 2^64), the "
+			 "integers JSON is read with", kl ? "\"" : "", kl > 60 ? 60 : kl,
+			 text + bk.a + 1, kl ? "\": " : "", (int)(e - bad_int < 24 ? e - bad_int : 24),
+			 text + bad_int, e - bad_int < 24 ? "" : "...", bad_int);
+		return RG_ERR_INVALID_INPUT;
+	}
+	if (keys != SIZE_MAX && keys == tree_keys(root, &n_obj))
+		return RG_OK;
+	found = find_repeated_key(text, len, key, key_n);
+	if (found < 0) {
+		snprintf(msg, n, "out of memory checking the keys");
+		return RG_ERR_OOM;
+	}
+	if (found)
+		snprintf(msg, n, "duplicate key '%.100s'", key);
+	return found ? RG_ERR_INVALID_INPUT : RG_OK;
 }

@@ -21,4 +21,22 @@ rg_status rg_json_parse(const char *text, size_t len, int flags, const char *pat
  * Errors: RG_ERR_IO (missing, unreadable, not a regular file), RG_ERR_FORMAT (over limit bytes,
  * not JSON), RG_ERR_OOM; messages name the path. */
 rg_status rg_json_read_file(const char *path, off_t limit, json_object **out);
+
+/* What json-c's tree hides about the text it was parsed from. text (len bytes) must be the
+ * valid JSON that json-c parsed to root. Checks, in one pass over the text with no allocation
+ * (a second, with one json-c object per open object, only when a duplicate is present):
+ *   - a key repeated within one object (json-c keeps the last value): the text's keys, counted,
+ *     must number the tree's, since each repeat drops at least one; the repeated key is then
+ *     found by decoding the keys of each object in turn (keys compared as json-c stores them,
+ *     up to a NUL);
+ *   - an integer literal outside [-2^63, 2^64 - 1], which json-c saturates to the bound (so a
+ *     seed of 2^64 would read as 2^64 - 1).
+ * Returns RG_OK when there is neither; else RG_ERR_INVALID_INPUT with the reason in msg
+ * (n > 0): "duplicate key 'x'" (the key also copied to key, key_n > 0, cut to fit) or
+ * "\"seed\": integer ... at byte N is outside [-2^63, 2^64), ..." (key: the last key before
+ * the integer, as written, or ""); RG_ERR_OOM (msg says so). rg_last_error is
+ * not set. RFC 8259 sec. 4 leaves repeated names' meaning open; every request body ragged reads
+ * is refused on them instead of taking the last (issue 28). */
+rg_status rg_json_text_check(const char *text, size_t len, json_object *root, char *msg, size_t n,
+			     char *key, size_t key_n);
 #endif

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "gen/chat_template.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 const char *rg_model_chat_template(const rg_model *m)
 {
@@ -40,28 +41,72 @@ static rg_status chat_template_of(const rg_model *m)
 	return RG_OK;
 }
 
-rg_status rg_model_chat_apply(const rg_model *m, const rg_chat_message *msgs, int n,
-			      bool add_generation_prompt, char **out)
+/* The rendering of rg_model_chat_apply, with the content spans when spans is not NULL. */
+static rg_status chat_render(const rg_model *m, const rg_chat_message *msgs, int n,
+			     bool add_generation_prompt, char **out, size_t *len, size_t **spans,
+			     size_t *n_spans)
 {
 	char *bos = NULL, *eos = NULL;
 	rg_status s;
 
-	if (out)
-		*out = NULL;
-	if (!out || !msgs)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_chat_apply: NULL argument");
 	if ((s = chat_template_of(m)) != RG_OK)
 		return s;
 	if ((s = chat_special(m, m->chat_bos, m->info.bos_token_id, &bos)) != RG_OK ||
 	    (s = chat_special(m, m->chat_eos, m->info.eos_token_id, &eos)) != RG_OK)
 		goto out_free;
-	s = rg_chat_template_render(m->chat_template, msgs, n, bos, eos, add_generation_prompt,
-				    out, NULL);
+	s = rg_chat_template_render_spans(m->chat_template, msgs, n, bos, eos,
+					  add_generation_prompt, out, len, spans, n_spans);
 	if (s != RG_OK)
 		rg_error_wrap(s, "%s", m->dir);
 out_free:
 	free(bos);
 	free(eos);
+	return s;
+}
+
+rg_status rg_model_chat_apply(const rg_model *m, const rg_chat_message *msgs, int n,
+			      bool add_generation_prompt, char **out)
+{
+	if (out)
+		*out = NULL;
+	if (!out || !msgs)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_chat_apply: NULL argument");
+	return chat_render(m, msgs, n, add_generation_prompt, out, NULL, NULL, NULL);
+}
+
+rg_status rg_model_chat_encode(const rg_model *m, const rg_chat_message *msgs, int n,
+			       bool add_generation_prompt, bool content_as_text, char **text,
+			       rg_encoding *out)
+{
+	rg_tok_params tp = {.truncation = RG_TRUNCATE_NONE};
+	size_t *spans = NULL, n_spans = 0, len = 0;
+	char *chat = NULL;
+	rg_status s;
+
+	if (text)
+		*text = NULL;
+	if (out)
+		memset(out, 0, sizeof(*out));
+	if (!msgs || !out)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_chat_encode: NULL argument");
+	if ((s = chat_render(m, msgs, n, add_generation_prompt, &chat, &len,
+			     content_as_text ? &spans : NULL, &n_spans)) != RG_OK)
+		return s;
+	if (!m->tok) {
+		s = rg_errorf(RG_ERR_UNSUPPORTED, "%s has no tokenizer", m->dir);
+		goto out_free;
+	}
+	tp.plain = spans;
+	tp.n_plain = n_spans;
+	if ((s = rg_tokenizer_encode_ex(m->tok, chat, len, NULL, 0, &tp, out)) != RG_OK)
+		goto out_free;
+	if (text) {
+		*text = chat;
+		chat = NULL;
+	}
+out_free:
+	free(spans);
+	free(chat);
 	return s;
 }
 

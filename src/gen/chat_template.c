@@ -360,14 +360,80 @@ static void put(rg_buf *b, const char *s)
 	rg_buf_puts(b, s);
 }
 
+/* A rendering's buffer and, when asked, where message content landed in it: every buffer the
+ * renderers write to is one of these (buf first, so put_content finds the spans from the
+ * rg_buf it is given). */
+typedef struct chat_out {
+	rg_buf buf;
+	bool rec;        /* record content spans */
+	bool oom;
+	size_t *spans;   /* (2 * n) [start, end) byte offsets into buf, ascending */
+	size_t n, cap;
+} chat_out;
+
+static void out_span(rg_buf *b, size_t start, size_t end)
+{
+	chat_out *o = (chat_out *)b;
+
+	if (!o->rec || start >= end)
+		return;
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? 2 * o->cap : 8, *ns = realloc(o->spans, 2 * cap * sizeof(*ns));
+
+		if (!ns) {
+			o->oom = true;
+			return;
+		}
+		o->spans = ns;
+		o->cap = cap;
+	}
+	o->spans[2 * o->n] = start;
+	o->spans[2 * o->n + 1] = end;
+	o->n++;
+}
+
 static void put_content(rg_buf *b, const rg_chat_message *m)
 {
+	size_t at = b->len;
+
 	rg_buf_put(b, m->content ? m->content : "", m->content_len);
+	out_span(b, at, b->len);
 }
 
 static void put_content_trim(rg_buf *b, const rg_chat_message *m)
 {
+	size_t at = b->len;
+
 	put_trim(b, m->content ? m->content : "", m->content_len);
+	out_span(b, at, b->len);
+}
+
+/* put_trim of all of tmp into b, tmp's content spans moved along (cut to what the trim kept);
+ * tmp is emptied. */
+static void put_trim_out(rg_buf *b, rg_buf *tmp)
+{
+	chat_out *t = (chat_out *)tmp;
+	size_t at = b->len, lead = 0, kept;
+
+	while (lead < tmp->len) {
+		uint32_t c;
+		size_t k = rg_utf8_next(tmp->data, tmp->len, lead, &c);
+
+		if (!k || !is_space(c))
+			break;
+		lead += k;
+	}
+	put_trim(b, tmp->data ? tmp->data : "", tmp->len);
+	kept = b->len - at;
+	for (size_t k = 0; k < t->n; k++) {
+		size_t s0 = t->spans[2 * k] > lead ? t->spans[2 * k] - lead : 0;
+		size_t e0 = t->spans[2 * k + 1] > lead ? t->spans[2 * k + 1] - lead : 0;
+
+		out_span(b, at + (s0 < kept ? s0 : kept), at + (e0 < kept ? e0 : kept));
+	}
+	t->oom |= ((chat_out *)b)->oom;
+	tmp->len = 0;
+	t->n = 0;
 }
 
 static rg_status bad(int i, const char *family, const char *why)
@@ -482,7 +548,7 @@ static void render_llama2(rg_buf *b, const rg_chat_message *m, const enum chat_r
 		put_content(tmp, &m[i]);
 		put(b, bos);
 		put(b, "[INST] ");
-		put_trim(b, tmp->data ? tmp->data : "", tmp->len);
+		put_trim_out(b, tmp);
 		put(b, " [/INST]");
 	}
 }
@@ -635,19 +701,25 @@ static rg_status check_messages(const chat_style *st, const rg_chat_message *m, 
 	return RG_OK;
 }
 
-rg_status rg_chat_template_render(const char *jinja, const rg_chat_message *msgs, int n,
-				  const char *bos, const char *eos, bool add_generation_prompt,
-				  char **out, size_t *out_len)
+rg_status rg_chat_template_render_spans(const char *jinja, const rg_chat_message *msgs, int n,
+					const char *bos, const char *eos,
+					bool add_generation_prompt, char **out, size_t *out_len,
+					size_t **spans, size_t *n_spans)
 {
 	enum chat_role *r = NULL;
 	chat_style st;
-	rg_buf b, tmp;
+	chat_out bo = {.rec = spans != NULL}, to = {.rec = spans != NULL};
+	rg_buf *b = &bo.buf, *tmp = &to.buf;
 	rg_status s;
 
 	if (out)
 		*out = NULL;
 	if (out_len)
 		*out_len = 0;
+	if (spans)
+		*spans = NULL;
+	if (n_spans)
+		*n_spans = 0;
 	if (!jinja || !msgs || !out)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_chat_template_render: NULL argument");
 	if (n < 1)
@@ -663,47 +735,61 @@ rg_status rg_chat_template_render(const char *jinja, const rg_chat_message *msgs
 	}
 	if ((s = check_messages(&st, msgs, n, r)) != RG_OK)
 		goto out_free_roles;
-	rg_buf_init(&b);
-	rg_buf_init(&tmp);
+	rg_buf_init(b);
+	rg_buf_init(tmp);
 	switch (st.family) {
 	case RG_CHAT_CHATML:
-		render_chatml(&b, &st, msgs, r, n, add_generation_prompt);
+		render_chatml(b, &st, msgs, r, n, add_generation_prompt);
 		break;
 	case RG_CHAT_LLAMA3:
-		s = render_llama3(&b, &st, msgs, r, n, add_generation_prompt, bos);
+		s = render_llama3(b, &st, msgs, r, n, add_generation_prompt, bos);
 		break;
 	case RG_CHAT_LLAMA2:
-		render_llama2(&b, msgs, r, n, bos, eos, &tmp);
+		render_llama2(b, msgs, r, n, bos, eos, tmp);
 		break;
 	case RG_CHAT_MISTRAL:
-		render_mistral(&b, &st, msgs, r, n, bos, eos);
+		render_mistral(b, &st, msgs, r, n, bos, eos);
 		break;
 	case RG_CHAT_GEMMA:
-		render_gemma(&b, &st, msgs, r, n, add_generation_prompt, bos);
+		render_gemma(b, &st, msgs, r, n, add_generation_prompt, bos);
 		break;
 	case RG_CHAT_PHI3:
-		render_phi3(&b, &st, msgs, r, n, add_generation_prompt, bos, eos);
+		render_phi3(b, &st, msgs, r, n, add_generation_prompt, bos, eos);
 		break;
 	case RG_CHAT_ZEPHYR:
-		render_zephyr(&b, msgs, r, n, add_generation_prompt, eos);
+		render_zephyr(b, msgs, r, n, add_generation_prompt, eos);
 		break;
 	case RG_CHAT_UNKNOWN:
 		s = rg_errorf(RG_ERR_INTERNAL, "chat template parsed to no family");
 		break;
 	}
-	if (s == RG_OK && (b.oom || tmp.oom || !rg_buf_reserve(&b, 0)))
+	if (s == RG_OK && (b->oom || tmp->oom || bo.oom || to.oom || !rg_buf_reserve(b, 0)))
 		s = oom();
-	rg_buf_free(&tmp);
+	rg_buf_free(tmp);
+	free(to.spans);
 	if (s != RG_OK) {
-		rg_buf_free(&b);
+		rg_buf_free(b);
+		free(bo.spans);
 		goto out_free_roles;
 	}
-	*out = b.data;
+	*out = b->data;
 	if (out_len)
-		*out_len = b.len;
+		*out_len = b->len;
+	if (spans) {
+		*spans = bo.spans;
+		*n_spans = bo.n;
+	}
 out_free_roles:
 	free(r);
 out_free_style:
 	style_free(&st);
 	return s;
+}
+
+rg_status rg_chat_template_render(const char *jinja, const rg_chat_message *msgs, int n,
+				  const char *bos, const char *eos, bool add_generation_prompt,
+				  char **out, size_t *out_len)
+{
+	return rg_chat_template_render_spans(jinja, msgs, n, bos, eos, add_generation_prompt, out,
+					     out_len, NULL, NULL);
 }

@@ -67,4 +67,17 @@ RG_TEST_API rg_status rg_chat_template_render(const char *jinja, const rg_chat_m
 					      int n, const char *bos, const char *eos,
 					      bool add_generation_prompt, char **out,
 					      size_t *out_len);
+
+/* rg_chat_template_render, and where the messages' content landed in *out: *spans (malloc'd,
+ * caller frees; NULL when there is none) holds *n_spans [start, end) byte ranges, ascending,
+ * 2 entries each, of content bytes (as the template wrote them: trimmed where it trims; a
+ * content written twice, as Mistral's system message, twice). What is outside them is the
+ * template's markup. The tokenizer is given them so that special tokens are matched in the
+ * markup only (rg_model_chat_encode). */
+RG_TEST_API rg_status rg_chat_template_render_spans(const char *jinja,
+						    const rg_chat_message *msgs, int n,
+						    const char *bos, const char *eos,
+						    bool add_generation_prompt, char **out,
+						    size_t *out_len, size_t **spans,
+						    size_t *n_spans);
 #endif

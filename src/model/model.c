@@ -743,7 +743,7 @@ rg_status rg_model_encode(const rg_model *m, const char *a, size_t a_len, const 
 			  size_t b_len, const rg_encode_params *p, rg_encoding *out)
 {
 	rg_encode_params d = rg_encode_params_default();
-	rg_tok_params tp;
+	rg_tok_params tp = {0};
 	size_t limit;
 	rg_status s;
 

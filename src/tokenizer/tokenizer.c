@@ -986,7 +986,20 @@ typedef struct rg_enc_ctx {
 	rg_spanvec ws; /* (ids.n) added tokens: {leading, trailing} space chars of the text they
 			* matched (HF's token value, which trim_offsets reads); model tokens:
 			* {UINT32_MAX, 0}, their vocabulary string is read instead */
+	const size_t *plain; /* rg_tok_params.plain: (2 * n_plain) raw byte ranges without
+			      * special added tokens */
+	size_t n_plain;
+	bool plain_piece;    /* the raw piece being normalized overlaps one of them */
 } rg_enc_ctx;
+
+/* Whether raw bytes [a, b) overlap a range of c->plain. */
+static bool in_plain(const rg_enc_ctx *c, size_t a, size_t b)
+{
+	for (size_t k = 0; k < c->n_plain; k++)
+		if (a < c->plain[2 * k + 1] && c->plain[2 * k] < b)
+			return true;
+	return false;
+}
 
 static void ctx_free(rg_enc_ctx *c)
 {
@@ -1127,10 +1140,11 @@ static rg_status emit_word(void *ctx, const char *w, size_t n, const rg_span *al
 	return track_ids(c, from, al, n, NULL, (rg_span){0, 0});
 }
 
-/* Leftmost-longest search for an added token (normalized or raw set) in s[from..n).
+/* Leftmost-longest search for an added token (normalized or raw set) in s[from..n), s at raw
+ * offset base (raw set) of the text; special tokens are skipped inside c's plain ranges.
  * Returns the index of the token, -1 if none; *pos = match start. */
-static long find_added(const rg_tokenizer *t, bool normalized, const char *s, size_t n, size_t from,
-		       size_t *pos)
+static long find_added(const rg_tokenizer *t, const rg_enc_ctx *c, bool normalized, const char *s,
+		       size_t n, size_t base, size_t from, size_t *pos)
 {
 	for (size_t i = from; i < n; i++) {
 		long best = -1;
@@ -1139,6 +1153,9 @@ static long find_added(const rg_tokenizer *t, bool normalized, const char *s, si
 			const rg_added_token *at = &t->added[a];
 			if (at->normalized != normalized || at->len <= blen || at->len > n - i ||
 			    at->content[0] != s[i] || memcmp(at->content, s + i, at->len) != 0)
+				continue;
+			if (at->special && c->n_plain &&
+			    (normalized ? c->plain_piece : in_plain(c, base + i, base + i + at->len)))
 				continue;
 			best = (long)a;
 			blen = at->len;
@@ -1175,7 +1192,7 @@ static rg_status split_added(const rg_tokenizer *t, rg_enc_ctx *c, bool normaliz
 	long a;
 	if (!(normalized ? t->has_norm_added : t->has_raw_added) || c->words)
 		return gap(t, c, s, n, base);
-	while ((a = find_added(t, normalized, s, n, from, &pos)) >= 0) {
+	while ((a = find_added(t, c, normalized, s, n, base, from, &pos)) >= 0) {
 		const rg_added_token *at = &t->added[a];
 		size_t start = pos, stop = pos + at->len;
 		rg_span sp = {0, 0}, ws = {0, 0};
@@ -1249,6 +1266,7 @@ static rg_status raw_gap(const rg_tokenizer *t, rg_enc_ctx *c, const char *s, si
 		return st;
 	}
 	c->raw_start = base == 0;
+	c->plain_piece = c->n_plain && in_plain(c, base, base + n);
 	return split_added(t, c, true, c->norm.data ? c->norm.data : "", c->norm.len, 0, norm_gap);
 }
 
@@ -1355,6 +1373,8 @@ rg_status rg_tokenizer_encode_ex(const rg_tokenizer *t, const char *a, size_t a_
 				 "tokenizer: the post_processor has no pair template (single texts "
 				 "only)");
 	ca.offsets = cb.offsets = p->offsets;
+	ca.plain = p->plain;
+	ca.n_plain = p->plain ? p->n_plain : 0;
 	if ((st = encode_raw(t, &ca, a, a_len)) != RG_OK ||
 	    (pair && (st = encode_raw(t, &cb, b, b_len)) != RG_OK))
 		goto out;
@@ -1444,7 +1464,7 @@ out:
 rg_status rg_tokenizer_encode(const rg_tokenizer *t, const char *text, size_t len, int32_t **ids,
 			      size_t *n_ids)
 {
-	rg_tok_params p = { RG_TRUNCATE_NONE, 0, true, false };
+	rg_tok_params p = { RG_TRUNCATE_NONE, 0, true, false, NULL, 0 };
 	rg_encoding e;
 	rg_status st;
 
@@ -1463,7 +1483,7 @@ rg_status rg_tokenizer_encode_pair(const rg_tokenizer *t, const char *a, size_t 
 				   const char *b, size_t b_len, size_t max_len, int32_t **ids,
 				   int32_t **types, size_t *n_ids, bool *truncated)
 {
-	rg_tok_params p = { max_len ? RG_TRUNCATE_RIGHT : RG_TRUNCATE_NONE, max_len, true, false };
+	rg_tok_params p = { max_len ? RG_TRUNCATE_RIGHT : RG_TRUNCATE_NONE, max_len, true, false, NULL, 0 };
 	rg_encoding e;
 	rg_status st;
 

@@ -117,6 +117,15 @@ typedef struct rg_tok_params {
 	bool add_special_tokens;  /* the post-processor's template ([CLS] ... [SEP]) */
 	bool offsets;             /* fill start / stop (alignment bookkeeping through the
 				   * normalizer and pre-tokenizer, as HF keeps it) */
+	const size_t *plain;      /* (2 * n_plain) byte ranges [plain[2k], plain[2k+1]) of text a,
+				   * ascending, in which special added tokens are not matched: their
+				   * text there is tokenized as any other (HF's split_special_tokens /
+				   * encode_special_tokens, for those bytes only; non-special added
+				   * tokens still match). A special token of the normalized set (rare:
+				   * special tokens are normalized=false in practice) is not matched
+				   * anywhere in a piece between raw added tokens that overlaps one.
+				   * NULL: none. Pairs: a only. */
+	size_t n_plain;
 } rg_tok_params;
 
 /* Encode a text, or a pair when b != NULL, as HF Tokenizer.encode(a[, b], add_special_tokens)

@@ -37,6 +37,8 @@ gseed '\x00Host: x\r\nContent-Length:\r\n 14\r\n\r\n' obs_fold_cl
 gseed '\x00Host: localhost:8080\r\nX-A: a\r\n\tb\r\nX-B: c\r\n\r\n' obs_fold
 gseed '\x00Host: x\r\nX-A: a\x00b\r\nX-B: c\n\n' nul_value
 gseed '\x00Host: [::1]:80\r\nX-A:   \r\nX-B:\r\n\r\n' blanks
+gseed '\x00Host: x\r\n: a\r\nGET /smuggled HTTP/1.1\r\n\r\n' empty_name
+gseed '\x00Host: x\n:\r\nX: y\r\n\r\n' empty_name_bare
 gseed '\x00Content-Type: application/json; charset=utf-8\r\nAuthorization: Bearer k3y\r\nOrigin: http://a.example\r\nExpect: 100-continue\r\nContent-Length: 14\r\n' good
 "$OUT/fuzz_http_guard" -max_total_time="$GUARD_SECS" -max_len=1024 -timeout=5 \
 	-artifact_prefix="$OUT/" "$OUT/corpus_http_guard"
@@ -45,7 +47,8 @@ gseed '\x00Content-Type: application/json; charset=utf-8\r\nAuthorization: Beare
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Iinclude -Isrc -Iapp $(pkg-config --cflags json-c) \
 	tests/fuzz/fuzz_gen_request.c app/server/gen_request.c app/server/request.c \
-	src/core/utf8.c src/core/buf.c "$OUT/f32_shortest.o" -o "$OUT/fuzz_gen_request" \
+	src/core/utf8.c src/core/buf.c src/core/json.c src/core/file.c src/core/error.c \
+	"$OUT/f32_shortest.o" -o "$OUT/fuzz_gen_request" \
 	$(pkg-config --libs json-c) -lm
 # Seeds: API byte (0 completions, 1 chat, 2 TGI generate, 3 TGI generate_stream; the higher bits
 # vary max_prompts and max_messages) + body.
@@ -65,6 +68,7 @@ gen '\x02{"inputs": "x", "parameters": {"typical_p": 1, "repetition_penalty": 1.
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Iinclude -Isrc -Iapp $(pkg-config --cflags json-c) \
 	tests/fuzz/fuzz_request.c app/server/request.c src/core/utf8.c src/core/buf.c \
+	src/core/json.c src/core/file.c src/core/error.c \
 	"$OUT/f32_shortest.o" -o "$OUT/fuzz_request" $(pkg-config --libs json-c)
 # Seeds: route byte (0 embed, 1 openai, 2 tokenize, 3 predict, 4 rerank, 5 embed_all,
 # 6 similarity, 7 decode; +8k varies max_inputs) + body.

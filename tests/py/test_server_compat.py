@@ -564,7 +564,8 @@ class RunOptions(ctypes.Structure):
 class TokParams(ctypes.Structure):
     """src/tokenizer/tokenizer.h rg_tok_params."""
     _fields_ = [("truncation", ctypes.c_int), ("max_len", ctypes.c_size_t),
-                ("add_special_tokens", ctypes.c_bool), ("offsets", ctypes.c_bool)]
+                ("add_special_tokens", ctypes.c_bool), ("offsets", ctypes.c_bool),
+                ("plain", ctypes.POINTER(ctypes.c_size_t)), ("n_plain", ctypes.c_size_t)]
 
 
 class Encoding(ctypes.Structure):

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,6 +199,71 @@ static void test_literals(void **state)
 	}
 }
 
+/* rg_chat_template_render_spans on every real template of tests/data/chat_templates: the spans
+ * are ascending, inside the text, and each one is a content as the template wrote it: within
+ * that content, holding all of it but the blanks a trim may take. */
+static void test_content_spans(void **state)
+{
+	static const char *const files[] = {
+		"Llama-2-7b-chat-hf", "Llama-3.2-3B-Instruct", "Meta-Llama-3-8B-Instruct",
+		"Mistral-7B-Instruct-v0.1-legacy", "Mistral-7B-Instruct-v0.1",
+		"Mistral-7B-Instruct-v0.3", "Phi-3-mini-4k-instruct-legacy",
+		"Phi-3-mini-4k-instruct", "Phi-3.5-mini-instruct", "Qwen2-0.5B-Instruct",
+		"SmolLM2-135M-Instruct", "TinyLlama-1.1B-Chat-v1.0", "gemma-2-2b-it",
+	};
+	const rg_chat_message with_sys[] = {MSG("system", "  S1 <|im_start|> "),
+					    MSG("user", " U1 [INST]\t"), MSG("assistant", "A1 "),
+					    MSG("user", "U2")};
+	const char *core[] = {"S1 <|im_start|>", "U1 [INST]", "A1", "U2"};
+	(void)state;
+
+	for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+		char path[256], *t, *out = NULL;
+		size_t *sp = NULL, ns = 0, len = 0, tn;
+		FILE *fp;
+		rg_status st;
+		int first = 0;
+
+		snprintf(path, sizeof(path), "tests/data/chat_templates/%s.jinja", files[f]);
+		fp = fopen(path, "rb");
+		assert_non_null(fp);
+		t = calloc(1, 1 << 16);
+		tn = fread(t, 1, (1 << 16) - 1, fp);
+		fclose(fp);
+		t[tn] = '\0';
+		st = rg_chat_template_render_spans(t, with_sys, 4, "<s>", "</s>", true, &out, &len,
+						   &sp, &ns);
+		if (st != RG_OK) { /* a template without a system role */
+			first = 1;
+			st = rg_chat_template_render_spans(t, with_sys + 1, 3, "<s>", "</s>", true,
+							   &out, &len, &sp, &ns);
+		}
+		if (st != RG_OK)
+			fail_msg("%s: %s", files[f], rg_last_error());
+		if (ns < (size_t)(4 - first))
+			fail_msg("%s: %zu spans", files[f], ns);
+		for (size_t k = 0; k < ns; k++) {
+			size_t a = sp[2 * k], b = sp[2 * k + 1];
+			bool ok = false;
+
+			assert_true(a < b && b <= len && (k == 0 || sp[2 * k - 1] <= a));
+			for (int i = first; i < 4 && !ok; i++) {
+				const char *c = with_sys[i].content;
+
+				ok = b - a <= with_sys[i].content_len &&
+				     memmem(c, with_sys[i].content_len, out + a, b - a) &&
+				     memmem(out + a, b - a, core[i], strlen(core[i]));
+			}
+			if (!ok)
+				fail_msg("%s: span %zu \"%.*s\" is no content", files[f], k,
+					 (int)(b - a), out + a);
+		}
+		free(sp);
+		free(out);
+		free(t);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -205,6 +271,7 @@ int main(void)
 		cmocka_unit_test(test_render_by_hand),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_literals),
+		cmocka_unit_test(test_content_spans),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -46,6 +46,61 @@ static void test_parse_rules(void **state)
 	json_object_put(o);
 }
 
+/* rg_json_text_check on text (NUL-terminated) -> its status; msg and key checked against want
+ * (NULL: RG_OK expected) and want_key. */
+static void text_check(const char *text, const char *want, const char *want_key)
+{
+	json_object *o = NULL;
+	char msg[200], key[64];
+	rg_status st;
+
+	assert_int_equal(rg_json_parse(text, strlen(text), 0, "t", NULL, &o), RG_OK);
+	st = rg_json_text_check(text, strlen(text), o, msg, sizeof(msg), key, sizeof(key));
+	json_object_put(o);
+	if (!want) {
+		if (st != RG_OK)
+			fail_msg("'%s' refused: %s", text, msg);
+		return;
+	}
+	assert_int_equal(st, RG_ERR_INVALID_INPUT);
+	if (!strstr(msg, want))
+		fail_msg("'%s': message '%s' lacks '%s'", text, msg, want);
+	assert_string_equal(key, want_key ? want_key : "");
+}
+
+static void test_text_check(void **state)
+{
+	(void)state;
+	/* valid bodies pass: same key in different objects, keys that look alike, strings that
+	 * look like keys or hold quotes, braces and escapes, nesting, every integer bound */
+	text_check("{\"a\":1,\"b\":{\"a\":2},\"c\":[{\"a\":3},{\"a\":4}]}", NULL, NULL);
+	text_check("{\"a\":\"\\\"a\\\":{\",\"A\":\"}\",\"a \":[\"a\",\"a\"],\"\\\\\":1}", NULL, NULL);
+	text_check("[{\"k\":[]},{\"k\":{}},\"k\",{\"k\":[{\"k\":{\"k\":null}}]}]", NULL, NULL);
+	text_check("{\"s\":18446744073709551615,\"t\":-9223372036854775808,\"u\":0,\"v\":-0}",
+		   NULL, NULL);
+	text_check("{\"d\":1e400,\"e\":123456789012345678901234.5,\"f\":-1E30}", NULL, NULL);
+	text_check("\"just a string\"", NULL, NULL);
+	/* repeated keys: the first repeat named, at any depth, escapes decoded */
+	text_check("{\"a\":1,\"a\":2}", "duplicate key 'a'", "a");
+	text_check("{\"x\":{\"y\":1},\"x\":{\"y\":1,\"z\":2}}", "duplicate key 'x'", "x");
+	text_check("{\"p\":{\"seed\":1,\"seed\":1}}", "duplicate key 'seed'", "seed");
+	text_check("[1,{\"b\":[{\"c\":1,\"d\":2,\"c\":3}]}]", "duplicate key 'c'", "c");
+	text_check("{\"k\\u0065y\":1,\"key\":2}", "duplicate key 'key'", "key");
+	text_check("{\"\":1,\"\":2}", "duplicate key ''", "");
+	/* json-c takes single-quoted names, even strict (a fuzzer's find) */
+	text_check("{'a\"':1,\"b\":{\"c\":[1]},\"a\\\"\":2}", "duplicate key 'a\"'", "a\"");
+	text_check("{'x':{'y':1},\"z\":'}'}", NULL, NULL);
+	/* integers json-c would saturate to the bound */
+	text_check("{\"seed\":18446744073709551616}",
+		   "\"seed\": integer 18446744073709551616 at byte 8", "seed");
+	text_check("{\"a\":{\"b\":1},\"seed\":-9223372036854775809}", "outside [-2^63, 2^64)",
+		   "seed");
+	text_check("{\"p\":{\"ids\":[1,2,99999999999999999999999999999999999]}}",
+		   "\"ids\": integer 999999999999999999999999...", "ids");
+	text_check("[1,2,99999999999999999999999999999999999]", "integer 999999999999999999999999...",
+		   NULL);
+}
+
 static void test_read_file(void **state)
 {
 	char path[300];
@@ -71,6 +126,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_rules),
+		cmocka_unit_test(test_text_check),
 		cmocka_unit_test_setup(test_read_file, case_setup),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
