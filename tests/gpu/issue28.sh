@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Issue 28 on a lent GPU machine, in one device call: build (sm_90a), then
+# bench/serving/overload.py on a random SmolLM2-135M-shaped fp16 model (bench/serving/
+# make_gen_model.py): goodput against offered rate with no deadlines, with per-request deadlines
+# and with the server-wide defaults; then issue 27's entry points at 64 streams again (the GEMM
+# autotune change touches prefill). Needs .gpu_carry (CARRY_MODEL=0 scripts/pack-gpu-carry.sh).
+# RATES, DURATION override the ladder. Results in $OUT.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/build/gpu_results}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/run.log") 2>&1
+CARRY=$ROOT/.gpu_carry
+export PATH=$PATH:/usr/local/cuda/bin PYTHONUNBUFFERED=1
+record() { if [ "$2" -eq 0 ]; then echo "--- $1: PASS"; else echo "--- $1: FAIL ($2)"; fi; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+export RAGGED_COMMIT=$(cat "$CARRY/COMMIT" 2>/dev/null || echo unknown)
+export RAGGED_GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "commit: $RAGGED_COMMIT date: $(date -u +%FT%TZ)"
+source tests/gpu/setup-env.sh >/dev/null
+t0=$SECONDS
+make -j"$(nproc)" CUDA_ARCHS=sm_90a "NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a" \
+	all >"$OUT/build.log" 2>&1; st=$?; tail -2 "$OUT/build.log"
+record "build ($((SECONDS - t0)) s)" $st
+[ $st -eq 0 ] || exit 1
+export RAGGED_LIB=$ROOT/build/libragged.so RAGGED_BIN=$ROOT/build/ragged
+M=/tmp/rg28
+mkdir -p $M
+python3 bench/serving/make_gen_model.py smollm2 $M/smollm2 >/dev/null
+record "model" $?
+timeout 480 python3 bench/serving/overload.py "$OUT/overload" --model $M/smollm2 \
+	--rates "${RATES:-16,48,64,96,192}" --duration "${DURATION:-8}"
+record "overload" $?
+if [ "${EP:-1}" = 1 ]; then
+	python3 bench/serving/make_gen_model.py gpt2 $M/gpt2 >/dev/null
+	timeout 150 python3 bench/peer/entry_points.py "$OUT/entry_points_gpu.json" \
+		--model $M/gpt2 --label gpt2 --device cuda --batches 64 --only cli,server \
+		--trace-dir "$OUT/traces"
+	record "entry points gpt2 b64" $?
+fi
