@@ -16,7 +16,9 @@ deadlines, >= 99% of the admitted meeting TTFT, nobody refused below the knee.
 Writes OUT.json and OUT.svg (goodput against offered rate, one line per mode).
 
 Usage: RAGGED_BIN=build/ragged python3 bench/serving/overload.py OUT --model DIR \
-       [--rates 16,32,48,64,96,128,192] [--modes none,request,server] [--duration 10]"""
+       [--rates 16,32,48,64,96,128,192] [--modes none,request,server] [--duration 10]
+       python3 bench/serving/overload.py --merge OUT A.json B.json ...   (one result of several
+       runs' cells)"""
 import argparse
 import http.client
 import json
@@ -140,7 +142,50 @@ def svg(path, res):
         f.write("\n".join(out))
 
 
+def summarize(res):
+    """The knee of the `none` ladder and the issue's targets read at 2x and 4x it (the nearest
+    rate run)."""
+    none = res.get("none", [])
+    knee = max([c["rate"] for c in none if (c["goodput_frac"] or 0) >= 0.9], default=None)
+    peak = {m: max(c["goodput_rps"] for c in cs) for m, cs in res.items()}
+    summary = {"knee_rps": knee, "peak_goodput_rps": peak}
+    if knee:
+        for m, cs in res.items():
+            for mult in (2, 4):
+                c = min(cs, key=lambda c: abs(c["rate"] - mult * knee))
+                summary[f"{m}_at_{mult}x_knee"] = {
+                    "rate": c["rate"],
+                    "goodput_of_peak": round(c["goodput_rps"] / max(peak[m], 1e-9), 3),
+                    "goodput_of_none_peak": round(c["goodput_rps"] / max(peak.get("none", 0),
+                                                                          1e-9), 3),
+                    "admitted_met_ttft": c["admitted_met_ttft"]}
+            summary[f"{m}_refused_below_knee"] = sum(c["refused_429"] for c in cs
+                                                    if c["rate"] <= knee)
+    return summary
+
+
+def merge(out, paths):
+    """Several runs' cells in one result (cells of a mode ordered by rate), summarized again."""
+    res, meta = {}, None
+    for p in paths:
+        d = json.load(open(p))
+        meta = meta or d
+        for m, cs in d["cells"].items():
+            res.setdefault(m, []).extend(cs)
+    for m in res:
+        res[m].sort(key=lambda c: c["rate"])
+    meta = dict(meta, cells=res, summary=summarize(res), merged_from=[os.path.basename(p)
+                                                                     for p in paths])
+    meta.pop("server_log_tails", None)
+    with open(out + ".json", "w") as f:
+        json.dump(meta, f, indent=1)
+    svg(out + ".svg", res)
+    print(json.dumps(meta["summary"]))
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--merge":
+        return merge(sys.argv[2], sys.argv[3:])
     a = argparse.ArgumentParser()
     a.add_argument("out")
     a.add_argument("--model", required=True)
@@ -165,22 +210,7 @@ def main():
                 res[mode].append(c)
         finally:
             stop(p)
-    none = res.get("none", [])
-    knee = max([c["rate"] for c in none if (c["goodput_frac"] or 0) >= 0.9], default=None)
-    peak = {m: max(c["goodput_rps"] for c in cs) for m, cs in res.items()}
-    summary = {"knee_rps": knee, "peak_goodput_rps": peak}
-    if knee:
-        for m, cs in res.items():
-            for mult in (2, 4):
-                c = min(cs, key=lambda c: abs(c["rate"] - mult * knee))
-                summary[f"{m}_at_{mult}x_knee"] = {
-                    "rate": c["rate"],
-                    "goodput_of_peak": round(c["goodput_rps"] / max(peak[m], 1e-9), 3),
-                    "goodput_of_none_peak": round(c["goodput_rps"] / max(peak.get("none", 0),
-                                                                          1e-9), 3),
-                    "admitted_met_ttft": c["admitted_met_ttft"]}
-            summary[f"{m}_refused_below_knee"] = sum(c["refused_429"] for c in cs
-                                                    if c["rate"] <= knee)
+    summary = summarize(res)
     tail = {m: open(f).read()[-1500:] for m, f in logs.items()}
     with open(o.out + ".json", "w") as f:
         json.dump({"what": "issue 28: goodput under overload, three admission modes",
