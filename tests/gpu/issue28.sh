@@ -29,9 +29,19 @@ M=/tmp/rg28
 mkdir -p $M
 python3 bench/serving/make_gen_model.py smollm2 $M/smollm2 >/dev/null
 record "model" $?
-timeout 480 python3 bench/serving/overload.py "$OUT/overload" --model $M/smollm2 \
-	--rates "${RATES:-16,48,64,96,192}" --duration "${DURATION:-8}"
-record "overload" $?
+if [ -n "${RUNS:-}" ]; then
+	# RUNS="name:modes:rates ...": several ladders (e.g. a finer one without deadlines)
+	for r in $RUNS; do
+		IFS=: read -r name modes rates <<<"$r"
+		timeout 400 python3 bench/serving/overload.py "$OUT/overload_$name" \
+			--model $M/smollm2 --modes "$modes" --rates "$rates" --duration "${DURATION:-8}"
+		record "overload $name" $?
+	done
+else
+	timeout 480 python3 bench/serving/overload.py "$OUT/overload" --model $M/smollm2 \
+		--rates "${RATES:-16,48,64,96,192}" --duration "${DURATION:-8}"
+	record "overload" $?
+fi
 if [ "${EP:-1}" = 1 ]; then
 	python3 bench/serving/make_gen_model.py gpt2 $M/gpt2 >/dev/null
 	timeout 150 python3 bench/peer/entry_points.py "$OUT/entry_points_gpu.json" \
