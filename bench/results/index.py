@@ -41,6 +41,8 @@ CPUS = {"cpu_16core-xeon": "16-core Xeon (Sapphire Rapids)", "cpu_2core-xeon": "
 
 # <what> -> what it measures; a dict picks by device kind ("cpu" / "gpu")
 WHAT = {
+    "overload": "issue 28: goodput under overload with no deadlines, per-request deadlines and "
+                "the server-wide defaults (bench/serving/overload.py)",
     "entry_points": "issue 27: per-token time of ragged generate, ragged.Generator and ragged "
                     "serve on one engine (bench/peer/entry_points.py)",
     "attn": "attention alone: ragged rg_op_attention vs torch varlen_attn "

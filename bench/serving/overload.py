@@ -13,7 +13,8 @@ per second meeting both SLOs), and of the admitted (200) the share meeting the T
 both targets. The knee is the highest rate of the `none` ladder at which >= 90% of the requests sent
 meet both SLOs; the issue's targets read at 2x and 4x it: goodput >= 90% of the peak goodput with
 deadlines, >= 99% of the admitted meeting TTFT, nobody refused below the knee.
-Writes OUT.json and OUT.svg (goodput against offered rate, one line per mode).
+Writes OUT.json and OUT_u16_512.png (goodput against offered rate, one line per mode; OUT.svg
+where matplotlib is missing).
 
 Usage: RAGGED_BIN=build/ragged python3 bench/serving/overload.py OUT --model DIR \
        [--rates 16,32,48,64,96,128,192] [--modes none,request,server] [--duration 10]
@@ -164,6 +165,34 @@ def summarize(res):
     return summary
 
 
+def png(path, res, title):
+    """The goodput curve as a PNG (matplotlib, when installed; bench/results takes PNG plots)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    col = {"none": "#c0392b", "request": "#2471a3", "server": "#229954"}
+    lab = {"none": "no deadlines", "request": "deadline_ms 200 + tpot_ms 20 per request",
+           "server": "--default-ttft-ms 200 --default-tpot-ms 20"}
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    top = 0
+    for m, cs in res.items():
+        ax.plot([c["rate"] for c in cs], [c["goodput_rps"] for c in cs], "o-",
+                color=col.get(m), label=lab.get(m, m))
+        top = max([top] + [c["rate"] for c in cs])
+    ax.plot([0, top], [0, top], ":", color="#999", label="offered")
+    ax.set_xlabel("offered rate (requests/s, Poisson)")
+    ax.set_ylabel("goodput (req/s, TTFT<=200 ms, TPOT<=20 ms)", fontsize=9)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    return True
+
+
 def merge(out, paths):
     """Several runs' cells in one result (cells of a mode ordered by rate), summarized again."""
     res, meta = {}, None
@@ -179,7 +208,9 @@ def merge(out, paths):
     meta.pop("server_log_tails", None)
     with open(out + ".json", "w") as f:
         json.dump(meta, f, indent=1)
-    svg(out + ".svg", res)
+    title = f"{meta.get('gpu', '')} {meta.get('commit', '')[:7]}\n{meta['load']}"
+    if not png(out + "_u16_512.png", res, title):
+        svg(out + ".svg", res)
     print(json.dumps(meta["summary"]))
 
 
@@ -222,7 +253,8 @@ def main():
                    "load": "Poisson; prompts uniform:16:512, outputs uniform:16:256, 20% behind "
                            "one 256-token prefix", "summary": summary, "cells": res,
                    "server_log_tails": tail}, f, indent=1)
-    svg(o.out + ".svg", res)
+    if not png(o.out + "_u16_512.png", res, os.environ.get("RAGGED_GPU", "")):
+        svg(o.out + ".svg", res)
     print(json.dumps(summary), flush=True)
 
 
