@@ -18,30 +18,30 @@ bool rg_cost_model_valid(const rg_cost_model *m)
 	       m->batch_ms >= 0 && m->token_ms >= 0 && m->pair_ms >= 0;
 }
 
-/* Solve the k x k system a x = b in place (Gaussian elimination, partial pivoting). False when
- * singular (a pivot below 1e-12 of the largest diagonal). */
-static bool solve(double a[3][3], double b[3], int k, double x[3])
+/* Solve the k x k system a x = b in place (Gaussian elimination, partial pivoting); a is row-major
+ * with row stride ld >= k. False when singular (a pivot below 1e-12 of the largest diagonal). */
+static bool solve_ld(double *a, int ld, double *b, int k, double *x)
 {
 	double scale = 0;
 
 	for (int i = 0; i < k; i++)
-		scale = fmax(scale, fabs(a[i][i]));
+		scale = fmax(scale, fabs(a[i * ld + i]));
 	if (!(scale > 0))
 		return false;
 	for (int c = 0; c < k; c++) {
 		int piv = c;
 
 		for (int r = c + 1; r < k; r++)
-			if (fabs(a[r][c]) > fabs(a[piv][c]))
+			if (fabs(a[r * ld + c]) > fabs(a[piv * ld + c]))
 				piv = r;
-		if (!(fabs(a[piv][c]) > 1e-12 * scale))
+		if (!(fabs(a[piv * ld + c]) > 1e-12 * scale))
 			return false;
 		if (piv != c) {
 			for (int j = 0; j < k; j++) {
-				double t = a[c][j];
+				double t = a[c * ld + j];
 
-				a[c][j] = a[piv][j];
-				a[piv][j] = t;
+				a[c * ld + j] = a[piv * ld + j];
+				a[piv * ld + j] = t;
 			}
 			double t = b[c];
 
@@ -49,10 +49,10 @@ static bool solve(double a[3][3], double b[3], int k, double x[3])
 			b[piv] = t;
 		}
 		for (int r = c + 1; r < k; r++) {
-			double f = a[r][c] / a[c][c];
+			double f = a[r * ld + c] / a[c * ld + c];
 
 			for (int j = c; j < k; j++)
-				a[r][j] -= f * a[c][j];
+				a[r * ld + j] -= f * a[c * ld + j];
 			b[r] -= f * b[c];
 		}
 	}
@@ -60,8 +60,8 @@ static bool solve(double a[3][3], double b[3], int k, double x[3])
 		double s = b[r];
 
 		for (int j = r + 1; j < k; j++)
-			s -= a[r][j] * x[j];
-		x[r] = s / a[r][r];
+			s -= a[r * ld + j] * x[j];
+		x[r] = s / a[r * ld + r];
 	}
 	return true;
 }
@@ -126,7 +126,7 @@ rg_status rg_cost_model_fit_weighted(const double *tokens, const double *pairs, 
 				a[r][c] = ata[idx[r]][idx[c]];
 			b[r] = atb[idx[r]];
 		}
-		if (!solve(a, b, k, x))
+		if (!solve_ld(&a[0][0], 3, b, k, x))
 			continue;
 		for (int r = 0; r < k; r++) {
 			ok &= x[r] >= 0;
@@ -270,53 +270,6 @@ bool rg_step_cost_valid(const rg_step_cost *m)
 	return true;
 }
 
-/* Solve the k x k system a x = b (k <= K_STEP) by Gaussian elimination with partial pivoting.
- * False when singular (a pivot below 1e-12 of the largest diagonal entry). */
-static bool solve_k(double a[K_STEP][K_STEP], double b[K_STEP], int k, double x[K_STEP])
-{
-	double scale = 0;
-
-	for (int i = 0; i < k; i++)
-		scale = fmax(scale, fabs(a[i][i]));
-	if (!(scale > 0))
-		return false;
-	for (int c = 0; c < k; c++) {
-		int piv = c;
-
-		for (int r = c + 1; r < k; r++)
-			if (fabs(a[r][c]) > fabs(a[piv][c]))
-				piv = r;
-		if (!(fabs(a[piv][c]) > 1e-12 * scale))
-			return false;
-		if (piv != c) {
-			for (int j = 0; j < k; j++) {
-				double t = a[c][j];
-
-				a[c][j] = a[piv][j];
-				a[piv][j] = t;
-			}
-			double t = b[c];
-
-			b[c] = b[piv];
-			b[piv] = t;
-		}
-		for (int r = c + 1; r < k; r++) {
-			double f = a[r][c] / a[c][c];
-
-			for (int j = c; j < k; j++)
-				a[r][j] -= f * a[c][j];
-			b[r] -= f * b[c];
-		}
-	}
-	for (int r = k - 1; r >= 0; r--) {
-		double s = b[r];
-
-		for (int j = r + 1; j < k; j++)
-			s -= a[r][j] * x[j];
-		x[r] = s / a[r][r];
-	}
-	return true;
-}
 
 /* The measurements of a fit, point by point: point i's shape, time and weight; false past the
  * last. */
@@ -381,7 +334,7 @@ static rg_status step_fit(step_point_fn get, void *ctx, rg_step_cost *out)
 				a[r][c] = ata[idx[r]][idx[c]];
 			b[r] = atb[idx[r]];
 		}
-		if (!solve_k(a, b, k, sol))
+		if (!solve_ld(&a[0][0], K_STEP, b, k, sol))
 			continue;
 		for (int r = 0; r < k; r++) {
 			ok &= sol[r] >= 0;
