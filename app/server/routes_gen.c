@@ -998,17 +998,20 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 enum MHD_Result rg_handle_gen_tokenize(conn_ctx *c)
 {
 	rg_server *s = c->srv;
-	json_object *o = json_tokener_parse(c->http.body.data ? c->http.body.data : ""), *v;
+	json_object *o = NULL, *v;
 	rg_encode_params ep = rg_encode_params_default();
 	rg_encoding enc = {0};
 	enum MHD_Result ret;
+	rg_req_error perr = {0};
 	rg_status st;
 	rg_buf b;
 
-	if (!o || !json_object_is_type(o, json_type_object)) {
-		json_object_put(o);
+	/* strict, depth-limited, duplicate keys refused: as every other body */
+	if (rg_req_parse_object(c->http.body.data ? c->http.body.data : "", c->http.body.len,
+				s->lim.max_depth, &o, &perr) != RG_OK) {
 		rg_conn_release_body(c);
-		return rg_conn_error(c, 400, "validation", NULL, "the body is not a JSON object");
+		return rg_conn_error(c, perr.http_status, perr.type, perr.param[0] ? perr.param : NULL,
+				     "%s", perr.msg);
 	}
 	if (json_object_object_get_ex(o, "inputs", &v)) {
 		/* TEI's shape, as for encoders */
@@ -1082,15 +1085,22 @@ enum MHD_Result rg_handle_gen_tokenize(conn_ctx *c)
 enum MHD_Result rg_handle_detokenize(conn_ctx *c)
 {
 	rg_server *s = c->srv;
-	json_object *o = json_tokener_parse(c->http.body.data ? c->http.body.data : ""), *v;
+	json_object *o = NULL, *v;
 	int32_t *ids = NULL;
 	size_t n = 0, len = 0;
 	char *text = NULL;
+	rg_req_error perr = {0};
 	rg_status st;
 	rg_buf b;
 
+	if (rg_req_parse_object(c->http.body.data ? c->http.body.data : "", c->http.body.len,
+				s->lim.max_depth, &o, &perr) != RG_OK) {
+		rg_conn_release_body(c);
+		return rg_conn_error(c, perr.http_status, perr.type, perr.param[0] ? perr.param : NULL,
+				     "%s", perr.msg);
+	}
 	rg_conn_release_body(c);
-	if (!o || !json_object_object_get_ex(o, "tokens", &v) ||
+	if (!json_object_object_get_ex(o, "tokens", &v) ||
 	    !json_object_is_type(v, json_type_array)) {
 		json_object_put(o);
 		return rg_conn_error(c, 400, "validation", "tokens",

@@ -72,7 +72,11 @@ def err_text(out):
     ("/generate", '{"inputs": "Hi", "parameters": {"max_new_tokens": 2, "seed": 1, "seed": 2}}',
      "seed"),
     ("/generate", '{"inputs": "Hi", "\\u0069nputs": "Ho"}', "inputs"),
-], ids=["top", "logit_bias", "message", "tgi-params", "escaped"])
+    ("/tokenize", '{"prompt": "Hi", "add_special_tokens": true, "add_special_tokens": false}',
+     "add_special_tokens"),
+    ("/detokenize", '{"tokens": [1, 2], "tokens": [3]}', "tokens"),
+], ids=["top", "logit_bias", "message", "tgi-params", "escaped", "vllm-tokenize",
+        "vllm-detokenize"])
 def test_duplicate_keys_refused_generation(dec, path, body, key):
     st, out = post_raw(dec, path, body)
     assert st == invalid(path), out
