@@ -766,13 +766,23 @@ static enum MHD_Result submit_error(conn_ctx *c, rg_gen_job *j, rg_status st, co
 			c->http.retry_after_s = 1;
 			return rg_conn_error(c, 503, "unhealthy", NULL, "%s", msg);
 		}
-		c->http.retry_after_s = (int)fmin(3600, fmax(1, ceil(j->adm.retry_after_ms / 1e3)));
-		if (j->adm.retry_after_ms < 0)
-			return rg_conn_error(c, 429, "overloaded", "deadline_ms",
+		if (j->adm.retry_after_ms < 0) {
+			/* never admissible: not a 429 a client would retry forever (issue 28),
+			 * a 400 naming the target, without Retry-After */
+			const char *which = j->deadline_ms > 0 && j->adm.est_ttft_ms > j->deadline_ms
+						    ? "deadline_ms"
+					    : j->tpot_ms > 0 ? "tpot_ms"
+					    : j->deadline_ms > 0 ? "deadline_ms" : NULL;
+
+			return rg_conn_error(c, 400, "validation", which,
 					     "%s (estimated time to first token %.0f ms, time per "
-					     "output token %.1f ms; the targets cannot be met even on "
-					     "an idle server)", msg, j->adm.est_ttft_ms,
-					     j->adm.est_tpot_ms);
+					     "output token %.1f ms: %s cannot be met even on an "
+					     "idle server)", msg, j->adm.est_ttft_ms,
+					     j->adm.est_tpot_ms,
+					     which ? which : "the server's --default-ttft-ms / "
+							     "--default-tpot-ms");
+		}
+		c->http.retry_after_s = (int)fmin(3600, fmax(1, ceil(j->adm.retry_after_ms / 1e3)));
 		return rg_conn_error(c, 429, "overloaded", NULL,
 				     "%s (estimated time to first token %.0f ms, time per output "
 				     "token %.1f ms); retry after %d s", msg, j->adm.est_ttft_ms,

@@ -325,7 +325,15 @@ def test_metrics_prometheus_vllm_tgi(model_dir):
         st, h, data = post(s, {"prompt": "Hello, world!", "max_tokens": 6, "ignore_eos": True})
         assert st == 200, data
         usage = json.loads(data)["usage"]
-        b = parse_strict(metrics_text(s))
+        # the answer can reach the client a moment before its connection's completion is
+        # counted: read until the request shows (bounded), then check every delta
+        for _ in range(100):
+            b = parse_strict(metrics_text(s))
+            if (b["tgi_request_count"] - a["tgi_request_count"] >= 1 and
+                    b[f'vllm:request_success_total{{{lab},finished_reason="length"}}'] -
+                    a[f'vllm:request_success_total{{{lab},finished_reason="length"}}'] >= 1):
+                break
+            time.sleep(0.05)
 
         def d(k):
             return b[k] - a[k]
@@ -351,14 +359,23 @@ def test_metrics_prometheus_vllm_tgi(model_dir):
         st, _, _ = post(s, {"inputs": "x", "parameters": {"max_new_tokens": 100000}},
                         path="/generate")
         assert st == 422
-        c = parse_strict(metrics_text(s))
+        for _ in range(100):
+            c = parse_strict(metrics_text(s))
+            if c["tgi_request_failure"] - b["tgi_request_failure"] >= 1:
+                break
+            time.sleep(0.05)
         assert c["tgi_request_failure"] - b["tgi_request_failure"] == 1
 
         # while a stream runs (20 ms steps, 200 tokens)
         so = stream_raw(s, {"prompt": "Hello", "max_tokens": 200, "ignore_eos": True,
                             "stream": True})
         assert so.recv(100)
-        r = parse_strict(metrics_text(s))
+        # the headers come at admission; the request runs from its first step on
+        for _ in range(100):
+            r = parse_strict(metrics_text(s))
+            if r[f"vllm:num_requests_running{{{lab}}}"] == 1:
+                break
+            time.sleep(0.05)
         assert r[f"vllm:num_requests_running{{{lab}}}"] == 1
         assert r["tgi_batch_current_size"] == 1
         assert r[f"vllm:kv_cache_usage_perc{{{lab}}}"] > 0
