@@ -729,8 +729,9 @@ static void fill_params(conn_ctx *c, rg_gen_job *j, uint64_t seed)
 	if (gp->logprobs > RG_GEN_MAX_LOGPROBS)
 		gp->logprobs = RG_GEN_MAX_LOGPROBS;
 	gp->max_tokens = r->max_tokens;
+	/* ignore_eos: n_eos -1 ("no EOS at all"); 0 with NULL would mean "the model's EOS ids" */
 	gp->eos_ids = r->ignore_eos ? NULL : eos;
-	gp->n_eos = r->ignore_eos ? 0 : n_eos;
+	gp->n_eos = r->ignore_eos ? -1 : n_eos;
 	gp->stop_ids = r->stop_token_ids;
 	gp->n_stop_ids = r->n_stop_token_ids;
 	gp->stop = (const char *const *)r->stop;

@@ -415,6 +415,37 @@ def test_bad_requests(srv):
     assert st == 200
 
 
+def test_ignore_eos(srv, model_dir):
+    """A logit_bias that makes EOS the greedy token: without ignore_eos the completion stops at
+    it ("stop", one token); with ignore_eos it runs to max_tokens ("length"), as vLLM does, on
+    every route that takes the flag (a server once passed "no EOS ids", which the engine reads
+    as "the model's", so ignore_eos was ignored)."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        eos = json.load(f)["eos_token_id"]
+    body = {"prompt": "The quick brown fox", "max_tokens": 5, "temperature": 0,
+            "logit_bias": {str(eos): 100}}
+    st, out = srv.post_json("/v1/completions", body)
+    assert st == 200 and out["choices"][0]["finish_reason"] == "stop", out
+    assert out["usage"]["completion_tokens"] == 1
+    for stream in (False, True):
+        st, h, data = post_stream(srv, "/v1/completions",
+                                  dict(body, ignore_eos=True, stream=stream,
+                                       **({"stream_options": {"include_usage": True}}
+                                          if stream else {})))
+        assert st == 200, data
+        if stream:
+            evs = sse_events(data)
+            assert evs[-1] == "[DONE]", evs
+            evs = [json.loads(e) for e in evs[:-1]]
+            fin = [e["choices"][0]["finish_reason"] for e in evs if e["choices"]]
+            assert fin[-1] == "length", evs
+            assert evs[-1]["usage"]["completion_tokens"] == 5, evs
+        else:
+            out = json.loads(data)
+            assert out["choices"][0]["finish_reason"] == "length", out
+            assert out["usage"]["completion_tokens"] == 5, out
+
+
 def test_deadline_admission(model_dir):
     """Steps of at least 40 ms (--step-delay-ms): a TTFT target of 5 ms cannot be met even on
     the idle server and is refused at once with 400 naming deadline_ms, without Retry-After (a
