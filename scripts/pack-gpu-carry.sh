@@ -13,7 +13,10 @@
 #                    package's model/), every F32 tensor of model.safetensors rounded to F16 (the
 #                    90 MB file does not fit the transfer), other files copied;
 #   fortunes.tar.xz  /usr/share/games/fortunes (the tests' English sentences);
-#   COMMIT           git rev-parse HEAD (the transferred tree has no .git).
+#   COMMIT           git rev-parse HEAD (the transferred tree has no .git);
+#   pylib.tar.xz     pure-Python packages the device lacks (CARRY_PY, default "gguf": llama.cpp's
+#                    GGUF writer, for bench/serving/make_gen_model.py --gguf); setup-env.sh puts
+#                    them on PYTHONPATH only where the machine cannot import them.
 # Also makes sure git ignores .gpu_carry (appends /.gpu_carry/ to .git/info/exclude; .gitignore is
 # not touched), prints the sizes, and fails when the working tree (tracked + untracked files git
 # does not ignore) plus .gpu_carry exceed CARRY_LIMIT_MIB (default 60; the device transfer takes
@@ -151,7 +154,17 @@ EOF
 echo "model_f16 from $SRC"
 fi
 
-# --- 3. fortunes, COMMIT
+# --- 3. pure-Python packages, fortunes, COMMIT
+if [ -n "${CARRY_PY-gguf}" ]; then
+	mkdir -p "$STAGE/pylib"
+	for pkg in ${CARRY_PY-gguf}; do
+		d=$(python3 -c "import importlib.util,os,sys;s=importlib.util.find_spec(sys.argv[1]);print(os.path.dirname(s.origin) if s else '')" "$pkg")
+		[ -n "$d" ] || die "CARRY_PY: python package $pkg not installed (scripts/install-deps.sh)"
+		cp -r "$d" "$STAGE/pylib/$pkg"
+	done
+	find "$STAGE/pylib" -name __pycache__ -prune -exec rm -rf {} +
+	tar -C "$STAGE/pylib" -cf - . | xz -9 -T0 >"$STAGE/carry/pylib.tar.xz"
+fi
 [ -d /usr/share/games/fortunes ] || die "/usr/share/games/fortunes missing (fortunes, fortunes-min)"
 tar -C /usr/share/games/fortunes -cf - . | xz -9 -T0 >"$STAGE/carry/fortunes.tar.xz"
 { git rev-parse HEAD | tr -d '\n'; git diff --quiet HEAD -- . ':!.gpu_carry' || printf '+dirty'; echo; } >"$STAGE/carry/COMMIT"

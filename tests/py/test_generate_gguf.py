@@ -23,6 +23,7 @@ import ref_llama_gguf  # noqa: E402
 import test_tokenizer_decoder_bpe as tdb  # noqa: E402
 
 gguf = pytest.importorskip("gguf")
+import hf_to_gguf  # noqa: E402  (needs gguf)
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "In 1969, 3 astronauts",
            "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"]
@@ -221,82 +222,6 @@ def make_decoder_longrope(hd):
     return make_decoder.longrope(hd)
 
 
-def _permute(w, n_head):
-    """llama.cpp convert_hf_to_gguf.py LlamaModel.permute: rotate_half pairs -> adjacent pairs."""
-    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
-            .swapaxes(1, 2).reshape(w.shape))
-
-
-def _hf_to_gguf(path, cfg, w):
-    """As llama.cpp's convert_hf_to_gguf.py writes LlamaModel / Qwen2Model / Qwen3Model /
-    Phi3MiniModel: names, q/k permutation for llama only, Phi-3's LongRoPE factors as tensors
-    rope_factors_{short,long}.weight with rope.scaling.original_context_length and
-    rope.scaling.attn_factor (its set_gguf_parameters / generate_extra_tensors)."""
-    import math
-    mt = cfg["model_type"]
-    arch = mt if mt in ("qwen2", "qwen3", "phi3") else "llama"
-    H, heads, kvh = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    hd = cfg.get("head_dim", H // heads)
-    wr = gguf.GGUFWriter(str(path), arch)
-    if "head_dim" in cfg:
-        wr.add_key_length(hd)
-        wr.add_value_length(hd)
-    if arch == "phi3":
-        mp, orig = cfg["max_position_embeddings"], cfg.get("original_max_position_embeddings",
-                                                            cfg["max_position_embeddings"])
-        wr.add_rope_dimension_count(hd)
-        wr.add_rope_scaling_orig_ctx_len(orig)
-        wr.add_sliding_window(cfg.get("sliding_window") or 0)
-        rs = cfg.get("rope_scaling")
-        if rs:
-            scale = mp / orig
-            wr.add_rope_scaling_attn_factors(
-                math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
-            wr.add_tensor("rope_factors_long.weight", np.asarray(rs["long_factor"], np.float32))
-            wr.add_tensor("rope_factors_short.weight",
-                          np.asarray(rs["short_factor"], np.float32))
-    wr.add_block_count(cfg["num_hidden_layers"])
-    wr.add_context_length(cfg["max_position_embeddings"])
-    wr.add_embedding_length(H)
-    wr.add_feed_forward_length(cfg["intermediate_size"])
-    wr.add_head_count(heads)
-    wr.add_head_count_kv(kvh)
-    wr.add_rope_freq_base(cfg["rope_theta"])
-    wr.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    wr.add_tokenizer_model("gpt2")
-    wr.add_tokenizer_pre("gpt2")
-    wr.add_token_list([f"t{i}".encode() for i in range(cfg["vocab_size"])])
-    wr.add_eos_token_id(2)
-    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
-             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
-             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
-             "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
-    for k, v in w.items():
-        v = np.asarray(v, np.float32)
-        if k == "model.embed_tokens.weight":
-            n = "token_embd.weight"
-        elif k == "model.norm.weight":
-            n = "output_norm.weight"
-        elif k == "lm_head.weight":
-            n = "output.weight"
-        else:
-            _, _, l, rest = k.split(".", 3)
-            stem, suf = rest.rsplit(".", 1)
-            n = f"blk.{l}.{names[stem]}.{suf}"
-            if arch == "llama" and stem == "self_attn.q_proj":
-                v = _permute(v, heads)
-            elif arch == "llama" and stem == "self_attn.k_proj":
-                v = _permute(v, kvh)
-        wr.add_tensor(n, np.ascontiguousarray(v))
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.write_tensors_to_file()
-    wr.close()
-    return str(path)
-
-
 @pytest.mark.parametrize("name,spec", [
     ("llama_gqa_untied", dict(H=64, heads=4, kv_heads=2, layers=2, inter=96, vocab=101,
                               rope_theta=10000.0)),
@@ -324,7 +249,7 @@ def test_converted_gguf_equals_hf_reference(tmp_path, name, spec):
     import make_decoder
     import ref_decoder
     cfg, w = make_decoder.make(str(tmp_path / name), "llama", seed=21, **spec)
-    p = _hf_to_gguf(tmp_path / f"{name}.gguf", cfg, w)
+    p = hf_to_gguf.write(tmp_path / f"{name}.gguf", cfg, w)
     ids = list(np.random.default_rng(5).integers(0, cfg["vocab_size"], 37))
     ref = ref_decoder.forward(cfg, w, ids)
     m = rc.Model(p, max_batch_tokens=64)
