@@ -5,7 +5,9 @@
 # three entry points (bench/peer/entry_points.py) on random SmolLM2-135M and GPT-2 small shapes
 # (bench/serving/make_gen_model.py), fp16 on the GPU at batch 1, 16 and 64, fp32 on the CPU at
 # batch 1 and 16. Needs .gpu_carry (CARRY_MODEL=0 scripts/pack-gpu-carry.sh). Results in $OUT.
-# STAGES (default "build check bench cpu").
+# STAGES (default "build check bench cpu"; "ops" adds build/test_ops_cuda, the op and GEMM
+# parity against the CPU). GGUF=1: SmolLM2 runs from the F16 GGUF file of the same weights
+# (make_gen_model.py --gguf), as the issue measured it; GPT-2 stays a safetensors directory.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -30,6 +32,14 @@ if has build || [ ! -x build/ragged ]; then
 	[ $st -eq 0 ] || exit 1
 fi
 export RAGGED_LIB=$ROOT/build/libragged.so RAGGED_BIN=$ROOT/build/ragged
+if has ops; then
+	make -j"$(nproc)" CUDA_ARCHS=sm_90a "NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a" \
+		build/test_ops_cuda >>"$OUT/build.log" 2>&1 &&
+		RAGGED_NUM_THREADS=4 timeout 180 build/test_ops_cuda --json "$OUT/test_ops_cuda.json" \
+			>"$OUT/test_ops_cuda.log" 2>&1
+	record "test_ops_cuda (fp32/fp16/bf16)" $?
+	tail -3 "$OUT/test_ops_cuda.log"
+fi
 if has check; then
 	timeout 300 python3 tests/gpu/generate_cuda.py >"$OUT/generate_cuda.log" 2>&1
 	record "generate_cuda.py" $?
@@ -54,17 +64,24 @@ if has bench || has cpu; then
 	python3 bench/serving/make_gen_model.py gpt2 $M/gpt2 >/dev/null
 	record "models" $?
 fi
+SMOL=$M/smollm2
+if [ "${GGUF:-0}" = 1 ] && { has bench || has cpu; }; then
+	SMOL=$(python3 bench/serving/make_gen_model.py smollm2 $M/smollm2 --gguf)
+	record "smollm2 F16 GGUF ($(du -m "$SMOL" | cut -f1) MB)" $?
+fi
+model_of() { if [ "$1" = smollm2 ]; then echo "$SMOL"; else echo "$M/$1"; fi; }
+label_of() { if [ "$1" = smollm2 ] && [ "$SMOL" != "$M/smollm2" ]; then echo smollm2-gguf-f16; else echo "$1"; fi; }
 if has bench; then
 	for k in smollm2 gpt2; do
 		timeout 420 python3 bench/peer/entry_points.py "$OUT/entry_points_gpu.json" \
-			--model $M/$k --label $k --device cuda --batches 1,16,64
+			--model "$(model_of $k)" --label "$(label_of $k)" --device cuda --batches 1,16,64
 		record "entry points $k cuda" $?
 	done
 fi
 if has cpu; then
 	for k in smollm2 gpt2; do
 		timeout 300 python3 bench/peer/entry_points.py "$OUT/entry_points_cpu.json" \
-			--model $M/$k --label $k --device cpu --batches 1,16
+			--model "$(model_of $k)" --label "$(label_of $k)" --device cpu --batches 1,16
 		record "entry points $k cpu" $?
 	done
 fi
