@@ -5,14 +5,18 @@ tokens, 128 new tokens, greedy, EOS ignored. All three run the library's one eng
 (src/gen/engine.c); the target is that they are within 5% of each other.
 
 Per-token time (TPOT, ms) of a request = (end - first token) / 127:
-  CLI     its JSON line's timing (total_s - first_token_s), of the second batch of the run
-          (the first pays the CUDA graph captures);
-  Python  the result's time_total_s - time_first_token_s, of a second call;
-  server  the server's own mean inter-token latency over the measured round (the delta of its
+  CLI     its JSON line's timing (total_s - first_token_s), of the batches after the first
+          of the run (the first pays the CUDA graph captures);
+  Python  the result's time_total_s - time_first_token_s, of the calls after a first;
+  server  the server's own mean inter-token latency over a measured round (the delta of its
           ragged_gen_inter_token_latency_seconds histogram in /metrics), after one warm-up
           round; beside it the client's view: the median over the N streams of the wall clock
           between the first and the last streamed token / 127 (a Python client reading N SSE
           streams under the GIL, so it includes the client's own time).
+Each is measured EP_REPS times (default 3) and the median kept; the row's "samples" hold them.
+"spread" is max / min - 1 over the three; "steady_spread" puts the server's steady decode
+(events 32..96 of each stream, all streams past their prefill) in place of its whole-request
+TPOT, which also carries the prefills of streams that arrived after it.
 The model is loaded once per entry point, outside every timing.
 
 Usage: RAGGED_BIN=build/ragged RAGGED_LIB=build/libragged.so \
@@ -33,6 +37,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 NEW = int(os.environ.get("EP_NEW", "128"))  # new tokens per request (EP_NEW: longer rounds for a profiler)
+REPS = int(os.environ.get("EP_REPS", "3"))  # measured repetitions per entry point (median kept)
+SAMPLES = {}  # entry point -> its REPS measured values
 BIN = os.environ.get("RAGGED_BIN", os.path.join(ROOT, "build", "ragged"))
 
 
@@ -51,7 +57,7 @@ def cli_tpot(model, device, n):
     with tempfile.TemporaryDirectory() as d:
         inp = os.path.join(d, "in.txt")
         with open(inp, "w") as f:
-            f.write("\n".join(prompts(n) + prompts(n)) + "\n")
+            f.write("\n".join(prompts(n) * (1 + REPS)) + "\n")
         t0 = time.time()
         p = subprocess.run([BIN, "generate", "--model", model, "--device", device,
                             "--max-tokens", str(NEW), "--ignore-eos", "--batch", str(n),
@@ -59,11 +65,15 @@ def cli_tpot(model, device, n):
         if p.returncode != 0:
             raise RuntimeError(p.stderr.decode(errors="replace")[-2000:])
         rows = [json.loads(x) for x in p.stdout.decode().splitlines() if x.strip()]
-        last = rows[n:]  # the second batch
-        t = last[0]["timing"]
-        toks = [r["usage"]["completion_tokens"] for r in last]
+        assert len(rows) == n * (1 + REPS), len(rows)
+        toks = [r["usage"]["completion_tokens"] for r in rows]
         assert all(k == NEW for k in toks), toks
-        return (t["total_s"] - t["first_token_s"]) / (NEW - 1) * 1e3, time.time() - t0
+        v = []
+        for b in range(1, 1 + REPS):  # batches after the first (which pays the graph captures)
+            t = rows[b * n]["timing"]
+            v.append((t["total_s"] - t["first_token_s"]) / (NEW - 1) * 1e3)
+        SAMPLES["cli"] = [round(x, 4) for x in v]
+        return statistics.median(v), time.time() - t0
 
 
 def python_tpot(model, device, n):
@@ -71,10 +81,14 @@ def python_tpot(model, device, n):
     g = ragged.Generator(model, device=device, max_batch_tokens=2048)
     try:
         g.generate(prompts(n), max_tokens=NEW, ignore_eos=True)  # warm-up (graphs)
-        out = g.generate(prompts(n), max_tokens=NEW, ignore_eos=True)
-        assert all(o["completion_tokens"] == NEW for o in out)
-        o = out[0]
-        return (o["time_total_s"] - o["time_first_token_s"]) / (NEW - 1) * 1e3
+        v = []
+        for _ in range(REPS):
+            out = g.generate(prompts(n), max_tokens=NEW, ignore_eos=True)
+            assert all(o["completion_tokens"] == NEW for o in out)
+            o = out[0]
+            v.append((o["time_total_s"] - o["time_first_token_s"]) / (NEW - 1) * 1e3)
+        SAMPLES["python"] = [round(x, 4) for x in v]
+        return statistics.median(v)
     finally:
         g.close()
 
@@ -177,7 +191,8 @@ def server_tpot(model, device, n):
             time.sleep(0.5)
         else:
             raise RuntimeError("server did not start")
-        for rnd in range(2):  # a warm-up round, then the measured one
+        per = []  # per measured round: (server-side ITL, client median, steady, step stats)
+        for rnd in range(1 + REPS):  # a warm-up round, then the measured ones
             m0 = itl_metrics(port)
             s0 = itl_metrics(port, "ragged_gen_step_duration_seconds")
             res = [None] * n
@@ -189,27 +204,34 @@ def server_tpot(model, device, n):
             for t in th:
                 t.join()
             wall = time.perf_counter() - w0
-        m1 = itl_metrics(port)
-        s1 = itl_metrics(port, "ragged_gen_step_duration_seconds")
-        steps = max(s1[1] - s0[1], 1)
+            m1 = itl_metrics(port)
+            s1 = itl_metrics(port, "ragged_gen_step_duration_seconds")
+            if rnd == 0:
+                continue
+            steps = max(s1[1] - s0[1], 1)
+            # steady decode: events 32..96 of every stream, when every request of the round is
+            # surely past its prefill (one event per token unless a slow reader merged some)
+            mid = [(t[96] - t[32]) / 64 * 1e3 for t in res if t and len(t) > 96]
+            tp = []
+            for times in res:
+                # events: one per step's new text (tokens a slow reader missed come together),
+                # the last with the finish reason: first to last is the 127 tokens after the first
+                if len(times) >= 2:
+                    tp.append((times[-1] - times[0]) / (NEW - 1) * 1e3)
+            assert tp, "no stream gave its tokens"
+            per.append(((m1[0] - m0[0]) / max(m1[1] - m0[1], 1) * 1e3, statistics.median(tp),
+                        statistics.median(mid) if mid else 0,
+                        (s1[0] - s0[0]) / steps * 1e3, s1[1] - s0[1], wall / steps * 1e3))
+        med = lambda i: statistics.median(r[i] for r in per)
         # the model's own time per step (rg_gen_engine_step_run), the round's wall clock per
         # step (the difference: the server's work between steps and the arrivals' spread)
-        STEP["server_step_ms"] = (s1[0] - s0[0]) / steps * 1e3
-        STEP["server_steps"] = s1[1] - s0[1]
-        STEP["server_wall_per_step_ms"] = wall / steps * 1e3
-        # steady decode: events 32..96 of every stream, when every request of the round is
-        # surely past its prefill (one event per token unless a slow reader merged some)
-        mid = [(t[96] - t[32]) / 64 * 1e3 for t in res if t and len(t) > 96]
-        STEP["server_client_steady_ms"] = statistics.median(mid) if mid else 0
-        server_side = (m1[0] - m0[0]) / max(m1[1] - m0[1], 1) * 1e3
-        tp = []
-        for times in res:
-            # events: one per step's new text (tokens a slow reader missed come together),
-            # the last with the finish reason: first to last is the 127 tokens after the first
-            if len(times) >= 2:
-                tp.append((times[-1] - times[0]) / (NEW - 1) * 1e3)
-        assert tp, "no stream gave its tokens"
-        return server_side, statistics.median(tp)
+        STEP["server_step_ms"] = med(3)
+        STEP["server_steps"] = med(4)
+        STEP["server_wall_per_step_ms"] = med(5)
+        STEP["server_client_steady_ms"] = med(2)
+        SAMPLES["server"] = [round(r[0], 4) for r in per]
+        SAMPLES["server_steady"] = [round(r[2], 4) for r in per]
+        return med(0), med(1)
     finally:
         srv.terminate()
         try:
@@ -263,9 +285,18 @@ def main():
                 row[name + "_tpot_ms"] = round(v, 4)
             except Exception as e:  # recorded, the other cells go on
                 row[name + "_error"] = repr(e)[-500:]
+        row["reps"] = REPS
+        row["samples"] = dict(SAMPLES)
+        SAMPLES.clear()
         v = [row[k] for k in ("cli_tpot_ms", "python_tpot_ms", "server_tpot_ms") if k in row]
         if len(v) == 3 and min(v) > 0:
             row["spread"] = round(max(v) / min(v) - 1, 4)
+            # the server's steady decode (every stream past its prefill) in place of its
+            # whole-request TPOT, which includes the prefills of the streams that arrived
+            # after it (the client starts N threads; the CLI and Python admit all at once)
+            w = v[:2] + [row.get("server_client_steady_ms", 0)]
+            if min(w) > 0:
+                row["steady_spread"] = round(max(w) / min(w) - 1, 4)
             row["tok_s_python"] = round(n * 1e3 / row["python_tpot_ms"], 1)
         print(json.dumps(row), flush=True)
         rows.append(row)
