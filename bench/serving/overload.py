@@ -226,7 +226,9 @@ def main():
     a.add_argument("--duration", type=float, default=10)
     a.add_argument("--server-args", default="")
     o = a.parse_args()
-    vocab = json.load(open(os.path.join(o.model, "config.json")))["vocab_size"]
+    # a GGUF file: the config.json beside it (make_gen_model.py --gguf writes it there)
+    cfg_dir = os.path.dirname(o.model) if os.path.isfile(o.model) else o.model
+    vocab = json.load(open(os.path.join(cfg_dir, "config.json")))["vocab_size"]
     rates = [float(x) for x in o.rates.split(",")]
     res, logs = {}, {}
     extra = {"none": [], "request": [],

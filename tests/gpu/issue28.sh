@@ -4,7 +4,8 @@
 # make_gen_model.py): goodput against offered rate with no deadlines, with per-request deadlines
 # and with the server-wide defaults; then issue 27's entry points at 64 streams again (the GEMM
 # autotune change touches prefill). Needs .gpu_carry (CARRY_MODEL=0 scripts/pack-gpu-carry.sh).
-# RATES, DURATION override the ladder. Results in $OUT.
+# RATES, DURATION override the ladder. GGUF=1: the model is the F16 GGUF file of the same weights
+# (make_gen_model.py --gguf), as the issue ran it. Results in $OUT.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -29,16 +30,21 @@ M=/tmp/rg28
 mkdir -p $M
 python3 bench/serving/make_gen_model.py smollm2 $M/smollm2 >/dev/null
 record "model" $?
+SMOL=$M/smollm2
+if [ "${GGUF:-0}" = 1 ]; then
+	SMOL=$(python3 bench/serving/make_gen_model.py smollm2 $M/smollm2 --gguf)
+	record "smollm2 F16 GGUF" $?
+fi
 if [ -n "${RUNS:-}" ]; then
 	# RUNS="name:modes:rates ...": several ladders (e.g. a finer one without deadlines)
 	for r in $RUNS; do
 		IFS=: read -r name modes rates <<<"$r"
 		timeout 400 python3 bench/serving/overload.py "$OUT/overload_$name" \
-			--model $M/smollm2 --modes "$modes" --rates "$rates" --duration "${DURATION:-8}"
+			--model "$SMOL" --modes "$modes" --rates "$rates" --duration "${DURATION:-8}"
 		record "overload $name" $?
 	done
 else
-	timeout 480 python3 bench/serving/overload.py "$OUT/overload" --model $M/smollm2 \
+	timeout 480 python3 bench/serving/overload.py "$OUT/overload" --model "$SMOL" \
 		--rates "${RATES:-16,48,64,96,192}" --duration "${DURATION:-8}"
 	record "overload" $?
 fi
