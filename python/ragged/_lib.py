@@ -6,6 +6,13 @@ Where the library comes from, first found wins:
   3. build/libragged.so of the repository this package sits in (an editable install);
   4. the dynamic linker's search (LD_LIBRARY_PATH, the ldconfig cache: ctypes.util.find_library);
   5. <sys.prefix>/lib, /usr/local/lib (`make install`'s default), /usr/lib.
+
+OpenBLAS's kernels: Debian 12's OpenBLAS runs its SSE "Prescott" kernels on AVX-512 CPUs it does
+not know (Sapphire Rapids), several times slower, and reads OPENBLAS_CORETYPE only when it is
+loaded. The ragged command re-executes itself with the variable set (tools/ragged.c); a Python
+process cannot, so before the first load, where OPENBLAS_CORETYPE is unset (and RAGGED_NO_REEXEC
+is not 1), a child Python loads the same library and asks rg_cpu_blas_coretype_fix(); its answer,
+if any, is put in os.environ first. So the Python API runs the kernels the CLI and the server run.
 """
 import ctypes
 import ctypes.util
@@ -107,6 +114,32 @@ def _bind(l):
     # the rest return rg_status: ctypes' default restype, int
 
 
+_PROBE = ("import ctypes,sys\n"
+          "l=ctypes.CDLL(sys.argv[1])\n"
+          "l.rg_cpu_blas_coretype_fix.restype=ctypes.c_char_p\n"
+          "f=l.rg_cpu_blas_coretype_fix()\n"
+          "print(f.decode() if f else '')\n")
+
+
+def _fix_blas_coretype(cand):
+    """Set OPENBLAS_CORETYPE for this process before cand is loaded, when OpenBLAS would run
+    pre-AVX2 kernels on this CPU (asked of a child process; see the module's docstring). Any
+    failure of the probe leaves the environment as it was."""
+    if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("RAGGED_NO_REEXEC") == "1":
+        return
+    import subprocess
+    env = dict(os.environ, RAGGED_NO_REEXEC="1")
+    env.pop("RAGGED_LOG_LEVEL", None)
+    try:
+        r = subprocess.run([sys.executable, "-c", _PROBE, cand], env=env, capture_output=True,
+                           text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return
+    fix = r.stdout.strip() if r.returncode == 0 else ""
+    if fix in ("SkylakeX", "Haswell"):
+        os.environ["OPENBLAS_CORETYPE"] = fix
+
+
 def lib():
     """The loaded library (bound once per process). OSError naming every place tried when none
     loads."""
@@ -115,11 +148,15 @@ def lib():
         if _lib is not None:
             return _lib
         tried = []
+        probed = False
         for cand in _candidates():
             # a bare name (find_library) is for the dynamic linker to find; a path must exist
             if os.sep in cand and not os.path.isfile(cand):
                 tried.append(f"{cand} (missing)")
                 continue
+            if not probed:
+                _fix_blas_coretype(cand)
+                probed = True
             try:
                 l = ctypes.CDLL(cand)
                 getattr(l, "rg_model_dir_resolve")

@@ -64,6 +64,45 @@ def test_blas_coretype_check():
     assert fix == {"avx512": "SkylakeX", "avx2": "Haswell", "generic": "-"}[isa]
 
 
+STUB = r"""
+#include <stddef.h>
+const char *rg_cpu_blas_coretype_fix(void) { return %s; }
+"""
+
+
+@pytest.mark.parametrize("answer,env,want", [
+    ('"SkylakeX"', {}, "SkylakeX"),               # the probe says fix it: set before loading
+    ("NULL", {}, "None"),                         # OpenBLAS knows the CPU: nothing set
+    ('"SkylakeX"', {"OPENBLAS_CORETYPE": "Haswell"}, "Haswell"),  # the user's choice stands
+    ('"SkylakeX"', {"RAGGED_NO_REEXEC": "1"}, "None"),            # the opt-out
+    ('"Bogus"', {}, "None"),                      # only the two known answers are taken
+])
+def test_python_sets_coretype_before_loading(tmp_path, answer, env, want):
+    """The Python package asks a child process what rg_cpu_blas_coretype_fix() says of the
+    library it is about to load and puts the answer in OPENBLAS_CORETYPE first (a process cannot
+    re-execute itself as the ragged command does; the Python API ran OpenBLAS's SSE kernels on
+    the H200 host while the CLI and the server ran SkylakeX's: 25% apart at batch 16). A stub
+    library stands for one whose OpenBLAS chose the wrong kernels."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("no C compiler (the build needs one)")
+    src = tmp_path / "stub.c"
+    src.write_text(STUB % answer)
+    so = tmp_path / "libstub.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); import ragged._lib as L; "
+            "L._fix_blas_coretype(sys.argv[2]); print(os.environ.get('OPENBLAS_CORETYPE'))")
+    e = dict(os.environ)
+    e.pop("OPENBLAS_CORETYPE", None)
+    e.pop("RAGGED_NO_REEXEC", None)
+    e.update(env)
+    out = subprocess.run([sys.executable, "-c", code, os.path.join(root, "python"), str(so)],
+                         env=e, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == want
+
+
 def built_with_onednn():
     """The library links oneDNN (it names libdnnl among its needed libraries)."""
     with open(LIB_PATH, "rb") as f:
