@@ -39,7 +39,7 @@ static rg_status note(rg_backend *be, rg_status st)
 static bool act_known(rg_act act)
 {
 	return act == RG_ACT_NONE || act == RG_ACT_GELU || act == RG_ACT_GELU_NEW ||
-	       act == RG_ACT_RELU;
+	       act == RG_ACT_RELU || act == RG_ACT_SILU;
 }
 
 size_t rg_dtype_size(rg_dtype dt)
@@ -395,6 +395,21 @@ rg_status rg_op_pool(rg_backend *be, const void *x, const int32_t *cu_seqlens, i
 	if (n_seq == 0)
 		return RG_OK;
 	return note(be, be->ops->pool(be->ctx, be->dt, x, cu_seqlens, n_seq, H, mode, normalize, out));
+}
+
+rg_status rg_op_embed_scale_add(rg_backend *be, const void *table, const int32_t *tokens,
+				float scale, const void *pos, const int32_t *positions, int n,
+				int H, void *out)
+{
+	if (n < 0 || H <= 0 || !table || !tokens || (pos && !positions) || !out)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "embed_scale_add: bad arguments n=%d H=%d", n, H));
+	if (n == 0)
+		return RG_OK;
+	if (!be->ops->embed_scale_add)
+		return note(be, rg_errorf(RG_ERR_UNSUPPORTED, "embed_scale_add: not on this backend"));
+	return note(be, be->ops->embed_scale_add(be->ctx, be->dt, table, tokens, scale, pos,
+						 positions, n, H, out));
 }
 
 rg_status rg_op_gather_rows(rg_backend *be, const void *src, const int32_t *idx, int n_dst, int H,

@@ -264,6 +264,15 @@ rg_status rg_op_rel_tables(rg_backend *be, const void *qkv, int n_tokens, int nu
 rg_status rg_op_pool(rg_backend *be, const void *x, const int32_t *cu_seqlens, int n_seq, int H,
 		     rg_pooling mode, bool normalize, float *out);
 
+/* Scaled token embedding plus position embedding (the encoder-decoders' input, transformers'
+ * BartScaledWordEmbedding / MarianSinusoidalPositionalEmbedding, in one pass):
+ * out[t] = scale * table[tokens[t]] + (pos ? pos[positions[t]] : 0), t < n; table (vocab, H) act,
+ * pos (max_pos, H) act or NULL, tokens / positions (n) int32 backend memory, validated by the
+ * caller; out (n, H) act. Sum in f32. */
+rg_status rg_op_embed_scale_add(rg_backend *be, const void *table, const int32_t *tokens,
+				float scale, const void *pos, const int32_t *positions, int n,
+				int H, void *out);
+
 /* Row gather: dst[i] = src[idx[i]] for i < n_dst; src (n_src, H) act, idx (n_dst) int32 (backend
  * memory), dst (n_dst, H) act. Used to bring padded / concatenated rows back to packed order. */
 rg_status rg_op_gather_rows(rg_backend *be, const void *src, const int32_t *idx, int n_dst, int H,

@@ -164,18 +164,20 @@ static double ref_act(double v, rg_act act)
 	case RG_ACT_GELU_NEW:
 		return 0.5 * v * (1 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
 	case RG_ACT_RELU: return v > 0 ? v : 0;
+	case RG_ACT_SILU: return v / (1 + exp(-v));
 	}
 	return NAN;
 }
 
 static void test_bias_act(void **state)
 {
-	const rg_act acts[] = {RG_ACT_NONE, RG_ACT_GELU, RG_ACT_GELU_NEW, RG_ACT_RELU};
-	const char *names[] = {"bias", "bias+gelu", "bias+gelu_new", "bias+relu"};
+	const rg_act acts[] = {RG_ACT_NONE, RG_ACT_GELU, RG_ACT_GELU_NEW, RG_ACT_RELU,
+			       RG_ACT_SILU};
+	const char *names[] = {"bias", "bias+gelu", "bias+gelu_new", "bias+relu", "bias+silu"};
 	const int M = 131, N = 45;
 	(void)state;
 
-	for (size_t a = 0; a < 4; a++) {
+	for (size_t a = 0; a < 5; a++) {
 		float *x = rand_buf((size_t)M * N, 4), *bias = rand_buf(N, 1);
 		float *buf = out_buf((size_t)M * N);
 		double *ref = malloc((size_t)M * N * sizeof(double));
@@ -195,12 +197,13 @@ static void test_bias_act(void **state)
  * (act NONE without bias is the plain GEMM). */
 static void test_gemm_bias_act(void **state)
 {
-	const rg_act acts[] = {RG_ACT_NONE, RG_ACT_GELU, RG_ACT_GELU_NEW, RG_ACT_RELU};
+	const rg_act acts[] = {RG_ACT_NONE, RG_ACT_GELU, RG_ACT_GELU_NEW, RG_ACT_RELU,
+			       RG_ACT_SILU};
 	const int shapes[][3] = {{1, 33, 17}, {7, 96, 64}, {130, 45, 29}, {229, 1, 1}};
 	char what[96];
 	(void)state;
 
-	for (size_t a = 0; a < 4; a++)
+	for (size_t a = 0; a < 5; a++)
 		for (int with_bias = 0; with_bias < 2; with_bias++)
 			for (size_t c = 0; c < 4; c++) {
 				const int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];
@@ -294,7 +297,8 @@ static void check_prepared(rg_backend *be, const float *W0, const float *W, cons
  * a bias; then the registry's contract (prepared once, shape checked, forgotten at dealloc). */
 static void test_gemm_prepared(void **state)
 {
-	const rg_act acts[] = {RG_ACT_NONE, RG_ACT_GELU, RG_ACT_GELU_NEW, RG_ACT_RELU};
+	const rg_act acts[] = {RG_ACT_NONE, RG_ACT_GELU, RG_ACT_GELU_NEW, RG_ACT_RELU,
+			       RG_ACT_SILU};
 	const int Ms[] = {1, 12, 15, 16, 17, 30, 63, 64, 65, 100, 130, 192, 193, 256, 257, 600};
 	const int NK[][2] = {{192, 64}, {100, 48}, {64, 40}};
 	rg_backend *be;
@@ -314,7 +318,7 @@ static void test_gemm_prepared(void **state)
 			assert_int_equal(rg_op_gemm(be, A, W, o, 4, N, K - 1), RG_ERR_INVALID_INPUT);
 			free(A), free(o);
 		}
-		check_prepared(be, W0, W, bias, N, K, Ms, sizeof(Ms) / sizeof(Ms[0]), acts, 4, NULL);
+		check_prepared(be, W0, W, bias, N, K, Ms, sizeof(Ms) / sizeof(Ms[0]), acts, 5, NULL);
 		rg_backend_dealloc(be, W);
 		assert_null(rg_dnnl_find(W)); /* forgotten with its memory */
 		free(W0), free(bias);

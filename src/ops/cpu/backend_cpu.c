@@ -180,6 +180,15 @@ static rg_status cpu_pool(rg_backend_ctx *c, rg_dtype dt, const void *x, const i
 	return rg_cpu_pool(x, cu_seqlens, n_seq, H, mode, normalize, out);
 }
 
+static rg_status cpu_embed_scale_add(rg_backend_ctx *c, rg_dtype dt, const void *table,
+				     const int32_t *tokens, float scale, const void *pos,
+				     const int32_t *positions, int n, int H, void *out)
+{
+	(void)c;
+	(void)dt;
+	return rg_cpu_embed_scale_add(table, tokens, scale, pos, positions, n, H, out);
+}
+
 static rg_status cpu_gather_rows(rg_backend_ctx *c, rg_dtype dt, const void *src, const int32_t *idx,
 				 int n_dst, int H, void *dst)
 {
@@ -342,6 +351,7 @@ const rg_backend_ops rg_cpu_backend_ops = {
 	.rel_tables = cpu_rel_tables,
 	.pool = cpu_pool,
 	.gather_rows = cpu_gather_rows,
+	.embed_scale_add = cpu_embed_scale_add,
 	.add_norm = cpu_add_norm,
 	.rope = cpu_rope,
 	.rope_table = cpu_rope_table,

@@ -249,6 +249,7 @@ static dnnl_alg_kind_t act_alg(rg_act act)
 	case RG_ACT_GELU: return dnnl_eltwise_gelu_erf;
 	case RG_ACT_GELU_NEW: return dnnl_eltwise_gelu_tanh;
 	case RG_ACT_RELU: return dnnl_eltwise_relu;
+	case RG_ACT_SILU: return dnnl_eltwise_swish;
 	case RG_ACT_NONE: return dnnl_alg_kind_undef;
 	}
 	return dnnl_alg_kind_undef;
@@ -306,7 +307,7 @@ static prim_entry *prim_create(const dnnl_memory_desc_t *wmd, int m, int K, int 
 	}
 	if (alg != dnnl_alg_kind_undef &&
 	    (dnnl_post_ops_create(&po) != dnnl_success ||
-	     dnnl_post_ops_append_eltwise(po, 1.f, alg, 0.f, 0.f) != dnnl_success ||
+	     dnnl_post_ops_append_eltwise(po, 1.f, alg, alg == dnnl_eltwise_swish ? 1.f : 0.f, 0.f) != dnnl_success ||
 	     dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success)) {
 		snprintf(err, n, "oneDNN post-op for activation %d rejected", (int)act);
 		goto out;

@@ -126,6 +126,8 @@ static inline vf vact(vf v, rg_act act)
 	}
 	case RG_ACT_RELU:
 		return vmax(v, vbc(0.f));
+	case RG_ACT_SILU:
+		return v / (vbc(1.f) + vexp(vbc(0.f) - v));
 	}
 	return v;
 }

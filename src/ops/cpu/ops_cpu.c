@@ -678,6 +678,21 @@ static void gather_task(void *ctx, int i, int thread)
 	       (size_t)j->H * sizeof(float));
 }
 
+rg_status rg_cpu_embed_scale_add(const float *table, const int32_t *tokens, float scale,
+				 const float *pos, const int32_t *positions, int n, int H,
+				 float *out)
+{
+	for (int t = 0; t < n; t++) {
+		const float *e = table + (size_t)tokens[t] * H;
+		const float *p = pos ? pos + (size_t)positions[t] * H : NULL;
+		float *o = out + (size_t)t * H;
+
+		for (int i = 0; i < H; i++)
+			o[i] = scale * e[i] + (p ? p[i] : 0.f);
+	}
+	return RG_OK;
+}
+
 rg_status rg_cpu_gather_rows(const float *src, const int32_t *idx, int n_dst, int H, float *dst)
 {
 	struct gather_job j = {src, idx, H, dst};

@@ -452,6 +452,7 @@ static rg_backend_ops make_cuda_ops(void)
 	t.rel_tables = rg_cuda_rel_tables;
 	t.pool = rg_cuda_pool;
 	t.gather_rows = rg_cuda_gather_rows;
+	t.embed_scale_add = rg_cuda_embed_scale_add;
 	t.add_norm = rg_cuda_add_norm;
 	t.rope = rg_cuda_rope;
 	t.rope_table = rg_cuda_rope_table;

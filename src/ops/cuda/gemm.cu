@@ -356,6 +356,9 @@ static int choose_epilogue(const rg_cuda_ctx *c, rg_dtype dt, bool has_bias, rg_
 			return has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
 		*gelu_pass = true;
 		return has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+	case RG_ACT_SILU: /* no cuBLASLt epilogue: the bias there, then one pass */
+		*gelu_pass = true;
+		return has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 	}
 	return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -394,7 +397,7 @@ static rg_status gemm_run(rg_cuda_ctx *c, rg_dtype dt, const void *A, const void
 	st = rg_cuda_launch_check("cublasLtMatmul");
 	if (st != RG_OK || !gelu_pass)
 		return st;
-	return rg_cuda_bias_act(c, dt, out, NULL, M, N, RG_ACT_GELU);
+	return rg_cuda_bias_act(c, dt, out, NULL, M, N, act); /* exact GELU or SiLU */
 }
 
 extern "C" rg_status rg_cuda_gemm(rg_cuda_ctx *ctx, rg_dtype dt, const void *A, const void *W, void *out,

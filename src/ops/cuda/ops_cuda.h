@@ -65,6 +65,9 @@ rg_status rg_cuda_rel_tables(rg_cuda_ctx *ctx, rg_dtype dt, const void *qkv, int
 			     int width, float scale, void *c2p, void *p2c);
 rg_status rg_cuda_pool(rg_cuda_ctx *ctx, rg_dtype dt, const void *x, const int32_t *cu_seqlens, int n_seq,
 		       int H, rg_pooling mode, bool normalize, float *out);
+rg_status rg_cuda_embed_scale_add(rg_cuda_ctx *ctx, rg_dtype dt, const void *table,
+				  const int32_t *tokens, float scale, const void *pos,
+				  const int32_t *positions, int n, int H, void *out);
 rg_status rg_cuda_gather_rows(rg_cuda_ctx *ctx, rg_dtype dt, const void *src, const int32_t *idx, int n_dst,
 			     int H, void *dst);
 /* decoder ops (decoder_ops.cu, paged_attention.cu) */
