@@ -151,10 +151,10 @@ typedef struct rg_model_params {
 /* Defaults: CPU, RG_DTYPE_AUTO, 16384 tokens, the model's pooling and Dense module. */
 RG_API rg_model_params rg_model_params_default(void);
 
-/* What a model is: an encoder (rg_model_embed / rg_model_run) or a decoder-only language model
- * (rg_model_step). Calls of the other kind return RG_ERR_UNSUPPORTED. RG_MODEL_ENC_DEC, an
- * encoder-decoder (Marian, T5), is reserved: none is served yet, and rg_model_load refuses one
- * (RG_ERR_UNSUPPORTED), so no loaded model has this kind. */
+/* What a model is: an encoder (rg_model_embed / rg_model_run), a decoder-only language model
+ * (rg_model_step), or an encoder-decoder (MarianMT, BART, mBART: rg_model_encode_cross, then
+ * rg_model_step with the batch's cross fields; issue 29). Calls of another kind return
+ * RG_ERR_UNSUPPORTED. */
 typedef enum rg_model_kind {
 	RG_MODEL_ENCODER = 0,
 	RG_MODEL_DECODER = 1,
@@ -197,6 +197,10 @@ typedef struct rg_model_info {
 	int bos_token_id;        /* decoders, from config.json; -1 when absent (and encoders) */
 	int eos_token_id;        /* decoders, from config.json; -1 when absent (and encoders) */
 	bool tie_word_embeddings;/* decoders: the LM head is the token embedding table */
+	/* Since issue 29. */
+	int decoder_start_token_id; /* encoder-decoders: the decoder's first input token
+				     * (config.json / generation_config.json); -1 elsewhere */
+	int max_source_positions;   /* encoder-decoders: the longest source in tokens; 0 elsewhere */
 } rg_model_info;
 
 typedef struct rg_model rg_model;
@@ -525,6 +529,15 @@ typedef struct rg_step_batch {
 	const int32_t *slot_mapping; /* (n_tokens) KV slot each new token's K and V are written to */
 	int n_logits;                /* rows whose logits are wanted, >= 0 */
 	const int32_t *logits_rows;  /* (n_logits) indices into the n_tokens new tokens */
+	/* Encoder-decoder models only (read for no other kind; since issue 29): each sequence's
+	 * cross-attention keys and values, written by rg_model_encode_cross into blocks of the same
+	 * cache. cross_lens (n_seq): source tokens of sequence i, >= 1; cross_block_tables (n_seq,
+	 * max_cross_blocks_per_seq) physical block ids, row-major, entries past
+	 * ceil(cross_lens[i] / block_size) ignored. Every decoder query attends to all of its
+	 * sequence's source keys (no causal mask across the source). */
+	const int32_t *cross_lens;
+	int max_cross_blocks_per_seq;
+	const int32_t *cross_block_tables;
 } rg_step_batch;
 
 /* Allocate the model's KV cache: n_blocks blocks of block_size positions, each holding K and V
@@ -658,6 +671,22 @@ typedef struct rg_step_out {
  * Not thread-safe per model. fp32 on the CPU; the ops are src/ops/ops.h's decoder ops, the
  * forward is the architecture's (gpt2.c, llama.c). */
 RG_API rg_status rg_model_step(rg_model *m, const rg_step_batch *b, const rg_step_out *out);
+
+/* Encoder-decoder models: the encoder pass of n_seq packed sources (padding-free, cu_seqlens as
+ * ByteTransformer sec. III-D; bidirectional attention within each source), then, for every
+ * decoder layer, the cross-attention keys and values of each source token written into the KV
+ * cache (vLLM's encoder cache; LightSeq sec. 2: computed once per request, read by every decoder
+ * step). tokens (n_tokens) source ids in [0, vocab_size); cu_seqlens (n_seq + 1) host int32 with
+ * cu_seqlens[0] = 0, non-decreasing, every source 1..max_source_positions tokens, n_tokens =
+ * cu_seqlens[n_seq] <= max_batch_tokens; slot_mapping (n_tokens) the cache slot of token t's
+ * cross K / V: block * block_size + offset within the sequence's cross blocks (the blocks a step
+ * names in cross_block_tables), each slot written once. All host memory, the caller's.
+ * Errors: RG_ERR_UNSUPPORTED (not an encoder-decoder), RG_ERR_INVALID_INPUT naming the field
+ * (ids, lengths, slots outside the cache, no KV cache), RG_ERR_TOO_LONG (a source over
+ * max_source_positions or n_tokens over max_batch_tokens); a backend error otherwise. */
+RG_API rg_status rg_model_encode_cross(rg_model *m, int n_tokens, const int32_t *tokens,
+				       int n_seq, const int32_t *cu_seqlens,
+				       const int32_t *slot_mapping);
 
 /* ---------------------------------------------------------------------------------------------
  * Generation (issue 19): sampling and beam-search options, results, and rg_generate, the

@@ -44,7 +44,12 @@ class ModelInfo(ctypes.Structure):
                 ("normalize", ctypes.c_bool), ("device", ctypes.c_int), ("dtype", ctypes.c_int),
                 ("max_batch_tokens", ctypes.c_int), ("max_seq_len", ctypes.c_int),
                 ("num_labels", ctypes.c_int), ("labels", ctypes.POINTER(ctypes.c_char_p)),
-                ("multi_label", ctypes.c_bool), ("output_dim", ctypes.c_int)]
+                ("multi_label", ctypes.c_bool), ("output_dim", ctypes.c_int),
+                ("kind", ctypes.c_int), ("num_key_value_heads", ctypes.c_int),
+                ("head_dim", ctypes.c_int), ("bos_token_id", ctypes.c_int),
+                ("eos_token_id", ctypes.c_int), ("tie_word_embeddings", ctypes.c_bool),
+                ("decoder_start_token_id", ctypes.c_int),
+                ("max_source_positions", ctypes.c_int)]
 
 
 class ModelBatch(ctypes.Structure):

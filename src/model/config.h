@@ -188,6 +188,13 @@ typedef struct rg_decoder_config {
 	bool scale_attn_weights;      /* scores / sqrt(head_dim) (default true) */
 	bool scale_attn_by_inverse_layer_idx; /* and / (layer + 1) */
 	int bos_token_id, eos_token_id; /* -1 when config.json has none */
+	/* encoder-decoders (bart.c): the encoder has encoder_layers layers of the decoder's width,
+	 * heads and FFN; num_hidden_layers counts the decoder's */
+	int encoder_layers;
+	int decoder_start_token_id;   /* -1 for decoder-only models */
+	int pad_token_id;             /* -1 when config.json has none */
+	int max_source_positions;     /* longest source (encoder positions) */
+	bool scale_embedding;         /* embeddings times sqrt(hidden_size) */
 } rg_decoder_config;
 
 /* sentence-transformers Dense modules (models.Dense, e.g. 2_Dense): out = act(W x + b) on the

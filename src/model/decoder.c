@@ -87,7 +87,13 @@ static rg_status alloc_step_arena(rg_model *m)
 	    (s = rg_backend_alloc(m->be, 2 * T * 4, (void **)&m->dec.am_d)) != RG_OK ||
 	    (s = rg_backend_host_alloc(m->be, 2 * T * 4, (void **)&m->dec.am_h)) != RG_OK)
 		return rg_error_wrap(s, "decoder staging for %d tokens", m->max_tokens);
-	m->dec.use_graphs = rg_backend_has_graphs(m->be) && rg_tuning_bool(RG_TUNE_CUDA_GRAPHS);
+	if (m->arch->kind == RG_MODEL_ENC_DEC &&
+	    ((s = rg_backend_alloc(m->be, (4 * T + 2) * 4, (void **)&m->dec.enc_d)) != RG_OK ||
+	     (s = rg_backend_host_alloc(m->be, (4 * T + 2) * 4, (void **)&m->dec.enc_h)) != RG_OK))
+		return rg_error_wrap(s, "encoder staging for %d tokens", m->max_tokens);
+	/* encoder-decoder steps run eagerly: their cross arrays are not in a graph's key */
+	m->dec.use_graphs = rg_backend_has_graphs(m->be) && rg_tuning_bool(RG_TUNE_CUDA_GRAPHS) &&
+			    m->arch->kind != RG_MODEL_ENC_DEC;
 	return RG_OK;
 }
 
@@ -128,6 +134,12 @@ void rg_decoder_free(rg_model *m)
 	rg_backend_host_free(m->be, m->dec.ids_h);
 	rg_backend_dealloc(m->be, m->dec.bt_d);
 	rg_backend_host_free(m->be, m->dec.bt_h);
+	rg_backend_dealloc(m->be, m->dec.enc_d);
+	rg_backend_host_free(m->be, m->dec.enc_h);
+	rg_backend_dealloc(m->be, m->dec.x_d);
+	rg_backend_host_free(m->be, m->dec.x_h);
+	m->dec.enc_d = m->dec.enc_h = m->dec.x_d = m->dec.x_h = NULL;
+	m->dec.x_cap = 0;
 	memset(&m->dec.a, 0, sizeof(m->dec.a));
 	m->dec.ids_d = m->dec.ids_h = m->dec.bt_d = m->dec.bt_h = NULL;
 }
@@ -177,7 +189,11 @@ rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *
 	m->info.labels = NULL;
 	m->info.multi_label = false;
 	m->info.output_dim = c->vocab_size;
-	m->info.kind = RG_MODEL_DECODER;
+	m->info.kind = m->arch->kind;
+	m->info.decoder_start_token_id =
+		m->arch->kind == RG_MODEL_ENC_DEC ? c->decoder_start_token_id : -1;
+	m->info.max_source_positions =
+		m->arch->kind == RG_MODEL_ENC_DEC ? c->max_source_positions : 0;
 	m->info.num_key_value_heads = c->num_key_value_heads;
 	m->info.head_dim = c->head_dim;
 	m->info.bos_token_id = c->bos_token_id;
@@ -207,7 +223,7 @@ static rg_status need_decoder(const rg_model *m, const char *fn)
 {
 	if (!m)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "%s: NULL model", fn);
-	if (m->info.kind != RG_MODEL_DECODER)
+	if (m->info.kind != RG_MODEL_DECODER && m->info.kind != RG_MODEL_ENC_DEC)
 		return rg_errorf(RG_ERR_UNSUPPORTED,
 				 "%s: %s is an encoder (%s); it has no KV cache and no step (use "
 				 "rg_model_embed / rg_model_run)",
@@ -307,7 +323,7 @@ rg_status rg_model_kv_init_fraction(rg_model *m, int block_size, double fraction
 
 int32_t rg_model_eos_id(const rg_model *m)
 {
-	if (!m || m->info.kind != RG_MODEL_DECODER)
+	if (!m || (m->info.kind != RG_MODEL_DECODER && m->info.kind != RG_MODEL_ENC_DEC))
 		return -1;
 	return m->dec.cfg.eos_token_id;
 }
@@ -363,6 +379,7 @@ rg_status rg_model_kv_copy_blocks(rg_model *m, const int32_t *src, const int32_t
 /* ---------------------------------------------------------------- step */
 
 #define BAD(...) rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_step: " __VA_ARGS__)
+#define BAD_ENC(...) rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_encode_cross: " __VA_ARGS__)
 
 /* Every field of b against the model and its cache (ragged.h lists the checks). On success
  * *max_ctx is the longest context and *mb_used the most blocks a sequence reads. */
@@ -446,6 +463,26 @@ static rg_status step_validate(rg_model *m, const rg_step_batch *b, int *max_ctx
 		*max_ctx = ctx > *max_ctx ? ctx : *max_ctx;
 		*mb_used = nb > *mb_used ? nb : *mb_used;
 	}
+	if (m->info.kind == RG_MODEL_ENC_DEC) {
+		if (!b->cross_lens || !b->cross_block_tables || b->max_cross_blocks_per_seq < 1)
+			return BAD("an encoder-decoder step needs cross_lens, cross_block_tables and "
+				   "max_cross_blocks_per_seq >= 1 (rg_model_encode_cross's blocks)");
+		for (int i = 0; i < b->n_seq; i++) {
+			const int32_t xl = b->cross_lens[i];
+			const int32_t *xt = b->cross_block_tables + (size_t)i * b->max_cross_blocks_per_seq;
+
+			if (xl < 1 || xl > c->max_source_positions)
+				return BAD("cross_lens[%d] = %d must be in [1, max_source_positions %d]",
+					   i, xl, c->max_source_positions);
+			if ((int64_t)xl > (int64_t)b->max_cross_blocks_per_seq * bs)
+				return BAD("cross_lens[%d] = %d needs more than max_cross_blocks_per_seq "
+					   "%d blocks of %d", i, xl, b->max_cross_blocks_per_seq, bs);
+			for (int k = 0; k < (xl + bs - 1) / bs; k++)
+				if (xt[k] < 0 || xt[k] >= m->dec.n_blocks)
+					return BAD("cross_block_tables[%d][%d] = %d is outside the "
+						   "cache's blocks [0, %d)", i, k, xt[k], m->dec.n_blocks);
+		}
+	}
 	/* one writer per slot (block tables that alias a block being written) */
 	for (t = 0; t < b->n_tokens && s == RG_OK; t++) {
 		const int32_t sl = b->slot_mapping[t];
@@ -520,6 +557,172 @@ rg_status rg_dec_attend(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scal
 	f->attn.k_new = base + (size_t)qd * m->esz;
 	f->attn.v_new = base + (size_t)(qd + kvd) * m->esz;
 	return rg_op_paged_attention(m->be, &f->attn, qkv, ld, kc, kc + m->dec.layer_bytes, ctx);
+}
+
+rg_status rg_dec_cross_attend(rg_model *m, rg_dec_fwd *f, int l, const void *q, int ldq,
+			      float scale, void *ctx)
+{
+	const rg_decoder_config *c = &m->dec.cfg;
+	char *kc = layer_k(m, l);
+	rg_attn_desc d;
+
+	if (!f->has_cross)
+		return rg_errorf(RG_ERR_INTERNAL, "cross-attention in a step without cross arrays");
+	d = f->cross;
+	d.num_heads = c->num_attention_heads;
+	d.num_kv_heads = c->num_key_value_heads;
+	d.head_dim = c->head_dim;
+	d.scale = scale;
+	d.k_new = d.v_new = NULL; /* every key from the cache */
+	return rg_op_paged_attention(m->be, &d, q, ldq, kc, kc + m->dec.layer_bytes, ctx);
+}
+
+rg_status rg_dec_cross_write(rg_model *m, int l, const void *kv, int ld, const int32_t *slots,
+			     int n)
+{
+	const rg_decoder_config *c = &m->dec.cfg;
+	const int kvd = c->num_key_value_heads * c->head_dim;
+	char *kc = layer_k(m, l);
+
+	return rg_op_kv_write(m->be, kv, (const char *)kv + (size_t)kvd * m->esz, ld, slots, n,
+			      kvd, kc, kc + m->dec.layer_bytes, cache_slots(m));
+}
+
+/* Stage the cross descriptor of an encoder-decoder step: one pseudo-sequence per new token
+ * (rg_dec_fwd.cross), [cu (n + 1) | context (n) | tables (n, width)] in x_h -> x_d. */
+static rg_status cross_stage(rg_model *m, const rg_step_batch *b, rg_dec_fwd *f)
+{
+	const int n = b->n_tokens, bs = m->dec.block_size;
+	int width = 1, max_len = 0;
+	size_t need;
+	int32_t *xh;
+	rg_status s;
+
+	for (int i = 0; i < b->n_seq; i++) {
+		const int nb = (b->cross_lens[i] + bs - 1) / bs;
+
+		width = nb > width ? nb : width;
+		max_len = b->cross_lens[i] > max_len ? b->cross_lens[i] : max_len;
+	}
+	need = (size_t)2 * n + 1 + (size_t)n * width;
+	if (need > m->dec.x_cap) {
+		size_t cap = need < 4096 ? 4096 : need * 2;
+
+		if ((s = rg_backend_sync(m->be)) != RG_OK)
+			return s;
+		rg_backend_dealloc(m->be, m->dec.x_d);
+		rg_backend_host_free(m->be, m->dec.x_h);
+		m->dec.x_d = m->dec.x_h = NULL;
+		m->dec.x_cap = 0;
+		if ((s = rg_backend_alloc(m->be, cap * 4, (void **)&m->dec.x_d)) != RG_OK ||
+		    (s = rg_backend_host_alloc(m->be, cap * 4, (void **)&m->dec.x_h)) != RG_OK)
+			return rg_error_wrap(s, "cross tables of %zu entries", cap);
+		m->dec.x_cap = cap;
+	}
+	xh = m->dec.x_h;
+	for (int i = 0; i < b->n_seq; i++) {
+		const int32_t *src = b->cross_block_tables + (size_t)i * b->max_cross_blocks_per_seq;
+		const int nb = (b->cross_lens[i] + bs - 1) / bs;
+
+		for (int t = b->cu_seqlens_q[i]; t < b->cu_seqlens_q[i + 1]; t++) {
+			int32_t *row = xh + 2 * n + 1 + (size_t)t * width;
+
+			xh[t] = t;
+			xh[n + 1 + t] = b->cross_lens[i];
+			memcpy(row, src, (size_t)nb * 4);
+			for (int k = nb; k < width; k++)
+				row[k] = 0; /* never read */
+		}
+	}
+	xh[n] = n;
+	if ((s = rg_backend_upload_async(m->be, m->dec.x_d, xh, need * 4)) != RG_OK)
+		return s;
+	memset(&f->cross, 0, sizeof(f->cross));
+	f->has_cross = true;
+	f->cross.causal = true; /* one query at the last position: it sees every source key */
+	f->cross.n_seq = n;
+	f->cross.cu_seqlens_q = m->dec.x_d;
+	f->cross.cu_seqlens_q_h = xh;
+	f->cross.max_seqlen_q = 1;
+	f->cross.context_lens = m->dec.x_d + n + 1;
+	f->cross.context_lens_h = xh + n + 1;
+	f->cross.max_context_len = max_len;
+	f->cross.block_tables = m->dec.x_d + 2 * n + 1;
+	f->cross.max_blocks_per_seq = width;
+	f->cross.block_size = bs;
+	f->cross.n_blocks = (int64_t)m->dec.n_blocks + 1;
+	return RG_OK;
+}
+
+rg_status rg_model_encode_cross(rg_model *m, int n_tokens, const int32_t *tokens, int n_seq,
+				const int32_t *cu_seqlens, const int32_t *slot_mapping)
+{
+	const size_t T = m ? (size_t)m->max_tokens : 0;
+	int32_t *h;
+	int max_len = 0;
+	rg_enc_fwd f;
+	rg_status s;
+
+	if (!m)
+		return BAD_ENC("NULL model");
+	if (m->info.kind != RG_MODEL_ENC_DEC)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "rg_model_encode_cross: %s (%s) is not an "
+				 "encoder-decoder", m->dir, m->info.model_type);
+	if (!m->dec.kv_d)
+		return BAD_ENC("the model has no KV cache (call rg_model_kv_init first)");
+	if (!tokens || !cu_seqlens || !slot_mapping || n_seq < 1 || n_tokens < 1)
+		return BAD_ENC("tokens, cu_seqlens and slot_mapping must be set, n_seq and n_tokens "
+			       ">= 1");
+	if (n_tokens > m->max_tokens)
+		return rg_errorf(RG_ERR_TOO_LONG, "rg_model_encode_cross: %d source tokens are over "
+				 "max_batch_tokens %d", n_tokens, m->max_tokens);
+	if (n_seq > n_tokens || cu_seqlens[0] != 0 || cu_seqlens[n_seq] != n_tokens)
+		return BAD_ENC("cu_seqlens must start at 0 and end at n_tokens %d (n_seq %d)",
+			       n_tokens, n_seq);
+	for (int i = 0; i < n_seq; i++) {
+		const int len = cu_seqlens[i + 1] - cu_seqlens[i];
+
+		if (len < 1)
+			return BAD_ENC("source %d is empty (cu_seqlens not increasing)", i);
+		if (len > m->dec.cfg.max_source_positions)
+			return rg_errorf(RG_ERR_TOO_LONG, "rg_model_encode_cross: source %d has %d "
+					 "tokens, over max_source_positions %d", i, len,
+					 m->dec.cfg.max_source_positions);
+		max_len = len > max_len ? len : max_len;
+	}
+	for (int t = 0; t < n_tokens; t++) {
+		if (tokens[t] < 0 || tokens[t] >= m->dec.cfg.vocab_size)
+			return BAD_ENC("tokens[%d] = %d is outside the vocabulary [0, %d)", t,
+				       tokens[t], m->dec.cfg.vocab_size);
+		if (slot_mapping[t] < 0 ||
+		    (int64_t)slot_mapping[t] >= (int64_t)m->dec.n_blocks * m->dec.block_size)
+			return BAD_ENC("slot_mapping[%d] = %d is outside the cache", t,
+				       slot_mapping[t]);
+	}
+	h = m->dec.enc_h;
+	memcpy(h, tokens, (size_t)n_tokens * 4);
+	for (int i = 0; i < n_seq; i++)
+		for (int t = cu_seqlens[i]; t < cu_seqlens[i + 1]; t++)
+			h[T + t] = t - cu_seqlens[i];
+	memcpy(h + 2 * T, slot_mapping, (size_t)n_tokens * 4);
+	memcpy(h + 3 * T, cu_seqlens, (size_t)(n_seq + 1) * 4);
+	{
+		const size_t off[] = {0, T, 2 * T, 3 * T};
+		const size_t cnt[] = {(size_t)n_tokens, (size_t)n_tokens, (size_t)n_tokens,
+				      (size_t)n_seq + 1};
+
+		for (int i = 0; i < 4; i++)
+			if ((s = rg_backend_upload_async(m->be, m->dec.enc_d + off[i], h + off[i],
+							 cnt[i] * 4)) != RG_OK)
+				return s;
+	}
+	f = (rg_enc_fwd){.n = n_tokens, .n_seq = n_seq, .max_len = max_len,
+			 .tokens = m->dec.enc_d, .positions = m->dec.enc_d + T,
+			 .slots = m->dec.enc_d + 2 * T, .cu = m->dec.enc_d + 3 * T,
+			 .cu_h = h + 3 * T};
+	if ((s = m->arch->encode_cross(m, &f)) != RG_OK)
+		return s;
+	return rg_backend_sync(m->be);
 }
 
 /* The step's path (rg_model_step's docstring) and its graph key: STEP_SAMPLE + top_n for the
@@ -625,8 +828,9 @@ static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int
 
 		if ((s = rg_op_gather_rows(m->be, m->dec.a[RG_D_NORMED], rows_d + r0, nr, H,
 					   m->dec.a[RG_D_ROWS])) != RG_OK ||
-		    (s = rg_op_gemm(m->be, m->dec.a[RG_D_ROWS], m->dec.lm_head, m->dec.a[RG_D_LOGITS],
-				    nr, V, H)) != RG_OK)
+		    (s = rg_op_gemm_bias_act(m->be, m->dec.a[RG_D_ROWS], m->dec.lm_head,
+					     m->dec.lm_bias, m->dec.a[RG_D_LOGITS], nr, V, H,
+					     RG_ACT_NONE)) != RG_OK)
 			return s;
 		if (lg) { /* one chunk at most (graphs: B <= RG_LOGITS_CHUNK) */
 			if ((s = rg_backend_download_async(m->be, lg, m->dec.a[RG_D_LOGITS],
@@ -946,6 +1150,8 @@ rg_status rg_model_step(rg_model *m, const rg_step_batch *b, const rg_step_out *
 	     (s = rg_dec_sample_stage(m, b->n_logits, b->n_logits, o)) != RG_OK))
 		return s;
 	step_fwd(m, &f, b->n_tokens, b->n_seq, mb_used, max_ctx);
+	if (m->info.kind == RG_MODEL_ENC_DEC && (s = cross_stage(m, b, &f)) != RG_OK)
+		return s;
 	if ((s = m->arch->decode(m, &f)) != RG_OK)
 		return s;
 	if (b->n_logits &&

@@ -417,6 +417,50 @@ static void add_eos(rg_model *m, const char *dir, const char *file)
 	json_object_put(root);
 }
 
+/* The generation defaults transformers' generate() applies as logits processors, from
+ * generation_config.json when the directory has one (transformers then ignores config.json's),
+ * else config.json: bad_words_ids' single-token entries (never generated; Marian bans its pad)
+ * into m->gen_bad, and forced_eos_token_id (an id, or a list's first) into m->gen_forced_eos
+ * (the last token a length limit allows is forced to it), -1 when none. Unreadable or mistyped
+ * values add nothing. */
+static void gen_defaults(rg_model *m, const char *dir)
+{
+	char *path = rg_path_join(dir, "generation_config.json");
+	struct json_object *root = path ? json_object_from_file(path) : NULL, *v;
+	const int vocab = m->dec.cfg.vocab_size;
+
+	free(path);
+	if (!root) {
+		path = rg_path_join(dir, "config.json");
+		root = path ? json_object_from_file(path) : NULL;
+		free(path);
+	}
+	m->gen_forced_eos = -1;
+	m->n_gen_bad = 0;
+	if (root && json_object_object_get_ex(root, "bad_words_ids", &v) &&
+	    json_object_is_type(v, json_type_array))
+		for (size_t i = 0; i < json_object_array_length(v); i++) {
+			struct json_object *w = json_object_array_get_idx(v, i), *t;
+			int64_t id;
+
+			if (!json_object_is_type(w, json_type_array) || json_object_array_length(w) != 1)
+				continue; /* longer bad words: not applied */
+			t = json_object_array_get_idx(w, 0);
+			id = json_object_is_type(t, json_type_int) ? json_object_get_int64(t) : -1;
+			if (id >= 0 && id < vocab && m->n_gen_bad < 8)
+				m->gen_bad[m->n_gen_bad++] = (int32_t)id;
+		}
+	if (root && json_object_object_get_ex(root, "forced_eos_token_id", &v) && v) {
+		struct json_object *t = json_object_is_type(v, json_type_array)
+						? json_object_array_get_idx(v, 0) : v;
+		int64_t id = t && json_object_is_type(t, json_type_int) ? json_object_get_int64(t) : -1;
+
+		if (id >= 0 && id < vocab)
+			m->gen_forced_eos = (int32_t)id;
+	}
+	json_object_put(root);
+}
+
 /* A special token of tokenizer_config.json (key "bos_token"...): a string or an AddedToken
  * object's "content"; into *out (malloc'd), left NULL when absent or null. */
 static rg_status hf_special_token(struct json_object *root, const char *key, char **out)
@@ -449,6 +493,7 @@ static rg_status hf_chat_template(rg_model *m, const char *dir)
 		return rg_errorf(RG_ERR_OOM, "out of host memory");
 	add_eos(m, dir, "config.json");
 	add_eos(m, dir, "generation_config.json");
+	gen_defaults(m, dir);
 	root = json_object_from_file(path);
 	free(path);
 	if (root && json_object_object_get_ex(root, "chat_template", &t) &&
@@ -471,6 +516,7 @@ rg_status rg_model_hparams(rg_model *m, const rg_cfg_src *cfg)
 	memset(c, 0, sizeof(*c));
 	snprintf(c->model_type, sizeof(c->model_type), "%s", m->arch->model_type);
 	c->bos_token_id = c->eos_token_id = -1;
+	c->decoder_start_token_id = c->pad_token_id = -1;
 	return m->arch->hparams(m, cfg);
 }
 
@@ -591,6 +637,8 @@ static rg_status encoder_init(rg_model *m, const rg_model_params *p, const rg_ts
 	m->info.head_dim = m->cfg.hidden_size / m->cfg.num_attention_heads;
 	m->info.bos_token_id = -1;
 	m->info.eos_token_id = -1;
+	m->info.decoder_start_token_id = -1;
+	m->info.max_source_positions = 0;
 	return RG_OK;
 }
 
@@ -623,18 +671,18 @@ static rg_status load_hf(rg_model *m, const char *dir, const rg_model_params *p)
 	if ((s = rg_arch_servable(m->arch, path)) != RG_OK ||
 	    (s = rg_model_hparams(m, &cs)) != RG_OK)
 		goto out_put_config;
-	s = m->arch->kind == RG_MODEL_DECODER
+	s = m->arch->kind != RG_MODEL_ENCODER
 		    ? rg_decoder_prepare(m, dir)
 		    : encoder_prepare(m, dir, p, &pooling, &normalize);
 	if (s != RG_OK || (s = rg_st_open_dir(dir, &w)) != RG_OK)
 		goto out_put_config;
 	rg_tsrc_from_st(w, &src);
 	src.cfg = &cs; /* config.json stays open for the load hook's arrays */
-	s = m->arch->kind == RG_MODEL_DECODER ? rg_decoder_init(m, p, &src)
+	s = m->arch->kind != RG_MODEL_ENCODER ? rg_decoder_init(m, p, &src)
 					      : encoder_init(m, p, &src, pooling, normalize);
 	rg_st_free(w); /* the weights live on the backend now */
-	if (s == RG_OK && m->arch->kind == RG_MODEL_DECODER)
-		s = hf_chat_template(m, dir);
+	if (s == RG_OK && m->arch->kind != RG_MODEL_ENCODER)
+		s = hf_chat_template(m, dir); /* and the EOS ids generate stops at */
 out_put_config:
 	json_object_put(cs.root);
 	free(path);
@@ -659,6 +707,8 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 		goto out;
 	}
 	m = calloc(1, sizeof(*m));
+	if (m)
+		m->gen_forced_eos = -1;
 	if (!m) {
 		s = rg_errorf(RG_ERR_OOM, "out of host memory");
 		goto out;

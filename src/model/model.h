@@ -92,6 +92,12 @@ enum {
 typedef struct rg_dec_state {
 	rg_decoder_config cfg;
 	void *lm_head;          /* (vocab, H) act, the architecture's (may be its embedding table) */
+	void *lm_bias;          /* (vocab) act added to the logits (BART / Marian final_logits_bias),
+				 * the architecture's, or NULL */
+	int32_t *enc_d, *enc_h; /* encoder-decoders: encoder pass staging (4 T + 2) int32: tokens,
+				 * positions, slots (T each), cu_seqlens (T + 1) */
+	int32_t *x_d, *x_h;     /* encoder-decoders: the step's cross descriptor arrays (x_cap) */
+	size_t x_cap;
 	void *arena_d;          /* the step arena (arena_bytes), planned for max_tokens rows */
 	size_t arena_bytes;
 	void *a[RG_DEC_N];      /* the tensors at their planned offsets in arena_d */
@@ -139,7 +145,22 @@ typedef struct rg_dec_fwd {
 	const int32_t *tokens, *positions, *slots; /* (n) */
 	rg_attn_desc attn;               /* the step's attention descriptor; causal, paged; scale
 					  * and heads filled per layer by rg_dec_attention */
+	/* encoder-decoders: cross-attention over each sequence's source keys, one pseudo-sequence
+	 * per query row (its sequence's cross table, context = its source length, the query at
+	 * the last position): the causal paged kernel then sees every source key of a row, for any
+	 * number of new rows per sequence, with no kernel of its own (rg_dec_cross_attend) */
+	bool has_cross;
+	rg_attn_desc cross;
 } rg_dec_fwd;
+
+/* An encoder-decoder's encoder pass (rg_model_encode_cross) over n packed source tokens
+ * (backend memory unless _h). */
+typedef struct rg_enc_fwd {
+	int n, n_seq, max_len;
+	const int32_t *tokens, *positions;   /* (n); positions 0.. within each source */
+	const int32_t *cu, *cu_h;            /* (n_seq + 1) */
+	const int32_t *slots;                /* (n) cross K / V slots of the cache */
+} rg_enc_fwd;
 
 struct rg_model {
 	rg_model_info info;
@@ -200,6 +221,11 @@ struct rg_model {
 	int32_t gen_eos[8];       /* decoders: the ids rg_generate stops at by default (config.json /
 				   * generation_config.json eos_token_id, an id or a list; GGUF's) */
 	int n_gen_eos;
+	int32_t gen_bad[8];       /* decoders: single tokens generate never produces (generation
+				   * config's bad_words_ids; Marian's pad) */
+	int n_gen_bad;
+	int32_t gen_forced_eos;   /* decoders: forced_eos_token_id, the token forced as the last one
+				   * a length limit allows; -1 none */
 	/* State the generation layer keeps per model, opaque here (src/gen/generate_api.c:
 	 * rg_generate's block pool and the KV cache it made); rg_model_free calls gen_free(gen).
 	 * model/ never reads it: the runner knows nothing of requests. */
@@ -224,7 +250,7 @@ typedef struct rg_fwd {
  * checkpoint's hyper-parameter source, then, once the backend exists, load over its tensor
  * source; free_weights at the end. The kind says which forward hooks are set and which API
  * serves the model: an encoder sets encode (rg_model_embed / rg_model_run), a decoder decode
- * (rg_model_step), an encoder-decoder both (refused at load until one is registered). */
+ * (rg_model_step), an encoder-decoder decode and encode_cross (rg_model_encode_cross). */
 typedef struct rg_arch {
 	const char *model_type; /* config.json model_type it serves ("bert") */
 	rg_model_kind kind;     /* encoder, decoder or encoder-decoder: which forwards are set */
@@ -267,6 +293,12 @@ typedef struct rg_arch {
 	 * families, rg_dec_rope_kv_write then rg_dec_attend. (An encoder-decoder's decoder takes
 	 * this hook too, its cross-attention through f.) */
 	rg_status (*decode)(rg_model *m, rg_dec_fwd *f);
+
+	/* ---- encoder-decoders ---- */
+	/* The encoder over f's packed sources as backend ops, then every decoder layer's cross K
+	 * and V of its output written at f->slots (rg_dec_cross_write). The step arena is free to
+	 * use (no step is in flight). */
+	rg_status (*encode_cross)(rg_model *m, const rg_enc_fwd *f);
 } rg_arch;
 
 /* The architecture serving model_type, or NULL (arch.c). */
@@ -280,9 +312,7 @@ const rg_arch *rg_arch_at(size_t i);
  * encoder-decoder; gguf_arch with gguf. RG_ERR_INTERNAL naming the architecture and the hook
  * otherwise (a registry mistake, caught at load rather than crashed on). */
 rg_status rg_arch_check(const rg_arch *a);
-/* rg_arch_check, then what the load serves: RG_ERR_UNSUPPORTED "<what>: model_type "..":
- * encoder-decoder models are not served yet" for RG_MODEL_ENC_DEC. what names the checkpoint
- * (config.json's path, the GGUF file). */
+/* rg_arch_check for a load (what names the checkpoint: config.json's path, the GGUF file). */
 rg_status rg_arch_servable(const rg_arch *a, const char *what);
 /* The model_types served, comma-separated, for messages (arch.c). Static string. */
 const char *rg_arch_names(void);
@@ -291,7 +321,7 @@ const char *rg_arch_gguf_names(void);
 
 extern const rg_arch rg_arch_bert, rg_arch_roberta, rg_arch_xlm_roberta, rg_arch_distilbert,
 	rg_arch_albert, rg_arch_mpnet, rg_arch_deberta_v2, rg_arch_gpt2, rg_arch_llama,
-	rg_arch_mistral, rg_arch_qwen2, rg_arch_qwen3, rg_arch_phi3;
+	rg_arch_mistral, rg_arch_qwen2, rg_arch_qwen3, rg_arch_phi3, rg_arch_marian;
 
 /* ---- the load, every kind (model.c) ---- */
 /* Clear m->cfg and m->dec.cfg (dec.cfg.model_type = m->arch's, bos / eos ids -1), then
@@ -331,6 +361,15 @@ rg_status rg_dec_rope_kv_write(rg_model *m, rg_dec_fwd *f, int l, void *qkv,
 /* rg_dec_attention without its KV write: causal paged attention of the Q columns of qkv into
  * ctx (n, qd) act over layer l's cache, which already holds this step's keys and values. */
 rg_status rg_dec_attend(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scale, void *ctx);
+/* Encoder-decoders: cross-attention of layer l for the step's query rows q (f->n rows of
+ * num_heads * head_dim act, row stride ldq) over each row's source keys (f->cross) into ctx
+ * (n, qd) act. */
+rg_status rg_dec_cross_attend(rg_model *m, rg_dec_fwd *f, int l, const void *q, int ldq,
+			      float scale, void *ctx);
+/* Encoder-decoders: write kv (n rows: K in columns [0, kvd), V in [kvd, 2 kvd), row stride ld)
+ * into layer l's cache at slots (n) -- the encoder pass's cross K / V. */
+rg_status rg_dec_cross_write(rg_model *m, int l, const void *kv, int ld, const int32_t *slots,
+			     int n);
 /* Free every captured decode graph (buffers they read are about to change). */
 void rg_dec_graphs_free(rg_model *m);
 

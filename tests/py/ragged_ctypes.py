@@ -72,7 +72,9 @@ class StepBatch(ctypes.Structure):
                 ("cu_seqlens_q", ctypes.c_void_p), ("context_lens", ctypes.c_void_p),
                 ("max_blocks_per_seq", ctypes.c_int), ("block_tables", ctypes.c_void_p),
                 ("slot_mapping", ctypes.c_void_p), ("n_logits", ctypes.c_int),
-                ("logits_rows", ctypes.c_void_p)]
+                ("logits_rows", ctypes.c_void_p),
+                ("cross_lens", ctypes.c_void_p), ("max_cross_blocks_per_seq", ctypes.c_int),
+                ("cross_block_tables", ctypes.c_void_p)]  # encoder-decoders only
 
 
 class RowSampling(ctypes.Structure):

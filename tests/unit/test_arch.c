@@ -1,6 +1,6 @@
 /* The architecture registry (src/model/arch.c): every registered architecture sets the hooks of
- * its kind (rg_arch_check), and an encoder-decoder, which the load does not serve yet, is refused
- * by name (rg_arch_servable) instead of being run as an encoder or a decoder. */
+ * its kind (rg_arch_check): an encoder-decoder its decoder forward and its encoder pass
+ * (encode_cross), never the encoders' forward. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -58,26 +58,45 @@ static void test_registry_hooks_match_kinds(void **state)
 		assert_int_equal(rg_arch_servable(a, "config.json"), RG_OK);
 		assert_ptr_equal(rg_arch_find(a->model_type), a);
 	}
-	assert_true(n >= 13); /* 7 encoders, 6 decoders */
+	assert_true(n >= 14); /* 7 encoders, 6 decoders, Marian */
 }
 
-static void test_enc_dec_refused(void **state)
+static rg_status fake_encode_cross(rg_model *m, const rg_enc_fwd *f)
 {
-	const rg_arch ed = {
+	(void)m;
+	(void)f;
+	return RG_OK;
+}
+
+/* An encoder-decoder is served with its decoder's forward and its encoder pass, and not with the
+ * encoders' forward (whose arena and outputs it does not use). */
+static void test_enc_dec_hooks(void **state)
+{
+	rg_arch ed = {
 		.model_type = "marian",
 		.kind = RG_MODEL_ENC_DEC,
 		.hparams = fake_hparams,
 		.load = fake_load,
 		.free_weights = fake_free,
-		.encode = fake_encode,
 		.decode = fake_decode,
+		.encode_cross = fake_encode_cross,
 	};
 
 	(void)state;
 	assert_int_equal(rg_arch_check(&ed), RG_OK);
-	assert_int_equal(rg_arch_servable(&ed, "/m/config.json"), RG_ERR_UNSUPPORTED);
-	assert_non_null(strstr(rg_last_error(), "/m/config.json: model_type \"marian\""));
-	assert_non_null(strstr(rg_last_error(), "encoder-decoder models are not served yet"));
+	assert_int_equal(rg_arch_servable(&ed, "/m/config.json"), RG_OK);
+	ed.encode_cross = NULL;
+	assert_int_equal(rg_arch_check(&ed), RG_ERR_INTERNAL);
+	assert_non_null(strstr(rg_last_error(), "no encode_cross hook"));
+	ed.encode_cross = fake_encode_cross;
+	ed.encode = fake_encode;
+	assert_int_equal(rg_arch_check(&ed), RG_ERR_INTERNAL);
+	ed.encode = NULL;
+	ed.kind = RG_MODEL_DECODER; /* a decoder-only model with an encoder pass */
+	assert_int_equal(rg_arch_check(&ed), RG_ERR_INTERNAL);
+	/* the registry serves one */
+	assert_non_null(rg_arch_find("marian"));
+	assert_int_equal(rg_arch_find("marian")->kind, RG_MODEL_ENC_DEC);
 }
 
 static void test_missing_or_foreign_hooks(void **state)
@@ -88,7 +107,7 @@ static void test_missing_or_foreign_hooks(void **state)
 		.hparams = fake_hparams,
 		.load = fake_load,
 		.free_weights = fake_free,
-		.encode = fake_encode,
+		.encode_cross = fake_encode_cross,
 	};
 
 	(void)state;
@@ -97,6 +116,8 @@ static void test_missing_or_foreign_hooks(void **state)
 	assert_non_null(strstr(rg_last_error(), "no decode hook"));
 	/* an encoder with a decoder's forward */
 	a.kind = RG_MODEL_ENCODER;
+	a.encode_cross = NULL;
+	a.encode = fake_encode;
 	a.decode = fake_decode;
 	assert_int_equal(rg_arch_check(&a), RG_ERR_INTERNAL);
 	a.decode = NULL;
@@ -118,7 +139,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_registry_hooks_match_kinds),
-		cmocka_unit_test(test_enc_dec_refused),
+		cmocka_unit_test(test_enc_dec_hooks),
 		cmocka_unit_test(test_missing_or_foreign_hooks),
 	};
 
