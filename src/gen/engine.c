@@ -55,8 +55,10 @@ typedef struct eout {
 
 typedef struct ereq {
 	uint64_t id;
-	int32_t *prompt;
+	int32_t *prompt;      /* the decoder's prompt (an encoder-decoder's: decoder_start) */
 	int prompt_len;
+	int32_t *src;         /* encoder-decoders: the source (n_src), else NULL */
+	int n_src;
 	rg_gen_params gp;     /* a deep copy: the arrays below */
 	int32_t *eos, *stop_ids, *bias_ids;
 	float *bias_vals;
@@ -122,6 +124,7 @@ struct rg_gen_engine {
 	int n_ev, cap_ev;
 	long long n_steps, n_preemptions, n_refused;
 	int last_step_tokens;
+	int32_t *enc_tok, *enc_cu; /* encoder-decoders: a step's packed sources (B), cu (S + 1) */
 };
 
 double rg_gen_engine_now_ms(void)
@@ -198,6 +201,7 @@ static void req_free(ereq *q)
 	free(q->o);
 	free(q->stop);
 	free(q->prompt);
+	free(q->src);
 	free(q->eos);
 	free(q->stop_ids);
 	free(q->bias_ids);
@@ -253,18 +257,43 @@ static void *dup_array(const void *src, size_t n, size_t size, bool *oom)
 }
 
 /* q->gp = *p with every array copied into q. */
-static rg_status copy_params(ereq *q, const rg_gen_params *p)
+#define BANNED (-1e30f) /* a banned token's logit bias */
+
+static rg_status copy_params(const rg_gen_engine *e, ereq *q, const rg_gen_params *p)
 {
 	bool oom = false;
 	const rg_sampling_params *sp = &p->sampling;
+	const size_t nb = (size_t)sp->n_logit_bias, nx = e->r.bad_ids ? (size_t)e->r.n_bad : 0;
 
 	q->gp = *p;
 	q->eos = dup_array(p->eos_ids, p->n_eos > 0 ? (size_t)p->n_eos : 0, sizeof(int32_t), &oom);
 	q->stop_ids = dup_array(p->stop_ids, (size_t)p->n_stop_ids, sizeof(int32_t), &oom);
-	q->bias_ids = dup_array(sp->logit_bias_ids, (size_t)sp->n_logit_bias, sizeof(int32_t),
-				&oom);
-	q->bias_vals = dup_array(sp->logit_bias_values, (size_t)sp->n_logit_bias, sizeof(float),
-				 &oom);
+	/* the request's bias, then the model's banned tokens at BANNED (transformers'
+	 * NoBadWordsLogitsProcessor's -inf: the step's bias must be finite; e^-1e30 is 0) */
+	q->bias_ids = malloc((nb + nx ? nb + nx : 1) * sizeof(int32_t));
+	q->bias_vals = malloc((nb + nx ? nb + nx : 1) * sizeof(float));
+	if (!q->bias_ids || !q->bias_vals) {
+		oom = true;
+	} else {
+		if (nb) {
+			memcpy(q->bias_ids, sp->logit_bias_ids, nb * sizeof(int32_t));
+			memcpy(q->bias_vals, sp->logit_bias_values, nb * sizeof(float));
+		}
+		q->gp.sampling.n_logit_bias = (int)nb;
+		for (size_t i = 0; i < nx; i++) {
+			bool have = false;
+
+			for (size_t j = 0; j < nb; j++)
+				if (q->bias_ids[j] == e->r.bad_ids[i]) {
+					q->bias_vals[j] = BANNED;
+					have = true;
+				}
+			if (!have) {
+				q->bias_ids[q->gp.sampling.n_logit_bias] = e->r.bad_ids[i];
+				q->bias_vals[q->gp.sampling.n_logit_bias++] = BANNED;
+			}
+		}
+	}
 	if (p->n_stop > 0) {
 		if (!(q->stop = calloc((size_t)p->n_stop, sizeof(char *))))
 			oom = true;
@@ -385,7 +414,16 @@ rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_promp
 	if (opt.min_tokens < 0 || opt.deadline_ms < 0 || opt.tpot_ms < 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT,
 				 "generate: min_tokens, deadline_ms and tpot_ms must be >= 0");
-	if (n_prompt >= e->max_context)
+	if (e->r.encode && n_prompt > e->r.max_source)
+		return rg_errorf(RG_ERR_TOO_LONG,
+				 "the source has %d tokens; this model reads at most %d", n_prompt,
+				 e->r.max_source);
+	if (e->r.encode && n_prompt >= e->p.max_num_batched_tokens)
+		return rg_errorf(RG_ERR_TOO_LONG,
+				 "the source has %d tokens; a step holds at most %d "
+				 "(max_num_batched_tokens) with the decoder's first token",
+				 n_prompt, e->p.max_num_batched_tokens);
+	if (!e->r.encode && n_prompt >= e->max_context)
 		return rg_errorf(RG_ERR_TOO_LONG,
 				 "the prompt has %d tokens; this model's context is %d tokens "
 				 "(prompt and completion together)",
@@ -417,21 +455,33 @@ rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_promp
 	q->opt = opt;
 	if (!q->opt.arrival_ms)
 		q->opt.arrival_ms = now_ms;
-	q->prompt_len = n_prompt;
+	/* an encoder-decoder: the prompt is the source; the decoder's is decoder_start */
+	q->prompt_len = e->r.encode ? 1 : n_prompt;
 	{
-		int room = e->max_context - n_prompt;
+		int room = e->max_context - q->prompt_len;
 
 		q->max_new = p.max_tokens < room ? p.max_tokens : room;
 	}
 	q->host = !q->beam && p.sampling.no_repeat_ngram_size > 0; /* no device form */
-	if ((st = copy_params(q, &p)) != RG_OK)
+	if ((st = copy_params(e, q, &p)) != RG_OK)
 		goto fail;
 	if (!(q->prompt = malloc((size_t)n_prompt * sizeof(int32_t))) ||
 	    !(q->o = calloc((size_t)q->n_out, sizeof(eout)))) {
 		st = rg_errorf(RG_ERR_OOM, "generate: out of memory");
 		goto fail;
 	}
-	memcpy(q->prompt, prompt, (size_t)n_prompt * sizeof(int32_t));
+	if (e->r.encode) {
+		q->src = q->prompt;
+		q->n_src = n_prompt;
+		memcpy(q->src, prompt, (size_t)n_prompt * sizeof(int32_t));
+		if (!(q->prompt = malloc(sizeof(int32_t)))) {
+			st = rg_errorf(RG_ERR_OOM, "generate: out of memory");
+			goto fail;
+		}
+		q->prompt[0] = e->r.decoder_start;
+	} else {
+		memcpy(q->prompt, prompt, (size_t)n_prompt * sizeof(int32_t));
+	}
 	for (int k = 0; k < q->n_out; k++)
 		if ((st = out_prepare(e, q, k)) != RG_OK)
 			goto fail;
@@ -441,7 +491,7 @@ rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_promp
 	for (int k = 0; k < n_iter; k++) {
 		rg_iter_request ir = {
 			.id = q->id << SEQ_BITS | (uint64_t)k, .prompt = q->prompt,
-			.prompt_len = n_prompt, .max_tokens = q->max_new,
+			.prompt_len = q->prompt_len, .max_tokens = q->max_new, .n_src = q->n_src,
 			.priority = opt.priority, .arrival_ms = q->opt.arrival_ms,
 			.deadline_ms = opt.deadline_ms, .tpot_ms = opt.tpot_ms,
 			.n_beams = q->beam ? p.num_beams : 0,
@@ -729,6 +779,10 @@ rg_status rg_gen_engine_step_begin(rg_gen_engine *e, double now_ms, bool *ran)
 			int need = first ? beam_prepare(e, q, iid) : 0;
 
 			e->kind[r] = ROW_BEAM;
+			/* the model's banned tokens (the request's bias list) in its candidates */
+			e->rows[r].n_logit_bias = q->gp.sampling.n_logit_bias;
+			e->rows[r].logit_bias_ids = q->gp.sampling.logit_bias_ids;
+			e->rows[r].logit_bias_values = q->gp.sampling.logit_bias_values;
 			beam_rows = true;
 			cand_k = need > cand_k ? need : cand_k;
 			continue;
@@ -812,7 +866,28 @@ rg_status rg_gen_engine_step_run(rg_gen_engine *e)
 	if (!e->pending || !e->ran || e->run_st != RG_OK)
 		return RG_OK;
 	sleep_ms(e->p.step_delay_ms); /* testing: part of the step, as a slow device's time */
-	if (e->plan.n_copies > 0) {
+	if (e->plan.n_encode > 0) {
+		/* encoder-decoders: the admitted sequences' encoder passes, packed, first */
+		int nt = 0;
+
+		e->enc_cu[0] = 0;
+		for (int i = 0; i < e->plan.n_encode; i++) {
+			int k;
+			const ereq *q = req_of(e, e->plan.seq_ids[e->plan.enc_seq[i]], &k);
+
+			if (!q || !q->src) {
+				st = rg_errorf(RG_ERR_INTERNAL, "encode: no source for a sequence");
+				break;
+			}
+			memcpy(e->enc_tok + nt, q->src, (size_t)q->n_src * sizeof(int32_t));
+			nt += q->n_src;
+			e->enc_cu[i + 1] = nt;
+		}
+		if (st == RG_OK)
+			st = e->r.encode(e->r.ctx, nt, e->enc_tok, e->plan.n_encode, e->enc_cu,
+					 e->plan.enc_slots);
+	}
+	if (st == RG_OK && e->plan.n_copies > 0) {
 		if (!e->r.copy_blocks)
 			st = rg_errorf(RG_ERR_INVALID_INPUT, "runner has no copy_blocks");
 		else
@@ -926,6 +1001,42 @@ static void beam_steps(rg_gen_engine *e)
 				clps[j] = cand_k ? e->top_lps + (size_t)r * top_n : NULL;
 			}
 		}
+		/* the last step max_tokens allows with a forced EOS: every live beam's one candidate
+		 * (its log-prob 0); the host's logits rows get the request's bias (the device's
+		 * top-N had it applied) */
+		const bool forced = e->r.has_forced_eos && n_tok - q->prompt_len == q->max_new - 1;
+		int32_t fid[RG_ITER_MAX_BEAMS][RG_BEAM_MAX_CAND];
+		float flp[RG_ITER_MAX_BEAMS][RG_BEAM_MAX_CAND];
+
+		for (int j = 0; st == RG_OK && j < q->gp.num_beams; j++) {
+			float *row = (float *)rows[j];
+
+			if (cand_k && forced && cids[j]) {
+				/* EOS at log-prob 0 first, the other candidates banned */
+				int c = 1;
+
+				fid[j][0] = e->r.forced_eos;
+				flp[j][0] = 0.f;
+				for (int i = 0; i < cand_k && c < cand_k; i++)
+					if (cids[j][i] != e->r.forced_eos) {
+						fid[j][c] = cids[j][i];
+						flp[j][c++] = cids[j][i] < 0 ? -INFINITY : BANNED;
+					}
+				for (; c < cand_k; c++) {
+					fid[j][c] = -1;
+					flp[j][c] = -INFINITY;
+				}
+				cids[j] = fid[j];
+				clps[j] = flp[j];
+			} else if (!cand_k && row) {
+				for (int c = 0; c < q->gp.sampling.n_logit_bias; c++)
+					row[q->gp.sampling.logit_bias_ids[c]] +=
+						q->gp.sampling.logit_bias_values[c];
+				if (forced) /* log-softmax: EOS 0, the others BANNED below it */
+					for (int v = 0; v < e->V; v++)
+						row[v] = v == e->r.forced_eos ? 0.f : BANNED;
+			}
+		}
 		if (st == RG_OK)
 			st = cand_k ? rg_beam_step_cand(q->bs, cids, clps, cand_k, parent, token, &done)
 				    : rg_beam_step(q->bs, rows, parent, token, &done);
@@ -1003,6 +1114,12 @@ rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms, const rg_gen_e
 					lp = e->lps[r];
 					ti = e->top_ids + (size_t)r * e->top_n;
 					tl = e->top_lps + (size_t)r * e->top_n;
+				}
+				if (e->r.has_forced_eos && q->o[k].seq.n == q->max_new - 1) {
+					/* the last token max_tokens allows (transformers'
+					 * ForcedEOSTokenLogitsProcessor: every other logit -inf) */
+					t = e->ids[r] = e->r.forced_eos;
+					lp = 0.f;
 				}
 				if (q->o[k].first_ms == 0)
 					q->o[k].first_ms = now_ms;
@@ -1084,7 +1201,8 @@ rg_status rg_gen_engine_output(const rg_gen_engine *e, uint64_t id, int k, rg_ge
 		.top_logprobs = o->seq.top_logprobs, .text_end = o->seq.text_end,
 		.text = o->seq.text.data ? o->seq.text.data : "", .text_len = o->seq.text.len,
 		.text_ready = o->seq.text_ready, .finish = o->seq.finish,
-		.stop_str = o->seq.stop_str, .score = o->seq.score, .prompt_tokens = q->prompt_len,
+		.stop_str = o->seq.stop_str, .score = o->seq.score,
+		.prompt_tokens = q->src ? q->n_src : q->prompt_len, /* an enc-dec's: its source */
 		.n_cached = o->n_cached, .n_preemptions = o->n_preemptions,
 		.first_token_ms = o->first_ms, .queue_ms = q->queue_ms, .status = q->status,
 		.error = q->err, .est_ttft_ms = q->est_ttft_ms, .est_tpot_ms = q->est_tpot_ms,
@@ -1202,6 +1320,8 @@ void rg_gen_engine_free(rg_gen_engine *e)
 	free(e->pen_prompt);
 	free(e->work.data);
 	free(e->ev);
+	free(e->enc_tok);
+	free(e->enc_cu);
 	free(e);
 }
 
@@ -1279,8 +1399,13 @@ static rg_status engine_init(rg_gen_engine *e, const rg_gen_engine_params *p)
 	if (e->p.deadline_slack >= 1)
 		ip.deadline_slack = e->p.deadline_slack;
 	ip.max_context = e->max_context;
+	ip.max_source = e->r.encode ? e->r.max_source : 0;
 	if ((st = rg_iter_init(&e->it, e->pool, &ip)) != RG_OK)
 		return st;
+	if (e->r.encode &&
+	    (!(e->enc_tok = malloc((size_t)ip.max_num_batched_tokens * sizeof(int32_t))) ||
+	     !(e->enc_cu = malloc(((size_t)ip.max_num_seqs + 1) * sizeof(int32_t)))))
+		return rg_errorf(RG_ERR_OOM, "generation engine: out of memory");
 	e->S = ip.max_num_seqs;
 	e->next_serial = 1;
 	S = (size_t)e->S;
@@ -1385,6 +1510,12 @@ static rg_status mrun_sample_logits(void *ctx, const rg_step_batch *b, const rg_
 	return rg_model_step(ctx, b, &o);
 }
 
+static rg_status mrun_encode(void *ctx, int n_tokens, const int32_t *tokens, int n_seq,
+			       const int32_t *cu_seqlens, const int32_t *slot_mapping)
+{
+	return rg_model_encode_cross(ctx, n_tokens, tokens, n_seq, cu_seqlens, slot_mapping);
+}
+
 static rg_status mrun_copy(void *ctx, const int32_t *src, const int32_t *dst, int n)
 {
 	return rg_model_kv_copy_blocks(ctx, src, dst, n);
@@ -1407,6 +1538,15 @@ void rg_gen_model_runner(rg_model *m, rg_gen_runner *r)
 	r->max_context = (int)max_ctx;
 	r->step = mrun_step;
 	r->copy_blocks = mrun_copy;
+	r->bad_ids = m->gen_bad;
+	r->n_bad = m->n_gen_bad;
+	r->has_forced_eos = m->gen_forced_eos >= 0;
+	r->forced_eos = m->gen_forced_eos;
+	if (m->info.kind == RG_MODEL_ENC_DEC) {
+		r->encode = mrun_encode;
+		r->max_source = m->info.max_source_positions;
+		r->decoder_start = m->info.decoder_start_token_id;
+	}
 	/* plain greedy rows choose on the device, sampled ones sample there (the logits stay
 	 * there); RAGGED_GEN_ARGMAX=0 / RAGGED_GEN_DEVICE_SAMPLE=0 take the host sampler instead
 	 * (the same choices; for checks and A/B runs) */
@@ -1430,8 +1570,9 @@ rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *par
 		*st = rg_errorf(RG_ERR_INVALID_INPUT, "generation engine: no model");
 		return NULL;
 	}
-	if (rg_model_get_info(m)->kind != RG_MODEL_DECODER) {
-		*st = rg_errorf(RG_ERR_UNSUPPORTED, "generation engine: not a decoder model");
+	if (rg_model_get_info(m)->kind != RG_MODEL_DECODER &&
+	    rg_model_get_info(m)->kind != RG_MODEL_ENC_DEC) {
+		*st = rg_errorf(RG_ERR_UNSUPPORTED, "generation engine: not a generative model");
 		return NULL;
 	}
 	if (params)

@@ -47,6 +47,22 @@ typedef struct rg_gen_runner {
 					const rg_row_sampling *rows, int top_n, int32_t *ids,
 					float *logprobs, int32_t *top_ids, float *top_logprobs,
 					float *logits, const uint8_t *want);
+	/* Encoder-decoders (NULL for decoder-only runners): the encoder pass of n_seq packed
+	 * sources before a step (ragged.h rg_model_encode_cross: tokens (n_tokens), cu_seqlens
+	 * (n_seq + 1), slot_mapping (n_tokens), host arrays owned by the engine). A request's
+	 * prompt is then its source; its decoder starts from decoder_start (one token). */
+	rg_status (*encode)(void *ctx, int n_tokens, const int32_t *tokens, int n_seq,
+			    const int32_t *cu_seqlens, const int32_t *slot_mapping);
+	int max_source;        /* encoder-decoders: the longest source, tokens */
+	int32_t decoder_start; /* encoder-decoders: the decoder's first token */
+	/* The model's generation defaults (transformers' logits processors from its generation
+	 * config), applied to every request: tokens never generated (bad_words_ids' single
+	 * tokens: a -inf logit bias, so the others renormalize), and forced_eos, the token forced
+	 * as the last one max_tokens allows (log-prob 0). */
+	const int32_t *bad_ids; /* (n_bad), borrowed */
+	int n_bad;
+	bool has_forced_eos;
+	int32_t forced_eos;
 } rg_gen_runner;
 
 /* An engine over runner r (copied; r->ctx borrowed) and pool (borrowed, block size

@@ -80,7 +80,7 @@ int rg_model_kv_blocks_in_use(const rg_model *m)
 {
 	const gen_state *g;
 
-	if (!m || m->info.kind != RG_MODEL_DECODER)
+	if (!m || (m->info.kind != RG_MODEL_DECODER && m->info.kind != RG_MODEL_ENC_DEC))
 		return -1;
 	g = m->gen;
 	return g && g->pool ? rg_kv_pool_n_used(g->pool) : 0;
@@ -153,7 +153,7 @@ rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int 
 	if (!m || !prompts || !lens || !out || n < 1)
 		return rg_errorf(RG_ERR_INVALID_INPUT,
 				 "rg_generate: NULL model, prompts or out, or n %d < 1", n);
-	if (m->info.kind != RG_MODEL_DECODER)
+	if ((m->info.kind != RG_MODEL_DECODER && m->info.kind != RG_MODEL_ENC_DEC))
 		return rg_errorf(RG_ERR_UNSUPPORTED,
 				 "rg_generate: %s is an encoder (%s); generation needs a decoder",
 				 m->dir, m->info.model_type);
@@ -164,7 +164,13 @@ rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int 
 	for (int i = 0; i < n; i++) {
 		if (!prompts[i] || lens[i] < 1)
 			return rg_errorf(RG_ERR_INVALID_INPUT, "rg_generate: prompt %d is empty", i);
-		if (lens[i] >= m->dec.cfg.max_position_embeddings)
+		if (m->info.kind == RG_MODEL_ENC_DEC && lens[i] > m->dec.cfg.max_source_positions)
+			return rg_errorf(RG_ERR_TOO_LONG,
+					 "rg_generate: the source has %d tokens (prompt %d); this "
+					 "model reads at most %d (max_position_embeddings)",
+					 lens[i], i, m->dec.cfg.max_source_positions);
+		if (m->info.kind != RG_MODEL_ENC_DEC &&
+		    lens[i] >= m->dec.cfg.max_position_embeddings)
 			return rg_errorf(RG_ERR_TOO_LONG,
 					 "rg_generate: prompt %d has %d tokens; the model's context "
 					 "is %d (max_position_embeddings), and at least one must be "
@@ -208,7 +214,7 @@ rg_status rg_generate(rg_model *m, const char *const *prompts, int n, const rg_g
 	if (!m || !prompts || !out || n < 1)
 		return rg_errorf(RG_ERR_INVALID_INPUT,
 				 "rg_generate: NULL model, prompts or out, or n %d < 1", n);
-	if (m->info.kind != RG_MODEL_DECODER)
+	if ((m->info.kind != RG_MODEL_DECODER && m->info.kind != RG_MODEL_ENC_DEC))
 		return rg_errorf(RG_ERR_UNSUPPORTED,
 				 "rg_generate: %s is an encoder (%s); generation needs a decoder",
 				 m->dir, m->info.model_type);

@@ -32,6 +32,8 @@ typedef struct iseq {
 	double first_ms;
 	bool aborted;
 	int n_beams;       /* a beam group's width (>= 2), 0 for other requests */
+	int n_src;         /* encoder-decoders: source tokens (cross blocks while admitted) */
+	bool need_encode;  /* admitted by the pending plan: its encoder pass runs first */
 	int slot;          /* a beam group member's beam slot (its rows' order), 0 otherwise */
 } iseq;
 
@@ -68,6 +70,9 @@ struct rg_iter {
 	int32_t *cu;                             /* (S + 1) */
 	int32_t *ctx, *lrows, *lseq, *csrc, *cdst; /* (S) */
 	int32_t *tables;                         /* (S, max_blocks) */
+	int32_t *xlens, *xtables;                /* (S), (S, max_xblocks): cross (enc-dec) */
+	int32_t *eseq, *ecu, *eslots;            /* (S), (S + 1), (B): the plan's encode list */
+	int max_xblocks;
 	uint64_t *ids;                           /* (S) */
 	int32_t *bslot;                          /* (S) beam slot of each sequence, -1 none */
 	/* beam groups of the pending plan (at most S), their next beams */
@@ -157,6 +162,11 @@ void rg_iter_free(rg_iter *s)
 	free(s->csrc);
 	free(s->cdst);
 	free(s->tables);
+	free(s->xlens);
+	free(s->xtables);
+	free(s->eseq);
+	free(s->ecu);
+	free(s->eslots);
 	free(s->ids);
 	free(s->bslot);
 	free(s->bn);
@@ -213,6 +223,18 @@ rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p)
 	s->csrc = calloc(S, sizeof(int32_t));
 	s->cdst = calloc(S, sizeof(int32_t));
 	s->tables = calloc(S * MB, sizeof(int32_t));
+	if (p->max_source > 0) {
+		s->max_xblocks = (p->max_source + s->bs - 1) / s->bs;
+		s->xlens = calloc(S, sizeof(int32_t));
+		s->xtables = calloc(S * (size_t)s->max_xblocks, sizeof(int32_t));
+		s->eseq = calloc(S, sizeof(int32_t));
+		s->ecu = calloc(S + 1, sizeof(int32_t));
+		s->eslots = calloc(B, sizeof(int32_t));
+		if (!s->xlens || !s->xtables || !s->eseq || !s->ecu || !s->eslots) {
+			st = rg_errorf(RG_ERR_OOM, "iter scheduler: out of memory");
+			goto out_free_sched;
+		}
+	}
 	s->ids = calloc(S, sizeof(uint64_t));
 	s->bslot = calloc(S, sizeof(int32_t));
 	s->bn = calloc(S, sizeof(beam_next));
@@ -494,8 +516,13 @@ static bool admit_head(rg_iter *s)
 {
 	iseq *q = s->waiting[0];
 	int n_hit = 0, max_hit = (q->n_tokens - 1) / s->bs, avail, fit, n, rest;
+	const int xb = q->n_src > 0 ? (q->n_src + s->bs - 1) / s->bs : 0;
 
-	if (s->cache) {
+	/* an encoder-decoder's source shares the step's token budget (its encoder pass runs in
+	 * it); its decoder blocks depend on the source, so no prefix is shared */
+	if (q->n_src > 0 && q->n_src >= s->budget)
+		return false;
+	if (s->cache && q->n_src == 0) {
 		n_hit = rg_prefix_cache_lookup(s->cache, q->tokens, q->n_tokens, max_hit,
 					       s->hit_blocks, s->hit_hashes);
 		if (n_hit > 0 && rg_kv_attach(s->kv, kv_id(q), s->hit_blocks, n_hit) != RG_OK)
@@ -503,19 +530,24 @@ static bool admit_head(rg_iter *s)
 	}
 	q->n_computed = n_hit * s->bs;
 	rest = n = q->n_tokens - q->n_computed;
-	if (n > s->budget)
-		n = s->budget;
-	avail = rg_kv_n_avail(s->kv);
+	if (n > s->budget - q->n_src)
+		n = s->budget - q->n_src;
+	avail = rg_kv_n_avail(s->kv) - xb;
 	if (s->n_running > 0) {
 		avail -= headroom(s, q->n_beams >= 2 ? q->n_beams : 1);
 		if (rg_kv_blocks_needed(s->kv, kv_id(q), rest) > avail)
 			avail = 0;
 	}
 	fit = avail > 0 ? rg_kv_fit(s->kv, kv_id(q), n, avail) : 0;
-	if (fit < 1 || !take(s, q, fit)) {
-		rg_kv_remove(s->kv, kv_id(q));
+	if (fit < 1 || (xb > 0 && rg_kv_cross(s->kv, kv_id(q), q->n_src) != RG_OK) ||
+	    !take(s, q, fit)) {
+		rg_kv_remove(s->kv, kv_id(q)); /* its cross blocks too */
 		q->n_computed = 0;
 		return false;
+	}
+	if (q->n_src > 0) {
+		q->need_encode = true;
+		s->budget -= q->n_src;
 	}
 	if (s->cache)
 		rg_prefix_cache_record(s->cache, max_hit, n_hit);
@@ -547,10 +579,12 @@ static int running_room(const rg_iter *s)
 
 static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
 {
-	int tok = 0, nl = 0, nc = 0, n_dec_seqs = 0, n_pf = 0;
+	int tok = 0, nl = 0, nc = 0, n_dec_seqs = 0, n_pf = 0, ne = 0, etok = 0;
 	double pairs = 0, pf_pairs = 0, dec_ctx = 0;
 
 	s->cu[0] = 0;
+	if (s->ecu)
+		s->ecu[0] = 0;
 	for (int i = 0; i < s->n_dec; i++) {
 		const decision *d = &s->dec[i];
 		const iseq *q = d->q;
@@ -569,6 +603,19 @@ static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
 		s->ctx[i] = c + n;
 		s->ids[i] = q->id;
 		s->bslot[i] = q->n_beams >= 2 ? q->slot : -1;
+		if (s->xlens) {
+			int32_t *xrow = s->xtables + (size_t)i * s->max_xblocks;
+			int nxb = rg_kv_cross_table(s->kv, kv_id(q), xrow, s->max_xblocks, NULL);
+
+			s->xlens[i] = q->n_src;
+			if (q->need_encode && nxb > 0) {
+				for (int t = 0; t < q->n_src; t++)
+					s->eslots[etok + t] = xrow[t / s->bs] * s->bs + t % s->bs;
+				etok += q->n_src;
+				s->eseq[ne++] = i;
+				s->ecu[ne] = etok;
+			}
+		}
 		if (c + n == q->n_tokens) {
 			s->lrows[nl] = tok - 1;
 			s->lseq[nl++] = i;
@@ -600,7 +647,13 @@ static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
 		.seq_ids = s->ids, .beam_slot = s->bslot, .logits_seq = s->lseq, .n_copies = nc,
 		.copy_src = s->csrc, .copy_dst = s->cdst, .n_decode_seqs = n_dec_seqs, .n_prefill_tokens = n_pf,
 		.pairs = pairs, .shape = s->plan_shape, .n_preempted = n_pre,
+		.n_encode = ne, .enc_seq = s->eseq, .enc_cu = s->ecu, .enc_slots = s->eslots,
 	};
+	if (s->xlens) {
+		plan->batch.cross_lens = s->xlens;
+		plan->batch.max_cross_blocks_per_seq = s->max_xblocks;
+		plan->batch.cross_block_tables = s->xtables;
+	}
 }
 
 rg_status rg_iter_schedule(rg_iter *s, double now_ms, rg_iter_plan *plan)
@@ -930,7 +983,8 @@ rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop, d
 
 		q->dec = -1;
 		q->n_computed += d->n_new;
-		if (s->cache)
+		q->need_encode = false;
+		if (s->cache && q->n_src == 0)
 			register_blocks(s, q);
 		d->q = NULL;
 		if (q->n_beams >= 2) {
@@ -1406,6 +1460,14 @@ rg_status rg_iter_add(rg_iter *s, const rg_iter_request *r, double now_ms, rg_it
 	if (r->prompt_len >= s->p.max_context)
 		return rg_errorf(RG_ERR_TOO_LONG, "iter add: prompt of %d tokens, max_context %d",
 				 r->prompt_len, s->p.max_context);
+	if (r->n_src < 0 || r->n_src > s->p.max_source || (s->p.max_source > 0 && r->n_src < 1))
+		return rg_errorf(RG_ERR_TOO_LONG, "iter add: a source of %d tokens (max_source %d; "
+				 "an encoder-decoder's request needs one of >= 1)", r->n_src,
+				 s->p.max_source);
+	if (r->n_src >= s->B)
+		return rg_errorf(RG_ERR_TOO_LONG, "iter add: a source of %d tokens does not fit a "
+				 "step of max_num_batched_tokens %d with its decoder's first token",
+				 r->n_src, s->B);
 	if (find_seq(s, r->id))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "iter add: request %llu already present",
 				 (unsigned long long)r->id);
@@ -1466,6 +1528,7 @@ rg_status rg_iter_add(rg_iter *s, const rg_iter_request *r, double now_ms, rg_it
 	q->tag = share_tag(s, r->fair_key, r->fair_own);
 	q->cost = (double)r->prompt_len + max_new; /* its service: every token it will hold */
 	q->n_beams = r->n_beams >= 2 ? r->n_beams : 0;
+	q->n_src = r->n_src;
 	q->dec = -1;
 	q->first_ms = -1;
 	if ((st = admit_check(s, q, now_ms, adm)) != RG_OK) {

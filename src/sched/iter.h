@@ -133,6 +133,9 @@ typedef struct rg_iter_params {
 				     * target, >= 1 [1.1] */
 	int max_sim_steps;          /* admission simulates at most this many steps; a target not
 				     * resolved by then counts as missed [8192] */
+	int max_source;             /* encoder-decoders: the longest source, its cross blocks held
+				     * by each sequence (kv/seq_table.c rg_kv_cross); 0: decoder-only
+				     * [0] */
 } rg_iter_params;
 
 /* One request, as given to rg_iter_add (the prompt is copied). */
@@ -150,6 +153,9 @@ typedef struct rg_iter_request {
 				 * max_num_batched_tokens; 0 or 1: one sequence */
 	uint64_t fair_key;      /* its fair share of the queue (the header's order): requests of
 				 * equal (fair_key, fair_own) share one */
+	int n_src;              /* encoder-decoders: source tokens, 1..max_source (the source ids
+				 * stay the caller's: a plan's encode list names the sequences whose
+				 * encoder pass must run before its step); 0: decoder-only */
 	bool fair_own;          /* fair_key is the caller's own name for the request (e.g. the
 				 * engine's request id), apart from the keys the caller's clients
 				 * give (false) */
@@ -183,6 +189,14 @@ typedef struct rg_iter_plan {
 	double pairs;             /* attention pairs of the step, decode rows' included */
 	rg_step_shape shape;      /* the step's shape, the cost model's input */
 	int n_preempted;          /* sequences preempted while building it */
+	/* encoder-decoders (max_source > 0): every sequence's cross blocks are in batch's cross
+	 * fields; the n_encode sequences admitted by this plan (batch indices enc_seq) need their
+	 * encoder pass before the step, their cross K / V written at enc_slots, enc_cu[i] ..
+	 * enc_cu[i + 1] for the i-th (rg_model_encode_cross's slot_mapping) */
+	int n_encode;
+	const int32_t *enc_seq;   /* (n_encode) */
+	const int32_t *enc_cu;    /* (n_encode + 1) */
+	const int32_t *enc_slots; /* (enc_cu[n_encode]) */
 } rg_iter_plan;
 
 typedef enum rg_iter_finish {

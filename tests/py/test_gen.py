@@ -42,7 +42,9 @@ class StepBatch(ctypes.Structure):
     _fields_ = [("n_tokens", ctypes.c_int), ("tokens", I32P), ("positions", I32P),
                 ("n_seq", ctypes.c_int), ("cu_seqlens_q", I32P), ("context_lens", I32P),
                 ("max_blocks_per_seq", ctypes.c_int), ("block_tables", I32P),
-                ("slot_mapping", I32P), ("n_logits", ctypes.c_int), ("logits_rows", I32P)]
+                ("slot_mapping", I32P), ("n_logits", ctypes.c_int), ("logits_rows", I32P),
+                ("cross_lens", I32P), ("max_cross_blocks_per_seq", ctypes.c_int),
+                ("cross_block_tables", I32P)]  # encoder-decoders only
 
 
 STEP_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(StepBatch), F32P)
@@ -77,7 +79,12 @@ class Runner(ctypes.Structure):
                 ("max_context", ctypes.c_int), ("step", STEP_FN), ("copy_blocks", COPY_FN),
                 ("step_argmax", ctypes.c_void_p),  # NULL: the loop samples from logits
                 ("step_sample", STEP_SAMPLE_FN),  # NULL: on the host chain
-                ("step_sample_logits", ctypes.c_void_p)]  # NULL: logits through step
+                ("step_sample_logits", ctypes.c_void_p),  # NULL: logits through step
+                # encoder-decoders (NULL / 0: decoder-only), the model's generation defaults
+                ("encode", ctypes.c_void_p), ("max_source", ctypes.c_int),
+                ("decoder_start", ctypes.c_int32), ("bad_ids", ctypes.c_void_p),
+                ("n_bad", ctypes.c_int), ("has_forced_eos", ctypes.c_bool),
+                ("forced_eos", ctypes.c_int32)]
 
 
 class GenParams(ctypes.Structure):

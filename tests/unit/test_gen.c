@@ -86,7 +86,8 @@ static rg_status toy_copy(void *c, const int32_t *src, const int32_t *dst, int n
 
 static rg_gen_runner toy_runner(toy *t, int V, int bs, int n_blocks, int max_ctx)
 {
-	rg_gen_runner r = {t, V, bs, n_blocks, max_ctx, toy_step, toy_copy, NULL, NULL, NULL};
+	rg_gen_runner r = {.ctx = t, .vocab_size = V, .block_size = bs, .n_blocks = n_blocks,
+			   .max_context = max_ctx, .step = toy_step, .copy_blocks = toy_copy};
 
 	memset(t, 0, sizeof(*t));
 	t->V = V, t->bs = bs, t->n_blocks = n_blocks, t->max_ctx = max_ctx, t->fail_at = -1;

@@ -46,7 +46,8 @@ static rg_status light_copy(void *ctx, const int32_t *src, const int32_t *dst, i
 
 static rg_gen_engine *make_engine(int n_blocks, const rg_gen_engine_params *p)
 {
-	rg_gen_runner r = {NULL, V, 4, n_blocks, 256, light_step, light_copy, NULL, NULL, NULL};
+	rg_gen_runner r = {.vocab_size = V, .block_size = 4, .n_blocks = n_blocks,
+			   .max_context = 256, .step = light_step, .copy_blocks = light_copy};
 	rg_status st;
 	rg_gen_engine *e = rg_gen_engine_create_runner(&r, NULL, NULL, NULL, 0, p, &st);
 
