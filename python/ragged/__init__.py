@@ -19,7 +19,7 @@ import numpy as np
 from ._lib import RG_OK, ModelBatch, ModelParams, RunOptions, c_free, lib, library_path
 
 __version__ = "0.1.0"
-__all__ = ["Generator", "Model", "RaggedError", "default_model_path", "library_path",
+__all__ = ["Generator", "Translator", "Model", "RaggedError", "default_model_path", "library_path",
            "resolve_model", "__version__"]
 
 _PATH_MAX = 4096
@@ -237,4 +237,4 @@ class Model:
         return out[0] if single else out
 
 
-from .generate import Generator, default_model_path  # noqa: E402
+from .generate import Generator, Translator, default_model_path  # noqa: E402

@@ -542,3 +542,39 @@ class Generator:
         """text's ids as rg_generate tokenizes a prompt (the tokenizer's template: BOS where it
         adds one)."""
         return self._encode_plain(text, add_special_tokens=True)
+
+
+class Translator(Generator):
+    """An encoder-decoder model (MarianMT, opus-mt) loaded by libragged, for translation (issue
+    29): the source is encoded once per request on the packed, padding-free encoder path, its
+    cross-attention keys and values kept in the KV cache; the decoder then runs in the same
+    generation engine as the decoder-only models (continuous batching, beams, sampling).
+
+    model, device, dtype, max_batch_tokens: as Generator's. The model must be an
+    encoder-decoder (ValueError otherwise).
+    """
+
+    def __init__(self, model=None, device="cpu", dtype="auto", max_batch_tokens=2048,
+                 device_index=0):
+        super().__init__(model, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens,
+                         device_index=device_index)
+        info = lib().rg_model_get_info(self._h).contents
+        if info.kind != 2:  # RG_MODEL_ENC_DEC
+            self.close()
+            raise ValueError(f"{self.model_path}: {self.model_type} is not an encoder-decoder "
+                             "(use ragged.Generator for decoder-only models)")
+        self.eos_token_id = info.eos_token_id
+        self.decoder_start_token_id = info.decoder_start_token_id
+        self.max_source_positions = info.max_source_positions
+
+    def translate(self, sources, max_tokens=256, num_beams=1, **kw):
+        """Translate each source: a text (tokenized by the model's tokenizer, which must append
+        the end-of-source token itself as Marian's does; token ids are the portable form) or a
+        list of token ids (ending with eos_token_id, as MarianTokenizer writes them).
+        kw: generate()'s options (length_penalty, early_stopping, n, temperature, ...).
+        Returns generate()'s dicts, one per source (n per source with n > 1): "ids" are the
+        generated target tokens (the decoder start token excluded), "text" their detokenized
+        text when the model has a tokenizer."""
+        if isinstance(sources, str) or (sources and isinstance(sources[0], int)):
+            sources = [sources]
+        return self.generate(list(sources), max_tokens=max_tokens, num_beams=num_beams, **kw)
