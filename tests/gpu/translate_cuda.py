@@ -40,7 +40,9 @@ def main():
 
     with tempfile.TemporaryDirectory() as t:
         d = os.path.join(t, "tiny")
-        cfg, _ = make_seq2seq.make(d, "marian", seed=3, **dict(make_seq2seq._TINY, max_pos=64))
+        # head_dim 16: the smallest the CUDA paged attention takes
+        cfg, _ = make_seq2seq.make(d, "marian", seed=3,
+                                   **dict(make_seq2seq._TINY, d_model=64, max_pos=64))
         ref = ref_seq2seq.Seq2Seq(d)
         srcs = sources(cfg, 0, (5, 9, 3, 12, 1, 30))
         with ragged.Translator(d, device="cuda", dtype="fp32") as tr:
