@@ -105,6 +105,8 @@ TESTS = {
                              "public widths against transformers (issue 27)",
     "decoder_cuda_cpu": "tests/gpu/decoder_cuda_cpu.py: CUDA decoder logits against the CPU's "
                         "(Qwen3 q/k norm, Phi-3 LongRoPE among them)",
+    "translate_cuda": "tests/gpu/translate_cuda.py: ragged.Translator on CUDA against the "
+                      "float64 reference (issue 29)",
     "generate_cuda": "tests/gpu/generate_cuda.py: rg_generate on CUDA equals the CPU (greedy, "
                      "seeded samples, beams) through the one engine (issue 27)",
     "sample_cuda": "tests/gpu/sample_cuda.py: device sampling / top-k / argmax and the model's "
