@@ -14,6 +14,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential pkg-config libopenblas-dev libutf8proc-dev libjson-c-dev \
       libmicrohttpd-dev libsqlite3-dev libssl-dev libdnnl-dev libdragonbox-dev \
+      libsentencepiece-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile ./
@@ -39,7 +40,7 @@ FROM ${DEBIAN_SLIM} AS runtime
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libopenblas0-pthread libutf8proc2 libjson-c5 libmicrohttpd12 libsqlite3-0 libssl3 libdnnl2 \
-      libgomp1 curl \
+      libgomp1 libsentencepiece0 curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --create-home --home-dir /var/lib/ragged ragged
 COPY --from=build /out/usr/local/ /usr/local/

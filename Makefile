@@ -18,7 +18,8 @@ PYTHON ?= python3
 LIB_DIRS := src/core src/tokenizer src/ops src/model src/sched src/kv src/gen
 CSRC := $(shell find $(LIB_DIRS) -name '*.c' | sort)
 # C++ only where a library is C++ alone (src/core/f32_shortest.cc: Dragonbox's templates);
-# built without exceptions or RTTI and calling nothing of the C++ runtime.
+# built without exceptions or RTTI and calling nothing of the C++ runtime (but src/tokenizer/spm.cc:
+# SPM below).
 CXXSRC := $(shell find $(LIB_DIRS) -name '*.cc' | sort)
 APP_CSRC := $(shell find app -name '*.c' | sort)
 CUSRC := $(shell find src/ops/cuda -name '*.cu' 2>/dev/null | sort)
@@ -53,6 +54,17 @@ CXX ?= g++
 DRAGONBOX_INC ?= $(firstword $(wildcard /usr/include/dragonbox-*))
 BASE_CXXFLAGS := -std=c++17 -g -fPIC -fvisibility=hidden -fno-exceptions -fno-rtti -Iinclude -Isrc \
 	-Wall -Wextra -Wno-unused-parameter -Wshadow $(if $(DRAGONBOX_INC),-isystem $(DRAGONBOX_INC))
+
+# SentencePiece (Debian libsentencepiece-dev) reads the .model / .spm files of checkpoints that
+# ship no tokenizer.json (src/tokenizer/spm.cc: Marian's source.spm / target.spm). SPM=0, or its
+# header missing: built without it, and loading such a file answers RG_ERR_UNSUPPORTED. The C++
+# shim calls the C++ runtime and is built with exceptions (a std::bad_alloc is RG_ERR_OOM).
+SPM ?= $(if $(wildcard /usr/include/sentencepiece_processor.h),1,0)
+ifeq ($(SPM),1)
+LIBS += -lsentencepiece -lstdc++
+endif
+build/obj/tokenizer/spm.cc.o build/asan/obj/tokenizer/spm.cc.o: EXTRA_CXXFLAGS := -fexceptions \
+	$(if $(filter 1,$(SPM)),-DRG_WITH_SENTENCEPIECE)
 
 REL_CFLAGS := $(BASE_CFLAGS) -O2
 REL_CXXFLAGS := $(BASE_CXXFLAGS) -O2
@@ -94,7 +106,7 @@ ASAN_UNIT_BIN := $(patsubst tests/unit/%.c,build/asan/tests/%,$(UNIT_SRC))
 # CUDA=0 build after a CUDA one, or the reverse), every release object and library is rebuilt
 # instead of a CPU-only binary linking the CUDA objects left in libragged.a. Goals that build
 # only the ASan tree (always CPU-only) leave it alone.
-BUILD_CONFIG := CUDA=$(CUDA) DNNL=$(DNNL) DNNL_INC=$(DNNL_INC)
+BUILD_CONFIG := CUDA=$(CUDA) DNNL=$(DNNL) DNNL_INC=$(DNNL_INC) SPM=$(SPM)
 ifneq ($(filter-out asan deps clean,$(or $(MAKECMDGOALS),all)),)
 $(shell mkdir -p build && { echo '$(BUILD_CONFIG)' | cmp -s - build/config || \
 	echo '$(BUILD_CONFIG)' > build/config; })
@@ -122,12 +134,12 @@ build/obj/%.cc.o: src/%.cc build/config
 	@mkdir -p $(dir $@)
 	@[ -n "$(DRAGONBOX_INC)" ] || { echo "Dragonbox headers not found: run scripts/install-deps.sh" \
 		"(Debian libdragonbox-dev) or set DRAGONBOX_INC" >&2; exit 1; }
-	$(CXX) $(REL_CXXFLAGS) -MMD -MP -c $< -o $@
+	$(CXX) $(REL_CXXFLAGS) $(EXTRA_CXXFLAGS) -MMD -MP -c $< -o $@
 build/asan/obj/%.cc.o: src/%.cc
 	@mkdir -p $(dir $@)
 	@[ -n "$(DRAGONBOX_INC)" ] || { echo "Dragonbox headers not found: run scripts/install-deps.sh" \
 		"(Debian libdragonbox-dev) or set DRAGONBOX_INC" >&2; exit 1; }
-	$(CXX) $(ASAN_CXXFLAGS) -MMD -MP -c $< -o $@
+	$(CXX) $(ASAN_CXXFLAGS) $(EXTRA_CXXFLAGS) -MMD -MP -c $< -o $@
 build/obj/%.cu.o: src/%.cu build/config
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@

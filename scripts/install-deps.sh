@@ -5,7 +5,7 @@
 set -euo pipefail
 APT_PKGS="build-essential pkg-config libopenblas-dev libutf8proc-dev libjson-c-dev libmicrohttpd-dev
 libsqlite3-dev libssl-dev libcmocka-dev libdnnl-dev fortunes-min fortunes python3 python3-pip curl clang
-libclang-rt-dev nginx libdragonbox-dev"
+libclang-rt-dev nginx libdragonbox-dev libsentencepiece-dev sentencepiece"
 missing=()
 for p in $APT_PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -41,6 +41,9 @@ $PY -c 'import llama_index.llms.openai_like' 2>/dev/null || pyneed+=(llama-index
 # jinja2: tests/py/test_chat_template.py renders the models' chat templates with it, as transformers'
 # apply_chat_template does, as the reference for src/gen/chat_template.c.
 $PY -c 'import jinja2.sandbox' 2>/dev/null || pyneed+=(jinja2)
+# sentencepiece: tests/py/test_tokenizer_spm.py's reference for src/tokenizer/spm.cc (Debian's
+# libsentencepiece-dev, whose spm_train, package sentencepiece, trains the test models).
+$PY -c 'import sentencepiece' 2>/dev/null || pyneed+=(sentencepiece)
 if [ ${#pyneed[@]} -gt 0 ]; then
 	echo "install-deps: pip install ${pyneed[*]}"
 	$PY -m pip install -q "${pyneed[@]}" 2>/dev/null || $PY -m pip install -q --break-system-packages "${pyneed[@]}"
