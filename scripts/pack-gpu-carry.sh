@@ -70,6 +70,8 @@ if [ "${CARRY_DNNL:-0}" = 1 ]; then
 	cp -L /usr/include/dnnl*.h "$D/include/" 2>/dev/null || true
 fi
 [ -e /usr/include/cmocka_pbc.h ] && hdr cmocka_pbc.h
+# SentencePiece (src/tokenizer/spm.cc; the Makefile builds stubs without its header)
+[ -e /usr/include/sentencepiece_processor.h ] && hdr sentencepiece_processor.h
 [ -f /usr/include/json-c/json.h ] || die "/usr/include/json-c missing (libjson-c-dev)"
 mkdir -p "$D/include/json-c"
 cp -L /usr/include/json-c/*.h "$D/include/json-c/"
@@ -82,6 +84,7 @@ soname() { objdump -p "$1" | awk '/SONAME/ {print $2}'; }
 CARRIED=()
 LIBS_CARRIED="openblas utf8proc json-c microhttpd sqlite3 cmocka"
 [ "${CARRY_DNNL:-0}" = 1 ] && LIBS_CARRIED="$LIBS_CARRIED dnnl"
+[ -e "$LIBDIR/libsentencepiece.so" ] && LIBS_CARRIED="$LIBS_CARRIED sentencepiece"
 for l in $LIBS_CARRIED; do
 	dev=$LIBDIR/lib$l.so
 	[ -e "$dev" ] || die "$dev missing (run scripts/install-deps.sh)"

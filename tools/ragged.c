@@ -1078,8 +1078,10 @@ static int cmd_info(int argc, char **argv, const cli_cmd *c)
 	json_object_object_add(model, "normalize", json_object_new_boolean(i->normalize));
 	json_object_object_add(model, "device", json_object_new_string(rg_device_name(i->device)));
 	json_object_object_add(model, "dtype", json_object_new_string(rg_dtype_name(i->dtype)));
-	json_object_object_add(model, "kind", json_object_new_string(i->kind == RG_MODEL_DECODER
-									      ? "decoder" : "encoder"));
+	json_object_object_add(model, "kind",
+			       json_object_new_string(i->kind == RG_MODEL_DECODER   ? "decoder"
+						      : i->kind == RG_MODEL_ENC_DEC ? "encoder-decoder"
+										    : "encoder"));
 	if (i->kind == RG_MODEL_DECODER) {
 		rg_kv_info kv;
 
@@ -1095,6 +1097,13 @@ static int cmd_info(int argc, char **argv, const cli_cmd *c)
 		if (rg_model_kv_info(m, &kv) == RG_OK)
 			json_object_object_add(model, "kv_bytes_per_token",
 					       json_object_new_int64((int64_t)kv.bytes_per_token));
+	}
+	if (i->kind == RG_MODEL_ENC_DEC) {
+		json_object_object_add(model, "eos_token_id", json_object_new_int(rg_model_eos_id(m)));
+		json_object_object_add(model, "decoder_start_token_id",
+				       json_object_new_int(i->decoder_start_token_id));
+		json_object_object_add(model, "max_source_positions",
+				       json_object_new_int(i->max_source_positions));
 	}
 	json_object_object_add(root, "model", model);
 	{

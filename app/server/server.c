@@ -709,6 +709,14 @@ int rg_serve_main(int argc, char **argv)
 	if (s->o.served_model_name)
 		snprintf(s->model_name, sizeof(s->model_name), "%s", s->o.served_model_name);
 	s->created_s = (long long)time(NULL);
+	if (s->info->kind == RG_MODEL_ENC_DEC) {
+		/* issue 29: /translate and the seq2seq routes are not built yet */
+		fprintf(stderr, "ragged serve: %s is an encoder-decoder (%s); the server does not "
+				"serve these yet: translate with `ragged translate` or "
+				"ragged.Translator\n", s->info->model_dir, s->info->model_type);
+		rc = EXIT_USAGE;
+		goto out_stop;
+	}
 	/* sentence-transformers prompts are an encoder's (a decoder may be a GGUF file) */
 	if (s->info->kind != RG_MODEL_DECODER &&
 	    (st = rg_prompts_load(s->info->model_dir, &s->prompts)) != RG_OK) {

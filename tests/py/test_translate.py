@@ -175,3 +175,19 @@ def test_cli_translate(marian):
     r = subprocess.run([binp, "translate", "--model", os.path.join(HERE, "no-such-model")],
                        input="x\n", capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and r.stderr
+
+
+def test_info_and_serve(marian):
+    """`ragged info` names the kind; `ragged serve` refuses an encoder-decoder at start with a
+    message naming what does translate, instead of serving it as an encoder."""
+    import subprocess
+    d, cfg, _ = marian
+    binp = os.environ.get("RAGGED_BIN", os.path.join(HERE, "..", "..", "build", "ragged"))
+    r = subprocess.run([binp, "info", "--model", d], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)["model"]
+    assert info["kind"] == "encoder-decoder"
+    assert info["decoder_start_token_id"] == cfg["decoder_start_token_id"]
+    r = subprocess.run([binp, "serve", "--model", d, "--port", "0"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0 and "encoder-decoder" in r.stderr and "translate" in r.stderr
