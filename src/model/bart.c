@@ -118,24 +118,11 @@ static rg_status marian_hparams(rg_model *m, const rg_cfg_src *cf)
 			  "decoder_attention_heads")) ||
 	    (s = same_int(cf, "encoder_ffn_dim", c->intermediate_size, "decoder_ffn_dim")))
 		return s;
-	if (!strcmp(act, "swish") || !strcmp(act, "silu")) {
-		c->hidden_act = RG_ACT_SILU;
-		c->act_name = "swish";
-	} else if (!strcmp(act, "gelu")) {
-		c->hidden_act = RG_ACT_GELU;
-		c->act_name = "gelu";
-	} else if (!strcmp(act, "relu")) {
-		c->hidden_act = RG_ACT_RELU;
-		c->act_name = "relu";
-	} else if (!strcmp(act, "gelu_new")) {
-		c->hidden_act = RG_ACT_GELU_NEW;
-		c->act_name = "gelu_new";
-	} else {
-		return rg_errorf(RG_ERR_UNSUPPORTED,
-				 "%s: activation_function \"%s\" is not supported (swish, gelu, "
-				 "gelu_new, relu)",
-				 path, act);
-	}
+	if ((s = rg_cfg_act(path, "activation_function", act,
+			    1u << RG_ACT_SILU | 1u << RG_ACT_GELU | 1u << RG_ACT_GELU_NEW |
+				    1u << RG_ACT_RELU,
+			    &c->hidden_act, &c->act_name)) != RG_OK)
+		return s;
 	if (c->hidden_size % c->num_attention_heads)
 		return rg_errorf(RG_ERR_FORMAT, "%s: d_model %d is not divisible by "
 				 "decoder_attention_heads %d", path, c->hidden_size,

@@ -955,6 +955,35 @@ rg_status rg_config_model_type(const char *dir, char *buf, size_t n)
 	return s;
 }
 
+rg_status rg_cfg_act(const char *path, const char *key, const char *name, unsigned allowed,
+		     rg_act *act, const char **canon)
+{
+	static const struct {
+		const char *name, *canon;
+		rg_act act;
+	} T[] = {
+		{"gelu_new", "gelu_new", RG_ACT_GELU_NEW}, {"gelu_pytorch_tanh", "gelu_new", RG_ACT_GELU_NEW},
+		{"gelu", "gelu", RG_ACT_GELU},             {"relu", "relu", RG_ACT_RELU},
+		{"swish", "swish", RG_ACT_SILU},           {"silu", "silu", RG_ACT_SILU},
+	};
+	char list[160];
+	size_t off = 0;
+
+	for (size_t i = 0; i < sizeof(T) / sizeof(T[0]); i++)
+		if (!strcmp(name, T[i].name) && (allowed & (1u << T[i].act))) {
+			*act = T[i].act;
+			*canon = T[i].canon;
+			return RG_OK;
+		}
+	list[0] = '\0';
+	for (size_t i = 0; i < sizeof(T) / sizeof(T[0]) && off < sizeof(list); i++)
+		if (allowed & (1u << T[i].act))
+			off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s", off ? ", " : "",
+						T[i].name);
+	return rg_errorf(RG_ERR_UNSUPPORTED, "%s: %s \"%s\" is not supported (%s)", path, key,
+			 name, list);
+}
+
 rg_status rg_cfg_token_id(const char *path, json_object *root, const char *key, int *v)
 {
 	json_object *o;

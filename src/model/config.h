@@ -121,6 +121,14 @@ rg_status rg_cfg_token_id(const char *path, struct json_object *root, const char
 /* True when key is present and not null. */
 bool rg_cfg_has(struct json_object *root, const char *key);
 
+/* An activation name of config.json (key, read by the caller: name) as rg_act and its static
+ * name for rg_model_info: "gelu_new" / "gelu_pytorch_tanh" -> GELU_NEW ("gelu_new"), "gelu" ->
+ * GELU, "relu" -> RELU, "swish" / "silu" -> SILU. allowed: a bit mask of (1 << rg_act) the family
+ * computes; another name, or one outside allowed, is RG_ERR_UNSUPPORTED naming key, path and
+ * the allowed names. */
+rg_status rg_cfg_act(const char *path, const char *key, const char *name, unsigned allowed,
+		     rg_act *act, const char **canon);
+
 /* ---- one source of hyper-parameters: a config.json or a GGUF file's metadata ----
  * An architecture's hparams hook (model.h rg_arch) reads its hyper-parameters once for both
  * formats through these getters, naming each value by its config.json key and its GGUF key

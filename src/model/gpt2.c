@@ -75,21 +75,10 @@ static rg_status gpt2_hparams(rg_model *m, const rg_cfg_src *cf)
 	if (c->hidden_size % c->num_attention_heads)
 		return rg_errorf(RG_ERR_FORMAT, "%s: n_embd %d is not divisible by n_head %d", path,
 				 c->hidden_size, c->num_attention_heads);
-	if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh")) {
-		c->hidden_act = RG_ACT_GELU_NEW;
-		c->act_name = "gelu_new";
-	} else if (!strcmp(act, "gelu")) {
-		c->hidden_act = RG_ACT_GELU;
-		c->act_name = "gelu";
-	} else if (!strcmp(act, "relu")) {
-		c->hidden_act = RG_ACT_RELU;
-		c->act_name = "relu";
-	} else {
-		return rg_errorf(RG_ERR_UNSUPPORTED,
-				 "%s: activation_function \"%s\" is not supported (gelu_new, "
-				 "gelu_pytorch_tanh, gelu, relu)",
-				 path, act);
-	}
+	if ((s = rg_cfg_act(path, "activation_function", act,
+			    1u << RG_ACT_GELU_NEW | 1u << RG_ACT_GELU | 1u << RG_ACT_RELU,
+			    &c->hidden_act, &c->act_name)) != RG_OK)
+		return s;
 	if ((s = rg_cfg_bool(path, root, "add_cross_attention", false, &on)) != RG_OK)
 		return s;
 	if (on)

@@ -693,6 +693,30 @@ static void test_pooling_path_escape(void **state)
 	expect_pool_fail(RG_ERR_IO, "1_Pooling/config.json", NULL);
 }
 
+/* rg_cfg_act: names to rg_act and their canonical names, refused outside a family's mask with
+ * the allowed names listed. */
+static void test_cfg_act(void **state)
+{
+	rg_act a = RG_ACT_NONE;
+	const char *c = NULL;
+	const unsigned gpt2 = 1u << RG_ACT_GELU_NEW | 1u << RG_ACT_GELU | 1u << RG_ACT_RELU;
+
+	(void)state;
+	assert_int_equal(rg_cfg_act("p", "k", "gelu_pytorch_tanh", gpt2, &a, &c), RG_OK);
+	assert_int_equal(a, RG_ACT_GELU_NEW);
+	assert_string_equal(c, "gelu_new");
+	assert_int_equal(rg_cfg_act("p", "k", "swish", 1u << RG_ACT_SILU, &a, &c), RG_OK);
+	assert_int_equal(a, RG_ACT_SILU);
+	assert_string_equal(c, "swish");
+	assert_int_equal(rg_cfg_act("p", "k", "silu", 1u << RG_ACT_SILU, &a, &c), RG_OK);
+	assert_string_equal(c, "silu");
+	assert_int_equal(rg_cfg_act("/m/config.json", "activation_function", "swish", gpt2, &a, &c),
+			 RG_ERR_UNSUPPORTED);
+	assert_non_null(strstr(rg_last_error(), "/m/config.json: activation_function \"swish\""));
+	assert_non_null(strstr(rg_last_error(), "(gelu_new, gelu_pytorch_tanh, gelu, relu)"));
+	assert_int_equal(rg_cfg_act("p", "k", "mish", ~0u, &a, &c), RG_ERR_UNSUPPORTED);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -716,6 +740,7 @@ int main(void)
 		cmocka_unit_test_setup(test_pooling_malformed, case_setup),
 		cmocka_unit_test_setup(test_pooling_path_escape, case_setup),
 		cmocka_unit_test_setup(test_dense_modules, case_setup),
+		cmocka_unit_test(test_cfg_act),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
