@@ -205,15 +205,18 @@ rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *
 rg_status rg_decoder_prepare(rg_model *m, const char *dir)
 {
 	char *tok_path = rg_path_join(dir, "tokenizer.json");
+	char *spm_path = rg_path_join(dir, "source.spm");
 	struct stat sb;
 	rg_status s = RG_OK;
 
-	/* the tokenizer is optional for a decoder (the step API takes ids) */
-	if (!tok_path)
-		return rg_errorf(RG_ERR_OOM, "out of host memory");
-	if (stat(tok_path, &sb) == 0)
+	/* the tokenizer is optional for a decoder (the step API takes ids); MarianMT ships
+	 * source.spm / target.spm / vocab.json instead of tokenizer.json (tokenizer/marian.h) */
+	if (!tok_path || !spm_path)
+		s = rg_errorf(RG_ERR_OOM, "out of host memory");
+	else if (stat(tok_path, &sb) == 0 || stat(spm_path, &sb) == 0)
 		s = rg_tokenizer_load(dir, &m->tok);
 	free(tok_path);
+	free(spm_path);
 	return s;
 }
 

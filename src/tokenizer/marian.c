@@ -557,3 +557,22 @@ int32_t rg_marian_tok_vocab_size(const rg_marian_tok *t)
 {
 	return t ? t->vocab.size : 0;
 }
+
+int32_t rg_marian_tok_max_id(const rg_marian_tok *t)
+{
+	int32_t a, b;
+
+	if (!t)
+		return -1;
+	a = t->vocab.n_inv - 1;
+	b = t->separate ? t->tgt_vocab.n_inv - 1 : -1;
+	return a > b ? a : b;
+}
+
+bool rg_marian_tok_is_special(const rg_marian_tok *t, int32_t id)
+{
+	for (int i = 0; t && i < t->n_special; i++)
+		if (t->special[i].id == id)
+			return true;
+	return false;
+}

@@ -107,4 +107,11 @@ RG_TEST_API int32_t rg_marian_tok_eos_id(const rg_marian_tok *t);
 RG_TEST_API int32_t rg_marian_tok_unk_id(const rg_marian_tok *t);
 RG_TEST_API int32_t rg_marian_tok_pad_id(const rg_marian_tok *t);
 RG_TEST_API int32_t rg_marian_tok_vocab_size(const rg_marian_tok *t);
+
+/* The largest id of vocab.json (and target_vocab.json with separate_vocabs): ids range over
+ * [0, max_id], which a model's vocab_size must cover. -1 for NULL. */
+RG_TEST_API int32_t rg_marian_tok_max_id(const rg_marian_tok *t);
+
+/* Whether id is one of the special tokens (eos, unk, pad, additional_special_tokens). */
+RG_TEST_API bool rg_marian_tok_is_special(const rg_marian_tok *t, int32_t id);
 #endif

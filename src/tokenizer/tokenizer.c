@@ -28,6 +28,7 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "tokenizer/bert_normalizer.h"
+#include "tokenizer/marian.h"
 #include "tokenizer/tok_internal.h"
 
 /* tokenizer.json of the large multilingual vocabularies is 17-30 MB; refuse absurd files */
@@ -76,6 +77,9 @@ typedef enum rg_tok_model {
 
 struct rg_tokenizer {
 	rg_tok_model model;
+	/* MarianMT's source.spm / target.spm / vocab.json (marian.h): when set, every call below
+	 * hands the text to it and none of the other fields is used */
+	rg_marian_tok *marian;
 	/* WordPiece */
 	rg_strmap words; /* full vocab */
 	rg_strmap cont;	 /* vocab entries that start with the prefix, prefix removed */
@@ -157,6 +161,7 @@ void rg_tokenizer_free(rg_tokenizer *t)
 {
 	if (!t)
 		return;
+	rg_marian_tok_free(t->marian);
 	rg_strmap_free(&t->words);
 	rg_strmap_free(&t->cont);
 	rg_bpe_free(t->bpe);
@@ -180,7 +185,7 @@ void rg_tokenizer_free(rg_tokenizer *t)
 
 int32_t rg_tokenizer_cls_id(const rg_tokenizer *t)
 {
-	return t->n_pre ? t->pre_ids[0] : -1;
+	return t->n_pre ? t->pre_ids[0] : -1; /* Marian: n_pre 0 */
 }
 int32_t rg_tokenizer_sep_id(const rg_tokenizer *t)
 {
@@ -905,9 +910,18 @@ rg_status rg_tokenizer_load(const char *dir, rg_tokenizer **out)
 	/* probe with stat, never by opening: a FIFO in a model directory must not hang the load
 	 * (rg_file_read refuses anything but a regular file) */
 	struct stat sb;
+	char spm_path[4096];
+	snprintf(spm_path, sizeof(spm_path), "%s/source.spm", dir);
 	if (stat(path, &sb) == 0) {
 		if ((st = rg_json_read_file(path, RG_TOK_MAX_FILE, &root)) == RG_OK)
 			st = load_tokenizer_root(t, root, path);
+	} else if (stat(spm_path, &sb) == 0) {
+		/* MarianMT: source.spm + target.spm + vocab.json (marian.h), no tokenizer.json */
+		if ((st = rg_marian_tok_load(dir, &t->marian)) != RG_OK)
+			goto fail;
+		t->max_id = rg_marian_tok_max_id(t->marian);
+		*out = t;
+		return RG_OK;
 	} else if ((st = rg_tok_gpt2_files_json(dir, &root)) != RG_OK || root) {
 		/* GPT-2's vocab.json + merges.txt (bpe_gguf.c) */
 		snprintf(path, sizeof(path), "%s/vocab.json", dir);
@@ -962,6 +976,8 @@ bool rg_tokenizer_byte_level_decoder(const rg_tokenizer *t)
 
 bool rg_tokenizer_is_special(const rg_tokenizer *t, int32_t id)
 {
+	if (t->marian)
+		return rg_marian_tok_is_special(t->marian, id);
 	return id >= 0 && (size_t)id < t->n_id && t->id_special[id];
 }
 
@@ -1357,6 +1373,55 @@ static void put_text(const rg_tokenizer *t, rg_encoding *out, rg_enc_ctx *c, siz
 	}
 }
 
+/* rg_tokenizer_encode_ex through a Marian tokenizer: the source side (the encoder's input) of
+ * MarianTokenizer(text), eos the template's one token; truncation as HF's (content tokens
+ * dropped from the right or the left, eos kept). No pairs and no offsets (MarianTokenizer is a
+ * slow tokenizer: return_offsets_mapping is refused there too). */
+static rg_status marian_encode_ex(const rg_tokenizer *t, const char *a, size_t a_len, bool pair,
+				  const rg_tok_params *p, rg_encoding *out)
+{
+	int32_t *ids = NULL;
+	size_t n = 0, keep, from = 0, n_special = p->add_special_tokens ? 1 : 0;
+	rg_status st;
+
+	if (pair)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "tokenizer: MarianMT's tokenizer takes single texts, not pairs");
+	if (p->offsets)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "tokenizer: MarianMT's SentencePiece tokenizer gives no offsets");
+	if ((st = rg_marian_tok_encode(t->marian, RG_MARIAN_SOURCE, a, a_len, false, &ids, &n)) !=
+	    RG_OK)
+		return st;
+	keep = n;
+	if (p->truncation != RG_TRUNCATE_NONE && p->max_len && n + n_special > p->max_len) {
+		if (n_special >= p->max_len) {
+			free(ids);
+			return rg_errorf(RG_ERR_TOO_LONG, "the template alone is %zu tokens, over %zu",
+					 n_special, p->max_len);
+		}
+		keep = p->max_len - n_special;
+		from = p->truncation == RG_TRUNCATE_LEFT ? n - keep : 0;
+		out->truncated = true;
+	}
+	out->ids = malloc((keep + n_special + 1) * sizeof(*out->ids));
+	out->types = calloc(keep + n_special + 1, sizeof(*out->types));
+	out->special = calloc(keep + n_special + 1, 1);
+	if (!out->ids || !out->types || !out->special) {
+		free(ids);
+		rg_encoding_free(out);
+		return rg_errorf(RG_ERR_OOM, "tokenizer: out of memory");
+	}
+	memcpy(out->ids, ids + from, keep * sizeof(*ids));
+	free(ids);
+	out->n = keep;
+	if (n_special) {
+		out->ids[out->n] = rg_marian_tok_eos_id(t->marian);
+		out->special[out->n++] = 1;
+	}
+	return RG_OK;
+}
+
 rg_status rg_tokenizer_encode_ex(const rg_tokenizer *t, const char *a, size_t a_len, const char *b,
 				 size_t b_len, const rg_tok_params *p, rg_encoding *out)
 {
@@ -1368,6 +1433,8 @@ rg_status rg_tokenizer_encode_ex(const rg_tokenizer *t, const char *a, size_t a_
 	memset(out, 0, sizeof(*out));
 	if (!t || (!a && a_len))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "tokenizer: NULL argument");
+	if (t->marian)
+		return marian_encode_ex(t, a, a_len, pair, p, out);
 	if (pair && t->no_pair)
 		return rg_errorf(RG_ERR_UNSUPPORTED,
 				 "tokenizer: the post_processor has no pair template (single texts "
@@ -1800,6 +1867,8 @@ rg_status rg_tokenizer_decode(const rg_tokenizer *t, const int32_t *ids, size_t 
 	memset(l, 0, sizeof(l));
 	if (!t || (!ids && n))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "tokenizer: NULL argument");
+	if (t->marian) /* transformers' skip_special_tokens drops unk too (marian.h) */
+		return rg_marian_tok_decode(t->marian, ids, n, skip_special, skip_special, text, len);
 	if (t->dec_error[0])
 		return rg_errorf(RG_ERR_UNSUPPORTED, "%s", t->dec_error);
 	rg_buf_init(&tmp);
@@ -1846,6 +1915,8 @@ out:
 
 const char *rg_tokenizer_id_to_token(const rg_tokenizer *t, int32_t id, size_t *len)
 {
+	if (t && t->marian)
+		return rg_marian_tok_id_to_token(t->marian, id, len);
 	if (!t || id < 0 || (size_t)id >= t->n_id || !t->id_str[id]) {
 		if (len)
 			*len = 0;

@@ -13,7 +13,10 @@
 
 typedef struct rg_tokenizer rg_tokenizer;
 
-/* Load from <dir>/tokenizer.json, else from GPT-2's <dir>/vocab.json + <dir>/merges.txt (as
+/* Load from <dir>/tokenizer.json, else from MarianMT's <dir>/source.spm + target.spm + vocab.json
+ * (tokenizer/marian.h: encode is the source side with eos as the template's token, decode the
+ * target side; no pairs, no offsets, no streaming decoder), else from GPT-2's
+ * <dir>/vocab.json + <dir>/merges.txt (as
  * HF BPE.from_file with the ByteLevel pre-tokenizer (add_prefix_space false, GPT-2's regex) and
  * decoder, <|endoftext|> a special added token when in the vocabulary, no BOS; merges.txt's
  * "#version" and empty lines skipped), else from <dir>/vocab.txt (WordPiece only, below).
