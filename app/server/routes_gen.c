@@ -982,9 +982,11 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 					     "However, your %s has %d tokens. Please reduce the length "
 					     "of the %s.", max_ctx, param, n, param);
 		}
-		if (g->req.max_tokens < 0) {
+		/* a decoder's prompt and completion share its context (an encoder-decoder's
+		 * completion has the decoder's room, capped above) */
+		if (!enc_dec && g->req.max_tokens < 0) {
 			g->req.max_tokens = max_ctx - n;
-		} else if (n + g->req.max_tokens > max_ctx) {
+		} else if (!enc_dec && n + g->req.max_tokens > max_ctx) {
 			free(ids);
 			return rg_conn_error(c, vcode, c->openai ? "context_length_exceeded"
 								 : "validation",
@@ -1222,9 +1224,12 @@ enum MHD_Result rg_answer_gen_info(conn_ctx *c)
 	rg_buf b;
 	int max_ctx = rg_gen_srv_max_context(s->gen);
 	bool enc_dec = i->kind == RG_MODEL_ENC_DEC;
-	/* an encoder-decoder's input is the source (the encoder's limit), its output the
-	 * decoder's room (its context less the decoder start token) */
-	int max_in = enc_dec ? i->max_source_positions : max_ctx - 1;
+	/* an encoder-decoder's input is the source (the encoder's limit, and one step's budget
+	 * with the decoder's first token: sources are encoded whole), its output the decoder's
+	 * room (its context less the decoder start token) */
+	int max_in = !enc_dec ? max_ctx - 1
+		     : i->max_source_positions < s->o.max_num_batched_tokens - 1
+			     ? i->max_source_positions : s->o.max_num_batched_tokens - 1;
 
 	rg_buf_init(&b);
 	rg_buf_puts(&b, "{\"version\":\"" RAGGED_VERSION "\",\"router\":\"ragged\",\"model_id\":");
