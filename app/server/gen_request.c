@@ -1311,7 +1311,7 @@ void rg_gen_answer_json(rg_buf *b, const rg_gen_answer_ctx *ctx, const rg_gen_ch
 
 	if (ctx->api == RG_GEN_API_TRANSLATE) {
 		rg_buf_puts(b, ctx->list ? "[" : "");
-		for (int i = 0; i < n_choices; i++) {
+		for (int i = 0; i < (ctx->list ? n_choices : n_choices > 0); i++) {
 			const rg_gen_choice *c = &choices[i];
 
 			rg_buf_puts(b, i ? ",{\"translation_text\":" : "{\"translation_text\":");

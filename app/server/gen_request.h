@@ -248,8 +248,8 @@ typedef struct rg_gen_choice {
  *     "best_of_sequences":[...] when best_of > 1 (choices 1.. )}} -- TGI answers a JSON object
  *     (huggingface_hub reads a list too; ragged sends the object as TGI does).
  *   TRANSLATE: per choice {"translation_text","generated_tokens","finish_reason" (TGI's names:
- *     "eos_token", "stop_sequence", "length"),"details": null | {TGI's details body}}; the
- *     object alone, or (ctx->list) a list of them in input order.
+ *     "eos_token", "stop_sequence", "length"),"details": null | {TGI's details body}}: the
+ *     first choice's object alone, or (ctx->list) a list of every choice's in input order.
  * choices: (n_choices) in index order. details: TGI and TRANSLATE. */
 void rg_gen_answer_json(rg_buf *b, const rg_gen_answer_ctx *ctx, const rg_gen_choice *choices,
 			int n_choices, const rg_gen_usage *usage, bool details, int top_n);

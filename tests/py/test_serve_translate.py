@@ -375,7 +375,7 @@ def test_disconnects_and_errors_free_blocks(marian):
     answers whose clients close before the end (beams): the sequences are aborted, the KV blocks
     (self and cross) return to zero, the server still answers."""
     d, cfg, _ = marian
-    s = Server(d, "--max-num-seqs", 16, "--step-delay-ms", 20, "--block-size", 4)
+    s = Server(d, "--max-num-seqs", 16, "--step-delay-ms", 50, "--block-size", 4)
     try:
         src = sources(cfg, 7, (40,))[0]
         bodies = [("/v1/completions", {"prompt": src, "max_tokens": 60, "stream": True,
