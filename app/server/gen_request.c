@@ -229,53 +229,56 @@ static rg_status alloc_prompts(rg_gen_request *r, size_t n, const rg_gen_limits 
 	return RG_OK;
 }
 
-/* Completions' "prompt": a string, [string], [int] (one prompt of ids) or [[int]]. The list
- * forms are not mixed (OpenAI's schema is one of the four). */
-static rg_status parse_prompt(json_object *root, const rg_gen_limits *lim, rg_gen_request *r,
-			      rg_req_error *err)
+/* Completions' "prompt" (and /translate's "inputs": key names the field): a string, [string],
+ * [int] (one prompt of ids) or [[int]]. The list forms are not mixed (OpenAI's schema is one of
+ * the four). r->inputs_list: a list of prompts (not one string or one list of ids). */
+static rg_status parse_prompt(json_object *root, const char *key, const rg_gen_limits *lim,
+			      rg_gen_request *r, rg_req_error *err)
 {
-	json_object *v = opt(root, "prompt"), *e0;
-	char param[32];
+	json_object *v = opt(root, key), *e0;
+	char param[48];
 	size_t n;
 	bool strings;
 	rg_status st;
 
 	if (!v)
-		return rg_req_failp(err, "prompt", 400, "validation", "missing prompt");
+		return rg_req_failp(err, key, 400, "validation", "missing %s", key);
 	if (json_object_is_type(v, json_type_string)) {
-		if ((st = alloc_prompts(r, 1, lim, "prompt", err)) != RG_OK)
+		if ((st = alloc_prompts(r, 1, lim, key, err)) != RG_OK)
 			return st;
-		return copy_str(v, "prompt", false, true, &r->texts[0], &r->text_lens[0], err);
+		return copy_str(v, key, false, true, &r->texts[0], &r->text_lens[0], err);
 	}
 	if (!json_object_is_type(v, json_type_array))
-		return rg_req_failp(err, "prompt", 400, "validation",
-				 "prompt must be a string, a list of strings, a list of token ids "
-				 "or a list of lists of token ids");
+		return rg_req_failp(err, key, 400, "validation",
+				 "%s must be a string, a list of strings, a list of token ids "
+				 "or a list of lists of token ids", key);
 	if ((n = json_object_array_length(v)) == 0)
-		return rg_req_failp(err, "prompt", 400, "validation", "prompt is an empty list");
+		return rg_req_failp(err, key, 400, "validation", "%s is an empty list", key);
 	e0 = json_object_array_get_idx(v, 0);
 	if (json_object_is_type(e0, json_type_int)) {
-		if ((st = alloc_prompts(r, 1, lim, "prompt", err)) != RG_OK)
+		if ((st = alloc_prompts(r, 1, lim, key, err)) != RG_OK)
 			return st;
-		return copy_ids(v, "prompt", lim, &r->ids[0], &r->n_ids[0], err);
+		return copy_ids(v, key, lim, &r->ids[0], &r->n_ids[0], err);
 	}
 	strings = json_object_is_type(e0, json_type_string);
+	snprintf(param, sizeof(param), "%s[0]", key);
 	if (!strings && !json_object_is_type(e0, json_type_array))
-		return rg_req_failp(err, "prompt[0]", 400, "validation",
-				 "prompt[0] must be a string, a token id or a list of token ids");
-	if ((st = alloc_prompts(r, n, lim, "prompt", err)) != RG_OK)
+		return rg_req_failp(err, param, 400, "validation",
+				 "%s must be a string, a token id or a list of token ids", param);
+	if ((st = alloc_prompts(r, n, lim, key, err)) != RG_OK)
 		return st;
+	r->inputs_list = true;
 	for (size_t i = 0; i < n; i++) {
 		json_object *e = json_object_array_get_idx(v, i);
 
-		snprintf(param, sizeof(param), "prompt[%zu]", i);
+		snprintf(param, sizeof(param), "%s[%zu]", key, i);
 		if (strings)
 			st = copy_str(e, param, false, true, &r->texts[i], &r->text_lens[i], err);
 		else if (json_object_is_type(e, json_type_array))
 			st = copy_ids(e, param, lim, &r->ids[i], &r->n_ids[i], err);
 		else
 			st = rg_req_failp(err, param, 400, "validation",
-				       "%s must be a list of token ids like prompt[0]", param);
+				       "%s must be a list of token ids like %s[0]", param, key);
 		if (st != RG_OK)
 			return st;
 	}
@@ -644,7 +647,7 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 	if ((st = refuse_unknown(root, chat, err)) != RG_OK)
 		return st;
 	if ((st = get_str(root, "model", &r->model, err)) != RG_OK ||
-	    (st = chat ? parse_messages(root, lim, r, err) : parse_prompt(root, lim, r, err)))
+	    (st = chat ? parse_messages(root, lim, r, err) : parse_prompt(root, "prompt", lim, r, err)))
 		return st;
 	/* harmless bookkeeping, type-checked and ignored */
 	if ((st = get_str(root, "user", &r->user, err)) != RG_OK ||
@@ -853,6 +856,137 @@ static rg_status parse_tgi(json_object *root, const rg_gen_limits *lim, rg_gen_r
 	return RG_OK;
 }
 
+/* ---- /translate ---------------------------------------------------------------------------- */
+
+/* The keys /translate reads: top level, and in "parameters". */
+static const char *const translate_keys[] = {"inputs", "parameters", "stream"};
+static const char *const translate_params[] = {
+	"max_new_tokens", "num_beams", "do_sample", "temperature", "top_k", "top_p",
+	"repetition_penalty", "seed", "length_penalty", "early_stopping", "no_repeat_ngram_size",
+	"stop", "details", "deadline_ms", "tpot_ms", "priority",
+};
+
+/* 400 naming the first key of o not in keys[n] (where: "" at the top, "parameters."). */
+static rg_status refuse_other_keys(json_object *o, const char *const *keys, size_t n,
+				   const char *where, rg_req_error *err)
+{
+	json_object_object_foreach(o, key, val) {
+		size_t k = 0;
+
+		(void)val;
+		while (k < n && strcmp(key, keys[k]))
+			k++;
+		if (k == n)
+			return rg_req_failp(err, key, 400, "validation",
+					 "unknown parameter %s%.100s (/translate reads %s)", where, key,
+					 *where ? "max_new_tokens, num_beams, do_sample, temperature, "
+						  "top_k, top_p, repetition_penalty, seed, "
+						  "length_penalty, early_stopping, "
+						  "no_repeat_ngram_size, stop, details, deadline_ms, "
+						  "tpot_ms, priority"
+						: "inputs, parameters, stream");
+	}
+	return RG_OK;
+}
+
+/* POST /translate (encoder-decoders): the body documented at rg_gen_request_parse, mapped onto
+ * the fields the generation routes share (beams: use_beam_search with best_of = num_beams and
+ * n = 1, as fill_params reads them). */
+static rg_status parse_translate(json_object *root, const rg_gen_limits *lim, rg_gen_request *r,
+				 rg_req_error *err)
+{
+	json_object *p;
+	int num_beams = 1;
+	rg_status st;
+
+	/* language codes: refused by name rather than ignored (ragged's tokenizers do not
+	 * represent them yet; a multilingual Marian model reads a ">>xx<<" token in the text) */
+	p = opt(root, "parameters");
+	for (int k = 0; k < 2; k++) {
+		const char *lang = k ? "tgt_lang" : "src_lang";
+
+		if (opt(root, lang) || opt(p, lang))
+			return rg_req_failp(err, lang, 400, "validation",
+					 "%s is not supported for this model: ragged does not "
+					 "represent language codes yet (a multilingual Marian "
+					 "model reads the target's >>xx<< token at the start of the "
+					 "text)", lang);
+	}
+	if ((st = refuse_other_keys(root, translate_keys,
+				    sizeof(translate_keys) / sizeof(translate_keys[0]), "", err)))
+		return st;
+	if (p && !json_object_is_type(p, json_type_object))
+		return rg_req_failp(err, "parameters", 400, "validation",
+				 "parameters must be an object");
+	if (p && (st = refuse_other_keys(p, translate_params,
+					 sizeof(translate_params) / sizeof(translate_params[0]),
+					 "parameters.", err)))
+		return st;
+	if ((st = parse_prompt(root, "inputs", lim, r, err)) ||
+	    (st = get_bool(root, "stream", &r->stream, err)) ||
+	    (st = get_int32(p, "max_new_tokens", 1, INT32_MAX, &r->max_tokens, NULL, err)) ||
+	    (st = get_int32(p, "num_beams", 1, lim->max_n, &num_beams, NULL, err)) ||
+	    (st = get_bool(p, "do_sample", &r->do_sample, err)) ||
+	    (st = get_num(p, "temperature", 0, INFINITY, LO_OPEN, &r->temperature, NULL, err)) ||
+	    (st = get_int32(p, "top_k", 0, INT32_MAX, &r->top_k, NULL, err)) ||
+	    (st = get_num(p, "top_p", 0, 1, LO_OPEN, &r->top_p, NULL, err)) ||
+	    (st = get_num(p, "repetition_penalty", 0, INFINITY, LO_OPEN, &r->repetition_penalty,
+			  NULL, err)) ||
+	    (st = get_num(p, "length_penalty", -INFINITY, INFINITY, 0, &r->length_penalty,
+			  NULL, err)) ||
+	    (st = parse_early_stopping(p, r, err)) ||
+	    (st = get_int32(p, "no_repeat_ngram_size", 0, INT32_MAX, &r->no_repeat_ngram_size,
+			    NULL, err)) ||
+	    (st = parse_stop(p, false, lim, r, err)) ||
+	    (st = get_bool(p, "details", &r->details, err)) ||
+	    (st = parse_targets(p, r, err)))
+		return st;
+	if (opt(p, "seed")) {
+		json_object *v = opt(p, "seed");
+
+		if (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 0)
+			return rg_req_failp(err, "seed", 400, "validation",
+					 "seed must be an integer in [0, 2^64)");
+		r->has_seed = true;
+		r->seed = json_object_get_uint64(v);
+	}
+	/* the warpers act only when sampling (HF's generate ignores them otherwise, with a
+	 * warning): a value other than the default without do_sample is refused, not ignored */
+	if (!r->do_sample && (r->temperature != 1 || r->top_k != 0 || r->top_p != 1))
+		return rg_req_failp(err, r->temperature != 1 ? "temperature"
+					 : r->top_k != 0 ? "top_k" : "top_p", 400, "validation",
+				 "%s needs \"do_sample\": true (greedy and beam search do not "
+				 "read it)", r->temperature != 1 ? "temperature"
+					     : r->top_k != 0 ? "top_k" : "top_p");
+	if (num_beams > 1) {
+		if (r->do_sample)
+			return rg_req_failp(err, "num_beams", 400, "validation",
+					 "num_beams > 1 with do_sample (beam sampling) is not "
+					 "supported");
+		if (r->n_stop)
+			return rg_req_failp(err, "stop", 400, "validation",
+					 "stop strings are not supported with num_beams > 1");
+		if (r->stream)
+			return rg_req_failp(err, "stream", 400, "validation",
+					 "streaming needs num_beams 1 (a beam search's best "
+					 "hypothesis is known only at its end)");
+		r->use_beam_search = true;
+		r->best_of = num_beams;
+	} else if (r->length_penalty != 1 || r->early_stopping) {
+		return rg_req_failp(err, r->length_penalty != 1 ? "length_penalty"
+					 : "early_stopping", 400, "validation", "%s needs num_beams > 1",
+				 r->length_penalty != 1 ? "length_penalty" : "early_stopping");
+	}
+	if (r->stream && r->inputs_list)
+		return rg_req_failp(err, "inputs", 400, "validation",
+				 "streaming takes one input; inputs is a list (send a string or one "
+				 "list of token ids)");
+	if (!r->do_sample)
+		r->temperature = 0;
+	r->logprobs = -1;
+	return RG_OK;
+}
+
 /* ---- the body ------------------------------------------------------------------------------ */
 
 
@@ -868,7 +1002,7 @@ rg_status rg_gen_request_parse(rg_gen_api api, const char *body, size_t len,
 	err->msg[0] = '\0';
 	err->param[0] = '\0';
 	if (api != RG_GEN_API_COMPLETIONS && api != RG_GEN_API_CHAT && api != RG_GEN_API_TGI &&
-	    api != RG_GEN_API_TGI_STREAM)
+	    api != RG_GEN_API_TGI_STREAM && api != RG_GEN_API_TRANSLATE)
 		return rg_req_fail(err, 400, "validation", "not a generation route");
 	out->api = api;
 	out->add_generation_prompt = true;
@@ -885,6 +1019,8 @@ rg_status rg_gen_request_parse(rg_gen_api api, const char *body, size_t len,
 		goto out_free_request;
 	if (api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM)
 		st = parse_tgi(root, lim, out, err);
+	else if (api == RG_GEN_API_TRANSLATE)
+		st = parse_translate(root, lim, out, err);
 	else
 		st = parse_openai(root, lim, out, err);
 	json_object_put(root);
@@ -990,7 +1126,8 @@ static void put_lp(rg_buf *b, float v, bool nan_null)
 
 const char *rg_gen_finish_name(rg_gen_api api, rg_gen_finish f)
 {
-	bool tgi = api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM;
+	bool tgi = api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM ||
+		   api == RG_GEN_API_TRANSLATE;
 
 	switch (f) {
 	case RG_GEN_FINISH_NONE:
@@ -1172,6 +1309,28 @@ void rg_gen_answer_json(rg_buf *b, const rg_gen_answer_ctx *ctx, const rg_gen_ch
 {
 	bool chat = ctx->api == RG_GEN_API_CHAT;
 
+	if (ctx->api == RG_GEN_API_TRANSLATE) {
+		rg_buf_puts(b, ctx->list ? "[" : "");
+		for (int i = 0; i < (ctx->list ? n_choices : n_choices > 0); i++) {
+			const rg_gen_choice *c = &choices[i];
+
+			rg_buf_puts(b, i ? ",{\"translation_text\":" : "{\"translation_text\":");
+			put_str(b, c->text, c->text_len);
+			rg_buf_printf(b, ",\"generated_tokens\":%lld,\"finish_reason\":",
+				      c->n_generated);
+			put_cstr(b, rg_gen_finish_name(ctx->api, c->finish));
+			rg_buf_puts(b, ",\"details\":");
+			if (details) {
+				rg_buf_puts(b, "{");
+				tgi_details(b, c, top_n);
+				rg_buf_puts(b, "}}");
+			} else {
+				rg_buf_puts(b, "null}");
+			}
+		}
+		rg_buf_puts(b, ctx->list ? "]" : "");
+		return;
+	}
 	if (ctx->api == RG_GEN_API_TGI || ctx->api == RG_GEN_API_TGI_STREAM) {
 		rg_buf_puts(b, "{\"generated_text\":");
 		put_str(b, n_choices ? choices[0].text : "", n_choices ? choices[0].text_len : 0);
@@ -1239,7 +1398,9 @@ void rg_gen_answer_event(rg_buf *b, const rg_gen_answer_ctx *ctx, int index, boo
 	const char *fin = rg_gen_finish_name(ctx->api, finish);
 
 	rg_buf_puts(b, "data: ");
-	if (ctx->api == RG_GEN_API_TGI || ctx->api == RG_GEN_API_TGI_STREAM) {
+	/* TRANSLATE streams as TGI_STREAM (the route switches the api; here too, for safety) */
+	if (ctx->api == RG_GEN_API_TGI || ctx->api == RG_GEN_API_TGI_STREAM ||
+	    ctx->api == RG_GEN_API_TRANSLATE) {
 		static const rg_gen_tok none = { 0 };
 		const rg_gen_tok *t = n_lps > 0 && lps ? &lps[0].tok : &none;
 
@@ -1317,7 +1478,7 @@ void rg_gen_answer_usage_event(rg_buf *b, const rg_gen_answer_ctx *ctx, const rg
 void rg_gen_answer_error_event(rg_buf *b, rg_gen_api api, const char *type, const char *msg)
 {
 	rg_buf_puts(b, "data: ");
-	if (api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM)
+	if (api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM || api == RG_GEN_API_TRANSLATE)
 		rg_json_error_body(b, msg ? msg : "", type ? type : "");
 	else
 		rg_json_openai_error_body(b, msg ? msg : "", type ? type : "", NULL, NULL);

@@ -27,6 +27,8 @@ typedef enum rg_gen_api {
 	RG_GEN_API_CHAT,            /* POST /v1/chat/completions (and /chat/completions) */
 	RG_GEN_API_TGI,             /* POST /generate */
 	RG_GEN_API_TGI_STREAM,      /* POST /generate_stream (always streams) */
+	RG_GEN_API_TRANSLATE,       /* POST /translate (encoder-decoders; "stream": true is answered
+				     * as TGI_STREAM: the caller switches the api after parsing) */
 } rg_gen_api;
 
 /* One chat message (copies; content is valid UTF-8, may be empty). */
@@ -51,6 +53,7 @@ typedef struct rg_gen_request {
 	size_t *text_lens;        /* (n_prompts) */
 	int32_t **ids;            /* (n_prompts) */
 	int *n_ids;               /* (n_prompts) */
+	bool inputs_list;         /* translate: "inputs" was a list (the answer is a list) */
 	rg_gen_message *messages; /* chat: (n_messages) >= 1 */
 	int n_messages;
 	bool add_generation_prompt; /* chat (vLLM's extension), default true */
@@ -74,6 +77,7 @@ typedef struct rg_gen_request {
 				   * TGI's default) -- the parser fills those defaults, so -1 only for
 				   * chat */
 	int min_tokens;           /* vLLM "min_tokens", EOS and stops suppressed before, default 0 */
+	int no_repeat_ngram_size; /* translate "no_repeat_ngram_size" (HF's), default 0: off */
 	bool do_sample;           /* sample (else greedy): OpenAI when temperature > 0 (default 1);
 				   * TGI when do_sample or a warper is set (temperature != 1, top_k,
 				   * top_p < 1, typical_p < 1), as TGI's NextTokenChooser does; a TGI
@@ -131,6 +135,15 @@ typedef struct rg_gen_limits {
 } rg_gen_limits;
 
 /* Parse body (len bytes, need not be NUL-terminated) for api into *out, with defaults filled.
+ * TRANSLATE (ragged's /translate, HF's translation pipeline names): {"inputs": str | [str] |
+ * [int] | [[int]], "parameters": {"max_new_tokens" (default -1: the caller fills the decoder's
+ * room), "num_beams" (1..max_n; > 1 maps to use_beam_search with best_of = num_beams, n 1),
+ * "do_sample" (default false: greedy, as HF), "temperature", "top_k", "top_p",
+ * "repetition_penalty" (sampling only: given without do_sample, 400), "seed",
+ * "length_penalty", "early_stopping" (beams only), "no_repeat_ngram_size", "stop" (a string
+ * or a list; not with beams), "details", "deadline_ms", "tpot_ms", "priority"}, "stream":
+ * bool (one input, one beam)}; "src_lang" / "tgt_lang": 400 (language codes are not
+ * represented in ragged's tokenizers yet); any other key at either level: 400 naming it.
  * Unknown keys: 400 naming the key on the OpenAI routes (OpenAI answers an unknown argument
  * so); OpenAI keys ragged does not implement ("tools", "tool_choice", "functions",
  * "function_call", "response_format" other than {"type":"text"}, "suffix", "audio",
@@ -196,6 +209,7 @@ typedef struct rg_gen_answer_ctx {
 	const char *fingerprint;  /* "system_fingerprint", NULL: null */
 	long long prompt_tokens;  /* TGI_STREAM: the last event's details "input_length" (TGI's
 				   * StreamDetails has it; huggingface_hub's type requires it) */
+	bool list;                /* TRANSLATE: answer a list (the inputs were a list) */
 } rg_gen_answer_ctx;
 
 typedef struct rg_gen_usage {
@@ -233,7 +247,10 @@ typedef struct rg_gen_choice {
  *     [{"id","text","logprob"}],"tokens":[{"id","text","logprob","special"}],"top_tokens":[[...]],
  *     "best_of_sequences":[...] when best_of > 1 (choices 1.. )}} -- TGI answers a JSON object
  *     (huggingface_hub reads a list too; ragged sends the object as TGI does).
- * choices: (n_choices) in index order. details: TGI only. */
+ *   TRANSLATE: per choice {"translation_text","generated_tokens","finish_reason" (TGI's names:
+ *     "eos_token", "stop_sequence", "length"),"details": null | {TGI's details body}}: the
+ *     first choice's object alone, or (ctx->list) a list of every choice's in input order.
+ * choices: (n_choices) in index order. details: TGI and TRANSLATE. */
 void rg_gen_answer_json(rg_buf *b, const rg_gen_answer_ctx *ctx, const rg_gen_choice *choices,
 			int n_choices, const rg_gen_usage *usage, bool details, int top_n);
 

@@ -35,6 +35,7 @@ typedef enum rg_route {
 	RG_ROUTE_CHAT,        /* POST /v1/chat/completions (OpenAI; decoders) */
 	RG_ROUTE_GENERATE,    /* POST /generate, /generate_stream (TGI; decoders; POST / too) */
 	RG_ROUTE_DETOKENIZE,  /* POST /detokenize (vLLM; decoders) */
+	RG_ROUTE_TRANSLATE,   /* POST /translate  (encoder-decoders, issue 29) */
 	RG_ROUTE_OTHER,       /* anything else (404) */
 	RG_ROUTE_COUNT,
 } rg_route;

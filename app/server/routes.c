@@ -99,8 +99,9 @@ static enum MHD_Result handle_model(conn_ctx *c)
 #define E_GEN "400 413 429 503"
 #define S_OBJECT "{\"type\":\"object\"}"
 #define SUMMARY_COMPLETIONS                                                                  \
-	"OpenAI-compatible text completions (decoder models); stream: true for server-sent "  \
-	"events; errors in OpenAI's shape."
+	"OpenAI-compatible text completions (decoder models; on an encoder-decoder the prompt " \
+	"is the source and the completion its translation, no echo); stream: true for "        \
+	"server-sent events; errors in OpenAI's shape."
 #define SUMMARY_CHAT                                                                         \
 	"OpenAI-compatible chat completions, the messages rendered by the model's chat "      \
 	"template; stream: true for server-sent events; errors in OpenAI's shape."
@@ -166,7 +167,7 @@ static const rg_route_def routes[] = {
 	 .summary = "Sequence classification scores (TEI).",
 	 .ok_schema = "{\"type\":\"array\",\"items\":{}}", .errors = E_RUN},
 	{.path = "/generate", .methods = RG_METHOD_POST, .id = RG_ROUTE_GENERATE, .name = "generate",
-	 .handle = rg_handle_generate, .schema = "GenerateRequest", .kinds = RG_KIND_GENERATOR,
+	 .handle = rg_handle_generate, .schema = "GenerateRequest", .kinds = RG_KIND_GENERATIVE,
 	 .kind_default = true, .gen = true, .gen_api = RG_GEN_API_TGI,
 	 .summary = "Text generation (TGI's /generate; also TGI's POST /, which streams when the "
 		    "body says \"stream\": true).",
@@ -175,19 +176,32 @@ static const rg_route_def routes[] = {
 	 .errors = E_GEN},
 	{.path = "/generate_stream", .methods = RG_METHOD_POST, .id = RG_ROUTE_GENERATE,
 	 .name = "generate", .handle = rg_handle_generate, .schema = "GenerateRequest",
-	 .kinds = RG_KIND_GENERATOR, .gen = true, .gen_api = RG_GEN_API_TGI_STREAM,
+	 .kinds = RG_KIND_GENERATIVE, .gen = true, .gen_api = RG_GEN_API_TGI_STREAM,
 	 .summary = "Text generation as server-sent events, one per token (TGI's "
 		    "/generate_stream).",
 	 .ok_desc = "Server-sent events", .ok_type = "text/event-stream",
 	 .ok_schema = "{\"type\":\"string\"}", .errors = E_GEN},
+	{.path = "/translate", .methods = RG_METHOD_POST, .id = RG_ROUTE_TRANSLATE,
+	 .name = "translate", .handle = rg_handle_generate, .schema = "TranslateRequest",
+	 .kinds = RG_KIND_TRANSLATOR, .gen = true, .gen_api = RG_GEN_API_TRANSLATE,
+	 .summary = "Translation by an encoder-decoder model (MarianMT), HF's translation pipeline "
+		    "naming: one input -> {\"translation_text\", \"generated_tokens\", "
+		    "\"finish_reason\", \"details\"}, a list -> a list of those in order; "
+		    "\"stream\": true (one input, no beams) -> server-sent events in "
+		    "/generate_stream's shape (one per token, the last with generated_text and "
+		    "details). Another model kind: 400.",
+	 .ok_schema = "{\"oneOf\":[{\"$ref\":\"#/components/schemas/TranslateResponse\"},"
+		      "{\"type\":\"array\",\"items\":{\"$ref\":\"#/components/schemas/"
+		      "TranslateResponse\"}}]}",
+	 .errors = E_GEN},
 	{.path = "/v1/completions", .methods = RG_METHOD_POST, .id = RG_ROUTE_COMPLETIONS,
 	 .name = "v1_completions", .handle = rg_handle_generate, .schema = "CompletionRequest",
-	 .kinds = RG_KIND_GENERATOR, .openai = true, .gen = true,
+	 .kinds = RG_KIND_GENERATIVE, .openai = true, .gen = true,
 	 .gen_api = RG_GEN_API_COMPLETIONS, .summary = SUMMARY_COMPLETIONS,
 	 .ok_schema = S_OBJECT, .errors = E_GEN},
 	{.path = "/completions", .methods = RG_METHOD_POST, .id = RG_ROUTE_COMPLETIONS,
 	 .name = "v1_completions", .handle = rg_handle_generate, .schema = "CompletionRequest",
-	 .kinds = RG_KIND_GENERATOR, .openai = true, .gen = true,
+	 .kinds = RG_KIND_GENERATIVE, .openai = true, .gen = true,
 	 .gen_api = RG_GEN_API_COMPLETIONS, .summary = SUMMARY_COMPLETIONS,
 	 .ok_schema = S_OBJECT, .errors = E_GEN},
 	{.path = "/v1/chat/completions", .methods = RG_METHOD_POST, .id = RG_ROUTE_CHAT,
@@ -202,7 +216,7 @@ static const rg_route_def routes[] = {
 	 .ok_schema = S_OBJECT, .errors = E_GEN},
 	{.path = "/tokenize", .methods = RG_METHOD_POST, .id = RG_ROUTE_TOKENIZE,
 	 .name = "tokenize", .handle = rg_handle_gen_tokenize, .schema = "GenTokenizeRequest",
-	 .kinds = RG_KIND_GENERATOR, .gen = true, .gen_api = -1,
+	 .kinds = RG_KIND_GENERATIVE, .gen = true, .gen_api = -1,
 	 .summary = "A decoder's tokens (vLLM's shape: {\"prompt\"} or {\"messages\"} -> "
 		    "{\"count\", \"max_model_len\", \"tokens\"}; TEI's {\"inputs\"} as for "
 		    "encoders).",
@@ -215,7 +229,7 @@ static const rg_route_def routes[] = {
 	 .errors = "400 413 422 503"},
 	{.path = "/detokenize", .methods = RG_METHOD_POST, .id = RG_ROUTE_DETOKENIZE,
 	 .name = "detokenize", .handle = rg_handle_detokenize, .schema = "DetokenizeRequest",
-	 .kinds = RG_KIND_GENERATOR, .gen = true, .gen_api = -1,
+	 .kinds = RG_KIND_GENERATIVE, .gen = true, .gen_api = -1,
 	 .summary = "Token ids back to text (vLLM's: {\"tokens\"} -> {\"prompt\"}).",
 	 .ok_schema = S_OBJECT, .errors = "400 413 503"},
 	{.path = "/decode", .methods = RG_METHOD_POST, .id = RG_ROUTE_DECODE, .name = "decode",
@@ -297,7 +311,8 @@ unsigned rg_route_kind_of(int num_labels)
 unsigned rg_route_kind_of_model(const rg_model_info *info)
 {
 	return info->kind == RG_MODEL_DECODER ? RG_KIND_GENERATOR
-					      : rg_route_kind_of(info->num_labels);
+	       : info->kind == RG_MODEL_ENC_DEC ? RG_KIND_TRANSLATOR
+					       : rg_route_kind_of(info->num_labels);
 }
 
 /* Whether path matches row's path: equal, or its prefix before a last "{name}" segment followed
@@ -395,7 +410,8 @@ void rg_routes_list(char *buf, size_t n)
 }
 
 /* 400 when the model's kind is not one the row serves (TEI: an embedding model has no /predict,
- * a classifier no /embed; /rerank needs a single-score cross-encoder); *ret set and true then. */
+ * a classifier no /embed; /rerank needs a single-score cross-encoder; /translate an
+ * encoder-decoder; an encoder-decoder has no chat template); *ret set and true then. */
 static bool refuse_kind(conn_ctx *c, enum MHD_Result *ret)
 {
 	rg_server *s = c->srv;
@@ -403,7 +419,25 @@ static bool refuse_kind(conn_ctx *c, enum MHD_Result *ret)
 
 	if (c->row->kinds & kind)
 		return false;
-	if (kind == RG_KIND_GENERATOR)
+	if (c->row->kinds == RG_KIND_TRANSLATOR)
+		*ret = rg_conn_error(c, 400, "validation", NULL,
+				     "%s needs an encoder-decoder (translation) model; %s is %s",
+				     c->row->name, s->model_name,
+				     kind == RG_KIND_GENERATOR ? "a decoder-only text generation "
+								 "model (use /v1/completions or "
+								 "/generate)"
+								: "an encoder");
+	else if (kind == RG_KIND_TRANSLATOR && c->row->id == RG_ROUTE_CHAT)
+		*ret = rg_conn_error(c, 400, "validation", "messages",
+				     "%s is an encoder-decoder (translation) model: it has no chat "
+				     "template; use /translate, /v1/completions or /generate with "
+				     "the source text", s->model_name);
+	else if (kind == RG_KIND_TRANSLATOR)
+		*ret = rg_conn_error(c, 400, "validation", NULL,
+				     "%s is an encoder-decoder (translation) model; %s needs an "
+				     "encoder (use /translate, /v1/completions or /generate)",
+				     s->model_name, c->row->name);
+	else if (kind == RG_KIND_GENERATOR)
 		*ret = rg_conn_error(c, 400, "validation", NULL,
 				     "%s is a text generation model; %s needs an encoder (use "
 				     "/v1/completions, /v1/chat/completions or /generate)",

@@ -25,8 +25,10 @@ enum {
 	RG_KIND_RERANKER = 2u,   /* one score per pair (num_labels 1) */
 	RG_KIND_CLASSIFIER = 4u, /* several labels (num_labels > 1) */
 	RG_KIND_GENERATOR = 8u,  /* a decoder: generates text (issue 20) */
+	RG_KIND_TRANSLATOR = 16u, /* an encoder-decoder: generates text from a source (issue 29) */
 	RG_KIND_ENCODER = 7u,    /* every encoder kind */
-	RG_KIND_ANY = 15u,
+	RG_KIND_GENERATIVE = 24u, /* both generation kinds: the generation engine serves them */
+	RG_KIND_ANY = 31u,
 };
 
 typedef struct rg_route_def {
@@ -84,7 +86,8 @@ bool rg_route_runs_model(rg_route id);
 const char *rg_route_tei_metric(rg_route id);
 /* The model kind (RG_KIND_*) of an encoder with num_labels labels. */
 unsigned rg_route_kind_of(int num_labels);
-/* The model kind of a loaded model: RG_KIND_GENERATOR for a decoder, else by its labels. */
+/* The model kind of a loaded model: RG_KIND_GENERATOR for a decoder, RG_KIND_TRANSLATOR for an
+ * encoder-decoder, else by its labels. */
 unsigned rg_route_kind_of_model(const rg_model_info *info);
 /* The OpenAPI 3 document of every row (openapi.c), appended to b. */
 void rg_openapi_write(rg_buf *b);

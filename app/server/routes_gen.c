@@ -261,7 +261,7 @@ static enum MHD_Result answer_whole(conn_ctx *c)
 	rg_gen_conn *g = c->gen;
 	const rg_model *m = c->srv->model;
 	rg_gen_api api = g->req.api;
-	bool tgi = api == RG_GEN_API_TGI;
+	bool tgi = api == RG_GEN_API_TGI || api == RG_GEN_API_TRANSLATE; /* TGI's token details */
 	int per = tgi ? (g->jobs[0]->n_seqs) : g->n_choices;
 	int n_all = g->n_jobs * per;
 	rg_gen_choice *ch = calloc((size_t)n_all, sizeof(*ch));
@@ -750,6 +750,7 @@ static void fill_params(conn_ctx *c, rg_gen_job *j, uint64_t seed)
 		gp->stop = NULL;
 		gp->n_stop = 0;
 	}
+	gp->sampling.no_repeat_ngram_size = r->no_repeat_ngram_size;
 	j->min_tokens = r->min_tokens;
 	j->skip_special = r->skip_special_tokens;
 	j->priority = r->priority;
@@ -797,6 +798,52 @@ static enum MHD_Result submit_error(conn_ctx *c, rg_gen_job *j, rg_status st, co
 	return rg_conn_error(c, 400, "validation", NULL, "%s", msg);
 }
 
+/* An encoder-decoder's source (prompt p of the request, *ids / *n from prompt_ids, *ids
+ * malloc'd): the encoder's input as MarianTokenizer writes it, ending with the model's eos. A
+ * text whose tokenizer.json does not append it gets it appended (MarianTokenizer always
+ * does); token ids sent by the client must end with it (400 otherwise: the ids are the
+ * portable form and are used as given). Over max_source_positions tokens: 400 naming the
+ * limit. Refused: *ret is the answer (status vcode), *ids freed, true. */
+static bool source_refused(conn_ctx *c, int p, int32_t **ids, int *n, const char *param,
+			   int vcode, enum MHD_Result *ret)
+{
+	const rg_model_info *i = c->srv->info;
+	const rg_gen_request *r = &c->gen->req;
+	bool given = r->ids && r->ids[p];
+	int eos = i->eos_token_id;
+
+	if (eos >= 0 && (*n == 0 || (*ids)[*n - 1] != eos)) {
+		int32_t *x;
+
+		if (given) {
+			free(*ids);
+			*ids = NULL;
+			*ret = rg_conn_error(c, vcode, "validation", param,
+					     "%s: a source of token ids must end with the model's eos "
+					     "id %d (as MarianTokenizer writes it)", param, eos);
+			return true;
+		}
+		if (!(x = realloc(*ids, (size_t)(*n + 1) * sizeof(int32_t)))) {
+			free(*ids);
+			*ids = NULL;
+			*ret = rg_conn_error(c, 500, "backend", NULL, "out of memory");
+			return true;
+		}
+		x[(*n)++] = eos;
+		*ids = x;
+	}
+	if (*n > i->max_source_positions) {
+		*ret = rg_conn_error(c, vcode, c->openai ? "context_length_exceeded" : "validation",
+				     param, "the source has %d tokens; this model's encoder reads at "
+				     "most %d (max_source_positions). Please shorten the %s.", *n,
+				     i->max_source_positions, param);
+		free(*ids);
+		*ids = NULL;
+		return true;
+	}
+	return false;
+}
+
 static rg_gen_limits gen_limits(const rg_server *s)
 {
 	return (rg_gen_limits){
@@ -814,7 +861,8 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 	rg_gen_limits lim = gen_limits(s);
 	rg_req_error err = {0};
 	rg_status st;
-	int max_ctx = rg_gen_srv_max_context(s->gen), n_prompts, per;
+	int max_ctx = rg_gen_srv_max_context(s->gen), n_prompts, per, vcode;
+	bool enc_dec = s->info->kind == RG_MODEL_ENC_DEC, translate;
 	uint64_t seed;
 	const char *param = NULL;
 	const union MHD_ConnectionInfo *ci;
@@ -842,6 +890,19 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 	}
 	if (api == RG_GEN_API_TGI && g->req.stream) /* TGI's POST / with "stream": true */
 		g->req.api = api = RG_GEN_API_TGI_STREAM;
+	/* /translate's stream is /generate_stream's events; its errors stay 400 (below: vcode) */
+	translate = api == RG_GEN_API_TRANSLATE;
+	if (translate && g->req.stream)
+		g->req.api = api = RG_GEN_API_TGI_STREAM;
+	vcode = !translate && (api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM) ? 422 : 400;
+	if (enc_dec && g->req.echo)
+		return rg_conn_error(c, 400, "validation", "echo",
+				     "echo is not supported for an encoder-decoder model: the prompt "
+				     "is the source, not the start of the completion");
+	if (enc_dec && g->req.return_full_text)
+		return rg_conn_error(c, vcode, "validation", "return_full_text",
+				     "return_full_text is not supported for an encoder-decoder "
+				     "model: the inputs are the source, not the start of the text");
 	if (s->o.max_concurrent_requests &&
 	    atomic_load(&s->n_suspended) >= s->o.max_concurrent_requests)
 		return rg_conn_error(c, 429, "overloaded", NULL,
@@ -877,7 +938,7 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 		 (unsigned long long)(rg_rng_next(&seed_rng) & 0xffffffffull));
 	g->actx = (rg_gen_answer_ctx){
 		.api = api, .id = g->id, .created = (long long)time(NULL), .model = s->model_name,
-		.fingerprint = NULL,
+		.fingerprint = NULL, .list = g->req.inputs_list,
 	};
 	ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	/* build every job before submitting any: a bad prompt fails the request alone */
@@ -897,31 +958,38 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 		if (st != RG_OK) {
 			if (st == RG_ERR_UNSUPPORTED || st == RG_ERR_INVALID_INPUT ||
 			    st == RG_ERR_INVALID_UTF8)
-				return rg_conn_error(c, api == RG_GEN_API_TGI ||
-							    api == RG_GEN_API_TGI_STREAM ? 422 : 400,
-						     "validation", param, "%s", rg_last_error());
+				return rg_conn_error(c, vcode, "validation", param, "%s",
+						     rg_last_error());
 			return rg_conn_error(c, 500, "backend", NULL, "%s", rg_last_error());
 		}
 		if (want_text) {
 			g->prefix[p] = text;
 			g->prefix_len[p] = tlen;
 		}
-		if (n >= max_ctx) {
+		if (enc_dec) {
+			/* the source: the encoder's limit, the decoder's room for the completion */
+			enum MHD_Result ret;
+
+			if (source_refused(c, p, &ids, &n, param, vcode, &ret))
+				return ret;
+			if (g->req.max_tokens < 0 || g->req.max_tokens > max_ctx - 1)
+				g->req.max_tokens = max_ctx - 1;
+		} else if (n >= max_ctx) {
 			free(ids);
-			return rg_conn_error(c, api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM
-						    ? 422 : 400, c->openai ? "context_length_exceeded"
-									  : "validation", param,
+			return rg_conn_error(c, vcode, c->openai ? "context_length_exceeded"
+								 : "validation", param,
 					     "This model's maximum context length is %d tokens. "
 					     "However, your %s has %d tokens. Please reduce the length "
 					     "of the %s.", max_ctx, param, n, param);
 		}
-		if (g->req.max_tokens < 0) {
+		/* a decoder's prompt and completion share its context (an encoder-decoder's
+		 * completion has the decoder's room, capped above) */
+		if (!enc_dec && g->req.max_tokens < 0) {
 			g->req.max_tokens = max_ctx - n;
-		} else if (n + g->req.max_tokens > max_ctx) {
+		} else if (!enc_dec && n + g->req.max_tokens > max_ctx) {
 			free(ids);
-			return rg_conn_error(c, api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM
-						    ? 422 : 400, c->openai ? "context_length_exceeded"
-									  : "validation",
+			return rg_conn_error(c, vcode, c->openai ? "context_length_exceeded"
+								 : "validation",
 					     api == RG_GEN_API_CHAT ? "max_completion_tokens"
 								    : "max_tokens",
 					     "This model's maximum context length is %d tokens. "
@@ -1155,6 +1223,13 @@ enum MHD_Result rg_answer_gen_info(conn_ctx *c)
 	const rg_model_info *i = s->info;
 	rg_buf b;
 	int max_ctx = rg_gen_srv_max_context(s->gen);
+	bool enc_dec = i->kind == RG_MODEL_ENC_DEC;
+	/* an encoder-decoder's input is the source (the encoder's limit, and one step's budget
+	 * with the decoder's first token: sources are encoded whole), its output the decoder's
+	 * room (its context less the decoder start token) */
+	int max_in = !enc_dec ? max_ctx - 1
+		     : i->max_source_positions < s->o.max_num_batched_tokens - 1
+			     ? i->max_source_positions : s->o.max_num_batched_tokens - 1;
 
 	rg_buf_init(&b);
 	rg_buf_puts(&b, "{\"version\":\"" RAGGED_VERSION "\",\"router\":\"ragged\",\"model_id\":");
@@ -1162,22 +1237,34 @@ enum MHD_Result rg_answer_gen_info(conn_ctx *c)
 	rg_buf_puts(&b, ",\"served_model_name\":");
 	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
 	rg_buf_printf(&b, ",\"model_sha\":null,\"model_dtype\":\"%s\",\"model_device_type\":\"%s\","
-		       "\"model_pipeline_tag\":\"text-generation\",\"max_concurrent_requests\":%d,"
+		       "\"model_pipeline_tag\":\"%s\",\"model_kind\":\"%s\","
+		       "\"max_concurrent_requests\":%d,"
 		       "\"max_best_of\":16,\"max_stop_sequences\":16,\"max_input_tokens\":%d,"
 		       "\"max_total_tokens\":%d,\"max_input_length\":%d,\"validation_workers\":%d,"
 		       "\"max_client_batch_size\":%d,\"architecture\":\"%s\",\"vocab_size\":%d,"
 		       "\"hidden_size\":%d,\"num_attention_heads\":%d,\"num_key_value_heads\":%d,"
 		       "\"num_hidden_layers\":%d,\"max_position_embeddings\":%d,"
 		       "\"max_num_seqs\":%d,\"max_num_batched_tokens\":%d,\"block_size\":%d,"
-		       "\"prefix_caching\":%s,\"chat_template\":%s,\"tuning\":",
+		       "\"prefix_caching\":%s,\"chat_template\":%s,",
 		       rg_dtype_name(i->dtype), rg_device_name(i->device),
+		       enc_dec ? "translation" : "text-generation",
+		       enc_dec ? "encoder-decoder" : "decoder",
 		       s->o.max_concurrent_requests ? s->o.max_concurrent_requests : s->o.max_queue,
-		       max_ctx - 1, max_ctx, max_ctx - 1, s->o.http_threads, s->o.max_inputs,
+		       max_in, enc_dec ? max_in + max_ctx - 1 : max_ctx, max_in,
+		       s->o.http_threads, s->o.max_inputs,
 		       i->model_type, i->vocab_size, i->hidden_size, i->num_attention_heads,
 		       i->num_key_value_heads, i->num_hidden_layers, i->max_position_embeddings,
 		       s->o.max_num_seqs, s->o.max_num_batched_tokens, s->o.block_size,
-		       s->o.no_prefix_caching ? "false" : "true",
-		       rg_model_chat_template(s->model) ? "true" : "false");
+		       enc_dec || s->o.no_prefix_caching ? "false" : "true",
+		       !enc_dec && rg_model_chat_template(s->model) ? "true" : "false");
+	if (enc_dec)
+		rg_buf_printf(&b, "\"max_source_positions\":%d,\"max_new_tokens\":%d,"
+			       "\"decoder_start_token_id\":%d,\"eos_token_id\":%d,"
+			       "\"routes\":[\"/translate\",\"/v1/completions\",\"/generate\","
+			       "\"/generate_stream\"],",
+			       i->max_source_positions, max_ctx - 1, i->decoder_start_token_id,
+			       i->eos_token_id);
+	rg_buf_puts(&b, "\"tuning\":");
 	rg_info_put_tuning(&b); /* the RAGGED_* tuning switches, as the encoder's /info */
 	rg_buf_puts(&b, "}");
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);

@@ -709,16 +709,8 @@ int rg_serve_main(int argc, char **argv)
 	if (s->o.served_model_name)
 		snprintf(s->model_name, sizeof(s->model_name), "%s", s->o.served_model_name);
 	s->created_s = (long long)time(NULL);
-	if (s->info->kind == RG_MODEL_ENC_DEC) {
-		/* issue 29: /translate and the seq2seq routes are not built yet */
-		fprintf(stderr, "ragged serve: %s is an encoder-decoder (%s); the server does not "
-				"serve these yet: translate with `ragged translate` or "
-				"ragged.Translator\n", s->info->model_dir, s->info->model_type);
-		rc = EXIT_USAGE;
-		goto out_stop;
-	}
 	/* sentence-transformers prompts are an encoder's (a decoder may be a GGUF file) */
-	if (s->info->kind != RG_MODEL_DECODER &&
+	if (s->info->kind == RG_MODEL_ENCODER &&
 	    (st = rg_prompts_load(s->info->model_dir, &s->prompts)) != RG_OK) {
 		fprintf(stderr, "ragged serve: %s: %s\n", rg_status_name(st), rg_last_error());
 		goto out_stop;
@@ -750,7 +742,9 @@ int rg_serve_main(int argc, char **argv)
 	s->lim.vocab_size = s->info->vocab_size;
 	s->lim.max_depth = 32;
 	s->lim.auto_truncate = s->o.auto_truncate;
-	s->decoder = s->info->kind == RG_MODEL_DECODER;
+	/* decoders and encoder-decoders (issue 29: the prompt is the source, encoded once into
+	 * the KV cache's cross blocks) run in the one generation engine */
+	s->decoder = s->info->kind == RG_MODEL_DECODER || s->info->kind == RG_MODEL_ENC_DEC;
 	if ((st = s->decoder ? setup_gen_engine(s) : setup_engine(s)) != RG_OK) {
 		fprintf(stderr, "ragged serve: %s: %s\n", rg_status_name(st), rg_last_error());
 		rc = st == RG_ERR_INVALID_INPUT ? EXIT_USAGE : 1;
@@ -759,9 +753,11 @@ int rg_serve_main(int argc, char **argv)
 	if (s->decoder) {
 		rg_kv_info kv;
 
-		/* an unknown chat template is refused by name at load, for the chat route only */
-		s->chat_family = rg_model_chat_family(s->model);
-		if (!s->chat_family) {
+		/* an unknown chat template is refused by name at load, for the chat route only (an
+		 * encoder-decoder has none: the chat route refuses it by kind) */
+		s->chat_family = s->info->kind == RG_MODEL_DECODER ? rg_model_chat_family(s->model)
+								   : NULL;
+		if (!s->chat_family && s->info->kind == RG_MODEL_DECODER) {
 			snprintf(s->chat_unknown, sizeof(s->chat_unknown), "%s", rg_last_error());
 			fprintf(stderr, "ragged serve: warning: /v1/chat/completions is off: %s\n",
 				rg_model_chat_template(s->model) ? s->chat_unknown
@@ -773,7 +769,14 @@ int rg_serve_main(int argc, char **argv)
 			"(%.1f MiB, %d tokens), context %d, %d sequences and %d tokens per step, "
 			"prefix caching %s\n", kv.n_blocks, kv.block_size, kv.bytes / 1048576.0,
 			kv.n_blocks * kv.block_size, s->max_len, s->o.max_num_seqs,
-			s->o.max_num_batched_tokens, s->o.no_prefix_caching ? "off" : "on");
+			s->o.max_num_batched_tokens,
+			s->info->kind == RG_MODEL_ENC_DEC ? "off (encoder-decoder)"
+			: s->o.no_prefix_caching ? "off" : "on");
+		if (s->info->kind == RG_MODEL_ENC_DEC)
+			fprintf(stderr, "ragged serve: encoder-decoder (%s): sources of at most %d "
+				"tokens, decoding from token %d; POST /translate, /v1/completions "
+				"and /generate translate\n", s->info->model_type,
+				s->info->max_source_positions, s->info->decoder_start_token_id);
 	} else {
 		rg_cost_model cm = rg_engine_cost_model(s->engine);
 

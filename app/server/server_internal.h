@@ -32,7 +32,9 @@ typedef struct rg_server {
 	const rg_model_info *info;
 	rg_engine *engine;       /* encoders: the batch engine; NULL for a decoder */
 	struct rg_gen_srv *gen; /* decoders: the generation engine (engine_gen.h), else NULL */
-	bool decoder;            /* the model generates (rg_model_info.kind RG_MODEL_DECODER) */
+	bool decoder;            /* the model generates: a decoder or an encoder-decoder (rg_model_info
+				  * .kind RG_MODEL_DECODER / RG_MODEL_ENC_DEC), served by the generation
+				  * engine */
 	const char *chat_family; /* decoders: the chat template's family ("chatml", ...), NULL when
 				  * none or unknown (the chat route answers 400 then) */
 	char chat_unknown[160];  /* why chat_family is NULL (rg_model_chat_family's error) */

@@ -1347,6 +1347,13 @@ static rg_status warm_up(rg_gen_engine *e)
 	for (int q = 0; q < 3; q++) {
 		int len = lens[q] < e->max_context - 5 ? lens[q] : e->max_context - 5;
 
+		/* an encoder-decoder's source: within the encoder and within one step with the
+		 * decoder's first token (rg_gen_engine_add's limits; a server may run small steps) */
+		if (e->r.encode && len > e->r.max_source)
+			len = e->r.max_source;
+		if (e->r.encode && len > e->p.max_num_batched_tokens - 1)
+			len = e->p.max_num_batched_tokens - 1;
+
 		if ((st = rg_gen_engine_add(e, prompt, len < 1 ? 1 : len, &gp, NULL,
 					    rg_gen_engine_now_ms(), &ids[q], NULL)) != RG_OK)
 			goto out;

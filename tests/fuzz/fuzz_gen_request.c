@@ -66,6 +66,7 @@ static void check_events(const rg_buf *b)
 static void check_request(const rg_gen_request *r, const rg_gen_limits *lim)
 {
 	bool tgi = r->api == RG_GEN_API_TGI || r->api == RG_GEN_API_TGI_STREAM;
+	bool trn = r->api == RG_GEN_API_TRANSLATE;
 
 	if (r->api == RG_GEN_API_CHAT) {
 		if (r->n_prompts || r->n_messages < 1 || r->n_messages > lim->max_messages)
@@ -106,11 +107,15 @@ static void check_request(const rg_gen_request *r, const rg_gen_limits *lim)
 	if (r->best_of && (r->best_of < r->n || r->best_of > lim->max_n ||
 			   (r->best_of > 1 && r->stream)))
 		abort();
-	if (r->max_tokens < 1 && !(r->max_tokens == -1 && r->api == RG_GEN_API_CHAT))
+	if (r->max_tokens < 1 && !(r->max_tokens == -1 && (r->api == RG_GEN_API_CHAT || trn)))
 		abort();
 	if (r->min_tokens < 0 || (r->max_tokens > 0 && r->min_tokens > r->max_tokens))
 		abort();
-	if (!in(r->temperature, 0, tgi ? INFINITY : 2) || (tgi && r->temperature <= 0))
+	if (!in(r->temperature, 0, tgi || trn ? INFINITY : 2) || (tgi && r->temperature <= 0))
+		abort();
+	/* /translate: greedy at temperature 0, a stream of one input and one beam */
+	if (trn && (r->do_sample == (r->temperature == 0) ||
+		    (r->stream && (r->inputs_list || r->use_beam_search)) || r->n != 1))
 		abort();
 	if (!(r->top_p > 0 && r->top_p <= 1) || r->top_k < 0 || !in(r->min_p, 0, 1))
 		abort();
@@ -164,7 +169,7 @@ static void check_answers(const rg_gen_request *r, const uint8_t *data, size_t s
 		  .has_seed = r->has_seed, .seed = r->seed },
 		{ .index = 1, .text = raw, .text_len = size, .finish = RG_GEN_FINISH_LENGTH },
 	};
-	rg_gen_answer_ctx ctx = { r->api, "cmpl-1", 1, r->model, NULL, 7 };
+	rg_gen_answer_ctx ctx = { r->api, "cmpl-1", 1, r->model, NULL, 7, r->inputs_list };
 	rg_gen_usage u = { 1, 2, 0 };
 	rg_buf b;
 
@@ -194,8 +199,9 @@ static void check_answers(const rg_gen_request *r, const uint8_t *data, size_t s
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const rg_gen_api apis[4] = { RG_GEN_API_COMPLETIONS, RG_GEN_API_CHAT,
-					    RG_GEN_API_TGI, RG_GEN_API_TGI_STREAM };
+	static const rg_gen_api apis[5] = { RG_GEN_API_COMPLETIONS, RG_GEN_API_CHAT,
+					    RG_GEN_API_TGI, RG_GEN_API_TGI_STREAM,
+					    RG_GEN_API_TRANSLATE };
 	static const rg_gen_request zero;
 	rg_gen_limits lim = { .vocab_size = 50257, .max_n = 4, .max_prompts = 4, .max_stop = 4,
 			      .max_logprobs = 5, .max_messages = 8, .max_depth = 16 };
@@ -207,7 +213,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	lim.max_prompts = 1 + (data[0] >> 2) % 8;
 	lim.max_messages = 1 + (data[0] >> 5) % 8;
-	st = rg_gen_request_parse(apis[data[0] % 4], (const char *)data + 1, size - 1, &lim, &req,
+	st = rg_gen_request_parse(apis[data[0] % 5], (const char *)data + 1, size - 1, &lim, &req,
 				  &err);
 	if (st != RG_OK) {
 		if (memcmp(&req, &zero, sizeof(req)))

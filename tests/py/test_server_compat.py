@@ -520,7 +520,8 @@ ROUTES = {"/": ["post", "get"], "/invocations": ["post"], "/embed": ["post"],
           # the generation routes (decoder models, issue 20)
           "/generate": ["post"], "/generate_stream": ["post"], "/v1/completions": ["post"],
           "/completions": ["post"], "/v1/chat/completions": ["post"],
-          "/chat/completions": ["post"], "/detokenize": ["post"]}
+          "/chat/completions": ["post"], "/detokenize": ["post"],
+          "/translate": ["post"]}
 
 
 def test_openapi_describes_every_route(srv):

@@ -28,6 +28,7 @@
 #define CHAT RG_GEN_API_CHAT
 #define TGI RG_GEN_API_TGI
 #define TGIS RG_GEN_API_TGI_STREAM
+#define TRN RG_GEN_API_TRANSLATE
 
 static const rg_gen_limits LIM = {
 	.vocab_size = 1000, .max_n = 8, .max_prompts = 4, .max_stop = 4, .max_logprobs = 5,
@@ -870,10 +871,10 @@ static const rg_gen_lp LPS[3] = {
 };
 static const size_t OFFS[3] = { 0, 3, 5 };
 
-static const rg_gen_answer_ctx CTX_CMP = { CMP, "cmpl-abc", 1700000000, "tiny", "fp_1", 0 };
-static const rg_gen_answer_ctx CTX_CHAT = { CHAT, "chatcmpl-abc", 1700000001, "tiny", NULL, 0 };
-static const rg_gen_answer_ctx CTX_TGI = { TGI, NULL, 0, NULL, NULL, 0 };
-static const rg_gen_answer_ctx CTX_TGIS = { TGIS, NULL, 0, NULL, NULL, 6 };
+static const rg_gen_answer_ctx CTX_CMP = { CMP, "cmpl-abc", 1700000000, "tiny", "fp_1", 0, false };
+static const rg_gen_answer_ctx CTX_CHAT = { CHAT, "chatcmpl-abc", 1700000001, "tiny", NULL, 0, false };
+static const rg_gen_answer_ctx CTX_TGI = { TGI, NULL, 0, NULL, NULL, 0, false };
+static const rg_gen_answer_ctx CTX_TGIS = { TGIS, NULL, 0, NULL, NULL, 6, false };
 
 static void test_answer_completions(void **state)
 {
@@ -1304,10 +1305,10 @@ static void test_answers_any_bytes(void **state)
 		junk[i] = (char)(255 - i);
 	top[0] = (rg_gen_tok){ 1, junk, 256, NAN, false };
 	lp[0] = (rg_gen_lp){ { 2, junk + 100, 156, -INFINITY, true }, 1, top };
-	for (int api = 0; api < 4; api++) {
+	for (int api = 0; api < 5; api++) {
 		json_object *o;
 
-		ctx = (rg_gen_answer_ctx){ (rg_gen_api)api, junk + 1, -1, junk + 2, junk + 3, 1 };
+		ctx = (rg_gen_answer_ctx){ (rg_gen_api)api, junk + 1, -1, junk + 2, junk + 3, 1, false };
 		/* the strings of ctx are NUL-terminated at junk[255] */
 		c = (rg_gen_choice){ .text = junk, .text_len = 256, .finish = RG_GEN_FINISH_STOP,
 				     .stop_str = junk + 5, .lps = lp, .n_lps = 1,
@@ -1329,12 +1330,126 @@ static void test_answers_any_bytes(void **state)
 	}
 }
 
+/* /translate (issue 29): inputs' shapes, HF's parameter names onto the shared fields, the
+ * refusals (language codes, unknown keys, warpers without do_sample, beam rules, stream). */
+static void test_translate_parse(void **state)
+{
+	(void)state;
+	OK(TRN, "{\"inputs\": \"Hello\"}");
+	assert_int_equal(g_req.n_prompts, 1);
+	assert_false(g_req.inputs_list);
+	assert_false(g_req.do_sample);
+	assert_false(g_req.stream);
+	assert_int_equal(g_req.max_tokens, -1);
+	assert_int_equal(g_req.logprobs, -1);
+	assert_false(g_req.use_beam_search);
+	OK(TRN, "{\"inputs\": [\"a\", \"b\"], \"parameters\": {\"max_new_tokens\": 7, "
+		"\"num_beams\": 3, \"length_penalty\": 0.5, \"early_stopping\": \"never\", "
+		"\"no_repeat_ngram_size\": 2, \"details\": true}}");
+	assert_int_equal(g_req.n_prompts, 2);
+	assert_true(g_req.inputs_list);
+	assert_int_equal(g_req.max_tokens, 7);
+	assert_true(g_req.use_beam_search);
+	assert_int_equal(g_req.best_of, 3);
+	assert_int_equal(g_req.n, 1);
+	assert_true(g_req.length_penalty == 0.5f);
+	assert_int_equal(g_req.early_stopping, 2);
+	assert_int_equal(g_req.no_repeat_ngram_size, 2);
+	assert_true(g_req.details);
+	OK(TRN, "{\"inputs\": [5, 6, 0]}");
+	assert_false(g_req.inputs_list);
+	assert_int_equal(g_req.n_ids[0], 3);
+	OK(TRN, "{\"inputs\": [[5, 0], [7, 8, 0]], \"stream\": false}");
+	assert_true(g_req.inputs_list);
+	OK(TRN, "{\"inputs\": \"x\", \"stream\": true, \"parameters\": {\"do_sample\": true, "
+		"\"temperature\": 0.7, \"top_k\": 4, \"top_p\": 0.9, \"seed\": 5, "
+		"\"stop\": \"zz\"}}");
+	assert_true(g_req.stream && g_req.do_sample && g_req.has_seed);
+	assert_int_equal(g_req.n_stop, 1);
+	/* defaults given explicitly are fine without do_sample / beams */
+	OK(TRN, "{\"inputs\": \"x\", \"parameters\": {\"temperature\": 1, \"early_stopping\": "
+		"false, \"length_penalty\": 1, \"repetition_penalty\": 1.2}}");
+	BAD(TRN, "{\"inputs\": \"\"}", 400, "inputs");
+	BAD(TRN, "{\"inputs\": []}", 400, "inputs");
+	BAD(TRN, "{}", 400, "inputs");
+	BAD(TRN, "{\"inputs\": [\"a\", 3]}", 400, "inputs[1]");
+	BAD(TRN, "{\"inputs\": \"x\", \"src_lang\": \"en\"}", 400, "src_lang");
+	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": {\"tgt_lang\": \"de\"}}", 400, "tgt_lang");
+	BAD(TRN, "{\"inputs\": \"x\", \"prompt\": \"y\"}", 400, "prompt");
+	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": {\"best_of\": 2}}", 400, "best_of");
+	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": {\"temperature\": 0.5}}", 400,
+	    "temperature");
+	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": {\"top_k\": 3}}", 400, "top_k");
+	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": {\"length_penalty\": 2}}", 400,
+	    "length_penalty");
+	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": {\"early_stopping\": true}}", 400,
+	    "early_stopping");
+	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": {\"num_beams\": 2, \"do_sample\": true}}",
+	    400, "num_beams");
+	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": {\"num_beams\": 9}}", 400, "num_beams");
+	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": {\"num_beams\": 2, \"stop\": [\"a\"]}}",
+	    400, "stop");
+	BAD(TRN, "{\"inputs\": \"x\", \"stream\": true, \"parameters\": {\"num_beams\": 2}}", 400,
+	    "stream");
+	BAD(TRN, "{\"inputs\": [\"x\", \"y\"], \"stream\": true}", 400, "inputs");
+	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": [1]}", 400, "parameters");
+	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": {\"max_new_tokens\": 0}}", 400,
+	    "max_new_tokens");
+	BAD(TRN, "{\"inputs\": [1, 1000]}", 400, "inputs");
+	BAD(TRN, "{\"inputs\": \"x\"", 400, "");
+	rg_gen_request_free(&g_req);
+}
+
+static void test_answer_translate(void **state)
+{
+	rg_gen_choice c[2] = {
+		{ .text = "Hallo", .text_len = 5, .finish = RG_GEN_FINISH_EOS, .lps = LPS,
+		  .n_lps = 2, .n_generated = 2 },
+		{ .text = "Welt", .text_len = 4, .finish = RG_GEN_FINISH_LENGTH, .lps = LPS + 2,
+		  .n_lps = 1, .n_generated = 1 },
+	};
+	rg_gen_answer_ctx ctx = { TRN, NULL, 0, NULL, NULL, 3, false };
+	rg_buf b;
+	json_object *o;
+	(void)state;
+
+	rg_buf_init(&b);
+	rg_gen_answer_json(&b, &ctx, c, 1, NULL, false, 0);
+	o = parse_json(b.data, b.len);
+	expect_str(o, "translation_text", "Hallo");
+	expect_int(o, "generated_tokens", 2);
+	expect_str(o, "finish_reason", "eos_token");
+	expect_null(o, "details");
+	json_object_put(o);
+	rg_buf_free(&b);
+	/* a list: a JSON array in order, details with the token ids */
+	ctx.list = true;
+	rg_buf_init(&b);
+	rg_gen_answer_json(&b, &ctx, c, 2, NULL, true, 0);
+	assert_true(b.len > 2 && b.data[0] == '[' && b.data[b.len - 1] == ']');
+	{
+		json_object *arr = json_tokener_parse(b.data);
+
+		assert_true(json_object_is_type(arr, json_type_array));
+		assert_int_equal(json_object_array_length(arr), 2);
+		expect_str(arr, "1.translation_text", "Welt");
+		expect_str(arr, "1.finish_reason", "length");
+		expect_str(arr, "0.details.finish_reason", "eos_token");
+		expect_int(arr, "0.details.tokens.1.id", LPS[1].tok.id);
+		assert_int_equal(len_of(arr, "0.details.tokens"), 2);
+		json_object_put(arr);
+	}
+	rg_buf_free(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults_completions),
 		cmocka_unit_test(test_defaults_chat),
 		cmocka_unit_test(test_defaults_tgi),
+		cmocka_unit_test(test_translate_parse),
+		cmocka_unit_test(test_answer_translate),
 		cmocka_unit_test(test_openai_ranges),
 		cmocka_unit_test(test_tgi_ranges),
 		cmocka_unit_test(test_unknown_and_unsupported),
