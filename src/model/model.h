@@ -226,6 +226,9 @@ struct rg_model {
 	int n_gen_bad;
 	int32_t gen_forced_eos;   /* decoders: forced_eos_token_id, the token forced as the last one
 				   * a length limit allows; -1 none */
+	int32_t gen_forced_bos;   /* decoders: forced_bos_token_id, the token forced right after a
+				   * one-token prompt (an encoder-decoder's decoder_start: mBART's
+				   * and NLLB's target language); -1 none */
 	/* State the generation layer keeps per model, opaque here (src/gen/generate_api.c:
 	 * rg_generate's block pool and the KV cache it made); rg_model_free calls gen_free(gen).
 	 * model/ never reads it: the runner knows nothing of requests. */
