@@ -780,6 +780,13 @@ typedef struct rg_gen_params {
 	int max_step_tokens;         /* token budget of one runner call (prefill chunk size), >= 1 */
 	rg_gen_token_fn on_token;    /* may be NULL (rg_generate takes its callback as arguments) */
 	void *on_token_ctx;
+	/* the first generated token after a one-token prompt (an encoder-decoder's decoder start:
+	 * mBART's / NLLB's target language; transformers' ForcedBOSTokenLogitsProcessor):
+	 * forced_bos_set false (the default, also of a zeroed struct) takes the model's
+	 * forced_bos_token_id (generation_config.json, else config.json; none when absent);
+	 * true forces forced_bos_id (in [0, vocab)), or nothing when it is -1 */
+	bool forced_bos_set;
+	int32_t forced_bos_id;
 } rg_gen_params;
 
 /* The defaults above. */

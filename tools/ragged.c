@@ -89,6 +89,7 @@ typedef enum flag_id {
 	F_STREAM,
 	F_KV_FRACTION,
 	F_KV_BYTES,
+	F_TGT_LANG,
 	F_HELP,
 } flag_id;
 
@@ -182,6 +183,10 @@ static const cli_flag g_flags[] = {
 	 "KV cache: fraction (0, 1] of the memory free after the model is loaded (default: a\n"
 	 "cache sized for the request)"},
 	{F_KV_BYTES, "--kv-cache-bytes", "N", CMD_GEN, "KV cache: N bytes (at least one block)"},
+	{F_TGT_LANG, "--tgt-lang", "CODE", CMD_GEN,
+	 "translate: force the vocabulary token CODE (a target language code: fra_Latn for\n"
+	 "NLLB, fr_XX for mBART-50) as the first generated token, in place of the model's\n"
+	 "forced_bos_token_id; 'none' forces nothing"},
 	{F_HELP, "--help", NULL, CMD_ALL, "print this help and exit (also -h)"},
 };
 #define N_FLAGS (sizeof(g_flags) / sizeof(g_flags[0]))
@@ -213,9 +218,10 @@ static const cli_cmd g_cmds[] = {
 	 "(as `ragged translate`)."},
 	{"translate", CMD_GENERATE,
 	 "one UTF-8 source text per input line -> one JSON line per output, as generate's, with\n"
-	 "an encoder-decoder model (MarianMT / opus-mt from a Hugging Face directory): the source\n"
-	 "is encoded once, its cross-attention K/V kept in the KV cache, the target decoded\n"
-	 "greedily or with --num-beams B (issue 29). --model is required."},
+	 "an encoder-decoder model (MarianMT / opus-mt, BART, mBART, M2M100 / NLLB-200 from a\n"
+	 "Hugging Face directory): the source is encoded once, its cross-attention K/V kept in\n"
+	 "the KV cache, the target decoded greedily or with --num-beams B (issue 29); --tgt-lang\n"
+	 "names the target language token of mBART / NLLB. --model is required."},
 };
 #define N_CMDS (sizeof(g_cmds) / sizeof(g_cmds[0]))
 
@@ -233,6 +239,7 @@ typedef struct cli_opts {
 	/* generate */
 	rg_gen_params gen;
 	const char *stop[MAX_STOP];
+	const char *tgt_lang;   /* --tgt-lang: the forced first token's string, NULL: the model's */
 	bool chat, ignore_eos, stream;
 	double kv_fraction;     /* --kv-cache-fraction, 0: unset */
 	unsigned long long kv_bytes; /* --kv-cache-bytes, 0: unset */
@@ -469,6 +476,9 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 			break;
 		case F_CHAT:
 			o->chat = true;
+			break;
+		case F_TGT_LANG:
+			o->tgt_lang = v;
 			break;
 		case F_IGNORE_EOS:
 			o->ignore_eos = true;
@@ -1290,6 +1300,31 @@ static void gen_write_json(FILE *f, const char *prompt, const rg_gen_seq *q, con
 
 /* `ragged generate`: prompts one per line, tokenized (and chat-formatted) up front so that an
  * error names its line, then generated --batch prompts per rg_generate_ids call. */
+/* --tgt-lang CODE: the id whose vocabulary string is CODE as g's forced first token ("none":
+ * none). A code the vocabulary does not hold is a usage error naming it. */
+static int tgt_lang_id(const rg_model *m, const char *cmd, const char *code, rg_gen_params *g)
+{
+	const int V = rg_model_get_info(m)->vocab_size;
+	const size_t n = strlen(code);
+
+	g->forced_bos_set = true;
+	g->forced_bos_id = -1;
+	if (!strcmp(code, "none"))
+		return 0;
+	for (int32_t id = 0; id < V; id++) {
+		size_t len;
+		const char *t = rg_model_token(m, id, &len);
+
+		if (t && len == n && !memcmp(t, code, n)) {
+			g->forced_bos_id = id;
+			return 0;
+		}
+	}
+	fprintf(stderr, "ragged %s: --tgt-lang %s is not a token of the model's vocabulary\n", cmd,
+		code);
+	return EXIT_USAGE;
+}
+
 static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 {
 	cli_opts o = {0};
@@ -1341,6 +1376,8 @@ static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 		rc = EXIT_FAILURE;
 		goto out_free_model;
 	}
+	if (o.tgt_lang && (rc = tgt_lang_id(m, c->name, o.tgt_lang, &o.gen)) != 0)
+		goto out_free_model;
 	max_pos = rg_model_get_info(m)->max_position_embeddings;
 	if (o.kv_fraction > 0 || o.kv_bytes > 0) { /* the caller's cache: rg_generate uses it as is */
 		rg_status ks = o.kv_fraction > 0 ? rg_model_kv_init_fraction(m, 16, o.kv_fraction)

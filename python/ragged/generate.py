@@ -20,6 +20,7 @@ TOKEN_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.
                             ctypes.c_float)
 FINISH = {0: "none", 1: "stop", 2: "length", 3: "eos"}
 EARLY_STOPPING = {False: 0, True: 1, "never": 2}
+_MODEL_DEFAULT = object()  # an option left to the model's generation config
 _PATH_MAX = 4096
 
 
@@ -44,7 +45,8 @@ class GenParams(ctypes.Structure):
                 ("stop", ctypes.POINTER(ctypes.c_char_p)), ("n_stop", ctypes.c_int),
                 ("detokenize", DETOK_FN), ("detokenize_ctx", ctypes.c_void_p),
                 ("pad_id", ctypes.c_int32), ("max_step_tokens", ctypes.c_int),
-                ("on_token", TOKEN_FN), ("on_token_ctx", ctypes.c_void_p)]
+                ("on_token", TOKEN_FN), ("on_token_ctx", ctypes.c_void_p),
+                ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32)]
 
 
 class GenSeq(ctypes.Structure):
@@ -327,7 +329,8 @@ class Generator:
     def _prepare(self, prompts, max_tokens, temperature, top_k, top_p, min_p,
                  repetition_penalty, presence_penalty, frequency_penalty, no_repeat_ngram_size,
                  n, seed, logprobs, num_beams, num_beam_groups, diversity_penalty,
-                 length_penalty, early_stopping, stop, stop_token_ids, ignore_eos, chat):
+                 length_penalty, early_stopping, stop, stop_token_ids, ignore_eos, chat,
+                 forced_bos_token_id=_MODEL_DEFAULT):
         """generate()'s options as an rg_gen_params (and the arrays it points to, to keep)."""
         l = lib()
         as_ids = not isinstance(prompts, str) and len(prompts) > 0 and (
@@ -376,6 +379,9 @@ class Generator:
             p.stop_ids, p.n_stop_ids = arr, len(stop_token_ids)
         if ignore_eos:
             p.n_eos = -1
+        if forced_bos_token_id is not _MODEL_DEFAULT:
+            p.forced_bos_set = True
+            p.forced_bos_id = -1 if forced_bos_token_id is None else int(forced_bos_token_id)
         return prompts, as_ids, p, keep
 
     def generate(self, prompts, max_tokens=16, temperature=None, top_k=0, top_p=1.0, min_p=0.0,
@@ -383,7 +389,7 @@ class Generator:
                  no_repeat_ngram_size=0, n=1, seed=0, logprobs=0, num_beams=1,
                  num_beam_groups=1, diversity_penalty=0.0, length_penalty=1.0,
                  early_stopping=False, stop=None, stop_token_ids=None, ignore_eos=False,
-                 chat=False, on_token=None):
+                 chat=False, on_token=None, forced_bos_token_id=_MODEL_DEFAULT):
         """Generate continuations.
 
         prompts: a str or a list of str (text), or a list of int / list of lists of int (ids).
@@ -392,6 +398,9 @@ class Generator:
         Beams: num_beams > 1 (greedy only), num_beam_groups / diversity_penalty (diverse beam
         search), length_penalty, early_stopping (False, True, "never").
         stop: a str or list of str; stop_token_ids: ints; ignore_eos: do not stop at EOS.
+        forced_bos_token_id: the token forced first after a one-token prompt (an
+        encoder-decoder's decoder start: mBART's / NLLB's target language code), None for none;
+        left out, the model's (generation_config.json's forced_bos_token_id).
         chat: format each text prompt as a user turn of the model's chat template first.
         on_token(seq, token, logprob): called per generated token (return nothing).
         Returns a list (prompt-major, n per prompt) of dicts: text, ids, finish_reason
@@ -406,7 +415,7 @@ class Generator:
             prompts, max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
             presence_penalty, frequency_penalty, no_repeat_ngram_size, n, seed, logprobs,
             num_beams, num_beam_groups, diversity_penalty, length_penalty, early_stopping, stop,
-            stop_token_ids, ignore_eos, chat)
+            stop_token_ids, ignore_eos, chat, forced_bos_token_id)
         cb = TOKEN_FN(0)
         if on_token is not None:
             def _cb(_ctx, seq, tok, lp):
@@ -473,7 +482,7 @@ class Generator:
                         no_repeat_ngram_size=0, n=1, seed=0, logprobs=0, num_beams=1,
                         num_beam_groups=1, diversity_penalty=0.0, length_penalty=1.0,
                         early_stopping=False, stop=None, stop_token_ids=None, ignore_eos=False,
-                        chat=False)
+                        chat=False, forced_bos_token_id=_MODEL_DEFAULT)
         unknown = set(options) - set(defaults)
         if unknown:
             raise ValueError(f"unknown options: {sorted(unknown)}")
@@ -485,7 +494,8 @@ class Generator:
             o["repetition_penalty"], o["presence_penalty"], o["frequency_penalty"],
             o["no_repeat_ngram_size"], o["n"], o["seed"], o["logprobs"], o["num_beams"],
             o["num_beam_groups"], o["diversity_penalty"], o["length_penalty"],
-            o["early_stopping"], o["stop"], o["stop_token_ids"], o["ignore_eos"], o["chat"])
+            o["early_stopping"], o["stop"], o["stop_token_ids"], o["ignore_eos"], o["chat"],
+            o["forced_bos_token_id"])
         if len(prompts) != 1:
             raise ValueError("stream() takes one prompt")
         ids = prompts[0] if as_ids else self._encode_generate(prompts[0])
@@ -545,8 +555,8 @@ class Generator:
 
 
 class Translator(Generator):
-    """An encoder-decoder model (MarianMT, opus-mt) loaded by libragged, for translation (issue
-    29): the source is encoded once per request on the packed, padding-free encoder path, its
+    """An encoder-decoder model (MarianMT / opus-mt, BART, mBART, M2M100 / NLLB-200) loaded by
+    libragged, for translation (issue 29): the source is encoded once per request on the packed, padding-free encoder path, its
     cross-attention keys and values kept in the KV cache; the decoder then runs in the same
     generation engine as the decoder-only models (continuous batching, beams, sampling).
 
@@ -571,7 +581,9 @@ class Translator(Generator):
         """Translate each source: a text (tokenized by the model's tokenizer, which must append
         the end-of-source token itself as Marian's does; token ids are the portable form) or a
         list of token ids (ending with eos_token_id, as MarianTokenizer writes them).
-        kw: generate()'s options (length_penalty, early_stopping, n, temperature, ...).
+        kw: generate()'s options (length_penalty, early_stopping, n, temperature, ...);
+        forced_bos_token_id: the target language's token forced first (mBART, NLLB), None for
+        none, left out the model's generation_config.json forced_bos_token_id.
         Returns generate()'s dicts, one per source (n per source with n > 1): "ids" are the
         generated target tokens (the decoder start token excluded), "text" their detokenized
         text when the model has a tokenizer."""

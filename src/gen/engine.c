@@ -955,6 +955,15 @@ static rg_status host_sample(rg_gen_engine *e, ereq *q, int k, int r, int32_t *t
 				 top_ids, top_lps);
 }
 
+/* The token forced after q's one-token prompt: the request's (forced_bos_set), else the
+ * model's; -1 none. */
+static int32_t forced_bos_of(const rg_gen_engine *e, const ereq *q)
+{
+	if (q->gp.forced_bos_set)
+		return q->gp.forced_bos_id;
+	return e->r.has_forced_bos ? e->r.forced_bos : -1;
+}
+
 /* The beam groups of the plan: one step of each search with rows in it, in slot order, from its
  * rows' logits or each row's cand_k best tokens; the next beams to the scheduler, or a stop on
  * its rows when the search is done. A failing search aborts its request. */
@@ -1001,10 +1010,13 @@ static void beam_steps(rg_gen_engine *e)
 				clps[j] = cand_k ? e->top_lps + (size_t)r * top_n : NULL;
 			}
 		}
-		/* the last step max_tokens allows with a forced EOS: every live beam's one candidate
-		 * (its log-prob 0); the host's logits rows get the request's bias (the device's
-		 * top-N had it applied) */
-		const bool forced = e->r.has_forced_eos && n_tok - q->prompt_len == q->max_new - 1;
+		/* the last step max_tokens allows with a forced EOS, or the first after a one-token
+		 * prompt with a forced BOS: every live beam's one candidate (its log-prob 0); the
+		 * host's logits rows get the request's bias (the device's top-N had it applied) */
+		const bool force_eos = e->r.has_forced_eos && n_tok - q->prompt_len == q->max_new - 1;
+		const int32_t fbos = forced_bos_of(e, q);
+		const bool forced = force_eos || (fbos >= 0 && n_tok == 1);
+		const int32_t fzd = force_eos ? e->r.forced_eos : fbos;
 		int32_t fid[RG_ITER_MAX_BEAMS][RG_BEAM_MAX_CAND];
 		float flp[RG_ITER_MAX_BEAMS][RG_BEAM_MAX_CAND];
 
@@ -1012,13 +1024,14 @@ static void beam_steps(rg_gen_engine *e)
 			float *row = (float *)rows[j];
 
 			if (cand_k && forced && cids[j]) {
-				/* EOS at log-prob 0 first, the other candidates banned */
+				/* the forced token at log-prob 0 first, the other candidates
+				 * banned */
 				int c = 1;
 
-				fid[j][0] = e->r.forced_eos;
+				fid[j][0] = fzd;
 				flp[j][0] = 0.f;
 				for (int i = 0; i < cand_k && c < cand_k; i++)
-					if (cids[j][i] != e->r.forced_eos) {
+					if (cids[j][i] != fzd) {
 						fid[j][c] = cids[j][i];
 						flp[j][c++] = cids[j][i] < 0 ? -INFINITY : BANNED;
 					}
@@ -1032,9 +1045,9 @@ static void beam_steps(rg_gen_engine *e)
 				for (int c = 0; c < q->gp.sampling.n_logit_bias; c++)
 					row[q->gp.sampling.logit_bias_ids[c]] +=
 						q->gp.sampling.logit_bias_values[c];
-				if (forced) /* log-softmax: EOS 0, the others BANNED below it */
+				if (forced) /* log-softmax: it 0, the others BANNED below it */
 					for (int v = 0; v < e->V; v++)
-						row[v] = v == e->r.forced_eos ? 0.f : BANNED;
+						row[v] = v == fzd ? 0.f : BANNED;
 			}
 		}
 		if (st == RG_OK)
@@ -1108,12 +1121,18 @@ rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms, const rg_gen_e
 						continue;
 					}
 					e->ids[r] = t;
-					rg_sampler_accept(q->o[k].chain, t);
 				} else {
 					t = e->ids[r];
 					lp = e->lps[r];
 					ti = e->top_ids + (size_t)r * e->top_n;
 					tl = e->top_lps + (size_t)r * e->top_n;
+				}
+				if (q->o[k].seq.n == 0 && q->prompt_len == 1 &&
+				    forced_bos_of(e, q) >= 0) {
+					/* the first token after a one-token prompt (transformers'
+					 * ForcedBOSTokenLogitsProcessor at cur_len 1) */
+					t = e->ids[r] = forced_bos_of(e, q);
+					lp = 0.f;
 				}
 				if (e->r.has_forced_eos && q->o[k].seq.n == q->max_new - 1) {
 					/* the last token max_tokens allows (transformers'
@@ -1121,6 +1140,8 @@ rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms, const rg_gen_e
 					t = e->ids[r] = e->r.forced_eos;
 					lp = 0.f;
 				}
+				if (e->kind[r] == ROW_HOST) /* the chain sees the token emitted */
+					rg_sampler_accept(q->o[k].chain, t);
 				if (q->o[k].first_ms == 0)
 					q->o[k].first_ms = now_ms;
 				fr = rg_seq_accept(&q->o[k].seq, t, lp, ti, tl);
@@ -1549,6 +1570,8 @@ void rg_gen_model_runner(rg_model *m, rg_gen_runner *r)
 	r->n_bad = m->n_gen_bad;
 	r->has_forced_eos = m->gen_forced_eos >= 0;
 	r->forced_eos = m->gen_forced_eos;
+	r->has_forced_bos = m->gen_forced_bos >= 0;
+	r->forced_bos = m->gen_forced_bos;
 	if (m->info.kind == RG_MODEL_ENC_DEC) {
 		r->encode = mrun_encode;
 		r->max_source = m->info.max_source_positions;

@@ -57,12 +57,17 @@ typedef struct rg_gen_runner {
 	int32_t decoder_start; /* encoder-decoders: the decoder's first token */
 	/* The model's generation defaults (transformers' logits processors from its generation
 	 * config), applied to every request: tokens never generated (bad_words_ids' single
-	 * tokens: a -inf logit bias, so the others renormalize), and forced_eos, the token forced
-	 * as the last one max_tokens allows (log-prob 0). */
+	 * tokens: a -inf logit bias, so the others renormalize), forced_eos, the token forced
+	 * as the last one max_tokens allows (log-prob 0), and forced_bos, the token forced as the
+	 * first one after a one-token prompt (an encoder-decoder's decoder_start; transformers'
+	 * ForcedBOSTokenLogitsProcessor at cur_len 1: mBART's / NLLB's target language). Where both
+	 * apply (max_tokens 1), forced_eos wins, as transformers applies it after. */
 	const int32_t *bad_ids; /* (n_bad), borrowed */
 	int n_bad;
 	bool has_forced_eos;
 	int32_t forced_eos;
+	bool has_forced_bos;
+	int32_t forced_bos;
 } rg_gen_runner;
 
 /* An engine over runner r (copied; r->ctx borrowed) and pool (borrowed, block size

@@ -52,6 +52,9 @@ rg_status rg_gen_params_check(const rg_gen_params *p, int vocab)
 	for (int i = 0; i < p->n_stop; i++)
 		if (!p->stop[i] || !p->stop[i][0])
 			return rg_errorf(RG_ERR_INVALID_INPUT, "stop string %d is empty", i);
+	if (p->forced_bos_set && (p->forced_bos_id < -1 || p->forced_bos_id >= vocab))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "forced_bos_id %d outside [0, %d) (or -1: none)",
+				 p->forced_bos_id, vocab);
 	if (p->n_stop > 0 && !p->detokenize)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "stop strings need a detokenize callback");
 	if (p->num_beams < 1 || p->num_beam_groups < 1 || p->num_beams % p->num_beam_groups)

@@ -20,6 +20,8 @@ static const rg_arch *const ARCHS[] = {
 	&rg_arch_phi3,  /* phi3.c */
 	/* encoder-decoders */
 	&rg_arch_marian, /* bart.c: MarianMT (opus-mt) */
+	&rg_arch_bart, &rg_arch_mbart,
+	&rg_arch_m2m100, /* bart.c: M2M100, NLLB-200 */
 };
 #define N_ARCHS (sizeof(ARCHS) / sizeof(ARCHS[0]))
 

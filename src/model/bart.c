@@ -1,26 +1,51 @@
-/* MarianMT (Junczys-Dowmunt et al. 2018; transformers' MarianMTModel, the opus-mt models): a
- * BART-shaped encoder-decoder (Lewis et al. 2020) with post-LayerNorm blocks, static sinusoidal
- * positions, embeddings scaled by sqrt(d_model), one embedding table shared by the encoder, the
- * decoder and the LM head, and final_logits_bias added to the logits (LightSeq sec. 2's
- * Transformer MT model; issue 29).
+/* The BART family of encoder-decoders (Lewis et al. 2020; transformers' modeling_{marian,bart,
+ * mbart,m2m_100}.py), one implementation parameterized by the few places where the families
+ * differ (issue 29; tests/py/ref_seq2seq.py is the float64 reference of each):
  *
- * Encoder, per layer (MarianEncoderLayer.forward, normalize_before false):
- *   h = LN1(h + (softmax(q k^T / sqrt(hd)) v) Wo^T + bo),   q, k, v = h Wq,k,v^T + b
- *   h = LN2(h + act(h W1^T + b1) W2^T + b2)
- * over h = sqrt(d) * shared[src] + sin_pos[0..len): bidirectional within each packed source
- * (rg_op_attention, cu_seqlens). After the last layer, each decoder layer's cross K / V
- * (encoder_attn.{k,v}_proj of the encoder output) go to the sequence's cross blocks in the KV
- * cache, once per request (rg_model_encode_cross).
- * Decoder, per layer (MarianDecoderLayer.forward):
- *   h = LN1(h + causal paged self-attention(h))
- *   h = LN2(h + cross-attention(q = h Wq_c^T + b, over the cached cross K / V))
- *   h = LN3(h + act(h W1^T + b1) W2^T + b2)
- * over h = sqrt(d) * shared[tgt] + sin_pos[position]; logits = h shared^T + final_logits_bias
- * (a distinct lm_head.weight in the file serves instead, rg_layer_load_embed_head).
- * Post-LN alternates the residual between two arena buffers; the first is chosen so that the
- * last LayerNorm lands in RG_D_NORMED, where decoder.c reads it.
- * Sinusoidal table (MarianSinusoidalPositionalEmbedding._init_weight): column j < d/2 is
- * sin(p / 10000^(2j/d)), column d/2 + j is cos(p / 10000^(2j/d)). */
+ *   family   model_type  blocks  positions                                 layernorm_   final
+ *                                                                          embedding    layer_norm
+ *   MarianMT marian      post-LN sinusoid (sin | cos halves), position p   no           no
+ *   BART     bart        post-LN learned embed_positions, row p + 2        yes          no
+ *   mBART    mbart       pre-LN  learned embed_positions, row p + 2        yes          yes
+ *   M2M100   m2m_100     pre-LN  fairseq sinusoid at padding_idx + 1 + p   no           yes
+ *            (NLLB-200 is model_type m2m_100)
+ *
+ * Shared by all: tokens * sqrt(d_model) when scale_embedding (the config's, defaulting as each
+ * config class does: True for M2M100 only), one embedding table for the encoder, the decoder and
+ * the tied LM head (LightSeq sec. 2's Transformer MT model), final_logits_bias added to the
+ * logits (absent in the file, e.g. M2M100: zero), q / k / v / out projections with bias,
+ * attention scaled by head_dim^-0.5, LayerNorm eps 1e-5, activation_function (gelu, relu,
+ * swish / silu, gelu_new).
+ *
+ * Post-LN (MarianEncoderLayer / BartEncoderLayer): h = LN(h + f(h)) per sublayer.
+ * Pre-LN (MBartEncoderLayer / M2M100EncoderLayer): h = h + f(LN(h)), then the stack's final
+ * layer_norm. Sublayers: encoder self-attention (bidirectional within each packed source,
+ * rg_op_attention, cu_seqlens), FFN act(h W1^T + b1) W2^T + b2; decoder causal paged
+ * self-attention, cross-attention (q = h Wq_c^T + b over each decoder layer's cross K / V of the
+ * encoder output, written to the sequence's cross blocks of the KV cache once per request:
+ * rg_model_encode_cross), FFN. The embedding sum h = scale * shared[tok] + pos[p], then
+ * layernorm_embedding where the family has one.
+ *
+ * Residual buffers: post-LN alternates the residual between two arena buffers (the first chosen
+ * so that the decoder's last LayerNorm lands in RG_D_NORMED, where decoder.c reads it); pre-LN
+ * keeps the residual in RG_D_HIDDEN and each norm's output in RG_D_NORMED, the residual add of a
+ * sublayer fused into the next norm (rg_op_add_norm, vLLM's fused_add_rms_norm pattern).
+ *
+ * Position tables, built at load as (max_position_embeddings, d_model) with the family's offset
+ * applied (row p is the embedding of position p, p counted from 0 in each source and from the
+ * decoder start):
+ *   Marian (MarianSinusoidalPositionalEmbedding._init_weight, double): column j < d/2 is
+ *     sin(p / 10000^(2j/d)), column d/2 + j is cos(p / 10000^(2j/d));
+ *   BART / mBART (BartLearnedPositionalEmbedding): rows 2.. of the stored
+ *     model.{encoder,decoder}.embed_positions.weight (max_position_embeddings + 2, d_model);
+ *   M2M100 (M2M100SinusoidalPositionalEmbedding.get_embedding, float32 as torch computes it):
+ *     position q = padding_idx + 1 + p, columns k < d/2: sin(q f_k), d/2 + k: cos(q f_k),
+ *     f_k = exp(-k ln(10000) / (d/2 - 1)), a zero last column for an odd d; a pad token gets
+ *     the zero padding_idx row (rg_op_embed_scale_add's no_pos_token). transformers numbers a
+ *     source's positions by a cumulative count of its non-pad tokens; here they are 0.. in
+ *     every source, the same unless a pad id sits before the source's last real token (right
+ *     padding gives the same rows). The decoder's positions match generate()'s cached decoding
+ *     exactly (t + padding_idx + 1, pad tokens the zero row). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +56,44 @@
 #include "core/error.h"
 #include "model/layers.h"
 #include "model/model.h"
+
+typedef enum rg_bart_pos {
+	RG_BART_POS_MARIAN,  /* computed sinusoid, sin | cos halves, position p */
+	RG_BART_POS_LEARNED, /* stored embed_positions (max_pos + 2, H), row p + 2 */
+	RG_BART_POS_M2M100,  /* computed fairseq sinusoid at padding_idx + 1 + p */
+} rg_bart_pos;
+
+/* What one family computes and its config class's defaults. norm_keys: the values of the
+ * fairseq-era keys normalize_before / add_final_layer_norm / normalize_embedding that describe
+ * this family's layout (a config.json that states another value describes weights the family's
+ * transformers class would not run as stored: refused by name). */
+typedef struct rg_bart_family {
+	const char *model_type;
+	rg_bart_pos pos;
+	bool pre_ln;          /* pre-LN blocks and a final layer_norm per stack */
+	bool ln_embed;        /* layernorm_embedding after the embedding sum */
+	bool scale_default;   /* scale_embedding's default */
+	const char *act_default;
+	int vocab_default;
+	int start_default;    /* decoder_start_token_id's default: an id, or -1 pad, -2 bos */
+	bool norm_before, final_ln_key, norm_embed; /* normalize_before, add_final_layer_norm,
+						     * normalize_embedding */
+} rg_bart_family;
+
+static const rg_bart_family FAMILIES[] = {
+	{"marian", RG_BART_POS_MARIAN, false, false, false, "gelu", 58101, -1, false, false, false},
+	{"bart", RG_BART_POS_LEARNED, false, true, false, "gelu", 50265, 2, false, false, true},
+	{"mbart", RG_BART_POS_LEARNED, true, true, false, "gelu", 50265, -2, true, true, true},
+	{"m2m_100", RG_BART_POS_M2M100, true, false, true, "relu", 128112, 2, true, true, false},
+};
+
+static const rg_bart_family *family_of(const rg_model *m)
+{
+	for (size_t i = 0; i < sizeof(FAMILIES) / sizeof(FAMILIES[0]); i++)
+		if (strcmp(FAMILIES[i].model_type, m->arch->model_type) == 0)
+			return &FAMILIES[i];
+	return NULL;
+}
 
 typedef struct rg_bart_layer {
 	void *qkv_w, *qkv_b;   /* (3H, H), (3H) act: self-attention [Wq; Wk; Wv] */
@@ -45,13 +108,23 @@ typedef struct rg_bart_layer {
 	float *ln3_g, *ln3_b;  /* decoder: final_layer_norm */
 } rg_bart_layer;
 
+/* One stack (the encoder or the decoder). */
+typedef struct rg_bart_stack {
+	int n_layers;
+	rg_bart_layer *layers;   /* (n_layers) */
+	void *pos;               /* (max_pos, H) act: row p is position p's embedding (offset in);
+				  * may be the other stack's (computed tables: one copy) */
+	float *lne_g, *lne_b;    /* (H) f32: layernorm_embedding, NULL without */
+	float *fin_g, *fin_b;    /* (H) f32: the stack's final layer_norm (pre-LN), NULL without */
+} rg_bart_stack;
+
 typedef struct rg_bart_weights {
+	const rg_bart_family *fam;
 	void *embed;           /* (vocab, H) act: model.shared, also the tied LM head */
 	void *lm_head;         /* (vocab, H) act: a distinct lm_head.weight, or NULL */
-	void *pos;             /* (max_pos, H) act: the sinusoidal table */
 	float scale;           /* sqrt(d_model) with scale_embedding, else 1 */
-	int n_enc, n_dec;
-	rg_bart_layer *enc, *dec;
+	int32_t no_pos_token;  /* M2M100: padding_idx (no position row); -1 */
+	rg_bart_stack enc, dec;
 } rg_bart_weights;
 
 static const char *const PREFIXES[] = {"model.", "", NULL};
@@ -78,9 +151,32 @@ static rg_status same_int(const rg_cfg_src *cf, const char *key, int want, const
 	return RG_OK;
 }
 
-/* MarianConfig's keys and defaults (config.json only: no GGUF form). */
-static rg_status marian_hparams(rg_model *m, const rg_cfg_src *cf)
+/* A layout key (normalize_before...) that, when present, must say what the family computes. */
+static rg_status layout_key(const rg_cfg_src *cf, const char *family, const char *key, bool want)
 {
+	bool v;
+	rg_status s;
+
+	if (!rg_cfg_has(cf->root, key))
+		return RG_OK;
+	if ((s = rg_cfg_bool(cf->path, cf->root, key, want, &v)) != RG_OK)
+		return s;
+	if (v != want)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "%s: %s %s is not supported for model_type %s (its layout has %s "
+				 "%s)", cf->path, key, v ? "true" : "false", family, key,
+				 want ? "true" : "false");
+	return RG_OK;
+}
+
+/* The config class's keys and defaults of m's family (MarianConfig, BartConfig, MBartConfig,
+ * M2M100Config; config.json only: no GGUF form). Refused by name: encoder and decoder of
+ * different widths (encoder_attention_heads, encoder_ffn_dim), separate source and target
+ * embeddings (Marian's share_encoder_decoder_embeddings false / decoder_vocab_size), layout
+ * keys contradicting the family (layout_key), other activations. */
+static rg_status bart_hparams(rg_model *m, const rg_cfg_src *cf)
+{
+	const rg_bart_family *fam = family_of(m);
 	rg_decoder_config *c = &m->dec.cfg;
 	const char *path = cf->path, *act;
 	struct json_object *root = cf->root;
@@ -88,10 +184,14 @@ static rg_status marian_hparams(rg_model *m, const rg_cfg_src *cf)
 	int dec_vocab;
 	rg_status s;
 
+	if (!fam)
+		return rg_errorf(RG_ERR_INTERNAL, "bart.c: no family for model_type %s",
+				 m->arch->model_type);
 	if (!root)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "%s: encoder-decoders load from config.json",
 				 path);
-	if ((s = rg_cfg_int(path, root, "vocab_size", false, 58101, 1, 1 << 24, &c->vocab_size)) ||
+	if ((s = rg_cfg_int(path, root, "vocab_size", false, fam->vocab_default, 1, 1 << 24,
+			    &c->vocab_size)) ||
 	    (s = rg_cfg_int(path, root, "d_model", false, 1024, 1, 1 << 20, &c->hidden_size)) ||
 	    (s = rg_cfg_int(path, root, "decoder_layers", false, 12, 1, 1 << 12,
 			    &c->num_hidden_layers)) ||
@@ -103,8 +203,8 @@ static rg_status marian_hparams(rg_model *m, const rg_cfg_src *cf)
 			    &c->intermediate_size)) ||
 	    (s = rg_cfg_int(path, root, "max_position_embeddings", false, 1024, 1, 1 << 20,
 			    &c->max_position_embeddings)) ||
-	    (s = rg_cfg_str(path, root, "activation_function", "gelu", &act)) ||
-	    (s = rg_cfg_bool(path, root, "scale_embedding", false, &scale_emb)) ||
+	    (s = rg_cfg_str(path, root, "activation_function", fam->act_default, &act)) ||
+	    (s = rg_cfg_bool(path, root, "scale_embedding", fam->scale_default, &scale_emb)) ||
 	    (s = rg_cfg_bool(path, root, "share_encoder_decoder_embeddings", true, &shared)) ||
 	    (s = rg_cfg_bool(path, root, "tie_word_embeddings", true, &tie)) ||
 	    (s = rg_cfg_int(path, root, "decoder_vocab_size", false, c->vocab_size, 1, 1 << 24,
@@ -116,7 +216,10 @@ static rg_status marian_hparams(rg_model *m, const rg_cfg_src *cf)
 				 &c->decoder_start_token_id)) ||
 	    (s = same_int(cf, "encoder_attention_heads", c->num_attention_heads,
 			  "decoder_attention_heads")) ||
-	    (s = same_int(cf, "encoder_ffn_dim", c->intermediate_size, "decoder_ffn_dim")))
+	    (s = same_int(cf, "encoder_ffn_dim", c->intermediate_size, "decoder_ffn_dim")) ||
+	    (s = layout_key(cf, fam->model_type, "normalize_before", fam->norm_before)) ||
+	    (s = layout_key(cf, fam->model_type, "add_final_layer_norm", fam->final_ln_key)) ||
+	    (s = layout_key(cf, fam->model_type, "normalize_embedding", fam->norm_embed)))
 		return s;
 	if ((s = rg_cfg_act(path, "activation_function", act,
 			    1u << RG_ACT_SILU | 1u << RG_ACT_GELU | 1u << RG_ACT_GELU_NEW |
@@ -127,24 +230,39 @@ static rg_status marian_hparams(rg_model *m, const rg_cfg_src *cf)
 		return rg_errorf(RG_ERR_FORMAT, "%s: d_model %d is not divisible by "
 				 "decoder_attention_heads %d", path, c->hidden_size,
 				 c->num_attention_heads);
+	if (fam->pos == RG_BART_POS_M2M100 && c->hidden_size < 4)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "%s: d_model %d: M2M100's sinusoid needs at "
+				 "least 4 features", path, c->hidden_size);
 	if (!shared || dec_vocab != c->vocab_size)
 		return rg_errorf(RG_ERR_UNSUPPORTED,
 				 "%s: separate source and target embeddings "
 				 "(share_encoder_decoder_embeddings false or decoder_vocab_size %d != "
 				 "vocab_size %d) are not supported",
 				 path, dec_vocab, c->vocab_size);
-	if (rg_cfg_has(root, "forced_bos_token_id"))
-		return rg_errorf(RG_ERR_UNSUPPORTED, "%s: forced_bos_token_id is not supported yet",
-				 path);
-	if (c->decoder_start_token_id < 0)
-		c->decoder_start_token_id = c->pad_token_id; /* MarianConfig's default */
+	if (fam->pos != RG_BART_POS_MARIAN) { /* BartConfig / MBartConfig / M2M100Config */
+		if (!rg_cfg_has(root, "pad_token_id"))
+			c->pad_token_id = 1;
+		if (!rg_cfg_has(root, "bos_token_id"))
+			c->bos_token_id = 0;
+		if (!rg_cfg_has(root, "eos_token_id"))
+			c->eos_token_id = 2;
+	}
+	if (c->decoder_start_token_id < 0) /* the config class's default; generate()'s bos */
+		c->decoder_start_token_id = fam->start_default == -1   ? c->pad_token_id
+					    : fam->start_default == -2 ? c->bos_token_id
+								       : fam->start_default;
 	if (c->decoder_start_token_id < 0 || c->decoder_start_token_id >= c->vocab_size)
 		return rg_errorf(RG_ERR_FORMAT, "%s: decoder_start_token_id %d is outside the "
 				 "vocabulary [0, %d)", path, c->decoder_start_token_id,
 				 c->vocab_size);
+	if (fam->pos == RG_BART_POS_M2M100 &&
+	    (c->pad_token_id < 0 || c->pad_token_id >= c->vocab_size))
+		return rg_errorf(RG_ERR_FORMAT, "%s: pad_token_id %d (M2M100's position padding_idx) "
+				 "is outside the vocabulary [0, %d)", path, c->pad_token_id,
+				 c->vocab_size);
 	c->num_key_value_heads = c->num_attention_heads;
 	c->head_dim = c->hidden_size / c->num_attention_heads;
-	c->norm_eps = 1e-5; /* nn.LayerNorm's default: MarianConfig has no key */
+	c->norm_eps = 1e-5; /* nn.LayerNorm's default: these configs have no key */
 	c->tie_word_embeddings = tie;
 	c->max_source_positions = c->max_position_embeddings;
 	m->dec.cfg.rope_theta = 0;
@@ -152,8 +270,8 @@ static rg_status marian_hparams(rg_model *m, const rg_cfg_src *cf)
 	return RG_OK;
 }
 
-/* The sinusoidal table (n, d), in double then uploaded in the compute dtype. */
-static rg_status sinusoid(rg_model *m, int n, int d, void **dst)
+/* Marian's sinusoidal table (n, d), in double then uploaded in the compute dtype. */
+static rg_status marian_sinusoid(rg_model *m, int n, int d, void **dst)
 {
 	float *t = malloc((size_t)n * d * sizeof(float));
 	const int half = d / 2 + d % 2; /* transformers' sentinel */
@@ -170,6 +288,47 @@ static rg_status sinusoid(rg_model *m, int n, int d, void **dst)
 			else
 				t[(size_t)p * d + half + j / 2] = (float)cos(a);
 		}
+	return rg_dec_upload(m, t, (size_t)n * d, true, dst);
+}
+
+/* M2M100's table (n, d): row p is get_embedding's row padding_idx + 1 + p, in float32 as torch
+ * computes it (the frequencies exp(k * -(ln 10000 / (half - 1))), the products and sin / cos
+ * all in float32). */
+static rg_status m2m100_sinusoid(rg_model *m, int n, int d, int pad, void **dst)
+{
+	float *t = calloc((size_t)n * d, sizeof(float));
+	const int half = d / 2;
+	const float step = (float)-(log(10000.0) / (half - 1));
+
+	if (!t)
+		return rg_errorf(RG_ERR_OOM, "out of host memory for the position table");
+	for (int p = 0; p < n; p++) {
+		const float q = (float)(pad + 1 + p);
+
+		for (int k = 0; k < half; k++) {
+			const float a = q * expf((float)k * step);
+
+			t[(size_t)p * d + k] = sinf(a);
+			t[(size_t)p * d + half + k] = cosf(a);
+		}
+	}
+	return rg_dec_upload(m, t, (size_t)n * d, true, dst);
+}
+
+/* BART's learned table: model.<stack>.embed_positions.weight (n + 2, d), rows 2.. uploaded
+ * (BartLearnedPositionalEmbedding's offset). RG_ERR_FORMAT naming the tensor. */
+static rg_status learned_positions(rg_model *m, const rg_tsrc *src, const char *stack, int n,
+				   int d, void **dst)
+{
+	char name[64];
+	float *t = NULL;
+	rg_status s;
+
+	snprintf(name, sizeof(name), "%s.embed_positions.weight", stack);
+	if ((s = rg_tsrc_get(src, PREFIXES, name, (int64_t)n + 2, d, &t)) != RG_OK)
+		return rg_error_wrap(s, "learned positions (max_position_embeddings %d + offset 2 "
+				     "rows)", n);
+	memmove(t, t + 2 * (size_t)d, (size_t)n * d * sizeof(float));
 	return rg_dec_upload(m, t, (size_t)n * d, true, dst);
 }
 
@@ -257,24 +416,79 @@ static rg_status load_layer(rg_model *m, const rg_tsrc *src, const char *pfx, bo
 	return RG_OK;
 }
 
-static rg_status marian_load(rg_model *m, const rg_tsrc *src)
+/* A LayerNorm's gamma and beta "<pfx>.weight" / "<pfx>.bias" (H) f32. */
+static rg_status load_norm(rg_model *m, const rg_tsrc *src, const char *pfx, float **g, float **b)
+{
+	const int H = m->dec.cfg.hidden_size;
+	char n[2][96];
+	rg_status s;
+
+	snprintf(n[0], sizeof(n[0]), "%s.weight", pfx);
+	snprintf(n[1], sizeof(n[1]), "%s.bias", pfx);
+	if ((s = rg_layer_load_vec(m, src, PREFIXES, n[0], H, false, (void **)g)) ||
+	    (s = rg_layer_load_vec(m, src, PREFIXES, n[1], H, false, (void **)b)))
+		return s;
+	return RG_OK;
+}
+
+/* One stack's layers, position table and stack-level norms ("encoder" / "decoder"). */
+static rg_status load_stack(rg_model *m, const rg_tsrc *src, const char *name, rg_bart_stack *st)
+{
+	const rg_bart_weights *w = bw(m);
+	const rg_decoder_config *c = &m->dec.cfg;
+	const bool dec = strcmp(name, "decoder") == 0;
+	char pfx[64];
+	rg_status s;
+
+	if (!(st->layers = calloc((size_t)st->n_layers, sizeof(*st->layers))))
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	if (w->fam->pos == RG_BART_POS_LEARNED &&
+	    (s = learned_positions(m, src, name, c->max_position_embeddings, c->hidden_size,
+				   &st->pos)) != RG_OK)
+		return s;
+	if (w->fam->ln_embed) {
+		snprintf(pfx, sizeof(pfx), "%s.layernorm_embedding", name);
+		if ((s = load_norm(m, src, pfx, &st->lne_g, &st->lne_b)) != RG_OK)
+			return s;
+	}
+	if (w->fam->pre_ln) {
+		snprintf(pfx, sizeof(pfx), "%s.layer_norm", name);
+		if ((s = load_norm(m, src, pfx, &st->fin_g, &st->fin_b)) != RG_OK)
+			return s;
+	}
+	for (int l = 0; l < st->n_layers; l++) {
+		snprintf(pfx, sizeof(pfx), "%s.layers.%d", name, l);
+		if ((s = load_layer(m, src, pfx, dec, &st->layers[l])) != RG_OK)
+			return s;
+	}
+	return RG_OK;
+}
+
+static rg_status bart_load(rg_model *m, const rg_tsrc *src)
 {
 	const rg_decoder_config *c = &m->dec.cfg;
-	const int H = c->hidden_size, V = c->vocab_size;
+	const int H = c->hidden_size, V = c->vocab_size, P = c->max_position_embeddings;
 	rg_bart_weights *w;
 	rg_status s;
 
-	if (!(w = m->weights = calloc(1, sizeof(*w))) ||
-	    !(w->enc = calloc((size_t)c->encoder_layers, sizeof(*w->enc))) ||
-	    !(w->dec = calloc((size_t)c->num_hidden_layers, sizeof(*w->dec))))
+	if (!(w = m->weights = calloc(1, sizeof(*w))))
 		return rg_errorf(RG_ERR_OOM, "out of host memory");
-	w->n_enc = c->encoder_layers;
-	w->n_dec = c->num_hidden_layers;
+	w->fam = family_of(m);
+	w->enc.n_layers = c->encoder_layers;
+	w->dec.n_layers = c->num_hidden_layers;
 	w->scale = c->scale_embedding ? sqrtf((float)H) : 1.f;
+	w->no_pos_token = w->fam->pos == RG_BART_POS_M2M100 ? c->pad_token_id : -1;
 	if ((s = rg_layer_load_embed_head(m, src, PREFIXES, "shared.weight", TOP, "lm_head.weight",
-					  &w->embed, &w->lm_head)) != RG_OK ||
-	    (s = sinusoid(m, c->max_position_embeddings, H, &w->pos)) != RG_OK)
+					  &w->embed, &w->lm_head)) != RG_OK)
 		return s;
+	/* computed tables: one copy, both stacks */
+	if (w->fam->pos == RG_BART_POS_MARIAN)
+		s = marian_sinusoid(m, P, H, &w->enc.pos);
+	else if (w->fam->pos == RG_BART_POS_M2M100)
+		s = m2m100_sinusoid(m, P, H, c->pad_token_id, &w->enc.pos);
+	if (s != RG_OK)
+		return s;
+	w->dec.pos = w->enc.pos;
 	/* final_logits_bias (1, vocab): a buffer transformers registers as zeros; absent = zeros */
 	{
 		float *t = NULL;
@@ -286,87 +500,147 @@ static rg_status marian_load(rg_model *m, const rg_tsrc *src)
 		if (s != RG_OK || (s = rg_dec_upload(m, t, (size_t)V, true, &m->dec.lm_bias)) != RG_OK)
 			return s;
 	}
-	for (int l = 0; l < w->n_enc; l++) {
-		char pfx[64];
-
-		snprintf(pfx, sizeof(pfx), "encoder.layers.%d", l);
-		if ((s = load_layer(m, src, pfx, false, &w->enc[l])) != RG_OK)
-			return s;
-	}
-	for (int l = 0; l < w->n_dec; l++) {
-		char pfx[64];
-
-		snprintf(pfx, sizeof(pfx), "decoder.layers.%d", l);
-		if ((s = load_layer(m, src, pfx, true, &w->dec[l])) != RG_OK)
-			return s;
-	}
+	if (w->fam->pos == RG_BART_POS_LEARNED)
+		w->dec.pos = NULL; /* the decoder's own table, below */
+	if ((s = load_stack(m, src, "encoder", &w->enc)) != RG_OK ||
+	    (s = load_stack(m, src, "decoder", &w->dec)) != RG_OK)
+		return s;
 	return RG_OK;
 }
 
-/* Post-LN residual: ln(r + delta) into the other buffer, which becomes the residual. */
-static rg_status post_ln(rg_model *m, int n, const float *g, const float *b, void **r, void **y)
-{
-	void *t;
-	rg_status s = rg_op_add_norm(m->be, m->dec.a[RG_D_DELTA], *r, g, b,
-				     (float)m->dec.cfg.norm_eps, RG_NORM_LAYER, n,
-				     m->dec.cfg.hidden_size, *y);
+/* The residual stream of one stack: r the residual, y the other (T, H) buffer, pend the
+ * sublayer output not yet added (pre-LN). Post-LN: a sublayer's norm is y = LN(r + delta),
+ * then r and y swap. Pre-LN: r += pend and y = LN(r) as the next sublayer's input (one fused
+ * op); the stack's final norm into y. */
+typedef struct rg_bart_rs {
+	void *r, *y;
+	const void *pend;
+	bool pre;
+} rg_bart_rs;
 
-	t = *r;
-	*r = *y;
-	*y = t;
+/* A sublayer's input: pre-LN, LN(r + pend) (g, b: the sublayer's norm) in y; post-LN, r. */
+static rg_status sub_in(rg_model *m, int n, rg_bart_rs *rs, const float *g, const float *b,
+			const void **x)
+{
+	rg_status s = RG_OK;
+
+	if (rs->pre) {
+		s = rg_op_add_norm(m->be, rs->pend, rs->r, g, b, (float)m->dec.cfg.norm_eps,
+				   RG_NORM_LAYER, n, m->dec.cfg.hidden_size, rs->y);
+		rs->pend = NULL;
+	}
+	*x = rs->pre ? rs->y : rs->r;
 	return s;
 }
 
-/* The FFN sublayer of L on the residual *r (n rows). */
+/* A sublayer's output delta (n, H): pre-LN, pending for the next norm; post-LN, r = LN(r +
+ * delta) (g, b: the sublayer's norm). */
+static rg_status sub_out(rg_model *m, int n, rg_bart_rs *rs, const void *delta, const float *g,
+			 const float *b)
+{
+	void *t;
+	rg_status s;
+
+	if (rs->pre) {
+		rs->pend = delta;
+		return RG_OK;
+	}
+	s = rg_op_add_norm(m->be, delta, rs->r, g, b, (float)m->dec.cfg.norm_eps, RG_NORM_LAYER, n,
+			   m->dec.cfg.hidden_size, rs->y);
+	t = rs->r;
+	rs->r = rs->y;
+	rs->y = t;
+	return s;
+}
+
+/* The embedding sum of st into the stream, then layernorm_embedding when st has one; post-LN's
+ * first residual r0, pre-LN's residual RG_D_HIDDEN. */
+static rg_status embed(rg_model *m, const rg_bart_stack *st, const int32_t *tokens,
+		       const int32_t *positions, int n, rg_bart_rs *rs)
+{
+	const rg_bart_weights *w = bw(m);
+	const int H = m->dec.cfg.hidden_size;
+	rg_status s;
+
+	if (!st->lne_g)
+		return rg_op_embed_scale_add(m->be, w->embed, tokens, w->scale, st->pos, positions,
+					     w->no_pos_token, n, H, rs->r);
+	if ((s = rg_op_embed_scale_add(m->be, w->embed, tokens, w->scale, st->pos, positions,
+				       w->no_pos_token, n, H, rs->y)) != RG_OK ||
+	    (s = rg_op_add_norm(m->be, NULL, rs->y, st->lne_g, st->lne_b,
+				(float)m->dec.cfg.norm_eps, RG_NORM_LAYER, n, H, rs->r)) != RG_OK)
+		return s;
+	return RG_OK;
+}
+
+/* The stack's output: pre-LN, the final layer_norm of r + pend into y; post-LN, r. */
+static rg_status stack_out(rg_model *m, int n, rg_bart_rs *rs, const rg_bart_stack *st,
+			   void **out)
+{
+	const void *x;
+	rg_status s = RG_OK;
+
+	if (rs->pre)
+		s = sub_in(m, n, rs, st->fin_g, st->fin_b, &x);
+	*out = rs->pre ? rs->y : rs->r;
+	return s;
+}
+
+/* The FFN sublayer of L (norm g, b) on the stream. */
 static rg_status ffn(rg_model *m, int n, const rg_bart_layer *L, const float *g, const float *b,
-		     void **r, void **y)
+		     rg_bart_rs *rs)
 {
 	const rg_decoder_config *c = &m->dec.cfg;
 	const int H = c->hidden_size, I = c->intermediate_size;
 	void *inter = m->dec.a[RG_D_INTER], *delta = m->dec.a[RG_D_DELTA];
+	const void *x;
 	rg_status s;
 
-	if ((s = rg_op_gemm_bias_act(m->be, *r, L->fc1_w, L->fc1_b, inter, n, I, H,
+	if ((s = sub_in(m, n, rs, g, b, &x)) != RG_OK ||
+	    (s = rg_op_gemm_bias_act(m->be, x, L->fc1_w, L->fc1_b, inter, n, I, H,
 				     c->hidden_act)) != RG_OK ||
 	    (s = rg_op_gemm_bias_act(m->be, inter, L->fc2_w, L->fc2_b, delta, n, H, I,
 				     RG_ACT_NONE)) != RG_OK)
 		return s;
-	return post_ln(m, n, g, b, r, y);
+	return sub_out(m, n, rs, delta, g, b);
 }
 
-static rg_status marian_encode_cross(rg_model *m, const rg_enc_fwd *f)
+static rg_status bart_encode_cross(rg_model *m, const rg_enc_fwd *f)
 {
 	const rg_decoder_config *c = &m->dec.cfg;
 	const int H = c->hidden_size, n = f->n;
 	const float sc = 1.f / sqrtf((float)c->head_dim);
 	const rg_bart_weights *w = bw(m);
-	/* 2 LayerNorms per encoder layer: start where an even count ends */
-	void *r = m->dec.a[RG_D_HIDDEN], *y = m->dec.a[RG_D_NORMED];
+	rg_bart_rs rs = {m->dec.a[RG_D_HIDDEN], m->dec.a[RG_D_NORMED], NULL, w->fam->pre_ln};
 	void *qkv = m->dec.a[RG_D_QKV], *ctx = m->dec.a[RG_D_CTX], *delta = m->dec.a[RG_D_DELTA];
+	void *out;
 	rg_attn_desc d = rg_attn_packed(f->n_seq, f->cu, f->cu_h, f->max_len,
 					c->num_attention_heads, c->head_dim, sc);
 	rg_status s;
 
-	if ((s = rg_op_embed_scale_add(m->be, w->embed, f->tokens, w->scale, w->pos, f->positions,
-				       n, H, r)) != RG_OK)
+	if ((s = embed(m, &w->enc, f->tokens, f->positions, n, &rs)) != RG_OK)
 		return s;
-	for (int l = 0; l < w->n_enc; l++) {
-		const rg_bart_layer *L = &w->enc[l];
+	for (int l = 0; l < w->enc.n_layers; l++) {
+		const rg_bart_layer *L = &w->enc.layers[l];
+		const void *x;
 
-		if ((s = rg_op_gemm_bias_act(m->be, r, L->qkv_w, L->qkv_b, qkv, n, 3 * H, H,
+		if ((s = sub_in(m, n, &rs, L->ln1_g, L->ln1_b, &x)) != RG_OK ||
+		    (s = rg_op_gemm_bias_act(m->be, x, L->qkv_w, L->qkv_b, qkv, n, 3 * H, H,
 					     RG_ACT_NONE)) != RG_OK ||
 		    (s = rg_op_attention(m->be, &d, qkv, ctx)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(m->be, ctx, L->o_w, L->o_b, delta, n, H, H,
 					     RG_ACT_NONE)) != RG_OK ||
-		    (s = post_ln(m, n, L->ln1_g, L->ln1_b, &r, &y)) != RG_OK ||
-		    (s = ffn(m, n, L, L->ln2_g, L->ln2_b, &r, &y)) != RG_OK)
+		    (s = sub_out(m, n, &rs, delta, L->ln1_g, L->ln1_b)) != RG_OK ||
+		    (s = ffn(m, n, L, L->ln2_g, L->ln2_b, &rs)) != RG_OK)
 			return rg_error_wrap(s, "encoder layer %d", l);
 	}
-	/* r: the encoder's output; each decoder layer's cross K / V of it into the cache */
-	for (int l = 0; l < w->n_dec; l++) {
-		const rg_bart_layer *L = &w->dec[l];
+	if ((s = stack_out(m, n, &rs, &w->enc, &out)) != RG_OK)
+		return rg_error_wrap(s, "encoder layer_norm");
+	/* out: the encoder's output; each decoder layer's cross K / V of it into the cache */
+	for (int l = 0; l < w->dec.n_layers; l++) {
+		const rg_bart_layer *L = &w->dec.layers[l];
 
-		if ((s = rg_op_gemm_bias_act(m->be, r, L->ckv_w, L->ckv_b, qkv, n, 2 * H, H,
+		if ((s = rg_op_gemm_bias_act(m->be, out, L->ckv_w, L->ckv_b, qkv, n, 2 * H, H,
 					     RG_ACT_NONE)) != RG_OK ||
 		    (s = rg_dec_cross_write(m, l, qkv, 2 * H, f->slots, n)) != RG_OK)
 			return rg_error_wrap(s, "cross K / V of decoder layer %d", l);
@@ -374,40 +648,48 @@ static rg_status marian_encode_cross(rg_model *m, const rg_enc_fwd *f)
 	return RG_OK;
 }
 
-static rg_status marian_decode(rg_model *m, rg_dec_fwd *f)
+static rg_status bart_decode(rg_model *m, rg_dec_fwd *f)
 {
 	const rg_decoder_config *c = &m->dec.cfg;
 	const int H = c->hidden_size, n = f->n;
 	const float sc = 1.f / sqrtf((float)c->head_dim);
 	const rg_bart_weights *w = bw(m);
-	/* 3 LayerNorms per layer: the last lands in NORMED when the count's parity says so */
-	const bool even = (3 * w->n_dec) % 2 == 0;
-	void *r = m->dec.a[even ? RG_D_NORMED : RG_D_HIDDEN];
-	void *y = m->dec.a[even ? RG_D_HIDDEN : RG_D_NORMED];
+	/* pre-LN: the final norm into NORMED; post-LN: 3 LayerNorms per layer after the embedding
+	 * (and its own), the last landing in NORMED when the count's parity says so */
+	const bool r_normed = !w->fam->pre_ln && (3 * w->dec.n_layers) % 2 == 0;
+	rg_bart_rs rs = {m->dec.a[r_normed ? RG_D_NORMED : RG_D_HIDDEN],
+			 m->dec.a[r_normed ? RG_D_HIDDEN : RG_D_NORMED], NULL, w->fam->pre_ln};
 	void *qkv = m->dec.a[RG_D_QKV], *ctx = m->dec.a[RG_D_CTX], *delta = m->dec.a[RG_D_DELTA];
+	void *out;
 	rg_status s;
 
-	if ((s = rg_op_embed_scale_add(m->be, w->embed, f->tokens, w->scale, w->pos, f->positions,
-				       n, H, r)) != RG_OK)
+	if ((s = embed(m, &w->dec, f->tokens, f->positions, n, &rs)) != RG_OK)
 		return s;
-	for (int l = 0; l < w->n_dec; l++) {
-		const rg_bart_layer *L = &w->dec[l];
+	for (int l = 0; l < w->dec.n_layers; l++) {
+		const rg_bart_layer *L = &w->dec.layers[l];
+		const void *x;
 
-		if ((s = rg_op_gemm_bias_act(m->be, r, L->qkv_w, L->qkv_b, qkv, n, 3 * H, H,
+		if ((s = sub_in(m, n, &rs, L->ln1_g, L->ln1_b, &x)) != RG_OK ||
+		    (s = rg_op_gemm_bias_act(m->be, x, L->qkv_w, L->qkv_b, qkv, n, 3 * H, H,
 					     RG_ACT_NONE)) != RG_OK ||
 		    (s = rg_dec_attention(m, f, l, qkv, sc, ctx)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(m->be, ctx, L->o_w, L->o_b, delta, n, H, H,
 					     RG_ACT_NONE)) != RG_OK ||
-		    (s = post_ln(m, n, L->ln1_g, L->ln1_b, &r, &y)) != RG_OK ||
-		    (s = rg_op_gemm_bias_act(m->be, r, L->cq_w, L->cq_b, qkv, n, H, H,
+		    (s = sub_out(m, n, &rs, delta, L->ln1_g, L->ln1_b)) != RG_OK ||
+		    (s = sub_in(m, n, &rs, L->ln2_g, L->ln2_b, &x)) != RG_OK ||
+		    (s = rg_op_gemm_bias_act(m->be, x, L->cq_w, L->cq_b, qkv, n, H, H,
 					     RG_ACT_NONE)) != RG_OK ||
 		    (s = rg_dec_cross_attend(m, f, l, qkv, H, sc, ctx)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(m->be, ctx, L->co_w, L->co_b, delta, n, H, H,
 					     RG_ACT_NONE)) != RG_OK ||
-		    (s = post_ln(m, n, L->ln2_g, L->ln2_b, &r, &y)) != RG_OK ||
-		    (s = ffn(m, n, L, L->ln3_g, L->ln3_b, &r, &y)) != RG_OK)
+		    (s = sub_out(m, n, &rs, delta, L->ln2_g, L->ln2_b)) != RG_OK ||
+		    (s = ffn(m, n, L, L->ln3_g, L->ln3_b, &rs)) != RG_OK)
 			return rg_error_wrap(s, "decoder layer %d", l);
 	}
+	if ((s = stack_out(m, n, &rs, &w->dec, &out)) != RG_OK)
+		return rg_error_wrap(s, "decoder layer_norm");
+	if (out != m->dec.a[RG_D_NORMED])
+		return rg_errorf(RG_ERR_INTERNAL, "bart.c: the decoder's output is not in NORMED");
 	return RG_OK;
 }
 
@@ -421,7 +703,20 @@ static void free_layer(rg_model *m, rg_bart_layer *L)
 		rg_backend_dealloc(m->be, p[i]);
 }
 
-static void marian_free(rg_model *m)
+static void free_stack(rg_model *m, rg_bart_stack *st, const void *shared_pos)
+{
+	if (st->pos != shared_pos)
+		rg_backend_dealloc(m->be, st->pos);
+	rg_backend_dealloc(m->be, st->lne_g);
+	rg_backend_dealloc(m->be, st->lne_b);
+	rg_backend_dealloc(m->be, st->fin_g);
+	rg_backend_dealloc(m->be, st->fin_b);
+	for (int l = 0; st->layers && l < st->n_layers; l++)
+		free_layer(m, &st->layers[l]);
+	free(st->layers);
+}
+
+static void bart_free(rg_model *m)
 {
 	rg_bart_weights *w = bw(m);
 
@@ -429,26 +724,23 @@ static void marian_free(rg_model *m)
 		return;
 	rg_backend_dealloc(m->be, w->embed);
 	rg_backend_dealloc(m->be, w->lm_head);
-	rg_backend_dealloc(m->be, w->pos);
 	rg_backend_dealloc(m->be, m->dec.lm_bias);
 	m->dec.lm_bias = NULL;
-	for (int l = 0; w->enc && l < w->n_enc; l++)
-		free_layer(m, &w->enc[l]);
-	for (int l = 0; w->dec && l < w->n_dec; l++)
-		free_layer(m, &w->dec[l]);
-	free(w->enc);
-	free(w->dec);
+	free_stack(m, &w->dec, w->enc.pos); /* a computed table is the encoder's */
+	free_stack(m, &w->enc, NULL);
 	free(w);
 	m->weights = NULL;
 	m->dec.lm_head = NULL;
 }
 
-const rg_arch rg_arch_marian = {
-	.model_type = "marian",
-	.kind = RG_MODEL_ENC_DEC,
-	.hparams = marian_hparams,
-	.load = marian_load,
-	.free_weights = marian_free,
-	.decode = marian_decode,
-	.encode_cross = marian_encode_cross,
-};
+#define RG_BART_ARCH(type)                                                                       \
+	{                                                                                        \
+		.model_type = type, .kind = RG_MODEL_ENC_DEC, .hparams = bart_hparams,           \
+		.load = bart_load, .free_weights = bart_free, .decode = bart_decode,             \
+		.encode_cross = bart_encode_cross,                                               \
+	}
+
+const rg_arch rg_arch_marian = RG_BART_ARCH("marian");
+const rg_arch rg_arch_bart = RG_BART_ARCH("bart");
+const rg_arch rg_arch_mbart = RG_BART_ARCH("mbart");
+const rg_arch rg_arch_m2m100 = RG_BART_ARCH("m2m_100");

@@ -420,9 +420,11 @@ static void add_eos(rg_model *m, const char *dir, const char *file)
 /* The generation defaults transformers' generate() applies as logits processors, from
  * generation_config.json when the directory has one (transformers then ignores config.json's),
  * else config.json: bad_words_ids' single-token entries (never generated; Marian bans its pad)
- * into m->gen_bad, and forced_eos_token_id (an id, or a list's first) into m->gen_forced_eos
- * (the last token a length limit allows is forced to it), -1 when none. Unreadable or mistyped
- * values add nothing. */
+ * into m->gen_bad, forced_eos_token_id (an id, or a list's first) into m->gen_forced_eos
+ * (the last token a length limit allows is forced to it) and forced_bos_token_id into
+ * m->gen_forced_bos (the first token after a one-token prompt: transformers'
+ * ForcedBOSTokenLogitsProcessor at cur_len 1), -1 when none. Unreadable or mistyped values, and
+ * ids outside the vocabulary, add nothing. */
 static void gen_defaults(rg_model *m, const char *dir)
 {
 	char *path = rg_path_join(dir, "generation_config.json");
@@ -436,6 +438,7 @@ static void gen_defaults(rg_model *m, const char *dir)
 		free(path);
 	}
 	m->gen_forced_eos = -1;
+	m->gen_forced_bos = -1;
 	m->n_gen_bad = 0;
 	if (root && json_object_object_get_ex(root, "bad_words_ids", &v) &&
 	    json_object_is_type(v, json_type_array))
@@ -457,6 +460,13 @@ static void gen_defaults(rg_model *m, const char *dir)
 
 		if (id >= 0 && id < vocab)
 			m->gen_forced_eos = (int32_t)id;
+	}
+	if (root && json_object_object_get_ex(root, "forced_bos_token_id", &v) && v &&
+	    json_object_is_type(v, json_type_int)) {
+		int64_t id = json_object_get_int64(v);
+
+		if (id >= 0 && id < vocab)
+			m->gen_forced_bos = (int32_t)id;
 	}
 	json_object_put(root);
 }
@@ -708,7 +718,7 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 	}
 	m = calloc(1, sizeof(*m));
 	if (m)
-		m->gen_forced_eos = -1;
+		m->gen_forced_eos = m->gen_forced_bos = -1;
 	if (!m) {
 		s = rg_errorf(RG_ERR_OOM, "out of host memory");
 		goto out;

@@ -226,6 +226,9 @@ struct rg_model {
 	int n_gen_bad;
 	int32_t gen_forced_eos;   /* decoders: forced_eos_token_id, the token forced as the last one
 				   * a length limit allows; -1 none */
+	int32_t gen_forced_bos;   /* decoders: forced_bos_token_id, the token forced right after a
+				   * one-token prompt (an encoder-decoder's decoder_start: mBART's
+				   * and NLLB's target language); -1 none */
 	/* State the generation layer keeps per model, opaque here (src/gen/generate_api.c:
 	 * rg_generate's block pool and the KV cache it made); rg_model_free calls gen_free(gen).
 	 * model/ never reads it: the runner knows nothing of requests. */
@@ -321,7 +324,8 @@ const char *rg_arch_gguf_names(void);
 
 extern const rg_arch rg_arch_bert, rg_arch_roberta, rg_arch_xlm_roberta, rg_arch_distilbert,
 	rg_arch_albert, rg_arch_mpnet, rg_arch_deberta_v2, rg_arch_gpt2, rg_arch_llama,
-	rg_arch_mistral, rg_arch_qwen2, rg_arch_qwen3, rg_arch_phi3, rg_arch_marian;
+	rg_arch_mistral, rg_arch_qwen2, rg_arch_qwen3, rg_arch_phi3, rg_arch_marian,
+	rg_arch_bart, rg_arch_mbart, rg_arch_m2m100;
 
 /* ---- the load, every kind (model.c) ---- */
 /* Clear m->cfg and m->dec.cfg (dec.cfg.model_type = m->arch's, bos / eos ids -1), then

@@ -82,7 +82,8 @@ typedef struct rg_backend_ops {
 				 int n_dst, int H, void *dst);
 	rg_status (*embed_scale_add)(rg_backend_ctx *c, rg_dtype dt, const void *table,
 				     const int32_t *tokens, float scale, const void *pos,
-				     const int32_t *positions, int n, int H, void *out);
+				     const int32_t *positions, int32_t no_pos_token, int n, int H,
+				     void *out);
 	/* decoder ops (ops.h); NULL where the backend has none yet (RG_ERR_UNSUPPORTED) */
 	rg_status (*add_norm)(rg_backend_ctx *c, rg_dtype dt, const void *x, void *residual,
 			      const float *gamma, const float *beta, float eps, rg_norm_kind kind,

@@ -398,8 +398,8 @@ rg_status rg_op_pool(rg_backend *be, const void *x, const int32_t *cu_seqlens, i
 }
 
 rg_status rg_op_embed_scale_add(rg_backend *be, const void *table, const int32_t *tokens,
-				float scale, const void *pos, const int32_t *positions, int n,
-				int H, void *out)
+				float scale, const void *pos, const int32_t *positions,
+				int32_t no_pos_token, int n, int H, void *out)
 {
 	if (n < 0 || H <= 0 || !table || !tokens || (pos && !positions) || !out)
 		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
@@ -409,7 +409,7 @@ rg_status rg_op_embed_scale_add(rg_backend *be, const void *table, const int32_t
 	if (!be->ops->embed_scale_add)
 		return note(be, rg_errorf(RG_ERR_UNSUPPORTED, "embed_scale_add: not on this backend"));
 	return note(be, be->ops->embed_scale_add(be->ctx, be->dt, table, tokens, scale, pos,
-						 positions, n, H, out));
+						 positions, no_pos_token, n, H, out));
 }
 
 rg_status rg_op_gather_rows(rg_backend *be, const void *src, const int32_t *idx, int n_dst, int H,

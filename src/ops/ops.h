@@ -268,10 +268,11 @@ rg_status rg_op_pool(rg_backend *be, const void *x, const int32_t *cu_seqlens, i
  * BartScaledWordEmbedding / MarianSinusoidalPositionalEmbedding, in one pass):
  * out[t] = scale * table[tokens[t]] + (pos ? pos[positions[t]] : 0), t < n; table (vocab, H) act,
  * pos (max_pos, H) act or NULL, tokens / positions (n) int32 backend memory, validated by the
- * caller; out (n, H) act. Sum in f32. */
+ * caller; out (n, H) act. Sum in f32. A token equal to no_pos_token (>= 0; -1: none) gets no
+ * position row (M2M100SinusoidalPositionalEmbedding's padding_idx row, which is zero). */
 rg_status rg_op_embed_scale_add(rg_backend *be, const void *table, const int32_t *tokens,
-				float scale, const void *pos, const int32_t *positions, int n,
-				int H, void *out);
+				float scale, const void *pos, const int32_t *positions,
+				int32_t no_pos_token, int n, int H, void *out);
 
 /* Row gather: dst[i] = src[idx[i]] for i < n_dst; src (n_src, H) act, idx (n_dst) int32 (backend
  * memory), dst (n_dst, H) act. Used to bring padded / concatenated rows back to packed order. */

@@ -1,6 +1,8 @@
 """Issue 29 on a GPU: ragged.Translator on CUDA against the float64 NumPy reference
-(tests/py/ref_seq2seq.py, transformers' generate semantics) on a tiny random MarianMT, fp32
-(ids must be equal, greedy and 4-beam, one source at a time and all at once), and the fp16 run's
+(tests/py/ref_seq2seq.py, transformers' generate semantics) on tiny random MarianMT, BART,
+mBART and M2M100 checkpoints, fp32 (ids must be equal, greedy and 4-beam, one source at a time
+and all at once; the BART family also against transformers' generate() where torch and
+transformers are installed, and its forced BOS first), and the fp16 run's
 agreement with the fp32 one on the opus-mt-en-de shape (reported: random weights make near-ties
 that fp16 may flip). Prints PASS / FAIL lines; exit status 1 on any FAIL.
 
@@ -25,6 +27,33 @@ def sources(cfg, seed, lens):
     rng = np.random.default_rng(seed)
     return [list(map(int, rng.integers(3, cfg["vocab_size"] - 1, size=n))) +
             [cfg["eos_token_id"]] for n in lens]
+
+
+def family_sources(cfg, seed, lens):
+    """Sources without the BART family's special ids (0-3) or language codes (the top)."""
+    rng = np.random.default_rng(seed)
+    return [list(map(int, rng.integers(4, cfg["vocab_size"] - 5, size=n))) +
+            [cfg["eos_token_id"]] for n in lens]
+
+
+def hf_generate(d, srcs):
+    """transformers' generate() ids (greedy, 12 new tokens; 4 beams, 10), without the decoder
+    start, or None where torch / transformers are not installed."""
+    try:
+        import torch
+        from transformers import AutoModelForSeq2SeqLM
+    except ImportError:
+        return None
+    m = AutoModelForSeq2SeqLM.from_pretrained(d).eval()
+    out = []  # one source per call: generate() pads nothing
+    for kw in (dict(max_new_tokens=12), dict(max_new_tokens=10, num_beams=4)):
+        rows = []
+        for s in srcs:
+            with torch.no_grad():
+                g = m.generate(torch.tensor([s]), do_sample=False, **kw)[0].tolist()[1:]
+            rows.append(g)
+        out.append(rows)
+    return out
 
 
 def main():
@@ -56,6 +85,33 @@ def main():
             gb = tr.translate(srcs, max_tokens=10, num_beams=4, n=2)
             check("tiny marian cuda fp32 4-beam, batched",
                   [[o["ids"] for o in gb[2 * i:2 * i + 2]] for i in range(len(srcs))] == wb)
+        # the BART family (issue 29): tiny BART, mBART, M2M100 at head_dim 16, fp32, against the
+        # reference and, where transformers is installed, against its generate() itself
+        for fam in ("bart", "mbart", "m2m100"):
+            d = os.path.join(t, "tiny-" + fam)
+            cfg, _ = make_seq2seq.make(d, fam, seed=5,
+                                       **dict(make_seq2seq._TINY, d_model=64, max_pos=64))
+            ref = ref_seq2seq.Seq2Seq(d)
+            srcs = family_sources(cfg, 2, (5, 9, 3, 12, 1, 30))
+            want = [ref.greedy(s, 12)[1:] for s in srcs]
+            wb = [ref.beam_search(s, 4, 10)[0][1:] for s in srcs]
+            hf = hf_generate(d, srcs)
+            with ragged.Translator(d, device="cuda", dtype="fp32") as tr:
+                g1 = [tr.translate(s, max_tokens=12)[0]["ids"] for s in srcs]
+                gb = [tr.translate(s, max_tokens=10, num_beams=4)[0]["ids"] for s in srcs]
+                check(f"tiny {fam} cuda fp32 greedy, one at a time", g1 == want)
+                check(f"tiny {fam} cuda fp32 greedy, batched",
+                      [o["ids"] for o in tr.translate(srcs, max_tokens=12)] == want)
+                check(f"tiny {fam} cuda fp32 4-beam, one at a time", gb == wb)
+                check(f"tiny {fam} cuda fp32 4-beam, batched",
+                      [o["ids"] for o in tr.translate(srcs, max_tokens=10, num_beams=4)] == wb)
+                fb = ref.gen.get("forced_bos_token_id")
+                if fb is not None:
+                    check(f"tiny {fam} cuda forced_bos_token_id first",
+                          all(g[0] == fb for g in g1 + gb))
+            if hf is not None:
+                check(f"tiny {fam} cuda fp32 greedy == transformers generate", g1 == hf[0])
+                check(f"tiny {fam} cuda fp32 4-beam == transformers generate", gb == hf[1])
         # the public shape: fp16 against fp32 on the same GPU
         d = os.path.join(t, "opus")
         cfg, _ = make_seq2seq.make_spec("opus-mt-en-de", d)

@@ -84,7 +84,8 @@ class Runner(ctypes.Structure):
                 ("encode", ctypes.c_void_p), ("max_source", ctypes.c_int),
                 ("decoder_start", ctypes.c_int32), ("bad_ids", ctypes.c_void_p),
                 ("n_bad", ctypes.c_int), ("has_forced_eos", ctypes.c_bool),
-                ("forced_eos", ctypes.c_int32)]
+                ("forced_eos", ctypes.c_int32), ("has_forced_bos", ctypes.c_bool),
+                ("forced_bos", ctypes.c_int32)]
 
 
 class GenParams(ctypes.Structure):
@@ -98,7 +99,8 @@ class GenParams(ctypes.Structure):
                 ("stop", ctypes.POINTER(ctypes.c_char_p)), ("n_stop", ctypes.c_int),
                 ("detokenize", DETOK_FN), ("detokenize_ctx", ctypes.c_void_p),
                 ("pad_id", ctypes.c_int32), ("max_step_tokens", ctypes.c_int),
-                ("on_token", TOKEN_FN), ("on_token_ctx", ctypes.c_void_p)]
+                ("on_token", TOKEN_FN), ("on_token_ctx", ctypes.c_void_p),
+                ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32)]
 
 
 class GenSeq(ctypes.Structure):

@@ -182,11 +182,13 @@ static rg_status cpu_pool(rg_backend_ctx *c, rg_dtype dt, const void *x, const i
 
 static rg_status cpu_embed_scale_add(rg_backend_ctx *c, rg_dtype dt, const void *table,
 				     const int32_t *tokens, float scale, const void *pos,
-				     const int32_t *positions, int n, int H, void *out)
+				     const int32_t *positions, int32_t no_pos_token, int n, int H,
+				     void *out)
 {
 	(void)c;
 	(void)dt;
-	return rg_cpu_embed_scale_add(table, tokens, scale, pos, positions, n, H, out);
+	return rg_cpu_embed_scale_add(table, tokens, scale, pos, positions, no_pos_token, n, H,
+				      out);
 }
 
 static rg_status cpu_gather_rows(rg_backend_ctx *c, rg_dtype dt, const void *src, const int32_t *idx,

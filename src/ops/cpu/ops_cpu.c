@@ -679,12 +679,13 @@ static void gather_task(void *ctx, int i, int thread)
 }
 
 rg_status rg_cpu_embed_scale_add(const float *table, const int32_t *tokens, float scale,
-				 const float *pos, const int32_t *positions, int n, int H,
-				 float *out)
+				 const float *pos, const int32_t *positions, int32_t no_pos_token,
+				 int n, int H, float *out)
 {
 	for (int t = 0; t < n; t++) {
 		const float *e = table + (size_t)tokens[t] * H;
-		const float *p = pos ? pos + (size_t)positions[t] * H : NULL;
+		const float *p = pos && tokens[t] != no_pos_token ? pos + (size_t)positions[t] * H
+								  : NULL;
 		float *o = out + (size_t)t * H;
 
 		for (int i = 0; i < H; i++)

@@ -36,10 +36,11 @@ rg_status rg_cpu_rel_tables(const float *qkv, int n_tokens, int num_heads, int h
 rg_status rg_cpu_pool(const float *x, const int32_t *cu_seqlens, int n_seq, int H, rg_pooling mode,
 		      bool normalize, float *out);
 rg_status rg_cpu_gather_rows(const float *src, const int32_t *idx, int n_dst, int H, float *dst);
-/* out[t] = scale * table[tokens[t]] + (pos ? pos[positions[t]] : 0) (ops.h rg_op_embed_scale_add). */
+/* out[t] = scale * table[tokens[t]] + (pos ? pos[positions[t]] : 0), no position row for a token
+ * equal to no_pos_token (ops.h rg_op_embed_scale_add). */
 rg_status rg_cpu_embed_scale_add(const float *table, const int32_t *tokens, float scale,
-				 const float *pos, const int32_t *positions, int n, int H,
-				 float *out);
+				 const float *pos, const int32_t *positions, int32_t no_pos_token,
+				 int n, int H, float *out);
 /* Decoder ops (src/ops/cpu/decoder_cpu.c), as their rg_op_* twins. */
 rg_status rg_cpu_add_norm(const float *x, float *residual, const float *gamma, const float *beta,
 			  float eps, rg_norm_kind kind, int M, int N, float *out);

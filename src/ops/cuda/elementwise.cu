@@ -77,14 +77,17 @@ extern "C" rg_status rg_cuda_gather_rows(rg_cuda_ctx *ctx, rg_dtype dt, const vo
 	return rg_cuda_launch_check("gather_rows_kernel");
 }
 
-/* out[t] = scale * table[tokens[t]] + pos[positions[t]]: one CTA per row, f32 sums. */
+/* out[t] = scale * table[tokens[t]] + pos[positions[t]] (none for a token equal to no_pos_token):
+ * one CTA per row, f32 sums. */
 template <typename T>
 __global__ void embed_scale_add_kernel(const T *__restrict__ table, const int32_t *__restrict__ tokens,
 				       float scale, const T *__restrict__ pos,
-				       const int32_t *__restrict__ positions, int H, T *__restrict__ out)
+				       const int32_t *__restrict__ positions, int32_t no_pos_token,
+				       int H, T *__restrict__ out)
 {
-	const T *e = table + (size_t)tokens[blockIdx.x] * H;
-	const T *p = pos ? pos + (size_t)positions[blockIdx.x] * H : NULL;
+	const int32_t tok = tokens[blockIdx.x];
+	const T *e = table + (size_t)tok * H;
+	const T *p = pos && tok != no_pos_token ? pos + (size_t)positions[blockIdx.x] * H : NULL;
 	T *o = out + (size_t)blockIdx.x * H;
 
 	for (int i = threadIdx.x; i < H; i += blockDim.x)
@@ -93,7 +96,8 @@ __global__ void embed_scale_add_kernel(const T *__restrict__ table, const int32_
 
 extern "C" rg_status rg_cuda_embed_scale_add(rg_cuda_ctx *ctx, rg_dtype dt, const void *table,
 					     const int32_t *tokens, float scale, const void *pos,
-					     const int32_t *positions, int n, int H, void *out)
+					     const int32_t *positions, int32_t no_pos_token, int n,
+					     int H, void *out)
 {
 	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
 	rg_status st;
@@ -105,7 +109,8 @@ extern "C" rg_status rg_cuda_embed_scale_add(rg_cuda_ctx *ctx, rg_dtype dt, cons
 		return st;
 #define LAUNCH(T)                                                                                \
 	(embed_scale_add_kernel<T><<<n, 128, 0, c->stream>>>((const T *)table, tokens, scale,      \
-							      (const T *)pos, positions, H,         \
+							      (const T *)pos, positions,            \
+							      no_pos_token, H,                      \
 							      (T *)out),                            \
 	 0)
 	RG_CUDA_DISPATCH_DT(dt, LAUNCH);

@@ -67,7 +67,8 @@ rg_status rg_cuda_pool(rg_cuda_ctx *ctx, rg_dtype dt, const void *x, const int32
 		       int H, rg_pooling mode, bool normalize, float *out);
 rg_status rg_cuda_embed_scale_add(rg_cuda_ctx *ctx, rg_dtype dt, const void *table,
 				  const int32_t *tokens, float scale, const void *pos,
-				  const int32_t *positions, int n, int H, void *out);
+				  const int32_t *positions, int32_t no_pos_token, int n, int H,
+				  void *out);
 rg_status rg_cuda_gather_rows(rg_cuda_ctx *ctx, rg_dtype dt, const void *src, const int32_t *idx, int n_dst,
 			     int H, void *dst);
 /* decoder ops (decoder_ops.cu, paged_attention.cu) */
