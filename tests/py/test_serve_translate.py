@@ -32,20 +32,7 @@ TEXTS = ["hello world", "abc", "the quick brown fox jumps over the lazy dog", "x
          "Numbers 12 and 345"]
 
 
-@pytest.fixture(scope="module")
-def marian(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("marian") / "m")
-    make_seq2seq.make_spec("tiny-marian", d, seed=3)
-    with open(os.path.join(d, "config.json")) as f:
-        cfg = json.load(f)
-    return d, cfg, ref_seq2seq.Seq2Seq(d)
-
-
-@pytest.fixture(scope="module")
-def tr(marian):
-    t = ragged.Translator(marian[0])
-    yield t
-    t.close()
+from test_translate import marian, tr  # noqa: E402,F401  the same tiny Marian and Translator
 
 
 @pytest.fixture(scope="module")

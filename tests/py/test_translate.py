@@ -21,7 +21,7 @@ import ref_seq2seq  # noqa: E402
 @pytest.fixture(scope="module")
 def marian(tmp_path_factory):
     d = str(tmp_path_factory.mktemp("marian") / "m")
-    make_seq2seq.make(d, "marian", seed=3, **dict(make_seq2seq._TINY, max_pos=64))
+    make_seq2seq.make_spec("tiny-marian", d, seed=3)
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
     return d, cfg, ref_seq2seq.Seq2Seq(d)
