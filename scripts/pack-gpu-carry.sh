@@ -24,6 +24,10 @@
 # Options (environment):
 #   CARRY_MODEL=0  leave model_f16/ out (CPU benchmarks build random-weight MiniLM there with
 #                  bench/serving/make_bert_base.py --arch minilm);
+#   CARRY_WHEELS="A.whl ..."  copy these wheels into wheels/ (binary packages the device lacks,
+#                  e.g. CTranslate2 for bench/peer/translate_gpu.sh: pip download ctranslate2
+#                  --python-version 3.12 --only-binary=:all: --no-deps); setup-env.sh installs
+#                  each into /tmp/rgwheels and puts it on PYTHONPATH where it is not importable;
 #   CARRY_DNNL=1   add oneDNN (libdnnl + its headers, Debian libdnnl-dev) to deps, for
 #                  bench/kernels/cpu_gemm_libs.sh's library comparison.
 # Usage: scripts/pack-gpu-carry.sh            (then run: carry [".gpu_carry"])
@@ -167,6 +171,13 @@ if [ -n "${CARRY_PY-gguf}" ]; then
 	done
 	find "$STAGE/pylib" -name __pycache__ -prune -exec rm -rf {} +
 	tar -C "$STAGE/pylib" -cf - . | xz -9 -T0 >"$STAGE/carry/pylib.tar.xz"
+fi
+if [ -n "${CARRY_WHEELS:-}" ]; then
+	mkdir -p "$STAGE/carry/wheels"
+	for w in $CARRY_WHEELS; do
+		[ -f "$w" ] || die "CARRY_WHEELS: $w not found"
+		cp "$w" "$STAGE/carry/wheels/"
+	done
 fi
 [ -d /usr/share/games/fortunes ] || die "/usr/share/games/fortunes missing (fortunes, fortunes-min)"
 tar -C /usr/share/games/fortunes -cf - . | xz -9 -T0 >"$STAGE/carry/fortunes.tar.xz"

