@@ -399,9 +399,19 @@ typedef struct rg_encode_params {
 				   * SIZE_MAX: no limit */
 	bool add_special_tokens;  /* the template's tokens ([CLS] ... [SEP]) */
 	bool offsets;             /* fill start / stop */
+	/* Since issue 29. */
+	const char *src_lang;     /* NUL-terminated source language code (rg_model_lang_code:
+				   * "en_XX", "eng_Latn", M2M100's "en" or "__en__") put in the
+				   * template in place of its own, as transformers' tokenizers do with
+				   * src_lang: mBART-50 / NLLB / M2M100 [code] text </s>, mBART cc25 and
+				   * NLLB's legacy_behaviour text </s> [code]; single texts only (a pair
+				   * is RG_ERR_UNSUPPORTED), nothing without add_special_tokens. NULL:
+				   * the template as tokenizer.json has it. Unknown:
+				   * RG_ERR_INVALID_INPUT naming the model's codes */
 } rg_encode_params;
 
-/* Defaults: RG_TRUNCATE_NONE, max_length 0 (max_seq_len), add_special_tokens, no offsets. */
+/* Defaults: RG_TRUNCATE_NONE, max_length 0 (max_seq_len), add_special_tokens, no offsets,
+ * src_lang NULL. */
 RG_API rg_encode_params rg_encode_params_default(void);
 
 /* A tokenized text (or pair). Free with rg_encoding_free. */
@@ -434,6 +444,26 @@ RG_API void rg_encoding_free(rg_encoding *e);
  * ragged does not implement (named); RG_ERR_OOM. */
 RG_API rg_status rg_model_decode(const rg_model *m, const int32_t *ids, size_t n,
 				 bool skip_special_tokens, char **text, size_t *len);
+
+/* Language codes of a multilingual translation model (issue 29): mBART-50 ("en_XX"), NLLB-200
+ * ("eng_Latn"), M2M100 ("en", its token "__en__"), as transformers' tokenizers take src_lang and
+ * tgt_lang. They are the special tokens tokenizer_config.json's (else special_tokens_map.json's)
+ * additional_special_tokens lists, or, without that list, the special added tokens shaped like
+ * one family's codes (xx_XX, xxx_Xxxx, __xx__); only mBART and M2M100 / NLLB model types have
+ * them (Marian, BART, decoders, encoders: none). A source code goes in rg_encode_params.src_lang;
+ * a target code is the decoder's forced first token (rg_gen_params.forced_bos_set / _id = its
+ * id), as HF's translation pipeline sets forced_bos_token_id.
+ * rg_model_lang_count: how many (0 for NULL). rg_model_lang_code: code i in
+ * tokenizer_config.json's order, NUL-terminated, owned by the model; *id (may be NULL) its
+ * token id; NULL (and *id -1) for i out of range. */
+RG_API int rg_model_lang_count(const rg_model *m);
+RG_API const char *rg_model_lang_code(const rg_model *m, int i, int32_t *id);
+
+/* The token id of language code `code` (a code or its token: "en" or "__en__") into *id.
+ * RG_ERR_INVALID_INPUT (*id -1): NULL arguments, or a code the model does not have; the message
+ * names the code and the model's codes (the first 20, and how many more), or says that the model
+ * takes no language codes. */
+RG_API rg_status rg_model_lang_id(const rg_model *m, const char *code, int32_t *id);
 
 /* The vocabulary string of token id ("[CLS]", "##ing", a byte-level BPE stand-in form), *len bytes, not
  * NUL-terminated, owned by the model; NULL when the id has none. */

@@ -90,6 +90,7 @@ typedef enum flag_id {
 	F_KV_FRACTION,
 	F_KV_BYTES,
 	F_TGT_LANG,
+	F_SRC_LANG,
 	F_HELP,
 } flag_id;
 
@@ -184,9 +185,13 @@ static const cli_flag g_flags[] = {
 	 "cache sized for the request)"},
 	{F_KV_BYTES, "--kv-cache-bytes", "N", CMD_GEN, "KV cache: N bytes (at least one block)"},
 	{F_TGT_LANG, "--tgt-lang", "CODE", CMD_GEN,
-	 "translate: force the vocabulary token CODE (a target language code: fra_Latn for\n"
-	 "NLLB, fr_XX for mBART-50) as the first generated token, in place of the model's\n"
-	 "forced_bos_token_id; 'none' forces nothing"},
+	 "translate: force the target language code CODE (fra_Latn for NLLB, fr_XX for\n"
+	 "mBART-50, fr for M2M100) as the first generated token, in place of the model's\n"
+	 "forced_bos_token_id; 'none' forces nothing. An unknown code is a usage error\n"
+	 "naming the model's codes"},
+	{F_SRC_LANG, "--src-lang", "CODE", CMD_GEN,
+	 "translate: the sources' language code (eng_Latn, en_XX, en), put in\n"
+	 "the tokenizer's template in place of its own (transformers' src_lang)"},
 	{F_HELP, "--help", NULL, CMD_ALL, "print this help and exit (also -h)"},
 };
 #define N_FLAGS (sizeof(g_flags) / sizeof(g_flags[0]))
@@ -220,8 +225,8 @@ static const cli_cmd g_cmds[] = {
 	 "one UTF-8 source text per input line -> one JSON line per output, as generate's, with\n"
 	 "an encoder-decoder model (MarianMT / opus-mt, BART, mBART, M2M100 / NLLB-200 from a\n"
 	 "Hugging Face directory): the source is encoded once, its cross-attention K/V kept in\n"
-	 "the KV cache, the target decoded greedily or with --num-beams B (issue 29); --tgt-lang\n"
-	 "names the target language token of mBART / NLLB. --model is required."},
+	 "the KV cache, the target decoded greedily or with --num-beams B (issue 29); --src-lang /\n"
+	 "--tgt-lang name the language codes of mBART-50, NLLB and M2M100. --model is required."},
 };
 #define N_CMDS (sizeof(g_cmds) / sizeof(g_cmds[0]))
 
@@ -239,7 +244,8 @@ typedef struct cli_opts {
 	/* generate */
 	rg_gen_params gen;
 	const char *stop[MAX_STOP];
-	const char *tgt_lang;   /* --tgt-lang: the forced first token's string, NULL: the model's */
+	const char *tgt_lang;   /* --tgt-lang: the forced first token's code, NULL: the model's */
+	const char *src_lang;   /* --src-lang: the sources' code, NULL: the template's own */
 	bool chat, ignore_eos, stream;
 	double kv_fraction;     /* --kv-cache-fraction, 0: unset */
 	unsigned long long kv_bytes; /* --kv-cache-bytes, 0: unset */
@@ -479,6 +485,9 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 			break;
 		case F_TGT_LANG:
 			o->tgt_lang = v;
+			break;
+		case F_SRC_LANG:
+			o->src_lang = v;
 			break;
 		case F_IGNORE_EOS:
 			o->ignore_eos = true;
@@ -1298,33 +1307,41 @@ static void gen_write_json(FILE *f, const char *prompt, const rg_gen_seq *q, con
 	json_object_put(o);
 }
 
-/* `ragged generate`: prompts one per line, tokenized (and chat-formatted) up front so that an
- * error names its line, then generated --batch prompts per rg_generate_ids call. */
-/* --tgt-lang CODE: the id whose vocabulary string is CODE as g's forced first token ("none":
- * none). A code the vocabulary does not hold is a usage error naming it. */
+/* --tgt-lang CODE: the id of language code CODE (rg_model_lang_id) as g's forced first token
+ * ("none": none). A code the model does not have is a usage error naming its codes. */
 static int tgt_lang_id(const rg_model *m, const char *cmd, const char *code, rg_gen_params *g)
 {
-	const int V = rg_model_get_info(m)->vocab_size;
-	const size_t n = strlen(code);
-
 	g->forced_bos_set = true;
 	g->forced_bos_id = -1;
 	if (!strcmp(code, "none"))
 		return 0;
-	for (int32_t id = 0; id < V; id++) {
-		size_t len;
-		const char *t = rg_model_token(m, id, &len);
-
-		if (t && len == n && !memcmp(t, code, n)) {
-			g->forced_bos_id = id;
-			return 0;
-		}
-	}
-	fprintf(stderr, "ragged %s: --tgt-lang %s is not a token of the model's vocabulary\n", cmd,
-		code);
+	if (rg_model_lang_id(m, code, &g->forced_bos_id) == RG_OK)
+		return 0;
+	fprintf(stderr, "ragged %s: --tgt-lang: %s\n", cmd, rg_last_error());
 	return EXIT_USAGE;
 }
 
+/* text's ids under ep (rg_model_encode) into *ids (malloc'd, NULL when none) and *n. */
+static rg_status encode_ids(const rg_model *m, const char *text, size_t len,
+			    const rg_encode_params *ep, int32_t **ids, size_t *n)
+{
+	rg_encoding e = {0};
+	rg_status st = rg_model_encode(m, text, len, NULL, 0, ep, &e);
+
+	*ids = NULL;
+	*n = 0;
+	if (st == RG_OK && e.n > 0 && !(*ids = malloc(e.n * sizeof(int32_t))))
+		st = RG_ERR_OOM;
+	if (st == RG_OK && e.n > 0) {
+		memcpy(*ids, e.ids, e.n * sizeof(int32_t));
+		*n = e.n;
+	}
+	rg_encoding_free(&e);
+	return st;
+}
+
+/* `ragged generate`: prompts one per line, tokenized (and chat-formatted) up front so that an
+ * error names its line, then generated --batch prompts per rg_generate_ids call. */
 static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 {
 	cli_opts o = {0};
@@ -1378,6 +1395,11 @@ static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 	}
 	if (o.tgt_lang && (rc = tgt_lang_id(m, c->name, o.tgt_lang, &o.gen)) != 0)
 		goto out_free_model;
+	if (o.src_lang && rg_model_lang_id(m, o.src_lang, &(int32_t){0}) != RG_OK) {
+		fprintf(stderr, "ragged %s: --src-lang: %s\n", c->name, rg_last_error());
+		rc = EXIT_USAGE;
+		goto out_free_model;
+	}
 	max_pos = rg_model_get_info(m)->max_position_embeddings;
 	if (o.kv_fraction > 0 || o.kv_bytes > 0) { /* the caller's cache: rg_generate uses it as is */
 		rg_status ks = o.kv_fraction > 0 ? rg_model_kv_init_fraction(m, 16, o.kv_fraction)
@@ -1426,16 +1448,16 @@ static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 			/* as HF's apply_chat_template(tokenize=True): the template wrote whatever BOS
 			 * the model wants, so the tokenizer adds none */
 			rg_encode_params ep = rg_encode_params_default();
-			rg_encoding e = {0};
 
 			ep.add_special_tokens = false;
 			ep.max_length = SIZE_MAX;
-			st = rg_model_encode(m, chat, strlen(chat), NULL, 0, &ep, &e);
-			if (st == RG_OK && (n = e.n) > 0 && !(ids[i] = malloc(n * sizeof(int32_t))))
-				st = RG_ERR_OOM;
-			if (st == RG_OK && n > 0)
-				memcpy(ids[i], e.ids, n * sizeof(int32_t));
-			rg_encoding_free(&e);
+			st = encode_ids(m, chat, strlen(chat), &ep, &ids[i], &n);
+		} else if (o.src_lang) {
+			/* the template's language code replaced by --src-lang's */
+			rg_encode_params ep = rg_encode_params_default();
+
+			ep.src_lang = o.src_lang;
+			st = encode_ids(m, t.text[i], t.len[i], &ep, &ids[i], &n);
 		} else {
 			st = rg_model_tokenize(m, t.text[i], t.len[i], false, &ids[i], &n);
 		}

@@ -525,6 +525,34 @@ static rg_status refuse_feature(json_object *o, const char *key, unsigned ok, co
 	return rg_req_failp(err, key, 400, "validation", "%s is not supported: %s", key, why);
 }
 
+/* "src_lang" / "tgt_lang" (HF's translation pipeline names): language codes, strings of 1..64
+ * bytes, in o or in p (/translate's "parameters"; NULL elsewhere), not in both. Whether the model
+ * has the code is the route's to check (the parser knows no model). */
+static rg_status parse_langs(json_object *o, json_object *p, rg_gen_request *r,
+			     rg_req_error *err)
+{
+	for (int k = 0; k < 2; k++) {
+		const char *key = k ? "tgt_lang" : "src_lang";
+		json_object *v = opt(o, key), *w = opt(p, key);
+		char **dst = k ? &r->tgt_lang : &r->src_lang;
+		size_t n = 0;
+		rg_status st;
+
+		if (v && w)
+			return rg_req_failp(err, key, 400, "validation",
+					 "%s is given twice (at the top level and in parameters)",
+					 key);
+		if (!v && !w)
+			continue;
+		if ((st = copy_str(v ? v : w, key, false, false, dst, &n, err)) != RG_OK)
+			return st;
+		if (n > 64)
+			return rg_req_failp(err, key, 400, "validation",
+					 "%s is %zu bytes; a language code has at most 64", key, n);
+	}
+	return RG_OK;
+}
+
 /* The keys each OpenAI route knows; anything else is OpenAI's 400 "unrecognized request
  * argument". C: completions only, H: chat only, B: both. */
 static const struct {
@@ -545,6 +573,7 @@ static const struct {
 	{ "deadline_ms", 'B' }, { "tpot_ms", 'B' },
 	/* completions */
 	{ "prompt", 'C' }, { "best_of", 'C' }, { "echo", 'C' }, { "suffix", 'C' },
+	{ "src_lang", 'C' }, { "tgt_lang", 'C' }, /* encoder-decoders' language codes */
 	/* chat */
 	{ "messages", 'H' }, { "max_completion_tokens", 'H' }, { "top_logprobs", 'H' },
 	{ "add_generation_prompt", 'H' }, { "tools", 'H' }, { "tool_choice", 'H' },
@@ -650,6 +679,8 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 	    (st = chat ? parse_messages(root, lim, r, err) : parse_prompt(root, "prompt", lim, r, err)))
 		return st;
 	/* harmless bookkeeping, type-checked and ignored */
+	if (!chat && (st = parse_langs(root, NULL, r, err)) != RG_OK)
+		return st;
 	if ((st = get_str(root, "user", &r->user, err)) != RG_OK ||
 	    (st = check_type(root, "metadata", 1u << json_type_object, "an object", err)) ||
 	    (st = check_type(root, "store", 1u << json_type_boolean, "a boolean", err)) ||
@@ -859,11 +890,12 @@ static rg_status parse_tgi(json_object *root, const rg_gen_limits *lim, rg_gen_r
 /* ---- /translate ---------------------------------------------------------------------------- */
 
 /* The keys /translate reads: top level, and in "parameters". */
-static const char *const translate_keys[] = {"inputs", "parameters", "stream"};
+static const char *const translate_keys[] = {"inputs", "parameters", "stream", "src_lang",
+					      "tgt_lang"};
 static const char *const translate_params[] = {
 	"max_new_tokens", "num_beams", "do_sample", "temperature", "top_k", "top_p",
 	"repetition_penalty", "seed", "length_penalty", "early_stopping", "no_repeat_ngram_size",
-	"stop", "details", "deadline_ms", "tpot_ms", "priority",
+	"stop", "details", "deadline_ms", "tpot_ms", "priority", "src_lang", "tgt_lang",
 };
 
 /* 400 naming the first key of o not in keys[n] (where: "" at the top, "parameters."). */
@@ -883,8 +915,8 @@ static rg_status refuse_other_keys(json_object *o, const char *const *keys, size
 						  "top_k, top_p, repetition_penalty, seed, "
 						  "length_penalty, early_stopping, "
 						  "no_repeat_ngram_size, stop, details, deadline_ms, "
-						  "tpot_ms, priority"
-						: "inputs, parameters, stream");
+						  "tpot_ms, priority, src_lang, tgt_lang"
+						: "inputs, parameters, stream, src_lang, tgt_lang");
 	}
 	return RG_OK;
 }
@@ -899,25 +931,15 @@ static rg_status parse_translate(json_object *root, const rg_gen_limits *lim, rg
 	int num_beams = 1;
 	rg_status st;
 
-	/* language codes: refused by name rather than ignored (ragged's tokenizers do not
-	 * represent them yet; a multilingual Marian model reads a ">>xx<<" token in the text) */
 	p = opt(root, "parameters");
-	for (int k = 0; k < 2; k++) {
-		const char *lang = k ? "tgt_lang" : "src_lang";
-
-		if (opt(root, lang) || opt(p, lang))
-			return rg_req_failp(err, lang, 400, "validation",
-					 "%s is not supported for this model: ragged does not "
-					 "represent language codes yet (a multilingual Marian "
-					 "model reads the target's >>xx<< token at the start of the "
-					 "text)", lang);
-	}
-	if ((st = refuse_other_keys(root, translate_keys,
-				    sizeof(translate_keys) / sizeof(translate_keys[0]), "", err)))
-		return st;
 	if (p && !json_object_is_type(p, json_type_object))
 		return rg_req_failp(err, "parameters", 400, "validation",
 				 "parameters must be an object");
+	if ((st = parse_langs(root, p, r, err)) != RG_OK)
+		return st;
+	if ((st = refuse_other_keys(root, translate_keys,
+				    sizeof(translate_keys) / sizeof(translate_keys[0]), "", err)))
+		return st;
 	if (p && (st = refuse_other_keys(p, translate_params,
 					 sizeof(translate_params) / sizeof(translate_params[0]),
 					 "parameters.", err)))
@@ -1055,6 +1077,8 @@ void rg_gen_request_free(rg_gen_request *r)
 	free(r->bias_values);
 	free(r->model);
 	free(r->user);
+	free(r->src_lang);
+	free(r->tgt_lang);
 	memset(r, 0, sizeof(*r));
 }
 

@@ -121,6 +121,11 @@ typedef struct rg_gen_request {
 	double tpot_ms;           /* "tpot_ms": mean time per output token target, > 0; 0 absent */
 	int priority;             /* "priority" (vLLM), default 0 */
 	char *user;               /* OpenAI "user" (echoed nowhere; accepted) */
+	/* encoder-decoders' language codes (/translate, /v1/completions; HF's translation
+	 * pipeline names): NULL absent. The route maps them (rg_model_lang_id): src_lang into the
+	 * source's template, tgt_lang as the forced first token */
+	char *src_lang;
+	char *tgt_lang;
 } rg_gen_request;
 
 typedef struct rg_gen_limits {
@@ -142,8 +147,9 @@ typedef struct rg_gen_limits {
  * "repetition_penalty" (sampling only: given without do_sample, 400), "seed",
  * "length_penalty", "early_stopping" (beams only), "no_repeat_ngram_size", "stop" (a string
  * or a list; not with beams), "details", "deadline_ms", "tpot_ms", "priority"}, "stream":
- * bool (one input, one beam)}; "src_lang" / "tgt_lang": 400 (language codes are not
- * represented in ragged's tokenizers yet); any other key at either level: 400 naming it.
+ * bool (one input, one beam)}; "src_lang" / "tgt_lang" (strings of 1..64 bytes, at the top
+ * level or in "parameters", not both; also completions' keys); any other key at either level:
+ * 400 naming it.
  * Unknown keys: 400 naming the key on the OpenAI routes (OpenAI answers an unknown argument
  * so); OpenAI keys ragged does not implement ("tools", "tool_choice", "functions",
  * "function_call", "response_format" other than {"type":"text"}, "suffix", "audio",

@@ -66,6 +66,7 @@ typedef struct rg_gen_conn {
 				      * error event was sent */
 	double t0;
 	int32_t *eos;                /* the model's EOS ids (borrowed from the engine) */
+	int32_t forced_bos;          /* "tgt_lang"'s token id (rg_model_lang_id), -1: none given */
 } rg_gen_conn;
 
 /* The fair keys of the HTTP requests (rg_gen_job.fair_key): one per request, never 0. */
@@ -673,6 +674,7 @@ static rg_status prompt_ids(conn_ctx *c, int p, int32_t **ids, int *n, char **te
 		text = r->texts[p];
 		len = r->text_lens[p];
 		ep.max_length = SIZE_MAX;
+		ep.src_lang = r->src_lang; /* checked by langs_refused */
 		st = rg_model_encode(c->srv->model, text, len, NULL, 0, &ep, &enc);
 	}
 	if (st == RG_OK && enc.n == 0)
@@ -751,6 +753,10 @@ static void fill_params(conn_ctx *c, rg_gen_job *j, uint64_t seed)
 		gp->n_stop = 0;
 	}
 	gp->sampling.no_repeat_ngram_size = r->no_repeat_ngram_size;
+	if (c->gen->forced_bos >= 0) { /* tgt_lang, as HF's pipeline sets forced_bos_token_id */
+		gp->forced_bos_set = true;
+		gp->forced_bos_id = c->gen->forced_bos;
+	}
 	j->min_tokens = r->min_tokens;
 	j->skip_special = r->skip_special_tokens;
 	j->priority = r->priority;
@@ -844,6 +850,37 @@ static bool source_refused(conn_ctx *c, int p, int32_t **ids, int *n, const char
 	return false;
 }
 
+/* "src_lang" / "tgt_lang" against the model's language codes (rg_model_lang_id): true, with
+ * *ret the 400 (code vcode) naming the model's codes (or saying it has none), when one is not a
+ * code of the model, or src_lang comes with token-id inputs (they carry their own code); else
+ * false, with tgt_lang's id in g->forced_bos. */
+static bool langs_refused(conn_ctx *c, int vcode, enum MHD_Result *ret)
+{
+	rg_gen_conn *g = c->gen;
+	const rg_gen_request *r = &g->req;
+	int32_t id;
+
+	g->forced_bos = -1;
+	for (int p = 0; r->src_lang && r->ids && p < r->n_prompts; p++)
+		if (r->ids[p]) {
+			*ret = rg_conn_error(c, vcode, "validation", "src_lang",
+					     "src_lang applies to text inputs; token ids carry "
+					     "their own language code");
+			return true;
+		}
+	if (r->src_lang && rg_model_lang_id(c->srv->model, r->src_lang, &id) != RG_OK) {
+		*ret = rg_conn_error(c, vcode, "validation", "src_lang", "src_lang %s",
+				     rg_last_error());
+		return true;
+	}
+	if (r->tgt_lang && rg_model_lang_id(c->srv->model, r->tgt_lang, &g->forced_bos) != RG_OK) {
+		*ret = rg_conn_error(c, vcode, "validation", "tgt_lang", "tgt_lang %s",
+				     rg_last_error());
+		return true;
+	}
+	return false;
+}
+
 static rg_gen_limits gen_limits(const rg_server *s)
 {
 	return (rg_gen_limits){
@@ -863,6 +900,7 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 	rg_status st;
 	int max_ctx = rg_gen_srv_max_context(s->gen), n_prompts, per, vcode;
 	bool enc_dec = s->info->kind == RG_MODEL_ENC_DEC, translate;
+	enum MHD_Result lret;
 	uint64_t seed;
 	const char *param = NULL;
 	const union MHD_ConnectionInfo *ci;
@@ -895,6 +933,8 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 	if (translate && g->req.stream)
 		g->req.api = api = RG_GEN_API_TGI_STREAM;
 	vcode = !translate && (api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM) ? 422 : 400;
+	if (langs_refused(c, vcode, &lret))
+		return lret;
 	if (enc_dec && g->req.echo)
 		return rg_conn_error(c, 400, "validation", "echo",
 				     "echo is not supported for an encoder-decoder model: the prompt "
@@ -1264,6 +1304,19 @@ enum MHD_Result rg_answer_gen_info(conn_ctx *c)
 			       "\"/generate_stream\"],",
 			       i->max_source_positions, max_ctx - 1, i->decoder_start_token_id,
 			       i->eos_token_id);
+	if (enc_dec) { /* the src_lang / tgt_lang codes (none: Marian, BART) */
+		int n_langs = rg_model_lang_count(s->model);
+
+		rg_buf_printf(&b, "\"num_languages\":%d,\"languages\":[", n_langs);
+		for (int k = 0; k < n_langs; k++) {
+			const char *code = rg_model_lang_code(s->model, k, NULL);
+
+			if (k)
+				rg_buf_puts(&b, ",");
+			rg_buf_json_str(&b, code, strlen(code));
+		}
+		rg_buf_puts(&b, "],");
+	}
 	rg_buf_puts(&b, "\"tuning\":");
 	rg_info_put_tuning(&b); /* the RAGGED_* tuning switches, as the encoder's /info */
 	rg_buf_puts(&b, "}");

@@ -169,6 +169,10 @@ def _bind(l):
     l.rg_model_chat_template.argtypes = [ctypes.c_void_p]
     l.rg_model_chat_template.restype = ctypes.c_char_p
     l.rg_default_gen_model_path.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    l.rg_model_lang_count.argtypes = [ctypes.c_void_p]
+    l.rg_model_lang_code.argtypes = [ctypes.c_void_p, ctypes.c_int, I32P]
+    l.rg_model_lang_code.restype = ctypes.c_char_p
+    l.rg_model_lang_id.argtypes = [ctypes.c_void_p, ctypes.c_char_p, I32P]
     l._rg_gen_bound = True
     return l
 
@@ -193,7 +197,8 @@ class ChatMessage(ctypes.Structure):
 class EncodeParams(ctypes.Structure):
     """include/ragged.h rg_encode_params."""
     _fields_ = [("truncation", ctypes.c_int), ("max_length", ctypes.c_size_t),
-                ("add_special_tokens", ctypes.c_bool), ("offsets", ctypes.c_bool)]
+                ("add_special_tokens", ctypes.c_bool), ("offsets", ctypes.c_bool),
+                ("src_lang", ctypes.c_char_p)]
 
 
 class Encoding(ctypes.Structure):
@@ -286,13 +291,14 @@ class Generator:
         return self.chat_apply(([{"role": "system", "content": system}] if system is not None
                                 else []) + [{"role": "user", "content": user}])
 
-    def _encode_plain(self, text, add_special_tokens=False):
+    def _encode_plain(self, text, add_special_tokens=False, src_lang=None):
         """text's token ids (rg_model_encode), without the tokenizer's special tokens unless
-        add_special_tokens."""
+        add_special_tokens; src_lang: the template's source language code (rg_encode_params)."""
         from . import _error
         l = lib()
         p = l.rg_encode_params_default()
         p.add_special_tokens, p.max_length = add_special_tokens, ctypes.c_size_t(-1).value
+        p.src_lang = src_lang.encode() if src_lang is not None else None
         e = Encoding()
         b = text.encode()
         st = l.rg_model_encode(self._handle(), b, len(b), None, 0, ctypes.byref(p),
@@ -577,10 +583,44 @@ class Translator(Generator):
         self.decoder_start_token_id = info.decoder_start_token_id
         self.max_source_positions = info.max_source_positions
 
-    def translate(self, sources, max_tokens=256, num_beams=1, **kw):
+    @property
+    def languages(self):
+        """The model's language codes (rg_model_lang_code), in tokenizer_config.json's order:
+        mBART-50's "en_XX", NLLB's "eng_Latn", M2M100's "en"; [] for a model without them
+        (Marian, BART)."""
+        l = lib()
+        h = self._handle()
+        return [l.rg_model_lang_code(h, i, None).decode()
+                for i in range(l.rg_model_lang_count(h))]
+
+    def lang_id(self, code):
+        """The token id of language code `code` (rg_model_lang_id; M2M100 also takes its
+        token "__en__"). RaggedError naming the model's codes for one it does not have."""
+        from . import _error
+        out = ctypes.c_int32(-1)
+        st = lib().rg_model_lang_id(self._handle(), code.encode(), ctypes.byref(out))
+        if st != RG_OK:
+            raise _error(st)
+        return out.value
+
+    def encode_source(self, text, src_lang=None):
+        """text's source ids as translate() encodes them: the tokenizer's template, with the
+        language code src_lang in place of the template's own (mBART-50 / NLLB / M2M100:
+        [code] tokens </s>), as transformers' tokenizer does with src_lang set. RaggedError
+        for an unknown code (naming the model's) or a model without codes."""
+        return self._encode_plain(text, add_special_tokens=True, src_lang=src_lang)
+
+    def translate(self, sources, max_tokens=256, num_beams=1, src_lang=None, tgt_lang=None,
+                  **kw):
         """Translate each source: a text (tokenized by the model's tokenizer, which must append
         the end-of-source token itself as Marian's does; token ids are the portable form) or a
         list of token ids (ending with eos_token_id, as MarianTokenizer writes them).
+        src_lang: the source texts' language code (see languages): the template's code is
+        replaced by it (encode_source); not with token-id sources, which carry their own.
+        tgt_lang: the target's code, forced as the first generated token (its id as
+        forced_bos_token_id, as transformers' translation pipeline does); not together with
+        forced_bos_token_id. Unknown codes, or codes for a model without them (Marian, BART):
+        RaggedError naming the model's codes.
         kw: generate()'s options (length_penalty, early_stopping, n, temperature, ...);
         forced_bos_token_id: the target language's token forced first (mBART, NLLB), None for
         none, left out the model's generation_config.json forced_bos_token_id.
@@ -589,4 +629,15 @@ class Translator(Generator):
         text when the model has a tokenizer."""
         if isinstance(sources, str) or (sources and isinstance(sources[0], int)):
             sources = [sources]
-        return self.generate(list(sources), max_tokens=max_tokens, num_beams=num_beams, **kw)
+        sources = list(sources)
+        if tgt_lang is not None:
+            if "forced_bos_token_id" in kw:
+                raise ValueError("tgt_lang and forced_bos_token_id both name the forced first "
+                                 "token: pass one")
+            kw["forced_bos_token_id"] = self.lang_id(tgt_lang)
+        if src_lang is not None:
+            if any(not isinstance(x, str) for x in sources):
+                raise ValueError("src_lang applies to text sources (token ids carry their "
+                                 "own language code)")
+            sources = [self.encode_source(x, src_lang) for x in sources]
+        return self.generate(sources, max_tokens=max_tokens, num_beams=num_beams, **kw)

@@ -253,6 +253,7 @@ void rg_model_free(rg_model *m)
 	if (m->gen_free)
 		m->gen_free(m->gen);
 	rg_tokenizer_free(m->tok);
+	rg_model_langs_free(m);
 	free(m->chat_template);
 	free(m->chat_bos);
 	free(m->chat_eos);
@@ -693,6 +694,8 @@ static rg_status load_hf(rg_model *m, const char *dir, const rg_model_params *p)
 	rg_st_free(w); /* the weights live on the backend now */
 	if (s == RG_OK && m->arch->kind != RG_MODEL_ENCODER)
 		s = hf_chat_template(m, dir); /* and the EOS ids generate stops at */
+	if (s == RG_OK)
+		s = rg_model_langs_load(m, dir); /* mBART / NLLB / M2M100 language codes */
 out_put_config:
 	json_object_put(cs.root);
 	free(path);
@@ -796,6 +799,7 @@ rg_encode_params rg_encode_params_default(void)
 	p.max_length = 0;
 	p.add_special_tokens = true;
 	p.offsets = false;
+	p.src_lang = NULL;
 	return p;
 }
 
@@ -825,6 +829,12 @@ rg_status rg_model_encode(const rg_model *m, const char *a, size_t a_len, const 
 	tp.max_len = limit;
 	tp.add_special_tokens = d.add_special_tokens;
 	tp.offsets = d.offsets;
+	if (d.src_lang && (s = rg_model_lang_params(m, d.src_lang, &tp)) != RG_OK)
+		return s;
+	if (tp.lang_set && b)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "src_lang applies to a single text, not a pair");
+	if (!d.add_special_tokens)
+		tp.lang_set = false; /* the code is a template token: none without the template */
 	s = rg_tokenizer_encode_ex(m->tok, a ? a : "", a_len, b, b_len, &tp, out);
 	if (s != RG_OK || !limit || out->n <= limit)
 		return s;

@@ -229,6 +229,12 @@ struct rg_model {
 	int32_t gen_forced_bos;   /* decoders: forced_bos_token_id, the token forced right after a
 				   * one-token prompt (an encoder-decoder's decoder_start: mBART's
 				   * and NLLB's target language); -1 none */
+	/* encoder-decoders: the language codes of mBART / NLLB / M2M100 tokenizers (model/lang.c),
+	 * in the order tokenizer_config.json lists them */
+	struct rg_lang_code *langs; /* (n_langs) */
+	int n_langs;
+	int lang_slot;            /* the template's special token that holds the source's code
+				   * (rg_tok_params.lang_slot), -1: none (the code goes first) */
 	/* State the generation layer keeps per model, opaque here (src/gen/generate_api.c:
 	 * rg_generate's block pool and the KV cache it made); rg_model_free calls gen_free(gen).
 	 * model/ never reads it: the runner knows nothing of requests. */
@@ -413,4 +419,20 @@ rg_status rg_model_host_tensor(const rg_tsrc *src, const char *name, int64_t d0,
 /* rg_model_read_tensor into scratch (>= numel floats), then rg_model_upload. */
 rg_status rg_model_load_tensor(rg_model *m, const rg_tsrc *src, const char *name, const char *alt,
 			       int64_t d0, int64_t d1, bool as_act, float *scratch, void **dst);
+
+/* One language code (model/lang.c). */
+typedef struct rg_lang_code {
+	char *code;   /* what a caller passes: "en_XX", "eng_Latn", M2M100's "en" */
+	char *token;  /* its special token: the code, or M2M100's "__en__" */
+	int32_t id;
+} rg_lang_code;
+
+/* Fill m->langs / n_langs / lang_slot from dir's tokenizer files (model/lang.c's rules); none
+ * for a model whose family takes no codes. RG_ERR_OOM. */
+rg_status rg_model_langs_load(rg_model *m, const char *dir);
+void rg_model_langs_free(rg_model *m);
+/* tp's language fields for the source code src_lang (NULL: none, tp unchanged).
+ * RG_ERR_INVALID_INPUT naming the model's codes for an unknown one. */
+rg_status rg_model_lang_params(const rg_model *m, const char *src_lang, rg_tok_params *tp);
+
 #endif

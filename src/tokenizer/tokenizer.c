@@ -196,6 +196,31 @@ int32_t rg_tokenizer_vocab_size(const rg_tokenizer *t)
 	return t->max_id + 1;
 }
 
+void rg_tokenizer_template(const rg_tokenizer *t, const int32_t **pre, int *n_pre,
+			   const int32_t **post, int *n_post)
+{
+	*pre = t->pre_ids;
+	*n_pre = t->n_pre; /* MarianMT: 0 and 0 (marian.h appends its eos) */
+	*post = t->post_ids;
+	*n_post = t->n_post;
+}
+
+size_t rg_tokenizer_n_added(const rg_tokenizer *t)
+{
+	return t ? t->n_added : 0;
+}
+
+const char *rg_tokenizer_added(const rg_tokenizer *t, size_t i, int32_t *id, bool *special)
+{
+	if (!t || i >= t->n_added)
+		return NULL;
+	if (id)
+		*id = t->added[i].id;
+	if (special)
+		*special = t->added[i].special;
+	return t->added[i].text;
+}
+
 static rg_status vocab_add(rg_tokenizer *t, const char *s, size_t n, int32_t id)
 {
 	rg_status st = rg_strmap_put(&t->words, s, n, id);
@@ -1422,17 +1447,44 @@ static rg_status marian_encode_ex(const rg_tokenizer *t, const char *a, size_t a
 	return RG_OK;
 }
 
+/* The single template's special tokens for this call: the file's, with p's source language
+ * code in its slot (or first when lang_slot is -1). pre: room for n_pre + 1. */
+static void single_template(const rg_tokenizer *t, const rg_tok_params *p, int32_t pre[5],
+			    int *n_pre, int32_t post[4], int *n_post)
+{
+	memcpy(pre, t->pre_ids, sizeof(t->pre_ids));
+	memcpy(post, t->post_ids, sizeof(t->post_ids));
+	*n_pre = t->n_pre;
+	*n_post = t->n_post;
+	if (!p->lang_set)
+		return;
+	if (p->lang_slot < 0 || p->lang_slot >= t->n_pre + t->n_post) {
+		memmove(pre + 1, pre, (size_t)t->n_pre * sizeof(*pre));
+		pre[0] = p->lang_id;
+		(*n_pre)++;
+	} else if (p->lang_slot < t->n_pre) {
+		pre[p->lang_slot] = p->lang_id;
+	} else {
+		post[p->lang_slot - t->n_pre] = p->lang_id;
+	}
+}
+
 rg_status rg_tokenizer_encode_ex(const rg_tokenizer *t, const char *a, size_t a_len, const char *b,
 				 size_t b_len, const rg_tok_params *p, rg_encoding *out)
 {
 	rg_enc_ctx ca = { .t = t }, cb = { .t = t };
 	bool pair = b != NULL, special = p->add_special_tokens;
 	size_t n_special = 0, na, nb, a0 = 0, b0 = 0, cap;
+	int32_t pre[5], post[4];
+	int n_pre = 0, n_post = 0;
 	rg_status st;
 
 	memset(out, 0, sizeof(*out));
 	if (!t || (!a && a_len))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "tokenizer: NULL argument");
+	if (p->lang_set && (pair || t->marian))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "tokenizer: a source language code applies to "
+				 "a single text of a tokenizer.json template only");
 	if (t->marian)
 		return marian_encode_ex(t, a, a_len, pair, p, out);
 	if (pair && t->no_pair)
@@ -1445,9 +1497,11 @@ rg_status rg_tokenizer_encode_ex(const rg_tokenizer *t, const char *a, size_t a_
 	if ((st = encode_raw(t, &ca, a, a_len)) != RG_OK ||
 	    (pair && (st = encode_raw(t, &cb, b, b_len)) != RG_OK))
 		goto out;
+	if (special && !pair)
+		single_template(t, p, pre, &n_pre, post, &n_post);
 	if (special) {
 		if (!pair)
-			n_special = (size_t)(t->n_pre + t->n_post);
+			n_special = (size_t)(n_pre + n_post);
 		for (int i = 0; pair && i < t->n_pair; i++)
 			n_special += t->pair[i].id >= 0;
 	}
@@ -1501,11 +1555,11 @@ rg_status rg_tokenizer_encode_ex(const rg_tokenizer *t, const char *a, size_t a_
 		goto out;
 	}
 	if (!pair) {
-		for (int i = 0; special && i < t->n_pre; i++)
-			put_tok(out, t->pre_ids[i], 0, true, NULL);
+		for (int i = 0; special && i < n_pre; i++)
+			put_tok(out, pre[i], 0, true, NULL);
 		put_text(t, out, &ca, a0, a0 + na, 0);
-		for (int i = 0; special && i < t->n_post; i++)
-			put_tok(out, t->post_ids[i], 0, true, NULL);
+		for (int i = 0; special && i < n_post; i++)
+			put_tok(out, post[i], 0, true, NULL);
 	} else if (!special || t->n_pair == 0) { /* no template: A:0 B:1 */
 		put_text(t, out, &ca, a0, a0 + na, 0);
 		put_text(t, out, &cb, b0, b0 + nb, 1);
@@ -1531,7 +1585,7 @@ out:
 rg_status rg_tokenizer_encode(const rg_tokenizer *t, const char *text, size_t len, int32_t **ids,
 			      size_t *n_ids)
 {
-	rg_tok_params p = { RG_TRUNCATE_NONE, 0, true, false, NULL, 0 };
+	rg_tok_params p = {.truncation = RG_TRUNCATE_NONE, .add_special_tokens = true};
 	rg_encoding e;
 	rg_status st;
 
@@ -1550,7 +1604,8 @@ rg_status rg_tokenizer_encode_pair(const rg_tokenizer *t, const char *a, size_t 
 				   const char *b, size_t b_len, size_t max_len, int32_t **ids,
 				   int32_t **types, size_t *n_ids, bool *truncated)
 {
-	rg_tok_params p = { max_len ? RG_TRUNCATE_RIGHT : RG_TRUNCATE_NONE, max_len, true, false, NULL, 0 };
+	rg_tok_params p = {.truncation = max_len ? RG_TRUNCATE_RIGHT : RG_TRUNCATE_NONE,
+			    .max_len = max_len, .add_special_tokens = true};
 	rg_encoding e;
 	rg_status st;
 

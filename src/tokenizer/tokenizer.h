@@ -129,6 +129,15 @@ typedef struct rg_tok_params {
 				   * anywhere in a piece between raw added tokens that overlaps one.
 				   * NULL: none. Pairs: a only. */
 	size_t n_plain;
+	/* A source language code for the single template (mBART-50, NLLB-200, M2M100: the HF
+	 * tokenizer's src_lang, model/lang.c). lang_set: the template's special token number
+	 * lang_slot (counting those before the text first, then those after) becomes lang_id;
+	 * lang_slot -1 (a template without a code): lang_id goes first, as transformers' default
+	 * prefix_tokens = [src_lang_code]. Single texts with add_special_tokens only: with a pair
+	 * or a MarianMT tokenizer it is RG_ERR_UNSUPPORTED. A zeroed struct sets none. */
+	bool lang_set;
+	int lang_slot;
+	int32_t lang_id;
 } rg_tok_params;
 
 /* Encode a text, or a pair when b != NULL, as HF Tokenizer.encode(a[, b], add_special_tokens)
@@ -156,6 +165,19 @@ rg_status rg_tokenizer_decode(const rg_tokenizer *t, const int32_t *ids, size_t 
 /* The token string of id (an added token's text, else the model's piece), *len bytes, not
  * NUL-terminated; NULL when the id has none. Owned by the tokenizer. */
 RG_TEST_API const char *rg_tokenizer_id_to_token(const rg_tokenizer *t, int32_t id, size_t *len);
+
+/* The single template's special tokens: *pre (*n_pre ids put before the text) and *post
+ * (*n_post after it), owned by the tokenizer (MarianMT: none; tokenizer/marian.h appends
+ * its eos). */
+RG_TEST_API void rg_tokenizer_template(const rg_tokenizer *t, const int32_t **pre, int *n_pre,
+				       const int32_t **post, int *n_post);
+
+/* Added token i of rg_tokenizer_n_added (tokenizer.json "added_tokens" in file order): its text
+ * as written there (NUL-terminated, owned by the tokenizer), *id and *special (may be NULL);
+ * NULL for i out of range. MarianMT's tokenizer has none. */
+RG_TEST_API size_t rg_tokenizer_n_added(const rg_tokenizer *t);
+RG_TEST_API const char *rg_tokenizer_added(const rg_tokenizer *t, size_t i, int32_t *id,
+					   bool *special);
 
 /* First id the post-processor puts before the text ([CLS], <s>) / last id after it ([SEP],
  * </s>); -1 when it adds none. */

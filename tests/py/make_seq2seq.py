@@ -31,6 +31,12 @@ make(out_dir, family, seed=0, **spec) -> (config dict, weights dict of float32 a
                     shared matrix.
      dtype          stored dtype (default np.float32; np.float16 for a half-size file). The
                     returned weights are always the float32 values.
+     lang_style     (mbart, m2m100) the language codes' tokens, as the public tokenizers name
+                    them: "mbart50" (mbart's default: en_XX, fr_XX, de_DE), "nllb" (m2m100's
+                    default: eng_Latn, fra_Latn, deu_Latn, zho_Hant), "m2m100" (M2M100:
+                    __en__, __fr__, __de__, __zh__)
+     lang_legacy    (default False) the source code after the text, as mBART cc25 and NLLB's
+                    legacy_behaviour put it: tokens </s> [code] (else [code] tokens </s>)
 
 SPECS: the public shapes, name -> (family, spec), for benchmarks:
    opus-mt-en-de           Helsinki-NLP/opus-mt-en-de (MarianMTModel), 74 M parameters
@@ -159,9 +165,35 @@ def _bart_attn(rng, w, p, H):
     _linear(rng, w, p + "out_proj", H, H, _S["out"] * s)
 
 
+# The language codes of the tiny checkpoints: (source, target, others), as each public
+# tokenizer spells them; the source code is in the template, the target is forced_bos.
+LANG_STYLES = {
+    "mbart50": ("en_XX", "fr_XX", ("de_DE",)),
+    "nllb": ("eng_Latn", "fra_Latn", ("deu_Latn", "zho_Hant")),
+    "m2m100": ("__en__", "__fr__", ("__de__", "__zh__")),
+}
+
+
+def _lang_specials(specials, vocab, forced, style):
+    """Put style's codes among specials: the source at vocab - 4 (vocab - 5 when forced is
+    there), the target at forced, the others on the free ids among vocab - 2, vocab - 1 and
+    vocab - 5 (the top ids; tests draw random source ids below vocab - 5). Returns the codes
+    in id order and the source code."""
+    src_code, tgt_code, others = LANG_STYLES[style]
+    src = vocab - 4 if forced != vocab - 4 else vocab - 5
+    specials[src] = src_code
+    if forced is not None:
+        specials[forced] = tgt_code
+    free = [i for i in (vocab - 2, vocab - 1, vocab - 5) if i not in specials and i != forced]
+    for code, i in zip(others, free):
+        specials[i] = code
+    codes = set((src_code, tgt_code) + others)
+    return [specials[i] for i in sorted(specials) if specials[i] in codes], src_code
+
+
 def bart_like(rng, family, d_model, layers, heads, ffn, vocab, dec_layers=None, max_pos=64,
               activation=None, forced_bos="default", public_generation=True,
-              stored_positions=False, tied_copies=False):
+              stored_positions=False, tied_copies=False, lang_style=None, lang_legacy=False):
     H, dl = d_model, dec_layers or layers
     if H % heads:
         raise ValueError("d_model must be a multiple of heads")
@@ -204,20 +236,15 @@ def bart_like(rng, family, d_model, layers, heads, ffn, vocab, dec_layers=None, 
             cfg.update(activation_function=activation or "gelu", scale_embedding=True,
                        normalize_before=True, add_final_layer_norm=True, forced_eos_token_id=2)
             forced = vocab - 3 if forced_bos == "default" else forced_bos
-            src = vocab - 4 if forced != vocab - 4 else vocab - 5
-            specials.update({src: "en_XX", vocab - 1: "<mask>"})
-            if forced is not None:
-                specials[forced] = "fr_XX"
-            template = ("en_XX", "</s>")
+            specials[vocab - 1] = "<mask>"
+            langs, code = _lang_specials(specials, vocab, forced, lang_style or "mbart50")
         else:
             cfg.update(activation_function=activation or "relu", scale_embedding=True,
                        tokenizer_class="NllbTokenizer")
             forced = vocab - 3 if forced_bos == "default" else forced_bos
-            src = vocab - 4 if forced != vocab - 4 else vocab - 5
-            specials[src] = "eng_Latn"
-            if forced is not None:
-                specials[forced] = "fra_Latn"
-            template = ("eng_Latn", "</s>")
+            langs, code = _lang_specials(specials, vocab, forced, lang_style or "nllb")
+        if family in ("mbart", "m2m100"):
+            template = ((), ("</s>", code)) if lang_legacy else (code, "</s>")
         if public_generation and family in ("bart", "mbart"):
             gen["forced_eos_token_id"] = 2
     if forced is not None:
@@ -256,6 +283,14 @@ def bart_like(rng, family, d_model, layers, heads, ffn, vocab, dec_layers=None, 
                   "lm_head.weight"):
             w[k] = w["model.shared.weight"].copy()
     tok = dict(specials=specials, template=template, model_max_length=max_pos)
+    if family in ("mbart", "m2m100"):
+        m2m = lang_style == "m2m100"
+        tok["config"] = dict(additional_special_tokens=langs, tgt_lang=None,
+                             src_lang=code[2:-2] if m2m else code)
+        if m2m:
+            tok["config"]["language_codes"] = "m2m100"
+        elif family == "m2m100":
+            tok["config"]["legacy_behaviour"] = bool(lang_legacy)
     return cfg, gen, w, tok
 
 
@@ -348,25 +383,24 @@ def _token_strings():
             yield "".join(t)
 
 
-def write_tokenizer(out_dir, vocab, specials, template, model_max_length=512):
+def write_tokenizer(out_dir, vocab, specials, template, model_max_length=512, config=None):
     """tokenizer.json (HF tokenizers: BPE(vocab, merges []), ByteLevel pre-tokenizer and
     decoder, special tokens as added tokens, TemplateProcessing post-processor: template is
-    (prefix token or None, suffix token or None)) and tokenizer_config.json."""
+    (prefix, suffix), each None, a token or a sequence of tokens) and tokenizer_config.json
+    (config: more keys for it, e.g. the language codes' additional_special_tokens)."""
     gen = _token_strings()
     strings = [specials[i] if i in specials else next(gen) for i in range(vocab)]
     vocab_map = {s: i for i, s in enumerate(strings)}
     added = [{"id": i, "content": specials[i], "single_word": False, "lstrip": False,
               "rstrip": False, "normalized": False, "special": True} for i in sorted(specials)]
-    pre, suf = template
-    single, pair = [], []
-    for t in ([pre] if pre else []):
-        single.append({"SpecialToken": {"id": t, "type_id": 0}})
+    pre, suf = [[x] if isinstance(x, str) else list(x or ()) for x in template]
+    single = [{"SpecialToken": {"id": t, "type_id": 0}} for t in pre]
     single.append({"Sequence": {"id": "A", "type_id": 0}})
     pair = list(single) + [{"Sequence": {"id": "B", "type_id": 0}}]
-    if suf:
-        single.append({"SpecialToken": {"id": suf, "type_id": 0}})
-        pair.append({"SpecialToken": {"id": suf, "type_id": 0}})
-    sp = {t: {"id": t, "ids": [vocab_map[t]], "tokens": [t]} for t in (pre, suf) if t}
+    for t in suf:
+        single.append({"SpecialToken": {"id": t, "type_id": 0}})
+        pair.append({"SpecialToken": {"id": t, "type_id": 0}})
+    sp = {t: {"id": t, "ids": [vocab_map[t]], "tokens": [t]} for t in pre + suf}
     tok = {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
         "normalizer": None,
@@ -390,6 +424,7 @@ def write_tokenizer(out_dir, vocab, specials, template, model_max_length=512):
                    ("unk_token", "<unk>"), ("mask_token", "<mask>")):
         if s in names:
             tc[key] = s
+    tc.update(config or {})
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
         json.dump(tc, f, indent=1)
 
@@ -420,7 +455,7 @@ def make(out_dir, family, seed=0, dtype=np.float32, scales=None, **spec):
     stored = {k: np.ascontiguousarray(v.astype(dtype)) for k, v in w.items()}
     save_file(stored, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     write_tokenizer(out_dir, cfg["vocab_size"], tok["specials"], tok["template"],
-                    tok["model_max_length"])
+                    tok["model_max_length"], tok.get("config"))
     return cfg, w
 
 

@@ -293,7 +293,7 @@ def test_bad_input(srv, marian):
     for key in ("src_lang", "tgt_lang"):
         for body in ({"inputs": "hi", key: "de"}, {"inputs": "hi", "parameters": {key: "de"}}):
             st, out = srv.post_json("/translate", body)
-            assert_error(st, out, 400, key, "not supported for this model")
+            assert_error(st, out, 400, key, "takes no language codes")
     st, out = srv.post_json("/translate", {"inputs": "hi", "parameters": {"max_length": 5}})
     assert_error(st, out, 400, "max_length")
     st, out = srv.post_json("/translate", {"inputs": "hi", "parameters": {"temperature": 0.5}})

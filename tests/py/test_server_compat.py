@@ -576,7 +576,9 @@ class TokParams(ctypes.Structure):
     """src/tokenizer/tokenizer.h rg_tok_params."""
     _fields_ = [("truncation", ctypes.c_int), ("max_len", ctypes.c_size_t),
                 ("add_special_tokens", ctypes.c_bool), ("offsets", ctypes.c_bool),
-                ("plain", ctypes.POINTER(ctypes.c_size_t)), ("n_plain", ctypes.c_size_t)]
+                ("plain", ctypes.POINTER(ctypes.c_size_t)), ("n_plain", ctypes.c_size_t),
+                ("lang_set", ctypes.c_bool), ("lang_slot", ctypes.c_int),
+                ("lang_id", ctypes.c_int32)]
 
 
 class Encoding(ctypes.Structure):

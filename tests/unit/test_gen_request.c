@@ -1331,7 +1331,8 @@ static void test_answers_any_bytes(void **state)
 }
 
 /* /translate (issue 29): inputs' shapes, HF's parameter names onto the shared fields, the
- * refusals (language codes, unknown keys, warpers without do_sample, beam rules, stream). */
+ * language codes kept for the route, the refusals (unknown keys, warpers without do_sample,
+ * beam rules, stream). */
 static void test_translate_parse(void **state)
 {
 	(void)state;
@@ -1373,8 +1374,26 @@ static void test_translate_parse(void **state)
 	BAD(TRN, "{\"inputs\": []}", 400, "inputs");
 	BAD(TRN, "{}", 400, "inputs");
 	BAD(TRN, "{\"inputs\": [\"a\", 3]}", 400, "inputs[1]");
-	BAD(TRN, "{\"inputs\": \"x\", \"src_lang\": \"en\"}", 400, "src_lang");
-	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": {\"tgt_lang\": \"de\"}}", 400, "tgt_lang");
+	/* language codes: strings kept for the route (which checks them against the model) */
+	OK(TRN, "{\"inputs\": \"x\", \"src_lang\": \"en_XX\", \"parameters\": {\"tgt_lang\": "
+		"\"de_DE\"}}");
+	assert_string_equal(g_req.src_lang, "en_XX");
+	assert_string_equal(g_req.tgt_lang, "de_DE");
+	OK(TRN, "{\"inputs\": \"x\", \"tgt_lang\": \"fra_Latn\"}");
+	assert_null(g_req.src_lang);
+	assert_string_equal(g_req.tgt_lang, "fra_Latn");
+	OK(CMP, "{\"prompt\": \"x\", \"src_lang\": \"en\", "
+		"\"tgt_lang\": \"fr\"}");
+	assert_string_equal(g_req.src_lang, "en");
+	assert_string_equal(g_req.tgt_lang, "fr");
+	BAD(TRN, "{\"inputs\": \"x\", \"src_lang\": \"en\", \"parameters\": {\"src_lang\": "
+	    "\"en\"}}", 400, "src_lang");
+	BAD(TRN, "{\"inputs\": \"x\", \"src_lang\": \"\"}", 400, "src_lang");
+	BAD(TRN, "{\"inputs\": \"x\", \"src_lang\": 3}", 400, "src_lang");
+	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": {\"tgt_lang\": \"aaaaaaaaaaaaaaaaaaaaaaaaaa"
+	    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}}", 400, "tgt_lang");
+	BAD(RG_GEN_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+	    "\"tgt_lang\": \"fr\"}", 400, "tgt_lang");
 	BAD(TRN, "{\"inputs\": \"x\", \"prompt\": \"y\"}", 400, "prompt");
 	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": {\"best_of\": 2}}", 400, "best_of");
 	BAD(TRN, "{\"inputs\": \"x\", \"parameters\": {\"temperature\": 0.5}}", 400,

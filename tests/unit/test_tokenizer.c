@@ -152,6 +152,63 @@ static void test_greedy_longest_match(void **state)
 	rg_tokenizer_free(t);
 }
 
+/* Encode "hello" with a language code (rg_tok_params.lang_*: [MASK] standing in for one) and
+ * compare with want[0..n). */
+static void check_lang(const rg_tokenizer *t, int slot, bool special, const int32_t *want,
+		       size_t n)
+{
+	rg_tok_params p = {.add_special_tokens = special, .lang_set = true, .lang_slot = slot,
+			   .lang_id = MASK};
+	rg_encoding e;
+	rg_status st = rg_tokenizer_encode_ex(t, "hello", 5, NULL, 0, &p, &e);
+
+	if (st != RG_OK)
+		fail_msg("slot %d: %s: %s", slot, rg_status_name(st), rg_last_error());
+	assert_int_equal(e.n, n);
+	for (size_t i = 0; i < n; i++) {
+		assert_int_equal(e.ids[i], want[i]);
+		assert_int_equal(e.special[i], want[i] != HELLO);
+	}
+	rg_encoding_free(&e);
+}
+
+/* The source language code of mBART / NLLB / M2M100 (model/lang.c) in the single template: in
+ * the slot of a template token (before or after the text), first when the slot is -1 (or out
+ * of the template), nothing without special tokens; a pair is refused. The template and the
+ * added tokens as the model reads them. */
+static void test_lang_code_slot(void **state)
+{
+	const int32_t *pre, *post;
+	int n_pre, n_post;
+	int32_t id;
+	bool special;
+	rg_tok_params p = {.add_special_tokens = true, .lang_set = true, .lang_id = MASK};
+	rg_encoding e;
+
+	(void)state;
+	write_tiny_json("WordPiece", 100, BERT_NORM);
+	rg_tokenizer *t = load_ok();
+	check_lang(t, 0, true, (const int32_t[]){MASK, HELLO, SEP}, 3);
+	check_lang(t, 1, true, (const int32_t[]){CLS, HELLO, MASK}, 3);
+	check_lang(t, -1, true, (const int32_t[]){MASK, CLS, HELLO, SEP}, 4);
+	check_lang(t, 2, true, (const int32_t[]){MASK, CLS, HELLO, SEP}, 4);
+	check_lang(t, 0, false, (const int32_t[]){HELLO}, 1);
+	CHECK(t, "hello", CLS, HELLO, SEP); /* the tokenizer itself is unchanged */
+	assert_int_equal(rg_tokenizer_encode_ex(t, "a", 1, "b", 1, &p, &e), RG_ERR_UNSUPPORTED);
+	assert_int_equal(e.n, 0);
+	rg_tokenizer_template(t, &pre, &n_pre, &post, &n_post);
+	assert_int_equal(n_pre, 1);
+	assert_int_equal(pre[0], CLS);
+	assert_int_equal(n_post, 1);
+	assert_int_equal(post[0], SEP);
+	assert_int_equal(rg_tokenizer_n_added(t), MASK + 1);
+	assert_string_equal(rg_tokenizer_added(t, MASK, &id, &special), "[MASK]");
+	assert_int_equal(id, MASK);
+	assert_true(special);
+	assert_null(rg_tokenizer_added(t, MASK + 1, &id, &special));
+	rg_tokenizer_free(t);
+}
+
 static void test_unk_rules(void **state)
 {
 	(void)state;
@@ -477,6 +534,7 @@ int main(void)
 		cmocka_unit_test(test_missing_dir),
 		cmocka_unit_test_setup(test_vocab_txt_fallback, case_setup),
 		cmocka_unit_test_setup(test_threads, case_setup),
+		cmocka_unit_test_setup(test_lang_code_slot, case_setup),
 		cmocka_unit_test_setup(test_bpe_encode, case_setup),
 		cmocka_unit_test_setup(test_bpe_load_errors, case_setup),
 		cmocka_unit_test_setup(test_unigram, case_setup),
