@@ -596,6 +596,10 @@ rg_status rg_op_paged_attention(rg_backend *be, const rg_attn_desc *d, const voi
 					  "paged_attention: max_context_len %d is over the %d blocks "
 					  "of %d a table holds",
 					  d->max_context_len, d->max_blocks_per_seq, d->block_size));
+	if (d->seg || d->dis || (d->rel_bias && d->rel_max < 0))
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "paged_attention: takes no segment ids or disentangled terms, "
+					  "and a rel_bias needs rel_max >= 0 (%d)", d->rel_max));
 	if ((s = RG_DEC_OP(be, paged_attention)) != RG_OK || d->n_seq == 0)
 		return s;
 	return note(be, be->ops->paged_attention(be->ctx, be->dt, d, q, ldq, k_cache, v_cache, out));

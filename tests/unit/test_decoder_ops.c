@@ -445,9 +445,12 @@ static void test_silu_mul(void **state)
  * a strided fused buffer), the cached ones are written directly; attention is compared with a
  * naive causal GQA attention over each sequence's contiguous K/V in double. HD and BS vary so
  * that the kernels' vector bodies and scalar tails both run (HD 8, 64 and 72 against 4, 8 and 16
- * lanes); with `hostile`, bad descriptors and slots are refused too. */
+ * lanes); with `hostile`, bad descriptors and slots are refused too. rel_max >= 0: a random
+ * relative position bias table (NH, 2 rel_max + 1) on the descriptor (T5's decoder
+ * self-attention), added at key position k and the query's absolute position p as
+ * table[h][rel_max + clamp(k - p, -rel_max, rel_max)]; -1: none. */
 static void run_paged_attention(int HD, int BS, int NSEQ, const int *nq, const int32_t *ctx,
-				bool hostile)
+				bool hostile, int rel_max)
 {
 	enum { NH = 6, KVH = 2, MAXB = 16, MAXSEQ = 8 };
 	const int qd = NH * HD, kvd = KVH * HD, ld = qd + 2 * kvd;
@@ -457,6 +460,7 @@ static void run_paged_attention(int HD, int BS, int NSEQ, const int *nq, const i
 	float *kfull[MAXSEQ], *vfull[MAXSEQ];
 	float *qkv, *out;
 	double *ref;
+	float *rel = rel_max >= 0 ? rand_buf((size_t)NH * (2 * rel_max + 1), 4.f) : NULL;
 	int n = 0, next = 0;
 	rg_backend *be = cpu();
 	rg_attn_desc d;
@@ -525,6 +529,11 @@ static void run_paged_attention(int HD, int BS, int NSEQ, const int *nq, const i
 						a += (double)qkv[(size_t)t * ld + h * HD + e] *
 						     kfull[i][(size_t)k * kvd + kh * HD + e];
 					s[k] = a * 0.3;
+					if (rel) {
+						int r = k - pos < -rel_max ? -rel_max : k - pos;
+
+						s[k] += rel[h * (2 * rel_max + 1) + rel_max + r];
+					}
 					mx = s[k] > mx ? s[k] : mx;
 				}
 				for (int k = 0; k <= pos; k++)
@@ -554,11 +563,20 @@ static void run_paged_attention(int HD, int BS, int NSEQ, const int *nq, const i
 	d.max_blocks_per_seq = MAXB;
 	d.block_size = BS;
 	d.n_blocks = NB;
+	d.rel_bias = rel;
+	d.rel_max = rel_max;
 	assert_int_equal(rg_op_paged_attention(be, &d, qkv, ld, kc, vc, out), RG_OK);
-	check("paged attention", out, ref, (size_t)n * qd, 1e-5, 1e-5);
+	check(rel ? "paged attention with a relative bias" : "paged attention", out, ref,
+	      (size_t)n * qd, 1e-5, 1e-5);
 	if (!hostile)
 		goto out_free;
 	/* hostile descriptors and slots */
+	if (rel) {
+		d.rel_max = -1;
+		assert_int_equal(rg_op_paged_attention(be, &d, qkv, ld, kc, vc, out),
+				 RG_ERR_INVALID_INPUT);
+		d.rel_max = rel_max;
+	}
 	bt[1][2] = NB;
 	assert_int_equal(rg_op_paged_attention(be, &d, qkv, ld, kc, vc, out), RG_ERR_INVALID_INPUT);
 	bt[1][2] = order[0];
@@ -577,7 +595,7 @@ static void run_paged_attention(int HD, int BS, int NSEQ, const int *nq, const i
 out_free:
 	for (int i = 0; i < NSEQ; i++)
 		free(kfull[i]), free(vfull[i]);
-	free(kc), free(vc), free(qkv), free(out), free(ref);
+	free(kc), free(vc), free(qkv), free(out), free(ref), free(rel);
 	rg_backend_free(be);
 }
 
@@ -593,11 +611,16 @@ static void test_paged_attention_mixed(void **state)
 	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
 		if (rg_cpu_force_isa(isas[i]) != RG_OK)
 			continue;
-		run_paged_attention(8, 3, 4, nq, ctx, i == 0);
-		run_paged_attention(64, 16, 4, nq, ctx, false);
-		run_paged_attention(72, 5, 4, nq, ctx, false);
-		run_paged_attention(64, 16, 1, one, ctx1, false);
-		run_paged_attention(64, 16, 3, dec, ctx3, false);
+		run_paged_attention(8, 3, 4, nq, ctx, i == 0, -1);
+		run_paged_attention(64, 16, 4, nq, ctx, false, -1);
+		run_paged_attention(72, 5, 4, nq, ctx, false, -1);
+		run_paged_attention(64, 16, 1, one, ctx1, false, -1);
+		run_paged_attention(64, 16, 3, dec, ctx3, false, -1);
+		/* relative bias: distances past rel_max (3) share the table's end; rel_max 0; a
+		 * table wider than every context */
+		run_paged_attention(8, 3, 4, nq, ctx, i == 0, 3);
+		run_paged_attention(64, 16, 3, dec, ctx3, false, 0);
+		run_paged_attention(72, 5, 1, one, ctx1, false, 64);
 	}
 	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) /* back to the widest */
 		if (rg_cpu_force_isa(isas[i]) == RG_OK)

@@ -343,8 +343,8 @@ static inline void prefetch_block(const float *cache, int32_t block, int bs, int
 
 /* One (query row, KV head, part of its group): the scores of the part's query heads over keys
  * 0..pos, block by block through the block table (each key and value row read once for all the
- * heads that share it: grouped-query attention), a vectorised row softmax, then P V block by
- * block. */
+ * heads that share it: grouped-query attention), the relative position bias when the
+ * descriptor has one, a vectorised row softmax, then P V block by block. */
 static void pattn_task(void *ctx, int task, int thread)
 {
 	const struct pattn_job *j = ctx;
@@ -372,6 +372,18 @@ static void pattn_task(void *ctx, int task, int thread)
 		kn->attn_dec_qk(q, nq, hd, j->kc + row, (size_t)kvd, L - k0 < bs ? L - k0 : bs,
 				d->scale, s + k0, (size_t)Lp);
 	}
+	if (d->rel_bias) /* T5's decoder: the bias at distance k - (L - 1), clamped to rel_max */
+		for (int g = 0; g < nq; g++) {
+			const float *tb = d->rel_bias + (size_t)(h0 + g) * (2 * d->rel_max + 1) +
+					  d->rel_max;
+			float *sg = s + (size_t)g * Lp;
+
+			for (int k = 0; k < L; k++) {
+				const int r = k - (L - 1);
+
+				sg[k] += tb[r < -d->rel_max ? -d->rel_max : r];
+			}
+		}
 	prefetch_block(j->vc, bt[0], bs, kvd, kvh, hd, L);
 	for (int g = 0; g < nq; g++)
 		kn->softmax_row(s + (size_t)g * Lp, L, Lp, NULL, 0);
