@@ -330,7 +330,7 @@ rg_status rg_layer_llama_hparams(rg_model *m, const rg_cfg_src *cf, const rg_lla
 		return rg_errorf(RG_ERR_UNSUPPORTED,
 				 "%s: hidden_act \"%s\" is not supported (silu: SwiGLU)", path, act);
 	c->act_name = "silu";
-	c->hidden_act = RG_ACT_NONE; /* the MLP's silu * up is rg_op_silu_mul */
+	c->hidden_act = RG_ACT_NONE; /* the MLP's silu * up is rg_op_act_mul */
 	if (o->qkv_bias)
 		c->attention_bias = true;
 	if (gguf)
@@ -456,7 +456,7 @@ rg_status rg_layer_ffn_swiglu(rg_model *m, int n, const rg_swiglu_w *w, const vo
 	rg_status s;
 
 	if ((s = rg_op_gemm(m->be, x, w->gate_up_w, inter, n, 2 * I, H)) != RG_OK ||
-	    (s = rg_op_silu_mul(m->be, inter, n, I, mlp)) != RG_OK)
+	    (s = rg_op_act_mul(m->be, inter, n, I, RG_ACT_SILU, mlp)) != RG_OK)
 		return s;
 	return rg_op_gemm(m->be, mlp, w->down_w, out, n, H, I);
 }

@@ -354,11 +354,13 @@ rg_status rg_op_rope_kv_write(rg_backend *be, void *qkv, int ld, int n_tokens, i
 			      int n_kv_heads, int head_dim, const float *cos_sin, bool interleaved,
 			      const int32_t *slots, void *k_cache, void *v_cache, int64_t n_slots);
 
-/* SwiGLU's gate (Shazeer 2020; HF LlamaMLP): out (M, N) act = silu(x[:, :N]) * x[:, N:2N] for x
- * (M, 2N) act (the gate and up projections as one GEMM), silu(g) = g / (1 + exp(-g)).
+/* The gate of a gated FFN (Shazeer 2020, "GLU Variants Improve Transformer"): out (M, N) act =
+ * act_fn(x[:, :N]) * x[:, N:2N] for x (M, 2N) act (the gate and up projections as one GEMM),
+ * act_fn one of src/ops/act.h (rg_act_apply's formula): RG_ACT_SILU for SwiGLU (HF LlamaMLP),
+ * RG_ACT_GELU_NEW for T5 v1.1's gated-gelu (T5DenseGatedActDense), RG_ACT_NONE a bilinear gate.
  * CUDA: a 2-D grid (rows x column blocks, no per-element index division), 16-byte accesses when
- * N is a multiple of 16 / sizeof(act) and x, out are 16-byte aligned. */
-rg_status rg_op_silu_mul(rg_backend *be, const void *x, int M, int N, void *out);
+ * N is a multiple of 16 / sizeof(act) and x, out are 16-byte aligned; silu with __expf. */
+rg_status rg_op_act_mul(rg_backend *be, const void *x, int M, int N, rg_act act, void *out);
 
 /* Scatter new keys and values into a paged cache: for t < n_tokens,
  *   k_cache[slots[t]] = k[t], v_cache[slots[t]] = v[t]   (kv_dim = n_kv_heads * head_dim values)

@@ -1,4 +1,4 @@
-/* The decoder ops of src/ops/ops.h (add_norm, rope, rope_table, rope_kv_write, silu_mul,
+/* The decoder ops of src/ops/ops.h (add_norm, rope, rope_table, rope_kv_write, act_mul,
  * kv_write, paged_attention, copy_blocks, and LongRoPE's rope_table_scaled and Qwen3's qk_norm)
  * on the CPU backend, through their rg_op_* entry points,
  * against naive double-precision loops written here (rope_table and rope_kv_write: against the
@@ -420,7 +420,21 @@ static void test_rope_kv_write(void **state)
 	run_rope_kv_write(2, 1, 128, 128, 0);
 }
 
-static void test_silu_mul(void **state)
+/* act(g) in double: SwiGLU's silu, T5 v1.1's gelu_new, exact gelu, relu */
+static double act_ref(double g, rg_act act)
+{
+	switch (act) {
+	case RG_ACT_NONE: return g;
+	case RG_ACT_GELU: return 0.5 * g * (1 + erf(g / sqrt(2.0)));
+	case RG_ACT_GELU_NEW:
+		return 0.5 * g * (1 + tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+	case RG_ACT_RELU: return g > 0 ? g : 0;
+	case RG_ACT_SILU: return g / (1 + exp(-g));
+	}
+	return NAN;
+}
+
+static void test_act_mul(void **state)
 {
 	const int M = 9, N = 37;
 	float *x = rand_buf((size_t)M * 2 * N, 4.f), *o = out_buf((size_t)M * N);
@@ -428,14 +442,17 @@ static void test_silu_mul(void **state)
 	rg_backend *be = cpu();
 
 	(void)state;
-	for (int i = 0; i < M; i++)
-		for (int j = 0; j < N; j++) {
-			double g = x[(size_t)i * 2 * N + j], u = x[(size_t)i * 2 * N + N + j];
+	for (int a = RG_ACT_NONE; a <= RG_ACT_SILU; a++) {
+		for (int i = 0; i < M; i++)
+			for (int j = 0; j < N; j++) {
+				double g = x[(size_t)i * 2 * N + j], u = x[(size_t)i * 2 * N + N + j];
 
-			ref[(size_t)i * N + j] = g / (1 + exp(-g)) * u;
-		}
-	assert_int_equal(rg_op_silu_mul(be, x, M, N, o), RG_OK);
-	check("silu_mul", o, ref, (size_t)M * N, 1e-6, 1e-5);
+				ref[(size_t)i * N + j] = act_ref(g, (rg_act)a) * u;
+			}
+		assert_int_equal(rg_op_act_mul(be, x, M, N, (rg_act)a, o), RG_OK);
+		check(rg_act_name((rg_act)a), o, ref, (size_t)M * N, 1e-6, 1e-5);
+	}
+	assert_int_equal(rg_op_act_mul(be, x, M, N, (rg_act)99, o), RG_ERR_INVALID_INPUT);
 	free(x), free(o), free(ref);
 	rg_backend_free(be);
 }
@@ -655,7 +672,7 @@ int main(void)
 		cmocka_unit_test(test_rope_table_scaled),
 		cmocka_unit_test(test_qk_norm),
 		cmocka_unit_test(test_rope_kv_write),
-		cmocka_unit_test(test_silu_mul),
+		cmocka_unit_test(test_act_mul),
 		cmocka_unit_test(test_paged_attention_mixed),
 		cmocka_unit_test(test_copy_blocks),
 	};

@@ -1,6 +1,6 @@
 /* CPU kernels of the decoder ops (float32; src/ops/ops.h states the contracts): fused residual
  * add + LayerNorm / RMSNorm, RoPE in both pair layouts (and its per-step cos / sin table and the
- * RoPE + KV write fusion), SwiGLU's silu * mul, the KV scatter and causal attention over a paged cache for a mixed batch of prefill chunks and decode tokens.
+ * RoPE + KV write fusion), the gated FFNs' act * mul (SwiGLU, T5 v1.1's gated-gelu), the KV scatter and causal attention over a paged cache for a mixed batch of prefill chunks and decode tokens.
  * Every op runs on ragged's thread pool; rows (or (token, KV head) pairs for the attention) are
  * the tasks; the attention's dot products and softmax are the vector kernels of cpu_kern.h. Plain C loops the compiler vectorises: these are the reference the CUDA twins will be
  * tested against, and the float64 NumPy decoder (tests/py/ref_decoder.py) checks them. */
@@ -270,15 +270,16 @@ rg_status rg_cpu_rope_kv_write(float *qkv, int ld, int n_tokens, int n_heads, in
 	return RG_OK;
 }
 
-struct silu_job {
+struct act_mul_job {
 	const float *x;
 	int M, N, rows;
+	rg_act act;
 	float *out;
 };
 
-static void silu_task(void *ctx, int task, int thread)
+static void act_mul_task(void *ctx, int task, int thread)
 {
-	const struct silu_job *j = ctx;
+	const struct act_mul_job *j = ctx;
 	int r1 = (task + 1) * j->rows < j->M ? (task + 1) * j->rows : j->M;
 
 	(void)thread;
@@ -287,15 +288,15 @@ static void silu_task(void *ctx, int task, int thread)
 		float *o = j->out + (size_t)r * j->N;
 
 		for (int i = 0; i < j->N; i++)
-			o[i] = g[i] / (1.f + expf(-g[i])) * u[i];
+			o[i] = rg_act_apply(g[i], j->act) * u[i];
 	}
 }
 
-rg_status rg_cpu_silu_mul(const float *x, int M, int N, float *out)
+rg_status rg_cpu_act_mul(const float *x, int M, int N, rg_act act, float *out)
 {
-	struct silu_job j = {x, M, N, rows_per(M, 2 * N), out};
+	struct act_mul_job j = {x, M, N, rows_per(M, 2 * N), act, out};
 
-	rg_threadpool_run(rg_threadpool_global(), (M + j.rows - 1) / j.rows, silu_task, &j);
+	rg_threadpool_run(rg_threadpool_global(), (M + j.rows - 1) / j.rows, act_mul_task, &j);
 	return RG_OK;
 }
 
