@@ -381,6 +381,27 @@ static rg_status ffn(rg_model *m, int n, const rg_t5_layer *L, rg_s2s_rs *rs)
 	return rg_s2s_sub_out(m, n, rs, delta, L->ln_ff, NULL);
 }
 
+/* The self-attention sublayer of L (norm L->ln_sa) on the stream: the encoder's through
+ * rg_op_attention over enc (packed sources, bidirectional bias), or, with enc NULL, decoder
+ * layer l's through the step f's paged cache (KV write, causal, unidirectional bias); scale 1. */
+static rg_status self_attn(rg_model *m, int n, const rg_t5_layer *L, rg_s2s_rs *rs,
+			   const rg_attn_desc *enc, rg_dec_fwd *f, int l)
+{
+	const rg_decoder_config *c = &m->dec.cfg;
+	const int H = c->hidden_size, D = c->num_attention_heads * c->head_dim;
+	void *qkv = m->dec.a[RG_D_QKV], *ctx = m->dec.a[RG_D_CTX], *delta = m->dec.a[RG_D_DELTA];
+	const void *x;
+	rg_status s;
+
+	if ((s = rg_s2s_sub_in(m, n, rs, L->ln_sa, NULL, &x)) != RG_OK ||
+	    (s = rg_op_gemm(m->be, x, L->qkv_w, qkv, n, 3 * D, H)) != RG_OK ||
+	    (s = enc ? rg_op_attention(m->be, enc, qkv, ctx)
+		     : rg_dec_attention(m, f, l, qkv, 1.f, ctx)) != RG_OK ||
+	    (s = rg_op_gemm(m->be, ctx, L->o_w, delta, n, H, D)) != RG_OK)
+		return s;
+	return rg_s2s_sub_out(m, n, rs, delta, L->ln_sa, NULL);
+}
+
 /* The stream of a stack: residual in HIDDEN, norms into NORMED (pre-norm, RMS). */
 static rg_s2s_rs stream(rg_model *m)
 {
@@ -390,10 +411,9 @@ static rg_s2s_rs stream(rg_model *m)
 static rg_status t5_encode_cross(rg_model *m, const rg_enc_fwd *f)
 {
 	const rg_decoder_config *c = &m->dec.cfg;
-	const int H = c->hidden_size, D = c->num_attention_heads * c->head_dim, n = f->n;
+	const int H = c->hidden_size, n = f->n;
 	const rg_t5_weights *w = tw(m);
 	rg_s2s_rs rs = stream(m);
-	void *qkv = m->dec.a[RG_D_QKV], *ctx = m->dec.a[RG_D_CTX], *delta = m->dec.a[RG_D_DELTA];
 	void *out;
 	rg_attn_desc d = rg_attn_packed(f->n_seq, f->cu, f->cu_h, f->max_len,
 					c->num_attention_heads, c->head_dim, 1.f);
@@ -406,13 +426,8 @@ static rg_status t5_encode_cross(rg_model *m, const rg_enc_fwd *f)
 		return s;
 	for (int l = 0; l < w->enc.n_layers; l++) {
 		const rg_t5_layer *L = &w->enc.layers[l];
-		const void *x;
 
-		if ((s = rg_s2s_sub_in(m, n, &rs, L->ln_sa, NULL, &x)) != RG_OK ||
-		    (s = rg_op_gemm(m->be, x, L->qkv_w, qkv, n, 3 * D, H)) != RG_OK ||
-		    (s = rg_op_attention(m->be, &d, qkv, ctx)) != RG_OK ||
-		    (s = rg_op_gemm(m->be, ctx, L->o_w, delta, n, H, D)) != RG_OK ||
-		    (s = rg_s2s_sub_out(m, n, &rs, delta, L->ln_sa, NULL)) != RG_OK ||
+		if ((s = self_attn(m, n, L, &rs, &d, NULL, l)) != RG_OK ||
 		    (s = ffn(m, n, L, &rs)) != RG_OK)
 			return rg_error_wrap(s, "encoder block %d", l);
 	}
@@ -444,11 +459,7 @@ static rg_status t5_decode(rg_model *m, rg_dec_fwd *f)
 		const rg_t5_layer *L = &w->dec.layers[l];
 		const void *x;
 
-		if ((s = rg_s2s_sub_in(m, n, &rs, L->ln_sa, NULL, &x)) != RG_OK ||
-		    (s = rg_op_gemm(m->be, x, L->qkv_w, qkv, n, 3 * D, H)) != RG_OK ||
-		    (s = rg_dec_attention(m, f, l, qkv, 1.f, ctx)) != RG_OK ||
-		    (s = rg_op_gemm(m->be, ctx, L->o_w, delta, n, H, D)) != RG_OK ||
-		    (s = rg_s2s_sub_out(m, n, &rs, delta, L->ln_sa, NULL)) != RG_OK ||
+		if ((s = self_attn(m, n, L, &rs, NULL, f, l)) != RG_OK ||
 		    (s = rg_s2s_sub_in(m, n, &rs, L->ln_ca, NULL, &x)) != RG_OK ||
 		    (s = rg_op_gemm(m->be, x, L->cq_w, qkv, n, D, H)) != RG_OK ||
 		    (s = rg_dec_cross_attend(m, f, l, qkv, D, 1.f, ctx)) != RG_OK ||

@@ -21,6 +21,7 @@ import make_seq2seq  # noqa: E402
 import ragged  # noqa: E402
 import ref_seq2seq  # noqa: E402
 from server_util import Server  # noqa: E402
+from test_translate_bart import _variant, check_beams  # noqa: E402
 
 BIN = os.environ.get("RAGGED_BIN", os.path.join(HERE, "..", "..", "build", "ragged"))
 
@@ -79,16 +80,7 @@ def test_greedy_equals_reference(model):
 
 def test_beams_equal_reference(model):
     _, _, cfg, ref, t = model
-    srcs = sources(cfg, 1, (6, 2, 11, 25))
-    want = [ref.beam_search(s, 4, 10)[0][1:] for s in srcs]
-    assert [t.translate(s, max_tokens=10, num_beams=4)[0]["ids"] for s in srcs] == want
-    assert [o["ids"] for o in t.translate(srcs, max_tokens=10, num_beams=4)] == want
-    s = srcs[2]
-    want2 = [w[1:] for w in ref.beam_search(s, 4, 10, length_penalty=0.6, early_stopping=True,
-                                            num_return_sequences=2)]
-    got2 = t.translate(s, max_tokens=10, num_beams=4, n=2, length_penalty=0.6,
-                       early_stopping=True)
-    assert [o["ids"] for o in got2] == want2
+    check_beams(ref, t, sources(cfg, 1, (6, 2, 11, 25)))
 
 
 def test_position_bias_and_rescale_matter(tmp_path):
@@ -134,40 +126,23 @@ def test_mt5_model_type(tmp_path):
             [ref.greedy(s, 12)[1:] for s in srcs]
 
 
-def _variant(tmp_path, spec, cfg_update=None, drop=()):
-    from safetensors.numpy import load_file, save_file
-    d = str(tmp_path / "v")
-    make_seq2seq.make_spec(spec, d, seed=1)
-    if cfg_update:
-        p = os.path.join(d, "config.json")
-        c = json.load(open(p))
-        c.update(cfg_update)
-        json.dump(c, open(p, "w"))
-    if drop:
-        w = load_file(os.path.join(d, "model.safetensors"))
-        for k in drop:
-            del w[k]
-        save_file(w, os.path.join(d, "model.safetensors"))
-    return d
-
-
-@pytest.mark.parametrize("spec,update,drop,msg", [
-    ("tiny-t5", None, ("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",),
+@pytest.mark.parametrize("fam,update,drop,msg", [
+    ("t5", None, ("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",),
      "missing tensor.*decoder.block.0.layer.0.SelfAttention.relative_attention_bias"),
-    ("tiny-t5v11", None, ("encoder.block.1.layer.1.DenseReluDense.wi_1.weight",),
+    ("t5v11", None, ("encoder.block.1.layer.1.DenseReluDense.wi_1.weight",),
      "encoder.block.1.layer.1.DenseReluDense.wi_1.weight"),
-    ("tiny-t5v11", None, ("lm_head.weight",), "lm_head.weight"),
-    ("tiny-t5", {"d_kv": 16}, (), "SelfAttention.q.weight.*shape"),
-    ("tiny-t5", {"relative_attention_num_buckets": 8}, (), "relative_attention_bias.*shape"),
-    ("tiny-t5", {"feed_forward_proj": "gated-mish"}, (), "feed_forward_proj"),
-    ("tiny-t5", {"feed_forward_proj": "dense-gated-relu"}, (), "feed_forward_proj"),
-    ("tiny-t5", {"relative_attention_max_distance": 16}, (), "relative_attention_max_distance"),
-    ("tiny-t5", {"num_heads": "four"}, (), "num_heads"),
-    ("tiny-t5", {"decoder_start_token_id": 500}, (), "decoder_start_token_id"),
+    ("t5v11", None, ("lm_head.weight",), "lm_head.weight"),
+    ("t5", {"d_kv": 16}, (), "SelfAttention.q.weight.*shape"),
+    ("t5", {"relative_attention_num_buckets": 8}, (), "relative_attention_bias.*shape"),
+    ("t5", {"feed_forward_proj": "gated-mish"}, (), "feed_forward_proj"),
+    ("t5", {"feed_forward_proj": "dense-gated-relu"}, (), "feed_forward_proj"),
+    ("t5", {"relative_attention_max_distance": 16}, (), "relative_attention_max_distance"),
+    ("t5", {"num_heads": "four"}, (), "num_heads"),
+    ("t5", {"decoder_start_token_id": 500}, (), "decoder_start_token_id"),
 ])
-def test_bad_config_refused(tmp_path, spec, update, drop, msg):
+def test_bad_config_refused(tmp_path, fam, update, drop, msg):
     """A wrong or missing config key or tensor is refused at load, by name, not crashed on."""
-    d = _variant(tmp_path, spec, update, drop)
+    d = _variant(tmp_path, fam, "v", update, drop)
     with pytest.raises(ragged.RaggedError, match=msg):
         ragged.Translator(d)
 

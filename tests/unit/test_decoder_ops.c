@@ -18,6 +18,7 @@
 
 #include "ops/cpu/ops_cpu.h"
 #include "ops/ops.h"
+#include "test_act_ref.h"
 
 #define GUARD 32
 #define SENTINEL (-12345.25f)
@@ -420,20 +421,6 @@ static void test_rope_kv_write(void **state)
 	run_rope_kv_write(2, 1, 128, 128, 0);
 }
 
-/* act(g) in double: SwiGLU's silu, T5 v1.1's gelu_new, exact gelu, relu */
-static double act_ref(double g, rg_act act)
-{
-	switch (act) {
-	case RG_ACT_NONE: return g;
-	case RG_ACT_GELU: return 0.5 * g * (1 + erf(g / sqrt(2.0)));
-	case RG_ACT_GELU_NEW:
-		return 0.5 * g * (1 + tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
-	case RG_ACT_RELU: return g > 0 ? g : 0;
-	case RG_ACT_SILU: return g / (1 + exp(-g));
-	}
-	return NAN;
-}
-
 static void test_act_mul(void **state)
 {
 	const int M = 9, N = 37;
@@ -447,7 +434,7 @@ static void test_act_mul(void **state)
 			for (int j = 0; j < N; j++) {
 				double g = x[(size_t)i * 2 * N + j], u = x[(size_t)i * 2 * N + N + j];
 
-				ref[(size_t)i * N + j] = act_ref(g, (rg_act)a) * u;
+				ref[(size_t)i * N + j] = ref_act(g, (rg_act)a) * u;
 			}
 		assert_int_equal(rg_op_act_mul(be, x, M, N, (rg_act)a, o), RG_OK);
 		check(rg_act_name((rg_act)a), o, ref, (size_t)M * N, 1e-6, 1e-5);
