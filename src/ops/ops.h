@@ -379,10 +379,10 @@ rg_status rg_op_kv_write(rg_backend *be, const void *k, const void *v, int ld,
  * d->rel_bias is set: then d->rel_bias[h * (2 rel_max + 1) + rel_max + clamp(k - p, -rel_max,
  * rel_max)] (rg_op_attention's relative position table, here with the key's and the query's
  * absolute positions: T5's decoder self-attention, whose unidirectional buckets saturate by
- * relative_attention_max_distance). d->seg and d->dis must be NULL. q: n_tokens = cu_seqlens_q[n_seq]
- * rows of num_heads * head_dim act, row stride ldq; k_cache, v_cache (n_blocks * block_size,
- * num_kv_heads * head_dim) act (after rg_op_kv_write of this step's keys); out (n_tokens,
- * num_heads * head_dim) act. Scores, softmax and the weighted sum in f32.
+ * relative_attention_max_distance). d->seg and d->dis must be NULL.
+ * q: n_tokens = cu_seqlens_q[n_seq] rows of num_heads * head_dim act, row stride ldq; k_cache,
+ * v_cache (n_blocks * block_size, num_kv_heads * head_dim) act (after rg_op_kv_write of this step's
+ * keys); out (n_tokens, num_heads * head_dim) act. Scores, softmax and the weighted sum in f32.
  * Errors: RG_ERR_INVALID_INPUT for a bad descriptor, a block id outside [0, n_blocks) or context
  * shorter than its new rows, a rel_bias with rel_max < 0, seg or dis set. CPU: one task per
  * (token, head), keys read through the table.

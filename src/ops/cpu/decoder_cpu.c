@@ -1,6 +1,8 @@
 /* CPU kernels of the decoder ops (float32; src/ops/ops.h states the contracts): fused residual
  * add + LayerNorm / RMSNorm, RoPE in both pair layouts (and its per-step cos / sin table and the
- * RoPE + KV write fusion), the gated FFNs' act * mul (SwiGLU, T5 v1.1's gated-gelu), the KV scatter and causal attention over a paged cache for a mixed batch of prefill chunks and decode tokens.
+ * RoPE + KV write fusion), the gated FFNs' act * mul (SwiGLU, T5 v1.1's gated-gelu), the KV
+ * scatter and causal attention over a paged cache for a mixed batch of prefill chunks and decode
+ * tokens.
  * Every op runs on ragged's thread pool; rows (or (token, KV head) pairs for the attention) are
  * the tasks; the attention's dot products and softmax are the vector kernels of cpu_kern.h. Plain C loops the compiler vectorises: these are the reference the CUDA twins will be
  * tested against, and the float64 NumPy decoder (tests/py/ref_decoder.py) checks them. */

@@ -1,10 +1,10 @@
 /* CUDA twins of the decoder ops of src/ops/ops.h (contracts there; CPU references in
  * src/ops/cpu/decoder_cpu.c): fused residual add + LayerNorm / RMSNorm, RoPE in both pair layouts
- * (alone, or from a per-step cos / sin table fused with the KV write), the gated FFNs' act * mul, the
- * KV scatter into the paged cache and the copy of whole KV blocks (copy-on-write for beams).
- * Memory-bound; all math in float32, values stored in the compute dtype (the residual after the
- * add is rounded to it before the norm reads it, as HF's decoders do in fp16/bf16). The paged
- * attention itself is in paged_attention.cu. */
+ * (alone, or from a per-step cos / sin table fused with the KV write), the gated FFNs' act * mul,
+ * the KV scatter into the paged cache and the copy of whole KV blocks (copy-on-write for beams).
+ * Memory-bound; all math in float32, values stored in the compute dtype (the residual after the add
+ * is rounded to it before the norm reads it, as HF's decoders do in fp16/bf16). The paged attention
+ * itself is in paged_attention.cu. */
 #include "ops/cuda/common.cuh"
 
 #define DEC_THREADS 256
@@ -406,11 +406,12 @@ extern "C" rg_status rg_cuda_rope_kv_write(rg_cuda_ctx *c, rg_dtype dt, void *qk
 	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "rope_kv_write_kernel launch");
 }
 
-/* out (M, N) = act(x[:, :N]) * x[:, N:] (silu with __expf, the others rg_act_apply): grid (column blocks, rows), each thread VEC
- * consecutive columns of one row (16-byte accesses for VEC = 16 / sizeof(T)), rows strided by
- * gridDim.y past 65535. The first version took one thread per element of a flat 64-bit index
- * and divided it by N: 90 us a call for a 32 x 512-token SmolLM2 prefill in the issue 19 H100
- * trace, 57% of the bandwidth (on an H200, fp16 16384 x 1536: 85 us, this one 39 us). */
+/* out (M, N) = act(x[:, :N]) * x[:, N:] (silu with __expf, the others rg_act_apply): grid (column
+ * blocks, rows), each thread VEC consecutive columns of one row (16-byte accesses for VEC = 16 /
+ * sizeof(T)), rows strided by gridDim.y past 65535. The first version took one thread per element
+ * of a flat 64-bit index and divided it by N: 90 us a call for a 32 x 512-token SmolLM2 prefill in
+ * the issue 19 H100 trace, 57% of the bandwidth (on an H200, fp16 16384 x 1536: 85 us, this one 39
+ * us). */
 template <typename T, int VEC>
 __global__ void __launch_bounds__(DEC_THREADS)
 act_mul_kernel(const T *__restrict__ x, int M, int N, rg_act act, T *__restrict__ out)
