@@ -152,9 +152,9 @@ typedef struct rg_model_params {
 RG_API rg_model_params rg_model_params_default(void);
 
 /* What a model is: an encoder (rg_model_embed / rg_model_run), a decoder-only language model
- * (rg_model_step), or an encoder-decoder (MarianMT, BART, mBART: rg_model_encode_cross, then
- * rg_model_step with the batch's cross fields; issue 29). Calls of another kind return
- * RG_ERR_UNSUPPORTED. */
+ * (rg_model_step), or an encoder-decoder (MarianMT, BART, mBART, M2M100, T5:
+ * rg_model_encode_cross, then rg_model_step with the batch's cross fields; issue 29). Calls of
+ * another kind return RG_ERR_UNSUPPORTED. */
 typedef enum rg_model_kind {
 	RG_MODEL_ENCODER = 0,
 	RG_MODEL_DECODER = 1,

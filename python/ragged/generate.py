@@ -561,10 +561,11 @@ class Generator:
 
 
 class Translator(Generator):
-    """An encoder-decoder model (MarianMT / opus-mt, BART, mBART, M2M100 / NLLB-200) loaded by
-    libragged, for translation (issue 29): the source is encoded once per request on the packed, padding-free encoder path, its
-    cross-attention keys and values kept in the KV cache; the decoder then runs in the same
-    generation engine as the decoder-only models (continuous batching, beams, sampling).
+    """An encoder-decoder model (MarianMT / opus-mt, BART, mBART, M2M100 / NLLB-200, T5 /
+    FLAN-T5 / mT5) loaded by libragged, for translation (issue 29): the source is encoded once
+    per request on the packed, padding-free encoder path, its cross-attention keys and values
+    kept in the KV cache; the decoder then runs in the same generation engine as the
+    decoder-only models (continuous batching, beams, sampling).
 
     model, device, dtype, max_batch_tokens: as Generator's. The model must be an
     encoder-decoder (ValueError otherwise).

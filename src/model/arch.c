@@ -22,6 +22,8 @@ static const rg_arch *const ARCHS[] = {
 	&rg_arch_marian, /* bart.c: MarianMT (opus-mt) */
 	&rg_arch_bart, &rg_arch_mbart,
 	&rg_arch_m2m100, /* bart.c: M2M100, NLLB-200 */
+	&rg_arch_t5,     /* t5.c: T5, T5 v1.1, FLAN-T5 */
+	&rg_arch_mt5,
 };
 #define N_ARCHS (sizeof(ARCHS) / sizeof(ARCHS[0]))
 

@@ -26,8 +26,9 @@
  * rg_model_encode_cross), FFN. The embedding sum h = scale * shared[tok] + pos[p], then
  * layernorm_embedding where the family has one.
  *
- * Residual buffers: post-LN alternates the residual between two arena buffers (the first chosen
- * so that the decoder's last LayerNorm lands in RG_D_NORMED, where decoder.c reads it); pre-LN
+ * Residual buffers (layers.h rg_s2s_rs): post-LN alternates the residual between two arena
+ * buffers (the first chosen so that the decoder's last LayerNorm lands in RG_D_NORMED, where
+ * decoder.c reads it); pre-LN
  * keeps the residual in RG_D_HIDDEN and each norm's output in RG_D_NORMED, the residual add of a
  * sublayer fused into the next norm (rg_op_add_norm, vLLM's fused_add_rms_norm pattern).
  *
@@ -508,55 +509,10 @@ static rg_status bart_load(rg_model *m, const rg_tsrc *src)
 	return RG_OK;
 }
 
-/* The residual stream of one stack: r the residual, y the other (T, H) buffer, pend the
- * sublayer output not yet added (pre-LN). Post-LN: a sublayer's norm is y = LN(r + delta),
- * then r and y swap. Pre-LN: r += pend and y = LN(r) as the next sublayer's input (one fused
- * op); the stack's final norm into y. */
-typedef struct rg_bart_rs {
-	void *r, *y;
-	const void *pend;
-	bool pre;
-} rg_bart_rs;
-
-/* A sublayer's input: pre-LN, LN(r + pend) (g, b: the sublayer's norm) in y; post-LN, r. */
-static rg_status sub_in(rg_model *m, int n, rg_bart_rs *rs, const float *g, const float *b,
-			const void **x)
-{
-	rg_status s = RG_OK;
-
-	if (rs->pre) {
-		s = rg_op_add_norm(m->be, rs->pend, rs->r, g, b, (float)m->dec.cfg.norm_eps,
-				   RG_NORM_LAYER, n, m->dec.cfg.hidden_size, rs->y);
-		rs->pend = NULL;
-	}
-	*x = rs->pre ? rs->y : rs->r;
-	return s;
-}
-
-/* A sublayer's output delta (n, H): pre-LN, pending for the next norm; post-LN, r = LN(r +
- * delta) (g, b: the sublayer's norm). */
-static rg_status sub_out(rg_model *m, int n, rg_bart_rs *rs, const void *delta, const float *g,
-			 const float *b)
-{
-	void *t;
-	rg_status s;
-
-	if (rs->pre) {
-		rs->pend = delta;
-		return RG_OK;
-	}
-	s = rg_op_add_norm(m->be, delta, rs->r, g, b, (float)m->dec.cfg.norm_eps, RG_NORM_LAYER, n,
-			   m->dec.cfg.hidden_size, rs->y);
-	t = rs->r;
-	rs->r = rs->y;
-	rs->y = t;
-	return s;
-}
-
 /* The embedding sum of st into the stream, then layernorm_embedding when st has one; post-LN's
  * first residual r0, pre-LN's residual RG_D_HIDDEN. */
 static rg_status embed(rg_model *m, const rg_bart_stack *st, const int32_t *tokens,
-		       const int32_t *positions, int n, rg_bart_rs *rs)
+		       const int32_t *positions, int n, rg_s2s_rs *rs)
 {
 	const rg_bart_weights *w = bw(m);
 	const int H = m->dec.cfg.hidden_size;
@@ -573,22 +529,9 @@ static rg_status embed(rg_model *m, const rg_bart_stack *st, const int32_t *toke
 	return RG_OK;
 }
 
-/* The stack's output: pre-LN, the final layer_norm of r + pend into y; post-LN, r. */
-static rg_status stack_out(rg_model *m, int n, rg_bart_rs *rs, const rg_bart_stack *st,
-			   void **out)
-{
-	const void *x;
-	rg_status s = RG_OK;
-
-	if (rs->pre)
-		s = sub_in(m, n, rs, st->fin_g, st->fin_b, &x);
-	*out = rs->pre ? rs->y : rs->r;
-	return s;
-}
-
 /* The FFN sublayer of L (norm g, b) on the stream. */
 static rg_status ffn(rg_model *m, int n, const rg_bart_layer *L, const float *g, const float *b,
-		     rg_bart_rs *rs)
+		     rg_s2s_rs *rs)
 {
 	const rg_decoder_config *c = &m->dec.cfg;
 	const int H = c->hidden_size, I = c->intermediate_size;
@@ -596,13 +539,13 @@ static rg_status ffn(rg_model *m, int n, const rg_bart_layer *L, const float *g,
 	const void *x;
 	rg_status s;
 
-	if ((s = sub_in(m, n, rs, g, b, &x)) != RG_OK ||
+	if ((s = rg_s2s_sub_in(m, n, rs, g, b, &x)) != RG_OK ||
 	    (s = rg_op_gemm_bias_act(m->be, x, L->fc1_w, L->fc1_b, inter, n, I, H,
 				     c->hidden_act)) != RG_OK ||
 	    (s = rg_op_gemm_bias_act(m->be, inter, L->fc2_w, L->fc2_b, delta, n, H, I,
 				     RG_ACT_NONE)) != RG_OK)
 		return s;
-	return sub_out(m, n, rs, delta, g, b);
+	return rg_s2s_sub_out(m, n, rs, delta, g, b);
 }
 
 static rg_status bart_encode_cross(rg_model *m, const rg_enc_fwd *f)
@@ -611,7 +554,8 @@ static rg_status bart_encode_cross(rg_model *m, const rg_enc_fwd *f)
 	const int H = c->hidden_size, n = f->n;
 	const float sc = 1.f / sqrtf((float)c->head_dim);
 	const rg_bart_weights *w = bw(m);
-	rg_bart_rs rs = {m->dec.a[RG_D_HIDDEN], m->dec.a[RG_D_NORMED], NULL, w->fam->pre_ln};
+	rg_s2s_rs rs = {m->dec.a[RG_D_HIDDEN], m->dec.a[RG_D_NORMED], NULL, w->fam->pre_ln,
+			RG_NORM_LAYER};
 	void *qkv = m->dec.a[RG_D_QKV], *ctx = m->dec.a[RG_D_CTX], *delta = m->dec.a[RG_D_DELTA];
 	void *out;
 	rg_attn_desc d = rg_attn_packed(f->n_seq, f->cu, f->cu_h, f->max_len,
@@ -624,26 +568,24 @@ static rg_status bart_encode_cross(rg_model *m, const rg_enc_fwd *f)
 		const rg_bart_layer *L = &w->enc.layers[l];
 		const void *x;
 
-		if ((s = sub_in(m, n, &rs, L->ln1_g, L->ln1_b, &x)) != RG_OK ||
+		if ((s = rg_s2s_sub_in(m, n, &rs, L->ln1_g, L->ln1_b, &x)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(m->be, x, L->qkv_w, L->qkv_b, qkv, n, 3 * H, H,
 					     RG_ACT_NONE)) != RG_OK ||
 		    (s = rg_op_attention(m->be, &d, qkv, ctx)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(m->be, ctx, L->o_w, L->o_b, delta, n, H, H,
 					     RG_ACT_NONE)) != RG_OK ||
-		    (s = sub_out(m, n, &rs, delta, L->ln1_g, L->ln1_b)) != RG_OK ||
+		    (s = rg_s2s_sub_out(m, n, &rs, delta, L->ln1_g, L->ln1_b)) != RG_OK ||
 		    (s = ffn(m, n, L, L->ln2_g, L->ln2_b, &rs)) != RG_OK)
 			return rg_error_wrap(s, "encoder layer %d", l);
 	}
-	if ((s = stack_out(m, n, &rs, &w->enc, &out)) != RG_OK)
+	if ((s = rg_s2s_stack_out(m, n, &rs, w->enc.fin_g, w->enc.fin_b, &out)) != RG_OK)
 		return rg_error_wrap(s, "encoder layer_norm");
 	/* out: the encoder's output; each decoder layer's cross K / V of it into the cache */
 	for (int l = 0; l < w->dec.n_layers; l++) {
 		const rg_bart_layer *L = &w->dec.layers[l];
 
-		if ((s = rg_op_gemm_bias_act(m->be, out, L->ckv_w, L->ckv_b, qkv, n, 2 * H, H,
-					     RG_ACT_NONE)) != RG_OK ||
-		    (s = rg_dec_cross_write(m, l, qkv, 2 * H, f->slots, n)) != RG_OK)
-			return rg_error_wrap(s, "cross K / V of decoder layer %d", l);
+		if ((s = rg_s2s_cross_kv(m, out, n, l, L->ckv_w, L->ckv_b, f->slots)) != RG_OK)
+			return s;
 	}
 	return RG_OK;
 }
@@ -657,8 +599,9 @@ static rg_status bart_decode(rg_model *m, rg_dec_fwd *f)
 	/* pre-LN: the final norm into NORMED; post-LN: 3 LayerNorms per layer after the embedding
 	 * (and its own), the last landing in NORMED when the count's parity says so */
 	const bool r_normed = !w->fam->pre_ln && (3 * w->dec.n_layers) % 2 == 0;
-	rg_bart_rs rs = {m->dec.a[r_normed ? RG_D_NORMED : RG_D_HIDDEN],
-			 m->dec.a[r_normed ? RG_D_HIDDEN : RG_D_NORMED], NULL, w->fam->pre_ln};
+	rg_s2s_rs rs = {m->dec.a[r_normed ? RG_D_NORMED : RG_D_HIDDEN],
+			m->dec.a[r_normed ? RG_D_HIDDEN : RG_D_NORMED], NULL, w->fam->pre_ln,
+			RG_NORM_LAYER};
 	void *qkv = m->dec.a[RG_D_QKV], *ctx = m->dec.a[RG_D_CTX], *delta = m->dec.a[RG_D_DELTA];
 	void *out;
 	rg_status s;
@@ -669,24 +612,24 @@ static rg_status bart_decode(rg_model *m, rg_dec_fwd *f)
 		const rg_bart_layer *L = &w->dec.layers[l];
 		const void *x;
 
-		if ((s = sub_in(m, n, &rs, L->ln1_g, L->ln1_b, &x)) != RG_OK ||
+		if ((s = rg_s2s_sub_in(m, n, &rs, L->ln1_g, L->ln1_b, &x)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(m->be, x, L->qkv_w, L->qkv_b, qkv, n, 3 * H, H,
 					     RG_ACT_NONE)) != RG_OK ||
 		    (s = rg_dec_attention(m, f, l, qkv, sc, ctx)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(m->be, ctx, L->o_w, L->o_b, delta, n, H, H,
 					     RG_ACT_NONE)) != RG_OK ||
-		    (s = sub_out(m, n, &rs, delta, L->ln1_g, L->ln1_b)) != RG_OK ||
-		    (s = sub_in(m, n, &rs, L->ln2_g, L->ln2_b, &x)) != RG_OK ||
+		    (s = rg_s2s_sub_out(m, n, &rs, delta, L->ln1_g, L->ln1_b)) != RG_OK ||
+		    (s = rg_s2s_sub_in(m, n, &rs, L->ln2_g, L->ln2_b, &x)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(m->be, x, L->cq_w, L->cq_b, qkv, n, H, H,
 					     RG_ACT_NONE)) != RG_OK ||
 		    (s = rg_dec_cross_attend(m, f, l, qkv, H, sc, ctx)) != RG_OK ||
 		    (s = rg_op_gemm_bias_act(m->be, ctx, L->co_w, L->co_b, delta, n, H, H,
 					     RG_ACT_NONE)) != RG_OK ||
-		    (s = sub_out(m, n, &rs, delta, L->ln2_g, L->ln2_b)) != RG_OK ||
+		    (s = rg_s2s_sub_out(m, n, &rs, delta, L->ln2_g, L->ln2_b)) != RG_OK ||
 		    (s = ffn(m, n, L, L->ln3_g, L->ln3_b, &rs)) != RG_OK)
 			return rg_error_wrap(s, "decoder layer %d", l);
 	}
-	if ((s = stack_out(m, n, &rs, &w->dec, &out)) != RG_OK)
+	if ((s = rg_s2s_stack_out(m, n, &rs, w->dec.fin_g, w->dec.fin_b, &out)) != RG_OK)
 		return rg_error_wrap(s, "decoder layer_norm");
 	if (out != m->dec.a[RG_D_NORMED])
 		return rg_errorf(RG_ERR_INTERNAL, "bart.c: the decoder's output is not in NORMED");

@@ -203,6 +203,10 @@ typedef struct rg_decoder_config {
 	int pad_token_id;             /* -1 when config.json has none */
 	int max_source_positions;     /* longest source (encoder positions) */
 	bool scale_embedding;         /* embeddings times sqrt(hidden_size) */
+	/* T5 (t5.c) */
+	int rel_buckets;              /* relative_attention_num_buckets */
+	int rel_max_distance;         /* relative_attention_max_distance */
+	bool gated_ffn;               /* feed_forward_proj "gated-<act>": act(wi_0 x) * wi_1 x */
 } rg_decoder_config;
 
 /* sentence-transformers Dense modules (models.Dense, e.g. 2_Dense): out = act(W x + b) on the

@@ -47,7 +47,7 @@ rg_status rg_dec_upload(rg_model *m, float *host, size_t n, bool as_act, void **
 
 /* The step arena for max_batch_tokens rows, planned with rg_mem_plan (TurboTransformers'
  * Algorithm 1) over one layer's lifetimes: op 0 norm, 1 QKV GEMM, 2 RoPE + attention, 3 output
- * GEMM, 4 norm, 5 FFN up, 6 silu * mul, 7 FFN down, 8 logits gather, 9 LM head. The residual,
+ * GEMM, 4 norm, 5 FFN up, 6 act * mul, 7 FFN down, 8 logits gather, 9 LM head. The residual,
  * the norm output and delta cross layers (kept whole), and so does the RoPE table (written
  * before the first layer, dead after the last); QKV / ctx and the FFN's tensors share bytes, and
  * so do the logits buffers, which run after the forward. */

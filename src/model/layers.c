@@ -330,7 +330,7 @@ rg_status rg_layer_llama_hparams(rg_model *m, const rg_cfg_src *cf, const rg_lla
 		return rg_errorf(RG_ERR_UNSUPPORTED,
 				 "%s: hidden_act \"%s\" is not supported (silu: SwiGLU)", path, act);
 	c->act_name = "silu";
-	c->hidden_act = RG_ACT_NONE; /* the MLP's silu * up is rg_op_silu_mul */
+	c->hidden_act = RG_ACT_NONE; /* the MLP's silu * up is rg_op_act_mul */
 	if (o->qkv_bias)
 		c->attention_bias = true;
 	if (gguf)
@@ -448,6 +448,65 @@ rg_status rg_layer_attn_rope(rg_model *m, rg_dec_fwd *f, int l, const rg_attn_w 
 	return rg_op_gemm(m->be, ctx, a->o_w, out, n, H, qd);
 }
 
+rg_status rg_s2s_sub_in(rg_model *m, int n, rg_s2s_rs *rs, const float *g, const float *b,
+			const void **x)
+{
+	rg_status s = RG_OK;
+
+	if (rs->pre) {
+		s = rg_op_add_norm(m->be, rs->pend, rs->r, g, b, (float)m->dec.cfg.norm_eps,
+				   rs->norm, n, m->dec.cfg.hidden_size, rs->y);
+		rs->pend = NULL;
+	}
+	*x = rs->pre ? rs->y : rs->r;
+	return s;
+}
+
+rg_status rg_s2s_sub_out(rg_model *m, int n, rg_s2s_rs *rs, const void *delta, const float *g,
+			 const float *b)
+{
+	void *t;
+	rg_status s;
+
+	if (rs->pre) {
+		rs->pend = delta;
+		return RG_OK;
+	}
+	s = rg_op_add_norm(m->be, delta, rs->r, g, b, (float)m->dec.cfg.norm_eps, rs->norm, n,
+			   m->dec.cfg.hidden_size, rs->y);
+	t = rs->r;
+	rs->r = rs->y;
+	rs->y = t;
+	return s;
+}
+
+rg_status rg_s2s_stack_out(rg_model *m, int n, rg_s2s_rs *rs, const float *g, const float *b,
+			   void **out)
+{
+	const void *x;
+	rg_status s = RG_OK;
+
+	if (rs->pre)
+		s = rg_s2s_sub_in(m, n, rs, g, b, &x);
+	*out = rs->pre ? rs->y : rs->r;
+	return s;
+}
+
+rg_status rg_s2s_cross_kv(rg_model *m, const void *enc, int n, int l, const void *w,
+			  const void *b, const int32_t *slots)
+{
+	const rg_decoder_config *c = &m->dec.cfg;
+	const int kvd = c->num_key_value_heads * c->head_dim;
+	void *kv = m->dec.a[RG_D_QKV];
+	rg_status s;
+
+	if ((s = rg_op_gemm_bias_act(m->be, enc, w, b, kv, n, 2 * kvd, c->hidden_size,
+				     RG_ACT_NONE)) != RG_OK ||
+	    (s = rg_dec_cross_write(m, l, kv, 2 * kvd, slots, n)) != RG_OK)
+		return rg_error_wrap(s, "cross K / V of decoder layer %d", l);
+	return RG_OK;
+}
+
 rg_status rg_layer_ffn_swiglu(rg_model *m, int n, const rg_swiglu_w *w, const void *x,
 			      void *out)
 {
@@ -456,7 +515,7 @@ rg_status rg_layer_ffn_swiglu(rg_model *m, int n, const rg_swiglu_w *w, const vo
 	rg_status s;
 
 	if ((s = rg_op_gemm(m->be, x, w->gate_up_w, inter, n, 2 * I, H)) != RG_OK ||
-	    (s = rg_op_silu_mul(m->be, inter, n, I, mlp)) != RG_OK)
+	    (s = rg_op_act_mul(m->be, inter, n, I, RG_ACT_SILU, mlp)) != RG_OK)
 		return s;
 	return rg_op_gemm(m->be, mlp, w->down_w, out, n, H, I);
 }

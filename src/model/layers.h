@@ -113,6 +113,34 @@ rg_status rg_layer_attn_rope(rg_model *m, rg_dec_fwd *f, int l, const rg_attn_w 
 rg_status rg_layer_ffn_swiglu(rg_model *m, int n, const rg_swiglu_w *w, const void *x,
 			      void *out);
 
+/* ---- the encoder-decoders' residual stream (bart.c, t5.c) ----
+ * Post-LN (Marian, BART): a sublayer's norm is y = LN(r + delta), then r and y swap. Pre-LN
+ * (mBART, M2M100, T5): r += pend and y = norm(r) as the next sublayer's input (one fused
+ * rg_op_add_norm, vLLM's fused_add_rms_norm pattern); the stack's final norm into y. */
+typedef struct rg_s2s_rs {
+	void *r, *y;       /* (T, H) act: the residual and the other arena buffer */
+	const void *pend;  /* pre-LN: the last sublayer's output (n, H) act not yet added, or NULL */
+	bool pre;          /* pre-LN blocks */
+	rg_norm_kind norm; /* RG_NORM_LAYER (BART family, eps and beta) or RG_NORM_RMS (T5) */
+} rg_s2s_rs;
+
+/* A sublayer's input *x over n rows: pre-LN, norm(r + pend) (gamma g, beta b or NULL) into y;
+ * post-LN, r. eps: m->dec.cfg.norm_eps. */
+rg_status rg_s2s_sub_in(rg_model *m, int n, rg_s2s_rs *rs, const float *g, const float *b,
+			const void **x);
+/* A sublayer's output delta (n, H) act: pre-LN, pending for the next norm; post-LN, r =
+ * LN(r + delta) (g, b: the sublayer's norm). */
+rg_status rg_s2s_sub_out(rg_model *m, int n, rg_s2s_rs *rs, const void *delta, const float *g,
+			 const float *b);
+/* The stack's output *out: pre-LN, its final norm (g, b) of r + pend into y; post-LN, r. */
+rg_status rg_s2s_stack_out(rg_model *m, int n, rg_s2s_rs *rs, const float *g, const float *b,
+			   void **out);
+/* One decoder layer's cross K / V of the encoder output enc (n, H) act: [K | V] = enc W^T + b
+ * (W (2 kvd, H) act, b (2 kvd) act or NULL) into m->dec.a[RG_D_QKV], then written to layer l's
+ * cache at slots (n) (rg_dec_cross_write). */
+rg_status rg_s2s_cross_kv(rg_model *m, const void *enc, int n, int l, const void *w,
+			  const void *b, const int32_t *slots);
+
 /* ---- the Llama-shaped model (llama.c), whose hooks Qwen3 and Phi-3 reuse ---- */
 typedef struct rg_llama_layer {
 	float *in_norm;      /* (H) f32 */

@@ -331,7 +331,7 @@ const char *rg_arch_gguf_names(void);
 extern const rg_arch rg_arch_bert, rg_arch_roberta, rg_arch_xlm_roberta, rg_arch_distilbert,
 	rg_arch_albert, rg_arch_mpnet, rg_arch_deberta_v2, rg_arch_gpt2, rg_arch_llama,
 	rg_arch_mistral, rg_arch_qwen2, rg_arch_qwen3, rg_arch_phi3, rg_arch_marian,
-	rg_arch_bart, rg_arch_mbart, rg_arch_m2m100;
+	rg_arch_bart, rg_arch_mbart, rg_arch_m2m100, rg_arch_t5, rg_arch_mt5;
 
 /* ---- the load, every kind (model.c) ---- */
 /* Clear m->cfg and m->dec.cfg (dec.cfg.model_type = m->arch's, bos / eos ids -1), then

@@ -101,8 +101,8 @@ typedef struct rg_backend_ops {
 				   int n_heads, int n_kv_heads, int head_dim,
 				   const float *cos_sin, bool interleaved, const int32_t *slots,
 				   void *k_cache, void *v_cache, int64_t n_slots);
-	rg_status (*silu_mul)(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
-			      void *out);
+	rg_status (*act_mul)(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
+			     rg_act act, void *out);
 	rg_status (*kv_write)(rg_backend_ctx *c, rg_dtype dt, const void *k, const void *v, int ld,
 			      const int32_t *slots, int n_tokens, int kv_dim, void *k_cache,
 			      void *v_cache, int64_t n_slots);

@@ -539,16 +539,16 @@ rg_status rg_op_rope_kv_write(rg_backend *be, void *qkv, int ld, int n_tokens, i
 					       k_cache, v_cache, n_slots));
 }
 
-rg_status rg_op_silu_mul(rg_backend *be, const void *x, int M, int N, void *out)
+rg_status rg_op_act_mul(rg_backend *be, const void *x, int M, int N, rg_act act, void *out)
 {
 	rg_status s;
 
-	if (M < 0 || N <= 0)
-		return note(be, rg_errorf(RG_ERR_INVALID_INPUT, "silu_mul: bad shape M=%d N=%d", M,
-					  N));
-	if ((s = RG_DEC_OP(be, silu_mul)) != RG_OK || M == 0)
+	if (M < 0 || N <= 0 || (unsigned)act > RG_ACT_SILU)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT, "act_mul: bad shape M=%d N=%d or "
+					  "activation %d", M, N, (int)act));
+	if ((s = RG_DEC_OP(be, act_mul)) != RG_OK || M == 0)
 		return s;
-	return note(be, be->ops->silu_mul(be->ctx, be->dt, x, M, N, out));
+	return note(be, be->ops->act_mul(be->ctx, be->dt, x, M, N, act, out));
 }
 
 rg_status rg_op_kv_write(rg_backend *be, const void *k, const void *v, int ld,
@@ -596,6 +596,10 @@ rg_status rg_op_paged_attention(rg_backend *be, const rg_attn_desc *d, const voi
 					  "paged_attention: max_context_len %d is over the %d blocks "
 					  "of %d a table holds",
 					  d->max_context_len, d->max_blocks_per_seq, d->block_size));
+	if (d->seg || d->dis || (d->rel_bias && d->rel_max < 0))
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "paged_attention: takes no segment ids or disentangled terms, "
+					  "and a rel_bias needs rel_max >= 0 (%d)", d->rel_max));
 	if ((s = RG_DEC_OP(be, paged_attention)) != RG_OK || d->n_seq == 0)
 		return s;
 	return note(be, be->ops->paged_attention(be->ctx, be->dt, d, q, ldq, k_cache, v_cache, out));

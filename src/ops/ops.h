@@ -354,11 +354,13 @@ rg_status rg_op_rope_kv_write(rg_backend *be, void *qkv, int ld, int n_tokens, i
 			      int n_kv_heads, int head_dim, const float *cos_sin, bool interleaved,
 			      const int32_t *slots, void *k_cache, void *v_cache, int64_t n_slots);
 
-/* SwiGLU's gate (Shazeer 2020; HF LlamaMLP): out (M, N) act = silu(x[:, :N]) * x[:, N:2N] for x
- * (M, 2N) act (the gate and up projections as one GEMM), silu(g) = g / (1 + exp(-g)).
+/* The gate of a gated FFN (Shazeer 2020, "GLU Variants Improve Transformer"): out (M, N) act =
+ * act_fn(x[:, :N]) * x[:, N:2N] for x (M, 2N) act (the gate and up projections as one GEMM),
+ * act_fn one of src/ops/act.h (rg_act_apply's formula): RG_ACT_SILU for SwiGLU (HF LlamaMLP),
+ * RG_ACT_GELU_NEW for T5 v1.1's gated-gelu (T5DenseGatedActDense), RG_ACT_NONE a bilinear gate.
  * CUDA: a 2-D grid (rows x column blocks, no per-element index division), 16-byte accesses when
- * N is a multiple of 16 / sizeof(act) and x, out are 16-byte aligned. */
-rg_status rg_op_silu_mul(rg_backend *be, const void *x, int M, int N, void *out);
+ * N is a multiple of 16 / sizeof(act) and x, out are 16-byte aligned; silu with __expf. */
+rg_status rg_op_act_mul(rg_backend *be, const void *x, int M, int N, rg_act act, void *out);
 
 /* Scatter new keys and values into a paged cache: for t < n_tokens,
  *   k_cache[slots[t]] = k[t], v_cache[slots[t]] = v[t]   (kv_dim = n_kv_heads * head_dim values)
@@ -372,19 +374,25 @@ rg_status rg_op_kv_write(rg_backend *be, const void *k, const void *v, int ld,
 
 
 /* Causal attention of a mixed batch (prefill chunks and decode tokens) over a paged KV cache:
- * out[t, head h] = softmax_k(scale * q[t, h] . K[k, h']) V[k, h'] over the keys k <= the query's
- * position of its sequence, h' = h / (num_heads / num_kv_heads). q: n_tokens = cu_seqlens_q[n_seq]
- * rows of num_heads * head_dim act, row stride ldq; k_cache, v_cache (n_blocks * block_size,
- * num_kv_heads * head_dim) act (after rg_op_kv_write of this step's keys); out (n_tokens,
- * num_heads * head_dim) act. Scores, softmax and the weighted sum in f32.
+ * out[t, head h] = softmax_k(scale * q[t, h] . K[k, h'] + bias) V[k, h'] over the keys k <= the
+ * query's position p of its sequence, h' = h / (num_heads / num_kv_heads), bias 0 unless
+ * d->rel_bias is set: then d->rel_bias[h * (2 rel_max + 1) + rel_max + clamp(k - p, -rel_max,
+ * rel_max)] (rg_op_attention's relative position table, here with the key's and the query's
+ * absolute positions: T5's decoder self-attention, whose unidirectional buckets saturate by
+ * relative_attention_max_distance). d->seg and d->dis must be NULL.
+ * q: n_tokens = cu_seqlens_q[n_seq] rows of num_heads * head_dim act, row stride ldq; k_cache,
+ * v_cache (n_blocks * block_size, num_kv_heads * head_dim) act (after rg_op_kv_write of this step's
+ * keys); out (n_tokens, num_heads * head_dim) act. Scores, softmax and the weighted sum in f32.
  * Errors: RG_ERR_INVALID_INPUT for a bad descriptor, a block id outside [0, n_blocks) or context
- * shorter than its new rows. CPU: one task per (token, head), keys read through the table.
+ * shorter than its new rows, a rel_bias with rel_max < 0, seg or dis set. CPU: one task per
+ * (token, head), keys read through the table.
  * CUDA: prefill chunks of >= 16 new rows (fp16 / bf16, head_dim 32 / 64 / 128, d->k_new and
  * d->v_new set) on tensor cores (FlashAttention-2 with a causal mask, attention_tc.cu): keys from
  * this step's QKV rows when every such chunk is a fresh sequence, else every key through the block
  * table (a prompt's later chunks, the rest after a prefix-cache hit); the decode rows through the
  * table on CUDA cores (paged_attention.cu). RAGGED_PREFILL_TC=0 sends every row through the
- * table's CUDA-core kernel, "fresh" / "paged" force one tensor-core form (A/B runs). */
+ * table's CUDA-core kernel, "fresh" / "paged" force one tensor-core form (A/B runs). With a
+ * rel_bias every row takes the CUDA-core kernel (the tensor-core kernels add no bias). */
 rg_status rg_op_paged_attention(rg_backend *be, const rg_attn_desc *d, const void *q, int ldq,
 				const void *k_cache, const void *v_cache, void *out);
 

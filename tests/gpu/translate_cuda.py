@@ -1,7 +1,7 @@
 """Issue 29 on a GPU: ragged.Translator on CUDA against the float64 NumPy reference
 (tests/py/ref_seq2seq.py, transformers' generate semantics) on tiny random MarianMT, BART,
-mBART and M2M100 checkpoints, fp32 (ids must be equal, greedy and 4-beam, one source at a time
-and all at once; the BART family also against transformers' generate() where torch and
+mBART, M2M100, T5 and T5 v1.1 checkpoints, fp32 (ids must be equal, greedy and 4-beam, one source at a time
+and all at once; the BART and T5 families also against transformers' generate() where torch and
 transformers are installed, and its forced BOS first), and the fp16 run's
 agreement with the fp32 one on the opus-mt-en-de shape (reported: random weights make near-ties
 that fp16 may flip). Prints PASS / FAIL lines; exit status 1 on any FAIL.
@@ -86,8 +86,9 @@ def main():
             check("tiny marian cuda fp32 4-beam, batched",
                   [[o["ids"] for o in gb[2 * i:2 * i + 2]] for i in range(len(srcs))] == wb)
         # the BART family (issue 29): tiny BART, mBART, M2M100 at head_dim 16, fp32, against the
-        # reference and, where transformers is installed, against its generate() itself
-        for fam in ("bart", "mbart", "m2m100"):
+        # reference and, where transformers is installed, against its generate() itself; T5 and
+        # T5 v1.1 (d_kv 16: the relative position bias in the paged kernel's score phase)
+        for fam in ("bart", "mbart", "m2m100", "t5", "t5v11"):
             d = os.path.join(t, "tiny-" + fam)
             cfg, _ = make_seq2seq.make(d, fam, seed=5,
                                        **dict(make_seq2seq._TINY, d_model=64, max_pos=64))

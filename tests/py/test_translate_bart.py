@@ -66,7 +66,12 @@ def test_greedy_equals_reference(model):
 
 def test_beams_equal_reference(model):
     _, _, cfg, ref, t = model
-    srcs = sources(cfg, 1, (6, 2, 11, 17))
+    check_beams(ref, t, sources(cfg, 1, (6, 2, 11, 17)))
+
+
+def check_beams(ref, t, srcs):
+    """4 beams of 10 new tokens, each source alone and all in one call, then n=2 with a length
+    penalty and early stopping for srcs[2]: ids equal the reference's."""
     want = [ref.beam_search(s, 4, 10)[0][1:] for s in srcs]
     assert [t.translate(s, max_tokens=10, num_beams=4)[0]["ids"] for s in srcs] == want
     assert [o["ids"] for o in t.translate(srcs, max_tokens=10, num_beams=4)] == want

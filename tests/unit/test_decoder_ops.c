@@ -1,4 +1,4 @@
-/* The decoder ops of src/ops/ops.h (add_norm, rope, rope_table, rope_kv_write, silu_mul,
+/* The decoder ops of src/ops/ops.h (add_norm, rope, rope_table, rope_kv_write, act_mul,
  * kv_write, paged_attention, copy_blocks, and LongRoPE's rope_table_scaled and Qwen3's qk_norm)
  * on the CPU backend, through their rg_op_* entry points,
  * against naive double-precision loops written here (rope_table and rope_kv_write: against the
@@ -18,6 +18,7 @@
 
 #include "ops/cpu/ops_cpu.h"
 #include "ops/ops.h"
+#include "test_act_ref.h"
 
 #define GUARD 32
 #define SENTINEL (-12345.25f)
@@ -420,7 +421,7 @@ static void test_rope_kv_write(void **state)
 	run_rope_kv_write(2, 1, 128, 128, 0);
 }
 
-static void test_silu_mul(void **state)
+static void test_act_mul(void **state)
 {
 	const int M = 9, N = 37;
 	float *x = rand_buf((size_t)M * 2 * N, 4.f), *o = out_buf((size_t)M * N);
@@ -428,14 +429,17 @@ static void test_silu_mul(void **state)
 	rg_backend *be = cpu();
 
 	(void)state;
-	for (int i = 0; i < M; i++)
-		for (int j = 0; j < N; j++) {
-			double g = x[(size_t)i * 2 * N + j], u = x[(size_t)i * 2 * N + N + j];
+	for (int a = RG_ACT_NONE; a <= RG_ACT_SILU; a++) {
+		for (int i = 0; i < M; i++)
+			for (int j = 0; j < N; j++) {
+				double g = x[(size_t)i * 2 * N + j], u = x[(size_t)i * 2 * N + N + j];
 
-			ref[(size_t)i * N + j] = g / (1 + exp(-g)) * u;
-		}
-	assert_int_equal(rg_op_silu_mul(be, x, M, N, o), RG_OK);
-	check("silu_mul", o, ref, (size_t)M * N, 1e-6, 1e-5);
+				ref[(size_t)i * N + j] = ref_act(g, (rg_act)a) * u;
+			}
+		assert_int_equal(rg_op_act_mul(be, x, M, N, (rg_act)a, o), RG_OK);
+		check(rg_act_name((rg_act)a), o, ref, (size_t)M * N, 1e-6, 1e-5);
+	}
+	assert_int_equal(rg_op_act_mul(be, x, M, N, (rg_act)99, o), RG_ERR_INVALID_INPUT);
 	free(x), free(o), free(ref);
 	rg_backend_free(be);
 }
@@ -445,9 +449,12 @@ static void test_silu_mul(void **state)
  * a strided fused buffer), the cached ones are written directly; attention is compared with a
  * naive causal GQA attention over each sequence's contiguous K/V in double. HD and BS vary so
  * that the kernels' vector bodies and scalar tails both run (HD 8, 64 and 72 against 4, 8 and 16
- * lanes); with `hostile`, bad descriptors and slots are refused too. */
+ * lanes); with `hostile`, bad descriptors and slots are refused too. rel_max >= 0: a random
+ * relative position bias table (NH, 2 rel_max + 1) on the descriptor (T5's decoder
+ * self-attention), added at key position k and the query's absolute position p as
+ * table[h][rel_max + clamp(k - p, -rel_max, rel_max)]; -1: none. */
 static void run_paged_attention(int HD, int BS, int NSEQ, const int *nq, const int32_t *ctx,
-				bool hostile)
+				bool hostile, int rel_max)
 {
 	enum { NH = 6, KVH = 2, MAXB = 16, MAXSEQ = 8 };
 	const int qd = NH * HD, kvd = KVH * HD, ld = qd + 2 * kvd;
@@ -457,6 +464,7 @@ static void run_paged_attention(int HD, int BS, int NSEQ, const int *nq, const i
 	float *kfull[MAXSEQ], *vfull[MAXSEQ];
 	float *qkv, *out;
 	double *ref;
+	float *rel = rel_max >= 0 ? rand_buf((size_t)NH * (2 * rel_max + 1), 4.f) : NULL;
 	int n = 0, next = 0;
 	rg_backend *be = cpu();
 	rg_attn_desc d;
@@ -525,6 +533,11 @@ static void run_paged_attention(int HD, int BS, int NSEQ, const int *nq, const i
 						a += (double)qkv[(size_t)t * ld + h * HD + e] *
 						     kfull[i][(size_t)k * kvd + kh * HD + e];
 					s[k] = a * 0.3;
+					if (rel) {
+						int r = k - pos < -rel_max ? -rel_max : k - pos;
+
+						s[k] += rel[h * (2 * rel_max + 1) + rel_max + r];
+					}
 					mx = s[k] > mx ? s[k] : mx;
 				}
 				for (int k = 0; k <= pos; k++)
@@ -554,11 +567,20 @@ static void run_paged_attention(int HD, int BS, int NSEQ, const int *nq, const i
 	d.max_blocks_per_seq = MAXB;
 	d.block_size = BS;
 	d.n_blocks = NB;
+	d.rel_bias = rel;
+	d.rel_max = rel_max;
 	assert_int_equal(rg_op_paged_attention(be, &d, qkv, ld, kc, vc, out), RG_OK);
-	check("paged attention", out, ref, (size_t)n * qd, 1e-5, 1e-5);
+	check(rel ? "paged attention with a relative bias" : "paged attention", out, ref,
+	      (size_t)n * qd, 1e-5, 1e-5);
 	if (!hostile)
 		goto out_free;
 	/* hostile descriptors and slots */
+	if (rel) {
+		d.rel_max = -1;
+		assert_int_equal(rg_op_paged_attention(be, &d, qkv, ld, kc, vc, out),
+				 RG_ERR_INVALID_INPUT);
+		d.rel_max = rel_max;
+	}
 	bt[1][2] = NB;
 	assert_int_equal(rg_op_paged_attention(be, &d, qkv, ld, kc, vc, out), RG_ERR_INVALID_INPUT);
 	bt[1][2] = order[0];
@@ -577,7 +599,7 @@ static void run_paged_attention(int HD, int BS, int NSEQ, const int *nq, const i
 out_free:
 	for (int i = 0; i < NSEQ; i++)
 		free(kfull[i]), free(vfull[i]);
-	free(kc), free(vc), free(qkv), free(out), free(ref);
+	free(kc), free(vc), free(qkv), free(out), free(ref), free(rel);
 	rg_backend_free(be);
 }
 
@@ -593,11 +615,16 @@ static void test_paged_attention_mixed(void **state)
 	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
 		if (rg_cpu_force_isa(isas[i]) != RG_OK)
 			continue;
-		run_paged_attention(8, 3, 4, nq, ctx, i == 0);
-		run_paged_attention(64, 16, 4, nq, ctx, false);
-		run_paged_attention(72, 5, 4, nq, ctx, false);
-		run_paged_attention(64, 16, 1, one, ctx1, false);
-		run_paged_attention(64, 16, 3, dec, ctx3, false);
+		run_paged_attention(8, 3, 4, nq, ctx, i == 0, -1);
+		run_paged_attention(64, 16, 4, nq, ctx, false, -1);
+		run_paged_attention(72, 5, 4, nq, ctx, false, -1);
+		run_paged_attention(64, 16, 1, one, ctx1, false, -1);
+		run_paged_attention(64, 16, 3, dec, ctx3, false, -1);
+		/* relative bias: distances past rel_max (3) share the table's end; rel_max 0; a
+		 * table wider than every context */
+		run_paged_attention(8, 3, 4, nq, ctx, i == 0, 3);
+		run_paged_attention(64, 16, 3, dec, ctx3, false, 0);
+		run_paged_attention(72, 5, 1, one, ctx1, false, 64);
 	}
 	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) /* back to the widest */
 		if (rg_cpu_force_isa(isas[i]) == RG_OK)
@@ -632,7 +659,7 @@ int main(void)
 		cmocka_unit_test(test_rope_table_scaled),
 		cmocka_unit_test(test_qk_norm),
 		cmocka_unit_test(test_rope_kv_write),
-		cmocka_unit_test(test_silu_mul),
+		cmocka_unit_test(test_act_mul),
 		cmocka_unit_test(test_paged_attention_mixed),
 		cmocka_unit_test(test_copy_blocks),
 	};

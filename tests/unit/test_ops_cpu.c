@@ -17,6 +17,7 @@
 #include "ops/cpu/gemm_dnnl.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ops/ops.h"
+#include "test_act_ref.h"
 #include "test_attn.h"
 
 #define GUARD 64              /* guard floats after every output */
@@ -154,19 +155,6 @@ static void test_gemm(void **state)
 				check("gemm", out, ref, (size_t)M * N, 1e-5, 1e-5);
 				free(A), free(W), free(out), free(ref);
 			}
-}
-
-static double ref_act(double v, rg_act act)
-{
-	switch (act) {
-	case RG_ACT_NONE: return v;
-	case RG_ACT_GELU: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
-	case RG_ACT_GELU_NEW:
-		return 0.5 * v * (1 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
-	case RG_ACT_RELU: return v > 0 ? v : 0;
-	case RG_ACT_SILU: return v / (1 + exp(-v));
-	}
-	return NAN;
 }
 
 static void test_bias_act(void **state)

@@ -247,12 +247,12 @@ static rg_status cpu_rope_kv_write(rg_backend_ctx *c, rg_dtype dt, void *qkv, in
 				    interleaved, slots, k_cache, v_cache, n_slots);
 }
 
-static rg_status cpu_silu_mul(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
-			      void *out)
+static rg_status cpu_act_mul(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
+			     rg_act act, void *out)
 {
 	(void)c;
 	(void)dt;
-	return rg_cpu_silu_mul(x, M, N, out);
+	return rg_cpu_act_mul(x, M, N, act, out);
 }
 
 static rg_status cpu_kv_write(rg_backend_ctx *c, rg_dtype dt, const void *k, const void *v,
@@ -359,7 +359,7 @@ const rg_backend_ops rg_cpu_backend_ops = {
 	.rope_table = cpu_rope_table,
 	.qk_norm = cpu_qk_norm,
 	.rope_kv_write = cpu_rope_kv_write,
-	.silu_mul = cpu_silu_mul,
+	.act_mul = cpu_act_mul,
 	.kv_write = cpu_kv_write,
 	.paged_attention = cpu_paged_attention,
 	.copy_blocks = cpu_copy_blocks,

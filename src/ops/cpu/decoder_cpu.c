@@ -1,6 +1,8 @@
 /* CPU kernels of the decoder ops (float32; src/ops/ops.h states the contracts): fused residual
  * add + LayerNorm / RMSNorm, RoPE in both pair layouts (and its per-step cos / sin table and the
- * RoPE + KV write fusion), SwiGLU's silu * mul, the KV scatter and causal attention over a paged cache for a mixed batch of prefill chunks and decode tokens.
+ * RoPE + KV write fusion), the gated FFNs' act * mul (SwiGLU, T5 v1.1's gated-gelu), the KV
+ * scatter and causal attention over a paged cache for a mixed batch of prefill chunks and decode
+ * tokens.
  * Every op runs on ragged's thread pool; rows (or (token, KV head) pairs for the attention) are
  * the tasks; the attention's dot products and softmax are the vector kernels of cpu_kern.h. Plain C loops the compiler vectorises: these are the reference the CUDA twins will be
  * tested against, and the float64 NumPy decoder (tests/py/ref_decoder.py) checks them. */
@@ -270,15 +272,16 @@ rg_status rg_cpu_rope_kv_write(float *qkv, int ld, int n_tokens, int n_heads, in
 	return RG_OK;
 }
 
-struct silu_job {
+struct act_mul_job {
 	const float *x;
 	int M, N, rows;
+	rg_act act;
 	float *out;
 };
 
-static void silu_task(void *ctx, int task, int thread)
+static void act_mul_task(void *ctx, int task, int thread)
 {
-	const struct silu_job *j = ctx;
+	const struct act_mul_job *j = ctx;
 	int r1 = (task + 1) * j->rows < j->M ? (task + 1) * j->rows : j->M;
 
 	(void)thread;
@@ -287,15 +290,15 @@ static void silu_task(void *ctx, int task, int thread)
 		float *o = j->out + (size_t)r * j->N;
 
 		for (int i = 0; i < j->N; i++)
-			o[i] = g[i] / (1.f + expf(-g[i])) * u[i];
+			o[i] = rg_act_apply(g[i], j->act) * u[i];
 	}
 }
 
-rg_status rg_cpu_silu_mul(const float *x, int M, int N, float *out)
+rg_status rg_cpu_act_mul(const float *x, int M, int N, rg_act act, float *out)
 {
-	struct silu_job j = {x, M, N, rows_per(M, 2 * N), out};
+	struct act_mul_job j = {x, M, N, rows_per(M, 2 * N), act, out};
 
-	rg_threadpool_run(rg_threadpool_global(), (M + j.rows - 1) / j.rows, silu_task, &j);
+	rg_threadpool_run(rg_threadpool_global(), (M + j.rows - 1) / j.rows, act_mul_task, &j);
 	return RG_OK;
 }
 
@@ -343,8 +346,8 @@ static inline void prefetch_block(const float *cache, int32_t block, int bs, int
 
 /* One (query row, KV head, part of its group): the scores of the part's query heads over keys
  * 0..pos, block by block through the block table (each key and value row read once for all the
- * heads that share it: grouped-query attention), a vectorised row softmax, then P V block by
- * block. */
+ * heads that share it: grouped-query attention), the relative position bias when the
+ * descriptor has one, a vectorised row softmax, then P V block by block. */
 static void pattn_task(void *ctx, int task, int thread)
 {
 	const struct pattn_job *j = ctx;
@@ -372,6 +375,18 @@ static void pattn_task(void *ctx, int task, int thread)
 		kn->attn_dec_qk(q, nq, hd, j->kc + row, (size_t)kvd, L - k0 < bs ? L - k0 : bs,
 				d->scale, s + k0, (size_t)Lp);
 	}
+	if (d->rel_bias) /* T5's decoder: the bias at distance k - (L - 1), clamped to rel_max */
+		for (int g = 0; g < nq; g++) {
+			const float *tb = d->rel_bias + (size_t)(h0 + g) * (2 * d->rel_max + 1) +
+					  d->rel_max;
+			float *sg = s + (size_t)g * Lp;
+
+			for (int k = 0; k < L; k++) {
+				const int r = k - (L - 1);
+
+				sg[k] += tb[r < -d->rel_max ? -d->rel_max : r];
+			}
+		}
 	prefetch_block(j->vc, bt[0], bs, kvd, kvh, hd, L);
 	for (int g = 0; g < nq; g++)
 		kn->softmax_row(s + (size_t)g * Lp, L, Lp, NULL, 0);

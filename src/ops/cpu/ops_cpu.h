@@ -57,7 +57,7 @@ rg_status rg_cpu_rope_kv_write(float *qkv, int ld, int n_tokens, int n_heads, in
 			       int head_dim, const float *cos_sin, bool interleaved,
 			       const int32_t *slots, float *k_cache, float *v_cache,
 			       int64_t n_slots);
-rg_status rg_cpu_silu_mul(const float *x, int M, int N, float *out);
+rg_status rg_cpu_act_mul(const float *x, int M, int N, rg_act act, float *out);
 rg_status rg_cpu_kv_write(const float *k, const float *v, int ld, const int32_t *slots,
 			  int n_tokens, int kv_dim, float *k_cache, float *v_cache, int64_t n_slots);
 rg_status rg_cpu_paged_attention(const rg_attn_desc *d, const float *q, int ldq,

@@ -458,7 +458,7 @@ static rg_backend_ops make_cuda_ops(void)
 	t.rope_table = rg_cuda_rope_table;
 	t.qk_norm = rg_cuda_qk_norm;
 	t.rope_kv_write = rg_cuda_rope_kv_write;
-	t.silu_mul = rg_cuda_silu_mul;
+	t.act_mul = rg_cuda_act_mul;
 	t.kv_write = rg_cuda_kv_write;
 	t.paged_attention = rg_cuda_paged_attention;
 	t.copy_blocks = rg_cuda_copy_blocks;

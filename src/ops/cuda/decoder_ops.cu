@@ -1,10 +1,10 @@
 /* CUDA twins of the decoder ops of src/ops/ops.h (contracts there; CPU references in
  * src/ops/cpu/decoder_cpu.c): fused residual add + LayerNorm / RMSNorm, RoPE in both pair layouts
- * (alone, or from a per-step cos / sin table fused with the KV write), SwiGLU's silu * mul, the
- * KV scatter into the paged cache and the copy of whole KV blocks (copy-on-write for beams).
- * Memory-bound; all math in float32, values stored in the compute dtype (the residual after the
- * add is rounded to it before the norm reads it, as HF's decoders do in fp16/bf16). The paged
- * attention itself is in paged_attention.cu. */
+ * (alone, or from a per-step cos / sin table fused with the KV write), the gated FFNs' act * mul,
+ * the KV scatter into the paged cache and the copy of whole KV blocks (copy-on-write for beams).
+ * Memory-bound; all math in float32, values stored in the compute dtype (the residual after the add
+ * is rounded to it before the norm reads it, as HF's decoders do in fp16/bf16). The paged attention
+ * itself is in paged_attention.cu. */
 #include "ops/cuda/common.cuh"
 
 #define DEC_THREADS 256
@@ -406,14 +406,15 @@ extern "C" rg_status rg_cuda_rope_kv_write(rg_cuda_ctx *c, rg_dtype dt, void *qk
 	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "rope_kv_write_kernel launch");
 }
 
-/* out (M, N) = silu(x[:, :N]) * x[:, N:]: grid (column blocks, rows), each thread VEC
- * consecutive columns of one row (16-byte accesses for VEC = 16 / sizeof(T)), rows strided by
- * gridDim.y past 65535. The first version took one thread per element of a flat 64-bit index
- * and divided it by N: 90 us a call for a 32 x 512-token SmolLM2 prefill in the issue 19 H100
- * trace, 57% of the bandwidth (on an H200, fp16 16384 x 1536: 85 us, this one 39 us). */
+/* out (M, N) = act(x[:, :N]) * x[:, N:] (silu with __expf, the others rg_act_apply): grid (column
+ * blocks, rows), each thread VEC consecutive columns of one row (16-byte accesses for VEC = 16 /
+ * sizeof(T)), rows strided by gridDim.y past 65535. The first version took one thread per element
+ * of a flat 64-bit index and divided it by N: 90 us a call for a 32 x 512-token SmolLM2 prefill in
+ * the issue 19 H100 trace, 57% of the bandwidth (on an H200, fp16 16384 x 1536: 85 us, this one 39
+ * us). */
 template <typename T, int VEC>
 __global__ void __launch_bounds__(DEC_THREADS)
-silu_mul_kernel(const T *__restrict__ x, int M, int N, T *__restrict__ out)
+act_mul_kernel(const T *__restrict__ x, int M, int N, rg_act act, T *__restrict__ out)
 {
 	const int c = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;
 
@@ -428,19 +429,20 @@ silu_mul_kernel(const T *__restrict__ x, int M, int N, T *__restrict__ out)
 		rg_load_vec<T, VEC>(g + N, uv);
 #pragma unroll
 		for (int k = 0; k < VEC; k++)
-			o[k] = gv[k] / (1.f + __expf(-gv[k])) * uv[k];
+			o[k] = (act == RG_ACT_SILU ? gv[k] / (1.f + __expf(-gv[k]))
+						   : rg_act_apply(gv[k], act)) * uv[k];
 		rg_store_vec<T, VEC>(out + (size_t)r * N + c, o);
 	}
 }
 
-extern "C" rg_status rg_cuda_silu_mul(rg_cuda_ctx *c, rg_dtype dt, const void *x, int M, int N,
-				      void *out)
+extern "C" rg_status rg_cuda_act_mul(rg_cuda_ctx *c, rg_dtype dt, const void *x, int M, int N,
+				     rg_act act, void *out)
 {
 	rg_status st;
 	cudaError_t e;
 
 	if (!rg_cuda_dt_valid(dt))
-		return rg_errorf(RG_ERR_UNSUPPORTED, "silu_mul: unknown dtype %d", (int)dt);
+		return rg_errorf(RG_ERR_UNSUPPORTED, "act_mul: unknown dtype %d", (int)dt);
 	if (M == 0)
 		return RG_OK;
 	if ((st = rg_cuda_enter(c)) != RG_OK)
@@ -452,12 +454,12 @@ extern "C" rg_status rg_cuda_silu_mul(rg_cuda_ctx *c, rg_dtype dt, const void *x
 	const int threads = per_row >= DEC_THREADS ? DEC_THREADS : (per_row + 31) / 32 * 32;
 	const dim3 grid((per_row + threads - 1) / threads, M < 65535 ? M : 65535);
 #define LAUNCH_V(T, V)                                                                            \
-	rg_launch(c, silu_mul_kernel<T, V>, grid, dim3(threads), 0, (const T *)x, M, N, (T *)out)
+	rg_launch(c, act_mul_kernel<T, V>, grid, dim3(threads), 0, (const T *)x, M, N, act, (T *)out)
 #define LAUNCH(T) (wide ? LAUNCH_V(T, 16 / sizeof(T)) : LAUNCH_V(T, 1))
 	e = RG_CUDA_DISPATCH_DT(dt, LAUNCH);
 #undef LAUNCH
 #undef LAUNCH_V
-	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "silu_mul_kernel launch");
+	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "act_mul_kernel launch");
 }
 
 /* One CTA per new token: its K and V rows to their slot. A slot outside [0, n_slots) writes

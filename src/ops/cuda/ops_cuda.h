@@ -88,7 +88,8 @@ rg_status rg_cuda_rope_kv_write(rg_cuda_ctx *c, rg_dtype dt, void *qkv, int ld, 
 				int n_heads, int n_kv_heads, int head_dim, const float *cos_sin,
 				bool interleaved, const int32_t *slots, void *k_cache,
 				void *v_cache, int64_t n_slots);
-rg_status rg_cuda_silu_mul(rg_cuda_ctx *c, rg_dtype dt, const void *x, int M, int N, void *out);
+rg_status rg_cuda_act_mul(rg_cuda_ctx *c, rg_dtype dt, const void *x, int M, int N, rg_act act,
+			  void *out);
 rg_status rg_cuda_kv_write(rg_cuda_ctx *c, rg_dtype dt, const void *k, const void *v, int ld,
 			   const int32_t *slots, int n_tokens, int kv_dim, void *k_cache,
 			   void *v_cache, int64_t n_slots);

@@ -9,7 +9,8 @@
  * row is read once for the whole group) and walks the keys 0..positions[t] of t's sequence
  * that fall in split z, C_KEYS at a time, through the block table:
  *   1. scores: one thread per key reads the key's head_dim values and dots them with the G
- *      query vectors (in shared memory, scaled);
+ *      query vectors (in shared memory, scaled), plus the relative position bias when the
+ *      descriptor has one (T5's decoder; such batches skip the tensor-core prefill);
  *   2. per head, the chunk's max and exp-sum, merged into a running (max, sum) (online softmax,
  *      Milakov & Gimelshein 2018; FlashAttention's rescaling);
  *   3. each warp takes every NW-th key of the chunk and its lanes the head dims (lane, lane + 32,
@@ -46,8 +47,9 @@ paged_attn_kernel(const T *__restrict__ q, int q_stride, const T *__restrict__ k
 		  const T *__restrict__ v_cache, const int32_t *__restrict__ block_tables,
 		  int max_blocks, int block_size, const int32_t *__restrict__ cu_q, int n_seq,
 		  const int32_t *__restrict__ context_lens, int num_heads, int num_kv_heads,
-		  float scale, int n_splits, float *__restrict__ part,
-		  T *__restrict__ out, int out_stride, int skip_min, int skip_all)
+		  float scale, const float *__restrict__ rel_bias, int rel_max, int n_splits,
+		  float *__restrict__ part, T *__restrict__ out, int out_stride, int skip_min,
+		  int skip_all)
 {
 	constexpr int NW = PA_THREADS / 32;
 	constexpr int DPL = (HD + 31) / 32; /* head dims per lane in the p V phase */
@@ -127,6 +129,14 @@ paged_attn_kernel(const T *__restrict__ q, int q_stride, const T *__restrict__ k
 							dot[g] += q_s[g][d + e] * kv[e];
 					}
 				}
+			}
+			if (rel_bias) { /* T5: the bias at distance j - (ctx - 1), clamped */
+				const int r = max(j - (ctx - 1), -rel_max) + rel_max;
+#pragma unroll
+				for (int g = 0; g < PA_MAX_GROUP; g++)
+					if (g < G)
+						dot[g] += __ldg(rel_bias + (size_t)(h0 + g) *
+								       (2 * rel_max + 1) + r);
 			}
 #pragma unroll
 			for (int g = 0; g < PA_MAX_GROUP; g++)
@@ -283,8 +293,9 @@ static rg_status paged_attn_launch(rg_cuda_ctx *c, const rg_attn_desc *d, const 
 	cudaError_t e = rg_launch(c, paged_attn_kernel<T, HD>, grid, dim3(PA_THREADS), 0, (const T *)q,
 				  ldq, (const T *)k_cache, (const T *)v_cache, d->block_tables,
 				  d->max_blocks_per_seq, d->block_size, d->cu_seqlens_q, d->n_seq,
-				  d->context_lens, d->num_heads, d->num_kv_heads, d->scale, splits,
-				  ws, (T *)out, ld_out, skip_min, skip_all);
+				  d->context_lens, d->num_heads, d->num_kv_heads, d->scale,
+				  d->rel_bias, d->rel_max, splits, ws, (T *)out, ld_out, skip_min,
+				  skip_all);
 	if (e != cudaSuccess)
 		return rg_cuda_err(e, "paged_attn_kernel launch");
 	if (splits > 1) {
@@ -332,7 +343,7 @@ static rg_status prefill_tc(rg_cuda_ctx *c, rg_dtype dt, const rg_attn_desc *d, 
 
 	*skip_min = 0;
 	*skip_all = 0;
-	if (mode == PTC_OFF || !d->k_new || !d->v_new || !d->context_lens_h ||
+	if (mode == PTC_OFF || d->rel_bias || !d->k_new || !d->v_new || !d->context_lens_h ||
 	    !rg_cuda_prefill_tc_ok(dt, d->head_dim, q, d->k_new, d->v_new, ldq, out))
 		return RG_OK;
 	if (((uintptr_t)k_cache | (uintptr_t)v_cache) % 16) {
