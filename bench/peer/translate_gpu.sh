@@ -19,6 +19,11 @@ CARRY=$ROOT/.gpu_carry
 # cuBLAS 12 for CTranslate2 (its wheel links CUDA 12): from the pip nvidia-* packages, if any
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]) if hasattr(nvidia,"__path__") else "")' 2>/dev/null)
 for d in "$NV"/nvidia/*/lib; do [ -d "$d" ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d; done
+if ! python3 -c "import ctypes; ctypes.CDLL('libcublas.so.12')" 2>/dev/null; then
+	c12=$(timeout 30 find / -xdev \( -path /proc -o -path /sys \) -prune -o -name 'libcublas.so.12*' -print 2>/dev/null | head -1)
+	[ -n "$c12" ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(dirname "$c12")
+	echo "libcublas.so.12: ${c12:-not on this machine (CTranslate2 runs on the CPU only)}"
+fi
 python3 -c "import ctranslate2 as c; print('ctranslate2', c.__version__, 'cuda devices', c.get_cuda_device_count())" || echo "ctranslate2: not importable"
 B=bench/peer/translate_bench.py
 for name in ${MODELS:-opus-mt-en-de}; do
