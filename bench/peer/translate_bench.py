@@ -1,6 +1,9 @@
 """Machine translation throughput: ragged.Translator against CTranslate2 (issue 29's peer), one
 runtime per process, on the same random-weight checkpoint and the same sources.
 
+HF (--runtime hf): transformers' generate() on the padded batch (attention_mask), with
+cache_implementation="static" where the model takes it (else the default cache, recorded).
+
 Workload (WMT-like lengths): a pool of 256 sources of 5-80 tokens (uniform), token ids clear of
 the specials, each ending with eos; batches of 1, 32 and 128 sentences (batch b takes b sources
 of the pool, rotated over the repetitions); greedy and 4-beam; every output is NEW tokens long
@@ -17,7 +20,7 @@ Marian's decoder start row zeroed, forced_eos_token_id dropped).
 
 Usage:
   translate_bench.py --convert HF_DIR CT2_DIR
-  translate_bench.py --runtime ragged|ct2 --model DIR --device cuda|cpu --dtype fp16|fp32|int8
+  translate_bench.py --runtime ragged|ct2|hf --model DIR --device cuda|cpu --dtype fp16|fp32|int8
                      [--threads N] [--batches 1,32,128] [--beams 1,4] [--new 48]
                      [--budget-s 4] --out JSON
 """
@@ -41,12 +44,18 @@ def pool(cfg, n=256, seed=7):
             [cfg["eos_token_id"]] for k in lens]
 
 
-def vocab_tokens(cfg):
-    """The synthetic vocabulary: id -> token string."""
+def vocab_tokens(cfg, model_dir=None):
+    """The synthetic vocabulary: id -> token string ("t<id>"; the special tokens by the names in
+    the model's tokenizer.json where it has one, else by the config's special ids)."""
     names = {}
+    tj = os.path.join(model_dir, "tokenizer.json") if model_dir else None
+    if tj and os.path.exists(tj):
+        for t in json.load(open(tj)).get("added_tokens", []):
+            if t.get("special") and t["id"] < cfg["vocab_size"]:
+                names[t["id"]] = t["content"]
     for key, name in (("bos_token_id", "<s>"), ("eos_token_id", "</s>"),
                       ("pad_token_id", "<pad>"), ("unk_token_id", "<unk>")):
-        if cfg.get(key) is not None and cfg[key] not in names:
+        if cfg.get(key) is not None and cfg[key] not in names and name not in names.values():
             names[cfg[key]] = name
     return [names.get(i, f"t{i}") for i in range(cfg["vocab_size"])]
 
@@ -74,7 +83,7 @@ def convert(hf_dir, ct2_dir):
             c = json.load(open(path))
             c.pop("forced_eos_token_id", None)
             json.dump(c, open(path, "w"), indent=1)
-    toks = vocab_tokens(cfg)
+    toks = vocab_tokens(cfg, hf_dir)
 
     class Tok:
         bos_token, eos_token, unk_token, pad_token = "<s>", "</s>", "<unk>", "<pad>"
@@ -92,7 +101,7 @@ def convert(hf_dir, ct2_dir):
 def run(args):
     cfg = json.load(open(os.path.join(args.model, "config.json")))
     src = pool(cfg)
-    toks = vocab_tokens(cfg)
+    toks = vocab_tokens(cfg, args.model)
     index = {t: i for i, t in enumerate(toks)}
     if args.runtime == "ragged":
         import ragged
@@ -102,6 +111,39 @@ def run(args):
         def call(batch, beams):
             return [o["ids"] for o in tr.translate(batch, max_tokens=args.new, num_beams=beams)]
         version = "ragged " + os.environ.get("RAGGED_COMMIT", "")
+    elif args.runtime == "hf":
+        import torch
+        from transformers import AutoModelForSeq2SeqLM
+        dt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+        m = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=dt).to(args.device).eval()
+        pad = cfg.get("pad_token_id") or 0
+        cache = {"impl": "static"}
+
+        def call(batch, beams):
+            n = max(len(s) for s in batch)
+            x = torch.tensor([s + [pad] * (n - len(s)) for s in batch], device=args.device)
+            a = torch.tensor([[1] * len(s) + [0] * (n - len(s)) for s in batch],
+                             device=args.device)
+            kw = dict(do_sample=False, num_beams=beams, max_new_tokens=args.new)
+            with torch.inference_mode():
+                if cache["impl"] == "static":
+                    try:
+                        g = m.generate(x, attention_mask=a, cache_implementation="static", **kw)
+                    except Exception as e:  # noqa: BLE001 - recorded, then the default cache
+                        print(f"hf: static cache refused ({type(e).__name__}: {e}); "
+                              "the default dynamic cache", flush=True)
+                        cache["impl"] = "dynamic"
+                        g = m.generate(x, attention_mask=a, **kw)
+                else:
+                    g = m.generate(x, attention_mask=a, **kw)
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            eos, rows = cfg["eos_token_id"], []
+            for r in g.tolist():  # generate() pads finished rows: cut after the first eos
+                r = r[1:]
+                rows.append(r[:r.index(eos) + 1] if eos in r else r)
+            return rows
+        version = "transformers " + __import__("transformers").__version__
     else:
         import ctranslate2
         ct2_model = args.ct2_dir or args.model
@@ -146,6 +188,10 @@ def run(args):
                   f"{cell['tokens_per_s']:9.0f} tok/s", flush=True)
             with open(args.out, "w") as f:
                 json.dump(out, f, indent=1)
+    if args.runtime == "hf":
+        out["cache"] = cache["impl"]
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)
     if args.ids_out:
         with open(args.ids_out, "w") as f:
             json.dump(ids, f)
@@ -154,7 +200,7 @@ def run(args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--convert", nargs=2, metavar=("HF_DIR", "CT2_DIR"))
-    ap.add_argument("--runtime", choices=("ragged", "ct2"))
+    ap.add_argument("--runtime", choices=("ragged", "ct2", "hf"))
     ap.add_argument("--model")
     ap.add_argument("--ct2-dir")
     ap.add_argument("--device", default="cuda")

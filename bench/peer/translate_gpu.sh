@@ -6,8 +6,9 @@
 #   CPU fp32 on all cores (CTranslate2 int8 too, as its CPU default), batches 1 / 32.
 # CTranslate2 comes from .gpu_carry/wheels (CARRY_WHEELS=ctranslate2-...-cp312-...whl
 # scripts/pack-gpu-carry.sh); it needs cuBLAS 12, found in the machine's PyTorch wheels.
-# Expects ragged built (build/libragged.so). Results: $OUT/translate_<runtime>_<dev>_<dtype>_<model>.json,
-# $OUT/translate_summary.json, run log on stdout.
+# HF generate (static cache) fp16 on the GPU at batches 1 and 32.
+# Expects ragged built (build/libragged.so). Results: $OUT/translate_bench.json (every run's cells
+# and the batch-32 ids agreement), the run log on stdout.
 # Usage: OUT=... [MODELS="opus-mt-en-de t5-small"] [CPU=1] bench/peer/translate_gpu.sh
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,11 +27,13 @@ if ! python3 -c "import ctypes; ctypes.CDLL('libcublas.so.12')" 2>/dev/null; the
 fi
 python3 -c "import ctranslate2 as c; print('ctranslate2', c.__version__, 'cuda devices', c.get_cuda_device_count())" || echo "ctranslate2: not importable"
 B=bench/peer/translate_bench.py
-for name in ${MODELS:-opus-mt-en-de}; do
+for name in ${MODELS:-opus-mt-en-de t5-small}; do
 	M=/tmp/tb_$name
 	rm -rf "$M" "$M.ct2"
 	python3 -c "import sys; sys.path.insert(0, 'tests/py'); import make_seq2seq; make_seq2seq.make_spec(sys.argv[1], sys.argv[2], seed=3)" "$name" "$M" || continue
 	python3 $B --convert "$M" "$M.ct2" >"$OUT/convert_$name.log" 2>&1 || { echo "ct2 convert $name failed"; tail -3 "$OUT/convert_$name.log"; }
+	timeout 150 python3 $B --runtime hf --model "$M" --device cuda --dtype fp16 --batches 1,32 \
+		--budget-s 2 --out "$OUT/translate_hf_cuda_fp16_$name.json" --ids-out "$OUT/ids_hf_cuda_fp16_$name.json" 2>&1 | grep -v -i "warn\|Loading"
 	for rt in ragged ct2; do
 		timeout 150 python3 $B --runtime $rt --model "$M" --ct2-dir "$M.ct2" --device cuda --dtype fp16 \
 			--budget-s 2 --out "$OUT/translate_${rt}_cuda_fp16_$name.json" --ids-out "$OUT/ids_${rt}_cuda_fp16_$name.json" 2>&1 | grep -v -i warn
@@ -50,14 +53,21 @@ done
 python3 - "$OUT" <<'EOF'
 import glob, json, os, sys
 out = sys.argv[1]
-summary = {}
-for f in sorted(glob.glob(os.path.join(out, "ids_ragged_*.json"))):
-    peer = f.replace("ids_ragged_", "ids_ct2_")
-    if not os.path.exists(peer):
+runs, agree = [], {}
+for f in sorted(glob.glob(os.path.join(out, "translate_*_*.json"))):
+    runs.append(json.load(open(f)))
+ids = {os.path.basename(f)[4:-5]: json.load(open(f)) for f in glob.glob(os.path.join(out, "ids_*.json"))}
+for key, a in ids.items():
+    if not key.startswith("ragged_"):
         continue
-    a, b = json.load(open(f)), json.load(open(peer))
-    key = os.path.basename(f)[len("ids_ragged_"):-5]
-    summary[key] = {k: f"{sum(x == y for x, y in zip(a[k], b.get(k, [])))}/{len(a[k])}" for k in a}
-    print("ids ragged == ctranslate2", key, summary[key])
-json.dump(summary, open(os.path.join(out, "translate_summary.json"), "w"), indent=1)
+    for peer in ("ct2", "hf"):
+        b = ids.get(peer + key[len("ragged"):])
+        if b:
+            agree[f"{key} vs {peer}"] = {k: f"{sum(x == y for x, y in zip(a[k], b.get(k, [])))}/{len(a[k])}"
+                                         for k in a if k in b}
+for k, v in sorted(agree.items()):
+    print("ids equal:", k, v)
+json.dump({"runs": runs, "ids_equal_batch32": agree}, open(os.path.join(out, "translate_bench.json"), "w"), indent=1)
+for f in glob.glob(os.path.join(out, "translate_*_*.json")) + glob.glob(os.path.join(out, "ids_*.json")):
+    os.remove(f)
 EOF
