@@ -95,6 +95,8 @@ WHAT = {
                        "(bench/peer/single_sentence.py)",
     "topk_bench": "hierarchical top-k vs a full sort vs torch.topk (bench/kernels/topk_bench.py)",
     "trace": "CUPTI kernel trace: ragged vs the graphed packed PyTorch peer (bench/peer/trace.py)",
+    "translate_bench": "translation throughput: ragged vs CTranslate2 and HF generate "
+                       "(bench/peer/translate_gpu.sh, issue 29)",
 }
 TESTS = {
     "gpu_test": "tests/gpu/run.sh",
@@ -105,6 +107,10 @@ TESTS = {
                              "public widths against transformers (issue 27)",
     "decoder_cuda_cpu": "tests/gpu/decoder_cuda_cpu.py: CUDA decoder logits against the CPU's "
                         "(Qwen3 q/k norm, Phi-3 LongRoPE among them)",
+    "translate_hf_public": "tests/gpu/translate_hf_public.py: fp32 ids against transformers "
+                          "generate() at the public shapes (issue 29)",
+    "translate_bench": "bench/peer/translate_gpu.sh's log (issue 29)",
+    "issue29": "tests/gpu/issue29.sh: build, translate_cuda.py, translate_hf_public.py",
     "translate_cuda": "tests/gpu/translate_cuda.py: ragged.Translator on CUDA against the "
                       "float64 reference (issue 29)",
     "generate_cuda": "tests/gpu/generate_cuda.py: rg_generate on CUDA equals the CPU (greedy, "
