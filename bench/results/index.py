@@ -110,6 +110,8 @@ TESTS = {
     "translate_hf_public": "tests/gpu/translate_hf_public.py: fp32 ids against transformers "
                           "generate() at the public shapes (issue 29)",
     "translate_bench": "bench/peer/translate_gpu.sh's log (issue 29)",
+    "translate_memcheck": "tests/gpu/translate_memcheck.py under compute-sanitizer memcheck: "
+                          "enc-dec CUDA paths, KV blocks back to 0 (issue 29)",
     "issue29": "tests/gpu/issue29.sh: build, translate_cuda.py, translate_hf_public.py",
     "translate_cuda": "tests/gpu/translate_cuda.py: ragged.Translator on CUDA against the "
                       "float64 reference (issue 29)",
