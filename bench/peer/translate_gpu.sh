@@ -9,7 +9,7 @@
 # HF generate (static cache) fp16 on the GPU at batches 1 and 32.
 # Expects ragged built (build/libragged.so). Results: $OUT/translate_bench.json (every run's cells
 # and the batch-32 ids agreement), the run log on stdout.
-# Usage: OUT=... [MODELS="opus-mt-en-de t5-small"] [CPU=1] bench/peer/translate_gpu.sh
+# Usage: OUT=... [MODELS="opus-mt-en-de t5-small"] [GPU=1] [CPU=1] [CPU_RUNS="ragged:fp32 ct2:fp32 ct2:int8"] bench/peer/translate_gpu.sh
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -32,6 +32,7 @@ for name in ${MODELS:-opus-mt-en-de t5-small}; do
 	rm -rf "$M" "$M.ct2"
 	python3 -c "import sys; sys.path.insert(0, 'tests/py'); import make_seq2seq; make_seq2seq.make_spec(sys.argv[1], sys.argv[2], seed=3)" "$name" "$M" || continue
 	python3 $B --convert "$M" "$M.ct2" >"$OUT/convert_$name.log" 2>&1 || { echo "ct2 convert $name failed"; tail -3 "$OUT/convert_$name.log"; }
+	if [ "${GPU:-1}" = 1 ]; then
 	timeout 150 python3 $B --runtime hf --model "$M" --device cuda --dtype fp16 --batches 1,32 \
 		--budget-s 2 --out "$OUT/translate_hf_cuda_fp16_$name.json" --ids-out "$OUT/ids_hf_cuda_fp16_$name.json" 2>&1 | grep -v -i "warn\|Loading"
 	for rt in ragged ct2; do
@@ -40,8 +41,9 @@ for name in ${MODELS:-opus-mt-en-de t5-small}; do
 		timeout 60 python3 $B --runtime $rt --model "$M" --ct2-dir "$M.ct2" --device cuda --dtype fp32 \
 			--batches 32 --budget-s 1 --out "$OUT/translate_${rt}_cuda_fp32_$name.json" --ids-out "$OUT/ids_${rt}_cuda_fp32_$name.json" 2>&1 | grep -v -i warn
 	done
+	fi
 	if [ "${CPU:-1}" = 1 ]; then
-		for rt_dt in ragged:fp32 ct2:fp32 ct2:int8; do
+		for rt_dt in ${CPU_RUNS:-ragged:fp32 ct2:fp32 ct2:int8}; do
 			rt=${rt_dt%%:*}; dt=${rt_dt#*:}
 			timeout 150 python3 $B --runtime $rt --model "$M" --ct2-dir "$M.ct2" --device cpu --dtype $dt \
 				--threads "$(nproc)" --batches 1,32 --budget-s 2 --out "$OUT/translate_${rt}_cpu_${dt}_$name.json" \
