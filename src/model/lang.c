@@ -32,6 +32,9 @@
 
 #define LANG_LIST_SHOWN 20 /* codes an error message names before "... (N in all)" */
 
+static int lang_find(const rg_model *m, const char *code);
+static rg_status lang_unknown(const rg_model *m, const char *what, const char *code);
+
 /* Whether s has the shape of a language code token: mBART's xx_XX, NLLB's xxx_Xxxx, M2M100's
  * __xx__ / __xxx__. */
 static bool lang_shaped(const char *s)
@@ -139,6 +142,59 @@ out_free_path:
 	return s;
 }
 
+/* The source code a text without src_lang gets, as transformers' tokenizers choose it at
+ * load: tokenizer_config.json's src_lang when it is a string (MBart50TokenizerFast,
+ * NllbTokenizerFast and M2M100Tokenizer then rewrite the template with it), else the class's
+ * default when tokenizer_class names one of them (en_XX, eng_Latn, en) and the model has that
+ * code; a class that takes no src_lang (PreTrainedTokenizerFast) keeps the tokenizer.json
+ * template as it is (m->lang_default -1). A src_lang that is not one of the model's codes is
+ * RG_ERR_FORMAT naming them (transformers would put the unknown token in the template). */
+static rg_status lang_default_load(rg_model *m, const char *dir)
+{
+	static const struct { const char *cls, *code; } defaults[] = {
+		{"MBart50Tokenizer", "en_XX"}, {"MBartTokenizer", "en_XX"},
+		{"NllbTokenizer", "eng_Latn"}, {"M2M100Tokenizer", "en"},
+	};
+	char *path = rg_path_join(dir, "tokenizer_config.json");
+	json_object *root = NULL, *v;
+	rg_status s = RG_OK;
+
+	if (!path)
+		return rg_errorf(RG_ERR_OOM, "out of host memory");
+	if (rg_json_read_file(path, 64 << 20, &root) != RG_OK) {
+		rg_error_clear(); /* optional file: the template as it is */
+		goto out_free_path;
+	}
+	if (json_object_object_get_ex(root, "src_lang", &v) && json_object_is_type(v, json_type_string)) {
+		const char *code = json_object_get_string(v);
+
+		if ((m->lang_default = lang_find(m, code)) < 0) {
+			char msg[600];
+
+			lang_unknown(m, "", code);
+			snprintf(msg, sizeof(msg), "%s", rg_last_error());
+			s = rg_errorf(RG_ERR_FORMAT, "%s: src_lang %s", path, msg);
+		}
+		goto out_put;
+	}
+	if (json_object_object_get_ex(root, "tokenizer_class", &v) &&
+	    json_object_is_type(v, json_type_string)) {
+		const char *cls = json_object_get_string(v);
+
+		for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++) {
+			size_t n = strlen(defaults[i].cls);
+
+			if (!strncmp(cls, defaults[i].cls, n) && (!cls[n] || !strcmp(cls + n, "Fast")))
+				m->lang_default = lang_find(m, defaults[i].code);
+		}
+	}
+out_put:
+	json_object_put(root);
+out_free_path:
+	free(path);
+	return s;
+}
+
 rg_status rg_model_langs_load(rg_model *m, const char *dir)
 {
 	const char *type = m->info.model_type;
@@ -147,7 +203,7 @@ rg_status rg_model_langs_load(rg_model *m, const char *dir)
 	bool found = false;
 	rg_status s;
 
-	m->lang_slot = -1;
+	m->lang_slot = m->lang_default = -1;
 	if (!m->tok || m->info.kind != RG_MODEL_ENC_DEC ||
 	    (strcmp(type, "mbart") && strcmp(type, "m2m_100")))
 		return RG_OK;
@@ -168,7 +224,7 @@ rg_status rg_model_langs_load(rg_model *m, const char *dir)
 		for (int i = 0; i < m->n_langs; i++)
 			if (m->langs[i].id == (k < n_pre ? pre[k] : post[k - n_pre]))
 				m->lang_slot = k;
-	return RG_OK;
+	return m->n_langs ? lang_default_load(m, dir) : RG_OK;
 }
 
 void rg_model_langs_free(rg_model *m)
@@ -248,9 +304,11 @@ rg_status rg_model_lang_params(const rg_model *m, const char *src_lang, rg_tok_p
 {
 	int i;
 
-	if (!src_lang)
+	if (!src_lang && m->lang_default < 0)
 		return RG_OK;
-	if ((i = lang_find(m, src_lang)) < 0)
+	if (!src_lang)
+		i = m->lang_default;
+	else if ((i = lang_find(m, src_lang)) < 0)
 		return lang_unknown(m, "src_lang ", src_lang);
 	tp->lang_set = true;
 	tp->lang_slot = m->lang_slot;

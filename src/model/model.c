@@ -418,21 +418,38 @@ static void add_eos(rg_model *m, const char *dir, const char *file)
 	json_object_put(root);
 }
 
-/* The generation defaults transformers' generate() applies as logits processors, from
- * generation_config.json when the directory has one (transformers then ignores config.json's),
- * else config.json: bad_words_ids' single-token entries (never generated; Marian bans its pad)
+/* The generation defaults transformers' generate() applies, from generation_config.json when
+ * the directory has one (transformers then ignores config.json's), else config.json: an
+ * encoder-decoder's decoder_start_token_id (generation_config.json's replaces config.json's,
+ * which the family's hparams hook read; RG_ERR_FORMAT outside the vocabulary), and as logits
+ * processors bad_words_ids' single-token entries (never generated; Marian bans its pad)
  * into m->gen_bad, forced_eos_token_id (an id, or a list's first) into m->gen_forced_eos
  * (the last token a length limit allows is forced to it) and forced_bos_token_id into
  * m->gen_forced_bos (the first token after a one-token prompt: transformers'
  * ForcedBOSTokenLogitsProcessor at cur_len 1), -1 when none. Unreadable or mistyped values, and
  * ids outside the vocabulary, add nothing. */
-static void gen_defaults(rg_model *m, const char *dir)
+static rg_status gen_defaults(rg_model *m, const char *dir)
 {
 	char *path = rg_path_join(dir, "generation_config.json");
 	struct json_object *root = path ? json_object_from_file(path) : NULL, *v;
 	const int vocab = m->dec.cfg.vocab_size;
+	rg_status s = RG_OK;
 
 	free(path);
+	if (root && m->arch->kind == RG_MODEL_ENC_DEC &&
+	    json_object_object_get_ex(root, "decoder_start_token_id", &v) &&
+	    json_object_is_type(v, json_type_int)) {
+		/* generate() reads it from generation_config.json, over config.json's */
+		int64_t id = json_object_get_int64(v);
+
+		if (id < 0 || id >= vocab)
+			s = rg_errorf(RG_ERR_FORMAT, "%s/generation_config.json: decoder_start_token_id "
+				      "%lld is outside the vocabulary [0, %d)", dir, (long long)id,
+				      vocab);
+		else
+			m->dec.cfg.decoder_start_token_id = m->info.decoder_start_token_id =
+				(int32_t)id;
+	}
 	if (!root) {
 		path = rg_path_join(dir, "config.json");
 		root = path ? json_object_from_file(path) : NULL;
@@ -470,6 +487,7 @@ static void gen_defaults(rg_model *m, const char *dir)
 			m->gen_forced_bos = (int32_t)id;
 	}
 	json_object_put(root);
+	return s;
 }
 
 /* A special token of tokenizer_config.json (key "bos_token"...): a string or an AddedToken
@@ -504,7 +522,8 @@ static rg_status hf_chat_template(rg_model *m, const char *dir)
 		return rg_errorf(RG_ERR_OOM, "out of host memory");
 	add_eos(m, dir, "config.json");
 	add_eos(m, dir, "generation_config.json");
-	gen_defaults(m, dir);
+	if ((s = gen_defaults(m, dir)) != RG_OK)
+		return s;
 	root = json_object_from_file(path);
 	free(path);
 	if (root && json_object_object_get_ex(root, "chat_template", &t) &&
@@ -720,8 +739,10 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 		goto out;
 	}
 	m = calloc(1, sizeof(*m));
-	if (m)
+	if (m) {
 		m->gen_forced_eos = m->gen_forced_bos = -1;
+		m->lang_slot = m->lang_default = -1;
+	}
 	if (!m) {
 		s = rg_errorf(RG_ERR_OOM, "out of host memory");
 		goto out;
@@ -829,7 +850,8 @@ rg_status rg_model_encode(const rg_model *m, const char *a, size_t a_len, const 
 	tp.max_len = limit;
 	tp.add_special_tokens = d.add_special_tokens;
 	tp.offsets = d.offsets;
-	if (d.src_lang && (s = rg_model_lang_params(m, d.src_lang, &tp)) != RG_OK)
+	/* a pair takes no code; a single text without src_lang gets the tokenizer's default */
+	if ((d.src_lang || !b) && (s = rg_model_lang_params(m, d.src_lang, &tp)) != RG_OK)
 		return s;
 	if (tp.lang_set && b)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "src_lang applies to a single text, not a pair");

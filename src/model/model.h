@@ -235,6 +235,9 @@ struct rg_model {
 	int n_langs;
 	int lang_slot;            /* the template's special token that holds the source's code
 				   * (rg_tok_params.lang_slot), -1: none (the code goes first) */
+	int lang_default;         /* index in langs of the source code a text without src_lang
+				   * gets (tokenizer_config.json's src_lang, else its tokenizer
+				   * class's default), -1: the tokenizer.json template as it is */
 	/* State the generation layer keeps per model, opaque here (src/gen/generate_api.c:
 	 * rg_generate's block pool and the KV cache it made); rg_model_free calls gen_free(gen).
 	 * model/ never reads it: the runner knows nothing of requests. */
@@ -431,8 +434,9 @@ typedef struct rg_lang_code {
  * for a model whose family takes no codes. RG_ERR_OOM. */
 rg_status rg_model_langs_load(rg_model *m, const char *dir);
 void rg_model_langs_free(rg_model *m);
-/* tp's language fields for the source code src_lang (NULL: none, tp unchanged).
- * RG_ERR_INVALID_INPUT naming the model's codes for an unknown one. */
+/* tp's language fields for the source code src_lang; NULL: the model's default source code
+ * (m->lang_default) when it has one, else tp unchanged. RG_ERR_INVALID_INPUT naming the model's
+ * codes for an unknown one. */
 rg_status rg_model_lang_params(const rg_model *m, const char *src_lang, rg_tok_params *tp);
 
 #endif

@@ -184,6 +184,40 @@ def test_bad_config_refused(tmp_path, fam, update, drop, msg):
         ragged.Translator(d)
 
 
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_decoder_start_from_generation_config(tmp_path, fam):
+    """generation_config.json's decoder_start_token_id replaces config.json's, as generate()
+    reads it: Translator reports it and its ids equal the reference's started with it (a
+    start of 0 where config.json says 2); one outside the vocabulary is refused at load."""
+    d = str(tmp_path / fam)
+    make_seq2seq.make_spec("tiny-" + fam, d, seed=7)
+    gp = os.path.join(d, "generation_config.json")
+    gen = json.load(open(gp))
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    assert cfg["decoder_start_token_id"] == gen["decoder_start_token_id"] == 2
+    gen["decoder_start_token_id"] = 0
+    json.dump(gen, open(gp, "w"))
+    ref = ref_seq2seq.Seq2Seq(d)
+    assert ref.decoder_start_token_id == 0
+    srcs = sources(cfg, 4, (5, 9, 3))
+    want = [ref.greedy(s, 6)[1:] for s in srcs]
+    wantb = [ref.beam_search(s, 4, 6)[0][1:] for s in srcs]
+    with ragged.Translator(d) as t:
+        assert t.decoder_start_token_id == 0
+        assert [o["ids"] for o in t.translate(srcs, max_tokens=6)] == want
+        assert [o["ids"] for o in t.translate(srcs, max_tokens=6, num_beams=4)] == wantb
+    if fam == "bart":  # no forced_bos: the start token changes what comes first
+        gen["decoder_start_token_id"] = 2
+        json.dump(gen, open(gp, "w"))
+        ref2 = ref_seq2seq.Seq2Seq(d)
+        assert [ref2.greedy(s, 6)[1:] for s in srcs] != want
+    gen["decoder_start_token_id"] = cfg["vocab_size"]
+    json.dump(gen, open(gp, "w"))
+    with pytest.raises(ragged.RaggedError, match="generation_config.json: decoder_start"):
+        ragged.Translator(d)
+
+
 def test_cli_tgt_lang(tmp_path):
     """`ragged translate --tgt-lang CODE`: the vocabulary token CODE is forced first in place of
     the model's forced_bos_token_id; the ids equal the reference's with that override; an

@@ -196,6 +196,74 @@ def test_codes_by_shape_without_the_list(tmp_path):
         assert t.languages == want
 
 
+
+def _tokenizer_config(tmp_path, name, spec, update, drop=()):
+    """A tiny checkpoint of spec whose tokenizer_config.json gets update and loses drop."""
+    d = str(tmp_path / name)
+    make_seq2seq.make_spec(spec, d, seed=4)
+    p = os.path.join(d, "tokenizer_config.json")
+    tc = json.load(open(p))
+    tc.update(update)
+    for k in drop:
+        tc.pop(k, None)
+    json.dump(tc, open(p, "w"))
+    return d
+
+
+@pytest.mark.parametrize("spec,update,drop,code", [
+    # tokenizer_config.json's src_lang other than the template's: transformers' tokenizer
+    # rewrites the template with it at load
+    ("tiny-mbart", {"src_lang": "de_DE"}, (), "de_DE"),
+    ("tiny-m2m100", {"src_lang": "zho_Hant"}, (), "zho_Hant"),
+    # no src_lang: the class's default (NLLB: eng_Latn, the template's already: unchanged)
+    ("tiny-m2m100", {"tokenizer_class": "NllbTokenizerFast"}, ("src_lang",), "eng_Latn"),
+    # a class without src_lang keeps the template
+    ("tiny-mbart", {"tokenizer_class": "PreTrainedTokenizerFast"}, ("src_lang",), "en_XX"),
+])
+def test_default_src_lang_is_the_tokenizer_configs(tmp_path, spec, update, drop, code):
+    """A text without src_lang is encoded as HF's tokenizer with src_lang = the default code
+    (independent reference: `tokenizers` with the post-processor transformers installs for
+    it); an explicit src_lang still wins."""
+    d = _tokenizer_config(tmp_path, "m", spec, update, drop)
+    with ragged.Translator(d) as t:
+        other = next(c for c in t.languages if c != code)
+        for text in TEXTS:
+            assert t.encode_source(text) == hf_source_ids(hf_tokenizer(d), code, text, False)
+            assert t.encode_source(text, other) == hf_source_ids(hf_tokenizer(d), other, text,
+                                                                  False)
+
+
+def test_mbart50_class_default_over_the_template(tmp_path):
+    """MBart50TokenizerFast without src_lang defaults to en_XX even where tokenizer.json's
+    template holds another code (here de_DE written into it): the default replaces it."""
+    d = _tokenizer_config(tmp_path, "m", "tiny-mbart",
+                          {"tokenizer_class": "MBart50TokenizerFast"}, ("src_lang",))
+    tj_path = os.path.join(d, "tokenizer.json")
+    tj = json.load(open(tj_path))
+    de = tj["model"]["vocab"].get("de_DE", None)
+    if de is None:
+        de = next(a["id"] for a in tj["added_tokens"] if a["content"] == "de_DE")
+    pp = tj["post_processor"]
+    for part in pp["single"] + pp["pair"]:
+        if "SpecialToken" in part and part["SpecialToken"]["id"] == "en_XX":
+            part["SpecialToken"]["id"] = "de_DE"
+    pp["special_tokens"]["de_DE"] = {"id": "de_DE", "ids": [de], "tokens": ["de_DE"]}
+    json.dump(tj, open(tj_path, "w"))
+    assert hf_tokenizer(d).encode("abc").ids[0] == de  # the template as written holds de_DE
+    with ragged.Translator(d) as t:
+        for text in TEXTS:
+            assert t.encode_source(text) == hf_source_ids(hf_tokenizer(d), "en_XX", text, False)
+
+
+def test_unknown_default_src_lang_refused(tmp_path):
+    """tokenizer_config.json's src_lang that is not one of the model's codes: the load fails
+    naming the file, the code and the model's codes."""
+    d = _tokenizer_config(tmp_path, "m", "tiny-mbart", {"src_lang": "xx_YY"})
+    with pytest.raises(ragged.RaggedError, match="tokenizer_config.json: src_lang") as e:
+        ragged.Translator(d)
+    assert "xx_YY" in str(e.value) and "en_XX" in str(e.value)
+
+
 def test_cli_src_lang(tmp_path):
     """`ragged translate --src-lang S --tgt-lang T`: the ids Translator gives (checked above
     against the reference); an unknown --src-lang is a usage error naming the codes."""
