@@ -42,11 +42,11 @@
  *   M2M100 (M2M100SinusoidalPositionalEmbedding.get_embedding, float32 as torch computes it):
  *     position q = padding_idx + 1 + p, columns k < d/2: sin(q f_k), d/2 + k: cos(q f_k),
  *     f_k = exp(-k ln(10000) / (d/2 - 1)), a zero last column for an odd d; a pad token gets
- *     the zero padding_idx row (rg_op_embed_scale_add's no_pos_token). transformers numbers a
- *     source's positions by a cumulative count of its non-pad tokens; here they are 0.. in
- *     every source, the same unless a pad id sits before the source's last real token (right
- *     padding gives the same rows). The decoder's positions match generate()'s cached decoding
- *     exactly (t + padding_idx + 1, pad tokens the zero row). */
+ *     the zero padding_idx row (rg_op_embed_scale_add's no_pos_token). A source's positions
+ *     count its non-pad tokens, as transformers' create_position_ids_from_input_ids numbers
+ *     them (rg_decoder_config.enc_pos_skip_token: a pad id inside a source does not advance
+ *     the count). The decoder's positions match generate()'s cached decoding exactly
+ *     (t + padding_idx + 1, pad tokens the zero row, the count going on). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,6 +266,7 @@ static rg_status bart_hparams(rg_model *m, const rg_cfg_src *cf)
 	c->norm_eps = 1e-5; /* nn.LayerNorm's default: these configs have no key */
 	c->tie_word_embeddings = tie;
 	c->max_source_positions = c->max_position_embeddings;
+	c->enc_pos_skip_token = fam->pos == RG_BART_POS_M2M100 ? c->pad_token_id : -1;
 	m->dec.cfg.rope_theta = 0;
 	c->scale_embedding = scale_emb;
 	return RG_OK;

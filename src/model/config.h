@@ -202,6 +202,8 @@ typedef struct rg_decoder_config {
 	int decoder_start_token_id;   /* -1 for decoder-only models */
 	int pad_token_id;             /* -1 when config.json has none */
 	int max_source_positions;     /* longest source (encoder positions) */
+	int enc_pos_skip_token;       /* M2M100: the pad id, which takes no encoder position (a
+				       * source's positions count its other tokens); -1 none */
 	bool scale_embedding;         /* embeddings times sqrt(hidden_size) */
 	/* T5 (t5.c) */
 	int rel_buckets;              /* relative_attention_num_buckets */

@@ -704,9 +704,14 @@ rg_status rg_model_encode_cross(rg_model *m, int n_tokens, const int32_t *tokens
 	}
 	h = m->dec.enc_h;
 	memcpy(h, tokens, (size_t)n_tokens * 4);
-	for (int i = 0; i < n_seq; i++)
+	/* positions 0.. within each source; a skipped token (M2M100's pad) takes none */
+	for (int i = 0; i < n_seq; i++) {
+		const int skip = m->dec.cfg.enc_pos_skip_token;
+		int p = 0;
+
 		for (int t = cu_seqlens[i]; t < cu_seqlens[i + 1]; t++)
-			h[T + t] = t - cu_seqlens[i];
+			h[T + t] = tokens[t] == skip ? 0 : p++;
+	}
 	memcpy(h + 2 * T, slot_mapping, (size_t)n_tokens * 4);
 	memcpy(h + 3 * T, cu_seqlens, (size_t)(n_seq + 1) * 4);
 	{

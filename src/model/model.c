@@ -546,7 +546,7 @@ rg_status rg_model_hparams(rg_model *m, const rg_cfg_src *cfg)
 	memset(c, 0, sizeof(*c));
 	snprintf(c->model_type, sizeof(c->model_type), "%s", m->arch->model_type);
 	c->bos_token_id = c->eos_token_id = -1;
-	c->decoder_start_token_id = c->pad_token_id = -1;
+	c->decoder_start_token_id = c->pad_token_id = c->enc_pos_skip_token = -1;
 	return m->arch->hparams(m, cfg);
 }
 

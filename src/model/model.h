@@ -157,7 +157,8 @@ typedef struct rg_dec_fwd {
  * (backend memory unless _h). */
 typedef struct rg_enc_fwd {
 	int n, n_seq, max_len;
-	const int32_t *tokens, *positions;   /* (n); positions 0.. within each source */
+	const int32_t *tokens, *positions;   /* (n); positions 0.. within each source (not
+					      * advanced by cfg.enc_pos_skip_token) */
 	const int32_t *cu, *cu_h;            /* (n_seq + 1) */
 	const int32_t *slots;                /* (n) cross K / V slots of the cache */
 } rg_enc_fwd;

@@ -143,6 +143,34 @@ def test_m2m100_pad_in_the_target(tmp_path):
     assert [other.greedy(s, 10)[1:] for s in srcs] != want
 
 
+
+def test_m2m100_pad_in_the_source(tmp_path):
+    """M2M100's encoder numbers a source's positions by a count of its non-pad tokens
+    (create_position_ids_from_input_ids): pad ids inside a source take the zero row and do not
+    advance the count. Sources with pads in the middle, alone and batched with others, equal the
+    reference's ids; a reference numbering every token would have chosen other ids."""
+    d = str(tmp_path / "m")
+    make_seq2seq.make_spec("tiny-m2m100", d, seed=8, forced_bos=None)
+    ref = ref_seq2seq.Seq2Seq(d)
+    pad = ref.cfg["pad_token_id"]
+    plain = sources(ref.cfg, 5, (6, 9, 4))
+    padded = [s[:2] + [pad, pad] + s[2:] for s in plain[:2]] + [[pad] + plain[2]]
+    srcs = padded + sources(ref.cfg, 6, (3, 11))
+    want = [ref.greedy(s, 8)[1:] for s in srcs]
+    with ragged.Translator(d) as t:
+        assert [o["ids"] for o in t.translate(srcs, max_tokens=8)] == want
+        assert [t.translate([s], max_tokens=8)[0]["ids"] for s in srcs[:3]] == want[:3]
+        wantb = [ref.beam_search(s, 3, 6)[0][1:] for s in padded]
+        assert [o["ids"] for o in t.translate(padded, max_tokens=6, num_beams=3)] == wantb
+
+    class Arange(ref_seq2seq.Seq2Seq):
+        def _bart_positions(self, stack, ids, cached):
+            return super()._bart_positions(stack, ids, True)
+    other = Arange(d)
+    enc = [np.abs(other.encode(s) - ref.encode(s)).max() for s in padded]
+    assert min(enc) > 1e-3  # the numbering matters to the encoder output
+
+
 def _variant(tmp_path, fam, name, cfg_update=None, drop=()):
     from safetensors.numpy import load_file, save_file
     d = str(tmp_path / name)
