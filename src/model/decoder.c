@@ -91,9 +91,8 @@ static rg_status alloc_step_arena(rg_model *m)
 	    ((s = rg_backend_alloc(m->be, (4 * T + 2) * 4, (void **)&m->dec.enc_d)) != RG_OK ||
 	     (s = rg_backend_host_alloc(m->be, (4 * T + 2) * 4, (void **)&m->dec.enc_h)) != RG_OK))
 		return rg_error_wrap(s, "encoder staging for %d tokens", m->max_tokens);
-	/* encoder-decoder steps run eagerly: their cross arrays are not in a graph's key */
-	m->dec.use_graphs = rg_backend_has_graphs(m->be) && rg_tuning_bool(RG_TUNE_CUDA_GRAPHS) &&
-			    m->arch->kind != RG_MODEL_ENC_DEC;
+	/* encoder-decoder steps too: their cross width is in the graph's key (XB) */
+	m->dec.use_graphs = rg_backend_has_graphs(m->be) && rg_tuning_bool(RG_TUNE_CUDA_GRAPHS);
 	return RG_OK;
 }
 
@@ -591,21 +590,38 @@ rg_status rg_dec_cross_write(rg_model *m, int l, const void *kv, int ld, const i
 			      kvd, kc, kc + m->dec.layer_bytes, cache_slots(m));
 }
 
-/* Stage the cross descriptor of an encoder-decoder step: one pseudo-sequence per new token
- * (rg_dec_fwd.cross), [cu (n + 1) | context (n) | tables (n, width)] in x_h -> x_d. */
-static rg_status cross_stage(rg_model *m, const rg_step_batch *b, rg_dec_fwd *f)
+/* The cross block-table width of b's sequences (columns) and their longest source. */
+static void cross_width(const rg_model *m, const rg_step_batch *b, int *width, int *max_len)
 {
-	const int n = b->n_tokens, bs = m->dec.block_size;
-	int width = 1, max_len = 0;
+	const int bs = m->dec.block_size;
+
+	*width = 1;
+	*max_len = 0;
+	for (int i = 0; i < b->n_seq; i++) {
+		const int nb = (b->cross_lens[i] + bs - 1) / bs;
+
+		*width = nb > *width ? nb : *width;
+		*max_len = b->cross_lens[i] > *max_len ? b->cross_lens[i] : *max_len;
+	}
+}
+
+/* Stage the cross descriptor of an encoder-decoder step: one pseudo-sequence per new token
+ * (rg_dec_fwd.cross), [cu (n + 1) | context (n) | tables (n, width)] in x_h -> x_d. B > 0 (a
+ * graphed step): n = B rows, the padding rows a one-key source in the scratch block, XB
+ * columns and a max_context_len of XB blocks, so that the captured launches fit every step of
+ * the key. Growing x_d frees the graphs (they read the old buffer). */
+static rg_status cross_stage(rg_model *m, const rg_step_batch *b, rg_dec_fwd *f, int B, int XB)
+{
+	const int n = B ? B : b->n_tokens, bs = m->dec.block_size;
+	int width, max_len;
 	size_t need;
 	int32_t *xh;
 	rg_status s;
 
-	for (int i = 0; i < b->n_seq; i++) {
-		const int nb = (b->cross_lens[i] + bs - 1) / bs;
-
-		width = nb > width ? nb : width;
-		max_len = b->cross_lens[i] > max_len ? b->cross_lens[i] : max_len;
+	cross_width(m, b, &width, &max_len);
+	if (B) {
+		width = XB;
+		max_len = XB * bs;
 	}
 	need = (size_t)2 * n + 1 + (size_t)n * width;
 	if (need > m->dec.x_cap) {
@@ -613,6 +629,7 @@ static rg_status cross_stage(rg_model *m, const rg_step_batch *b, rg_dec_fwd *f)
 
 		if ((s = rg_backend_sync(m->be)) != RG_OK)
 			return s;
+		rg_dec_graphs_free(m);
 		rg_backend_dealloc(m->be, m->dec.x_d);
 		rg_backend_host_free(m->be, m->dec.x_h);
 		m->dec.x_d = m->dec.x_h = NULL;
@@ -636,6 +653,15 @@ static rg_status cross_stage(rg_model *m, const rg_step_batch *b, rg_dec_fwd *f)
 			for (int k = nb; k < width; k++)
 				row[k] = 0; /* never read */
 		}
+	}
+	for (int t = b->n_tokens; t < n; t++) { /* padding rows: one key, the scratch block */
+		int32_t *row = xh + 2 * n + 1 + (size_t)t * width;
+
+		xh[t] = t;
+		xh[n + 1 + t] = 1;
+		row[0] = m->dec.n_blocks;
+		for (int k = 1; k < width; k++)
+			row[k] = 0;
 	}
 	xh[n] = n;
 	if ((s = rg_backend_upload_async(m->be, m->dec.x_d, xh, need * 4)) != RG_OK)
@@ -904,14 +930,14 @@ static bool graph_eligible(const rg_model *m, const rg_step_batch *b)
 	return true;
 }
 
-/* The graph slot for (B, MB, mode): found, or a free / least recently used one (freed). */
-static struct rg_dec_graph *graph_slot(rg_model *m, int B, int MB, int mode)
+/* The graph slot for (B, MB, XB, mode): found, or a free / least recently used one (freed). */
+static struct rg_dec_graph *graph_slot(rg_model *m, int B, int MB, int XB, int mode)
 {
 	struct rg_dec_graph *lru = NULL, *g;
 
 	for (int i = 0; i < RG_DEC_GRAPHS; i++) {
 		g = &m->dec.graphs[i];
-		if (g->B == B && g->MB == MB && g->mode == mode)
+		if (g->B == B && g->MB == MB && g->XB == XB && g->mode == mode)
 			return g;
 		if (!lru || g->last_use < lru->last_use)
 			lru = g;
@@ -920,6 +946,7 @@ static struct rg_dec_graph *graph_slot(rg_model *m, int B, int MB, int mode)
 	memset(lru, 0, sizeof(*lru));
 	lru->B = B;
 	lru->MB = MB;
+	lru->XB = XB;
 	lru->mode = mode;
 	return lru;
 }
@@ -1114,12 +1141,27 @@ rg_status rg_model_step(rg_model *m, const rg_step_batch *b, const rg_step_out *
 					       &m->dec.lg_h)) != RG_OK)
 			return s;
 		lg = mode == STEP_LOGITS ? m->dec.lg_h : NULL;
+		int XB = 0; /* encoder-decoders: cross columns, a power of two >= 4 */
+
+		if (m->info.kind == RG_MODEL_ENC_DEC) {
+			const int max_xb = (m->dec.cfg.max_source_positions + m->dec.block_size -
+					    1) / m->dec.block_size;
+			int xw, xl;
+
+			cross_width(m, b, &xw, &xl);
+			for (XB = 4; XB < xw; XB *= 2)
+				;
+			if (XB > max_xb && xw <= max_xb)
+				XB = max_xb;
+		}
 		if ((s = step_stage(m, b, mb_used, B, MB)) != RG_OK ||
 		    (mode >= STEP_SAMPLE && (s = rg_dec_sample_stage(m, b->n_logits, B, o)) != RG_OK))
 			return s;
-		g = graph_slot(m, B, MB, mode); /* after staging, which may free the graphs */
-		g->last_use = ++m->dec.graph_clock;
 		step_fwd(m, &f, B, B, MB, MB * m->dec.block_size);
+		if (XB && (s = cross_stage(m, b, &f, B, XB)) != RG_OK)
+			return s;
+		g = graph_slot(m, B, MB, XB, mode); /* after staging, which may free the graphs */
+		g->last_use = ++m->dec.graph_clock;
 		if (!g->g && g->seen++ >= 1) { /* second sight: capture */
 			rg_graph *gr = NULL;
 
@@ -1158,7 +1200,7 @@ rg_status rg_model_step(rg_model *m, const rg_step_batch *b, const rg_step_out *
 	     (s = rg_dec_sample_stage(m, b->n_logits, b->n_logits, o)) != RG_OK))
 		return s;
 	step_fwd(m, &f, b->n_tokens, b->n_seq, mb_used, max_ctx);
-	if (m->info.kind == RG_MODEL_ENC_DEC && (s = cross_stage(m, b, &f)) != RG_OK)
+	if (m->info.kind == RG_MODEL_ENC_DEC && (s = cross_stage(m, b, &f, 0, 0)) != RG_OK)
 		return s;
 	if ((s = m->arch->decode(m, &f)) != RG_OK)
 		return s;

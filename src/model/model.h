@@ -130,7 +130,7 @@ typedef struct rg_dec_state {
 	 * by the padded sequence count B, the block-table width MB and the output (logits / ids);
 	 * LRU; a key is captured the second time it is seen (its first run is eager) */
 	struct rg_dec_graph {
-		int B, MB, mode, seen;
+		int B, MB, XB, mode, seen; /* XB: cross columns (encoder-decoders), else 0 */
 		rg_graph *g;
 		unsigned long long last_use;
 	} graphs[RG_DEC_GRAPHS];
