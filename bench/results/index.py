@@ -97,6 +97,8 @@ WHAT = {
     "trace": "CUPTI kernel trace: ragged vs the graphed packed PyTorch peer (bench/peer/trace.py)",
     "translate_bench": "translation throughput: ragged vs CTranslate2 and HF generate "
                        "(bench/peer/translate_gpu.sh, issue 29)",
+    "translate_graphs": "encoder-decoder decode steps as CUDA graphs, A/B beside HF generate "
+                        "(bench/peer/translate_graphs.sh, issue 29)",
 }
 TESTS = {
     "gpu_test": "tests/gpu/run.sh",
@@ -110,6 +112,7 @@ TESTS = {
     "translate_hf_public": "tests/gpu/translate_hf_public.py: fp32 ids against transformers "
                           "generate() at the public shapes (issue 29)",
     "translate_bench": "bench/peer/translate_gpu.sh's log (issue 29)",
+    "translate_graphs": "tests/gpu/issue29.sh and bench/peer/translate_graphs.sh's log (issue 29)",
     "translate_memcheck": "tests/gpu/translate_memcheck.py under compute-sanitizer memcheck: "
                           "enc-dec CUDA paths, KV blocks back to 0 (issue 29)",
     "issue29": "tests/gpu/issue29.sh: build, translate_cuda.py, translate_hf_public.py",
