@@ -34,6 +34,10 @@ REPEATS = int(os.environ.get("DECODE_BENCH_REPEATS", "3"))
 # DECODE_BENCH_SKIP: comma list of columns left out (e.g. "hf_dynamic,ragged" to save device
 # time); recorded in the report
 SKIP = set(filter(None, os.environ.get("DECODE_BENCH_SKIP", "").split(",")))
+# DECODE_BENCH_BATCHES: comma list of batch sizes (default 1,16); DECODE_BENCH_IDS: a path where
+# rg_generate's greedy ids of every row go (a graphs-on / graphs-off A/B compares them)
+BATCHES = [int(b) for b in os.environ.get("DECODE_BENCH_BATCHES", "1,16").split(",")]
+IDS_PATH = os.environ.get("DECODE_BENCH_IDS")
 
 
 def ragged_run(m, prompts):
@@ -125,7 +129,7 @@ def main():
     out_path = sys.argv[1]
     dt = sys.argv[2] if len(sys.argv) > 2 else "fp16"
     tdt = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dt]
-    rows = []
+    rows, ids_all = [], {}
     for kind in ("gpt2", "llama"):
         d = tempfile.mkdtemp(prefix=f"bench_{kind}_")
         hf = build(kind, d).to(tdt).cuda()
@@ -135,7 +139,7 @@ def main():
         m = Model(d, device="cuda", dtype=dt, max_batch_tokens=2048)
         m.kv_init(16, 0)
         kv = m.kv_info()
-        for batch in (1, 16):
+        for batch in BATCHES:
             rng = np.random.default_rng(batch)
             prompts = rng.integers(0, hf.config.vocab_size, (batch, PROMPT))
             x = torch.tensor(prompts, device="cuda")
@@ -155,6 +159,12 @@ def main():
             # rg_generate: the whole request in C (rg_gen_run's loop; greedy on the device)
             cell("ragged_generate", lambda: gen.generate(prompts.tolist(), max_tokens=NEW,
                                                          ignore_eos=True))
+            if IDS_PATH and "ragged_generate" not in SKIP:
+                outs = gen.generate(prompts.tolist(), max_tokens=NEW, ignore_eos=True)
+                ids_all[f"{kind}_{batch}"] = [o["ids"] if isinstance(o, dict) else list(o.ids)
+                                              for o in outs]
+                with open(IDS_PATH, "w") as f:
+                    json.dump(ids_all, f)
             if "torch_graphed" not in SKIP:
                 try:
                     gt = GraphedTorch(hf, batch, PROMPT + NEW + 8)

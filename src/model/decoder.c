@@ -866,7 +866,7 @@ static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int
 					     m->dec.lm_bias, m->dec.a[RG_D_LOGITS], nr, V, H,
 					     RG_ACT_NONE)) != RG_OK)
 			return s;
-		if (lg) { /* one chunk at most (graphs: B <= RG_LOGITS_CHUNK) */
+		if (lg) { /* one chunk at most (logits-only graphs: B <= RG_LOGITS_CHUNK) */
 			if ((s = rg_backend_download_async(m->be, lg, m->dec.a[RG_D_LOGITS],
 							   n * m->esz)) != RG_OK)
 				return s;
@@ -906,10 +906,12 @@ static rg_status step_tail(rg_model *m, const int32_t *rows_d, int n_logits, int
 	return RG_OK;
 }
 
-/* Graph buckets of the padded sequence count: decode batches of up to RG_LOGITS_CHUNK rows. */
+/* Graph buckets of the padded sequence count: decode batches of up to RG_GRAPH_MAX_ROWS rows
+ * (a logits-only step: RG_LOGITS_CHUNK, its pinned logits buffer). */
 static int graph_bucket(int n)
 {
-	static const int b[] = {1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64};
+	static const int b[] = {1,  2,  4,  8,   12,  16,  24,  32,  40,  48,
+				56, 64, 80, 96, 112, 128, 160, 192, 224, RG_GRAPH_MAX_ROWS};
 
 	for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
 		if (n <= b[i])
@@ -918,11 +920,14 @@ static int graph_bucket(int n)
 }
 
 /* A decode-only step that may run as a graph: one new token per sequence, every row's logits
- * in order, at most RG_LOGITS_CHUNK sequences. */
-static bool graph_eligible(const rg_model *m, const rg_step_batch *b)
+ * in order, its bucket within the staging's max_tokens rows (and within RG_LOGITS_CHUNK for a
+ * logits-only step). */
+static bool graph_eligible(const rg_model *m, const rg_step_batch *b, int mode)
 {
-	if (!m->dec.use_graphs || b->n_tokens != b->n_seq || b->n_logits != b->n_seq ||
-	    !graph_bucket(b->n_seq) || b->n_seq > m->max_tokens)
+	const int B = graph_bucket(b->n_seq);
+
+	if (!m->dec.use_graphs || b->n_tokens != b->n_seq || b->n_logits != b->n_seq || !B ||
+	    B > m->max_tokens || (mode == STEP_LOGITS && B > RG_LOGITS_CHUNK))
 		return false;
 	for (int i = 0; i < b->n_logits; i++)
 		if (b->logits_rows[i] != i)
@@ -1123,7 +1128,7 @@ rg_status rg_model_step(rg_model *m, const rg_step_batch *b, const rg_step_out *
 	logits = o && b->n_logits ? o->logits : NULL;
 	want = logits ? o->want_logits : NULL;
 	/* graphs take no logits out beside a choice (those steps run eagerly) */
-	if (graph_eligible(m, b) && !(mode != STEP_LOGITS && logits)) {
+	if (graph_eligible(m, b, mode) && !(mode != STEP_LOGITS && logits)) {
 		const int B = graph_bucket(b->n_seq);
 		const int max_mb = (m->dec.cfg.max_position_embeddings + m->dec.block_size - 1) /
 				   m->dec.block_size;

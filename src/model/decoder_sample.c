@@ -36,7 +36,8 @@ void rg_dec_sample_free(rg_model *m)
 	d->smp_pen_cap = d->smp_bias_cap = 0;
 }
 
-/* Rows of the sampling buffers: a graph pads n_seq up to a bucket <= RG_LOGITS_CHUNK */
+/* Rows of the sampling buffers: a graph pads n_seq up to a bucket <= max_tokens (the margin of
+ * RG_LOGITS_CHUNK rows kept) */
 size_t rg_dec_sample_rows(const rg_model *m)
 {
 	return (size_t)m->max_tokens + RG_LOGITS_CHUNK;

@@ -88,6 +88,7 @@ enum {
 };
 #define RG_LOGITS_CHUNK 64 /* logits rows per LM head GEMM */
 #define RG_DEC_GRAPHS 32   /* decode-step graphs kept per model */
+#define RG_GRAPH_MAX_ROWS 256 /* the largest graphed decode step (sequences, padded) */
 
 typedef struct rg_dec_state {
 	rg_decoder_config cfg;
