@@ -99,6 +99,8 @@ WHAT = {
                        "(bench/peer/translate_gpu.sh, issue 29)",
     "translate_graphs": "encoder-decoder decode steps as CUDA graphs, A/B beside HF generate "
                         "(bench/peer/translate_graphs.sh, issue 29)",
+    "graphs_ab": "decode-step graphs above 64 rows, A/B beside the graphed PyTorch peer "
+                 "(tests/gpu/graphs_ab.sh)",
 }
 TESTS = {
     "gpu_test": "tests/gpu/run.sh",
@@ -113,6 +115,7 @@ TESTS = {
                           "generate() at the public shapes (issue 29)",
     "translate_bench": "bench/peer/translate_gpu.sh's log (issue 29)",
     "translate_graphs": "tests/gpu/issue29.sh and bench/peer/translate_graphs.sh's log (issue 29)",
+    "graphs_ab": "tests/gpu/graphs_ab.sh's log: graphs above 64 rows, decode and translate",
     "translate_memcheck": "tests/gpu/translate_memcheck.py under compute-sanitizer memcheck: "
                           "enc-dec CUDA paths, KV blocks back to 0 (issue 29)",
     "issue29": "tests/gpu/issue29.sh: build, translate_cuda.py, translate_hf_public.py",
