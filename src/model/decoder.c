@@ -370,11 +370,10 @@ rg_status rg_model_kv_copy_blocks(rg_model *m, const int32_t *src, const int32_t
 					 "rg_model_kv_copy_blocks: copy %d is block %d -> %d, outside "
 					 "[0, %d)",
 					 i, src[i], dst[i], m->dec.n_blocks);
-	/* each layer's K and V is one pool of n_blocks (+ scratch) blocks */
-	for (int p = 0; p < 2 * m->dec.cfg.num_hidden_layers; p++)
-		if ((s = rg_op_copy_blocks(m->be, (char *)m->dec.kv_d + (size_t)p * m->dec.layer_bytes,
-					   block_bytes, src, dst, n)) != RG_OK)
-			return s;
+	/* each layer's K and V is one pool of n_blocks (+ scratch) blocks, layer_bytes apart */
+	if ((s = rg_op_copy_blocks(m->be, m->dec.kv_d, block_bytes, 2 * m->dec.cfg.num_hidden_layers,
+				   m->dec.layer_bytes, src, dst, n)) != RG_OK)
+		return s;
 	return rg_backend_sync(m->be);
 }
 

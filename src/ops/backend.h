@@ -111,8 +111,9 @@ typedef struct rg_backend_ops {
 				     const void *v_cache, void *out);
 	rg_status (*argmax_rows)(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
 				 int32_t *ids, float *logprob);
-	rg_status (*copy_blocks)(rg_backend_ctx *c, void *pool, size_t block_bytes,
-				 const int32_t *src_h, const int32_t *dst_h, int n);
+	rg_status (*copy_blocks)(rg_backend_ctx *c, void *pool, size_t block_bytes, int n_pools,
+				 size_t pool_stride, const int32_t *src_h, const int32_t *dst_h,
+				 int n);
 	rg_status (*sample_rows)(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
 				 const rg_sample_args *a);
 	rg_status (*topk_rows)(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N, int k,

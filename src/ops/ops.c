@@ -605,16 +605,18 @@ rg_status rg_op_paged_attention(rg_backend *be, const rg_attn_desc *d, const voi
 	return note(be, be->ops->paged_attention(be->ctx, be->dt, d, q, ldq, k_cache, v_cache, out));
 }
 
-rg_status rg_op_copy_blocks(rg_backend *be, void *pool, size_t block_bytes, const int32_t *src_h,
-			    const int32_t *dst_h, int n)
+rg_status rg_op_copy_blocks(rg_backend *be, void *pool, size_t block_bytes, int n_pools,
+			    size_t pool_stride, const int32_t *src_h, const int32_t *dst_h, int n)
 {
 	rg_status s;
 
-	if (n < 0 || (n > 0 && (!pool || !src_h || !dst_h)))
-		return note(be, rg_errorf(RG_ERR_INVALID_INPUT, "copy_blocks: bad arguments n=%d", n));
+	if (n < 0 || n_pools < 1 || (n > 0 && (!pool || !src_h || !dst_h)))
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT,
+					  "copy_blocks: bad arguments n=%d n_pools=%d", n, n_pools));
 	if ((s = RG_DEC_OP(be, copy_blocks)) != RG_OK || n == 0 || block_bytes == 0)
 		return s;
-	return note(be, be->ops->copy_blocks(be->ctx, pool, block_bytes, src_h, dst_h, n));
+	return note(be, be->ops->copy_blocks(be->ctx, pool, block_bytes, n_pools, pool_stride,
+					     src_h, dst_h, n));
 }
 
 rg_status rg_op_argmax_rows(rg_backend *be, const void *x, int M, int N, int32_t *ids,

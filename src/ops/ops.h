@@ -396,11 +396,15 @@ rg_status rg_op_kv_write(rg_backend *be, const void *k, const void *v, int ld,
 rg_status rg_op_paged_attention(rg_backend *be, const rg_attn_desc *d, const void *q, int ldq,
 				const void *k_cache, const void *v_cache, void *out);
 
-/* Copy whole blocks inside one pool of blocks of block_bytes bytes (copy-on-write for beams):
- * block dst_h[i] = block src_h[i] for i < n, in order; src_h, dst_h host int32 arrays of block
- * indices, validated by the caller. */
-rg_status rg_op_copy_blocks(rg_backend *be, void *pool, size_t block_bytes, const int32_t *src_h,
-			    const int32_t *dst_h, int n);
+/* Copy whole blocks inside each of n_pools pools of blocks of block_bytes bytes (copy-on-write
+ * for beams and parallel samples; vLLM's copy_blocks): in pool p (at pool + p * pool_stride
+ * bytes), block dst_h[i] = block src_h[i] for i < n, as if in order; src_h, dst_h host int32
+ * arrays of block indices, validated by the caller. CUDA: one kernel for every pool and pair
+ * (128 pairs a launch, 16-byte moves) when no dst is also a src and the pools are 16-byte
+ * aligned, else one cudaMemcpyAsync per block in order; CPU: memcpy in order. Asynchronous on
+ * the backend's stream. RG_ERR_INVALID_INPUT for n < 0, n_pools < 1 or NULL arrays. */
+rg_status rg_op_copy_blocks(rg_backend *be, void *pool, size_t block_bytes, int n_pools,
+			    size_t pool_stride, const int32_t *src_h, const int32_t *dst_h, int n);
 
 /* Greedy choice on the device (the step's logits never leave it): for each row r of x (M, N) act,
  * ids[r] = the column of its largest value (the lowest such column on ties; NaN never wins) and,

@@ -634,8 +634,10 @@ static void test_paged_attention_mixed(void **state)
 static void test_copy_blocks(void **state)
 {
 	const size_t bb = 24; /* bytes per block */
-	unsigned char pool[6 * 24], want[6 * 24];
+	unsigned char pool[6 * 24], want[6 * 24], pools[3][7 * 24], wantp[3][7 * 24];
 	const int32_t src[3] = {0, 4, 2}, dst[3] = {5, 1, 2};
+	/* a chain (block 1 is written, then read): "as if in order" */
+	const int32_t csrc[2] = {3, 1}, cdst[2] = {1, 6};
 	rg_backend *be = cpu();
 
 	(void)state;
@@ -644,9 +646,20 @@ static void test_copy_blocks(void **state)
 	memcpy(want, pool, sizeof(pool));
 	memcpy(want + 5 * bb, want + 0 * bb, bb);
 	memcpy(want + 1 * bb, want + 4 * bb, bb);
-	assert_int_equal(rg_op_copy_blocks(be, pool, bb, src, dst, 3), RG_OK);
+	assert_int_equal(rg_op_copy_blocks(be, pool, bb, 1, 0, src, dst, 3), RG_OK);
 	assert_memory_equal(pool, want, sizeof(pool));
-	assert_int_equal(rg_op_copy_blocks(be, pool, bb, src, dst, -1), RG_ERR_INVALID_INPUT);
+	/* three pools 7 blocks apart, one call: each pool gets the same copies */
+	for (int p = 0; p < 3; p++) {
+		for (size_t i = 0; i < sizeof(pools[p]); i++)
+			pools[p][i] = (unsigned char)(i * 7 + (size_t)p * 31);
+		memcpy(wantp[p], pools[p], sizeof(pools[p]));
+		memcpy(wantp[p] + 1 * bb, wantp[p] + 3 * bb, bb);
+		memcpy(wantp[p] + 6 * bb, wantp[p] + 1 * bb, bb);
+	}
+	assert_int_equal(rg_op_copy_blocks(be, pools, bb, 3, sizeof(pools[0]), csrc, cdst, 2), RG_OK);
+	assert_memory_equal(pools, wantp, sizeof(pools));
+	assert_int_equal(rg_op_copy_blocks(be, pool, bb, 1, 0, src, dst, -1), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_op_copy_blocks(be, pool, bb, 0, 0, src, dst, 3), RG_ERR_INVALID_INPUT);
 	rg_backend_free(be);
 }
 

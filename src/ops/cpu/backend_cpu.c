@@ -300,14 +300,18 @@ static rg_status cpu_argmax_rows(rg_backend_ctx *c, rg_dtype dt, const void *x, 
 	return RG_OK;
 }
 
-static rg_status cpu_copy_blocks(rg_backend_ctx *c, void *pool, size_t block_bytes,
-				 const int32_t *src_h, const int32_t *dst_h, int n)
+static rg_status cpu_copy_blocks(rg_backend_ctx *c, void *pool, size_t block_bytes, int n_pools,
+				 size_t pool_stride, const int32_t *src_h, const int32_t *dst_h, int n)
 {
 	(void)c;
-	for (int i = 0; i < n; i++)
-		if (src_h[i] != dst_h[i])
-			memcpy((char *)pool + (size_t)dst_h[i] * block_bytes,
-			       (char *)pool + (size_t)src_h[i] * block_bytes, block_bytes);
+	for (int p = 0; p < n_pools; p++) {
+		char *base = (char *)pool + (size_t)p * pool_stride;
+
+		for (int i = 0; i < n; i++)
+			if (src_h[i] != dst_h[i])
+				memcpy(base + (size_t)dst_h[i] * block_bytes,
+				       base + (size_t)src_h[i] * block_bytes, block_bytes);
+	}
 	return RG_OK;
 }
 

@@ -507,24 +507,77 @@ extern "C" rg_status rg_cuda_kv_write(rg_cuda_ctx *c, rg_dtype dt, const void *k
 	return e == cudaSuccess ? RG_OK : rg_cuda_err(e, "kv_write_kernel launch");
 }
 
-/* Whole-block copies inside one pool, in order, on the backend's stream. */
-extern "C" rg_status rg_cuda_copy_blocks(rg_cuda_ctx *c, void *pool, size_t block_bytes,
-					 const int32_t *src_h, const int32_t *dst_h, int n)
+/* Block pairs of one copy_blocks launch, passed by value (2 * 128 int32 = 1 KB of the 4 KB of
+ * kernel parameters). */
+#define RG_COPY_PAIRS 128
+struct copy_pairs {
+	int32_t src[RG_COPY_PAIRS], dst[RG_COPY_PAIRS];
+};
+
+/* grid (pairs, pools): CTA (i, p) moves block src[i] to dst[i] of pool p in 16-byte words. */
+__global__ void copy_blocks_kernel(char *pool, size_t pool_stride, size_t words, copy_pairs pr)
 {
+	char *base = pool + (size_t)blockIdx.y * pool_stride;
+	const int4 *s = (const int4 *)(base + (size_t)pr.src[blockIdx.x] * words * 16);
+	int4 *d = (int4 *)(base + (size_t)pr.dst[blockIdx.x] * words * 16);
+
+	rg_pdl_wait(); /* the blocks are the previous step's KV writes */
+	for (size_t k = threadIdx.x; k < words; k += blockDim.x)
+		d[k] = s[k];
+}
+
+/* Whole-block copies inside n_pools pools on the backend's stream (rg_op_copy_blocks). One
+ * kernel per RG_COPY_PAIRS pairs for every pool (a beam step forks blocks in each layer's K
+ * and V pool: one launch, not 2 x layers x forks memcpys) when the pairs are independent (no
+ * dst is a src: copy-on-write takes fresh blocks) and everything is 16-byte aligned; else one
+ * cudaMemcpyAsync per block, in order. */
+extern "C" rg_status rg_cuda_copy_blocks(rg_cuda_ctx *c, void *pool, size_t block_bytes,
+					 int n_pools, size_t pool_stride, const int32_t *src_h,
+					 const int32_t *dst_h, int n)
+{
+	bool independent = ((uintptr_t)pool | block_bytes | pool_stride) % 16 == 0 &&
+			   n_pools <= 65535;
 	rg_status st;
 
 	if (n == 0)
 		return RG_OK;
 	if ((st = rg_cuda_enter(c)) != RG_OK)
 		return st;
-	for (int i = 0; i < n; i++) {
-		char *base = (char *)pool;
-		cudaError_t e = cudaMemcpyAsync(base + (size_t)dst_h[i] * block_bytes,
-						base + (size_t)src_h[i] * block_bytes, block_bytes,
-						cudaMemcpyDeviceToDevice, c->stream);
-		if (e != cudaSuccess)
-			return rg_cuda_err(e, "copy_blocks cudaMemcpyAsync");
+	for (int i = 0; independent && i < n; i++)
+		for (int j = 0; j < n; j++)
+			if ((dst_h[i] == src_h[j] && (i != j || src_h[i] != dst_h[i])) ||
+			    (i != j && dst_h[i] == dst_h[j])) {
+				independent = false;
+				break;
+			}
+	if (independent) {
+		for (int i0 = 0; i0 < n; i0 += RG_COPY_PAIRS) {
+			const int k = n - i0 < RG_COPY_PAIRS ? n - i0 : RG_COPY_PAIRS;
+			copy_pairs pr;
+			cudaError_t e;
+
+			memcpy(pr.src, src_h + i0, (size_t)k * 4);
+			memcpy(pr.dst, dst_h + i0, (size_t)k * 4);
+			e = rg_launch(c, copy_blocks_kernel, dim3(k, n_pools), dim3(256), 0,
+				      (char *)pool, pool_stride, block_bytes / 16, pr);
+			if (e != cudaSuccess)
+				return rg_cuda_err(e, "copy_blocks_kernel launch");
+		}
+		return RG_OK;
 	}
+	for (int p = 0; p < n_pools; p++)
+		for (int i = 0; i < n; i++) {
+			char *base = (char *)pool + (size_t)p * pool_stride;
+			cudaError_t e;
+
+			if (src_h[i] == dst_h[i])
+				continue;
+			e = cudaMemcpyAsync(base + (size_t)dst_h[i] * block_bytes,
+					    base + (size_t)src_h[i] * block_bytes, block_bytes,
+					    cudaMemcpyDeviceToDevice, c->stream);
+			if (e != cudaSuccess)
+				return rg_cuda_err(e, "copy_blocks cudaMemcpyAsync");
+		}
 	return RG_OK;
 }
 

@@ -102,8 +102,8 @@ rg_status rg_cuda_sample_rows(rg_cuda_ctx *c, rg_dtype dt, const void *x, int M,
 			      const rg_sample_args *a);
 rg_status rg_cuda_topk_rows(rg_cuda_ctx *c, rg_dtype dt, const void *x, int M, int N, int k,
 			    rg_topk_method method, void *work, int32_t *idx, float *val);
-rg_status rg_cuda_copy_blocks(rg_cuda_ctx *c, void *pool, size_t block_bytes, const int32_t *src_h,
-			      const int32_t *dst_h, int n);
+rg_status rg_cuda_copy_blocks(rg_cuda_ctx *c, void *pool, size_t block_bytes, int n_pools,
+			      size_t pool_stride, const int32_t *src_h, const int32_t *dst_h, int n);
 #ifdef __cplusplus
 }
 #endif
