@@ -101,6 +101,8 @@ WHAT = {
                         "(bench/peer/translate_graphs.sh, issue 29)",
     "graphs_ab": "decode-step graphs above 64 rows, A/B beside the graphed PyTorch peer "
                  "(tests/gpu/graphs_ab.sh)",
+    "translate_trace": "kernel trace of one Translator call, greedy and 4 beams "
+                       "(bench/peer/translate_trace.py, issue 29)",
 }
 TESTS = {
     "gpu_test": "tests/gpu/run.sh",
