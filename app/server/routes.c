@@ -494,6 +494,8 @@ enum MHD_Result rg_route_dispatch(conn_ctx *c, const char *url, const char *meth
 		rg_conn_release_body(c);
 		if (st != RG_OK)
 			return rg_conn_error(c, err.http_status, err.type, err.param, "%s", err.msg);
+		if (rg_refuse_model(c, c->req.model, &ret))
+			return ret;
 	}
 	if (row->kinds != RG_KIND_ANY && refuse_kind(c, &ret))
 		return ret;

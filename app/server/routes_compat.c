@@ -367,18 +367,53 @@ enum MHD_Result rg_answer_models(conn_ctx *c)
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
 }
 
+bool rg_model_served(const rg_server *s, const char *name)
+{
+	const char *a = s->o.served_model_name;
+	size_t n;
+
+	/* huggingface_hub's InferenceClient(URL).chat_completion sends "dummy" (older versions
+	 * "tgi") as the model of a URL, which TGI ignores: a placeholder, not a model's name */
+	if (!name || !strcmp(name, "dummy") || !strcmp(name, "tgi"))
+		return true;
+	if (!strcmp(name, s->model_name) || !strcmp(name, s->model_id) ||
+	    (s->o.model[0] && !strcmp(name, s->o.model)) ||
+	    (s->info && s->info->model_dir && !strcmp(name, s->info->model_dir)))
+		return true;
+	n = strlen(name);
+	while (a && *a) {
+		size_t k = strcspn(a, ",");
+
+		if (k == n && !strncmp(a, name, n))
+			return true;
+		a += k + (a[k] == ',');
+	}
+	return false;
+}
+
+bool rg_refuse_model(conn_ctx *c, const char *name, enum MHD_Result *ret)
+{
+	if (rg_model_served(c->srv, name))
+		return false;
+	*ret = rg_conn_error(c, 404, "model_not_found", "model",
+			     "The model '%.200s' does not exist (this server serves '%s')", name,
+			     c->srv->model_name);
+	return true;
+}
+
+/* The model object of GET /v1/models/{id}: id as asked when it names the served model
+ * (rg_model_served). */
 enum MHD_Result rg_answer_model(conn_ctx *c, const char *id)
 {
 	rg_server *s = c->srv;
+	enum MHD_Result ret;
 	rg_buf b;
 
-	if (strcmp(id, s->model_name))
-		return rg_conn_error(c, 404, "model_not_found", "model",
-				     "The model '%.200s' does not exist (this server serves '%s')",
-				     id, s->model_name);
+	if (rg_refuse_model(c, id, &ret))
+		return ret;
 	rg_buf_init(&b);
 	rg_buf_puts(&b, "{\"id\":");
-	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
+	rg_buf_json_str(&b, id, strlen(id));
 	rg_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"ragged\"",
 		       s->created_s);
 	if (s->decoder)

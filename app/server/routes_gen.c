@@ -926,6 +926,8 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 		return rg_conn_error(c, code, err.type, err.param[0] ? err.param : NULL, "%s",
 				     err.msg);
 	}
+	if (rg_refuse_model(c, g->req.model, &lret))
+		return lret;
 	if (api == RG_GEN_API_TGI && g->req.stream) /* TGI's POST / with "stream": true */
 		g->req.api = api = RG_GEN_API_TGI_STREAM;
 	/* /translate's stream is /generate_stream's events; its errors stay 400 (below: vcode) */
@@ -1114,8 +1116,12 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 
 /* ---- /tokenize, /detokenize, /info -------------------------------------------------------- */
 
+/* vLLM's /tokenize: {"prompt"} or {"messages", "add_generation_prompt"...} (rendered as the chat
+ * route renders them) -> {"count", "max_model_len", "tokens"}; TEI's {"inputs"} as for
+ * encoders. A "model" that is not the served one: 404. */
 enum MHD_Result rg_handle_gen_tokenize(conn_ctx *c)
 {
+	static const char *const chat_keys[] = {"add_generation_prompt"};
 	rg_server *s = c->srv;
 	json_object *o = NULL, *v;
 	rg_encode_params ep = rg_encode_params_default();
@@ -1131,6 +1137,15 @@ enum MHD_Result rg_handle_gen_tokenize(conn_ctx *c)
 		rg_conn_release_body(c);
 		return rg_conn_error(c, perr.http_status, perr.type, perr.param[0] ? perr.param : NULL,
 				     "%s", perr.msg);
+	}
+	/* a "model" makes it vLLM's request: its 404 in OpenAI's error shape, as vLLM's */
+	if (json_object_object_get_ex(o, "model", &v) && json_object_is_type(v, json_type_string) &&
+	    !rg_model_served(s, json_object_get_string(v))) {
+		c->openai = true;
+		rg_refuse_model(c, json_object_get_string(v), &ret);
+		json_object_put(o);
+		rg_conn_release_body(c);
+		return ret;
 	}
 	if (json_object_object_get_ex(o, "inputs", &v)) {
 		/* TEI's shape, as for encoders */
@@ -1160,6 +1175,13 @@ enum MHD_Result rg_handle_gen_tokenize(conn_ctx *c)
 		json_object *req = json_object_new_object();
 
 		json_object_object_add(req, "messages", json_object_get(v));
+		/* vLLM's chat tokenize fields, parsed as the chat route parses them */
+		for (size_t k = 0; k < sizeof(chat_keys) / sizeof(chat_keys[0]); k++) {
+			json_object *f;
+
+			if (json_object_object_get_ex(o, chat_keys[k], &f))
+				json_object_object_add(req, chat_keys[k], json_object_get(f));
+		}
 		if (!g) {
 			json_object_put(req);
 			json_object_put(o);

@@ -57,7 +57,7 @@ def alone(gen, ids, n):
 def srv(model_dir):
     # small steps and blocks: prompts are prefilled in several chunks, blocks fill quickly
     s = Server(model_dir, "--max-num-seqs", 8, "--max-num-batched-tokens", 16, "--block-size",
-               4, "--kv-cache-bytes", 4 << 20)
+               4, "--kv-cache-bytes", 4 << 20, "--served-model-name", "tiny,tiny-alias")
     yield s
     s.stop()
 
@@ -494,6 +494,33 @@ def test_info_models_tokenize(srv, tok):
     for p in ("/v1/completions", "/v1/chat/completions", "/generate", "/generate_stream",
               "/tokenize", "/detokenize"):
         assert p in paths
+
+
+def test_unknown_model_404(srv, model_dir):
+    """vLLM's check: a "model" that is not one of the served names (--served-model-name's
+    comma-separated names, the model id, --model's path) is 404 model_not_found in OpenAI's
+    error shape on every route, and the server keeps serving; no "model" is accepted."""
+    comp = {"prompt": "A", "max_tokens": 1, "temperature": 0}
+    chat = {"messages": [{"role": "user", "content": "A"}], "max_tokens": 1, "temperature": 0}
+    for path, body in (("/v1/completions", comp), ("/v1/chat/completions", chat),
+                       ("/completions", comp), ("/tokenize", {"prompt": "A"})):
+        st, out = srv.post_json(path, dict(body, model="gpt-4o-mini"))
+        assert st == 404, (path, out)
+        assert set(out["error"]) == {"message", "type", "param", "code"}, out
+        assert out["error"]["code"] == "model_not_found" and out["error"]["param"] == "model"
+        assert "gpt-4o-mini" in out["error"]["message"]
+        for name in ("tiny", "tiny-alias", model_dir, None):
+            b = dict(body, model=name) if name else body
+            st, out = srv.post_json(path, b)
+            assert st == 200, (path, name, out)
+            if "choices" in out:  # vLLM answers with the first served name
+                assert out["model"] == "tiny"
+    st, h, data = srv.request("GET", "/v1/models/gpt-4o-mini")
+    assert st == 404 and json.loads(data)["error"]["code"] == "model_not_found"
+    st, h, data = srv.request("GET", "/v1/models")
+    assert [m["id"] for m in json.loads(data)["data"]] == ["tiny"]
+    st, h, data = srv.request("GET", "/v1/models/tiny-alias")
+    assert st == 200 and json.loads(data)["id"] == "tiny-alias"
 
 
 # ---- disconnects, leaks, drain -------------------------------------------------------------

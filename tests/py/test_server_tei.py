@@ -286,7 +286,7 @@ def test_unknown_arguments(srv):
     err = json.loads(body)["error"]
     assert err["param"] == "normalise" and "normalise" in err["message"]
     assert err["type"] == "invalid_request_error"
-    st, out = srv.post_json("/v1/embeddings", {"input": "a", "model": "m", "user": "u",
+    st, out = srv.post_json("/v1/embeddings", {"input": "a", "user": "u",
                                                "encoding_format": "float", "dimensions": 8})
     assert st == 200 and len(out["data"][0]["embedding"]) == 8
     st, want = srv.post_json("/embed", {"inputs": "a"})
