@@ -12,7 +12,8 @@
 
 /* The properties /v1/completions and /v1/chat/completions share (JSON members). */
 #define GEN_COMMON_PROPS \
-	"\"model\":{\"type\":\"string\",\"description\":\"Echoed in the answer.\"},\"stream\"" \
+	"\"model\":{\"type\":\"string\",\"description\":\"The served model (another: 404 " \
+	"model_not_found).\"},\"stream\"" \
 	":{\"type\":\"boolean\",\"default\":false,\"description\":\"Server-sent events.\"},\"" \
 	"stream_options\":{\"type\":\"object\",\"properties\":{\"include_usage\":{\"type\":\"" \
 	"boolean\"}}},\"n\":{\"type\":\"integer\",\"minimum\":1,\"default\":1},\"max_tokens\"" \
@@ -70,7 +71,7 @@ static const struct {
 	 "array\",\"items\":{\"type\":\"integer\",\"minimum\":0}},{\"type\":\"array\",\"items\":"
 	 "{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":0}}}],\"description\":"
 	 "\"Text(s) or token id array(s) (used as given).\"},\"model\":{\"type\":\"string\",\"de"
-	 "scription\":\"Echoed in the answer.\"},\"encoding_format\":{\"type\":\"string\",\"enum"
+	 "scription\":\"The served model, echoed (another: 404 model_not_found).\"},\"encoding_format\":{\"type\":\"string\",\"enum"
 	 "\":[\"float\",\"base64\"],\"default\":\"float\",\"description\":\"base64: little-endia"
 	 "n float32 bytes.\"},\"dimensions\":{\"type\":\"integer\",\"minimum\":1},\"user\":{\"ty"
 	 "pe\":\"string\",\"description\":\"Accepted and ignored, as OpenAI does.\"},\"normalize"

@@ -523,6 +523,35 @@ def test_unknown_model_404(srv, model_dir):
     assert st == 200 and json.loads(data)["id"] == "tiny-alias"
 
 
+def jinja_chat(tmpl, messages, **kw):
+    """transformers' apply_chat_template rendering (render_jinja_template): jinja2's sandbox,
+    trim_blocks, lstrip_blocks; kw are the template's variables (add_generation_prompt...)."""
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    return env.from_string(tmpl).render(messages=messages, **kw)
+
+
+def test_tokenize_messages_generation_prompt(srv, tok, model_dir):
+    """vLLM's /tokenize {"messages", "add_generation_prompt"}: the ids of the template's
+    rendering (jinja2) by HF tokenizers, the assistant header only when asked (default true)."""
+    with open(os.path.join(model_dir, "tokenizer_config.json")) as f:
+        tmpl = json.load(f)["chat_template"]
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+    for agp in (True, False, None):
+        text = jinja_chat(tmpl, msgs, add_generation_prompt=agp is not False)
+        body = {"messages": msgs} if agp is None else {"messages": msgs,
+                                                       "add_generation_prompt": agp}
+        st, out = srv.post_json("/tokenize", body)
+        assert st == 200, out
+        assert out["tokens"] == tok.encode(text, add_special_tokens=False).ids, agp
+    st, out = srv.post_json("/tokenize", {"messages": msgs, "add_generation_prompt": "yes"})
+    assert st == 400 and "add_generation_prompt" in json.dumps(out)
+    st, out = srv.post_json("/tokenize", {"prompt": "A"})
+    assert st == 200 and out["tokens"] == tok.encode("A").ids
+
+
 # ---- disconnects, leaks, drain -------------------------------------------------------------
 
 def test_disconnects_free_blocks(model_dir):
