@@ -257,6 +257,17 @@ static void choice_order(const rg_gen_conn *g, const rg_gen_job *j, int *order)
 	}
 }
 
+/* Whether the answer's text keeps the stop string that ended it: TGI's routes do (its
+ * generated_text is the decoded tokens, the stop sequence's included); OpenAI's (and vLLM's)
+ * and /translate drop it. */
+static bool keeps_stop(const conn_ctx *c)
+{
+	rg_gen_api api = c->gen->req.api;
+
+	return c->row && c->row->gen_api != RG_GEN_API_TRANSLATE &&
+	       (api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM);
+}
+
 static enum MHD_Result answer_whole(conn_ctx *c)
 {
 	rg_gen_conn *g = c->gen;
@@ -320,6 +331,8 @@ static enum MHD_Result answer_whole(conn_ctx *c)
 			if (pl)
 				rg_buf_put(&t, g->prefix[p], pl);
 			rg_buf_put(&t, o->text.data ? o->text.data : "", o->text.len);
+			if (o->end == RG_GEN_END_STOP && o->stop_str && keeps_stop(c))
+				rg_buf_puts(&t, o->stop_str);
 			texts[n] = t.data;
 			x->index = api == RG_GEN_API_COMPLETIONS ? p * g->n_choices + q : q;
 			x->text = t.data ? t.data : "";
@@ -458,6 +471,8 @@ static bool stream_choice(conn_ctx *c, int p, int q)
 				if (g->prefix && g->prefix[p])
 					rg_buf_put(&full, g->prefix[p], g->prefix_len[p]);
 				rg_buf_put(&full, o->text.data ? o->text.data : "", o->text.len);
+				if (o->end == RG_GEN_END_STOP && o->stop_str && keeps_stop(c))
+					rg_buf_puts(&full, o->stop_str);
 			}
 			rg_gen_answer_event(&g->pend, &g->actx, k, false,
 					    o->text.data ? o->text.data + from : "", till - from,

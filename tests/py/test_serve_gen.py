@@ -242,6 +242,41 @@ def test_tgi_generate_and_stream(srv, gen, tok):
     assert st == 200 and len(sse_events(data)) == 3
 
 
+def test_tgi_keeps_stop_text(srv, tok):
+    """TGI's generated_text keeps the stop sequence (/generate and /generate_stream's last
+    event), OpenAI's text drops it. The stop is chosen to end on a token boundary of the greedy
+    output and to occur there first, so both are decided by HF tokenizers' decoding alone."""
+    p = PROMPTS[0]
+    st, out = srv.post_json("/generate", {"inputs": p, "parameters": {
+        "max_new_tokens": 12, "details": True}})
+    assert st == 200, out
+    ids = [t["id"] for t in out["details"]["tokens"]]
+    full = tok.decode(ids)
+    cut = None
+    for k in range(2, len(ids)):
+        pre = tok.decode(ids[:k])
+        stop = pre[-2:]
+        if len(stop.strip()) == 2 and full.find(stop) + len(stop) == len(pre):
+            cut = (pre, stop)
+            break
+    if cut is None:
+        pytest.skip("no stop string ends on a token boundary of this output")
+    pre, stop = cut
+    st, out = srv.post_json("/generate", {"inputs": p, "parameters": {
+        "max_new_tokens": 12, "stop": [stop], "details": True}})
+    assert st == 200, out
+    assert out["generated_text"] == pre and out["details"]["finish_reason"] == "stop_sequence"
+    st, h, data = post_stream(srv, "/generate_stream", {"inputs": p, "parameters": {
+        "max_new_tokens": 12, "stop": [stop]}})
+    ev = [json.loads(e) for e in sse_events(data)]
+    assert st == 200 and ev[-1]["generated_text"] == pre
+    assert ev[-1]["details"]["finish_reason"] == "stop_sequence"
+    st, out = srv.post_json("/v1/completions", {"prompt": p, "max_tokens": 12, "temperature": 0,
+                                                "stop": [stop]})
+    assert st == 200 and out["choices"][0]["text"] == pre[:-len(stop)]
+    assert out["choices"][0]["finish_reason"] == "stop"
+
+
 def test_sampling_seed_and_n(srv):
     body = {"prompt": "Hello", "max_tokens": 10, "temperature": 1.0, "seed": 1234, "n": 3,
             "ignore_eos": True, "top_k": 50}
