@@ -135,7 +135,14 @@ static const struct {
 	 ":\"string\",\"enum\":[\"text\"]},\"text\":{\"type\":\"string\"}}}}],\"nullable\":tru"
 	 "e}}},\"minItems\":1},\"max_completion_tokens\":{\"type\":\"integer\"},\"logprobs\":{"
 	 "\"type\":\"boolean\"},\"top_logprobs\":{\"type\":\"integer\",\"minimum\":0,\"maximum"
-	 "\":20},\"add_generation_prompt\":{\"type\":\"boolean\",\"default\":true}}}"},
+	 "\":20},\"add_generation_prompt\":{\"type\":\"boolean\",\"default\":true},"
+	 "\"continue_final_message\":{\"type\":\"boolean\",\"default\":false,\"description\":"
+	 "\"vLLM's assistant prefill: the last message left open (needs add_generation_prompt "
+	 "false).\"},\"chat_template\":{\"type\":\"string\",\"description\":\"A Jinja chat "
+	 "template of a family ragged renders, instead of the model's.\"},"
+	 "\"chat_template_kwargs\":{\"type\":\"object\",\"description\":\"add_generation_prompt "
+	 "and continue_final_message override the fields; another key the template reads: "
+	 "400.\"}}}"},
 	{"TranslateRequest",
 	 "{\"type\":\"object\",\"required\":[\"inputs\"],\"additionalProperties\":false,\"descript"
 	 "ion\":\"Translation by an encoder-decoder model. Only these keys are read; any other is "

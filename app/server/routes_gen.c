@@ -13,6 +13,7 @@
  * jobs (the engine also sees its socket close) and the last of connection and jobs frees it. */
 #include "server/server_internal.h"
 
+#include <ctype.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <pthread.h>
@@ -612,18 +613,69 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
  * family found by structure) into *out and tokenized into *enc (--chat-content-as-text:
  * special tokens matched in the markup only, rg_model_chat_encode). "developer" is OpenAI's
  * newer name of "system"; tool messages are refused (no template family here renders them). */
+/* Whether Jinja source src reads variable name (as a whole identifier). */
+static bool template_reads(const char *src, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = src; n && (p = strstr(p, name)); p += n) {
+		char a = p > src ? p[-1] : ' ', z = p[n];
+
+		if (!(isalnum((unsigned char)a) || a == '_') && !(isalnum((unsigned char)z) || z == '_'))
+			return true;
+	}
+	return false;
+}
+
+/* vLLM's chat_template / chat_template_kwargs: the template to render (NULL: the model's) or a
+ * 400 (false, the error set) for one of no family ragged renders, or a kwarg the template reads
+ * (a family is rendered in C, not by Jinja: a variable it reads cannot be honoured; one it does
+ * not read changes nothing, as in Jinja). */
+static bool chat_template_chosen(conn_ctx *c, const char **tmpl, const char **param)
+{
+	const rg_gen_request *r = &c->gen->req;
+	const char *src = r->chat_template ? r->chat_template : rg_model_chat_template(c->srv->model);
+
+	*tmpl = r->chat_template;
+	if (r->chat_template && !rg_chat_template_family(r->chat_template)) {
+		char why[256];
+
+		snprintf(why, sizeof(why), "%s", rg_last_error());
+		*param = "chat_template";
+		rg_errorf(RG_ERR_INVALID_INPUT, "chat_template: %s", why);
+		return false;
+	}
+	for (int i = 0; src && i < r->n_template_vars; i++)
+		if (template_reads(src, r->template_vars[i])) {
+			*param = "chat_template_kwargs";
+			rg_errorf(RG_ERR_INVALID_INPUT, "chat_template_kwargs.%.100s is read by the chat "
+				  "template, which ragged renders by its family (%s) without Jinja; "
+				  "only add_generation_prompt and continue_final_message are honoured",
+				  r->template_vars[i],
+				  rg_chat_template_family(src) ? rg_chat_template_family(src) : "?");
+			return false;
+		}
+	return true;
+}
+
 static rg_status render_chat(conn_ctx *c, char **out, rg_encoding *enc, const char **param)
 {
 	const rg_gen_request *r = &c->gen->req;
 	rg_chat_message *msgs;
+	rg_chat_opts opts = {.add_generation_prompt = r->add_generation_prompt,
+			     .continue_final_message = r->continue_final_message,
+			     .content_as_text = c->srv->o.chat_content_as_text};
 	rg_status st;
 
 	*param = "messages";
-	if (!rg_model_chat_template(c->srv->model))
+	if (!chat_template_chosen(c, &opts.chat_template, param))
+		return RG_ERR_INVALID_INPUT;
+	/* the model's template, unless the request brings one (its family checked above) */
+	if (!opts.chat_template && !rg_model_chat_template(c->srv->model))
 		return rg_errorf(RG_ERR_UNSUPPORTED, "%s has no chat template (tokenizer_config.json "
 				 "chat_template or GGUF tokenizer.chat_template); use /v1/completions",
 				 c->srv->model_name);
-	if (!c->srv->chat_family)
+	if (!opts.chat_template && !c->srv->chat_family)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "%s's chat template is not of a family ragged "
 				 "renders (%s); use /v1/completions", c->srv->model_name,
 				 c->srv->chat_unknown);
@@ -640,13 +692,14 @@ static rg_status render_chat(conn_ctx *c, char **out, rg_encoding *enc, const ch
 			*param = "messages";
 			return rg_errorf(RG_ERR_INVALID_INPUT, "messages[%d]: role '%s' is not rendered "
 					 "by the %s template (system, developer, user and assistant "
-					 "are)", i, role, c->srv->chat_family);
+					 "are)", i, role,
+					 opts.chat_template ? rg_chat_template_family(opts.chat_template)
+							    : c->srv->chat_family);
 		}
 		msgs[i] = (rg_chat_message){.role = role, .content = r->messages[i].content,
 					    .content_len = r->messages[i].content_len};
 	}
-	st = rg_model_chat_encode(c->srv->model, msgs, r->n_messages, r->add_generation_prompt,
-				  c->srv->o.chat_content_as_text, out, enc);
+	st = rg_model_chat_encode_opts(c->srv->model, msgs, r->n_messages, &opts, out, enc);
 	free(msgs);
 	return st;
 }
@@ -1136,7 +1189,8 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
  * encoders. A "model" that is not the served one: 404. */
 enum MHD_Result rg_handle_gen_tokenize(conn_ctx *c)
 {
-	static const char *const chat_keys[] = {"add_generation_prompt"};
+	static const char *const chat_keys[] = {"add_generation_prompt", "continue_final_message",
+						"chat_template", "chat_template_kwargs"};
 	rg_server *s = c->srv;
 	json_object *o = NULL, *v;
 	rg_encode_params ep = rg_encode_params_default();

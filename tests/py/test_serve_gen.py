@@ -587,6 +587,79 @@ def test_tokenize_messages_generation_prompt(srv, tok, model_dir):
     assert st == 200 and out["tokens"] == tok.encode("A").ids
 
 
+def hf_continue_final(rendered, final_message):
+    """transformers' apply_chat_template(continue_final_message=True) cut of a rendering."""
+    if final_message.strip() not in rendered:
+        raise ValueError("final message not in the rendering")
+    loc = rendered.rindex(final_message.strip())
+    if rendered[loc:loc + len(final_message.lstrip())] == final_message:
+        return rendered[:loc + len(final_message.lstrip())]
+    return rendered[:loc + len(final_message.strip())]
+
+
+def test_chat_continue_final_message_and_template(srv, gen, tok, model_dir):
+    """vLLM's continue_final_message (assistant prefill), chat_template and chat_template_kwargs
+    on /v1/chat/completions and /tokenize, against jinja2's rendering cut as transformers cuts
+    it, tokenized by HF tokenizers; the completion against rg_generate of those ids alone."""
+    with open(os.path.join(model_dir, "tokenizer_config.json")) as f:
+        cfg = json.load(f)
+    tv = dict(bos_token=cfg["bos_token"], eos_token=cfg["eos_token"])
+    data = os.path.join(ROOT, "tests", "data", "chat_templates")
+    msgs = [{"role": "user", "content": "Name a colour."},
+            {"role": "assistant", "content": "The colour is "}]
+    flags = {"add_generation_prompt": False, "continue_final_message": True}
+
+    def ids_of(text):
+        return tok.encode(text, add_special_tokens=False).ids
+
+    want = ids_of(hf_continue_final(jinja_chat(cfg["chat_template"], msgs,
+                                               add_generation_prompt=False, **tv),
+                                    msgs[-1]["content"]))
+    st, out = srv.post_json("/tokenize", dict(flags, messages=msgs))
+    assert st == 200 and out["tokens"] == want, out
+    st, out = srv.post_json("/v1/chat/completions", dict(
+        flags, messages=msgs, max_tokens=6, temperature=0, ignore_eos=True))
+    assert st == 200, out
+    assert out["usage"]["prompt_tokens"] == len(want)
+    assert out["choices"][0]["message"]["content"] == tok.decode(alone(gen, want, 6))
+    # the same flags given as chat_template_kwargs (vLLM merges them over the fields)
+    st, out = srv.post_json("/tokenize", {"messages": msgs, "chat_template_kwargs": flags})
+    assert st == 200 and out["tokens"] == want, out
+    # another family's template instead of the model's; a kwarg it does not read is ignored
+    for name in ("TinyLlama-1.1B-Chat-v1.0.jinja", "Meta-Llama-3-8B-Instruct.jinja"):
+        with open(os.path.join(data, name)) as f:
+            tmpl = f.read()
+        for agp, cont in ((True, False), (False, True)):
+            text = jinja_chat(tmpl, msgs, add_generation_prompt=agp, **tv)
+            if cont:
+                text = hf_continue_final(text, msgs[-1]["content"])
+            st, out = srv.post_json("/tokenize", {
+                "messages": msgs, "chat_template": tmpl, "add_generation_prompt": agp,
+                "continue_final_message": cont,
+                "chat_template_kwargs": {"enable_thinking": False}})
+            assert st == 200 and out["tokens"] == ids_of(text), (name, agp, out)
+    # vLLM's 400s, and the server goes on serving
+    st, out = srv.post_json("/v1/chat/completions", {
+        "messages": msgs, "continue_final_message": True, "max_tokens": 1})
+    assert st == 400 and out["error"]["param"] == "continue_final_message", out
+    assert "add_generation_prompt" in out["error"]["message"]
+    st, out = srv.post_json("/v1/chat/completions", {
+        "messages": msgs, "chat_template": "{{ messages }}", "max_tokens": 1})
+    assert st == 400 and out["error"]["param"] == "chat_template", out
+    with open(os.path.join(data, "Llama-3.3-70B-Instruct.jinja")) as f:
+        l33 = f.read()
+    st, out = srv.post_json("/v1/chat/completions", {
+        "messages": msgs[:1], "chat_template": l33, "max_tokens": 1,
+        "chat_template_kwargs": {"date_string": "1 Jan 2025"}})
+    assert st == 400 and out["error"]["param"] == "chat_template_kwargs", out
+    assert "date_string" in out["error"]["message"]
+    st, out = srv.post_json("/v1/chat/completions", {
+        "messages": msgs, "chat_template_kwargs": [1], "max_tokens": 1})
+    assert st == 400 and out["error"]["param"] == "chat_template_kwargs", out
+    st, out = srv.post_json("/v1/chat/completions", {"messages": msgs[:1], "max_tokens": 1})
+    assert st == 200, out
+
+
 # ---- disconnects, leaks, drain -------------------------------------------------------------
 
 def test_disconnects_free_blocks(model_dir):
