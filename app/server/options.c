@@ -151,7 +151,7 @@ static const opt_spec g_opts[] = {
 	 "the model's sentence-transformers Dense module directory, e.g. 2_Dense_1024 "
 	 "(default: modules.json's)"},
 	{"--revision", "REV", OPT_STR, F(revision), 0, 0, NULL,
-	 "TEI: accepted, not used (ragged downloads nothing; the cache's snapshot is served)"},
+	 "TEI: /info model_sha (ragged downloads nothing; the cache's snapshot is served)"},
 	{"--tokenization-workers", "N", OPT_INT, F(tokenization_workers), 1, 1 << 16, NULL,
 	 "TEI: accepted, not used (the HTTP threads tokenize)"},
 	{"--max-concurrent-requests", "N", OPT_INT, F(max_concurrent_requests), 1, 1 << 24, NULL,

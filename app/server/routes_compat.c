@@ -247,7 +247,24 @@ static const char *tei_dtype(rg_dtype d)
 	return "auto";
 }
 
-/* TEI's Info fields (model_id as a name, model_dtype, max_client_batch_size, max_input_length,
+void rg_info_put_model_sha(rg_buf *b, const rg_server *s)
+{
+	const char *dir = s->info->model_dir, *p = dir ? strstr(dir, "/snapshots/") : NULL;
+
+	if (s->o.revision) {
+		rg_buf_json_str(b, s->o.revision, strlen(s->o.revision));
+	} else if (p && dir && strstr(dir, "models--") && strstr(dir, "models--") < p) {
+		p += strlen("/snapshots/");
+		if (p[0] && p[0] != '/')
+			rg_buf_json_str(b, p, strcspn(p, "/"));
+		else
+			rg_buf_puts(b, "null");
+	} else {
+		rg_buf_puts(b, "null");
+	}
+}
+
+/* TEI's Info fields (model_id as a name, model_sha, model_dtype, max_client_batch_size, max_input_length,
  * auto_truncate, version, served_model_name, max_batch_tokens...) and ragged's own. */
 enum MHD_Result rg_answer_info(conn_ctx *c)
 {
@@ -265,6 +282,8 @@ enum MHD_Result rg_answer_info(conn_ctx *c)
 	rg_buf_json_str(&b, s->model_id, strlen(s->model_id));
 	rg_buf_puts(&b, ",\"served_model_name\":");
 	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
+	rg_buf_puts(&b, ",\"model_sha\":");
+	rg_info_put_model_sha(&b, s);
 	rg_buf_puts(&b, ",\"model_dir\":");
 	json_str_lossy(&b, i->model_dir, strlen(i->model_dir));
 	rg_buf_printf(&b, ",\"model_dtype\":\"%s\",\"max_client_batch_size\":%d,"

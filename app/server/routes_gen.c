@@ -1367,7 +1367,9 @@ enum MHD_Result rg_answer_gen_info(conn_ctx *c)
 	rg_buf_json_str(&b, s->model_id, strlen(s->model_id));
 	rg_buf_puts(&b, ",\"served_model_name\":");
 	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
-	rg_buf_printf(&b, ",\"model_sha\":null,\"model_dtype\":\"%s\",\"model_device_type\":\"%s\","
+	rg_buf_puts(&b, ",\"model_sha\":");
+	rg_info_put_model_sha(&b, s);
+	rg_buf_printf(&b, ",\"model_dtype\":\"%s\",\"model_device_type\":\"%s\","
 		       "\"model_pipeline_tag\":\"%s\",\"model_kind\":\"%s\","
 		       "\"max_concurrent_requests\":%d,"
 		       "\"max_best_of\":16,\"max_stop_sequences\":16,\"max_input_tokens\":%d,"

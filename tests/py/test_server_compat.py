@@ -354,6 +354,7 @@ def test_default_prompt_and_hub_name(hub_dir, srv):
         st, h, body = s.request("GET", "/info")
         info = json.loads(body)
         assert info["model_id"] == "acme/tiny-embed" and info["default_prompt_name"] == "query"
+        assert info["model_sha"] == "0123abcd"  # the snapshot's revision (TEI's model_sha)
         assert sorted(info["prompts"]) == sorted(PROMPTS)
         st, h, body = s.request("GET", "/v1/models")
         assert json.loads(body)["data"][0]["id"] == "acme/tiny-embed"
