@@ -461,3 +461,27 @@ def test_tei_tokenization_duration(srv):
     assert b1[-1][0] == float("inf") and b1[-1][1] == n1
     assert all(x[1] <= y[1] for x, y in zip(b1, b1[1:]))  # cumulative
     assert [x[0] for x in b1] == [x[0] for x in b0] and b1[0][0] <= 0.001  # seconds
+
+
+def test_root_sentence_similarity_huggingface_hub(srv):
+    """huggingface_hub's InferenceClient(URL).sentence_similarity, unmodified: it posts
+    {"inputs": {"source_sentence", "sentences"}} to the root URL, which TEI answers on an
+    embedding model with the cosine similarities; checked against numpy's cosine of /embed's
+    vectors. POST / with string inputs stays /embed; a bad similarity body is a 4xx and the
+    server goes on."""
+    hub = pytest.importorskip("huggingface_hub")
+    src, others = "a cat sat on the mat", ["a dog sat on a rug", "stock prices fell", "cat"]
+    c = hub.InferenceClient(f"http://{srv.host}:{srv.port}")
+    got = c.sentence_similarity(src, other_sentences=others)
+    st, vecs = srv.post_json("/embed", {"inputs": [src] + others, "normalize": False})
+    assert st == 200
+    v = np.array(vecs, np.float64)
+    want = v[1:] @ v[0] / (np.linalg.norm(v[1:], axis=1) * np.linalg.norm(v[0]))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    st, out = srv.post_json("/invocations", {"inputs": {"source_sentence": src,
+                                                        "sentences": others[:1]}})
+    assert st == 200 and len(out) == 1
+    st, out = srv.post_json("/", {"inputs": {"source_sentence": src, "sentences": []}})
+    assert st == 400 and "sentences" in json.dumps(out)
+    st, out = srv.post_json("/", {"inputs": src})
+    assert st == 200 and np.allclose(np.array(out[0]), v[0] / np.linalg.norm(v[0]), atol=1e-5)
