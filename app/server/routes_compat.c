@@ -369,20 +369,33 @@ void rg_info_put_tuning(rg_buf *b)
 	free(t);
 }
 
-/* OpenAI's model list: the one model served. */
+/* OpenAI's model list: the one model served, once per --served-model-name name (vLLM lists
+ * each), else under its id. */
 enum MHD_Result rg_answer_models(conn_ctx *c)
 {
 	rg_server *s = c->srv;
+	const char *a = s->o.served_model_name ? s->o.served_model_name : s->model_name;
+	bool first = true;
 	rg_buf b;
 
 	rg_buf_init(&b);
-	rg_buf_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
-	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
-	rg_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"ragged\"",
-		       s->created_s);
-	if (s->decoder) /* vLLM's field: the context of a decoder */
-		rg_buf_printf(&b, ",\"max_model_len\":%d", s->max_len);
-	rg_buf_puts(&b, "}]}");
+	rg_buf_puts(&b, "{\"object\":\"list\",\"data\":[");
+	while (*a) {
+		size_t k = s->o.served_model_name ? strcspn(a, ",") : strlen(a);
+
+		if (k) {
+			rg_buf_puts(&b, first ? "{\"id\":" : ",{\"id\":");
+			rg_buf_json_str(&b, a, k);
+			rg_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,"
+				       "\"owned_by\":\"ragged\"", s->created_s);
+			if (s->decoder) /* vLLM's field: the context of a decoder */
+				rg_buf_printf(&b, ",\"max_model_len\":%d", s->max_len);
+			rg_buf_puts(&b, "}");
+			first = false;
+		}
+		a += k + (a[k] == ',');
+	}
+	rg_buf_puts(&b, "]}");
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
 }
 
