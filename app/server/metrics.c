@@ -45,6 +45,7 @@ void rg_metrics_init(rg_metrics *m)
 		rg_hist_init(&m->inference_ms[k], ms, 15);
 		rg_hist_init(&m->total_ms[k], ms, 15);
 	}
+	rg_hist_init(&m->tokenize_ms, ms, 15);
 	rg_hist_init(&m->batch_size, bs, 10);
 	rg_hist_init(&m->batch_tokens, bt, 7);
 }
@@ -76,6 +77,13 @@ void rg_metrics_request(rg_metrics *m, rg_route route, int status, double queue_
 		rg_hist_observe(&m->inference_ms[k], inference_ms);
 		rg_hist_observe(&m->total_ms[k], total_ms);
 	}
+	pthread_mutex_unlock(&m->mu);
+}
+
+void rg_metrics_tokenize(rg_metrics *m, double ms)
+{
+	pthread_mutex_lock(&m->mu);
+	rg_hist_observe(&m->tokenize_ms, ms);
 	pthread_mutex_unlock(&m->mu);
 }
 
@@ -342,6 +350,8 @@ static void render_tei(rg_buf *o, const rg_metrics *s, int queue_depth)
 	render_gauge_or_counter(o, "te_request_failure", "counter", (double)(all - ok));
 	rg_buf_puts(o, "# TYPE te_request_duration histogram\n");
 	render_series_scaled(o, "te_request_duration", "", &s->total_ms[0], 1e-3);
+	rg_buf_puts(o, "# TYPE te_request_tokenization_duration histogram\n");
+	render_series_scaled(o, "te_request_tokenization_duration", "", &s->tokenize_ms, 1e-3);
 	rg_buf_puts(o, "# TYPE te_request_queue_duration histogram\n");
 	render_series_scaled(o, "te_request_queue_duration", "", &s->queue_ms[0], 1e-3);
 	rg_buf_puts(o, "# TYPE te_request_inference_duration histogram\n");

@@ -29,6 +29,8 @@ typedef struct rg_metrics {
 	 * status class (a 429 answered at once must not pull the 2xx latencies down) */
 	rg_hist queue_ms[RG_METRICS_N_CLASSES], inference_ms[RG_METRICS_N_CLASSES],
 		total_ms[RG_METRICS_N_CLASSES];
+	rg_hist tokenize_ms;  /* per request whose inputs were tokenized, ms (TEI's
+			       * te_request_tokenization_duration) */
 	rg_hist batch_size, batch_tokens;                     /* per executed batch */
 	uint64_t batches, batch_failures;
 	uint64_t real_tokens, computed_tokens;                /* padding efficiency = real/computed */
@@ -67,6 +69,8 @@ void rg_metrics_destroy(rg_metrics *m);
  * (label class="2xx" / "4xx" / "5xx"); negative values are not observed. */
 void rg_metrics_request(rg_metrics *m, rg_route route, int status, double queue_ms,
 			double inference_ms, double total_ms);
+/* One request's inputs tokenized in ms (te_request_tokenization_duration, in seconds). */
+void rg_metrics_tokenize(rg_metrics *m, double ms);
 /* Name the devices of the per-device counters (label values, e.g. "cuda:1"), in the engine's
  * model order; at most RG_METRICS_MAX_DEVICES (more are not counted). Before serving. */
 void rg_metrics_set_devices(rg_metrics *m, const char *const *names, int n);

@@ -12,7 +12,8 @@
 
 /* The properties /v1/completions and /v1/chat/completions share (JSON members). */
 #define GEN_COMMON_PROPS \
-	"\"model\":{\"type\":\"string\",\"description\":\"Echoed in the answer.\"},\"stream\"" \
+	"\"model\":{\"type\":\"string\",\"description\":\"The served model (another: 404 " \
+	"model_not_found).\"},\"stream\"" \
 	":{\"type\":\"boolean\",\"default\":false,\"description\":\"Server-sent events.\"},\"" \
 	"stream_options\":{\"type\":\"object\",\"properties\":{\"include_usage\":{\"type\":\"" \
 	"boolean\"}}},\"n\":{\"type\":\"integer\",\"minimum\":1,\"default\":1},\"max_tokens\"" \
@@ -70,7 +71,7 @@ static const struct {
 	 "array\",\"items\":{\"type\":\"integer\",\"minimum\":0}},{\"type\":\"array\",\"items\":"
 	 "{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":0}}}],\"description\":"
 	 "\"Text(s) or token id array(s) (used as given).\"},\"model\":{\"type\":\"string\",\"de"
-	 "scription\":\"Echoed in the answer.\"},\"encoding_format\":{\"type\":\"string\",\"enum"
+	 "scription\":\"The served model, echoed (another: 404 model_not_found).\"},\"encoding_format\":{\"type\":\"string\",\"enum"
 	 "\":[\"float\",\"base64\"],\"default\":\"float\",\"description\":\"base64: little-endia"
 	 "n float32 bytes.\"},\"dimensions\":{\"type\":\"integer\",\"minimum\":1},\"user\":{\"ty"
 	 "pe\":\"string\",\"description\":\"Accepted and ignored, as OpenAI does.\"},\"normalize"
@@ -134,7 +135,14 @@ static const struct {
 	 ":\"string\",\"enum\":[\"text\"]},\"text\":{\"type\":\"string\"}}}}],\"nullable\":tru"
 	 "e}}},\"minItems\":1},\"max_completion_tokens\":{\"type\":\"integer\"},\"logprobs\":{"
 	 "\"type\":\"boolean\"},\"top_logprobs\":{\"type\":\"integer\",\"minimum\":0,\"maximum"
-	 "\":20},\"add_generation_prompt\":{\"type\":\"boolean\",\"default\":true}}}"},
+	 "\":20},\"add_generation_prompt\":{\"type\":\"boolean\",\"default\":true},"
+	 "\"continue_final_message\":{\"type\":\"boolean\",\"default\":false,\"description\":"
+	 "\"vLLM's assistant prefill: the last message left open (needs add_generation_prompt "
+	 "false).\"},\"chat_template\":{\"type\":\"string\",\"description\":\"A Jinja chat "
+	 "template of a family ragged renders, instead of the model's.\"},"
+	 "\"chat_template_kwargs\":{\"type\":\"object\",\"description\":\"add_generation_prompt "
+	 "and continue_final_message override the fields; another key the template reads: "
+	 "400.\"}}}"},
 	{"TranslateRequest",
 	 "{\"type\":\"object\",\"required\":[\"inputs\"],\"additionalProperties\":false,\"descript"
 	 "ion\":\"Translation by an encoder-decoder model. Only these keys are read; any other is "

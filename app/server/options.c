@@ -131,7 +131,8 @@ static const opt_spec g_opts[] = {
 	 "testing: N CPU models behind the one queue, as --devices runs GPUs"},
 	/* TEI's options (text-embeddings-router's main.rs) that ragged had no spelling for */
 	{"--served-model-name", "NAME", OPT_STR, F(served_model_name), 0, 0, NULL,
-	 "the model's name in /info, /v1/models and OpenAI answers (default: the model id)"},
+	 "the model's name in /info, /v1/models and OpenAI answers (default: the model id); "
+	 "NAME,ALIAS,...: requests may name any of them"},
 	{"--pooling", "mean|cls|max", OPT_POOL, F(pooling), 0, 0, NULL,
 	 "pooling of an embedding model, instead of 1_Pooling/config.json's"},
 	{"--auto-truncate", NULL, OPT_FLAG, F(auto_truncate), 0, 0, NULL,
@@ -150,7 +151,7 @@ static const opt_spec g_opts[] = {
 	 "the model's sentence-transformers Dense module directory, e.g. 2_Dense_1024 "
 	 "(default: modules.json's)"},
 	{"--revision", "REV", OPT_STR, F(revision), 0, 0, NULL,
-	 "TEI: accepted, not used (ragged downloads nothing; the cache's snapshot is served)"},
+	 "TEI: /info model_sha (ragged downloads nothing; the cache's snapshot is served)"},
 	{"--tokenization-workers", "N", OPT_INT, F(tokenization_workers), 1, 1 << 16, NULL,
 	 "TEI: accepted, not used (the HTTP threads tokenize)"},
 	{"--max-concurrent-requests", "N", OPT_INT, F(max_concurrent_requests), 1, 1 << 24, NULL,

@@ -6,6 +6,7 @@
 #include "server/engine_gen.h"
 #include "server/gen_request.h"
 
+#include <json-c/json.h>
 #include <microhttpd.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -115,7 +116,8 @@ static const rg_route_def routes[] = {
 	{.path = "/", .methods = RG_METHOD_POST, .id = RG_ROUTE_EMBED, .name = "embed",
 	 .by_kind = true, .schema = "EmbedRequest", .kinds = RG_KIND_ANY,
 	 .summary = "TEI's default route (huggingface_hub posts here), by the model's kind: /embed "
-		    "for an embedding model, /predict for a classifier, /rerank for a reranker (the "
+		    "for an embedding model (/similarity when \"inputs\" is {\"source_sentence\", "
+		    "\"sentences\"}), /predict for a classifier, /rerank for a reranker (the "
 		    "bodies of those routes; the schema shows /embed's).",
 	 .ok_schema = S_VECTORS, .errors = E_RUN},
 	{.path = "/invocations", .methods = RG_METHOD_POST, .id = RG_ROUTE_EMBED, .name = "embed",
@@ -463,6 +465,33 @@ static bool refuse_kind(conn_ctx *c, enum MHD_Result *ret)
 	return true;
 }
 
+/* TEI's POST / (and /invocations) on an embedding model is /similarity when "inputs" is an
+ * object ({"source_sentence", "sentences"}: huggingface_hub's InferenceClient(URL)
+ * .sentence_similarity), else /embed: the row that answers, switched in c. A body that does not
+ * parse stays /embed's, whose parser words the error. */
+static void route_by_body(conn_ctx *c, const char *url)
+{
+	rg_server *s = c->srv;
+	const rg_route_def *row = c->row, *sim;
+	json_object *o = NULL, *in;
+	rg_req_error err;
+	const char *arg;
+
+	if (row->id != RG_ROUTE_EMBED || !strcmp(url, row->path) ||
+	    rg_route_kind_of_model(s->info) != RG_KIND_EMBEDDING)
+		return;
+	if (rg_req_parse_object(c->http.body.data ? c->http.body.data : "", c->http.body.len,
+				s->lim.max_depth, &o, &err) != RG_OK)
+		return;
+	if (json_object_object_get_ex(o, "inputs", &in) && json_object_is_type(in, json_type_object) &&
+	    (sim = rg_route_find("/similarity", "POST", RG_KIND_EMBEDDING, &arg)) &&
+	    sim->id == RG_ROUTE_SIMILARITY) {
+		c->row = sim;
+		c->route = RG_ROUTE_SIMILARITY;
+	}
+	json_object_put(o);
+}
+
 /* The request has arrived in full: 404 / 405 / 503, the body parsed by the row's schema, the
  * model kind checked, then the row's handler. */
 enum MHD_Result rg_route_dispatch(conn_ctx *c, const char *url, const char *method)
@@ -489,11 +518,15 @@ enum MHD_Result rg_route_dispatch(conn_ctx *c, const char *url, const char *meth
 	if (!row->before_ready && (!atomic_load(&s->ready) || atomic_load(&s->stopping)))
 		return rg_conn_error(c, 503, "unhealthy", NULL, "model is %s",
 				     atomic_load(&s->stopping) ? "shutting down" : "loading");
+	route_by_body(c, url);
+	row = c->row;
 	if (row->schema && !row->gen) {
 		st = rg_request_parse(row->id, c->http.body.data, c->http.body.len, &s->lim, &c->req, &err);
 		rg_conn_release_body(c);
 		if (st != RG_OK)
 			return rg_conn_error(c, err.http_status, err.type, err.param, "%s", err.msg);
+		if (rg_refuse_model(c, c->req.model, &ret))
+			return ret;
 	}
 	if (row->kinds != RG_KIND_ANY && refuse_kind(c, &ret))
 		return ret;

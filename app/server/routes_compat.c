@@ -247,7 +247,24 @@ static const char *tei_dtype(rg_dtype d)
 	return "auto";
 }
 
-/* TEI's Info fields (model_id as a name, model_dtype, max_client_batch_size, max_input_length,
+void rg_info_put_model_sha(rg_buf *b, const rg_server *s)
+{
+	const char *dir = s->info->model_dir, *p = dir ? strstr(dir, "/snapshots/") : NULL;
+
+	if (s->o.revision) {
+		rg_buf_json_str(b, s->o.revision, strlen(s->o.revision));
+	} else if (p && dir && strstr(dir, "models--") && strstr(dir, "models--") < p) {
+		p += strlen("/snapshots/");
+		if (p[0] && p[0] != '/')
+			rg_buf_json_str(b, p, strcspn(p, "/"));
+		else
+			rg_buf_puts(b, "null");
+	} else {
+		rg_buf_puts(b, "null");
+	}
+}
+
+/* TEI's Info fields (model_id as a name, model_sha, model_dtype, max_client_batch_size, max_input_length,
  * auto_truncate, version, served_model_name, max_batch_tokens...) and ragged's own. */
 enum MHD_Result rg_answer_info(conn_ctx *c)
 {
@@ -265,6 +282,8 @@ enum MHD_Result rg_answer_info(conn_ctx *c)
 	rg_buf_json_str(&b, s->model_id, strlen(s->model_id));
 	rg_buf_puts(&b, ",\"served_model_name\":");
 	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
+	rg_buf_puts(&b, ",\"model_sha\":");
+	rg_info_put_model_sha(&b, s);
 	rg_buf_puts(&b, ",\"model_dir\":");
 	json_str_lossy(&b, i->model_dir, strlen(i->model_dir));
 	rg_buf_printf(&b, ",\"model_dtype\":\"%s\",\"max_client_batch_size\":%d,"
@@ -350,35 +369,83 @@ void rg_info_put_tuning(rg_buf *b)
 	free(t);
 }
 
-/* OpenAI's model list: the one model served. */
+/* OpenAI's model list: the one model served, once per --served-model-name name (vLLM lists
+ * each), else under its id. */
 enum MHD_Result rg_answer_models(conn_ctx *c)
 {
 	rg_server *s = c->srv;
+	const char *a = s->o.served_model_name ? s->o.served_model_name : s->model_name;
+	bool first = true;
 	rg_buf b;
 
 	rg_buf_init(&b);
-	rg_buf_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
-	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
-	rg_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"ragged\"",
-		       s->created_s);
-	if (s->decoder) /* vLLM's field: the context of a decoder */
-		rg_buf_printf(&b, ",\"max_model_len\":%d", s->max_len);
-	rg_buf_puts(&b, "}]}");
+	rg_buf_puts(&b, "{\"object\":\"list\",\"data\":[");
+	while (*a) {
+		size_t k = s->o.served_model_name ? strcspn(a, ",") : strlen(a);
+
+		if (k) {
+			rg_buf_puts(&b, first ? "{\"id\":" : ",{\"id\":");
+			rg_buf_json_str(&b, a, k);
+			rg_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,"
+				       "\"owned_by\":\"ragged\"", s->created_s);
+			if (s->decoder) /* vLLM's field: the context of a decoder */
+				rg_buf_printf(&b, ",\"max_model_len\":%d", s->max_len);
+			rg_buf_puts(&b, "}");
+			first = false;
+		}
+		a += k + (a[k] == ',');
+	}
+	rg_buf_puts(&b, "]}");
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
 }
 
+bool rg_model_served(const rg_server *s, const char *name)
+{
+	const char *a = s->o.served_model_name;
+	size_t n;
+
+	/* huggingface_hub's InferenceClient(URL).chat_completion sends "dummy" (older versions
+	 * "tgi") as the model of a URL, which TGI ignores: a placeholder, not a model's name */
+	if (!name || !strcmp(name, "dummy") || !strcmp(name, "tgi"))
+		return true;
+	if (!strcmp(name, s->model_name) || !strcmp(name, s->model_id) ||
+	    (s->o.model[0] && !strcmp(name, s->o.model)) ||
+	    (s->info && s->info->model_dir && !strcmp(name, s->info->model_dir)))
+		return true;
+	n = strlen(name);
+	while (a && *a) {
+		size_t k = strcspn(a, ",");
+
+		if (k == n && !strncmp(a, name, n))
+			return true;
+		a += k + (a[k] == ',');
+	}
+	return false;
+}
+
+bool rg_refuse_model(conn_ctx *c, const char *name, enum MHD_Result *ret)
+{
+	if (rg_model_served(c->srv, name))
+		return false;
+	*ret = rg_conn_error(c, 404, "model_not_found", "model",
+			     "The model '%.200s' does not exist (this server serves '%s')", name,
+			     c->srv->model_name);
+	return true;
+}
+
+/* The model object of GET /v1/models/{id}: id as asked when it names the served model
+ * (rg_model_served). */
 enum MHD_Result rg_answer_model(conn_ctx *c, const char *id)
 {
 	rg_server *s = c->srv;
+	enum MHD_Result ret;
 	rg_buf b;
 
-	if (strcmp(id, s->model_name))
-		return rg_conn_error(c, 404, "model_not_found", "model",
-				     "The model '%.200s' does not exist (this server serves '%s')",
-				     id, s->model_name);
+	if (rg_refuse_model(c, id, &ret))
+		return ret;
 	rg_buf_init(&b);
 	rg_buf_puts(&b, "{\"id\":");
-	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
+	rg_buf_json_str(&b, id, strlen(id));
 	rg_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"ragged\"",
 		       s->created_s);
 	if (s->decoder)

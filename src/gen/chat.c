@@ -41,20 +41,23 @@ static rg_status chat_template_of(const rg_model *m)
 	return RG_OK;
 }
 
-/* The rendering of rg_model_chat_apply, with the content spans when spans is not NULL. */
-static rg_status chat_render(const rg_model *m, const rg_chat_message *msgs, int n,
-			     bool add_generation_prompt, char **out, size_t *len, size_t **spans,
-			     size_t *n_spans)
+/* The rendering of rg_model_chat_apply by template jinja (NULL: the model's), with the content
+ * spans when spans is not NULL. */
+static rg_status chat_render(const rg_model *m, const char *jinja, const rg_chat_message *msgs,
+			     int n, bool add_generation_prompt, char **out, size_t *len,
+			     size_t **spans, size_t *n_spans)
 {
 	char *bos = NULL, *eos = NULL;
 	rg_status s;
 
-	if ((s = chat_template_of(m)) != RG_OK)
+	if (!jinja && (s = chat_template_of(m)) != RG_OK)
 		return s;
+	if (!m)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "model is NULL");
 	if ((s = chat_special(m, m->chat_bos, m->info.bos_token_id, &bos)) != RG_OK ||
 	    (s = chat_special(m, m->chat_eos, m->info.eos_token_id, &eos)) != RG_OK)
 		goto out_free;
-	s = rg_chat_template_render_spans(m->chat_template, msgs, n, bos, eos,
+	s = rg_chat_template_render_spans(jinja ? jinja : m->chat_template, msgs, n, bos, eos,
 					  add_generation_prompt, out, len, spans, n_spans);
 	if (s != RG_OK)
 		rg_error_wrap(s, "%s", m->dir);
@@ -71,13 +74,91 @@ rg_status rg_model_chat_apply(const rg_model *m, const rg_chat_message *msgs, in
 		*out = NULL;
 	if (!out || !msgs)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_chat_apply: NULL argument");
-	return chat_render(m, msgs, n, add_generation_prompt, out, NULL, NULL, NULL);
+	return chat_render(m, NULL, msgs, n, add_generation_prompt, out, NULL, NULL, NULL);
+}
+
+static bool is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+/* The last occurrence of needle[0..nn) in hay[0..nh), or -1 (rindex). */
+static long last_index(const char *hay, size_t nh, const char *needle, size_t nn)
+{
+	if (nn > nh)
+		return -1;
+	for (size_t i = nh - nn + 1; i-- > 0;)
+		if (!memcmp(hay + i, needle, nn))
+			return (long)i;
+	return -1;
+}
+
+/* transformers' continue_final_message cut of chat[0..*len) after final[0..fl), in place
+ * (apply_chat_template, transformers 4.5x): see rg_model_chat_encode_opts. Content spans past the
+ * cut are clipped. */
+static rg_status cut_after_final(char *chat, size_t *len, const char *final, size_t fl,
+				 size_t *spans, size_t *n_spans)
+{
+	size_t a = 0, z = fl, cut;
+	long loc;
+
+	while (a < z && is_space(final[a]))
+		a++;
+	while (z > a && is_space(final[z - 1]))
+		z--;
+	loc = last_index(chat, *len, final + a, z - a);
+	if (loc < 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "continue_final_message is set but the final "
+				 "message does not appear in the chat after applying the chat "
+				 "template");
+	/* the rendering holds the content unchanged (its leading white space aside) */
+	if ((size_t)loc + (fl - a) <= *len && fl - a == fl && !memcmp(chat + loc, final, fl))
+		cut = (size_t)loc + (fl - a);
+	else
+		cut = (size_t)loc + (z - a);
+	chat[cut] = '\0';
+	*len = cut;
+	if (spans) {
+		size_t k = 0;
+
+		for (size_t i = 0; i < *n_spans; i++) {
+			if (spans[2 * i] >= cut)
+				continue;
+			spans[2 * k] = spans[2 * i];
+			spans[2 * k + 1] = spans[2 * i + 1] < cut ? spans[2 * i + 1] : cut;
+			k++;
+		}
+		*n_spans = k;
+	}
+	return RG_OK;
 }
 
 rg_status rg_model_chat_encode(const rg_model *m, const rg_chat_message *msgs, int n,
 			       bool add_generation_prompt, bool content_as_text, char **text,
 			       rg_encoding *out)
 {
+	rg_chat_opts o = {.add_generation_prompt = add_generation_prompt,
+			  .content_as_text = content_as_text};
+
+	return rg_model_chat_encode_opts(m, msgs, n, &o, text, out);
+}
+
+const char *rg_chat_template_family(const char *jinja)
+{
+	rg_chat_family f;
+
+	if (!jinja) {
+		rg_errorf(RG_ERR_INVALID_INPUT, "chat template is NULL");
+		return NULL;
+	}
+	f = rg_chat_template_detect(jinja);
+	return f == RG_CHAT_UNKNOWN ? NULL : rg_chat_family_name(f);
+}
+
+rg_status rg_model_chat_encode_opts(const rg_model *m, const rg_chat_message *msgs, int n,
+				    const rg_chat_opts *o, char **text, rg_encoding *out)
+{
+	static const rg_chat_opts dflt = {.add_generation_prompt = true};
 	rg_tok_params tp = {.truncation = RG_TRUNCATE_NONE};
 	size_t *spans = NULL, n_spans = 0, len = 0;
 	char *chat = NULL;
@@ -89,9 +170,18 @@ rg_status rg_model_chat_encode(const rg_model *m, const rg_chat_message *msgs, i
 		memset(out, 0, sizeof(*out));
 	if (!msgs || !out)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_chat_encode: NULL argument");
-	if ((s = chat_render(m, msgs, n, add_generation_prompt, &chat, &len,
-			     content_as_text ? &spans : NULL, &n_spans)) != RG_OK)
+	if (!o)
+		o = &dflt;
+	if (o->continue_final_message && o->add_generation_prompt)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "Cannot set both continue_final_message and "
+				 "add_generation_prompt to true");
+	if ((s = chat_render(m, o->chat_template, msgs, n, o->add_generation_prompt, &chat, &len,
+			     o->content_as_text ? &spans : NULL, &n_spans)) != RG_OK)
 		return s;
+	if (o->continue_final_message &&
+	    (s = cut_after_final(chat, &len, msgs[n - 1].content ? msgs[n - 1].content : "",
+				 msgs[n - 1].content_len, spans, &n_spans)) != RG_OK)
+		goto out_free;
 	if (!m->tok) {
 		s = rg_errorf(RG_ERR_UNSUPPORTED, "%s has no tokenizer", m->dir);
 		goto out_free;

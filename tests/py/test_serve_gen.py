@@ -57,7 +57,7 @@ def alone(gen, ids, n):
 def srv(model_dir):
     # small steps and blocks: prompts are prefilled in several chunks, blocks fill quickly
     s = Server(model_dir, "--max-num-seqs", 8, "--max-num-batched-tokens", 16, "--block-size",
-               4, "--kv-cache-bytes", 4 << 20)
+               4, "--kv-cache-bytes", 4 << 20, "--served-model-name", "tiny,tiny-alias")
     yield s
     s.stop()
 
@@ -240,6 +240,41 @@ def test_tgi_generate_and_stream(srv, gen, tok):
     st, h, data = post_stream(srv, "/", {"inputs": p, "stream": True,
                                          "parameters": {"max_new_tokens": 3}})
     assert st == 200 and len(sse_events(data)) == 3
+
+
+def test_tgi_keeps_stop_text(srv, tok):
+    """TGI's generated_text keeps the stop sequence (/generate and /generate_stream's last
+    event), OpenAI's text drops it. The stop is chosen to end on a token boundary of the greedy
+    output and to occur there first, so both are decided by HF tokenizers' decoding alone."""
+    p = PROMPTS[0]
+    st, out = srv.post_json("/generate", {"inputs": p, "parameters": {
+        "max_new_tokens": 12, "details": True}})
+    assert st == 200, out
+    ids = [t["id"] for t in out["details"]["tokens"]]
+    full = tok.decode(ids)
+    cut = None
+    for k in range(2, len(ids)):
+        pre = tok.decode(ids[:k])
+        stop = pre[-2:]
+        if len(stop.strip()) == 2 and full.find(stop) + len(stop) == len(pre):
+            cut = (pre, stop)
+            break
+    if cut is None:
+        pytest.skip("no stop string ends on a token boundary of this output")
+    pre, stop = cut
+    st, out = srv.post_json("/generate", {"inputs": p, "parameters": {
+        "max_new_tokens": 12, "stop": [stop], "details": True}})
+    assert st == 200, out
+    assert out["generated_text"] == pre and out["details"]["finish_reason"] == "stop_sequence"
+    st, h, data = post_stream(srv, "/generate_stream", {"inputs": p, "parameters": {
+        "max_new_tokens": 12, "stop": [stop]}})
+    ev = [json.loads(e) for e in sse_events(data)]
+    assert st == 200 and ev[-1]["generated_text"] == pre
+    assert ev[-1]["details"]["finish_reason"] == "stop_sequence"
+    st, out = srv.post_json("/v1/completions", {"prompt": p, "max_tokens": 12, "temperature": 0,
+                                                "stop": [stop]})
+    assert st == 200 and out["choices"][0]["text"] == pre[:-len(stop)]
+    assert out["choices"][0]["finish_reason"] == "stop"
 
 
 def test_sampling_seed_and_n(srv):
@@ -494,6 +529,135 @@ def test_info_models_tokenize(srv, tok):
     for p in ("/v1/completions", "/v1/chat/completions", "/generate", "/generate_stream",
               "/tokenize", "/detokenize"):
         assert p in paths
+
+
+def test_unknown_model_404(srv, model_dir):
+    """vLLM's check: a "model" that is not one of the served names (--served-model-name's
+    comma-separated names, the model id, --model's path) is 404 model_not_found in OpenAI's
+    error shape on every route, and the server keeps serving; no "model" is accepted."""
+    comp = {"prompt": "A", "max_tokens": 1, "temperature": 0}
+    chat = {"messages": [{"role": "user", "content": "A"}], "max_tokens": 1, "temperature": 0}
+    for path, body in (("/v1/completions", comp), ("/v1/chat/completions", chat),
+                       ("/completions", comp), ("/tokenize", {"prompt": "A"})):
+        st, out = srv.post_json(path, dict(body, model="gpt-4o-mini"))
+        assert st == 404, (path, out)
+        assert set(out["error"]) == {"message", "type", "param", "code"}, out
+        assert out["error"]["code"] == "model_not_found" and out["error"]["param"] == "model"
+        assert "gpt-4o-mini" in out["error"]["message"]
+        for name in ("tiny", "tiny-alias", model_dir, None):
+            b = dict(body, model=name) if name else body
+            st, out = srv.post_json(path, b)
+            assert st == 200, (path, name, out)
+            if "choices" in out:  # vLLM answers with the first served name
+                assert out["model"] == "tiny"
+    st, h, data = srv.request("GET", "/v1/models/gpt-4o-mini")
+    assert st == 404 and json.loads(data)["error"]["code"] == "model_not_found"
+    st, h, data = srv.request("GET", "/v1/models")
+    assert [m["id"] for m in json.loads(data)["data"]] == ["tiny", "tiny-alias"]  # as vLLM
+    st, h, data = srv.request("GET", "/v1/models/tiny-alias")
+    assert st == 200 and json.loads(data)["id"] == "tiny-alias"
+
+
+def jinja_chat(tmpl, messages, **kw):
+    """transformers' apply_chat_template rendering (render_jinja_template): jinja2's sandbox,
+    trim_blocks, lstrip_blocks; kw are the template's variables (add_generation_prompt...)."""
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    return env.from_string(tmpl).render(messages=messages, **kw)
+
+
+def test_tokenize_messages_generation_prompt(srv, tok, model_dir):
+    """vLLM's /tokenize {"messages", "add_generation_prompt"}: the ids of the template's
+    rendering (jinja2) by HF tokenizers, the assistant header only when asked (default true)."""
+    with open(os.path.join(model_dir, "tokenizer_config.json")) as f:
+        tmpl = json.load(f)["chat_template"]
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+    for agp in (True, False, None):
+        text = jinja_chat(tmpl, msgs, add_generation_prompt=agp is not False)
+        body = {"messages": msgs} if agp is None else {"messages": msgs,
+                                                       "add_generation_prompt": agp}
+        st, out = srv.post_json("/tokenize", body)
+        assert st == 200, out
+        assert out["tokens"] == tok.encode(text, add_special_tokens=False).ids, agp
+    st, out = srv.post_json("/tokenize", {"messages": msgs, "add_generation_prompt": "yes"})
+    assert st == 400 and "add_generation_prompt" in json.dumps(out)
+    st, out = srv.post_json("/tokenize", {"prompt": "A"})
+    assert st == 200 and out["tokens"] == tok.encode("A").ids
+
+
+def hf_continue_final(rendered, final_message):
+    """transformers' apply_chat_template(continue_final_message=True) cut of a rendering."""
+    if final_message.strip() not in rendered:
+        raise ValueError("final message not in the rendering")
+    loc = rendered.rindex(final_message.strip())
+    if rendered[loc:loc + len(final_message.lstrip())] == final_message:
+        return rendered[:loc + len(final_message.lstrip())]
+    return rendered[:loc + len(final_message.strip())]
+
+
+def test_chat_continue_final_message_and_template(srv, gen, tok, model_dir):
+    """vLLM's continue_final_message (assistant prefill), chat_template and chat_template_kwargs
+    on /v1/chat/completions and /tokenize, against jinja2's rendering cut as transformers cuts
+    it, tokenized by HF tokenizers; the completion against rg_generate of those ids alone."""
+    with open(os.path.join(model_dir, "tokenizer_config.json")) as f:
+        cfg = json.load(f)
+    tv = dict(bos_token=cfg["bos_token"], eos_token=cfg["eos_token"])
+    data = os.path.join(ROOT, "tests", "data", "chat_templates")
+    msgs = [{"role": "user", "content": "Name a colour."},
+            {"role": "assistant", "content": "The colour is "}]
+    flags = {"add_generation_prompt": False, "continue_final_message": True}
+
+    def ids_of(text):
+        return tok.encode(text, add_special_tokens=False).ids
+
+    want = ids_of(hf_continue_final(jinja_chat(cfg["chat_template"], msgs,
+                                               add_generation_prompt=False, **tv),
+                                    msgs[-1]["content"]))
+    st, out = srv.post_json("/tokenize", dict(flags, messages=msgs))
+    assert st == 200 and out["tokens"] == want, out
+    st, out = srv.post_json("/v1/chat/completions", dict(
+        flags, messages=msgs, max_tokens=6, temperature=0, ignore_eos=True))
+    assert st == 200, out
+    assert out["usage"]["prompt_tokens"] == len(want)
+    assert out["choices"][0]["message"]["content"] == tok.decode(alone(gen, want, 6))
+    # the same flags given as chat_template_kwargs (vLLM merges them over the fields)
+    st, out = srv.post_json("/tokenize", {"messages": msgs, "chat_template_kwargs": flags})
+    assert st == 200 and out["tokens"] == want, out
+    # another family's template instead of the model's; a kwarg it does not read is ignored
+    for name in ("TinyLlama-1.1B-Chat-v1.0.jinja", "Meta-Llama-3-8B-Instruct.jinja"):
+        with open(os.path.join(data, name)) as f:
+            tmpl = f.read()
+        for agp, cont in ((True, False), (False, True)):
+            text = jinja_chat(tmpl, msgs, add_generation_prompt=agp, **tv)
+            if cont:
+                text = hf_continue_final(text, msgs[-1]["content"])
+            st, out = srv.post_json("/tokenize", {
+                "messages": msgs, "chat_template": tmpl, "add_generation_prompt": agp,
+                "continue_final_message": cont,
+                "chat_template_kwargs": {"enable_thinking": False}})
+            assert st == 200 and out["tokens"] == ids_of(text), (name, agp, out)
+    # vLLM's 400s, and the server goes on serving
+    st, out = srv.post_json("/v1/chat/completions", {
+        "messages": msgs, "continue_final_message": True, "max_tokens": 1})
+    assert st == 400 and out["error"]["param"] == "continue_final_message", out
+    assert "add_generation_prompt" in out["error"]["message"]
+    st, out = srv.post_json("/v1/chat/completions", {
+        "messages": msgs, "chat_template": "{{ messages }}", "max_tokens": 1})
+    assert st == 400 and out["error"]["param"] == "chat_template", out
+    with open(os.path.join(data, "Llama-3.3-70B-Instruct.jinja")) as f:
+        l33 = f.read()
+    st, out = srv.post_json("/v1/chat/completions", {
+        "messages": msgs[:1], "chat_template": l33, "max_tokens": 1,
+        "chat_template_kwargs": {"date_string": "1 Jan 2025"}})
+    assert st == 400 and out["error"]["param"] == "chat_template_kwargs", out
+    assert "date_string" in out["error"]["message"]
+    st, out = srv.post_json("/v1/chat/completions", {
+        "messages": msgs, "chat_template_kwargs": [1], "max_tokens": 1})
+    assert st == 400 and out["error"]["param"] == "chat_template_kwargs", out
+    st, out = srv.post_json("/v1/chat/completions", {"messages": msgs[:1], "max_tokens": 1})
+    assert st == 200, out
 
 
 # ---- disconnects, leaks, drain -------------------------------------------------------------

@@ -160,9 +160,11 @@ def test_embed_matches_cli(srv, tiny_dir):
 def test_openai_shapes(srv, ref64, hf_tok):
     ids = [hf_tok.encode(t).ids for t in TEXTS[:3]]
     ref = l2n(np.stack([ref64.embed(i) for i in ids]))
-    st, out = srv.post_json("/v1/embeddings", {"input": TEXTS[:3], "model": "my-model"})
+    st, h, data = srv.request("GET", "/v1/models")
+    name = json.loads(data)["data"][0]["id"]
+    st, out = srv.post_json("/v1/embeddings", {"input": TEXTS[:3], "model": name})
     assert st == 200
-    assert out["object"] == "list" and out["model"] == "my-model"
+    assert out["object"] == "list" and out["model"] == name
     assert [d["index"] for d in out["data"]] == [0, 1, 2]
     assert all(d["object"] == "embedding" for d in out["data"])
     np.testing.assert_allclose(np.array([d["embedding"] for d in out["data"]]), ref,

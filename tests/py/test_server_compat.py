@@ -354,6 +354,7 @@ def test_default_prompt_and_hub_name(hub_dir, srv):
         st, h, body = s.request("GET", "/info")
         info = json.loads(body)
         assert info["model_id"] == "acme/tiny-embed" and info["default_prompt_name"] == "query"
+        assert info["model_sha"] == "0123abcd"  # the snapshot's revision (TEI's model_sha)
         assert sorted(info["prompts"]) == sorted(PROMPTS)
         st, h, body = s.request("GET", "/v1/models")
         assert json.loads(body)["data"][0]["id"] == "acme/tiny-embed"
@@ -396,8 +397,15 @@ def test_encoding_format_and_user(srv):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)  # fp32, not bit for bit
     st, out = srv.post_json("/embed", {"inputs": "x", "encoding_format": "base64"})
     assert st == 400 and "encoding_format" in out["error"] and "/v1/embeddings" in out["error"]
-    st, out = srv.post_json("/v1/embeddings", {"input": "x", "user": "someone", "model": "m"})
-    assert st == 200 and out["model"] == "m"
+    name = os.path.basename(srv.args[3])
+    st, out = srv.post_json("/v1/embeddings", {"input": "x", "user": "someone", "model": name})
+    assert st == 200 and out["model"] == name
+    # vLLM's check: another model is 404 model_not_found (OpenAI's shape), then serving goes on
+    st, out = srv.post_json("/v1/embeddings", {"input": "x", "model": "text-embedding-3-small"})
+    assert st == 404 and set(out["error"]) == {"message", "type", "param", "code"}
+    assert out["error"]["code"] == "model_not_found" and out["error"]["param"] == "model"
+    st, out = srv.post_json("/v1/embeddings", {"input": "x", "model": srv.args[3]})
+    assert st == 200 and out["model"] == srv.args[3]
     st, out = srv.post_json("/v1/embeddings", {"input": "x"})
     assert st == 200 and out["model"] == os.path.basename(srv.args[3])
     st, out = srv.post_json("/v1/embeddings", {"input": "x", "user": 5})

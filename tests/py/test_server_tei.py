@@ -105,12 +105,14 @@ def test_tei_launch_line(dense_dir):
         "--served-model-name", "tei-emb", "--default-prompt-name", "query",
         "--payload-limit", "100000", "--json-output", "--dtype", "float32",
         "--max-batch-tokens", "4096", "--max-concurrent-requests", "64",
-        "--tokenization-workers", "2", "--uds-path", "/tmp/unused", "--prometheus-port", "9000"])
+        "--tokenization-workers", "2", "--uds-path", "/tmp/unused", "--prometheus-port", "9000",
+        "--revision", "abc123"])
     try:
         st, h, body = s.request("GET", "/info")
         assert st == 200
         info = json.loads(body)
         assert info["served_model_name"] == "tei-emb" and info["model_id"] == "dense"
+        assert info["model_sha"] == "abc123"  # TEI reports its --revision
         assert info["max_client_batch_size"] == 3 and info["auto_truncate"] is True
         assert info["model_type"] == {"embedding": {"pooling": "cls"}}
         assert info["default_prompt_name"] == "query" and info["max_body_bytes"] == 100000
@@ -286,7 +288,7 @@ def test_unknown_arguments(srv):
     err = json.loads(body)["error"]
     assert err["param"] == "normalise" and "normalise" in err["message"]
     assert err["type"] == "invalid_request_error"
-    st, out = srv.post_json("/v1/embeddings", {"input": "a", "model": "m", "user": "u",
+    st, out = srv.post_json("/v1/embeddings", {"input": "a", "user": "u",
                                                "encoding_format": "float", "dimensions": 8})
     assert st == 200 and len(out["data"][0]["embedding"]) == 8
     st, want = srv.post_json("/embed", {"inputs": "a"})
@@ -402,7 +404,8 @@ def test_info_shape_and_defaults(srv):
     for k in ("max_concurrent_requests", "max_input_length", "max_batch_tokens",
               "max_batch_requests", "max_client_batch_size", "tokenization_workers"):
         assert isinstance(info[k], int) and info[k] > 0, k
-    assert [k for k, v in info.items() if v is None] == ["default_prompt_name"]
+    # model_sha: TEI's --revision, or a hub snapshot's; neither here
+    assert [k for k, v in info.items() if v is None] == ["model_sha", "default_prompt_name"]
     # OpenAI allows 2,048 inputs; LangChain sends 1,000
     assert info["max_inputs"] == info["max_client_batch_size"] == 2048
     st, out = srv.post_json("/v1/embeddings", {"input": [f"t{i}" for i in range(2048)]})
@@ -438,3 +441,47 @@ def test_tei_metric_names(srv):
     assert m["te_batch_next_size_count"] == m["ragged_batch_size_count"] > 0
     assert "te_request_queue_duration_sum" in m and "te_request_inference_duration_sum" in m
     assert "te_queue_size" in m
+
+
+def test_tei_tokenization_duration(srv):
+    """TEI's te_request_tokenization_duration: one observation per request whose inputs were
+    tokenized (embed and /tokenize; not a request refused before), a cumulative histogram in
+    seconds."""
+    def hist(m):
+        b = sorted((float(k.split('le="')[1].rstrip('"}')), v) for k, v in m.items()
+                   if k.startswith("te_request_tokenization_duration_bucket"))
+        return b, m["te_request_tokenization_duration_count"]
+
+    b0, n0 = hist(srv.metrics())
+    assert srv.post("/embed", {"inputs": ["a b", "c"]})[0] == 200
+    assert srv.post("/tokenize", {"inputs": "hello"})[0] == 200
+    assert srv.post("/embed", {"inputs": 5})[0] in (400, 422)  # refused by the parser
+    b1, n1 = hist(srv.metrics())
+    assert n1 - n0 == 2
+    assert b1[-1][0] == float("inf") and b1[-1][1] == n1
+    assert all(x[1] <= y[1] for x, y in zip(b1, b1[1:]))  # cumulative
+    assert [x[0] for x in b1] == [x[0] for x in b0] and b1[0][0] <= 0.001  # seconds
+
+
+def test_root_sentence_similarity_huggingface_hub(srv):
+    """huggingface_hub's InferenceClient(URL).sentence_similarity, unmodified: it posts
+    {"inputs": {"source_sentence", "sentences"}} to the root URL, which TEI answers on an
+    embedding model with the cosine similarities; checked against numpy's cosine of /embed's
+    vectors. POST / with string inputs stays /embed; a bad similarity body is a 4xx and the
+    server goes on."""
+    hub = pytest.importorskip("huggingface_hub")
+    src, others = "a cat sat on the mat", ["a dog sat on a rug", "stock prices fell", "cat"]
+    c = hub.InferenceClient(f"http://{srv.host}:{srv.port}")
+    got = c.sentence_similarity(src, other_sentences=others)
+    st, vecs = srv.post_json("/embed", {"inputs": [src] + others, "normalize": False})
+    assert st == 200
+    v = np.array(vecs, np.float64)
+    want = v[1:] @ v[0] / (np.linalg.norm(v[1:], axis=1) * np.linalg.norm(v[0]))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    st, out = srv.post_json("/invocations", {"inputs": {"source_sentence": src,
+                                                        "sentences": others[:1]}})
+    assert st == 200 and len(out) == 1
+    st, out = srv.post_json("/", {"inputs": {"source_sentence": src, "sentences": []}})
+    assert st == 400 and "sentences" in json.dumps(out)
+    st, out = srv.post_json("/", {"inputs": src})
+    assert st == 200 and np.allclose(np.array(out[0]), v[0] / np.linalg.norm(v[0]), atol=1e-5)

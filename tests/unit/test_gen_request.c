@@ -483,6 +483,49 @@ static void test_chat_logprobs_and_max_tokens(void **state)
 	assert_int_equal(g_req.logprobs, -1);
 }
 
+/* vLLM's continue_final_message, chat_template and chat_template_kwargs (chat only) */
+static void test_chat_template_fields(void **state)
+{
+	static const char *m = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], ";
+	char body[512];
+	(void)state;
+#define CHATB(rest) (snprintf(body, sizeof(body), "%s%s", m, rest), body)
+	OK(CHAT, CHATB("\"max_tokens\": 1}"));
+	assert_false(g_req.continue_final_message);
+	assert_null(g_req.chat_template);
+	assert_int_equal(g_req.n_template_vars, 0);
+	/* vLLM: both true is a 400 (add_generation_prompt defaults to true) */
+	BAD(CHAT, CHATB("\"continue_final_message\": true}"), 400, "continue_final_message");
+	BAD(CHAT, CHATB("\"continue_final_message\": 1, \"add_generation_prompt\": false}"), 400,
+	    "continue_final_message");
+	OK(CHAT, CHATB("\"continue_final_message\": true, \"add_generation_prompt\": false}"));
+	assert_true(g_req.continue_final_message);
+	assert_false(g_req.add_generation_prompt);
+	OK(CHAT, CHATB("\"chat_template\": \"{{ x }}\"}"));
+	assert_string_equal(g_req.chat_template, "{{ x }}");
+	BAD(CHAT, CHATB("\"chat_template\": 3}"), 400, "chat_template");
+	/* the kwargs' two flags override the fields, as vLLM merges them; other keys are kept */
+	OK(CHAT, CHATB("\"chat_template_kwargs\": {\"add_generation_prompt\": false, "
+		       "\"continue_final_message\": true, \"enable_thinking\": false, "
+		       "\"date_string\": \"x\"}}"));
+	assert_false(g_req.add_generation_prompt);
+	assert_true(g_req.continue_final_message);
+	assert_int_equal(g_req.n_template_vars, 2);
+	assert_string_equal(g_req.template_vars[0], "enable_thinking");
+	assert_string_equal(g_req.template_vars[1], "date_string");
+	OK(CHAT, CHATB("\"chat_template_kwargs\": null}"));
+	BAD(CHAT, CHATB("\"chat_template_kwargs\": [1]}"), 400, "chat_template_kwargs");
+	BAD(CHAT, CHATB("\"chat_template_kwargs\": {\"x\": 1, \"add_generation_prompt\": 1}}"),
+	    400, "chat_template_kwargs");
+	BAD(CHAT, CHATB("\"chat_template_kwargs\": {\"continue_final_message\": true}}"), 400,
+	    "continue_final_message");
+#undef CHATB
+	/* completions have none of them */
+	BAD(CMP, "{\"prompt\": \"x\", \"continue_final_message\": true}", 400,
+	    "continue_final_message");
+	BAD(CMP, "{\"prompt\": \"x\", \"chat_template\": \"t\"}", 400, "chat_template");
+}
+
 static void test_sampling_options(void **state)
 {
 	(void)state;
@@ -1474,6 +1517,7 @@ int main(void)
 		cmocka_unit_test(test_unknown_and_unsupported),
 		cmocka_unit_test(test_stream_rules),
 		cmocka_unit_test(test_chat_logprobs_and_max_tokens),
+		cmocka_unit_test(test_chat_template_fields),
 		cmocka_unit_test(test_sampling_options),
 		cmocka_unit_test(test_prompt_shapes),
 		cmocka_unit_test(test_messages),
