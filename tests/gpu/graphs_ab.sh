@@ -5,18 +5,7 @@
 # (default 64,128,256) with graphs on (ragged.Generator and the graphed PyTorch peer, side by side)
 # and with RAGGED_CUDA_GRAPHS=0 (ragged only), the greedy ids of both kept for the A/B. Needs
 # .gpu_carry (CARRY_MODEL=0 scripts/pack-gpu-carry.sh). Results in $OUT.
-set -u
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT"
-OUT=${OUT:-$ROOT/build/gpu_results}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/run.log") 2>&1
-CARRY=$ROOT/.gpu_carry
-export PATH=$PATH:/usr/local/cuda/bin PYTHONUNBUFFERED=1
-record() { if [ "$2" -eq 0 ]; then echo "--- $1: PASS"; else echo "--- $1: FAIL ($2)"; fi; }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-export RAGGED_COMMIT=$(cat "$CARRY/COMMIT" 2>/dev/null || echo unknown)
-echo "commit: $RAGGED_COMMIT date: $(date -u +%FT%TZ)"
+source "$(dirname "$0")/common.sh" # ROOT, OUT, run.log, CARRY, record, RAGGED_COMMIT
 source tests/gpu/setup-env.sh >/dev/null
 if [ ! -x build/ragged ]; then
 	make -j"$(nproc)" CUDA_ARCHS=sm_90a "NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a" \

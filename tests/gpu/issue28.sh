@@ -6,19 +6,7 @@
 # autotune change touches prefill). Needs .gpu_carry (CARRY_MODEL=0 scripts/pack-gpu-carry.sh).
 # RATES, DURATION override the ladder. GGUF=1: the model is the F16 GGUF file of the same weights
 # (make_gen_model.py --gguf), as the issue ran it. Results in $OUT.
-set -u
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT"
-OUT=${OUT:-$ROOT/build/gpu_results}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/run.log") 2>&1
-CARRY=$ROOT/.gpu_carry
-export PATH=$PATH:/usr/local/cuda/bin PYTHONUNBUFFERED=1
-record() { if [ "$2" -eq 0 ]; then echo "--- $1: PASS"; else echo "--- $1: FAIL ($2)"; fi; }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-export RAGGED_COMMIT=$(cat "$CARRY/COMMIT" 2>/dev/null || echo unknown)
-export RAGGED_GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "commit: $RAGGED_COMMIT date: $(date -u +%FT%TZ)"
+source "$(dirname "$0")/common.sh" # ROOT, OUT, run.log, CARRY, record, RAGGED_COMMIT
 source tests/gpu/setup-env.sh >/dev/null
 t0=$SECONDS
 make -j"$(nproc)" CUDA_ARCHS=sm_90a "NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a" \

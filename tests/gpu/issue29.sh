@@ -6,19 +6,7 @@
 # (the default), bench/peer/translate_gpu.sh (against CTranslate2). Needs .gpu_carry
 # (CARRY_MODEL=0 CARRY_WHEELS=ctranslate2-...-cp312-...whl scripts/pack-gpu-carry.sh).
 # Results in $OUT.
-set -u
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT"
-OUT=${OUT:-$ROOT/build/gpu_results}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/run.log") 2>&1
-CARRY=$ROOT/.gpu_carry
-export PATH=$PATH:/usr/local/cuda/bin PYTHONUNBUFFERED=1
-record() { if [ "$2" -eq 0 ]; then echo "--- $1: PASS"; else echo "--- $1: FAIL ($2)"; fi; }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-export RAGGED_COMMIT=$(cat "$CARRY/COMMIT" 2>/dev/null || echo unknown)
-export RAGGED_GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "commit: $RAGGED_COMMIT date: $(date -u +%FT%TZ)"
+source "$(dirname "$0")/common.sh" # ROOT, OUT, run.log, CARRY, record, RAGGED_COMMIT
 source tests/gpu/setup-env.sh >/dev/null
 if [ ! -x build/ragged ]; then
 	t0=$SECONDS
