@@ -753,6 +753,8 @@ static void fill_params(conn_ctx *c, rg_gen_job *j, uint64_t seed)
 		gp->n_stop = 0;
 	}
 	gp->sampling.no_repeat_ngram_size = r->no_repeat_ngram_size;
+	gp->grammar_kind = (rg_grammar_kind)r->grammar_kind; /* checked by the parser */
+	gp->grammar = r->grammar;
 	if (c->gen->forced_bos >= 0) { /* tgt_lang, as HF's pipeline sets forced_bos_token_id */
 		gp->forced_bos_set = true;
 		gp->forced_bos_id = c->gen->forced_bos;
