@@ -175,7 +175,8 @@ static int set_node(parser *p, cset *c)
 		free(c->r);
 		return -1;
 	}
-	memcpy(p->ranges + p->n_ranges, c->r, (size_t)c->n * sizeof(cprange));
+	if (c->n)
+		memcpy(p->ranges + p->n_ranges, c->r, (size_t)c->n * sizeof(cprange));
 	p->nodes[n].r0 = p->n_ranges;
 	p->nodes[n].nr = c->n;
 	p->n_ranges += c->n;
