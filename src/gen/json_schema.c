@@ -8,14 +8,16 @@
  * enum, const, anyOf, oneOf (as anyOf: alternatives, exclusivity not enforced), allOf of one
  * schema, $ref to "#", "#/$defs/..." and "#/definitions/..." (nesting bounded), pattern
  * (anchors stripped, matched whole), minLength, maxLength, format (date-time, date, time,
- * uuid), and the annotations (title, description, default, examples, $schema, $id, $comment,
+ * uuid), minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers (a digit-range
+ * regex of the integers between), and the annotations (title, description, default, examples, $schema, $id, $comment,
  * readOnly, writeOnly, deprecated), which change nothing. Any other keyword is refused with
- * RG_ERR_UNSUPPORTED naming it (minimum, maximum, multipleOf, uniqueItems, patternProperties,
+ * RG_ERR_UNSUPPORTED naming it (bounds on numbers, multipleOf, uniqueItems, patternProperties,
  * not, if/then/else, ...), never silently ignored.
  * Bounded by construction (documented, not JSON Schema's semantics): integers have at most 16
  * digits, fractions 16, exponents 3; a schema without a type (or {}, true) and an object or
  * array without properties / items is any JSON value nested at most JSON_ANY_DEPTH deep. */
 #include <json-c/json.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +101,166 @@ static void literal_json(ctx *c, json_object *v)
 }
 
 static rg_status value(ctx *c, json_object *s, int depth);
+
+#define INT_MAX16 9999999999999999LL /* the largest integer the regexes write (16 digits) */
+
+/* Decimal digits of v >= 0 into d (most significant first); their count. */
+static int digits(long long v, char *d)
+{
+	char t[20];
+	int n = 0;
+
+	do {
+		t[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	for (int i = 0; i < n; i++)
+		d[i] = t[n - 1 - i];
+	return n;
+}
+
+/* The regex of the integers x..y (0 <= x <= y, the same number of digits n), without leading
+ * zeros: the usual split on the first digit (x's first digit with the rest of x's range, the
+ * digits between with any rest, y's first digit with the rest of y's range). */
+static void same_len_range(rg_buf *b, const char *x, const char *y, int n)
+{
+	bool x_low = true, y_high = true;
+
+	if (n == 1) {
+		if (x[0] == y[0])
+			rg_buf_put(b, x, 1);
+		else
+			rg_buf_printf(b, "[%c-%c]", x[0], y[0]);
+		return;
+	}
+	if (x[0] == y[0]) {
+		rg_buf_put(b, x, 1);
+		same_len_range(b, x + 1, y + 1, n - 1);
+		return;
+	}
+	for (int i = 1; i < n; i++) {
+		x_low &= x[i] == '0';
+		y_high &= y[i] == '9';
+	}
+	rg_buf_puts(b, "(?:");
+	{
+		char lo = x_low ? x[0] : (char)(x[0] + 1), hi = y_high ? y[0] : (char)(y[0] - 1);
+		bool sep = false;
+
+		if (!x_low) {
+			char nines[20];
+
+			memset(nines, '9', sizeof(nines));
+			rg_buf_put(b, x, 1);
+			same_len_range(b, x + 1, nines, n - 1);
+			sep = true;
+		}
+		if (lo <= hi) {
+			if (sep)
+				rg_buf_puts(b, "|");
+			if (lo == hi)
+				rg_buf_printf(b, "%c[0-9]{%d}", lo, n - 1);
+			else
+				rg_buf_printf(b, "[%c-%c][0-9]{%d}", lo, hi, n - 1);
+			sep = true;
+		}
+		if (!y_high) {
+			char zeros[20];
+
+			memset(zeros, '0', sizeof(zeros));
+			if (sep)
+				rg_buf_puts(b, "|");
+			rg_buf_put(b, y, 1);
+			same_len_range(b, zeros, y + 1, n - 1);
+		}
+	}
+	rg_buf_puts(b, ")");
+}
+
+/* The integers x..y, 0 <= x <= y, as alternatives per number of digits. */
+static void nonneg_range(rg_buf *b, long long x, long long y, bool *sep)
+{
+	long long p = 1;
+
+	for (int n = 1; n <= 16; n++, p *= 10) {
+		long long lo = n == 1 ? 0 : p, hi = p * 10 - 1;
+		char dx[20], dy[20];
+
+		if (x > lo)
+			lo = x;
+		if (y < hi)
+			hi = y;
+		if (lo > hi)
+			continue;
+		digits(lo, dx);
+		digits(hi, dy);
+		if (*sep)
+			rg_buf_puts(b, "|");
+		same_len_range(b, dx, dy, n);
+		*sep = true;
+	}
+}
+
+/* An integer's regex under minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers;
+ * the bounds on the integers they allow), unbounded sides at 16 digits. */
+static void integer_re(ctx *c, json_object *s)
+{
+	static const char *const keys[] = {"minimum", "exclusiveMinimum", "maximum",
+					   "exclusiveMaximum"};
+	long long lo = -INT_MAX16, hi = INT_MAX16;
+	bool any = false, sep = false;
+
+	for (int k = 0; k < 4; k++) {
+		json_object *v;
+		double x, r;
+
+		if (!json_object_object_get_ex(s, keys[k], &v))
+			continue;
+		if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) {
+			bad(c, RG_ERR_INVALID_INPUT, "json schema: %s must be a number", keys[k]);
+			return;
+		}
+		any = true;
+		x = json_object_get_double(v);
+		if (!(x > -1e16 && x < 1e16)) {
+			bad(c, RG_ERR_UNSUPPORTED, "json schema: %s beyond 16 digits is not supported",
+			    keys[k]);
+			return;
+		}
+		if (k == 0)
+			r = ceil(x);
+		else if (k == 1)
+			r = floor(x) + 1;
+		else if (k == 2)
+			r = floor(x);
+		else
+			r = ceil(x) - 1;
+		if (k < 2 && (long long)r > lo)
+			lo = (long long)r;
+		if (k >= 2 && (long long)r < hi)
+			hi = (long long)r;
+	}
+	if (!any) {
+		rg_buf_puts(c->b, INTEGER);
+		return;
+	}
+	if (lo > hi) {
+		bad(c, RG_ERR_INVALID_INPUT, "json schema: %s", "no integer between the minimum and "
+		    "the maximum");
+		return;
+	}
+	rg_buf_puts(c->b, "(?:");
+	if (lo < 0) { /* -k for k in max(1, -hi) .. -lo */
+		rg_buf_puts(c->b, "-(?:");
+		nonneg_range(c->b, hi < 0 ? -hi : 1, -lo, &sep);
+		rg_buf_puts(c->b, ")");
+	}
+	if (hi >= 0) {
+		sep = lo < 0;
+		nonneg_range(c->b, lo > 0 ? lo : 0, hi, &sep);
+	}
+	rg_buf_puts(c->b, ")");
+}
 
 static bool get_count(ctx *c, json_object *s, const char *key, long *out)
 {
@@ -384,7 +546,8 @@ static json_object *resolve_ref(ctx *c, const char *ref)
 static const char *const known[] = {
 	"type", "properties", "required", "additionalProperties", "items", "minItems",
 	"maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions",
-	"pattern", "minLength", "maxLength", "format",
+	"pattern", "minLength", "maxLength", "format", "minimum", "maximum", "exclusiveMinimum",
+	"exclusiveMaximum",
 	/* annotations */
 	"title", "description", "default", "examples", "$schema", "$id", "$comment", "readOnly",
 	"writeOnly", "deprecated",
@@ -396,7 +559,13 @@ static void typed(ctx *c, json_object *s, const char *t, int depth)
 	if (!strcmp(t, "string"))
 		string_re(c, s);
 	else if (!strcmp(t, "integer"))
-		rg_buf_puts(c->b, INTEGER);
+		integer_re(c, s);
+	else if (!strcmp(t, "number") && (json_object_object_get_ex(s, "minimum", NULL) ||
+					  json_object_object_get_ex(s, "maximum", NULL) ||
+					  json_object_object_get_ex(s, "exclusiveMinimum", NULL) ||
+					  json_object_object_get_ex(s, "exclusiveMaximum", NULL)))
+		bad(c, RG_ERR_UNSUPPORTED, "json schema: %s", "minimum / maximum on a number are not "
+		    "supported (on an integer they are)");
 	else if (!strcmp(t, "number"))
 		rg_buf_puts(c->b, NUMBER);
 	else if (!strcmp(t, "boolean"))

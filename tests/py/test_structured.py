@@ -116,6 +116,42 @@ def test_regex_refused_like_python(pattern):
 
 # ---- (b) JSON Schemas -------------------------------------------------------------------------
 
+def schema_regex(schema):
+    """rg_grammar_compile_check's regex of a JSON Schema (None, message when refused)."""
+    l = lib()
+    l.rg_grammar_compile_check.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                                           ctypes.POINTER(ctypes.c_void_p),
+                                           ctypes.POINTER(ctypes.c_int)]
+    out = ctypes.c_void_p()
+    st = l.rg_grammar_compile_check(2, json.dumps(schema).encode(), 0, ctypes.byref(out), None)
+    if st:
+        return None, l.rg_last_error().decode()
+    r = ctypes.string_at(out.value).decode()
+    ctypes.CDLL(None).free(out)
+    return r, None
+
+
+def test_integer_bounds_against_python():
+    """minimum / maximum / exclusive bounds on integers: the regex accepts exactly the integers
+    the bounds allow (every integer of a window around them), and no leading zeros."""
+    rng = random.Random(7)
+    for _ in range(60):
+        s = {"type": "integer"}
+        if rng.random() < 0.8:
+            s[rng.choice(["minimum", "exclusiveMinimum"])] = rng.randint(-1200, 1200) + \
+                rng.choice([0, 0.5])
+        if rng.random() < 0.8:
+            s[rng.choice(["maximum", "exclusiveMaximum"])] = rng.randint(-1200, 1200)
+        r, err = schema_regex(s)
+        val = jsonschema.Draft202012Validator(s)
+        allowed = {v for v in range(-1300, 1300) if val.is_valid(v)}
+        if r is None:
+            assert not allowed and "no integer" in err, (s, err)
+            continue
+        for v in range(-1300, 1300):
+            assert bool(re.fullmatch(r, str(v))) == (v in allowed), (s, v)
+        assert not re.fullmatch(r, "01"), s
+
 PATTERNS = ["[a-z]{1,4}", "[0-9]{2}-[0-9]{2}", "(foo|bar)[0-9]?", "[A-Z][a-z]{0,3}", "x+y?"]
 
 
@@ -130,6 +166,9 @@ def gen_schema(rng, depth=0):
         return {"type": "string", "minLength": mn, "maxLength": mn + rng.randint(0, 5)}
     if k == "pattern":
         return {"type": "string", "pattern": "^" + rng.choice(PATTERNS) + "$"}
+    if k == "integer" and rng.random() < 0.4:
+        lo = rng.randint(-50, 50)
+        return {"type": "integer", "minimum": lo, "maximum": lo + rng.randint(0, 500)}
     if k in ("integer", "number", "boolean", "null"):
         return {"type": k}
     if k == "enum":
@@ -210,7 +249,7 @@ def test_json_object_regex_and_choice(gen):
 def test_python_api_refuses(gen):
     import ragged
     for g, msg in [(("regex", "(a"), "unterminated"),
-                   (("json_schema", {"type": "integer", "minimum": 1}), "minimum"),
+                   (("json_schema", {"type": "integer", "multipleOf": 3}), "multipleOf"),
                    (("choice", []), "choice")]:
         with pytest.raises(ragged.RaggedError, match=msg):
             gen.generate("x", grammar=g)
@@ -278,7 +317,7 @@ def test_server_apis(srv):
 BAD = [
     ("/v1/completions", {"prompt": "p", "guided_regex": "(ab"}, "guided_regex"),
     ("/v1/completions", {"prompt": "p", "guided_regex": r"(a)\1"}, "guided_regex"),
-    ("/v1/completions", {"prompt": "p", "guided_json": {"type": "integer", "minimum": 0}},
+    ("/v1/completions", {"prompt": "p", "guided_json": {"type": "integer", "multipleOf": 2}},
      "guided_json"),
     ("/v1/completions", {"prompt": "p", "guided_json": "{oops"}, "guided_json"),
     ("/v1/chat/completions", {"messages": MSGS, "response_format": {

@@ -350,7 +350,7 @@ static void test_tgi_ranges(void **state)
 		{ TGI, "\"grammar\": {\"type\": \"regex\", \"value\": \"(a\"}", "grammar.value" },
 		{ TGI, "\"grammar\": {\"type\": \"regex\", \"value\": 5}", "grammar.value" },
 		{ TGI, "\"grammar\": {\"type\": \"xml\", \"value\": \"a\"}", "grammar" },
-		{ TGI, "\"grammar\": {\"type\": \"json\", \"value\": {\"minimum\": 1}}",
+		{ TGI, "\"grammar\": {\"type\": \"json\", \"value\": {\"multipleOf\": 2}}",
 		  "grammar.value" },
 		{ TGI, "\"adapter_id\": \"lora\"", "adapter_id" },
 		{ TGI, "\"deadline_ms\": 0", "deadline_ms" }, { TGI, "\"deadline_ms\": 250", NULL },

@@ -193,6 +193,9 @@ static void test_schema_regex(void **state)
 		 "{\"$ref\":\"#/$defs/p\"}},\"required\":[\"x\"]}", "{\"x\":3}", "{\"x\":\"3\"}"},
 		{"{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-29\"", "\"2024-13-01\""},
 		{"{}", "[{\"a\":[1]}]", "[{\"a\":[[[1]]]}]"}, /* any value, nested 3 deep */
+		{"{\"type\":\"integer\",\"minimum\":-3,\"maximum\":120}", "-3", "-4"},
+		{"{\"type\":\"integer\",\"minimum\":-3,\"maximum\":120}", "120", "121"},
+		{"{\"type\":\"integer\",\"exclusiveMinimum\":9}", "10", "9"},
 	};
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -213,7 +216,9 @@ static void test_schema_regex(void **state)
 	/* refused, by name */
 	{
 		static const char *bad[][2] = {
-			{"{\"type\":\"integer\",\"minimum\":0}", "minimum"},
+			{"{\"type\":\"number\",\"minimum\":0}", "on a number"},
+			{"{\"type\":\"integer\",\"multipleOf\":2}", "multipleOf"},
+			{"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer"},
 			{"{\"type\":\"string\",\"format\":\"email\"}", "email"},
 			{"{\"type\":\"frob\"}", "unknown type"},
 			{"{\"$ref\":\"#/$defs/none\"}", "names no definition"},
