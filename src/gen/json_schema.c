@@ -704,8 +704,14 @@ rg_status rg_json_schema_regex(const char *schema, size_t schema_len, char **out
 	if (!(tk = json_tokener_new_ex(64)))
 		return rg_errorf(RG_ERR_OOM, "json schema: out of memory");
 	root = json_tokener_parse_ex(tk, schema, (int)schema_len);
-	if (!root || json_tokener_get_error(tk) != json_tokener_success ||
-	    json_tokener_get_parse_end(tk) != schema_len) {
+	if (root && json_tokener_get_error(tk) == json_tokener_success)
+		for (size_t i = json_tokener_get_parse_end(tk); i < schema_len; i++)
+			if (!strchr(" \t\r\n", schema[i])) {
+				json_object_put(root);
+				root = NULL; /* text after the schema */
+				break;
+			}
+	if (!root || json_tokener_get_error(tk) != json_tokener_success) {
 		json_object_put(root);
 		json_tokener_free(tk);
 		return rg_errorf(RG_ERR_INVALID_INPUT, "json schema: not valid JSON");

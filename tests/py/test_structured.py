@@ -314,6 +314,27 @@ def test_server_apis(srv):
         assert isinstance(json.loads(r["choices"][0]["message"]["content"]), dict)
 
 
+def test_server_stream(srv):
+    """A constrained stream's pieces concatenate to a valid output."""
+    c = srv.conn(60)
+    c.request("POST", "/v1/chat/completions", body=json.dumps({
+        "messages": MSGS, "stream": True, "max_tokens": 300, "temperature": 1.0, "seed": 9,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA}}}),
+        headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    text = ""
+    for block in r.read().decode().split("\n\n"):
+        block = block.strip()
+        if not block or block == "data: [DONE]":
+            continue
+        ev = json.loads(block[len("data: "):])
+        for ch in ev["choices"]:
+            text += ch["delta"].get("content") or ""
+    c.close()
+    _check_json(text, SCHEMA)
+
+
 BAD = [
     ("/v1/completions", {"prompt": "p", "guided_regex": "(ab"}, "guided_regex"),
     ("/v1/completions", {"prompt": "p", "guided_regex": r"(a)\1"}, "guided_regex"),
