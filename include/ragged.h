@@ -977,6 +977,9 @@ typedef struct rg_gen_engine_params {
 				     * letting every TTFT grow without bound */
 	double default_tpot_ms;     /* TPOT target of a request that sets no tpot_ms, ms; 0: none
 				     * [0] */
+	int max_grammar_states;     /* structured outputs: DFA states of one grammar at most (<= 0:
+				     * the default); a request whose grammar needs more gets
+				     * RG_ERR_TOO_LONG [50000] (since issue 31) */
 } rg_gen_engine_params;
 
 RG_API void rg_gen_engine_params_default(rg_gen_engine_params *p);

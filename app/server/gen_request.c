@@ -556,8 +556,8 @@ static rg_status parse_langs(json_object *o, json_object *p, rg_gen_request *r,
 /* One grammar of the request (param names the field): kind and its text, checked by compiling
  * it (rg_grammar_compile_check), the message of a bad one naming param. A second grammar in
  * one request is a 400. v: a string (its text), or for a schema / choices the JSON value. */
-static rg_status set_grammar(rg_gen_request *r, const char *param, rg_grammar_kind kind,
-			     json_object *v, rg_req_error *err)
+static rg_status set_grammar(rg_gen_request *r, const rg_gen_limits *lim, const char *param,
+			     rg_grammar_kind kind, json_object *v, rg_req_error *err)
 {
 	const char *text = NULL;
 	char msg[400];
@@ -590,7 +590,7 @@ static rg_status set_grammar(rg_gen_request *r, const char *param, rg_grammar_ki
 			       ? json_object_get_string(v)
 			       : json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN |
 								 JSON_C_TO_STRING_NOSLASHESCAPE);
-	if ((st = rg_grammar_compile_check(kind, text, 0, NULL, NULL)) != RG_OK) {
+	if ((st = rg_grammar_compile_check(kind, text, lim->max_grammar_states, NULL, NULL)) != RG_OK) {
 		snprintf(msg, sizeof(msg), "%s", rg_last_error());
 		return rg_req_failp(err, param, 400, "validation", "%s: %s", param, msg);
 	}
@@ -602,7 +602,8 @@ static rg_status set_grammar(rg_gen_request *r, const char *param, rg_grammar_ki
 
 /* OpenAI's "response_format": text (nothing), json_object, or json_schema {"name", "schema",
  * "strict", "description"} (a json_schema without "schema": any JSON object). */
-static rg_status parse_response_format(json_object *root, rg_gen_request *r, rg_req_error *err)
+static rg_status parse_response_format(json_object *root, const rg_gen_limits *lim,
+				       rg_gen_request *r, rg_req_error *err)
 {
 	const char *k = "response_format";
 	json_object *v = opt(root, k), *t, *js, *schema;
@@ -618,7 +619,7 @@ static rg_status parse_response_format(json_object *root, rg_gen_request *r, rg_
 	if (!strcmp(type, "text"))
 		return RG_OK;
 	if (!strcmp(type, "json_object"))
-		return set_grammar(r, k, RG_GRAMMAR_JSON_OBJECT, NULL, err);
+		return set_grammar(r, lim, k, RG_GRAMMAR_JSON_OBJECT, NULL, err);
 	if (strcmp(type, "json_schema"))
 		return rg_req_failp(err, k, 400, "validation",
 				 "response_format.type must be \"text\", \"json_object\" or "
@@ -634,27 +635,28 @@ static rg_status parse_response_format(json_object *root, rg_gen_request *r, rg_
 					 "response_format.json_schema: unrecognized field %.60s", key);
 	}
 	if (!(schema = opt(js, "schema")))
-		return set_grammar(r, k, RG_GRAMMAR_JSON_OBJECT, NULL, err);
-	return set_grammar(r, "response_format.json_schema.schema", RG_GRAMMAR_JSON_SCHEMA, schema,
-			   err);
+		return set_grammar(r, lim, k, RG_GRAMMAR_JSON_OBJECT, NULL, err);
+	return set_grammar(r, lim, "response_format.json_schema.schema", RG_GRAMMAR_JSON_SCHEMA,
+			   schema, err);
 }
 
 /* vLLM's guided decoding fields: guided_json, guided_regex, guided_choice, and
  * structured_outputs {"json" | "regex" | "choice" | "json_object": true}; guided_grammar and
  * the "grammar" / "structural_tag" forms (context-free grammars) are refused. */
-static rg_status parse_guided(json_object *root, rg_gen_request *r, rg_req_error *err)
+static rg_status parse_guided(json_object *root, const rg_gen_limits *lim, rg_gen_request *r,
+			      rg_req_error *err)
 {
 	json_object *v, *so;
 	rg_status st;
 
 	if ((v = opt(root, "guided_json")) &&
-	    (st = set_grammar(r, "guided_json", RG_GRAMMAR_JSON_SCHEMA, v, err)) != RG_OK)
+	    (st = set_grammar(r, lim, "guided_json", RG_GRAMMAR_JSON_SCHEMA, v, err)) != RG_OK)
 		return st;
 	if ((v = opt(root, "guided_regex")) &&
-	    (st = set_grammar(r, "guided_regex", RG_GRAMMAR_REGEX, v, err)) != RG_OK)
+	    (st = set_grammar(r, lim, "guided_regex", RG_GRAMMAR_REGEX, v, err)) != RG_OK)
 		return st;
 	if ((v = opt(root, "guided_choice")) &&
-	    (st = set_grammar(r, "guided_choice", RG_GRAMMAR_CHOICE, v, err)) != RG_OK)
+	    (st = set_grammar(r, lim, "guided_choice", RG_GRAMMAR_CHOICE, v, err)) != RG_OK)
 		return st;
 	if (opt(root, "guided_grammar"))
 		return rg_req_failp(err, "guided_grammar", 400, "validation",
@@ -677,14 +679,17 @@ static rg_status parse_guided(json_object *root, rg_gen_request *r, rg_req_error
 		if (json_object_is_type(val, json_type_null))
 			continue;
 		if (!strcmp(key, "json"))
-			st = set_grammar(r, "structured_outputs.json", RG_GRAMMAR_JSON_SCHEMA, val, err);
+			st = set_grammar(r, lim, "structured_outputs.json", RG_GRAMMAR_JSON_SCHEMA,
+					 val, err);
 		else if (!strcmp(key, "regex"))
-			st = set_grammar(r, "structured_outputs.regex", RG_GRAMMAR_REGEX, val, err);
+			st = set_grammar(r, lim, "structured_outputs.regex", RG_GRAMMAR_REGEX,
+					 val, err);
 		else if (!strcmp(key, "choice"))
-			st = set_grammar(r, "structured_outputs.choice", RG_GRAMMAR_CHOICE, val, err);
+			st = set_grammar(r, lim, "structured_outputs.choice", RG_GRAMMAR_CHOICE,
+					 val, err);
 		else if (!strcmp(key, "json_object"))
 			st = json_object_is_type(val, json_type_boolean) && json_object_get_boolean(val)
-				     ? set_grammar(r, "structured_outputs.json_object",
+				     ? set_grammar(r, lim, "structured_outputs.json_object",
 						   RG_GRAMMAR_JSON_OBJECT, NULL, err)
 				     : RG_OK;
 		else if (!strcmp(key, "disable_any_whitespace") || !strcmp(key, "disable_fallback") ||
@@ -702,7 +707,8 @@ static rg_status parse_guided(json_object *root, rg_gen_request *r, rg_req_error
 }
 
 /* TGI's "parameters.grammar": {"type": "json" | "regex", "value": schema | regex}. */
-static rg_status parse_tgi_grammar(json_object *p, rg_gen_request *r, rg_req_error *err)
+static rg_status parse_tgi_grammar(json_object *p, const rg_gen_limits *lim, rg_gen_request *r,
+				   rg_req_error *err)
 {
 	const char *k = "grammar";
 	json_object *g = opt(p, k), *t, *v;
@@ -716,9 +722,9 @@ static rg_status parse_tgi_grammar(json_object *p, rg_gen_request *r, rg_req_err
 				 "grammar must be {\"type\": \"json\" | \"regex\", \"value\": ...}");
 	type = json_object_get_string(t);
 	if (!strcmp(type, "json") || !strcmp(type, "json_schema"))
-		return set_grammar(r, "grammar.value", RG_GRAMMAR_JSON_SCHEMA, v, err);
+		return set_grammar(r, lim, "grammar.value", RG_GRAMMAR_JSON_SCHEMA, v, err);
 	if (!strcmp(type, "regex"))
-		return set_grammar(r, "grammar.value", RG_GRAMMAR_REGEX, v, err);
+		return set_grammar(r, lim, "grammar.value", RG_GRAMMAR_REGEX, v, err);
 	return rg_req_failp(err, k, 400, "validation",
 			 "grammar.type must be \"json\" or \"regex\", got \"%.40s\"", type);
 }
@@ -898,8 +904,8 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 			  NULL, err)) ||
 	    (st = parse_early_stopping(root, r, err)) ||
 	    (st = parse_targets(root, r, err)) ||
-	    (st = parse_response_format(root, r, err)) ||
-	    (st = parse_guided(root, r, err)))
+	    (st = parse_response_format(root, lim, r, err)) ||
+	    (st = parse_guided(root, lim, r, err)))
 		return st;
 	r->seed = (uint64_t)seed;
 	if (r->top_k == -1)
@@ -1014,7 +1020,7 @@ static rg_status parse_tgi(json_object *root, const rg_gen_limits *lim, rg_gen_r
 	    (st = get_bool(p, "details", &r->details, err)) ||
 	    (st = get_bool(p, "decoder_input_details", &r->decoder_input_details, err)) ||
 	    (st = get_int(p, "top_n_tokens", 0, RG_GEN_MAX_LOGPROBS, &top_n, &set_n, err)) ||
-	    (st = parse_tgi_grammar(p, r, err)) ||
+	    (st = parse_tgi_grammar(p, lim, r, err)) ||
 	    (st = refuse_feature(p, "adapter_id", 0, "no LoRA adapters", err)) ||
 	    (st = parse_targets(p, r, err)))
 		return st;

@@ -146,6 +146,7 @@ typedef struct rg_gen_limits {
 			   * and TGI top_n_tokens at most RG_GEN_MAX_LOGPROBS */
 	int max_messages; /* chat messages at most (413 past it) */
 	int max_depth;    /* JSON nesting (json-c tokener depth) */
+	int max_grammar_states; /* structured outputs: DFA states of a grammar (<= 0: 50000) */
 } rg_gen_limits;
 
 /* Parse body (len bytes, need not be NUL-terminated) for api into *out, with defaults filled.

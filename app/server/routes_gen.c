@@ -888,7 +888,7 @@ static rg_gen_limits gen_limits(const rg_server *s)
 	return (rg_gen_limits){
 		.vocab_size = s->info->vocab_size, .max_n = 16, .max_prompts = s->o.max_inputs,
 		.max_stop = 16, .max_logprobs = RG_GEN_MAX_LOGPROBS, .max_messages = 4096,
-		.max_depth = 32,
+		.max_depth = 32, .max_grammar_states = s->o.max_grammar_states,
 	};
 }
 

@@ -92,7 +92,8 @@ class EngineParams(ctypes.Structure):
                 ("deadline_slack", ctypes.c_double), ("block_size", ctypes.c_int),
                 ("kv_bytes", ctypes.c_size_t), ("kv_fraction", ctypes.c_double),
                 ("warm_up", ctypes.c_bool), ("step_delay_ms", ctypes.c_double),
-                ("default_ttft_ms", ctypes.c_double), ("default_tpot_ms", ctypes.c_double)]
+                ("default_ttft_ms", ctypes.c_double), ("default_tpot_ms", ctypes.c_double),
+                ("max_grammar_states", ctypes.c_int)]
 
 
 class GenEvent(ctypes.Structure):

@@ -173,6 +173,7 @@ void rg_gen_engine_params_default(rg_gen_engine_params *p)
 	p->kv_fraction = 0.9;
 	p->default_ttft_ms = 0;
 	p->default_tpot_ms = 0;
+	p->max_grammar_states = RG_GRAMMAR_MAX_STATES;
 }
 
 void rg_gen_options_default(rg_gen_options *r)
@@ -406,7 +407,8 @@ static rg_status grammar_get(rg_gen_engine *e, const rg_gen_params *p, rg_gramma
 				 "(the bytes of its tokens)");
 	if (!e->trie && (st = rg_token_trie_from_tokenizer(e->tok, e->V, &e->trie)) != RG_OK)
 		return st;
-	if ((st = rg_grammar_from_params(p->grammar_kind, p->grammar, e->trie, 0, &g)) != RG_OK)
+	if ((st = rg_grammar_from_params(p->grammar_kind, p->grammar, e->trie,
+					 e->p.max_grammar_states, &g)) != RG_OK)
 		return st;
 	slot = e->gcache_next;
 	e->gcache_next = (slot + 1) % N_GCACHE;

@@ -9,9 +9,9 @@
  * schema, $ref to "#", "#/$defs/..." and "#/definitions/..." (nesting bounded), pattern
  * (anchors stripped, matched whole), minLength, maxLength, format (date-time, date, time,
  * uuid), minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers (a digit-range
- * regex of the integers between), and the annotations (title, description, default, examples, $schema, $id, $comment,
- * readOnly, writeOnly, deprecated), which change nothing. Any other keyword is refused with
- * RG_ERR_UNSUPPORTED naming it (bounds on numbers, multipleOf, uniqueItems, patternProperties,
+ * regex of the integers between), and the annotations (title, description, default,
+ * examples, $schema, $id, $comment, readOnly, writeOnly, deprecated), which change nothing.
+ * Any other keyword is refused with RG_ERR_UNSUPPORTED naming it (bounds on numbers, multipleOf, uniqueItems, patternProperties,
  * not, if/then/else, ...), never silently ignored.
  * Bounded by construction (documented, not JSON Schema's semantics): integers have at most 16
  * digits, fractions 16, exponents 3; a schema without a type (or {}, true) and an object or
@@ -32,7 +32,9 @@
 
 /* One JSON string's character: unescaped (not ", \ or a control character) or an escape
  * (\uXXXX outside the surrogates, so that each counts as one character). */
-#define STR_CHAR "(?:[^\"\\\\\\x00-\\x1f]|\\\\[\"\\\\/bfnrt]|\\\\u(?:[0-9a-cA-CeEfF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))"
+#define STR_CHAR                                                                                 \
+	"(?:[^\"\\\\\\x00-\\x1f]|\\\\[\"\\\\/bfnrt]|"                                      \
+	"\\\\u(?:[0-9a-cA-CeEfF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))"
 #define STRING "\"" STR_CHAR "*\""
 #define INTEGER "-?(?:0|[1-9][0-9]{0,15})"
 #define NUMBER INTEGER "(?:\\.[0-9]{1,16})?(?:[eE][+-]?[0-9]{1,3})?"

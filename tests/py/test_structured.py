@@ -370,3 +370,19 @@ def test_server_refuses_and_keeps_serving(srv, path, body, param):
                                               "guided_choice": ["ok"]})
     assert st == 200 and r["choices"][0]["text"] == "ok", r
     assert srv.alive()
+
+
+def test_server_grammar_state_limit(model_dir):
+    """--max-grammar-states bounds one grammar's DFA: a regex over it is a 400 naming the
+    field and the limit; one under it is served."""
+    s = Server(model_dir, "--max-grammar-states", 100)
+    try:
+        st, r = s.post_json("/v1/completions", {"prompt": "p", "max_tokens": 20,
+                                                "guided_regex": "(a|b)*a(a|b){8}"})
+        assert st == 400 and r["error"]["param"] == "guided_regex", r
+        assert "over 100 states" in r["error"]["message"], r
+        st, r = s.post_json("/v1/completions", {"prompt": "p", "max_tokens": 20,
+                                                "guided_regex": "(a|b){1,4}"})
+        assert st == 200 and re.fullmatch("(a|b){1,4}", r["choices"][0]["text"]), r
+    finally:
+        s.stop()
