@@ -20,7 +20,8 @@
  *   under full matching). Refused with RG_ERR_UNSUPPORTED naming the construct: backreferences,
  *   look-around, word boundaries, inline flags, anchors elsewhere.
  * Limits (RG_ERR_TOO_LONG with a message): pattern 64 KiB, a counted repetition's bound 1000,
- * 2^20 NFA states, max_states DFA states (RG_GRAMMAR_MAX_STATES by default).
+ * 2^20 NFA states, max_states DFA states (RG_GRAMMAR_MAX_STATES by default), 2^25 NFA state
+ * visits while determinizing (a bound on the compile's time, about a second).
  * Not thread-safe (the mask cache fills lazily): one owner, the engine's step. */
 #ifndef RG_GEN_GRAMMAR_H
 #define RG_GEN_GRAMMAR_H

@@ -83,6 +83,8 @@ static void test_refused(void **state)
 		{"a^b", RG_ERR_UNSUPPORTED, "anchors"},
 		{"a{1001}", RG_ERR_TOO_LONG, "over 1000"},
 		{"[^\\s\\S]", RG_ERR_INVALID_INPUT, "matches no string"},
+		{"(.{0,1000}){1000}", RG_ERR_TOO_LONG, "NFA states"},
+		{"(.{0,50}){50}", RG_ERR_TOO_LONG, "too complex"},
 	};
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
