@@ -246,6 +246,21 @@ def test_json_object_regex_and_choice(gen):
         assert all(o["text"] in ("alpha", "beta", "gamma delta") for o in r), r
 
 
+def test_python_stream(gen):
+    """Generator.stream() runs the engine with the grammar too: the pieces join to a valid
+    instance, each of n outputs under its own DFA state."""
+    schema = {"type": "object", "properties": {"k": {"type": "integer", "minimum": 1,
+                                                     "maximum": 9}}, "required": ["k"]}
+    for seed in range(3):
+        texts = {}
+        for ev in gen.stream("Hi", max_tokens=100, n=2, temperature=1.0, seed=seed,
+                             grammar=("json_schema", schema)):
+            texts[ev["index"]] = texts.get(ev["index"], "") + ev["text"]
+        assert len(texts) == 2
+        for t in texts.values():
+            jsonschema.validate(json.loads(t), schema)
+
+
 def test_python_api_refuses(gen):
     import ragged
     for g, msg in [(("regex", "(a"), "unterminated"),
