@@ -36,7 +36,7 @@
 #define SEQ_BITS 8
 #define MAX_OUT (1 << SEQ_BITS)
 #define BIAS_BLOCK -1e9f /* min_tokens: the bias that keeps EOS and stop ids out */
-#define N_GCACHE 16 /* compiled grammars kept for requests that repeat one */
+#define N_GCACHE 8 /* compiled grammars kept for requests that repeat one */
 
 enum { MODE_NONE, MODE_ARGMAX, MODE_SAMPLE, MODE_SAMPLE_LOGITS, MODE_LOGITS };
 enum { ROW_DEVICE, ROW_HOST, ROW_BEAM, ROW_NONE };

@@ -1298,6 +1298,9 @@ struct rg_grammar {
 	const rg_token_trie *trie;
 	int words;        /* per mask */
 	uint64_t **masks; /* (n_states) lazily */
+	size_t cached_bytes; /* of masks, at most budget */
+	size_t budget;       /* RG_GRAMMAR_MASK_BYTES unless a test sets it */
+	uint64_t *scratch;   /* the mask of a state past that budget (not cached) */
 	int32_t *stack;   /* DFS scratch: (node, state) pairs */
 	size_t cap_stack;
 };
@@ -1318,6 +1321,7 @@ rg_status rg_grammar_new(rg_dfa *d, const rg_token_trie *trie, rg_grammar **out)
 	g->d = d;
 	g->trie = trie;
 	g->words = (trie->vocab + 63) / 64;
+	g->budget = RG_GRAMMAR_MASK_BYTES;
 	*out = g;
 	return RG_OK;
 }
@@ -1336,12 +1340,15 @@ void rg_grammar_unref(rg_grammar *g)
 	for (int s = 0; s < g->d->n_states; s++)
 		free(g->masks[s]);
 	free(g->masks);
+	free(g->scratch);
 	free(g->stack);
 	rg_dfa_free(g->d);
 	free(g);
 }
 
 const rg_dfa *rg_grammar_dfa(const rg_grammar *g) { return g->d; }
+
+void rg_grammar_set_mask_budget(rg_grammar *g, size_t bytes) { g->budget = bytes; }
 
 /* One DFS over the trie from the root with DFA state s: every node reached alive allows its
  * tokens; a dead state prunes the subtree. */
@@ -1353,15 +1360,26 @@ const uint64_t *rg_grammar_mask(rg_grammar *g, int s)
 
 	if (s < 0 || s >= g->d->n_states)
 		return NULL;
+	const size_t bytes = (size_t)g->words * sizeof(uint64_t);
+	bool cache = g->cached_bytes + bytes <= g->budget;
+
 	if (g->masks[s])
 		return g->masks[s];
-	if (!(m = calloc((size_t)g->words, sizeof(uint64_t))))
-		return NULL;
+	if (cache) {
+		if (!(m = calloc((size_t)g->words, sizeof(uint64_t))))
+			return NULL;
+	} else {
+		if (!g->scratch && !(g->scratch = malloc(bytes)))
+			return NULL;
+		m = g->scratch;
+		memset(m, 0, bytes);
+	}
 	if (g->cap_stack < 2 * (size_t)t->n_nodes) {
 		int32_t *st = realloc(g->stack, 2 * (size_t)t->n_nodes * sizeof(int32_t));
 
 		if (!st) {
-			free(m);
+			if (cache)
+				free(m);
 			return NULL;
 		}
 		g->stack = st;
@@ -1387,7 +1405,10 @@ const uint64_t *rg_grammar_mask(rg_grammar *g, int s)
 			}
 		}
 	}
-	g->masks[s] = m;
+	if (cache) {
+		g->masks[s] = m;
+		g->cached_bytes += bytes;
+	}
 	return m;
 }
 

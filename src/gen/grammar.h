@@ -35,6 +35,7 @@
 #include "tokenizer/tokenizer.h"
 
 #define RG_GRAMMAR_MAX_STATES 50000 /* DFA states of one grammar, by default */
+#define RG_GRAMMAR_MASK_BYTES ((size_t)32 << 20) /* cached masks of one grammar, at most */
 
 typedef struct rg_dfa rg_dfa;
 typedef struct rg_token_trie rg_token_trie;
@@ -78,8 +79,12 @@ RG_TEST_API rg_status rg_grammar_new(rg_dfa *d, const rg_token_trie *trie, rg_gr
 rg_grammar *rg_grammar_ref(rg_grammar *g);
 RG_TEST_API void rg_grammar_unref(rg_grammar *g); /* accepts NULL */
 const rg_dfa *rg_grammar_dfa(const rg_grammar *g);
-/* The mask of state s (>= 0), computed on first use and cached (RG_ERR_OOM: NULL). Owned by g. */
+/* The mask of state s (>= 0), computed on first use and cached while the grammar's masks take
+ * at most RG_GRAMMAR_MASK_BYTES (past that, computed each time into a scratch mask valid until
+ * the next call). NULL on OOM. Owned by g. */
 RG_TEST_API const uint64_t *rg_grammar_mask(rg_grammar *g, int s);
+/* Test hook: the cache budget of g's masks, bytes (RG_GRAMMAR_MASK_BYTES by default). */
+RG_TEST_API void rg_grammar_set_mask_budget(rg_grammar *g, size_t bytes);
 /* The state after token tok's bytes from s (-1: dead). */
 int rg_grammar_advance(const rg_grammar *g, int s, int32_t tok);
 
