@@ -720,6 +720,7 @@ static int build(nfa *a, const parser *p, int n, int next)
 /* ---- the DFA ------------------------------------------------------------------------------- */
 
 struct rg_dfa {
+	int refs; /* atomic: a compiled DFA is shared read-only (grammar_api.c's cache) */
 	int n_states, n_classes, start;
 	uint8_t class_of[256];
 	int32_t *trans;   /* (n_states, n_classes), -1 dead */
@@ -953,6 +954,7 @@ rg_status rg_dfa_compile(const char *pattern, size_t len, int max_states, rg_dfa
 		st = rg_errorf(RG_ERR_OOM, "regex: out of memory");
 		goto out_free_nfa;
 	}
+	d->refs = 1;
 	/* byte classes: bytes no range boundary separates behave alike */
 	{
 		uint8_t cut[257] = {0};
@@ -1082,9 +1084,21 @@ out_free_parse:
 	return st;
 }
 
+rg_dfa *rg_dfa_ref(rg_dfa *d)
+{
+	if (d)
+		__atomic_add_fetch(&d->refs, 1, __ATOMIC_RELAXED);
+	return d;
+}
+
+size_t rg_dfa_bytes(const rg_dfa *d)
+{
+	return sizeof(*d) + (size_t)d->n_states * ((size_t)d->n_classes * sizeof(int32_t) + 2);
+}
+
 void rg_dfa_free(rg_dfa *d)
 {
-	if (!d)
+	if (!d || __atomic_sub_fetch(&d->refs, 1, __ATOMIC_ACQ_REL) > 0)
 		return;
 	free(d->trans);
 	free(d->accept);

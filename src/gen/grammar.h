@@ -47,7 +47,12 @@ typedef struct rg_token_trie rg_token_trie;
  * RG_ERR_UNSUPPORTED (a construct above), RG_ERR_TOO_LONG (a limit), RG_ERR_OOM. */
 RG_TEST_API rg_status rg_dfa_compile(const char *pattern, size_t len, int max_states,
 				     rg_dfa **out);
-RG_TEST_API void rg_dfa_free(rg_dfa *d); /* accepts NULL */
+/* A DFA is reference-counted (atomically: a compiled DFA is immutable, shared between threads):
+ * rg_dfa_ref adds a reference, rg_dfa_free drops one and frees at 0 (accepts NULL). */
+RG_TEST_API void rg_dfa_free(rg_dfa *d);
+rg_dfa *rg_dfa_ref(rg_dfa *d);
+/* Bytes d holds (its tables). */
+size_t rg_dfa_bytes(const rg_dfa *d);
 /* The start state, and the next state after byte c from s (-1: dead; s -1 gives -1). */
 int rg_dfa_start(const rg_dfa *d);
 int rg_dfa_next(const rg_dfa *d, int s, uint8_t c);
@@ -72,7 +77,7 @@ RG_TEST_API void rg_token_trie_free(rg_token_trie *t); /* accepts NULL */
 int rg_token_trie_vocab(const rg_token_trie *t);
 
 /* A DFA and the mask of every state it has been asked about (bitsets of ceil(vocab / 64)
- * words: bit v of word v / 64 set when token v keeps the DFA live). Owns d; borrows trie (alive
+ * words: bit v of word v / 64 set when token v keeps the DFA live). Owns a reference to d; borrows trie (alive
  * while the grammar is). Reference-counted: rg_grammar_ref / rg_grammar_unref (frees at 0). */
 typedef struct rg_grammar rg_grammar;
 RG_TEST_API rg_status rg_grammar_new(rg_dfa *d, const rg_token_trie *trie, rg_grammar **out);
@@ -98,7 +103,10 @@ rg_status rg_json_any_regex(int depth, char **out);
  * an ASCII letter, digit, space or a byte >= 0x80 escaped. */
 void rg_regex_escape(rg_buf *b, const char *s, size_t len);
 /* The compiled grammar of a request's (kind, text) over trie (borrowed), at most max_states
- * DFA states (<= 0: the default). Errors as rg_grammar_compile_check (include/ragged.h). */
+ * DFA states (<= 0: the default). The DFA comes from a process-wide cache of the last compiled
+ * ones (32, 64 MiB at most; thread-safe), which rg_grammar_compile_check fills: a server that
+ * checks a request's grammar while parsing it compiles it once, outside the engine's lock.
+ * Errors as rg_grammar_compile_check (include/ragged.h). */
 rg_status rg_grammar_from_params(rg_grammar_kind kind, const char *text,
 				 const rg_token_trie *trie, int max_states, rg_grammar **out);
 #endif

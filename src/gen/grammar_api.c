@@ -2,6 +2,7 @@
  * rg_grammar_compile_check, rg_regex_fullmatch) and the one path from a request's grammar to
  * its compiled rg_grammar (grammar.h). */
 #include <json-c/json.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,90 @@
 #include "gen/grammar.h"
 
 #define MAX_CHOICES 4096
+#define CACHE_N 32
+#define CACHE_BYTES ((size_t)64 << 20)
+
+/* The last compiled DFAs by (kind, text, max_states), least recently used evicted: each entry
+ * holds a reference. */
+static struct {
+	rg_grammar_kind kind;
+	int max_states;
+	char *text;
+	rg_dfa *d;
+	size_t bytes;
+	unsigned long long used;
+} cache[CACHE_N];
+static size_t cache_bytes;
+static unsigned long long cache_clock;
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static rg_dfa *cache_get(rg_grammar_kind kind, const char *text, int max_states)
+{
+	rg_dfa *d = NULL;
+
+	pthread_mutex_lock(&cache_mu);
+	for (int i = 0; i < CACHE_N; i++)
+		if (cache[i].d && cache[i].kind == kind && cache[i].max_states == max_states &&
+		    !strcmp(cache[i].text, text)) {
+			cache[i].used = ++cache_clock;
+			d = rg_dfa_ref(cache[i].d);
+			break;
+		}
+	pthread_mutex_unlock(&cache_mu);
+	return d;
+}
+
+static void cache_drop(int i)
+{
+	cache_bytes -= cache[i].bytes;
+	rg_dfa_free(cache[i].d);
+	free(cache[i].text);
+	cache[i].d = NULL;
+	cache[i].text = NULL;
+}
+
+/* Keep d (a new reference) for (kind, text, max_states); nothing when it does not fit. */
+static void cache_put(rg_grammar_kind kind, const char *text, int max_states, rg_dfa *d)
+{
+	size_t bytes = rg_dfa_bytes(d);
+	char *t;
+
+	if (bytes > CACHE_BYTES / 4 || !(t = strdup(text)))
+		return;
+	pthread_mutex_lock(&cache_mu);
+	for (int i = 0; i < CACHE_N; i++)
+		if (cache[i].d && cache[i].kind == kind && cache[i].max_states == max_states &&
+		    !strcmp(cache[i].text, text)) {
+			pthread_mutex_unlock(&cache_mu); /* another thread compiled it meanwhile */
+			free(t);
+			return;
+		}
+	for (;;) {
+		int victim = -1, n_used = 0;
+
+		for (int i = 0; i < CACHE_N; i++)
+			if (cache[i].d) {
+				n_used++;
+				if (victim < 0 || cache[i].used < cache[victim].used)
+					victim = i;
+			}
+		if (n_used < CACHE_N && cache_bytes + bytes <= CACHE_BYTES)
+			break;
+		cache_drop(victim);
+	}
+	for (int i = 0; i < CACHE_N; i++)
+		if (!cache[i].d) {
+			cache[i].kind = kind;
+			cache[i].max_states = max_states;
+			cache[i].text = t;
+			cache[i].d = rg_dfa_ref(d);
+			cache[i].bytes = bytes;
+			cache[i].used = ++cache_clock;
+			cache_bytes += bytes;
+			break;
+		}
+	pthread_mutex_unlock(&cache_mu);
+}
 
 /* The regex of a JSON list of strings: their escaped alternation. */
 static rg_status choice_regex(const char *text, char **out)
@@ -81,16 +166,25 @@ static rg_status grammar_regex(rg_grammar_kind kind, const char *text, char **ou
 	return rg_errorf(RG_ERR_INVALID_INPUT, "grammar: unknown kind %d", (int)kind);
 }
 
+/* The DFA of (kind, text): the cache's, else compiled (and cached). regex (may be NULL): the
+ * regex it stands for, malloc'd. */
 static rg_status compile(rg_grammar_kind kind, const char *text, int max_states, char **regex,
 			 rg_dfa **d)
 {
+	const char *key = text ? text : "";
 	char *re = NULL;
 	rg_status st;
 
 	*d = NULL;
+	if (max_states <= 0)
+		max_states = RG_GRAMMAR_MAX_STATES;
+	if (!regex && (*d = cache_get(kind, key, max_states)))
+		return RG_OK;
 	if ((st = grammar_regex(kind, text, &re)) != RG_OK)
 		return st;
 	st = rg_dfa_compile(re, strlen(re), max_states, d);
+	if (st == RG_OK)
+		cache_put(kind, key, max_states, *d);
 	if (st == RG_OK && regex)
 		*regex = re;
 	else
