@@ -494,8 +494,8 @@ static rg_status parse_logit_bias(json_object *o, const rg_gen_limits *lim, rg_g
 }
 
 /* A field ragged does not implement: accepted when null (opt) or equal to one of the given
- * harmless values ("none", [], {"type": "text"}, ["text"]), else a 400 naming it. */
-enum { OK_NONE_STR = 1, OK_EMPTY_LIST = 2, OK_TEXT_FORMAT = 4, OK_TEXT_MODALITY = 8,
+ * harmless values ("none", [], ["text"], ""), else a 400 naming it. */
+enum { OK_NONE_STR = 1, OK_EMPTY_LIST = 2, OK_TEXT_MODALITY = 8,
        OK_EMPTY_STR = 16 };
 
 static rg_status refuse_feature(json_object *o, const char *key, unsigned ok, const char *why,
@@ -513,10 +513,6 @@ static rg_status refuse_feature(json_object *o, const char *key, unsigned ok, co
 	if ((ok & OK_EMPTY_STR) && str && json_object_get_string_len(v) == 0)
 		return RG_OK;
 	if ((ok & OK_EMPTY_LIST) && arr && json_object_array_length(v) == 0)
-		return RG_OK;
-	if ((ok & OK_TEXT_FORMAT) && json_object_is_type(v, json_type_object) &&
-	    json_object_object_length(v) == 1 && (t = opt(v, "type")) &&
-	    json_object_is_type(t, json_type_string) && !strcmp(json_object_get_string(t), "text"))
 		return RG_OK;
 	if ((ok & OK_TEXT_MODALITY) && arr && json_object_array_length(v) == 1 &&
 	    json_object_is_type((t = json_object_array_get_idx(v, 0)), json_type_string) &&

@@ -22,7 +22,9 @@
  * Limits (RG_ERR_TOO_LONG with a message): pattern 64 KiB, a counted repetition's bound 1000,
  * 2^20 NFA states, max_states DFA states (RG_GRAMMAR_MAX_STATES by default), 2^25 NFA state
  * visits while determinizing (a bound on the compile's time, about a second).
- * Not thread-safe (the mask cache fills lazily): one owner, the engine's step. */
+ * Threads: a compiled rg_dfa is immutable and reference-counted atomically (shared by the
+ * parse-time check and the engines); an rg_grammar (its mask cache fills lazily) has one owner,
+ * the engine's step. */
 #ifndef RG_GEN_GRAMMAR_H
 #define RG_GEN_GRAMMAR_H
 #include <stdbool.h>
