@@ -780,6 +780,24 @@ typedef rg_status (*rg_detokenize_fn)(void *ctx, const int32_t *ids, int n, char
  * which returns that status. */
 typedef rg_status (*rg_gen_token_fn)(void *ctx, int seq, int32_t token, float logprob);
 
+/* Structured outputs (issue 31): what a request's output must match (rg_gen_params.grammar).
+ * Constrained decoding masks, at every step, the tokens whose bytes would leave the grammar's
+ * DFA (src/gen/grammar.h: Willard & Louf 2023's token masks, cached per DFA state as XGrammar
+ * does); EOS is allowed only where the output so far is complete, and is the only token left
+ * once nothing can follow. */
+typedef enum rg_grammar_kind {
+	RG_GRAMMAR_NONE = 0,        /* unconstrained */
+	RG_GRAMMAR_REGEX = 1,       /* the whole output matches the regex (Python re.fullmatch of
+				     * grammar.h's subset: literals, classes, . \d \w \s, escapes,
+				     * * + ? {m,n}, |, groups) */
+	RG_GRAMMAR_JSON_SCHEMA = 2, /* a JSON value valid under a JSON Schema (outlines-core's
+				     * regex of it: src/gen/json_schema.c lists the keywords) */
+	RG_GRAMMAR_JSON_OBJECT = 3, /* any JSON object (OpenAI's json_object), nested at most 3
+				     * deep (a regular approximation of JSON) */
+	RG_GRAMMAR_CHOICE = 4,      /* exactly one of a list of strings (vLLM's guided_choice):
+				     * grammar is a JSON list of strings */
+} rg_grammar_kind;
+
 /* Every option of a request (rg_gen_params_default gives: greedy, n 1, max_tokens 16, no beams,
  * length_penalty 1, early_stopping false, max_step_tokens 512). */
 typedef struct rg_gen_params {
@@ -820,6 +838,13 @@ typedef struct rg_gen_params {
 	 * true forces forced_bos_id (in [0, vocab)), or nothing when it is -1 */
 	bool forced_bos_set;
 	int32_t forced_bos_id;
+	/* structured outputs (since issue 31): grammar_kind RG_GRAMMAR_NONE (the default) or what
+	 * grammar (NUL-terminated, borrowed during rg_gen_engine_add / rg_generate only) is: a
+	 * regex, a JSON Schema's JSON text, a JSON list of strings (NULL for JSON_OBJECT). Needs the
+	 * model's tokenizer (the tokens' bytes); not with beams (RG_ERR_UNSUPPORTED). Constrained
+	 * rows are sampled on the host (their logits copied out of the step). */
+	rg_grammar_kind grammar_kind;
+	const char *grammar;
 } rg_gen_params;
 
 /* The defaults above. */
@@ -828,6 +853,24 @@ RG_API void rg_gen_params_default(rg_gen_params *p);
  * >= 0 here). RG_ERR_INVALID_INPUT naming the field; RG_ERR_UNSUPPORTED for sampling, stop
  * strings, penalties or bias with beams. */
 RG_API rg_status rg_gen_params_check(const rg_gen_params *p, int vocab);
+
+/* The regex a grammar stands for (rg_grammar_kind; text as rg_gen_params.grammar), checked:
+ * the schema's keywords, the choices, the regex's syntax, and the DFA compiled (at most
+ * max_states states, <= 0: 50000) so that a request that passes is one the engine takes.
+ * regex (may be NULL): *regex malloc'd, NUL-terminated (caller frees). n_states (may be NULL):
+ * the DFA's states. Errors, with a message naming what is wrong: RG_ERR_INVALID_INPUT (not
+ * JSON, a bad schema value, a regex syntax error, a regex that matches nothing),
+ * RG_ERR_UNSUPPORTED (a schema keyword or regex construct not implemented, named),
+ * RG_ERR_TOO_LONG (over the DFA's states, a repetition over 1000, a schema nested over 16),
+ * RG_ERR_OOM. */
+RG_API rg_status rg_grammar_compile_check(rg_grammar_kind kind, const char *text,
+					  int max_states, char **regex, int *n_states);
+
+/* Whether the whole of s (len bytes) matches pattern (Python re.fullmatch in the subset of
+ * rg_grammar_kind's REGEX, \d \w \s ASCII as re.ASCII), by the DFA constrained decoding uses.
+ * Errors as rg_grammar_compile_check (*match false then). */
+RG_API rg_status rg_regex_fullmatch(const char *pattern, const char *s, size_t len,
+				    bool *match);
 
 /* One output sequence. Arrays are owned by the result. */
 typedef struct rg_gen_seq {
@@ -937,6 +980,9 @@ typedef struct rg_gen_engine_params {
 				     * letting every TTFT grow without bound */
 	double default_tpot_ms;     /* TPOT target of a request that sets no tpot_ms, ms; 0: none
 				     * [0] */
+	int max_grammar_states;     /* structured outputs: DFA states of one grammar at most (<= 0:
+				     * the default); a request whose grammar needs more gets
+				     * RG_ERR_TOO_LONG [50000] (since issue 31) */
 } rg_gen_engine_params;
 
 RG_API void rg_gen_engine_params_default(rg_gen_engine_params *p);

@@ -44,6 +44,8 @@ $PY -c 'import jinja2.sandbox' 2>/dev/null || pyneed+=(jinja2)
 # sentencepiece: tests/py/test_tokenizer_spm.py's reference for src/tokenizer/spm.cc (Debian's
 # libsentencepiece-dev, whose spm_train, package sentencepiece, trains the test models).
 $PY -c 'import sentencepiece' 2>/dev/null || pyneed+=(sentencepiece)
+# jsonschema: tests/py/test_structured.py validates constrained outputs against their schemas.
+$PY -c 'import jsonschema' 2>/dev/null || pyneed+=(jsonschema)
 if [ ${#pyneed[@]} -gt 0 ]; then
 	echo "install-deps: pip install ${pyneed[*]}"
 	$PY -m pip install -q "${pyneed[@]}" 2>/dev/null || $PY -m pip install -q --break-system-packages "${pyneed[@]}"

@@ -494,8 +494,8 @@ static rg_status parse_logit_bias(json_object *o, const rg_gen_limits *lim, rg_g
 }
 
 /* A field ragged does not implement: accepted when null (opt) or equal to one of the given
- * harmless values ("none", [], {"type": "text"}, ["text"]), else a 400 naming it. */
-enum { OK_NONE_STR = 1, OK_EMPTY_LIST = 2, OK_TEXT_FORMAT = 4, OK_TEXT_MODALITY = 8,
+ * harmless values ("none", [], ["text"], ""), else a 400 naming it. */
+enum { OK_NONE_STR = 1, OK_EMPTY_LIST = 2, OK_TEXT_MODALITY = 8,
        OK_EMPTY_STR = 16 };
 
 static rg_status refuse_feature(json_object *o, const char *key, unsigned ok, const char *why,
@@ -513,10 +513,6 @@ static rg_status refuse_feature(json_object *o, const char *key, unsigned ok, co
 	if ((ok & OK_EMPTY_STR) && str && json_object_get_string_len(v) == 0)
 		return RG_OK;
 	if ((ok & OK_EMPTY_LIST) && arr && json_object_array_length(v) == 0)
-		return RG_OK;
-	if ((ok & OK_TEXT_FORMAT) && json_object_is_type(v, json_type_object) &&
-	    json_object_object_length(v) == 1 && (t = opt(v, "type")) &&
-	    json_object_is_type(t, json_type_string) && !strcmp(json_object_get_string(t), "text"))
 		return RG_OK;
 	if ((ok & OK_TEXT_MODALITY) && arr && json_object_array_length(v) == 1 &&
 	    json_object_is_type((t = json_object_array_get_idx(v, 0)), json_type_string) &&
@@ -553,6 +549,182 @@ static rg_status parse_langs(json_object *o, json_object *p, rg_gen_request *r,
 	return RG_OK;
 }
 
+/* One grammar of the request (param names the field): kind and its text, checked by compiling
+ * it (rg_grammar_compile_check), the message of a bad one naming param. A second grammar in
+ * one request is a 400. v: a string (its text), or for a schema / choices the JSON value. */
+static rg_status set_grammar(rg_gen_request *r, const rg_gen_limits *lim, const char *param,
+			     rg_grammar_kind kind, json_object *v, rg_req_error *err)
+{
+	const char *text = NULL;
+	char msg[400];
+	rg_status st;
+
+	if (r->grammar_kind != RG_GRAMMAR_NONE)
+		return rg_req_failp(err, param, 400, "validation",
+				 "%s: only one structured-output constraint per request "
+				 "(response_format, guided_*, structured_outputs, grammar)", param);
+	if (kind == RG_GRAMMAR_REGEX && !json_object_is_type(v, json_type_string))
+		return rg_req_failp(err, param, 400, "validation", "%s must be a string (a regex)",
+				 param);
+	if (kind == RG_GRAMMAR_CHOICE) {
+		size_t n = json_object_is_type(v, json_type_array) ? json_object_array_length(v) : 0;
+
+		if (!n)
+			return rg_req_failp(err, param, 400, "validation",
+					 "%s must be a non-empty list of strings", param);
+		for (size_t i = 0; i < n; i++)
+			if (!json_object_is_type(json_object_array_get_idx(v, i), json_type_string))
+				return rg_req_failp(err, param, 400, "validation",
+						 "%s[%zu] must be a string", param, i);
+	}
+	if (kind == RG_GRAMMAR_JSON_SCHEMA && !json_object_is_type(v, json_type_object) &&
+	    !json_object_is_type(v, json_type_boolean) && !json_object_is_type(v, json_type_string))
+		return rg_req_failp(err, param, 400, "validation",
+				 "%s must be a JSON Schema (an object, or its JSON text)", param);
+	if (v && kind != RG_GRAMMAR_JSON_OBJECT)
+		text = json_object_is_type(v, json_type_string)
+			       ? json_object_get_string(v)
+			       : json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN |
+								 JSON_C_TO_STRING_NOSLASHESCAPE);
+	if ((st = rg_grammar_compile_check(kind, text, lim->max_grammar_states, NULL, NULL)) != RG_OK) {
+		snprintf(msg, sizeof(msg), "%s", rg_last_error());
+		return rg_req_failp(err, param, 400, "validation", "%s: %s", param, msg);
+	}
+	if (text && !(r->grammar = strdup(text)))
+		return rg_req_failp(err, param, 500, "internal", "out of memory");
+	r->grammar_kind = kind;
+	return RG_OK;
+}
+
+/* OpenAI's "response_format": text (nothing), json_object, or json_schema {"name", "schema",
+ * "strict", "description"} (a json_schema without "schema": any JSON object). */
+static rg_status parse_response_format(json_object *root, const rg_gen_limits *lim,
+				       rg_gen_request *r, rg_req_error *err)
+{
+	const char *k = "response_format";
+	json_object *v = opt(root, k), *t, *js, *schema;
+	const char *type;
+
+	if (!v)
+		return RG_OK;
+	if (!json_object_is_type(v, json_type_object) || !(t = opt(v, "type")) ||
+	    !json_object_is_type(t, json_type_string))
+		return rg_req_failp(err, k, 400, "validation",
+				 "response_format must be an object with a \"type\"");
+	type = json_object_get_string(t);
+	if (!strcmp(type, "text"))
+		return RG_OK;
+	if (!strcmp(type, "json_object"))
+		return set_grammar(r, lim, k, RG_GRAMMAR_JSON_OBJECT, NULL, err);
+	if (strcmp(type, "json_schema"))
+		return rg_req_failp(err, k, 400, "validation",
+				 "response_format.type must be \"text\", \"json_object\" or "
+				 "\"json_schema\", got \"%.40s\"", type);
+	if (!(js = opt(v, "json_schema")) || !json_object_is_type(js, json_type_object))
+		return rg_req_failp(err, "response_format.json_schema", 400, "validation",
+				 "response_format.json_schema must be an object with the schema");
+	json_object_object_foreach(js, key, val) {
+		(void)val;
+		if (strcmp(key, "name") && strcmp(key, "schema") && strcmp(key, "strict") &&
+		    strcmp(key, "description"))
+			return rg_req_failp(err, "response_format.json_schema", 400, "validation",
+					 "response_format.json_schema: unrecognized field %.60s", key);
+	}
+	if (!(schema = opt(js, "schema")))
+		return set_grammar(r, lim, k, RG_GRAMMAR_JSON_OBJECT, NULL, err);
+	return set_grammar(r, lim, "response_format.json_schema.schema", RG_GRAMMAR_JSON_SCHEMA,
+			   schema, err);
+}
+
+/* vLLM's guided decoding fields: guided_json, guided_regex, guided_choice, and
+ * structured_outputs {"json" | "regex" | "choice" | "json_object": true}; guided_grammar and
+ * the "grammar" / "structural_tag" forms (context-free grammars) are refused. */
+static rg_status parse_guided(json_object *root, const rg_gen_limits *lim, rg_gen_request *r,
+			      rg_req_error *err)
+{
+	json_object *v, *so;
+	rg_status st;
+
+	if ((v = opt(root, "guided_json")) &&
+	    (st = set_grammar(r, lim, "guided_json", RG_GRAMMAR_JSON_SCHEMA, v, err)) != RG_OK)
+		return st;
+	if ((v = opt(root, "guided_regex")) &&
+	    (st = set_grammar(r, lim, "guided_regex", RG_GRAMMAR_REGEX, v, err)) != RG_OK)
+		return st;
+	if ((v = opt(root, "guided_choice")) &&
+	    (st = set_grammar(r, lim, "guided_choice", RG_GRAMMAR_CHOICE, v, err)) != RG_OK)
+		return st;
+	if (opt(root, "guided_grammar"))
+		return rg_req_failp(err, "guided_grammar", 400, "validation",
+				 "guided_grammar is not supported: no context-free grammars "
+				 "(guided_json, guided_regex and guided_choice are)");
+	if ((st = check_type(root, "guided_decoding_backend", 1u << json_type_string, "a string",
+			     err)) != RG_OK ||
+	    (st = check_type(root, "guided_whitespace_pattern", 1u << json_type_string, "a string",
+			     err)) != RG_OK)
+		return st;
+	if (opt(root, "guided_whitespace_pattern"))
+		return rg_req_failp(err, "guided_whitespace_pattern", 400, "validation",
+				 "guided_whitespace_pattern is not supported (whitespace is [ ]?)");
+	if (!(so = opt(root, "structured_outputs")))
+		return RG_OK;
+	if (!json_object_is_type(so, json_type_object))
+		return rg_req_failp(err, "structured_outputs", 400, "validation",
+				 "structured_outputs must be an object");
+	json_object_object_foreach(so, key, val) {
+		if (json_object_is_type(val, json_type_null))
+			continue;
+		if (!strcmp(key, "json"))
+			st = set_grammar(r, lim, "structured_outputs.json", RG_GRAMMAR_JSON_SCHEMA,
+					 val, err);
+		else if (!strcmp(key, "regex"))
+			st = set_grammar(r, lim, "structured_outputs.regex", RG_GRAMMAR_REGEX,
+					 val, err);
+		else if (!strcmp(key, "choice"))
+			st = set_grammar(r, lim, "structured_outputs.choice", RG_GRAMMAR_CHOICE,
+					 val, err);
+		else if (!strcmp(key, "json_object"))
+			st = json_object_is_type(val, json_type_boolean) && json_object_get_boolean(val)
+				     ? set_grammar(r, lim, "structured_outputs.json_object",
+						   RG_GRAMMAR_JSON_OBJECT, NULL, err)
+				     : RG_OK;
+		else if (!strcmp(key, "disable_any_whitespace") || !strcmp(key, "disable_fallback") ||
+			 !strcmp(key, "disable_additional_properties") ||
+			 !strcmp(key, "whitespace_pattern") || !strcmp(key, "backend"))
+			st = RG_OK; /* backend options: ragged has one backend */
+		else
+			st = rg_req_failp(err, "structured_outputs", 400, "validation",
+					  "structured_outputs.%.40s is not supported (json, regex, "
+					  "choice and json_object are)", key);
+		if (st != RG_OK)
+			return st;
+	}
+	return RG_OK;
+}
+
+/* TGI's "parameters.grammar": {"type": "json" | "regex", "value": schema | regex}. */
+static rg_status parse_tgi_grammar(json_object *p, const rg_gen_limits *lim, rg_gen_request *r,
+				   rg_req_error *err)
+{
+	const char *k = "grammar";
+	json_object *g = opt(p, k), *t, *v;
+	const char *type;
+
+	if (!g)
+		return RG_OK;
+	if (!json_object_is_type(g, json_type_object) || !(t = opt(g, "type")) ||
+	    !json_object_is_type(t, json_type_string) || !(v = opt(g, "value")))
+		return rg_req_failp(err, k, 400, "validation",
+				 "grammar must be {\"type\": \"json\" | \"regex\", \"value\": ...}");
+	type = json_object_get_string(t);
+	if (!strcmp(type, "json") || !strcmp(type, "json_schema"))
+		return set_grammar(r, lim, "grammar.value", RG_GRAMMAR_JSON_SCHEMA, v, err);
+	if (!strcmp(type, "regex"))
+		return set_grammar(r, lim, "grammar.value", RG_GRAMMAR_REGEX, v, err);
+	return rg_req_failp(err, k, 400, "validation",
+			 "grammar.type must be \"json\" or \"regex\", got \"%.40s\"", type);
+}
+
 /* The keys each OpenAI route knows; anything else is OpenAI's 400 "unrecognized request
  * argument". C: completions only, H: chat only, B: both. */
 static const struct {
@@ -568,7 +740,10 @@ static const struct {
 	{ "ignore_eos", 'B' }, { "min_tokens", 'B' }, { "top_k", 'B' }, { "min_p", 'B' },
 	{ "repetition_penalty", 'B' }, { "use_beam_search", 'B' }, { "length_penalty", 'B' },
 	{ "early_stopping", 'B' }, { "skip_special_tokens", 'B' }, { "stop_token_ids", 'B' },
-	{ "priority", 'B' },
+	{ "priority", 'B' }, { "guided_json", 'B' }, { "guided_regex", 'B' },
+	{ "guided_choice", 'B' }, { "guided_grammar", 'B' }, { "guided_decoding_backend", 'B' },
+	{ "guided_whitespace_pattern", 'B' }, { "structured_outputs", 'B' },
+	{ "response_format", 'B' }, /* OpenAI's on chat; vLLM takes it on completions too */
 	/* ragged's */
 	{ "deadline_ms", 'B' }, { "tpot_ms", 'B' },
 	/* completions */
@@ -577,7 +752,7 @@ static const struct {
 	/* chat */
 	{ "messages", 'H' }, { "max_completion_tokens", 'H' }, { "top_logprobs", 'H' },
 	{ "add_generation_prompt", 'H' }, { "tools", 'H' }, { "tool_choice", 'H' },
-	{ "functions", 'H' }, { "function_call", 'H' }, { "response_format", 'H' },
+	{ "functions", 'H' }, { "function_call", 'H' },
 	{ "audio", 'H' }, { "modalities", 'H' }, { "prediction", 'H' },
 	{ "parallel_tool_calls", 'H' }, { "continue_final_message", 'H' },
 	{ "chat_template", 'H' }, { "chat_template_kwargs", 'H' },
@@ -733,8 +908,6 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 	    (st = refuse_feature(root, "functions", OK_EMPTY_LIST, "no function calling", err)) ||
 	    (st = refuse_feature(root, "function_call", OK_NONE_STR, "no function calling",
 				 err)) ||
-	    (st = refuse_feature(root, "response_format", OK_TEXT_FORMAT,
-				 "only {\"type\": \"text\"} (no structured output)", err)) ||
 	    (st = refuse_feature(root, "audio", 0, "text output only", err)) ||
 	    (st = refuse_feature(root, "modalities", OK_TEXT_MODALITY, "text output only", err)) ||
 	    (st = refuse_feature(root, "prediction", 0, "no predicted outputs", err)))
@@ -764,7 +937,9 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 	    (st = get_num(root, "length_penalty", -INFINITY, INFINITY, 0, &r->length_penalty,
 			  NULL, err)) ||
 	    (st = parse_early_stopping(root, r, err)) ||
-	    (st = parse_targets(root, r, err)))
+	    (st = parse_targets(root, r, err)) ||
+	    (st = parse_response_format(root, lim, r, err)) ||
+	    (st = parse_guided(root, lim, r, err)))
 		return st;
 	r->seed = (uint64_t)seed;
 	if (r->top_k == -1)
@@ -887,7 +1062,7 @@ static rg_status parse_tgi(json_object *root, const rg_gen_limits *lim, rg_gen_r
 	    (st = get_bool(p, "details", &r->details, err)) ||
 	    (st = get_bool(p, "decoder_input_details", &r->decoder_input_details, err)) ||
 	    (st = get_int(p, "top_n_tokens", 0, RG_GEN_MAX_LOGPROBS, &top_n, &set_n, err)) ||
-	    (st = refuse_feature(p, "grammar", 0, "no constrained decoding", err)) ||
+	    (st = parse_tgi_grammar(p, lim, r, err)) ||
 	    (st = refuse_feature(p, "adapter_id", 0, "no LoRA adapters", err)) ||
 	    (st = parse_targets(p, r, err)))
 		return st;
@@ -1129,6 +1304,7 @@ void rg_gen_request_free(rg_gen_request *r)
 	free(r->user);
 	free(r->src_lang);
 	free(r->tgt_lang);
+	free(r->grammar);
 	memset(r, 0, sizeof(*r));
 }
 

@@ -134,6 +134,15 @@ typedef struct rg_gen_request {
 	 * source's template, tgt_lang as the forced first token */
 	char *src_lang;
 	char *tgt_lang;
+	/* structured outputs (issue 31): what the completion must match, checked (compiled) by the
+	 * parser so a bad one is a 400 naming it. OpenAI "response_format" ({"type": "text"},
+	 * {"type": "json_object"}, {"type": "json_schema", "json_schema": {"name", "schema",
+	 * "strict", "description"}}); vLLM "guided_json" (a schema object or its JSON text),
+	 * "guided_regex", "guided_choice" (a list of strings) and "structured_outputs" ({"json" |
+	 * "regex" | "choice": ...}); TGI "parameters.grammar" ({"type": "json" | "regex",
+	 * "value": ...}). At most one per request. grammar_kind 0 (RG_GRAMMAR_NONE): none */
+	int grammar_kind;         /* rg_grammar_kind */
+	char *grammar;            /* its text (schema JSON, regex, JSON list of choices), or NULL */
 } rg_gen_request;
 
 typedef struct rg_gen_limits {
@@ -145,6 +154,7 @@ typedef struct rg_gen_limits {
 			   * and TGI top_n_tokens at most RG_GEN_MAX_LOGPROBS */
 	int max_messages; /* chat messages at most (413 past it) */
 	int max_depth;    /* JSON nesting (json-c tokener depth) */
+	int max_grammar_states; /* structured outputs: DFA states of a grammar (<= 0: 50000) */
 } rg_gen_limits;
 
 /* Parse body (len bytes, need not be NUL-terminated) for api into *out, with defaults filled.

@@ -176,6 +176,9 @@ static const opt_spec g_opts[] = {
 	{"--max-num-batched-tokens", "N", OPT_INT, F(max_num_batched_tokens), 1, 1 << 20, NULL,
 	 "decoders: new tokens in one step; a longer prompt is prefilled in chunks (default "
 	 "512)"},
+	{"--max-grammar-states", "N", OPT_INT, F(max_grammar_states), 16, 1 << 22, "50000",
+	 "decoders: DFA states of one structured-output grammar (regex, JSON Schema) at most; "
+	 "more -> 400"},
 	{"--max-model-len", "N", OPT_INT, F(max_model_len), 2, 1 << 22, NULL,
 	 "decoders: prompt and completion tokens at most (default the model's positions)"},
 	{"--max-total-tokens", "N", OPT_INT, F(max_model_len), 2, 1 << 22, NULL,

@@ -821,6 +821,8 @@ static void fill_params(conn_ctx *c, rg_gen_job *j, uint64_t seed)
 		gp->n_stop = 0;
 	}
 	gp->sampling.no_repeat_ngram_size = r->no_repeat_ngram_size;
+	gp->grammar_kind = (rg_grammar_kind)r->grammar_kind; /* checked by the parser */
+	gp->grammar = r->grammar;
 	if (c->gen->forced_bos >= 0) { /* tgt_lang, as HF's pipeline sets forced_bos_token_id */
 		gp->forced_bos_set = true;
 		gp->forced_bos_id = c->gen->forced_bos;
@@ -954,7 +956,7 @@ static rg_gen_limits gen_limits(const rg_server *s)
 	return (rg_gen_limits){
 		.vocab_size = s->info->vocab_size, .max_n = 16, .max_prompts = s->o.max_inputs,
 		.max_stop = 16, .max_logprobs = RG_GEN_MAX_LOGPROBS, .max_messages = 4096,
-		.max_depth = 32,
+		.max_depth = 32, .max_grammar_states = s->o.max_grammar_states,
 	};
 }
 

@@ -46,7 +46,26 @@ class GenParams(ctypes.Structure):
                 ("detokenize", DETOK_FN), ("detokenize_ctx", ctypes.c_void_p),
                 ("pad_id", ctypes.c_int32), ("max_step_tokens", ctypes.c_int),
                 ("on_token", TOKEN_FN), ("on_token_ctx", ctypes.c_void_p),
-                ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32)]
+                ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32),
+                ("grammar_kind", ctypes.c_int), ("grammar", ctypes.c_char_p)]
+
+
+GRAMMAR_KINDS = {"regex": 1, "json_schema": 2, "json_object": 3, "choice": 4}
+
+
+def _grammar(g):
+    """generate()'s grammar option as (rg_grammar_kind, text or None)."""
+    import json
+    if not isinstance(g, (tuple, list)) or len(g) != 2 or g[0] not in GRAMMAR_KINDS:
+        raise ValueError(f"grammar={g!r}: (kind, value) with kind one of {sorted(GRAMMAR_KINDS)}")
+    kind, v = g
+    if kind == "json_object":
+        return GRAMMAR_KINDS[kind], None
+    if kind in ("json_schema", "choice") and not isinstance(v, str):
+        v = json.dumps(v)
+    if not isinstance(v, str):
+        raise ValueError(f"grammar {kind}: a str")
+    return GRAMMAR_KINDS[kind], v
 
 
 class GenSeq(ctypes.Structure):
@@ -73,7 +92,8 @@ class EngineParams(ctypes.Structure):
                 ("deadline_slack", ctypes.c_double), ("block_size", ctypes.c_int),
                 ("kv_bytes", ctypes.c_size_t), ("kv_fraction", ctypes.c_double),
                 ("warm_up", ctypes.c_bool), ("step_delay_ms", ctypes.c_double),
-                ("default_ttft_ms", ctypes.c_double), ("default_tpot_ms", ctypes.c_double)]
+                ("default_ttft_ms", ctypes.c_double), ("default_tpot_ms", ctypes.c_double),
+                ("max_grammar_states", ctypes.c_int)]
 
 
 class GenEvent(ctypes.Structure):
@@ -336,7 +356,7 @@ class Generator:
                  repetition_penalty, presence_penalty, frequency_penalty, no_repeat_ngram_size,
                  n, seed, logprobs, num_beams, num_beam_groups, diversity_penalty,
                  length_penalty, early_stopping, stop, stop_token_ids, ignore_eos, chat,
-                 forced_bos_token_id=_MODEL_DEFAULT):
+                 forced_bos_token_id=_MODEL_DEFAULT, grammar=None):
         """generate()'s options as an rg_gen_params (and the arrays it points to, to keep)."""
         l = lib()
         as_ids = not isinstance(prompts, str) and len(prompts) > 0 and (
@@ -388,6 +408,13 @@ class Generator:
         if forced_bos_token_id is not _MODEL_DEFAULT:
             p.forced_bos_set = True
             p.forced_bos_id = -1 if forced_bos_token_id is None else int(forced_bos_token_id)
+        if grammar is not None:
+            kind, text = _grammar(grammar)
+            p.grammar_kind = kind
+            if text is not None:
+                buf = ctypes.c_char_p(text.encode())
+                keep.append(buf)
+                p.grammar = buf
         return prompts, as_ids, p, keep
 
     def generate(self, prompts, max_tokens=16, temperature=None, top_k=0, top_p=1.0, min_p=0.0,
@@ -395,7 +422,7 @@ class Generator:
                  no_repeat_ngram_size=0, n=1, seed=0, logprobs=0, num_beams=1,
                  num_beam_groups=1, diversity_penalty=0.0, length_penalty=1.0,
                  early_stopping=False, stop=None, stop_token_ids=None, ignore_eos=False,
-                 chat=False, on_token=None, forced_bos_token_id=_MODEL_DEFAULT):
+                 chat=False, on_token=None, forced_bos_token_id=_MODEL_DEFAULT, grammar=None):
         """Generate continuations.
 
         prompts: a str or a list of str (text), or a list of int / list of lists of int (ids).
@@ -408,6 +435,9 @@ class Generator:
         encoder-decoder's decoder start: mBART's / NLLB's target language code), None for none;
         left out, the model's (generation_config.json's forced_bos_token_id).
         chat: format each text prompt as a user turn of the model's chat template first.
+        grammar: structured output (include/ragged.h rg_grammar_kind): ("regex", pattern),
+        ("json_schema", dict or JSON text), ("json_object", None) or ("choice", [str, ...]);
+        the output then matches it whole (RaggedError for a bad or unsupported one).
         on_token(seq, token, logprob): called per generated token (return nothing).
         Returns a list (prompt-major, n per prompt) of dicts: text, ids, finish_reason
         ("eos", "stop", "length"), logprobs (per token), top_logprobs (with logprobs > 0: per
@@ -421,7 +451,7 @@ class Generator:
             prompts, max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
             presence_penalty, frequency_penalty, no_repeat_ngram_size, n, seed, logprobs,
             num_beams, num_beam_groups, diversity_penalty, length_penalty, early_stopping, stop,
-            stop_token_ids, ignore_eos, chat, forced_bos_token_id)
+            stop_token_ids, ignore_eos, chat, forced_bos_token_id, grammar)
         cb = TOKEN_FN(0)
         if on_token is not None:
             def _cb(_ctx, seq, tok, lp):
@@ -488,7 +518,7 @@ class Generator:
                         no_repeat_ngram_size=0, n=1, seed=0, logprobs=0, num_beams=1,
                         num_beam_groups=1, diversity_penalty=0.0, length_penalty=1.0,
                         early_stopping=False, stop=None, stop_token_ids=None, ignore_eos=False,
-                        chat=False, forced_bos_token_id=_MODEL_DEFAULT)
+                        chat=False, forced_bos_token_id=_MODEL_DEFAULT, grammar=None)
         unknown = set(options) - set(defaults)
         if unknown:
             raise ValueError(f"unknown options: {sorted(unknown)}")
@@ -501,7 +531,7 @@ class Generator:
             o["no_repeat_ngram_size"], o["n"], o["seed"], o["logprobs"], o["num_beams"],
             o["num_beam_groups"], o["diversity_penalty"], o["length_penalty"],
             o["early_stopping"], o["stop"], o["stop_token_ids"], o["ignore_eos"], o["chat"],
-            o["forced_bos_token_id"])
+            o["forced_bos_token_id"], o["grammar"])
         if len(prompts) != 1:
             raise ValueError("stream() takes one prompt")
         ids = prompts[0] if as_ids else self._encode_generate(prompts[0])

@@ -25,6 +25,7 @@
 #include "core/rng.h"
 #include "core/tuning.h"
 #include "gen/beam.h"
+#include "gen/grammar.h"
 #include "gen/params.h"
 #include "gen/sampler.h"
 #include "gen/seq.h"
@@ -35,6 +36,7 @@
 #define SEQ_BITS 8
 #define MAX_OUT (1 << SEQ_BITS)
 #define BIAS_BLOCK -1e9f /* min_tokens: the bias that keeps EOS and stop ids out */
+#define N_GCACHE 8 /* compiled grammars kept for requests that repeat one */
 
 enum { MODE_NONE, MODE_ARGMAX, MODE_SAMPLE, MODE_SAMPLE_LOGITS, MODE_LOGITS };
 enum { ROW_DEVICE, ROW_HOST, ROW_BEAM, ROW_NONE };
@@ -51,6 +53,7 @@ typedef struct eout {
 	int32_t *bias_ids;   /* user bias then (min_tokens) EOS and stop ids blocked */
 	float *bias_vals;
 	int n_bias, n_bias_min;
+	int gstate;          /* constrained requests: the grammar's DFA state (-1: left it) */
 } eout;
 
 typedef struct ereq {
@@ -67,6 +70,7 @@ typedef struct ereq {
 	int n_out;
 	bool beam;
 	bool host;            /* sampled on the host chain (no device form) */
+	rg_grammar *grammar;  /* structured outputs: the output's constraint (a reference), or NULL */
 	eout *o;              /* (n_out) */
 	rg_beam_search *bs;   /* beam requests */
 	int max_new;
@@ -125,6 +129,16 @@ struct rg_gen_engine {
 	long long n_steps, n_preemptions, n_refused;
 	int last_step_tokens;
 	int32_t *enc_tok, *enc_cu; /* encoder-decoders: a step's packed sources (B), cu (S + 1) */
+	/* structured outputs: the vocabulary's byte trie (built at the first constrained request)
+	 * and the last grammars compiled, by (kind, text), so a repeated schema is compiled and
+	 * its masks computed once */
+	rg_token_trie *trie;
+	struct {
+		rg_grammar_kind kind;
+		char *text;
+		rg_grammar *g;
+	} gcache[N_GCACHE];
+	int gcache_next;
 };
 
 double rg_gen_engine_now_ms(void)
@@ -159,6 +173,7 @@ void rg_gen_engine_params_default(rg_gen_engine_params *p)
 	p->kv_fraction = 0.9;
 	p->default_ttft_ms = 0;
 	p->default_tpot_ms = 0;
+	p->max_grammar_states = RG_GRAMMAR_MAX_STATES;
 }
 
 void rg_gen_options_default(rg_gen_options *r)
@@ -198,6 +213,7 @@ static void req_free(ereq *q)
 	for (int k = 0; q->stop && k < q->gp.n_stop; k++)
 		free(q->stop[k]);
 	rg_beam_free(q->bs);
+	rg_grammar_unref(q->grammar);
 	free(q->o);
 	free(q->stop);
 	free(q->prompt);
@@ -330,6 +346,7 @@ static rg_status out_prepare(rg_gen_engine *e, ereq *q, int k)
 	rg_status st;
 
 	rg_rng_seed_stream(&o->rng, gp->seed, (uint64_t)k);
+	o->gstate = q->grammar ? rg_dfa_start(rg_grammar_dfa(q->grammar)) : -1;
 	if ((st = rg_seq_init(&o->seq, &sq)) != RG_OK)
 		return st;
 	if (q->opt.min_tokens > 0)
@@ -366,6 +383,43 @@ static rg_status reqs_insert(rg_gen_engine *e, ereq *q)
 		e->cap_reqs = cap;
 	}
 	e->reqs[e->n_reqs++] = q; /* ids only grow: the list stays sorted */
+	return RG_OK;
+}
+
+/* The compiled grammar of p (a new reference): from the engine's cache, else compiled over
+ * the vocabulary's trie (built on first use) and cached. */
+static rg_status grammar_get(rg_gen_engine *e, const rg_gen_params *p, rg_grammar **out)
+{
+	const char *text = p->grammar ? p->grammar : "";
+	rg_grammar *g;
+	rg_status st;
+	int slot;
+
+	*out = NULL;
+	for (int i = 0; i < N_GCACHE; i++)
+		if (e->gcache[i].g && e->gcache[i].kind == p->grammar_kind &&
+		    !strcmp(e->gcache[i].text, text)) {
+			*out = rg_grammar_ref(e->gcache[i].g);
+			return RG_OK;
+		}
+	if (!e->tok)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "structured outputs need the model's tokenizer "
+				 "(the bytes of its tokens)");
+	if (!e->trie && (st = rg_token_trie_from_tokenizer(e->tok, e->V, &e->trie)) != RG_OK)
+		return st;
+	if ((st = rg_grammar_from_params(p->grammar_kind, p->grammar, e->trie,
+					 e->p.max_grammar_states, &g)) != RG_OK)
+		return st;
+	slot = e->gcache_next;
+	e->gcache_next = (slot + 1) % N_GCACHE;
+	free(e->gcache[slot].text);
+	rg_grammar_unref(e->gcache[slot].g);
+	e->gcache[slot].g = NULL;
+	if ((e->gcache[slot].text = strdup(text))) {
+		e->gcache[slot].kind = p->grammar_kind;
+		e->gcache[slot].g = rg_grammar_ref(g);
+	}
+	*out = g;
 	return RG_OK;
 }
 
@@ -463,8 +517,15 @@ rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_promp
 		q->max_new = p.max_tokens < room ? p.max_tokens : room;
 	}
 	q->host = !q->beam && p.sampling.no_repeat_ngram_size > 0; /* no device form */
+	if (p.grammar_kind != RG_GRAMMAR_NONE) {
+		/* the mask is applied to the row's logits on the host */
+		if ((st = grammar_get(e, &p, &q->grammar)) != RG_OK)
+			goto fail;
+		q->host = true;
+	}
 	if ((st = copy_params(e, q, &p)) != RG_OK)
 		goto fail;
+	q->gp.grammar = NULL; /* borrowed during add only; q->grammar is the compiled form */
 	if (!(q->prompt = malloc((size_t)n_prompt * sizeof(int32_t))) ||
 	    !(q->o = calloc((size_t)q->n_out, sizeof(eout)))) {
 		st = rg_errorf(RG_ERR_OOM, "generate: out of memory");
@@ -932,6 +993,49 @@ static void fail_plan(rg_gen_engine *e)
 	}
 }
 
+/* Whether output o's grammar allows nothing but its end: an accepting state with no byte
+ * out, or a state left (a forced token outside the grammar). */
+static bool grammar_done(const ereq *q, const eout *o)
+{
+	const rg_dfa *d = rg_grammar_dfa(q->grammar);
+
+	return o->gstate < 0 || (rg_dfa_accepting(d, o->gstate) && !rg_dfa_has_out(d, o->gstate));
+}
+
+/* The grammar's mask on a logits row (V): -inf for every token whose bytes leave the DFA from
+ * o's state; the EOS ids keep their logits only in an accepting state, and are all that is
+ * left when nothing can follow. RG_ERR_INVALID_INPUT when no token can continue (the
+ * vocabulary cannot spell what the grammar needs next). */
+static rg_status grammar_mask(rg_gen_engine *e, const ereq *q, const eout *o, float *row)
+{
+	const rg_dfa *d = rg_grammar_dfa(q->grammar);
+	const int n_eos = q->gp.n_eos > 0 ? q->gp.n_eos : 0;
+	const bool acc = o->gstate >= 0 && rg_dfa_accepting(d, o->gstate);
+	const bool done = grammar_done(q, o);
+	const uint64_t *m = NULL;
+	float eos_l[64];
+	int n_ok = 0;
+
+	if (!done && !(m = rg_grammar_mask(q->grammar, o->gstate)))
+		return rg_errorf(RG_ERR_OOM, "structured output: no memory for a token mask");
+	for (int i = 0; i < n_eos && i < 64; i++)
+		eos_l[i] = row[q->gp.eos_ids[i]];
+	for (int v = 0; v < e->V; v++) {
+		if (m && (m[v >> 6] >> (v & 63) & 1))
+			n_ok++;
+		else
+			row[v] = -INFINITY;
+	}
+	for (int i = 0; i < n_eos && i < 64; i++) {
+		row[q->gp.eos_ids[i]] = acc ? eos_l[i] : -INFINITY;
+		n_ok += acc;
+	}
+	if (!n_ok)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "structured output: no token of the "
+				 "vocabulary continues the grammar here (after %d tokens)", o->seq.n);
+	return RG_OK;
+}
+
 /* A host-chain row's token: the chain (built, and replayed over the tokens so far, on first
  * use), min_tokens' block on the row, then the draw. */
 static rg_status host_sample(rg_gen_engine *e, ereq *q, int k, int r, int32_t *t, float *lp,
@@ -951,6 +1055,8 @@ static rg_status host_sample(rg_gen_engine *e, ereq *q, int k, int r, int32_t *t
 	if (rg_seq_blocks_stops(&o->seq))
 		for (int i = o->n_bias; i < o->n_bias_min; i++)
 			row[o->bias_ids[i]] += BIAS_BLOCK;
+	if (q->grammar && (st = grammar_mask(e, q, o, row)) != RG_OK)
+		return st;
 	return rg_sampler_sample(o->chain, row, e->V, &o->rng, &e->work, q->gp.logprobs, t, lp,
 				 top_ids, top_lps);
 }
@@ -1148,6 +1254,16 @@ rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms, const rg_gen_e
 				if (fr == RG_FINISH_ABORT) {
 					req_abort(e, q, q->o[k].seq.err, "detokenizing failed");
 				}
+				if (q->grammar && fr == RG_FINISH_NONE) {
+					eout *o = &q->o[k];
+
+					o->gstate = rg_grammar_advance(q->grammar, o->gstate, t);
+					/* complete, and no EOS to end it: it ends here */
+					if (q->gp.n_eos <= 0 && grammar_done(q, o)) {
+						rg_seq_end(&o->seq, RG_FINISH_STOP);
+						fr = RG_FINISH_STOP;
+					}
+				}
 				e->stops[r] = fr != RG_FINISH_NONE;
 				emit(e, q, k, 1);
 			}
@@ -1343,6 +1459,11 @@ void rg_gen_engine_free(rg_gen_engine *e)
 	free(e->ev);
 	free(e->enc_tok);
 	free(e->enc_cu);
+	for (int i = 0; i < N_GCACHE; i++) {
+		free(e->gcache[i].text);
+		rg_grammar_unref(e->gcache[i].g);
+	}
+	rg_token_trie_free(e->trie);
 	free(e);
 }
 

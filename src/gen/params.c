@@ -61,8 +61,19 @@ rg_status rg_gen_params_check(const rg_gen_params *p, int vocab)
 		return rg_errorf(RG_ERR_INVALID_INPUT,
 				 "num_beams %d must be >= 1 and a multiple of num_beam_groups %d",
 				 p->num_beams, p->num_beam_groups);
+	if ((int)p->grammar_kind < RG_GRAMMAR_NONE || (int)p->grammar_kind > RG_GRAMMAR_CHOICE)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "grammar_kind %d is not an rg_grammar_kind",
+				 (int)p->grammar_kind);
+	if (!p->grammar && (p->grammar_kind == RG_GRAMMAR_REGEX ||
+			    p->grammar_kind == RG_GRAMMAR_JSON_SCHEMA ||
+			    p->grammar_kind == RG_GRAMMAR_CHOICE))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "grammar_kind %d needs its grammar text",
+				 (int)p->grammar_kind);
 	if (!beams_on(p))
 		return RG_OK;
+	if (p->grammar_kind != RG_GRAMMAR_NONE)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "beam search with structured outputs is not implemented");
 	if (s->do_sample)
 		return rg_errorf(RG_ERR_UNSUPPORTED, "beam search with do_sample is not implemented");
 	if (p->n_stop > 0 || p->logprobs > 0 || s->n_logit_bias > 0 ||

@@ -47,7 +47,7 @@ gseed '\x00Content-Type: application/json; charset=utf-8\r\nAuthorization: Beare
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Iinclude -Isrc -Iapp $(pkg-config --cflags json-c) \
 	tests/fuzz/fuzz_gen_request.c app/server/gen_request.c app/server/request.c \
-	src/core/utf8.c src/core/buf.c src/core/json.c src/core/file.c src/core/error.c \
+	src/gen/grammar.c src/gen/grammar_api.c src/gen/json_schema.c src/core/utf8.c src/core/buf.c src/core/json.c src/core/file.c src/core/error.c \
 	"$OUT/f32_shortest.o" -o "$OUT/fuzz_gen_request" \
 	$(pkg-config --libs json-c) -lm
 # Seeds: API byte (0 completions, 1 chat, 2 TGI generate, 3 TGI generate_stream; the higher bits
@@ -61,6 +61,10 @@ gen '\xe1{"messages": [{"role": "developer", "content": "d"}, {"role": "tool", "
 gen '\x02{"inputs": "Hello", "parameters": {"max_new_tokens": 5, "details": true, "decoder_input_details": true, "top_n_tokens": 2, "best_of": 2, "do_sample": true, "stop": ["x"]}}' g6
 gen '\x03{"inputs": "\\ud83d\\ude00", "parameters": {"temperature": 0.5, "top_k": 10, "top_p": 0.95, "seed": 18446744073709551615, "truncate": 4, "watermark": false}}' g7
 gen '\x02{"inputs": "x", "parameters": {"typical_p": 1, "repetition_penalty": 1.1, "frequency_penalty": 0.5, "return_full_text": true, "deadline_ms": 100}}' g8
+gen '\x00{"prompt": "x", "guided_json": {"type": "object", "properties": {"a": {"type": "integer", "minimum": -5, "maximum": 90}, "b": {"type": "array", "items": {"enum": ["p", 1, null]}, "maxItems": 2}}, "required": ["a"]}}' g9
+gen '\x01{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"anyOf": [{"type": "string", "pattern": "^[a-z]{1,3}(x|y)?$"}, {"$ref": "#/$defs/d"}], "$defs": {"d": {"type": "boolean"}}}}}}' g10
+gen '\x02{"inputs": "x", "parameters": {"grammar": {"type": "regex", "value": "([0-9]{2}|\\\\w+)[^a-c]*\\\\.?"}}}' g11
+gen '\x00{"prompt": "x", "guided_choice": ["a", "b\\"c"], "structured_outputs": {"regex": "a"}}' g12
 "$OUT/fuzz_gen_request" -max_total_time="$GEN_SECS" -max_len=4096 -timeout=5 \
 	-artifact_prefix="$OUT/" "$OUT/corpus_gen_request"
 

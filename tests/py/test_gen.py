@@ -100,7 +100,8 @@ class GenParams(ctypes.Structure):
                 ("detokenize", DETOK_FN), ("detokenize_ctx", ctypes.c_void_p),
                 ("pad_id", ctypes.c_int32), ("max_step_tokens", ctypes.c_int),
                 ("on_token", TOKEN_FN), ("on_token_ctx", ctypes.c_void_p),
-                ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32)]
+                ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32),
+                ("grammar_kind", ctypes.c_int), ("grammar", ctypes.c_char_p)]
 
 
 class GenSeq(ctypes.Structure):

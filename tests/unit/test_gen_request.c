@@ -345,7 +345,13 @@ static void test_tgi_ranges(void **state)
 		{ TGI, "\"do_sample\": 1", "do_sample" }, { TGI, "\"details\": \"y\"", "details" },
 		{ TGI, "\"return_full_text\": 1", "return_full_text" },
 		{ TGI, "\"watermark\": true", "watermark" },
-		{ TGI, "\"grammar\": {\"type\": \"json\", \"value\": {}}", "grammar" },
+		{ TGI, "\"grammar\": {\"type\": \"json\", \"value\": {}}", NULL },
+		{ TGI, "\"grammar\": {\"type\": \"regex\", \"value\": \"[0-9]+\"}", NULL },
+		{ TGI, "\"grammar\": {\"type\": \"regex\", \"value\": \"(a\"}", "grammar.value" },
+		{ TGI, "\"grammar\": {\"type\": \"regex\", \"value\": 5}", "grammar.value" },
+		{ TGI, "\"grammar\": {\"type\": \"xml\", \"value\": \"a\"}", "grammar" },
+		{ TGI, "\"grammar\": {\"type\": \"json\", \"value\": {\"multipleOf\": 2}}",
+		  "grammar.value" },
 		{ TGI, "\"adapter_id\": \"lora\"", "adapter_id" },
 		{ TGI, "\"deadline_ms\": 0", "deadline_ms" }, { TGI, "\"deadline_ms\": 250", NULL },
 		{ TGI, "\"stop\": \"x\"", "stop" }, /* TGI: a list */
@@ -387,7 +393,29 @@ static void test_unknown_and_unsupported(void **state)
 		{ "\"functions\": [{\"name\": \"f\"}]", "functions" },
 		{ "\"function_call\": \"auto\"", "function_call" },
 		{ "\"function_call\": null", NULL },
-		{ "\"response_format\": {\"type\": \"json_object\"}", "response_format" },
+		{ "\"response_format\": {\"type\": \"json_object\"}", NULL },
+		{ "\"response_format\": {\"type\": \"xml\"}", "response_format" },
+		{ "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "
+		  "\"a\", \"schema\": {\"type\": \"integer\"}, \"strict\": true}}", NULL },
+		{ "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": "
+		  "{\"type\": \"integer\", \"multipleOf\": 2}}}",
+		  "response_format.json_schema.schema" },
+		{ "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": 3}",
+		  "response_format.json_schema" },
+		{ "\"guided_regex\": \"a|b\"", NULL },
+		{ "\"guided_regex\": \"a(\"", "guided_regex" },
+		{ "\"guided_regex\": \"\\\\1\"", "guided_regex" },
+		{ "\"guided_choice\": [\"x\", \"y\"]", NULL },
+		{ "\"guided_choice\": []", "guided_choice" },
+		{ "\"guided_choice\": [1]", "guided_choice" },
+		{ "\"guided_json\": {\"type\": \"object\"}", NULL },
+		{ "\"guided_json\": \"{not json\"", "guided_json" },
+		{ "\"guided_grammar\": \"root ::= x\"", "guided_grammar" },
+		{ "\"guided_regex\": \"a\", \"guided_choice\": [\"a\"]", "guided_choice" },
+		{ "\"structured_outputs\": {\"regex\": \"[a-z]+\"}", NULL },
+		{ "\"structured_outputs\": {\"grammar\": \"x\"}", "structured_outputs" },
+		{ "\"structured_outputs\": {\"choice\": [\"a\"], \"json\": {}}",
+		  "structured_outputs.json" },
 		{ "\"response_format\": {\"type\": \"text\"}", NULL },
 		{ "\"audio\": {\"voice\": \"alloy\", \"format\": \"wav\"}", "audio" },
 		{ "\"audio\": null", NULL },
@@ -1504,6 +1532,45 @@ static void test_answer_translate(void **state)
 	rg_buf_free(&b);
 }
 
+/* Each API's structured-output field lands in grammar_kind / grammar. */
+static void test_grammars(void **state)
+{
+	static const struct {
+		rg_gen_api api;
+		const char *body;
+		int kind;
+		const char *text; /* NULL: none */
+	} cases[] = {
+		{ CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+			"\"response_format\": {\"type\": \"json_object\"}}", RG_GRAMMAR_JSON_OBJECT, NULL },
+		{ CMP, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", "
+		       "\"json_schema\": {\"name\": \"n\", \"schema\": {\"type\": \"boolean\"}}}}",
+		  RG_GRAMMAR_JSON_SCHEMA, "{\"type\":\"boolean\"}" },
+		{ CMP, "{\"prompt\": \"x\", \"guided_regex\": \"[ab]+\"}", RG_GRAMMAR_REGEX, "[ab]+" },
+		{ CMP, "{\"prompt\": \"x\", \"guided_choice\": [\"a\", \"b c\"]}",
+		  RG_GRAMMAR_CHOICE, "[\"a\",\"b c\"]" },
+		{ CMP, "{\"prompt\": \"x\", \"guided_json\": \"{\\\"type\\\": \\\"null\\\"}\"}",
+		  RG_GRAMMAR_JSON_SCHEMA, "{\"type\": \"null\"}" },
+		{ CMP, "{\"prompt\": \"x\", \"structured_outputs\": {\"choice\": [\"q\"]}}",
+		  RG_GRAMMAR_CHOICE, "[\"q\"]" },
+		{ TGI, "{\"inputs\": \"x\", \"parameters\": {\"grammar\": {\"type\": \"regex\", "
+		       "\"value\": \"\\\\d+\"}}}", RG_GRAMMAR_REGEX, "\\d+" },
+		{ CMP, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"text\"}}",
+		  RG_GRAMMAR_NONE, NULL },
+	};
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		OK(cases[i].api, cases[i].body);
+		if (g_req.grammar_kind != cases[i].kind)
+			fail_msg("case %zu: kind %d, want %d", i, g_req.grammar_kind, cases[i].kind);
+		if (!cases[i].text != !g_req.grammar ||
+		    (cases[i].text && strcmp(cases[i].text, g_req.grammar)))
+			fail_msg("case %zu: grammar '%s', want '%s'", i,
+				 g_req.grammar ? g_req.grammar : "(null)",
+				 cases[i].text ? cases[i].text : "(null)");
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1515,6 +1582,7 @@ int main(void)
 		cmocka_unit_test(test_openai_ranges),
 		cmocka_unit_test(test_tgi_ranges),
 		cmocka_unit_test(test_unknown_and_unsupported),
+		cmocka_unit_test(test_grammars),
 		cmocka_unit_test(test_stream_rules),
 		cmocka_unit_test(test_chat_logprobs_and_max_tokens),
 		cmocka_unit_test(test_chat_template_fields),
