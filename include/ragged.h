@@ -765,6 +765,8 @@ typedef struct rg_sampling_params {
 RG_API void rg_sampling_params_default(rg_sampling_params *p);
 
 #define RG_GEN_MAX_LOGPROBS 20 /* top alternatives per token, as OpenAI's limit */
+#define RG_GEN_MAX_SPEC_TOKENS 32   /* rg_gen_params.num_speculative_tokens at most */
+#define RG_GEN_MAX_PROMPT_LOOKUP 64 /* rg_gen_params.prompt_lookup_max at most */
 
 /* Detokenize ids (n) into *text (malloc'd, NUL-terminated, *len bytes; the caller of the
  * callback frees it). Non-OK aborts generation with that status. */
@@ -817,6 +819,21 @@ typedef struct rg_gen_params {
 	 * true forces forced_bos_id (in [0, vocab)), or nothing when it is -1 */
 	bool forced_bos_set;
 	int32_t forced_bos_id;
+	/* Speculative decoding with prompt-lookup drafts (off by default): a greedy request (no
+	 * sampling, penalties, bias, top logprobs or beams; n 1; a decoder-only model without a
+	 * forced EOS) proposes, at each decode step, the num_speculative_tokens tokens that followed
+	 * the most recent earlier occurrence of its last prompt_lookup_max .. prompt_lookup_min
+	 * tokens in its own prompt and output (prompt lookup decoding, Saxena 2023; vLLM's "ngram"
+	 * speculator), and verifies them in the same step as its next token (Leviathan et al. 2023:
+	 * the longest prefix equal to the model's greedy choices is kept, plus the model's next
+	 * token; the rejected positions' KV is rolled back). The tokens are those of greedy
+	 * decoding without it; only the number of steps changes. Other requests run without it.
+	 * The engine must allow it (rg_gen_engine_params.max_speculative_tokens; rg_generate: this
+	 * request's own). num_speculative_tokens 0..32 [0: off]; 1 <= prompt_lookup_min <=
+	 * prompt_lookup_max <= 64 when it is on [min 1, max 3]. */
+	int num_speculative_tokens;
+	int prompt_lookup_max;
+	int prompt_lookup_min;
 } rg_gen_params;
 
 /* The defaults above. */
@@ -853,6 +870,9 @@ typedef struct rg_gen_result {
 	/* rg_generate's timing (0 from lower-level calls), seconds of wall clock */
 	double time_total_s;       /* tokenization + prefill + decode + detokenization */
 	double time_first_token_s; /* until the first generated token (sampling; beams: 0) */
+	/* speculative decoding (rg_gen_params.num_speculative_tokens): draft tokens verified, and
+	 * of them accepted, over the whole call (0 without it) */
+	long long spec_drafted, spec_accepted;
 } rg_gen_result;
 
 /* Free a result (NULL accepted). */
@@ -934,6 +954,10 @@ typedef struct rg_gen_engine_params {
 				     * letting every TTFT grow without bound */
 	double default_tpot_ms;     /* TPOT target of a request that sets no tpot_ms, ms; 0: none
 				     * [0] */
+	int max_speculative_tokens; /* draft tokens a request may verify per step
+				     * (rg_gen_params.num_speculative_tokens, cut to this), 0..32;
+				     * 0: no speculative decoding [0]. Beside the step's sequences,
+				     * up to max_num_batched_tokens more logits rows are buffered */
 } rg_gen_engine_params;
 
 RG_API void rg_gen_engine_params_default(rg_gen_engine_params *p);
@@ -1088,6 +1112,8 @@ typedef struct rg_gen_engine_stats {
 	int last_step_tokens;        /* new tokens of the last step run */
 	int n_eos;                   /* the model's EOS ids (below) */
 	const int32_t *eos_ids;      /* (n_eos), the model's */
+	long long spec_drafted;      /* speculative draft tokens verified since create */
+	long long spec_accepted;     /* of them, accepted (equal to the model's greedy token) */
 } rg_gen_engine_stats;
 RG_API void rg_gen_engine_get_stats(const rg_gen_engine *e, rg_gen_engine_stats *out);
 

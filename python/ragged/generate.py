@@ -46,7 +46,9 @@ class GenParams(ctypes.Structure):
                 ("detokenize", DETOK_FN), ("detokenize_ctx", ctypes.c_void_p),
                 ("pad_id", ctypes.c_int32), ("max_step_tokens", ctypes.c_int),
                 ("on_token", TOKEN_FN), ("on_token_ctx", ctypes.c_void_p),
-                ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32)]
+                ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32),
+                ("num_speculative_tokens", ctypes.c_int), ("prompt_lookup_max", ctypes.c_int),
+                ("prompt_lookup_min", ctypes.c_int)]
 
 
 class GenSeq(ctypes.Structure):
@@ -62,7 +64,8 @@ class GenSeq(ctypes.Structure):
 class GenResult(ctypes.Structure):
     """include/ragged.h rg_gen_result."""
     _fields_ = [("n_seqs", ctypes.c_int), ("seqs", ctypes.POINTER(GenSeq)),
-                ("time_total_s", ctypes.c_double), ("time_first_token_s", ctypes.c_double)]
+                ("time_total_s", ctypes.c_double), ("time_first_token_s", ctypes.c_double),
+                ("spec_drafted", ctypes.c_longlong), ("spec_accepted", ctypes.c_longlong)]
 
 
 class EngineParams(ctypes.Structure):
@@ -73,7 +76,8 @@ class EngineParams(ctypes.Structure):
                 ("deadline_slack", ctypes.c_double), ("block_size", ctypes.c_int),
                 ("kv_bytes", ctypes.c_size_t), ("kv_fraction", ctypes.c_double),
                 ("warm_up", ctypes.c_bool), ("step_delay_ms", ctypes.c_double),
-                ("default_ttft_ms", ctypes.c_double), ("default_tpot_ms", ctypes.c_double)]
+                ("default_ttft_ms", ctypes.c_double), ("default_tpot_ms", ctypes.c_double),
+                ("max_speculative_tokens", ctypes.c_int)]
 
 
 class GenEvent(ctypes.Structure):
@@ -336,7 +340,8 @@ class Generator:
                  repetition_penalty, presence_penalty, frequency_penalty, no_repeat_ngram_size,
                  n, seed, logprobs, num_beams, num_beam_groups, diversity_penalty,
                  length_penalty, early_stopping, stop, stop_token_ids, ignore_eos, chat,
-                 forced_bos_token_id=_MODEL_DEFAULT):
+                 forced_bos_token_id=_MODEL_DEFAULT, num_speculative_tokens=0,
+                 prompt_lookup_max=3, prompt_lookup_min=1):
         """generate()'s options as an rg_gen_params (and the arrays it points to, to keep)."""
         l = lib()
         as_ids = not isinstance(prompts, str) and len(prompts) > 0 and (
@@ -388,6 +393,8 @@ class Generator:
         if forced_bos_token_id is not _MODEL_DEFAULT:
             p.forced_bos_set = True
             p.forced_bos_id = -1 if forced_bos_token_id is None else int(forced_bos_token_id)
+        p.num_speculative_tokens = int(num_speculative_tokens)
+        p.prompt_lookup_max, p.prompt_lookup_min = int(prompt_lookup_max), int(prompt_lookup_min)
         return prompts, as_ids, p, keep
 
     def generate(self, prompts, max_tokens=16, temperature=None, top_k=0, top_p=1.0, min_p=0.0,
@@ -395,7 +402,8 @@ class Generator:
                  no_repeat_ngram_size=0, n=1, seed=0, logprobs=0, num_beams=1,
                  num_beam_groups=1, diversity_penalty=0.0, length_penalty=1.0,
                  early_stopping=False, stop=None, stop_token_ids=None, ignore_eos=False,
-                 chat=False, on_token=None, forced_bos_token_id=_MODEL_DEFAULT):
+                 chat=False, on_token=None, forced_bos_token_id=_MODEL_DEFAULT,
+                 num_speculative_tokens=0, prompt_lookup_max=3, prompt_lookup_min=1):
         """Generate continuations.
 
         prompts: a str or a list of str (text), or a list of int / list of lists of int (ids).
@@ -408,11 +416,16 @@ class Generator:
         encoder-decoder's decoder start: mBART's / NLLB's target language code), None for none;
         left out, the model's (generation_config.json's forced_bos_token_id).
         chat: format each text prompt as a user turn of the model's chat template first.
+        num_speculative_tokens: > 0 turns on speculative decoding with prompt-lookup drafts
+        (greedy requests only; include/ragged.h rg_gen_params): that many tokens that followed
+        the last prompt_lookup_max .. prompt_lookup_min tokens earlier in the context are
+        verified per step; the tokens are greedy decoding's, the steps fewer.
         on_token(seq, token, logprob): called per generated token (return nothing).
         Returns a list (prompt-major, n per prompt) of dicts: text, ids, finish_reason
         ("eos", "stop", "length"), logprobs (per token), top_logprobs (with logprobs > 0: per
         token a list of (id, logprob)), prompt_index, index, prompt_tokens, completion_tokens,
-        score; and the request's time_total_s / time_first_token_s.
+        score; and the request's time_total_s / time_first_token_s, spec_drafted /
+        spec_accepted (draft tokens verified and accepted over the call).
         Errors: RaggedError (bad options named, over-long prompt, ...), ValueError.
         """
         from . import _error
@@ -421,7 +434,8 @@ class Generator:
             prompts, max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
             presence_penalty, frequency_penalty, no_repeat_ngram_size, n, seed, logprobs,
             num_beams, num_beam_groups, diversity_penalty, length_penalty, early_stopping, stop,
-            stop_token_ids, ignore_eos, chat, forced_bos_token_id)
+            stop_token_ids, ignore_eos, chat, forced_bos_token_id, num_speculative_tokens,
+            prompt_lookup_max, prompt_lookup_min)
         cb = TOKEN_FN(0)
         if on_token is not None:
             def _cb(_ctx, seq, tok, lp):
@@ -460,7 +474,8 @@ class Generator:
                      "prompt_tokens": q.prompt_tokens,
                      "completion_tokens": q.completion_tokens, "score": q.score,
                      "time_total_s": r.time_total_s,
-                     "time_first_token_s": r.time_first_token_s}
+                     "time_first_token_s": r.time_first_token_s,
+                     "spec_drafted": r.spec_drafted, "spec_accepted": r.spec_accepted}
                 if q.n_top:
                     d["top_logprobs"] = [[(q.top_ids[j * q.n_top + t],
                                            q.top_logprobs[j * q.n_top + t])
@@ -488,7 +503,8 @@ class Generator:
                         no_repeat_ngram_size=0, n=1, seed=0, logprobs=0, num_beams=1,
                         num_beam_groups=1, diversity_penalty=0.0, length_penalty=1.0,
                         early_stopping=False, stop=None, stop_token_ids=None, ignore_eos=False,
-                        chat=False, forced_bos_token_id=_MODEL_DEFAULT)
+                        chat=False, forced_bos_token_id=_MODEL_DEFAULT,
+                        num_speculative_tokens=0, prompt_lookup_max=3, prompt_lookup_min=1)
         unknown = set(options) - set(defaults)
         if unknown:
             raise ValueError(f"unknown options: {sorted(unknown)}")
@@ -501,7 +517,8 @@ class Generator:
             o["no_repeat_ngram_size"], o["n"], o["seed"], o["logprobs"], o["num_beams"],
             o["num_beam_groups"], o["diversity_penalty"], o["length_penalty"],
             o["early_stopping"], o["stop"], o["stop_token_ids"], o["ignore_eos"], o["chat"],
-            o["forced_bos_token_id"])
+            o["forced_bos_token_id"], o["num_speculative_tokens"], o["prompt_lookup_max"],
+            o["prompt_lookup_min"])
         if len(prompts) != 1:
             raise ValueError("stream() takes one prompt")
         ids = prompts[0] if as_ids else self._encode_generate(prompts[0])
@@ -511,6 +528,7 @@ class Generator:
             l.rg_gen_engine_params_default(ctypes.byref(ep))
             ep.max_num_batched_tokens = self._max_batch_tokens
             ep.prefix_caching = False  # one request per engine: nothing to share
+            ep.max_speculative_tokens = p.num_speculative_tokens
             ep.kv_fraction = 0.0
             ep.kv_bytes = 0
             info = KvInfo()

@@ -100,7 +100,9 @@ class GenParams(ctypes.Structure):
                 ("detokenize", DETOK_FN), ("detokenize_ctx", ctypes.c_void_p),
                 ("pad_id", ctypes.c_int32), ("max_step_tokens", ctypes.c_int),
                 ("on_token", TOKEN_FN), ("on_token_ctx", ctypes.c_void_p),
-                ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32)]
+                ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32),
+                ("num_speculative_tokens", ctypes.c_int), ("prompt_lookup_max", ctypes.c_int),
+                ("prompt_lookup_min", ctypes.c_int)]
 
 
 class GenSeq(ctypes.Structure):
@@ -115,7 +117,8 @@ class GenSeq(ctypes.Structure):
 
 class GenResult(ctypes.Structure):
     _fields_ = [("n_seqs", ctypes.c_int), ("seqs", ctypes.POINTER(GenSeq)),
-                ("time_total_s", ctypes.c_double), ("time_first_token_s", ctypes.c_double)]
+                ("time_total_s", ctypes.c_double), ("time_first_token_s", ctypes.c_double),
+                ("spec_drafted", ctypes.c_longlong), ("spec_accepted", ctypes.c_longlong)]
 
 
 def glib():
