@@ -1113,7 +1113,7 @@ static void beam_steps(rg_gen_engine *e)
 
 /* Row r's token for output k of q (sampled on the host for a host row, else the step's): the
  * forced tokens, then the output sequence's acceptance (stops, text) and its event. True when
- * the output ended (or failed) here: e->stops[r] says so to the scheduler. */
+ * the output ended here (e->stops[r] tells the scheduler) or failed (its request aborted). */
 static bool accept_row(rg_gen_engine *e, ereq *q, int k, int r, double now_ms)
 {
 	int32_t t, tops[RG_GEN_MAX_LOGPROBS];
