@@ -996,8 +996,10 @@ typedef struct rg_gen_admission {
 typedef struct rg_gen_event {
 	uint64_t req;            /* rg_gen_engine_add's id */
 	int seq;                 /* output index within the request, [0, n) */
-	int n_new;               /* tokens appended: 1 per sampled step; a beam's whole hypothesis
-				  * at the end of its search; 0 for an end without a token */
+	int n_new;               /* tokens appended: 1 per sampled step (1 + the drafts accepted
+				  * in a speculative step, rg_gen_params.num_speculative_tokens);
+				  * a beam's whole hypothesis at the end of its search; 0 for an
+				  * end without a token */
 	int32_t token;           /* the last new token (n_new >= 1), else -1 */
 	float logprob;           /* its log-probability */
 	const char *text;        /* newly final UTF-8 text (text_len bytes, not NUL-terminated) */

@@ -1112,9 +1112,11 @@ static void beam_steps(rg_gen_engine *e)
 }
 
 /* Row r's token for output k of q (sampled on the host for a host row, else the step's): the
- * forced tokens, then the output sequence's acceptance (stops, text) and its event. True when
- * the output ended here (e->stops[r] tells the scheduler) or failed (its request aborted). */
-static bool accept_row(rg_gen_engine *e, ereq *q, int k, int r, double now_ms)
+ * forced tokens, then the output sequence's acceptance (stops, text); the caller emits the
+ * step's event. 0: taken, the output goes on; 1: taken, the output ended here (e->stops[r]
+ * tells the scheduler); -1: not taken (the output had ended, or sampling failed and its
+ * request is aborted). */
+static int accept_row(rg_gen_engine *e, ereq *q, int k, int r, double now_ms)
 {
 	int32_t t, tops[RG_GEN_MAX_LOGPROBS];
 	float lp, topl[RG_GEN_MAX_LOGPROBS];
@@ -1124,7 +1126,7 @@ static bool accept_row(rg_gen_engine *e, ereq *q, int k, int r, double now_ms)
 
 	if (q->o[k].seq.finish != RG_FINISH_NONE) {
 		e->stops[r] = true; /* ended meanwhile (cannot: kept) */
-		return true;
+		return -1;
 	}
 	if (e->kind[r] == ROW_HOST) {
 		rg_status st = host_sample(e, q, k, r, &t, &lp, tops, topl);
@@ -1132,7 +1134,7 @@ static bool accept_row(rg_gen_engine *e, ereq *q, int k, int r, double now_ms)
 		if (st != RG_OK) {
 			req_abort(e, q, st, rg_last_error());
 			e->ids[r] = 0;
-			return true;
+			return -1;
 		}
 		e->ids[r] = t;
 	} else {
@@ -1163,8 +1165,7 @@ static bool accept_row(rg_gen_engine *e, ereq *q, int k, int r, double now_ms)
 		req_abort(e, q, q->o[k].seq.err, "detokenizing failed");
 	}
 	e->stops[r] = fr != RG_FINISH_NONE;
-	emit(e, q, k, 1);
-	return e->stops[r];
+	return e->stops[r] ? 1 : 0;
 }
 
 rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms, const rg_gen_event **ev,
@@ -1201,15 +1202,22 @@ rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms, const rg_gen_e
 				}
 				/* a draft row's 1 + m rows: the verification walk of src/sched/iter.h
 				 * (each token accepted in order; on while it equals its draft and the
-				 * sequence goes on), the scheduler's rule */
+				 * sequence goes on), the scheduler's rule; one event for the tokens
+				 * taken (its text pointer stays valid: the sequence is not touched
+				 * again in this step) */
+				int n_taken = 0;
+
 				for (int j = 0; j <= m; j++) {
 					const int32_t d = j < m ? b->tokens[b->cu_seqlens_q[i + 1] - m + j]
 								: -1;
+					const int rc = accept_row(e, q, k, r + j, now_ms);
 
-					if (accept_row(e, q, k, r + j, now_ms) || j == m ||
-					    e->ids[r + j] != d)
+					n_taken += rc >= 0;
+					if (rc != 0 || j == m || e->ids[r + j] != d)
 						break;
 				}
+				if (n_taken > 0)
+					emit(e, q, k, n_taken);
 				r += m;
 			}
 			beam_steps(e);

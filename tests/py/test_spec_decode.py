@@ -7,6 +7,8 @@ rg_gen_params.num_speculative_tokens, src/gen/spec.h, src/sched/iter.h's draft r
     acceptance counts show drafts both accepted and rejected (the test fails if speculation
     silently did nothing); several prompts of different lengths in one call; KV blocks back to
     0 after every call;
+  - Generator.stream with speculation: one event per step carrying every token it accepted,
+    the same ids;
   - one engine, mixed: speculative and non-speculative greedy requests, a sampled request (runs
     without drafts), stop ids that end an output inside its run, and max_tokens of many
     values, all in one batch; each output equals the same request run alone without
@@ -86,6 +88,17 @@ def test_greedy_identical_and_reference(model):
             np.testing.assert_allclose(s["logprobs"], b["logprobs"], rtol=1e-4, atol=1e-5)
         # off by default: nothing drafted
         assert base[0]["spec_drafted"] == 0
+        # the streaming engine (Generator.stream): one event per step, with every token the
+        # step accepted (a verified run: several), the same ids and text as a whole
+        multi = 0
+        for pr, b in zip(PROMPTS, base):
+            ev = list(g.stream(pr, max_tokens=n_new, ignore_eos=True,
+                               num_speculative_tokens=4))
+            assert [t for x in ev for t in x["ids"]] == b["ids"]
+            assert all(x["token"] == x["ids"][-1] for x in ev if x["ids"])
+            assert ev[-1]["finish_reason"] == "length"
+            multi += sum(len(x["ids"]) > 1 for x in ev)
+        assert multi > 0
         # a small step budget cuts the drafts (and chunks the prompts): the same tokens
         g8 = ragged.Generator(d, max_batch_tokens=8)
         with g8:
@@ -156,7 +169,7 @@ def run_engine(g, reqs, max_spec=4, budget=64):
             o = rgen.GenOutput()
             assert l.rg_gen_engine_output(e, rid, 0, ctypes.byref(o)) == 0
             got = [o.ids[t] for t in range(o.n_ids)]
-            assert n_tok_events[rid] == len(got)  # one event per accepted token
+            assert n_tok_events[rid] == len(got)  # the events' n_new add up
             out.append((got, rgen.FINISH_NAMES.get(o.finish)))
         s = EngineStats()
         l.rg_gen_engine_get_stats(e, ctypes.byref(s))
