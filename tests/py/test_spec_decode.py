@@ -16,7 +16,8 @@ rg_gen_params.num_speculative_tokens, src/gen/spec.h, src/sched/iter.h's draft r
   - the real SmolLM2 GGUF: `ragged generate --speculative ngram` gives the same ids and text
     as without, with a stop string that cuts inside a run, and timing.spec_drafted /
     spec_accepted in the JSON; `ragged serve --speculative ngram` answers a greedy completion
-    as ragged.Generator does without speculation and counts accepted drafts on /metrics."""
+    (whole and streamed) as ragged.Generator does without speculation and counts accepted
+    drafts on /metrics."""
 import ctypes
 import json
 import os
@@ -265,6 +266,18 @@ def test_serve_speculative():
                                                   "temperature": 0})
         assert st == 200, out
         assert out["choices"][0]["text"] == want
+        # streamed (SSE): the chunks' texts add up to the same completion
+        c = s.conn(60)
+        c.request("POST", "/v1/completions", body=json.dumps(
+            {"prompt": REPEAT, "max_tokens": 20, "temperature": 0, "stream": True}),
+            headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        raw = r.read()
+        c.close()
+        assert r.status == 200
+        chunks = [b[len("data: "):] for b in raw.decode().split("\n\n") if b.strip()]
+        assert chunks[-1] == "[DONE]"
+        assert "".join(json.loads(x)["choices"][0]["text"] for x in chunks[:-1]) == want
         st, h, data = s.request("GET", "/metrics")
         m = {ln.split()[0]: float(ln.split()[1]) for ln in data.decode().splitlines()
              if ln and not ln.startswith("#") and len(ln.split()) == 2}
