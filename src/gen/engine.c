@@ -109,7 +109,8 @@ struct rg_gen_engine {
 	int32_t *top_ids;       /* (R, RG_GEN_MAX_LOGPROBS) */
 	float *top_lps;
 	bool *stops;            /* (R) */
-	float *logits;          /* (R, V), allocated on first need */
+	float *logits;          /* (logits_rows, V), allocated on first need, grown to R */
+	int logits_rows;
 	float no_logits;        /* what a step without logits rows is given (never written) */
 	int32_t *pen_ids, *pen_counts, *pen_keys; /* (R, max_context) penalty lists */
 	uint8_t *pen_prompt;
@@ -751,10 +752,19 @@ static int beam_prepare(rg_gen_engine *e, ereq *q, uint64_t iter_id)
 	return q->bs ? rg_beam_cand_needed(q->bs) : 0;
 }
 
-static rg_status ensure_logits(rg_gen_engine *e)
+/* Host logits for n rows: grown on need, S rows at least (speculative steps may take up to
+ * R; most never need more than S, so R rows of vocab are not held up front). */
+static rg_status ensure_logits(rg_gen_engine *e, int n)
 {
-	if (!e->logits && !(e->logits = malloc((size_t)e->R * (size_t)e->V * sizeof(float))))
-		return rg_errorf(RG_ERR_OOM, "generate: no memory for %d rows of logits", e->R);
+	float *l;
+
+	if (n <= e->logits_rows)
+		return RG_OK;
+	n = n > e->S ? n : e->S;
+	if (!(l = realloc(e->logits, (size_t)n * (size_t)e->V * sizeof(float))))
+		return rg_errorf(RG_ERR_OOM, "generate: no memory for %d rows of logits", n);
+	e->logits = l;
+	e->logits_rows = n;
 	return RG_OK;
 }
 
@@ -869,7 +879,7 @@ rg_status rg_gen_engine_step_begin(rg_gen_engine *e, double now_ms, bool *ran)
 	}
 	e->top_n = top_n;
 	if ((e->mode == MODE_LOGITS || e->mode == MODE_SAMPLE_LOGITS) && b->n_logits > 0 &&
-	    (st = ensure_logits(e)) != RG_OK) {
+	    (st = ensure_logits(e, b->n_logits)) != RG_OK) {
 		e->run_st = st;
 		snprintf(e->run_err, sizeof(e->run_err), "%s", rg_last_error());
 		return RG_OK;

@@ -9,8 +9,8 @@ rg_gen_params.num_speculative_tokens, src/gen/spec.h, src/sched/iter.h's draft r
     0 after every call;
   - Generator.stream with speculation: one event per step carrying every token it accepted,
     the same ids;
-  - one engine, mixed: speculative and non-speculative greedy requests, a sampled request (runs
-    without drafts), stop ids that end an output inside its run, and max_tokens of many
+  - one engine, mixed: speculative and non-speculative greedy requests, a sampled request, a
+    host-chain request (no-repeat n-gram) and a beam search (these three run without drafts), stop ids that end an output inside its run, and max_tokens of many
     values, all in one batch; each output equals the same request run alone without
     speculation; the engine's KV blocks return to 0;
   - the real SmolLM2 GGUF: `ragged generate --speculative ngram` gives the same ids and text
@@ -131,7 +131,7 @@ class EngineStats(ctypes.Structure):
                 ("spec_drafted", ctypes.c_longlong), ("spec_accepted", ctypes.c_longlong)]
 
 
-def run_engine(g, reqs, max_spec=4, budget=64):
+def run_engine(g, reqs, max_spec=4, budget=64, max_seqs=64):
     """One engine over g's model; reqs: (prompt, gen_params) added together, stepped until done.
     Returns each request's (ids, finish) and the engine's stats at the end."""
     l = rgen._bind_engine(rgen.lib())
@@ -141,6 +141,7 @@ def run_engine(g, reqs, max_spec=4, budget=64):
     ep = rgen.EngineParams()
     l.rg_gen_engine_params_default(ctypes.byref(ep))
     ep.max_num_batched_tokens = budget
+    ep.max_num_seqs = max_seqs
     ep.prefix_caching = False
     ep.max_speculative_tokens = max_spec
     ep.kv_fraction, ep.kv_bytes = 0.0, 0
@@ -179,10 +180,10 @@ def run_engine(g, reqs, max_spec=4, budget=64):
         l.rg_gen_engine_free(e)
 
 
-def params(g, max_tokens, spec=0, stop_ids=None, temperature=None, seed=0):
+def params(g, max_tokens, spec=0, stop_ids=None, temperature=None, seed=0, ngram=0, beams=1):
     prompts, as_ids, p, keep = g._prepare(
-        [[1]], max_tokens, temperature, 0, 1.0, 0.0, 1.0, 0.0, 0.0, 0, 1, seed, 0, 1, 1, 0.0,
-        1.0, False, None, stop_ids, True, False, num_speculative_tokens=spec)
+        [[1]], max_tokens, temperature, 0, 1.0, 0.0, 1.0, 0.0, 0.0, ngram, 1, seed, 0, beams, 1,
+        0.0, 1.0, False, None, stop_ids, True, False, num_speculative_tokens=spec)
     p._keep = keep  # the stop id array lives with the params
     return p
 
@@ -208,9 +209,20 @@ def test_mixed_batch_stops_and_lengths(model):
                           ignore_eos=True)[0]
         reqs.append((PROMPTS[1], params(g, 12, spec=4, temperature=0.8, seed=7)))
         want.append((samp["ids"], "length"))
-        for budget in (64, 9):
-            got, s = run_engine(g, reqs, budget=budget)
-            assert got == want, budget
+        # a host-chain request (no-repeat n-gram: its logits come to the host, so the step
+        # copies logits rows, the drafts' rows beside them) and a beam search: no drafts
+        ngr = g.generate([PROMPTS[0]], max_tokens=16, no_repeat_ngram_size=2,
+                         ignore_eos=True)[0]
+        reqs.append((PROMPTS[0], params(g, 16, spec=4, ngram=2)))
+        want.append((ngr["ids"], "length"))
+        beam = g.generate([PROMPTS[2]], max_tokens=10, num_beams=2, ignore_eos=True)[0]
+        reqs.append((PROMPTS[2], params(g, 10, spec=4, beams=2)))
+        want.append((beam["ids"], "length"))
+        # budgets that cut drafts; few sequences per step, so that the drafts' logits rows
+        # outnumber the sequences
+        for budget, seqs in ((64, 64), (9, 64), (64, 6)):
+            got, s = run_engine(g, reqs, budget=budget, max_seqs=seqs)
+            assert got == want, (budget, seqs)
             assert s.spec_accepted > 0 and s.spec_drafted - s.spec_accepted > 0
             assert s.blocks_used == 0 and s.n_running == 0 and s.n_waiting == 0
         # the engine refuses an out-of-range maximum
