@@ -819,15 +819,21 @@ typedef struct rg_gen_params {
 	 * true forces forced_bos_id (in [0, vocab)), or nothing when it is -1 */
 	bool forced_bos_set;
 	int32_t forced_bos_id;
-	/* Speculative decoding with prompt-lookup drafts (off by default): a greedy request (no
-	 * sampling, penalties, bias, top logprobs or beams; n 1; a decoder-only model without a
-	 * forced EOS) proposes, at each decode step, the num_speculative_tokens tokens that followed
-	 * the most recent earlier occurrence of its last prompt_lookup_max .. prompt_lookup_min
-	 * tokens in its own prompt and output (prompt lookup decoding, Saxena 2023; vLLM's "ngram"
-	 * speculator), and verifies them in the same step as its next token (Leviathan et al. 2023:
-	 * the longest prefix equal to the model's greedy choices is kept, plus the model's next
-	 * token; the rejected positions' KV is rolled back). The tokens are those of greedy
-	 * decoding without it; only the number of steps changes. Other requests run without it.
+	/* Speculative decoding with prompt-lookup drafts (off by default): each output of a
+	 * greedy or sampled request (no penalties, logit bias, top logprobs, min_tokens block,
+	 * no-repeat n-gram or beams; a decoder-only model without a forced EOS) proposes, at each
+	 * decode step, the num_speculative_tokens tokens that followed the most recent earlier
+	 * occurrence of its last prompt_lookup_max .. prompt_lookup_min tokens in its own prompt and
+	 * output (prompt lookup decoding, Saxena 2023; vLLM's "ngram" speculator), and verifies
+	 * them in the same step as its next token: each verified position's token is chosen as
+	 * without speculation (greedy: the argmax; sampled: a draw from that position's
+	 * distribution with the next value of the output's RNG stream), and the draft is kept while
+	 * it equals those choices, plus the first choice that differs (Leviathan et al. 2023's
+	 * speculative sampling for a one-hot proposal: draft token d is accepted with probability
+	 * p(d), else a token is drawn from p without d; Chen et al. 2023). The rejected positions'
+	 * KV is rolled back and their RNG draws go back to the stream, so the tokens are those of
+	 * decoding without speculation, with the same seed; only the number of steps changes.
+	 * Other requests run without it.
 	 * The engine must allow it (rg_gen_engine_params.max_speculative_tokens; rg_generate: this
 	 * request's own). num_speculative_tokens 0..32 [0: off]; 1 <= prompt_lookup_min <=
 	 * prompt_lookup_max <= 64 when it is on [min 1, max 3]. */

@@ -199,10 +199,11 @@ static const cli_flag g_flags[] = {
 	 "translate: the sources' language code (eng_Latn, en_XX, en), put in\n"
 	 "the tokenizer's template in place of its own (transformers' src_lang)"},
 	{F_SPECULATIVE, "--speculative", "ngram|off", CMD_GEN,
-	 "speculative decoding of greedy requests (default off): ngram drafts by\n"
-	 "prompt lookup (the tokens that followed the last n tokens earlier in\n"
-	 "the context), verified in one step; the same tokens, fewer steps. The\n"
-	 "JSON's timing gets spec_drafted / spec_accepted"},
+	 "speculative decoding (default off; not with penalties or beams):\n"
+	 "ngram drafts by prompt lookup (the tokens that followed the last n\n"
+	 "tokens earlier in the context), verified in one step; the same\n"
+	 "tokens (and seed for seed), fewer steps. The JSON's timing gets\n"
+	 "spec_drafted / spec_accepted"},
 	{F_NUM_SPEC, "--num-speculative-tokens", "K", CMD_GEN,
 	 "--speculative ngram: draft tokens per step, 1..32 (default 4)"},
 	{F_LOOKUP_MAX, "--prompt-lookup-max", "N", CMD_GEN,

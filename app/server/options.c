@@ -207,7 +207,8 @@ static const opt_spec g_opts[] = {
 	/* speculative decoding (vLLM's speculative_config names: method ngram,
 	 * num_speculative_tokens, prompt_lookup_max / _min) */
 	{"--speculative", "ngram|off", OPT_STR, F(speculative), 0, 0, "off",
-	 "decoders: speculative decoding of greedy requests with prompt-lookup (ngram) drafts, "
+	 "decoders: speculative decoding (requests without penalties, bias or beams) with "
+	 "prompt-lookup (ngram) drafts, "
 	 "verified in one step: the same tokens, fewer steps; /metrics counts drafted and "
 	 "accepted tokens"},
 	{"--num-speculative-tokens", "K", OPT_INT, F(num_speculative_tokens), 1,

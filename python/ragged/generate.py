@@ -417,9 +417,10 @@ class Generator:
         left out, the model's (generation_config.json's forced_bos_token_id).
         chat: format each text prompt as a user turn of the model's chat template first.
         num_speculative_tokens: > 0 turns on speculative decoding with prompt-lookup drafts
-        (greedy requests only; include/ragged.h rg_gen_params): that many tokens that followed
-        the last prompt_lookup_max .. prompt_lookup_min tokens earlier in the context are
-        verified per step; the tokens are greedy decoding's, the steps fewer.
+        (not with penalties, logit bias, logprobs or beams; include/ragged.h rg_gen_params):
+        that many tokens that followed the last prompt_lookup_max .. prompt_lookup_min tokens
+        earlier in the context are verified per step; the tokens are the same as without it
+        (sampling: with the same seed), the steps fewer.
         on_token(seq, token, logprob): called per generated token (return nothing).
         Returns a list (prompt-major, n per prompt) of dicts: text, ids, finish_reason
         ("eos", "stop", "length"), logprobs (per token), top_logprobs (with logprobs > 0: per

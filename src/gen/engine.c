@@ -91,6 +91,7 @@ struct rg_gen_engine {
 	int max_context, V, S;
 	int R;                  /* logits rows of a step at most: S, + the budget with drafts */
 	int32_t *draft;         /* (RG_ITER_MAX_DRAFT) a proposal's scratch */
+	rg_rng *rng_row;        /* (R) each device row's output RNG state before its draw */
 	bool beam_logits;       /* beams read their rows' logits on the host (A/B switch) */
 
 	ereq **reqs;            /* live and unreleased requests, by id ascending */
@@ -701,14 +702,19 @@ static bool plain_greedy(const ereq *q, const eout *o)
 	       sp->n_logit_bias == 0 && q->gp.logprobs == 0 && !rg_seq_blocks_stops(&o->seq);
 }
 
-/* Whether output k of q drafts with prompt lookup (rg_gen_params.num_speculative_tokens): a
- * plain greedy request of one output on a decoder-only model without a forced EOS (whose
- * last token is not the model's choice), in an engine that allows drafts. */
+/* Whether output o of q drafts with prompt lookup (rg_gen_params.num_speculative_tokens): a
+ * greedy or sampled request whose rows depend on nothing but the context (no penalties, bias,
+ * top logprobs or min_tokens block; not on the host chain; no beams), on a decoder-only model
+ * without a forced EOS (whose last token is not the model's choice), in an engine that allows
+ * drafts. */
 static bool spec_on(const rg_gen_engine *e, const ereq *q, const eout *o)
 {
+	const rg_sampling_params *sp = &q->gp.sampling;
+
 	return e->p.max_speculative_tokens > 0 && q->gp.num_speculative_tokens > 0 && !q->beam &&
-	       !q->host && q->n_out == 1 && !q->src && !e->r.has_forced_eos &&
-	       plain_greedy(q, o) && o->live && o->seq.finish == RG_FINISH_NONE && o->seq.n > 0;
+	       !q->host && !q->src && !e->r.has_forced_eos && !rg_sampling_penalties_on(sp) &&
+	       sp->n_logit_bias == 0 && q->gp.logprobs == 0 && !rg_seq_blocks_stops(&o->seq) &&
+	       o->live && o->seq.finish == RG_FINISH_NONE && o->seq.n > 0;
 }
 
 /* The drafts of the next schedule: each speculating output's prompt-lookup proposal (src/gen/
@@ -718,18 +724,21 @@ static void spec_propose(rg_gen_engine *e)
 {
 	for (int i = 0; i < e->n_reqs; i++) {
 		ereq *q = e->reqs[i];
-		const uint64_t iid = q->id << SEQ_BITS;
-		const int32_t *toks;
-		int n_tok, k, got;
 
-		if (!spec_on(e, q, &q->o[0]) || !(toks = rg_iter_tokens(e->it, iid, &n_tok)))
-			continue;
-		k = q->gp.num_speculative_tokens < e->p.max_speculative_tokens
-			    ? q->gp.num_speculative_tokens : e->p.max_speculative_tokens;
-		got = rg_spec_ngram_propose(toks, n_tok, q->gp.prompt_lookup_min,
-					    q->gp.prompt_lookup_max, k, e->draft);
-		if (got > 0)
-			rg_iter_set_draft(e->it, iid, e->draft, got); /* cannot fail: ids are live */
+		for (int o = 0; o < q->n_out; o++) {
+			const uint64_t iid = q->id << SEQ_BITS | (uint64_t)o;
+			const int32_t *toks;
+			int n_tok, k, got;
+
+			if (!spec_on(e, q, &q->o[o]) || !(toks = rg_iter_tokens(e->it, iid, &n_tok)))
+				continue;
+			k = q->gp.num_speculative_tokens < e->p.max_speculative_tokens
+				    ? q->gp.num_speculative_tokens : e->p.max_speculative_tokens;
+			got = rg_spec_ngram_propose(toks, n_tok, q->gp.prompt_lookup_min,
+						    q->gp.prompt_lookup_max, k, e->draft);
+			if (got > 0) /* cannot fail: the id is live, no plan pending */
+				rg_iter_set_draft(e->it, iid, e->draft, got);
+		}
 	}
 }
 
@@ -894,6 +903,9 @@ rg_status rg_gen_engine_step_begin(rg_gen_engine *e, double now_ms, bool *ran)
 			continue;
 		q = req_of(e, e->plan.seq_ids[e->plan.logits_seq[r]], &k);
 		o = &q->o[k];
+		/* a draft row's draws come from the stream in row order; the state before each is
+		 * kept, so the draws of rows after the walk's end go back to the stream */
+		e->rng_row[r] = o->rng;
 		e->rows[r] = rg_sampler_row(&q->gp.sampling, &o->rng);
 		if (rg_sampling_penalties_on(&q->gp.sampling))
 			penalty_lists(e, r, q, k, &e->rows[r]);
@@ -1226,6 +1238,8 @@ rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms, const rg_gen_e
 					if (rc != 0 || j == m || e->ids[r + j] != d)
 						break;
 				}
+				if (m > 0 && n_taken <= m && e->kind[r] == ROW_DEVICE)
+					q->o[k].rng = e->rng_row[r + n_taken]; /* n_taken draws used */
 				if (n_taken > 0)
 					emit(e, q, k, n_taken);
 				r += m;
@@ -1422,6 +1436,7 @@ void rg_gen_engine_free(rg_gen_engine *e)
 	free(e->pen_prompt);
 	free(e->work.data);
 	free(e->draft);
+	free(e->rng_row);
 	free(e->ev);
 	free(e->enc_tok);
 	free(e->enc_cu);
@@ -1539,7 +1554,8 @@ static rg_status engine_init(rg_gen_engine *e, const rg_gen_engine_params *p)
 	e->pen_keys = calloc((size_t)e->max_context, sizeof(*e->pen_keys));
 	e->work.data = malloc((size_t)e->V * sizeof(rg_token_data));
 	e->draft = malloc(RG_ITER_MAX_DRAFT * sizeof(*e->draft));
-	if (!e->draft || !e->rows || !e->kind || !e->want || !e->ids || !e->lps || !e->top_ids ||
+	e->rng_row = calloc(S, sizeof(*e->rng_row));
+	if (!e->draft || !e->rng_row || !e->rows || !e->kind || !e->want || !e->ids || !e->lps || !e->top_ids ||
 	    !e->top_lps || !e->stops || !e->pen_ids || !e->pen_counts || !e->pen_prompt ||
 	    !e->pen_keys || !e->work.data)
 		return rg_errorf(RG_ERR_OOM, "generation engine: out of memory");

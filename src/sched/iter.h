@@ -106,7 +106,7 @@
  *
  * Speculative decoding (Leviathan et al. 2023, "Fast inference from transformers via
  * speculative decoding"; Chen et al. 2023; the drafts here come from the caller, e.g. prompt
- * lookup, src/gen/spec.h): before rg_iter_schedule the caller may give a decoding sequence
+ * lookup, src/gen/spec.h; the caller's token for each row is its greedy choice or its draw): before rg_iter_schedule the caller may give a decoding sequence
  * draft tokens (rg_iter_set_draft). Its row in the step is then its last token plus the n
  * drafts (a short chunk over its paged KV, like a prefill chunk), n cut so that the budget
  * keeps one token for every other decoding sequence, and to the blocks it can have; the plan

@@ -7,10 +7,12 @@ rg_gen_params.num_speculative_tokens, src/gen/spec.h, src/sched/iter.h's draft r
     acceptance counts show drafts both accepted and rejected (the test fails if speculation
     silently did nothing); several prompts of different lengths in one call; KV blocks back to
     0 after every call;
+  - sampled requests (temperature, top-k, top-p, min-p; n 2): the same tokens with and without
+    speculation for the same seed, drafts accepted and rejected;
   - Generator.stream with speculation: one event per step carrying every token it accepted,
     the same ids;
   - one engine, mixed: speculative and non-speculative greedy requests, a sampled request, a
-    host-chain request (no-repeat n-gram) and a beam search (these three run without drafts), stop ids that end an output inside its run, and max_tokens of many
+    host-chain request (no-repeat n-gram) and a beam search (these two run without drafts), stop ids that end an output inside its run, and max_tokens of many
     values, all in one batch; each output equals the same request run alone without
     speculation; the engine's KV blocks return to 0;
   - the real SmolLM2 GGUF: `ragged generate --speculative ngram` gives the same ids and text
@@ -118,6 +120,30 @@ def test_greedy_identical_and_reference(model):
     assert checked >= 0.75 * n_new * len(PROMPTS)
 
 
+@pytest.mark.parametrize("opts", [dict(temperature=0.3), dict(temperature=0.8, top_k=5),
+                                  dict(temperature=0.5, top_p=0.9, min_p=0.05)])
+def test_sampled_identical_seed_for_seed(model, opts):
+    """Sampling with speculation: each verified position draws from its distribution with the
+    next value of the output's RNG stream and the draws of rejected positions go back, so two
+    samples per prompt equal those without speculation, seed for seed (Leviathan et al.'s rule
+    for a one-hot draft); drafts are accepted and rejected."""
+    d, _, _ = model
+    with ragged.Generator(d, max_batch_tokens=64) as g:
+        base = g.generate(PROMPTS, max_tokens=36, ignore_eos=True, seed=11, n=2, **opts)
+        spec = g.generate(PROMPTS, max_tokens=36, ignore_eos=True, seed=11, n=2,
+                          num_speculative_tokens=4, **opts)
+        assert [s["ids"] for s in spec] == [b["ids"] for b in base]
+        for s, b in zip(spec, base):
+            np.testing.assert_allclose(s["logprobs"], b["logprobs"], rtol=1e-4, atol=1e-5)
+        assert spec[0]["spec_accepted"] > 0
+        assert spec[0]["spec_drafted"] - spec[0]["spec_accepted"] > 0
+        assert g.kv_blocks_in_use() == 0
+        # another seed: other tokens (the seed is not ignored)
+        other = g.generate(PROMPTS, max_tokens=36, ignore_eos=True, seed=12, n=2,
+                           num_speculative_tokens=4, **opts)
+        assert [s["ids"] for s in other] != [b["ids"] for b in spec]
+
+
 class EngineStats(ctypes.Structure):
     """include/ragged.h rg_gen_engine_stats."""
     _fields_ = [("n_running", ctypes.c_int), ("n_waiting", ctypes.c_int),
@@ -204,7 +230,7 @@ def test_mixed_batch_stops_and_lengths(model):
             for mt in range(1 + i, 21, 4):
                 reqs.append((pr, params(g, mt, spec=4 if mt % 8 else 0)))
                 want.append((a["ids"][:mt], "length"))
-        # a sampled request beside them runs without drafts, as it does alone
+        # a sampled request beside them (drafting too), as it samples alone
         samp = g.generate([PROMPTS[1]], max_tokens=12, temperature=0.8, seed=7,
                           ignore_eos=True)[0]
         reqs.append((PROMPTS[1], params(g, 12, spec=4, temperature=0.8, seed=7)))
