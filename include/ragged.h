@@ -768,6 +768,8 @@ typedef struct rg_sampling_params {
 RG_API void rg_sampling_params_default(rg_sampling_params *p);
 
 #define RG_GEN_MAX_LOGPROBS 20 /* top alternatives per token, as OpenAI's limit */
+#define RG_GEN_MAX_SPEC_TOKENS 32   /* rg_gen_params.num_speculative_tokens at most */
+#define RG_GEN_MAX_PROMPT_LOOKUP 64 /* rg_gen_params.prompt_lookup_max at most */
 
 /* Detokenize ids (n) into *text (malloc'd, NUL-terminated, *len bytes; the caller of the
  * callback frees it). Non-OK aborts generation with that status. */
@@ -845,6 +847,27 @@ typedef struct rg_gen_params {
 	 * rows are sampled on the host (their logits copied out of the step). */
 	rg_grammar_kind grammar_kind;
 	const char *grammar;
+	/* Speculative decoding with prompt-lookup drafts (off by default): each output of a
+	 * greedy or sampled request (no penalties, logit bias, top logprobs, min_tokens block,
+	 * no-repeat n-gram or beams; a decoder-only model without a forced EOS) proposes, at each
+	 * decode step, the num_speculative_tokens tokens that followed the most recent earlier
+	 * occurrence of its last prompt_lookup_max .. prompt_lookup_min tokens in its own prompt and
+	 * output (prompt lookup decoding, Saxena 2023; vLLM's "ngram" speculator), and verifies
+	 * them in the same step as its next token: each verified position's token is chosen as
+	 * without speculation (greedy: the argmax; sampled: a draw from that position's
+	 * distribution with the next value of the output's RNG stream), and the draft is kept while
+	 * it equals those choices, plus the first choice that differs (Leviathan et al. 2023's
+	 * speculative sampling for a one-hot proposal: draft token d is accepted with probability
+	 * p(d), else a token is drawn from p without d; Chen et al. 2023). The rejected positions'
+	 * KV is rolled back and their RNG draws go back to the stream, so the tokens are those of
+	 * decoding without speculation, with the same seed; only the number of steps changes.
+	 * Other requests run without it.
+	 * The engine must allow it (rg_gen_engine_params.max_speculative_tokens; rg_generate: this
+	 * request's own). num_speculative_tokens 0..32 [0: off]; 1 <= prompt_lookup_min <=
+	 * prompt_lookup_max <= 64 when it is on [min 1, max 3]. */
+	int num_speculative_tokens;
+	int prompt_lookup_max;
+	int prompt_lookup_min;
 } rg_gen_params;
 
 /* The defaults above. */
@@ -899,6 +922,9 @@ typedef struct rg_gen_result {
 	/* rg_generate's timing (0 from lower-level calls), seconds of wall clock */
 	double time_total_s;       /* tokenization + prefill + decode + detokenization */
 	double time_first_token_s; /* until the first generated token (sampling; beams: 0) */
+	/* speculative decoding (rg_gen_params.num_speculative_tokens): draft tokens verified, and
+	 * of them accepted, over the whole call (0 without it) */
+	long long spec_drafted, spec_accepted;
 } rg_gen_result;
 
 /* Free a result (NULL accepted). */
@@ -983,6 +1009,10 @@ typedef struct rg_gen_engine_params {
 	int max_grammar_states;     /* structured outputs: DFA states of one grammar at most (<= 0:
 				     * the default); a request whose grammar needs more gets
 				     * RG_ERR_TOO_LONG [50000] (since issue 31) */
+	int max_speculative_tokens; /* draft tokens a request may verify per step
+				     * (rg_gen_params.num_speculative_tokens, cut to this), 0..32;
+				     * 0: no speculative decoding [0]. Beside the step's sequences,
+				     * up to max_num_batched_tokens more logits rows are buffered */
 } rg_gen_engine_params;
 
 RG_API void rg_gen_engine_params_default(rg_gen_engine_params *p);
@@ -1021,8 +1051,10 @@ typedef struct rg_gen_admission {
 typedef struct rg_gen_event {
 	uint64_t req;            /* rg_gen_engine_add's id */
 	int seq;                 /* output index within the request, [0, n) */
-	int n_new;               /* tokens appended: 1 per sampled step; a beam's whole hypothesis
-				  * at the end of its search; 0 for an end without a token */
+	int n_new;               /* tokens appended: 1 per sampled step (1 + the drafts accepted
+				  * in a speculative step, rg_gen_params.num_speculative_tokens);
+				  * a beam's whole hypothesis at the end of its search; 0 for an
+				  * end without a token */
 	int32_t token;           /* the last new token (n_new >= 1), else -1 */
 	float logprob;           /* its log-probability */
 	const char *text;        /* newly final UTF-8 text (text_len bytes, not NUL-terminated) */
@@ -1137,6 +1169,8 @@ typedef struct rg_gen_engine_stats {
 	int last_step_tokens;        /* new tokens of the last step run */
 	int n_eos;                   /* the model's EOS ids (below) */
 	const int32_t *eos_ids;      /* (n_eos), the model's */
+	long long spec_drafted;      /* speculative draft tokens verified since create */
+	long long spec_accepted;     /* of them, accepted (equal to the model's greedy token) */
 } rg_gen_engine_stats;
 RG_API void rg_gen_engine_get_stats(const rg_gen_engine *e, rg_gen_engine_stats *out);
 

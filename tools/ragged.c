@@ -13,6 +13,8 @@
  *                   [--length-penalty L] [--no-repeat-ngram-size N] [--seed S] [--stop STR]...
  *                   [--logprobs N] [--n N] [--chat] [--ignore-eos] [--batch N] [--stream]
  *                   [--kv-cache-fraction F | --kv-cache-bytes N]
+ *                   [--speculative ngram|off] [--num-speculative-tokens K]
+ *                   [--prompt-lookup-max N] [--prompt-lookup-min N]
  *                   [--input FILE] [--output FILE] [--progress | --no-progress]
  *   ragged serve    ...   (see `ragged serve --help`)
  *   ragged loadgen  ...   (see `ragged loadgen --help`)
@@ -91,6 +93,10 @@ typedef enum flag_id {
 	F_KV_BYTES,
 	F_TGT_LANG,
 	F_SRC_LANG,
+	F_SPECULATIVE,
+	F_NUM_SPEC,
+	F_LOOKUP_MAX,
+	F_LOOKUP_MIN,
 	F_HELP,
 } flag_id;
 
@@ -192,6 +198,18 @@ static const cli_flag g_flags[] = {
 	{F_SRC_LANG, "--src-lang", "CODE", CMD_GEN,
 	 "translate: the sources' language code (eng_Latn, en_XX, en), put in\n"
 	 "the tokenizer's template in place of its own (transformers' src_lang)"},
+	{F_SPECULATIVE, "--speculative", "ngram|off", CMD_GEN,
+	 "speculative decoding (default off; not with penalties or beams):\n"
+	 "ngram drafts by prompt lookup (the tokens that followed the last n\n"
+	 "tokens earlier in the context), verified in one step; the same\n"
+	 "tokens (and seed for seed), fewer steps. The JSON's timing gets\n"
+	 "spec_drafted / spec_accepted"},
+	{F_NUM_SPEC, "--num-speculative-tokens", "K", CMD_GEN,
+	 "--speculative ngram: draft tokens per step, 1..32 (default 4)"},
+	{F_LOOKUP_MAX, "--prompt-lookup-max", "N", CMD_GEN,
+	 "--speculative ngram: the longest n-gram matched, 1..64 (default 3)"},
+	{F_LOOKUP_MIN, "--prompt-lookup-min", "N", CMD_GEN,
+	 "--speculative ngram: the shortest n-gram matched (default 1)"},
 	{F_HELP, "--help", NULL, CMD_ALL, "print this help and exit (also -h)"},
 };
 #define N_FLAGS (sizeof(g_flags) / sizeof(g_flags[0]))
@@ -247,6 +265,8 @@ typedef struct cli_opts {
 	const char *tgt_lang;   /* --tgt-lang: the forced first token's code, NULL: the model's */
 	const char *src_lang;   /* --src-lang: the sources' code, NULL: the template's own */
 	bool chat, ignore_eos, stream;
+	bool speculative;       /* --speculative ngram */
+	int num_spec;           /* --num-speculative-tokens */
 	double kv_fraction;     /* --kv-cache-fraction, 0: unset */
 	unsigned long long kv_bytes; /* --kv-cache-bytes, 0: unset */
 	int batch;
@@ -314,6 +334,7 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 	o->gen.max_tokens = 64;
 	o->gen.sampling.temperature = 0;
 	o->batch = 16;
+	o->num_spec = 4;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *eq = strchr(a, '='), *v = NULL;
 		size_t len = eq && !strncmp(a, "--", 2) ? (size_t)(eq - a) : strlen(a);
@@ -401,9 +422,15 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 		case F_NGRAM:
 		case F_LOGPROBS:
 		case F_N:
+		case F_NUM_SPEC:
+		case F_LOOKUP_MAX:
+		case F_LOOKUP_MIN:
 		case F_BATCH: {
 			long n;
 			int *dst = fl->id == F_MAX_TOKENS    ? &o->gen.max_tokens
+				   : fl->id == F_NUM_SPEC    ? &o->num_spec
+				   : fl->id == F_LOOKUP_MAX  ? &o->gen.prompt_lookup_max
+				   : fl->id == F_LOOKUP_MIN  ? &o->gen.prompt_lookup_min
 				   : fl->id == F_TOP_K       ? &o->gen.sampling.top_k
 				   : fl->id == F_NUM_BEAMS   ? &o->gen.num_beams
 				   : fl->id == F_BEAM_GROUPS ? &o->gen.num_beam_groups
@@ -413,7 +440,10 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 							     : &o->batch;
 			const long lo = fl->id == F_TOP_K || fl->id == F_NGRAM || fl->id == F_LOGPROBS
 						? 0 : 1;
-			const long hi = fl->id == F_LOGPROBS ? RG_GEN_MAX_LOGPROBS : 1L << 24;
+			const long hi = fl->id == F_LOGPROBS    ? RG_GEN_MAX_LOGPROBS
+					: fl->id == F_NUM_SPEC  ? RG_GEN_MAX_SPEC_TOKENS
+					: fl->id == F_LOOKUP_MAX || fl->id == F_LOOKUP_MIN
+						? RG_GEN_MAX_PROMPT_LOOKUP : 1L << 24;
 			char *end;
 
 			errno = 0;
@@ -492,6 +522,14 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 		case F_IGNORE_EOS:
 			o->ignore_eos = true;
 			break;
+		case F_SPECULATIVE:
+			if (strcmp(v, "ngram") && strcmp(v, "off")) {
+				fprintf(stderr, "ragged %s: --speculative must be ngram or off, not "
+					"'%s'\n", c->name, v);
+				return EXIT_USAGE;
+			}
+			o->speculative = !strcmp(v, "ngram");
+			break;
 		case F_STREAM:
 			o->stream = true;
 			break;
@@ -540,6 +578,14 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 			break;
 		}
 		}
+	}
+	if (o->speculative) {
+		if (o->gen.prompt_lookup_min > o->gen.prompt_lookup_max) {
+			fprintf(stderr, "ragged %s: --prompt-lookup-min %d > --prompt-lookup-max %d\n",
+				c->name, o->gen.prompt_lookup_min, o->gen.prompt_lookup_max);
+			return EXIT_USAGE;
+		}
+		o->gen.num_speculative_tokens = o->num_spec;
 	}
 	if (!o->device_set && rg_cuda_device_count() > 0)
 		o->device = RG_DEVICE_CUDA;
@@ -1243,7 +1289,7 @@ static rg_status gen_on_token(void *ctx, int seq, int32_t token, float logprob)
 
 /* One output as a JSON line. */
 static void gen_write_json(FILE *f, const char *prompt, const rg_gen_seq *q, const rg_gen_result *r,
-			   int batch_tokens, bool logprobs, const rg_model *m)
+			   int batch_tokens, bool logprobs, bool spec, const rg_model *m)
 {
 	json_object *o = json_object_new_object(), *ids = json_object_new_array();
 	json_object *usage = json_object_new_object(), *timing = json_object_new_object();
@@ -1299,6 +1345,13 @@ static void gen_write_json(FILE *f, const char *prompt, const rg_gen_seq *q, con
 			       json_object_new_double(r->time_total_s > 0
 							      ? batch_tokens / r->time_total_s
 							      : 0));
+	if (r->spec_drafted > 0 || spec) {
+		/* speculative decoding over the whole call (the batch of prompts) */
+		json_object_object_add(timing, "spec_drafted",
+				       json_object_new_int64(r->spec_drafted));
+		json_object_object_add(timing, "spec_accepted",
+				       json_object_new_int64(r->spec_accepted));
+	}
 	json_object_object_add(o, "timing", timing);
 	fputs(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
 							JSON_C_TO_STRING_NOSLASHESCAPE),
@@ -1516,7 +1569,8 @@ static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 		if (!w.stream || o.output)
 			for (int k = 0; k < res->n_seqs; k++)
 				gen_write_json(out.f, t.text[b0 + (size_t)res->seqs[k].prompt_index],
-					       &res->seqs[k], res, batch_tokens, o.gen.logprobs > 0, m);
+					       &res->seqs[k], res, batch_tokens, o.gen.logprobs > 0,
+					       o.gen.num_speculative_tokens > 0, m);
 		rg_gen_result_free(res);
 		w.done += nb;
 	}

@@ -1063,5 +1063,12 @@ void rg_gen_srv_metrics(rg_gen_srv *e, rg_buf *b, const char *model_name)
 	gauge(b, "ragged_gen_prefix_cache_hit_rate", "Hits / queries (0 before any query).",
 	      "gauge", s.prefix_query_blocks ? (double)s.prefix_hit_blocks /
 						   (double)s.prefix_query_blocks : 0);
+	/* vLLM's spec_decode counters (vllm:spec_decode_num_draft_tokens / _accepted_tokens) */
+	gauge(b, "ragged_gen_spec_decode_num_draft_tokens_total",
+	      "Speculative draft tokens verified (--speculative ngram).", "counter",
+	      (double)s.spec_drafted);
+	gauge(b, "ragged_gen_spec_decode_num_accepted_tokens_total",
+	      "Of those, accepted (equal to the model's greedy token).", "counter",
+	      (double)s.spec_accepted);
 	render_compat(b, &m, &s, model_name, e->block_size);
 }

@@ -208,6 +208,19 @@ static const opt_spec g_opts[] = {
 	 "cannot meet it is refused at once with 429 and Retry-After (0: off)"},
 	{"--default-tpot-ms", "X", OPT_DOUBLE, F(default_tpot_ms), 0, 1e7, "0",
 	 "decoders: time-per-output-token target of a request that sets none (0: off)"},
+	/* speculative decoding (vLLM's speculative_config names: method ngram,
+	 * num_speculative_tokens, prompt_lookup_max / _min) */
+	{"--speculative", "ngram|off", OPT_STR, F(speculative), 0, 0, "off",
+	 "decoders: speculative decoding (requests without penalties, bias or beams) with "
+	 "prompt-lookup (ngram) drafts, "
+	 "verified in one step: the same tokens, fewer steps; /metrics counts drafted and "
+	 "accepted tokens"},
+	{"--num-speculative-tokens", "K", OPT_INT, F(num_speculative_tokens), 1,
+	 RG_GEN_MAX_SPEC_TOKENS, "4", "decoders, --speculative ngram: draft tokens per step"},
+	{"--prompt-lookup-max", "N", OPT_INT, F(prompt_lookup_max), 1, RG_GEN_MAX_PROMPT_LOOKUP,
+	 "3", "decoders, --speculative ngram: the longest n-gram matched"},
+	{"--prompt-lookup-min", "N", OPT_INT, F(prompt_lookup_min), 1, RG_GEN_MAX_PROMPT_LOOKUP,
+	 "1", "decoders, --speculative ngram: the shortest n-gram matched"},
 };
 #undef F
 
@@ -683,6 +696,13 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 		return bad_value("--admission", o->admission);
 	if (strcmp(o->accept, "balanced") && strcmp(o->accept, "mhd"))
 		return bad_value("--accept", o->accept);
+	if (strcmp(o->speculative, "ngram") && strcmp(o->speculative, "off"))
+		return bad_value("--speculative", o->speculative);
+	if (o->prompt_lookup_min > o->prompt_lookup_max) {
+		fprintf(stderr, "ragged serve: --prompt-lookup-min %d > --prompt-lookup-max %d\n",
+			o->prompt_lookup_min, o->prompt_lookup_max);
+		return RG_SERVE_EXIT_USAGE;
+	}
 	if ((rc = check_combinations(o)) >= 0)
 		return rc;
 	if (o->devices_all) {

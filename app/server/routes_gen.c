@@ -781,6 +781,13 @@ static void fill_params(conn_ctx *c, rg_gen_job *j, uint64_t seed)
 	const int32_t *eos = rg_gen_srv_eos(c->srv->gen, &n_eos);
 
 	rg_gen_params_default(gp);
+	if (!strcmp(c->srv->o.speculative, "ngram")) {
+		/* the server's speculation for every request (the engine leaves out those whose
+		 * rows it cannot verify: penalties, bias, beams) */
+		gp->num_speculative_tokens = c->srv->o.num_speculative_tokens;
+		gp->prompt_lookup_max = c->srv->o.prompt_lookup_max;
+		gp->prompt_lookup_min = c->srv->o.prompt_lookup_min;
+	}
 	gp->sampling.do_sample = r->do_sample;
 	gp->sampling.temperature = r->temperature;
 	gp->sampling.top_k = r->top_k > 0 ? r->top_k : 0;

@@ -258,6 +258,8 @@ static rg_status setup_gen_engine(rg_server *s)
 	gp.trace_path = s->o.trace_steps;
 	gp.eng.default_ttft_ms = s->o.default_ttft_ms;
 	gp.eng.default_tpot_ms = s->o.default_tpot_ms;
+	if (!strcmp(s->o.speculative, "ngram"))
+		gp.eng.max_speculative_tokens = s->o.num_speculative_tokens;
 	gp.disconnect_poll_ms = 10;
 	s->gen = rg_gen_srv_create(s->model, &gp, &st);
 	if (!s->gen)

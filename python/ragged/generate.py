@@ -47,7 +47,9 @@ class GenParams(ctypes.Structure):
                 ("pad_id", ctypes.c_int32), ("max_step_tokens", ctypes.c_int),
                 ("on_token", TOKEN_FN), ("on_token_ctx", ctypes.c_void_p),
                 ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32),
-                ("grammar_kind", ctypes.c_int), ("grammar", ctypes.c_char_p)]
+                ("grammar_kind", ctypes.c_int), ("grammar", ctypes.c_char_p),
+                ("num_speculative_tokens", ctypes.c_int), ("prompt_lookup_max", ctypes.c_int),
+                ("prompt_lookup_min", ctypes.c_int)]
 
 
 GRAMMAR_KINDS = {"regex": 1, "json_schema": 2, "json_object": 3, "choice": 4}
@@ -81,7 +83,8 @@ class GenSeq(ctypes.Structure):
 class GenResult(ctypes.Structure):
     """include/ragged.h rg_gen_result."""
     _fields_ = [("n_seqs", ctypes.c_int), ("seqs", ctypes.POINTER(GenSeq)),
-                ("time_total_s", ctypes.c_double), ("time_first_token_s", ctypes.c_double)]
+                ("time_total_s", ctypes.c_double), ("time_first_token_s", ctypes.c_double),
+                ("spec_drafted", ctypes.c_longlong), ("spec_accepted", ctypes.c_longlong)]
 
 
 class EngineParams(ctypes.Structure):
@@ -93,7 +96,8 @@ class EngineParams(ctypes.Structure):
                 ("kv_bytes", ctypes.c_size_t), ("kv_fraction", ctypes.c_double),
                 ("warm_up", ctypes.c_bool), ("step_delay_ms", ctypes.c_double),
                 ("default_ttft_ms", ctypes.c_double), ("default_tpot_ms", ctypes.c_double),
-                ("max_grammar_states", ctypes.c_int)]
+                ("max_grammar_states", ctypes.c_int),
+                ("max_speculative_tokens", ctypes.c_int)]
 
 
 class GenEvent(ctypes.Structure):
@@ -356,7 +360,8 @@ class Generator:
                  repetition_penalty, presence_penalty, frequency_penalty, no_repeat_ngram_size,
                  n, seed, logprobs, num_beams, num_beam_groups, diversity_penalty,
                  length_penalty, early_stopping, stop, stop_token_ids, ignore_eos, chat,
-                 forced_bos_token_id=_MODEL_DEFAULT, grammar=None):
+                 forced_bos_token_id=_MODEL_DEFAULT, grammar=None, num_speculative_tokens=0,
+                 prompt_lookup_max=3, prompt_lookup_min=1):
         """generate()'s options as an rg_gen_params (and the arrays it points to, to keep)."""
         l = lib()
         as_ids = not isinstance(prompts, str) and len(prompts) > 0 and (
@@ -415,6 +420,8 @@ class Generator:
                 buf = ctypes.c_char_p(text.encode())
                 keep.append(buf)
                 p.grammar = buf
+        p.num_speculative_tokens = int(num_speculative_tokens)
+        p.prompt_lookup_max, p.prompt_lookup_min = int(prompt_lookup_max), int(prompt_lookup_min)
         return prompts, as_ids, p, keep
 
     def generate(self, prompts, max_tokens=16, temperature=None, top_k=0, top_p=1.0, min_p=0.0,
@@ -422,7 +429,8 @@ class Generator:
                  no_repeat_ngram_size=0, n=1, seed=0, logprobs=0, num_beams=1,
                  num_beam_groups=1, diversity_penalty=0.0, length_penalty=1.0,
                  early_stopping=False, stop=None, stop_token_ids=None, ignore_eos=False,
-                 chat=False, on_token=None, forced_bos_token_id=_MODEL_DEFAULT, grammar=None):
+                 chat=False, on_token=None, forced_bos_token_id=_MODEL_DEFAULT, grammar=None,
+                 num_speculative_tokens=0, prompt_lookup_max=3, prompt_lookup_min=1):
         """Generate continuations.
 
         prompts: a str or a list of str (text), or a list of int / list of lists of int (ids).
@@ -438,11 +446,17 @@ class Generator:
         grammar: structured output (include/ragged.h rg_grammar_kind): ("regex", pattern),
         ("json_schema", dict or JSON text), ("json_object", None) or ("choice", [str, ...]);
         the output then matches it whole (RaggedError for a bad or unsupported one).
+        num_speculative_tokens: > 0 turns on speculative decoding with prompt-lookup drafts
+        (not with penalties, logit bias, logprobs or beams; include/ragged.h rg_gen_params):
+        that many tokens that followed the last prompt_lookup_max .. prompt_lookup_min tokens
+        earlier in the context are verified per step; the tokens are the same as without it
+        (sampling: with the same seed), the steps fewer.
         on_token(seq, token, logprob): called per generated token (return nothing).
         Returns a list (prompt-major, n per prompt) of dicts: text, ids, finish_reason
         ("eos", "stop", "length"), logprobs (per token), top_logprobs (with logprobs > 0: per
         token a list of (id, logprob)), prompt_index, index, prompt_tokens, completion_tokens,
-        score; and the request's time_total_s / time_first_token_s.
+        score; and the request's time_total_s / time_first_token_s, spec_drafted /
+        spec_accepted (draft tokens verified and accepted over the call).
         Errors: RaggedError (bad options named, over-long prompt, ...), ValueError.
         """
         from . import _error
@@ -451,7 +465,8 @@ class Generator:
             prompts, max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
             presence_penalty, frequency_penalty, no_repeat_ngram_size, n, seed, logprobs,
             num_beams, num_beam_groups, diversity_penalty, length_penalty, early_stopping, stop,
-            stop_token_ids, ignore_eos, chat, forced_bos_token_id, grammar)
+            stop_token_ids, ignore_eos, chat, forced_bos_token_id, grammar,
+            num_speculative_tokens, prompt_lookup_max, prompt_lookup_min)
         cb = TOKEN_FN(0)
         if on_token is not None:
             def _cb(_ctx, seq, tok, lp):
@@ -490,7 +505,8 @@ class Generator:
                      "prompt_tokens": q.prompt_tokens,
                      "completion_tokens": q.completion_tokens, "score": q.score,
                      "time_total_s": r.time_total_s,
-                     "time_first_token_s": r.time_first_token_s}
+                     "time_first_token_s": r.time_first_token_s,
+                     "spec_drafted": r.spec_drafted, "spec_accepted": r.spec_accepted}
                 if q.n_top:
                     d["top_logprobs"] = [[(q.top_ids[j * q.n_top + t],
                                            q.top_logprobs[j * q.n_top + t])
@@ -518,7 +534,8 @@ class Generator:
                         no_repeat_ngram_size=0, n=1, seed=0, logprobs=0, num_beams=1,
                         num_beam_groups=1, diversity_penalty=0.0, length_penalty=1.0,
                         early_stopping=False, stop=None, stop_token_ids=None, ignore_eos=False,
-                        chat=False, forced_bos_token_id=_MODEL_DEFAULT, grammar=None)
+                        chat=False, forced_bos_token_id=_MODEL_DEFAULT, grammar=None,
+                        num_speculative_tokens=0, prompt_lookup_max=3, prompt_lookup_min=1)
         unknown = set(options) - set(defaults)
         if unknown:
             raise ValueError(f"unknown options: {sorted(unknown)}")
@@ -531,7 +548,8 @@ class Generator:
             o["no_repeat_ngram_size"], o["n"], o["seed"], o["logprobs"], o["num_beams"],
             o["num_beam_groups"], o["diversity_penalty"], o["length_penalty"],
             o["early_stopping"], o["stop"], o["stop_token_ids"], o["ignore_eos"], o["chat"],
-            o["forced_bos_token_id"], o["grammar"])
+            o["forced_bos_token_id"], o["grammar"], o["num_speculative_tokens"],
+            o["prompt_lookup_max"], o["prompt_lookup_min"])
         if len(prompts) != 1:
             raise ValueError("stream() takes one prompt")
         ids = prompts[0] if as_ids else self._encode_generate(prompts[0])
@@ -541,6 +559,7 @@ class Generator:
             l.rg_gen_engine_params_default(ctypes.byref(ep))
             ep.max_num_batched_tokens = self._max_batch_tokens
             ep.prefix_caching = False  # one request per engine: nothing to share
+            ep.max_speculative_tokens = p.num_speculative_tokens
             ep.kv_fraction = 0.0
             ep.kv_bytes = 0
             info = KvInfo()

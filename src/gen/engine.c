@@ -29,6 +29,7 @@
 #include "gen/params.h"
 #include "gen/sampler.h"
 #include "gen/seq.h"
+#include "gen/spec.h"
 #include "gen/stop.h"
 #include "model/model.h"
 #include "sched/iter.h"
@@ -92,6 +93,9 @@ struct rg_gen_engine {
 	rg_iter *it;
 	rg_gen_engine_params p;
 	int max_context, V, S;
+	int R;                  /* logits rows of a step at most: S, + the budget with drafts */
+	int32_t *draft;         /* (RG_ITER_MAX_DRAFT) a proposal's scratch */
+	rg_rng *rng_row;        /* (R) each device row's output RNG state before its draw */
 	bool beam_logits;       /* beams read their rows' logits on the host (A/B switch) */
 
 	ereq **reqs;            /* live and unreleased requests, by id ascending */
@@ -102,17 +106,18 @@ struct rg_gen_engine {
 	bool pending, ran;
 	rg_iter_plan plan;
 	int mode, top_n, cand_k;
-	rg_row_sampling *rows;  /* (S) */
-	uint8_t *kind;          /* (S) ROW_* */
-	uint8_t *want;          /* (S) rows whose logits are copied to the host */
-	int32_t *ids;           /* (S) */
-	float *lps;             /* (S) */
-	int32_t *top_ids;       /* (S, RG_GEN_MAX_LOGPROBS) */
+	rg_row_sampling *rows;  /* (R) */
+	uint8_t *kind;          /* (R) ROW_* */
+	uint8_t *want;          /* (R) rows whose logits are copied to the host */
+	int32_t *ids;           /* (R) */
+	float *lps;             /* (R) */
+	int32_t *top_ids;       /* (R, RG_GEN_MAX_LOGPROBS) */
 	float *top_lps;
-	bool *stops;            /* (S) */
-	float *logits;          /* (S, V), allocated on first need */
+	bool *stops;            /* (R) */
+	float *logits;          /* (logits_rows, V), allocated on first need, grown to R */
+	int logits_rows;
 	float no_logits;        /* what a step without logits rows is given (never written) */
-	int32_t *pen_ids, *pen_counts, *pen_keys; /* (S, max_context) penalty lists */
+	int32_t *pen_ids, *pen_counts, *pen_keys; /* (R, max_context) penalty lists */
 	uint8_t *pen_prompt;
 	rg_token_array work;    /* host-chain scratch (V) */
 	rg_status run_st;
@@ -758,6 +763,46 @@ static bool plain_greedy(const ereq *q, const eout *o)
 	       sp->n_logit_bias == 0 && q->gp.logprobs == 0 && !rg_seq_blocks_stops(&o->seq);
 }
 
+/* Whether output o of q drafts with prompt lookup (rg_gen_params.num_speculative_tokens): a
+ * greedy or sampled request whose rows depend on nothing but the context (no penalties, bias,
+ * top logprobs or min_tokens block; not on the host chain; no beams), on a decoder-only model
+ * without a forced EOS (whose last token is not the model's choice), in an engine that allows
+ * drafts. */
+static bool spec_on(const rg_gen_engine *e, const ereq *q, const eout *o)
+{
+	const rg_sampling_params *sp = &q->gp.sampling;
+
+	return e->p.max_speculative_tokens > 0 && q->gp.num_speculative_tokens > 0 && !q->beam &&
+	       !q->host && !q->src && !e->r.has_forced_eos && !rg_sampling_penalties_on(sp) &&
+	       sp->n_logit_bias == 0 && q->gp.logprobs == 0 && !rg_seq_blocks_stops(&o->seq) &&
+	       o->live && o->seq.finish == RG_FINISH_NONE && o->seq.n > 0;
+}
+
+/* The drafts of the next schedule: each speculating output's prompt-lookup proposal (src/gen/
+ * spec.h) over its tokens so far, given to the scheduler (which uses it only for a sequence
+ * that decodes in that step). */
+static void spec_propose(rg_gen_engine *e)
+{
+	for (int i = 0; i < e->n_reqs; i++) {
+		ereq *q = e->reqs[i];
+
+		for (int o = 0; o < q->n_out; o++) {
+			const uint64_t iid = q->id << SEQ_BITS | (uint64_t)o;
+			const int32_t *toks;
+			int n_tok, k, got;
+
+			if (!spec_on(e, q, &q->o[o]) || !(toks = rg_iter_tokens(e->it, iid, &n_tok)))
+				continue;
+			k = q->gp.num_speculative_tokens < e->p.max_speculative_tokens
+				    ? q->gp.num_speculative_tokens : e->p.max_speculative_tokens;
+			got = rg_spec_ngram_propose(toks, n_tok, q->gp.prompt_lookup_min,
+						    q->gp.prompt_lookup_max, k, e->draft);
+			if (got > 0) /* cannot fail: the id is live, no plan pending */
+				rg_iter_set_draft(e->it, iid, e->draft, got);
+		}
+	}
+}
+
 /* A beam group's row r: the search (re)starts when the row is its prompt's last (the first
  * step, or again after a preemption). The candidates per row its next step needs; 0 for a
  * search that could not start (end then aborts it). */
@@ -777,10 +822,19 @@ static int beam_prepare(rg_gen_engine *e, ereq *q, uint64_t iter_id)
 	return q->bs ? rg_beam_cand_needed(q->bs) : 0;
 }
 
-static rg_status ensure_logits(rg_gen_engine *e)
+/* Host logits for n rows: grown on need, S rows at least (speculative steps may take up to
+ * R; most never need more than S, so R rows of vocab are not held up front). */
+static rg_status ensure_logits(rg_gen_engine *e, int n)
 {
-	if (!e->logits && !(e->logits = malloc((size_t)e->S * (size_t)e->V * sizeof(float))))
-		return rg_errorf(RG_ERR_OOM, "generate: no memory for %d rows of logits", e->S);
+	float *l;
+
+	if (n <= e->logits_rows)
+		return RG_OK;
+	n = n > e->S ? n : e->S;
+	if (!(l = realloc(e->logits, (size_t)n * (size_t)e->V * sizeof(float))))
+		return rg_errorf(RG_ERR_OOM, "generate: no memory for %d rows of logits", n);
+	e->logits = l;
+	e->logits_rows = n;
 	return RG_OK;
 }
 
@@ -810,6 +864,8 @@ rg_status rg_gen_engine_step_begin(rg_gen_engine *e, double now_ms, bool *ran)
 	e->n_ev = 0;
 	e->run_st = RG_OK;
 	e->run_err[0] = '\0';
+	if (e->p.max_speculative_tokens > 0)
+		spec_propose(e);
 	if ((st = rg_iter_schedule(e->it, now_ms, &e->plan)) != RG_OK)
 		return st;
 	b = &e->plan.batch;
@@ -893,7 +949,7 @@ rg_status rg_gen_engine_step_begin(rg_gen_engine *e, double now_ms, bool *ran)
 	}
 	e->top_n = top_n;
 	if ((e->mode == MODE_LOGITS || e->mode == MODE_SAMPLE_LOGITS) && b->n_logits > 0 &&
-	    (st = ensure_logits(e)) != RG_OK) {
+	    (st = ensure_logits(e, b->n_logits)) != RG_OK) {
 		e->run_st = st;
 		snprintf(e->run_err, sizeof(e->run_err), "%s", rg_last_error());
 		return RG_OK;
@@ -908,6 +964,9 @@ rg_status rg_gen_engine_step_begin(rg_gen_engine *e, double now_ms, bool *ran)
 			continue;
 		q = req_of(e, e->plan.seq_ids[e->plan.logits_seq[r]], &k);
 		o = &q->o[k];
+		/* a draft row's draws come from the stream in row order; the state before each is
+		 * kept, so the draws of rows after the walk's end go back to the stream */
+		e->rng_row[r] = o->rng;
 		e->rows[r] = rg_sampler_row(&q->gp.sampling, &o->rng);
 		if (rg_sampling_penalties_on(&q->gp.sampling))
 			penalty_lists(e, r, q, k, &e->rows[r]);
@@ -1180,6 +1239,73 @@ static void beam_steps(rg_gen_engine *e)
 	}
 }
 
+/* Row r's token for output k of q (sampled on the host for a host row, else the step's): the
+ * forced tokens, then the output sequence's acceptance (stops, text); the caller emits the
+ * step's event. 0: taken, the output goes on; 1: taken, the output ended here (e->stops[r]
+ * tells the scheduler); -1: not taken (the output had ended, or sampling failed and its
+ * request is aborted). */
+static int accept_row(rg_gen_engine *e, ereq *q, int k, int r, double now_ms)
+{
+	int32_t t, tops[RG_GEN_MAX_LOGPROBS];
+	float lp, topl[RG_GEN_MAX_LOGPROBS];
+	const int32_t *ti = tops;
+	const float *tl = topl;
+	rg_finish_reason fr;
+
+	if (q->o[k].seq.finish != RG_FINISH_NONE) {
+		e->stops[r] = true; /* ended meanwhile (cannot: kept) */
+		return -1;
+	}
+	if (e->kind[r] == ROW_HOST) {
+		rg_status st = host_sample(e, q, k, r, &t, &lp, tops, topl);
+
+		if (st != RG_OK) {
+			req_abort(e, q, st, rg_last_error());
+			e->ids[r] = 0;
+			return -1;
+		}
+		e->ids[r] = t;
+	} else {
+		t = e->ids[r];
+		lp = e->lps[r];
+		ti = e->top_ids + (size_t)r * e->top_n;
+		tl = e->top_lps + (size_t)r * e->top_n;
+	}
+	if (q->o[k].seq.n == 0 && q->prompt_len == 1 &&
+	    forced_bos_of(e, q) >= 0) {
+		/* the first token after a one-token prompt (transformers'
+		 * ForcedBOSTokenLogitsProcessor at cur_len 1) */
+		t = e->ids[r] = forced_bos_of(e, q);
+		lp = 0.f;
+	}
+	if (e->r.has_forced_eos && q->o[k].seq.n == q->max_new - 1) {
+		/* the last token max_tokens allows (transformers'
+		 * ForcedEOSTokenLogitsProcessor: every other logit -inf) */
+		t = e->ids[r] = e->r.forced_eos;
+		lp = 0.f;
+	}
+	if (e->kind[r] == ROW_HOST) /* the chain sees the token emitted */
+		rg_sampler_accept(q->o[k].chain, t);
+	if (q->o[k].first_ms == 0)
+		q->o[k].first_ms = now_ms;
+	fr = rg_seq_accept(&q->o[k].seq, t, lp, ti, tl);
+	if (fr == RG_FINISH_ABORT) {
+		req_abort(e, q, q->o[k].seq.err, "detokenizing failed");
+	}
+	if (q->grammar && fr == RG_FINISH_NONE) {
+		eout *o = &q->o[k];
+
+		o->gstate = rg_grammar_advance(q->grammar, o->gstate, t);
+		/* complete, and no EOS to end it: it ends here */
+		if (q->gp.n_eos <= 0 && grammar_done(q, o)) {
+			rg_seq_end(&o->seq, RG_FINISH_STOP);
+			fr = RG_FINISH_STOP;
+		}
+	}
+	e->stops[r] = fr != RG_FINISH_NONE;
+	return e->stops[r] ? 1 : 0;
+}
+
 rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms, const rg_gen_event **ev,
 				 int *n_ev)
 {
@@ -1193,7 +1319,7 @@ rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms, const rg_gen_e
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: no step in flight");
 	e->pending = false;
 	if (e->ran) {
-		memset(e->stops, 0, (size_t)e->S * sizeof(bool));
+		memset(e->stops, 0, (size_t)e->R * sizeof(bool));
 		if (e->run_st != RG_OK) {
 			fail_plan(e);
 			for (int r = 0; r < b->n_logits; r++)
@@ -1201,71 +1327,38 @@ rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms, const rg_gen_e
 			rg_iter_update(e->it, e->ids, e->stops, now_ms, NAN);
 		} else {
 			for (int r = 0; r < b->n_logits; r++) {
+				const int i = e->plan.logits_seq[r], m = e->plan.n_draft[i];
 				int k;
-				ereq *q = req_of(e, e->plan.seq_ids[e->plan.logits_seq[r]], &k);
-				int32_t t, tops[RG_GEN_MAX_LOGPROBS];
-				float lp, topl[RG_GEN_MAX_LOGPROBS];
-				const int32_t *ti = tops;
-				const float *tl = topl;
-				rg_finish_reason fr;
+				ereq *q = req_of(e, e->plan.seq_ids[i], &k);
 
 				if (!q || e->kind[r] == ROW_BEAM || e->kind[r] == ROW_NONE) {
 					if (e->kind[r] != ROW_BEAM)
-						e->ids[r] = 0;
+						for (int j = 0; j <= m; j++)
+							e->ids[r + j] = 0;
+					r += m;
 					continue;
 				}
-				if (q->o[k].seq.finish != RG_FINISH_NONE) {
-					e->stops[r] = true; /* ended meanwhile (cannot: kept) */
-					continue;
-				}
-				if (e->kind[r] == ROW_HOST) {
-					rg_status st = host_sample(e, q, k, r, &t, &lp, tops, topl);
+				/* a draft row's 1 + m rows: the verification walk of src/sched/iter.h
+				 * (each token accepted in order; on while it equals its draft and the
+				 * sequence goes on), the scheduler's rule; one event for the tokens
+				 * taken (its text pointer stays valid: the sequence is not touched
+				 * again in this step) */
+				int n_taken = 0;
 
-					if (st != RG_OK) {
-						req_abort(e, q, st, rg_last_error());
-						e->ids[r] = 0;
-						continue;
-					}
-					e->ids[r] = t;
-				} else {
-					t = e->ids[r];
-					lp = e->lps[r];
-					ti = e->top_ids + (size_t)r * e->top_n;
-					tl = e->top_lps + (size_t)r * e->top_n;
-				}
-				if (q->o[k].seq.n == 0 && q->prompt_len == 1 &&
-				    forced_bos_of(e, q) >= 0) {
-					/* the first token after a one-token prompt (transformers'
-					 * ForcedBOSTokenLogitsProcessor at cur_len 1) */
-					t = e->ids[r] = forced_bos_of(e, q);
-					lp = 0.f;
-				}
-				if (e->r.has_forced_eos && q->o[k].seq.n == q->max_new - 1) {
-					/* the last token max_tokens allows (transformers'
-					 * ForcedEOSTokenLogitsProcessor: every other logit -inf) */
-					t = e->ids[r] = e->r.forced_eos;
-					lp = 0.f;
-				}
-				if (e->kind[r] == ROW_HOST) /* the chain sees the token emitted */
-					rg_sampler_accept(q->o[k].chain, t);
-				if (q->o[k].first_ms == 0)
-					q->o[k].first_ms = now_ms;
-				fr = rg_seq_accept(&q->o[k].seq, t, lp, ti, tl);
-				if (fr == RG_FINISH_ABORT) {
-					req_abort(e, q, q->o[k].seq.err, "detokenizing failed");
-				}
-				if (q->grammar && fr == RG_FINISH_NONE) {
-					eout *o = &q->o[k];
+				for (int j = 0; j <= m; j++) {
+					const int32_t d = j < m ? b->tokens[b->cu_seqlens_q[i + 1] - m + j]
+								: -1;
+					const int rc = accept_row(e, q, k, r + j, now_ms);
 
-					o->gstate = rg_grammar_advance(q->grammar, o->gstate, t);
-					/* complete, and no EOS to end it: it ends here */
-					if (q->gp.n_eos <= 0 && grammar_done(q, o)) {
-						rg_seq_end(&o->seq, RG_FINISH_STOP);
-						fr = RG_FINISH_STOP;
-					}
+					n_taken += rc >= 0;
+					if (rc != 0 || j == m || e->ids[r + j] != d)
+						break;
 				}
-				e->stops[r] = fr != RG_FINISH_NONE;
-				emit(e, q, k, 1);
+				if (m > 0 && n_taken <= m && e->kind[r] == ROW_DEVICE)
+					q->o[k].rng = e->rng_row[r + n_taken]; /* n_taken draws used */
+				if (n_taken > 0)
+					emit(e, q, k, n_taken);
+				r += m;
 			}
 			beam_steps(e);
 			rg_iter_update(e->it, e->ids, e->stops, now_ms, NAN); /* measure_prev's */
@@ -1418,6 +1511,8 @@ void rg_gen_engine_get_stats(const rg_gen_engine *e, rg_gen_engine_stats *out)
 	out->last_step_tokens = e->last_step_tokens;
 	out->n_eos = e->n_eos;
 	out->eos_ids = e->eos;
+	out->spec_drafted = s.n_drafted;
+	out->spec_accepted = s.n_draft_accepted;
 }
 
 rg_status rg_gen_engine_cost_model(rg_gen_engine *e, rg_step_cost *out)
@@ -1456,6 +1551,8 @@ void rg_gen_engine_free(rg_gen_engine *e)
 	free(e->pen_keys);
 	free(e->pen_prompt);
 	free(e->work.data);
+	free(e->draft);
+	free(e->rng_row);
 	free(e->ev);
 	free(e->enc_tok);
 	free(e->enc_cu);
@@ -1549,6 +1646,11 @@ static rg_status engine_init(rg_gen_engine *e, const rg_gen_engine_params *p)
 		ip.deadline_slack = e->p.deadline_slack;
 	ip.max_context = e->max_context;
 	ip.max_source = e->r.encode ? e->r.max_source : 0;
+	if (e->p.max_speculative_tokens < 0 || e->p.max_speculative_tokens > RG_GEN_MAX_SPEC_TOKENS)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "generation engine: max_speculative_tokens "
+				 "%d outside [0, %d]", e->p.max_speculative_tokens,
+				 RG_GEN_MAX_SPEC_TOKENS);
+	ip.max_draft = e->p.max_speculative_tokens;
 	if ((st = rg_iter_init(&e->it, e->pool, &ip)) != RG_OK)
 		return st;
 	if (e->r.encode &&
@@ -1556,8 +1658,9 @@ static rg_status engine_init(rg_gen_engine *e, const rg_gen_engine_params *p)
 	     !(e->enc_cu = malloc(((size_t)ip.max_num_seqs + 1) * sizeof(int32_t)))))
 		return rg_errorf(RG_ERR_OOM, "generation engine: out of memory");
 	e->S = ip.max_num_seqs;
+	e->R = e->S + (ip.max_draft > 0 ? ip.max_num_batched_tokens : 0); /* iter.c's rows */
 	e->next_serial = 1;
-	S = (size_t)e->S;
+	S = (size_t)e->R; /* the row buffers */
 	e->rows = calloc(S, sizeof(*e->rows));
 	e->kind = calloc(S, 1);
 	e->want = calloc(S, 1);
@@ -1571,7 +1674,9 @@ static rg_status engine_init(rg_gen_engine *e, const rg_gen_engine_params *p)
 	e->pen_prompt = calloc(S * (size_t)e->max_context, sizeof(*e->pen_prompt));
 	e->pen_keys = calloc((size_t)e->max_context, sizeof(*e->pen_keys));
 	e->work.data = malloc((size_t)e->V * sizeof(rg_token_data));
-	if (!e->rows || !e->kind || !e->want || !e->ids || !e->lps || !e->top_ids ||
+	e->draft = malloc(RG_ITER_MAX_DRAFT * sizeof(*e->draft));
+	e->rng_row = calloc(S, sizeof(*e->rng_row));
+	if (!e->draft || !e->rng_row || !e->rows || !e->kind || !e->want || !e->ids || !e->lps || !e->top_ids ||
 	    !e->top_lps || !e->stops || !e->pen_ids || !e->pen_counts || !e->pen_prompt ||
 	    !e->pen_keys || !e->work.data)
 		return rg_errorf(RG_ERR_OOM, "generation engine: out of memory");

@@ -128,6 +128,7 @@ rg_status rg_gen_run_ex(const rg_gen_runner *r, const int32_t *const *prompts,
 	ep.max_waiting = (int)(total_out < (1 << 30) ? total_out + 1 : 1 << 30);
 	ep.prefix_caching = false; /* nothing is kept between calls: every block comes back */
 	ep.max_context = r->max_context < cap_ctx ? r->max_context : cap_ctx;
+	ep.max_speculative_tokens = p->num_speculative_tokens;
 	if (!(e = rg_gen_engine_create_runner(r, pool, tok, NULL, 0, &ep, &st)))
 		return st;
 	if (!(ids = calloc((size_t)n_prompts, sizeof(*ids)))) {
@@ -168,6 +169,13 @@ rg_status rg_gen_run_ex(const rg_gen_runner *r, const int32_t *const *prompts,
 		goto out_free;
 	}
 	res->n_seqs = n_prompts * p->n;
+	{
+		rg_gen_engine_stats es;
+
+		rg_gen_engine_get_stats(e, &es);
+		res->spec_drafted = es.spec_drafted;
+		res->spec_accepted = es.spec_accepted;
+	}
 	for (int i = 0; i < n_prompts; i++)
 		for (int k = 0; k < p->n; k++)
 			if ((st = take_output(e, ids[i], k, i, p->detokenize || tok,

@@ -21,6 +21,8 @@ void rg_gen_params_default(rg_gen_params *p)
 	p->early_stopping = RG_EARLY_STOPPING_FALSE;
 	p->pad_id = -1;
 	p->max_step_tokens = 512;
+	p->prompt_lookup_max = 3;
+	p->prompt_lookup_min = 1;
 }
 
 static bool beams_on(const rg_gen_params *p) { return p->num_beams > 1; }
@@ -57,6 +59,16 @@ rg_status rg_gen_params_check(const rg_gen_params *p, int vocab)
 				 p->forced_bos_id, vocab);
 	if (p->n_stop > 0 && !p->detokenize)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "stop strings need a detokenize callback");
+	if (p->num_speculative_tokens < 0 || p->num_speculative_tokens > RG_GEN_MAX_SPEC_TOKENS ||
+	    (p->num_speculative_tokens > 0 &&
+	     (p->prompt_lookup_min < 1 || p->prompt_lookup_max < p->prompt_lookup_min ||
+	      p->prompt_lookup_max > RG_GEN_MAX_PROMPT_LOOKUP)))
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "num_speculative_tokens %d must be in [0, %d] and, when on, "
+				 "1 <= prompt_lookup_min %d <= prompt_lookup_max %d <= %d",
+				 p->num_speculative_tokens, RG_GEN_MAX_SPEC_TOKENS,
+				 p->prompt_lookup_min, p->prompt_lookup_max,
+				 RG_GEN_MAX_PROMPT_LOOKUP);
 	if (p->num_beams < 1 || p->num_beam_groups < 1 || p->num_beams % p->num_beam_groups)
 		return rg_errorf(RG_ERR_INVALID_INPUT,
 				 "num_beams %d must be >= 1 and a multiple of num_beam_groups %d",

@@ -176,6 +176,20 @@ rg_status rg_kv_seq_append(rg_kv_pool *p, rg_kv_seq *s, int n, int32_t *slots, r
 	return RG_OK;
 }
 
+rg_status rg_kv_seq_truncate(rg_kv_pool *p, rg_kv_seq *s, int n_tokens)
+{
+	int keep;
+
+	if (n_tokens < 0 || n_tokens > s->n_tokens)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "kv truncate: %d tokens of %d", n_tokens,
+				 s->n_tokens);
+	keep = (n_tokens + p->block_size - 1) / p->block_size;
+	while (s->n_blocks > keep)
+		pool_unref(p, s->blocks[--s->n_blocks]);
+	s->n_tokens = n_tokens;
+	return RG_OK;
+}
+
 rg_status rg_kv_seq_fork(rg_kv_pool *p, const rg_kv_seq *parent, rg_kv_seq *child)
 {
 	rg_kv_seq_init(child);

@@ -74,6 +74,15 @@ RG_TEST_API rg_status rg_kv_seq_fork(rg_kv_pool *p, const rg_kv_seq *parent, rg_
  * emptied (reusable after). Accepts an initialised empty seq. */
 RG_TEST_API void rg_kv_seq_free(rg_kv_pool *p, rg_kv_seq *s);
 
+/* Shrink s to its first n_tokens positions (0 <= n_tokens <= s->n_tokens): the blocks past
+ * ceil(n_tokens / block_size) are released (refcount - 1; at 0 back to the free list); the slots
+ * of the positions dropped from the last kept block are simply reused by the next append. The
+ * rollback of rejected speculative tokens (llama.cpp's seq_rm of a position range at the end;
+ * vLLM frees the blocks of rejected tokens the same way). RG_ERR_INVALID_INPUT for n_tokens out
+ * of range (nothing changes). A kept last block that is shared stays shared: the next append
+ * copies it on write, as after a fork. */
+RG_TEST_API rg_status rg_kv_seq_truncate(rg_kv_pool *p, rg_kv_seq *s, int n_tokens);
+
 /* Shared-block primitives for the prefix cache (src/kv/prefix_cache.h), which holds its own
  * reference on each cached block. rg_kv_pool_block_ref: refcount + 1 on block b, which must be in
  * use (refcount >= 1). rg_kv_pool_block_unref: refcount - 1; at 0 the block returns to the free

@@ -387,6 +387,16 @@ rg_status rg_kv_reseat(rg_kv *kv, const uint64_t *members, const int32_t *parent
 	return RG_OK;
 }
 
+rg_status rg_kv_truncate(rg_kv *kv, uint64_t seq, int n_tokens)
+{
+	int i = ent_find(kv, seq);
+
+	if (i < 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "kv truncate: no sequence %llu",
+				 (unsigned long long)seq);
+	return rg_kv_seq_truncate(kv->pool, &kv->ents[i].t, n_tokens);
+}
+
 void rg_kv_remove(rg_kv *kv, uint64_t seq)
 {
 	int i = ent_find(kv, seq);

@@ -110,6 +110,11 @@ RG_TEST_API rg_status rg_kv_fork(rg_kv *kv, uint64_t parent, uint64_t child);
 RG_TEST_API rg_status rg_kv_reseat(rg_kv *kv, const uint64_t *members, const int32_t *parent,
 				   int n);
 
+/* Shrink seq to its first n_tokens positions (rg_kv_seq_truncate: blocks past them go back
+ * to the pool, refcount - 1): the rollback of rejected speculative positions. Cross blocks are
+ * untouched. RG_ERR_INVALID_INPUT for an unknown seq or n_tokens outside [0, its tokens]. */
+RG_TEST_API rg_status rg_kv_truncate(rg_kv *kv, uint64_t seq, int n_tokens);
+
 /* Forget seq: refcount - 1 on each of its blocks (those reaching 0 go back to the pool) and on
  * its cross blocks (back with the last holder). An id the table does not hold is ignored, as
  * free(NULL) is (a waiting request has no table). */

@@ -35,6 +35,8 @@ typedef struct iseq {
 	int n_src;         /* encoder-decoders: source tokens (cross blocks while admitted) */
 	bool need_encode;  /* admitted by the pending plan: its encoder pass runs first */
 	int slot;          /* a beam group member's beam slot (its rows' order), 0 otherwise */
+	int n_draft;       /* draft tokens proposed for its next decode step (rg_iter_set_draft),
+			    * stored past its tokens at tokens[n_tokens .. n_tokens + n_draft) */
 } iseq;
 
 /* A beam group's next beams, given by rg_iter_beam_next for the pending plan. */
@@ -48,6 +50,7 @@ typedef struct beam_next {
 typedef struct decision {
 	iseq *q;
 	int n_new, c_before;
+	int n_draft;       /* of n_new, draft tokens verified (a decode row of 1 + n_draft) */
 	bool has_copy;
 	rg_kv_copy copy;
 } decision;
@@ -68,7 +71,9 @@ struct rg_iter {
 	/* the plan's arrays */
 	int32_t *tokens, *positions, *slots;     /* (B) */
 	int32_t *cu;                             /* (S + 1) */
-	int32_t *ctx, *lrows, *lseq, *csrc, *cdst; /* (S) */
+	int32_t *ctx, *csrc, *cdst, *ndraft;     /* (S) */
+	int32_t *lrows, *lseq;                   /* (R) logits rows */
+	int R;                                   /* logits rows at most: S, + B with drafts */
 	int32_t *tables;                         /* (S, max_blocks) */
 	int32_t *xlens, *xtables;                /* (S), (S, max_xblocks): cross (enc-dec) */
 	int32_t *eseq, *ecu, *eslots;            /* (S), (S + 1), (B): the plan's encode list */
@@ -96,6 +101,7 @@ struct rg_iter {
 	double vtime;            /* fair queueing's virtual time: the tag of the last admitted */
 	bool headroom_auto;      /* watermark_blocks was -1: headroom() per running sequence */
 	long long n_steps, n_admitted, n_refused, n_preemptions, n_finished;
+	long long n_drafted, n_draft_accepted; /* speculative draft tokens verified, accepted */
 };
 
 void rg_iter_params_default(rg_iter_params *p)
@@ -159,6 +165,7 @@ void rg_iter_free(rg_iter *s)
 	free(s->ctx);
 	free(s->lrows);
 	free(s->lseq);
+	free(s->ndraft);
 	free(s->csrc);
 	free(s->cdst);
 	free(s->tables);
@@ -187,7 +194,8 @@ rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p)
 	*out = NULL;
 	if (!pool || !p || p->max_num_batched_tokens < 1 || p->max_num_seqs < 1 ||
 	    p->max_context < 2 || p->max_waiting < 1 || !(p->deadline_slack >= 1) ||
-	    !isfinite(p->deadline_slack) || p->max_sim_steps < 1)
+	    !isfinite(p->deadline_slack) || p->max_sim_steps < 1 || p->max_draft < 0 ||
+	    p->max_draft > RG_ITER_MAX_DRAFT)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "iter scheduler: bad parameters");
 	if ((long long)rg_kv_pool_n_blocks(pool) * rg_kv_pool_block_size(pool) < p->max_context)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "iter scheduler: a pool of %d blocks of %d "
@@ -218,8 +226,10 @@ rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p)
 	s->slots = calloc(B, sizeof(int32_t));
 	s->cu = calloc(S + 1, sizeof(int32_t));
 	s->ctx = calloc(S, sizeof(int32_t));
-	s->lrows = calloc(S, sizeof(int32_t));
-	s->lseq = calloc(S, sizeof(int32_t));
+	s->R = s->S + (p->max_draft > 0 ? s->B : 0);
+	s->lrows = calloc((size_t)s->R, sizeof(int32_t));
+	s->lseq = calloc((size_t)s->R, sizeof(int32_t));
+	s->ndraft = calloc(S, sizeof(int32_t));
 	s->csrc = calloc(S, sizeof(int32_t));
 	s->cdst = calloc(S, sizeof(int32_t));
 	s->tables = calloc(S * MB, sizeof(int32_t));
@@ -243,7 +253,7 @@ rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p)
 	s->reg_blocks = calloc(MB, sizeof(int32_t));
 	s->learner = malloc(sizeof(*s->learner));
 	if (!s->learner || !s->running || !s->waiting || !s->dec || !s->tokens || !s->positions ||
-	    !s->slots || !s->cu || !s->ctx || !s->lrows || !s->lseq || !s->csrc || !s->cdst ||
+	    !s->slots || !s->cu || !s->ctx || !s->lrows || !s->lseq || !s->ndraft || !s->csrc || !s->cdst ||
 	    !s->tables || !s->ids || !s->bslot || !s->bn || !s->hit_blocks || !s->hit_hashes ||
 	    !s->reg_blocks) {
 		st = rg_errorf(RG_ERR_OOM, "iter scheduler: out of memory");
@@ -456,6 +466,7 @@ static bool preempt_newest(rg_iter *s, const iseq *q)
 	}
 	v->n_computed = 0;
 	v->n_hashed = 0;
+	v->n_draft = 0;
 	v->n_preempt++;
 	s->n_preemptions++;
 	waiting_insert(s, v);
@@ -473,6 +484,7 @@ static bool take(rg_iter *s, iseq *q, int n)
 		return false;
 	d->q = q;
 	d->n_new = n;
+	d->n_draft = 0;
 	d->c_before = c;
 	d->has_copy = n_copy > 0;
 	q->dec = s->n_dec++;
@@ -616,9 +628,13 @@ static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
 				s->ecu[ne] = etok;
 			}
 		}
-		if (c + n == q->n_tokens) {
-			s->lrows[nl] = tok - 1;
-			s->lseq[nl++] = i;
+		s->ndraft[i] = d->n_draft;
+		if (c + n - d->n_draft == q->n_tokens) {
+			/* one row, or a draft row's 1 + n_draft (each position's next token) */
+			for (int j = d->n_draft; j >= 0; j--) {
+				s->lrows[nl] = tok - 1 - j;
+				s->lseq[nl++] = i;
+			}
 		}
 		if (d->has_copy) {
 			s->csrc[nc] = d->copy.src;
@@ -644,7 +660,8 @@ static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
 			.max_blocks_per_seq = s->max_blocks, .block_tables = s->tables,
 			.slot_mapping = s->slots, .n_logits = nl, .logits_rows = s->lrows,
 		},
-		.seq_ids = s->ids, .beam_slot = s->bslot, .logits_seq = s->lseq, .n_copies = nc,
+		.seq_ids = s->ids, .beam_slot = s->bslot, .logits_seq = s->lseq,
+		.n_draft = s->ndraft, .n_copies = nc,
 		.copy_src = s->csrc, .copy_dst = s->cdst, .n_decode_seqs = n_dec_seqs, .n_prefill_tokens = n_pf,
 		.pairs = pairs, .shape = s->plan_shape, .n_preempted = n_pre,
 		.n_encode = ne, .enc_seq = s->eseq, .enc_cu = s->ecu, .enc_slots = s->eslots,
@@ -672,14 +689,21 @@ rg_status rg_iter_schedule(rg_iter *s, double now_ms, rg_iter_plan *plan)
 	s->done_read = 0;
 	s->n_dec = 0;
 	s->budget = s->B;
+	/* decoding sequences not yet placed: a draft row leaves one token of budget to each */
+	int n_decoding = 0;
+
+	for (int i = 0; i < s->n_running; i++)
+		n_decoding += s->running[i]->n_tokens - s->running[i]->n_computed == 1;
 	/* 1. decoding sequences, oldest first; a beam group's members all or none (their rows
-	 * make one beam step), contiguous in running */
+	 * make one beam step), contiguous in running; a sequence with a draft takes 1 + n_draft
+	 * tokens (cut to the budget and the blocks it can have) */
 	for (int i = 0; i < s->n_running && s->n_dec < s->S && s->budget > 0; i++) {
 		iseq *q = s->running[i];
 		int k = 1;
 
 		if (q->n_tokens - q->n_computed != 1 || q->dec >= 0)
 			continue;
+		n_decoding--;
 		if (q->n_beams >= 2) {
 			while (i + k < s->n_running && s->running[i + k]->id == q->id)
 				k++;
@@ -696,8 +720,19 @@ rg_status rg_iter_schedule(rg_iter *s, double now_ms, rg_iter_plan *plan)
 				i--; /* q's group left running: the entry at i is another's */
 			continue;
 		}
+		if (q->n_draft > 0) {
+			int want = 1 + q->n_draft, room = s->budget - n_decoding;
+
+			if (want > room)
+				want = room > 1 ? room : 1;
+			if (reserve_running(s, q, want, &n_pre))
+				s->dec[q->dec].n_draft = s->dec[q->dec].n_new - 1;
+			continue;
+		}
 		reserve_running(s, q, 1, &n_pre);
 	}
+	for (int i = 0; i < s->n_running; i++)
+		s->running[i]->n_draft = 0; /* a draft lives for one schedule */
 	/* 2. prefilling sequences, oldest first: the rest of their prompt, cut to the budget */
 	for (int i = 0; i < s->n_running && s->n_dec < s->S && s->budget > 0; i++) {
 		iseq *q = s->running[i];
@@ -959,8 +994,13 @@ rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop, d
 	for (int i = 0; i < s->n_dec; i++) {
 		const iseq *q = s->dec[i].q;
 
-		if (s->dec[i].c_before + s->dec[i].n_new != q->n_tokens)
+		if (s->dec[i].c_before + s->dec[i].n_new - s->dec[i].n_draft != q->n_tokens)
 			continue;
+		for (int j = 0; j < s->dec[i].n_draft; j++)
+			if (sampled[nl++] < 0)
+				return rg_errorf(RG_ERR_INVALID_INPUT, "iter update: sampled token "
+						 "%d of row %d is negative", sampled[nl - 1],
+						 nl - 1);
 		if (q->n_beams >= 2) {
 			const beam_next *b = bn_find(s, q->id);
 
@@ -978,10 +1018,53 @@ rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop, d
 	for (int i = 0; i < s->n_dec; i++) {
 		decision *d = &s->dec[i];
 		iseq *q = d->q;
-		bool wants = d->c_before + d->n_new == q->n_tokens;
+		bool wants = d->c_before + d->n_new - d->n_draft == q->n_tokens;
 		rg_iter_finish why = 0;
 
 		q->dec = -1;
+		if (d->n_draft > 0) {
+			/* a draft row: verification, the rule the caller applied (iter.h) */
+			int m = d->n_draft, a = 0;
+
+			for (int j = 0; j <= m; j++) {
+				const int32_t draft = j < m ? q->tokens[q->n_tokens] : -1;
+
+				q->tokens[q->n_tokens++] = sampled[nl + j];
+				if (stop && stop[nl + j]) {
+					why = RG_ITER_FINISH_STOP;
+					break;
+				}
+				if (q->n_tokens - q->prompt_len >= q->max_new) {
+					why = RG_ITER_FINISH_LENGTH;
+					break;
+				}
+				if (j == m || sampled[nl + j] != draft)
+					break;
+				a++;
+			}
+			s->n_drafted += m;
+			s->n_draft_accepted += a;
+			if (q->first_ms < 0)
+				q->first_ms = now_ms;
+			nl += m + 1;
+			/* the KV of the last accepted token and the a drafts accepted stays; the
+			 * rejected positions' go (their blocks back to the pool) */
+			q->n_computed = d->c_before + 1 + a;
+			if (q->n_computed < d->c_before + d->n_new)
+				rg_kv_truncate(s->kv, kv_id(q), q->n_computed);
+			if (s->cache && q->n_src == 0 && !why)
+				register_blocks(s, q);
+			d->q = NULL;
+			if (q->aborted)
+				why = RG_ITER_FINISH_ABORT;
+			if (why) {
+				rg_status st2 = finish(s, q, why);
+
+				if (st == RG_OK)
+					st = st2;
+			}
+			continue;
+		}
 		q->n_computed += d->n_new;
 		q->need_encode = false;
 		if (s->cache && q->n_src == 0)
@@ -1101,6 +1184,34 @@ rg_status rg_iter_abort(rg_iter *s, uint64_t id)
 	return finish(s, q, RG_ITER_FINISH_ABORT);
 }
 
+rg_status rg_iter_set_draft(rg_iter *s, uint64_t id, const int32_t *draft, int n)
+{
+	iseq *q = find_seq(s, id);
+	int room;
+
+	if (s->pending)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "iter draft: a plan is pending");
+	if (!q || n < 0 || (n > 0 && !draft))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "iter draft: no request %llu, or %d tokens",
+				 (unsigned long long)id, n);
+	q->n_draft = 0;
+	if (q->state != ST_RUNNING || q->n_beams >= 2 || q->n_src > 0 ||
+	    q->n_tokens - q->n_computed != 1)
+		return RG_OK; /* not decoding one sequence: it runs without a draft */
+	room = q->max_new - (q->n_tokens - q->prompt_len) - 1;
+	if (n > room)
+		n = room;
+	if (n > s->p.max_draft)
+		n = s->p.max_draft;
+	for (int j = 0; j < n; j++)
+		if (draft[j] < 0)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "iter draft: token %d", draft[j]);
+	if (n > 0)
+		memcpy(q->tokens + q->n_tokens, draft, (size_t)n * sizeof(int32_t));
+	q->n_draft = n > 0 ? n : 0;
+	return RG_OK;
+}
+
 const int32_t *rg_iter_tokens(const rg_iter *s, uint64_t id, int *n)
 {
 	const iseq *q = find_seq(s, id);
@@ -1116,6 +1227,7 @@ void rg_iter_stats_get(const rg_iter *s, rg_iter_stats *out)
 		.n_admitted = s->n_admitted, .n_refused = s->n_refused,
 		.n_preemptions = s->n_preemptions, .n_finished = s->n_finished,
 		.blocks_used = rg_kv_pool_n_used(s->pool), .blocks_free = rg_kv_pool_n_free(s->pool),
+		.n_drafted = s->n_drafted, .n_draft_accepted = s->n_draft_accepted,
 	};
 	if (s->cache)
 		rg_prefix_cache_stats_get(s->cache, &out->prefix);

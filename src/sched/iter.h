@@ -102,7 +102,23 @@
  * search, which is deterministic. A group is admitted only with room for all its members
  * (n_running + n_beams <= max_num_seqs) and only if n_beams sequences of prompt + max_tokens
  * fit in the pool (else RG_ERR_TOO_LONG at rg_iter_add). Admission's simulation counts the
- * members running as sequences and a waiting group as one (optimistic for its decode steps). */
+ * members running as sequences and a waiting group as one (optimistic for its decode steps).
+ *
+ * Speculative decoding (Leviathan et al. 2023, "Fast inference from transformers via
+ * speculative decoding"; Chen et al. 2023; the drafts here come from the caller, e.g. prompt
+ * lookup, src/gen/spec.h; the caller's token for each row is its greedy choice or its draw): before rg_iter_schedule the caller may give a decoding sequence
+ * draft tokens (rg_iter_set_draft). Its row in the step is then its last token plus the n
+ * drafts (a short chunk over its paged KV, like a prefill chunk), n cut so that the budget
+ * keeps one token for every other decoding sequence, and to the blocks it can have; the plan
+ * asks for the logits of each of its 1 + n positions (adjacent rows, position order;
+ * plan.n_draft gives n). rg_iter_update verifies: walking the rows j = 0..n, the token given
+ * for row j is appended; the walk stops at a stop on that row, at max_tokens, at j == n, or
+ * where the token differs from draft j (so the tokens kept are the longest prefix of the draft
+ * that the caller's choices match, plus the caller's next token). The KV of the rejected
+ * positions is rolled back (rg_kv_truncate: blocks that held only them go back to the pool).
+ * The caller runs the same walk to accept tokens (stops, text) and reports a stop on the row
+ * where it stopped; rows after that are ignored. A draft lives for one schedule. Beam groups
+ * and encoder-decoders take no drafts. */
 #ifndef RG_SCHED_ITER_H
 #define RG_SCHED_ITER_H
 #include <stdbool.h>
@@ -116,6 +132,8 @@
 
 /* The widest beam group (rg_iter_request.n_beams). */
 #define RG_ITER_MAX_BEAMS 64
+/* The most draft tokens of one sequence's step (rg_iter_params.max_draft). */
+#define RG_ITER_MAX_DRAFT 32
 
 typedef struct rg_iter rg_iter;
 
@@ -136,6 +154,8 @@ typedef struct rg_iter_params {
 	int max_source;             /* encoder-decoders: the longest source, its cross blocks held
 				     * by each sequence (kv/seq_table.c rg_kv_cross); 0: decoder-only
 				     * [0] */
+	int max_draft;              /* speculative draft tokens per sequence and step at most
+				     * (rg_iter_set_draft), 0..RG_ITER_MAX_DRAFT; 0: none [0] */
 } rg_iter_params;
 
 /* One request, as given to rg_iter_add (the prompt is copied). */
@@ -181,7 +201,9 @@ typedef struct rg_iter_plan {
 				   * other requests */
 	const int32_t *logits_seq; /* (batch.n_logits) which sequence (index into the batch) each
 				    * logits row samples for: sequences whose prompt is complete
-				    * after this step, one row each */
+				    * after this step, one row each, or 1 + n_draft adjacent rows */
+	const int32_t *n_draft;   /* (batch.n_seq) draft tokens verified in each sequence's row
+				   * (its last n_draft tokens in batch.tokens; 0: none) */
 	int n_copies;             /* block copies to run before the step (copy-on-write) */
 	const int32_t *copy_src, *copy_dst; /* (n_copies) */
 	int n_decode_seqs;        /* sequences decoding one token */
@@ -220,6 +242,7 @@ typedef struct rg_iter_stats {
 	long long n_steps, n_admitted, n_refused, n_preemptions, n_finished;
 	int blocks_used, blocks_free; /* of the pool (cached blocks count as used) */
 	rg_prefix_cache_stats prefix;  /* zero without prefix caching */
+	long long n_drafted, n_draft_accepted; /* draft tokens verified, and accepted */
 } rg_iter_stats;
 
 RG_TEST_API void rg_iter_params_default(rg_iter_params *p);
@@ -287,6 +310,13 @@ RG_TEST_API const rg_iter_done *rg_iter_finished(rg_iter *s, int *n);
  * rg_iter_update when it is part of the pending plan; it is then listed as finished with
  * RG_ITER_FINISH_ABORT. RG_ERR_INVALID_INPUT for an unknown id. */
 RG_TEST_API rg_status rg_iter_abort(rg_iter *s, uint64_t id);
+
+/* Draft tokens (n, copied) for live request id's next step (see the header's speculative
+ * decoding): used when it is decoding one sequence (not prefilling, waiting, a beam group or an
+ * encoder-decoder: RG_OK and no draft), cut to max_draft and to max_tokens less one (the step
+ * adds at most n + 1 tokens); n 0 clears it. Call before rg_iter_schedule; it lives for that
+ * schedule. RG_ERR_INVALID_INPUT: a plan pending, an unknown id, n < 0, a negative token. */
+RG_TEST_API rg_status rg_iter_set_draft(rg_iter *s, uint64_t id, const int32_t *draft, int n);
 
 /* The tokens of a live request, prompt then generated: (*n) ids owned by the scheduler, valid
  * until the next call that changes it. NULL for an unknown id. */

@@ -101,7 +101,9 @@ class GenParams(ctypes.Structure):
                 ("pad_id", ctypes.c_int32), ("max_step_tokens", ctypes.c_int),
                 ("on_token", TOKEN_FN), ("on_token_ctx", ctypes.c_void_p),
                 ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32),
-                ("grammar_kind", ctypes.c_int), ("grammar", ctypes.c_char_p)]
+                ("grammar_kind", ctypes.c_int), ("grammar", ctypes.c_char_p),
+                ("num_speculative_tokens", ctypes.c_int), ("prompt_lookup_max", ctypes.c_int),
+                ("prompt_lookup_min", ctypes.c_int)]
 
 
 class GenSeq(ctypes.Structure):
@@ -116,7 +118,8 @@ class GenSeq(ctypes.Structure):
 
 class GenResult(ctypes.Structure):
     _fields_ = [("n_seqs", ctypes.c_int), ("seqs", ctypes.POINTER(GenSeq)),
-                ("time_total_s", ctypes.c_double), ("time_first_token_s", ctypes.c_double)]
+                ("time_total_s", ctypes.c_double), ("time_first_token_s", ctypes.c_double),
+                ("spec_drafted", ctypes.c_longlong), ("spec_accepted", ctypes.c_longlong)]
 
 
 def glib():

@@ -94,6 +94,8 @@ typedef struct harness {
 	int32_t *ctxbuf;
 	float rowbuf[512 * V]; /* a step's beam rows' toy logits */
 	int beam_steps;
+	int spec_k;          /* > 0: drafts of spec_k tokens before each schedule */
+	long long drafted, accepted; /* the harness's own count of the walk */
 } harness;
 
 static void beam_params(const req *q, rg_beam_params *bp)
@@ -333,6 +335,29 @@ static void record_finished(harness *h)
 	}
 }
 
+/* Speculative drafts (h->spec_k > 0): each live request gets the true greedy continuation of
+ * spec_k tokens with one token made wrong at a random place (or none), so that the scheduler
+ * sees drafts accepted whole, in part and not at all. */
+static void h_drafts(harness *h)
+{
+	int32_t d[RG_ITER_MAX_DRAFT];
+
+	for (int id = 0; id < MAXREQ; id++) {
+		req *q = &h->r[id];
+		int n = q->n + q->n_out, bad = irand(0, h->spec_k);
+
+		if (!q->added || q->finish || q->n_beams >= 2)
+			continue;
+		memcpy(h->ctxbuf, q->prompt, (size_t)q->n * sizeof(int32_t));
+		memcpy(h->ctxbuf + q->n, q->out, (size_t)q->n_out * sizeof(int32_t));
+		for (int j = 0; j < h->spec_k && n + j < h->prm.max_context; j++)
+			d[j] = h->ctxbuf[n + j] = toy_next(h->ctxbuf, n + j);
+		if (bad < h->spec_k)
+			d[bad] = (d[bad] + 1) % V;
+		assert_int_equal(rg_iter_set_draft(h->s, (uint64_t)id, d, h->spec_k), RG_OK);
+	}
+}
+
 /* Schedule, check the plan, run the toy model, report. False when nothing ran. */
 static bool h_step(harness *h)
 {
@@ -343,6 +368,8 @@ static bool h_step(harness *h)
 	double pairs = 0, cost;
 	char *seen;
 
+	if (h->spec_k > 0)
+		h_drafts(h);
 	assert_int_equal(rg_iter_schedule(h->s, h->clock, &pl), RG_OK);
 	h->last = pl;
 	if (b->n_seq == 0)
@@ -383,11 +410,18 @@ static bool h_step(harness *h)
 	for (int r = 0; r < b->n_tokens; r++)
 		h->cache[b->slot_mapping[r]] = b->tokens[r];
 	assert_true(b->n_logits <= 512);
-	for (int r = 0; r < b->n_logits; r++) {
-		int i = pl.logits_seq[r], pos = b->context_lens[i] - 1;
+	for (int r = 0, j = 0; r < b->n_logits; r++) {
+		int i = pl.logits_seq[r], m = pl.n_draft[i];
 		const int32_t *tab = b->block_tables + (size_t)i * b->max_blocks_per_seq;
+		int pos;
 
-		assert_int_equal(b->logits_rows[r], b->cu_seqlens_q[i + 1] - 1);
+		/* a sequence's 1 + n_draft rows are adjacent, its last positions in order */
+		j = r > 0 && pl.logits_seq[r - 1] == i ? j + 1 : 0;
+		assert_true(j <= m);
+		assert_int_equal(b->logits_rows[r], b->cu_seqlens_q[i + 1] - 1 - m + j);
+		pos = b->positions[b->logits_rows[r]];
+		if (m > 0)
+			assert_int_equal(h->r[pl.seq_ids[i]].n_beams, 0);
 		for (int q = 0; q <= pos; q++) {
 			h->ctxbuf[q] = h->cache[tab[q / h->bs] * h->bs + q % h->bs];
 			assert_true(h->ctxbuf[q] >= 0);
@@ -405,11 +439,22 @@ static bool h_step(harness *h)
 	cost = h->ca + h->cb * b->n_tokens + h->cc * pairs;
 	h->clock += cost;
 	for (int r = 0; r < b->n_logits; r++) {
-		req *q = &h->r[pl.seq_ids[pl.logits_seq[r]]];
+		int i = pl.logits_seq[r], m = pl.n_draft[i];
+		req *q = &h->r[pl.seq_ids[i]];
 
 		if (q->n_beams >= 2)
 			continue;
-		q->out[q->n_out++] = sampled[r];
+		/* the verification walk (iter.h): keep row j's token; go on while it equals
+		 * draft j, no stop and max_tokens not reached */
+		h->drafted += m;
+		for (int j = 0; j <= m; j++) {
+			q->out[q->n_out++] = sampled[r + j];
+			if (stop[r + j] || q->n_out >= q->max_new || j == m ||
+			    sampled[r + j] != b->tokens[b->cu_seqlens_q[i + 1] - m + j])
+				break;
+			h->accepted++;
+		}
+		r += m;
 		if (q->first < 0)
 			q->first = h->clock;
 		q->last = h->clock;
@@ -583,6 +628,96 @@ static void test_preemption_recompute(void **state)
 		/* the oldest running request is never the one preempted */
 		assert_int_equal(h.r[0].preempted, 0);
 		h_free(&h);
+	}
+}
+
+/* Speculative drafts (iter.h): drafts accepted whole, in part or not at all, beside requests
+ * without one (beam groups take none), under a small budget (drafts cut) and block pressure
+ * (preemption), with a stop token that lands inside accepted runs and max_tokens inside a
+ * run: every output equals its reference (the KV of rejected positions rolled back: the toy
+ * reads every context through the tables), the scheduler's counts equal the harness's walk,
+ * some drafts are accepted and some rejected, and every block comes back. */
+static void test_drafts(void **state)
+{
+	(void)state;
+	for (int pc = 0; pc < 2; pc++) {
+		harness h;
+		rg_iter_params p;
+		int32_t pr[32];
+		rg_iter_stats st;
+		int n_stop = 0, n_len = 0;
+
+		rng = 0xd7a7ull + (uint64_t)pc;
+		rg_iter_params_default(&p);
+		p.max_num_batched_tokens = 40;
+		p.max_num_seqs = 12;
+		p.max_context = 64;
+		p.prefix_caching = pc;
+		p.max_draft = 5;
+		h_init(&h, 30, 4, &p);
+		h.spec_k = 5;
+		h.stop_tok = 11;
+		for (int id = 0; id < 14; id++) {
+			int n = irand(1, 24);
+
+			rand_prompt(pr, n);
+			set_prompt(&h, id, pr, n, irand(1, 37));
+			if (id == 3) {
+				h.r[id].n_beams = 2;
+				h.r[id].n_groups = 1;
+			}
+			assert_int_equal(h_add(&h, id, 0, 0, 0, NULL), RG_OK);
+		}
+		h_run_all(&h);
+		h_check_outputs(&h);
+		rg_iter_stats_get(h.s, &st);
+		assert_int_equal(st.n_drafted, h.drafted);
+		assert_int_equal(st.n_draft_accepted, h.accepted);
+		assert_true(st.n_draft_accepted > 0);
+		assert_true(st.n_drafted - st.n_draft_accepted > 0);
+		for (int id = 0; id < 14; id++) {
+			n_stop += h.r[id].finish == RG_ITER_FINISH_STOP;
+			n_len += h.r[id].finish == RG_ITER_FINISH_LENGTH;
+		}
+		assert_true(n_stop > 0 && n_len > 0);
+		assert_true(st.n_preemptions > 0 || pc == 1);
+		h_free(&h);
+	}
+	/* errors: unknown id, a negative token, a pending plan */
+	{
+		harness h;
+		rg_iter_params p;
+		rg_iter_plan pl;
+		const int32_t bad = -1, ok = 1;
+
+		rg_iter_params_default(&p);
+		p.max_context = 64;
+		p.max_draft = 2;
+		h_init(&h, 16, 4, &p);
+		set_prompt(&h, 0, &ok, 1, 8);
+		assert_int_equal(h_add(&h, 0, 0, 0, 0, NULL), RG_OK);
+		assert_int_equal(rg_iter_set_draft(h.s, 9, &ok, 1), RG_ERR_INVALID_INPUT);
+		assert_int_equal(rg_iter_set_draft(h.s, 0, &ok, -1), RG_ERR_INVALID_INPUT);
+		assert_int_equal(rg_iter_set_draft(h.s, 0, &ok, 1), RG_OK); /* waiting: none */
+		assert_int_equal(rg_iter_schedule(h.s, 0, &pl), RG_OK);
+		assert_int_equal(pl.n_draft[0], 0);
+		assert_int_equal(rg_iter_set_draft(h.s, 0, &ok, 1), RG_ERR_INVALID_INPUT);
+		assert_int_equal(rg_iter_update(h.s, &ok, NULL, 1, 1), RG_OK);
+		assert_int_equal(rg_iter_set_draft(h.s, 0, &bad, 1), RG_ERR_INVALID_INPUT);
+		rg_iter_free(h.s);
+		h.s = NULL;
+		h_free(&h);
+	}
+	{
+		rg_kv_pool *pool;
+		rg_iter *s;
+		rg_iter_params p;
+
+		rg_iter_params_default(&p);
+		p.max_draft = RG_ITER_MAX_DRAFT + 1;
+		assert_int_equal(rg_kv_pool_init(&pool, 256, 16), RG_OK);
+		assert_int_equal(rg_iter_init(&s, pool, &p), RG_ERR_INVALID_INPUT);
+		rg_kv_pool_free(pool);
 	}
 }
 
@@ -1518,6 +1653,7 @@ int main(void)
 		cmocka_unit_test(test_waiting_abort_leaves_nothing),
 		cmocka_unit_test(test_preemption_bounded),
 		cmocka_unit_test(test_fair_shares),
+		cmocka_unit_test(test_drafts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -91,6 +91,60 @@ static void test_allocate_fork_cow_free(void **state)
 	rg_kv_pool_free(p);
 }
 
+/* Rollback of rejected speculative positions (rg_kv_truncate), bs 4: 10 tokens in blocks
+ * {0, 1, 2}; truncating to 5 frees block 2 and keeps block 1 (position 4 is in it); the next
+ * append writes position 5 into block 1's slot 1 again. A fork's shared tail is not freed by
+ * the child's truncate (refcount 2 -> 1), and a truncate of a shared last block is followed
+ * by a copy-on-write on the next append. Out-of-range sizes and unknown ids change nothing. */
+static void test_truncate(void **state)
+{
+	rg_kv_pool *p;
+	rg_kv *kv;
+	int32_t slots[12];
+	rg_kv_copy cp;
+	int n_copy;
+	(void)state;
+
+	assert_int_equal(rg_kv_pool_init(&p, 8, 4), RG_OK);
+	assert_int_equal(rg_kv_init(&kv, p, NULL), RG_OK);
+	assert_int_equal(rg_kv_allocate(kv, 1, 10, slots, &cp, &n_copy), RG_OK);
+	assert_int_equal(rg_kv_pool_n_used(p), 3);
+	assert_int_equal(rg_kv_truncate(kv, 1, 11), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_kv_truncate(kv, 1, -1), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_kv_truncate(kv, 9, 0), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_kv_n_tokens(kv, 1), 10);
+	assert_int_equal(rg_kv_truncate(kv, 1, 5), RG_OK);
+	assert_int_equal(rg_kv_n_tokens(kv, 1), 5);
+	assert_int_equal(rg_kv_n_blocks(kv, 1), 2);
+	assert_int_equal(rg_kv_pool_n_used(p), 2);
+	assert_int_equal(rg_kv_pool_refcount(p, 2), 0);
+	assert_table(kv, 1, (const int32_t[]){0, 1}, 2);
+	assert_int_equal(rg_kv_allocate(kv, 1, 4, slots, &cp, &n_copy), RG_OK);
+	assert_int_equal(n_copy, 0);
+	assert_int_equal(slots[0], 1 * 4 + 1);
+	assert_int_equal(slots[3], 2 * 4 + 0); /* block 2 again: the LIFO free list's top */
+	/* truncating to a block boundary frees the block after it; to 0 frees all */
+	assert_int_equal(rg_kv_truncate(kv, 1, 8), RG_OK);
+	assert_int_equal(rg_kv_pool_n_used(p), 2);
+	/* a fork shares {0, 1}; the child's truncate to 6 keeps both (shared), then its append
+	 * into shared block 1 copies it on write */
+	assert_int_equal(rg_kv_fork(kv, 1, 2), RG_OK);
+	assert_int_equal(rg_kv_truncate(kv, 2, 6), RG_OK);
+	assert_int_equal(rg_kv_pool_refcount(p, 1), 2);
+	assert_int_equal(rg_kv_allocate(kv, 2, 1, slots, &cp, &n_copy), RG_OK);
+	assert_int_equal(n_copy, 1);
+	assert_int_equal(cp.src, 1);
+	assert_int_equal(slots[0], cp.dst * 4 + 2);
+	assert_int_equal(rg_kv_truncate(kv, 2, 0), RG_OK);
+	assert_int_equal(rg_kv_n_blocks(kv, 2), 0);
+	assert_int_equal(rg_kv_pool_refcount(p, 0), 1);
+	rg_kv_remove(kv, 2);
+	rg_kv_remove(kv, 1);
+	assert_int_equal(rg_kv_pool_n_used(p), 0);
+	rg_kv_free(kv);
+	rg_kv_pool_free(p);
+}
+
 /* Worked on paper: bs 4, a 5-token prompt in blocks {0, 1} held by member 10 of beams
  * {10, 11, 12, 13}.
  * Step 1 (the prompt's): every beam continues slot 0. Slot 3 (the last child) takes 10's table
@@ -579,6 +633,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_allocate_fork_cow_free),
 		cmocka_unit_test(test_reseat_by_hand),
+		cmocka_unit_test(test_truncate),
 		cmocka_unit_test(test_cross_blocks),
 		cmocka_unit_test(test_attach_and_evict),
 		cmocka_unit_test(test_errors),
