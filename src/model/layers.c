@@ -54,28 +54,40 @@ static bool load_stacked_quant(rg_model *m, const rg_tsrc *src, const char *cons
 	return true;
 }
 
-/* A quantized LM head when the file stores one apart (not a byte-equal copy of the embedding
- * table): true with *s as load_stacked_quant, false to load it as f32. */
+/* A quantized LM head: the file's head tensor when it has one, else (tied) a copy of the
+ * embedding table's blocks -- the gather reads the table as f32, the head GEMM streams the
+ * blocks (a decode step's largest read). true with *s as load_stacked_quant and *tied whether
+ * the head is the embedding (absent, or byte-equal to it); false to load it as f32. */
 static bool load_head_quant(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
 			    const char *embed_name, const char *const *head_prefixes,
-			    const char *head_name, void **head_d, rg_status *s)
+			    const char *head_name, void **head_d, bool *tied, rg_status *s)
 {
 	const rg_decoder_config *c = &m->dec.cfg;
-	const char *const names[1] = {head_name};
 	const int64_t rows[1] = {c->vocab_size};
 	const void *hd, *ed;
 	size_t hb, eb;
 	int ht, et;
+	const bool has_e = rg_tsrc_raw(src, prefixes, embed_name, c->vocab_size, c->hidden_size,
+				       &et, &ed, &eb);
 
-	if (!m->keep_quant ||
-	    !rg_tsrc_raw(src, head_prefixes, head_name, c->vocab_size, c->hidden_size, &ht, &hd,
-			 &hb))
+	if (!m->keep_quant)
 		return false;
-	if (rg_tsrc_raw(src, prefixes, embed_name, c->vocab_size, c->hidden_size, &et, &ed, &eb) &&
-	    et == ht && eb == hb && !memcmp(ed, hd, hb))
-		return false; /* a stored copy of the tied table: the f32 path shares it */
-	return load_stacked_quant(m, src, head_prefixes, names, rows, 1, c->hidden_size, head_d,
-				  s);
+	if (rg_tsrc_has(src, head_prefixes, head_name) || !c->tie_word_embeddings) {
+		const char *const names[1] = {head_name};
+
+		if (!rg_tsrc_raw(src, head_prefixes, head_name, c->vocab_size, c->hidden_size, &ht,
+				 &hd, &hb))
+			return false;
+		*tied = has_e && et == ht && eb == hb && !memcmp(ed, hd, hb);
+		return load_stacked_quant(m, src, head_prefixes, names, rows, 1, c->hidden_size,
+					  head_d, s);
+	} else {
+		const char *const names[1] = {embed_name};
+
+		*tied = true;
+		return has_e && load_stacked_quant(m, src, prefixes, names, rows, 1,
+						   c->hidden_size, head_d, s);
+	}
 }
 
 rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
@@ -86,15 +98,17 @@ rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *
 	const int64_t V = c->vocab_size, H = c->hidden_size;
 	const size_t n = (size_t)V * (size_t)H;
 	float *e = NULL, *h = NULL;
+	bool tied = false;
 	rg_status s;
 
 	*embed_d = *head_d = NULL;
-	if (load_head_quant(m, src, prefixes, embed_name, head_prefixes, head_name, head_d, &s)) {
+	if (load_head_quant(m, src, prefixes, embed_name, head_prefixes, head_name, head_d, &tied,
+			    &s)) {
 		/* the embedding gather reads f32 rows: the table itself is dequantized */
 		if (s != RG_OK || (s = rg_tsrc_get(src, prefixes, embed_name, V, H, &e)) != RG_OK ||
 		    (s = rg_dec_upload(m, e, n, true, embed_d)) != RG_OK)
 			return s;
-		c->tie_word_embeddings = false;
+		c->tie_word_embeddings = tied;
 		m->dec.lm_head = *head_d;
 		return RG_OK;
 	}

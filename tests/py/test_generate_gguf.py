@@ -108,7 +108,7 @@ def test_greedy_and_logits_equal_reference(model, ref, hf_tok):
         top2 = np.sort(first)[-2:]
         assert top2[1] - top2[0] > 2 * err * np.abs(first).max()
         want.append(toks)
-    g = ragged.Generator(ref_path(model), max_batch_tokens=256)
+    g = ragged.Generator(ref_path(model), max_batch_tokens=256, weights="dequantize")
     try:
         outs = g.generate(prompts, max_tokens=N_NEW, ignore_eos=True)
         assert [o["ids"] for o in outs] == want
@@ -129,7 +129,9 @@ def test_chat_template_and_format(path, monkeypatch):
     import ragged
     monkeypatch.delenv("RAGGED_MODEL", raising=False)
     assert os.path.samefile(ragged.default_model_path(), path)
-    g = ragged.Generator(max_batch_tokens=128)  # the default generation model
+    # the default generation model, dequantized: with the Q4_1 blocks kept (the default since
+    # issue 30) its greedy answer to this prompt is another text (see test_gguf_quant.py)
+    g = ragged.Generator(max_batch_tokens=128, weights="dequantize")
     try:
         assert os.path.samefile(g.model_path, path)
         assert "<|im_start|>" in g.chat_template and g.chat_family == "chatml"

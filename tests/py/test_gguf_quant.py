@@ -18,7 +18,13 @@ Tolerances:
     is checked against its bound in tests/unit/test_qgemm_cpu.c); the limits leave about 2x
     room and still fail a wrong block (a nibble-order or scale mistake is off by O(1)). The
     quantized error must also exceed the dequantized one (the int8 path really ran) and
-    rg_model_info.quantized_weights count the GEMM weights.
+    rg_model_info.quantized_weights count the GEMM weights;
+  - quantized, against the same float64 reference with the scheme's activation rounding
+    simulated in NumPy (ref_llama_gguf's act_q: every activation entering a weight product
+    rounded to int8 blocks of 32, d = max|x| / 127, half to even): 1e-3. Measured 2e-7 for
+    Q8_0 / Q4_1 (fp32 arithmetic) and 2.3e-4 for Q4_0 (a value at a rounding tie, where fp32
+    and float64 round x / d differently, moves one int8 step); any difference in what is
+    quantized or how (block order, scale, nibble layout, which tensors) is >= 1e-2.
 Resident bytes (rg_model_info.weight_bytes): quantized = the file's bytes of the GEMM weights
 (the 2-D tensors but the embedding) + the fp32 embedding table (the gather reads fp32 rows) +
 the fp32 norms, within 1 KiB (the RoPE frequencies); dequantize = 4 bytes per value."""
@@ -45,6 +51,17 @@ TOL_QUANT_RMS = 2e-2
 TOL_DEQ = 1e-5
 
 
+def _q8(a):
+    """Activations rounded to int8 blocks of 32 along the last axis, as the quantized GEMM does."""
+    b = a.reshape(-1, 32)
+    d = np.abs(b).max(1, keepdims=True) / 127.0
+    q = np.rint(np.divide(b, d, out=np.zeros_like(b), where=d > 0))
+    return (q * d).reshape(a.shape)
+
+
+TOL_SIM = 1e-3
+
+
 def _run(path, ids, weights):
     m = rc.Model(path, max_batch_tokens=64, weights=weights)
     try:
@@ -68,7 +85,8 @@ def test_quantized_gguf_logits(tmp_path, qname):
     cfg, w = make_decoder.make(str(tmp_path / "hf"), "llama", seed=7, **SPEC)
     path = hf_to_gguf.write(tmp_path / f"tiny-{qname}.gguf", cfg, w, qtype=qt)
     ids = list(np.random.default_rng(3).integers(0, cfg["vocab_size"], T))
-    ref = ref_llama_gguf.GgufLlama(path).logits(ids)
+    r = ref_llama_gguf.GgufLlama(path)
+    ref, ref_sim = r.logits(ids), r.logits(ids, act_q=_q8)
 
     got_q, bytes_q, nq = _run(path, ids, "auto")
     got_d, bytes_d, nd = _run(path, ids, "dequantize")
@@ -80,6 +98,8 @@ def test_quantized_gguf_logits(tmp_path, qname):
     rms_q = np.sqrt(np.mean((got_q - ref) ** 2) / np.mean(ref ** 2))
     assert rms_q <= TOL_QUANT_RMS, (qname, rms_q)
     assert err_q > err_d, (qname, err_q, err_d)  # the int8 path ran
+    err_sim = np.abs(got_q - ref_sim).max() / scale
+    assert err_sim <= TOL_SIM, (qname, err_sim)
     # per layer QKV, O, gate/up, down; and the untied head
     assert (nq, nd) == (4 * SPEC["layers"] + 1, 0)
 
