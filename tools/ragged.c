@@ -5,8 +5,10 @@
  *                   [--format jsonl|npy|f32] [--progress | --no-progress]
  *   ragged tokenize [--model DIR|ORG/NAME] [--truncate] [--input FILE] [--output FILE]
  *   ragged info     [--model DIR|ORG/NAME] [--device cpu|cuda] [--dtype fp32|fp16|bf16|auto]
+ *                   [--weights quantized|dequantize]
  *                   (also lists the RAGGED_* tuning switches: rg_tuning_describe)
  *   ragged generate [--model DIR|FILE.gguf|ORG/NAME] [--device cpu|cuda] [--dtype ...]
+ *                   [--weights quantized|dequantize]
  *                   [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
  *                   [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty P]
  *                   [--num-beams B] [--num-beam-groups G] [--diversity-penalty D]
