@@ -135,6 +135,16 @@ RG_API const char *rg_cpu_blas_coretype_fix(void);
 RG_API rg_status rg_tuning_describe(bool verbose, char **out);
 RG_API rg_status rg_tuning_get(const char *name, char *buf, size_t n);
 
+/* How a GGUF file's quantized weights are kept (issue 30). AUTO: the GEMM weights whose ggml type
+ * the backend reads as stored stay in the file's blocks (CPU: Q8_0, Q4_0, Q4_1; the GEMMs round
+ * activations to int8 blocks of 32, llama.cpp's scheme), every other tensor -- and every tensor
+ * on CUDA -- is dequantized at load to the compute dtype; DEQUANTIZE: all of them dequantized
+ * (the behaviour before issue 30, for A/B runs). No effect on safetensors checkpoints. */
+typedef enum rg_weights {
+	RG_WEIGHTS_AUTO = 0,
+	RG_WEIGHTS_DEQUANTIZE = 1,
+} rg_weights;
+
 typedef struct rg_model_params {
 	rg_device device;     /* RG_DEVICE_CPU by default */
 	int device_index;     /* CUDA ordinal */
@@ -146,9 +156,11 @@ typedef struct rg_model_params {
 	const char *dense_dir; /* a sentence-transformers Dense module's directory, relative to the
 				* model's (TEI's --dense-path, e.g. "2_Dense_1024"), or NULL:
 				* modules.json's; borrowed during rg_model_load only */
+	rg_weights weights;    /* since issue 30: GGUF weights kept quantized or not (AUTO) */
 } rg_model_params;
 
-/* Defaults: CPU, RG_DTYPE_AUTO, 16384 tokens, the model's pooling and Dense module. */
+/* Defaults: CPU, RG_DTYPE_AUTO, 16384 tokens, the model's pooling and Dense module, GGUF
+ * weights RG_WEIGHTS_AUTO. */
 RG_API rg_model_params rg_model_params_default(void);
 
 /* What a model is: an encoder (rg_model_embed / rg_model_run), a decoder-only language model
@@ -201,6 +213,11 @@ typedef struct rg_model_info {
 	int decoder_start_token_id; /* encoder-decoders: the decoder's first input token
 				     * (config.json / generation_config.json); -1 elsewhere */
 	int max_source_positions;   /* encoder-decoders: the longest source in tokens; 0 elsewhere */
+	/* Since issue 30. */
+	unsigned long long weight_bytes; /* bytes of weights resident in backend memory as loaded
+					  * (quantized blocks count their own size); excludes
+					  * oneDNN's reordered or bf16 copies and the arenas */
+	int quantized_weights;           /* GEMM weights kept in GGUF blocks (0: none) */
 } rg_model_info;
 
 typedef struct rg_model rg_model;

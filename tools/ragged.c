@@ -5,8 +5,10 @@
  *                   [--format jsonl|npy|f32] [--progress | --no-progress]
  *   ragged tokenize [--model DIR|ORG/NAME] [--truncate] [--input FILE] [--output FILE]
  *   ragged info     [--model DIR|ORG/NAME] [--device cpu|cuda] [--dtype fp32|fp16|bf16|auto]
+ *                   [--weights quantized|dequantize]
  *                   (also lists the RAGGED_* tuning switches: rg_tuning_describe)
  *   ragged generate [--model DIR|FILE.gguf|ORG/NAME] [--device cpu|cuda] [--dtype ...]
+ *                   [--weights quantized|dequantize]
  *                   [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
  *                   [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty P]
  *                   [--num-beams B] [--num-beam-groups G] [--diversity-penalty D]
@@ -61,6 +63,7 @@ typedef enum flag_id {
 	F_MODEL,
 	F_DEVICE,
 	F_DTYPE,
+	F_WEIGHTS,
 	F_MAX_BATCH_TOKENS,
 	F_TRUNCATE,
 	F_INPUT,
@@ -127,6 +130,11 @@ static const cli_flag g_flags[] = {
 	 "AVX512-BF16 or AMX (linear layers in bf16, cosine to fp32 >= 0.99994;\n"
 	 "other CPUs refuse it); auto (default): fp32 on cpu, fp16 on cuda,\n"
 	 "bf16 for a bf16 checkpoint"},
+	{F_WEIGHTS, "--weights", "quantized|dequantize", CMD_INFO | CMD_GEN,
+	 "GGUF weights: quantized (default) keeps the GEMM weights the backend\n"
+	 "reads in the file's blocks (cpu: Q8_0, Q4_0, Q4_1; activations rounded\n"
+	 "to int8 blocks of 32), the rest dequantized; dequantize: every tensor\n"
+	 "in the compute dtype at load (cuda always)"},
 	{F_MAX_BATCH_TOKENS, "--max-batch-tokens", "N", CMD_EMBED | CMD_GEN,
 	 "tokens packed per batch (default 16384; generate: per step, 2048)"},
 	{F_TRUNCATE, "--truncate", NULL, CMD_EMBED | CMD_TOKENIZE,
@@ -255,6 +263,7 @@ typedef struct cli_opts {
 	rg_device device;
 	bool device_set;
 	rg_dtype dtype;
+	rg_weights weights; /* --weights */
 	int max_batch_tokens;
 	bool truncate;
 	out_format format;
@@ -412,6 +421,18 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 				fprintf(stderr,
 					"ragged %s: --dtype must be fp32, fp16, bf16 or auto, not '%s'\n",
 					c->name, v);
+				return EXIT_USAGE;
+			}
+			break;
+		case F_WEIGHTS:
+			if (!strcmp(v, "quantized"))
+				o->weights = RG_WEIGHTS_AUTO;
+			else if (!strcmp(v, "dequantize"))
+				o->weights = RG_WEIGHTS_DEQUANTIZE;
+			else {
+				fprintf(stderr,
+					"ragged %s: --weights must be quantized or dequantize, not "
+					"'%s'\n", c->name, v);
 				return EXIT_USAGE;
 			}
 			break;
@@ -1096,6 +1117,7 @@ static int cmd_info(int argc, char **argv, const cli_cmd *c)
 		return rc;
 	p.device = o.device;
 	p.dtype = o.dtype;
+	p.weights = o.weights;
 	p.max_batch_tokens = 512; /* only the weights are wanted: a small activation arena */
 	m = rg_model_load(dir, &p, &st);
 	if (!m)
@@ -1143,6 +1165,8 @@ static int cmd_info(int argc, char **argv, const cli_cmd *c)
 	json_object_object_add(model, "normalize", json_object_new_boolean(i->normalize));
 	json_object_object_add(model, "device", json_object_new_string(rg_device_name(i->device)));
 	json_object_object_add(model, "dtype", json_object_new_string(rg_dtype_name(i->dtype)));
+	json_object_object_add(model, "weight_bytes", json_object_new_int64((int64_t)i->weight_bytes));
+	json_object_object_add(model, "quantized_weights", json_object_new_int(i->quantized_weights));
 	json_object_object_add(model, "kind",
 			       json_object_new_string(i->kind == RG_MODEL_DECODER   ? "decoder"
 						      : i->kind == RG_MODEL_ENC_DEC ? "encoder-decoder"
@@ -1424,6 +1448,7 @@ static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 	p = rg_model_params_default();
 	p.device = o.device_set ? o.device : RG_DEVICE_CPU; /* the decoder ops are CPU ones for now */
 	p.dtype = o.dtype;
+	p.weights = o.weights;
 	p.max_batch_tokens = mbt_set ? o.max_batch_tokens : 2048;
 	if ((rc = open_input(&o, &in)) != 0)
 		return rc;

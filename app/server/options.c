@@ -21,6 +21,7 @@ typedef enum {
 	OPT_DEVICE, /* rg_device (rg_device_parse); sets device_set */
 	OPT_DEVLIST, /* devices/n_devices: distinct CUDA ordinals, comma-separated */
 	OPT_DTYPE,  /* rg_dtype (rg_dtype_parse) */
+	OPT_WEIGHTS, /* rg_weights: quantized (AUTO) | dequantize */
 	OPT_SCHED,  /* const char * naming an rg_sched_kind */
 	OPT_POOL,   /* rg_pooling (mean|cls|max); sets pooling_set */
 } opt_kind;
@@ -49,6 +50,9 @@ static const opt_spec g_opts[] = {
 	 "on each, one queue (implies --device cuda; default: device 0 alone)"},
 	{"--dtype", "fp32|fp16|bf16|auto", OPT_DTYPE, F(dtype), 0, 0, "auto",
 	 "compute dtype; auto: fp32 on cpu, fp16 on cuda (bf16 for a bf16 checkpoint)"},
+	{"--weights", "quantized|dequantize", OPT_WEIGHTS, F(weights), 0, 0, "quantized",
+	 "GGUF weights: quantized keeps the GEMM weights the backend reads in the file's blocks "
+	 "(cpu: Q8_0, Q4_0, Q4_1); dequantize: every tensor in the compute dtype at load"},
 	{"--scheduler", "NAME", OPT_SCHED, F(scheduler), 0, 0, "token",
 	 "nobatch|naive|token|dp|concat|slotted|das|slotted-das|fcfs|sjf|edf"},
 	{"--max-batch-tokens", "N", OPT_INT, F(max_batch_tokens), 1, 1 << 24, NULL,
@@ -402,6 +406,14 @@ static bool set_value(const opt_spec *s, const char *v, rg_serve_opts *o)
 		else if (v && !strcmp(v, "bfloat16"))
 			v = "bf16";
 		return v && rg_dtype_parse(v, (rg_dtype *)field) == RG_OK;
+	case OPT_WEIGHTS:
+		if (v && !strcmp(v, "quantized"))
+			*(rg_weights *)field = RG_WEIGHTS_AUTO;
+		else if (v && !strcmp(v, "dequantize"))
+			*(rg_weights *)field = RG_WEIGHTS_DEQUANTIZE;
+		else
+			return false;
+		return true;
 	case OPT_POOL:
 		for (rg_pooling p = RG_POOL_MEAN; v && p <= RG_POOL_MAX; p++) {
 			if (!strcmp(v, rg_pooling_name(p))) {
@@ -478,6 +490,7 @@ static void default_text(const opt_spec *s, const rg_serve_opts *d, char *buf, s
 	case OPT_DEVICE:
 	case OPT_DEVLIST:
 	case OPT_DTYPE:
+	case OPT_WEIGHTS:
 	case OPT_SCHED:
 	case OPT_POOL:
 		return;

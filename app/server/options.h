@@ -28,6 +28,7 @@ typedef struct rg_serve_opts {
 	bool devices_all; /* --devices all: every visible CUDA device (resolved by the parser) */
 	int cpu_replicas; /* testing: CPU model replicas behind the one queue (1: none) */
 	rg_dtype dtype;
+	rg_weights weights; /* --weights (GGUF) */
 	const char *scheduler;
 	int max_batch_tokens, max_batch_requests, max_queue, max_inputs;
 	size_t max_body_bytes;

@@ -30,7 +30,7 @@ class ModelParams(ctypes.Structure):
     _fields_ = [("device", ctypes.c_int), ("device_index", ctypes.c_int),
                 ("dtype", ctypes.c_int), ("max_batch_tokens", ctypes.c_int),
                 ("pooling_set", ctypes.c_bool), ("pooling", ctypes.c_int),
-                ("dense_dir", ctypes.c_char_p)]
+                ("dense_dir", ctypes.c_char_p), ("weights", ctypes.c_int)]
 
 
 class ModelInfo(ctypes.Structure):
@@ -49,7 +49,8 @@ class ModelInfo(ctypes.Structure):
                 ("head_dim", ctypes.c_int), ("bos_token_id", ctypes.c_int),
                 ("eos_token_id", ctypes.c_int), ("tie_word_embeddings", ctypes.c_bool),
                 ("decoder_start_token_id", ctypes.c_int),
-                ("max_source_positions", ctypes.c_int)]
+                ("max_source_positions", ctypes.c_int),
+                ("weight_bytes", ctypes.c_ulonglong), ("quantized_weights", ctypes.c_int)]
 
 
 class ModelBatch(ctypes.Structure):

@@ -240,12 +240,14 @@ class Generator:
         tokenizer.json) or id in the local cache, or None: $RAGGED_MODEL when set, else the
         default generation model (default_model_path()).
     device: "cpu" or "cuda"; dtype "auto", "fp32", "fp16", "bf16"; max_batch_tokens: tokens of
-        one model step (the prefill chunk budget).
+        one model step (the prefill chunk budget). weights: "quantized" (default: a GGUF's
+        GEMM weights kept in the file's blocks where the backend reads them, CPU Q8_0 / Q4_0 /
+        Q4_1) or "dequantize" (every tensor in the compute dtype at load).
     Calls are serialized per Generator. close() (or `with`) frees it now.
     """
 
     def __init__(self, model=None, device="cpu", dtype="auto", max_batch_tokens=2048,
-                 device_index=0):
+                 device_index=0, weights="quantized"):
         from . import _error, resolve_model
         l = _bind(lib())
         self._h = None
@@ -264,6 +266,9 @@ class Generator:
             setattr(p, name, out.value)
         p.max_batch_tokens = int(max_batch_tokens)
         p.device_index = int(device_index)
+        if weights not in ("quantized", "dequantize"):
+            raise ValueError(f"weights={weights!r}: quantized or dequantize")
+        p.weights = 0 if weights == "quantized" else 1
         st = ctypes.c_int(RG_OK)
         h = l.rg_model_load(os.fsencode(self.model_path), ctypes.byref(p), ctypes.byref(st))
         if not h:

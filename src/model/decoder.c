@@ -160,6 +160,10 @@ rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *
 	rg_status s;
 
 	c->rope_interleaved = src->rope_interleaved;
+	if (p->weights != RG_WEIGHTS_AUTO && p->weights != RG_WEIGHTS_DEQUANTIZE)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_params.weights: unknown value %d",
+				 (int)p->weights);
+	m->keep_quant = p->weights == RG_WEIGHTS_AUTO;
 	if ((s = rg_model_load_weights(m, p, dt, src)) != RG_OK)
 		return s;
 	if ((s = alloc_step_arena(m)) != RG_OK)

@@ -62,6 +62,18 @@ static rg_status gguf_read(void *ctx, const char *name, float *dst)
 	return RG_OK;
 }
 
+static bool gguf_raw(void *ctx, const char *name, int *type, const void **data, size_t *bytes)
+{
+	const rg_gguf_tensor *t = src_find(ctx, name);
+
+	if (!t || t->type == RG_GGUF_F32 || t->type == RG_GGUF_F16 || t->type == RG_GGUF_BF16)
+		return false;
+	*type = (int)t->type;
+	*data = t->data;
+	*bytes = t->nbytes;
+	return true;
+}
+
 /* The byte-level BPE tokenizer of tokenizer.ggml.* (model "gpt2"). */
 static rg_status gguf_tokenizer(const rg_gguf *g, const char *path, const rg_decoder_config *c,
 				rg_tokenizer **out)
@@ -194,6 +206,7 @@ rg_status rg_gguf_model_load(rg_model *m, const char *path, const rg_model_param
 	src.ctx = &gs;
 	src.shape = gguf_shape;
 	src.read_f32 = gguf_read;
+	src.raw = gguf_raw;
 	src.rope_interleaved = m->arch->gguf->rope_interleaved;
 	src.cfg = &cs;
 	s = rg_decoder_init(m, p, &src);

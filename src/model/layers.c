@@ -1,6 +1,7 @@
 /* Shared layer builders of the decoder architectures (layers.h). */
 #include "model/layers.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,84 @@
 #include "core/error.h"
 #include "core/gguf.h"
 
+/* The quantized twin of rg_layer_load_stacked for a GEMM weight (issue 30): when m keeps
+ * quantized weights and every names[i] is stored in one ggml type the backend reads as it is
+ * (rg_backend_qtype_supported), their blocks are copied row after row (a stacked weight's rows
+ * are the tensors' rows in order, as rg_layer_load_stacked stacks the f32 values) into one
+ * backend buffer *dst declared with rg_op_prepare_qweight. Returns false, touching nothing,
+ * when the weight is to be loaded as f32 instead; true when it took the weight, with *s the
+ * outcome (on an error *dst may be set: its owner frees it, as after rg_dec_upload). */
+static bool load_stacked_quant(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
+			       const char *const names[], const int64_t d0[], int k, int64_t d1,
+			       void **dst, rg_status *s)
+{
+	enum { MAX_PARTS = 8 };
+	const void *data[MAX_PARTS];
+	size_t bytes[MAX_PARTS], total = 0, off = 0;
+	int64_t rows = 0;
+	int type = -1;
+
+	if (!m->keep_quant || !src->raw || d1 <= 0 || d1 % 32 || d1 > INT32_MAX || k > MAX_PARTS)
+		return false;
+	for (int i = 0; i < k; i++) {
+		int t;
+
+		if (!rg_tsrc_raw(src, prefixes, names[i], d0[i], d1, &t, &data[i], &bytes[i]) ||
+		    (i && t != type))
+			return false;
+		type = t;
+		total += bytes[i];
+		rows += d0[i];
+	}
+	if (rows > INT32_MAX || !rg_backend_qtype_supported(m->be, type))
+		return false;
+	if ((*s = rg_backend_alloc(m->be, total, dst)) != RG_OK)
+		return true;
+	for (int i = 0; i < k && *s == RG_OK; off += bytes[i], i++)
+		*s = rg_backend_upload(m->be, (char *)*dst + off, data[i], bytes[i]);
+	if (*s == RG_OK)
+		*s = rg_op_prepare_qweight(m->be, *dst, type, (int)rows, (int)d1);
+	if (*s == RG_OK)
+		rg_model_count_weight(m, total, true);
+	return true;
+}
+
+/* A quantized LM head: the file's head tensor when it has one, else (tied) a copy of the
+ * embedding table's blocks -- the gather reads the table as f32, the head GEMM streams the
+ * blocks (a decode step's largest read). true with *s as load_stacked_quant and *tied whether
+ * the head is the embedding (absent, or byte-equal to it); false to load it as f32. */
+static bool load_head_quant(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
+			    const char *embed_name, const char *const *head_prefixes,
+			    const char *head_name, void **head_d, bool *tied, rg_status *s)
+{
+	const rg_decoder_config *c = &m->dec.cfg;
+	const int64_t rows[1] = {c->vocab_size};
+	const void *hd, *ed;
+	size_t hb, eb;
+	int ht, et;
+	const bool has_e = rg_tsrc_raw(src, prefixes, embed_name, c->vocab_size, c->hidden_size,
+				       &et, &ed, &eb);
+
+	if (!m->keep_quant)
+		return false;
+	if (rg_tsrc_has(src, head_prefixes, head_name) || !c->tie_word_embeddings) {
+		const char *const names[1] = {head_name};
+
+		if (!rg_tsrc_raw(src, head_prefixes, head_name, c->vocab_size, c->hidden_size, &ht,
+				 &hd, &hb))
+			return false;
+		*tied = has_e && et == ht && eb == hb && !memcmp(ed, hd, hb);
+		return load_stacked_quant(m, src, head_prefixes, names, rows, 1, c->hidden_size,
+					  head_d, s);
+	} else {
+		const char *const names[1] = {embed_name};
+
+		*tied = true;
+		return has_e && load_stacked_quant(m, src, prefixes, names, rows, 1,
+						   c->hidden_size, head_d, s);
+	}
+}
+
 rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
 				   const char *embed_name, const char *const *head_prefixes,
 				   const char *head_name, void **embed_d, void **head_d)
@@ -19,9 +98,20 @@ rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *
 	const int64_t V = c->vocab_size, H = c->hidden_size;
 	const size_t n = (size_t)V * (size_t)H;
 	float *e = NULL, *h = NULL;
+	bool tied = false;
 	rg_status s;
 
 	*embed_d = *head_d = NULL;
+	if (load_head_quant(m, src, prefixes, embed_name, head_prefixes, head_name, head_d, &tied,
+			    &s)) {
+		/* the embedding gather reads f32 rows: the table itself is dequantized */
+		if (s != RG_OK || (s = rg_tsrc_get(src, prefixes, embed_name, V, H, &e)) != RG_OK ||
+		    (s = rg_dec_upload(m, e, n, true, embed_d)) != RG_OK)
+			return s;
+		c->tie_word_embeddings = tied;
+		m->dec.lm_head = *head_d;
+		return RG_OK;
+	}
 	if ((s = rg_tsrc_get(src, prefixes, embed_name, V, H, &e)) != RG_OK)
 		return s;
 	if ((rg_tsrc_has(src, head_prefixes, head_name) || !c->tie_word_embeddings) &&
@@ -58,6 +148,8 @@ rg_status rg_layer_load_stacked(rg_model *m, const rg_tsrc *src, const char *con
 	float *all, *t;
 	rg_status s;
 
+	if (prepare && load_stacked_quant(m, src, prefixes, names, d0, k, d1, dst, &s))
+		return s;
 	for (int i = 0; i < k; i++)
 		rows += (size_t)d0[i];
 	if (k == 1) {

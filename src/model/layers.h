@@ -22,7 +22,10 @@
  * absent: RG_ERR_FORMAT naming the head. Sets *embed_d (act, unprepared: the gather reads it),
  * *head_d (act, prepared for the GEMM, or NULL when shared), m->dec.lm_head, and
  * m->dec.cfg.tie_word_embeddings to whether the head is the embedding (what rg_model_info
- * reports). */
+ * reports). When m keeps quantized weights (issue 30) and the head's blocks -- the file's head,
+ * or the embedding's when tied -- are of a type the backend reads, *head_d is those blocks
+ * (rg_op_prepare_qweight) even when tied: the f32 table serves the gather, the blocks the head
+ * GEMM (the step's largest read). */
 rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
 				   const char *embed_name, const char *const *head_prefixes,
 				   const char *head_name, void **embed_d, void **head_d);

@@ -63,6 +63,7 @@ rg_model_params rg_model_params_default(void)
 	p.pooling_set = false;
 	p.pooling = RG_POOL_MEAN;
 	p.dense_dir = NULL;
+	p.weights = RG_WEIGHTS_AUTO;
 	return p;
 }
 
@@ -110,6 +111,7 @@ rg_status rg_model_upload(rg_model *m, const float *src, size_t n, bool as_act, 
 	st = rg_backend_alloc(be, n * (as_act ? m->esz : sizeof(float)), dst);
 	if (st != RG_OK)
 		return st;
+	rg_model_count_weight(m, n * (as_act ? m->esz : sizeof(float)), false);
 	if (as_act)
 		return rg_backend_upload_f32_as(be, *dst, src, n, rg_backend_dtype(be));
 	return rg_backend_upload(be, *dst, src, n * sizeof(float));
@@ -776,6 +778,13 @@ out:
 const rg_model_info *rg_model_get_info(const rg_model *m)
 {
 	return m ? &m->info : NULL;
+}
+
+/* Every upload of a weight counts itself here (rg_model_upload, the quantized loader). */
+void rg_model_count_weight(rg_model *m, size_t bytes, bool quantized)
+{
+	m->info.weight_bytes += bytes;
+	m->info.quantized_weights += quantized;
 }
 
 long long rg_model_graph_captures(const rg_model *m)

@@ -216,6 +216,8 @@ struct rg_model {
 	unsigned long long graph_clock;
 	long long graph_captures; /* graphs captured so far (tests read it through the env report) */
 	rg_dec_state dec;         /* decoders only */
+	bool keep_quant;          /* rg_model_params.weights AUTO: GEMM weights the backend reads
+				   * in their GGUF blocks stay so (layers.c) */
 	char *chat_template;      /* decoders: GGUF tokenizer.chat_template or
 				   * tokenizer_config.json's, NULL when none */
 	char *chat_bos, *chat_eos; /* decoders: tokenizer_config.json's bos_token / eos_token (a
@@ -418,6 +420,9 @@ rg_status rg_model_read_tensor(const rg_tsrc *src, const char *name, const char 
 /* Allocate backend memory for n values and fill it from host f32 src, in the compute dtype
  * (as_act) or as f32. */
 rg_status rg_model_upload(rg_model *m, const float *src, size_t n, bool as_act, void **dst);
+/* Count bytes of weights just allocated on the backend into m->info.weight_bytes (and one
+ * quantized GEMM weight into quantized_weights when quantized). */
+void rg_model_count_weight(rg_model *m, size_t bytes, bool quantized);
 /* rg_model_read_tensor into a malloc'd f32 host array *dst (caller frees; NULL on error). */
 rg_status rg_model_host_tensor(const rg_tsrc *src, const char *name, int64_t d0, int64_t d1,
 			       float **dst);

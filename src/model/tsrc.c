@@ -98,6 +98,18 @@ static rg_status find_checked(const rg_tsrc *src, const char *const *prefixes, c
 	return RG_OK;
 }
 
+bool rg_tsrc_raw(const rg_tsrc *src, const char *const *prefixes, const char *name, int64_t d0,
+		 int64_t d1, int *type, const void **data, size_t *bytes)
+{
+	char buf[256];
+
+	if (!src->raw || find_checked(src, prefixes, name, d0, d1, buf, sizeof(buf)) != RG_OK) {
+		rg_error_clear();
+		return false;
+	}
+	return src->raw(src->ctx, buf, type, data, bytes);
+}
+
 rg_status rg_tsrc_get(const rg_tsrc *src, const char *const *prefixes, const char *name,
 		      int64_t d0, int64_t d1, float **out)
 {

@@ -33,6 +33,10 @@ typedef struct rg_tsrc {
 	/* Its storage dtype (F32 / F16 / BF16; AUTO: quantized, another type, or absent); NULL:
 	 * the format does not say per tensor (weight_dtype then stands for every tensor). */
 	rg_dtype (*dtype)(void *ctx, const char *name);
+	/* The stored bytes of a tensor of a quantized ggml type (GGUF: Q8_0, Q4_K, ...): *type
+	 * (rg_gguf_type numbering), *data (inside the source, valid while it is open) and *bytes;
+	 * false when it is stored as F32 / F16 / BF16 or absent. NULL: the format has none. */
+	bool (*raw)(void *ctx, const char *name, int *type, const void **data, size_t *bytes);
 	/* q/k projection rows are in the interleaved-pair RoPE order (GGUF) */
 	bool rope_interleaved;
 	/* the checkpoint's floating-point storage (F32 / F16 / BF16; AUTO: quantized or unknown):
@@ -57,6 +61,11 @@ rg_status rg_tsrc_get(const rg_tsrc *src, const char *const *prefixes, const cha
  * errors. What the encoders read into one reused conversion buffer (bert.c). */
 rg_status rg_tsrc_read(const rg_tsrc *src, const char *const *prefixes, const char *name,
 		       int64_t d0, int64_t d1, float *dst);
+/* rg_tsrc_get's lookup and shape check of name, then src->raw: true with the quantized bytes
+ * of a (d0, d1) tensor, false when it is missing, another shape, not quantized, or the source
+ * has no raw hook (the caller then loads it as f32 and reports any error). */
+bool rg_tsrc_raw(const rg_tsrc *src, const char *const *prefixes, const char *name, int64_t d0,
+		 int64_t d1, int *type, const void **data, size_t *bytes);
 /* The storage dtype of name under the first of prefixes where it exists (src->dtype);
  * RG_DTYPE_AUTO when it is absent or the source does not say. */
 rg_dtype rg_tsrc_dtype(const rg_tsrc *src, const char *const *prefixes, const char *name);

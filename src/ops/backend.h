@@ -59,6 +59,10 @@ typedef struct rg_backend_ops {
 	rg_status (*gemm)(rg_backend_ctx *c, rg_dtype dt, const void *A, const void *W, void *out,
 			  int M, int N, int K);
 	rg_status (*prepare_weight)(rg_backend_ctx *c, rg_dtype dt, void *W, int N, int K);
+	/* rg_op_prepare_qweight; NULL: the backend reads no quantized weight (callers dequantize).
+	 * W NULL (c may be NULL too): only whether type is supported, RG_OK or RG_ERR_UNSUPPORTED
+	 * (rg_backend_qtype_supported) */
+	rg_status (*prepare_qweight)(rg_backend_ctx *c, void *W, int type, int N, int K);
 	rg_status (*gemm_bias_act)(rg_backend_ctx *c, rg_dtype dt, const void *A, const void *W,
 				   const void *bias, void *out, int M, int N, int K, rg_act act);
 	rg_status (*bias_act)(rg_backend_ctx *c, rg_dtype dt, void *x, const float *bias, int M,

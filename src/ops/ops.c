@@ -299,6 +299,21 @@ rg_status rg_op_prepare_weight(rg_backend *be, void *W, int N, int K)
 	return be->ops->prepare_weight(be->ctx, be->gemm_dt, W, N, K);
 }
 
+bool rg_backend_qtype_supported(const rg_backend *be, int type)
+{
+	return be->ops->prepare_qweight && be->ops->prepare_qweight(NULL, NULL, type, 0, 0) == RG_OK;
+}
+
+rg_status rg_op_prepare_qweight(rg_backend *be, void *W, int type, int N, int K)
+{
+	if (!W || N <= 0 || K <= 0 || K % 32)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "prepare_qweight: bad shape N=%d K=%d", N, K);
+	if (!be->ops->prepare_qweight)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "%s backend: no quantized weights",
+				 be->ops->name);
+	return be->ops->prepare_qweight(be->ctx, W, type, N, K);
+}
+
 rg_status rg_op_gemm_bias_act(rg_backend *be, const void *A, const void *W, const void *bias,
 			      void *out, int M, int N, int K, rg_act act)
 {

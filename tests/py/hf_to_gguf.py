@@ -14,7 +14,7 @@ def permute(w, n_head):
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def write(path, cfg, w, f16=False, tokens=None, eos_id=2):
+def write(path, cfg, w, f16=False, tokens=None, eos_id=2, qtype=None):
     """As llama.cpp's convert_hf_to_gguf.py writes LlamaModel / Qwen2Model / Qwen3Model /
     Phi3MiniModel: names, q/k permutation for llama only, Phi-3's LongRoPE factors as tensors
     rope_factors_{short,long}.weight with rope.scaling.original_context_length and
@@ -23,7 +23,10 @@ def write(path, cfg, w, f16=False, tokens=None, eos_id=2):
     cfg: the config.json dict; w: {HF tensor name: array}. f16: 2-D tensors stored as F16 (as
     convert_hf_to_gguf.py --outtype f16 does; 1-D norms stay F32), else all F32. tokens: the
     vocabulary as strings in id order (default "t0", "t1", ...), written as a "gpt2" (byte-level
-    BPE) tokenizer without merges; eos_id: tokenizer.ggml.eos_token_id. Returns str(path)."""
+    BPE) tokenizer without merges; eos_id: tokenizer.ggml.eos_token_id. qtype: a
+    gguf.GGMLQuantizationType (Q8_0, Q4_0, ...) for every 2-D tensor, quantized with the gguf
+    package's own quantizer (gguf.quants.quantize), as llama-quantize stores them; 1-D norms
+    stay F32. Returns str(path)."""
     mt = cfg["model_type"]
     arch = mt if mt in ("qwen2", "qwen3", "phi3") else "llama"
     H, heads, kvh = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -81,6 +84,10 @@ def write(path, cfg, w, f16=False, tokens=None, eos_id=2):
                 v = permute(v, heads)
             elif arch == "llama" and stem == "self_attn.k_proj":
                 v = permute(v, kvh)
+        if qtype is not None and v.ndim == 2:
+            wr.add_tensor(n, gguf.quants.quantize(np.ascontiguousarray(v), qtype),
+                          raw_dtype=qtype)
+            continue
         if f16 and v.ndim == 2:
             v = v.astype(np.float16)
         wr.add_tensor(n, np.ascontiguousarray(v))

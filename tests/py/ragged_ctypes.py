@@ -42,7 +42,7 @@ class ModelParams(ctypes.Structure):
     _fields_ = [("device", ctypes.c_int), ("device_index", ctypes.c_int),
                 ("dtype", ctypes.c_int), ("max_batch_tokens", ctypes.c_int),
                 ("pooling_set", ctypes.c_bool), ("pooling", ctypes.c_int),
-                ("dense_dir", ctypes.c_char_p)]
+                ("dense_dir", ctypes.c_char_p), ("weights", ctypes.c_int)]
 
 
 class ModelInfo(ctypes.Structure):
@@ -59,7 +59,10 @@ class ModelInfo(ctypes.Structure):
                 ("multi_label", ctypes.c_bool), ("output_dim", ctypes.c_int),
                 ("kind", ctypes.c_int), ("num_key_value_heads", ctypes.c_int),
                 ("head_dim", ctypes.c_int), ("bos_token_id", ctypes.c_int),
-                ("eos_token_id", ctypes.c_int), ("tie_word_embeddings", ctypes.c_bool)]
+                ("eos_token_id", ctypes.c_int), ("tie_word_embeddings", ctypes.c_bool),
+                ("decoder_start_token_id", ctypes.c_int),
+                ("max_source_positions", ctypes.c_int),
+                ("weight_bytes", ctypes.c_ulonglong), ("quantized_weights", ctypes.c_int)]
 
 
 RG_MODEL_ENCODER, RG_MODEL_DECODER, RG_MODEL_ENC_DEC = 0, 1, 2
@@ -269,8 +272,12 @@ class Tokenizer:
 class Model:
     """A loaded ragged model. device 'cpu'|'cuda', dtype 'fp32'|'fp16'|'bf16'."""
 
-    def __init__(self, model_dir, device="cpu", dtype="fp32", max_batch_tokens=16384):
+    def __init__(self, model_dir, device="cpu", dtype="fp32", max_batch_tokens=16384,
+                 weights="auto"):
+        """weights: rg_model_params.weights, "auto" (GGUF blocks kept where the backend reads
+        them) or "dequantize"."""
         p = ModelParams(DEVICE[device], 0, DTYPE[dtype], max_batch_tokens)
+        p.weights = {"auto": 0, "dequantize": 1}[weights]
         st = ctypes.c_int(0)
         self._h = lib().rg_model_load(model_dir.encode(), ctypes.byref(p), ctypes.byref(st))
         if not self._h:

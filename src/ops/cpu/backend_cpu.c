@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "ops/backend.h"
 #include "ops/cpu/gemm_dnnl.h"
+#include "ops/cpu/qweight.h"
 #include "ops/cpu/ops_cpu.h"
 
 static void cpu_free(rg_backend_ctx *c)
@@ -29,6 +30,7 @@ static void cpu_dealloc(rg_backend_ctx *c, void *ptr)
 {
 	(void)c;
 	rg_dnnl_release(ptr); /* a prepared weight's registry entry dies with its memory */
+	rg_cpu_qweight_release(ptr);
 	free(ptr);
 }
 
@@ -121,6 +123,16 @@ static rg_status cpu_prepare_weight(rg_backend_ctx *c, rg_dtype dt, void *W, int
 {
 	(void)c;
 	return rg_dnnl_prepare(W, N, K, dt);
+}
+
+/* W NULL asks only whether type is supported (rg_backend_qtype_supported). */
+static rg_status cpu_prepare_qweight(rg_backend_ctx *c, void *W, int type, int N, int K)
+{
+	(void)c;
+	if (!rg_cpu_qtype_supported(type))
+		return rg_errorf(RG_ERR_UNSUPPORTED, "cpu: no quantized kernel for ggml type %d",
+				 type);
+	return W ? rg_cpu_qweight_register(W, type, N, K) : RG_OK;
 }
 
 static rg_status cpu_gemm_bias_act(rg_backend_ctx *c, rg_dtype dt, const void *A, const void *W,
@@ -350,6 +362,7 @@ const rg_backend_ops rg_cpu_backend_ops = {
 	.embed_layernorm = cpu_embed_layernorm,
 	.gemm = cpu_gemm,
 	.prepare_weight = cpu_prepare_weight,
+	.prepare_qweight = cpu_prepare_qweight,
 	.gemm_bias_act = cpu_gemm_bias_act,
 	.bias_act = cpu_bias_act,
 	.bias_residual_layernorm = cpu_bias_residual_layernorm,

@@ -9,6 +9,7 @@
 
 #include "ragged.h"
 #include "ops/act.h"
+#include "ops/cpu/qweight.h"
 
 typedef struct rg_cpu_kern {
 	const char *isa; /* "avx512", "avx2" or "generic" */
@@ -55,7 +56,28 @@ typedef struct rg_cpu_kern {
 	/* ... and o (nq, hd) += p (nq rows of stride ldp, nk columns) v (nk, hd; stride ldv) */
 	void (*attn_dec_pv)(const float *p, size_t ldp, int nq, const float *v, size_t ldv, int nk,
 			    int hd, float *o);
+	/* quantized weights (qweight.h): out (K / 32 blocks) = x (K) f32 in rg_q8a blocks,
+	 * K a multiple of 32; round half to even, so every table gives the same blocks */
+	void (*q8_quant_row)(const float *x, int K, rg_q8a *out);
+	/* sum over nb blocks of one weight row w (ggml Q8_0 / Q4_0 / Q4_1 blocks) times the
+	 * activation blocks a: per block an integer dot product, scaled by d_w * d_a (Q4_1: plus
+	 * m_w * s_a) and accumulated in f32 (llama.cpp's ggml_vec_dot_q*_q8 scheme) */
+	float (*qdot_q8_0)(const void *w, const rg_q8a *a, int nb);
+	float (*qdot_q4_0)(const void *w, const rg_q8a *a, int nb);
+	float (*qdot_q4_1)(const void *w, const rg_q8a *a, int nb);
 } rg_cpu_kern;
+
+/* The quantized kernels of each instruction set (kern_generic.c, kern_avx2.c); the AVX-512
+ * table uses the AVX2 ones (no AVX-512 quantized kernel yet). */
+#define RG_QKERN_DECL(isa)                                                                    \
+	void rg_q8_quant_row_##isa(const float *x, int K, rg_q8a *out);                       \
+	float rg_qdot_q8_0_##isa(const void *w, const rg_q8a *a, int nb);                     \
+	float rg_qdot_q4_0_##isa(const void *w, const rg_q8a *a, int nb);                     \
+	float rg_qdot_q4_1_##isa(const void *w, const rg_q8a *a, int nb);
+RG_QKERN_DECL(generic)
+#if defined(__x86_64__) || defined(__i386__)
+RG_QKERN_DECL(avx2)
+#endif
 
 extern const rg_cpu_kern rg_cpu_kern_avx512, rg_cpu_kern_avx2, rg_cpu_kern_generic;
 

@@ -741,4 +741,8 @@ const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.gemm_blk = KNAME(gemm_blk),
 	.attn_dec_qk = KNAME(attn_dec_qk),
 	.attn_dec_pv = KNAME(attn_dec_pv),
+	.q8_quant_row = RG_CAT(rg_q8_quant_row_, RG_QISA),
+	.qdot_q8_0 = RG_CAT(rg_qdot_q8_0_, RG_QISA),
+	.qdot_q4_0 = RG_CAT(rg_qdot_q4_0_, RG_QISA),
+	.qdot_q4_1 = RG_CAT(rg_qdot_q4_1_, RG_QISA),
 };

@@ -1,10 +1,140 @@
-/* kern.h compiled for AVX2 with FMA: 8 float32 lanes. */
+/* kern.h compiled for AVX2 with FMA: 8 float32 lanes; and the AVX2 quantized kernels
+ * (qweight.h), which the AVX-512 table uses too. */
 #if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
-#pragma GCC target("avx2,fma,bmi2")
+#pragma GCC target("avx2,fma,bmi2,f16c")
+
+#include "ops/cpu/cpu_kern.h"
+
+static inline float hsum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+static inline float f16(const uint8_t *p)
+{
+	return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8));
+}
+
+/* 32 signed bytes w times 32 signed bytes a, summed in 8 int32 lanes: |w| (unsigned) times
+ * a with w's sign through vpmaddubsw (pairs fit int16: |w| <= 128, |a| <= 127), then vpmaddwd
+ * by ones. */
+static inline __m256i dot_i8(__m256i w, __m256i a)
+{
+	const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+
+	return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+/* The 32 nibbles of 16 bytes as bytes 0..15 (low nibbles: values 0..15) and 16..31 (high). */
+static inline __m256i nibbles(const uint8_t *qs)
+{
+	const __m128i b = _mm_loadu_si128((const __m128i *)qs);
+	const __m256i v = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+
+	return _mm256_and_si256(v, _mm256_set1_epi8(15));
+}
+
+void rg_q8_quant_row_avx2(const float *x, int K, rg_q8a *out)
+{
+	const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+
+	for (int b = 0; b < K / RG_QK; b++, x += RG_QK) {
+		__m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+		__m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+		__m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v0, absmask),
+						       _mm256_and_ps(v1, absmask)),
+					 _mm256_max_ps(_mm256_and_ps(v2, absmask),
+						       _mm256_and_ps(v3, absmask)));
+		__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+		float amax, d, id;
+		__m256 vid;
+		__m256i i0, i1, i2, i3, p, s16;
+
+		h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+		h = _mm_max_ss(h, _mm_movehdup_ps(h));
+		amax = _mm_cvtss_f32(h);
+		d = amax / 127.f;
+		id = d > 0.f ? 1.f / d : 0.f;
+		vid = _mm256_set1_ps(id);
+		/* round half to even (MXCSR default), as the generic twin's nearbyintf */
+		i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid));
+		i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
+		i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid));
+		i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
+		/* sum of the 32 values, then pack to bytes in order (packs interleave lanes) */
+		s16 = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+		p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+		p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+		_mm256_storeu_si256((__m256i *)out[b].q, p);
+		{
+			__m128i t = _mm_add_epi32(_mm256_castsi256_si128(s16),
+						  _mm256_extracti128_si256(s16, 1));
+
+			t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+			t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+			out[b].d = d;
+			out[b].s = d * (float)_mm_cvtsi128_si32(t);
+		}
+	}
+}
+
+float rg_qdot_q8_0_avx2(const void *w, const rg_q8a *a, int nb)
+{
+	const uint8_t *p = w;
+	__m256 acc = _mm256_setzero_ps();
+
+	for (int b = 0; b < nb; b++, p += 34) {
+		const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 2));
+		const __m256i s = dot_i8(q, _mm256_loadu_si256((const __m256i *)a[b].q));
+
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(p) * a[b].d), _mm256_cvtepi32_ps(s), acc);
+	}
+	return hsum8(acc);
+}
+
+float rg_qdot_q4_0_avx2(const void *w, const rg_q8a *a, int nb)
+{
+	const uint8_t *p = w;
+	const __m256i eight = _mm256_set1_epi8(8);
+	__m256 acc = _mm256_setzero_ps();
+
+	for (int b = 0; b < nb; b++, p += 18) {
+		const __m256i q = _mm256_sub_epi8(nibbles(p + 2), eight);
+		const __m256i s = dot_i8(q, _mm256_loadu_si256((const __m256i *)a[b].q));
+
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(p) * a[b].d), _mm256_cvtepi32_ps(s), acc);
+	}
+	return hsum8(acc);
+}
+
+float rg_qdot_q4_1_avx2(const void *w, const rg_q8a *a, int nb)
+{
+	const uint8_t *p = w;
+	__m256 acc = _mm256_setzero_ps();
+	float off = 0.f;
+
+	for (int b = 0; b < nb; b++, p += 20) {
+		/* the nibbles are unsigned: straight into vpmaddubsw's unsigned operand */
+		const __m256i p16 = _mm256_maddubs_epi16(
+			nibbles(p + 4), _mm256_loadu_si256((const __m256i *)a[b].q));
+		const __m256i s = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(p) * a[b].d), _mm256_cvtepi32_ps(s), acc);
+		off += f16(p + 2) * a[b].s;
+	}
+	return hsum8(acc) + off;
+}
+
 #define RG_VW 8
 #define RG_ISA avx2
+#define RG_QISA avx2
 #define RG_ISA_NAME "avx2"
 #include "ops/cpu/kern.h"
 #else

@@ -5,6 +5,7 @@
 #pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,fma,avx2,bmi2")
 #define RG_VW 16
 #define RG_ISA avx512
+#define RG_QISA avx2 /* no AVX-512 quantized kernels yet: the AVX2 ones */
 #define RG_ISA_NAME "avx512"
 #include "ops/cpu/kern.h"
 #else

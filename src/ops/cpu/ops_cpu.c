@@ -49,7 +49,9 @@ static void kern_init(void)
 	g_best = 0;
 #if defined(__x86_64__) || defined(__i386__)
 	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+	/* f16c: the quantized kernels' fp16 block scales (every AVX2 CPU has it) */
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	    __builtin_cpu_supports("f16c"))
 		g_best = 1;
 	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
 	    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw"))
@@ -309,10 +311,13 @@ static rg_status gemm_run(const float *A, const float *W, const float *bias, flo
 	rg_threadpool *pool = rg_threadpool_global();
 	struct gemm_job j = {A, W, bias, out, M, N, K, 0, 0, 0, act};
 	const rg_dnnl_weight *dw;
+	rg_cpu_qweight qw;
 	int n_mt;
 
 	if (M == 0)
 		return RG_OK;
+	if (rg_cpu_qweight_find(W, &qw))
+		return rg_cpu_qgemm(NULL, &qw, A, bias, out, M, N, K, act);
 	dw = rg_dnnl_find(W);
 	if (dw)
 		return rg_dnnl_gemm(dw, A, bias, out, M, N, K, act);

@@ -1,0 +1,216 @@
+/* Quantized GGUF weights on the CPU (qweight.h): the registry of weights kept in their file's
+ * blocks, and the GEMM over them (activations quantized to int8 blocks, integer block dot
+ * products, fp32 accumulation: llama.cpp's ggml_vec_dot_q*_q8 scheme, written anew). */
+#include "ops/cpu/qweight.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/threadpool.h"
+#include "ops/cpu/cpu_kern.h"
+
+size_t rg_cpu_qtype_block_bytes(int type)
+{
+	switch (type) {
+	case RG_GGUF_Q8_0:
+		return 34;
+	case RG_GGUF_Q4_0:
+		return 18;
+	case RG_GGUF_Q4_1:
+		return 20;
+	}
+	return 0;
+}
+
+bool rg_cpu_qtype_supported(int type)
+{
+	return rg_cpu_qtype_block_bytes(type) > 0;
+}
+
+/* ---------------------------------------------------------------- registry */
+
+/* A flat array: a model holds a few hundred GEMM weights, and a lookup per GEMM is a scan far
+ * cheaper than the product. */
+static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static rg_cpu_qweight *g_reg;
+static size_t g_reg_n, g_reg_cap;
+
+static long reg_index(const void *W)
+{
+	for (size_t i = 0; i < g_reg_n; i++)
+		if (g_reg[i].W == W)
+			return (long)i;
+	return -1;
+}
+
+rg_status rg_cpu_qweight_register(const void *W, int type, int N, int K)
+{
+	rg_status s = RG_OK;
+
+	if (!W || N <= 0 || K <= 0 || K % RG_QK || !rg_cpu_qtype_supported(type))
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "quantized weight: type %d, N=%d, K=%d not supported (Q8_0, Q4_0, "
+				 "Q4_1 with K a multiple of 32)", type, N, K);
+	pthread_mutex_lock(&g_reg_lock);
+	if (reg_index(W) >= 0) {
+		s = rg_errorf(RG_ERR_INVALID_INPUT, "quantized weight %p already registered", W);
+		goto out_unlock;
+	}
+	if (g_reg_n == g_reg_cap) {
+		size_t cap = g_reg_cap ? 2 * g_reg_cap : 256;
+		rg_cpu_qweight *r = realloc(g_reg, cap * sizeof(*r));
+
+		if (!r) {
+			s = rg_errorf(RG_ERR_OOM, "out of host memory for the weight registry");
+			goto out_unlock;
+		}
+		g_reg = r;
+		g_reg_cap = cap;
+	}
+	g_reg[g_reg_n++] = (rg_cpu_qweight){W, type, N, K};
+out_unlock:
+	pthread_mutex_unlock(&g_reg_lock);
+	return s;
+}
+
+void rg_cpu_qweight_release(const void *W)
+{
+	long i;
+
+	if (!W)
+		return;
+	pthread_mutex_lock(&g_reg_lock);
+	if ((i = reg_index(W)) >= 0)
+		g_reg[i] = g_reg[--g_reg_n];
+	if (!g_reg_n) { /* the last model is gone: give the array back too */
+		free(g_reg);
+		g_reg = NULL;
+		g_reg_cap = 0;
+	}
+	pthread_mutex_unlock(&g_reg_lock);
+}
+
+bool rg_cpu_qweight_find(const void *W, rg_cpu_qweight *out)
+{
+	long i;
+
+	if (!g_reg_n) /* racy read, harmless: no quantized weight has ever been registered */
+		return false;
+	pthread_mutex_lock(&g_reg_lock);
+	i = reg_index(W);
+	if (i >= 0)
+		*out = g_reg[i];
+	pthread_mutex_unlock(&g_reg_lock);
+	return i >= 0;
+}
+
+/* ---------------------------------------------------------------- GEMM */
+
+/* The calling thread's quantized copy of A, kept for the next call (as gemm_dnnl.c keeps its
+ * bf16 copy of A). */
+static __thread rg_q8a *t_aq;
+static __thread size_t t_aq_cap;
+
+struct qgemm_job {
+	const rg_cpu_kern *k;
+	const float *A, *bias;
+	const uint8_t *W;
+	rg_q8a *aq;
+	float *out;
+	float (*dot)(const void *w, const rg_q8a *a, int nb);
+	size_t row_bytes;
+	int M, N, K, nb, rows; /* rows: of A per quantize task, of W per GEMM task */
+	rg_act act;
+};
+
+static void quant_task(void *ctx, int task, int thread)
+{
+	const struct qgemm_job *j = ctx;
+	const int m1 = (task + 1) * j->rows < j->M ? (task + 1) * j->rows : j->M;
+
+	(void)thread;
+	for (int m = task * j->rows; m < m1; m++)
+		j->k->q8_quant_row(j->A + (size_t)m * j->K, j->K, j->aq + (size_t)m * j->nb);
+}
+
+/* Rows [n0, n1) of W against every row of A: each W row is read from memory once (a decode
+ * step's cost), its M dot products run while it is in L1. */
+static void qgemm_task(void *ctx, int task, int thread)
+{
+	const struct qgemm_job *j = ctx;
+	const int n0 = task * j->rows, n1 = n0 + j->rows < j->N ? n0 + j->rows : j->N;
+
+	(void)thread;
+	for (int n = n0; n < n1; n++) {
+		const uint8_t *w = j->W + (size_t)n * j->row_bytes;
+
+		for (int m = 0; m < j->M; m++)
+			j->out[(size_t)m * j->N + n] = j->dot(w, j->aq + (size_t)m * j->nb, j->nb);
+	}
+	if (j->bias || j->act != RG_ACT_NONE)
+		j->k->bias_act_rows(j->out + n0, (size_t)j->N, j->bias ? j->bias + n0 : NULL, j->M,
+				    n1 - n0, j->act);
+}
+
+rg_status rg_cpu_qgemm(const struct rg_cpu_kern *kern, const rg_cpu_qweight *w, const float *A,
+		       const float *bias, float *out, int M, int N, int K, rg_act act)
+{
+	rg_threadpool *pool = rg_threadpool_global();
+	const int T = rg_threadpool_size(pool);
+	struct qgemm_job j = {0};
+	size_t need;
+
+	if (N != w->N || K != w->K || M < 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "quantized gemm: shape N=%d K=%d, the weight is N=%d K=%d", N, K,
+				 w->N, w->K);
+	if (M == 0)
+		return RG_OK;
+	j.k = kern ? kern : rg_cpu_kern_select();
+	j.A = A;
+	j.bias = bias;
+	j.W = w->W;
+	j.out = out;
+	j.M = M;
+	j.N = N;
+	j.K = K;
+	j.nb = K / RG_QK;
+	j.act = act;
+	j.row_bytes = (size_t)j.nb * rg_cpu_qtype_block_bytes(w->type);
+	switch (w->type) {
+	case RG_GGUF_Q8_0:
+		j.dot = j.k->qdot_q8_0;
+		break;
+	case RG_GGUF_Q4_0:
+		j.dot = j.k->qdot_q4_0;
+		break;
+	case RG_GGUF_Q4_1:
+		j.dot = j.k->qdot_q4_1;
+		break;
+	default:
+		return rg_errorf(RG_ERR_INTERNAL, "quantized gemm: type %d registered", w->type);
+	}
+	need = (size_t)M * (size_t)j.nb;
+	if (need > t_aq_cap) {
+		rg_q8a *p = realloc(t_aq, need * sizeof(*p));
+
+		if (!p)
+			return rg_errorf(RG_ERR_OOM, "out of host memory for %d quantized rows", M);
+		t_aq = p;
+		t_aq_cap = need;
+	}
+	j.aq = t_aq;
+	/* quantize A: one task per row beyond a few rows (a decode step's 1..4 rows inline) */
+	j.rows = M <= 4 ? M : (M + 2 * T - 1) / (2 * T);
+	if (M <= 4)
+		quant_task(&j, 0, 0);
+	else
+		rg_threadpool_run(pool, (M + j.rows - 1) / j.rows, quant_task, &j);
+	/* W rows per task: 4 tasks per thread (a late thread still balances), >= 16 rows */
+	j.rows = (N + 4 * T - 1) / (4 * T);
+	j.rows = j.rows < 16 ? 16 : j.rows;
+	rg_threadpool_run(pool, (N + j.rows - 1) / j.rows, qgemm_task, &j);
+	return RG_OK;
+}

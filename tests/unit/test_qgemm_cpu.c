@@ -1,0 +1,374 @@
+/* The CPU's quantized GEMM (src/ops/cpu/qweight.h, qgemm.c): the activation quantizer, the
+ * per-type block dot products (Q8_0, Q4_0, Q4_1) of the generic and AVX2 tables, and
+ * rg_cpu_qgemm over them, against a reference computed here in double from the weights as the
+ * test dequantizes them itself and the *unquantized* activations.
+ *
+ * Tolerance: rounding a block of activations to int8 with d = max|x| / 127 moves each value by
+ * at most d / 2, so |got - ref| <= sum over blocks b of (d_b / 2) * sum_{j in b} |w_j| (the
+ * Q8 bound), plus fp32 accumulation, bounded here by 1e-5 * sum_j |w_j x_j| + 1e-30; the test
+ * allows the Q8 bound times 1.001 (d itself is rounded to fp32) plus that. Generic and AVX2
+ * must quantize activations to identical blocks and agree to the fp32 term alone. Outputs carry
+ * guard values that must survive. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/gguf.h"
+#include "ops/cpu/cpu_kern.h"
+#include "ops/cpu/qweight.h"
+
+#define GUARD 16
+#define SENTINEL (-12345.25f)
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+
+static uint32_t urand(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (uint32_t)(rng_state >> 32);
+}
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+	return (float)((double)urand() / 4294967296.0 * 2.0 - 1.0);
+}
+
+/* fp16 bits of a value k / 4096 with 1 <= |k| < 1024: exact in binary16 (normal for these k). */
+static uint16_t f16_of_k(int k, double *val)
+{
+	const double v = k / 4096.0;
+	int e;
+	double m = frexp(fabs(v), &e); /* v = m 2^e, m in [0.5, 1) */
+	const uint16_t mant = (uint16_t)((m * 2.0 - 1.0) * 1024.0);
+	const uint16_t exp = (uint16_t)(e - 1 + 15);
+
+	*val = v;
+	return (uint16_t)((v < 0 ? 0x8000 : 0) | exp << 10 | mant);
+}
+
+static size_t block_bytes(int type)
+{
+	return type == RG_GGUF_Q8_0 ? 34 : type == RG_GGUF_Q4_0 ? 18 : 20;
+}
+
+/* Random blocks of type for a (N, K) weight into w, and their values as the block formats
+ * define them (ggml's, written out again here) into wd (N, K) double. */
+static void make_weight(int type, int N, int K, uint8_t *w, double *wd)
+{
+	const int nb = K / 32;
+
+	for (int n = 0; n < N; n++)
+		for (int b = 0; b < nb; b++) {
+			uint8_t *p = w + ((size_t)n * nb + b) * block_bytes(type);
+			double *o = wd + (size_t)n * K + (size_t)b * 32;
+			double d, m = 0;
+			uint16_t h = f16_of_k((int)(urand() % 200) + 1, &d);
+
+			p[0] = (uint8_t)h;
+			p[1] = (uint8_t)(h >> 8);
+			if (type == RG_GGUF_Q8_0) {
+				for (int j = 0; j < 32; j++) {
+					/* the full int8 range, -128 included */
+					int8_t q = (int8_t)(urand() & 0xff);
+
+					p[2 + j] = (uint8_t)q;
+					o[j] = d * q;
+				}
+				continue;
+			}
+			if (type == RG_GGUF_Q4_1) {
+				uint16_t hm = f16_of_k(-(int)(urand() % 500) - 1, &m);
+
+				p[2] = (uint8_t)hm;
+				p[3] = (uint8_t)(hm >> 8);
+			}
+			for (int j = 0; j < 16; j++) {
+				uint8_t *qs = p + (type == RG_GGUF_Q4_0 ? 2 : 4);
+				const int lo = (int)(urand() & 15), hi = (int)(urand() & 15);
+
+				qs[j] = (uint8_t)(lo | hi << 4);
+				if (type == RG_GGUF_Q4_0) {
+					o[j] = d * (lo - 8);
+					o[j + 16] = d * (hi - 8);
+				} else {
+					o[j] = d * lo + m;
+					o[j + 16] = d * hi + m;
+				}
+			}
+		}
+}
+
+/* Activations: uniform, with an all-zero block and a block of one large outlier per row. */
+static void make_act(int M, int K, float *a)
+{
+	for (size_t i = 0; i < (size_t)M * K; i++)
+		a[i] = frand();
+	for (int m = 0; m < M; m++) {
+		if (K >= 64)
+			memset(a + (size_t)m * K + 32, 0, 32 * sizeof(float));
+		a[(size_t)m * K] = 40.f * (m + 1);
+	}
+}
+
+/* The reference and the tolerance of one output (the header's bound). */
+static void ref_one(const double *wrow, const float *arow, int K, double *ref, double *tol)
+{
+	double r = 0, q8 = 0, mag = 0;
+
+	for (int b = 0; b < K / 32; b++) {
+		double amax = 0, wsum = 0;
+
+		for (int j = 0; j < 32; j++) {
+			const int k = b * 32 + j;
+
+			r += wrow[k] * arow[k];
+			mag += fabs(wrow[k] * arow[k]);
+			wsum += fabs(wrow[k]);
+			amax = fmax(amax, fabs(arow[k]));
+		}
+		q8 += amax / 127.0 / 2.0 * wsum;
+	}
+	*ref = r;
+	*tol = 1.001 * q8 + 1e-5 * mag + 1e-30;
+}
+
+static bool have_avx2(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	       __builtin_cpu_supports("f16c");
+#else
+	return false;
+#endif
+}
+
+static const int TYPES[] = {RG_GGUF_Q8_0, RG_GGUF_Q4_0, RG_GGUF_Q4_1};
+static const int KS[] = {32, 64, 4096 + 32};
+
+/* The activation quantizer: d = max|x| / 127, |x - d q| <= d / 2, s = d sum q; the AVX2 blocks
+ * are the generic ones, byte for byte. */
+static void test_q8_quant_row(void **state)
+{
+	const int K = 4096 + 32, nb = K / 32;
+	float *x = malloc(K * sizeof(float));
+	rg_q8a *g = malloc((nb + 1) * sizeof(rg_q8a)), *v = malloc((nb + 1) * sizeof(rg_q8a));
+
+	(void)state;
+	assert_non_null(x);
+	assert_non_null(g);
+	assert_non_null(v);
+	make_act(1, K, x);
+	x[100] = 1.5f / 127.f * 3.f; /* ties of the rounding come from values like this one */
+	memset(&g[nb], 0x5a, sizeof(rg_q8a));
+	rg_cpu_kern_generic.q8_quant_row(x, K, g);
+	for (int i = 0; i < (int)sizeof(rg_q8a); i++)
+		assert_int_equal(((uint8_t *)&g[nb])[i], 0x5a); /* guard block untouched */
+	for (int b = 0; b < nb; b++) {
+		double amax = 0;
+		int sum = 0;
+
+		for (int j = 0; j < 32; j++)
+			amax = fmax(amax, fabs(x[b * 32 + j]));
+		assert_true(fabs(g[b].d - amax / 127.0) <= 1e-6 * amax / 127.0);
+		for (int j = 0; j < 32; j++) {
+			const double e = fabs((double)x[b * 32 + j] - (double)g[b].d * g[b].q[j]);
+
+			assert_true(g[b].q[j] >= -127 && g[b].q[j] <= 127);
+			assert_true(e <= 0.5001 * g[b].d + 1e-30);
+			sum += g[b].q[j];
+		}
+		assert_true(fabs(g[b].s - (double)g[b].d * sum) <= 1e-6 * fabs(g[b].d * sum) + 1e-30);
+	}
+	assert_true(g[1].d == 0.f && g[1].s == 0.f); /* the zero block */
+	if (have_avx2()) {
+		rg_cpu_kern_avx2.q8_quant_row(x, K, v);
+		for (int b = 0; b < nb; b++) {
+			assert_true(v[b].d == g[b].d);
+			assert_true(v[b].s == g[b].s);
+			assert_memory_equal(v[b].q, g[b].q, 32);
+		}
+	}
+	free(x);
+	free(g);
+	free(v);
+}
+
+/* One table's rg_cpu_qgemm for every type, K and M, N odd, with a bias; every output against
+ * the double reference, guards after the output; returns the outputs for the agreement check. */
+static float *run_qgemm(const rg_cpu_kern *k, int type, const uint8_t *w, int M, int N, int K,
+			const float *a, const float *bias)
+{
+	float *out = malloc(((size_t)M * N + GUARD) * sizeof(float));
+	rg_cpu_qweight qw;
+
+	assert_non_null(out);
+	for (size_t i = 0; i < (size_t)M * N + GUARD; i++)
+		out[i] = SENTINEL;
+	assert_int_equal(rg_cpu_qweight_register(w, type, N, K), RG_OK);
+	assert_true(rg_cpu_qweight_find(w, &qw));
+	assert_int_equal(qw.type, type);
+	assert_int_equal(rg_cpu_qgemm(k, &qw, a, bias, out, M, N, K, RG_ACT_NONE), RG_OK);
+	rg_cpu_qweight_release(w);
+	assert_false(rg_cpu_qweight_find(w, &qw));
+	for (int i = 0; i < GUARD; i++)
+		assert_true(out[(size_t)M * N + i] == SENTINEL);
+	return out;
+}
+
+static void test_qgemm_types(void **state)
+{
+	static const int MS[] = {1, 3, 17};
+	static const int NS[] = {1, 37};
+
+	(void)state;
+	for (size_t ti = 0; ti < 3; ti++)
+		for (size_t ki = 0; ki < 3; ki++)
+			for (size_t mi = 0; mi < 3; mi++)
+				for (size_t ni = 0; ni < 2; ni++) {
+					const int type = TYPES[ti], K = KS[ki], M = MS[mi];
+					const int N = NS[ni];
+					uint8_t *w = malloc((size_t)N * (K / 32) * 34);
+					double *wd = malloc((size_t)N * K * sizeof(double));
+					float *a = malloc((size_t)M * K * sizeof(float));
+					float *bias = malloc(N * sizeof(float));
+					float *g, *v = NULL;
+
+					assert_non_null(w);
+					assert_non_null(wd);
+					assert_non_null(a);
+					assert_non_null(bias);
+					make_weight(type, N, K, w, wd);
+					make_act(M, K, a);
+					for (int n = 0; n < N; n++)
+						bias[n] = frand();
+					g = run_qgemm(&rg_cpu_kern_generic, type, w, M, N, K, a, bias);
+					if (have_avx2())
+						v = run_qgemm(&rg_cpu_kern_avx2, type, w, M, N, K, a,
+							      bias);
+					for (int m = 0; m < M; m++)
+						for (int n = 0; n < N; n++) {
+							const size_t i = (size_t)m * N + n;
+							double ref, tol;
+
+							ref_one(wd + (size_t)n * K, a + (size_t)m * K, K,
+								&ref, &tol);
+							ref += bias[n];
+							if (!(fabs(g[i] - ref) <= tol))
+								fail_msg("generic type %d K %d M %d N %d "
+									 "[%d,%d]: %g vs %g (tol %g)",
+									 type, K, M, N, m, n, g[i], ref,
+									 tol);
+							if (v && !(fabs(v[i] - ref) <= tol))
+								fail_msg("avx2 type %d K %d M %d N %d "
+									 "[%d,%d]: %g vs %g (tol %g)",
+									 type, K, M, N, m, n, v[i], ref,
+									 tol);
+						}
+					free(g);
+					free(v);
+					free(w);
+					free(wd);
+					free(a);
+					free(bias);
+				}
+}
+
+/* The two tables' block dot products on the same activation blocks: equal up to fp32
+ * accumulation order (1e-5 of sum |w| |d q|). */
+static void test_qdot_agree(void **state)
+{
+	const int K = 4096 + 32, nb = K / 32;
+	uint8_t *w = malloc((size_t)nb * 34);
+	double *wd = malloc(K * sizeof(double));
+	float *x = malloc(K * sizeof(float));
+	rg_q8a *aq = malloc(nb * sizeof(rg_q8a));
+
+	(void)state;
+	if (!have_avx2()) {
+		free(w), free(wd), free(x), free(aq);
+		skip();
+	}
+	assert_non_null(w);
+	assert_non_null(wd);
+	assert_non_null(x);
+	assert_non_null(aq);
+	for (size_t ti = 0; ti < 3; ti++)
+		for (int rep = 0; rep < 8; rep++) {
+			const int type = TYPES[ti];
+			float (*dg)(const void *, const rg_q8a *, int);
+			float (*dv)(const void *, const rg_q8a *, int);
+			double mag = 0;
+			float g, v;
+
+			dg = type == RG_GGUF_Q8_0   ? rg_cpu_kern_generic.qdot_q8_0
+			     : type == RG_GGUF_Q4_0 ? rg_cpu_kern_generic.qdot_q4_0
+						    : rg_cpu_kern_generic.qdot_q4_1;
+			dv = type == RG_GGUF_Q8_0   ? rg_cpu_kern_avx2.qdot_q8_0
+			     : type == RG_GGUF_Q4_0 ? rg_cpu_kern_avx2.qdot_q4_0
+						    : rg_cpu_kern_avx2.qdot_q4_1;
+			make_weight(type, 1, K, w, wd);
+			make_act(1, K, x);
+			rg_cpu_kern_generic.q8_quant_row(x, K, aq);
+			for (int k = 0; k < K; k++)
+				mag += fabs(wd[k]) * fabs((double)aq[k / 32].d * aq[k / 32].q[k % 32]);
+			for (int len = 1; len <= nb; len += nb - 1) { /* one block, and all */
+				g = dg(w, aq, len);
+				v = dv(w, aq, len);
+				assert_true(fabs(g - v) <= 1e-5 * mag + 1e-30);
+			}
+		}
+	free(w);
+	free(wd);
+	free(x);
+	free(aq);
+}
+
+/* Registry contract: bad shapes and types refused, no double registration. */
+static void test_qweight_registry(void **state)
+{
+	static uint8_t w[4 * 34];
+	rg_cpu_qweight qw;
+
+	(void)state;
+	assert_int_equal(rg_cpu_qweight_register(w, RG_GGUF_Q8_0, 2, 33), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_cpu_qweight_register(w, RG_GGUF_Q6_K, 2, 256), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_cpu_qweight_register(w, RG_GGUF_Q8_0, 0, 32), RG_ERR_INVALID_INPUT);
+	assert_false(rg_cpu_qweight_find(w, &qw));
+	assert_int_equal(rg_cpu_qweight_register(w, RG_GGUF_Q8_0, 2, 64), RG_OK);
+	assert_int_equal(rg_cpu_qweight_register(w, RG_GGUF_Q4_0, 2, 64), RG_ERR_INVALID_INPUT);
+	assert_true(rg_cpu_qweight_find(w, &qw));
+	assert_int_equal(qw.N, 2);
+	assert_int_equal(qw.K, 64);
+	{
+		float a[64] = {0}, out[3] = {0};
+
+		/* a shape that is not the registered one */
+		assert_int_equal(rg_cpu_qgemm(NULL, &qw, a, NULL, out, 1, 3, 64, RG_ACT_NONE),
+				 RG_ERR_INVALID_INPUT);
+	}
+	rg_cpu_qweight_release(w);
+	assert_false(rg_cpu_qweight_find(w, &qw));
+	rg_cpu_qweight_release(NULL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_q8_quant_row),
+		cmocka_unit_test(test_qgemm_types),
+		cmocka_unit_test(test_qdot_agree),
+		cmocka_unit_test(test_qweight_registry),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
