@@ -6,6 +6,8 @@
   logits equal to ~1e-6), each output parses and validates (jsonschema where importable, else
   json.loads and the required keys), regex outputs fullmatch Python's re, choices are choices;
   sampled n=3 outputs validate too.
+- GGUF Q8_0 on CUDA (dequantized at load there): greedy ids equal the CPU's with --weights
+  dequantize.
 - Prompt-lookup speculative decoding (issue 30 item 4), when the build has it: greedy ids with
   drafts equal greedy ids without, on CUDA and against the CPU, drafts accepted and rejected; KV
   blocks back to 0.
@@ -108,6 +110,24 @@ if spec:
     check("spec: KV blocks in use 0", gpu.kv_blocks_in_use() == 0)
 else:
     print("info spec: this build has no speculative decoding")
+try:  # GGUF after issue 30's CPU change: CUDA still dequantizes at load
+    import hf_to_gguf
+    import gguf
+    import make_decoder
+    t = tempfile.mkdtemp()
+    cfg, w = make_decoder.make(os.path.join(t, "hf"), "llama", seed=7, H=64, heads=4, kv_heads=2,
+                               layers=2, inter=128, vocab=160, tie=False)
+    path = str(hf_to_gguf.write(os.path.join(t, "q8.gguf"), cfg, w,
+                                qtype=gguf.GGMLQuantizationType.Q8_0))
+    ids = [[5, 17, 3, 9, 22, 1, 40], [7, 8, 9]]
+    c = Generator(path, device="cpu", dtype="fp32", weights="dequantize").generate(
+        ids, max_tokens=16, ignore_eos=True)
+    gq = Generator(path, device=os.environ.get("ISSUE30_31_DEVICE", "cuda"), dtype="fp32")
+    g = gq.generate(ids, max_tokens=16, ignore_eos=True)
+    check("GGUF Q8_0: CUDA greedy ids == CPU --weights dequantize", [o["ids"] for o in c] ==
+          [o["ids"] for o in g])
+except ImportError as e:
+    print(f"info GGUF check skipped: {e}")
 print(f"{len(results) - len(fails)} of {len(results)} checks passed")
 if len(sys.argv) > 1:
     json.dump({"commit": os.environ.get("RAGGED_COMMIT"), "checks": results,
