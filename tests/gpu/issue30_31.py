@@ -122,7 +122,9 @@ try:  # GGUF after issue 30's CPU change: CUDA still dequantizes at load
     ids = [[5, 17, 3, 9, 22, 1, 40], [7, 8, 9]]
     c = Generator(path, device="cpu", dtype="fp32", weights="dequantize").generate(
         ids, max_tokens=16, ignore_eos=True)
-    gq = Generator(path, device=os.environ.get("ISSUE30_31_DEVICE", "cuda"), dtype="fp32")
+    dev = os.environ.get("ISSUE30_31_DEVICE", "cuda")
+    kw = {"weights": "dequantize"} if dev == "cpu" else {}  # the CPU dry run: the same path
+    gq = Generator(path, device=dev, dtype="fp32", **kw)
     g = gq.generate(ids, max_tokens=16, ignore_eos=True)
     check("GGUF Q8_0: CUDA greedy ids == CPU --weights dequantize", [o["ids"] for o in c] ==
           [o["ids"] for o in g])
