@@ -118,6 +118,8 @@ TESTS = {
     "translate_bench": "bench/peer/translate_gpu.sh's log (issue 29)",
     "translate_graphs": "tests/gpu/issue29.sh and bench/peer/translate_graphs.sh's log (issue 29)",
     "graphs_ab": "tests/gpu/graphs_ab.sh's log: graphs above 64 rows, decode and translate",
+    "issue30_31": "tests/gpu/issue30_31.py: structured outputs, prompt-lookup speculative decoding "
+                  "and a GGUF Q8_0 model on CUDA against the CPU",
     "translate_memcheck": "tests/gpu/translate_memcheck.py under compute-sanitizer memcheck: "
                           "enc-dec CUDA paths, KV blocks back to 0 (issue 29)",
     "issue29": "tests/gpu/issue29.sh: build, translate_cuda.py, translate_hf_public.py",
