@@ -84,6 +84,7 @@
 #include "server/engine.h"
 #include "server/fingerprint.h"
 #include "server/http_guard.h"
+#include "core/buf.h"
 #include "server/json_log.h"
 #include "server/metrics.h"
 #include "server/request.h"
@@ -791,10 +792,30 @@ int rg_serve_main(int argc, char **argv)
 			rg_engine_time_budget_ms(s->engine), s->o.admission);
 	}
 	atomic_store(&s->ready, true);
-	printf("ragged serving %s on http://%s:%d (%s, %s, %s)\n", s->o.model, s->o.host, s->port,
-	       rg_device_name(s->o.device), rg_dtype_name(s->o.dtype),
-	       s->decoder ? "continuous-batching" : rg_sched_kind_name(s->kind));
-	fflush(stdout);
+	{
+		/* the start-up line on stdout (what supervisors and tests wait for); with
+		 * --json-output a JSON log object like every other line */
+		char line[1024];
+		int n = snprintf(line, sizeof(line), "ragged serving %s on http://%s:%d (%s, %s, %s)",
+				 s->o.model, s->o.host, s->port, rg_device_name(s->o.device),
+				 rg_dtype_name(s->o.dtype),
+				 s->decoder ? "continuous-batching" : rg_sched_kind_name(s->kind));
+		size_t len = n < 0 ? 0 : (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+
+		if (s->o.json_output) {
+			struct timespec now;
+			rg_buf b;
+
+			clock_gettime(CLOCK_REALTIME, &now);
+			rg_buf_init(&b);
+			rg_json_log_format(&b, line, len, (long long)now.tv_sec, now.tv_nsec);
+			fwrite(b.data ? b.data : "", 1, b.len, stdout);
+			rg_buf_free(&b);
+		} else {
+			printf("%.*s\n", (int)len, line);
+		}
+		fflush(stdout);
+	}
 
 	do {
 		if (sigwait(&sigs, &sig) != 0)

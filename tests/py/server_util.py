@@ -71,6 +71,13 @@ class Server:
         self._err_thread = threading.Thread(target=self._drain_stderr, daemon=True)
         self._err_thread.start()
         line = self._read_line(start_timeout)
+        self.start_json = None
+        if line.lstrip().startswith("{"):  # --json-output: the line is a JSON log object
+            try:
+                self.start_json = json.loads(line)
+                line = self.start_json["message"]
+            except (ValueError, KeyError):
+                pass
         m = re.match(r"ragged serving (.+) on http://([^:]+):(\d+) \((\w+), (\w+), ([\w-]+)\)$",
                      line.strip())
         if not m:

@@ -150,7 +150,11 @@ def test_tei_launch_line(dense_dir):
         assert st == 200 and out["model"] == "tei-emb"
     finally:
         s.stop()
-    # --json-output: every log line is a JSON object
+    # --json-output: every log line is a JSON object, the start-up line on stdout too
+    sj = s.start_json
+    assert set(sj) == {"timestamp", "level", "message", "target"}, sj
+    assert sj["level"] == "INFO" and sj["message"].startswith("ragged serving ")
+    assert f":{s.port} (" in sj["message"]
     lines = [ln for ln in s.stderr().splitlines() if ln.strip()]
     assert len(lines) >= 3
     for ln in lines:
