@@ -157,87 +157,84 @@ static void sample_row(const float *x, int M, int N, const rg_sample_args *a, in
 {
 	float *w = a->work;
 	int32_t *ix = (int32_t *)(w + (size_t)M * N);
+	const rg_sample_row *p = &a->rows[r];
+	float *l = w + (size_t)r * N;
+	int32_t *sc = ix + (size_t)r * N;
+	const bool greedy = !(p->temperature > 0.f);
+	float mx = -INFINITY;
+	double total = 0.0, lse;
+	int32_t id = -1, last = -1;
 
-	{
-		const rg_sample_row *p = &a->rows[r];
-		float *l = w + (size_t)r * N;
-		int32_t *sc = ix + (size_t)r * N;
-		const bool greedy = !(p->temperature > 0.f);
-		float mx = -INFINITY;
-		double total = 0.0, lse;
-		int32_t id = -1, last = -1;
-
-		load_row(x + (size_t)r * N, N, r, a, l);
-		if (!greedy) {
-			if (p->temperature != 1.f)
-				for (int j = 0; j < N; j++) {
-					l[j] /= p->temperature;
-					l[j] = l[j] > FLT_MAX ? FLT_MAX : l[j];
-				}
-			if (p->top_k > 0 && p->top_k < N) {
-				float kth;
-
-				topk_hier(l, N, p->top_k, sc, sc);
-				kth = l[sc[p->top_k - 1]];
-				for (int j = 0; j < N; j++)
-					if (!(l[j] >= kth))
-						l[j] = -INFINITY;
+	load_row(x + (size_t)r * N, N, r, a, l);
+	if (!greedy) {
+		if (p->temperature != 1.f)
+			for (int j = 0; j < N; j++) {
+				l[j] /= p->temperature;
+				l[j] = l[j] > FLT_MAX ? FLT_MAX : l[j];
 			}
-			if (p->top_p < 1.f)
-				top_p(l, N, p->top_p, sc);
-		}
-		for (int j = 0; j < N; j++)
-			mx = l[j] > mx ? l[j] : mx;
-		if (!greedy && p->min_p > 0.f)
+		if (p->top_k > 0 && p->top_k < N) {
+			float kth;
+
+			topk_hier(l, N, p->top_k, sc, sc);
+			kth = l[sc[p->top_k - 1]];
 			for (int j = 0; j < N; j++)
-				if (exp((double)l[j] - (double)mx) < (double)p->min_p)
-					l[j] = -INFINITY; /* the maximum stays: exp(0) = 1 */
-		if (mx == -INFINITY) { /* nothing left to draw from */
-			a->ids[r] = 0;
-			if (a->logprobs)
-				a->logprobs[r] = NAN;
-			for (int j = 0; j < a->top_n; j++) {
-				a->top_ids[(size_t)r * a->top_n + j] = -1;
-				a->top_logprobs[(size_t)r * a->top_n + j] = -INFINITY;
-			}
-			return;
+				if (!(l[j] >= kth))
+					l[j] = -INFINITY;
 		}
+		if (p->top_p < 1.f)
+			top_p(l, N, p->top_p, sc);
+	}
+	for (int j = 0; j < N; j++)
+		mx = l[j] > mx ? l[j] : mx;
+	if (!greedy && p->min_p > 0.f)
+		for (int j = 0; j < N; j++)
+			if (exp((double)l[j] - (double)mx) < (double)p->min_p)
+				l[j] = -INFINITY; /* the maximum stays: exp(0) = 1 */
+	if (mx == -INFINITY) { /* nothing left to draw from */
+		a->ids[r] = 0;
+		if (a->logprobs)
+			a->logprobs[r] = NAN;
+		for (int j = 0; j < a->top_n; j++) {
+			a->top_ids[(size_t)r * a->top_n + j] = -1;
+			a->top_logprobs[(size_t)r * a->top_n + j] = -INFINITY;
+		}
+		return;
+	}
+	for (int j = 0; j < N; j++)
+		if (l[j] > -INFINITY) {
+			total += exp((double)l[j] - (double)mx);
+			last = j;
+			if (greedy && id < 0 && l[j] == mx)
+				id = j;
+		}
+	if (!greedy) {
+		const double target = p->u * total;
+		double run = 0.0;
+
+		id = last;
 		for (int j = 0; j < N; j++)
 			if (l[j] > -INFINITY) {
-				total += exp((double)l[j] - (double)mx);
-				last = j;
-				if (greedy && id < 0 && l[j] == mx)
+				run += exp((double)l[j] - (double)mx);
+				if (run > target) {
 					id = j;
-			}
-		if (!greedy) {
-			const double target = p->u * total;
-			double run = 0.0;
-
-			id = last;
-			for (int j = 0; j < N; j++)
-				if (l[j] > -INFINITY) {
-					run += exp((double)l[j] - (double)mx);
-					if (run > target) {
-						id = j;
-						break;
-					}
+					break;
 				}
-		}
-		lse = (double)mx + log(total);
-		a->ids[r] = id;
-		if (a->logprobs)
-			a->logprobs[r] = (float)((double)l[id] - lse);
-		if (a->top_n > 0) {
-			const int k = a->top_n < N ? a->top_n : N;
-
-			topk_hier(l, N, k, sc, sc);
-			for (int j = 0; j < a->top_n; j++) {
-				const bool ok = j < k && l[sc[j]] > -INFINITY;
-
-				a->top_ids[(size_t)r * a->top_n + j] = ok ? sc[j] : -1;
-				a->top_logprobs[(size_t)r * a->top_n + j] =
-					ok ? (float)((double)l[sc[j]] - lse) : -INFINITY;
 			}
+	}
+	lse = (double)mx + log(total);
+	a->ids[r] = id;
+	if (a->logprobs)
+		a->logprobs[r] = (float)((double)l[id] - lse);
+	if (a->top_n > 0) {
+		const int k = a->top_n < N ? a->top_n : N;
+
+		topk_hier(l, N, k, sc, sc);
+		for (int j = 0; j < a->top_n; j++) {
+			const bool ok = j < k && l[sc[j]] > -INFINITY;
+
+			a->top_ids[(size_t)r * a->top_n + j] = ok ? sc[j] : -1;
+			a->top_logprobs[(size_t)r * a->top_n + j] =
+				ok ? (float)((double)l[sc[j]] - lse) : -INFINITY;
 		}
 	}
 }
