@@ -4,6 +4,7 @@
 #include "ops/cpu/qweight.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "core/error.h"
@@ -109,9 +110,58 @@ bool rg_cpu_qweight_find(const void *W, rg_cpu_qweight *out)
 /* ---------------------------------------------------------------- GEMM */
 
 /* The calling thread's quantized copy of A, kept for the next call (as gemm_dnnl.c keeps its
- * bf16 copy of A). */
-static __thread rg_q8a *t_aq;
-static __thread size_t t_aq_cap;
+ * bf16 copy of A) in a thread-specific value whose destructor frees it when the thread ends (a
+ * server's step thread: a __thread pointer would leak its buffer then). */
+typedef struct aq_buf {
+	rg_q8a *p;
+	size_t cap; /* blocks */
+} aq_buf;
+
+static pthread_once_t g_aq_once = PTHREAD_ONCE_INIT;
+static pthread_key_t g_aq_key;
+static bool g_aq_ok;
+
+static void aq_free(void *v)
+{
+	aq_buf *b = v;
+
+	if (b)
+		free(b->p);
+	free(b);
+}
+
+static void aq_init(void)
+{
+	g_aq_ok = pthread_key_create(&g_aq_key, aq_free) == 0;
+}
+
+/* The calling thread's buffer of at least need blocks, or NULL (out of memory). */
+static rg_q8a *aq_get(size_t need)
+{
+	aq_buf *b;
+
+	pthread_once(&g_aq_once, aq_init);
+	if (!g_aq_ok)
+		return NULL;
+	b = pthread_getspecific(g_aq_key);
+	if (!b) {
+		if (!(b = calloc(1, sizeof(*b))))
+			return NULL;
+		if (pthread_setspecific(g_aq_key, b) != 0) {
+			free(b);
+			return NULL;
+		}
+	}
+	if (need > b->cap) {
+		rg_q8a *p = realloc(b->p, need * sizeof(*p));
+
+		if (!p)
+			return NULL;
+		b->p = p;
+		b->cap = need;
+	}
+	return b->p;
+}
 
 struct qgemm_job {
 	const rg_cpu_kern *k;
@@ -193,15 +243,8 @@ rg_status rg_cpu_qgemm(const struct rg_cpu_kern *kern, const rg_cpu_qweight *w, 
 		return rg_errorf(RG_ERR_INTERNAL, "quantized gemm: type %d registered", w->type);
 	}
 	need = (size_t)M * (size_t)j.nb;
-	if (need > t_aq_cap) {
-		rg_q8a *p = realloc(t_aq, need * sizeof(*p));
-
-		if (!p)
-			return rg_errorf(RG_ERR_OOM, "out of host memory for %d quantized rows", M);
-		t_aq = p;
-		t_aq_cap = need;
-	}
-	j.aq = t_aq;
+	if (!(j.aq = aq_get(need)))
+		return rg_errorf(RG_ERR_OOM, "out of host memory for %d quantized rows", M);
 	/* quantize A: one task per row beyond a few rows (a decode step's 1..4 rows inline) */
 	j.rows = M <= 4 ? M : (M + 2 * T - 1) / (2 * T);
 	if (M <= 4)
