@@ -902,7 +902,14 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 			     err)))
 		return st;
 	/* features ragged does not have */
-	if ((st = refuse_feature(root, "suffix", OK_EMPTY_STR, "no fill-in-the-middle", err)) ||
+	if (!chat && (st = get_str(root, "suffix", &r->suffix, err)) != RG_OK)
+		return st;
+	if (!chat && r->suffix && !r->suffix[0]) { /* "": no suffix, as OpenAI takes it */
+		free(r->suffix);
+		r->suffix = NULL;
+	}
+	if ((chat && (st = refuse_feature(root, "suffix", OK_EMPTY_STR, "no fill-in-the-middle",
+					  err))) ||
 	    (st = refuse_feature(root, "tools", OK_EMPTY_LIST, "no tool calling", err)) ||
 	    (st = refuse_feature(root, "tool_choice", OK_NONE_STR, "no tool calling", err)) ||
 	    (st = refuse_feature(root, "functions", OK_EMPTY_LIST, "no function calling", err)) ||
@@ -1302,6 +1309,7 @@ void rg_gen_request_free(rg_gen_request *r)
 		free(r->template_vars[i]);
 	free(r->template_vars);
 	free(r->user);
+	free(r->suffix);
 	free(r->src_lang);
 	free(r->tgt_lang);
 	free(r->grammar);
@@ -1738,4 +1746,32 @@ void rg_gen_answer_error_event(rg_buf *b, rg_gen_api api, const char *type, cons
 void rg_gen_answer_done_event(rg_buf *b)
 {
 	rg_buf_puts(b, "data: [DONE]\n\n");
+}
+
+void rg_fim_tokens(const rg_model *m, int vocab, int32_t fim[3])
+{
+	static const char *const names[2][3] = {
+		{"<fim_prefix>", "<fim_suffix>", "<fim_middle>"},
+		{"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"},
+	};
+	int32_t found[2][3] = {{-1, -1, -1}, {-1, -1, -1}};
+
+	fim[0] = fim[1] = fim[2] = -1;
+	for (int32_t id = 0; m && id < vocab; id++) {
+		size_t len = 0;
+		const char *t = rg_model_token(m, id, &len);
+
+		if (!t || len < 12 || len > 14 || t[0] != '<')
+			continue;
+		for (int f = 0; f < 2; f++)
+			for (int k = 0; k < 3; k++)
+				if (found[f][k] < 0 && strlen(names[f][k]) == len &&
+				    !memcmp(t, names[f][k], len))
+					found[f][k] = id;
+	}
+	for (int f = 0; f < 2; f++)
+		if (found[f][0] >= 0 && found[f][1] >= 0 && found[f][2] >= 0) {
+			memcpy(fim, found[f], sizeof(found[f]));
+			return;
+		}
 }

@@ -114,6 +114,8 @@ typedef struct rg_gen_request {
 				   * top_logprobs without logprobs: 400); TGI: "details" -> 0 (one
 				   * logprob per token), "top_n_tokens" -> that */
 	bool echo;                /* completions "echo": the prompt text is prepended */
+	char *suffix;             /* completions "suffix" (fill-in-the-middle): the text after the
+				   * completion, NULL when absent or "" */
 	bool ignore_eos;          /* vLLM's "ignore_eos" */
 	bool skip_special_tokens; /* vLLM's, default true */
 	/* TGI */
@@ -190,6 +192,14 @@ void rg_gen_request_free(rg_gen_request *r);
  * TGI's validation does (encoding.truncate(truncate, 0, Left); the prompt text is the kept ids
  * decoded). Returns whether ids were dropped. */
 bool rg_gen_request_truncate_ids(const rg_gen_request *r, int32_t *ids, int *n);
+
+/* The fill-in-the-middle tokens of m's vocabulary (ids [0, vocab)) into fim[0..2]: prefix,
+ * suffix, middle, by their text as StarCoder / SantaCoder / SmolLM ("<fim_prefix>",
+ * "<fim_suffix>", "<fim_middle>") and Qwen2.5-Coder ("<|fim_prefix|>", ...) name them; -1 each
+ * when the vocabulary lacks one of the three (all three are then -1). A completion with a
+ * "suffix" is the prompt prefix-suffix-middle (PSM, Bavarian et al. 2022, "Efficient Training
+ * of Language Models to Fill in the Middle"): fim[0] prompt fim[1] suffix fim[2]. */
+void rg_fim_tokens(const rg_model *m, int vocab, int32_t fim[3]);
 
 /* ---- answers ---------------------------------------------------------------------------- */
 

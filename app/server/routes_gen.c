@@ -704,6 +704,70 @@ static rg_status render_chat(conn_ctx *c, char **out, rg_encoding *enc, const ch
 	return st;
 }
 
+/* A completion with a "suffix" (fill-in-the-middle): prompt p's ids as prefix-suffix-middle,
+ * fim[0] prompt fim[1] suffix fim[2] (rg_fim_tokens; the texts without the tokenizer's
+ * template, as llama.cpp's infill and StarCoder's FIM prompts are built); a token-id prompt is
+ * taken as it is. A model without the tokens: RG_ERR_UNSUPPORTED (400 on "suffix"). */
+static rg_status fim_ids(conn_ctx *c, int p, int32_t **ids, int *n, char **text_out,
+			 size_t *text_len, const char **param)
+{
+	const rg_gen_request *r = &c->gen->req;
+	const int32_t *fim = c->srv->fim;
+	rg_encode_params ep = rg_encode_params_default();
+	rg_encoding pre = {0}, suf = {0};
+	rg_status st;
+	size_t np;
+
+	*param = "suffix";
+	if (fim[0] < 0)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "suffix (fill-in-the-middle): this model's vocabulary has no "
+				 "<fim_prefix> / <fim_suffix> / <fim_middle> tokens (nor "
+				 "<|fim_prefix|> ...)");
+	ep.add_special_tokens = false;
+	ep.max_length = SIZE_MAX;
+	if (!(r->ids && r->ids[p]) &&
+	    (st = rg_model_encode(c->srv->model, r->texts[p], r->text_lens[p], NULL, 0, &ep,
+				  &pre)) != RG_OK) {
+		*param = "prompt";
+		return st;
+	}
+	if ((st = rg_model_encode(c->srv->model, r->suffix, strlen(r->suffix), NULL, 0, &ep,
+				  &suf)) != RG_OK)
+		goto out_free;
+	np = r->ids && r->ids[p] ? (size_t)r->n_ids[p] : pre.n;
+	if (!(*ids = malloc((np + suf.n + 3) * sizeof(int32_t)))) {
+		st = rg_errorf(RG_ERR_OOM, "out of host memory");
+		goto out_free;
+	}
+	(*ids)[0] = fim[0];
+	memcpy(*ids + 1, r->ids && r->ids[p] ? r->ids[p] : pre.ids, np * sizeof(int32_t));
+	(*ids)[np + 1] = fim[1];
+	if (suf.n)
+		memcpy(*ids + np + 2, suf.ids, suf.n * sizeof(int32_t));
+	(*ids)[np + suf.n + 2] = fim[2];
+	*n = (int)(np + suf.n + 3);
+	if (text_out) {
+		*text_out = NULL;
+		*text_len = 0;
+		if (!(r->ids && r->ids[p]) && (*text_out = malloc(r->text_lens[p] + 1))) {
+			memcpy(*text_out, r->texts[p], r->text_lens[p]);
+			(*text_out)[r->text_lens[p]] = '\0';
+			*text_len = r->text_lens[p];
+		} else if (r->ids && r->ids[p] &&
+			   rg_model_decode(c->srv->model, r->ids[p], (size_t)r->n_ids[p], false,
+					   text_out, text_len) != RG_OK) {
+			*text_out = NULL;
+			*text_len = 0;
+		}
+	}
+	*param = "prompt";
+out_free:
+	rg_encoding_free(&pre);
+	rg_encoding_free(&suf);
+	return st;
+}
+
 /* Tokenize prompt p of the request into *ids (malloc'd), *n. add_special: the tokenizer's
  * template (BOS) for plain texts; a rendered chat has its own. */
 static rg_status prompt_ids(conn_ctx *c, int p, int32_t **ids, int *n, char **text_out,
@@ -719,6 +783,8 @@ static rg_status prompt_ids(conn_ctx *c, int p, int32_t **ids, int *n, char **te
 
 	*param = r->api == RG_GEN_API_CHAT ? "messages"
 		 : r->api == RG_GEN_API_COMPLETIONS ? "prompt" : "inputs";
+	if (r->api == RG_GEN_API_COMPLETIONS && r->suffix)
+		return fim_ids(c, p, ids, n, text_out, text_len, param);
 	if (r->api != RG_GEN_API_CHAT && r->ids && r->ids[p]) {
 		*ids = malloc((size_t)r->n_ids[p] * sizeof(int32_t));
 		if (!*ids)

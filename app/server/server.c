@@ -85,6 +85,7 @@
 #include "server/fingerprint.h"
 #include "server/http_guard.h"
 #include "core/buf.h"
+#include "server/gen_request.h"
 #include "server/json_log.h"
 #include "server/metrics.h"
 #include "server/request.h"
@@ -770,6 +771,8 @@ int rg_serve_main(int argc, char **argv)
 								 : "the model has no chat template");
 		}
 
+		rg_fim_tokens(s->model, s->info->kind == RG_MODEL_DECODER ? s->info->vocab_size : 0,
+			      s->fim);
 		rg_model_kv_info(s->model, &kv);
 		fprintf(stderr, "ragged serve: generation engine: KV cache %d blocks of %d tokens "
 			"(%.1f MiB, %d tokens), context %d, %d sequences and %d tokens per step, "

@@ -38,6 +38,9 @@ typedef struct rg_server {
 	const char *chat_family; /* decoders: the chat template's family ("chatml", ...), NULL when
 				  * none or unknown (the chat route answers 400 then) */
 	char chat_unknown[160];  /* why chat_family is NULL (rg_model_chat_family's error) */
+	int32_t fim[3];          /* decoders: the vocabulary's fill-in-the-middle tokens (prefix,
+				  * suffix, middle: StarCoder / SmolLM's <fim_prefix>..., Qwen2.5-Coder's
+				  * <|fim_prefix|>...), -1 each when it has none (rg_fim_tokens) */
 	rg_cache *cache;
 	rg_cost_table *cost;     /* DP: the stored table loaded at start, else NULL */
 	struct rg_cost_measure *measure; /* DP without a stored table: measured in the

@@ -29,13 +29,14 @@ CHATML = (
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
-def make(out_dir, seed=0, vocab=400, n_pos=256, H=32, layers=2):
+def make(out_dir, seed=0, vocab=400, n_pos=256, H=32, layers=2, extra_special=()):
+    """extra_special: more special tokens of the vocabulary (e.g. StarCoder's FIM tokens)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     os.makedirs(out_dir, exist_ok=True)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIAL,
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIAL + list(extra_special),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(CORPUS * 4, trainer)

@@ -912,3 +912,50 @@ def test_penalties_bias_min_tokens(srv, gen, tok):
     st, out = srv.post_json("/v1/completions", {"prompt": ids, "max_tokens": 6, "temperature": 0,
                                                 "logit_bias": {str(eos): 100}})
     assert out["choices"][0]["finish_reason"] == "stop" and out["usage"]["completion_tokens"] == 1
+
+
+FIM = ("<fim_prefix>", "<fim_suffix>", "<fim_middle>")
+
+
+def test_completion_suffix_fill_in_the_middle(tmp_path, srv):
+    """/v1/completions "suffix" on a vocabulary with StarCoder's FIM tokens: the prompt is
+    <fim_prefix> prompt <fim_suffix> suffix <fim_middle> (PSM), the texts without the
+    template, as HF tokenizers encode them (the independent reference); the completion equals
+    rg_generate's on those ids; token-id prompts too; "" is no suffix. A model without the
+    tokens, and chat completions, answer 400 on "suffix", and the server keeps serving."""
+    d = make_chat_decoder.make(str(tmp_path / "fim"), seed=11, extra_special=FIM)
+    tk = hf_tokenizer(d)
+    pre, suf, mid = (tk.token_to_id(t) for t in FIM)
+    prompt, suffix = "def add(a, b):\n", "\n    return c\n"
+    want_ids = ([pre] + tk.encode(prompt, add_special_tokens=False).ids + [suf] +
+                tk.encode(suffix, add_special_tokens=False).ids + [mid])
+    with ragged.Generator(d) as g:
+        want = g.generate([want_ids], max_tokens=12, ignore_eos=True)[0]
+    s = Server(d)
+    try:
+        st, out = s.post_json("/v1/completions", {"prompt": prompt, "suffix": suffix,
+                                                  "max_tokens": 12, "temperature": 0,
+                                                  "ignore_eos": True})
+        assert st == 200, out
+        assert out["usage"]["prompt_tokens"] == len(want_ids)
+        assert out["choices"][0]["text"] == want["text"]
+        ids_prompt = tk.encode(prompt, add_special_tokens=False).ids
+        st, out2 = s.post_json("/v1/completions", {"prompt": ids_prompt, "suffix": suffix,
+                                                   "max_tokens": 12, "temperature": 0,
+                                                   "ignore_eos": True})
+        assert st == 200 and out2["choices"][0]["text"] == want["text"], out2
+        st, out3 = s.post_json("/v1/completions", {"prompt": prompt, "suffix": "",
+                                                   "max_tokens": 2, "temperature": 0})
+        assert st == 200 and out3["usage"]["prompt_tokens"] == len(tk.encode(prompt).ids)
+    finally:
+        s.stop()
+    # no FIM tokens (the module's model), and chat: 400 on "suffix"; the server goes on
+    st, out = srv.post_json("/v1/completions", {"prompt": "hi", "suffix": "x", "max_tokens": 2})
+    assert st == 400 and out["error"]["param"] == "suffix", out
+    assert "fim_prefix" in out["error"]["message"]
+    st, out = srv.post_json("/v1/chat/completions", {"messages": [{"role": "user",
+                                                                   "content": "hi"}],
+                                                     "suffix": "x", "max_tokens": 2})
+    assert st == 400 and out["error"]["param"] == "suffix", out
+    st, out = srv.post_json("/v1/completions", {"prompt": "hi", "max_tokens": 2})
+    assert st == 200, out

@@ -441,9 +441,18 @@ static void test_unknown_and_unsupported(void **state)
 	BAD(CMP, "{\"prompt\": \"x\", \"max_completion_tokens\": 5}", 400,
 	    "max_completion_tokens");
 	BAD(CMP, "{\"prompt\": \"x\", \"tools\": null}", 400, "tools"); /* chat's key */
-	BAD(CMP, "{\"prompt\": \"x\", \"suffix\": \"end\"}", 400, "suffix");
+	/* "suffix" (fill-in-the-middle): kept on completions ("" and null: none), refused on
+	 * chat, a string only */
+	OK(CMP, "{\"prompt\": \"x\", \"suffix\": \"end\"}");
+	assert_non_null(g_req.suffix);
+	assert_string_equal(g_req.suffix, "end");
 	OK(CMP, "{\"prompt\": \"x\", \"suffix\": null}");
+	assert_null(g_req.suffix);
 	OK(CMP, "{\"prompt\": \"x\", \"suffix\": \"\"}");
+	assert_null(g_req.suffix);
+	BAD(CMP, "{\"prompt\": \"x\", \"suffix\": 3}", 400, "suffix");
+	BAD(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"suffix\": \"e\"}",
+	    400, "suffix");
 }
 
 static void test_stream_rules(void **state)
