@@ -193,13 +193,6 @@ void rg_gen_request_free(rg_gen_request *r);
  * decoded). Returns whether ids were dropped. */
 bool rg_gen_request_truncate_ids(const rg_gen_request *r, int32_t *ids, int *n);
 
-/* The fill-in-the-middle tokens of m's vocabulary (ids [0, vocab)) into fim[0..2]: prefix,
- * suffix, middle, by their text as StarCoder / SantaCoder / SmolLM ("<fim_prefix>",
- * "<fim_suffix>", "<fim_middle>") and Qwen2.5-Coder ("<|fim_prefix|>", ...) name them; -1 each
- * when the vocabulary lacks one of the three (all three are then -1). A completion with a
- * "suffix" is the prompt prefix-suffix-middle (PSM, Bavarian et al. 2022, "Efficient Training
- * of Language Models to Fill in the Middle"): fim[0] prompt fim[1] suffix fim[2]. */
-void rg_fim_tokens(const rg_model *m, int vocab, int32_t fim[3]);
 
 /* ---- answers ---------------------------------------------------------------------------- */
 

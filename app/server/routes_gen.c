@@ -1490,3 +1490,31 @@ enum MHD_Result rg_answer_gen_info(conn_ctx *c)
 	rg_buf_puts(&b, "}");
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
 }
+
+void rg_fim_tokens(const rg_model *m, int vocab, int32_t fim[3])
+{
+	static const char *const names[2][3] = {
+		{"<fim_prefix>", "<fim_suffix>", "<fim_middle>"},
+		{"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"},
+	};
+	int32_t found[2][3] = {{-1, -1, -1}, {-1, -1, -1}};
+
+	fim[0] = fim[1] = fim[2] = -1;
+	for (int32_t id = 0; m && id < vocab; id++) {
+		size_t len = 0;
+		const char *t = rg_model_token(m, id, &len);
+
+		if (!t || len < 12 || len > 14 || t[0] != '<')
+			continue;
+		for (int f = 0; f < 2; f++)
+			for (int k = 0; k < 3; k++)
+				if (found[f][k] < 0 && strlen(names[f][k]) == len &&
+				    !memcmp(t, names[f][k], len))
+					found[f][k] = id;
+	}
+	for (int f = 0; f < 2; f++)
+		if (found[f][0] >= 0 && found[f][1] >= 0 && found[f][2] >= 0) {
+			memcpy(fim, found[f], sizeof(found[f]));
+			return;
+		}
+}

@@ -85,7 +85,6 @@
 #include "server/fingerprint.h"
 #include "server/http_guard.h"
 #include "core/buf.h"
-#include "server/gen_request.h"
 #include "server/json_log.h"
 #include "server/metrics.h"
 #include "server/request.h"
