@@ -49,6 +49,8 @@ WHAT = {
             "(bench/peer/attn_bench.py)",
     "attn_split_ab": "A/B (not landed): CPU attention's query blocks cut when a batch has few "
                      "tasks",
+    "gemm_pad_ab": "A/B (not landed): odd-N GEMM outputs (LM heads of vocab 58101 / 50257) "
+                   "through a 16-byte-aligned scratch and one strided copy",
     "attn_wgmma": "attention alone: the wgmma kernel vs mma.sync vs varlen_attn (issue 21 item 1)",
     "chunked_prefill": "chunked prefill under load: 32 streams' token gaps when a 2,000-token "
                        "prompt joins (bench/serving/chunked_prefill.py)",
@@ -105,6 +107,7 @@ WHAT = {
                        "(bench/peer/translate_trace.py, issue 29)",
 }
 TESTS = {
+    "gemm_pad_ab": "test_ops_cuda --quick --no-gemm fp16 of the padded-GEMM A/B (a04dc2b)",
     "gpu_test": "tests/gpu/run.sh",
     "issue19": "tests/gpu/issue19.sh (decoder parity, sampling, memcheck; bench stages)",
     "decoder_gpu": "tests/gpu/decoder.sh (now issue19.sh): decoder parity, memcheck, bench",

@@ -64,10 +64,6 @@ static const rg_tuning_def g_rows[RG_TUNE_COUNT] = {
 	BOOL_ROW(RG_TUNE_GEMV, "RAGGED_GEMV", "1", 0, "src/ops/cuda/gemv.cu",
 		 "0: decode-sized GEMMs (M <= 16 rows, fp16/bf16) on cuBLASLt instead of ragged's "
 		 "small-M tensor-core kernel"),
-	BOOL_ROW(RG_TUNE_GEMM_PAD, "RAGGED_GEMM_PAD", "1", 0, "src/ops/cuda/gemm.cu",
-		 "0: GEMMs whose output rows are not 16-byte aligned (an odd vocab_size's LM head) "
-		 "write them in place on cuBLASLt's align-1 kernels instead of through a padded "
-		 "scratch and one strided copy"),
 	BOOL_ROW(RG_TUNE_EXACT_GELU, "RAGGED_EXACT_GELU", "0", 0, "src/model/model.c",
 		 "1: exact erf GELU as its own pass after a bias-only GEMM instead of cuBLASLt's "
 		 "tanh-form epilogue (CUDA fp16/bf16)"),

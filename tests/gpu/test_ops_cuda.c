@@ -1814,9 +1814,8 @@ int main(int argc, char **argv)
 						test_pool(dt, &b, hs[h], (rg_pooling)m, nm);
 			test_gather(dt, &b);
 		}
-		/* output rows that are not 16-byte aligned (odd N: Marian's and GPT-2's vocab_size)
-		 * take gemm.cu's padded route (RAGGED_GEMM_PAD): M = 333 on N = 58101 runs in 2
-		 * (fp16) or 3 (fp32) row chunks of its 32 MiB scratch; every mode, --no-gemm too */
+		/* output rows that are not 16-byte aligned (odd N: Marian's and GPT-2's vocab_size:
+		 * cuBLASLt's align-1 kernels) against the CPU GEMM; every mode, --no-gemm too */
 		for (int k = 0; k < 3; k++) {
 			const int M = k == 0 ? 40 : k == 1 ? 64 : 333;
 			test_gemm_bias_act(dt, M, 58101, 64, RG_ACT_NONE, k != 1, 0);

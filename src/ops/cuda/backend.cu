@@ -85,7 +85,6 @@ extern "C" rg_status rg_cuda_backend_init(int device_index, rg_dtype dt, rg_cuda
 		goto out_free_flag;
 	}
 	c->autotune = rg_tuning_bool(RG_TUNE_GEMM_AUTOTUNE);
-	c->gemm_pad = rg_tuning_bool(RG_TUNE_GEMM_PAD);
 	/* on by default since every kernel of a decode step is ragged's own (the small-M GEMM
 	 * replaced cuBLASLt there): decode steps 5-9% faster on an H200
 	 * (bench/results/decode_modes_h200_20261126-0249-*-pdl[01]); RAGGED_PDL=0: off */
@@ -123,7 +122,6 @@ extern "C" void rg_cuda_backend_free(rg_cuda_ctx *ctx)
 	rg_cuda_gemm_cache_free(c);
 	cudaFreeHost(c->flag_h);
 	cudaFree(c->flag_d);
-	cudaFree(c->pad_d);
 	cudaFree(c->workspace_d);
 	cublasLtDestroy(c->lt);
 	cudaStreamDestroy(c->stream);

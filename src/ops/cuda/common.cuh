@@ -53,9 +53,6 @@ struct rg_cuda_gemm_plan {
 #define RG_CUDA_GEMM_WAYS 16
 #define RG_CUDA_GEMM_CACHE (RG_CUDA_GEMM_SETS * RG_CUDA_GEMM_WAYS)
 #define RG_CUDA_WORKSPACE_BYTES (32u << 20)
-/* The padded-output scratch of gemm.cu (RAGGED_GEMM_PAD): 64 rows of a 58,101-word vocabulary
- * in fp32 fit twice over; larger problems run in row chunks of it. */
-#define RG_CUDA_PAD_BYTES (32u << 20)
 
 /* Error-flag bits set by kernels that detect inconsistent inputs (read and cleared by sync). */
 enum {
@@ -71,10 +68,6 @@ struct rg_backend_ctx {
 	cudaStream_t stream;               /* every op runs on this one stream */
 	cublasLtHandle_t lt;
 	void *workspace_d;                 /* RG_CUDA_WORKSPACE_BYTES, for cuBLASLt */
-	void *pad_d;                       /* RG_CUDA_PAD_BYTES or NULL: gemm.cu's padded output,
-					    * allocated at its first use outside a capture and kept
-					    * (captured graphs hold the pointer) */
-	bool gemm_pad;                     /* RAGGED_GEMM_PAD */
 	int *flag_d;                       /* (1) int32, RG_CUDA_FLAG_* bits */
 	int max_smem_optin;                /* cudaDevAttrMaxSharedMemoryPerBlockOptin */
 	int num_sms;                       /* multiprocessors */

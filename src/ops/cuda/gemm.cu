@@ -30,9 +30,7 @@
  * Decode steps (M <= RG_GEMV_MAX_M = 16 rows, fp16 / bf16, K % 8 == 0, A and W 16-byte aligned)
  * skip cuBLASLt for ragged's own weight-streaming kernel (gemv.cu, issue 19), which applies the
  * same epilogues itself (act-dtype bias; exact GELU always in the erf form); RAGGED_GEMV=0 keeps
- * every GEMM on cuBLASLt.
- *
- * Output rows that are not 16-byte aligned (odd N) go through a padded scratch (gemm_padded). */
+ * every GEMM on cuBLASLt. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -365,73 +363,6 @@ static int choose_epilogue(const rg_cuda_ctx *c, rg_dtype dt, bool has_bias, rg_
 	return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-/* Output rows of N values whose byte length is not a multiple of 16 (an odd vocab_size: Marian's
- * 58,101, GPT-2's 50,257) make cuBLASLt fall back to its align-1 kernels for the whole product:
- * on an H200 the LM head of a 4-beam x 32 opus-mt batch took 8 of 49 ms there
- * (bench/results/translate_trace_h200_20261202-*). pad_ready: whether this product takes the
- * padded route instead, writing rows of ldo = N rounded up to 16 bytes into c->pad_d (the
- * leading dimension is all that changes; the extra columns are never computed) and moving them
- * to out with one strided copy (cudaMemcpy2DAsync, capturable), M / R row chunks of
- * R = RG_CUDA_PAD_BYTES / (ldo bytes) rows. The scratch is allocated at the first use outside a
- * graph capture and kept to the context's end, since captured graphs hold its address; inside a
- * capture before that, the product runs in place as before. */
-static bool pad_ready(rg_cuda_ctx *c, rg_dtype dt, int M, int N, int K)
-{
-	const size_t esz = dt == RG_DTYPE_F32 ? 4 : 2;
-	const size_t ldo = ((size_t)N * esz + 15) / 16 * 16;
-
-	if (!c->gemm_pad || ((size_t)N * esz) % 16 == 0 || ((size_t)K * esz) % 16 != 0 ||
-	    ldo > RG_CUDA_PAD_BYTES)
-		return false;
-	if (!c->pad_d) {
-		if (c->capturing || cudaMalloc(&c->pad_d, RG_CUDA_PAD_BYTES) != cudaSuccess) {
-			(void)cudaGetLastError();
-			c->pad_d = NULL;
-			return false;
-		}
-	}
-	(void)M;
-	return true;
-}
-
-/* The padded route of pad_ready: A (M, K) x W^T (+ bias, epilogue epi) into out (M, N). */
-static rg_status gemm_padded(rg_cuda_ctx *c, rg_dtype dt, const void *A, const void *W,
-			     const void *bias, void *out, int M, int N, int K, int epi)
-{
-	const size_t esz = dt == RG_DTYPE_F32 ? 4 : 2;
-	const int ldo = (int)(((size_t)N * esz + 15) / 16 * 16 / esz);
-	const int R = (int)(RG_CUDA_PAD_BYTES / ((size_t)ldo * esz));
-	rg_cuda_gemm_plan *p;
-	rg_cuda_gemm_shape sh;
-	cublasStatus_t s;
-	rg_status st;
-
-	for (int r0 = 0; r0 < M; r0 += R) {
-		const int m = M - r0 < R ? M - r0 : R;
-		const char *a = (const char *)A + (size_t)r0 * K * esz;
-		char *o = (char *)out + (size_t)r0 * N * esz;
-
-		sh = (rg_cuda_gemm_shape){m, N, K, 1, K, K, ldo, 0, 0, 0};
-		st = plan_get(c, dt, &sh, ptr_alignment(a, W, c->pad_d), epi, a, W, bias, c->pad_d,
-			      1.f, &p);
-		if (st != RG_OK)
-			return st;
-		s = plan_run(c, p, &p->algo, a, W, bias, c->pad_d, 1.f);
-		if (s != CUBLAS_STATUS_SUCCESS)
-			return rg_errorf(RG_ERR_CUDA, "cublasLtMatmul M=%d N=%d K=%d (ldo %d) epilogue "
-					 "%d failed: cuBLAS status %d", m, N, K, ldo, epi, (int)s);
-		if ((st = rg_cuda_launch_check("cublasLtMatmul")) != RG_OK)
-			return st;
-		st = rg_cuda_err(cudaMemcpy2DAsync(o, (size_t)N * esz, c->pad_d, (size_t)ldo * esz,
-						   (size_t)N * esz, (size_t)m,
-						   cudaMemcpyDeviceToDevice, c->stream),
-				 "cudaMemcpy2DAsync(padded gemm)");
-		if (st != RG_OK)
-			return st;
-	}
-	return RG_OK;
-}
-
 static rg_status gemm_run(rg_cuda_ctx *c, rg_dtype dt, const void *A, const void *W,
 			  const void *bias, void *out, int M, int N, int K, rg_act act)
 {
@@ -455,19 +386,15 @@ static rg_status gemm_run(rg_cuda_ctx *c, rg_dtype dt, const void *A, const void
 	if (rg_cuda_gemv_ok(dt, A, W, M, N, K))
 		return rg_cuda_gemv(c, dt, A, W, bias, out, M, N, K, act);
 	epi = choose_epilogue(c, dt, bias != NULL, act, &gelu_pass);
-	if (pad_ready(c, dt, M, N, K)) {
-		st = gemm_padded(c, dt, A, W, bias, out, M, N, K, epi);
-	} else {
-		sh = (rg_cuda_gemm_shape){M, N, K, 1, K, K, N, 0, 0, 0};
-		st = plan_get(c, dt, &sh, ptr_alignment(A, W, out), epi, A, W, bias, out, 1.f, &p);
-		if (st != RG_OK)
-			return st;
-		s = plan_run(c, p, &p->algo, A, W, bias, out, 1.f);
-		if (s != CUBLAS_STATUS_SUCCESS)
-			return rg_errorf(RG_ERR_CUDA, "cublasLtMatmul M=%d N=%d K=%d epilogue %d "
-					 "failed: cuBLAS status %d", M, N, K, epi, (int)s);
-		st = rg_cuda_launch_check("cublasLtMatmul");
-	}
+	sh = (rg_cuda_gemm_shape){M, N, K, 1, K, K, N, 0, 0, 0};
+	st = plan_get(c, dt, &sh, ptr_alignment(A, W, out), epi, A, W, bias, out, 1.f, &p);
+	if (st != RG_OK)
+		return st;
+	s = plan_run(c, p, &p->algo, A, W, bias, out, 1.f);
+	if (s != CUBLAS_STATUS_SUCCESS)
+		return rg_errorf(RG_ERR_CUDA, "cublasLtMatmul M=%d N=%d K=%d epilogue %d failed: "
+				 "cuBLAS status %d", M, N, K, epi, (int)s);
+	st = rg_cuda_launch_check("cublasLtMatmul");
 	if (st != RG_OK || !gelu_pass)
 		return st;
 	return rg_cuda_bias_act(c, dt, out, NULL, M, N, act); /* exact GELU or SiLU */
