@@ -983,6 +983,21 @@ static beam_next *bn_get(rg_iter *s, uint64_t id)
 	return b;
 }
 
+/* rg_iter_update's end of one sequence's row: q finishes with why, or with ABORT when it was
+ * aborted meanwhile; nothing when why is 0 and it was not. The first error goes to *st. */
+static void finish_unless_live(rg_iter *s, iseq *q, rg_iter_finish why, rg_status *st)
+{
+	rg_status st2;
+
+	if (q->aborted)
+		why = RG_ITER_FINISH_ABORT;
+	if (!why)
+		return;
+	st2 = finish(s, q, why);
+	if (*st == RG_OK)
+		*st = st2;
+}
+
 rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop, double now_ms,
 			 double step_ms)
 {
@@ -1055,14 +1070,7 @@ rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop, d
 			if (s->cache && q->n_src == 0 && !why)
 				register_blocks(s, q);
 			d->q = NULL;
-			if (q->aborted)
-				why = RG_ITER_FINISH_ABORT;
-			if (why) {
-				rg_status st2 = finish(s, q, why);
-
-				if (st == RG_OK)
-					st = st2;
-			}
+			finish_unless_live(s, q, why, &st);
 			continue;
 		}
 		q->n_computed += d->n_new;
@@ -1097,14 +1105,7 @@ rg_status rg_iter_update(rg_iter *s, const int32_t *sampled, const bool *stop, d
 				why = RG_ITER_FINISH_LENGTH;
 			nl++;
 		}
-		if (q->aborted)
-			why = RG_ITER_FINISH_ABORT;
-		if (why) {
-			rg_status st2 = finish(s, q, why);
-
-			if (st == RG_OK)
-				st = st2;
-		}
+		finish_unless_live(s, q, why, &st);
 	}
 	for (int g = 0; g < s->n_bn; g++) {
 		beam_next *b = &s->bn[g];
