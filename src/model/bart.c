@@ -481,7 +481,7 @@ static rg_status bart_load(rg_model *m, const rg_tsrc *src)
 	w->scale = c->scale_embedding ? sqrtf((float)H) : 1.f;
 	w->no_pos_token = w->fam->pos == RG_BART_POS_M2M100 ? c->pad_token_id : -1;
 	if ((s = rg_layer_load_embed_head(m, src, PREFIXES, "shared.weight", TOP, "lm_head.weight",
-					  &w->embed, &w->lm_head)) != RG_OK)
+					  false, &w->embed, &w->lm_head)) != RG_OK)
 		return s;
 	/* computed tables: one copy, both stacks */
 	if (w->fam->pos == RG_BART_POS_MARIAN)

@@ -143,7 +143,7 @@ static rg_status gpt2_load_weights(rg_model *m, const rg_tsrc *src)
 	    !(w->layers = calloc((size_t)c->num_hidden_layers, sizeof(*w->layers))))
 		return rg_errorf(RG_ERR_OOM, "out of host memory");
 	if ((s = rg_layer_load_embed_head(m, src, PREFIXES, "wte.weight", TOP, "lm_head.weight",
-					  &w->wte, &w->lm_head)) != RG_OK ||
+					  true, &w->wte, &w->lm_head)) != RG_OK ||
 	    (s = rg_tsrc_get(src, PREFIXES, "wpe.weight", c->max_position_embeddings, H, &t)) !=
 		    RG_OK ||
 	    (s = rg_dec_upload(m, t, (size_t)c->max_position_embeddings * H, true, &w->wpe)) !=

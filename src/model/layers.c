@@ -92,7 +92,8 @@ static bool load_head_quant(rg_model *m, const rg_tsrc *src, const char *const *
 
 rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
 				   const char *embed_name, const char *const *head_prefixes,
-				   const char *head_name, void **embed_d, void **head_d)
+				   const char *head_name, bool gather_only, void **embed_d,
+				   void **head_d)
 {
 	rg_decoder_config *c = &m->dec.cfg;
 	const int64_t V = c->vocab_size, H = c->hidden_size;
@@ -104,11 +105,21 @@ rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *
 	*embed_d = *head_d = NULL;
 	if (load_head_quant(m, src, prefixes, embed_name, head_prefixes, head_name, head_d, &tied,
 			    &s)) {
-		/* the embedding gather reads f32 rows: the table itself is dequantized */
-		if (s != RG_OK || (s = rg_tsrc_get(src, prefixes, embed_name, V, H, &e)) != RG_OK ||
-		    (s = rg_dec_upload(m, e, n, true, embed_d)) != RG_OK)
+		if (s != RG_OK)
 			return s;
 		c->tie_word_embeddings = tied;
+		if (tied && gather_only && rg_backend_device(m->be) == RG_DEVICE_CPU) {
+			/* the CPU gather dequantizes the rows it reads from the blocks themselves
+			 * (rg_cpu_gather_rows_quant): one copy of the table, in the file's bytes */
+			*embed_d = *head_d;
+			*head_d = NULL;
+			m->dec.lm_head = *embed_d;
+			return RG_OK;
+		}
+		/* else the embedding reads f32 rows: the table itself is dequantized too */
+		if ((s = rg_tsrc_get(src, prefixes, embed_name, V, H, &e)) != RG_OK ||
+		    (s = rg_dec_upload(m, e, n, true, embed_d)) != RG_OK)
+			return s;
 		m->dec.lm_head = *head_d;
 		return RG_OK;
 	}

@@ -25,10 +25,15 @@
  * reports). When m keeps quantized weights (issue 30) and the head's blocks -- the file's head,
  * or the embedding's when tied -- are of a type the backend reads, *head_d is those blocks
  * (rg_op_prepare_qweight) even when tied: the f32 table serves the gather, the blocks the head
- * GEMM (the step's largest read). */
+ * GEMM (the step's largest read) -- except where gather_only (the caller reads the table with
+ * rg_op_gather_rows alone) and the backend is the CPU, whose gather dequantizes rows of a
+ * quantized weight itself: there a tied table is kept once, as the file's blocks, and *embed_d
+ * is those blocks (head_d NULL), so the resident bytes are the file's (issue 30's memory
+ * target; SmolLM2's Q4_1 file: 210 -> 97 MB). */
 rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
 				   const char *embed_name, const char *const *head_prefixes,
-				   const char *head_name, void **embed_d, void **head_d);
+				   const char *head_name, bool gather_only, void **embed_d,
+				   void **head_d);
 
 /* Rows of k tensors names[i] (d0[i], d1) stacked into one (sum d0, d1) weight (d1 < 0: 1-D
  * vectors of d0[i]), uploaded in the compute dtype; prepare: also rg_op_prepare_weight (a GEMM

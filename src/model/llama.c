@@ -72,7 +72,7 @@ rg_status rg_llama_load_top(rg_model *m, const rg_tsrc *src, rg_llama_weights **
 		return rg_errorf(RG_ERR_OOM, "out of host memory");
 	w->rope.mscale = 1.f;
 	if ((s = rg_layer_load_embed_head(m, src, PREFIXES, "embed_tokens.weight", TOP,
-					  "lm_head.weight", &w->embed, &w->lm_head)) != RG_OK ||
+					  "lm_head.weight", true, &w->embed, &w->lm_head)) != RG_OK ||
 	    (s = rg_layer_load_vec(m, src, PREFIXES, "norm.weight", c->hidden_size, false,
 				   (void **)&w->norm)) != RG_OK)
 		return s;

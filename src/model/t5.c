@@ -349,7 +349,7 @@ static rg_status t5_load(rg_model *m, const rg_tsrc *src)
 	w->max_distance = c->rel_max_distance;
 	w->gated = c->gated_ffn;
 	if ((s = rg_layer_load_embed_head(m, src, PREFIXES, "shared.weight", PREFIXES,
-					  "lm_head.weight", &w->embed, &w->lm_head)) != RG_OK ||
+					  "lm_head.weight", false, &w->embed, &w->lm_head)) != RG_OK ||
 	    (s = load_stack(m, src, "encoder", 1.f, &w->enc)) != RG_OK ||
 	    (s = load_stack(m, src, "decoder",
 			    w->tie_cfg ? 1.f / sqrtf((float)c->hidden_size) : 1.f, &w->dec)) != RG_OK)

@@ -206,8 +206,12 @@ static rg_status cpu_embed_scale_add(rg_backend_ctx *c, rg_dtype dt, const void 
 static rg_status cpu_gather_rows(rg_backend_ctx *c, rg_dtype dt, const void *src, const int32_t *idx,
 				 int n_dst, int H, void *dst)
 {
+	rg_cpu_qweight qw;
+
 	(void)c;
 	(void)dt;
+	if (rg_cpu_qweight_find(src, &qw)) /* a tied table kept in its GGUF blocks */
+		return rg_cpu_gather_rows_quant(&qw, idx, n_dst, H, dst);
 	return rg_cpu_gather_rows(src, idx, n_dst, H, dst);
 }
 

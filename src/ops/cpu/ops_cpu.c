@@ -21,6 +21,7 @@
 #include <strings.h>
 
 #include "core/error.h"
+#include "core/gguf.h"
 #include "core/threadpool.h"
 #include "core/tuning.h"
 #include "ops/cpu/cpu_kern.h"
@@ -695,6 +696,31 @@ rg_status rg_cpu_embed_scale_add(const float *table, const int32_t *tokens, floa
 
 		for (int i = 0; i < H; i++)
 			o[i] = scale * e[i] + (p ? p[i] : 0.f);
+	}
+	return RG_OK;
+}
+
+rg_status rg_cpu_gather_rows_quant(const rg_cpu_qweight *w, const int32_t *idx, int n_dst, int H,
+				   float *dst)
+{
+	int64_t bs;
+	size_t ts, row;
+
+	if (H != w->K || !rg_gguf_type_size((uint32_t)w->type, &bs, &ts) || H % bs)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "gather_rows: H=%d on a quantized table of "
+				 "rows of %d (ggml type %d)", H, w->K, w->type);
+	row = (size_t)(H / bs) * ts;
+	for (int i = 0; i < n_dst; i++) {
+		rg_gguf_tensor t = {.name = "embedding row", .n_dims = 1, .ne = {H, 1, 1, 1},
+				    .type = (uint32_t)w->type, .nbytes = row, .numel = H};
+		rg_status s;
+
+		if (idx[i] < 0 || idx[i] >= w->N)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "gather_rows: row %d of a quantized "
+					 "table of %d rows", idx[i], w->N);
+		t.data = (const uint8_t *)w->W + (size_t)idx[i] * row;
+		if ((s = rg_gguf_to_f32(&t, dst + (size_t)i * H)) != RG_OK)
+			return s;
 	}
 	return RG_OK;
 }

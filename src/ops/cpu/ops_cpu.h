@@ -36,6 +36,14 @@ rg_status rg_cpu_rel_tables(const float *qkv, int n_tokens, int num_heads, int h
 rg_status rg_cpu_pool(const float *x, const int32_t *cu_seqlens, int n_seq, int H, rg_pooling mode,
 		      bool normalize, float *out);
 rg_status rg_cpu_gather_rows(const float *src, const int32_t *idx, int n_dst, int H, float *dst);
+/* The same gather from a quantized weight (qweight.h's registry: an embedding table kept in its
+ * GGUF blocks, w->N rows of w->K = H values): each row dequantized as the loader would
+ * (rg_gguf_to_f32: bit-identical to the f32 table it replaces), one decode step's few rows on
+ * the calling thread. RG_ERR_INVALID_INPUT for H other than the table's row or an index outside
+ * [0, w->N); RG_ERR_UNSUPPORTED for a type rg_gguf_to_f32 does not read. Issue 30 (memory). */
+struct rg_cpu_qweight;
+rg_status rg_cpu_gather_rows_quant(const struct rg_cpu_qweight *w, const int32_t *idx, int n_dst,
+				   int H, float *dst);
 /* out[t] = scale * table[tokens[t]] + (pos ? pos[positions[t]] : 0), no position row for a token
  * equal to no_pos_token (ops.h rg_op_embed_scale_add). */
 rg_status rg_cpu_embed_scale_add(const float *table, const int32_t *tokens, float scale,
