@@ -92,7 +92,7 @@ def _run(path, ids, weights):
         m.close()
 
 
-@pytest.mark.parametrize("qname", ["Q8_0", "Q4_0", "Q4_1"])
+@pytest.mark.parametrize("qname", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])
 def test_quantized_gguf_logits(tmp_path, qname):
     qt = getattr(gguf.GGMLQuantizationType, qname)
     cfg, w = make_decoder.make(str(tmp_path / "hf"), "llama", seed=7, **SPEC)
@@ -135,6 +135,9 @@ def test_quantized_gguf_logits(tmp_path, qname):
 # `ragged info`'s resident bytes.
 
 KQ = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
+# Q5_0 / Q5_1 (32-value blocks, llama-quantize's fallback for rows not a multiple of 256):
+# bytes per block and where the fp16 scales sit
+Q5 = {"Q5_0": (22, [0]), "Q5_1": (24, [0, 2])}
 
 
 class _QW(ctypes.Structure):
@@ -155,7 +158,15 @@ def _qlib():
 
 def _random_kblocks(rng, qname, N, K):
     """(N, K / 256 * bytes) uint8: random bytes (every byte pattern is a valid K-quant block)
-    with the fp16 super-block scales d (and dmin) set to k / 4096, k in 1..60."""
+    with the fp16 super-block scales d (and dmin) set to k / 4096, k in 1..60; Q5_0 / Q5_1:
+    K / 32 blocks, d (and -m) the same way."""
+    if qname in Q5:  # per 32 values: d (and Q5_1's m, negative) set the same way
+        bb, at = Q5[qname]
+        b = rng.integers(0, 256, (N, K // 32, bb), dtype=np.uint8)
+        for i, o in enumerate(at):
+            v = rng.integers(1, 61, (N, K // 32)) / 4096 * (-1 if i else 1)
+            b[..., o:o + 2] = v.astype(np.float16)[..., None].view(np.uint8)
+        return b.reshape(N, -1)
     bb = KQ[qname]
     b = rng.integers(0, 256, (N, K // 256, bb), dtype=np.uint8)
     d = (rng.integers(1, 61, (N, K // 256, 2)) / 4096).astype(np.float16).view(np.uint8)
@@ -175,7 +186,7 @@ def _act(rng, M, K):
 
 
 @pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
-@pytest.mark.parametrize("qname", ["Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("qname", ["Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1"])
 def test_kquant_gemm_equals_gguf_dequantize(qname, isa):
     """out (M, N) = A x dequant(W)^T through rg_cpu_qgemm with the kernel table `isa`, every
     entry within the activation-rounding bound of the float64 product with W as

@@ -1,7 +1,7 @@
 /* The CPU's quantized GEMM (src/ops/cpu/qweight.h, qgemm.c): the activation quantizer, the
- * per-type block dot products (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) of the generic, AVX2 and
+ * per-type block dot products (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) of the generic, AVX2 and
  * AVX-512 tables, and rg_cpu_qgemm over them, against a reference computed here in double from
- * the weights as dequantized (Q8_0 / Q4_*: by the test itself; K-quants: random bytes with sane
+ * the weights as dequantized (Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1: by the test itself; K-quants: random bytes with sane
  * fp16 scales, dequantized by src/core/gguf.c's rg_gguf_to_f32, which test_gguf checks
  * bit-for-bit against the gguf package; tests/py/test_gguf_quant.py checks the K-quant GEMM
  * against gguf.quants.dequantize itself) and the *unquantized* activations.
@@ -133,11 +133,30 @@ static void make_weight(int type, int N, int K, uint8_t *w, double *wd)
 				}
 				continue;
 			}
-			if (type == RG_GGUF_Q4_1) {
+			if (type == RG_GGUF_Q4_1 || type == RG_GGUF_Q5_1) {
 				uint16_t hm = f16_of_k(-(int)(urand() % 500) - 1, &m);
 
 				p[2] = (uint8_t)hm;
 				p[3] = (uint8_t)(hm >> 8);
+			}
+			if (type == RG_GGUF_Q5_0 || type == RG_GGUF_Q5_1) {
+				/* the fifth bits: u32 qh, little-endian, bit j for value j */
+				uint8_t *qh = p + (type == RG_GGUF_Q5_0 ? 2 : 4), *qs = qh + 4;
+				const uint32_t bits = urand();
+				const int off = type == RG_GGUF_Q5_0 ? -16 : 0;
+
+				for (int i = 0; i < 4; i++)
+					qh[i] = (uint8_t)(bits >> (8 * i));
+				for (int j = 0; j < 16; j++) {
+					const int lo = (int)(urand() & 15), hi = (int)(urand() & 15);
+					const int v0 = lo + 16 * (int)((bits >> j) & 1) + off;
+					const int v1 = hi + 16 * (int)((bits >> (j + 16)) & 1) + off;
+
+					qs[j] = (uint8_t)(lo | hi << 4);
+					o[j] = d * v0 + m;
+					o[j + 16] = d * v1 + m;
+				}
+				continue;
 			}
 			for (int j = 0; j < 16; j++) {
 				uint8_t *qs = p + (type == RG_GGUF_Q4_0 ? 2 : 4);
@@ -212,9 +231,9 @@ static bool have_avx512(void)
 #endif
 }
 
-#define N_TYPES 6
-static const int TYPES[N_TYPES] = {RG_GGUF_Q8_0, RG_GGUF_Q4_0, RG_GGUF_Q4_1,
-				   RG_GGUF_Q4_K, RG_GGUF_Q5_K, RG_GGUF_Q6_K};
+#define N_TYPES 8
+static const int TYPES[N_TYPES] = {RG_GGUF_Q8_0, RG_GGUF_Q4_0, RG_GGUF_Q4_1, RG_GGUF_Q5_0,
+				   RG_GGUF_Q5_1, RG_GGUF_Q4_K, RG_GGUF_Q5_K, RG_GGUF_Q6_K};
 static const int KS[] = {32, 64, 4096 + 32};
 static const int KS_K[] = {256, 512, 4096 + 256}; /* K-quants: whole super-blocks */
 
@@ -240,6 +259,10 @@ static float (*qdot_of(const rg_cpu_kern *k, int type))(const void *, const rg_q
 		return k->qdot_q4_0;
 	case RG_GGUF_Q4_1:
 		return k->qdot_q4_1;
+	case RG_GGUF_Q5_0:
+		return k->qdot_q5_0;
+	case RG_GGUF_Q5_1:
+		return k->qdot_q5_1;
 	case RG_GGUF_Q4_K:
 		return k->qdot_q4_k;
 	case RG_GGUF_Q5_K:

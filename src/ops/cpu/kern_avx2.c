@@ -4,6 +4,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #pragma GCC target("avx2,fma,bmi2,f16c")
 
 #include "ops/cpu/cpu_kern.h"
@@ -124,6 +125,57 @@ float rg_qdot_q4_1_avx2(const void *w, const rg_q8a *a, int nb)
 		/* the nibbles are unsigned: straight into vpmaddubsw's unsigned operand */
 		const __m256i p16 = _mm256_maddubs_epi16(
 			nibbles(p + 4), _mm256_loadu_si256((const __m256i *)a[b].q));
+		const __m256i s = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(p) * a[b].d), _mm256_cvtepi32_ps(s), acc);
+		off += f16(p + 2) * a[b].s;
+	}
+	return hsum8(acc) + off;
+}
+
+/* Q5_0 / Q5_1's fifth bits: byte j = 0x10 when bit j of the little-endian u32 at p is set
+ * (the u32's byte j / 8 shuffled into byte j, then bit j % 8 tested). */
+static inline __m256i q5_high(const uint8_t *p)
+{
+	uint32_t x;
+	__m256i v;
+	const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+
+	memcpy(&x, p, 4);
+	v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x),
+				_mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2,
+						 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+	v = _mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel);
+	return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+float rg_qdot_q5_0_avx2(const void *w, const rg_q8a *a, int nb)
+{
+	const uint8_t *p = w;
+	const __m256i k16 = _mm256_set1_epi8(16);
+	__m256 acc = _mm256_setzero_ps();
+
+	for (int b = 0; b < nb; b++, p += 22) {
+		const __m256i q =
+			_mm256_sub_epi8(_mm256_or_si256(nibbles(p + 6), q5_high(p + 2)), k16);
+		const __m256i s = dot_i8(q, _mm256_loadu_si256((const __m256i *)a[b].q));
+
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(p) * a[b].d), _mm256_cvtepi32_ps(s), acc);
+	}
+	return hsum8(acc);
+}
+
+float rg_qdot_q5_1_avx2(const void *w, const rg_q8a *a, int nb)
+{
+	const uint8_t *p = w;
+	__m256 acc = _mm256_setzero_ps();
+	float off = 0.f;
+
+	for (int b = 0; b < nb; b++, p += 24) {
+		/* unsigned 5-bit values: vpmaddubsw's unsigned operand (pairs <= 2 * 31 * 127) */
+		const __m256i p16 =
+			_mm256_maddubs_epi16(_mm256_or_si256(nibbles(p + 8), q5_high(p + 4)),
+					     _mm256_loadu_si256((const __m256i *)a[b].q));
 		const __m256i s = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 
 		acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(p) * a[b].d), _mm256_cvtepi32_ps(s), acc);

@@ -76,6 +76,54 @@ float rg_qdot_q4_1_generic(const void *w, const rg_q8a *a, int nb)
 	return acc;
 }
 
+/* Q5_0 / Q5_1: the fifth bit of value j is bit j of the little-endian u32 qh. */
+static inline uint32_t q5_qh(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+float rg_qdot_q5_0_generic(const void *w, const rg_q8a *a, int nb)
+{
+	const uint8_t *p = w;
+	float acc = 0.f;
+
+	for (int b = 0; b < nb; b++, p += 22) {
+		const uint32_t qh = q5_qh(p + 2);
+		const uint8_t *qs = p + 6;
+		int32_t s = 0;
+
+		for (int j = 0; j < RG_QK / 2; j++) {
+			const int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
+
+			s += (((qs[j] & 15) | h0) - 16) * a[b].q[j] +
+			     (((qs[j] >> 4) | h1) - 16) * a[b].q[j + 16];
+		}
+		acc += rg_q_f16_to_f32((uint16_t)(p[0] | p[1] << 8)) * a[b].d * (float)s;
+	}
+	return acc;
+}
+
+float rg_qdot_q5_1_generic(const void *w, const rg_q8a *a, int nb)
+{
+	const uint8_t *p = w;
+	float acc = 0.f;
+
+	for (int b = 0; b < nb; b++, p += 24) {
+		const uint32_t qh = q5_qh(p + 4);
+		const uint8_t *qs = p + 8;
+		int32_t s = 0;
+
+		for (int j = 0; j < RG_QK / 2; j++) {
+			const int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
+
+			s += ((qs[j] & 15) | h0) * a[b].q[j] + ((qs[j] >> 4) | h1) * a[b].q[j + 16];
+		}
+		acc += rg_q_f16_to_f32((uint16_t)(p[0] | p[1] << 8)) * a[b].d * (float)s +
+		       rg_q_f16_to_f32((uint16_t)(p[2] | p[3] << 8)) * a[b].s;
+	}
+	return acc;
+}
+
 /* K-quants (qweight.h): per sub-block s of 32 values (activation block a[s]) the integer sum
  * t = q_w . q_a, then d * sum_s d_a sc[s] t - dmin * sum_s mn[s] s_a. sc[s] * t stays below
  * 2^24 (63 * 32 * 31 * 127), so its float is exact. */

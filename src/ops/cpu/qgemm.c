@@ -23,6 +23,10 @@ size_t rg_cpu_qtype_block_bytes(int type)
 		return 18;
 	case RG_GGUF_Q4_1:
 		return 20;
+	case RG_GGUF_Q5_0:
+		return 22;
+	case RG_GGUF_Q5_1:
+		return 24;
 	case RG_GGUF_Q4_K:
 		return 144;
 	case RG_GGUF_Q5_K:
@@ -39,6 +43,8 @@ int rg_cpu_qtype_block_values(int type)
 	case RG_GGUF_Q8_0:
 	case RG_GGUF_Q4_0:
 	case RG_GGUF_Q4_1:
+	case RG_GGUF_Q5_0:
+	case RG_GGUF_Q5_1:
 		return RG_QK;
 	case RG_GGUF_Q4_K:
 	case RG_GGUF_Q5_K:
@@ -77,7 +83,7 @@ rg_status rg_cpu_qweight_register(const void *W, int type, int N, int K)
 	    K % rg_cpu_qtype_block_values(type))
 		return rg_errorf(RG_ERR_INVALID_INPUT,
 				 "quantized weight: type %d, N=%d, K=%d not supported (Q8_0, Q4_0, "
-				 "Q4_1 with K a multiple of 32; Q4_K, Q5_K, Q6_K with K a multiple "
+				 "Q4_1, Q5_0, Q5_1 with K a multiple of 32; Q4_K, Q5_K, Q6_K with K a multiple "
 				 "of 256)", type, N, K);
 	pthread_mutex_lock(&g_reg_lock);
 	if (reg_index(W) >= 0) {
@@ -264,6 +270,12 @@ rg_status rg_cpu_qgemm(const struct rg_cpu_kern *kern, const rg_cpu_qweight *w, 
 		break;
 	case RG_GGUF_Q4_1:
 		j.dot = j.k->qdot_q4_1;
+		break;
+	case RG_GGUF_Q5_0:
+		j.dot = j.k->qdot_q5_0;
+		break;
+	case RG_GGUF_Q5_1:
+		j.dot = j.k->qdot_q5_1;
 		break;
 	case RG_GGUF_Q4_K:
 		j.dot = j.k->qdot_q4_k;
