@@ -1057,7 +1057,8 @@ static void deq_q5_0(const uint8_t *b, int64_t nb, float *y)
 		uint32_t qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 |
 			      (uint32_t)b[5] << 24;
 		for (int j = 0; j < 16; j++) {
-			const int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
+			const int h0 = (int)((qh >> j) & 1) << 4;
+			const int h1 = (int)((qh >> (j + 16)) & 1) << 4;
 
 			y[j] = d * (float)(((b[6 + j] & 0x0F) | h0) - 16);
 			y[j + 16] = d * (float)(((b[6 + j] >> 4) | h1) - 16);
@@ -1073,7 +1074,8 @@ static void deq_q5_1(const uint8_t *b, int64_t nb, float *y)
 		uint32_t qh = (uint32_t)b[4] | (uint32_t)b[5] << 8 | (uint32_t)b[6] << 16 |
 			      (uint32_t)b[7] << 24;
 		for (int j = 0; j < 16; j++) {
-			const int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
+			const int h0 = (int)((qh >> j) & 1) << 4;
+			const int h1 = (int)((qh >> (j + 16)) & 1) << 4;
 
 			y[j] = d * (float)((b[8 + j] & 0x0F) | h0) + m;
 			y[j + 16] = d * (float)((b[8 + j] >> 4) | h1) + m;

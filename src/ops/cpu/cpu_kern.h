@@ -78,8 +78,8 @@ typedef struct rg_cpu_kern {
 } rg_cpu_kern;
 
 /* The quantized kernels of each instruction set (kern_generic.c, kern_avx2.c, kern_avx512.c):
- * the AVX-512 table uses the AVX2 activation quantizer and Q8_0 / Q4_* / Q5_0 / Q5_1 kernels, and its
- * own K-quant ones (RG_QISA and RG_KQISA of kern.h). */
+ * the AVX-512 table uses the AVX2 activation quantizer and Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1
+ * kernels, and its own K-quant ones (RG_QISA and RG_KQISA of kern.h). */
 #define RG_QKERN_DECL(isa)                                                                    \
 	void rg_q8_quant_row_##isa(const float *x, int K, rg_q8a *out);                       \
 	float rg_qdot_q8_0_##isa(const void *w, const rg_q8a *a, int nb);                     \

@@ -217,8 +217,8 @@ float rg_qdot_q4_k_avx2(const void *w, const rg_q8a *a, int nb)
 			const __m256i s1 =
 				dot_u8_sc(hi, a[2 * k + 1].q, _mm256_set1_epi16(sc[2 * k + 1]));
 
-			acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[2 * k].d), _mm256_cvtepi32_ps(s0),
-					       acc0);
+			acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[2 * k].d),
+					       _mm256_cvtepi32_ps(s0), acc0);
 			acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[2 * k + 1].d),
 					       _mm256_cvtepi32_ps(s1), acc1);
 		}
@@ -258,8 +258,8 @@ float rg_qdot_q5_k_avx2(const void *w, const rg_q8a *a, int nb)
 			const __m256i s1 =
 				dot_u8_sc(hi, a[2 * k + 1].q, _mm256_set1_epi16(sc[2 * k + 1]));
 
-			acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[2 * k].d), _mm256_cvtepi32_ps(s0),
-					       acc0);
+			acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[2 * k].d),
+					       _mm256_cvtepi32_ps(s0), acc0);
 			acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[2 * k + 1].d),
 					       _mm256_cvtepi32_ps(s1), acc1);
 		}

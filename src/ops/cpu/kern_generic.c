@@ -93,7 +93,8 @@ float rg_qdot_q5_0_generic(const void *w, const rg_q8a *a, int nb)
 		int32_t s = 0;
 
 		for (int j = 0; j < RG_QK / 2; j++) {
-			const int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
+			const int h0 = (int)((qh >> j) & 1) << 4;
+			const int h1 = (int)((qh >> (j + 16)) & 1) << 4;
 
 			s += (((qs[j] & 15) | h0) - 16) * a[b].q[j] +
 			     (((qs[j] >> 4) | h1) - 16) * a[b].q[j + 16];
@@ -114,7 +115,8 @@ float rg_qdot_q5_1_generic(const void *w, const rg_q8a *a, int nb)
 		int32_t s = 0;
 
 		for (int j = 0; j < RG_QK / 2; j++) {
-			const int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
+			const int h0 = (int)((qh >> j) & 1) << 4;
+			const int h1 = (int)((qh >> (j + 16)) & 1) << 4;
 
 			s += ((qs[j] & 15) | h0) * a[b].q[j] + ((qs[j] >> 4) | h1) * a[b].q[j + 16];
 		}
