@@ -195,17 +195,20 @@ float rg_qdot_q6_k_generic(const void *w, const rg_q8a *a, int nb)
 		float sd = 0.f;
 
 		for (int b = 0; b < 8; b++) {
-			const int h = b / 4, j = b % 4;
+			const int h = b / 4, j = b % 4, sl = 4 * (j / 2), sh = 2 * j;
 			const uint8_t *ql = p + 64 * h + 32 * (j & 1), *qh = p + 128 + 32 * h;
-			int32_t t[2] = {0, 0};
+			int32_t t = 0;
 
-			for (int l = 0; l < 32; l++) {
-				const int q = ((ql[l] >> (4 * (j / 2))) & 15) |
-					      ((qh[l] >> (2 * j)) & 3) << 4;
+			/* one loop per 16-value half: the compiler vectorizes each */
+			for (int hf = 0; hf < 2; hf++) {
+				int32_t u = 0;
 
-				t[l / 16] += (q - 32) * a[b].q[l];
+				for (int l = 16 * hf; l < 16 * hf + 16; l++)
+					u += ((((ql[l] >> sl) & 15) | ((qh[l] >> sh) & 3) << 4) - 32) *
+					     a[b].q[l];
+				t += sc[2 * b + hf] * u;
 			}
-			sd += a[b].d * (float)(sc[2 * b] * t[0] + sc[2 * b + 1] * t[1]);
+			sd += a[b].d * (float)t;
 		}
 		acc += rg_q_f16_to_f32((uint16_t)(p[208] | p[209] << 8)) * sd;
 	}
