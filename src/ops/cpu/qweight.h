@@ -75,15 +75,23 @@ static inline float rg_q_f16_to_f32(uint16_t h)
 }
 
 /* The 8 6-bit scales and mins of a Q4_K / Q5_K super-block, packed in the 12 bytes at q
- * (ggml's get_scale_min_k4). */
+ * (ggml's get_scale_min_k4: for j < 4, sc[j] = q[j] & 63, mn[j] = q[j + 4] & 63,
+ * sc[j + 4] = (q[j + 8] & 15) | (q[j] >> 6) << 4, mn[j + 4] = (q[j + 8] >> 4) | (q[j + 4] >> 6)
+ * << 4), four bytes at a time in 32-bit words (little-endian host, as GGUF assumes): a shift moves
+ * a neighbour byte's bits in only where the mask clears them. */
 static inline void rg_q_k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t mn[8])
 {
-	for (int j = 0; j < 4; j++) {
-		sc[j] = q[j] & 0x3F;
-		mn[j] = q[j + 4] & 0x3F;
-		sc[j + 4] = (uint8_t)((q[j + 8] & 0x0F) | ((q[j] >> 2) & 0x30));
-		mn[j + 4] = (uint8_t)((q[j + 8] >> 4) | ((q[j + 4] >> 2) & 0x30));
-	}
+	uint32_t w0, w1, w2, o[4];
+
+	memcpy(&w0, q, 4);
+	memcpy(&w1, q + 4, 4);
+	memcpy(&w2, q + 8, 4);
+	o[0] = w0 & 0x3f3f3f3fu;
+	o[1] = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+	o[2] = w1 & 0x3f3f3f3fu;
+	o[3] = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+	memcpy(sc, o, 8);
+	memcpy(mn, o + 2, 8);
 }
 
 /* Bytes of one block of ggml type t (RG_GGUF_Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K /
