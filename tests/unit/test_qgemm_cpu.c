@@ -1,8 +1,8 @@
 /* The CPU's quantized GEMM (src/ops/cpu/qweight.h, qgemm.c): the activation quantizer, the
- * per-type block dot products (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) of the generic, AVX2 and
- * AVX-512 tables, and rg_cpu_qgemm over them, against a reference computed here in double from
- * the weights as dequantized (Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1: by the test itself; K-quants: random bytes with sane
- * fp16 scales, dequantized by src/core/gguf.c's rg_gguf_to_f32, which test_gguf checks
+ * per-type block dot products (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) of the generic,
+ * AVX2 and AVX-512 tables, and rg_cpu_qgemm over them, against a reference computed here in double
+ * from the weights as dequantized (Q8_0 / Q4_* / Q5_*: by the test itself; K-quants: random bytes
+ * with sane fp16 scales, dequantized by src/core/gguf.c's rg_gguf_to_f32, which test_gguf checks
  * bit-for-bit against the gguf package; tests/py/test_gguf_quant.py checks the K-quant GEMM
  * against gguf.quants.dequantize itself) and the *unquantized* activations.
  *
@@ -10,8 +10,8 @@
  * at most d / 2, so |got - ref| <= sum over blocks b of (d_b / 2) * sum_{j in b} |w_j| (the
  * Q8 bound), plus fp32 accumulation, bounded here by 1e-5 * sum_j |w_j x_j| + 1e-30; the test
  * allows the Q8 bound times 1.001 (d itself is rounded to fp32) plus that. Generic and AVX2
- * must quantize activations to identical blocks and agree to the fp32 term alone. Outputs carry
- * guard values that must survive. */
+ * must quantize activations to identical blocks, and every table's dot products agree with the
+ * generic ones to the fp32 term alone. Outputs carry guard values that must survive. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

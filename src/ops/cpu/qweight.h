@@ -1,8 +1,7 @@
 /* GGUF-quantized GEMM weights on the CPU (issue 30, item 1): the blocks stay as the file stores
  * them (ggml's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K), and the GEMM
- * quantizes each
- * activation row to int8 blocks of 32 with one fp32 scale, multiplies block by block in integers
- * and accumulates the per-block products in fp32 -- the scheme of llama.cpp's
+ * quantizes each activation row to int8 blocks of 32 with one fp32 scale, multiplies block by
+ * block in integers and accumulates the per-block products in fp32 -- the scheme of llama.cpp's
  * ggml_vec_dot_q8_0_q8_0 / q4_0_q8_0 / q4_1_q8_1 / q4_K_q8_K (ggml-cpu/quants.c), written anew
  * here. Internal to src/ops/cpu/.
  *
@@ -11,9 +10,9 @@
  *   Q4_0 (18 B): fp16 d, uint8 qs[16];           w[j] = d * ((qs[j] & 15) - 8),
  *                                                 w[j + 16] = d * ((qs[j] >> 4) - 8), j < 16
  *   Q4_1 (20 B): fp16 d, fp16 m, uint8 qs[16];   w[j] = d * (qs[j] & 15) + m, w[j + 16] with >> 4
- *   Q5_0 (22 B): fp16 d, uint32 qh, uint8 qs[16]; as Q4_0 with bit j of qh (j + 16: bit j + 16)
- *                the fifth bit of value j: w = d * (q - 16)
- *   Q5_1 (24 B): fp16 d, fp16 m, uint32 qh, uint8 qs[16]; w = d * q + m, q as Q5_0's
+ *   Q5_0 (22 B): fp16 d, uint32 qh, uint8 qs[16]; q = Q4_0's nibble | (bit j of qh) << 4 for
+ *                value j (j < 32: values j + 16 take the high nibbles); w = d * (q - 16)
+ *   Q5_1 (24 B): fp16 d, fp16 m, uint32 qh, uint8 qs[16]; q as Q5_0's; w = d * q + m
  * K-quants, per super-block of 256 values (8 sub-blocks of 32, each one activation block; the
  * layouts of src/core/gguf.c's dequantizers and gguf-py's quants.py):
  *   Q4_K (144 B): fp16 d, fp16 dmin, uint8 scales[12] (8 6-bit scales sc and mins mn,
@@ -27,7 +26,7 @@
  *                 | ((qh[32 h + r % 32] >> 2 (r / 32)) & 3) << 4; w = d scales[e / 16] (q - 32)
  * A weight (N, K) is N rows of K / 32 (K-quants: K / 256) blocks each, rows back to back
  * (GGUF's layout of a 2-D tensor with ne = {K, N}). The dot of a weight row with a quantized
- * activation row: per 32 values an integer sum q_w . q_a, times d_w d_a (Q4_1: plus m_w s_a;
+ * activation row: per 32 values an integer sum q_w . q_a, times d_w d_a (Q4_1, Q5_1: plus m_w s_a;
  * Q4_K / Q5_K: d sc[s] d_a isum - dmin mn[s] s_a; Q6_K: two integer sums per activation block,
  * one per 16-value scale). */
 #ifndef RG_OPS_CPU_QWEIGHT_H
@@ -109,8 +108,8 @@ bool rg_cpu_qtype_supported(int type);
  * (rg_cpu_qweight_release before freeing it; backend_cpu.c's dealloc does). K-quant rows need
  * K % 256 == 0, which every GGUF K-quant tensor has (its ne[0] is a whole number of
  * super-blocks, checked at rg_gguf_open); llama-quantize stores rows of other lengths in
- * Q5_0 / Q5_1 / Q8_0 etc. instead (kept quantized too), and a type this registry refuses stays on the dequantize-at-load
- * path (src/model/layers.c). Errors: RG_ERR_INVALID_INPUT (unsupported type, K not a multiple
+ * Q5_0 / Q5_1 / Q8_0 etc. instead (kept quantized too). A type this registry refuses stays on
+ * the dequantize-at-load path (src/model/layers.c asks rg_backend_qtype_supported first). Errors: RG_ERR_INVALID_INPUT (unsupported type, K not a multiple
  * of the type's block, N or K <= 0, W already registered), RG_ERR_OOM. Thread-safe. */
 RG_TEST_API rg_status rg_cpu_qweight_register(const void *W, int type, int N, int K);
 /* Forget W (unknown or NULL: no-op). */
