@@ -136,7 +136,8 @@ RG_API rg_status rg_tuning_describe(bool verbose, char **out);
 RG_API rg_status rg_tuning_get(const char *name, char *buf, size_t n);
 
 /* How a GGUF file's quantized weights are kept (issue 30). AUTO: the GEMM weights whose ggml type
- * the backend reads as stored stay in the file's blocks (CPU: Q8_0, Q4_0, Q4_1; the GEMMs round
+ * the backend reads as stored stay in the file's blocks (CPU: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+ * Q5_K, Q6_K, one type per fused weight; the GEMMs round
  * activations to int8 blocks of 32, llama.cpp's scheme), every other tensor -- and every tensor
  * on CUDA -- is dequantized at load to the compute dtype; DEQUANTIZE: all of them dequantized
  * (the behaviour before issue 30, for A/B runs). No effect on safetensors checkpoints. */
@@ -235,11 +236,12 @@ typedef struct rg_model rg_model;
  * embedding_length, feed_forward_length, attention.head_count(_kv), attention.key_length,
  * rope.freq_base, rope.dimension_count (must equal head_dim), attention.layer_norm_rms_epsilon,
  * context_length; the vocabulary size from tokenizer.ggml.tokens; weights token_embd, blk.N.*,
- * output_norm, output (absent: tied) dequantized at load (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
- * Q5_K, Q6_K) into the compute dtype; llama's permuted q/k rows run with adjacent-pair RoPE; the
- * tokenizer from tokenizer.ggml.* (model "gpt2" only: byte-level BPE); tokenizer.chat_template
- * kept (rg_model_chat_template). Other architectures, tokenizer models ("llama": SentencePiece)
- * and tensor types are refused by name (RG_ERR_UNSUPPORTED). rg_model_info.model_dir is the file.
+ * output_norm, output (absent: tied) dequantized at load (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q4_K, Q5_K, Q6_K) into the compute dtype (but see rg_weights); llama's permuted q/k rows
+ * run with adjacent-pair RoPE; the tokenizer from tokenizer.ggml.* (model "gpt2" only: byte-level
+ * BPE); tokenizer.chat_template kept (rg_model_chat_template). Other architectures, tokenizer
+ * models ("llama": SentencePiece) and tensor types are refused by name (RG_ERR_UNSUPPORTED).
+ * rg_model_info.model_dir is the file.
  * Encoders: */
 /* Load a BERT-family model from a Hugging Face directory: config.json, model.safetensors (or
  * model.safetensors.index.json with shards), tokenizer.json (or vocab.txt + tokenizer_config.json),

@@ -132,9 +132,10 @@ static const cli_flag g_flags[] = {
 	 "bf16 for a bf16 checkpoint"},
 	{F_WEIGHTS, "--weights", "quantized|dequantize", CMD_INFO | CMD_GEN,
 	 "GGUF weights: quantized (default) keeps the GEMM weights the backend\n"
-	 "reads in the file's blocks (cpu: Q8_0, Q4_0, Q4_1; activations rounded\n"
-	 "to int8 blocks of 32), the rest dequantized; dequantize: every tensor\n"
-	 "in the compute dtype at load (cuda always)"},
+	 "reads in the file's blocks (cpu: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,\n"
+	 "Q5_K, Q6_K; activations rounded to int8 blocks of 32), the rest\n"
+	 "dequantized; dequantize: every tensor in the compute dtype at load\n"
+	 "(cuda always)"},
 	{F_MAX_BATCH_TOKENS, "--max-batch-tokens", "N", CMD_EMBED | CMD_GEN,
 	 "tokens packed per batch (default 16384; generate: per step, 2048)"},
 	{F_TRUNCATE, "--truncate", NULL, CMD_EMBED | CMD_TOKENIZE,

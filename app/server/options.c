@@ -52,7 +52,8 @@ static const opt_spec g_opts[] = {
 	 "compute dtype; auto: fp32 on cpu, fp16 on cuda (bf16 for a bf16 checkpoint)"},
 	{"--weights", "quantized|dequantize", OPT_WEIGHTS, F(weights), 0, 0, "quantized",
 	 "GGUF weights: quantized keeps the GEMM weights the backend reads in the file's blocks "
-	 "(cpu: Q8_0, Q4_0, Q4_1); dequantize: every tensor in the compute dtype at load"},
+	 "(cpu: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); dequantize: every tensor in the "
+	 "compute dtype at load"},
 	{"--scheduler", "NAME", OPT_SCHED, F(scheduler), 0, 0, "token",
 	 "nobatch|naive|token|dp|concat|slotted|das|slotted-das|fcfs|sjf|edf"},
 	{"--max-batch-tokens", "N", OPT_INT, F(max_batch_tokens), 1, 1 << 24, NULL,

@@ -242,7 +242,8 @@ class Generator:
     device: "cpu" or "cuda"; dtype "auto", "fp32", "fp16", "bf16"; max_batch_tokens: tokens of
         one model step (the prefill chunk budget). weights: "quantized" (default: a GGUF's
         GEMM weights kept in the file's blocks where the backend reads them, CPU Q8_0 / Q4_0 /
-        Q4_1) or "dequantize" (every tensor in the compute dtype at load).
+        Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K) or "dequantize" (every tensor in the compute
+        dtype at load).
     Calls are serialized per Generator. close() (or `with`) frees it now.
     """
 

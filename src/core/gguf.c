@@ -1047,6 +1047,42 @@ static void deq_q4_1(const uint8_t *b, int64_t nb, float *y)
 	}
 }
 
+/* Q5_0: {f16 d; u32 qh (little-endian); u8 qs[16]}; value j < 16 takes the low nibble of qs[j]
+ * and bit j of qh as its fifth bit, value j + 16 the high nibble and bit j + 16;
+ * y = d * (q - 16). */
+static void deq_q5_0(const uint8_t *b, int64_t nb, float *y)
+{
+	for (int64_t i = 0; i < nb; i++, b += 22, y += 32) {
+		float d = f16_at(b);
+		uint32_t qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 |
+			      (uint32_t)b[5] << 24;
+		for (int j = 0; j < 16; j++) {
+			const int h0 = (int)((qh >> j) & 1) << 4;
+			const int h1 = (int)((qh >> (j + 16)) & 1) << 4;
+
+			y[j] = d * (float)(((b[6 + j] & 0x0F) | h0) - 16);
+			y[j + 16] = d * (float)(((b[6 + j] >> 4) | h1) - 16);
+		}
+	}
+}
+
+/* Q5_1: {f16 d, m; u32 qh; u8 qs[16]}; q as Q5_0's, unsigned; y = d * q + m. */
+static void deq_q5_1(const uint8_t *b, int64_t nb, float *y)
+{
+	for (int64_t i = 0; i < nb; i++, b += 24, y += 32) {
+		float d = f16_at(b), m = f16_at(b + 2);
+		uint32_t qh = (uint32_t)b[4] | (uint32_t)b[5] << 8 | (uint32_t)b[6] << 16 |
+			      (uint32_t)b[7] << 24;
+		for (int j = 0; j < 16; j++) {
+			const int h0 = (int)((qh >> j) & 1) << 4;
+			const int h1 = (int)((qh >> (j + 16)) & 1) << 4;
+
+			y[j] = d * (float)((b[8 + j] & 0x0F) | h0) + m;
+			y[j + 16] = d * (float)((b[8 + j] >> 4) | h1) + m;
+		}
+	}
+}
+
 /* Q8_0: {f16 d; i8 qs[32]}; y = q * d. */
 static void deq_q8_0(const uint8_t *b, int64_t nb, float *y)
 {
@@ -1163,6 +1199,12 @@ rg_status rg_gguf_to_f32(const rg_gguf_tensor *t, float *out)
 	case RG_GGUF_Q4_1:
 		deq_q4_1(p, nb, out);
 		return RG_OK;
+	case RG_GGUF_Q5_0:
+		deq_q5_0(p, nb, out);
+		return RG_OK;
+	case RG_GGUF_Q5_1:
+		deq_q5_1(p, nb, out);
+		return RG_OK;
 	case RG_GGUF_Q8_0:
 		deq_q8_0(p, nb, out);
 		return RG_OK;
@@ -1178,7 +1220,7 @@ rg_status rg_gguf_to_f32(const rg_gguf_tensor *t, float *out)
 	}
 	return rg_errorf(RG_ERR_UNSUPPORTED,
 			 "gguf: tensor '%s': type %s (%u) cannot be dequantized (F32, F16, BF16, "
-			 "Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K can)",
+			 "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K can)",
 			 t->name ? t->name : "?",
 			 rg_gguf_type_name(t->type) ? rg_gguf_type_name(t->type) : "unknown",
 			 t->type);

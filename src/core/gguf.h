@@ -26,7 +26,7 @@
  *   RG_ERR_IO      missing, unreadable, not a regular file, shrank while read;
  *   RG_ERR_FORMAT  anything malformed, truncated or lying (including unknown tensor types);
  *   RG_ERR_OOM.
- * Tensor types that ggml knows but rg_gguf_to_f32 cannot dequantize (Q5_0, IQ*, ...) open fine,
+ * Tensor types that ggml knows but rg_gguf_to_f32 cannot dequantize (Q2_K, IQ*, ...) open fine,
  * so the metadata (tokenizer) of any GGUF is readable; rg_gguf_to_f32 refuses them with
  * RG_ERR_UNSUPPORTED naming the tensor and type.
  *
@@ -56,6 +56,8 @@ typedef enum rg_gguf_type {
 	RG_GGUF_F16 = 1,
 	RG_GGUF_Q4_0 = 2,
 	RG_GGUF_Q4_1 = 3,
+	RG_GGUF_Q5_0 = 6,
+	RG_GGUF_Q5_1 = 7,
 	RG_GGUF_Q8_0 = 8,
 	RG_GGUF_Q4_K = 12,
 	RG_GGUF_Q5_K = 13,
@@ -156,6 +158,6 @@ RG_TEST_API bool rg_gguf_type_size(uint32_t type, int64_t *block_size, size_t *t
  * package (0.19) and to ggml's dequantize_row_* (one float32 rounding per multiply and per
  * add/subtract, never fused: -std=c11 turns contraction off). F16 and BF16 widen exactly.
  * RG_ERR_UNSUPPORTED (naming tensor and type) for types other than F32, F16, BF16, Q4_0, Q4_1,
- * Q8_0, Q4_K, Q5_K, Q6_K; RG_ERR_INVALID_INPUT for NULL arguments. */
+ * Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; RG_ERR_INVALID_INPUT for NULL arguments. */
 RG_TEST_API rg_status rg_gguf_to_f32(const rg_gguf_tensor *t, float *out);
 #endif

@@ -7,6 +7,8 @@ import math
 import gguf
 import numpy as np
 
+import kquants  # tests/py
+
 
 def permute(w, n_head):
     """llama.cpp convert_hf_to_gguf.py LlamaModel.permute: rotate_half pairs -> adjacent pairs."""
@@ -26,7 +28,9 @@ def write(path, cfg, w, f16=False, tokens=None, eos_id=2, qtype=None):
     BPE) tokenizer without merges; eos_id: tokenizer.ggml.eos_token_id. qtype: a
     gguf.GGMLQuantizationType (Q8_0, Q4_0, ...) for every 2-D tensor, quantized with the gguf
     package's own quantizer (gguf.quants.quantize), as llama-quantize stores them; 1-D norms
-    stay F32. Returns str(path)."""
+    stay F32. qtype may also be a function of the GGUF tensor name giving each 2-D tensor its
+    type (a mix such as llama-quantize's Q4_K_M), None for F32. The K-quants (Q4_K, Q5_K,
+    Q6_K), which the gguf package cannot quantize, go through kquants.py. Returns str(path)."""
     mt = cfg["model_type"]
     arch = mt if mt in ("qwen2", "qwen3", "phi3") else "llama"
     H, heads, kvh = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -84,9 +88,14 @@ def write(path, cfg, w, f16=False, tokens=None, eos_id=2, qtype=None):
                 v = permute(v, heads)
             elif arch == "llama" and stem == "self_attn.k_proj":
                 v = permute(v, kvh)
-        if qtype is not None and v.ndim == 2:
-            wr.add_tensor(n, gguf.quants.quantize(np.ascontiguousarray(v), qtype),
-                          raw_dtype=qtype)
+        qt = qtype(n) if callable(qtype) and not isinstance(qtype, int) else qtype
+        if qt is not None and v.ndim == 2:
+            v = np.ascontiguousarray(v)
+            if qt.name in ("Q4_K", "Q5_K", "Q6_K"):
+                blocks = kquants.quantize(v, qt)
+            else:
+                blocks = gguf.quants.quantize(v, qt)
+            wr.add_tensor(n, blocks, raw_dtype=qt)
             continue
         if f16 and v.ndim == 2:
             v = v.astype(np.float16)

@@ -173,9 +173,9 @@ def _write(path, arch="llama", tok_model="gpt2", emb_type=None, extra=None):
 
     def t(name, shape):
         w.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
-    if emb_type == "Q5_0":  # 4 rows of 32 values: one block of 22 bytes each
-        w.add_tensor("token_embd.weight", np.zeros((4, 22), np.uint8),
-                     raw_dtype=gguf.GGMLQuantizationType.Q5_0)
+    if emb_type == "IQ4_NL":  # 4 rows of 32 values: one block of 18 bytes each
+        w.add_tensor("token_embd.weight", np.zeros((4, 18), np.uint8),
+                     raw_dtype=gguf.GGMLQuantizationType.IQ4_NL)
     else:
         t("token_embd.weight", (4, 32))
     t("output_norm.weight", (32,))
@@ -212,8 +212,8 @@ def test_refused_gguf(tmp_path):
     assert "general.architecture" in msg and "gpt2" in msg
     msg = _load_error(_write(tmp_path / "b.gguf", tok_model="llama"))
     assert "tokenizer.ggml.model" in msg and "SentencePiece" in msg
-    msg = _load_error(_write(tmp_path / "c.gguf", emb_type="Q5_0"))
-    assert "token_embd.weight" in msg and "Q5_0" in msg
+    msg = _load_error(_write(tmp_path / "c.gguf", emb_type="IQ4_NL"))
+    assert "token_embd.weight" in msg and "IQ4_NL" in msg
     msg = _load_error(_write(tmp_path / "d.gguf", extra={"llama.rope.scaling.type": "yarn"}))
     assert "yarn" in msg
     bad = tmp_path / "e.gguf"

@@ -226,8 +226,8 @@ def _check_tensors(g, reader, dequant=lambda name: True):
 # ---- synthetic files -------------------------------------------------------------------------
 
 # where each quantized type keeps its fp16 scales (byte offsets inside a block; ggml-common.h)
-SCALE_AT = {QT.Q4_0: [0], QT.Q4_1: [0, 2], QT.Q8_0: [0], QT.Q4_K: [0, 2], QT.Q5_K: [0, 2],
-            QT.Q6_K: [208]}
+SCALE_AT = {QT.Q4_0: [0], QT.Q4_1: [0, 2], QT.Q5_0: [0], QT.Q5_1: [0, 2], QT.Q8_0: [0],
+            QT.Q4_K: [0, 2], QT.Q5_K: [0, 2], QT.Q6_K: [208]}
 
 
 def _finite_f16_bits(rng, n):
@@ -287,7 +287,7 @@ def _write_synthetic(path, rng):
     w.add_tensor("bf16_q", gguf.quants.quantize(x, QT.BF16), raw_dtype=QT.BF16)
 
     # gguf-py can quantize these: real quantized data
-    for qt in (QT.Q4_0, QT.Q4_1, QT.Q8_0):
+    for qt in (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0):
         x = (rng.standard_normal((5, 96)) * rng.uniform(0.01, 10)).astype(np.float32)
         x[0, :32] = 0.0  # an all-zero block (d = 0)
         w.add_tensor(f"{qt.name}_q", gguf.quants.quantize(x, qt), raw_dtype=qt)
@@ -314,8 +314,8 @@ def synthetic(tmp_path_factory):
 def test_synthetic_tensors_bit_identical(synthetic):
     reader = gguf.GGUFReader(str(synthetic))
     types = {t.tensor_type for t in reader.tensors}
-    assert types >= {QT.F32, QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q8_0, QT.Q4_K, QT.Q5_K,
-                     QT.Q6_K}
+    assert types >= {QT.F32, QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0,
+                     QT.Q4_K, QT.Q5_K, QT.Q6_K}
     g = Gguf(synthetic)
     assert g.l.rg_gguf_version(g.h) == 3 and g.l.rg_gguf_alignment(g.h) == reader.alignment
     _check_tensors(g, reader)
@@ -399,23 +399,23 @@ def test_type_table_matches_gguf_py():
 
 
 def test_unsupported_type_opens_but_does_not_dequantize(tmp_path):
-    """A type ggml knows but ragged cannot dequantize (Q5_0) still opens (its metadata is
+    """A type ggml knows but ragged cannot dequantize (IQ4_NL) still opens (its metadata is
     readable); rg_gguf_to_f32 names tensor and type."""
-    p = tmp_path / "q5_0.gguf"
+    p = tmp_path / "iq4_nl.gguf"
     w = gguf.GGUFWriter(str(p), "llama")
-    w.add_tensor("w", np.zeros((2, 22), np.uint8), raw_dtype=QT.Q5_0)
+    w.add_tensor("w", np.zeros((2, 18), np.uint8), raw_dtype=QT.IQ4_NL)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     g = Gguf(p)
     t = g.tensors()[0]
-    assert t.type == QT.Q5_0 and list(t.ne) == [32, 2, 1, 1]
+    assert t.type == QT.IQ4_NL and list(t.ne) == [32, 2, 1, 1]
     out = np.empty(t.numel, np.float32)
     st = g.l.rg_gguf_to_f32(ctypes.byref(t), out.ctypes.data_as(ctypes.c_void_p))
     assert st == RG_ERR["UNSUPPORTED"]
     msg = g.l.rg_last_error().decode()
-    assert "'w'" in msg and "Q5_0" in msg
+    assert "'w'" in msg and "IQ4_NL" in msg
 
 
 def test_versions(synthetic, tmp_path):

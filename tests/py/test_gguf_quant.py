@@ -32,8 +32,20 @@ weights (the 2-D tensors but the embedding) + the fp32 embedding table (the gath
 rows) + the fp32 norms; quantized, tied = the file's bytes of every 2-D tensor, the embedding's
 blocks once (the CPU gather dequantizes the rows it reads) + the fp32 norms; within 1 KiB (the
 RoPE frequencies); dequantize = 4 bytes per value. The real SmolLM2 Q4_1 file (tied, its table
-Q8_0): resident bytes within 10% of the file's tensor bytes (issue 30's memory target)."""
+Q8_0): resident bytes within 10% of the file's tensor bytes (issue 30's memory target).
+
+K-quants (Q4_K, Q5_K, Q6_K; the second half of the file): the GEMM on every kernel table
+(generic, AVX2, AVX-512, forced with rg_cpu_force_isa) against gguf.quants.dequantize of random
+blocks times float64 activations, within the activation-rounding bound entry by entry; a Llama
+with dims multiples of 256 in a Q4_K_M-like mix (written by kquants.py, since the gguf package
+cannot quantize K-quants; read back by the reference with gguf.quants.dequantize) with the same
+logit tolerances as above (measured: 1.2% max and 1.0-1.2% rms against the plain reference,
+3e-7 against the simulated one, two seeds), greedy ids equal to the simulated reference's, and
+the resident bytes in rg_model_info and `ragged info`."""
+import ctypes
+import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -47,6 +59,7 @@ import ref_llama_gguf  # noqa: E402
 
 gguf = pytest.importorskip("gguf")
 import hf_to_gguf  # noqa: E402  (needs gguf)
+import kquants  # noqa: E402
 import make_decoder  # noqa: E402
 
 SPEC = dict(H=64, heads=4, kv_heads=2, layers=2, inter=128, vocab=160, tie=False)
@@ -85,7 +98,7 @@ def _run(path, ids, weights):
 
 
 @pytest.mark.parametrize("tie", [False, True])
-@pytest.mark.parametrize("qname", ["Q8_0", "Q4_0", "Q4_1"])
+@pytest.mark.parametrize("qname", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])
 def test_quantized_gguf_logits(tmp_path, qname, tie):
     qt = getattr(gguf.GGMLQuantizationType, qname)
     cfg, w = make_decoder.make(str(tmp_path / "hf"), "llama", seed=7, **dict(SPEC, tie=tie))
@@ -138,3 +151,218 @@ def test_real_smollm2_resident_bytes():
             m.close()
     assert abs(got["auto"] - tensor_bytes) <= 0.10 * tensor_bytes, (got, tensor_bytes)
     assert got["dequantize"] > 3 * tensor_bytes, (got, tensor_bytes)
+
+
+# ---------------------------------------------------------------- K-quants (Q4_K, Q5_K, Q6_K)
+#
+# The K-quant GEMM (qweight.h: 256-value super-blocks against 8 activation blocks of 32) on
+# each kernel table, against gguf.quants.dequantize of the same bytes times the float64
+# activations; then a Llama whose GEMM weights are Q4_K / Q5_K / Q6_K (dims multiples of 256, a
+# Q4_K_M-like mix) against the float64 reference, greedy ids included; then rg_model_info's and
+# `ragged info`'s resident bytes.
+
+KQ = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
+# Q5_0 / Q5_1 (32-value blocks, llama-quantize's fallback for rows not a multiple of 256):
+# bytes per block and where the fp16 scales sit
+Q5 = {"Q5_0": (22, [0]), "Q5_1": (24, [0, 2])}
+
+
+class _QW(ctypes.Structure):
+    """src/ops/cpu/qweight.h rg_cpu_qweight."""
+    _fields_ = [("W", ctypes.c_void_p), ("type", ctypes.c_int), ("N", ctypes.c_int),
+                ("K", ctypes.c_int)]
+
+
+def _qlib():
+    l = rc.lib()
+    l.rg_cpu_isa.restype = ctypes.c_char_p
+    l.rg_cpu_force_isa.argtypes = [ctypes.c_char_p]
+    l.rg_cpu_qgemm.argtypes = [ctypes.c_void_p, ctypes.POINTER(_QW), ctypes.c_void_p,
+                               ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                               ctypes.c_int, ctypes.c_int]
+    return l
+
+
+def _random_kblocks(rng, qname, N, K):
+    """(N, K / 256 * bytes) uint8: random bytes (every byte pattern is a valid K-quant block)
+    with the fp16 super-block scales d (and dmin) set to k / 4096, k in 1..60; Q5_0 / Q5_1:
+    K / 32 blocks, d (and -m) the same way."""
+    if qname in Q5:  # per 32 values: d (and Q5_1's m, negative) set the same way
+        bb, at = Q5[qname]
+        b = rng.integers(0, 256, (N, K // 32, bb), dtype=np.uint8)
+        for i, o in enumerate(at):
+            v = rng.integers(1, 61, (N, K // 32)) / 4096 * (-1 if i else 1)
+            b[..., o:o + 2] = v.astype(np.float16)[..., None].view(np.uint8)
+        return b.reshape(N, -1)
+    bb = KQ[qname]
+    b = rng.integers(0, 256, (N, K // 256, bb), dtype=np.uint8)
+    d = (rng.integers(1, 61, (N, K // 256, 2)) / 4096).astype(np.float16).view(np.uint8)
+    if qname == "Q6_K":
+        b[..., 208:210] = d[..., 0:2]
+    else:
+        b[..., 0:4] = d
+    return b.reshape(N, -1)
+
+
+def _act(rng, M, K):
+    """Uniform activations with an all-zero block and one large outlier per row."""
+    a = rng.uniform(-1, 1, (M, K)).astype(np.float32)
+    a[:, 32:64] = 0
+    a[:, 0] = 40 * np.arange(1, M + 1)
+    return a
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
+@pytest.mark.parametrize("qname", ["Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1"])
+def test_kquant_gemm_equals_gguf_dequantize(qname, isa):
+    """out (M, N) = A x dequant(W)^T through rg_cpu_qgemm with the kernel table `isa`, every
+    entry within the activation-rounding bound of the float64 product with W as
+    gguf.quants.dequantize reads the bytes: |err| <= sum_b (max_b |a| / 254) sum_{j in b} |w_j|
+    (times 1.001: d is fp32) + 1e-5 sum |a w| (fp32 accumulation). A wrong nibble, bit or scale
+    is off by O(sum |a w|), far outside it. Shapes: K of 1, 2 and 17 super-blocks, M 1..17,
+    N odd; a bias; guard values after the output."""
+    l = _qlib()
+    best = l.rg_cpu_isa()
+    if l.rg_cpu_force_isa(isa.encode()) != 0:
+        l.rg_cpu_force_isa(best)
+        pytest.skip(f"this CPU does not run the {isa} table")
+    qt = getattr(gguf.GGMLQuantizationType, qname)
+    rng = np.random.default_rng(11)
+    try:
+        for K, M, N in [(256, 1, 1), (512, 3, 37), (17 * 256, 17, 5), (256, 5, 64)]:
+            w = np.ascontiguousarray(_random_kblocks(rng, qname, N, K))
+            wd = gguf.quants.dequantize(w, qt).astype(np.float64)
+            assert wd.shape == (N, K) and np.isfinite(wd).all()
+            a = _act(rng, M, K)
+            bias = rng.uniform(-1, 1, N).astype(np.float32)
+            out = np.full(M * N + 16, -12345.25, np.float32)
+            qw = _QW(w.ctypes.data, int(qt), N, K)
+            st = l.rg_cpu_qgemm(None, ctypes.byref(qw), a.ctypes.data, bias.ctypes.data,
+                                out.ctypes.data, M, N, K, 0)
+            assert st == 0, rc.lib().rg_last_error()
+            assert (out[M * N:] == np.float32(-12345.25)).all()  # guards
+            got = out[:M * N].reshape(M, N).astype(np.float64)
+            a64 = a.astype(np.float64)
+            ref = a64 @ wd.T + bias
+            amax = np.abs(a64).reshape(M, K // 32, 32).max(-1) / 254.0
+            wsum = np.abs(wd).reshape(N, K // 32, 32).sum(-1)
+            tol = 1.001 * amax @ wsum.T + 1e-5 * (np.abs(a64) @ np.abs(wd).T) + 1e-30
+            bad = ~(np.abs(got - ref) <= tol)
+            assert not bad.any(), (qname, isa, K, M, N, got[bad][:4], ref[bad][:4])
+    finally:
+        assert l.rg_cpu_force_isa(best) == 0
+
+
+@pytest.mark.parametrize("qname,rms_max", [("Q4_K", 0.12), ("Q5_K", 0.06), ("Q6_K", 0.03)])
+def test_kquants_helper_roundtrip(qname, rms_max):
+    """The test models' K-quant writer (kquants.py) read back by gguf.quants.dequantize: rms
+    error / rms value within the format's step (measured 0.078, 0.038, 0.019 on normal values;
+    a layout mistake reads back noise, error ~1)."""
+    qt = getattr(gguf.GGMLQuantizationType, qname)
+    x = (np.random.default_rng(5).standard_normal((7, 512)) * 0.05).astype(np.float32)
+    b = kquants.quantize(x, qt)
+    assert b.shape == (7, 2 * KQ[qname]) and b.dtype == np.uint8
+    y = gguf.quants.dequantize(b, qt)
+    assert np.sqrt(np.mean((y - x) ** 2)) / np.sqrt(np.mean(x ** 2)) <= rms_max
+
+
+SPEC_K = dict(H=256, heads=4, kv_heads=2, layers=2, inter=512, vocab=160, tie=False)
+N_NEW = 8
+
+
+def _k_mix(name, mixed_qkv=False):
+    """A Q4_K_M-like mix: the output head and ffn_down Q6_K, attn_output Q5_K, the rest Q4_K.
+    mixed_qkv: layer 1's attn_v Q6_K beside Q4_K q / k (as llama-quantize's Q4_K_M does on some
+    layers), so its fused QKV weight mixes two types and is dequantized at load
+    (src/model/layers.c keeps one type per GEMM weight)."""
+    Q = gguf.GGMLQuantizationType
+    if name == "output.weight" or name.endswith("ffn_down.weight") or \
+            (mixed_qkv and name == "blk.1.attn_v.weight"):
+        return Q.Q6_K
+    if name.endswith("attn_output.weight"):
+        return Q.Q5_K
+    return Q.Q4_K
+
+
+def _greedy_sim(r, ids, n):
+    """The float64 reference's greedy continuation with the quantized GEMM's activation
+    rounding simulated (_q8), and each step's top-2 margin relative to max |logit|."""
+    seq, out, margins = list(ids), [], []
+    with ref_llama_gguf.one_blas_thread():
+        for _ in range(n):
+            lg = r.logits(seq, last_only=True, act_q=_q8)[-1]
+            top = np.sort(lg)[-2:]
+            margins.append((top[1] - top[0]) / np.abs(lg).max())
+            out.append(int(np.argmax(lg)))
+            seq.append(out[-1])
+    return out, margins
+
+
+@pytest.mark.parametrize("mixed_qkv", [False, True])
+def test_kquant_gguf_logits_greedy_and_bytes(tmp_path, mixed_qkv):
+    """Every position's logits as test_quantized_gguf_logits (same tolerances); then
+    ragged.Generator's greedy ids (default weights: the blocks kept) equal the simulated float64
+    reference's, up to the first step whose top-2 margin is within 2 * TOL_SIM (a near tie the
+    simulation's 1e-3 agreement cannot decide); resident bytes = the file's K-quant bytes of
+    the kept GEMM weights + fp32 for the rest, in rg_model_info and in `ragged info`.
+    mixed_qkv (_k_mix): layer 1's QKV is an fp32 GEMM whose input is not rounded, which the
+    simulation (every weight product's input rounded) does not model: that case checks the
+    logits against the plain reference, the counts and the bytes only."""
+    cfg, w = make_decoder.make(str(tmp_path / "hf"), "llama", seed=9, **SPEC_K)
+    path = hf_to_gguf.write(tmp_path / "tiny-kq.gguf", cfg, w,
+                            qtype=lambda n: _k_mix(n, mixed_qkv))
+    rd = gguf.GGUFReader(path)
+    types = {t.name: t.tensor_type.name for t in rd.tensors}
+    assert {types["output.weight"], types["blk.0.attn_output.weight"],
+            types["blk.0.attn_q.weight"]} == {"Q6_K", "Q5_K", "Q4_K"}
+    ids = list(np.random.default_rng(4).integers(0, cfg["vocab_size"], T))
+    r = ref_llama_gguf.GgufLlama(path)
+    ref, ref_sim = r.logits(ids), r.logits(ids, act_q=_q8)
+    got_q, bytes_q, nq = _run(path, ids, "auto")
+    got_d, bytes_d, nd = _run(path, ids, "dequantize")
+    scale = np.abs(ref).max()
+    err_q = np.abs(got_q - ref).max() / scale
+    err_d = np.abs(got_d - ref).max() / scale
+    rms_q = np.sqrt(np.mean((got_q - ref) ** 2) / np.mean(ref ** 2))
+    err_sim = np.abs(got_q - ref_sim).max() / scale
+    assert err_d <= TOL_DEQ, err_d
+    assert err_q <= TOL_QUANT and rms_q <= TOL_QUANT_RMS, (err_q, rms_q)
+    assert err_q > err_d, (err_q, err_d)  # the int8 path ran
+    if not mixed_qkv:
+        assert err_sim <= TOL_SIM, err_sim
+    # kept: per layer QKV (but a mixed one), O, gate/up, down; the untied head
+    assert (nq, nd) == (4 * SPEC_K["layers"] + 1 - mixed_qkv, 0)
+
+    f32_names = {"token_embd.weight"}
+    if mixed_qkv:
+        f32_names |= {"blk.1.attn_q.weight", "blk.1.attn_k.weight", "blk.1.attn_v.weight"}
+    quant = sum(int(t.n_bytes) for t in rd.tensors
+                if len(t.shape) == 2 and t.name not in f32_names)
+    f32 = sum(4 * int(t.n_elements) for t in rd.tensors
+              if len(t.shape) == 1 or t.name in f32_names)
+    assert quant + f32 <= bytes_q <= quant + f32 + 1024, (bytes_q, quant, f32)
+    info = subprocess.run([rc.BIN_PATH, "info", "--model", path, "--device", "cpu"],
+                          capture_output=True, text=True, timeout=120)
+    assert info.returncode == 0, info.stderr
+    m = json.loads(info.stdout)["model"]
+    assert (m["weight_bytes"], m["quantized_weights"]) == (bytes_q, nq)
+    if mixed_qkv:
+        return
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+    import ragged
+    prompts = [ids[:9], ids[3:17]]
+    g = ragged.Generator(path, max_batch_tokens=64)
+    try:
+        outs = g.generate(prompts, max_tokens=N_NEW, ignore_eos=True)
+    finally:
+        g.close()
+    compared = 0
+    for p, o in zip(prompts, outs):
+        want, margins = _greedy_sim(r, p, N_NEW)
+        for i in range(N_NEW):
+            assert o["ids"][i] == want[i], (p, i, o["ids"], want, margins)
+            compared += 1
+            if margins[i] <= 2 * TOL_SIM:
+                break  # a near tie: the two may part here
+    assert compared >= N_NEW, compared

@@ -655,14 +655,14 @@ static void test_bad_types(void **state)
 	one_tensor(&b, 1, ne, 4, 0, 128); /* a number ggml retired (Q4_2) */
 	EXPECT_FAIL(&b, RG_ERR_FORMAT, "'w'", "unknown ggml tensor type 4");
 	/* a type ggml knows but ragged does not dequantize: opens, to_f32 refuses by name */
-	one_tensor(&b, 1, ne, 6 /* Q5_0 */, 0, 22);
-	gb_write(&b, "q5.gguf");
+	one_tensor(&b, 1, ne, 20 /* IQ4_NL */, 0, 18);
+	gb_write(&b, "iq4.gguf");
 	gb_free(&b);
-	g = open_ok("q5.gguf");
-	assert_int_equal(rg_gguf_tensor_at(g, 0)->nbytes, 22);
+	g = open_ok("iq4.gguf");
+	assert_int_equal(rg_gguf_tensor_at(g, 0)->nbytes, 18);
 	assert_int_equal(rg_gguf_to_f32(rg_gguf_tensor_at(g, 0), out), RG_ERR_UNSUPPORTED);
 	assert_non_null(strstr(rg_last_error(), "'w'"));
-	assert_non_null(strstr(rg_last_error(), "Q5_0"));
+	assert_non_null(strstr(rg_last_error(), "IQ4_NL"));
 	rg_gguf_close(g);
 }
 

@@ -1,14 +1,17 @@
 /* The CPU's quantized GEMM (src/ops/cpu/qweight.h, qgemm.c): the activation quantizer, the
- * per-type block dot products (Q8_0, Q4_0, Q4_1) of the generic and AVX2 tables, and
- * rg_cpu_qgemm over them, against a reference computed here in double from the weights as the
- * test dequantizes them itself and the *unquantized* activations.
+ * per-type block dot products (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) of the generic,
+ * AVX2 and AVX-512 tables, and rg_cpu_qgemm over them, against a reference computed here in double
+ * from the weights as dequantized (Q8_0 / Q4_* / Q5_*: by the test itself; K-quants: random bytes
+ * with sane fp16 scales, dequantized by src/core/gguf.c's rg_gguf_to_f32, which test_gguf checks
+ * bit-for-bit against the gguf package; tests/py/test_gguf_quant.py checks the K-quant GEMM
+ * against gguf.quants.dequantize itself) and the *unquantized* activations.
  *
  * Tolerance: rounding a block of activations to int8 with d = max|x| / 127 moves each value by
  * at most d / 2, so |got - ref| <= sum over blocks b of (d_b / 2) * sum_{j in b} |w_j| (the
  * Q8 bound), plus fp32 accumulation, bounded here by 1e-5 * sum_j |w_j x_j| + 1e-30; the test
  * allows the Q8 bound times 1.001 (d itself is rounded to fp32) plus that. Generic and AVX2
- * must quantize activations to identical blocks and agree to the fp32 term alone. Outputs carry
- * guard values that must survive. */
+ * must quantize activations to identical blocks, and every table's dot products agree with the
+ * generic ones to the fp32 term alone. Outputs carry guard values that must survive. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -57,7 +60,47 @@ static uint16_t f16_of_k(int k, double *val)
 
 static size_t block_bytes(int type)
 {
-	return type == RG_GGUF_Q8_0 ? 34 : type == RG_GGUF_Q4_0 ? 18 : 20;
+	return rg_cpu_qtype_block_bytes(type);
+}
+
+static bool is_kquant(int type)
+{
+	return type == RG_GGUF_Q4_K || type == RG_GGUF_Q5_K || type == RG_GGUF_Q6_K;
+}
+
+/* K-quant blocks: every byte random (any bytes are a valid block), then the fp16 super-block
+ * scales set to values k / 4096 (Q4_K / Q5_K's dmin too) so that the weights stay finite; the
+ * values from rg_gguf_to_f32. */
+static void make_kweight(int type, int N, int K, uint8_t *w, double *wd)
+{
+	const size_t bb = block_bytes(type), n = (size_t)N * (K / 256) * bb;
+	rg_gguf_tensor t = {.name = "w", .n_dims = 2, .ne = {K, N, 1, 1}, .type = (uint32_t)type,
+			    .data = w, .nbytes = n, .numel = (int64_t)N * K};
+	float *f = malloc((size_t)N * K * sizeof(float));
+	double v;
+
+	assert_non_null(f);
+	for (size_t i = 0; i < n; i++)
+		w[i] = (uint8_t)urand();
+	for (size_t b = 0; b < n / bb; b++) {
+		uint8_t *p = w + b * bb;
+		const uint16_t d = f16_of_k((int)(urand() % 60) + 1, &v);
+		const uint16_t dm = f16_of_k((int)(urand() % 60) + 1, &v);
+
+		if (type == RG_GGUF_Q6_K) {
+			p[208] = (uint8_t)d;
+			p[209] = (uint8_t)(d >> 8);
+		} else {
+			p[0] = (uint8_t)d;
+			p[1] = (uint8_t)(d >> 8);
+			p[2] = (uint8_t)dm;
+			p[3] = (uint8_t)(dm >> 8);
+		}
+	}
+	assert_int_equal(rg_gguf_to_f32(&t, f), RG_OK);
+	for (size_t i = 0; i < (size_t)N * K; i++)
+		wd[i] = f[i];
+	free(f);
 }
 
 /* Random blocks of type for a (N, K) weight into w, and their values as the block formats
@@ -65,6 +108,11 @@ static size_t block_bytes(int type)
 static void make_weight(int type, int N, int K, uint8_t *w, double *wd)
 {
 	const int nb = K / 32;
+
+	if (is_kquant(type)) {
+		make_kweight(type, N, K, w, wd);
+		return;
+	}
 
 	for (int n = 0; n < N; n++)
 		for (int b = 0; b < nb; b++) {
@@ -85,11 +133,30 @@ static void make_weight(int type, int N, int K, uint8_t *w, double *wd)
 				}
 				continue;
 			}
-			if (type == RG_GGUF_Q4_1) {
+			if (type == RG_GGUF_Q4_1 || type == RG_GGUF_Q5_1) {
 				uint16_t hm = f16_of_k(-(int)(urand() % 500) - 1, &m);
 
 				p[2] = (uint8_t)hm;
 				p[3] = (uint8_t)(hm >> 8);
+			}
+			if (type == RG_GGUF_Q5_0 || type == RG_GGUF_Q5_1) {
+				/* the fifth bits: u32 qh, little-endian, bit j for value j */
+				uint8_t *qh = p + (type == RG_GGUF_Q5_0 ? 2 : 4), *qs = qh + 4;
+				const uint32_t bits = urand();
+				const int off = type == RG_GGUF_Q5_0 ? -16 : 0;
+
+				for (int i = 0; i < 4; i++)
+					qh[i] = (uint8_t)(bits >> (8 * i));
+				for (int j = 0; j < 16; j++) {
+					const int lo = (int)(urand() & 15), hi = (int)(urand() & 15);
+					const int v0 = lo + 16 * (int)((bits >> j) & 1) + off;
+					const int v1 = hi + 16 * (int)((bits >> (j + 16)) & 1) + off;
+
+					qs[j] = (uint8_t)(lo | hi << 4);
+					o[j] = d * v0 + m;
+					o[j + 16] = d * v1 + m;
+				}
+				continue;
 			}
 			for (int j = 0; j < 16; j++) {
 				uint8_t *qs = p + (type == RG_GGUF_Q4_0 ? 2 : 4);
@@ -152,8 +219,60 @@ static bool have_avx2(void)
 #endif
 }
 
-static const int TYPES[] = {RG_GGUF_Q8_0, RG_GGUF_Q4_0, RG_GGUF_Q4_1};
+static bool have_avx512(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_cpu_init();
+	return have_avx2() && __builtin_cpu_supports("avx512f") &&
+	       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+	       __builtin_cpu_supports("avx512dq");
+#else
+	return false;
+#endif
+}
+
+#define N_TYPES 8
+static const int TYPES[N_TYPES] = {RG_GGUF_Q8_0, RG_GGUF_Q4_0, RG_GGUF_Q4_1, RG_GGUF_Q5_0,
+				   RG_GGUF_Q5_1, RG_GGUF_Q4_K, RG_GGUF_Q5_K, RG_GGUF_Q6_K};
 static const int KS[] = {32, 64, 4096 + 32};
+static const int KS_K[] = {256, 512, 4096 + 256}; /* K-quants: whole super-blocks */
+
+/* The tables this CPU runs, widest last; their count. */
+static int tables(const rg_cpu_kern *t[3])
+{
+	int n = 0;
+
+	t[n++] = &rg_cpu_kern_generic;
+	if (have_avx2())
+		t[n++] = &rg_cpu_kern_avx2;
+	if (have_avx512())
+		t[n++] = &rg_cpu_kern_avx512;
+	return n;
+}
+
+static float (*qdot_of(const rg_cpu_kern *k, int type))(const void *, const rg_q8a *, int)
+{
+	switch (type) {
+	case RG_GGUF_Q8_0:
+		return k->qdot_q8_0;
+	case RG_GGUF_Q4_0:
+		return k->qdot_q4_0;
+	case RG_GGUF_Q4_1:
+		return k->qdot_q4_1;
+	case RG_GGUF_Q5_0:
+		return k->qdot_q5_0;
+	case RG_GGUF_Q5_1:
+		return k->qdot_q5_1;
+	case RG_GGUF_Q4_K:
+		return k->qdot_q4_k;
+	case RG_GGUF_Q5_K:
+		return k->qdot_q5_k;
+	case RG_GGUF_Q6_K:
+		return k->qdot_q6_k;
+	}
+	fail_msg("type %d", type);
+	return NULL;
+}
 
 /* The activation quantizer: d = max|x| / 127, |x - d q| <= d / 2, s = d sum q; the AVX2 blocks
  * are the generic ones, byte for byte. */
@@ -229,19 +348,20 @@ static void test_qgemm_types(void **state)
 {
 	static const int MS[] = {1, 3, 17};
 	static const int NS[] = {1, 37};
+	const rg_cpu_kern *tab[3];
+	const int nt = tables(tab);
 
 	(void)state;
-	for (size_t ti = 0; ti < 3; ti++)
+	for (size_t ti = 0; ti < N_TYPES; ti++)
 		for (size_t ki = 0; ki < 3; ki++)
 			for (size_t mi = 0; mi < 3; mi++)
 				for (size_t ni = 0; ni < 2; ni++) {
-					const int type = TYPES[ti], K = KS[ki], M = MS[mi];
-					const int N = NS[ni];
+					const int type = TYPES[ti], M = MS[mi], N = NS[ni];
+					const int K = is_kquant(type) ? KS_K[ki] : KS[ki];
 					uint8_t *w = malloc((size_t)N * (K / 32) * 34);
 					double *wd = malloc((size_t)N * K * sizeof(double));
 					float *a = malloc((size_t)M * K * sizeof(float));
 					float *bias = malloc(N * sizeof(float));
-					float *g, *v = NULL;
 
 					assert_non_null(w);
 					assert_non_null(wd);
@@ -251,31 +371,27 @@ static void test_qgemm_types(void **state)
 					make_act(M, K, a);
 					for (int n = 0; n < N; n++)
 						bias[n] = frand();
-					g = run_qgemm(&rg_cpu_kern_generic, type, w, M, N, K, a, bias);
-					if (have_avx2())
-						v = run_qgemm(&rg_cpu_kern_avx2, type, w, M, N, K, a,
-							      bias);
-					for (int m = 0; m < M; m++)
-						for (int n = 0; n < N; n++) {
-							const size_t i = (size_t)m * N + n;
-							double ref, tol;
+					for (int t = 0; t < nt; t++) {
+						float *g = run_qgemm(tab[t], type, w, M, N, K, a, bias);
 
-							ref_one(wd + (size_t)n * K, a + (size_t)m * K, K,
-								&ref, &tol);
-							ref += bias[n];
-							if (!(fabs(g[i] - ref) <= tol))
-								fail_msg("generic type %d K %d M %d N %d "
-									 "[%d,%d]: %g vs %g (tol %g)",
-									 type, K, M, N, m, n, g[i], ref,
-									 tol);
-							if (v && !(fabs(v[i] - ref) <= tol))
-								fail_msg("avx2 type %d K %d M %d N %d "
-									 "[%d,%d]: %g vs %g (tol %g)",
-									 type, K, M, N, m, n, v[i], ref,
-									 tol);
-						}
-					free(g);
-					free(v);
+						for (int m = 0; m < M; m++)
+							for (int n = 0; n < N; n++) {
+								const size_t i = (size_t)m * N + n;
+								double ref, tol;
+
+								ref_one(wd + (size_t)n * K,
+									a + (size_t)m * K, K, &ref,
+									&tol);
+								ref += bias[n];
+								if (!(fabs(g[i] - ref) <= tol))
+									fail_msg("%s type %d K %d M %d "
+										 "N %d [%d,%d]: %g vs "
+										 "%g (tol %g)",
+										 tab[t]->isa, type, K, M,
+										 N, m, n, g[i], ref, tol);
+							}
+						free(g);
+					}
 					free(w);
 					free(wd);
 					free(a);
@@ -283,18 +399,20 @@ static void test_qgemm_types(void **state)
 				}
 }
 
-/* The two tables' block dot products on the same activation blocks: equal up to fp32
- * accumulation order (1e-5 of sum |w| |d q|). */
+/* Every table's block dot products on the same activation blocks: equal to the generic ones up
+ * to fp32 accumulation order (1e-5 of sum |w| |d q|). */
 static void test_qdot_agree(void **state)
 {
-	const int K = 4096 + 32, nb = K / 32;
+	const int K = 4096 + 256, nb = K / 32;
 	uint8_t *w = malloc((size_t)nb * 34);
 	double *wd = malloc(K * sizeof(double));
 	float *x = malloc(K * sizeof(float));
 	rg_q8a *aq = malloc(nb * sizeof(rg_q8a));
+	const rg_cpu_kern *tab[3];
+	const int nt = tables(tab);
 
 	(void)state;
-	if (!have_avx2()) {
+	if (nt < 2) {
 		free(w), free(wd), free(x), free(aq);
 		skip();
 	}
@@ -302,29 +420,26 @@ static void test_qdot_agree(void **state)
 	assert_non_null(wd);
 	assert_non_null(x);
 	assert_non_null(aq);
-	for (size_t ti = 0; ti < 3; ti++)
+	for (size_t ti = 0; ti < N_TYPES; ti++)
 		for (int rep = 0; rep < 8; rep++) {
-			const int type = TYPES[ti];
-			float (*dg)(const void *, const rg_q8a *, int);
-			float (*dv)(const void *, const rg_q8a *, int);
+			const int type = TYPES[ti], one = is_kquant(type) ? 8 : 1;
 			double mag = 0;
-			float g, v;
 
-			dg = type == RG_GGUF_Q8_0   ? rg_cpu_kern_generic.qdot_q8_0
-			     : type == RG_GGUF_Q4_0 ? rg_cpu_kern_generic.qdot_q4_0
-						    : rg_cpu_kern_generic.qdot_q4_1;
-			dv = type == RG_GGUF_Q8_0   ? rg_cpu_kern_avx2.qdot_q8_0
-			     : type == RG_GGUF_Q4_0 ? rg_cpu_kern_avx2.qdot_q4_0
-						    : rg_cpu_kern_avx2.qdot_q4_1;
 			make_weight(type, 1, K, w, wd);
 			make_act(1, K, x);
 			rg_cpu_kern_generic.q8_quant_row(x, K, aq);
 			for (int k = 0; k < K; k++)
 				mag += fabs(wd[k]) * fabs((double)aq[k / 32].d * aq[k / 32].q[k % 32]);
-			for (int len = 1; len <= nb; len += nb - 1) { /* one block, and all */
-				g = dg(w, aq, len);
-				v = dv(w, aq, len);
-				assert_true(fabs(g - v) <= 1e-5 * mag + 1e-30);
+			for (int len = one; len <= nb; len += nb - one) { /* one block, and all */
+				const float g = qdot_of(&rg_cpu_kern_generic, type)(w, aq, len);
+
+				for (int t = 1; t < nt; t++) {
+					const float v = qdot_of(tab[t], type)(w, aq, len);
+
+					if (!(fabs(g - v) <= 1e-5 * mag + 1e-30))
+						fail_msg("%s type %d len %d: %g vs generic %g",
+							 tab[t]->isa, type, len, v, g);
+				}
 			}
 		}
 	free(w);
@@ -341,7 +456,11 @@ static void test_qweight_registry(void **state)
 
 	(void)state;
 	assert_int_equal(rg_cpu_qweight_register(w, RG_GGUF_Q8_0, 2, 33), RG_ERR_INVALID_INPUT);
-	assert_int_equal(rg_cpu_qweight_register(w, RG_GGUF_Q6_K, 2, 256), RG_ERR_INVALID_INPUT);
+	/* a K-quant row of a part of a super-block; a type without a kernel (IQ2_XXS) */
+	assert_int_equal(rg_cpu_qweight_register(w, RG_GGUF_Q6_K, 2, 32), RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_cpu_qweight_register(w, RG_GGUF_Q4_K, 2, 256 + 32),
+			 RG_ERR_INVALID_INPUT);
+	assert_int_equal(rg_cpu_qweight_register(w, 16, 2, 256), RG_ERR_INVALID_INPUT);
 	assert_int_equal(rg_cpu_qweight_register(w, RG_GGUF_Q8_0, 0, 32), RG_ERR_INVALID_INPUT);
 	assert_false(rg_cpu_qweight_find(w, &qw));
 	assert_int_equal(rg_cpu_qweight_register(w, RG_GGUF_Q8_0, 2, 64), RG_OK);

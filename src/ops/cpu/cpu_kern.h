@@ -65,18 +65,38 @@ typedef struct rg_cpu_kern {
 	float (*qdot_q8_0)(const void *w, const rg_q8a *a, int nb);
 	float (*qdot_q4_0)(const void *w, const rg_q8a *a, int nb);
 	float (*qdot_q4_1)(const void *w, const rg_q8a *a, int nb);
+	/* ... Q5_0 / Q5_1 blocks (Q5_1: plus m_w s_a) */
+	float (*qdot_q5_0)(const void *w, const rg_q8a *a, int nb);
+	float (*qdot_q5_1)(const void *w, const rg_q8a *a, int nb);
+	/* the same over K-quant super-blocks (Q4_K / Q5_K / Q6_K): nb activation blocks, a
+	 * multiple of 8, against nb / 8 super-blocks of w; per activation block one integer sum
+	 * (Q6_K: two, one per 16-value scale) scaled by d sc d_a, and Q4_K / Q5_K's minimum
+	 * term dmin mn s_a (qweight.h) */
+	float (*qdot_q4_k)(const void *w, const rg_q8a *a, int nb);
+	float (*qdot_q5_k)(const void *w, const rg_q8a *a, int nb);
+	float (*qdot_q6_k)(const void *w, const rg_q8a *a, int nb);
 } rg_cpu_kern;
 
-/* The quantized kernels of each instruction set (kern_generic.c, kern_avx2.c); the AVX-512
- * table uses the AVX2 ones (no AVX-512 quantized kernel yet). */
+/* The quantized kernels of each instruction set (kern_generic.c, kern_avx2.c, kern_avx512.c):
+ * the AVX-512 table uses the AVX2 activation quantizer and Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1
+ * kernels, and its own K-quant ones (RG_QISA and RG_KQISA of kern.h). */
 #define RG_QKERN_DECL(isa)                                                                    \
 	void rg_q8_quant_row_##isa(const float *x, int K, rg_q8a *out);                       \
 	float rg_qdot_q8_0_##isa(const void *w, const rg_q8a *a, int nb);                     \
 	float rg_qdot_q4_0_##isa(const void *w, const rg_q8a *a, int nb);                     \
-	float rg_qdot_q4_1_##isa(const void *w, const rg_q8a *a, int nb);
+	float rg_qdot_q4_1_##isa(const void *w, const rg_q8a *a, int nb);                     \
+	float rg_qdot_q5_0_##isa(const void *w, const rg_q8a *a, int nb);                     \
+	float rg_qdot_q5_1_##isa(const void *w, const rg_q8a *a, int nb);
+#define RG_KQKERN_DECL(isa)                                                                   \
+	float rg_qdot_q4_k_##isa(const void *w, const rg_q8a *a, int nb);                     \
+	float rg_qdot_q5_k_##isa(const void *w, const rg_q8a *a, int nb);                     \
+	float rg_qdot_q6_k_##isa(const void *w, const rg_q8a *a, int nb);
 RG_QKERN_DECL(generic)
+RG_KQKERN_DECL(generic)
 #if defined(__x86_64__) || defined(__i386__)
 RG_QKERN_DECL(avx2)
+RG_KQKERN_DECL(avx2)
+RG_KQKERN_DECL(avx512)
 #endif
 
 extern const rg_cpu_kern rg_cpu_kern_avx512, rg_cpu_kern_avx2, rg_cpu_kern_generic;

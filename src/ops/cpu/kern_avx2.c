@@ -4,6 +4,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #pragma GCC target("avx2,fma,bmi2,f16c")
 
 #include "ops/cpu/cpu_kern.h"
@@ -132,9 +133,195 @@ float rg_qdot_q4_1_avx2(const void *w, const rg_q8a *a, int nb)
 	return hsum8(acc) + off;
 }
 
+/* Q5_0 / Q5_1's fifth bits: byte j = 0x10 when bit j of the little-endian u32 at p is set
+ * (the u32's byte j / 8 shuffled into byte j, then bit j % 8 tested). */
+static inline __m256i q5_high(const uint8_t *p)
+{
+	uint32_t x;
+	__m256i v;
+	const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+
+	memcpy(&x, p, 4);
+	v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x),
+				_mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2,
+						 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+	v = _mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel);
+	return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+float rg_qdot_q5_0_avx2(const void *w, const rg_q8a *a, int nb)
+{
+	const uint8_t *p = w;
+	const __m256i k16 = _mm256_set1_epi8(16);
+	__m256 acc = _mm256_setzero_ps();
+
+	for (int b = 0; b < nb; b++, p += 22) {
+		const __m256i q =
+			_mm256_sub_epi8(_mm256_or_si256(nibbles(p + 6), q5_high(p + 2)), k16);
+		const __m256i s = dot_i8(q, _mm256_loadu_si256((const __m256i *)a[b].q));
+
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(p) * a[b].d), _mm256_cvtepi32_ps(s), acc);
+	}
+	return hsum8(acc);
+}
+
+float rg_qdot_q5_1_avx2(const void *w, const rg_q8a *a, int nb)
+{
+	const uint8_t *p = w;
+	__m256 acc = _mm256_setzero_ps();
+	float off = 0.f;
+
+	for (int b = 0; b < nb; b++, p += 24) {
+		/* unsigned 5-bit values: vpmaddubsw's unsigned operand (pairs <= 2 * 31 * 127) */
+		const __m256i p16 =
+			_mm256_maddubs_epi16(_mm256_or_si256(nibbles(p + 8), q5_high(p + 4)),
+					     _mm256_loadu_si256((const __m256i *)a[b].q));
+		const __m256i s = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(p) * a[b].d), _mm256_cvtepi32_ps(s), acc);
+		off += f16(p + 2) * a[b].s;
+	}
+	return hsum8(acc) + off;
+}
+
+/* The 32 activation bytes of a block times 32 unsigned weight bytes (< 64), summed in pairs
+ * (16 int16: pair i holds bytes 2i, 2i + 1; |sum| <= 2 * 63 * 127), then in quadruples weighted
+ * by sc (madd: 8 int32; lanes 0-3 from bytes 0-15, 4-7 from bytes 16-31). */
+static inline __m256i dot_u8_sc(__m256i w, const int8_t *a, __m256i sc)
+{
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)a)),
+				 sc);
+}
+
+/* K-quants (qweight.h): per super-block, 8 sub-blocks of one integer vector each, converted
+ * and multiplied by d d_a in two fp32 accumulators; the minimum term sum_s mn[s] s_a in
+ * scalar (8 products per 256 values). */
+float rg_qdot_q4_k_avx2(const void *w, const rg_q8a *a, int nb)
+{
+	const uint8_t *p = w;
+	const __m256i m4 = _mm256_set1_epi8(15);
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+	float off = 0.f;
+
+	for (int i = 0; i < nb / 8; i++, p += 144, a += 8) {
+		const float d = f16(p);
+		uint8_t sc[8], mn[8];
+		float sm = 0.f;
+
+		rg_q_k4_scales(p + 4, sc, mn);
+		for (int k = 0; k < 4; k++) {
+			const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * k));
+			const __m256i lo = _mm256_and_si256(q, m4);
+			const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+			const __m256i s0 = dot_u8_sc(lo, a[2 * k].q, _mm256_set1_epi16(sc[2 * k]));
+			const __m256i s1 =
+				dot_u8_sc(hi, a[2 * k + 1].q, _mm256_set1_epi16(sc[2 * k + 1]));
+
+			acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[2 * k].d),
+					       _mm256_cvtepi32_ps(s0), acc0);
+			acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[2 * k + 1].d),
+					       _mm256_cvtepi32_ps(s1), acc1);
+		}
+		for (int s = 0; s < 8; s++)
+			sm += (float)mn[s] * a[s].s;
+		off += f16(p + 2) * sm;
+	}
+	return hsum8(_mm256_add_ps(acc0, acc1)) - off;
+}
+
+/* Q5_K: the fifth bit of sub-block s is bit s of qh[l]: (qh >> s) << 4 & 0x10 in 16-bit lanes
+ * (bit 4 of each byte then comes from the same byte, s < 8). */
+float rg_qdot_q5_k_avx2(const void *w, const rg_q8a *a, int nb)
+{
+	const uint8_t *p = w;
+	const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(0x10);
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+	float off = 0.f;
+
+	for (int i = 0; i < nb / 8; i++, p += 176, a += 8) {
+		const float d = f16(p);
+		const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
+		uint8_t sc[8], mn[8];
+		float sm = 0.f;
+
+		rg_q_k4_scales(p + 4, sc, mn);
+		for (int k = 0; k < 4; k++) {
+			const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 48 + 32 * k));
+			const __m256i h0 = _mm256_and_si256(
+				_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * k), 4), b4);
+			const __m256i h1 = _mm256_and_si256(
+				_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * k + 1), 4), b4);
+			const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), h0);
+			const __m256i hi =
+				_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1);
+			const __m256i s0 = dot_u8_sc(lo, a[2 * k].q, _mm256_set1_epi16(sc[2 * k]));
+			const __m256i s1 =
+				dot_u8_sc(hi, a[2 * k + 1].q, _mm256_set1_epi16(sc[2 * k + 1]));
+
+			acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[2 * k].d),
+					       _mm256_cvtepi32_ps(s0), acc0);
+			acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[2 * k + 1].d),
+					       _mm256_cvtepi32_ps(s1), acc1);
+		}
+		for (int s = 0; s < 8; s++)
+			sm += (float)mn[s] * a[s].s;
+		off += f16(p + 2) * sm;
+	}
+	return hsum8(_mm256_add_ps(acc0, acc1)) - off;
+}
+
+/* Q6_K: the unsigned 6-bit q (0..63) through vpmaddubsw, minus 32 q_a the same way
+ * (pair sums of q q_a and of 32 q_a fit int16 and so does their difference, <= 24130);
+ * the two 16-value scales of an activation block weight its halves in vpmaddwd. Activation
+ * block b = 4 h + j reads ql[64 h + 32 (j & 1) ..] (nibble j / 2) and bits 2j of qh[32 h ..]. */
+float rg_qdot_q6_k_avx2(const void *w, const rg_q8a *a, int nb)
+{
+	const uint8_t *p = w;
+	const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
+	const __m256i k32 = _mm256_set1_epi8(32);
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+
+	for (int i = 0; i < nb / 8; i++, p += 210, a += 8) {
+		const int8_t *sc = (const int8_t *)(p + 192);
+		const float d = f16(p + 208);
+
+		for (int h = 0; h < 2; h++) {
+			const __m256i l0 = _mm256_loadu_si256((const __m256i *)(p + 64 * h));
+			const __m256i l1 = _mm256_loadu_si256((const __m256i *)(p + 64 * h + 32));
+			const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
+			__m256i q[4];
+
+			q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+					       _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
+			q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+					       _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
+			q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+					       _mm256_and_si256(qh, m2));
+			q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+					       _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
+			for (int j = 0; j < 4; j++) {
+				const int b = 4 * h + j;
+				const __m256i av = _mm256_loadu_si256((const __m256i *)a[b].q);
+				const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q[j], av),
+								     _mm256_maddubs_epi16(k32, av));
+				const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[2 * b + 1]),
+								     _mm_set1_epi16(sc[2 * b]));
+				const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, scv));
+
+				if (j & 1)
+					acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[b].d), f, acc1);
+				else
+					acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[b].d), f, acc0);
+			}
+		}
+	}
+	return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
 #define RG_VW 8
 #define RG_ISA avx2
 #define RG_QISA avx2
+#define RG_KQISA avx2
 #define RG_ISA_NAME "avx2"
 #include "ops/cpu/kern.h"
 #else

@@ -79,7 +79,7 @@ rg_status rg_cpu_topk_rows(const float *x, int M, int N, int k, void *work, int3
 /* Tests only: switch every later CPU op to the kernel table `isa` ("avx512", "avx2",
  * "generic"). RG_ERR_UNSUPPORTED when this CPU cannot run it. Not thread-safe against running
  * ops. */
-rg_status rg_cpu_force_isa(const char *isa);
+RG_TEST_API rg_status rg_cpu_force_isa(const char *isa);
 /* The library that runs GEMMs on prepared weights (rg_op_prepare_weight): "onednn 2.6.3
  * (avx512_core_amx)" or "openblas" (no oneDNN in this build, RAGGED_CPU_GEMM=openblas, or oneDNN
  * failed to start). Unprepared weights always use OpenBLAS. Static string. */

@@ -1,6 +1,8 @@
 /* Quantized GGUF weights on the CPU (qweight.h): the registry of weights kept in their file's
  * blocks, and the GEMM over them (activations quantized to int8 blocks, integer block dot
- * products, fp32 accumulation: llama.cpp's ggml_vec_dot_q*_q8 scheme, written anew). */
+ * products, fp32 accumulation: llama.cpp's ggml_vec_dot_q*_q8 scheme, written anew). Every
+ * type's dot kernel takes the activation row as K / 32 rg_q8a blocks (nb); a K-quant row is
+ * nb / 8 super-blocks. */
 #include "ops/cpu/qweight.h"
 
 #include <pthread.h>
@@ -21,6 +23,33 @@ size_t rg_cpu_qtype_block_bytes(int type)
 		return 18;
 	case RG_GGUF_Q4_1:
 		return 20;
+	case RG_GGUF_Q5_0:
+		return 22;
+	case RG_GGUF_Q5_1:
+		return 24;
+	case RG_GGUF_Q4_K:
+		return 144;
+	case RG_GGUF_Q5_K:
+		return 176;
+	case RG_GGUF_Q6_K:
+		return 210;
+	}
+	return 0;
+}
+
+int rg_cpu_qtype_block_values(int type)
+{
+	switch (type) {
+	case RG_GGUF_Q8_0:
+	case RG_GGUF_Q4_0:
+	case RG_GGUF_Q4_1:
+	case RG_GGUF_Q5_0:
+	case RG_GGUF_Q5_1:
+		return RG_QK;
+	case RG_GGUF_Q4_K:
+	case RG_GGUF_Q5_K:
+	case RG_GGUF_Q6_K:
+		return RG_QK_K;
 	}
 	return 0;
 }
@@ -50,10 +79,12 @@ rg_status rg_cpu_qweight_register(const void *W, int type, int N, int K)
 {
 	rg_status s = RG_OK;
 
-	if (!W || N <= 0 || K <= 0 || K % RG_QK || !rg_cpu_qtype_supported(type))
+	if (!W || N <= 0 || K <= 0 || !rg_cpu_qtype_supported(type) ||
+	    K % rg_cpu_qtype_block_values(type))
 		return rg_errorf(RG_ERR_INVALID_INPUT,
 				 "quantized weight: type %d, N=%d, K=%d not supported (Q8_0, Q4_0, "
-				 "Q4_1 with K a multiple of 32)", type, N, K);
+				 "Q4_1, Q5_0, Q5_1 with K a multiple of 32; Q4_K, Q5_K, Q6_K with K a multiple "
+				 "of 256)", type, N, K);
 	pthread_mutex_lock(&g_reg_lock);
 	if (reg_index(W) >= 0) {
 		s = rg_errorf(RG_ERR_INVALID_INPUT, "quantized weight %p already registered", W);
@@ -228,7 +259,8 @@ rg_status rg_cpu_qgemm(const struct rg_cpu_kern *kern, const rg_cpu_qweight *w, 
 	j.K = K;
 	j.nb = K / RG_QK;
 	j.act = act;
-	j.row_bytes = (size_t)j.nb * rg_cpu_qtype_block_bytes(w->type);
+	j.row_bytes = (size_t)(K / rg_cpu_qtype_block_values(w->type)) *
+		      rg_cpu_qtype_block_bytes(w->type);
 	switch (w->type) {
 	case RG_GGUF_Q8_0:
 		j.dot = j.k->qdot_q8_0;
@@ -238,6 +270,21 @@ rg_status rg_cpu_qgemm(const struct rg_cpu_kern *kern, const rg_cpu_qweight *w, 
 		break;
 	case RG_GGUF_Q4_1:
 		j.dot = j.k->qdot_q4_1;
+		break;
+	case RG_GGUF_Q5_0:
+		j.dot = j.k->qdot_q5_0;
+		break;
+	case RG_GGUF_Q5_1:
+		j.dot = j.k->qdot_q5_1;
+		break;
+	case RG_GGUF_Q4_K:
+		j.dot = j.k->qdot_q4_k;
+		break;
+	case RG_GGUF_Q5_K:
+		j.dot = j.k->qdot_q5_k;
+		break;
+	case RG_GGUF_Q6_K:
+		j.dot = j.k->qdot_q6_k;
 		break;
 	default:
 		return rg_errorf(RG_ERR_INTERNAL, "quantized gemm: type %d registered", w->type);
