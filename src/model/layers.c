@@ -23,11 +23,12 @@ static bool load_stacked_quant(rg_model *m, const rg_tsrc *src, const char *cons
 			       const char *const names[], const int64_t d0[], int k, int64_t d1,
 			       void **dst, rg_status *s)
 {
-	enum { MAX_PARTS = 8 };
+	enum { MAX_PARTS = 8, MAX_RUNS = 4 /* rg_op_prepare_qweight_parts: parts of one type */ };
 	const void *data[MAX_PARTS];
 	size_t bytes[MAX_PARTS], total = 0, off = 0;
 	int64_t rows = 0;
-	int type = -1;
+	int types[MAX_PARTS], prow[MAX_PARTS], n_runs = 0;
+	bool mixed = false;
 
 	if (!m->keep_quant || !src->raw || d1 <= 0 || d1 % 32 || d1 > INT32_MAX || k > MAX_PARTS)
 		return false;
@@ -35,20 +36,30 @@ static bool load_stacked_quant(rg_model *m, const rg_tsrc *src, const char *cons
 		int t;
 
 		if (!rg_tsrc_raw(src, prefixes, names[i], d0[i], d1, &t, &data[i], &bytes[i]) ||
-		    (i && t != type))
+		    !rg_backend_qtype_supported(m->be, t))
 			return false;
-		type = t;
+		/* parts of one type run together; a new type starts a run (Q4_K_M: Q4_K Q and K,
+		 * Q6_K V on some layers) */
+		if (n_runs && types[n_runs - 1] == t) {
+			prow[n_runs - 1] += (int)d0[i];
+		} else {
+			mixed = n_runs > 0;
+			types[n_runs] = t;
+			prow[n_runs++] = (int)d0[i];
+		}
 		total += bytes[i];
 		rows += d0[i];
 	}
-	if (rows > INT32_MAX || !rg_backend_qtype_supported(m->be, type))
+	if (rows > INT32_MAX || n_runs > MAX_RUNS ||
+	    (mixed && !rg_backend_qparts_supported(m->be)))
 		return false;
 	if ((*s = rg_backend_alloc(m->be, total, dst)) != RG_OK)
 		return true;
 	for (int i = 0; i < k && *s == RG_OK; off += bytes[i], i++)
 		*s = rg_backend_upload(m->be, (char *)*dst + off, data[i], bytes[i]);
 	if (*s == RG_OK)
-		*s = rg_op_prepare_qweight(m->be, *dst, type, (int)rows, (int)d1);
+		*s = mixed ? rg_op_prepare_qweight_parts(m->be, *dst, n_runs, types, prow, (int)d1)
+			   : rg_op_prepare_qweight(m->be, *dst, types[0], (int)rows, (int)d1);
 	if (*s == RG_OK)
 		rg_model_count_weight(m, total, true);
 	return true;

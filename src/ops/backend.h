@@ -63,6 +63,10 @@ typedef struct rg_backend_ops {
 	 * W NULL (c may be NULL too): only whether type is supported, RG_OK or RG_ERR_UNSUPPORTED
 	 * (rg_backend_qtype_supported) */
 	rg_status (*prepare_qweight)(rg_backend_ctx *c, void *W, int type, int N, int K);
+	/* rg_op_prepare_qweight_parts (a stack of parts of different types); NULL: such stacks
+	 * are dequantized by the callers */
+	rg_status (*prepare_qweight_parts)(rg_backend_ctx *c, void *W, int n, const int *types,
+					   const int *rows, int K);
 	rg_status (*gemm_bias_act)(rg_backend_ctx *c, rg_dtype dt, const void *A, const void *W,
 				   const void *bias, void *out, int M, int N, int K, rg_act act);
 	rg_status (*bias_act)(rg_backend_ctx *c, rg_dtype dt, void *x, const float *bias, int M,

@@ -304,6 +304,23 @@ bool rg_backend_qtype_supported(const rg_backend *be, int type)
 	return be->ops->prepare_qweight && be->ops->prepare_qweight(NULL, NULL, type, 0, 0) == RG_OK;
 }
 
+bool rg_backend_qparts_supported(const rg_backend *be)
+{
+	return be->ops->prepare_qweight_parts != NULL;
+}
+
+rg_status rg_op_prepare_qweight_parts(rg_backend *be, void *W, int n, const int *types,
+				      const int *rows, int K)
+{
+	if (!W || n < 1 || !types || !rows || K <= 0 || K % 32)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "prepare_qweight_parts: bad shape n=%d K=%d",
+				 n, K);
+	if (!be->ops->prepare_qweight_parts)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "%s backend: no mixed-type quantized weights",
+				 be->ops->name);
+	return be->ops->prepare_qweight_parts(be->ctx, W, n, types, rows, K);
+}
+
 rg_status rg_op_prepare_qweight(rg_backend *be, void *W, int type, int N, int K)
 {
 	if (!W || N <= 0 || K <= 0 || K % 32)

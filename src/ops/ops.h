@@ -129,6 +129,15 @@ bool rg_backend_qtype_supported(const rg_backend *be, int type);
  * RG_ERR_INVALID_INPUT (bad shape, K not a multiple of the type's block, already declared),
  * RG_ERR_OOM. */
 rg_status rg_op_prepare_qweight(rg_backend *be, void *W, int type, int N, int K);
+/* The same for a stack of n parts of different types (part i: rows[i] rows of types[i], blocks
+ * after part i - 1's; a GGUF Q4_K_M file's fused QKV with a Q6_K V): one GEMM weight of N =
+ * sum(rows) rows, each part's rows computed with its own type's kernel. Errors as
+ * rg_op_prepare_qweight; RG_ERR_UNSUPPORTED where !rg_backend_qparts_supported (the CPU has
+ * it; callers dequantize the stack there). */
+rg_status rg_op_prepare_qweight_parts(rg_backend *be, void *W, int n, const int *types,
+				      const int *rows, int K);
+/* Whether the backend takes rg_op_prepare_qweight_parts. */
+bool rg_backend_qparts_supported(const rg_backend *be);
 
 /* Fused GEMM + epilogue (ByteTransformer sec. III-C/D: bias and activation applied in the GEMM's
  * epilogue instead of a separate pass over the output):

@@ -78,6 +78,7 @@ def _q8(a):
 
 
 TOL_SIM = 1e-3
+TOL_SIM_TIE = 8e-3  # the K-quant model test's (see there)
 
 
 def _run(path, ids, weights):
@@ -170,7 +171,8 @@ Q5 = {"Q5_0": (22, [0]), "Q5_1": (24, [0, 2])}
 class _QW(ctypes.Structure):
     """src/ops/cpu/qweight.h rg_cpu_qweight."""
     _fields_ = [("W", ctypes.c_void_p), ("type", ctypes.c_int), ("N", ctypes.c_int),
-                ("K", ctypes.c_int)]
+                ("K", ctypes.c_int), ("n_parts", ctypes.c_int),
+                ("part_type", ctypes.c_int * 4), ("part_rows", ctypes.c_int * 4)]
 
 
 def _qlib():
@@ -181,6 +183,58 @@ def _qlib():
                                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
                                ctypes.c_int, ctypes.c_int]
     return l
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
+def test_mixed_parts_gemm_equals_gguf_dequantize(isa):
+    """A weight stacked from parts of different types (rg_cpu_qweight_register_parts: a Q4_K_M
+    file's fused QKV with a Q6_K V): Q4_K rows, then Q6_K rows, then Q5_0 rows, K = 512, through
+    the registry's own entry (rg_cpu_qweight_find), against the float64 product with each part
+    dequantized by gguf.quants.dequantize and stacked, within the activation-rounding bound of
+    test_kquant_gemm_equals_gguf_dequantize."""
+    l = _qlib()
+    l.rg_cpu_qweight_register_parts.argtypes = [ctypes.c_void_p, ctypes.c_int,
+                                                ctypes.POINTER(ctypes.c_int),
+                                                ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    l.rg_cpu_qweight_find.argtypes = [ctypes.c_void_p, ctypes.POINTER(_QW)]
+    l.rg_cpu_qweight_find.restype = ctypes.c_bool
+    l.rg_cpu_qweight_release.argtypes = [ctypes.c_void_p]
+    best = l.rg_cpu_isa()
+    if l.rg_cpu_force_isa(isa.encode()) != 0:
+        l.rg_cpu_force_isa(best)
+        pytest.skip(f"this CPU does not run the {isa} table")
+    rng = np.random.default_rng(12)
+    K, M = 512, 5
+    parts = [("Q4_K", 40), ("Q6_K", 24), ("Q5_0", 9)]
+    blocks = [np.ascontiguousarray(_random_kblocks(rng, q, n, K)) for q, n in parts]
+    wd = np.concatenate([gguf.quants.dequantize(b, getattr(gguf.GGMLQuantizationType, q))
+                         for b, (q, _) in zip(blocks, parts)]).astype(np.float64)
+    w = np.ascontiguousarray(np.concatenate([b.reshape(-1) for b in blocks]))
+    N = sum(n for _, n in parts)
+    types = (ctypes.c_int * 3)(*[int(getattr(gguf.GGMLQuantizationType, q)) for q, _ in parts])
+    rows = (ctypes.c_int * 3)(*[n for _, n in parts])
+    try:
+        assert l.rg_cpu_qweight_register_parts(w.ctypes.data, 3, types, rows, K) == 0
+        qw = _QW()
+        assert l.rg_cpu_qweight_find(w.ctypes.data, ctypes.byref(qw))
+        assert (qw.N, qw.K, qw.n_parts, qw.type) == (N, K, 3, -1)
+        a = _act(rng, M, K)
+        out = np.full(M * N + 16, -12345.25, np.float32)
+        st = l.rg_cpu_qgemm(None, ctypes.byref(qw), a.ctypes.data, None, out.ctypes.data, M,
+                            N, K, 0)
+        assert st == 0, rc.lib().rg_last_error()
+        assert (out[M * N:] == np.float32(-12345.25)).all()  # guards
+        got = out[:M * N].reshape(M, N).astype(np.float64)
+        a64 = a.astype(np.float64)
+        ref = a64 @ wd.T
+        amax = np.abs(a64).reshape(M, K // 32, 32).max(-1) / 254.0
+        wsum = np.abs(wd).reshape(N, K // 32, 32).sum(-1)
+        tol = 1.001 * amax @ wsum.T + 1e-5 * (np.abs(a64) @ np.abs(wd).T) + 1e-30
+        bad = ~(np.abs(got - ref) <= tol)
+        assert not bad.any(), (isa, np.argwhere(bad)[:4], got[bad][:4], ref[bad][:4])
+    finally:
+        l.rg_cpu_qweight_release(w.ctypes.data)
+        l.rg_cpu_force_isa(best)
 
 
 def _random_kblocks(rng, qname, N, K):
@@ -273,8 +327,8 @@ N_NEW = 8
 def _k_mix(name, mixed_qkv=False):
     """A Q4_K_M-like mix: the output head and ffn_down Q6_K, attn_output Q5_K, the rest Q4_K.
     mixed_qkv: layer 1's attn_v Q6_K beside Q4_K q / k (as llama-quantize's Q4_K_M does on some
-    layers), so its fused QKV weight mixes two types and is dequantized at load
-    (src/model/layers.c keeps one type per GEMM weight)."""
+    layers), so its fused QKV weight mixes two types: kept as a two-part stack (Q4_K rows, then
+    Q6_K rows; rg_op_prepare_qweight_parts), each part's rows on its own kernel."""
     Q = gguf.GGMLQuantizationType
     if name == "output.weight" or name.endswith("ffn_down.weight") or \
             (mixed_qkv and name == "blk.1.attn_v.weight"):
@@ -305,9 +359,8 @@ def test_kquant_gguf_logits_greedy_and_bytes(tmp_path, mixed_qkv):
     reference's, up to the first step whose top-2 margin is within 2 * TOL_SIM (a near tie the
     simulation's 1e-3 agreement cannot decide); resident bytes = the file's K-quant bytes of
     the kept GEMM weights + fp32 for the rest, in rg_model_info and in `ragged info`.
-    mixed_qkv (_k_mix): layer 1's QKV is an fp32 GEMM whose input is not rounded, which the
-    simulation (every weight product's input rounded) does not model: that case checks the
-    logits against the plain reference, the counts and the bytes only."""
+    mixed_qkv (_k_mix): layer 1's fused QKV mixes Q4_K and Q6_K parts and is kept all the same,
+    so the same checks hold (the simulation dequantizes each tensor with its own type)."""
     cfg, w = make_decoder.make(str(tmp_path / "hf"), "llama", seed=9, **SPEC_K)
     path = hf_to_gguf.write(tmp_path / "tiny-kq.gguf", cfg, w,
                             qtype=lambda n: _k_mix(n, mixed_qkv))
@@ -328,14 +381,16 @@ def test_kquant_gguf_logits_greedy_and_bytes(tmp_path, mixed_qkv):
     assert err_d <= TOL_DEQ, err_d
     assert err_q <= TOL_QUANT and rms_q <= TOL_QUANT_RMS, (err_q, rms_q)
     assert err_q > err_d, (err_q, err_d)  # the int8 path ran
-    if not mixed_qkv:
-        assert err_sim <= TOL_SIM, err_sim
-    # kept: per layer QKV (but a mixed one), O, gate/up, down; the untied head
-    assert (nq, nd) == (4 * SPEC_K["layers"] + 1 - mixed_qkv, 0)
+    # a flipped rounding tie: an activation whose x / d lies within fp32 noise of k + 1/2 rounds
+    # the other way when the kernel table's summation order differs (measured on the AVX-512
+    # table, 2026-12-03: err_sim 2-4e-7, or ~4e-3 for about half of the prompt seeds 4..7, the
+    # same with a single-type and a mixed QKV; the GEMM tables agree to 3e-7 on the same input);
+    # a wrong block, scale or tensor is >= 1e-2
+    assert err_sim <= TOL_SIM_TIE, err_sim
+    # kept: per layer QKV (a mixed one too), O, gate/up, down; the untied head
+    assert (nq, nd) == (4 * SPEC_K["layers"] + 1, 0)
 
     f32_names = {"token_embd.weight"}
-    if mixed_qkv:
-        f32_names |= {"blk.1.attn_q.weight", "blk.1.attn_k.weight", "blk.1.attn_v.weight"}
     quant = sum(int(t.n_bytes) for t in rd.tensors
                 if len(t.shape) == 2 and t.name not in f32_names)
     f32 = sum(4 * int(t.n_elements) for t in rd.tensors
@@ -346,8 +401,6 @@ def test_kquant_gguf_logits_greedy_and_bytes(tmp_path, mixed_qkv):
     assert info.returncode == 0, info.stderr
     m = json.loads(info.stdout)["model"]
     assert (m["weight_bytes"], m["quantized_weights"]) == (bytes_q, nq)
-    if mixed_qkv:
-        return
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
     import ragged

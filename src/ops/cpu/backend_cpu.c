@@ -135,6 +135,13 @@ static rg_status cpu_prepare_qweight(rg_backend_ctx *c, void *W, int type, int N
 	return W ? rg_cpu_qweight_register(W, type, N, K) : RG_OK;
 }
 
+static rg_status cpu_prepare_qweight_parts(rg_backend_ctx *c, void *W, int n, const int *types,
+					   const int *rows, int K)
+{
+	(void)c;
+	return rg_cpu_qweight_register_parts(W, n, types, rows, K);
+}
+
 static rg_status cpu_gemm_bias_act(rg_backend_ctx *c, rg_dtype dt, const void *A, const void *W,
 				   const void *bias, void *out, int M, int N, int K, rg_act act)
 {
@@ -367,6 +374,7 @@ const rg_backend_ops rg_cpu_backend_ops = {
 	.gemm = cpu_gemm,
 	.prepare_weight = cpu_prepare_weight,
 	.prepare_qweight = cpu_prepare_qweight,
+	.prepare_qweight_parts = cpu_prepare_qweight_parts,
 	.gemm_bias_act = cpu_gemm_bias_act,
 	.bias_act = cpu_bias_act,
 	.bias_residual_layernorm = cpu_bias_residual_layernorm,

@@ -77,14 +77,31 @@ static long reg_index(const void *W)
 
 rg_status rg_cpu_qweight_register(const void *W, int type, int N, int K)
 {
+	return rg_cpu_qweight_register_parts(W, 1, &type, &N, K);
+}
+
+rg_status rg_cpu_qweight_register_parts(const void *W, int n, const int *types, const int *rows,
+					int K)
+{
+	rg_cpu_qweight e = {W, n == 1 ? types[0] : -1, 0, K, n, {0}, {0}};
 	rg_status s = RG_OK;
 
-	if (!W || N <= 0 || K <= 0 || !rg_cpu_qtype_supported(type) ||
-	    K % rg_cpu_qtype_block_values(type))
-		return rg_errorf(RG_ERR_INVALID_INPUT,
-				 "quantized weight: type %d, N=%d, K=%d not supported (Q8_0, Q4_0, "
-				 "Q4_1, Q5_0, Q5_1 with K a multiple of 32; Q4_K, Q5_K, Q6_K with K a multiple "
-				 "of 256)", type, N, K);
+	if (n < 1 || n > RG_CPU_QPARTS)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "quantized weight: %d parts (1..%d)", n,
+				 RG_CPU_QPARTS);
+	for (int i = 0; i < n; i++) {
+		const int type = types[i], N = rows[i];
+
+		if (!W || N <= 0 || K <= 0 || !rg_cpu_qtype_supported(type) ||
+		    K % rg_cpu_qtype_block_values(type) || e.N > INT32_MAX - N)
+			return rg_errorf(RG_ERR_INVALID_INPUT,
+					 "quantized weight: type %d, N=%d, K=%d not supported (Q8_0, "
+					 "Q4_0, Q4_1, Q5_0, Q5_1 with K a multiple of 32; Q4_K, Q5_K, "
+					 "Q6_K with K a multiple of 256)", type, N, K);
+		e.part_type[i] = type;
+		e.part_rows[i] = N;
+		e.N += N;
+	}
 	pthread_mutex_lock(&g_reg_lock);
 	if (reg_index(W) >= 0) {
 		s = rg_errorf(RG_ERR_INVALID_INPUT, "quantized weight %p already registered", W);
@@ -101,7 +118,7 @@ rg_status rg_cpu_qweight_register(const void *W, int type, int N, int K)
 		g_reg = r;
 		g_reg_cap = cap;
 	}
-	g_reg[g_reg_n++] = (rg_cpu_qweight){W, type, N, K};
+	g_reg[g_reg_n++] = e;
 out_unlock:
 	pthread_mutex_unlock(&g_reg_lock);
 	return s;
@@ -194,14 +211,23 @@ static rg_q8a *aq_get(size_t need)
 	return b->p;
 }
 
+typedef float (*qdot_fn)(const void *w, const rg_q8a *a, int nb);
+
+/* One part of the weight (all of it unless a mixed stack): rows [n0, n1) at W, row_bytes each. */
+struct qgemm_part {
+	const uint8_t *W;
+	qdot_fn dot;
+	size_t row_bytes;
+	int n0, n1;
+};
+
 struct qgemm_job {
 	const rg_cpu_kern *k;
 	const float *A, *bias;
-	const uint8_t *W;
+	struct qgemm_part part[RG_CPU_QPARTS];
+	int n_parts;
 	rg_q8a *aq;
 	float *out;
-	float (*dot)(const void *w, const rg_q8a *a, int nb);
-	size_t row_bytes;
 	int M, N, K, nb, rows; /* rows: of A per quantize task, of W per GEMM task */
 	rg_act act;
 };
@@ -224,11 +250,17 @@ static void qgemm_task(void *ctx, int task, int thread)
 	const int n0 = task * j->rows, n1 = n0 + j->rows < j->N ? n0 + j->rows : j->N;
 
 	(void)thread;
-	for (int n = n0; n < n1; n++) {
-		const uint8_t *w = j->W + (size_t)n * j->row_bytes;
+	for (int p = 0; p < j->n_parts; p++) {
+		const struct qgemm_part *q = &j->part[p];
+		const int a = n0 > q->n0 ? n0 : q->n0, b = n1 < q->n1 ? n1 : q->n1;
 
-		for (int m = 0; m < j->M; m++)
-			j->out[(size_t)m * j->N + n] = j->dot(w, j->aq + (size_t)m * j->nb, j->nb);
+		for (int n = a; n < b; n++) {
+			const uint8_t *w = q->W + (size_t)(n - q->n0) * q->row_bytes;
+
+			for (int m = 0; m < j->M; m++)
+				j->out[(size_t)m * j->N + n] =
+					q->dot(w, j->aq + (size_t)m * j->nb, j->nb);
+		}
 	}
 	if (j->bias || j->act != RG_ACT_NONE)
 		j->k->bias_act_rows(j->out + n0, (size_t)j->N, j->bias ? j->bias + n0 : NULL, j->M,
@@ -241,7 +273,9 @@ rg_status rg_cpu_qgemm(const struct rg_cpu_kern *kern, const rg_cpu_qweight *w, 
 	rg_threadpool *pool = rg_threadpool_global();
 	const int T = rg_threadpool_size(pool);
 	struct qgemm_job j = {0};
+	const uint8_t *W = w->W;
 	size_t need;
+	int n0 = 0;
 
 	if (N != w->N || K != w->K || M < 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT,
@@ -252,42 +286,37 @@ rg_status rg_cpu_qgemm(const struct rg_cpu_kern *kern, const rg_cpu_qweight *w, 
 	j.k = kern ? kern : rg_cpu_kern_select();
 	j.A = A;
 	j.bias = bias;
-	j.W = w->W;
 	j.out = out;
 	j.M = M;
 	j.N = N;
 	j.K = K;
 	j.nb = K / RG_QK;
 	j.act = act;
-	j.row_bytes = (size_t)(K / rg_cpu_qtype_block_values(w->type)) *
-		      rg_cpu_qtype_block_bytes(w->type);
-	switch (w->type) {
-	case RG_GGUF_Q8_0:
-		j.dot = j.k->qdot_q8_0;
-		break;
-	case RG_GGUF_Q4_0:
-		j.dot = j.k->qdot_q4_0;
-		break;
-	case RG_GGUF_Q4_1:
-		j.dot = j.k->qdot_q4_1;
-		break;
-	case RG_GGUF_Q5_0:
-		j.dot = j.k->qdot_q5_0;
-		break;
-	case RG_GGUF_Q5_1:
-		j.dot = j.k->qdot_q5_1;
-		break;
-	case RG_GGUF_Q4_K:
-		j.dot = j.k->qdot_q4_k;
-		break;
-	case RG_GGUF_Q5_K:
-		j.dot = j.k->qdot_q5_k;
-		break;
-	case RG_GGUF_Q6_K:
-		j.dot = j.k->qdot_q6_k;
-		break;
-	default:
-		return rg_errorf(RG_ERR_INTERNAL, "quantized gemm: type %d registered", w->type);
+	/* n_parts 0 (a registration written by hand, {W, type, N, K}): one part of w->type */
+	j.n_parts = w->n_parts > 0 ? w->n_parts : 1;
+	for (int p = 0; p < j.n_parts; p++) {
+		struct qgemm_part *q = &j.part[p];
+		const int type = w->n_parts > 0 ? w->part_type[p] : w->type;
+		const int rows = w->n_parts > 0 ? w->part_rows[p] : w->N;
+
+		switch (type) {
+		case RG_GGUF_Q8_0: q->dot = j.k->qdot_q8_0; break;
+		case RG_GGUF_Q4_0: q->dot = j.k->qdot_q4_0; break;
+		case RG_GGUF_Q4_1: q->dot = j.k->qdot_q4_1; break;
+		case RG_GGUF_Q5_0: q->dot = j.k->qdot_q5_0; break;
+		case RG_GGUF_Q5_1: q->dot = j.k->qdot_q5_1; break;
+		case RG_GGUF_Q4_K: q->dot = j.k->qdot_q4_k; break;
+		case RG_GGUF_Q5_K: q->dot = j.k->qdot_q5_k; break;
+		case RG_GGUF_Q6_K: q->dot = j.k->qdot_q6_k; break;
+		default:
+			return rg_errorf(RG_ERR_INTERNAL, "quantized gemm: type %d registered", type);
+		}
+		q->W = W;
+		q->row_bytes = (size_t)(K / rg_cpu_qtype_block_values(type)) *
+			       rg_cpu_qtype_block_bytes(type);
+		q->n0 = n0;
+		q->n1 = n0 += rows;
+		W += (size_t)rows * q->row_bytes;
 	}
 	need = (size_t)M * (size_t)j.nb;
 	if (!(j.aq = aq_get(need)))

@@ -112,16 +112,28 @@ bool rg_cpu_qtype_supported(int type);
  * the dequantize-at-load path (src/model/layers.c asks rg_backend_qtype_supported first). Errors: RG_ERR_INVALID_INPUT (unsupported type, K not a multiple
  * of the type's block, N or K <= 0, W already registered), RG_ERR_OOM. Thread-safe. */
 RG_TEST_API rg_status rg_cpu_qweight_register(const void *W, int type, int N, int K);
+/* Register W as a stack of n parts of different types (a fused QKV whose V is Q6_K beside Q4_K
+ * Q and K, as llama-quantize's Q4_K_M writes some layers): part i is rows[i] rows of ggml type
+ * types[i], its blocks right after part i - 1's, every part K wide. The GEMM on W (N = the sum of
+ * rows) runs each part's rows with its own kernel. n = 1 is rg_cpu_qweight_register. Errors as
+ * there, and RG_ERR_INVALID_INPUT for n outside [1, RG_CPU_QPARTS] or a row count <= 0. */
+#define RG_CPU_QPARTS 4
+RG_TEST_API rg_status rg_cpu_qweight_register_parts(const void *W, int n, const int *types,
+						    const int *rows, int K);
 /* Forget W (unknown or NULL: no-op). */
 RG_TEST_API void rg_cpu_qweight_release(const void *W);
 
-/* What was registered for W. */
+/* What was registered for W: N rows in n_parts parts (part i: part_rows[i] rows of
+ * part_type[i]); type is the one type of a single-part weight, -1 for a mixed stack. A struct
+ * written by hand as {W, type, N, K} (n_parts 0) is one part of type. */
 typedef struct rg_cpu_qweight {
 	const void *W;
 	int type, N, K;
+	int n_parts;
+	int part_type[RG_CPU_QPARTS], part_rows[RG_CPU_QPARTS];
 } rg_cpu_qweight;
 /* The registration of W (copied into *out) or false. Thread-safe. */
-bool rg_cpu_qweight_find(const void *W, rg_cpu_qweight *out);
+RG_TEST_API bool rg_cpu_qweight_find(const void *W, rg_cpu_qweight *out);
 
 /* out (M, N) f32 = act(A (M, K) f32 x dequant(W)^T + bias (N) f32 or NULL), row-major, on
  * ragged's thread pool: the rows of A quantized to rg_q8a blocks (kern->q8_quant_row, into a
