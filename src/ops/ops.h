@@ -116,14 +116,18 @@ rg_status rg_op_prepare_weight(rg_backend *be, void *W, int N, int K);
 
 /* Quantized GEMM weights (issue 30): true when be's rg_op_gemm / rg_op_gemm_bias_act can read a
  * weight kept in GGUF blocks of ggml type `type` (rg_gguf_type numbers). CPU: Q8_0, Q4_0, Q4_1
- * (src/ops/cpu/qweight.h); CUDA: none, so GGUF weights are dequantized at load there. */
+ * (src/ops/cpu/qweight.h); CUDA: Q8_0, Q4_0, Q4_1 (src/ops/cuda/qgemv.cuh). */
 bool rg_backend_qtype_supported(const rg_backend *be, int type);
 
 /* Declare W (backend memory: N rows of K / 32 ggml blocks of `type`, rows back to back, the
  * bytes of a GGUF tensor with ne = {K, N}) a constant weight of rg_op_gemm / rg_op_gemm_bias_act
- * with that N and K: those GEMMs then compute A x dequant(W)^T with A rounded to int8 blocks of
+ * with that N and K: those GEMMs then compute A x dequant(W)^T. CPU: A rounded to int8 blocks of
  * 32 (one fp32 scale each) and integer block dot products accumulated in fp32 (llama.cpp's
- * vec_dot_q8_0_q8_0 / q4_0_q8_0 scheme). W stays owned by the caller (rg_backend_dealloc).
+ * vec_dot_q8_0_q8_0 / q4_0_q8_0 scheme). CUDA: the weight's values rounded to the act dtype (as
+ * a dequantized upload would be) times A on the tensor cores, fp32 accumulation: dequantized in
+ * registers by a small-M kernel for M <= 16, into a scratch copy (N K act elements, allocated
+ * here for the largest weight declared) before cuBLASLt for larger M. W stays owned by the
+ * caller (rg_backend_dealloc).
  * Errors: RG_ERR_UNSUPPORTED (not rg_backend_qtype_supported), RG_ERR_INVALID_INPUT (bad shape,
  * K % 32, already declared), RG_ERR_OOM. */
 rg_status rg_op_prepare_qweight(rg_backend *be, void *W, int type, int N, int K);
