@@ -27,7 +27,8 @@ size_t rg_cuda_qtype_block_bytes(int type);
 
 /* The backend's prepare_qweight (src/ops/backend.h): W NULL (ctx may be NULL) answers only
  * whether `type` is supported (RG_OK or RG_ERR_UNSUPPORTED). Else registers W (device memory, N
- * rows of K / 32 blocks of `type`, rows back to back) in ctx's table of quantized weights, and
+ * rows of K / 32 blocks of `type`, rows back to back; the address rg_cuda_alloc returned, which
+ * rg_cuda_dealloc forgets) in ctx's table of quantized weights, and
  * grows ctx's dequantization scratch to N x K elements of the context dtype when it is smaller
  * (cudaMalloc: call at load time, never while capturing a graph). W stays owned by the caller;
  * rg_cuda_dealloc forgets it. Errors: RG_ERR_UNSUPPORTED (type), RG_ERR_INVALID_INPUT (N, K <= 0,
