@@ -477,6 +477,8 @@ __global__ void qdequant_kernel(const char *__restrict__ W, T *__restrict__ out,
 {
 	constexpr int VEC = 16 / sizeof(T);
 
+	/* programmatic launch: the previous GEMM on the scratch must be done before it is rewritten */
+	rg_pdl_wait();
 	for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < nblocks;
 	     b += (long long)gridDim.x * blockDim.x) {
 		const char *bp = W + b * qtype_traits<QT>::bytes;
