@@ -116,7 +116,7 @@ rg_status rg_op_prepare_weight(rg_backend *be, void *W, int N, int K);
 
 /* Quantized GEMM weights (issue 30): true when be's rg_op_gemm / rg_op_gemm_bias_act can read a
  * weight kept in GGUF blocks of ggml type `type` (rg_gguf_type numbers). CPU: Q8_0, Q4_0, Q4_1
- * (src/ops/cpu/qweight.h); CUDA: Q8_0, Q4_0, Q4_1 (src/ops/cuda/qgemv.cuh). */
+ * (src/ops/cpu/qweight.h); CUDA: Q8_0, Q4_0, Q4_1, Q4_K, Q6_K (src/ops/cuda/qgemv.cuh). */
 bool rg_backend_qtype_supported(const rg_backend *be, int type);
 
 /* Declare W (backend memory: N rows of K / 32 ggml blocks of `type`, rows back to back, the
@@ -129,7 +129,7 @@ bool rg_backend_qtype_supported(const rg_backend *be, int type);
  * here for the largest weight declared) before cuBLASLt for larger M. W stays owned by the
  * caller (rg_backend_dealloc).
  * Errors: RG_ERR_UNSUPPORTED (not rg_backend_qtype_supported), RG_ERR_INVALID_INPUT (bad shape,
- * K % 32, already declared), RG_ERR_OOM. */
+ * K % 32, K % 256 for Q4_K / Q6_K, already declared), RG_ERR_OOM. */
 rg_status rg_op_prepare_qweight(rg_backend *be, void *W, int type, int N, int K);
 
 /* Fused GEMM + epilogue (ByteTransformer sec. III-C/D: bias and activation applied in the GEMM's

@@ -32,7 +32,7 @@
  *    fallbacks (K % 8 != 0, A not 16-byte aligned); each kernel case also equals the same call
  *    on cuBLASLt (rg_cuda_gemv_set), and a captured replay equals the eager call bitwise;
  *  - GEMMs on GGUF-quantized weights (issue 30; src/ops/cuda/qgemv.cu): random valid Q8_0, Q4_0,
- *    Q4_1 blocks, M in {1,3,8,16,33,300} on SmolLM2 / Llama-3.2-1B layer shapes and LM heads,
+ *    Q4_1, Q4_K, Q6_K blocks, M in {1,3,8,16,33,300} on SmolLM2 / Llama-3.2-1B layer shapes and LM heads,
  *    every act with and without bias, against the CPU GEMM on rg_gguf_to_f32's dequantized
  *    weight; the small-M kernel against the dequantize + cuBLASLt path; graph replays; the
  *    prepare_qweight contract (types, shapes, double declaration, release on free);
@@ -694,9 +694,9 @@ static void test_small_m_all(rg_dtype dt)
 }
 
 /* ---- GEMMs on GGUF-quantized weights (issue 30; src/ops/cuda/qgemv.cu) ----
- * Random valid blocks of Q8_0 / Q4_0 / Q4_1 (random fp16 scales of both signs, random quants,
- * Q4_1 minimums), declared with rg_op_prepare_qweight; the reference is the CPU backend's f32
- * GEMM (+ bias + act) on the weight dequantized by src/core/gguf.c's rg_gguf_to_f32 (bit-exact
+ * Random valid blocks of Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K (random fp16 scales, random quants,
+ * minimums and K-quant sub-block scales), declared with rg_op_prepare_qweight; the reference is
+ * the CPU backend's f32 GEMM (+ bias + act) on the weight dequantized by src/core/gguf.c's rg_gguf_to_f32 (bit-exact
  * with ggml's dequantize_row_*), times the same rounded activations, at the dtype's tolerance.
  * M <= 16 takes the small-M kernel (fp16 / bf16, A 8-byte aligned), larger M (and fp32, and the
  * hook rg_cuda_qgemv_set(false)) the dequantize + cuBLASLt path; each small-M case is also run on
@@ -723,15 +723,29 @@ static uint16_t f_to_half(float x)
 
 static const char *qname(int type)
 {
-	return type == RG_GGUF_Q8_0 ? "q8_0" : type == RG_GGUF_Q4_0 ? "q4_0" : "q4_1";
+	switch (type) {
+	case RG_GGUF_Q8_0: return "q8_0";
+	case RG_GGUF_Q4_0: return "q4_0";
+	case RG_GGUF_Q4_1: return "q4_1";
+	case RG_GGUF_Q4_K: return "q4_k";
+	case RG_GGUF_Q6_K: return "q6_k";
+	}
+	return "?";
 }
 
-/* N rows of K / 32 random blocks of `type` whose values are about +-amp; *w gets them dequantized
- * by rg_gguf_to_f32 ((N, K) f32, caller frees). Returns the blocks (caller frees). */
+static bool qtype_k(int type) { return type == RG_GGUF_Q4_K || type == RG_GGUF_Q6_K; }
+
+/* N rows of K / 32 (K-quants: K / 256) random blocks of `type` whose values are about +-amp; *w
+ * gets them dequantized by rg_gguf_to_f32 ((N, K) f32, caller frees). Returns the blocks (caller
+ * frees). Every byte but the fp16 scales is random: any bit pattern of quants, 6-bit scales and
+ * mins (Q4_K) or int8 scales (Q6_K) is a valid block. */
 static unsigned char *qblocks_rand(int type, int N, int K, float amp, float **w, size_t *bytes)
 {
-	const size_t bb = type == RG_GGUF_Q8_0 ? 34 : type == RG_GGUF_Q4_0 ? 18 : 20;
-	const size_t nb = (size_t)N * (K / 32);
+	int64_t per;
+	size_t bb;
+	if (!rg_gguf_type_size((uint32_t)type, &per, &bb))
+		abort();
+	const size_t nb = (size_t)N * (size_t)(K / per);
 	unsigned char *q = malloc(nb * bb);
 	rg_gguf_tensor t;
 
@@ -753,13 +767,27 @@ static unsigned char *qblocks_rand(int type, int N, int K, float amp, float **w,
 			for (int j = 0; j < 16; j++)
 				p[2 + j] = (unsigned char)irand(256);
 			break;
-		default: /* Q4_1: values m .. m + 15 d */
+		case RG_GGUF_Q4_1: /* values m .. m + 15 d */
 			d = f_to_half(frand(0.3f, 1.f) * amp / 7.5f);
 			m = f_to_half(-frand(0.5f, 1.5f) * amp);
 			memcpy(p, &d, 2);
 			memcpy(p + 2, &m, 2);
 			for (int j = 0; j < 16; j++)
 				p[4 + j] = (unsigned char)irand(256);
+			break;
+		case RG_GGUF_Q4_K: /* (d sc) q - (dmin mn), sc and mn 0..63 (mean ~32), q 0..15 */
+			for (size_t j = 4; j < bb; j++)
+				p[j] = (unsigned char)irand(256);
+			d = f_to_half(frand(0.3f, 1.f) * amp / (32.f * 7.5f));
+			m = f_to_half(frand(0.5f, 1.5f) * amp / 32.f);
+			memcpy(p, &d, 2);
+			memcpy(p + 2, &m, 2);
+			break;
+		default: /* Q6_K: (d sc) (q - 32), sc int8, q 0..63 */
+			for (size_t j = 0; j < 208; j++)
+				p[j] = (unsigned char)irand(256);
+			d = f_to_half(sgn * frand(0.3f, 1.f) * amp / (64.f * 16.f));
+			memcpy(p + 208, &d, 2);
 			break;
 		}
 	}
@@ -867,7 +895,7 @@ out_free:
 static void test_qgemm_graph(rg_dtype dt, int type, int M)
 {
 	const char *op = "qgemm graph replay";
-	const int N = 960, K = 576;
+	const int N = 960, K = qtype_k(type) ? 768 : 576;
 	const size_t es = rg_dtype_size(dt), n = (size_t)M * N * es;
 	float *A, *W, *bias;
 	size_t qbytes;
@@ -921,14 +949,16 @@ static void test_qgemm_errors(rg_dtype dt)
 	int bad = 0;
 
 	for (int t = 0; t < 16; t++) {
-		const bool want = t == RG_GGUF_Q8_0 || t == RG_GGUF_Q4_0 || t == RG_GGUF_Q4_1;
+		const bool want = t == RG_GGUF_Q8_0 || t == RG_GGUF_Q4_0 || t == RG_GGUF_Q4_1 ||
+				  t == RG_GGUF_Q4_K || t == RG_GGUF_Q6_K;
 		bad += rg_backend_qtype_supported(g_gpu, t) != want;
 	}
 	unsigned char *qh = qblocks_rand(RG_GGUF_Q8_0, N, K, 0.1f, &W, &qbytes);
 	gbuf gw = gqraw(qh, qbytes);
 	gbuf ga = gact_rand(dt, (size_t)4 * K, -1, 1, &A);
 	gbuf go = galloc((size_t)4 * N * rg_dtype_size(dt));
-	bad += rg_op_prepare_qweight(g_gpu, gw.p, RG_GGUF_Q4_K, N, K) != RG_ERR_UNSUPPORTED;
+	bad += rg_op_prepare_qweight(g_gpu, gw.p, RG_GGUF_Q5_K, N, 256) != RG_ERR_UNSUPPORTED;
+	bad += rg_op_prepare_qweight(g_gpu, gw.p, RG_GGUF_Q4_K, N, K) != RG_ERR_INVALID_INPUT;
 	bad += rg_op_prepare_qweight(g_gpu, gw.p, RG_GGUF_Q8_0, N, K + 8) != RG_ERR_INVALID_INPUT;
 	bad += rg_op_prepare_qweight(g_gpu, gw.p, RG_GGUF_Q8_0, N, K) != RG_OK;
 	bad += rg_op_prepare_qweight(g_gpu, gw.p, RG_GGUF_Q8_0, N, K) != RG_ERR_INVALID_INPUT;
@@ -963,18 +993,24 @@ static void test_qgemm_errors(rg_dtype dt)
 	gfree(&gw2); gfree(&ga); gfree(&go);
 }
 
-/* M in {1, 3, 8, 16, 33, 300} on SmolLM2-135M's and Llama-3.2-1B's layer shapes and an LM head,
- * every act with and without bias, and the misaligned-A fallback. --quick: fewer shapes. */
+/* M in {1, 3, 8, 16, 33, 300} on SmolLM2-135M's and Llama-3.2-1B's layer shapes (K-quants: those
+ * with K % 256 == 0, and Llama-3.2-1B's), an LM head, every act with and without bias, the
+ * misaligned-A fallback, graph replays. --quick: fewer shapes. */
 static void test_qgemm_all(rg_dtype dt)
 {
-	static const int types[] = { RG_GGUF_Q8_0, RG_GGUF_Q4_0, RG_GGUF_Q4_1 };
+	static const int types[] = { RG_GGUF_Q8_0, RG_GGUF_Q4_0, RG_GGUF_Q4_1, RG_GGUF_Q4_K,
+				     RG_GGUF_Q6_K };
 	static const int ms[] = { 1, 3, 8, 16, 33, 300 };
-	static const int shp[][2] = { { 960, 576 }, { 576, 1536 }, { 3072, 576 }, { 3072, 2048 },
-				      { 2048, 8192 }, { 40, 64 }, { 13, 32 } };
-	const int ns = g_quick ? 2 : (int)(sizeof(shp) / sizeof(shp[0]));
+	static const int shp32[][2] = { { 960, 576 }, { 576, 1536 }, { 3072, 576 }, { 3072, 2048 },
+					{ 2048, 8192 }, { 40, 64 }, { 13, 32 } };
+	static const int shp256[][2] = { { 576, 1536 }, { 3072, 2048 }, { 512, 2048 },
+					 { 2048, 8192 }, { 1536, 768 }, { 40, 256 }, { 13, 512 } };
+	const int ns = g_quick ? 2 : 7;
 
-	for (int ti = 0; ti < 3; ti++) {
+	for (int ti = 0; ti < 5; ti++) {
 		const int type = types[ti];
+		const int(*shp)[2] = qtype_k(type) ? shp256 : shp32;
+		const int hk = qtype_k(type) ? 512 : 576; /* the LM head's K */
 		for (int i = 0; i < (int)(sizeof(ms) / sizeof(ms[0])); i++) {
 			for (int j = 0; j < ns; j++)
 				if (ms[i] <= 33 || shp[j][0] * shp[j][1] <= 3072 * 576)
@@ -986,12 +1022,13 @@ static void test_qgemm_all(rg_dtype dt)
 					   0, 0);
 			}
 		}
-		/* an LM head: SmolLM2's 49152 x 576 (and Llama-3.2-1B's 128256 x 2048: fp16, not --quick) */
-		test_qgemm(dt, type, 1, 49152, 576, RG_ACT_NONE, 0, 1, 0);
-		test_qgemm(dt, type, 16, 49152, 576, RG_ACT_NONE, 0, 1, 0);
+		/* an LM head: SmolLM2's 49152 rows (and Llama-3.2-1B's 128256 x 2048: fp16, not
+		 * --quick) */
+		test_qgemm(dt, type, 1, 49152, hk, RG_ACT_NONE, 0, 1, 0);
+		test_qgemm(dt, type, 16, 49152, hk, RG_ACT_NONE, 0, 1, 0);
 		if (!g_quick && dt == RG_DTYPE_F16)
 			test_qgemm(dt, type, 3, 128256, 2048, RG_ACT_NONE, 0, 1, 0);
-		test_qgemm(dt, type, 4, 960, 576, RG_ACT_NONE, 0, 1, 4);
+		test_qgemm(dt, type, 4, 960, qtype_k(type) ? 768 : 576, RG_ACT_NONE, 0, 1, 4);
 		if (dt != RG_DTYPE_F32) {
 			test_qgemm_graph(dt, type, 4);
 			test_qgemm_graph(dt, type, 33);

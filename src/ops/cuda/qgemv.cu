@@ -1,29 +1,33 @@
-/* GEMMs on GGUF-quantized weights (Q8_0, Q4_0, Q4_1): the table of quantized weights, the small-M
- * kernel that reads the blocks as they are, and the dequantization into a scratch weight for
- * larger M. Contract in qgemv.cuh; block formats in src/ops/cpu/qweight.h (ggml's).
+/* GEMMs on GGUF-quantized weights (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K): the table of quantized weights,
+ * the small-M kernel that reads the blocks as they are, and the dequantization into a scratch
+ * weight for larger M. Contract in qgemv.cuh; block formats (ggml's) in src/ops/cpu/qweight.h and
+ * src/core/gguf.c (deq_q4_k, deq_q6_k), and at "block decoding" below.
  *
  * Why: a decode step streams every weight once per token, so a 4.5-bit Q4_0 weight (18 bytes per
  * 32 values) moves 3.6x fewer bytes than its fp16 copy (64), Q8_0 (34) 1.9x fewer; and the file's
  * bytes are all that stays resident.
  *
- * Small M (rg_cuda_qgemv, M <= 16): the structure of gemv.cu's kernel (its header explains it),
+ * Small M (qgemv_kernel, M <= 16): the structure of gemv.cu's kernel (its header explains it),
  * with the W fragment produced in registers from the blocks instead of loaded:
- *  - CTA b owns the 8 rows n = 8b .. 8b+7 of W; its warps split the K / 32 blocks of those rows
- *    in interleaved steps (warp w takes blocks w, w + warps, ...); one step is one block per row:
+ *  - CTA b owns the 8 rows n = 8b .. 8b+7 of W; its warps split the K / 32 steps of 32 values of
+ *    those rows (a block; a K-quant's sub-block) in interleaved steps (warp w takes steps w,
+ *    w + warps, ...); one step is one block (sub-block) per row:
  *    lane (g = lane / 4, t = lane % 4) reads row n0 + g's block scale(s) and its 4 (Q4) or 8 (Q8)
  *    bytes of quants -- the values k = 4t .. 4t+3 and 16+4t .. 16+4t+3 of the block, the low and
  *    high nibbles of the same 4 bytes for Q4_0 / Q4_1 (ggml's nibble order), so no byte is read
  *    twice -- and A[m][k0 + 4t .. +4), A[m][k0 + 16 + 4t .. +4) for rows m = g, g + 8 (8-byte
  *    loads). The two mma.sync.m16n8k16 of the step take the first and the second group of four:
  *    a dot product's k may be summed in any order, and the order is the same for A and W because
- *    it depends on t only (gemv.cu's argument);
- *  - the values are dequantized in fp32 (d * q, d * (q - 8), d * q + m: the formulas of ggml's
- *    dequantize_row_*) and rounded once to the act dtype, i.e. the weight that `--weights
- *    dequantize` would have uploaded (up to fp32 FMA contraction in Q4_1's d * q + m), then
- *    multiplied on the tensor cores with fp32 accumulation;
- *  - loads: block fields are only 2-byte aligned (34- and 18-byte blocks; Q4_1's 20 bytes keep 4),
- *    so quants are read as 16-bit (Q8_0, Q4_0) or 32-bit (Q4_1) pieces with ld.global.cs (streamed
- *    once per call); batches of U steps are loaded one batch ahead, as in gemv.cu, to keep the
+ *    it depends on t only (gemv.cu's argument). Q4_K lanes also read the super-block's 12 bytes
+ *    of packed 6-bit scales and mins, Q6_K lanes the 4-bit and 2-bit parts of their values and
+ *    the sub-block's two int8 scales (see "block decoding");
+ *  - the values are dequantized in fp32 (d * q, d * (q - 8), d * q + m, (d sc) q - (dmin m),
+ *    (d sc) (q - 32): the formulas of ggml's dequantize_row_*) and rounded once to the act
+ *    dtype, i.e. the weight that `--weights dequantize` would have uploaded (up to fp32 FMA
+ *    contraction of a multiply-add), then multiplied on the tensor cores, fp32 accumulation;
+ *  - loads: block fields are only 2-byte aligned in 34-, 18- and 210-byte blocks (Q4_1's 20 and
+ *    Q4_K's 144 keep 4), so quants are read as 16-bit (Q8_0, Q4_0, Q6_K) or 32-bit (Q4_1, Q4_K)
+ *    pieces with ld.global.cs (streamed once per call); batches of U steps are loaded one batch ahead, as in gemv.cu, to keep the
  *    loads in flight;
  *  - the epilogue (cross-warp sum, bias, activation, one rounding, stores) is gemv.cu's.
  * Why not llama.cpp's MMVQ scheme (mmvq.cu / vecdotq.cuh: activations quantized to q8_1 by a
@@ -71,9 +75,19 @@ extern "C" size_t rg_cuda_qtype_block_bytes(int type)
 		return 18;
 	case RG_GGUF_Q4_1:
 		return 20;
+	case RG_GGUF_Q4_K:
+		return 144;
+	case RG_GGUF_Q6_K:
+		return 210;
 	default:
 		return 0;
 	}
+}
+
+/* Values per block: 256 for the K-quants' super-blocks, else 32. */
+static int qtype_values(int type)
+{
+	return type == RG_GGUF_Q4_K || type == RG_GGUF_Q6_K ? 256 : 32;
 }
 
 /* ---- the table of quantized weights: sorted by address, binary search (a few hundred entries,
@@ -140,9 +154,10 @@ extern "C" rg_status rg_cuda_prepare_qweight(rg_cuda_ctx *ctx, void *W, int type
 				 type, rg_gguf_type_name((uint32_t)type));
 	if (!W)
 		return RG_OK;
-	if (N <= 0 || K <= 0 || K % 32)
-		return rg_errorf(RG_ERR_INVALID_INPUT, "cuda prepare_qweight: bad shape N=%d K=%d", N,
-				 K);
+	if (N <= 0 || K <= 0 || K % qtype_values(type))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "cuda prepare_qweight: bad shape N=%d K=%d "
+				 "(K a multiple of %d for %s)", N, K, qtype_values(type),
+				 rg_gguf_type_name((uint32_t)type));
 	if (c->capturing)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "cuda prepare_qweight: called while capturing "
 				 "a graph");
@@ -198,17 +213,29 @@ extern "C" void rg_cuda_qweight_free_all(rg_cuda_ctx *ctx)
 }
 
 /* ---- block decoding, shared by both kernels ----
- * qraw: what lane t of a step reads of one block: dm = the fp16 scale (Q4_1: scale | min << 16),
- * q0 = the quant bytes of values 4t .. 4t+3 (Q4: the bytes holding 4t .. 4t+3 in their low
- * nibbles and 16+4t .. 16+4t+3 in their high ones), q1 (Q8_0 only) those of 16+4t .. 16+4t+3. */
+ * A "step" is 32 consecutive values of a row: one block of Q8_0 / Q4_0 / Q4_1, sub-block j = s % 8
+ * of super-block s / 8 for Q4_K / Q6_K (rows hold whole super-blocks, so step s of a row, or of
+ * the whole tensor, is found the same way). qraw: what lane t reads of step s, its values
+ * 4t .. 4t+3 and 16+4t .. 16+4t+3 (the two groups of the lane's mma operands):
+ *   Q8_0: dm = fp16 d; q0, q1 = the int8 quants of the two groups;
+ *   Q4_0 / Q4_1: dm = d (Q4_1: d | m << 16); q0 = the 4 bytes whose low nibbles are the first
+ *     group and high nibbles the second (ggml's order: qs[l] holds values l and l + 16);
+ *   Q4_K: dm = d | dmin << 16; sc0..sc2 = the 12 bytes of packed 6-bit scales and mins
+ *     (get_scale_min_k4); q0, q1 = the bytes of qs whose nibble (j odd: high) holds each group;
+ *   Q6_K: dm = d; sc0 = the two int8 scales of the sub-block (one per 16 values); q0, q1 = the
+ *     ql bytes (low 4 bits in a nibble), q2, q3 = the qh bytes (2 bits at 2 (j % 4)).
+ * The formulas are those of ggml's dequantize_row_* (src/core/gguf.c's deq_*). */
 struct qraw {
-	uint32_t dm, q0, q1;
+	uint32_t dm, q0, q1, q2, q3, sc0, sc1, sc2;
+	int j;
 };
 
 template <int QT> struct qtype_traits;
-template <> struct qtype_traits<RG_GGUF_Q8_0> { static constexpr int bytes = 34; };
-template <> struct qtype_traits<RG_GGUF_Q4_0> { static constexpr int bytes = 18; };
-template <> struct qtype_traits<RG_GGUF_Q4_1> { static constexpr int bytes = 20; };
+template <> struct qtype_traits<RG_GGUF_Q8_0> { static constexpr int bytes = 34, values = 32; };
+template <> struct qtype_traits<RG_GGUF_Q4_0> { static constexpr int bytes = 18, values = 32; };
+template <> struct qtype_traits<RG_GGUF_Q4_1> { static constexpr int bytes = 20, values = 32; };
+template <> struct qtype_traits<RG_GGUF_Q4_K> { static constexpr int bytes = 144, values = 256; };
+template <> struct qtype_traits<RG_GGUF_Q6_K> { static constexpr int bytes = 210, values = 256; };
 
 __device__ __forceinline__ uint32_t ld_u16(const char *p)
 {
@@ -220,19 +247,65 @@ __device__ __forceinline__ uint32_t ld_u16x2(const char *p) /* 4 bytes at a 2-by
 	return ld_u16(p) | ld_u16(p + 2) << 16;
 }
 
-template <int QT> __device__ __forceinline__ qraw qload(const char *bp, int t);
-template <> __device__ __forceinline__ qraw qload<RG_GGUF_Q8_0>(const char *bp, int t)
+__device__ __forceinline__ uint32_t ld_u32(const char *p) /* 4 bytes at a 4-byte boundary */
 {
-	return qraw{ld_u16(bp), ld_u16x2(bp + 2 + 4 * t), ld_u16x2(bp + 18 + 4 * t)};
+	return __ldcs((const unsigned int *)p);
 }
-template <> __device__ __forceinline__ qraw qload<RG_GGUF_Q4_0>(const char *bp, int t)
+
+/* Lane t's part of step s of the row (or tensor) starting at p. */
+template <int QT> __device__ __forceinline__ qraw qload(const char *p, long long s, int t);
+template <> __device__ __forceinline__ qraw qload<RG_GGUF_Q8_0>(const char *p, long long s, int t)
 {
-	return qraw{ld_u16(bp), ld_u16x2(bp + 2 + 4 * t), 0u};
+	const char *bp = p + (size_t)s * 34;
+	qraw r = {};
+	r.dm = ld_u16(bp);
+	r.q0 = ld_u16x2(bp + 2 + 4 * t);
+	r.q1 = ld_u16x2(bp + 18 + 4 * t);
+	return r;
 }
-template <> __device__ __forceinline__ qraw qload<RG_GGUF_Q4_1>(const char *bp, int t)
+template <> __device__ __forceinline__ qraw qload<RG_GGUF_Q4_0>(const char *p, long long s, int t)
 {
-	return qraw{__ldcs((const unsigned int *)bp), __ldcs((const unsigned int *)(bp + 4 + 4 * t)),
-		    0u};
+	const char *bp = p + (size_t)s * 18;
+	qraw r = {};
+	r.dm = ld_u16(bp);
+	r.q0 = ld_u16x2(bp + 2 + 4 * t);
+	return r;
+}
+template <> __device__ __forceinline__ qraw qload<RG_GGUF_Q4_1>(const char *p, long long s, int t)
+{
+	const char *bp = p + (size_t)s * 20;
+	qraw r = {};
+	r.dm = ld_u32(bp);
+	r.q0 = ld_u32(bp + 4 + 4 * t);
+	return r;
+}
+template <> __device__ __forceinline__ qraw qload<RG_GGUF_Q4_K>(const char *p, long long s, int t)
+{
+	const char *bp = p + (size_t)(s >> 3) * 144;
+	const int j = (int)(s & 7);
+	qraw r = {};
+	r.dm = ld_u32(bp);
+	r.sc0 = ld_u32(bp + 4);
+	r.sc1 = ld_u32(bp + 8);
+	r.sc2 = ld_u32(bp + 12);
+	r.q0 = ld_u32(bp + 16 + 32 * (j >> 1) + 4 * t);
+	r.q1 = ld_u32(bp + 16 + 32 * (j >> 1) + 16 + 4 * t);
+	r.j = j;
+	return r;
+}
+template <> __device__ __forceinline__ qraw qload<RG_GGUF_Q6_K>(const char *p, long long s, int t)
+{
+	const char *bp = p + (size_t)(s >> 3) * 210;
+	const int j = (int)(s & 7), h = j >> 2;
+	qraw r = {};
+	r.q0 = ld_u16x2(bp + 64 * h + 32 * (j & 1) + 4 * t);
+	r.q1 = ld_u16x2(bp + 64 * h + 32 * (j & 1) + 16 + 4 * t);
+	r.q2 = ld_u16x2(bp + 128 + 32 * h + 4 * t);
+	r.q3 = ld_u16x2(bp + 128 + 32 * h + 16 + 4 * t);
+	r.sc0 = ld_u16(bp + 192 + 2 * j);
+	r.dm = ld_u16(bp + 208);
+	r.j = j;
+	return r;
 }
 
 __device__ __forceinline__ float f16_bits(uint32_t h)
@@ -240,7 +313,12 @@ __device__ __forceinline__ float f16_bits(uint32_t h)
 	return __half2float(__ushort_as_half((unsigned short)(h & 0xffffu)));
 }
 
-/* v[0..4) = the values 4t .. 4t+3 of the block, v[4..8) = 16+4t .. 16+4t+3, in fp32. */
+__device__ __forceinline__ uint32_t byte_of(uint32_t w, int i)
+{
+	return (w >> (8 * i)) & 0xffu;
+}
+
+/* v[0..4) = the values 4t .. 4t+3 of the step, v[4..8) = 16+4t .. 16+4t+3, in fp32. */
 template <int QT> __device__ __forceinline__ void qdeq(const qraw &r, float (&v)[8]);
 template <> __device__ __forceinline__ void qdeq<RG_GGUF_Q8_0>(const qraw &r, float (&v)[8])
 {
@@ -267,6 +345,40 @@ template <> __device__ __forceinline__ void qdeq<RG_GGUF_Q4_1>(const qraw &r, fl
 	for (int i = 0; i < 4; i++) {
 		v[i] = d * (float)((r.q0 >> (8 * i)) & 15u) + m;
 		v[4 + i] = d * (float)((r.q0 >> (8 * i + 4)) & 15u) + m;
+	}
+}
+template <> __device__ __forceinline__ void qdeq<RG_GGUF_Q4_K>(const qraw &r, float (&v)[8])
+{
+	const int j = r.j, jj = j & 3, sh = 4 * (j & 1);
+	uint32_t sc, mn;
+
+	if (j < 4) { /* get_scale_min_k4 */
+		sc = byte_of(r.sc0, jj) & 63u;
+		mn = byte_of(r.sc1, jj) & 63u;
+	} else {
+		sc = (byte_of(r.sc2, jj) & 15u) | ((byte_of(r.sc0, jj) >> 2) & 0x30u);
+		mn = (byte_of(r.sc2, jj) >> 4) | ((byte_of(r.sc1, jj) >> 2) & 0x30u);
+	}
+	const float dl = f16_bits(r.dm) * (float)sc, ml = f16_bits(r.dm >> 16) * (float)mn;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		v[i] = dl * (float)((r.q0 >> (8 * i + sh)) & 15u) - ml;
+		v[4 + i] = dl * (float)((r.q1 >> (8 * i + sh)) & 15u) - ml;
+	}
+}
+template <> __device__ __forceinline__ void qdeq<RG_GGUF_Q6_K>(const qraw &r, float (&v)[8])
+{
+	const float d = f16_bits(r.dm);
+	const float da = d * (float)(int8_t)(r.sc0 & 0xffu), db = d * (float)(int8_t)(r.sc0 >> 8);
+	const int lsh = 4 * ((r.j >> 1) & 1), hsh = 2 * (r.j & 3);
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const int a = (int)(((r.q0 >> (8 * i + lsh)) & 15u) |
+				    ((r.q2 >> (8 * i + hsh)) & 3u) << 4);
+		const int b = (int)(((r.q1 >> (8 * i + lsh)) & 15u) |
+				    ((r.q3 >> (8 * i + hsh)) & 3u) << 4);
+		v[i] = da * (float)(a - 32);
+		v[4 + i] = db * (float)(b - 32);
 	}
 }
 
@@ -346,7 +458,7 @@ __device__ __forceinline__ void qbatch_load(qbatch<U> &b, const char *wp, const 
 		const int s = s0 + u * warps, ss = s < steps ? s : 0;
 		const int e = ss * 8 + t; /* uint2 index of A[.][32 ss + 4 t] */
 
-		b.w[u] = qload<QT>(wp + (size_t)ss * qtype_traits<QT>::bytes, t);
+		b.w[u] = qload<QT>(wp, ss, t);
 		b.xa0[u] = __ldg(ap0 + e);
 		b.xb0[u] = __ldg(ap0 + e + 4);
 		b.xa1[u] = M16 ? __ldg(ap1 + e) : make_uint2(0u, 0u);
@@ -383,7 +495,8 @@ qgemv_kernel(const T *__restrict__ A, const char *__restrict__ W, const T *__res
 	const int g = lane >> 2, t = lane & 3;
 	const int n0 = blockIdx.x * 8, steps = K >> 5;
 	const bool a0_ok = g < M, a1_ok = M16 && g + 8 < M;
-	const char *wp = W + (size_t)(n0 + g < N ? n0 + g : 0) * steps * qtype_traits<QT>::bytes;
+	const char *wp = W + (size_t)(n0 + g < N ? n0 + g : 0) * (K / qtype_traits<QT>::values) *
+				     qtype_traits<QT>::bytes;
 	const uint2 *ap0 = (const uint2 *)(A + (size_t)(a0_ok ? g : 0) * K);
 	const uint2 *ap1 = (const uint2 *)(A + (size_t)(a1_ok ? g + 8 : 0) * K);
 	float c[4] = {0.f, 0.f, 0.f, 0.f};
@@ -464,6 +577,10 @@ static cudaError_t qgemv_dispatch(const rg_cuda_ctx *c, int type, const void *A,
 		return qgemv_launch<T, RG_GGUF_Q8_0>(c, A, W, bias, out, M, N, K, act);
 	case RG_GGUF_Q4_0:
 		return qgemv_launch<T, RG_GGUF_Q4_0>(c, A, W, bias, out, M, N, K, act);
+	case RG_GGUF_Q4_K:
+		return qgemv_launch<T, RG_GGUF_Q4_K>(c, A, W, bias, out, M, N, K, act);
+	case RG_GGUF_Q6_K:
+		return qgemv_launch<T, RG_GGUF_Q6_K>(c, A, W, bias, out, M, N, K, act);
 	default: /* RG_GGUF_Q4_1: the table holds no other type */
 		return qgemv_launch<T, RG_GGUF_Q4_1>(c, A, W, bias, out, M, N, K, act);
 	}
@@ -471,7 +588,8 @@ static cudaError_t qgemv_dispatch(const rg_cuda_ctx *c, int type, const void *A,
 
 /* ---- larger M: dequantize into the scratch ---- */
 
-/* out (nblocks x 32) T = the blocks' values: one thread per block, 32 values as 16-byte stores. */
+/* out (nsteps x 32) T = the values of the weight's nsteps 32-value steps: one thread per step,
+ * 32 values as 16-byte stores. */
 template <typename T, int QT>
 __global__ void qdequant_kernel(const char *__restrict__ W, T *__restrict__ out, long long nblocks)
 {
@@ -481,12 +599,11 @@ __global__ void qdequant_kernel(const char *__restrict__ W, T *__restrict__ out,
 	rg_pdl_wait();
 	for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < nblocks;
 	     b += (long long)gridDim.x * blockDim.x) {
-		const char *bp = W + b * qtype_traits<QT>::bytes;
 		float v[32], v8[8];
 
 #pragma unroll
 		for (int t = 0; t < 4; t++) {
-			qdeq<QT>(qload<QT>(bp, t), v8);
+			qdeq<QT>(qload<QT>(W, b, t), v8);
 #pragma unroll
 			for (int i = 0; i < 4; i++) {
 				v[4 * t + i] = v8[i];
@@ -517,6 +634,12 @@ static cudaError_t qdequant_launch(const rg_cuda_ctx *c, int type, const void *W
 				 (const char *)W, (T *)out, nblocks);
 	case RG_GGUF_Q4_0:
 		return rg_launch(c, qdequant_kernel<T, RG_GGUF_Q4_0>, grid, block, 0,
+				 (const char *)W, (T *)out, nblocks);
+	case RG_GGUF_Q4_K:
+		return rg_launch(c, qdequant_kernel<T, RG_GGUF_Q4_K>, grid, block, 0,
+				 (const char *)W, (T *)out, nblocks);
+	case RG_GGUF_Q6_K:
+		return rg_launch(c, qdequant_kernel<T, RG_GGUF_Q6_K>, grid, block, 0,
 				 (const char *)W, (T *)out, nblocks);
 	default:
 		return rg_launch(c, qdequant_kernel<T, RG_GGUF_Q4_1>, grid, block, 0,
