@@ -62,7 +62,7 @@ enum {
 };
 
 /* One GGUF-quantized GEMM weight the context knows (qgemv.cuh): device memory W, N rows of K / 32
- * blocks of ggml type `type`. */
+ * blocks (K / 256 for the K-quants) of ggml type `type`. */
 typedef struct rg_cuda_qweight {
 	const void *W;
 	int type, N, K;
