@@ -116,15 +116,19 @@ rg_status rg_op_prepare_weight(rg_backend *be, void *W, int N, int K);
 
 /* Quantized GEMM weights (issue 30): true when be's rg_op_gemm / rg_op_gemm_bias_act can read a
  * weight kept in GGUF blocks of ggml type `type` (rg_gguf_type numbers). CPU: Q8_0, Q4_0, Q4_1,
- * Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (src/ops/cpu/qweight.h); CUDA: none, so GGUF weights are
- * dequantized at load there. */
+ * Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (src/ops/cpu/qweight.h); CUDA: Q8_0, Q4_0, Q4_1, Q4_K, Q6_K
+ * (src/ops/cuda/qgemv.cuh). */
 bool rg_backend_qtype_supported(const rg_backend *be, int type);
 
 /* Declare W (backend memory: N rows of K / 32 ggml blocks of `type` (K-quants: K / 256
- * super-blocks, K % 256 == 0), rows back to back, the bytes of a GGUF tensor with ne = {K, N}) a constant weight of rg_op_gemm / rg_op_gemm_bias_act
- * with that N and K: those GEMMs then compute A x dequant(W)^T with A rounded to int8 blocks of
- * 32 (one fp32 scale each) and integer block dot products accumulated in fp32 (llama.cpp's
- * vec_dot_q8_0_q8_0 / q4_0_q8_0 / q4_K_q8_K scheme). W stays owned by the caller
+ * super-blocks, K % 256 == 0), rows back to back, the bytes of a GGUF tensor with ne = {K, N})
+ * a constant weight of rg_op_gemm / rg_op_gemm_bias_act with that N and K: those GEMMs then
+ * compute A x dequant(W)^T. CPU: A rounded to int8 blocks of 32 (one fp32 scale each) and
+ * integer block dot products accumulated in fp32 (llama.cpp's vec_dot_q8_0_q8_0 / q4_0_q8_0 /
+ * q4_K_q8_K scheme). CUDA: the weight's values rounded to the act dtype (as a dequantized upload
+ * would be) times A on the tensor cores, fp32 accumulation: dequantized in registers by a
+ * small-M kernel for M <= 16, into a scratch copy (N K act elements, allocated here for the
+ * largest weight declared) before cuBLASLt for larger M. W stays owned by the caller
  * (rg_backend_dealloc). Errors: RG_ERR_UNSUPPORTED (not rg_backend_qtype_supported),
  * RG_ERR_INVALID_INPUT (bad shape, K not a multiple of the type's block, already declared),
  * RG_ERR_OOM. */
@@ -132,8 +136,8 @@ rg_status rg_op_prepare_qweight(rg_backend *be, void *W, int type, int N, int K)
 /* The same for a stack of n parts of different types (part i: rows[i] rows of types[i], blocks
  * after part i - 1's; a GGUF Q4_K_M file's fused QKV with a Q6_K V): one GEMM weight of N =
  * sum(rows) rows, each part's rows computed with its own type's kernel. Errors as
- * rg_op_prepare_qweight; RG_ERR_UNSUPPORTED where !rg_backend_qparts_supported (the CPU has
- * it; callers dequantize the stack there). */
+ * rg_op_prepare_qweight; RG_ERR_UNSUPPORTED where !rg_backend_qparts_supported (the CPU
+ * takes it, CUDA not: callers dequantize such a stack on CUDA). */
 rg_status rg_op_prepare_qweight_parts(rg_backend *be, void *W, int n, const int *types,
 				      const int *rows, int K);
 /* Whether the backend takes rg_op_prepare_qweight_parts. */

@@ -31,6 +31,11 @@
  *    (N = 50257), M in {1,2,3,4,7,8,15,16} and {17,32} (cuBLASLt), K tails, N < 8, and the
  *    fallbacks (K % 8 != 0, A not 16-byte aligned); each kernel case also equals the same call
  *    on cuBLASLt (rg_cuda_gemv_set), and a captured replay equals the eager call bitwise;
+ *  - GEMMs on GGUF-quantized weights (issue 30; src/ops/cuda/qgemv.cu): random valid Q8_0, Q4_0,
+ *    Q4_1, Q4_K, Q6_K blocks, M in {1,3,8,16,33,300} on SmolLM2 / Llama-3.2-1B layer shapes and LM heads,
+ *    every act with and without bias, against the CPU GEMM on rg_gguf_to_f32's dequantized
+ *    weight; the small-M kernel against the dequantize + cuBLASLt path; graph replays; the
+ *    prepare_qweight contract (types, shapes, double declaration, release on free);
  *  - DeBERTa (issue 21): rg_op_rel_tables (cuBLASLt strided-batched GEMMs) and rg_op_attention
  *    with the disentangled terms on the short batches and on {500,65,63,130,1,64,5}, c2p alone,
  *    p2c alone and both, window / log-bucket / random index tables, and on
@@ -41,7 +46,8 @@
  * Rows are named by op and shape/variant; a failing element prints the case (lengths, N, alias).
  *
  * Usage: test_ops_cuda [--json FILE] [--quick] [--dtype fp32|fp16|bf16] [--skip-oom] [--no-gemm]
- *        [--small-m] [--attn-wgmma] [--deberta].
+ *        [--small-m] [--attn-wgmma] [--deberta] [--qgemm].
+ * --qgemm runs only the quantized-weight GEMMs (every dtype, or --dtype's).
  * --attn-wgmma runs only the Hopper wgmma attention cases (test_attention_wgmma; fp16 and bf16)
  * and fails unless every one of them launched the wgmma kernel (so: Hopper, sm_90a build);
  * with --quick, a subset of its lengths (1, 65, 129 and the batches of at most 300 tokens a
@@ -64,9 +70,11 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/gguf.h"
 #include "ops/ops.h"
 #include "ops/cuda/attention_wgmma.cuh"
 #include "ops/cuda/gemv.cuh"
+#include "ops/cuda/qgemv.cuh"
 #include "../unit/test_attn.h"
 
 #define GUARD 256       /* guard bytes on each side of every GPU output */
@@ -91,6 +99,7 @@ static row g_rows[MAX_ROWS];
 static int g_nrows;
 static int g_fail;
 static int g_err_checks, g_err_fail, g_skip_oom, g_no_gemm, g_quick, g_small_m_only, g_wgmma_only;
+static int g_qgemm_only;   /* --qgemm: the quantized-weight GEMMs alone (tests/gpu/issue30_gq.sh) */
 static int g_deberta_only; /* --deberta: DeBERTa's ops alone (tests/gpu/deberta.sh) */
 static char g_case[128]; /* the current case (lengths, variant), printed with a failing element */
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -682,6 +691,350 @@ static void test_small_m_all(rg_dtype dt)
 	test_small_m(dt, 4, 768, 768, RG_ACT_NONE, 0, 1, 8);
 	test_small_m(dt, 4, 768, 768, RG_ACT_GELU, 1, 0, 8);
 	test_small_m_graph(dt);
+}
+
+/* ---- GEMMs on GGUF-quantized weights (issue 30; src/ops/cuda/qgemv.cu) ----
+ * Random valid blocks of Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K (random fp16 scales, random quants,
+ * minimums and K-quant sub-block scales), declared with rg_op_prepare_qweight; the reference is
+ * the CPU backend's f32 GEMM (+ bias + act) on the weight dequantized by src/core/gguf.c's rg_gguf_to_f32 (bit-exact
+ * with ggml's dequantize_row_*), times the same rounded activations, at the dtype's tolerance.
+ * M <= 16 takes the small-M kernel (fp16 / bf16, A 8-byte aligned), larger M (and fp32, and the
+ * hook rg_cuda_qgemv_set(false)) the dequantize + cuBLASLt path; each small-M case is also run on
+ * the other path and the two compared. */
+
+/* float -> IEEE binary16 bits, round to nearest even (normal and subnormal results; |x| < 65504). */
+static uint16_t f_to_half(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	const uint32_t sign = (u >> 16) & 0x8000u;
+	const float a = fabsf(x);
+	if (a < 6.103515625e-05f) /* subnormal: a multiple of 2^-24 */
+		return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.f));
+	int e;
+	const float m = frexpf(a, &e); /* a = m 2^e, m in [0.5, 1) */
+	uint32_t mant = (uint32_t)lrintf((m * 2.f - 1.f) * 1024.f), ex = (uint32_t)(e - 1 + 15);
+	if (mant == 1024) {
+		mant = 0;
+		ex++;
+	}
+	return (uint16_t)(sign | ex << 10 | mant);
+}
+
+static const char *qname(int type)
+{
+	switch (type) {
+	case RG_GGUF_Q8_0: return "q8_0";
+	case RG_GGUF_Q4_0: return "q4_0";
+	case RG_GGUF_Q4_1: return "q4_1";
+	case RG_GGUF_Q4_K: return "q4_k";
+	case RG_GGUF_Q6_K: return "q6_k";
+	}
+	return "?";
+}
+
+static bool qtype_k(int type) { return type == RG_GGUF_Q4_K || type == RG_GGUF_Q6_K; }
+
+/* N rows of K / 32 (K-quants: K / 256) random blocks of `type` whose values are about +-amp; *w
+ * gets them dequantized by rg_gguf_to_f32 ((N, K) f32, caller frees). Returns the blocks (caller
+ * frees). Every byte but the fp16 scales is random: any bit pattern of quants, 6-bit scales and
+ * mins (Q4_K) or int8 scales (Q6_K) is a valid block. */
+static unsigned char *qblocks_rand(int type, int N, int K, float amp, float **w, size_t *bytes)
+{
+	int64_t per;
+	size_t bb;
+	if (!rg_gguf_type_size((uint32_t)type, &per, &bb))
+		abort();
+	const size_t nb = (size_t)N * (size_t)(K / per);
+	unsigned char *q = malloc(nb * bb);
+	rg_gguf_tensor t;
+
+	for (size_t b = 0; b < nb; b++) {
+		unsigned char *p = q + b * bb;
+		const float sgn = urand() < 0.5 ? -1.f : 1.f;
+		uint16_t d, m;
+
+		switch (type) {
+		case RG_GGUF_Q8_0:
+			d = f_to_half(sgn * frand(0.3f, 1.f) * amp / 127.f);
+			memcpy(p, &d, 2);
+			for (int j = 0; j < 32; j++)
+				p[2 + j] = (unsigned char)(irand(256)); /* -128 .. 127 */
+			break;
+		case RG_GGUF_Q4_0:
+			d = f_to_half(sgn * frand(0.3f, 1.f) * amp / 8.f);
+			memcpy(p, &d, 2);
+			for (int j = 0; j < 16; j++)
+				p[2 + j] = (unsigned char)irand(256);
+			break;
+		case RG_GGUF_Q4_1: /* values m .. m + 15 d */
+			d = f_to_half(frand(0.3f, 1.f) * amp / 7.5f);
+			m = f_to_half(-frand(0.5f, 1.5f) * amp);
+			memcpy(p, &d, 2);
+			memcpy(p + 2, &m, 2);
+			for (int j = 0; j < 16; j++)
+				p[4 + j] = (unsigned char)irand(256);
+			break;
+		case RG_GGUF_Q4_K: /* (d sc) q - (dmin mn), sc and mn 0..63 (mean ~32), q 0..15 */
+			for (size_t j = 4; j < bb; j++)
+				p[j] = (unsigned char)irand(256);
+			d = f_to_half(frand(0.3f, 1.f) * amp / (32.f * 7.5f));
+			m = f_to_half(frand(0.5f, 1.5f) * amp / 32.f);
+			memcpy(p, &d, 2);
+			memcpy(p + 2, &m, 2);
+			break;
+		default: /* Q6_K: (d sc) (q - 32), sc int8, q 0..63 */
+			for (size_t j = 0; j < 208; j++)
+				p[j] = (unsigned char)irand(256);
+			d = f_to_half(sgn * frand(0.3f, 1.f) * amp / (64.f * 16.f));
+			memcpy(p + 208, &d, 2);
+			break;
+		}
+	}
+	memset(&t, 0, sizeof(t));
+	t.name = "w";
+	t.n_dims = 2;
+	t.ne[0] = K;
+	t.ne[1] = N;
+	t.ne[2] = t.ne[3] = 1;
+	t.type = (uint32_t)type;
+	t.data = q;
+	t.nbytes = nb * bb;
+	t.numel = (int64_t)N * K;
+	*w = malloc((size_t)N * K * sizeof(float));
+	CK(rg_gguf_to_f32(&t, *w));
+	*bytes = nb * bb;
+	return q;
+}
+
+/* GPU copy of quantized blocks in an allocation of its own (no guards: the table of quantized
+ * weights knows W by the address rg_backend_alloc returned, which rg_backend_dealloc forgets). */
+static gbuf gqraw(const void *h, size_t bytes)
+{
+	gbuf b;
+	void *vp;
+
+	CK(rg_backend_alloc(g_gpu, bytes, &vp));
+	b.base = vp;
+	b.p = vp;
+	b.bytes = bytes;
+	CK(rg_backend_upload(g_gpu, b.p, h, bytes));
+	return b;
+}
+
+/* out (M, N) = act(A dequant(W)^T + bias) on a quantized W through rg_op_gemm (plain) or
+ * rg_op_gemm_bias_act, against the CPU; A starts a_off bytes into its buffer (4: misaligned for
+ * the small-M kernel's 8-byte loads). */
+static void test_qgemm(rg_dtype dt, int type, int M, int N, int K, rg_act act, int with_bias,
+		       int plain, size_t a_off)
+{
+	const size_t es = rg_dtype_size(dt), a_skip = a_off / es;
+	const bool small = dt != RG_DTYPE_F32 && M <= RG_QGEMV_MAX_M && a_off % 8 == 0;
+	float *A, *W, *bias = NULL;
+	size_t qbytes;
+	double a, r;
+	char name[48], name2[48];
+	rg_status st;
+
+	tol_for(dt, &a, &r);
+	snprintf(name, sizeof(name), "qgemm %s %s %s%s%s", qname(type),
+		 small ? "qgemv" : "dequant+lt",
+		 plain ? "gemm" : act == RG_ACT_GELU ? "gelu(erf)" : rg_act_name(act),
+		 !plain && with_bias ? "+bias" : "", a_off ? " A+off" : "");
+	set_case("%s M=%d N=%d K=%d", qname(type), M, N, K);
+	unsigned char *qh = qblocks_rand(type, N, K, 1.7f / sqrtf((float)K), &W, &qbytes);
+	gbuf ga = gact_rand(dt, (size_t)M * K + a_skip, -1, 1, &A);
+	gbuf gw = gqraw(qh, qbytes);
+	gbuf gb = with_bias ? gact_rand(dt, (size_t)N, -1, 1, &bias) : (gbuf){ 0 };
+	gbuf go = galloc((size_t)M * N * es);
+	const void *ap = (const char *)ga.p + a_off;
+	const void *bp = with_bias ? gb.p : NULL;
+
+	st = rg_op_prepare_qweight(g_gpu, gw.p, type, N, K);
+	if (!op_ok(st, name, dt, "rg_op_prepare_qweight"))
+		goto out_free;
+	st = plain ? rg_op_gemm(g_gpu, ap, gw.p, go.p, M, N, K)
+		   : rg_op_gemm_bias_act(g_gpu, ap, gw.p, bp, go.p, M, N, K, act);
+	if (op_ok(st, name, dt, plain ? "rg_op_gemm" : "rg_op_gemm_bias_act")) {
+		float *ref = nan_host((size_t)M * N);
+		float *got = gread(&go, dt, (size_t)M * N);
+		if (plain)
+			CK(rg_op_gemm(g_cpu, A + a_skip, W, ref, M, N, K));
+		else
+			CK(rg_op_gemm_bias_act(g_cpu, A + a_skip, W, bias, ref, M, N, K, act));
+		compare(name, dt, got, ref, (size_t)M * N, a, r, gguard_check(&go));
+		if (small) { /* the same call on the dequantize + cuBLASLt path */
+			gbuf go2 = galloc((size_t)M * N * es);
+			rg_cuda_qgemv_set(false);
+			st = plain ? rg_op_gemm(g_gpu, ap, gw.p, go2.p, M, N, K)
+				   : rg_op_gemm_bias_act(g_gpu, ap, gw.p, bp, go2.p, M, N, K, act);
+			rg_cuda_qgemv_set(true);
+			snprintf(name2, sizeof(name2), "qgemv vs dequant+lt");
+			if (op_ok(st, name2, dt, "rg_op_gemm* (qgemv off)")) {
+				float *lt = gread(&go2, dt, (size_t)M * N);
+				set_case("%s M=%d N=%d K=%d act %s%s", qname(type), M, N, K,
+					 rg_act_name(act), with_bias ? " bias" : "");
+				compare(name2, dt, got, lt, (size_t)M * N, a, r, gguard_check(&go2));
+				free(lt);
+			}
+			gfree(&go2);
+		}
+		free(got);
+		free(ref);
+	}
+out_free:
+	g_case[0] = 0;
+	free(qh); free(A); free(W); free(bias);
+	gfree(&ga); gfree(&gw); gfree(&go);
+	if (with_bias)
+		gfree(&gb);
+}
+
+/* A quantized GEMM captured in a graph (M = 4: small-M kernel; M = 33: dequantize + cuBLASLt,
+ * on the scratch) and replayed equals the eager call bitwise. */
+static void test_qgemm_graph(rg_dtype dt, int type, int M)
+{
+	const char *op = "qgemm graph replay";
+	const int N = 960, K = qtype_k(type) ? 768 : 576;
+	const size_t es = rg_dtype_size(dt), n = (size_t)M * N * es;
+	float *A, *W, *bias;
+	size_t qbytes;
+	rg_graph *g = NULL;
+	rg_status st;
+
+	set_case("%s M=%d", qname(type), M);
+	unsigned char *qh = qblocks_rand(type, N, K, 0.07f, &W, &qbytes);
+	gbuf ga = gact_rand(dt, (size_t)M * K, -1, 1, &A);
+	gbuf gw = gqraw(qh, qbytes);
+	gbuf gb = gact_rand(dt, (size_t)N, -1, 1, &bias);
+	gbuf ge = galloc(n), gr = galloc(n);
+	CK(rg_op_prepare_qweight(g_gpu, gw.p, type, N, K));
+	CK(rg_op_gemm_bias_act(g_gpu, ga.p, gw.p, gb.p, ge.p, M, N, K, RG_ACT_SILU));
+	st = rg_backend_capture_begin(g_gpu);
+	if (op_ok(st, op, dt, "rg_backend_capture_begin")) {
+		rg_status st2 = rg_op_gemm_bias_act(g_gpu, ga.p, gw.p, gb.p, gr.p, M, N, K,
+						    RG_ACT_SILU);
+		st = rg_backend_capture_end(g_gpu, &g);
+		if (op_ok(st2, op, dt, "rg_op_gemm_bias_act (capture)") &&
+		    op_ok(st, op, dt, "rg_backend_capture_end") &&
+		    op_ok(rg_backend_graph_launch(g_gpu, g), op, dt, "rg_backend_graph_launch")) {
+			unsigned char *he = malloc(n), *hr = malloc(n);
+			CK(rg_backend_sync(g_gpu));
+			CK(rg_backend_download(g_gpu, he, ge.p, n));
+			CK(rg_backend_download(g_gpu, hr, gr.p, n));
+			get_row(op, dt)->cases++;
+			if (memcmp(he, hr, n) != 0)
+				row_fail(op, dt, "replay differs from the eager call");
+			free(he);
+			free(hr);
+		}
+		rg_backend_graph_free(g_gpu, g);
+	}
+	g_case[0] = 0;
+	free(qh); free(A); free(W); free(bias);
+	gfree(&ga); gfree(&gw); gfree(&gb); gfree(&ge); gfree(&gr);
+}
+
+/* Contract checks: supported types, bad shapes, a second declaration, a GEMM with another shape,
+ * and that freeing a declared weight forgets it (a plain weight at a reused address is read as
+ * act values again). */
+static void test_qgemm_errors(rg_dtype dt)
+{
+	const char *op = "qgemm contract";
+	row *r = get_row(op, dt);
+	const int N = 64, K = 128;
+	float *W, *A, *Wf;
+	size_t qbytes;
+	void *p, *p2;
+	int bad = 0;
+
+	for (int t = 0; t < 16; t++) {
+		const bool want = t == RG_GGUF_Q8_0 || t == RG_GGUF_Q4_0 || t == RG_GGUF_Q4_1 ||
+				  t == RG_GGUF_Q4_K || t == RG_GGUF_Q6_K;
+		bad += rg_backend_qtype_supported(g_gpu, t) != want;
+	}
+	unsigned char *qh = qblocks_rand(RG_GGUF_Q8_0, N, K, 0.1f, &W, &qbytes);
+	gbuf gw = gqraw(qh, qbytes);
+	gbuf ga = gact_rand(dt, (size_t)4 * K, -1, 1, &A);
+	gbuf go = galloc((size_t)4 * N * rg_dtype_size(dt));
+	bad += rg_op_prepare_qweight(g_gpu, gw.p, RG_GGUF_Q5_K, N, 256) != RG_ERR_UNSUPPORTED;
+	bad += rg_op_prepare_qweight(g_gpu, gw.p, RG_GGUF_Q4_K, N, K) != RG_ERR_INVALID_INPUT;
+	bad += rg_op_prepare_qweight(g_gpu, gw.p, RG_GGUF_Q8_0, N, K + 8) != RG_ERR_INVALID_INPUT;
+	bad += rg_op_prepare_qweight(g_gpu, gw.p, RG_GGUF_Q8_0, N, K) != RG_OK;
+	bad += rg_op_prepare_qweight(g_gpu, gw.p, RG_GGUF_Q8_0, N, K) != RG_ERR_INVALID_INPUT;
+	bad += rg_op_gemm(g_gpu, ga.p, gw.p, go.p, 4, N / 2, K) != RG_ERR_INVALID_INPUT;
+	bad += rg_op_gemm(g_gpu, ga.p, gw.p, go.p, 4, N, K) != RG_OK;
+	p = gw.base;
+	gfree(&gw);
+	/* a plain act weight, likely at the freed address: must be read as act values */
+	gbuf gw2;
+	CK(rg_backend_alloc(g_gpu, (size_t)N * K * rg_dtype_size(dt), &p2));
+	gw2.base = p2;
+	gw2.p = p2;
+	gw2.bytes = (size_t)N * K * rg_dtype_size(dt);
+	Wf = gact_fill(dt, gw2.p, (size_t)N * K, -0.1f, 0.1f);
+	if (rg_op_gemm(g_gpu, ga.p, gw2.p, go.p, 4, N, K) == RG_OK) {
+		float *got = gread(&go, dt, (size_t)4 * N), *ref = nan_host((size_t)4 * N);
+		double a, rt;
+		tol_for(dt, &a, &rt);
+		CK(rg_op_gemm(g_cpu, A, Wf, ref, 4, N, K));
+		set_case("plain weight after a freed quantized one (same address: %s)",
+			 gw2.base == p ? "yes" : "no");
+		compare("qgemm freed weight forgotten", dt, got, ref, (size_t)4 * N, a, rt, 0);
+		free(got);
+		free(ref);
+	} else {
+		bad++;
+	}
+	r->cases++;
+	if (bad)
+		row_fail(op, dt, "%d contract checks failed", bad);
+	free(qh); free(W); free(A); free(Wf);
+	gfree(&gw2); gfree(&ga); gfree(&go);
+}
+
+/* M in {1, 3, 8, 16, 33, 300} on SmolLM2-135M's and Llama-3.2-1B's layer shapes (K-quants: those
+ * with K % 256 == 0, and Llama-3.2-1B's), an LM head, every act with and without bias, the
+ * misaligned-A fallback, graph replays. --quick: fewer shapes. */
+static void test_qgemm_all(rg_dtype dt)
+{
+	static const int types[] = { RG_GGUF_Q8_0, RG_GGUF_Q4_0, RG_GGUF_Q4_1, RG_GGUF_Q4_K,
+				     RG_GGUF_Q6_K };
+	static const int ms[] = { 1, 3, 8, 16, 33, 300 };
+	static const int shp32[][2] = { { 960, 576 }, { 576, 1536 }, { 3072, 576 }, { 3072, 2048 },
+					{ 2048, 8192 }, { 40, 64 }, { 13, 32 } };
+	static const int shp256[][2] = { { 576, 1536 }, { 3072, 2048 }, { 512, 2048 },
+					 { 2048, 8192 }, { 1536, 768 }, { 40, 256 }, { 13, 512 } };
+	const int ns = g_quick ? 2 : 7;
+
+	for (int ti = 0; ti < 5; ti++) {
+		const int type = types[ti];
+		const int(*shp)[2] = qtype_k(type) ? shp256 : shp32;
+		const int hk = qtype_k(type) ? 512 : 576; /* the LM head's K */
+		for (int i = 0; i < (int)(sizeof(ms) / sizeof(ms[0])); i++) {
+			for (int j = 0; j < ns; j++)
+				if (ms[i] <= 33 || shp[j][0] * shp[j][1] <= 3072 * 576)
+					test_qgemm(dt, type, ms[i], shp[j][0], shp[j][1],
+						   RG_ACT_NONE, 0, 1, 0);
+			for (int a = 0; a < 5; a++) {
+				const int j = (i + a) % ns;
+				test_qgemm(dt, type, ms[i], shp[j][0], shp[j][1], (rg_act)a, a % 2,
+					   0, 0);
+			}
+		}
+		/* an LM head: SmolLM2's 49152 rows (and Llama-3.2-1B's 128256 x 2048: fp16, not
+		 * --quick) */
+		test_qgemm(dt, type, 1, 49152, hk, RG_ACT_NONE, 0, 1, 0);
+		test_qgemm(dt, type, 16, 49152, hk, RG_ACT_NONE, 0, 1, 0);
+		if (!g_quick && dt == RG_DTYPE_F16)
+			test_qgemm(dt, type, 3, 128256, 2048, RG_ACT_NONE, 0, 1, 0);
+		test_qgemm(dt, type, 4, 960, qtype_k(type) ? 768 : 576, RG_ACT_NONE, 0, 1, 4);
+		if (dt != RG_DTYPE_F32) {
+			test_qgemm_graph(dt, type, 4);
+			test_qgemm_graph(dt, type, 33);
+		}
+	}
+	test_qgemm_errors(dt);
 }
 
 static void test_bias_act(rg_dtype dt, const batch *b, rg_act act)
@@ -1730,8 +2083,10 @@ int main(int argc, char **argv)
 			g_wgmma_only = 1;
 		} else if (strcmp(argv[i], "--deberta") == 0) {
 			g_deberta_only = 1;
+		} else if (strcmp(argv[i], "--qgemm") == 0) {
+			g_qgemm_only = 1;
 		} else {
-			fprintf(stderr, "usage: test_ops_cuda [--json FILE] [--quick] [--dtype D] [--skip-oom] [--no-gemm] [--small-m] [--attn-wgmma] [--deberta]\n");
+			fprintf(stderr, "usage: test_ops_cuda [--json FILE] [--quick] [--dtype D] [--skip-oom] [--no-gemm] [--small-m] [--attn-wgmma] [--deberta] [--qgemm]\n");
 			return 2;
 		}
 	}
@@ -1754,6 +2109,12 @@ int main(int argc, char **argv)
 		if (st != RG_OK)
 			die_st(st, "rg_backend_init(cuda)");
 		g_dt = dt;
+		if (g_qgemm_only) {
+			test_qgemm_all(dt);
+			rg_backend_free(g_gpu);
+			g_gpu = NULL;
+			continue;
+		}
 		if (g_deberta_only) {
 			for (int li = 0; li < n_sets; li++) {
 				batch b = make_batch(lens[li], nl[li]);
@@ -1776,6 +2137,8 @@ int main(int argc, char **argv)
 		/* decode-step GEMMs (fp32 has no small-M kernel: its GEMMs are the ones below) */
 		if (dt != RG_DTYPE_F32)
 			test_small_m_all(dt);
+		if (!g_no_gemm)
+			test_qgemm_all(dt);
 		if (g_small_m_only) {
 			rg_backend_free(g_gpu);
 			g_gpu = NULL;

@@ -6,6 +6,7 @@
 #include "core/tuning.h"
 #include "ops/cuda/attention_wgmma.cuh"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/qgemv.cuh"
 
 extern "C" int rg_cuda_count_devices(void)
 {
@@ -120,6 +121,7 @@ extern "C" void rg_cuda_backend_free(rg_cuda_ctx *ctx)
 	cudaSetDevice(c->device);
 	cudaStreamSynchronize(c->stream);
 	rg_cuda_gemm_cache_free(c);
+	rg_cuda_qweight_free_all(c);
 	cudaFreeHost(c->flag_h);
 	cudaFree(c->flag_d);
 	cudaFree(c->workspace_d);
@@ -161,6 +163,7 @@ extern "C" void rg_cuda_dealloc(rg_cuda_ctx *ctx, void *ptr)
 	if (!ptr)
 		return;
 	cudaSetDevice(c->device);
+	rg_cuda_qweight_release(c, ptr); /* a quantized weight's entry dies with its memory */
 	/* cudaFree synchronizes the device, so kernels still reading ptr finish first. */
 	cudaFree(ptr);
 	(void)cudaGetLastError();
@@ -445,6 +448,7 @@ static rg_backend_ops make_cuda_ops(void)
 	t.embed_layernorm = rg_cuda_embed_layernorm;
 	t.gemm = rg_cuda_gemm;
 	t.prepare_weight = rg_cuda_prepare_weight;
+	t.prepare_qweight = rg_cuda_prepare_qweight;
 	t.gemm_bias_act = rg_cuda_gemm_bias_act;
 	t.bias_act = rg_cuda_bias_act;
 	t.bias_residual_layernorm = rg_cuda_bias_residual_layernorm;

@@ -61,6 +61,13 @@ enum {
 				       * cu_seqlens not monotone on the device */
 };
 
+/* One GGUF-quantized GEMM weight the context knows (qgemv.cuh): device memory W, N rows of K / 32
+ * blocks (K / 256 for the K-quants) of ggml type `type`. */
+typedef struct rg_cuda_qweight {
+	const void *W;
+	int type, N, K;
+} rg_cuda_qweight;
+
 /* The backend context behind the opaque rg_cuda_ctx (= struct rg_backend_ctx) of ops_cuda.h. */
 struct rg_backend_ctx {
 	int device;
@@ -84,6 +91,10 @@ struct rg_backend_ctx {
 	bool exact_gelu;                   /* never use the tanh GELU epilogue for exact GELU */
 	bool capturing;                    /* between capture_begin and capture_end */
 	int *flag_h;                       /* (1) pinned copy of flag_d, read by sync */
+	rg_cuda_qweight *qw;               /* (qw_n of qw_cap) quantized weights, sorted by W */
+	int qw_n, qw_cap;
+	void *qscratch_d;                  /* (qscratch_bytes) a dequantized weight for large-M GEMMs */
+	size_t qscratch_bytes;
 };
 
 /* Strided batched GEMM through cuBLASLt (gemm.cu; its plan cache, autotuning and workspace, so

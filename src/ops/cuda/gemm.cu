@@ -30,12 +30,17 @@
  * Decode steps (M <= RG_GEMV_MAX_M = 16 rows, fp16 / bf16, K % 8 == 0, A and W 16-byte aligned)
  * skip cuBLASLt for ragged's own weight-streaming kernel (gemv.cu, issue 19), which applies the
  * same epilogues itself (act-dtype bias; exact GELU always in the erf form); RAGGED_GEMV=0 keeps
- * every GEMM on cuBLASLt. */
+ * every GEMM on cuBLASLt.
+ *
+ * A W declared GGUF-quantized (rg_op_prepare_qweight; qgemv.cuh) goes to qgemv.cu first: its
+ * small-M kernel for M <= 16, else W is dequantized into the context's scratch and the product
+ * continues here on that copy. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemv.cuh"
+#include "ops/cuda/qgemv.cuh"
 
 static void plan_destroy(rg_cuda_gemm_plan *p)
 {
@@ -383,6 +388,13 @@ static rg_status gemm_run(rg_cuda_ctx *c, rg_dtype dt, const void *A, const void
 	st = rg_cuda_enter(c);
 	if (st != RG_OK)
 		return st;
+	if (c->qw_n) { /* a GGUF-quantized W: its own small-M kernel, else W dequantized (qgemv.cuh) */
+		bool done;
+
+		st = rg_cuda_qgemm(c, dt, A, &W, bias, out, M, N, K, act, &done);
+		if (st != RG_OK || done)
+			return st;
+	}
 	if (rg_cuda_gemv_ok(dt, A, W, M, N, K))
 		return rg_cuda_gemv(c, dt, A, W, bias, out, M, N, K, act);
 	epi = choose_epilogue(c, dt, bias != NULL, act, &gelu_pass);
