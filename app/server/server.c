@@ -718,6 +718,14 @@ int rg_serve_main(int argc, char **argv)
 			"(%s%s): serving it as an embedding model (/embed, /v1/embeddings); "
 			"generation routes answer 400\n", s->info->model_type,
 			rg_pooling_name(s->info->pooling), s->info->normalize ? ", normalized" : "");
+		if (rg_sched_kind_mode(s->kind, s->o.das_packed) != RG_EXEC_PACKED) {
+			fprintf(stderr, "ragged serve: --scheduler %s batches in padded or "
+				"concatenated rows, which a decoder embedding model does not run "
+				"(packed batches only: token, nobatch, fcfs, sjf, edf, das with "
+				"--das-packed)\n", rg_sched_kind_name(s->kind));
+			rc = EXIT_USAGE;
+			goto out_stop;
+		}
 	}
 	s->o.dtype = s->info->dtype; /* RG_DTYPE_AUTO resolved by the load */
 	rg_model_id(s->o.model, s->info->model_dir, s->model_name, sizeof(s->model_name));

@@ -317,6 +317,13 @@ def test_serve_embed_and_prompts(qwen3_server):
     st, _, body = srv.request("GET", "/info")
     info = json.loads(body)
     assert info["model_type"] == {"embedding": {"pooling": "last_token"}}, info
+    # /embed_all: every token's final-norm state, no pooling
+    st, got = srv.post_json("/embed_all", {"inputs": texts[1]})
+    assert st == 200, got
+    ids = tok.encode(texts[1]).ids
+    h = ref_decoder.llama_forward(cfg, w, ids, hidden=True)
+    assert np.asarray(got).shape == (1, len(ids), cfg["hidden_size"])
+    _close(np.asarray(got)[0], h, "/embed_all", tol=2e-4)
     st, _, body = srv.post("/v1/completions", {"prompt": "hello", "max_tokens": 2})
     assert st == 400, body
     st, _, body = srv.post("/generate", {"inputs": "hello"})
@@ -355,3 +362,30 @@ def test_serve_default_prompt(models):
         _close(got[0], _ref(cfg, w, ids, "lasttoken", True), "truncated")
     finally:
         srv.stop()
+
+
+def test_cli_embed(models):
+    """`ragged embed` on a decoder embedding model: one vector per line, the reference's."""
+    import subprocess
+    from ragged_ctypes import BIN_PATH
+    d, cfg, w, tok = models["qwen2"]
+    texts = [TEXTS[0], TEXTS[1]]
+    r = subprocess.run([BIN_PATH, "embed", "--model", d, "--device", "cpu", "--no-progress"],
+                       input="\n".join(texts) + "\n", capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(ln) for ln in r.stdout.splitlines()]
+    assert len(rows) == 2
+    for k, t in enumerate(texts):
+        _close(rows[k], _ref(cfg, w, tok.encode(t).ids, "lasttoken", True), f"cli {k}")
+
+
+def test_serve_refuses_row_schedulers(models):
+    """A scheduler of padded or concatenated rows cannot run a decoder embedding model: refused
+    at start with exit status 2, naming the scheduler."""
+    import subprocess
+    from ragged_ctypes import BIN_PATH
+    r = subprocess.run([BIN_PATH, "serve", "--model", models["qwen3"][0], "--device", "cpu",
+                        "--port", "0", "--scheduler", "concat"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "--scheduler concat" in r.stderr and "packed" in r.stderr, r.stderr
