@@ -59,6 +59,12 @@ MODELS = {
                      tie=False, stored_head=False, max_pos=256, sliding_window=96),
                 "mistral", "lasttoken", True, {"query": E5_QUERY, "passage": ""}, "query",
                 "model."),
+    # Qwen3-Embedding-0.6B's public widths (hidden 1024, 16 heads, 8 KV heads, head_dim 128,
+    # intermediate 3072), one layer and the small vocabulary
+    "qwen3_0.6b_width": (dict(H=1024, heads=16, kv_heads=8, layers=1, inter=3072,
+                              head_dim=128, model_type="qwen3", tie=True, max_pos=512),
+                         "qwen", "lasttoken", True, {"query": QWEN_QUERY, "document": ""}, None,
+                         ""),
     # mean pooling without a Normalize module (sentence-transformers mean_tokens)
     "qwen2_mean": (dict(H=48, heads=4, kv_heads=2, layers=2, inter=80, model_type="qwen2",
                         tie=True, max_pos=512),
