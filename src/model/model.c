@@ -580,6 +580,10 @@ static rg_status encoder_prepare(rg_model *m, const char *dir, const rg_model_pa
 				 "only (%s is an encoder)",
 				 dir, m->cfg.model_type);
 	if (p->pooling_set) {
+		if (p->pooling == RG_POOL_LAST)
+			return rg_errorf(RG_ERR_UNSUPPORTED,
+					 "%s: last-token pooling is supported for decoder embeddings "
+					 "only (%s is an encoder)", dir, m->cfg.model_type);
 		if (p->pooling < RG_POOL_MEAN || p->pooling > RG_POOL_MAX)
 			return rg_errorf(RG_ERR_INVALID_INPUT, "pooling %d is not an rg_pooling",
 					 (int)p->pooling);

@@ -395,3 +395,37 @@ def test_serve_refuses_row_schedulers(models):
                        timeout=120)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "--scheduler concat" in r.stderr and "packed" in r.stderr, r.stderr
+
+
+def test_serve_pooling_option_makes_a_decoder_embed(models, tmp_path):
+    """TEI's --pooling last-token on a decoder without sentence-transformers files: an embedding
+    model with that pooling (no Normalize module: the route's default normalize still applies,
+    as TEI's); without the option the same directory is a generator."""
+    src, cfg, w, tok = models["qwen2_mean"]
+    d = str(tmp_path / "plain")
+    os.makedirs(d)
+    for f in ("config.json", "model.safetensors", "tokenizer.json"):
+        shutil.copy(os.path.join(src, f), d)
+    srv = Server(d, "--pooling", "last-token")
+    try:
+        st, got = srv.post_json("/embed", {"inputs": TEXTS[:2]})
+        assert st == 200, got
+        for k, t in enumerate(TEXTS[:2]):
+            _close(got[k], _ref(cfg, w, tok.encode(t).ids, "lasttoken", True), f"--pooling {k}")
+    finally:
+        srv.stop()
+    m = Model(d, max_batch_tokens=64)
+    try:
+        lib().rg_model_embeds.argtypes = [ctypes.c_void_p]
+        lib().rg_model_embeds.restype = ctypes.c_bool
+        assert not lib().rg_model_embeds(m._h)
+        assert m.info().output_dim == cfg["vocab_size"]
+        with pytest.raises(RaggedError) as e:
+            m.run([[1, 2]])
+        assert e.value.status == "RG_ERR_UNSUPPORTED"
+        # rg_model_embed_decoder still embeds any decoder, with the pooling asked for
+        seq = tok.encode(TEXTS[1]).ids
+        _close(_embed_decoder(m, [seq], 0, False)[0], _ref(cfg, w, seq, "mean_tokens", False),
+               "any decoder, mean", tol=2e-4)
+    finally:
+        m.close()
