@@ -429,3 +429,32 @@ def test_serve_pooling_option_makes_a_decoder_embed(models, tmp_path):
                "any decoder, mean", tol=2e-4)
     finally:
         m.close()
+
+
+def test_python_encode_with_prompts(models):
+    """ragged.Model(DIR).encode on a decoder embedding model, with sentence-transformers'
+    prompt precedence: prompt_name's text prepended, else prompt, else default_prompt_name; an
+    unknown prompt_name is a ValueError naming the model's prompts."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+    try:
+        import ragged
+    finally:
+        sys.path.pop(0)
+    d, cfg, w, tok = models["mistral"]  # default_prompt_name "query"
+    with ragged.Model(d, device="cpu") as m:
+        assert m.output_dim == cfg["hidden_size"] and m.normalizes
+        assert m.prompts == {"query": E5_QUERY, "passage": ""}
+        assert m.default_prompt_name == "query"
+        t = TEXTS[1]
+        _close(m.encode(t), _ref(cfg, w, tok.encode(E5_QUERY + t).ids, "lasttoken", True),
+               "default prompt")
+        _close(m.encode([t], prompt_name="passage")[0],
+               _ref(cfg, w, tok.encode(t).ids, "lasttoken", True), "passage")
+        _close(m.encode(t, prompt="Q: "), _ref(cfg, w, tok.encode("Q: " + t).ids, "lasttoken",
+                                               True), "prompt")
+        raw = m.encode(t, prompt_name="passage", normalize=False)
+        _close(raw, _ref(cfg, w, tok.encode(t).ids, "lasttoken", False), "raw", tol=2e-4)
+        with pytest.raises(ValueError) as e:
+            m.encode(t, prompt_name="nope")
+        assert "nope" in str(e.value) and "'query'" in str(e.value) and "'passage'" in str(e.value)
