@@ -193,7 +193,8 @@ typedef struct rg_model_info {
 	int type_vocab_size;
 	const char *hidden_act;  /* "gelu", "gelu_new", "relu" */
 	double layer_norm_eps;
-	rg_pooling pooling;      /* from 1_Pooling/config.json; MEAN when absent */
+	rg_pooling pooling;      /* from 1_Pooling/config.json; MEAN when absent (decoders other
+				  * than embedding models: MEAN) */
 	bool normalize;          /* sentence-transformers Normalize module present */
 	rg_device device;
 	rg_dtype dtype;
@@ -208,7 +209,8 @@ typedef struct rg_model_info {
 	const char *const *labels; /* (num_labels) id2label names; owned by the model */
 	bool multi_label;        /* problem_type multi_label_classification (sigmoid per label) */
 	int output_dim;          /* floats per sequence that rg_model_run writes (decoders:
-				  * vocab_size, the floats of one logits row of rg_model_step) */
+				  * vocab_size, the floats of one logits row of rg_model_step;
+				  * decoder embedding models, rg_model_embeds: hidden_size) */
 	/* Since issue 19 (fields appended: older readers of the prefix are unaffected). */
 	rg_model_kind kind;
 	int num_key_value_heads; /* decoders: KV heads (< num_attention_heads: grouped-query
@@ -231,10 +233,13 @@ typedef struct rg_model_info {
 typedef struct rg_model rg_model;
 
 /* Load a model from a Hugging Face directory. Decoders (rg_model_info.kind RG_MODEL_DECODER):
- * GPT-2 ("gpt2"), Llama ("llama"), Mistral without a sliding window ("mistral") and Qwen2
- * ("qwen2") from config.json + model.safetensors (or the sharded index), tokenizer.json when
- * present (rg_model_tokenize etc. are RG_ERR_UNSUPPORTED without one); what is not implemented
- * (sliding windows, mixtures of experts, rope_scaling other than "llama3") is refused by name
+ * GPT-2 ("gpt2"), Llama ("llama"), Mistral ("mistral"; a sliding_window below
+ * max_position_embeddings becomes max_position_embeddings, within which it masks nothing, as
+ * Phi-3's), Qwen2 ("qwen2") and Qwen3 ("qwen3") from config.json + model.safetensors (or the
+ * sharded index), tokenizer.json when present (rg_model_tokenize etc. are RG_ERR_UNSUPPORTED
+ * without one); with sentence-transformers pooling files, an embedding model
+ * (rg_model_embed_decoder); what is not implemented (Qwen2 / Qwen3's use_sliding_window,
+ * mixtures of experts, rope_scaling other than "llama3") is refused by name
  * with RG_ERR_UNSUPPORTED. rope_theta and rope_scaling are read from the top level or from
  * transformers 5's "rope_parameters" object ({"rope_theta", "rope_type": "default" | "llama3",
  * "factor", ...}).
@@ -324,7 +329,9 @@ rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, boo
  * L2-normalized when the model has a Normalize module.
  * Errors: RG_ERR_INVALID_INPUT (bad cu_seqlens, token id out of vocab, n_seq < 1),
  * RG_ERR_TOO_LONG (a length over max_seq_len or batch over max_batch_tokens),
- * RG_ERR_CUDA. The model is reusable after any error. Not thread-safe per model. */
+ * RG_ERR_CUDA. The model is reusable after any error. Not thread-safe per model.
+ * A decoder embedding model (rg_model_embeds) embeds through rg_model_embed_decoder, with its
+ * own pooling and Normalize; another decoder is RG_ERR_UNSUPPORTED. */
 RG_API
 rg_status rg_model_embed(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens, int n_seq,
 			 float *out);
