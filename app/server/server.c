@@ -102,7 +102,9 @@ static rg_status warm_graphs(rg_server *s)
 {
 	const int len = s->o.graph_warmup_len;
 
-	if (len <= 0 || s->info->device != RG_DEVICE_CUDA)
+	/* a decoder embedding model's pass runs eagerly (rg_model_graph_warmup is an encoder's) */
+	if (len <= 0 || s->info->device != RG_DEVICE_CUDA ||
+	    rg_model_get_info(s->model)->kind != RG_MODEL_ENCODER)
 		return RG_OK;
 	for (int i = 0; i < s->n_models; i++) {
 		double t0 = rg_now_ms();

@@ -332,6 +332,7 @@ def test_serve_embed_and_prompts(qwen3_server):
     _close(np.asarray(got)[0], h, "/embed_all", tol=2e-4)
     st, _, body = srv.post("/v1/completions", {"prompt": "hello", "max_tokens": 2})
     assert st == 400, body
+    assert b"embedding model" in body and b"/v1/embeddings" in body, body
     st, _, body = srv.post("/generate", {"inputs": "hello"})
     assert st == 400, body
 
