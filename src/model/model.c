@@ -1592,7 +1592,9 @@ static rg_status run_decoder(rg_model *m, const rg_model_batch *b, const rg_run_
 		return rg_errorf(RG_ERR_UNSUPPORTED,
 				 "%s: a decoder embeds packed batches only (execution mode %d)",
 				 m->dir, (int)b->layout->mode);
-	if (b->token_types && b->tokens && b->cu_seqlens && b->n_seq >= 1 && b->cu_seqlens[0] == 0)
+	/* (rg_dec_embed validates the rest; the bound keeps this loop inside a batch it accepts) */
+	if (b->token_types && b->tokens && b->cu_seqlens && b->n_seq >= 1 &&
+	    b->cu_seqlens[0] == 0 && b->cu_seqlens[b->n_seq] <= m->max_tokens)
 		for (int t = 0; t < b->cu_seqlens[b->n_seq]; t++)
 			if (b->token_types[t] != 0)
 				return rg_errorf(RG_ERR_INVALID_INPUT,

@@ -459,3 +459,27 @@ def test_python_encode_with_prompts(models):
         with pytest.raises(ValueError) as e:
             m.encode(t, prompt_name="nope")
         assert "nope" in str(e.value) and "'query'" in str(e.value) and "'passage'" in str(e.value)
+
+
+def test_run_types_and_layouts(models):
+    """rg_model_run on a decoder embedding model: token types all 0 are what a decoder has (the
+    same answer as none); a nonzero one, or a layout other than packed, is refused by name."""
+    from ragged_ctypes import Layout
+    d, cfg, w, tok = models["qwen3"]
+    m = Model(d, max_batch_tokens=256)
+    try:
+        seqs = [tok.encode(TEXTS[0]).ids, tok.encode(TEXTS[1]).ids]
+        base = m.run(seqs)
+        same = m.run(seqs, types=[[0] * len(s) for s in seqs])
+        assert np.array_equal(base, same)
+        with pytest.raises(RaggedError) as e:
+            m.run(seqs, types=[[0] * len(seqs[0]), [0] + [1] * (len(seqs[1]) - 1)])
+        assert e.value.status == "RG_ERR_INVALID_INPUT" and "token type" in e.value.message
+        rows = (ctypes.c_int32 * 2)(0, 1)
+        offs = (ctypes.c_int32 * 2)(0, 0)
+        lay = Layout(1, 2, 64, 0, rows, offs)  # RG_EXEC_PADDED
+        with pytest.raises(RaggedError) as e:
+            m.run(seqs, layout=lay)
+        assert e.value.status == "RG_ERR_UNSUPPORTED" and "packed" in e.value.message
+    finally:
+        m.close()
