@@ -483,3 +483,41 @@ def test_run_types_and_layouts(models):
         assert e.value.status == "RG_ERR_UNSUPPORTED" and "packed" in e.value.message
     finally:
         m.close()
+
+
+def test_many_short_sequences_small_blocks(models):
+    """40 one-token texts beside a 24-token one in a 64-token arena: the pass's blocks shrink
+    (16 positions would not fit twice the arena) and every vector is still the reference's,
+    and the same alone."""
+    d, cfg, w, tok = models["qwen2"]
+    m = Model(d, max_batch_tokens=64)
+    try:
+        rng = np.random.default_rng(9)
+        seqs = [[int(rng.integers(3, cfg["vocab_size"]))] for _ in range(40)]
+        seqs.insert(17, [int(x) for x in rng.integers(3, cfg["vocab_size"], 24)])
+        got = m.run(seqs)
+        for k in (0, 16, 17, 18, 40):
+            _close(got[k], _ref(cfg, w, seqs[k], "lasttoken", True), f"seq {k}")
+            assert np.abs(m.run([seqs[k]])[0] - got[k]).max() <= 1e-5
+    finally:
+        m.close()
+
+
+def test_embedding_leaves_the_kv_cache(models):
+    """Embedding between two generation steps of the same model (it has an LM head): the
+    sequence's cached keys and values are untouched, its next logits the reference's."""
+    d, cfg, w, tok = models["qwen2_mean"]
+    m = Model(d, max_batch_tokens=512)
+    try:
+        m.kv_init(4, 8)
+        ids = [int(x) for x in np.random.default_rng(4).integers(3, cfg["vocab_size"], 7)]
+        ref = ref_decoder.forward(cfg, w, ids)
+        bt = [[5, 2]]
+        slots = [bt[0][p // 4] * 4 + p % 4 for p in range(7)]
+        got = m.step(ids[:6], list(range(6)), [0, 6], [6], bt, slots[:6], [5])
+        _close(got[0], ref[5], "prefill", tol=2e-4)
+        m.run([tok.encode(t).ids for t in TEXTS])  # 6 sequences through the embedding pass
+        got = m.step(ids[6:], [6], [0, 1], [7], bt, slots[6:], [0])
+        _close(got[0], ref[6], "decode after embedding", tol=2e-4)
+    finally:
+        m.close()
