@@ -92,8 +92,8 @@ typedef enum rg_pooling {
 } rg_pooling;
 
 /* The names of devices, dtypes and pooling modes used on the command line, in /info and in JSON:
- * "cpu" / "cuda"; "fp32" / "fp16" / "bf16" / "auto"; "mean" / "cls" / "max" / "last_token" (TEI's name). Static strings,
- * never NULL ("?" for a value outside the enum). */
+ * "cpu" / "cuda"; "fp32" / "fp16" / "bf16" / "auto"; "mean" / "cls" / "max" / "last_token"
+ * (TEI's name). Static strings, never NULL ("?" for a value outside the enum). */
 RG_API const char *rg_device_name(rg_device d);
 RG_API const char *rg_dtype_name(rg_dtype d);
 RG_API const char *rg_pooling_name(rg_pooling p);

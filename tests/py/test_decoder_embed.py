@@ -37,8 +37,9 @@ TEXTS = ["hello", "What is the capital of France?",
          "Variable-length requests are served without padding by packing them together, "
          "sentence after sentence, and every one of them keeps its own causal attention.",
          "a", "ünïcödé 🙂 12345", "The quick brown fox"]
-QWEN_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
-GTE_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery: "
+TASK = "Instruct: Given a web search query, retrieve relevant passages that answer the query"
+QWEN_QUERY = TASK + "\nQuery:"
+GTE_QUERY = TASK + "\nQuery: "
 E5_QUERY = "Instruct: Retrieve semantically similar text.\nQuery: "
 
 # name -> (make_decoder.llama spec, post-processor, pooling, normalize, prompts, default, how
