@@ -1,6 +1,6 @@
 /* Internal interface between the model runtime (model.c: the public rg_model_* API, the
  * encoders' arena, execution paths, pooling; decoder.c: the decoders' step runner and paged KV
- * cache) and the architectures (bert.c, gpt2.c, llama.c; registered in arch.c): the model struct,
+ * cache; decoder_embed.c: a decoder's embedding pass) and the architectures (bert.c, gpt2.c, llama.c; registered in arch.c): the model struct,
  * the arena tensors, one forward's pointers, and the hooks an architecture provides (rg_arch),
  * as llama.cpp's per-model files provide theirs. */
 #ifndef RG_MODEL_MODEL_H
