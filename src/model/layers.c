@@ -116,9 +116,8 @@ rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *
 		return s;
 	if (m->dec.embeds && !c->tie_word_embeddings &&
 	    !rg_tsrc_has(src, head_prefixes, head_name)) {
-		/* an embedding checkpoint saved from the base model (gte-Qwen2, e5-mistral:
-		 * Qwen2Model / MistralModel) has no LM head: it embeds, rg_model_step refuses
-		 * logits */
+		/* an embedding checkpoint saved from the base model (Qwen2Model, MistralModel)
+		 * has no LM head: it embeds, rg_model_step refuses logits */
 		m->dec.lm_head = NULL;
 		return rg_dec_upload(m, e, n, true, embed_d);
 	}
