@@ -81,11 +81,19 @@ typedef enum rg_dtype {
 	RG_DTYPE_AUTO = 3,
 } rg_dtype;
 
-typedef enum rg_pooling { RG_POOL_MEAN = 0, RG_POOL_CLS = 1, RG_POOL_MAX = 2 } rg_pooling;
+/* How a sequence's token states become one vector: MEAN over its tokens, CLS its first token,
+ * MAX elementwise, LAST its last token (sentence-transformers' pooling_mode_lasttoken; decoder
+ * embeddings only, since issue 31: an encoder with it is refused at load). */
+typedef enum rg_pooling {
+	RG_POOL_MEAN = 0,
+	RG_POOL_CLS = 1,
+	RG_POOL_MAX = 2,
+	RG_POOL_LAST = 3,
+} rg_pooling;
 
 /* The names of devices, dtypes and pooling modes used on the command line, in /info and in JSON:
- * "cpu" / "cuda"; "fp32" / "fp16" / "bf16" / "auto"; "mean" / "cls" / "max". Static strings,
- * never NULL ("?" for a value outside the enum). */
+ * "cpu" / "cuda"; "fp32" / "fp16" / "bf16" / "auto"; "mean" / "cls" / "max" / "last_token"
+ * (TEI's name). Static strings, never NULL ("?" for a value outside the enum). */
 RG_API const char *rg_device_name(rg_device d);
 RG_API const char *rg_dtype_name(rg_dtype d);
 RG_API const char *rg_pooling_name(rg_pooling p);
@@ -186,7 +194,8 @@ typedef struct rg_model_info {
 	int type_vocab_size;
 	const char *hidden_act;  /* "gelu", "gelu_new", "relu" */
 	double layer_norm_eps;
-	rg_pooling pooling;      /* from 1_Pooling/config.json; MEAN when absent */
+	rg_pooling pooling;      /* from 1_Pooling/config.json; MEAN when absent (decoders other
+				  * than embedding models: MEAN) */
 	bool normalize;          /* sentence-transformers Normalize module present */
 	rg_device device;
 	rg_dtype dtype;
@@ -201,7 +210,8 @@ typedef struct rg_model_info {
 	const char *const *labels; /* (num_labels) id2label names; owned by the model */
 	bool multi_label;        /* problem_type multi_label_classification (sigmoid per label) */
 	int output_dim;          /* floats per sequence that rg_model_run writes (decoders:
-				  * vocab_size, the floats of one logits row of rg_model_step) */
+				  * vocab_size, the floats of one logits row of rg_model_step;
+				  * decoder embedding models, rg_model_embeds: hidden_size) */
 	/* Since issue 19 (fields appended: older readers of the prefix are unaffected). */
 	rg_model_kind kind;
 	int num_key_value_heads; /* decoders: KV heads (< num_attention_heads: grouped-query
@@ -224,10 +234,13 @@ typedef struct rg_model_info {
 typedef struct rg_model rg_model;
 
 /* Load a model from a Hugging Face directory. Decoders (rg_model_info.kind RG_MODEL_DECODER):
- * GPT-2 ("gpt2"), Llama ("llama"), Mistral without a sliding window ("mistral") and Qwen2
- * ("qwen2") from config.json + model.safetensors (or the sharded index), tokenizer.json when
- * present (rg_model_tokenize etc. are RG_ERR_UNSUPPORTED without one); what is not implemented
- * (sliding windows, mixtures of experts, rope_scaling other than "llama3") is refused by name
+ * GPT-2 ("gpt2"), Llama ("llama"), Mistral ("mistral"; a sliding_window below
+ * max_position_embeddings becomes max_position_embeddings, within which it masks nothing, as
+ * Phi-3's), Qwen2 ("qwen2") and Qwen3 ("qwen3") from config.json + model.safetensors (or the
+ * sharded index), tokenizer.json when present (rg_model_tokenize etc. are RG_ERR_UNSUPPORTED
+ * without one); with sentence-transformers pooling files, an embedding model
+ * (rg_model_embed_decoder); what is not implemented (Qwen2 / Qwen3's use_sliding_window,
+ * mixtures of experts, rope_scaling other than "llama3") is refused by name
  * with RG_ERR_UNSUPPORTED. rope_theta and rope_scaling are read from the top level or from
  * transformers 5's "rope_parameters" object ({"rope_theta", "rope_type": "default" | "llama3",
  * "factor", ...}).
@@ -318,7 +331,9 @@ rg_status rg_model_tokenize(const rg_model *m, const char *text, size_t len, boo
  * L2-normalized when the model has a Normalize module.
  * Errors: RG_ERR_INVALID_INPUT (bad cu_seqlens, token id out of vocab, n_seq < 1),
  * RG_ERR_TOO_LONG (a length over max_seq_len or batch over max_batch_tokens),
- * RG_ERR_CUDA. The model is reusable after any error. Not thread-safe per model. */
+ * RG_ERR_CUDA. The model is reusable after any error. Not thread-safe per model.
+ * A decoder embedding model (rg_model_embeds) embeds through rg_model_embed_decoder, with its
+ * own pooling and Normalize; another decoder is RG_ERR_UNSUPPORTED. */
 RG_API
 rg_status rg_model_embed(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens, int n_seq,
 			 float *out);
@@ -402,6 +417,42 @@ typedef struct rg_run_options {
 /* rg_model_run with options (opt NULL: none). Errors as rg_model_run. */
 RG_API rg_status rg_model_run_ex(rg_model *m, const rg_model_batch *b, const rg_run_options *opt,
 				 float *out);
+
+/* Embeddings from a decoder-only model (issue 31: Qwen3-Embedding, gte-Qwen2, e5-mistral, as
+ * sentence-transformers and TEI compute them). One packed, padding-free prefill of the n_seq
+ * sequences (tokens (cu_seqlens[n_seq]) int32 host, cu_seqlens (n_seq + 1) int32 host as
+ * rg_model_embed's; every length in [1, max_seq_len], total <= max_batch_tokens) through the
+ * model's own forward (rg_model_step's: causal attention within each sequence, positions from 0);
+ * the keys and values live only while their layer runs (one layer's pools, reused by every
+ * layer; kept between calls as scratch, grown to the largest batch, freed with the model), so no
+ * KV cache is written or needed (a cache made with rg_model_kv_init is left untouched). Each
+ * sequence's last hidden states after the final norm are pooled: RG_POOL_LAST its last token
+ * (sentence-transformers' lasttoken: the last id given, so an EOS the tokenizer's post-processor
+ * appended), RG_POOL_MEAN the mean over its tokens, RG_POOL_CLS its first, RG_POOL_MAX the
+ * elementwise max; then L2-normalized (x / max(||x||, 1e-12), sums in double) when normalize.
+ * out: (n_seq, hidden_size) float32 host, caller-owned. A sequence's vector does not depend on
+ * the others of its batch (to the dtype's rounding). The CPU computes in fp32.
+ * Errors: RG_ERR_UNSUPPORTED (an encoder or an encoder-decoder), RG_ERR_INVALID_INPUT (NULL
+ * arguments, n_seq < 1, cu_seqlens not starting at 0 or not increasing, a token id outside the
+ * vocabulary, a pooling outside rg_pooling), RG_ERR_TOO_LONG (a length over max_seq_len, tokens
+ * over max_batch_tokens), RG_ERR_OOM (the scratch), a backend error. The model is reusable after
+ * any error. Not thread-safe per model.
+ * A decoder loaded from a directory whose modules.json names a sentence-transformers Pooling
+ * module (1_Pooling/config.json: pooling_mode_lasttoken, _mean_tokens, ...) and maybe a Normalize
+ * module is an embedding model (rg_model_embeds): rg_model_info.pooling / normalize are its
+ * files', output_dim is hidden_size, and rg_model_embed / rg_model_run / rg_model_run_ex embed
+ * through this function (packed batches only, token types all 0; opt->raw skips the
+ * normalization, opt->hidden_out gets every token's final-norm state). rg_model_params.pooling_set
+ * makes any decoder one, with that pooling. Dense modules after a decoder are refused at load
+ * (RG_ERR_UNSUPPORTED). It still generates (rg_model_step, rg_generate). */
+RG_API rg_status rg_model_embed_decoder(rg_model *m, const int32_t *tokens,
+					const int32_t *cu_seqlens, int n_seq, rg_pooling pooling,
+					bool normalize, float *out);
+
+/* Whether rg_model_embed / rg_model_run give m's embeddings: an encoder without a sequence
+ * classifier head, or a decoder with sentence-transformers pooling (rg_model_embed_decoder).
+ * false for NULL. */
+RG_API bool rg_model_embeds(const rg_model *m);
 
 /* Truncation of an over-long text (HF truncation_side). */
 typedef enum rg_truncation {

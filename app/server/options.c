@@ -138,8 +138,9 @@ static const opt_spec g_opts[] = {
 	{"--served-model-name", "NAME", OPT_STR, F(served_model_name), 0, 0, NULL,
 	 "the model's name in /info, /v1/models and OpenAI answers (default: the model id); "
 	 "NAME,ALIAS,...: requests may name any of them"},
-	{"--pooling", "mean|cls|max", OPT_POOL, F(pooling), 0, 0, NULL,
-	 "pooling of an embedding model, instead of 1_Pooling/config.json's"},
+	{"--pooling", "mean|cls|max|last-token", OPT_POOL, F(pooling), 0, 0, NULL,
+	 "pooling of an embedding model, instead of 1_Pooling/config.json's (last-token: decoders "
+	 "only; it makes any decoder an embedding model)"},
 	{"--auto-truncate", NULL, OPT_FLAG, F(auto_truncate), 0, 0, NULL,
 	 "truncate over-long inputs unless a request sets \"truncate\": false"},
 	{"--default-prompt-name", "NAME", OPT_STR, F(default_prompt_name), 0, 0, NULL,
@@ -423,7 +424,12 @@ static bool set_value(const opt_spec *s, const char *v, rg_serve_opts *o)
 				return true;
 			}
 		}
-		return false; /* TEI's splade and last-token are not pooling modes ragged has */
+		if (v && (!strcmp(v, "last-token") || !strcmp(v, "last_token"))) {
+			*(rg_pooling *)field = RG_POOL_LAST; /* TEI's spelling, and /info's */
+			o->pooling_set = true;
+			return true;
+		}
+		return false; /* TEI's splade is not a pooling mode ragged has */
 	case OPT_SCHED:
 		if (!v || rg_sched_kind_parse(v, &k) != RG_OK)
 			return false;

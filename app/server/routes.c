@@ -446,8 +446,13 @@ static bool refuse_kind(conn_ctx *c, enum MHD_Result *ret)
 				     s->model_name, c->row->name);
 	else if (c->row->kinds & RG_KIND_GENERATOR)
 		*ret = rg_conn_error(c, 400, "validation", NULL,
-				     "%s needs a text generation (decoder) model; %s is an encoder",
-				     c->row->name, s->model_name);
+				     "%s needs a text generation (decoder) model; %s is %s",
+				     c->row->name, s->model_name,
+				     s->info == &s->embed_info
+					     ? "a decoder served as an embedding model (its "
+					       "sentence-transformers pooling files): use /embed or "
+					       "/v1/embeddings"
+					     : "an encoder");
 	else if (kind == RG_KIND_EMBEDDING)
 		*ret = rg_conn_error(c, 400, "validation", NULL,
 				     "%s needs a sequence classification model; %s is an embedding "

@@ -102,7 +102,9 @@ static rg_status warm_graphs(rg_server *s)
 {
 	const int len = s->o.graph_warmup_len;
 
-	if (len <= 0 || s->info->device != RG_DEVICE_CUDA)
+	/* a decoder embedding model's pass runs eagerly (rg_model_graph_warmup is an encoder's) */
+	if (len <= 0 || s->info->device != RG_DEVICE_CUDA ||
+	    rg_model_get_info(s->model)->kind != RG_MODEL_ENCODER)
 		return RG_OK;
 	for (int i = 0; i < s->n_models; i++) {
 		double t0 = rg_now_ms();
@@ -708,6 +710,25 @@ int rg_serve_main(int argc, char **argv)
 	if ((st = load_models(s, model_dir)) != RG_OK)
 		goto out_stop;
 	s->info = rg_model_get_info(s->model);
+	if (s->info->kind == RG_MODEL_DECODER && rg_model_embeds(s->model)) {
+		/* Qwen3-Embedding, gte-Qwen2, e5-mistral: embeddings only, as TEI serves them;
+		 * the batch engine's rg_model_run embeds through rg_model_embed_decoder */
+		s->embed_info = *s->info;
+		s->embed_info.kind = RG_MODEL_ENCODER;
+		s->info = &s->embed_info;
+		fprintf(stderr, "ragged serve: %s is a decoder with sentence-transformers pooling "
+			"(%s%s): serving it as an embedding model (/embed, /v1/embeddings); "
+			"generation routes answer 400\n", s->info->model_type,
+			rg_pooling_name(s->info->pooling), s->info->normalize ? ", normalized" : "");
+		if (rg_sched_kind_mode(s->kind, s->o.das_packed) != RG_EXEC_PACKED) {
+			fprintf(stderr, "ragged serve: --scheduler %s batches in padded or "
+				"concatenated rows, which a decoder embedding model does not run "
+				"(packed batches only: token, nobatch, fcfs, sjf, edf, das with "
+				"--das-packed)\n", rg_sched_kind_name(s->kind));
+			rc = EXIT_USAGE;
+			goto out_stop;
+		}
+	}
 	s->o.dtype = s->info->dtype; /* RG_DTYPE_AUTO resolved by the load */
 	rg_model_id(s->o.model, s->info->model_dir, s->model_name, sizeof(s->model_name));
 	snprintf(s->model_id, sizeof(s->model_id), "%s", s->model_name);

@@ -37,7 +37,11 @@ typedef struct rg_server {
 	rg_model *models[RG_SERVE_MAX_DEVICES]; /* (n_models) one per device, the engine's */
 	int n_models;
 	char device_names[RG_SERVE_MAX_DEVICES][16]; /* (n_models) "cuda:1", "cpu:0": /info, metrics */
-	const rg_model_info *info;
+	const rg_model_info *info; /* the model's, or embed_info */
+	rg_model_info embed_info; /* a decoder with sentence-transformers pooling (rg_model_embeds,
+				   * issue 31) is served as an embedding model: its info with kind
+				   * RG_MODEL_ENCODER, so that the routes, the prompts and the batch
+				   * engine treat it as one (generation routes answer 400) */
 	rg_engine *engine;       /* encoders: the batch engine; NULL for a decoder */
 	struct rg_gen_srv *gen; /* decoders: the generation engine (engine_gen.h), else NULL */
 	bool decoder;            /* the model generates: a decoder or an encoder-decoder (rg_model_info

@@ -11,6 +11,7 @@ Texts are tokenized and packed back to back (tokens + cu_seqlens) into batches o
 batch_size texts and max_batch_tokens tokens; no padding is computed.
 """
 import ctypes
+import json
 import os
 import threading
 
@@ -56,6 +57,27 @@ def resolve_model(model=None):
     return os.fsdecode(buf.value)
 
 
+def _st_prompts(model_dir):
+    """config_sentence_transformers.json's "prompts" ({name: text}) and "default_prompt_name" of
+    a model directory; ({}, None) without the file (or for a GGUF file). ValueError for a file
+    that is not JSON, prompts that are not strings, or a default that is not one of them."""
+    path = os.path.join(model_dir, "config_sentence_transformers.json")
+    if not os.path.isfile(path):
+        return {}, None
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None
+    prompts = cfg.get("prompts") or {} if isinstance(cfg, dict) else {}
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        raise ValueError(f"{path}: \"prompts\" must be an object of strings")
+    dflt = cfg.get("default_prompt_name") if isinstance(cfg, dict) else None
+    if dflt is not None and dflt not in prompts:
+        raise ValueError(f"{path}: default_prompt_name {dflt!r} is not one of the prompts")
+    return dict(prompts), dflt
+
+
 class Model:
     """A model loaded by libragged.
 
@@ -70,9 +92,13 @@ class Model:
         False makes them an error.
     device_index: the CUDA device ordinal.
 
+    Decoder embedding models (Qwen3-Embedding, gte-Qwen2, e5-mistral: a decoder directory with
+    sentence-transformers pooling files, last-token or mean pooling) embed the same way.
+
     Attributes: model_dir, output_dim (floats per text: hidden_size for an embedding model,
     num_labels for a sequence classifier), max_seq_len, normalizes (the model ends in a
-    sentence-transformers Normalize module), info (a dict of the model's configuration).
+    sentence-transformers Normalize module), prompts and default_prompt_name
+    (config_sentence_transformers.json's), info (a dict of the model's configuration).
     One Model may be shared by threads: calls into it are serialized. close() (or `with`) frees
     it now rather than when garbage-collected.
     """
@@ -122,6 +148,7 @@ class Model:
             "labels": [i.labels[k].decode() for k in range(i.num_labels)],
             "output_dim": i.output_dim,
         }
+        self.prompts, self.default_prompt_name = _st_prompts(self.model_dir)
 
     # -- lifetime --
 
@@ -155,6 +182,23 @@ class Model:
 
     # -- tokens --
 
+    def _prompt(self, prompt_name, prompt):
+        """The text encode prepends (sentence-transformers' precedence), "" for none."""
+        if prompt is not None and prompt_name is not None:
+            raise ValueError("give prompt or prompt_name, not both")
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise TypeError(f"prompt: expected str, got {type(prompt).__name__}")
+            return prompt
+        name = prompt_name if prompt_name is not None else self.default_prompt_name
+        if name is None:
+            return ""
+        if name not in self.prompts:
+            known = ", ".join(repr(k) for k in self.prompts) or "none"
+            raise ValueError(f"prompt_name={name!r} is not one of the model's prompts "
+                             f"({known}; config_sentence_transformers.json)")
+        return self.prompts[name]
+
     def _tokenize(self, text, index):
         if not isinstance(text, str):
             raise TypeError(f"input {index}: expected str, got {type(text).__name__}")
@@ -185,7 +229,7 @@ class Model:
 
     # -- vectors --
 
-    def encode(self, sentences, batch_size=32, normalize=True):
+    def encode(self, sentences, batch_size=32, normalize=True, prompt_name=None, prompt=None):
         """Embed texts, as sentence-transformers' encode does.
 
         sentences: a str (-> 1-D array (output_dim,)) or an iterable of str (-> (n, output_dim)).
@@ -197,11 +241,19 @@ class Model:
             Normalize module skipped, as `ragged serve` answers "normalize": false. For a
             sequence classifier (num_labels > 0) the rows are its raw scores and only
             normalize=False is accepted.
+        prompt_name: a name of the model's prompts (self.prompts, from
+            config_sentence_transformers.json: Qwen3-Embedding's "query" instruction); its text
+            is prepended to every sentence before tokenizing, as sentence-transformers does.
+            None: prompt if given, else the model's default_prompt_name (if any).
+        prompt: a prompt text to prepend instead (not with prompt_name).
         Returns numpy.ndarray float32, C order. Errors: TypeError (not str), ValueError (bad
         argument), RaggedError (a text longer than max_seq_len with truncate=False, ...).
         """
         single = isinstance(sentences, str)
         texts = [sentences] if single else list(sentences)
+        prefix = self._prompt(prompt_name, prompt)
+        if prefix:
+            texts = [prefix + t if isinstance(t, str) else t for t in texts]
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r}: a positive int")
         if normalize and self.num_labels:

@@ -31,6 +31,7 @@ const char *rg_pooling_name(rg_pooling p)
 	case RG_POOL_MEAN: return "mean";
 	case RG_POOL_CLS: return "cls";
 	case RG_POOL_MAX: return "max";
+	case RG_POOL_LAST: return "last_token";
 	}
 	return "?";
 }

@@ -484,11 +484,13 @@ static rg_status pooling_mode_load(const char *dir, const char *module, rg_pooli
 			*mode = RG_POOL_CLS;
 		} else if (!strcmp(key, "pooling_mode_max_tokens")) {
 			*mode = RG_POOL_MAX;
+		} else if (!strcmp(key, "pooling_mode_lasttoken")) {
+			*mode = RG_POOL_LAST; /* decoder embeddings (Qwen3-Embedding, e5-mistral) */
 		} else {
-			/* mean_sqrt_len_tokens, weightedmean_tokens, lasttoken, anything newer */
+			/* mean_sqrt_len_tokens, weightedmean_tokens, anything newer */
 			s = rg_errorf(RG_ERR_UNSUPPORTED,
-				      "%s: %s is not supported (mean_tokens, cls_token, max_tokens "
-				      "only)",
+				      "%s: %s is not supported (mean_tokens, cls_token, max_tokens, "
+				      "lasttoken only)",
 				      path, key);
 			goto out_put_root;
 		}
@@ -497,7 +499,7 @@ static rg_status pooling_mode_load(const char *dir, const char *module, rg_pooli
 	if (n_true != 1) {
 		s = rg_errorf(RG_ERR_FORMAT,
 			      "%s: exactly one of pooling_mode_mean_tokens / pooling_mode_cls_token / "
-			      "pooling_mode_max_tokens must be true (%d are)",
+			      "pooling_mode_max_tokens / pooling_mode_lasttoken must be true (%d are)",
 			      path, n_true);
 		goto out_put_root;
 	}

@@ -88,8 +88,9 @@ rg_status rg_head_config_load(const char *dir, rg_head_config *h);
 void rg_head_config_free(rg_head_config *h);
 
 /* sentence-transformers extras: modules.json naming a Pooling module (its path/config.json:
- * pooling_mode_mean_tokens / cls_token / max_tokens) and a Normalize module. Without modules.json:
- * MEAN, normalize=false. Unsupported pooling modes (mean_sqrt_len, weightedmean, lasttoken) ->
+ * pooling_mode_mean_tokens / cls_token / max_tokens / lasttoken (RG_POOL_LAST)) and a Normalize
+ * module. Without modules.json: MEAN, normalize=false. Unsupported pooling modes (mean_sqrt_len,
+ * weightedmean) ->
  * RG_ERR_UNSUPPORTED naming the key. */
 rg_status rg_pooling_config_load(const char *dir, rg_pooling *mode, bool *normalize);
 

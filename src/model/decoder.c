@@ -120,6 +120,7 @@ void rg_decoder_free(rg_model *m)
 	if (!m->be)
 		return;
 	kv_free(m);
+	rg_dec_embed_free(m);
 	rg_dec_graphs_free(m);
 	rg_backend_dealloc(m->be, m->dec.am_d);
 	rg_backend_host_free(m->be, m->dec.am_h);
@@ -508,16 +509,33 @@ static rg_status step_validate(rg_model *m, const rg_step_batch *b, int *max_ctx
 	return RG_OK;
 }
 
-/* Layer l's K pool in the cache; its V pool follows, layer_bytes on. */
+/* Layer l's K pool in the cache; its V pool follows, layer_bytes on. During an embedding pass
+ * (m->dec.emb_on, decoder_embed.c) every layer's pools are the pass's one pair: each layer
+ * writes its keys and values there, then attends, before the next layer writes. */
 static char *layer_k(rg_model *m, int l)
 {
+	if (m->dec.emb_on)
+		return m->dec.emb_kv_d;
 	return (char *)m->dec.kv_d + 2 * (size_t)l * m->dec.layer_bytes;
 }
 
-/* Slots of one pool, the scratch block's included. */
+/* Slots of one pool, the scratch block's included (an embedding pass: its pools'). */
 static int64_t cache_slots(const rg_model *m)
 {
+	if (m->dec.emb_on)
+		return m->dec.emb_slots;
 	return ((int64_t)m->dec.n_blocks + 1) * m->dec.block_size;
+}
+
+/* Layer l's V pool. */
+static char *layer_v(rg_model *m, int l)
+{
+	const rg_decoder_config *c = &m->dec.cfg;
+
+	if (m->dec.emb_on)
+		return (char *)m->dec.emb_kv_d + (size_t)m->dec.emb_slots * c->num_key_value_heads *
+							 c->head_dim * m->esz;
+	return layer_k(m, l) + m->dec.layer_bytes;
 }
 
 rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scale, void *ctx)
@@ -529,7 +547,7 @@ rg_status rg_dec_attention(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float s
 	rg_status s;
 
 	s = rg_op_kv_write(m->be, base + (size_t)qd * m->esz, base + (size_t)(qd + kvd) * m->esz, ld,
-			   f->slots, f->n, kvd, kc, kc + m->dec.layer_bytes, cache_slots(m));
+			   f->slots, f->n, kvd, kc, layer_v(m, l), cache_slots(m));
 	if (s != RG_OK)
 		return s;
 	return rg_dec_attend(m, f, l, qkv, scale, ctx);
@@ -544,7 +562,7 @@ rg_status rg_dec_rope_kv_write(rg_model *m, rg_dec_fwd *f, int l, void *qkv,
 
 	return rg_op_rope_kv_write(m->be, qkv, ld, f->n, c->num_attention_heads,
 				   c->num_key_value_heads, c->head_dim, cos_sin,
-				   c->rope_interleaved, f->slots, kc, kc + m->dec.layer_bytes,
+				   c->rope_interleaved, f->slots, kc, layer_v(m, l),
 				   cache_slots(m));
 }
 
@@ -561,7 +579,7 @@ rg_status rg_dec_attend(rg_model *m, rg_dec_fwd *f, int l, void *qkv, float scal
 	f->attn.scale = scale;
 	f->attn.k_new = base + (size_t)qd * m->esz;
 	f->attn.v_new = base + (size_t)(qd + kvd) * m->esz;
-	return rg_op_paged_attention(m->be, &f->attn, qkv, ld, kc, kc + m->dec.layer_bytes, ctx);
+	return rg_op_paged_attention(m->be, &f->attn, qkv, ld, kc, layer_v(m, l), ctx);
 }
 
 rg_status rg_dec_cross_attend(rg_model *m, rg_dec_fwd *f, int l, const void *q, int ldq,
@@ -579,7 +597,7 @@ rg_status rg_dec_cross_attend(rg_model *m, rg_dec_fwd *f, int l, const void *q, 
 	d.head_dim = c->head_dim;
 	d.scale = scale;
 	d.k_new = d.v_new = NULL; /* every key from the cache */
-	return rg_op_paged_attention(m->be, &d, q, ldq, kc, kc + m->dec.layer_bytes, ctx);
+	return rg_op_paged_attention(m->be, &d, q, ldq, kc, layer_v(m, l), ctx);
 }
 
 rg_status rg_dec_cross_write(rg_model *m, int l, const void *kv, int ld, const int32_t *slots,
@@ -590,7 +608,7 @@ rg_status rg_dec_cross_write(rg_model *m, int l, const void *kv, int ld, const i
 	char *kc = layer_k(m, l);
 
 	return rg_op_kv_write(m->be, kv, (const char *)kv + (size_t)kvd * m->esz, ld, slots, n,
-			      kvd, kc, kc + m->dec.layer_bytes, cache_slots(m));
+			      kvd, kc, layer_v(m, l), cache_slots(m));
 }
 
 /* The cross block-table width of b's sequences (columns) and their longest source. */
@@ -1127,6 +1145,11 @@ rg_status rg_model_step(rg_model *m, const rg_step_batch *b, const rg_step_out *
 	if ((s = step_validate(m, b, &max_ctx, &mb_used)) != RG_OK ||
 	    (s = step_out_check(m, b, o)) != RG_OK)
 		return s;
+	if (b->n_logits > 0 && !m->dec.lm_head)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "rg_model_step: %s has no LM head (an embedding checkpoint without "
+				 "lm_head.weight): it embeds (rg_model_embed_decoder), it has no "
+				 "logits", m->dir);
 	mode = step_mode(b, o);
 	logits = o && b->n_logits ? o->logits : NULL;
 	want = logits ? o->want_logits : NULL;

@@ -136,6 +136,13 @@ rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *
 	}
 	if ((s = rg_tsrc_get(src, prefixes, embed_name, V, H, &e)) != RG_OK)
 		return s;
+	if (m->dec.embeds && !c->tie_word_embeddings &&
+	    !rg_tsrc_has(src, head_prefixes, head_name)) {
+		/* an embedding checkpoint saved from the base model (Qwen2Model, MistralModel)
+		 * has no LM head: it embeds, rg_model_step refuses logits */
+		m->dec.lm_head = NULL;
+		return rg_dec_upload(m, e, n, true, embed_d);
+	}
 	if ((rg_tsrc_has(src, head_prefixes, head_name) || !c->tie_word_embeddings) &&
 	    (s = rg_tsrc_get(src, head_prefixes, head_name, V, H, &h)) != RG_OK) {
 		free(e);

@@ -48,11 +48,27 @@ const rg_tensor_names rg_llama_gguf_names = {GGUF_LAYER, GGUF_TOP, true};
 /* "qwen2", "qwen3": converted unpermuted (NEOX RoPE) */
 const rg_tensor_names rg_llama_gguf_names_neox = {GGUF_LAYER, GGUF_TOP, false};
 
+/* Mistral's sliding_window W (e5-mistral-7b-instruct: 4096) is read as Phi-3's is: the served
+ * context becomes min(max_position_embeddings, W), within which the window masks nothing
+ * (transformers' mask keeps keys q - W < k <= q), so the forward stays exact. */
 static rg_status llama_hparams(rg_model *m, const rg_cfg_src *cf)
 {
-	const rg_llama_hp_opts o = {.qkv_bias = !strcmp(m->dec.cfg.model_type, "qwen2")};
+	const bool mistral = !strcmp(m->dec.cfg.model_type, "mistral");
+	const rg_llama_hp_opts o = {.qkv_bias = !strcmp(m->dec.cfg.model_type, "qwen2"),
+				    .own_sliding_window = mistral};
+	rg_decoder_config *c = &m->dec.cfg;
+	int sw = 0;
+	rg_status s;
 
-	return rg_layer_llama_hparams(m, cf, &o);
+	if ((s = rg_layer_llama_hparams(m, cf, &o)) != RG_OK || !mistral || !cf->root ||
+	    !rg_cfg_has(cf->root, "sliding_window"))
+		return s;
+	if ((s = rg_cfg_int(cf->path, cf->root, "sliding_window", false, 0, 1, INT32_MAX, &sw)) !=
+	    RG_OK)
+		return s;
+	if (sw < c->max_position_embeddings)
+		c->max_position_embeddings = sw;
+	return RG_OK;
 }
 
 static rg_llama_weights *lw(const rg_model *m)

@@ -44,6 +44,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/json.h"
 #include "core/mem_plan.h"
 #include "core/safetensors.h"
 #include "core/tuning.h"
@@ -573,7 +574,16 @@ static rg_status encoder_prepare(rg_model *m, const char *dir, const rg_model_pa
 
 	if ((s = rg_pooling_config_load(dir, pooling, normalize)) != RG_OK)
 		return s;
+	if (*pooling == RG_POOL_LAST && !p->pooling_set)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "%s: pooling_mode_lasttoken is supported for decoder embeddings "
+				 "only (%s is an encoder)",
+				 dir, m->cfg.model_type);
 	if (p->pooling_set) {
+		if (p->pooling == RG_POOL_LAST)
+			return rg_errorf(RG_ERR_UNSUPPORTED,
+					 "%s: last-token pooling is supported for decoder embeddings "
+					 "only (%s is an encoder)", dir, m->cfg.model_type);
 		if (p->pooling < RG_POOL_MEAN || p->pooling > RG_POOL_MAX)
 			return rg_errorf(RG_ERR_INVALID_INPUT, "pooling %d is not an rg_pooling",
 					 (int)p->pooling);
@@ -674,6 +684,67 @@ static rg_status encoder_init(rg_model *m, const rg_model_params *p, const rg_ts
 	return RG_OK;
 }
 
+/* Whether dir's modules.json names a sentence-transformers Pooling module. */
+static bool st_has_pooling(const char *dir)
+{
+	char *path = rg_path_join(dir, "modules.json");
+	json_object *root = NULL;
+	struct stat sb;
+	bool found = false;
+
+	if (path && stat(path, &sb) == 0 && rg_json_read_file(path, 1 << 20, &root) == RG_OK &&
+	    json_object_is_type(root, json_type_array)) {
+		for (size_t i = 0; i < json_object_array_length(root) && !found; i++) {
+			json_object *jt;
+			const char *t;
+			size_t n;
+
+			if (!json_object_object_get_ex(json_object_array_get_idx(root, i), "type",
+						       &jt) ||
+			    !json_object_is_type(jt, json_type_string))
+				continue;
+			t = json_object_get_string(jt);
+			n = strlen(t);
+			found = n >= 14 && !strcmp(t + n - 14, "models.Pooling");
+		}
+	}
+	rg_error_clear(); /* a missing or unreadable file only means "no" here */
+	json_object_put(root);
+	free(path);
+	return found;
+}
+
+/* A decoder-only model as an embedding model (issue 31; Qwen3-Embedding, gte-Qwen2,
+ * e5-mistral): when dir's modules.json names a Pooling module (or p sets a pooling, TEI's
+ * --pooling), its pooling and Normalize module; m->dec.embeds then. Dense modules are refused
+ * (none of those models has one). */
+static rg_status decoder_embed_prepare(rg_model *m, const char *dir, const rg_model_params *p,
+				       rg_pooling *pooling, bool *normalize)
+{
+	rg_dense_config dense[RG_MAX_DENSE];
+	int n_dense = 0;
+	rg_status s;
+
+	if (m->arch->kind != RG_MODEL_DECODER || (!st_has_pooling(dir) && !p->pooling_set))
+		return RG_OK;
+	if ((s = rg_pooling_config_load(dir, pooling, normalize)) != RG_OK)
+		return s;
+	if (p->pooling_set) {
+		if (p->pooling < RG_POOL_MEAN || p->pooling > RG_POOL_LAST)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "pooling %d is not an rg_pooling",
+					 (int)p->pooling);
+		*pooling = p->pooling;
+	}
+	if ((s = rg_dense_config_load(dir, p->dense_dir, dense, &n_dense)) != RG_OK)
+		return s;
+	if (n_dense > 0)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "%s: a sentence-transformers Dense module after a decoder's pooling "
+				 "is not supported", dir);
+	m->dec.embeds = true;
+	return RG_OK;
+}
+
 /* A Hugging Face directory: config.json's model_type picks the architecture (arch.c); its
  * hparams hook reads config.json, then the kind's own files (tokenizer, heads), then its load
  * hook reads the safetensors weights. */
@@ -706,6 +777,8 @@ static rg_status load_hf(rg_model *m, const char *dir, const rg_model_params *p)
 	s = m->arch->kind != RG_MODEL_ENCODER
 		    ? rg_decoder_prepare(m, dir)
 		    : encoder_prepare(m, dir, p, &pooling, &normalize);
+	if (s == RG_OK && m->arch->kind != RG_MODEL_ENCODER)
+		s = decoder_embed_prepare(m, dir, p, &pooling, &normalize);
 	if (s != RG_OK || (s = rg_st_open_dir(dir, &w)) != RG_OK)
 		goto out_put_config;
 	rg_tsrc_from_st(w, &src);
@@ -713,6 +786,11 @@ static rg_status load_hf(rg_model *m, const char *dir, const rg_model_params *p)
 	s = m->arch->kind != RG_MODEL_ENCODER ? rg_decoder_init(m, p, &src)
 					      : encoder_init(m, p, &src, pooling, normalize);
 	rg_st_free(w); /* the weights live on the backend now */
+	if (s == RG_OK && m->dec.embeds) {
+		m->info.pooling = pooling;
+		m->info.normalize = normalize;
+		m->info.output_dim = m->info.hidden_size;
+	}
 	if (s == RG_OK && m->arch->kind != RG_MODEL_ENCODER)
 		s = hf_chat_template(m, dir); /* and the EOS ids generate stops at */
 	if (s == RG_OK)
@@ -1503,6 +1581,55 @@ static rg_status run_layout(rg_model *m, const int32_t *tokens, const int32_t *t
 	return rg_backend_sync(m->be);
 }
 
+/* rg_model_run_ex on a decoder embedding model: packed only, token types all 0 (a decoder has
+ * none), the model's pooling, its Normalize unless opt->raw. */
+static rg_status run_decoder(rg_model *m, const rg_model_batch *b, const rg_run_options *opt,
+			     float *out)
+{
+	rg_status s;
+
+	if (b->layout && b->layout->mode != RG_EXEC_PACKED)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "%s: a decoder embeds packed batches only (execution mode %d)",
+				 m->dir, (int)b->layout->mode);
+	/* (rg_dec_embed validates the rest; the bound keeps this loop inside a batch it accepts) */
+	if (b->token_types && b->tokens && b->cu_seqlens && b->n_seq >= 1 &&
+	    b->cu_seqlens[0] == 0 && b->cu_seqlens[b->n_seq] <= m->max_tokens)
+		for (int t = 0; t < b->cu_seqlens[b->n_seq]; t++)
+			if (b->token_types[t] != 0)
+				return rg_errorf(RG_ERR_INVALID_INPUT,
+						 "token_types[%d] = %d: a decoder has no token types "
+						 "(sentence pairs are for encoders)",
+						 t, b->token_types[t]);
+	s = rg_dec_embed(m, b->tokens, b->cu_seqlens, b->n_seq, m->info.pooling, out,
+			 opt ? opt->hidden_out : NULL);
+	if (s == RG_OK && m->info.normalize && !(opt && opt->raw))
+		l2_normalize_rows(out, b->n_seq, m->info.hidden_size);
+	return s;
+}
+
+rg_status rg_model_embed_decoder(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens,
+				 int n_seq, rg_pooling pooling, bool normalize, float *out)
+{
+	rg_status s;
+
+	if (!m)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_embed_decoder: NULL model");
+	s = rg_dec_embed(m, tokens, cu_seqlens, n_seq, pooling, out, NULL);
+	if (s == RG_OK && normalize)
+		l2_normalize_rows(out, n_seq, m->info.hidden_size);
+	return s;
+}
+
+bool rg_model_embeds(const rg_model *m)
+{
+	if (!m)
+		return false;
+	if (m->info.kind == RG_MODEL_ENCODER)
+		return !m->head_cfg.classifier;
+	return m->info.kind == RG_MODEL_DECODER && m->dec.embeds;
+}
+
 rg_status rg_model_run(rg_model *m, const rg_model_batch *b, float *out)
 {
 	return rg_model_run_ex(m, b, NULL, out);
@@ -1519,10 +1646,13 @@ rg_status rg_model_run_ex(rg_model *m, const rg_model_batch *b, const rg_run_opt
 
 	if (!m || !b || !out)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_run: NULL argument");
+	if (m->info.kind == RG_MODEL_DECODER && m->dec.embeds)
+		return run_decoder(m, b, opt, out);
 	if (m->info.kind != RG_MODEL_ENCODER)
 		return rg_errorf(RG_ERR_UNSUPPORTED,
-				 "%s is a decoder (%s): it has no embeddings or sequence outputs; "
-				 "use rg_model_step", m->dir, m->info.model_type);
+				 "%s is a decoder (%s) without sentence-transformers pooling files: "
+				 "it has no embeddings or sequence outputs; use rg_model_step or "
+				 "rg_model_embed_decoder", m->dir, m->info.model_type);
 	if (b->layout && b->layout->mode != RG_EXEC_PACKED && b->layout->mode != RG_EXEC_PADDED &&
 	    b->layout->mode != RG_EXEC_CONCAT && b->layout->mode != RG_EXEC_SLOTTED)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "unknown execution mode %d",

@@ -1,6 +1,6 @@
 /* Internal interface between the model runtime (model.c: the public rg_model_* API, the
  * encoders' arena, execution paths, pooling; decoder.c: the decoders' step runner and paged KV
- * cache) and the architectures (bert.c, gpt2.c, llama.c; registered in arch.c): the model struct,
+ * cache; decoder_embed.c: a decoder's embedding pass) and the architectures (bert.c, gpt2.c, llama.c; registered in arch.c): the model struct,
  * the arena tensors, one forward's pointers, and the hooks an architecture provides (rg_arch),
  * as llama.cpp's per-model files provide theirs. */
 #ifndef RG_MODEL_MODEL_H
@@ -138,6 +138,17 @@ typedef struct rg_dec_state {
 	unsigned long long graph_clock;
 	bool use_graphs;        /* backend has graphs and RAGGED_CUDA_GRAPHS != 0 */
 	long long graph_steps;  /* steps run through a graph (tests and benchmarks read it) */
+	/* embeddings (decoder_embed.c, issue 31). embeds: the directory has sentence-transformers
+	 * pooling files (modules.json / 1_Pooling), so rg_model_run embeds (rg_model_info.pooling,
+	 * normalize, output_dim = hidden_size). The pass's KV pools: one layer's K and V, which
+	 * every layer writes and then reads in turn (layer_k in decoder.c while emb_on), grown to
+	 * the largest batch seen (at most 2 max_batch_tokens slots), freed with the model. */
+	bool embeds;
+	bool emb_on;            /* an embedding pass is in flight: the forward uses emb_kv_d */
+	void *emb_kv_d;         /* (2, emb_slots, kv_heads, head_dim) act: K pool, then V pool */
+	int64_t emb_slots;
+	float *emb_pool_d;      /* (RG_LOGITS_CHUNK, H) f32: one chunk's pooled rows */
+	int32_t *emb_cu_d;      /* (RG_LOGITS_CHUNK + 1) int32: 0, 1, ...: one row per sequence */
 } rg_dec_state;
 
 /* One step's pointers for an architecture's forward (backend memory unless _h). */
@@ -389,6 +400,18 @@ rg_status rg_dec_cross_write(rg_model *m, int l, const void *kv, int ld, const i
 			     int n);
 /* Free every captured decode graph (buffers they read are about to change). */
 void rg_dec_graphs_free(rg_model *m);
+
+/* The embedding pass of a decoder (decoder_embed.c, issue 31): one packed, padding-free prefill
+ * of n_seq fresh sequences (tokens, cu_seqlens as rg_model_embed's, validated here: every length
+ * in [1, max_seq_len], n <= max_batch_tokens) through the architecture's own forward (causal
+ * attention within each sequence, through the pass's one-layer KV pools: nothing is cached), then
+ * each sequence's final-norm states pooled as pool says (LAST: its last token), not normalized,
+ * into out (n_seq, H) f32 host; hidden_out (n, H) f32 host, or NULL: every token's final-norm
+ * state. Not on an encoder-decoder (RG_ERR_UNSUPPORTED). */
+rg_status rg_dec_embed(rg_model *m, const int32_t *tokens, const int32_t *cu_seqlens, int n_seq,
+		       rg_pooling pool, float *out, float *hidden_out);
+/* Free the embedding pass's buffers (rg_decoder_free calls it). */
+void rg_dec_embed_free(rg_model *m);
 
 /* Rows of the sampling buffers: max_tokens + RG_LOGITS_CHUNK (a graph pads to its bucket). */
 size_t rg_dec_sample_rows(const rg_model *m);

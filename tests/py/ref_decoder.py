@@ -133,8 +133,9 @@ def _is_longrope(cfg):
     return rs.get("rope_type", rs.get("type")) in ("longrope", "su")
 
 
-def llama_forward(cfg, w, ids):
-    """Llama / Mistral / Qwen2 (modeling_llama.py, modeling_qwen2.py), Qwen3 (modeling_qwen3.py:
+def llama_forward(cfg, w, ids, hidden=False):
+    """hidden: return the final norm's output (T, H) instead of the logits (embedding models).
+    Llama / Mistral / Qwen2 (modeling_llama.py, modeling_qwen2.py), Qwen3 (modeling_qwen3.py:
     q_norm / k_norm, RMSNorms of head_dim on each head of q and k after the projections, before
     RoPE) and Phi-3 (modeling_phi3.py: qkv_proj rows q, k, v and gate_up_proj rows gate, up stored
     fused; LongRoPE factors chosen by the forward's length and cos / sin times the attention
@@ -198,6 +199,8 @@ def llama_forward(cfg, w, ids):
             up = x @ g("mlp.up_proj.weight").T
         h = h + (gate / (1.0 + np.exp(-gate)) * up) @ g("mlp.down_proj.weight").T
     h = _rms_norm(h, _get(w, *pre("norm.weight")), eps)
+    if hidden:
+        return h
     return h @ _head(w, emb, cfg.get("tie_word_embeddings", False)).T
 
 

@@ -460,7 +460,6 @@ def _edit_config(src_dir, dst, **changes):
 
 
 @pytest.mark.parametrize("base,changes,words", [
-    ("llama_gqa_untied", dict(model_type="mistral", sliding_window=4096), ["sliding_window"]),
     ("qwen2_bias_tied", dict(use_sliding_window=True, sliding_window=64),
      ["use_sliding_window"]),
     ("llama_gqa_untied", dict(num_local_experts=8), ["num_local_experts", "experts"]),
@@ -489,6 +488,21 @@ def test_phi3_window_limits_the_context(loaded):
     context is the window, within which it masks nothing."""
     m, cfg, _ = loaded("phi3_4k")
     assert m.info().max_seq_len == 200 and m.info().max_position_embeddings == 200
+
+
+def test_mistral_window_limits_the_context(models, tmp_path):
+    """Mistral's sliding_window (issue 31: e5-mistral's 4096) is read as Phi-3's: a window
+    below max_position_embeddings becomes the served context, within which it masks nothing,
+    and the logits stay Llama's."""
+    src, cfg, w = models["llama_gqa_untied"]
+    d = _edit_config(src, tmp_path / "mistral_w", model_type="mistral", sliding_window=24)
+    m = Model(d, max_batch_tokens=64)
+    assert m.info().max_position_embeddings == 24 and m.info().max_seq_len == 24
+    m.kv_init(BS, 16)
+    ids = np.random.default_rng(16).integers(0, cfg["vocab_size"], 24)
+    got = run_step(m, [(Seq(ids, shuffled_free(16, 16)), 24)])
+    assert_close(got, ref_decoder.forward(cfg, w, ids), "mistral window")
+    m.close()
 
 
 def test_mistral_without_window_runs(models, tmp_path):

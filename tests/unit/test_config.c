@@ -570,8 +570,15 @@ static void test_pooling_unsupported(void **state)
 	write_file("1_Pooling/config.json",
 		   "{\"pooling_mode_mean_tokens\": false, \"pooling_mode_mean_sqrt_len_tokens\": true}");
 	expect_pool_fail(RG_ERR_UNSUPPORTED, "pooling_mode_mean_sqrt_len_tokens", NULL);
+	/* lasttoken is read (decoder embeddings, issue 31; encoders refuse it at load) */
 	write_pooling("false", "false", "false", ", \"pooling_mode_lasttoken\": true");
-	expect_pool_fail(RG_ERR_UNSUPPORTED, "pooling_mode_lasttoken", NULL);
+	{
+		rg_pooling mode = RG_POOL_MEAN;
+		bool norm = false;
+
+		assert_int_equal(rg_pooling_config_load(g_dir, &mode, &norm), RG_OK);
+		assert_int_equal(mode, RG_POOL_LAST);
+	}
 	/* a module ragged does not run would change the output: refused, named (Dense runs) */
 	write_file("modules.json", "[{\"path\":\"2_WordWeights\","
 				   "\"type\":\"sentence_transformers.models.WordWeights\"}]");

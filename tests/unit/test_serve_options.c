@@ -351,8 +351,11 @@ static void test_tei_flags(void **state)
 		const char *splade[] = {"--pooling", "splade"};
 		const char *both[] = {"--default-prompt", "q: ", "--default-prompt-name", "q"};
 		const char *given[] = {"--max-queue", "100", "--max-client-batch-size", "101"};
+		const char *last[] = {"--pooling", "last-token"};
 
 		assert_int_equal(parse(&o, 2, splade), RG_SERVE_EXIT_USAGE);
+		assert_int_equal(parse(&o, 2, last), -1); /* TEI's decoder pooling (issue 31) */
+		assert_true(o.pooling_set && o.pooling == RG_POOL_LAST);
 		assert_int_equal(parse(&o, 4, both), RG_SERVE_EXIT_USAGE);
 		assert_int_equal(parse(&o, 4, given), RG_SERVE_EXIT_USAGE); /* a given queue stays */
 	}
