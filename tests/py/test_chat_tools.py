@@ -1,0 +1,206 @@
+"""Tool conversations in the chat templates (src/gen/chat_template.c, rg_chat_template_render_tools)
+against the real templates rendered by jinja2, as transformers' apply_chat_template renders them
+with tools= and as vLLM hands it the messages (an assistant's tool_calls[].function.arguments
+parsed from its JSON text into a dict; content None when the client sent null).
+
+Templates: Qwen2.5-0.5B-Instruct (Hermes <tools> / <tool_call> / <tool_response>),
+Llama-3.3-70B-Instruct and Llama-3.2-3B-Instruct (JSON calls, ipython results, tools in the first
+user turn); SmolLM2's ChatML and Meta-Llama-3's have no tool branches: tools given to them change
+nothing (as in transformers), a tool message or tool_calls is refused."""
+import ctypes
+import json
+from datetime import datetime
+
+import pytest
+
+jinja2 = pytest.importorskip("jinja2")
+import jinja2.ext  # noqa: E402
+from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
+
+import ragged_ctypes as rc  # noqa: E402
+from test_chat_template import MODELS, RG_ERR, ChatMessage, _raise, _template, _tojson  # noqa: E402
+
+TOOL_TEMPLATES = ["Qwen2.5-0.5B-Instruct", "Llama-3.3-70B-Instruct", "Llama-3.2-3B-Instruct"]
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather \"now\" in a city \u2014 \u00e9t\u00e9\n(2 lines)",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "e.g. Z\u00fcrich"},
+        "unit": {"type": "string", "enum": ["c", "f"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7, "default": 1},
+        "threshold": {"type": "number", "default": 0.5, "examples": [1e-07, 100.0, 1e16, -0.0]},
+        "verbose": {"type": "boolean", "default": False}, "extra": {"default": None},
+        "empty_obj": {"type": "object", "properties": {}}, "empty_list": {"default": []}},
+        "required": ["city"]}}}
+ADD = {"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}
+
+
+def _call(i, name, args):
+    return {"id": "call_%d" % i, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def _asst_calls(content, *calls):
+    return {"role": "assistant", "content": content, "tool_calls": list(calls)}
+
+
+def _tool(i, content):
+    return {"role": "tool", "tool_call_id": "call_%d" % i, "content": content}
+
+
+U = {"role": "user", "content": "  What's the weather in Z\u00fcrich?  "}
+S = {"role": "system", "content": " Be brief. "}
+# conversations every tool template accepts (one call per assistant message: Llama's limit)
+CHATS = [
+    [U],
+    [S, U],
+    [U, _asst_calls(None, _call(0, "get_weather", {"city": "Z\u00fcrich", "days": 2})),
+     _tool(0, '{"temp": 21.5, "sky": "clear"}')],
+    [S, U, _asst_calls("Let me check.", _call(0, "get_weather", {"city": "Paris", "x": [1, 2.5, None,
+                                                                                   {"k": "\"q\"\n"}]})),
+     _tool(0, "sunny\n"), {"role": "assistant", "content": "Sunny."},
+     {"role": "user", "content": "And 2+3?"}, _asst_calls("", _call(1, "add", {"a": 2, "b": 3})),
+     _tool(1, "5")],
+    [U, _asst_calls(None, _call(0, "add", {})), _tool(0, ""), {"role": "assistant", "content": "ok"}],
+]
+# Qwen only: parallel calls and consecutive tool results in one user turn
+PARALLEL = [U, _asst_calls(None, _call(0, "get_weather", {"city": "A"}), _call(1, "add", {"a": 1, "b": 2})),
+            _tool(0, "cold"), _tool(1, "3"), {"role": "user", "content": "thanks"}]
+
+
+def jinja_render(src, messages, tools, gen, bos, eos):
+    """transformers' render_jinja_template with tools, on the messages as vLLM passes them."""
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    msgs = json.loads(json.dumps(messages))
+    for m in msgs:
+        for tc in m.get("tool_calls") or []:
+            tc["function"]["arguments"] = json.loads(tc["function"]["arguments"])
+    return env.from_string(src).render(messages=msgs, tools=tools or None, documents=None,
+                                       add_generation_prompt=gen, bos_token=bos, eos_token=eos,
+                                       unk_token="<unk>")
+
+
+def c_render(src, messages, tools, gen, bos, eos, tools_text=None):
+    """(status name, text or last error) of rg_chat_template_render_tools; the OpenAI message
+    fields as JSON text, as the server passes them."""
+    l = rc.lib()
+    l.rg_chat_template_render_tools.argtypes = [
+        ctypes.c_char_p, ctypes.POINTER(ChatMessage), ctypes.c_int, ctypes.c_char_p,
+        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_bool, ctypes.POINTER(ctypes.c_void_p),
+        ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p, ctypes.c_void_p]
+    l.rg_chat_template_render_tools.restype = ctypes.c_int
+    keep = [(m["role"].encode(), (m.get("content") or "").encode(),
+             json.dumps(m["tool_calls"]).encode() if m.get("tool_calls") else None)
+            for m in messages]
+    arr = (ChatMessage * len(keep))(*[ChatMessage(r, c, len(c), t) for r, c, t in keep])
+    if tools_text is None and tools is not None:
+        tools_text = json.dumps(tools, indent=1)  # the layout of the text must not matter
+    out, n = ctypes.c_void_p(), ctypes.c_size_t()
+    st = l.rg_chat_template_render_tools(
+        src.encode(), arr, len(keep), tools_text.encode() if tools_text is not None else None,
+        bos.encode() if bos else None, eos.encode() if eos else None, gen, ctypes.byref(out),
+        ctypes.byref(n), None, None)
+    if st:
+        assert not out.value
+        return RG_ERR.get(st, str(st)), l.rg_last_error().decode()
+    text = ctypes.string_at(out.value, n.value).decode()
+    rc._libc.free(out)
+    return "RG_OK", text
+
+
+@pytest.mark.parametrize("name", TOOL_TEMPLATES)
+@pytest.mark.parametrize("tools", [[WEATHER, ADD], [ADD], None, []])
+def test_tool_chats_match_jinja(name, tools):
+    _, bos, eos = MODELS[name]
+    src = _template(name)
+    chats = CHATS + ([PARALLEL] if name.startswith("Qwen") else [])
+    for chat in chats:
+        for gen in (True, False):
+            want = jinja_render(src, chat, tools, gen, bos, eos)
+            got = c_render(src, chat, tools, gen, bos, eos)
+            assert got == ("RG_OK", want), (name, chat, gen)
+    if tools:   # the tool blocks are there: the test is not vacuous
+        assert "get_weather" in want or "add" in want
+
+
+def test_tools_written_as_tojson():
+    """The tool JSON in the Hermes block is json.dumps's (", " / ": ", ensure_ascii False, the
+    request's key order, Python's float repr), whatever the layout of the request's text."""
+    src = _template("Qwen2.5-0.5B-Instruct")
+    _, text = c_render(src, [U], [WEATHER], True, None, "<|im_end|>")
+    assert "\n" + json.dumps(WEATHER, ensure_ascii=False) + "\n</tools>" in text
+    assert '"examples": [1e-07, 100.0, 1e+16, -0.0]' in text
+    _, text = c_render(_template("Llama-3.3-70B-Instruct"), [U], [WEATHER], True,
+                       "<|begin_of_text|>", "<|eot_id|>")
+    assert json.dumps(WEATHER, ensure_ascii=False, indent=4) + "\n\n" in text
+
+
+def test_llama_raises_where_the_template_does():
+    src = _template("Llama-3.3-70B-Instruct")
+    two = [U, _asst_calls(None, _call(0, "add", {"a": 1}), _call(1, "add", {"b": 2}))]
+    with pytest.raises(jinja2.exceptions.TemplateError, match="single tool-calls"):
+        jinja_render(src, two, [ADD], True, "<s>", "</s>")
+    st, msg = c_render(src, two, [ADD], True, "<s>", "</s>")
+    assert st == "RG_ERR_INVALID_INPUT" and "single tool-calls" in msg
+    only_sys = [S]
+    with pytest.raises(jinja2.exceptions.TemplateError, match="no first user message"):
+        jinja_render(src, only_sys, [ADD], True, "<s>", "</s>")
+    st, msg = c_render(src, only_sys, [ADD], True, "<s>", "</s>")
+    assert st == "RG_ERR_INVALID_INPUT" and "no first user message" in msg
+
+
+@pytest.mark.parametrize("name", ["SmolLM2-135M-Instruct", "Meta-Llama-3-8B-Instruct",
+                                  "gemma-2-2b-it", "Phi-3.5-mini-instruct"])
+def test_templates_without_tool_branches(name):
+    """Tools change nothing (transformers renders them so: the template never reads them); a tool
+    message or tool_calls is refused rather than rendered wrong."""
+    _, bos, eos = MODELS[name]
+    src = _template(name)
+    chat = [{"role": "user", "content": "hi"}]
+    assert c_render(src, chat, [WEATHER], True, bos, eos) == \
+        ("RG_OK", jinja_render(src, chat, [WEATHER], True, bos, eos))
+    for bad in ([chat[0], _asst_calls(None, _call(0, "add", {}))],
+                [chat[0], {"role": "assistant", "content": "x"}, _tool(0, "r")]):
+        st, msg = c_render(src, bad, [ADD], True, bos, eos)
+        assert st == "RG_ERR_INVALID_INPUT" and "tool" in msg, (name, msg)
+
+
+def test_mistral_tools_refused_not_dropped():
+    """Mistral v0.3's template writes [AVAILABLE_TOOLS], which ragged does not render yet: tools
+    are refused there (jinja2 shows they would not be dropped)."""
+    _, bos, eos = MODELS["Mistral-7B-Instruct-v0.3"]
+    src = _template("Mistral-7B-Instruct-v0.3")
+    chat = [{"role": "user", "content": "hi"}]
+    assert "[AVAILABLE_TOOLS]" in jinja_render(src, chat, [ADD], True, bos, eos)
+    st, msg = c_render(src, chat, [ADD], True, bos, eos)
+    assert st == "RG_ERR_INVALID_INPUT" and "tools" in msg
+    assert c_render(src, chat, [], True, bos, eos) == \
+        ("RG_OK", jinja_render(src, chat, [], True, bos, eos))
+
+
+@pytest.mark.parametrize("tools_text,want", [
+    ("[", "not valid JSON"), ('{"type": "function"}', "tools must be a list"),
+    ("[1]", "tools[0] must be an object")])
+def test_bad_tools_text(tools_text, want):
+    st, msg = c_render(_template("Qwen2.5-0.5B-Instruct"), [U], None, True, None, "<|im_end|>",
+                       tools_text=tools_text)
+    assert st == "RG_ERR_INVALID_INPUT" and want in msg, msg
+
+
+def test_bad_tool_calls():
+    src = _template("Qwen2.5-0.5B-Instruct")
+    bad_args = [U, _asst_calls(None, {"id": "c", "type": "function",
+                                      "function": {"name": "add", "arguments": "{not json"}})]
+    st, msg = c_render(src, bad_args, [ADD], True, None, "<|im_end|>")
+    assert st == "RG_ERR_INVALID_INPUT" and "messages[1].tool_calls[0].function.arguments" in msg
+    no_name = [U, _asst_calls(None, {"id": "c", "type": "function", "function": {"arguments": "{}"}})]
+    st, msg = c_render(src, no_name, [ADD], True, None, "<|im_end|>")
+    assert st == "RG_ERR_INVALID_INPUT" and "name" in msg
+    on_user = [{"role": "user", "content": "x", "tool_calls": [_call(0, "add", {})]}]
+    st, msg = c_render(src, on_user, [ADD], True, None, "<|im_end|>")
+    assert st == "RG_ERR_INVALID_INPUT" and "assistant" in msg
