@@ -46,7 +46,7 @@ gseed '\x00Content-Type: application/json; charset=utf-8\r\nAuthorization: Beare
 # The generation routes' JSON (parser and answer writers).
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Iinclude -Isrc -Iapp $(pkg-config --cflags json-c) \
-	tests/fuzz/fuzz_gen_request.c app/server/gen_request.c app/server/request.c \
+	tests/fuzz/fuzz_gen_request.c app/server/gen_request.c app/server/tool_call.c app/server/request.c \
 	src/gen/grammar.c src/gen/grammar_api.c src/gen/json_schema.c src/core/utf8.c src/core/buf.c src/core/json.c src/core/file.c src/core/error.c \
 	"$OUT/f32_shortest.o" -o "$OUT/fuzz_gen_request" \
 	$(pkg-config --libs json-c) -lm
