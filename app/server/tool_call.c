@@ -170,9 +170,14 @@ static bool llama3_calls(const char *t, size_t len, rg_tool_scan *s)
 {
 	struct json_tokener *tok = json_tokener_new();
 	size_t i = 0;
-	bool ok = tok != NULL, any = false;
+	bool ok = true, any = false;
 
-	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+	if (!tok) {
+		s->oom = true;
+		return false;
+	}
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_ALLOW_TRAILING_CHARS |
+					    JSON_TOKENER_VALIDATE_UTF8);
 	while (ok) {
 		json_object *o;
 

@@ -228,3 +228,48 @@ def test_bad_tool_requests_are_400(srv, body, param, want):
         assert r["error"]["param"] == param, r
     st, r = srv.post_json("/v1/chat/completions", {"messages": MSGS, "max_tokens": 2})
     assert st == 200
+
+
+def _lit(s):
+    """A regex matching s alone (the grammar's regex subset)."""
+    return "".join("\\" + ch if ch in ".^$*+?{}[]\\|()" else "\\n" if ch == "\n" else ch
+                   for ch in s)
+
+
+LLAMA33 = os.path.join(HERE, "..", "data", "chat_templates", "Llama-3.3-70B-Instruct.jinja")
+HERMES_OUT = ('Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>\n'
+              '<tool_call>\n{"name":"get_weather","arguments":{"city":"Paris","unit":"c"}}\n'
+              '</tool_call>')
+LLAMA_OUT = '{"name": "add", "parameters": {"a": 2,"b": 3}}'
+
+
+@pytest.mark.parametrize("template,out,content", [
+    (None, HERMES_OUT, "Sure.\n"),
+    (LLAMA33, LLAMA_OUT, None),
+    (None, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2\n</tool_call>", "same"),
+])
+def test_auto_parses_what_the_model_wrote(client, template, out, content):
+    """tool_choice auto: a text in the family's call markup (forced here with guided_regex, since
+    a random model writes none) comes back as tool_calls, the rest as content, whole and
+    streamed alike; a malformed call stays text."""
+    extra = {"guided_regex": _lit(out)}
+    if template:
+        with open(template) as f:
+            extra["chat_template"] = f.read()
+    kw = dict(model="tiny-qwen", messages=MSGS, tools=TOOLS, max_tokens=300, seed=1,
+              extra_body=extra)
+    whole = client.chat.completions.create(**kw)
+    final, chunks = _stream_final(client, **kw)
+    want = [("add", {"a": 2, "b": 3})] + ([("get_weather", {"city": "Paris", "unit": "c"})]
+                                          if out == HERMES_OUT else [])
+    for ch in (whole.choices[0], final.choices[0]):
+        if content == "same":
+            assert ch.finish_reason == "stop" and ch.message.content == out
+            assert not ch.message.tool_calls
+            continue
+        assert ch.finish_reason == "tool_calls", ch
+        assert [(t.function.name, json.loads(t.function.arguments))
+                for t in ch.message.tool_calls] == want
+        assert (ch.message.content or None) == content
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == (out if content == "same" else content or "")
