@@ -707,7 +707,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 /* The prompt of a chat request, rendered by the model's template (src/gen/chat_template.h: its
  * family found by structure) into *out and tokenized into *enc (--chat-content-as-text:
  * special tokens matched in the markup only, rg_model_chat_encode). "developer" is OpenAI's
- * newer name of "system"; tool messages are refused (no template family here renders them). */
+ * newer name of "system"; tools, tool messages and tool_calls go to the renderer, which writes
+ * them where the template has tool branches and refuses them where it has none. */
 /* Whether Jinja source src reads variable name (as a whole identifier). */
 static bool template_reads(const char *src, const char *name)
 {
