@@ -270,10 +270,10 @@ static rg_status style_parse(const char *j, chat_style *st)
 			st->tools_head = literal_find(j, "\n\n# Tools", "<tools>", &o);
 			st->tools_tail = literal_find(j, "\n</tools>", "<|im_end|>", &o);
 			st->tools_system = literal_find(j, "You are", NULL, &o);
-			if (!o && (!st->tools_head || !st->tools_tail || !st->tools_system))
-				return unsupported(j, "a ChatML template with <tool_call> but without "
-						   "the Hermes tools block ragged renders");
-			st->hermes = true;
+			/* another Hermes-like template (Qwen3's: no default system text, thinking
+			 * turns) renders as ChatML without tools; tools are refused there
+			 * (reads_tools), not dropped */
+			st->hermes = !o && st->tools_head && st->tools_tail && st->tools_system;
 		}
 		return o ? oom() : RG_OK;
 	}
