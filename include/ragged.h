@@ -1219,6 +1219,8 @@ typedef struct rg_chat_message {
 	const char *tool_calls; /* assistant: OpenAI's "tool_calls" as JSON text, NUL-terminated:
 				 * a non-empty list of {"id", "type": "function", "function":
 				 * {"name", "arguments": JSON text of an object}}; NULL for none */
+	const char *tool_call_id; /* tool: the call it answers (NUL-terminated; Mistral v0.3's
+				   * template writes it, and wants 9 characters), or NULL */
 } rg_chat_message;
 
 /* Render msgs[0..n) into prompt text as the model's own chat template (rg_model_chat_template)

@@ -785,7 +785,8 @@ static rg_status render_chat(conn_ctx *c, char **out, rg_encoding *enc, const ch
 			role = "system";
 		msgs[i] = (rg_chat_message){.role = role, .content = r->messages[i].content,
 					    .content_len = r->messages[i].content_len,
-					    .tool_calls = r->messages[i].tool_calls};
+					    .tool_calls = r->messages[i].tool_calls,
+					    .tool_call_id = r->messages[i].tool_call_id};
 	}
 	/* tools go to the template whatever tool_choice is ("none" too, as vLLM renders them);
 	 * the parser follows tool_choice, and for "auto" the template's family */

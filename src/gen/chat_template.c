@@ -45,7 +45,8 @@ typedef struct chat_style {
 	char *tools_tail;   /* Hermes: "\n</tools>\n\nFor each function call, ...<|im_end|>\n" */
 	char *tools_system; /* Hermes: the system text when messages[0] is not a system message */
 	bool llama_tools;   /* Llama 3.1+: tools in the first user turn, ipython results */
-	bool reads_tools;   /* the source names "tools" (Mistral v0.3's [AVAILABLE_TOOLS] too) */
+	bool mistral_tools; /* Mistral v0.3: [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS] */
+	bool reads_tools;   /* the source names "tools" */
 } chat_style;
 
 static void style_free(chat_style *st)
@@ -316,6 +317,10 @@ static rg_status style_parse(const char *j, chat_style *st)
 			st->eos_space = has(j, "eos_token + ' '") || has(j, "eos_token + \" \"");
 		} else if (has_lit(j, "[INST] ") && has_lit(j, "[/INST]")) {
 			st->variant = VAR_MISTRAL_V3;
+			st->mistral_tools = has(j, "[AVAILABLE_TOOLS] [") && has(j, "[TOOL_CALLS] [") &&
+					    has(j, "[TOOL_RESULTS] {\"content\": ") &&
+					    has(j, "tool_call.id|length != 9") &&
+					    has(j, "message == user_messages[-1]");
 		} else {
 			return unsupported(j, "a Mistral [INST] template of unknown spacing");
 		}
@@ -714,15 +719,123 @@ static void render_llama2(rg_buf *b, const rg_chat_message *m, const enum chat_r
 	}
 }
 
-static void render_mistral(rg_buf *b, const chat_style *st, const rg_chat_message *m,
-			   const enum chat_role *r, int n, const char *bos, const char *eos)
+/* Whether messages a and b are equal as Jinja compares the dicts vLLM builds (role, content and
+ * the absent tool fields): Mistral v0.3 writes the tools before every user message equal to
+ * the last one. */
+static bool same_message(const rg_chat_message *a, const rg_chat_message *b)
+{
+	return !strcmp(a->role, b->role) && a->content_len == b->content_len &&
+	       (!a->content_len || !memcmp(a->content, b->content, a->content_len)) &&
+	       !a->tool_calls && !b->tool_calls && !a->tool_call_id && !b->tool_call_id;
+}
+
+static rg_status ids_of_nine(int i)
+{
+	return bad(i, "mistral", "Tool call IDs should be alphanumeric strings with length 9!");
+}
+
+/* Mistral v0.3's tool branches (Mistral-7B-Instruct-v0.3.jinja): [AVAILABLE_TOOLS] before the
+ * last user message (each function's keys but "return": a string written raw in quotes, others
+ * by tojson), an assistant's calls as [TOOL_CALLS] [function JSON with its "id"], a result as
+ * [TOOL_RESULTS] {"content": raw, "call_id": ...}; call ids of 9 characters, or it raises. */
+static rg_status mistral_tools_turn(rg_buf *b, const rg_chat_message *m, int i,
+				    const chat_tools *t, const char *eos)
+{
+	if (m[i].tool_calls) {
+		json_object *c = t->calls[i];
+		size_t nc = json_object_array_length(c);
+
+		put(b, "[TOOL_CALLS] [");
+		for (size_t k = 0; k < nc; k++) {
+			json_object *call = json_object_array_get_idx(c, k), *fn = NULL, *id = NULL;
+			size_t at = b->len;
+			rg_buf fj;
+
+			json_object_object_get_ex(call, "function", &fn);
+			json_object_object_get_ex(call, "id", &id);
+			rg_buf_init(&fj);   /* out[:-1]: the function's JSON but its closing brace */
+			rg_json_dump_py(&fj, fn, -1);
+			b->oom |= fj.oom;
+			rg_buf_put(b, fj.data ? fj.data : "", fj.len ? fj.len - 1 : 0);
+			out_span(b, at, b->len);
+			rg_buf_free(&fj);
+			if (!json_object_is_type(id, json_type_string) ||
+			    json_object_get_string_len(id) != 9)
+				return ids_of_nine(i);
+			put(b, ", \"id\": \"");
+			put_str_span(b, json_object_get_string(id));
+			put(b, k + 1 < nc ? "\"}, " : "\"}]");
+		}
+		put(b, eos);
+		return RG_OK;
+	}
+	if (!m[i].tool_call_id || strlen(m[i].tool_call_id) != 9)
+		return ids_of_nine(i);
+	put(b, "[TOOL_RESULTS] {\"content\": ");
+	put_content(b, &m[i]);
+	put(b, ", \"call_id\": \"");
+	put_str_span(b, m[i].tool_call_id);
+	put(b, "\"}[/TOOL_RESULTS]");
+	return RG_OK;
+}
+
+static void mistral_available_tools(rg_buf *b, const chat_tools *t)
+{
+	size_t n = json_object_array_length(t->tools);
+
+	put(b, "[AVAILABLE_TOOLS] [");
+	for (size_t k = 0; k < n; k++) {
+		json_object *fn = NULL;
+		bool first = true;
+
+		json_object_object_get_ex(json_object_array_get_idx(t->tools, k), "function", &fn);
+		put(b, "{\"type\": \"function\", \"function\": {");
+		json_object_object_foreach(fn, key, val) {
+			if (!strcmp(key, "return"))
+				continue;
+			if (!first)
+				put(b, ", ");
+			first = false;
+			put(b, "\"");
+			put_str_span(b, key);
+			put(b, "\": ");
+			if (json_object_is_type(val, json_type_string)) {
+				put(b, "\"");
+				put_str_span(b, json_object_get_string(val));
+				put(b, "\"");
+			} else {
+				put_json(b, val, -1);
+			}
+		}
+		put(b, "}}");
+		put(b, k + 1 < n ? ", " : "]");
+	}
+	put(b, "[/AVAILABLE_TOOLS]");
+}
+
+static rg_status render_mistral(rg_buf *b, const chat_style *st, const rg_chat_message *m,
+				const enum chat_role *r, int n, const char *bos, const char *eos,
+				const chat_tools *t)
 {
 	const int from = r[0] == ROLE_SYSTEM;
+	int last_user = -1;
+	rg_status s;
 
+	for (int i = from; i < n; i++)
+		if (r[i] == ROLE_USER)
+			last_user = i;
 	put(b, bos);
 	for (int i = from; i < n; i++) {
 		bool sys = from && ((st->sys_first && i == from) || (st->sys_last && i == n - 1));
 
+		if (st->mistral_tools && r[i] == ROLE_USER && t->tools &&
+		    same_message(&m[i], &m[last_user]))
+			mistral_available_tools(b, t);
+		if (st->mistral_tools && (r[i] == ROLE_TOOL || m[i].tool_calls)) {
+			if ((s = mistral_tools_turn(b, m, i, t, eos)) != RG_OK)
+				return s;
+			continue;
+		}
 		if (r[i] == ROLE_USER) {
 			put(b, st->variant == VAR_MISTRAL_V1 ? " [INST] " : "[INST] ");
 			if (sys) {
@@ -745,6 +858,7 @@ static void render_mistral(rg_buf *b, const chat_style *st, const rg_chat_messag
 			put(b, eos);
 		}
 	}
+	return RG_OK;
 }
 
 static void render_gemma(rg_buf *b, const chat_style *st, const rg_chat_message *m,
@@ -821,7 +935,7 @@ static rg_status check_messages(const chat_style *st, const rg_chat_message *m, 
 			r[i] = ROLE_USER;
 		else if (!strcmp(role, "assistant"))
 			r[i] = ROLE_ASSISTANT;
-		else if (!strcmp(role, "tool") && (st->hermes || st->llama_tools))
+		else if (!strcmp(role, "tool") && (st->hermes || st->llama_tools || st->mistral_tools))
 			r[i] = ROLE_TOOL;
 		else if (!strcmp(role, "tool"))
 			return bad(i, fam, "role \"tool\" is not rendered by this template (it has "
@@ -833,7 +947,7 @@ static rg_status check_messages(const chat_style *st, const rg_chat_message *m, 
 					 "user, assistant, tool)", i, role);
 		if (m[i].tool_calls && r[i] != ROLE_ASSISTANT)
 			return bad(i, fam, "tool_calls are for assistant messages");
-		if (m[i].tool_calls && !st->hermes && !st->llama_tools)
+		if (m[i].tool_calls && !st->hermes && !st->llama_tools && !st->mistral_tools)
 			return bad(i, fam, "tool_calls are not rendered by this template (it has no "
 				   "tool branches; ragged renders tools for Qwen2.5's Hermes ChatML "
 				   "and Llama 3.1-3.3)");
@@ -855,6 +969,17 @@ static rg_status check_messages(const chat_style *st, const rg_chat_message *m, 
 		if (r[0] == ROLE_SYSTEM && !st->sys_first && !st->sys_last)
 			return bad(0, fam, "this Mistral template has no place for a system "
 				   "message");
+		if (st->mistral_tools)   /* v0.3 skips tool results and calls in its check */
+			for (int i = r[0] == ROLE_SYSTEM, k = 0; i < n; i++) {
+				if (r[i] == ROLE_TOOL || m[i].tool_calls)
+					continue;
+				if ((r[i] == ROLE_USER) != (k++ % 2 == 0) || r[i] == ROLE_SYSTEM)
+					return bad(i, fam, "After the optional system message, "
+						   "conversation roles must alternate "
+						   "user/assistant/user/assistant/...");
+			}
+		if (st->mistral_tools)
+			return RG_OK;
 		return check_alternate(r, r[0] == ROLE_SYSTEM, n, fam, ONLY_FIRST);
 	case RG_CHAT_GEMMA:
 		return check_alternate(r, 0, n, fam, "System role not supported");
@@ -1001,7 +1126,7 @@ rg_status rg_chat_template_render_tools(const char *jinja, const rg_chat_message
 	if ((s = check_messages(&st, msgs, n, r)) != RG_OK ||
 	    (s = tools_parse(tools, msgs, n, &tl)) != RG_OK)
 		goto out_free_roles;
-	if (tl.tools && st.reads_tools && !st.hermes && !st.llama_tools) {
+	if (tl.tools && st.reads_tools && !st.hermes && !st.llama_tools && !st.mistral_tools) {
 		/* its Jinja would write them somewhere ragged does not: refused, not dropped */
 		s = rg_errorf(RG_ERR_INVALID_INPUT, "tools: this %s chat template reads tools in a "
 			      "form ragged does not render (tools are rendered for Qwen2.5's Hermes "
@@ -1021,7 +1146,7 @@ rg_status rg_chat_template_render_tools(const char *jinja, const rg_chat_message
 		render_llama2(b, msgs, r, n, bos, eos, tmp);
 		break;
 	case RG_CHAT_MISTRAL:
-		render_mistral(b, &st, msgs, r, n, bos, eos);
+		s = render_mistral(b, &st, msgs, r, n, bos, eos, &tl);
 		break;
 	case RG_CHAT_GEMMA:
 		render_gemma(b, &st, msgs, r, n, add_generation_prompt, bos);

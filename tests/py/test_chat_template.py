@@ -117,7 +117,8 @@ def jinja_render(src, messages, add_generation_prompt, bos, eos):
 class ChatMessage(ctypes.Structure):
     """include/ragged.h rg_chat_message."""
     _fields_ = [("role", ctypes.c_char_p), ("content", ctypes.c_char_p),
-                ("content_len", ctypes.c_size_t), ("tool_calls", ctypes.c_char_p)]
+                ("content_len", ctypes.c_size_t), ("tool_calls", ctypes.c_char_p),
+                ("tool_call_id", ctypes.c_char_p)]
 
 
 def _lib():

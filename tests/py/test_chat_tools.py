@@ -5,8 +5,11 @@ parsed from its JSON text into a dict; content None when the client sent null).
 
 Templates: Qwen2.5-0.5B-Instruct (Hermes <tools> / <tool_call> / <tool_response>),
 Llama-3.3-70B-Instruct and Llama-3.2-3B-Instruct (JSON calls, ipython results, tools in the first
-user turn); SmolLM2's ChatML and Meta-Llama-3's have no tool branches: tools given to them change
-nothing (as in transformers), a tool message or tool_calls is refused."""
+user turn), Mistral-7B-Instruct-v0.3 ([AVAILABLE_TOOLS] / [TOOL_CALLS] / [TOOL_RESULTS], call ids
+of 9 characters); SmolLM2's ChatML and Meta-Llama-3's have no tool branches: tools given to them
+change nothing (as in transformers), a tool message or tool_calls is refused. Where the template
+raises (Llama: two calls in one message; Mistral: roles out of order, ids not 9 long), ragged
+answers RG_ERR_INVALID_INPUT."""
 import ctypes
 import json
 from datetime import datetime
@@ -20,7 +23,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
 import ragged_ctypes as rc  # noqa: E402
 from test_chat_template import MODELS, RG_ERR, ChatMessage, _raise, _template, _tojson  # noqa: E402
 
-TOOL_TEMPLATES = ["Qwen2.5-0.5B-Instruct", "Llama-3.3-70B-Instruct", "Llama-3.2-3B-Instruct"]
+TOOL_TEMPLATES = ["Qwen2.5-0.5B-Instruct", "Llama-3.3-70B-Instruct", "Llama-3.2-3B-Instruct",
+                  "Mistral-7B-Instruct-v0.3"]
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather \"now\" in a city \u2014 \u00e9t\u00e9\n(2 lines)",
@@ -37,7 +41,7 @@ ADD = {"type": "function", "function": {"name": "add", "parameters": {
 
 
 def _call(i, name, args):
-    return {"id": "call_%d" % i, "type": "function",
+    return {"id": "call_%04d" % i, "type": "function",  # 9 characters, as Mistral's wants
             "function": {"name": name, "arguments": json.dumps(args)}}
 
 
@@ -46,7 +50,7 @@ def _asst_calls(content, *calls):
 
 
 def _tool(i, content):
-    return {"role": "tool", "tool_call_id": "call_%d" % i, "content": content}
+    return {"role": "tool", "tool_call_id": "call_%04d" % i, "content": content}
 
 
 U = {"role": "user", "content": "  What's the weather in Z\u00fcrich?  "}
@@ -95,9 +99,10 @@ def c_render(src, messages, tools, gen, bos, eos, tools_text=None):
         ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p, ctypes.c_void_p]
     l.rg_chat_template_render_tools.restype = ctypes.c_int
     keep = [(m["role"].encode(), (m.get("content") or "").encode(),
-             json.dumps(m["tool_calls"]).encode() if m.get("tool_calls") else None)
+             json.dumps(m["tool_calls"]).encode() if m.get("tool_calls") else None,
+             m["tool_call_id"].encode() if m.get("tool_call_id") else None)
             for m in messages]
-    arr = (ChatMessage * len(keep))(*[ChatMessage(r, c, len(c), t) for r, c, t in keep])
+    arr = (ChatMessage * len(keep))(*[ChatMessage(r, c, len(c), t, i) for r, c, t, i in keep])
     if tools_text is None and tools is not None:
         tools_text = json.dumps(tools, indent=1)  # the layout of the text must not matter
     out, n = ctypes.c_void_p(), ctypes.c_size_t()
@@ -113,19 +118,31 @@ def c_render(src, messages, tools, gen, bos, eos, tools_text=None):
     return "RG_OK", text
 
 
+def _both(src, chat, tools, gen, bos, eos):
+    """ragged's rendering equals jinja2's, or both refuse; returns jinja2's text or None."""
+    try:
+        want = jinja_render(src, chat, tools, gen, bos, eos)
+    except jinja2.exceptions.TemplateError as e:
+        st, msg = c_render(src, chat, tools, gen, bos, eos)
+        assert st == "RG_ERR_INVALID_INPUT", (chat, str(e), msg)
+        return None
+    assert c_render(src, chat, tools, gen, bos, eos) == ("RG_OK", want), (chat, gen)
+    return want
+
+
 @pytest.mark.parametrize("name", TOOL_TEMPLATES)
 @pytest.mark.parametrize("tools", [[WEATHER, ADD], [ADD], None, []])
 def test_tool_chats_match_jinja(name, tools):
     _, bos, eos = MODELS[name]
     src = _template(name)
-    chats = CHATS + ([PARALLEL] if name.startswith("Qwen") else [])
+    chats = CHATS + ([PARALLEL] if not name.startswith("Llama") else [])
+    rendered = []
     for chat in chats:
         for gen in (True, False):
-            want = jinja_render(src, chat, tools, gen, bos, eos)
-            got = c_render(src, chat, tools, gen, bos, eos)
-            assert got == ("RG_OK", want), (name, chat, gen)
-    if tools:   # the tool blocks are there: the test is not vacuous
-        assert "get_weather" in want or "add" in want
+            rendered.append(_both(src, chat, tools, gen, bos, eos))
+    assert sum(r is not None for r in rendered) >= 2 * len(CHATS)  # not vacuous
+    if tools:   # the tool blocks are there
+        assert all("\"add\"" in r for r in rendered if r is not None)
 
 
 def test_tools_written_as_tojson():
@@ -170,17 +187,19 @@ def test_templates_without_tool_branches(name):
         assert st == "RG_ERR_INVALID_INPUT" and "tool" in msg, (name, msg)
 
 
-def test_mistral_tools_refused_not_dropped():
-    """Mistral v0.3's template writes [AVAILABLE_TOOLS], which ragged does not render yet: tools
-    are refused there (jinja2 shows they would not be dropped)."""
+def test_mistral_raises_where_the_template_does():
+    """Call ids other than 9 characters, roles out of order around tool messages; and the tools
+    go before every user message equal to the last (Jinja compares the dicts)."""
     _, bos, eos = MODELS["Mistral-7B-Instruct-v0.3"]
     src = _template("Mistral-7B-Instruct-v0.3")
-    chat = [{"role": "user", "content": "hi"}]
-    assert "[AVAILABLE_TOOLS]" in jinja_render(src, chat, [ADD], True, bos, eos)
-    st, msg = c_render(src, chat, [ADD], True, bos, eos)
-    assert st == "RG_ERR_INVALID_INPUT" and "tools" in msg
-    assert c_render(src, chat, [], True, bos, eos) == \
-        ("RG_OK", jinja_render(src, chat, [], True, bos, eos))
+    long_id = [U, _asst_calls(None, {**_call(0, "add", {}), "id": "call_12345678"})]
+    assert _both(src, long_id, [ADD], True, bos, eos) is None
+    bad_result = [U, _asst_calls(None, _call(0, "add", {})), {**_tool(0, "r"), "tool_call_id": "x"}]
+    assert _both(src, bad_result, [ADD], True, bos, eos) is None
+    assert _both(src, [U, _tool(0, "r"), U], [ADD], True, bos, eos) is None
+    twice = [U, {"role": "assistant", "content": "a"}, U]
+    text = _both(src, twice, [ADD], True, bos, eos)
+    assert text.count("[AVAILABLE_TOOLS]") == 2
 
 
 @pytest.mark.parametrize("tools_text,want", [
