@@ -1883,7 +1883,8 @@ void rg_gen_answer_json(rg_buf *b, const rg_gen_answer_ctx *ctx, const rg_gen_ch
 				for (int k = 0; k < c->n_calls; k++) {
 					char id[64];
 
-					rg_tool_call_id(id, sizeof(id), ctx->id, c->index, k);
+					rg_tool_call_id(id, sizeof(id), ctx->id, c->index, k,
+							ctx->tool_ids_nine);
 					rg_buf_puts(b, k ? ",{\"id\":" : "{\"id\":");
 					put_cstr(b, id);
 					rg_buf_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");

@@ -261,6 +261,8 @@ typedef struct rg_gen_answer_ctx {
 	long long prompt_tokens;  /* TGI_STREAM: the last event's details "input_length" (TGI's
 				   * StreamDetails has it; huggingface_hub's type requires it) */
 	bool list;                /* TRANSLATE: answer a list (the inputs were a list) */
+	bool tool_ids_nine;       /* chat: tool call ids of 9 characters (Mistral's, see
+				   * rg_tool_call_id), else "call_..." */
 } rg_gen_answer_ctx;
 
 typedef struct rg_gen_usage {

@@ -74,6 +74,8 @@ typedef struct rg_gen_conn {
 	int32_t forced_bos;          /* "tgt_lang"'s token id (rg_model_lang_id), -1: none given */
 	rg_tool_fmt tool_fmt;        /* chat: how the text is parsed into tool calls (render_chat:
 				      * tool_choice, and the template's family for "auto") */
+	bool special_for_tools;      /* skip_special_tokens turned off for the tool parser: the
+				      * EOS token's text is not part of what it scans (tool_text) */
 } rg_gen_conn;
 
 /* The fair keys of the HTTP requests (rg_gen_job.fair_key): one per request, never 0. */
@@ -277,6 +279,21 @@ static bool keeps_stop(const conn_ctx *c)
 	       (api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM);
 }
 
+/* The bytes of a finished choice's text the tool parser scans: all of it, but the EOS token's
+ * text when special tokens were kept for the parser only (vLLM drops the EOS text too). */
+static size_t tool_text_len(const rg_gen_conn *g, const rg_gen_seq_out *o)
+{
+	size_t len = o->text.len;
+
+	if (g->special_for_tools && o->end == RG_GEN_END_EOS && o->n_ids > 0) {
+		size_t cut = o->n_ids > 1 ? o->text_end[o->n_ids - 2] : 0;
+
+		if (cut < len)
+			len = cut;
+	}
+	return len;
+}
+
 static enum MHD_Result answer_whole(conn_ctx *c)
 {
 	rg_gen_conn *g = c->gen;
@@ -356,7 +373,7 @@ static enum MHD_Result answer_whole(conn_ctx *c)
 				rg_tool_scan *sc = &g->cur[x->index].scan;
 
 				rg_tool_scan_text((rg_tool_fmt)g->tool_fmt, g->req.tool_name, x->text,
-						  x->text_len, true, sc);
+						  tool_text_len(g, o), true, sc);
 				if (sc->oom) {
 					ret = rg_conn_error(c, 500, "backend", NULL, "out of memory");
 					goto out;
@@ -450,7 +467,7 @@ static void stream_tools(conn_ctx *c, gen_cursor *cu, int index, const rg_gen_se
 {
 	rg_gen_conn *g = c->gen;
 	rg_tool_scan *sc = &cu->scan;
-	size_t till = ended ? o->text.len : (to > 0 ? o->text_end[to - 1] : 0);
+	size_t till = ended ? tool_text_len(g, o) : (to > 0 ? o->text_end[to - 1] : 0);
 	const char *text = o->text.data ? o->text.data : "";
 	rg_gen_finish fin;
 	char id[64];
@@ -459,7 +476,7 @@ static void stream_tools(conn_ctx *c, gen_cursor *cu, int index, const rg_gen_se
 		till = o->text.len;
 	if (g->tool_fmt == RG_TOOL_FMT_NAMED) {
 		if (!cu->calls_sent) {
-			rg_tool_call_id(id, sizeof(id), g->actx.id, index, 0);
+			rg_tool_call_id(id, sizeof(id), g->actx.id, index, 0, g->actx.tool_ids_nine);
 			rg_gen_answer_tool_event(&g->pend, &g->actx, index, 0, id,
 						 g->req.tool_name, NULL, 0);
 			cu->calls_sent = 1;
@@ -483,7 +500,8 @@ static void stream_tools(conn_ctx *c, gen_cursor *cu, int index, const rg_gen_se
 		for (; cu->calls_sent < sc->n_calls; cu->calls_sent++) {
 			const rg_tool_call *k = &sc->calls[cu->calls_sent];
 
-			rg_tool_call_id(id, sizeof(id), g->actx.id, index, cu->calls_sent);
+			rg_tool_call_id(id, sizeof(id), g->actx.id, index, cu->calls_sent,
+					g->actx.tool_ids_nine);
 			rg_gen_answer_tool_event(&g->pend, &g->actx, index, cu->calls_sent, id,
 						 k->name, NULL, 0);
 			rg_gen_answer_tool_event(&g->pend, &g->actx, index, cu->calls_sent, NULL,
@@ -799,6 +817,12 @@ static rg_status render_chat(conn_ctx *c, char **out, rg_encoding *enc, const ch
 		c->gen->tool_fmt = rg_tool_fmt_of_family(
 			opts.chat_template ? rg_chat_template_family(opts.chat_template)
 					   : c->srv->chat_family);
+		/* [TOOL_CALLS] is a special token: kept in the text, as vLLM's mistral parser
+		 * asks */
+		if (c->gen->tool_fmt == RG_TOOL_FMT_MISTRAL && c->gen->req.skip_special_tokens) {
+			c->gen->req.skip_special_tokens = false;
+			c->gen->special_for_tools = true;
+		}
 		break;
 	case RG_GEN_TOOL_REQUIRED:
 		c->gen->tool_fmt = RG_TOOL_FMT_LIST;
@@ -806,6 +830,13 @@ static rg_status render_chat(conn_ctx *c, char **out, rg_encoding *enc, const ch
 	case RG_GEN_TOOL_NAMED:
 		c->gen->tool_fmt = RG_TOOL_FMT_NAMED;
 		break;
+	}
+	/* Mistral's template wants its call ids (9 characters) back */
+	{
+		const char *fam = opts.chat_template ? rg_chat_template_family(opts.chat_template)
+						     : c->srv->chat_family;
+
+		c->gen->actx.tool_ids_nine = fam && !strcmp(fam, "mistral");
 	}
 	st = rg_model_chat_encode_opts(c->srv->model, msgs, r->n_messages, &opts, out, enc);
 	free(msgs);

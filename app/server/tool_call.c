@@ -10,6 +10,7 @@
 
 static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
 static const char PY_TAG[] = "<|python_tag|>";
+static const char MISTRAL_TAG[] = "[TOOL_CALLS]";
 
 static bool ws(char c)
 {
@@ -235,6 +236,34 @@ static void scan_llama3(const char *t, size_t len, bool final, rg_tool_scan *s)
 	rg_buf_put(&s->content, t, len);
 }
 
+/* Content before [TOOL_CALLS], then the list (vLLM's mistral parser); not a list of calls: the
+ * whole text is content. */
+static void scan_mistral(const char *t, size_t len, bool final, rg_tool_scan *s)
+{
+	const char *p = find(t, len, MISTRAL_TAG);
+	json_object *o;
+	size_t n, at;
+	bool ok = true;
+
+	if (!p) {
+		rg_buf_put(&s->content, t, final ? len : len - partial_tag(t, len, MISTRAL_TAG));
+		return;
+	}
+	at = (size_t)(p - t);
+	rg_buf_put(&s->content, t, at);
+	if (!final)
+		return;
+	o = parse_whole(p + strlen(MISTRAL_TAG), len - at - strlen(MISTRAL_TAG));
+	n = json_object_is_type(o, json_type_array) ? json_object_array_length(o) : 0;
+	for (size_t k = 0; k < n && ok; k++)
+		ok = add_json_call(s, json_object_array_get_idx(o, k), "arguments", NULL);
+	json_object_put(o);
+	if (!n || !ok) {
+		scan_reset(s);
+		rg_buf_put(&s->content, t, len);
+	}
+}
+
 static void scan_list(const char *t, size_t len, bool final, rg_tool_scan *s)
 {
 	json_object *o;
@@ -270,6 +299,9 @@ void rg_tool_scan_text(rg_tool_fmt fmt, const char *named, const char *text, siz
 	case RG_TOOL_FMT_LLAMA3:
 		scan_llama3(text, len, final, out);
 		break;
+	case RG_TOOL_FMT_MISTRAL:
+		scan_mistral(text, len, final, out);
+		break;
 	case RG_TOOL_FMT_LIST:
 		scan_list(text, len, final, out);
 		break;
@@ -286,13 +318,20 @@ rg_tool_fmt rg_tool_fmt_of_family(const char *family)
 		return RG_TOOL_FMT_HERMES;
 	if (family && !strcmp(family, "llama3"))
 		return RG_TOOL_FMT_LLAMA3;
+	if (family && !strcmp(family, "mistral"))
+		return RG_TOOL_FMT_MISTRAL;
 	return RG_TOOL_FMT_NONE;
 }
 
-void rg_tool_call_id(char *buf, size_t n, const char *answer_id, int choice, int k)
+void rg_tool_call_id(char *buf, size_t n, const char *answer_id, int choice, int k, bool nine)
 {
 	const char *h = answer_id ? strchr(answer_id, '-') : NULL;
+	const char *hex = h ? h + 1 : (answer_id ? answer_id : "");
 
-	snprintf(buf, n, "call_%.20s%02x%02x", h ? h + 1 : (answer_id ? answer_id : ""),
-		 (unsigned)choice & 0xff, (unsigned)k & 0xff);
+	if (nine)
+		snprintf(buf, n, "%.5s%02x%02x", strlen(hex) >= 5 ? hex : "00000",
+			 (unsigned)choice & 0xff, (unsigned)k & 0xff);
+	else
+		snprintf(buf, n, "call_%.20s%02x%02x", hex, (unsigned)choice & 0xff,
+			 (unsigned)k & 0xff);
 }

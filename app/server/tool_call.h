@@ -14,11 +14,16 @@
  *   LLAMA3  Llama 3.1-3.3 JSON calls: the whole text (white space and an optional <|python_tag|>
  *           first) is {"name": string, "parameters" | "arguments": object} objects separated by
  *           ';'; anything else, or a malformed object, and the whole text is content.
+ *   MISTRAL Mistral v0.3: content, then [TOOL_CALLS] and a JSON list of {"name", "arguments":
+ *           object}; a list that is not that, and the whole text is content. (The route keeps
+ *           special tokens in the text for it, as vLLM's mistral parser does: [TOOL_CALLS] is
+ *           one.) Its call ids are 9 characters, which the template wants back.
  *   LIST    tool_choice "required" (the grammar makes it so): a JSON list of {"name",
  *           "parameters"} objects, at least one.
  *   NAMED   tool_choice {"function": {"name"}}: the whole text is the arguments of that call.
  * Streams: HERMES content is sent up to where a "<tool_call>" could begin, each call once its
- * </tool_call> is in; LLAMA3 and LIST hold the text until the end (LLAMA3 streams content at
+ * </tool_call> is in; MISTRAL content up to where "[TOOL_CALLS]" could begin, the list at the
+ * end; LLAMA3 and LIST hold the text until the end (LLAMA3 streams content at
  * once when the text does not open with '{'); NAMED streams the text as argument fragments. */
 #ifndef RG_SERVER_TOOL_CALL_H
 #define RG_SERVER_TOOL_CALL_H
@@ -31,6 +36,7 @@ typedef enum rg_tool_fmt {
 	RG_TOOL_FMT_NONE = 0, /* no tools offered to the parser: the text is content */
 	RG_TOOL_FMT_HERMES,
 	RG_TOOL_FMT_LLAMA3,
+	RG_TOOL_FMT_MISTRAL,
 	RG_TOOL_FMT_LIST,
 	RG_TOOL_FMT_NAMED,
 } rg_tool_fmt;
@@ -60,10 +66,11 @@ void rg_tool_scan_text(rg_tool_fmt fmt, const char *named, const char *text, siz
 void rg_tool_scan_free(rg_tool_scan *s);
 
 /* The parser of a chat family (rg_chat_template_family's names): "chatml" HERMES, "llama3"
- * LLAMA3; NONE for the others (their text stays content). */
+ * LLAMA3, "mistral" MISTRAL; NONE for the others (their text stays content). */
 rg_tool_fmt rg_tool_fmt_of_family(const char *family);
 
-/* OpenAI-shaped id of call k of choice `choice` in answer answer_id ("chatcmpl-<hex>"):
- * "call_" + the id's hex + choice and k, into buf (n bytes). */
-void rg_tool_call_id(char *buf, size_t n, const char *answer_id, int choice, int k);
+/* The id of call k of choice `choice` in answer answer_id ("chatcmpl-<hex>"), into buf (n
+ * bytes): OpenAI's shape, "call_" + the id's hex + choice and k; nine (Mistral's): 9 hex
+ * characters (5 of the id's, choice, k), what Mistral v0.3's template accepts back. */
+void rg_tool_call_id(char *buf, size_t n, const char *answer_id, int choice, int k, bool nine);
 #endif

@@ -67,11 +67,12 @@ def client(srv):
     return openai.OpenAI(base_url=f"http://{srv.host}:{srv.port}/v1", api_key="none")
 
 
-def _prompt_tokens(model_dir, messages, tools):
-    """The prompt length by the references: jinja2 on the real template, HF tokenizers."""
+def _prompt_tokens(model_dir, messages, tools, template=QWEN):
+    """The prompt length by the references: jinja2 on the real template (with the tiny model's
+    tokenizer_config.json bos / eos), HF tokenizers."""
     from tokenizers import Tokenizer
-    with open(QWEN) as f:
-        text = jinja_render(f.read(), messages, tools, True, None, "<|im_end|>")
+    with open(template) as f:
+        text = jinja_render(f.read(), messages, tools, True, "<|endoftext|>", "<|im_end|>")
     tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
     return len(tok.encode(text, add_special_tokens=False).ids)
 
@@ -241,11 +242,14 @@ HERMES_OUT = ('Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}
               '<tool_call>\n{"name":"get_weather","arguments":{"city":"Paris","unit":"c"}}\n'
               '</tool_call>')
 LLAMA_OUT = '{"name": "add", "parameters": {"a": 2,"b": 3}}'
+MISTRAL3 = os.path.join(HERE, "..", "data", "chat_templates", "Mistral-7B-Instruct-v0.3.jinja")
+MISTRAL_OUT = 'Checking.[TOOL_CALLS] [{"name": "add", "arguments": {"a": 2, "b": 3}}]'
 
 
 @pytest.mark.parametrize("template,out,content", [
     (None, HERMES_OUT, "Sure.\n"),
     (LLAMA33, LLAMA_OUT, None),
+    (MISTRAL3, MISTRAL_OUT, "Checking."),
     (None, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2\n</tool_call>", "same"),
 ])
 def test_auto_parses_what_the_model_wrote(client, template, out, content):
@@ -273,3 +277,24 @@ def test_auto_parses_what_the_model_wrote(client, template, out, content):
         assert (ch.message.content or None) == content
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed == (out if content == "same" else content or "")
+
+
+def test_mistral_round_trip(client, model_dir):
+    """Mistral v0.3's template wants its 9-character call ids back: the ids ragged gives are
+    such, and the next turn (the SDK's message, then the result) renders as jinja2 renders it."""
+    with open(MISTRAL3) as f:
+        tmpl = f.read()
+    msgs = [{"role": "user", "content": "2 + 3?"}]
+    r = client.chat.completions.create(
+        model="tiny-qwen", messages=msgs, tools=TOOLS, max_tokens=300, seed=1,
+        extra_body={"chat_template": tmpl, "guided_regex": _lit(MISTRAL_OUT)})
+    assert r.usage.prompt_tokens == _prompt_tokens(model_dir, msgs, TOOLS, MISTRAL3)
+    msg = r.choices[0].message
+    assert [len(t.id) for t in msg.tool_calls] == [9] and msg.tool_calls[0].id.isalnum()
+    msgs += [msg, {"role": "tool", "tool_call_id": msg.tool_calls[0].id, "content": "5"}]
+    r2 = client.chat.completions.create(model="tiny-qwen", messages=msgs, tools=TOOLS,
+                                        max_tokens=3, seed=1, extra_body={"chat_template": tmpl})
+    ref = [msgs[0], {"role": "assistant", "content": msg.content, "tool_calls": [
+        {"id": msg.tool_calls[0].id, "type": "function", "function": {
+            "arguments": msg.tool_calls[0].function.arguments, "name": "add"}}]}, msgs[-1]]
+    assert r2.usage.prompt_tokens == _prompt_tokens(model_dir, ref, TOOLS, MISTRAL3)

@@ -1041,10 +1041,10 @@ static const rg_gen_lp LPS[3] = {
 };
 static const size_t OFFS[3] = { 0, 3, 5 };
 
-static const rg_gen_answer_ctx CTX_CMP = { CMP, "cmpl-abc", 1700000000, "tiny", "fp_1", 0, false };
-static const rg_gen_answer_ctx CTX_CHAT = { CHAT, "chatcmpl-abc", 1700000001, "tiny", NULL, 0, false };
-static const rg_gen_answer_ctx CTX_TGI = { TGI, NULL, 0, NULL, NULL, 0, false };
-static const rg_gen_answer_ctx CTX_TGIS = { TGIS, NULL, 0, NULL, NULL, 6, false };
+static const rg_gen_answer_ctx CTX_CMP = { CMP, "cmpl-abc", 1700000000, "tiny", "fp_1", 0, false, false };
+static const rg_gen_answer_ctx CTX_CHAT = { CHAT, "chatcmpl-abc", 1700000001, "tiny", NULL, 0, false, false };
+static const rg_gen_answer_ctx CTX_TGI = { TGI, NULL, 0, NULL, NULL, 0, false, false };
+static const rg_gen_answer_ctx CTX_TGIS = { TGIS, NULL, 0, NULL, NULL, 6, false, false };
 
 static void test_answer_completions(void **state)
 {
@@ -1478,7 +1478,7 @@ static void test_answers_any_bytes(void **state)
 	for (int api = 0; api < 5; api++) {
 		json_object *o;
 
-		ctx = (rg_gen_answer_ctx){ (rg_gen_api)api, junk + 1, -1, junk + 2, junk + 3, 1, false };
+		ctx = (rg_gen_answer_ctx){ (rg_gen_api)api, junk + 1, -1, junk + 2, junk + 3, 1, false, false };
 		/* the strings of ctx are NUL-terminated at junk[255] */
 		c = (rg_gen_choice){ .text = junk, .text_len = 256, .finish = RG_GEN_FINISH_STOP,
 				     .stop_str = junk + 5, .lps = lp, .n_lps = 1,
@@ -1597,7 +1597,7 @@ static void test_answer_translate(void **state)
 		{ .text = "Welt", .text_len = 4, .finish = RG_GEN_FINISH_LENGTH, .lps = LPS + 2,
 		  .n_lps = 1, .n_generated = 1 },
 	};
-	rg_gen_answer_ctx ctx = { TRN, NULL, 0, NULL, NULL, 3, false };
+	rg_gen_answer_ctx ctx = { TRN, NULL, 0, NULL, NULL, 3, false, false };
 	rg_buf b;
 	json_object *o;
 	(void)state;

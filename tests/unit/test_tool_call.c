@@ -121,6 +121,18 @@ static const want LLAMA3[] = {
 	{"{\"name\": \"a\", \"parameters\": {", "{\"name\": \"a\", \"parameters\": {", 0, {{0}}},
 };
 
+static const want MISTRAL[] = {
+	{"[TOOL_CALLS] [{\"name\": \"add\", \"arguments\": {\"a\": 1}}, {\"name\": \"w\", "
+	 "\"arguments\": {}}]", "", 2, {{"add", "{\"a\": 1}"}, {"w", "{}"}}},
+	{"Let me see.[TOOL_CALLS][{\"name\":\"add\",\"arguments\":{\"a\":[1,2]}}]",
+	 "Let me see.", 1, {{"add", "{\"a\": [1, 2]}"}}},
+	{"No tools needed.", "No tools needed.", 0, {{0}}},
+	{"x [TOOL_CALLS] [{\"name\": \"add\"}]", "x [TOOL_CALLS] [{\"name\": \"add\"}]", 0, {{0}}},
+	{"[TOOL_CALLS] [{\"name\": \"add\", \"arguments\": {", "[TOOL_CALLS] [{\"name\": \"add\", "
+	 "\"arguments\": {", 0, {{0}}},
+	{"almost [TOOL_CA", "almost [TOOL_CA", 0, {{0}}},
+};
+
 static const want LIST[] = {
 	{"[{\"name\": \"add\", \"parameters\": {\"a\": 1}}, {\"name\": \"w\", \"parameters\": {}}]",
 	 "", 2, {{"add", "{\"a\": 1}"}, {"w", "{}"}}},
@@ -144,6 +156,15 @@ static void test_llama3(void **state)
 	for (size_t i = 0; i < sizeof(LLAMA3) / sizeof(LLAMA3[0]); i++) {
 		check(RG_TOOL_FMT_LLAMA3, &LLAMA3[i]);
 		check_stream(RG_TOOL_FMT_LLAMA3, LLAMA3[i].text);
+	}
+}
+
+static void test_mistral(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(MISTRAL) / sizeof(MISTRAL[0]); i++) {
+		check(RG_TOOL_FMT_MISTRAL, &MISTRAL[i]);
+		check_stream(RG_TOOL_FMT_MISTRAL, MISTRAL[i].text);
 	}
 }
 
@@ -190,10 +211,13 @@ static void test_ids_and_families(void **state)
 	char id[64], id2[64];
 
 	(void)state;
-	rg_tool_call_id(id, sizeof(id), "chatcmpl-0123456789abcdef01234567", 1, 2);
+	rg_tool_call_id(id, sizeof(id), "chatcmpl-0123456789abcdef01234567", 1, 2, false);
 	assert_string_equal(id, "call_0123456789abcdef01230102");
-	rg_tool_call_id(id2, sizeof(id2), "chatcmpl-0123456789abcdef01234567", 1, 3);
+	rg_tool_call_id(id2, sizeof(id2), "chatcmpl-0123456789abcdef01234567", 1, 3, false);
 	assert_string_not_equal(id, id2);
+	rg_tool_call_id(id, sizeof(id), "chatcmpl-0123456789abcdef01234567", 1, 2, true);
+	assert_string_equal(id, "012340102");   /* Mistral's template wants 9 characters */
+	assert_int_equal(rg_tool_fmt_of_family("mistral"), RG_TOOL_FMT_MISTRAL);
 	assert_int_equal(rg_tool_fmt_of_family("chatml"), RG_TOOL_FMT_HERMES);
 	assert_int_equal(rg_tool_fmt_of_family("llama3"), RG_TOOL_FMT_LLAMA3);
 	assert_int_equal(rg_tool_fmt_of_family("gemma"), RG_TOOL_FMT_NONE);
@@ -205,6 +229,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hermes),
 		cmocka_unit_test(test_llama3),
+		cmocka_unit_test(test_mistral),
 		cmocka_unit_test(test_list_named_none),
 		cmocka_unit_test(test_stream_holds_back),
 		cmocka_unit_test(test_ids_and_families),
