@@ -1271,9 +1271,11 @@ typedef struct rg_chat_opts {
 				      * {"type": "function", "function": {"name", "description",
 				      * "parameters"}}), or NULL / "[]" for none. Written where the
 				      * template writes them (Qwen2.5's Hermes <tools> block, Llama
-				      * 3.1+'s JSON function list in the first user turn), as
-				      * transformers' tojson does; a template that does not read
-				      * tools renders without them (as transformers does) */
+				      * 3.1+'s JSON function list in the first user turn, Mistral
+				      * v0.3's [AVAILABLE_TOOLS]), as transformers' tojson does; a
+				      * template that does not read tools renders without them (as
+				      * transformers does), one that reads them in a form not
+				      * rendered is RG_ERR_INVALID_INPUT */
 } rg_chat_opts;
 
 /* rg_model_chat_encode with options (rg_chat_opts). continue_final_message cuts as transformers'
