@@ -248,7 +248,8 @@ typedef enum rg_gen_finish {
 	RG_GEN_FINISH_STOP,       /* a stop string or stop token id */
 	RG_GEN_FINISH_LENGTH,
 	RG_GEN_FINISH_ABORT,
-	RG_GEN_FINISH_TOOL_CALLS, /* chat: ended (EOS / stop) with tool calls: "tool_calls" */
+	RG_GEN_FINISH_TOOL_CALLS, /* chat: ended (EOS / stop) with tool calls of tool_choice auto
+				   * or required: "tool_calls" (a named choice ends "stop") */
 } rg_gen_finish;
 
 /* The answer's fixed part. */

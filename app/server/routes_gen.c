@@ -383,8 +383,10 @@ static enum MHD_Result answer_whole(conn_ctx *c)
 				x->text_len = sc->content.len;
 				x->calls = sc->calls;
 				x->n_calls = sc->n_calls;
-				if (x->n_calls && (x->finish == RG_GEN_FINISH_EOS ||
-						   x->finish == RG_GEN_FINISH_STOP))
+				/* OpenAI's (and vLLM's): "tool_calls" for auto and required,
+				 * "stop" for a named choice */
+				if (x->n_calls && g->tool_fmt != RG_TOOL_FMT_NAMED &&
+				    (x->finish == RG_GEN_FINISH_EOS || x->finish == RG_GEN_FINISH_STOP))
 					x->finish = RG_GEN_FINISH_TOOL_CALLS;
 			}
 			u.completion_tokens += o->n_ids;
@@ -461,7 +463,8 @@ static enum MHD_Result resume_whole(conn_ctx *c)
  * it when ended) rescanned, and what is new in the scan sent: content deltas, then each new
  * call as its first chunk (id, name, arguments "") and one arguments chunk; NAMED sends the
  * text itself as argument fragments. The finish is "tool_calls" when calls were sent and the
- * text ended by EOS or a stop. Token logprobs are not sent on such streams. */
+ * text ended by EOS or a stop, but "stop" for a named choice (OpenAI's and vLLM's). Token
+ * logprobs are not sent on such streams. */
 static void stream_tools(conn_ctx *c, gen_cursor *cu, int index, const rg_gen_seq_out *o,
 			 int to, bool ended)
 {
@@ -514,7 +517,8 @@ static void stream_tools(conn_ctx *c, gen_cursor *cu, int index, const rg_gen_se
 	if (!ended)
 		return;
 	fin = finish_of(o->end);
-	if (cu->calls_sent && (fin == RG_GEN_FINISH_EOS || fin == RG_GEN_FINISH_STOP))
+	if (cu->calls_sent && g->tool_fmt != RG_TOOL_FMT_NAMED &&
+	    (fin == RG_GEN_FINISH_EOS || fin == RG_GEN_FINISH_STOP))
 		fin = RG_GEN_FINISH_TOOL_CALLS;
 	rg_gen_answer_event(&g->pend, &g->actx, index, false, NULL, 0, NULL, 0, false, fin,
 			    o->stop_str, NULL, 0, o->n_ids, false, 0);
