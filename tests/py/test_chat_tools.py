@@ -223,3 +223,45 @@ def test_bad_tool_calls():
     on_user = [{"role": "user", "content": "x", "tool_calls": [_call(0, "add", {})]}]
     st, msg = c_render(src, on_user, [ADD], True, None, "<|im_end|>")
     assert st == "RG_ERR_INVALID_INPUT" and "assistant" in msg
+
+
+@pytest.mark.parametrize("name", TOOL_TEMPLATES)
+def test_tool_text_is_content_not_markup(name):
+    """The content spans (what --chat-content-as-text tokenizes as plain text) cover the
+    request's tool JSON, names, arguments and results, and none of the template's markup."""
+    _, bos, eos = MODELS[name]
+    src = _template(name)
+    l = rc.lib()
+    l.rg_chat_template_render_tools.argtypes = [
+        ctypes.c_char_p, ctypes.POINTER(ChatMessage), ctypes.c_int, ctypes.c_char_p,
+        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_bool, ctypes.POINTER(ctypes.c_void_p),
+        ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_void_p),
+        ctypes.POINTER(ctypes.c_size_t)]
+    chat = CHATS[3]
+    keep = [(m["role"].encode(), (m.get("content") or "").encode(),
+             json.dumps(m["tool_calls"]).encode() if m.get("tool_calls") else None,
+             m["tool_call_id"].encode() if m.get("tool_call_id") else None) for m in chat]
+    arr = (ChatMessage * len(keep))(*[ChatMessage(r, c, len(c), t, i) for r, c, t, i in keep])
+    out, n, sp, ns = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_void_p(), ctypes.c_size_t()
+    st = l.rg_chat_template_render_tools(src.encode(), arr, len(keep), json.dumps([ADD]).encode(),
+                                         bos.encode() if bos else None, eos.encode(), True,
+                                         ctypes.byref(out), ctypes.byref(n), ctypes.byref(sp),
+                                         ctypes.byref(ns))
+    assert st == 0, l.rg_last_error()
+    text = ctypes.string_at(out.value, n.value)
+    spans = ctypes.cast(sp, ctypes.POINTER(ctypes.c_size_t))[:2 * ns.value]
+    rc._libc.free(out)
+    rc._libc.free(sp)
+    pairs = list(zip(spans[::2], spans[1::2]))
+    assert all(a < b <= n.value for a, b in pairs)
+    assert all(b1 <= a2 for (_, b1), (a2, _) in zip(pairs, pairs[1:]))
+    inside = b"".join(text[a:b] for a, b in pairs)
+    outside = bytearray(text)
+    for a, b in pairs:
+        outside[a:b] = b"\0" * (b - a)
+    for markup in (b"<|im_start|>", b"<tool_call>", b"<|start_header_id|>", b"[TOOL_CALLS]",
+                   b"[AVAILABLE_TOOLS]", b"[INST]"):
+        assert markup not in inside
+    assert b'"type": "integer"' in inside     # the tool's JSON
+    assert b"Paris" in inside and b"sunny" in inside  # arguments and a result
+    assert b"Paris" not in outside and b'"integer"' not in outside
