@@ -75,7 +75,8 @@ typedef struct rg_gen_conn {
 	rg_tool_fmt tool_fmt;        /* chat: how the text is parsed into tool calls (render_chat:
 				      * tool_choice, and the template's family for "auto") */
 	bool special_for_tools;      /* skip_special_tokens turned off for the tool parser: the
-				      * EOS token's text is not part of what it scans (tool_text) */
+				      * EOS token's text is not part of what it scans
+				      * (tool_text_len) */
 } rg_gen_conn;
 
 /* The fair keys of the HTTP requests (rg_gen_job.fair_key): one per request, never 0. */
