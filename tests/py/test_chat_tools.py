@@ -98,13 +98,18 @@ def c_render(src, messages, tools, gen, bos, eos, tools_text=None):
         ctypes.c_char_p, ctypes.c_char_p, ctypes.c_bool, ctypes.POINTER(ctypes.c_void_p),
         ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p, ctypes.c_void_p]
     l.rg_chat_template_render_tools.restype = ctypes.c_int
+    # ensure_ascii=False: json-c 0.16 decodes some escaped surrogate pairs to U+FFFD (those of
+    # code points whose low 16 bits are D800-DFFF, e.g. "\udab6\udcb8" for U+BD8B8), a bug of
+    # the JSON reader, not of the rendering
     keep = [(m["role"].encode(), (m.get("content") or "").encode(),
-             json.dumps(m["tool_calls"]).encode() if m.get("tool_calls") else None,
+             json.dumps(m["tool_calls"], ensure_ascii=False).encode()
+             if m.get("tool_calls") else None,
              m["tool_call_id"].encode() if m.get("tool_call_id") else None)
             for m in messages]
     arr = (ChatMessage * len(keep))(*[ChatMessage(r, c, len(c), t, i) for r, c, t, i in keep])
     if tools_text is None and tools is not None:
-        tools_text = json.dumps(tools, indent=1)  # the layout of the text must not matter
+        # the layout of the text must not matter
+        tools_text = json.dumps(tools, indent=1, ensure_ascii=False)
     out, n = ctypes.c_void_p(), ctypes.c_size_t()
     st = l.rg_chat_template_render_tools(
         src.encode(), arr, len(keep), tools_text.encode() if tools_text is not None else None,
@@ -265,3 +270,28 @@ def test_tool_text_is_content_not_markup(name):
     assert b'"type": "integer"' in inside     # the tool's JSON
     assert b"Paris" in inside and b"sunny" in inside  # arguments and a result
     assert b"Paris" not in outside and b'"integer"' not in outside
+
+
+def test_tojson_numbers_and_strings_generated():
+    """Generated numbers (Python's float repr: shortest round trip, exponents) and strings (every
+    control character, quotes, backslashes, non-ASCII) written as json.dumps writes them."""
+    import random
+    import struct
+    rng = random.Random(31)
+    floats = [struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0] for _ in range(300)]
+    floats = [f for f in floats if f == f and abs(f) != float("inf")]
+    floats += [rng.uniform(-1e6, 1e6) for _ in range(200)] + [rng.random() * 10 ** rng.randint(-30, 30)
+                                                            for _ in range(200)]
+    floats += [0.1, 1e-4, 1e-5, 9.999e15, 1e16, 123456789012345678.0, 5e-324, 1.7976931348623157e308]
+    ints = [rng.randint(-2 ** 63, 2 ** 63 - 1) for _ in range(50)] + [0, -1, 2 ** 64 - 1]
+    strs = ["".join(chr(rng.choice([rng.randint(0, 0x7f), rng.randint(0x80, 0x10ffff)]))
+                    for _ in range(20)) for _ in range(30)]
+    strs = [s.encode("utf-8", "ignore").decode("utf-8", "ignore").replace("\0", "")
+            for s in strs if not any(0xd800 <= ord(c) <= 0xdfff for c in s)]
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "examples": floats, "ints": ints, "strings": strs,
+        "nested": {"a": [[], {}, [{}], None, True, False]}}}}
+    src = _template("Qwen2.5-0.5B-Instruct")
+    chat = [{"role": "user", "content": "x"}]
+    assert c_render(src, chat, [tool], True, None, "<|im_end|>") == \
+        ("RG_OK", jinja_render(src, chat, [tool], True, None, "<|im_end|>"))
