@@ -1263,10 +1263,17 @@ RG_API const char *rg_model_chat_template(const rg_model *m);
 
 /* One message of a chat (OpenAI's chat.completions "messages" entry, text content only). */
 typedef struct rg_chat_message {
-	const char *role;     /* NUL-terminated: "system", "user" or "assistant" */
+	const char *role;     /* NUL-terminated: "system", "user", "assistant" or "tool" (a tool's
+			       * result; rendered by the templates that take tools, see
+			       * rg_chat_opts.tools) */
 	const char *content;  /* UTF-8 text of content_len bytes (no NUL needed, none allowed
 			       * inside); NULL only with content_len 0 */
 	size_t content_len;
+	const char *tool_calls; /* assistant: OpenAI's "tool_calls" as JSON text, NUL-terminated:
+				 * a non-empty list of {"id", "type": "function", "function":
+				 * {"name", "arguments": JSON text of an object}}; NULL for none */
+	const char *tool_call_id; /* tool: the call it answers (NUL-terminated; Mistral v0.3's
+				   * template writes it, and wants 9 characters), or NULL */
 } rg_chat_message;
 
 /* Render msgs[0..n) into prompt text as the model's own chat template (rg_model_chat_template)
@@ -1313,6 +1320,15 @@ typedef struct rg_chat_opts {
 	const char *chat_template;   /* NUL-terminated Jinja source rendered instead of the model's
 				      * (vLLM's "chat_template"; a family rg_model_chat_apply
 				      * renders), or NULL for the model's own */
+	const char *tools;           /* OpenAI's "tools" as JSON text (NUL-terminated list of
+				      * {"type": "function", "function": {"name", "description",
+				      * "parameters"}}), or NULL / "[]" for none. Written where the
+				      * template writes them (Qwen2.5's Hermes <tools> block, Llama
+				      * 3.1+'s JSON function list in the first user turn, Mistral
+				      * v0.3's [AVAILABLE_TOOLS]), as transformers' tojson does; a
+				      * template that does not read tools renders without them (as
+				      * transformers does), one that reads them in a form not
+				      * rendered is RG_ERR_INVALID_INPUT */
 } rg_chat_opts;
 
 /* rg_model_chat_encode with options (rg_chat_opts). continue_final_message cuts as transformers'

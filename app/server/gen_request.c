@@ -17,6 +17,7 @@
 #include "server/gen_request.h"
 
 
+#include <ctype.h>
 #include <float.h>
 #include <json-c/json.h>
 #include <limits.h>
@@ -342,9 +343,44 @@ static rg_status parse_content(json_object *m, size_t i, bool assistant, rg_gen_
 	return RG_OK;
 }
 
-/* Chat's "messages": 1..max_messages objects with a known role and a content. Other keys of a
- * message ("name", "tool_call_id", "refusal") are accepted and not used, except "tool_calls",
- * which ragged cannot render (it has no tools): non-empty is a 400. */
+/* An assistant message's "tool_calls" (param names it): a list of {"id": str, "type":
+ * "function", "function": {"name": str, "arguments": str}} (OpenAI's shape; the arguments' JSON
+ * is checked by the template renderer, which parses it), kept as JSON text; null and [] are
+ * none. */
+static rg_status parse_tool_calls(json_object *tc, const char *param, rg_gen_message *msg,
+				  rg_req_error *err)
+{
+	size_t n;
+
+	if (!tc || (json_object_is_type(tc, json_type_array) && !json_object_array_length(tc)))
+		return RG_OK;
+	if (!json_object_is_type(tc, json_type_array))
+		return rg_req_failp(err, param, 400, "validation", "%s must be a list", param);
+	n = json_object_array_length(tc);
+	for (size_t k = 0; k < n; k++) {
+		json_object *c = json_object_array_get_idx(tc, k), *fn = opt(c, "function");
+		json_object *name = opt(fn, "name"), *args = opt(fn, "arguments"), *t = opt(c, "type");
+
+		if (!json_object_is_type(c, json_type_object) ||
+		    !json_object_is_type(fn, json_type_object) ||
+		    !json_object_is_type(name, json_type_string) ||
+		    !json_object_is_type(args, json_type_string) ||
+		    (t && (!json_object_is_type(t, json_type_string) ||
+			   strcmp(json_object_get_string(t), "function"))))
+			return rg_req_failp(err, param, 400, "validation",
+					 "%s[%zu] must be {\"id\", \"type\": \"function\", "
+					 "\"function\": {\"name\": string, \"arguments\": string}}",
+					 param, k);
+	}
+	if (!(msg->tool_calls = strdup(json_object_to_json_string_ext(
+		      tc, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE))))
+		return oom(err);
+	return RG_OK;
+}
+
+/* Chat's "messages": 1..max_messages objects with a known role and a content. An assistant's
+ * "tool_calls" and a tool message's "tool_call_id" are kept; other keys ("name", "refusal")
+ * are accepted and not used. */
 static rg_status parse_messages(json_object *root, const rg_gen_limits *lim, rg_gen_request *r,
 				rg_req_error *err)
 {
@@ -385,16 +421,227 @@ static rg_status parse_messages(json_object *root, const rg_gen_limits *lim, rg_
 		if (!(r->messages[i].role = strdup(roles[k])))
 			return oom(err);
 		tc = opt(m, "tool_calls");
-		if (tc && !(json_object_is_type(tc, json_type_array) &&
-			    json_object_array_length(tc) == 0)) {
-			snprintf(param, sizeof(param), "messages[%zu].tool_calls", i);
+		snprintf(param, sizeof(param), "messages[%zu].tool_calls", i);
+		if (tc && k != 3)
 			return rg_req_failp(err, param, 400, "validation",
-					 "%s: tool calls are not supported", param);
+					 "%s: only assistant messages have tool_calls", param);
+		if ((st = parse_tool_calls(tc, param, &r->messages[i], err)) != RG_OK)
+			return st;
+		if (k == 4) {
+			snprintf(param, sizeof(param), "messages[%zu].tool_call_id", i);
+			if (!opt(m, "tool_call_id"))
+				return rg_req_failp(err, param, 400, "validation",
+						 "%s is missing (a tool message answers a call)",
+						 param);
+			if ((st = get_str(m, "tool_call_id", &r->messages[i].tool_call_id, err)))
+				return st;
 		}
 		if ((st = parse_content(m, i, k == 3, &r->messages[i], err)) != RG_OK)
 			return st;
 	}
 	return RG_OK;
+}
+
+/* ---- tools ---------------------------------------------------------------------------------- */
+
+/* OpenAI's function names: [a-zA-Z0-9_-]{1,64}. */
+static bool tool_name_ok(const char *s, size_t n)
+{
+	if (n < 1 || n > 64)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!(isalnum((unsigned char)s[i]) || s[i] == '_' || s[i] == '-'))
+			return false;
+	return true;
+}
+
+static json_object *tool_params(json_object *tool)
+{
+	return opt(opt(tool, "function"), "parameters");
+}
+
+/* The JSON Schema of tool_choice "required", as vLLM's _get_json_schema_from_tool builds it:
+ * a list (at least one; at most one without parallel_tool_calls) of {"name": that tool's name,
+ * "parameters": its parameters schema}, one alternative per tool. New reference, NULL on OOM. */
+static json_object *required_schema(json_object *tools, bool parallel)
+{
+	json_object *any = json_object_new_array(), *items = json_object_new_object();
+	json_object *root = json_object_new_object();
+	size_t n = json_object_array_length(tools);
+
+	if (!any || !items || !root)
+		goto out_fail;
+	for (size_t k = 0; k < n; k++) {
+		json_object *t = json_object_array_get_idx(tools, k), *one = json_object_new_object();
+		json_object *props = json_object_new_object(), *name = json_object_new_object();
+		json_object *en = json_object_new_array(), *req = json_object_new_array();
+		json_object *p = tool_params(t);
+
+		if (!one || !props || !name || !en || !req) {
+			json_object_put(one);
+			json_object_put(props);
+			json_object_put(name);
+			json_object_put(en);
+			json_object_put(req);
+			goto out_fail;
+		}
+		json_object_object_add(name, "type", json_object_new_string("string"));
+		json_object_array_add(en, json_object_get(opt(opt(t, "function"), "name")));
+		json_object_object_add(name, "enum", en);
+		json_object_object_add(props, "name", name);
+		json_object_object_add(props, "parameters",
+				       p ? json_object_get(p) : json_object_new_object());
+		json_object_object_add(one, "type", json_object_new_string("object"));
+		json_object_object_add(one, "properties", props);
+		json_object_array_add(req, json_object_new_string("name"));
+		json_object_array_add(req, json_object_new_string("parameters"));
+		json_object_object_add(one, "required", req);
+		json_object_array_add(any, one);
+	}
+	json_object_object_add(items, "anyOf", any);
+	json_object_object_add(root, "type", json_object_new_string("array"));
+	json_object_object_add(root, "minItems", json_object_new_int(1));
+	if (!parallel)
+		json_object_object_add(root, "maxItems", json_object_new_int(1));
+	json_object_object_add(root, "items", items);
+	return root;
+out_fail:
+	json_object_put(any);
+	json_object_put(items);
+	json_object_put(root);
+	return NULL;
+}
+
+static rg_status set_grammar(rg_gen_request *r, const rg_gen_limits *lim, const char *param,
+			     rg_grammar_kind kind, json_object *v, rg_req_error *err);
+
+/* Chat's "tools", "tool_choice" and "parallel_tool_calls" (OpenAI's; vLLM's rules): tools a
+ * list of function tools with distinct valid names and object parameters; tool_choice "none",
+ * "auto" (the default with tools), "required" or {"type": "function", "function": {"name"}}
+ * naming one of them; a choice other than "none" without tools is a 400 (OpenAI's). Required
+ * and named set the grammar (a schema the grammar engine refuses is a 400 naming
+ * tool_choice). */
+static rg_status parse_tools(json_object *root, const rg_gen_limits *lim, rg_gen_request *r,
+			     rg_req_error *err)
+{
+	json_object *tools = opt(root, "tools"), *tc = opt(root, "tool_choice"), *pt;
+	size_t n = 0;
+	char param[64];
+	rg_status st;
+
+	r->parallel_tool_calls = true;
+	if ((pt = opt(root, "parallel_tool_calls")))
+		r->parallel_tool_calls = json_object_get_boolean(pt);
+	if (tools && !json_object_is_type(tools, json_type_array))
+		return rg_req_failp(err, "tools", 400, "validation", "tools must be a list");
+	n = tools ? json_object_array_length(tools) : 0;
+	for (size_t k = 0; k < n; k++) {
+		json_object *t = json_object_array_get_idx(tools, k), *fn, *name, *p, *ty;
+
+		snprintf(param, sizeof(param), "tools[%zu]", k);
+		if (!json_object_is_type(t, json_type_object))
+			return rg_req_failp(err, param, 400, "validation", "%s must be an object",
+					 param);
+		ty = opt(t, "type");
+		if (!ty || !json_object_is_type(ty, json_type_string) ||
+		    strcmp(json_object_get_string(ty), "function"))
+			return rg_req_failp(err, param, 400, "validation",
+					 "%s.type must be \"function\"", param);
+		fn = opt(t, "function");
+		if (!json_object_is_type(fn, json_type_object))
+			return rg_req_failp(err, param, 400, "validation",
+					 "%s.function must be an object", param);
+		name = opt(fn, "name");
+		if (!json_object_is_type(name, json_type_string) ||
+		    !tool_name_ok(json_object_get_string(name),
+				  (size_t)json_object_get_string_len(name)))
+			return rg_req_failp(err, param, 400, "validation",
+					 "%s.function.name must be 1 to 64 of a-z, A-Z, 0-9, _ "
+					 "and -", param);
+		for (size_t q = 0; q < k; q++)
+			if (!strcmp(json_object_get_string(name), json_object_get_string(opt(opt(
+				    json_object_array_get_idx(tools, q), "function"), "name"))))
+				return rg_req_failp(err, param, 400, "validation",
+						 "%s.function.name \"%s\" is also tools[%zu]'s",
+						 param, json_object_get_string(name), q);
+		if ((p = opt(fn, "description")) && !json_object_is_type(p, json_type_string))
+			return rg_req_failp(err, param, 400, "validation",
+					 "%s.function.description must be a string", param);
+		if ((p = opt(fn, "strict")) && !json_object_is_type(p, json_type_boolean))
+			return rg_req_failp(err, param, 400, "validation",
+					 "%s.function.strict must be a boolean", param);
+		if ((p = tool_params(t)) && !json_object_is_type(p, json_type_object))
+			return rg_req_failp(err, param, 400, "validation",
+					 "%s.function.parameters must be a JSON Schema object",
+					 param);
+	}
+	if (n && !(r->tools = strdup(json_object_to_json_string_ext(
+			   tools, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE))))
+		return oom(err);
+	r->tool_choice = n ? RG_GEN_TOOL_AUTO : RG_GEN_TOOL_NONE;
+	if (!tc)
+		return RG_OK;
+	if (json_object_is_type(tc, json_type_string)) {
+		const char *c = json_object_get_string(tc);
+
+		if (!strcmp(c, "none")) {
+			r->tool_choice = RG_GEN_TOOL_NONE;
+			return RG_OK;
+		}
+		if (strcmp(c, "auto") && strcmp(c, "required"))
+			return rg_req_failp(err, "tool_choice", 400, "validation",
+					 "tool_choice must be \"none\", \"auto\", \"required\" "
+					 "or {\"type\": \"function\", \"function\": {\"name\": "
+					 "...}}, got \"%.40s\"", c);
+		if (!n)
+			return rg_req_failp(err, "tool_choice", 400, "validation",
+					 "tool_choice \"%s\" needs tools", c);
+		if (!strcmp(c, "auto"))
+			return RG_OK;
+		r->tool_choice = RG_GEN_TOOL_REQUIRED;
+		{
+			json_object *schema = required_schema(tools, r->parallel_tool_calls);
+
+			if (!schema)
+				return oom(err);
+			st = set_grammar(r, lim, "tool_choice", RG_GRAMMAR_JSON_SCHEMA, schema, err);
+			json_object_put(schema);
+			return st;
+		}
+	}
+	{
+		json_object *ty = opt(tc, "type"), *name = opt(opt(tc, "function"), "name");
+
+		if (!json_object_is_type(tc, json_type_object) ||
+		    !json_object_is_type(ty, json_type_string) ||
+		    strcmp(json_object_get_string(ty), "function") ||
+		    !json_object_is_type(name, json_type_string))
+			return rg_req_failp(err, "tool_choice", 400, "validation",
+					 "tool_choice must be \"none\", \"auto\", \"required\" "
+					 "or {\"type\": \"function\", \"function\": {\"name\": "
+					 "...}}");
+		if (!n)
+			return rg_req_failp(err, "tool_choice", 400, "validation",
+					 "tool_choice names a function but there are no tools");
+		for (size_t k = 0; k < n; k++) {
+			json_object *t = json_object_array_get_idx(tools, k), *p;
+
+			if (strcmp(json_object_get_string(opt(opt(t, "function"), "name")),
+				   json_object_get_string(name)))
+				continue;
+			if (!(r->tool_name = strdup(json_object_get_string(name))))
+				return oom(err);
+			r->tool_choice = RG_GEN_TOOL_NAMED;
+			if ((p = tool_params(t)))
+				return set_grammar(r, lim, "tool_choice", RG_GRAMMAR_JSON_SCHEMA, p,
+						   err);
+			return set_grammar(r, lim, "tool_choice", RG_GRAMMAR_JSON_OBJECT, NULL,
+					   err);
+		}
+		return rg_req_failp(err, "tool_choice.function.name", 400, "validation",
+				 "tool_choice.function.name \"%.64s\" is not among the tools",
+				 json_object_get_string(name));
+	}
 }
 
 /* ---- options shared by the OpenAI routes --------------------------------------------------- */
@@ -910,11 +1157,10 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 	}
 	if ((chat && (st = refuse_feature(root, "suffix", OK_EMPTY_STR, "no fill-in-the-middle",
 					  err))) ||
-	    (st = refuse_feature(root, "tools", OK_EMPTY_LIST, "no tool calling", err)) ||
-	    (st = refuse_feature(root, "tool_choice", OK_NONE_STR, "no tool calling", err)) ||
-	    (st = refuse_feature(root, "functions", OK_EMPTY_LIST, "no function calling", err)) ||
-	    (st = refuse_feature(root, "function_call", OK_NONE_STR, "no function calling",
-				 err)) ||
+	    (st = refuse_feature(root, "functions", OK_EMPTY_LIST, "the deprecated form of "
+				 "tools; send tools", err)) ||
+	    (st = refuse_feature(root, "function_call", OK_NONE_STR, "the deprecated form of "
+				 "tool_choice; send tool_choice", err)) ||
 	    (st = refuse_feature(root, "audio", 0, "text output only", err)) ||
 	    (st = refuse_feature(root, "modalities", OK_TEXT_MODALITY, "text output only", err)) ||
 	    (st = refuse_feature(root, "prediction", 0, "no predicted outputs", err)))
@@ -946,7 +1192,8 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 	    (st = parse_early_stopping(root, r, err)) ||
 	    (st = parse_targets(root, r, err)) ||
 	    (st = parse_response_format(root, lim, r, err)) ||
-	    (st = parse_guided(root, lim, r, err)))
+	    (st = parse_guided(root, lim, r, err)) ||
+	    (chat && (st = parse_tools(root, lim, r, err))))
 		return st;
 	r->seed = (uint64_t)seed;
 	if (r->top_k == -1)
@@ -1295,6 +1542,8 @@ void rg_gen_request_free(rg_gen_request *r)
 	for (int i = 0; r->messages && i < r->n_messages; i++) {
 		free(r->messages[i].role);
 		free(r->messages[i].content);
+		free(r->messages[i].tool_calls);
+		free(r->messages[i].tool_call_id);
 	}
 	free(r->messages);
 	for (int i = 0; r->stop && i < r->n_stop; i++)
@@ -1313,6 +1562,8 @@ void rg_gen_request_free(rg_gen_request *r)
 	free(r->src_lang);
 	free(r->tgt_lang);
 	free(r->grammar);
+	free(r->tools);
+	free(r->tool_name);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -1396,6 +1647,8 @@ const char *rg_gen_finish_name(rg_gen_api api, rg_gen_finish f)
 		return tgi ? "stop_sequence" : "stop";
 	case RG_GEN_FINISH_LENGTH:
 		return "length";
+	case RG_GEN_FINISH_TOOL_CALLS:
+		return tgi ? "eos_token" : "tool_calls";
 	case RG_GEN_FINISH_ABORT:
 		return tgi ? NULL : "abort"; /* TGI's stream ends with an error event instead */
 	}
@@ -1621,7 +1874,27 @@ void rg_gen_answer_json(rg_buf *b, const rg_gen_answer_ctx *ctx, const rg_gen_ch
 		rg_buf_printf(b, i ? ",{\"index\":%d," : "{\"index\":%d,", c->index);
 		if (chat) {
 			rg_buf_puts(b, "\"message\":{\"role\":\"assistant\",\"content\":");
-			put_str(b, c->text, c->text_len);
+			if (c->tools && !c->text_len)
+				rg_buf_puts(b, "null");
+			else
+				put_str(b, c->text, c->text_len);
+			if (c->n_calls) {
+				rg_buf_puts(b, ",\"tool_calls\":[");
+				for (int k = 0; k < c->n_calls; k++) {
+					char id[64];
+
+					rg_tool_call_id(id, sizeof(id), ctx->id, c->index, k,
+							ctx->tool_ids_nine);
+					rg_buf_puts(b, k ? ",{\"id\":" : "{\"id\":");
+					put_cstr(b, id);
+					rg_buf_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");
+					put_cstr(b, c->calls[k].name);
+					rg_buf_puts(b, ",\"arguments\":");
+					put_cstr(b, c->calls[k].arguments);
+					rg_buf_puts(b, "}}");
+				}
+				rg_buf_puts(b, "]");
+			}
 			rg_buf_puts(b, "},\"logprobs\":");
 			if (c->lps)
 				chat_logprobs(b, c->lps, c->n_lps);
@@ -1719,6 +1992,28 @@ void rg_gen_answer_event(rg_buf *b, const rg_gen_answer_ctx *ctx, int index, boo
 	rg_buf_puts(b, ",\"stop_reason\":");
 	put_cstr(b, stop_str);
 	rg_buf_puts(b, "}]}\n\n");
+}
+
+void rg_gen_answer_tool_event(rg_buf *b, const rg_gen_answer_ctx *ctx, int index,
+			      int tool_index, const char *id, const char *name, const char *args,
+			      size_t args_len)
+{
+	rg_buf_puts(b, "data: ");
+	openai_head(b, ctx, "chat.completion.chunk");
+	rg_buf_printf(b, "{\"index\":%d,\"delta\":{\"tool_calls\":[{\"index\":%d,", index,
+		      tool_index);
+	if (name) {
+		rg_buf_puts(b, "\"id\":");
+		put_cstr(b, id);
+		rg_buf_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");
+		put_cstr(b, name);
+		rg_buf_puts(b, ",\"arguments\":\"\"}");
+	} else {
+		rg_buf_puts(b, "\"function\":{\"arguments\":");
+		put_str(b, args, args_len);
+		rg_buf_puts(b, "}");
+	}
+	rg_buf_puts(b, "}]},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
 }
 
 void rg_gen_answer_usage_event(rg_buf *b, const rg_gen_answer_ctx *ctx, const rg_gen_usage *u)

@@ -21,6 +21,7 @@
 #include "core/buf.h"
 #include "ragged.h"
 #include "server/request.h"
+#include "server/tool_call.h"
 
 typedef enum rg_gen_api {
 	RG_GEN_API_COMPLETIONS = 0, /* POST /v1/completions (and /completions) */
@@ -38,7 +39,20 @@ typedef struct rg_gen_message {
 	char *content;      /* NUL-terminated; a list of {"type":"text","text":...} parts is joined
 			     * with no separator (OpenAI's content parts); other part types: 400 */
 	size_t content_len;
+	char *tool_calls;   /* assistant: OpenAI's "tool_calls" as JSON text (a non-empty list of
+			     * {"id", "type": "function", "function": {"name", "arguments": JSON
+			     * text}}, checked), NULL when absent, null or [] */
+	char *tool_call_id; /* tool: "tool_call_id" (required there, as OpenAI's), else NULL */
 } rg_gen_message;
+
+/* OpenAI's "tool_choice". */
+typedef enum rg_gen_tool_choice {
+	RG_GEN_TOOL_NONE = 0, /* "none", or no tools: the text is content */
+	RG_GEN_TOOL_AUTO,     /* "auto" (the default with tools): the family's parser finds calls */
+	RG_GEN_TOOL_REQUIRED, /* "required": a JSON list of {"name", "parameters"} (grammar) */
+	RG_GEN_TOOL_NAMED,    /* {"type": "function", "function": {"name"}}: its arguments
+			       * (grammar: the tool's parameters schema) */
+} rg_gen_tool_choice;
 
 /* A parsed request. Absent fields hold the defaults below. */
 typedef struct rg_gen_request {
@@ -145,6 +159,15 @@ typedef struct rg_gen_request {
 	 * "value": ...}). At most one per request. grammar_kind 0 (RG_GRAMMAR_NONE): none */
 	int grammar_kind;         /* rg_grammar_kind */
 	char *grammar;            /* its text (schema JSON, regex, JSON list of choices), or NULL */
+	/* tool calling (chat, issue 31): "tools" (a list of {"type": "function", "function":
+	 * {"name": [a-zA-Z0-9_-]{1,64}, "description": str, "parameters": object, "strict": bool}},
+	 * names distinct) as JSON text for the chat template, NULL when absent, null or []; with
+	 * tool_choice "required" / named the grammar above is the JSON Schema vLLM builds for them
+	 * (a second constraint, e.g. response_format, is then a 400) */
+	char *tools;
+	int tool_choice;          /* rg_gen_tool_choice */
+	char *tool_name;          /* NAMED: the function's name */
+	bool parallel_tool_calls; /* default true; false: "required" allows one call */
 } rg_gen_request;
 
 typedef struct rg_gen_limits {
@@ -171,8 +194,8 @@ typedef struct rg_gen_limits {
  * level or in "parameters", not both; also completions' keys); any other key at either level:
  * 400 naming it.
  * Unknown keys: 400 naming the key on the OpenAI routes (OpenAI answers an unknown argument
- * so); OpenAI keys ragged does not implement ("tools", "tool_choice", "functions",
- * "function_call", "response_format" other than {"type":"text"}, "suffix", "audio",
+ * so); OpenAI keys ragged does not implement ("functions", "function_call": the deprecated
+ * forms of "tools" / "tool_choice", which are parsed as above; "audio",
  * "modalities", "prediction") are 400 naming them when set to anything but null / their
  * default; accepted and ignored when harmless ("user", "metadata", "store", "service_tier",
  * "parallel_tool_calls", "stream_options" without stream: 400 as OpenAI). TGI's routes ignore
@@ -225,6 +248,8 @@ typedef enum rg_gen_finish {
 	RG_GEN_FINISH_STOP,       /* a stop string or stop token id */
 	RG_GEN_FINISH_LENGTH,
 	RG_GEN_FINISH_ABORT,
+	RG_GEN_FINISH_TOOL_CALLS, /* chat: ended (EOS / stop) with tool calls of tool_choice auto
+				   * or required: "tool_calls" (a named choice ends "stop") */
 } rg_gen_finish;
 
 /* The answer's fixed part. */
@@ -237,6 +262,8 @@ typedef struct rg_gen_answer_ctx {
 	long long prompt_tokens;  /* TGI_STREAM: the last event's details "input_length" (TGI's
 				   * StreamDetails has it; huggingface_hub's type requires it) */
 	bool list;                /* TRANSLATE: answer a list (the inputs were a list) */
+	bool tool_ids_nine;       /* chat: tool call ids of 9 characters (Mistral's, see
+				   * rg_tool_call_id), else "call_..." */
 } rg_gen_answer_ctx;
 
 typedef struct rg_gen_usage {
@@ -259,6 +286,10 @@ typedef struct rg_gen_choice {
 	int n_prefill;
 	bool has_seed;            /* TGI "seed" (null otherwise) */
 	uint64_t seed;
+	/* chat with tools: text is the content outside the calls ("content": null when empty) */
+	bool tools;
+	const rg_tool_call *calls; /* (n_calls) "tool_calls" (omitted when none) */
+	int n_calls;
 } rg_gen_choice;
 
 /* A whole answer, appended to b (UTF-8 JSON):
@@ -303,6 +334,14 @@ void rg_gen_answer_event(rg_buf *b, const rg_gen_answer_ctx *ctx, int index, boo
 			 bool want_logprobs, rg_gen_finish finish, const char *stop_str,
 			 const char *full_text, size_t full_len, long long n_generated,
 			 bool has_seed, uint64_t seed);
+
+/* One streamed piece of tool call tool_index of chat choice `index`, as one event (OpenAI's
+ * delta {"tool_calls": [...]}): name not NULL: the call's first chunk {"index", "id",
+ * "type": "function", "function": {"name", "arguments": ""}}; else an arguments fragment
+ * {"index", "function": {"arguments": args}} (args_len bytes). */
+void rg_gen_answer_tool_event(rg_buf *b, const rg_gen_answer_ctx *ctx, int index,
+			      int tool_index, const char *id, const char *name, const char *args,
+			      size_t args_len);
 
 /* The usage chunk OpenAI sends last with stream_options.include_usage:
  * "data: {...,"choices":[],"usage":{...}}\n\n". Writes nothing for the TGI APIs. */

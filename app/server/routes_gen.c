@@ -42,6 +42,10 @@ typedef struct gen_cursor {
 	size_t text_sent;            /* bytes of text sent */
 	int tok_sent;                /* tokens whose text (and logprobs) were sent */
 	bool role_sent, finish_sent;
+	/* chat with a tool parser: the last scan of the text, and what of it was sent */
+	rg_tool_scan scan;
+	size_t content_sent;         /* bytes of scan.content sent */
+	int calls_sent;              /* calls of scan.calls sent */
 } gen_cursor;
 
 typedef struct rg_gen_conn {
@@ -68,6 +72,11 @@ typedef struct rg_gen_conn {
 	double t0;
 	int32_t *eos;                /* the model's EOS ids (borrowed from the engine) */
 	int32_t forced_bos;          /* "tgt_lang"'s token id (rg_model_lang_id), -1: none given */
+	rg_tool_fmt tool_fmt;        /* chat: how the text is parsed into tool calls (render_chat:
+				      * tool_choice, and the template's family for "auto") */
+	bool special_for_tools;      /* skip_special_tokens turned off for the tool parser: the
+				      * EOS token's text is not part of what it scans
+				      * (tool_text_len) */
 } rg_gen_conn;
 
 /* The fair keys of the HTTP requests (rg_gen_job.fair_key): one per request, never 0. */
@@ -140,6 +149,8 @@ void rg_gen_conn_free(conn_ctx *c)
 	free(g->prefix);
 	free(g->prefix_len);
 	free(g->jobs);
+	for (int k = 0; g->cur && k < g->n_jobs * g->n_choices; k++)
+		rg_tool_scan_free(&g->cur[k].scan);
 	free(g->cur);
 	rg_buf_free(&g->pend);
 	if (g->counted)
@@ -269,6 +280,21 @@ static bool keeps_stop(const conn_ctx *c)
 	       (api == RG_GEN_API_TGI || api == RG_GEN_API_TGI_STREAM);
 }
 
+/* The bytes of a finished choice's text the tool parser scans: all of it, but the EOS token's
+ * text when special tokens were kept for the parser only (vLLM drops the EOS text too). */
+static size_t tool_text_len(const rg_gen_conn *g, const rg_gen_seq_out *o)
+{
+	size_t len = o->text.len;
+
+	if (g->special_for_tools && o->end == RG_GEN_END_EOS && o->n_ids > 0) {
+		size_t cut = o->n_ids > 1 ? o->text_end[o->n_ids - 2] : 0;
+
+		if (cut < len)
+			len = cut;
+	}
+	return len;
+}
+
 static enum MHD_Result answer_whole(conn_ctx *c)
 {
 	rg_gen_conn *g = c->gen;
@@ -343,6 +369,27 @@ static enum MHD_Result answer_whole(conn_ctx *c)
 			x->n_generated = o->n_ids;
 			x->has_seed = g->req.do_sample;
 			x->seed = j->gp.seed;
+			if (api == RG_GEN_API_CHAT && g->tool_fmt != RG_TOOL_FMT_NONE) {
+				/* the calls out of the text, the rest its content (chat: p is 0) */
+				rg_tool_scan *sc = &g->cur[x->index].scan;
+
+				rg_tool_scan_text((rg_tool_fmt)g->tool_fmt, g->req.tool_name, x->text,
+						  tool_text_len(g, o), true, sc);
+				if (sc->oom) {
+					ret = rg_conn_error(c, 500, "backend", NULL, "out of memory");
+					goto out;
+				}
+				x->tools = true;
+				x->text = sc->content.data ? sc->content.data : "";
+				x->text_len = sc->content.len;
+				x->calls = sc->calls;
+				x->n_calls = sc->n_calls;
+				/* OpenAI's (and vLLM's): "tool_calls" for auto and required,
+				 * "stop" for a named choice */
+				if (x->n_calls && g->tool_fmt != RG_TOOL_FMT_NAMED &&
+				    (x->finish == RG_GEN_FINISH_EOS || x->finish == RG_GEN_FINISH_STOP))
+					x->finish = RG_GEN_FINISH_TOOL_CALLS;
+			}
 			u.completion_tokens += o->n_ids;
 			if (want_lp && o->n_ids > 0) {
 				lpa[n] = calloc((size_t)o->n_ids, sizeof(rg_gen_lp));
@@ -412,6 +459,72 @@ static enum MHD_Result resume_whole(conn_ctx *c)
 }
 
 /* ---- streams ------------------------------------------------------------------------------ */
+
+/* A chat stream with a tool parser (tool_call.h): the text so far (tokens [0, to) ready, all of
+ * it when ended) rescanned, and what is new in the scan sent: content deltas, then each new
+ * call as its first chunk (id, name, arguments "") and one arguments chunk; NAMED sends the
+ * text itself as argument fragments. The finish is "tool_calls" when calls were sent and the
+ * text ended by EOS or a stop, but "stop" for a named choice (OpenAI's and vLLM's). Token
+ * logprobs are not sent on such streams. */
+static void stream_tools(conn_ctx *c, gen_cursor *cu, int index, const rg_gen_seq_out *o,
+			 int to, bool ended)
+{
+	rg_gen_conn *g = c->gen;
+	rg_tool_scan *sc = &cu->scan;
+	size_t till = ended ? tool_text_len(g, o) : (to > 0 ? o->text_end[to - 1] : 0);
+	const char *text = o->text.data ? o->text.data : "";
+	rg_gen_finish fin;
+	char id[64];
+
+	if (till > o->text.len)
+		till = o->text.len;
+	if (g->tool_fmt == RG_TOOL_FMT_NAMED) {
+		if (!cu->calls_sent) {
+			rg_tool_call_id(id, sizeof(id), g->actx.id, index, 0, g->actx.tool_ids_nine);
+			rg_gen_answer_tool_event(&g->pend, &g->actx, index, 0, id,
+						 g->req.tool_name, NULL, 0);
+			cu->calls_sent = 1;
+		}
+		if (till > cu->text_sent)
+			rg_gen_answer_tool_event(&g->pend, &g->actx, index, 0, NULL, NULL,
+						 text + cu->text_sent, till - cu->text_sent);
+	} else {
+		rg_tool_scan_text((rg_tool_fmt)g->tool_fmt, g->req.tool_name, text, till, ended, sc);
+		if (sc->oom) {
+			g->pend.oom = true;
+			return;
+		}
+		if (sc->content.len > cu->content_sent) {
+			rg_gen_answer_event(&g->pend, &g->actx, index, false,
+					    sc->content.data + cu->content_sent,
+					    sc->content.len - cu->content_sent, NULL, 0, false,
+					    RG_GEN_FINISH_NONE, NULL, NULL, 0, 0, false, 0);
+			cu->content_sent = sc->content.len;
+		}
+		for (; cu->calls_sent < sc->n_calls; cu->calls_sent++) {
+			const rg_tool_call *k = &sc->calls[cu->calls_sent];
+
+			rg_tool_call_id(id, sizeof(id), g->actx.id, index, cu->calls_sent,
+					g->actx.tool_ids_nine);
+			rg_gen_answer_tool_event(&g->pend, &g->actx, index, cu->calls_sent, id,
+						 k->name, NULL, 0);
+			rg_gen_answer_tool_event(&g->pend, &g->actx, index, cu->calls_sent, NULL,
+						 NULL, k->arguments, strlen(k->arguments));
+		}
+	}
+	if (till > cu->text_sent)
+		cu->text_sent = till;
+	cu->tok_sent = to;
+	if (!ended)
+		return;
+	fin = finish_of(o->end);
+	if (cu->calls_sent && g->tool_fmt != RG_TOOL_FMT_NAMED &&
+	    (fin == RG_GEN_FINISH_EOS || fin == RG_GEN_FINISH_STOP))
+		fin = RG_GEN_FINISH_TOOL_CALLS;
+	rg_gen_answer_event(&g->pend, &g->actx, index, false, NULL, 0, NULL, 0, false, fin,
+			    o->stop_str, NULL, 0, o->n_ids, false, 0);
+	cu->finish_sent = true;
+}
 
 /* Append to g->pend the events for what is new in job p's choice q (job->mu held).
  * Returns true when that choice is finished and its last event was written. */
@@ -491,6 +604,11 @@ static bool stream_choice(conn_ctx *c, int p, int q)
 						    g->req.do_sample, j->gp.seed);
 			cu->finish_sent = true;
 		}
+		arena_free(&a);
+		return ended;
+	}
+	if (api == RG_GEN_API_CHAT && g->tool_fmt != RG_TOOL_FMT_NONE) {
+		stream_tools(c, cu, index, o, to, ended);
 		arena_free(&a);
 		return ended;
 	}
@@ -612,7 +730,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 /* The prompt of a chat request, rendered by the model's template (src/gen/chat_template.h: its
  * family found by structure) into *out and tokenized into *enc (--chat-content-as-text:
  * special tokens matched in the markup only, rg_model_chat_encode). "developer" is OpenAI's
- * newer name of "system"; tool messages are refused (no template family here renders them). */
+ * newer name of "system"; tools, tool messages and tool_calls go to the renderer, which writes
+ * them where the template has tool branches and refuses them where it has none. */
 /* Whether Jinja source src reads variable name (as a whole identifier). */
 static bool template_reads(const char *src, const char *name)
 {
@@ -687,17 +806,42 @@ static rg_status render_chat(conn_ctx *c, char **out, rg_encoding *enc, const ch
 
 		if (!strcmp(role, "developer"))
 			role = "system";
-		if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
-			free(msgs);
-			*param = "messages";
-			return rg_errorf(RG_ERR_INVALID_INPUT, "messages[%d]: role '%s' is not rendered "
-					 "by the %s template (system, developer, user and assistant "
-					 "are)", i, role,
-					 opts.chat_template ? rg_chat_template_family(opts.chat_template)
-							    : c->srv->chat_family);
-		}
 		msgs[i] = (rg_chat_message){.role = role, .content = r->messages[i].content,
-					    .content_len = r->messages[i].content_len};
+					    .content_len = r->messages[i].content_len,
+					    .tool_calls = r->messages[i].tool_calls,
+					    .tool_call_id = r->messages[i].tool_call_id};
+	}
+	/* tools go to the template whatever tool_choice is ("none" too, as vLLM renders them);
+	 * the parser follows tool_choice, and for "auto" the template's family */
+	opts.tools = r->tools;
+	switch ((rg_gen_tool_choice)r->tool_choice) {
+	case RG_GEN_TOOL_NONE:
+		c->gen->tool_fmt = RG_TOOL_FMT_NONE;
+		break;
+	case RG_GEN_TOOL_AUTO:
+		c->gen->tool_fmt = rg_tool_fmt_of_family(
+			opts.chat_template ? rg_chat_template_family(opts.chat_template)
+					   : c->srv->chat_family);
+		/* [TOOL_CALLS] is a special token: kept in the text, as vLLM's mistral parser
+		 * asks */
+		if (c->gen->tool_fmt == RG_TOOL_FMT_MISTRAL && c->gen->req.skip_special_tokens) {
+			c->gen->req.skip_special_tokens = false;
+			c->gen->special_for_tools = true;
+		}
+		break;
+	case RG_GEN_TOOL_REQUIRED:
+		c->gen->tool_fmt = RG_TOOL_FMT_LIST;
+		break;
+	case RG_GEN_TOOL_NAMED:
+		c->gen->tool_fmt = RG_TOOL_FMT_NAMED;
+		break;
+	}
+	/* Mistral's template wants its call ids (9 characters) back */
+	{
+		const char *fam = opts.chat_template ? rg_chat_template_family(opts.chat_template)
+						     : c->srv->chat_family;
+
+		c->gen->actx.tool_ids_nine = fam && !strcmp(fam, "mistral");
 	}
 	st = rg_model_chat_encode_opts(c->srv->model, msgs, r->n_messages, &opts, out, enc);
 	free(msgs);

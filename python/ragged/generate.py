@@ -215,7 +215,8 @@ def default_model_path():
 class ChatMessage(ctypes.Structure):
     """include/ragged.h rg_chat_message."""
     _fields_ = [("role", ctypes.c_char_p), ("content", ctypes.c_char_p),
-                ("content_len", ctypes.c_size_t)]
+                ("content_len", ctypes.c_size_t), ("tool_calls", ctypes.c_char_p),
+                ("tool_call_id", ctypes.c_char_p)]
 
 
 class EncodeParams(ctypes.Structure):

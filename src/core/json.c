@@ -2,6 +2,7 @@
 #include "core/json.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -316,4 +317,170 @@ rg_status rg_json_text_check(const char *text, size_t len, json_object *root, ch
 	if (found)
 		snprintf(msg, n, "duplicate key '%.100s'", key);
 	return found ? RG_ERR_INVALID_INPUT : RG_OK;
+}
+
+/* Python's repr(float) (float_repr_style 'short'): the fewest significant digits that read
+ * back to v, in positional notation when the decimal exponent is in [-4, 16), else
+ * d[.ddd]e+XX. */
+static void dump_double(rg_buf *b, double v)
+{
+	char e[40], digits[24];
+	int p, nd = 0, exp10, decpt;
+	const char *s;
+
+	if (isnan(v)) {
+		rg_buf_puts(b, "NaN");
+		return;
+	}
+	if (isinf(v)) {
+		rg_buf_puts(b, v < 0 ? "-Infinity" : "Infinity");
+		return;
+	}
+	for (p = 1; p <= 17; p++) {
+		snprintf(e, sizeof(e), "%.*e", p - 1, v);
+		if (strtod(e, NULL) == v)
+			break;
+	}
+	s = e;
+	if (*s == '-') {
+		rg_buf_puts(b, "-");
+		s++;
+	}
+	for (; *s && *s != 'e'; s++)
+		if (*s >= '0' && *s <= '9')
+			digits[nd++] = *s;
+	exp10 = atoi(s + 1);
+	while (nd > 1 && digits[nd - 1] == '0')
+		nd--;
+	decpt = exp10 + 1;
+	if (decpt <= -4 || decpt > 16) {
+		rg_buf_put(b, digits, 1);
+		if (nd > 1) {
+			rg_buf_puts(b, ".");
+			rg_buf_put(b, digits + 1, (size_t)nd - 1);
+		}
+		rg_buf_printf(b, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+	} else if (decpt <= 0) {
+		rg_buf_puts(b, "0.");
+		for (int k = 0; k < -decpt; k++)
+			rg_buf_puts(b, "0");
+		rg_buf_put(b, digits, (size_t)nd);
+	} else if (decpt >= nd) {
+		rg_buf_put(b, digits, (size_t)nd);
+		for (int k = nd; k < decpt; k++)
+			rg_buf_puts(b, "0");
+		rg_buf_puts(b, ".0");
+	} else {
+		rg_buf_put(b, digits, (size_t)decpt);
+		rg_buf_puts(b, ".");
+		rg_buf_put(b, digits + decpt, (size_t)(nd - decpt));
+	}
+}
+
+/* json.dumps' string with ensure_ascii=False: '"', '\\' and the C0 controls escaped. */
+static void dump_string(rg_buf *b, const char *s, size_t n)
+{
+	size_t run = 0;
+
+	rg_buf_puts(b, "\"");
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		const char *esc = NULL;
+		char u[8];
+
+		if (c == '"')
+			esc = "\\\"";
+		else if (c == '\\')
+			esc = "\\\\";
+		else if (c == '\n')
+			esc = "\\n";
+		else if (c == '\r')
+			esc = "\\r";
+		else if (c == '\t')
+			esc = "\\t";
+		else if (c == '\b')
+			esc = "\\b";
+		else if (c == '\f')
+			esc = "\\f";
+		else if (c < 0x20)
+			snprintf(u, sizeof(u), "\\u%04x", c), esc = u;
+		if (!esc)
+			continue;
+		rg_buf_put(b, s + run, i - run);
+		rg_buf_puts(b, esc);
+		run = i + 1;
+	}
+	rg_buf_put(b, s + run, n - run);
+	rg_buf_puts(b, "\"");
+}
+
+static void dump_newline(rg_buf *b, int indent, int level)
+{
+	rg_buf_puts(b, "\n");
+	for (int k = 0; k < indent * level; k++)
+		rg_buf_puts(b, " ");
+}
+
+static void dump_py(rg_buf *b, json_object *v, int indent, int level)
+{
+	const char *sep = indent < 0 ? ", " : ",";
+	bool first = true;
+
+	switch (json_object_get_type(v)) {
+	case json_type_null:
+		rg_buf_puts(b, "null");
+		return;
+	case json_type_boolean:
+		rg_buf_puts(b, json_object_get_boolean(v) ? "true" : "false");
+		return;
+	case json_type_int:
+		if (json_object_get_int64(v) == INT64_MAX && json_object_get_uint64(v) > INT64_MAX)
+			rg_buf_printf(b, "%llu", (unsigned long long)json_object_get_uint64(v));
+		else
+			rg_buf_printf(b, "%lld", (long long)json_object_get_int64(v));
+		return;
+	case json_type_double:
+		dump_double(b, json_object_get_double(v));
+		return;
+	case json_type_string:
+		dump_string(b, json_object_get_string(v), (size_t)json_object_get_string_len(v));
+		return;
+	case json_type_array: {
+		size_t n = json_object_array_length(v);
+
+		rg_buf_puts(b, "[");
+		for (size_t i = 0; i < n; i++) {
+			if (i)
+				rg_buf_puts(b, sep);
+			if (indent >= 0)
+				dump_newline(b, indent, level + 1);
+			dump_py(b, json_object_array_get_idx(v, i), indent, level + 1);
+		}
+		if (n && indent >= 0)
+			dump_newline(b, indent, level);
+		rg_buf_puts(b, "]");
+		return;
+	}
+	case json_type_object:
+		rg_buf_puts(b, "{");
+		json_object_object_foreach(v, key, val) {
+			if (!first)
+				rg_buf_puts(b, sep);
+			if (indent >= 0)
+				dump_newline(b, indent, level + 1);
+			dump_string(b, key, strlen(key));
+			rg_buf_puts(b, ": ");
+			dump_py(b, val, indent, level + 1);
+			first = false;
+		}
+		if (!first && indent >= 0)
+			dump_newline(b, indent, level);
+		rg_buf_puts(b, "}");
+		return;
+	}
+}
+
+void rg_json_dump_py(rg_buf *b, json_object *v, int indent)
+{
+	dump_py(b, v, indent, 0);
 }

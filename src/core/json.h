@@ -6,6 +6,7 @@
 #include <json-c/json.h>
 #include <stddef.h>
 #include <sys/types.h>
+#include "core/buf.h"
 #include "ragged.h"
 
 /* Parse len bytes of JSON text that must be exactly one value: only whitespace may follow it,
@@ -40,3 +41,13 @@ rg_status rg_json_read_file(const char *path, off_t limit, json_object **out);
 rg_status rg_json_text_check(const char *text, size_t len, json_object *root, char *msg, size_t n,
 			     char *key, size_t key_n);
 #endif
+
+/* Append v as Python's json.dumps(v, ensure_ascii=False, indent=indent) writes it (what
+ * transformers' chat-template tojson filter and vLLM's tool parsers write): ", " and ": "
+ * separators (indent < 0: one line; indent >= 0: "," and ": ", a newline and indent spaces per
+ * level, "[]" / "{}" when empty); keys in the order json-c holds them (the text's order);
+ * strings with only '"', '\\' and the C0 controls escaped (\n \r \t \b \f, else \u00XX);
+ * integers as json-c read them; doubles as Python's repr(float) (the shortest text that reads
+ * back, "1.0", "1e-05", "1e+16", "NaN" / "Infinity" as Python writes them); NULL as null.
+ * Errors go to b's oom flag only. */
+void rg_json_dump_py(rg_buf *b, json_object *v, int indent);

@@ -44,8 +44,8 @@ static rg_status chat_template_of(const rg_model *m)
 /* The rendering of rg_model_chat_apply by template jinja (NULL: the model's), with the content
  * spans when spans is not NULL. */
 static rg_status chat_render(const rg_model *m, const char *jinja, const rg_chat_message *msgs,
-			     int n, bool add_generation_prompt, char **out, size_t *len,
-			     size_t **spans, size_t *n_spans)
+			     int n, const char *tools, bool add_generation_prompt, char **out,
+			     size_t *len, size_t **spans, size_t *n_spans)
 {
 	char *bos = NULL, *eos = NULL;
 	rg_status s;
@@ -57,8 +57,8 @@ static rg_status chat_render(const rg_model *m, const char *jinja, const rg_chat
 	if ((s = chat_special(m, m->chat_bos, m->info.bos_token_id, &bos)) != RG_OK ||
 	    (s = chat_special(m, m->chat_eos, m->info.eos_token_id, &eos)) != RG_OK)
 		goto out_free;
-	s = rg_chat_template_render_spans(jinja ? jinja : m->chat_template, msgs, n, bos, eos,
-					  add_generation_prompt, out, len, spans, n_spans);
+	s = rg_chat_template_render_tools(jinja ? jinja : m->chat_template, msgs, n, tools, bos,
+					  eos, add_generation_prompt, out, len, spans, n_spans);
 	if (s != RG_OK)
 		rg_error_wrap(s, "%s", m->dir);
 out_free:
@@ -74,7 +74,7 @@ rg_status rg_model_chat_apply(const rg_model *m, const rg_chat_message *msgs, in
 		*out = NULL;
 	if (!out || !msgs)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_chat_apply: NULL argument");
-	return chat_render(m, NULL, msgs, n, add_generation_prompt, out, NULL, NULL, NULL);
+	return chat_render(m, NULL, msgs, n, NULL, add_generation_prompt, out, NULL, NULL, NULL);
 }
 
 static bool is_space(char c)
@@ -175,8 +175,8 @@ rg_status rg_model_chat_encode_opts(const rg_model *m, const rg_chat_message *ms
 	if (o->continue_final_message && o->add_generation_prompt)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "Cannot set both continue_final_message and "
 				 "add_generation_prompt to true");
-	if ((s = chat_render(m, o->chat_template, msgs, n, o->add_generation_prompt, &chat, &len,
-			     o->content_as_text ? &spans : NULL, &n_spans)) != RG_OK)
+	if ((s = chat_render(m, o->chat_template, msgs, n, o->tools, o->add_generation_prompt,
+			     &chat, &len, o->content_as_text ? &spans : NULL, &n_spans)) != RG_OK)
 		return s;
 	if (o->continue_final_message &&
 	    (s = cut_after_final(chat, &len, msgs[n - 1].content ? msgs[n - 1].content : "",
@@ -221,7 +221,9 @@ rg_status rg_model_chat_format(const rg_model *m, const char *system, const char
 	if (!m || !user || !out)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_chat_format: NULL argument");
 	if (system)
-		msgs[n++] = (rg_chat_message){"system", system, strlen(system)};
-	msgs[n++] = (rg_chat_message){"user", user, strlen(user)};
+		msgs[n++] = (rg_chat_message){.role = "system", .content = system,
+					      .content_len = strlen(system)};
+	msgs[n++] = (rg_chat_message){.role = "user", .content = user,
+				      .content_len = strlen(user)};
 	return rg_model_chat_apply(m, msgs, n, true, out);
 }

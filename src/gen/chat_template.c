@@ -12,9 +12,10 @@
 
 #include "core/buf.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "core/utf8.h"
 
-enum chat_role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT };
+enum chat_role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT, ROLE_TOOL };
 
 enum chat_variant {
 	VAR_BASE = 0,
@@ -38,6 +39,14 @@ typedef struct chat_style {
 	char *knowledge;    /* Llama 3.1: "Cutting Knowledge Date: December 2023\n" */
 	char *date;         /* Llama 3.1: date_string's literal ("26 Jul 2024"), or NULL */
 	char *date_fmt;     /* Llama 3.2: strftime_now's format ("%d %b %Y"), or NULL */
+	/* tools (Qwen2.5's Hermes ChatML; Llama 3.1+'s JSON calls): where the template reads them */
+	bool hermes;        /* ChatML with a <tools> block, <tool_call> and <tool_response> */
+	char *tools_head;   /* Hermes: "\n\n# Tools\n\n...<tools>" after the system text */
+	char *tools_tail;   /* Hermes: "\n</tools>\n\nFor each function call, ...<|im_end|>\n" */
+	char *tools_system; /* Hermes: the system text when messages[0] is not a system message */
+	bool llama_tools;   /* Llama 3.1+: tools in the first user turn, ipython results */
+	bool mistral_tools; /* Mistral v0.3: [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS] */
+	bool reads_tools;   /* the source names "tools" */
 } chat_style;
 
 static void style_free(chat_style *st)
@@ -46,6 +55,9 @@ static void style_free(chat_style *st)
 	free(st->knowledge);
 	free(st->date);
 	free(st->date_fmt);
+	free(st->tools_head);
+	free(st->tools_tail);
+	free(st->tools_system);
 }
 
 const char *rg_chat_family_name(rg_chat_family f)
@@ -233,6 +245,16 @@ static rg_status oom(void)
 	return rg_errorf(RG_ERR_OOM, "out of host memory");
 }
 
+/* Llama 3.1-3.3's tool instructions (tools_in_user_message, their default), as the templates
+ * write them (tests/data/chat_templates/Llama-3.3-70B-Instruct.jinja); each is looked for in the
+ * source as written there, so a template that words them otherwise renders without tools. */
+#define LLAMA_TOOLS_1 "Given the following functions, please respond with a JSON for a " \
+	"function call "
+#define LLAMA_TOOLS_2 "with its proper arguments that best answers the given prompt."
+#define LLAMA_TOOLS_3 "Respond in the format {\"name\": function name, \"parameters\": " \
+	"dictionary of argument name and its value}."
+#define LLAMA_TOOLS_4 "Do not use variables."
+
 /* Family, variant and literals of template j into *st (style_free after RG_OK). */
 static rg_status style_parse(const char *j, chat_style *st)
 {
@@ -240,9 +262,20 @@ static rg_status style_parse(const char *j, chat_style *st)
 
 	memset(st, 0, sizeof(*st));
 	st->bos = has(j, "bos_token");
+	st->reads_tools = has(j, "tools");
 	if (has(j, "<|im_start|>") && has(j, "<|im_end|>")) {
 		st->family = RG_CHAT_CHATML;
 		st->default_system = literal_find(j, "<|im_start|>system", "<|im_end|>", &o);
+		if (!o && has(j, "<tool_call>") && has(j, "<tool_response>") &&
+		    has(j, "tool_call.arguments | tojson") && has(j, "message.tool_calls")) {
+			st->tools_head = literal_find(j, "\n\n# Tools", "<tools>", &o);
+			st->tools_tail = literal_find(j, "\n</tools>", "<|im_end|>", &o);
+			st->tools_system = literal_find(j, "You are", NULL, &o);
+			/* another Hermes-like template (Qwen3's: no default system text, thinking
+			 * turns) renders as ChatML without tools; tools are refused there
+			 * (reads_tools), not dropped */
+			st->hermes = !o && st->tools_head && st->tools_tail && st->tools_system;
+		}
 		return o ? oom() : RG_OK;
 	}
 	if (has(j, "<|start_header_id|>") && has(j, "<|end_header_id|>") && has(j, "<|eot_id|>")) {
@@ -258,6 +291,10 @@ static rg_status style_parse(const char *j, chat_style *st)
 		if (!st->knowledge || (!st->date && !st->date_fmt) || !has(j, "Today Date: "))
 			return unsupported(j, "a Llama 3.1 system block without its knowledge or "
 					   "date literals");
+		st->llama_tools = has(j, "tools_in_user_message") &&
+				  has(j, "Environment: ipython") && has(j, LLAMA_TOOLS_1) &&
+				  has(j, LLAMA_TOOLS_2 "\\n\\n") &&
+				  has(j, LLAMA_TOOLS_3) && has(j, LLAMA_TOOLS_4 "\\n\\n") && has(j, "tojson(indent=4)");
 		return RG_OK;
 	}
 	if (has(j, "<start_of_turn>") && has(j, "<end_of_turn>")) {
@@ -280,6 +317,10 @@ static rg_status style_parse(const char *j, chat_style *st)
 			st->eos_space = has(j, "eos_token + ' '") || has(j, "eos_token + \" \"");
 		} else if (has_lit(j, "[INST] ") && has_lit(j, "[/INST]")) {
 			st->variant = VAR_MISTRAL_V3;
+			st->mistral_tools = has(j, "[AVAILABLE_TOOLS] [") && has(j, "[TOOL_CALLS] [") &&
+					    has(j, "[TOOL_RESULTS] {\"content\": ") &&
+					    has(j, "tool_call.id|length != 9") &&
+					    has(j, "message == user_messages[-1]");
 		} else {
 			return unsupported(j, "a Mistral [INST] template of unknown spacing");
 		}
@@ -459,14 +500,93 @@ static rg_status check_alternate(const enum chat_role *r, int from, int n, const
 	return RG_OK;
 }
 
-static const char *const role_name[] = {"system", "user", "assistant"};
+static const char *const role_name[] = {"system", "user", "assistant", "tool"};
 
-static void render_chatml(rg_buf *b, const chat_style *st, const rg_chat_message *m,
-			  const enum chat_role *r, int n, bool gen)
+/* The parsed tools and tool calls of one rendering: tools a non-empty JSON list or NULL;
+ * calls[i] message i's tool_calls list (each call's function.arguments parsed in place into
+ * its JSON value, as vLLM hands them to the template) or NULL. */
+typedef struct chat_tools {
+	json_object *tools;
+	json_object **calls; /* (n) */
+} chat_tools;
+
+/* v as transformers' tojson(indent) writes it, recorded as content (it is the request's). */
+static void put_json(rg_buf *b, json_object *v, int indent)
 {
-	if (st->default_system && r[0] != ROLE_SYSTEM)
+	size_t at = b->len;
+
+	rg_json_dump_py(b, v, indent);
+	out_span(b, at, b->len);
+}
+
+static void put_str_span(rg_buf *b, const char *s)
+{
+	size_t at = b->len;
+
+	put(b, s);
+	out_span(b, at, b->len);
+}
+
+static json_object *call_fn(json_object *calls, size_t k, const char *key)
+{
+	json_object *fn = NULL, *v = NULL;
+
+	json_object_object_get_ex(json_object_array_get_idx(calls, k), "function", &fn);
+	json_object_object_get_ex(fn, key, &v);
+	return v;
+}
+
+/* ChatML; with Qwen2.5's Hermes tool branches (tests/data/chat_templates/Qwen2.5-0.5B-Instruct
+ * .jinja): the tools listed one per line in <tools> inside the system turn, an assistant's
+ * calls as <tool_call> JSON after its content, consecutive tool results as <tool_response>
+ * blocks of one user turn. */
+static void render_chatml(rg_buf *b, const chat_style *st, const rg_chat_message *m,
+			  const enum chat_role *r, int n, bool gen, const chat_tools *t)
+{
+	int i = 0;
+
+	if (st->hermes && t->tools) {
+		put(b, "<|im_start|>system\n");
+		if (r[0] == ROLE_SYSTEM)
+			put_content(b, &m[i++]);
+		else
+			put(b, st->tools_system);
+		put(b, st->tools_head);
+		for (size_t k = 0; k < json_object_array_length(t->tools); k++) {
+			put(b, "\n");
+			put_json(b, json_object_array_get_idx(t->tools, k), -1);
+		}
+		put(b, st->tools_tail);
+	} else if (st->default_system && r[0] != ROLE_SYSTEM) {
 		put(b, st->default_system);
-	for (int i = 0; i < n; i++) {
+	}
+	for (; i < n; i++) {
+		if (r[i] == ROLE_TOOL) {
+			if (i == 0 || r[i - 1] != ROLE_TOOL)
+				put(b, "<|im_start|>user");
+			put(b, "\n<tool_response>\n");
+			put_content(b, &m[i]);
+			put(b, "\n</tool_response>");
+			if (i == n - 1 || r[i + 1] != ROLE_TOOL)
+				put(b, "<|im_end|>\n");
+			continue;
+		}
+		if (t->calls[i]) {
+			put(b, "<|im_start|>assistant");
+			if (m[i].content_len) {
+				put(b, "\n");
+				put_content(b, &m[i]);
+			}
+			for (size_t k = 0; k < json_object_array_length(t->calls[i]); k++) {
+				put(b, "\n<tool_call>\n{\"name\": \"");
+				put_str_span(b, json_object_get_string(call_fn(t->calls[i], k, "name")));
+				put(b, "\", \"arguments\": ");
+				put_json(b, call_fn(t->calls[i], k, "arguments"), -1);
+				put(b, "}\n</tool_call>");
+			}
+			put(b, "<|im_end|>\n");
+			continue;
+		}
 		put(b, "<|im_start|>");
 		put(b, role_name[r[i]]);
 		put(b, "\n");
@@ -486,19 +606,27 @@ static void llama3_turn(rg_buf *b, const char *role, const rg_chat_message *m)
 	put(b, "<|eot_id|>");
 }
 
+/* Llama 3 / 3.1+; the 3.1+ templates' tool branches (Llama-3.3-70B-Instruct.jinja, with
+ * tools_in_user_message true, their default): "Environment: ipython" in the system block, the
+ * tools as tojson(indent=4) with the instructions in the first user turn (the message after
+ * the system one, whatever its role), an assistant's one call as {"name": ..., "parameters":
+ * ...}, a tool result in an ipython turn written as a JSON string (the template's "content is
+ * iterable" test holds for a string). */
 static rg_status render_llama3(rg_buf *b, const chat_style *st, const rg_chat_message *m,
-			       const enum chat_role *r, int n, bool gen, const char *bos)
+			       const enum chat_role *r, int n, bool gen, const char *bos,
+			       const chat_tools *t)
 {
+	const bool tools = st->llama_tools && t->tools;
 	int i = 0;
 
 	if (st->variant == VAR_LLAMA31) {
 		char date[64];
 
 		if (st->date_fmt) {   /* transformers' strftime_now: datetime.now().strftime */
-			time_t t = time(NULL);
+			time_t now = time(NULL);
 			struct tm tm;
 
-			if (!localtime_r(&t, &tm) || !strftime(date, sizeof(date), st->date_fmt, &tm))
+			if (!localtime_r(&now, &tm) || !strftime(date, sizeof(date), st->date_fmt, &tm))
 				return rg_errorf(RG_ERR_INVALID_INPUT,
 						 "the chat template's date format \"%s\" gives no "
 						 "date", st->date_fmt);
@@ -508,6 +636,8 @@ static rg_status render_llama3(rg_buf *b, const chat_style *st, const rg_chat_me
 		if (st->bos)
 			put(b, bos);
 		put(b, "<|start_header_id|>system<|end_header_id|>\n\n");
+		if (tools)
+			put(b, "Environment: ipython\n");
 		put(b, st->knowledge);
 		put(b, "Today Date: ");
 		put(b, date);
@@ -518,8 +648,44 @@ static rg_status render_llama3(rg_buf *b, const chat_style *st, const rg_chat_me
 	} else if (st->bos) {
 		put(b, bos);
 	}
-	for (; i < n; i++)
-		llama3_turn(b, role_name[r[i]], &m[i]);
+	if (tools) {
+		if (i == n)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "Cannot put tools in the first user "
+					 "message when there's no first user message! (the llama3 "
+					 "chat template)");
+		put(b, "<|start_header_id|>user<|end_header_id|>\n\n");
+		put(b, LLAMA_TOOLS_1 LLAMA_TOOLS_2 "\n\n" LLAMA_TOOLS_3 LLAMA_TOOLS_4 "\n\n");
+		for (size_t k = 0; k < json_object_array_length(t->tools); k++) {
+			put_json(b, json_object_array_get_idx(t->tools, k), 4);
+			put(b, "\n\n");
+		}
+		put_content_trim(b, &m[i++]);
+		put(b, "<|eot_id|>");
+	}
+	for (; i < n; i++) {
+		if (t->calls[i]) {
+			if (json_object_array_length(t->calls[i]) != 1)
+				return bad(i, "llama3", "This model only supports single tool-calls "
+					   "at once!");
+			put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
+			put_str_span(b, json_object_get_string(call_fn(t->calls[i], 0, "name")));
+			put(b, "\", \"parameters\": ");
+			put_json(b, call_fn(t->calls[i], 0, "arguments"), -1);
+			put(b, "}<|eot_id|>");
+		} else if (r[i] == ROLE_TOOL) {
+			json_object *c = json_object_new_string_len(m[i].content ? m[i].content : "",
+								    (int)m[i].content_len);
+
+			if (!c)
+				return oom();
+			put(b, "<|start_header_id|>ipython<|end_header_id|>\n\n");
+			put_json(b, c, -1);
+			put(b, "<|eot_id|>");
+			json_object_put(c);
+		} else {
+			llama3_turn(b, role_name[r[i]], &m[i]);
+		}
+	}
 	if (gen)
 		put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 	return RG_OK;
@@ -553,15 +719,123 @@ static void render_llama2(rg_buf *b, const rg_chat_message *m, const enum chat_r
 	}
 }
 
-static void render_mistral(rg_buf *b, const chat_style *st, const rg_chat_message *m,
-			   const enum chat_role *r, int n, const char *bos, const char *eos)
+/* Whether messages a and b are equal as Jinja compares the dicts vLLM builds (role, content and
+ * the absent tool fields): Mistral v0.3 writes the tools before every user message equal to
+ * the last one. */
+static bool same_message(const rg_chat_message *a, const rg_chat_message *b)
+{
+	return !strcmp(a->role, b->role) && a->content_len == b->content_len &&
+	       (!a->content_len || !memcmp(a->content, b->content, a->content_len)) &&
+	       !a->tool_calls && !b->tool_calls && !a->tool_call_id && !b->tool_call_id;
+}
+
+static rg_status ids_of_nine(int i)
+{
+	return bad(i, "mistral", "Tool call IDs should be alphanumeric strings with length 9!");
+}
+
+/* Mistral v0.3's tool branches (Mistral-7B-Instruct-v0.3.jinja): [AVAILABLE_TOOLS] before the
+ * last user message (each function's keys but "return": a string written raw in quotes, others
+ * by tojson), an assistant's calls as [TOOL_CALLS] [function JSON with its "id"], a result as
+ * [TOOL_RESULTS] {"content": raw, "call_id": ...}; call ids of 9 characters, or it raises. */
+static rg_status mistral_tools_turn(rg_buf *b, const rg_chat_message *m, int i,
+				    const chat_tools *t, const char *eos)
+{
+	if (m[i].tool_calls) {
+		json_object *c = t->calls[i];
+		size_t nc = json_object_array_length(c);
+
+		put(b, "[TOOL_CALLS] [");
+		for (size_t k = 0; k < nc; k++) {
+			json_object *call = json_object_array_get_idx(c, k), *fn = NULL, *id = NULL;
+			size_t at = b->len;
+			rg_buf fj;
+
+			json_object_object_get_ex(call, "function", &fn);
+			json_object_object_get_ex(call, "id", &id);
+			rg_buf_init(&fj);   /* out[:-1]: the function's JSON but its closing brace */
+			rg_json_dump_py(&fj, fn, -1);
+			b->oom |= fj.oom;
+			rg_buf_put(b, fj.data ? fj.data : "", fj.len ? fj.len - 1 : 0);
+			out_span(b, at, b->len);
+			rg_buf_free(&fj);
+			if (!json_object_is_type(id, json_type_string) ||
+			    json_object_get_string_len(id) != 9)
+				return ids_of_nine(i);
+			put(b, ", \"id\": \"");
+			put_str_span(b, json_object_get_string(id));
+			put(b, k + 1 < nc ? "\"}, " : "\"}]");
+		}
+		put(b, eos);
+		return RG_OK;
+	}
+	if (!m[i].tool_call_id || strlen(m[i].tool_call_id) != 9)
+		return ids_of_nine(i);
+	put(b, "[TOOL_RESULTS] {\"content\": ");
+	put_content(b, &m[i]);
+	put(b, ", \"call_id\": \"");
+	put_str_span(b, m[i].tool_call_id);
+	put(b, "\"}[/TOOL_RESULTS]");
+	return RG_OK;
+}
+
+static void mistral_available_tools(rg_buf *b, const chat_tools *t)
+{
+	size_t n = json_object_array_length(t->tools);
+
+	put(b, "[AVAILABLE_TOOLS] [");
+	for (size_t k = 0; k < n; k++) {
+		json_object *fn = NULL;
+		bool first = true;
+
+		json_object_object_get_ex(json_object_array_get_idx(t->tools, k), "function", &fn);
+		put(b, "{\"type\": \"function\", \"function\": {");
+		json_object_object_foreach(fn, key, val) {
+			if (!strcmp(key, "return"))
+				continue;
+			if (!first)
+				put(b, ", ");
+			first = false;
+			put(b, "\"");
+			put_str_span(b, key);
+			put(b, "\": ");
+			if (json_object_is_type(val, json_type_string)) {
+				put(b, "\"");
+				put_str_span(b, json_object_get_string(val));
+				put(b, "\"");
+			} else {
+				put_json(b, val, -1);
+			}
+		}
+		put(b, "}}");
+		put(b, k + 1 < n ? ", " : "]");
+	}
+	put(b, "[/AVAILABLE_TOOLS]");
+}
+
+static rg_status render_mistral(rg_buf *b, const chat_style *st, const rg_chat_message *m,
+				const enum chat_role *r, int n, const char *bos, const char *eos,
+				const chat_tools *t)
 {
 	const int from = r[0] == ROLE_SYSTEM;
+	int last_user = -1;
+	rg_status s;
 
+	for (int i = from; i < n; i++)
+		if (r[i] == ROLE_USER)
+			last_user = i;
 	put(b, bos);
 	for (int i = from; i < n; i++) {
 		bool sys = from && ((st->sys_first && i == from) || (st->sys_last && i == n - 1));
 
+		if (st->mistral_tools && r[i] == ROLE_USER && t->tools &&
+		    same_message(&m[i], &m[last_user]))
+			mistral_available_tools(b, t);
+		if (st->mistral_tools && (r[i] == ROLE_TOOL || m[i].tool_calls)) {
+			if ((s = mistral_tools_turn(b, m, i, t, eos)) != RG_OK)
+				return s;
+			continue;
+		}
 		if (r[i] == ROLE_USER) {
 			put(b, st->variant == VAR_MISTRAL_V1 ? " [INST] " : "[INST] ");
 			if (sys) {
@@ -584,6 +858,7 @@ static void render_mistral(rg_buf *b, const chat_style *st, const rg_chat_messag
 			put(b, eos);
 		}
 	}
+	return RG_OK;
 }
 
 static void render_gemma(rg_buf *b, const chat_style *st, const rg_chat_message *m,
@@ -660,10 +935,22 @@ static rg_status check_messages(const chat_style *st, const rg_chat_message *m, 
 			r[i] = ROLE_USER;
 		else if (!strcmp(role, "assistant"))
 			r[i] = ROLE_ASSISTANT;
+		else if (!strcmp(role, "tool") && (st->hermes || st->llama_tools || st->mistral_tools))
+			r[i] = ROLE_TOOL;
+		else if (!strcmp(role, "tool"))
+			return bad(i, fam, "role \"tool\" is not rendered by this template (it has "
+				   "no tool branches; ragged renders tools for Qwen2.5's Hermes "
+				   "ChatML and Llama 3.1-3.3)");
 		else
 			return rg_errorf(RG_ERR_INVALID_INPUT,
 					 "messages[%d]: role \"%.40s\" is not supported (system, "
-					 "user, assistant)", i, role);
+					 "user, assistant, tool)", i, role);
+		if (m[i].tool_calls && r[i] != ROLE_ASSISTANT)
+			return bad(i, fam, "tool_calls are for assistant messages");
+		if (m[i].tool_calls && !st->hermes && !st->llama_tools && !st->mistral_tools)
+			return bad(i, fam, "tool_calls are not rendered by this template (it has no "
+				   "tool branches; ragged renders tools for Qwen2.5's Hermes ChatML "
+				   "and Llama 3.1-3.3)");
 		if (!m[i].content && m[i].content_len)
 			return bad(i, fam, "content is NULL");
 		if (m[i].content_len && memchr(m[i].content, 0, m[i].content_len))
@@ -682,6 +969,17 @@ static rg_status check_messages(const chat_style *st, const rg_chat_message *m, 
 		if (r[0] == ROLE_SYSTEM && !st->sys_first && !st->sys_last)
 			return bad(0, fam, "this Mistral template has no place for a system "
 				   "message");
+		if (st->mistral_tools)   /* v0.3 skips tool results and calls in its check */
+			for (int i = r[0] == ROLE_SYSTEM, k = 0; i < n; i++) {
+				if (r[i] == ROLE_TOOL || m[i].tool_calls)
+					continue;
+				if ((r[i] == ROLE_USER) != (k++ % 2 == 0) || r[i] == ROLE_SYSTEM)
+					return bad(i, fam, "After the optional system message, "
+						   "conversation roles must alternate "
+						   "user/assistant/user/assistant/...");
+			}
+		if (st->mistral_tools)
+			return RG_OK;
 		return check_alternate(r, r[0] == ROLE_SYSTEM, n, fam, ONLY_FIRST);
 	case RG_CHAT_GEMMA:
 		return check_alternate(r, 0, n, fam, "System role not supported");
@@ -701,12 +999,104 @@ static rg_status check_messages(const chat_style *st, const rg_chat_message *m, 
 	return RG_OK;
 }
 
+/* JSON text s (what names it) parsed into *out; RG_ERR_INVALID_INPUT when it is not JSON. */
+static rg_status parse_json(const char *s, const char *what, int i, json_object **out)
+{
+	char why[200];
+	rg_status st = rg_json_parse(s, strlen(s), JSON_TOKENER_VALIDATE_UTF8, "chat", what, out);
+
+	if (st != RG_ERR_FORMAT)
+		return st;
+	snprintf(why, sizeof(why), "%s", rg_last_error());
+	if (i < 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "%s", why);
+	return rg_errorf(RG_ERR_INVALID_INPUT, "messages[%d]: %s", i, why);
+}
+
+/* tools (NULL or JSON text) and each message's tool_calls into *t, checked: tools a list of
+ * objects; tool_calls a non-empty list of {"function": {"name": string, "arguments": JSON text
+ * (or an object)}}, the arguments parsed in place. */
+static rg_status tools_parse(const char *tools, const rg_chat_message *m, int n, chat_tools *t)
+{
+	rg_status s;
+
+	if (!(t->calls = calloc((size_t)n, sizeof(*t->calls))))
+		return oom();
+	if (tools) {
+		if ((s = parse_json(tools, "tools", -1, &t->tools)) != RG_OK)
+			return s;
+		if (!json_object_is_type(t->tools, json_type_array))
+			return rg_errorf(RG_ERR_INVALID_INPUT, "tools must be a list");
+		for (size_t k = 0; k < json_object_array_length(t->tools); k++)
+			if (!json_object_is_type(json_object_array_get_idx(t->tools, k),
+						 json_type_object))
+				return rg_errorf(RG_ERR_INVALID_INPUT, "tools[%zu] must be an "
+						 "object", k);
+		if (!json_object_array_length(t->tools)) {   /* [] is no tools, as vLLM */
+			json_object_put(t->tools);
+			t->tools = NULL;
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		json_object *c;
+
+		if (!m[i].tool_calls)
+			continue;
+		if ((s = parse_json(m[i].tool_calls, "tool_calls", i, &t->calls[i])) != RG_OK)
+			return s;
+		c = t->calls[i];
+		if (!json_object_is_type(c, json_type_array) || !json_object_array_length(c))
+			return rg_errorf(RG_ERR_INVALID_INPUT, "messages[%d].tool_calls must be a "
+					 "non-empty list", i);
+		for (size_t k = 0; k < json_object_array_length(c); k++) {
+			json_object *fn = NULL, *name = NULL, *args = NULL, *v;
+
+			json_object_object_get_ex(json_object_array_get_idx(c, k), "function", &fn);
+			json_object_object_get_ex(fn, "name", &name);
+			json_object_object_get_ex(fn, "arguments", &args);
+			if (!json_object_is_type(fn, json_type_object) ||
+			    !json_object_is_type(name, json_type_string))
+				return rg_errorf(RG_ERR_INVALID_INPUT, "messages[%d].tool_calls[%zu] "
+						 "needs a function with a name", i, k);
+			if (!json_object_is_type(args, json_type_string))
+				continue;   /* an object already (or absent: written as null) */
+			s = rg_json_parse(json_object_get_string(args),
+					  (size_t)json_object_get_string_len(args),
+					  JSON_TOKENER_VALIDATE_UTF8, "chat", "arguments", &v);
+			if (s != RG_OK)
+				return rg_errorf(s == RG_ERR_OOM ? s : RG_ERR_INVALID_INPUT,
+						 "messages[%d].tool_calls[%zu].function.arguments is "
+						 "not JSON text", i, k);
+			json_object_object_add(fn, "arguments", v);
+		}
+	}
+	return RG_OK;
+}
+
+static void tools_free(chat_tools *t, int n)
+{
+	json_object_put(t->tools);
+	for (int i = 0; t->calls && i < n; i++)
+		json_object_put(t->calls[i]);
+	free(t->calls);
+}
+
 rg_status rg_chat_template_render_spans(const char *jinja, const rg_chat_message *msgs, int n,
 					const char *bos, const char *eos,
 					bool add_generation_prompt, char **out, size_t *out_len,
 					size_t **spans, size_t *n_spans)
 {
+	return rg_chat_template_render_tools(jinja, msgs, n, NULL, bos, eos,
+					     add_generation_prompt, out, out_len, spans, n_spans);
+}
+
+rg_status rg_chat_template_render_tools(const char *jinja, const rg_chat_message *msgs, int n,
+					const char *tools, const char *bos, const char *eos,
+					bool add_generation_prompt, char **out, size_t *out_len,
+					size_t **spans, size_t *n_spans)
+{
 	enum chat_role *r = NULL;
+	chat_tools tl = {0};
 	chat_style st;
 	chat_out bo = {.rec = spans != NULL}, to = {.rec = spans != NULL};
 	rg_buf *b = &bo.buf, *tmp = &to.buf;
@@ -733,22 +1123,30 @@ rg_status rg_chat_template_render_spans(const char *jinja, const rg_chat_message
 		s = oom();
 		goto out_free_style;
 	}
-	if ((s = check_messages(&st, msgs, n, r)) != RG_OK)
+	if ((s = check_messages(&st, msgs, n, r)) != RG_OK ||
+	    (s = tools_parse(tools, msgs, n, &tl)) != RG_OK)
 		goto out_free_roles;
+	if (tl.tools && st.reads_tools && !st.hermes && !st.llama_tools && !st.mistral_tools) {
+		/* its Jinja would write them somewhere ragged does not: refused, not dropped */
+		s = rg_errorf(RG_ERR_INVALID_INPUT, "tools: this %s chat template reads tools in a "
+			      "form ragged does not render (tools are rendered for Qwen2.5's Hermes "
+			      "ChatML and Llama 3.1-3.3)", rg_chat_family_name(st.family));
+		goto out_free_roles;
+	}
 	rg_buf_init(b);
 	rg_buf_init(tmp);
 	switch (st.family) {
 	case RG_CHAT_CHATML:
-		render_chatml(b, &st, msgs, r, n, add_generation_prompt);
+		render_chatml(b, &st, msgs, r, n, add_generation_prompt, &tl);
 		break;
 	case RG_CHAT_LLAMA3:
-		s = render_llama3(b, &st, msgs, r, n, add_generation_prompt, bos);
+		s = render_llama3(b, &st, msgs, r, n, add_generation_prompt, bos, &tl);
 		break;
 	case RG_CHAT_LLAMA2:
 		render_llama2(b, msgs, r, n, bos, eos, tmp);
 		break;
 	case RG_CHAT_MISTRAL:
-		render_mistral(b, &st, msgs, r, n, bos, eos);
+		s = render_mistral(b, &st, msgs, r, n, bos, eos, &tl);
 		break;
 	case RG_CHAT_GEMMA:
 		render_gemma(b, &st, msgs, r, n, add_generation_prompt, bos);
@@ -780,6 +1178,7 @@ rg_status rg_chat_template_render_spans(const char *jinja, const rg_chat_message
 		*n_spans = bo.n;
 	}
 out_free_roles:
+	tools_free(&tl, n);
 	free(r);
 out_free_style:
 	style_free(&st);

@@ -23,7 +23,14 @@
  *   phi3    <|user|> / <|end|>                    Phi-3-mini-4k-instruct (legacy and current),
  *                                                 Phi-3.5-mini-instruct
  *   zephyr  <|user|> / eos_token, no <|end|>      TinyLlama-1.1B-Chat-v1.0 (zephyr-7b-beta's)
- * Tools, tool calls and tool roles are not rendered (refused as unknown roles). */
+ * Tools (OpenAI's "tools", "tool" messages, assistant "tool_calls") are rendered where the
+ * template has tool branches: Qwen2.5's Hermes ChatML (Qwen2.5-0.5B-Instruct: <tools> in the
+ * system turn, <tool_call> JSON, <tool_response> in user turns), Llama 3.1-3.3 (JSON calls,
+ * ipython results, tools_in_user_message at its default) and Mistral v0.3 ([AVAILABLE_TOOLS],
+ * [TOOL_CALLS], [TOOL_RESULTS], 9-character call ids). A template that never reads tools
+ * renders without them, as transformers does; one that reads them in another form (Qwen3's)
+ * refuses them; a "tool" message or tool_calls for a template without tool branches is
+ * refused, rather than dropped. */
 #ifndef RG_GEN_CHAT_TEMPLATE_H
 #define RG_GEN_CHAT_TEMPLATE_H
 #include <stdbool.h>
@@ -79,5 +86,22 @@ RG_TEST_API rg_status rg_chat_template_render_spans(const char *jinja,
 						    const char *bos, const char *eos,
 						    bool add_generation_prompt, char **out,
 						    size_t *out_len, size_t **spans,
+						    size_t *n_spans);
+
+/* rg_chat_template_render_spans with OpenAI's tools: tools is their JSON text (a list of
+ * objects, NUL-terminated) or NULL; "[]" is none, as vLLM passes it. Each tool is written as
+ * transformers' tojson writes it (json.dumps, ensure_ascii False; Llama: indent=4), keys in
+ * the text's order; msgs[i].tool_calls' arguments (JSON text) are parsed and written the same
+ * way (vLLM hands the template the parsed object). Errors as rg_chat_template_render_spans,
+ * and RG_ERR_INVALID_INPUT for tools or tool_calls that are not JSON of that shape, a
+ * tool message or tool_calls for a template without tool branches, tools for a template that
+ * reads them in a form not rendered, the template's own raises (Llama: more than one call in
+ * a message, tools and no user message; Mistral: a call id or tool_call_id not 9 characters
+ * long, roles out of order around the tool turns), each naming the message. */
+RG_TEST_API rg_status rg_chat_template_render_tools(const char *jinja,
+						    const rg_chat_message *msgs, int n,
+						    const char *tools, const char *bos,
+						    const char *eos, bool add_generation_prompt,
+						    char **out, size_t *out_len, size_t **spans,
 						    size_t *n_spans);
 #endif

@@ -4,7 +4,11 @@
  * within the header's ranges (prompts or messages within the limits, every text valid UTF-8
  * and NUL-terminated, every id in the vocabulary, every option in range), an error leaves a
  * zeroed request and a 400/413/500 status with a message; and the answer writers, fed the
- * parsed texts and the raw body as token pieces, always write valid UTF-8 JSON events.
+ * parsed texts and the raw body as token pieces, always write valid UTF-8 JSON events; the
+ * tool-call scanner (app/server/tool_call.c), fed the raw body as generated text in every
+ * format, gives calls whose arguments are JSON, content that is part of the text, a scan of
+ * a prefix that is a prefix of the whole's, and chat answers with those calls that are valid
+ * JSON.
  * Build and run: tests/fuzz/run_fuzz.sh. */
 #include <json-c/json.h>
 #include <math.h>
@@ -152,6 +156,50 @@ static void check_request(const rg_gen_request *r, const rg_gen_limits *lim)
 		abort();
 }
 
+/* The tool-call scanner on the raw bytes as a model's text (see the head of this file). */
+static void check_tool_scan(const uint8_t *data, size_t size)
+{
+	const char *t = (const char *)data;
+	rg_gen_answer_ctx ctx = { .api = RG_GEN_API_CHAT, .id = "chatcmpl-1", .model = "m" };
+
+	for (int f = RG_TOOL_FMT_NONE; f <= RG_TOOL_FMT_NAMED; f++) {
+		rg_tool_scan whole = { 0 }, part = { 0 };
+		rg_gen_choice c = { .text = "", .finish = RG_GEN_FINISH_TOOL_CALLS, .tools = true };
+		rg_buf b;
+
+		rg_tool_scan_text((rg_tool_fmt)f, "fn", t, size, true, &whole);
+		rg_tool_scan_text((rg_tool_fmt)f, "fn", t, size / 2, false, &part);
+		if (whole.oom || part.oom)
+			goto out_free;
+		if (whole.content.len > size || part.content.len > whole.content.len ||
+		    (part.content.len &&
+		     memcmp(part.content.data, whole.content.data, part.content.len)))
+			abort();
+		if (rg_utf8_valid(t, size) && whole.content.len &&
+		    !rg_utf8_valid(whole.content.data, whole.content.len))
+			abort();
+		for (int k = 0; f != RG_TOOL_FMT_NAMED && k < whole.n_calls; k++)
+			if (!json_ok(whole.calls[k].arguments, strlen(whole.calls[k].arguments)) ||
+			    (k < part.n_calls &&
+			     strcmp(part.calls[k].arguments, whole.calls[k].arguments)))
+				abort();
+		if (f != RG_TOOL_FMT_NAMED && part.n_calls > whole.n_calls)
+			abort();
+		c.text = whole.content.data ? whole.content.data : "";
+		c.text_len = whole.content.len;
+		c.calls = whole.calls;
+		c.n_calls = whole.n_calls;
+		rg_buf_init(&b);
+		rg_gen_answer_json(&b, &ctx, &c, 1, NULL, false, 0);
+		if (!b.oom && (!rg_utf8_valid(b.data, b.len) || !json_ok(b.data, b.len)))
+			abort();
+		rg_buf_free(&b);
+out_free:
+		rg_tool_scan_free(&whole);
+		rg_tool_scan_free(&part);
+	}
+}
+
 /* The writers, fed the request's texts and the fuzzer's raw bytes as pieces. */
 static void check_answers(const rg_gen_request *r, const uint8_t *data, size_t size)
 {
@@ -211,6 +259,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 1)
 		return 0;
+	check_tool_scan(data + 1, size - 1);
 	lim.max_prompts = 1 + (data[0] >> 2) % 8;
 	lim.max_messages = 1 + (data[0] >> 5) % 8;
 	st = rg_gen_request_parse(apis[data[0] % 5], (const char *)data + 1, size - 1, &lim, &req,

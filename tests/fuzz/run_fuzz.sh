@@ -46,7 +46,7 @@ gseed '\x00Content-Type: application/json; charset=utf-8\r\nAuthorization: Beare
 # The generation routes' JSON (parser and answer writers).
 "$CLANG" -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Iinclude -Isrc -Iapp $(pkg-config --cflags json-c) \
-	tests/fuzz/fuzz_gen_request.c app/server/gen_request.c app/server/request.c \
+	tests/fuzz/fuzz_gen_request.c app/server/gen_request.c app/server/tool_call.c app/server/request.c \
 	src/gen/grammar.c src/gen/grammar_api.c src/gen/json_schema.c src/core/utf8.c src/core/buf.c src/core/json.c src/core/file.c src/core/error.c \
 	"$OUT/f32_shortest.o" -o "$OUT/fuzz_gen_request" \
 	$(pkg-config --libs json-c) -lm
@@ -64,6 +64,8 @@ gen '\x02{"inputs": "x", "parameters": {"typical_p": 1, "repetition_penalty": 1.
 gen '\x00{"prompt": "x", "guided_json": {"type": "object", "properties": {"a": {"type": "integer", "minimum": -5, "maximum": 90}, "b": {"type": "array", "items": {"enum": ["p", 1, null]}, "maxItems": 2}}, "required": ["a"]}}' g9
 gen '\x01{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"anyOf": [{"type": "string", "pattern": "^[a-z]{1,3}(x|y)?$"}, {"$ref": "#/$defs/d"}], "$defs": {"d": {"type": "boolean"}}}}}}' g10
 gen '\x02{"inputs": "x", "parameters": {"grammar": {"type": "regex", "value": "([0-9]{2}|\\\\w+)[^a-c]*\\\\.?"}}}' g11
+gen '\x01{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\\"a\\": 1}"}}]}, {"role": "tool", "content": "r", "tool_call_id": "c"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}], "tool_choice": "required", "parallel_tool_calls": false}' t1
+gen '\x01{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "f"}}, "stream": true}' t2
 gen '\x00{"prompt": "x", "guided_choice": ["a", "b\\"c"], "structured_outputs": {"regex": "a"}}' g12
 "$OUT/fuzz_gen_request" -max_total_time="$GEN_SECS" -max_len=4096 -timeout=5 \
 	-artifact_prefix="$OUT/" "$OUT/corpus_gen_request"

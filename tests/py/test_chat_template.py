@@ -3,7 +3,9 @@
 tests/data/chat_templates/*.jinja are the chat_template strings of the models' tokenizer_config.json
 (Hugging Face hub; gated repos through ungated mirrors: unsloth/Llama-3.2-3B-Instruct,
 unsloth/gemma-2-2b-it, NousResearch/Llama-2-7b-chat-hf; "-legacy" files are earlier revisions of
-the same repos). Each is rendered here with jinja2 the way transformers' apply_chat_template does
+the same repos; Qwen2.5-0.5B-Instruct's, the one with Hermes tool branches, as the Swift Jinja port
+vendors it in its tests: github.com/maiqingqiang/Jinja Tests/ChatTemplateTests.swift at 6dbe4c4,
+the "Qwen/Qwen2.5-0.5B-Instruct" case). Tool conversations: test_chat_tools.py. Each is rendered here with jinja2 the way transformers' apply_chat_template does
 (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, raise_exception, strftime_now, a
 tojson filter, the loopcontrols extension, bos_token / eos_token / add_generation_prompt, tools
 None), and rg_chat_template_render must give the same bytes for every conversation the template
@@ -29,6 +31,7 @@ TEMPLATES = os.path.join(HERE, "..", "data", "chat_templates")
 MODELS = {
     "SmolLM2-135M-Instruct": ("chatml", "<|im_start|>", "<|im_end|>"),
     "Qwen2-0.5B-Instruct": ("chatml", None, "<|im_end|>"),
+    "Qwen2.5-0.5B-Instruct": ("chatml", None, "<|im_end|>"),
     "Llama-2-7b-chat-hf": ("llama2", "<s>", "</s>"),
     "Meta-Llama-3-8B-Instruct": ("llama3", "<|begin_of_text|>", "<|eot_id|>"),
     "Llama-3.2-3B-Instruct": ("llama3", "<|begin_of_text|>", "<|eot_id|>"),
@@ -114,7 +117,8 @@ def jinja_render(src, messages, add_generation_prompt, bos, eos):
 class ChatMessage(ctypes.Structure):
     """include/ragged.h rg_chat_message."""
     _fields_ = [("role", ctypes.c_char_p), ("content", ctypes.c_char_p),
-                ("content_len", ctypes.c_size_t)]
+                ("content_len", ctypes.c_size_t), ("tool_calls", ctypes.c_char_p),
+                ("tool_call_id", ctypes.c_char_p)]
 
 
 def _lib():

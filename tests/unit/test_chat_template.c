@@ -39,7 +39,7 @@ static const char MISTRAL_LEGACY[] =
 	"{{ message['content'] + eos_token + ' ' }}{% else %}{{ raise_exception('Only user and "
 	"assistant roles are supported!') }}{% endif %}{% endfor %}";
 
-#define MSG(r, c) {r, c, sizeof(c) - 1}
+#define MSG(r, c) {.role = r, .content = c, .content_len = sizeof(c) - 1}
 
 static char *render_ok(const char *t, const rg_chat_message *m, int n, bool gen)
 {
@@ -134,9 +134,9 @@ static void test_refusals(void **state)
 	const rg_chat_message tool[] = {MSG("user", "a"), MSG("tool", "b")};
 	const rg_chat_message bad_utf8[] = {MSG("user", "ok"), MSG("assistant", "a\xff")};
 	const rg_chat_message nul[] = {MSG("user", "a\0b")};
-	const rg_chat_message null_role[] = {{NULL, "a", 1}};
-	const rg_chat_message null_content[] = {{"user", NULL, 3}};
-	const rg_chat_message empty[] = {{"user", NULL, 0}};
+	const rg_chat_message null_role[] = {{.role = NULL, .content = "a", .content_len = 1}};
+	const rg_chat_message null_content[] = {{.role = "user", .content = NULL, .content_len = 3}};
+	const rg_chat_message empty[] = {{.role = "user", .content = NULL, .content_len = 0}};
 	char *out;
 	(void)state;
 

@@ -387,7 +387,13 @@ static void test_unknown_and_unsupported(void **state)
 	static const struct {
 		const char *field, *param; /* param NULL: accepted */
 	} chat[] = {
-		{ "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", "tools" },
+		{ "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", NULL },
+		{ "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f g\"}}]",
+		  "tools[0]" },
+		{ "\"tools\": {}", "tools" },
+		{ "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+		  "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}",
+		  "tool_choice.function.name" },
 		{ "\"tools\": null", NULL }, { "\"tools\": []", NULL },
 		{ "\"tool_choice\": \"auto\"", "tool_choice" }, { "\"tool_choice\": \"none\"", NULL },
 		{ "\"functions\": [{\"name\": \"f\"}]", "functions" },
@@ -699,6 +705,78 @@ static void test_prompt_shapes(void **state)
 	OK(CMP, "{\"prompt\": [1, 2, 3, 4, 5, 6, 7]}"); /* one prompt of ids */
 }
 
+/* tools / tool_choice: the choice, the grammar vLLM's schemas give, and the answers' shapes
+ * (OpenAI's ChatCompletionMessageToolCall and its stream delta). */
+static void test_tools(void **state)
+{
+	static const char *T = "\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+			       "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": "
+			       "\"add\", \"parameters\": {\"type\": \"object\", \"properties\": "
+			       "{\"a\": {\"type\": \"integer\"}}}}}, {\"type\": \"function\", "
+			       "\"function\": {\"name\": \"now\"}}]";
+	const rg_tool_call calls[] = {{"add", "{\"a\": 1}"}, {"now", "{}"}};
+	rg_gen_answer_ctx ctx = {.api = RG_GEN_API_CHAT, .id = "chatcmpl-00ff", .model = "m"};
+	rg_gen_choice ch = {.index = 0, .text = "", .finish = RG_GEN_FINISH_TOOL_CALLS,
+			    .tools = true, .calls = calls, .n_calls = 2};
+	char body[1024];
+	rg_buf b;
+
+	(void)state;
+	snprintf(body, sizeof(body), "{%s}", T);
+	OK(CHAT, body);
+	assert_int_equal(g_req.tool_choice, RG_GEN_TOOL_AUTO);
+	assert_int_equal(g_req.grammar_kind, RG_GRAMMAR_NONE);
+	assert_non_null(strstr(g_req.tools, "\"name\":\"now\""));
+	snprintf(body, sizeof(body), "{%s, \"tool_choice\": \"none\"}", T);
+	OK(CHAT, body);
+	assert_int_equal(g_req.tool_choice, RG_GEN_TOOL_NONE);
+	assert_non_null(g_req.tools);  /* still rendered, as vLLM */
+	snprintf(body, sizeof(body), "{%s, \"tool_choice\": \"required\", "
+		 "\"parallel_tool_calls\": false}", T);
+	OK(CHAT, body);
+	assert_int_equal(g_req.tool_choice, RG_GEN_TOOL_REQUIRED);
+	assert_int_equal(g_req.grammar_kind, RG_GRAMMAR_JSON_SCHEMA);
+	assert_non_null(strstr(g_req.grammar, "\"minItems\":1,\"maxItems\":1"));
+	assert_non_null(strstr(g_req.grammar, "\"enum\":[\"now\"]"));
+	snprintf(body, sizeof(body), "{%s, \"tool_choice\": {\"type\": \"function\", "
+		 "\"function\": {\"name\": \"add\"}}}", T);
+	OK(CHAT, body);
+	assert_int_equal(g_req.tool_choice, RG_GEN_TOOL_NAMED);
+	assert_string_equal(g_req.tool_name, "add");
+	assert_string_equal(g_req.grammar, "{\"type\":\"object\",\"properties\":{\"a\":"
+			    "{\"type\":\"integer\"}}}");
+	snprintf(body, sizeof(body), "{%s, \"tool_choice\": {\"type\": \"function\", "
+		 "\"function\": {\"name\": \"now\"}}}", T);
+	OK(CHAT, body);
+	assert_int_equal(g_req.grammar_kind, RG_GRAMMAR_JSON_OBJECT);
+	snprintf(body, sizeof(body), "{%s, \"tool_choice\": \"required\", \"guided_regex\": "
+		 "\"a\"}", T);
+	BAD(CHAT, body, 400, "tool_choice");
+	BAD(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+		  "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}}",
+	    400, "tool_choice");
+	/* answers */
+	rg_buf_init(&b);
+	rg_gen_answer_json(&b, &ctx, &ch, 1, NULL, false, 0);
+	assert_false(b.oom);
+	assert_non_null(strstr(b.data, "\"message\":{\"role\":\"assistant\",\"content\":null,"
+				       "\"tool_calls\":[{\"id\":\"call_00ff0000\",\"type\":"
+				       "\"function\",\"function\":{\"name\":\"add\",\"arguments\":"
+				       "\"{\\\"a\\\": 1}\"}},{\"id\":\"call_00ff0001\""));
+	assert_non_null(strstr(b.data, "\"finish_reason\":\"tool_calls\""));
+	b.len = 0;
+	rg_gen_answer_tool_event(&b, &ctx, 0, 1, "call_x", "now", NULL, 0);
+	assert_non_null(strstr(b.data, "\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":"
+				       "\"call_x\",\"type\":\"function\",\"function\":{\"name\":"
+				       "\"now\",\"arguments\":\"\"}}]}"));
+	b.len = 0;
+	rg_gen_answer_tool_event(&b, &ctx, 0, 1, NULL, NULL, "{\"a\"", 4);
+	assert_non_null(strstr(b.data, "{\"tool_calls\":[{\"index\":1,\"function\":"
+				       "{\"arguments\":\"{\\\"a\\\"\"}}]}"));
+	assert_non_null(strstr(b.data, "\"finish_reason\":null}]}\n\n"));
+	rg_buf_free(&b);
+}
+
 static void test_messages(void **state)
 {
 	(void)state;
@@ -743,9 +821,21 @@ static void test_messages(void **state)
 	    "messages[0].content");
 	BAD(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", "
 		  "\"text\": 1}]}]}", 400, "messages[0].content");
+	OK(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+		 "[{\"id\": \"c\", \"type\": \"function\", \"function\": {\"name\": \"f\", "
+		 "\"arguments\": \"{}\"}}]}, {\"role\": \"tool\", \"content\": \"r\", "
+		 "\"tool_call_id\": \"c\"}]}");
+	assert_non_null(g_req.messages[0].tool_calls);
+	assert_non_null(strstr(g_req.messages[0].tool_calls, "\"name\":\"f\""));
+	assert_string_equal(g_req.messages[1].tool_call_id, "c");
+	assert_null(g_req.messages[1].tool_calls);
 	BAD(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
 		  "[{\"id\": \"c\", \"type\": \"function\", \"function\": {\"name\": \"f\", "
-		  "\"arguments\": \"{}\"}}]}]}", 400, "messages[0].tool_calls");
+		  "\"arguments\": {}}}]}]}", 400, "messages[0].tool_calls");
+	BAD(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"tool_calls\": "
+		  "[]}]}", 400, "messages[0].tool_calls");
+	BAD(CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", 400,
+	    "messages[0].tool_call_id");
 	/* max_messages 8: 9 is a 413 */
 	OK(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"1\"}, {\"role\": \"user\", "
 		 "\"content\": \"2\"}, {\"role\": \"user\", \"content\": \"3\"}, {\"role\": "
@@ -951,10 +1041,10 @@ static const rg_gen_lp LPS[3] = {
 };
 static const size_t OFFS[3] = { 0, 3, 5 };
 
-static const rg_gen_answer_ctx CTX_CMP = { CMP, "cmpl-abc", 1700000000, "tiny", "fp_1", 0, false };
-static const rg_gen_answer_ctx CTX_CHAT = { CHAT, "chatcmpl-abc", 1700000001, "tiny", NULL, 0, false };
-static const rg_gen_answer_ctx CTX_TGI = { TGI, NULL, 0, NULL, NULL, 0, false };
-static const rg_gen_answer_ctx CTX_TGIS = { TGIS, NULL, 0, NULL, NULL, 6, false };
+static const rg_gen_answer_ctx CTX_CMP = { CMP, "cmpl-abc", 1700000000, "tiny", "fp_1", 0, false, false };
+static const rg_gen_answer_ctx CTX_CHAT = { CHAT, "chatcmpl-abc", 1700000001, "tiny", NULL, 0, false, false };
+static const rg_gen_answer_ctx CTX_TGI = { TGI, NULL, 0, NULL, NULL, 0, false, false };
+static const rg_gen_answer_ctx CTX_TGIS = { TGIS, NULL, 0, NULL, NULL, 6, false, false };
 
 static void test_answer_completions(void **state)
 {
@@ -1388,7 +1478,7 @@ static void test_answers_any_bytes(void **state)
 	for (int api = 0; api < 5; api++) {
 		json_object *o;
 
-		ctx = (rg_gen_answer_ctx){ (rg_gen_api)api, junk + 1, -1, junk + 2, junk + 3, 1, false };
+		ctx = (rg_gen_answer_ctx){ (rg_gen_api)api, junk + 1, -1, junk + 2, junk + 3, 1, false, false };
 		/* the strings of ctx are NUL-terminated at junk[255] */
 		c = (rg_gen_choice){ .text = junk, .text_len = 256, .finish = RG_GEN_FINISH_STOP,
 				     .stop_str = junk + 5, .lps = lp, .n_lps = 1,
@@ -1507,7 +1597,7 @@ static void test_answer_translate(void **state)
 		{ .text = "Welt", .text_len = 4, .finish = RG_GEN_FINISH_LENGTH, .lps = LPS + 2,
 		  .n_lps = 1, .n_generated = 1 },
 	};
-	rg_gen_answer_ctx ctx = { TRN, NULL, 0, NULL, NULL, 3, false };
+	rg_gen_answer_ctx ctx = { TRN, NULL, 0, NULL, NULL, 3, false, false };
 	rg_buf b;
 	json_object *o;
 	(void)state;
@@ -1598,6 +1688,7 @@ int main(void)
 		cmocka_unit_test(test_sampling_options),
 		cmocka_unit_test(test_prompt_shapes),
 		cmocka_unit_test(test_messages),
+		cmocka_unit_test(test_tools),
 		cmocka_unit_test(test_utf8_and_json),
 		cmocka_unit_test(test_answer_completions),
 		cmocka_unit_test(test_answer_chat),
