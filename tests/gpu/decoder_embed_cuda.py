@@ -9,9 +9,14 @@ import os
 import sys
 import tempfile
 
+import ctypes
 import types
 
-import numpy as np
+# libragged_internal.so before numpy: loaded after numpy on the device (2026-12-03) its
+# dlopen crashed in libsentencepiece's initializer, which binds a symbol into it (LD_DEBUG)
+ctypes.CDLL(os.path.join(os.path.dirname(os.environ.get("RAGGED_LIB", "build/libragged.so")),
+                         "libragged_internal.so"))
+import numpy as np  # noqa: E402
 
 try:
     import pytest  # noqa: F401  (test_decoder_embed imports it; the device may lack it)
@@ -25,8 +30,10 @@ except ImportError:
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "py"))
-import test_decoder_embed as T  # noqa: E402
+import ragged_ctypes  # noqa: E402
+ragged_ctypes.lib()
 from ragged_ctypes import Model  # noqa: E402
+import test_decoder_embed as T  # noqa: E402
 
 TOL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 6e-2}
 
