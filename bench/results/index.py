@@ -49,6 +49,12 @@ WHAT = {
             "(bench/peer/attn_bench.py)",
     "attn_split_ab": "A/B (not landed): CPU attention's query blocks cut when a batch has few "
                      "tasks",
+    "gguf_cpu": "issue 30: CPU decode on GGUF files, ragged vs llama.cpp on the same file, each "
+                "in its own process (bench/peer/gguf_cpu.py)",
+    "spec_lookup": "issue 30: prompt-lookup speculative decoding on the real SmolLM2, batch 1, "
+                   "acceptance and speed-up (bench/peer/spec_bench.py)",
+    "decode_quant": "issue 30: decode with GGUF weights kept quantized on the GPU against the F16 "
+                    "file and the dequantized load (tests/gpu/issue30_gq.py)",
     "gemm_pad_ab": "A/B (not landed): odd-N GEMM outputs (LM heads of vocab 58101 / 50257) "
                    "through a 16-byte-aligned scratch and one strided copy",
     "attn_wgmma": "attention alone: the wgmma kernel vs mma.sync vs varlen_attn (issue 21 item 1)",
@@ -107,6 +113,7 @@ WHAT = {
                        "(bench/peer/translate_trace.py, issue 29)",
 }
 TESTS = {
+    "decode_quant": "tests/gpu/issue30_gq.sh / issue31_embed_qgemm.sh: test_ops_cuda --qgemm (issue 30)",
     "gemm_pad_ab": "test_ops_cuda --quick --no-gemm fp16 of the padded-GEMM A/B (a04dc2b)",
     "gpu_test": "tests/gpu/run.sh",
     "issue19": "tests/gpu/issue19.sh (decoder parity, sampling, memcheck; bench stages)",
