@@ -64,6 +64,20 @@ void rg_tool_scan_free(rg_tool_scan *s)
 	memset(s, 0, sizeof(*s));
 }
 
+/* The n bytes at p as a NUL-terminated copy (malloc'd; NULL when out of memory). Not strndup:
+ * p is a span of the model's text, not NUL-terminated, and strndup's NUL search may read past
+ * it (AddressSanitizer's strict_string_checks, scripts/run-tests.sh, flags exactly that). */
+static char *dup_span(const char *p, size_t n)
+{
+	char *r = malloc(n + 1);
+
+	if (r) {
+		memcpy(r, p, n);
+		r[n] = '\0';
+	}
+	return r;
+}
+
 static void add_call(rg_tool_scan *s, const char *name, size_t name_len, const char *args,
 		     size_t args_len)
 {
@@ -74,8 +88,8 @@ static void add_call(rg_tool_scan *s, const char *name, size_t name_len, const c
 		return;
 	}
 	s->calls = nc;
-	nc[s->n_calls].name = strndup(name, name_len);
-	nc[s->n_calls].arguments = strndup(args, args_len);
+	nc[s->n_calls].name = dup_span(name, name_len);
+	nc[s->n_calls].arguments = dup_span(args, args_len);
 	if (!nc[s->n_calls].name || !nc[s->n_calls].arguments) {
 		free(nc[s->n_calls].name);
 		free(nc[s->n_calls].arguments);
