@@ -113,6 +113,7 @@ WHAT = {
                        "(bench/peer/translate_trace.py, issue 29)",
 }
 TESTS = {
+    "decoder_embed_cuda": "tests/gpu/decoder_embed_cuda.py: decoder embeddings on CUDA against the float64 reference (issue 31 item 3)",
     "decode_quant": "tests/gpu/issue30_gq.sh / issue31_embed_qgemm.sh: test_ops_cuda --qgemm (issue 30)",
     "gemm_pad_ab": "test_ops_cuda --quick --no-gemm fp16 of the padded-GEMM A/B (a04dc2b)",
     "gpu_test": "tests/gpu/run.sh",

@@ -54,6 +54,12 @@ def main():
                           for g, r in zip(got, refs))
                 alone = max(float(np.abs(np.asarray(m.run([s])[0], np.float64) - got[k]).max())
                             for k, s in enumerate(seqs))
+            except ragged_ctypes.RaggedError as e:
+                # e.g. the tiny test shapes' head_dim 12, which CUDA's paged attention does not
+                # take (2026-12-03): a failure of this check, reported, then the next model
+                fails += 1
+                print(f"FAIL decoder embed cuda {name} {dt}: {e}", flush=True)
+                break
             finally:
                 m.close()
             ok = err <= tol and alone <= tol
