@@ -37,6 +37,27 @@ static size_t kv_token_bytes(const rg_model *m)
 
 /* ---------------------------------------------------------------- load / free */
 
+rg_status rg_dec_bt_reserve(rg_model *m, size_t entries)
+{
+	size_t cap = entries < 4096 ? 4096 : entries * 2;
+	rg_status s;
+
+	if (entries <= m->dec.bt_cap)
+		return RG_OK;
+	if ((s = rg_backend_sync(m->be)) != RG_OK)
+		return s;
+	rg_backend_dealloc(m->be, m->dec.bt_d);
+	rg_backend_host_free(m->be, m->dec.bt_h);
+	m->dec.bt_d = m->dec.bt_h = NULL;
+	m->dec.bt_cap = 0;
+	rg_dec_graphs_free(m); /* they read the old table buffer */
+	if ((s = rg_backend_alloc(m->be, cap * 4, (void **)&m->dec.bt_d)) != RG_OK ||
+	    (s = rg_backend_host_alloc(m->be, cap * 4, (void **)&m->dec.bt_h)) != RG_OK)
+		return rg_error_wrap(s, "block tables of %zu entries", cap);
+	m->dec.bt_cap = cap;
+	return RG_OK;
+}
+
 rg_status rg_dec_upload(rg_model *m, float *host, size_t n, bool as_act, void **dst)
 {
 	rg_status s = rg_model_upload(m, host, n, as_act, dst);
@@ -1019,21 +1040,8 @@ static rg_status step_stage(rg_model *m, const rg_step_batch *b, int mb_used, in
 	{
 		const size_t need = (size_t)ns * (size_t)width;
 
-		if (need > m->dec.bt_cap) {
-			size_t cap = need < 4096 ? 4096 : need * 2;
-
-			if ((s = rg_backend_sync(m->be)) != RG_OK)
-				return s;
-			rg_backend_dealloc(m->be, m->dec.bt_d);
-			rg_backend_host_free(m->be, m->dec.bt_h);
-			m->dec.bt_d = m->dec.bt_h = NULL;
-			m->dec.bt_cap = 0;
-			rg_dec_graphs_free(m); /* they read the old table buffer */
-			if ((s = rg_backend_alloc(m->be, cap * 4, (void **)&m->dec.bt_d)) != RG_OK ||
-			    (s = rg_backend_host_alloc(m->be, cap * 4, (void **)&m->dec.bt_h)) != RG_OK)
-				return rg_error_wrap(s, "block tables of %zu entries", cap);
-			m->dec.bt_cap = cap;
-		}
+		if ((s = rg_dec_bt_reserve(m, need)) != RG_OK)
+			return s;
 		for (int i = 0; i < ns; i++) {
 			int32_t *dst = m->dec.bt_h + (size_t)i * width;
 			int nb = 0;

@@ -82,28 +82,6 @@ static rg_status emb_alloc(rg_model *m, int64_t need, int64_t cap)
 	return RG_OK;
 }
 
-/* The block tables' staging for entries int32 (decoder.c grows the same buffers for steps). */
-static rg_status bt_reserve(rg_model *m, size_t entries)
-{
-	size_t cap = entries < 4096 ? 4096 : entries * 2;
-	rg_status s;
-
-	if (entries <= m->dec.bt_cap)
-		return RG_OK;
-	if ((s = rg_backend_sync(m->be)) != RG_OK)
-		return s;
-	rg_backend_dealloc(m->be, m->dec.bt_d);
-	rg_backend_host_free(m->be, m->dec.bt_h);
-	m->dec.bt_d = m->dec.bt_h = NULL;
-	m->dec.bt_cap = 0;
-	rg_dec_graphs_free(m); /* they read the old table buffer */
-	if ((s = rg_backend_alloc(m->be, cap * 4, (void **)&m->dec.bt_d)) != RG_OK ||
-	    (s = rg_backend_host_alloc(m->be, cap * 4, (void **)&m->dec.bt_h)) != RG_OK)
-		return rg_error_wrap(s, "block tables of %zu entries", cap);
-	m->dec.bt_cap = cap;
-	return RG_OK;
-}
-
 static rg_status validate(const rg_model *m, const int32_t *tokens, const int32_t *cu, int n_seq,
 			  int *n_tokens, int *max_len)
 {
@@ -150,7 +128,7 @@ static rg_status stage(rg_model *m, const int32_t *tokens, const int32_t *cu, in
 	int32_t *ih = m->dec.ids_h, *id = m->dec.ids_d, first = 0;
 	rg_status s;
 
-	if ((s = bt_reserve(m, (size_t)n_seq * width)) != RG_OK)
+	if ((s = rg_dec_bt_reserve(m, (size_t)n_seq * width)) != RG_OK)
 		return s;
 	memcpy(ih, tokens, (size_t)n * 4);
 	memcpy(ih + 4 * T, cu, (size_t)(n_seq + 1) * 4);

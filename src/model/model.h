@@ -400,6 +400,11 @@ rg_status rg_dec_cross_write(rg_model *m, int l, const void *kv, int ld, const i
 			     int n);
 /* Free every captured decode graph (buffers they read are about to change). */
 void rg_dec_graphs_free(rg_model *m);
+/* The staged block tables (m->dec.bt_d device, bt_h pinned host; int32) grown to hold entries
+ * entries: at least 4096, twice the need when it grows; growing syncs, frees the old buffers and
+ * the CUDA graphs that read them. Shared by decode steps and the decoder-embedding pass.
+ * RG_ERR_OOM naming the size. */
+rg_status rg_dec_bt_reserve(rg_model *m, size_t entries);
 
 /* The embedding pass of a decoder (decoder_embed.c, issue 31): one packed, padding-free prefill
  * of n_seq fresh sequences (tokens, cu_seqlens as rg_model_embed's, validated here: every length
