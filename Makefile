@@ -169,8 +169,15 @@ build/libragged.a: $(REL_OBJ) build/config
 build/libragged.so: $(REL_OBJ) build/ragged.map build/config Makefile
 	$(CC) -shared -Wl,-soname,libragged.so -Wl,--version-script=build/ragged.map -o $@ $(REL_OBJ) \
 		$(REL_LIBS)
-build/libragged_internal.so: $(REL_OBJ) build/config
-	$(CC) -shared -o $@ $(REL_OBJ) $(REL_LIBS)
+# libragged_internal.so exports the rg_ functions only: C++ template instances and typeinfo
+# (std::bad_alloc's, from the .cc / .cu objects) left global would interpose on the C++
+# libraries loaded after it -- on the GPU machine, libsentencepiece's initializer crashed in
+# such a copy when the library was dlopen'ed after numpy (2026-12-03).
+build/internal.map: Makefile
+	@mkdir -p build
+	echo '{ global: rg_*; local: *; };' > $@
+build/libragged_internal.so: $(REL_OBJ) build/internal.map build/config
+	$(CC) -shared -Wl,--version-script=build/internal.map -o $@ $(REL_OBJ) $(REL_LIBS)
 # build/ragged finds build/libragged.so beside it ($ORIGIN); `make install` relinks it for its
 # place (link_ragged's second argument: the RUNPATH).
 link_ragged = $(CC) $(REL_CFLAGS) -Iapp -o $(1) $(TOOLSRC) $(REL_APP_OBJ) $(REL_APP_CORE_OBJ) \
@@ -188,8 +195,9 @@ build/asan/libragged.a: $(ASAN_OBJ)
 build/asan/libragged.so: $(ASAN_OBJ) build/ragged.map Makefile
 	$(CC) -shared -Wl,-soname,libragged.so -Wl,--version-script=build/ragged.map $(ASAN_LDFLAGS) \
 		-o $@ $(ASAN_OBJ) $(LIBS)
-build/asan/libragged_internal.so: $(ASAN_OBJ)
-	$(CC) -shared $(ASAN_LDFLAGS) -o $@ $^ $(LIBS)
+build/asan/libragged_internal.so: $(ASAN_OBJ) build/internal.map
+	$(CC) -shared -Wl,--version-script=build/internal.map $(ASAN_LDFLAGS) -o $@ $(ASAN_OBJ) \
+		$(LIBS)
 build/asan/ragged: $(TOOLSRC) $(ASAN_APP_OBJ) $(ASAN_APP_CORE_OBJ) build/asan/libragged.so \
 		Makefile
 	$(CC) $(ASAN_CFLAGS) -Iapp -o $@ $(TOOLSRC) $(ASAN_APP_OBJ) $(ASAN_APP_CORE_OBJ) \

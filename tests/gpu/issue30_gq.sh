@@ -2,9 +2,10 @@
 # Issue 30 item 1 on a lent GPU machine (one H200), in one device call, about 6 minutes: GGUF
 # weights kept quantized on CUDA (src/ops/cuda/qgemv.cu).
 #  1. build (sm_90a only) and build/test_ops_cuda;
-#  2. test_ops_cuda --qgemm: GEMMs on random Q8_0 / Q4_0 / Q4_1 blocks (M 1..300, the small-M
-#     kernel and the dequantize + cuBLASLt path, every act, graphs, the prepare contract) against
-#     the CPU GEMM on rg_gguf_to_f32's weights, fp32 / fp16 / bf16;
+#  2. test_ops_cuda --qgemm: GEMMs on random Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K blocks (M 1..300:
+#     qmv_kernel, the tensor-core small-M kernel and the dequantize + cuBLASLt path, every act,
+#     graphs, the prepare contract) against the CPU GEMM on rg_gguf_to_f32's weights, fp32 / fp16
+#     / bf16; then whether the ctypes test library loads after numpy;
 #  3. tests/gpu/issue30_gq.py: random SmolLM2-135M- and Llama-3.2-1B-shaped GGUF files (F16, Q8_0,
 #     Q4_0): quantized greedy ids == --weights dequantize (or a near tie), resident weight bytes,
 #     decode tok/s at batch 1 and 16; writes decode_quant_<gpu>_<stamp>.json / .md into $OUT.
@@ -28,10 +29,15 @@ timeout 240 build/test_ops_cuda --qgemm $q --json "$OUT/test_ops_cuda_qgemm.json
 grep -E "^\| (qgemm|qgemv)|FAIL|error-path|test_ops_cuda:" "$OUT/test_ops_cuda_qgemm.log" | head -80
 record "test_ops_cuda --qgemm ($((SECONDS - t0)) s)" $st
 [ $st -eq 0 ] || fail=1
+# the ctypes test library dlopen'ed after numpy (it crashed in libsentencepiece's initializer on
+# this machine before build/internal.map kept its C++ symbols local)
+python3 -c "import numpy, sys; sys.path.insert(0, 'tests/py'); import ragged_ctypes; print('ragged_ctypes loaded after numpy')" \
+	>"$OUT/internal_lib.log" 2>&1; st=$?; tail -1 "$OUT/internal_lib.log"
+record "libragged_internal.so loads after numpy" $st
 t0=$SECONDS
 models=${GQ_MODELS:-smollm2-135m,llama-3.2-1b}
 [ "$QUICK" = 1 ] && models=${GQ_MODELS:-smollm2-135m}
-GQ_MODELS=$models timeout 400 python3 tests/gpu/issue30_gq.py "$OUT" >"$OUT/issue30_gq.log" 2>&1; st=$?
+GQ_MODELS=$models timeout ${GQ_TIMEOUT:-400} python3 tests/gpu/issue30_gq.py "$OUT" >"$OUT/issue30_gq.log" 2>&1; st=$?
 cat "$OUT/issue30_gq.log" | grep -vE "^info .*GGUF files" | tail -40
 record "issue30_gq.py ($((SECONDS - t0)) s)" $st
 [ $st -eq 0 ] || fail=1

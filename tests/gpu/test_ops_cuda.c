@@ -841,6 +841,24 @@ static gbuf gqraw(const void *h, size_t bytes)
 	return b;
 }
 
+/* A (M, K) rounded as qmv_kernel rounds it (qgemv.cuh): per 32 values d = amax / 127,
+ * q = rint(a x (127 / amax)), a' = q d, in fp32. Returns a malloc'd copy. */
+static float *q8_round_rows(const float *A, int M, int K)
+{
+	float *o = malloc((size_t)M * K * sizeof(float));
+
+	for (size_t b = 0; b < (size_t)M * K; b += 32) {
+		float amax = 0.f, id, d;
+		for (int i = 0; i < 32; i++)
+			amax = fmaxf(amax, fabsf(A[b + i]));
+		d = amax / 127.f;
+		id = amax > 0.f ? 127.f / amax : 0.f;
+		for (int i = 0; i < 32; i++)
+			o[b + i] = (float)(int)rintf(A[b + i] * id) * d;
+	}
+	return o;
+}
+
 /* out (M, N) = act(A dequant(W)^T + bias) on a quantized W through rg_op_gemm (plain) or
  * rg_op_gemm_bias_act, against the CPU; A starts a_off bytes into its buffer (4: misaligned for
  * the small-M kernel's 8-byte loads). */
@@ -862,12 +880,23 @@ static void test_qgemm(rg_dtype dt, int type, int M, int N, int K, rg_act act, i
 		 !plain && with_bias ? "+bias" : "", a_off ? " A+off" : "");
 	set_case("%s M=%d N=%d K=%d", qname(type), M, N, K);
 	unsigned char *qh = qblocks_rand(type, N, K, 1.7f / sqrtf((float)K), &W, &qbytes);
+	gbuf ga = gact_rand(dt, (size_t)M * K + a_skip, -1, 1, &A);
+	gbuf gw = gqraw(qh, qbytes);
+	/* M <= 4 (qmv_kernel): integer products of the exact block values with A rounded to 8 bits
+	 * per 32 values, so the reference rounds A the same way and keeps W exact */
+	const bool qmv = small && rg_cuda_qmv_applies(NULL, dt, type, (const char *)ga.p + a_off,
+						      gw.p, M, N, K);
+	float *Wx = qmv ? malloc((size_t)N * K * sizeof(float)) : NULL;
+	if (qmv) {
+		memcpy(Wx, W, (size_t)N * K * sizeof(float));
+		snprintf(name, sizeof(name), "qgemm %s qmv %s%s%s", qname(type),
+			 plain ? "gemm" : act == RG_ACT_GELU ? "gelu(erf)" : rg_act_name(act),
+			 !plain && with_bias ? "+bias" : "", a_off ? " A+off" : "");
+	}
 	/* the GPU multiplies the weight's values rounded to dt (what --weights dequantize uploads):
 	 * so does the reference (K-quant values at fp16 / bf16 otherwise differ by a rounding of
 	 * each weight, past the GEMM tolerance in 3 of ~1M elements: H200 run 2026-12-03 12:28) */
 	round_to_dt(dt, W, (size_t)N * K);
-	gbuf ga = gact_rand(dt, (size_t)M * K + a_skip, -1, 1, &A);
-	gbuf gw = gqraw(qh, qbytes);
 	gbuf gb = with_bias ? gact_rand(dt, (size_t)N, -1, 1, &bias) : (gbuf){ 0 };
 	gbuf go = galloc((size_t)M * N * es);
 	const void *ap = (const char *)ga.p + a_off;
@@ -881,23 +910,35 @@ static void test_qgemm(rg_dtype dt, int type, int M, int N, int K, rg_act act, i
 	if (op_ok(st, name, dt, plain ? "rg_op_gemm" : "rg_op_gemm_bias_act")) {
 		float *ref = nan_host((size_t)M * N);
 		float *got = gread(&go, dt, (size_t)M * N);
+		float *Aq = qmv ? q8_round_rows(A + a_skip, M, K) : NULL;
 		if (plain)
-			CK(rg_op_gemm(g_cpu, A + a_skip, W, ref, M, N, K));
+			CK(rg_op_gemm(g_cpu, qmv ? Aq : A + a_skip, qmv ? Wx : W, ref, M, N, K));
 		else
-			CK(rg_op_gemm_bias_act(g_cpu, A + a_skip, W, bias, ref, M, N, K, act));
+			CK(rg_op_gemm_bias_act(g_cpu, qmv ? Aq : A + a_skip, qmv ? Wx : W, bias, ref,
+					       M, N, K, act));
 		compare(name, dt, got, ref, (size_t)M * N, a, r, gguard_check(&go));
+		free(Aq);
+		if (qmv) { /* the dequantize + cuBLASLt call below: against the unrounded A */
+			if (plain)
+				CK(rg_op_gemm(g_cpu, A + a_skip, W, ref, M, N, K));
+			else
+				CK(rg_op_gemm_bias_act(g_cpu, A + a_skip, W, bias, ref, M, N, K,
+						       act));
+		}
 		if (small) { /* the same call on the dequantize + cuBLASLt path */
 			gbuf go2 = galloc((size_t)M * N * es);
 			rg_cuda_qgemv_set(false);
 			st = plain ? rg_op_gemm(g_gpu, ap, gw.p, go2.p, M, N, K)
 				   : rg_op_gemm_bias_act(g_gpu, ap, gw.p, bp, go2.p, M, N, K, act);
 			rg_cuda_qgemv_set(true);
-			snprintf(name2, sizeof(name2), "qgemv vs dequant+lt");
+			snprintf(name2, sizeof(name2),
+				 qmv ? "dequant+lt vs cpu" : "qgemv vs dequant+lt");
 			if (op_ok(st, name2, dt, "rg_op_gemm* (qgemv off)")) {
 				float *lt = gread(&go2, dt, (size_t)M * N);
 				set_case("%s M=%d N=%d K=%d act %s%s", qname(type), M, N, K,
 					 rg_act_name(act), with_bias ? " bias" : "");
-				compare(name2, dt, got, lt, (size_t)M * N, a, r, gguard_check(&go2));
+				compare(name2, dt, qmv ? ref : got, lt, (size_t)M * N, a, r,
+					gguard_check(&go2));
 				free(lt);
 			}
 			gfree(&go2);
@@ -907,7 +948,7 @@ static void test_qgemm(rg_dtype dt, int type, int M, int N, int K, rg_act act, i
 	}
 out_free:
 	g_case[0] = 0;
-	free(qh); free(A); free(W); free(bias);
+	free(qh); free(A); free(W); free(Wx); free(bias);
 	gfree(&ga); gfree(&gw); gfree(&go);
 	if (with_bias)
 		gfree(&gb);

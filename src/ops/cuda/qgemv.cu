@@ -54,12 +54,15 @@
 #include "ops/cuda/common.cuh"
 extern "C" {
 #include "core/gguf.h"
+#include "core/tuning.h"
 }
 #include "ops/cuda/qgemv.cuh"
 
 #define QGEMV_MAX_WARPS 16
 
 static bool g_qgemv_on = true;
+
+static void qmv_attrs(int device); /* below, with qmv_kernel */
 
 extern "C" void rg_cuda_qgemv_set(bool on)
 {
@@ -169,6 +172,7 @@ extern "C" rg_status rg_cuda_prepare_qweight(rg_cuda_ctx *ctx, void *W, int type
 	    (st = qscratch_reserve(c, (size_t)N * (size_t)K * (c->dt == RG_DTYPE_F32 ? 4 : 2))) !=
 		    RG_OK)
 		return st;
+	qmv_attrs(c->device);
 	if (c->qw_n == c->qw_cap) {
 		const int cap = c->qw_cap ? 2 * c->qw_cap : 64;
 		rg_cuda_qweight *q = (rg_cuda_qweight *)realloc(c->qw, (size_t)cap * sizeof(*q));
@@ -586,6 +590,514 @@ static cudaError_t qgemv_dispatch(const rg_cuda_ctx *c, int type, const void *A,
 	}
 }
 
+/* ---- very small M (M <= 4): int8 dot products on the raw blocks (qmv_kernel) ----
+ * The tensor-core kernel above keeps too few bytes in flight at batch 1: 4 lanes share one row's
+ * 16 bytes of quants per step, loaded as 2-byte pieces, and every lane also loads 32 bytes of A
+ * per step; at the 1B shape's Q4_0 step that is 0.57 TB/s, 12% of an H200
+ * (bench/results/decode_quant_h200_20261203-1228.md). This kernel follows the structure of
+ * llama.cpp's MMVQ (ggml-cuda mmvq.cu: activations quantized to 8 bits per 32 values, integer
+ * dp4a dot products against the weight's quants, the block scales applied per block), with the
+ * weight stream and the activation quantization done differently:
+ *  - CTA b owns R consecutive rows of W (R a multiple of 8, so its byte range starts 16-byte
+ *    aligned for every block size: 8 x {34, 18, 20, 144, 210} bytes are multiples of 16). Its 256
+ *    threads copy the range into a shared-memory ring of QMV_SLOTS slots of 4 KB with
+ *    cp.async.cg (16 bytes a thread a slot; a partial last piece zero-fills), QMV_SLOTS - 2 slots
+ *    in flight: 24 KB a CTA, several CTAs an SM, against the ~25 KB an SM needs in flight to
+ *    stream at the H200's bandwidth (4.8 TB/s x ~0.7 us / 132 SMs). The first slots are issued
+ *    before griddepcontrol.wait: the weights do not depend on the kernel before, so with
+ *    programmatic dependent launch their loads overlap its tail.
+ *  - Then each CTA quantizes A (M rows) into shared memory itself, as int8 per 32 values with
+ *    d = amax / 127 and s = d x sum(q) (ggml's q8_1): M K values of work, 1/R of the dot
+ *    products', and no extra kernel or buffer per GEMM (a separate quantization kernel would add
+ *    ~65 launches to a 1B decode step).
+ *  - A "unit" is a block (Q8_0 / Q4_0 / Q4_1: 32 values) or a quarter of a super-block (Q4_K:
+ *    sub-blocks 2j, 2j + 1, which share their 32 bytes of nibbles; Q6_K: 64 values that share
+ *    their ql and qh bytes). After slot s lands, the threads take the units whose block ends in
+ *    it (a block that straddles two slots waits one round; slot s - 1 is refilled only after it),
+ *    one unit a thread, and dot them with __dp4a against the int8 A: Q8_0 d_w d_a sum(q_w q_a);
+ *    Q4_0 d_w (d_a sum(q_w q_a) - 8 s_a); Q4_1 d_w d_a sum + m_w s_a; Q4_K per sub-block
+ *    d sc d_a sum - dmin mn s_a; Q6_K per 16 values d sc d_a sum((q - 32) q_a).
+ *  - The units go to the threads in groups of 32 consecutive units of one row (a row's last group
+ *    may be partial): a warp takes a group whose last block has landed, one unit a lane, and
+ *    sums the lanes with shuffles into the group's slot in shared memory; the epilogue sums a
+ *    row's groups in order (no atomics: the result is deterministic, a graph replay equals the
+ *    eager call bitwise), applies bias and act and rounds once.
+ * Error: A is rounded to 8 bits per 32 values (relative ~1/254 of the block's largest value), as
+ * llama.cpp's CUDA decode and ragged's CPU quantized GEMMs (qgemm.c) round it; the products are
+ * exact integers, summed in fp32. */
+#define QMV_THREADS 256
+#define QMV_SLOT 4096
+#define QMV_SLOTS 8
+#define QMV_MAX_M 4
+#define QMV_MAX_SMEM (200 * 1024)
+
+static bool g_qmv_on = true;
+
+extern "C" void rg_cuda_qmv_set(bool on)
+{
+	g_qmv_on = on;
+}
+
+/* Units per block, bytes per block. */
+template <int QT> struct qmv_traits;
+template <> struct qmv_traits<RG_GGUF_Q8_0> { static constexpr int upb = 1; };
+template <> struct qmv_traits<RG_GGUF_Q4_0> { static constexpr int upb = 1; };
+template <> struct qmv_traits<RG_GGUF_Q4_1> { static constexpr int upb = 1; };
+template <> struct qmv_traits<RG_GGUF_Q4_K> { static constexpr int upb = 4; };
+template <> struct qmv_traits<RG_GGUF_Q6_K> { static constexpr int upb = 4; };
+
+__device__ __forceinline__ void qmv_cp16(void *smem, const void *g, int bytes)
+{
+	const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(bytes)
+		     : "memory");
+}
+
+__device__ __forceinline__ void qmv_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N> __device__ __forceinline__ void qmv_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Slot s of the CTA's byte range (nbytes from src) into the ring: thread t's 16 bytes. */
+__device__ __forceinline__ void qmv_issue(unsigned char *ring, const char *src, long long nbytes,
+					  int s, int stages)
+{
+	if (s < stages) {
+		const long long off = (long long)s * QMV_SLOT + 16 * threadIdx.x;
+
+		if (off < nbytes)
+			qmv_cp16(ring + (s % QMV_SLOTS) * QMV_SLOT + 16 * threadIdx.x, src + off,
+				 nbytes - off < 16 ? (int)(nbytes - off) : 16);
+	}
+	qmv_commit(); /* always: the wait counts groups */
+}
+
+/* 2- and 4-byte pieces of the ring at CTA byte x (x even / a multiple of 4: never wraps). */
+struct qmv_ring {
+	const unsigned char *p;
+	unsigned mask;
+	__device__ __forceinline__ uint32_t u16(unsigned x) const
+	{
+		return *(const unsigned short *)(p + (x & mask));
+	}
+	__device__ __forceinline__ uint32_t u16x2(unsigned x) const
+	{
+		return u16(x) | u16(x + 2) << 16;
+	}
+	__device__ __forceinline__ uint32_t u32(unsigned x) const
+	{
+		return *(const uint32_t *)(p + (x & mask));
+	}
+};
+
+/* The 8 ints (32 int8) of A's block kb of row m, and its (d, s). */
+struct qmv_a {
+	const int8_t *qa;
+	const float2 *ds;
+	int K;
+	__device__ __forceinline__ void get(int m, int kb, int (&a)[8], float2 &f) const
+	{
+		const int4 *p = (const int4 *)(qa + (size_t)m * K + 32 * kb);
+		const int4 x = p[0], y = p[1];
+
+		a[0] = x.x; a[1] = x.y; a[2] = x.z; a[3] = x.w;
+		a[4] = y.x; a[5] = y.y; a[6] = y.z; a[7] = y.w;
+		f = ds[(size_t)m * (K / 32) + kb];
+	}
+};
+
+/* qmv_do<QT, MT>::unit: acc[m] += the dot of one unit with A row m; x = the unit's block's CTA
+ * byte offset, kb0 = that block's first 32-value block of A in its row, j = the unit in the
+ * block. */
+#define QMV_MLOOP for (int m = 0; m < MT; m++) if (m < M)
+
+template <int QT, int MT> struct qmv_do;
+
+template <int MT> struct qmv_do<RG_GGUF_Q8_0, MT> {
+	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_ring &r,
+						    const qmv_a &A, int M, unsigned x, int kb0, int)
+	{
+		int w[8], a[8];
+		float2 f;
+		const float d = f16_bits(r.u16(x));
+
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			w[i] = (int)r.u16x2(x + 2 + 4 * i);
+#pragma unroll
+		QMV_MLOOP {
+			int s = 0;
+			A.get(m, kb0, a, f);
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				s = __dp4a(w[i], a[i], s);
+			acc[m] += d * f.x * (float)s;
+		}
+	}
+};
+
+template <int MT> struct qmv_do<RG_GGUF_Q4_0, MT> {
+	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_ring &r,
+						    const qmv_a &A, int M, unsigned x, int kb0, int)
+	{
+		int w[4], a[8];
+		float2 f;
+		const float d = f16_bits(r.u16(x));
+
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			w[i] = (int)r.u16x2(x + 2 + 4 * i);
+#pragma unroll
+		QMV_MLOOP {
+			int s = 0;
+			A.get(m, kb0, a, f);
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				s = __dp4a(w[i] & 0x0f0f0f0f, a[i], s);
+				s = __dp4a((w[i] >> 4) & 0x0f0f0f0f, a[4 + i], s);
+			}
+			acc[m] += d * (f.x * (float)s - 8.f * f.y);
+		}
+	}
+};
+
+template <int MT> struct qmv_do<RG_GGUF_Q4_1, MT> {
+	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_ring &r,
+						    const qmv_a &A, int M, unsigned x, int kb0, int)
+	{
+		int w[4], a[8];
+		float2 f;
+		const uint32_t dm = r.u32(x);
+		const float d = f16_bits(dm), mn = f16_bits(dm >> 16);
+
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			w[i] = (int)r.u32(x + 4 + 4 * i);
+#pragma unroll
+		QMV_MLOOP {
+			int s = 0;
+			A.get(m, kb0, a, f);
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				s = __dp4a(w[i] & 0x0f0f0f0f, a[i], s);
+				s = __dp4a((w[i] >> 4) & 0x0f0f0f0f, a[4 + i], s);
+			}
+			acc[m] += d * f.x * (float)s + mn * f.y;
+		}
+	}
+};
+
+/* Q4_K unit j: sub-blocks 2j (low nibbles of qs[32j ..)) and 2j + 1 (high nibbles). */
+template <int MT> struct qmv_do<RG_GGUF_Q4_K, MT> {
+	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_ring &r,
+						    const qmv_a &A, int M, unsigned x, int kb0, int j)
+	{
+		int w[8], a[8];
+		float2 f;
+		const uint32_t dm = r.u32(x), s0 = r.u32(x + 4), s1 = r.u32(x + 8), s2 = r.u32(x + 12);
+		const float d = f16_bits(dm), dmin = f16_bits(dm >> 16);
+		float dl[2], ml[2];
+
+#pragma unroll
+		for (int h = 0; h < 2; h++) { /* get_scale_min_k4 of sub-block 2j + h */
+			const int sb = 2 * j + h, jj = sb & 3;
+			uint32_t sc, mn;
+			if (sb < 4) {
+				sc = byte_of(s0, jj) & 63u;
+				mn = byte_of(s1, jj) & 63u;
+			} else {
+				sc = (byte_of(s2, jj) & 15u) | ((byte_of(s0, jj) >> 2) & 0x30u);
+				mn = (byte_of(s2, jj) >> 4) | ((byte_of(s1, jj) >> 2) & 0x30u);
+			}
+			dl[h] = d * (float)sc;
+			ml[h] = dmin * (float)mn;
+		}
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			w[i] = (int)r.u32(x + 16 + 32 * j + 4 * i);
+#pragma unroll
+		QMV_MLOOP {
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				int s = 0;
+				A.get(m, kb0 + 2 * j + h, a, f);
+#pragma unroll
+				for (int i = 0; i < 8; i++)
+					s = __dp4a((w[i] >> (4 * h)) & 0x0f0f0f0f, a[i], s);
+				acc[m] += dl[h] * f.x * (float)s - ml[h] * f.y;
+			}
+		}
+	}
+};
+
+/* Q6_K unit j = 2h + p: values 128h + 32p + l (low nibbles of ql[64h + 32p + l], qh bits 2p) and
+ * 128h + 64 + 32p + l (high nibbles, qh bits 4 + 2p), l < 32; one int8 scale per 16 values. */
+template <int MT> struct qmv_do<RG_GGUF_Q6_K, MT> {
+	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_ring &r,
+						    const qmv_a &A, int M, unsigned x, int kb0, int j)
+	{
+		const int h = j >> 1, p = j & 1;
+		int ql[8], qh[8], a[8];
+		float2 f;
+		const float d = f16_bits(r.u16(x + 208));
+		const uint32_t sc_lo = r.u16(x + 192 + 8 * h + 2 * p);
+		const uint32_t sc_hi = r.u16(x + 192 + 8 * h + 4 + 2 * p);
+
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			ql[i] = (int)r.u16x2(x + 64 * h + 32 * p + 4 * i);
+			qh[i] = (int)r.u16x2(x + 128 + 32 * h + 4 * i);
+		}
+#pragma unroll
+		QMV_MLOOP {
+#pragma unroll
+			for (int g = 0; g < 2; g++) { /* g 0: low nibbles, g 1: high */
+				const uint32_t sc = g ? sc_hi : sc_lo;
+				int s0 = 0, s1 = 0;
+				A.get(m, kb0 + 4 * h + p + 2 * g, a, f);
+#pragma unroll
+				for (int i = 0; i < 8; i++) {
+					const int q = ((ql[i] >> (4 * g)) & 0x0f0f0f0f) |
+						      (((qh[i] >> (2 * p + 4 * g)) & 0x03030303) << 4);
+					const int qs = (int)__vsub4((unsigned)q, 0x20202020u);
+					if (i < 4)
+						s0 = __dp4a(qs, a[i], s0);
+					else
+						s1 = __dp4a(qs, a[i], s1);
+				}
+				acc[m] += d * f.x *
+					  ((float)(int8_t)(sc & 0xffu) * (float)s0 +
+					   (float)(int8_t)(sc >> 8) * (float)s1);
+			}
+		}
+	}
+};
+
+/* One CTA per R rows of W (R % 8 == 0); QMV_THREADS threads; dynamic shared memory: the ring
+ * (min(stages, QMV_SLOTS) slots), MT x K int8 of A, MT x K / 32 float2 (d, s), MT x R x groups
+ * per row floats (the groups' sums). */
+template <typename T, int QT, int MT>
+__global__ void __launch_bounds__(QMV_THREADS)
+qmv_kernel(const T *__restrict__ A, const char *__restrict__ W, const T *__restrict__ bias,
+	   T *__restrict__ out, int M, int N, int K, int R, int ring_slots, rg_act act)
+{
+	extern __shared__ __align__(16) unsigned char qmv_smem[];
+	constexpr int BB = qtype_traits<QT>::bytes, UPB = qmv_traits<QT>::upb;
+	constexpr int VPB = qtype_traits<QT>::values;
+	const int tid = threadIdx.x, kblocks = K / 32, bpr = K / VPB;
+	const int n0 = blockIdx.x * R, nr = N - n0 < R ? N - n0 : R;
+	const long long nbytes = (long long)nr * bpr * BB;
+	const int stages = (int)((nbytes + QMV_SLOT - 1) / QMV_SLOT);
+	const char *src = W + (size_t)n0 * bpr * BB;
+	unsigned char *ring = qmv_smem;
+	int8_t *qa = (int8_t *)(qmv_smem + (size_t)ring_slots * QMV_SLOT);
+	float2 *ds = (float2 *)(qa + (size_t)MT * K);
+	float *part = (float *)(ds + (size_t)MT * kblocks); /* (MT, R x groups a row) */
+	const qmv_ring rr = {ring, ring_slots < QMV_SLOTS ? 0xffffffffu : QMV_SLOTS * QMV_SLOT - 1u};
+	const qmv_a qv = {qa, ds, K};
+
+#pragma unroll
+	for (int s = 0; s < QMV_SLOTS - 2; s++)
+		qmv_issue(ring, src, nbytes, s, stages);
+	rg_pdl_wait(); /* A comes from the kernel just before */
+	for (int i = tid; i < M * kblocks; i += QMV_THREADS) { /* A's q8_1 blocks */
+		const int m = i / kblocks, kb = i - m * kblocks;
+		const uint2 *ap = (const uint2 *)(A + (size_t)m * K + 32 * kb);
+		float v[32], amax = 0.f, id, dd;
+		int sum = 0;
+		uint32_t *qo = (uint32_t *)(qa + (size_t)m * K + 32 * kb);
+
+#pragma unroll
+		for (int e = 0; e < 8; e++) {
+			union { uint2 u; T t[4]; } x;
+			x.u = __ldg(ap + e);
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				v[4 * e + k] = rg_to_f(x.t[k]);
+				amax = fmaxf(amax, fabsf(v[4 * e + k]));
+			}
+		}
+		dd = amax / 127.f;
+		id = amax > 0.f ? 127.f / amax : 0.f;
+#pragma unroll
+		for (int e = 0; e < 8; e++) {
+			uint32_t pk = 0;
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				const int q = __float2int_rn(v[4 * e + k] * id);
+				sum += q;
+				pk |= (uint32_t)(q & 0xff) << (8 * k);
+			}
+			qo[e] = pk;
+		}
+		ds[(size_t)m * kblocks + kb] = make_float2(dd, dd * (float)sum);
+	}
+	const int warp = tid >> 5, lane = tid & 31, upr = bpr * UPB, gpr = (upr + 31) / 32;
+	const int ngroups = nr * gpr, gstride = R * gpr;
+	int g_lo = 0;
+
+	for (int s = 0; s < stages; s++) {
+		qmv_wait<QMV_SLOTS - 3>(); /* this thread's pieces of slot s are in */
+		__syncthreads();           /* everyone's are; slot s - 2 is free (and A is written) */
+		qmv_issue(ring, src, nbytes, s + QMV_SLOTS - 2, stages);
+		const long long end = (long long)(s + 1) * QMV_SLOT < nbytes
+					      ? (long long)(s + 1) * QMV_SLOT : nbytes;
+		int g_hi = g_lo;
+
+		while (g_hi < ngroups) { /* the groups whose last block has landed */
+			const int row = g_hi / gpr, gi = g_hi - row * gpr;
+			const int last = (32 * (gi + 1) < upr ? 32 * (gi + 1) : upr) - 1;
+
+			if ((long long)(row * bpr + last / UPB + 1) * BB > end)
+				break;
+			g_hi++;
+		}
+		for (int g = g_lo + warp; g < g_hi; g += QMV_THREADS / 32) {
+			const int row = g / gpr, uu = 32 * (g - row * gpr) + lane;
+			float acc[MT];
+
+#pragma unroll
+			for (int m = 0; m < MT; m++)
+				acc[m] = 0.f;
+			if (uu < upr)
+				qmv_do<QT, MT>::unit(acc, rr, qv, M,
+						     (unsigned)(row * bpr + uu / UPB) * BB,
+						     (uu / UPB) * (VPB / 32), uu % UPB);
+#pragma unroll
+			for (int m = 0; m < MT; m++) {
+				const float v = rg_warp_sum(acc[m]); /* a fixed order: deterministic */
+				if (m < M && lane == 0)
+					part[m * gstride + g] = v;
+			}
+		}
+		g_lo = g_hi;
+	}
+	qmv_wait<0>();
+	__syncthreads();
+	for (int i = tid; i < M * nr; i += QMV_THREADS) {
+		const int m = i / nr, r = i - m * nr, n = n0 + r;
+		float v = bias ? rg_to_f(bias[n]) : 0.f, sum = 0.f;
+
+		for (int gi = 0; gi < gpr; gi++)
+			sum += part[m * gstride + r * gpr + gi];
+		out[(size_t)m * N + n] = rg_from_f<T>(rg_act_apply(sum + v, act));
+	}
+}
+
+/* The launch shape: rows per CTA (a multiple of 8, about 4 CTAs an SM), ring slots and dynamic
+ * shared memory; false when it does not fit (the tensor-core kernel runs then). */
+static bool qmv_shape(const rg_cuda_ctx *c, int type, int M, int N, int K, int *R, int *slots,
+		      size_t *smem)
+{
+	const int target = 4 * (c && c->num_sms > 0 ? c->num_sms : 132);
+	const int mt = M <= 1 ? 1 : M <= 2 ? 2 : 4;
+	const long long rb = (long long)(K / qtype_values(type)) * (long long)rg_cuda_qtype_block_bytes(type);
+	int r = 8 * ((N + 8 * target - 1) / (8 * target));
+	long long st;
+
+	if (r < 8)
+		r = 8;
+	st = ((long long)r * rb + QMV_SLOT - 1) / QMV_SLOT;
+	*R = r;
+	*slots = st < QMV_SLOTS ? (int)st : QMV_SLOTS;
+	*smem = (size_t)*slots * QMV_SLOT + (size_t)mt * K + (size_t)mt * (K / 32) * 8 +
+		(size_t)mt * r * (size_t)((K / qtype_values(type) * (type == RG_GGUF_Q4_K ||
+		type == RG_GGUF_Q6_K ? 4 : 1) + 31) / 32) * 4;
+	return *smem <= QMV_MAX_SMEM;
+}
+
+template <typename T, int QT, int MT>
+static cudaError_t qmv_launch_mt(const rg_cuda_ctx *c, const void *A, const void *W,
+				 const void *bias, void *out, int M, int N, int K, rg_act act,
+				 int R, int slots, size_t smem)
+{
+	return rg_launch(c, qmv_kernel<T, QT, MT>, dim3((unsigned)((N + R - 1) / R)),
+			 dim3(QMV_THREADS), smem, (const T *)A, (const char *)W, (const T *)bias,
+			 (T *)out, M, N, K, R, slots, act);
+}
+
+template <typename T, int QT>
+static cudaError_t qmv_launch_t(const rg_cuda_ctx *c, const void *A, const void *W,
+				const void *bias, void *out, int M, int N, int K, rg_act act, int R,
+				int slots, size_t smem)
+{
+	if (M <= 1)
+		return qmv_launch_mt<T, QT, 1>(c, A, W, bias, out, M, N, K, act, R, slots, smem);
+	if (M <= 2)
+		return qmv_launch_mt<T, QT, 2>(c, A, W, bias, out, M, N, K, act, R, slots, smem);
+	return qmv_launch_mt<T, QT, 4>(c, A, W, bias, out, M, N, K, act, R, slots, smem);
+}
+
+template <typename T>
+static cudaError_t qmv_dispatch(const rg_cuda_ctx *c, int type, const void *A, const void *W,
+				const void *bias, void *out, int M, int N, int K, rg_act act, int R,
+				int slots, size_t smem)
+{
+#define QMV_T(QT) qmv_launch_t<T, QT>(c, A, W, bias, out, M, N, K, act, R, slots, smem)
+	switch (type) {
+	case RG_GGUF_Q8_0: return QMV_T(RG_GGUF_Q8_0);
+	case RG_GGUF_Q4_0: return QMV_T(RG_GGUF_Q4_0);
+	case RG_GGUF_Q4_K: return QMV_T(RG_GGUF_Q4_K);
+	case RG_GGUF_Q6_K: return QMV_T(RG_GGUF_Q6_K);
+	default: return QMV_T(RG_GGUF_Q4_1);
+	}
+#undef QMV_T
+}
+
+/* Allow every instantiation QMV_MAX_SMEM of dynamic shared memory (current device; once per
+ * device and process; at prepare time, never while capturing). */
+template <typename T, int QT>
+static void qmv_attr_t(void)
+{
+	cudaFuncSetAttribute(qmv_kernel<T, QT, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			     QMV_MAX_SMEM);
+	cudaFuncSetAttribute(qmv_kernel<T, QT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			     QMV_MAX_SMEM);
+	cudaFuncSetAttribute(qmv_kernel<T, QT, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+			     QMV_MAX_SMEM);
+}
+
+static void qmv_attrs(int device)
+{
+	static bool done[64];
+
+	if (device < 0 || device >= 64 || done[device])
+		return;
+	done[device] = true;
+	qmv_attr_t<__half, RG_GGUF_Q8_0>(); qmv_attr_t<__half, RG_GGUF_Q4_0>();
+	qmv_attr_t<__half, RG_GGUF_Q4_1>(); qmv_attr_t<__half, RG_GGUF_Q4_K>();
+	qmv_attr_t<__half, RG_GGUF_Q6_K>();
+	qmv_attr_t<__nv_bfloat16, RG_GGUF_Q8_0>(); qmv_attr_t<__nv_bfloat16, RG_GGUF_Q4_0>();
+	qmv_attr_t<__nv_bfloat16, RG_GGUF_Q4_1>(); qmv_attr_t<__nv_bfloat16, RG_GGUF_Q4_K>();
+	qmv_attr_t<__nv_bfloat16, RG_GGUF_Q6_K>();
+	(void)cudaGetLastError();
+}
+
+/* Whether qmv_kernel takes the call, and its launch shape (qgemv.cuh: rg_cuda_qmv_applies). */
+static bool qmv_takes(const rg_cuda_ctx *c, rg_dtype dt, int type, const void *A, const void *W,
+		      int M, int N, int K, int *R, int *slots, size_t *smem)
+{
+	return g_qgemv_on && g_qmv_on && rg_tuning_bool(RG_TUNE_QMV) &&
+	       (dt == RG_DTYPE_F16 || dt == RG_DTYPE_BF16) && M >= 1 && M <= QMV_MAX_M &&
+	       (uintptr_t)A % 8 == 0 && (uintptr_t)W % 16 == 0 && rg_cuda_qtype_block_bytes(type) &&
+	       qmv_shape(c, type, M, N, K, R, slots, smem);
+}
+
+extern "C" bool rg_cuda_qmv_applies(const rg_cuda_ctx *ctx, rg_dtype dt, int type, const void *A,
+				    const void *W, int M, int N, int K)
+{
+	int R, slots;
+	size_t smem;
+
+	return qmv_takes(ctx, dt, type, A, W, M, N, K, &R, &slots, &smem);
+}
+
 /* ---- larger M: dequantize into the scratch ---- */
 
 /* out (nsteps x 32) T = the values of the weight's nsteps 32-value steps: one thread per step,
@@ -655,6 +1167,8 @@ extern "C" rg_status rg_cuda_qgemm(rg_cuda_ctx *ctx, rg_dtype dt, const void *A,
 	const rg_cuda_qweight *q = qw_find(c, *W);
 	const size_t esz = dt == RG_DTYPE_F32 ? 4 : 2;
 	cudaError_t e;
+	int R, slots;
+	size_t smem;
 
 	*done = false;
 	if (!q)
@@ -662,6 +1176,17 @@ extern "C" rg_status rg_cuda_qgemm(rg_cuda_ctx *ctx, rg_dtype dt, const void *A,
 	if (q->N != N || q->K != K)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "gemm: quantized weight declared (%d, %d), "
 				 "called with N=%d K=%d", q->N, q->K, N, K);
+	if (qmv_takes(c, dt, q->type, A, *W, M, N, K, &R, &slots, &smem)) {
+		e = dt == RG_DTYPE_F16
+			    ? qmv_dispatch<__half>(c, q->type, A, *W, bias, out, M, N, K, act, R,
+						   slots, smem)
+			    : qmv_dispatch<__nv_bfloat16>(c, q->type, A, *W, bias, out, M, N, K,
+							  act, R, slots, smem);
+		if (e != cudaSuccess)
+			return rg_cuda_err(e, "launch of qmv_kernel");
+		*done = true;
+		return rg_cuda_launch_check("qmv_kernel");
+	}
 	if (g_qgemv_on && (dt == RG_DTYPE_F16 || dt == RG_DTYPE_BF16) && M >= 1 &&
 	    M <= RG_QGEMV_MAX_M && (uintptr_t)A % 8 == 0) {
 		e = dt == RG_DTYPE_F16

@@ -58,6 +58,17 @@ rg_status rg_cuda_qgemm(rg_cuda_ctx *ctx, rg_dtype dt, const void *A, const void
  * cuBLASLt path, whatever M. Set it between calls. */
 void rg_cuda_qgemv_set(bool on);
 
+/* Test hook, process-wide: on = false sends quantized GEMMs of M <= 4 to the tensor-core kernel
+ * (as RAGGED_QMV=0) instead of qmv_kernel, whose activations are rounded to 8 bits per 32 values
+ * (d = amax / 127, q = rint(a x 127 / amax), fp32). Set it between calls. */
+void rg_cuda_qmv_set(bool on);
+
+/* Whether a quantized GEMM of this shape runs on qmv_kernel (its A rounded to 8 bits, above):
+ * fp16 / bf16, 1 <= M <= 4, A 8-byte and W 16-byte aligned, the hooks and RAGGED_QMV on, and its
+ * shared memory within the limit. For tests choosing their reference. */
+bool rg_cuda_qmv_applies(const rg_cuda_ctx *ctx, rg_dtype dt, int type, const void *A,
+			 const void *W, int M, int N, int K);
+
 #ifdef __cplusplus
 }
 #endif
