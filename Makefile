@@ -297,6 +297,10 @@ build/test_ops_cuda: tests/gpu/test_ops_cuda.c build/libragged.a
 # Python driver gemv_bench.py adds torch).
 build/bench_gemv: bench/kernels/gemv_bench.c build/libragged.a
 	$(CC) $(REL_CFLAGS) -isystem $(CUDA_HOME)/include -o $@ $< build/libragged.a $(REL_LIBS)
+# Decode GEMMs on GGUF-quantized weights: qmv_kernel, the tensor-core kernel, fp16
+# (bench/kernels/qgemv_bench.c).
+build/bench_qgemv: bench/kernels/qgemv_bench.c build/libragged.a
+	$(CC) $(REL_CFLAGS) -isystem $(CUDA_HOME)/include -o $@ $< build/libragged.a $(REL_LIBS)
 endif
 
 -include $(shell find build -name '*.d' 2>/dev/null)

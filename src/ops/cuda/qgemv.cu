@@ -632,10 +632,16 @@ static cudaError_t qgemv_dispatch(const rg_cuda_ctx *c, int type, const void *A,
 #define QMV_MAX_SMEM (200 * 1024)
 
 static bool g_qmv_on = true;
+static int g_qmv_cps = 4; /* CTAs per SM the rows per CTA aim at (rg_cuda_qmv_tune) */
 
 extern "C" void rg_cuda_qmv_set(bool on)
 {
 	g_qmv_on = on;
+}
+
+extern "C" void rg_cuda_qmv_tune(int ctas_per_sm)
+{
+	g_qmv_cps = ctas_per_sm > 0 ? ctas_per_sm : 4;
 }
 
 /* Units per block, bytes per block. */
@@ -995,7 +1001,7 @@ qmv_kernel(const T *__restrict__ A, const char *__restrict__ W, const T *__restr
 static bool qmv_shape(const rg_cuda_ctx *c, int type, int M, int N, int K, int *R, int *slots,
 		      size_t *smem)
 {
-	const int target = 4 * (c && c->num_sms > 0 ? c->num_sms : 132);
+	const int target = g_qmv_cps * (c && c->num_sms > 0 ? c->num_sms : 132);
 	const int mt = M <= 1 ? 1 : M <= 2 ? 2 : 4;
 	const long long rb = (long long)(K / qtype_values(type)) * (long long)rg_cuda_qtype_block_bytes(type);
 	int r = 8 * ((N + 8 * target - 1) / (8 * target));

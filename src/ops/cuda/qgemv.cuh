@@ -63,6 +63,10 @@ void rg_cuda_qgemv_set(bool on);
  * (d = amax / 127, q = rint(a x 127 / amax), fp32). Set it between calls. */
 void rg_cuda_qmv_set(bool on);
 
+/* Benchmark hook, process-wide: qmv_kernel's rows per CTA aim at ctas_per_sm CTAs per SM
+ * (default 4; <= 0 restores it). Set it between calls, outside a capture. */
+void rg_cuda_qmv_tune(int ctas_per_sm);
+
 /* Whether a quantized GEMM of this shape runs on qmv_kernel (its A rounded to 8 bits, above):
  * fp16 / bf16, 1 <= M <= 4, A 8-byte and W 16-byte aligned, the hooks and RAGGED_QMV on, and its
  * shared memory within the limit. For tests choosing their reference. */
