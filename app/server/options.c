@@ -683,7 +683,8 @@ static const size_t g_model_opts[] = {
 	F(max_num_seqs), F(max_num_batched_tokens), F(max_grammar_states), F(max_model_len),
 	F(kv_cache_fraction), F(kv_cache_bytes), F(block_size), F(no_prefix_caching),
 	F(chat_content_as_text), F(speculative), F(num_speculative_tokens), F(prompt_lookup_max),
-	F(prompt_lookup_min),
+	F(prompt_lookup_min), F(default_ttft_ms), F(default_tpot_ms), F(step_delay_ms),
+	F(batch_delay_ms), F(token_delay_us),
 };
 
 /* Whether s may follow a second or later --model (g_model_opts). */
