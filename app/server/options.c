@@ -700,12 +700,13 @@ static void rg_serve_usage_models(FILE *f)
 {
 	int col = 2;
 
-	fprintf(f, "Several models in one server: repeat --model. Each model has its own engine\n"
-		   "(and so its own batch and KV cache budgets); a request picks one by its \"model\"\n"
-		   "field (JSON body; GET /v1/models/{id}), the first model when it names none, and\n"
-		   "an unknown name gets 404 model_not_found. The options after a second or later\n"
-		   "--model, up to the next, set that model alone, and only these may be given there\n"
-		   "(every other option is the server's and goes before the second --model):\n ");
+	fprintf(f, "Several models in one server: repeat --model. Each model has its own\n"
+		   "engine (and so its own batch and KV cache budgets); a request picks one by\n"
+		   "its \"model\" field (JSON body; GET /v1/models/{id}), the first model when it\n"
+		   "names none, and an unknown name gets 404 model_not_found. The options after a\n"
+		   "second or later --model, up to the next, set that model alone, and only these\n"
+		   "may be given there (every other option is the server's and goes before the\n"
+		   "second --model):\n ");
 	for (size_t i = 0; i < N_OPTS; i++) {
 		size_t n = strlen(g_opts[i].name) + 1;
 
@@ -718,12 +719,12 @@ static void rg_serve_usage_models(FILE *f)
 		fprintf(f, " %s", g_opts[i].name);
 		col += (int)n;
 	}
-	fprintf(f, "\nA later model starts from the first model's options, less its names (--model,\n"
-		   "--served-model-name), --pooling, --dense-path, the default prompt, --revision,\n"
-		   "--cache-db, --cost-table and --trace-steps. On one GPU, a decoder that sets no\n"
-		   "KV cache size takes 0.9 / (decoders not loaded yet) of the memory free at its\n"
-		   "load. --served-model-name A B (vLLM's form) or A,B gives one model several\n"
-		   "names; /v1/models lists each.\n");
+	fprintf(f, "\nA later model starts from the first model's options, less its names\n"
+		   "(--model, --served-model-name), --pooling, --dense-path, the default prompt,\n"
+		   "--revision, --cache-db, --cost-table and --trace-steps. On one GPU, a decoder\n"
+		   "that sets no KV cache size takes 0.9 / (models not loaded yet) of the memory\n"
+		   "free at its load. --served-model-name A B (vLLM's form) or A,B gives one\n"
+		   "model several names; /v1/models lists each.\n");
 }
 
 /* Where each model's options start (o->n_models, o->model_at): a --model (or TEI's --model-id,
@@ -817,15 +818,16 @@ static int parse_args(int argc, char **argv, int from, int to, int model_k, rg_s
 		/* vLLM's --served-model-name A B C: the words after it that are no option are
 		 * more names of the same model, kept as "A,B,C" */
 		if (s->off == F(served_model_name) && !eq && i + 1 < to && argv[i + 1][0] != '-') {
-			size_t n = (size_t)snprintf(o->served_names, sizeof(o->served_names), "%s", v);
+			const size_t cap = sizeof(o->served_names);
+			size_t n = (size_t)snprintf(o->served_names, cap, "%s", v);
 
 			while (i + 1 < to && argv[i + 1][0] && argv[i + 1][0] != '-') {
-				n += (size_t)snprintf(o->served_names + n, n < sizeof(o->served_names)
-						      ? sizeof(o->served_names) - n : 0, ",%s",
-						      argv[++i]);
-				if (n >= sizeof(o->served_names))
-					return bad_value(s->name, "(the names are too long)");
+				if (n >= cap)
+					break;
+				n += (size_t)snprintf(o->served_names + n, cap - n, ",%s", argv[++i]);
 			}
+			if (n >= cap)
+				return bad_value(s->name, "(the names are too long)");
 			o->served_model_name = o->served_names;
 		}
 	}

@@ -108,11 +108,13 @@ void rg_serve_opts_default(rg_serve_opts *o);
 
 /* Parse into o: the defaults, then TEI's variables, then the RAGGED_* ones, then argv[1..argc)
  * (argv[0] is "serve") up to a second --model (o->n_models and o->model_at say where each
- * model's options start: rg_serve_opts_parse_model reads the others). --name VALUE and --name=VALUE; flags take no value on the command line
- * and 1/true/yes/on/y/t or 0/false/no/off/n/f in the environment. Strings point into argv or the
- * environment. Returns -1 to go on, 0 after --help (printed on stdout), RG_SERVE_EXIT_USAGE after
- * a one-line message on stderr naming the option or variable (a bad or empty value, an unknown
- * option, --max-buffered-bytes below --max-body-bytes). */
+ * model's options start: rg_serve_opts_parse_model reads the others). --name VALUE and
+ * --name=VALUE; flags take no value on the command line and 1/true/yes/on/y/t or
+ * 0/false/no/off/n/f in the environment. Strings point into argv, the environment or
+ * o->served_names. Returns -1 to go on, 0 after --help (printed on stdout),
+ * RG_SERVE_EXIT_USAGE after a one-line message on stderr naming the option or variable (a bad or
+ * empty value, an unknown option, --max-buffered-bytes below --max-body-bytes, --model given more
+ * than RG_SERVE_MAX_MODELS times). */
 int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o);
 
 /* The options of the k-th model (1 <= k < base->n_models) of a command line that repeats

@@ -21,8 +21,8 @@ static void render_models(const rg_server *front, rg_buf *b)
 {
 	char lab[320];
 
-	rg_buf_puts(b, "# HELP ragged_model_requests_total Requests dispatched to the model (by the "
-		    "request's \"model\").\n# TYPE ragged_model_requests_total counter\n");
+	rg_buf_puts(b, "# HELP ragged_model_requests_total Requests dispatched to the model (by "
+		    "the request's \"model\").\n# TYPE ragged_model_requests_total counter\n");
 	for (int k = 0; k < front->n_served; k++) {
 		rg_metrics_label(lab, sizeof(lab), "model", front->served[k]->model_name);
 		rg_buf_printf(b, "ragged_model_requests_total{%.*s} %llu\n", (int)strlen(lab) - 1,

@@ -39,7 +39,8 @@ void rg_fim_tokens(const rg_model *m, int vocab, int32_t fim[3]);
  * ->front. */
 typedef struct rg_server {
 	rg_serve_opts o;
-	struct rg_server *front; /* the first model's, which owns the daemon (itself for the first) */
+	struct rg_server *front; /* the first model's, which owns the daemon (itself for the
+				  * first) */
 	struct rg_server *served[RG_SERVE_MAX_MODELS]; /* (n_served) front only: every model, [0]
 				  * the front itself, in --model order */
 	int n_served;            /* front only: models served (1 unless --model is repeated) */
@@ -69,7 +70,8 @@ typedef struct rg_server {
 	rg_cost_table *cost;     /* DP: the stored table loaded at start, else NULL */
 	struct rg_cost_measure *measure; /* DP without a stored table: measured in the
 				  * background by the engine (warmup.h); freed after it */
-	rg_metrics metrics;      /* front's: every model's requests and batches (the others' unused) */
+	rg_metrics metrics;      /* front's: every model's requests and batches (the others'
+				  * unused) */
 	rg_sched_kind kind;
 	rg_req_limits lim;
 	int max_len;             /* longest sequence accepted (model and scheduler) */
