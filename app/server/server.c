@@ -811,9 +811,10 @@ static int check_names(const rg_server *s)
 
 				snprintf(name, sizeof(name), "%.*s", (int)n, p);
 				if (name[0] && rg_model_served(s->served[j], name)) {
-					fprintf(stderr, "ragged serve: models %d (%s) and %d (%s) both "
-						"answer to the name '%s': give each its own --served-model-name\n",
-						j + 1, s->served[j]->o.model, k + 1, x->o.model, name);
+					fprintf(stderr, "ragged serve: models %d (%s) and %d (%s) "
+						"both answer to the name '%s': give each its own "
+						"--served-model-name\n", j + 1, s->served[j]->o.model,
+						k + 1, x->o.model, name);
 					return EXIT_USAGE;
 				}
 				p += n + (p[n] == ',');
