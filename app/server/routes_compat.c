@@ -452,11 +452,25 @@ void rg_info_put_models(rg_buf *b, const rg_server *s)
 		for_each_name(x, put_alias, &l);
 		rg_buf_puts(b, "],\"model_id\":");
 		rg_buf_json_str(b, x->model_id, strlen(x->model_id));
-		rg_buf_printf(b, ",\"kind\":\"%s\"}",
+		rg_buf_printf(b, ",\"kind\":\"%s\",\"max_input_length\":%d",
 			      kind == RG_KIND_GENERATOR ? "generator"
 			      : kind == RG_KIND_TRANSLATOR ? "translator"
 			      : kind == RG_KIND_RERANKER ? "reranker"
-			      : kind == RG_KIND_CLASSIFIER ? "classifier" : "embedding");
+			      : kind == RG_KIND_CLASSIFIER ? "classifier" : "embedding", x->max_len);
+		/* the model's own budgets: its engine's batch limits, a decoder's KV cache */
+		if (x->gen) {
+			rg_kv_info kv;
+
+			memset(&kv, 0, sizeof(kv));
+			(void)rg_model_kv_info(x->model, &kv);
+			rg_buf_printf(b, ",\"max_num_seqs\":%d,\"max_num_batched_tokens\":%d,"
+				      "\"kv_cache_bytes\":%zu}", x->o.max_num_seqs,
+				      x->o.max_num_batched_tokens, kv.bytes);
+		} else {
+			rg_buf_printf(b, ",\"max_batch_tokens\":%d,\"max_batch_requests\":%d,"
+				      "\"max_inputs\":%d}", x->o.max_batch_tokens,
+				      x->o.max_batch_requests, x->o.max_inputs);
+		}
 	}
 	rg_buf_puts(b, "]");
 }

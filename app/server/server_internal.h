@@ -244,7 +244,9 @@ bool rg_refuse_model(conn_ctx *c, const char *name, enum MHD_Result *ret);
 /* The model (of front's served ones) that name names (rg_model_served, in --model order), NULL
  * when none; NULL name: the first model. */
 rg_server *rg_served_find(rg_server *front, const char *name);
-/* /info's "models": every model served, as [{"id", "aliases", "model_id", "kind"}], into b. */
+/* /info's "models": every model served, as [{"id", "aliases", "model_id", "kind",
+ * "max_input_length", and its budgets: "max_batch_tokens", "max_batch_requests", "max_inputs"
+ * (encoders) or "max_num_seqs", "max_num_batched_tokens", "kv_cache_bytes" (decoders)}], into b. */
 void rg_info_put_models(rg_buf *b, const rg_server *s);
 enum MHD_Result rg_answer_openapi(conn_ctx *c);
 

@@ -104,6 +104,11 @@ def test_models_listed(multi):
     assert [(m["id"], m["aliases"], m["kind"]) for m in info["models"]] == [
         ("emb", ["emb", "emb-alias"], "embedding"), ("rr", ["rr"], "reranker"),
         ("gen", ["gen", "gen-alias"], "generator")]
+    # each model's own budgets: the decoder's KV cache and step budget came after its --model
+    g = info["models"][2]
+    assert (g["kv_cache_bytes"], g["max_num_seqs"], g["max_num_batched_tokens"]) == \
+        (4 << 20, 8, 32)
+    assert g["max_input_length"] == 256
     st, h, data = multi.request("GET", "/health")
     assert st == 200
 
@@ -247,9 +252,13 @@ def test_bad_second_model_fails_start(dirs, tmp_path):
 def test_per_model_budgets(dirs):
     """Each model's own --max-batch-tokens / --max-inputs: the later model's come after its
     --model and leave the first model's alone."""
-    s = Server(dirs["emb"], "--max-inputs", 4, "--model", dirs["rr"], "--max-inputs", 2,
-               "--served-model-name", "rr")
+    s = Server(dirs["emb"], "--max-inputs", 4, "--max-batch-tokens", 2048, "--model", dirs["rr"],
+               "--max-inputs", 2, "--max-batch-tokens", 512, "--served-model-name", "rr")
     try:
+        st, h, data = s.request("GET", "/info")
+        models = json.loads(data)["models"]
+        assert [(m["max_inputs"], m["max_batch_tokens"]) for m in models] == \
+            [(4, 2048), (2, 512)]
         st, out = s.post_json("/v1/embeddings", {"input": ["a"] * 4})
         assert st == 200, out
         st, out = s.post_json("/rerank", {"query": "q", "texts": ["a"] * 3, "model": "rr"})
