@@ -16,7 +16,7 @@
 /* ---- small routes ----------------------------------------------------------------------- */
 
 /* Several models: the series per model (label model, its served name): requests dispatched to
- * it, sequences waiting in its engine, its kind. */
+ * it, sequences waiting in its engine. */
 static void render_models(const rg_server *front, rg_buf *b)
 {
 	char lab[320];
