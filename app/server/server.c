@@ -46,6 +46,13 @@
  *     Expect: 100-continue or a longer Content-Length the answer goes at once and the connection
  *     closes.
  *
+ * Several models (issue 31 item 4, --model repeated): one rg_server per model, each with its own
+ * model copies, engine, cache, names and limits (setup_model, free_model); the first also owns
+ * the daemon and what requests share (server_internal.h, rg_server.front). They load in
+ * --model order after the daemon listens (/health is 503 until the last is ready); dispatch
+ * picks a request's model by its "model" (routes.c, route_to_model); shutdown drains and stops
+ * every engine, then frees every model.
+ *
  * Normalization is the request's choice, as in TEI: the engine computes raw pooled vectors (the
  * model's pooling, its Normalize module skipped) and the cache keeps them raw; "normalize": true
  * (default) L2-normalizes on the way out, false returns the pooled vector as is. "dimensions"
