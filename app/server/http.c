@@ -79,7 +79,7 @@ enum MHD_Result rg_conn_send(conn_ctx *c, int status, rg_buf *body, const char *
 	rg_conn_watch_busy(c->srv->watch, rg_conn_watch_of(c->conn));
 	ret = MHD_queue_response(c->conn, (unsigned)status, r);
 	MHD_destroy_response(r);
-	rg_metrics_request(&c->srv->metrics, c->route, status, queue_ms, infer_ms, total);
+	rg_metrics_request(&c->srv->front->metrics, c->route, status, queue_ms, infer_ms, total);
 	return ret;
 }
 
@@ -164,7 +164,7 @@ static enum MHD_Result send_error(conn_ctx *c, int status, const char *type, con
 void rg_conn_release_body(conn_ctx *c)
 {
 	if (c->http.reserved)
-		atomic_fetch_sub(&c->srv->buffered, c->http.reserved);
+		atomic_fetch_sub(&c->srv->front->buffered, c->http.reserved);
 	c->http.reserved = 0;
 	rg_buf_free(&c->http.body);
 }
@@ -174,7 +174,7 @@ void rg_conn_release_body(conn_ctx *c)
 /* Take n bytes of the server's --max-buffered-bytes budget; false when they do not fit. */
 static bool reserve_body(conn_ctx *c, size_t n)
 {
-	rg_server *s = c->srv;
+	rg_server *s = c->srv->front; /* one budget for every model's requests */
 	size_t cur = atomic_load(&s->buffered);
 
 	do {
@@ -341,7 +341,7 @@ static enum MHD_Result answer_preflight(conn_ctx *c)
 	rg_conn_watch_busy(c->srv->watch, rg_conn_watch_of(c->conn));
 	ret = MHD_queue_response(c->conn, 204, r);
 	MHD_destroy_response(r);
-	rg_metrics_request(&c->srv->metrics, c->route, 204, 0, 0, rg_now_ms() - c->http.t0);
+	rg_metrics_request(&c->srv->front->metrics, c->route, 204, 0, 0, rg_now_ms() - c->http.t0);
 	return ret;
 }
 
@@ -534,7 +534,7 @@ static void free_ctx(conn_ctx *c)
 	rg_request_free(&c->req);
 	rg_conn_release_body(c);
 	if (c->embed.answer_reserved)
-		atomic_fetch_sub(&c->srv->buffered, c->embed.answer_reserved);
+		atomic_fetch_sub(&c->srv->front->buffered, c->embed.answer_reserved);
 	free(c);
 }
 
@@ -559,8 +559,8 @@ void rg_server_on_completed(void *cls, struct MHD_Connection *conn, void **con_c
 	/* Suspended but released: resumed (its job ended: dropped for a closed socket, or at
 	 * shutdown) and closed before it could answer; finish_job never ran, so it no longer counts
 	 * as waiting for an answer (else a drain would wait for it until its time is up). */
-	if (c->suspended)
-		atomic_fetch_sub(&s->n_suspended, 1);
+	if (c->suspended) /* the model's count (c->srv: dispatch's choice) */
+		atomic_fetch_sub(&c->srv->n_suspended, 1);
 	free_ctx(c);
 	*con_cls = NULL;
 }

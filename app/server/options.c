@@ -40,7 +40,8 @@ typedef struct {
 static const opt_spec g_opts[] = {
 	{"--model", "DIR|ORG/NAME", OPT_PATH, F(model), 0, 0, NULL,
 	 "model directory or Hugging Face id in the local HF cache (default: all-MiniLM-L6-v2 "
-	 "from $RAGGED_MODEL_DIR, else the pip package)"},
+	 "from $RAGGED_MODEL_DIR, else the pip package); repeat it to serve several models "
+	 "(below)"},
 	{"--host", "ADDR", OPT_STR, F(host), 0, 0, "127.0.0.1", "listen address"},
 	{"--port", "N", OPT_INT, F(port), 0, 65535, "8080", "listen port, 0 = any free port"},
 	{"--device", "cpu|cuda", OPT_DEVICE, F(device), 0, 0, NULL,
@@ -137,7 +138,7 @@ static const opt_spec g_opts[] = {
 	/* TEI's options (text-embeddings-router's main.rs) that ragged had no spelling for */
 	{"--served-model-name", "NAME", OPT_STR, F(served_model_name), 0, 0, NULL,
 	 "the model's name in /info, /v1/models and OpenAI answers (default: the model id); "
-	 "NAME,ALIAS,...: requests may name any of them"},
+	 "NAME,ALIAS,... or NAME ALIAS ...: requests may name any of them"},
 	{"--pooling", "mean|cls|max|last-token", OPT_POOL, F(pooling), 0, 0, NULL,
 	 "pooling of an embedding model, instead of 1_Pooling/config.json's (last-token: decoders "
 	 "only; it makes any decoder an embedding model)"},
@@ -525,6 +526,8 @@ static void tei_env_name(const opt_spec *s, char *buf, size_t n)
 	buf[k] = '\0';
 }
 
+static void rg_serve_usage_models(FILE *f);
+
 void rg_serve_usage(FILE *f)
 {
 	rg_serve_opts d;
@@ -557,6 +560,7 @@ void rg_serve_usage(FILE *f)
 			snprintf(tei, sizeof(tei), "  %-26s TEI: %s\n", "", tenv);
 		fprintf(f, "  %-26s %s%s [%s]\n%s", left, s->help, dflt, env, tei);
 	}
+	rg_serve_usage_models(f);
 }
 
 static int bad_value(const char *opt, const char *v)
@@ -664,20 +668,109 @@ static int check_combinations(rg_serve_opts *o)
 	return -1;
 }
 
-int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
-{
-	int rc;
+#define F(field) offsetof(rg_serve_opts, field)
 
-	rg_serve_opts_default(o);
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			rg_serve_usage(stdout);
-			return 0;
+/* The options that may follow a second or later --model: they set that model alone (its
+ * engine, its batch and KV cache budgets, its names). The others are the server's (the HTTP
+ * daemon, its limits, the device kind), given before the second --model. */
+static const size_t g_model_opts[] = {
+	F(model), F(served_model_name), F(dtype), F(weights), F(scheduler), F(max_batch_tokens),
+	F(max_batch_requests), F(max_queue), F(max_inputs), F(max_client_batch_tokens),
+	F(max_batch_ms), F(graph_warmup_len), F(admission), F(cache_entries), F(cache_db),
+	F(cost_table), F(rows), F(row_len), F(slot_len), F(eta), F(lazy), F(latency_budget_ms),
+	F(das_packed), F(pooling), F(auto_truncate), F(default_prompt_name), F(default_prompt),
+	F(dense_path), F(revision), F(devices), F(device_id), F(max_concurrent_requests),
+	F(max_num_seqs), F(max_num_batched_tokens), F(max_grammar_states), F(max_model_len),
+	F(kv_cache_fraction), F(kv_cache_bytes), F(block_size), F(no_prefix_caching),
+	F(chat_content_as_text), F(speculative), F(num_speculative_tokens), F(prompt_lookup_max),
+	F(prompt_lookup_min), F(default_ttft_ms), F(default_tpot_ms), F(step_delay_ms),
+	F(batch_delay_ms), F(token_delay_us),
+};
+
+/* Whether s may follow a second or later --model (g_model_opts). */
+static bool per_model(const opt_spec *s)
+{
+	for (size_t k = 0; k < sizeof(g_model_opts) / sizeof(g_model_opts[0]); k++)
+		if (g_model_opts[k] == s->off)
+			return true;
+	return false;
+}
+
+static void rg_serve_usage_models(FILE *f)
+{
+	int col = 2;
+
+	fprintf(f, "Several models in one server: repeat --model. Each model has its own\n"
+		   "engine (and so its own batch and KV cache budgets); a request picks one by\n"
+		   "its \"model\" field (JSON body; GET /v1/models/{id}), the first model when it\n"
+		   "names none, and an unknown name gets 404 model_not_found. The options after a\n"
+		   "second or later --model, up to the next, set that model alone, and only these\n"
+		   "may be given there (every other option is the server's and goes before the\n"
+		   "second --model):\n ");
+	for (size_t i = 0; i < N_OPTS; i++) {
+		size_t n = strlen(g_opts[i].name) + 1;
+
+		if (!per_model(&g_opts[i]))
+			continue;
+		if (col + n > 78) {
+			fprintf(f, "\n ");
+			col = 2;
 		}
+		fprintf(f, " %s", g_opts[i].name);
+		col += (int)n;
 	}
-	if ((rc = apply_env(o, true)) >= 0 || (rc = apply_env(o, false)) >= 0)
-		return rc;
+	fprintf(f, "\nA later model starts from the first model's options, less its names\n"
+		   "(--model, --served-model-name), --pooling, --dense-path, the default prompt,\n"
+		   "--revision, --cache-db, --cost-table and --trace-steps. On one GPU, a decoder\n"
+		   "that sets no KV cache size takes 0.9 / (models not loaded yet) of the memory\n"
+		   "free at its load. --served-model-name A B (vLLM's form) or A,B gives one\n"
+		   "model several names; /v1/models lists each.\n");
+}
+
+/* Where each model's options start (o->n_models, o->model_at): a --model (or TEI's --model-id,
+ * either as --model=X) after the first starts the next model's. Values are skipped as the
+ * parser takes them. RG_SERVE_EXIT_USAGE past RG_SERVE_MAX_MODELS models, else -1. */
+static int scan_models(int argc, char **argv, rg_serve_opts *o)
+{
+	bool seen = false;
+
+	o->n_models = 1;
+	o->model_at[0] = 1;
 	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *eq;
+		const opt_spec *s;
+		size_t len;
+
+		if (!strcmp(a, "-p")) {
+			i++;
+			continue;
+		}
+		if (strncmp(a, "--", 2) != 0)
+			continue;
+		eq = strchr(a, '=');
+		len = eq ? (size_t)(eq - a) : strlen(a);
+		if (!(s = find_spec(a, len)))
+			continue;
+		if (s->off == F(model)) {
+			if (seen && o->n_models == RG_SERVE_MAX_MODELS) {
+				fprintf(stderr, "ragged serve: --model given more than %d times\n",
+					RG_SERVE_MAX_MODELS);
+				return RG_SERVE_EXIT_USAGE;
+			}
+			if (seen)
+				o->model_at[o->n_models++] = i;
+			seen = true;
+		}
+		if (s->kind != OPT_FLAG && !eq)
+			i++;
+	}
+	return -1;
+}
+
+/* argv[from..to) into o; model_k > 0: a later model's arguments (per-model options only). */
+static int parse_args(int argc, char **argv, int from, int to, int model_k, rg_serve_opts *o)
+{
+	for (int i = from; i < to && i < argc; i++) {
 		const char *a = argv[i], *eq, *v = NULL;
 		const opt_spec *s = NULL;
 		size_t len;
@@ -696,6 +789,17 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 			rg_serve_usage(stderr);
 			return RG_SERVE_EXIT_USAGE;
 		}
+		if (model_k && !per_model(s)) {
+			fprintf(stderr, "ragged serve: %s is the server's option, not one model's: "
+				"give it before the second --model (model %d, %s, takes per-model "
+				"options only; see --help)\n", s->name, model_k + 1, o->model);
+			return RG_SERVE_EXIT_USAGE;
+		}
+		if (model_k && (s->off == F(devices) || s->off == F(device_id))) {
+			o->n_devices = 0; /* this model's devices replace the first model's */
+			o->devices_all = false;
+			o->device_id = 0;
+		}
 		if (s->kind == OPT_FLAG) {
 			if (eq) {
 				fprintf(stderr, "ragged serve: %s takes no value\n", s->name);
@@ -706,12 +810,35 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 		}
 		if (eq)
 			v = eq + 1;
-		else if (i + 1 < argc)
+		else if (i + 1 < to)
 			v = argv[++i];
 		if (!v || !set_value(s, v, o))
 			return bad_value(s->name, v);
 		mark_given(s, o);
+		/* vLLM's --served-model-name A B C: the words after it that are no option are
+		 * more names of the same model, kept as "A,B,C" */
+		if (s->off == F(served_model_name) && !eq && i + 1 < to && argv[i + 1][0] != '-') {
+			const size_t cap = sizeof(o->served_names);
+			size_t n = (size_t)snprintf(o->served_names, cap, "%s", v);
+
+			while (i + 1 < to && argv[i + 1][0] && argv[i + 1][0] != '-') {
+				if (n >= cap)
+					break;
+				n += (size_t)snprintf(o->served_names + n, cap - n, ",%s", argv[++i]);
+			}
+			if (n >= cap)
+				return bad_value(s->name, "(the names are too long)");
+			o->served_model_name = o->served_names;
+		}
 	}
+	return -1;
+}
+
+/* What is checked once every argument is in: values of several options, the devices. */
+static int finish_opts(rg_serve_opts *o)
+{
+	int rc;
+
 	if (strcmp(o->admission, "time") && strcmp(o->admission, "count"))
 		return bad_value("--admission", o->admission);
 	if (strcmp(o->accept, "balanced") && strcmp(o->accept, "mhd"))
@@ -745,6 +872,52 @@ int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
 		o->devices[o->n_devices++] = o->device_id;
 	return -1;
 }
+
+int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o)
+{
+	int rc;
+
+	rg_serve_opts_default(o);
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			rg_serve_usage(stdout);
+			return 0;
+		}
+	}
+	if ((rc = scan_models(argc, argv, o)) >= 0)
+		return rc;
+	if ((rc = apply_env(o, true)) >= 0 || (rc = apply_env(o, false)) >= 0)
+		return rc;
+	if ((rc = parse_args(argc, argv, 1, o->n_models > 1 ? o->model_at[1] : argc, 0, o)) >= 0)
+		return rc;
+	return finish_opts(o);
+}
+
+int rg_serve_opts_parse_model(int argc, char **argv, const rg_serve_opts *base, int k,
+			      rg_serve_opts *o)
+{
+	int rc;
+
+	if (k < 1 || k >= base->n_models)
+		return RG_SERVE_EXIT_USAGE;
+	*o = *base;
+	o->model[0] = '\0';
+	o->served_model_name = NULL;
+	o->served_names[0] = '\0';
+	o->pooling_set = false;
+	o->dense_path = NULL;
+	o->default_prompt_name = NULL;
+	o->default_prompt = NULL;
+	o->revision = NULL;
+	o->cache_db = NULL;
+	o->cost_table = NULL;
+	o->trace_steps = NULL;
+	if ((rc = parse_args(argc, argv, base->model_at[k],
+			     k + 1 < base->n_models ? base->model_at[k + 1] : argc, k, o)) >= 0)
+		return rc;
+	return finish_opts(o);
+}
+#undef F
 
 int rg_serve_per_ip_limit(const rg_serve_opts *o, int max_connections)
 {

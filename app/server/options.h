@@ -16,6 +16,7 @@
 
 #define RG_SERVE_EXIT_USAGE 2
 #define RG_SERVE_MAX_DEVICES 16
+#define RG_SERVE_MAX_MODELS 8 /* --model given this many times at most (one engine each) */
 
 typedef struct rg_serve_opts {
 	char model[4096];
@@ -93,18 +94,39 @@ typedef struct rg_serve_opts {
 	const char *speculative;      /* "ngram": prompt-lookup drafts for greedy requests; "off" */
 	int num_speculative_tokens;   /* drafts verified per step (--speculative ngram) */
 	int prompt_lookup_max, prompt_lookup_min; /* n-gram lengths matched */
+	/* several models (issue 31 item 4): --model given again starts another model's options */
+	char served_names[1024];      /* vLLM's --served-model-name A B ...: the names joined by
+				       * commas (served_model_name then points here) */
+	int n_models;                 /* models on the command line (1 when --model is not
+				       * repeated); set by rg_serve_opts_parse */
+	int model_at[RG_SERVE_MAX_MODELS]; /* (n_models) argv index where each model's options
+				       * start: [0] 1, [k] the k-th --model after the first */
 } rg_serve_opts;
 
 /* Fill o with every default. */
 void rg_serve_opts_default(rg_serve_opts *o);
 
 /* Parse into o: the defaults, then TEI's variables, then the RAGGED_* ones, then argv[1..argc)
- * (argv[0] is "serve"). --name VALUE and --name=VALUE; flags take no value on the command line
- * and 1/true/yes/on/y/t or 0/false/no/off/n/f in the environment. Strings point into argv or the
- * environment. Returns -1 to go on, 0 after --help (printed on stdout), RG_SERVE_EXIT_USAGE after
- * a one-line message on stderr naming the option or variable (a bad or empty value, an unknown
- * option, --max-buffered-bytes below --max-body-bytes). */
+ * (argv[0] is "serve") up to a second --model (o->n_models and o->model_at say where each
+ * model's options start: rg_serve_opts_parse_model reads the others). --name VALUE and
+ * --name=VALUE; flags take no value on the command line and 1/true/yes/on/y/t or
+ * 0/false/no/off/n/f in the environment. Strings point into argv, the environment or
+ * o->served_names. Returns -1 to go on, 0 after --help (printed on stdout),
+ * RG_SERVE_EXIT_USAGE after a one-line message on stderr naming the option or variable (a bad or
+ * empty value, an unknown option, --max-buffered-bytes below --max-body-bytes, --model given more
+ * than RG_SERVE_MAX_MODELS times). */
 int rg_serve_opts_parse(int argc, char **argv, rg_serve_opts *o);
+
+/* The options of the k-th model (1 <= k < base->n_models) of a command line that repeats
+ * --model: o starts as base (the first model's options, as rg_serve_opts_parse left them, so the
+ * server's options and the model options given before the second --model are inherited), less
+ * what names one model (--model, --served-model-name, --pooling, --dense-path, the default
+ * prompt, --revision, --cache-db, --cost-table, --trace-steps); then the arguments from that
+ * --model to the next one apply. Only per-model options may be given there (--help lists them);
+ * a server option (--port, --host, ...) after a second --model is refused by name. Returns -1 to
+ * go on, RG_SERVE_EXIT_USAGE after a one-line message naming the model and the option. */
+int rg_serve_opts_parse_model(int argc, char **argv, const rg_serve_opts *base, int k,
+			      rg_serve_opts *o);
 
 /* The per-client-address connection limit: --max-connections-per-ip when given (0: none), else
  * a quarter of max_connections (at least 1), the connections the server can actually hold

@@ -15,10 +15,40 @@
 
 /* ---- small routes ----------------------------------------------------------------------- */
 
+/* Several models: the series per model (label model, its served name): requests dispatched to
+ * it, sequences waiting in its engine. */
+static void render_models(const rg_server *front, rg_buf *b)
+{
+	char lab[320];
+
+	rg_buf_puts(b, "# HELP ragged_model_requests_total Requests dispatched to the model (by "
+		    "the request's \"model\").\n# TYPE ragged_model_requests_total counter\n");
+	for (int k = 0; k < front->n_served; k++) {
+		rg_metrics_label(lab, sizeof(lab), "model", front->served[k]->model_name);
+		rg_buf_printf(b, "ragged_model_requests_total{%.*s} %llu\n", (int)strlen(lab) - 1,
+			      lab, (unsigned long long)atomic_load(&front->served[k]->routed));
+	}
+	rg_buf_puts(b, "# HELP ragged_model_queue_depth Sequences waiting in the model's engine.\n"
+		    "# TYPE ragged_model_queue_depth gauge\n");
+	for (int k = 0; k < front->n_served; k++) {
+		const rg_server *x = front->served[k];
+
+		rg_metrics_label(lab, sizeof(lab), "model", x->model_name);
+		rg_buf_printf(b, "ragged_model_queue_depth{%.*s} %d\n", (int)strlen(lab) - 1, lab,
+			      x->gen ? rg_gen_srv_queue_depth(x->gen)
+			      : x->engine ? rg_engine_queue_depth(x->engine) : 0);
+	}
+}
+
+/* GET /metrics: TEI's and ragged's series over every model's requests and batches (one
+ * rg_metrics, the front's), the first decoder's generation series (vLLM's, labeled by
+ * model_name; TGI's, unlabeled, so of one engine only) and, with several models, the series per
+ * model (render_models). */
 static enum MHD_Result handle_metrics(conn_ctx *c)
 {
-	rg_server *s = c->srv;
-	size_t used = 0, total = 0;
+	rg_server *s = c->srv, *g = NULL;
+	size_t used = 0, total = 0, cached = 0;
+	int depth = 0;
 	rg_buf b;
 	bool ready = atomic_load(&s->ready);
 
@@ -34,14 +64,21 @@ static enum MHD_Result handle_metrics(conn_ctx *c)
 		total += t;
 	}
 	rg_buf_init(&b);
-	rg_metrics_render(&s->metrics, &b,
-			  !ready ? 0 : s->gen ? rg_gen_srv_queue_depth(s->gen)
-					      : rg_engine_queue_depth(s->engine),
-			  used, total, ready && s->cache ? rg_cache_size(s->cache) : 0);
-	if (ready && s->gen) {
-		rg_gen_srv_metrics(s->gen, &b, s->model_name);
+	for (int k = 0; ready && k < s->n_served; k++) { /* every model's queue and cache */
+		const rg_server *x = s->served[k];
+
+		depth += x->gen ? rg_gen_srv_queue_depth(x->gen) : rg_engine_queue_depth(x->engine);
+		cached += x->cache ? rg_cache_size(x->cache) : 0;
+	}
+	rg_metrics_render(&s->metrics, &b, depth, used, total, cached);
+	for (int k = 0; ready && !g && k < s->n_served; k++)
+		g = s->served[k]->gen ? s->served[k] : NULL;
+	if (g) {
+		rg_gen_srv_metrics(g->gen, &b, g->model_name);
 		rg_metrics_render_tgi_requests(&s->metrics, &b);
 	}
+	if (ready && s->n_served > 1)
+		render_models(s, &b);
 	if (ready && !s->gen && s->kind == RG_SCHED_DP) {
 		/* the background DP measurement (engine.h): cells done / in all, and whether the
 		 * dp scheduler is in use yet */
@@ -497,8 +534,50 @@ static void route_by_body(conn_ctx *c, const char *url)
 	json_object_put(o);
 }
 
-/* The request has arrived in full: 404 / 405 / 503, the body parsed by the row's schema, the
- * model kind checked, then the row's handler. */
+/* Several models (issue 31 item 4): point c->srv at the model that the body's "model" names (the
+ * first model when it names none) and find the row again by that model's kind (POST / and
+ * /tokenize have a row per kind). A name that no model answers to gets 404 model_not_found on
+ * every route, as vLLM answers it (*ret set, true). A body that does not parse, or a "model"
+ * that is no string, stays with the first model, whose parser words the error. */
+static bool route_to_model(conn_ctx *c, const char *url, const char *method,
+			   enum MHD_Result *ret)
+{
+	rg_server *front = c->srv, *m;
+	const rg_route_def *row;
+	json_object *o = NULL, *v;
+	const char *arg, *name = NULL;
+	rg_req_error err;
+
+	if (front->n_served < 2 || !c->http.post || !c->http.body.len)
+		return false;
+	if (rg_req_parse_object(c->http.body.data, c->http.body.len, front->lim.max_depth, &o,
+				&err) != RG_OK)
+		return false;
+	if (json_object_object_get_ex(o, "model", &v) && json_object_is_type(v, json_type_string))
+		name = json_object_get_string(v);
+	m = rg_served_find(front, name);
+	if (!m) {
+		rg_refuse_model(c, name, ret);
+		json_object_put(o);
+		return true;
+	}
+	json_object_put(o);
+	if (m == front)
+		return false;
+	c->srv = m;
+	row = rg_route_find(url, method, rg_route_kind_of_model(m->info), &arg);
+	if (row) {
+		c->row = row;
+		c->route = row->id;
+		if (!path_matches(row, url, &c->path_arg))
+			c->path_arg = NULL;
+	}
+	return false;
+}
+
+/* The request has arrived in full: 404 / 405 / 503, the model chosen by the body's "model"
+ * (route_to_model), the body parsed by the row's schema, the model kind checked, then the row's
+ * handler. */
 enum MHD_Result rg_route_dispatch(conn_ctx *c, const char *url, const char *method)
 {
 	rg_server *s = c->srv;
@@ -523,8 +602,13 @@ enum MHD_Result rg_route_dispatch(conn_ctx *c, const char *url, const char *meth
 	if (!row->before_ready && (!atomic_load(&s->ready) || atomic_load(&s->stopping)))
 		return rg_conn_error(c, 503, "unhealthy", NULL, "model is %s",
 				     atomic_load(&s->stopping) ? "shutting down" : "loading");
+	if (route_to_model(c, url, method, &ret))
+		return ret;
+	s = c->srv;
 	route_by_body(c, url);
 	row = c->row;
+	if (row->schema)
+		atomic_fetch_add(&s->routed, 1);
 	if (row->schema && !row->gen) {
 		st = rg_request_parse(row->id, c->http.body.data, c->http.body.len, &s->lim, &c->req, &err);
 		rg_conn_release_body(c);

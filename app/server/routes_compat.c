@@ -351,7 +351,9 @@ enum MHD_Result rg_answer_info(conn_ctx *c)
 	for (int k = 0; k < s->n_models; k++)
 		rg_buf_printf(&b, "%s\"%s\"", k ? "," : "", s->device_names[k]);
 	/* the RAGGED_* tuning switches: name -> value, source, default (`ragged info`: with docs) */
-	rg_buf_puts(&b, "],\"tuning\":");
+	rg_buf_puts(&b, "],\"models\":");
+	rg_info_put_models(&b, s);
+	rg_buf_puts(&b, ",\"tuning\":");
 	rg_info_put_tuning(&b);
 	rg_buf_puts(&b, "}");
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
@@ -369,34 +371,116 @@ void rg_info_put_tuning(rg_buf *b)
 	free(t);
 }
 
-/* OpenAI's model list: the one model served, once per --served-model-name name (vLLM lists
- * each), else under its id. */
+/* The names x answers to as /v1/models lists them: each --served-model-name name, else its id;
+ * f(name, n, arg) for each. */
+static void for_each_name(const rg_server *x, void (*f)(const char *, size_t, void *), void *arg)
+{
+	const char *a = x->o.served_model_name ? x->o.served_model_name : x->model_name;
+
+	while (*a) {
+		size_t k = x->o.served_model_name ? strcspn(a, ",") : strlen(a);
+
+		if (k)
+			f(a, k, arg);
+		a += k + (a[k] == ',');
+	}
+}
+
+typedef struct {
+	rg_buf *b;
+	const rg_server *x;
+	bool first;
+} model_list;
+
+/* One OpenAI model object of l->x under the name (name, n). */
+static void put_model_object(const char *name, size_t n, void *arg)
+{
+	model_list *l = arg;
+
+	rg_buf_puts(l->b, l->first ? "{\"id\":" : ",{\"id\":");
+	rg_buf_json_str(l->b, name, n);
+	rg_buf_printf(l->b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"ragged\"",
+		      l->x->created_s);
+	if (l->x->decoder) /* vLLM's field: the context of a decoder */
+		rg_buf_printf(l->b, ",\"max_model_len\":%d", l->x->max_len);
+	rg_buf_puts(l->b, "}");
+	l->first = false;
+}
+
+/* OpenAI's model list: every model served (--model repeated: in their order), once per
+ * --served-model-name name (vLLM lists each), else under its id. */
 enum MHD_Result rg_answer_models(conn_ctx *c)
 {
-	rg_server *s = c->srv;
-	const char *a = s->o.served_model_name ? s->o.served_model_name : s->model_name;
-	bool first = true;
+	const rg_server *front = c->srv->front;
+	model_list l = {.first = true};
 	rg_buf b;
 
 	rg_buf_init(&b);
+	l.b = &b;
 	rg_buf_puts(&b, "{\"object\":\"list\",\"data\":[");
-	while (*a) {
-		size_t k = s->o.served_model_name ? strcspn(a, ",") : strlen(a);
-
-		if (k) {
-			rg_buf_puts(&b, first ? "{\"id\":" : ",{\"id\":");
-			rg_buf_json_str(&b, a, k);
-			rg_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,"
-				       "\"owned_by\":\"ragged\"", s->created_s);
-			if (s->decoder) /* vLLM's field: the context of a decoder */
-				rg_buf_printf(&b, ",\"max_model_len\":%d", s->max_len);
-			rg_buf_puts(&b, "}");
-			first = false;
-		}
-		a += k + (a[k] == ',');
+	for (int k = 0; k < front->n_served; k++) {
+		l.x = front->served[k];
+		for_each_name(l.x, put_model_object, &l);
 	}
 	rg_buf_puts(&b, "]}");
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);
+}
+
+/* An element of /info's "models" "aliases" list. */
+static void put_alias(const char *name, size_t n, void *arg)
+{
+	model_list *l = arg;
+
+	rg_buf_puts(l->b, l->first ? "" : ",");
+	rg_buf_json_str(l->b, name, n);
+	l->first = false;
+}
+
+void rg_info_put_models(rg_buf *b, const rg_server *s)
+{
+	const rg_server *front = s->front;
+
+	rg_buf_puts(b, "[");
+	for (int k = 0; k < front->n_served; k++) {
+		const rg_server *x = front->served[k];
+		unsigned kind = x->info ? rg_route_kind_of_model(x->info) : 0;
+		model_list l = {.b = b, .x = x, .first = true};
+
+		rg_buf_puts(b, k ? ",{\"id\":" : "{\"id\":");
+		rg_buf_json_str(b, x->model_name, strlen(x->model_name));
+		rg_buf_puts(b, ",\"aliases\":[");
+		for_each_name(x, put_alias, &l);
+		rg_buf_puts(b, "],\"model_id\":");
+		rg_buf_json_str(b, x->model_id, strlen(x->model_id));
+		rg_buf_printf(b, ",\"kind\":\"%s\",\"max_input_length\":%d",
+			      kind == RG_KIND_GENERATOR ? "generator"
+			      : kind == RG_KIND_TRANSLATOR ? "translator"
+			      : kind == RG_KIND_RERANKER ? "reranker"
+			      : kind == RG_KIND_CLASSIFIER ? "classifier" : "embedding", x->max_len);
+		/* the model's own budgets: its engine's batch limits, a decoder's KV cache */
+		if (x->gen) {
+			rg_kv_info kv;
+
+			memset(&kv, 0, sizeof(kv));
+			(void)rg_model_kv_info(x->model, &kv);
+			rg_buf_printf(b, ",\"max_num_seqs\":%d,\"max_num_batched_tokens\":%d,"
+				      "\"kv_cache_bytes\":%zu}", x->o.max_num_seqs,
+				      x->o.max_num_batched_tokens, kv.bytes);
+		} else {
+			rg_buf_printf(b, ",\"max_batch_tokens\":%d,\"max_batch_requests\":%d,"
+				      "\"max_inputs\":%d}", x->o.max_batch_tokens,
+				      x->o.max_batch_requests, x->o.max_inputs);
+		}
+	}
+	rg_buf_puts(b, "]");
+}
+
+rg_server *rg_served_find(rg_server *front, const char *name)
+{
+	for (int k = 0; k < front->n_served; k++)
+		if (rg_model_served(front->served[k], name))
+			return front->served[k];
+	return NULL;
 }
 
 bool rg_model_served(const rg_server *s, const char *name)
@@ -425,24 +509,35 @@ bool rg_model_served(const rg_server *s, const char *name)
 
 bool rg_refuse_model(conn_ctx *c, const char *name, enum MHD_Result *ret)
 {
+	const rg_server *front = c->srv->front;
+	char list[1024];
+	size_t w = 0;
+
 	if (rg_model_served(c->srv, name))
 		return false;
+	/* the names of every model served: 'a', 'b' */
+	list[0] = '\0';
+	for (int k = 0; k < front->n_served && w < sizeof(list); k++)
+		w += (size_t)snprintf(list + w, sizeof(list) - w, "%s'%s'", k ? ", " : "",
+				      front->served[k]->model_name);
 	*ret = rg_conn_error(c, 404, "model_not_found", "model",
-			     "The model '%.200s' does not exist (this server serves '%s')", name,
-			     c->srv->model_name);
+			     "The model '%.200s' does not exist (this server serves %.700s)", name,
+			     list);
 	return true;
 }
 
-/* The model object of GET /v1/models/{id}: id as asked when it names the served model
- * (rg_model_served). */
+/* The model object of GET /v1/models/{id}: id as asked when it names a model served
+ * (rg_model_served; the first of them when several would). */
 enum MHD_Result rg_answer_model(conn_ctx *c, const char *id)
 {
-	rg_server *s = c->srv;
+	rg_server *s = rg_served_find(c->srv->front, id);
 	enum MHD_Result ret;
 	rg_buf b;
 
-	if (rg_refuse_model(c, id, &ret))
+	if (!s) { /* no model answers to id (c->srv, the first, neither): 404 */
+		rg_refuse_model(c, id, &ret);
 		return ret;
+	}
 	rg_buf_init(&b);
 	rg_buf_puts(&b, "{\"id\":");
 	rg_buf_json_str(&b, id, strlen(id));

@@ -203,7 +203,7 @@ static int tokenize_inputs(conn_ctx *c, enum MHD_Result *ret)
 	int code = tokenize_inputs_timed(c, ret);
 
 	if (!code)
-		rg_metrics_tokenize(&c->srv->metrics, rg_now_ms() - t0);
+		rg_metrics_tokenize(&c->srv->front->metrics, rg_now_ms() - t0);
 	return code;
 }
 
@@ -370,7 +370,7 @@ static enum MHD_Result finish_job(conn_ctx *c);
  * the answer was sent); false when they do not fit now. */
 static bool reserve_answer(conn_ctx *c, size_t n)
 {
-	rg_server *s = c->srv;
+	rg_server *s = c->srv->front; /* one budget for every model's requests */
 	size_t cur = atomic_load(&s->buffered);
 
 	do {
@@ -446,7 +446,7 @@ enum MHD_Result rg_handle_embed(conn_ctx *c)
 		n_miss++;
 	}
 	if (s->cache)
-		rg_metrics_cache(&s->metrics, n - n_miss, n_miss);
+		rg_metrics_cache(&s->front->metrics, n - n_miss, n_miss);
 	if (n_miss == 0)
 		return answer(c, 0, 0, 0);
 

@@ -118,7 +118,8 @@ static void count_answer(conn_ctx *c, int status)
 	double total = rg_now_ms() - c->http.t0;
 
 	g->answered = true;
-	rg_metrics_request(&c->srv->metrics, c->route, status, queue_ms, total - queue_ms, total);
+	rg_metrics_request(&c->srv->front->metrics, c->route, status, queue_ms, total - queue_ms,
+			   total);
 }
 
 void rg_gen_conn_free(conn_ctx *c)
@@ -1629,7 +1630,9 @@ enum MHD_Result rg_answer_gen_info(conn_ctx *c)
 		}
 		rg_buf_puts(&b, "],");
 	}
-	rg_buf_puts(&b, "\"tuning\":");
+	rg_buf_puts(&b, "\"models\":"); /* every model served (--model repeated) */
+	rg_info_put_models(&b, s);
+	rg_buf_puts(&b, ",\"tuning\":");
 	rg_info_put_tuning(&b); /* the RAGGED_* tuning switches, as the encoder's /info */
 	rg_buf_puts(&b, "}");
 	return rg_conn_send(c, 200, &b, "application/json", 0, 0, 0);

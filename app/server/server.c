@@ -46,6 +46,13 @@
  *     Expect: 100-continue or a longer Content-Length the answer goes at once and the connection
  *     closes.
  *
+ * Several models (issue 31 item 4, --model repeated): one rg_server per model, each with its own
+ * model copies, engine, cache, names and limits (setup_model, free_model); the first also owns
+ * the daemon and what requests share (server_internal.h, rg_server.front). They load in
+ * --model order after the daemon listens (/health is 503 until the last is ready); dispatch
+ * picks a request's model by its "model" (routes.c, route_to_model); shutdown drains and stops
+ * every engine, then frees every model.
+ *
  * Normalization is the request's choice, as in TEI: the engine computes raw pooled vectors (the
  * model's pooling, its Normalize module skipped) and the cache keeps them raw; "normalize": true
  * (default) L2-normalizes on the way out, false returns the pooled vector as is. "dimensions"
@@ -218,7 +225,7 @@ static rg_status setup_engine(rg_server *s)
 	ep.token_delay_us = s->o.token_delay_us;
 	ep.disconnect_poll_ms = 10;
 	ep.cache = s->cache;
-	ep.metrics = &s->metrics;
+	ep.metrics = &s->front->metrics; /* one exposition: every model's batches together */
 	ep.measure = s->measure;
 	s->engine = rg_engine_create(s->models, s->n_models, &ep, &st);
 	if (!s->engine)
@@ -229,8 +236,9 @@ static rg_status setup_engine(rg_server *s)
 	return RG_OK;
 }
 
-/* Decoders: the generation engine (engine_gen.h) over the first model. */
-static rg_status setup_gen_engine(rg_server *s)
+/* Decoders: the generation engine (engine_gen.h) over the first model. models_left: the models
+ * still to load, this one included (the default KV cache fraction's split). */
+static rg_status setup_gen_engine(rg_server *s, int models_left)
 {
 	rg_gen_srv_params gp;
 	rg_status st;
@@ -252,8 +260,9 @@ static rg_status setup_gen_engine(rg_server *s)
 	gp.eng.kv_bytes = s->o.kv_cache_bytes;
 	gp.eng.kv_fraction = s->o.kv_cache_fraction;
 	if (!gp.eng.kv_bytes && !gp.eng.kv_fraction) {
+		/* several models: the models not loaded yet need memory too (split evenly) */
 		if (s->info->device == RG_DEVICE_CUDA)
-			gp.eng.kv_fraction = 0.9;
+			gp.eng.kv_fraction = 0.9 / models_left;
 		else
 			gp.eng.kv_bytes = (size_t)1 << 30;
 	}
@@ -310,7 +319,8 @@ static rg_status load_models(rg_server *s, const char *model_dir)
 		mp.dtype = rg_model_get_info(s->models[0])->dtype; /* every copy as the first */
 	}
 	s->model = s->models[0];
-	rg_metrics_set_devices(&s->metrics, names, n);
+	if (s == s->front) /* the metrics' per-device counters are the first model's devices */
+		rg_metrics_set_devices(&s->metrics, names, n);
 	if (n > 1)
 		fprintf(stderr, "ragged serve: model loaded on %d devices in %.0f ms\n", n,
 			rg_now_ms() - t0);
@@ -552,13 +562,50 @@ out_close:
 	return NULL;
 }
 
+/* Connections suspended and not yet answered, over every model. */
+static int suspended_total(const rg_server *s)
+{
+	int n = 0;
+
+	for (int k = 0; k < s->n_served; k++)
+		n += atomic_load(&s->served[k]->n_suspended);
+	return n;
+}
+
 /* Wait until every suspended connection has been answered (their jobs ended), until end_ms. */
 static void wait_answered(rg_server *s, double end_ms)
 {
-	while (atomic_load(&s->n_suspended) > 0 && rg_now_ms() < end_ms) {
+	while (suspended_total(s) > 0 && rg_now_ms() < end_ms) {
 		struct timespec ts = { 0, 5 * 1000 * 1000 };
 
 		nanosleep(&ts, NULL);
+	}
+}
+
+/* Whether every model's engine is idle (nothing queued or running). */
+static bool engines_idle(const rg_server *s)
+{
+	for (int k = 0; k < s->n_served; k++) {
+		const rg_server *x = s->served[k];
+
+		if (x->gen ? !rg_gen_srv_idle(x->gen) : x->engine && !rg_engine_idle(x->engine))
+			return false;
+	}
+	return true;
+}
+
+/* Refuse new work on every model and stop their engines (each answers what it holds). */
+static void stop_engines(rg_server *s)
+{
+	for (int k = 0; k < s->n_served; k++)
+		atomic_store(&s->served[k]->stopping, true);
+	for (int k = 0; k < s->n_served; k++) {
+		rg_server *x = s->served[k];
+
+		if (x->gen)
+			rg_gen_srv_stop(x->gen);
+		else if (x->engine)
+			rg_engine_stop(x->engine);
 	}
 }
 
@@ -579,7 +626,8 @@ static void drain(rg_server *s, struct MHD_Daemon *d, const sigset_t *sigs, int 
 
 	fprintf(stderr, "ragged serve: signal %d, draining (up to %d s)\n", sig,
 		s->o.shutdown_timeout_s);
-	atomic_store(&s->stopping, true);
+	for (int k = 0; k < s->n_served; k++)
+		atomic_store(&s->served[k]->stopping, true);
 	/* MHD stops polling the socket; shutting it down makes the kernel refuse new connections
 	 * now instead of queueing them unaccepted (it is closed after MHD_stop_daemon); with
 	 * --accept balanced the socket is ragged's (the daemon's own is never connected to) */
@@ -590,12 +638,13 @@ static void drain(rg_server *s, struct MHD_Daemon *d, const sigset_t *sigs, int 
 		lsock = MHD_quiesce_daemon(d);
 	if (lsock != MHD_INVALID_SOCKET)
 		shutdown(lsock, SHUT_RDWR);
-	if (s->gen)
-		rg_gen_srv_drain(s->gen, end);
-	else
-		rg_engine_drain(s->engine, end);
-	while (!(s->gen ? rg_gen_srv_idle(s->gen) : rg_engine_idle(s->engine)) &&
-	       rg_now_ms() < end) {
+	for (int k = 0; k < s->n_served; k++) {
+		if (s->served[k]->gen)
+			rg_gen_srv_drain(s->served[k]->gen, end);
+		else
+			rg_engine_drain(s->served[k]->engine, end);
+	}
+	while (!engines_idle(s) && rg_now_ms() < end) {
 		struct timespec ts = { 0, 20 * 1000 * 1000 };
 
 		if (sigtimedwait(sigs, NULL, &ts) > 0) {
@@ -603,10 +652,7 @@ static void drain(rg_server *s, struct MHD_Daemon *d, const sigset_t *sigs, int 
 			break;
 		}
 	}
-	if (s->gen)
-		rg_gen_srv_stop(s->gen);
-	else
-		rg_engine_stop(s->engine);
+	stop_engines(s);
 	wait_answered(s, fmax(t0 + total, rg_now_ms() + 250));
 	/* the last answers are queued; let the HTTP threads write them before closing */
 	nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
@@ -626,89 +672,16 @@ static void forward_stop_signal(int sig)
 	pthread_kill(g_main_thread, sig);
 }
 
-int rg_serve_main(int argc, char **argv)
+/* One model, once the daemon listens: load it on its devices, then its names, prompts,
+ * fingerprint, limits and engine (s->info, s->engine or s->gen, ...). models_left: the models
+ * still to load, this one included. Returns 0, or the exit status (1, EXIT_USAGE) after a
+ * message on stderr; what was made is freed by free_model either way. */
+static int setup_model(rg_server *s, int models_left)
 {
-	rg_server *s;
-	struct MHD_Daemon *d = NULL;
-	char model_dir[sizeof(s->o.model)];
-	sigset_t sigs;
 	rg_status st;
-	int rc, sig;
 
-	s = calloc(1, sizeof(*s));
-	if (!s) {
-		fprintf(stderr, "ragged serve: out of memory\n");
+	if ((st = load_models(s, s->model_dir)) != RG_OK)
 		return 1;
-	}
-	s->prompts.dflt = -1;
-	rc = rg_serve_opts_parse(argc, argv, &s->o);
-	if (rc >= 0)
-		goto out_free;
-	rc = 1;
-	if (rg_sched_kind_parse(s->o.scheduler, &s->kind) != RG_OK) {
-		fprintf(stderr, "ragged serve: %s\n", rg_last_error());
-		rc = EXIT_USAGE;
-		goto out_free;
-	}
-	if (s->o.json_output && rg_json_log_start() != RG_OK) {
-		fprintf(stderr, "ragged serve: --json-output: %s\n", rg_last_error());
-		goto out_free;
-	}
-	/* TEI's --huggingface-hub-cache: where model ids are looked up. Read from TEI's variable
-	 * (huggingface_hub's legacy name) it is already where rg_model_dir_resolve looks, below
-	 * HF_HUB_CACHE; given on the command line it wins. */
-	if (s->o.hub_cache && !(getenv("HUGGINGFACE_HUB_CACHE") &&
-				!strcmp(getenv("HUGGINGFACE_HUB_CACHE"), s->o.hub_cache)) &&
-	    setenv("HF_HUB_CACHE", s->o.hub_cache, 1) != 0) {
-		fprintf(stderr, "ragged serve: cannot set HF_HUB_CACHE: %s\n", strerror(errno));
-		goto out_free;
-	}
-	/* --model: a directory or a Hugging Face id in the local cache; s->o.model keeps the name
-	 * given (responses name the model by it), the default model by its directory */
-	if (rg_model_dir_resolve(s->o.model, model_dir, sizeof(model_dir)) != RG_OK) {
-		fprintf(stderr, "ragged serve: cannot load model: %s\n", rg_last_error());
-		goto out_free;
-	}
-	if (!s->o.model[0])
-		snprintf(s->o.model, sizeof(s->o.model), "%s", model_dir);
-	fit_open_files(s);
-	/* Block the stop signals in every thread we start; the main thread waits for them with
-	 * sigwait. Threads that libraries started before main (OpenBLAS's pool, for one) do not
-	 * block them, and the kernel may hand a process-directed SIGTERM to such a thread: the
-	 * handler forwards it to the main thread instead of the default action killing the
-	 * process (which made a clean stop exit by signal 15 now and then). */
-	g_main_thread = pthread_self();
-	{
-		struct sigaction sa;
-
-		memset(&sa, 0, sizeof(sa));
-		sa.sa_handler = forward_stop_signal;
-		sigemptyset(&sa.sa_mask);
-		sigaction(SIGINT, &sa, NULL);
-		sigaction(SIGTERM, &sa, NULL);
-	}
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	signal(SIGPIPE, SIG_IGN);
-
-	rg_metrics_init(&s->metrics);
-	atomic_init(&s->ready, false);
-	atomic_init(&s->stopping, false);
-	atomic_init(&s->n_suspended, 0);
-	atomic_init(&s->buffered, 0);
-	s->watch = rg_conn_watch_create(s->o.request_read_timeout_s, &st);
-	if (!s->watch) {
-		fprintf(stderr, "ragged serve: %s\n", rg_last_error());
-		goto out_metrics;
-	}
-	/* Listen first so /health answers 503 while the model loads. */
-	d = start_daemon(s);
-	if (!d)
-		goto out_watch;
-	if ((st = load_models(s, model_dir)) != RG_OK)
-		goto out_stop;
 	s->info = rg_model_get_info(s->model);
 	if (s->info->kind == RG_MODEL_DECODER && rg_model_embeds(s->model)) {
 		/* Qwen3-Embedding, gte-Qwen2, e5-mistral: embeddings only, as TEI serves them;
@@ -725,8 +698,7 @@ int rg_serve_main(int argc, char **argv)
 				"concatenated rows, which a decoder embedding model does not run "
 				"(packed batches only: token, nobatch, fcfs, sjf, edf, das with "
 				"--das-packed)\n", rg_sched_kind_name(s->kind));
-			rc = EXIT_USAGE;
-			goto out_stop;
+			return EXIT_USAGE;
 		}
 	}
 	s->o.dtype = s->info->dtype; /* RG_DTYPE_AUTO resolved by the load */
@@ -740,7 +712,7 @@ int rg_serve_main(int argc, char **argv)
 	if (s->info->kind == RG_MODEL_ENCODER &&
 	    (st = rg_prompts_load(s->info->model_dir, &s->prompts)) != RG_OK) {
 		fprintf(stderr, "ragged serve: %s: %s\n", rg_status_name(st), rg_last_error());
-		goto out_stop;
+		return 1;
 	}
 	if (s->o.default_prompt_name) { /* TEI: a name of the model's prompts, else no start */
 		s->prompts.dflt = rg_prompts_find(&s->prompts, s->o.default_prompt_name);
@@ -748,8 +720,7 @@ int rg_serve_main(int argc, char **argv)
 			fprintf(stderr, "ragged serve: --default-prompt-name '%s' is not one of the "
 					"model's prompts (config_sentence_transformers.json has %zu)\n",
 				s->o.default_prompt_name, s->prompts.n);
-			rc = EXIT_USAGE;
-			goto out_stop;
+			return EXIT_USAGE;
 		}
 	} else if (s->o.default_prompt) {
 		s->prompts.dflt = -1; /* the text given replaces the file's default */
@@ -760,7 +731,7 @@ int rg_serve_main(int argc, char **argv)
 		if ((st = rg_model_fingerprint(s->info->model_dir, s->fingerprint)) != RG_OK) {
 			fprintf(stderr, "ragged serve: %s: %s\n", rg_status_name(st),
 				rg_last_error());
-			goto out_stop;
+			return 1;
 		}
 		fprintf(stderr, "ragged serve: model fingerprint sha256:%.16s... (%.0f ms)\n",
 			s->fingerprint, rg_now_ms() - t0);
@@ -772,10 +743,10 @@ int rg_serve_main(int argc, char **argv)
 	/* decoders and encoder-decoders (issue 29: the prompt is the source, encoded once into
 	 * the KV cache's cross blocks) run in the one generation engine */
 	s->decoder = s->info->kind == RG_MODEL_DECODER || s->info->kind == RG_MODEL_ENC_DEC;
-	if ((st = s->decoder ? setup_gen_engine(s) : setup_engine(s)) != RG_OK) {
-		fprintf(stderr, "ragged serve: %s: %s\n", rg_status_name(st), rg_last_error());
-		rc = st == RG_ERR_INVALID_INPUT ? EXIT_USAGE : 1;
-		goto out_stop;
+	if ((st = s->decoder ? setup_gen_engine(s, models_left) : setup_engine(s)) != RG_OK) {
+		fprintf(stderr, "ragged serve: %s: %s: %s\n", s->o.model, rg_status_name(st),
+			rg_last_error());
+		return st == RG_ERR_INVALID_INPUT ? EXIT_USAGE : 1;
 	}
 	if (s->decoder) {
 		rg_kv_info kv;
@@ -814,6 +785,184 @@ int rg_serve_main(int argc, char **argv)
 			cm.batch_ms, cm.token_ms, cm.pair_ms, s->cost ? "cost table" : "measured",
 			rg_engine_time_budget_ms(s->engine), s->o.admission);
 	}
+	return 0;
+}
+
+/* Free what setup_model made (any part of it); s itself stays. */
+static void free_model(rg_server *s)
+{
+	rg_engine_free(s->engine);
+	rg_gen_srv_free(s->gen);
+	rg_cache_free(s->cache);
+	rg_cost_table_free(s->cost);
+	rg_cost_measure_free(s->measure); /* after the engine: its scheduler may hold the table */
+	for (int i = 0; i < s->n_models; i++)
+		rg_model_free(s->models[i]);
+	rg_prompts_free(&s->prompts);
+}
+
+/* Two models that answer to one name: the request could not tell them apart (the first would
+ * get it). EXIT_USAGE after a message, else 0. */
+static int check_names(const rg_server *s)
+{
+	for (int k = 1; k < s->n_served; k++) {
+		const rg_server *x = s->served[k];
+		const char *a = x->o.served_model_name ? x->o.served_model_name : x->model_name;
+
+		for (int j = 0; j < k; j++) {
+			const char *p = a;
+
+			while (*p) {
+				size_t n = x->o.served_model_name ? strcspn(p, ",") : strlen(p);
+				char name[256];
+
+				snprintf(name, sizeof(name), "%.*s", (int)n, p);
+				if (name[0] && rg_model_served(s->served[j], name)) {
+					fprintf(stderr, "ragged serve: models %d (%s) and %d (%s) "
+						"both answer to the name '%s': give each its own "
+						"--served-model-name\n", j + 1, s->served[j]->o.model,
+						k + 1, x->o.model, name);
+					return EXIT_USAGE;
+				}
+				p += n + (p[n] == ',');
+			}
+		}
+	}
+	return 0;
+}
+
+int rg_serve_main(int argc, char **argv)
+{
+	rg_server *s;
+	struct MHD_Daemon *d = NULL;
+	sigset_t sigs;
+	rg_status st;
+	int rc, sig;
+
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		fprintf(stderr, "ragged serve: out of memory\n");
+		return 1;
+	}
+	s->front = s;
+	s->served[0] = s;
+	s->n_served = 1;
+	s->prompts.dflt = -1;
+	rg_metrics_init(&s->metrics);
+	rc = rg_serve_opts_parse(argc, argv, &s->o);
+	if (rc >= 0)
+		goto out_free;
+	/* --model repeated: one rg_server per model, the later ones' options from their part of
+	 * the command line (options.h, rg_serve_opts_parse_model) */
+	for (int k = 1; k < s->o.n_models; k++) {
+		rg_server *x = calloc(1, sizeof(*x));
+
+		if (!x) {
+			fprintf(stderr, "ragged serve: out of memory\n");
+			rc = 1;
+			goto out_free;
+		}
+		x->front = s;
+		x->prompts.dflt = -1;
+		rg_metrics_init(&x->metrics);
+		s->served[s->n_served++] = x;
+		if ((rc = rg_serve_opts_parse_model(argc, argv, &s->o, k, &x->o)) >= 0)
+			goto out_free;
+	}
+	rc = 1;
+	for (int k = 0; k < s->n_served; k++) {
+		if (rg_sched_kind_parse(s->served[k]->o.scheduler, &s->served[k]->kind) != RG_OK) {
+			fprintf(stderr, "ragged serve: %s\n", rg_last_error());
+			rc = EXIT_USAGE;
+			goto out_free;
+		}
+	}
+	if (s->o.json_output && rg_json_log_start() != RG_OK) {
+		fprintf(stderr, "ragged serve: --json-output: %s\n", rg_last_error());
+		goto out_free;
+	}
+	/* TEI's --huggingface-hub-cache: where model ids are looked up. Read from TEI's variable
+	 * (huggingface_hub's legacy name) it is already where rg_model_dir_resolve looks, below
+	 * HF_HUB_CACHE; given on the command line it wins. */
+	if (s->o.hub_cache && !(getenv("HUGGINGFACE_HUB_CACHE") &&
+				!strcmp(getenv("HUGGINGFACE_HUB_CACHE"), s->o.hub_cache)) &&
+	    setenv("HF_HUB_CACHE", s->o.hub_cache, 1) != 0) {
+		fprintf(stderr, "ragged serve: cannot set HF_HUB_CACHE: %s\n", strerror(errno));
+		goto out_free;
+	}
+	/* --model: a directory or a Hugging Face id in the local cache; s->o.model keeps the name
+	 * given (responses name the model by it), the default model by its directory */
+	for (int k = 0; k < s->n_served; k++) {
+		rg_server *x = s->served[k];
+
+		if (rg_model_dir_resolve(x->o.model, x->model_dir, sizeof(x->model_dir)) != RG_OK) {
+			if (s->n_served > 1)
+				fprintf(stderr, "ragged serve: cannot load model %d of %d (%s): %s\n",
+					k + 1, s->n_served, x->o.model, rg_last_error());
+			else
+				fprintf(stderr, "ragged serve: cannot load model: %s\n",
+					rg_last_error());
+			goto out_free;
+		}
+		if (!x->o.model[0])
+			snprintf(x->o.model, sizeof(x->o.model), "%s", x->model_dir);
+	}
+	fit_open_files(s);
+	/* Block the stop signals in every thread we start; the main thread waits for them with
+	 * sigwait. Threads that libraries started before main (OpenBLAS's pool, for one) do not
+	 * block them, and the kernel may hand a process-directed SIGTERM to such a thread: the
+	 * handler forwards it to the main thread instead of the default action killing the
+	 * process (which made a clean stop exit by signal 15 now and then). */
+	g_main_thread = pthread_self();
+	{
+		struct sigaction sa;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = forward_stop_signal;
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+	}
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	for (int k = 0; k < s->n_served; k++) {
+		atomic_init(&s->served[k]->ready, false);
+		atomic_init(&s->served[k]->stopping, false);
+		atomic_init(&s->served[k]->n_suspended, 0);
+		atomic_init(&s->served[k]->routed, 0);
+	}
+	atomic_init(&s->buffered, 0);
+	s->watch = rg_conn_watch_create(s->o.request_read_timeout_s, &st);
+	if (!s->watch) {
+		fprintf(stderr, "ragged serve: %s\n", rg_last_error());
+		goto out_free;
+	}
+	for (int k = 1; k < s->n_served; k++)
+		s->served[k]->watch = s->watch;
+	/* Listen first so /health answers 503 while the models load. */
+	d = start_daemon(s);
+	if (!d)
+		goto out_watch;
+	for (int k = 0; k < s->n_served; k++)
+		if ((rc = setup_model(s->served[k], s->n_served - k)) != 0)
+			goto out_stop;
+	rc = 1;
+	if (check_names(s)) {
+		rc = EXIT_USAGE;
+		goto out_stop;
+	}
+	for (int k = 1; k < s->n_served; k++) {
+		rg_server *x = s->served[k];
+
+		fprintf(stderr, "ragged serve: model %d: %s as '%s' (%s, %s)\n", k + 1, x->o.model,
+			x->model_name, x->decoder ? "generation" : "embedding engine",
+			rg_dtype_name(x->o.dtype));
+		atomic_store(&x->ready, true);
+	}
 	atomic_store(&s->ready, true);
 	{
 		/* the start-up line on stdout (what supervisors and tests wait for); with
@@ -849,11 +998,7 @@ int rg_serve_main(int argc, char **argv)
 	d = NULL;
 out_stop:
 	/* Order: refuse new work, answer what is queued (503), stop HTTP, then free the rest. */
-	atomic_store(&s->stopping, true);
-	if (s->gen)
-		rg_gen_srv_stop(s->gen);
-	else if (s->engine)
-		rg_engine_stop(s->engine);
+	stop_engines(s);
 	wait_answered(s, rg_now_ms() + 1000);
 	stop_accepting(s);
 	if (d) {
@@ -869,19 +1014,16 @@ out_stop:
 		fprintf(stderr, "ragged serve: answered %llu requests, %llu of them 200\n",
 			(unsigned long long)total, (unsigned long long)ok);
 	}
-	rg_engine_free(s->engine);
-	rg_gen_srv_free(s->gen);
-	rg_cache_free(s->cache);
-	rg_cost_table_free(s->cost);
-	rg_cost_measure_free(s->measure); /* after the engine: its scheduler may hold the table */
-	for (int i = 0; i < s->n_models; i++)
-		rg_model_free(s->models[i]);
-	rg_prompts_free(&s->prompts);
+	for (int k = s->n_served - 1; k >= 0; k--)
+		free_model(s->served[k]);
 out_watch:
 	rg_conn_watch_free(s->watch);
-out_metrics:
-	rg_metrics_destroy(&s->metrics);
 out_free:
+	for (int k = s->n_served - 1; k >= 1; k--) {
+		rg_metrics_destroy(&s->served[k]->metrics);
+		free(s->served[k]);
+	}
+	rg_metrics_destroy(&s->metrics);
 	free(s);
 	rg_json_log_stop();
 	return rc;

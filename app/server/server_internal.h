@@ -31,8 +31,21 @@
  * of Language Models to Fill in the Middle"): fim[0] prompt fim[1] suffix fim[2]. */
 void rg_fim_tokens(const rg_model *m, int vocab, int32_t fim[3]);
 
+/* One rg_server per model served (issue 31 item 4: --model repeated). The first owns the HTTP
+ * daemon and what every request shares (the listening socket, the buffered-bytes budget, the
+ * read deadlines, the metrics: front fields below); each holds its own model, engine, cache,
+ * names and limits. Dispatch (routes.c) points a request's conn_ctx.srv at the model its "model"
+ * field names, so that the handlers read that model's state; the shared fields are read through
+ * ->front. */
 typedef struct rg_server {
 	rg_serve_opts o;
+	struct rg_server *front; /* the first model's, which owns the daemon (itself for the
+				  * first) */
+	struct rg_server *served[RG_SERVE_MAX_MODELS]; /* (n_served) front only: every model, [0]
+				  * the front itself, in --model order */
+	int n_served;            /* front only: models served (1 unless --model is repeated) */
+	atomic_ullong routed;    /* requests dispatched to this model (/metrics, by model) */
+	char model_dir[4096];    /* --model resolved (rg_model_dir_resolve) */
 	rg_model *model;         /* models[0]: /info, tokenizers, the DP measurement */
 	rg_model *models[RG_SERVE_MAX_DEVICES]; /* (n_models) one per device, the engine's */
 	int n_models;
@@ -57,7 +70,8 @@ typedef struct rg_server {
 	rg_cost_table *cost;     /* DP: the stored table loaded at start, else NULL */
 	struct rg_cost_measure *measure; /* DP without a stored table: measured in the
 				  * background by the engine (warmup.h); freed after it */
-	rg_metrics metrics;
+	rg_metrics metrics;      /* front's: every model's requests and batches (the others'
+				  * unused) */
 	rg_sched_kind kind;
 	rg_req_limits lim;
 	int max_len;             /* longest sequence accepted (model and scheduler) */
@@ -74,8 +88,10 @@ typedef struct rg_server {
 	bool acceptor_started;
 	atomic_bool accept_stop;
 	struct MHD_Daemon *mhd;
-	atomic_size_t buffered;  /* request body bytes held by all connections (--max-buffered-bytes) */
-	struct rg_conn_watch *watch; /* the request read deadline (conn_watch.c) */
+	atomic_size_t buffered;  /* front's: request body bytes held by all connections
+				  * (--max-buffered-bytes) */
+	struct rg_conn_watch *watch; /* the request read deadline (conn_watch.c); the front's,
+				  * shared (freed by the front) */
 	char fingerprint[65];    /* rg_model_fingerprint hex; "" unless --cache-db or --scheduler dp */
 	char model_name[256];    /* /info served_model_name, /v1/models id: --served-model-name,
 				  * else model_id */
@@ -225,6 +241,13 @@ void rg_info_put_model_sha(rg_buf *b, const rg_server *s);
 /* rg_model_served, else the 404 model_not_found answer in *ret (OpenAI's error shape on the
  * OpenAI routes) and true. */
 bool rg_refuse_model(conn_ctx *c, const char *name, enum MHD_Result *ret);
+/* The model (of front's served ones) that name names (rg_model_served, in --model order), NULL
+ * when none; NULL name: the first model. */
+rg_server *rg_served_find(rg_server *front, const char *name);
+/* /info's "models": every model served, as [{"id", "aliases", "model_id", "kind",
+ * "max_input_length", and its budgets: "max_batch_tokens", "max_batch_requests", "max_inputs"
+ * (encoders) or "max_num_seqs", "max_num_batched_tokens", "kv_cache_bytes" (decoders)}], into b. */
+void rg_info_put_models(rg_buf *b, const rg_server *s);
 enum MHD_Result rg_answer_openapi(conn_ctx *c);
 
 /* ---- routes_gen.c: the generation routes (decoder models) ---- */

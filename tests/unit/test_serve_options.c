@@ -418,6 +418,57 @@ static void test_tei_environment(void **state)
 	assert_false(o.auto_truncate);
 }
 
+/* --model repeated (issue 31 item 4): each later model's options are the arguments after its
+ * --model, per-model options only; it inherits the first model's other options, not its names;
+ * vLLM's --served-model-name A B form joins the names. */
+static void test_several_models(void **state)
+{
+	const char *args[] = {"--model", "/m/a", "--served-model-name", "a", "a2", "--port", "9",
+			      "--max-batch-tokens", "1024", "--max-inputs", "8",
+			      "--model-id=/m/b", "--max-batch-tokens", "256",
+			      "--model", "/m/c", "--served-model-name", "c,c2", "--kv-cache-bytes",
+			      "4096", "--auto-truncate"};
+	const char *server_opt[] = {"--model", "/m/a", "--model", "/m/b", "--port", "1"};
+	char *argv[64];
+	rg_serve_opts o, m;
+	(void)state;
+
+	assert_int_equal(parse(&o, 21, args), -1);
+	assert_int_equal(o.n_models, 3);
+	assert_string_equal(o.model, "/m/a");
+	assert_string_equal(o.served_model_name, "a,a2");
+	assert_int_equal(o.port, 9);
+	assert_int_equal(o.max_batch_tokens, 1024);
+	assert_false(o.auto_truncate);
+	argv[0] = (char *)"serve";
+	for (int i = 0; i < 21; i++)
+		argv[i + 1] = (char *)args[i];
+	assert_int_equal(rg_serve_opts_parse_model(22, argv, &o, 1, &m), -1);
+	assert_string_equal(m.model, "/m/b");
+	assert_null(m.served_model_name); /* names are not inherited */
+	assert_int_equal(m.max_batch_tokens, 256);
+	assert_int_equal(m.max_inputs, 8); /* inherited */
+	assert_int_equal(m.port, 9);
+	assert_int_equal(rg_serve_opts_parse_model(22, argv, &o, 2, &m), -1);
+	assert_string_equal(m.model, "/m/c");
+	assert_string_equal(m.served_model_name, "c,c2");
+	assert_int_equal(m.kv_cache_bytes, 4096);
+	assert_int_equal(m.max_batch_tokens, 1024);
+	assert_true(m.auto_truncate);
+	/* a server option after a second --model is refused */
+	assert_int_equal(parse(&o, 6, server_opt), -1);
+	for (int i = 0; i < 6; i++)
+		argv[i + 1] = (char *)server_opt[i];
+	{
+		FILE *saved = stderr;
+
+		stderr = fopen("/dev/null", "w");
+		assert_int_equal(rg_serve_opts_parse_model(7, argv, &o, 1, &m), RG_SERVE_EXIT_USAGE);
+		fclose(stderr);
+		stderr = saved;
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -430,6 +481,7 @@ int main(void)
 		cmocka_unit_test(test_max_inputs_above_queue),
 		cmocka_unit_test(test_tei_flags),
 		cmocka_unit_test(test_tei_environment),
+		cmocka_unit_test(test_several_models),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,293 @@
+"""`ragged serve` with several models in one process (issue 31 item 4): an encoder embedding model,
+a cross-encoder reranker and a decoder behind one port, `--model A ... --model B ...`.
+
+The reference for every answer is the same model served alone by its own `ragged serve` (the
+single-model server, whose routes the other suites check against HF and NumPy): routing by the
+request's "model" must reach the right engine and change nothing in what it computes. Also:
+/v1/models lists every model under each of its names (vLLM's `--served-model-name A B`, and the
+comma form), an unknown name is 404 model_not_found on every route (as vLLM answers it), a route
+of the wrong kind is 400, a bad second model stops the start with a clear message and a
+non-zero status, a concurrent mix of requests to all three models gets the sequential answers,
+and SIGTERM stops the server cleanly (status 0; under ASan with leak checking on)."""
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import make_chat_decoder
+from ragged_ctypes import BIN_PATH
+from server_util import Server, server_env, tiny_model
+
+TEXTS = ["Hello world!", "The quick brown fox jumps over the lazy dog.", "a"]
+PROMPTS = ["Hello, world! How are you today?", "The quick brown fox", "A"]
+DEC_ARGS = ["--kv-cache-bytes", 4 << 20, "--max-num-seqs", 8, "--max-num-batched-tokens", 32,
+            "--block-size", 4]
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("multi"))
+    return {"emb": tiny_model(root, "h32_gelu"), "rr": tiny_model(root, "bert_rerank"),
+            "gen": make_chat_decoder.make(os.path.join(root, "dec"), seed=7)}
+
+
+@pytest.fixture(scope="module")
+def multi(dirs):
+    # vLLM's form for the first model's names, the comma form for the decoder's; the decoder's
+    # own KV cache and step budget follow its --model
+    s = Server(dirs["emb"], "--served-model-name", "emb", "emb-alias",
+               "--model", dirs["rr"], "--served-model-name", "rr",
+               "--model", dirs["gen"], "--served-model-name", "gen,gen-alias", *DEC_ARGS)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def singles(dirs):
+    """Each model served alone: the references."""
+    out = {"emb": Server(dirs["emb"]), "rr": Server(dirs["rr"]),
+           "gen": Server(dirs["gen"], *DEC_ARGS)}
+    yield out
+    for s in out.values():
+        s.stop()
+
+
+def embed(s, texts, **kw):
+    st, out = s.post_json("/v1/embeddings", dict({"input": texts}, **kw))
+    assert st == 200, out
+    return np.array([d["embedding"] for d in out["data"]], np.float64)
+
+
+def rerank(s, **kw):
+    st, out = s.post_json("/rerank", dict({"query": "a fox", "texts": TEXTS}, **kw))
+    assert st == 200, out
+    return [r["score"] for r in sorted(out, key=lambda r: r["index"])]
+
+
+def complete(s, prompt, **kw):
+    st, out = s.post_json("/v1/completions", dict({"prompt": prompt, "max_tokens": 8,
+                                                   "temperature": 0, "ignore_eos": True}, **kw))
+    assert st == 200, out
+    return out
+
+
+def chat(s, **kw):
+    st, out = s.post_json("/v1/chat/completions",
+                          dict({"messages": [{"role": "user", "content": "Hi there"}],
+                                "max_tokens": 6, "temperature": 0}, **kw))
+    assert st == 200, out
+    return out
+
+
+def test_models_listed(multi):
+    st, h, data = multi.request("GET", "/v1/models")
+    assert st == 200
+    models = json.loads(data)["data"]
+    assert [m["id"] for m in models] == ["emb", "emb-alias", "rr", "gen", "gen-alias"]
+    assert all(m["object"] == "model" for m in models)
+    assert [m.get("max_model_len") for m in models][3:] == [256, 256]  # the decoder's context
+    for name in ("emb", "emb-alias", "rr", "gen-alias"):
+        st, h, data = multi.request("GET", f"/v1/models/{name}")
+        assert st == 200 and json.loads(data)["id"] == name
+    st, h, data = multi.request("GET", "/v1/models/gen")
+    assert json.loads(data)["max_model_len"] == 256
+    # /info: the first model's answer, as a single-model server gives it, and every model
+    st, h, data = multi.request("GET", "/info")
+    info = json.loads(data)
+    assert info["served_model_name"] == "emb" and info["model_type"] == {
+        "embedding": {"pooling": "mean"}}
+    assert [(m["id"], m["aliases"], m["kind"]) for m in info["models"]] == [
+        ("emb", ["emb", "emb-alias"], "embedding"), ("rr", ["rr"], "reranker"),
+        ("gen", ["gen", "gen-alias"], "generator")]
+    # each model's own budgets: the decoder's KV cache and step budget came after its --model
+    g = info["models"][2]
+    assert (g["kv_cache_bytes"], g["max_num_seqs"], g["max_num_batched_tokens"]) == \
+        (4 << 20, 8, 32)
+    assert g["max_input_length"] == 256
+    st, h, data = multi.request("GET", "/health")
+    assert st == 200
+
+
+def test_routing_matches_single_servers(multi, singles, dirs):
+    ref = embed(singles["emb"], TEXTS)
+    for kw in ({}, {"model": "emb"}, {"model": "emb-alias"}, {"model": dirs["emb"]}):
+        got = embed(multi, TEXTS, **kw)  # no "model": the first model
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6)
+    st, out = multi.post_json("/embed", {"inputs": TEXTS[0], "model": "emb"})  # TEI's route
+    assert st == 200 and np.allclose(out[0], embed(singles["emb"], TEXTS[:1])[0], atol=1e-6)
+
+    np.testing.assert_allclose(rerank(multi, model="rr"), rerank(singles["rr"]), atol=1e-6)
+    # TEI's POST / by the chosen model's kind: a reranker's is /rerank
+    st, out = multi.post_json("/", {"query": "a fox", "texts": TEXTS, "model": "rr"})
+    assert st == 200 and len(out) == len(TEXTS), out
+
+    for p in PROMPTS:
+        want = complete(singles["gen"], p)
+        for name in ("gen", "gen-alias"):
+            got = complete(multi, p, model=name)
+            assert got["choices"][0]["text"] == want["choices"][0]["text"], (p, name)
+            # (cached_tokens differ: the second name's request hits the prefix cache)
+            assert [got["usage"][k] for k in ("prompt_tokens", "completion_tokens")] == \
+                [want["usage"][k] for k in ("prompt_tokens", "completion_tokens")]
+            assert got["model"] == "gen"  # answers carry the first name, as vLLM's
+    assert chat(multi, model="gen")["choices"][0]["message"] == \
+        chat(singles["gen"])["choices"][0]["message"]
+    st, out = multi.post_json("/tokenize", {"prompt": PROMPTS[0], "model": "gen"})
+    st1, ref_tok = singles["gen"].post_json("/tokenize", {"prompt": PROMPTS[0]})
+    assert st == 200 and out["tokens"] == ref_tok["tokens"]
+    st, out = multi.post_json("/tokenize", {"inputs": TEXTS[0], "model": "emb"})
+    st1, ref_tok = singles["emb"].post_json("/tokenize", {"inputs": TEXTS[0]})
+    assert st == 200 and out == ref_tok
+
+
+def test_unknown_model_404_everywhere(multi):
+    comp = {"prompt": "A", "max_tokens": 1}
+    bodies = [("/v1/chat/completions", {"messages": [{"role": "user", "content": "A"}]}),
+              ("/v1/completions", comp), ("/completions", comp),
+              ("/generate", {"inputs": "A"}), ("/v1/embeddings", {"input": "A"}),
+              ("/embed", {"inputs": "A"}), ("/rerank", {"query": "a", "texts": ["b"]}),
+              ("/predict", {"inputs": "A"}), ("/tokenize", {"prompt": "A"}),
+              ("/detokenize", {"tokens": [1, 2]}), ("/", {"inputs": "A"})]
+    for path, body in bodies:
+        st, out = multi.post_json(path, dict(body, model="gpt-4o-mini"))
+        assert st == 404, (path, out)
+        err = out["error"]
+        if isinstance(err, dict):  # OpenAI's shape on /v1
+            assert err["code"] == "model_not_found" and err["param"] == "model", (path, out)
+            msg = err["message"]
+        else:  # TEI's
+            assert out["error_type"] == "model_not_found", (path, out)
+            msg = err
+        assert "gpt-4o-mini" in msg and "'emb', 'rr', 'gen'" in msg, (path, msg)
+    st, h, data = multi.request("GET", "/v1/models/gpt-4o-mini")
+    assert st == 404 and json.loads(data)["error"]["code"] == "model_not_found"
+    assert multi.alive()
+
+
+def test_wrong_kind_400(multi):
+    cases = [("/v1/completions", {"prompt": "A", "max_tokens": 1, "model": "emb"}),
+             ("/v1/chat/completions", {"messages": [{"role": "user", "content": "A"}],
+                                       "model": "rr"}),
+             ("/v1/embeddings", {"input": "A", "model": "gen"}),
+             ("/embed", {"inputs": "A", "model": "rr"}),
+             ("/rerank", {"query": "a", "texts": ["b"], "model": "emb"}),
+             ("/rerank", {"query": "a", "texts": ["b"], "model": "gen"})]
+    for path, body in cases:
+        st, out = multi.post_json(path, body)
+        assert st == 400, (path, body, out)
+        msg = out["error"]["message"] if isinstance(out["error"], dict) else out["error"]
+        assert body["model"] in msg, (path, msg)  # the refused model is named
+
+
+def test_concurrent_mix(multi, singles):
+    want_emb = embed(singles["emb"], TEXTS)
+    want_rr = rerank(singles["rr"])
+    want_gen = {p: complete(singles["gen"], p)["choices"][0]["text"] for p in PROMPTS}
+    errors, lock = [], threading.Lock()
+    before = multi.metrics()
+
+    def run(k):
+        try:
+            for j in range(4):
+                kind = (k + j) % 3
+                if kind == 0:
+                    i = (k + j) % len(TEXTS)
+                    got = embed(multi, [TEXTS[i]], model="emb-alias")
+                    assert np.allclose(got[0], want_emb[i], atol=1e-6)
+                elif kind == 1:
+                    assert np.allclose(rerank(multi, model="rr"), want_rr, atol=1e-6)
+                else:
+                    p = PROMPTS[(k + j) % len(PROMPTS)]
+                    assert complete(multi, p, model="gen")["choices"][0]["text"] == want_gen[p]
+        except Exception as e:  # noqa: BLE001 (reported below)
+            with lock:
+                errors.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert not errors, errors[:3]
+    after = multi.metrics()
+    for name in ("emb", "rr", "gen"):  # 48 requests, 16 to each model
+        key = f'ragged_model_requests_total{{model="{name}"}}'
+        assert after[key] - before[key] == 16, (name, before[key], after[key])
+        assert f'ragged_model_queue_depth{{model="{name}"}}' in after
+    assert 'vllm:num_requests_running{model_name="gen"}' in after  # the decoder's series
+
+
+def run_serve(*args, timeout=120):
+    return subprocess.run([BIN_PATH, "serve", "--host", "127.0.0.1", "--port", "0", "--device",
+                           "cpu", *[str(a) for a in args]], capture_output=True, text=True,
+                          env=server_env(), timeout=timeout)
+
+
+def test_bad_second_model_fails_start(dirs, tmp_path):
+    missing = str(tmp_path / "no-such-model")
+    r = run_serve("--model", dirs["emb"], "--model", missing)
+    assert r.returncode != 0 and "ragged serving" not in r.stdout
+    assert "model 2 of 2" in r.stderr and missing in r.stderr, r.stderr
+    # a directory that is there but holds no model: the load fails, naming it
+    bad = tmp_path / "empty"
+    bad.mkdir()
+    (bad / "config.json").write_text("{}")
+    r = run_serve("--model", dirs["emb"], "--model", str(bad))
+    assert r.returncode != 0 and "ragged serving" not in r.stdout
+    assert str(bad) in r.stderr, r.stderr
+    # a server option after the second --model: refused by name
+    r = run_serve("--model", dirs["emb"], "--model", dirs["rr"], "--port", "1234")
+    assert r.returncode == 2 and "--port is the server's option" in r.stderr, r.stderr
+    # two models that answer to one name
+    r = run_serve("--model", dirs["emb"], "--served-model-name", "x", "--model", dirs["rr"],
+                  "--served-model-name", "y,x")
+    assert r.returncode == 2 and "both answer to the name 'x'" in r.stderr, r.stderr
+
+
+def test_per_model_budgets(dirs):
+    """Each model's own --max-batch-tokens / --max-inputs: the later model's come after its
+    --model and leave the first model's alone."""
+    s = Server(dirs["emb"], "--max-inputs", 4, "--max-batch-tokens", 2048, "--model", dirs["rr"],
+               "--max-inputs", 2, "--max-batch-tokens", 512, "--served-model-name", "rr")
+    try:
+        st, h, data = s.request("GET", "/info")
+        models = json.loads(data)["models"]
+        assert [(m["max_inputs"], m["max_batch_tokens"]) for m in models] == \
+            [(4, 2048), (2, 512)]
+        st, out = s.post_json("/v1/embeddings", {"input": ["a"] * 4})
+        assert st == 200, out
+        st, out = s.post_json("/rerank", {"query": "q", "texts": ["a"] * 3, "model": "rr"})
+        assert st == 413, out
+        st, out = s.post_json("/rerank", {"query": "q", "texts": ["a"] * 2, "model": "rr"})
+        assert st == 200, out
+    finally:
+        s.stop()
+
+
+def test_sigterm_with_work_in_flight(dirs):
+    """SIGTERM while the decoder streams and the encoder embeds: the drain covers every model's
+    engine, the answers go out, and the process exits 0 (every model's memory freed: ASan's leak
+    check would make it 23)."""
+    s = Server(dirs["emb"], "--model", dirs["gen"], "--served-model-name", "gen",
+               "--step-delay-ms", 20, *DEC_ARGS)
+    results = []
+
+    def gen_req():
+        results.append(s.post_json("/v1/completions", {"prompt": "A", "max_tokens": 20,
+                                                       "temperature": 0, "model": "gen",
+                                                       "ignore_eos": True})[0])
+    t = threading.Thread(target=gen_req)
+    t.start()
+    time.sleep(0.2)
+    st, _ = s.post_json("/v1/embeddings", {"input": "x"})
+    assert st == 200
+    s.proc.send_signal(signal.SIGTERM)
+    t.join(60)
+    rc = s.stop()
+    assert rc == 0 and results == [200], (results, s.stderr()[-2000:])
+    assert "draining" in s.stderr() and "answered" in s.stderr()
