@@ -597,37 +597,31 @@ static cudaError_t qgemv_dispatch(const rg_cuda_ctx *c, int type, const void *A,
  * (bench/results/decode_quant_h200_20261203-1228.md). This kernel follows the structure of
  * llama.cpp's MMVQ (ggml-cuda mmvq.cu: activations quantized to 8 bits per 32 values, integer
  * dp4a dot products against the weight's quants, the block scales applied per block), with the
- * weight stream and the activation quantization done differently:
- *  - CTA b owns R consecutive rows of W (R a multiple of 8, so its byte range starts 16-byte
- *    aligned for every block size: 8 x {34, 18, 20, 144, 210} bytes are multiples of 16). Its 256
- *    threads copy the range into a shared-memory ring of QMV_SLOTS slots of 4 KB with
- *    cp.async.cg (16 bytes a thread a slot; a partial last piece zero-fills), QMV_SLOTS - 2 slots
- *    in flight: 24 KB a CTA, several CTAs an SM, against the ~25 KB an SM needs in flight to
- *    stream at the H200's bandwidth (4.8 TB/s x ~0.7 us / 132 SMs). The first slots are issued
- *    before griddepcontrol.wait: the weights do not depend on the kernel before, so with
- *    programmatic dependent launch their loads overlap its tail.
- *  - Then each CTA quantizes A (M rows) into shared memory itself, as int8 per 32 values with
+ * the activation quantization done in the kernel itself:
+ *  - CTA b owns R consecutive rows of W (about 4 CTAs an SM); before it waits for the kernel
+ *    before (griddepcontrol.wait), it prefetches the first 32 KB of its rows into L2: the weights
+ *    do not depend on that kernel, so with programmatic dependent launch their first loads
+ *    overlap its tail.
+ *  - Then the CTA quantizes A (M rows) into shared memory, as int8 per 32 values with
  *    d = amax / 127 and s = d x sum(q) (ggml's q8_1): M K values of work, 1/R of the dot
  *    products', and no extra kernel or buffer per GEMM (a separate quantization kernel would add
  *    ~65 launches to a 1B decode step).
- *  - A "unit" is a block (Q8_0 / Q4_0 / Q4_1: 32 values) or a quarter of a super-block (Q4_K:
- *    sub-blocks 2j, 2j + 1, which share their 32 bytes of nibbles; Q6_K: 64 values that share
- *    their ql and qh bytes). After slot s lands, the threads take the units whose block ends in
- *    it (a block that straddles two slots waits one round; slot s - 1 is refilled only after it),
- *    one unit a thread, and dot them with __dp4a against the int8 A: Q8_0 d_w d_a sum(q_w q_a);
+ *  - A warp takes a row, its lanes the row's "units" in turn: a block (Q8_0 / Q4_0 / Q4_1: 32
+ *    values) or a quarter of a super-block (Q4_K: sub-blocks 2j, 2j + 1, which share their 32
+ *    bytes of nibbles; Q6_K: 64 values that share their ql and qh bytes), loaded straight from
+ *    global memory in 2- or 4-byte pieces (the blocks are only 2-byte aligned), two units a lane
+ *    in flight, and dotted with __dp4a against the int8 A: Q8_0 d_w d_a sum(q_w q_a);
  *    Q4_0 d_w (d_a sum(q_w q_a) - 8 s_a); Q4_1 d_w d_a sum + m_w s_a; Q4_K per sub-block
  *    d sc d_a sum - dmin mn s_a; Q6_K per 16 values d sc d_a sum((q - 32) q_a).
- *  - The units go to the threads in groups of 32 consecutive units of one row (a row's last group
- *    may be partial): a warp takes a group whose last block has landed, one unit a lane, and
- *    sums the lanes with shuffles into the group's slot in shared memory; the epilogue sums a
- *    row's groups in order (no atomics: the result is deterministic, a graph replay equals the
- *    eager call bitwise), applies bias and act and rounds once.
+ *  - The lanes' sums are added with shuffles in a fixed order (the result is deterministic: a
+ *    graph replay equals the eager call bitwise); lane 0 applies bias and act and rounds once.
+ * A first version streamed each CTA's rows through a cp.async shared-memory ring with a
+ * __syncthreads per 4 KB slot: 0.7-1.3 TB/s at the 8B shapes (bench/kernels/qgemv_bench.c, H200
+ * 2026-12-03 15:20), no faster than the tensor-core kernel.
  * Error: A is rounded to 8 bits per 32 values (relative ~1/254 of the block's largest value), as
  * llama.cpp's CUDA decode and ragged's CPU quantized GEMMs (qgemm.c) round it; the products are
  * exact integers, summed in fp32. */
 #define QMV_THREADS 256
-#define QMV_SLOT 4096
-#define QMV_SLOTS 8
 #define QMV_MAX_M 4
 #define QMV_MAX_SMEM (200 * 1024)
 
@@ -652,45 +646,13 @@ template <> struct qmv_traits<RG_GGUF_Q4_1> { static constexpr int upb = 1; };
 template <> struct qmv_traits<RG_GGUF_Q4_K> { static constexpr int upb = 4; };
 template <> struct qmv_traits<RG_GGUF_Q6_K> { static constexpr int upb = 4; };
 
-__device__ __forceinline__ void qmv_cp16(void *smem, const void *g, int bytes)
-{
-	const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(bytes)
-		     : "memory");
-}
-
-__device__ __forceinline__ void qmv_commit(void)
-{
-	asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int N> __device__ __forceinline__ void qmv_wait(void)
-{
-	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-/* Slot s of the CTA's byte range (nbytes from src) into the ring: thread t's 16 bytes. */
-__device__ __forceinline__ void qmv_issue(unsigned char *ring, const char *src, long long nbytes,
-					  int s, int stages)
-{
-	if (s < stages) {
-		const long long off = (long long)s * QMV_SLOT + 16 * threadIdx.x;
-
-		if (off < nbytes)
-			qmv_cp16(ring + (s % QMV_SLOTS) * QMV_SLOT + 16 * threadIdx.x, src + off,
-				 nbytes - off < 16 ? (int)(nbytes - off) : 16);
-	}
-	qmv_commit(); /* always: the wait counts groups */
-}
-
-/* 2- and 4-byte pieces of the ring at CTA byte x (x even / a multiple of 4: never wraps). */
-struct qmv_ring {
-	const unsigned char *p;
-	unsigned mask;
+/* 2- and 4-byte pieces of one row of W at byte x (x even / a multiple of 4), streamed
+ * (ld.global.cs: read once per call). */
+struct qmv_row {
+	const char *p;
 	__device__ __forceinline__ uint32_t u16(unsigned x) const
 	{
-		return *(const unsigned short *)(p + (x & mask));
+		return __ldcs((const unsigned short *)(p + x));
 	}
 	__device__ __forceinline__ uint32_t u16x2(unsigned x) const
 	{
@@ -698,7 +660,7 @@ struct qmv_ring {
 	}
 	__device__ __forceinline__ uint32_t u32(unsigned x) const
 	{
-		return *(const uint32_t *)(p + (x & mask));
+		return __ldcs((const unsigned int *)(p + x));
 	}
 };
 
@@ -726,7 +688,7 @@ struct qmv_a {
 template <int QT, int MT> struct qmv_do;
 
 template <int MT> struct qmv_do<RG_GGUF_Q8_0, MT> {
-	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_ring &r,
+	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_row &r,
 						    const qmv_a &A, int M, unsigned x, int kb0, int)
 	{
 		int w[8], a[8];
@@ -749,7 +711,7 @@ template <int MT> struct qmv_do<RG_GGUF_Q8_0, MT> {
 };
 
 template <int MT> struct qmv_do<RG_GGUF_Q4_0, MT> {
-	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_ring &r,
+	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_row &r,
 						    const qmv_a &A, int M, unsigned x, int kb0, int)
 	{
 		int w[4], a[8];
@@ -774,7 +736,7 @@ template <int MT> struct qmv_do<RG_GGUF_Q4_0, MT> {
 };
 
 template <int MT> struct qmv_do<RG_GGUF_Q4_1, MT> {
-	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_ring &r,
+	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_row &r,
 						    const qmv_a &A, int M, unsigned x, int kb0, int)
 	{
 		int w[4], a[8];
@@ -801,7 +763,7 @@ template <int MT> struct qmv_do<RG_GGUF_Q4_1, MT> {
 
 /* Q4_K unit j: sub-blocks 2j (low nibbles of qs[32j ..)) and 2j + 1 (high nibbles). */
 template <int MT> struct qmv_do<RG_GGUF_Q4_K, MT> {
-	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_ring &r,
+	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_row &r,
 						    const qmv_a &A, int M, unsigned x, int kb0, int j)
 	{
 		int w[8], a[8];
@@ -845,7 +807,7 @@ template <int MT> struct qmv_do<RG_GGUF_Q4_K, MT> {
 /* Q6_K unit j = 2h + p: values 128h + 32p + l (low nibbles of ql[64h + 32p + l], qh bits 2p) and
  * 128h + 64 + 32p + l (high nibbles, qh bits 4 + 2p), l < 32; one int8 scale per 16 values. */
 template <int MT> struct qmv_do<RG_GGUF_Q6_K, MT> {
-	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_ring &r,
+	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_row &r,
 						    const qmv_a &A, int M, unsigned x, int kb0, int j)
 	{
 		const int h = j >> 1, p = j & 1;
@@ -885,32 +847,30 @@ template <int MT> struct qmv_do<RG_GGUF_Q6_K, MT> {
 	}
 };
 
-/* One CTA per R rows of W (R % 8 == 0); QMV_THREADS threads; dynamic shared memory: the ring
- * (min(stages, QMV_SLOTS) slots), MT x K int8 of A, MT x K / 32 float2 (d, s), MT x R x groups
- * per row floats (the groups' sums). */
+/* One CTA per R rows of W, QMV_THREADS threads; dynamic shared memory: MT x K int8 of A and
+ * MT x K / 32 float2 (d, s). */
 template <typename T, int QT, int MT>
 __global__ void __launch_bounds__(QMV_THREADS)
 qmv_kernel(const T *__restrict__ A, const char *__restrict__ W, const T *__restrict__ bias,
-	   T *__restrict__ out, int M, int N, int K, int R, int ring_slots, rg_act act)
+	   T *__restrict__ out, int M, int N, int K, int R, rg_act act)
 {
 	extern __shared__ __align__(16) unsigned char qmv_smem[];
 	constexpr int BB = qtype_traits<QT>::bytes, UPB = qmv_traits<QT>::upb;
 	constexpr int VPB = qtype_traits<QT>::values;
-	const int tid = threadIdx.x, kblocks = K / 32, bpr = K / VPB;
+	const int tid = threadIdx.x, kblocks = K / 32, bpr = K / VPB, upr = bpr * UPB;
+	const int warp = tid >> 5, lane = tid & 31;
 	const int n0 = blockIdx.x * R, nr = N - n0 < R ? N - n0 : R;
-	const long long nbytes = (long long)nr * bpr * BB;
-	const int stages = (int)((nbytes + QMV_SLOT - 1) / QMV_SLOT);
-	const char *src = W + (size_t)n0 * bpr * BB;
-	unsigned char *ring = qmv_smem;
-	int8_t *qa = (int8_t *)(qmv_smem + (size_t)ring_slots * QMV_SLOT);
+	const size_t rb = (size_t)bpr * BB;
+	const char *wc = W + (size_t)n0 * rb;
+	int8_t *qa = (int8_t *)qmv_smem;
 	float2 *ds = (float2 *)(qa + (size_t)MT * K);
-	float *part = (float *)(ds + (size_t)MT * kblocks); /* (MT, R x groups a row) */
-	const qmv_ring rr = {ring, ring_slots < QMV_SLOTS ? 0xffffffffu : QMV_SLOTS * QMV_SLOT - 1u};
 	const qmv_a qv = {qa, ds, K};
 
-#pragma unroll
-	for (int s = 0; s < QMV_SLOTS - 2; s++)
-		qmv_issue(ring, src, nbytes, s, stages);
+	/* the CTA's first 32 KB of W into L2 while A is quantized (W does not depend on the
+	 * kernel before: with programmatic launch this overlaps its tail) */
+	for (size_t off = (size_t)tid * 128; off < (size_t)nr * rb && off < 32768;
+	     off += (size_t)QMV_THREADS * 128)
+		asm volatile("prefetch.global.L2 [%0];" ::"l"(wc + off));
 	rg_pdl_wait(); /* A comes from the kernel just before */
 	for (int i = tid; i < M * kblocks; i += QMV_THREADS) { /* A's q8_1 blocks */
 		const int m = i / kblocks, kb = i - m * kblocks;
@@ -944,108 +904,73 @@ qmv_kernel(const T *__restrict__ A, const char *__restrict__ W, const T *__restr
 		}
 		ds[(size_t)m * kblocks + kb] = make_float2(dd, dd * (float)sum);
 	}
-	const int warp = tid >> 5, lane = tid & 31, upr = bpr * UPB, gpr = (upr + 31) / 32;
-	const int ngroups = nr * gpr, gstride = R * gpr;
-	int g_lo = 0;
-
-	for (int s = 0; s < stages; s++) {
-		qmv_wait<QMV_SLOTS - 3>(); /* this thread's pieces of slot s are in */
-		__syncthreads();           /* everyone's are; slot s - 2 is free (and A is written) */
-		qmv_issue(ring, src, nbytes, s + QMV_SLOTS - 2, stages);
-		const long long end = (long long)(s + 1) * QMV_SLOT < nbytes
-					      ? (long long)(s + 1) * QMV_SLOT : nbytes;
-		int g_hi = g_lo;
-
-		while (g_hi < ngroups) { /* the groups whose last block has landed */
-			const int row = g_hi / gpr, gi = g_hi - row * gpr;
-			const int last = (32 * (gi + 1) < upr ? 32 * (gi + 1) : upr) - 1;
-
-			if ((long long)(row * bpr + last / UPB + 1) * BB > end)
-				break;
-			g_hi++;
-		}
-		for (int g = g_lo + warp; g < g_hi; g += QMV_THREADS / 32) {
-			const int row = g / gpr, uu = 32 * (g - row * gpr) + lane;
-			float acc[MT];
+	__syncthreads();
+	for (int r = warp; r < nr; r += QMV_THREADS / 32) { /* a warp per row, lanes over units */
+		const qmv_row wr = {wc + (size_t)r * rb};
+		float acc[MT];
 
 #pragma unroll
-			for (int m = 0; m < MT; m++)
-				acc[m] = 0.f;
-			if (uu < upr)
-				qmv_do<QT, MT>::unit(acc, rr, qv, M,
-						     (unsigned)(row * bpr + uu / UPB) * BB,
-						     (uu / UPB) * (VPB / 32), uu % UPB);
+		for (int m = 0; m < MT; m++)
+			acc[m] = 0.f;
+#pragma unroll 2
+		for (int uu = lane; uu < upr; uu += 32)
+			qmv_do<QT, MT>::unit(acc, wr, qv, M, (unsigned)(uu / UPB) * BB,
+					     (uu / UPB) * (VPB / 32), uu % UPB);
 #pragma unroll
-			for (int m = 0; m < MT; m++) {
-				const float v = rg_warp_sum(acc[m]); /* a fixed order: deterministic */
-				if (m < M && lane == 0)
-					part[m * gstride + g] = v;
+		for (int m = 0; m < MT; m++) {
+			const float v = rg_warp_sum(acc[m]); /* a fixed order: deterministic */
+			if (m < M && lane == 0) {
+				const int n = n0 + r;
+				out[(size_t)m * N + n] = rg_from_f<T>(
+					rg_act_apply(v + (bias ? rg_to_f(bias[n]) : 0.f), act));
 			}
 		}
-		g_lo = g_hi;
-	}
-	qmv_wait<0>();
-	__syncthreads();
-	for (int i = tid; i < M * nr; i += QMV_THREADS) {
-		const int m = i / nr, r = i - m * nr, n = n0 + r;
-		float v = bias ? rg_to_f(bias[n]) : 0.f, sum = 0.f;
-
-		for (int gi = 0; gi < gpr; gi++)
-			sum += part[m * gstride + r * gpr + gi];
-		out[(size_t)m * N + n] = rg_from_f<T>(rg_act_apply(sum + v, act));
 	}
 }
 
-/* The launch shape: rows per CTA (a multiple of 8, about 4 CTAs an SM), ring slots and dynamic
+/* The launch shape: rows per CTA (a multiple of 8, about g_qmv_cps CTAs an SM) and dynamic
  * shared memory; false when it does not fit (the tensor-core kernel runs then). */
-static bool qmv_shape(const rg_cuda_ctx *c, int type, int M, int N, int K, int *R, int *slots,
+static bool qmv_shape(const rg_cuda_ctx *c, int type, int M, int N, int K, int *R,
 		      size_t *smem)
 {
 	const int target = g_qmv_cps * (c && c->num_sms > 0 ? c->num_sms : 132);
 	const int mt = M <= 1 ? 1 : M <= 2 ? 2 : 4;
-	const long long rb = (long long)(K / qtype_values(type)) * (long long)rg_cuda_qtype_block_bytes(type);
 	int r = 8 * ((N + 8 * target - 1) / (8 * target));
-	long long st;
 
-	if (r < 8)
-		r = 8;
-	st = ((long long)r * rb + QMV_SLOT - 1) / QMV_SLOT;
-	*R = r;
-	*slots = st < QMV_SLOTS ? (int)st : QMV_SLOTS;
-	*smem = (size_t)*slots * QMV_SLOT + (size_t)mt * K + (size_t)mt * (K / 32) * 8 +
-		(size_t)mt * r * (size_t)((K / qtype_values(type) * (type == RG_GGUF_Q4_K ||
-		type == RG_GGUF_Q6_K ? 4 : 1) + 31) / 32) * 4;
+	(void)type;
+	*R = r < 8 ? 8 : r;
+	*smem = (size_t)mt * K + (size_t)mt * (K / 32) * 8;
 	return *smem <= QMV_MAX_SMEM;
 }
 
 template <typename T, int QT, int MT>
 static cudaError_t qmv_launch_mt(const rg_cuda_ctx *c, const void *A, const void *W,
 				 const void *bias, void *out, int M, int N, int K, rg_act act,
-				 int R, int slots, size_t smem)
+				 int R, size_t smem)
 {
 	return rg_launch(c, qmv_kernel<T, QT, MT>, dim3((unsigned)((N + R - 1) / R)),
 			 dim3(QMV_THREADS), smem, (const T *)A, (const char *)W, (const T *)bias,
-			 (T *)out, M, N, K, R, slots, act);
+			 (T *)out, M, N, K, R, act);
 }
 
 template <typename T, int QT>
 static cudaError_t qmv_launch_t(const rg_cuda_ctx *c, const void *A, const void *W,
 				const void *bias, void *out, int M, int N, int K, rg_act act, int R,
-				int slots, size_t smem)
+				size_t smem)
 {
 	if (M <= 1)
-		return qmv_launch_mt<T, QT, 1>(c, A, W, bias, out, M, N, K, act, R, slots, smem);
+		return qmv_launch_mt<T, QT, 1>(c, A, W, bias, out, M, N, K, act, R, smem);
 	if (M <= 2)
-		return qmv_launch_mt<T, QT, 2>(c, A, W, bias, out, M, N, K, act, R, slots, smem);
-	return qmv_launch_mt<T, QT, 4>(c, A, W, bias, out, M, N, K, act, R, slots, smem);
+		return qmv_launch_mt<T, QT, 2>(c, A, W, bias, out, M, N, K, act, R, smem);
+	return qmv_launch_mt<T, QT, 4>(c, A, W, bias, out, M, N, K, act, R, smem);
 }
 
 template <typename T>
 static cudaError_t qmv_dispatch(const rg_cuda_ctx *c, int type, const void *A, const void *W,
 				const void *bias, void *out, int M, int N, int K, rg_act act, int R,
-				int slots, size_t smem)
+				size_t smem)
 {
-#define QMV_T(QT) qmv_launch_t<T, QT>(c, A, W, bias, out, M, N, K, act, R, slots, smem)
+#define QMV_T(QT) qmv_launch_t<T, QT>(c, A, W, bias, out, M, N, K, act, R, smem)
 	switch (type) {
 	case RG_GGUF_Q8_0: return QMV_T(RG_GGUF_Q8_0);
 	case RG_GGUF_Q4_0: return QMV_T(RG_GGUF_Q4_0);
@@ -1087,21 +1012,21 @@ static void qmv_attrs(int device)
 
 /* Whether qmv_kernel takes the call, and its launch shape (qgemv.cuh: rg_cuda_qmv_applies). */
 static bool qmv_takes(const rg_cuda_ctx *c, rg_dtype dt, int type, const void *A, const void *W,
-		      int M, int N, int K, int *R, int *slots, size_t *smem)
+		      int M, int N, int K, int *R, size_t *smem)
 {
 	return g_qgemv_on && g_qmv_on && rg_tuning_bool(RG_TUNE_QMV) &&
 	       (dt == RG_DTYPE_F16 || dt == RG_DTYPE_BF16) && M >= 1 && M <= QMV_MAX_M &&
 	       (uintptr_t)A % 8 == 0 && (uintptr_t)W % 16 == 0 && rg_cuda_qtype_block_bytes(type) &&
-	       qmv_shape(c, type, M, N, K, R, slots, smem);
+	       qmv_shape(c, type, M, N, K, R, smem);
 }
 
 extern "C" bool rg_cuda_qmv_applies(const rg_cuda_ctx *ctx, rg_dtype dt, int type, const void *A,
 				    const void *W, int M, int N, int K)
 {
-	int R, slots;
+	int R;
 	size_t smem;
 
-	return qmv_takes(ctx, dt, type, A, W, M, N, K, &R, &slots, &smem);
+	return qmv_takes(ctx, dt, type, A, W, M, N, K, &R, &smem);
 }
 
 /* ---- larger M: dequantize into the scratch ---- */
@@ -1173,7 +1098,7 @@ extern "C" rg_status rg_cuda_qgemm(rg_cuda_ctx *ctx, rg_dtype dt, const void *A,
 	const rg_cuda_qweight *q = qw_find(c, *W);
 	const size_t esz = dt == RG_DTYPE_F32 ? 4 : 2;
 	cudaError_t e;
-	int R, slots;
+	int R;
 	size_t smem;
 
 	*done = false;
@@ -1182,12 +1107,12 @@ extern "C" rg_status rg_cuda_qgemm(rg_cuda_ctx *ctx, rg_dtype dt, const void *A,
 	if (q->N != N || q->K != K)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "gemm: quantized weight declared (%d, %d), "
 				 "called with N=%d K=%d", q->N, q->K, N, K);
-	if (qmv_takes(c, dt, q->type, A, *W, M, N, K, &R, &slots, &smem)) {
+	if (qmv_takes(c, dt, q->type, A, *W, M, N, K, &R, &smem)) {
 		e = dt == RG_DTYPE_F16
 			    ? qmv_dispatch<__half>(c, q->type, A, *W, bias, out, M, N, K, act, R,
-						   slots, smem)
+						   smem)
 			    : qmv_dispatch<__nv_bfloat16>(c, q->type, A, *W, bias, out, M, N, K,
-							  act, R, slots, smem);
+							  act, R, smem);
 		if (e != cudaSuccess)
 			return rg_cuda_err(e, "launch of qmv_kernel");
 		*done = true;
