@@ -2,7 +2,8 @@
  * src/ops/cuda/qgemv.cu): qmv_kernel (int8 dp4a, M <= 4), the tensor-core kernel that dequantizes
  * in registers (rg_cuda_qmv_set(false), as RAGGED_QMV=0) and ragged's fp16 small-M kernel on the
  * dense fp16 weight of the same shape (gemv.cu), on Llama-3.2-1B's and Llama-3-8B's layer GEMMs
- * and the 1B LM head, Q8_0 / Q4_0 / Q4_K / Q6_K, M in {1, 4}, fp16 activations.
+ * and the 1B LM head, Q8_0 / Q4_0 / Q4_K / Q6_K, M in {1, 2, 4}, fp16 activations. "qmv" is
+ * the default dispatch (the tensor-core kernel where qmv_kernel does not take the shape).
  * --sweep adds qmv_kernel at 2, 8 and 16 CTAs per SM (rg_cuda_qmv_tune; default 4).
  *
  * Method as bench/kernels/gemv_bench.c (STYLE.md rule 10): S copies of W, together >= 128 MB
@@ -44,7 +45,7 @@ static const shape SHAPES[] = {
 };
 #define N_SHAPES ((int)(sizeof(SHAPES) / sizeof(SHAPES[0])))
 static const int TYPES[] = { RG_GGUF_Q8_0, RG_GGUF_Q4_0, RG_GGUF_Q4_K, RG_GGUF_Q6_K };
-static const int MS[] = { 1, 4 };
+static const int MS[] = { 1, 2, 4 };
 static int g_failed;
 
 static double now_s(void)
@@ -254,7 +255,7 @@ int main(int argc, char **argv)
 				fprintf(stderr, "bench_qgemv: %s\n", rg_last_error());
 				return 1;
 			}
-			for (int mi = 0; mi < 2; mi++) {
+			for (int mi = 0; mi < 3; mi++) {
 				const int M = MS[mi];
 				if (type < 0) {
 					print_row(s, type, M, "fp16 gemv", time_calls(be, &b, M, s->N, s->K, reps),

@@ -53,6 +53,10 @@ WHAT = {
                 "in its own process (bench/peer/gguf_cpu.py)",
     "spec_lookup": "issue 30: prompt-lookup speculative decoding on the real SmolLM2, batch 1, "
                    "acceptance and speed-up (bench/peer/spec_bench.py)",
+    "qgemv": "issue 30: the quantized decode GEMMs per call (qmv_kernel, the tensor-core "
+             "kernel, fp16 gemv) on 1B / 8B shapes (bench/kernels/qgemv_bench.c)",
+    "grammar_overhead": "issue 31: structured-output masking overhead per decode step "
+                        "(bench/peer/grammar_overhead.py)",
     "decode_quant": "issue 30: decode with GGUF weights kept quantized on the GPU against the F16 "
                     "file and the dequantized load (tests/gpu/issue30_gq.py)",
     "gemm_pad_ab": "A/B (not landed): odd-N GEMM outputs (LM heads of vocab 58101 / 50257) "
@@ -114,6 +118,8 @@ WHAT = {
 }
 TESTS = {
     "decoder_embed_cuda": "tests/gpu/decoder_embed_cuda.py: decoder embeddings on CUDA against the float64 reference (issue 31 item 3)",
+    "qgemv": "tests/gpu/issue30_gq.sh: test_ops_cuda --qgemm (issue 30)",
+    "grammar_overhead": "tests/gpu/issue30_31.py (issue 31 structured outputs on CUDA)",
     "decode_quant": "tests/gpu/issue30_gq.sh / issue31_embed_qgemm.sh: test_ops_cuda --qgemm (issue 30)",
     "gemm_pad_ab": "test_ops_cuda --quick --no-gemm fp16 of the padded-GEMM A/B (a04dc2b)",
     "gpu_test": "tests/gpu/run.sh",

@@ -1014,8 +1014,14 @@ static void qmv_attrs(int device)
 static bool qmv_takes(const rg_cuda_ctx *c, rg_dtype dt, int type, const void *A, const void *W,
 		      int M, int N, int K, int *R, size_t *smem)
 {
+	/* qmv's work grows with M (a dp4a pass per row of A) where the tensor-core kernel's does not:
+	 * on an H200 (qgemv_bench, 2026-12-03 15:18) qmv was 1.3-3.1x faster at M = 1 on every
+	 * 1B / 8B shape and type, and at M = 4 1.0-1.4x faster for K <= 4096 but 0.63-0.79x at
+	 * K = 8192 / 14336: so M <= 4 up to K = 4096, M <= 2 up to 8192, else M = 1 */
+	const int max_m = K <= 4096 ? QMV_MAX_M : K <= 8192 ? 2 : 1;
+
 	return g_qgemv_on && g_qmv_on && rg_tuning_bool(RG_TUNE_QMV) &&
-	       (dt == RG_DTYPE_F16 || dt == RG_DTYPE_BF16) && M >= 1 && M <= QMV_MAX_M &&
+	       (dt == RG_DTYPE_F16 || dt == RG_DTYPE_BF16) && M >= 1 && M <= max_m &&
 	       (uintptr_t)A % 8 == 0 && (uintptr_t)W % 16 == 0 && rg_cuda_qtype_block_bytes(type) &&
 	       qmv_shape(c, type, M, N, K, R, smem);
 }

@@ -68,8 +68,10 @@ void rg_cuda_qmv_set(bool on);
 void rg_cuda_qmv_tune(int ctas_per_sm);
 
 /* Whether a quantized GEMM of this shape runs on qmv_kernel (its A rounded to 8 bits, above):
- * fp16 / bf16, 1 <= M <= 4, A 8-byte and W 16-byte aligned, the hooks and RAGGED_QMV on, and its
- * shared memory within the limit. For tests choosing their reference. */
+ * fp16 / bf16, 1 <= M <= 4 for K <= 4096 (M <= 2 up to K = 8192, else M = 1: where it beat the
+ * tensor-core kernel), A 8-byte and W 16-byte aligned, the hooks and RAGGED_QMV on, and its
+ * shared memory within the limit. ctx may be NULL (an H200's 132 SMs are assumed). For tests
+ * choosing their reference. */
 bool rg_cuda_qmv_applies(const rg_cuda_ctx *ctx, rg_dtype dt, int type, const void *A,
 			 const void *W, int M, int N, int K);
 
