@@ -1035,9 +1035,9 @@ static const rg_gen_tok TOP0[2] = { { 9, "Hel", 3, -0.25f, false }, { 7, "He", 2
 static const rg_gen_tok TOP1[2] = { { 11, "lo", 2, -0.5f, false }, { 12, "\xe2\x82", 2, -INFINITY,
 									  false } };
 static const rg_gen_lp LPS[3] = {
-	{ { 9, "Hel", 3, -0.25f, false }, 2, TOP0 },
-	{ { 12, "\xe2\x82", 2, -INFINITY, false }, 2, TOP1 },
-	{ { 2, "</s>", 4, -0.125f, true }, 0, NULL },
+	{ { 9, "Hel", 3, -0.25f, false }, 2, TOP0, 0 },
+	{ { 12, "\xe2\x82", 2, -INFINITY, false }, 2, TOP1, 0 },
+	{ { 2, "</s>", 4, -0.125f, true }, 0, NULL, 0 },
 };
 static const size_t OFFS[3] = { 0, 3, 5 };
 
@@ -1474,7 +1474,7 @@ static void test_answers_any_bytes(void **state)
 	for (int i = 0; i < 256; i++)
 		junk[i] = (char)(255 - i);
 	top[0] = (rg_gen_tok){ 1, junk, 256, NAN, false };
-	lp[0] = (rg_gen_lp){ { 2, junk + 100, 156, -INFINITY, true }, 1, top };
+	lp[0] = (rg_gen_lp){ { 2, junk + 100, 156, -INFINITY, true }, 1, top, 0 };
 	for (int api = 0; api < 5; api++) {
 		json_object *o;
 
