@@ -49,7 +49,8 @@ class GenParams(ctypes.Structure):
                 ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32),
                 ("grammar_kind", ctypes.c_int), ("grammar", ctypes.c_char_p),
                 ("num_speculative_tokens", ctypes.c_int), ("prompt_lookup_max", ctypes.c_int),
-                ("prompt_lookup_min", ctypes.c_int)]
+                ("prompt_lookup_min", ctypes.c_int), ("prompt_logprobs", ctypes.c_bool),
+                ("prompt_top_n", ctypes.c_int)]
 
 
 GRAMMAR_KINDS = {"regex": 1, "json_schema": 2, "json_object": 3, "choice": 4}
@@ -97,7 +98,8 @@ class EngineParams(ctypes.Structure):
                 ("warm_up", ctypes.c_bool), ("step_delay_ms", ctypes.c_double),
                 ("default_ttft_ms", ctypes.c_double), ("default_tpot_ms", ctypes.c_double),
                 ("max_grammar_states", ctypes.c_int),
-                ("max_speculative_tokens", ctypes.c_int)]
+                ("max_speculative_tokens", ctypes.c_int),
+                ("max_prompt_logprob_rows", ctypes.c_int)]
 
 
 class GenEvent(ctypes.Structure):
@@ -120,7 +122,10 @@ class GenOutput(ctypes.Structure):
                 ("n_cached", ctypes.c_int), ("n_preemptions", ctypes.c_int),
                 ("first_token_ms", ctypes.c_double), ("queue_ms", ctypes.c_double),
                 ("status", ctypes.c_int), ("error", ctypes.c_char_p),
-                ("est_ttft_ms", ctypes.c_double), ("est_tpot_ms", ctypes.c_double)]
+                ("est_ttft_ms", ctypes.c_double), ("est_tpot_ms", ctypes.c_double),
+                ("prompt_logprobs", ctypes.POINTER(ctypes.c_float)), ("prompt_ranks", I32P),
+                ("prompt_top_n", ctypes.c_int), ("prompt_top_ids", I32P),
+                ("prompt_top_logprobs", ctypes.POINTER(ctypes.c_float))]
 
 
 class KvInfo(ctypes.Structure):
