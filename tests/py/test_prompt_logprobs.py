@@ -288,3 +288,30 @@ def test_echo_stream_without_logprobs_still_streams(srv):
     c.close()
     assert r.status == 200
     assert data.rstrip().endswith("data: [DONE]")
+
+
+@pytest.mark.parametrize("max_rows,batch", [(1, 512), (3, 512), (128, 7), (5, 16)])
+def test_python_score_row_limits(model_dir, tok, ref, max_rows, batch):
+    """ragged.Generator.score (the library engine, max_tokens 0 with prompt_logprobs): the same
+    log-probabilities, ranks and top 4 whatever the host's row limit and the step budget cut
+    the prefill into."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__)))), "python"))
+    import ragged
+    ids = tok.encode(LONG).ids
+    lps = ref(ids)
+    srt = np.sort(lps, axis=-1)[:, ::-1]
+    with ragged.Generator(model_dir) as g:
+        r = g.score(ids, top_n=4, max_rows=max_rows, max_batch_tokens=batch)
+    assert r["ids"] == ids
+    assert r["logprobs"][0] is None and r["top"][0] is None and r["ranks"][0] is None
+    for i in range(1, len(ids)):
+        assert abs(r["logprobs"][i] - lps[i - 1, ids[i]]) <= TOL, (i, max_rows, batch)
+        check_rank(lps[i - 1], ids[i], r["ranks"][i])
+        assert len(r["top"][i]) == 4
+        for k, (tid, lp) in enumerate(r["top"][i]):
+            assert abs(lp - lps[i - 1, tid]) <= TOL and abs(lp - srt[i - 1, k]) <= TOL
+    with ragged.Generator(model_dir) as g:
+        with pytest.raises(ValueError):
+            g.score(ids, top_n=21)
