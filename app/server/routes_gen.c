@@ -479,8 +479,11 @@ static enum MHD_Result answer_whole(conn_ctx *c)
 			}
 			if (tgi && q == 0 && g->req.decoder_input_details) {
 				prefill = calloc((size_t)j->prompt_lens[0], sizeof(*prefill));
+				/* TGI's prefill log-probabilities, the first one null */
 				for (int k = 0; prefill && k < j->prompt_lens[0]; k++)
-					tok_fill(m, &a, j->prompts[0][k], NAN, false, &prefill[k]);
+					tok_fill(m, &a, j->prompts[0][k],
+						 k && j->prompt_lps ? j->prompt_lps[k] : NAN, false,
+						 &prefill[k]);
 				x->prefill = prefill;
 				x->n_prefill = prefill ? j->prompt_lens[0] : 0;
 			}
@@ -1087,7 +1090,9 @@ static void fill_params(conn_ctx *c, rg_gen_job *j, uint64_t seed)
 	gp->max_tokens = r->max_tokens;
 	/* prompt scoring: vLLM's prompt_logprobs, echo with logprobs (vLLM: prompt_logprobs =
 	 * logprobs), max_tokens 0 (the prompt scored alone); the alternatives both need */
-	if (r->prompt_logprobs >= 0 || (r->echo && r->logprobs >= 0) || r->max_tokens == 0) {
+	if (r->prompt_logprobs >= 0 || (r->echo && r->logprobs >= 0) || r->max_tokens == 0 ||
+	    (r->api == RG_GEN_API_TGI && r->details && r->decoder_input_details &&
+	     c->srv->info->kind != RG_MODEL_ENC_DEC)) {
 		int tn = r->prompt_logprobs > 0 ? r->prompt_logprobs : 0;
 
 		if (r->echo && r->logprobs > tn)

@@ -315,3 +315,18 @@ def test_python_score_row_limits(model_dir, tok, ref, max_rows, batch):
     with ragged.Generator(model_dir) as g:
         with pytest.raises(ValueError):
             g.score(ids, top_n=21)
+
+
+def test_tgi_prefill_logprobs(srv, tok, ref):
+    """TGI's decoder_input_details: the prefill tokens carry their log-probabilities (the first
+    null), as TGI's answer has them."""
+    ids = tok.encode(PROMPTS[0]).ids
+    lps = ref(ids)
+    st, out = srv.post_json("/generate", {"inputs": PROMPTS[0], "parameters": {
+        "max_new_tokens": 2, "details": True, "decoder_input_details": True}})
+    assert st == 200, out
+    pre = out["details"]["prefill"]
+    assert [t["id"] for t in pre] == ids
+    assert pre[0]["logprob"] is None
+    for i in range(1, len(ids)):
+        assert abs(pre[i]["logprob"] - lps[i - 1, ids[i]]) <= TOL, i
