@@ -478,12 +478,14 @@ static void job_sync(rg_gen_srv *e, rg_gen_job *j, int k, double now)
 								: RG_ERR_INVALID_INPUT;
 		if (x.error[0] && !j->err[0])
 			snprintf(j->err, sizeof(j->err), "%s", x.error);
-		if (k == 0 && x.prompt_logprobs && !j->prompt_lps)
-			prompt_copy(j, &x);
 		j->n_running--;
 	}
 	if (j->queue_ms == 0 && x.queue_ms > 0)
 		j->queue_ms = x.queue_ms;
+	/* the prompt is scored once output 0 has its first token (or ended without one) */
+	if (k == 0 && x.prompt_logprobs && !j->prompt_lps &&
+	    (x.n_ids > 0 || x.finish != RG_FINISH_NONE))
+		prompt_copy(j, &x);
 	pthread_mutex_unlock(&j->mu);
 	pthread_mutex_lock(&e->mmu);
 	if (x.n_ids > from) {

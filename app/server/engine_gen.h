@@ -110,7 +110,7 @@ struct rg_gen_job {
 	bool stopping;           /* submit refused it because the engine drains or stopped */
 	double queue_ms;         /* arrival to its first scheduled step */
 	/* prompt scoring (gp.prompt_logprobs): rg_gen_output's prompt_* fields of output 0,
-	 * copied when it ends (under mu; NULL before, or without it) */
+	 * copied at its first token or its end (under mu; NULL before, or without it) */
 	float *prompt_lps;       /* (prompt_lens[0]) [0] NaN */
 	int32_t *prompt_ranks;   /* (prompt_lens[0]) */
 	int prompt_top_n;

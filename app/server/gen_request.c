@@ -1248,10 +1248,6 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 	if (r->stream && r->prompt_logprobs >= 0)
 		return rg_req_failp(err, "prompt_logprobs", 400, "validation",
 				 "prompt_logprobs cannot be streamed (as vLLM); send stream false");
-	if (r->stream && r->echo && (r->logprobs >= 0 || r->max_tokens == 0))
-		return rg_req_failp(err, "echo", 400, "validation",
-				 "echo with logprobs or with max_tokens 0 cannot be streamed; "
-				 "send stream false");
 	if (r->max_tokens == 0 && r->use_beam_search)
 		return rg_req_failp(err, "max_tokens", 400, "validation",
 				 "max_tokens 0 (the prompt scored alone) does not go with "

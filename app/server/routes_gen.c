@@ -42,6 +42,7 @@ typedef struct gen_cursor {
 	size_t text_sent;            /* bytes of text sent */
 	int tok_sent;                /* tokens whose text (and logprobs) were sent */
 	bool role_sent, finish_sent;
+	bool echo_sent;              /* completions with echo: the prompt's chunk was sent */
 	/* chat with a tool parser: the last scan of the text, and what of it was sent */
 	rg_tool_scan scan;
 	size_t content_sent;         /* bytes of scan.content sent */
@@ -683,6 +684,34 @@ static bool stream_choice(conn_ctx *c, int p, int q)
 		stream_tools(c, cu, index, o, to, ended);
 		arena_free(&a);
 		return ended;
+	}
+	/* echo: the prompt's text first, in a chunk of its own (vLLM's), with the prompt's
+	 * logprobs once output 0 has scored its prompt (its first token or its end; until then
+	 * nothing of this choice is sent) */
+	if (g->prefix && api == RG_GEN_API_COMPLETIONS && !cu->echo_sent) {
+		rg_gen_lp *lps = NULL;
+		rg_gen_tok *tops = NULL;
+		int np = 0;
+
+		if (want_lp && j->prompt_lps) {
+			np = j->prompt_lens[0];
+			lps = calloc((size_t)np, sizeof(*lps));
+			tops = calloc((size_t)np * (size_t)(n_top ? n_top : 1), sizeof(*tops));
+			if (lps && tops)
+				prompt_fill(m, &a, j, n_top, lps, tops);
+			else
+				g->pend.oom = true;
+		} else if (want_lp && !ended) {
+			arena_free(&a);
+			return false;
+		}
+		rg_gen_answer_event(&g->pend, &g->actx, index, false, g->prefix[p],
+				    g->prefix_len[p], lps && tops ? lps : NULL,
+				    lps && tops ? np : 0, want_lp, RG_GEN_FINISH_NONE, NULL, NULL, 0, 0,
+				    false, 0);
+		free(lps);
+		free(tops);
+		cu->echo_sent = true;
 	}
 	/* OpenAI: one chunk with the new text (and its tokens' logprobs), then the finish */
 	{

@@ -262,8 +262,6 @@ def test_prefix_cache_does_not_skip_scoring(srv, tok, ref):
     ("/v1/completions", {"max_tokens": -1, "echo": True}, "max_tokens"),
     ("/v1/completions", {"prompt_logprobs": 1, "stream": True}, "prompt_logprobs"),
     ("/v1/chat/completions", {"prompt_logprobs": 1, "stream": True}, "prompt_logprobs"),
-    ("/v1/completions", {"echo": True, "logprobs": 1, "stream": True}, "echo"),
-    ("/v1/completions", {"echo": True, "max_tokens": 0, "stream": True}, "echo"),
     ("/v1/completions", {"echo": True, "max_tokens": 0, "use_beam_search": True,
                          "temperature": 0}, "max_tokens"),
 ])
@@ -276,18 +274,54 @@ def test_bad_values(srv, route, body, param):
     assert param in out["error"]["message"], out
 
 
-def test_echo_stream_without_logprobs_still_streams(srv):
-    """echo without logprobs streams as before (only echo with logprobs, or max_tokens 0,
-    is refused on streams)."""
+def post_stream(srv, body):
+    """The chunks of a completions stream (the JSON of each event before [DONE])."""
     c = srv.conn(60)
-    c.request("POST", "/v1/completions", body=json.dumps({
-        "prompt": "Hello", "echo": True, "max_tokens": 2, "stream": True,
-        "temperature": 0}), headers={"Content-Type": "application/json"})
+    c.request("POST", "/v1/completions", body=json.dumps({**body, "stream": True}),
+              headers={"Content-Type": "application/json"})
     r = c.getresponse()
     data = r.read().decode()
     c.close()
-    assert r.status == 200
-    assert data.rstrip().endswith("data: [DONE]")
+    assert r.status == 200, data
+    ev = [b[len("data: "):] for b in data.split("\n\n") if b.strip()]
+    assert ev[-1] == "[DONE]"
+    return [json.loads(e) for e in ev[:-1]]
+
+
+@pytest.mark.parametrize("max_tokens,logprobs,n", [(3, 2, 1), (0, 1, 1), (2, None, 1),
+                                                   (2, 0, 2)])
+def test_echo_stream(srv, tok, ref, max_tokens, logprobs, n):
+    """A stream with echo sends each choice's prompt first, in a chunk of its own (vLLM's), with
+    the prompt tokens' logprobs when asked (the first null); the rest is the completion the
+    whole answer has."""
+    ids = tok.encode(LONG).ids
+    body = {"prompt": LONG, "echo": True, "max_tokens": max_tokens, "temperature": 0, "n": n,
+            "ignore_eos": True}
+    if logprobs is not None:
+        body["logprobs"] = logprobs
+    chunks = post_stream(srv, body)
+    st, whole = srv.post_json("/v1/completions", body)
+    assert st == 200, whole
+    lps = ref(ids)
+    for q in range(n):
+        mine = [c["choices"][0] for c in chunks if c["choices"][0]["index"] == q]
+        first = mine[0]
+        assert first["text"] == LONG
+        if logprobs is None:
+            assert first["logprobs"] is None
+        else:
+            lp = first["logprobs"]
+            assert len(lp["tokens"]) == len(ids)
+            assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+            for i in range(1, len(ids)):
+                assert abs(lp["token_logprobs"][i] - lps[i - 1, ids[i]]) <= TOL, i
+        text = "".join(c["text"] for c in mine)
+        want = next(c for c in whole["choices"] if c["index"] == q)
+        assert text == want["text"]
+        assert [c["finish_reason"] for c in mine if c["finish_reason"]] == ["length"]
+        if logprobs is not None:
+            toks = [t for c in mine if c["logprobs"] for t in c["logprobs"]["tokens"]]
+            assert toks == want["logprobs"]["tokens"]
 
 
 @pytest.mark.parametrize("max_rows,batch", [(1, 512), (3, 512), (128, 7), (5, 16)])
