@@ -12,6 +12,10 @@
  *   end:   per row, the token goes to its output sequence (src/gen/seq.h: stops, text), a beam
  *          group's search takes one step (src/gen/beam.h) and gives the scheduler its next
  *          beams; rg_iter_update; finished requests become events.
+ * Prompt scoring (rg_gen_params.prompt_logprobs): output 0's scheduler entry asks for its
+ * prompt positions' logits (src/sched/iter.h), rows after the sampling rows, copied to the host
+ * in the same forward (their sampler choice, if any, unused); at the step's end each row's
+ * float64 log-softmax scores the next prompt token (log-prob, rank, top-N) into the request.
  * Request id serial: iter ids serial << SEQ_BITS | output index. */
 #include "gen/engine.h"
 
