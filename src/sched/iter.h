@@ -128,7 +128,8 @@
  * sequence's chunk is cut to the rows left, and waits for the next step when none are. It
  * shares no cached prefix (the skipped positions would have no logits; vLLM does the same),
  * though its own blocks are cached for others. A preempted one scores its prompt again when it
- * is prefilled again. */
+ * is prefilled again. Admission's simulation does not model the row cut (its estimates of such
+ * a request are optimistic when max_prompt_logits < max_num_batched_tokens). */
 #ifndef RG_SCHED_ITER_H
 #define RG_SCHED_ITER_H
 #include <stdbool.h>
