@@ -947,7 +947,8 @@ typedef struct rg_gen_params {
 	 * are computed), and its prefill chunks are cut to the engine's max_prompt_logprob_rows.
 	 * max_tokens may then be 0: the prompt is scored, nothing is generated (finish LENGTH).
 	 * Decoder-only engines with max_prompt_logprob_rows >= 1, no beams with max_tokens 0;
-	 * else RG_ERR_UNSUPPORTED / RG_ERR_INVALID_INPUT. [false, 0] */
+	 * else RG_ERR_UNSUPPORTED / RG_ERR_INVALID_INPUT. rg_generate / rg_generate_ids, whose
+	 * result has no place for them, answer RG_ERR_UNSUPPORTED. [false, 0] */
 	bool prompt_logprobs;
 	int prompt_top_n;
 } rg_gen_params;
