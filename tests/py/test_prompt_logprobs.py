@@ -364,3 +364,41 @@ def test_tgi_prefill_logprobs(srv, tok, ref):
     assert pre[0]["logprob"] is None
     for i in range(1, len(ids)):
         assert abs(pre[i]["logprob"] - lps[i - 1, ids[i]]) <= TOL, i
+
+
+def test_scoring_survives_preemption(model_dir, tok, ref):
+    """A KV cache of 40 blocks of 4 tokens for 8 scored requests of up to 60 tokens at once
+    (test_serve_gen.py's preemption setup): sequences are preempted and prefilled again, and
+    every answer's prompt log-probabilities (echo's and prompt_logprobs') still equal the
+    reference (prefix caching on: a scored sequence prefilled again takes nothing from it)."""
+    import threading
+    s = Server(model_dir, "--max-num-seqs", 8, "--max-num-batched-tokens", 32, "--block-size",
+               4, "--kv-cache-bytes", 40 * 4 * 2 * 2 * 32 * 4, "--max-model-len", 128,
+               "--step-delay-ms", 10)
+    try:
+        texts = PROMPTS + [PROMPTS[0] * 2, LONG[:120], PROMPTS[2] + " " + PROMPTS[1],
+                           PROMPTS[1] * 3, PROMPTS[2]]
+        res = [None] * len(texts)
+
+        def run(k):
+            res[k] = s.post_json("/v1/completions", {
+                "prompt": texts[k], "max_tokens": 24, "temperature": 0, "ignore_eos": True,
+                "echo": True, "logprobs": 1, "prompt_logprobs": 1})
+        th = [threading.Thread(target=run, args=(k,)) for k in range(len(texts))]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join(120)
+        for k, text in enumerate(texts):
+            st, out = res[k]
+            assert st == 200, out
+            ids = tok.encode(text).ids
+            ch = out["choices"][0]
+            check_prompt_logprobs(ch["prompt_logprobs"], ids, ref(ids), 1)
+            lp = ch["logprobs"]["token_logprobs"]
+            assert lp[0] is None and len(lp) == len(ids) + 24
+        m = s.metrics()
+        assert m["ragged_gen_preemptions_total"] > 0
+        assert m["ragged_gen_num_requests_running"] == 0
+    finally:
+        s.stop()
