@@ -938,6 +938,19 @@ typedef struct rg_gen_params {
 	int num_speculative_tokens;
 	int prompt_lookup_max;
 	int prompt_lookup_min;
+	/* Prompt scoring (since issue 31; OpenAI completions' echo with logprobs, vLLM's
+	 * prompt_logprobs): prompt_logprobs true records, for each prompt token i >= 1, its
+	 * log-probability given the tokens before it (the model's raw log-softmax, in float64 on the
+	 * host: no temperature, bias or penalties), its rank (1 + the tokens more probable) and the
+	 * prompt_top_n (0..RG_GEN_MAX_LOGPROBS) most probable tokens there (rg_gen_output's prompt_*
+	 * fields). The request then takes no prefix from the prefix cache (every position's logits
+	 * are computed), and its prefill chunks are cut to the engine's max_prompt_logprob_rows.
+	 * max_tokens may then be 0: the prompt is scored, nothing is generated (finish LENGTH).
+	 * Decoder-only engines with max_prompt_logprob_rows >= 1, no beams with max_tokens 0;
+	 * else RG_ERR_UNSUPPORTED / RG_ERR_INVALID_INPUT. rg_generate / rg_generate_ids, whose
+	 * result has no place for them, answer RG_ERR_UNSUPPORTED. [false, 0] */
+	bool prompt_logprobs;
+	int prompt_top_n;
 } rg_gen_params;
 
 /* The defaults above. */
@@ -1083,6 +1096,11 @@ typedef struct rg_gen_engine_params {
 				     * (rg_gen_params.num_speculative_tokens, cut to this), 0..32;
 				     * 0: no speculative decoding [0]. Beside the step's sequences,
 				     * up to max_num_batched_tokens more logits rows are buffered */
+	int max_prompt_logprob_rows; /* prompt scoring (rg_gen_params.prompt_logprobs): prompt
+				     * positions whose logits one step copies to the host at most,
+				     * >= 0; 0: prompt scoring is refused. Host memory: that many
+				     * rows of vocab_size floats, allocated at the first such step
+				     * [128] */
 } rg_gen_engine_params;
 
 RG_API void rg_gen_engine_params_default(rg_gen_engine_params *p);
@@ -1158,6 +1176,15 @@ typedef struct rg_gen_output {
 	double est_ttft_ms;          /* admission's estimates (rg_gen_admission), recorded with
 				      * the request so its TTFT (first_token_ms - arrival) can be */
 	double est_tpot_ms;          /* compared with them; 0: not estimated */
+	/* prompt scoring (rg_gen_params.prompt_logprobs; NULL without it, or for outputs k > 0 of
+	 * a request, whose prompt is output 0's): for each prompt token i, complete once the
+	 * output has its first token or has ended (not while its prompt is prefilled) */
+	const float *prompt_logprobs;   /* (prompt_tokens) log p(prompt[i] | prompt[< i]); [0] NaN */
+	const int32_t *prompt_ranks;    /* (prompt_tokens) 1 + tokens more probable; [0] 0 */
+	int prompt_top_n;               /* alternatives per prompt position */
+	const int32_t *prompt_top_ids;  /* (prompt_tokens, prompt_top_n) most probable first, lower
+					 * id first on ties; row 0 -1 */
+	const float *prompt_top_logprobs; /* (prompt_tokens, prompt_top_n); row 0 NaN */
 } rg_gen_output;
 
 /* An engine over decoder m (borrowed; the engine is its only user until freed): the KV cache

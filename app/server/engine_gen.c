@@ -131,6 +131,10 @@ void rg_gen_job_put(rg_gen_job *j)
 	free(j->prompts);
 	free(j->prompt_lens);
 	free(j->out);
+	free(j->prompt_lps);
+	free(j->prompt_ranks);
+	free(j->prompt_top_ids);
+	free(j->prompt_top_lps);
 	pthread_mutex_destroy(&j->mu);
 	free(j);
 }
@@ -382,6 +386,35 @@ static rg_gen_end end_of(rg_finish_reason f)
 	return RG_GEN_END_ABORT;
 }
 
+/* Output 0's prompt scoring into j (j->mu held); left NULL on OOM (the answer then has
+ * none: the route says so). */
+static void prompt_copy(rg_gen_job *j, const rg_gen_output *x)
+{
+	const size_t n = (size_t)x->prompt_tokens, tn = (size_t)x->prompt_top_n;
+
+	j->prompt_lps = malloc(n * sizeof(float));
+	j->prompt_ranks = malloc(n * sizeof(int32_t));
+	j->prompt_top_ids = malloc((n * tn > 0 ? n * tn : 1) * sizeof(int32_t));
+	j->prompt_top_lps = malloc((n * tn > 0 ? n * tn : 1) * sizeof(float));
+	if (!j->prompt_lps || !j->prompt_ranks || !j->prompt_top_ids || !j->prompt_top_lps) {
+		free(j->prompt_lps);
+		free(j->prompt_ranks);
+		free(j->prompt_top_ids);
+		free(j->prompt_top_lps);
+		j->prompt_lps = NULL;
+		j->prompt_ranks = j->prompt_top_ids = NULL;
+		j->prompt_top_lps = NULL;
+		return;
+	}
+	memcpy(j->prompt_lps, x->prompt_logprobs, n * sizeof(float));
+	memcpy(j->prompt_ranks, x->prompt_ranks, n * sizeof(int32_t));
+	if (n * tn > 0) {
+		memcpy(j->prompt_top_ids, x->prompt_top_ids, n * tn * sizeof(int32_t));
+		memcpy(j->prompt_top_lps, x->prompt_top_logprobs, n * tn * sizeof(float));
+	}
+	j->prompt_top_n = (int)tn;
+}
+
 /* Output k of j brought up to the engine's (lock held; takes j->mu): new tokens, text, the end.
  * Metrics: TTFT and inter-token latency of its new tokens. */
 static void job_sync(rg_gen_srv *e, rg_gen_job *j, int k, double now)
@@ -449,6 +482,10 @@ static void job_sync(rg_gen_srv *e, rg_gen_job *j, int k, double now)
 	}
 	if (j->queue_ms == 0 && x.queue_ms > 0)
 		j->queue_ms = x.queue_ms;
+	/* the prompt is scored once output 0 has its first token (or ended without one) */
+	if (k == 0 && x.prompt_logprobs && !j->prompt_lps &&
+	    (x.n_ids > 0 || x.finish != RG_FINISH_NONE))
+		prompt_copy(j, &x);
 	pthread_mutex_unlock(&j->mu);
 	pthread_mutex_lock(&e->mmu);
 	if (x.n_ids > from) {

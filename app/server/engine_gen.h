@@ -109,6 +109,13 @@ struct rg_gen_job {
 	rg_gen_admission adm;    /* submit's estimates; when refused its Retry-After */
 	bool stopping;           /* submit refused it because the engine drains or stopped */
 	double queue_ms;         /* arrival to its first scheduled step */
+	/* prompt scoring (gp.prompt_logprobs): rg_gen_output's prompt_* fields of output 0,
+	 * copied at its first token or its end (under mu; NULL before, or without it) */
+	float *prompt_lps;       /* (prompt_lens[0]) [0] NaN */
+	int32_t *prompt_ranks;   /* (prompt_lens[0]) */
+	int prompt_top_n;
+	int32_t *prompt_top_ids; /* (prompt_lens[0], prompt_top_n) */
+	float *prompt_top_lps;   /* (prompt_lens[0], prompt_top_n) */
 
 	/* private */
 	atomic_int refs;

@@ -987,7 +987,7 @@ static const struct {
 	{ "ignore_eos", 'B' }, { "min_tokens", 'B' }, { "top_k", 'B' }, { "min_p", 'B' },
 	{ "repetition_penalty", 'B' }, { "use_beam_search", 'B' }, { "length_penalty", 'B' },
 	{ "early_stopping", 'B' }, { "skip_special_tokens", 'B' }, { "stop_token_ids", 'B' },
-	{ "priority", 'B' }, { "guided_json", 'B' }, { "guided_regex", 'B' },
+	{ "priority", 'B' }, { "prompt_logprobs", 'B' }, { "guided_json", 'B' }, { "guided_regex", 'B' },
 	{ "guided_choice", 'B' }, { "guided_grammar", 'B' }, { "guided_decoding_backend", 'B' },
 	{ "guided_whitespace_pattern", 'B' }, { "structured_outputs", 'B' },
 	{ "response_format", 'B' }, /* OpenAI's on chat; vLLM takes it on completions too */
@@ -1168,7 +1168,9 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 	if ((st = get_bool(root, "stream", &r->stream, err)) != RG_OK ||
 	    (st = parse_stream_options(root, r, err)) != RG_OK ||
 	    (st = get_int32(root, "n", 1, lim->max_n, &r->n, NULL, err)) != RG_OK ||
-	    (st = get_int32(root, "max_tokens", 1, INT32_MAX, &r->max_tokens, &set_mt, err)) ||
+	    (st = get_int32(root, "max_tokens", 0, INT32_MAX, &r->max_tokens, &set_mt, err)) ||
+	    (st = get_int32(root, "prompt_logprobs", 0, RG_GEN_MAX_LOGPROBS, &r->prompt_logprobs,
+			    NULL, err)) ||
 	    (st = get_int(root, "max_completion_tokens", 1, INT32_MAX, &mct, &set_mct, err)) ||
 	    (st = get_int32(root, "min_tokens", 0, INT32_MAX, &r->min_tokens, NULL, err)) ||
 	    (st = get_num(root, "temperature", 0, 2, 0, &r->temperature, &set_t, err)) ||
@@ -1238,7 +1240,19 @@ static rg_status parse_openai(json_object *root, const rg_gen_limits *lim, rg_ge
 		if (!set_mt)
 			r->max_tokens = 16; /* OpenAI completions' default */
 	}
-	if (r->max_tokens > 0 && r->min_tokens > r->max_tokens)
+	/* prompt scoring (vLLM): max_tokens 0 scores the prompt alone; no stream of it */
+	if (set_mt && r->max_tokens == 0 && !r->echo && r->prompt_logprobs < 0)
+		return rg_req_failp(err, "max_tokens", 400, "validation",
+				 "max_tokens must be at least 1, got 0 (0 only with echo or "
+				 "prompt_logprobs: the prompt scored alone)");
+	if (r->stream && r->prompt_logprobs >= 0)
+		return rg_req_failp(err, "prompt_logprobs", 400, "validation",
+				 "prompt_logprobs cannot be streamed (as vLLM); send stream false");
+	if (r->max_tokens == 0 && r->use_beam_search)
+		return rg_req_failp(err, "max_tokens", 400, "validation",
+				 "max_tokens 0 (the prompt scored alone) does not go with "
+				 "use_beam_search");
+	if (r->max_tokens >= 0 && r->min_tokens > r->max_tokens)
 		return rg_req_failp(err, "min_tokens", 400, "validation",
 				 "min_tokens (%d) must be at most max_tokens (%d)", r->min_tokens,
 				 r->max_tokens);
@@ -1511,6 +1525,7 @@ rg_status rg_gen_request_parse(rg_gen_api api, const char *body, size_t len,
 	out->top_p = 1;
 	out->repetition_penalty = 1;
 	out->logprobs = -1;
+	out->prompt_logprobs = -1;
 	out->skip_special_tokens = true;
 	if ((st = rg_req_parse_object(body, len, lim->max_depth, &root, err)) != RG_OK)
 		goto out_free_request;
@@ -1701,6 +1716,10 @@ static void completions_logprobs(rg_buf *b, const rg_gen_lp *lps, int n, const s
 	}
 	rg_buf_puts(b, "],\"top_logprobs\":[");
 	for (int i = 0; i < n; i++) {
+		if (lps[i].n_top < 0) { /* an echoed prompt's first token */
+			rg_buf_puts(b, i ? ",null" : "null");
+			continue;
+		}
 		rg_buf_puts(b, i ? ",{" : "{");
 		for (int k = 0; k < lps[i].n_top; k++) {
 			if (k)
@@ -1717,6 +1736,40 @@ static void completions_logprobs(rg_buf *b, const rg_gen_lp *lps, int n, const s
 		off += lps[i].tok.piece_len;
 	}
 	rg_buf_puts(b, "]}");
+}
+
+/* One entry of vLLM's prompt_logprobs: "id":{"logprob","rank","decoded_token"} */
+static void prompt_lp_entry(rg_buf *b, const rg_gen_tok *t, int rank)
+{
+	rg_buf_printf(b, "\"%d\":{\"logprob\":", (int)t->id);
+	put_lp(b, t->logprob, false);
+	rg_buf_printf(b, ",\"rank\":%d,\"decoded_token\":", rank);
+	put_str(b, t->piece, t->piece_len);
+	rg_buf_puts(b, "}");
+}
+
+/* vLLM's prompt_logprobs list: null for the first token (n_top < 0), else the token's entry
+ * then its alternatives' (the token once: vLLM's dict of token id -> Logprob). */
+static void prompt_logprobs_list(rg_buf *b, const rg_gen_lp *lps, int n)
+{
+	rg_buf_puts(b, "[");
+	for (int i = 0; i < n; i++) {
+		if (i)
+			rg_buf_puts(b, ",");
+		if (lps[i].n_top < 0) {
+			rg_buf_puts(b, "null");
+			continue;
+		}
+		rg_buf_puts(b, "{");
+		prompt_lp_entry(b, &lps[i].tok, lps[i].rank);
+		for (int k = 0; k < lps[i].n_top; k++)
+			if (lps[i].top[k].id != lps[i].tok.id) {
+				rg_buf_puts(b, ",");
+				prompt_lp_entry(b, &lps[i].top[k], k + 1);
+			}
+		rg_buf_puts(b, "}");
+	}
+	rg_buf_puts(b, "]");
 }
 
 /* Chat's {"token", "logprob", "bytes": the piece's raw bytes} */
@@ -1913,10 +1966,19 @@ void rg_gen_answer_json(rg_buf *b, const rg_gen_answer_ctx *ctx, const rg_gen_ch
 		put_cstr(b, rg_gen_finish_name(ctx->api, c->finish));
 		rg_buf_puts(b, ",\"stop_reason\":");
 		put_cstr(b, c->stop_str);
+		if (!chat && c->prompt_lps) {
+			rg_buf_puts(b, ",\"prompt_logprobs\":");
+			prompt_logprobs_list(b, c->prompt_lps, c->n_prompt_lps);
+		}
 		rg_buf_puts(b, "}");
 	}
 	rg_buf_puts(b, "],\"usage\":");
 	put_usage(b, usage);
+	if (chat && n_choices > 0 && choices[0].prompt_lps) {
+		/* vLLM's: the answer's, beside usage */
+		rg_buf_puts(b, ",\"prompt_logprobs\":");
+		prompt_logprobs_list(b, choices[0].prompt_lps, choices[0].n_prompt_lps);
+	}
 	rg_buf_puts(b, "}");
 }
 

@@ -127,7 +127,16 @@ typedef struct rg_gen_request {
 				   * "top_logprobs" (0..20, default 0), false/absent -> -1 (and
 				   * top_logprobs without logprobs: 400); TGI: "details" -> 0 (one
 				   * logprob per token), "top_n_tokens" -> that */
-	bool echo;                /* completions "echo": the prompt text is prepended */
+	bool echo;                /* completions "echo": the prompt text is prepended; with
+				   * "logprobs" the choice's logprobs start with the prompt's tokens
+				   * (the first one's token_logprob and top_logprobs null), as
+				   * OpenAI's legacy completions and vLLM answer it */
+	int prompt_logprobs;      /* vLLM's "prompt_logprobs" (completions and chat): int in
+				   * [0, RG_GEN_MAX_LOGPROBS], each prompt token's log-probability
+				   * with that many alternatives ("prompt_logprobs": [null, {id:
+				   * {"logprob", "rank", "decoded_token"}}, ...]); -1 absent. With
+				   * stream: 400, as vLLM. max_tokens may be 0 with it or with echo
+				   * (the prompt scored alone: lm-eval-harness's loglikelihood) */
 	char *suffix;             /* completions "suffix" (fill-in-the-middle): the text after the
 				   * completion, NULL when absent or "" */
 	bool ignore_eos;          /* vLLM's "ignore_eos" */
@@ -234,8 +243,9 @@ typedef struct rg_gen_tok {
  * probable first). */
 typedef struct rg_gen_lp {
 	rg_gen_tok tok;
-	int n_top;
+	int n_top;             /* -1: no alternatives (a prompt's first token: null) */
 	const rg_gen_tok *top; /* (n_top) */
+	int rank;              /* prompt tokens: tok's rank (1 + tokens more probable); 0 unset */
 } rg_gen_lp;
 
 /* How a choice ended, in each API's words: OpenAI "stop" (EOS, a stop string or stop id),
@@ -281,6 +291,12 @@ typedef struct rg_gen_choice {
 	const rg_gen_lp *lps;     /* (n_lps) per generated token, NULL when not asked */
 	int n_lps;
 	const size_t *text_offset; /* (n_lps) completions: each token's offset in text */
+	const rg_gen_lp *prompt_lps; /* (n_prompt_lps) vLLM's prompt_logprobs, or NULL: entry 0
+				   * (the first prompt token) is written null; the others as the
+				   * token's {logprob, rank, decoded_token} then its alternatives
+				   * (ranks 1..), the token itself once. Completions: per choice;
+				   * chat: the answer's, from choice 0 */
+	int n_prompt_lps;
 	long long n_generated;    /* tokens generated (TGI "generated_tokens") */
 	const rg_gen_tok *prefill; /* TGI decoder_input_details: (n_prefill) prompt tokens */
 	int n_prefill;

@@ -17,7 +17,11 @@
 	":{\"type\":\"boolean\",\"default\":false,\"description\":\"Server-sent events.\"},\"" \
 	"stream_options\":{\"type\":\"object\",\"properties\":{\"include_usage\":{\"type\":\"" \
 	"boolean\"}}},\"n\":{\"type\":\"integer\",\"minimum\":1,\"default\":1},\"max_tokens\"" \
-	":{\"type\":\"integer\",\"minimum\":1},\"temperature\":{\"type\":\"number\",\"minimum" \
+	":{\"type\":\"integer\",\"minimum\":0,\"description\":\"0 only with echo or " \
+	"prompt_logprobs: the prompt scored alone.\"},\"prompt_logprobs\":{\"type\":\"integer\"" \
+	",\"minimum\":0,\"maximum\":20,\"description\":\"vLLM's: each prompt token's " \
+	"log-probability, rank and that many alternatives (completions: per choice; chat: beside " \
+	"usage); not with stream.\"},\"temperature\":{\"type\":\"number\",\"minimum" \
 	"\":0,\"maximum\":2,\"default\":1},\"top_p\":{\"type\":\"number\",\"exclusiveMinimum" \
 	"\":0,\"maximum\":1,\"default\":1},\"top_k\":{\"type\":\"integer\",\"default\":0,\"de" \
 	"scription\":\"vLLM's; 0 or -1: off.\"},\"min_p\":{\"type\":\"number\",\"minimum\":0," \

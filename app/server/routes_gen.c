@@ -42,6 +42,7 @@ typedef struct gen_cursor {
 	size_t text_sent;            /* bytes of text sent */
 	int tok_sent;                /* tokens whose text (and logprobs) were sent */
 	bool role_sent, finish_sent;
+	bool echo_sent;              /* completions with echo: the prompt's chunk was sent */
 	/* chat with a tool parser: the last scan of the text, and what of it was sent */
 	rg_tool_scan scan;
 	size_t content_sent;         /* bytes of scan.content sent */
@@ -238,6 +239,33 @@ static void lps_fill(const rg_model *m, piece_arena *a, const rg_gen_seq_out *o,
 	}
 }
 
+/* The prompt tokens of job j as log-probability entries (its output 0's prompt scoring): lps
+ * (prompt_lens[0]) and tops (prompt_lens[0], n_top) from the caller; entry 0 has no
+ * log-probability (NaN) and no alternatives (n_top -1); the others their first n_top. */
+static void prompt_fill(const rg_model *m, piece_arena *a, const rg_gen_job *j, int n_top,
+			rg_gen_lp *lps, rg_gen_tok *tops)
+{
+	const int ptn = j->prompt_top_n, nt = n_top < ptn ? n_top : ptn;
+
+	for (int i = 0; i < j->prompt_lens[0]; i++) {
+		rg_gen_lp *e = &lps[i];
+
+		tok_fill(m, a, j->prompts[0][i], i ? j->prompt_lps[i] : NAN, false, &e->tok);
+		e->rank = i ? j->prompt_ranks[i] : 0;
+		e->n_top = i ? 0 : -1;
+		e->top = tops + (size_t)i * (size_t)n_top;
+		for (int q = 0; i && q < nt; q++) {
+			int32_t id = j->prompt_top_ids[(size_t)i * ptn + q];
+
+			if (id < 0)
+				break;
+			tok_fill(m, a, id, j->prompt_top_lps[(size_t)i * ptn + q], false,
+				 &tops[(size_t)i * n_top + q]);
+			e->n_top++;
+		}
+	}
+}
+
 static rg_gen_finish finish_of(rg_gen_end e)
 {
 	switch (e) {
@@ -309,6 +337,8 @@ static enum MHD_Result answer_whole(conn_ctx *c)
 	rg_gen_lp **lpa = calloc((size_t)n_all, sizeof(*lpa));
 	rg_gen_tok **topa = calloc((size_t)n_all, sizeof(*topa));
 	size_t **offs = calloc((size_t)n_all, sizeof(*offs));
+	rg_gen_lp **plpa = calloc((size_t)n_all, sizeof(*plpa));   /* prompt_logprobs */
+	rg_gen_tok **ptopa = calloc((size_t)n_all, sizeof(*ptopa));
 	rg_gen_tok *prefill = NULL;
 	rg_gen_usage u = {0};
 	piece_arena a = {0};
@@ -317,10 +347,11 @@ static enum MHD_Result answer_whole(conn_ctx *c)
 	enum MHD_Result ret;
 	bool want_lp = g->req.logprobs >= 0;
 	int n_top = g->req.logprobs > 0 ? g->req.logprobs : 0;
+	const int k_plp = g->req.prompt_logprobs;
 
 	rg_buf_init(&b);
 	g->answered = true; /* rg_conn_send (or rg_conn_error) below counts it */
-	if (!ch || !texts || !lpa || !topa || !offs) {
+	if (!ch || !texts || !lpa || !topa || !offs || !plpa || !ptopa) {
 		ret = rg_conn_error(c, 500, "backend", NULL, "out of memory");
 		goto out;
 	}
@@ -333,6 +364,11 @@ static enum MHD_Result answer_whole(conn_ctx *c)
 			ret = rg_conn_error(c, stopping ? 503 : j->status == RG_OK ? 503 : 500,
 					    stopping ? "unhealthy" : "backend", NULL, "%s",
 					    j->err[0] ? j->err : "the request was cancelled");
+			goto out;
+		}
+		if (j->gp.prompt_logprobs && !j->prompt_lps) {
+			ret = rg_conn_error(c, 500, "backend", NULL, "out of memory for the prompt's "
+					    "log-probabilities");
 			goto out;
 		}
 	}
@@ -392,18 +428,32 @@ static enum MHD_Result answer_whole(conn_ctx *c)
 					x->finish = RG_GEN_FINISH_TOOL_CALLS;
 			}
 			u.completion_tokens += o->n_ids;
-			if (want_lp && o->n_ids > 0) {
-				lpa[n] = calloc((size_t)o->n_ids, sizeof(rg_gen_lp));
-				topa[n] = calloc((size_t)o->n_ids * (size_t)(n_top ? n_top : 1),
-						 sizeof(rg_gen_tok));
-				offs[n] = calloc((size_t)o->n_ids, sizeof(size_t));
+			/* echo with logprobs: the prompt's tokens first (OpenAI's legacy
+			 * completions, vLLM), their offsets the pieces' lengths summed */
+			const int np = want_lp && g->req.echo && j->prompt_lps ? j->prompt_lens[0] : 0;
+
+			if (want_lp && o->n_ids + np > 0) {
+				const size_t nt = (size_t)(np + o->n_ids);
+
+				lpa[n] = calloc(nt, sizeof(rg_gen_lp));
+				topa[n] = calloc(nt * (size_t)(n_top ? n_top : 1), sizeof(rg_gen_tok));
+				offs[n] = calloc(nt, sizeof(size_t));
 				if (lpa[n] && topa[n] && offs[n]) {
+					size_t off = 0;
+
+					if (np)
+						prompt_fill(m, &a, j, n_top, lpa[n], topa[n]);
 					lps_fill(m, &a, o, j->n_top < n_top ? j->n_top : n_top, 0,
-						 o->n_ids, tgi, lpa[n], topa[n]);
+						 o->n_ids, tgi, lpa[n] + np,
+						 topa[n] + (size_t)np * (size_t)n_top);
+					for (int k = 0; k < np; k++) {
+						offs[n][k] = off;
+						off += lpa[n][k].tok.piece_len;
+					}
 					for (int k = 0; k < o->n_ids; k++)
-						offs[n][k] = pl + (k ? o->text_end[k - 1] : 0);
+						offs[n][np + k] = pl + (k ? o->text_end[k - 1] : 0);
 					x->lps = lpa[n];
-					x->n_lps = o->n_ids;
+					x->n_lps = (int)nt;
 					x->text_offset = offs[n];
 				}
 			} else if (tgi && o->n_ids > 0) {
@@ -415,10 +465,27 @@ static enum MHD_Result answer_whole(conn_ctx *c)
 					x->n_lps = o->n_ids;
 				}
 			}
+			if (k_plp >= 0 && j->prompt_lps && (api != RG_GEN_API_CHAT || q == 0)) {
+				/* vLLM's prompt_logprobs (chat: the answer's, from choice 0) */
+				const size_t np2 = (size_t)j->prompt_lens[0];
+
+				plpa[n] = calloc(np2, sizeof(rg_gen_lp));
+				ptopa[n] = calloc(np2 * (size_t)(k_plp ? k_plp : 1), sizeof(rg_gen_tok));
+				if (!plpa[n] || !ptopa[n]) {
+					ret = rg_conn_error(c, 500, "backend", NULL, "out of memory");
+					goto out;
+				}
+				prompt_fill(m, &a, j, k_plp, plpa[n], ptopa[n]);
+				x->prompt_lps = plpa[n];
+				x->n_prompt_lps = (int)np2;
+			}
 			if (tgi && q == 0 && g->req.decoder_input_details) {
 				prefill = calloc((size_t)j->prompt_lens[0], sizeof(*prefill));
+				/* TGI's prefill log-probabilities, the first one null */
 				for (int k = 0; prefill && k < j->prompt_lens[0]; k++)
-					tok_fill(m, &a, j->prompts[0][k], NAN, false, &prefill[k]);
+					tok_fill(m, &a, j->prompts[0][k],
+						 k && j->prompt_lps ? j->prompt_lps[k] : NAN, false,
+						 &prefill[k]);
 				x->prefill = prefill;
 				x->n_prefill = prefill ? j->prompt_lens[0] : 0;
 			}
@@ -438,7 +505,13 @@ out:
 			free(topa[k]);
 		if (offs)
 			free(offs[k]);
+		if (plpa)
+			free(plpa[k]);
+		if (ptopa)
+			free(ptopa[k]);
 	}
+	free(plpa);
+	free(ptopa);
 	free(order);
 	free(texts);
 	free(lpa);
@@ -612,6 +685,34 @@ static bool stream_choice(conn_ctx *c, int p, int q)
 		stream_tools(c, cu, index, o, to, ended);
 		arena_free(&a);
 		return ended;
+	}
+	/* echo: the prompt's text first, in a chunk of its own (vLLM's), with the prompt's
+	 * logprobs once output 0 has scored its prompt (its first token or its end; until then
+	 * nothing of this choice is sent) */
+	if (g->prefix && api == RG_GEN_API_COMPLETIONS && !cu->echo_sent) {
+		rg_gen_lp *lps = NULL;
+		rg_gen_tok *tops = NULL;
+		int np = 0;
+
+		if (want_lp && j->prompt_lps) {
+			np = j->prompt_lens[0];
+			lps = calloc((size_t)np, sizeof(*lps));
+			tops = calloc((size_t)np * (size_t)(n_top ? n_top : 1), sizeof(*tops));
+			if (lps && tops)
+				prompt_fill(m, &a, j, n_top, lps, tops);
+			else
+				g->pend.oom = true;
+		} else if (want_lp && !ended) {
+			arena_free(&a);
+			return false;
+		}
+		rg_gen_answer_event(&g->pend, &g->actx, index, false, g->prefix[p],
+				    g->prefix_len[p], lps && tops ? lps : NULL,
+				    lps && tops ? np : 0, want_lp, RG_GEN_FINISH_NONE, NULL, NULL, 0, 0,
+				    false, 0);
+		free(lps);
+		free(tops);
+		cu->echo_sent = true;
 	}
 	/* OpenAI: one chunk with the new text (and its tokens' logprobs), then the finish */
 	{
@@ -1017,6 +1118,18 @@ static void fill_params(conn_ctx *c, rg_gen_job *j, uint64_t seed)
 	if (gp->logprobs > RG_GEN_MAX_LOGPROBS)
 		gp->logprobs = RG_GEN_MAX_LOGPROBS;
 	gp->max_tokens = r->max_tokens;
+	/* prompt scoring: vLLM's prompt_logprobs, echo with logprobs (vLLM: prompt_logprobs =
+	 * logprobs), max_tokens 0 (the prompt scored alone); the alternatives both need */
+	if (r->prompt_logprobs >= 0 || (r->echo && r->logprobs >= 0) || r->max_tokens == 0 ||
+	    (r->api == RG_GEN_API_TGI && r->details && r->decoder_input_details &&
+	     c->srv->info->kind != RG_MODEL_ENC_DEC)) {
+		int tn = r->prompt_logprobs > 0 ? r->prompt_logprobs : 0;
+
+		if (r->echo && r->logprobs > tn)
+			tn = r->logprobs;
+		gp->prompt_logprobs = true;
+		gp->prompt_top_n = tn < RG_GEN_MAX_LOGPROBS ? tn : RG_GEN_MAX_LOGPROBS;
+	}
 	/* ignore_eos: n_eos -1 ("no EOS at all"); 0 with NULL would mean "the model's EOS ids" */
 	gp->eos_ids = r->ignore_eos ? NULL : eos;
 	gp->n_eos = r->ignore_eos ? -1 : n_eos;
@@ -1229,6 +1342,10 @@ enum MHD_Result rg_handle_generate(conn_ctx *c)
 		return rg_conn_error(c, 400, "validation", "echo",
 				     "echo is not supported for an encoder-decoder model: the prompt "
 				     "is the source, not the start of the completion");
+	if (enc_dec && g->req.prompt_logprobs >= 0)
+		return rg_conn_error(c, 400, "validation", "prompt_logprobs",
+				     "prompt_logprobs is not supported for an encoder-decoder model: "
+				     "the prompt is the source, which the decoder does not score");
 	if (enc_dec && g->req.return_full_text)
 		return rg_conn_error(c, vcode, "validation", "return_full_text",
 				     "return_full_text is not supported for an encoder-decoder "

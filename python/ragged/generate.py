@@ -49,7 +49,8 @@ class GenParams(ctypes.Structure):
                 ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32),
                 ("grammar_kind", ctypes.c_int), ("grammar", ctypes.c_char_p),
                 ("num_speculative_tokens", ctypes.c_int), ("prompt_lookup_max", ctypes.c_int),
-                ("prompt_lookup_min", ctypes.c_int)]
+                ("prompt_lookup_min", ctypes.c_int), ("prompt_logprobs", ctypes.c_bool),
+                ("prompt_top_n", ctypes.c_int)]
 
 
 GRAMMAR_KINDS = {"regex": 1, "json_schema": 2, "json_object": 3, "choice": 4}
@@ -97,7 +98,8 @@ class EngineParams(ctypes.Structure):
                 ("warm_up", ctypes.c_bool), ("step_delay_ms", ctypes.c_double),
                 ("default_ttft_ms", ctypes.c_double), ("default_tpot_ms", ctypes.c_double),
                 ("max_grammar_states", ctypes.c_int),
-                ("max_speculative_tokens", ctypes.c_int)]
+                ("max_speculative_tokens", ctypes.c_int),
+                ("max_prompt_logprob_rows", ctypes.c_int)]
 
 
 class GenEvent(ctypes.Structure):
@@ -120,7 +122,10 @@ class GenOutput(ctypes.Structure):
                 ("n_cached", ctypes.c_int), ("n_preemptions", ctypes.c_int),
                 ("first_token_ms", ctypes.c_double), ("queue_ms", ctypes.c_double),
                 ("status", ctypes.c_int), ("error", ctypes.c_char_p),
-                ("est_ttft_ms", ctypes.c_double), ("est_tpot_ms", ctypes.c_double)]
+                ("est_ttft_ms", ctypes.c_double), ("est_tpot_ms", ctypes.c_double),
+                ("prompt_logprobs", ctypes.POINTER(ctypes.c_float)), ("prompt_ranks", I32P),
+                ("prompt_top_n", ctypes.c_int), ("prompt_top_ids", I32P),
+                ("prompt_top_logprobs", ctypes.POINTER(ctypes.c_float))]
 
 
 class KvInfo(ctypes.Structure):
@@ -609,6 +614,77 @@ class Generator:
             finally:
                 l.rg_gen_engine_free(e)
                 del keep
+
+    def score(self, prompt, top_n=0, max_rows=128, max_batch_tokens=None):
+        """The log-probabilities of a prompt's tokens (a str, tokenized as generate() does, or a
+        list of int ids): each token given the ones before it, the model's raw log-softmax (no
+        sampling options), as OpenAI completions' echo with max_tokens 0 and vLLM's
+        prompt_logprobs give them (include/ragged.h rg_gen_params.prompt_logprobs; the engine of
+        generate() and `ragged serve`, nothing generated).
+        top_n: alternatives per position, 0..20. max_rows: prompt positions whose logits one
+        step copies to the host (rg_gen_engine_params.max_prompt_logprob_rows, >= 1: the
+        prefill is chunked to it); max_batch_tokens: the step's token budget (default the
+        model's). Returns a dict: ids (the prompt's), logprobs (float per token, None for the
+        first), ranks (1 + the tokens more probable; None first), top (per token a list of
+        (id, logprob), most probable first; None first). Errors: RaggedError, ValueError."""
+        from . import _error
+        if not 0 <= int(top_n) <= 20 or int(max_rows) < 1:
+            raise ValueError(f"top_n={top_n} must be in [0, 20] and max_rows={max_rows} >= 1")
+        ids = list(prompt) if not isinstance(prompt, str) else self._encode_generate(prompt)
+        if not ids:
+            raise ValueError("an empty prompt")
+        l = _bind_engine(lib())
+        p = GenParams()
+        l.rg_gen_params_default(ctypes.byref(p))
+        p.max_tokens, p.prompt_logprobs, p.prompt_top_n = 0, True, int(top_n)
+        with self._lock:
+            h = self._handle()
+            ep = EngineParams()
+            l.rg_gen_engine_params_default(ctypes.byref(ep))
+            ep.max_num_batched_tokens = int(max_batch_tokens or self._max_batch_tokens)
+            ep.max_prompt_logprob_rows = int(max_rows)
+            ep.prefix_caching = False
+            ep.kv_fraction = 0.0
+            ep.kv_bytes = 0
+            info = KvInfo()
+            l.rg_model_kv_info(h, ctypes.byref(info))
+            if info.n_blocks == 0:  # no cache yet: one sized for this prompt, 16 per block
+                st = l.rg_model_kv_init(h, 16, max(64, 2 * (len(ids) // 16 + 4)))
+                if st != RG_OK:
+                    raise _error(st)
+            st = ctypes.c_int(0)
+            e = l.rg_gen_engine_create(h, ctypes.byref(ep), ctypes.byref(st))
+            if not e:
+                raise _error(st.value)
+            try:
+                arr = (ctypes.c_int32 * len(ids))(*ids)
+                rid = ctypes.c_uint64(0)
+                st = l.rg_gen_engine_add(e, arr, len(ids), ctypes.byref(p), None,
+                                         l.rg_gen_engine_now_ms(), ctypes.byref(rid), None)
+                if st != RG_OK:
+                    raise _error(st)
+                ev = ctypes.POINTER(GenEvent)()
+                n_ev = ctypes.c_int(0)
+                while l.rg_gen_engine_has_work(e):
+                    st = l.rg_gen_engine_step(e, l.rg_gen_engine_now_ms(), ctypes.byref(ev),
+                                              ctypes.byref(n_ev))
+                    if st != RG_OK:
+                        raise _error(st)
+                out = GenOutput()
+                l.rg_gen_engine_output(e, rid, 0, ctypes.byref(out))
+                if out.status != RG_OK:
+                    raise _error(out.status)
+                tn = out.prompt_top_n
+                res = {"ids": ids, "logprobs": [None], "ranks": [None], "top": [None]}
+                for i in range(1, len(ids)):
+                    res["logprobs"].append(out.prompt_logprobs[i])
+                    res["ranks"].append(out.prompt_ranks[i])
+                    res["top"].append([(out.prompt_top_ids[i * tn + k],
+                                        out.prompt_top_logprobs[i * tn + k])
+                                       for k in range(tn) if out.prompt_top_ids[i * tn + k] >= 0])
+                return res
+            finally:
+                l.rg_gen_engine_free(e)
 
     def _encode_generate(self, text):
         """text's ids as rg_generate tokenizes a prompt (the tokenizer's template: BOS where it

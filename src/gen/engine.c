@@ -12,6 +12,10 @@
  *   end:   per row, the token goes to its output sequence (src/gen/seq.h: stops, text), a beam
  *          group's search takes one step (src/gen/beam.h) and gives the scheduler its next
  *          beams; rg_iter_update; finished requests become events.
+ * Prompt scoring (rg_gen_params.prompt_logprobs): output 0's scheduler entry asks for its
+ * prompt positions' logits (src/sched/iter.h), rows after the sampling rows, copied to the host
+ * in the same forward (their sampler choice, if any, unused); at the step's end each row's
+ * float64 log-softmax scores the next prompt token (log-prob, rank, top-N) into the request.
  * Request id serial: iter ids serial << SEQ_BITS | output index. */
 #include "gen/engine.h"
 
@@ -23,6 +27,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/threadpool.h"
 #include "core/tuning.h"
 #include "gen/beam.h"
 #include "gen/grammar.h"
@@ -40,7 +45,7 @@
 #define N_GCACHE 8 /* compiled grammars kept for requests that repeat one */
 
 enum { MODE_NONE, MODE_ARGMAX, MODE_SAMPLE, MODE_SAMPLE_LOGITS, MODE_LOGITS };
-enum { ROW_DEVICE, ROW_HOST, ROW_BEAM, ROW_NONE };
+enum { ROW_DEVICE, ROW_HOST, ROW_BEAM, ROW_NONE, ROW_PROMPT };
 
 /* Engine state of one output of a request. */
 typedef struct eout {
@@ -79,6 +84,13 @@ typedef struct ereq {
 	int max_new;
 	double queue_ms;
 	double est_ttft_ms, est_tpot_ms; /* admission's estimates (the latest output's) */
+	/* prompt scoring (gp.prompt_logprobs): output 0's prompt rows, by prompt index */
+	float *plp;           /* (prompt_len) */
+	int32_t *prank;       /* (prompt_len) */
+	int32_t *ptop_ids;    /* (prompt_len, gp.prompt_top_n) */
+	float *ptop_lps;      /* (prompt_len, gp.prompt_top_n) */
+	bool score_only;      /* max_tokens 0: the one token its scheduler entry samples is
+			       * dropped, the output ends LENGTH without a token */
 	rg_status status;
 	char err[200];
 	bool finished;        /* every output ended */
@@ -95,7 +107,8 @@ struct rg_gen_engine {
 	rg_iter *it;
 	rg_gen_engine_params p;
 	int max_context, V, S;
-	int R;                  /* logits rows of a step at most: S, + the budget with drafts */
+	int R;                  /* logits rows of a step at most: RS + max_prompt_logprob_rows */
+	int RS;                 /* sampling rows of a step at most: S, + the budget with drafts */
 	int32_t *draft;         /* (RG_ITER_MAX_DRAFT) a proposal's scratch */
 	rg_rng *rng_row;        /* (R) each device row's output RNG state before its draw */
 	bool beam_logits;       /* beams read their rows' logits on the host (A/B switch) */
@@ -181,6 +194,7 @@ void rg_gen_engine_params_default(rg_gen_engine_params *p)
 	p->default_ttft_ms = 0;
 	p->default_tpot_ms = 0;
 	p->max_grammar_states = RG_GRAMMAR_MAX_STATES;
+	p->max_prompt_logprob_rows = 128;
 }
 
 void rg_gen_options_default(rg_gen_options *r)
@@ -229,6 +243,10 @@ static void req_free(ereq *q)
 	free(q->stop_ids);
 	free(q->bias_ids);
 	free(q->bias_vals);
+	free(q->plp);
+	free(q->prank);
+	free(q->ptop_ids);
+	free(q->ptop_lps);
 	free(q);
 }
 
@@ -468,6 +486,12 @@ rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_promp
 	if (!p.detokenize && !e->tok && p.n_stop > 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT,
 				 "generate: stop strings need a tokenizer or a detokenizer");
+	if (p.prompt_logprobs && e->r.encode)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "generate: prompt log-probabilities need a "
+				 "decoder-only model (an encoder-decoder's prompt is its source)");
+	if (p.prompt_logprobs && e->p.max_prompt_logprob_rows < 1)
+		return rg_errorf(RG_ERR_UNSUPPORTED, "generate: this engine scores no prompts "
+				 "(max_prompt_logprob_rows is 0)");
 	if ((st = rg_gen_engine_params_check(&p, e->V, e->tok != NULL)) != RG_OK)
 		return st;
 	if (p.n > MAX_OUT)
@@ -521,6 +545,11 @@ rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_promp
 	{
 		int room = e->max_context - q->prompt_len;
 
+		/* max_tokens 0 (prompt scoring only): one token is scheduled and dropped; the
+		 * prompt's last row, which samples it, is computed by its last chunk anyway */
+		q->score_only = p.prompt_logprobs && p.max_tokens == 0;
+		if (q->score_only)
+			p.max_tokens = 1;
 		q->max_new = p.max_tokens < room ? p.max_tokens : room;
 	}
 	q->host = !q->beam && p.sampling.no_repeat_ngram_size > 0; /* no device form */
@@ -550,6 +579,24 @@ rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_promp
 	} else {
 		memcpy(q->prompt, prompt, (size_t)n_prompt * sizeof(int32_t));
 	}
+	if (p.prompt_logprobs) {
+		const size_t n = (size_t)n_prompt, tn = (size_t)p.prompt_top_n;
+
+		q->plp = malloc(n * sizeof(float));
+		q->prank = calloc(n, sizeof(int32_t));
+		q->ptop_ids = malloc((n * tn > 0 ? n * tn : 1) * sizeof(int32_t));
+		q->ptop_lps = malloc((n * tn > 0 ? n * tn : 1) * sizeof(float));
+		if (!q->plp || !q->prank || !q->ptop_ids || !q->ptop_lps) {
+			st = rg_errorf(RG_ERR_OOM, "generate: out of memory");
+			goto fail;
+		}
+		for (size_t i = 0; i < n; i++)
+			q->plp[i] = NAN;
+		for (size_t i = 0; i < n * tn; i++) {
+			q->ptop_ids[i] = -1;
+			q->ptop_lps[i] = NAN;
+		}
+	}
 	for (int k = 0; k < q->n_out; k++)
 		if ((st = out_prepare(e, q, k)) != RG_OK)
 			goto fail;
@@ -565,6 +612,8 @@ rg_status rg_gen_engine_add(rg_gen_engine *e, const int32_t *prompt, int n_promp
 			.n_beams = q->beam ? p.num_beams : 0,
 			/* key 0: the request's own share, all its outputs in it */
 			.fair_key = opt.fair_key ? opt.fair_key : q->id, .fair_own = !opt.fair_key,
+			/* output 0 scores the prompt; the others may share its cached blocks */
+			.prompt_logits = p.prompt_logprobs && k == 0,
 		};
 
 		if ((st = rg_iter_add(e->it, &ir, now_ms, &ia)) != RG_OK)
@@ -901,7 +950,8 @@ rg_status rg_gen_engine_step_begin(rg_gen_engine *e, double now_ms, bool *ran)
 	*ran = e->ran;
 	if (!e->ran)
 		return RG_OK;
-	/* classify the rows */
+	/* classify the rows (the prompt-scoring rows after the sampling rows: their logits go
+	 * to the host, greedy parameters for a sampler step, its choice unused) */
 	for (int r = 0; r < b->n_logits; r++) {
 		const int bs = e->plan.logits_seq[r];
 		const uint64_t iid = e->plan.seq_ids[bs];
@@ -910,6 +960,10 @@ rg_status rg_gen_engine_step_begin(rg_gen_engine *e, double now_ms, bool *ran)
 
 		e->want[r] = 0;
 		e->rows[r] = (rg_row_sampling){.top_p = 1.f, .repetition_penalty = 1.f};
+		if (r >= e->plan.n_sample) {
+			e->kind[r] = q ? ROW_PROMPT : ROW_NONE;
+			continue;
+		}
 		if (!q) {
 			e->kind[r] = ROW_NONE;
 			continue;
@@ -950,9 +1004,10 @@ rg_status rg_gen_engine_step_begin(rg_gen_engine *e, double now_ms, bool *ran)
 	}
 	e->cand_k = beam_cand ? cand_k : 0;
 	for (int r = 0; r < b->n_logits; r++)
-		if (e->kind[r] == ROW_HOST || (e->kind[r] == ROW_BEAM && !beam_cand))
+		if (e->kind[r] == ROW_HOST || (e->kind[r] == ROW_BEAM && !beam_cand) ||
+		    e->kind[r] == ROW_PROMPT)
 			e->want[r] = 1;
-	bool any_want = any_host || (beam_rows && !beam_cand);
+	bool any_want = any_host || (beam_rows && !beam_cand) || e->plan.n_prompt_rows > 0;
 	bool need_sample = !all_greedy || top_n > 0;
 	if (b->n_logits == 0)
 		e->mode = e->r.step_sample ? MODE_SAMPLE : MODE_LOGITS; /* prefill chunks only */
@@ -1162,10 +1217,9 @@ static int32_t forced_bos_of(const rg_gen_engine *e, const ereq *q)
 static void beam_steps(rg_gen_engine *e)
 {
 	const rg_iter_plan *pl = &e->plan;
-	const rg_step_batch *b = &pl->batch;
 	const int cand_k = e->cand_k, top_n = e->top_n;
 
-	for (int r0 = 0; r0 < b->n_logits; r0++) {
+	for (int r0 = 0; r0 < pl->n_sample; r0++) {
 		uint64_t iid = pl->seq_ids[pl->logits_seq[r0]];
 		const float *rows[RG_ITER_MAX_BEAMS] = {0}, *clps[RG_ITER_MAX_BEAMS] = {0};
 		const int32_t *cids[RG_ITER_MAX_BEAMS] = {0};
@@ -1181,7 +1235,7 @@ static void beam_steps(rg_gen_engine *e)
 			continue; /* not the group's first row */
 		q = req_of(e, iid, &k);
 		if (!q || !rg_iter_tokens(e->it, iid, &n_tok)) {
-			for (int r = r0; r < b->n_logits; r++)
+			for (int r = r0; r < pl->n_sample; r++)
 				if (pl->seq_ids[pl->logits_seq[r]] == iid)
 					e->stops[r] = true;
 			continue;
@@ -1189,7 +1243,7 @@ static void beam_steps(rg_gen_engine *e)
 		first = n_tok == q->prompt_len;
 		if (!q->bs)
 			st = rg_errorf(RG_ERR_OOM, "beam search: the search could not start");
-		for (int r = r0; st == RG_OK && r < b->n_logits; r++) {
+		for (int r = r0; st == RG_OK && r < pl->n_sample; r++) {
 			int qs = pl->logits_seq[r];
 
 			if (pl->seq_ids[qs] != iid)
@@ -1260,10 +1314,67 @@ static void beam_steps(rg_gen_engine *e)
 			continue;
 		}
 		if (done)
-			for (int r = r0; r < b->n_logits; r++)
+			for (int r = r0; r < pl->n_sample; r++)
 				if (pl->seq_ids[pl->logits_seq[r]] == iid)
 					e->stops[r] = true;
 	}
+}
+
+/* Prompt scoring: the log-softmax of logits row (V), in double, scores prompt token t of q
+ * (1 <= t < prompt_len): its log-probability, its rank and the prompt_top_n best. */
+static void score_row(const rg_gen_engine *e, ereq *q, const float *row, int t)
+{
+	const int V = e->V, tn = q->gp.prompt_top_n;
+	const float x = row[q->prompt[t]];
+	int32_t *ti = q->ptop_ids + (size_t)t * tn;
+	float *tl = q->ptop_lps + (size_t)t * tn;
+	double mx = -INFINITY, sum = 0, lse;
+	int rank = 1, n_top = 0;
+
+	for (int v = 0; v < V; v++)
+		mx = row[v] > mx ? row[v] : mx;
+	for (int v = 0; v < V; v++)
+		sum += exp((double)row[v] - mx);
+	lse = mx + log(sum);
+	for (int v = 0; v < V; v++) {
+		rank += row[v] > x;
+		/* the tn best so far, most probable first, the lower id first on ties */
+		if (tn > 0 && (n_top < tn || row[v] > row[ti[n_top - 1]])) {
+			int j = n_top < tn ? n_top++ : tn - 1;
+
+			for (; j > 0 && row[v] > row[ti[j - 1]]; j--)
+				ti[j] = ti[j - 1];
+			ti[j] = v;
+		}
+	}
+	for (int j = 0; j < n_top; j++)
+		tl[j] = (float)((double)row[ti[j]] - lse);
+	q->plp[t] = (float)((double)x - lse);
+	q->prank[t] = rank;
+}
+
+/* Prompt-scoring row j of the plan (a rg_threadpool task: rows are independent, each writes
+ * its own prompt index of its request). */
+static void score_task(void *ctx, int j, int thread)
+{
+	rg_gen_engine *e = ctx;
+	const rg_iter_plan *pl = &e->plan;
+	const int r = pl->n_sample + j, t = pl->prompt_pos[j] + 1;
+	int k;
+	ereq *q = req_of(e, pl->seq_ids[pl->logits_seq[r]], &k);
+
+	(void)thread;
+	if (q && e->kind[r] == ROW_PROMPT && q->plp && t < q->prompt_len)
+		score_row(e, q, e->logits + (size_t)r * e->V, t);
+}
+
+/* The plan's prompt-scoring rows (src/sched/iter.h): each scores its position's next prompt
+ * token (a preempted sequence's second prefill writes the same values again), spread over the
+ * CPU pool (128 rows of a 152k vocabulary are ~140 ms on one core). */
+static void score_prompt_rows(rg_gen_engine *e)
+{
+	if (e->plan.n_prompt_rows > 0)
+		rg_threadpool_run(rg_threadpool_global(), e->plan.n_prompt_rows, score_task, e);
 }
 
 /* Row r's token for output k of q (sampled on the host for a host row, else the step's): the
@@ -1281,6 +1392,15 @@ static int accept_row(rg_gen_engine *e, ereq *q, int k, int r, double now_ms)
 
 	if (q->o[k].seq.finish != RG_FINISH_NONE) {
 		e->stops[r] = true; /* ended meanwhile (cannot: kept) */
+		return -1;
+	}
+	if (q->score_only) {
+		/* max_tokens 0: the prompt was scored; its token is not taken */
+		rg_seq_end(&q->o[k].seq, RG_FINISH_LENGTH);
+		if (q->o[k].first_ms == 0)
+			q->o[k].first_ms = now_ms;
+		e->ids[r] = 0;
+		e->stops[r] = true;
 		return -1;
 	}
 	if (e->kind[r] == ROW_HOST) {
@@ -1353,7 +1473,8 @@ rg_status rg_gen_engine_step_end(rg_gen_engine *e, double now_ms, const rg_gen_e
 				e->ids[r] = 0;
 			rg_iter_update(e->it, e->ids, e->stops, now_ms, NAN);
 		} else {
-			for (int r = 0; r < b->n_logits; r++) {
+			score_prompt_rows(e);
+			for (int r = 0; r < e->plan.n_sample; r++) {
 				const int i = e->plan.logits_seq[r], m = e->plan.n_draft[i];
 				int k;
 				ereq *q = req_of(e, e->plan.seq_ids[i], &k);
@@ -1467,6 +1588,13 @@ rg_status rg_gen_engine_output(const rg_gen_engine *e, uint64_t id, int k, rg_ge
 	};
 	if (q->beam && o->seq.finish != RG_FINISH_NONE)
 		out->first_token_ms = o->first_ms ? o->first_ms : 0;
+	if (q->plp && k == 0) {
+		out->prompt_logprobs = q->plp;
+		out->prompt_ranks = q->prank;
+		out->prompt_top_n = q->gp.prompt_top_n;
+		out->prompt_top_ids = q->ptop_ids;
+		out->prompt_top_logprobs = q->ptop_lps;
+	}
 	return RG_OK;
 }
 
@@ -1679,6 +1807,10 @@ static rg_status engine_init(rg_gen_engine *e, const rg_gen_engine_params *p)
 				 "%d outside [0, %d]", e->p.max_speculative_tokens,
 				 RG_GEN_MAX_SPEC_TOKENS);
 	ip.max_draft = e->p.max_speculative_tokens;
+	if (e->p.max_prompt_logprob_rows < 0)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "generation engine: max_prompt_logprob_rows "
+				 "%d < 0", e->p.max_prompt_logprob_rows);
+	ip.max_prompt_logits = e->r.encode ? 0 : e->p.max_prompt_logprob_rows;
 	if ((st = rg_iter_init(&e->it, e->pool, &ip)) != RG_OK)
 		return st;
 	if (e->r.encode &&
@@ -1686,7 +1818,8 @@ static rg_status engine_init(rg_gen_engine *e, const rg_gen_engine_params *p)
 	     !(e->enc_cu = malloc(((size_t)ip.max_num_seqs + 1) * sizeof(int32_t)))))
 		return rg_errorf(RG_ERR_OOM, "generation engine: out of memory");
 	e->S = ip.max_num_seqs;
-	e->R = e->S + (ip.max_draft > 0 ? ip.max_num_batched_tokens : 0); /* iter.c's rows */
+	e->RS = e->S + (ip.max_draft > 0 ? ip.max_num_batched_tokens : 0); /* iter.c's rows */
+	e->R = e->RS + ip.max_prompt_logits;
 	e->next_serial = 1;
 	S = (size_t)e->R; /* the row buffers */
 	e->rows = calloc(S, sizeof(*e->rows));
@@ -1697,9 +1830,10 @@ static rg_status engine_init(rg_gen_engine *e, const rg_gen_engine_params *p)
 	e->top_ids = calloc(S * RG_GEN_MAX_LOGPROBS, sizeof(*e->top_ids));
 	e->top_lps = calloc(S * RG_GEN_MAX_LOGPROBS, sizeof(*e->top_lps));
 	e->stops = calloc(S, sizeof(*e->stops));
-	e->pen_ids = calloc(S * (size_t)e->max_context, sizeof(*e->pen_ids));
-	e->pen_counts = calloc(S * (size_t)e->max_context, sizeof(*e->pen_counts));
-	e->pen_prompt = calloc(S * (size_t)e->max_context, sizeof(*e->pen_prompt));
+	/* the penalty lists: sampling rows only */
+	e->pen_ids = calloc((size_t)e->RS * (size_t)e->max_context, sizeof(*e->pen_ids));
+	e->pen_counts = calloc((size_t)e->RS * (size_t)e->max_context, sizeof(*e->pen_counts));
+	e->pen_prompt = calloc((size_t)e->RS * (size_t)e->max_context, sizeof(*e->pen_prompt));
 	e->pen_keys = calloc((size_t)e->max_context, sizeof(*e->pen_keys));
 	e->work.data = malloc((size_t)e->V * sizeof(rg_token_data));
 	e->draft = malloc(RG_ITER_MAX_DRAFT * sizeof(*e->draft));

@@ -91,6 +91,9 @@ rg_status rg_gen_run_ex(const rg_gen_runner *r, const int32_t *const *prompts,
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: bad runner or arguments");
 	if ((st = rg_gen_engine_params_check(p, r->vocab_size, tok != NULL)) != RG_OK)
 		return st;
+	if (p->prompt_logprobs) /* rg_gen_result has no place for them: not computed for nothing */
+		return rg_errorf(RG_ERR_UNSUPPORTED, "generate: prompt_logprobs needs the engine API "
+				 "(rg_gen_engine_output's prompt_* fields; Python: Generator.score)");
 	if ((p->n > 1 || p->num_beams > 1) && !r->copy_blocks)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "generate: n > 1 or beams need copy_blocks");
 	cap_ctx = pool ? rg_kv_pool_n_blocks(pool) * rg_kv_pool_block_size(pool)

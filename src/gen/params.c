@@ -34,12 +34,18 @@ rg_status rg_gen_params_check(const rg_gen_params *p, int vocab)
 
 	if ((st = rg_sampling_params_check(s, vocab)) != RG_OK)
 		return st;
-	if (p->n < 1 || p->max_tokens < 1 || p->max_step_tokens < 1 || p->logprobs < 0 ||
-	    p->logprobs > RG_GEN_MAX_LOGPROBS)
+	if (p->n < 1 || p->max_tokens < (p->prompt_logprobs ? 0 : 1) || p->max_step_tokens < 1 ||
+	    p->logprobs < 0 || p->logprobs > RG_GEN_MAX_LOGPROBS)
 		return rg_errorf(RG_ERR_INVALID_INPUT,
 				 "n %d, max_tokens %d, max_step_tokens %d must be >= 1 and logprobs "
 				 "%d in [0, %d]", p->n, p->max_tokens, p->max_step_tokens,
 				 p->logprobs, RG_GEN_MAX_LOGPROBS);
+	if (p->prompt_logprobs && (p->prompt_top_n < 0 || p->prompt_top_n > RG_GEN_MAX_LOGPROBS))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "prompt_top_n %d outside [0, %d]",
+				 p->prompt_top_n, RG_GEN_MAX_LOGPROBS);
+	if (p->prompt_logprobs && p->max_tokens == 0 && beams_on(p))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "max_tokens 0 (prompt scoring only) does not "
+				 "go with beam search");
 	if (p->n_eos < 0 || p->n_stop_ids < 0 || p->n_stop < 0 || (p->n_eos && !p->eos_ids) ||
 	    (p->n_stop_ids && !p->stop_ids) || (p->n_stop && !p->stop))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "stop conditions: counts without arrays");

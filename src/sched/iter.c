@@ -37,6 +37,7 @@ typedef struct iseq {
 	int slot;          /* a beam group member's beam slot (its rows' order), 0 otherwise */
 	int n_draft;       /* draft tokens proposed for its next decode step (rg_iter_set_draft),
 			    * stored past its tokens at tokens[n_tokens .. n_tokens + n_draft) */
+	bool prompt_logits; /* prompt scoring (iter.h): logits of its prompt positions */
 } iseq;
 
 /* A beam group's next beams, given by rg_iter_beam_next for the pending plan. */
@@ -73,7 +74,10 @@ struct rg_iter {
 	int32_t *cu;                             /* (S + 1) */
 	int32_t *ctx, *csrc, *cdst, *ndraft;     /* (S) */
 	int32_t *lrows, *lseq;                   /* (R) logits rows */
-	int R;                                   /* logits rows at most: S, + B with drafts */
+	int32_t *ppos;                           /* (max_prompt_logits) prompt rows' positions */
+	int R;                                   /* logits rows at most: S, + B with drafts,
+						  * + max_prompt_logits */
+	int pl_left;                             /* prompt-logits rows left in the step built */
 	int32_t *tables;                         /* (S, max_blocks) */
 	int32_t *xlens, *xtables;                /* (S), (S, max_xblocks): cross (enc-dec) */
 	int32_t *eseq, *ecu, *eslots;            /* (S), (S + 1), (B): the plan's encode list */
@@ -165,6 +169,7 @@ void rg_iter_free(rg_iter *s)
 	free(s->ctx);
 	free(s->lrows);
 	free(s->lseq);
+	free(s->ppos);
 	free(s->ndraft);
 	free(s->csrc);
 	free(s->cdst);
@@ -195,7 +200,7 @@ rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p)
 	if (!pool || !p || p->max_num_batched_tokens < 1 || p->max_num_seqs < 1 ||
 	    p->max_context < 2 || p->max_waiting < 1 || !(p->deadline_slack >= 1) ||
 	    !isfinite(p->deadline_slack) || p->max_sim_steps < 1 || p->max_draft < 0 ||
-	    p->max_draft > RG_ITER_MAX_DRAFT)
+	    p->max_draft > RG_ITER_MAX_DRAFT || p->max_prompt_logits < 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "iter scheduler: bad parameters");
 	if ((long long)rg_kv_pool_n_blocks(pool) * rg_kv_pool_block_size(pool) < p->max_context)
 		return rg_errorf(RG_ERR_INVALID_INPUT, "iter scheduler: a pool of %d blocks of %d "
@@ -226,9 +231,10 @@ rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p)
 	s->slots = calloc(B, sizeof(int32_t));
 	s->cu = calloc(S + 1, sizeof(int32_t));
 	s->ctx = calloc(S, sizeof(int32_t));
-	s->R = s->S + (p->max_draft > 0 ? s->B : 0);
+	s->R = s->S + (p->max_draft > 0 ? s->B : 0) + p->max_prompt_logits;
 	s->lrows = calloc((size_t)s->R, sizeof(int32_t));
 	s->lseq = calloc((size_t)s->R, sizeof(int32_t));
+	s->ppos = calloc((size_t)p->max_prompt_logits + 1, sizeof(int32_t));
 	s->ndraft = calloc(S, sizeof(int32_t));
 	s->csrc = calloc(S, sizeof(int32_t));
 	s->cdst = calloc(S, sizeof(int32_t));
@@ -253,7 +259,7 @@ rg_status rg_iter_init(rg_iter **out, rg_kv_pool *pool, const rg_iter_params *p)
 	s->reg_blocks = calloc(MB, sizeof(int32_t));
 	s->learner = malloc(sizeof(*s->learner));
 	if (!s->learner || !s->running || !s->waiting || !s->dec || !s->tokens || !s->positions ||
-	    !s->slots || !s->cu || !s->ctx || !s->lrows || !s->lseq || !s->ndraft || !s->csrc || !s->cdst ||
+	    !s->slots || !s->cu || !s->ctx || !s->lrows || !s->lseq || !s->ppos || !s->ndraft || !s->csrc || !s->cdst ||
 	    !s->tables || !s->ids || !s->bslot || !s->bn || !s->hit_blocks || !s->hit_hashes ||
 	    !s->reg_blocks) {
 		st = rg_errorf(RG_ERR_OOM, "iter scheduler: out of memory");
@@ -520,6 +526,24 @@ static int headroom(const rg_iter *s, int width)
 	return n;
 }
 
+/* Prompt-scoring rows (iter.h) of a chunk of n tokens of q from position c: its positions
+ * before the prompt's last. */
+static int prompt_rows(const iseq *q, int c, int n)
+{
+	int end = c + n < q->prompt_len - 1 ? c + n : q->prompt_len - 1;
+
+	return q->prompt_logits && end > c ? end - c : 0;
+}
+
+/* A chunk of at most n tokens of q from c, cut so that its prompt rows fit the step's rows
+ * left; 0: none fit (it waits). */
+static int prompt_cut(const rg_iter *s, const iseq *q, int c, int n)
+{
+	if (prompt_rows(q, c, n) <= s->pl_left)
+		return n;
+	return s->pl_left; /* then c + pl_left < prompt_len - 1: pl_left rows */
+}
+
 /* Admit the head of the waiting queue with a chunk of at most budget tokens: share its cached
  * prefix, then take slots. Only when the blocks of its whole rest (every token it has, not the
  * chunk alone: a preempted sequence comes back with what it generated) plus headroom() are
@@ -534,7 +558,7 @@ static bool admit_head(rg_iter *s)
 	 * it); its decoder blocks depend on the source, so no prefix is shared */
 	if (q->n_src > 0 && q->n_src >= s->budget)
 		return false;
-	if (s->cache && q->n_src == 0) {
+	if (s->cache && q->n_src == 0 && !q->prompt_logits) {
 		n_hit = rg_prefix_cache_lookup(s->cache, q->tokens, q->n_tokens, max_hit,
 					       s->hit_blocks, s->hit_hashes);
 		if (n_hit > 0 && rg_kv_attach(s->kv, kv_id(q), s->hit_blocks, n_hit) != RG_OK)
@@ -544,6 +568,8 @@ static bool admit_head(rg_iter *s)
 	rest = n = q->n_tokens - q->n_computed;
 	if (n > s->budget - q->n_src)
 		n = s->budget - q->n_src;
+	if ((n = prompt_cut(s, q, q->n_computed, n)) < 1)
+		return false; /* nothing attached: no prefix lookup for it */
 	avail = rg_kv_n_avail(s->kv) - xb;
 	if (s->n_running > 0) {
 		avail -= headroom(s, q->n_beams >= 2 ? q->n_beams : 1);
@@ -557,6 +583,7 @@ static bool admit_head(rg_iter *s)
 		q->n_computed = 0;
 		return false;
 	}
+	s->pl_left -= prompt_rows(q, q->n_computed, fit);
 	if (q->n_src > 0) {
 		q->need_encode = true;
 		s->budget -= q->n_src;
@@ -649,19 +676,33 @@ static void plan_fill(rg_iter *s, rg_iter_plan *plan, int n_pre)
 		}
 		pairs += (double)n * ((double)c + (n + 1) / 2.0);
 	}
+	/* prompt-scoring rows, after every sampling row */
+	int np = 0;
+
+	for (int i = 0; i < s->n_dec; i++) {
+		const decision *d = &s->dec[i];
+		int nr = prompt_rows(d->q, d->c_before, d->n_new);
+
+		for (int j = 0; j < nr; j++) {
+			s->lrows[nl + np] = s->cu[i] + j;
+			s->lseq[nl + np] = i;
+			s->ppos[np++] = d->c_before + j;
+		}
+	}
 	s->plan_tokens = tok;
 	s->plan_pairs = pairs;
 	s->plan_shape = (rg_step_shape){.tokens = tok, .n_decode = n_dec_seqs, .pairs = pf_pairs,
-					.ctx = dec_ctx, .rows = nl};
+					.ctx = dec_ctx, .rows = nl + np};
 	*plan = (rg_iter_plan){
 		.batch = {
 			.n_tokens = tok, .tokens = s->tokens, .positions = s->positions,
 			.n_seq = s->n_dec, .cu_seqlens_q = s->cu, .context_lens = s->ctx,
 			.max_blocks_per_seq = s->max_blocks, .block_tables = s->tables,
-			.slot_mapping = s->slots, .n_logits = nl, .logits_rows = s->lrows,
+			.slot_mapping = s->slots, .n_logits = nl + np, .logits_rows = s->lrows,
 		},
 		.seq_ids = s->ids, .beam_slot = s->bslot, .logits_seq = s->lseq,
-		.n_draft = s->ndraft, .n_copies = nc,
+		.n_draft = s->ndraft, .n_sample = nl, .n_prompt_rows = np, .prompt_pos = s->ppos,
+		.n_copies = nc,
 		.copy_src = s->csrc, .copy_dst = s->cdst, .n_decode_seqs = n_dec_seqs, .n_prefill_tokens = n_pf,
 		.pairs = pairs, .shape = s->plan_shape, .n_preempted = n_pre,
 		.n_encode = ne, .enc_seq = s->eseq, .enc_cu = s->ecu, .enc_slots = s->eslots,
@@ -689,6 +730,7 @@ rg_status rg_iter_schedule(rg_iter *s, double now_ms, rg_iter_plan *plan)
 	s->done_read = 0;
 	s->n_dec = 0;
 	s->budget = s->B;
+	s->pl_left = s->p.max_prompt_logits;
 	/* decoding sequences not yet placed: a draft row leaves one token of budget to each */
 	int n_decoding = 0;
 
@@ -738,8 +780,10 @@ rg_status rg_iter_schedule(rg_iter *s, double now_ms, rg_iter_plan *plan)
 		iseq *q = s->running[i];
 		int rem = q->n_tokens - q->n_computed;
 
-		if (rem > 1 && q->dec < 0)
-			reserve_running(s, q, rem < s->budget ? rem : s->budget, &n_pre);
+		int n = prompt_cut(s, q, q->n_computed, rem < s->budget ? rem : s->budget);
+
+		if (rem > 1 && q->dec < 0 && n > 0 && reserve_running(s, q, n, &n_pre))
+			s->pl_left -= prompt_rows(q, q->n_computed, s->dec[q->dec].n_new);
 	}
 	/* 3. waiting requests in order, none in a step that preempted; a beam group takes room
 	 * for all its beams */
@@ -1581,6 +1625,10 @@ rg_status rg_iter_add(rg_iter *s, const rg_iter_request *r, double now_ms, rg_it
 		return rg_errorf(RG_ERR_TOO_LONG, "iter add: a source of %d tokens does not fit a "
 				 "step of max_num_batched_tokens %d with its decoder's first token",
 				 r->n_src, s->B);
+	if (r->prompt_logits && (s->p.max_prompt_logits < 1 || r->n_src > 0))
+		return rg_errorf(RG_ERR_INVALID_INPUT, "iter add: prompt_logits needs "
+				 "max_prompt_logits >= 1 (it is %d) and a decoder-only request",
+				 s->p.max_prompt_logits);
 	if (find_seq(s, r->id))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "iter add: request %llu already present",
 				 (unsigned long long)r->id);
@@ -1642,6 +1690,7 @@ rg_status rg_iter_add(rg_iter *s, const rg_iter_request *r, double now_ms, rg_it
 	q->cost = (double)r->prompt_len + max_new; /* its service: every token it will hold */
 	q->n_beams = r->n_beams >= 2 ? r->n_beams : 0;
 	q->n_src = r->n_src;
+	q->prompt_logits = r->prompt_logits;
 	q->dec = -1;
 	q->first_ms = -1;
 	if ((st = admit_check(s, q, now_ms, adm)) != RG_OK) {

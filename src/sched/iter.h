@@ -118,7 +118,18 @@
  * positions is rolled back (rg_kv_truncate: blocks that held only them go back to the pool).
  * The caller runs the same walk to accept tokens (stops, text) and reports a stop on the row
  * where it stopped; rows after that are ignored. A draft lives for one schedule. Beam groups
- * and encoder-decoders take no drafts. */
+ * and encoder-decoders take no drafts.
+ *
+ * Prompt scoring (OpenAI completions' echo with logprobs, vLLM's prompt_logprobs): a request
+ * with prompt_logits set asks for the logits of each prompt position p < prompt_len - 1 (they
+ * score prompt token p + 1) as its prefill chunks compute them. They come as extra logits rows
+ * after the step's sampling rows (plan.n_prompt_rows, plan.prompt_pos), at most
+ * max_prompt_logits of them per step (the caller's host buffer of vocab-sized rows): such a
+ * sequence's chunk is cut to the rows left, and waits for the next step when none are. It
+ * shares no cached prefix (the skipped positions would have no logits; vLLM does the same),
+ * though its own blocks are cached for others. A preempted one scores its prompt again when it
+ * is prefilled again. Admission's simulation does not model the row cut (its estimates of such
+ * a request are optimistic when max_prompt_logits < max_num_batched_tokens). */
 #ifndef RG_SCHED_ITER_H
 #define RG_SCHED_ITER_H
 #include <stdbool.h>
@@ -156,6 +167,9 @@ typedef struct rg_iter_params {
 				     * [0] */
 	int max_draft;              /* speculative draft tokens per sequence and step at most
 				     * (rg_iter_set_draft), 0..RG_ITER_MAX_DRAFT; 0: none [0] */
+	int max_prompt_logits;      /* prompt-logits rows of one step at most (requests with
+				     * prompt_logits: the header's prompt scoring), >= 0; 0: such
+				     * requests are refused [0] */
 } rg_iter_params;
 
 /* One request, as given to rg_iter_add (the prompt is copied). */
@@ -179,6 +193,9 @@ typedef struct rg_iter_request {
 	bool fair_own;          /* fair_key is the caller's own name for the request (e.g. the
 				 * engine's request id), apart from the keys the caller's clients
 				 * give (false) */
+	bool prompt_logits;     /* prompt scoring (the header): its prefill chunks ask for the
+				 * logits of every prompt position but the last, and it takes no
+				 * prefix from the cache; needs max_prompt_logits >= 1 and n_src 0 */
 } rg_iter_request;
 
 /* The answer of admission (filled whether admitted or refused). */
@@ -204,6 +221,13 @@ typedef struct rg_iter_plan {
 				    * after this step, one row each, or 1 + n_draft adjacent rows */
 	const int32_t *n_draft;   /* (batch.n_seq) draft tokens verified in each sequence's row
 				   * (its last n_draft tokens in batch.tokens; 0: none) */
+	int n_sample;             /* logits rows that sample: rows [0, n_sample) of
+				   * batch.logits_rows, as above; rg_iter_update reads n_sample
+				   * tokens */
+	int n_prompt_rows;        /* = batch.n_logits - n_sample: prompt-scoring rows, after the
+				   * sampling rows; logits_seq names their sequence too */
+	const int32_t *prompt_pos; /* (n_prompt_rows) the position of each prompt row: its logits
+				    * score that sequence's prompt token prompt_pos + 1 */
 	int n_copies;             /* block copies to run before the step (copy-on-write) */
 	const int32_t *copy_src, *copy_dst; /* (n_copies) */
 	int n_decode_seqs;        /* sequences decoding one token */

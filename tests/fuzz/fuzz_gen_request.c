@@ -111,9 +111,14 @@ static void check_request(const rg_gen_request *r, const rg_gen_limits *lim)
 	if (r->best_of && (r->best_of < r->n || r->best_of > lim->max_n ||
 			   (r->best_of > 1 && r->stream)))
 		abort();
-	if (r->max_tokens < 1 && !(r->max_tokens == -1 && (r->api == RG_GEN_API_CHAT || trn)))
+	/* max_tokens 0: the prompt scored alone (echo or prompt_logprobs, never beams) */
+	if (r->max_tokens < 1 && !(r->max_tokens == -1 && (r->api == RG_GEN_API_CHAT || trn)) &&
+	    !(r->max_tokens == 0 && (r->echo || r->prompt_logprobs >= 0) && !r->use_beam_search))
 		abort();
-	if (r->min_tokens < 0 || (r->max_tokens > 0 && r->min_tokens > r->max_tokens))
+	if (r->min_tokens < 0 || (r->max_tokens >= 0 && r->min_tokens > r->max_tokens))
+		abort();
+	if (r->prompt_logprobs < -1 || r->prompt_logprobs > RG_GEN_MAX_LOGPROBS ||
+	    (r->prompt_logprobs >= 0 && (r->stream || tgi || trn)))
 		abort();
 	if (!in(r->temperature, 0, tgi || trn ? INFINITY : 2) || (tgi && r->temperature <= 0))
 		abort();
@@ -209,12 +214,15 @@ static void check_answers(const rg_gen_request *r, const uint8_t *data, size_t s
 	char *z = malloc(size + 1); /* the raw bytes, NUL-terminated: for the C-string fields */
 	rg_gen_tok top[2] = { { 1, raw, size / 2, -INFINITY, false },
 			      { 2, raw + size / 2, size - size / 2, NAN, true } };
-	rg_gen_lp lp[2] = { { { 3, raw, size, -1.0f, false }, 2, top },
-			    { { 4, text, text_len, 0.0f, true }, 1, top + 1 } };
+	rg_gen_lp lp[2] = { { { 3, raw, size, -1.0f, false }, 2, top, 0 },
+			    { { 4, text, text_len, 0.0f, true }, 1, top + 1, 0 } };
+	/* a prompt's entries (echo, prompt_logprobs): the first without alternatives (null) */
+	rg_gen_lp plp[2] = { { { 5, raw, size, NAN, false }, -1, NULL, 0 },
+			     { { 2, text, text_len, -2.0f, false }, 2, top, 7 } };
 	rg_gen_choice c[2] = {
 		{ .index = 0, .text = text, .text_len = text_len, .finish = RG_GEN_FINISH_STOP,
 		  .lps = lp, .n_lps = 2, .n_generated = 2, .prefill = top, .n_prefill = 2,
-		  .has_seed = r->has_seed, .seed = r->seed },
+		  .has_seed = r->has_seed, .seed = r->seed, .prompt_lps = plp, .n_prompt_lps = 2 },
 		{ .index = 1, .text = raw, .text_len = size, .finish = RG_GEN_FINISH_LENGTH },
 	};
 	rg_gen_answer_ctx ctx = { r->api, "cmpl-1", 1, r->model, NULL, 7, r->inputs_list };
@@ -237,6 +245,8 @@ static void check_answers(const rg_gen_request *r, const uint8_t *data, size_t s
 			    RG_GEN_FINISH_NONE, NULL, NULL, 0, 1, false, 0);
 	rg_gen_answer_event(&b, &ctx, 1, false, raw, size, lp + 1, 1, true, RG_GEN_FINISH_LENGTH,
 			    z, raw, size, 2, r->has_seed, r->seed);
+	rg_gen_answer_event(&b, &ctx, 0, false, text, text_len, plp, 2, true,
+			    RG_GEN_FINISH_NONE, NULL, NULL, 0, 1, false, 0);
 	rg_gen_answer_usage_event(&b, &ctx, &u);
 	rg_gen_answer_error_event(&b, r->api, "validation", z);
 	rg_gen_answer_done_event(&b);

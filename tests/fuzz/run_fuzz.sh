@@ -67,6 +67,8 @@ gen '\x02{"inputs": "x", "parameters": {"grammar": {"type": "regex", "value": "(
 gen '\x01{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\\"a\\": 1}"}}]}, {"role": "tool", "content": "r", "tool_call_id": "c"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}], "tool_choice": "required", "parallel_tool_calls": false}' t1
 gen '\x01{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "f"}}, "stream": true}' t2
 gen '\x00{"prompt": "x", "guided_choice": ["a", "b\\"c"], "structured_outputs": {"regex": "a"}}' g12
+gen '\x00{"prompt": ["x", [1, 2]], "echo": true, "logprobs": 3, "max_tokens": 0, "prompt_logprobs": 2, "stream": false}' p1
+gen '\x01{"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 20, "max_tokens": 1}' p2
 "$OUT/fuzz_gen_request" -max_total_time="$GEN_SECS" -max_len=4096 -timeout=5 \
 	-artifact_prefix="$OUT/" "$OUT/corpus_gen_request"
 

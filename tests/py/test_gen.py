@@ -103,7 +103,8 @@ class GenParams(ctypes.Structure):
                 ("forced_bos_set", ctypes.c_bool), ("forced_bos_id", ctypes.c_int32),
                 ("grammar_kind", ctypes.c_int), ("grammar", ctypes.c_char_p),
                 ("num_speculative_tokens", ctypes.c_int), ("prompt_lookup_max", ctypes.c_int),
-                ("prompt_lookup_min", ctypes.c_int)]
+                ("prompt_lookup_min", ctypes.c_int), ("prompt_logprobs", ctypes.c_bool),
+                ("prompt_top_n", ctypes.c_int)]
 
 
 class GenSeq(ctypes.Structure):

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "gen/engine.h"
 #include "gen/generate.h"
 #include "gen/topk.h"
 #include "test_rng.h"
@@ -708,6 +709,176 @@ static void test_sampler_clone_reset(void **state)
 	free(work.data);
 }
 
+/* toy_step for logits rows in any order (the model's contract: prompt-scoring rows come after
+ * the sampling rows): each row's sequence and position found from cu_seqlens_q. */
+static rg_status toy_step_any(void *c, const rg_step_batch *b, float *logits)
+{
+	toy *t = c;
+	int32_t ctxbuf[512];
+
+	t->n_steps++;
+	for (int i = 0; i < b->n_seq; i++) {
+		const int32_t *tab = b->block_tables + (size_t)i * b->max_blocks_per_seq;
+		int n_new = b->cu_seqlens_q[i + 1] - b->cu_seqlens_q[i];
+
+		for (int j = 0; j < n_new; j++) {
+			int r = b->cu_seqlens_q[i] + j, pos = b->context_lens[i] - n_new + j;
+
+			if (b->positions[r] != pos ||
+			    b->slot_mapping[r] != tab[pos / t->bs] * t->bs + pos % t->bs)
+				return RG_ERR_INTERNAL;
+			t->cache[b->slot_mapping[r]] = b->tokens[r];
+		}
+	}
+	for (int li = 0; li < b->n_logits; li++) {
+		int r = b->logits_rows[li], i = 0;
+
+		if (r < 0 || r >= b->n_tokens)
+			return RG_ERR_INTERNAL;
+		while (b->cu_seqlens_q[i + 1] <= r)
+			i++;
+		const int32_t *tab = b->block_tables + (size_t)i * b->max_blocks_per_seq;
+		int pos = b->context_lens[i] - (b->cu_seqlens_q[i + 1] - r);
+
+		for (int q = 0; q <= pos; q++)
+			ctxbuf[q] = t->cache[tab[q / t->bs] * t->bs + q % t->bs];
+		toy_logits(t->V, ctxbuf, pos + 1, logits + (size_t)li * t->V);
+	}
+	return RG_OK;
+}
+
+/* Prompt scoring through the engine (rg_gen_params.prompt_logprobs) on the host path (a runner
+ * with logits only): each prompt token's log-probability, rank and top 3 equal the float64
+ * log-softmax of the toy's logits at the position before it, with the prefill cut to 3 rows a
+ * step beside a plain greedy request; max_tokens 0 generates nothing (finish LENGTH); the plain
+ * request's tokens are the direct argmax's; outputs k > 0 carry no prompt arrays. */
+static void test_prompt_scoring(void **state)
+{
+	enum { V = 37 };
+	toy t;
+	rg_gen_runner r = toy_runner(&t, V, 4, 64, 64);
+	rg_gen_engine_params ep;
+	rg_gen_engine *e;
+	rg_status st;
+	uint64_t id[3];
+	(void)state;
+
+	r.step = toy_step_any;
+	rg_gen_engine_params_default(&ep);
+	ep.max_num_batched_tokens = 8;
+	ep.max_prompt_logprob_rows = 3;
+	e = rg_gen_engine_create_runner(&r, NULL, NULL, NULL, 0, &ep, &st);
+	assert_non_null(e);
+	for (int k = 0; k < 3; k++) {
+		rg_gen_params p;
+
+		rg_gen_params_default(&p);
+		p.n_eos = -1;
+		p.max_tokens = k == 0 ? 0 : 5;
+		p.prompt_logprobs = k < 2;
+		p.prompt_top_n = 3;
+		p.n = k == 1 ? 2 : 1;
+		assert_int_equal(rg_gen_engine_add(e, k == 2 ? P3 : P2, k == 2 ? 7 : 11, &p, NULL,
+						   0, &id[k], NULL), RG_OK);
+	}
+	while (rg_gen_engine_has_work(e))
+		assert_int_equal(rg_gen_engine_step(e, 0, NULL, NULL), RG_OK);
+	for (int k = 0; k < 2; k++) {
+		rg_gen_output o;
+
+		assert_int_equal(rg_gen_engine_output(e, id[k], 0, &o), RG_OK);
+		assert_int_equal(o.n_ids, k == 0 ? 0 : 5);
+		assert_int_equal(o.finish, RG_FINISH_LENGTH);
+		assert_non_null(o.prompt_logprobs);
+		assert_int_equal(o.prompt_top_n, 3);
+		assert_true(isnan(o.prompt_logprobs[0]));
+		for (int i = 1; i < 11; i++) {
+			float lg[V];
+			double mx = -INFINITY, sum = 0, lse;
+			int rank = 1, order[V];
+
+			toy_logits(V, P2, i, lg);
+			for (int v = 0; v < V; v++)
+				mx = lg[v] > mx ? lg[v] : mx;
+			for (int v = 0; v < V; v++)
+				sum += exp((double)lg[v] - mx);
+			lse = mx + log(sum);
+			for (int v = 0; v < V; v++)
+				rank += lg[v] > lg[P2[i]];
+			assert_true(fabs(o.prompt_logprobs[i] - ((double)lg[P2[i]] - lse)) <= 1e-6);
+			assert_int_equal(o.prompt_ranks[i], rank);
+			/* the top 3 by a full sort (lower id first on ties) */
+			for (int v = 0; v < V; v++)
+				order[v] = v;
+			for (int a = 1; a < V; a++)
+				for (int b = a; b > 0 && lg[order[b]] > lg[order[b - 1]]; b--) {
+					int x = order[b];
+
+					order[b] = order[b - 1];
+					order[b - 1] = x;
+				}
+			for (int j = 0; j < 3; j++) {
+				assert_int_equal(o.prompt_top_ids[i * 3 + j], order[j]);
+				assert_true(fabs(o.prompt_top_logprobs[i * 3 + j] -
+						 ((double)lg[order[j]] - lse)) <= 1e-6);
+			}
+		}
+		if (k == 1) {
+			rg_gen_output o1;
+
+			assert_int_equal(rg_gen_engine_output(e, id[1], 1, &o1), RG_OK);
+			assert_null(o1.prompt_logprobs);
+			assert_int_equal(o1.n_ids, 5);
+			assert_memory_equal(o1.ids, o.ids, 5 * sizeof(int32_t));
+		}
+	}
+	{
+		rg_gen_output o;
+		int32_t ctx[16];
+		int n = 7;
+
+		assert_int_equal(rg_gen_engine_output(e, id[2], 0, &o), RG_OK);
+		assert_null(o.prompt_logprobs);
+		memcpy(ctx, P3, sizeof(P3));
+		for (int k = 0; k < 5; k++) {
+			float lg[V];
+			int best = 0;
+
+			toy_logits(V, ctx, n, lg);
+			for (int v = 1; v < V; v++)
+				if (lg[v] > lg[best])
+					best = v;
+			assert_int_equal(o.ids[k], best);
+			ctx[n++] = best;
+		}
+	}
+	/* refusals: top_n out of range; max_tokens 0 without scoring; beams with max_tokens 0 */
+	{
+		rg_gen_params p;
+		uint64_t x;
+
+		rg_gen_params_default(&p);
+		p.prompt_logprobs = true;
+		p.prompt_top_n = RG_GEN_MAX_LOGPROBS + 1;
+		assert_int_equal(rg_gen_engine_add(e, P2, 11, &p, NULL, 0, &x, NULL),
+				 RG_ERR_INVALID_INPUT);
+		p.prompt_top_n = 0;
+		p.prompt_logprobs = false;
+		p.max_tokens = 0;
+		assert_int_equal(rg_gen_engine_add(e, P2, 11, &p, NULL, 0, &x, NULL),
+				 RG_ERR_INVALID_INPUT);
+		p.prompt_logprobs = true;
+		p.num_beams = 2;
+		p.n = 2;
+		assert_int_equal(rg_gen_engine_add(e, P2, 11, &p, NULL, 0, &x, NULL),
+				 RG_ERR_INVALID_INPUT);
+	}
+	for (int k = 0; k < 3; k++)
+		rg_gen_engine_release(e, id[k]);
+	rg_gen_engine_free(e);
+	free(t.cache);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -720,6 +891,7 @@ int main(void)
 		cmocka_unit_test(test_topk_hier_equals_sort),
 		cmocka_unit_test(test_sampler_support),
 		cmocka_unit_test(test_sampler_clone_reset),
+		cmocka_unit_test(test_prompt_scoring),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -249,6 +249,19 @@ static void test_openai_ranges(void **state)
 		{ CMP, "\"max_tokens\": -1", "max_tokens" },
 		{ CMP, "\"max_tokens\": 4294967296", "max_tokens" },
 		{ CMP, "\"max_tokens\": 1", NULL },
+		/* prompt scoring (issue 31): max_tokens 0 with echo or prompt_logprobs */
+		{ CMP, "\"max_tokens\": 0, \"echo\": true", NULL },
+		{ CMP, "\"max_tokens\": 0, \"prompt_logprobs\": 0", NULL },
+		{ CMP, "\"max_tokens\": 0, \"echo\": true, \"min_tokens\": 1", "min_tokens" },
+		{ CMP, "\"max_tokens\": 0, \"echo\": true, \"use_beam_search\": true", "max_tokens" },
+		{ CMP, "\"prompt_logprobs\": -1", "prompt_logprobs" },
+		{ CMP, "\"prompt_logprobs\": 21", "prompt_logprobs" },
+		{ CMP, "\"prompt_logprobs\": \"1\"", "prompt_logprobs" },
+		{ CMP, "\"prompt_logprobs\": 20", NULL },
+		{ CMP, "\"prompt_logprobs\": null", NULL },
+		{ CHAT, "\"prompt_logprobs\": 1, \"stream\": true", "prompt_logprobs" },
+		{ CHAT, "\"prompt_logprobs\": 3", NULL },
+		{ CMP, "\"echo\": true, \"logprobs\": 1, \"max_tokens\": 0, \"stream\": true", NULL },
 		{ CHAT, "\"max_completion_tokens\": 0", "max_completion_tokens" },
 		{ CMP, "\"min_tokens\": -1", "min_tokens" },
 		{ CMP, "\"min_tokens\": 17", "min_tokens" }, /* > the default max_tokens 16 */
@@ -1035,9 +1048,9 @@ static const rg_gen_tok TOP0[2] = { { 9, "Hel", 3, -0.25f, false }, { 7, "He", 2
 static const rg_gen_tok TOP1[2] = { { 11, "lo", 2, -0.5f, false }, { 12, "\xe2\x82", 2, -INFINITY,
 									  false } };
 static const rg_gen_lp LPS[3] = {
-	{ { 9, "Hel", 3, -0.25f, false }, 2, TOP0 },
-	{ { 12, "\xe2\x82", 2, -INFINITY, false }, 2, TOP1 },
-	{ { 2, "</s>", 4, -0.125f, true }, 0, NULL },
+	{ { 9, "Hel", 3, -0.25f, false }, 2, TOP0, 0 },
+	{ { 12, "\xe2\x82", 2, -INFINITY, false }, 2, TOP1, 0 },
+	{ { 2, "</s>", 4, -0.125f, true }, 0, NULL, 0 },
 };
 static const size_t OFFS[3] = { 0, 3, 5 };
 
@@ -1474,7 +1487,7 @@ static void test_answers_any_bytes(void **state)
 	for (int i = 0; i < 256; i++)
 		junk[i] = (char)(255 - i);
 	top[0] = (rg_gen_tok){ 1, junk, 256, NAN, false };
-	lp[0] = (rg_gen_lp){ { 2, junk + 100, 156, -INFINITY, true }, 1, top };
+	lp[0] = (rg_gen_lp){ { 2, junk + 100, 156, -INFINITY, true }, 1, top, 0 };
 	for (int api = 0; api < 5; api++) {
 		json_object *o;
 

@@ -1633,6 +1633,109 @@ static void test_beam_errors(void **state)
 	h_free(&h);
 }
 
+/* Run requests ids[0..n) (already added) to their ends, one token 1 per sampling row, checking
+ * each plan's prompt rows (src/sched/iter.h's prompt scoring): at most max_rows, after the
+ * sampling rows, each at its sequence's position prompt_pos of the batch. seen[id][pos] counts
+ * the rows of request id at each position; done_cached[id] its n_cached_tokens at the end. */
+static void pl_run(rg_iter *s, int max_rows, int n_ids, int seen[][64], int *done_cached)
+{
+	int32_t sampled[256];
+	int live = n_ids;
+	double now = 0;
+
+	while (live > 0) {
+		rg_iter_plan pl;
+		const rg_iter_done *d;
+		int nd;
+
+		assert_int_equal(rg_iter_schedule(s, now, &pl), RG_OK);
+		assert_true(pl.batch.n_seq > 0);
+		assert_int_equal(pl.batch.n_logits, pl.n_sample + pl.n_prompt_rows);
+		assert_true(pl.n_prompt_rows <= max_rows);
+		for (int j = 0; j < pl.n_prompt_rows; j++) {
+			const int r = pl.batch.logits_rows[pl.n_sample + j], i =
+				pl.logits_seq[pl.n_sample + j];
+
+			assert_true(r >= pl.batch.cu_seqlens_q[i] && r < pl.batch.cu_seqlens_q[i + 1]);
+			assert_int_equal(pl.batch.positions[r], pl.prompt_pos[j]);
+			seen[pl.seq_ids[i]][pl.prompt_pos[j]]++;
+		}
+		for (int r = 0; r < pl.n_sample; r++)
+			sampled[r] = 1;
+		now += 1;
+		assert_int_equal(rg_iter_update(s, sampled, NULL, now, 1.0), RG_OK);
+		d = rg_iter_finished(s, &nd);
+		for (int k = 0; k < nd; k++) {
+			done_cached[d[k].id] = d[k].n_cached_tokens;
+			live--;
+		}
+	}
+}
+
+/* Prompt scoring: a prompt_logits request's chunks are cut to max_prompt_logits rows a step
+ * and every prompt position but the last gets exactly one row; a plain request beside it has
+ * none; the same prompt again takes nothing from the prefix cache (its rows would be missing),
+ * while a plain request after them does. Without max_prompt_logits such a request is refused. */
+static void test_prompt_logits(void **state)
+{
+	rg_kv_pool *pool;
+	rg_iter *s;
+	rg_iter_params p;
+	int32_t prompt[40];
+	static int seen[8][64];
+	int cached[8] = {0};
+	(void)state;
+
+	for (int i = 0; i < 40; i++)
+		prompt[i] = 3 + i % 17;
+	assert_int_equal(rg_kv_pool_init(&pool, 64, 4), RG_OK);
+	rg_iter_params_default(&p);
+	p.max_num_batched_tokens = 16;
+	p.max_context = 128;
+	assert_int_equal(rg_iter_init(&s, pool, &p), RG_OK);
+	{
+		rg_iter_request r = {.id = 1, .prompt = prompt, .prompt_len = 9, .max_tokens = 2,
+				     .prompt_logits = true};
+
+		assert_int_equal(rg_iter_add(s, &r, 0, NULL), RG_ERR_INVALID_INPUT);
+	}
+	rg_iter_free(s);
+	p.max_prompt_logits = 5;
+	assert_int_equal(rg_iter_init(&s, pool, &p), RG_OK);
+	for (int id = 1; id <= 2; id++) {
+		rg_iter_request r = {.id = (uint64_t)id, .prompt = prompt, .prompt_len = id == 1 ? 37 : 6,
+				     .max_tokens = 3, .prompt_logits = id == 1};
+
+		assert_int_equal(rg_iter_add(s, &r, 0, NULL), RG_OK);
+	}
+	memset(seen, 0, sizeof(seen));
+	pl_run(s, 5, 2, seen, cached);
+	for (int pos = 0; pos < 64; pos++) {
+		assert_int_equal(seen[1][pos], pos < 36);
+		assert_int_equal(seen[2][pos], 0);
+	}
+	/* the same 37 tokens again, scored: no prefix hit; then plain: a hit */
+	{
+		rg_iter_request r = {.id = 3, .prompt = prompt, .prompt_len = 37, .max_tokens = 1,
+				     .prompt_logits = true};
+
+		assert_int_equal(rg_iter_add(s, &r, 0, NULL), RG_OK);
+		pl_run(s, 5, 1, seen, cached);
+		assert_int_equal(cached[3], 0);
+		for (int pos = 0; pos < 64; pos++)
+			assert_int_equal(seen[3][pos], pos < 36);
+		r.id = 4;
+		r.prompt_logits = false;
+		assert_int_equal(rg_iter_add(s, &r, 0, NULL), RG_OK);
+		pl_run(s, 5, 1, seen, cached);
+		assert_true(cached[4] >= 32);
+		for (int pos = 0; pos < 64; pos++)
+			assert_int_equal(seen[4][pos], 0);
+	}
+	rg_iter_free(s);
+	rg_kv_pool_free(pool);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1654,6 +1757,7 @@ int main(void)
 		cmocka_unit_test(test_preemption_bounded),
 		cmocka_unit_test(test_fair_shares),
 		cmocka_unit_test(test_drafts),
+		cmocka_unit_test(test_prompt_logits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
