@@ -539,6 +539,21 @@ static void route_by_body(conn_ctx *c, const char *url)
  * /tokenize have a row per kind). A name that no model answers to gets 404 model_not_found on
  * every route, as vLLM answers it (*ret set, true). A body that does not parse, or a "model"
  * that is no string, stays with the first model, whose parser words the error. */
+/* The first served model whose kind the route (url, method) serves, else the first model. */
+static rg_server *first_fitting(rg_server *front, const char *url, const char *method)
+{
+	for (int k = 0; k < front->n_served; k++) {
+		rg_server *m = front->served[k];
+		const unsigned kind = rg_route_kind_of_model(m->info);
+		const char *arg;
+		const rg_route_def *row = rg_route_find(url, method, kind, &arg);
+
+		if (row && (row->kinds == RG_KIND_ANY || (row->kinds & kind)))
+			return m;
+	}
+	return front;
+}
+
 static bool route_to_model(conn_ctx *c, const char *url, const char *method,
 			   enum MHD_Result *ret)
 {
@@ -555,7 +570,12 @@ static bool route_to_model(conn_ctx *c, const char *url, const char *method,
 		return false;
 	if (json_object_object_get_ex(o, "model", &v) && json_object_is_type(v, json_type_string))
 		name = json_object_get_string(v);
-	m = rg_served_find(front, name);
+	/* no name (or huggingface_hub's placeholder): the first model whose kind serves the route,
+	 * as a TEI client posting /rerank without a model expects in a server whose first model
+	 * embeds; the first model when none does (its kind check answers the 400) */
+	m = !name || !strcmp(name, "dummy") || !strcmp(name, "tgi")
+		    ? first_fitting(front, url, method)
+		    : rg_served_find(front, name);
 	if (!m) {
 		rg_refuse_model(c, name, ret);
 		json_object_put(o);

@@ -169,6 +169,22 @@ def test_unknown_model_404_everywhere(multi):
     assert multi.alive()
 
 
+def test_no_model_goes_to_the_first_that_fits(multi, singles):
+    """Without "model" (or with huggingface_hub's placeholder), a route goes to the first model
+    whose kind serves it: a TEI client's /rerank reaches the reranker, an OpenAI client's chat
+    the generator, though the first model embeds."""
+    np.testing.assert_allclose(rerank(multi), rerank(singles["rr"]), atol=1e-6)
+    want = complete(singles["gen"], PROMPTS[0])["choices"][0]["text"]
+    assert complete(multi, PROMPTS[0])["choices"][0]["text"] == want
+    assert chat(multi, model="dummy")["choices"][0]["message"] == \
+        chat(singles["gen"])["choices"][0]["message"]
+    st, out = multi.post_json("/generate", {"inputs": PROMPTS[0],
+                                            "parameters": {"max_new_tokens": 2}})
+    assert st == 200, out
+    # the embedding routes keep the first model
+    np.testing.assert_allclose(embed(multi, TEXTS), embed(singles["emb"], TEXTS), atol=1e-6)
+
+
 def test_wrong_kind_400(multi):
     cases = [("/v1/completions", {"prompt": "A", "max_tokens": 1, "model": "emb"}),
              ("/v1/chat/completions", {"messages": [{"role": "user", "content": "A"}],
