@@ -186,6 +186,10 @@ static const opt_spec g_opts[] = {
 	{"--max-grammar-states", "N", OPT_INT, F(max_grammar_states), 16, 1 << 22, "50000",
 	 "decoders: DFA states of one structured-output grammar (regex, JSON Schema) at most; "
 	 "more -> 400"},
+	{"--max-prompt-logprob-rows", "N", OPT_INT, F(max_prompt_logprob_rows), 0, 1 << 16, "128",
+	 "decoders: prompt positions scored in one step for echo + logprobs / prompt_logprobs "
+	 "(vocabulary-sized host rows each; a longer prompt is scored over several steps; 0: "
+	 "such requests -> 400)"},
 	{"--max-model-len", "N", OPT_INT, F(max_model_len), 2, 1 << 22, NULL,
 	 "decoders: prompt and completion tokens at most (default the model's positions)"},
 	{"--max-total-tokens", "N", OPT_INT, F(max_model_len), 2, 1 << 22, NULL,
@@ -681,6 +685,7 @@ static const size_t g_model_opts[] = {
 	F(das_packed), F(pooling), F(auto_truncate), F(default_prompt_name), F(default_prompt),
 	F(dense_path), F(revision), F(devices), F(device_id), F(max_concurrent_requests),
 	F(max_num_seqs), F(max_num_batched_tokens), F(max_grammar_states), F(max_model_len),
+	F(max_prompt_logprob_rows),
 	F(kv_cache_fraction), F(kv_cache_bytes), F(block_size), F(no_prefix_caching),
 	F(chat_content_as_text), F(speculative), F(num_speculative_tokens), F(prompt_lookup_max),
 	F(prompt_lookup_min), F(default_ttft_ms), F(default_tpot_ms), F(step_delay_ms),

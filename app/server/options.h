@@ -79,6 +79,7 @@ typedef struct rg_serve_opts {
 	/* decoder models (issue 20: the generation engine, engine_gen.h) */
 	int max_num_seqs;             /* sequences in one step */
 	int max_grammar_states;       /* structured outputs: DFA states of one grammar */
+	int max_prompt_logprob_rows;  /* echo / prompt_logprobs: prompt logits rows in one step */
 	int max_num_batched_tokens;   /* new tokens in one step (0: --max-batch-tokens, else 512) */
 	int max_model_len;            /* prompt + completion tokens (0: the model's positions) */
 	double kv_cache_fraction;     /* of the memory free after the weights */

@@ -255,6 +255,7 @@ static rg_status setup_gen_engine(rg_server *s, int models_left)
 						: s->info->max_position_embeddings;
 	gp.eng.max_waiting = s->o.max_queue;
 	gp.eng.max_grammar_states = s->o.max_grammar_states;
+	gp.eng.max_prompt_logprob_rows = s->o.max_prompt_logprob_rows;
 	gp.eng.prefix_caching = !s->o.no_prefix_caching;
 	gp.eng.block_size = s->o.block_size;
 	gp.eng.kv_bytes = s->o.kv_cache_bytes;

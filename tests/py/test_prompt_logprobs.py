@@ -402,3 +402,27 @@ def test_scoring_survives_preemption(model_dir, tok, ref):
         assert m["ragged_gen_num_requests_running"] == 0
     finally:
         s.stop()
+
+
+def test_server_row_limit_option(model_dir, tok, ref):
+    """--max-prompt-logprob-rows: 3 scores a long prompt over many steps (still every position,
+    equal to the reference); 0 refuses scoring requests with 400 and serves the rest."""
+    ids = tok.encode(LONG).ids
+    s = Server(model_dir, "--max-num-batched-tokens", 16, "--max-prompt-logprob-rows", 3)
+    try:
+        st, out = s.post_json("/v1/completions", {"prompt": LONG, "prompt_logprobs": 2,
+                                                  "max_tokens": 1, "temperature": 0})
+        assert st == 200, out
+        check_prompt_logprobs(out["choices"][0]["prompt_logprobs"], ids, ref(ids), 2)
+    finally:
+        s.stop()
+    s = Server(model_dir, "--max-prompt-logprob-rows", 0)
+    try:
+        st, out = s.post_json("/v1/completions", {"prompt": "abc", "echo": True, "logprobs": 1,
+                                                  "max_tokens": 1})
+        assert st == 400, out
+        assert "prompt" in json.dumps(out).lower(), out
+        st, out = s.post_json("/v1/completions", {"prompt": "abc", "max_tokens": 1})
+        assert st == 200, out
+    finally:
+        s.stop()
