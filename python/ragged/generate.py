@@ -572,45 +572,21 @@ class Generator:
             ep.max_num_batched_tokens = self._max_batch_tokens
             ep.prefix_caching = False  # one request per engine: nothing to share
             ep.max_speculative_tokens = p.num_speculative_tokens
-            ep.kv_fraction = 0.0
-            ep.kv_bytes = 0
-            info = KvInfo()
-            l.rg_model_kv_info(h, ctypes.byref(info))
-            if info.n_blocks == 0:  # no cache yet: one sized for this request, 16 per block
-                need = (len(ids) + int(o["max_tokens"])) * max(int(o["n"]), int(o["num_beams"]))
-                st = l.rg_model_kv_init(h, 16, max(64, 2 * (need // 16 + 2 * o["n"] + 2)))
-                if st != RG_OK:
-                    raise _error(st)
-            st = ctypes.c_int(0)
-            e = l.rg_gen_engine_create(h, ctypes.byref(ep), ctypes.byref(st))
-            if not e:
-                raise _error(st.value)
+            need = (len(ids) + int(o["max_tokens"])) * max(int(o["n"]), int(o["num_beams"]))
+            e, rid = self._single_engine(l, h, ep, ids, p, max(64, 2 * (need // 16 + 2 * o["n"]
+                                                                        + 2)))
             try:
-                arr = (ctypes.c_int32 * len(ids))(*ids)
-                rid = ctypes.c_uint64(0)
-                st = l.rg_gen_engine_add(e, arr, len(ids), ctypes.byref(p), None,
-                                         l.rg_gen_engine_now_ms(), ctypes.byref(rid), None)
-                if st != RG_OK:
-                    raise _error(st)
-                ev = ctypes.POINTER(GenEvent)()
-                n_ev = ctypes.c_int(0)
                 out = GenOutput()
-                while l.rg_gen_engine_has_work(e):
-                    st = l.rg_gen_engine_step(e, l.rg_gen_engine_now_ms(), ctypes.byref(ev),
-                                              ctypes.byref(n_ev))
-                    if st != RG_OK:
-                        raise _error(st)
-                    for k in range(n_ev.value):
-                        x = ev[k]
-                        l.rg_gen_engine_output(e, rid, x.seq, ctypes.byref(out))
-                        if x.finish == FINISH_ABORT and out.status != RG_OK:
-                            raise _error(out.status)
-                        new = [out.ids[t] for t in range(out.n_ids - x.n_new, out.n_ids)]
-                        yield {"index": x.seq, "token": x.token, "logprob": x.logprob,
-                               "ids": new,
-                               "text": ctypes.string_at(x.text, x.text_len).decode(
-                                   "utf-8", errors="replace") if x.text_len else "",
-                               "finish_reason": FINISH_NAMES.get(x.finish)}
+                for x in self._engine_events(l, e):
+                    l.rg_gen_engine_output(e, rid, x.seq, ctypes.byref(out))
+                    if x.finish == FINISH_ABORT and out.status != RG_OK:
+                        raise _error(out.status)
+                    new = [out.ids[t] for t in range(out.n_ids - x.n_new, out.n_ids)]
+                    yield {"index": x.seq, "token": x.token, "logprob": x.logprob,
+                           "ids": new,
+                           "text": ctypes.string_at(x.text, x.text_len).decode(
+                               "utf-8", errors="replace") if x.text_len else "",
+                           "finish_reason": FINISH_NAMES.get(x.finish)}
             finally:
                 l.rg_gen_engine_free(e)
                 del keep
@@ -644,32 +620,10 @@ class Generator:
             ep.max_num_batched_tokens = int(max_batch_tokens or self._max_batch_tokens)
             ep.max_prompt_logprob_rows = int(max_rows)
             ep.prefix_caching = False
-            ep.kv_fraction = 0.0
-            ep.kv_bytes = 0
-            info = KvInfo()
-            l.rg_model_kv_info(h, ctypes.byref(info))
-            if info.n_blocks == 0:  # no cache yet: one sized for this prompt, 16 per block
-                st = l.rg_model_kv_init(h, 16, max(64, 2 * (len(ids) // 16 + 4)))
-                if st != RG_OK:
-                    raise _error(st)
-            st = ctypes.c_int(0)
-            e = l.rg_gen_engine_create(h, ctypes.byref(ep), ctypes.byref(st))
-            if not e:
-                raise _error(st.value)
+            e, rid = self._single_engine(l, h, ep, ids, p, max(64, 2 * (len(ids) // 16 + 4)))
             try:
-                arr = (ctypes.c_int32 * len(ids))(*ids)
-                rid = ctypes.c_uint64(0)
-                st = l.rg_gen_engine_add(e, arr, len(ids), ctypes.byref(p), None,
-                                         l.rg_gen_engine_now_ms(), ctypes.byref(rid), None)
-                if st != RG_OK:
-                    raise _error(st)
-                ev = ctypes.POINTER(GenEvent)()
-                n_ev = ctypes.c_int(0)
-                while l.rg_gen_engine_has_work(e):
-                    st = l.rg_gen_engine_step(e, l.rg_gen_engine_now_ms(), ctypes.byref(ev),
-                                              ctypes.byref(n_ev))
-                    if st != RG_OK:
-                        raise _error(st)
+                for _ in self._engine_events(l, e):
+                    pass
                 out = GenOutput()
                 l.rg_gen_engine_output(e, rid, 0, ctypes.byref(out))
                 if out.status != RG_OK:
@@ -685,6 +639,48 @@ class Generator:
                 return res
             finally:
                 l.rg_gen_engine_free(e)
+
+    @staticmethod
+    def _single_engine(l, h, ep, ids, p, n_blocks):
+        """An engine of its own (ep) for one request (ids, GenParams p) on model handle h: its
+        KV cache made first, n_blocks of 16 tokens, when the model has none. Returns (engine,
+        request id); the caller frees the engine (rg_gen_engine_free). Errors: RaggedError."""
+        from . import _error
+        ep.kv_fraction = 0.0
+        ep.kv_bytes = 0
+        info = KvInfo()
+        l.rg_model_kv_info(h, ctypes.byref(info))
+        if info.n_blocks == 0:
+            st = l.rg_model_kv_init(h, 16, n_blocks)
+            if st != RG_OK:
+                raise _error(st)
+        st = ctypes.c_int(0)
+        e = l.rg_gen_engine_create(h, ctypes.byref(ep), ctypes.byref(st))
+        if not e:
+            raise _error(st.value)
+        arr = (ctypes.c_int32 * len(ids))(*ids)
+        rid = ctypes.c_uint64(0)
+        st = l.rg_gen_engine_add(e, arr, len(ids), ctypes.byref(p), None,
+                                 l.rg_gen_engine_now_ms(), ctypes.byref(rid), None)
+        if st != RG_OK:
+            l.rg_gen_engine_free(e)
+            raise _error(st)
+        return e, rid
+
+    @staticmethod
+    def _engine_events(l, e):
+        """Steps engine e until it has no work, yielding each step's events (GenEvent).
+        Errors: RaggedError (a failed step)."""
+        from . import _error
+        ev = ctypes.POINTER(GenEvent)()
+        n_ev = ctypes.c_int(0)
+        while l.rg_gen_engine_has_work(e):
+            st = l.rg_gen_engine_step(e, l.rg_gen_engine_now_ms(), ctypes.byref(ev),
+                                      ctypes.byref(n_ev))
+            if st != RG_OK:
+                raise _error(st)
+            for k in range(n_ev.value):
+                yield ev[k]
 
     def _encode_generate(self, text):
         """text's ids as rg_generate tokenizes a prompt (the tokenizer's template: BOS where it
