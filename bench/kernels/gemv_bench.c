@@ -29,6 +29,7 @@
 
 #include "core/error.h"
 #include "ops/ops.h"
+#include "bench_util.h"
 #include "ops/cuda/gemv.cuh"
 
 #define ROT_BYTES (128.0 * 1024 * 1024)
@@ -68,18 +69,6 @@ typedef struct row {
 static row g_rows[MAX_ROWS];
 static int g_nrows, g_failed;
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
 
 typedef struct bufs {
 	void *A, *bias, *out, *W[MAX_S];
@@ -155,32 +144,6 @@ static void add_row(const shape *s, int M, const char *mode, double sec)
 	r->gbs = 2.0 * s->N * s->K / sec / 1e9;
 }
 
-/* Device-to-device copy of 1 GiB, bytes read + written per second (median of 5). */
-static double copy_gbs(void)
-{
-	const size_t n = (size_t)1 << 30;
-	void *a = NULL, *b = NULL;
-	double t[5];
-
-	if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess) {
-		(void)cudaGetLastError();
-		cudaFree(a);
-		return 0;
-	}
-	cudaMemset(a, 1, n);
-	cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
-	cudaDeviceSynchronize();
-	for (int r = 0; r < 5; r++) {
-		double t0 = now_s();
-		cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
-		cudaDeviceSynchronize();
-		t[r] = now_s() - t0;
-	}
-	cudaFree(a);
-	cudaFree(b);
-	qsort(t, 5, sizeof(double), cmp_d);
-	return 2.0 * n / t[2] / 1e9;
-}
 
 int main(int argc, char **argv)
 {

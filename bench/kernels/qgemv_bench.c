@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/gguf.h"
 #include "ops/ops.h"
+#include "bench_util.h"
 #include "ops/cuda/qgemv.cuh"
 
 #define ROT_BYTES (128.0 * 1024 * 1024)
@@ -48,45 +49,7 @@ static const int TYPES[] = { RG_GGUF_Q8_0, RG_GGUF_Q4_0, RG_GGUF_Q4_K, RG_GGUF_Q
 static const int MS[] = { 1, 2, 4 };
 static int g_failed;
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-/* Device-to-device copy of 1 GiB, bytes read + written per second (median of 5). */
-static double copy_gbs(void)
-{
-	const size_t n = (size_t)1 << 30;
-	void *a = NULL, *b = NULL;
-	double t[5];
-
-	if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess) {
-		(void)cudaGetLastError();
-		cudaFree(a);
-		return 0;
-	}
-	cudaMemset(a, 1, n);
-	cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
-	cudaDeviceSynchronize();
-	for (int r = 0; r < 5; r++) {
-		double t0 = now_s();
-		cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
-		cudaDeviceSynchronize();
-		t[r] = now_s() - t0;
-	}
-	cudaFree(a);
-	cudaFree(b);
-	qsort(t, 5, sizeof(double), cmp_d);
-	return 2.0 * n / t[2] / 1e9;
-}
 
 
 typedef struct bufs {

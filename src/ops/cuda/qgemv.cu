@@ -710,28 +710,40 @@ template <int MT> struct qmv_do<RG_GGUF_Q8_0, MT> {
 	}
 };
 
+/* Q4_0 / Q4_1: the 16 bytes of nibbles (qs[l]: value l low, l + 16 high) and the block's (d, m);
+ * Q4_0 (Q40 true) values d (q - 8): acc += d (d_a sum(q q_a) - 8 s_a); Q4_1 values d q + m:
+ * acc += d d_a sum(q q_a) + m s_a. */
+template <int MT, bool Q40>
+__device__ __forceinline__ void qmv_q4(float (&acc)[MT], const int (&w)[4], float d, float mn,
+				       const qmv_a &A, int M, int kb0)
+{
+	int a[8];
+	float2 f;
+
+#pragma unroll
+	QMV_MLOOP {
+		int s = 0;
+		A.get(m, kb0, a, f);
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			s = __dp4a(w[i] & 0x0f0f0f0f, a[i], s);
+			s = __dp4a((w[i] >> 4) & 0x0f0f0f0f, a[4 + i], s);
+		}
+		acc[m] += Q40 ? d * (f.x * (float)s - 8.f * f.y) : d * f.x * (float)s + mn * f.y;
+	}
+}
+
 template <int MT> struct qmv_do<RG_GGUF_Q4_0, MT> {
 	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_row &r,
 						    const qmv_a &A, int M, unsigned x, int kb0, int)
 	{
-		int w[4], a[8];
-		float2 f;
+		int w[4];
 		const float d = f16_bits(r.u16(x));
 
 #pragma unroll
 		for (int i = 0; i < 4; i++)
 			w[i] = (int)r.u16x2(x + 2 + 4 * i);
-#pragma unroll
-		QMV_MLOOP {
-			int s = 0;
-			A.get(m, kb0, a, f);
-#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				s = __dp4a(w[i] & 0x0f0f0f0f, a[i], s);
-				s = __dp4a((w[i] >> 4) & 0x0f0f0f0f, a[4 + i], s);
-			}
-			acc[m] += d * (f.x * (float)s - 8.f * f.y);
-		}
+		qmv_q4<MT, true>(acc, w, d, 0.f, A, M, kb0);
 	}
 };
 
@@ -739,25 +751,13 @@ template <int MT> struct qmv_do<RG_GGUF_Q4_1, MT> {
 	static __device__ __forceinline__ void unit(float (&acc)[MT], const qmv_row &r,
 						    const qmv_a &A, int M, unsigned x, int kb0, int)
 	{
-		int w[4], a[8];
-		float2 f;
+		int w[4];
 		const uint32_t dm = r.u32(x);
-		const float d = f16_bits(dm), mn = f16_bits(dm >> 16);
 
 #pragma unroll
 		for (int i = 0; i < 4; i++)
 			w[i] = (int)r.u32(x + 4 + 4 * i);
-#pragma unroll
-		QMV_MLOOP {
-			int s = 0;
-			A.get(m, kb0, a, f);
-#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				s = __dp4a(w[i] & 0x0f0f0f0f, a[i], s);
-				s = __dp4a((w[i] >> 4) & 0x0f0f0f0f, a[4 + i], s);
-			}
-			acc[m] += d * f.x * (float)s + mn * f.y;
-		}
+		qmv_q4<MT, false>(acc, w, f16_bits(dm), f16_bits(dm >> 16), A, M, kb0);
 	}
 };
 
