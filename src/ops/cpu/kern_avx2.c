@@ -86,27 +86,31 @@ void rg_q8_quant_row_avx2(const float *x, int K, rg_q8a *out)
 #define QAI static inline __attribute__((always_inline))
 
 /* The body of a dot over 32-value blocks of `bytes` bytes: blk(p, a, lda, b, R, acc, off) adds
- * block b's products of every row r < R to acc[r] (and the offset term, if any, to off[r]). */
+ * block b's products of every row r < R to acc[r] (and the offset term, if any, to off[r]: one
+ * scalar chain per row, not two, so that 4 rows' 8 vector accumulators and 4 offsets leave
+ * registers for the weights). */
 #define QROWS_32(t, bytes)                                                                    \
 	QAI void t##_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const int R,  \
 			  float *out)                                                         \
 	{                                                                                     \
 		__m256 acc0[RG_QDOT_ROWS], acc1[RG_QDOT_ROWS];                                 \
-		float off0[RG_QDOT_ROWS], off1[RG_QDOT_ROWS];                                  \
+		float off[RG_QDOT_ROWS];                                                      \
 		int b = 0;                                                                    \
                                                                                               \
+		_Pragma("GCC unroll 4")                                                       \
 		for (int r = 0; r < R; r++) {                                                 \
 			acc0[r] = acc1[r] = _mm256_setzero_ps();                              \
-			off0[r] = off1[r] = 0.f;                                              \
+			off[r] = 0.f;                                                         \
 		}                                                                             \
 		for (; b + 2 <= nb; b += 2) {                                                 \
-			t##_blk(p + (size_t)b * (bytes), a, lda, b, R, acc0, off0);            \
-			t##_blk(p + (size_t)(b + 1) * (bytes), a, lda, b + 1, R, acc1, off1);  \
+			t##_blk(p + (size_t)b * (bytes), a, lda, b, R, acc0, off);             \
+			t##_blk(p + (size_t)(b + 1) * (bytes), a, lda, b + 1, R, acc1, off);   \
 		}                                                                             \
 		if (b < nb)                                                                   \
-			t##_blk(p + (size_t)b * (bytes), a, lda, b, R, acc0, off0);            \
+			t##_blk(p + (size_t)b * (bytes), a, lda, b, R, acc0, off);             \
+		_Pragma("GCC unroll 4")                                                       \
 		for (int r = 0; r < R; r++)                                                   \
-			out[r] = hsum8(_mm256_add_ps(acc0[r], acc1[r])) + (off0[r] + off1[r]);  \
+			out[r] = hsum8(_mm256_add_ps(acc0[r], acc1[r])) + off[r];              \
 	}
 
 #define QDOT_ENTRIES(t)                                                                       \
@@ -248,6 +252,7 @@ QAI void k45_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const i
 	__m256 acc0[RG_QDOT_ROWS], acc1[RG_QDOT_ROWS];
 	float off[RG_QDOT_ROWS];
 
+#pragma GCC unroll 4
 	for (int r = 0; r < R; r++) {
 		acc0[r] = acc1[r] = _mm256_setzero_ps();
 		off[r] = 0.f;
@@ -289,6 +294,7 @@ QAI void k45_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const i
 							  _mm256_cvtepi32_ps(s1), acc1[r]);
 			}
 		}
+#pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {
 			const rg_q8a *x = a + (size_t)r * lda + 8 * i;
 			float sm = 0.f;
@@ -298,6 +304,7 @@ QAI void k45_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const i
 			off[r] += dmin * sm;
 		}
 	}
+#pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 		out[r] = hsum8(_mm256_add_ps(acc0[r], acc1[r])) - off[r];
 }
@@ -325,6 +332,7 @@ QAI void q6_k_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const 
 	const __m256i k32 = _mm256_set1_epi8(32);
 	__m256 acc0[RG_QDOT_ROWS], acc1[RG_QDOT_ROWS];
 
+#pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 		acc0[r] = acc1[r] = _mm256_setzero_ps();
 	for (int i = 0; i < nb / 8; i++, p += 210) {
@@ -370,6 +378,7 @@ QAI void q6_k_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const 
 			}
 		}
 	}
+#pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 		out[r] = hsum8(_mm256_add_ps(acc0[r], acc1[r]));
 }

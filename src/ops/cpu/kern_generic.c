@@ -67,6 +67,7 @@ QAI void q8_0_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const 
 		const int8_t *q = (const int8_t *)(p + 2);
 		const float d = f16_at(p);
 
+#pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {
 			const rg_q8a *x = a + (size_t)r * lda + b;
 			int32_t s = 0;
@@ -76,6 +77,7 @@ QAI void q8_0_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const 
 			acc[r] += d * x->d * (float)s;
 		}
 	}
+#pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 		out[r] = acc[r];
 }
@@ -93,6 +95,7 @@ QAI void q4_0_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const 
 			q[j] = (int8_t)((p[2 + j] & 15) - 8);
 			q[j + 16] = (int8_t)((p[2 + j] >> 4) - 8);
 		}
+#pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {
 			const rg_q8a *x = a + (size_t)r * lda + b;
 			int32_t s = 0;
@@ -102,6 +105,7 @@ QAI void q4_0_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const 
 			acc[r] += d * x->d * (float)s;
 		}
 	}
+#pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 		out[r] = acc[r];
 }
@@ -120,6 +124,7 @@ QAI void q4_1_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const 
 			q[j] = p[4 + j] & 15;
 			q[j + 16] = p[4 + j] >> 4;
 		}
+#pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {
 			const rg_q8a *x = a + (size_t)r * lda + b;
 			int32_t s = 0;
@@ -129,6 +134,7 @@ QAI void q4_1_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const 
 			acc[r] += d * x->d * (float)s + m * x->s;
 		}
 	}
+#pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 		out[r] = acc[r];
 }
@@ -163,6 +169,7 @@ QAI void q5_0_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const 
 		const float d = f16_at(p);
 
 		q5_values(p + 2, p + 6, 16, q);
+#pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {
 			const rg_q8a *x = a + (size_t)r * lda + b;
 			int32_t s = 0;
@@ -172,6 +179,7 @@ QAI void q5_0_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const 
 			acc[r] += d * x->d * (float)s;
 		}
 	}
+#pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 		out[r] = acc[r];
 }
@@ -186,6 +194,7 @@ QAI void q5_1_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const 
 		const float d = f16_at(p), m = f16_at(p + 2);
 
 		q5_values(p + 4, p + 8, 0, q);
+#pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {
 			const rg_q8a *x = a + (size_t)r * lda + b;
 			int32_t s = 0;
@@ -195,6 +204,7 @@ QAI void q5_1_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const 
 			acc[r] += d * x->d * (float)s + m * x->s;
 		}
 	}
+#pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 		out[r] = acc[r];
 }
@@ -224,6 +234,7 @@ QAI void k45_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const i
 			for (int l = 0; l < 32; l++)
 				v[l] = (uint8_t)(((q[l] >> sh) & 15) |
 						 (five ? ((qh[l] >> s) & 1) << 4 : 0));
+#pragma GCC unroll 4
 			for (int r = 0; r < R; r++) {
 				const rg_q8a *x = a + (size_t)r * lda + 8 * i + s;
 				int32_t t = 0;
@@ -234,9 +245,11 @@ QAI void k45_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const i
 				sm[r] += (float)mn[s] * x->s;
 			}
 		}
+#pragma GCC unroll 4
 		for (int r = 0; r < R; r++)
 			acc[r] += d * sd[r] - dmin * sm[r];
 	}
+#pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 		out[r] = acc[r];
 }
@@ -272,6 +285,7 @@ QAI void q6_k_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const 
 
 			for (int l = 0; l < 32; l++)
 				v[l] = (int8_t)((((ql[l] >> sl) & 15) | ((qh[l] >> sh) & 3) << 4) - 32);
+#pragma GCC unroll 4
 			for (int r = 0; r < R; r++) {
 				const rg_q8a *x = a + (size_t)r * lda + 8 * i + b;
 				int32_t t = 0;
@@ -287,9 +301,11 @@ QAI void q6_k_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const 
 				sd[r] += x->d * (float)t;
 			}
 		}
+#pragma GCC unroll 4
 		for (int r = 0; r < R; r++)
 			acc[r] += d * sd[r];
 	}
+#pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 		out[r] = acc[r];
 }
