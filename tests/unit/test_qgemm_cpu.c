@@ -11,7 +11,9 @@
  * Q8 bound), plus fp32 accumulation, bounded here by 1e-5 * sum_j |w_j x_j| + 1e-30; the test
  * allows the Q8 bound times 1.001 (d itself is rounded to fp32) plus that. Generic and AVX2
  * must quantize activations to identical blocks, and every table's dot products agree with the
- * generic ones to the fp32 term alone. Outputs carry guard values that must survive. */
+ * generic ones to the fp32 term alone. Each table's multi-row dots (qdotr_*, which the GEMM runs
+ * for M > 1) give every row the bits of its single-row dot. Outputs carry guard values that
+ * must survive. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -250,6 +252,30 @@ static int tables(const rg_cpu_kern *t[3])
 	return n;
 }
 
+static rg_qdotr_fn qdotr_of(const rg_cpu_kern *k, int type)
+{
+	switch (type) {
+	case RG_GGUF_Q8_0:
+		return k->qdotr_q8_0;
+	case RG_GGUF_Q4_0:
+		return k->qdotr_q4_0;
+	case RG_GGUF_Q4_1:
+		return k->qdotr_q4_1;
+	case RG_GGUF_Q5_0:
+		return k->qdotr_q5_0;
+	case RG_GGUF_Q5_1:
+		return k->qdotr_q5_1;
+	case RG_GGUF_Q4_K:
+		return k->qdotr_q4_k;
+	case RG_GGUF_Q5_K:
+		return k->qdotr_q5_k;
+	case RG_GGUF_Q6_K:
+		return k->qdotr_q6_k;
+	}
+	fail_msg("type %d", type);
+	return NULL;
+}
+
 static float (*qdot_of(const rg_cpu_kern *k, int type))(const void *, const rg_q8a *, int)
 {
 	switch (type) {
@@ -346,7 +372,9 @@ static float *run_qgemm(const rg_cpu_kern *k, int type, const uint8_t *w, int M,
 
 static void test_qgemm_types(void **state)
 {
-	static const int MS[] = {1, 3, 17};
+	/* 1 (the single-row dot), 3-5 and 16-17 (the multi-row dot's groups of 4 and their
+	 * remainders) */
+	static const int MS[] = {1, 3, 4, 5, 16, 17};
 	static const int NS[] = {1, 37};
 	const rg_cpu_kern *tab[3];
 	const int nt = tables(tab);
@@ -354,7 +382,7 @@ static void test_qgemm_types(void **state)
 	(void)state;
 	for (size_t ti = 0; ti < N_TYPES; ti++)
 		for (size_t ki = 0; ki < 3; ki++)
-			for (size_t mi = 0; mi < 3; mi++)
+			for (size_t mi = 0; mi < sizeof(MS) / sizeof(MS[0]); mi++)
 				for (size_t ni = 0; ni < 2; ni++) {
 					const int type = TYPES[ti], M = MS[mi], N = NS[ni];
 					const int K = is_kquant(type) ? KS_K[ki] : KS[ki];
@@ -448,6 +476,89 @@ static void test_qdot_agree(void **state)
 	free(aq);
 }
 
+static bool same_bits(float x, float y)
+{
+	return memcmp(&x, &y, sizeof(x)) == 0;
+}
+
+/* The multi-row dots (qdotr_*) of every table: for R = 1..4 rows of activation blocks lda apart
+ * (lda > nb: rows not back to back), out[r] has the bits of the table's single-row dot on row r
+ * and the R + guard floats past it are untouched; and rg_cpu_qgemm at M = 1, 3, 4, 5, 16 (groups
+ * of 4 and a remainder through the multi-row dot, M = 1 through the single-row one) gives every
+ * row the bits of that row alone (batch invariance). */
+static void test_qdotr_rows(void **state)
+{
+	static const int MS[] = {1, 3, 4, 5, 16};
+	const int K = 1024 + 256, nb = K / 32, lda = nb + 3, MMAX = 16, N = 21;
+	uint8_t *w = malloc((size_t)N * nb * 34);
+	double *wd = malloc((size_t)N * K * sizeof(double));
+	float *x = malloc((size_t)MMAX * K * sizeof(float));
+	rg_q8a *aq = malloc((size_t)RG_QDOT_ROWS * lda * sizeof(rg_q8a));
+	const rg_cpu_kern *tab[3];
+	const int nt = tables(tab);
+
+	(void)state;
+	assert_non_null(w);
+	assert_non_null(wd);
+	assert_non_null(x);
+	assert_non_null(aq);
+	for (size_t ti = 0; ti < N_TYPES; ti++) {
+		const int type = TYPES[ti];
+
+		make_weight(type, N, K, w, wd);
+		make_act(MMAX, K, x);
+		for (int r = 0; r < RG_QDOT_ROWS; r++)
+			rg_cpu_kern_generic.q8_quant_row(x + (size_t)r * K, K, aq + (size_t)r * lda);
+		for (int t = 0; t < nt; t++) {
+			const size_t row_bytes =
+				(size_t)(is_kquant(type) ? nb / 8 : nb) * block_bytes(type);
+
+			for (int R = 1; R <= RG_QDOT_ROWS; R++)
+				for (int n = 0; n < N; n++) {
+					const uint8_t *wr = w + (size_t)n * row_bytes;
+					float o[RG_QDOT_ROWS + GUARD];
+
+					for (int i = 0; i < RG_QDOT_ROWS + GUARD; i++)
+						o[i] = SENTINEL;
+					qdotr_of(tab[t], type)(wr, aq, (size_t)lda, nb, R, o);
+					for (int r = 0; r < R; r++) {
+						const float v = qdot_of(tab[t], type)(
+							wr, aq + (size_t)r * lda, nb);
+
+						if (!same_bits(o[r], v))
+							fail_msg("%s type %d R %d row %d n %d: %a vs "
+								 "single-row %a",
+								 tab[t]->isa, type, R, r, n, o[r], v);
+					}
+					for (int i = R; i < RG_QDOT_ROWS + GUARD; i++)
+						assert_true(o[i] == SENTINEL);
+				}
+			for (size_t mi = 0; mi < sizeof(MS) / sizeof(MS[0]); mi++) {
+				const int M = MS[mi];
+				float *g = run_qgemm(tab[t], type, w, M, N, K, x, NULL);
+
+				for (int m = 0; m < M; m++) {
+					float *one = run_qgemm(tab[t], type, w, 1, N, K,
+							       x + (size_t)m * K, NULL);
+
+					for (int n = 0; n < N; n++)
+						if (!same_bits(g[(size_t)m * N + n], one[n]))
+							fail_msg("%s type %d M %d [%d,%d]: %a in the "
+								 "batch, %a alone",
+								 tab[t]->isa, type, M, m, n,
+								 g[(size_t)m * N + n], one[n]);
+					free(one);
+				}
+				free(g);
+			}
+		}
+	}
+	free(w);
+	free(wd);
+	free(x);
+	free(aq);
+}
+
 /* Registry contract: bad shapes and types refused, no double registration. */
 static void test_qweight_registry(void **state)
 {
@@ -486,6 +597,7 @@ int main(void)
 		cmocka_unit_test(test_q8_quant_row),
 		cmocka_unit_test(test_qgemm_types),
 		cmocka_unit_test(test_qdot_agree),
+		cmocka_unit_test(test_qdotr_rows),
 		cmocka_unit_test(test_qweight_registry),
 	};
 

@@ -11,6 +11,12 @@
 #include "ops/act.h"
 #include "ops/cpu/qweight.h"
 
+/* Activation rows per call of a multi-row dot (rg_cpu_kern.qdotr_*): 4 rows x 2 float
+ * accumulators fill half of AVX2's 16 vector registers, the unpacked weights the rest. */
+#define RG_QDOT_ROWS 4
+typedef void (*rg_qdotr_fn)(const void *w, const rg_q8a *a, size_t lda, int nb, int R,
+			    float *out);
+
 typedef struct rg_cpu_kern {
 	const char *isa; /* "avx512", "avx2" or "generic" */
 	int vw;		 /* float32 lanes per vector */
@@ -75,6 +81,14 @@ typedef struct rg_cpu_kern {
 	float (*qdot_q4_k)(const void *w, const rg_q8a *a, int nb);
 	float (*qdot_q5_k)(const void *w, const rg_q8a *a, int nb);
 	float (*qdot_q6_k)(const void *w, const rg_q8a *a, int nb);
+	/* Multi-row twins of the eight dots above (same type order), for a GEMM of M > 1 rows:
+	 * out[r] = qdot_<type>(w, a + r * lda, nb) for r < R, 1 <= R <= RG_QDOT_ROWS, each weight
+	 * block unpacked (nibbles to bytes, scales) once for the R activation rows instead of once
+	 * per row. a: R rows of nb rg_q8a blocks, lda blocks apart; out: R floats, caller-owned.
+	 * Bit-identical per row to the table's single-row dot (the same operations in the same
+	 * order), so a row gives the same output alone and inside a batch. */
+	rg_qdotr_fn qdotr_q8_0, qdotr_q4_0, qdotr_q4_1, qdotr_q5_0, qdotr_q5_1;
+	rg_qdotr_fn qdotr_q4_k, qdotr_q5_k, qdotr_q6_k;
 } rg_cpu_kern;
 
 /* The quantized kernels of each instruction set (kern_generic.c, kern_avx2.c, kern_avx512.c):
@@ -86,11 +100,27 @@ typedef struct rg_cpu_kern {
 	float rg_qdot_q4_0_##isa(const void *w, const rg_q8a *a, int nb);                     \
 	float rg_qdot_q4_1_##isa(const void *w, const rg_q8a *a, int nb);                     \
 	float rg_qdot_q5_0_##isa(const void *w, const rg_q8a *a, int nb);                     \
-	float rg_qdot_q5_1_##isa(const void *w, const rg_q8a *a, int nb);
+	float rg_qdot_q5_1_##isa(const void *w, const rg_q8a *a, int nb);                     \
+	void rg_qdotr_q8_0_##isa(const void *w, const rg_q8a *a, size_t lda, int nb, int R,   \
+				 float *out);                                                  \
+	void rg_qdotr_q4_0_##isa(const void *w, const rg_q8a *a, size_t lda, int nb, int R,   \
+				 float *out);                                                  \
+	void rg_qdotr_q4_1_##isa(const void *w, const rg_q8a *a, size_t lda, int nb, int R,   \
+				 float *out);                                                  \
+	void rg_qdotr_q5_0_##isa(const void *w, const rg_q8a *a, size_t lda, int nb, int R,   \
+				 float *out);                                                  \
+	void rg_qdotr_q5_1_##isa(const void *w, const rg_q8a *a, size_t lda, int nb, int R,   \
+				 float *out);
 #define RG_KQKERN_DECL(isa)                                                                   \
 	float rg_qdot_q4_k_##isa(const void *w, const rg_q8a *a, int nb);                     \
 	float rg_qdot_q5_k_##isa(const void *w, const rg_q8a *a, int nb);                     \
-	float rg_qdot_q6_k_##isa(const void *w, const rg_q8a *a, int nb);
+	float rg_qdot_q6_k_##isa(const void *w, const rg_q8a *a, int nb);                     \
+	void rg_qdotr_q4_k_##isa(const void *w, const rg_q8a *a, size_t lda, int nb, int R,   \
+				 float *out);                                                  \
+	void rg_qdotr_q5_k_##isa(const void *w, const rg_q8a *a, size_t lda, int nb, int R,   \
+				 float *out);                                                  \
+	void rg_qdotr_q6_k_##isa(const void *w, const rg_q8a *a, size_t lda, int nb, int R,   \
+				 float *out);
 RG_QKERN_DECL(generic)
 RG_KQKERN_DECL(generic)
 #if defined(__x86_64__) || defined(__i386__)

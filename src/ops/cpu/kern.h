@@ -750,4 +750,12 @@ const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.qdot_q4_k = RG_CAT(rg_qdot_q4_k_, RG_KQISA),
 	.qdot_q5_k = RG_CAT(rg_qdot_q5_k_, RG_KQISA),
 	.qdot_q6_k = RG_CAT(rg_qdot_q6_k_, RG_KQISA),
+	.qdotr_q8_0 = RG_CAT(rg_qdotr_q8_0_, RG_QISA),
+	.qdotr_q4_0 = RG_CAT(rg_qdotr_q4_0_, RG_QISA),
+	.qdotr_q4_1 = RG_CAT(rg_qdotr_q4_1_, RG_QISA),
+	.qdotr_q5_0 = RG_CAT(rg_qdotr_q5_0_, RG_QISA),
+	.qdotr_q5_1 = RG_CAT(rg_qdotr_q5_1_, RG_QISA),
+	.qdotr_q4_k = RG_CAT(rg_qdotr_q4_k_, RG_KQISA),
+	.qdotr_q5_k = RG_CAT(rg_qdotr_q5_k_, RG_KQISA),
+	.qdotr_q6_k = RG_CAT(rg_qdotr_q6_k_, RG_KQISA),
 };

@@ -3,6 +3,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #pragma GCC target("avx2,fma,bmi2,f16c")
@@ -21,16 +22,6 @@ static inline float hsum8(__m256 v)
 static inline float f16(const uint8_t *p)
 {
 	return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8));
-}
-
-/* 32 signed bytes w times 32 signed bytes a, summed in 8 int32 lanes: |w| (unsigned) times
- * a with w's sign through vpmaddubsw (pairs fit int16: |w| <= 128, |a| <= 127), then vpmaddwd
- * by ones. */
-static inline __m256i dot_i8(__m256i w, __m256i a)
-{
-	const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-
-	return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
 /* The 32 nibbles of 16 bytes as bytes 0..15 (low nibbles: values 0..15) and 16..31 (high). */
@@ -86,51 +77,119 @@ void rg_q8_quant_row_avx2(const float *x, int K, rg_q8a *out)
 	}
 }
 
-float rg_qdot_q8_0_avx2(const void *w, const rg_q8a *a, int nb)
-{
-	const uint8_t *p = w;
-	__m256 acc = _mm256_setzero_ps();
+/* Every dot is written once, for R activation rows (a + r * lda, r < R) as an always-inlined
+ * body with R a constant: the single-row entry point is its R = 1 instance and the multi-row one
+ * (rg_qdotr_*) dispatches R = 1..4, so each row goes through the same instructions in the same
+ * order either way (bit-identical outputs), while each weight block is loaded and decoded once
+ * for the R rows. Per row two fp32 accumulators (even and odd blocks; the K-quants: even and odd
+ * sub-blocks), so the FMA chain is not the critical path of a single-row dot. */
+#define QAI static inline __attribute__((always_inline))
 
-	for (int b = 0; b < nb; b++, p += 34) {
-		const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 2));
-		const __m256i s = dot_i8(q, _mm256_loadu_si256((const __m256i *)a[b].q));
-
-		acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(p) * a[b].d), _mm256_cvtepi32_ps(s), acc);
+/* The body of a dot over 32-value blocks of `bytes` bytes: blk(p, a, lda, b, R, acc, off) adds
+ * block b's products of every row r < R to acc[r] (and the offset term, if any, to off[r]: one
+ * scalar chain per row, not two, so that 4 rows' 8 vector accumulators and 4 offsets leave
+ * registers for the weights). */
+#define QROWS_32(t, bytes)                                                                    \
+	QAI void t##_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const int R,  \
+			  float *out)                                                         \
+	{                                                                                     \
+		__m256 acc0[RG_QDOT_ROWS], acc1[RG_QDOT_ROWS];                                 \
+		float off[RG_QDOT_ROWS];                                                      \
+		int b = 0;                                                                    \
+                                                                                              \
+		_Pragma("GCC unroll 4")                                                       \
+		for (int r = 0; r < R; r++) {                                                 \
+			acc0[r] = acc1[r] = _mm256_setzero_ps();                              \
+			off[r] = 0.f;                                                         \
+		}                                                                             \
+		for (; b + 2 <= nb; b += 2) {                                                 \
+			t##_blk(p + (size_t)b * (bytes), a, lda, b, R, acc0, off);             \
+			t##_blk(p + (size_t)(b + 1) * (bytes), a, lda, b + 1, R, acc1, off);   \
+		}                                                                             \
+		if (b < nb)                                                                   \
+			t##_blk(p + (size_t)b * (bytes), a, lda, b, R, acc0, off);             \
+		_Pragma("GCC unroll 4")                                                       \
+		for (int r = 0; r < R; r++)                                                   \
+			out[r] = hsum8(_mm256_add_ps(acc0[r], acc1[r])) + off[r];              \
 	}
-	return hsum8(acc);
+
+#define QDOT_ENTRIES(t)                                                                       \
+	float rg_qdot_##t##_avx2(const void *w, const rg_q8a *a, int nb)                      \
+	{                                                                                     \
+		float o;                                                                      \
+                                                                                              \
+		t##_rows(w, a, 0, nb, 1, &o);                                                 \
+		return o;                                                                     \
+	}                                                                                     \
+	void rg_qdotr_##t##_avx2(const void *w, const rg_q8a *a, size_t lda, int nb, int R,   \
+				 float *out)                                                  \
+	{                                                                                     \
+		switch (R) {                                                                  \
+		case 1: t##_rows(w, a, lda, nb, 1, out); break;                               \
+		case 2: t##_rows(w, a, lda, nb, 2, out); break;                               \
+		case 3: t##_rows(w, a, lda, nb, 3, out); break;                               \
+		default: t##_rows(w, a, lda, nb, 4, out); break;                              \
+		}                                                                             \
+	}
+
+static inline __m256i act_q(const rg_q8a *x)
+{
+	return _mm256_loadu_si256((const __m256i *)x->q);
 }
 
-float rg_qdot_q4_0_avx2(const void *w, const rg_q8a *a, int nb)
+/* signed weights q (|q| <= 128) against every row: |q| (unsigned, computed once) times the
+ * activations with q's sign through vpmaddubsw (pairs fit int16: |q| <= 128, |a| <= 127), then
+ * vpmaddwd by ones into 8 int32 lanes */
+QAI void signed_rows(__m256i q, float d, const rg_q8a *a, size_t lda, int b, const int R,
+		     __m256 *acc)
 {
-	const uint8_t *p = w;
-	const __m256i eight = _mm256_set1_epi8(8);
-	__m256 acc = _mm256_setzero_ps();
+	const __m256i qa = _mm256_sign_epi8(q, q);
 
-	for (int b = 0; b < nb; b++, p += 18) {
-		const __m256i q = _mm256_sub_epi8(nibbles(p + 2), eight);
-		const __m256i s = dot_i8(q, _mm256_loadu_si256((const __m256i *)a[b].q));
-
-		acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(p) * a[b].d), _mm256_cvtepi32_ps(s), acc);
-	}
-	return hsum8(acc);
-}
-
-float rg_qdot_q4_1_avx2(const void *w, const rg_q8a *a, int nb)
-{
-	const uint8_t *p = w;
-	__m256 acc = _mm256_setzero_ps();
-	float off = 0.f;
-
-	for (int b = 0; b < nb; b++, p += 20) {
-		/* the nibbles are unsigned: straight into vpmaddubsw's unsigned operand */
-		const __m256i p16 = _mm256_maddubs_epi16(
-			nibbles(p + 4), _mm256_loadu_si256((const __m256i *)a[b].q));
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++) {
+		const rg_q8a *x = a + (size_t)r * lda + b;
+		const __m256i p16 = _mm256_maddubs_epi16(qa, _mm256_sign_epi8(act_q(x), q));
 		const __m256i s = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 
-		acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(p) * a[b].d), _mm256_cvtepi32_ps(s), acc);
-		off += f16(p + 2) * a[b].s;
+		acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d), _mm256_cvtepi32_ps(s), acc[r]);
 	}
-	return hsum8(acc) + off;
+}
+
+/* unsigned weights u (< 32) against every row, plus m s_a: straight into vpmaddubsw's
+ * unsigned operand (pairs <= 2 * 31 * 127 fit int16) */
+QAI void unsigned_rows(__m256i u, float d, float m, const rg_q8a *a, size_t lda, int b,
+		       const int R, __m256 *acc, float *off)
+{
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++) {
+		const rg_q8a *x = a + (size_t)r * lda + b;
+		const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(u, act_q(x)),
+						    _mm256_set1_epi16(1));
+
+		acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d), _mm256_cvtepi32_ps(s), acc[r]);
+		off[r] += m * x->s;
+	}
+}
+
+QAI void q8_0_blk(const uint8_t *p, const rg_q8a *a, size_t lda, int b, const int R,
+		  __m256 *acc, float *off)
+{
+	(void)off;
+	signed_rows(_mm256_loadu_si256((const __m256i *)(p + 2)), f16(p), a, lda, b, R, acc);
+}
+
+QAI void q4_0_blk(const uint8_t *p, const rg_q8a *a, size_t lda, int b, const int R,
+		  __m256 *acc, float *off)
+{
+	(void)off;
+	signed_rows(_mm256_sub_epi8(nibbles(p + 2), _mm256_set1_epi8(8)), f16(p), a, lda, b, R,
+		    acc);
+}
+
+QAI void q4_1_blk(const uint8_t *p, const rg_q8a *a, size_t lda, int b, const int R,
+		  __m256 *acc, float *off)
+{
+	unsigned_rows(nibbles(p + 4), f16(p), f16(p + 2), a, lda, b, R, acc, off);
 }
 
 /* Q5_0 / Q5_1's fifth bits: byte j = 0x10 when bit j of the little-endian u32 at p is set
@@ -149,40 +208,27 @@ static inline __m256i q5_high(const uint8_t *p)
 	return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
-float rg_qdot_q5_0_avx2(const void *w, const rg_q8a *a, int nb)
+QAI void q5_0_blk(const uint8_t *p, const rg_q8a *a, size_t lda, int b, const int R,
+		  __m256 *acc, float *off)
 {
-	const uint8_t *p = w;
-	const __m256i k16 = _mm256_set1_epi8(16);
-	__m256 acc = _mm256_setzero_ps();
-
-	for (int b = 0; b < nb; b++, p += 22) {
-		const __m256i q =
-			_mm256_sub_epi8(_mm256_or_si256(nibbles(p + 6), q5_high(p + 2)), k16);
-		const __m256i s = dot_i8(q, _mm256_loadu_si256((const __m256i *)a[b].q));
-
-		acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(p) * a[b].d), _mm256_cvtepi32_ps(s), acc);
-	}
-	return hsum8(acc);
+	(void)off;
+	signed_rows(_mm256_sub_epi8(_mm256_or_si256(nibbles(p + 6), q5_high(p + 2)),
+				    _mm256_set1_epi8(16)),
+		    f16(p), a, lda, b, R, acc);
 }
 
-float rg_qdot_q5_1_avx2(const void *w, const rg_q8a *a, int nb)
+QAI void q5_1_blk(const uint8_t *p, const rg_q8a *a, size_t lda, int b, const int R,
+		  __m256 *acc, float *off)
 {
-	const uint8_t *p = w;
-	__m256 acc = _mm256_setzero_ps();
-	float off = 0.f;
-
-	for (int b = 0; b < nb; b++, p += 24) {
-		/* unsigned 5-bit values: vpmaddubsw's unsigned operand (pairs <= 2 * 31 * 127) */
-		const __m256i p16 =
-			_mm256_maddubs_epi16(_mm256_or_si256(nibbles(p + 8), q5_high(p + 4)),
-					     _mm256_loadu_si256((const __m256i *)a[b].q));
-		const __m256i s = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-
-		acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(p) * a[b].d), _mm256_cvtepi32_ps(s), acc);
-		off += f16(p + 2) * a[b].s;
-	}
-	return hsum8(acc) + off;
+	unsigned_rows(_mm256_or_si256(nibbles(p + 8), q5_high(p + 4)), f16(p), f16(p + 2), a,
+		      lda, b, R, acc, off);
 }
+
+QROWS_32(q8_0, 34)
+QROWS_32(q4_0, 18)
+QROWS_32(q4_1, 20)
+QROWS_32(q5_0, 22)
+QROWS_32(q5_1, 24)
 
 /* The 32 activation bytes of a block times 32 unsigned weight bytes (< 64), summed in pairs
  * (16 int16: pair i holds bytes 2i, 2i + 1; |sum| <= 2 * 63 * 127), then in quadruples weighted
@@ -194,94 +240,102 @@ static inline __m256i dot_u8_sc(__m256i w, const int8_t *a, __m256i sc)
 }
 
 /* K-quants (qweight.h): per super-block, 8 sub-blocks of one integer vector each, converted
- * and multiplied by d d_a in two fp32 accumulators; the minimum term sum_s mn[s] s_a in
- * scalar (8 products per 256 values). */
-float rg_qdot_q4_k_avx2(const void *w, const rg_q8a *a, int nb)
+ * and multiplied by d d_a in two fp32 accumulators per row (even and odd sub-blocks); the
+ * minimum term sum_s mn[s] s_a in scalar (8 products per 256 values). Q5_K (five): the fifth
+ * bit of sub-block s is bit s of qh[l]: (qh >> s) << 4 & 0x10 in 16-bit lanes (bit 4 of each
+ * byte then comes from the same byte, s < 8). */
+QAI void k45_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const int R,
+		  float *out, const bool five)
 {
-	const uint8_t *p = w;
-	const __m256i m4 = _mm256_set1_epi8(15);
-	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-	float off = 0.f;
+	const size_t bytes = five ? 176 : 144;
+	const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(0x10);
+	__m256 acc0[RG_QDOT_ROWS], acc1[RG_QDOT_ROWS];
+	float off[RG_QDOT_ROWS];
 
-	for (int i = 0; i < nb / 8; i++, p += 144, a += 8) {
-		const float d = f16(p);
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++) {
+		acc0[r] = acc1[r] = _mm256_setzero_ps();
+		off[r] = 0.f;
+	}
+	for (int i = 0; i < nb / 8; i++, p += bytes) {
+		const float d = f16(p), dmin = f16(p + 2);
+		const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16))
+					: _mm256_setzero_si256();
+		const uint8_t *qs = p + (five ? 48 : 16);
 		uint8_t sc[8], mn[8];
-		float sm = 0.f;
 
 		rg_q_k4_scales(p + 4, sc, mn);
 		for (int k = 0; k < 4; k++) {
-			const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * k));
-			const __m256i lo = _mm256_and_si256(q, m4);
-			const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-			const __m256i s0 = dot_u8_sc(lo, a[2 * k].q, _mm256_set1_epi16(sc[2 * k]));
-			const __m256i s1 =
-				dot_u8_sc(hi, a[2 * k + 1].q, _mm256_set1_epi16(sc[2 * k + 1]));
+			const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
+			__m256i lo = _mm256_and_si256(q, m4);
+			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+			const __m256i sc0 = _mm256_set1_epi16(sc[2 * k]);
+			const __m256i sc1 = _mm256_set1_epi16(sc[2 * k + 1]);
 
-			acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[2 * k].d),
-					       _mm256_cvtepi32_ps(s0), acc0);
-			acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[2 * k + 1].d),
-					       _mm256_cvtepi32_ps(s1), acc1);
+			if (five) {
+				lo = _mm256_or_si256(
+					lo, _mm256_and_si256(
+						    _mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * k), 4),
+						    b4));
+				hi = _mm256_or_si256(
+					hi, _mm256_and_si256(_mm256_slli_epi16(
+								     _mm256_srli_epi16(qh, 2 * k + 1), 4),
+							     b4));
+			}
+#pragma GCC unroll 4
+			for (int r = 0; r < R; r++) {
+				const rg_q8a *x = a + (size_t)r * lda + 8 * i + 2 * k;
+				const __m256i s0 = dot_u8_sc(lo, x[0].q, sc0);
+				const __m256i s1 = dot_u8_sc(hi, x[1].q, sc1);
+
+				acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[0].d),
+							  _mm256_cvtepi32_ps(s0), acc0[r]);
+				acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[1].d),
+							  _mm256_cvtepi32_ps(s1), acc1[r]);
+			}
 		}
-		for (int s = 0; s < 8; s++)
-			sm += (float)mn[s] * a[s].s;
-		off += f16(p + 2) * sm;
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			const rg_q8a *x = a + (size_t)r * lda + 8 * i;
+			float sm = 0.f;
+
+			for (int s = 0; s < 8; s++)
+				sm += (float)mn[s] * x[s].s;
+			off[r] += dmin * sm;
+		}
 	}
-	return hsum8(_mm256_add_ps(acc0, acc1)) - off;
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		out[r] = hsum8(_mm256_add_ps(acc0[r], acc1[r])) - off[r];
 }
 
-/* Q5_K: the fifth bit of sub-block s is bit s of qh[l]: (qh >> s) << 4 & 0x10 in 16-bit lanes
- * (bit 4 of each byte then comes from the same byte, s < 8). */
-float rg_qdot_q5_k_avx2(const void *w, const rg_q8a *a, int nb)
+QAI void q4_k_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const int R,
+		   float *out)
 {
-	const uint8_t *p = w;
-	const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(0x10);
-	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-	float off = 0.f;
+	k45_rows(p, a, lda, nb, R, out, false);
+}
 
-	for (int i = 0; i < nb / 8; i++, p += 176, a += 8) {
-		const float d = f16(p);
-		const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
-		uint8_t sc[8], mn[8];
-		float sm = 0.f;
-
-		rg_q_k4_scales(p + 4, sc, mn);
-		for (int k = 0; k < 4; k++) {
-			const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 48 + 32 * k));
-			const __m256i h0 = _mm256_and_si256(
-				_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * k), 4), b4);
-			const __m256i h1 = _mm256_and_si256(
-				_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * k + 1), 4), b4);
-			const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), h0);
-			const __m256i hi =
-				_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1);
-			const __m256i s0 = dot_u8_sc(lo, a[2 * k].q, _mm256_set1_epi16(sc[2 * k]));
-			const __m256i s1 =
-				dot_u8_sc(hi, a[2 * k + 1].q, _mm256_set1_epi16(sc[2 * k + 1]));
-
-			acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[2 * k].d),
-					       _mm256_cvtepi32_ps(s0), acc0);
-			acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[2 * k + 1].d),
-					       _mm256_cvtepi32_ps(s1), acc1);
-		}
-		for (int s = 0; s < 8; s++)
-			sm += (float)mn[s] * a[s].s;
-		off += f16(p + 2) * sm;
-	}
-	return hsum8(_mm256_add_ps(acc0, acc1)) - off;
+QAI void q5_k_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const int R,
+		   float *out)
+{
+	k45_rows(p, a, lda, nb, R, out, true);
 }
 
 /* Q6_K: the unsigned 6-bit q (0..63) through vpmaddubsw, minus 32 q_a the same way
  * (pair sums of q q_a and of 32 q_a fit int16 and so does their difference, <= 24130);
  * the two 16-value scales of an activation block weight its halves in vpmaddwd. Activation
  * block b = 4 h + j reads ql[64 h + 32 (j & 1) ..] (nibble j / 2) and bits 2j of qh[32 h ..]. */
-float rg_qdot_q6_k_avx2(const void *w, const rg_q8a *a, int nb)
+QAI void q6_k_rows(const uint8_t *p, const rg_q8a *a, size_t lda, int nb, const int R,
+		   float *out)
 {
-	const uint8_t *p = w;
 	const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
 	const __m256i k32 = _mm256_set1_epi8(32);
-	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+	__m256 acc0[RG_QDOT_ROWS], acc1[RG_QDOT_ROWS];
 
-	for (int i = 0; i < nb / 8; i++, p += 210, a += 8) {
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		acc0[r] = acc1[r] = _mm256_setzero_ps();
+	for (int i = 0; i < nb / 8; i++, p += 210) {
 		const int8_t *sc = (const int8_t *)(p + 192);
 		const float d = f16(p + 208);
 
@@ -299,24 +353,47 @@ float rg_qdot_q6_k_avx2(const void *w, const rg_q8a *a, int nb)
 					       _mm256_and_si256(qh, m2));
 			q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
 					       _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
+#pragma GCC unroll 4
 			for (int j = 0; j < 4; j++) {
 				const int b = 4 * h + j;
-				const __m256i av = _mm256_loadu_si256((const __m256i *)a[b].q);
-				const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q[j], av),
-								     _mm256_maddubs_epi16(k32, av));
 				const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[2 * b + 1]),
 								     _mm_set1_epi16(sc[2 * b]));
-				const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, scv));
 
-				if (j & 1)
-					acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[b].d), f, acc1);
-				else
-					acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[b].d), f, acc0);
+#pragma GCC unroll 4
+				for (int r = 0; r < R; r++) {
+					const rg_q8a *x = a + (size_t)r * lda + 8 * i + b;
+					const __m256i av = act_q(x);
+					const __m256i p16 =
+						_mm256_sub_epi16(_mm256_maddubs_epi16(q[j], av),
+								 _mm256_maddubs_epi16(k32, av));
+					const __m256 f =
+						_mm256_cvtepi32_ps(_mm256_madd_epi16(p16, scv));
+					const __m256 dv = _mm256_set1_ps(d * x->d);
+
+					if (j & 1)
+						acc1[r] = _mm256_fmadd_ps(dv, f, acc1[r]);
+					else
+						acc0[r] = _mm256_fmadd_ps(dv, f, acc0[r]);
+				}
 			}
 		}
 	}
-	return hsum8(_mm256_add_ps(acc0, acc1));
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		out[r] = hsum8(_mm256_add_ps(acc0[r], acc1[r]));
 }
+
+QDOT_ENTRIES(q8_0)
+QDOT_ENTRIES(q4_0)
+QDOT_ENTRIES(q4_1)
+QDOT_ENTRIES(q5_0)
+QDOT_ENTRIES(q5_1)
+QDOT_ENTRIES(q4_k)
+QDOT_ENTRIES(q5_k)
+QDOT_ENTRIES(q6_k)
+#undef QDOT_ENTRIES
+#undef QROWS_32
+#undef QAI
 
 #define RG_VW 8
 #define RG_ISA avx2

@@ -165,6 +165,21 @@ float rg_qdot_q6_k_avx512(const void *w, const rg_q8a *a, int nb)
 	return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
+/* The multi-row twins of the three K-quant dots: one single-row dot per row for now (the
+ * weight block decoded R times, as before), bit-identical to it by construction. A fused
+ * version as the AVX2 one is left for a machine that runs AVX-512 and can test it. */
+#define KQ_ROWS(t)                                                                            \
+	void rg_qdotr_##t##_avx512(const void *w, const rg_q8a *a, size_t lda, int nb, int R, \
+				   float *out)                                                \
+	{                                                                                     \
+		for (int r = 0; r < R; r++)                                                   \
+			out[r] = rg_qdot_##t##_avx512(w, a + (size_t)r * lda, nb);            \
+	}
+KQ_ROWS(q4_k)
+KQ_ROWS(q5_k)
+KQ_ROWS(q6_k)
+#undef KQ_ROWS
+
 #define RG_VW 16
 #define RG_ISA avx512
 #define RG_QISA avx2	/* the activation quantizer and Q8_0 / Q4_0 / Q4_1: the AVX2 kernels */

@@ -217,6 +217,7 @@ typedef float (*qdot_fn)(const void *w, const rg_q8a *a, int nb);
 struct qgemm_part {
 	const uint8_t *W;
 	qdot_fn dot;
+	rg_qdotr_fn dotr; /* the same over up to RG_QDOT_ROWS rows of A */
 	size_t row_bytes;
 	int n0, n1;
 };
@@ -243,7 +244,9 @@ static void quant_task(void *ctx, int task, int thread)
 }
 
 /* Rows [n0, n1) of W against every row of A: each W row is read from memory once (a decode
- * step's cost), its M dot products run while it is in L1. */
+ * step's cost), its M dot products run while it is in L1, RG_QDOT_ROWS rows of A per call of
+ * the multi-row dot (each weight block decoded once per group, not once per row); a single row
+ * (batch 1) takes the single-row dot, which gives it the same bits. */
 static void qgemm_task(void *ctx, int task, int thread)
 {
 	const struct qgemm_job *j = ctx;
@@ -257,9 +260,18 @@ static void qgemm_task(void *ctx, int task, int thread)
 		for (int n = a; n < b; n++) {
 			const uint8_t *w = q->W + (size_t)(n - q->n0) * q->row_bytes;
 
-			for (int m = 0; m < j->M; m++)
-				j->out[(size_t)m * j->N + n] =
-					q->dot(w, j->aq + (size_t)m * j->nb, j->nb);
+			if (j->M == 1) {
+				j->out[n] = q->dot(w, j->aq, j->nb);
+				continue;
+			}
+			for (int m = 0; m < j->M; m += RG_QDOT_ROWS) {
+				const int R = j->M - m < RG_QDOT_ROWS ? j->M - m : RG_QDOT_ROWS;
+				float o[RG_QDOT_ROWS];
+
+				q->dotr(w, j->aq + (size_t)m * j->nb, (size_t)j->nb, j->nb, R, o);
+				for (int r = 0; r < R; r++)
+					j->out[(size_t)(m + r) * j->N + n] = o[r];
+			}
 		}
 	}
 	if (j->bias || j->act != RG_ACT_NONE)
@@ -300,14 +312,14 @@ rg_status rg_cpu_qgemm(const struct rg_cpu_kern *kern, const rg_cpu_qweight *w, 
 		const int rows = w->n_parts > 0 ? w->part_rows[p] : w->N;
 
 		switch (type) {
-		case RG_GGUF_Q8_0: q->dot = j.k->qdot_q8_0; break;
-		case RG_GGUF_Q4_0: q->dot = j.k->qdot_q4_0; break;
-		case RG_GGUF_Q4_1: q->dot = j.k->qdot_q4_1; break;
-		case RG_GGUF_Q5_0: q->dot = j.k->qdot_q5_0; break;
-		case RG_GGUF_Q5_1: q->dot = j.k->qdot_q5_1; break;
-		case RG_GGUF_Q4_K: q->dot = j.k->qdot_q4_k; break;
-		case RG_GGUF_Q5_K: q->dot = j.k->qdot_q5_k; break;
-		case RG_GGUF_Q6_K: q->dot = j.k->qdot_q6_k; break;
+		case RG_GGUF_Q8_0: q->dot = j.k->qdot_q8_0, q->dotr = j.k->qdotr_q8_0; break;
+		case RG_GGUF_Q4_0: q->dot = j.k->qdot_q4_0, q->dotr = j.k->qdotr_q4_0; break;
+		case RG_GGUF_Q4_1: q->dot = j.k->qdot_q4_1, q->dotr = j.k->qdotr_q4_1; break;
+		case RG_GGUF_Q5_0: q->dot = j.k->qdot_q5_0, q->dotr = j.k->qdotr_q5_0; break;
+		case RG_GGUF_Q5_1: q->dot = j.k->qdot_q5_1, q->dotr = j.k->qdotr_q5_1; break;
+		case RG_GGUF_Q4_K: q->dot = j.k->qdot_q4_k, q->dotr = j.k->qdotr_q4_k; break;
+		case RG_GGUF_Q5_K: q->dot = j.k->qdot_q5_k, q->dotr = j.k->qdotr_q5_k; break;
+		case RG_GGUF_Q6_K: q->dot = j.k->qdot_q6_k, q->dotr = j.k->qdotr_q6_k; break;
 		default:
 			return rg_errorf(RG_ERR_INTERNAL, "quantized gemm: type %d registered", type);
 		}
