@@ -21,7 +21,8 @@ Tolerances:
     rg_model_info.quantized_weights count the GEMM weights;
   - quantized, against the same float64 reference with the scheme's activation rounding
     simulated in NumPy (ref_llama_gguf's act_q: every activation entering a weight product
-    rounded to int8 blocks of 32, d = max|x| / 127, half to even): 1e-3. Measured 2e-7 for
+    rounded to int8 blocks of 32, d = max|x| / 127, half to even): 1e-3 at every position but
+    one, which may hold a flipped rounding tie (8e-3; _check_sim says why). Measured 2e-7 for
     Q8_0 / Q4_1 (fp32 arithmetic) and 2.3e-4 for Q4_0 (a value at a rounding tie, where fp32
     and float64 round x / d differently, moves one int8 step); any difference in what is
     quantized or how (block order, scale, nibble layout, which tensors) is >= 1e-2.
@@ -78,6 +79,22 @@ def _q8(a):
 
 
 TOL_SIM = 1e-3
+
+
+def _check_sim(got, ref_sim, scale, what):
+    """got (T, V) against the simulated reference: every position's logits within TOL_SIM of
+    the scale, but one position (a flipped rounding tie) within TOL_SIM_TIE.
+
+    Why one: an activation whose x / d lies within fp32 noise of k + 1/2 rounds the other way
+    in the kernel than in the float64 simulation. That moves one int8 step of one block, and
+    one position's logits by a few 1e-3. Seen on a 2-core AMD EPYC's AVX2 table, 2026-12-03:
+    Q5_1 untied, 1 position of 23 at 3.4e-3, the others <= 3e-7; the generic table 2.5e-7 on
+    the same file. A wrong block, scale, nibble layout or tensor moves every position by
+    >= 1e-2."""
+    per_pos = np.abs(got - ref_sim).max(axis=1) / scale
+    off = per_pos > TOL_SIM
+    assert off.sum() <= 1 and per_pos.max() <= TOL_SIM_TIE, (
+        what, per_pos.max(), int(off.sum()), len(per_pos))
 TOL_SIM_TIE = 8e-3  # the K-quant model test's (see there)
 
 
@@ -118,8 +135,7 @@ def test_quantized_gguf_logits(tmp_path, qname, tie):
     rms_q = np.sqrt(np.mean((got_q - ref) ** 2) / np.mean(ref ** 2))
     assert rms_q <= TOL_QUANT_RMS, (qname, rms_q)
     assert err_q > err_d, (qname, err_q, err_d)  # the int8 path ran
-    err_sim = np.abs(got_q - ref_sim).max() / scale
-    assert err_sim <= TOL_SIM, (qname, err_sim)
+    _check_sim(got_q, ref_sim, scale, qname)
     # per layer QKV, O, gate/up, down; and the untied head
     assert (nq, nd) == (4 * SPEC["layers"] + 1, 0)
 
@@ -387,6 +403,7 @@ def test_kquant_gguf_logits_greedy_and_bytes(tmp_path, mixed_qkv):
     # same with a single-type and a mixed QKV; the GEMM tables agree to 3e-7 on the same input);
     # a wrong block, scale or tensor is >= 1e-2
     assert err_sim <= TOL_SIM_TIE, err_sim
+    _check_sim(got_q, ref_sim, scale, "Q4_K_M-like")
     # kept: per layer QKV (a mixed one too), O, gate/up, down; the untied head
     assert (nq, nd) == (4 * SPEC_K["layers"] + 1, 0)
 
