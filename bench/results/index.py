@@ -37,7 +37,7 @@ NAME_RX = re.compile(
 
 GPUS = {"h100-80gb-hbm3": "H100 80GB HBM3", "h200": "H200", "h200x2": "2 x H200"}
 CPUS = {"cpu_16core-xeon": "16-core Xeon (Sapphire Rapids)", "cpu_2core-xeon": "2-core Xeon",
-        "cpu_2core-amd-epyc": "2-core AMD EPYC (Zen 5)"}
+        "cpu_2core-amd-epyc": "2-core AMD EPYC (the development VMs: Zen 5 in some sessions, Zen 3 on 2026-12-03)"}
 
 # <what> -> what it measures; a dict picks by device kind ("cpu" / "gpu")
 WHAT = {
