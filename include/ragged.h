@@ -165,7 +165,8 @@ typedef enum rg_weights {
  * compute dtype; a tied head is a quantized copy of the table. Left as they are: a weight whose
  * row length K is not a multiple of 32, a weight the file already stores quantized (a Q4_K GGUF
  * keeps its own blocks, or dequantizes them under RG_WEIGHTS_DEQUANTIZE: never requantized), a
- * weight of a backend without Q8_0 GEMMs, and GPT-2's Conv1D weights (its LM head is quantized).
+ * weight of a backend without Q8_0 GEMMs. GPT-2's Conv1D weights are quantized after their
+ * transpose to (out, in), as its tied head.
  * Decoder-only models (rg_model_info.kind RG_MODEL_DECODER); an encoder or encoder-decoder
  * with Q8_0 fails with RG_ERR_UNSUPPORTED. Tested on the CPU; CUDA reads Q8_0 blocks through
  * the same path as a Q8_0 GGUF's. FP8 is not implemented. A value outside the enum:

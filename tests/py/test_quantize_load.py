@@ -193,3 +193,60 @@ def test_quantize_refusals_and_noop(tmp_path):
     a = _logits(q4, ids)
     b = _logits(q4, ids, quantize="q8_0")
     assert np.array_equal(a[0], b[0]) and a[1:] == b[1:]
+
+
+
+def _gpt2_sim(cfg, w, ids, aq):
+    """ref_decoder.gpt2_forward (float64) with aq applied to every activation entering a weight
+    product (the Conv1D GEMMs and the head), as ref_llama_gguf.logits(act_q=) does."""
+    import math
+    import ref_decoder as rd
+    H, nh, eps = cfg["n_embd"], cfg["n_head"], cfg["layer_norm_epsilon"]
+    hd, T = H // nh, len(ids)
+    g = lambda n: np.asarray(w[n], np.float64)  # noqa: E731
+    h = g("wte.weight")[np.asarray(ids)] + g("wpe.weight")[np.arange(T)]
+    for l in range(cfg["n_layer"]):
+        p = f"h.{l}."
+        a = rd._layer_norm(h, g(p + "ln_1.weight"), g(p + "ln_1.bias"), eps)
+        qkv = aq(a) @ g(p + "attn.c_attn.weight") + g(p + "attn.c_attn.bias")
+        q, k, v = (qkv[:, i * H:(i + 1) * H].reshape(T, nh, hd).transpose(1, 0, 2)
+                   for i in range(3))
+        ctx = rd._causal_attention(q, k, v, 1.0 / math.sqrt(hd))
+        h = h + aq(ctx) @ g(p + "attn.c_proj.weight") + g(p + "attn.c_proj.bias")
+        m = rd._layer_norm(h, g(p + "ln_2.weight"), g(p + "ln_2.bias"), eps)
+        m = rd._gelu_new(aq(m) @ g(p + "mlp.c_fc.weight") + g(p + "mlp.c_fc.bias"))
+        h = h + aq(m) @ g(p + "mlp.c_proj.weight") + g(p + "mlp.c_proj.bias")
+    h = rd._layer_norm(h, g("ln_f.weight"), g("ln_f.bias"), eps)
+    return aq(h) @ g("lm_head.weight").T
+
+
+def test_gpt2_conv1d_quantized_at_load(tmp_path):
+    """GPT-2: the Conv1D weights (transposed to (out, in) at load) and the tied head quantized,
+    the wte / wpe gathers fp32, against a float64 GPT-2 (_gpt2_sim) over the same weights
+    replaced by gguf.quants' Q8_0 round trip of each (out, in) row, with the activation rounding
+    simulated (TOL_SIM); resident bytes and quantized_weights as for the Llama."""
+    d = str(tmp_path / "gpt2")
+    cfg, w = make_decoder.make(d, "gpt2", seed=3, H=64, heads=4, layers=2, vocab=96, n_pos=64)
+
+    def rt(W):  # an (out, in) row-major Q8_0 round trip
+        W = np.ascontiguousarray(W, np.float32)
+        return gguf.quants.dequantize(gguf.quants.quantize(W, Q8), Q8).reshape(W.shape)
+    wq = dict(w)
+    for l in range(cfg["n_layer"]):
+        for n in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+            k = f"h.{l}.{n}.weight"
+            wq[k] = rt(np.asarray(w[k]).T).T
+    wq["lm_head.weight"] = rt(w["wte.weight"])
+    ids = list(np.random.default_rng(4).integers(0, cfg["vocab_size"], 11))
+    ref_sim = _gpt2_sim(cfg, wq, ids, _q8)
+    got, nbytes, nq = _logits(d, ids, quantize="q8_0")
+    scale = np.abs(ref_sim).max()
+    err = np.abs(got - ref_sim).max() / scale
+    assert err <= TOL_SIM, err
+    ref_f32 = _gpt2_sim(cfg, w | {"lm_head.weight": w["wte.weight"]}, ids, lambda a: a)
+    assert np.abs(got - ref_f32).max() / scale > 10 * err  # the quantized weights ran
+    assert nq == 4 * cfg["n_layer"] + 1
+    _, bytes_f32, _ = _logits(d, ids)
+    H, V = cfg["n_embd"], cfg["vocab_size"]
+    gemm = cfg["n_layer"] * (3 * H * H + H * H + 2 * 4 * H * H)
+    assert bytes_f32 - nbytes == 4 * gemm - (gemm + V * H) // 32 * 34, (bytes_f32, nbytes)
