@@ -29,7 +29,11 @@
  * rg_op_gather_rows alone) and the backend is the CPU, whose gather dequantizes rows of a
  * quantized weight itself: there a tied table is kept once, as the file's blocks, and *embed_d
  * is those blocks (head_d NULL), so the resident bytes are the file's (issue 30's memory
- * target; SmolLM2's Q4_1 file: 210 -> 97 MB). */
+ * target; SmolLM2's Q4_1 file: 210 -> 97 MB). Under rg_model_params.quantize a float head
+ * (the file's, or the table's when tied) is quantized to Q8_0 into *head_d and the table stays
+ * in the compute dtype for the gather, on every backend (the head's blocks are never shared with
+ * the gather there); tie_word_embeddings then reports false for a stored head equal to the
+ * table. */
 rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
 				   const char *embed_name, const char *const *head_prefixes,
 				   const char *head_name, bool gather_only, void **embed_d,
