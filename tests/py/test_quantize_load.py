@@ -15,7 +15,8 @@ references built without ragged's code:
   4. greedy ids equal those of ragged running that Q8_0 GGUF (the same blocks), and the
      logits agree to 1e-5 of their scale (only the q/k row permutation of GGUF differs).
   5. refusals: an unknown quantize value is RG_ERR_INVALID_INPUT; --quantize fp8 is a usage
-     error of the CLI; Generator(quantize="fp8") is a ValueError; on an already-quantized GGUF
+     error of the CLI; Generator(quantize="fp8") is a ValueError (and Generator(quantize="q8_0")'s
+     greedy ids equal the step loop's); on an already-quantized GGUF
      (Q4_0) quantize is a no-op (same logits and bytes).
 Measured (seed 7): 2.2e-7 / 1.3e-7 (untied / tied) of the logits' scale against the simulated
 reference, 1.6e-2 / 6.8e-3 against the unsimulated one, 2.6e-7 / 1.8e-7 against the GGUF twin;
@@ -186,6 +187,11 @@ def test_quantize_refusals_and_noop(tmp_path):
     import ragged
     with pytest.raises(ValueError, match="fp8"):
         ragged.Generator(d, quantize="fp8")
+    # the Python API's greedy ids through rg_generate equal the step loop's (_greedy)
+    prompt = [int(t) for t in np.random.default_rng(6).integers(0, cfg["vocab_size"], 7)]
+    with ragged.Generator(d, quantize="q8_0") as g:
+        r = g.generate([prompt], max_tokens=N_NEW, ignore_eos=True)
+    assert r[0]["ids"] == _greedy(d, prompt, N_NEW, quantize="q8_0")
 
     # a GGUF already quantized: its blocks are kept, quantize changes nothing
     q4 = hf_to_gguf.write(tmp_path / "q4_0.gguf", cfg, w, qtype=gguf.GGMLQuantizationType.Q4_0)
