@@ -256,3 +256,23 @@ def test_gpt2_conv1d_quantized_at_load(tmp_path):
     H, V = cfg["n_embd"], cfg["vocab_size"]
     gemm = cfg["n_layer"] * (3 * H * H + H * H + 2 * 4 * H * H)
     assert bytes_f32 - nbytes == 4 * gemm - (gemm + V * H) // 32 * 34, (bytes_f32, nbytes)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")
+def test_float_to_half_equals_numpy():
+    """rg_float_to_half (the Q8_0 scale's rounding) against NumPy's astype(np.float16) on 200000
+    random float32 bit patterns, every exponent, and the ties around the fp16 subnormal, normal
+    and overflow boundaries; NaN only as NaN."""
+    l = rc.lib()
+    l.rg_float_to_half.argtypes = [ctypes.c_float]
+    l.rg_float_to_half.restype = ctypes.c_uint16
+    rng = np.random.default_rng(2)
+    bits = rng.integers(0, 2 ** 32, 1 << 20, dtype=np.uint64).astype(np.uint32)
+    edge = np.array([0.0, -0.0, 2.0 ** -25, 2.0 ** -24, 1.5 * 2.0 ** -24, 2.0 ** -14,
+                     2.0 ** -14 - 2.0 ** -25, 65504.0, 65519.99, 65520.0, np.inf, -np.inf,
+                     1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11], np.float32)
+    x = np.concatenate([bits.view(np.float32), edge])
+    x = x[~np.isnan(x)][:200000]  # ctypes calls: a sample keeps it fast
+    got = np.array([l.rg_float_to_half(float(v)) for v in x], np.uint16)
+    assert np.array_equal(got, x.astype(np.float16).view(np.uint16))
+    assert np.isnan(np.uint16(l.rg_float_to_half(float("nan"))).view(np.float16))
