@@ -154,6 +154,28 @@ typedef enum rg_weights {
 	RG_WEIGHTS_DEQUANTIZE = 1,
 } rg_weights;
 
+/* Quantize a checkpoint's floating-point GEMM weights at load (issue 30 item 1). Q8_0: every
+ * decoder GEMM weight (q/k/v/o -- fused as qkv --, gate/up/down and the LM head) stored as
+ * F32 / F16 / BF16 (a safetensors checkpoint, an F16 / F32 GGUF) is quantized per row in blocks
+ * of 32 values as ggml's quantize_row_q8_0 (d = max|x| / 127 as fp16, q = round(x / d) as int8;
+ * 34 bytes per 32 values; bit-identical to gguf.quants.quantize(W, Q8_0) of the `gguf` Python
+ * package) and then kept and run exactly as a Q8_0 GGUF's weights are (rg_weights AUTO: the
+ * GEMMs round activations to int8 blocks of 32). rg_model_info.weight_bytes counts the blocks
+ * and quantized_weights the quantized weights. The embedding gather keeps its table in the
+ * compute dtype; a tied head is a quantized copy of the table. Left as they are: a weight whose
+ * row length K is not a multiple of 32, a weight the file already stores quantized (a Q4_K GGUF
+ * keeps its own blocks, or dequantizes them under RG_WEIGHTS_DEQUANTIZE: never requantized), a
+ * weight of a backend without Q8_0 GEMMs. GPT-2's Conv1D weights are quantized after their
+ * transpose to (out, in), as its tied head.
+ * Decoder-only models (rg_model_info.kind RG_MODEL_DECODER); an encoder or encoder-decoder
+ * with Q8_0 fails with RG_ERR_UNSUPPORTED. Tested on the CPU; CUDA reads Q8_0 blocks through
+ * the same path as a Q8_0 GGUF's. FP8 is not implemented. A value outside the enum:
+ * RG_ERR_INVALID_INPUT. */
+typedef enum rg_quantize {
+	RG_QUANTIZE_NONE = 0,
+	RG_QUANTIZE_Q8_0 = 1,
+} rg_quantize;
+
 typedef struct rg_model_params {
 	rg_device device;     /* RG_DEVICE_CPU by default */
 	int device_index;     /* CUDA ordinal */
@@ -166,10 +188,11 @@ typedef struct rg_model_params {
 				* model's (TEI's --dense-path, e.g. "2_Dense_1024"), or NULL:
 				* modules.json's; borrowed during rg_model_load only */
 	rg_weights weights;    /* since issue 30: GGUF weights kept quantized or not (AUTO) */
+	rg_quantize quantize;  /* since issue 30: quantize float GEMM weights at load (NONE) */
 } rg_model_params;
 
 /* Defaults: CPU, RG_DTYPE_AUTO, 16384 tokens, the model's pooling and Dense module, GGUF
- * weights RG_WEIGHTS_AUTO. */
+ * weights RG_WEIGHTS_AUTO, RG_QUANTIZE_NONE. */
 RG_API rg_model_params rg_model_params_default(void);
 
 /* What a model is: an encoder (rg_model_embed / rg_model_run), a decoder-only language model
@@ -228,7 +251,8 @@ typedef struct rg_model_info {
 	unsigned long long weight_bytes; /* bytes of weights resident in backend memory as loaded
 					  * (quantized blocks count their own size); excludes
 					  * oneDNN's reordered or bf16 copies and the arenas */
-	int quantized_weights;           /* GEMM weights kept in GGUF blocks (0: none) */
+	int quantized_weights;           /* GEMM weights kept in GGUF blocks, the file's or
+					  * rg_model_params.quantize's (0: none) */
 } rg_model_info;
 
 typedef struct rg_model rg_model;

@@ -5,10 +5,10 @@
  *                   [--format jsonl|npy|f32] [--progress | --no-progress]
  *   ragged tokenize [--model DIR|ORG/NAME] [--truncate] [--input FILE] [--output FILE]
  *   ragged info     [--model DIR|ORG/NAME] [--device cpu|cuda] [--dtype fp32|fp16|bf16|auto]
- *                   [--weights quantized|dequantize]
+ *                   [--weights quantized|dequantize] [--quantize none|q8_0]
  *                   (also lists the RAGGED_* tuning switches: rg_tuning_describe)
  *   ragged generate [--model DIR|FILE.gguf|ORG/NAME] [--device cpu|cuda] [--dtype ...]
- *                   [--weights quantized|dequantize]
+ *                   [--weights quantized|dequantize] [--quantize none|q8_0]
  *                   [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
  *                   [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty P]
  *                   [--num-beams B] [--num-beam-groups G] [--diversity-penalty D]
@@ -64,6 +64,7 @@ typedef enum flag_id {
 	F_DEVICE,
 	F_DTYPE,
 	F_WEIGHTS,
+	F_QUANTIZE,
 	F_MAX_BATCH_TOKENS,
 	F_TRUNCATE,
 	F_INPUT,
@@ -136,6 +137,12 @@ static const cli_flag g_flags[] = {
 	 "Q5_K, Q6_K; activations rounded to int8 blocks of 32), the rest\n"
 	 "dequantized; dequantize: every tensor in the compute dtype at load\n"
 	 "(cuda always)"},
+	{F_QUANTIZE, "--quantize", "none|q8_0", CMD_INFO | CMD_GEN,
+	 "quantize a checkpoint's float GEMM weights (q/k/v/o, gate/up/down,\n"
+	 "LM head) at load: q8_0 keeps them in Q8_0 blocks of 32, run as a\n"
+	 "Q8_0 GGUF's (about 3.8x fewer weight bytes); decoder-only models;\n"
+	 "weights the file stores quantized are kept; none (default); fp8 is\n"
+	 "not implemented"},
 	{F_MAX_BATCH_TOKENS, "--max-batch-tokens", "N", CMD_EMBED | CMD_GEN,
 	 "tokens packed per batch (default 16384; generate: per step, 2048)"},
 	{F_TRUNCATE, "--truncate", NULL, CMD_EMBED | CMD_TOKENIZE,
@@ -265,6 +272,7 @@ typedef struct cli_opts {
 	bool device_set;
 	rg_dtype dtype;
 	rg_weights weights; /* --weights */
+	rg_quantize quantize; /* --quantize */
 	int max_batch_tokens;
 	bool truncate;
 	out_format format;
@@ -434,6 +442,19 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 				fprintf(stderr,
 					"ragged %s: --weights must be quantized or dequantize, not "
 					"'%s'\n", c->name, v);
+				return EXIT_USAGE;
+			}
+			break;
+		case F_QUANTIZE:
+			if (!strcmp(v, "none"))
+				o->quantize = RG_QUANTIZE_NONE;
+			else if (!strcmp(v, "q8_0"))
+				o->quantize = RG_QUANTIZE_Q8_0;
+			else {
+				fprintf(stderr,
+					"ragged %s: --quantize must be none or q8_0, not '%s'%s\n",
+					c->name, v,
+					!strcmp(v, "fp8") ? " (fp8 is not implemented)" : "");
 				return EXIT_USAGE;
 			}
 			break;
@@ -1119,6 +1140,7 @@ static int cmd_info(int argc, char **argv, const cli_cmd *c)
 	p.device = o.device;
 	p.dtype = o.dtype;
 	p.weights = o.weights;
+	p.quantize = o.quantize;
 	p.max_batch_tokens = 512; /* only the weights are wanted: a small activation arena */
 	m = rg_model_load(dir, &p, &st);
 	if (!m)
@@ -1450,6 +1472,7 @@ static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 	p.device = o.device_set ? o.device : RG_DEVICE_CPU; /* the decoder ops are CPU ones for now */
 	p.dtype = o.dtype;
 	p.weights = o.weights;
+	p.quantize = o.quantize;
 	p.max_batch_tokens = mbt_set ? o.max_batch_tokens : 2048;
 	if ((rc = open_input(&o, &in)) != 0)
 		return rc;

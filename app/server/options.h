@@ -30,6 +30,7 @@ typedef struct rg_serve_opts {
 	int cpu_replicas; /* testing: CPU model replicas behind the one queue (1: none) */
 	rg_dtype dtype;
 	rg_weights weights; /* --weights (GGUF) */
+	rg_quantize quantize; /* --quantize: float GEMM weights quantized at load */
 	const char *scheduler;
 	int max_batch_tokens, max_batch_requests, max_queue, max_inputs;
 	size_t max_body_bytes;

@@ -296,6 +296,7 @@ static rg_status load_models(rg_server *s, const char *model_dir)
 	mp.device = s->o.device;
 	mp.dtype = s->o.dtype;
 	mp.weights = s->o.weights;
+	mp.quantize = s->o.quantize;
 	mp.max_batch_tokens = s->o.max_batch_tokens;
 	mp.pooling_set = s->o.pooling_set;
 	mp.pooling = s->o.pooling;

@@ -30,7 +30,8 @@ class ModelParams(ctypes.Structure):
     _fields_ = [("device", ctypes.c_int), ("device_index", ctypes.c_int),
                 ("dtype", ctypes.c_int), ("max_batch_tokens", ctypes.c_int),
                 ("pooling_set", ctypes.c_bool), ("pooling", ctypes.c_int),
-                ("dense_dir", ctypes.c_char_p), ("weights", ctypes.c_int)]
+                ("dense_dir", ctypes.c_char_p), ("weights", ctypes.c_int),
+                ("quantize", ctypes.c_int)]
 
 
 class ModelInfo(ctypes.Structure):

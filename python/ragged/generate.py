@@ -249,12 +249,15 @@ class Generator:
         one model step (the prefill chunk budget). weights: "quantized" (default: a GGUF's
         GEMM weights kept in the file's blocks where the backend reads them, CPU Q8_0 / Q4_0 /
         Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K) or "dequantize" (every tensor in the compute
-        dtype at load).
+        dtype at load). quantize: None / "none" (default) or "q8_0": a checkpoint's float GEMM
+        weights (q/k/v/o, gate/up/down, LM head) quantized at load to Q8_0 blocks and run as a
+        Q8_0 GGUF's (rg_model_params.quantize; weights a file stores quantized are kept; fp8 is
+        not implemented); ValueError for another value.
     Calls are serialized per Generator. close() (or `with`) frees it now.
     """
 
     def __init__(self, model=None, device="cpu", dtype="auto", max_batch_tokens=2048,
-                 device_index=0, weights="quantized"):
+                 device_index=0, weights="quantized", quantize=None):
         from . import _error, resolve_model
         l = _bind(lib())
         self._h = None
@@ -276,6 +279,11 @@ class Generator:
         if weights not in ("quantized", "dequantize"):
             raise ValueError(f"weights={weights!r}: quantized or dequantize")
         p.weights = 0 if weights == "quantized" else 1
+        qmap = {None: 0, "none": 0, "q8_0": 1}
+        if not isinstance(quantize, (str, type(None))) or quantize not in qmap:
+            raise ValueError(f"quantize={quantize!r}: none or q8_0"
+                             + (" (fp8 is not implemented)" if quantize == "fp8" else ""))
+        p.quantize = qmap[quantize]
         st = ctypes.c_int(RG_OK)
         h = l.rg_model_load(os.fsencode(self.model_path), ctypes.byref(p), ctypes.byref(st))
         if not h:

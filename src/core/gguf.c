@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1008,6 +1009,52 @@ rg_status rg_gguf_arr_f32(const rg_gguf *g, const char *key, uint64_t i, float *
 			  out))
 		return kv_type_err(g, key, kv, "an array of float32 or float64");
 	return RG_OK;
+}
+
+/* ---- quantization (Q8_0 only: rg_model_params.quantize) ------------------------------- */
+
+uint16_t rg_float_to_half(float f)
+{
+	uint32_t x, sign;
+
+	memcpy(&x, &f, sizeof(x));
+	sign = (x >> 16) & 0x8000u;
+	x &= 0x7fffffffu;
+	if (x > 0x7f800000u) /* NaN: a quiet NaN with the top of the payload */
+		return (uint16_t)(sign | 0x7e00u | ((x >> 13) & 0x3ffu));
+	if (x >= 0x477ff000u) /* >= 65520 (inf included) rounds to inf */
+		return (uint16_t)(sign | 0x7c00u);
+	if (x < 0x38800000u) { /* below 2^-14: a subnormal half, k units of 2^-24 */
+		float a;
+
+		memcpy(&a, &x, sizeof(a));
+		/* a * 2^24 is exact; rintf rounds half to even (the default mode); k = 1024 is
+		 * the smallest normal's bit pattern, as it should be */
+		return (uint16_t)(sign | (uint32_t)rintf(a * 0x1p24f));
+	}
+	/* rebias the exponent (127 -> 15), then round 23 mantissa bits to 10, ties to even */
+	x -= 0x38000000u;
+	x += 0xfffu + ((x >> 13) & 1u);
+	return (uint16_t)(sign | (x >> 13));
+}
+
+void rg_gguf_quantize_q8_0(const float *x, int64_t n, void *dst)
+{
+	uint8_t *b = dst;
+
+	for (int64_t i = 0; i + 32 <= n; i += 32, b += 34) {
+		float amax = 0.0f, d, id;
+		uint16_t h;
+
+		for (int j = 0; j < 32; j++)
+			amax = fmaxf(amax, fabsf(x[i + j]));
+		d = amax / 127.0f;
+		id = d != 0.0f ? 1.0f / d : 0.0f;
+		h = rg_float_to_half(d);
+		memcpy(b, &h, sizeof(h));
+		for (int j = 0; j < 32; j++)
+			b[2 + j] = (uint8_t)(int8_t)roundf(x[i + j] * id);
+	}
 }
 
 /* ---- dequantization ----------------------------------------------------------------------- *

@@ -160,4 +160,17 @@ RG_TEST_API bool rg_gguf_type_size(uint32_t type, int64_t *block_size, size_t *t
  * RG_ERR_UNSUPPORTED (naming tensor and type) for types other than F32, F16, BF16, Q4_0, Q4_1,
  * Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; RG_ERR_INVALID_INPUT for NULL arguments. */
 RG_TEST_API rg_status rg_gguf_to_f32(const rg_gguf_tensor *t, float *out);
+
+/* Quantize n floats x (n % 32 == 0; a weight row's K values, rows one after another) to n / 32
+ * Q8_0 blocks of 34 bytes each into dst (caller-owned, n / 32 * 34 bytes, no alignment needed):
+ * per block d = max|x| / 127 as fp16 (round to nearest even), then q[j] = roundf(x[j] / d) as
+ * int8, with 1 / d taken from the float32 d before its fp16 rounding -- ggml-quants.c
+ * quantize_row_q8_0_ref, and bit-identical to gguf.quants.quantize(x, Q8_0) of the `gguf` Python
+ * package (its Q8_0.quantize_blocks, float32 throughout); an all-zero block gets d = 0, q = 0.
+ * A non-finite input gives whatever those formulas give (no check). Errors: none (n not a
+ * multiple of 32 is a broken invariant of the caller: the tail is ignored). */
+RG_TEST_API void rg_gguf_quantize_q8_0(const float *x, int64_t n, void *dst);
+/* IEEE 754 binary32 -> binary16, round to nearest even (overflow to inf, subnormals kept, NaN
+ * stays NaN): NumPy's astype(np.float16). */
+RG_TEST_API uint16_t rg_float_to_half(float f);
 #endif

@@ -186,6 +186,8 @@ rg_status rg_decoder_init(rg_model *m, const rg_model_params *p, const rg_tsrc *
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_params.weights: unknown value %d",
 				 (int)p->weights);
 	m->keep_quant = p->weights == RG_WEIGHTS_AUTO;
+	/* encoder-decoders load unquantized; rg_model_load then refuses the parameter */
+	m->quantize = m->arch->kind == RG_MODEL_DECODER ? p->quantize : RG_QUANTIZE_NONE;
 	if ((s = rg_model_load_weights(m, p, dt, src)) != RG_OK)
 		return s;
 	if ((s = alloc_step_arena(m)) != RG_OK)

@@ -114,6 +114,11 @@ static rg_status load_conv1d(rg_model *m, const rg_tsrc *src, const char *name, 
 		for (int o = 0; o < out; o++)
 			t[(size_t)o * in + i] = w[(size_t)i * out + o];
 	free(w);
+	if (rg_layer_quantizes(m, out, in)) { /* rg_model_params.quantize (no GGUF path here) */
+		s = rg_layer_upload_q8_0(m, t, out, in, dst);
+		free(t);
+		return s;
+	}
 	if ((s = rg_dec_upload(m, t, (size_t)in * out, true, dst)) != RG_OK)
 		return s;
 	return rg_op_prepare_weight(m->be, *dst, out, in);

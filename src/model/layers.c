@@ -12,11 +12,83 @@
 #include "core/error.h"
 #include "core/gguf.h"
 
+rg_status rg_layer_upload_q8_0(rg_model *m, const float *w, int64_t rows, int64_t k,
+			       void **dst)
+{
+	const size_t bytes = (size_t)rows * (size_t)(k / 32) * 34;
+	void *q;
+	rg_status s;
+
+	if (!(q = malloc(bytes)))
+		return rg_errorf(RG_ERR_OOM, "out of host memory for %zu bytes of Q8_0 blocks",
+				 bytes);
+	rg_gguf_quantize_q8_0(w, rows * k, q);
+	if ((s = rg_backend_alloc(m->be, bytes, dst)) == RG_OK &&
+	    (s = rg_backend_upload(m->be, *dst, q, bytes)) == RG_OK &&
+	    (s = rg_op_prepare_qweight(m->be, *dst, RG_GGUF_Q8_0, (int)rows, (int)k)) == RG_OK)
+		rg_model_count_weight(m, bytes, true);
+	free(q);
+	return s;
+}
+
+bool rg_layer_quantizes(const rg_model *m, int64_t rows, int64_t k)
+{
+	return m->quantize == RG_QUANTIZE_Q8_0 && k > 0 && k % 32 == 0 && k <= INT32_MAX &&
+	       rows > 0 && rows <= INT32_MAX && rg_backend_qtype_supported(m->be, RG_GGUF_Q8_0);
+}
+
+/* rg_model_params.quantize Q8_0 for a stacked GEMM weight none of whose parts the file stores
+ * quantized (issue 30 item 1): each part read as f32 (rg_tsrc_get), stacked, quantized and
+ * uploaded by rg_layer_upload_q8_0. Returns false, touching nothing, when the weight is to be
+ * loaded as before (no quantize, K % 32 != 0, a part stored quantized: its own blocks or
+ * dequantized, never requantized); true with *s the outcome otherwise. */
+static bool quantize_stacked(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
+			     const char *const names[], const int64_t d0[], int k, int64_t d1,
+			     void **dst, rg_status *s)
+{
+	int64_t rows = 0, off = 0;
+	float *all = NULL, *t;
+
+	for (int i = 0; i < k; i++) {
+		int type;
+		const void *data;
+		size_t bytes;
+
+		if (rg_tsrc_raw(src, prefixes, names[i], d0[i], d1, &type, &data, &bytes))
+			return false;
+		rows += d0[i];
+	}
+	if (!rg_layer_quantizes(m, rows, d1))
+		return false;
+	if (k > 1 && !(all = malloc((size_t)rows * (size_t)d1 * sizeof(float)))) {
+		*s = rg_errorf(RG_ERR_OOM, "out of host memory for %s", names[0]);
+		return true;
+	}
+	for (int i = 0; i < k; i++) {
+		if ((*s = rg_tsrc_get(src, prefixes, names[i], d0[i], d1, &t)) != RG_OK) {
+			free(all);
+			return true;
+		}
+		if (k == 1) {
+			all = t;
+			break;
+		}
+		memcpy(all + off, t, (size_t)d0[i] * (size_t)d1 * sizeof(float));
+		off += d0[i] * d1;
+		free(t);
+	}
+	*s = rg_layer_upload_q8_0(m, all, rows, d1, dst);
+	free(all);
+	return true;
+}
+
 /* The quantized twin of rg_layer_load_stacked for a GEMM weight (issue 30): when m keeps
  * quantized weights and every names[i] is stored in one ggml type the backend reads as it is
  * (rg_backend_qtype_supported), their blocks are copied row after row (a stacked weight's rows
  * are the tensors' rows in order, as rg_layer_load_stacked stacks the f32 values) into one
- * backend buffer *dst declared with rg_op_prepare_qweight. Returns false, touching nothing,
+ * backend buffer *dst declared with rg_op_prepare_qweight; when none of them is stored
+ * quantized and m->quantize asks for it, they are quantized here (quantize_stacked). Returns
+ * false, touching nothing,
  * when the weight is to be loaded as f32 instead; true when it took the weight, with *s the
  * outcome (on an error *dst may be set: its owner frees it, as after rg_dec_upload). */
 static bool load_stacked_quant(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
@@ -30,13 +102,16 @@ static bool load_stacked_quant(rg_model *m, const rg_tsrc *src, const char *cons
 	int types[MAX_PARTS], prow[MAX_PARTS], n_runs = 0;
 	bool mixed = false;
 
-	if (!m->keep_quant || !src->raw || d1 <= 0 || d1 % 32 || d1 > INT32_MAX || k > MAX_PARTS)
+	if (d1 <= 0 || d1 % 32 || d1 > INT32_MAX || k > MAX_PARTS)
 		return false;
+	if (!m->keep_quant || !src->raw)
+		return quantize_stacked(m, src, prefixes, names, d0, k, d1, dst, s);
 	for (int i = 0; i < k; i++) {
 		int t;
 
-		if (!rg_tsrc_raw(src, prefixes, names[i], d0[i], d1, &t, &data[i], &bytes[i]) ||
-		    !rg_backend_qtype_supported(m->be, t))
+		if (!rg_tsrc_raw(src, prefixes, names[i], d0[i], d1, &t, &data[i], &bytes[i]))
+			return quantize_stacked(m, src, prefixes, names, d0, k, d1, dst, s);
+		if (!rg_backend_qtype_supported(m->be, t))
 			return false;
 		/* parts of one type run together; a new type starts a run (Q4_K_M: Q4_K Q and K,
 		 * Q6_K V on some layers) */
@@ -68,7 +143,8 @@ static bool load_stacked_quant(rg_model *m, const rg_tsrc *src, const char *cons
 /* A quantized LM head: the file's head tensor when it has one, else (tied) a copy of the
  * embedding table's blocks -- the gather reads the table as f32, the head GEMM streams the
  * blocks (a decode step's largest read). true with *s as load_stacked_quant and *tied whether
- * the head is the embedding (absent, or byte-equal to it); false to load it as f32. */
+ * the head is the embedding (absent, or byte-equal to it; a float head quantized by
+ * rg_model_params.quantize: false, its blocks are its own); false to load it as f32. */
 static bool load_head_quant(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
 			    const char *embed_name, const char *const *head_prefixes,
 			    const char *head_name, void **head_d, bool *tied, rg_status *s)
@@ -81,14 +157,20 @@ static bool load_head_quant(rg_model *m, const rg_tsrc *src, const char *const *
 	const bool has_e = rg_tsrc_raw(src, prefixes, embed_name, c->vocab_size, c->hidden_size,
 				       &et, &ed, &eb);
 
-	if (!m->keep_quant)
+	if (!m->keep_quant && m->quantize == RG_QUANTIZE_NONE)
 		return false;
 	if (rg_tsrc_has(src, head_prefixes, head_name) || !c->tie_word_embeddings) {
 		const char *const names[1] = {head_name};
 
 		if (!rg_tsrc_raw(src, head_prefixes, head_name, c->vocab_size, c->hidden_size, &ht,
-				 &hd, &hb))
-			return false;
+				 &hd, &hb)) {
+			/* a float head to quantize (rg_model_params.quantize); absent: the caller
+			 * reports it or loads a head-less embedding model */
+			*tied = false;
+			return rg_tsrc_has(src, head_prefixes, head_name) &&
+			       quantize_stacked(m, src, head_prefixes, names, rows, 1,
+						c->hidden_size, head_d, s);
+		}
 		*tied = has_e && et == ht && eb == hb && !memcmp(ed, hd, hb);
 		return load_stacked_quant(m, src, head_prefixes, names, rows, 1, c->hidden_size,
 					  head_d, s);
@@ -96,8 +178,11 @@ static bool load_head_quant(rg_model *m, const rg_tsrc *src, const char *const *
 		const char *const names[1] = {embed_name};
 
 		*tied = true;
-		return has_e && load_stacked_quant(m, src, prefixes, names, rows, 1,
-						   c->hidden_size, head_d, s);
+		if (!has_e) /* a float table: its quantized copy serves the head (quantize) */
+			return quantize_stacked(m, src, prefixes, names, rows, 1, c->hidden_size,
+						head_d, s);
+		return load_stacked_quant(m, src, prefixes, names, rows, 1, c->hidden_size,
+					  head_d, s);
 	}
 }
 
@@ -116,10 +201,15 @@ rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *
 	*embed_d = *head_d = NULL;
 	if (load_head_quant(m, src, prefixes, embed_name, head_prefixes, head_name, head_d, &tied,
 			    &s)) {
+		int et;
+		const void *ed;
+		size_t eb;
+
 		if (s != RG_OK)
 			return s;
 		c->tie_word_embeddings = tied;
-		if (tied && gather_only && rg_backend_device(m->be) == RG_DEVICE_CPU) {
+		if (tied && gather_only && rg_backend_device(m->be) == RG_DEVICE_CPU &&
+		    rg_tsrc_raw(src, prefixes, embed_name, V, H, &et, &ed, &eb)) {
 			/* the CPU gather dequantizes the rows it reads from the blocks themselves
 			 * (rg_cpu_gather_rows_quant): one copy of the table, in the file's bytes */
 			*embed_d = *head_d;
@@ -127,7 +217,8 @@ rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *
 			m->dec.lm_head = *embed_d;
 			return RG_OK;
 		}
-		/* else the embedding reads f32 rows: the table itself is dequantized too */
+		/* else the embedding reads f32 rows: the table itself is dequantized too (or,
+		 * quantized at load, stays in the compute dtype: the head is its Q8_0 copy) */
 		if ((s = rg_tsrc_get(src, prefixes, embed_name, V, H, &e)) != RG_OK ||
 		    (s = rg_dec_upload(m, e, n, true, embed_d)) != RG_OK)
 			return s;

@@ -29,7 +29,11 @@
  * rg_op_gather_rows alone) and the backend is the CPU, whose gather dequantizes rows of a
  * quantized weight itself: there a tied table is kept once, as the file's blocks, and *embed_d
  * is those blocks (head_d NULL), so the resident bytes are the file's (issue 30's memory
- * target; SmolLM2's Q4_1 file: 210 -> 97 MB). */
+ * target; SmolLM2's Q4_1 file: 210 -> 97 MB). Under rg_model_params.quantize a float head
+ * (the file's, or the table's when tied) is quantized to Q8_0 into *head_d and the table stays
+ * in the compute dtype for the gather, on every backend (the head's blocks are never shared with
+ * the gather there); tie_word_embeddings then reports false for a stored head equal to the
+ * table. */
 rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
 				   const char *embed_name, const char *const *head_prefixes,
 				   const char *head_name, bool gather_only, void **embed_d,
@@ -44,6 +48,17 @@ rg_status rg_layer_load_stacked(rg_model *m, const rg_tsrc *src, const char *con
 /* One GEMM weight name (d0, d1), uploaded in the compute dtype and prepared. */
 rg_status rg_layer_load_linear(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
 			       const char *name, int64_t d0, int64_t d1, void **dst);
+/* rg_model_params.quantize (issue 30 item 1): true when m quantizes a float GEMM weight of
+ * (rows, k) to Q8_0 at load -- quantize Q8_0, k a multiple of 32, rows and k within int, and
+ * a backend with Q8_0 GEMMs (rg_backend_qtype_supported). */
+bool rg_layer_quantizes(const rg_model *m, int64_t rows, int64_t k);
+/* w (rows, k) f32 row-major host memory (borrowed) quantized to Q8_0 (rg_gguf_quantize_q8_0:
+ * rows * k / 32 blocks of 34 bytes, row after row) into a new backend buffer *dst (owned by the
+ * caller's weights, freed with rg_backend_dealloc, also when set on an error), declared with
+ * rg_op_prepare_qweight(RG_GGUF_Q8_0, rows, k) and counted by rg_model_count_weight. Callers
+ * check rg_layer_quantizes first. Errors: RG_ERR_OOM (host or backend), the backend's. */
+rg_status rg_layer_upload_q8_0(rg_model *m, const float *w, int64_t rows, int64_t k,
+			       void **dst);
 /* One vector name (n) as f32 (a norm's gamma / beta) or in the compute dtype (act: a bias). */
 rg_status rg_layer_load_vec(rg_model *m, const rg_tsrc *src, const char *const *prefixes,
 			    const char *name, int64_t n, bool act, void **dst);

@@ -65,6 +65,7 @@ rg_model_params rg_model_params_default(void)
 	p.pooling = RG_POOL_MEAN;
 	p.dense_dir = NULL;
 	p.weights = RG_WEIGHTS_AUTO;
+	p.quantize = RG_QUANTIZE_NONE;
 	return p;
 }
 
@@ -818,6 +819,11 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 			      1 << 24, p.max_batch_tokens);
 		goto out;
 	}
+	if (p.quantize != RG_QUANTIZE_NONE && p.quantize != RG_QUANTIZE_Q8_0) {
+		s = rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_params.quantize: unknown value %d",
+			      (int)p.quantize);
+		goto out;
+	}
 	m = calloc(1, sizeof(*m));
 	if (m) {
 		m->gen_forced_eos = m->gen_forced_bos = -1;
@@ -841,6 +847,12 @@ rg_model *rg_model_load(const char *dir, const rg_model_params *params, rg_statu
 		s = load_hf(m, dir, &p);
 	if (s != RG_OK)
 		goto out_free_model;
+	if (p.quantize != RG_QUANTIZE_NONE && m->info.kind != RG_MODEL_DECODER) {
+		s = rg_errorf(RG_ERR_UNSUPPORTED,
+			      "%s: rg_model_params.quantize applies to decoder-only models, not %s",
+			      dir, m->info.model_type ? m->info.model_type : "this model");
+		goto out_free_model;
+	}
 	if (st)
 		*st = RG_OK;
 	return m;

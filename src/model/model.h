@@ -229,6 +229,8 @@ struct rg_model {
 	rg_dec_state dec;         /* decoders only */
 	bool keep_quant;          /* rg_model_params.weights AUTO: GEMM weights the backend reads
 				   * in their GGUF blocks stay so (layers.c) */
+	rg_quantize quantize;     /* rg_model_params.quantize for a decoder-only model (NONE
+				   * elsewhere): float GEMM weights quantized at load (layers.c) */
 	char *chat_template;      /* decoders: GGUF tokenizer.chat_template or
 				   * tokenizer_config.json's, NULL when none */
 	char *chat_bos, *chat_eos; /* decoders: tokenizer_config.json's bos_token / eos_token (a

@@ -42,7 +42,8 @@ class ModelParams(ctypes.Structure):
     _fields_ = [("device", ctypes.c_int), ("device_index", ctypes.c_int),
                 ("dtype", ctypes.c_int), ("max_batch_tokens", ctypes.c_int),
                 ("pooling_set", ctypes.c_bool), ("pooling", ctypes.c_int),
-                ("dense_dir", ctypes.c_char_p), ("weights", ctypes.c_int)]
+                ("dense_dir", ctypes.c_char_p), ("weights", ctypes.c_int),
+                ("quantize", ctypes.c_int)]
 
 
 class ModelInfo(ctypes.Structure):
@@ -273,11 +274,13 @@ class Model:
     """A loaded ragged model. device 'cpu'|'cuda', dtype 'fp32'|'fp16'|'bf16'."""
 
     def __init__(self, model_dir, device="cpu", dtype="fp32", max_batch_tokens=16384,
-                 weights="auto"):
+                 weights="auto", quantize="none"):
         """weights: rg_model_params.weights, "auto" (GGUF blocks kept where the backend reads
-        them) or "dequantize"."""
+        them) or "dequantize"; quantize: rg_model_params.quantize, "none" or "q8_0", or an
+        int passed as it is (to test the library's refusal of unknown values)."""
         p = ModelParams(DEVICE[device], 0, DTYPE[dtype], max_batch_tokens)
         p.weights = {"auto": 0, "dequantize": 1}[weights]
+        p.quantize = quantize if isinstance(quantize, int) else {"none": 0, "q8_0": 1}[quantize]
         st = ctypes.c_int(0)
         self._h = lib().rg_model_load(model_dir.encode(), ctypes.byref(p), ctypes.byref(st))
         if not self._h:
