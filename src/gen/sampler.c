@@ -586,6 +586,8 @@ typedef struct param_ctx {
 	float *vals;      /* top-k scratch: (cap) logits, allocated on first use and kept */
 	int32_t *idx;     /* (2 * cap) */
 	int cap;
+	double *ex;       /* dist scratch: (ex_cap) exp(l - l_max) per candidate, kept */
+	int ex_cap;
 } param_ctx;
 
 static void param_free(rg_sampler *s)
@@ -595,6 +597,7 @@ static void param_free(rg_sampler *s)
 	if (c) {
 		free(c->vals);
 		free(c->idx);
+		free(c->ex);
 		free(c);
 	}
 }
@@ -731,21 +734,34 @@ static rg_status greedy_apply(rg_sampler *s, rg_token_array *cur, rg_rng *rng)
 
 static const char *dist_name(const rg_sampler *s) { (void)s; return "dist"; }
 
+/* The terms exp(l - l_max) are computed once into the sampler's scratch (grown to the
+ * candidates, kept) and summed twice, the same doubles in the same order as computing them
+ * twice; without the scratch (OOM) they are computed twice. */
 static rg_status dist_apply(rg_sampler *s, rg_token_array *cur, rg_rng *rng)
 {
-	double total = 0.0, target, run = 0.0;
+	param_ctx *c = s->ctx;
+	double total = 0.0, target, run = 0.0, *ex;
 	float mx;
-	(void)s;
 
 	drop_neg_inf(cur);
 	sort_by_id(cur);
 	mx = max_logit(cur);
-	for (int i = 0; i < cur->size; i++)
-		total += exp((double)cur->data[i].logit - (double)mx);
+	if (cur->size > c->ex_cap && (ex = realloc(c->ex, (size_t)cur->size * sizeof(double)))) {
+		c->ex = ex;
+		c->ex_cap = cur->size;
+	}
+	ex = cur->size <= c->ex_cap ? c->ex : NULL;
+	for (int i = 0; i < cur->size; i++) {
+		const double e = exp((double)cur->data[i].logit - (double)mx);
+
+		if (ex)
+			ex[i] = e;
+		total += e;
+	}
 	target = rg_rng_uniform(rng) * total;
 	cur->selected = cur->data[cur->size - 1].id;
 	for (int i = 0; i < cur->size; i++) {
-		run += exp((double)cur->data[i].logit - (double)mx);
+		run += ex ? ex[i] : exp((double)cur->data[i].logit - (double)mx);
 		if (run > target) {
 			cur->selected = cur->data[i].id;
 			break;
