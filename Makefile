@@ -286,6 +286,9 @@ build/bench_float_format: bench/serving/float_format.c build/libragged.a
 # One sentence on the CPU backend: whole model against its linear layers alone.
 build/bench_cpu_single: bench/kernels/cpu_single.c build/libragged.a
 	$(CC) $(REL_CFLAGS) -o $@ $< build/libragged.a $(REL_LIBS)
+# One constrained row's host draw, before and after the masked argmax (issue 31 item 1).
+build/bench_grammar_row: bench/kernels/grammar_row_host.c build/libragged.a
+	$(CC) $(REL_CFLAGS) -o $@ $< build/libragged.a $(REL_LIBS)
 ifeq ($(CUDA),1)
 build/bench_ops: bench/kernels/bench_ops.c build/libragged.a
 	$(CC) $(REL_CFLAGS) -isystem $(CUDA_HOME)/include -o $@ $< build/libragged.a $(REL_LIBS)

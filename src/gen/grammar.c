@@ -1364,6 +1364,11 @@ const rg_dfa *rg_grammar_dfa(const rg_grammar *g) { return g->d; }
 
 void rg_grammar_set_mask_budget(rg_grammar *g, size_t bytes) { g->budget = bytes; }
 
+const uint64_t *rg_grammar_mask_cached(const rg_grammar *g, int s)
+{
+	return s >= 0 && s < g->d->n_states ? g->masks[s] : NULL;
+}
+
 /* One DFS over the trie from the root with DFA state s: every node reached alive allows its
  * tokens; a dead state prunes the subtree. */
 const uint64_t *rg_grammar_mask(rg_grammar *g, int s)

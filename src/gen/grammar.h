@@ -90,6 +90,9 @@ const rg_dfa *rg_grammar_dfa(const rg_grammar *g);
  * at most RG_GRAMMAR_MASK_BYTES (past that, computed each time into a scratch mask valid until
  * the next call). NULL on OOM. Owned by g. */
 RG_TEST_API const uint64_t *rg_grammar_mask(rg_grammar *g, int s);
+/* The cached mask of state s, or NULL when it is not cached (never computed, or past the
+ * budget). Reads only: threads may call it together while nothing calls rg_grammar_mask. */
+const uint64_t *rg_grammar_mask_cached(const rg_grammar *g, int s);
 /* Test hook: the cache budget of g's masks, bytes (RG_GRAMMAR_MASK_BYTES by default). */
 RG_TEST_API void rg_grammar_set_mask_budget(rg_grammar *g, size_t bytes);
 /* The state after token tok's bytes from s (-1: dead). */

@@ -266,10 +266,26 @@ typedef struct bias_ctx {
 
 static const char *bias_name(const rg_sampler *s) { (void)s; return "logit-bias"; }
 
+/* The candidate of id, or NULL. An unsorted array is in ascending id order (every step keeps
+ * the order, sort_by_id restores it), the full one or a subset (a grammar's allowed tokens):
+ * a binary search; a sorted one is scanned. */
 static rg_token_data *find_id(rg_token_array *cur, int32_t id)
 {
-	if (!cur->sorted && id < cur->size && cur->data[id].id == id)
-		return &cur->data[id]; /* the full array in id order */
+	if (!cur->sorted) {
+		int lo = 0, hi = cur->size;
+
+		if (id < cur->size && cur->data[id].id == id)
+			return &cur->data[id]; /* the full array in id order */
+		while (lo < hi) {
+			int mid = lo + (hi - lo) / 2;
+
+			if (cur->data[mid].id < id)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		return lo < cur->size && cur->data[lo].id == id ? &cur->data[lo] : NULL;
+	}
 	for (int i = 0; i < cur->size; i++)
 		if (cur->data[i].id == id)
 			return &cur->data[i];
@@ -570,6 +586,8 @@ typedef struct param_ctx {
 	float *vals;      /* top-k scratch: (cap) logits, allocated on first use and kept */
 	int32_t *idx;     /* (2 * cap) */
 	int cap;
+	double *ex;       /* dist scratch: (ex_cap) exp(l - l_max) per candidate, kept */
+	int ex_cap;
 } param_ctx;
 
 static void param_free(rg_sampler *s)
@@ -579,6 +597,7 @@ static void param_free(rg_sampler *s)
 	if (c) {
 		free(c->vals);
 		free(c->idx);
+		free(c->ex);
 		free(c);
 	}
 }
@@ -715,21 +734,34 @@ static rg_status greedy_apply(rg_sampler *s, rg_token_array *cur, rg_rng *rng)
 
 static const char *dist_name(const rg_sampler *s) { (void)s; return "dist"; }
 
+/* The terms exp(l - l_max) are computed once into the sampler's scratch (grown to the
+ * candidates, kept) and summed twice, the same doubles in the same order as computing them
+ * twice; without the scratch (OOM) they are computed twice. */
 static rg_status dist_apply(rg_sampler *s, rg_token_array *cur, rg_rng *rng)
 {
-	double total = 0.0, target, run = 0.0;
+	param_ctx *c = s->ctx;
+	double total = 0.0, target, run = 0.0, *ex;
 	float mx;
-	(void)s;
 
 	drop_neg_inf(cur);
 	sort_by_id(cur);
 	mx = max_logit(cur);
-	for (int i = 0; i < cur->size; i++)
-		total += exp((double)cur->data[i].logit - (double)mx);
+	if (cur->size > c->ex_cap && (ex = realloc(c->ex, (size_t)cur->size * sizeof(double)))) {
+		c->ex = ex;
+		c->ex_cap = cur->size;
+	}
+	ex = cur->size <= c->ex_cap ? c->ex : NULL;
+	for (int i = 0; i < cur->size; i++) {
+		const double e = exp((double)cur->data[i].logit - (double)mx);
+
+		if (ex)
+			ex[i] = e;
+		total += e;
+	}
 	target = rg_rng_uniform(rng) * total;
 	cur->selected = cur->data[cur->size - 1].id;
 	for (int i = 0; i < cur->size; i++) {
-		run += exp((double)cur->data[i].logit - (double)mx);
+		run += ex ? ex[i] : exp((double)cur->data[i].logit - (double)mx);
 		if (run > target) {
 			cur->selected = cur->data[i].id;
 			break;
@@ -860,18 +892,18 @@ out_free_chain:
 	return st;
 }
 
-rg_status rg_sampler_sample(rg_sampler *s, const float *logits, int vocab, rg_rng *rng,
-			    rg_token_array *work, int n_top, int32_t *id, float *logprob,
-			    int32_t *top_ids, float *top_logprobs)
+rg_status rg_sampler_sample_cand(rg_sampler *s, rg_token_array *work, rg_rng *rng, int n_top,
+				 int32_t *id, float *logprob, int32_t *top_ids,
+				 float *top_logprobs)
 {
 	double total = 0.0, lse;
 	float mx;
 	rg_status st;
 
-	for (int i = 0; i < vocab; i++)
-		if (isnan(logits[i]))
-			return rg_errorf(RG_ERR_INTERNAL, "sampler: NaN logit for token %d", i);
-	rg_token_array_fill(work, logits, vocab);
+	for (int i = 0; i < work->size; i++)
+		if (isnan(work->data[i].logit))
+			return rg_errorf(RG_ERR_INTERNAL, "sampler: NaN logit for token %d",
+					 work->data[i].id);
 	if ((st = rg_sampler_apply(s, work, rng)) != RG_OK)
 		return st;
 	if (work->selected < 0)
@@ -897,6 +929,86 @@ rg_status rg_sampler_sample(rg_sampler *s, const float *logits, int vocab, rg_rn
 			top_logprobs[j] = ok ? (float)((double)work->data[j].logit - lse) : -INFINITY;
 		}
 	}
+	return RG_OK;
+}
+
+rg_status rg_sampler_sample(rg_sampler *s, const float *logits, int vocab, rg_rng *rng,
+			    rg_token_array *work, int n_top, int32_t *id, float *logprob,
+			    int32_t *top_ids, float *top_logprobs)
+{
+	rg_token_array_fill(work, logits, vocab);
+	return rg_sampler_sample_cand(s, work, rng, n_top, id, logprob, top_ids, top_logprobs);
+}
+
+int rg_token_array_fill_masked(rg_token_array *cur, const float *logits, int vocab,
+			       const uint64_t *mask)
+{
+	const int words = (vocab + 63) / 64;
+	int n = 0;
+
+	for (int w = 0; w < words; w++)
+		for (uint64_t b = mask[w]; b; b &= b - 1) {
+			const int v = w * 64 + __builtin_ctzll(b);
+
+			if (v >= vocab)
+				break;
+			cur->data[n].id = v;
+			cur->data[n++].logit = logits[v];
+		}
+	cur->size = n;
+	cur->sorted = false;
+	cur->selected = -1;
+	return n;
+}
+
+bool rg_sampler_is_greedy(const rg_sampler *s)
+{
+	const chain_ctx *c;
+
+	if (s->iface == &greedy_i)
+		return true;
+	if (s->iface != &chain_i)
+		return false;
+	c = s->ctx;
+	return c->n == 1 && rg_sampler_is_greedy(c->steps[0]);
+}
+
+rg_status rg_sampler_masked_argmax(const float *logits, int vocab, const uint64_t *mask,
+				   int32_t *id, float *logprob)
+{
+	const int words = (vocab + 63) / 64;
+	double total = 0.0, lse;
+	float mx = -INFINITY;
+	int best = -1;
+
+	/* the order rg_sampler_sample_cand walks the candidates of rg_token_array_fill_masked:
+	 * ascending id, the first of equal maxima kept (the greedy step's lowest id on ties) */
+	for (int w = 0; w < words; w++)
+		for (uint64_t b = mask[w]; b; b &= b - 1) {
+			const int v = w * 64 + __builtin_ctzll(b);
+
+			if (v >= vocab)
+				break;
+			if (isnan(logits[v]))
+				return rg_errorf(RG_ERR_INTERNAL, "sampler: NaN logit for token %d", v);
+			if (best < 0 || logits[v] > logits[best])
+				best = v;
+			if (logits[v] > mx)
+				mx = logits[v];
+		}
+	if (best < 0)
+		return rg_errorf(RG_ERR_INTERNAL, "sampler chain selected no token");
+	for (int w = 0; w < words; w++)
+		for (uint64_t b = mask[w]; b; b &= b - 1) {
+			const int v = w * 64 + __builtin_ctzll(b);
+
+			if (v >= vocab)
+				break;
+			total += exp((double)logits[v] - (double)mx);
+		}
+	lse = (double)mx + log(total);
+	*id = best;
+	*logprob = (float)((double)logits[best] - lse);
 	return RG_OK;
 }
 

@@ -130,6 +130,30 @@ rg_status rg_sampler_sample(rg_sampler *s, const float *logits, int vocab, rg_rn
 			    rg_token_array *work, int n_top, int32_t *id, float *logprob,
 			    int32_t *top_ids, float *top_logprobs);
 
+/* rg_sampler_sample over candidates the caller filled in work (ascending id order, unsorted,
+ * e.g. rg_token_array_fill_masked's): the same token, log-probability and top list as
+ * rg_sampler_sample over a row whose other logits are -inf, in O(work->size) but for the
+ * steps that sort. RG_ERR_INTERNAL as rg_sampler_sample. */
+rg_status rg_sampler_sample_cand(rg_sampler *s, rg_token_array *work, rg_rng *rng, int n_top,
+				 int32_t *id, float *logprob, int32_t *top_ids,
+				 float *top_logprobs);
+
+/* Fill cur with (id, logits[id]) for every id < vocab whose bit is set in mask
+ * ((vocab + 63) / 64 words, bit v & 63 of word v >> 6), in id order; returns the count. One walk
+ * of the set bits: a grammar's allowed tokens without a pass over the vocabulary. */
+int rg_token_array_fill_masked(rg_token_array *cur, const float *logits, int vocab,
+			       const uint64_t *mask);
+
+/* Whether chain s is greedy alone (no bias, penalty or n-gram step before it). */
+bool rg_sampler_is_greedy(const rg_sampler *s);
+
+/* The greedy chain's draw over the tokens of mask (as rg_token_array_fill_masked's): the
+ * largest logit, the lowest id on ties, and its log-softmax over the masked tokens; bit for bit
+ * rg_sampler_sample_cand with a greedy chain and n_top 0, in two walks of the set bits and no
+ * candidate array. RG_ERR_INTERNAL for a NaN logit among them or an empty mask. */
+rg_status rg_sampler_masked_argmax(const float *logits, int vocab, const uint64_t *mask,
+				   int32_t *id, float *logprob);
+
 /* Test hook (pytest's chi-square and support tests): n_draws tokens from one chain built from
  * p for the given prompt, one RNG stream seeded with seed, no token accepted between draws.
  * out (n_draws) int32. */

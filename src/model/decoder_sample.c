@@ -55,6 +55,7 @@ rg_sample_args rg_dec_sample_args(rg_model *m, int r0, int top_n)
 	a.bias_off = m->dec.smp_off_d + C + 1 + r0;
 	a.bias = m->dec.smp_bias_d;
 	a.top_n = top_n;
+	a.mask = NULL; /* structured outputs' rows are sampled on the host (gen/engine.c) */
 	a.work = m->dec.smp_work_d;
 	a.ids = m->dec.smp_out_d + r0;
 	a.logprobs = (float *)(m->dec.smp_out_d + C) + r0;

@@ -519,6 +519,11 @@ typedef struct rg_sample_args {
 	float *logprobs;            /* (M) same, or NULL */
 	int32_t *top_ids;           /* (M, top_n) same, or NULL when top_n is 0 */
 	float *top_logprobs;        /* (M, top_n) same, or NULL when top_n is 0 */
+	/* structured outputs (issue 31): (M, (N + 63) / 64) backend, or NULL: no mask; column j of
+	 * row r is allowed when bit j & 63 of word r * ((N + 63) / 64) + (j >> 6) is set, and a
+	 * column not allowed loads as -inf (step 1, so bias and penalties leave it -inf: the host
+	 * chain's -inf after its steps). Last, so positional initializers may leave it out. */
+	const uint64_t *mask;
 } rg_sample_args;
 
 /* Workspace of rg_op_sample_rows: (M, N) f32 processed logits and (M, N) int32 candidates. */

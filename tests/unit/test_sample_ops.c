@@ -190,7 +190,7 @@ static void run_batch(row_case *cs, int M, int N)
 		memcpy(bias + bias_off[r], c->bias, (size_t)c->n_bias * sizeof(*bias));
 	}
 	ids[M] = 0x5A5A5A5A; /* guard */
-	a = (rg_sample_args){rows, pen_off, pen, bias_off, bias, TOPN, work, ids, lps, tid, tlp};
+	a = (rg_sample_args){rows, pen_off, pen, bias_off, bias, TOPN, work, ids, lps, tid, tlp, NULL};
 	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
 	assert_int_equal(rg_op_sample_rows(be, x, M, N, &a), RG_OK);
 	assert_int_equal(ids[M], 0x5A5A5A5A);
@@ -342,7 +342,7 @@ static void test_sample_empty_row(void **state)
 	int32_t id = 7, tid[3];
 	rg_sample_row row = {.u = 0.5, .temperature = 1.f, .top_p = 1.f, .repetition_penalty = 1.f};
 	void *work = malloc(rg_sample_work_bytes(1, 5));
-	rg_sample_args a = {&row, NULL, NULL, NULL, NULL, 3, work, &id, &lp, tid, tlp};
+	rg_sample_args a = {&row, NULL, NULL, NULL, NULL, 3, work, &id, &lp, tid, tlp, NULL};
 	(void)state;
 
 	assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
@@ -358,6 +358,78 @@ static void test_sample_empty_row(void **state)
 }
 
 /* Hierarchical top-k rows (the op) against a full sort, ties included, k up to N. */
+/* A structured-output mask (args.mask) is the row with its masked columns -inf: the op with the
+ * mask and the op on that row without one agree bit for bit (id, log-prob, top list), on greedy,
+ * temperature, top-k, top-p and min-p rows, with bias and penalties, ragged widths, masks of
+ * 1..all columns and garbage bits past N. */
+static void test_sample_mask(void **state)
+{
+	static const int Ns[] = {1, 7, 64, 65, 1000, 50257};
+	(void)state;
+
+	for (size_t in = 0; in < sizeof(Ns) / sizeof(Ns[0]); in++) {
+		const int N = Ns[in], M = 12, W = (N + 63) / 64;
+		float *x = malloc((size_t)M * N * sizeof(float)), *xm = malloc((size_t)M * N * 4);
+		uint64_t *mask = calloc((size_t)M * W, sizeof(uint64_t));
+		rg_sample_row rows[12];
+		rg_sample_bias bias[12 * 2];
+		int32_t bias_off[13] = {0}, ids[2][12], tid[2][12 * 7];
+		float lps[2][12], tlp[2][12 * 7];
+		void *work = malloc(rg_sample_work_bytes(M, N));
+		rg_backend *be = NULL;
+
+		assert_non_null(x);
+		assert_non_null(xm);
+		assert_non_null(mask);
+		assert_non_null(work);
+		for (int r = 0; r < M; r++) {
+			const double dens = r % 4 == 0 ? 0.002 : r % 4 == 1 ? 0.2 : r % 4 == 2 ? 0.7 : 1.0;
+			uint64_t *m = mask + (size_t)r * W;
+
+			for (int j = 0; j < N; j++) {
+				x[(size_t)r * N + j] = r % 5 == 4 ? (float)(urand() % 4) : gauss() * 3.f;
+				if (drand() < dens)
+					m[j >> 6] |= 1ull << (j & 63);
+			}
+			m[0] |= 1ull;
+			if (N & 63)
+				m[W - 1] |= ~0ull << (N & 63); /* past N: ignored */
+			for (int j = 0; j < N; j++)
+				xm[(size_t)r * N + j] = m[j >> 6] >> (j & 63) & 1 ? x[(size_t)r * N + j]
+										 : -INFINITY;
+			rows[r] = (rg_sample_row){drand(), r % 6 == 0 ? 0.f : 0.8f, 1.f, 0.f, 1.f, 0.f,
+						  0.f, 0, 0};
+			if (r % 6 == 1)
+				rows[r].top_k = 5;
+			if (r % 6 == 2)
+				rows[r].top_p = 0.9f;
+			if (r % 6 == 3)
+				rows[r].min_p = 0.1f;
+			bias[2 * r] = (rg_sample_bias){(int32_t)(urand() % (unsigned)N), 2.f};
+			bias[2 * r + 1] = (rg_sample_bias){0, -1.f};
+			bias_off[r + 1] = bias_off[r] + (r % 2 ? 2 : 0);
+		}
+		assert_int_equal(rg_backend_init(RG_DEVICE_CPU, 0, RG_DTYPE_F32, &be), RG_OK);
+		for (int pass = 0; pass < 2; pass++) {
+			rg_sample_args a = {rows, NULL, NULL, bias_off, bias, 7, work, ids[pass],
+					    lps[pass], tid[pass], tlp[pass], pass ? NULL : mask};
+
+			assert_int_equal(rg_op_sample_rows(be, pass ? xm : x, M, N, &a), RG_OK);
+		}
+		for (int r = 0; r < M; r++) {
+			const uint64_t *m = mask + (size_t)r * W;
+
+			assert_int_equal(ids[0][r], ids[1][r]);
+			assert_true(m[ids[0][r] >> 6] >> (ids[0][r] & 63) & 1);
+			assert_memory_equal(&lps[0][r], &lps[1][r], sizeof(float));
+		}
+		assert_memory_equal(tid[0], tid[1], sizeof(tid[0]));
+		assert_memory_equal(tlp[0], tlp[1], sizeof(tlp[0]));
+		rg_backend_free(be);
+		free(x), free(xm), free(mask), free(work);
+	}
+}
+
 static void test_topk_rows_vs_sort(void **state)
 {
 	static const int Ns[] = {1, 5, 512, 513, 2000, 50257};
@@ -414,6 +486,7 @@ int main(void)
 		cmocka_unit_test(test_sample_nan_inf),
 		cmocka_unit_test(test_sample_corners),
 		cmocka_unit_test(test_sample_empty_row),
+		cmocka_unit_test(test_sample_mask),
 		cmocka_unit_test(test_topk_rows_vs_sort),
 	};
 

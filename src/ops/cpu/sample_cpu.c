@@ -85,13 +85,21 @@ rg_status rg_cpu_topk_rows(const float *x, int M, int N, int k, void *work, int3
 	return RG_OK;
 }
 
-/* Steps 1-3 of the contract: f32 logits with NaN -> -inf, +inf -> FLT_MAX, bias, penalties. */
+/* Steps 1-3 of the contract: f32 logits with NaN -> -inf, +inf -> FLT_MAX, the mask's
+ * columns -inf, bias, penalties. */
 static void load_row(const float *x, int N, int r, const rg_sample_args *a, float *l)
 {
 	const rg_sample_row *p = &a->rows[r];
 
 	for (int j = 0; j < N; j++)
 		l[j] = isnan(x[j]) ? -INFINITY : (x[j] > FLT_MAX ? FLT_MAX : x[j]);
+	if (a->mask) {
+		const uint64_t *m = a->mask + (size_t)r * (size_t)((N + 63) / 64);
+
+		for (int j = 0; j < N; j++)
+			if (!(m[j >> 6] >> (j & 63) & 1))
+				l[j] = -INFINITY;
+	}
 	if (a->bias_off)
 		for (int e = a->bias_off[r]; e < a->bias_off[r + 1]; e++)
 			if (a->bias[e].token >= 0 && a->bias[e].token < N)

@@ -369,9 +369,10 @@ __device__ void sample_row_full(const T *__restrict__ x, int M, int N, const rg_
 	const rg_sample_row p = a.rows[r];
 	const bool greedy = !(p.temperature > 0.f);
 	/* 1-3: load (NaN -> -inf, never +inf), bias, penalties: one thread, in list order */
+	const uint64_t *mk = a.mask ? a.mask + (size_t)r * ((N + 63) / 64) : NULL;
 	for (int j = threadIdx.x; j < N; j += SB) {
 		const float v = rg_to_f(row[j]);
-		w[j] = v != v ? -INFINITY : fminf(v, FLT_MAX);
+		w[j] = v != v || (mk && !(mk[j >> 6] >> (j & 63) & 1)) ? -INFINITY : fminf(v, FLT_MAX);
 	}
 	__syncthreads();
 	if (threadIdx.x == 0)
@@ -771,9 +772,12 @@ sample_slice_kernel(const T *__restrict__ x, int M, int N, rg_sample_args a, int
 	const bool greedy = !(p.temperature > 0.f);
 	if (C == 0)
 		return;
+	const uint64_t *mk = a.mask ? a.mask + (size_t)r * ((N + 63) / 64) : NULL;
 	for (int j = threadIdx.x; j < n; j += FT1) {
-		const float v = rg_to_f(row[j0 + j]);
-		sv[j] = v != v ? -INFINITY : fminf(v, FLT_MAX);
+		const int c = j0 + j;
+		const float v = rg_to_f(row[c]);
+		sv[j] = v != v || (mk && !(mk[c >> 6] >> (c & 63) & 1)) ? -INFINITY
+									: fminf(v, FLT_MAX);
 	}
 	__syncthreads();
 	if (threadIdx.x < 32)
