@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/error.h"
+#include "ops/ops.h"
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -47,4 +50,59 @@ static double copy_gbs(void)
 	return 2.0 * n / t[2] / 1e9;
 }
 
+
+#define BENCH_MAX_REPS 21
+#define BENCH_TARGET_S 4e-3 /* one timed repeat: G launches of about this long */
+
+/* One call of a benchmark: copy i (0 <= i < S) of its weight. */
+typedef rg_status (*bench_call_fn)(rg_backend *be, void *ctx, int i);
+
+/* Median seconds per call: one eager call (warm-up, cuBLASLt's autotuning), the S calls
+ * captured in one CUDA graph, one warm launch, then reps repeats (<= BENCH_MAX_REPS) of G
+ * launches (G sized so a repeat lasts about BENCH_TARGET_S) timed around launch x G + sync:
+ * total / (S G). < 0 on failure, with the status in *st (the graph freed). */
+static double bench_time_graph(rg_backend *be, bench_call_fn call, void *ctx, int S, int reps,
+			       rg_status *st)
+{
+	rg_graph *g = NULL;
+	double t[BENCH_MAX_REPS], t0 = 0;
+	int G;
+
+	*st = call(be, ctx, 0);
+	if (*st == RG_OK)
+		*st = rg_backend_sync(be);
+	if (*st == RG_OK)
+		*st = rg_backend_capture_begin(be);
+	if (*st == RG_OK) {
+		rg_status st2 = RG_OK;
+		for (int i = 0; i < S && st2 == RG_OK; i++)
+			st2 = call(be, ctx, i);
+		*st = rg_backend_capture_end(be, &g);
+		if (*st == RG_OK)
+			*st = st2;
+	}
+	if (*st == RG_OK) {
+		t0 = now_s();
+		*st = rg_backend_graph_launch(be, g);
+		if (*st == RG_OK)
+			*st = rg_backend_sync(be);
+	}
+	if (*st != RG_OK) {
+		rg_backend_graph_free(be, g);
+		return -1;
+	}
+	G = (int)(BENCH_TARGET_S / (now_s() - t0 + 1e-9));
+	G = G < 2 ? 2 : G > 200 ? 200 : G;
+	reps = reps < 1 ? 1 : reps > BENCH_MAX_REPS ? BENCH_MAX_REPS : reps;
+	for (int r = 0; r < reps; r++) {
+		t0 = now_s();
+		for (int i = 0; i < G; i++)
+			rg_backend_graph_launch(be, g);
+		rg_backend_sync(be);
+		t[r] = (now_s() - t0) / ((double)G * S);
+	}
+	rg_backend_graph_free(be, g);
+	qsort(t, (size_t)reps, sizeof(double), cmp_d);
+	return t[reps / 2];
+}
 #endif

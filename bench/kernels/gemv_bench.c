@@ -34,8 +34,6 @@
 
 #define ROT_BYTES (128.0 * 1024 * 1024)
 #define MAX_S 1024
-#define MAX_REPS 21
-#define TARGET_S 4e-3 /* one timed repeat: G launches of about this long */
 #define MAX_ROWS 512
 
 typedef struct shape {
@@ -83,51 +81,33 @@ static rg_status call(rg_backend *be, const shape *s, const bufs *b, int M, int 
 				   s->K, s->act);
 }
 
-/* Median seconds per call of the S calls of one graph; < 0 on failure (printed). */
+struct call_ctx {
+	const shape *s;
+	const bufs *b;
+	int M;
+};
+
+static rg_status call_i(rg_backend *be, void *ctx, int i)
+{
+	const struct call_ctx *c = ctx;
+
+	return call(be, c->s, c->b, c->M, i);
+}
+
+/* Median seconds per call of the S calls of one graph (bench_util.h); < 0 on failure
+ * (printed). */
 static double time_mode(rg_backend *be, const shape *s, const bufs *b, int M, int reps)
 {
-	rg_graph *g = NULL;
-	double t[MAX_REPS], t0;
-	rg_status st = call(be, s, b, M, 0); /* eager: warm-up, cuBLASLt's autotuning */
-	int G;
+	struct call_ctx c = { s, b, M };
+	rg_status st;
+	double sec = bench_time_graph(be, call_i, &c, b->S, reps, &st);
 
-	if (st == RG_OK)
-		st = rg_backend_sync(be);
-	if (st == RG_OK)
-		st = rg_backend_capture_begin(be);
-	if (st == RG_OK) {
-		rg_status st2 = RG_OK;
-		for (int i = 0; i < b->S && st2 == RG_OK; i++)
-			st2 = call(be, s, b, M, i);
-		st = rg_backend_capture_end(be, &g);
-		if (st == RG_OK)
-			st = st2;
-	}
-	if (st == RG_OK) {
-		t0 = now_s();
-		st = rg_backend_graph_launch(be, g);
-		if (st == RG_OK)
-			st = rg_backend_sync(be);
-	}
-	if (st != RG_OK) {
+	if (sec < 0) {
 		fprintf(stderr, "%s %s M=%d: %s: %s\n", s->model, s->name, M, rg_status_name(st),
 			rg_last_error());
-		rg_backend_graph_free(be, g);
 		g_failed = 1;
-		return -1;
 	}
-	G = (int)(TARGET_S / (now_s() - t0 + 1e-9));
-	G = G < 2 ? 2 : G > 200 ? 200 : G;
-	for (int r = 0; r < reps; r++) {
-		t0 = now_s();
-		for (int i = 0; i < G; i++)
-			rg_backend_graph_launch(be, g);
-		rg_backend_sync(be);
-		t[r] = (now_s() - t0) / ((double)G * b->S);
-	}
-	rg_backend_graph_free(be, g);
-	qsort(t, (size_t)reps, sizeof(double), cmp_d);
-	return t[reps / 2];
+	return sec;
 }
 
 static void add_row(const shape *s, int M, const char *mode, double sec)
@@ -178,8 +158,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (reps < 1 || reps > MAX_REPS || (strcmp(dts, "fp16") && strcmp(dts, "bf16"))) {
-		fprintf(stderr, "bench_gemv: --reps 1..%d, --dtype fp16 or bf16\n", MAX_REPS);
+	if (reps < 1 || reps > BENCH_MAX_REPS || (strcmp(dts, "fp16") && strcmp(dts, "bf16"))) {
+		fprintf(stderr, "bench_gemv: --reps 1..%d, --dtype fp16 or bf16\n", BENCH_MAX_REPS);
 		return 2;
 	}
 	dt = strcmp(dts, "fp16") ? RG_DTYPE_BF16 : RG_DTYPE_F16;

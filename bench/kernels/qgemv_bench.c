@@ -30,8 +30,6 @@
 
 #define ROT_BYTES (128.0 * 1024 * 1024)
 #define MAX_S 1024
-#define MAX_REPS 21
-#define TARGET_S 4e-3
 
 typedef struct shape {
 	const char *model, *name;
@@ -57,51 +55,32 @@ typedef struct bufs {
 	int S;
 } bufs;
 
-/* Median seconds per call of S calls (one per copy) in one graph; < 0 on failure. */
+struct call_ctx {
+	const bufs *b;
+	int M, N, K;
+};
+
+static rg_status call_i(rg_backend *be, void *ctx, int i)
+{
+	const struct call_ctx *c = ctx;
+
+	return rg_op_gemm(be, c->b->A, c->b->W[i], c->b->out, c->M, c->N, c->K);
+}
+
+/* Median seconds per call of S calls (one per copy) in one graph (bench_util.h); < 0 on
+ * failure (printed). */
 static double time_calls(rg_backend *be, const bufs *b, int M, int N, int K, int reps)
 {
-	rg_graph *g = NULL;
-	double t[MAX_REPS], t0;
-	rg_status st = rg_op_gemm(be, b->A, b->W[0], b->out, M, N, K);
-	int G;
+	struct call_ctx c = { b, M, N, K };
+	rg_status st;
+	double sec = bench_time_graph(be, call_i, &c, b->S, reps, &st);
 
-	if (st == RG_OK)
-		st = rg_backend_sync(be);
-	if (st == RG_OK)
-		st = rg_backend_capture_begin(be);
-	if (st == RG_OK) {
-		rg_status st2 = RG_OK;
-		for (int i = 0; i < b->S && st2 == RG_OK; i++)
-			st2 = rg_op_gemm(be, b->A, b->W[i], b->out, M, N, K);
-		st = rg_backend_capture_end(be, &g);
-		if (st == RG_OK)
-			st = st2;
-	}
-	if (st == RG_OK) {
-		t0 = now_s();
-		st = rg_backend_graph_launch(be, g);
-		if (st == RG_OK)
-			st = rg_backend_sync(be);
-	}
-	if (st != RG_OK) {
+	if (sec < 0) {
 		fprintf(stderr, "N=%d K=%d M=%d: %s: %s\n", N, K, M, rg_status_name(st),
 			rg_last_error());
-		rg_backend_graph_free(be, g);
 		g_failed = 1;
-		return -1;
 	}
-	G = (int)(TARGET_S / (now_s() - t0 + 1e-9));
-	G = G < 2 ? 2 : G > 200 ? 200 : G;
-	for (int r = 0; r < reps; r++) {
-		t0 = now_s();
-		for (int i = 0; i < G; i++)
-			rg_backend_graph_launch(be, g);
-		rg_backend_sync(be);
-		t[r] = (now_s() - t0) / ((double)G * b->S);
-	}
-	rg_backend_graph_free(be, g);
-	qsort(t, (size_t)reps, sizeof(double), cmp_d);
-	return t[reps / 2];
+	return sec;
 }
 
 static size_t qbytes(int type, int N, int K)
@@ -162,7 +141,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (reps < 1 || reps > MAX_REPS)
+	if (reps < 1 || reps > BENCH_MAX_REPS)
 		reps = 5;
 	if (!commit || !commit[0])
 		commit = "unknown";
