@@ -200,10 +200,23 @@ def test_wrong_kind_400(multi):
         assert body["model"] in msg, (path, msg)  # the refused model is named
 
 
+def same_greedy(got, want, tie=1e-3):
+    """A greedy completion run in other batch compositions (concurrent requests) equals the one
+    run alone, but for a near tie: CPU GEMMs of other row counts round differently, so at the
+    first token where the two differ, the alone run's top-2 log-probs must lie within `tie` of
+    each other and the concurrent run must have taken the runner-up."""
+    a, b = got["logprobs"]["tokens"], want["logprobs"]["tokens"]
+    if a == b:
+        return
+    j = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    top = want["logprobs"]["top_logprobs"][j]
+    assert a[j] in top and max(top.values()) - top[a[j]] <= tie, (j, a, b, top)
+
+
 def test_concurrent_mix(multi, singles):
     want_emb = embed(singles["emb"], TEXTS)
     want_rr = rerank(singles["rr"])
-    want_gen = {p: complete(singles["gen"], p)["choices"][0]["text"] for p in PROMPTS}
+    want_gen = {p: complete(singles["gen"], p, logprobs=2)["choices"][0] for p in PROMPTS}
     errors, lock = [], threading.Lock()
     before = multi.metrics()
 
@@ -219,7 +232,8 @@ def test_concurrent_mix(multi, singles):
                     assert np.allclose(rerank(multi, model="rr"), want_rr, atol=1e-6)
                 else:
                     p = PROMPTS[(k + j) % len(PROMPTS)]
-                    assert complete(multi, p, model="gen")["choices"][0]["text"] == want_gen[p]
+                    got = complete(multi, p, model="gen", logprobs=2)["choices"][0]
+                    same_greedy(got, want_gen[p])
         except Exception as e:  # noqa: BLE001 (reported below)
             with lock:
                 errors.append(repr(e))
