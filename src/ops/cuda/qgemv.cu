@@ -1020,10 +1020,11 @@ static bool qmv_takes(const rg_cuda_ctx *c, rg_dtype dt, int type, const void *A
 	 * K = 8192 / 14336: so M <= 4 up to K = 4096, M <= 2 up to 8192, else M = 1 */
 	const int max_m = K <= 4096 ? QMV_MAX_M : K <= 8192 ? 2 : 1;
 
-	return g_qgemv_on && g_qmv_on && rg_tuning_bool(RG_TUNE_QMV) &&
-	       (dt == RG_DTYPE_F16 || dt == RG_DTYPE_BF16) && M >= 1 && M <= max_m &&
-	       (uintptr_t)A % 8 == 0 && (uintptr_t)W % 16 == 0 && rg_cuda_qtype_block_bytes(type) &&
-	       qmv_shape(c, type, M, N, K, R, smem);
+	/* the live switch (an environment read) last: only for calls the kernel would take */
+	return g_qgemv_on && g_qmv_on && (dt == RG_DTYPE_F16 || dt == RG_DTYPE_BF16) && M >= 1 &&
+	       M <= max_m && (uintptr_t)A % 8 == 0 && (uintptr_t)W % 16 == 0 &&
+	       rg_cuda_qtype_block_bytes(type) && qmv_shape(c, type, M, N, K, R, smem) &&
+	       rg_tuning_bool(RG_TUNE_QMV);
 }
 
 extern "C" bool rg_cuda_qmv_applies(const rg_cuda_ctx *ctx, rg_dtype dt, int type, const void *A,
