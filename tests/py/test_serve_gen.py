@@ -798,7 +798,8 @@ def test_stress_concurrent_streams(model_dir):
     """1,000 concurrent clients (in the ASan pass too): streams, a third disconnecting mid-stream,
     and 40 beam searches, half of whose clients leave at once; twice: every kept stream and beam
     answer completes with 200, KV blocks in use return to 0, and the RSS after
-    the second round is within 10% (+8 MiB) of the first's."""
+    the second round is within 10% (+8 MiB; +256 MiB more under ASan, its quarantine) of the
+    first's."""
     import random
     import resource
     n = 1000
@@ -826,7 +827,12 @@ def test_stress_concurrent_streams(model_dir):
                 time.sleep(0.2)
             assert m["ragged_gen_kv_blocks_used"] == 0, m
             rss.append(s.rss_kb())
-        assert rss[1] <= rss[0] * 1.1 + 8192, rss
+        # ASan keeps freed blocks in its quarantine (256 MiB by default on x86-64) before reuse,
+        # so between rounds its RSS may grow by up to that much by design; the leak check at exit
+        # (stop() asserts the status) covers that build, and the bound still catches a leak
+        # that grows past the quarantine
+        slack = 8192 + (256 * 1024 if ASAN else 0)
+        assert rss[1] <= rss[0] * 1.1 + slack, rss
         st, out = s.post_json("/v1/completions", {"prompt": "x", "max_tokens": 2})
         assert st == 200
         assert "BUG" not in s.stderr(), s.stderr()[-2000:]
