@@ -941,7 +941,8 @@ typedef struct rg_gen_params {
 	 * rows are sampled on the host (their logits copied out of the step). */
 	rg_grammar_kind grammar_kind;
 	const char *grammar;
-	/* Speculative decoding with prompt-lookup drafts (off by default): each output of a
+	/* Speculative decoding with prompt-lookup drafts (off by default; a model with a draft
+	 * model, rg_model_set_draft, drafts with that instead): each output of a
 	 * greedy or sampled request (no penalties, logit bias, top logprobs, min_tokens block,
 	 * no-repeat n-gram or beams; a decoder-only model without a forced EOS) proposes, at each
 	 * decode step, the num_speculative_tokens tokens that followed the most recent earlier
@@ -1218,6 +1219,24 @@ typedef struct rg_gen_output {
  * tokens: rg_last_error says which), RG_ERR_OOM, a model error of the warm-up. */
 RG_API rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *p,
 					   rg_status *st);
+/* Speculative decoding with a draft model (since issue 30; vLLM's draft-model speculator,
+ * llama.cpp's --model-draft; Leviathan et al. 2023): the engines made on m afterwards
+ * (rg_gen_engine_create, rg_generate, rg_generate_ids) take their requests' drafts
+ * (rg_gen_params.num_speculative_tokens > 0) from draft's greedy continuation of each
+ * output's context instead of prompt lookup (prompt_lookup_min / _max are then unused). The
+ * target verifies them as it verifies prompt-lookup drafts, so the tokens are those of decoding
+ * without speculation, for greedy and sampled requests alike; only the steps change. Each
+ * step of m's engine first runs draft's own engine (its KV cache, made at the engine's
+ * creation: the target's blocks and a quarter more, prefix caching on) for up to k tokens of
+ * every output that drafts. draft: a decoder-only model with m's vocabulary (the same size
+ * and, where both have tokenizers, the same token at every id), not m itself, without a draft
+ * of its own; borrowed: keep it until m is freed or detached, and use it in no other engine
+ * while m's engine lives. NULL detaches. The backends may differ (a CPU draft for a GPU
+ * target). Errors (nothing changed): RG_ERR_INVALID_INPUT (NULL m, draft == m, vocabularies
+ * that differ: the first differing id named, a draft with a draft), RG_ERR_UNSUPPORTED (an
+ * encoder or encoder-decoder on either side). */
+RG_API rg_status rg_model_set_draft(rg_model *m, rg_model *draft);
+
 /* Free the engine (every request's blocks back to the pool; the KV cache stays with the
  * model). NULL accepted. */
 RG_API void rg_gen_engine_free(rg_gen_engine *e);

@@ -16,7 +16,7 @@
  *                   [--logprobs N] [--n N] [--chat] [--ignore-eos] [--batch N] [--stream]
  *                   [--kv-cache-fraction F | --kv-cache-bytes N]
  *                   [--speculative ngram|off] [--num-speculative-tokens K]
- *                   [--prompt-lookup-max N] [--prompt-lookup-min N]
+ *                   [--prompt-lookup-max N] [--prompt-lookup-min N] [--draft-model PATH]
  *                   [--input FILE] [--output FILE] [--progress | --no-progress]
  *   ragged serve    ...   (see `ragged serve --help`)
  *   ragged loadgen  ...   (see `ragged loadgen --help`)
@@ -101,6 +101,7 @@ typedef enum flag_id {
 	F_NUM_SPEC,
 	F_LOOKUP_MAX,
 	F_LOOKUP_MIN,
+	F_DRAFT_MODEL,
 	F_HELP,
 } flag_id;
 
@@ -226,6 +227,11 @@ static const cli_flag g_flags[] = {
 	 "--speculative ngram: the longest n-gram matched, 1..64 (default 3)"},
 	{F_LOOKUP_MIN, "--prompt-lookup-min", "N", CMD_GEN,
 	 "--speculative ngram: the shortest n-gram matched (default 1)"},
+	{F_DRAFT_MODEL, "--draft-model", "PATH", CMD_GEN,
+	 "speculative decoding with drafts from a smaller model of the same\n"
+	 "vocabulary (a directory, GGUF file or hub id, loaded as --model):\n"
+	 "its greedy continuation, --num-speculative-tokens per step, verified\n"
+	 "as ngram drafts are (the same tokens); in place of --speculative"},
 	{F_HELP, "--help", NULL, CMD_ALL, "print this help and exit (also -h)"},
 };
 #define N_FLAGS (sizeof(g_flags) / sizeof(g_flags[0]))
@@ -284,6 +290,7 @@ typedef struct cli_opts {
 	const char *src_lang;   /* --src-lang: the sources' code, NULL: the template's own */
 	bool chat, ignore_eos, stream;
 	bool speculative;       /* --speculative ngram */
+	const char *draft;      /* --draft-model, NULL: none */
 	int num_spec;           /* --num-speculative-tokens */
 	double kv_fraction;     /* --kv-cache-fraction, 0: unset */
 	unsigned long long kv_bytes; /* --kv-cache-bytes, 0: unset */
@@ -565,6 +572,9 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 		case F_IGNORE_EOS:
 			o->ignore_eos = true;
 			break;
+		case F_DRAFT_MODEL:
+			o->draft = v;
+			break;
 		case F_SPECULATIVE:
 			if (strcmp(v, "ngram") && strcmp(v, "off")) {
 				fprintf(stderr, "ragged %s: --speculative must be ngram or off, not "
@@ -622,6 +632,13 @@ static int parse_opts(int argc, char **argv, const cli_cmd *c, cli_opts *o)
 		}
 		}
 	}
+	if (o->speculative && o->draft) {
+		fprintf(stderr, "ragged %s: --speculative ngram and --draft-model: choose one\n",
+			c->name);
+		return EXIT_USAGE;
+	}
+	if (o->draft)
+		o->gen.num_speculative_tokens = o->num_spec;
 	if (o->speculative) {
 		if (o->gen.prompt_lookup_min > o->gen.prompt_lookup_max) {
 			fprintf(stderr, "ragged %s: --prompt-lookup-min %d > --prompt-lookup-max %d\n",
@@ -1447,7 +1464,7 @@ static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 	cli_opts o = {0};
 	char path[PATH_MAX];
 	rg_model_params p;
-	rg_model *m = NULL;
+	rg_model *m = NULL, *draft = NULL;
 	text_list t = {0};
 	int32_t **ids = NULL;
 	int *lens = NULL;
@@ -1481,6 +1498,22 @@ static int cmd_generate(int argc, char **argv, const cli_cmd *c)
 	if (!(m = rg_model_load(path, &p, NULL))) {
 		rc = fail("cannot load model");
 		goto out_abort;
+	}
+	if (o.draft) { /* the drafts' model, loaded as the target is */
+		char dpath[PATH_MAX];
+
+		if (rg_model_dir_resolve(o.draft, dpath, sizeof(dpath)) != RG_OK ||
+		    !(draft = rg_model_load(dpath, &p, NULL))) {
+			fprintf(stderr, "ragged %s: --draft-model %s: %s\n", c->name, o.draft,
+				rg_last_error());
+			rc = EXIT_FAILURE;
+			goto out_free_model;
+		}
+		if (rg_model_set_draft(m, draft) != RG_OK) {
+			fprintf(stderr, "ragged %s: --draft-model: %s\n", c->name, rg_last_error());
+			rc = EXIT_USAGE;
+			goto out_free_model;
+		}
 	}
 	if (!strcmp(c->name, "translate") && rg_model_get_info(m)->kind != RG_MODEL_ENC_DEC) {
 		fprintf(stderr, "ragged translate: %s (%s) is not an encoder-decoder (MarianMT); "
@@ -1634,6 +1667,7 @@ out_free_text:
 	text_list_free(&t);
 out_free_model:
 	rg_model_free(m);
+	rg_model_free(draft); /* after the target, whose engines used it */
 out_abort:
 	if (rc == 0)
 		rc = out_commit(&out);

@@ -1102,7 +1102,7 @@ void rg_gen_srv_metrics(rg_gen_srv *e, rg_buf *b, const char *model_name)
 						   (double)s.prefix_query_blocks : 0);
 	/* vLLM's spec_decode counters (vllm:spec_decode_num_draft_tokens / _accepted_tokens) */
 	gauge(b, "ragged_gen_spec_decode_num_draft_tokens_total",
-	      "Speculative draft tokens verified (--speculative ngram).", "counter",
+	      "Speculative draft tokens verified (--speculative ngram, --draft-model).", "counter",
 	      (double)s.spec_drafted);
 	gauge(b, "ragged_gen_spec_decode_num_accepted_tokens_total",
 	      "Of those, accepted (equal to the model's greedy token).", "counter",

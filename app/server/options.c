@@ -227,7 +227,7 @@ static const opt_spec g_opts[] = {
 	 "decoders: time-per-output-token target of a request that sets none (0: off)"},
 	/* speculative decoding (vLLM's speculative_config names: method ngram,
 	 * num_speculative_tokens, prompt_lookup_max / _min) */
-	{"--speculative", "ngram|off", OPT_STR, F(speculative), 0, 0, "off",
+	{"--speculative", "ngram|draft|off", OPT_STR, F(speculative), 0, 0, "off",
 	 "decoders: speculative decoding (requests without penalties, bias or beams) with "
 	 "prompt-lookup (ngram) drafts, "
 	 "verified in one step: the same tokens, fewer steps; /metrics counts drafted and "
@@ -238,6 +238,11 @@ static const opt_spec g_opts[] = {
 	 "3", "decoders, --speculative ngram: the longest n-gram matched"},
 	{"--prompt-lookup-min", "N", OPT_INT, F(prompt_lookup_min), 1, RG_GEN_MAX_PROMPT_LOOKUP,
 	 "1", "decoders, --speculative ngram: the shortest n-gram matched"},
+	/* vLLM's speculative_config "model"; llama-server's --model-draft */
+	{"--draft-model", "DIR|FILE.gguf|ORG/NAME", OPT_STR, F(draft_model), 0, 0, NULL,
+	 "decoders: speculative decoding with drafts from this smaller model of the same "
+	 "vocabulary (loaded as --model is), --num-speculative-tokens per step; in place of "
+	 "--speculative ngram"},
 };
 #undef F
 
@@ -703,7 +708,7 @@ static const size_t g_model_opts[] = {
 	F(max_prompt_logprob_rows),
 	F(kv_cache_fraction), F(kv_cache_bytes), F(block_size), F(no_prefix_caching),
 	F(chat_content_as_text), F(speculative), F(num_speculative_tokens), F(prompt_lookup_max),
-	F(prompt_lookup_min), F(default_ttft_ms), F(default_tpot_ms), F(step_delay_ms),
+	F(prompt_lookup_min), F(draft_model), F(default_ttft_ms), F(default_tpot_ms), F(step_delay_ms),
 	F(batch_delay_ms), F(token_delay_us),
 };
 
@@ -863,8 +868,19 @@ static int finish_opts(rg_serve_opts *o)
 		return bad_value("--admission", o->admission);
 	if (strcmp(o->accept, "balanced") && strcmp(o->accept, "mhd"))
 		return bad_value("--accept", o->accept);
-	if (strcmp(o->speculative, "ngram") && strcmp(o->speculative, "off"))
+	if (strcmp(o->speculative, "ngram") && strcmp(o->speculative, "off") &&
+	    strcmp(o->speculative, "draft"))
 		return bad_value("--speculative", o->speculative);
+	if (o->draft_model && !strcmp(o->speculative, "ngram")) {
+		fprintf(stderr, "ragged serve: --speculative ngram and --draft-model: choose one\n");
+		return RG_SERVE_EXIT_USAGE;
+	}
+	if (!o->draft_model && !strcmp(o->speculative, "draft")) {
+		fprintf(stderr, "ragged serve: --speculative draft needs --draft-model\n");
+		return RG_SERVE_EXIT_USAGE;
+	}
+	if (o->draft_model) /* drafts from the model (speculative "draft"), not prompt lookup */
+		o->speculative = "draft";
 	if (o->prompt_lookup_min > o->prompt_lookup_max) {
 		fprintf(stderr, "ragged serve: --prompt-lookup-min %d > --prompt-lookup-max %d\n",
 			o->prompt_lookup_min, o->prompt_lookup_max);

@@ -93,7 +93,9 @@ typedef struct rg_serve_opts {
 	const char *trace_steps;      /* diagnostics: a line per generation step to this file */
 	double default_ttft_ms;       /* TTFT target of requests without one (0: none) */
 	double default_tpot_ms;       /* TPOT target of requests without one (0: none) */
-	const char *speculative;      /* "ngram": prompt-lookup drafts for greedy requests; "off" */
+	const char *speculative;      /* "ngram": prompt-lookup drafts for greedy requests; "draft":
+				       * drafts from draft_model (set by --draft-model); "off" */
+	const char *draft_model;      /* --draft-model: the drafts' model, NULL: none */
 	int num_speculative_tokens;   /* drafts verified per step (--speculative ngram) */
 	int prompt_lookup_max, prompt_lookup_min; /* n-gram lengths matched */
 	/* several models (issue 31 item 4): --model given again starts another model's options */

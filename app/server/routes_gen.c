@@ -1093,7 +1093,7 @@ static void fill_params(conn_ctx *c, rg_gen_job *j, uint64_t seed)
 	const int32_t *eos = rg_gen_srv_eos(c->srv->gen, &n_eos);
 
 	rg_gen_params_default(gp);
-	if (!strcmp(c->srv->o.speculative, "ngram")) {
+	if (strcmp(c->srv->o.speculative, "off")) { /* ngram, or draft (--draft-model) */
 		/* the server's speculation for every request (the engine leaves out those whose
 		 * rows it cannot verify: penalties, bias, beams) */
 		gp->num_speculative_tokens = c->srv->o.num_speculative_tokens;

@@ -61,6 +61,7 @@
 #include "server/serve.h"
 #include "server/server_internal.h"
 
+#include <limits.h>
 #include <errno.h>
 #include <math.h>
 #include <microhttpd.h>
@@ -271,7 +272,7 @@ static rg_status setup_gen_engine(rg_server *s, int models_left)
 	gp.trace_path = s->o.trace_steps;
 	gp.eng.default_ttft_ms = s->o.default_ttft_ms;
 	gp.eng.default_tpot_ms = s->o.default_tpot_ms;
-	if (!strcmp(s->o.speculative, "ngram"))
+	if (strcmp(s->o.speculative, "off")) /* ngram, or draft (--draft-model) */
 		gp.eng.max_speculative_tokens = s->o.num_speculative_tokens;
 	gp.disconnect_poll_ms = 10;
 	s->gen = rg_gen_srv_create(s->model, &gp, &st);
@@ -321,6 +322,22 @@ static rg_status load_models(rg_server *s, const char *model_dir)
 		mp.dtype = rg_model_get_info(s->models[0])->dtype; /* every copy as the first */
 	}
 	s->model = s->models[0];
+	if (s->o.draft_model) { /* speculative drafts' model, loaded as the target is */
+		char dir[PATH_MAX];
+
+		if (n > 1 || rg_model_get_info(s->model)->kind != RG_MODEL_DECODER) {
+			fprintf(stderr, "ragged serve: --draft-model needs a decoder-only model on "
+				"one device\n");
+			return RG_ERR_INVALID_INPUT;
+		}
+		if ((st = rg_model_dir_resolve(s->o.draft_model, dir, sizeof(dir))) != RG_OK ||
+		    !(s->draft = rg_model_load(dir, &mp, &st)) ||
+		    (st = rg_model_set_draft(s->model, s->draft)) != RG_OK) {
+			fprintf(stderr, "ragged serve: --draft-model %s: %s: %s\n",
+				s->o.draft_model, rg_status_name(st), rg_last_error());
+			return st;
+		}
+	}
 	if (s == s->front) /* the metrics' per-device counters are the first model's devices */
 		rg_metrics_set_devices(&s->metrics, names, n);
 	if (n > 1)
@@ -800,6 +817,8 @@ static void free_model(rg_server *s)
 	rg_cost_measure_free(s->measure); /* after the engine: its scheduler may hold the table */
 	for (int i = 0; i < s->n_models; i++)
 		rg_model_free(s->models[i]);
+	rg_model_free(s->draft); /* after the target, whose engine used it */
+	s->draft = NULL;
 	rg_prompts_free(&s->prompts);
 }
 

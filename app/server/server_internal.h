@@ -48,6 +48,7 @@ typedef struct rg_server {
 	char model_dir[4096];    /* --model resolved (rg_model_dir_resolve) */
 	rg_model *model;         /* models[0]: /info, tokenizers, the DP measurement */
 	rg_model *models[RG_SERVE_MAX_DEVICES]; /* (n_models) one per device, the engine's */
+	rg_model *draft;         /* --draft-model: models[0]'s speculative drafts' model, or NULL */
 	int n_models;
 	char device_names[RG_SERVE_MAX_DEVICES][16]; /* (n_models) "cuda:1", "cpu:0": /info, metrics */
 	const rg_model_info *info; /* the model's, or embed_info */

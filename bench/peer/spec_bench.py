@@ -11,8 +11,15 @@ runs, modes interleaved run by run so that a machine's drift hits them alike; th
 rate spec_accepted / spec_drafted; and whether the ids equal those without speculation (they
 must: greedy speculation changes the steps, not the tokens).
 
+With SPEC_DRAFT (a model path, or "self" for the target's file loaded a second time) the drafts
+come from that draft model (Generator(draft_model=...), rg_model_set_draft) instead of prompt
+lookup; SPEC_WEIGHTS dequantize / SPEC_DRAFT_WEIGHTS quantized pick how the target's and the
+draft's GGUF weights are held (e.g. a dequantized fp32 target drafted by its own file kept in
+Q4_1 blocks: the quantized self-draft llama.cpp users run as an F16 target with a Q4 draft).
+
 Usage: python3 bench/peer/spec_bench.py OUT.json   (env SPEC_DEVICE cpu|cuda, SPEC_K "4,8",
-       SPEC_REPEATS 3, SPEC_MAX_NEW 128, RAGGED_NUM_THREADS for the CPU pool)"""
+       SPEC_REPEATS 3, SPEC_MAX_NEW 128, SPEC_MODEL, SPEC_DRAFT, SPEC_WEIGHTS,
+       SPEC_DRAFT_WEIGHTS, RAGGED_NUM_THREADS for the CPU pool)"""
 import json
 import os
 import platform
@@ -52,7 +59,14 @@ def main():
     repeats = int(os.environ.get("SPEC_REPEATS", "3"))
     max_new = int(os.environ.get("SPEC_MAX_NEW", "128"))
     model = os.environ.get("SPEC_MODEL") or default_model_path()
-    g = Generator(model, device=device)
+    draft = os.environ.get("SPEC_DRAFT")
+    weights = os.environ.get("SPEC_WEIGHTS", "quantized")
+    if draft:
+        d = Generator(model if draft == "self" else draft, device=device,
+                      weights=os.environ.get("SPEC_DRAFT_WEIGHTS", "quantized"))
+        g = Generator(model, device=device, weights=weights, draft_model=d)
+    else:
+        g = Generator(model, device=device, weights=weights)
     modes = [0] + ks
     rows = []
     g.generate(COPY[0], max_tokens=8, chat=True)  # warm-up
@@ -84,6 +98,8 @@ def main():
             print(json.dumps(row), flush=True)
             write(out_path, rows, device, model, ks, repeats, max_new)
     g.close()
+    if draft:
+        d.close()
     summary = {}
     for kind in ("copy", "open"):
         for k in ks:
@@ -96,7 +112,11 @@ def main():
 
 
 def write(path, rows, device, model, ks, repeats, max_new, summary=None):
-    rep = {"what": "prompt-lookup speculative decoding, batch 1, greedy",
+    draft = os.environ.get("SPEC_DRAFT")
+    rep = {"what": ("draft-model" if draft else "prompt-lookup")
+           + " speculative decoding, batch 1, greedy",
+           "draft": draft, "weights": os.environ.get("SPEC_WEIGHTS", "quantized"),
+           "draft_weights": os.environ.get("SPEC_DRAFT_WEIGHTS", "quantized") if draft else None,
            "commit": os.environ.get("RAGGED_COMMIT", "?"), "device": device,
            "host": platform.processor() or platform.machine(),
            "threads": os.environ.get("RAGGED_NUM_THREADS", "default"),

@@ -174,6 +174,8 @@ def _bind(l):
         return l
     l.rg_gen_params_default.argtypes = [ctypes.POINTER(GenParams)]
     l.rg_gen_params_default.restype = None
+    l.rg_model_set_draft.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    l.rg_model_set_draft.restype = ctypes.c_int
     l.rg_generate.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int,
                               ctypes.POINTER(GenParams), TOKEN_FN, ctypes.c_void_p,
                               ctypes.POINTER(ctypes.POINTER(GenResult))]
@@ -253,11 +255,16 @@ class Generator:
         weights (q/k/v/o, gate/up/down, LM head) quantized at load to Q8_0 blocks and run as a
         Q8_0 GGUF's (rg_model_params.quantize; weights a file stores quantized are kept; fp8 is
         not implemented); ValueError for another value.
+    draft_model: None, or a smaller model with the same vocabulary (a path as model, loaded with
+        the same device, dtype, max_batch_tokens and weights, or a Generator, borrowed) whose
+        greedy continuations are the speculative drafts of requests that set
+        num_speculative_tokens, instead of prompt lookup (rg_model_set_draft): the tokens are
+        those of decoding without speculation. RaggedError when the vocabularies differ.
     Calls are serialized per Generator. close() (or `with`) frees it now.
     """
 
     def __init__(self, model=None, device="cpu", dtype="auto", max_batch_tokens=2048,
-                 device_index=0, weights="quantized", quantize=None):
+                 device_index=0, weights="quantized", quantize=None, draft_model=None):
         from . import _error, resolve_model
         l = _bind(lib())
         self._h = None
@@ -292,12 +299,31 @@ class Generator:
         i = l.rg_model_get_info(h).contents
         self.model_type = i.model_type.decode()
         self.vocab_size = i.vocab_size
+        self._draft, self._own_draft = None, False
+        if draft_model is not None:
+            try:
+                if isinstance(draft_model, Generator):
+                    self._draft = draft_model
+                else:
+                    self._draft = Generator(draft_model, device=device, dtype=dtype,
+                                            max_batch_tokens=max_batch_tokens,
+                                            device_index=device_index, weights=weights)
+                    self._own_draft = True
+                st = l.rg_model_set_draft(h, self._draft._handle())
+                if st != RG_OK:
+                    raise _error(st, "draft_model: ")
+            except BaseException:
+                self.close()
+                raise
 
     def close(self):
         with self._lock:
             if self._h:
                 lib().rg_model_free(self._h)
                 self._h = None
+            d, self._draft = getattr(self, "_draft", None), None
+        if d is not None and self._own_draft:  # after the target: its engines used it
+            d.close()
 
     def __enter__(self):
         return self

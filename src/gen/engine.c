@@ -111,6 +111,13 @@ struct rg_gen_engine {
 	int R;                  /* logits rows of a step at most: RS + max_prompt_logprob_rows */
 	int RS;                 /* sampling rows of a step at most: S, + the budget with drafts */
 	int32_t *draft;         /* (RG_ITER_MAX_DRAFT) a proposal's scratch */
+	/* drafts from a draft model (rg_model_set_draft; NULL: prompt lookup): the engine over
+	 * its runner, and one step's draft requests, (S) this engine's sequence id and the inner
+	 * engine's request id */
+	rg_gen_engine *de;
+	struct {
+		uint64_t iid, did;
+	} *dq;
 	rg_rng *rng_row;        /* (R) each device row's output RNG state before its draw */
 	bool beam_logits;       /* beams read their rows' logits on the host (A/B switch) */
 
@@ -870,24 +877,94 @@ static void spec_backoff(eout *o, int m, int n_taken)
 	}
 }
 
+/* The draft of output o of q (prompt lookup or the draft model): k tokens at most, or 0 for a
+ * step without one (spec_on false, backing off); toks / n_tok: its context. */
+static int spec_want(rg_gen_engine *e, ereq *q, int o, const int32_t **toks, int *n_tok)
+{
+	const uint64_t iid = q->id << SEQ_BITS | (uint64_t)o;
+
+	if (!spec_on(e, q, &q->o[o]) || !(*toks = rg_iter_tokens(e->it, iid, n_tok)))
+		return 0;
+	if (q->o[o].spec_skip > 0) { /* backing off after rejected drafts */
+		q->o[o].spec_skip--;
+		return 0;
+	}
+	return q->gp.num_speculative_tokens < e->p.max_speculative_tokens
+		       ? q->gp.num_speculative_tokens : e->p.max_speculative_tokens;
+}
+
+/* Drafts from the draft model (rg_model_set_draft; vLLM's draft-model speculator, llama.cpp's
+ * --model-draft): each speculating output's context (its prompt and tokens so far) is a greedy
+ * request of k new tokens to the inner engine e->de, whose prefix cache keeps the contexts'
+ * full blocks from one step to the next: a step's draft prefill is the tokens since the last
+ * full block (at most block_size - 1 plus those accepted since), then k - 1 decode steps, all
+ * batched over the outputs (S at most per step). A draft is a function of its context alone
+ * (greedy; the rounding of the draft's batch composition aside) and independent of the target's
+ * RNG stream, so the acceptance rule of a one-hot proposal (rg_gen_params.
+ * num_speculative_tokens) keeps the sampled distribution exactly the target's. A draft request
+ * that cannot run (a context past the draft model's, a full pool, a draft model error)
+ * proposes nothing: that output steps plainly. */
+static void draft_propose(rg_gen_engine *e)
+{
+	const rg_gen_event *ev;
+	rg_gen_output out;
+	rg_gen_params gp;
+	double now = rg_gen_engine_now_ms();
+	int n = 0, k_max = 0, n_ev, guard;
+
+	rg_gen_params_default(&gp);
+	gp.n_eos = -1; /* k tokens, whatever they are: the target's step decides */
+	for (int i = 0; i < e->n_reqs && n < e->S; i++) {
+		ereq *q = e->reqs[i];
+
+		for (int o = 0; o < q->n_out && n < e->S; o++) {
+			const int32_t *toks;
+			int n_tok, k = spec_want(e, q, o, &toks, &n_tok);
+
+			gp.max_tokens = k;
+			if (k <= 0 || rg_gen_engine_add(e->de, toks, n_tok, &gp, NULL, now,
+							&e->dq[n].did, NULL) != RG_OK)
+				continue;
+			e->dq[n++].iid = q->id << SEQ_BITS | (uint64_t)o;
+			k_max = k > k_max ? k : k_max;
+		}
+	}
+	/* each request ends within its prefill chunks and k - 1 decode steps; the guard only
+	 * bounds a scheduler that could not place one (such a request is aborted below) */
+	guard = 8 * (k_max + 2) + 4 * n;
+	while (n > 0 && rg_gen_engine_has_work(e->de) && guard-- > 0) {
+		if (rg_gen_engine_step(e->de, now, &ev, &n_ev) != RG_OK)
+			break;
+		now = rg_gen_engine_now_ms();
+	}
+	for (int j = 0; j < n; j++) {
+		if (rg_gen_engine_finished(e->de, e->dq[j].did) &&
+		    rg_gen_engine_output(e->de, e->dq[j].did, 0, &out) == RG_OK &&
+		    out.status == RG_OK && out.n_ids > 0) /* cannot fail: the id is live */
+			rg_iter_set_draft(e->it, e->dq[j].iid, out.ids, out.n_ids);
+		rg_gen_engine_release(e->de, e->dq[j].did);
+	}
+	while (rg_gen_engine_has_work(e->de) && /* the released requests' ends */
+	       rg_gen_engine_step(e->de, rg_gen_engine_now_ms(), &ev, &n_ev) == RG_OK)
+		;
+}
+
 static void spec_propose(rg_gen_engine *e)
 {
+	if (e->de) {
+		draft_propose(e);
+		return;
+	}
 	for (int i = 0; i < e->n_reqs; i++) {
 		ereq *q = e->reqs[i];
 
 		for (int o = 0; o < q->n_out; o++) {
 			const uint64_t iid = q->id << SEQ_BITS | (uint64_t)o;
 			const int32_t *toks;
-			int n_tok, k, got;
+			int n_tok, k = spec_want(e, q, o, &toks, &n_tok), got;
 
-			if (!spec_on(e, q, &q->o[o]) || !(toks = rg_iter_tokens(e->it, iid, &n_tok)))
+			if (k <= 0)
 				continue;
-			if (q->o[o].spec_skip > 0) { /* backing off after rejected drafts */
-				q->o[o].spec_skip--;
-				continue;
-			}
-			k = q->gp.num_speculative_tokens < e->p.max_speculative_tokens
-				    ? q->gp.num_speculative_tokens : e->p.max_speculative_tokens;
 			got = rg_spec_ngram_propose(toks, n_tok, q->gp.prompt_lookup_min,
 						    q->gp.prompt_lookup_max, k, e->draft);
 			if (got > 0) /* cannot fail: the id is live, no plan pending */
@@ -1801,6 +1878,8 @@ void rg_gen_engine_free(rg_gen_engine *e)
 	for (int i = 0; i < e->n_reqs; i++)
 		req_free(e->reqs[i]);
 	rg_iter_free(e->it);
+	rg_gen_engine_free(e->de);
+	free(e->dq);
 	if (e->own_pool)
 		rg_kv_pool_free(e->pool);
 	free(e->reqs);
@@ -1980,6 +2059,32 @@ static rg_status engine_init(rg_gen_engine *e, const rg_gen_engine_params *p)
 	return RG_OK;
 }
 
+/* The inner engine of draft_propose over runner d: as many sequences and step tokens as e (the
+ * draft's own step limit below that), its prefix cache on, no drafts of its own. */
+static rg_status draft_init(rg_gen_engine *e, const rg_gen_runner *d)
+{
+	rg_gen_engine_params dp;
+	rg_status st;
+
+	if (d->vocab_size != e->V || d->draft)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "generation engine: a draft model of %d "
+				 "tokens for a model of %d%s", d->vocab_size, e->V,
+				 d->draft ? ", with a draft of its own" : "");
+	rg_gen_engine_params_default(&dp);
+	dp.max_num_seqs = e->S;
+	dp.max_num_batched_tokens = e->p.max_num_batched_tokens;
+	if (d->max_batch_tokens > 0 && dp.max_num_batched_tokens > d->max_batch_tokens)
+		dp.max_num_batched_tokens = d->max_batch_tokens;
+	dp.max_waiting = e->S + 1;
+	dp.prefix_caching = true;
+	dp.max_prompt_logprob_rows = 0;
+	if (!(e->de = rg_gen_engine_create_runner(d, NULL, NULL, NULL, 0, &dp, &st)))
+		return st;
+	if (!(e->dq = malloc((size_t)e->S * sizeof(*e->dq))))
+		return rg_errorf(RG_ERR_OOM, "generation engine: out of memory");
+	return RG_OK;
+}
+
 rg_gen_engine *rg_gen_engine_create_runner(const rg_gen_runner *r, rg_kv_pool *pool,
 					   const rg_tokenizer *tok, const int32_t *eos, int n_eos,
 					   const rg_gen_engine_params *p, rg_status *st)
@@ -2016,6 +2121,10 @@ rg_gen_engine *rg_gen_engine_create_runner(const rg_gen_runner *r, rg_kv_pool *p
 	}
 	if ((*st = engine_init(e, p)) != RG_OK)
 		goto fail;
+	if (r->draft && e->p.max_speculative_tokens > 0 && !r->encode &&
+	    (*st = draft_init(e, r->draft)) != RG_OK)
+		goto fail;
+	e->r.draft = NULL; /* borrowed for this call only */
 	return e;
 fail:
 	rg_gen_engine_free(e);
@@ -2072,10 +2181,11 @@ static rg_status mrun_copy(void *ctx, const int32_t *src, const int32_t *dst, in
 	return rg_model_kv_copy_blocks(ctx, src, dst, n);
 }
 
-void rg_gen_model_runner(rg_model *m, rg_gen_runner *r)
+rg_status rg_gen_model_runner(rg_model *m, rg_gen_runner *r, rg_gen_runner *draft)
 {
 	rg_kv_info kv;
 	int64_t max_ctx;
+	rg_status st;
 
 	memset(r, 0, sizeof(*r));
 	rg_model_kv_info(m, &kv);
@@ -2108,13 +2218,76 @@ void rg_gen_model_runner(rg_model *m, rg_gen_runner *r)
 		r->step_sample = mrun_sample;
 		r->step_sample_logits = mrun_sample_logits;
 	}
+	r->max_batch_tokens = m->max_tokens;
+	if (m->draft && draft) {
+		/* the draft's cache: the target's positions, a quarter more for the prefix cache
+		 * and the k tokens past each context */
+		const int64_t need = (int64_t)kv.n_blocks + kv.n_blocks / 4 + 4;
+		rg_kv_info dk;
+
+		if (need > INT32_MAX / 2)
+			return rg_errorf(RG_ERR_INVALID_INPUT, "draft model: %lld KV blocks",
+					 (long long)need);
+		if ((rg_model_kv_info(m->draft, &dk) != RG_OK || dk.block_size != kv.block_size ||
+		     dk.n_blocks < need) &&
+		    (st = rg_model_kv_init(m->draft, kv.block_size, (int)need)) != RG_OK)
+			return st;
+		if ((st = rg_gen_model_runner(m->draft, draft, NULL)) != RG_OK)
+			return st;
+		r->draft = draft;
+	}
+	return RG_OK;
+}
+
+rg_status rg_model_set_draft(rg_model *m, rg_model *draft)
+{
+	if (!m)
+		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_set_draft: NULL model");
+	if (!draft) {
+		m->draft = NULL;
+		return RG_OK;
+	}
+	if (draft == m)
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "rg_model_set_draft: a model cannot draft for itself (the draft "
+				 "needs a KV cache of its own); load its files a second time");
+	if (m->info.kind != RG_MODEL_DECODER || draft->info.kind != RG_MODEL_DECODER)
+		return rg_errorf(RG_ERR_UNSUPPORTED,
+				 "rg_model_set_draft: %s and %s must both be decoder-only models "
+				 "(%s, %s)", m->dir, draft->dir, m->info.model_type,
+				 draft->info.model_type);
+	if (draft->draft)
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "rg_model_set_draft: %s has a draft model of its own", draft->dir);
+	if (m->info.vocab_size != draft->info.vocab_size)
+		return rg_errorf(RG_ERR_INVALID_INPUT,
+				 "rg_model_set_draft: the vocabularies differ: %d tokens in %s, %d "
+				 "in %s", m->info.vocab_size, m->dir, draft->info.vocab_size,
+				 draft->dir);
+	if (m->tok && draft->tok) /* the same ids must be the same tokens */
+		for (int32_t id = 0; id < m->info.vocab_size; id++) {
+			size_t la = 0, lb = 0;
+			const char *a = rg_tokenizer_id_to_token(m->tok, id, &la);
+			const char *b = rg_tokenizer_id_to_token(draft->tok, id, &lb);
+
+			if ((!a) != (!b) || (a && (la != lb || memcmp(a, b, la))))
+				return rg_errorf(RG_ERR_INVALID_INPUT,
+						 "rg_model_set_draft: token %d is %.*s in %s but "
+						 "%.*s in %s: the draft needs the target's "
+						 "vocabulary", id, a ? (int)(la < 40 ? la : 40) : 6,
+						 a ? a : "absent", m->dir,
+						 b ? (int)(lb < 40 ? lb : 40) : 6, b ? b : "absent",
+						 draft->dir);
+		}
+	m->draft = draft;
+	return RG_OK;
 }
 
 rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *params,
 				    rg_status *st)
 {
 	rg_gen_engine_params p;
-	rg_gen_runner r;
+	rg_gen_runner r, dr;
 	rg_gen_engine *e;
 	rg_kv_info kv;
 
@@ -2148,7 +2321,8 @@ rg_gen_engine *rg_gen_engine_create(rg_model *m, const rg_gen_engine_params *par
 				"has no KV cache (rg_model_kv_init)");
 	if (*st != RG_OK)
 		return NULL;
-	rg_gen_model_runner(m, &r);
+	if ((*st = rg_gen_model_runner(m, &r, &dr)) != RG_OK)
+		return NULL;
 	e = rg_gen_engine_create_runner(&r, NULL, m->tok, m->gen_eos, m->n_gen_eos, &p, st);
 	if (!e)
 		return NULL;

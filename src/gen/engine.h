@@ -68,6 +68,13 @@ typedef struct rg_gen_runner {
 	int32_t forced_eos;
 	bool has_forced_bos;
 	int32_t forced_bos;
+	/* Optional (NULL: prompt lookup): a draft model's runner, with the same vocabulary, whose
+	 * greedy continuations are the speculative drafts (ragged.h rg_model_set_draft). Read only
+	 * by rg_gen_engine_create_runner, which makes an inner engine over it (its own block pool
+	 * of draft->n_blocks blocks) when p->max_speculative_tokens > 0; borrowed for that call
+	 * (draft->ctx for the engine's life). */
+	const struct rg_gen_runner *draft;
+	int max_batch_tokens; /* tokens one step may hold (the model's max_batch_tokens), 0: any */
 } rg_gen_runner;
 
 /* An engine over runner r (copied; r->ctx borrowed) and pool (borrowed, block size
@@ -86,8 +93,11 @@ RG_TEST_API rg_gen_engine *rg_gen_engine_create_runner(const rg_gen_runner *r, r
 rg_status rg_gen_engine_params_check(const rg_gen_params *p, int vocab, bool streams_text);
 
 /* The model as a runner (its step variants and block copy; its KV cache's shape, which must
- * exist). */
-void rg_gen_model_runner(rg_model *m, rg_gen_runner *r);
+ * exist). With a draft model attached (rg_model_set_draft), *draft is filled as the draft's
+ * runner and r->draft points at it, after the draft's KV cache is made (or kept when it has the
+ * target's block size and at least as many blocks as the target's, plus a quarter); draft may
+ * be NULL when the caller wants no drafts. Errors: the draft's rg_model_kv_init. */
+rg_status rg_gen_model_runner(rg_model *m, rg_gen_runner *r, rg_gen_runner *draft);
 
 /* The scheduler's step cost model (admission's estimates: fitted online from each step's
  * period, from its begin to the next step's begin while work remains, so the host's work around

@@ -144,7 +144,7 @@ rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int 
 {
 	const double t0 = now_s();
 	rg_gen_params p;
-	rg_gen_runner r;
+	rg_gen_runner r, dr;
 	tok_relay rel = {on_token, user, 0};
 	rg_status s;
 
@@ -192,7 +192,8 @@ rg_status rg_generate_ids(rg_model *m, const int32_t *const *prompts, const int 
 		return s;
 	if ((s = ensure_cache(m, lens, n, &p)) != RG_OK)
 		return s;
-	rg_gen_model_runner(m, &r);
+	if ((s = rg_gen_model_runner(m, &r, &dr)) != RG_OK)
+		return s;
 	if ((s = rg_gen_run_ex(&r, prompts, lens, n, &p, gen_state_of(m)->pool, m->tok, out)) !=
 	    RG_OK)
 		return s;

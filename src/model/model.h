@@ -243,6 +243,8 @@ struct rg_model {
 	int n_gen_bad;
 	int32_t gen_forced_eos;   /* decoders: forced_eos_token_id, the token forced as the last one
 				   * a length limit allows; -1 none */
+	struct rg_model *draft;   /* decoders: the speculative drafts' model (rg_model_set_draft,
+				   * borrowed), NULL: none */
 	int32_t gen_forced_bos;   /* decoders: forced_bos_token_id, the token forced right after a
 				   * one-token prompt (an encoder-decoder's decoder_start: mBART's
 				   * and NLLB's target language); -1 none */
