@@ -4,11 +4,15 @@
 #include <ctype.h>
 #include <errno.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "core/buf.h"
+#include "core/file.h"
+#include "core/json.h"
 #include "server/sched/sched.h"
 
 typedef enum {
@@ -558,8 +562,10 @@ void rg_serve_usage(FILE *f)
 
 	rg_serve_opts_default(&d);
 	fprintf(f, "usage: ragged serve [options]\n"
+		   "       ragged serve --config FILE [server options]\n"
+		   "  %-26s the models and options from a JSON file (several models, below)\n"
 		   "Each option can also be set by the environment variable named after it in\n"
-		   "[brackets]; the command line wins over the environment.\n");
+		   "[brackets]; the command line wins over the environment.\n", "--config FILE");
 	fprintf(f, "TEI's (text-embeddings-router's) spelling of an option and its variable work\n"
 		   "too (\"TEI: ...\" under the option); RAGGED_* wins over TEI's variables;\n"
 		   "-p N is --port N.\n");
@@ -749,7 +755,18 @@ static void rg_serve_usage_models(FILE *f)
 		   "--revision, --cache-db, --cost-table and --trace-steps. On one GPU, a decoder\n"
 		   "that sets no KV cache size takes 0.9 / (models not loaded yet) of the memory\n"
 		   "free at its load. --served-model-name A B (vLLM's form) or A,B gives one\n"
-		   "model several names; /v1/models lists each.\n");
+		   "model several names; /v1/models lists each.\n"
+		   "--config FILE says the same in a JSON file, read as the command line it\n"
+		   "stands for (--model A <A's options> --model B ...):\n"
+		   "  {\"models\": [{\"model\": \"DIR\", \"served-model-name\": \"a\", ...},\n"
+		   "              ...], \"port\": 8080, ...}\n"
+		   "Keys are option names without \"--\"; values are strings, numbers, true/false\n"
+		   "for flags (false: as if left out), arrays for --served-model-name,\n"
+		   "--cors-allow-origin, --allowed-hosts and --devices. A \"models\" entry takes\n"
+		   "the per-model options above (\"model\" required), the top level the server's.\n"
+		   "Beside --config the command line may give server options only; they win\n"
+		   "over the file's (the environment is below both). --model with --config is an\n"
+		   "error.\n");
 }
 
 /* Where each model's options start (o->n_models, o->model_at): a --model (or TEI's --model-id,
@@ -960,4 +977,420 @@ int rg_serve_per_ip_limit(const rg_serve_opts *o, int max_connections)
 	if (o->max_connections_per_ip >= 0)
 		return o->max_connections_per_ip;
 	return max_connections / 4 > 0 ? max_connections / 4 : 1;
+}
+
+/* ---- --config FILE: the command line from a JSON file (options.h) ------------------------- */
+
+#define CONFIG_MAX_BYTES (16 << 20) /* a configuration file larger than this is refused */
+
+void rg_serve_argv_free(rg_serve_argv *a)
+{
+	if (a->cap) {
+		for (int i = 0; i < a->argc; i++)
+			free(a->argv[i]);
+		free(a->argv);
+	}
+	memset(a, 0, sizeof(*a));
+}
+
+/* Append a copy of text to a (kept NULL-terminated); false when out of memory. */
+static bool argv_push(rg_serve_argv *a, const char *text)
+{
+	char *copy;
+
+	if (a->argc + 2 > a->cap) {
+		int cap = a->cap ? 2 * a->cap : 32;
+		char **p = realloc(a->argv, (size_t)cap * sizeof(*p));
+
+		if (!p)
+			return false;
+		a->argv = p;
+		a->cap = cap;
+	}
+	if (!(copy = strdup(text)))
+		return false;
+	a->argv[a->argc++] = copy;
+	a->argv[a->argc] = NULL;
+	return true;
+}
+
+static int config_fail(const char *file, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* "ragged serve: --config: FILE: <message>" on stderr; RG_SERVE_EXIT_USAGE. */
+static int config_fail(const char *file, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "ragged serve: --config: %s: ", file);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return RG_SERVE_EXIT_USAGE;
+}
+
+static int config_oom(void)
+{
+	fprintf(stderr, "ragged serve: --config: out of memory\n");
+	return 1;
+}
+
+/* A JSON value's type in a message: "a string", "a number", ... */
+static const char *json_kind(json_object *v)
+{
+	switch (json_object_get_type(v)) {
+	case json_type_null:
+		return "null";
+	case json_type_boolean:
+		return "a boolean";
+	case json_type_double:
+	case json_type_int:
+		return "a number";
+	case json_type_object:
+		return "an object";
+	case json_type_array:
+		return "an array";
+	case json_type_string:
+		return "a string";
+	}
+	return "a JSON value";
+}
+
+/* Whether s takes a comma-separated list on the command line (a JSON array in the file). */
+static bool list_option(const opt_spec *s)
+{
+	return s->kind == OPT_DEVLIST || s->off == offsetof(rg_serve_opts, served_model_name) ||
+	       s->off == offsetof(rg_serve_opts, cors_allow_origin) ||
+	       s->off == offsetof(rg_serve_opts, allowed_hosts);
+}
+
+static bool numeric_option(const opt_spec *s)
+{
+	return s->kind == OPT_INT || s->kind == OPT_SIZE || s->kind == OPT_DOUBLE;
+}
+
+/* The JSON types s takes, for a message. */
+static const char *config_expected(const opt_spec *s)
+{
+	if (s->kind == OPT_FLAG)
+		return "true or false";
+	if (numeric_option(s))
+		return "a number or a string";
+	if (s->kind == OPT_DEVLIST)
+		return "a string, a device ordinal or an array of ordinals";
+	if (list_option(s))
+		return "a string or an array of strings";
+	return "a string";
+}
+
+/* Append the command-line text of the scalar v for s to b: a string as it is, an integer for a
+ * numeric option or a device ordinal, another number for a numeric option (the shortest text
+ * that reads back); false for any other type. */
+static bool config_scalar(rg_buf *b, const opt_spec *s, json_object *v)
+{
+	char num[64];
+	double d;
+
+	switch (json_object_get_type(v)) {
+	case json_type_string:
+		rg_buf_put(b, json_object_get_string(v), (size_t)json_object_get_string_len(v));
+		return true;
+	case json_type_int:
+		if (!numeric_option(s) && s->kind != OPT_DEVLIST)
+			return false;
+		rg_buf_printf(b, "%lld", (long long)json_object_get_int64(v));
+		return true;
+	case json_type_double:
+		if (!numeric_option(s))
+			return false;
+		d = json_object_get_double(v);
+		snprintf(num, sizeof(num), "%.15g", d);
+		if (strtod(num, NULL) != d)
+			snprintf(num, sizeof(num), "%.17g", d);
+		rg_buf_puts(b, num);
+		return true;
+	case json_type_null:
+	case json_type_boolean:
+	case json_type_object:
+	case json_type_array:
+		return false;
+	}
+	return false;
+}
+
+/* Append the option s, set by the key `key` of the file to v, to a: "--name=VALUE", or "--name"
+ * for a flag set true (nothing for false). where: "" at the top level, "models[i]." in a
+ * model's entry. -1 to go on, else the exit status after a message. */
+static int config_push(rg_serve_argv *a, const char *file, const char *where, const char *key,
+		       const opt_spec *s, json_object *v)
+{
+	rg_buf b;
+	bool ok;
+
+	if (s->kind == OPT_FLAG) {
+		if (!json_object_is_type(v, json_type_boolean))
+			return config_fail(file, "%s%s: expected true or false, got %s", where, key,
+					   json_kind(v));
+		if (!json_object_get_boolean(v))
+			return -1;
+		return argv_push(a, s->name) ? -1 : config_oom();
+	}
+	rg_buf_init(&b);
+	rg_buf_printf(&b, "%s=", s->name);
+	if (json_object_is_type(v, json_type_array) && list_option(s)) {
+		size_t n = json_object_array_length(v);
+
+		if (!n) {
+			rg_buf_free(&b);
+			return config_fail(file, "%s%s: an empty list", where, key);
+		}
+		for (size_t k = 0; k < n; k++) {
+			json_object *e = json_object_array_get_idx(v, k);
+
+			if (k)
+				rg_buf_puts(&b, ",");
+			if (!json_object_is_type(e, json_type_array) && config_scalar(&b, s, e))
+				continue;
+			rg_buf_free(&b);
+			return config_fail(file, "%s%s[%zu]: expected %s, got %s", where, key, k,
+					   s->kind == OPT_DEVLIST ? "a device ordinal" : "a string",
+					   json_kind(e));
+		}
+	} else if (!config_scalar(&b, s, v)) {
+		rg_buf_free(&b);
+		return config_fail(file, "%s%s: expected %s, got %s", where, key,
+				   config_expected(s), json_kind(v));
+	}
+	ok = !b.oom && argv_push(a, b.data);
+	rg_buf_free(&b);
+	return ok ? -1 : config_oom();
+}
+
+/* The row of the file's key ("port" -> --port), NULL when no option has that name. */
+static const opt_spec *config_spec(const char *key)
+{
+	char name[128];
+	int n = snprintf(name, sizeof(name), "--%s", key);
+
+	if (!key[0] || key[0] == '-' || n < 0 || (size_t)n >= sizeof(name))
+		return NULL;
+	return find_spec(name, (size_t)n);
+}
+
+/* An unknown key of models[i] (i < 0: of the top level). */
+static int config_unknown(const char *file, int i, const char *key)
+{
+	char where[32] = "";
+
+	if (i >= 0)
+		snprintf(where, sizeof(where), "models[%d]: ", i);
+	return config_fail(file, "%sunknown key '%s' (%s; see ragged serve --help)", where, key,
+			   key[0] == '-' ? "keys are option names without the leading --"
+					 : "not a ragged serve option");
+}
+
+/* The options of models[i] (the object m): its model first, so that it starts that model's
+ * part of the command line, then the others in the file's order. */
+static int config_model(rg_serve_argv *a, const char *file, int i, json_object *m)
+{
+	const char *model_key = NULL;
+	json_object *model_v = NULL;
+	char where[32];
+	int rc;
+
+	snprintf(where, sizeof(where), "models[%d].", i);
+	if (!json_object_is_type(m, json_type_object))
+		return config_fail(file, "models[%d]: expected an object, got %s", i, json_kind(m));
+	json_object_object_foreach(m, key, v) {
+		const opt_spec *s = config_spec(key);
+
+		if (!s)
+			return config_unknown(file, i, key);
+		if (!per_model(s))
+			return config_fail(file, "%s%s: %s is the server's option, not one "
+					   "model's: give it at the top level of the file", where,
+					   key, s->name);
+		if (s->off != offsetof(rg_serve_opts, model))
+			continue;
+		if (model_key)
+			return config_fail(file, "models[%d] gives its model twice ('%s' and '%s')",
+					   i, model_key, key);
+		model_key = key;
+		model_v = v;
+	}
+	if (!model_key)
+		return config_fail(file, "models[%d] has no \"model\" (the model's directory or "
+				   "Hugging Face id)", i);
+	if ((rc = config_push(a, file, where, model_key, config_spec(model_key), model_v)) >= 0)
+		return rc;
+	json_object_object_foreach(m, key2, v2) {
+		if (v2 == model_v && !strcmp(key2, model_key))
+			continue;
+		if ((rc = config_push(a, file, where, key2, config_spec(key2), v2)) >= 0)
+			return rc;
+	}
+	return -1;
+}
+
+/* Read and check the file's object into a: its server options (top level), then the command
+ * line's (argv less --config at [cfg_i, cfg_i + cfg_n)), then each model's. */
+static int config_build(const char *file, int argc, char **argv, int cfg_i, int cfg_n,
+			rg_serve_argv *a)
+{
+	json_object *root = NULL, *models = NULL;
+	char *text = NULL, msg[512], dup[128];
+	size_t len = 0, n;
+	rg_status st;
+	int rc = RG_SERVE_EXIT_USAGE;
+
+	if ((st = rg_file_read(file, CONFIG_MAX_BYTES, &text, &len)) != RG_OK ||
+	    (st = rg_json_parse(text, len, JSON_TOKENER_VALIDATE_UTF8, file, NULL, &root)) !=
+		    RG_OK) {
+		fprintf(stderr, "ragged serve: --config: %s\n", rg_last_error());
+		rc = st == RG_ERR_OOM ? 1 : RG_SERVE_EXIT_USAGE;
+		goto out_free_text;
+	}
+	/* a repeated key (json-c keeps the last) is refused, as in request bodies */
+	if ((st = rg_json_text_check(text, len, root, msg, sizeof(msg), dup, sizeof(dup))) !=
+	    RG_OK) {
+		rc = st == RG_ERR_OOM ? config_oom() : config_fail(file, "%s", msg);
+		goto out_put_root;
+	}
+	if (!json_object_is_type(root, json_type_object)) {
+		rc = config_fail(file, "expected an object {\"models\": [...], ...}, got %s",
+				 json_kind(root));
+		goto out_put_root;
+	}
+	if (!argv_push(a, argv[0])) {
+		rc = config_oom();
+		goto out_put_root;
+	}
+	json_object_object_foreach(root, key, v) {
+		const opt_spec *s;
+
+		if (!strcmp(key, "models")) {
+			models = v;
+			continue;
+		}
+		if (!(s = config_spec(key))) {
+			rc = config_unknown(file, -1, key);
+			goto out_put_root;
+		}
+		if (per_model(s)) {
+			rc = config_fail(file, "%s: %s is one model's option: give it in the "
+					 "entries of \"models\"", key, s->name);
+			goto out_put_root;
+		}
+		if ((rc = config_push(a, file, "", key, s, v)) >= 0)
+			goto out_put_root;
+	}
+	if (!models) {
+		rc = config_fail(file, "no \"models\": list the models to serve, "
+				 "[{\"model\": \"DIR\", ...}, ...]");
+		goto out_put_root;
+	}
+	if (!json_object_is_type(models, json_type_array)) {
+		rc = config_fail(file, "models: expected an array of model objects, got %s",
+				 json_kind(models));
+		goto out_put_root;
+	}
+	n = json_object_array_length(models);
+	if (n == 0) {
+		rc = config_fail(file, "models is empty: list one model or more");
+		goto out_put_root;
+	}
+	if (n > RG_SERVE_MAX_MODELS) {
+		rc = config_fail(file, "models: %zu models, at most %d are served", n,
+				 RG_SERVE_MAX_MODELS);
+		goto out_put_root;
+	}
+	for (int i = 1; i < argc; i++)
+		if ((i < cfg_i || i >= cfg_i + cfg_n) && !argv_push(a, argv[i])) {
+			rc = config_oom();
+			goto out_put_root;
+		}
+	for (size_t i = 0; i < n; i++)
+		if ((rc = config_model(a, file, (int)i, json_object_array_get_idx(models, i))) >=
+		    0)
+			goto out_put_root;
+	rc = -1;
+out_put_root:
+	json_object_put(root);
+out_free_text:
+	free(text);
+	return rc;
+}
+
+int rg_serve_config_expand(int argc, char **argv, rg_serve_argv *out)
+{
+	const opt_spec *model_opt = NULL; /* the first per-model option beside --config */
+	const char *file = NULL;
+	bool model_given = false;
+	int cfg_i = -1, cfg_n = 0, rc;
+
+	memset(out, 0, sizeof(*out));
+	out->argc = argc;
+	out->argv = argv;
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+			return -1; /* rg_serve_opts_parse prints the help */
+	/* find --config; beside it the command line may set the server's options only. Values
+	 * are skipped as the parser takes them; what it refuses is left to it. */
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *eq;
+		const opt_spec *s;
+		size_t len;
+
+		if (!strcmp(a, "--config") || !strncmp(a, "--config=", 9)) {
+			if (file) {
+				fprintf(stderr, "ragged serve: --config given twice\n");
+				return RG_SERVE_EXIT_USAGE;
+			}
+			cfg_i = i;
+			cfg_n = a[8] ? 1 : 2;
+			file = a[8] ? a + 9 : i + 1 < argc ? argv[++i] : NULL;
+			if (!file || !*file) {
+				fprintf(stderr, "ragged serve: --config needs a FILE (JSON)\n");
+				return RG_SERVE_EXIT_USAGE;
+			}
+			continue;
+		}
+		if (!strcmp(a, "-p")) {
+			i++;
+			continue;
+		}
+		if (strncmp(a, "--", 2) != 0)
+			continue;
+		eq = strchr(a, '=');
+		len = eq ? (size_t)(eq - a) : strlen(a);
+		if (!(s = find_spec(a, len)))
+			continue;
+		if (s->kind != OPT_FLAG && !eq)
+			i++;
+		if (s->off == offsetof(rg_serve_opts, model))
+			model_given = true;
+		else if (per_model(s) && !model_opt)
+			model_opt = s;
+	}
+	if (!file)
+		return -1;
+	if (model_given) {
+		fprintf(stderr, "ragged serve: --config and --model cannot go together: list the "
+				"models in %s's \"models\"\n", file);
+		return RG_SERVE_EXIT_USAGE;
+	}
+	if (model_opt) {
+		fprintf(stderr, "ragged serve: %s is one model's option: with --config, give it in "
+				"the entries of %s's \"models\" (the command line beside --config "
+				"takes the server's options only)\n", model_opt->name, file);
+		return RG_SERVE_EXIT_USAGE;
+	}
+	memset(out, 0, sizeof(*out));
+	if ((rc = config_build(file, argc, argv, cfg_i, cfg_n, out)) >= 0) {
+		rg_serve_argv_free(out);
+		out->argc = argc;
+		out->argv = argv;
+	}
+	return rc;
 }

@@ -138,6 +138,42 @@ int rg_serve_opts_parse_model(int argc, char **argv, const rg_serve_opts *base, 
  * slow-loris client) cannot take every slot (issue 18, item 14). */
 int rg_serve_per_ip_limit(const rg_serve_opts *o, int max_connections);
 
+/* A command line after rg_serve_config_expand: argv (argc strings, then NULL). cap 0: argv is
+ * the caller's own (no --config); else every string and the vector are malloc'd and freed by
+ * rg_serve_argv_free. */
+typedef struct rg_serve_argv {
+	int argc;
+	char **argv;
+	int cap;
+} rg_serve_argv;
+
+/* `ragged serve --config FILE`: the models and options of a JSON file turned into the command
+ * line that says the same, so that rg_serve_opts_parse and rg_serve_opts_parse_model (one
+ * parser, one set of checks) read it. FILE is one object:
+ *   {"models": [{"model": "DIR", "served-model-name": "a", ...}, ...], "port": 8080, ...}
+ * Each key is an option's long name without "--" (TEI's spellings too), its value the option's
+ * value: a string, a number for a numeric option (or --devices), true / false for a flag (false
+ * is the same as leaving the key out), an array of strings for a list (--served-model-name,
+ * --cors-allow-origin, --allowed-hosts: joined by commas) or of ordinals for --devices. The
+ * top-level keys take the server's options (those not listed as per-model in --help); each
+ * entry of "models" (1 to RG_SERVE_MAX_MODELS of them) must give "model" and takes the
+ * per-model options only. The result is
+ *   serve <the file's server options> <the command line's> --model=A <A's> --model=B <B's> ...
+ * so a later model starts from the first model's options as on the command line, and the
+ * options given on the command line beside --config, which must be the server's, win over the
+ * file's (the environment is below both). --config with --model, a per-model option beside
+ * --config, or --config given twice is an error. With --help anywhere, or without --config,
+ * out->argv is argv itself. Returns -1 to go on (out filled), RG_SERVE_EXIT_USAGE after a
+ * one-line message on stderr naming the file and the key (models[i].key for a model's): the
+ * file unreadable, not JSON (json-c's reason and the byte), a repeated key, an unknown key, a
+ * key in the wrong place, a value of the wrong type, no or an empty "models" list; 1 when out
+ * of memory. Values are checked by the parser that reads the result. */
+int rg_serve_config_expand(int argc, char **argv, rg_serve_argv *out);
+
+/* Free what rg_serve_config_expand allocated (nothing when out->cap is 0); a zeroed struct is
+ * accepted. */
+void rg_serve_argv_free(rg_serve_argv *a);
+
 /* The help text, generated from the table. */
 void rg_serve_usage(FILE *f);
 #endif

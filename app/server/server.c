@@ -854,6 +854,7 @@ static int check_names(const rg_server *s)
 
 int rg_serve_main(int argc, char **argv)
 {
+	rg_serve_argv args = {0}; /* argv, or what --config FILE says (options.h) */
 	rg_server *s;
 	struct MHD_Daemon *d = NULL;
 	sigset_t sigs;
@@ -870,6 +871,12 @@ int rg_serve_main(int argc, char **argv)
 	s->n_served = 1;
 	s->prompts.dflt = -1;
 	rg_metrics_init(&s->metrics);
+	/* --config FILE: the file's models and options as a command line, read by the same
+	 * parser; the options' strings point into it until the server is freed */
+	if ((rc = rg_serve_config_expand(argc, argv, &args)) >= 0)
+		goto out_free;
+	argc = args.argc;
+	argv = args.argv;
 	rc = rg_serve_opts_parse(argc, argv, &s->o);
 	if (rc >= 0)
 		goto out_free;
@@ -1046,6 +1053,7 @@ out_free:
 	}
 	rg_metrics_destroy(&s->metrics);
 	free(s);
+	rg_serve_argv_free(&args);
 	rg_json_log_stop();
 	return rc;
 }

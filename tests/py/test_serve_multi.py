@@ -8,7 +8,9 @@ request's "model" must reach the right engine and change nothing in what it comp
 comma form), an unknown name is 404 model_not_found on every route (as vLLM answers it), a route
 of the wrong kind is 400, a bad second model stops the start with a clear message and a
 non-zero status, a concurrent mix of requests to all three models gets the sequential answers,
-and SIGTERM stops the server cleanly (status 0; under ASan with leak checking on)."""
+and SIGTERM stops the server cleanly (status 0; under ASan with leak checking on). The config
+file form (`--config FILE`) serves what its command line does, and each mistake in it is a
+usage error that names the file and the key."""
 import json
 import os
 import signal
@@ -321,3 +323,124 @@ def test_sigterm_with_work_in_flight(dirs):
     rc = s.stop()
     assert rc == 0 and results == [200], (results, s.stderr()[-2000:])
     assert "draining" in s.stderr() and "answered" in s.stderr()
+
+
+# ---- `ragged serve --config FILE`: the same servers from a JSON file ---------------------------
+
+def write_config(tmp_path, cfg, name="serve.json"):
+    path = tmp_path / name
+    path.write_text(cfg if isinstance(cfg, str) else json.dumps(cfg))
+    return str(path)
+
+
+def test_config_file_serves_as_the_command_line(multi, dirs, tmp_path):
+    """The config file form of the `multi` fixture's command line: the same models under the same
+    names, each with its own options, the same answers by route and "model". Values in each JSON
+    form: a list, a comma string, numbers, a number as a string, a flag set false (as if left
+    out). The command line's --port beside --config wins over the file's "port"."""
+    cfg = {"host": "127.0.0.1", "device": "cpu", "port": 1, "json-output": False,
+           "models": [{"model": dirs["emb"], "served-model-name": ["emb", "emb-alias"]},
+                      {"model": dirs["rr"], "served-model-name": "rr"},
+                      {"served-model-name": "gen,gen-alias", "model": dirs["gen"],
+                       "kv-cache-bytes": 4 << 20, "max-num-seqs": 8,
+                       "max-num-batched-tokens": 32, "block-size": "4"}]}
+    s = Server(None, raw_args=["--config", write_config(tmp_path, cfg), "--port", "0"])
+    try:
+        assert s.port != 1 and s.start_json is None  # the command line's port; plain log lines
+        for path in ("/v1/models", "/info"):
+            got = json.loads(s.request("GET", path)[2])
+            want = json.loads(multi.request("GET", path)[2])
+            if path == "/v1/models":
+                assert [m["id"] for m in got["data"]] == [m["id"] for m in want["data"]] == \
+                    ["emb", "emb-alias", "rr", "gen", "gen-alias"]
+            else:
+                assert got["models"] == want["models"], (got["models"], want["models"])
+        np.testing.assert_allclose(embed(s, TEXTS, model="emb-alias"), embed(multi, TEXTS),
+                                   rtol=0, atol=1e-6)
+        np.testing.assert_allclose(rerank(s, model="rr"), rerank(multi, model="rr"), atol=1e-6)
+        for name in ("gen", "gen-alias"):
+            assert complete(s, PROMPTS[1], model=name)["choices"][0]["text"] == \
+                complete(multi, PROMPTS[1], model="gen")["choices"][0]["text"]
+        st, out = s.post_json("/v1/embeddings", {"input": "a", "model": "gpt-4o-mini"})
+        assert st == 404 and out["error"]["code"] == "model_not_found"
+    finally:
+        s.stop()
+
+
+def test_config_help():
+    out = subprocess.run([BIN_PATH, "serve", "--help"], capture_output=True, text=True,
+                         env=server_env(), timeout=60).stdout
+    assert "ragged serve --config FILE [server options]" in out
+    words = " ".join(out.split())
+    assert '{"models": [{"model": "DIR"' in words and "--model with --config is an error" in words
+
+
+def config_cases(dirs):
+    """(file content, arguments beside --config, what stderr must say) for each usage error."""
+    emb, rr = dirs["emb"], dirs["rr"]
+    two = [{"model": emb}, {"model": rr}]
+    return [
+        (None, [], "cannot open: No such file or directory"),  # unreadable: no such file
+        ('{"models": [', [], "not valid JSON: unexpected end at byte"),
+        ('{"models": [}', [], "not valid JSON:"),
+        ('{"models": []} x', [], "not valid JSON: trailing data at byte 15"),
+        ("[]", [], 'expected an object {"models": [...], ...}, got an array'),
+        ({"port": 8080}, [], 'no "models": list the models to serve'),
+        ({"models": []}, [], "models is empty: list one model or more"),
+        ({"models": {"model": emb}}, [],
+         "models: expected an array of model objects, got an object"),
+        ({"models": [{"model": emb}] * 9}, [], "models: 9 models, at most 8 are served"),
+        ({"models": [emb]}, [], "models[0]: expected an object, got a string"),
+        ({"models": [{"served-model-name": "a"}]}, [], 'models[0] has no "model"'),
+        ({"models": [{"model": emb, "model-id": rr}]}, [],
+         "models[0] gives its model twice ('model' and 'model-id')"),
+        ({"models": [{"model": emb}, {"model": rr, "foo": 1}]}, [],
+         "models[1]: unknown key 'foo' (not a ragged serve option"),
+        ({"bar": 1, "models": two}, [], "unknown key 'bar'"),
+        ({"--port": 1, "models": two}, [], "keys are option names without the leading --"),
+        ({"models": [{"model": emb}, {"model": rr, "port": 9000}]}, [],
+         "models[1].port: --port is the server's option, not one model's: give it at the top"),
+        ({"dtype": "fp32", "models": two}, [],
+         'dtype: --dtype is one model\'s option: give it in the entries of "models"'),
+        ({"models": [{"model": emb, "auto-truncate": "yes"}]}, [],
+         "models[0].auto-truncate: expected true or false, got a string"),
+        ({"models": [{"model": emb, "max-inputs": {}}]}, [],
+         "models[0].max-inputs: expected a number or a string, got an object"),
+        ({"models": [{"model": emb, "served-model-name": ["a", 1]}]}, [],
+         "models[0].served-model-name[1]: expected a string, got a number"),
+        ({"models": [{"model": emb, "served-model-name": []}]}, [],
+         "models[0].served-model-name: an empty list"),
+        ({"models": [{"model": emb, "pooling": 3}]}, [],
+         "models[0].pooling: expected a string, got a number"),
+        ({"port": None, "models": two}, [], "port: expected a number or a string, got null"),
+        ('{"port": 1, "port": 2, "models": [{"model": "x"}]}', [], "duplicate key 'port'"),
+        # values: the parser's own check, as on the command line
+        ({"models": [{"model": emb, "max-inputs": 0}]}, [], "bad value for --max-inputs: '0'"),
+        ({"port": 1.5, "models": two}, [], "bad value for --port: '1.5'"),
+        # the command line beside --config
+        ({"models": two}, ["--model", emb], "--config and --model cannot go together"),
+        ({"models": two}, ["--max-inputs", "4"],
+         "--max-inputs is one model's option: with --config, give it in the entries of"),
+        ({"models": two}, ["--config", "x.json"], "--config given twice"),
+    ]
+
+
+def test_config_file_errors(dirs, tmp_path):
+    """Each mistake in a config file, or beside --config, is a usage error (status 2) with one
+    message that names the file and the key (models[i].key in a model), and nothing starts."""
+    for k, (content, extra, want) in enumerate(config_cases(dirs)):
+        path = str(tmp_path / "missing.json") if content is None else \
+            write_config(tmp_path, content, f"c{k}.json")
+        r = subprocess.run([BIN_PATH, "serve", "--config", path, *extra], capture_output=True,
+                           text=True, env=server_env(), timeout=60)
+        assert r.returncode == 2 and want in r.stderr, (content, extra, r.returncode, r.stderr)
+        assert "ragged serving" not in r.stdout
+        if "--config" not in extra and "bad value" not in want and content is not None:
+            assert path in r.stderr, r.stderr  # names the file
+    # a directory is no config file; --config without a FILE
+    r = subprocess.run([BIN_PATH, "serve", "--config", str(tmp_path)], capture_output=True,
+                       text=True, env=server_env(), timeout=60)
+    assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+    r = subprocess.run([BIN_PATH, "serve", "--config"], capture_output=True, text=True,
+                       env=server_env(), timeout=60)
+    assert r.returncode == 2 and "--config needs a FILE" in r.stderr, r.stderr

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -144,6 +145,7 @@ static void test_help_lists_every_option(void **state)
 		if (!strstr(buf, name))
 			fail_msg("--help lacks %s", name);
 	assert_non_null(strstr(buf, "sequences per batch (256)"));
+	assert_non_null(strstr(buf, "ragged serve --config FILE [server options]"));
 }
 
 /* Every option is read from RAGGED_<NAME>; the command line wins; a bad value names the
@@ -469,6 +471,84 @@ static void test_several_models(void **state)
 	}
 }
 
+/* --config FILE (options.h): the file becomes the command line it stands for, server options
+ * first, then the command line's beside --config (which win), then each model's from its
+ * --model; without --config, or with --help, argv is passed through. */
+static void test_config_file(void **state)
+{
+	static const char *const want[] = {
+		"serve", "--port=9", "--cors-allow-origin=a.example,b.example", "--json-output",
+		"--port", "7", "--model=/m/a", "--served-model-name=a,a2", "--max-inputs=8",
+		"--eta=0.25", "--model=/m/b", "--devices=0,1", "--max-batch-tokens=256"};
+	const char *text =
+		"{\"port\": 9, \"cors-allow-origin\": [\"a.example\", \"b.example\"],\n"
+		" \"json-output\": true, \"disable-spans\": false,\n"
+		" \"models\": [{\"served-model-name\": [\"a\", \"a2\"], \"model\": \"/m/a\",\n"
+		"              \"max-inputs\": \"8\", \"eta\": 0.25, \"lazy\": false,\n"
+		"              \"auto-truncate\": false},\n"
+		"             {\"model-id\": \"/m/b\", \"devices\": [0, 1],\n"
+		"              \"max-batch-tokens\": 256}]}\n";
+	char path[] = "/tmp/test_serve_options_XXXXXX", *argv[8];
+	rg_serve_argv a;
+	rg_serve_opts o, m;
+	FILE *f;
+	int fd = mkstemp(path);
+	(void)state;
+
+	assert_true(fd >= 0);
+	f = fdopen(fd, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	argv[0] = (char *)"serve";
+	argv[1] = (char *)"--config";
+	argv[2] = path;
+	argv[3] = (char *)"--port";
+	argv[4] = (char *)"7";
+	argv[5] = NULL;
+	assert_int_equal(rg_serve_config_expand(5, argv, &a), -1);
+	assert_int_equal(a.argc, (int)(sizeof(want) / sizeof(want[0])));
+	for (int i = 0; i < a.argc; i++)
+		assert_string_equal(a.argv[i], want[i]);
+	assert_null(a.argv[a.argc]);
+	assert_int_equal(rg_serve_opts_parse(a.argc, a.argv, &o), -1);
+	assert_int_equal(o.n_models, 2);
+	assert_int_equal(o.port, 7); /* the command line's */
+	assert_string_equal(o.model, "/m/a");
+	assert_string_equal(o.served_model_name, "a,a2");
+	assert_int_equal(o.max_inputs, 8);
+	assert_true(o.eta == 0.25);
+	assert_true(o.json_output && !o.lazy && !o.auto_truncate);
+	assert_int_equal(rg_serve_opts_parse_model(a.argc, a.argv, &o, 1, &m), -1);
+	assert_string_equal(m.model, "/m/b");
+	assert_int_equal(m.n_devices, 2);
+	assert_int_equal(m.max_batch_tokens, 256);
+	assert_int_equal(m.max_inputs, 8); /* inherited, as on the command line */
+	rg_serve_argv_free(&a);
+	assert_int_equal(a.argc, 0);
+	/* no --config, or --help: argv itself */
+	argv[1] = (char *)"--port";
+	assert_int_equal(rg_serve_config_expand(3, argv, &a), -1);
+	assert_true(a.argv == argv && a.argc == 3 && a.cap == 0);
+	argv[1] = (char *)"--config";
+	argv[3] = (char *)"--help";
+	assert_int_equal(rg_serve_config_expand(4, argv, &a), -1);
+	assert_true(a.argv == argv && a.argc == 4);
+	/* a usage error leaves argv as it was */
+	argv[3] = (char *)"--model";
+	argv[4] = (char *)"/m/c";
+	{
+		FILE *saved = stderr;
+
+		stderr = fopen("/dev/null", "w");
+		assert_int_equal(rg_serve_config_expand(5, argv, &a), RG_SERVE_EXIT_USAGE);
+		fclose(stderr);
+		stderr = saved;
+	}
+	assert_true(a.argv == argv && a.argc == 5 && a.cap == 0);
+	unlink(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -482,6 +562,7 @@ int main(void)
 		cmocka_unit_test(test_tei_flags),
 		cmocka_unit_test(test_tei_environment),
 		cmocka_unit_test(test_several_models),
+		cmocka_unit_test(test_config_file),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
