@@ -234,6 +234,127 @@ static void render_series(rg_buf *o, const char *name, const char *label, const 
 	render_series_scaled(o, name, label, h, 1.0);
 }
 
+/* The family a line belongs to: a header's name ("# HELP name ..." / "# TYPE name ..."), or a
+ * sample's metric name less a histogram's _bucket / _sum / _count suffix when fam (the family
+ * of the header before it) is that prefix. *nl: the name's length; NULL for another line. */
+static const char *line_family(const char *l, size_t len, const char *fam, size_t fam_len,
+			       size_t *nl)
+{
+	const char *n;
+	size_t k = 0;
+
+	if (len > 7 && (!strncmp(l, "# HELP ", 7) || !strncmp(l, "# TYPE ", 7))) {
+		n = l + 7;
+		while (7 + k < len && n[k] != ' ')
+			k++;
+		*nl = k;
+		return k ? n : NULL;
+	}
+	if (!len || l[0] == '#')
+		return NULL;
+	while (k < len && l[k] != '{' && l[k] != ' ')
+		k++;
+	if (fam && k >= fam_len && !strncmp(l, fam, fam_len)) {
+		*nl = fam_len;
+		return fam;
+	}
+	*nl = k;
+	return l;
+}
+
+/* Append part's sample lines of family fam (fam_len bytes; headers when with_headers) to o,
+ * label (may be "") put first among each sample's labels. */
+static void merge_family(rg_buf *o, const rg_buf *part, const char *fam, size_t fam_len,
+			 const char *label, bool with_headers)
+{
+	const char *cur = NULL;
+	size_t cur_len = 0, ll = strlen(label);
+
+	for (size_t i = 0; i < part->len;) {
+		const char *l = part->data + i, *nlp = memchr(l, '\n', part->len - i);
+		const size_t len = nlp ? (size_t)(nlp - l) : part->len - i;
+		size_t nl;
+		const char *f;
+
+		i += len + 1;
+		if (len > 7 && (!strncmp(l, "# HELP ", 7) || !strncmp(l, "# TYPE ", 7))) {
+			if ((f = line_family(l, len, NULL, 0, &nl))) {
+				cur = f;
+				cur_len = nl;
+			}
+			if (with_headers && cur && cur_len == fam_len && !memcmp(cur, fam, fam_len)) {
+				rg_buf_put(o, l, len);
+				rg_buf_put(o, "\n", 1);
+			}
+			continue;
+		}
+		if (!(f = line_family(l, len, cur, cur_len, &nl)) || nl != fam_len ||
+		    memcmp(f, fam, fam_len))
+			continue;
+		{
+			size_t k = 0;
+
+			while (k < len && l[k] != '{' && l[k] != ' ')
+				k++;
+			rg_buf_put(o, l, k); /* the metric name */
+			if (k < len && l[k] == '{') {
+				rg_buf_put(o, "{", 1);
+				rg_buf_put(o, label, ll); /* `key="value",` before the sample's own */
+				rg_buf_put(o, l + k + 1, len - k - 1);
+			} else if (ll) {
+				rg_buf_put(o, "{", 1);
+				rg_buf_put(o, label, ll - 1); /* without its trailing comma */
+				rg_buf_put(o, "}", 1);
+				rg_buf_put(o, l + k, len - k);
+			} else {
+				rg_buf_put(o, l + k, len - k);
+			}
+			rg_buf_put(o, "\n", 1);
+		}
+	}
+}
+
+void rg_metrics_merge_parts(rg_buf *o, const rg_buf *parts, const char *const *label, int n)
+{
+	/* the families in order of first appearance: each part's HELP lines, scanned in order,
+	 * a family merged when its name was not seen in an earlier part or earlier in this one */
+	for (int p = 0; p < n; p++)
+		for (size_t i = 0; i < parts[p].len;) {
+			const char *l = parts[p].data + i, *nlp = memchr(l, '\n', parts[p].len - i);
+			const size_t len = nlp ? (size_t)(nlp - l) : parts[p].len - i;
+			const char *fam;
+			size_t nl;
+			bool seen = false;
+
+			i += len + 1;
+			if (len <= 7 || strncmp(l, "# HELP ", 7) ||
+			    !(fam = line_family(l, len, NULL, 0, &nl)))
+				continue;
+			/* seen: a HELP of this name before this line, in this part or an earlier */
+			for (int q = 0; q <= p && !seen; q++) {
+				const size_t end = q < p ? parts[q].len : (size_t)(l - parts[q].data);
+
+				for (size_t j = 0; j < end && !seen;) {
+					const char *m = parts[q].data + j;
+					const char *mn = memchr(m, '\n', end - j);
+					const size_t ml = mn ? (size_t)(mn - m) : end - j;
+					size_t mnl;
+					const char *mf;
+
+					j += ml + 1;
+					seen = ml > 7 && !strncmp(m, "# HELP ", 7) &&
+					       (mf = line_family(m, ml, NULL, 0, &mnl)) && mnl == nl &&
+					       !memcmp(mf, fam, nl);
+				}
+			}
+			if (seen)
+				continue;
+			merge_family(o, &parts[p], fam, nl, label[p], true);
+			for (int q = p + 1; q < n; q++)
+				merge_family(o, &parts[q], fam, nl, label[q], false);
+		}
+}
+
 void rg_hist_render(rg_buf *o, const char *name, const char *help, const rg_hist *h,
 		    double scale)
 {

@@ -62,6 +62,16 @@ void rg_hist_render_labeled(rg_buf *o, const char *name, const char *help, const
  * format wants (backslash, double quote, line feed) and cut to fit. */
 void rg_metrics_label(char *out, size_t n, const char *key, const char *value);
 
+/* Several renderings of the same families (one per decoder model) as one exposition: parts[k]
+ * (n >= 1 Prometheus texts, each family opened by its "# HELP name" and "# TYPE name" lines)
+ * appended to o family by family, in the order they first appear, each family's HELP / TYPE
+ * once (the first part's) and then its samples from every part in part order, each sample of
+ * part k given label[k] (`key="value",` as rg_metrics_label writes it) as its first label. The
+ * text format lets a family's lines stand only together (Prometheus refuses a second HELP for
+ * one name). Lines that are not samples or headers are dropped. An out-of-memory o is left
+ * with its oom flag set (rg_buf). */
+void rg_metrics_merge_parts(rg_buf *o, const rg_buf *parts, const char *const *label, int n);
+
 void rg_metrics_init(rg_metrics *m);
 void rg_metrics_destroy(rg_metrics *m);
 

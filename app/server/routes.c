@@ -41,14 +41,15 @@ static void render_models(const rg_server *front, rg_buf *b)
 }
 
 /* GET /metrics: TEI's and ragged's series over every model's requests and batches (one
- * rg_metrics, the front's), the first decoder's generation series (vLLM's, labeled by
- * model_name; TGI's, unlabeled, so of one engine only) and, with several models, the series per
- * model (render_models). */
+ * rg_metrics, the front's), the generation series of each decoder (ragged's and TGI's
+ * unlabeled and vLLM's labeled by model_name with one decoder; with several, every sample of
+ * them also labeled model="<its name>", rg_metrics_merge_parts) and, with several models, the
+ * series per model (render_models). */
 static enum MHD_Result handle_metrics(conn_ctx *c)
 {
 	rg_server *s = c->srv, *g = NULL;
 	size_t used = 0, total = 0, cached = 0;
-	int depth = 0;
+	int depth = 0, n_gen = 0;
 	rg_buf b;
 	bool ready = atomic_load(&s->ready);
 
@@ -71,12 +72,38 @@ static enum MHD_Result handle_metrics(conn_ctx *c)
 		cached += x->cache ? rg_cache_size(x->cache) : 0;
 	}
 	rg_metrics_render(&s->metrics, &b, depth, used, total, cached);
-	for (int k = 0; ready && !g && k < s->n_served; k++)
-		g = s->served[k]->gen ? s->served[k] : NULL;
-	if (g) {
+	for (int k = 0; ready && k < s->n_served; k++)
+		if (s->served[k]->gen) {
+			g = g ? g : s->served[k];
+			n_gen++;
+		}
+	if (n_gen == 1) {
 		rg_gen_srv_metrics(g->gen, &b, g->model_name);
-		rg_metrics_render_tgi_requests(&s->metrics, &b);
+	} else if (n_gen > 1) {
+		/* several decoders: each one's families rendered apart, then merged family by
+		 * family with a model label on every sample (a family's lines must stand together) */
+		rg_buf parts[RG_SERVE_MAX_MODELS];
+		char labels[RG_SERVE_MAX_MODELS][160];
+		const char *lab[RG_SERVE_MAX_MODELS];
+		int n = 0;
+
+		for (int k = 0; k < s->n_served && n < RG_SERVE_MAX_MODELS; k++) {
+			const rg_server *x = s->served[k];
+
+			if (!x->gen)
+				continue;
+			rg_buf_init(&parts[n]);
+			rg_gen_srv_metrics(x->gen, &parts[n], x->model_name);
+			rg_metrics_label(labels[n], sizeof(labels[n]), "model", x->model_name);
+			lab[n] = labels[n];
+			n++;
+		}
+		rg_metrics_merge_parts(&b, parts, lab, n);
+		for (int k = 0; k < n; k++)
+			rg_buf_free(&parts[k]);
 	}
+	if (g)
+		rg_metrics_render_tgi_requests(&s->metrics, &b);
 	if (ready && s->n_served > 1)
 		render_models(s, &b);
 	if (ready && !s->gen && s->kind == RG_SCHED_DP) {

@@ -13,6 +13,7 @@ file form (`--config FILE`) serves what its command line does, and each mistake 
 usage error that names the file and the key."""
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -23,7 +24,7 @@ import pytest
 
 import make_chat_decoder
 from ragged_ctypes import BIN_PATH
-from server_util import Server, server_env, tiny_model
+from server_util import Server, parse_metrics, server_env, tiny_model
 
 TEXTS = ["Hello world!", "The quick brown fox jumps over the lazy dog.", "a"]
 PROMPTS = ["Hello, world! How are you today?", "The quick brown fox", "A"]
@@ -444,3 +445,53 @@ def test_config_file_errors(dirs, tmp_path):
     r = subprocess.run([BIN_PATH, "serve", "--config"], capture_output=True, text=True,
                        env=server_env(), timeout=60)
     assert r.returncode == 2 and "--config needs a FILE" in r.stderr, r.stderr
+
+
+def _check_exposition(text):
+    """The text format's grouping rules: each family's # HELP / # TYPE once, and every sample
+    right after its own family's header (a histogram's _bucket / _sum / _count included).
+    Returns {family: [sample lines]}."""
+    fams, cur = {}, None
+    for ln in text.splitlines():
+        if ln.startswith("# HELP ") or ln.startswith("# TYPE "):
+            name = ln.split()[2]
+            if name != cur:  # a family opens (HELP, or TYPE alone: HELP is optional)
+                assert name not in fams, f"family {name} split: a second header"
+                cur = name
+                fams[cur] = []
+        elif ln and not ln.startswith("#"):
+            name = ln.split("{")[0].split()[0]
+            assert cur and (name == cur or name in (cur + "_bucket", cur + "_sum",
+                                                    cur + "_count")), (cur, ln)
+            fams[cur].append(ln)
+    return fams
+
+
+def test_metrics_of_several_decoders(dirs):
+    """Two decoders in one server: /metrics holds each generation family once, with one sample
+    per decoder labeled model="<name>" (the Prometheus text format refuses a family split in
+    two), and each decoder's counters count its own requests."""
+    two = dirs["gen"] + "-copy"
+    if not os.path.isdir(two):
+        import shutil
+        shutil.copytree(dirs["gen"], two)
+    s = Server(dirs["gen"], "--served-model-name", "a", *DEC_ARGS,
+               "--model", two, "--served-model-name", "b", *DEC_ARGS)
+    try:
+        for prompt, model in (("x y", "a"), ("y z", "a"), ("z x", "a"), ("x x", "b")):
+            complete(s, prompt, model=model)
+        st, _, data = s.request("GET", "/metrics")
+        assert st == 200
+        fams = _check_exposition(data.decode())
+        m = parse_metrics(data.decode())
+        assert m['ragged_gen_requests_finished_total{model="a"}'] == 3
+        assert m['ragged_gen_requests_finished_total{model="b"}'] == 1
+        assert m['ragged_gen_generation_tokens_total{model="a"}'] == 24
+        assert m['ragged_gen_generation_tokens_total{model="b"}'] == 8
+        for fam in ("ragged_gen_kv_blocks_free", "ragged_gen_time_to_first_token_seconds",
+                    "vllm:num_requests_running"):
+            labs = {re.match(r'[^{]+\{model="([^"]*)"', ln).group(1) for ln in fams[fam]}
+            assert labs == {"a", "b"}, (fam, fams[fam][:4])
+        assert 'vllm:num_requests_running{model="b",model_name="b"}' in m
+    finally:
+        s.stop()
