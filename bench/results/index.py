@@ -53,6 +53,9 @@ WHAT = {
                 "in its own process (bench/peer/gguf_cpu.py)",
     "spec_lookup": "issue 30: prompt-lookup speculative decoding on the real SmolLM2, batch 1, "
                    "acceptance and speed-up (bench/peer/spec_bench.py)",
+    "spec_draft": "issue 30: draft-model speculative decoding (--draft-model) on the real "
+                  "SmolLM2, batch 1, acceptance and speed-up (bench/peer/spec_bench.py "
+                  "SPEC_DRAFT)",
     "qgemv": "issue 30: the quantized decode GEMMs per call (qmv_kernel, the tensor-core "
              "kernel, fp16 gemv) on 1B / 8B shapes (bench/kernels/qgemv_bench.c)",
     "grammar_overhead": "issue 31: structured-output masking overhead per decode step "
