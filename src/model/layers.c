@@ -31,6 +31,17 @@ rg_status rg_layer_upload_q8_0(rg_model *m, const float *w, int64_t rows, int64_
 	return s;
 }
 
+/* rg_tsrc_raw for a weight that may stay in its stored bytes: a quantized tensor, or an F16 one
+ * unless m->quantize asks for Q8_0 (F16 is a float storage: it is quantized at load then, as a
+ * checkpoint's f32 / bf16 weights are). */
+static bool stored(const rg_model *m, const rg_tsrc *src, const char *const *prefixes,
+		   const char *name, int64_t d0, int64_t d1, int *type, const void **data,
+		   size_t *bytes)
+{
+	return rg_tsrc_raw(src, prefixes, name, d0, d1, type, data, bytes) &&
+	       !(*type == RG_GGUF_F16 && m->quantize != RG_QUANTIZE_NONE);
+}
+
 bool rg_layer_quantizes(const rg_model *m, int64_t rows, int64_t k)
 {
 	return m->quantize == RG_QUANTIZE_Q8_0 && k > 0 && k % 32 == 0 && k <= INT32_MAX &&
@@ -54,7 +65,8 @@ static bool quantize_stacked(rg_model *m, const rg_tsrc *src, const char *const 
 		const void *data;
 		size_t bytes;
 
-		if (rg_tsrc_raw(src, prefixes, names[i], d0[i], d1, &type, &data, &bytes))
+		if (rg_tsrc_raw(src, prefixes, names[i], d0[i], d1, &type, &data, &bytes) &&
+		    type != RG_GGUF_F16) /* stored quantized: its own blocks, never requantized */
 			return false;
 		rows += d0[i];
 	}
@@ -109,7 +121,7 @@ static bool load_stacked_quant(rg_model *m, const rg_tsrc *src, const char *cons
 	for (int i = 0; i < k; i++) {
 		int t;
 
-		if (!rg_tsrc_raw(src, prefixes, names[i], d0[i], d1, &t, &data[i], &bytes[i]))
+		if (!stored(m, src, prefixes, names[i], d0[i], d1, &t, &data[i], &bytes[i]))
 			return quantize_stacked(m, src, prefixes, names, d0, k, d1, dst, s);
 		if (!rg_backend_qtype_supported(m->be, t))
 			return false;
@@ -154,16 +166,16 @@ static bool load_head_quant(rg_model *m, const rg_tsrc *src, const char *const *
 	const void *hd, *ed;
 	size_t hb, eb;
 	int ht, et;
-	const bool has_e = rg_tsrc_raw(src, prefixes, embed_name, c->vocab_size, c->hidden_size,
-				       &et, &ed, &eb);
+	const bool has_e = stored(m, src, prefixes, embed_name, c->vocab_size, c->hidden_size,
+				  &et, &ed, &eb);
 
 	if (!m->keep_quant && m->quantize == RG_QUANTIZE_NONE)
 		return false;
 	if (rg_tsrc_has(src, head_prefixes, head_name) || !c->tie_word_embeddings) {
 		const char *const names[1] = {head_name};
 
-		if (!rg_tsrc_raw(src, head_prefixes, head_name, c->vocab_size, c->hidden_size, &ht,
-				 &hd, &hb)) {
+		if (!stored(m, src, head_prefixes, head_name, c->vocab_size, c->hidden_size, &ht,
+			    &hd, &hb)) {
 			/* a float head to quantize (rg_model_params.quantize); absent: the caller
 			 * reports it or loads a head-less embedding model */
 			*tied = false;
@@ -209,7 +221,7 @@ rg_status rg_layer_load_embed_head(rg_model *m, const rg_tsrc *src, const char *
 			return s;
 		c->tie_word_embeddings = tied;
 		if (tied && gather_only && rg_backend_device(m->be) == RG_DEVICE_CPU &&
-		    rg_tsrc_raw(src, prefixes, embed_name, V, H, &et, &ed, &eb)) {
+		    stored(m, src, prefixes, embed_name, V, H, &et, &ed, &eb)) {
 			/* the CPU gather dequantizes the rows it reads from the blocks themselves
 			 * (rg_cpu_gather_rows_quant): one copy of the table, in the file's bytes */
 			*embed_d = *head_d;

@@ -36,6 +36,8 @@ typedef struct rg_tsrc {
 	/* The stored bytes of a tensor of a quantized ggml type (GGUF: Q8_0, Q4_K, ...): *type
 	 * (rg_gguf_type numbering), *data (inside the source, valid while it is open) and *bytes;
 	 * false when it is stored as F32 / F16 / BF16 or absent. NULL: the format has none. */
+	/* the tensor's stored bytes and ggml type when it is stored quantized or in F16 (GGUF),
+	 * false for F32 / BF16 (and where the source has none: a checkpoint) */
 	bool (*raw)(void *ctx, const char *name, int *type, const void **data, size_t *bytes);
 	/* q/k projection rows are in the interleaved-pair RoPE order (GGUF) */
 	bool rope_interleaved;

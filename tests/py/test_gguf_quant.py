@@ -151,6 +151,43 @@ def test_quantized_gguf_logits(tmp_path, qname, tie):
     assert every <= bytes_d <= every + 1024, (bytes_d, every)
 
 
+@pytest.mark.parametrize("tie", [False, True])
+def test_f16_gguf_kept(tmp_path, tie):
+    """An F16 GGUF on the CPU: by default its GEMM weights stay in the file's halves (hdotr_f16:
+    f32 activations, no int8 rounding), so the logits are the float64 reference's within the
+    dequantized path's fp32 tolerance, and the resident bytes are 2 per value of each GEMM
+    weight (tied: the table's halves once, gathered as they are) against 4 with
+    weights="dequantize"; --quantize q8_0 still turns F16 weights into Q8_0 blocks."""
+    cfg, w = make_decoder.make(str(tmp_path / "hf"), "llama", seed=9, **dict(SPEC, tie=tie))
+    path = hf_to_gguf.write(tmp_path / "tiny-f16.gguf", cfg, w, f16=True)
+    ids = list(np.random.default_rng(4).integers(0, cfg["vocab_size"], T))
+    ref = ref_llama_gguf.GgufLlama(path).logits(ids)
+    got_h, bytes_h, nh = _run(path, ids, "auto")
+    got_d, bytes_d, nd = _run(path, ids, "dequantize")
+    scale = np.abs(ref).max()
+    assert np.abs(got_h - ref).max() / scale <= TOL_DEQ
+    assert np.abs(got_d - ref).max() / scale <= TOL_DEQ
+    assert (nh, nd) == (4 * SPEC["layers"] + 1, 0)
+    r = gguf.GGUFReader(path)
+    assert all(t.tensor_type == gguf.GGMLQuantizationType.F16 for t in r.tensors
+               if len(t.shape) == 2)
+    half = sum(int(t.n_bytes) for t in r.tensors
+               if len(t.shape) == 2 and (tie or t.name != "token_embd.weight"))
+    f32 = sum(4 * int(t.n_elements) for t in r.tensors
+              if len(t.shape) == 1 or (not tie and t.name == "token_embd.weight"))
+    every = sum(4 * int(t.n_elements) for t in r.tensors)
+    assert half + f32 <= bytes_h <= half + f32 + 1024, (bytes_h, half, f32)
+    assert every <= bytes_d <= every + 1024, (bytes_d, every)
+    # --quantize q8_0: the F16 weights quantized at load (the Q8_0 path's rounding shows)
+    m = rc.Model(path, max_batch_tokens=64, quantize="q8_0")
+    try:
+        info = m.info()
+        assert int(info.quantized_weights) == 4 * SPEC["layers"] + 1
+        assert int(info.weight_bytes) < bytes_h
+    finally:
+        m.close()
+
+
 def test_real_smollm2_resident_bytes():
     """The shipped SmolLM2-135M-Instruct Q4_1 GGUF: rg_model_info.weight_bytes within 10% of the
     file's tensor bytes (as the gguf package reads them), against ~2.2x before the tied table

@@ -1,5 +1,6 @@
 /* The CPU's quantized GEMM (src/ops/cpu/qweight.h, qgemm.c): the activation quantizer, the
- * per-type block dot products (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) of the generic,
+ * per-type block dot products (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; and F16 weights
+ * against f32 rows, test_qgemm_f16) of the generic,
  * AVX2 and AVX-512 tables, and rg_cpu_qgemm over them, against a reference computed here in double
  * from the weights as dequantized (Q8_0 / Q4_* / Q5_*: by the test itself; K-quants: random bytes
  * with sane fp16 scales, dequantized by src/core/gguf.c's rg_gguf_to_f32, which test_gguf checks
@@ -559,6 +560,77 @@ static void test_qdotr_rows(void **state)
 	free(aq);
 }
 
+/* F16 weights kept as stored (hdotr_f16 through rg_cpu_qgemm): every table against the float64
+ * product of the same halves (exact in binary16) and the f32 activations, within the fp32
+ * accumulation term alone (no activation rounding on this path); every row of a batch equal to
+ * the same row run alone (M = 1), bit for bit, whatever its place in a group of 4. */
+static void test_qgemm_f16(void **state)
+{
+	static const int MS[] = {1, 3, 4, 5, 16, 17};
+	static const int KS_H[] = {32, 96, 576};
+	const rg_cpu_kern *tab[3];
+	const int nt = tables(tab), N = 37;
+
+	(void)state;
+	for (size_t ki = 0; ki < 3; ki++)
+		for (size_t mi = 0; mi < sizeof(MS) / sizeof(MS[0]); mi++) {
+			const int M = MS[mi], K = KS_H[ki];
+			uint16_t *w = malloc((size_t)N * K * sizeof(uint16_t));
+			double *wd = malloc((size_t)N * K * sizeof(double));
+			float *a = malloc((size_t)M * K * sizeof(float));
+			float *bias = malloc(N * sizeof(float));
+
+			assert_non_null(w);
+			assert_non_null(wd);
+			assert_non_null(a);
+			assert_non_null(bias);
+			for (int i = 0; i < N * K; i++) {
+				int k = (int)(urand() % 2047) - 1023;
+
+				w[i] = f16_of_k(k ? k : 1, &wd[i]);
+			}
+			make_act(M, K, a);
+			for (int n = 0; n < N; n++)
+				bias[n] = frand();
+			for (int t = 0; t < nt; t++) {
+				float *g = run_qgemm(tab[t], RG_GGUF_F16, (const uint8_t *)w, M, N, K,
+						     a, bias);
+
+				for (int m = 0; m < M; m++) {
+					float *one = run_qgemm(tab[t], RG_GGUF_F16, (const uint8_t *)w,
+							       1, N, K, a + (size_t)m * K, bias);
+
+					for (int n = 0; n < N; n++) {
+						const size_t i = (size_t)m * N + n;
+						double ref = bias[n], mag = 0;
+
+						for (int k = 0; k < K; k++) {
+							const double p = wd[(size_t)n * K + k] *
+									 a[(size_t)m * K + k];
+
+							ref += p;
+							mag += fabs(p);
+						}
+						if (!(fabs(g[i] - ref) <= 1e-5 * (mag + fabs(bias[n])) +
+									  1e-30))
+							fail_msg("%s f16 K %d M %d [%d,%d]: %g vs %g",
+								 tab[t]->isa, K, M, m, n, g[i], ref);
+						if (memcmp(&g[i], &one[n], sizeof(float)))
+							fail_msg("%s f16 K %d M %d row %d col %d: %a in "
+								 "the batch, %a alone", tab[t]->isa, K,
+								 M, m, n, g[i], one[n]);
+					}
+					free(one);
+				}
+				free(g);
+			}
+			free(w);
+			free(wd);
+			free(a);
+			free(bias);
+		}
+}
+
 /* Registry contract: bad shapes and types refused, no double registration. */
 static void test_qweight_registry(void **state)
 {
@@ -598,6 +670,7 @@ int main(void)
 		cmocka_unit_test(test_qgemm_types),
 		cmocka_unit_test(test_qdot_agree),
 		cmocka_unit_test(test_qdotr_rows),
+		cmocka_unit_test(test_qgemm_f16),
 		cmocka_unit_test(test_qweight_registry),
 	};
 

@@ -89,6 +89,12 @@ typedef struct rg_cpu_kern {
 	 * order), so a row gives the same output alone and inside a batch. */
 	rg_qdotr_fn qdotr_q8_0, qdotr_q4_0, qdotr_q4_1, qdotr_q5_0, qdotr_q5_1;
 	rg_qdotr_fn qdotr_q4_k, qdotr_q5_k, qdotr_q6_k;
+	/* F16 weights kept as a GGUF file stores them (binary16, issue 30): out[r] = sum over k <
+	 * K of w[k] * a[r * lda + k] (the halves widened exactly, f32 products and sums), K a
+	 * multiple of 32, 1 <= R <= RG_QDOT_ROWS activation rows in f32 (no quantized copy: the
+	 * weights' 11-bit mantissas are the product's only rounding before f32), each half widened
+	 * once for the R rows; a row gets the same bits whatever R */
+	void (*hdotr_f16)(const uint16_t *w, const float *a, size_t lda, int K, int R, float *out);
 } rg_cpu_kern;
 
 /* The quantized kernels of each instruction set (kern_generic.c, kern_avx2.c, kern_avx512.c):
@@ -121,12 +127,18 @@ typedef struct rg_cpu_kern {
 				 float *out);                                                  \
 	void rg_qdotr_q6_k_##isa(const void *w, const rg_q8a *a, size_t lda, int nb, int R,   \
 				 float *out);
+#define RG_HKERN_DECL(isa)                                                                    \
+	void rg_hdotr_f16_##isa(const uint16_t *w, const float *a, size_t lda, int K, int R,  \
+				float *out);
 RG_QKERN_DECL(generic)
 RG_KQKERN_DECL(generic)
+RG_HKERN_DECL(generic)
 #if defined(__x86_64__) || defined(__i386__)
 RG_QKERN_DECL(avx2)
 RG_KQKERN_DECL(avx2)
 RG_KQKERN_DECL(avx512)
+RG_HKERN_DECL(avx2)
+RG_HKERN_DECL(avx512)
 #endif
 
 extern const rg_cpu_kern rg_cpu_kern_avx512, rg_cpu_kern_avx2, rg_cpu_kern_generic;

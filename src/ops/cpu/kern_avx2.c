@@ -395,6 +395,42 @@ QDOT_ENTRIES(q6_k)
 #undef QROWS_32
 #undef QAI
 
+/* F16 weights (cpu_kern.h hdotr_f16): 16 halves a step widened by F16C, two 8-lane FMA
+ * accumulators per row, summed (a0 + a1, then the lanes) the same way for every R; R a
+ * constant of each instance, so the accumulators stay in registers (8 of 16 at R = 4). */
+static inline __attribute__((always_inline)) void hdotr_f16_r(const uint16_t *w,
+								const float *a, size_t lda,
+								int K, const int R, float *out)
+{
+	__m256 acc[RG_QDOT_ROWS][2];
+
+	for (int r = 0; r < R; r++)
+		acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+	for (int k = 0; k < K; k += 16) {
+		const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + k)));
+		const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + k + 8)));
+
+		for (int r = 0; r < R; r++) {
+			const float *ar = a + (size_t)r * lda + k;
+
+			acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(ar), acc[r][0]);
+			acc[r][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(ar + 8), acc[r][1]);
+		}
+	}
+	for (int r = 0; r < R; r++)
+		out[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
+}
+
+void rg_hdotr_f16_avx2(const uint16_t *w, const float *a, size_t lda, int K, int R, float *out)
+{
+	switch (R) {
+	case 1: hdotr_f16_r(w, a, lda, K, 1, out); break;
+	case 2: hdotr_f16_r(w, a, lda, K, 2, out); break;
+	case 3: hdotr_f16_r(w, a, lda, K, 3, out); break;
+	default: hdotr_f16_r(w, a, lda, K, 4, out); break;
+	}
+}
+
 #define RG_VW 8
 #define RG_ISA avx2
 #define RG_QISA avx2

@@ -180,6 +180,43 @@ KQ_ROWS(q5_k)
 KQ_ROWS(q6_k)
 #undef KQ_ROWS
 
+/* F16 weights (cpu_kern.h hdotr_f16): 32 halves a step, two 16-lane FMA accumulators per
+ * row, summed the same way for every R (as the AVX2 version; not run on a CPU with AVX-512 in
+ * the session that wrote it: test_qgemm_cpu checks it where the CPU has it). */
+static inline __attribute__((always_inline)) void hdotr_f16_r(const uint16_t *w,
+								const float *a, size_t lda,
+								int K, const int R, float *out)
+{
+	__m512 acc[RG_QDOT_ROWS][2];
+
+	for (int r = 0; r < R; r++)
+		acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+	for (int k = 0; k < K; k += 32) {
+		const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + k)));
+		const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + k + 16)));
+
+		for (int r = 0; r < R; r++) {
+			const float *ar = a + (size_t)r * lda + k;
+
+			acc[r][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(ar), acc[r][0]);
+			acc[r][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(ar + 16), acc[r][1]);
+		}
+	}
+	for (int r = 0; r < R; r++)
+		out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
+}
+
+void rg_hdotr_f16_avx512(const uint16_t *w, const float *a, size_t lda, int K, int R,
+			 float *out)
+{
+	switch (R) {
+	case 1: hdotr_f16_r(w, a, lda, K, 1, out); break;
+	case 2: hdotr_f16_r(w, a, lda, K, 2, out); break;
+	case 3: hdotr_f16_r(w, a, lda, K, 3, out); break;
+	default: hdotr_f16_r(w, a, lda, K, 4, out); break;
+	}
+}
+
 #define RG_VW 16
 #define RG_ISA avx512
 #define RG_QISA avx2	/* the activation quantizer and Q8_0 / Q4_0 / Q4_1: the AVX2 kernels */

@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/safetensors.h"
 #include "ops/cpu/cpu_kern.h"
 
 /* Round half to even, as _mm256_cvtps_epi32 does under the default MXCSR. */
@@ -320,6 +321,22 @@ QDOT_ENTRIES(q5_k)
 QDOT_ENTRIES(q6_k)
 #undef QDOT_ENTRIES
 #undef QAI
+
+/* The plain C twin of the F16 dots: per row one f32 sum over k in order. */
+void rg_hdotr_f16_generic(const uint16_t *w, const float *a, size_t lda, int K, int R,
+			  float *out)
+{
+	float acc[RG_QDOT_ROWS] = {0};
+
+	for (int k = 0; k < K; k++) {
+		const float x = rg_half_to_float(w[k]);
+
+		for (int r = 0; r < R; r++)
+			acc[r] += x * a[(size_t)r * lda + k];
+	}
+	for (int r = 0; r < R; r++)
+		out[r] = acc[r];
+}
 
 #define RG_VW 4
 #define RG_ISA generic

@@ -2,7 +2,9 @@
  * blocks, and the GEMM over them (activations quantized to int8 blocks, integer block dot
  * products, fp32 accumulation: llama.cpp's ggml_vec_dot_q*_q8 scheme, written anew). Every
  * type's dot kernel takes the activation row as K / 32 rg_q8a blocks (nb); a K-quant row is
- * nb / 8 super-blocks. */
+ * nb / 8 super-blocks. F16 weights (a GGUF F16 file's) are kept too, as "blocks" of 32 halves:
+ * their dot takes the activation row in f32 (hdotr_f16), half the bytes of the f32 copy a
+ * dequantizing load makes, and no int8 rounding of the activations. */
 #include "ops/cpu/qweight.h"
 
 #include <pthread.h>
@@ -33,6 +35,8 @@ size_t rg_cpu_qtype_block_bytes(int type)
 		return 176;
 	case RG_GGUF_Q6_K:
 		return 210;
+	case RG_GGUF_F16:
+		return 64;
 	}
 	return 0;
 }
@@ -45,6 +49,7 @@ int rg_cpu_qtype_block_values(int type)
 	case RG_GGUF_Q4_1:
 	case RG_GGUF_Q5_0:
 	case RG_GGUF_Q5_1:
+	case RG_GGUF_F16:
 		return RG_QK;
 	case RG_GGUF_Q4_K:
 	case RG_GGUF_Q5_K:
@@ -96,8 +101,8 @@ rg_status rg_cpu_qweight_register_parts(const void *W, int n, const int *types, 
 		    K % rg_cpu_qtype_block_values(type) || e.N > INT32_MAX - N)
 			return rg_errorf(RG_ERR_INVALID_INPUT,
 					 "quantized weight: type %d, N=%d, K=%d not supported (Q8_0, "
-					 "Q4_0, Q4_1, Q5_0, Q5_1 with K a multiple of 32; Q4_K, Q5_K, "
-					 "Q6_K with K a multiple of 256)", type, N, K);
+					 "Q4_0, Q4_1, Q5_0, Q5_1, F16 with K a multiple of 32; Q4_K, "
+					 "Q5_K, Q6_K with K a multiple of 256)", type, N, K);
 		e.part_type[i] = type;
 		e.part_rows[i] = N;
 		e.N += N;
@@ -218,6 +223,7 @@ struct qgemm_part {
 	const uint8_t *W;
 	qdot_fn dot;
 	rg_qdotr_fn dotr; /* the same over up to RG_QDOT_ROWS rows of A */
+	bool f16;         /* F16 rows: hdotr_f16 over the f32 rows of A, not dot / dotr */
 	size_t row_bytes;
 	int n0, n1;
 };
@@ -260,6 +266,20 @@ static void qgemm_task(void *ctx, int task, int thread)
 		for (int n = a; n < b; n++) {
 			const uint8_t *w = q->W + (size_t)(n - q->n0) * q->row_bytes;
 
+			if (q->f16) {
+				for (int m = 0; m < j->M; m += RG_QDOT_ROWS) {
+					const int R = j->M - m < RG_QDOT_ROWS ? j->M - m
+									    : RG_QDOT_ROWS;
+					float o[RG_QDOT_ROWS];
+
+					j->k->hdotr_f16((const uint16_t *)(const void *)w,
+							j->A + (size_t)m * j->K, (size_t)j->K, j->K,
+							R, o);
+					for (int r = 0; r < R; r++)
+						j->out[(size_t)(m + r) * j->N + n] = o[r];
+				}
+				continue;
+			}
 			if (j->M == 1) {
 				j->out[n] = q->dot(w, j->aq, j->nb);
 				continue;
@@ -288,6 +308,7 @@ rg_status rg_cpu_qgemm(const struct rg_cpu_kern *kern, const rg_cpu_qweight *w, 
 	const uint8_t *W = w->W;
 	size_t need;
 	int n0 = 0;
+	bool any_q = false; /* a part that dots against quantized rows of A */
 
 	if (N != w->N || K != w->K || M < 0)
 		return rg_errorf(RG_ERR_INVALID_INPUT,
@@ -320,9 +341,11 @@ rg_status rg_cpu_qgemm(const struct rg_cpu_kern *kern, const rg_cpu_qweight *w, 
 		case RG_GGUF_Q4_K: q->dot = j.k->qdot_q4_k, q->dotr = j.k->qdotr_q4_k; break;
 		case RG_GGUF_Q5_K: q->dot = j.k->qdot_q5_k, q->dotr = j.k->qdotr_q5_k; break;
 		case RG_GGUF_Q6_K: q->dot = j.k->qdot_q6_k, q->dotr = j.k->qdotr_q6_k; break;
+		case RG_GGUF_F16: q->f16 = true; break;
 		default:
 			return rg_errorf(RG_ERR_INTERNAL, "quantized gemm: type %d registered", type);
 		}
+		any_q |= !q->f16;
 		q->W = W;
 		q->row_bytes = (size_t)(K / rg_cpu_qtype_block_values(type)) *
 			       rg_cpu_qtype_block_bytes(type);
@@ -331,11 +354,13 @@ rg_status rg_cpu_qgemm(const struct rg_cpu_kern *kern, const rg_cpu_qweight *w, 
 		W += (size_t)rows * q->row_bytes;
 	}
 	need = (size_t)M * (size_t)j.nb;
-	if (!(j.aq = aq_get(need)))
+	if (any_q && !(j.aq = aq_get(need)))
 		return rg_errorf(RG_ERR_OOM, "out of host memory for %d quantized rows", M);
 	/* quantize A: one task per row beyond a few rows (a decode step's 1..4 rows inline) */
 	j.rows = M <= 4 ? M : (M + 2 * T - 1) / (2 * T);
-	if (M <= 4)
+	if (!any_q)
+		; /* F16 weights only: A as it is */
+	else if (M <= 4)
 		quant_task(&j, 0, 0);
 	else
 		rg_threadpool_run(pool, (M + j.rows - 1) / j.rows, quant_task, &j);
