@@ -146,7 +146,8 @@ RG_API rg_status rg_tuning_get(const char *name, char *buf, size_t n);
 /* How a GGUF file's quantized weights are kept (issue 30). AUTO: the GEMM weights whose ggml type
  * the backend reads as stored stay in the file's blocks (CPU: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
  * Q5_K, Q6_K, one type per fused weight; the GEMMs round
- * activations to int8 blocks of 32, llama.cpp's scheme), every other tensor -- and every tensor
+ * activations to int8 blocks of 32, llama.cpp's scheme; and F16, dotted in f32 without
+ * rounding the activations), every other tensor -- and every tensor
  * on CUDA -- is dequantized at load to the compute dtype; DEQUANTIZE: all of them dequantized
  * (the behaviour before issue 30, for A/B runs). No effect on safetensors checkpoints. */
 typedef enum rg_weights {

@@ -135,8 +135,8 @@ static const cli_flag g_flags[] = {
 	{F_WEIGHTS, "--weights", "quantized|dequantize", CMD_INFO | CMD_GEN,
 	 "GGUF weights: quantized (default) keeps the GEMM weights the backend\n"
 	 "reads in the file's blocks (cpu: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,\n"
-	 "Q5_K, Q6_K; activations rounded to int8 blocks of 32), the rest\n"
-	 "dequantized; dequantize: every tensor in the compute dtype at load\n"
+	 "Q5_K, Q6_K, activations rounded to int8 blocks of 32; and F16), the\n"
+	 "rest dequantized; dequantize: every tensor in the compute dtype at load\n"
 	 "(cuda always)"},
 	{F_QUANTIZE, "--quantize", "none|q8_0", CMD_INFO | CMD_GEN,
 	 "quantize a checkpoint's float GEMM weights (q/k/v/o, gate/up/down,\n"

@@ -58,7 +58,7 @@ static const opt_spec g_opts[] = {
 	 "compute dtype; auto: fp32 on cpu, fp16 on cuda (bf16 for a bf16 checkpoint)"},
 	{"--weights", "quantized|dequantize", OPT_WEIGHTS, F(weights), 0, 0, "quantized",
 	 "GGUF weights: quantized keeps the GEMM weights the backend reads in the file's blocks "
-	 "(cpu: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); dequantize: every tensor in the "
+	 "(cpu: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, F16); dequantize: every tensor in the "
 	 "compute dtype at load"},
 	{"--quantize", "none|q8_0", OPT_QUANTIZE, F(quantize), 0, 0, "none",
 	 "quantize a checkpoint's float GEMM weights (q/k/v/o, gate/up/down, LM head) at load: "

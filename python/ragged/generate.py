@@ -250,7 +250,7 @@ class Generator:
     device: "cpu" or "cuda"; dtype "auto", "fp32", "fp16", "bf16"; max_batch_tokens: tokens of
         one model step (the prefill chunk budget). weights: "quantized" (default: a GGUF's
         GEMM weights kept in the file's blocks where the backend reads them, CPU Q8_0 / Q4_0 /
-        Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K) or "dequantize" (every tensor in the compute
+        Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K / F16) or "dequantize" (every tensor in the compute
         dtype at load). quantize: None / "none" (default) or "q8_0": a checkpoint's float GEMM
         weights (q/k/v/o, gate/up/down, LM head) quantized at load to Q8_0 blocks and run as a
         Q8_0 GGUF's (rg_model_params.quantize; weights a file stores quantized are kept; fp8 is
