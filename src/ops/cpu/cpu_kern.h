@@ -95,6 +95,9 @@ typedef struct rg_cpu_kern {
 	 * weights' 11-bit mantissas are the product's only rounding before f32), each half widened
 	 * once for the R rows; a row gets the same bits whatever R */
 	void (*hdotr_f16)(const uint16_t *w, const float *a, size_t lda, int K, int R, float *out);
+	/* out (n) = the binary16 values h (n) widened to f32 (exact), for the F16 weights of a
+	 * prefill-sized GEMM (qgemm.c) */
+	void (*f16_to_f32)(const uint16_t *h, float *out, size_t n);
 } rg_cpu_kern;
 
 /* The quantized kernels of each instruction set (kern_generic.c, kern_avx2.c, kern_avx512.c):
@@ -129,7 +132,8 @@ typedef struct rg_cpu_kern {
 				 float *out);
 #define RG_HKERN_DECL(isa)                                                                    \
 	void rg_hdotr_f16_##isa(const uint16_t *w, const float *a, size_t lda, int K, int R,  \
-				float *out);
+				float *out);                                                   \
+	void rg_f16_to_f32_##isa(const uint16_t *h, float *out, size_t n);
 RG_QKERN_DECL(generic)
 RG_KQKERN_DECL(generic)
 RG_HKERN_DECL(generic)

@@ -431,6 +431,16 @@ void rg_hdotr_f16_avx2(const uint16_t *w, const float *a, size_t lda, int K, int
 	}
 }
 
+void rg_f16_to_f32_avx2(const uint16_t *h, float *out, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+	for (; i < n; i++)
+		out[i] = _cvtsh_ss(h[i]);
+}
+
 #define RG_VW 8
 #define RG_ISA avx2
 #define RG_QISA avx2

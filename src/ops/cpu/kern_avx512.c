@@ -217,6 +217,17 @@ void rg_hdotr_f16_avx512(const uint16_t *w, const float *a, size_t lda, int K, i
 	}
 }
 
+void rg_f16_to_f32_avx512(const uint16_t *h, float *out, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 16 <= n; i += 16)
+		_mm512_storeu_ps(out + i,
+				 _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+	for (; i < n; i++)
+		out[i] = _cvtsh_ss(h[i]);
+}
+
 #define RG_VW 16
 #define RG_ISA avx512
 #define RG_QISA avx2	/* the activation quantizer and Q8_0 / Q4_0 / Q4_1: the AVX2 kernels */

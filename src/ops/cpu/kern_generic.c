@@ -338,6 +338,12 @@ void rg_hdotr_f16_generic(const uint16_t *w, const float *a, size_t lda, int K, 
 		out[r] = acc[r];
 }
 
+void rg_f16_to_f32_generic(const uint16_t *h, float *out, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		out[i] = rg_half_to_float(h[i]);
+}
+
 #define RG_VW 4
 #define RG_ISA generic
 #define RG_QISA generic
