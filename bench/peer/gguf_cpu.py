@@ -11,8 +11,11 @@ and what the build reads), RAGGED_NUM_THREADS = T, B prompts of P random ids in 
 ignore_eos; decode tok/s = B * (N - 1) / (time_total - time_first_token), total tok/s = B * N /
 time_total; and its resident set after load (VmRSS) beside the file's size.
 
+--ab-dequantize adds ragged with weights="dequantize" (every tensor f32 at load: the behaviour
+before the file's type was kept) to each round, as "ragged_dequantize".
+
 Usage: python3 bench/peer/gguf_cpu.py OUT.json --gguf FILE --llama-bin DIR [--threads 2]
-       [--batches 1,16] [--rounds 2]"""
+       [--batches 1,16] [--rounds 2] [--ab-dequantize]"""
 import argparse
 import json
 import os
@@ -31,7 +34,7 @@ def child_ragged(a):
     sys.path.insert(0, os.path.join(ROOT, "python"))
     from ragged.generate import Generator
     import random
-    g = Generator(a.gguf, device="cpu", max_batch_tokens=4096)
+    g = Generator(a.gguf, device="cpu", max_batch_tokens=4096, weights=a.weights)
     rss = 0
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
@@ -65,10 +68,11 @@ def run_llama(a, batch):
     return {"decode_tok_s": float(f[7]), "total_tok_s": float(f[9]), "prefill_tok_s": float(f[5])}
 
 
-def run_ragged(a, batch):
+def run_ragged(a, batch, weights="quantized"):
     env = dict(os.environ, RAGGED_NUM_THREADS=str(a.threads))
     cmd = [sys.executable, __file__, "--child", "--gguf", a.gguf, "--batch", str(batch),
-           "--prompt", str(a.prompt), "--new", str(a.new), "--reps", str(a.reps)]
+           "--prompt", str(a.prompt), "--new", str(a.new), "--reps", str(a.reps),
+           "--weights", weights]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     for ln in p.stdout.splitlines():
         if ln.startswith("RESULT "):
@@ -89,15 +93,21 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--child", action="store_true")
+    ap.add_argument("--weights", default="quantized")
+    ap.add_argument("--ab-dequantize", action="store_true")
     a = ap.parse_args()
     if a.child:
         return child_ragged(a)
     cells = []
     for b in [int(x) for x in a.batches.split(",")]:
         got = {"ragged": [], "llama.cpp": []}
+        if a.ab_dequantize:
+            got["ragged_dequantize"] = []
         for _ in range(a.rounds):
             got["ragged"].append(run_ragged(a, b))
             got["llama.cpp"].append(run_llama(a, b))
+            if a.ab_dequantize:
+                got["ragged_dequantize"].append(run_ragged(a, b, "dequantize"))
         cell = {"batch": b, "threads": a.threads}
         for rt, xs in got.items():
             ok = [x for x in xs if "error" not in x]

@@ -69,6 +69,18 @@ def ref_greedy(cfg, w, prompt, n_new):
     return out, margins
 
 
+def check_reference(cfg, w, base, n_new):
+    """base's greedy ids (one output per prompt of PROMPTS) equal the independent float64
+    reference's up to each prompt's first near tie, over >= 75% of the tokens."""
+    checked = 0
+    for p, b in zip(PROMPTS, base):
+        ref, margins = ref_greedy(cfg, w, p, n_new)
+        n = next((i for i, m in enumerate(margins) if m < 1e-4), n_new)
+        assert b["ids"][:n] == ref[:n], p
+        checked += n
+    assert checked >= 0.75 * n_new * len(PROMPTS)
+
+
 def test_greedy_identical_and_reference(model):
     d, cfg, w = model
     n_new = 36
@@ -110,14 +122,7 @@ def test_greedy_identical_and_reference(model):
             assert [s["ids"] for s in cut] == [b["ids"] for b in base]
             assert cut[0]["spec_accepted"] > 0
             assert g8.kv_blocks_in_use() == 0
-    # against the independent float64 reference, up to the first near tie
-    checked = 0
-    for p, b in zip(PROMPTS, base):
-        ref, margins = ref_greedy(cfg, w, p, n_new)
-        n = next((i for i, m in enumerate(margins) if m < 1e-4), n_new)
-        assert b["ids"][:n] == ref[:n], p
-        checked += n
-    assert checked >= 0.75 * n_new * len(PROMPTS)
+    check_reference(cfg, w, base, n_new)
 
 
 @pytest.mark.parametrize("opts", [dict(temperature=0.3), dict(temperature=0.8, top_k=5),
@@ -214,43 +219,54 @@ def params(g, max_tokens, spec=0, stop_ids=None, temperature=None, seed=0, ngram
     return p
 
 
+def mixed_requests(g, ref):
+    """One engine's mixed batch: per prompt a drafting request ended by a stop id inside its
+    output and requests of max_tokens 1..20 (some drafting, some not), a sampled one, a
+    host-chain one (no-repeat n-gram) and a beam search, with what each gives alone without
+    speculation (run by ref, a Generator of the same model without a draft model):
+    [(prompt, params)], [(ids, finish)]."""
+    alone = ref.generate(PROMPTS, max_tokens=40, ignore_eos=True)
+    reqs, want = [], []
+    for i, (pr, a) in enumerate(zip(PROMPTS, alone)):
+        sid = a["ids"][5]
+        reqs.append((pr, params(g, 40, spec=4, stop_ids=[sid])))
+        want.append((a["ids"][:a["ids"].index(sid) + 1], "stop"))
+        for mt in range(1 + i, 21, 4):
+            reqs.append((pr, params(g, mt, spec=4 if mt % 8 else 0)))
+            want.append((a["ids"][:mt], "length"))
+    # a sampled request beside them (drafting too), as it samples alone
+    samp = ref.generate([PROMPTS[1]], max_tokens=12, temperature=0.8, seed=7,
+                        ignore_eos=True)[0]
+    reqs.append((PROMPTS[1], params(g, 12, spec=4, temperature=0.8, seed=7)))
+    want.append((samp["ids"], "length"))
+    # a host-chain request (no-repeat n-gram: its logits come to the host, so the step copies
+    # logits rows, the drafts' rows beside them) and a beam search: no drafts
+    ngr = ref.generate([PROMPTS[0]], max_tokens=16, no_repeat_ngram_size=2,
+                       ignore_eos=True)[0]
+    reqs.append((PROMPTS[0], params(g, 16, spec=4, ngram=2)))
+    want.append((ngr["ids"], "length"))
+    beam = ref.generate([PROMPTS[2]], max_tokens=10, num_beams=2, ignore_eos=True)[0]
+    reqs.append((PROMPTS[2], params(g, 10, spec=4, beams=2)))
+    want.append((beam["ids"], "length"))
+    return reqs, want
+
+
+def check_mixed(g, reqs, want):
+    """Budgets that cut drafts; few sequences per step, so that the drafts' logits rows
+    outnumber the sequences: every output as alone, drafts accepted and rejected, no block
+    left."""
+    for budget, seqs in ((64, 64), (9, 64), (64, 6)):
+        got, s = run_engine(g, reqs, budget=budget, max_seqs=seqs)
+        assert got == want, (budget, seqs)
+        assert s.spec_accepted > 0 and s.spec_drafted - s.spec_accepted > 0
+        assert s.blocks_used == 0 and s.n_running == 0 and s.n_waiting == 0
+
+
 def test_mixed_batch_stops_and_lengths(model):
     d, _, _ = model
-    g = ragged.Generator(d, max_batch_tokens=64)
-    with g:
-        alone = g.generate(PROMPTS, max_tokens=40, ignore_eos=True)
-        # a stop id inside each prompt's output (its 6th token), and max_tokens of every
-        # length 1..20: each ends where it ends alone
-        reqs, want = [], []
-        for i, (pr, a) in enumerate(zip(PROMPTS, alone)):
-            sid = a["ids"][5]
-            reqs.append((pr, params(g, 40, spec=4, stop_ids=[sid])))
-            cut = a["ids"].index(sid) + 1
-            want.append((a["ids"][:cut], "stop"))
-            for mt in range(1 + i, 21, 4):
-                reqs.append((pr, params(g, mt, spec=4 if mt % 8 else 0)))
-                want.append((a["ids"][:mt], "length"))
-        # a sampled request beside them (drafting too), as it samples alone
-        samp = g.generate([PROMPTS[1]], max_tokens=12, temperature=0.8, seed=7,
-                          ignore_eos=True)[0]
-        reqs.append((PROMPTS[1], params(g, 12, spec=4, temperature=0.8, seed=7)))
-        want.append((samp["ids"], "length"))
-        # a host-chain request (no-repeat n-gram: its logits come to the host, so the step
-        # copies logits rows, the drafts' rows beside them) and a beam search: no drafts
-        ngr = g.generate([PROMPTS[0]], max_tokens=16, no_repeat_ngram_size=2,
-                         ignore_eos=True)[0]
-        reqs.append((PROMPTS[0], params(g, 16, spec=4, ngram=2)))
-        want.append((ngr["ids"], "length"))
-        beam = g.generate([PROMPTS[2]], max_tokens=10, num_beams=2, ignore_eos=True)[0]
-        reqs.append((PROMPTS[2], params(g, 10, spec=4, beams=2)))
-        want.append((beam["ids"], "length"))
-        # budgets that cut drafts; few sequences per step, so that the drafts' logits rows
-        # outnumber the sequences
-        for budget, seqs in ((64, 64), (9, 64), (64, 6)):
-            got, s = run_engine(g, reqs, budget=budget, max_seqs=seqs)
-            assert got == want, (budget, seqs)
-            assert s.spec_accepted > 0 and s.spec_drafted - s.spec_accepted > 0
-            assert s.blocks_used == 0 and s.n_running == 0 and s.n_waiting == 0
+    with ragged.Generator(d, max_batch_tokens=64) as g:
+        reqs, want = mixed_requests(g, g)
+        check_mixed(g, reqs, want)
         # the engine refuses an out-of-range maximum
         with pytest.raises(AssertionError):
             run_engine(g, [], max_spec=33)

@@ -29,7 +29,8 @@ from safetensors.numpy import load_file, save_file
 import make_decoder
 import ragged_ctypes as rc
 from server_util import Server
-from test_spec_decode import PROMPTS, REPEAT, SPEC, _gguf, params, ref_greedy, run_engine
+from test_spec_decode import (PROMPTS, REPEAT, SPEC, _gguf, check_mixed, check_reference,
+                              mixed_requests)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -94,14 +95,7 @@ def test_greedy_identical_and_reference(models):
         cut = g.generate(PROMPTS, max_tokens=n_new, ignore_eos=True, num_speculative_tokens=6)
         assert [s["ids"] for s in cut] == [b["ids"] for b in base]
         assert cut[0]["spec_accepted"] > 0
-    # the independent float64 reference, up to the first near tie
-    checked = 0
-    for p, b in zip(PROMPTS, base):
-        ref, margins = ref_greedy(cfg, w, p, n_new)
-        n = next((i for i, m in enumerate(margins) if m < 1e-4), n_new)
-        assert b["ids"][:n] == ref[:n], p
-        checked += n
-    assert checked >= 0.75 * n_new * len(PROMPTS)
+    check_reference(cfg, w, base, n_new)  # the float64 reference, up to near ties
 
 
 @pytest.mark.parametrize("opts", [dict(temperature=0.3), dict(temperature=0.8, top_k=5),
@@ -123,33 +117,10 @@ def test_sampled_identical_seed_for_seed(models, opts):
 
 def test_mixed_engine(models):
     d, _, _, dd, _ = models
-    with ragged.Generator(d, max_batch_tokens=64) as g:
-        alone = g.generate(PROMPTS, max_tokens=40, ignore_eos=True)
-        samp = g.generate([PROMPTS[1]], max_tokens=12, temperature=0.8, seed=7,
-                          ignore_eos=True)[0]
-        ngr = g.generate([PROMPTS[0]], max_tokens=16, no_repeat_ngram_size=2,
-                         ignore_eos=True)[0]
-        beam = g.generate([PROMPTS[2]], max_tokens=10, num_beams=2, ignore_eos=True)[0]
-    with ragged.Generator(d, max_batch_tokens=64, draft_model=dd) as g:
-        reqs, want = [], []
-        for i, (pr, a) in enumerate(zip(PROMPTS, alone)):
-            sid = a["ids"][5]
-            reqs.append((pr, params(g, 40, spec=4, stop_ids=[sid])))
-            want.append((a["ids"][:a["ids"].index(sid) + 1], "stop"))
-            for mt in range(1 + i, 21, 4):
-                reqs.append((pr, params(g, mt, spec=4 if mt % 8 else 0)))
-                want.append((a["ids"][:mt], "length"))
-        reqs.append((PROMPTS[1], params(g, 12, spec=4, temperature=0.8, seed=7)))
-        want.append((samp["ids"], "length"))
-        reqs.append((PROMPTS[0], params(g, 16, spec=4, ngram=2)))
-        want.append((ngr["ids"], "length"))
-        reqs.append((PROMPTS[2], params(g, 10, spec=4, beams=2)))
-        want.append((beam["ids"], "length"))
-        for budget, seqs in ((64, 64), (9, 64), (64, 6)):
-            got, s = run_engine(g, reqs, budget=budget, max_seqs=seqs)
-            assert got == want, (budget, seqs)
-            assert s.spec_accepted > 0 and s.spec_drafted - s.spec_accepted > 0
-            assert s.blocks_used == 0 and s.n_running == 0 and s.n_waiting == 0
+    with ragged.Generator(d, max_batch_tokens=64) as ref, \
+            ragged.Generator(d, max_batch_tokens=64, draft_model=dd) as g:
+        reqs, want = mixed_requests(g, ref)
+        check_mixed(g, reqs, want)
 
 
 def test_refused(models, tmp_path):

@@ -164,56 +164,61 @@ bool rg_cpu_qweight_find(const void *W, rg_cpu_qweight *out)
 
 /* ---------------------------------------------------------------- GEMM */
 
-/* The calling thread's quantized copy of A, kept for the next call (as gemm_dnnl.c keeps its
- * bf16 copy of A) in a thread-specific value whose destructor frees it when the thread ends (a
- * server's step thread: a __thread pointer would leak its buffer then). */
-typedef struct aq_buf {
-	rg_q8a *p;
-	size_t cap; /* blocks */
-} aq_buf;
+/* Per-thread scratch kept for the next call (as gemm_dnnl.c keeps its bf16 copy of A), in a
+ * thread-specific value whose destructor frees it when the thread ends (a server's step thread: a
+ * __thread pointer would leak its buffer then): TLS_AQ, the calling thread's quantized copy of
+ * A; TLS_WF, a pool thread's widened F16 weight rows (below). */
+enum { TLS_AQ, TLS_WF, N_TLS };
 
-static pthread_once_t g_aq_once = PTHREAD_ONCE_INIT;
-static pthread_key_t g_aq_key;
-static bool g_aq_ok;
+typedef struct tls_buf {
+	void *p;
+	size_t cap; /* bytes */
+} tls_buf;
 
-static void aq_free(void *v)
+static pthread_once_t g_tls_once = PTHREAD_ONCE_INIT;
+static pthread_key_t g_tls_key[N_TLS];
+static bool g_tls_ok;
+
+static void tls_free(void *v)
 {
-	aq_buf *b = v;
+	tls_buf *b = v;
 
 	if (b)
 		free(b->p);
 	free(b);
 }
 
-static void aq_init(void)
+static void tls_init(void)
 {
-	g_aq_ok = pthread_key_create(&g_aq_key, aq_free) == 0;
+	g_tls_ok = true;
+	for (int k = 0; k < N_TLS; k++)
+		g_tls_ok &= pthread_key_create(&g_tls_key[k], tls_free) == 0;
 }
 
-/* The calling thread's buffer of at least need blocks, or NULL (out of memory). */
-static rg_q8a *aq_get(size_t need)
+/* The calling thread's scratch `which` of at least bytes bytes, or NULL (out of memory). */
+static void *tls_get(int which, size_t bytes)
 {
-	aq_buf *b;
+	tls_buf *b;
 
-	pthread_once(&g_aq_once, aq_init);
-	if (!g_aq_ok)
+	pthread_once(&g_tls_once, tls_init);
+	if (!g_tls_ok)
 		return NULL;
-	b = pthread_getspecific(g_aq_key);
+	b = pthread_getspecific(g_tls_key[which]);
 	if (!b) {
 		if (!(b = calloc(1, sizeof(*b))))
 			return NULL;
-		if (pthread_setspecific(g_aq_key, b) != 0) {
+		if (pthread_setspecific(g_tls_key[which], b) != 0) {
 			free(b);
 			return NULL;
 		}
 	}
-	if (need > b->cap) {
-		rg_q8a *p = realloc(b->p, need * sizeof(*p));
+	if (bytes > b->cap) {
+		void *p = realloc(b->p, bytes);
 
 		if (!p)
 			return NULL;
 		b->p = p;
-		b->cap = need;
+		b->cap = bytes;
 	}
 	return b->p;
 }
@@ -229,53 +234,6 @@ static rg_q8a *aq_get(size_t need)
  * cost 150 ms more per call). */
 #define F16_DOT_MAX 16
 #define F16_CHUNK 64
-
-static pthread_once_t g_wf_once = PTHREAD_ONCE_INIT;
-static pthread_key_t g_wf_key;
-static bool g_wf_ok;
-
-static void wf_free(void *v)
-{
-	aq_buf *b = v;
-
-	if (b)
-		free(b->p);
-	free(b);
-}
-
-static void wf_init(void)
-{
-	g_wf_ok = pthread_key_create(&g_wf_key, wf_free) == 0;
-}
-
-/* The calling thread's f32 scratch of at least need floats, or NULL (out of memory). */
-static float *wf_get(size_t need)
-{
-	aq_buf *b;
-
-	pthread_once(&g_wf_once, wf_init);
-	if (!g_wf_ok)
-		return NULL;
-	b = pthread_getspecific(g_wf_key);
-	if (!b) {
-		if (!(b = calloc(1, sizeof(*b))))
-			return NULL;
-		if (pthread_setspecific(g_wf_key, b) != 0) {
-			free(b);
-			return NULL;
-		}
-	}
-	if (need * sizeof(float) > b->cap * sizeof(rg_q8a)) {
-		const size_t blocks = (need * sizeof(float) + sizeof(rg_q8a) - 1) / sizeof(rg_q8a);
-		rg_q8a *p = realloc(b->p, blocks * sizeof(*p));
-
-		if (!p)
-			return NULL;
-		b->p = p;
-		b->cap = blocks;
-	}
-	return (float *)(void *)b->p;
-}
 
 typedef float (*qdot_fn)(const void *w, const rg_q8a *a, int nb);
 
@@ -330,7 +288,7 @@ static void qgemm_task(void *ctx, int task, int thread)
 
 			if (q->f16 && j->M > F16_DOT_MAX) { /* widened, then one SGEMM */
 				const int c = b - n < F16_CHUNK ? b - n : F16_CHUNK;
-				float *wf = wf_get((size_t)c * (size_t)j->K);
+				float *wf = tls_get(TLS_WF, (size_t)c * (size_t)j->K * sizeof(float));
 				const uint16_t *h = (const uint16_t *)(const void *)w;
 
 				if (!wf) {
@@ -431,7 +389,7 @@ rg_status rg_cpu_qgemm(const struct rg_cpu_kern *kern, const rg_cpu_qweight *w, 
 		W += (size_t)rows * q->row_bytes;
 	}
 	need = (size_t)M * (size_t)j.nb;
-	if (any_q && !(j.aq = aq_get(need)))
+	if (any_q && !(j.aq = tls_get(TLS_AQ, need * sizeof(rg_q8a))))
 		return rg_errorf(RG_ERR_OOM, "out of host memory for %d quantized rows", M);
 	/* quantize A: one task per row beyond a few rows (a decode step's 1..4 rows inline) */
 	j.rows = M <= 4 ? M : (M + 2 * T - 1) / (2 * T);
