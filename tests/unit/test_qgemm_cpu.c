@@ -560,7 +560,7 @@ static void test_qdotr_rows(void **state)
 	free(aq);
 }
 
-/* F16 weights kept as stored (rg_cpu_qgemm: hdotr_f16 up to 16 rows of A, the widened rows'
+/* F16 weights kept as stored (rg_cpu_qgemm: hdot_tile_f16 up to 16 rows of A, the widened rows'
  * SGEMM above): every table against the float64 product of the same halves (exact in binary16)
  * and the f32 activations, within the fp32 accumulation term alone (no activation rounding on
  * this path); up to 16 rows, every row of a batch equal to the same row run alone (M = 1), bit

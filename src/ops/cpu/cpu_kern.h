@@ -14,6 +14,9 @@
 /* Activation rows per call of a multi-row dot (rg_cpu_kern.qdotr_*): 4 rows x 2 float
  * accumulators fill half of AVX2's 16 vector registers, the unpacked weights the rest. */
 #define RG_QDOT_ROWS 4
+/* Weight rows per F16 register tile (hdot_tile_f16): 3 x 4 accumulators, 3 widened weight
+ * vectors and one activation vector fill AVX2's 16 registers. */
+#define RG_HDOT_W 3
 typedef void (*rg_qdotr_fn)(const void *w, const rg_q8a *a, size_t lda, int nb, int R,
 			    float *out);
 
@@ -89,12 +92,16 @@ typedef struct rg_cpu_kern {
 	 * order), so a row gives the same output alone and inside a batch. */
 	rg_qdotr_fn qdotr_q8_0, qdotr_q4_0, qdotr_q4_1, qdotr_q5_0, qdotr_q5_1;
 	rg_qdotr_fn qdotr_q4_k, qdotr_q5_k, qdotr_q6_k;
-	/* F16 weights kept as a GGUF file stores them (binary16, issue 30): out[r] = sum over k <
-	 * K of w[k] * a[r * lda + k] (the halves widened exactly, f32 products and sums), K a
-	 * multiple of 32, 1 <= R <= RG_QDOT_ROWS activation rows in f32 (no quantized copy: the
-	 * weights' 11-bit mantissas are the product's only rounding before f32), each half widened
-	 * once for the R rows; a row gets the same bits whatever R */
-	void (*hdotr_f16)(const uint16_t *w, const float *a, size_t lda, int K, int R, float *out);
+	/* F16 weights kept as a GGUF file stores them (binary16, issue 30), one register tile:
+	 * out[r * ldo + i] = sum over k < K of w[i * ldw + k] * a[r * lda + k] for 1 <= NW <=
+	 * RG_HDOT_W weight rows i and 1 <= R <= RG_QDOT_ROWS activation rows r in f32 (the halves
+	 * widened exactly; no quantized copy of a: the weights' 11-bit mantissas are the only
+	 * rounding before f32), K a multiple of 32. Each half is widened once for the R rows and
+	 * each activation vector loaded once for the NW rows (llamafile's tinyBLAS tiling); every
+	 * (i, r) sums its products in one fixed order, so an entry gets the same bits whatever the
+	 * tile's NW and R (a row alone or inside a batch) */
+	void (*hdot_tile_f16)(const uint16_t *w, size_t ldw, int NW, const float *a, size_t lda,
+			      int K, int R, float *out, size_t ldo);
 	/* out (n) = the binary16 values h (n) widened to f32 (exact), for the F16 weights of a
 	 * prefill-sized GEMM (qgemm.c) */
 	void (*f16_to_f32)(const uint16_t *h, float *out, size_t n);
@@ -131,8 +138,8 @@ typedef struct rg_cpu_kern {
 	void rg_qdotr_q6_k_##isa(const void *w, const rg_q8a *a, size_t lda, int nb, int R,   \
 				 float *out);
 #define RG_HKERN_DECL(isa)                                                                    \
-	void rg_hdotr_f16_##isa(const uint16_t *w, const float *a, size_t lda, int K, int R,  \
-				float *out);                                                   \
+	void rg_hdot_tile_f16_##isa(const uint16_t *w, size_t ldw, int NW, const float *a,    \
+				    size_t lda, int K, int R, float *out, size_t ldo);         \
 	void rg_f16_to_f32_##isa(const uint16_t *h, float *out, size_t n);
 RG_QKERN_DECL(generic)
 RG_KQKERN_DECL(generic)

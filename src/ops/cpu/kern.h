@@ -758,6 +758,6 @@ const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.qdotr_q4_k = RG_CAT(rg_qdotr_q4_k_, RG_KQISA),
 	.qdotr_q5_k = RG_CAT(rg_qdotr_q5_k_, RG_KQISA),
 	.qdotr_q6_k = RG_CAT(rg_qdotr_q6_k_, RG_KQISA),
-	.hdotr_f16 = RG_CAT(rg_hdotr_f16_, RG_ISA),
+	.hdot_tile_f16 = RG_CAT(rg_hdot_tile_f16_, RG_ISA),
 	.f16_to_f32 = RG_CAT(rg_f16_to_f32_, RG_ISA),
 };

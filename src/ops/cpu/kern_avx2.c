@@ -395,41 +395,56 @@ QDOT_ENTRIES(q6_k)
 #undef QROWS_32
 #undef QAI
 
-/* F16 weights (cpu_kern.h hdotr_f16): 16 halves a step widened by F16C, two 8-lane FMA
- * accumulators per row, summed (a0 + a1, then the lanes) the same way for every R; R a
- * constant of each instance, so the accumulators stay in registers (8 of 16 at R = 4). */
-static inline __attribute__((always_inline)) void hdotr_f16_r(const uint16_t *w,
-								const float *a, size_t lda,
-								int K, const int R, float *out)
+/* F16 weights (cpu_kern.h hdot_tile_f16): 8 halves of each of NW weight rows widened by F16C a
+ * step, one 8-lane FMA accumulator per (weight row, activation row), summed over its lanes at
+ * the end; NW and R constants of each instance, so the 12 accumulators stay in registers. */
+static inline __attribute__((always_inline)) void hdot_tile_r(const uint16_t *w, size_t ldw,
+								const int NW, const float *a,
+								size_t lda, int K, const int R,
+								float *out, size_t ldo)
 {
-	__m256 acc[RG_QDOT_ROWS][2];
+	__m256 acc[RG_HDOT_W][RG_QDOT_ROWS];
 
-	for (int r = 0; r < R; r++)
-		acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-	for (int k = 0; k < K; k += 16) {
-		const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + k)));
-		const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + k + 8)));
+	for (int i = 0; i < NW; i++)
+		for (int r = 0; r < R; r++)
+			acc[i][r] = _mm256_setzero_ps();
+	for (int k = 0; k < K; k += 8) {
+		__m256 wv[RG_HDOT_W];
 
+		for (int i = 0; i < NW; i++)
+			wv[i] = _mm256_cvtph_ps(
+				_mm_loadu_si128((const __m128i *)(w + (size_t)i * ldw + k)));
 		for (int r = 0; r < R; r++) {
-			const float *ar = a + (size_t)r * lda + k;
+			const __m256 av = _mm256_loadu_ps(a + (size_t)r * lda + k);
 
-			acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(ar), acc[r][0]);
-			acc[r][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(ar + 8), acc[r][1]);
+			for (int i = 0; i < NW; i++)
+				acc[i][r] = _mm256_fmadd_ps(wv[i], av, acc[i][r]);
 		}
 	}
-	for (int r = 0; r < R; r++)
-		out[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
+	for (int i = 0; i < NW; i++)
+		for (int r = 0; r < R; r++)
+			out[(size_t)r * ldo + i] = hsum8(acc[i][r]);
 }
 
-void rg_hdotr_f16_avx2(const uint16_t *w, const float *a, size_t lda, int K, int R, float *out)
-{
-	switch (R) {
-	case 1: hdotr_f16_r(w, a, lda, K, 1, out); break;
-	case 2: hdotr_f16_r(w, a, lda, K, 2, out); break;
-	case 3: hdotr_f16_r(w, a, lda, K, 3, out); break;
-	default: hdotr_f16_r(w, a, lda, K, 4, out); break;
+#define HDOT_R(nw)                                                                            \
+	switch (R) {                                                                          \
+	case 1: hdot_tile_r(w, ldw, nw, a, lda, K, 1, out, ldo); break;                       \
+	case 2: hdot_tile_r(w, ldw, nw, a, lda, K, 2, out, ldo); break;                       \
+	case 3: hdot_tile_r(w, ldw, nw, a, lda, K, 3, out, ldo); break;                       \
+	default: hdot_tile_r(w, ldw, nw, a, lda, K, 4, out, ldo); break;                      \
 	}
+
+void rg_hdot_tile_f16_avx2(const uint16_t *w, size_t ldw, int NW, const float *a, size_t lda,
+			   int K, int R, float *out, size_t ldo)
+{
+	if (NW == 1)
+		HDOT_R(1)
+	else if (NW == 2)
+		HDOT_R(2)
+	else
+		HDOT_R(3)
 }
+#undef HDOT_R
 
 void rg_f16_to_f32_avx2(const uint16_t *h, float *out, size_t n)
 {

@@ -180,42 +180,56 @@ KQ_ROWS(q5_k)
 KQ_ROWS(q6_k)
 #undef KQ_ROWS
 
-/* F16 weights (cpu_kern.h hdotr_f16): 32 halves a step, two 16-lane FMA accumulators per
- * row, summed the same way for every R (as the AVX2 version; not run on a CPU with AVX-512 in
- * the session that wrote it: test_qgemm_cpu checks it where the CPU has it). */
-static inline __attribute__((always_inline)) void hdotr_f16_r(const uint16_t *w,
-								const float *a, size_t lda,
-								int K, const int R, float *out)
+/* F16 weights (cpu_kern.h hdot_tile_f16): as the AVX2 tile, 16 halves a step (not run on a
+ * CPU with AVX-512 in the session that wrote it: test_qgemm_cpu checks it where the CPU has
+ * it). */
+static inline __attribute__((always_inline)) void hdot_tile_r(const uint16_t *w, size_t ldw,
+								const int NW, const float *a,
+								size_t lda, int K, const int R,
+								float *out, size_t ldo)
 {
-	__m512 acc[RG_QDOT_ROWS][2];
+	__m512 acc[RG_HDOT_W][RG_QDOT_ROWS];
 
-	for (int r = 0; r < R; r++)
-		acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-	for (int k = 0; k < K; k += 32) {
-		const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + k)));
-		const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + k + 16)));
+	for (int i = 0; i < NW; i++)
+		for (int r = 0; r < R; r++)
+			acc[i][r] = _mm512_setzero_ps();
+	for (int k = 0; k < K; k += 16) {
+		__m512 wv[RG_HDOT_W];
 
+		for (int i = 0; i < NW; i++)
+			wv[i] = _mm512_cvtph_ps(
+				_mm256_loadu_si256((const __m256i *)(w + (size_t)i * ldw + k)));
 		for (int r = 0; r < R; r++) {
-			const float *ar = a + (size_t)r * lda + k;
+			const __m512 av = _mm512_loadu_ps(a + (size_t)r * lda + k);
 
-			acc[r][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(ar), acc[r][0]);
-			acc[r][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(ar + 16), acc[r][1]);
+			for (int i = 0; i < NW; i++)
+				acc[i][r] = _mm512_fmadd_ps(wv[i], av, acc[i][r]);
 		}
 	}
-	for (int r = 0; r < R; r++)
-		out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
+	for (int i = 0; i < NW; i++)
+		for (int r = 0; r < R; r++)
+			out[(size_t)r * ldo + i] = _mm512_reduce_add_ps(acc[i][r]);
 }
 
-void rg_hdotr_f16_avx512(const uint16_t *w, const float *a, size_t lda, int K, int R,
-			 float *out)
-{
-	switch (R) {
-	case 1: hdotr_f16_r(w, a, lda, K, 1, out); break;
-	case 2: hdotr_f16_r(w, a, lda, K, 2, out); break;
-	case 3: hdotr_f16_r(w, a, lda, K, 3, out); break;
-	default: hdotr_f16_r(w, a, lda, K, 4, out); break;
+#define HDOT_R(nw)                                                                            \
+	switch (R) {                                                                          \
+	case 1: hdot_tile_r(w, ldw, nw, a, lda, K, 1, out, ldo); break;                       \
+	case 2: hdot_tile_r(w, ldw, nw, a, lda, K, 2, out, ldo); break;                       \
+	case 3: hdot_tile_r(w, ldw, nw, a, lda, K, 3, out, ldo); break;                       \
+	default: hdot_tile_r(w, ldw, nw, a, lda, K, 4, out, ldo); break;                      \
 	}
+
+void rg_hdot_tile_f16_avx512(const uint16_t *w, size_t ldw, int NW, const float *a, size_t lda,
+			     int K, int R, float *out, size_t ldo)
+{
+	if (NW == 1)
+		HDOT_R(1)
+	else if (NW == 2)
+		HDOT_R(2)
+	else
+		HDOT_R(3)
 }
+#undef HDOT_R
 
 void rg_f16_to_f32_avx512(const uint16_t *h, float *out, size_t n)
 {

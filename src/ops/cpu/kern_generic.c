@@ -322,20 +322,21 @@ QDOT_ENTRIES(q6_k)
 #undef QDOT_ENTRIES
 #undef QAI
 
-/* The plain C twin of the F16 dots: per row one f32 sum over k in order. */
-void rg_hdotr_f16_generic(const uint16_t *w, const float *a, size_t lda, int K, int R,
-			  float *out)
+/* The plain C twin of the F16 tile: per (weight row, activation row) one f32 sum over k in
+ * order. */
+void rg_hdot_tile_f16_generic(const uint16_t *w, size_t ldw, int NW, const float *a, size_t lda,
+			      int K, int R, float *out, size_t ldo)
 {
-	float acc[RG_QDOT_ROWS] = {0};
+	for (int i = 0; i < NW; i++)
+		for (int r = 0; r < R; r++) {
+			const uint16_t *wi = w + (size_t)i * ldw;
+			const float *ar = a + (size_t)r * lda;
+			float acc = 0.f;
 
-	for (int k = 0; k < K; k++) {
-		const float x = rg_half_to_float(w[k]);
-
-		for (int r = 0; r < R; r++)
-			acc[r] += x * a[(size_t)r * lda + k];
-	}
-	for (int r = 0; r < R; r++)
-		out[r] = acc[r];
+			for (int k = 0; k < K; k++)
+				acc += rg_half_to_float(wi[k]) * ar[k];
+			out[(size_t)r * ldo + i] = acc;
+		}
 }
 
 void rg_f16_to_f32_generic(const uint16_t *h, float *out, size_t n)

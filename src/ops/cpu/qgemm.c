@@ -3,7 +3,7 @@
  * products, fp32 accumulation: llama.cpp's ggml_vec_dot_q*_q8 scheme, written anew). Every
  * type's dot kernel takes the activation row as K / 32 rg_q8a blocks (nb); a K-quant row is
  * nb / 8 super-blocks. F16 weights (a GGUF F16 file's) are kept too, as "blocks" of 32 halves:
- * their dot takes the activation row in f32 (hdotr_f16), half the bytes of the f32 copy a
+ * their dot takes the activation row in f32 (hdot_tile_f16), half the bytes of the f32 copy a
  * dequantizing load makes, and no int8 rounding of the activations. */
 #include "ops/cpu/qweight.h"
 
@@ -227,9 +227,9 @@ static void *tls_get(int which, size_t bytes)
  * F16_CHUNK weight rows at a time into the calling thread's f32 scratch (f16_to_f32) and runs
  * one single-threaded OpenBLAS SGEMM of all M rows against them (compute-bound: the widening is
  * K operations per weight row against M K multiply-adds). Up to F16_DOT_MAX rows (decode steps)
- * hdotr_f16 reads each weight row once for every row of A instead. On the 2-core EPYC (2
+ * hdot_tile_f16 reads each weight row once for every row of A instead. On the 2-core EPYC (2
  * threads), the real SmolLM2 F16 file's prefill of 16 prompts of 32 tokens took 2.19 s through
- * hdotr_f16 against 1.07 s dequantized at load; this way 1.09 s, and one prompt of 32 / 128 /
+ * hdot_tile_f16 against 1.07 s dequantized at load; this way 1.09 s, and one prompt of 32 / 128 /
  * 512 tokens 108 / 323 / ~1400 ms against 105 / 359 / 1447 ms dequantized (a scalar widening
  * cost 150 ms more per call). */
 #define F16_DOT_MAX 16
@@ -242,7 +242,7 @@ struct qgemm_part {
 	const uint8_t *W;
 	qdot_fn dot;
 	rg_qdotr_fn dotr; /* the same over up to RG_QDOT_ROWS rows of A */
-	bool f16;         /* F16 rows: hdotr_f16 over the f32 rows of A, not dot / dotr */
+	bool f16;         /* F16 rows: hdot_tile_f16 over the f32 rows of A, not dot / dotr */
 	size_t row_bytes;
 	int n0, n1;
 };
@@ -301,18 +301,19 @@ static void qgemm_task(void *ctx, int task, int thread)
 				n += c - 1;
 				continue;
 			}
-			if (q->f16) {
-				for (int m = 0; m < j->M; m += RG_QDOT_ROWS) {
-					const int R = j->M - m < RG_QDOT_ROWS ? j->M - m
-									    : RG_QDOT_ROWS;
-					float o[RG_QDOT_ROWS];
+			if (q->f16) { /* register tiles of RG_HDOT_W x RG_QDOT_ROWS */
+				const int nw = b - n < RG_HDOT_W ? b - n : RG_HDOT_W;
 
-					j->k->hdotr_f16((const uint16_t *)(const void *)w,
-							j->A + (size_t)m * j->K, (size_t)j->K, j->K,
-							R, o);
-					for (int r = 0; r < R; r++)
-						j->out[(size_t)(m + r) * j->N + n] = o[r];
-				}
+				for (int m = 0; m < j->M; m += RG_QDOT_ROWS)
+					j->k->hdot_tile_f16((const uint16_t *)(const void *)w,
+							    q->row_bytes / 2, nw,
+							    j->A + (size_t)m * j->K, (size_t)j->K,
+							    j->K,
+							    j->M - m < RG_QDOT_ROWS ? j->M - m
+										    : RG_QDOT_ROWS,
+							    j->out + (size_t)m * j->N + n,
+							    (size_t)j->N);
+				n += nw - 1;
 				continue;
 			}
 			if (j->M == 1) {
