@@ -397,7 +397,10 @@ QDOT_ENTRIES(q6_k)
 
 /* F16 weights (cpu_kern.h hdot_tile_f16): 8 halves of each of NW weight rows widened by F16C a
  * step, one 8-lane FMA accumulator per (weight row, activation row), summed over its lanes at
- * the end; NW and R constants of each instance, so the 12 accumulators stay in registers. */
+ * the end; NW and R constants of each instance, so the 12 accumulators stay in registers. The
+ * next tile's rows (the caller's next NW rows) are prefetched a cache line per 32 halves: the
+ * three interleaved row streams alone ran at 7 GB/s on one EPYC core where one sequential
+ * stream ran at 11, and 10 with the prefetch (a streaming micro-benchmark of 56 MB). */
 static inline __attribute__((always_inline)) void hdot_tile_r(const uint16_t *w, size_t ldw,
 								const int NW, const float *a,
 								size_t lda, int K, const int R,
@@ -411,6 +414,10 @@ static inline __attribute__((always_inline)) void hdot_tile_r(const uint16_t *w,
 	for (int k = 0; k < K; k += 8) {
 		__m256 wv[RG_HDOT_W];
 
+		if (!(k & 31))
+			for (int i = 0; i < NW; i++)
+				_mm_prefetch((const char *)(w + (size_t)(NW + i) * ldw + k),
+					     _MM_HINT_T0);
 		for (int i = 0; i < NW; i++)
 			wv[i] = _mm256_cvtph_ps(
 				_mm_loadu_si128((const __m128i *)(w + (size_t)i * ldw + k)));

@@ -196,6 +196,10 @@ static inline __attribute__((always_inline)) void hdot_tile_r(const uint16_t *w,
 	for (int k = 0; k < K; k += 16) {
 		__m512 wv[RG_HDOT_W];
 
+		if (!(k & 31)) /* the next tile's rows, a cache line per 32 halves */
+			for (int i = 0; i < NW; i++)
+				_mm_prefetch((const char *)(w + (size_t)(NW + i) * ldw + k),
+					     _MM_HINT_T0);
 		for (int i = 0; i < NW; i++)
 			wv[i] = _mm512_cvtph_ps(
 				_mm256_loadu_si256((const __m256i *)(w + (size_t)i * ldw + k)));
