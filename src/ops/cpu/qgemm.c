@@ -224,16 +224,18 @@ static void *tls_get(int which, size_t bytes)
 }
 
 /* F16 weights in a GEMM of more than F16_DOT_MAX rows of A (a prefill chunk): each task widens
- * F16_CHUNK weight rows at a time into the calling thread's f32 scratch (f16_to_f32) and runs
+ * up to F16_CHUNK weight rows at a time into the calling thread's f32 scratch (f16_to_f32) and runs
  * one single-threaded OpenBLAS SGEMM of all M rows against them (compute-bound: the widening is
  * K operations per weight row against M K multiply-adds). Up to F16_DOT_MAX rows (decode steps)
  * hdot_tile_f16 reads each weight row once for every row of A instead. On the 2-core EPYC (2
  * threads), the real SmolLM2 F16 file's prefill of 16 prompts of 32 tokens took 2.19 s through
  * hdot_tile_f16 against 1.07 s dequantized at load; this way 1.09 s, and one prompt of 32 / 128 /
  * 512 tokens 108 / 323 / ~1400 ms against 105 / 359 / 1447 ms dequantized (a scalar widening
- * cost 150 ms more per call). */
+ * cost 150 ms more per call), with chunks of 64 rows; chunks of 256 took 10-11% less than 64 at
+ * 512 tokens in two paired runs (1629 / 1438 ms against 1830 / 1591 ms: this VM's spread is
+ * 15%), the scratch then 1.5 MiB a thread at K = 1536. */
 #define F16_DOT_MAX 16
-#define F16_CHUNK 64
+#define F16_CHUNK 256
 
 typedef float (*qdot_fn)(const void *w, const rg_q8a *a, int nb);
 
