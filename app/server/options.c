@@ -769,6 +769,30 @@ static void rg_serve_usage_models(FILE *f)
 		   "error.\n");
 }
 
+/* The option at argv[*i] as the parser will take it, for a scan ahead of parsing: its spec, or
+ * NULL for an argument that is none (a stray value, an unknown option: the parser reports those);
+ * *i moves past the option's value when the value is the next argument (TEI's -p PORT too). */
+static const opt_spec *scan_opt(int argc, char **argv, int *i)
+{
+	const char *a = argv[*i], *eq;
+	const opt_spec *s;
+	size_t len;
+
+	if (!strcmp(a, "-p")) {
+		++*i;
+		return NULL;
+	}
+	if (strncmp(a, "--", 2) != 0)
+		return NULL;
+	eq = strchr(a, '=');
+	len = eq ? (size_t)(eq - a) : strlen(a);
+	if (!(s = find_spec(a, len)))
+		return NULL;
+	if (s->kind != OPT_FLAG && !eq && *i + 1 < argc)
+		++*i;
+	return s;
+}
+
 /* Where each model's options start (o->n_models, o->model_at): a --model (or TEI's --model-id,
  * either as --model=X) after the first starts the next model's. Values are skipped as the
  * parser takes them. RG_SERVE_EXIT_USAGE past RG_SERVE_MAX_MODELS models, else -1. */
@@ -779,32 +803,19 @@ static int scan_models(int argc, char **argv, rg_serve_opts *o)
 	o->n_models = 1;
 	o->model_at[0] = 1;
 	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *eq;
-		const opt_spec *s;
-		size_t len;
+		const int at = i;
+		const opt_spec *s = scan_opt(argc, argv, &i);
 
-		if (!strcmp(a, "-p")) {
-			i++;
-			continue;
-		}
-		if (strncmp(a, "--", 2) != 0)
-			continue;
-		eq = strchr(a, '=');
-		len = eq ? (size_t)(eq - a) : strlen(a);
-		if (!(s = find_spec(a, len)))
-			continue;
-		if (s->off == F(model)) {
+		if (s && s->off == F(model)) {
 			if (seen && o->n_models == RG_SERVE_MAX_MODELS) {
 				fprintf(stderr, "ragged serve: --model given more than %d times\n",
 					RG_SERVE_MAX_MODELS);
 				return RG_SERVE_EXIT_USAGE;
 			}
 			if (seen)
-				o->model_at[o->n_models++] = i;
+				o->model_at[o->n_models++] = at;
 			seen = true;
 		}
-		if (s->kind != OPT_FLAG && !eq)
-			i++;
 	}
 	return -1;
 }
@@ -1338,9 +1349,8 @@ int rg_serve_config_expand(int argc, char **argv, rg_serve_argv *out)
 	/* find --config; beside it the command line may set the server's options only. Values
 	 * are skipped as the parser takes them; what it refuses is left to it. */
 	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *eq;
+		const char *a = argv[i];
 		const opt_spec *s;
-		size_t len;
 
 		if (!strcmp(a, "--config") || !strncmp(a, "--config=", 9)) {
 			if (file) {
@@ -1356,18 +1366,8 @@ int rg_serve_config_expand(int argc, char **argv, rg_serve_argv *out)
 			}
 			continue;
 		}
-		if (!strcmp(a, "-p")) {
-			i++;
+		if (!(s = scan_opt(argc, argv, &i)))
 			continue;
-		}
-		if (strncmp(a, "--", 2) != 0)
-			continue;
-		eq = strchr(a, '=');
-		len = eq ? (size_t)(eq - a) : strlen(a);
-		if (!(s = find_spec(a, len)))
-			continue;
-		if (s->kind != OPT_FLAG && !eq)
-			i++;
 		if (s->off == offsetof(rg_serve_opts, model))
 			model_given = true;
 		else if (per_model(s) && !model_opt)

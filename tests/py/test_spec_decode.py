@@ -309,6 +309,22 @@ def test_cli_speculative(tmp_path):
     assert r.returncode == 2 and "--speculative" in r.stderr
 
 
+def streamed_text(s, prompt, max_tokens):
+    """A greedy completion of server s streamed (SSE): 200, the stream ends with [DONE], and the
+    chunks' texts joined."""
+    c = s.conn(60)
+    c.request("POST", "/v1/completions", body=json.dumps(
+        {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}),
+        headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    raw = r.read()
+    c.close()
+    assert r.status == 200
+    chunks = [b[len("data: "):] for b in raw.decode().split("\n\n") if b.strip()]
+    assert chunks[-1] == "[DONE]"
+    return "".join(json.loads(x)["choices"][0]["text"] for x in chunks[:-1])
+
+
 def test_serve_speculative():
     path = _gguf()
     with ragged.Generator(path) as g:
@@ -320,18 +336,7 @@ def test_serve_speculative():
                                                   "temperature": 0})
         assert st == 200, out
         assert out["choices"][0]["text"] == want
-        # streamed (SSE): the chunks' texts add up to the same completion
-        c = s.conn(60)
-        c.request("POST", "/v1/completions", body=json.dumps(
-            {"prompt": REPEAT, "max_tokens": 20, "temperature": 0, "stream": True}),
-            headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        raw = r.read()
-        c.close()
-        assert r.status == 200
-        chunks = [b[len("data: "):] for b in raw.decode().split("\n\n") if b.strip()]
-        assert chunks[-1] == "[DONE]"
-        assert "".join(json.loads(x)["choices"][0]["text"] for x in chunks[:-1]) == want
+        assert streamed_text(s, REPEAT, 20) == want
         st, h, data = s.request("GET", "/metrics")
         m = {ln.split()[0]: float(ln.split()[1]) for ln in data.decode().splitlines()
              if ln and not ln.startswith("#") and len(ln.split()) == 2}

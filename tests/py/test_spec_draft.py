@@ -30,7 +30,7 @@ import make_decoder
 import ragged_ctypes as rc
 from server_util import Server
 from test_spec_decode import (PROMPTS, REPEAT, SPEC, _gguf, check_mixed, check_reference,
-                              mixed_requests)
+                              mixed_requests, streamed_text)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -197,16 +197,7 @@ def test_cli_and_serve_draft_model(tmp_path, models):
         want = out["choices"][0]["text"]
         with ragged.Generator(path) as g:
             assert g.generate([REPEAT], max_tokens=16)[0]["text"] == want
-        c = s.conn(60)
-        c.request("POST", "/v1/completions", body=json.dumps(
-            {"prompt": REPEAT, "max_tokens": 16, "temperature": 0, "stream": True}),
-            headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        raw = r.read()
-        c.close()
-        assert r.status == 200
-        chunks = [b[len("data: "):] for b in raw.decode().split("\n\n") if b.strip()]
-        assert "".join(json.loads(x)["choices"][0]["text"] for x in chunks[:-1]) == want
+        assert streamed_text(s, REPEAT, 16) == want
         m = _metrics(s)
         assert m["ragged_gen_spec_decode_num_accepted_tokens_total"] > 0
         assert m["ragged_gen_kv_blocks_used"] == 0
