@@ -11,6 +11,11 @@
 - Prompt-lookup speculative decoding (issue 30 item 4), when the build has it: greedy ids with
   drafts equal greedy ids without, on CUDA and against the CPU, drafts accepted and rejected; KV
   blocks back to 0.
+- Draft-model speculative decoding (rg_model_set_draft): the chat decoder cut to its first layer
+  as the target's draft, both on CUDA: greedy ids with the draft equal those without, drafts
+  accepted and rejected, sampled ids seed for seed equal, KV blocks back to 0.
+- GGUF F16 on CUDA (the CPU keeps F16 blocks since issue 30's F16 kernel): greedy ids equal the
+  CPU's with --weights dequantize.
 Exit status 0 when every check passed. Usage: RAGGED_LIB=build/libragged.so python3 tests/gpu/issue30_31.py [OUT.json]"""
 import json
 import os
@@ -108,6 +113,40 @@ if spec:
     print(f"info spec: drafted {dr}, accepted {ac}")
     check("spec: drafts accepted and rejected", 0 < ac < dr, f"drafted {dr} accepted {ac}")
     check("spec: KV blocks in use 0", gpu.kv_blocks_in_use() == 0)
+    # a draft model (--draft-model): the chat decoder cut to its first layer (an early-exit
+    # draft: accepted often, not always), on the same device as the target
+    import shutil
+    from safetensors.numpy import load_file, save_file
+    dd = os.path.join(tempfile.mkdtemp(), "draft")
+    shutil.copytree(d, dd)
+    c1 = json.load(open(os.path.join(dd, "config.json")))
+    nl = c1.get("n_layer", c1.get("num_hidden_layers"))
+    for k in ("n_layer", "num_hidden_layers"):
+        if k in c1:
+            c1[k] = 1
+    json.dump(c1, open(os.path.join(dd, "config.json"), "w"))
+    wd = load_file(os.path.join(d, "model.safetensors"))
+    save_file({k: v for k, v in wd.items()
+               if not any(f"h.{i}." in k for i in range(1, nl))},
+              os.path.join(dd, "model.safetensors"))
+    gd = Generator(d, device=os.environ.get("ISSUE30_31_DEVICE", "cuda"), dtype="fp32",
+                   draft_model=dd)
+    sd = gd.generate(prompts + ["x y z"], max_tokens=40, ignore_eos=True,
+                     num_speculative_tokens=4)
+    base_x = gpu.generate(prompts + ["x y z"], max_tokens=40, ignore_eos=True)
+    check("draft model: CUDA greedy ids with a draft == without", [o["ids"] for o in sd] ==
+          [o["ids"] for o in base_x])
+    dr = sum(o.get("spec_drafted", 0) for o in sd)
+    ac = sum(o.get("spec_accepted", 0) for o in sd)
+    print(f"info draft model: drafted {dr}, accepted {ac}")
+    check("draft model: drafts accepted and rejected", 0 < ac < dr, f"drafted {dr} accepted {ac}")
+    ss = gd.generate("Data:", max_tokens=30, temperature=1.0, seed=11, n=2,
+                     num_speculative_tokens=4)
+    sb = gpu.generate("Data:", max_tokens=30, temperature=1.0, seed=11, n=2)
+    check("draft model: CUDA sampled ids seed for seed == without", [o["ids"] for o in ss] ==
+          [o["ids"] for o in sb])
+    check("draft model: KV blocks in use 0", gd.kv_blocks_in_use() == 0)
+    del gd
 else:
     print("info spec: this build has no speculative decoding")
 try:  # GGUF after issue 30: CUDA keeps the Q8_0 blocks (tests/gpu/issue30_gq.sh: its own checks)
@@ -128,6 +167,14 @@ try:  # GGUF after issue 30: CUDA keeps the Q8_0 blocks (tests/gpu/issue30_gq.sh
     g = gq.generate(ids, max_tokens=16, ignore_eos=True)
     check("GGUF Q8_0: CUDA greedy ids == CPU --weights dequantize", [o["ids"] for o in c] ==
           [o["ids"] for o in g])
+    # F16 GGUF: the CPU keeps F16 blocks since issue 30's F16 kernel (gguf_raw gives F16
+    # tensors); CUDA must still load them (as fp32 here)
+    p16 = str(hf_to_gguf.write(os.path.join(t, "f16.gguf"), cfg, w, f16=True))
+    c16 = Generator(p16, device="cpu", dtype="fp32", weights="dequantize").generate(
+        ids, max_tokens=16, ignore_eos=True)
+    g16 = Generator(p16, device=dev, dtype="fp32").generate(ids, max_tokens=16, ignore_eos=True)
+    check("GGUF F16: CUDA greedy ids == CPU --weights dequantize", [o["ids"] for o in c16] ==
+          [o["ids"] for o in g16])
 except ImportError as e:
     print(f"info GGUF check skipped: {e}")
 print(f"{len(results) - len(fails)} of {len(results)} checks passed")
