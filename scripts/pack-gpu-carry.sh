@@ -30,6 +30,11 @@
 #                  e.g. CTranslate2 for bench/peer/translate_gpu.sh: pip download ctranslate2
 #                  --python-version 3.12 --only-binary=:all: --no-deps); setup-env.sh installs
 #                  each into /tmp/rgwheels and puts it on PYTHONPATH where it is not importable;
+#   CARRY_LLAMA=DIR  llama.cpp's benchmark tools built here by bench/peer/llama_cpp_build.sh DIR
+#                  with CUDA=1 (the toolkit compiles sm_90 without a GPU; the device's 16 cores
+#                  would spend 6 of a call's 10 minutes on it): llama-batched-bench,
+#                  llama-quantize and the shared libraries beside them in DIR/build/bin, as
+#                  llama_cuda.tar.xz (bin/), for bench/peer/gguf_gpu.sh;
 #   CARRY_DNNL=1   add oneDNN (libdnnl + its headers, Debian libdnnl-dev) to deps, for
 #                  bench/kernels/cpu_gemm_libs.sh's library comparison.
 # Usage: scripts/pack-gpu-carry.sh            (then run: carry [".gpu_carry"])
@@ -188,6 +193,16 @@ if [ -n "${CARRY_WHEELS:-}" ]; then
 		[ -f "$w" ] || die "CARRY_WHEELS: $w not found"
 		cp "$w" "$STAGE/carry/wheels/"
 	done
+fi
+if [ -n "${CARRY_LLAMA:-}" ]; then
+	LB=$CARRY_LLAMA/build/bin
+	[ -x "$LB/llama-batched-bench" ] && [ -x "$LB/llama-quantize" ] ||
+		die "CARRY_LLAMA: no llama-batched-bench / llama-quantize in $LB (bench/peer/llama_cpp_build.sh)"
+	mkdir -p "$STAGE/llama/bin"
+	cp "$LB/llama-batched-bench" "$LB/llama-quantize" "$STAGE/llama/bin/"
+	find "$LB" -maxdepth 1 -name '*.so*' -exec cp -P {} "$STAGE/llama/bin/" \;
+	strip --strip-unneeded "$STAGE"/llama/bin/* 2>/dev/null || true
+	tar -C "$STAGE/llama" -cf - bin | xz -9 -T0 >"$STAGE/carry/llama_cuda.tar.xz"
 fi
 [ -d /usr/share/games/fortunes ] || die "/usr/share/games/fortunes missing (fortunes, fortunes-min)"
 tar -C /usr/share/games/fortunes -cf - . | xz -9 -T0 >"$STAGE/carry/fortunes.tar.xz"

@@ -16,7 +16,7 @@ def permute(w, n_head):
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def write(path, cfg, w, f16=False, tokens=None, eos_id=2, qtype=None):
+def write(path, cfg, w, f16=False, tokens=None, eos_id=2, qtype=None, merges=None):
     """As llama.cpp's convert_hf_to_gguf.py writes LlamaModel / Qwen2Model / Qwen3Model /
     Phi3MiniModel: names, q/k permutation for llama only, Phi-3's LongRoPE factors as tensors
     rope_factors_{short,long}.weight with rope.scaling.original_context_length and
@@ -30,7 +30,9 @@ def write(path, cfg, w, f16=False, tokens=None, eos_id=2, qtype=None):
     package's own quantizer (gguf.quants.quantize), as llama-quantize stores them; 1-D norms
     stay F32. qtype may also be a function of the GGUF tensor name giving each 2-D tensor its
     type (a mix such as llama-quantize's Q4_K_M), None for F32. The K-quants (Q4_K, Q5_K,
-    Q6_K), which the gguf package cannot quantize, go through kquants.py. Returns str(path)."""
+    Q6_K), which the gguf package cannot quantize, go through kquants.py. merges: a non-empty
+    list of BPE merges ("a b") written as tokenizer.ggml.merges (llama.cpp refuses a "gpt2"
+    vocabulary without the key; the gguf package drops an empty array). Returns str(path)."""
     mt = cfg["model_type"]
     arch = mt if mt in ("qwen2", "qwen3", "phi3") else "llama"
     H, heads, kvh = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -65,6 +67,8 @@ def write(path, cfg, w, f16=False, tokens=None, eos_id=2, qtype=None):
     wr.add_tokenizer_pre("gpt2")
     toks = tokens if tokens is not None else [f"t{i}" for i in range(cfg["vocab_size"])]
     wr.add_token_list([t.encode() for t in toks])
+    if merges is not None:
+        wr.add_token_merges(merges)
     wr.add_eos_token_id(eos_id)
     names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
              "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
