@@ -738,8 +738,9 @@ rg_status rg_layer_ffn_swiglu(rg_model *m, int n, const rg_swiglu_w *w, const vo
 	void *inter = m->dec.a[RG_D_INTER], *mlp = m->dec.a[RG_D_MLP];
 	rg_status s;
 
-	if ((s = rg_op_gemm(m->be, x, w->gate_up_w, inter, n, 2 * I, H)) != RG_OK ||
-	    (s = rg_op_act_mul(m->be, inter, n, I, RG_ACT_SILU, mlp)) != RG_OK)
+	if ((s = rg_op_gemm(m->be, x, w->gate_up_w, inter, n, 2 * I, H)) != RG_OK)
 		return s;
-	return rg_op_gemm(m->be, mlp, w->down_w, out, n, H, I);
+	/* SiLU(gate) * up folded into the down projection's loads where the backend can (CUDA
+	 * decode rows), else act_mul into mlp, then the GEMM */
+	return rg_op_act_mul_gemm(m->be, inter, w->down_w, out, n, H, I, RG_ACT_SILU, mlp);
 }

@@ -111,6 +111,10 @@ typedef struct rg_backend_ops {
 				   void *k_cache, void *v_cache, int64_t n_slots);
 	rg_status (*act_mul)(rg_backend_ctx *c, rg_dtype dt, const void *x, int M, int N,
 			     rg_act act, void *out);
+	/* rg_op_act_mul_gemm fused; NULL, or *done = false with RG_OK, where the backend does
+	 * not fuse the shape (the caller runs act_mul, then gemm) */
+	rg_status (*act_mul_gemm)(rg_backend_ctx *c, rg_dtype dt, const void *x, const void *W,
+				  void *out, int M, int N, int K, rg_act act, bool *done);
 	rg_status (*kv_write)(rg_backend_ctx *c, rg_dtype dt, const void *k, const void *v, int ld,
 			      const int32_t *slots, int n_tokens, int kv_dim, void *k_cache,
 			      void *v_cache, int64_t n_slots);

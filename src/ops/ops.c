@@ -583,6 +583,29 @@ rg_status rg_op_act_mul(rg_backend *be, const void *x, int M, int N, rg_act act,
 	return note(be, be->ops->act_mul(be->ctx, be->dt, x, M, N, act, out));
 }
 
+rg_status rg_op_act_mul_gemm(rg_backend *be, const void *x, const void *W, void *out, int M,
+			     int N, int K, rg_act act, void *scratch)
+{
+	rg_status s;
+
+	if (M < 0 || N <= 0 || K <= 0 || (unsigned)act > RG_ACT_SILU || !x || !W || !out ||
+	    !scratch)
+		return note(be, rg_errorf(RG_ERR_INVALID_INPUT, "act_mul_gemm: bad shape M=%d N=%d "
+					  "K=%d or activation %d", M, N, K, (int)act));
+	if (M == 0)
+		return RG_OK;
+	if (be->ops->act_mul_gemm) {
+		bool done = false;
+
+		s = be->ops->act_mul_gemm(be->ctx, be->dt, x, W, out, M, N, K, act, &done);
+		if (s != RG_OK || done)
+			return note(be, s);
+	}
+	if ((s = rg_op_act_mul(be, x, M, K, act, scratch)) != RG_OK)
+		return s;
+	return rg_op_gemm(be, scratch, W, out, M, N, K);
+}
+
 rg_status rg_op_kv_write(rg_backend *be, const void *k, const void *v, int ld,
 			 const int32_t *slots, int n_tokens, int kv_dim, void *k_cache,
 			 void *v_cache, int64_t n_slots)

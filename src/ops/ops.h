@@ -391,6 +391,19 @@ rg_status rg_op_rope_kv_write(rg_backend *be, void *qkv, int ld, int n_tokens, i
  * N is a multiple of 16 / sizeof(act) and x, out are 16-byte aligned; silu with __expf. */
 rg_status rg_op_act_mul(rg_backend *be, const void *x, int M, int N, rg_act act, void *out);
 
+/* The down projection of a gated FFN with its gate folded in: out (M, N) act =
+ * (act_fn(x[:, :K]) * x[:, K:2K]) W^T, i.e. rg_op_act_mul(x, M, K, act) into scratch, then
+ * rg_op_gemm(scratch, W, out, M, N, K). x (M, 2K) act; W (N, K) as rg_op_gemm takes it (dense or
+ * a prepared quantized weight); scratch (M, K) act, caller-owned, used only where the backend
+ * does not fuse (its contents are unspecified after the call either way); out (M, N) act.
+ * Fused where the backend can: CUDA decode rows (M <= 16 fp16/bf16 dense, the small-M GEMV; a
+ * GGUF-quantized W on qmv_kernel, M <= 4) read act_fn(gate) * up, rounded to act, straight
+ * from x in the GEMM's loads: one kernel fewer a layer and equal bit for bit to the two calls
+ * (RAGGED_GLU_GEMV=0 turns it off; the fusion of a decode step's "gate/up GEMV with SiLU-mul",
+ * issue 30 item 2). Errors: as rg_op_act_mul and rg_op_gemm. */
+rg_status rg_op_act_mul_gemm(rg_backend *be, const void *x, const void *W, void *out, int M,
+			     int N, int K, rg_act act, void *scratch);
+
 /* Scatter new keys and values into a paged cache: for t < n_tokens,
  *   k_cache[slots[t]] = k[t], v_cache[slots[t]] = v[t]   (kv_dim = n_kv_heads * head_dim values)
  * k, v: n_tokens rows of kv_dim act with row stride ld (column blocks of a fused QKV output);

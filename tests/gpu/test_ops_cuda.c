@@ -71,6 +71,7 @@
 
 #include "core/error.h"
 #include "core/gguf.h"
+#include "core/tuning.h"
 #include "ops/ops.h"
 #include "ops/cuda/attention_wgmma.cuh"
 #include "ops/cuda/gemv.cuh"
@@ -1099,6 +1100,106 @@ static void test_qgemm_all(rg_dtype dt)
 		}
 	}
 	test_qgemm_errors(dt);
+}
+
+/* ---- the gated FFN's down projection with its gate folded in (rg_op_act_mul_gemm) ----
+ * x (M, 2K) random, W dense (type < 0) or random blocks of a GGUF type; the fused call
+ * (RAGGED_GLU_GEMV on: the small-M GEMV, or qmv_kernel, reading silu(gate) * up from x) must
+ * equal the unfused one (RAGGED_GLU_GEMV=0: act_mul into the scratch, then the GEMM) byte for
+ * byte, since both multiply the same act-rounded values in the same order; a dense W is also
+ * checked against the CPU backend at the dtype's tolerance. M up to 17 (17: no small-M path,
+ * unfused either way), both ways also inside a CUDA graph for M = 4. */
+static void check_bitwise_equal(const char *name, rg_dtype dt, const void *batched_d,
+				const void *alone_d, size_t n_elem, const char *label);
+
+static void test_act_mul_gemm(rg_dtype dt, int type, int M, int N, int K, rg_act act)
+{
+	const size_t es = rg_dtype_size(dt);
+	char name[48];
+	float *X, *W = NULL;
+	unsigned char *qh = NULL;
+	size_t qbytes = 0;
+	double a, r;
+
+	tol_for(dt, &a, &r);
+	snprintf(name, sizeof(name), "act_mul_gemm %s %s", type < 0 ? "dense" : qname(type),
+		 rg_act_name(act));
+	set_case("%s M=%d N=%d K=%d", type < 0 ? "dense" : qname(type), M, N, K);
+	gbuf gx = gact_rand(dt, (size_t)M * 2 * K, -3, 3, &X);
+	gbuf gw;
+	if (type < 0) {
+		const float ws = 1.7f / sqrtf((float)K);
+		gw = gact_rand(dt, (size_t)N * K, -ws, ws, &W);
+	} else {
+		qh = qblocks_rand(type, N, K, 1.7f / sqrtf((float)K), &W, &qbytes);
+		gw = gqraw(qh, qbytes);
+		if (!op_ok(rg_op_prepare_qweight(g_gpu, gw.p, type, N, K), name, dt,
+			   "rg_op_prepare_qweight"))
+			goto out;
+	}
+	gbuf go = galloc((size_t)M * N * es), go2 = galloc((size_t)M * N * es);
+	gbuf gs = galloc((size_t)M * K * es);
+	rg_status st = rg_op_act_mul_gemm(g_gpu, gx.p, gw.p, go.p, M, N, K, act, gs.p);
+	if (op_ok(st, name, dt, "rg_op_act_mul_gemm")) {
+		(void)rg_tuning_set("RAGGED_GLU_GEMV", "0");
+		st = rg_op_act_mul_gemm(g_gpu, gx.p, gw.p, go2.p, M, N, K, act, gs.p);
+		(void)rg_tuning_set("RAGGED_GLU_GEMV", NULL);
+		if (op_ok(st, "act_mul_gemm fused == unfused", dt, "rg_op_act_mul_gemm (off)"))
+			check_bitwise_equal("act_mul_gemm fused == unfused", dt, go.p, go2.p,
+					    (size_t)M * N, g_case);
+		if (type < 0) {
+			float *ref = nan_host((size_t)M * N), *scr = nan_host((size_t)M * K);
+			float *got = gread(&go, dt, (size_t)M * N);
+			CK(rg_op_act_mul_gemm(g_cpu, X, W, ref, M, N, K, act, scr));
+			compare(name, dt, got, ref, (size_t)M * N, a, r, gguard_check(&go));
+			free(ref);
+			free(scr);
+			free(got);
+		}
+	}
+	if (M == 4) { /* captured and replayed: equal to the eager fused call */
+		rg_graph *g = NULL;
+		const char *op = "act_mul_gemm graph replay";
+		st = rg_backend_capture_begin(g_gpu);
+		if (op_ok(st, op, dt, "rg_backend_capture_begin")) {
+			rg_status st2 = rg_op_act_mul_gemm(g_gpu, gx.p, gw.p, go2.p, M, N, K, act,
+							   gs.p);
+			st = rg_backend_capture_end(g_gpu, &g);
+			if (op_ok(st2, op, dt, "rg_op_act_mul_gemm (capture)") &&
+			    op_ok(st, op, dt, "rg_backend_capture_end") &&
+			    op_ok(rg_backend_graph_launch(g_gpu, g), op, dt,
+				  "rg_backend_graph_launch")) {
+				CK(rg_backend_sync(g_gpu));
+				check_bitwise_equal(op, dt, go.p, go2.p, (size_t)M * N, g_case);
+			}
+			rg_backend_graph_free(g_gpu, g);
+		}
+	}
+	gfree(&go); gfree(&go2); gfree(&gs);
+out:
+	g_case[0] = 0;
+	free(X); free(W); free(qh);
+	gfree(&gx); gfree(&gw);
+}
+
+static void test_act_mul_gemm_all(rg_dtype dt)
+{
+	static const int ms[] = { 1, 2, 3, 4, 8, 9, 16, 17 };
+	static const int shp[][2] = { { 576, 1536 }, { 2048, 8192 }, { 768, 3072 }, { 40, 64 } };
+	static const int types[] = { -1, RG_GGUF_Q8_0, RG_GGUF_Q4_0, RG_GGUF_Q4_1, RG_GGUF_Q4_K,
+				     RG_GGUF_Q6_K };
+
+	if (dt == RG_DTYPE_F32)
+		return;
+	for (int ti = 0; ti < 6; ti++)
+		for (int i = 0; i < (g_quick ? 3 : 8); i++)
+			for (int j = 0; j < 4; j++) {
+				const int N = shp[j][0], K = shp[j][1];
+				if (types[ti] >= 0 && qtype_k(types[ti]) && K % 256)
+					continue;
+				test_act_mul_gemm(dt, types[ti], ms[i], N, K,
+						  j == 3 ? RG_ACT_GELU_NEW : RG_ACT_SILU);
+			}
 }
 
 static void test_bias_act(rg_dtype dt, const batch *b, rg_act act)
@@ -2175,6 +2276,7 @@ int main(int argc, char **argv)
 		g_dt = dt;
 		if (g_qgemm_only) {
 			test_qgemm_all(dt);
+			test_act_mul_gemm_all(dt);
 			rg_backend_free(g_gpu);
 			g_gpu = NULL;
 			continue;
@@ -2201,8 +2303,10 @@ int main(int argc, char **argv)
 		/* decode-step GEMMs (fp32 has no small-M kernel: its GEMMs are the ones below) */
 		if (dt != RG_DTYPE_F32)
 			test_small_m_all(dt);
-		if (!g_no_gemm)
+		if (!g_no_gemm) {
 			test_qgemm_all(dt);
+			test_act_mul_gemm_all(dt);
+		}
 		if (g_small_m_only) {
 			rg_backend_free(g_gpu);
 			g_gpu = NULL;

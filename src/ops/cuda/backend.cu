@@ -463,6 +463,7 @@ static rg_backend_ops make_cuda_ops(void)
 	t.qk_norm = rg_cuda_qk_norm;
 	t.rope_kv_write = rg_cuda_rope_kv_write;
 	t.act_mul = rg_cuda_act_mul;
+	t.act_mul_gemm = rg_cuda_act_mul_gemm;
 	t.kv_write = rg_cuda_kv_write;
 	t.paged_attention = rg_cuda_paged_attention;
 	t.copy_blocks = rg_cuda_copy_blocks;

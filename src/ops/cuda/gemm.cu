@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tuning.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemv.cuh"
 #include "ops/cuda/qgemv.cuh"
@@ -423,6 +424,36 @@ extern "C" rg_status rg_cuda_gemm_bias_act(rg_cuda_ctx *ctx, rg_dtype dt, const 
 					   rg_act act)
 {
 	return gemm_run((rg_cuda_ctx *)ctx, dt, A, W, bias, out, M, N, K, act);
+}
+
+/* rg_op_act_mul_gemm on CUDA (ops.h): decode rows fused into the GEMM's loads of its input
+ * (rg_cuda_qgemm_glu for a quantized W, rg_cuda_gemv_glu for a dense one), else *done = false
+ * (the caller runs act_mul, then the GEMM: prefill, fp32, a misaligned x, RAGGED_GLU_GEMV=0). */
+extern "C" rg_status rg_cuda_act_mul_gemm(rg_cuda_ctx *ctx, rg_dtype dt, const void *x,
+					  const void *W, void *out, int M, int N, int K, rg_act act,
+					  bool *done)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	rg_status st;
+
+	*done = false;
+	if (dt != RG_DTYPE_F16 && dt != RG_DTYPE_BF16)
+		return RG_OK;
+	if ((st = rg_cuda_enter(c)) != RG_OK)
+		return st;
+	if (!rg_tuning_bool(RG_TUNE_GLU_GEMV))
+		return RG_OK;
+	if (c->qw_n) {
+		bool quantized;
+
+		st = rg_cuda_qgemm_glu(c, dt, x, W, out, M, N, K, act, &quantized, done);
+		if (st != RG_OK || quantized)
+			return st;
+	}
+	if (!rg_cuda_gemv_ok(dt, x, W, M, N, K))
+		return RG_OK;
+	*done = true;
+	return rg_cuda_gemv_glu(c, dt, x, W, out, M, N, K, act);
 }
 
 /* Largest power of two (<= 256) dividing n bytes (n > 0). */

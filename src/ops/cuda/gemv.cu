@@ -122,19 +122,42 @@ __device__ __forceinline__ void gemv_store(T *__restrict__ out, int row, int col
 		o[1] = rg_from_f<T>(v1);
 }
 
-/* U steps of one warp's share of K: this lane's 16-byte pieces of W and of A's rows g, g + 8. */
-template <int U> struct gemv_batch {
+/* U steps of one warp's share of K: this lane's 16-byte pieces of W and of A's rows g, g + 8;
+ * with GLU also the pieces of the "up" halves (u0, u1) that multiply act(gate) (x0, x1). */
+template <int U, bool GLU> struct gemv_batch {
 	uint4 w[U], x0[U], x1[U];
+	uint4 u0[GLU ? U : 1], u1[GLU ? U : 1];
 };
+
+/* The SwiGLU input of a down projection, 8 values at a time: act(g) * u per element, computed in
+ * fp32 and rounded once to T, as act_mul_kernel (decoder_ops.cu) rounds what it stores, so the
+ * fused GEMM multiplies exactly the values the unfused one reads. */
+template <typename T>
+__device__ __forceinline__ uint4 gemv_glu8(uint4 g, uint4 u, rg_act act)
+{
+	union { uint4 v; T e[8]; } gg, uu, o;
+
+	gg.v = g;
+	uu.v = u;
+#pragma unroll
+	for (int k = 0; k < 8; k++) {
+		const float gv = rg_to_f(gg.e[k]);
+		o.e[k] = rg_from_f<T>((act == RG_ACT_SILU ? gv / (1.f + __expf(-gv))
+							  : rg_act_apply(gv, act)) *
+				      rg_to_f(uu.e[k]));
+	}
+	return o.v;
+}
 
 /* Load the batch of steps s0, s0 + warps, ... (s0 + (U - 1) warps). Rows past N (of W) or M (of
  * A) read row 0 instead (the callers' pointers): a garbage row of W only reaches its own output
  * column and a garbage row of A its own output row, neither stored. k past K read offset 0 and
  * are zeroed by gemv_batch_mma. No load is predicated: ptxas schedules a predicated load next to
  * its use. */
-template <bool M16, int U>
-__device__ __forceinline__ void gemv_batch_load(gemv_batch<U> &b, const void *wp, const void *ap0,
-						const void *ap1, int s0, int warps, int t, int K)
+template <bool M16, int U, bool GLU>
+__device__ __forceinline__ void gemv_batch_load(gemv_batch<U, GLU> &b, const void *wp,
+						const void *ap0, const void *ap1, int s0, int warps,
+						int t, int K)
 {
 #pragma unroll
 	for (int u = 0; u < U; u++) {
@@ -144,17 +167,28 @@ __device__ __forceinline__ void gemv_batch_load(gemv_batch<U> &b, const void *wp
 		b.x0[u] = __ldg((const uint4 *)((const char *)ap0 + off));
 		b.x1[u] = M16 ? __ldg((const uint4 *)((const char *)ap1 + off))
 			      : make_uint4(0u, 0u, 0u, 0u);
+		if (GLU) { /* the up half: K elements further along the row */
+			const size_t uo = off + (size_t)K * 2;
+			b.u0[u] = __ldg((const uint4 *)((const char *)ap0 + uo));
+			b.u1[u] = M16 ? __ldg((const uint4 *)((const char *)ap1 + uo))
+				      : make_uint4(0u, 0u, 0u, 0u);
+		}
 	}
 }
 
-template <typename T, int U>
-__device__ __forceinline__ void gemv_batch_mma(float (&c)[4], gemv_batch<U> &b, int s0, int warps,
-					       int t, int K)
+template <typename T, int U, bool GLU, bool M16>
+__device__ __forceinline__ void gemv_batch_mma(float (&c)[4], gemv_batch<U, GLU> &b, int s0,
+					       int warps, int t, int K, rg_act act)
 {
 #pragma unroll
 	for (int u = 0; u < U; u++) {
 		if ((s0 + u * warps) * 32 + 8 * t >= K)
 			b.w[u] = b.x0[u] = b.x1[u] = make_uint4(0u, 0u, 0u, 0u);
+		else if (GLU) {
+			b.x0[u] = gemv_glu8<T>(b.x0[u], b.u0[u], act);
+			if (M16)
+				b.x1[u] = gemv_glu8<T>(b.x1[u], b.u1[u], act);
+		}
 		gemv_mma<T>(c, b.x0[u].x, b.x1[u].x, b.x0[u].y, b.x1[u].y, b.w[u].x, b.w[u].y);
 		gemv_mma<T>(c, b.x0[u].z, b.x1[u].z, b.x0[u].w, b.x1[u].w, b.w[u].z, b.w[u].w);
 	}
@@ -163,7 +197,10 @@ __device__ __forceinline__ void gemv_batch_mma(float (&c)[4], gemv_batch<U> &b, 
 /* One CTA per 8 columns; blockDim.x = 32 x warps. M16: M > 8 (a second A row per lane). U steps
  * per batch, two batches in flight: batch i + 1 is loaded before batch i's mma, inside the loop,
  * so that ptxas cannot sink the loads to their uses (up to 2 U x 16 bytes of W per thread). */
-template <typename T, bool M16, int U>
+/* GLU: A is (M, 2K), each row's gate half [0, K) and up half [K, 2K), and the GEMM multiplies
+ * glu_act(gate) * up (rounded to T) by W; glu_act is the act argument and no activation is
+ * applied to the output (rg_cuda_gemv_glu). */
+template <typename T, bool M16, int U, bool GLU>
 __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)
 gemv_kernel(const T *__restrict__ A, const T *__restrict__ W, const T *__restrict__ bias,
 	    T *__restrict__ out, int M, int N, int K, rg_act act, bool pair)
@@ -174,18 +211,20 @@ gemv_kernel(const T *__restrict__ A, const T *__restrict__ W, const T *__restric
 	const int n0 = blockIdx.x * 8, steps = (K + 31) >> 5;
 	const bool a0_ok = g < M, a1_ok = M16 && g + 8 < M;
 	const T *wp = W + (size_t)(n0 + g < N ? n0 + g : 0) * K;
-	const T *ap0 = A + (size_t)(a0_ok ? g : 0) * K;
-	const T *ap1 = A + (size_t)(a1_ok ? g + 8 : 0) * K;
+	const size_t lda = GLU ? 2 * (size_t)K : (size_t)K;
+	const T *ap0 = A + (size_t)(a0_ok ? g : 0) * lda;
+	const T *ap1 = A + (size_t)(a1_ok ? g + 8 : 0) * lda;
+	const rg_act out_act = GLU ? RG_ACT_NONE : act;
 	float c[4] = {0.f, 0.f, 0.f, 0.f};
-	gemv_batch<U> cur, nxt;
+	gemv_batch<U, GLU> cur, nxt;
 
 	rg_pdl_wait(); /* A comes from the kernel just before (programmatic launch) */
-	gemv_batch_load<M16, U>(cur, wp, ap0, ap1, warp, warps, t, K);
+	gemv_batch_load<M16, U, GLU>(cur, wp, ap0, ap1, warp, warps, t, K);
 	for (int s0 = warp; s0 < steps; s0 += U * warps) {
 		const int s1 = s0 + U * warps;
 		if (s1 < steps)
-			gemv_batch_load<M16, U>(nxt, wp, ap0, ap1, s1, warps, t, K);
-		gemv_batch_mma<T, U>(c, cur, s0, warps, t, K);
+			gemv_batch_load<M16, U, GLU>(nxt, wp, ap0, ap1, s1, warps, t, K);
+		gemv_batch_mma<T, U, GLU, M16>(c, cur, s0, warps, t, K, act);
 		cur = nxt;
 	}
 	if (warps > 1) {
@@ -211,11 +250,11 @@ gemv_kernel(const T *__restrict__ A, const T *__restrict__ W, const T *__restric
 			b1 = rg_to_f(bias[col + 1]);
 	}
 	if (a0_ok)
-		gemv_store(out, g, col, N, pair, rg_act_apply(c[0] + b0, act),
-			   rg_act_apply(c[1] + b1, act));
+		gemv_store(out, g, col, N, pair, rg_act_apply(c[0] + b0, out_act),
+			   rg_act_apply(c[1] + b1, out_act));
 	if (a1_ok)
-		gemv_store(out, g + 8, col, N, pair, rg_act_apply(c[2] + b0, act),
-			   rg_act_apply(c[3] + b1, act));
+		gemv_store(out, g + 8, col, N, pair, rg_act_apply(c[2] + b0, out_act),
+			   rg_act_apply(c[3] + b1, out_act));
 }
 
 /* Warps per CTA and steps per batch, from a sweep of every (warps, unroll) on an H200 (fp16,
@@ -239,7 +278,7 @@ static void gemv_pick(const rg_cuda_ctx *c, int N, int K, int *warps, int *unrol
 	*unroll = g_gemv_unroll ? g_gemv_unroll : 2;
 }
 
-template <typename T>
+template <typename T, bool GLU>
 static cudaError_t gemv_launch(const rg_cuda_ctx *c, const void *A, const void *W, const void *bias,
 			       void *out, int M, int N, int K, rg_act act)
 {
@@ -248,9 +287,11 @@ static cudaError_t gemv_launch(const rg_cuda_ctx *c, const void *A, const void *
 	const dim3 grid((unsigned)((N + 7) / 8));
 
 	gemv_pick(c, N, K, &warps, &unroll);
-#define GEMV_LAUNCH(M16, U)                                                                      \
-	rg_launch(c, gemv_kernel<T, M16, U>, grid, dim3(32 * warps), 0, (const T *)A, (const T *)W, \
-		  (const T *)bias, (T *)out, M, N, K, act, pair)
+	if (GLU && unroll == 4 && M > 8)
+		unroll = 2; /* the up halves double A's registers: batches of 4 would spill */
+#define GEMV_LAUNCH(M16, U)                                                                    \
+	rg_launch(c, gemv_kernel<T, M16, U, GLU>, grid, dim3(32 * warps), 0, (const T *)A,       \
+		  (const T *)W, (const T *)bias, (T *)out, M, N, K, act, pair)
 	if (M > 8)
 		return unroll == 2 ? GEMV_LAUNCH(true, 2) : GEMV_LAUNCH(true, 4);
 	return unroll == 2 ? GEMV_LAUNCH(false, 2) : GEMV_LAUNCH(false, 4);
@@ -264,10 +305,25 @@ extern "C" rg_status rg_cuda_gemv(rg_cuda_ctx *ctx, rg_dtype dt, const void *A, 
 	cudaError_t e;
 
 	if (dt == RG_DTYPE_F16)
-		e = gemv_launch<__half>(c, A, W, bias, out, M, N, K, act);
+		e = gemv_launch<__half, false>(c, A, W, bias, out, M, N, K, act);
 	else
-		e = gemv_launch<__nv_bfloat16>(c, A, W, bias, out, M, N, K, act);
+		e = gemv_launch<__nv_bfloat16, false>(c, A, W, bias, out, M, N, K, act);
 	if (e != cudaSuccess)
 		return rg_cuda_err(e, "launch of gemv_kernel");
 	return rg_cuda_launch_check("gemv_kernel");
+}
+
+extern "C" rg_status rg_cuda_gemv_glu(rg_cuda_ctx *ctx, rg_dtype dt, const void *x, const void *W,
+				      void *out, int M, int N, int K, rg_act act)
+{
+	const rg_cuda_ctx *c = (const rg_cuda_ctx *)ctx;
+	cudaError_t e;
+
+	if (dt == RG_DTYPE_F16)
+		e = gemv_launch<__half, true>(c, x, W, NULL, out, M, N, K, act);
+	else
+		e = gemv_launch<__nv_bfloat16, true>(c, x, W, NULL, out, M, N, K, act);
+	if (e != cudaSuccess)
+		return rg_cuda_err(e, "launch of gemv_kernel (GLU input)");
+	return rg_cuda_launch_check("gemv_kernel (GLU input)");
 }

@@ -26,6 +26,16 @@ bool rg_cuda_gemv_ok(rg_dtype dt, const void *A, const void *W, int M, int N, in
 rg_status rg_cuda_gemv(rg_cuda_ctx *c, rg_dtype dt, const void *A, const void *W, const void *bias,
 		       void *out, int M, int N, int K, rg_act act);
 
+/* out (M, N) act = (glu_act(x[:, :K]) * x[:, K:]) x W^T: the down projection of a gated MLP
+ * (SwiGLU: glu_act SILU) with its act_mul folded into the GEMM's loads of A. x (M, 2K) act, row
+ * stride 2K; W (N, K) act; no bias, no output activation. The input values are rounded to act
+ * before the products, exactly as rg_op_act_mul stores them, so the result equals rg_op_act_mul
+ * then rg_cuda_gemv bit for bit; one kernel instead of two, and no (M, K) intermediate. For
+ * problems rg_cuda_gemv_ok(dt, x, W, M, N, K) accepts (K % 8 == 0 also keeps the up half
+ * 16-byte aligned). The caller has made the device current; RG_ERR_CUDA on launch failure. */
+rg_status rg_cuda_gemv_glu(rg_cuda_ctx *c, rg_dtype dt, const void *x, const void *W, void *out,
+			   int M, int N, int K, rg_act act);
+
 /* Test and bench hook, process-wide: on = false sends every GEMM to cuBLASLt (as RAGGED_GEMV=0,
  * read at the first GEMM, does); warps (4, 8 or 16 per CTA) and unroll (2 or 4 steps of 32 k per
  * batch, two batches in flight) override the launcher's choice, 0 = its own. Not thread-safe against

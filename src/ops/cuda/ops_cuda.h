@@ -90,6 +90,8 @@ rg_status rg_cuda_rope_kv_write(rg_cuda_ctx *c, rg_dtype dt, void *qkv, int ld, 
 				void *v_cache, int64_t n_slots);
 rg_status rg_cuda_act_mul(rg_cuda_ctx *c, rg_dtype dt, const void *x, int M, int N, rg_act act,
 			  void *out);
+rg_status rg_cuda_act_mul_gemm(rg_cuda_ctx *c, rg_dtype dt, const void *x, const void *W,
+			       void *out, int M, int N, int K, rg_act act, bool *done);
 rg_status rg_cuda_kv_write(rg_cuda_ctx *c, rg_dtype dt, const void *k, const void *v, int ld,
 			   const int32_t *slots, int n_tokens, int kv_dim, void *k_cache,
 			   void *v_cache, int64_t n_slots);

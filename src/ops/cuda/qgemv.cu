@@ -848,8 +848,10 @@ template <int MT> struct qmv_do<RG_GGUF_Q6_K, MT> {
 };
 
 /* One CTA per R rows of W, QMV_THREADS threads; dynamic shared memory: MT x K int8 of A and
- * MT x K / 32 float2 (d, s). */
-template <typename T, int QT, int MT>
+ * MT x K / 32 float2 (d, s). GLU: A is (M, 2K), gate half then up half, and the values quantized
+ * are glu_act(gate) * up rounded to T (act is glu_act; no output activation, no bias):
+ * rg_cuda_qgemm_glu, bit-identical to rg_op_act_mul then the plain call. */
+template <typename T, int QT, int MT, bool GLU>
 __global__ void __launch_bounds__(QMV_THREADS)
 qmv_kernel(const T *__restrict__ A, const char *__restrict__ W, const T *__restrict__ bias,
 	   T *__restrict__ out, int M, int N, int K, int R, rg_act act)
@@ -874,18 +876,26 @@ qmv_kernel(const T *__restrict__ A, const char *__restrict__ W, const T *__restr
 	rg_pdl_wait(); /* A comes from the kernel just before */
 	for (int i = tid; i < M * kblocks; i += QMV_THREADS) { /* A's q8_1 blocks */
 		const int m = i / kblocks, kb = i - m * kblocks;
-		const uint2 *ap = (const uint2 *)(A + (size_t)m * K + 32 * kb);
+		const uint2 *ap = (const uint2 *)(A + (size_t)m * (GLU ? 2 * K : K) + 32 * kb);
 		float v[32], amax = 0.f, id, dd;
 		int sum = 0;
 		uint32_t *qo = (uint32_t *)(qa + (size_t)m * K + 32 * kb);
 
 #pragma unroll
 		for (int e = 0; e < 8; e++) {
-			union { uint2 u; T t[4]; } x;
+			union { uint2 u; T t[4]; } x, up;
 			x.u = __ldg(ap + e);
+			if (GLU)
+				up.u = __ldg(ap + K / 4 + e); /* K values further: the up half */
 #pragma unroll
 			for (int k = 0; k < 4; k++) {
-				v[4 * e + k] = rg_to_f(x.t[k]);
+				float f = rg_to_f(x.t[k]);
+				if (GLU) /* as act_mul_kernel stores it: rounded to T */
+					f = rg_to_f(rg_from_f<T>(
+						(act == RG_ACT_SILU ? f / (1.f + __expf(-f))
+								    : rg_act_apply(f, act)) *
+						rg_to_f(up.t[k])));
+				v[4 * e + k] = f;
 				amax = fmaxf(amax, fabsf(v[4 * e + k]));
 			}
 		}
@@ -921,8 +931,8 @@ qmv_kernel(const T *__restrict__ A, const char *__restrict__ W, const T *__restr
 			const float v = rg_warp_sum(acc[m]); /* a fixed order: deterministic */
 			if (m < M && lane == 0) {
 				const int n = n0 + r;
-				out[(size_t)m * N + n] = rg_from_f<T>(
-					rg_act_apply(v + (bias ? rg_to_f(bias[n]) : 0.f), act));
+				out[(size_t)m * N + n] = rg_from_f<T>(rg_act_apply(
+					v + (bias ? rg_to_f(bias[n]) : 0.f), GLU ? RG_ACT_NONE : act));
 			}
 		}
 	}
@@ -943,34 +953,34 @@ static bool qmv_shape(const rg_cuda_ctx *c, int type, int M, int N, int K, int *
 	return *smem <= QMV_MAX_SMEM;
 }
 
-template <typename T, int QT, int MT>
+template <typename T, int QT, int MT, bool GLU>
 static cudaError_t qmv_launch_mt(const rg_cuda_ctx *c, const void *A, const void *W,
 				 const void *bias, void *out, int M, int N, int K, rg_act act,
 				 int R, size_t smem)
 {
-	return rg_launch(c, qmv_kernel<T, QT, MT>, dim3((unsigned)((N + R - 1) / R)),
+	return rg_launch(c, qmv_kernel<T, QT, MT, GLU>, dim3((unsigned)((N + R - 1) / R)),
 			 dim3(QMV_THREADS), smem, (const T *)A, (const char *)W, (const T *)bias,
 			 (T *)out, M, N, K, R, act);
 }
 
-template <typename T, int QT>
+template <typename T, int QT, bool GLU>
 static cudaError_t qmv_launch_t(const rg_cuda_ctx *c, const void *A, const void *W,
 				const void *bias, void *out, int M, int N, int K, rg_act act, int R,
 				size_t smem)
 {
 	if (M <= 1)
-		return qmv_launch_mt<T, QT, 1>(c, A, W, bias, out, M, N, K, act, R, smem);
+		return qmv_launch_mt<T, QT, 1, GLU>(c, A, W, bias, out, M, N, K, act, R, smem);
 	if (M <= 2)
-		return qmv_launch_mt<T, QT, 2>(c, A, W, bias, out, M, N, K, act, R, smem);
-	return qmv_launch_mt<T, QT, 4>(c, A, W, bias, out, M, N, K, act, R, smem);
+		return qmv_launch_mt<T, QT, 2, GLU>(c, A, W, bias, out, M, N, K, act, R, smem);
+	return qmv_launch_mt<T, QT, 4, GLU>(c, A, W, bias, out, M, N, K, act, R, smem);
 }
 
-template <typename T>
+template <typename T, bool GLU = false>
 static cudaError_t qmv_dispatch(const rg_cuda_ctx *c, int type, const void *A, const void *W,
 				const void *bias, void *out, int M, int N, int K, rg_act act, int R,
 				size_t smem)
 {
-#define QMV_T(QT) qmv_launch_t<T, QT>(c, A, W, bias, out, M, N, K, act, R, smem)
+#define QMV_T(QT) qmv_launch_t<T, QT, GLU>(c, A, W, bias, out, M, N, K, act, R, smem)
 	switch (type) {
 	case RG_GGUF_Q8_0: return QMV_T(RG_GGUF_Q8_0);
 	case RG_GGUF_Q4_0: return QMV_T(RG_GGUF_Q4_0);
@@ -983,15 +993,22 @@ static cudaError_t qmv_dispatch(const rg_cuda_ctx *c, int type, const void *A, c
 
 /* Allow every instantiation QMV_MAX_SMEM of dynamic shared memory (current device; once per
  * device and process; at prepare time, never while capturing). */
+template <typename T, int QT, bool GLU>
+static void qmv_attr_g(void)
+{
+	cudaFuncSetAttribute(qmv_kernel<T, QT, 1, GLU>,
+			     cudaFuncAttributeMaxDynamicSharedMemorySize, QMV_MAX_SMEM);
+	cudaFuncSetAttribute(qmv_kernel<T, QT, 2, GLU>,
+			     cudaFuncAttributeMaxDynamicSharedMemorySize, QMV_MAX_SMEM);
+	cudaFuncSetAttribute(qmv_kernel<T, QT, 4, GLU>,
+			     cudaFuncAttributeMaxDynamicSharedMemorySize, QMV_MAX_SMEM);
+}
+
 template <typename T, int QT>
 static void qmv_attr_t(void)
 {
-	cudaFuncSetAttribute(qmv_kernel<T, QT, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-			     QMV_MAX_SMEM);
-	cudaFuncSetAttribute(qmv_kernel<T, QT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-			     QMV_MAX_SMEM);
-	cudaFuncSetAttribute(qmv_kernel<T, QT, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-			     QMV_MAX_SMEM);
+	qmv_attr_g<T, QT, false>();
+	qmv_attr_g<T, QT, true>();
 }
 
 static void qmv_attrs(int device)
@@ -1034,6 +1051,30 @@ extern "C" bool rg_cuda_qmv_applies(const rg_cuda_ctx *ctx, rg_dtype dt, int typ
 	size_t smem;
 
 	return qmv_takes(ctx, dt, type, A, W, M, N, K, &R, &smem);
+}
+
+extern "C" rg_status rg_cuda_qgemm_glu(rg_cuda_ctx *ctx, rg_dtype dt, const void *x,
+				       const void *W, void *out, int M, int N, int K, rg_act act,
+				       bool *quantized, bool *done)
+{
+	rg_cuda_ctx *c = (rg_cuda_ctx *)ctx;
+	const rg_cuda_qweight *q = qw_find(c, W);
+	cudaError_t e;
+	int R;
+	size_t smem;
+
+	*done = false;
+	*quantized = q != NULL;
+	if (!q || q->N != N || q->K != K || !qmv_takes(c, dt, q->type, x, W, M, N, K, &R, &smem))
+		return RG_OK; /* the caller runs act_mul, then the plain GEMM */
+	e = dt == RG_DTYPE_F16
+		    ? qmv_dispatch<__half, true>(c, q->type, x, W, NULL, out, M, N, K, act, R, smem)
+		    : qmv_dispatch<__nv_bfloat16, true>(c, q->type, x, W, NULL, out, M, N, K, act,
+							R, smem);
+	if (e != cudaSuccess)
+		return rg_cuda_err(e, "launch of qmv_kernel (GLU input)");
+	*done = true;
+	return rg_cuda_launch_check("qmv_kernel (GLU input)");
 }
 
 /* ---- larger M: dequantize into the scratch ---- */

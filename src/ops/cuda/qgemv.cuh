@@ -54,6 +54,17 @@ void rg_cuda_qweight_free_all(rg_cuda_ctx *ctx);
 rg_status rg_cuda_qgemm(rg_cuda_ctx *ctx, rg_dtype dt, const void *A, const void **W,
 			const void *bias, void *out, int M, int N, int K, rg_act act, bool *done);
 
+/* rg_op_act_mul_gemm's quantized half (gemm.cu): when W is a registered quantized weight of
+ * shape (N, K) and qmv_kernel takes the call (rg_cuda_qmv_applies), out (M, N) = (act(x[:, :K]) *
+ * x[:, K:]) x dequant(W)^T on qmv_kernel, the gate folded into its quantization of A (x (M, 2K)
+ * dt, values rounded to dt before the 8-bit rounding, as the unfused pair computes them), and
+ * *done = true; else *done = false and nothing launched. *quantized: whether W is a registered
+ * quantized weight at all (if so and not done, the caller must not treat W as dense). Errors:
+ * RG_ERR_CUDA (launch). */
+rg_status rg_cuda_qgemm_glu(rg_cuda_ctx *ctx, rg_dtype dt, const void *x, const void *W,
+			    void *out, int M, int N, int K, rg_act act, bool *quantized,
+			    bool *done);
+
 /* Test hook, process-wide: on = false sends every quantized GEMM through the dequantize +
  * cuBLASLt path, whatever M. Set it between calls. */
 void rg_cuda_qgemv_set(bool on);
