@@ -67,9 +67,9 @@ static const rg_tuning_def g_rows[RG_TUNE_COUNT] = {
 	BOOL_ROW(RG_TUNE_QMV, "RAGGED_QMV", "1", RG_TUNE_F_LIVE, "src/ops/cuda/qgemv.cu",
 		 "0: GGUF-quantized decode GEMMs of M <= 4 rows on the tensor-core dequantizing "
 		 "kernel instead of the int8 dp4a kernel (read at every call)"),
-	BOOL_ROW(RG_TUNE_GLU_GEMV, "RAGGED_GLU_GEMV", "1", RG_TUNE_F_LIVE, "src/ops/cuda/gemm.cu",
-		 "0: a gated MLP's act_mul as its own kernel before the down projection's decode "
-		 "GEMM instead of folded into that GEMM's loads (read at every call)"),
+	BOOL_ROW(RG_TUNE_GLU_GEMV, "RAGGED_GLU_GEMV", "0", RG_TUNE_F_LIVE, "src/ops/cuda/gemm.cu",
+		 "1: a gated MLP's act_mul folded into the loads of the down projection's decode "
+		 "GEMM instead of its own kernel (not yet run on a GPU; read at every call)"),
 	BOOL_ROW(RG_TUNE_EXACT_GELU, "RAGGED_EXACT_GELU", "0", 0, "src/model/model.c",
 		 "1: exact erf GELU as its own pass after a bias-only GEMM instead of cuBLASLt's "
 		 "tanh-form epilogue (CUDA fp16/bf16)"),

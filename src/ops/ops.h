@@ -399,8 +399,8 @@ rg_status rg_op_act_mul(rg_backend *be, const void *x, int M, int N, rg_act act,
  * Fused where the backend can: CUDA decode rows (M <= 16 fp16/bf16 dense, the small-M GEMV; a
  * GGUF-quantized W on qmv_kernel, M <= 4) read act_fn(gate) * up, rounded to act, straight
  * from x in the GEMM's loads: one kernel fewer a layer and equal bit for bit to the two calls
- * (RAGGED_GLU_GEMV=0 turns it off; the fusion of a decode step's "gate/up GEMV with SiLU-mul",
- * issue 30 item 2). Errors: as rg_op_act_mul and rg_op_gemm. */
+ * (RAGGED_GLU_GEMV=1 turns it on: off by default until it has run on a GPU; the fusion of a
+ * decode step's "gate/up GEMV with SiLU-mul", issue 30 item 2). Errors: as rg_op_act_mul and rg_op_gemm. */
 rg_status rg_op_act_mul_gemm(rg_backend *be, const void *x, const void *W, void *out, int M,
 			     int N, int K, rg_act act, void *scratch);
 

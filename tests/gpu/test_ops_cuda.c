@@ -1104,11 +1104,11 @@ static void test_qgemm_all(rg_dtype dt)
 
 /* ---- the gated FFN's down projection with its gate folded in (rg_op_act_mul_gemm) ----
  * x (M, 2K) random, W dense (type < 0) or random blocks of a GGUF type; the fused call
- * (RAGGED_GLU_GEMV on: the small-M GEMV, or qmv_kernel, reading silu(gate) * up from x) must
- * equal the unfused one (RAGGED_GLU_GEMV=0: act_mul into the scratch, then the GEMM) byte for
- * byte, since both multiply the same act-rounded values in the same order; a dense W is also
- * checked against the CPU backend at the dtype's tolerance. M up to 17 (17: no small-M path,
- * unfused either way), both ways also inside a CUDA graph for M = 4. */
+ * (RAGGED_GLU_GEMV=1, set here: the small-M GEMV, or qmv_kernel, reading silu(gate) * up from
+ * x) must equal the unfused one (RAGGED_GLU_GEMV=0: act_mul into the scratch, then the GEMM)
+ * byte for byte, since both multiply the same act-rounded values in the same order; a dense W
+ * is also checked against the CPU backend at the dtype's tolerance. M up to 17 (17: no small-M
+ * path, unfused either way), both ways also inside a CUDA graph for M = 4. */
 static void check_bitwise_equal(const char *name, rg_dtype dt, const void *batched_d,
 				const void *alone_d, size_t n_elem, const char *label);
 
@@ -1139,11 +1139,12 @@ static void test_act_mul_gemm(rg_dtype dt, int type, int M, int N, int K, rg_act
 	}
 	gbuf go = galloc((size_t)M * N * es), go2 = galloc((size_t)M * N * es);
 	gbuf gs = galloc((size_t)M * K * es);
+	(void)rg_tuning_set("RAGGED_GLU_GEMV", "1"); /* fused (off by default) */
 	rg_status st = rg_op_act_mul_gemm(g_gpu, gx.p, gw.p, go.p, M, N, K, act, gs.p);
 	if (op_ok(st, name, dt, "rg_op_act_mul_gemm")) {
 		(void)rg_tuning_set("RAGGED_GLU_GEMV", "0");
 		st = rg_op_act_mul_gemm(g_gpu, gx.p, gw.p, go2.p, M, N, K, act, gs.p);
-		(void)rg_tuning_set("RAGGED_GLU_GEMV", NULL);
+		(void)rg_tuning_set("RAGGED_GLU_GEMV", "1");
 		if (op_ok(st, "act_mul_gemm fused == unfused", dt, "rg_op_act_mul_gemm (off)"))
 			check_bitwise_equal("act_mul_gemm fused == unfused", dt, go.p, go2.p,
 					    (size_t)M * N, g_case);
@@ -1175,6 +1176,7 @@ static void test_act_mul_gemm(rg_dtype dt, int type, int M, int N, int K, rg_act
 			rg_backend_graph_free(g_gpu, g);
 		}
 	}
+	(void)rg_tuning_set("RAGGED_GLU_GEMV", NULL);
 	gfree(&go); gfree(&go2); gfree(&gs);
 out:
 	g_case[0] = 0;

@@ -428,7 +428,8 @@ extern "C" rg_status rg_cuda_gemm_bias_act(rg_cuda_ctx *ctx, rg_dtype dt, const 
 
 /* rg_op_act_mul_gemm on CUDA (ops.h): decode rows fused into the GEMM's loads of its input
  * (rg_cuda_qgemm_glu for a quantized W, rg_cuda_gemv_glu for a dense one), else *done = false
- * (the caller runs act_mul, then the GEMM: prefill, fp32, a misaligned x, RAGGED_GLU_GEMV=0). */
+ * (the caller runs act_mul, then the GEMM: prefill, fp32, a misaligned x, RAGGED_GLU_GEMV not
+ * 1: off by default until tests/gpu/issue30_glu.sh has run). */
 extern "C" rg_status rg_cuda_act_mul_gemm(rg_cuda_ctx *ctx, rg_dtype dt, const void *x,
 					  const void *W, void *out, int M, int N, int K, rg_act act,
 					  bool *done)
