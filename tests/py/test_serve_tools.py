@@ -298,3 +298,31 @@ def test_mistral_round_trip(client, model_dir):
         {"id": msg.tool_calls[0].id, "type": "function", "function": {
             "arguments": msg.tool_calls[0].function.arguments, "name": "add"}}]}, msgs[-1]]
     assert r2.usage.prompt_tokens == _prompt_tokens(model_dir, ref, TOOLS, MISTRAL3)
+
+
+@pytest.mark.parametrize("method", ["json_schema", "function_calling"])
+def test_langchain_with_structured_output(srv, method):
+    """LangChain's with_structured_output, unmodified: "json_schema" sends the pydantic model as
+    a strict response_format (the openai SDK's parse validates the reply against the model),
+    "function_calling" as a named tool; both are constrained by the grammar, so every reply must
+    come back as a valid instance, for several seeds."""
+    lc = pytest.importorskip("langchain_openai")
+    from typing import Literal
+
+    from pydantic import BaseModel, Field
+
+    class Reading(BaseModel):
+        """A temperature reading."""
+        city: str = Field(max_length=8)
+        unit: Literal["c", "f"]
+        degrees: int = Field(ge=-50, le=60)
+
+    for seed in (1, 2, 3):
+        llm = lc.ChatOpenAI(base_url=f"http://{srv.host}:{srv.port}/v1", api_key="none",
+                            model="tiny-qwen", max_tokens=200, seed=seed, temperature=1.0)
+        out = llm.with_structured_output(Reading, method=method, include_raw=True).invoke(
+            "How warm is it in Paris?")
+        assert out["parsing_error"] is None, (seed, out["raw"])
+        r = out["parsed"]
+        assert isinstance(r, Reading), (seed, out["raw"])
+        assert r.unit in ("c", "f") and -50 <= r.degrees <= 60 and len(r.city) <= 8
