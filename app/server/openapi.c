@@ -39,7 +39,19 @@
 	"alty\":{\"type\":\"number\"},\"deadline_ms\":{\"type\":\"number\",\"description\":\"" \
 	"ragged: time-to-first-token target (ms from arrival); a request that cannot meet it " \
 	"is refused with 429 at once.\"},\"tpot_ms\":{\"type\":\"number\",\"description\":\"r" \
-	"agged: mean time per output token target (ms).\"},\"user\":{\"type\":\"string\"}"
+	"agged: mean time per output token target (ms).\"},\"user\":{\"type\":\"string\"}" \
+	",\"response_format\":{\"type\":\"object\",\"required\":[\"type\"],\"properties\":{\"ty" \
+	"pe\":{\"type\":\"string\",\"enum\":[\"text\",\"json_object\",\"json_schema\"]},\"json_" \
+	"schema\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"schema" \
+	"\":{\"type\":\"object\"},\"strict\":{\"type\":\"boolean\"}}}},\"description\":\"Struct" \
+	"ured output: the reply is constrained to JSON (json_object) or to the schema (json_sch" \
+	"ema); vLLM takes it on completions too.\"},\"structured_outputs\":{\"type\":\"object\"" \
+	",\"properties\":{\"json\":{},\"regex\":{\"type\":\"string\"},\"choice\":{\"type\":\"ar" \
+	"ray\",\"items\":{\"type\":\"string\"}},\"grammar\":{\"type\":\"string\"}},\"descriptio" \
+	"n\":\"vLLM's: one of json (a schema), regex, choice or grammar constrains the output." \
+	"\"},\"guided_json\":{\"description\":\"vLLM's older form of structured_outputs.json.\"" \
+	"},\"guided_regex\":{\"type\":\"string\"},\"guided_choice\":{\"type\":\"array\",\"items" \
+	"\":{\"type\":\"string\"}}"
 
 /* components/schemas: name, JSON schema. A row's "schema" names one. */
 static const struct {
@@ -137,7 +149,13 @@ static const struct {
 	 "\",\"user\",\"assistant\",\"tool\"]},\"content\":{\"oneOf\":[{\"type\":\"string\"},{"
 	 "\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"type\":{\"type\""
 	 ":\"string\",\"enum\":[\"text\"]},\"text\":{\"type\":\"string\"}}}}],\"nullable\":tru"
-	 "e}}},\"minItems\":1},\"max_completion_tokens\":{\"type\":\"integer\"},\"logprobs\":{"
+	 "e}"
+	 ",\"name\":{\"type\":\"string\"},\"tool_call_id\":{\"type\":\"string\"},\"tool_calls\":"
+	 "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\""
+	 "string\"},\"type\":{\"type\":\"string\",\"enum\":[\"function\"]},\"function\":{\"type"
+	 "\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"arguments\":{\"type\":"
+	 "\"string\"}}}}}}"
+	 "}},\"minItems\":1},\"max_completion_tokens\":{\"type\":\"integer\"},\"logprobs\":{"
 	 "\"type\":\"boolean\"},\"top_logprobs\":{\"type\":\"integer\",\"minimum\":0,\"maximum"
 	 "\":20},\"add_generation_prompt\":{\"type\":\"boolean\",\"default\":true},"
 	 "\"continue_final_message\":{\"type\":\"boolean\",\"default\":false,\"description\":"
@@ -146,7 +164,21 @@ static const struct {
 	 "template of a family ragged renders, instead of the model's.\"},"
 	 "\"chat_template_kwargs\":{\"type\":\"object\",\"description\":\"add_generation_prompt "
 	 "and continue_final_message override the fields; another key the template reads: "
-	 "400.\"}}}"},
+	 "400.\"}"
+	 ",\"tools\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"required\":[\"type\","
+	 "\"function\"],\"properties\":{\"type\":{\"type\":\"string\",\"enum\":[\"function\"]},"
+	 "\"function\":{\"type\":\"object\",\"required\":[\"name\"],\"properties\":{\"name\":{\""
+	 "type\":\"string\"},\"description\":{\"type\":\"string\"},\"parameters\":{\"type\":\"ob"
+	 "ject\"},\"strict\":{\"type\":\"boolean\"}}}}},\"description\":\"Functions the model ma"
+	 "y call, rendered by the chat templates that take tools (Qwen2.5 Hermes, Llama 3.1-3.3,"
+	 " Mistral v0.3); another template: 400.\"},\"tool_choice\":{\"oneOf\":[{\"type\":\"stri"
+	 "ng\",\"enum\":[\"none\",\"auto\",\"required\"]},{\"type\":\"object\",\"required\":[\"t"
+	 "ype\",\"function\"],\"properties\":{\"type\":{\"type\":\"string\",\"enum\":[\"function"
+	 "\"]},\"function\":{\"type\":\"object\",\"required\":[\"name\"],\"properties\":{\"name"
+	 "\":{\"type\":\"string\"}}}}}],\"description\":\"required and a named function are cons"
+	 "trained by the grammar, so their arguments parse.\"},\"parallel_tool_calls\":{\"type\""
+	 ":\"boolean\"}"
+	 "}}"},
 	{"TranslateRequest",
 	 "{\"type\":\"object\",\"required\":[\"inputs\"],\"additionalProperties\":false,\"descript"
 	 "ion\":\"Translation by an encoder-decoder model. Only these keys are read; any other is "

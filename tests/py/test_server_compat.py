@@ -559,6 +559,18 @@ def test_openapi_describes_every_route(srv):
             assert st != 404, (path, m)
     st, h, body = srv.request("GET", "/docs")
     assert st == 404
+    # the request schemas name what the OpenAI clients send for structured outputs and tools
+    sch = doc["components"]["schemas"]
+    for name in ("CompletionRequest", "ChatCompletionRequest"):
+        props = sch[name]["properties"]
+        for key in ("response_format", "structured_outputs", "guided_json", "guided_regex",
+                    "guided_choice"):
+            assert key in props, (name, key)
+    chat = sch["ChatCompletionRequest"]["properties"]
+    assert {"tools", "tool_choice", "parallel_tool_calls"} <= set(chat)
+    assert chat["tools"]["items"]["properties"]["function"]["required"] == ["name"]
+    assert {"tool_calls", "tool_call_id", "name"} <= set(chat["messages"]["items"]["properties"])
+    assert "tools" not in sch["CompletionRequest"]["properties"]
 
 
 def test_metrics_route_labels(srv):
