@@ -1409,8 +1409,10 @@ typedef struct rg_chat_opts {
  * content is RG_ERR_INVALID_INPUT ("the final message does not appear..."). (Python's strip
  * also strips non-ASCII white space; here ASCII space, \t, \n, \v, \f and \r only.)
  * o NULL: the defaults of rg_model_chat_encode(add_generation_prompt true, content_as_text
- * false). Errors, ownership and *text / *out as rg_model_chat_encode; RG_ERR_UNSUPPORTED names
- * o->chat_template by its first bytes when it is of no family rendered. */
+ * false). out NULL (text not NULL): the rendered text alone, not tokenized (no tokenizer
+ * needed: rg_model_chat_apply with options; Python's Generator.chat_apply). Errors, ownership
+ * and *text / *out as rg_model_chat_encode; RG_ERR_UNSUPPORTED names o->chat_template by its
+ * first bytes when it is of no family rendered. */
 RG_API rg_status rg_model_chat_encode_opts(const rg_model *m, const rg_chat_message *msgs, int n,
 					   const rg_chat_opts *o, char **text, rg_encoding *out);
 

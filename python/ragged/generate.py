@@ -7,6 +7,7 @@ a ctypes layer over rg_generate (include/ragged.h).
     out[0]["text"], out[0]["ids"], out[0]["finish_reason"]
 """
 import ctypes
+import json
 import os
 import threading
 
@@ -189,6 +190,10 @@ def _bind(l):
                                        ctypes.POINTER(ctypes.c_void_p)]
     l.rg_model_chat_apply.argtypes = [ctypes.c_void_p, ctypes.POINTER(ChatMessage), ctypes.c_int,
                                       ctypes.c_bool, ctypes.POINTER(ctypes.c_void_p)]
+    l.rg_model_chat_encode_opts.argtypes = [ctypes.c_void_p, ctypes.POINTER(ChatMessage),
+                                            ctypes.c_int, ctypes.POINTER(ChatOpts),
+                                            ctypes.POINTER(ctypes.c_void_p),
+                                            ctypes.POINTER(Encoding)]
     l.rg_model_chat_family.argtypes = [ctypes.c_void_p]
     l.rg_encode_params_default.restype = EncodeParams
     l.rg_model_encode.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
@@ -224,6 +229,13 @@ class ChatMessage(ctypes.Structure):
     _fields_ = [("role", ctypes.c_char_p), ("content", ctypes.c_char_p),
                 ("content_len", ctypes.c_size_t), ("tool_calls", ctypes.c_char_p),
                 ("tool_call_id", ctypes.c_char_p)]
+
+
+class ChatOpts(ctypes.Structure):
+    """include/ragged.h rg_chat_opts."""
+    _fields_ = [("add_generation_prompt", ctypes.c_bool),
+                ("continue_final_message", ctypes.c_bool), ("content_as_text", ctypes.c_bool),
+                ("chat_template", ctypes.c_char_p), ("tools", ctypes.c_char_p)]
 
 
 class EncodeParams(ctypes.Structure):
@@ -380,23 +392,48 @@ class Generator:
         finally:
             l.rg_encoding_free(ctypes.byref(e))
 
-    def chat_apply(self, messages, add_generation_prompt=True):
-        """messages (dicts with "role" and "content") as the model's chat template renders them
-        in transformers' apply_chat_template (rg_model_chat_apply). RaggedError for a template
-        ragged does not render, roles the template refuses, ..."""
+    def chat_apply(self, messages, add_generation_prompt=True, tools=None,
+                   continue_final_message=False, chat_template=None):
+        """messages as the model's chat template renders them in transformers'
+        apply_chat_template(messages, tools=tools, add_generation_prompt=...,
+        continue_final_message=...), byte for byte (rg_model_chat_encode_opts): dicts with
+        "role" and "content" (None or absent: empty), an assistant's "tool_calls" (OpenAI's
+        list, its arguments JSON text or a dict) and a tool message's "tool_call_id". tools:
+        OpenAI's list of {"type": "function", "function": {...}} (or None), written where the
+        template writes them (Qwen2.5 Hermes, Llama 3.1+, Mistral v0.3); chat_template: Jinja
+        source of a family ragged renders, instead of the model's. Returns the prompt text (no
+        tokenizer needed: rg_model_chat_encode_opts with out NULL).
+        RaggedError for a template ragged does not render, roles the template refuses, tools
+        a template reads in a form not rendered, ..."""
         from . import _error
         from ._lib import c_free
-        keep = [(m["role"].encode(), m["content"].encode()) for m in messages]
-        arr = (ChatMessage * max(1, len(keep)))(*[ChatMessage(r, c, len(c)) for r, c in keep])
-        out = ctypes.c_void_p()
-        st = lib().rg_model_chat_apply(self._handle(), arr, len(keep),
-                                       bool(add_generation_prompt), ctypes.byref(out))
+        l = lib()
+        keep = []
+        for m in messages:
+            c = (m.get("content") or "").encode()
+            calls = m.get("tool_calls")
+            if calls:
+                calls = [dict(x, function=dict(
+                    x["function"], arguments=x["function"]["arguments"]
+                    if isinstance(x["function"].get("arguments"), str)
+                    else json.dumps(x["function"].get("arguments", {}))))
+                    for x in calls]
+            keep.append((m["role"].encode(), c, json.dumps(calls).encode() if calls else None,
+                         m["tool_call_id"].encode() if m.get("tool_call_id") else None))
+        arr = (ChatMessage * max(1, len(keep)))(*[ChatMessage(r, c, len(c), t, i)
+                                                  for r, c, t, i in keep])
+        o = ChatOpts(bool(add_generation_prompt), bool(continue_final_message), False,
+                     chat_template.encode() if chat_template is not None else None,
+                     json.dumps(tools).encode() if tools else None)
+        text = ctypes.c_void_p()
+        st = l.rg_model_chat_encode_opts(self._handle(), arr, len(keep), ctypes.byref(o),
+                                         ctypes.byref(text), None)
         if st != RG_OK:
             raise _error(st)
         try:
-            return ctypes.string_at(out).decode()
+            return ctypes.string_at(text).decode()
         finally:
-            c_free(out)
+            c_free(text)
 
     def kv_blocks_in_use(self):
         """KV blocks rg_generate holds now (0 between calls)."""

@@ -168,7 +168,7 @@ rg_status rg_model_chat_encode_opts(const rg_model *m, const rg_chat_message *ms
 		*text = NULL;
 	if (out)
 		memset(out, 0, sizeof(*out));
-	if (!msgs || !out)
+	if (!msgs || (!out && !text))
 		return rg_errorf(RG_ERR_INVALID_INPUT, "rg_model_chat_encode: NULL argument");
 	if (!o)
 		o = &dflt;
@@ -182,6 +182,11 @@ rg_status rg_model_chat_encode_opts(const rg_model *m, const rg_chat_message *ms
 	    (s = cut_after_final(chat, &len, msgs[n - 1].content ? msgs[n - 1].content : "",
 				 msgs[n - 1].content_len, spans, &n_spans)) != RG_OK)
 		goto out_free;
+	if (!out) { /* the prompt text alone: no tokenizer needed */
+		*text = chat;
+		chat = NULL;
+		goto out_free;
+	}
 	if (!m->tok) {
 		s = rg_errorf(RG_ERR_UNSUPPORTED, "%s has no tokenizer", m->dir);
 		goto out_free;

@@ -222,6 +222,65 @@ def test_caller_cache_and_chat_template(models, tmp_path):
             g.close()
 
 
+def test_chat_apply_tools(models, tmp_path):
+    """Generator.chat_apply with tools, assistant tool_calls (arguments as JSON text or a dict),
+    tool results, continue_final_message and a chat_template override: equal to jinja2's
+    rendering of the real templates (test_chat_tools.jinja_render, as transformers renders them
+    with tools=), for Qwen2.5's Hermes, Llama 3.3's and Mistral v0.3's tool branches; tools
+    given to a template without tool branches change nothing, as in transformers."""
+    pytest.importorskip("jinja2")
+    import shutil
+    from test_chat_template import TEMPLATES
+    from test_chat_tools import ADD, CHATS, WEATHER, jinja_render
+    d = models["llama_gqa"][0]
+    for fixture, bos, eos in (("Qwen2.5-0.5B-Instruct", "<|endoftext|>", "<|im_end|>"),
+                              ("Llama-3.3-70B-Instruct", "<|begin_of_text|>", "<|eot_id|>"),
+                              ("Mistral-7B-Instruct-v0.3", "<s>", "</s>")):
+        with open(os.path.join(TEMPLATES, fixture + ".jinja"), encoding="utf-8") as f:
+            tmpl = f.read()
+        dd = tmp_path / fixture
+        shutil.copytree(d, dd)
+        (dd / "tokenizer_config.json").write_text(json.dumps({
+            "chat_template": tmpl, "eos_token": eos, "bos_token": bos}))
+        g = ragged.Generator(str(dd), max_batch_tokens=64)
+        try:
+            for chat in CHATS:
+                for tools in (None, [WEATHER, ADD]):
+                    want = jinja_render(tmpl, chat, tools, True, bos, eos)
+                    assert g.chat_apply(chat, tools=tools) == want, (fixture, chat, tools)
+            # arguments given as a dict (as a client may hold them) render the same
+            chat = CHATS[2]
+            as_dict = [dict(m, tool_calls=[dict(c, function=dict(
+                c["function"], arguments=json.loads(c["function"]["arguments"])))
+                for c in m["tool_calls"]]) if m.get("tool_calls") else m for m in chat]
+            assert g.chat_apply(as_dict, tools=[WEATHER]) == \
+                jinja_render(tmpl, chat, [WEATHER], True, bos, eos)
+            with pytest.raises(ragged.RaggedError) as e:  # arguments that are not JSON
+                g.chat_apply([chat[0], dict(chat[1], tool_calls=[dict(
+                    chat[1]["tool_calls"][0], function={"name": "get_weather",
+                                                        "arguments": "{not json"})])],
+                    tools=[WEATHER])
+            assert e.value.status == "RG_ERR_INVALID_INPUT" and "arguments" in e.value.message
+        finally:
+            g.close()
+    # a template without tool branches: tools change nothing; continue_final_message and a
+    # chat_template override, against jinja2 too
+    from test_chat_template import jinja_render as plain_render
+    with open(os.path.join(TEMPLATES, "SmolLM2-135M-Instruct.jinja"), encoding="utf-8") as f:
+        smol = f.read()
+    g = ragged.Generator(d, max_batch_tokens=64)
+    try:
+        chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello, I"}]
+        full = plain_render(smol, chat, False, "<|endoftext|>", "<|im_end|>")
+        assert g.chat_apply(chat[:1], chat_template=smol, tools=[ADD]) == \
+            plain_render(smol, chat[:1], True, "<|endoftext|>", "<|im_end|>")
+        got = g.chat_apply(chat, add_generation_prompt=False, continue_final_message=True,
+                           chat_template=smol)
+        assert got == full[:full.rindex("Hello, I") + len("Hello, I")]
+    finally:
+        g.close()
+
+
 def test_eos_lists(models, tmp_path):
     """eos_token_id as a list (Llama 3 instruct) in config.json and in generation_config.json:
     rg_generate stops at any of them, as HF generate does."""
