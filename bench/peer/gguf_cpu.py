@@ -90,8 +90,12 @@ def run_llama(a, batches):
     for row in rows:
         f = [x.strip() for x in row.strip("|").split("|")]
         # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
-        got[int(f[2])] = {"decode_tok_s": float(f[7]), "total_tok_s": float(f[9]),
-                          "prefill_tok_s": float(f[5])}
+        # S t/s counts the prompt's tokens too ((PP + TG) B / T); total_tok_s here is what
+        # ragged's is, the generated tokens over the whole time: B TG / T (before 2026-12-04
+        # this took S, which put llama.cpp's total 1.25x high at 32 + 128 tokens)
+        b = int(f[2])
+        got[b] = {"decode_tok_s": float(f[7]), "total_tok_s": b * int(f[1]) / float(f[8]),
+                  "prefill_tok_s": float(f[5]), "llama_s_tok_s": float(f[9])}
     return {b: got.get(b, {"error": "no row for this batch"}) for b in batches}
 
 
