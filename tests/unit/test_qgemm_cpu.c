@@ -1,7 +1,8 @@
 /* The CPU's quantized GEMM (src/ops/cpu/qweight.h, qgemm.c): the activation quantizer, the
  * per-type block dot products (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; and F16 weights
  * against f32 rows, test_qgemm_f16) of the generic,
- * AVX2 and AVX-512 tables, and rg_cpu_qgemm over them, against a reference computed here in double
+ * AVX2 and AVX-512 tables (the latter with and without AVX512-VNNI where the CPU has it), and
+ * rg_cpu_qgemm over them, against a reference computed here in double
  * from the weights as dequantized (Q8_0 / Q4_* / Q5_*: by the test itself; K-quants: random bytes
  * with sane fp16 scales, dequantized by src/core/gguf.c's rg_gguf_to_f32, which test_gguf checks
  * bit-for-bit against the gguf package; tests/py/test_gguf_quant.py checks the K-quant GEMM
@@ -675,5 +676,23 @@ int main(void)
 		cmocka_unit_test(test_qweight_registry),
 	};
 
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	int fails = cmocka_run_group_tests(tests, NULL, NULL);
+
+#if defined(__x86_64__) || defined(__i386__)
+	/* a CPU with AVX512-VNNI ran the AVX-512 table's vpdpbusd dots above: once more with
+	 * them off, so that the vpmaddubsw + vpmaddwd flavour (AVX-512 CPUs without VNNI) is
+	 * checked here too */
+	if (have_avx512() && rg_cpu_avx512_vnni(-1)) {
+		const struct CMUnitTest again[] = {
+			cmocka_unit_test(test_qgemm_types),
+			cmocka_unit_test(test_qdot_agree),
+			cmocka_unit_test(test_qdotr_rows),
+		};
+
+		rg_cpu_avx512_vnni(0);
+		fails += cmocka_run_group_tests_name("avx512 without VNNI", again, NULL, NULL);
+		rg_cpu_avx512_vnni(1);
+	}
+#endif
+	return fails;
 }

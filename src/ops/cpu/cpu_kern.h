@@ -148,6 +148,11 @@ RG_HKERN_DECL(generic)
 RG_QKERN_DECL(avx2)
 RG_KQKERN_DECL(avx2)
 RG_KQKERN_DECL(avx512)
+RG_QKERN_DECL(avx512) /* the 32-value dots (its quantizer is the AVX2 one) */
+/* Whether the AVX-512 table's quantized dots use AVX512-VNNI (vpdpbusd): on < 0 asks; 0 / 1
+ * turns it off / on (on only where the CPU has it) and returns the state. Probed once at load;
+ * a test hook (both flavours on one CPU), not thread-safe against running GEMMs. */
+bool rg_cpu_avx512_vnni(int on);
 RG_HKERN_DECL(avx2)
 RG_HKERN_DECL(avx512)
 #endif

@@ -726,6 +726,10 @@ static void KNAME(attn_dec_pv)(const float *p, size_t ldp, int nq, const float *
 	}
 }
 
+/* the 32-value-block dots' instruction set: the quantizer's unless the file names another */
+#ifndef RG_Q32ISA
+#define RG_Q32ISA RG_QISA
+#endif
 const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.isa = RG_ISA_NAME,
 	.vw = VW,
@@ -742,19 +746,19 @@ const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.attn_dec_qk = KNAME(attn_dec_qk),
 	.attn_dec_pv = KNAME(attn_dec_pv),
 	.q8_quant_row = RG_CAT(rg_q8_quant_row_, RG_QISA),
-	.qdot_q8_0 = RG_CAT(rg_qdot_q8_0_, RG_QISA),
-	.qdot_q4_0 = RG_CAT(rg_qdot_q4_0_, RG_QISA),
-	.qdot_q4_1 = RG_CAT(rg_qdot_q4_1_, RG_QISA),
-	.qdot_q5_0 = RG_CAT(rg_qdot_q5_0_, RG_QISA),
-	.qdot_q5_1 = RG_CAT(rg_qdot_q5_1_, RG_QISA),
+	.qdot_q8_0 = RG_CAT(rg_qdot_q8_0_, RG_Q32ISA),
+	.qdot_q4_0 = RG_CAT(rg_qdot_q4_0_, RG_Q32ISA),
+	.qdot_q4_1 = RG_CAT(rg_qdot_q4_1_, RG_Q32ISA),
+	.qdot_q5_0 = RG_CAT(rg_qdot_q5_0_, RG_Q32ISA),
+	.qdot_q5_1 = RG_CAT(rg_qdot_q5_1_, RG_Q32ISA),
 	.qdot_q4_k = RG_CAT(rg_qdot_q4_k_, RG_KQISA),
 	.qdot_q5_k = RG_CAT(rg_qdot_q5_k_, RG_KQISA),
 	.qdot_q6_k = RG_CAT(rg_qdot_q6_k_, RG_KQISA),
-	.qdotr_q8_0 = RG_CAT(rg_qdotr_q8_0_, RG_QISA),
-	.qdotr_q4_0 = RG_CAT(rg_qdotr_q4_0_, RG_QISA),
-	.qdotr_q4_1 = RG_CAT(rg_qdotr_q4_1_, RG_QISA),
-	.qdotr_q5_0 = RG_CAT(rg_qdotr_q5_0_, RG_QISA),
-	.qdotr_q5_1 = RG_CAT(rg_qdotr_q5_1_, RG_QISA),
+	.qdotr_q8_0 = RG_CAT(rg_qdotr_q8_0_, RG_Q32ISA),
+	.qdotr_q4_0 = RG_CAT(rg_qdotr_q4_0_, RG_Q32ISA),
+	.qdotr_q4_1 = RG_CAT(rg_qdotr_q4_1_, RG_Q32ISA),
+	.qdotr_q5_0 = RG_CAT(rg_qdotr_q5_0_, RG_Q32ISA),
+	.qdotr_q5_1 = RG_CAT(rg_qdotr_q5_1_, RG_Q32ISA),
 	.qdotr_q4_k = RG_CAT(rg_qdotr_q4_k_, RG_KQISA),
 	.qdotr_q5_k = RG_CAT(rg_qdotr_q5_k_, RG_KQISA),
 	.qdotr_q6_k = RG_CAT(rg_qdotr_q6_k_, RG_KQISA),

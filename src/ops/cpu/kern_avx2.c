@@ -9,6 +9,7 @@
 #pragma GCC target("avx2,fma,bmi2,f16c")
 
 #include "ops/cpu/cpu_kern.h"
+#include "ops/cpu/qkern_x86.h"
 
 static inline float hsum8(__m256 v)
 {
@@ -19,19 +20,6 @@ static inline float hsum8(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
-static inline float f16(const uint8_t *p)
-{
-	return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8));
-}
-
-/* The 32 nibbles of 16 bytes as bytes 0..15 (low nibbles: values 0..15) and 16..31 (high). */
-static inline __m256i nibbles(const uint8_t *qs)
-{
-	const __m128i b = _mm_loadu_si128((const __m128i *)qs);
-	const __m256i v = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
-
-	return _mm256_and_si256(v, _mm256_set1_epi8(15));
-}
 
 void rg_q8_quant_row_avx2(const float *x, int K, rg_q8a *out)
 {
@@ -190,22 +178,6 @@ QAI void q4_1_blk(const uint8_t *p, const rg_q8a *a, size_t lda, int b, const in
 		  __m256 *acc, float *off)
 {
 	unsigned_rows(nibbles(p + 4), f16(p), f16(p + 2), a, lda, b, R, acc, off);
-}
-
-/* Q5_0 / Q5_1's fifth bits: byte j = 0x10 when bit j of the little-endian u32 at p is set
- * (the u32's byte j / 8 shuffled into byte j, then bit j % 8 tested). */
-static inline __m256i q5_high(const uint8_t *p)
-{
-	uint32_t x;
-	__m256i v;
-	const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-
-	memcpy(&x, p, 4);
-	v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x),
-				_mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2,
-						 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-	v = _mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel);
-	return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
 QAI void q5_0_blk(const uint8_t *p, const rg_q8a *a, size_t lda, int b, const int R,

@@ -1,7 +1,10 @@
 /* kern.h compiled for AVX-512 (F, VL, DQ, BW) with FMA: 16 float32 lanes; and the AVX-512
- * K-quant kernels (qweight.h), two activation blocks per 512-bit vector. The activation
- * quantizer and the Q8_0 / Q4_0 / Q4_1 kernels are the AVX2 ones. AVX512-VNNI is not assumed
- * (the table is chosen on F, VL, DQ, BW): products go through vpmaddubsw / vpmaddwd. */
+ * quantized kernels (qweight.h), two activation blocks per 512-bit vector, for every type: the
+ * 32-value blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and the K-quants (Q4_K, Q5_K, Q6_K), each
+ * weight block decoded once for the R rows of a multi-row dot. The activation quantizer is the
+ * AVX2 one. The table is chosen on F, VL, DQ, BW; where the CPU also has AVX512-VNNI (Ice Lake,
+ * Zen 4 and later), the products go through vpdpbusd (one instruction for vpmaddubsw +
+ * vpmaddwd), chosen once per process (rg_cpu_avx512_vnni). */
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #include <math.h>
@@ -9,11 +12,7 @@
 #pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,fma,avx2,bmi2,f16c")
 
 #include "ops/cpu/cpu_kern.h"
-
-static inline float f16(const uint8_t *p)
-{
-	return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8));
-}
+#include "ops/cpu/qkern_x86.h"
 
 /* [lo | hi] as one 512-bit vector */
 static inline __m512i cat(__m256i lo, __m256i hi)
@@ -40,145 +39,363 @@ static inline __m512i sc2(int sc0, int sc1)
 	return cat(_mm256_set1_epi16((short)sc0), _mm256_set1_epi16((short)sc1));
 }
 
+/* ---- the dots: one always-inlined body per type for R rows (R a constant), with DOT the
+ * unsigned-by-signed byte product (vpdpbusd, or vpmaddubsw + vpmaddwd by ones: pairs fit int16
+ * for every weight range below, |u| <= 128, |a| <= 127), instantiated twice (VNNI or not); the
+ * single-row entry points are the R = 1 instances, so a row's bits do not depend on R. Per row
+ * two fp32 accumulators (even and odd block pairs). Each pair of 32-value blocks: 16 int32
+ * lanes (8 per block), converted, times [d_w0 d_a0 x 8 | d_w1 d_a1 x 8] (the activation scales
+ * broadcast from the rows' blocks, d_w multiplied once per weight pair). */
+#define QAI static inline __attribute__((always_inline))
+
+static bool g_vnni;
+
+__attribute__((constructor)) static void vnni_probe(void)
+{
+	__builtin_cpu_init();
+	g_vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+}
+
+bool rg_cpu_avx512_vnni(int on)
+{
+	static bool probed, have;
+
+	if (!probed) {
+		__builtin_cpu_init();
+		have = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+		probed = true;
+	}
+	if (on >= 0)
+		g_vnni = on && have;
+	return g_vnni;
+}
+
+#define DOT_BW(u, a) _mm512_madd_epi16(_mm512_maddubs_epi16((u), (a)), _mm512_set1_epi16(1))
+#define DOT_VNNI(u, a) _mm512_dpbusd_epi32(_mm512_setzero_si512(), (u), (a))
+
+/* [x0 x 8 | x1 x 8] */
+static inline __m512 pairf(float x0, float x1)
+{
+	return _mm512_mask_broadcastss_ps(_mm512_set1_ps(x0), 0xff00, _mm_set_ss(x1));
+}
+
+/* one pair of 32-value weight blocks, decoded: unsigned bytes u (or |q| with neg the lanes
+ * whose q < 0: the activation is negated there), dw = [d0 x 8 | d1 x 8], and the per-block
+ * offsets m0, m1 times the activation block sums s_a (Q4_0 / Q5_0: -8 d, -16 d, the unsigned
+ * values' bias; Q4_1 / Q5_1: the stored minimum) */
+typedef struct {
+	__m512i u;
+	__mmask64 neg;
+	__m512 dw;
+	float m0, m1;
+} wpair;
+
+/* one block alone (the last of an odd count): the high half zero */
+#define HALF(lo, one, hi) ((one) ? _mm512_castsi256_si512(lo) : cat((lo), (hi)))
+QAI wpair q8_0_pair(const uint8_t *p, const bool one)
+{
+	const __m256i q0 = _mm256_loadu_si256((const __m256i *)(p + 2));
+	const __m512i q = one ? _mm512_inserti64x4(_mm512_setzero_si512(), q0, 0)
+			      : cat(q0, _mm256_loadu_si256((const __m256i *)(p + 36)));
+	return (wpair){_mm512_abs_epi8(q), _mm512_movepi8_mask(q),
+		       pairf(f16(p), one ? 0.f : f16(p + 34)), 0.f, 0.f};
+}
+
+QAI wpair q4_0_pair(const uint8_t *p, const bool one)
+{
+	const float d0 = f16(p), d1 = one ? 0.f : f16(p + 18);
+	__m512i u = one ? _mm512_inserti64x4(_mm512_setzero_si512(), nibbles(p + 2), 0)
+			: cat(nibbles(p + 2), nibbles(p + 20));
+	return (wpair){u, 0, pairf(d0, d1), -8.f * d0, -8.f * d1};
+}
+
+QAI wpair q4_1_pair(const uint8_t *p, const bool one)
+{
+	__m512i u = one ? _mm512_inserti64x4(_mm512_setzero_si512(), nibbles(p + 4), 0)
+			: cat(nibbles(p + 4), nibbles(p + 24));
+	return (wpair){u, 0, pairf(f16(p), one ? 0.f : f16(p + 20)), f16(p + 2),
+		       one ? 0.f : f16(p + 22)};
+}
+
+QAI wpair q5_0_pair(const uint8_t *p, const bool one)
+{
+	const float d0 = f16(p), d1 = one ? 0.f : f16(p + 22);
+	const __m256i lo = _mm256_or_si256(nibbles(p + 6), q5_high(p + 2));
+	__m512i u = one ? _mm512_inserti64x4(_mm512_setzero_si512(), lo, 0)
+			: cat(lo, _mm256_or_si256(nibbles(p + 28), q5_high(p + 24)));
+	return (wpair){u, 0, pairf(d0, d1), -16.f * d0, -16.f * d1};
+}
+
+QAI wpair q5_1_pair(const uint8_t *p, const bool one)
+{
+	const __m256i lo = _mm256_or_si256(nibbles(p + 8), q5_high(p + 4));
+	__m512i u = one ? _mm512_inserti64x4(_mm512_setzero_si512(), lo, 0)
+			: cat(lo, _mm256_or_si256(nibbles(p + 32), q5_high(p + 28)));
+	return (wpair){u, 0, pairf(f16(p), one ? 0.f : f16(p + 24)), f16(p + 2),
+		       one ? 0.f : f16(p + 26)};
+}
+
+/* the int8 quantities of activation blocks x[0] and x[1] (x[0] alone: the high half zero) */
+QAI __m512i act_pair(const rg_q8a *x, const bool one)
+{
+	const __m256i a0 = _mm256_loadu_si256((const __m256i *)x[0].q);
+
+	return one ? _mm512_castsi256_si512(a0) : cat(a0, _mm256_loadu_si256((const __m256i *)x[1].q));
+}
+
+/* acc[r] += dw x da x DOT(u, a_r) over one weight pair (blocks b, b + 1 of each row), and the
+ * offset terms; SIGNED: the activation negated where the weight is */
+#define PAIR_ROWS(DOT, w, a, lda, b, R, acc, off, one, SIGNED, OFF)                           \
+	_Pragma("GCC unroll 4") for (int r = 0; r < (R); r++)                                 \
+	{                                                                                     \
+		const rg_q8a *x = (a) + (size_t)r * (lda) + (b);                              \
+		__m512i av = act_pair(x, one);                                                \
+		if (SIGNED)                                                                   \
+			av = _mm512_mask_sub_epi8(av, (w).neg, _mm512_setzero_si512(), av);  \
+		const __m512i s = DOT((w).u, av);                                             \
+		const __m512 f = _mm512_mul_ps((w).dw, pairf(x[0].d, (one) ? 0.f : x[1].d));  \
+		acc[r] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc[r]);                   \
+		if (OFF)                                                                      \
+			off[r] += (w).m0 * x[0].s + ((one) ? 0.f : (w).m1 * x[1].s);           \
+	}
+
+#define ROWS32(t, bytes, SIGNED, OFF, DOT, sfx)                                              \
+	QAI void t##_rows_##sfx(const uint8_t *p, const rg_q8a *a, size_t lda, int nb,        \
+				const int R, float *out)                                      \
+	{                                                                                     \
+		__m512 acc0[RG_QDOT_ROWS], acc1[RG_QDOT_ROWS];                                 \
+		float off[RG_QDOT_ROWS];                                                      \
+		int b = 0;                                                                    \
+                                                                                              \
+		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                           \
+		{                                                                             \
+			acc0[r] = acc1[r] = _mm512_setzero_ps();                              \
+			off[r] = 0.f;                                                         \
+		}                                                                             \
+		for (; b + 4 <= nb; b += 4) {                                                 \
+			const wpair w0 = t##_pair(p + (size_t)b * (bytes), false);            \
+			const wpair w1 = t##_pair(p + (size_t)(b + 2) * (bytes), false);      \
+			PAIR_ROWS(DOT, w0, a, lda, b, R, acc0, off, false, SIGNED, OFF)       \
+			PAIR_ROWS(DOT, w1, a, lda, b + 2, R, acc1, off, false, SIGNED, OFF)   \
+		}                                                                             \
+		if (b + 2 <= nb) {                                                            \
+			const wpair w0 = t##_pair(p + (size_t)b * (bytes), false);            \
+			PAIR_ROWS(DOT, w0, a, lda, b, R, acc0, off, false, SIGNED, OFF)       \
+			b += 2;                                                               \
+		}                                                                             \
+		if (b < nb) {                                                                 \
+			const wpair w0 = t##_pair(p + (size_t)b * (bytes), true);             \
+			PAIR_ROWS(DOT, w0, a, lda, b, R, acc1, off, true, SIGNED, OFF)        \
+		}                                                                             \
+		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                           \
+			out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) + off[r];  \
+	}
+
 /* Q4_K / Q5_K: sub-blocks 2k and 2k + 1 (the low and the high nibbles of qs[32k ..]) in one
- * vector. */
-float rg_qdot_q4_k_avx512(const void *w, const rg_q8a *a, int nb)
-{
-	const uint8_t *p = w;
-	const __m256i m4 = _mm256_set1_epi8(15);
-	__m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-	float off = 0.f;
-
-	for (int i = 0; i < nb / 8; i++, p += 144, a += 8) {
-		const float d = f16(p);
-		uint8_t sc[8], mn[8];
-		float sm = 0.f;
-
-		rg_q_k4_scales(p + 4, sc, mn);
-		for (int k = 0; k < 4; k++) {
-			const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * k));
-			const __m512i qv = cat(_mm256_and_si256(q, m4),
-					       _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-			const __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(qv, act2(a + 2 * k)),
-							    sc2(sc[2 * k], sc[2 * k + 1]));
-			const __m512 f = catf(d * a[2 * k].d, d * a[2 * k + 1].d);
-
-			if (k & 1)
-				acc1 = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc1);
-			else
-				acc0 = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc0);
-		}
-		for (int s = 0; s < 8; s++)
-			sm += (float)mn[s] * a[s].s;
-		off += f16(p + 2) * sm;
+ * vector; each sub-block's 6-bit scale folded into the float scale [d sc0 d_a0 | d sc1 d_a1]
+ * (the integer sums are exact either way), the minimum term dmin sum_s mn[s] s_a in scalar.
+ * Q5_K (five): the fifth bits [qh | qh >> 1] shifted by 2k, bit 0 of each byte moved to bit 4. */
+#define ROWS_K45(t, five, DOT, sfx)                                                          \
+	QAI void t##_rows_##sfx(const uint8_t *p, const rg_q8a *a, size_t lda, int nb,        \
+				const int R, float *out)                                      \
+	{                                                                                     \
+		const size_t bytes = (five) ? 176 : 144;                                      \
+		const __m256i m4 = _mm256_set1_epi8(15);                                      \
+		const __m512i b4 = _mm512_set1_epi8(0x10);                                    \
+		__m512 acc0[RG_QDOT_ROWS], acc1[RG_QDOT_ROWS];                                 \
+		float off[RG_QDOT_ROWS];                                                      \
+                                                                                              \
+		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                           \
+		{                                                                             \
+			acc0[r] = acc1[r] = _mm512_setzero_ps();                              \
+			off[r] = 0.f;                                                         \
+		}                                                                             \
+		for (int i = 0; i < nb / 8; i++, p += bytes) {                                \
+			const float d = f16(p), dmin = f16(p + 2);                            \
+			const __m256i qh = (five) ? _mm256_loadu_si256((const __m256i *)(p + 16)) \
+						  : _mm256_setzero_si256();                   \
+			const __m512i qh2 = cat(qh, _mm256_srli_epi16(qh, 1));                \
+			const uint8_t *qs = p + ((five) ? 48 : 16);                           \
+			uint8_t sc[8], mn[8];                                                 \
+                                                                                              \
+			rg_q_k4_scales(p + 4, sc, mn);                                        \
+			_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)                   \
+			{                                                                     \
+				const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * k)); \
+				__m512i qv = cat(_mm256_and_si256(q, m4),                     \
+						 _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)); \
+				const __m512 dsc = pairf(d * (float)sc[2 * k], d * (float)sc[2 * k + 1]); \
+                                                                                              \
+				if (five)                                                     \
+					qv = _mm512_or_si512(                                 \
+						qv, _mm512_and_si512(                         \
+							    _mm512_slli_epi16(                \
+								    _mm512_srli_epi16(qh2, 2 * k), 4), \
+							    b4));                             \
+				_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)           \
+				{                                                             \
+					const rg_q8a *x = a + (size_t)r * lda + 8 * i + 2 * k; \
+					const __m512i s = DOT(qv, act_pair(x, false));        \
+					const __m512 f = _mm512_mul_ps(dsc, pairf(x[0].d, x[1].d)); \
+                                                                                              \
+					if (k & 1)                                            \
+						acc1[r] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc1[r]); \
+					else                                                  \
+						acc0[r] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc0[r]); \
+				}                                                             \
+			}                                                                     \
+			_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                   \
+			{                                                                     \
+				const rg_q8a *x = a + (size_t)r * lda + 8 * i;                \
+				float sm = 0.f;                                               \
+                                                                                              \
+				for (int s = 0; s < 8; s++)                                   \
+					sm += (float)mn[s] * x[s].s;                          \
+				off[r] += dmin * sm;                                          \
+			}                                                                     \
+		}                                                                             \
+		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                           \
+			out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) - off[r];  \
 	}
-	return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) - off;
-}
-
-/* the fifth bits: [qh | qh >> 1] shifted by 2k, bit 0 of each byte moved to bit 4 */
-float rg_qdot_q5_k_avx512(const void *w, const rg_q8a *a, int nb)
-{
-	const uint8_t *p = w;
-	const __m256i m4 = _mm256_set1_epi8(15);
-	const __m512i b4 = _mm512_set1_epi8(0x10);
-	__m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-	float off = 0.f;
-
-	for (int i = 0; i < nb / 8; i++, p += 176, a += 8) {
-		const float d = f16(p);
-		const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
-		const __m512i qh2 = cat(qh, _mm256_srli_epi16(qh, 1));
-		uint8_t sc[8], mn[8];
-		float sm = 0.f;
-
-		rg_q_k4_scales(p + 4, sc, mn);
-		for (int k = 0; k < 4; k++) {
-			const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 48 + 32 * k));
-			const __m512i hb = _mm512_and_si512(
-				_mm512_slli_epi16(_mm512_srli_epi16(qh2, 2 * k), 4), b4);
-			const __m512i qv = _mm512_or_si512(
-				cat(_mm256_and_si256(q, m4),
-				    _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)),
-				hb);
-			const __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(qv, act2(a + 2 * k)),
-							    sc2(sc[2 * k], sc[2 * k + 1]));
-			const __m512 f = catf(d * a[2 * k].d, d * a[2 * k + 1].d);
-
-			if (k & 1)
-				acc1 = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc1);
-			else
-				acc0 = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc0);
-		}
-		for (int s = 0; s < 8; s++)
-			sm += (float)mn[s] * a[s].s;
-		off += f16(p + 2) * sm;
-	}
-	return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) - off;
-}
 
 /* Q6_K: activation blocks 4h, 4h + 1 take the low nibbles of ql[64h .. 64h + 64) and bits
- * 0-1 / 2-3 of qh[32h ..]; blocks 4h + 2, 4h + 3 the high nibbles and bits 4-5 / 6-7. q - 32
- * as in the AVX2 twin (two vpmaddubsw, one subtraction); the 16-bit pair sums of one vector
- * meet four 16-value scales (lanes of 8). */
-float rg_qdot_q6_k_avx512(const void *w, const rg_q8a *a, int nb)
-{
-	const uint8_t *p = w;
-	const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(0x30);
-	const __m512i k32 = _mm512_set1_epi8(32);
-	__m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-
-	for (int i = 0; i < nb / 8; i++, p += 210, a += 8) {
-		const int8_t *sc = (const int8_t *)(p + 192);
-		const float d = f16(p + 208);
-
-		for (int h = 0; h < 2; h++) {
-			const __m512i ql = _mm512_loadu_si512((const void *)(p + 64 * h));
-			const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
-			const __m512i hA = cat(_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 2));
-			const __m512i hB = cat(qh, _mm256_srli_epi16(qh, 2));
-			__m512i q[2];
-
-			q[0] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(hA, m2));
-			q[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-					       _mm512_and_si512(hB, m2));
-			for (int j = 0; j < 2; j++) {
-				const int b = 4 * h + 2 * j;
-				const __m512i av = act2(a + b);
-				const __m512i p16 = _mm512_sub_epi16(_mm512_maddubs_epi16(q[j], av),
-								     _mm512_maddubs_epi16(k32, av));
-				const __m512i scv =
-					cat(_mm256_set_m128i(_mm_set1_epi16(sc[2 * b + 1]),
-							     _mm_set1_epi16(sc[2 * b])),
-					    _mm256_set_m128i(_mm_set1_epi16(sc[2 * b + 3]),
-							     _mm_set1_epi16(sc[2 * b + 2])));
-				const __m512 f = _mm512_cvtepi32_ps(_mm512_madd_epi16(p16, scv));
-
-				if (j)
-					acc1 = _mm512_fmadd_ps(catf(d * a[b].d, d * a[b + 1].d), f,
-							       acc1);
-				else
-					acc0 = _mm512_fmadd_ps(catf(d * a[b].d, d * a[b + 1].d), f,
-							       acc0);
-			}
-		}
+ * 0-1 / 2-3 of qh[32h ..]; blocks 4h + 2, 4h + 3 the high nibbles and bits 4-5 / 6-7. The
+ * unsigned 6-bit q (0..63) times a, minus 32 a (q - 32), per 4-value lane; each lane's 16-value
+ * scale in the float factor [d sc d_a]: 4 lanes a scale. */
+#define ROWS_Q6K(DOT, sfx)                                                                    \
+	QAI void q6_k_rows_##sfx(const uint8_t *p, const rg_q8a *a, size_t lda, int nb,       \
+				 const int R, float *out)                                     \
+	{                                                                                     \
+		const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(0x30);        \
+		const __m512i k32 = _mm512_set1_epi8(32);                                     \
+		__m512 acc0[RG_QDOT_ROWS], acc1[RG_QDOT_ROWS];                                 \
+                                                                                              \
+		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                           \
+			acc0[r] = acc1[r] = _mm512_setzero_ps();                              \
+		for (int i = 0; i < nb / 8; i++, p += 210) {                                  \
+			const int8_t *sc = (const int8_t *)(p + 192);                         \
+			const float d = f16(p + 208);                                         \
+                                                                                              \
+			for (int h = 0; h < 2; h++) {                                         \
+				const __m512i ql = _mm512_loadu_si512((const void *)(p + 64 * h)); \
+				const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h)); \
+				const __m512i hA = cat(_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 2)); \
+				const __m512i hB = cat(qh, _mm256_srli_epi16(qh, 2));         \
+				__m512i q[2];                                                 \
+                                                                                              \
+				q[0] = _mm512_or_si512(_mm512_and_si512(ql, m4),              \
+						       _mm512_and_si512(hA, m2));             \
+				q[1] = _mm512_or_si512(                                       \
+					_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),       \
+					_mm512_and_si512(hB, m2));                            \
+				_Pragma("GCC unroll 2") for (int j = 0; j < 2; j++)           \
+				{                                                             \
+					const int b = 4 * h + 2 * j;                          \
+					const __m512 dsc = _mm512_mul_ps(                     \
+						_mm512_set1_ps(d),                            \
+						_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_setr_epi8( \
+							sc[2 * b], sc[2 * b], sc[2 * b], sc[2 * b], \
+							sc[2 * b + 1], sc[2 * b + 1], sc[2 * b + 1], \
+							sc[2 * b + 1], sc[2 * b + 2], sc[2 * b + 2], \
+							sc[2 * b + 2], sc[2 * b + 2], sc[2 * b + 3], \
+							sc[2 * b + 3], sc[2 * b + 3], sc[2 * b + 3])))); \
+					_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)   \
+					{                                                     \
+						const rg_q8a *x = a + (size_t)r * lda + 8 * i + b; \
+						const __m512i av = act_pair(x, false);        \
+						const __m512i s = _mm512_sub_epi32(DOT(q[j], av), \
+										   DOT(k32, av)); \
+						const __m512 f = _mm512_mul_ps(dsc, pairf(x[0].d, x[1].d)); \
+                                                                                              \
+						if (j)                                        \
+							acc1[r] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc1[r]); \
+						else                                          \
+							acc0[r] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc0[r]); \
+					}                                                     \
+				}                                                             \
+			}                                                                     \
+		}                                                                             \
+		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                           \
+			out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));       \
 	}
-	return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-}
 
-/* The multi-row twins of the three K-quant dots: one single-row dot per row for now (the
- * weight block decoded R times, as before), bit-identical to it by construction. A fused
- * version as the AVX2 one is left for a machine that runs AVX-512 and can test it. */
-#define KQ_ROWS(t)                                                                            \
+ROWS32(q8_0, 34, true, false, DOT_BW, bw)
+ROWS32(q4_0, 18, false, true, DOT_BW, bw)
+ROWS32(q4_1, 20, false, true, DOT_BW, bw)
+ROWS32(q5_0, 22, false, true, DOT_BW, bw)
+ROWS32(q5_1, 24, false, true, DOT_BW, bw)
+ROWS_K45(q4_k, false, DOT_BW, bw)
+ROWS_K45(q5_k, true, DOT_BW, bw)
+ROWS_Q6K(DOT_BW, bw)
+
+#pragma GCC push_options
+#pragma GCC target("avx512vnni")
+ROWS32(q8_0, 34, true, false, DOT_VNNI, vnni)
+ROWS32(q4_0, 18, false, true, DOT_VNNI, vnni)
+ROWS32(q4_1, 20, false, true, DOT_VNNI, vnni)
+ROWS32(q5_0, 22, false, true, DOT_VNNI, vnni)
+ROWS32(q5_1, 24, false, true, DOT_VNNI, vnni)
+ROWS_K45(q4_k, false, DOT_VNNI, vnni)
+ROWS_K45(q5_k, true, DOT_VNNI, vnni)
+ROWS_Q6K(DOT_VNNI, vnni)
+
+/* the VNNI instances of type t for R rows (a function of this target: the bodies inline) */
+#define VNNI_ENTRY(t)                                                                         \
+	static void t##_vnni(const void *w, const rg_q8a *a, size_t lda, int nb, int R,      \
+			     float *out)                                                      \
+	{                                                                                     \
+		switch (R) {                                                                  \
+		case 1: t##_rows_vnni(w, a, lda, nb, 1, out); break;                          \
+		case 2: t##_rows_vnni(w, a, lda, nb, 2, out); break;                          \
+		case 3: t##_rows_vnni(w, a, lda, nb, 3, out); break;                          \
+		default: t##_rows_vnni(w, a, lda, nb, 4, out); break;                         \
+		}                                                                             \
+	}
+VNNI_ENTRY(q8_0)
+VNNI_ENTRY(q4_0)
+VNNI_ENTRY(q4_1)
+VNNI_ENTRY(q5_0)
+VNNI_ENTRY(q5_1)
+VNNI_ENTRY(q4_k)
+VNNI_ENTRY(q5_k)
+VNNI_ENTRY(q6_k)
+#undef VNNI_ENTRY
+#pragma GCC pop_options
+
+#define ENTRIES(t)                                                                            \
+	float rg_qdot_##t##_avx512(const void *w, const rg_q8a *a, int nb)                    \
+	{                                                                                     \
+		float o;                                                                      \
+                                                                                              \
+		if (g_vnni)                                                                   \
+			t##_vnni(w, a, 0, nb, 1, &o);                                         \
+		else                                                                          \
+			t##_rows_bw(w, a, 0, nb, 1, &o);                                      \
+		return o;                                                                     \
+	}                                                                                     \
 	void rg_qdotr_##t##_avx512(const void *w, const rg_q8a *a, size_t lda, int nb, int R, \
 				   float *out)                                                \
 	{                                                                                     \
-		for (int r = 0; r < R; r++)                                                   \
-			out[r] = rg_qdot_##t##_avx512(w, a + (size_t)r * lda, nb);            \
+		if (g_vnni) {                                                                 \
+			t##_vnni(w, a, lda, nb, R, out);                                      \
+			return;                                                               \
+		}                                                                             \
+		switch (R) {                                                                  \
+		case 1: t##_rows_bw(w, a, lda, nb, 1, out); break;                            \
+		case 2: t##_rows_bw(w, a, lda, nb, 2, out); break;                            \
+		case 3: t##_rows_bw(w, a, lda, nb, 3, out); break;                            \
+		default: t##_rows_bw(w, a, lda, nb, 4, out); break;                           \
+		}                                                                             \
 	}
-KQ_ROWS(q4_k)
-KQ_ROWS(q5_k)
-KQ_ROWS(q6_k)
-#undef KQ_ROWS
+ENTRIES(q8_0)
+ENTRIES(q4_0)
+ENTRIES(q4_1)
+ENTRIES(q5_0)
+ENTRIES(q5_1)
+ENTRIES(q4_k)
+ENTRIES(q5_k)
+ENTRIES(q6_k)
+#undef ENTRIES
 
 /* F16 weights (cpu_kern.h hdot_tile_f16): as the AVX2 tile, 16 halves a step (not run on a
  * CPU with AVX-512 in the session that wrote it: test_qgemm_cpu checks it where the CPU has
@@ -248,7 +465,8 @@ void rg_f16_to_f32_avx512(const uint16_t *h, float *out, size_t n)
 
 #define RG_VW 16
 #define RG_ISA avx512
-#define RG_QISA avx2	/* the activation quantizer and Q8_0 / Q4_0 / Q4_1: the AVX2 kernels */
+#define RG_QISA avx2	/* the activation quantizer: the AVX2 one */
+#define RG_Q32ISA avx512
 #define RG_KQISA avx512
 #define RG_ISA_NAME "avx512"
 #include "ops/cpu/kern.h"
