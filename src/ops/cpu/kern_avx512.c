@@ -80,9 +80,9 @@ static inline __m512 pairf(float x0, float x1)
 }
 
 /* one pair of 32-value weight blocks, decoded: unsigned bytes u (or |q| with neg the lanes
- * whose q < 0: the activation is negated there), dw = [d0 x 8 | d1 x 8], and the per-block
- * offsets m0, m1 times the activation block sums s_a (Q4_0 / Q5_0: -8 d, -16 d, the unsigned
- * values' bias; Q4_1 / Q5_1: the stored minimum) */
+ * whose q < 0: the activation is negated there; Q8_0, and Q4_0 / Q5_0 as q - 8 / q - 16),
+ * dw = [d0 x 8 | d1 x 8], and the per-block offsets m0, m1 times the activation block sums
+ * s_a (Q4_1 / Q5_1: the stored minimum) */
 typedef struct {
 	__m512i u;
 	__mmask64 neg;
@@ -101,37 +101,66 @@ QAI wpair q8_0_pair(const uint8_t *p, const bool one)
 		       pairf(f16(p), one ? 0.f : f16(p + 34)), 0.f, 0.f};
 }
 
+/* the 32 nibbles of the 16 bytes at p0 and at p1 as 64 bytes (block 0's values 0..31, then
+ * block 1's; p1 NULL: the high half zero) */
+QAI __m512i nibbles_pair(const uint8_t *p0, const uint8_t *p1)
+{
+	const __m128i b0 = _mm_loadu_si128((const __m128i *)p0);
+	const __m256i t = p1 ? _mm256_inserti128_si256(_mm256_castsi128_si256(b0),
+						       _mm_loadu_si128((const __m128i *)p1), 1)
+			     : _mm256_castsi128_si256(b0);
+	/* [b0, b1, b0 >> 4, b1 >> 4] in 128-bit lanes, then lanes 0, 2, 1, 3 */
+	const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
+
+	return _mm512_and_si512(_mm512_shuffle_i64x2(u, u, _MM_SHUFFLE(3, 1, 2, 0)),
+				_mm512_set1_epi8(15));
+}
+
+/* Q5_0 / Q5_1's fifth bits of two blocks (the little-endian u32s at h0 and h1, h1 NULL for
+ * none): byte j = 0x10 where bit j is set, one masked broadcast */
+QAI __m512i q5_high_pair(const uint8_t *h0, const uint8_t *h1)
+{
+	uint32_t x0, x1 = 0;
+
+	memcpy(&x0, h0, 4);
+	if (h1)
+		memcpy(&x1, h1, 4);
+	return _mm512_maskz_set1_epi8((__mmask64)x0 | (__mmask64)x1 << 32, 0x10);
+}
+
+/* a signed pair (q - bias): |q| and the lanes whose q < 0 */
+QAI wpair signed_pair(__m512i u, int8_t bias, __m512 dw)
+{
+	const __m512i q = _mm512_sub_epi8(u, _mm512_set1_epi8(bias));
+
+	return (wpair){_mm512_abs_epi8(q), _mm512_movepi8_mask(q), dw, 0.f, 0.f};
+}
+
 QAI wpair q4_0_pair(const uint8_t *p, const bool one)
 {
-	const float d0 = f16(p), d1 = one ? 0.f : f16(p + 18);
-	__m512i u = one ? _mm512_inserti64x4(_mm512_setzero_si512(), nibbles(p + 2), 0)
-			: cat(nibbles(p + 2), nibbles(p + 20));
-	return (wpair){u, 0, pairf(d0, d1), -8.f * d0, -8.f * d1};
+	return signed_pair(nibbles_pair(p + 2, one ? NULL : p + 20), 8,
+			   pairf(f16(p), one ? 0.f : f16(p + 18)));
 }
 
 QAI wpair q4_1_pair(const uint8_t *p, const bool one)
 {
-	__m512i u = one ? _mm512_inserti64x4(_mm512_setzero_si512(), nibbles(p + 4), 0)
-			: cat(nibbles(p + 4), nibbles(p + 24));
-	return (wpair){u, 0, pairf(f16(p), one ? 0.f : f16(p + 20)), f16(p + 2),
+	return (wpair){nibbles_pair(p + 4, one ? NULL : p + 24), 0,
+		       pairf(f16(p), one ? 0.f : f16(p + 20)), f16(p + 2),
 		       one ? 0.f : f16(p + 22)};
 }
 
 QAI wpair q5_0_pair(const uint8_t *p, const bool one)
 {
-	const float d0 = f16(p), d1 = one ? 0.f : f16(p + 22);
-	const __m256i lo = _mm256_or_si256(nibbles(p + 6), q5_high(p + 2));
-	__m512i u = one ? _mm512_inserti64x4(_mm512_setzero_si512(), lo, 0)
-			: cat(lo, _mm256_or_si256(nibbles(p + 28), q5_high(p + 24)));
-	return (wpair){u, 0, pairf(d0, d1), -16.f * d0, -16.f * d1};
+	return signed_pair(_mm512_or_si512(nibbles_pair(p + 6, one ? NULL : p + 28),
+					   q5_high_pair(p + 2, one ? NULL : p + 24)),
+			   16, pairf(f16(p), one ? 0.f : f16(p + 22)));
 }
 
 QAI wpair q5_1_pair(const uint8_t *p, const bool one)
 {
-	const __m256i lo = _mm256_or_si256(nibbles(p + 8), q5_high(p + 4));
-	__m512i u = one ? _mm512_inserti64x4(_mm512_setzero_si512(), lo, 0)
-			: cat(lo, _mm256_or_si256(nibbles(p + 32), q5_high(p + 28)));
-	return (wpair){u, 0, pairf(f16(p), one ? 0.f : f16(p + 24)), f16(p + 2),
+	return (wpair){_mm512_or_si512(nibbles_pair(p + 8, one ? NULL : p + 32),
+				       q5_high_pair(p + 4, one ? NULL : p + 28)),
+		       0, pairf(f16(p), one ? 0.f : f16(p + 24)), f16(p + 2),
 		       one ? 0.f : f16(p + 26)};
 }
 
@@ -320,9 +349,9 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 	}
 
 ROWS32(q8_0, 34, true, false, DOT_BW, bw)
-ROWS32(q4_0, 18, false, true, DOT_BW, bw)
+ROWS32(q4_0, 18, true, false, DOT_BW, bw)
 ROWS32(q4_1, 20, false, true, DOT_BW, bw)
-ROWS32(q5_0, 22, false, true, DOT_BW, bw)
+ROWS32(q5_0, 22, true, false, DOT_BW, bw)
 ROWS32(q5_1, 24, false, true, DOT_BW, bw)
 ROWS_K45(q4_k, false, DOT_BW, bw)
 ROWS_K45(q5_k, true, DOT_BW, bw)
@@ -331,9 +360,9 @@ ROWS_Q6K(DOT_BW, bw)
 #pragma GCC push_options
 #pragma GCC target("avx512vnni")
 ROWS32(q8_0, 34, true, false, DOT_VNNI, vnni)
-ROWS32(q4_0, 18, false, true, DOT_VNNI, vnni)
+ROWS32(q4_0, 18, true, false, DOT_VNNI, vnni)
 ROWS32(q4_1, 20, false, true, DOT_VNNI, vnni)
-ROWS32(q5_0, 22, false, true, DOT_VNNI, vnni)
+ROWS32(q5_0, 22, true, false, DOT_VNNI, vnni)
 ROWS32(q5_1, 24, false, true, DOT_VNNI, vnni)
 ROWS_K45(q4_k, false, DOT_VNNI, vnni)
 ROWS_K45(q5_k, true, DOT_VNNI, vnni)
