@@ -254,6 +254,20 @@ static int tables(const rg_cpu_kern *t[3])
 	return n;
 }
 
+static rg_qdotp_fn qdotp_of(const rg_cpu_kern *k, int type)
+{
+	switch (type) {
+	case RG_GGUF_Q8_0: return k->qdotp_q8_0;
+	case RG_GGUF_Q4_0: return k->qdotp_q4_0;
+	case RG_GGUF_Q4_1: return k->qdotp_q4_1;
+	case RG_GGUF_Q5_0: return k->qdotp_q5_0;
+	case RG_GGUF_Q5_1: return k->qdotp_q5_1;
+	case RG_GGUF_Q4_K: return k->qdotp_q4_k;
+	case RG_GGUF_Q5_K: return k->qdotp_q5_k;
+	default: return k->qdotp_q6_k;
+	}
+}
+
 static rg_qdotr_fn qdotr_of(const rg_cpu_kern *k, int type)
 {
 	switch (type) {
@@ -534,6 +548,25 @@ static void test_qdotr_rows(void **state)
 					}
 					for (int i = R; i < RG_QDOT_ROWS + GUARD; i++)
 						assert_true(o[i] == SENTINEL);
+					if (tab[t]->q8_pack_row) { /* packed pairs: the same bits */
+						const int np = (nb + 1) / 2;
+						rg_q8p *ap = malloc((size_t)R * np * sizeof(rg_q8p));
+						float op[RG_QDOT_ROWS];
+
+						assert_non_null(ap);
+						for (int r = 0; r < R; r++)
+							tab[t]->q8_pack_row(aq + (size_t)r * lda, nb,
+									    ap + (size_t)r * np);
+						qdotp_of(tab[t], type)(wr, aq, ap, (size_t)lda,
+								       (size_t)np, nb, R, op);
+						for (int r = 0; r < R; r++)
+							if (!same_bits(op[r], o[r]))
+								fail_msg("%s type %d R %d row %d n %d: "
+									 "packed %a vs %a",
+									 tab[t]->isa, type, R, r, n,
+									 op[r], o[r]);
+						free(ap);
+					}
 				}
 			for (size_t mi = 0; mi < sizeof(MS) / sizeof(MS[0]); mi++) {
 				const int M = MS[mi];

@@ -19,6 +19,17 @@
 #define RG_HDOT_W 3
 typedef void (*rg_qdotr_fn)(const void *w, const rg_q8a *a, size_t lda, int nb, int R,
 			    float *out);
+/* Two activation blocks side by side, as the AVX-512 dots read them (one 512-bit vector each):
+ * the 64 int8 quantities of blocks 2i and 2i + 1 and their scales as [d0 x 8 | d1 x 8]; a block
+ * past the row's end (odd nb): zeros. 128 bytes a pair; a row of nb blocks has (nb + 1) / 2. */
+typedef struct rg_q8p {
+	int8_t q[2 * RG_QK];
+	float d[16];
+} rg_q8p;
+/* A multi-row dot over packed activations: as rg_qdotr_fn, with ap the same R rows packed
+ * (ldp pairs apart) beside a (whose s terms the offsets read). */
+typedef void (*rg_qdotp_fn)(const void *w, const rg_q8a *a, const rg_q8p *ap, size_t lda,
+			    size_t ldp, int nb, int R, float *out);
 
 typedef struct rg_cpu_kern {
 	const char *isa; /* "avx512", "avx2" or "generic" */
@@ -92,6 +103,14 @@ typedef struct rg_cpu_kern {
 	 * order), so a row gives the same output alone and inside a batch. */
 	rg_qdotr_fn qdotr_q8_0, qdotr_q4_0, qdotr_q4_1, qdotr_q5_0, qdotr_q5_1;
 	rg_qdotr_fn qdotr_q4_k, qdotr_q5_k, qdotr_q6_k;
+	/* Packed-activation twins (NULL where the table has none: the GEMM then runs qdot /
+	 * qdotr): q8_pack_row (a row's nb blocks into (nb + 1) / 2 pairs), and per type the
+	 * multi-row dot over them, bit-identical per row to that table's qdotr on the same blocks
+	 * (the same values in the same order, read with one load each). The GEMM packs A once per
+	 * call, so every weight row of the call reads each activation pair with one load. */
+	void (*q8_pack_row)(const rg_q8a *a, int nb, rg_q8p *out);
+	rg_qdotp_fn qdotp_q8_0, qdotp_q4_0, qdotp_q4_1, qdotp_q5_0, qdotp_q5_1;
+	rg_qdotp_fn qdotp_q4_k, qdotp_q5_k, qdotp_q6_k;
 	/* F16 weights kept as a GGUF file stores them (binary16, issue 30), one register tile:
 	 * out[r * ldo + i] = sum over k < K of w[i * ldw + k] * a[r * lda + k] for 1 <= NW <=
 	 * RG_HDOT_W weight rows i and 1 <= R <= RG_QDOT_ROWS activation rows r in f32 (the halves
@@ -149,6 +168,19 @@ RG_QKERN_DECL(avx2)
 RG_KQKERN_DECL(avx2)
 RG_KQKERN_DECL(avx512)
 RG_QKERN_DECL(avx512) /* the 32-value dots (its quantizer is the AVX2 one) */
+void rg_q8_pack_row_avx512(const rg_q8a *a, int nb, rg_q8p *out);
+#define RG_QPKERN_DECL(t)                                                                     \
+	void rg_qdotp_##t##_avx512(const void *w, const rg_q8a *a, const rg_q8p *ap, size_t lda, \
+				   size_t ldp, int nb, int R, float *out);
+RG_QPKERN_DECL(q8_0)
+RG_QPKERN_DECL(q4_0)
+RG_QPKERN_DECL(q4_1)
+RG_QPKERN_DECL(q5_0)
+RG_QPKERN_DECL(q5_1)
+RG_QPKERN_DECL(q4_k)
+RG_QPKERN_DECL(q5_k)
+RG_QPKERN_DECL(q6_k)
+#undef RG_QPKERN_DECL
 /* Whether the AVX-512 table's quantized dots use AVX512-VNNI (vpdpbusd): on < 0 asks; 0 / 1
  * turns it off / on (on only where the CPU has it) and returns the state. Probed once at load;
  * a test hook (both flavours on one CPU), not thread-safe against running GEMMs. */

@@ -762,6 +762,17 @@ const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.qdotr_q4_k = RG_CAT(rg_qdotr_q4_k_, RG_KQISA),
 	.qdotr_q5_k = RG_CAT(rg_qdotr_q5_k_, RG_KQISA),
 	.qdotr_q6_k = RG_CAT(rg_qdotr_q6_k_, RG_KQISA),
+#ifdef RG_QPACK /* the table reads packed activation pairs (cpu_kern.h rg_q8p) */
+	.q8_pack_row = RG_CAT(rg_q8_pack_row_, RG_ISA),
+	.qdotp_q8_0 = RG_CAT(rg_qdotp_q8_0_, RG_ISA),
+	.qdotp_q4_0 = RG_CAT(rg_qdotp_q4_0_, RG_ISA),
+	.qdotp_q4_1 = RG_CAT(rg_qdotp_q4_1_, RG_ISA),
+	.qdotp_q5_0 = RG_CAT(rg_qdotp_q5_0_, RG_ISA),
+	.qdotp_q5_1 = RG_CAT(rg_qdotp_q5_1_, RG_ISA),
+	.qdotp_q4_k = RG_CAT(rg_qdotp_q4_k_, RG_ISA),
+	.qdotp_q5_k = RG_CAT(rg_qdotp_q5_k_, RG_ISA),
+	.qdotp_q6_k = RG_CAT(rg_qdotp_q6_k_, RG_ISA),
+#endif
 	.hdot_tile_f16 = RG_CAT(rg_hdot_tile_f16_, RG_ISA),
 	.f16_to_f32 = RG_CAT(rg_f16_to_f32_, RG_ISA),
 };

@@ -108,7 +108,7 @@ QAI __m512i nibbles_pair(const uint8_t *p0, const uint8_t *p1)
 	const __m128i b0 = _mm_loadu_si128((const __m128i *)p0);
 	const __m256i t = p1 ? _mm256_inserti128_si256(_mm256_castsi128_si256(b0),
 						       _mm_loadu_si128((const __m128i *)p1), 1)
-			     : _mm256_castsi128_si256(b0);
+			     : _mm256_zextsi128_si256(b0);
 	/* [b0, b1, b0 >> 4, b1 >> 4] in 128-bit lanes, then lanes 0, 2, 1, 3 */
 	const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
 
@@ -169,28 +169,30 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 {
 	const __m256i a0 = _mm256_loadu_si256((const __m256i *)x[0].q);
 
-	return one ? _mm512_castsi256_si512(a0) : cat(a0, _mm256_loadu_si256((const __m256i *)x[1].q));
+	return one ? _mm512_zextsi256_si512(a0) : cat(a0, _mm256_loadu_si256((const __m256i *)x[1].q));
 }
 
 /* acc[r] += dw x da x DOT(u, a_r) over one weight pair (blocks b, b + 1 of each row), and the
  * offset terms; SIGNED: the activation negated where the weight is */
-#define PAIR_ROWS(DOT, w, a, lda, b, R, acc, off, one, SIGNED, OFF)                           \
+#define PAIR_ROWS(DOT, w, a, lda, b, R, acc, off, one, SIGNED, OFF, P, ap, ldp)               \
 	_Pragma("GCC unroll 4") for (int r = 0; r < (R); r++)                                 \
 	{                                                                                     \
 		const rg_q8a *x = (a) + (size_t)r * (lda) + (b);                              \
-		__m512i av = act_pair(x, one);                                                \
+		const rg_q8p *xp = (P) ? (ap) + (size_t)r * (ldp) + (b) / 2 : NULL;           \
+		__m512i av = (P) ? _mm512_loadu_si512((const void *)xp->q) : act_pair(x, one); \
 		if (SIGNED)                                                                   \
 			av = _mm512_mask_sub_epi8(av, (w).neg, _mm512_setzero_si512(), av);  \
 		const __m512i s = DOT((w).u, av);                                             \
-		const __m512 f = _mm512_mul_ps((w).dw, pairf(x[0].d, (one) ? 0.f : x[1].d));  \
+		const __m512 f = _mm512_mul_ps((w).dw, (P) ? _mm512_loadu_ps(xp->d)           \
+							   : pairf(x[0].d, (one) ? 0.f : x[1].d)); \
 		acc[r] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc[r]);                   \
 		if (OFF)                                                                      \
 			off[r] += (w).m0 * x[0].s + ((one) ? 0.f : (w).m1 * x[1].s);           \
 	}
 
-#define ROWS32(t, bytes, SIGNED, OFF, DOT, sfx)                                              \
-	QAI void t##_rows_##sfx(const uint8_t *p, const rg_q8a *a, size_t lda, int nb,        \
-				const int R, float *out)                                      \
+#define ROWS32(t, bytes, SIGNED, OFF, DOT, sfx, P)                                           \
+	QAI void t##_rows_##sfx(const uint8_t *p, const rg_q8a *a, const rg_q8p *ap,         \
+				size_t lda, size_t ldp, int nb, const int R, float *out)      \
 	{                                                                                     \
 		__m512 acc0[RG_QDOT_ROWS], acc1[RG_QDOT_ROWS];                                 \
 		float off[RG_QDOT_ROWS];                                                      \
@@ -204,17 +206,18 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 		for (; b + 4 <= nb; b += 4) {                                                 \
 			const wpair w0 = t##_pair(p + (size_t)b * (bytes), false);            \
 			const wpair w1 = t##_pair(p + (size_t)(b + 2) * (bytes), false);      \
-			PAIR_ROWS(DOT, w0, a, lda, b, R, acc0, off, false, SIGNED, OFF)       \
-			PAIR_ROWS(DOT, w1, a, lda, b + 2, R, acc1, off, false, SIGNED, OFF)   \
+			PAIR_ROWS(DOT, w0, a, lda, b, R, acc0, off, false, SIGNED, OFF, P, ap, ldp) \
+			PAIR_ROWS(DOT, w1, a, lda, b + 2, R, acc1, off, false, SIGNED, OFF, P, ap, \
+				  ldp)                                                        \
 		}                                                                             \
 		if (b + 2 <= nb) {                                                            \
 			const wpair w0 = t##_pair(p + (size_t)b * (bytes), false);            \
-			PAIR_ROWS(DOT, w0, a, lda, b, R, acc0, off, false, SIGNED, OFF)       \
+			PAIR_ROWS(DOT, w0, a, lda, b, R, acc0, off, false, SIGNED, OFF, P, ap, ldp) \
 			b += 2;                                                               \
 		}                                                                             \
 		if (b < nb) {                                                                 \
 			const wpair w0 = t##_pair(p + (size_t)b * (bytes), true);             \
-			PAIR_ROWS(DOT, w0, a, lda, b, R, acc1, off, true, SIGNED, OFF)        \
+			PAIR_ROWS(DOT, w0, a, lda, b, R, acc1, off, true, SIGNED, OFF, P, ap, ldp) \
 		}                                                                             \
 		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                           \
 			out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) + off[r];  \
@@ -224,9 +227,9 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
  * vector; each sub-block's 6-bit scale folded into the float scale [d sc0 d_a0 | d sc1 d_a1]
  * (the integer sums are exact either way), the minimum term dmin sum_s mn[s] s_a in scalar.
  * Q5_K (five): the fifth bits [qh | qh >> 1] shifted by 2k, bit 0 of each byte moved to bit 4. */
-#define ROWS_K45(t, five, DOT, sfx)                                                          \
-	QAI void t##_rows_##sfx(const uint8_t *p, const rg_q8a *a, size_t lda, int nb,        \
-				const int R, float *out)                                      \
+#define ROWS_K45(t, five, DOT, sfx, P)                                                       \
+	QAI void t##_rows_##sfx(const uint8_t *p, const rg_q8a *a, const rg_q8p *ap,         \
+				size_t lda, size_t ldp, int nb, const int R, float *out)      \
 	{                                                                                     \
 		const size_t bytes = (five) ? 176 : 144;                                      \
 		const __m256i m4 = _mm256_set1_epi8(15);                                      \
@@ -264,8 +267,11 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 				_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)           \
 				{                                                             \
 					const rg_q8a *x = a + (size_t)r * lda + 8 * i + 2 * k; \
-					const __m512i s = DOT(qv, act_pair(x, false));        \
-					const __m512 f = _mm512_mul_ps(dsc, pairf(x[0].d, x[1].d)); \
+					const rg_q8p *xp = (P) ? ap + (size_t)r * ldp + 4 * i + k : NULL; \
+					const __m512i s = DOT(qv, (P) ? _mm512_loadu_si512((const void *)xp->q) \
+								  : act_pair(x, false)); \
+					const __m512 f = _mm512_mul_ps(                       \
+						dsc, (P) ? _mm512_loadu_ps(xp->d) : pairf(x[0].d, x[1].d)); \
                                                                                               \
 					if (k & 1)                                            \
 						acc1[r] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc1[r]); \
@@ -291,9 +297,9 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
  * 0-1 / 2-3 of qh[32h ..]; blocks 4h + 2, 4h + 3 the high nibbles and bits 4-5 / 6-7. The
  * unsigned 6-bit q (0..63) times a, minus 32 a (q - 32), per 4-value lane; each lane's 16-value
  * scale in the float factor [d sc d_a]: 4 lanes a scale. */
-#define ROWS_Q6K(DOT, sfx)                                                                    \
-	QAI void q6_k_rows_##sfx(const uint8_t *p, const rg_q8a *a, size_t lda, int nb,       \
-				 const int R, float *out)                                     \
+#define ROWS_Q6K(DOT, sfx, P)                                                                 \
+	QAI void q6_k_rows_##sfx(const uint8_t *p, const rg_q8a *a, const rg_q8p *ap,        \
+				 size_t lda, size_t ldp, int nb, const int R, float *out)     \
 	{                                                                                     \
 		const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(0x30);        \
 		const __m512i k32 = _mm512_set1_epi8(32);                                     \
@@ -331,10 +337,13 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 					_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)   \
 					{                                                     \
 						const rg_q8a *x = a + (size_t)r * lda + 8 * i + b; \
-						const __m512i av = act_pair(x, false);        \
+						const rg_q8p *xp = (P) ? ap + (size_t)r * ldp + 4 * i + b / 2 : NULL; \
+						const __m512i av = (P) ? _mm512_loadu_si512((const void *)xp->q) \
+								       : act_pair(x, false); \
 						const __m512i s = _mm512_sub_epi32(DOT(q[j], av), \
 										   DOT(k32, av)); \
-						const __m512 f = _mm512_mul_ps(dsc, pairf(x[0].d, x[1].d)); \
+						const __m512 f = _mm512_mul_ps(               \
+							dsc, (P) ? _mm512_loadu_ps(xp->d) : pairf(x[0].d, x[1].d)); \
                                                                                               \
 						if (j)                                        \
 							acc1[r] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc1[r]); \
@@ -348,36 +357,61 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 			out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));       \
 	}
 
-ROWS32(q8_0, 34, true, false, DOT_BW, bw)
-ROWS32(q4_0, 18, true, false, DOT_BW, bw)
-ROWS32(q4_1, 20, false, true, DOT_BW, bw)
-ROWS32(q5_0, 22, true, false, DOT_BW, bw)
-ROWS32(q5_1, 24, false, true, DOT_BW, bw)
-ROWS_K45(q4_k, false, DOT_BW, bw)
-ROWS_K45(q5_k, true, DOT_BW, bw)
-ROWS_Q6K(DOT_BW, bw)
+ROWS32(q8_0, 34, true, false, DOT_BW, bw, false)
+ROWS32(q4_0, 18, true, false, DOT_BW, bw, false)
+ROWS32(q4_1, 20, false, true, DOT_BW, bw, false)
+ROWS32(q5_0, 22, true, false, DOT_BW, bw, false)
+ROWS32(q5_1, 24, false, true, DOT_BW, bw, false)
+ROWS_K45(q4_k, false, DOT_BW, bw, false)
+ROWS_K45(q5_k, true, DOT_BW, bw, false)
+ROWS_Q6K(DOT_BW, bw, false)
+ROWS32(q8_0, 34, true, false, DOT_BW, bwp, true)
+ROWS32(q4_0, 18, true, false, DOT_BW, bwp, true)
+ROWS32(q4_1, 20, false, true, DOT_BW, bwp, true)
+ROWS32(q5_0, 22, true, false, DOT_BW, bwp, true)
+ROWS32(q5_1, 24, false, true, DOT_BW, bwp, true)
+ROWS_K45(q4_k, false, DOT_BW, bwp, true)
+ROWS_K45(q5_k, true, DOT_BW, bwp, true)
+ROWS_Q6K(DOT_BW, bwp, true)
 
 #pragma GCC push_options
 #pragma GCC target("avx512vnni")
-ROWS32(q8_0, 34, true, false, DOT_VNNI, vnni)
-ROWS32(q4_0, 18, true, false, DOT_VNNI, vnni)
-ROWS32(q4_1, 20, false, true, DOT_VNNI, vnni)
-ROWS32(q5_0, 22, true, false, DOT_VNNI, vnni)
-ROWS32(q5_1, 24, false, true, DOT_VNNI, vnni)
-ROWS_K45(q4_k, false, DOT_VNNI, vnni)
-ROWS_K45(q5_k, true, DOT_VNNI, vnni)
-ROWS_Q6K(DOT_VNNI, vnni)
+ROWS32(q8_0, 34, true, false, DOT_VNNI, vnni, false)
+ROWS32(q4_0, 18, true, false, DOT_VNNI, vnni, false)
+ROWS32(q4_1, 20, false, true, DOT_VNNI, vnni, false)
+ROWS32(q5_0, 22, true, false, DOT_VNNI, vnni, false)
+ROWS32(q5_1, 24, false, true, DOT_VNNI, vnni, false)
+ROWS_K45(q4_k, false, DOT_VNNI, vnni, false)
+ROWS_K45(q5_k, true, DOT_VNNI, vnni, false)
+ROWS_Q6K(DOT_VNNI, vnni, false)
+ROWS32(q8_0, 34, true, false, DOT_VNNI, vnnip, true)
+ROWS32(q4_0, 18, true, false, DOT_VNNI, vnnip, true)
+ROWS32(q4_1, 20, false, true, DOT_VNNI, vnnip, true)
+ROWS32(q5_0, 22, true, false, DOT_VNNI, vnnip, true)
+ROWS32(q5_1, 24, false, true, DOT_VNNI, vnnip, true)
+ROWS_K45(q4_k, false, DOT_VNNI, vnnip, true)
+ROWS_K45(q5_k, true, DOT_VNNI, vnnip, true)
+ROWS_Q6K(DOT_VNNI, vnnip, true)
 
 /* the VNNI instances of type t for R rows (a function of this target: the bodies inline) */
 #define VNNI_ENTRY(t)                                                                         \
-	static void t##_vnni(const void *w, const rg_q8a *a, size_t lda, int nb, int R,      \
-			     float *out)                                                      \
+	static void t##_vnni(const void *w, const rg_q8a *a, const rg_q8p *ap, size_t lda,   \
+			     size_t ldp, int nb, int R, float *out)                           \
 	{                                                                                     \
+		if (ap) {                                                                     \
+			switch (R) {                                                          \
+			case 1: t##_rows_vnnip(w, a, ap, lda, ldp, nb, 1, out); break;        \
+			case 2: t##_rows_vnnip(w, a, ap, lda, ldp, nb, 2, out); break;        \
+			case 3: t##_rows_vnnip(w, a, ap, lda, ldp, nb, 3, out); break;        \
+			default: t##_rows_vnnip(w, a, ap, lda, ldp, nb, 4, out); break;       \
+			}                                                                     \
+			return;                                                               \
+		}                                                                             \
 		switch (R) {                                                                  \
-		case 1: t##_rows_vnni(w, a, lda, nb, 1, out); break;                          \
-		case 2: t##_rows_vnni(w, a, lda, nb, 2, out); break;                          \
-		case 3: t##_rows_vnni(w, a, lda, nb, 3, out); break;                          \
-		default: t##_rows_vnni(w, a, lda, nb, 4, out); break;                         \
+		case 1: t##_rows_vnni(w, a, NULL, lda, 0, nb, 1, out); break;                 \
+		case 2: t##_rows_vnni(w, a, NULL, lda, 0, nb, 2, out); break;                 \
+		case 3: t##_rows_vnni(w, a, NULL, lda, 0, nb, 3, out); break;                 \
+		default: t##_rows_vnni(w, a, NULL, lda, 0, nb, 4, out); break;                \
 		}                                                                             \
 	}
 VNNI_ENTRY(q8_0)
@@ -391,29 +425,57 @@ VNNI_ENTRY(q6_k)
 #undef VNNI_ENTRY
 #pragma GCC pop_options
 
+void rg_q8_pack_row_avx512(const rg_q8a *a, int nb, rg_q8p *out)
+{
+	for (int i = 0; 2 * i < nb; i++, out++) {
+		const bool two = 2 * i + 1 < nb;
+
+		memcpy(out->q, a[2 * i].q, RG_QK);
+		if (two)
+			memcpy(out->q + RG_QK, a[2 * i + 1].q, RG_QK);
+		else
+			memset(out->q + RG_QK, 0, RG_QK);
+		_mm512_storeu_ps(out->d, pairf(a[2 * i].d, two ? a[2 * i + 1].d : 0.f));
+	}
+}
+
 #define ENTRIES(t)                                                                            \
 	float rg_qdot_##t##_avx512(const void *w, const rg_q8a *a, int nb)                    \
 	{                                                                                     \
 		float o;                                                                      \
                                                                                               \
 		if (g_vnni)                                                                   \
-			t##_vnni(w, a, 0, nb, 1, &o);                                         \
+			t##_vnni(w, a, NULL, 0, 0, nb, 1, &o);                                \
 		else                                                                          \
-			t##_rows_bw(w, a, 0, nb, 1, &o);                                      \
+			t##_rows_bw(w, a, NULL, 0, 0, nb, 1, &o);                             \
 		return o;                                                                     \
 	}                                                                                     \
 	void rg_qdotr_##t##_avx512(const void *w, const rg_q8a *a, size_t lda, int nb, int R, \
 				   float *out)                                                \
 	{                                                                                     \
 		if (g_vnni) {                                                                 \
-			t##_vnni(w, a, lda, nb, R, out);                                      \
+			t##_vnni(w, a, NULL, lda, 0, nb, R, out);                             \
 			return;                                                               \
 		}                                                                             \
 		switch (R) {                                                                  \
-		case 1: t##_rows_bw(w, a, lda, nb, 1, out); break;                            \
-		case 2: t##_rows_bw(w, a, lda, nb, 2, out); break;                            \
-		case 3: t##_rows_bw(w, a, lda, nb, 3, out); break;                            \
-		default: t##_rows_bw(w, a, lda, nb, 4, out); break;                           \
+		case 1: t##_rows_bw(w, a, NULL, lda, 0, nb, 1, out); break;                   \
+		case 2: t##_rows_bw(w, a, NULL, lda, 0, nb, 2, out); break;                   \
+		case 3: t##_rows_bw(w, a, NULL, lda, 0, nb, 3, out); break;                   \
+		default: t##_rows_bw(w, a, NULL, lda, 0, nb, 4, out); break;                  \
+		}                                                                             \
+	}                                                                                     \
+	void rg_qdotp_##t##_avx512(const void *w, const rg_q8a *a, const rg_q8p *ap, size_t lda, \
+				   size_t ldp, int nb, int R, float *out)                     \
+	{                                                                                     \
+		if (g_vnni) {                                                                 \
+			t##_vnni(w, a, ap, lda, ldp, nb, R, out);                             \
+			return;                                                               \
+		}                                                                             \
+		switch (R) {                                                                  \
+		case 1: t##_rows_bwp(w, a, ap, lda, ldp, nb, 1, out); break;                  \
+		case 2: t##_rows_bwp(w, a, ap, lda, ldp, nb, 2, out); break;                  \
+		case 3: t##_rows_bwp(w, a, ap, lda, ldp, nb, 3, out); break;                  \
+		default: t##_rows_bwp(w, a, ap, lda, ldp, nb, 4, out); break;                 \
 		}                                                                             \
 	}
 ENTRIES(q8_0)
@@ -496,6 +558,7 @@ void rg_f16_to_f32_avx512(const uint16_t *h, float *out, size_t n)
 #define RG_ISA avx512
 #define RG_QISA avx2	/* the activation quantizer: the AVX2 one */
 #define RG_Q32ISA avx512
+#define RG_QPACK 1
 #define RG_KQISA avx512
 #define RG_ISA_NAME "avx512"
 #include "ops/cpu/kern.h"

@@ -167,8 +167,9 @@ bool rg_cpu_qweight_find(const void *W, rg_cpu_qweight *out)
 /* Per-thread scratch kept for the next call (as gemm_dnnl.c keeps its bf16 copy of A), in a
  * thread-specific value whose destructor frees it when the thread ends (a server's step thread: a
  * __thread pointer would leak its buffer then): TLS_AQ, the calling thread's quantized copy of
- * A; TLS_WF, a pool thread's widened F16 weight rows (below). */
-enum { TLS_AQ, TLS_WF, N_TLS };
+ * A; TLS_WF, a pool thread's widened F16 weight rows (below); TLS_AP, the calling thread's
+ * packed activation pairs (tables with q8_pack_row). */
+enum { TLS_AQ, TLS_WF, TLS_AP, N_TLS };
 
 typedef struct tls_buf {
 	void *p;
@@ -244,6 +245,7 @@ struct qgemm_part {
 	const uint8_t *W;
 	qdot_fn dot;
 	rg_qdotr_fn dotr; /* the same over up to RG_QDOT_ROWS rows of A */
+	rg_qdotp_fn dotp; /* over packed pairs (NULL: the table has none); every M takes it */
 	bool f16;         /* F16 rows: hdot_tile_f16 over the f32 rows of A, not dot / dotr */
 	size_t row_bytes;
 	int n0, n1;
@@ -255,6 +257,8 @@ struct qgemm_job {
 	struct qgemm_part part[RG_CPU_QPARTS];
 	int n_parts;
 	rg_q8a *aq;
+	rg_q8p *ap; /* A's rows as packed pairs, npairs apart (or NULL) */
+	int npairs;
 	float *out;
 	int M, N, K, nb, rows; /* rows: of A per quantize task, of W per GEMM task */
 	rg_act act;
@@ -267,8 +271,12 @@ static void quant_task(void *ctx, int task, int thread)
 	const int m1 = (task + 1) * j->rows < j->M ? (task + 1) * j->rows : j->M;
 
 	(void)thread;
-	for (int m = task * j->rows; m < m1; m++)
+	for (int m = task * j->rows; m < m1; m++) {
 		j->k->q8_quant_row(j->A + (size_t)m * j->K, j->K, j->aq + (size_t)m * j->nb);
+		if (j->ap)
+			j->k->q8_pack_row(j->aq + (size_t)m * j->nb, j->nb,
+					  j->ap + (size_t)m * j->npairs);
+	}
 }
 
 /* Rows [n0, n1) of W against every row of A: each W row is read from memory once (a decode
@@ -316,6 +324,20 @@ static void qgemm_task(void *ctx, int task, int thread)
 							    j->out + (size_t)m * j->N + n,
 							    (size_t)j->N);
 				n += nw - 1;
+				continue;
+			}
+			if (q->dotp && j->ap) { /* packed pairs, M = 1 too (the same bits) */
+				for (int m = 0; m < j->M; m += RG_QDOT_ROWS) {
+					const int R = j->M - m < RG_QDOT_ROWS ? j->M - m
+									      : RG_QDOT_ROWS;
+					float o[RG_QDOT_ROWS];
+
+					q->dotp(w, j->aq + (size_t)m * j->nb,
+						j->ap + (size_t)m * j->npairs, (size_t)j->nb,
+						(size_t)j->npairs, j->nb, R, o);
+					for (int r = 0; r < R; r++)
+						j->out[(size_t)(m + r) * j->N + n] = o[r];
+				}
 				continue;
 			}
 			if (j->M == 1) {
@@ -370,15 +392,18 @@ rg_status rg_cpu_qgemm(const struct rg_cpu_kern *kern, const rg_cpu_qweight *w, 
 		const int type = w->n_parts > 0 ? w->part_type[p] : w->type;
 		const int rows = w->n_parts > 0 ? w->part_rows[p] : w->N;
 
+#define QK(T, t) case RG_GGUF_##T: q->dot = j.k->qdot_##t, q->dotr = j.k->qdotr_##t, \
+			q->dotp = j.k->qdotp_##t; break
 		switch (type) {
-		case RG_GGUF_Q8_0: q->dot = j.k->qdot_q8_0, q->dotr = j.k->qdotr_q8_0; break;
-		case RG_GGUF_Q4_0: q->dot = j.k->qdot_q4_0, q->dotr = j.k->qdotr_q4_0; break;
-		case RG_GGUF_Q4_1: q->dot = j.k->qdot_q4_1, q->dotr = j.k->qdotr_q4_1; break;
-		case RG_GGUF_Q5_0: q->dot = j.k->qdot_q5_0, q->dotr = j.k->qdotr_q5_0; break;
-		case RG_GGUF_Q5_1: q->dot = j.k->qdot_q5_1, q->dotr = j.k->qdotr_q5_1; break;
-		case RG_GGUF_Q4_K: q->dot = j.k->qdot_q4_k, q->dotr = j.k->qdotr_q4_k; break;
-		case RG_GGUF_Q5_K: q->dot = j.k->qdot_q5_k, q->dotr = j.k->qdotr_q5_k; break;
-		case RG_GGUF_Q6_K: q->dot = j.k->qdot_q6_k, q->dotr = j.k->qdotr_q6_k; break;
+		QK(Q8_0, q8_0);
+		QK(Q4_0, q4_0);
+		QK(Q4_1, q4_1);
+		QK(Q5_0, q5_0);
+		QK(Q5_1, q5_1);
+		QK(Q4_K, q4_k);
+		QK(Q5_K, q5_k);
+		QK(Q6_K, q6_k);
+#undef QK
 		case RG_GGUF_F16: q->f16 = true; break;
 		default:
 			return rg_errorf(RG_ERR_INTERNAL, "quantized gemm: type %d registered", type);
@@ -394,6 +419,10 @@ rg_status rg_cpu_qgemm(const struct rg_cpu_kern *kern, const rg_cpu_qweight *w, 
 	need = (size_t)M * (size_t)j.nb;
 	if (any_q && !(j.aq = tls_get(TLS_AQ, need * sizeof(rg_q8a))))
 		return rg_errorf(RG_ERR_OOM, "out of host memory for %d quantized rows", M);
+	j.npairs = (j.nb + 1) / 2;
+	if (any_q && j.k->q8_pack_row &&
+	    !(j.ap = tls_get(TLS_AP, (size_t)M * (size_t)j.npairs * sizeof(rg_q8p))))
+		return rg_errorf(RG_ERR_OOM, "out of host memory for %d packed rows", M);
 	/* quantize A: one task per row beyond a few rows (a decode step's 1..4 rows inline) */
 	j.rows = M <= 4 ? M : (M + 2 * T - 1) / (2 * T);
 	if (!any_q)
