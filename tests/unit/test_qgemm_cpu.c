@@ -529,7 +529,7 @@ static void test_qdotr_rows(void **state)
 			const size_t row_bytes =
 				(size_t)(is_kquant(type) ? nb / 8 : nb) * block_bytes(type);
 
-			for (int R = 1; R <= RG_QDOT_ROWS; R++)
+			for (int R = 1; R <= tab[t]->qrows; R++)
 				for (int n = 0; n < N; n++) {
 					const uint8_t *wr = w + (size_t)n * row_bytes;
 					float o[RG_QDOT_ROWS + GUARD];

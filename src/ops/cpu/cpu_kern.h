@@ -11,9 +11,12 @@
 #include "ops/act.h"
 #include "ops/cpu/qweight.h"
 
-/* Activation rows per call of a multi-row dot (rg_cpu_kern.qdotr_*): 4 rows x 2 float
- * accumulators fill half of AVX2's 16 vector registers, the unpacked weights the rest. */
-#define RG_QDOT_ROWS 4
+/* Activation rows per call of a multi-row dot (rg_cpu_kern.qdotr_* / qdotp_*), at most: a
+ * table's own count is its qrows (AVX2 and generic 4: 4 rows x 2 float accumulators fill half
+ * of AVX2's 16 vector registers, the unpacked weights the rest; AVX-512 8, of 32 registers). */
+#define RG_QDOT_ROWS 8
+/* Activation rows per F16 register tile (hdot_tile_f16). */
+#define RG_HDOT_R 4
 /* Weight rows per F16 register tile (hdot_tile_f16): 3 x 4 accumulators, 3 widened weight
  * vectors and one activation vector fill AVX2's 16 registers. */
 #define RG_HDOT_W 3
@@ -34,6 +37,7 @@ typedef void (*rg_qdotp_fn)(const void *w, const rg_q8a *a, const rg_q8p *ap, si
 typedef struct rg_cpu_kern {
 	const char *isa; /* "avx512", "avx2" or "generic" */
 	int vw;		 /* float32 lanes per vector */
+	int qrows;	 /* rows per multi-row quantized dot call, <= RG_QDOT_ROWS */
 	/* x (rows, cols), row stride ldx, in place: act(x + bias); bias (cols) or NULL */
 	void (*bias_act_rows)(float *x, size_t ldx, const float *bias, int rows, int cols,
 			      rg_act act);
@@ -96,7 +100,7 @@ typedef struct rg_cpu_kern {
 	float (*qdot_q5_k)(const void *w, const rg_q8a *a, int nb);
 	float (*qdot_q6_k)(const void *w, const rg_q8a *a, int nb);
 	/* Multi-row twins of the eight dots above (same type order), for a GEMM of M > 1 rows:
-	 * out[r] = qdot_<type>(w, a + r * lda, nb) for r < R, 1 <= R <= RG_QDOT_ROWS, each weight
+	 * out[r] = qdot_<type>(w, a + r * lda, nb) for r < R, 1 <= R <= qrows, each weight
 	 * block unpacked (nibbles to bytes, scales) once for the R activation rows instead of once
 	 * per row. a: R rows of nb rg_q8a blocks, lda blocks apart; out: R floats, caller-owned.
 	 * Bit-identical per row to the table's single-row dot (the same operations in the same
@@ -113,7 +117,7 @@ typedef struct rg_cpu_kern {
 	rg_qdotp_fn qdotp_q4_k, qdotp_q5_k, qdotp_q6_k;
 	/* F16 weights kept as a GGUF file stores them (binary16, issue 30), one register tile:
 	 * out[r * ldo + i] = sum over k < K of w[i * ldw + k] * a[r * lda + k] for 1 <= NW <=
-	 * RG_HDOT_W weight rows i and 1 <= R <= RG_QDOT_ROWS activation rows r in f32 (the halves
+	 * RG_HDOT_W weight rows i and 1 <= R <= RG_HDOT_R activation rows r in f32 (the halves
 	 * widened exactly; no quantized copy of a: the weights' 11-bit mantissas are the only
 	 * rounding before f32), K a multiple of 32. Each half is widened once for the R rows and
 	 * each activation vector loaded once for the NW rows (llamafile's tinyBLAS tiling); every

@@ -726,6 +726,10 @@ static void KNAME(attn_dec_pv)(const float *p, size_t ldp, int nq, const float *
 	}
 }
 
+/* rows per multi-row quantized dot (cpu_kern.h qrows) */
+#ifndef RG_QROWS
+#define RG_QROWS 4
+#endif
 /* the 32-value-block dots' instruction set: the quantizer's unless the file names another */
 #ifndef RG_Q32ISA
 #define RG_Q32ISA RG_QISA
@@ -733,6 +737,7 @@ static void KNAME(attn_dec_pv)(const float *p, size_t ldp, int nq, const float *
 const rg_cpu_kern RG_CAT(rg_cpu_kern_, RG_ISA) = {
 	.isa = RG_ISA_NAME,
 	.vw = VW,
+	.qrows = RG_QROWS,
 	.bias_act_rows = KNAME(bias_act_rows),
 	.add_ln_row = KNAME(add_ln_row),
 	.pool_seq = KNAME(pool_seq),

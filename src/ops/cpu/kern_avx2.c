@@ -378,7 +378,7 @@ static inline __attribute__((always_inline)) void hdot_tile_r(const uint16_t *w,
 								size_t lda, int K, const int R,
 								float *out, size_t ldo)
 {
-	__m256 acc[RG_HDOT_W][RG_QDOT_ROWS];
+	__m256 acc[RG_HDOT_W][RG_HDOT_R];
 
 	for (int i = 0; i < NW; i++)
 		for (int r = 0; r < R; r++)

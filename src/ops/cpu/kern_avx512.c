@@ -70,6 +70,19 @@ bool rg_cpu_avx512_vnni(int on)
 	return g_vnni;
 }
 
+/* the body fn for R = 1..8 rows, R a constant in each instance */
+#define QROWS_SWITCH(fn, ap, ldp)                                                             \
+	switch (R) {                                                                          \
+	case 1: fn(w, a, ap, lda, ldp, nb, 1, out); break;                                    \
+	case 2: fn(w, a, ap, lda, ldp, nb, 2, out); break;                                    \
+	case 3: fn(w, a, ap, lda, ldp, nb, 3, out); break;                                    \
+	case 4: fn(w, a, ap, lda, ldp, nb, 4, out); break;                                    \
+	case 5: fn(w, a, ap, lda, ldp, nb, 5, out); break;                                    \
+	case 6: fn(w, a, ap, lda, ldp, nb, 6, out); break;                                    \
+	case 7: fn(w, a, ap, lda, ldp, nb, 7, out); break;                                    \
+	default: fn(w, a, ap, lda, ldp, nb, 8, out); break;                                   \
+	}
+
 #define DOT_BW(u, a) _mm512_madd_epi16(_mm512_maddubs_epi16((u), (a)), _mm512_set1_epi16(1))
 #define DOT_VNNI(u, a) _mm512_dpbusd_epi32(_mm512_setzero_si512(), (u), (a))
 
@@ -175,7 +188,7 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 /* acc[r] += dw x da x DOT(u, a_r) over one weight pair (blocks b, b + 1 of each row), and the
  * offset terms; SIGNED: the activation negated where the weight is */
 #define PAIR_ROWS(DOT, w, a, lda, b, R, acc, off, one, SIGNED, OFF, P, ap, ldp)               \
-	_Pragma("GCC unroll 4") for (int r = 0; r < (R); r++)                                 \
+	_Pragma("GCC unroll 8") for (int r = 0; r < (R); r++)                                 \
 	{                                                                                     \
 		const rg_q8a *x = (a) + (size_t)r * (lda) + (b);                              \
 		const rg_q8p *xp = (P) ? (ap) + (size_t)r * (ldp) + (b) / 2 : NULL;           \
@@ -198,7 +211,7 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 		float off[RG_QDOT_ROWS];                                                      \
 		int b = 0;                                                                    \
                                                                                               \
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                           \
+		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                           \
 		{                                                                             \
 			acc0[r] = acc1[r] = _mm512_setzero_ps();                              \
 			off[r] = 0.f;                                                         \
@@ -219,7 +232,7 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 			const wpair w0 = t##_pair(p + (size_t)b * (bytes), true);             \
 			PAIR_ROWS(DOT, w0, a, lda, b, R, acc1, off, true, SIGNED, OFF, P, ap, ldp) \
 		}                                                                             \
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                           \
+		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                           \
 			out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) + off[r];  \
 	}
 
@@ -237,7 +250,7 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 		__m512 acc0[RG_QDOT_ROWS], acc1[RG_QDOT_ROWS];                                 \
 		float off[RG_QDOT_ROWS];                                                      \
                                                                                               \
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                           \
+		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                           \
 		{                                                                             \
 			acc0[r] = acc1[r] = _mm512_setzero_ps();                              \
 			off[r] = 0.f;                                                         \
@@ -251,7 +264,7 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 			uint8_t sc[8], mn[8];                                                 \
                                                                                               \
 			rg_q_k4_scales(p + 4, sc, mn);                                        \
-			_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)                   \
+			_Pragma("GCC unroll 8") for (int k = 0; k < 4; k++)                   \
 			{                                                                     \
 				const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * k)); \
 				__m512i qv = cat(_mm256_and_si256(q, m4),                     \
@@ -264,7 +277,7 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 							    _mm512_slli_epi16(                \
 								    _mm512_srli_epi16(qh2, 2 * k), 4), \
 							    b4));                             \
-				_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)           \
+				_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)           \
 				{                                                             \
 					const rg_q8a *x = a + (size_t)r * lda + 8 * i + 2 * k; \
 					const rg_q8p *xp = (P) ? ap + (size_t)r * ldp + 4 * i + k : NULL; \
@@ -279,7 +292,7 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 						acc0[r] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc0[r]); \
 				}                                                             \
 			}                                                                     \
-			_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                   \
+			_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                   \
 			{                                                                     \
 				const rg_q8a *x = a + (size_t)r * lda + 8 * i;                \
 				float sm = 0.f;                                               \
@@ -289,7 +302,7 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 				off[r] += dmin * sm;                                          \
 			}                                                                     \
 		}                                                                             \
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                           \
+		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                           \
 			out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) - off[r];  \
 	}
 
@@ -305,7 +318,7 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 		const __m512i k32 = _mm512_set1_epi8(32);                                     \
 		__m512 acc0[RG_QDOT_ROWS], acc1[RG_QDOT_ROWS];                                 \
                                                                                               \
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                           \
+		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                           \
 			acc0[r] = acc1[r] = _mm512_setzero_ps();                              \
 		for (int i = 0; i < nb / 8; i++, p += 210) {                                  \
 			const int8_t *sc = (const int8_t *)(p + 192);                         \
@@ -334,7 +347,7 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 							sc[2 * b + 1], sc[2 * b + 2], sc[2 * b + 2], \
 							sc[2 * b + 2], sc[2 * b + 2], sc[2 * b + 3], \
 							sc[2 * b + 3], sc[2 * b + 3], sc[2 * b + 3])))); \
-					_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)   \
+					_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)   \
 					{                                                     \
 						const rg_q8a *x = a + (size_t)r * lda + 8 * i + b; \
 						const rg_q8p *xp = (P) ? ap + (size_t)r * ldp + 4 * i + b / 2 : NULL; \
@@ -353,7 +366,7 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 				}                                                             \
 			}                                                                     \
 		}                                                                             \
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                           \
+		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                           \
 			out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));       \
 	}
 
@@ -399,20 +412,10 @@ ROWS_Q6K(DOT_VNNI, vnnip, true)
 			     size_t ldp, int nb, int R, float *out)                           \
 	{                                                                                     \
 		if (ap) {                                                                     \
-			switch (R) {                                                          \
-			case 1: t##_rows_vnnip(w, a, ap, lda, ldp, nb, 1, out); break;        \
-			case 2: t##_rows_vnnip(w, a, ap, lda, ldp, nb, 2, out); break;        \
-			case 3: t##_rows_vnnip(w, a, ap, lda, ldp, nb, 3, out); break;        \
-			default: t##_rows_vnnip(w, a, ap, lda, ldp, nb, 4, out); break;       \
-			}                                                                     \
+			QROWS_SWITCH(t##_rows_vnnip, ap, ldp)                                 \
 			return;                                                               \
 		}                                                                             \
-		switch (R) {                                                                  \
-		case 1: t##_rows_vnni(w, a, NULL, lda, 0, nb, 1, out); break;                 \
-		case 2: t##_rows_vnni(w, a, NULL, lda, 0, nb, 2, out); break;                 \
-		case 3: t##_rows_vnni(w, a, NULL, lda, 0, nb, 3, out); break;                 \
-		default: t##_rows_vnni(w, a, NULL, lda, 0, nb, 4, out); break;                \
-		}                                                                             \
+		QROWS_SWITCH(t##_rows_vnni, NULL, 0)                                          \
 	}
 VNNI_ENTRY(q8_0)
 VNNI_ENTRY(q4_0)
@@ -457,12 +460,7 @@ void rg_q8_pack_row_avx512(const rg_q8a *a, int nb, rg_q8p *out)
 			t##_vnni(w, a, NULL, lda, 0, nb, R, out);                             \
 			return;                                                               \
 		}                                                                             \
-		switch (R) {                                                                  \
-		case 1: t##_rows_bw(w, a, NULL, lda, 0, nb, 1, out); break;                   \
-		case 2: t##_rows_bw(w, a, NULL, lda, 0, nb, 2, out); break;                   \
-		case 3: t##_rows_bw(w, a, NULL, lda, 0, nb, 3, out); break;                   \
-		default: t##_rows_bw(w, a, NULL, lda, 0, nb, 4, out); break;                  \
-		}                                                                             \
+		QROWS_SWITCH(t##_rows_bw, NULL, 0)                                            \
 	}                                                                                     \
 	void rg_qdotp_##t##_avx512(const void *w, const rg_q8a *a, const rg_q8p *ap, size_t lda, \
 				   size_t ldp, int nb, int R, float *out)                     \
@@ -471,12 +469,7 @@ void rg_q8_pack_row_avx512(const rg_q8a *a, int nb, rg_q8p *out)
 			t##_vnni(w, a, ap, lda, ldp, nb, R, out);                             \
 			return;                                                               \
 		}                                                                             \
-		switch (R) {                                                                  \
-		case 1: t##_rows_bwp(w, a, ap, lda, ldp, nb, 1, out); break;                  \
-		case 2: t##_rows_bwp(w, a, ap, lda, ldp, nb, 2, out); break;                  \
-		case 3: t##_rows_bwp(w, a, ap, lda, ldp, nb, 3, out); break;                  \
-		default: t##_rows_bwp(w, a, ap, lda, ldp, nb, 4, out); break;                 \
-		}                                                                             \
+		QROWS_SWITCH(t##_rows_bwp, ap, ldp)                                           \
 	}
 ENTRIES(q8_0)
 ENTRIES(q4_0)
@@ -496,7 +489,7 @@ static inline __attribute__((always_inline)) void hdot_tile_r(const uint16_t *w,
 								size_t lda, int K, const int R,
 								float *out, size_t ldo)
 {
-	__m512 acc[RG_HDOT_W][RG_QDOT_ROWS];
+	__m512 acc[RG_HDOT_W][RG_HDOT_R];
 
 	for (int i = 0; i < NW; i++)
 		for (int r = 0; r < R; r++)
@@ -559,6 +552,7 @@ void rg_f16_to_f32_avx512(const uint16_t *h, float *out, size_t n)
 #define RG_QISA avx2	/* the activation quantizer: the AVX2 one */
 #define RG_Q32ISA avx512
 #define RG_QPACK 1
+#define RG_QROWS 8 /* rows per multi-row dot: 8 x 2 accumulators of 32 registers */
 #define RG_KQISA avx512
 #define RG_ISA_NAME "avx512"
 #include "ops/cpu/kern.h"

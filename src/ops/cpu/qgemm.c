@@ -244,7 +244,7 @@ typedef float (*qdot_fn)(const void *w, const rg_q8a *a, int nb);
 struct qgemm_part {
 	const uint8_t *W;
 	qdot_fn dot;
-	rg_qdotr_fn dotr; /* the same over up to RG_QDOT_ROWS rows of A */
+	rg_qdotr_fn dotr; /* the same over up to the table's qrows rows of A */
 	rg_qdotp_fn dotp; /* over packed pairs (NULL: the table has none); every M takes it */
 	bool f16;         /* F16 rows: hdot_tile_f16 over the f32 rows of A, not dot / dotr */
 	size_t row_bytes;
@@ -280,13 +280,15 @@ static void quant_task(void *ctx, int task, int thread)
 }
 
 /* Rows [n0, n1) of W against every row of A: each W row is read from memory once (a decode
- * step's cost), its M dot products run while it is in L1, RG_QDOT_ROWS rows of A per call of
- * the multi-row dot (each weight block decoded once per group, not once per row); a single row
- * (batch 1) takes the single-row dot, which gives it the same bits. */
+ * step's cost), its M dot products run while it is in L1, the table's qrows rows of A per call
+ * of the multi-row dot (each weight block decoded once per group, not once per row); a single
+ * row (batch 1) takes the single-row dot, which gives it the same bits (tables with packed
+ * pairs: the packed multi-row dot at every M, R = 1 included). */
 static void qgemm_task(void *ctx, int task, int thread)
 {
 	const struct qgemm_job *j = ctx;
 	const int n0 = task * j->rows, n1 = n0 + j->rows < j->N ? n0 + j->rows : j->N;
+	const int qr = j->k->qrows; /* rows per multi-row dot call */
 
 	(void)thread;
 	for (int p = 0; p < j->n_parts; p++) {
@@ -311,25 +313,24 @@ static void qgemm_task(void *ctx, int task, int thread)
 				n += c - 1;
 				continue;
 			}
-			if (q->f16) { /* register tiles of RG_HDOT_W x RG_QDOT_ROWS */
+			if (q->f16) { /* register tiles of RG_HDOT_W x RG_HDOT_R */
 				const int nw = b - n < RG_HDOT_W ? b - n : RG_HDOT_W;
 
-				for (int m = 0; m < j->M; m += RG_QDOT_ROWS)
+				for (int m = 0; m < j->M; m += RG_HDOT_R)
 					j->k->hdot_tile_f16((const uint16_t *)(const void *)w,
 							    q->row_bytes / 2, nw,
 							    j->A + (size_t)m * j->K, (size_t)j->K,
 							    j->K,
-							    j->M - m < RG_QDOT_ROWS ? j->M - m
-										    : RG_QDOT_ROWS,
+							    j->M - m < RG_HDOT_R ? j->M - m
+										 : RG_HDOT_R,
 							    j->out + (size_t)m * j->N + n,
 							    (size_t)j->N);
 				n += nw - 1;
 				continue;
 			}
 			if (q->dotp && j->ap) { /* packed pairs, M = 1 too (the same bits) */
-				for (int m = 0; m < j->M; m += RG_QDOT_ROWS) {
-					const int R = j->M - m < RG_QDOT_ROWS ? j->M - m
-									      : RG_QDOT_ROWS;
+				for (int m = 0; m < j->M; m += qr) {
+					const int R = j->M - m < qr ? j->M - m : qr;
 					float o[RG_QDOT_ROWS];
 
 					q->dotp(w, j->aq + (size_t)m * j->nb,
@@ -344,8 +345,8 @@ static void qgemm_task(void *ctx, int task, int thread)
 				j->out[n] = q->dot(w, j->aq, j->nb);
 				continue;
 			}
-			for (int m = 0; m < j->M; m += RG_QDOT_ROWS) {
-				const int R = j->M - m < RG_QDOT_ROWS ? j->M - m : RG_QDOT_ROWS;
+			for (int m = 0; m < j->M; m += qr) {
+				const int R = j->M - m < qr ? j->M - m : qr;
 				float o[RG_QDOT_ROWS];
 
 				q->dotr(w, j->aq + (size_t)m * j->nb, (size_t)j->nb, j->nb, R, o);
