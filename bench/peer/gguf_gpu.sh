@@ -22,11 +22,7 @@ if [ -z "$LB" ]; then
 fi
 export LD_LIBRARY_PATH=$LB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-	t0=$SECONDS
-	make -j"$(nproc)" CUDA_ARCHS=sm_90a "NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a" \
-		all >"$OUT/build.log" 2>&1; st=$?; tail -2 "$OUT/build.log"
-	record "build ($((SECONDS - t0)) s)" $st
-	[ $st -eq 0 ] || exit 1
+	build_sm90a || exit 1
 fi
 export RAGGED_LIB=$ROOT/build/libragged.so
 W=$(mktemp -d /tmp/gguf_gpu.XXXXXX)

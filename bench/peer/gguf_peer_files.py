@@ -23,20 +23,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
 import hf_to_gguf  # noqa: E402
 import make_decoder  # noqa: E402
 from issue30_gq import SHAPES  # noqa: E402
-
-
-def byte_alphabet():
-    """GPT-2's bytes_to_unicode: the printable character standing for each byte 0..255."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + \
-        list(range(0xAE, 0x100))
-    out, n = {}, 0
-    for b in range(256):
-        if b in keep:
-            out[b] = chr(b)
-        else:
-            out[b] = chr(256 + n)
-            n += 1
-    return [out[b] for b in range(256)]
+from byte_chars import byte_chars as byte_alphabet  # noqa: E402
 
 
 def main():

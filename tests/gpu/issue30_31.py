@@ -97,6 +97,14 @@ check("choice: CUDA outputs are choices",
       all(o["text"] in ("alpha", "beta", "gamma delta") for o in r), repr([o["text"] for o in r]))
 check("KV blocks in use 0 after the structured runs", gpu.kv_blocks_in_use() == 0)
 
+def accepted_and_rejected(what, outs):
+    """The drafts of outs were both accepted and rejected (speculation did something)."""
+    dr = sum(o.get("spec_drafted", 0) for o in outs)
+    ac = sum(o.get("spec_accepted", 0) for o in outs)
+    print(f"info {what}: drafted {dr}, accepted {ac}")
+    check(f"{what}: drafts accepted and rejected", 0 < ac < dr, f"drafted {dr} accepted {ac}")
+
+
 spec = "num_speculative_tokens" in Generator.generate.__code__.co_varnames
 if spec:
     prompts = ["one two three one two three one two three one two", "a b a b a b a b a b a b",
@@ -108,10 +116,7 @@ if spec:
           [o["ids"] for o in base_g])
     check("spec: CUDA greedy ids with drafts == CPU's", [o["ids"] for o in sp] ==
           [o["ids"] for o in base_c])
-    dr = sum(o.get("spec_drafted", 0) for o in sp)
-    ac = sum(o.get("spec_accepted", 0) for o in sp)
-    print(f"info spec: drafted {dr}, accepted {ac}")
-    check("spec: drafts accepted and rejected", 0 < ac < dr, f"drafted {dr} accepted {ac}")
+    accepted_and_rejected("spec", sp)
     check("spec: KV blocks in use 0", gpu.kv_blocks_in_use() == 0)
     # a draft model (--draft-model): the chat decoder cut to its first layer (an early-exit
     # draft: accepted often, not always), on the same device as the target
@@ -136,10 +141,7 @@ if spec:
     base_x = gpu.generate(prompts + ["x y z"], max_tokens=40, ignore_eos=True)
     check("draft model: CUDA greedy ids with a draft == without", [o["ids"] for o in sd] ==
           [o["ids"] for o in base_x])
-    dr = sum(o.get("spec_drafted", 0) for o in sd)
-    ac = sum(o.get("spec_accepted", 0) for o in sd)
-    print(f"info draft model: drafted {dr}, accepted {ac}")
-    check("draft model: drafts accepted and rejected", 0 < ac < dr, f"drafted {dr} accepted {ac}")
+    accepted_and_rejected("draft model", sd)
     ss = gd.generate("Data:", max_tokens=30, temperature=1.0, seed=11, n=2,
                      num_speculative_tokens=4)
     sb = gpu.generate("Data:", max_tokens=30, temperature=1.0, seed=11, n=2)

@@ -8,11 +8,7 @@
 source "$(dirname "$0")/common.sh" # ROOT, OUT, run.log, CARRY, record, RAGGED_COMMIT
 source tests/gpu/setup-env.sh >/dev/null
 fail=0
-t0=$SECONDS
-make -j"$(nproc)" CUDA_ARCHS=sm_90a "NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a" \
-	all >"$OUT/build.log" 2>&1; st=$?; tail -2 "$OUT/build.log"
-record "build ($((SECONDS - t0)) s)" $st
-[ $st -eq 0 ] || exit 1
+build_sm90a || exit 1
 export RAGGED_LIB=$ROOT/build/libragged.so RAGGED_BIN=$ROOT/build/ragged
 timeout 200 python3 tests/gpu/issue30_31.py "$OUT/issue30_31.json" >"$OUT/issue30_31.log" 2>&1
 st=$?; grep -vE "^PASS" "$OUT/issue30_31.log" | tail -20

@@ -11,8 +11,7 @@ bad=0
 bash tests/gpu/issue30_31.sh || bad=$((bad + 1))
 source tests/gpu/setup-env.sh >/dev/null
 export RAGGED_LIB=$ROOT/build/libragged.so RAGGED_BIN=$ROOT/build/ragged
-make -j"$(nproc)" CUDA_ARCHS=sm_90a "NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a" \
-	build/test_ops_cuda >>"$OUT/build.log" 2>&1 || { echo "test_ops_cuda did not build"; exit 9; }
+build_sm90a build/test_ops_cuda || { echo "test_ops_cuda did not build"; exit 9; }
 t0=$SECONDS
 timeout 240 build/test_ops_cuda --qgemm ${QGEMM_ARGS:-} >"$OUT/test_ops_cuda_qgemm.log" 2>&1
 st=$?

@@ -298,32 +298,31 @@ static cudaError_t gemv_launch(const rg_cuda_ctx *c, const void *A, const void *
 #undef GEMV_LAUNCH
 }
 
-extern "C" rg_status rg_cuda_gemv(rg_cuda_ctx *ctx, rg_dtype dt, const void *A, const void *W,
-				  const void *bias, void *out, int M, int N, int K, rg_act act)
+template <bool GLU>
+static rg_status gemv_run(rg_cuda_ctx *ctx, rg_dtype dt, const void *A, const void *W,
+			  const void *bias, void *out, int M, int N, int K, rg_act act,
+			  const char *what)
 {
 	const rg_cuda_ctx *c = (const rg_cuda_ctx *)ctx;
 	cudaError_t e;
 
 	if (dt == RG_DTYPE_F16)
-		e = gemv_launch<__half, false>(c, A, W, bias, out, M, N, K, act);
+		e = gemv_launch<__half, GLU>(c, A, W, bias, out, M, N, K, act);
 	else
-		e = gemv_launch<__nv_bfloat16, false>(c, A, W, bias, out, M, N, K, act);
+		e = gemv_launch<__nv_bfloat16, GLU>(c, A, W, bias, out, M, N, K, act);
 	if (e != cudaSuccess)
-		return rg_cuda_err(e, "launch of gemv_kernel");
-	return rg_cuda_launch_check("gemv_kernel");
+		return rg_cuda_err(e, what);
+	return rg_cuda_launch_check(what);
+}
+
+extern "C" rg_status rg_cuda_gemv(rg_cuda_ctx *ctx, rg_dtype dt, const void *A, const void *W,
+				  const void *bias, void *out, int M, int N, int K, rg_act act)
+{
+	return gemv_run<false>(ctx, dt, A, W, bias, out, M, N, K, act, "gemv_kernel");
 }
 
 extern "C" rg_status rg_cuda_gemv_glu(rg_cuda_ctx *ctx, rg_dtype dt, const void *x, const void *W,
 				      void *out, int M, int N, int K, rg_act act)
 {
-	const rg_cuda_ctx *c = (const rg_cuda_ctx *)ctx;
-	cudaError_t e;
-
-	if (dt == RG_DTYPE_F16)
-		e = gemv_launch<__half, true>(c, x, W, NULL, out, M, N, K, act);
-	else
-		e = gemv_launch<__nv_bfloat16, true>(c, x, W, NULL, out, M, N, K, act);
-	if (e != cudaSuccess)
-		return rg_cuda_err(e, "launch of gemv_kernel (GLU input)");
-	return rg_cuda_launch_check("gemv_kernel (GLU input)");
+	return gemv_run<true>(ctx, dt, x, W, NULL, out, M, N, K, act, "gemv_kernel (GLU input)");
 }
