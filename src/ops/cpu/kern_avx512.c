@@ -9,6 +9,8 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,fma,avx2,bmi2,f16c")
 
 #include "ops/cpu/cpu_kern.h"
@@ -70,18 +72,20 @@ bool rg_cpu_avx512_vnni(int on)
 	return g_vnni;
 }
 
-/* the body fn for R = 1..8 rows, R a constant in each instance */
+/* The body fn for R rows: instances of 1, 2, 4 and 8 rows (RC, a constant); R < RC computes
+ * the extra rows on row 0 again and stores R (RR below), so that a row's operations, and its
+ * bits, are those of every instance. Four instances a type and flavour instead of eight keep
+ * the file's compile time (ASan's -O1 + -O3 build) in bounds. */
+#define RR(r) ((r) < Rn ? (r) : 0)
 #define QROWS_SWITCH(fn, ap, ldp)                                                             \
-	switch (R) {                                                                          \
-	case 1: fn(w, a, ap, lda, ldp, nb, 1, out); break;                                    \
-	case 2: fn(w, a, ap, lda, ldp, nb, 2, out); break;                                    \
-	case 3: fn(w, a, ap, lda, ldp, nb, 3, out); break;                                    \
-	case 4: fn(w, a, ap, lda, ldp, nb, 4, out); break;                                    \
-	case 5: fn(w, a, ap, lda, ldp, nb, 5, out); break;                                    \
-	case 6: fn(w, a, ap, lda, ldp, nb, 6, out); break;                                    \
-	case 7: fn(w, a, ap, lda, ldp, nb, 7, out); break;                                    \
-	default: fn(w, a, ap, lda, ldp, nb, 8, out); break;                                   \
-	}
+	if (R <= 1)                                                                           \
+		fn(w, a, ap, lda, ldp, nb, 1, R, out);                                        \
+	else if (R <= 2)                                                                      \
+		fn(w, a, ap, lda, ldp, nb, 2, R, out);                                        \
+	else if (R <= 4)                                                                      \
+		fn(w, a, ap, lda, ldp, nb, 4, R, out);                                        \
+	else                                                                                  \
+		fn(w, a, ap, lda, ldp, nb, 8, R, out);
 
 #define DOT_BW(u, a) _mm512_madd_epi16(_mm512_maddubs_epi16((u), (a)), _mm512_set1_epi16(1))
 #define DOT_VNNI(u, a) _mm512_dpbusd_epi32(_mm512_setzero_si512(), (u), (a))
@@ -190,8 +194,8 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 #define PAIR_ROWS(DOT, w, a, lda, b, R, acc, off, one, SIGNED, OFF, P, ap, ldp)               \
 	_Pragma("GCC unroll 8") for (int r = 0; r < (R); r++)                                 \
 	{                                                                                     \
-		const rg_q8a *x = (a) + (size_t)r * (lda) + (b);                              \
-		const rg_q8p *xp = (P) ? (ap) + (size_t)r * (ldp) + (b) / 2 : NULL;           \
+		const rg_q8a *x = (a) + (size_t)RR(r) * (lda) + (b);                          \
+		const rg_q8p *xp = (P) ? (ap) + (size_t)RR(r) * (ldp) + (b) / 2 : NULL;       \
 		__m512i av = (P) ? _mm512_loadu_si512((const void *)xp->q) : act_pair(x, one); \
 		if (SIGNED)                                                                   \
 			av = _mm512_mask_sub_epi8(av, (w).neg, _mm512_setzero_si512(), av);  \
@@ -205,7 +209,8 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 
 #define ROWS32(t, bytes, SIGNED, OFF, DOT, sfx, P)                                           \
 	QAI void t##_rows_##sfx(const uint8_t *p, const rg_q8a *a, const rg_q8p *ap,         \
-				size_t lda, size_t ldp, int nb, const int R, float *out)      \
+				size_t lda, size_t ldp, int nb, const int R, const int Rn,    \
+				float *out)                                                   \
 	{                                                                                     \
 		__m512 acc0[RG_QDOT_ROWS], acc1[RG_QDOT_ROWS];                                 \
 		float off[RG_QDOT_ROWS];                                                      \
@@ -233,7 +238,8 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 			PAIR_ROWS(DOT, w0, a, lda, b, R, acc1, off, true, SIGNED, OFF, P, ap, ldp) \
 		}                                                                             \
 		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                           \
-			out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) + off[r];  \
+			if (r < Rn)                                                           \
+				out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) + off[r]; \
 	}
 
 /* Q4_K / Q5_K: sub-blocks 2k and 2k + 1 (the low and the high nibbles of qs[32k ..]) in one
@@ -242,7 +248,8 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
  * Q5_K (five): the fifth bits [qh | qh >> 1] shifted by 2k, bit 0 of each byte moved to bit 4. */
 #define ROWS_K45(t, five, DOT, sfx, P)                                                       \
 	QAI void t##_rows_##sfx(const uint8_t *p, const rg_q8a *a, const rg_q8p *ap,         \
-				size_t lda, size_t ldp, int nb, const int R, float *out)      \
+				size_t lda, size_t ldp, int nb, const int R, const int Rn,    \
+				float *out)                                                   \
 	{                                                                                     \
 		const size_t bytes = (five) ? 176 : 144;                                      \
 		const __m256i m4 = _mm256_set1_epi8(15);                                      \
@@ -279,8 +286,8 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 							    b4));                             \
 				_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)           \
 				{                                                             \
-					const rg_q8a *x = a + (size_t)r * lda + 8 * i + 2 * k; \
-					const rg_q8p *xp = (P) ? ap + (size_t)r * ldp + 4 * i + k : NULL; \
+					const rg_q8a *x = a + (size_t)RR(r) * lda + 8 * i + 2 * k; \
+					const rg_q8p *xp = (P) ? ap + (size_t)RR(r) * ldp + 4 * i + k : NULL; \
 					const __m512i s = DOT(qv, (P) ? _mm512_loadu_si512((const void *)xp->q) \
 								  : act_pair(x, false)); \
 					const __m512 f = _mm512_mul_ps(                       \
@@ -294,7 +301,7 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 			}                                                                     \
 			_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                   \
 			{                                                                     \
-				const rg_q8a *x = a + (size_t)r * lda + 8 * i;                \
+				const rg_q8a *x = a + (size_t)RR(r) * lda + 8 * i;            \
 				float sm = 0.f;                                               \
                                                                                               \
 				for (int s = 0; s < 8; s++)                                   \
@@ -303,7 +310,8 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 			}                                                                     \
 		}                                                                             \
 		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                           \
-			out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) - off[r];  \
+			if (r < Rn)                                                           \
+				out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) - off[r]; \
 	}
 
 /* Q6_K: activation blocks 4h, 4h + 1 take the low nibbles of ql[64h .. 64h + 64) and bits
@@ -312,7 +320,8 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
  * scale in the float factor [d sc d_a]: 4 lanes a scale. */
 #define ROWS_Q6K(DOT, sfx, P)                                                                 \
 	QAI void q6_k_rows_##sfx(const uint8_t *p, const rg_q8a *a, const rg_q8p *ap,        \
-				 size_t lda, size_t ldp, int nb, const int R, float *out)     \
+				 size_t lda, size_t ldp, int nb, const int R, const int Rn,   \
+				 float *out)                                                  \
 	{                                                                                     \
 		const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(0x30);        \
 		const __m512i k32 = _mm512_set1_epi8(32);                                     \
@@ -349,8 +358,8 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 							sc[2 * b + 3], sc[2 * b + 3], sc[2 * b + 3])))); \
 					_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)   \
 					{                                                     \
-						const rg_q8a *x = a + (size_t)r * lda + 8 * i + b; \
-						const rg_q8p *xp = (P) ? ap + (size_t)r * ldp + 4 * i + b / 2 : NULL; \
+						const rg_q8a *x = a + (size_t)RR(r) * lda + 8 * i + b; \
+						const rg_q8p *xp = (P) ? ap + (size_t)RR(r) * ldp + 4 * i + b / 2 : NULL; \
 						const __m512i av = (P) ? _mm512_loadu_si512((const void *)xp->q) \
 								       : act_pair(x, false); \
 						const __m512i s = _mm512_sub_epi32(DOT(q[j], av), \
@@ -367,17 +376,10 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 			}                                                                     \
 		}                                                                             \
 		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                           \
-			out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));       \
+			if (r < Rn)                                                           \
+				out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])); \
 	}
 
-ROWS32(q8_0, 34, true, false, DOT_BW, bw, false)
-ROWS32(q4_0, 18, true, false, DOT_BW, bw, false)
-ROWS32(q4_1, 20, false, true, DOT_BW, bw, false)
-ROWS32(q5_0, 22, true, false, DOT_BW, bw, false)
-ROWS32(q5_1, 24, false, true, DOT_BW, bw, false)
-ROWS_K45(q4_k, false, DOT_BW, bw, false)
-ROWS_K45(q5_k, true, DOT_BW, bw, false)
-ROWS_Q6K(DOT_BW, bw, false)
 ROWS32(q8_0, 34, true, false, DOT_BW, bwp, true)
 ROWS32(q4_0, 18, true, false, DOT_BW, bwp, true)
 ROWS32(q4_1, 20, false, true, DOT_BW, bwp, true)
@@ -389,14 +391,6 @@ ROWS_Q6K(DOT_BW, bwp, true)
 
 #pragma GCC push_options
 #pragma GCC target("avx512vnni")
-ROWS32(q8_0, 34, true, false, DOT_VNNI, vnni, false)
-ROWS32(q4_0, 18, true, false, DOT_VNNI, vnni, false)
-ROWS32(q4_1, 20, false, true, DOT_VNNI, vnni, false)
-ROWS32(q5_0, 22, true, false, DOT_VNNI, vnni, false)
-ROWS32(q5_1, 24, false, true, DOT_VNNI, vnni, false)
-ROWS_K45(q4_k, false, DOT_VNNI, vnni, false)
-ROWS_K45(q5_k, true, DOT_VNNI, vnni, false)
-ROWS_Q6K(DOT_VNNI, vnni, false)
 ROWS32(q8_0, 34, true, false, DOT_VNNI, vnnip, true)
 ROWS32(q4_0, 18, true, false, DOT_VNNI, vnnip, true)
 ROWS32(q4_1, 20, false, true, DOT_VNNI, vnnip, true)
@@ -411,11 +405,7 @@ ROWS_Q6K(DOT_VNNI, vnnip, true)
 	static void t##_vnni(const void *w, const rg_q8a *a, const rg_q8p *ap, size_t lda,   \
 			     size_t ldp, int nb, int R, float *out)                           \
 	{                                                                                     \
-		if (ap) {                                                                     \
-			QROWS_SWITCH(t##_rows_vnnip, ap, ldp)                                 \
-			return;                                                               \
-		}                                                                             \
-		QROWS_SWITCH(t##_rows_vnni, NULL, 0)                                          \
+		QROWS_SWITCH(t##_rows_vnnip, ap, ldp)                                         \
 	}
 VNNI_ENTRY(q8_0)
 VNNI_ENTRY(q4_0)
@@ -442,26 +432,27 @@ void rg_q8_pack_row_avx512(const rg_q8a *a, int nb, rg_q8p *out)
 	}
 }
 
+/* The unpacked entry points (qdot / qdotr, which the tests call; the GEMM runs qdotp): R rows
+ * packed into a heap buffer, then the packed dot, so their bits are qdotp's. NaN in every
+ * output when the buffer cannot be had. */
+static void packed_call(rg_qdotp_fn f, const void *w, const rg_q8a *a, size_t lda, int nb,
+			int R, float *out)
+{
+	const int np = (nb + 1) / 2;
+	rg_q8p *ap = malloc((size_t)R * (size_t)np * sizeof(rg_q8p));
+
+	if (!ap) {
+		for (int r = 0; r < R; r++)
+			out[r] = NAN;
+		return;
+	}
+	for (int r = 0; r < R; r++)
+		rg_q8_pack_row_avx512(a + (size_t)r * lda, nb, ap + (size_t)r * np);
+	f(w, a, ap, lda, (size_t)np, nb, R, out);
+	free(ap);
+}
+
 #define ENTRIES(t)                                                                            \
-	float rg_qdot_##t##_avx512(const void *w, const rg_q8a *a, int nb)                    \
-	{                                                                                     \
-		float o;                                                                      \
-                                                                                              \
-		if (g_vnni)                                                                   \
-			t##_vnni(w, a, NULL, 0, 0, nb, 1, &o);                                \
-		else                                                                          \
-			t##_rows_bw(w, a, NULL, 0, 0, nb, 1, &o);                             \
-		return o;                                                                     \
-	}                                                                                     \
-	void rg_qdotr_##t##_avx512(const void *w, const rg_q8a *a, size_t lda, int nb, int R, \
-				   float *out)                                                \
-	{                                                                                     \
-		if (g_vnni) {                                                                 \
-			t##_vnni(w, a, NULL, lda, 0, nb, R, out);                             \
-			return;                                                               \
-		}                                                                             \
-		QROWS_SWITCH(t##_rows_bw, NULL, 0)                                            \
-	}                                                                                     \
 	void rg_qdotp_##t##_avx512(const void *w, const rg_q8a *a, const rg_q8p *ap, size_t lda, \
 				   size_t ldp, int nb, int R, float *out)                     \
 	{                                                                                     \
@@ -470,6 +461,18 @@ void rg_q8_pack_row_avx512(const rg_q8a *a, int nb, rg_q8p *out)
 			return;                                                               \
 		}                                                                             \
 		QROWS_SWITCH(t##_rows_bwp, ap, ldp)                                           \
+	}                                                                                     \
+	float rg_qdot_##t##_avx512(const void *w, const rg_q8a *a, int nb)                    \
+	{                                                                                     \
+		float o;                                                                      \
+                                                                                              \
+		packed_call(rg_qdotp_##t##_avx512, w, a, 0, nb, 1, &o);                       \
+		return o;                                                                     \
+	}                                                                                     \
+	void rg_qdotr_##t##_avx512(const void *w, const rg_q8a *a, size_t lda, int nb, int R, \
+				   float *out)                                                \
+	{                                                                                     \
+		packed_call(rg_qdotp_##t##_avx512, w, a, lda, nb, R, out);                    \
 	}
 ENTRIES(q8_0)
 ENTRIES(q4_0)
