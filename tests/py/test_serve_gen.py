@@ -686,10 +686,16 @@ def test_disconnects_free_blocks(model_dir):
             so.close()
         for so in beam_socks:  # beam searches answer at their end: they go away before it
             so.close()
+        # the aborted counter is bumped by the notifier thread after the step that ended the
+        # job (which already dropped the running gauge and the blocks): wait for all three,
+        # since on a loaded machine the counter lags the gauges (a CI run on 2026-12-04 read 2
+        # of 16 when the loop broke on the gauges alone)
         t_end = time.time() + 20
         while time.time() < t_end:
             m = s.metrics()
-            if m["ragged_gen_num_requests_running"] == 0 and m["ragged_gen_kv_blocks_used"] == 0:
+            if (m["ragged_gen_num_requests_running"] == 0 and
+                    m["ragged_gen_kv_blocks_used"] == 0 and
+                    m["ragged_gen_requests_aborted_total"] >= 16):
                 break
             time.sleep(0.1)
         assert m["ragged_gen_kv_blocks_used"] == 0 and m["ragged_gen_requests_aborted_total"] >= 16
