@@ -46,8 +46,9 @@ static inline __m512i sc2(int sc0, int sc1)
  * for every weight range below, |u| <= 128, |a| <= 127), instantiated twice (VNNI or not); the
  * single-row entry points are the R = 1 instances, so a row's bits do not depend on R. Per row
  * two fp32 accumulators (even and odd block pairs). Each pair of 32-value blocks: 16 int32
- * lanes (8 per block), converted, times [d_w0 d_a0 x 8 | d_w1 d_a1 x 8] (the activation scales
- * broadcast from the rows' blocks, d_w multiplied once per weight pair). */
+ * lanes (8 per block), converted, times [d_w0 d_a0 x 8 | d_w1 d_a1 x 8]. The activations are
+ * read as packed pairs (rg_q8p: the pair's 64 int8 and its scale vector, one load each); the
+ * rg_q8a rows beside them give the offsets' s terms. */
 #define QAI static inline __attribute__((always_inline))
 
 static bool g_vnni;
@@ -107,8 +108,7 @@ typedef struct {
 	float m0, m1;
 } wpair;
 
-/* one block alone (the last of an odd count): the high half zero */
-#define HALF(lo, one, hi) ((one) ? _mm512_castsi256_si512(lo) : cat((lo), (hi)))
+/* one = true: block 0 alone (the last of an odd count), the high half zero */
 QAI wpair q8_0_pair(const uint8_t *p, const bool one)
 {
 	const __m256i q0 = _mm256_loadu_si256((const __m256i *)(p + 2));
@@ -181,33 +181,24 @@ QAI wpair q5_1_pair(const uint8_t *p, const bool one)
 		       one ? 0.f : f16(p + 26)};
 }
 
-/* the int8 quantities of activation blocks x[0] and x[1] (x[0] alone: the high half zero) */
-QAI __m512i act_pair(const rg_q8a *x, const bool one)
-{
-	const __m256i a0 = _mm256_loadu_si256((const __m256i *)x[0].q);
-
-	return one ? _mm512_zextsi256_si512(a0) : cat(a0, _mm256_loadu_si256((const __m256i *)x[1].q));
-}
-
 /* acc[r] += dw x da x DOT(u, a_r) over one weight pair (blocks b, b + 1 of each row), and the
  * offset terms; SIGNED: the activation negated where the weight is */
-#define PAIR_ROWS(DOT, w, a, lda, b, R, acc, off, one, SIGNED, OFF, P, ap, ldp)               \
+#define PAIR_ROWS(DOT, w, a, lda, b, R, acc, off, one, SIGNED, OFF, ap, ldp)                  \
 	_Pragma("GCC unroll 8") for (int r = 0; r < (R); r++)                                 \
 	{                                                                                     \
 		const rg_q8a *x = (a) + (size_t)RR(r) * (lda) + (b);                          \
-		const rg_q8p *xp = (P) ? (ap) + (size_t)RR(r) * (ldp) + (b) / 2 : NULL;       \
-		__m512i av = (P) ? _mm512_loadu_si512((const void *)xp->q) : act_pair(x, one); \
+		const rg_q8p *xp = (ap) + (size_t)RR(r) * (ldp) + (b) / 2;                    \
+		__m512i av = _mm512_loadu_si512((const void *)xp->q);                         \
 		if (SIGNED)                                                                   \
 			av = _mm512_mask_sub_epi8(av, (w).neg, _mm512_setzero_si512(), av);  \
 		const __m512i s = DOT((w).u, av);                                             \
-		const __m512 f = _mm512_mul_ps((w).dw, (P) ? _mm512_loadu_ps(xp->d)           \
-							   : pairf(x[0].d, (one) ? 0.f : x[1].d)); \
+		const __m512 f = _mm512_mul_ps((w).dw, _mm512_loadu_ps(xp->d));               \
 		acc[r] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc[r]);                   \
 		if (OFF)                                                                      \
 			off[r] += (w).m0 * x[0].s + ((one) ? 0.f : (w).m1 * x[1].s);           \
 	}
 
-#define ROWS32(t, bytes, SIGNED, OFF, DOT, sfx, P)                                           \
+#define ROWS32(t, bytes, SIGNED, OFF, DOT, sfx)                                              \
 	QAI void t##_rows_##sfx(const uint8_t *p, const rg_q8a *a, const rg_q8p *ap,         \
 				size_t lda, size_t ldp, int nb, const int R, const int Rn,    \
 				float *out)                                                   \
@@ -224,18 +215,17 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 		for (; b + 4 <= nb; b += 4) {                                                 \
 			const wpair w0 = t##_pair(p + (size_t)b * (bytes), false);            \
 			const wpair w1 = t##_pair(p + (size_t)(b + 2) * (bytes), false);      \
-			PAIR_ROWS(DOT, w0, a, lda, b, R, acc0, off, false, SIGNED, OFF, P, ap, ldp) \
-			PAIR_ROWS(DOT, w1, a, lda, b + 2, R, acc1, off, false, SIGNED, OFF, P, ap, \
-				  ldp)                                                        \
+			PAIR_ROWS(DOT, w0, a, lda, b, R, acc0, off, false, SIGNED, OFF, ap, ldp) \
+			PAIR_ROWS(DOT, w1, a, lda, b + 2, R, acc1, off, false, SIGNED, OFF, ap, ldp) \
 		}                                                                             \
 		if (b + 2 <= nb) {                                                            \
 			const wpair w0 = t##_pair(p + (size_t)b * (bytes), false);            \
-			PAIR_ROWS(DOT, w0, a, lda, b, R, acc0, off, false, SIGNED, OFF, P, ap, ldp) \
+			PAIR_ROWS(DOT, w0, a, lda, b, R, acc0, off, false, SIGNED, OFF, ap, ldp) \
 			b += 2;                                                               \
 		}                                                                             \
 		if (b < nb) {                                                                 \
 			const wpair w0 = t##_pair(p + (size_t)b * (bytes), true);             \
-			PAIR_ROWS(DOT, w0, a, lda, b, R, acc1, off, true, SIGNED, OFF, P, ap, ldp) \
+			PAIR_ROWS(DOT, w0, a, lda, b, R, acc1, off, true, SIGNED, OFF, ap, ldp) \
 		}                                                                             \
 		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                           \
 			if (r < Rn)                                                           \
@@ -246,7 +236,7 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
  * vector; each sub-block's 6-bit scale folded into the float scale [d sc0 d_a0 | d sc1 d_a1]
  * (the integer sums are exact either way), the minimum term dmin sum_s mn[s] s_a in scalar.
  * Q5_K (five): the fifth bits [qh | qh >> 1] shifted by 2k, bit 0 of each byte moved to bit 4. */
-#define ROWS_K45(t, five, DOT, sfx, P)                                                       \
+#define ROWS_K45(t, five, DOT, sfx)                                                          \
 	QAI void t##_rows_##sfx(const uint8_t *p, const rg_q8a *a, const rg_q8p *ap,         \
 				size_t lda, size_t ldp, int nb, const int R, const int Rn,    \
 				float *out)                                                   \
@@ -286,12 +276,9 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 							    b4));                             \
 				_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)           \
 				{                                                             \
-					const rg_q8a *x = a + (size_t)RR(r) * lda + 8 * i + 2 * k; \
-					const rg_q8p *xp = (P) ? ap + (size_t)RR(r) * ldp + 4 * i + k : NULL; \
-					const __m512i s = DOT(qv, (P) ? _mm512_loadu_si512((const void *)xp->q) \
-								  : act_pair(x, false)); \
-					const __m512 f = _mm512_mul_ps(                       \
-						dsc, (P) ? _mm512_loadu_ps(xp->d) : pairf(x[0].d, x[1].d)); \
+					const rg_q8p *xp = ap + (size_t)RR(r) * ldp + 4 * i + k; \
+					const __m512i s = DOT(qv, _mm512_loadu_si512((const void *)xp->q)); \
+					const __m512 f = _mm512_mul_ps(dsc, _mm512_loadu_ps(xp->d)); \
                                                                                               \
 					if (k & 1)                                            \
 						acc1[r] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc1[r]); \
@@ -318,7 +305,7 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
  * 0-1 / 2-3 of qh[32h ..]; blocks 4h + 2, 4h + 3 the high nibbles and bits 4-5 / 6-7. The
  * unsigned 6-bit q (0..63) times a, minus 32 a (q - 32), per 4-value lane; each lane's 16-value
  * scale in the float factor [d sc d_a]: 4 lanes a scale. */
-#define ROWS_Q6K(DOT, sfx, P)                                                                 \
+#define ROWS_Q6K(DOT, sfx)                                                                    \
 	QAI void q6_k_rows_##sfx(const uint8_t *p, const rg_q8a *a, const rg_q8p *ap,        \
 				 size_t lda, size_t ldp, int nb, const int R, const int Rn,   \
 				 float *out)                                                  \
@@ -358,14 +345,11 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 							sc[2 * b + 3], sc[2 * b + 3], sc[2 * b + 3])))); \
 					_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)   \
 					{                                                     \
-						const rg_q8a *x = a + (size_t)RR(r) * lda + 8 * i + b; \
-						const rg_q8p *xp = (P) ? ap + (size_t)RR(r) * ldp + 4 * i + b / 2 : NULL; \
-						const __m512i av = (P) ? _mm512_loadu_si512((const void *)xp->q) \
-								       : act_pair(x, false); \
+						const rg_q8p *xp = ap + (size_t)RR(r) * ldp + 4 * i + b / 2; \
+						const __m512i av = _mm512_loadu_si512((const void *)xp->q); \
 						const __m512i s = _mm512_sub_epi32(DOT(q[j], av), \
 										   DOT(k32, av)); \
-						const __m512 f = _mm512_mul_ps(               \
-							dsc, (P) ? _mm512_loadu_ps(xp->d) : pairf(x[0].d, x[1].d)); \
+						const __m512 f = _mm512_mul_ps(dsc, _mm512_loadu_ps(xp->d)); \
                                                                                               \
 						if (j)                                        \
 							acc1[r] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(s), acc1[r]); \
@@ -380,25 +364,25 @@ QAI __m512i act_pair(const rg_q8a *x, const bool one)
 				out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])); \
 	}
 
-ROWS32(q8_0, 34, true, false, DOT_BW, bwp, true)
-ROWS32(q4_0, 18, true, false, DOT_BW, bwp, true)
-ROWS32(q4_1, 20, false, true, DOT_BW, bwp, true)
-ROWS32(q5_0, 22, true, false, DOT_BW, bwp, true)
-ROWS32(q5_1, 24, false, true, DOT_BW, bwp, true)
-ROWS_K45(q4_k, false, DOT_BW, bwp, true)
-ROWS_K45(q5_k, true, DOT_BW, bwp, true)
-ROWS_Q6K(DOT_BW, bwp, true)
+ROWS32(q8_0, 34, true, false, DOT_BW, bwp)
+ROWS32(q4_0, 18, true, false, DOT_BW, bwp)
+ROWS32(q4_1, 20, false, true, DOT_BW, bwp)
+ROWS32(q5_0, 22, true, false, DOT_BW, bwp)
+ROWS32(q5_1, 24, false, true, DOT_BW, bwp)
+ROWS_K45(q4_k, false, DOT_BW, bwp)
+ROWS_K45(q5_k, true, DOT_BW, bwp)
+ROWS_Q6K(DOT_BW, bwp)
 
 #pragma GCC push_options
 #pragma GCC target("avx512vnni")
-ROWS32(q8_0, 34, true, false, DOT_VNNI, vnnip, true)
-ROWS32(q4_0, 18, true, false, DOT_VNNI, vnnip, true)
-ROWS32(q4_1, 20, false, true, DOT_VNNI, vnnip, true)
-ROWS32(q5_0, 22, true, false, DOT_VNNI, vnnip, true)
-ROWS32(q5_1, 24, false, true, DOT_VNNI, vnnip, true)
-ROWS_K45(q4_k, false, DOT_VNNI, vnnip, true)
-ROWS_K45(q5_k, true, DOT_VNNI, vnnip, true)
-ROWS_Q6K(DOT_VNNI, vnnip, true)
+ROWS32(q8_0, 34, true, false, DOT_VNNI, vnnip)
+ROWS32(q4_0, 18, true, false, DOT_VNNI, vnnip)
+ROWS32(q4_1, 20, false, true, DOT_VNNI, vnnip)
+ROWS32(q5_0, 22, true, false, DOT_VNNI, vnnip)
+ROWS32(q5_1, 24, false, true, DOT_VNNI, vnnip)
+ROWS_K45(q4_k, false, DOT_VNNI, vnnip)
+ROWS_K45(q5_k, true, DOT_VNNI, vnnip)
+ROWS_Q6K(DOT_VNNI, vnnip)
 
 /* the VNNI instances of type t for R rows (a function of this target: the bodies inline) */
 #define VNNI_ENTRY(t)                                                                         \
